@@ -1,0 +1,1 @@
+"""The ``stateflow`` command line."""

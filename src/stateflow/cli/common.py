@@ -1,0 +1,83 @@
+"""Shared plumbing for CLI commands: the store option, JSON input, output and refusals."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from functools import wraps
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+import orjson
+
+from stateflow.doc.canonical import JSON, decode
+from stateflow.errors import StateflowError
+from stateflow.store import SqlStore, open_store
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class Context:
+    """What the global options set: where the store is, opened on first use."""
+
+    def __init__(self, store: str | None) -> None:
+        self.store_location = store
+        self._store: SqlStore | None = None
+
+    def store(self) -> SqlStore:
+        if self._store is None:
+            self._store = open_store(self.store_location)
+        return self._store
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+
+
+pass_context = click.make_pass_decorator(Context)
+
+
+def refusals(fn: F) -> F:
+    """Print a refusal as ``error[code]: message`` on stderr and exit 1."""
+
+    @wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except StateflowError as exc:
+            click.echo(f"error[{exc.code}]: {exc.message}", err=True)
+            sys.exit(1)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def read_json_arg(text: str | None, file: Path | None, what: str) -> JSON:
+    """JSON from an argument, ``--file PATH``, or stdin when the argument is ``-``."""
+    if text is not None and file is not None:
+        raise click.UsageError(f"give {what} as an argument or with --file, not both")
+    if file is not None:
+        raw: str | bytes = file.read_bytes()
+    elif text == "-":
+        raw = sys.stdin.buffer.read()
+    elif text is not None:
+        raw = text
+    else:
+        raise click.UsageError(f"{what} is required (an argument, --file PATH, or - for stdin)")
+    return decode(raw)
+
+
+def echo_json(value: JSON, *, pretty: bool | None = None) -> None:
+    """JSON on stdout: indented on a terminal, compact when piped."""
+    if pretty is None:
+        pretty = sys.stdout.isatty()
+    option = orjson.OPT_INDENT_2 if pretty else 0
+    sys.stdout.write(orjson.dumps(value, option=option).decode() + "\n")
+
+
+@contextmanager
+def progress(message: str) -> Iterator[None]:
+    if sys.stderr.isatty():
+        click.echo(message, err=True)
+    yield

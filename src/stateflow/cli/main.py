@@ -1,0 +1,170 @@
+"""``stateflow [--store PATH|URL] <command>``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import click
+
+from stateflow import __version__
+from stateflow.cli.common import Context, echo_json, pass_context, read_json_arg, refusals
+from stateflow.doc.canonical import JSON
+from stateflow.doc.merge import merge_patch
+from stateflow.doc.select import MISSING
+from stateflow.errors import Conflict, InvalidInput
+from stateflow.store import DocKey, Document, Write, open_store, resolve_store_url
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--store",
+    metavar="PATH|URL",
+    envvar="STATEFLOW_STORE",
+    help="SQLite file path, sqlite:///path?synchronous=normal, or postgresql://… "
+    "[env STATEFLOW_STORE; default: stateflow.db in your data directory]",
+)
+@click.version_option(__version__, prog_name="stateflow")
+@click.pass_context
+def cli(ctx: click.Context, store: str | None) -> None:
+    """Durable, versioned, schema-aware JSON state for LLM agents."""
+    obj = Context(store)
+    ctx.obj = obj
+    ctx.call_on_close(obj.close)
+
+
+@cli.command()
+@pass_context
+@refusals
+def migrate(ctx: Context) -> None:
+    """Create or upgrade the store schema (idempotent)."""
+    store = open_store(ctx.store_location, auto_migrate=False)
+    try:
+        before, after = store.migrate()
+    finally:
+        store.close()
+    where = resolve_store_url(ctx.store_location)
+    if before == after:
+        click.echo(f"{where}: schema is current (version {after})")
+    else:
+        click.echo(f"{where}: migrated schema version {before} → {after}")
+
+
+@cli.group()
+def doc() -> None:
+    """Low-level documents: read, write, patch and inspect history by (state, subject)."""
+
+
+def _key(state: str, subject: str) -> DocKey:
+    return DocKey(state, subject)
+
+
+@doc.command("get")
+@click.argument("state")
+@click.argument("subject")
+@click.option("--revision", type=int, help="Read the document as of this revision.")
+@click.option("--seq", type=int, help="Read the document as of this transition seq.")
+@click.option("--meta", is_flag=True, help="Print {revision, seq, body} instead of the body.")
+@pass_context
+@refusals
+def doc_get(
+    ctx: Context, state: str, subject: str, revision: int | None, seq: int | None, meta: bool
+) -> None:
+    """Print a document's body (null when it does not exist)."""
+    store = ctx.store()
+    key = _key(state, subject)
+    if revision is not None and seq is not None:
+        raise click.UsageError("give --revision or --seq, not both")
+    if revision is not None or seq is not None:
+        document = store.read_at(key, revision=revision, seq=seq)
+    else:
+        document = store.get(key)
+    if meta:
+        echo_json({"revision": document.revision, "seq": document.seq, "body": document.body})
+    else:
+        echo_json(document.body)
+
+
+def _write(ctx: Context, key: DocKey, transform: Callable[[JSON], JSON], expect: int | None) -> None:
+    """Read-modify-write one document under lock; report the new revision on stderr."""
+
+    def compute(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
+        current = docs[key]
+        if expect is not None and current.revision != expect:
+            raise Conflict(f"{key} is at revision {current.revision}, not {expect}")
+        new = transform(current.value)
+        return [Write.between(key, current.value, new, current.revision)], None
+
+    commit, _ = ctx.store().update([key], compute, {"door": "operator"})
+    if commit.changed:
+        click.echo(f"{key}: revision {commit.revisions[key]} (seq {commit.seq})", err=True)
+    else:
+        click.echo(f"{key}: unchanged (revision {commit.revisions[key]})", err=True)
+
+
+@doc.command("put")
+@click.argument("state")
+@click.argument("subject")
+@click.argument("body", required=False)
+@click.option("--file", "file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--expect", type=int, help="Refuse unless the document is at this revision.")
+@pass_context
+@refusals
+def doc_put(
+    ctx: Context, state: str, subject: str, body: str | None, file: Path | None, expect: int | None
+) -> None:
+    """Replace a document with BODY (a JSON object; '-' reads stdin)."""
+    value = read_json_arg(body, file, "BODY")
+    if not isinstance(value, dict):
+        raise InvalidInput("a document must be a JSON object")
+    _write(ctx, _key(state, subject), lambda _current: value, expect)
+
+
+@doc.command("patch")
+@click.argument("state")
+@click.argument("subject")
+@click.argument("patch", required=False)
+@click.option("--file", "file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--expect", type=int, help="Refuse unless the document is at this revision.")
+@pass_context
+@refusals
+def doc_patch(
+    ctx: Context, state: str, subject: str, patch: str | None, file: Path | None, expect: int | None
+) -> None:
+    """Merge PATCH into a document (objects merge, null deletes, "[N]" patches array items)."""
+    value = read_json_arg(patch, file, "PATCH")
+    if not isinstance(value, dict):
+        raise InvalidInput("a patch must be a JSON object")
+
+    def apply(current: JSON) -> JSON:
+        result = merge_patch(current, value)
+        return {} if result is MISSING else result
+
+    _write(ctx, _key(state, subject), apply, expect)
+
+
+@doc.command("history")
+@click.argument("state")
+@click.argument("subject")
+@click.option("--limit", type=click.IntRange(1, 10_000), default=20, show_default=True)
+@pass_context
+@refusals
+def doc_history(ctx: Context, state: str, subject: str, limit: int) -> None:
+    """Print the document's changes, newest first."""
+    changes = ctx.store().history([_key(state, subject)], limit=limit)
+    echo_json(
+        [
+            {
+                "seq": c.seq,
+                "at": c.at,
+                "revision": c.revision,
+                "origin": c.origin,
+                "edits": [e.to_json() for e in c.edits],
+            }
+            for c in changes
+        ]
+    )
+
+
+def main() -> None:
+    cli(prog_name="stateflow")

@@ -1,0 +1,124 @@
+"""Canonical JSON: one encoding, one notion of equality, one set of kind names."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Final
+
+import orjson
+
+from stateflow.errors import InvalidJSON
+
+JSON = Any
+"""A JSON value as plain Python: dict[str, JSON] | list[JSON] | str | int | float | bool | None."""
+
+KINDS: Final = ("object", "array", "string", "number", "boolean", "null")
+
+_INT_MIN: Final = -(2**63)
+_INT_MAX: Final = 2**64 - 1
+
+
+def encode(value: JSON) -> bytes:
+    """Compact UTF-8 JSON bytes; key order is preserved. Refuses what JSON cannot carry."""
+    check(value)
+    return orjson.dumps(value)
+
+
+def encode_trusted(value: JSON) -> bytes:
+    """Encode a value already known to be valid JSON (checked on its way in)."""
+    try:
+        return orjson.dumps(value)
+    except TypeError as exc:  # a value slipped past the checks: refuse rather than store junk
+        raise InvalidJSON(f"value is not JSON: {exc}") from exc
+
+
+def decode(data: bytes | bytearray | memoryview | str) -> JSON:
+    """Parse strict JSON (orjson refuses NaN, Infinity, trailing garbage)."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidJSON(f"invalid JSON: {exc}") from exc
+
+
+def check(value: JSON, where: str = "$") -> None:
+    """Raise InvalidJSON unless ``value`` is plain JSON: no NaN/Infinity, string keys only."""
+    stack: list[tuple[JSON, str]] = [(value, where)]
+    while stack:
+        node, at = stack.pop()
+        t = type(node)
+        if t is str or t is bool or node is None:
+            continue
+        if t is int:
+            if not _INT_MIN <= node <= _INT_MAX:
+                raise InvalidJSON(f"{at}: integer {node} is outside the 64-bit range JSON stores")
+        elif t is float:
+            if not math.isfinite(node):
+                raise InvalidJSON(f"{at}: {node} is not a JSON number (NaN and Infinity are refused)")
+        elif t is dict:
+            for k, v in node.items():
+                if type(k) is not str:
+                    raise InvalidJSON(f"{at}: object key {k!r} is not a string")
+                stack.append((v, f"{at}.{k}"))
+        elif t is list:
+            stack.extend((v, f"{at}[{i}]") for i, v in enumerate(node))
+        else:
+            raise InvalidJSON(f"{at}: {t.__name__} is not a JSON type")
+
+
+def kind(value: JSON) -> str:
+    """The JSON kind name of a value."""
+    t = type(value)
+    if t is dict:
+        return "object"
+    if t is list:
+        return "array"
+    if t is str:
+        return "string"
+    if t is bool:
+        return "boolean"
+    if t is int or t is float:
+        return "number"
+    if value is None:
+        return "null"
+    raise InvalidJSON(f"{t.__name__} is not a JSON type")
+
+
+def json_equal(a: JSON, b: JSON) -> bool:
+    """JSON equality: booleans equal only booleans, ``1 == 1.0``, objects by key set and values."""
+    ta, tb = type(a), type(b)
+    if ta is bool or tb is bool:
+        return ta is tb and a == b
+    if ta is dict:
+        if tb is not dict or len(a) != len(b):
+            return False
+        return all(k in b and json_equal(v, b[k]) for k, v in a.items())
+    if ta is list:
+        if tb is not list or len(a) != len(b):
+            return False
+        return all(json_equal(x, y) for x, y in zip(a, b, strict=True))
+    if ta in (int, float):
+        return tb in (int, float) and a == b
+    return bool(ta is tb and a == b)
+
+
+def identical(a: JSON, b: JSON) -> bool:
+    """Exact identity of two JSON values: same kinds, same number types, same key sets.
+
+    Stricter than :func:`json_equal` (``1`` and ``1.0`` differ) so that a diff reconstructs
+    the new document byte for byte.
+    """
+    if a is b:
+        return True
+    ta = type(a)
+    if ta is not type(b):
+        return False
+    if ta is dict:
+        return len(a) == len(b) and all(k in b and identical(v, b[k]) for k, v in a.items())
+    if ta is list:
+        return len(a) == len(b) and all(identical(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
+
+
+def text_length(value: str) -> int:
+    """Length of a string as Unicode code points (Python's ``len``), our documented unit."""
+    return len(value)

@@ -1,0 +1,123 @@
+"""Recursive semantic merge patch (``patch_state``) and the effective-view overlay.
+
+Merge rules:
+
+- an object patches an object recursively; unmentioned keys persist;
+- a scalar or an array replaces the target whole;
+- ``null`` deletes an object key (a no-op when absent, reported through ``missing_deletions``);
+- an object whose keys are all ``"[N]"`` patches the *existing* elements of an array target:
+  the index must exist, an element cannot be deleted, object values patch the element
+  recursively (nesting allowed). Against an object or an absent value ``"[N]"`` is a literal key;
+- an object onto a non-object starts from ``{}``; a patch that only deletes through absent
+  ancestors creates no empty parents.
+
+Inputs are never mutated: changed containers are copied, untouched subtrees are shared.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Final
+
+from stateflow.doc.canonical import JSON
+from stateflow.doc.select import MISSING
+from stateflow.errors import PatchError
+
+INDEX_KEY: Final = re.compile(r"\[(0|[1-9][0-9]*)\]\Z")
+
+PathT = tuple[str | int, ...]
+
+
+def is_index_patch(patch: JSON) -> bool:
+    """True for a non-empty object whose keys are all canonical ``"[N]"`` selectors."""
+    return type(patch) is dict and bool(patch) and all(INDEX_KEY.match(k) for k in patch)
+
+
+def merge_patch(
+    target: JSON,
+    patch: JSON,
+    *,
+    missing_deletions: list[PathT] | None = None,
+    _path: PathT = (),
+) -> JSON:
+    """Apply a semantic merge patch to ``target`` (which may be :data:`MISSING`).
+
+    Returns the new value, or :data:`MISSING` when the patch deletes the target itself.
+    """
+    if patch is None:
+        return MISSING
+    if type(patch) is not dict:
+        return patch
+    if type(target) is list and is_index_patch(patch):
+        return _patch_indices(target, patch, missing_deletions, _path)
+    base: dict[str, Any] = target if type(target) is dict else {}
+    result: dict[str, Any] | None = None  # copied lazily: no change, no copy
+    for key, sub in patch.items():
+        current = base.get(key, MISSING)
+        if sub is None:
+            if current is MISSING:
+                if missing_deletions is not None:
+                    missing_deletions.append((*_path, key))
+                continue
+            if result is None:
+                result = dict(base)
+            del result[key]
+            continue
+        new = merge_patch(current, sub, missing_deletions=missing_deletions, _path=(*_path, key))
+        if current is MISSING and type(sub) is dict and sub and new == {}:
+            continue  # deletion-only patch through an absent ancestor: no empty parent
+        if new is current:
+            continue
+        if result is None:
+            result = dict(base)
+        result[key] = new
+    if result is None:
+        return base if type(target) is dict else {}
+    return result
+
+
+def _patch_indices(
+    target: list[Any],
+    patch: dict[str, Any],
+    missing_deletions: list[PathT] | None,
+    path: PathT,
+) -> list[Any]:
+    result = list(target)
+    for key, sub in patch.items():
+        index = int(key[1:-1])
+        if index >= len(target):
+            raise PatchError(f"array index {key} is out of bounds for length {len(target)} at {_show(path)}")
+        if sub is None:
+            raise PatchError(
+                f"array index {key} at {_show(path)} cannot be deleted; replace the whole array instead"
+            )
+        result[index] = merge_patch(
+            target[index], sub, missing_deletions=missing_deletions, _path=(*path, index)
+        )
+    return result
+
+
+def overlay(*layers: JSON) -> JSON:
+    """Recursive overlay, broadest layer first: objects merge, anything else replaces.
+
+    Absent layers (:data:`MISSING`) are skipped; nothing is deleted.
+    """
+    result: JSON = MISSING
+    for layer in layers:
+        if layer is MISSING:
+            continue
+        if type(layer) is dict and type(result) is dict:
+            merged = dict(result)
+            for key, value in layer.items():
+                merged[key] = overlay(merged.get(key, MISSING), value)
+            result = merged
+        else:
+            result = layer
+    return result
+
+
+def _show(path: PathT) -> str:
+    out = "$"
+    for seg in path:
+        out += f"[{seg}]" if isinstance(seg, int) else f".{seg}"
+    return out

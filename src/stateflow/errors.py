@@ -1,0 +1,105 @@
+"""One error hierarchy for the whole package.
+
+Every refusal carries a stable ``code`` (kebab-case, part of the public contract) and a message
+written for the person or model that has to act on it. Edges map these once: HTTP status,
+tool-error text, CLI exit code.
+"""
+
+from __future__ import annotations
+
+
+class StateflowError(Exception):
+    """Base of every error stateflow raises on purpose."""
+
+    code = "stateflow-error"
+    http_status = 500
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class InvalidInput(StateflowError):
+    """The caller's input is malformed or breaks a rule; nothing was changed."""
+
+    code = "invalid-input"
+    http_status = 422
+
+
+class InvalidJSON(InvalidInput):
+    """A value is not canonical JSON (NaN, Infinity, non-string keys, huge integers …)."""
+
+    code = "invalid-json"
+
+
+class InvalidPath(InvalidInput):
+    """A path string or path list does not follow its grammar."""
+
+    code = "invalid-path"
+
+
+class SelectionError(InvalidInput):
+    """A well-formed path does not select anything in the document it was applied to."""
+
+    code = "path-not-found"
+
+
+class PatchError(InvalidInput):
+    """A patch cannot be applied to its basis (bad index selector, forbidden deletion …)."""
+
+    code = "invalid-patch"
+
+
+class OpError(InvalidInput):
+    """An op batch is malformed or cannot be applied; the whole batch is refused."""
+
+    code = "invalid-ops"
+
+
+class NotFound(StateflowError):
+    code = "not-found"
+    http_status = 404
+
+
+class Conflict(StateflowError):
+    """A compare-and-set check failed or a change no longer fits the current document."""
+
+    code = "conflict"
+    http_status = 409
+
+
+class StoreError(StateflowError):
+    """Base for problems of the store itself rather than of the caller's input."""
+
+    code = "store-error"
+    http_status = 500
+
+
+class StoreNotMigrated(StoreError):
+    code = "store-not-migrated"
+    http_status = 501
+
+
+class StoreTooNew(StoreError):
+    code = "store-too-new"
+    http_status = 501
+
+
+class StoreUnavailable(StoreError):
+    code = "store-unavailable"
+    http_status = 503
+
+
+class CorruptData(StoreError):
+    """Stored bytes do not decode into what they must be; we fail closed instead of guessing."""
+
+    code = "corrupt-data"
+    http_status = 500
+
+
+class UnsupportedStore(StoreError):
+    code = "unsupported-store"
+    http_status = 400

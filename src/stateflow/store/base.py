@@ -1,0 +1,729 @@
+"""The store algorithm, shared by every SQL backend.
+
+A backend supplies connections and transactions (:class:`SqlStore` subclasses); everything that
+decides what is written lives here once, so both backends pass one contract suite.
+
+Writes run in one database transaction: idempotency ledger, compare-and-set checks, member
+rows, revisions, one transition row and one change row per touched document, snapshots. Any
+failure raises before commit and the transaction rolls back: nothing at all is written.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Final, TypeVar
+
+import orjson
+
+from stateflow.doc.canonical import JSON, check, decode, encode_trusted
+from stateflow.doc.diff import Edit, apply_edits
+from stateflow.doc.select import MISSING
+from stateflow.errors import (
+    Conflict,
+    CorruptData,
+    InvalidInput,
+    InvalidJSON,
+    NotFound,
+    StoreNotMigrated,
+    StoreTooNew,
+)
+from stateflow.store.migrations import SCHEMA_VERSION, statements
+from stateflow.store.model import Change, Commit, DocKey, Document, Transition, Write
+
+R = TypeVar("R")
+
+SNAPSHOT_MAX_CHAIN: Final = 256
+"""Take a snapshot at least every this many revisions, so an as-of read replays a bounded chain."""
+SNAPSHOT_MIN_BYTES: Final = 4096
+"""…or as soon as the changes since the last snapshot outweigh the body (and this floor)."""
+
+
+def utc_now() -> str:
+    """The store's one clock: fixed-width ISO-8601 UTC, so text order is time order."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class Tx(abc.ABC):
+    """A minimal cursor facade over one open database transaction. SQL uses ``?`` params."""
+
+    @abc.abstractmethod
+    def all(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
+
+    @abc.abstractmethod
+    def run(self, sql: str, params: Sequence[Any] = ()) -> int:
+        """Execute; return the number of affected rows."""
+
+    def one(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
+        rows = self.all(sql, params)
+        return rows[0] if rows else None
+
+
+@dataclass(slots=True)
+class _Row:
+    doc_id: int
+    revision: int
+    present: bool
+    updated_seq: int | None
+    snapshot_revision: int
+    bytes_since_snapshot: int
+    body_size: int
+    next_position: int
+
+
+_ROW_COLUMNS: Final = (
+    "doc_id, revision, present, updated_seq, snapshot_revision, bytes_since_snapshot, "
+    "body_size, next_position"
+)
+
+
+@dataclass(slots=True)
+class _Loaded:
+    """Members of one document loaded inside a write transaction (reused by the commit)."""
+
+    row: _Row
+    members: dict[str, tuple[JSON, int, int]] = field(default_factory=dict)
+    """name → (value, position, encoded size)"""
+    complete: bool = False
+
+
+class _Replay(Exception):
+    """Internal: the op_id was seen before; roll back and report a replay."""
+
+
+class SqlStore(abc.ABC):
+    """Documents, cohorts, history and the idempotency ledger over a SQL database."""
+
+    url: str
+    lock_rows: bool = False
+    """True when row locks are needed (PostgreSQL); SQLite serializes writers per database."""
+
+    def __init__(self) -> None:
+        self._schema_checked = False
+
+    # ------------------------------------------------------------------ backend hooks
+
+    @abc.abstractmethod
+    def _read_tx(self) -> Any:
+        """Context manager: a read-only transaction over one consistent snapshot."""
+
+    @abc.abstractmethod
+    def _write_tx(self) -> Any:
+        """Context manager: a serializable-enough write transaction; rolls back on error."""
+
+    @abc.abstractmethod
+    def _migrations(self) -> dict[int, str]: ...
+
+    @abc.abstractmethod
+    def _table_names(self, tx: Tx) -> set[str]: ...
+
+    def _lock_commit_order(self, tx: Tx) -> None:  # noqa: B027 - optional hook
+        """Called right before a transition row is inserted (keeps seq in commit order)."""
+
+    def _lock_migration(self, tx: Tx) -> None:  # noqa: B027 - optional hook
+        """Called first in the migration transaction (serializes concurrent migrators)."""
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+    def __enter__(self) -> SqlStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ schema
+
+    def schema_version(self) -> int | None:
+        """The migrated schema version, or None when the store has no schema at all."""
+        with self._read_tx() as tx:
+            return self._version_in(tx)
+
+    def _version_in(self, tx: Tx) -> int | None:
+        tables = self._table_names(tx)
+        if "stateflow_meta" not in tables:
+            if tables & {"documents", "members", "transitions"}:
+                raise StoreNotMigrated(
+                    f"{self.url} holds tables but no stateflow schema version; "
+                    "it is not a stateflow store or its schema is damaged"
+                )
+            return None
+        row = tx.one("SELECT value FROM stateflow_meta WHERE key = 'schema_version'")
+        if row is None:
+            raise StoreNotMigrated(f"{self.url}: stateflow_meta has no schema_version")
+        try:
+            return int(row[0])
+        except ValueError as exc:
+            raise CorruptData(f"{self.url}: schema_version {row[0]!r} is not a number") from exc
+
+    def migrate(self) -> tuple[int, int]:
+        """Bring the schema to the version this code knows; return (from, to). Idempotent."""
+        with self._write_tx() as tx:
+            self._lock_migration(tx)
+            current = self._version_in(tx) or 0
+            if current > SCHEMA_VERSION:
+                raise self._too_new(current)
+            for version in range(current + 1, SCHEMA_VERSION + 1):
+                for statement in statements(self._migrations()[version]):
+                    tx.run(statement)
+                if version == 1:
+                    tx.run("INSERT INTO stateflow_meta (key, value) VALUES ('schema_version', '1')")
+                else:
+                    tx.run(
+                        "UPDATE stateflow_meta SET value = ? WHERE key = 'schema_version'",
+                        (str(version),),
+                    )
+        self._schema_checked = True
+        return current, SCHEMA_VERSION
+
+    def _too_new(self, version: int) -> StoreTooNew:
+        return StoreTooNew(
+            f"{self.url} has schema version {version}, newer than this stateflow knows "
+            f"({SCHEMA_VERSION}); upgrade stateflow to use it"
+        )
+
+    def check_schema(self) -> None:
+        """Refuse to work on a store that is not migrated to exactly our version."""
+        if self._schema_checked:
+            return
+        version = self.schema_version()
+        if version is None or version < SCHEMA_VERSION:
+            raise StoreNotMigrated(
+                f"{self.url} is not migrated (schema version {version or 0}, need "
+                f"{SCHEMA_VERSION}); run `stateflow --store {self.url} migrate`"
+            )
+        if version > SCHEMA_VERSION:
+            raise self._too_new(version)
+        self._schema_checked = True
+
+    # ------------------------------------------------------------------ reads
+
+    def read(self, keys: Iterable[DocKey], members: Iterable[str] | None = None) -> dict[DocKey, Document]:
+        """Current documents, all from one consistent snapshot.
+
+        ``members`` restricts the bodies to those top-level members (the others are not read).
+        """
+        self.check_schema()
+        names = None if members is None else list(members)
+        with self._read_tx() as tx:
+            out: dict[DocKey, Document] = {}
+            for key in keys:
+                row = self._row(tx, key)
+                if row is None:
+                    out[key] = Document(key, 0, None)
+                    continue
+                body = self._body(tx, key, row, names) if row.present else None
+                out[key] = Document(key, row.revision, body, row.updated_seq)
+            return out
+
+    def get(self, key: DocKey, members: Iterable[str] | None = None) -> Document:
+        return self.read([key], members)[key]
+
+    def read_at(
+        self,
+        key: DocKey,
+        *,
+        revision: int | None = None,
+        seq: int | None = None,
+        members: Iterable[str] | None = None,
+    ) -> Document:
+        """The document as it was at ``revision``, or right after transition ``seq``.
+
+        Rebuilt from the nearest snapshot plus the changes after it (a bounded replay).
+        """
+        self.check_schema()
+        if (revision is None) == (seq is None):
+            raise InvalidInput("read_at takes exactly one of revision= or seq=")
+        names = None if members is None else set(members)
+        with self._read_tx() as tx:
+            row = self._row(tx, key)
+            if seq is not None:
+                if seq < 0:
+                    raise InvalidInput(f"seq must be ≥ 0, got {seq}")
+                found = (
+                    tx.one(
+                        "SELECT MAX(revision) FROM changes WHERE doc_id = ? AND seq <= ?",
+                        (row.doc_id, seq),
+                    )
+                    if row
+                    else None
+                )
+                revision = int(found[0]) if found and found[0] is not None else 0
+            assert revision is not None
+            current = row.revision if row else 0
+            if revision < 0 or revision > current:
+                raise NotFound(f"{key} has no revision {revision} (current revision {current})")
+            if row is None or revision == 0:
+                return Document(key, 0, None)
+            if revision == row.revision:
+                body = self._body(tx, key, row, None if names is None else list(names))
+                return Document(key, revision, body if row.present else None, row.updated_seq)
+            return self._rebuild(tx, key, row.doc_id, revision, names)
+
+    def _rebuild(self, tx: Tx, key: DocKey, doc_id: int, revision: int, names: set[str] | None) -> Document:
+        snap = tx.one(
+            "SELECT revision, body FROM snapshots WHERE doc_id = ? AND revision <= ? "
+            "ORDER BY revision DESC LIMIT 1",
+            (doc_id, revision),
+        )
+        value: JSON = MISSING
+        start = 0
+        if snap is not None:
+            start = int(snap[0])
+            value = _decode(snap[1], f"{key} snapshot at revision {start}")
+            if value is not None and type(value) is not dict:
+                raise CorruptData(f"{key} snapshot at revision {start} is not an object")
+            if value is None:
+                value = MISSING
+            elif names is not None:
+                value = {k: v for k, v in value.items() if k in names}
+        rows = tx.all(
+            "SELECT revision, seq, edits FROM changes WHERE doc_id = ? AND revision > ? "
+            "AND revision <= ? ORDER BY revision",
+            (doc_id, start, revision),
+        )
+        if len(rows) != revision - start:
+            raise CorruptData(f"{key}: the change chain to revision {revision} has gaps")
+        seq = None
+        for rev, row_seq, raw in rows:
+            edits = _decode_edits(raw, f"{key} change at revision {rev}")
+            if names is not None:
+                edits = [e for e in edits if not e.path or e.path[0] in names]
+            try:
+                value = apply_edits(value, edits)
+            except Conflict as exc:
+                raise CorruptData(f"{key}: change at revision {rev} does not replay: {exc}") from exc
+            if names is not None and type(value) is dict:
+                value = {k: v for k, v in value.items() if k in names}
+            seq = int(row_seq)
+        return Document(key, revision, None if value is MISSING else value, seq)
+
+    def history(
+        self, keys: Iterable[DocKey], *, limit: int = 100, before_seq: int | None = None
+    ) -> list[Change]:
+        """Changes of these documents, newest first (at most ``limit``, seq < ``before_seq``)."""
+        self.check_schema()
+        keys = list(keys)
+        if limit <= 0 or not keys:
+            return []
+        with self._read_tx() as tx:
+            ids = {}
+            for key in keys:
+                row = self._row(tx, key)
+                if row is not None:
+                    ids[row.doc_id] = key
+            if not ids:
+                return []
+            marks = ",".join("?" * len(ids))
+            params: list[Any] = list(ids)
+            where = f"c.doc_id IN ({marks})"
+            if before_seq is not None:
+                where += " AND c.seq < ?"
+                params.append(before_seq)
+            rows = tx.all(
+                "SELECT c.seq, t.at, t.origin, c.doc_id, c.revision, c.edits, c.paths "
+                f"FROM changes c JOIN transitions t ON t.seq = c.seq WHERE {where} "
+                "ORDER BY c.seq DESC, c.doc_id LIMIT ?",
+                [*params, limit],
+            )
+            return [self._change(r, ids[int(r[3])]) for r in rows]
+
+    def transitions(self, *, after_seq: int = 0, limit: int = 100) -> list[Transition]:
+        """Transitions with seq > ``after_seq`` in seq order, each with all its changes."""
+        self.check_schema()
+        with self._read_tx() as tx:
+            heads = tx.all(
+                "SELECT seq, at, origin FROM transitions WHERE seq > ? ORDER BY seq LIMIT ?",
+                (after_seq, limit),
+            )
+            if not heads:
+                return []
+            rows = tx.all(
+                "SELECT c.seq, t.at, t.origin, c.doc_id, c.revision, c.edits, c.paths, "
+                "d.state, d.subject FROM changes c JOIN transitions t ON t.seq = c.seq "
+                "JOIN documents d ON d.doc_id = c.doc_id WHERE c.seq >= ? AND c.seq <= ? "
+                "ORDER BY c.seq, d.state, d.subject",
+                (heads[0][0], heads[-1][0]),
+            )
+            by_seq: dict[int, list[Change]] = {}
+            for r in rows:
+                by_seq.setdefault(int(r[0]), []).append(self._change(r, DocKey(r[7], r[8])))
+            return [
+                Transition(int(s), at, _decode_origin(o, s), by_seq.get(int(s), [])) for s, at, o in heads
+            ]
+
+    def _change(self, r: tuple[Any, ...], key: DocKey) -> Change:
+        seq = int(r[0])
+        paths = _decode(r[6], f"{key} paths at revision {r[4]}")
+        return Change(
+            seq=seq,
+            at=r[1],
+            origin=_decode_origin(r[2], seq),
+            key=key,
+            revision=int(r[4]),
+            edits=_decode_edits(r[5], f"{key} change at revision {r[4]}"),
+            paths=paths,
+        )
+
+    # ------------------------------------------------------------------ writes
+
+    def commit(
+        self,
+        writes: Sequence[Write],
+        origin: dict[str, Any] | None = None,
+        *,
+        op_id: str | None = None,
+        op_scope: str = "",
+    ) -> Commit:
+        """Commit a cohort: every write is checked, then all are applied in one transaction.
+
+        A failed compare-and-set (``Conflict``) or any other check writes nothing at all.
+        """
+        self.check_schema()
+        _validate(writes, origin)
+        try:
+            with self._write_tx() as tx:
+                return self._commit_in(tx, writes, origin or {}, op_id, op_scope, {})
+        except _Replay:
+            return Commit(applied=False)
+
+    def update(
+        self,
+        keys: Iterable[DocKey],
+        compute: Callable[[dict[DocKey, Document]], tuple[Sequence[Write], R]],
+        origin: dict[str, Any] | None = None,
+        *,
+        members: Iterable[str] | None = None,
+        op_id: str | None = None,
+        op_scope: str = "",
+    ) -> tuple[Commit, R | None]:
+        """Read-modify-write under lock: load ``keys`` (locked against other writers), call
+        ``compute(documents)`` → ``(writes, result)``, commit the writes in the same transaction.
+
+        An exception from ``compute`` rolls everything back. A replayed ``op_id`` returns
+        ``(Commit(applied=False), None)`` without calling ``compute``.
+        """
+        self.check_schema()
+        names = None if members is None else list(members)
+        try:
+            with self._write_tx() as tx:
+                if op_id is not None and self._op_seen(tx, op_scope, op_id):
+                    raise _Replay
+                loaded: dict[DocKey, _Loaded] = {}
+                docs: dict[DocKey, Document] = {}
+                for key in sorted(set(keys)):
+                    row = self._lock(tx, key)
+                    entry = loaded[key] = _Loaded(row)
+                    body = None
+                    if row.present:
+                        body = self._load_members(tx, key, entry, names)
+                    docs[key] = Document(key, row.revision, body, row.updated_seq)
+                writes, result = compute(docs)
+                _validate(writes, origin)
+                return self._commit_in(tx, writes, origin or {}, op_id, op_scope, loaded), result
+        except _Replay:
+            return Commit(applied=False), None
+
+    def _op_seen(self, tx: Tx, scope: str, op_id: str) -> bool:
+        return tx.one("SELECT 1 FROM applied_ops WHERE scope = ? AND op_id = ?", (scope, op_id)) is not None
+
+    def _commit_in(
+        self,
+        tx: Tx,
+        writes: Sequence[Write],
+        origin: dict[str, Any],
+        op_id: str | None,
+        op_scope: str,
+        loaded: dict[DocKey, _Loaded],
+    ) -> Commit:
+        at = utc_now()
+        if op_id is not None:
+            inserted = tx.run(
+                "INSERT INTO applied_ops (scope, op_id, applied_at) VALUES (?, ?, ?) "
+                "ON CONFLICT (scope, op_id) DO NOTHING",
+                (op_scope, op_id, at),
+            )
+            if inserted == 0:
+                raise _Replay
+        # Check every compare-and-set before touching anything.
+        plan: list[tuple[Write, _Loaded]] = []
+        for write in sorted(writes, key=lambda w: w.key):
+            entry = loaded.get(write.key)
+            if entry is None:
+                entry = loaded[write.key] = _Loaded(self._lock(tx, write.key))
+            if write.expect is not None and write.expect != entry.row.revision:
+                raise Conflict(
+                    f"{write.key} changed concurrently: it is at revision {entry.row.revision}, "
+                    f"the change was computed against revision {write.expect}"
+                )
+            if write.edits:
+                plan.append((write, entry))
+        if not plan:
+            return Commit(applied=True, revisions={w.key: loaded[w.key].row.revision for w in writes})
+        staged = [(w, e, self._stage(tx, w, e)) for w, e in plan]
+        self._lock_commit_order(tx)
+        seq = self._insert_transition(tx, at, origin)
+        if op_id is not None:
+            tx.run("UPDATE applied_ops SET seq = ? WHERE scope = ? AND op_id = ?", (seq, op_scope, op_id))
+        revisions = {w.key: loaded[w.key].row.revision for w in writes}
+        for write, entry, stage in staged:
+            revisions[write.key] = self._write_doc(tx, write, entry, stage, seq)
+        return Commit(applied=True, seq=seq, at=at, revisions=revisions)
+
+    def _insert_transition(self, tx: Tx, at: str, origin: dict[str, Any]) -> int:
+        row = tx.one(
+            "INSERT INTO transitions (at, origin) VALUES (?, ?) RETURNING seq",
+            (at, encode_trusted(origin)),
+        )
+        assert row is not None
+        return int(row[0])
+
+    def _stage(self, tx: Tx, write: Write, entry: _Loaded) -> _Stage:
+        """Apply the write's edits to the loaded members; nothing is written yet."""
+        row = entry.row
+        stage = _Stage(present=row.present)
+        key = write.key
+        if any(not e.path for e in write.edits):
+            self._load_members(tx, key, entry, None)
+            stage.values = {n: v for n, (v, _, _) in entry.members.items()}
+            stage.touched = dict.fromkeys(stage.values)
+        for edit in write.edits:
+            if not edit.path:
+                if edit.is_delete:
+                    stage.values = dict.fromkeys(stage.values, MISSING)
+                    stage.present = False
+                else:
+                    stage.values = {n: MISSING for n in stage.values} | dict(edit.value)
+                    stage.present = True
+                stage.touched.update(dict.fromkeys(stage.values))
+                continue
+            name = edit.path[0]
+            assert isinstance(name, str)
+            if name not in stage.values:
+                if row.present and name not in entry.members and not entry.complete:
+                    self._load_members(tx, key, entry, [name])
+                have = entry.members.get(name) if row.present else None
+                stage.values[name] = have[0] if have else MISSING
+            if not stage.present:
+                if edit.is_delete:
+                    continue  # deleting inside an absent document: nothing to do
+                stage.present = True
+            try:
+                stage.values[name] = apply_edits(stage.values[name], [Edit(edit.path[1:], edit.value)])
+            except Conflict as exc:
+                raise Conflict(f"{key}: {exc}") from exc
+            stage.touched[name] = None
+        return stage
+
+    def _write_doc(self, tx: Tx, write: Write, entry: _Loaded, stage: _Stage, seq: int) -> int:
+        row = entry.row
+        size = row.body_size
+        position = row.next_position
+        for name in stage.touched:
+            value = stage.values[name]
+            old = entry.members.get(name) if row.present else None
+            if value is MISSING or not stage.present:
+                if old is not None:
+                    tx.run("DELETE FROM members WHERE doc_id = ? AND name = ?", (row.doc_id, name))
+                    size -= old[2]
+                continue
+            body = encode_trusted(value)
+            if old is not None:
+                tx.run(
+                    "UPDATE members SET body = ? WHERE doc_id = ? AND name = ?",
+                    (body, row.doc_id, name),
+                )
+                size += len(body) - old[2]
+            else:
+                tx.run(
+                    "INSERT INTO members (doc_id, name, position, body) VALUES (?, ?, ?, ?)",
+                    (row.doc_id, name, position, body),
+                )
+                position += 1
+                size += len(body)
+        if not stage.present:
+            tx.run("DELETE FROM members WHERE doc_id = ?", (row.doc_id,))
+            size = 0
+        revision = row.revision + 1
+        edits = encode_trusted([e.to_json() for e in write.edits])
+        paths = (
+            [list(p) for p in write.paths] if write.paths is not None else [list(e.path) for e in write.edits]
+        )
+        tx.run(
+            "INSERT INTO changes (doc_id, revision, seq, edits, paths) VALUES (?, ?, ?, ?, ?)",
+            (row.doc_id, revision, seq, edits, encode_trusted(paths)),
+        )
+        since = row.bytes_since_snapshot + len(edits)
+        snapshot_revision = row.snapshot_revision
+        if revision - snapshot_revision >= SNAPSHOT_MAX_CHAIN or since >= max(size, SNAPSHOT_MIN_BYTES):
+            tx.run(
+                "INSERT INTO snapshots (doc_id, revision, body) VALUES (?, ?, ?)",
+                (row.doc_id, revision, self._raw_body(tx, row.doc_id) if stage.present else b"null"),
+            )
+            snapshot_revision, since = revision, 0
+        tx.run(
+            "UPDATE documents SET revision = ?, present = ?, updated_seq = ?, snapshot_revision = ?, "
+            "bytes_since_snapshot = ?, body_size = ?, next_position = ? WHERE doc_id = ?",
+            (
+                revision,
+                1 if stage.present else 0,
+                seq,
+                snapshot_revision,
+                since,
+                size,
+                position,
+                row.doc_id,
+            ),
+        )
+        return revision
+
+    def _raw_body(self, tx: Tx, doc_id: int) -> bytes:
+        """The current body as JSON bytes, assembled from member rows without decoding them."""
+        rows = tx.all("SELECT name, body FROM members WHERE doc_id = ? ORDER BY position", (doc_id,))
+        return b"{" + b",".join(orjson.dumps(n) + b":" + bytes(b) for n, b in rows) + b"}"
+
+    # ------------------------------------------------------------------ rows and members
+
+    def _row(self, tx: Tx, key: DocKey) -> _Row | None:
+        r = tx.one(
+            f"SELECT {_ROW_COLUMNS} FROM documents WHERE state = ? AND subject = ?",
+            (key.state, key.subject),
+        )
+        return None if r is None else _to_row(r)
+
+    def _lock(self, tx: Tx, key: DocKey) -> _Row:
+        """The document's row, created (revision 0, absent) if needed, locked for this tx."""
+        tx.run(
+            "INSERT INTO documents (state, subject) VALUES (?, ?) ON CONFLICT (state, subject) DO NOTHING",
+            (key.state, key.subject),
+        )
+        r = tx.one(
+            f"SELECT {_ROW_COLUMNS} FROM documents WHERE state = ? AND subject = ?"
+            + (" FOR UPDATE" if self.lock_rows else ""),
+            (key.state, key.subject),
+        )
+        assert r is not None
+        return _to_row(r)
+
+    def _load_members(
+        self, tx: Tx, key: DocKey, entry: _Loaded, names: Sequence[str] | None
+    ) -> dict[str, Any]:
+        wanted = None if names is None else [n for n in names if n not in entry.members]
+        if (names is None and not entry.complete) or wanted:
+            for name, position, raw in self._member_rows(tx, entry.row.doc_id, wanted):
+                value = _decode(raw, f"{key} member {name!r}")
+                entry.members[name] = (value, int(position), len(raw))
+        if names is None:
+            entry.complete = True
+        items = sorted(entry.members.items(), key=lambda kv: kv[1][1])
+        return {n: v for n, (v, _, _) in items if names is None or n in names}
+
+    def _member_rows(self, tx: Tx, doc_id: int, names: Sequence[str] | None) -> list[tuple[Any, ...]]:
+        if names is None:
+            return tx.all(
+                "SELECT name, position, body FROM members WHERE doc_id = ? ORDER BY position",
+                (doc_id,),
+            )
+        if not names:
+            return []
+        marks = ",".join("?" * len(names))
+        return tx.all(
+            f"SELECT name, position, body FROM members WHERE doc_id = ? AND name IN ({marks}) "
+            "ORDER BY position",
+            (doc_id, *names),
+        )
+
+    def _body(self, tx: Tx, key: DocKey, row: _Row, names: Sequence[str] | None) -> dict[str, Any]:
+        return {
+            name: _decode(raw, f"{key} member {name!r}")
+            for name, _, raw in self._member_rows(tx, row.doc_id, names)
+        }
+
+    # ------------------------------------------------------------------ ledger and retention
+
+    def applied_op(self, op_id: str, scope: str = "") -> int | bool | None:
+        """False if ``op_id`` was never applied; else the seq it produced (None for a no-op)."""
+        self.check_schema()
+        with self._read_tx() as tx:
+            row = tx.one("SELECT seq FROM applied_ops WHERE scope = ? AND op_id = ?", (scope, op_id))
+        if row is None:
+            return False
+        return None if row[0] is None else int(row[0])
+
+    def prune_ops(self, older_than: str) -> int:
+        """Forget idempotency keys applied before ``older_than`` (ISO-8601 UTC); return count."""
+        self.check_schema()
+        with self._write_tx() as tx:
+            return int(tx.run("DELETE FROM applied_ops WHERE applied_at < ?", (older_than,)))
+
+
+@dataclass(slots=True)
+class _Stage:
+    present: bool
+    values: dict[str, JSON] = field(default_factory=dict)
+    touched: dict[str, None] = field(default_factory=dict)
+    """Member names to write, in first-touched order (new members get positions in it)."""
+
+
+def _to_row(r: tuple[Any, ...]) -> _Row:
+    return _Row(
+        doc_id=int(r[0]),
+        revision=int(r[1]),
+        present=bool(r[2]),
+        updated_seq=None if r[3] is None else int(r[3]),
+        snapshot_revision=int(r[4]),
+        bytes_since_snapshot=int(r[5]),
+        body_size=int(r[6]),
+        next_position=int(r[7]),
+    )
+
+
+def _decode(raw: Any, what: str) -> Any:
+    try:
+        return decode(bytes(raw))
+    except (InvalidJSON, TypeError, ValueError) as exc:
+        raise CorruptData(f"stored {what} is corrupt: {exc}") from exc
+
+
+def _decode_edits(raw: Any, what: str) -> list[Edit]:
+    data = _decode(raw, what)
+    try:
+        if type(data) is not list:
+            raise InvalidInput("not a list")
+        return [Edit.from_json(e) for e in data]
+    except InvalidInput as exc:
+        raise CorruptData(f"stored {what} is corrupt: {exc}") from exc
+
+
+def _decode_origin(raw: Any, seq: Any) -> dict[str, Any]:
+    data = _decode(raw, f"origin of transition {seq}")
+    if type(data) is not dict:
+        raise CorruptData(f"stored origin of transition {seq} is not an object")
+    return data
+
+
+def _validate(writes: Sequence[Write], origin: dict[str, Any] | None) -> None:
+    """Refuse malformed writes before any database work."""
+    seen: set[DocKey] = set()
+    for write in writes:
+        if not isinstance(write, Write):
+            raise InvalidInput(f"a cohort holds Write objects, got {type(write).__name__}")
+        if write.key in seen:
+            raise InvalidInput(f"{write.key} appears twice in one cohort; combine its edits")
+        seen.add(write.key)
+        if write.expect is not None and (type(write.expect) is not int or write.expect < 0):
+            raise InvalidInput(f"{write.key}: expected revision must be an integer ≥ 0")
+        for edit in write.edits:
+            if not edit.path:
+                if not edit.is_delete and type(edit.value) is not dict:
+                    raise InvalidInput(f"{write.key}: a document must be a JSON object")
+            elif type(edit.path[0]) is not str:
+                raise InvalidInput(f"{write.key}: a document's top level is an object, not an array")
+            if not edit.is_delete:
+                check(edit.value, f"{write.key}")
+    if origin is not None:
+        if type(origin) is not dict:
+            raise InvalidInput("origin must be a JSON object")
+        check(origin, "origin")

@@ -1,0 +1,87 @@
+"""Versioned schema migrations, one list per backend, same logical schema.
+
+Tables:
+
+- ``stateflow_meta``: ``schema_version`` and other store facts.
+- ``documents``: one row per ``(state, subject)``: revision, presence, bookkeeping for snapshots.
+- ``members``: the current body, one row per top-level member, so a reader loads only the
+  members it needs and a small change never rewrites a large sibling.
+- ``transitions``: one row per accepted write (store-wide ``seq``, time, origin).
+- ``changes``: what a transition did to one document (net edits + touched paths).
+- ``snapshots``: full bodies every so often, so "as of revision r" replays a bounded chain.
+- ``applied_ops``: the idempotency ledger (``op_id`` per scope).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+SCHEMA_VERSION: Final = 1
+
+_COMMON_V1: Final = """
+CREATE TABLE stateflow_meta (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+CREATE TABLE documents (
+    doc_id {pk},
+    state TEXT NOT NULL,
+    subject TEXT NOT NULL,
+    revision BIGINT NOT NULL DEFAULT 0,
+    present SMALLINT NOT NULL DEFAULT 0,
+    updated_seq BIGINT,
+    snapshot_revision BIGINT NOT NULL DEFAULT 0,
+    bytes_since_snapshot BIGINT NOT NULL DEFAULT 0,
+    body_size BIGINT NOT NULL DEFAULT 0,
+    next_position BIGINT NOT NULL DEFAULT 0,
+    UNIQUE (state, subject)
+);
+CREATE TABLE members (
+    doc_id BIGINT NOT NULL REFERENCES documents (doc_id) ON DELETE CASCADE,
+    name TEXT NOT NULL,
+    position BIGINT NOT NULL,
+    body {blob} NOT NULL,
+    PRIMARY KEY (doc_id, name)
+);
+CREATE TABLE transitions (
+    seq {seq_pk},
+    at TEXT NOT NULL,
+    origin {blob} NOT NULL
+);
+CREATE TABLE changes (
+    doc_id BIGINT NOT NULL REFERENCES documents (doc_id) ON DELETE CASCADE,
+    revision BIGINT NOT NULL,
+    seq BIGINT NOT NULL REFERENCES transitions (seq),
+    edits {blob} NOT NULL,
+    paths {blob} NOT NULL,
+    PRIMARY KEY (doc_id, revision)
+);
+CREATE INDEX changes_by_seq ON changes (seq);
+CREATE TABLE snapshots (
+    doc_id BIGINT NOT NULL REFERENCES documents (doc_id) ON DELETE CASCADE,
+    revision BIGINT NOT NULL,
+    body {blob} NOT NULL,
+    PRIMARY KEY (doc_id, revision)
+);
+CREATE TABLE applied_ops (
+    scope TEXT NOT NULL,
+    op_id TEXT NOT NULL,
+    applied_at TEXT NOT NULL,
+    seq BIGINT,
+    PRIMARY KEY (scope, op_id)
+);
+CREATE INDEX applied_ops_by_time ON applied_ops (applied_at);
+"""
+
+SQLITE: Final[dict[int, str]] = {
+    1: _COMMON_V1.format(pk="INTEGER PRIMARY KEY", seq_pk="INTEGER PRIMARY KEY AUTOINCREMENT", blob="BLOB"),
+}
+
+POSTGRES: Final[dict[int, str]] = {
+    1: _COMMON_V1.format(pk="BIGSERIAL PRIMARY KEY", seq_pk="BIGSERIAL PRIMARY KEY", blob="BYTEA"),
+}
+
+
+def statements(script: str) -> list[str]:
+    """Split a migration script into statements (our scripts hold no ';' inside literals)."""
+    return [s.strip() for s in script.split(";") if s.strip()]

@@ -1,0 +1,113 @@
+"""What the store speaks: document keys, documents, writes, commits, history records."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from stateflow.doc.canonical import JSON
+from stateflow.doc.diff import Edit, diff
+from stateflow.doc.select import MISSING
+from stateflow.errors import InvalidInput
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class DocKey:
+    """A document's address: the state it belongs to and an opaque subject string."""
+
+    state: str
+    subject: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.state, str) or not self.state:
+            raise InvalidInput("a document key needs a non-empty state name")
+        if not isinstance(self.subject, str) or not self.subject:
+            raise InvalidInput("a document key needs a non-empty subject")
+
+    def __str__(self) -> str:
+        return f"{self.state}/{self.subject}"
+
+
+@dataclass(frozen=True, slots=True)
+class Document:
+    """A document as read. ``body`` is ``None`` when the document does not exist (yet or any
+    more); ``revision`` still says how many changes it has seen."""
+
+    key: DocKey
+    revision: int
+    body: dict[str, Any] | None
+    seq: int | None = None
+    """The seq of the transition that produced this revision (``None`` at revision 0)."""
+
+    @property
+    def exists(self) -> bool:
+        return self.body is not None
+
+    @property
+    def value(self) -> JSON:
+        """The body, or :data:`MISSING` when absent (the form ``doc/`` functions take)."""
+        return MISSING if self.body is None else self.body
+
+
+HEAD = None
+"""``Write.expect`` value meaning "apply to whatever the current head is"."""
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """One document's part of a cohort.
+
+    ``expect`` is the revision the edits were computed against (compare-and-set; ``0`` means
+    "must never have been written"), or :data:`HEAD` to apply the edits to the current head.
+    ``paths`` are the touched paths recorded in history (by default the edits' paths).
+    """
+
+    key: DocKey
+    edits: Sequence[Edit]
+    expect: int | None = HEAD
+    paths: Sequence[Sequence[str | int]] | None = None
+
+    @staticmethod
+    def between(key: DocKey, old: JSON, new: JSON, expect: int | None = HEAD, **kw: Any) -> Write:
+        """The write that turns ``old`` into ``new`` (either may be MISSING)."""
+        return Write(key, diff(old, new), expect, **kw)
+
+
+@dataclass(frozen=True, slots=True)
+class Commit:
+    """The outcome of a commit.
+
+    ``applied`` is False for an idempotent replay (the ``op_id`` was seen before) — nothing was
+    written. ``seq`` is None when nothing changed (no transition is recorded for a no-op).
+    """
+
+    applied: bool
+    seq: int | None = None
+    at: str | None = None
+    revisions: dict[DocKey, int] = field(default_factory=dict)
+
+    @property
+    def changed(self) -> bool:
+        return self.seq is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """What one transition did to one document."""
+
+    seq: int
+    at: str
+    origin: dict[str, Any]
+    key: DocKey
+    revision: int
+    edits: list[Edit]
+    paths: list[list[str | int]]
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    seq: int
+    at: str
+    origin: dict[str, Any]
+    changes: list[Change]

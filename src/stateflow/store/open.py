@@ -1,0 +1,63 @@
+"""Open a store from a path or URL: ``--store``, then ``STATEFLOW_STORE``, then the default.
+
+- ``postgresql://…`` / ``postgres://…`` → PostgreSQL (not migrated automatically: run
+  ``stateflow migrate`` once, or pass ``auto_migrate=True``);
+- ``sqlite:///path/to/file.db?synchronous=normal`` or a plain file path → SQLite, migrated
+  automatically;
+- nothing → ``stateflow.db`` in the user's data directory (platformdirs).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import platformdirs
+
+from stateflow.errors import UnsupportedStore
+from stateflow.store.base import SqlStore
+
+ENV_VAR = "STATEFLOW_STORE"
+
+
+def default_store_path() -> Path:
+    return Path(platformdirs.user_data_dir("stateflow", appauthor=False)) / "stateflow.db"
+
+
+def resolve_store_url(store: str | None = None) -> str:
+    """The store location in effect: the argument, else ``$STATEFLOW_STORE``, else the default."""
+    return store or os.environ.get(ENV_VAR) or str(default_store_path())
+
+
+def open_store(store: str | None = None, *, auto_migrate: bool | None = None) -> SqlStore:
+    """Open the store at ``store`` (path or URL; see the module docs)."""
+    url = resolve_store_url(store)
+    if url.startswith(("postgresql://", "postgres://")):
+        from stateflow.store.postgres import PostgresStore
+
+        return PostgresStore(url, auto_migrate=bool(auto_migrate))
+    from stateflow.store.sqlite import SqliteStore
+
+    synchronous = "full"
+    path = url
+    if "://" in url:
+        parts = urlsplit(url)
+        if parts.scheme != "sqlite":
+            raise UnsupportedStore(
+                f"unsupported store {url!r}: use a file path, sqlite:///path or postgresql://…"
+            )
+        path = unquote(parts.path)
+        if parts.netloc:
+            raise UnsupportedStore(f"sqlite URL {url!r} must look like sqlite:///absolute/path")
+        query = parse_qs(parts.query)
+        unknown = set(query) - {"synchronous"}
+        if unknown:
+            raise UnsupportedStore(f"unknown sqlite option(s) {sorted(unknown)}; known: synchronous")
+        if "synchronous" in query:
+            synchronous = query["synchronous"][-1]
+    if not path:
+        raise UnsupportedStore("empty store path")
+    return SqliteStore(
+        path, synchronous=synchronous, auto_migrate=True if auto_migrate is None else auto_migrate
+    )

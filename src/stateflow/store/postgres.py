@@ -1,0 +1,120 @@
+"""PostgreSQL backend: psycopg 3 with a connection pool, row locks, commit-ordered seq.
+
+Writers lock the rows of the documents they touch (``SELECT … FOR UPDATE``, creating an
+absent document's row first so it can be locked). Right before the transition row is inserted
+a transaction-level advisory lock is taken, so ``seq`` values become visible in commit order:
+a reader paging by ``seq`` never skips a transition that commits later with a smaller number.
+Reads run in ``REPEATABLE READ READ ONLY`` transactions: one snapshot per read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, Final
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from stateflow.errors import StoreError, StoreNotMigrated, StoreUnavailable
+from stateflow.store.base import SqlStore, Tx
+from stateflow.store.migrations import POSTGRES
+
+_SEQ_LOCK: Final = 0x5EF10  # advisory lock id that orders transition inserts
+
+
+class _PgTx(Tx):
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self.conn = conn
+
+    def all(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        with _mapped_errors():
+            cur = self.conn.execute(sql.replace("?", "%s"), params)
+            return cur.fetchall() if cur.description else []
+
+    def run(self, sql: str, params: Sequence[Any] = ()) -> int:
+        with _mapped_errors():
+            return self.conn.execute(sql.replace("?", "%s"), params).rowcount
+
+
+class PostgresStore(SqlStore):
+    lock_rows = True
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 10,
+        timeout: float = 30.0,
+        auto_migrate: bool = False,
+    ) -> None:
+        super().__init__()
+        self.url = _safe(url)
+        self._pool = ConnectionPool(url, min_size=min_size, max_size=max_size, timeout=timeout, open=False)
+        try:
+            self._pool.open(wait=True, timeout=timeout)
+        except PoolTimeout as exc:
+            self._pool.close()
+            raise StoreUnavailable(f"cannot connect to {self.url}: {exc}") from exc
+        if auto_migrate:
+            self.migrate()
+
+    @contextmanager
+    def _tx(self, read_only: bool) -> Iterator[Tx]:
+        try:
+            with self._pool.connection() as conn, conn.transaction():
+                if read_only:
+                    conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                yield _PgTx(conn)
+        except PoolTimeout as exc:
+            raise StoreUnavailable(f"no database connection available: {exc}") from exc
+        except psycopg.OperationalError as exc:
+            raise StoreUnavailable(f"PostgreSQL is unreachable: {exc}") from exc
+
+    def _read_tx(self) -> Any:
+        return self._tx(True)
+
+    def _write_tx(self) -> Any:
+        return self._tx(False)
+
+    def _lock_commit_order(self, tx: Tx) -> None:
+        tx.all("SELECT pg_advisory_xact_lock(?)", (_SEQ_LOCK,))
+
+    def _migrations(self) -> dict[int, str]:
+        return POSTGRES
+
+    def _table_names(self, tx: Tx) -> set[str]:
+        rows = tx.all(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
+        )
+        return {r[0] for r in rows}
+
+    def _lock_migration(self, tx: Tx) -> None:
+        # Serialize concurrent migrators (several processes starting at once).
+        tx.all("SELECT pg_advisory_xact_lock(?)", (_SEQ_LOCK + 1,))
+
+    def close(self) -> None:
+        self._pool.close()
+
+
+def _safe(url: str) -> str:
+    """The URL without its password, for messages."""
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        cred, host = rest.rsplit("@", 1)
+        return f"{scheme}://{cred.split(':', 1)[0]}@{host}"
+    return url
+
+
+@contextmanager
+def _mapped_errors() -> Iterator[None]:
+    try:
+        yield
+    except pg_errors.UndefinedTable as exc:
+        raise StoreNotMigrated(f"the store schema is missing ({exc}); run `stateflow migrate`") from exc
+    except psycopg.OperationalError as exc:
+        raise StoreUnavailable(f"PostgreSQL error: {exc}") from exc
+    except psycopg.DatabaseError as exc:
+        raise StoreError(f"PostgreSQL error: {exc}") from exc

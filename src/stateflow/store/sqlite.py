@@ -1,0 +1,141 @@
+"""The embedded default: one SQLite file, WAL, durable commits, safe across processes.
+
+Writers take SQLite's write lock up front (``BEGIN IMMEDIATE``), which serializes them per
+database file across threads and processes; readers see one consistent WAL snapshot per
+transaction and never block writers. ``synchronous=FULL`` (the default) makes an acknowledged
+commit survive power loss; ``synchronous=NORMAL`` is faster and survives a process crash but
+may lose the last commits on power loss.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import Any, Final
+
+from stateflow.errors import CorruptData, StoreError, StoreNotMigrated, StoreUnavailable, UnsupportedStore
+from stateflow.store.base import SqlStore, Tx
+from stateflow.store.migrations import SQLITE
+
+SYNCHRONOUS_MODES: Final = ("full", "normal", "extra")
+DEFAULT_BUSY_TIMEOUT_MS: Final = 30_000
+
+
+class _SqliteTx(Tx):
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    def all(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        with _mapped_errors():
+            return self.conn.execute(sql, params).fetchall()
+
+    def run(self, sql: str, params: Sequence[Any] = ()) -> int:
+        with _mapped_errors():
+            return self.conn.execute(sql, params).rowcount
+
+
+class SqliteStore(SqlStore):
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        synchronous: str = "full",
+        busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+        auto_migrate: bool = True,
+    ) -> None:
+        super().__init__()
+        if synchronous.lower() not in SYNCHRONOUS_MODES:
+            raise UnsupportedStore(
+                f"synchronous={synchronous!r} is not supported; use one of {SYNCHRONOUS_MODES}"
+            )
+        self.path = Path(path).expanduser()
+        self.url = f"sqlite:///{self.path}"
+        self.synchronous = synchronous.upper()
+        self.busy_timeout_ms = busy_timeout_ms
+        self._local = threading.local()
+        self._all: list[sqlite3.Connection] = []
+        self._guard = threading.Lock()
+        if auto_migrate:
+            self.migrate()
+
+    def _connection(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is not None:
+            return conn
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(
+                self.path,
+                isolation_level=None,
+                timeout=self.busy_timeout_ms / 1000,
+                check_same_thread=False,  # each thread still uses only its own connection
+            )
+        except (OSError, sqlite3.Error) as exc:
+            raise StoreUnavailable(f"cannot open {self.path}: {exc}") from exc
+        with _mapped_errors():
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise StoreUnavailable(f"{self.path}: cannot switch to WAL mode (got {mode})")
+            conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+            conn.execute("PRAGMA foreign_keys = ON")
+        self._local.conn = conn
+        with self._guard:
+            self._all.append(conn)
+        return conn
+
+    @contextmanager
+    def _tx(self, begin: str) -> Iterator[Tx]:
+        conn = self._connection()
+        if conn.in_transaction:  # nested use inside one of our transactions: join it
+            yield _SqliteTx(conn)
+            return
+        with _mapped_errors():
+            conn.execute(begin)
+        try:
+            yield _SqliteTx(conn)
+        except BaseException:
+            with suppress(sqlite3.Error):  # the failure may already have ended the transaction
+                conn.execute("ROLLBACK")
+            raise
+        with _mapped_errors():
+            conn.execute("COMMIT")
+
+    def _read_tx(self) -> Any:
+        return self._tx("BEGIN")
+
+    def _write_tx(self) -> Any:
+        return self._tx("BEGIN IMMEDIATE")
+
+    def _migrations(self) -> dict[int, str]:
+        return SQLITE
+
+    def _table_names(self, tx: Tx) -> set[str]:
+        return {r[0] for r in tx.all("SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+    def close(self) -> None:
+        with self._guard:
+            conns, self._all = self._all, []
+        for conn in conns:
+            conn.close()
+        self._local = threading.local()
+
+
+@contextmanager
+def _mapped_errors() -> Iterator[None]:
+    try:
+        yield
+    except sqlite3.OperationalError as exc:
+        text = str(exc)
+        if "no such table" in text:
+            raise StoreNotMigrated(f"the store schema is missing ({text}); run `stateflow migrate`") from exc
+        if "locked" in text or "busy" in text:
+            raise StoreUnavailable(f"the store stayed busy past the timeout: {text}") from exc
+        raise StoreUnavailable(f"SQLite error: {text}") from exc
+    except sqlite3.IntegrityError as exc:
+        raise StoreError(f"SQLite integrity error: {exc}") from exc
+    except sqlite3.DatabaseError as exc:
+        raise CorruptData(f"the SQLite file is damaged or not a database: {exc}") from exc
