@@ -97,8 +97,6 @@ class SqlStore(abc.ABC):
     """Documents, cohorts, history and the idempotency ledger over a SQL database."""
 
     url: str
-    lock_rows: bool = False
-    """True when row locks are needed (PostgreSQL); SQLite serializes writers per database."""
 
     def __init__(self) -> None:
         self._schema_checked = False
@@ -595,13 +593,11 @@ class SqlStore(abc.ABC):
 
     def _lock(self, tx: Tx, key: DocKey) -> _Row:
         """The document's row, created (revision 0, absent) if needed, locked for this tx."""
-        tx.run(
-            "INSERT INTO documents (state, subject) VALUES (?, ?) ON CONFLICT (state, subject) DO NOTHING",
-            (key.state, key.subject),
-        )
+        # One statement creates the row if needed and returns it; on PostgreSQL the
+        # DO UPDATE also takes the row lock (held to commit), serializing this document.
         r = tx.one(
-            f"SELECT {_ROW_COLUMNS} FROM documents WHERE state = ? AND subject = ?"
-            + (" FOR UPDATE" if self.lock_rows else ""),
+            "INSERT INTO documents (state, subject) VALUES (?, ?) ON CONFLICT (state, subject) "
+            f"DO UPDATE SET revision = documents.revision RETURNING {_ROW_COLUMNS}",
             (key.state, key.subject),
         )
         assert r is not None

@@ -70,8 +70,11 @@ class Write:
 
     @staticmethod
     def between(key: DocKey, old: JSON, new: JSON, expect: int | None = HEAD, **kw: Any) -> Write:
-        """The write that turns ``old`` into ``new`` (either may be MISSING)."""
-        return Write(key, diff(old, new), expect, **kw)
+        """The write that turns document body ``old`` into ``new``.
+
+        ``None`` or :data:`MISSING` on either side means "no document" (a body is never null).
+        """
+        return Write(key, diff(_absent(old), _absent(new)), expect, **kw)
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,3 +114,7 @@ class Transition:
     at: str
     origin: dict[str, Any]
     changes: list[Change]
+
+
+def _absent(body: JSON) -> JSON:
+    return MISSING if body is None else body

@@ -1,8 +1,9 @@
 """PostgreSQL backend: psycopg 3 with a connection pool, row locks, commit-ordered seq.
 
-Writers lock the rows of the documents they touch (``SELECT … FOR UPDATE``, creating an
-absent document's row first so it can be locked). Right before the transition row is inserted
-a transaction-level advisory lock is taken, so ``seq`` values become visible in commit order:
+Writers lock the rows of the documents they touch: one ``INSERT … ON CONFLICT DO UPDATE …
+RETURNING`` creates an absent document's row or locks the existing one until commit. Right
+before the transition row is inserted a transaction-level advisory lock is taken, so ``seq``
+values become visible in commit order:
 a reader paging by ``seq`` never skips a transition that commits later with a smaller number.
 Reads run in ``REPEATABLE READ READ ONLY`` transactions: one snapshot per read.
 """
@@ -39,8 +40,6 @@ class _PgTx(Tx):
 
 
 class PostgresStore(SqlStore):
-    lock_rows = True
-
     def __init__(
         self,
         url: str,

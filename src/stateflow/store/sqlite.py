@@ -16,7 +16,14 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, Final
 
-from stateflow.errors import CorruptData, StoreError, StoreNotMigrated, StoreUnavailable, UnsupportedStore
+from stateflow.errors import (
+    CorruptData,
+    StateflowError,
+    StoreError,
+    StoreNotMigrated,
+    StoreUnavailable,
+    UnsupportedStore,
+)
 from stateflow.store.base import SqlStore, Tx
 from stateflow.store.migrations import SQLITE
 
@@ -28,13 +35,18 @@ class _SqliteTx(Tx):
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
 
+    # try/except rather than a context manager: these run ~15 times per commit
     def all(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        with _mapped_errors():
+        try:
             return self.conn.execute(sql, params).fetchall()
+        except sqlite3.Error as exc:
+            raise _mapped(exc) from exc
 
     def run(self, sql: str, params: Sequence[Any] = ()) -> int:
-        with _mapped_errors():
+        try:
             return self.conn.execute(sql, params).rowcount
+        except sqlite3.Error as exc:
+            raise _mapped(exc) from exc
 
 
 class SqliteStore(SqlStore):
@@ -128,14 +140,21 @@ class SqliteStore(SqlStore):
 def _mapped_errors() -> Iterator[None]:
     try:
         yield
-    except sqlite3.OperationalError as exc:
-        text = str(exc)
+    except sqlite3.Error as exc:
+        raise _mapped(exc) from exc
+
+
+def _mapped(exc: sqlite3.Error) -> StateflowError:
+    """Our error for a SQLite error: missing schema, busy, damaged file, or other."""
+    text = str(exc)
+    if isinstance(exc, sqlite3.OperationalError):
         if "no such table" in text:
-            raise StoreNotMigrated(f"the store schema is missing ({text}); run `stateflow migrate`") from exc
+            return StoreNotMigrated(f"the store schema is missing ({text}); run `stateflow migrate`")
         if "locked" in text or "busy" in text:
-            raise StoreUnavailable(f"the store stayed busy past the timeout: {text}") from exc
-        raise StoreUnavailable(f"SQLite error: {text}") from exc
-    except sqlite3.IntegrityError as exc:
-        raise StoreError(f"SQLite integrity error: {exc}") from exc
-    except sqlite3.DatabaseError as exc:
-        raise CorruptData(f"the SQLite file is damaged or not a database: {exc}") from exc
+            return StoreUnavailable(f"the store stayed busy past the timeout: {text}")
+        return StoreUnavailable(f"SQLite error: {text}")
+    if isinstance(exc, sqlite3.IntegrityError):
+        return StoreError(f"SQLite integrity error: {text}")
+    if isinstance(exc, sqlite3.DatabaseError):
+        return CorruptData(f"the SQLite file is damaged or not a database: {text}")
+    return StoreError(f"SQLite error: {text}")

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Start a private PostgreSQL server on loopback for the test suite and print its URL.
-# Usage: eval "$(bash .ci/postgres.sh)"   -> exports STATEFLOW_TEST_POSTGRES
+# Usage: eval "$(bash scripts/test-postgres.sh)"  -> exports STATEFLOW_TEST_POSTGRES
+# The test suite runs it by itself when STATEFLOW_TEST_POSTGRES is not set.
 set -euo pipefail
 port="${PGPORT_TEST:-55432}"
 root="${PGROOT_TEST:-/tmp/stateflow-pg}"

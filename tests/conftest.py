@@ -1,0 +1,107 @@
+"""Shared fixtures: a real SQLite file and a real PostgreSQL schema per test.
+
+PostgreSQL comes from ``STATEFLOW_TEST_POSTGRES`` (``.ci/postgres.sh`` starts one on loopback).
+Under CI (``CI`` set) a missing server is an error, never a skip.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import subprocess
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from urllib.parse import quote
+
+import psycopg
+import pytest
+from hypothesis import HealthCheck, settings
+
+from stateflow.store import SqlStore, open_store
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _start_postgres() -> str | None:
+    """Start (or reuse) the private loopback PostgreSQL of scripts/test-postgres.sh."""
+    if not glob.glob("/usr/lib/postgresql/*/bin/initdb"):
+        return None
+    out = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "test-postgres.sh")], capture_output=True, text=True, check=False
+    )
+    if out.returncode != 0:
+        raise pytest.UsageError(f"could not start the test PostgreSQL server:\n{out.stderr}")
+    url = out.stdout.strip().rsplit("=", 1)[-1]
+    os.environ["STATEFLOW_TEST_POSTGRES"] = url
+    return url
+
+
+PG_URL = os.environ.get("STATEFLOW_TEST_POSTGRES") or _start_postgres()
+
+# Shared CI machines are slow and noisy: judge properties, not generation speed.
+settings.register_profile("stateflow", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("stateflow")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if os.environ.get("CI") and not PG_URL:
+        raise pytest.UsageError(
+            "CI run without PostgreSQL: install Debian's postgresql (or set STATEFLOW_TEST_POSTGRES); "
+            "the PostgreSQL contract tests must run in CI"
+        )
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"stateflow backends: sqlite, postgresql={'yes: ' + PG_URL if PG_URL else 'NOT CONFIGURED'}"
+
+
+def _with_schema(url: str, schema: str) -> str:
+    sep = "&" if "?" in url else "?"
+    return f"{url}{sep}options={quote(f'-csearch_path={schema}')}"
+
+
+@pytest.fixture
+def pg_schema_url() -> Iterator[str]:
+    """A PostgreSQL URL whose search_path is a fresh, empty schema (dropped afterwards)."""
+    if not PG_URL:
+        pytest.skip("PostgreSQL not configured (set STATEFLOW_TEST_POSTGRES or run .ci/postgres.sh)")
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    try:
+        yield _with_schema(PG_URL, schema)
+    finally:
+        with psycopg.connect(PG_URL, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+StoreFactory = Callable[[], SqlStore]
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The location of an empty store of each backend (a file path or a URL)."""
+    if request.param == "sqlite":
+        return str(tmp_path / "store.db")
+    return str(request.getfixturevalue("pg_schema_url"))
+
+
+@pytest.fixture
+def open_migrated(backend: str) -> Iterator[StoreFactory]:
+    """Open (and migrate) stores on the backend; every opened store is closed afterwards."""
+    opened: list[SqlStore] = []
+
+    def factory() -> SqlStore:
+        store = open_store(backend, auto_migrate=True)
+        opened.append(store)
+        return store
+
+    yield factory
+    for store in opened:
+        store.close()
+
+
+@pytest.fixture
+def store(open_migrated: StoreFactory) -> SqlStore:
+    return open_migrated()

@@ -1,0 +1,80 @@
+"""The real ``stateflow`` command, run as a user would."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+
+def sf(
+    *args: str, stdin: str | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["stateflow", *args], input=stdin, capture_output=True, text=True, timeout=60, env=env
+    )
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> str:
+    return str(tmp_path / "cli.db")
+
+
+def test_round_trip_put_patch_get_history(db: str) -> None:
+    put = sf("--store", db, "doc", "put", "notes", "demo", '{"title": "hello", "tags": ["a", "b"]}')
+    assert put.returncode == 0, put.stderr
+    assert "revision 1" in put.stderr
+    patch = sf("--store", db, "doc", "patch", "notes", "demo", '{"tags": {"[1]": "B"}, "done": false}')
+    assert patch.returncode == 0, patch.stderr
+    got = sf("--store", db, "doc", "get", "notes", "demo")
+    assert json.loads(got.stdout) == {"title": "hello", "tags": ["a", "B"], "done": False}
+    old = sf("--store", db, "doc", "get", "notes", "demo", "--revision", "1")
+    assert json.loads(old.stdout) == {"title": "hello", "tags": ["a", "b"]}
+    history = json.loads(sf("--store", db, "doc", "history", "notes", "demo").stdout)
+    assert [h["revision"] for h in history] == [2, 1]
+    assert history[0]["edits"] == [[["tags", 1], "B"], [["done"], False]]
+    assert history[0]["origin"] == {"door": "operator"}
+
+
+def test_stdin_input_and_store_from_environment(db: str) -> None:
+    import os
+
+    env = dict(os.environ, STATEFLOW_STORE=db)
+    assert sf("doc", "put", "s", "k", "-", stdin='{"a": 1}', env=env).returncode == 0
+    assert json.loads(sf("doc", "get", "s", "k", env=env).stdout) == {"a": 1}
+    meta = json.loads(sf("doc", "get", "s", "k", "--meta", env=env).stdout)
+    assert meta["revision"] == 1 and meta["body"] == {"a": 1}
+
+
+def test_refusals_exit_1_with_a_coded_message_and_change_nothing(db: str) -> None:
+    sf("--store", db, "doc", "put", "s", "k", '{"l": [1, 2]}')
+    bad = sf("--store", db, "doc", "patch", "s", "k", '{"l": {"[5]": 0}}')
+    assert bad.returncode == 1
+    assert bad.stderr.startswith("error[invalid-patch]: array index [5] is out of bounds")
+    assert sf("--store", db, "doc", "put", "s", "k", "[1]").returncode == 1
+    assert "invalid-json" in sf("--store", db, "doc", "put", "s", "k", "{nope").stderr
+    stale = sf("--store", db, "doc", "put", "s", "k", '{"x": 1}', "--expect", "0")
+    assert stale.returncode == 1 and "error[conflict]" in stale.stderr
+    assert json.loads(sf("--store", db, "doc", "get", "s", "k", "--meta").stdout)["revision"] == 1
+
+
+def test_usage_errors_exit_2(db: str) -> None:
+    assert sf("--store", db, "doc", "put", "s", "k").returncode == 2
+    assert sf("--store", db, "nope").returncode == 2
+
+
+def test_migrate_reports_versions(db: str, pg_schema_url: str) -> None:
+    first = sf("--store", pg_schema_url, "migrate")
+    assert first.returncode == 0 and "migrated schema version 0 → 1" in first.stdout
+    again = sf("--store", pg_schema_url, "migrate")
+    assert "schema is current" in again.stdout
+    unmigrated = sf("--store", db.replace("cli.db", "x.db"), "migrate")
+    assert unmigrated.returncode == 0
+
+
+def test_a_postgres_store_that_is_not_migrated_says_how_to_fix_it(pg_schema_url: str) -> None:
+    out = sf("--store", pg_schema_url, "doc", "get", "s", "k")
+    assert out.returncode == 1
+    assert "error[store-not-migrated]" in out.stderr and "migrate" in out.stderr

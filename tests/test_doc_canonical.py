@@ -1,0 +1,69 @@
+import math
+
+import pytest
+
+from stateflow.doc.canonical import check, decode, encode, identical, json_equal, kind, text_length
+from stateflow.errors import InvalidJSON
+
+
+def test_encode_is_compact_and_keeps_key_order() -> None:
+    assert encode({"b": 1, "a": [True, None, 1.5, "é"]}) == '{"b":1,"a":[true,null,1.5,"é"]}'.encode()
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf, {"a": [math.nan]}])
+def test_nan_and_infinity_are_refused(bad: object) -> None:
+    with pytest.raises(InvalidJSON, match="NaN and Infinity"):
+        encode(bad)
+
+
+def test_non_string_keys_are_refused_with_their_location() -> None:
+    with pytest.raises(InvalidJSON, match=r"\$\.a: object key 1 is not a string"):
+        check({"a": {1: "x"}})
+
+
+def test_non_json_types_and_huge_integers_are_refused() -> None:
+    with pytest.raises(InvalidJSON, match="set is not a JSON type"):
+        check({"a": {1, 2}})
+    with pytest.raises(InvalidJSON, match="64-bit"):
+        check(2**70)
+
+
+@pytest.mark.parametrize("text", ["NaN", "[Infinity]", "{'a': 1}", "[1,]", "1 2"])
+def test_decode_is_strict(text: str) -> None:
+    with pytest.raises(InvalidJSON):
+        decode(text)
+
+
+def test_json_equality_rules() -> None:
+    assert json_equal(1, 1.0)
+    assert not json_equal(True, 1)
+    assert not json_equal(False, 0)
+    assert json_equal(True, True)
+    assert json_equal({"a": [1, {"b": None}]}, {"a": [1.0, {"b": None}]})
+    assert not json_equal({"a": 1}, {"a": 1, "b": 2})
+    assert not json_equal([1, 2], [2, 1])
+    assert not json_equal(None, 0)
+    assert not json_equal("1", 1)
+
+
+def test_identical_is_stricter_than_json_equality() -> None:
+    assert not identical(1, 1.0)
+    assert not identical(True, 1)
+    assert identical({"a": [1, "x"]}, {"a": [1, "x"]})
+
+
+def test_kind_names() -> None:
+    assert [kind(v) for v in ({}, [], "", 0, 1.5, True, None)] == [
+        "object",
+        "array",
+        "string",
+        "number",
+        "number",
+        "boolean",
+        "null",
+    ]
+
+
+def test_string_length_counts_code_points() -> None:
+    assert text_length("compact") == 7
+    assert text_length("é😀") == 2  # two code points (UTF-16 would say 3)

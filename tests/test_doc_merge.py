@@ -1,0 +1,102 @@
+import copy
+
+import pytest
+
+from stateflow.doc.merge import is_index_patch, merge_patch, overlay
+from stateflow.doc.select import MISSING
+from stateflow.errors import PatchError
+
+
+def test_objects_merge_scalars_and_arrays_replace_null_deletes() -> None:
+    target = {"a": {"x": 1, "y": 2}, "b": [1, 2], "c": "keep", "d": 5}
+    patch = {"a": {"y": 3, "z": 4}, "b": [9], "d": None}
+    assert merge_patch(target, patch) == {"a": {"x": 1, "y": 3, "z": 4}, "b": [9], "c": "keep"}
+
+
+def test_inputs_are_never_mutated_and_untouched_subtrees_are_shared() -> None:
+    target = {"a": {"x": [1, 2]}, "b": {"y": 1}}
+    before = copy.deepcopy(target)
+    out = merge_patch(target, {"b": {"y": 2}})
+    assert target == before
+    assert out["a"] is target["a"]
+
+
+def test_indexed_array_patch_replaces_existing_elements() -> None:
+    target = {"memory": ["a", "b", "c", "d", "e"]}
+    out = merge_patch(target, {"memory": {"[1]": "B", "[4]": "E"}})
+    assert out == {"memory": ["a", "B", "c", "d", "E"]}
+
+
+def test_nested_indexed_patch_reaches_into_elements() -> None:
+    target = {"groups": [{"notes": ["n0", "n1"], "k": 1}]}
+    out = merge_patch(target, {"groups": {"[0]": {"notes": {"[1]": "fixed"}}}})
+    assert out == {"groups": [{"notes": ["n0", "fixed"], "k": 1}]}
+
+
+def test_indexed_object_element_is_patched_recursively_and_array_element_replaced() -> None:
+    target = [{"a": 1, "b": 2}, [1, 2]]
+    assert merge_patch(target, {"[0]": {"b": None, "c": 3}, "[1]": [7]}) == [{"a": 1, "c": 3}, [7]]
+
+
+def test_out_of_range_index_fails_naming_the_index() -> None:
+    with pytest.raises(PatchError, match=r"array index \[5\] is out of bounds for length 2"):
+        merge_patch({"m": [1, 2]}, {"m": {"[0]": 0, "[5]": 1}})
+
+
+def test_an_element_cannot_be_deleted() -> None:
+    with pytest.raises(PatchError, match="cannot be deleted"):
+        merge_patch({"m": [1, 2]}, {"m": {"[0]": None}})
+
+
+def test_index_keys_are_literal_against_objects_and_absent_values() -> None:
+    assert merge_patch({"m": {"x": 1}}, {"m": {"[0]": "v"}}) == {"m": {"x": 1, "[0]": "v"}}
+    assert merge_patch({}, {"m": {"[0]": "v"}}) == {"m": {"[0]": "v"}}
+
+
+def test_mixed_keys_against_an_array_replace_it_with_an_object() -> None:
+    assert not is_index_patch({"[0]": 1, "x": 2})
+    assert merge_patch({"m": [1]}, {"m": {"[0]": 1, "x": 2}}) == {"m": {"[0]": 1, "x": 2}}
+
+
+def test_leading_zero_index_is_not_an_index_selector() -> None:
+    assert not is_index_patch({"[01]": 1})
+
+
+def test_deleting_through_absent_ancestors_creates_no_empty_parents() -> None:
+    missing: list[tuple[str | int, ...]] = []
+    out = merge_patch({"a": 1}, {"x": {"y": {"z": None}}}, missing_deletions=missing)
+    assert out == {"a": 1}
+    assert missing == [("x", "y", "z")]
+
+
+def test_null_on_an_absent_key_is_a_reported_no_op() -> None:
+    missing: list[tuple[str | int, ...]] = []
+    target = {"a": 1}
+    assert merge_patch(target, {"b": None}, missing_deletions=missing) is target
+    assert missing == [("b",)]
+
+
+def test_object_onto_scalar_starts_from_an_empty_object() -> None:
+    assert merge_patch({"a": 5}, {"a": {"x": 1, "y": None}}) == {"a": {"x": 1}}
+
+
+def test_top_level_null_deletes_the_target() -> None:
+    assert merge_patch({"a": 1}, None) is MISSING
+
+
+def test_overlay_objects_merge_arrays_and_scalars_replace() -> None:
+    g = {"rules": {"a": 1, "b": [1, 2]}, "name": "g"}
+    c = {"rules": {"b": [3]}, "extra": True}
+    s = {"rules": {"c": {"deep": 1}}}
+    assert overlay(g, c, s) == {
+        "rules": {"a": 1, "b": [3], "c": {"deep": 1}},
+        "name": "g",
+        "extra": True,
+    }
+
+
+def test_overlay_skips_absent_layers_and_never_deletes() -> None:
+    assert overlay(MISSING, {"a": 1}, MISSING) == {"a": 1}
+    assert overlay(MISSING, MISSING) is MISSING
+    assert overlay({"a": {"x": 1}}, {"a": "scalar"}) == {"a": "scalar"}
+    assert overlay({"a": "scalar"}, {"a": {"x": 1}}) == {"a": {"x": 1}}

@@ -1,0 +1,242 @@
+"""One contract, every backend: each test runs on a real SQLite file and a real PostgreSQL."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from stateflow.doc.diff import Edit
+from stateflow.errors import Conflict, InvalidInput, InvalidJSON, NotFound
+from stateflow.store import HEAD, DocKey, Document, SqlStore, Write
+from stateflow.store.base import SNAPSHOT_MAX_CHAIN
+
+A = DocKey("notes", "a")
+B = DocKey("notes", "b")
+C = DocKey("other", "a")
+
+
+def put(store: SqlStore, key: DocKey, body: dict[str, Any] | None, **kw: Any) -> Any:
+    current = store.get(key)
+    return store.commit(
+        [Write.between(key, current.value, body if body is not None else current.value, current.revision)],
+        **kw,
+    )
+
+
+def test_an_unwritten_document_reads_as_absent_revision_zero(store: SqlStore) -> None:
+    doc = store.get(A)
+    assert (doc.revision, doc.body, doc.exists, doc.seq) == (0, None, False, None)
+
+
+def test_commit_writes_revision_transition_and_origin(store: SqlStore) -> None:
+    c1 = store.commit([Write.between(A, None, {"x": 1}, expect=0)], {"door": "api", "actor": "t"})
+    assert c1.applied and c1.seq is not None and c1.revisions == {A: 1}
+    c2 = store.commit([Write(A, [Edit(("y",), None)], expect=1)])
+    assert c2.seq is not None and c2.seq > c1.seq
+    doc = store.get(A)
+    assert doc.body == {"x": 1, "y": None} and doc.revision == 2 and doc.seq == c2.seq
+    [t1, t2] = store.transitions()
+    assert t1.seq == c1.seq and t1.origin == {"door": "api", "actor": "t"}
+    assert [ch.key for ch in t1.changes] == [A] and t1.changes[0].paths == [[]]
+    assert t2.changes[0].paths == [["y"]] and t2.at >= t1.at
+
+
+def test_a_cohort_spans_documents_in_one_transition(store: SqlStore) -> None:
+    c = store.commit(
+        [Write.between(A, None, {"n": 1}), Write.between(B, None, {"n": 2}), Write.between(C, None, {"n": 3})]
+    )
+    [t] = store.transitions()
+    assert t.seq == c.seq
+    assert sorted(ch.key for ch in t.changes) == [A, B, C]
+    assert {k: d.body for k, d in store.read([A, B, C]).items()} == {A: {"n": 1}, B: {"n": 2}, C: {"n": 3}}
+
+
+def test_a_failed_compare_and_set_writes_nothing_at_all(store: SqlStore) -> None:
+    store.commit([Write.between(A, None, {"n": 1}), Write.between(B, None, {"n": 1})])
+    with pytest.raises(Conflict, match="revision 1"):
+        store.commit(
+            [Write(A, [Edit(("n",), 2)], expect=1), Write(B, [Edit(("n",), 2)], expect=0)],
+            op_id="op-1",
+        )
+    docs = store.read([A, B])
+    assert docs[A].body == {"n": 1} and docs[A].revision == 1
+    assert docs[B].body == {"n": 1} and docs[B].revision == 1
+    assert len(store.transitions()) == 1
+    assert store.applied_op("op-1") is False  # a refused cohort does not consume its op_id
+
+
+def test_an_edit_that_no_longer_fits_the_head_refuses_the_whole_cohort(store: SqlStore) -> None:
+    store.commit([Write.between(A, None, {"l": [1]}), Write.between(B, None, {"n": 1})])
+    with pytest.raises(Conflict, match="index 4"):
+        store.commit([Write(B, [Edit(("n",), 2)]), Write(A, [Edit(("l", 4), 0)])])
+    assert store.get(B).body == {"n": 1}
+
+
+def test_apply_to_head_keeps_fields_written_concurrently(store: SqlStore) -> None:
+    store.commit([Write.between(A, None, {"a": 1})])
+    basis = store.get(A)
+    store.commit([Write(A, [Edit(("other",), "kept")])])
+    store.commit([Write.between(A, basis.value, {"a": 2}, expect=HEAD)])
+    assert store.get(A).body == {"a": 2, "other": "kept"}
+
+
+def test_members_filter_reads_only_those_members(store: SqlStore) -> None:
+    store.commit([Write.between(A, None, {"hot": {"x": 1}, "lazy": {"big": list(range(100))}, "z": 0})])
+    assert store.get(A, members=["hot", "z", "missing"]).body == {"hot": {"x": 1}, "z": 0}
+    assert store.get(A, members=[]).body == {}
+
+
+def test_key_order_of_members_and_nested_objects_is_kept(store: SqlStore) -> None:
+    body = {"z": 1, "a": {"y": 1, "b": 2}, "m": 3}
+    store.commit([Write.between(A, None, body)])
+    store.commit([Write(A, [Edit(("c",), 4)])])
+    assert list(store.get(A).body or {}) == ["z", "a", "m", "c"]
+    assert list((store.get(A).body or {})["a"]) == ["y", "b"]
+
+
+def test_delete_and_recreate_keep_one_revision_line(store: SqlStore) -> None:
+    store.commit([Write.between(A, None, {"x": 1})])
+    store.commit([Write.between(A, {"x": 1}, None)])
+    gone = store.get(A)
+    assert gone.body is None and gone.revision == 2
+    store.commit([Write.between(A, None, {"y": 2}, expect=2)])
+    assert store.get(A).body == {"y": 2}
+    assert store.read_at(A, revision=1).body == {"x": 1}
+    assert store.read_at(A, revision=2).body is None
+
+
+def test_as_of_reads_by_revision_and_by_seq(store: SqlStore) -> None:
+    seqs = []
+    bodies: list[dict[str, Any]] = []
+    for i in range(5):
+        body = {"i": i, "l": list(range(i)), "n": None if i % 2 else {"k": i}}
+        seqs.append(put(store, A, body).seq)
+        bodies.append(body)
+        store.commit([Write(B, [Edit(("i",), i)])])  # interleave another document
+    for r, body in enumerate(bodies, start=1):
+        assert store.read_at(A, revision=r).body == body
+        assert store.read_at(A, seq=seqs[r - 1]).body == body
+        assert store.read_at(A, seq=seqs[r - 1] + 1).body == body  # B's transition in between
+    assert store.read_at(A, revision=0).body is None
+    assert store.read_at(A, seq=0).revision == 0
+    assert store.read_at(A, revision=3, members=["i"]).body == {"i": 2}
+    with pytest.raises(NotFound, match="no revision 6"):
+        store.read_at(A, revision=6)
+    with pytest.raises(InvalidInput):
+        store.read_at(A)
+
+
+def test_as_of_reads_stay_exact_across_many_snapshots(store: SqlStore) -> None:
+    bodies = {}
+    doc: dict[str, Any] = {"big": "x" * 2000, "n": 0, "hist": []}
+    store.commit([Write.between(A, None, doc)])
+    bodies[1] = doc
+    total = SNAPSHOT_MAX_CHAIN + 40
+    for r in range(2, total + 1):
+        new = dict(doc, n=r, hist=[*doc["hist"][-3:], r])
+        store.commit([Write.between(A, doc, new, expect=r - 1)])
+        doc = bodies[r] = new
+    for r in (
+        1,
+        2,
+        3,
+        17,
+        SNAPSHOT_MAX_CHAIN - 1,
+        SNAPSHOT_MAX_CHAIN,
+        SNAPSHOT_MAX_CHAIN + 1,
+        total - 1,
+        total,
+    ):
+        assert store.read_at(A, revision=r).body == bodies[r], r
+
+
+def test_history_is_newest_first_with_limit_and_cursor(store: SqlStore) -> None:
+    for i in range(4):
+        store.commit([Write(A, [Edit(("i",), i)])], {"n": i})
+    store.commit([Write(B, [Edit(("j",), 0)])])
+    changes = store.history([A, B], limit=3)
+    assert [(c.key, c.revision) for c in changes] == [(B, 1), (A, 4), (A, 3)]
+    older = store.history([A, B], limit=10, before_seq=changes[-1].seq)
+    assert [(c.key, c.revision) for c in older] == [(A, 2), (A, 1)]
+    assert older[0].origin == {"n": 1} and older[0].edits == [Edit(("i",), 1)]
+
+
+def test_idempotent_op_ids_replay_without_writing(store: SqlStore) -> None:
+    first = store.commit([Write(A, [Edit(("n",), 1)])], op_id="op-1", op_scope="notes")
+    assert first.applied and first.changed
+    again = store.commit([Write(A, [Edit(("n",), 2)])], op_id="op-1", op_scope="notes")
+    assert not again.applied and again.seq is None
+    assert store.get(A).body == {"n": 1}
+    other_scope = store.commit([Write(A, [Edit(("n",), 3)])], op_id="op-1", op_scope="other")
+    assert other_scope.applied
+    assert store.applied_op("op-1", "notes") == first.seq
+    assert store.prune_ops("9999-01-01T00:00:00Z") == 2
+    assert store.applied_op("op-1", "notes") is False
+
+
+def test_a_cohort_that_changes_nothing_records_no_transition(store: SqlStore) -> None:
+    store.commit([Write.between(A, None, {"n": 1})])
+    c = store.commit([Write.between(A, {"n": 1}, {"n": 1}, expect=1)])
+    assert c.applied and not c.changed and c.revisions == {A: 1}
+    assert len(store.transitions()) == 1
+
+
+def test_update_reads_under_lock_and_commits_what_compute_returns(store: SqlStore) -> None:
+    store.commit([Write.between(A, None, {"n": 1})])
+
+    def bump(docs: dict[DocKey, Document]) -> tuple[list[Write], int]:
+        doc = docs[A]
+        n = (doc.body or {})["n"] + 1
+        return [Write.between(A, doc.value, {"n": n}, doc.revision)], n
+
+    commit, result = store.update([A], bump, {"door": "test"})
+    assert result == 2 and store.get(A).body == {"n": 2} and commit.revisions == {A: 2}
+
+
+def test_an_exception_inside_update_rolls_everything_back(store: SqlStore) -> None:
+    store.commit([Write.between(A, None, {"n": 1})])
+
+    def fail(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
+        raise InvalidInput("computed value is invalid")
+
+    with pytest.raises(InvalidInput):
+        store.update([A, B], fail, op_id="x")
+    assert store.get(A).revision == 1 and store.get(B).revision == 0
+    assert store.applied_op("x") is False
+
+
+def test_update_replay_skips_compute(store: SqlStore) -> None:
+    calls = []
+
+    def compute(docs: dict[DocKey, Document]) -> tuple[list[Write], str]:
+        calls.append(1)
+        return [Write(A, [Edit(("n",), len(calls))])], "ran"
+
+    assert store.update([A], compute, op_id="k")[1] == "ran"
+    commit, result = store.update([A], compute, op_id="k")
+    assert not commit.applied and result is None and len(calls) == 1
+
+
+@pytest.mark.parametrize(
+    ("writes", "error", "message"),
+    [
+        ([Write(A, [Edit((), [1])])], InvalidInput, "must be a JSON object"),
+        ([Write(A, [Edit((0,), 1)])], InvalidInput, "top level is an object"),
+        ([Write(A, [Edit(("x",), float("nan"))])], InvalidJSON, "NaN"),
+        ([Write(A, []), Write(A, [])], InvalidInput, "appears twice"),
+        ([Write(A, [], expect=-1)], InvalidInput, "expected revision"),
+    ],
+)
+def test_malformed_writes_are_refused_before_any_database_work(
+    store: SqlStore, writes: list[Write], error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        store.commit(writes)
+    assert store.transitions() == []
+
+
+def test_unicode_and_large_values_round_trip(store: SqlStore) -> None:
+    body = {"text": "héllo 😀 \u0000 end", "big": list(range(20_000)), "f": 1.5, "i": -(2**63)}
+    store.commit([Write.between(A, None, body)])
+    assert store.get(A).body == body

@@ -1,0 +1,109 @@
+"""Missing, newer and damaged stores fail closed with stable, actionable errors."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from stateflow.doc.diff import Edit
+from stateflow.errors import CorruptData, StoreNotMigrated, StoreTooNew
+from stateflow.store import DocKey, SqlStore, Write, open_store
+from stateflow.store.migrations import SCHEMA_VERSION
+
+from .conftest import StoreFactory
+
+A = DocKey("notes", "a")
+
+
+def _raw_sql(location: str, sql: str, params: tuple[object, ...] = ()) -> None:
+    if location.startswith("postgresql://"):
+        with psycopg.connect(location, autocommit=True) as conn:
+            conn.execute(sql.replace("?", "%s"), params)  # type: ignore[arg-type]
+    else:
+        with sqlite3.connect(location) as conn:
+            conn.execute(sql, params)
+
+
+def _every_call_refuses(store: SqlStore, error: type[Exception], code: str) -> None:
+    calls = [
+        lambda: store.get(A),
+        lambda: store.read_at(A, revision=0),
+        lambda: store.history([A]),
+        lambda: store.transitions(),
+        lambda: store.commit([Write(A, [Edit(("x",), 1)])]),
+        lambda: store.applied_op("x"),
+    ]
+    for call in calls:
+        with pytest.raises(error) as info:
+            call()
+        assert info.value.code == code  # type: ignore[attr-defined]
+
+
+def test_an_unmigrated_store_refuses_every_read_and_write(backend: str) -> None:
+    store = open_store(backend, auto_migrate=False)
+    try:
+        _every_call_refuses(store, StoreNotMigrated, "store-not-migrated")
+        with pytest.raises(StoreNotMigrated, match=r"stateflow --store .* migrate"):
+            store.get(A)
+        assert store.schema_version() is None
+        assert store.migrate() == (0, SCHEMA_VERSION)
+        assert store.migrate() == (SCHEMA_VERSION, SCHEMA_VERSION)
+        assert store.get(A).revision == 0
+    finally:
+        store.close()
+
+
+def test_a_store_from_a_newer_version_is_refused(backend: str, open_migrated: StoreFactory) -> None:
+    open_migrated()
+    _raw_sql(backend, "UPDATE stateflow_meta SET value = '99' WHERE key = 'schema_version'")
+    store = open_store(backend, auto_migrate=False)
+    try:
+        _every_call_refuses(store, StoreTooNew, "store-too-new")
+        with pytest.raises(StoreTooNew, match="upgrade stateflow"):
+            store.migrate()
+    finally:
+        store.close()
+
+
+def test_a_corrupt_member_fails_closed_naming_what_is_corrupt(
+    backend: str, open_migrated: StoreFactory
+) -> None:
+    store = open_migrated()
+    store.commit([Write.between(A, None, {"good": 1, "bad": 2})])
+    _raw_sql(backend, "UPDATE members SET body = ? WHERE name = 'bad'", (b"{not json",))
+    with pytest.raises(CorruptData, match=r"notes/a member 'bad'"):
+        store.get(A)
+    # a reader that does not need the damaged member still works
+    assert store.get(A, members=["good"]).body == {"good": 1}
+    # a write that touches the damaged member refuses and changes nothing
+    with pytest.raises(CorruptData):
+        store.commit([Write(A, [Edit(("bad", "x"), 1)])])
+    assert store.get(A, members=["good"]).revision == 1
+
+
+def test_a_sqlite_file_that_is_not_a_stateflow_store_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "foreign.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE documents (x)")
+    with pytest.raises(StoreNotMigrated, match="not a stateflow store"):
+        open_store(str(path))
+
+
+def test_a_file_that_is_not_sqlite_is_refused_without_being_rewritten(tmp_path: Path) -> None:
+    path = tmp_path / "junk.db"
+    path.write_bytes(b"this is not a database file at all" * 100)
+    before = path.read_bytes()
+    with pytest.raises(CorruptData, match="not a database"):
+        open_store(str(path))
+    assert path.read_bytes() == before
+
+
+def test_the_embedded_default_migrates_itself(tmp_path: Path) -> None:
+    store = open_store(str(tmp_path / "deep" / "dir" / "s.db"))
+    try:
+        assert store.schema_version() == SCHEMA_VERSION
+    finally:
+        store.close()
