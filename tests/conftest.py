@@ -12,6 +12,7 @@ import subprocess
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import psycopg
@@ -105,3 +106,30 @@ def open_migrated(backend: str) -> Iterator[StoreFactory]:
 @pytest.fixture
 def store(open_migrated: StoreFactory) -> SqlStore:
     return open_migrated()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        fixtures = getattr(item, "fixturenames", ())
+        callspec = getattr(item, "callspec", None)
+        param = callspec.params.get("backend") if callspec else None
+        if param == "postgres" or (param is None and "pg_schema_url" in fixtures):
+            item.user_properties.append(("backend", "postgres"))
+        elif param == "sqlite":
+            item.user_properties.append(("backend", "sqlite"))
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Say how many tests ran against each backend, so a silent PostgreSQL skip cannot hide."""
+    counts: dict[str, dict[str, int]] = {}
+    for outcome in ("passed", "failed", "skipped", "error"):
+        for report in terminalreporter.stats.get(outcome, []):
+            if outcome == "passed" and report.when != "call":
+                continue
+            for key, name in getattr(report, "user_properties", ()):
+                if key == "backend":
+                    by = counts.setdefault(name, {})
+                    by[outcome] = by.get(outcome, 0) + 1
+    for name, by in sorted(counts.items()):
+        parts = ", ".join(f"{n} {o}" for o, n in sorted(by.items()))
+        terminalreporter.write_line(f"backend {name}: {parts}")
