@@ -240,3 +240,33 @@ def test_unicode_and_large_values_round_trip(store: SqlStore) -> None:
     body = {"text": "héllo 😀 \u0000 end", "big": list(range(20_000)), "f": 1.5, "i": -(2**63)}
     store.commit([Write.between(A, None, body)])
     assert store.get(A).body == body
+
+
+def _dump(location: str) -> list[Any]:
+    """Every row of every table, straight from the database."""
+    import sqlite3
+
+    import psycopg
+
+    tables = ["documents", "members", "transitions", "changes", "snapshots", "applied_ops", "stateflow_meta"]
+    if location.startswith("postgresql://"):
+        with psycopg.connect(location) as conn:
+            return [conn.execute(f"SELECT * FROM {t} ORDER BY 1, 2").fetchall() for t in tables]
+    with sqlite3.connect(location) as conn:
+        return [conn.execute(f"SELECT * FROM {t} ORDER BY 1, 2").fetchall() for t in tables]
+
+
+def test_rejected_writes_leave_every_stored_byte_as_it_was(backend: str, store: SqlStore) -> None:
+    store.commit([Write.between(A, None, {"l": [1, 2], "n": None})], op_id="first")
+    store.commit([Write.between(B, None, {"x": 1})])
+    before = _dump(backend)
+    rejected = [
+        lambda: store.commit([Write(B, [Edit(("x",), 2)]), Write(A, [Edit(("l", 9), 0)])]),
+        lambda: store.commit([Write(B, [Edit(("x",), 2)], expect=0)], op_id="second"),
+        lambda: store.update([A, B, C], lambda docs: (_ for _ in ()).throw(InvalidInput("no"))),
+    ]
+    for call in rejected:
+        with pytest.raises((Conflict, InvalidInput)):
+            call()
+    store.commit([Write(A, [Edit(("n",), 1)])], op_id="first")  # replay: writes nothing
+    assert _dump(backend) == before
