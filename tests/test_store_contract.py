@@ -270,3 +270,26 @@ def test_rejected_writes_leave_every_stored_byte_as_it_was(backend: str, store: 
             call()
     store.commit([Write(A, [Edit(("n",), 1)])], op_id="first")  # replay: writes nothing
     assert _dump(backend) == before
+
+
+def test_outlines_describe_object_members_without_reading_them(store: SqlStore) -> None:
+    store.commit([Write.between(A, None, {"lazy": {"memory": [1], "rules": {"a": 1}, "n": None}, "s": "x"})])
+    doc = store.get(A, members=[], outlines=["lazy", "s", "missing"])
+    assert doc.body == {}
+    assert doc.outlines == {"lazy": {"memory": "array", "rules": "object", "n": "null"}, "s": None}
+    store.commit([Write(A, [Edit(("lazy", "extra"), True)])])
+    assert store.get(A, members=[], outlines=["lazy"]).outlines["lazy"]["extra"] == "boolean"
+
+
+def test_cached_members_never_hide_a_write_from_another_store_object(open_migrated: Any) -> None:
+    reader, writer = open_migrated(), open_migrated()
+    writer.commit([Write.between(A, None, {"big": list(range(1000)), "small": 1})])
+    assert reader.get(A).body == {"big": list(range(1000)), "small": 1}  # now cached
+    writer.commit([Write(A, [Edit(("big", 5), "changed")])])
+    assert reader.get(A).body["big"][5] == "changed"  # type: ignore[index]
+    writer.commit([Write(A, [Edit(("small",), 2)])])
+    body = reader.get(A).body or {}
+    assert body["small"] == 2 and body["big"][5] == "changed"
+    with pytest.raises(Conflict):  # a rolled-back write never reaches the cache
+        writer.commit([Write(A, [Edit(("big", 0), "x")]), Write(B, [Edit(("n",), 1)], expect=7)])
+    assert (reader.get(A).body or {})["big"][0] == 0

@@ -18,7 +18,7 @@ from typing import Any, Final, TypeVar
 
 import orjson
 
-from stateflow.doc.canonical import JSON, check, decode, encode_trusted
+from stateflow.doc.canonical import JSON, check, decode, encode_trusted, kind
 from stateflow.doc.diff import Edit, apply_edits
 from stateflow.doc.select import MISSING
 from stateflow.errors import (
@@ -30,6 +30,7 @@ from stateflow.errors import (
     StoreNotMigrated,
     StoreTooNew,
 )
+from stateflow.store.cache import DEFAULT_CACHE_BYTES, MemberCache
 from stateflow.store.migrations import SCHEMA_VERSION, statements
 from stateflow.store.model import Change, Commit, DocKey, Document, Transition, Write
 
@@ -98,8 +99,9 @@ class SqlStore(abc.ABC):
 
     url: str
 
-    def __init__(self) -> None:
+    def __init__(self, cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
         self._schema_checked = False
+        self._cache = MemberCache(cache_bytes)
 
     # ------------------------------------------------------------------ backend hooks
 
@@ -198,13 +200,22 @@ class SqlStore(abc.ABC):
 
     # ------------------------------------------------------------------ reads
 
-    def read(self, keys: Iterable[DocKey], members: Iterable[str] | None = None) -> dict[DocKey, Document]:
+    def read(
+        self,
+        keys: Iterable[DocKey],
+        members: Iterable[str] | None = None,
+        *,
+        outlines: Iterable[str] = (),
+    ) -> dict[DocKey, Document]:
         """Current documents, all from one consistent snapshot.
 
         ``members`` restricts the bodies to those top-level members (the others are not read).
+        ``outlines`` names members whose outline (immediate keys → kinds, for an object member)
+        is wanted without reading the member itself.
         """
         self.check_schema()
         names = None if members is None else list(members)
+        outline_names = list(outlines)
         with self._read_tx() as tx:
             out: dict[DocKey, Document] = {}
             for key in keys:
@@ -212,12 +223,19 @@ class SqlStore(abc.ABC):
                 if row is None:
                     out[key] = Document(key, 0, None)
                     continue
-                body = self._body(tx, key, row, names) if row.present else None
-                out[key] = Document(key, row.revision, body, row.updated_seq)
+                body = None
+                shapes: dict[str, Any] = {}
+                if row.present:
+                    body = {n: v for n, _, v, _ in self._fetch(tx, key, row.doc_id, names)}
+                    if outline_names:
+                        shapes = self._outlines(tx, key, row.doc_id, outline_names)
+                out[key] = Document(key, row.revision, body, row.updated_seq, shapes)
             return out
 
-    def get(self, key: DocKey, members: Iterable[str] | None = None) -> Document:
-        return self.read([key], members)[key]
+    def get(
+        self, key: DocKey, members: Iterable[str] | None = None, *, outlines: Iterable[str] = ()
+    ) -> Document:
+        return self.read([key], members, outlines=outlines)[key]
 
     def read_at(
         self,
@@ -256,8 +274,11 @@ class SqlStore(abc.ABC):
             if row is None or revision == 0:
                 return Document(key, 0, None)
             if revision == row.revision:
-                body = self._body(tx, key, row, None if names is None else list(names))
-                return Document(key, revision, body if row.present else None, row.updated_seq)
+                if not row.present:
+                    return Document(key, revision, None, row.updated_seq)
+                wanted = None if names is None else list(names)
+                body = {n: v for n, _, v, _ in self._fetch(tx, key, row.doc_id, wanted)}
+                return Document(key, revision, body, row.updated_seq)
             return self._rebuild(tx, key, row.doc_id, revision, names)
 
     def _rebuild(self, tx: Tx, key: DocKey, doc_id: int, revision: int, names: set[str] | None) -> Document:
@@ -528,16 +549,19 @@ class SqlStore(abc.ABC):
                     size -= old[2]
                 continue
             body = encode_trusted(value)
+            outline = encode_trusted(outline_of(value)) if type(value) is dict else None
             if old is not None:
                 tx.run(
-                    "UPDATE members SET body = ? WHERE doc_id = ? AND name = ?",
-                    (body, row.doc_id, name),
+                    "UPDATE members SET body = ?, revision = ?, size = ?, outline = ? "
+                    "WHERE doc_id = ? AND name = ?",
+                    (body, row.revision + 1, len(body), outline, row.doc_id, name),
                 )
                 size += len(body) - old[2]
             else:
                 tx.run(
-                    "INSERT INTO members (doc_id, name, position, body) VALUES (?, ?, ?, ?)",
-                    (row.doc_id, name, position, body),
+                    "INSERT INTO members (doc_id, name, position, revision, size, outline, body) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (row.doc_id, name, position, row.revision + 1, len(body), outline, body),
                 )
                 position += 1
                 size += len(body)
@@ -608,34 +632,55 @@ class SqlStore(abc.ABC):
     ) -> dict[str, Any]:
         wanted = None if names is None else [n for n in names if n not in entry.members]
         if (names is None and not entry.complete) or wanted:
-            for name, position, raw in self._member_rows(tx, entry.row.doc_id, wanted):
-                value = _decode(raw, f"{key} member {name!r}")
-                entry.members[name] = (value, int(position), len(raw))
+            for name, position, value, size in self._fetch(tx, key, entry.row.doc_id, wanted):
+                entry.members[name] = (value, position, size)
         if names is None:
             entry.complete = True
         items = sorted(entry.members.items(), key=lambda kv: kv[1][1])
         return {n: v for n, (v, _, _) in items if names is None or n in names}
 
-    def _member_rows(self, tx: Tx, doc_id: int, names: Sequence[str] | None) -> list[tuple[Any, ...]]:
-        if names is None:
-            return tx.all(
-                "SELECT name, position, body FROM members WHERE doc_id = ? ORDER BY position",
-                (doc_id,),
-            )
-        if not names:
-            return []
-        marks = ",".join("?" * len(names))
-        return tx.all(
-            f"SELECT name, position, body FROM members WHERE doc_id = ? AND name IN ({marks}) "
-            "ORDER BY position",
-            (doc_id, *names),
-        )
+    def _fetch(
+        self, tx: Tx, key: DocKey, doc_id: int, names: Sequence[str] | None
+    ) -> list[tuple[str, int, Any, int]]:
+        """Members as ``(name, position, value, size)`` in position order.
 
-    def _body(self, tx: Tx, key: DocKey, row: _Row, names: Sequence[str] | None) -> dict[str, Any]:
-        return {
-            name: _decode(raw, f"{key} member {name!r}")
-            for name, _, raw in self._member_rows(tx, row.doc_id, names)
-        }
+        Values come from the cache when the member's revision matches; only the others are read
+        and decoded (so a warm read of a small slice of a huge member costs two small queries).
+        """
+        if names is not None and not names:
+            return []
+        where, params = "doc_id = ?", list[Any]([doc_id])
+        if names is not None:
+            where += f" AND name IN ({','.join('?' * len(names))})"
+            params.extend(names)
+        heads = tx.all(
+            f"SELECT name, position, revision, size FROM members WHERE {where} ORDER BY position", params
+        )
+        values: dict[str, Any] = {}
+        misses = []
+        for name, _, revision, _ in heads:
+            hit, value = self._cache.get(doc_id, name, int(revision))
+            if hit:
+                values[name] = value
+            else:
+                misses.append(name)
+        if misses:
+            marks = ",".join("?" * len(misses))
+            for name, revision, raw in tx.all(
+                f"SELECT name, revision, body FROM members WHERE doc_id = ? AND name IN ({marks})",
+                (doc_id, *misses),
+            ):
+                value = _decode(raw, f"{key} member {name!r}")
+                values[name] = value
+                self._cache.put(doc_id, name, int(revision), value, len(raw))
+        return [(n, int(p), values[n], int(size)) for n, p, _, size in heads if n in values]
+
+    def _outlines(self, tx: Tx, key: DocKey, doc_id: int, names: Sequence[str]) -> dict[str, Any]:
+        marks = ",".join("?" * len(names))
+        rows = tx.all(
+            f"SELECT name, outline FROM members WHERE doc_id = ? AND name IN ({marks})", (doc_id, *names)
+        )
+        return {n: None if o is None else _decode(o, f"{key} outline of {n!r}") for n, o in rows}
 
     # ------------------------------------------------------------------ ledger and retention
 
@@ -661,6 +706,11 @@ class _Stage:
     values: dict[str, JSON] = field(default_factory=dict)
     touched: dict[str, None] = field(default_factory=dict)
     """Member names to write, in first-touched order (new members get positions in it)."""
+
+
+def outline_of(value: dict[str, Any]) -> dict[str, str]:
+    """An object member's outline: its immediate keys and their kinds (never their values)."""
+    return {k: kind(v) for k, v in value.items()}
 
 
 def _to_row(r: tuple[Any, ...]) -> _Row:

@@ -5,7 +5,9 @@ Tables:
 - ``stateflow_meta``: ``schema_version`` and other store facts.
 - ``documents``: one row per ``(state, subject)``: revision, presence, bookkeeping for snapshots.
 - ``members``: the current body, one row per top-level member, so a reader loads only the
-  members it needs and a small change never rewrites a large sibling.
+  members it needs and a small change never rewrites a large sibling. ``revision`` is the
+  document revision that last wrote the member (the cache key); ``outline`` holds an object
+  member's immediate keys and kinds, so navigation never reads the body.
 - ``transitions``: one row per accepted write (store-wide ``seq``, time, origin).
 - ``changes``: what a transition did to one document (net edits + touched paths).
 - ``snapshots``: full bodies every so often, so "as of revision r" replays a bounded chain.
@@ -24,7 +26,7 @@ CREATE TABLE stateflow_meta (
     value TEXT NOT NULL
 );
 CREATE TABLE documents (
-    doc_id {pk},
+    doc_id {doc_pk},
     state TEXT NOT NULL,
     subject TEXT NOT NULL,
     revision BIGINT NOT NULL DEFAULT 0,
@@ -40,6 +42,9 @@ CREATE TABLE members (
     doc_id BIGINT NOT NULL REFERENCES documents (doc_id) ON DELETE CASCADE,
     name TEXT NOT NULL,
     position BIGINT NOT NULL,
+    revision BIGINT NOT NULL,
+    size BIGINT NOT NULL,
+    outline {blob},
     body {blob} NOT NULL,
     PRIMARY KEY (doc_id, name)
 );
@@ -74,11 +79,13 @@ CREATE INDEX applied_ops_by_time ON applied_ops (applied_at);
 """
 
 SQLITE: Final[dict[int, str]] = {
-    1: _COMMON_V1.format(pk="INTEGER PRIMARY KEY", seq_pk="INTEGER PRIMARY KEY AUTOINCREMENT", blob="BLOB"),
+    1: _COMMON_V1.format(
+        doc_pk="INTEGER PRIMARY KEY AUTOINCREMENT", seq_pk="INTEGER PRIMARY KEY AUTOINCREMENT", blob="BLOB"
+    ),
 }
 
 POSTGRES: Final[dict[int, str]] = {
-    1: _COMMON_V1.format(pk="BIGSERIAL PRIMARY KEY", seq_pk="BIGSERIAL PRIMARY KEY", blob="BYTEA"),
+    1: _COMMON_V1.format(doc_pk="BIGSERIAL PRIMARY KEY", seq_pk="BIGSERIAL PRIMARY KEY", blob="BYTEA"),
 }
 
 

@@ -39,6 +39,8 @@ class Document:
     body: dict[str, Any] | None
     seq: int | None = None
     """The seq of the transition that produced this revision (``None`` at revision 0)."""
+    outlines: dict[str, Any] = field(default_factory=dict)
+    """Requested member outlines: ``{member: {key: kind} | None}`` (None: not an object)."""
 
     @property
     def exists(self) -> bool:
