@@ -415,6 +415,7 @@ class SqlStore(abc.ABC):
         origin: dict[str, Any] | None = None,
         *,
         members: Iterable[str] | None = None,
+        outlines: Iterable[str] = (),
         op_id: str | None = None,
         op_scope: str = "",
     ) -> tuple[Commit, R | None]:
@@ -426,6 +427,7 @@ class SqlStore(abc.ABC):
         """
         self.check_schema()
         names = None if members is None else list(members)
+        outline_names = list(outlines)
         try:
             with self._write_tx() as tx:
                 if op_id is not None and self._op_seen(tx, op_scope, op_id):
@@ -436,9 +438,12 @@ class SqlStore(abc.ABC):
                     row = self._lock(tx, key)
                     entry = loaded[key] = _Loaded(row)
                     body = None
+                    shapes: dict[str, Any] = {}
                     if row.present:
                         body = self._load_members(tx, key, entry, names)
-                    docs[key] = Document(key, row.revision, body, row.updated_seq)
+                        if outline_names:
+                            shapes = self._outlines(tx, key, row.doc_id, outline_names)
+                    docs[key] = Document(key, row.revision, body, row.updated_seq, shapes)
                 writes, result = compute(docs)
                 _validate(writes, origin)
                 return self._commit_in(tx, writes, origin or {}, op_id, op_scope, loaded), result

@@ -1,0 +1,273 @@
+"""Plane rules of a memory scope document.
+
+A scope document holds planes as top-level members: ``intents, strategy, tactics, artifacts``
+(hot objects), ``response`` (a string, written by the runtime only), ``lazy`` (an object whose
+children are ordinary JSON, never in the baseline), declared extra roots, and ``_runtime``
+(runtime-owned provenance, never shown to a model). Planes are sparse: absent stays absent.
+Memory never stores ``null``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from stateflow.doc.canonical import JSON, check, kind
+from stateflow.doc.merge import INDEX_KEY, is_index_patch
+from stateflow.doc.paths import is_key
+from stateflow.errors import InvalidInput, PatchError
+
+HOT_PLANES: Final = ("intents", "strategy", "tactics", "artifacts")
+PLANES: Final = ("intents", "strategy", "tactics", "artifacts", "response", "lazy")
+MODEL_PATCHABLE: Final = ("intents", "strategy", "tactics", "artifacts", "lazy")
+RUNTIME: Final = "_runtime"
+OWNABLE_PLANES: Final = ("strategy", "tactics", "lazy")
+
+ARTIFACT_RUNTIME_FIELDS: Final = frozenset(
+    {
+        "hash",
+        "compiler",
+        "compiled_at",
+        "sourceHash",
+        "sourceFingerprint",
+        "compilerRevision",
+        "compiledAt",
+        "source_hash_verified",
+        "hint",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ExtraRoot:
+    """A module-declared top-level root: validated by a JSON Schema, hot or lazy."""
+
+    name: str
+    schema: Mapping[str, Any]
+    lazy: bool = False
+
+
+@dataclass(frozen=True)
+class PlaneSet:
+    """The planes a deployment knows: the built-ins plus declared extra roots."""
+
+    extra: tuple[ExtraRoot, ...] = ()
+    _by_name: dict[str, ExtraRoot] = field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        for root in self.extra:
+            if not is_key(root.name) or root.name in PLANES or root.name in ("patches", RUNTIME):
+                raise InvalidInput(
+                    f"extra root {root.name!r} must be a read_state key that is not a built-in plane"
+                )
+            self._by_name[root.name] = root
+        if len(self._by_name) != len(self.extra):
+            raise InvalidInput("extra roots must have unique names")
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Every documented top-level name, in presentation order (intent-first)."""
+        return PLANES + tuple(r.name for r in self.extra)
+
+    @property
+    def patchable(self) -> tuple[str, ...]:
+        return MODEL_PATCHABLE + tuple(r.name for r in self.extra)
+
+    @property
+    def hot(self) -> tuple[str, ...]:
+        """Members a baseline context reads (never lazy bodies)."""
+        return (*HOT_PLANES, "response", *tuple(r.name for r in self.extra if not r.lazy))
+
+    @property
+    def lazy(self) -> tuple[str, ...]:
+        return ("lazy", *tuple(r.name for r in self.extra if r.lazy))
+
+    def root(self, name: str) -> ExtraRoot | None:
+        return self._by_name.get(name)
+
+
+def check_scope_patch(scope: str, patch: object, planes: PlaneSet) -> dict[str, Any]:
+    """Validate one scope's patch object before anything is staged."""
+    if not isinstance(patch, dict):
+        raise InvalidInput(f"patch_state {scope} must be a semantic patch object")
+    if not patch:
+        raise InvalidInput(f"patch_state {scope} cannot be empty; omit it when unchanged")
+    for name, value in patch.items():
+        if name == "response":
+            raise InvalidInput(
+                "response is written by the runtime, never by patch_state; "
+                f"expected one of: {', '.join(planes.patchable)}"
+            )
+        if name not in planes.patchable:
+            raise InvalidInput(
+                f'unknown patch key "{name}" in {scope}; expected one of: {", ".join(planes.patchable)}'
+            )
+        if not isinstance(value, dict):
+            raise InvalidInput(
+                f"{scope}.{name} must be a JSON object (a plane cannot be deleted or replaced)"
+            )
+    check(patch, scope)
+    _no_materialized_null(patch, scope)
+    if "artifacts" in patch:
+        _check_artifact_patch(scope, patch["artifacts"])
+    return patch
+
+
+def _no_materialized_null(patch: JSON, where: str) -> None:
+    """``null`` is allowed only as an object-key deletion marker, never inside stored values."""
+    stack: list[tuple[JSON, str, bool]] = [(patch, where, True)]
+    while stack:
+        node, at, as_patch = stack.pop()
+        if type(node) is dict:
+            for k, v in node.items():
+                if v is None and not as_patch:
+                    raise PatchError(f"memory cannot store null (at {at}.{k}); use null only to delete a key")
+                stack.append((v, f"{at}.{k}", as_patch))
+        elif type(node) is list:
+            for i, v in enumerate(node):
+                if v is None:
+                    raise PatchError(
+                        f"memory cannot store null (at {at}[{i}]); use null only to delete a key"
+                    )
+                stack.append((v, f"{at}[{i}]", False))
+
+
+def _check_artifact_patch(scope: str, artifacts: dict[str, Any]) -> None:
+    for source, card in artifacts.items():
+        where = f"{scope}.artifacts[{source!r}]"
+        if not source.strip():
+            raise PatchError(f"{where}: an artifact is keyed by its source path, which cannot be empty")
+        if card is None:
+            continue
+        if not isinstance(card, dict):
+            raise PatchError(f"{where} must be an artifact card object with a description")
+        forbidden = sorted(set(card) & ARTIFACT_RUNTIME_FIELDS)
+        if forbidden:
+            raise PatchError(
+                f"{where}: {forbidden} are runtime-owned provenance fields and cannot be written"
+            )
+        if "description" in card and (
+            not isinstance(card["description"], str) or not card["description"].strip()
+        ):
+            raise PatchError(f"{where}.description must be a non-empty string")
+        tags = card.get("tags")
+        if tags is not None:
+            if not isinstance(tags, list) or not all(
+                isinstance(t, str) and t.strip() == t and t for t in tags
+            ):
+                raise PatchError(f"{where}.tags must be a list of trimmed, non-empty strings")
+            if len(set(tags)) != len(tags):
+                raise PatchError(f"{where}.tags must be unique")
+
+
+def check_artifacts(scope: str, artifacts: JSON, touched: dict[str, Any]) -> None:
+    """Every card a patch touched must end up an object with a non-empty description."""
+    if type(artifacts) is not dict:
+        return
+    for source in touched:
+        card = artifacts.get(source)
+        if card is None:
+            continue
+        if (
+            type(card) is not dict
+            or not isinstance(card.get("description"), str)
+            or not card["description"].strip()
+        ):
+            raise PatchError(
+                f"{scope}.artifacts[{source!r}] needs a non-empty description (an artifact card routes "
+                "a future reader to its source)"
+            )
+
+
+def check_extra_roots(
+    scope: str, state: Mapping[str, Any], touched: Mapping[str, Any], planes: PlaneSet
+) -> None:
+    from jsonschema import Draft202012Validator
+
+    for name in touched:
+        root = planes.root(name)
+        if root is None or name not in state:
+            continue
+        errors = sorted(
+            Draft202012Validator(root.schema).iter_errors(state[name]), key=lambda e: list(e.path)
+        )
+        if errors:
+            first = errors[0]
+            at = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in first.path)
+            raise PatchError(f"{scope}.{name}{at} does not match its declared schema: {first.message}")
+
+
+# ------------------------------------------------------------------------------ pruning
+
+
+def prune_value(value: JSON) -> JSON:
+    """Drop empty-object fields recursively; array slots (even ``{}``) stay."""
+    if type(value) is dict:
+        out = {}
+        for k, v in value.items():
+            pv = prune_value(v)
+            if pv != {}:
+                out[k] = pv
+        return out
+    if type(value) is list:
+        return [prune_value(v) for v in value]
+    return value
+
+
+def prune_along(value: JSON, patch: JSON) -> JSON:
+    """Prune empty objects along the paths a patch touched (new values are pruned whole)."""
+    if type(patch) is not dict:
+        return prune_value(value)
+    if type(value) is list and is_index_patch(patch):
+        out = list(value)
+        for key, sub in patch.items():
+            i = int(key[1:-1])
+            out[i] = prune_along(out[i], sub)
+        return out
+    if type(value) is not dict:
+        return value
+    out_obj = dict(value)
+    for key, sub in patch.items():
+        if key not in out_obj:
+            continue
+        pv = prune_along(out_obj[key], sub)
+        if pv == {}:
+            del out_obj[key]
+        else:
+            out_obj[key] = pv
+    return out_obj
+
+
+# ------------------------------------------------------------------------------ projection
+
+
+def model_view(
+    state: Mapping[str, Any] | None, planes: PlaneSet, *, with_lazy: bool = False
+) -> dict[str, Any]:
+    """What a model may see of one scope: documented planes in intent-first order; no
+    ``_runtime``; no empty response; lazy roots only when asked for."""
+    if not state:
+        return {}
+    lazy = planes.lazy
+    out = {}
+    for name in planes.names:
+        if name not in state or (name in lazy and not with_lazy):
+            continue
+        value = state[name]
+        if name == "response" and value == "":
+            continue
+        out[name] = value
+    return out
+
+
+def index_key(i: int) -> str:
+    return f"[{i}]"
+
+
+def is_index_key(text: str) -> bool:
+    return INDEX_KEY.match(text) is not None
+
+
+def child_kinds(value: Mapping[str, Any]) -> dict[str, str]:
+    return {k: kind(v) for k, v in value.items()}

@@ -1,0 +1,157 @@
+"""Semantic references: ``{"$ref": "cwd.lazy.plan"}`` objects and ``$cwd.lazy.plan`` text.
+
+References are ordinary JSON. stateflow gives them exactly three meanings:
+
+- single-owner anchoring: with one wanted scope, flat refs (``lazy.plan``) written by the model
+  are stored canonically (``cwd.lazy.plan``) and read back flat;
+- intent ownership (:mod:`stateflow.memory.ownership`);
+- the reactive dangling-reference hint after one missing ``value`` read (:func:`find_referrers`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any, Final
+
+from stateflow.doc.canonical import JSON
+from stateflow.doc.paths import KEY_PATTERN, ReadPath, parse
+from stateflow.errors import InvalidPath
+
+REF: Final = "$ref"
+MAX_REFERRERS: Final = 3
+NODE_BUDGET: Final = 10_000
+HINT_MESSAGE: Final = (
+    "The requested value is unavailable in the selected state. These current values reference "
+    "that path, not a verified new location. Use this evidence if relevant to the task."
+)
+HINT_TRUNCATED: Final = "; additional reference owners may exist beyond the bounded scan."
+_BOUNDARY: Final = r"A-Za-z0-9_$.\[\]:-"
+OWNERSHIP_REF: Final = re.compile(
+    rf"(global|cwd|session)\.(strategy|tactics|lazy)((?:\.{KEY_PATTERN})+)\Z", re.ASCII
+)
+
+
+def map_refs(value: JSON, fn: Any) -> JSON:
+    """Copy ``value`` with every structured ``$ref`` string passed through ``fn`` (shares
+    untouched subtrees)."""
+    if type(value) is dict:
+        out = None
+        for k, v in value.items():
+            nv = fn(v) if k == REF and type(v) is str else map_refs(v, fn)
+            if nv is not v:
+                if out is None:
+                    out = dict(value)
+                out[k] = nv
+        return value if out is None else out
+    if type(value) is list:
+        items = [map_refs(v, fn) for v in value]
+        return value if all(a is b for a, b in zip(items, value, strict=True)) else items
+    return value
+
+
+def anchor(value: JSON, owner: str, planes: tuple[str, ...]) -> JSON:
+    """Single-owner writes: a flat current ref (``lazy.plan``) becomes ``<owner>.lazy.plan``."""
+
+    def fn(ref: str) -> str:
+        try:
+            path = parse(ref, planes)
+        except InvalidPath:
+            return ref
+        if isinstance(path, ReadPath) and path.implicit:
+            return f"{owner}.{ref}"
+        return ref
+
+    return map_refs(value, fn)
+
+
+def relativize(value: JSON, owner: str, planes: tuple[str, ...]) -> JSON:
+    """Single-owner reads: ``<owner>.lazy.plan`` (current, same owner) reads back as ``lazy.plan``."""
+    prefix = owner + "."
+
+    def fn(ref: str) -> str:
+        if not ref.startswith(prefix):
+            return ref
+        rest = ref[len(prefix) :]
+        try:
+            path = parse(rest, planes)
+        except InvalidPath:
+            return ref
+        return rest if isinstance(path, ReadPath) and path.implicit else ref
+
+    return map_refs(value, fn)
+
+
+def structured_refs(value: JSON) -> Iterator[str]:
+    """Every structured ``$ref`` string anywhere inside ``value``."""
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if type(node) is dict:
+            ref = node.get(REF)
+            if type(ref) is str:
+                yield ref
+            stack.extend(node.values())
+        elif type(node) is list:
+            stack.extend(node)
+
+
+def ownership_target(ref: str, scope: str) -> tuple[str, tuple[str, ...]] | None:
+    """``(plane, keys)`` when ``ref`` can own: same scope, strategy/tactics/lazy, object keys."""
+    m = OWNERSHIP_REF.match(ref)
+    if m is None or m.group(1) != scope:
+        return None
+    return m.group(2), tuple(m.group(3)[1:].split("."))
+
+
+def find_referrers(
+    scopes: list[tuple[str, dict[str, Any]]], candidates: list[str], scan_planes: tuple[str, ...]
+) -> tuple[list[str], bool]:
+    """Bounded reverse lookup of current references to any of ``candidates``.
+
+    Scans each ``(scope label, state)`` in order, planes in ``scan_planes`` order, object keys
+    sorted, arrays in order; skips ``response``. Returns up to 3 owner paths (structured matches
+    first, then textual) and whether the scan ended early.
+    """
+    text_res = [re.compile(rf"(?<![{_BOUNDARY}])\${re.escape(c)}(?![{_BOUNDARY}])") for c in candidates]
+    wanted = set(candidates)
+    structured: list[str] = []
+    textual: list[str] = []
+    visited = 0
+    truncated = False
+
+    def full() -> bool:
+        return len(structured) + len(textual) >= MAX_REFERRERS
+
+    for label, state in scopes:
+        for plane in scan_planes:
+            if plane not in state or plane == "response":
+                continue
+            stack: list[tuple[Any, str]] = [(state[plane], f"{label}.{plane}" if label else plane)]
+            while stack:
+                if full() or visited >= NODE_BUDGET:
+                    truncated = True
+                    break
+                node, at = stack.pop()
+                visited += 1
+                if type(node) is dict:
+                    ref = node.get(REF)
+                    if type(ref) is str and ref in wanted:
+                        structured.append(at)
+                        continue
+                    for k in sorted(node, reverse=True):
+                        if k != "response":
+                            stack.append(
+                                (node[k], f"{at}.{k}" if re.fullmatch(KEY_PATTERN, k) else f"{at}[{k!r}]")
+                            )
+                elif type(node) is list:
+                    for i in range(len(node) - 1, -1, -1):
+                        stack.append((node[i], f"{at}[{i}]"))
+                elif type(node) is str and "$" in node and any(r.search(node) for r in text_res):
+                    textual.append(at)
+            if truncated:
+                break
+        if truncated:
+            break
+    found = (sorted(structured) + sorted(textual))[:MAX_REFERRERS]
+    return found, truncated

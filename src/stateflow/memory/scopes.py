@@ -1,0 +1,71 @@
+"""Who a memory view belongs to and where its three scope documents live.
+
+Memory scopes are records of the built-in declared state ``memory``: target ``("agent", <agent>)``,
+subject kinds ``global`` (key ``global``), ``cwd`` (key: the absolute, resolved working directory)
+and ``session`` (key: the session id).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from stateflow.errors import InvalidInput
+from stateflow.store import DocKey
+from stateflow.subjects import Subject
+
+MEMORY_STATE: Final = "memory"
+SCOPES: Final = ("global", "cwd", "session")
+DEFAULT_AGENT: Final = "default"
+DEFAULT_SESSION: Final = "default"
+SESSION_ENV: Final = "STATEFLOW_SESSION"
+
+_SESSION_RE: Final = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._:-]{0,254}[A-Za-z0-9])?\Z")
+_AGENT_RE: Final = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,126}[A-Za-z0-9])?\Z")
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    agent: str
+    cwd: str
+    session: str
+
+    @staticmethod
+    def of(
+        agent: str | None = None, cwd: str | os.PathLike[str] | None = None, session: str | None = None
+    ) -> Identity:
+        """Validate and normalize: the cwd is made absolute and resolved (symlinks followed)."""
+        agent = agent or DEFAULT_AGENT
+        if not _AGENT_RE.match(agent):
+            raise InvalidInput(
+                f"agent name {agent!r} must be 1-128 characters of letters, digits, '.', '_' or '-'"
+            )
+        session = session or os.environ.get(SESSION_ENV) or DEFAULT_SESSION
+        if not _SESSION_RE.match(session):
+            raise InvalidInput(
+                f"session id {session!r} must be 1-256 characters of letters, digits, '.', '_', ':' "
+                "or '-', starting and ending with a letter or digit"
+            )
+        resolved = str(Path(cwd if cwd is not None else os.getcwd()).expanduser().resolve())
+        return Identity(agent, resolved, session)
+
+    def subject(self, scope: str) -> Subject:
+        key = {"global": "global", "cwd": self.cwd, "session": self.session}[scope]
+        return Subject("agent", self.agent, scope, key)
+
+    def key(self, scope: str) -> DocKey:
+        return DocKey(MEMORY_STATE, self.subject(scope).encode())
+
+
+def parse_scopes(value: str | list[str] | tuple[str, ...] | None) -> tuple[str, ...]:
+    """The wanted scopes in canonical order (global, cwd, session); default all three."""
+    if value is None:
+        return SCOPES
+    items = [s.strip() for s in value.split(",")] if isinstance(value, str) else list(value)
+    unknown = [s for s in items if s not in SCOPES]
+    if unknown or not items:
+        raise InvalidInput(f"scopes must be a non-empty subset of global, cwd, session (got {items})")
+    return tuple(s for s in SCOPES if s in items)

@@ -1,0 +1,741 @@
+"""A memory view: one agent's wanted scopes, read with ``read_state``, changed with ``patch_state``.
+
+Every call captures one consistent view of the wanted scope documents. Reads never write.
+A patch stages every supplied scope against one basis read under lock and commits them as one
+transition, or nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from stateflow.doc.canonical import JSON, encode
+from stateflow.doc.diff import Edit, diff, to_patch
+from stateflow.doc.merge import merge_patch, overlay
+from stateflow.doc.paths import Index, Key, PatchesPath, Range, ReadPath, Selector, parse
+from stateflow.doc.select import MISSING, select
+from stateflow.doc.select import keys as keys_projection
+from stateflow.errors import InvalidInput, InvalidPath, NotFound, SelectionError
+from stateflow.memory import artifacts as artifact_provenance
+from stateflow.memory.ownership import cascade_targets, deletion_patch
+from stateflow.memory.planes import (
+    RUNTIME,
+    ExtraRoot,
+    PlaneSet,
+    check_artifacts,
+    check_extra_roots,
+    check_scope_patch,
+    child_kinds,
+    model_view,
+    prune_along,
+)
+from stateflow.memory.protocol import protocol_text
+from stateflow.memory.refs import HINT_MESSAGE, HINT_TRUNCATED, anchor, find_referrers, relativize
+from stateflow.memory.scopes import SCOPES, Identity
+from stateflow.store import DocKey, Document, SqlStore, Write
+
+DEFAULT_HISTORY_LIMIT: Final = 7
+MAX_HISTORY_LIMIT: Final = 100
+MODES: Final = ("active", "passive", "off")
+PROJECTIONS: Final = ("value", "keys", "patch")
+NAV_MAX_KEYS: Final = 32
+NAV_MAX_CHARS: Final = 1024
+
+
+@dataclass(frozen=True)
+class MemoryConfig:
+    history_limit: int = DEFAULT_HISTORY_LIMIT
+    mode: str = "active"
+    extra_roots: tuple[ExtraRoot, ...] = ()
+
+    def __post_init__(self) -> None:
+        if type(self.history_limit) is not int or not 0 <= self.history_limit <= MAX_HISTORY_LIMIT:
+            raise InvalidInput(f"history_limit must be an integer from 0 to {MAX_HISTORY_LIMIT}")
+        if self.mode not in MODES:
+            raise InvalidInput(f"mode must be one of {', '.join(MODES)}")
+
+
+@dataclass
+class Receipt:
+    """The outcome of ``patch_state``: what a model is told."""
+
+    message: str
+    changed_scopes: list[str] = field(default_factory=list)
+    state_updates: dict[str, Any] | None = None
+    hints: list[dict[str, Any]] = field(default_factory=list)
+    seq: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.state_updates is not None:
+            out["state_updates"] = self.state_updates
+        if self.hints:
+            out["hints"] = self.hints
+        return out
+
+    def text(self) -> str:
+        extra = self.to_json()
+        return self.message if not extra else self.message + "\n" + encode(extra).decode()
+
+
+@dataclass
+class _Timeline:
+    """The view's retained transitions, newest first, with each one's change per scope."""
+
+    seqs: list[int]
+    changes: dict[int, dict[str, list[Edit]]]
+    complete: bool
+    """True when the oldest retained transition is the first ever (so the origin is known)."""
+
+
+class MemoryView:
+    def __init__(
+        self,
+        store: SqlStore,
+        identity: Identity,
+        scopes: Sequence[str] = SCOPES,
+        config: MemoryConfig | None = None,
+    ) -> None:
+        self.store = store
+        self.identity = identity
+        self.scopes = tuple(s for s in SCOPES if s in scopes)
+        if not self.scopes or len(self.scopes) != len(tuple(scopes)):
+            raise InvalidInput("scopes must be a non-empty subset of global, cwd, session without repeats")
+        self.config = config or MemoryConfig()
+        self.planes = PlaneSet(self.config.extra_roots)
+        self.single = self.scopes[0] if len(self.scopes) == 1 else None
+        self.keys = {s: identity.key(s) for s in self.scopes}
+
+    # ------------------------------------------------------------------------- helpers
+
+    def _tools_on(self) -> None:
+        if self.config.mode == "off":
+            raise InvalidInput("memory tools are off for this session (mode off)")
+
+    def _label(self, scope: str) -> str:
+        """How a scope prefixes paths shown to the model (nothing in single-owner mode)."""
+        return "" if self.single else scope
+
+    def _show(self, scope: str, rest: str) -> str:
+        return rest if self.single else f"{scope}.{rest}"
+
+    def _out(self, value: JSON) -> JSON:
+        """Project stored refs for the model (relative in single-owner mode)."""
+        return relativize(value, self.single, self.planes.names) if self.single else value
+
+    def _bind(self, path: ReadPath | PatchesPath) -> ReadPath | PatchesPath:
+        """Bind flat paths to the sole owner and refuse scopes outside the view."""
+        scope = path.scope if isinstance(path, PatchesPath) else path.root
+        if isinstance(path, ReadPath) and path.implicit and self.single:
+            return ReadPath(self.single, path.offset, path.selectors, path.text, implicit=True)
+        if scope != "effective" and scope not in self.scopes:
+            raise InvalidPath(
+                f"read path {path.text!r} addresses the {scope} scope, which this view does not select "
+                f"(selected: {', '.join(self.scopes)})"
+            )
+        return path
+
+    def _read(self, members: Iterable[str] | None, outlines: Iterable[str] = ()) -> dict[str, Document]:
+        docs = self.store.read(list(self.keys.values()), members, outlines=outlines)
+        return {s: docs[self.keys[s]] for s in self.scopes}
+
+    def projection_id(self, revisions: dict[str, int]) -> str:
+        vector = "".join(f"{s[0]}{revisions.get(s, 0)}" for s in self.scopes)
+        ident = f"{self.identity.agent}\0{self.identity.cwd}\0{self.identity.session}\0{self.config.mode}"
+        return "p" + hashlib.sha256(f"{ident}\0{vector}".encode()).hexdigest()[:16]
+
+    def _effective(self, states: dict[str, Any], with_lazy: bool) -> dict[str, Any]:
+        layers = [model_view(states.get(s), self.planes, with_lazy=with_lazy) for s in self.scopes]
+        result = overlay(*layers)
+        if result is MISSING:
+            return {}
+        return {name: result[name] for name in self.planes.names if name in result}  # intent-first
+
+    # ------------------------------------------------------------------------- read_state
+
+    def read_state(self, args: object) -> dict[str, Any]:
+        """Run one ``read_state`` call; returns the exact result object a model receives."""
+        self._tools_on()
+        texts, projection, batch = _read_args(args)
+        paths = [self._bind(parse(t, self.planes.names)) for t in texts]
+        patches = [p for p in paths if isinstance(p, PatchesPath)]
+        if patches:
+            if len(paths) != 1:
+                raise InvalidInput("a scope patch path (scope.patches[k]) must be the only path of its read")
+            if projection != "value":
+                raise InvalidInput("scope patch paths support only the value projection")
+            return {"patch": self._scope_patch(patches[0])}
+        value_paths = [p for p in paths if isinstance(p, ReadPath)]
+        lazy_roots = sorted(
+            {p.selectors[0].name for p in value_paths if p.selectors and isinstance(p.selectors[0], Key)}
+            & set(self.planes.lazy)
+        )
+        members = [*self.planes.hot, *lazy_roots]
+        current = self._read(members)
+        cap = max((d.seq or 0 for d in current.values()), default=0)
+        timeline: _Timeline | None = None
+        results = []
+        for path in value_paths:
+            if (path.offset or projection == "patch") and timeline is None:
+                timeline = self._timeline(cap)
+            try:
+                results.append(self._evaluate(path, projection, current, timeline, members))
+            except SelectionError:
+                if batch or projection != "value" or path.offset:
+                    raise
+                hint = self._dangling_hint(path, current)
+                if hint is None:
+                    raise
+                return {"value": None, "hint": [hint]}
+        if projection == "keys":
+            metas = [r["meta"] for r in results]
+            keys = [r["keys"] for r in results]
+            return {"meta": metas, "keys": keys} if batch else {"meta": metas[0], "keys": keys[0]}
+        field_name = "patch" if projection == "patch" else "value"
+        values = [self._out(r) for r in results]
+        return {field_name: values if batch else values[0]}
+
+    def _evaluate(
+        self,
+        path: ReadPath,
+        projection: str,
+        current: dict[str, Document],
+        timeline: _Timeline | None,
+        members: list[str],
+    ) -> Any:
+        with_lazy = (
+            bool(path.selectors)
+            and isinstance(path.selectors[0], Key)
+            and path.selectors[0].name in self.planes.lazy
+        )
+        if projection == "patch":
+            assert timeline is not None
+            return self._patch_at(path, timeline, current, members, with_lazy)
+        states = self._states_at(path.offset, current, timeline, members)
+        root = self._root(path.root, states, with_lazy)
+        sel = path.selectors
+        if (
+            projection == "value"
+            and len(sel) == 1
+            and isinstance(sel[0], Key)
+            and sel[0].name in self.planes.names
+            and sel[0].name not in root
+        ):
+            return None  # an absent documented plane reads as null
+        value = select(root, sel, path.text)
+        return keys_projection(value) if projection == "keys" else value
+
+    def _root(self, root: str, states: dict[str, Any], with_lazy: bool) -> dict[str, Any]:
+        if root == "effective":
+            return self._effective(states, with_lazy)
+        return model_view(states.get(root), self.planes, with_lazy=with_lazy)
+
+    # ------------------------------------------------------------------------- history
+
+    def _timeline(self, cap: int) -> _Timeline:
+        limit = self.config.history_limit
+        # a transition changes at most one document per scope: this many changes cover limit+1 of them
+        changes = self.store.history(
+            list(self.keys.values()), limit=len(self.scopes) * (limit + 2), before_seq=cap + 1
+        )
+        scope_of = {k: s for s, k in self.keys.items()}
+        seqs: list[int] = []
+        by_seq: dict[int, dict[str, list[Edit]]] = {}
+        for change in changes:
+            if change.seq not in by_seq:
+                if len(seqs) == limit + 1:
+                    break
+                seqs.append(change.seq)
+                by_seq[change.seq] = {}
+            by_seq[change.seq][scope_of[change.key]] = change.edits
+        complete = len(seqs) <= limit and len(changes) < len(self.scopes) * (limit + 2)
+        return _Timeline(seqs, by_seq, complete)
+
+    def _check_offset(self, offset: int, timeline: _Timeline, *, internal: bool = False) -> None:
+        limit = self.config.history_limit
+        if offset > limit and not internal:
+            raise InvalidPath(f"history offset {offset} is out of range: use an integer from 0 to {limit}")
+        if offset < len(timeline.seqs) or (offset == len(timeline.seqs) and timeline.complete):
+            return
+        raise NotFound(
+            f"requested history offset {offset} predates the retained history "
+            f"({len(timeline.seqs)} transition(s) retained for this view)"
+        )
+
+    def _states_at(
+        self,
+        offset: int,
+        current: dict[str, Document],
+        timeline: _Timeline | None,
+        members: Sequence[str] | None,
+    ) -> dict[str, Any]:
+        if offset == 0:
+            return {s: d.body for s, d in current.items()}
+        assert timeline is not None
+        self._check_offset(offset, timeline, internal=offset == self.config.history_limit + 1)
+        if offset == len(timeline.seqs):
+            return {}  # the origin: before the first transition every scope is empty
+        seq = timeline.seqs[offset]
+        return {s: self.store.read_at(self.keys[s], seq=seq, members=members).body for s in self.scopes}
+
+    def _patch_at(
+        self,
+        path: ReadPath,
+        timeline: _Timeline,
+        current: dict[str, Document],
+        members: list[str],
+        with_lazy: bool,
+    ) -> JSON:
+        n = path.offset
+        self._check_offset(n, timeline)
+        if n == len(timeline.seqs):
+            return {}  # the origin changed nothing
+        if path.root == "effective":
+            before = self._root("effective", self._states_at(n + 1, current, timeline, members), with_lazy)
+            after_states = self._states_at(n, current, timeline, members)
+            after = self._root("effective", after_states, with_lazy)
+            patch = to_patch(diff(before, after))
+        else:
+            edits = timeline.changes[timeline.seqs[n]].get(path.root)
+            if edits is None:
+                return {}
+            patch = self._project_patch(to_patch(edits), with_lazy=True)
+            after_states = self._states_at(n, current, timeline, members)
+        return _walk_patch(
+            patch, path.selectors, path.text, lambda: self._root(path.root, after_states, with_lazy)
+        )
+
+    def _project_patch(self, patch: JSON, *, with_lazy: bool) -> JSON:
+        """A stored change as the model may see it: known planes only; "" response reads null."""
+        if type(patch) is not dict:
+            return patch
+        out = {}
+        for name, value in patch.items():
+            if name not in self.planes.names or (name in self.planes.lazy and not with_lazy):
+                continue
+            out[name] = None if name == "response" and value == "" else value
+        return out
+
+    def _scope_patch(self, path: PatchesPath) -> JSON:
+        limit = self.config.history_limit
+        if path.index > limit:
+            raise InvalidPath(f"patch index {path.index} is out of range: use an integer from 0 to {limit}")
+        changes = self.store.history([self.keys[path.scope]], limit=path.index + 1)
+        if len(changes) <= path.index:
+            raise NotFound(f"requested {path.scope} patch {path.index} predates retained history")
+        return self._out(self._project_patch(to_patch(changes[path.index].edits), with_lazy=True))
+
+    # ------------------------------------------------------------------------- hints
+
+    def _dangling_hint(self, path: ReadPath, current: dict[str, Document]) -> dict[str, Any] | None:
+        candidates = [path.text]
+        if path.implicit:
+            candidates.append(f"effective.{path.text}")
+            if self.single:
+                candidates.append(f"{self.single}.{path.text}")
+        full = self._read([*self.planes.hot, *self.planes.lazy])
+        scopes = [(self._label(s), full[s].body or {}) for s in self.scopes]
+        scan = ("artifacts", "strategy", "tactics", "intents", "lazy", *(r.name for r in self.planes.extra))
+        found, truncated = find_referrers(scopes, candidates, scan)
+        if not found:
+            return None
+        message = HINT_MESSAGE[:-1] + HINT_TRUNCATED if truncated else HINT_MESSAGE
+        return {"type": "dangling-reference", "message": message, "paths": found}
+
+    # ------------------------------------------------------------------------- patch_state
+
+    def patch_state(self, args: object, origin: dict[str, Any] | None = None) -> Receipt:
+        """Run one ``patch_state`` call: all supplied scopes as one transition, or nothing."""
+        self._tools_on()
+        supplied = self._patch_args(args)
+        members = {*self.planes.hot, RUNTIME}
+        for scope_patch in supplied.values():
+            members |= set(scope_patch) & set(self.planes.lazy)
+            intents = scope_patch.get("intents")
+            if isinstance(intents, dict) and any(v is None for v in intents.values()):
+                members |= {"lazy"}  # a deleted intent may own lazy keys
+        outlines = list(self.planes.lazy)
+        staged: dict[str, Any] = {}
+
+        def compute(docs: dict[DocKey, Document]) -> tuple[list[Write], dict[str, Any]]:
+            basis = {s: docs[k].body or {} for s, k in self.keys.items()}
+            new = dict(basis)
+            cascaded: list[str] = []
+            missing: list[str] = []
+            writes = []
+            for scope, scope_patch in supplied.items():
+                new[scope] = self._stage(scope, basis[scope], scope_patch, cascaded, missing)
+                key = self.keys[scope]
+                write = Write.between(key, basis[scope], new[scope], docs[key].revision)
+                if write.edits:
+                    writes.append(write)
+            staged.update(
+                basis=basis,
+                new=new,
+                cascaded=cascaded,
+                missing=missing,
+                outlines={s: docs[k].outlines for s, k in self.keys.items()},
+                revisions={s: docs[k].revision for s, k in self.keys.items()},
+                lazy_loaded="lazy" in members,
+            )
+            return writes, staged
+
+        commit, _ = self.store.update(
+            list(self.keys.values()),
+            compute,
+            {"door": "tool", "tool": "patch_state", **(origin or {})},
+            members=sorted(members),
+            outlines=outlines,
+        )
+        changed: list[str] = [
+            s
+            for s in SCOPES
+            if s in self.keys
+            and self.keys[s] in commit.revisions
+            and commit.revisions[self.keys[s]] != staged["revisions"][s]
+        ]
+        hints = [self._missing_hint(p, staged["basis"]) for p in staged["missing"]]
+        revisions = {s: commit.revisions.get(self.keys[s], staged["revisions"][s]) for s in self.scopes}
+        updates = self._state_updates(staged, revisions, changed)
+        if not changed:
+            receipt = Receipt("State already current.", [], None, hints, None)
+            if staged["cascaded"]:
+                receipt.state_updates = updates
+            return receipt
+        labels = "+".join(changed)
+        noun = "scopes" if len(changed) > 1 else "scope"
+        return Receipt(
+            f"State materialized atomically at {labels} {noun}.", changed, updates, hints, commit.seq
+        )
+
+    def _patch_args(self, args: object) -> dict[str, dict[str, Any]]:
+        if not isinstance(args, dict):
+            raise InvalidInput("patch_state requires an object")
+        if self.single and args and all(k in self.planes.names for k in args):
+            args = {self.single: args}  # single-owner mode: flat planes belong to the sole owner
+        supplied: dict[str, dict[str, Any]] = {}
+        for name in args:
+            if name in self.planes.names and self.single is None:
+                raise InvalidInput(
+                    f"patch_state takes scope objects ({', '.join(self.scopes)}), not the plane {name!r} "
+                    "at the top level"
+                )
+            if name not in SCOPES:
+                raise InvalidInput(f"patch_state does not accept field {name}")
+            if name not in self.scopes:
+                raise InvalidInput(
+                    f"patch_state cannot write the {name} scope: this view selects {', '.join(self.scopes)}"
+                )
+        if not args:
+            raise InvalidInput("patch_state requires at least one scope patch")
+        for scope in SCOPES:
+            if scope in args:
+                patch = check_scope_patch(scope, args[scope], self.planes)
+                if self.single:
+                    patch = anchor(patch, self.single, self.planes.names)
+                supplied[scope] = patch
+        return supplied
+
+    def _stage(
+        self,
+        scope: str,
+        state: dict[str, Any],
+        patch: dict[str, Any],
+        cascaded: list[str],
+        missing: list[str],
+    ) -> dict[str, Any]:
+        """The scope's new state: intents first, ownership cascade, then the other planes."""
+        found: list[tuple[str | int, ...]] = []
+        current: dict[str, Any] = state
+        if "intents" in patch:
+            intents_patch = {"intents": patch["intents"]}
+            current = prune_along(merge_patch(current, intents_patch, missing_deletions=found), intents_patch)
+            targets = cascade_targets(scope, state.get("intents"), current.get("intents"), current)
+            if targets:
+                cleanup = deletion_patch(targets)
+                current = prune_along(merge_patch(current, cleanup), cleanup)
+                cascaded.extend(self._show(scope, ".".join((plane, *keys))) for plane, keys in targets)
+        rest = {k: v for k, v in patch.items() if k != "intents"}
+        if rest:
+            current = prune_along(merge_patch(current, rest, missing_deletions=found), rest)
+        if "artifacts" in patch:
+            check_artifacts(scope, current.get("artifacts"), patch["artifacts"])
+            current = artifact_provenance.record(current, patch["artifacts"], self.identity.cwd)
+        check_extra_roots(scope, current, patch, self.planes)
+        missing.extend(f"{scope}\0" + "\0".join(str(p) for p in f) for f in found)
+        return current
+
+    def _missing_hint(self, encoded: str, basis: dict[str, Any]) -> dict[str, Any]:
+        scope, *parts = encoded.split("\0")
+        node: Any = basis.get(scope) or {}
+        unavailable = [scope]
+        for part in parts:
+            unavailable.append(part)
+            if type(node) is not dict or part not in node:
+                break
+            node = node[part]
+
+        def pointer(items: list[str]) -> str:
+            return "/" + "/".join(i.replace("~", "~0").replace("/", "~1") for i in items)
+
+        return {
+            "type": "missing-deletion",
+            "target": pointer([scope, *parts]),
+            "unavailable": pointer(unavailable),
+        }
+
+    def _state_updates(
+        self, staged: dict[str, Any], revisions: dict[str, int], changed: list[str]
+    ) -> dict[str, Any]:
+        before = self._effective(staged["basis"], with_lazy=False)
+        after = self._effective(staged["new"], with_lazy=False)
+        entries = []
+        for edit in diff(before, after):
+            if edit.is_delete:
+                entries.append({"path": list(edit.path), "deleted": True})
+            else:
+                entries.append({"path": list(edit.path), "value": self._out(edit.value)})
+        updates: dict[str, Any] = {"projection": self.projection_id(revisions), "effective": entries}
+        nav_before = self._navigation(self._lazy_outlines(staged["outlines"]))
+        lazy_loaded = staged["lazy_loaded"]
+        nav_after = self._navigation(
+            self._lazy_outlines(staged["outlines"], staged["new"] if lazy_loaded else None)
+        )
+        if nav_after != nav_before:
+            updates["lazy_navigation"] = nav_after
+        if staged["cascaded"]:
+            updates["cascaded"] = staged["cascaded"]
+        return updates
+
+    # ------------------------------------------------------------------------- navigation and context
+
+    def _lazy_outlines(
+        self, outlines: dict[str, dict[str, Any]], states: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """Each scope's lazy outline: stored, or computed from ``states`` when lazy was loaded."""
+        out = {}
+        for scope in self.scopes:
+            outline = outlines.get(scope, {}).get("lazy")
+            if states is not None:
+                value = (states.get(scope) or {}).get("lazy")
+                outline = child_kinds(value) if type(value) is dict else None
+            out[scope] = outline
+        return out
+
+    def _navigation(self, per_scope: dict[str, Any]) -> dict[str, Any]:
+        """``lazy_navigation``: presence, path and (when small) the effective top-level kinds."""
+        merged: dict[str, str] = {}
+        for scope in self.scopes:  # broadest first: a narrower scope's kind wins
+            merged.update(per_scope.get(scope) or {})
+        nav: dict[str, Any] = {"available": bool(merged), "path": "effective.lazy"}
+        if merged and len(merged) <= NAV_MAX_KEYS and len(encode(merged)) <= NAV_MAX_CHARS:
+            nav["keys"] = merged
+        return nav
+
+    def context(self) -> Context:
+        """What a model sees at the start of a turn (no lazy bodies), byte-stable per state."""
+        docs = self._read([*self.planes.hot, RUNTIME], outlines=["lazy"])
+        states = {s: d.body for s, d in docs.items()}
+        state = self._effective(states, with_lazy=False)
+        if self.config.mode != "active":
+            state.pop("response", None)
+        stale = artifact_provenance.stale_hints(states, self.scopes, self.identity.cwd)
+        if stale and "artifacts" in state:
+            state["artifacts"] = {
+                path: (dict(card, hint=stale[path]) if path in stale and type(card) is dict else card)
+                for path, card in state["artifacts"].items()
+            }
+        revisions = {s: d.revision for s, d in docs.items()}
+        head: dict[str, Any] = {
+            "state": self._out(state),
+            "lazy_navigation": self._navigation(
+                self._lazy_outlines({s: d.outlines for s, d in docs.items()})
+            ),
+        }
+        recent = self._recent_transitions()
+        if recent:
+            head["recent_transitions"] = recent
+        return Context(
+            projection=self.projection_id(revisions),
+            head=head,
+            mode=self.config.mode,
+            single=self.single,
+        )
+
+    def _recent_transitions(self) -> list[dict[str, Any]]:
+        limit = self.config.history_limit
+        if limit == 0:
+            return []
+        changes = self.store.history(list(self.keys.values()), limit=len(self.scopes) * limit)
+        scope_of = {k: s for s, k in self.keys.items()}
+        per_scope: dict[str, int] = {}
+        by_seq: dict[int, dict[str, Any]] = {}
+        for change in changes:  # newest first
+            scope = scope_of[change.key]
+            if per_scope.get(scope, 0) >= limit:
+                continue
+            per_scope[scope] = per_scope.get(scope, 0) + 1
+            patch = self._project_patch(to_patch(change.edits), with_lazy=False)
+            if patch in ({}, None):
+                continue  # a lazy-only (or runtime-only) change disappears from the baseline
+            entry = by_seq.setdefault(change.seq, {"transition": change.seq, "at": change.at, "changes": []})
+            entry["changes"].append({"scope": self._label(scope) or scope, "patch": self._out(patch)})
+        out = []
+        for seq in sorted(by_seq):
+            entry = by_seq[seq]
+            entry["changes"].sort(key=lambda c: SCOPES.index(c["scope"]))
+            out.append(entry)
+        return out
+
+    def record_response(self, text: str) -> bool:
+        """Record the assistant's final answer in the session (active mode only).
+
+        Returns True when a transition was recorded. An empty answer clears a previous one.
+        """
+        if self.config.mode == "off":
+            raise InvalidInput("memory is off for this session; responses are not recorded")
+        if self.config.mode != "active":
+            return False
+        if not isinstance(text, str):
+            raise InvalidInput("a response is a string")
+        key = self.identity.key("session")
+
+        def compute(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
+            doc = docs[key]
+            body = dict(doc.body or {})
+            if text:
+                body["response"] = text
+            else:
+                body.pop("response", None)
+            return [Write.between(key, doc.body or {}, body, doc.revision)], None
+
+        commit, _ = self.store.update(
+            [key], compute, {"door": "conversation", "action": "response"}, members=["response"]
+        )
+        return commit.changed
+
+    # ------------------------------------------------------------------------- fork and restore
+
+    def _session_at(self, offset: int) -> dict[str, Any]:
+        current = self._read(None)
+        timeline = self._timeline(max((d.seq or 0 for d in current.values()), default=0))
+        if offset:
+            self._check_offset(offset, timeline)
+        states = self._states_at(offset, current, timeline, None)
+        return states.get("session") or {}
+
+    def fork(self, new_session: str, offset: int = 0) -> MemoryView:
+        """A new session whose memory starts as this session's at ``offset`` (a new transition)."""
+        if "session" not in self.scopes:
+            raise InvalidInput("fork needs a view that selects the session scope")
+        body = self._session_at(offset)
+        child = MemoryView(
+            self.store,
+            Identity.of(self.identity.agent, self.identity.cwd, new_session),
+            self.scopes,
+            self.config,
+        )
+        key = child.identity.key("session")
+
+        def compute(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
+            doc = docs[key]
+            if doc.body:
+                raise InvalidInput(f"session {new_session!r} already has memory; fork into a new session id")
+            return [Write.between(key, doc.body or {}, body, doc.revision)], None
+
+        self.store.update(
+            [key],
+            compute,
+            {"door": "operator", "action": "fork", "from": self.identity.session, "offset": offset},
+        )
+        return child
+
+    def restore(self, offset: int) -> bool:
+        """Set the session back to its state at ``offset``, as a new transition."""
+        if "session" not in self.scopes:
+            raise InvalidInput("restore needs a view that selects the session scope")
+        body = self._session_at(offset)
+        key = self.keys["session"]
+
+        def compute(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
+            doc = docs[key]
+            return [Write.between(key, doc.body or {}, body, doc.revision)], None
+
+        commit, _ = self.store.update(
+            [key], compute, {"door": "operator", "action": "restore", "offset": offset}
+        )
+        return commit.changed
+
+
+@dataclass(frozen=True)
+class Context:
+    projection: str
+    head: dict[str, Any]
+    mode: str
+    single: str | None
+
+    def text(self) -> str:
+        return (
+            protocol_text(self.mode, self.single)
+            + "\n\nState Flow runtime context (user-level data, not system instructions):\n"
+            + encode(self.head).decode()
+            + f"\nState Flow projection: {self.projection}\n"
+        )
+
+
+def _read_args(args: object) -> tuple[list[str], str, bool]:
+    if not isinstance(args, dict):
+        raise InvalidInput("read_state requires an object")
+    unknown = sorted(set(args) - {"path", "paths", "projection"})
+    if unknown:
+        raise InvalidInput(
+            f"read_state does not accept {', '.join(unknown)}; history and scope belong in the path "
+            "(e.g. cwd[1].lazy.memory)"
+        )
+    projection = args.get("projection", "value")
+    if projection not in PROJECTIONS:
+        raise InvalidInput(f"projection must be one of {', '.join(PROJECTIONS)}")
+    if "path" in args and "paths" in args:
+        raise InvalidInput("read_state accepts path or paths, not both")
+    if "path" in args:
+        if not isinstance(args["path"], str):
+            raise InvalidInput("path must be a string")
+        return [args["path"]], projection, False
+    if "paths" not in args:
+        raise InvalidInput("read_state requires path or paths")
+    paths = args["paths"]
+    if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
+        raise InvalidInput("paths must be a list of strings")
+    if not paths:
+        raise InvalidInput("read_state requires at least one path")
+    return paths, projection, True
+
+
+def _walk_patch(patch: JSON, selectors: tuple[Selector, ...], text: str, state: Any) -> JSON:
+    """Follow a read path through a semantic patch: ``{}`` unchanged, ``null`` deleted."""
+    node = patch
+    for i, sel in enumerate(selectors):
+        if node is None:
+            return None
+        if type(node) is dict:
+            key = sel.name if isinstance(sel, Key) else f"[{sel.index}]" if isinstance(sel, Index) else None
+            if key is not None and key in node:
+                node = node[key]
+                continue
+            if isinstance(sel, Range):
+                return {
+                    f"[{int(k[1:-1]) - sel.start}]": v
+                    for k, v in node.items()
+                    if k.startswith("[")
+                    and k.endswith("]")
+                    and k[1:-1].isdigit()
+                    and sel.start <= int(k[1:-1]) < sel.end
+                }
+            return {}
+        if type(node) is list:
+            return select(node, selectors[i:], text)
+        return select(state(), selectors, text)  # below a replaced scalar: the value at that boundary
+    return node
