@@ -9,6 +9,7 @@ import click
 
 from stateflow import __version__
 from stateflow.cli.common import Context, echo_json, pass_context, read_json_arg, refusals
+from stateflow.cli.memory import COMMANDS as MEMORY_COMMANDS
 from stateflow.doc.canonical import JSON
 from stateflow.doc.merge import merge_patch
 from stateflow.doc.select import MISSING
@@ -164,6 +165,10 @@ def doc_history(ctx: Context, state: str, subject: str, limit: int) -> None:
             for c in changes
         ]
     )
+
+
+for command in MEMORY_COMMANDS:
+    cli.add_command(command)
 
 
 def main() -> None:

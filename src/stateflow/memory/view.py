@@ -214,6 +214,9 @@ class MemoryView:
         if projection == "patch":
             assert timeline is not None
             return self._patch_at(path, timeline, current, members, with_lazy)
+        if path.offset:
+            assert timeline is not None
+            self._check_offset(path.offset, timeline)
         states = self._states_at(path.offset, current, timeline, members)
         root = self._root(path.root, states, with_lazy)
         sel = path.selectors
@@ -235,8 +238,8 @@ class MemoryView:
 
     # ------------------------------------------------------------------------- history
 
-    def _timeline(self, cap: int) -> _Timeline:
-        limit = self.config.history_limit
+    def _timeline(self, cap: int, depth: int | None = None) -> _Timeline:
+        limit = self.config.history_limit if depth is None else depth
         # a transition changes at most one document per scope: this many changes cover limit+1 of them
         changes = self.store.history(
             list(self.keys.values()), limit=len(self.scopes) * (limit + 2), before_seq=cap + 1
@@ -275,7 +278,7 @@ class MemoryView:
         if offset == 0:
             return {s: d.body for s, d in current.items()}
         assert timeline is not None
-        self._check_offset(offset, timeline, internal=offset == self.config.history_limit + 1)
+        self._check_offset(offset, timeline, internal=True)
         if offset == len(timeline.seqs):
             return {}  # the origin: before the first transition every scope is empty
         seq = timeline.seqs[offset]
@@ -616,6 +619,35 @@ class MemoryView:
             [key], compute, {"door": "conversation", "action": "response"}, members=["response"]
         )
         return commit.changed
+
+    # ------------------------------------------------------------------------- operators
+
+    def as_of(self, offset: int, path: str = "effective") -> JSON:
+        """The value at ``path`` ``offset`` transitions ago, at any retained depth (operators)."""
+        parsed = self._bind(parse(path, self.planes.names))
+        if not isinstance(parsed, ReadPath) or parsed.offset:
+            raise InvalidInput("give the depth as the offset argument and a path without [n] or .patches")
+        current = self._read(None)
+        cap = max((d.seq or 0 for d in current.values()), default=0)
+        timeline = self._timeline(cap, depth=offset) if offset else None
+        states = self._states_at(offset, current, timeline, None)
+        sel = parsed.selectors
+        with_lazy = bool(sel) and isinstance(sel[0], Key) and sel[0].name in self.planes.lazy
+        return self._out(select(self._root(parsed.root, states, with_lazy), sel, path))
+
+    def transitions(self, limit: int = 20) -> list[dict[str, Any]]:
+        """The view's transitions, newest first, with each scope's full patch and the origin."""
+        changes = self.store.history(list(self.keys.values()), limit=len(self.scopes) * limit)
+        scope_of = {k: s for s, k in self.keys.items()}
+        out: list[dict[str, Any]] = []
+        for change in changes:
+            if not out or out[-1]["seq"] != change.seq:
+                if len(out) == limit:
+                    break
+                out.append({"seq": change.seq, "at": change.at, "origin": change.origin, "changes": {}})
+            patch = self._project_patch(to_patch(change.edits), with_lazy=True)
+            out[-1]["changes"][scope_of[change.key]] = self._out(patch)
+        return out
 
     # ------------------------------------------------------------------------- fork and restore
 

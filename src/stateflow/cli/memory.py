@@ -1,0 +1,178 @@
+"""Memory commands: ``stateflow tool``, ``context``, ``history``, ``respond``, ``session``."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, cast
+
+import click
+
+from stateflow.cli.common import Context, echo_json, pass_context, read_json_arg, refusals
+from stateflow.doc.diff import diff, to_patch
+from stateflow.errors import InvalidInput
+from stateflow.memory import Identity, MemoryConfig, MemoryView, parse_scopes
+from stateflow.memory.scopes import DEFAULT_SESSION, SESSION_ENV
+from stateflow.tools import dispatch
+
+
+def memory_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The options that pick a memory view: agent, cwd, session, scopes, limits, mode."""
+    options = [
+        click.option("--agent", default="default", show_default=True, help="Agent whose memory this is."),
+        click.option(
+            "--cwd",
+            type=click.Path(file_okay=False, path_type=Path),
+            default=None,
+            help="Working directory of the cwd scope [default: the current directory].",
+        ),
+        click.option(
+            "--session",
+            default=None,
+            help=f"Session id [default: ${SESSION_ENV}, else {DEFAULT_SESSION!r}].",
+        ),
+        click.option("--scopes", default="global,cwd,session", show_default=True, help="Wanted scopes."),
+        click.option(
+            "--history-limit",
+            type=click.IntRange(0, 100),
+            default=7,
+            show_default=True,
+            help="Model-facing history depth.",
+        ),
+        click.option(
+            "--mode", type=click.Choice(["active", "passive", "off"]), default="active", show_default=True
+        ),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def make_view(ctx: Context, kw: dict[str, Any]) -> MemoryView:
+    identity = Identity.of(kw.pop("agent"), kw.pop("cwd"), kw.pop("session"))
+    config = MemoryConfig(history_limit=kw.pop("history_limit"), mode=kw.pop("mode"))
+    return MemoryView(ctx.store(), identity, parse_scopes(kw.pop("scopes")), config)
+
+
+def with_view(fn: Callable[..., Any]) -> Callable[..., Any]:
+    @memory_options
+    @pass_context
+    @refusals
+    @functools.wraps(fn)
+    def wrapper(ctx: Context, **kw: Any) -> Any:
+        own = {
+            k: kw.pop(k)
+            for k in list(kw)
+            if k not in ("agent", "cwd", "session", "scopes", "history_limit", "mode")
+        }
+        return fn(make_view(ctx, kw), **own)
+
+    return wrapper
+
+
+@click.command("tool")
+@click.argument("name", type=click.Choice(["read_state", "patch_state"]))
+@click.argument("arguments", required=False)
+@click.option(
+    "--file",
+    "file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Read the arguments from a file.",
+)
+@with_view
+def tool(view: MemoryView, name: str, arguments: str | None, file: Path | None) -> None:
+    """Call a memory tool with ARGUMENTS (JSON; '-' reads stdin) and print exactly its result."""
+    args = read_json_arg(arguments, file, "ARGUMENTS")
+    result = dispatch(view, name, args)
+    if result.is_error:
+        click.echo(f"error[{result.code}]: {result.text}", err=True)
+        sys.exit(1)
+    sys.stdout.write(result.text + "\n")
+
+
+@click.command("context")
+@click.option("--json", "as_json", is_flag=True, help="Print {projection, head} as JSON instead of the text.")
+@with_view
+def context(view: MemoryView, as_json: bool) -> None:
+    """Print the baseline context a model sees at the start of a turn."""
+    rendered = view.context()
+    if as_json:
+        echo_json({"projection": rendered.projection, "head": rendered.head})
+    else:
+        sys.stdout.write(rendered.text())
+
+
+@click.command("respond")
+@click.argument("text")
+@with_view
+def respond(view: MemoryView, text: str) -> None:
+    """Record TEXT as the session's latest accepted answer ('-' reads stdin)."""
+    if text == "-":
+        text = sys.stdin.read()
+    changed = view.record_response(text)
+    click.echo("response recorded" if changed else "response unchanged", err=True)
+
+
+@click.group("history")
+def history() -> None:
+    """Operators' view of memory history at any retained depth."""
+
+
+@history.command("list")
+@click.option("--limit", type=click.IntRange(1, 10_000), default=20, show_default=True)
+@with_view
+def history_list(view: MemoryView, limit: int) -> None:
+    """Transitions that changed the selected scopes, newest first, with their patches."""
+    echo_json(view.transitions(limit))
+
+
+@history.command("show")
+@click.argument("offset", type=click.IntRange(0))
+@click.option("--path", default="effective", show_default=True, help="A read_state path (no history offset).")
+@with_view
+def history_show(view: MemoryView, offset: int, path: str) -> None:
+    """The value at PATH as it was OFFSET transitions ago (any retained depth)."""
+    echo_json(view.as_of(offset, path))
+
+
+@history.command("diff")
+@click.argument("older", type=click.IntRange(0))
+@click.argument("newer", type=click.IntRange(0), default=0)
+@click.option("--path", default="effective", show_default=True)
+@with_view
+def history_diff(view: MemoryView, older: int, newer: int, path: str) -> None:
+    """The semantic patch from OLDER to NEWER offsets (default: now) at PATH."""
+    if older < newer:
+        raise InvalidInput("OLDER must be an offset at least as deep as NEWER")
+    echo_json(to_patch(diff(view.as_of(older, path), view.as_of(newer, path))))
+
+
+@click.group("session")
+def session() -> None:
+    """Fork a session or restore it to a retained boundary."""
+
+
+@session.command("fork")
+@click.argument("new_session")
+@click.option(
+    "--at", "offset", type=click.IntRange(0), default=0, show_default=True, help="History offset to copy."
+)
+@with_view
+def session_fork(view: MemoryView, new_session: str, offset: int) -> None:
+    """Start NEW_SESSION with this session's memory as of --at."""
+    view.fork(new_session, offset)
+    click.echo(f"forked {view.identity.session} → {new_session}", err=True)
+
+
+@session.command("restore")
+@click.argument("offset", type=click.IntRange(1))
+@with_view
+def session_restore(view: MemoryView, offset: int) -> None:
+    """Set the session back to its state OFFSET transitions ago (as a new transition)."""
+    changed = view.restore(offset)
+    click.echo("restored" if changed else "already at that state", err=True)
+
+
+COMMANDS = [tool, context, respond, history, session]

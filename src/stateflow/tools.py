@@ -1,0 +1,91 @@
+"""LLM tool definitions and the one dispatcher that returns exactly what a model receives."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from stateflow.doc.canonical import encode
+from stateflow.errors import StateflowError
+from stateflow.memory import MemoryView
+
+READ_STATE_DESCRIPTION = (
+    "Read memory progressively. Give one path or an ordered list of paths, and one projection: "
+    '"value" (default) returns the exact value, "keys" returns {meta, keys} to navigate, "patch" '
+    "returns the change made at a history boundary. Paths: effective.tactics.next, cwd.lazy.memory[4], "
+    "cwd.lazy.memory[10:20] (half-open, must fit), session[2].lazy.x (history), cwd.patches[0]. "
+    "Reads never change memory. A batch is all-or-error."
+)
+PATCH_STATE_DESCRIPTION = (
+    "The only way to change memory. Recursive semantic patch per scope: objects merge, arrays and "
+    'scalars replace, null deletes a key, {"[N]": v} patches existing array element N. Planes: '
+    "intents, strategy, tactics, artifacts, lazy (response is runtime-owned). All scopes are "
+    'accepted as one transition or nothing. A {"$ref": "<scope>.<plane>.<key>"} inside an intent '
+    "owns that key: deleting the intent clears it."
+)
+
+
+def read_state_schema() -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {
+            "path": {"type": "string", "description": "One read_state path."},
+            "paths": {
+                "type": "array",
+                "items": {"type": "string"},
+                "minItems": 1,
+                "description": "Ordered paths, read from one captured view.",
+            },
+            "projection": {"type": "string", "enum": ["value", "keys", "patch"], "default": "value"},
+        },
+        "additionalProperties": False,
+    }
+
+
+def patch_state_schema(view: MemoryView) -> dict[str, Any]:
+    plane = {"type": "object", "description": "A semantic patch of this plane."}
+    planes = {name: plane for name in view.planes.patchable}
+    scope_patch = {"type": "object", "properties": planes, "additionalProperties": False, "minProperties": 1}
+    if view.single is not None:
+        return {"type": "object", "properties": planes, "additionalProperties": False, "minProperties": 1}
+    return {
+        "type": "object",
+        "properties": {scope: scope_patch for scope in view.scopes},
+        "additionalProperties": False,
+        "minProperties": 1,
+    }
+
+
+@dataclass(frozen=True)
+class ToolDefinition:
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    read_only: bool
+    destructive: bool
+
+
+def memory_tools(view: MemoryView) -> list[ToolDefinition]:
+    return [
+        ToolDefinition("read_state", READ_STATE_DESCRIPTION, read_state_schema(), True, False),
+        ToolDefinition("patch_state", PATCH_STATE_DESCRIPTION, patch_state_schema(view), False, True),
+    ]
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    text: str
+    is_error: bool = False
+    code: str | None = None
+
+
+def dispatch(view: MemoryView, name: str, args: Any) -> ToolResult:
+    """Run a tool; a refusal becomes an error result with a concise message, never an exception."""
+    try:
+        if name == "read_state":
+            return ToolResult(encode(view.read_state(args)).decode())
+        if name == "patch_state":
+            return ToolResult(view.patch_state(args).text())
+    except StateflowError as exc:
+        return ToolResult(exc.message, is_error=True, code=exc.code)
+    return ToolResult(f"unknown tool {name!r}; available: read_state, patch_state", True, "unknown-tool")
