@@ -56,20 +56,18 @@ def make_view(ctx: Context, kw: dict[str, Any]) -> MemoryView:
     return MemoryView(ctx.store(), identity, parse_scopes(kw.pop("scopes")), config)
 
 
+_VIEW_OPTIONS = ("agent", "cwd", "session", "scopes", "history_limit", "mode")
+
+
 def with_view(fn: Callable[..., Any]) -> Callable[..., Any]:
-    @memory_options
-    @pass_context
-    @refusals
+    """Turn ``fn(view, **own_options)`` into a command taking the memory options."""
+
     @functools.wraps(fn)
     def wrapper(ctx: Context, **kw: Any) -> Any:
-        own = {
-            k: kw.pop(k)
-            for k in list(kw)
-            if k not in ("agent", "cwd", "session", "scopes", "history_limit", "mode")
-        }
+        own = {k: kw.pop(k) for k in list(kw) if k not in _VIEW_OPTIONS}
         return fn(make_view(ctx, kw), **own)
 
-    return wrapper
+    return memory_options(pass_context(cast(Callable[..., Any], refusals(wrapper))))
 
 
 @click.command("tool")
