@@ -174,3 +174,15 @@ def session_restore(view: MemoryView, offset: int) -> None:
 
 
 COMMANDS = [tool, context, respond, history, session]
+
+
+@click.command("mcp")
+@with_view
+def mcp_server(view: MemoryView) -> None:
+    """Serve read_state and patch_state to an MCP client over stdio."""
+    from stateflow.mcp.server import serve_stdio
+
+    serve_stdio(view)
+
+
+COMMANDS.append(mcp_server)

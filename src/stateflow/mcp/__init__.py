@@ -1,0 +1,1 @@
+"""The MCP server (stdio) exposing the memory tools."""

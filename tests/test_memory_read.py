@@ -1,0 +1,201 @@
+"""read_state: paths, ranges, projections, batches, history, hints (both backends)."""
+
+from __future__ import annotations
+
+import pytest
+
+from stateflow.errors import InvalidInput, InvalidPath, NotFound, SelectionError
+from stateflow.store import SqlStore
+
+from .memory_helpers import transitions, view
+
+TEN = [f"thought {i}" for i in range(10)]
+
+
+@pytest.fixture
+def v(store: SqlStore):  # type: ignore[no-untyped-def]
+    m = view(store)
+    m.patch_state(
+        {
+            "cwd": {"lazy": {"memory": TEN, "rules": {"ranges": "Ranges are half-open.", "publication": {"x": 1}}}},
+            "session": {"tactics": {"nextAction": "Implement progressive reads."}, "lazy": {"soul": ["s"]}},
+        }
+    )
+    return m
+
+
+@pytest.mark.parametrize(("rng", "expected"), [("[0:10]", TEN), ("[10:10]", []), ("[0..3]", TEN[:3]), ("[4]", TEN[4])])
+def test_ranges_and_items_that_fit(v, rng, expected) -> None:  # type: ignore[no-untyped-def]
+    assert v.read_state({"path": f"cwd.lazy.memory{rng}"}) == {"value": expected}
+
+
+@pytest.mark.parametrize("rng", ["[0:15]", "[11:11]", "[0..11]", "[10]"])
+def test_ranges_that_do_not_fit_fail(v, rng) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(SelectionError, match="outside"):
+        v.read_state({"path": f"cwd.lazy.memory{rng}"})
+
+
+def test_projections_have_exactly_their_fields(v) -> None:  # type: ignore[no-untyped-def]
+    assert v.read_state({"path": "effective.lazy", "projection": "keys"}) == {
+        "meta": {"type": "object", "size": 3},
+        "keys": {"memory": "array", "rules": "object", "soul": "array"},
+    }
+    assert v.read_state({"path": "cwd.lazy.rules", "projection": "keys"}) == {
+        "meta": {"type": "object", "size": 2},
+        "keys": {"ranges": "string", "publication": "object"},
+    }
+    assert v.read_state({"path": "cwd.lazy.memory", "projection": "keys"}) == {
+        "meta": {"type": "array", "length": 10},
+        "keys": [],
+    }
+    assert list(v.read_state({"path": "cwd.lazy.memory", "projection": "patch"})) == ["patch"]
+
+
+def test_batches_keep_order_and_duplicates_in_one_view(v) -> None:  # type: ignore[no-untyped-def]
+    result = v.read_state(
+        {"paths": ["effective.lazy.rules.ranges", "cwd.lazy.memory[0..2]", "session.tactics.nextAction", "cwd.lazy.memory[0..2]"]}
+    )
+    assert result == {
+        "value": ["Ranges are half-open.", TEN[:2], "Implement progressive reads.", TEN[:2]]
+    }
+    keys = v.read_state({"paths": ["cwd.lazy.memory", "cwd.lazy.rules"], "projection": "keys"})
+    assert keys == {
+        "meta": [{"type": "array", "length": 10}, {"type": "object", "size": 2}],
+        "keys": [[], {"ranges": "string", "publication": "object"}],
+    }
+
+
+def test_one_bad_path_fails_the_whole_batch(v) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(SelectionError):
+        v.read_state({"paths": ["cwd.lazy.memory[0:2]", "cwd.lazy.memory[0:99]"]})
+    with pytest.raises(InvalidPath):
+        v.read_state({"paths": ["cwd.lazy.memory[0:2]", "cwd.lazy.memory[-1]"]})
+
+
+def test_absent_documented_plane_reads_null_and_the_root_omits_it(v) -> None:  # type: ignore[no-untyped-def]
+    assert v.read_state({"path": "response"}) == {"value": None}
+    assert v.read_state({"path": "global.intents"}) == {"value": None}
+    with pytest.raises(SelectionError):
+        v.read_state({"path": "global.intents", "projection": "keys"})
+    assert v.read_state({"path": "effective"}) == {"value": {"tactics": {"nextAction": "Implement progressive reads."}}}
+
+
+def test_lazy_is_read_only_when_asked_for(v) -> None:  # type: ignore[no-untyped-def]
+    assert "lazy" not in v.read_state({"path": "cwd"})["value"]
+    assert v.read_state({"path": "lazy.soul"}) == {"value": ["s"]}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ({"path": "cwd.lazy", "offset": 1}, "does not accept offset"),
+        ({"path": "cwd.lazy", "scope": "cwd"}, "does not accept scope"),
+        ({"path": "a", "paths": ["b"]}, "not both"),
+        ({}, "requires path or paths"),
+        ({"paths": []}, "at least one path"),
+        ({"path": "cwd", "projection": "values"}, "projection must be"),
+        ("cwd", "requires an object"),
+    ],
+)
+def test_malformed_reads_are_refused(v, args, message) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(InvalidInput, match=message):
+        v.read_state(args)
+
+
+def test_reads_never_write(v, store) -> None:  # type: ignore[no-untyped-def]
+    before = transitions(store)
+    v.read_state({"paths": ["effective", "cwd.lazy.memory[0:3]", "cwd[1].lazy"]})
+    v.read_state({"path": "cwd.patches[0]"})
+    v.context()
+    with pytest.raises(SelectionError):
+        v.read_state({"path": "cwd.lazy.nothing"})
+    assert transitions(store) == before
+
+
+def test_history_offsets_select_boundaries_of_the_view_timeline(store) -> None:  # type: ignore[no-untyped-def]
+    m = view(store)
+    m.patch_state({"global": {"strategy": {"g": "G"}}, "cwd": {"strategy": {"c": "C"}}, "session": {"tactics": {"s": "S"}}})
+    m.patch_state({"cwd": {"strategy": {"c": "C1"}}, "session": {"tactics": {"s": "S1"}}})
+    m.patch_state({"global": {"strategy": {"g": "G1"}}, "session": {"tactics": {"s": "S2"}}})
+    m.patch_state({"cwd": {"strategy": {"c": "C2"}}, "session": {"tactics": {"s": "S3"}}})
+    value = lambda p: m.read_state({"path": p})["value"]  # noqa: E731
+    assert value("effective[1]") == {"strategy": {"g": "G1", "c": "C1"}, "tactics": {"s": "S2"}}
+    assert value("global[1].strategy.g") == "G1"
+    assert value("cwd[1].strategy.c") == "C1"
+    assert value("cwd[2].strategy.c") == "C1"
+    assert value("cwd[3].strategy.c") == "C"
+    assert value("session[4]") == {}  # the origin: before the first transition
+    with pytest.raises(NotFound, match="predates"):
+        value("session[5]")
+    with pytest.raises(InvalidPath, match="0 to 7"):
+        value("session[8]")
+
+
+def test_history_limit_bounds_model_offsets(store) -> None:  # type: ignore[no-untyped-def]
+    m = view(store, history_limit=2)
+    for i in range(4):
+        m.patch_state({"session": {"tactics": {"i": i}}})
+    assert m.read_state({"path": "session[2].tactics.i"}) == {"value": 1}
+    with pytest.raises(InvalidPath, match="0 to 2"):
+        m.read_state({"path": "session[3].tactics.i"})
+    assert m.as_of(3, "session.tactics.i") == 0  # operators may go deeper
+
+
+def test_patch_projection_distinguishes_unchanged_deleted_indexed_and_replaced(store) -> None:  # type: ignore[no-untyped-def]
+    m = view(store)
+    m.patch_state({"cwd": {"lazy": {"memory": ["a", "b", "c"], "gone": {"x": 1}, "same": 1}}})
+    m.patch_state({"cwd": {"lazy": {"memory": {"[1]": "corrected thought"}, "gone": None}}})
+    assert m.read_state({"path": "cwd[0].lazy.memory", "projection": "patch"}) == {"patch": {"[1]": "corrected thought"}}
+    assert m.read_state({"path": "cwd[0].lazy.gone", "projection": "patch"}) == {"patch": None}
+    assert m.read_state({"path": "cwd[0].lazy.same", "projection": "patch"}) == {"patch": {}}
+    m.patch_state({"cwd": {"lazy": {"memory": ["new first thought", "new second thought"]}}})
+    assert m.read_state({"path": "cwd.lazy.memory", "projection": "patch"}) == {"patch": ["new first thought", "new second thought"]}
+    assert m.read_state({"path": "effective[1].lazy.memory", "projection": "patch"}) == {"patch": {"[1]": "corrected thought"}}
+    assert m.read_state({"path": "cwd[3].lazy", "projection": "patch"}) == {"patch": {}}  # origin
+    assert m.read_state({"path": "session[0]", "projection": "patch"}) == {"patch": {}}
+
+
+def test_scope_patch_history(store) -> None:  # type: ignore[no-untyped-def]
+    m = view(store)
+    m.patch_state({"cwd": {"tactics": {"a": 1}}})
+    m.patch_state({"session": {"tactics": {"b": 1}}})
+    m.patch_state({"cwd": {"tactics": {"a": 2, "c": 3}}})
+    assert m.read_state({"path": "cwd.patches"}) == {"patch": {"tactics": {"a": 2, "c": 3}}}
+    assert m.read_state({"path": "cwd.patches[1]"}) == {"patch": {"tactics": {"a": 1}}}
+    with pytest.raises(NotFound, match="predates"):
+        m.read_state({"path": "cwd.patches[2]"})
+    with pytest.raises(InvalidInput, match="only the value projection"):
+        m.read_state({"path": "cwd.patches", "projection": "keys"})
+    with pytest.raises(InvalidInput, match="only path"):
+        m.read_state({"paths": ["cwd.patches", "cwd"]})
+
+
+def test_dangling_reference_hint_for_one_missing_value_path(store) -> None:  # type: ignore[no-untyped-def]
+    m = view(store)
+    m.patch_state(
+        {
+            "cwd": {"tactics": {"note": {"$ref": "cwd.lazy.plan"}, "prose": "see $cwd.lazy.plan for details"}},
+            "session": {"strategy": {"x": "unrelated $cwd.lazy.planned text"}},
+        }
+    )
+    result = m.read_state({"path": "cwd.lazy.plan"})
+    assert result["value"] is None
+    [hint] = result["hint"]
+    assert hint["type"] == "dangling-reference"
+    assert hint["paths"] == ["cwd.tactics.note", "cwd.tactics.prose"]
+    assert hint["message"].startswith("The requested value is unavailable in the selected state.")
+    for args in (
+        {"path": "cwd.lazy.plan", "projection": "keys"},
+        {"paths": ["cwd.lazy.plan"]},
+        {"path": "cwd.lazy.unreferenced"},
+    ):
+        with pytest.raises(SelectionError):
+            m.read_state(args)
+
+
+def test_hint_lists_at_most_three_owners_and_says_when_more_may_exist(store) -> None:  # type: ignore[no-untyped-def]
+    m = view(store)
+    m.patch_state({"session": {"tactics": {f"n{i}": {"$ref": "lazy.gone"} for i in range(5)}}})
+    result = m.read_state({"path": "lazy.gone"})
+    assert result["hint"][0]["paths"] == ["session.tactics.n0", "session.tactics.n1", "session.tactics.n2"]
+    assert "additional reference owners may exist" in result["hint"][0]["message"]
