@@ -1,0 +1,223 @@
+"""patch_state: merge, index selectors, atomic cohorts, ownership, receipts, pruning (both backends)."""
+
+from __future__ import annotations
+
+import pytest
+
+from stateflow.errors import InvalidInput, InvalidPath, PatchError
+from stateflow.store import SqlStore
+
+from .memory_helpers import transitions, view
+
+
+def state(m, path):  # type: ignore[no-untyped-def]
+    return m.read_state({"path": path})["value"]
+
+
+def test_recursive_merge_and_scope_local_deletion_reveals_broader_value(store: SqlStore) -> None:
+    m = view(store)
+    m.patch_state({"cwd": {"tactics": {"k": "cwd value", "keep": 1}}, "session": {"tactics": {"k": "session value"}}})
+    assert state(m, "effective.tactics") == {"k": "session value", "keep": 1}
+    receipt = m.patch_state({"session": {"tactics": {"k": None}}})
+    assert state(m, "effective.tactics.k") == "cwd value"
+    assert receipt.state_updates is not None
+    assert receipt.state_updates["effective"] == [{"path": ["tactics", "k"], "value": "cwd value"}]
+
+
+def test_indexed_patches_replace_existing_elements_atomically(store: SqlStore) -> None:
+    m = view(store)
+    m.patch_state({"cwd": {"lazy": {"memory": ["a", "b", "c", "d", "e"], "groups": [{"notes": ["n0", "n1"]}]}}})
+    m.patch_state({"cwd": {"lazy": {"memory": {"[1]": "B", "[4]": "E"}, "groups": {"[0]": {"notes": {"[1]": "fixed"}}}}}})
+    assert state(m, "cwd.lazy") == {"memory": ["a", "B", "c", "d", "E"], "groups": [{"notes": ["n0", "fixed"]}]}
+
+
+def test_an_invalid_index_fails_the_whole_call_and_publishes_nothing(store: SqlStore) -> None:
+    m = view(store)
+    m.patch_state({"cwd": {"lazy": {"memory": ["a", "b"]}}})
+    before = transitions(store)
+    with pytest.raises(PatchError, match=r"array index \[2\] is out of bounds for length 2"):
+        m.patch_state({"session": {"tactics": {"x": 1}}, "cwd": {"lazy": {"memory": {"[0]": "A", "[2]": "C"}}}})
+    with pytest.raises(PatchError, match="cannot be deleted"):
+        m.patch_state({"cwd": {"lazy": {"memory": {"[0]": None}}}})
+    assert transitions(store) == before
+    assert state(m, "session.tactics") is None
+    assert state(m, "cwd.lazy.memory") == ["a", "b"]
+
+
+def test_literal_index_keys_against_objects(store: SqlStore) -> None:
+    m = view(store)
+    m.patch_state({"session": {"tactics": {"obj": {"[0]": "literal"}}}})
+    assert m.read_state({"path": "session.tactics.obj", "projection": "keys"})["keys"] == {"[0]": "string"}
+
+
+def test_all_scopes_commit_as_one_transition(store: SqlStore) -> None:
+    m = view(store)
+    receipt = m.patch_state({"global": {"strategy": {"a": 1}}, "cwd": {"strategy": {"b": 1}}, "session": {"tactics": {"c": 1}}})
+    assert receipt.message == "State materialized atomically at global+cwd+session scopes."
+    [t] = store.transitions()
+    assert len(t.changes) == 3 and t.seq == receipt.seq
+
+
+def test_a_patch_that_changes_nothing_publishes_nothing(store: SqlStore) -> None:
+    m = view(store)
+    m.patch_state({"session": {"tactics": {"a": 1}}})
+    before = transitions(store)
+    receipt = m.patch_state({"session": {"tactics": {"a": 1}}})
+    assert receipt.message == "State already current." and receipt.state_updates is None
+    assert transitions(store) == before
+
+
+def test_missing_deletion_hints_are_non_fatal(store: SqlStore) -> None:
+    m = view(store)
+    m.patch_state({"session": {"tactics": {"a": 0}}})
+    receipt = m.patch_state({"session": {"tactics": {"a": 1, "gone": {"deep": None}, "x/y": None}}})
+    assert receipt.changed_scopes == ["session"]
+    assert receipt.hints == [
+        {"type": "missing-deletion", "target": "/session/tactics/gone/deep", "unavailable": "/session/tactics/gone"},
+        {"type": "missing-deletion", "target": "/session/tactics/x~1y", "unavailable": "/session/tactics/x~1y"},
+    ]
+    assert state(m, "session.tactics") == {"a": 1}  # no empty parent was created
+
+
+@pytest.mark.parametrize(
+    ("args", "error", "message"),
+    [
+        ([], InvalidInput, "requires an object"),
+        ({}, InvalidInput, "at least one scope"),
+        ({"final": True}, InvalidInput, "does not accept field final"),
+        ({"tactics": {"a": 1}}, InvalidInput, "not the plane"),
+        ({"session": {}}, InvalidInput, "cannot be empty"),
+        ({"session": []}, InvalidInput, "semantic patch object"),
+        ({"session": {"response": "hi"}}, InvalidInput, "written by the runtime"),
+        ({"session": {"meta": {}}}, InvalidInput, 'unknown patch key "meta"'),
+        ({"session": {"lazy": [1]}}, InvalidInput, "must be a JSON object"),
+        ({"session": {"tactics": None}}, InvalidInput, "must be a JSON object"),
+        ({"session": {"tactics": {"l": [1, None]}}}, PatchError, "cannot store null"),
+        ({"session": {"artifacts": {"/a.md": {"kind": "doc"}}}}, PatchError, "needs a non-empty description"),
+        ({"session": {"artifacts": {"/a.md": {"description": "x", "hash": "h"}}}}, PatchError, "runtime-owned"),
+        ({"session": {"artifacts": {"/a.md": {"description": "x", "tags": ["a", "a"]}}}}, PatchError, "unique"),
+    ],
+)
+def test_invalid_patches_are_refused_and_change_nothing(store: SqlStore, args, error, message) -> None:  # type: ignore[no-untyped-def]
+    m = view(store)
+    m.patch_state({"session": {"tactics": {"kept": True}}})
+    before = transitions(store)
+    with pytest.raises(error, match=message):
+        m.patch_state(args)
+    assert transitions(store) == before
+    assert state(m, "session.tactics") == {"kept": True}
+
+
+def test_empty_objects_are_pruned_along_the_patch(store: SqlStore) -> None:
+    m = view(store)
+    m.patch_state({"session": {"tactics": {"a": {"b": {"c": 1}}, "e": {}, "l": [{"x": {}, "y": 1}, {}]}}})
+    assert state(m, "session.tactics") == {"a": {"b": {"c": 1}}, "l": [{"y": 1}, {}]}
+    m.patch_state({"session": {"tactics": {"a": {"b": {"c": None}}}}})
+    assert state(m, "session.tactics") == {"l": [{"y": 1}, {}]}
+    m.patch_state({"session": {"tactics": {"l": None}}})
+    assert state(m, "session") == {}
+
+
+def test_intent_ownership_worked_example(store: SqlStore) -> None:
+    m = view(store)
+    refs = ["a", "a.x", "shared", "up.y", "down", "gone", "scalar.k"]
+    m.patch_state(
+        {
+            "session": {
+                "intents": {
+                    "done": {"refs": [{"$ref": f"session.tactics.{r}"} for r in refs] + [{"$ref": "session.lazy.plan"}]},
+                    "keep": {"refs": [{"$ref": "session.tactics.shared"}, {"$ref": "session.tactics.up"}, {"$ref": "session.tactics.down.z"}]},
+                    "edited": {"$ref": "session.tactics.edited"},
+                },
+                "tactics": {"a": {"x": 1}, "shared": 1, "up": {"y": 1}, "down": {"z": 1}, "edited": 1, "scalar": "k"},
+                "lazy": {"plan": [1], "other": 2},
+            }
+        }
+    )
+    receipt = m.patch_state({"session": {"intents": {"done": None, "edited": "no refs"}}})
+    assert receipt.state_updates is not None
+    assert receipt.state_updates["cascaded"] == ["session.tactics.a", "session.lazy.plan"]
+    assert state(m, "session.tactics") == {"shared": 1, "up": {"y": 1}, "down": {"z": 1}, "edited": 1, "scalar": "k"}
+    assert state(m, "session.lazy") == {"other": 2}
+
+
+def test_supersede_in_one_patch_and_textual_refs_never_own(store: SqlStore) -> None:
+    m = view(store)
+    m.patch_state(
+        {
+            "cwd": {
+                "intents": {"old": {"$ref": "cwd.lazy.plan"}, "mention": "uses $cwd.strategy.rule"},
+                "lazy": {"plan": ["step"]},
+                "strategy": {"rule": "r"},
+            }
+        }
+    )
+    m.patch_state({"cwd": {"intents": {"old": None, "new": {"$ref": "cwd.lazy.plan"}, "mention": None}}})
+    assert state(m, "cwd.lazy.plan") == ["step"]
+    assert state(m, "cwd.strategy.rule") == "r"
+
+
+def test_cascade_targets_are_cleared_before_authored_writes_recreate_them(store: SqlStore) -> None:
+    m = view(store)
+    m.patch_state({"session": {"intents": {"i": {"$ref": "session.tactics.draft"}}, "tactics": {"draft": {"old": 1}}}})
+    receipt = m.patch_state({"session": {"intents": {"i": None}, "tactics": {"draft": {"new": 2}}}})
+    assert state(m, "session.tactics.draft") == {"new": 2}  # fresh knowledge, no old fields
+    assert receipt.state_updates is not None and receipt.state_updates["cascaded"] == ["session.tactics.draft"]
+
+
+def test_ownership_never_crosses_scopes(store: SqlStore) -> None:
+    m = view(store)
+    m.patch_state({"session": {"intents": {"i": {"$ref": "cwd.tactics.shared"}}}, "cwd": {"tactics": {"shared": 1}}})
+    receipt = m.patch_state({"session": {"intents": {"i": None}}})
+    assert state(m, "cwd.tactics.shared") == 1
+    assert receipt.state_updates is not None and "cascaded" not in receipt.state_updates
+
+
+def test_single_owner_view_uses_flat_paths_patches_and_anchored_refs(store: SqlStore) -> None:
+    m = view(store, scopes=("cwd",))
+    receipt = m.patch_state({"intents": {"release": {"$ref": "lazy.plan"}}, "lazy": {"plan": ["a"]}})
+    assert receipt.message == "State materialized atomically at cwd scope."
+    assert state(m, "intents.release") == {"$ref": "lazy.plan"}  # read back relative
+    everyone = view(store)
+    assert state(everyone, "cwd.intents.release") == {"$ref": "cwd.lazy.plan"}  # stored canonical
+    receipt = m.patch_state({"intents": {"release": None}})
+    assert receipt.state_updates is not None and receipt.state_updates["cascaded"] == ["lazy.plan"]
+    with pytest.raises(InvalidPath, match="does not select"):
+        m.read_state({"path": "session.tactics"})
+    with pytest.raises(InvalidInput, match="cannot write the session scope"):
+        m.patch_state({"session": {"tactics": {"a": 1}}})
+    assert state(m, "lazy") is None
+
+
+def test_receipts_never_carry_lazy_bodies(store: SqlStore) -> None:
+    m = view(store)
+    receipt = m.patch_state({"session": {"lazy": {"secret": "body text"}, "tactics": {"a": 1}}})
+    assert "body text" not in receipt.text()
+    assert receipt.state_updates is not None
+    assert receipt.state_updates["lazy_navigation"] == {"available": True, "path": "effective.lazy", "keys": {"secret": "string"}}
+
+
+def test_response_recording_follows_the_mode(store: SqlStore) -> None:
+    active = view(store)
+    assert active.record_response("the answer")
+    assert state(active, "response") == "the answer"
+    assert not active.record_response("the answer")
+    assert active.record_response("")  # clearing a non-empty answer is a transition
+    assert state(active, "response") is None
+    passive = view(store, mode="passive")
+    assert not passive.record_response("ignored")
+    off = view(store, mode="off")
+    with pytest.raises(InvalidInput, match="off"):
+        off.read_state({"path": "effective"})
+
+
+def test_memory_scopes_are_records_of_the_memory_state(store: SqlStore) -> None:
+    from stateflow.subjects import Subject
+
+    m = view(store, cwd="/tmp")
+    m.patch_state({"cwd": {"tactics": {"a": 1}}})
+    [t] = store.transitions()
+    [change] = t.changes
+    assert change.key.state == "memory"
+    assert Subject.decode(change.key.subject) == Subject("agent", "agent-a", "cwd", "/tmp")
+    assert t.origin["door"] == "tool"
