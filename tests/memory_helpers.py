@@ -8,7 +8,13 @@ from stateflow.memory import Identity, MemoryConfig, MemoryView
 from stateflow.store import SqlStore
 
 
-def view(store: SqlStore, scopes: tuple[str, ...] = ("global", "cwd", "session"), session: str = "s1", cwd: str = "/tmp", **config: Any) -> MemoryView:
+def view(
+    store: SqlStore,
+    scopes: tuple[str, ...] = ("global", "cwd", "session"),
+    session: str = "s1",
+    cwd: str = "/tmp",
+    **config: Any,
+) -> MemoryView:
     return MemoryView(store, Identity.of("agent-a", cwd, session), scopes, MemoryConfig(**config))
 
 

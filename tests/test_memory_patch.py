@@ -16,7 +16,9 @@ def state(m, path):  # type: ignore[no-untyped-def]
 
 def test_recursive_merge_and_scope_local_deletion_reveals_broader_value(store: SqlStore) -> None:
     m = view(store)
-    m.patch_state({"cwd": {"tactics": {"k": "cwd value", "keep": 1}}, "session": {"tactics": {"k": "session value"}}})
+    m.patch_state(
+        {"cwd": {"tactics": {"k": "cwd value", "keep": 1}}, "session": {"tactics": {"k": "session value"}}}
+    )
     assert state(m, "effective.tactics") == {"k": "session value", "keep": 1}
     receipt = m.patch_state({"session": {"tactics": {"k": None}}})
     assert state(m, "effective.tactics.k") == "cwd value"
@@ -26,9 +28,20 @@ def test_recursive_merge_and_scope_local_deletion_reveals_broader_value(store: S
 
 def test_indexed_patches_replace_existing_elements_atomically(store: SqlStore) -> None:
     m = view(store)
-    m.patch_state({"cwd": {"lazy": {"memory": ["a", "b", "c", "d", "e"], "groups": [{"notes": ["n0", "n1"]}]}}})
-    m.patch_state({"cwd": {"lazy": {"memory": {"[1]": "B", "[4]": "E"}, "groups": {"[0]": {"notes": {"[1]": "fixed"}}}}}})
-    assert state(m, "cwd.lazy") == {"memory": ["a", "B", "c", "d", "E"], "groups": [{"notes": ["n0", "fixed"]}]}
+    m.patch_state(
+        {"cwd": {"lazy": {"memory": ["a", "b", "c", "d", "e"], "groups": [{"notes": ["n0", "n1"]}]}}}
+    )
+    m.patch_state(
+        {
+            "cwd": {
+                "lazy": {"memory": {"[1]": "B", "[4]": "E"}, "groups": {"[0]": {"notes": {"[1]": "fixed"}}}}
+            }
+        }
+    )
+    assert state(m, "cwd.lazy") == {
+        "memory": ["a", "B", "c", "d", "E"],
+        "groups": [{"notes": ["n0", "fixed"]}],
+    }
 
 
 def test_an_invalid_index_fails_the_whole_call_and_publishes_nothing(store: SqlStore) -> None:
@@ -36,7 +49,9 @@ def test_an_invalid_index_fails_the_whole_call_and_publishes_nothing(store: SqlS
     m.patch_state({"cwd": {"lazy": {"memory": ["a", "b"]}}})
     before = transitions(store)
     with pytest.raises(PatchError, match=r"array index \[2\] is out of bounds for length 2"):
-        m.patch_state({"session": {"tactics": {"x": 1}}, "cwd": {"lazy": {"memory": {"[0]": "A", "[2]": "C"}}}})
+        m.patch_state(
+            {"session": {"tactics": {"x": 1}}, "cwd": {"lazy": {"memory": {"[0]": "A", "[2]": "C"}}}}
+        )
     with pytest.raises(PatchError, match="cannot be deleted"):
         m.patch_state({"cwd": {"lazy": {"memory": {"[0]": None}}}})
     assert transitions(store) == before
@@ -52,7 +67,9 @@ def test_literal_index_keys_against_objects(store: SqlStore) -> None:
 
 def test_all_scopes_commit_as_one_transition(store: SqlStore) -> None:
     m = view(store)
-    receipt = m.patch_state({"global": {"strategy": {"a": 1}}, "cwd": {"strategy": {"b": 1}}, "session": {"tactics": {"c": 1}}})
+    receipt = m.patch_state(
+        {"global": {"strategy": {"a": 1}}, "cwd": {"strategy": {"b": 1}}, "session": {"tactics": {"c": 1}}}
+    )
     assert receipt.message == "State materialized atomically at global+cwd+session scopes."
     [t] = store.transitions()
     assert len(t.changes) == 3 and t.seq == receipt.seq
@@ -73,8 +90,16 @@ def test_missing_deletion_hints_are_non_fatal(store: SqlStore) -> None:
     receipt = m.patch_state({"session": {"tactics": {"a": 1, "gone": {"deep": None}, "x/y": None}}})
     assert receipt.changed_scopes == ["session"]
     assert receipt.hints == [
-        {"type": "missing-deletion", "target": "/session/tactics/gone/deep", "unavailable": "/session/tactics/gone"},
-        {"type": "missing-deletion", "target": "/session/tactics/x~1y", "unavailable": "/session/tactics/x~1y"},
+        {
+            "type": "missing-deletion",
+            "target": "/session/tactics/gone/deep",
+            "unavailable": "/session/tactics/gone",
+        },
+        {
+            "type": "missing-deletion",
+            "target": "/session/tactics/x~1y",
+            "unavailable": "/session/tactics/x~1y",
+        },
     ]
     assert state(m, "session.tactics") == {"a": 1}  # no empty parent was created
 
@@ -94,8 +119,16 @@ def test_missing_deletion_hints_are_non_fatal(store: SqlStore) -> None:
         ({"session": {"tactics": None}}, InvalidInput, "must be a JSON object"),
         ({"session": {"tactics": {"l": [1, None]}}}, PatchError, "cannot store null"),
         ({"session": {"artifacts": {"/a.md": {"kind": "doc"}}}}, PatchError, "needs a non-empty description"),
-        ({"session": {"artifacts": {"/a.md": {"description": "x", "hash": "h"}}}}, PatchError, "runtime-owned"),
-        ({"session": {"artifacts": {"/a.md": {"description": "x", "tags": ["a", "a"]}}}}, PatchError, "unique"),
+        (
+            {"session": {"artifacts": {"/a.md": {"description": "x", "hash": "h"}}}},
+            PatchError,
+            "runtime-owned",
+        ),
+        (
+            {"session": {"artifacts": {"/a.md": {"description": "x", "tags": ["a", "a"]}}}},
+            PatchError,
+            "unique",
+        ),
     ],
 )
 def test_invalid_patches_are_refused_and_change_nothing(store: SqlStore, args, error, message) -> None:  # type: ignore[no-untyped-def]
@@ -125,11 +158,27 @@ def test_intent_ownership_worked_example(store: SqlStore) -> None:
         {
             "session": {
                 "intents": {
-                    "done": {"refs": [{"$ref": f"session.tactics.{r}"} for r in refs] + [{"$ref": "session.lazy.plan"}]},
-                    "keep": {"refs": [{"$ref": "session.tactics.shared"}, {"$ref": "session.tactics.up"}, {"$ref": "session.tactics.down.z"}]},
+                    "done": {
+                        "refs": [{"$ref": f"session.tactics.{r}"} for r in refs]
+                        + [{"$ref": "session.lazy.plan"}]
+                    },
+                    "keep": {
+                        "refs": [
+                            {"$ref": "session.tactics.shared"},
+                            {"$ref": "session.tactics.up"},
+                            {"$ref": "session.tactics.down.z"},
+                        ]
+                    },
                     "edited": {"$ref": "session.tactics.edited"},
                 },
-                "tactics": {"a": {"x": 1}, "shared": 1, "up": {"y": 1}, "down": {"z": 1}, "edited": 1, "scalar": "k"},
+                "tactics": {
+                    "a": {"x": 1},
+                    "shared": 1,
+                    "up": {"y": 1},
+                    "down": {"z": 1},
+                    "edited": 1,
+                    "scalar": "k",
+                },
                 "lazy": {"plan": [1], "other": 2},
             }
         }
@@ -137,7 +186,13 @@ def test_intent_ownership_worked_example(store: SqlStore) -> None:
     receipt = m.patch_state({"session": {"intents": {"done": None, "edited": "no refs"}}})
     assert receipt.state_updates is not None
     assert receipt.state_updates["cascaded"] == ["session.tactics.a", "session.lazy.plan"]
-    assert state(m, "session.tactics") == {"shared": 1, "up": {"y": 1}, "down": {"z": 1}, "edited": 1, "scalar": "k"}
+    assert state(m, "session.tactics") == {
+        "shared": 1,
+        "up": {"y": 1},
+        "down": {"z": 1},
+        "edited": 1,
+        "scalar": "k",
+    }
     assert state(m, "session.lazy") == {"other": 2}
 
 
@@ -159,15 +214,21 @@ def test_supersede_in_one_patch_and_textual_refs_never_own(store: SqlStore) -> N
 
 def test_cascade_targets_are_cleared_before_authored_writes_recreate_them(store: SqlStore) -> None:
     m = view(store)
-    m.patch_state({"session": {"intents": {"i": {"$ref": "session.tactics.draft"}}, "tactics": {"draft": {"old": 1}}}})
+    m.patch_state(
+        {"session": {"intents": {"i": {"$ref": "session.tactics.draft"}}, "tactics": {"draft": {"old": 1}}}}
+    )
     receipt = m.patch_state({"session": {"intents": {"i": None}, "tactics": {"draft": {"new": 2}}}})
     assert state(m, "session.tactics.draft") == {"new": 2}  # fresh knowledge, no old fields
-    assert receipt.state_updates is not None and receipt.state_updates["cascaded"] == ["session.tactics.draft"]
+    assert receipt.state_updates is not None and receipt.state_updates["cascaded"] == [
+        "session.tactics.draft"
+    ]
 
 
 def test_ownership_never_crosses_scopes(store: SqlStore) -> None:
     m = view(store)
-    m.patch_state({"session": {"intents": {"i": {"$ref": "cwd.tactics.shared"}}}, "cwd": {"tactics": {"shared": 1}}})
+    m.patch_state(
+        {"session": {"intents": {"i": {"$ref": "cwd.tactics.shared"}}}, "cwd": {"tactics": {"shared": 1}}}
+    )
     receipt = m.patch_state({"session": {"intents": {"i": None}}})
     assert state(m, "cwd.tactics.shared") == 1
     assert receipt.state_updates is not None and "cascaded" not in receipt.state_updates
@@ -194,7 +255,11 @@ def test_receipts_never_carry_lazy_bodies(store: SqlStore) -> None:
     receipt = m.patch_state({"session": {"lazy": {"secret": "body text"}, "tactics": {"a": 1}}})
     assert "body text" not in receipt.text()
     assert receipt.state_updates is not None
-    assert receipt.state_updates["lazy_navigation"] == {"available": True, "path": "effective.lazy", "keys": {"secret": "string"}}
+    assert receipt.state_updates["lazy_navigation"] == {
+        "available": True,
+        "path": "effective.lazy",
+        "keys": {"secret": "string"},
+    }
 
 
 def test_response_recording_follows_the_mode(store: SqlStore) -> None:

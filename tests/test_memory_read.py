@@ -17,14 +17,18 @@ def v(store: SqlStore):  # type: ignore[no-untyped-def]
     m = view(store)
     m.patch_state(
         {
-            "cwd": {"lazy": {"memory": TEN, "rules": {"ranges": "Ranges are half-open.", "publication": {"x": 1}}}},
+            "cwd": {
+                "lazy": {"memory": TEN, "rules": {"ranges": "Ranges are half-open.", "publication": {"x": 1}}}
+            },
             "session": {"tactics": {"nextAction": "Implement progressive reads."}, "lazy": {"soul": ["s"]}},
         }
     )
     return m
 
 
-@pytest.mark.parametrize(("rng", "expected"), [("[0:10]", TEN), ("[10:10]", []), ("[0..3]", TEN[:3]), ("[4]", TEN[4])])
+@pytest.mark.parametrize(
+    ("rng", "expected"), [("[0:10]", TEN), ("[10:10]", []), ("[0..3]", TEN[:3]), ("[4]", TEN[4])]
+)
 def test_ranges_and_items_that_fit(v, rng, expected) -> None:  # type: ignore[no-untyped-def]
     assert v.read_state({"path": f"cwd.lazy.memory{rng}"}) == {"value": expected}
 
@@ -53,11 +57,16 @@ def test_projections_have_exactly_their_fields(v) -> None:  # type: ignore[no-un
 
 def test_batches_keep_order_and_duplicates_in_one_view(v) -> None:  # type: ignore[no-untyped-def]
     result = v.read_state(
-        {"paths": ["effective.lazy.rules.ranges", "cwd.lazy.memory[0..2]", "session.tactics.nextAction", "cwd.lazy.memory[0..2]"]}
+        {
+            "paths": [
+                "effective.lazy.rules.ranges",
+                "cwd.lazy.memory[0..2]",
+                "session.tactics.nextAction",
+                "cwd.lazy.memory[0..2]",
+            ]
+        }
     )
-    assert result == {
-        "value": ["Ranges are half-open.", TEN[:2], "Implement progressive reads.", TEN[:2]]
-    }
+    assert result == {"value": ["Ranges are half-open.", TEN[:2], "Implement progressive reads.", TEN[:2]]}
     keys = v.read_state({"paths": ["cwd.lazy.memory", "cwd.lazy.rules"], "projection": "keys"})
     assert keys == {
         "meta": [{"type": "array", "length": 10}, {"type": "object", "size": 2}],
@@ -77,7 +86,9 @@ def test_absent_documented_plane_reads_null_and_the_root_omits_it(v) -> None:  #
     assert v.read_state({"path": "global.intents"}) == {"value": None}
     with pytest.raises(SelectionError):
         v.read_state({"path": "global.intents", "projection": "keys"})
-    assert v.read_state({"path": "effective"}) == {"value": {"tactics": {"nextAction": "Implement progressive reads."}}}
+    assert v.read_state({"path": "effective"}) == {
+        "value": {"tactics": {"nextAction": "Implement progressive reads."}}
+    }
 
 
 def test_lazy_is_read_only_when_asked_for(v) -> None:  # type: ignore[no-untyped-def]
@@ -114,7 +125,13 @@ def test_reads_never_write(v, store) -> None:  # type: ignore[no-untyped-def]
 
 def test_history_offsets_select_boundaries_of_the_view_timeline(store) -> None:  # type: ignore[no-untyped-def]
     m = view(store)
-    m.patch_state({"global": {"strategy": {"g": "G"}}, "cwd": {"strategy": {"c": "C"}}, "session": {"tactics": {"s": "S"}}})
+    m.patch_state(
+        {
+            "global": {"strategy": {"g": "G"}},
+            "cwd": {"strategy": {"c": "C"}},
+            "session": {"tactics": {"s": "S"}},
+        }
+    )
     m.patch_state({"cwd": {"strategy": {"c": "C1"}}, "session": {"tactics": {"s": "S1"}}})
     m.patch_state({"global": {"strategy": {"g": "G1"}}, "session": {"tactics": {"s": "S2"}}})
     m.patch_state({"cwd": {"strategy": {"c": "C2"}}, "session": {"tactics": {"s": "S3"}}})
@@ -145,12 +162,18 @@ def test_patch_projection_distinguishes_unchanged_deleted_indexed_and_replaced(s
     m = view(store)
     m.patch_state({"cwd": {"lazy": {"memory": ["a", "b", "c"], "gone": {"x": 1}, "same": 1}}})
     m.patch_state({"cwd": {"lazy": {"memory": {"[1]": "corrected thought"}, "gone": None}}})
-    assert m.read_state({"path": "cwd[0].lazy.memory", "projection": "patch"}) == {"patch": {"[1]": "corrected thought"}}
+    assert m.read_state({"path": "cwd[0].lazy.memory", "projection": "patch"}) == {
+        "patch": {"[1]": "corrected thought"}
+    }
     assert m.read_state({"path": "cwd[0].lazy.gone", "projection": "patch"}) == {"patch": None}
     assert m.read_state({"path": "cwd[0].lazy.same", "projection": "patch"}) == {"patch": {}}
     m.patch_state({"cwd": {"lazy": {"memory": ["new first thought", "new second thought"]}}})
-    assert m.read_state({"path": "cwd.lazy.memory", "projection": "patch"}) == {"patch": ["new first thought", "new second thought"]}
-    assert m.read_state({"path": "effective[1].lazy.memory", "projection": "patch"}) == {"patch": {"[1]": "corrected thought"}}
+    assert m.read_state({"path": "cwd.lazy.memory", "projection": "patch"}) == {
+        "patch": ["new first thought", "new second thought"]
+    }
+    assert m.read_state({"path": "effective[1].lazy.memory", "projection": "patch"}) == {
+        "patch": {"[1]": "corrected thought"}
+    }
     assert m.read_state({"path": "cwd[3].lazy", "projection": "patch"}) == {"patch": {}}  # origin
     assert m.read_state({"path": "session[0]", "projection": "patch"}) == {"patch": {}}
 
@@ -174,7 +197,9 @@ def test_dangling_reference_hint_for_one_missing_value_path(store) -> None:  # t
     m = view(store)
     m.patch_state(
         {
-            "cwd": {"tactics": {"note": {"$ref": "cwd.lazy.plan"}, "prose": "see $cwd.lazy.plan for details"}},
+            "cwd": {
+                "tactics": {"note": {"$ref": "cwd.lazy.plan"}, "prose": "see $cwd.lazy.plan for details"}
+            },
             "session": {"strategy": {"x": "unrelated $cwd.lazy.planned text"}},
         }
     )

@@ -1,0 +1,163 @@
+"""``stateflow tool``, ``context``, ``history``, ``session`` and ``mcp`` as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+
+def sf(
+    *args: str, stdin: str | None = None, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["stateflow", *args], input=stdin, capture_output=True, text=True, timeout=60, cwd=cwd, env=env
+    )
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> str:
+    return str(tmp_path / "memory.db")
+
+
+def test_tool_round_trip_prints_exactly_the_tool_result(db: str, tmp_path: Path) -> None:
+    patch = sf(
+        "--store",
+        db,
+        "tool",
+        "patch_state",
+        '{"cwd": {"lazy": {"memory": ["a", "b", "c"]}}, "session": {"tactics": {"next": "read"}}}',
+        cwd=tmp_path,
+    )
+    assert patch.returncode == 0, patch.stderr
+    ack, receipt = patch.stdout.rstrip("\n").split("\n")
+    assert ack == "State materialized atomically at cwd+session scopes."
+    assert json.loads(receipt)["state_updates"]["effective"] == [
+        {"path": ["tactics"], "value": {"next": "read"}}
+    ]
+    read = sf("--store", db, "tool", "read_state", '{"path": "cwd.lazy.memory[0:2]"}', cwd=tmp_path)
+    assert read.stdout == '{"value":["a","b"]}\n'
+    keys = sf(
+        "--store",
+        db,
+        "tool",
+        "read_state",
+        "-",
+        stdin='{"path": "effective.lazy", "projection": "keys"}',
+        cwd=tmp_path,
+    )
+    assert json.loads(keys.stdout) == {"meta": {"type": "object", "size": 1}, "keys": {"memory": "array"}}
+
+
+def test_cwd_and_session_options_pick_the_scope_documents(db: str, tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    sf("--store", db, "tool", "patch_state", '{"cwd": {"strategy": {"project": "a"}}}', "--cwd", str(a))
+    env = dict(os.environ, STATEFLOW_SESSION="from-env")
+    sf("--store", db, "tool", "patch_state", '{"session": {"tactics": {"s": 1}}}', "--cwd", str(a), env=env)
+    read = lambda *extra: sf("--store", db, "tool", "read_state", '{"path": "effective"}', *extra)  # noqa: E731
+    assert json.loads(read("--cwd", str(a), "--session", "from-env").stdout)["value"] == {
+        "strategy": {"project": "a"},
+        "tactics": {"s": 1},
+    }
+    assert json.loads(read("--cwd", str(b)).stdout)["value"] == {}
+
+
+def test_refusals_go_to_stderr_with_exit_1(db: str, tmp_path: Path) -> None:
+    bad = sf("--store", db, "tool", "read_state", '{"path": "cwd.lazy.memory[-1]"}', cwd=tmp_path)
+    assert bad.returncode == 1 and bad.stdout == ""
+    assert bad.stderr.startswith("error[invalid-path]:")
+    refused = sf("--store", db, "tool", "patch_state", '{"session": {"response": "x"}}', cwd=tmp_path)
+    assert refused.returncode == 1 and "written by the runtime" in refused.stderr
+    assert sf("--store", db, "tool", "read_state", "{not json").returncode == 1
+    assert sf("--store", db, "tool", "nope", "{}").returncode == 2
+
+
+def test_single_owner_mode_from_the_cli(db: str, tmp_path: Path) -> None:
+    out = sf(
+        "--store", db, "tool", "patch_state", '{"tactics": {"n": 1}}', "--scopes", "session", cwd=tmp_path
+    )
+    assert out.returncode == 0, out.stderr
+    read = sf(
+        "--store", db, "tool", "read_state", '{"path": "tactics.n"}', "--scopes", "session", cwd=tmp_path
+    )
+    assert read.stdout == '{"value":1}\n'
+
+
+def test_context_history_respond_and_session_commands(db: str, tmp_path: Path) -> None:
+    base = ["--store", db]
+    sf(
+        *base,
+        "tool",
+        "patch_state",
+        '{"session": {"tactics": {"step": 1}, "lazy": {"big": "BODY"}}}',
+        cwd=tmp_path,
+    )
+    sf(*base, "tool", "patch_state", '{"session": {"tactics": {"step": 2}}}', cwd=tmp_path)
+    assert sf(*base, "respond", "the answer", cwd=tmp_path).returncode == 0
+    context = sf(*base, "context", cwd=tmp_path).stdout
+    assert "BODY" not in context and '"response":"the answer"' in context
+    head = json.loads(sf(*base, "context", "--json", cwd=tmp_path).stdout)
+    assert head["head"]["state"]["tactics"] == {"step": 2}
+    listed = json.loads(sf(*base, "history", "list", cwd=tmp_path).stdout)
+    assert [t["changes"]["session"] for t in listed][1:] == [
+        {"tactics": {"step": 2}},
+        {"tactics": {"step": 1}, "lazy": {"big": "BODY"}},
+    ]
+    assert json.loads(
+        sf(*base, "history", "show", "2", "--path", "session.tactics", cwd=tmp_path).stdout
+    ) == {"step": 1}
+    assert json.loads(sf(*base, "history", "diff", "2", cwd=tmp_path).stdout) == {
+        "tactics": {"step": 2},
+        "response": "the answer",
+    }
+    assert sf(*base, "session", "fork", "child", "--at", "2", cwd=tmp_path).returncode == 0
+    child = sf(
+        *base, "tool", "read_state", '{"path": "session.tactics.step"}', "--session", "child", cwd=tmp_path
+    )
+    assert child.stdout == '{"value":1}\n'
+
+
+def test_mcp_server_with_a_real_client(db: str, tmp_path: Path) -> None:
+    async def session() -> dict[str, object]:
+        params = StdioServerParameters(
+            command="stateflow", args=["--store", db, "mcp", "--session", "mcp-test", "--cwd", str(tmp_path)]
+        )
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as client:
+            await client.initialize()
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            patched = await client.call_tool("patch_state", {"session": {"tactics": {"via": "mcp"}}})
+            value = await client.call_tool("read_state", {"path": "session.tactics.via"})
+            missing = await client.call_tool("read_state", {"path": "session.tactics.nope"})
+            return {"tools": tools, "patched": patched, "value": value, "missing": missing}
+
+    out = anyio.run(session)
+    tools = out["tools"]
+    assert set(tools) == {"read_state", "patch_state"}  # type: ignore[arg-type]
+    assert tools["read_state"].annotations.read_only_hint is True  # type: ignore[index]
+    assert tools["patch_state"].annotations.destructive_hint is True  # type: ignore[index]
+    assert out["patched"].content[0].text.startswith("State materialized atomically at session scope.")  # type: ignore[attr-defined]
+    assert out["value"].content[0].text == '{"value":"mcp"}'  # type: ignore[attr-defined]
+    assert out["missing"].is_error is True  # type: ignore[attr-defined]
+    assert "does not exist" in out["missing"].content[0].text  # type: ignore[attr-defined]
+    # the same store, seen from the CLI
+    assert (
+        sf(
+            "--store",
+            db,
+            "tool",
+            "read_state",
+            '{"path": "tactics.via"}',
+            "--session",
+            "mcp-test",
+            "--cwd",
+            str(tmp_path),
+        ).stdout
+        == '{"value":"mcp"}\n'
+    )

@@ -1,0 +1,129 @@
+"""Baseline context, navigation, artifacts, extra roots, fork and restore (both backends)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from stateflow.errors import InvalidInput, PatchError
+from stateflow.memory import ExtraRoot
+from stateflow.store import SqlStore
+
+from .memory_helpers import view
+
+
+def test_lazy_bodies_never_enter_the_baseline(store: SqlStore) -> None:
+    m = view(store)
+    m.patch_state({"session": {"lazy": {"secret": "LAZY-BODY"}, "tactics": {"a": 1}}})
+    m.patch_state({"session": {"lazy": {"secret": "LAZY-BODY-2"}}})
+    ctx = m.context()
+    text = ctx.text()
+    assert "LAZY-BODY" not in text
+    assert ctx.head["state"] == {"tactics": {"a": 1}}
+    assert ctx.head["lazy_navigation"] == {
+        "available": True,
+        "path": "effective.lazy",
+        "keys": {"secret": "string"},
+    }
+    # the lazy-only transition disappears from recent transitions; the hot one stays
+    assert [t["changes"] for t in ctx.head["recent_transitions"]] == [
+        [{"scope": "session", "patch": {"tactics": {"a": 1}}}]
+    ]
+
+
+def test_context_is_byte_stable_until_the_state_changes(store: SqlStore) -> None:
+    m = view(store)
+    m.patch_state({"cwd": {"strategy": {"x": 1}}})
+    first, second = m.context(), m.context()
+    assert first.text() == second.text() and first.projection == second.projection
+    m.patch_state({"cwd": {"strategy": {"x": 2}}})
+    third = m.context()
+    assert third.projection != first.projection and third.text() != first.text()
+    assert third.text().startswith(
+        first.text().split("State Flow runtime context")[0]
+    )  # stable protocol prefix
+
+
+def test_navigation_keys_are_bounded(store: SqlStore) -> None:
+    m = view(store)
+    m.patch_state({"session": {"lazy": {f"k{i}": i for i in range(32)}}})
+    assert len(m.context().head["lazy_navigation"]["keys"]) == 32
+    m.patch_state({"session": {"lazy": {"k32": 1}}})
+    assert m.context().head["lazy_navigation"] == {"available": True, "path": "effective.lazy"}
+    other = view(store, session="s2", scopes=("session",))
+    other.patch_state({"lazy": {"x" * 1100: 1}})
+    assert "keys" not in other.context().head["lazy_navigation"]
+    assert other.read_state({"path": "lazy", "projection": "keys"})["meta"] == {"type": "object", "size": 1}
+
+
+def test_effective_navigation_overlays_scopes(store: SqlStore) -> None:
+    m = view(store)
+    m.patch_state({"global": {"lazy": {"a": [1], "b": 1}}, "session": {"lazy": {"a": {"x": 1}}}})
+    assert m.context().head["lazy_navigation"]["keys"] == {"a": "object", "b": "number"}
+    empty = view(store, session="fresh", scopes=("session",))
+    assert empty.context().head["lazy_navigation"] == {"available": False, "path": "effective.lazy"}
+
+
+def test_passive_mode_omits_the_response(store: SqlStore) -> None:
+    view(store).record_response("answer")
+    assert view(store).context().head["state"]["response"] == "answer"
+    assert "response" not in view(store, mode="passive").context().head["state"]
+
+
+def test_artifact_cards_get_a_stale_hint_when_their_source_changes(store: SqlStore, tmp_path: Path) -> None:
+    source = tmp_path / "SKILL.md"
+    source.write_text("v1")
+    m = view(store, cwd=str(tmp_path))
+    m.patch_state(
+        {"cwd": {"artifacts": {str(source): {"description": "How to release", "tags": ["release"]}}}}
+    )
+    card = m.context().head["state"]["artifacts"][str(source)]
+    assert card == {"description": "How to release", "tags": ["release"]}
+    source.write_text("v2 is longer")
+    os.utime(source, ns=(1, 1))
+    assert "changed" in m.context().head["state"]["artifacts"][str(source)]["hint"]
+    m.patch_state({"cwd": {"artifacts": {str(source): {"description": "How to release (v2)"}}}})
+    assert "hint" not in m.context().head["state"]["artifacts"][str(source)]
+    source.unlink()
+    assert "no longer exists" in m.context().head["state"]["artifacts"][str(source)]["hint"]
+    assert "_runtime" not in str(m.read_state({"path": "cwd"}))
+
+
+def test_declared_extra_roots_are_validated_and_follow_their_policy(store: SqlStore) -> None:
+    roots = (
+        ExtraRoot("plugins", {"type": "object", "properties": {"level": {"type": "integer"}}}),
+        ExtraRoot("archive", {"type": "object"}, lazy=True),
+    )
+    m = view(store, extra_roots=roots)
+    m.patch_state({"session": {"plugins": {"level": 3}, "archive": {"old": "ARCHIVED"}}})
+    head = m.context().head
+    assert head["state"] == {"plugins": {"level": 3}}
+    assert "ARCHIVED" not in m.context().text()
+    assert m.read_state({"path": "archive.old"}) == {"value": "ARCHIVED"}
+    with pytest.raises(PatchError, match="does not match its declared schema"):
+        m.patch_state({"session": {"plugins": {"level": "high"}}})
+    with pytest.raises(InvalidInput, match="not a built-in plane"):
+        view(store, extra_roots=(ExtraRoot("lazy", {}),))
+
+
+def test_fork_copies_a_retained_boundary_into_a_new_session(store: SqlStore) -> None:
+    parent = view(store)
+    parent.patch_state({"session": {"tactics": {"step": 1}, "lazy": {"notes": ["a"]}}})
+    parent.patch_state({"session": {"tactics": {"step": 2}}})
+    child = parent.fork("child", offset=1)
+    assert child.read_state({"path": "session.tactics.step"}) == {"value": 1}
+    assert child.read_state({"path": "session.lazy.notes"}) == {"value": ["a"]}
+    assert parent.read_state({"path": "session.tactics.step"}) == {"value": 2}
+    with pytest.raises(InvalidInput, match="already has memory"):
+        parent.fork("child")
+
+
+def test_restore_is_a_new_transition(store: SqlStore) -> None:
+    m = view(store)
+    m.patch_state({"session": {"tactics": {"step": 1}}})
+    m.patch_state({"session": {"tactics": {"step": 2}, "strategy": {"added": True}}})
+    assert m.restore(1)
+    assert m.read_state({"path": "session"}) == {"value": {"tactics": {"step": 1}}}
+    assert m.read_state({"path": "session[1].tactics.step"}) == {"value": 2}
