@@ -180,7 +180,7 @@ class MemoryView:
         results = []
         for path in value_paths:
             if (path.offset or projection == "patch") and timeline is None:
-                timeline = self._timeline(cap)
+                timeline = self._timeline(cap, members=members)
             try:
                 results.append(self._evaluate(path, projection, current, timeline, members))
             except SelectionError:
@@ -238,11 +238,16 @@ class MemoryView:
 
     # ------------------------------------------------------------------------- history
 
-    def _timeline(self, cap: int, depth: int | None = None) -> _Timeline:
+    def _timeline(
+        self, cap: int, depth: int | None = None, members: Sequence[str] | None = None
+    ) -> _Timeline:
         limit = self.config.history_limit if depth is None else depth
         # a transition changes at most one document per scope: this many changes cover limit+1 of them
         changes = self.store.history(
-            list(self.keys.values()), limit=len(self.scopes) * (limit + 2), before_seq=cap + 1
+            list(self.keys.values()),
+            limit=len(self.scopes) * (limit + 2),
+            before_seq=cap + 1,
+            members=members,
         )
         scope_of = {k: s for s, k in self.keys.items()}
         seqs: list[int] = []
@@ -572,7 +577,9 @@ class MemoryView:
         limit = self.config.history_limit
         if limit == 0:
             return []
-        changes = self.store.history(list(self.keys.values()), limit=len(self.scopes) * limit)
+        changes = self.store.history(
+            list(self.keys.values()), limit=len(self.scopes) * limit, members=self.planes.hot
+        )
         scope_of = {k: s for s, k in self.keys.items()}
         per_scope: dict[str, int] = {}
         by_seq: dict[int, dict[str, Any]] = {}

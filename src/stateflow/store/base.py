@@ -299,19 +299,17 @@ class SqlStore(abc.ABC):
             elif names is not None:
                 value = {k: v for k, v in value.items() if k in names}
         rows = tx.all(
-            "SELECT revision, seq, edits FROM changes WHERE doc_id = ? AND revision > ? "
-            "AND revision <= ? ORDER BY revision",
+            "SELECT revision, seq FROM changes WHERE doc_id = ? AND revision > ? AND revision <= ? "
+            "ORDER BY revision",
             (doc_id, start, revision),
         )
         if len(rows) != revision - start:
             raise CorruptData(f"{key}: the change chain to revision {revision} has gaps")
+        edits_by_rev = self._edits(tx, {doc_id: key}, [(doc_id, int(r)) for r, _ in rows], names)
         seq = None
-        for rev, row_seq, raw in rows:
-            edits = _decode_edits(raw, f"{key} change at revision {rev}")
-            if names is not None:
-                edits = [e for e in edits if not e.path or e.path[0] in names]
+        for rev, row_seq in rows:
             try:
-                value = apply_edits(value, edits)
+                value = apply_edits(value, edits_by_rev.get((doc_id, int(rev)), []))
             except Conflict as exc:
                 raise CorruptData(f"{key}: change at revision {rev} does not replay: {exc}") from exc
             if names is not None and type(value) is dict:
@@ -320,13 +318,23 @@ class SqlStore(abc.ABC):
         return Document(key, revision, None if value is MISSING else value, seq)
 
     def history(
-        self, keys: Iterable[DocKey], *, limit: int = 100, before_seq: int | None = None
+        self,
+        keys: Iterable[DocKey],
+        *,
+        limit: int = 100,
+        before_seq: int | None = None,
+        members: Iterable[str] | None = None,
     ) -> list[Change]:
-        """Changes of these documents, newest first (at most ``limit``, seq < ``before_seq``)."""
+        """Changes of these documents, newest first (at most ``limit``, seq < ``before_seq``).
+
+        ``members`` limits the edits returned to those top-level members (the others are not
+        read); every change is still listed, possibly with no edits.
+        """
         self.check_schema()
         keys = list(keys)
         if limit <= 0 or not keys:
             return []
+        names = None if members is None else set(members)
         with self._read_tx() as tx:
             ids = {}
             for key in keys:
@@ -335,19 +343,19 @@ class SqlStore(abc.ABC):
                     ids[row.doc_id] = key
             if not ids:
                 return []
-            marks = ",".join("?" * len(ids))
             params: list[Any] = list(ids)
-            where = f"c.doc_id IN ({marks})"
+            where = f"c.doc_id IN ({','.join('?' * len(ids))})"
             if before_seq is not None:
                 where += " AND c.seq < ?"
                 params.append(before_seq)
             rows = tx.all(
-                "SELECT c.seq, t.at, t.origin, c.doc_id, c.revision, c.edits, c.paths "
+                "SELECT c.seq, t.at, t.origin, c.doc_id, c.revision, c.paths "
                 f"FROM changes c JOIN transitions t ON t.seq = c.seq WHERE {where} "
                 "ORDER BY c.seq DESC, c.doc_id LIMIT ?",
                 [*params, limit],
             )
-            return [self._change(r, ids[int(r[3])]) for r in rows]
+            edits = self._edits(tx, ids, [(int(r[3]), int(r[4])) for r in rows], names)
+            return [self._change(r, ids[int(r[3])], edits) for r in rows]
 
     def transitions(self, *, after_seq: int = 0, limit: int = 100) -> list[Transition]:
         """Transitions with seq > ``after_seq`` in seq order, each with all its changes."""
@@ -360,30 +368,62 @@ class SqlStore(abc.ABC):
             if not heads:
                 return []
             rows = tx.all(
-                "SELECT c.seq, t.at, t.origin, c.doc_id, c.revision, c.edits, c.paths, "
-                "d.state, d.subject FROM changes c JOIN transitions t ON t.seq = c.seq "
+                "SELECT c.seq, t.at, t.origin, c.doc_id, c.revision, c.paths, d.state, d.subject "
+                "FROM changes c JOIN transitions t ON t.seq = c.seq "
                 "JOIN documents d ON d.doc_id = c.doc_id WHERE c.seq >= ? AND c.seq <= ? "
                 "ORDER BY c.seq, d.state, d.subject",
                 (heads[0][0], heads[-1][0]),
             )
+            keys = {int(r[3]): DocKey(r[6], r[7]) for r in rows}
+            edits = self._edits(tx, keys, [(int(r[3]), int(r[4])) for r in rows], None)
             by_seq: dict[int, list[Change]] = {}
             for r in rows:
-                by_seq.setdefault(int(r[0]), []).append(self._change(r, DocKey(r[7], r[8])))
+                by_seq.setdefault(int(r[0]), []).append(self._change(r, keys[int(r[3])], edits))
             return [
                 Transition(int(s), at, _decode_origin(o, s), by_seq.get(int(s), [])) for s, at, o in heads
             ]
 
-    def _change(self, r: tuple[Any, ...], key: DocKey) -> Change:
+    def _edits(
+        self,
+        tx: Tx,
+        keys: dict[int, DocKey],
+        changes: list[tuple[int, int]],
+        names: set[str] | None,
+    ) -> dict[tuple[int, int], list[Edit]]:
+        """The edits of each ``(doc_id, revision)``: whole-document edits first, then per member."""
+        out: dict[tuple[int, int], list[Edit]] = {}
+        if not changes:
+            return out
+        for start in range(0, len(changes), 200):  # bounded statement size
+            part = changes[start : start + 200]
+            where = " OR ".join("(doc_id = ? AND revision = ?)" for _ in part)
+            params: list[Any] = [v for pair in part for v in pair]
+            if names is not None:
+                where = f"({where}) AND (member = '' OR member IN ({','.join('?' * len(names))}))"
+                params.extend(sorted(names))
+            rows = tx.all(
+                f"SELECT doc_id, revision, member, edits FROM change_edits WHERE {where} "
+                "ORDER BY doc_id, revision, member",
+                params,
+            )
+            for doc_id, revision, member, raw in rows:
+                what = f"{keys.get(int(doc_id), doc_id)} change at revision {revision}"
+                edits = _decode_edits(raw, what)
+                if member == "" and names is not None:
+                    edits = [_restrict(e, names) for e in edits]
+                out.setdefault((int(doc_id), int(revision)), []).extend(edits)
+        return out
+
+    def _change(self, r: tuple[Any, ...], key: DocKey, edits: dict[tuple[int, int], list[Edit]]) -> Change:
         seq = int(r[0])
-        paths = _decode(r[6], f"{key} paths at revision {r[4]}")
         return Change(
             seq=seq,
             at=r[1],
             origin=_decode_origin(r[2], seq),
             key=key,
             revision=int(r[4]),
-            edits=_decode_edits(r[5], f"{key} change at revision {r[4]}"),
-            paths=paths,
+            edits=edits.get((int(r[3]), int(r[4])), []),
+            paths=_decode(r[5], f"{key} paths at revision {r[4]}"),
         )
 
     # ------------------------------------------------------------------ writes
@@ -574,15 +614,24 @@ class SqlStore(abc.ABC):
             tx.run("DELETE FROM members WHERE doc_id = ?", (row.doc_id,))
             size = 0
         revision = row.revision + 1
-        edits = encode_trusted([e.to_json() for e in write.edits])
         paths = (
             [list(p) for p in write.paths] if write.paths is not None else [list(e.path) for e in write.edits]
         )
         tx.run(
-            "INSERT INTO changes (doc_id, revision, seq, edits, paths) VALUES (?, ?, ?, ?, ?)",
-            (row.doc_id, revision, seq, edits, encode_trusted(paths)),
+            "INSERT INTO changes (doc_id, revision, seq, paths) VALUES (?, ?, ?, ?)",
+            (row.doc_id, revision, seq, encode_trusted(paths)),
         )
-        since = row.bytes_since_snapshot + len(edits)
+        groups: dict[str, list[Any]] = {}
+        for edit in _effective_edits(write.edits):
+            groups.setdefault(str(edit.path[0]) if edit.path else "", []).append(edit.to_json())
+        since = row.bytes_since_snapshot
+        for member, group in groups.items():
+            blob = encode_trusted(group)
+            since += len(blob)
+            tx.run(
+                "INSERT INTO change_edits (doc_id, revision, member, edits) VALUES (?, ?, ?, ?)",
+                (row.doc_id, revision, member, blob),
+            )
         snapshot_revision = row.snapshot_revision
         if revision - snapshot_revision >= SNAPSHOT_MAX_CHAIN or since >= max(size, SNAPSHOT_MIN_BYTES):
             tx.run(
@@ -746,6 +795,20 @@ def _decode_edits(raw: Any, what: str) -> list[Edit]:
         return [Edit.from_json(e) for e in data]
     except InvalidInput as exc:
         raise CorruptData(f"stored {what} is corrupt: {exc}") from exc
+
+
+def _effective_edits(edits: Sequence[Edit]) -> Sequence[Edit]:
+    """Edits before the last whole-document edit are overwritten by it: drop them, so storing
+    whole-document edits first (then per member) replays exactly."""
+    last_root = max((i for i, e in enumerate(edits) if not e.path), default=0)
+    return edits[last_root:]
+
+
+def _restrict(edit: Edit, names: set[str]) -> Edit:
+    """A whole-document edit seen through a member filter."""
+    if edit.is_delete or type(edit.value) is not dict:
+        return edit
+    return Edit(edit.path, {k: v for k, v in edit.value.items() if k in names})
 
 
 def _decode_origin(raw: Any, seq: Any) -> dict[str, Any]:

@@ -9,7 +9,9 @@ Tables:
   document revision that last wrote the member (the cache key); ``outline`` holds an object
   member's immediate keys and kinds, so navigation never reads the body.
 - ``transitions``: one row per accepted write (store-wide ``seq``, time, origin).
-- ``changes``: what a transition did to one document (net edits + touched paths).
+- ``changes``: what a transition did to one document (touched paths); its net edits live in
+  ``change_edits``, one row per top-level member ('' for whole-document edits), so history and
+  as-of reads decode only the members they need (never a lazy body to show a hot change).
 - ``snapshots``: full bodies every so often, so "as of revision r" replays a bounded chain.
 - ``applied_ops``: the idempotency ledger (``op_id`` per scope).
 """
@@ -57,11 +59,18 @@ CREATE TABLE changes (
     doc_id BIGINT NOT NULL REFERENCES documents (doc_id) ON DELETE CASCADE,
     revision BIGINT NOT NULL,
     seq BIGINT NOT NULL REFERENCES transitions (seq),
-    edits {blob} NOT NULL,
     paths {blob} NOT NULL,
     PRIMARY KEY (doc_id, revision)
 );
 CREATE INDEX changes_by_seq ON changes (seq);
+CREATE TABLE change_edits (
+    doc_id BIGINT NOT NULL,
+    revision BIGINT NOT NULL,
+    member TEXT NOT NULL,
+    edits {blob} NOT NULL,
+    PRIMARY KEY (doc_id, revision, member),
+    FOREIGN KEY (doc_id, revision) REFERENCES changes (doc_id, revision) ON DELETE CASCADE
+);
 CREATE TABLE snapshots (
     doc_id BIGINT NOT NULL REFERENCES documents (doc_id) ON DELETE CASCADE,
     revision BIGINT NOT NULL,
