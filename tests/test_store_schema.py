@@ -71,9 +71,10 @@ def test_a_store_from_a_newer_version_is_refused(backend: str, open_migrated: St
 def test_a_corrupt_member_fails_closed_naming_what_is_corrupt(
     backend: str, open_migrated: StoreFactory
 ) -> None:
-    store = open_migrated()
-    store.commit([Write.between(A, None, {"good": 1, "bad": 2})])
+    writer = open_migrated()
+    writer.commit([Write.between(A, None, {"good": 1, "bad": 2})])
     _raw_sql(backend, "UPDATE members SET body = ? WHERE name = 'bad'", (b"{not json",))
+    store = open_migrated()  # a fresh process: it reads the damaged bytes (nothing cached)
     with pytest.raises(CorruptData, match=r"notes/a member 'bad'"):
         store.get(A)
     # a reader that does not need the damaged member still works

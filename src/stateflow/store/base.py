@@ -90,6 +90,10 @@ class _Loaded:
     complete: bool = False
 
 
+_Fresh = tuple[int, str, int, Any, int]
+"""A member value written in this transaction: (doc_id, name, revision, value, size)."""
+
+
 class _Replay(Exception):
     """Internal: the op_id was seen before; roll back and report a replay."""
 
@@ -226,9 +230,8 @@ class SqlStore(abc.ABC):
                 body = None
                 shapes: dict[str, Any] = {}
                 if row.present:
-                    body = {n: v for n, _, v, _ in self._fetch(tx, key, row.doc_id, names)}
-                    if outline_names:
-                        shapes = self._outlines(tx, key, row.doc_id, outline_names)
+                    fetched, shapes = self._fetch(tx, key, row.doc_id, names, outline_names)
+                    body = {n: v for n, _, v, _ in fetched}
                 out[key] = Document(key, row.revision, body, row.updated_seq, shapes)
             return out
 
@@ -277,7 +280,7 @@ class SqlStore(abc.ABC):
                 if not row.present:
                     return Document(key, revision, None, row.updated_seq)
                 wanted = None if names is None else list(names)
-                body = {n: v for n, _, v, _ in self._fetch(tx, key, row.doc_id, wanted)}
+                body = {n: v for n, _, v, _ in self._fetch(tx, key, row.doc_id, wanted)[0]}
                 return Document(key, revision, body, row.updated_seq)
             return self._rebuild(tx, key, row.doc_id, revision, names)
 
@@ -442,11 +445,14 @@ class SqlStore(abc.ABC):
         """
         self.check_schema()
         _validate(writes, origin)
+        fresh: list[_Fresh] = []
         try:
             with self._write_tx() as tx:
-                return self._commit_in(tx, writes, origin or {}, op_id, op_scope, {})
+                result = self._commit_in(tx, writes, origin or {}, op_id, op_scope, {}, fresh)
         except _Replay:
             return Commit(applied=False)
+        self._remember(fresh)
+        return result
 
     def update(
         self,
@@ -468,6 +474,7 @@ class SqlStore(abc.ABC):
         self.check_schema()
         names = None if members is None else list(members)
         outline_names = list(outlines)
+        fresh: list[_Fresh] = []
         try:
             with self._write_tx() as tx:
                 if op_id is not None and self._op_seen(tx, op_scope, op_id):
@@ -480,15 +487,20 @@ class SqlStore(abc.ABC):
                     body = None
                     shapes: dict[str, Any] = {}
                     if row.present:
-                        body = self._load_members(tx, key, entry, names)
-                        if outline_names:
-                            shapes = self._outlines(tx, key, row.doc_id, outline_names)
+                        body, shapes = self._load_members(tx, key, entry, names, outline_names)
                     docs[key] = Document(key, row.revision, body, row.updated_seq, shapes)
                 writes, result = compute(docs)
                 _validate(writes, origin)
-                return self._commit_in(tx, writes, origin or {}, op_id, op_scope, loaded), result
+                commit = self._commit_in(tx, writes, origin or {}, op_id, op_scope, loaded, fresh)
         except _Replay:
             return Commit(applied=False), None
+        self._remember(fresh)
+        return commit, result
+
+    def _remember(self, fresh: list[_Fresh]) -> None:
+        """Cache members written by a transaction that has committed (never before)."""
+        for doc_id, name, revision, value, size in fresh:
+            self._cache.put(doc_id, name, revision, value, size)
 
     def _op_seen(self, tx: Tx, scope: str, op_id: str) -> bool:
         return tx.one("SELECT 1 FROM applied_ops WHERE scope = ? AND op_id = ?", (scope, op_id)) is not None
@@ -501,6 +513,7 @@ class SqlStore(abc.ABC):
         op_id: str | None,
         op_scope: str,
         loaded: dict[DocKey, _Loaded],
+        fresh: list[_Fresh],
     ) -> Commit:
         at = utc_now()
         if op_id is not None:
@@ -533,7 +546,7 @@ class SqlStore(abc.ABC):
             tx.run("UPDATE applied_ops SET seq = ? WHERE scope = ? AND op_id = ?", (seq, op_scope, op_id))
         revisions = {w.key: loaded[w.key].row.revision for w in writes}
         for write, entry, stage in staged:
-            revisions[write.key] = self._write_doc(tx, write, entry, stage, seq)
+            revisions[write.key] = self._write_doc(tx, write, entry, stage, seq, fresh)
         return Commit(applied=True, seq=seq, at=at, revisions=revisions)
 
     def _insert_transition(self, tx: Tx, at: str, origin: dict[str, Any]) -> int:
@@ -581,7 +594,9 @@ class SqlStore(abc.ABC):
             stage.touched[name] = None
         return stage
 
-    def _write_doc(self, tx: Tx, write: Write, entry: _Loaded, stage: _Stage, seq: int) -> int:
+    def _write_doc(
+        self, tx: Tx, write: Write, entry: _Loaded, stage: _Stage, seq: int, fresh: list[_Fresh]
+    ) -> int:
         row = entry.row
         size = row.body_size
         position = row.next_position
@@ -595,6 +610,7 @@ class SqlStore(abc.ABC):
                 continue
             body = encode_trusted(value)
             outline = encode_trusted(outline_of(value)) if type(value) is dict else None
+            fresh.append((row.doc_id, name, row.revision + 1, value, len(body)))
             if old is not None:
                 tx.run(
                     "UPDATE members SET body = ?, revision = ?, size = ?, outline = ? "
@@ -682,37 +698,54 @@ class SqlStore(abc.ABC):
         return _to_row(r)
 
     def _load_members(
-        self, tx: Tx, key: DocKey, entry: _Loaded, names: Sequence[str] | None
-    ) -> dict[str, Any]:
+        self,
+        tx: Tx,
+        key: DocKey,
+        entry: _Loaded,
+        names: Sequence[str] | None,
+        outlines: Sequence[str] = (),
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
         wanted = None if names is None else [n for n in names if n not in entry.members]
-        if (names is None and not entry.complete) or wanted:
-            for name, position, value, size in self._fetch(tx, key, entry.row.doc_id, wanted):
+        shapes: dict[str, Any] = {}
+        if (names is None and not entry.complete) or wanted or outlines:
+            members, shapes = self._fetch(tx, key, entry.row.doc_id, wanted, outlines)
+            for name, position, value, size in members:
                 entry.members[name] = (value, position, size)
         if names is None:
             entry.complete = True
         items = sorted(entry.members.items(), key=lambda kv: kv[1][1])
-        return {n: v for n, (v, _, _) in items if names is None or n in names}
+        return {n: v for n, (v, _, _) in items if names is None or n in names}, shapes
 
     def _fetch(
-        self, tx: Tx, key: DocKey, doc_id: int, names: Sequence[str] | None
-    ) -> list[tuple[str, int, Any, int]]:
-        """Members as ``(name, position, value, size)`` in position order.
+        self,
+        tx: Tx,
+        key: DocKey,
+        doc_id: int,
+        names: Sequence[str] | None,
+        outlines: Sequence[str] = (),
+    ) -> tuple[list[tuple[str, int, Any, int]], dict[str, Any]]:
+        """Members as ``(name, position, value, size)`` in position order, and the requested
+        outlines.
 
-        Values come from the cache when the member's revision matches; only the others are read
-        and decoded (so a warm read of a small slice of a huge member costs two small queries).
+        One small query reads every member's head (name, revision, size, outline); values come
+        from the cache when the member's revision matches and only the others are read and
+        decoded — so a warm read of a slice of a huge member never touches its bytes.
         """
-        if names is not None and not names:
-            return []
-        where, params = "doc_id = ?", list[Any]([doc_id])
-        if names is not None:
-            where += f" AND name IN ({','.join('?' * len(names))})"
-            params.extend(names)
         heads = tx.all(
-            f"SELECT name, position, revision, size FROM members WHERE {where} ORDER BY position", params
+            "SELECT name, position, revision, size, outline FROM members WHERE doc_id = ? ORDER BY position",
+            (doc_id,),
         )
+        wanted = None if names is None else set(names)
+        shapes = {
+            n: None if o is None else _decode(o, f"{key} outline of {n!r}")
+            for n, _, _, _, o in heads
+            if n in outlines
+        }
         values: dict[str, Any] = {}
         misses = []
-        for name, _, revision, _ in heads:
+        for name, _, revision, _, _ in heads:
+            if wanted is not None and name not in wanted:
+                continue
             hit, value = self._cache.get(doc_id, name, int(revision))
             if hit:
                 values[name] = value
@@ -727,14 +760,8 @@ class SqlStore(abc.ABC):
                 value = _decode(raw, f"{key} member {name!r}")
                 values[name] = value
                 self._cache.put(doc_id, name, int(revision), value, len(raw))
-        return [(n, int(p), values[n], int(size)) for n, p, _, size in heads if n in values]
-
-    def _outlines(self, tx: Tx, key: DocKey, doc_id: int, names: Sequence[str]) -> dict[str, Any]:
-        marks = ",".join("?" * len(names))
-        rows = tx.all(
-            f"SELECT name, outline FROM members WHERE doc_id = ? AND name IN ({marks})", (doc_id, *names)
-        )
-        return {n: None if o is None else _decode(o, f"{key} outline of {n!r}") for n, o in rows}
+        members = [(n, int(p), values[n], int(size)) for n, p, _, size, _ in heads if n in values]
+        return members, shapes
 
     # ------------------------------------------------------------------ ledger and retention
 
