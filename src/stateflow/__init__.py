@@ -1,3 +1,7 @@
 """stateflow: durable, versioned, schema-aware JSON state for LLM agents."""
 
 __version__ = "0.1.0"
+
+from stateflow.api import Stateflow, connect  # noqa: E402
+
+__all__ = ["Stateflow", "__version__", "connect"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final, TypeVar
@@ -60,6 +61,11 @@ class Tx(abc.ABC):
     def one(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
         rows = self.all(sql, params)
         return rows[0] if rows else None
+
+    def batch(self) -> AbstractContextManager[Any]:
+        """Statements whose results are not needed may be sent without waiting (PostgreSQL
+        pipeline mode); a no-op elsewhere."""
+        return nullcontext()
 
 
 @dataclass(slots=True)
@@ -545,8 +551,9 @@ class SqlStore(abc.ABC):
         if op_id is not None:
             tx.run("UPDATE applied_ops SET seq = ? WHERE scope = ? AND op_id = ?", (seq, op_scope, op_id))
         revisions = {w.key: loaded[w.key].row.revision for w in writes}
-        for write, entry, stage in staged:
-            revisions[write.key] = self._write_doc(tx, write, entry, stage, seq, fresh)
+        with tx.batch():
+            for write, entry, stage in staged:
+                revisions[write.key] = self._write_doc(tx, write, entry, stage, seq, fresh)
         return Commit(applied=True, seq=seq, at=at, revisions=revisions)
 
     def _insert_transition(self, tx: Tx, at: str, origin: dict[str, Any]) -> int:

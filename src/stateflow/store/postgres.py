@@ -28,11 +28,23 @@ _SEQ_LOCK: Final = 0x5EF10  # advisory lock id that orders transition inserts
 class _PgTx(Tx):
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self.conn = conn
+        self._pipeline: psycopg.Pipeline | None = None
 
     def all(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with _mapped_errors():
             cur = self.conn.execute(sql.replace("?", "%s"), params)
+            if self._pipeline is not None:
+                self._pipeline.sync()  # results are wanted now: wait for them
             return cur.fetchall() if cur.description else []
+
+    @contextmanager
+    def batch(self) -> Iterator[Any]:
+        with self.conn.pipeline() as pipeline:
+            self._pipeline = pipeline
+            try:
+                yield pipeline
+            finally:
+                self._pipeline = None
 
     def run(self, sql: str, params: Sequence[Any] = ()) -> int:
         with _mapped_errors():
