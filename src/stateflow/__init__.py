@@ -2,6 +2,6 @@
 
 __version__ = "0.1.0"
 
-from stateflow.api import Stateflow, connect  # noqa: E402
+from stateflow.api import Stateflow, connect
 
 __all__ = ["Stateflow", "__version__", "connect"]
