@@ -105,7 +105,11 @@ def context_with_lazy(tmp: Path, iterations: int, lazy_mb: int) -> None:
     """Two sessions with the same history shape: 20 lazy writes then one hot write. One holds
     ~lazy_mb MB of lazy state, the other a few bytes; only the lazy size differs."""
     store = open_store(f"{tmp}/context.db")
-    hot = {"intents": {"ship": {"goal": "release"}}, "tactics": {"next": "benchmark"}, "strategy": {"lang": "python"}}
+    hot = {
+        "intents": {"ship": {"goal": "release"}},
+        "tactics": {"next": "benchmark"},
+        "strategy": {"lang": "python"},
+    }
     per_key = max(1, lazy_mb * 1000 // 20)
     views = {}
     for name, chunk, count in (("tiny", "x", 1), ("heavy", "x" * 1000, per_key)):
