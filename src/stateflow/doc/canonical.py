@@ -122,3 +122,21 @@ def identical(a: JSON, b: JSON) -> bool:
 def text_length(value: str) -> int:
     """Length of a string as Unicode code points (Python's ``len``), our documented unit."""
     return len(value)
+
+
+def json_contains(value: JSON, pattern: JSON) -> bool:
+    """Containment with PostgreSQL ``jsonb @>`` semantics below the top level.
+
+    Objects: every pattern key is present and its value contained. Arrays: every pattern
+    element is contained in some element (order and extras ignored). Scalars: JSON equality.
+    """
+    tp = type(pattern)
+    if tp is dict:
+        return type(value) is dict and all(
+            k in value and json_contains(value[k], v) for k, v in pattern.items()
+        )
+    if tp is list:
+        return type(value) is list and all(any(json_contains(x, p) for x in value) for p in pattern)
+    if type(value) in (dict, list):
+        return False
+    return json_equal(value, pattern)

@@ -29,8 +29,8 @@ CREATE TABLE stateflow_meta (
 );
 CREATE TABLE documents (
     doc_id {doc_pk},
-    state TEXT NOT NULL,
-    subject TEXT NOT NULL,
+    state {text_c} NOT NULL,
+    subject {text_c} NOT NULL,
     revision BIGINT NOT NULL DEFAULT 0,
     present SMALLINT NOT NULL DEFAULT 0,
     updated_seq BIGINT,
@@ -42,7 +42,7 @@ CREATE TABLE documents (
 );
 CREATE TABLE members (
     doc_id BIGINT NOT NULL REFERENCES documents (doc_id) ON DELETE CASCADE,
-    name TEXT NOT NULL,
+    name {text_c} NOT NULL,
     position BIGINT NOT NULL,
     revision BIGINT NOT NULL,
     size BIGINT NOT NULL,
@@ -89,12 +89,33 @@ CREATE INDEX applied_ops_by_time ON applied_ops (applied_at);
 
 SQLITE: Final[dict[int, str]] = {
     1: _COMMON_V1.format(
-        doc_pk="INTEGER PRIMARY KEY AUTOINCREMENT", seq_pk="INTEGER PRIMARY KEY AUTOINCREMENT", blob="BLOB"
-    ),
+        doc_pk="INTEGER PRIMARY KEY AUTOINCREMENT",  # ids are never reused: they key the member cache
+        seq_pk="INTEGER PRIMARY KEY AUTOINCREMENT",
+        blob="BLOB",
+        text_c="TEXT",  # SQLite compares text bytewise already
+    )
+    + "CREATE INDEX documents_by_state ON documents (state, present, subject);",
 }
 
+INDEXABLE: Final = "m.size <= 1048576 AND position('\\x5c7530303030'::bytea IN m.body) = 0"
+"""Members in PostgreSQL's containment index: up to 1 MiB and without an escaped NUL (which
+jsonb cannot hold). Search checks the others in Python, so it means the same on both backends."""
+
 POSTGRES: Final[dict[int, str]] = {
-    1: _COMMON_V1.format(doc_pk="BIGSERIAL PRIMARY KEY", seq_pk="BIGSERIAL PRIMARY KEY", blob="BYTEA"),
+    1: _COMMON_V1.format(
+        doc_pk="BIGSERIAL PRIMARY KEY",
+        seq_pk="BIGSERIAL PRIMARY KEY",
+        blob="BYTEA",
+        text_c='TEXT COLLATE "C"',  # bytewise order, the same keyset order as SQLite
+    )
+    + """
+CREATE INDEX documents_by_state ON documents (state, present, subject);
+CREATE FUNCTION stateflow_jsonb(body BYTEA) RETURNS JSONB
+    LANGUAGE SQL IMMUTABLE PARALLEL SAFE
+    RETURN convert_from(body, 'UTF8')::jsonb;
+CREATE INDEX members_json ON members USING GIN (stateflow_jsonb(body) jsonb_path_ops)
+    WHERE size <= 1048576 AND position('\\x5c7530303030'::bytea IN body) = 0;
+""",
 }
 
 

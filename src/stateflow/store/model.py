@@ -120,3 +120,13 @@ class Transition:
 
 def _absent(body: JSON) -> JSON:
     return MISSING if body is None else body
+
+
+@dataclass(frozen=True, slots=True)
+class Listed:
+    """A present document in a listing: its key, revision and last write."""
+
+    key: DocKey
+    revision: int
+    seq: int | None
+    at: str | None

@@ -18,9 +18,11 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from stateflow.doc.canonical import encode_trusted
 from stateflow.errors import StoreError, StoreNotMigrated, StoreUnavailable
 from stateflow.store.base import SqlStore, Tx
-from stateflow.store.migrations import POSTGRES
+from stateflow.store.migrations import INDEXABLE, POSTGRES
+from stateflow.store.model import Listed
 
 _SEQ_LOCK: Final = 0x5EF10  # advisory lock id that orders transition inserts
 
@@ -102,12 +104,48 @@ class PostgresStore(SqlStore):
         )
         return {r[0] for r in rows}
 
+    def _search_candidates(
+        self, tx: Tx, state: str, filters: dict[str, Any], after: str | None, limit: int
+    ) -> list[Listed]:
+        # One EXISTS per filter member, answered by the GIN index for indexable members; other
+        # members (and patterns jsonb cannot hold) pass here and are checked by _verify.
+        clauses, params = [], []
+        for name, pattern in filters.items():
+            raw = encode_trusted(pattern).decode()
+            if not _jsonb_safe(raw):
+                continue
+            typed = type(pattern) not in (dict, list)
+            check = "stateflow_jsonb(m.body) @> ?::jsonb" + (
+                " AND jsonb_typeof(stateflow_jsonb(m.body)) = jsonb_typeof(?::jsonb)" if typed else ""
+            )
+            clauses.append(
+                "AND EXISTS (SELECT 1 FROM members m WHERE m.doc_id = d.doc_id AND m.name = ? AND "
+                f"(NOT ({INDEXABLE}) OR (({INDEXABLE}) AND {check})))"
+            )
+            params.extend([name, raw, raw] if typed else [name, raw])
+        return self._scan(tx, state, after, limit, " ".join(clauses), params)
+
+    def _unchecked(self, tx: Tx, doc_id: int, filters: dict[str, Any]) -> list[str]:
+        names = list(filters)
+        rows = tx.all(
+            f"SELECT m.name FROM members m WHERE m.doc_id = ? AND m.name IN ({','.join('?' * len(names))}) "
+            f"AND NOT ({INDEXABLE})",
+            (doc_id, *names),
+        )
+        skipped = {n for n, p in filters.items() if not _jsonb_safe(encode_trusted(p).decode())}
+        return sorted({r[0] for r in rows} | skipped)
+
     def _lock_migration(self, tx: Tx) -> None:
         # Serialize concurrent migrators (several processes starting at once).
         tx.all("SELECT pg_advisory_xact_lock(?)", (_SEQ_LOCK + 1,))
 
     def close(self) -> None:
         self._pool.close()
+
+
+def _jsonb_safe(raw: str) -> bool:
+    """jsonb cannot hold an escaped NUL character."""
+    return "\\u0000" not in raw
 
 
 def _safe(url: str) -> str:
