@@ -11,7 +11,7 @@ failure raises before commit and the transaction rolls back: nothing at all is w
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -78,6 +78,7 @@ class _Row:
     bytes_since_snapshot: int
     body_size: int
     next_position: int
+    at: str | None = None
 
 
 _ROW_COLUMNS: Final = (
@@ -213,7 +214,7 @@ class SqlStore(abc.ABC):
     def read(
         self,
         keys: Iterable[DocKey],
-        members: Iterable[str] | None = None,
+        members: Iterable[str] | Mapping[DocKey, Iterable[str] | None] | None = None,
         *,
         outlines: Iterable[str] = (),
     ) -> dict[DocKey, Document]:
@@ -224,7 +225,8 @@ class SqlStore(abc.ABC):
         is wanted without reading the member itself.
         """
         self.check_schema()
-        names = None if members is None else list(members)
+        per_key = members if isinstance(members, Mapping) else None
+        shared = None if members is None or per_key is not None else [str(m) for m in members]
         outline_names = list(outlines)
         with self._read_tx() as tx:
             out: dict[DocKey, Document] = {}
@@ -233,12 +235,16 @@ class SqlStore(abc.ABC):
                 if row is None:
                     out[key] = Document(key, 0, None)
                     continue
+                names = shared
+                if per_key is not None:
+                    wanted = per_key.get(key)
+                    names = None if wanted is None else list(wanted)
                 body = None
                 shapes: dict[str, Any] = {}
                 if row.present:
                     fetched, shapes = self._fetch(tx, key, row.doc_id, names, outline_names)
                     body = {n: v for n, _, v, _ in fetched}
-                out[key] = Document(key, row.revision, body, row.updated_seq, shapes)
+                out[key] = Document(key, row.revision, body, row.updated_seq, shapes, row.at)
             return out
 
     def get(
@@ -687,7 +693,8 @@ class SqlStore(abc.ABC):
 
     def _row(self, tx: Tx, key: DocKey) -> _Row | None:
         r = tx.one(
-            f"SELECT {_ROW_COLUMNS} FROM documents WHERE state = ? AND subject = ?",
+            f"SELECT {', '.join('d.' + c.strip() for c in _ROW_COLUMNS.split(','))}, t.at FROM documents d "
+            "LEFT JOIN transitions t ON t.seq = d.updated_seq WHERE d.state = ? AND d.subject = ?",
             (key.state, key.subject),
         )
         return None if r is None else _to_row(r)
@@ -852,6 +859,39 @@ class SqlStore(abc.ABC):
         """Filter members whose containment the candidate query did not establish."""
         return list(filters)
 
+    def purge(self, state: str) -> int:
+        """Delete every document of ``state`` with its history (no audit survives); return how many.
+
+        Transitions left without any change are deleted too.
+        """
+        self.check_schema()
+        with self._write_tx() as tx:
+            ids = [int(r[0]) for r in tx.all("SELECT doc_id FROM documents WHERE state = ?", (state,))]
+            seqs = sorted(
+                {
+                    int(r[0])
+                    for r in tx.all(
+                        "SELECT DISTINCT c.seq FROM changes c JOIN documents d ON d.doc_id = c.doc_id WHERE d.state = ?",
+                        (state,),
+                    )
+                }
+            )
+            for table in ("change_edits", "changes", "snapshots", "members"):
+                tx.run(
+                    f"DELETE FROM {table} WHERE doc_id IN (SELECT doc_id FROM documents WHERE state = ?)",
+                    (state,),
+                )
+            tx.run("DELETE FROM documents WHERE state = ?", (state,))
+            for start in range(0, len(seqs), 500):
+                part = seqs[start : start + 500]
+                tx.run(
+                    f"DELETE FROM transitions WHERE seq IN ({','.join('?' * len(part))}) "
+                    "AND NOT EXISTS (SELECT 1 FROM changes c WHERE c.seq = transitions.seq)",
+                    part,
+                )
+            tx.run("DELETE FROM applied_ops WHERE scope = ?", (state,))
+        return len(ids)
+
     # ------------------------------------------------------------------ ledger and retention
 
     def applied_op(self, op_id: str, scope: str = "") -> int | bool | None:
@@ -893,6 +933,7 @@ def _to_row(r: tuple[Any, ...]) -> _Row:
         bytes_since_snapshot=int(r[5]),
         body_size=int(r[6]),
         next_position=int(r[7]),
+        at=r[8] if len(r) > 8 else None,
     )
 
 

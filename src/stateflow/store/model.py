@@ -41,6 +41,8 @@ class Document:
     """The seq of the transition that produced this revision (``None`` at revision 0)."""
     outlines: dict[str, Any] = field(default_factory=dict)
     """Requested member outlines: ``{member: {key: kind} | None}`` (None: not an object)."""
+    at: str | None = None
+    """When the revision was written (from ``read``; not filled inside ``update``)."""
 
     @property
     def exists(self) -> bool:

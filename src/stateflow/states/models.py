@@ -1,0 +1,148 @@
+"""The declared-states contract models. Every model refuses unknown keys."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Final, Literal
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from stateflow.subjects import Subject
+
+NAME_RE: Final = re.compile(r"[a-z0-9][a-z0-9_-]*\Z")
+KIND_RE: Final = re.compile(r"[a-z][a-z0-9_-]{0,62}\Z")
+KEY_MAX_CHARS: Final = 512
+MAX_RETENTION_DAYS: Final = 2_147_483_647
+META_MAX_BYTES: Final = 4096
+DOORS: Final = ("api", "operator", "tool", "conversation", "hook", "schedule")
+TargetKind = Literal["agent", "tool"]
+Door = Literal["api", "operator", "tool", "conversation", "hook", "schedule"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class StateSubject(_Model):
+    """``{target_kind, target_name, kind, key}``; ``(target_kind, target_name)`` is the tenant."""
+
+    target_kind: TargetKind
+    target_name: str = Field(min_length=1)
+    kind: str
+    key: str
+
+    @field_validator("kind")
+    @classmethod
+    def _kind(cls, v: str) -> str:
+        if not KIND_RE.match(v):
+            raise ValueError("kind must match ^[a-z][a-z0-9_-]{0,62}$")
+        return v
+
+    @field_validator("key")
+    @classmethod
+    def _key(cls, v: str) -> str:
+        v = v.strip()
+        if not v:
+            raise ValueError("subject key must be non-blank")
+        if len(v) > KEY_MAX_CHARS:
+            raise ValueError(f"subject key must be at most {KEY_MAX_CHARS} characters after trimming")
+        return v
+
+    @property
+    def tenant(self) -> tuple[str, str]:
+        return (self.target_kind, self.target_name)
+
+    def encode(self) -> str:
+        return Subject(self.target_kind, self.target_name, self.kind, self.key).encode()
+
+    @staticmethod
+    def decode(text: str) -> StateSubject:
+        s = Subject.decode(text)
+        return StateSubject(target_kind=s.target_kind, target_name=s.target_name, kind=s.kind, key=s.key)  # type: ignore[arg-type]
+
+
+class Declaration(_Model):
+    name: str = ""
+    description: str = ""
+    schema_: dict[str, Any] = Field(default_factory=dict, alias="schema")
+    subject_kinds: list[str] = Field(min_length=1)
+    default_subject_kind: str
+    retention_days: int | None = Field(default=None, gt=0, le=MAX_RETENTION_DAYS)
+    effective_schema: dict[str, Any] | None = None
+    regimes: list[dict[str, Any]] | None = None
+    updated_at: str | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if v and not NAME_RE.match(v):
+            raise ValueError("name must match ^[a-z0-9][a-z0-9_-]*$")
+        return v
+
+    @field_validator("subject_kinds")
+    @classmethod
+    def _kinds(cls, v: list[str]) -> list[str]:
+        for kind in v:
+            if not KIND_RE.match(kind):
+                raise ValueError(f"subject kind {kind!r} must match ^[a-z][a-z0-9_-]{{0,62}}$")
+        if len(set(v)) != len(v):
+            raise ValueError("subject_kinds must be unique")
+        return v
+
+    @field_validator("retention_days", mode="before")
+    @classmethod
+    def _retention(cls, v: Any) -> Any:
+        if isinstance(v, bool):
+            raise ValueError("retention_days must be an integer")
+        return v
+
+    @model_validator(mode="after")
+    def _default_kind(self) -> Declaration:
+        if self.default_subject_kind not in self.subject_kinds:
+            raise ValueError(
+                f"default_subject_kind {self.default_subject_kind!r} must be one of subject_kinds {self.subject_kinds}"
+            )
+        return self
+
+    def stored(self) -> dict[str, Any]:
+        """What the catalog keeps (computed fields are never stored)."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "schema": self.schema_,
+            "subject_kinds": list(self.subject_kinds),
+            "default_subject_kind": self.default_subject_kind,
+            "retention_days": self.retention_days,
+        }
+
+
+class WriteOrigin(_Model):
+    """The consumer half of a write's origin; door, actor and ids are stamped by the platform."""
+
+    consumer: str | None = None
+    meta: dict[str, Any] | None = None
+    run_id: str | None = None
+    op_id: str | None = None
+
+    @field_validator("meta")
+    @classmethod
+    def _meta(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        if v is not None:
+            size = len(orjson.dumps(v))
+            if size > META_MAX_BYTES:
+                raise ValueError(f"origin meta is {size} bytes serialized; the limit is {META_MAX_BYTES}")
+        return v
+
+
+class DoorContext(_Model):
+    """The ambient context an entering door deposits; never supplied by the writer."""
+
+    door: Door = "api"
+    actor: str | None = None
+    turn_id: str | None = None
+    inbound_id: str | None = None
+    target_kind: TargetKind | None = None
+    target_name: str | None = None
+    candidates: dict[str, str] = Field(default_factory=dict)
+    """Subject keys in scope by kind (e.g. ``{"thread": "t-1"}``) for subject resolution."""

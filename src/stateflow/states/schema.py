@@ -1,0 +1,129 @@
+"""Base-schema checks, the additive re-declare rule, and compiled validators."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import unquote
+
+import orjson
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+
+from stateflow.errors import InvalidInput
+
+
+class SchemaInvalid(InvalidInput):
+    code = "invalid-schema"
+
+
+class DocumentInvalid(InvalidInput):
+    code = "invalid-document"
+
+
+def check_base_schema(schema: Any) -> None:
+    """A declaration's base schema: a draft 2020-12 object schema with ≥ 1 property, local refs."""
+    if not isinstance(schema, dict):
+        raise SchemaInvalid("schema must be a JSON object")
+    if schema.get("type") != "object":
+        raise SchemaInvalid('schema must declare "type": "object"')
+    props = schema.get("properties")
+    if not isinstance(props, dict) or not props:
+        raise SchemaInvalid("schema must declare at least one property")
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as exc:
+        raise SchemaInvalid(f"schema is not a valid JSON Schema (draft 2020-12): {exc.message}") from exc
+    anchors = {n.get("$anchor") for n in _nodes(schema) if isinstance(n.get("$anchor"), str)}
+    for node in _nodes(schema):
+        if "$dynamicRef" in node:
+            raise SchemaInvalid("$dynamicRef is not supported")
+        ref = node.get("$ref")
+        if not isinstance(ref, str):
+            continue
+        if not ref.startswith("#"):
+            raise SchemaInvalid(f"remote $ref {ref!r} is not supported; use local references (#/...)")
+        fragment = unquote(ref[1:])
+        if not fragment:
+            continue
+        if fragment.startswith("/"):
+            if not _resolves(schema, fragment):
+                raise SchemaInvalid(f"$ref {ref!r} does not resolve inside the schema")
+        elif fragment not in anchors:
+            raise SchemaInvalid(f"$ref {ref!r} names no $anchor in the schema")
+
+
+def _nodes(schema: Any) -> Iterator[dict[str, Any]]:
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            yield node
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+
+
+def _resolves(schema: Any, pointer: str) -> bool:
+    node = schema
+    for raw in pointer.split("/")[1:]:
+        part = raw.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return False
+    return True
+
+
+def _canonical(value: Any) -> bytes:
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+
+
+def narrowing(old: dict[str, Any], new: dict[str, Any]) -> str | None:
+    """Why ``new`` is not an additive change of ``old`` (None when it only adds properties)."""
+    old_props, new_props = old.get("properties", {}), new.get("properties", {})
+    for name, sub in old_props.items():
+        if name not in new_props:
+            return f"property {name!r} was removed"
+        if _canonical(sub) != _canonical(new_props[name]):
+            return f"property {name!r} was changed"
+    rest_old = {k: v for k, v in old.items() if k != "properties"}
+    rest_new = {k: v for k, v in new.items() if k != "properties"}
+    if _canonical(rest_old) != _canonical(rest_new):
+        changed = sorted(k for k in set(rest_old) | set(rest_new) if rest_old.get(k) != rest_new.get(k))
+        return f"root keyword(s) {changed} changed"
+    return None
+
+
+class ValidatorCache:
+    """Compiled validators by canonical schema bytes (bounded)."""
+
+    def __init__(self, size: int = 256) -> None:
+        self._size = size
+        self._items: OrderedDict[bytes, Draft202012Validator] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, schema: dict[str, Any]) -> Draft202012Validator:
+        key = _canonical(schema)
+        with self._lock:
+            found = self._items.get(key)
+            if found is not None:
+                self._items.move_to_end(key)
+                return found
+        validator = Draft202012Validator(schema)
+        with self._lock:
+            self._items[key] = validator
+            while len(self._items) > self._size:
+                self._items.popitem(last=False)
+        return validator
+
+    def validate(self, schema: dict[str, Any], document: Any, what: str) -> None:
+        errors = sorted(self.get(schema).iter_errors(document), key=lambda e: list(e.absolute_path))
+        if errors:
+            first = errors[0]
+            where = "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in first.absolute_path)
+            raise DocumentInvalid(f"{what} is invalid under the state schema at {where}: {first.message}")

@@ -1,0 +1,807 @@
+"""The declared-states service: catalog, records, audit, listings, retention.
+
+Records are store documents ``(<state>, <encoded subject>)``. The catalog keeps each declaration
+as a document of the reserved state ``_states``; fold aliases of a state live in one document of
+``_aliases`` (one member per alias subject, so resolving an alias reads one small member).
+Every record write runs in one store transaction that also locks the declaration, so a
+re-declare and a write never interleave. Every write is stamped with its completed origin.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final
+
+from pydantic import ValidationError
+
+from stateflow.doc.canonical import JSON, check
+from stateflow.doc.diff import Edit
+from stateflow.doc.ops import apply_ops, parse_ops
+from stateflow.doc.select import MISSING
+from stateflow.errors import Conflict, InvalidInput, NotFound
+from stateflow.states.models import Declaration, DoorContext, StateSubject, WriteOrigin
+from stateflow.states.schema import ValidatorCache, check_base_schema, narrowing
+from stateflow.store import DocKey, Document, SqlStore, Write
+from stateflow.store.base import utc_now
+
+CATALOG: Final = "_states"
+ALIASES: Final = "_aliases"
+PAGE_DEFAULT: Final = 200
+PAGE_MAX: Final = 500
+OP_RETENTION_DAYS: Final = 30
+ENV_DEFAULT_RETENTION: Final = "STATEFLOW_DEFAULT_RETENTION_DAYS"
+ENV_OP_RETENTION: Final = "STATEFLOW_OP_RETENTION_DAYS"
+ENV_AUDIT_RETENTION: Final = "STATEFLOW_AUDIT_RETENTION_DAYS"
+
+
+class StateNotFound(NotFound):
+    code = "state-not-found"
+
+
+class SubjectRefused(InvalidInput):
+    code = "subject-refused"
+
+
+class NonAdditiveRedeclare(Conflict):
+    code = "non-additive-redeclare"
+
+
+class DeclarationInUse(Conflict):
+    code = "declaration-in-use"
+
+
+class FoldRefused(Conflict):
+    code = "fold-refused"
+
+
+@dataclass(frozen=True)
+class ConsumerRow:
+    kind: str
+    name: str | None = None
+    detail: str | None = None
+    unavailable: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+
+ConsumerLister = Callable[[str], list[ConsumerRow]]
+
+
+@dataclass
+class ApplyResult:
+    applied: bool
+    data: dict[str, Any] | None
+    seq: int | None
+    skipped: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"applied": self.applied, "data": self.data, "seq": self.seq, "skipped": self.skipped}
+
+
+def _invalid(exc: ValidationError, what: str) -> InvalidInput:
+    details = "; ".join(
+        f"{'.'.join(str(p) for p in e['loc']) or what}: {e['msg'].removeprefix('Value error, ')}"
+        for e in exc.errors()
+    )
+    return InvalidInput(f"invalid {what}: {details}")
+
+
+def subject_of(raw: Any) -> StateSubject:
+    if isinstance(raw, StateSubject):
+        return raw
+    try:
+        return StateSubject.model_validate(raw)
+    except ValidationError as exc:
+        raise SubjectRefused(str(_invalid(exc, "subject"))) from exc
+
+
+def origin_of(raw: Any) -> WriteOrigin:
+    if raw is None:
+        return WriteOrigin()
+    if isinstance(raw, WriteOrigin):
+        return raw
+    try:
+        return WriteOrigin.model_validate(raw)
+    except ValidationError as exc:
+        raise InvalidInput(str(_invalid(exc, "origin"))) from exc
+
+
+def page_limit(limit: Any) -> int:
+    if limit is None:
+        return PAGE_DEFAULT
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:
+        raise InvalidInput(f"limit must be a positive integer, got {limit!r}")
+    return min(limit, PAGE_MAX)
+
+
+def _encode_cursor(text: str) -> str:
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str | None) -> str | None:
+    if cursor is None or cursor == "":
+        return None
+    try:
+        return base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InvalidInput("cursor is malformed; use only a cursor returned by a prior page") from exc
+
+
+def _days(env: str, default: int | None) -> int | None:
+    raw = os.environ.get(env)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= 2_147_483_647:
+        raise InvalidInput(f"{env} must be a positive integer ≤ 2147483647 or unset, got {raw!r}")
+    return value
+
+
+class StatesService:
+    def __init__(self, store: SqlStore) -> None:
+        self.store = store
+        self.validators = ValidatorCache()
+        self.consumer_listers: dict[str, ConsumerLister] = {}
+        self._builtins_installed = False
+
+    # ------------------------------------------------------------------ hooks for templates
+
+    def effective_schema(self, declaration: dict[str, Any]) -> dict[str, Any]:
+        """The schema every write validates against (templates compose into it next)."""
+        schema: dict[str, Any] = declaration["schema"]
+        return schema
+
+    def regimes(self, declaration: dict[str, Any]) -> list[dict[str, Any]]:
+        return []
+
+    def register_consumer_lister(self, kind: str, lister: ConsumerLister) -> None:
+        if kind in self.consumer_listers:
+            raise InvalidInput(f"a consumer lister for {kind!r} is already registered")
+        self.consumer_listers[kind] = lister
+
+    # ------------------------------------------------------------------ catalog
+
+    def install_builtins(self) -> None:
+        """Declare the built-in ``memory`` state (idempotent)."""
+        if self._builtins_installed:
+            return
+        from stateflow.states.builtin import MEMORY_DECLARATION
+
+        current = self.store.get(DocKey(CATALOG, "memory")).body
+        if current is None or current.get("schema") != MEMORY_DECLARATION["schema"]:
+            self.declare(
+                "memory", MEMORY_DECLARATION, context=DoorContext(door="operator", actor="stateflow")
+            )
+        self._builtins_installed = True
+
+    def _declaration_view(self, body: dict[str, Any], revision: int, at: str | None) -> dict[str, Any]:
+        return {
+            **body,
+            "effective_schema": self.effective_schema(body),
+            "regimes": self.regimes(body),
+            "attachments": [],
+            "updated_at": at,
+            "version": revision,
+        }
+
+    def list_declarations(self) -> list[dict[str, Any]]:
+        out = []
+        after = None
+        while True:
+            page = self.store.scan(CATALOG, after=after, limit=PAGE_MAX)
+            if not page:
+                break
+            docs = self.store.read([x.key for x in page])
+            for item in page:
+                body = docs[item.key].body
+                if body is not None:
+                    out.append(self._declaration_view(body, item.revision, item.at))
+            after = page[-1].key.subject
+        return out
+
+    def get_declaration(self, name: str) -> dict[str, Any]:
+        doc = self.store.get(DocKey(CATALOG, name))
+        if doc.body is None:
+            raise StateNotFound(f"no state declared as {name!r}")
+        return self._declaration_view(doc.body, doc.revision, doc.at)
+
+    def declare(self, name: str, raw: Any, *, context: DoorContext | None = None) -> dict[str, Any]:
+        """Create or re-declare a state. Re-declaring is additive-only while records exist."""
+        if not isinstance(raw, dict):
+            raise InvalidInput("a declaration must be a JSON object")
+        for computed, what in (
+            ("effective_schema", "effective_schema is computed by the platform"),
+            ("regimes", "regimes are computed by the platform"),
+            ("updated_at", "updated_at is set by the platform"),
+        ):
+            if raw.get(computed) is not None:
+                raise InvalidInput(what)
+        try:
+            decl = Declaration.model_validate({**raw, "name": name})
+        except ValidationError as exc:
+            raise InvalidInput(str(_invalid(exc, "declaration"))) from exc
+        check_base_schema(decl.schema_)
+        stored = decl.stored()
+        key = DocKey(CATALOG, name)
+
+        def compute(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
+            old = docs[key].body
+            if old is not None:
+                kinds = self._kind_counts(name)
+                if sum(kinds.values()):
+                    why = narrowing(old["schema"], stored["schema"])
+                    if why:
+                        raise NonAdditiveRedeclare(
+                            f"state {name!r} has records: removing or changing a field is refused while "
+                            f"records exist ({why}) — erase them first"
+                        )
+                removed = sorted(
+                    k for k in old["subject_kinds"] if k not in stored["subject_kinds"] and kinds.get(k)
+                )
+                if removed:
+                    raise DeclarationInUse(
+                        f"state {name!r} still has records under subject kind(s) {removed}; "
+                        "erase them before removing the kind(s)"
+                    )
+            return [Write.between(key, old, stored, docs[key].revision)], None
+
+        self.store.update([key], compute, self._origin(WriteOrigin(), context, "declare"))
+        return {**stored, "effective_schema": None, "regimes": None, "updated_at": None}
+
+    def delete_declaration(self, name: str, *, context: DoorContext | None = None) -> dict[str, Any]:
+        """Delete a state with its records, aliases and audit, unless a consumer still uses it."""
+        self.get_declaration(name)
+        blocking = [r for r in self.consumers(name) if not r.get("unavailable")]
+        if blocking:
+            names = ", ".join(f"{r['kind']}:{r.get('name', '?')}" for r in blocking)
+            raise DeclarationInUse(f"state {name!r} is still bound by {names} — remove the binding(s) first")
+        self.store.purge(name)
+        key, alias_key = DocKey(CATALOG, name), DocKey(ALIASES, name)
+
+        def compute(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
+            return [
+                Write.between(k, docs[k].body, None, docs[k].revision)
+                for k in (key, alias_key)
+                if docs[k].body is not None
+            ], None
+
+        self.store.update([key, alias_key], compute, self._origin(WriteOrigin(), context, "delete-state"))
+        return {"deleted": True, "name": name}
+
+    def consumers(self, name: str) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = []
+        for lister in self.consumer_listers.values():
+            rows.extend(r.to_json() for r in lister(name))
+        return rows
+
+    def _kind_counts(self, state: str) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        after = None
+        while page := self.store.scan(state, after=after, limit=PAGE_MAX):
+            for item in page:
+                kind = StateSubject.decode(item.key.subject).kind
+                counts[kind] = counts.get(kind, 0) + 1
+            after = page[-1].key.subject
+        return counts
+
+    def _declaration(self, docs: dict[DocKey, Document], name: str) -> dict[str, Any]:
+        body = docs[DocKey(CATALOG, name)].body
+        if body is None:
+            raise StateNotFound(f"no state declared as {name!r}")
+        return body
+
+    @staticmethod
+    def _admit(declaration: dict[str, Any], subject: StateSubject) -> None:
+        if subject.kind not in declaration["subject_kinds"]:
+            raise SubjectRefused(
+                f"subject kind {subject.kind!r} is not declared by state {declaration['name']!r} "
+                f"(declared kinds: {declaration['subject_kinds']})"
+            )
+
+    # ------------------------------------------------------------------ origins
+
+    @staticmethod
+    def _origin(
+        origin: WriteOrigin, context: DoorContext | None, action: str, paths: Any = None
+    ) -> dict[str, Any]:
+        ctx = context or DoorContext()
+        return {
+            "consumer": origin.consumer,
+            "meta": origin.meta,
+            "run_id": origin.run_id,
+            "op_id": origin.op_id,
+            "door": ctx.door,
+            "actor": ctx.actor,
+            "turn_id": ctx.turn_id,
+            "inbound_id": ctx.inbound_id,
+            "action": action,
+        }
+
+    # ------------------------------------------------------------------ records
+
+    @staticmethod
+    def _resolve(aliases: dict[str, Any], subject: StateSubject) -> StateSubject:
+        entry = aliases.get(subject.encode())
+        return StateSubject.decode(entry["canonical"]) if entry else subject
+
+    def _canonical(self, name: str, subject: StateSubject) -> StateSubject:
+        """Resolve a subject through the state's fold aliases (one hop)."""
+        aliases = self.store.get(DocKey(ALIASES, name), members=[subject.encode()]).body or {}
+        return self._resolve(aliases, subject)
+
+    @staticmethod
+    def _record(
+        name: str,
+        asked: StateSubject,
+        canonical: StateSubject,
+        aliases: dict[str, Any],
+        data: dict[str, Any] | None,
+        seq: int | None,
+        revision: int,
+        at: str | None,
+    ) -> dict[str, Any] | None:
+        if data is None:
+            return None
+        target = canonical.encode()
+        folded = sorted(
+            (StateSubject.decode(a) for a, e in aliases.items() if e.get("canonical") == target),
+            key=lambda x: (x.kind, x.key),
+        )
+        return {
+            "state": name,
+            "subject": asked.model_dump(),
+            "data": data,
+            "seq": seq,
+            "revision": revision,
+            "updated_at": at,
+            "canonical_subject": canonical.model_dump(),
+            "folded_from": [f.model_dump() for f in folded],
+        }
+
+    def read(self, name: str, subject: Any) -> dict[str, Any] | None:
+        """The record, or None on a miss (an undeclared state or refused subject is an error).
+
+        One snapshot reads the declaration, the aliases and the record (a second read follows
+        only when the subject was folded into another one)."""
+        subject = subject_of(subject)
+        decl_key, alias_key, key = (
+            DocKey(CATALOG, name),
+            DocKey(ALIASES, name),
+            DocKey(name, subject.encode()),
+        )
+        docs = self.store.read([decl_key, alias_key, key])
+        decl = docs[decl_key].body
+        if decl is None:
+            raise StateNotFound(f"no state declared as {name!r}")
+        self._admit(decl, subject)
+        aliases = docs[alias_key].body or {}
+        canonical = self._resolve(aliases, subject)
+        doc = docs[key] if canonical == subject else self.store.get(DocKey(name, canonical.encode()))
+        return self._record(name, subject, canonical, aliases, doc.body, doc.seq, doc.revision, doc.at)
+
+    def _write(
+        self,
+        name: str,
+        subject: Any,
+        transform: Callable[[dict[str, Any], JSON], tuple[JSON, list[list[str | int]] | None]],
+        origin: WriteOrigin,
+        context: DoorContext | None,
+        action: str,
+        *,
+        op_id: str | None = None,
+    ) -> tuple[bool, dict[str, Any] | None]:
+        """One record write in one transaction that also locks the declaration.
+
+        Returns ``(applied, record view after the write)``; ``applied`` is False for a replayed
+        ``op_id``.
+        """
+        subject = subject_of(subject)
+        decl_key, alias_key = DocKey(CATALOG, name), DocKey(ALIASES, name)
+        canonical = subject
+        stamped = origin.model_copy(update={"op_id": op_id}) if op_id else origin
+        for _ in range(3):  # the alias may move between resolving it and locking: re-resolve
+            key = DocKey(name, canonical.encode())
+
+            def compute(
+                docs: dict[DocKey, Document], key: DocKey = key, canonical: StateSubject = canonical
+            ) -> tuple[list[Write], tuple[Any, ...]]:
+                declaration = self._declaration(docs, name)
+                self._admit(declaration, subject)
+                aliases = docs[alias_key].body or {}
+                if self._resolve(aliases, subject) != canonical:
+                    raise _AliasMoved(self._resolve(aliases, subject))
+                current = docs[key]
+                new, paths = transform(declaration, current.value)
+                if new is MISSING:
+                    return [], (aliases, current.body, current.revision, current.seq)
+                self.validators.validate(
+                    self.effective_schema(declaration), new, f"record {canonical.kind}/{canonical.key}"
+                )
+                write = Write.between(key, current.body, new, current.revision, paths=paths)
+                return [write], (aliases, new, current.revision, current.seq)
+
+            try:
+                commit, result = self.store.update(
+                    [decl_key, alias_key, key],
+                    compute,
+                    self._origin(stamped, context, action),
+                    op_id=op_id,
+                    op_scope=name,
+                )
+            except _AliasMoved as moved:
+                canonical = moved.args[0]
+                continue
+            if not commit.applied or result is None:
+                return False, None
+            aliases, data, revision, seq = result
+            at = None
+            if commit.changed:
+                revision, seq, at = commit.revisions[key], commit.seq, commit.at
+            return True, self._record(name, subject, canonical, aliases, data, seq, revision, at)
+        raise Conflict(f"subject {subject.kind}/{subject.key} of state {name!r} kept moving; retry")
+
+    def replace(
+        self,
+        name: str,
+        subject: Any,
+        document: Any,
+        *,
+        origin: Any = None,
+        context: DoorContext | None = None,
+    ) -> dict[str, Any] | None:
+        if not isinstance(document, dict):
+            raise InvalidInput("a record document must be a JSON object")
+        check(document, "document")
+        _, view = self._write(
+            name, subject, lambda d, cur: (document, [[]]), origin_of(origin), context, "replace"
+        )
+        return view
+
+    def merge(
+        self, name: str, subject: Any, patch: Any, *, origin: Any = None, context: DoorContext | None = None
+    ) -> dict[str, Any] | None:
+        """Shallow merge: each top-level key is set (``null`` is stored, not a deletion)."""
+        if not isinstance(patch, dict):
+            raise InvalidInput("a merge patch must be a JSON object")
+        check(patch, "patch")
+
+        def transform(decl: dict[str, Any], current: JSON) -> tuple[JSON, list[list[str | int]] | None]:
+            if not patch:
+                return MISSING, None
+            base = current if isinstance(current, dict) else {}
+            return {**base, **patch}, [[k] for k in patch]
+
+        _, view = self._write(name, subject, transform, origin_of(origin), context, "merge")
+        if view is None and not patch:
+            subj = subject_of(subject)
+            return {
+                "state": name,
+                "subject": subj.model_dump(),
+                "data": {},
+                "seq": None,
+                "revision": 0,
+                "updated_at": None,
+                "canonical_subject": subj.model_dump(),
+                "folded_from": [],
+            }
+        return view
+
+    def apply(
+        self,
+        name: str,
+        subject: Any,
+        ops: Any,
+        *,
+        op_id: str | None = None,
+        origin: Any = None,
+        context: DoorContext | None = None,
+    ) -> ApplyResult:
+        """An op batch; guard-skipped ops are reported; a replayed ``op_id`` changes nothing."""
+        parsed = parse_ops(ops)
+        if op_id is not None and (not isinstance(op_id, str) or not op_id):
+            raise InvalidInput("op_id must be a non-empty string")
+        if not parsed:
+            return ApplyResult(False, None, None, [])
+        skipped: list[dict[str, Any]] = []
+
+        def transform(decl: dict[str, Any], current: JSON) -> tuple[JSON, list[list[str | int]] | None]:
+            skipped.clear()
+            result = apply_ops(current, parsed)
+            skipped.extend(result.skipped)
+            if not result.applied:
+                return MISSING, None
+            if result.document is not MISSING and type(result.document) is not dict:
+                raise InvalidInput("a record document must be a JSON object")
+            return result.document, result.paths
+
+        applied, view = self._write(
+            name, subject, transform, origin_of(origin), context, "apply", op_id=op_id
+        )
+        if not applied:
+            return ApplyResult(False, None, None, [])
+        return ApplyResult(True, view["data"] if view else None, view["seq"] if view else None, skipped)
+
+    def erase(
+        self, name: str, subject: Any, *, origin: Any = None, context: DoorContext | None = None
+    ) -> dict[str, Any]:
+        """Delete the record and every alias pointing at it; the audit trail stays."""
+        subject = subject_of(subject)
+        canonical = self._canonical(name, subject)
+        key, alias_key, decl_key = (
+            DocKey(name, canonical.encode()),
+            DocKey(ALIASES, name),
+            DocKey(CATALOG, name),
+        )
+
+        def compute(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
+            declaration = self._declaration(docs, name)
+            self._admit(declaration, subject)
+            writes = []
+            if docs[key].body is not None:
+                writes.append(Write.between(key, docs[key].body, None, docs[key].revision, paths=[[]]))
+            aliases = docs[alias_key].body or {}
+            gone = [a for a, e in aliases.items() if e.get("canonical") == canonical.encode()]
+            if gone:
+                writes.append(Write(alias_key, [Edit((a,)) for a in gone], docs[alias_key].revision))
+            return writes, None
+
+        self.store.update(
+            [decl_key, alias_key, key], compute, self._origin(origin_of(origin), context, "erase")
+        )
+        return {"erased": True}
+
+    def fold(
+        self,
+        name: str,
+        subject: Any,
+        into: Any,
+        mode: Any,
+        *,
+        origin: Any = None,
+        context: DoorContext | None = None,
+    ) -> dict[str, Any]:
+        """Fold ``subject`` into ``into``: later reads and writes of it land on the survivor."""
+        if mode not in ("switch", "merge"):
+            raise FoldRefused(f"unknown fold mode {mode!r} (supported: merge, switch)")
+        source, target = subject_of(subject), subject_of(into)
+        if source.tenant != target.tenant:
+            raise FoldRefused(
+                f"cannot fold across targets: {source.target_kind}/{source.target_name} into "
+                f"{target.target_kind}/{target.target_name}"
+            )
+        decl_key, alias_key = DocKey(CATALOG, name), DocKey(ALIASES, name)
+        report: dict[str, Any] = {}
+
+        def compute(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
+            declaration = self._declaration(docs, name)
+            self._admit(declaration, source)
+            self._admit(declaration, target)
+            aliases = docs[alias_key].body or {}
+            into_entry = aliases.get(target.encode())
+            canonical = StateSubject.decode(into_entry["canonical"]) if into_entry else target
+            existing = aliases.get(source.encode())
+            if existing:
+                if existing["canonical"] == canonical.encode():
+                    report.update(
+                        mode=mode,
+                        **{"from": _short(source)},
+                        into=_short(canonical),
+                        already=True,
+                        flattened=0,
+                    )
+                    return [], None
+                other = StateSubject.decode(existing["canonical"])
+                raise FoldRefused(
+                    f"{source.kind}/{source.key} is already folded into {other.kind}/{other.key}; folding it into "
+                    f"{canonical.kind}/{canonical.key} would fork its identity"
+                )
+            if canonical == source:
+                raise FoldRefused(
+                    f"cannot fold subject {source.kind}/{source.key} of state {name!r} into itself"
+                )
+            src_key, dst_key = DocKey(name, source.encode()), DocKey(name, canonical.encode())
+            loaded = self.store.read([src_key, dst_key])
+            src, dst = loaded[src_key], loaded[dst_key]
+            writes: list[Write] = []
+            if mode == "merge":
+                members: list[str] = []
+                if src.body is not None:
+                    merged = {**src.body, **(dst.body or {})}
+                    members = sorted(k for k in src.body if k not in (dst.body or {}))
+                    try:
+                        self.validators.validate(
+                            self.effective_schema(declaration), merged, "the merged record"
+                        )
+                    except InvalidInput as exc:
+                        raise FoldRefused(
+                            f"merging {source.kind}/{source.key} would leave an invalid document: {exc}"
+                        ) from exc
+                    writes.append(Write.between(dst_key, dst.body, merged, dst.revision, paths=[[]]))
+                report["merged_members"] = members
+            if src.body is not None:
+                writes.append(Write.between(src_key, src.body, None, src.revision, paths=[[]]))
+            repoint = [a for a, e in aliases.items() if e.get("canonical") == source.encode()]
+            entry = {"canonical": canonical.encode(), "mode": mode}
+            edits = [Edit((source.encode(),), entry)] + [
+                Edit((a, "canonical"), canonical.encode()) for a in repoint
+            ]
+            writes.append(Write(alias_key, edits, docs[alias_key].revision))
+            report.update(
+                mode=mode,
+                **{"from": _short(source)},
+                into=_short(canonical),
+                already=False,
+                flattened=len(repoint),
+            )
+            return writes, None
+
+        self.store.update([decl_key, alias_key], compute, self._origin(origin_of(origin), context, "fold"))
+        order = ["mode", "from", "into", "already", "flattened", "merged_members"]
+        return {k: report[k] for k in order if k in report}
+
+    # ------------------------------------------------------------------ audit and listings
+
+    def writes(
+        self, name: str, subject: Any, *, limit: Any = None, cursor: str | None = None
+    ) -> dict[str, Any]:
+        """The record's audit trail, newest first, keyset-paginated."""
+        self.get_declaration(name)
+        subject = subject_of(subject)
+        canonical = self._canonical(name, subject)
+        n = page_limit(limit)
+        before = None
+        if cursor:
+            raw = _decode_cursor(cursor)
+            if raw is None or not raw.isdigit():
+                raise InvalidInput("writes cursor is malformed; use only a cursor returned by a prior page")
+            before = int(raw)
+        changes = self.store.history(
+            [DocKey(name, canonical.encode())], limit=n, before_seq=before, members=()
+        )
+        items = [
+            {
+                "seq": c.seq,
+                "at": c.at,
+                "origin": {k: v for k, v in c.origin.items() if k != "action"},
+                "action": c.origin.get("action"),
+                "paths": c.paths,
+                "revision": c.revision,
+            }
+            for c in changes
+        ]
+        next_cursor = _encode_cursor(str(changes[-1].seq)) if len(changes) == n else None
+        return {"items": items, "next_cursor": next_cursor}
+
+    def subjects(
+        self,
+        name: str,
+        *,
+        kind: str | None = None,
+        limit: Any = None,
+        cursor: str | None = None,
+        tenants: set[tuple[str, str]] | None = None,
+    ) -> dict[str, Any]:
+        self.get_declaration(name)
+        n = page_limit(limit)
+        after = _decode_cursor(cursor)
+        out: list[dict[str, Any]] = []
+        last = None
+        while len(out) < n:
+            page = self.store.scan(name, after=after, limit=PAGE_MAX)
+            if not page:
+                break
+            for item in page:
+                last = item.key.subject
+                subj = StateSubject.decode(item.key.subject)
+                if (kind is None or subj.kind == kind) and (tenants is None or subj.tenant in tenants):
+                    out.append(
+                        {"subject": subj.model_dump(), "updated_at": item.at, "revision": item.revision}
+                    )
+                    if len(out) == n:
+                        break
+            else:
+                after = page[-1].key.subject
+                continue
+            break
+        return {"subjects": out, "next_cursor": _encode_cursor(last) if len(out) == n and last else None}
+
+    def search(
+        self,
+        name: str,
+        filters: Any,
+        *,
+        limit: Any = None,
+        cursor: str | None = None,
+        tenants: set[tuple[str, str]] | None = None,
+    ) -> dict[str, Any]:
+        self.get_declaration(name)
+        if not isinstance(filters, dict) or not filters:
+            raise InvalidInput("search needs a non-empty filters object (a containment document)")
+        n = page_limit(limit)
+        after = _decode_cursor(cursor)
+        out: list[dict[str, Any]] = []
+        last = None
+        while len(out) < n:
+            page = self.store.search(name, filters, after=after, limit=n)
+            if not page:
+                break
+            for item in page:
+                last = item.key.subject
+                subj = StateSubject.decode(item.key.subject)
+                if tenants is None or subj.tenant in tenants:
+                    out.append(
+                        {"subject": subj.model_dump(), "updated_at": item.at, "revision": item.revision}
+                    )
+                    if len(out) == n:
+                        break
+            after = page[-1].key.subject
+            if len(page) < n:
+                break
+        return {"matches": out, "next_cursor": _encode_cursor(last) if len(out) == n and last else None}
+
+    def stats(self, name: str) -> dict[str, Any]:
+        decl = self.get_declaration(name)
+        fields = self.store.member_counts(name)
+        per_kind = self._kind_counts(name)
+        return {
+            "records": sum(per_kind.values()),
+            "per_field": {p: fields.get(p, 0) for p in decl["schema"].get("properties", {})},
+            "per_kind": {k: per_kind.get(k, 0) for k in decl["subject_kinds"]},
+            "consumers": len([r for r in self.consumers(name) if not r.get("unavailable")]),
+        }
+
+    # ------------------------------------------------------------------ retention
+
+    def prune(self, *, context: DoorContext | None = None, now: datetime | None = None) -> dict[str, Any]:
+        """Delete expired records (per-state or default retention) and expired op_id keys."""
+        default_days = _days(ENV_DEFAULT_RETENTION, None)
+        op_days = _days(ENV_OP_RETENTION, OP_RETENTION_DAYS)
+        now = now or datetime.now(UTC)
+        pruned: dict[str, int] = {}
+        ctx = context or DoorContext(door="operator", actor="retention")
+        for decl in self.list_declarations():
+            days = decl.get("retention_days") or default_days
+            if not days:
+                continue
+            cutoff = (now - timedelta(days=days)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+            count = 0
+            after = None
+            while page := self.store.scan(decl["name"], after=after, limit=PAGE_MAX):
+                expired = [x for x in page if x.at is not None and x.at < cutoff]
+                for item in expired:
+                    self.erase(
+                        decl["name"],
+                        StateSubject.decode(item.key.subject),
+                        origin={"consumer": "retention"},
+                        context=ctx,
+                    )
+                    count += 1
+                after = page[-1].key.subject
+            pruned[decl["name"]] = count
+        assert op_days is not None
+        op_cutoff = (now - timedelta(days=op_days)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        ops = self.store.prune_ops(op_cutoff)
+        return {"pruned": pruned, "op_ids": ops}
+
+
+class _AliasMoved(Exception):
+    """Internal: the subject's alias changed between resolution and the locked write."""
+
+
+def _short(subject: StateSubject) -> dict[str, str]:
+    return {"kind": subject.kind, "key": subject.key}
+
+
+def now_iso() -> str:
+    return utc_now()
+
+
+__all__: Sequence[str] = ["ApplyResult", "ConsumerRow", "StatesService"]
