@@ -8,6 +8,8 @@ from typing import Any
 from stateflow.doc.canonical import encode
 from stateflow.errors import StateflowError
 from stateflow.memory import MemoryView
+from stateflow.states import DoorContext, StatesService
+from stateflow.states.tools import STATE_TOOLS, call_state_tool, state_tool_schemas
 
 READ_STATE_DESCRIPTION = (
     "Read memory progressively. Give one path or an ordered list of paths, and one projection: "
@@ -65,13 +67,6 @@ class ToolDefinition:
     destructive: bool
 
 
-def memory_tools(view: MemoryView) -> list[ToolDefinition]:
-    return [
-        ToolDefinition("read_state", READ_STATE_DESCRIPTION, read_state_schema(), True, False),
-        ToolDefinition("patch_state", PATCH_STATE_DESCRIPTION, patch_state_schema(view), False, True),
-    ]
-
-
 @dataclass(frozen=True)
 class ToolResult:
     text: str
@@ -79,13 +74,58 @@ class ToolResult:
     code: str | None = None
 
 
+class ToolHost:
+    """Every LLM tool of one agent turn: the memory tools and the declared-state tools.
+
+    The state tools act through the ``tool`` door with the agent as the ambient target and
+    the view's scopes as subject candidates (so ``state_read {"state": "memory"}`` reads the
+    session scope).
+    """
+
+    def __init__(self, view: MemoryView, states: StatesService | None = None) -> None:
+        self.view = view
+        self.states = states
+        ident = view.identity
+        self.context = DoorContext(
+            door="tool",
+            actor=f"agent:{ident.agent}",
+            target_kind="agent",
+            target_name=ident.agent,
+            candidates={"session": ident.session, "cwd": ident.cwd, "global": "global"},
+        )
+
+    def definitions(self) -> list[ToolDefinition]:
+        out = [
+            ToolDefinition("read_state", READ_STATE_DESCRIPTION, read_state_schema(), True, False),
+            ToolDefinition(
+                "patch_state", PATCH_STATE_DESCRIPTION, patch_state_schema(self.view), False, True
+            ),
+        ]
+        if self.states is not None:
+            for name, (description, schema, read_only, destructive) in state_tool_schemas().items():
+                out.append(ToolDefinition(name, description, schema, read_only, destructive))
+        return out
+
+    def call(self, name: str, args: Any) -> ToolResult:
+        """Run a tool; a refusal becomes an error result with a concise message, never an exception."""
+        try:
+            if name == "read_state":
+                return ToolResult(encode(self.view.read_state(args)).decode())
+            if name == "patch_state":
+                return ToolResult(self.view.patch_state(args).text())
+            if name in STATE_TOOLS and self.states is not None:
+                result = call_state_tool(self.states, name, args, self.context, self.view.identity.session)
+                return ToolResult(encode({"result": result}).decode())
+        except StateflowError as exc:
+            return ToolResult(exc.message, is_error=True, code=exc.code)
+        known = ", ".join(d.name for d in self.definitions())
+        return ToolResult(f"unknown tool {name!r}; available: {known}", True, "unknown-tool")
+
+
+def memory_tools(view: MemoryView) -> list[ToolDefinition]:
+    return ToolHost(view).definitions()
+
+
 def dispatch(view: MemoryView, name: str, args: Any) -> ToolResult:
-    """Run a tool; a refusal becomes an error result with a concise message, never an exception."""
-    try:
-        if name == "read_state":
-            return ToolResult(encode(view.read_state(args)).decode())
-        if name == "patch_state":
-            return ToolResult(view.patch_state(args).text())
-    except StateflowError as exc:
-        return ToolResult(exc.message, is_error=True, code=exc.code)
-    return ToolResult(f"unknown tool {name!r}; available: read_state, patch_state", True, "unknown-tool")
+    """The memory tools alone (no declared-state tools)."""
+    return ToolHost(view).call(name, args)

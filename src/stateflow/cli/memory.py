@@ -15,7 +15,8 @@ from stateflow.doc.diff import diff, to_patch
 from stateflow.errors import InvalidInput
 from stateflow.memory import Identity, MemoryConfig, MemoryView, parse_scopes
 from stateflow.memory.scopes import DEFAULT_SESSION, SESSION_ENV
-from stateflow.tools import dispatch
+from stateflow.states import StatesService
+from stateflow.tools import ToolHost
 
 
 def memory_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -70,8 +71,17 @@ def with_view(fn: Callable[..., Any]) -> Callable[..., Any]:
     return memory_options(pass_context(cast(Callable[..., Any], refusals(wrapper))))
 
 
+TOOL_NAMES = ["read_state", "patch_state", "state_read", "state_replace", "state_merge", "state_apply"]
+
+
+def tool_host(view: MemoryView) -> ToolHost:
+    states = StatesService(view.store)
+    states.install_builtins()
+    return ToolHost(view, states)
+
+
 @click.command("tool")
-@click.argument("name", type=click.Choice(["read_state", "patch_state"]))
+@click.argument("name", type=click.Choice(TOOL_NAMES))
 @click.argument("arguments", required=False)
 @click.option(
     "--file",
@@ -81,9 +91,10 @@ def with_view(fn: Callable[..., Any]) -> Callable[..., Any]:
 )
 @with_view
 def tool(view: MemoryView, name: str, arguments: str | None, file: Path | None) -> None:
-    """Call a memory tool with ARGUMENTS (JSON; '-' reads stdin) and print exactly its result."""
+    """Call an LLM tool with ARGUMENTS (JSON; '-' reads stdin) and print exactly its result."""
     args = read_json_arg(arguments, file, "ARGUMENTS")
-    result = dispatch(view, name, args)
+    host = tool_host(view) if name.startswith("state_") else ToolHost(view)
+    result = host.call(name, args)
     if result.is_error:
         click.echo(f"error[{result.code}]: {result.text}", err=True)
         sys.exit(1)
@@ -179,10 +190,10 @@ COMMANDS = [tool, context, respond, history, session]
 @click.command("mcp")
 @with_view
 def mcp_server(view: MemoryView) -> None:
-    """Serve read_state and patch_state to an MCP client over stdio."""
+    """Serve the memory tools and the declared-state tools to an MCP client over stdio."""
     from stateflow.mcp.server import serve_stdio
 
-    serve_stdio(view)
+    serve_stdio(tool_host(view))
 
 
 COMMANDS.append(mcp_server)

@@ -1,4 +1,4 @@
-"""``stateflow mcp``: the memory tools over the Model Context Protocol (stdio).
+"""``stateflow mcp``: the LLM tools over the Model Context Protocol (stdio).
 
 Every call runs through the same dispatcher as the CLI, so a model receives exactly the same
 text whichever edge it uses. ``read_state`` is annotated read-only; ``patch_state`` destructive.
@@ -14,12 +14,11 @@ from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
 from stateflow import __version__
-from stateflow.memory import MemoryView
-from stateflow.tools import dispatch, memory_tools
+from stateflow.tools import ToolHost
 
 
-def build_server(view: MemoryView) -> Server[Any]:
-    definitions = memory_tools(view)
+def build_server(host: ToolHost) -> Server[Any]:
+    definitions = host.definitions()
     tools = [
         types.Tool(
             name=d.name,
@@ -40,7 +39,7 @@ def build_server(view: MemoryView) -> Server[Any]:
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         # The store is synchronous; keep the event loop responsive while it works.
-        result = await anyio.to_thread.run_sync(dispatch, view, params.name, params.arguments or {})
+        result = await anyio.to_thread.run_sync(host.call, params.name, params.arguments or {})
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=result.text)], is_error=result.is_error
         )
@@ -48,14 +47,14 @@ def build_server(view: MemoryView) -> Server[Any]:
     return Server(
         "stateflow",
         version=__version__,
-        instructions=view.context().text(),
+        instructions=host.view.context().text(),
         on_list_tools=list_tools,
         on_call_tool=call_tool,
     )
 
 
-def serve_stdio(view: MemoryView) -> None:
-    server = build_server(view)
+def serve_stdio(host: ToolHost) -> None:
+    server = build_server(host)
 
     async def main() -> None:
         async with stdio_server() as (read_stream, write_stream):

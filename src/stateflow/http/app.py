@@ -1,0 +1,267 @@
+"""The HTTP API (FastAPI): declared states under ``/api/states…``.
+
+Every route needs a bearer token. Success is ``{"data": …}``; failure is
+``{"error": message, "code": code}`` with the status of the error (400 malformed request,
+401/403 auth, 404 unknown, 409 conflict, 422 refused, 501 store not migrated, 503 unreachable).
+Record routes take the subject as four raw path segments, so a key holding ``%2F`` or ending in
+``/writes`` stays one segment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+from urllib.parse import unquote
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
+
+from stateflow import __version__
+from stateflow.doc.canonical import decode, encode
+from stateflow.errors import InvalidJSON, StateflowError, StoreNotMigrated
+from stateflow.http.auth import Forbidden, Token, TokenSet
+from stateflow.states import DoorContext, StatesService
+from stateflow.states.models import StateSubject
+from stateflow.states.service import subject_of
+
+
+class BadRequest(StateflowError):
+    code = "bad-request"
+    http_status = 400
+
+
+def _json(status: int, payload: Any) -> Response:
+    return Response(encode(payload), status_code=status, media_type="application/json")
+
+
+def _error(exc: StateflowError) -> Response:
+    status, code = exc.http_status, exc.code
+    if isinstance(exc, StoreNotMigrated):
+        code = "states-not-configured"
+    return _json(status, {"error": exc.message, "code": code})
+
+
+async def _body(request: Request, *, required: bool = True) -> Any:
+    raw = await request.body()
+    if not raw:
+        if required:
+            raise BadRequest("the request body must be JSON")
+        return None
+    try:
+        return decode(raw)
+    except InvalidJSON as exc:
+        raise BadRequest(f"the request body is not valid JSON: {exc.message}") from exc
+
+
+def _query_int(request: Request, name: str) -> int | None:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return None
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise BadRequest(f"{name!r} must be an integer") from exc
+
+
+def create_app(service: StatesService, tokens: TokenSet) -> FastAPI:
+    app = FastAPI(
+        title="stateflow",
+        version=__version__,
+        description="Declared JSON states with an audit trail. Send `Authorization: Bearer <token>`.",
+    )
+
+    @app.exception_handler(StateflowError)
+    async def _handle(_: Request, exc: StateflowError) -> Response:
+        return _error(exc)
+
+    @app.middleware("http")
+    async def _authenticate(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        if request.url.path in ("/api/health", "/openapi.json", "/docs"):
+            return await call_next(request)
+        try:
+            token = tokens.authenticate(request.headers.get("authorization"))
+            reading = request.method in ("GET", "HEAD") or (
+                request.method == "POST" and request.url.path.endswith("/records/search")
+            )
+            if token.read_only and not reading:
+                raise Forbidden("this token is read-only")
+        except StateflowError as exc:
+            return _error(exc)
+        request.state.token = token
+        return await call_next(request)
+
+    def token_of(request: Request) -> Token:
+        token: Token = request.state.token
+        return token
+
+    def context_of(request: Request) -> DoorContext:
+        return DoorContext(door="api", actor=token_of(request).principal)
+
+    def unrestricted(request: Request) -> None:
+        if token_of(request).targets is not None:
+            raise Forbidden(
+                "this token is limited to some targets; catalog changes need an unrestricted token"
+            )
+
+    async def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Response:
+        result = await run_in_threadpool(fn, *args, **kwargs)
+        return _json(200, {"data": result})
+
+    @app.get("/api/health")
+    async def health() -> Response:
+        return _json(200, {"data": {"ok": True, "version": __version__}})
+
+    # ------------------------------------------------------------------ catalog
+
+    @app.post("/api/state-retention/prune")
+    async def prune(request: Request) -> Response:
+        unrestricted(request)
+        return await call(service.prune, context=context_of(request))
+
+    @app.get("/api/states")
+    async def list_states(request: Request) -> Response:
+        return await call(service.list_declarations)
+
+    @app.get("/api/states/{name}")
+    async def get_state(name: str, request: Request) -> Response:
+        return await call(service.get_declaration, name)
+
+    @app.put("/api/states/{name}")
+    async def put_state(name: str, request: Request) -> Response:
+        unrestricted(request)
+        body = await _body(request)
+        if not isinstance(body, dict):
+            raise BadRequest("body must be a JSON object")
+        return await call(service.declare, name, body, context=context_of(request))
+
+    @app.delete("/api/states/{name}")
+    async def delete_state(name: str, request: Request) -> Response:
+        unrestricted(request)
+        return await call(service.delete_declaration, name, context=context_of(request))
+
+    @app.get("/api/states/{name}/stats")
+    async def stats(name: str, request: Request) -> Response:
+        unrestricted(request)
+        return await call(service.stats, name)
+
+    @app.get("/api/states/{name}/consumers")
+    async def consumers(name: str, request: Request) -> Response:
+        await run_in_threadpool(service.get_declaration, name)
+        return await call(service.consumers, name)
+
+    @app.get("/api/states/{name}/subjects")
+    async def subjects(name: str, request: Request) -> Response:
+        token = token_of(request)
+        return await call(
+            service.subjects,
+            name,
+            kind=request.query_params.get("kind"),
+            limit=_query_int(request, "limit"),
+            cursor=request.query_params.get("cursor"),
+            tenants=token.targets,
+        )
+
+    @app.post("/api/states/{name}/records/search")
+    async def search(name: str, request: Request) -> Response:
+        body = await _body(request)
+        if not isinstance(body, dict) or set(body) - {"filters", "limit", "cursor"}:
+            raise BadRequest('body must be {"filters": {...}, "limit"?: int, "cursor"?: str}')
+        limit, cursor = body.get("limit"), body.get("cursor")
+        if (limit is not None and (not isinstance(limit, int) or isinstance(limit, bool))) or (
+            cursor is not None and not isinstance(cursor, str)
+        ):
+            raise BadRequest("limit must be an integer and cursor a string")
+        return await call(
+            service.search,
+            name,
+            body.get("filters"),
+            limit=limit,
+            cursor=cursor,
+            tenants=token_of(request).targets,
+        )
+
+    # ------------------------------------------------------------------ records (raw path)
+
+    @app.api_route(
+        "/api/states/{name}/records/{rest:path}", methods=["GET", "PUT", "PATCH", "DELETE", "POST"]
+    )
+    async def record(name: str, rest: str, request: Request) -> Response:
+        raw_path: bytes = request.scope.get("raw_path") or request.url.path.encode()
+        segments = raw_path.decode("latin-1").split("?")[0].split("/")
+        # ["", "api", "states", name, "records", tk, tn, kind, key, *suffix]
+        parts = [unquote(s) for s in segments[5:]]
+        if len(parts) < 4:
+            raise BadRequest("a record path is /records/{target_kind}/{target_name}/{kind}/{key}")
+        subject = _subject(parts[:4])
+        suffix = parts[4:]
+        token = token_of(request)
+        if not token.allows_tenant(subject.tenant):
+            raise Forbidden(f"this token may not use target {subject.target_kind}/{subject.target_name}")
+        ctx = context_of(request)
+        method = request.method
+        if not suffix:
+            if method == "GET":
+                return await call(service.read, name, subject)
+            if method == "PUT":
+                body = await _body(request)
+                if not isinstance(body, dict):
+                    raise BadRequest("body must be a JSON object")
+                return await call(service.replace, name, subject, body, context=ctx)
+            if method == "PATCH":
+                body = await _body(request)
+                if not isinstance(body, dict):
+                    raise BadRequest("body must be a JSON object")
+                return await call(service.merge, name, subject, body, context=ctx)
+            if method == "DELETE":
+                return await call(service.erase, name, subject, context=ctx)
+        elif suffix == ["deltas"] and method == "POST":
+            body = await _body(request)
+            if not isinstance(body, dict) or "ops" not in body or set(body) - {"ops", "op_id"}:
+                raise BadRequest('body must be {"ops": [...], "op_id"?: string}')
+            if body.get("op_id") is not None and not isinstance(body["op_id"], str):
+                raise BadRequest("op_id must be a string")
+            result = await run_in_threadpool(
+                service.apply, name, subject, body["ops"], op_id=body.get("op_id"), context=ctx
+            )
+            return _json(200, {"data": result.to_json()})
+        elif suffix == ["fold"] and method == "POST":
+            body = await _body(request)
+            if not isinstance(body, dict) or set(body) != {"into", "mode"}:
+                raise BadRequest(
+                    'body must be {"into": {target_kind, target_name, kind, key}, "mode": "switch"|"merge"}'
+                )
+            return await call(service.fold, name, subject, body["into"], body["mode"], context=ctx)
+        elif suffix == ["writes"] and method == "GET":
+            return await call(
+                service.writes,
+                name,
+                subject,
+                limit=_query_int(request, "limit"),
+                cursor=request.query_params.get("cursor"),
+            )
+        return _json(404, {"error": f"no route for {method} {request.url.path}", "code": "not-found"})
+
+    @app.exception_handler(404)
+    async def _not_found(request: Request, exc: Exception) -> Response:
+        return _json(404, {"error": f"no route for {request.method} {request.url.path}", "code": "not-found"})
+
+    @app.exception_handler(405)
+    async def _not_allowed(request: Request, exc: Exception) -> Response:
+        return _json(
+            405,
+            {"error": f"{request.method} is not allowed on {request.url.path}", "code": "method-not-allowed"},
+        )
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> Response:
+        return JSONResponse({"error": "internal error", "code": "internal"}, status_code=500)
+
+    return app
+
+
+def _subject(parts: list[str]) -> StateSubject:
+    tk, tn, kind, key = parts
+    return subject_of({"target_kind": tk, "target_name": tn, "kind": kind, "key": key})

@@ -1,0 +1,138 @@
+"""The builtin LLM tools over declared states: state_read, state_replace, state_merge, state_apply."""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from stateflow.states.models import DoorContext, StateSubject, WriteOrigin
+from stateflow.states.service import StatesService, SubjectRefused, subject_of
+
+STATE_TOOLS: Final = ("state_read", "state_replace", "state_merge", "state_apply")
+
+_SUBJECT_SCHEMA: Final = {
+    "description": (
+        "Whose record: {target_kind, target_name, kind, key}, or {kind, key} for the current target, "
+        "or a bare key for the state's default kind. Omit it to use the subject in scope."
+    ),
+    "anyOf": [
+        {
+            "type": "object",
+            "properties": {
+                "target_kind": {"type": "string", "enum": ["agent", "tool"]},
+                "target_name": {"type": "string"},
+                "kind": {"type": "string"},
+                "key": {"type": "string"},
+            },
+            "required": ["kind", "key"],
+            "additionalProperties": False,
+        },
+        {"type": "string"},
+    ],
+}
+
+
+def state_tool_schemas() -> dict[str, tuple[str, dict[str, Any], bool, bool]]:
+    """name → (description, input schema, read_only, destructive)."""
+    state = {"type": "string", "description": "The declared state's name."}
+
+    def obj(props: dict[str, Any], required: list[str]) -> dict[str, Any]:
+        return {
+            "type": "object",
+            "properties": {"state": state, "subject": _SUBJECT_SCHEMA, **props},
+            "required": ["state", *required],
+            "additionalProperties": False,
+        }
+
+    return {
+        "state_read": ("Read a declared state's record (null when there is none).", obj({}, []), True, False),
+        "state_replace": (
+            "Replace a record's whole document (validated against the state's JSON Schema).",
+            obj({"data": {"type": "object"}}, ["data"]),
+            False,
+            True,
+        ),
+        "state_merge": (
+            "Shallow-merge top-level fields into a record; a null value is stored as null.",
+            obj({"patch": {"type": "object"}}, ["patch"]),
+            False,
+            True,
+        ),
+        "state_apply": (
+            "Apply an op batch (set, remove, set_by_key, merge_by_key, unset_by_key, remove_by_key, "
+            "set_by_key_each; optional guards). Pass op_id to make a retry safe.",
+            obj(
+                {"ops": {"type": "array", "items": {"type": "object"}}, "op_id": {"type": "string"}}, ["ops"]
+            ),
+            False,
+            True,
+        ),
+    }
+
+
+def resolve_subject(
+    service: StatesService, state: str, raw: Any, context: DoorContext | None
+) -> StateSubject:
+    """The published resolution rules: explicit subject, {kind, key} + ambient target, ambient
+    default kind — or a clear refusal."""
+    decl = service.get_declaration(state)
+    ambient = context if context and context.target_kind and context.target_name else None
+    if raw is None:
+        if context is None:
+            raise SubjectRefused(f"state {state!r}: no subject in scope: pass subject explicitly")
+        kind = decl["default_subject_kind"]
+        key = context.candidates.get(kind)
+        if ambient is None or key is None:
+            raise SubjectRefused(
+                f"state {state!r}: the ambient {context.door!r} door resolved no subject of kind {kind!r} "
+                "(the state's default_subject_kind) — pass subject explicitly"
+            )
+        raw = {"kind": kind, "key": key}
+    if isinstance(raw, str):
+        raw = {"kind": decl["default_subject_kind"], "key": raw}
+    if not isinstance(raw, dict):
+        raise SubjectRefused(f"state {state!r}: a subject is an object or a key string")
+    has_kind, has_name = "target_kind" in raw, "target_name" in raw
+    if has_kind != has_name:
+        raise SubjectRefused(
+            f"state {state!r}: an explicit subject must give both target_kind and target_name or neither"
+        )
+    if not has_kind:
+        if ambient is None:
+            raise SubjectRefused(
+                f"state {state!r}: the subject names no target and no ambient context is in scope to supply "
+                "one — pass target_kind and target_name"
+            )
+        raw = {**raw, "target_kind": ambient.target_kind, "target_name": ambient.target_name}
+    return subject_of(raw)
+
+
+def call_state_tool(
+    service: StatesService, name: str, args: Any, context: DoorContext | None, run_id: str | None
+) -> Any:
+    from stateflow.errors import InvalidInput
+
+    if not isinstance(args, dict) or not isinstance(args.get("state"), str):
+        raise InvalidInput(f"{name} needs an object with a 'state' name")
+    allowed = {"state", "subject"} | {
+        "state_read": set(),
+        "state_replace": {"data"},
+        "state_merge": {"patch"},
+        "state_apply": {"ops", "op_id"},
+    }[name]
+    unknown = sorted(set(args) - allowed)
+    if unknown:
+        raise InvalidInput(f"{name} does not accept {', '.join(unknown)}")
+    state = args["state"]
+    subject = resolve_subject(service, state, args.get("subject"), context)
+    origin = WriteOrigin(
+        consumer=name, run_id=run_id, op_id=args.get("op_id") if name == "state_apply" else None
+    )
+    if name == "state_read":
+        return service.read(state, subject)
+    if name == "state_replace":
+        return service.replace(state, subject, args.get("data"), origin=origin, context=context)
+    if name == "state_merge":
+        return service.merge(state, subject, args.get("patch"), origin=origin, context=context)
+    return service.apply(
+        state, subject, args.get("ops"), op_id=args.get("op_id"), origin=origin, context=context
+    ).to_json()
