@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -126,10 +127,16 @@ def _encode_cursor(text: str) -> str:
 def _decode_cursor(cursor: str | None) -> str | None:
     if cursor is None or cursor == "":
         return None
+    malformed = InvalidInput("cursor is malformed; use only a cursor returned by a prior page")
+    if not re.fullmatch(r"[A-Za-z0-9_-]+", cursor):
+        raise malformed
     try:
-        return base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
     except (ValueError, UnicodeDecodeError) as exc:
-        raise InvalidInput("cursor is malformed; use only a cursor returned by a prior page") from exc
+        raise malformed from exc
+    if not text:
+        raise malformed
+    return text
 
 
 def _days(env: str, default: int | None) -> int | None:

@@ -407,7 +407,7 @@ class SqlStore(abc.ABC):
     ) -> dict[tuple[int, int], list[Edit]]:
         """The edits of each ``(doc_id, revision)``: whole-document edits first, then per member."""
         out: dict[tuple[int, int], list[Edit]] = {}
-        if not changes:
+        if not changes or (names is not None and not names):
             return out
         for start in range(0, len(changes), 200):  # bounded statement size
             part = changes[start : start + 200]

@@ -1,0 +1,367 @@
+"""The declared-states contract over the real HTTP app, on both backends."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from stateflow.http.app import create_app
+from stateflow.http.auth import TokenSet, parse_token
+from stateflow.states import StatesService
+from stateflow.store import SqlStore
+
+ADMIN = "admin-secret-0123456789"
+READER = "reader-secret-0123456789"
+ALICE = "alice-secret-0123456789"
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "status": {"type": "string"},
+        "count": {"type": "integer"},
+        "people": {"type": "array", "items": {"type": "object"}},
+        "box": {"type": "object"},
+    },
+}
+DECL = {"schema": SCHEMA, "subject_kinds": ["thread", "person"], "default_subject_kind": "thread"}
+
+
+class Api:
+    def __init__(self, client: TestClient) -> None:
+        self.client = client
+
+    def __call__(
+        self, method: str, path: str, body: Any = None, token: str | None = ADMIN, **kw: Any
+    ) -> tuple[int, Any]:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        r = self.client.request(method, path, json=body, headers=headers, **kw)
+        return r.status_code, r.json()
+
+
+@pytest.fixture
+def api(store: SqlStore) -> Iterator[Api]:
+    service = StatesService(store)
+    service.install_builtins()
+    tokens = TokenSet(
+        [parse_token(ADMIN), parse_token(READER + ":read"), parse_token(ALICE + "@agent/alice")]
+    )
+    with TestClient(create_app(service, tokens)) as client:
+        yield Api(client)
+
+
+def rec(key: str, tn: str = "alice", kind: str = "thread") -> str:
+    return f"/api/states/tickets/records/agent/{tn}/{kind}/{key}"
+
+
+@pytest.fixture
+def declared(api: Api) -> Api:
+    status, body = api("PUT", "/api/states/tickets", DECL)
+    assert status == 200, body
+    return api
+
+
+def test_declare_list_get_and_computed_fields(api: Api) -> None:
+    status, body = api("PUT", "/api/states/tickets", DECL)
+    assert status == 200 and body["data"]["effective_schema"] is None
+    status, body = api("GET", "/api/states")
+    assert [d["name"] for d in body["data"]] == ["memory", "tickets"]
+    status, body = api("GET", "/api/states/tickets")
+    assert body["data"]["effective_schema"] == SCHEMA and body["data"]["updated_at"]
+    for field in ("effective_schema", "regimes", "updated_at"):
+        status, body = api(
+            "PUT", "/api/states/tickets", {**DECL, field: {} if field != "updated_at" else "x"}
+        )
+        assert status == 422 and "computed" in body["error"] or "set by the platform" in body["error"]
+
+
+@pytest.mark.parametrize(
+    ("decl", "message"),
+    [
+        ({**DECL, "schema": {"type": "array"}}, 'must declare "type": "object"'),
+        ({**DECL, "schema": {"type": "object", "properties": {}}}, "at least one property"),
+        ({**DECL, "schema": {"type": "object", "properties": {"a": {"$ref": "http://x/y"}}}}, "remote $ref"),
+        (
+            {**DECL, "schema": {"type": "object", "properties": {"a": {"$ref": "#/$defs/missing"}}}},
+            "does not resolve",
+        ),
+        ({**DECL, "schema": {"type": "object", "properties": {"a": {"type": 5}}}}, "not a valid JSON Schema"),
+        ({**DECL, "subject_kinds": ["thread", "thread"]}, "unique"),
+        ({**DECL, "subject_kinds": ["Thread"]}, "kind"),
+        ({**DECL, "default_subject_kind": "person2"}, "default_subject_kind"),
+        ({**DECL, "retention_days": 0}, "retention_days"),
+        ({**DECL, "unknown": 1}, "unknown"),
+    ],
+)
+def test_invalid_declarations_are_refused_with_422(api: Api, decl: dict[str, Any], message: str) -> None:
+    status, body = api("PUT", "/api/states/tickets", decl)
+    assert status == 422 and message.lower() in body["error"].lower(), body
+    assert api("GET", "/api/states/tickets")[0] == 404
+
+
+def test_bad_state_names_and_bodies(api: Api) -> None:
+    assert api("PUT", "/api/states/Bad:Name", DECL)[0] == 422
+    status, body = api("PUT", "/api/states/tickets", [1])
+    assert status == 400 and body["error"] == "body must be a JSON object"
+    r = api.client.put("/api/states/tickets", content=b"{nope", headers={"Authorization": f"Bearer {ADMIN}"})
+    assert r.status_code == 400 and r.json()["code"] == "bad-request"
+
+
+def test_redeclare_is_additive_while_records_exist(declared: Api) -> None:
+    api = declared
+    assert api("PUT", rec("t1"), {"status": "open"})[0] == 200
+    added = {
+        **DECL,
+        "schema": {**SCHEMA, "properties": {**SCHEMA["properties"], "extra": {"type": "string"}}},
+    }
+    assert api("PUT", "/api/states/tickets", added)[0] == 200
+    changed = {
+        **DECL,
+        "schema": {**SCHEMA, "properties": {**SCHEMA["properties"], "status": {"type": "integer"}}},
+    }
+    status, body = api("PUT", "/api/states/tickets", changed)
+    assert status == 409 and "erase them first" in body["error"]
+    strict = {**added, "schema": {**added["schema"], "additionalProperties": False}}
+    assert api("PUT", "/api/states/tickets", strict)[0] == 409
+    no_thread = {**added, "subject_kinds": ["person"], "default_subject_kind": "person"}
+    status, body = api("PUT", "/api/states/tickets", no_thread)
+    assert status == 409 and "still has records under subject kind(s) ['thread']" in body["error"]
+    assert api("PUT", "/api/states/tickets", {**added, "retention_days": 30, "description": "d"})[0] == 200
+    assert api("DELETE", rec("t1"))[0] == 200
+    assert api("PUT", "/api/states/tickets", changed)[0] == 200  # no records: anything goes
+
+
+def test_records_read_replace_merge_erase(declared: Api) -> None:
+    api = declared
+    assert api("GET", rec("t1")) == (200, {"data": None})
+    status, body = api("PUT", rec("t1"), {"status": "open", "count": 1})
+    assert (
+        status == 200
+        and body["data"]["data"] == {"status": "open", "count": 1}
+        and body["data"]["revision"] == 1
+    )
+    status, body = api("PATCH", rec("t1"), {"count": 2, "note": None})
+    assert body["data"]["data"] == {"status": "open", "count": 2, "note": None}  # null is stored
+    status, body = api("PUT", rec("t1"), {"count": "many"})
+    assert status == 422 and "$.count" in body["error"]
+    assert api("PUT", rec("t1"), [1])[0] == 400
+    assert api("DELETE", rec("t1")) == (200, {"data": {"erased": True}})
+    assert api("GET", rec("t1")) == (200, {"data": None})
+    assert api("DELETE", rec("t1")) == (200, {"data": {"erased": True}})  # idempotent
+    status, body = api("GET", rec("t1") + "/writes")
+    assert [w["action"] for w in body["data"]["items"]] == ["erase", "merge", "replace"]
+
+
+def test_subject_validation(declared: Api) -> None:
+    api = declared
+    assert api("GET", "/api/states/tickets/records/robot/alice/thread/t1")[0] == 422
+    status, body = api("GET", "/api/states/tickets/records/agent/alice/unknown/t1")
+    assert status == 422 and "not declared by state 'tickets'" in body["error"]
+    assert api("GET", "/api/states/tickets/records/agent/alice/thread/%20%20")[0] == 422
+    assert api("GET", "/api/states/tickets/records/agent/alice/thread/" + "k" * 513)[0] == 422
+    status, body = api("GET", "/api/states/tickets/records/agent/alice/thread/%20padded%20")
+    assert status == 200  # keys are trimmed
+    assert api("GET", "/api/states/nope/records/agent/alice/thread/t1")[0] == 404
+
+
+def test_op_batches_guards_and_idempotency(declared: Api) -> None:
+    api = declared
+    ops = [
+        {"op": "set", "path": ["status"], "value": "open"},
+        {
+            "op": "set_by_key",
+            "path": ["people"],
+            "key_field": "id",
+            "value": [{"id": 1, "n": "a"}, {"id": 2}],
+        },
+        {"op": "set", "path": ["count"], "value": 9, "guard": {"path": ["status"], "expected": "closed"}},
+    ]
+    status, body = api("POST", rec("t1") + "/deltas", {"ops": ops, "op_id": "op-1"})
+    assert status == 200
+    data = body["data"]
+    assert data["applied"] is True and data["data"] == {
+        "status": "open",
+        "people": [{"id": 1, "n": "a"}, {"id": 2}],
+    }
+    assert data["skipped"] == [
+        {
+            "index": 2,
+            "op": {"op": "set", "path": ["count"], "value": 9},
+            "reason": "guard",
+            "expected": "closed",
+            "actual": None,
+        }
+    ]
+    status, body = api(
+        "POST", rec("t1") + "/deltas", {"ops": [{"op": "remove", "path": ["status"]}], "op_id": "op-1"}
+    )
+    assert body["data"] == {"applied": False, "data": None, "seq": None, "skipped": []}
+    assert api("GET", rec("t1"))[1]["data"]["data"]["status"] == "open"
+    # a refused batch does not consume its op_id
+    status, body = api(
+        "POST",
+        rec("t1") + "/deltas",
+        {"ops": [{"op": "set", "path": ["count"], "value": "x"}], "op_id": "op-2"},
+    )
+    assert status == 422
+    status, body = api(
+        "POST",
+        rec("t1") + "/deltas",
+        {"ops": [{"op": "set", "path": ["count"], "value": 3}], "op_id": "op-2"},
+    )
+    assert body["data"]["applied"] is True and body["data"]["data"]["count"] == 3
+    assert api("POST", rec("t1") + "/deltas", {"ops": []})[1]["data"] == {
+        "applied": False,
+        "data": None,
+        "seq": None,
+        "skipped": [],
+    }
+    status, body = api("POST", rec("t1") + "/deltas", {"ops": [{"op": "frob", "path": ["a"]}]})
+    assert status == 422 and body["error"].startswith("ops[0]: unknown op 'frob'")
+    assert api("POST", rec("t1") + "/deltas", {"ops": "x"})[0] == 422
+    assert api("POST", rec("t1") + "/deltas", {"op": []})[0] == 400
+    writes = api("GET", rec("t1") + "/writes")[1]["data"]["items"]
+    assert [w["origin"]["op_id"] for w in writes] == ["op-2", "op-1"]
+    assert writes[1]["paths"] == [["status"], ["people"]] and writes[1]["origin"]["door"] == "api"
+    assert writes[1]["origin"]["actor"].startswith("token:") and ADMIN[:6] not in writes[1]["origin"]["actor"]
+
+
+def test_keys_with_slashes_and_writes_suffix_stay_one_segment(declared: Api) -> None:
+    api = declared
+    key = "bridge%3Aweb%3Aacme.example.com%2F%2B15550001111%2Fu-42"
+    assert api("PUT", rec(key), {"status": "x"})[0] == 200
+    status, body = api("GET", rec(key))
+    assert body["data"]["subject"]["key"] == "bridge:web:acme.example.com/+15550001111/u-42"
+    status, body = api("PUT", rec("conv%2Fwrites"), {"status": "y"})
+    assert body["data"]["subject"]["key"] == "conv/writes"
+    assert api("GET", rec("conv%2Fwrites"))[1]["data"]["data"] == {"status": "y"}
+    assert len(api("GET", rec("conv%2Fwrites") + "/writes")[1]["data"]["items"]) == 1
+
+
+def test_fold_switch_and_merge(declared: Api) -> None:
+    api = declared
+    api("PUT", rec("old"), {"status": "old", "count": 1})
+    api("PUT", rec("new"), {"status": "new"})
+    into = {"target_kind": "agent", "target_name": "alice", "kind": "thread", "key": "new"}
+    status, body = api("POST", rec("old") + "/fold", {"into": into, "mode": "merge"})
+    assert body["data"] == {
+        "mode": "merge",
+        "from": {"kind": "thread", "key": "old"},
+        "into": {"kind": "thread", "key": "new"},
+        "already": False,
+        "flattened": 0,
+        "merged_members": ["count"],
+    }
+    status, body = api("GET", rec("old"))
+    assert body["data"]["data"] == {"status": "new", "count": 1}
+    assert body["data"]["canonical_subject"]["key"] == "new"
+    assert [s["key"] for s in api("GET", rec("new"))[1]["data"]["folded_from"]] == ["old"]
+    assert api("POST", rec("old") + "/fold", {"into": into, "mode": "merge"})[1]["data"]["already"] is True
+    api("PATCH", rec("old"), {"count": 5})  # lands on the survivor
+    assert api("GET", rec("new"))[1]["data"]["data"]["count"] == 5
+    other = {**into, "target_name": "bob"}
+    status, body = api("POST", rec("x") + "/fold", {"into": other, "mode": "switch"})
+    assert status == 409 and "across targets" in body["error"]
+    assert api("POST", rec("new") + "/fold", {"into": {**into, "key": "old"}, "mode": "switch"})[0] == 409
+    assert api("POST", rec("x") + "/fold", {"into": into, "mode": "eat"})[0] == 409
+    # erase the survivor: its aliases go too
+    api("DELETE", rec("new"))
+    assert api("GET", rec("old"))[1]["data"] is None
+
+
+def test_subjects_search_stats_pagination(declared: Api) -> None:
+    api = declared
+    for i in range(5):
+        api(
+            "PUT",
+            rec(f"k{i}"),
+            {"status": "open" if i % 2 else "closed", "box": {"items": [{"id": f"a-{i}"}]}},
+        )
+    api("PUT", rec("p1", kind="person"), {"status": "open"})
+    api("PUT", rec("b1", tn="bob"), {"status": "open"})
+    status, body = api("GET", "/api/states/tickets/subjects?limit=3")
+    page = body["data"]
+    assert len(page["subjects"]) == 3 and page["next_cursor"]
+    rest = api("GET", f"/api/states/tickets/subjects?limit=10&cursor={page['next_cursor']}")[1]["data"]
+    keys = [s["subject"]["key"] for s in page["subjects"] + rest["subjects"]]
+    assert sorted(keys) == sorted(["k0", "k1", "k2", "k3", "k4", "p1", "b1"]) and len(set(keys)) == 7
+    assert rest["next_cursor"] is None
+    persons = api("GET", "/api/states/tickets/subjects?kind=person")[1]["data"]["subjects"]
+    assert [s["subject"]["key"] for s in persons] == ["p1"]
+    assert api("GET", "/api/states/tickets/subjects?limit=x")[0] == 400
+    assert api("GET", "/api/states/tickets/subjects?limit=0")[0] == 422
+    assert api("GET", "/api/states/tickets/subjects?cursor=%25%25%25")[0] == 422
+    found = api(
+        "POST", "/api/states/tickets/records/search", {"filters": {"box": {"items": [{"id": "a-3"}]}}}
+    )[1]["data"]
+    assert [m["subject"]["key"] for m in found["matches"]] == ["k3"]
+    opened = api("POST", "/api/states/tickets/records/search", {"filters": {"status": "open"}, "limit": 2})[
+        1
+    ]["data"]
+    assert len(opened["matches"]) == 2 and opened["next_cursor"]
+    assert api("POST", "/api/states/tickets/records/search", {"filters": {}})[0] == 422
+    assert api("POST", "/api/states/tickets/records/search", {"filters": {"a": 1}, "limit": "x"})[0] == 400
+    stats = api("GET", "/api/states/tickets/stats")[1]["data"]
+    assert stats == {
+        "records": 7,
+        "per_field": {"status": 7, "count": 0, "people": 0, "box": 5},
+        "per_kind": {"thread": 6, "person": 1},
+        "consumers": 0,
+    }
+
+
+def test_auth_read_only_and_tenancy(declared: Api) -> None:
+    api = declared
+    assert api("GET", "/api/states", token=None)[0] == 401
+    assert api("GET", "/api/states", token="wrong-token-000000000")[0] == 401
+    assert api("GET", "/api/states", token=READER)[0] == 200
+    status, body = api("PUT", rec("t1"), {"status": "x"}, token=READER)
+    assert status == 403 and body["code"] == "forbidden"
+    assert (
+        api("POST", "/api/states/tickets/records/search", {"filters": {"status": "x"}}, token=READER)[0]
+        == 200
+    )
+    assert api("PUT", rec("t1"), {"status": "mine"}, token=ALICE)[0] == 200
+    api("PUT", rec("t9", tn="bob"), {"status": "bob's"})
+    assert api("GET", rec("t9", tn="bob"), token=ALICE)[0] == 403
+    assert api("PUT", rec("t9", tn="bob"), {"status": "x"}, token=ALICE)[0] == 403
+    seen = api("GET", "/api/states/tickets/subjects", token=ALICE)[1]["data"]["subjects"]
+    assert {s["subject"]["target_name"] for s in seen} == {"alice"}
+    found = api("POST", "/api/states/tickets/records/search", {"filters": {"status": "bob's"}}, token=ALICE)[
+        1
+    ]["data"]
+    assert found["matches"] == []
+    assert api("PUT", "/api/states/other", DECL, token=ALICE)[0] == 403
+    assert api("GET", "/api/states/tickets/stats", token=ALICE)[0] == 403
+
+
+def test_delete_state_and_prune(declared: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    api = declared
+    api("PUT", rec("t1"), {"status": "x"})
+    status, body = api("POST", "/api/state-retention/prune")
+    assert status == 200 and body["data"]["pruned"] == {}
+    api("PUT", "/api/states/tickets", {**DECL, "retention_days": 1})
+    assert api("POST", "/api/state-retention/prune")[1]["data"]["pruned"] == {"tickets": 0}
+    monkeypatch.setenv("STATEFLOW_DEFAULT_RETENTION_DAYS", "nope")
+    assert api("POST", "/api/state-retention/prune")[0] == 422
+    assert api("DELETE", "/api/states/tickets") == (200, {"data": {"deleted": True, "name": "tickets"}})
+    assert api("GET", "/api/states/tickets")[0] == 404
+    assert api("GET", rec("t1"))[0] == 404
+    assert api("DELETE", "/api/states/tickets")[0] == 404
+
+
+def test_memory_scopes_are_visible_as_records(api: Api, store: SqlStore) -> None:
+    from stateflow.memory import Identity, MemoryView
+
+    MemoryView(store, Identity.of("alice", "/tmp", "s1")).patch_state({"session": {"tactics": {"next": "x"}}})
+    status, body = api("GET", "/api/states/memory/records/agent/alice/session/s1")
+    assert body["data"]["data"] == {"tactics": {"next": "x"}}
+    writes = api("GET", "/api/states/memory/records/agent/alice/session/s1/writes")[1]["data"]["items"]
+    assert writes[0]["origin"]["door"] == "tool" and writes[0]["paths"] == [["tactics"]]
+
+
+def test_unknown_routes_and_openapi(api: Api) -> None:
+    assert api("GET", "/api/nothing")[0] == 404
+    r = api.client.get("/openapi.json")
+    assert r.status_code == 200 and "/api/states" in r.json()["paths"]
