@@ -185,9 +185,6 @@ def create_app(service: StatesService, tokens: TokenSet) -> FastAPI:
 
     # ------------------------------------------------------------------ records (raw path)
 
-    @app.api_route(
-        "/api/states/{name}/records/{rest:path}", methods=["GET", "PUT", "PATCH", "DELETE", "POST"]
-    )
     async def record(name: str, rest: str, request: Request) -> Response:
         raw_path: bytes = request.scope.get("raw_path") or request.url.path.encode()
         segments = raw_path.decode("latin-1").split("?")[0].split("/")
@@ -243,6 +240,24 @@ def create_app(service: StatesService, tokens: TokenSet) -> FastAPI:
                 cursor=request.query_params.get("cursor"),
             )
         return _json(404, {"error": f"no route for {method} {request.url.path}", "code": "not-found"})
+
+    summaries = {
+        "GET": "Read a record (or /writes: its audit trail)",
+        "PUT": "Replace a record",
+        "PATCH": "Shallow-merge into a record",
+        "DELETE": "Erase a record",
+        "POST": "Apply an op batch (/deltas) or fold (/fold)",
+    }
+    for method, summary in summaries.items():
+        app.add_api_route(
+            "/api/states/{name}/records/{rest:path}",
+            record,
+            methods=[method],
+            operation_id=f"record_{method.lower()}",
+            summary=summary,
+            description="`rest` is `{target_kind}/{target_name}/{kind}/{key}[/suffix]`, each segment "
+            "percent-encoded; a key may contain `%2F`.",
+        )
 
     @app.exception_handler(404)
     async def _not_found(request: Request, exc: Exception) -> Response:
