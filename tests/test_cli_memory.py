@@ -139,7 +139,14 @@ def test_mcp_server_with_a_real_client(db: str, tmp_path: Path) -> None:
 
     out = anyio.run(session)
     tools = out["tools"]
-    assert set(tools) == {"read_state", "patch_state"}  # type: ignore[arg-type]
+    assert set(tools) == {
+        "read_state",
+        "patch_state",
+        "state_read",
+        "state_replace",
+        "state_merge",
+        "state_apply",
+    }  # type: ignore[arg-type]
     assert tools["read_state"].annotations.read_only_hint is True  # type: ignore[index]
     assert tools["patch_state"].annotations.destructive_hint is True  # type: ignore[index]
     assert out["patched"].content[0].text.startswith("State materialized atomically at session scope.")  # type: ignore[attr-defined]

@@ -1,0 +1,173 @@
+"""`stateflow serve` and `stateflow states …` as a user runs them (real processes, real HTTP)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+DECL = '{"schema": {"type": "object", "properties": {"status": {"type": "string"}}}, "subject_kinds": ["thread"], "default_subject_kind": "thread"}'
+
+
+def sf(*args: str, env: dict[str, str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["stateflow", *args], capture_output=True, text=True, timeout=60, env=env, input=stdin
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    return dict(
+        os.environ,
+        STATEFLOW_STORE=str(tmp_path / "serve.db"),
+        XDG_DATA_HOME=str(tmp_path / "data"),  # where the kept API token goes
+        STATEFLOW_TOKENS="",
+        STATEFLOW_URL="",
+        STATEFLOW_TOKEN="",
+    )
+
+
+@pytest.fixture
+def server(env: dict[str, str]) -> Iterator[tuple[str, str, subprocess.Popen[str]]]:
+    port = free_port()
+    proc = subprocess.Popen(
+        ["stateflow", "serve", "--port", str(port)],
+        env=env,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+    )
+    assert proc.stderr is not None
+    line = proc.stderr.readline()
+    assert "created an API token" in line, line
+    token = line.rsplit(" ", 1)[-1].strip()
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(100):
+        try:
+            urllib.request.urlopen(url + "/api/health", timeout=1)
+            break
+        except OSError:
+            time.sleep(0.1)
+    yield url, token, proc
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+def test_serve_creates_a_token_once_and_the_cli_talks_to_it(
+    server: tuple[str, str, subprocess.Popen[str]], env: dict[str, str], tmp_path: Path
+) -> None:
+    url, token, _ = server
+    kept = tmp_path / "data" / "stateflow" / "api-token"
+    assert kept.read_text().strip() == token and oct(kept.stat().st_mode)[-3:] == "600"
+    remote = ["states", "--url", url, "--token", token]
+    assert sf(*remote, "put", "tickets", "--data", DECL, env=env).returncode == 0
+    key = "bridge:web:acme.example.com/+15550001111/u-42"
+    put = sf(
+        *remote,
+        "replace",
+        "tickets",
+        "--target-name",
+        "bot",
+        "--key",
+        key,
+        "--data",
+        '{"status": "open"}',
+        env=env,
+    )
+    assert put.returncode == 0, put.stderr
+    read = json.loads(sf(*remote, "read", "tickets", "--target-name", "bot", "--key", key, env=env).stdout)
+    assert read["data"] == {"status": "open"} and read["subject"]["key"] == key
+    applied = sf(
+        *remote,
+        "apply",
+        "tickets",
+        "--target-name",
+        "bot",
+        "--key",
+        key,
+        env=env,
+        stdin='{"ops": [{"op": "set", "path": ["status"], "value": "closed"}], "op_id": "cli-1"}',
+    )
+    assert json.loads(applied.stdout)["applied"] is True
+    writes = json.loads(
+        sf(*remote, "writes", "tickets", "--target-name", "bot", "--key", key, env=env).stdout
+    )
+    assert [w["origin"]["op_id"] for w in writes["items"]] == ["cli-1", None]
+    assert writes["items"][0]["origin"]["door"] == "api"
+    refused = sf(
+        *remote,
+        "replace",
+        "tickets",
+        "--target-name",
+        "bot",
+        "--key",
+        key,
+        "--data",
+        '{"status": 1}',
+        env=env,
+    )
+    assert refused.returncode == 1 and refused.stderr.startswith("error[invalid-document]")
+    bad_token = sf("states", "--url", url, "--token", "nope-nope-nope-nope", "list", env=env)
+    assert bad_token.returncode == 1 and "error[unauthorized]" in bad_token.stderr
+    # the same store, read locally (operator door) — the server's writes are there
+    local = json.loads(sf("states", "read", "tickets", "--target-name", "bot", "--key", key, env=env).stdout)
+    assert local["data"] == {"status": "closed"}
+
+
+def test_the_kept_token_is_reused_and_not_printed_again(
+    server: tuple[str, str, subprocess.Popen[str]], env: dict[str, str]
+) -> None:
+    url, token, proc = server
+    proc.terminate()
+    proc.wait(timeout=10)
+    port = free_port()
+    again = subprocess.Popen(
+        ["stateflow", "serve", "--port", str(port)], env=env, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert again.stderr is not None
+        line = again.stderr.readline()
+        assert token not in line and "kept in your data directory" in line
+    finally:
+        again.terminate()
+        again.wait(timeout=10)
+
+
+def test_states_cli_locally(env: dict[str, str]) -> None:
+    assert sf("states", "put", "tickets", "--data", DECL, env=env).returncode == 0
+    names = [d["name"] for d in json.loads(sf("states", "list", env=env).stdout)]
+    assert names == ["memory", "tickets"]
+    subj = ["--target-name", "bot", "--key", "t1"]
+    assert sf("states", "merge", "tickets", *subj, "--data", '{"status": "new"}', env=env).returncode == 0
+    assert (
+        json.loads(sf("states", "search", "tickets", "--filters", '{"status": "new"}', env=env).stdout)[
+            "matches"
+        ][0]["subject"]["key"]
+        == "t1"
+    )
+    assert (
+        json.loads(sf("states", "subjects", "tickets", env=env).stdout)["subjects"][0]["subject"]["key"]
+        == "t1"
+    )
+    assert json.loads(sf("states", "stats", "tickets", env=env).stdout)["records"] == 1
+    writes = json.loads(sf("states", "writes", "tickets", *subj, env=env).stdout)
+    assert writes["items"][0]["origin"]["door"] == "operator"
+    assert json.loads(sf("states", "erase", "tickets", *subj, env=env).stdout) == {"erased": True}
+    assert json.loads(sf("states", "prune", env=env).stdout)["pruned"] == {}
+    assert sf("states", "delete", "tickets", env=env).returncode == 2  # needs --yes
+    assert sf("states", "delete", "tickets", "--yes", env=env).returncode == 0
+    missing = sf("states", "get", "tickets", env=env)
+    assert missing.returncode == 1 and "error[state-not-found]" in missing.stderr

@@ -1,0 +1,107 @@
+"""The builtin state tools through the one dispatcher: subject resolution and provenance."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from stateflow.memory import Identity, MemoryView
+from stateflow.states import StatesService
+from stateflow.store import SqlStore
+from stateflow.tools import ToolHost
+
+DECL = {
+    "schema": {"type": "object", "properties": {"status": {"type": "string"}, "items": {"type": "array"}}},
+    "subject_kinds": ["session", "thread"],
+    "default_subject_kind": "session",
+}
+
+
+@pytest.fixture
+def host(store: SqlStore) -> ToolHost:
+    states = StatesService(store)
+    states.install_builtins()
+    states.declare("notes", DECL)
+    return ToolHost(MemoryView(store, Identity.of("coder", "/tmp", "s-1")), states)
+
+
+def call(host: ToolHost, name: str, args: object) -> object:
+    result = host.call(name, args)
+    assert not result.is_error, result.text
+    return json.loads(result.text)["result"]
+
+
+def test_default_subject_comes_from_the_ambient_turn(host: ToolHost) -> None:
+    record = call(host, "state_replace", {"state": "notes", "data": {"status": "open"}})
+    assert record["subject"] == {
+        "target_kind": "agent",
+        "target_name": "coder",
+        "kind": "session",
+        "key": "s-1",
+    }  # type: ignore[index]
+    assert call(host, "state_read", {"state": "notes"})["data"] == {"status": "open"}  # type: ignore[index]
+    writes = host.states.writes("notes", record["subject"])  # type: ignore[union-attr,index]
+    origin = writes["items"][0]["origin"]
+    assert origin["door"] == "tool" and origin["consumer"] == "state_replace" and origin["run_id"] == "s-1"
+    assert origin["actor"] == "agent:coder"
+
+
+def test_kind_and_key_use_the_ambient_target_and_a_bare_key_the_default_kind(host: ToolHost) -> None:
+    call(
+        host,
+        "state_merge",
+        {"state": "notes", "subject": {"kind": "thread", "key": "t9"}, "patch": {"status": "x"}},
+    )
+    assert call(
+        host,
+        "state_read",
+        {
+            "state": "notes",
+            "subject": {"target_kind": "agent", "target_name": "coder", "kind": "thread", "key": "t9"},
+        },
+    )["data"] == {"status": "x"}  # type: ignore[index]
+    call(host, "state_merge", {"state": "notes", "subject": "other-session", "patch": {"status": "y"}})
+    assert call(
+        host, "state_read", {"state": "notes", "subject": {"kind": "session", "key": "other-session"}}
+    )["data"] == {"status": "y"}  # type: ignore[index]
+
+
+def test_apply_with_op_id_and_guards(host: ToolHost) -> None:
+    ops = [{"op": "set_by_key", "path": ["items"], "key_field": "id", "value": [{"id": "a"}]}]
+    first = call(host, "state_apply", {"state": "notes", "ops": ops, "op_id": "tool-1"})
+    assert first["applied"] is True  # type: ignore[index]
+    again = call(host, "state_apply", {"state": "notes", "ops": ops, "op_id": "tool-1"})
+    assert again == {"applied": False, "data": None, "seq": None, "skipped": []}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            {"state": "notes", "subject": {"target_kind": "agent", "kind": "session", "key": "k"}},
+            "both target_kind and target_name",
+        ),
+        ({"state": "nope"}, "no state declared"),
+        ({"state": "notes", "subject": {"kind": "person", "key": "k"}}, "not declared by state"),
+        ({"state": "notes", "extra": 1}, "does not accept extra"),
+        ({}, "needs an object with a 'state'"),
+    ],
+)
+def test_refusals_are_tool_errors(host: ToolHost, args: object, message: str) -> None:
+    result = host.call("state_read", args)
+    assert result.is_error and message in result.text
+
+
+def test_memory_is_readable_through_the_state_tools(host: ToolHost) -> None:
+    host.call("patch_state", {"session": {"tactics": {"next": "x"}}, "cwd": {"strategy": {"y": 1}}})
+    assert call(host, "state_read", {"state": "memory"})["data"] == {"tactics": {"next": "x"}}  # type: ignore[index]
+    assert call(host, "state_read", {"state": "memory", "subject": {"kind": "cwd", "key": "/tmp"}})[
+        "data"
+    ] == {"strategy": {"y": 1}}  # type: ignore[index]
+
+
+def test_definitions_carry_annotations(host: ToolHost) -> None:
+    defs = {d.name: d for d in host.definitions()}
+    assert defs["state_read"].read_only and not defs["state_read"].destructive
+    assert defs["state_apply"].destructive and "op_id" in defs["state_apply"].input_schema["properties"]
