@@ -73,7 +73,8 @@ def test_a_corrupt_member_fails_closed_naming_what_is_corrupt(
 ) -> None:
     writer = open_migrated()
     writer.commit([Write.between(A, None, {"good": 1, "bad": 2})])
-    _raw_sql(backend, "UPDATE members SET body = ? WHERE name = 'bad'", (b"{not json",))
+    # (the size marks the row as too large for PostgreSQL's JSON index, which would refuse junk)
+    _raw_sql(backend, "UPDATE members SET body = ?, size = 2000000 WHERE name = 'bad'", (b"{not json",))
     store = open_migrated()  # a fresh process: it reads the damaged bytes (nothing cached)
     with pytest.raises(CorruptData, match=r"notes/a member 'bad'"):
         store.get(A)

@@ -85,6 +85,11 @@ _ROW_COLUMNS: Final = (
     "doc_id, revision, present, updated_seq, snapshot_revision, bytes_since_snapshot, "
     "body_size, next_position"
 )
+_ROW_SELECT: Final = (
+    "SELECT "
+    + ", ".join("d." + c.strip() for c in _ROW_COLUMNS.split(","))
+    + ", t.at, d.state, d.subject FROM documents d LEFT JOIN transitions t ON t.seq = d.updated_seq"
+)
 
 
 @dataclass(slots=True)
@@ -225,27 +230,35 @@ class SqlStore(abc.ABC):
         is wanted without reading the member itself.
         """
         self.check_schema()
+        keys = list(keys)
         per_key = members if isinstance(members, Mapping) else None
         shared = None if members is None or per_key is not None else [str(m) for m in members]
         outline_names = list(outlines)
         with self._read_tx() as tx:
-            out: dict[DocKey, Document] = {}
+            rows = self._rows(tx, keys)
+            wanted: list[tuple[DocKey, int, Sequence[str] | None]] = []
             for key in keys:
-                row = self._row(tx, key)
-                if row is None:
-                    out[key] = Document(key, 0, None)
-                    continue
-                names = shared
-                if per_key is not None:
-                    wanted = per_key.get(key)
-                    names = None if wanted is None else list(wanted)
-                body = None
-                shapes: dict[str, Any] = {}
-                if row.present:
-                    fetched, shapes = self._fetch(tx, key, row.doc_id, names, outline_names)
-                    body = {n: v for n, _, v, _ in fetched}
-                out[key] = Document(key, row.revision, body, row.updated_seq, shapes, row.at)
-            return out
+                row = rows.get(key)
+                if row is not None and row.present:
+                    names = shared
+                    if per_key is not None:
+                        asked = per_key.get(key)
+                        names = None if asked is None else list(asked)
+                    wanted.append((key, row.doc_id, names))
+            fetched = self._fetch_many(tx, wanted, outline_names)
+        out: dict[DocKey, Document] = {}
+        for key in keys:
+            row = rows.get(key)
+            if row is None:
+                out[key] = Document(key, 0, None)
+                continue
+            body = None
+            shapes: dict[str, Any] = {}
+            if row.present:
+                members_of, shapes = fetched[row.doc_id]
+                body = {n: v for n, _, v, _ in members_of}
+            out[key] = Document(key, row.revision, body, row.updated_seq, shapes, row.at)
+        return out
 
     def get(
         self, key: DocKey, members: Iterable[str] | None = None, *, outlines: Iterable[str] = ()
@@ -692,12 +705,16 @@ class SqlStore(abc.ABC):
     # ------------------------------------------------------------------ rows and members
 
     def _row(self, tx: Tx, key: DocKey) -> _Row | None:
-        r = tx.one(
-            f"SELECT {', '.join('d.' + c.strip() for c in _ROW_COLUMNS.split(','))}, t.at FROM documents d "
-            "LEFT JOIN transitions t ON t.seq = d.updated_seq WHERE d.state = ? AND d.subject = ?",
-            (key.state, key.subject),
-        )
-        return None if r is None else _to_row(r)
+        return self._rows(tx, [key]).get(key)
+
+    def _rows(self, tx: Tx, keys: Sequence[DocKey]) -> dict[DocKey, _Row]:
+        """The rows of several documents in one query."""
+        if not keys:
+            return {}
+        where = " OR ".join(["(d.state = ? AND d.subject = ?)"] * len(keys))
+        params = [v for k in keys for v in (k.state, k.subject)]
+        rows = tx.all(f"{_ROW_SELECT} WHERE {where}", params)
+        return {DocKey(r[9], r[10]): _to_row(r) for r in rows}
 
     def _lock(self, tx: Tx, key: DocKey) -> _Row:
         """The document's row, created (revision 0, absent) if needed, locked for this tx."""
@@ -730,6 +747,64 @@ class SqlStore(abc.ABC):
         items = sorted(entry.members.items(), key=lambda kv: kv[1][1])
         return {n: v for n, (v, _, _) in items if names is None or n in names}, shapes
 
+    def _fetch_many(
+        self,
+        tx: Tx,
+        wanted: Sequence[tuple[DocKey, int, Sequence[str] | None]],
+        outlines: Sequence[str] = (),
+    ) -> dict[int, tuple[list[tuple[str, int, Any, int]], dict[str, Any]]]:
+        """Members of several documents: one head query, one body query for the cache misses."""
+        if not wanted:
+            return {}
+        ids = [doc_id for _, doc_id, _ in wanted]
+        heads = tx.all(
+            "SELECT doc_id, name, position, revision, size, outline FROM members "
+            f"WHERE doc_id IN ({','.join('?' * len(ids))}) ORDER BY doc_id, position",
+            ids,
+        )
+        by_doc: dict[int, list[tuple[Any, ...]]] = {}
+        for h in heads:
+            by_doc.setdefault(int(h[0]), []).append(h)
+        keys = {doc_id: key for key, doc_id, _ in wanted}
+        names_of = {doc_id: (None if names is None else set(names)) for _, doc_id, names in wanted}
+        values: dict[tuple[int, str], Any] = {}
+        misses: list[tuple[int, str]] = []
+        for doc_id, rows in by_doc.items():
+            names = names_of[doc_id]
+            for _, name, _, revision, _, _ in rows:
+                if names is not None and name not in names:
+                    continue
+                hit, value = self._cache.get(doc_id, name, int(revision))
+                if hit:
+                    values[(doc_id, name)] = value
+                else:
+                    misses.append((doc_id, name))
+        for start in range(0, len(misses), 200):
+            part = misses[start : start + 200]
+            where = " OR ".join(["(doc_id = ? AND name = ?)"] * len(part))
+            for doc_id, name, revision, raw in tx.all(
+                f"SELECT doc_id, name, revision, body FROM members WHERE {where}",
+                [v for pair in part for v in pair],
+            ):
+                value = _decode(raw, f"{keys[int(doc_id)]} member {name!r}")
+                values[(int(doc_id), name)] = value
+                self._cache.put(int(doc_id), name, int(revision), value, len(raw))
+        out: dict[int, tuple[list[tuple[str, int, Any, int]], dict[str, Any]]] = {}
+        for _, doc_id, _ in wanted:
+            rows = by_doc.get(doc_id, [])
+            shapes = {
+                n: None if o is None else _decode(o, f"{keys[doc_id]} outline of {n!r}")
+                for _, n, _, _, _, o in rows
+                if n in outlines
+            }
+            members = [
+                (n, int(p), values[(doc_id, n)], int(size))
+                for _, n, p, _, size, _ in rows
+                if (doc_id, n) in values
+            ]
+            out[doc_id] = (members, shapes)
+        return out
+
     def _fetch(
         self,
         tx: Tx,
@@ -738,44 +813,12 @@ class SqlStore(abc.ABC):
         names: Sequence[str] | None,
         outlines: Sequence[str] = (),
     ) -> tuple[list[tuple[str, int, Any, int]], dict[str, Any]]:
-        """Members as ``(name, position, value, size)`` in position order, and the requested
-        outlines.
+        """One document's members ``(name, position, value, size)`` and requested outlines.
 
-        One small query reads every member's head (name, revision, size, outline); values come
-        from the cache when the member's revision matches and only the others are read and
-        decoded — so a warm read of a slice of a huge member never touches its bytes.
+        Values come from the cache when the member's revision matches; only the others are read
+        and decoded — a warm read of a slice of a huge member never touches its bytes.
         """
-        heads = tx.all(
-            "SELECT name, position, revision, size, outline FROM members WHERE doc_id = ? ORDER BY position",
-            (doc_id,),
-        )
-        wanted = None if names is None else set(names)
-        shapes = {
-            n: None if o is None else _decode(o, f"{key} outline of {n!r}")
-            for n, _, _, _, o in heads
-            if n in outlines
-        }
-        values: dict[str, Any] = {}
-        misses = []
-        for name, _, revision, _, _ in heads:
-            if wanted is not None and name not in wanted:
-                continue
-            hit, value = self._cache.get(doc_id, name, int(revision))
-            if hit:
-                values[name] = value
-            else:
-                misses.append(name)
-        if misses:
-            marks = ",".join("?" * len(misses))
-            for name, revision, raw in tx.all(
-                f"SELECT name, revision, body FROM members WHERE doc_id = ? AND name IN ({marks})",
-                (doc_id, *misses),
-            ):
-                value = _decode(raw, f"{key} member {name!r}")
-                values[name] = value
-                self._cache.put(doc_id, name, int(revision), value, len(raw))
-        members = [(n, int(p), values[n], int(size)) for n, p, _, size, _ in heads if n in values]
-        return members, shapes
+        return self._fetch_many(tx, [(key, doc_id, names)], outlines)[doc_id]
 
     # ------------------------------------------------------------------ listings and search
 

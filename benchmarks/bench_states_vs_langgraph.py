@@ -1,0 +1,148 @@
+"""Declared-states ``apply`` and ``read`` vs LangGraph's ``SqliteStore`` / ``PostgresStore``.
+
+Both sides store the same small documents under the same keys in the same run, at equal
+durability (SQLite: WAL with the same ``synchronous``; PostgreSQL: the same server). stateflow's
+``apply`` is a read-modify-write op batch that also validates against the JSON Schema and writes
+the audit trail; LangGraph's ``put`` writes the already-computed document. Prints throughput
+(operations per second) and the ratio stateflow / LangGraph.
+
+    python benchmarks/bench_states_vs_langgraph.py [--ops 2000] [--synchronous full|normal] [--postgres URL]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sqlite3
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from stateflow.states import StatesService
+from stateflow.store import open_store
+
+SUBJECTS = 200
+DECL = {
+    "schema": {
+        "type": "object",
+        "properties": {
+            "status": {"type": "string"},
+            "count": {"type": "integer"},
+            "people": {
+                "type": "array",
+                "items": {"type": "object", "properties": {"id": {"type": "string"}}},
+            },
+        },
+    },
+    "subject_kinds": ["thread"],
+    "default_subject_kind": "thread",
+}
+
+
+def subject(i: int) -> dict[str, str]:
+    return {"target_kind": "agent", "target_name": "bench", "kind": "thread", "key": f"t{i % SUBJECTS}"}
+
+
+def ops_for(i: int) -> list[dict[str, Any]]:
+    return [
+        {"op": "set", "path": ["status"], "value": "open" if i % 2 else "closed"},
+        {"op": "set", "path": ["count"], "value": i},
+        {
+            "op": "set_by_key",
+            "path": ["people"],
+            "key_field": "id",
+            "value": [{"id": f"p{i % 3}", "seen": i}],
+        },
+    ]
+
+
+def document_for(i: int, previous: dict[str, Any] | None) -> dict[str, Any]:
+    """What the op batch produces, computed by hand for the LangGraph side."""
+    people = list((previous or {}).get("people", []))
+    person = {"id": f"p{i % 3}", "seen": i}
+    for n, p in enumerate(people):
+        if p["id"] == person["id"]:
+            people[n] = person
+            break
+    else:
+        people.append(person)
+    return {"status": "open" if i % 2 else "closed", "count": i, "people": people}
+
+
+def rate(fn: Callable[[int], object], n: int) -> float:
+    for i in range(min(50, n)):
+        fn(i)  # warm up
+    start = time.perf_counter()
+    for i in range(n):
+        fn(i)
+    return n / (time.perf_counter() - start)
+
+
+def run_pair(label: str, service: StatesService, lg: Any, n: int) -> None:
+    service.declare("bench", DECL)
+    docs: dict[str, dict[str, Any]] = {}
+
+    def ours_apply(i: int) -> None:
+        service.apply("bench", subject(i), ops_for(i))
+
+    def theirs_put(i: int) -> None:
+        key = subject(i)["key"]
+        docs[key] = document_for(i, docs.get(key))
+        lg.put(("bench", "agent", "bench"), key, docs[key])
+
+    def ours_read(i: int) -> None:
+        service.read("bench", subject(i))
+
+    def theirs_get(i: int) -> None:
+        lg.get(("bench", "agent", "bench"), subject(i)["key"])
+
+    a, b = rate(ours_apply, n), rate(theirs_put, n)
+    print(
+        f"{label:<10} apply vs put   stateflow {a:8.0f}/s   langgraph {b:8.0f}/s   ratio {a / b:5.2f}x  (target >= 2x)"
+    )
+    a, b = rate(ours_read, n), rate(theirs_get, n)
+    print(
+        f"{label:<10} read vs get    stateflow {a:8.0f}/s   langgraph {b:8.0f}/s   ratio {a / b:5.2f}x  (target >= 2x)"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--ops", type=int, default=2000)
+    parser.add_argument("--synchronous", choices=["full", "normal"], default="full")
+    parser.add_argument("--postgres", default=os.environ.get("STATEFLOW_TEST_POSTGRES"))
+    args = parser.parse_args()
+    from langgraph.store.sqlite import SqliteStore
+
+    with tempfile.TemporaryDirectory() as tmp:
+        conn = sqlite3.connect(Path(tmp) / "langgraph.db", check_same_thread=False, isolation_level=None)
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute(f"PRAGMA synchronous = {args.synchronous}")
+        lg = SqliteStore(conn)
+        lg.setup()
+        ours = StatesService(open_store(f"sqlite:///{tmp}/stateflow.db?synchronous={args.synchronous}"))
+        run_pair(f"sqlite/{args.synchronous}", ours, lg, args.ops)
+    if args.postgres:
+        import psycopg
+        from langgraph.store.postgres import PostgresStore
+
+        with psycopg.connect(args.postgres, autocommit=True) as admin:
+            for schema in ("bench_lg", "bench_sf"):
+                admin.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+                admin.execute(f"CREATE SCHEMA {schema}")
+        sep = "&" if "?" in args.postgres else "?"
+        with PostgresStore.from_conn_string(f"{args.postgres}{sep}options=-csearch_path%3Dbench_lg") as pg_lg:
+            pg_lg.setup()
+            ours = StatesService(
+                open_store(f"{args.postgres}{sep}options=-csearch_path%3Dbench_sf", auto_migrate=True)
+            )
+            run_pair("postgresql", ours, pg_lg, args.ops)
+        with psycopg.connect(args.postgres, autocommit=True) as admin:
+            admin.execute("DROP SCHEMA bench_lg CASCADE")
+            admin.execute("DROP SCHEMA bench_sf CASCADE")
+
+
+if __name__ == "__main__":
+    main()
