@@ -437,9 +437,10 @@ class StatesService:
 
             try:
                 commit, result = self.store.update(
-                    [decl_key, alias_key, key],
+                    [key],
                     compute,
                     self._origin(stamped, context, action),
+                    shared=[decl_key, alias_key],  # fold and re-declare lock them exclusively
                     op_id=op_id,
                     op_scope=name,
                 )

@@ -487,18 +487,22 @@ class SqlStore(abc.ABC):
         *,
         members: Iterable[str] | None = None,
         outlines: Iterable[str] = (),
+        shared: Iterable[DocKey] = (),
         op_id: str | None = None,
         op_scope: str = "",
     ) -> tuple[Commit, R | None]:
         """Read-modify-write under lock: load ``keys`` (locked against other writers), call
         ``compute(documents)`` → ``(writes, result)``, commit the writes in the same transaction.
 
-        An exception from ``compute`` rolls everything back. A replayed ``op_id`` returns
-        ``(Commit(applied=False), None)`` without calling ``compute``.
+        ``shared`` documents are read in the same transaction under a shared lock (they may not
+        change before the commit, but other writers that only share them are not blocked; they
+        cannot be written by this call). An exception from ``compute`` rolls everything back. A
+        replayed ``op_id`` returns ``(Commit(applied=False), None)`` without calling ``compute``.
         """
         self.check_schema()
         names = None if members is None else list(members)
         outline_names = list(outlines)
+        shared_keys = sorted(set(shared))
         fresh: list[_Fresh] = []
         try:
             with self._write_tx() as tx:
@@ -506,7 +510,20 @@ class SqlStore(abc.ABC):
                     raise _Replay
                 loaded: dict[DocKey, _Loaded] = {}
                 docs: dict[DocKey, Document] = {}
-                for key in sorted(set(keys)):
+                if shared_keys:
+                    rows = self._share(tx, shared_keys)
+                    present = [
+                        (k, rows[k].doc_id, None) for k in shared_keys if k in rows and rows[k].present
+                    ]
+                    fetched = self._fetch_many(tx, present)
+                    for key in shared_keys:
+                        row = rows.get(key)
+                        if row is None:
+                            docs[key] = Document(key, 0, None)
+                            continue
+                        body = {n: v for n, _, v, _ in fetched[row.doc_id][0]} if row.present else None
+                        docs[key] = Document(key, row.revision, body, row.updated_seq)
+                for key in sorted(set(keys) - set(shared_keys)):
                     row = self._lock(tx, key)
                     entry = loaded[key] = _Loaded(row)
                     body = None
@@ -516,6 +533,11 @@ class SqlStore(abc.ABC):
                     docs[key] = Document(key, row.revision, body, row.updated_seq, shapes)
                 writes, result = compute(docs)
                 _validate(writes, origin)
+                for write in writes:
+                    if write.key in shared_keys:
+                        raise InvalidInput(
+                            f"{write.key} was read as shared and cannot be written in this call"
+                        )
                 commit = self._commit_in(tx, writes, origin or {}, op_id, op_scope, loaded, fresh)
         except _Replay:
             return Commit(applied=False), None
@@ -706,6 +728,10 @@ class SqlStore(abc.ABC):
 
     def _row(self, tx: Tx, key: DocKey) -> _Row | None:
         return self._rows(tx, [key]).get(key)
+
+    def _share(self, tx: Tx, keys: Sequence[DocKey]) -> dict[DocKey, _Row]:
+        """Rows read inside a write transaction that must not change before it commits."""
+        return self._rows(tx, keys)
 
     def _rows(self, tx: Tx, keys: Sequence[DocKey]) -> dict[DocKey, _Row]:
         """The rows of several documents in one query."""

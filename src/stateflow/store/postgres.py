@@ -20,9 +20,9 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from stateflow.doc.canonical import encode_trusted
 from stateflow.errors import StoreError, StoreNotMigrated, StoreUnavailable
-from stateflow.store.base import SqlStore, Tx
+from stateflow.store.base import _ROW_SELECT, SqlStore, Tx, _Row, _to_row
 from stateflow.store.migrations import INDEXABLE, POSTGRES
-from stateflow.store.model import Listed
+from stateflow.store.model import DocKey, Listed
 
 _SEQ_LOCK: Final = 0x5EF10  # advisory lock id that orders transition inserts
 
@@ -134,6 +134,14 @@ class PostgresStore(SqlStore):
         )
         skipped = {n for n, p in filters.items() if not _jsonb_safe(encode_trusted(p).decode())}
         return sorted({r[0] for r in rows} | skipped)
+
+    def _share(self, tx: Tx, keys: Sequence[DocKey]) -> dict[DocKey, _Row]:
+        # SQLite's write transaction already excludes every other writer; here a shared row
+        # lock keeps these documents unchanged (a writer of them takes an exclusive lock).
+        where = " OR ".join(["(d.state = ? AND d.subject = ?)"] * len(keys))
+        params = [v for k in keys for v in (k.state, k.subject)]
+        rows = tx.all(f"{_ROW_SELECT} WHERE {where} FOR SHARE OF d", params)
+        return {DocKey(r[9], r[10]): _to_row(r) for r in rows}
 
     def _lock_migration(self, tx: Tx) -> None:
         # Serialize concurrent migrators (several processes starting at once).
