@@ -9,9 +9,13 @@ Memory never stores ``null``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
+
+import jsonschema_rs
+import orjson
 
 from stateflow.doc.canonical import JSON, check, kind
 from stateflow.doc.merge import INDEX_KEY, is_index_patch
@@ -183,19 +187,21 @@ def check_artifacts(scope: str, artifacts: JSON, touched: dict[str, Any]) -> Non
 def check_extra_roots(
     scope: str, state: Mapping[str, Any], touched: Mapping[str, Any], planes: PlaneSet
 ) -> None:
-    from jsonschema import Draft202012Validator
-
     for name in touched:
         root = planes.root(name)
         if root is None or name not in state:
             continue
-        errors = sorted(
-            Draft202012Validator(root.schema).iter_errors(state[name]), key=lambda e: list(e.path)
-        )
-        if errors:
-            first = errors[0]
-            at = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in first.path)
-            raise PatchError(f"{scope}.{name}{at} does not match its declared schema: {first.message}")
+        validator = _validator(orjson.dumps(root.schema, option=orjson.OPT_SORT_KEYS))
+        if validator.is_valid(state[name]):
+            continue
+        first = sorted(validator.iter_errors(state[name]), key=lambda e: [str(p) for p in e.instance_path])[0]
+        at = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in first.instance_path)
+        raise PatchError(f"{scope}.{name}{at} does not match its declared schema: {first.message}")
+
+
+@functools.lru_cache(maxsize=64)
+def _validator(schema: bytes) -> Any:
+    return jsonschema_rs.Draft202012Validator(orjson.loads(schema))
 
 
 # ------------------------------------------------------------------------------ pruning

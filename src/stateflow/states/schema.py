@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 from urllib.parse import unquote
 
+import jsonschema_rs
 import orjson
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
@@ -100,21 +101,25 @@ def narrowing(old: dict[str, Any], new: dict[str, Any]) -> str | None:
 
 
 class ValidatorCache:
-    """Compiled validators by canonical schema bytes (bounded)."""
+    """Compiled validators (jsonschema-rs, draft 2020-12) by canonical schema bytes, bounded.
+
+    Declarations are meta-validated with the reference ``jsonschema`` implementation; documents
+    are validated on every write with the compiled Rust validator (hundreds of times faster).
+    """
 
     def __init__(self, size: int = 256) -> None:
         self._size = size
-        self._items: OrderedDict[bytes, Draft202012Validator] = OrderedDict()
+        self._items: OrderedDict[bytes, Any] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, schema: dict[str, Any]) -> Draft202012Validator:
+    def get(self, schema: dict[str, Any]) -> Any:
         key = _canonical(schema)
         with self._lock:
             found = self._items.get(key)
             if found is not None:
                 self._items.move_to_end(key)
                 return found
-        validator = Draft202012Validator(schema)
+        validator = jsonschema_rs.Draft202012Validator(schema)
         with self._lock:
             self._items[key] = validator
             while len(self._items) > self._size:
@@ -122,8 +127,10 @@ class ValidatorCache:
         return validator
 
     def validate(self, schema: dict[str, Any], document: Any, what: str) -> None:
-        errors = sorted(self.get(schema).iter_errors(document), key=lambda e: list(e.absolute_path))
-        if errors:
-            first = errors[0]
-            where = "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in first.absolute_path)
-            raise DocumentInvalid(f"{what} is invalid under the state schema at {where}: {first.message}")
+        validator = self.get(schema)
+        if validator.is_valid(document):
+            return
+        errors = sorted(validator.iter_errors(document), key=lambda e: [str(p) for p in e.instance_path])
+        first = errors[0]
+        where = "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in first.instance_path)
+        raise DocumentInvalid(f"{what} is invalid under the state schema at {where}: {first.message}")

@@ -357,20 +357,23 @@ class StatesService:
     ) -> dict[str, Any] | None:
         if data is None:
             return None
-        target = canonical.encode()
-        folded = sorted(
-            (StateSubject.decode(a) for a, e in aliases.items() if e.get("canonical") == target),
-            key=lambda x: (x.kind, x.key),
-        )
+        folded: list[dict[str, str]] = []
+        if aliases:
+            target = canonical.encode()
+            found = sorted(
+                (StateSubject.decode(a) for a, e in aliases.items() if e.get("canonical") == target),
+                key=lambda x: (x.kind, x.key),
+            )
+            folded = [_plain(f) for f in found]
         return {
             "state": name,
-            "subject": asked.model_dump(),
+            "subject": _plain(asked),
             "data": data,
             "seq": seq,
             "revision": revision,
             "updated_at": at,
-            "canonical_subject": canonical.model_dump(),
-            "folded_from": [f.model_dump() for f in folded],
+            "canonical_subject": _plain(canonical),
+            "folded_from": folded,
         }
 
     def read(self, name: str, subject: Any) -> dict[str, Any] | None:
@@ -379,19 +382,17 @@ class StatesService:
         One snapshot reads the declaration, the aliases and the record (a second read follows
         only when the subject was folded into another one)."""
         subject = subject_of(subject)
-        decl_key, alias_key, key = (
-            DocKey(CATALOG, name),
-            DocKey(ALIASES, name),
-            DocKey(name, subject.encode()),
-        )
+        encoded = subject.encode()
+        decl_key, alias_key, key = DocKey(CATALOG, name), DocKey(ALIASES, name), DocKey(name, encoded)
         docs = self.store.read([decl_key, alias_key, key])
         decl = docs[decl_key].body
         if decl is None:
             raise StateNotFound(f"no state declared as {name!r}")
         self._admit(decl, subject)
         aliases = docs[alias_key].body or {}
-        canonical = self._resolve(aliases, subject)
-        doc = docs[key] if canonical == subject else self.store.get(DocKey(name, canonical.encode()))
+        entry = aliases.get(encoded)
+        canonical = StateSubject.decode(entry["canonical"]) if entry else subject
+        doc = docs[key] if entry is None else self.store.get(DocKey(name, canonical.encode()))
         return self._record(name, subject, canonical, aliases, doc.body, doc.seq, doc.revision, doc.at)
 
     def _write(
@@ -802,6 +803,15 @@ class StatesService:
 
 class _AliasMoved(Exception):
     """Internal: the subject's alias changed between resolution and the locked write."""
+
+
+def _plain(subject: StateSubject) -> dict[str, str]:
+    return {
+        "target_kind": subject.target_kind,
+        "target_name": subject.target_name,
+        "kind": subject.kind,
+        "key": subject.key,
+    }
 
 
 def _short(subject: StateSubject) -> dict[str, str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from stateflow.doc.canonical import JSON
 from stateflow.doc.diff import Edit, diff
@@ -12,21 +12,31 @@ from stateflow.doc.select import MISSING
 from stateflow.errors import InvalidInput
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class DocKey:
-    """A document's address: the state it belongs to and an opaque subject string."""
-
+class _Key(NamedTuple):
     state: str
     subject: str
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.state, str) or not self.state:
+
+class DocKey(_Key):
+    """A document's address: the state it belongs to and an opaque subject string.
+
+    A tuple underneath, so hashing and comparing (done on every read) stay in C.
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, state: str, subject: str) -> DocKey:
+        if not isinstance(state, str) or not state:
             raise InvalidInput("a document key needs a non-empty state name")
-        if not isinstance(self.subject, str) or not self.subject:
+        if not isinstance(subject, str) or not subject:
             raise InvalidInput("a document key needs a non-empty subject")
+        return super().__new__(cls, state, subject)
 
     def __str__(self) -> str:
         return f"{self.state}/{self.subject}"
+
+    def __repr__(self) -> str:
+        return f"DocKey(state={self.state!r}, subject={self.subject!r})"
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
@@ -26,8 +27,9 @@ from stateflow.errors import (
 )
 from stateflow.store.base import SqlStore, Tx
 from stateflow.store.migrations import SQLITE
+from stateflow.store.model import DocKey, Document
 
-SYNCHRONOUS_MODES: Final = ("full", "normal", "extra")
+SYNCHRONOUS_MODES: Final = ("full", "normal", "extra", "off")
 DEFAULT_BUSY_TIMEOUT_MS: Final = 30_000
 
 
@@ -47,6 +49,15 @@ class _SqliteTx(Tx):
             return self.conn.execute(sql, params).rowcount
         except sqlite3.Error as exc:
             raise _mapped(exc) from exc
+
+
+SNAPSHOT_CACHE_DOCS: Final = 10_000
+
+
+@dataclass
+class _Snapshot:
+    version: int
+    docs: dict[DocKey, Document] = field(default_factory=dict)
 
 
 class SqliteStore(SqlStore):
@@ -115,6 +126,46 @@ class SqliteStore(SqlStore):
             raise
         with _mapped_errors():
             conn.execute("COMMIT")
+        if begin != "BEGIN":
+            self._local.snapshot = None  # this connection wrote: its cached documents are stale
+
+    # -------------------------------------------------------------- whole-document read cache
+
+    def read(
+        self,
+        keys: Iterable[DocKey],
+        members: Iterable[str] | Mapping[DocKey, Iterable[str] | None] | None = None,
+        *,
+        outlines: Iterable[str] = (),
+    ) -> dict[DocKey, Document]:
+        """Whole-document reads are served from a per-connection cache while SQLite's
+        ``PRAGMA data_version`` says no other connection committed since it was filled (and
+        this connection wrote nothing); anything else reads the database."""
+        keys = list(keys)
+        outline_names = list(outlines)
+        if members is not None or outline_names:
+            return super().read(keys, members, outlines=outline_names)
+        conn = self._connection()
+        if conn.in_transaction:
+            return super().read(keys)
+        snapshot = self._snapshot(conn)
+        missing = [k for k in keys if k not in snapshot.docs]
+        if missing:
+            fresh = super().read(missing)
+            if (
+                self._snapshot(conn) is not snapshot
+            ):  # something committed meanwhile: one more consistent read
+                return super().read(keys)
+            snapshot.docs.update(fresh)
+        return {k: snapshot.docs[k] for k in keys}
+
+    def _snapshot(self, conn: sqlite3.Connection) -> _Snapshot:
+        with _mapped_errors():
+            version = conn.execute("PRAGMA data_version").fetchone()[0]
+        snapshot: _Snapshot | None = getattr(self._local, "snapshot", None)
+        if snapshot is None or snapshot.version != version or len(snapshot.docs) > SNAPSHOT_CACHE_DOCS:
+            snapshot = self._local.snapshot = _Snapshot(version)
+        return snapshot
 
     def _read_tx(self) -> Any:
         return self._tx("BEGIN")
