@@ -10,6 +10,7 @@ re-declare and a write never interleave. Every write is stamped with its complet
 from __future__ import annotations
 
 import base64
+import functools
 import os
 import re
 from collections.abc import Callable, Sequence
@@ -95,8 +96,22 @@ def _invalid(exc: ValidationError, what: str) -> InvalidInput:
 def subject_of(raw: Any) -> StateSubject:
     if isinstance(raw, StateSubject):
         return raw
+    if type(raw) is dict and len(raw) == 4:
+        try:
+            return _validated_subject(raw["target_kind"], raw["target_name"], raw["kind"], raw["key"])
+        except (KeyError, TypeError):
+            pass  # not the four string fields: let the model say what is wrong
     try:
         return StateSubject.model_validate(raw)
+    except ValidationError as exc:
+        raise SubjectRefused(str(_invalid(exc, "subject"))) from exc
+
+
+@functools.lru_cache(maxsize=4096)
+def _validated_subject(target_kind: str, target_name: str, kind: str, key: str) -> StateSubject:
+    """Subjects repeat across calls: validate each distinct one once (frozen, so shareable)."""
+    try:
+        return StateSubject(target_kind=target_kind, target_name=target_name, kind=kind, key=key)  # type: ignore[arg-type]
     except ValidationError as exc:
         raise SubjectRefused(str(_invalid(exc, "subject"))) from exc
 

@@ -160,8 +160,10 @@ class SqliteStore(SqlStore):
         return {k: snapshot.docs[k] for k in keys}
 
     def _snapshot(self, conn: sqlite3.Connection) -> _Snapshot:
-        with _mapped_errors():
+        try:
             version = conn.execute("PRAGMA data_version").fetchone()[0]
+        except sqlite3.Error as exc:
+            raise _mapped(exc) from exc
         snapshot: _Snapshot | None = getattr(self._local, "snapshot", None)
         if snapshot is None or snapshot.version != version or len(snapshot.docs) > SNAPSHOT_CACHE_DOCS:
             snapshot = self._local.snapshot = _Snapshot(version)
