@@ -130,7 +130,7 @@ def test_serve_creates_a_token_once_and_the_cli_talks_to_it(
 def test_the_kept_token_is_reused_and_not_printed_again(
     server: tuple[str, str, subprocess.Popen[str]], env: dict[str, str]
 ) -> None:
-    url, token, proc = server
+    _url, token, proc = server
     proc.terminate()
     proc.wait(timeout=10)
     port = free_port()

@@ -73,7 +73,7 @@ def test_declare_list_get_and_computed_fields(api: Api) -> None:
         status, body = api(
             "PUT", "/api/states/tickets", {**DECL, field: {} if field != "updated_at" else "x"}
         )
-        assert status == 422 and "computed" in body["error"] or "set by the platform" in body["error"]
+        assert (status == 422 and "computed" in body["error"]) or "set by the platform" in body["error"]
 
 
 @pytest.mark.parametrize(
@@ -233,7 +233,7 @@ def test_keys_with_slashes_and_writes_suffix_stay_one_segment(declared: Api) -> 
     assert api("PUT", rec(key), {"status": "x"})[0] == 200
     status, body = api("GET", rec(key))
     assert body["data"]["subject"]["key"] == "bridge:web:acme.example.com/+15550001111/u-42"
-    status, body = api("PUT", rec("conv%2Fwrites"), {"status": "y"})
+    _status, body = api("PUT", rec("conv%2Fwrites"), {"status": "y"})
     assert body["data"]["subject"]["key"] == "conv/writes"
     assert api("GET", rec("conv%2Fwrites"))[1]["data"]["data"] == {"status": "y"}
     assert len(api("GET", rec("conv%2Fwrites") + "/writes")[1]["data"]["items"]) == 1
@@ -280,7 +280,7 @@ def test_subjects_search_stats_pagination(declared: Api) -> None:
         )
     api("PUT", rec("p1", kind="person"), {"status": "open"})
     api("PUT", rec("b1", tn="bob"), {"status": "open"})
-    status, body = api("GET", "/api/states/tickets/subjects?limit=3")
+    _status, body = api("GET", "/api/states/tickets/subjects?limit=3")
     page = body["data"]
     assert len(page["subjects"]) == 3 and page["next_cursor"]
     rest = api("GET", f"/api/states/tickets/subjects?limit=10&cursor={page['next_cursor']}")[1]["data"]
@@ -355,7 +355,7 @@ def test_memory_scopes_are_visible_as_records(api: Api, store: SqlStore) -> None
     from stateflow.memory import Identity, MemoryView
 
     MemoryView(store, Identity.of("alice", "/tmp", "s1")).patch_state({"session": {"tactics": {"next": "x"}}})
-    status, body = api("GET", "/api/states/memory/records/agent/alice/session/s1")
+    _status, body = api("GET", "/api/states/memory/records/agent/alice/session/s1")
     assert body["data"]["data"] == {"tactics": {"next": "x"}}
     writes = api("GET", "/api/states/memory/records/agent/alice/session/s1/writes")[1]["data"]["items"]
     assert writes[0]["origin"]["door"] == "tool" and writes[0]["paths"] == [["tactics"]]
