@@ -365,3 +365,29 @@ def test_unknown_routes_and_openapi(api: Api) -> None:
     assert api("GET", "/api/nothing")[0] == 404
     r = api.client.get("/openapi.json")
     assert r.status_code == 200 and "/api/states" in r.json()["paths"]
+
+
+def test_retention_erases_expired_records_and_old_audit_rows(
+    store: SqlStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    service = StatesService(store)
+    service.declare("tickets", {**DECL, "retention_days": 1})
+    service.declare("kept", DECL)
+    subject = {"target_kind": "agent", "target_name": "a", "kind": "thread", "key": "t"}
+    service.replace("tickets", subject, {"status": "old"})
+    service.replace("kept", subject, {"status": "kept"})
+    service.apply("kept", subject, [{"op": "set", "path": ["status"], "value": "k2"}], op_id="once")
+    later = datetime.now(UTC) + timedelta(days=2)
+    monkeypatch.setenv("STATEFLOW_AUDIT_RETENTION_DAYS", "1")
+    report = service.prune(now=later)
+    assert report["pruned"] == {"tickets": 1}
+    assert report["op_ids"] == 0 and report["audit_rows"]["kept"] == 2
+    assert service.read("tickets", subject) is None
+    assert service.read("kept", subject)["data"] == {"status": "k2"}  # type: ignore[index]
+    assert service.writes("kept", subject)["items"] == []
+    monkeypatch.setenv("STATEFLOW_OP_RETENTION_DAYS", "1")
+    assert service.prune(now=later)["op_ids"] == 1
+    again = service.apply("kept", subject, [{"op": "set", "path": ["status"], "value": "k3"}], op_id="once")
+    assert again.applied  # the expired key no longer blocks

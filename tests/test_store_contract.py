@@ -293,3 +293,22 @@ def test_cached_members_never_hide_a_write_from_another_store_object(open_migrat
     with pytest.raises(Conflict):  # a rolled-back write never reaches the cache
         writer.commit([Write(A, [Edit(("big", 0), "x")]), Write(B, [Edit(("n",), 1)], expect=7)])
     assert (reader.get(A).body or {})["big"][0] == 0
+
+
+def test_pruning_history_keeps_later_revisions_readable(store: SqlStore) -> None:
+    commits = []
+    for i in range(1, 6):
+        commits.append(store.commit([Write(A, [Edit(("n",), i)])]))
+        store.commit([Write(B, [Edit(("m",), i)])])
+    cutoff = commits[3].at  # revision 4's time: revisions 1-3 (and B's older rows) go
+    assert cutoff is not None
+    removed = store.prune_history("notes", cutoff)
+    assert removed == 3 + 3
+    assert store.get(A).body == {"n": 5}
+    assert [c.revision for c in store.history([A])] == [5, 4]
+    assert store.read_at(A, revision=3).body == {"n": 3}  # kept as a snapshot
+    assert store.read_at(A, revision=4).body == {"n": 4}
+    with pytest.raises(NotFound, match="predates the retained history"):
+        store.read_at(A, revision=2)
+    assert all(t.changes for t in store.transitions(limit=100))  # no empty transition is left
+    assert store.prune_history("notes", cutoff) == 0

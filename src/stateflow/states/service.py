@@ -785,9 +785,11 @@ class StatesService:
     # ------------------------------------------------------------------ retention
 
     def prune(self, *, context: DoorContext | None = None, now: datetime | None = None) -> dict[str, Any]:
-        """Delete expired records (per-state or default retention) and expired op_id keys."""
+        """Delete expired records (per-state ``retention_days`` or the default), expired op_id
+        keys and, when ``STATEFLOW_AUDIT_RETENTION_DAYS`` is set, audit rows older than that."""
         default_days = _days(ENV_DEFAULT_RETENTION, None)
         op_days = _days(ENV_OP_RETENTION, OP_RETENTION_DAYS)
+        audit_days = _days(ENV_AUDIT_RETENTION, None)
         now = now or datetime.now(UTC)
         pruned: dict[str, int] = {}
         ctx = context or DoorContext(door="operator", actor="retention")
@@ -813,7 +815,12 @@ class StatesService:
         assert op_days is not None
         op_cutoff = (now - timedelta(days=op_days)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         ops = self.store.prune_ops(op_cutoff)
-        return {"pruned": pruned, "op_ids": ops}
+        audit: dict[str, int] = {}
+        if audit_days:
+            audit_cutoff = (now - timedelta(days=audit_days)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+            for decl in self.list_declarations():
+                audit[decl["name"]] = self.store.prune_history(decl["name"], audit_cutoff)
+        return {"pruned": pruned, "op_ids": ops, "audit_rows": audit}
 
 
 class _AliasMoved(Exception):

@@ -332,6 +332,8 @@ class SqlStore(abc.ABC):
             (doc_id, start, revision),
         )
         if len(rows) != revision - start:
+            if snap is None and (not rows or int(rows[0][0]) > 1):
+                raise NotFound(f"{key} revision {revision} predates the retained history")
             raise CorruptData(f"{key}: the change chain to revision {revision} has gaps")
         edits_by_rev = self._edits(tx, {doc_id: key}, [(doc_id, int(r)) for r, _ in rows], names)
         seq = None
@@ -928,6 +930,53 @@ class SqlStore(abc.ABC):
         """Filter members whose containment the candidate query did not establish."""
         return list(filters)
 
+    def prune_history(self, state: str, older_than: str) -> int:
+        """Forget the changes of ``state``'s documents written before ``older_than`` (ISO-8601
+        UTC); return how many change rows went.
+
+        A snapshot is kept at the newest forgotten revision, so every later revision stays
+        readable as of; earlier ones then answer "predates the retained history". Transitions
+        left without any change are deleted.
+        """
+        self.check_schema()
+        removed = 0
+        with self._write_tx() as tx:
+            cuts = tx.all(
+                "SELECT d.doc_id, d.subject, MAX(c.revision) FROM changes c JOIN transitions t ON t.seq = c.seq "
+                "JOIN documents d ON d.doc_id = c.doc_id WHERE d.state = ? AND t.at < ? GROUP BY d.doc_id, d.subject",
+                (state, older_than),
+            )
+            seqs: set[int] = set()
+            for doc_id, subject, cut in cuts:
+                doc_id, cut = int(doc_id), int(cut)
+                key = DocKey(state, subject)
+                if tx.one("SELECT 1 FROM snapshots WHERE doc_id = ? AND revision = ?", (doc_id, cut)) is None:
+                    doc = self._rebuild(tx, key, doc_id, cut, None)
+                    body = b"null" if doc.body is None else encode_trusted(doc.body)
+                    tx.run(
+                        "INSERT INTO snapshots (doc_id, revision, body) VALUES (?, ?, ?)", (doc_id, cut, body)
+                    )
+                seqs |= {
+                    int(r[0])
+                    for r in tx.all(
+                        "SELECT seq FROM changes WHERE doc_id = ? AND revision <= ?", (doc_id, cut)
+                    )
+                }
+                tx.run("DELETE FROM change_edits WHERE doc_id = ? AND revision <= ?", (doc_id, cut))
+                removed += tx.run("DELETE FROM changes WHERE doc_id = ? AND revision <= ?", (doc_id, cut))
+                tx.run("DELETE FROM snapshots WHERE doc_id = ? AND revision < ?", (doc_id, cut))
+            self._drop_orphan_transitions(tx, sorted(seqs))
+        return removed
+
+    def _drop_orphan_transitions(self, tx: Tx, seqs: list[int]) -> None:
+        for start in range(0, len(seqs), 500):
+            part = seqs[start : start + 500]
+            tx.run(
+                f"DELETE FROM transitions WHERE seq IN ({','.join('?' * len(part))}) "
+                "AND NOT EXISTS (SELECT 1 FROM changes c WHERE c.seq = transitions.seq)",
+                part,
+            )
+
     def purge(self, state: str) -> int:
         """Delete every document of ``state`` with its history (no audit survives); return how many.
 
@@ -951,13 +1000,7 @@ class SqlStore(abc.ABC):
                     (state,),
                 )
             tx.run("DELETE FROM documents WHERE state = ?", (state,))
-            for start in range(0, len(seqs), 500):
-                part = seqs[start : start + 500]
-                tx.run(
-                    f"DELETE FROM transitions WHERE seq IN ({','.join('?' * len(part))}) "
-                    "AND NOT EXISTS (SELECT 1 FROM changes c WHERE c.seq = transitions.seq)",
-                    part,
-                )
+            self._drop_orphan_transitions(tx, seqs)
             tx.run("DELETE FROM applied_ops WHERE scope = ?", (state,))
         return len(ids)
 
