@@ -10,8 +10,8 @@ Reads run in ``REPEATABLE READ READ ONLY`` transactions: one snapshot per read.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
 from typing import Any, Final
 
 import psycopg
@@ -20,9 +20,9 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from stateflow.doc.canonical import encode_trusted
 from stateflow.errors import StoreError, StoreNotMigrated, StoreUnavailable
-from stateflow.store.base import _ROW_SELECT, SqlStore, Tx, _Row, _to_row
+from stateflow.store.base import _ROW_SELECT, SqlStore, Tx, _decode, _Row, _to_row
 from stateflow.store.migrations import INDEXABLE, POSTGRES
-from stateflow.store.model import DocKey, Listed
+from stateflow.store.model import DocKey, Document, Listed
 
 _SEQ_LOCK: Final = 0x5EF10  # advisory lock id that orders transition inserts
 
@@ -65,7 +65,15 @@ class PostgresStore(SqlStore):
     ) -> None:
         super().__init__()
         self.url = _safe(url)
-        self._pool = ConnectionPool(url, min_size=min_size, max_size=max_size, timeout=timeout, open=False)
+        # autocommit: a lone statement needs no BEGIN/COMMIT round trips; transactions are explicit
+        self._pool = ConnectionPool(
+            url,
+            min_size=min_size,
+            max_size=max_size,
+            timeout=timeout,
+            open=False,
+            kwargs={"autocommit": True},
+        )
         try:
             self._pool.open(wait=True, timeout=timeout)
         except PoolTimeout as exc:
@@ -76,15 +84,64 @@ class PostgresStore(SqlStore):
 
     @contextmanager
     def _tx(self, read_only: bool) -> Iterator[Tx]:
+        begin = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY" if read_only else "BEGIN"
         try:
-            with self._pool.connection() as conn, conn.transaction():
-                if read_only:
-                    conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                yield _PgTx(conn)
+            with self._pool.connection() as conn:
+                with _mapped_errors():
+                    conn.execute(begin)
+                try:
+                    yield _PgTx(conn)
+                except BaseException:
+                    with suppress(psycopg.Error):  # the failure may already have ended it
+                        conn.execute("ROLLBACK")
+                    raise
+                with _mapped_errors():
+                    conn.execute("COMMIT")
         except PoolTimeout as exc:
             raise StoreUnavailable(f"no database connection available: {exc}") from exc
         except psycopg.OperationalError as exc:
             raise StoreUnavailable(f"PostgreSQL is unreachable: {exc}") from exc
+
+    def read(
+        self,
+        keys: Iterable[DocKey],
+        members: Iterable[str] | Mapping[DocKey, Iterable[str] | None] | None = None,
+        *,
+        outlines: Iterable[str] = (),
+    ) -> dict[DocKey, Document]:
+        """Whole documents in one statement (one round trip, one snapshot); anything else
+        through the member cache."""
+        keys = list(keys)
+        outline_names = list(outlines)
+        if members is not None or outline_names or not keys:
+            return super().read(keys, members, outlines=outline_names)
+        self.check_schema()
+        where = " OR ".join(["(d.state = ? AND d.subject = ?)"] * len(keys))
+        params = [v for k in keys for v in (k.state, k.subject)]
+        sql = (
+            f"SELECT r.*, m.name, m.body FROM ({_ROW_SELECT} WHERE {where}) r "
+            "LEFT JOIN members m ON m.doc_id = r.doc_id AND r.present = 1 ORDER BY r.doc_id, m.position"
+        )
+        try:
+            with self._pool.connection() as conn:
+                rows = _PgTx(conn).all(sql, params)
+        except PoolTimeout as exc:
+            raise StoreUnavailable(f"no database connection available: {exc}") from exc
+        found: dict[DocKey, tuple[_Row, dict[str, Any]]] = {}
+        for r in rows:
+            key = DocKey(r[9], r[10])
+            if key not in found:
+                found[key] = (_to_row(r), {})
+            if r[11] is not None:
+                found[key][1][r[11]] = _decode(r[12], f"{key} member {r[11]!r}")
+        out: dict[DocKey, Document] = {}
+        for key in keys:
+            if key not in found:
+                out[key] = Document(key, 0, None)
+                continue
+            row, body = found[key]
+            out[key] = Document(key, row.revision, body if row.present else None, row.updated_seq, {}, row.at)
+        return out
 
     def _read_tx(self) -> Any:
         return self._tx(True)
@@ -92,8 +149,16 @@ class PostgresStore(SqlStore):
     def _write_tx(self) -> Any:
         return self._tx(False)
 
-    def _lock_commit_order(self, tx: Tx) -> None:
-        tx.all("SELECT pg_advisory_xact_lock(?)", (_SEQ_LOCK,))
+    def _insert_transition(self, tx: Tx, at: str, origin: dict[str, Any]) -> int:
+        # The advisory lock (held to commit) makes seq values visible in commit order; taking it
+        # in the same statement as the insert saves a round trip.
+        row = tx.one(
+            "INSERT INTO transitions (at, origin) SELECT ?, ? FROM (SELECT pg_advisory_xact_lock(?)) l "
+            "RETURNING seq",
+            (at, encode_trusted(origin), _SEQ_LOCK),
+        )
+        assert row is not None
+        return int(row[0])
 
     def _migrations(self) -> dict[int, str]:
         return POSTGRES
