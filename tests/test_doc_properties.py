@@ -117,3 +117,21 @@ def test_op_batches_never_mutate_their_input(doc: dict[str, Any], ops: list[dict
     if result is not None:
         # applying the same batch again from the same input gives the same document
         assert identical(apply_ops(doc, parsed).document, result.document)
+
+
+@given(documents, null_free_documents, documents)
+def test_merge_patches_with_disjoint_keys_compose_in_either_order(
+    doc: dict[str, Any], p: dict[str, Any], q: dict[str, Any]
+) -> None:
+    q = {k: v for k, v in q.items() if k not in p}
+    both = {**p, **q}
+    assert merge_patch(merge_patch(doc, p), q) == merge_patch(doc, both)
+    assert merge_patch(merge_patch(doc, q), p) == merge_patch(doc, both)
+
+
+@given(documents, st.dictionaries(keys, null_free_values, max_size=4))
+def test_object_only_patches_associate(doc: dict[str, Any], p: dict[str, Any]) -> None:
+    """Where both patches only nest objects, applying p then its own sub-patch equals one merged patch."""
+    q = {k: v for k, v in p.items() if type(v) is dict}
+    combined = merge_patch(p, q)
+    assert merge_patch(merge_patch(doc, p), q) == merge_patch(doc, combined)
