@@ -1,0 +1,170 @@
+"""Run jq programs in worker processes with a wall-clock limit and a memory limit.
+
+A worker that does not answer in time is killed (SIGKILL) and replaced: a runaway program stops
+burning CPU the moment its limit passes. Workers run with an address-space limit, so a program
+that tries to build a huge value fails there, inside its own process, instead of taking the
+server down. A pool of workers lets other evaluations proceed meanwhile.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import select
+import struct
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Final
+
+import orjson
+
+from stateflow.doc.canonical import JSON, check
+from stateflow.errors import InvalidInput, StateflowError
+
+_HEADER: Final = struct.Struct("!I")
+DEFAULT_TIMEOUT: Final = 10.0
+DEFAULT_MEMORY: Final = 512 * 1024 * 1024
+DEFAULT_MAX_OUTPUT: Final = 16 * 1024 * 1024
+
+
+class JqError(InvalidInput):
+    """The program does not compile or fails at run time."""
+
+    code = "jq-error"
+
+
+class JqLimitExceeded(StateflowError):
+    """The program ran past its time, memory or output limit and was stopped."""
+
+    code = "jq-limit-exceeded"
+    http_status = 422
+
+
+class _Worker:
+    def __init__(self, memory: int) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "stateflow.jq.worker", str(memory)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+
+    def send(self, payload: Any) -> None:
+        assert self.proc.stdin is not None
+        data = orjson.dumps(payload)
+        self.proc.stdin.write(_HEADER.pack(len(data)) + data)
+        self.proc.stdin.flush()
+
+    def receive(self, deadline: float) -> Any:
+        """The answer, or None when the deadline passed; raises EOFError when the worker died."""
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        buffer = b""
+        need = _HEADER.size
+        size = None
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            ready, _, _ = select.select([fd], [], [], remaining)
+            if not ready:
+                return None
+            chunk = os.read(fd, max(need - len(buffer), 65536) if size is None else need - len(buffer))
+            if not chunk:
+                raise EOFError
+            buffer += chunk
+            if size is None and len(buffer) >= _HEADER.size:
+                (size,) = _HEADER.unpack(buffer[: _HEADER.size])
+                buffer = buffer[_HEADER.size :]
+                need = size
+            if size is not None and len(buffer) >= size:
+                return orjson.loads(buffer[:size])
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+
+class JqRunner:
+    """A pool of jq worker processes. Thread-safe; workers start on first use."""
+
+    def __init__(
+        self,
+        workers: int = 2,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        memory: int = DEFAULT_MEMORY,
+        max_output: int = DEFAULT_MAX_OUTPUT,
+    ) -> None:
+        if workers < 1:
+            raise InvalidInput("a jq runner needs at least one worker")
+        self.timeout = timeout
+        self.memory = memory
+        self.max_output = max_output
+        self._idle: queue.Queue[_Worker | None] = queue.Queue()
+        for _ in range(workers):
+            self._idle.put(None)  # started lazily
+        self._lock = threading.Lock()
+        self._all: list[_Worker] = []
+
+    def run(self, program: str, value: JSON = None, variables: dict[str, JSON] | None = None) -> list[JSON]:
+        """Every output of ``program`` on ``value`` with ``$name`` variables bound."""
+        if not isinstance(program, str) or not program.strip():
+            raise JqError("a jq program must be a non-empty string")
+        variables = variables or {}
+        for name in variables:
+            if not name.isidentifier():
+                raise JqError(f"jq variable name {name!r} is not an identifier")
+        check(value, "input")
+        check(variables, "variables")
+        worker = self._idle.get()
+        try:
+            if worker is None or worker.proc.poll() is not None:
+                worker = self._start()
+            request = {"program": program, "vars": variables, "input": value, "max": self.max_output}
+            try:
+                worker.send(request)
+                answer = worker.receive(time.monotonic() + self.timeout)
+            except (EOFError, BrokenPipeError):
+                self._retire(worker)
+                worker = None
+                raise JqLimitExceeded("the jq program exceeded its memory limit and was stopped") from None
+            if answer is None:
+                self._retire(worker)
+                worker = None
+                raise JqLimitExceeded(f"the jq program ran past its {self.timeout:g} s limit and was stopped")
+        finally:
+            self._idle.put(worker)
+        if "ok" in answer:
+            outputs: list[JSON] = answer["ok"]
+            return outputs
+        if answer.get("kind") in ("memory", "output"):
+            raise JqLimitExceeded(answer["error"])
+        raise JqError(f"jq program failed: {answer['error']}")
+
+    def first(self, program: str, value: JSON = None, variables: dict[str, JSON] | None = None) -> JSON:
+        outputs = self.run(program, value, variables)
+        if not outputs:
+            raise JqError("the jq program produced no output")
+        return outputs[0]
+
+    def _start(self) -> _Worker:
+        worker = _Worker(self.memory)
+        with self._lock:
+            self._all.append(worker)
+        return worker
+
+    def _retire(self, worker: _Worker) -> None:
+        worker.kill()
+        with self._lock:
+            if worker in self._all:
+                self._all.remove(worker)
+
+    def close(self) -> None:
+        with self._lock:
+            workers, self._all = self._all, []
+        for worker in workers:
+            worker.kill()

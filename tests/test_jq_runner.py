@@ -1,0 +1,79 @@
+"""jq under hard limits: runaway programs are stopped, other evaluations carry on."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from stateflow.jq import JqError, JqLimitExceeded, JqRunner
+
+
+@pytest.fixture
+def runner() -> Iterator[JqRunner]:
+    r = JqRunner(workers=2, timeout=1.5, memory=192 * 1024 * 1024, max_output=1024 * 1024)
+    yield r
+    r.close()
+
+
+def test_programs_run_with_variables_and_every_output(runner: JqRunner) -> None:
+    assert runner.run("[.[] | . * $k]", [1, 2, 3], {"k": 3}) == [[3, 6, 9]]
+    assert runner.run(".[]", [1, "a", None]) == [1, "a", None]
+    assert runner.first("$params.min <= (.items | length)", {"items": [1, 2]}, {"params": {"min": 1}}) is True
+
+
+def test_compile_and_runtime_errors_are_clear(runner: JqRunner) -> None:
+    with pytest.raises(JqError, match="syntax error") as info:
+        runner.run("{", None)
+    assert "$__sf" not in str(info.value)  # the wrapper never leaks into messages
+    with pytest.raises(JqError, match="cannot be added"):
+        runner.run('1 + "a"', None)
+    with pytest.raises(JqError, match="non-empty"):
+        runner.run("  ", None)
+
+
+def test_an_infinite_loop_is_stopped_at_the_time_limit(runner: JqRunner) -> None:
+    start = time.monotonic()
+    with pytest.raises(JqLimitExceeded, match=r"1\.5 s limit"):
+        runner.run("def f: f; f", None)
+    assert time.monotonic() - start < 3
+    assert runner.run(". + 1", 1) == [2]  # the killed worker was replaced
+
+
+def test_an_exploding_value_is_stopped_by_the_memory_limit() -> None:
+    r = JqRunner(workers=1, timeout=30, memory=128 * 1024 * 1024)
+    try:
+        start = time.monotonic()
+        with pytest.raises(JqLimitExceeded, match="memory"):
+            r.run("[range(0; 100000000)] | length", None)
+        assert time.monotonic() - start < 25  # memory, not the time limit, stopped it
+        assert r.run("1", None) == [1]
+    finally:
+        r.close()
+
+
+def test_an_exploding_output_is_refused(runner: JqRunner) -> None:
+    with pytest.raises(JqLimitExceeded, match="output exceeds"):
+        runner.run("[range(0; 200000)] | map(tostring)", None)
+
+
+def test_other_evaluations_proceed_while_one_loops(runner: JqRunner) -> None:
+    failures: list[BaseException] = []
+
+    def loop() -> None:
+        try:
+            runner.run("def f: f; f", None)
+        except JqLimitExceeded as exc:
+            failures.append(exc)
+
+    hostile = threading.Thread(target=loop)
+    hostile.start()
+    time.sleep(0.2)
+    start = time.monotonic()
+    for i in range(20):
+        assert runner.run(".n * 2", {"n": i}) == [i * 2]
+    assert time.monotonic() - start < 1.0  # served by the other worker meanwhile
+    hostile.join()
+    assert len(failures) == 1
