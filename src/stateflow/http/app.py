@@ -39,7 +39,11 @@ def _error(exc: StateflowError) -> Response:
     status, code = exc.http_status, exc.code
     if isinstance(exc, StoreNotMigrated):
         code = "states-not-configured"
-    return _json(status, {"error": exc.message, "code": code})
+    body: dict[str, Any] = {"error": exc.message, "code": code}
+    orphans = getattr(exc, "orphans", None)
+    if orphans is not None:
+        body.update(reconcile=True, orphans=orphans)
+    return _json(status, body)
 
 
 async def _body(request: Request, *, required: bool = True) -> Any:
@@ -115,6 +119,57 @@ def create_app(service: StatesService, tokens: TokenSet) -> FastAPI:
         return _json(200, {"data": {"ok": True, "version": __version__}})
 
     # ------------------------------------------------------------------ catalog
+
+    # ------------------------------------------------------------------ templates
+
+    @app.get("/api/state-templates")
+    async def list_templates(request: Request) -> Response:
+        return await call(service.list_templates)
+
+    @app.get("/api/state-templates/{name}")
+    async def get_template(name: str, request: Request) -> Response:
+        return await call(service.get_template, name)
+
+    @app.put("/api/state-templates/{name}")
+    async def put_template(name: str, request: Request) -> Response:
+        unrestricted(request)
+        body = await _body(request)
+        replace = request.query_params.get("replace", "").lower() in ("1", "true", "yes")
+        return await call(service.put_template, name, body, replace=replace, context=context_of(request))
+
+    @app.delete("/api/state-templates/{name}")
+    async def delete_template(name: str, request: Request) -> Response:
+        unrestricted(request)
+        return await call(service.delete_template, name, context=context_of(request))
+
+    @app.get("/api/states/{name}/attachments")
+    async def list_attachments(name: str, request: Request) -> Response:
+        return await call(service.attachments, name)
+
+    @app.get("/api/states/{name}/attachments/{template}")
+    async def get_attachment(name: str, template: str, request: Request) -> Response:
+        return await call(service.get_attachment, name, template)
+
+    @app.put("/api/states/{name}/attachments/{template}")
+    async def attach(name: str, template: str, request: Request) -> Response:
+        unrestricted(request)
+        body = await _body(request, required=False)
+        return await call(
+            service.attach, name, template, {} if body is None else body, context=context_of(request)
+        )
+
+    @app.patch("/api/states/{name}/attachments/{template}")
+    async def update_attachment(name: str, template: str, request: Request) -> Response:
+        unrestricted(request)
+        body = await _body(request)
+        if not isinstance(body, dict):
+            raise BadRequest("body must be a JSON object")
+        return await call(service.update_attachment, name, template, body, context=context_of(request))
+
+    @app.delete("/api/states/{name}/attachments/{template}")
+    async def detach(name: str, template: str, request: Request) -> Response:
+        unrestricted(request)
+        return await call(service.detach, name, template, context=context_of(request))
 
     @app.post("/api/state-retention/prune")
     async def prune(request: Request) -> Response:
@@ -231,6 +286,29 @@ def create_app(service: StatesService, tokens: TokenSet) -> FastAPI:
                     'body must be {"into": {target_kind, target_name, kind, key}, "mode": "switch"|"merge"}'
                 )
             return await call(service.fold, name, subject, body["into"], body["mode"], context=ctx)
+        elif len(suffix) == 2 and suffix[0] == "template-jq" and method == "GET":
+            params: dict[str, Any] = {}
+            for k, v in request.query_params.items():
+                try:
+                    params[k] = decode(v)
+                except InvalidJSON as exc:
+                    raise BadRequest(f"template_jq param {k!r} must be a JSON value: {exc.message}") from exc
+            return await call(service.template_jq_input, name, subject, suffix[1], params)
+        elif len(suffix) == 2 and suffix[0] == "template-jq" and method == "POST":
+            body = await _body(request, required=False) or {}
+            if not isinstance(body, dict) or set(body) - {"input", "op_id"}:
+                raise BadRequest('body must be {"input"?: <JSON>, "op_id"?: string}')
+            if body.get("op_id") is not None and not isinstance(body["op_id"], str):
+                raise BadRequest("op_id must be a string")
+            return await call(
+                service.template_jq_update,
+                name,
+                subject,
+                suffix[1],
+                body.get("input"),
+                op_id=body.get("op_id"),
+                context=ctx,
+            )
         elif suffix == ["writes"] and method == "GET":
             return await call(
                 service.writes,

@@ -25,6 +25,7 @@ from stateflow.doc.diff import Edit
 from stateflow.doc.ops import apply_ops, parse_ops
 from stateflow.doc.select import MISSING
 from stateflow.errors import Conflict, InvalidInput, NotFound
+from stateflow.states.attachments import TemplatesMixin
 from stateflow.states.models import Declaration, DoorContext, StateSubject, WriteOrigin
 from stateflow.states.schema import ValidatorCache, check_base_schema, narrowing
 from stateflow.store import DocKey, Document, SqlStore, Write
@@ -167,22 +168,47 @@ def _days(env: str, default: int | None) -> int | None:
     return value
 
 
-class StatesService:
+class StatesService(TemplatesMixin):
     def __init__(self, store: SqlStore) -> None:
         self.store = store
         self.validators = ValidatorCache()
         self.consumer_listers: dict[str, ConsumerLister] = {}
+        self.attach_validators = []
+        self.detach_referees = []
+        self.seeds = {}
+        self._jq = None
         self._builtins_installed = False
 
-    # ------------------------------------------------------------------ hooks for templates
+    def close(self) -> None:
+        """Stop the jq workers (the store is the caller's to close)."""
+        if self._jq is not None:
+            self._jq.close()
+            self._jq = None
+
+    # ------------------------------------------------------------------ effective schema
 
     def effective_schema(self, declaration: dict[str, Any]) -> dict[str, Any]:
-        """The schema every write validates against (templates compose into it next)."""
-        schema: dict[str, Any] = declaration["schema"]
+        """The schema every write validates against: the base with every attachment composed in
+        (computed and stored with the declaration whenever an input changes)."""
+        effective = declaration.get("effective")
+        schema: dict[str, Any] = effective["schema"] if effective else declaration["schema"]
         return schema
 
     def regimes(self, declaration: dict[str, Any]) -> list[dict[str, Any]]:
-        return []
+        effective = declaration.get("effective")
+        return [
+            {"path": r["path"], "regime": r["regime"]} for r in (effective["regimes"] if effective else [])
+        ]
+
+    @staticmethod
+    def _composing(declaration: dict[str, Any]) -> list[dict[str, Any]]:
+        effective = declaration.get("effective")
+        return [r for r in (effective["regimes"] if effective else []) if r["regime"] == "composing"]
+
+    @staticmethod
+    def _traced(declaration: dict[str, Any]) -> list[list[str]]:
+        effective = declaration.get("effective")
+        return list(effective["traced"]) if effective else []
 
     def register_consumer_lister(self, kind: str, lister: ConsumerLister) -> None:
         if kind in self.consumer_listers:
@@ -205,11 +231,15 @@ class StatesService:
         self._builtins_installed = True
 
     def _declaration_view(self, body: dict[str, Any], revision: int, at: str | None) -> dict[str, Any]:
+        view = {k: v for k, v in body.items() if k not in ("attachments", "effective")}
         return {
-            **body,
+            **view,
             "effective_schema": self.effective_schema(body),
             "regimes": self.regimes(body),
-            "attachments": [],
+            "attachments": [
+                {"template": t, **{k: a[k] for k in ("path", "parameters", "declarations")}}
+                for t, a in sorted(body.get("attachments", {}).items())
+            ],
             "updated_at": at,
             "version": revision,
         }
@@ -273,7 +303,11 @@ class StatesService:
                         f"state {name!r} still has records under subject kind(s) {removed}; "
                         "erase them before removing the kind(s)"
                     )
-            return [Write.between(key, old, stored, docs[key].revision)], None
+            body = dict(stored)
+            if old is not None and old.get("attachments"):
+                body["attachments"] = old["attachments"]
+                body["effective"] = self._effective(stored["schema"], old["attachments"])
+            return [Write.between(key, old, body, docs[key].revision)], None
 
         self.store.update([key], compute, self._origin(WriteOrigin(), context, "declare"))
         return {**stored, "effective_schema": None, "regimes": None, "updated_at": None}
@@ -414,7 +448,9 @@ class StatesService:
         self,
         name: str,
         subject: Any,
-        transform: Callable[[dict[str, Any], JSON], tuple[JSON, list[list[str | int]] | None]],
+        transform: Callable[
+            [dict[str, Any], JSON, dict[str, Any]], tuple[JSON, list[list[str | int]] | None]
+        ],
         origin: WriteOrigin,
         context: DoorContext | None,
         action: str,
@@ -430,6 +466,7 @@ class StatesService:
         decl_key, alias_key = DocKey(CATALOG, name), DocKey(ALIASES, name)
         canonical = subject
         stamped = origin.model_copy(update={"op_id": op_id}) if op_id else origin
+        completed = self._origin(stamped, context, action)
         for _ in range(3):  # the alias may move between resolving it and locking: re-resolve
             key = DocKey(name, canonical.encode())
 
@@ -442,7 +479,7 @@ class StatesService:
                 if self._resolve(aliases, subject) != canonical:
                     raise _AliasMoved(self._resolve(aliases, subject))
                 current = docs[key]
-                new, paths = transform(declaration, current.value)
+                new, paths = transform(declaration, current.value, completed)
                 if new is MISSING:
                     return [], (aliases, current.body, current.revision, current.seq)
                 self.validators.validate(
@@ -455,7 +492,7 @@ class StatesService:
                 commit, result = self.store.update(
                     [key],
                     compute,
-                    self._origin(stamped, context, action),
+                    completed,
                     shared=[decl_key, alias_key],  # fold and re-declare lock them exclusively
                     op_id=op_id,
                     op_scope=name,
@@ -484,9 +521,14 @@ class StatesService:
         if not isinstance(document, dict):
             raise InvalidInput("a record document must be a JSON object")
         check(document, "document")
-        _, view = self._write(
-            name, subject, lambda d, cur: (document, [[]]), origin_of(origin), context, "replace"
-        )
+
+        def transform(
+            decl: dict[str, Any], current: JSON, done: dict[str, Any]
+        ) -> tuple[JSON, list[list[str | int]] | None]:
+            self.check_document_write(decl, current, document)
+            return self.stamp_document(decl, current, document, done), [[]]
+
+        _, view = self._write(name, subject, transform, origin_of(origin), context, "replace")
         return view
 
     def merge(
@@ -497,11 +539,15 @@ class StatesService:
             raise InvalidInput("a merge patch must be a JSON object")
         check(patch, "patch")
 
-        def transform(decl: dict[str, Any], current: JSON) -> tuple[JSON, list[list[str | int]] | None]:
+        def transform(
+            decl: dict[str, Any], current: JSON, done: dict[str, Any]
+        ) -> tuple[JSON, list[list[str | int]] | None]:
             if not patch:
                 return MISSING, None
             base = current if isinstance(current, dict) else {}
-            return {**base, **patch}, [[k] for k in patch]
+            merged = {**base, **patch}
+            self.check_document_write(decl, current, merged)
+            return self.stamp_document(decl, current, merged, done), [[k] for k in patch]
 
         _, view = self._write(name, subject, transform, origin_of(origin), context, "merge")
         if view is None and not patch:
@@ -536,9 +582,12 @@ class StatesService:
             return ApplyResult(False, None, None, [])
         skipped: list[dict[str, Any]] = []
 
-        def transform(decl: dict[str, Any], current: JSON) -> tuple[JSON, list[list[str | int]] | None]:
+        def transform(
+            decl: dict[str, Any], current: JSON, done: dict[str, Any]
+        ) -> tuple[JSON, list[list[str | int]] | None]:
             skipped.clear()
-            result = apply_ops(current, parsed)
+            self.check_ops(decl, parsed)
+            result = apply_ops(current, self.stamp(decl, parsed, done))
             skipped.extend(result.skipped)
             if not result.applied:
                 return MISSING, None

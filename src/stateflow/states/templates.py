@@ -1,0 +1,453 @@
+"""State templates: reusable schema fragments with parameters, regimes, declarations, jq programs.
+
+Pure functions over template documents: validation on upload, parameter substitution, effective
+schema composition, ``_trace`` injection, regime matching, and the jq prelude. The service stores
+templates and attachments; jq runs through :class:`stateflow.jq.JqRunner`.
+"""
+
+from __future__ import annotations
+
+import copy
+import heapq
+import re
+from collections.abc import Iterator
+from typing import Any, Final
+
+from stateflow.errors import Conflict, InvalidInput
+from stateflow.states.schema import SchemaInvalid, check_base_schema
+
+TEMPLATE_NAME: Final = re.compile(r"[a-z](?:[a-z0-9]|-(?=[a-z0-9])){0,62}\Z")
+IDENT: Final = re.compile(r"[a-z][a-z0-9_]*\Z")
+REGIMES: Final = ("single", "composing", "free")
+PURPOSES: Final = ("input", "update")
+TRACE_SCHEMA: Final = {
+    "type": "object",
+    "properties": {
+        "meta": {"type": ["object", "null"]},
+        "run": {"type": ["string", "null"]},
+        "turn": {"type": ["string", "null"]},
+        "inbound": {"type": ["string", "null"]},
+        "at": {"type": "string"},
+    },
+}
+_TOP_KEYS: Final = {
+    "kind", "name", "description", "parameters", "schema", "regimes", "declarations", "trace",
+    "template_jq", "reconcile",
+}  # fmt: skip
+
+
+class TemplateInvalid(InvalidInput):
+    code = "invalid-template"
+
+
+class AttachConflict(Conflict):
+    code = "attach-conflict"
+
+
+# ------------------------------------------------------------------------------ markers
+
+
+def markers(node: Any) -> Iterator[str]:
+    """Every ``{"$parameter": name}`` marker name inside ``node``."""
+    if isinstance(node, dict):
+        if "$parameter" in node:
+            yield node["$parameter"]
+            return
+        for v in node.values():
+            yield from markers(v)
+    elif isinstance(node, list):
+        for v in node:
+            yield from markers(v)
+
+
+def _check_markers(node: Any) -> None:
+    if isinstance(node, dict):
+        if "$parameter" in node:
+            if (
+                set(node) != {"$parameter"}
+                or not isinstance(node["$parameter"], str)
+                or not node["$parameter"]
+            ):
+                raise TemplateInvalid('a parameter marker is exactly {"$parameter": "<name>"}')
+            return
+        for v in node.values():
+            _check_markers(v)
+    elif isinstance(node, list):
+        for v in node:
+            _check_markers(v)
+
+
+def substitute(node: Any, values: dict[str, Any]) -> Any:
+    """A copy of ``node`` with every marker named in ``values`` replaced by (a copy of) its value."""
+    if isinstance(node, dict):
+        if "$parameter" in node and node["$parameter"] in values:
+            return copy.deepcopy(values[node["$parameter"]])
+        return {k: substitute(v, values) for k, v in node.items()}
+    if isinstance(node, list):
+        return [substitute(v, values) for v in node]
+    return node
+
+
+def defaults(template: dict[str, Any]) -> dict[str, Any]:
+    return {n: p["default"] for n, p in template.get("parameters", {}).items() if "default" in p}
+
+
+# ------------------------------------------------------------------------------ validation
+
+
+def _jq_body(raw: Any, where: str) -> str:
+    if not isinstance(raw, dict) or set(raw) - {"content", "kwargs"} or "content" not in raw:
+        if isinstance(raw, dict) and "id" in raw:
+            raise TemplateInvalid(
+                f'{where}: by-id jq bodies are not supported; give the program as {{"content": ...}}'
+            )
+        raise TemplateInvalid(f'{where} must be {{"content": "<jq program>"}}')
+    if not isinstance(raw["content"], str) or not raw["content"].strip():
+        raise TemplateInvalid(f"{where} must be a non-blank jq program")
+    return raw["content"]
+
+
+def _compile(program: str, variables: list[str], where: str) -> None:
+    import jq
+
+    try:
+        jq.compile(program, args=dict.fromkeys(variables))
+    except ValueError as exc:
+        raise TemplateInvalid(f"{where} does not compile: {str(exc).strip()}") from exc
+
+
+def validate_template(name: str, raw: Any) -> dict[str, Any]:
+    """Validate an uploaded template document; return its canonical stored form."""
+    if not isinstance(raw, dict):
+        raise TemplateInvalid("a template document must be a JSON object")
+    unknown = sorted(set(raw) - _TOP_KEYS)
+    if unknown:
+        raise TemplateInvalid(f"invalid template document: unknown keys {unknown}")
+    if raw.get("kind", "state-template") != "state-template":
+        raise TemplateInvalid(f"template kind must be 'state-template', got {raw.get('kind')!r}")
+    if not TEMPLATE_NAME.match(name):
+        raise TemplateInvalid(
+            "a template name is a slug: lowercase letters, digits and single hyphens, starting with a letter, ≤ 63 characters"
+        )
+    description = raw.get("description", "")
+    if not isinstance(description, str):
+        raise TemplateInvalid("description must be a string")
+    parameters = raw.get("parameters", {})
+    if not isinstance(parameters, dict):
+        raise TemplateInvalid("parameters must be an object {name: {schema, default?}}")
+    for pname, spec in parameters.items():
+        if not IDENT.match(pname):
+            raise TemplateInvalid(f"parameter name {pname!r} must match ^[a-z][a-z0-9_]*$")
+        if (
+            not isinstance(spec, dict)
+            or set(spec) - {"schema", "default"}
+            or not isinstance(spec.get("schema"), dict)
+        ):
+            raise TemplateInvalid(f'parameter {pname!r} must be {{"schema": {{...}}, "default"?: <JSON>}}')
+    fragment = raw.get("schema")
+    if not isinstance(fragment, dict):
+        raise TemplateInvalid("schema (the fragment) must be a JSON object")
+    _check_markers(fragment)
+    used = set(markers(fragment))
+    undeclared = sorted(used - set(parameters))
+    if undeclared:
+        raise TemplateInvalid(f"schema references undeclared parameter(s) {undeclared}")
+    for pname, spec in parameters.items():
+        if "default" not in spec and pname not in used:
+            raise TemplateInvalid(
+                f"parameter {pname!r} has no default, so it must appear as a $parameter marker in the fragment"
+            )
+    substituted = substitute(fragment, {n: p["default"] for n, p in parameters.items() if "default" in p})
+    try:
+        check_base_schema(_without_markers(substituted))
+    except SchemaInvalid as exc:
+        raise TemplateInvalid(
+            f"template {name!r} schema fragment is not a valid object schema: {exc.message}"
+        ) from exc
+    regimes = raw.get("regimes", [])
+    if not isinstance(regimes, list):
+        raise TemplateInvalid("regimes must be a list of {path, regime}")
+    for rule in regimes:
+        if not isinstance(rule, dict) or set(rule) != {"path", "regime"}:
+            raise TemplateInvalid("a regime rule is exactly {path, regime}")
+        if rule["regime"] not in REGIMES:
+            raise TemplateInvalid(f"regime must be one of {list(REGIMES)}, got {rule['regime']!r}")
+        _check_path(rule["path"], "regime path")
+        walk_fragment(substituted, rule["path"], "regime path")
+    trace = raw.get("trace", {"enabled": False})
+    if not isinstance(trace, dict) or set(trace) != {"enabled"} or type(trace["enabled"]) is not bool:
+        raise TemplateInvalid('trace must be {"enabled": true|false}')
+    declarations = raw.get("declarations")
+    if declarations is not None:
+        if (
+            not isinstance(declarations, dict)
+            or set(declarations) - {"schema", "check"}
+            or not isinstance(declarations.get("schema"), dict)
+        ):
+            raise TemplateInvalid('declarations must be {"schema": {...}, "check"?: {"content": "<jq>"}}')
+        if "check" in declarations:
+            _compile(
+                _jq_body(declarations["check"], "declarations.check"), ["parameters"], "declarations.check"
+            )
+    programs = raw.get("template_jq")
+    if programs is not None:
+        _check_programs(programs, substituted)
+    reconcile = raw.get("reconcile")
+    if reconcile is not None:
+        if not isinstance(reconcile, dict) or set(reconcile) != {"orphans", "close", "resolutions"}:
+            raise TemplateInvalid("reconcile needs exactly the programs orphans, close and resolutions")
+        for part, variables in (
+            ("orphans", ["previous", "new"]),
+            ("close", ["id", "resolution"]),
+            ("resolutions", []),
+        ):
+            _compile(_jq_body(reconcile[part], f"reconcile.{part}"), variables, f"reconcile.{part}")
+    doc: dict[str, Any] = {"kind": "state-template", "name": name, "description": description}
+    if parameters:
+        doc["parameters"] = parameters
+    doc["schema"] = fragment
+    if regimes:
+        doc["regimes"] = regimes
+    if declarations is not None:
+        doc["declarations"] = declarations
+    if programs is not None:
+        doc["template_jq"] = programs
+    if reconcile is not None:
+        doc["reconcile"] = reconcile
+    doc["trace"] = trace
+    return doc
+
+
+def _without_markers(node: Any) -> Any:
+    """Leftover no-default markers are opaque subschemas for the structural check."""
+    if isinstance(node, dict):
+        if "$parameter" in node:
+            return {}
+        return {k: _without_markers(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_without_markers(v) for v in node]
+    return node
+
+
+def _check_path(path: Any, what: str) -> None:
+    if not isinstance(path, list) or not all(isinstance(s, str) and s for s in path):
+        raise TemplateInvalid(f"{what} {path!r} must be a list of non-empty strings")
+
+
+def walk_fragment(fragment: dict[str, Any], path: list[str], what: str) -> None:
+    """A path is valid when it follows the fragment's declared structure (``*`` = one segment)."""
+    node: Any = fragment
+    for seg in path:
+        if isinstance(node, dict) and "$parameter" in node:
+            return
+        if not isinstance(node, dict):
+            raise TemplateInvalid(f"{what} {path} descends past the fragment's structure at {seg!r}")
+        if seg == "*":
+            if isinstance(node.get("items"), dict):
+                node = node["items"]
+            elif isinstance(node.get("additionalProperties"), dict):
+                node = node["additionalProperties"]
+            elif node.get("additionalProperties") is True or "patternProperties" in node:
+                return
+            else:
+                raise TemplateInvalid(
+                    f"{what} {path} uses '*' where the fragment has no items or additionalProperties"
+                )
+            continue
+        props = node.get("properties", {})
+        if isinstance(props, dict) and seg in props:
+            node = props[seg]
+        elif isinstance(node.get("additionalProperties"), dict):
+            node = node["additionalProperties"]
+        elif node.get("additionalProperties") is True:
+            return
+        else:
+            raise TemplateInvalid(f"{what} segment {seg!r} in {path} is not a property of the fragment")
+
+
+def _check_programs(programs: Any, fragment: dict[str, Any]) -> None:
+    if not isinstance(programs, dict):
+        raise TemplateInvalid("template_jq must be an object {program name: {purpose, jq, ...}}")
+    for pname, spec in programs.items():
+        where = f"template_jq {pname!r}"
+        if not IDENT.match(pname):
+            raise TemplateInvalid(f"{where}: a program name must match ^[a-z][a-z0-9_]*$")
+        if not isinstance(spec, dict) or set(spec) - {
+            "purpose",
+            "jq",
+            "description",
+            "params",
+            "reads",
+            "writes",
+        }:
+            raise TemplateInvalid(f"{where} must be {{purpose, jq, description?, params?, reads?, writes?}}")
+        if spec.get("purpose") not in PURPOSES:
+            raise TemplateInvalid(f"{where}: purpose must be 'input' or 'update'")
+        _jq_body(spec.get("jq"), f"{where}.jq")
+        params = spec.get("params", [])
+        if not isinstance(params, list) or not all(isinstance(p, str) and IDENT.match(p) for p in params):
+            raise TemplateInvalid(f"{where}: params must be a list of identifiers")
+        if len(set(params)) != len(params):
+            raise TemplateInvalid(f"{where}: params must be unique")
+        if spec["purpose"] == "input" and (spec.get("reads") or spec.get("writes")):
+            raise TemplateInvalid("an 'input' template_jq program declares no reads or writes")
+        for key in ("reads", "writes"):
+            for path in spec.get(key, []):
+                _check_path(path, f"{where}.{key} path")
+                walk_fragment(fragment, path, f"{where}.{key} path")
+    prelude = build_prelude(programs)
+    for pname, spec in programs.items():
+        variables = ["parameters", "declarations", "params" if spec["purpose"] == "input" else "input"]
+        _compile(prelude + spec["jq"]["content"], variables, f"template_jq {pname!r}")
+
+
+# ------------------------------------------------------------------------------ jq prelude
+
+
+def input_order(programs: dict[str, Any]) -> list[str]:
+    """Input programs in dependency-first order (smallest name first among ready ones); names
+    left in a cycle come last, sorted, so compiling them fails loudly."""
+    inputs = {n: s for n, s in programs.items() if s["purpose"] == "input"}
+    deps = {
+        n: {
+            m
+            for m in re.findall(r"(?<![A-Za-z0-9_])tjq_([a-z][a-z0-9_]*)", s["jq"]["content"])
+            if m in inputs and m != n
+        }
+        for n, s in inputs.items()
+    }
+    waiting = {n: set(d) for n, d in deps.items()}
+    ready = [n for n, d in waiting.items() if not d]
+    heapq.heapify(ready)
+    order: list[str] = []
+    while ready:
+        n = heapq.heappop(ready)
+        order.append(n)
+        for m, d in waiting.items():
+            if n in d:
+                d.discard(n)
+                if not d and m not in order and m not in ready:
+                    heapq.heappush(ready, m)
+    return order + sorted(n for n in inputs if n not in order)
+
+
+def build_prelude(programs: dict[str, Any]) -> str:
+    """Every input program as ``def tjq_<name>($params): <body>;`` in dependency order."""
+    return "".join(f"def tjq_{n}($params): {programs[n]['jq']['content']};\n" for n in input_order(programs))
+
+
+# ------------------------------------------------------------------------------ composition
+
+
+def _overlap(a: list[str], b: list[str]) -> bool:
+    n = min(len(a), len(b))
+    return a[:n] == b[:n]
+
+
+def inject_trace(node: Any) -> Any:
+    """A copy of a fragment where every ``"type": "object"`` node admits a ``_trace`` property."""
+    if isinstance(node, list):
+        return [inject_trace(v) for v in node]
+    if not isinstance(node, dict):
+        return node
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key in ("properties", "patternProperties", "$defs", "definitions") and isinstance(value, dict):
+            out[key] = {k: inject_trace(v) for k, v in value.items()}
+        elif key in ("items", "additionalProperties", "contains", "propertyNames") and isinstance(
+            value, dict
+        ):
+            out[key] = inject_trace(value)
+        elif key in ("prefixItems", "allOf", "anyOf", "oneOf", "propertyNames") and isinstance(value, list):
+            out[key] = [inject_trace(v) for v in value]
+        else:
+            out[key] = value
+    if out.get("type") == "object":
+        props = dict(out.get("properties", {}))
+        props["_trace"] = copy.deepcopy(TRACE_SCHEMA)
+        out["properties"] = props
+    return out
+
+
+def compose(
+    base: dict[str, Any], attachments: list[tuple[dict[str, Any], list[str], dict[str, Any]]]
+) -> dict[str, Any]:
+    """The effective schema: the base with every ``(template, path, effective parameters)`` placed."""
+    ordered = sorted(attachments, key=lambda a: a[0]["name"])
+    for i, (ta, pa, _) in enumerate(ordered):
+        for tb, pb, _ in ordered[i + 1 :]:
+            if _overlap(pa, pb):
+                raise AttachConflict(
+                    f"attach of template {ta['name']!r} at {pa} overlaps attach of template {tb['name']!r} at {pb}"
+                )
+    schema = copy.deepcopy(base)
+    for template, path, params in ordered:
+        name = template["name"]
+        fragment = substitute(template["schema"], {**defaults(template), **params})
+        left = sorted(set(markers(fragment)))
+        if left:
+            raise AttachConflict(
+                f"attach of template {name!r} leaves parameter(s) {left} unsupplied at {path}"
+            )
+        if template.get("trace", {}).get("enabled"):
+            fragment = inject_trace(fragment)
+        if not path:
+            props = schema.setdefault("properties", {})
+            for key, sub in fragment.get("properties", {}).items():
+                if key in props:
+                    raise AttachConflict(
+                        f"attach of template {name!r} at the root collides with existing property {key!r}"
+                    )
+                props[key] = sub
+            required = schema.setdefault("required", [])
+            required.extend(r for r in fragment.get("required", []) if r not in required)
+            if not required:
+                schema.pop("required")
+            continue
+        node = schema
+        for seg in path[:-1]:
+            props = node.setdefault("properties", {})
+            child = props.get(seg)
+            if child is None:
+                child = props[seg] = {"type": "object", "properties": {}}
+            if not isinstance(child, dict) or child.get("type") != "object":
+                raise AttachConflict(
+                    f"attach of template {name!r} at {path} passes through non-object property {seg!r}"
+                )
+            node = child
+        props = node.setdefault("properties", {})
+        if path[-1] in props:
+            raise AttachConflict(
+                f"attach of template {name!r} at {path} collides with existing property {path[-1]!r}"
+            )
+        props[path[-1]] = fragment
+    return schema
+
+
+def served_regimes(attachments: list[tuple[dict[str, Any], list[str]]]) -> list[dict[str, Any]]:
+    out = []
+    for template, path in sorted(attachments, key=lambda a: a[0]["name"]):
+        for rule in template.get("regimes", []):
+            out.append(
+                {"path": [*path, *rule["path"]], "regime": rule["regime"], "template": template["name"]}
+            )
+    return out
+
+
+def regime_for(rules: list[dict[str, Any]], path: list[str]) -> str:
+    """The regime of the longest rule path matching a prefix of ``path`` (``*`` = any segment)."""
+    best, regime = -1, "free"
+    for rule in rules:
+        rp = rule["path"]
+        if (
+            len(rp) <= len(path)
+            and all(r == "*" or r == p for r, p in zip(rp, path, strict=False))
+            and len(rp) > best
+        ):
+            best, regime = len(rp), rule["regime"]
+    return regime
+
+
+def paths_overlap(a: list[Any], b: list[Any]) -> bool:
+    n = min(len(a), len(b))
+    return all(x == "*" or y == "*" or x == y for x, y in zip(a[:n], b[:n], strict=True))
