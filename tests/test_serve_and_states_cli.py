@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,6 +38,7 @@ def env(tmp_path: Path) -> dict[str, str]:
         STATEFLOW_TOKENS="",
         STATEFLOW_URL="",
         STATEFLOW_TOKEN="",
+        STATEFLOW_JQ_TIMEOUT_SECONDS="1.5",
     )
 
 
@@ -171,3 +173,51 @@ def test_states_cli_locally(env: dict[str, str]) -> None:
     assert sf("states", "delete", "tickets", "--yes", env=env).returncode == 0
     missing = sf("states", "get", "tickets", env=env)
     assert missing.returncode == 1 and "error[state-not-found]" in missing.stderr
+
+
+def _http(method: str, url: str, token: str, body: object = None) -> tuple[int, object]:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(
+        url, data=data, method=method, headers={"Authorization": f"Bearer {token}"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_a_looping_jq_program_is_stopped_while_the_server_keeps_answering(
+    server: tuple[str, str, subprocess.Popen[str]],
+) -> None:
+    import threading
+
+    url, token, _ = server
+    template = {
+        "schema": {"type": "object", "properties": {"n": {"type": "integer"}}},
+        "template_jq": {"spin": {"purpose": "input", "jq": {"content": "def f: f; f"}}},
+    }
+    assert _http("PUT", url + "/api/state-templates/spinner", token, template)[0] == 200
+    assert _http("PUT", url + "/api/states/s", token, json.loads(DECL))[0] == 200
+    assert _http("PUT", url + "/api/states/s/attachments/spinner", token, {"path": ["spin"]})[0] == 200
+    outcome: dict[str, object] = {}
+
+    def hostile() -> None:
+        start = time.monotonic()
+        outcome["result"] = _http(
+            "GET", url + "/api/states/s/records/agent/x/thread/k/template-jq/spin", token
+        )
+        outcome["seconds"] = time.monotonic() - start
+
+    thread = threading.Thread(target=hostile)
+    thread.start()
+    time.sleep(0.3)
+    for _ in range(10):  # the server answers other requests while the program spins
+        start = time.monotonic()
+        status, _body = _http("GET", url + "/api/states", token)
+        assert status == 200 and time.monotonic() - start < 1.0
+    thread.join(timeout=30)
+    status, body = outcome["result"]  # type: ignore[misc]
+    assert status == 422 and body["code"] == "jq-limit-exceeded"  # type: ignore[index]
+    assert outcome["seconds"] < 5  # type: ignore[operator]
+    assert _http("GET", url + "/api/states/s/records/agent/x/thread/k", token) == (200, {"data": None})

@@ -1,0 +1,442 @@
+"""Templates, attachments, regimes, _trace and template jq over the real HTTP app (both backends)."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from stateflow.http.app import create_app
+from stateflow.http.auth import TokenSet, parse_token
+from stateflow.states import StatesService
+from stateflow.store import SqlStore
+
+TOKEN = "template-admin-0123456789"
+BOX = {
+    "description": "a box of labelled items",
+    "parameters": {
+        "limit": {"schema": {"type": "integer"}, "default": 8},
+        "label": {"schema": {"type": "object"}},
+    },
+    "schema": {
+        "type": "object",
+        "properties": {
+            "items": {
+                "type": "array",
+                "maxItems": {"$parameter": "limit"},
+                "items": {
+                    "type": "object",
+                    "properties": {"id": {"type": "string"}, "label": {"$parameter": "label"}},
+                },
+            },
+            "note": {"type": "string"},
+        },
+    },
+    "regimes": [{"path": ["items"], "regime": "composing"}],
+    "declarations": {
+        "schema": {
+            "type": "object",
+            "properties": {"count": {"type": "integer"}, "kinds": {"type": "array"}},
+        },
+        "check": {
+            "content": 'if (.count // 0) <= $parameters.limit then true else "count exceeds the attach limit" end'
+        },
+    },
+    "template_jq": {
+        "ids": {"purpose": "input", "jq": {"content": "[.items[]?.id]"}},
+        "size": {"purpose": "input", "jq": {"content": "tjq_ids({}) | length"}},
+        "at_least": {
+            "purpose": "input",
+            "params": ["min"],
+            "jq": {"content": "(tjq_size({})) >= $params.min"},
+        },
+        "add": {
+            "purpose": "update",
+            "params": ["id"],
+            "jq": {
+                "content": '[{"op": "set_by_key", "path": ["items"], "key_field": "id", "value": [{"id": $input.id, "label": "new"}]}]'
+            },
+        },
+        "spin": {"purpose": "input", "jq": {"content": "def f: f; f"}},
+    },
+    "reconcile": {
+        "orphans": {
+            "content": "[.items[]? | select(.kind != null and ((.kind as $k | $new.kinds // [] | index($k)) == null)) | {id, label: .id}]"
+        },
+        "close": {
+            "content": '[{"op": "merge_by_key", "path": ["items"], "key_field": "id", "value": [{"id": $id, "closed": $resolution}]}]'
+        },
+        "resolutions": {"content": '["not-done", "abandoned"]'},
+    },
+    "trace": {"enabled": False},
+}
+STATE = {
+    "schema": {"type": "object", "properties": {"title": {"type": "string"}}},
+    "subject_kinds": ["thread"],
+    "default_subject_kind": "thread",
+}
+REC = "/api/states/tickets/records/agent/bot/thread/t1"
+
+
+class Api:
+    def __init__(self, client: TestClient) -> None:
+        self.client = client
+
+    def __call__(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        r = self.client.request(method, path, json=body, headers={"Authorization": f"Bearer {TOKEN}"})
+        return r.status_code, r.json()
+
+
+@pytest.fixture
+def api(store: SqlStore) -> Iterator[Api]:
+    service = StatesService(store)
+    with TestClient(create_app(service, TokenSet([parse_token(TOKEN)]))) as client:
+        yield Api(client)
+    service.close()
+
+
+@pytest.fixture
+def attached(api: Api) -> Api:
+    assert api("PUT", "/api/state-templates/box", BOX)[0] == 200
+    assert api("PUT", "/api/states/tickets", STATE)[0] == 200
+    status, body = api(
+        "PUT",
+        "/api/states/tickets/attachments/box",
+        {"path": ["box"], "parameters": {"label": {"type": "string"}}, "declarations": {"count": 3}},
+    )
+    assert status == 200, body
+    return api
+
+
+def broken(**changes: Any) -> dict[str, Any]:
+    doc = copy.deepcopy(BOX)
+    doc.update(changes)
+    return doc
+
+
+@pytest.mark.parametrize(
+    ("doc", "message"),
+    [
+        (broken(extra=1), "unknown keys"),
+        (broken(kind="other"), "template kind must be 'state-template'"),
+        (broken(parameters={}), "undeclared parameter"),
+        (
+            broken(parameters={"limit": {"schema": {}}, "label": {"schema": {}}, "unused": {"schema": {}}}),
+            "must appear as a $parameter marker",
+        ),
+        (broken(schema={"type": "array"}, parameters={}), "not a valid object schema"),
+        (broken(regimes=[{"path": ["nope"], "regime": "composing"}]), "is not a property of the fragment"),
+        (broken(regimes=[{"path": ["items"], "regime": "eventual"}]), "regime must be one of"),
+        (broken(trace={"enabled": "yes"}), "trace must be"),
+        (broken(template_jq={"Bad": {"purpose": "input", "jq": {"content": "."}}}), "program name"),
+        (broken(template_jq={"p": {"purpose": "input", "jq": {"content": "[."}}}), "does not compile"),
+        (
+            broken(template_jq={"p": {"purpose": "input", "reads": [["items"]], "jq": {"content": "."}}}),
+            "declares no reads or writes",
+        ),
+        (
+            broken(
+                template_jq={
+                    "a": {"purpose": "input", "jq": {"content": "tjq_b({})"}},
+                    "b": {"purpose": "input", "jq": {"content": "tjq_a({})"}},
+                }
+            ),
+            "does not compile",
+        ),
+        (broken(template_jq={"p": {"purpose": "input", "jq": {"id": "stored-program"}}}), "by-id"),
+        (broken(reconcile={"orphans": {"content": "[]"}}), "exactly the programs"),
+    ],
+)
+def test_template_documents_are_validated_on_upload(api: Api, doc: dict[str, Any], message: str) -> None:
+    status, body = api("PUT", "/api/state-templates/box", doc)
+    assert status == 422 and message in body["error"], body
+    assert api("GET", "/api/state-templates/box")[0] == 404
+
+
+def test_template_crud_and_replace_rules(attached: Api) -> None:
+    api = attached
+    listed = api("GET", "/api/state-templates")[1]["data"]
+    assert [(t["name"], t["attached_to"], t["shipped_default"]) for t in listed] == [("box", 1, False)]
+    status, body = api("PUT", "/api/state-templates/box", BOX)
+    assert status == 409 and "replace=true" in body["error"]
+    stricter = broken(
+        parameters={
+            "limit": {"schema": {"type": "integer", "maximum": 2}, "default": 2},
+            "label": {"schema": {"type": "object"}},
+        }
+    )
+    status, body = api("PUT", "/api/state-templates/box?replace=true", stricter)
+    assert status == 409 and "no longer validates" in body["error"]  # declarations count 3 > limit 2
+    assert api("PUT", "/api/state-templates/box?replace=true", broken(description="v2"))[0] == 200
+    assert api("GET", "/api/state-templates/box")[1]["data"]["description"] == "v2"
+    status, body = api("DELETE", "/api/state-templates/box")
+    assert status == 409 and "detach it first" in body["error"]
+
+
+def test_attach_serves_regimes_effective_schema_and_refuses_conflicts(attached: Api) -> None:
+    api = attached
+    decl = api("GET", "/api/states/tickets")[1]["data"]
+    assert decl["regimes"] == [{"path": ["box", "items"], "regime": "composing"}]
+    items = decl["effective_schema"]["properties"]["box"]["properties"]["items"]
+    assert items["maxItems"] == 8 and items["items"]["properties"]["label"] == {"type": "string"}
+    assert decl["attachments"] == [
+        {
+            "template": "box",
+            "path": ["box"],
+            "parameters": {"limit": 8, "label": {"type": "string"}},
+            "declarations": {"count": 3},
+        }
+    ]
+    assert api("GET", "/api/states/tickets/attachments/box")[1]["data"]["path"] == ["box"]
+    assert api("GET", "/api/states/tickets/attachments/other")[0] == 404
+    assert (
+        api("PUT", "/api/states/tickets/attachments/box", {"path": ["x"], "parameters": {"label": {}}})[0]
+        == 409
+    )
+    api("PUT", "/api/state-templates/box2", BOX)
+    for path, code in (
+        (["box", "inner"], 409),
+        (["title"], 409),
+        (["title", "deeper"], 409),
+        ([""], 422),
+        ([0], 422),
+    ):
+        status, body = api(
+            "PUT", "/api/states/tickets/attachments/box2", {"path": path, "parameters": {"label": {}}}
+        )
+        assert status == code, (path, body)
+    status, body = api("PUT", "/api/states/tickets/attachments/box2", {"path": ["b2"], "parameters": {}})
+    assert status == 422 and "must supply parameter 'label'" in body["error"]
+    status, body = api(
+        "PUT",
+        "/api/states/tickets/attachments/box2",
+        {"path": ["b2"], "parameters": {"label": {}, "limit": "x"}},
+    )
+    assert status == 422 and "limit" in body["error"]
+    status, body = api(
+        "PUT",
+        "/api/states/tickets/attachments/box2",
+        {"path": ["b2"], "parameters": {"label": {}}, "declarations": {"count": 9}},
+    )
+    assert status == 422 and "count exceeds the attach limit" in body["error"]
+    assert api("PUT", "/api/states/tickets/attachments/nope", {"path": ["n"]})[0] == 404
+
+
+def test_composing_is_enforced_on_every_door_without_consuming_op_ids(attached: Api) -> None:
+    api = attached
+    ok = api(
+        "POST",
+        REC + "/deltas",
+        {
+            "ops": [
+                {
+                    "op": "set_by_key",
+                    "path": ["box", "items"],
+                    "key_field": "id",
+                    "value": [{"id": "a-42", "label": "status"}],
+                }
+            ]
+        },
+    )
+    assert ok[0] == 200 and ok[1]["data"]["data"]["box"]["items"] == [{"id": "a-42", "label": "status"}]
+    assert (
+        api(
+            "POST",
+            REC + "/deltas",
+            {"ops": [{"op": "set", "path": ["box", "items", "-"], "value": {"id": "b"}}]},
+        )[0]
+        == 200
+    )
+    for ops in (
+        [{"op": "set", "path": ["box", "items"], "value": []}],
+        [{"op": "set", "path": ["box"], "value": {}}],
+        [{"op": "set", "path": ["box", "items", 0, "label"], "value": "x"}],
+        [{"op": "remove", "path": ["box", "items", 0]}],
+    ):
+        status, body = api("POST", REC + "/deltas", {"ops": ops, "op_id": "once"})
+        assert status == 422 and body["code"] == "regime-violation", ops
+    assert (
+        api(
+            "POST",
+            REC + "/deltas",
+            {"ops": [{"op": "set", "path": ["box", "note"], "value": "n"}], "op_id": "once"},
+        )[1]["data"]["applied"]
+        is True
+    )
+    status, body = api("PUT", REC, {"title": "replaced"})
+    assert status == 422 and body["code"] == "regime-violation"
+    assert api("PATCH", REC, {"box": {}})[0] == 422
+    assert api("PATCH", REC, {"title": "merge elsewhere is fine"})[0] == 200
+    record = api("GET", REC)[1]["data"]["data"]
+    status, body = api("PUT", REC, {**record, "title": "same composing value"})
+    assert status == 200
+
+
+def test_template_jq_input_and_update(attached: Api) -> None:
+    api = attached
+    status, body = api("POST", REC + "/template-jq/add", {"input": {"id": "a-42"}, "op_id": "add-1"})
+    assert status == 200 and body["data"]["applied"] is True and body["data"]["name"] == "add"
+    assert (
+        api("POST", REC + "/template-jq/add", {"input": {"id": "a-42"}, "op_id": "add-1"})[1]["data"][
+            "applied"
+        ]
+        is False
+    )
+    assert api("GET", REC + "/template-jq/ids")[1]["data"] == {
+        "name": "ids",
+        "purpose": "input",
+        "value": ["a-42"],
+    }
+    assert api("GET", REC + "/template-jq/box.size")[1]["data"]["value"] == 1
+    assert api("GET", REC + "/template-jq/at_least?min=1")[1]["data"]["value"] is True
+    assert api("GET", REC + "/template-jq/at_least?min=5")[1]["data"]["value"] is False
+    writes = api("GET", REC + "/writes")[1]["data"]["items"]
+    assert len(writes) == 1 and writes[0]["origin"]["meta"] == {"template_jq": "add"}
+    assert api("GET", REC + "/template-jq/at_least")[0] == 422  # missing params
+    assert api("GET", REC + "/template-jq/at_least?min=1&extra=2")[0] == 422
+    assert api("GET", REC + "/template-jq/at_least?min=notjson")[0] == 400
+    assert api("GET", REC + "/template-jq/nope")[0] == 404
+    assert api("GET", REC + "/template-jq/other.ids")[0] == 404
+    assert api("GET", REC + "/template-jq/add")[0] == 422  # purpose mismatch
+    assert api("POST", REC + "/template-jq/add", {"input": "x"})[0] == 422
+    api("PUT", "/api/state-templates/box2", BOX)
+    api("PUT", "/api/states/tickets/attachments/box2", {"path": ["b2"], "parameters": {"label": {}}})
+    status, body = api("GET", REC + "/template-jq/ids")
+    assert status == 422 and "qualify it as <template>.ids" in body["error"]
+    assert api("GET", REC + "/template-jq/box2.ids")[1]["data"]["value"] == []
+
+
+def test_trace_stamping_is_valid_under_additional_properties_false(api: Api) -> None:
+    traced = broken(
+        schema={
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "items": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "properties": {"id": {"type": "string"}},
+                    },
+                }
+            },
+        },
+        parameters={},
+        regimes=[],
+        template_jq=None,
+        reconcile=None,
+        declarations=None,
+        trace={"enabled": True},
+    )
+    traced = {k: v for k, v in traced.items() if v is not None}
+    assert api("PUT", "/api/state-templates/log", traced)[0] == 200
+    api("PUT", "/api/states/tickets", STATE)
+    assert api("PUT", "/api/states/tickets/attachments/log", {"path": ["log"]})[0] == 200
+    status, body = api(
+        "POST",
+        REC + "/deltas",
+        {"ops": [{"op": "set_by_key", "path": ["log", "items"], "key_field": "id", "value": [{"id": "x"}]}]},
+    )
+    assert status == 200, body
+    item = body["data"]["data"]["log"]["items"][0]
+    assert item["id"] == "x" and item["_trace"]["meta"] is None and isinstance(item["_trace"]["at"], str)
+    status, body = api("PUT", REC, {"title": "t", "log": {"items": []}})
+    assert status == 200 and "_trace" in body["data"]["data"]["log"]
+
+
+def test_reconcile_requires_closing_orphans(attached: Api) -> None:
+    api = attached
+    api(
+        "POST",
+        REC + "/deltas",
+        {
+            "ops": [
+                {
+                    "op": "set_by_key",
+                    "path": ["box", "items"],
+                    "key_field": "id",
+                    "value": [{"id": "i1", "kind": "bug"}, {"id": "i2", "kind": "task"}],
+                }
+            ]
+        },
+    )
+    api(
+        "PATCH",
+        "/api/states/tickets/attachments/box",
+        {"declarations": {"count": 3, "kinds": ["bug", "task"]}},
+    )
+    status, body = api(
+        "PATCH", "/api/states/tickets/attachments/box", {"declarations": {"count": 3, "kinds": ["bug"]}}
+    )
+    assert (
+        status == 422
+        and body["reconcile"] is True
+        and body["orphans"] == [{"subject": "t1", "kind": "thread", "id": "i2", "label": "i2"}]
+    )
+    status, body = api(
+        "PATCH",
+        "/api/states/tickets/attachments/box",
+        {
+            "declarations": {"count": 3, "kinds": ["bug"]},
+            "options": {"orphans": "close", "resolution": "bogus"},
+        },
+    )
+    assert status == 422
+    status, body = api(
+        "PATCH",
+        "/api/states/tickets/attachments/box",
+        {
+            "declarations": {"count": 3, "kinds": ["bug"]},
+            "options": {"orphans": "close", "resolution": "not-done"},
+        },
+    )
+    assert status == 200 and body["data"]["closed"] == 1
+    items = api("GET", REC)[1]["data"]["data"]["box"]["items"]
+    assert [i.get("closed") for i in items] == [None, "not-done"]
+    assert api("GET", "/api/states/tickets/attachments/box")[1]["data"]["declarations"] == {
+        "count": 3,
+        "kinds": ["bug"],
+    }
+
+
+def test_detach_recomposes_and_keeps_records(attached: Api) -> None:
+    api = attached
+    api("POST", REC + "/deltas", {"ops": [{"op": "set", "path": ["box", "note"], "value": "kept"}]})
+    assert api("DELETE", "/api/states/tickets/attachments/box") == (
+        200,
+        {"data": {"detached": True, "state": "tickets", "template": "box"}},
+    )
+    decl = api("GET", "/api/states/tickets")[1]["data"]
+    assert decl["regimes"] == [] and "box" not in decl["effective_schema"]["properties"]
+    assert api("GET", REC)[1]["data"]["data"]["box"] == {"note": "kept"}
+    assert api("DELETE", "/api/states/tickets/attachments/box")[0] == 404
+    assert api("DELETE", "/api/state-templates/box")[0] == 200
+
+
+def test_detach_referees_can_refuse(store: SqlStore) -> None:
+    service = StatesService(store)
+    service.put_template("box", BOX)
+    service.declare("tickets", STATE)
+    service.attach("tickets", "box", {"path": ["box"], "parameters": {"label": {}}})
+    service.register_detach_referee(lambda state, template: ["hook:on-alert"] if template == "box" else [])
+    from stateflow.errors import Conflict
+
+    with pytest.raises(Conflict, match="referenced by: hook:on-alert"):
+        service.detach("tickets", "box")
+    service.close()
+
+
+def test_seeded_templates_install_once(store: SqlStore) -> None:
+    service = StatesService(store)
+    service.register_seed({**BOX, "name": "box"})
+    service.install_seeds()
+    service.install_seeds()
+    [row] = service.list_templates()
+    assert row["shipped_default"] is True and row["name"] == "box"
+    service.put_template("box", broken(description="operator's"), replace=True)
+    assert service.list_templates()[0]["shipped_default"] is False
+    service.close()
