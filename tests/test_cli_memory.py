@@ -146,6 +146,7 @@ def test_mcp_server_with_a_real_client(db: str, tmp_path: Path) -> None:
         "state_replace",
         "state_merge",
         "state_apply",
+        "state_template_jq",
     }  # type: ignore[arg-type]
     assert tools["read_state"].annotations.read_only_hint is True  # type: ignore[index]
     assert tools["patch_state"].annotations.destructive_hint is True  # type: ignore[index]

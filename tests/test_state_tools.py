@@ -105,3 +105,34 @@ def test_definitions_carry_annotations(host: ToolHost) -> None:
     defs = {d.name: d for d in host.definitions()}
     assert defs["state_read"].read_only and not defs["state_read"].destructive
     assert defs["state_apply"].destructive and "op_id" in defs["state_apply"].input_schema["properties"]
+
+
+def test_template_jq_through_the_tool(host: ToolHost) -> None:
+    assert host.states is not None
+    host.states.put_template(
+        "counter",
+        {
+            "schema": {"type": "object", "properties": {"n": {"type": "integer"}}},
+            "template_jq": {
+                "value": {
+                    "purpose": "input",
+                    "params": ["plus"],
+                    "jq": {"content": "(.n // 0) + $params.plus"},
+                },
+                "bump": {
+                    "purpose": "update",
+                    "jq": {"content": '[{"op": "set", "path": ["n"], "value": ((.n // 0) + $input)}]'},
+                },
+            },
+        },
+    )
+    host.states.attach("notes", "counter", {"path": ["counter"]})
+    applied = call(
+        host, "state_template_jq", {"state": "notes", "program": "bump", "input": 2, "op_id": "b1"}
+    )
+    assert applied["applied"] is True and applied["data"]["counter"] == {"n": 2}  # type: ignore[index]
+    value = call(
+        host, "state_template_jq", {"state": "notes", "program": "counter.value", "params": {"plus": 1}}
+    )
+    assert value == {"name": "counter.value", "purpose": "input", "value": 3}
+    host.states.close()

@@ -11,7 +11,7 @@ from stateflow import __version__
 from stateflow.cli.common import Context, echo_json, pass_context, read_json_arg, refusals
 from stateflow.cli.memory import COMMANDS as MEMORY_COMMANDS
 from stateflow.cli.serve import serve
-from stateflow.cli.states import states
+from stateflow.cli.states import state_templates, states
 from stateflow.doc.canonical import JSON
 from stateflow.doc.merge import merge_patch
 from stateflow.doc.select import MISSING
@@ -173,6 +173,7 @@ for command in MEMORY_COMMANDS:
     cli.add_command(command)
 cli.add_command(serve)
 cli.add_command(states)
+cli.add_command(state_templates)
 
 
 def main() -> None:

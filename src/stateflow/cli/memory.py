@@ -71,7 +71,15 @@ def with_view(fn: Callable[..., Any]) -> Callable[..., Any]:
     return memory_options(pass_context(cast(Callable[..., Any], refusals(wrapper))))
 
 
-TOOL_NAMES = ["read_state", "patch_state", "state_read", "state_replace", "state_merge", "state_apply"]
+TOOL_NAMES = [
+    "read_state",
+    "patch_state",
+    "state_read",
+    "state_replace",
+    "state_merge",
+    "state_apply",
+    "state_template_jq",
+]
 
 
 def tool_host(view: MemoryView) -> ToolHost:

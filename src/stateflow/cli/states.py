@@ -120,6 +120,53 @@ class Remote:
     def prune(self) -> Any:
         return self._call("POST", "/api/state-retention/prune")
 
+    def list_templates(self) -> Any:
+        return self._call("GET", "/api/state-templates")
+
+    def get_template(self, name: str) -> Any:
+        return self._call("GET", f"/api/state-templates/{quote(name, safe='')}")
+
+    def put_template(self, name: str, body: Any, replace: bool) -> Any:
+        query = {"replace": "true"} if replace else None
+        return self._call("PUT", f"/api/state-templates/{quote(name, safe='')}", body, query=query)
+
+    def delete_template(self, name: str) -> Any:
+        return self._call("DELETE", f"/api/state-templates/{quote(name, safe='')}")
+
+    def attachments(self, name: str) -> Any:
+        return self._call("GET", f"/api/states/{quote(name, safe='')}/attachments")
+
+    def _attachment(self, name: str, template: str) -> str:
+        return f"/api/states/{quote(name, safe='')}/attachments/{quote(template, safe='')}"
+
+    def get_attachment(self, name: str, template: str) -> Any:
+        return self._call("GET", self._attachment(name, template))
+
+    def attach(self, name: str, template: str, body: Any) -> Any:
+        return self._call("PUT", self._attachment(name, template), body)
+
+    def update_attachment(self, name: str, template: str, body: Any) -> Any:
+        return self._call("PATCH", self._attachment(name, template), body)
+
+    def detach(self, name: str, template: str) -> Any:
+        return self._call("DELETE", self._attachment(name, template))
+
+    def template_jq_input(
+        self, name: str, subject: dict[str, str], program: str, params: dict[str, Any]
+    ) -> Any:
+        query = {k: encode(v).decode() for k, v in params.items()}
+        return self._call(
+            "GET", self._record(name, subject) + f"/template-jq/{quote(program, safe='')}", query=query
+        )
+
+    def template_jq_update(
+        self, name: str, subject: dict[str, str], program: str, value: Any, op_id: str | None
+    ) -> Any:
+        body: dict[str, Any] = {"input": value, **({"op_id": op_id} if op_id else {})}
+        return self._call(
+            "POST", self._record(name, subject) + f"/template-jq/{quote(program, safe='')}", body
+        )
+
 
 class Local:
     """The service on the configured store, as the ``operator`` door."""
@@ -176,6 +223,43 @@ class Local:
 
     def prune(self) -> Any:
         return self.s.prune(context=self.ctx)
+
+    def list_templates(self) -> Any:
+        return self.s.list_templates()
+
+    def get_template(self, name: str) -> Any:
+        return self.s.get_template(name)
+
+    def put_template(self, name: str, body: Any, replace: bool) -> Any:
+        return self.s.put_template(name, body, replace=replace, context=self.ctx)
+
+    def delete_template(self, name: str) -> Any:
+        return self.s.delete_template(name, context=self.ctx)
+
+    def attachments(self, name: str) -> Any:
+        return self.s.attachments(name)
+
+    def get_attachment(self, name: str, template: str) -> Any:
+        return self.s.get_attachment(name, template)
+
+    def attach(self, name: str, template: str, body: Any) -> Any:
+        return self.s.attach(name, template, body, context=self.ctx)
+
+    def update_attachment(self, name: str, template: str, body: Any) -> Any:
+        return self.s.update_attachment(name, template, body, context=self.ctx)
+
+    def detach(self, name: str, template: str) -> Any:
+        return self.s.detach(name, template, context=self.ctx)
+
+    def template_jq_input(
+        self, name: str, subject: dict[str, str], program: str, params: dict[str, Any]
+    ) -> Any:
+        return self.s.template_jq_input(name, subject, program, params)
+
+    def template_jq_update(
+        self, name: str, subject: dict[str, str], program: str, value: Any, op_id: str | None
+    ) -> Any:
+        return self.s.template_jq_update(name, subject, program, value, op_id=op_id, context=self.ctx)
 
 
 def _whoami() -> str:
@@ -522,4 +606,184 @@ def prune(ctx: Context) -> None:
     echo_json(client(ctx).prune())
 
 
-__all__ = ["NotFound", "states"]
+@states.command("attachments")
+@click.argument("name")
+@pass_context
+@refusals
+def attachments(ctx: Context, name: str) -> None:
+    """Templates attached to a state."""
+    echo_json(client(ctx).attachments(name))
+
+
+@states.command("get-attachment")
+@click.argument("name")
+@click.argument("template")
+@pass_context
+@refusals
+def get_attachment(ctx: Context, name: str, template: str) -> None:
+    """One attachment."""
+    echo_json(client(ctx).get_attachment(name, template))
+
+
+@states.command("attach")
+@click.argument("name")
+@click.argument("template")
+@data_options
+@pass_context
+@refusals
+def attach(ctx: Context, name: str, template: str, data: str | None, file: Path | None) -> None:
+    """Attach TEMPLATE: {"path": [...], "parameters": {...}, "declarations": {...}}."""
+    echo_json(client(ctx).attach(name, template, _payload(data, file)))
+
+
+@states.command("update-attachment")
+@click.argument("name")
+@click.argument("template")
+@click.option("--declarations", required=True, help="The new declarations (JSON object).")
+@click.option(
+    "--options",
+    "options",
+    default=None,
+    help='Reconcile directives, e.g. {"orphans": "close", "resolution": "..."}.',
+)
+@pass_context
+@refusals
+def update_attachment(ctx: Context, name: str, template: str, declarations: str, options: str | None) -> None:
+    """Change an attachment's declarations (running the template's reconcile)."""
+    body: dict[str, Any] = {"declarations": decode(declarations)}
+    if options:
+        body["options"] = decode(options)
+    echo_json(client(ctx).update_attachment(name, template, body))
+
+
+@states.command("detach")
+@click.argument("name")
+@click.argument("template")
+@pass_context
+@refusals
+def detach(ctx: Context, name: str, template: str) -> None:
+    """Detach TEMPLATE (records keep their data)."""
+    echo_json(client(ctx).detach(name, template))
+
+
+@states.group("template-jq")
+def template_jq() -> None:
+    """Evaluate a template's jq programs on a record."""
+
+
+@template_jq.command("eval")
+@click.argument("name")
+@subject_options
+@click.argument("program")
+@click.option("--param", "params", multiple=True, help="key=<JSON value> (repeatable).")
+@pass_context
+@refusals
+def template_jq_eval(
+    ctx: Context,
+    name: str,
+    target_kind: str,
+    target_name: str,
+    kind: str | None,
+    key: str,
+    program: str,
+    params: tuple[str, ...],
+) -> None:
+    """Run an input PROGRAM (template.program or program) and print its value."""
+    values: dict[str, Any] = {}
+    for item in params:
+        k, sep, raw = item.partition("=")
+        if not sep:
+            raise click.UsageError(f"--param {item!r} must be key=<JSON value>")
+        values[k] = decode(raw)
+    api = client(ctx)
+    echo_json(
+        api.template_jq_input(name, _subject(api, name, target_kind, target_name, kind, key), program, values)
+    )
+
+
+@template_jq.command("apply")
+@click.argument("name")
+@subject_options
+@click.argument("program")
+@click.option("--input", "value", default=None, help="The program's $input (JSON).")
+@click.option("--op-id", default=None)
+@pass_context
+@refusals
+def template_jq_apply(
+    ctx: Context,
+    name: str,
+    target_kind: str,
+    target_name: str,
+    kind: str | None,
+    key: str,
+    program: str,
+    value: str | None,
+    op_id: str | None,
+) -> None:
+    """Run an update PROGRAM and apply the op batch it returns."""
+    api = client(ctx)
+    subject = _subject(api, name, target_kind, target_name, kind, key)
+    echo_json(api.template_jq_update(name, subject, program, None if value is None else decode(value), op_id))
+
+
+@click.group("state-templates")
+@click.option(
+    "--url", envvar="STATEFLOW_URL", help="Use a running `stateflow serve` at this URL [env STATEFLOW_URL]."
+)
+@click.option("--token", envvar="STATEFLOW_TOKEN", help="Bearer token for --url [env STATEFLOW_TOKEN].")
+@click.pass_context
+def state_templates(click_ctx: click.Context, url: str | None, token: str | None) -> None:
+    """State templates: reusable schema fragments with regimes and jq programs."""
+    click_ctx.meta["states_remote"] = (url, token)
+
+
+@state_templates.command("list")
+@pass_context
+@refusals
+def templates_list(ctx: Context) -> None:
+    """Templates, with how many states each is attached to."""
+    items = client(ctx).list_templates()
+    rows = [
+        {
+            "name": t["name"],
+            "attached_to": t["attached_to"],
+            "shipped": t["shipped_default"],
+            "description": t.get("description", "")[:60],
+        }
+        for t in items
+    ]
+    _out(items, rows, ["name", "attached_to", "shipped", "description"])
+
+
+@state_templates.command("get")
+@click.argument("name")
+@pass_context
+@refusals
+def templates_get(ctx: Context, name: str) -> None:
+    """One template document."""
+    echo_json(client(ctx).get_template(name))
+
+
+@state_templates.command("put")
+@click.argument("name")
+@data_options
+@click.option(
+    "--replace", is_flag=True, help="Overwrite an existing template (its attachments are re-validated)."
+)
+@pass_context
+@refusals
+def templates_put(ctx: Context, name: str, data: str | None, file: Path | None, replace: bool) -> None:
+    """Upload a template document."""
+    echo_json(client(ctx).put_template(name, _payload(data, file), replace))
+
+
+@state_templates.command("delete")
+@click.argument("name")
+@pass_context
+@refusals
+def templates_delete(ctx: Context, name: str) -> None:
+    """Delete a template that is attached nowhere."""
+    echo_json(client(ctx).delete_template(name))
+
+
+__all__ = ["NotFound", "state_templates", "states"]

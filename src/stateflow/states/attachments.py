@@ -612,6 +612,18 @@ class TemplatesMixin:
             )
         return docs[tname], rows[tname], program
 
+    def template_jq_purpose(self, name: str, reference: str) -> str:
+        """``input`` or ``update``: what the named program is for."""
+        for purpose in ("input", "update"):
+            try:
+                self._program(name, reference, purpose)
+                return purpose
+            except NotFound:
+                raise
+            except InvalidInput:
+                continue
+        raise InvalidInput(f"template_jq {reference!r} cannot be resolved on state {name!r}")
+
     def template_jq_input(
         self, name: str, subject: Any, reference: str, params: dict[str, Any]
     ) -> dict[str, Any]:

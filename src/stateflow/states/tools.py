@@ -7,7 +7,7 @@ from typing import Any, Final
 from stateflow.states.models import DoorContext, StateSubject, WriteOrigin
 from stateflow.states.service import StatesService, SubjectRefused, subject_of
 
-STATE_TOOLS: Final = ("state_read", "state_replace", "state_merge", "state_apply")
+STATE_TOOLS: Final = ("state_read", "state_replace", "state_merge", "state_apply", "state_template_jq")
 
 _SUBJECT_SCHEMA: Final = {
     "description": (
@@ -54,6 +54,21 @@ def state_tool_schemas() -> dict[str, tuple[str, dict[str, Any], bool, bool]]:
         "state_merge": (
             "Shallow-merge top-level fields into a record; a null value is stored as null.",
             obj({"patch": {"type": "object"}}, ["patch"]),
+            False,
+            True,
+        ),
+        "state_template_jq": (
+            "Run a template jq program on a record: an input program returns a value (pass its params); "
+            "an update program turns input into an op batch and applies it (pass input, and op_id for safe retries).",
+            obj(
+                {
+                    "program": {"type": "string", "description": "program or template.program"},
+                    "params": {"type": "object"},
+                    "input": {},
+                    "op_id": {"type": "string"},
+                },
+                ["program"],
+            ),
             False,
             True,
         ),
@@ -118,6 +133,7 @@ def call_state_tool(
         "state_replace": {"data"},
         "state_merge": {"patch"},
         "state_apply": {"ops", "op_id"},
+        "state_template_jq": {"program", "params", "input", "op_id"},
     }[name]
     unknown = sorted(set(args) - allowed)
     if unknown:
@@ -133,6 +149,18 @@ def call_state_tool(
         return service.replace(state, subject, args.get("data"), origin=origin, context=context)
     if name == "state_merge":
         return service.merge(state, subject, args.get("patch"), origin=origin, context=context)
+    if name == "state_template_jq":
+        program = args.get("program")
+        if not isinstance(program, str):
+            raise InvalidInput("state_template_jq needs a program name")
+        if service.template_jq_purpose(state, program) == "input":
+            params = args.get("params") or {}
+            if not isinstance(params, dict):
+                raise InvalidInput("params must be an object")
+            return service.template_jq_input(state, subject, program, params)
+        return service.template_jq_update(
+            state, subject, program, args.get("input"), op_id=args.get("op_id"), context=context
+        )
     return service.apply(
         state, subject, args.get("ops"), op_id=args.get("op_id"), origin=origin, context=context
     ).to_json()
