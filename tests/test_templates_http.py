@@ -440,3 +440,30 @@ def test_seeded_templates_install_once(store: SqlStore) -> None:
     service.put_template("box", broken(description="operator's"), replace=True)
     assert service.list_templates()[0]["shipped_default"] is False
     service.close()
+
+
+def test_a_failing_reconcile_write_rolls_the_declarations_change_back(store: SqlStore) -> None:
+    service = StatesService(store)
+    service.put_template("box", BOX)
+    service.declare("tickets", STATE)
+    service.attach(
+        "tickets",
+        "box",
+        {"path": ["box"], "parameters": {"label": {"type": "string"}}, "declarations": {"kinds": ["a"]}},
+    )
+    subject = {"target_kind": "agent", "target_name": "bot", "kind": "thread", "key": "t1"}
+    service.apply("tickets", subject, [{"op": "set", "path": ["title"], "value": "x"}])
+
+    def bad(state, template, operation, previous, new, options):  # type: ignore[no-untyped-def]
+        from stateflow.states.models import StateSubject
+
+        return [(StateSubject.model_validate(subject), [{"op": "set", "path": ["title"], "value": 5}])]
+
+    service.register_attach_reconciler(bad)
+    from stateflow.errors import InvalidInput
+
+    with pytest.raises(InvalidInput, match="invalid under the state schema"):
+        service.update_attachment("tickets", "box", {"declarations": {"kinds": ["b"]}})
+    assert service.get_attachment("tickets", "box")["declarations"] == {"kinds": ["a"]}  # nothing committed
+    assert service.read("tickets", subject)["data"]["title"] == "x"  # type: ignore[index]
+    service.close()

@@ -18,7 +18,7 @@ import orjson
 
 from stateflow.doc.canonical import JSON, json_equal
 from stateflow.doc.diff import diff
-from stateflow.doc.ops import Op
+from stateflow.doc.ops import Op, apply_ops, parse_ops
 from stateflow.doc.select import MISSING
 from stateflow.errors import Conflict, InvalidInput, NotFound
 from stateflow.states.models import DoorContext, StateSubject, WriteOrigin
@@ -47,6 +47,10 @@ KEYED_OPS: Final = frozenset(
 
 AttachValidator = Callable[[str, dict[str, Any], dict[str, Any], dict[str, Any]], None]
 DetachReferee = Callable[[str, str], list[str]]
+AttachReconciler = Callable[
+    [str, dict[str, Any], str, dict[str, Any], dict[str, Any], dict[str, Any]],
+    list[tuple[StateSubject, list[Any]]],
+]
 
 
 class TemplateNotFound(NotFound):
@@ -77,6 +81,7 @@ class TemplatesMixin:
     """Mixed into :class:`StatesService`."""
 
     attach_validators: list[AttachValidator]
+    attach_reconcilers: list[AttachReconciler]
     detach_referees: list[DetachReferee]
     seeds: dict[str, dict[str, Any]]
     _jq: JqRunner | None
@@ -384,8 +389,21 @@ class TemplatesMixin:
         self._check_values(doc, current["parameters"], new_declarations)
         key = DocKey("_states", name)
         closes = self._reconcile(name, doc, current, new_declarations, options)
+        for reconciler in self.attach_reconcilers:
+            closes.extend(
+                reconciler(
+                    name, doc, "update_declarations", current["declarations"], new_declarations, options
+                )
+            )
+        record_keys = sorted({DocKey(name, subject.encode()) for subject, _ in closes})
+        origin = svc._origin(
+            WriteOrigin(consumer="attach-reconcile", meta={"origin": "reconcile"}),
+            context,
+            "update-attachment",
+        )
 
         def compute(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
+            # The declaration and every reconciled record commit together, or not at all.
             decl = svc._declaration(docs, name)
             attachments = dict(decl["attachments"])
             if template not in attachments:
@@ -395,17 +413,22 @@ class TemplatesMixin:
             for validator in self.attach_validators:
                 validator(name, doc, new_declarations, effective["schema"])
             new = {**decl, "attachments": attachments, "effective": effective}
-            return [Write.between(key, decl, new, docs[key].revision)], None
+            writes = [Write.between(key, decl, new, docs[key].revision)]
+            bodies: dict[DocKey, JSON] = {k: docs[k].value for k in record_keys}
+            for subject, ops in closes:
+                rk = DocKey(name, subject.encode())
+                parsed = parse_ops(ops)
+                self.check_ops(new, parsed)
+                result = apply_ops(bodies[rk], self.stamp(new, parsed, origin))
+                bodies[rk] = result.document
+            for rk in record_keys:
+                if bodies[rk] is MISSING or bodies[rk] is docs[rk].value:
+                    continue
+                svc.validators.validate(effective["schema"], bodies[rk], f"reconciled record {rk.subject}")
+                writes.append(Write.between(rk, docs[rk].body, bodies[rk], docs[rk].revision))
+            return writes, None
 
-        svc.store.update([key], compute, svc._origin(WriteOrigin(), context, "update-attachment"))
-        for subject, ops in closes:
-            svc.apply(
-                name,
-                subject,
-                ops,
-                origin={"consumer": "attach-reconcile", "meta": {"origin": "reconcile"}},
-                context=context,
-            )
+        svc.store.update([key, *record_keys], compute, origin)
         return {"updated": True, "state": name, "template": template, "closed": len(closes)}
 
     def _reconcile(
@@ -494,7 +517,13 @@ class TemplatesMixin:
         self.detach_referees.append(referee)
 
     def register_attach_validator(self, validator: AttachValidator) -> None:
+        """``validator(state, template, declarations, effective_schema)`` raises to refuse an attach."""
         self.attach_validators.append(validator)
+
+    def register_attach_reconciler(self, reconciler: AttachReconciler) -> None:
+        """``reconciler(state, template, operation, previous, new, options)`` returns
+        ``[(subject, ops)]`` to apply in the same transaction as the declarations change."""
+        self.attach_reconcilers.append(reconciler)
 
     def detach(self, name: str, template: str, *, context: DoorContext | None = None) -> dict[str, Any]:
         svc = self._svc()

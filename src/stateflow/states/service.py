@@ -174,6 +174,7 @@ class StatesService(TemplatesMixin):
         self.validators = ValidatorCache()
         self.consumer_listers: dict[str, ConsumerLister] = {}
         self.attach_validators = []
+        self.attach_reconcilers = []
         self.detach_referees = []
         self.seeds = {}
         self._jq = None
@@ -218,7 +219,8 @@ class StatesService(TemplatesMixin):
     # ------------------------------------------------------------------ catalog
 
     def install_builtins(self) -> None:
-        """Declare the built-in ``memory`` state (idempotent)."""
+        """Declare the built-in ``memory`` state and install registered template seeds
+        (idempotent)."""
         if self._builtins_installed:
             return
         from stateflow.states.builtin import MEMORY_DECLARATION
@@ -228,6 +230,7 @@ class StatesService(TemplatesMixin):
             self.declare(
                 "memory", MEMORY_DECLARATION, context=DoorContext(door="operator", actor="stateflow")
             )
+        self.install_seeds()
         self._builtins_installed = True
 
     def _declaration_view(self, body: dict[str, Any], revision: int, at: str | None) -> dict[str, Any]:
