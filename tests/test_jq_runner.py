@@ -77,3 +77,15 @@ def test_other_evaluations_proceed_while_one_loops(runner: JqRunner) -> None:
     assert time.monotonic() - start < 1.0  # served by the other worker meanwhile
     hostile.join()
     assert len(failures) == 1
+
+
+def test_programs_cannot_read_the_servers_environment(
+    runner: JqRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("STATEFLOW_TOKENS", "secret-token-0123456789")
+    fresh = JqRunner(workers=1)
+    try:
+        assert "STATEFLOW_TOKENS" not in fresh.first("$ENV | keys")  # type: ignore[operator]
+        assert fresh.first("env.STATEFLOW_TOKENS") is None
+    finally:
+        fresh.close()

@@ -42,6 +42,11 @@ class JqLimitExceeded(StateflowError):
     http_status = 422
 
 
+_WORKER_ENV: Final = ("PATH", "PYTHONPATH", "LANG", "LC_ALL", "VIRTUAL_ENV")
+"""The only environment a worker sees: jq's ``$ENV`` and ``env`` must not reveal the server's
+secrets (tokens, database URLs)."""
+
+
 class _Worker:
     def __init__(self, memory: int) -> None:
         self.proc = subprocess.Popen(
@@ -49,6 +54,7 @@ class _Worker:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
+            env={k: os.environ[k] for k in _WORKER_ENV if k in os.environ},
         )
 
     def send(self, payload: Any) -> None:
