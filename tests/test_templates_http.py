@@ -467,3 +467,24 @@ def test_a_failing_reconcile_write_rolls_the_declarations_change_back(store: Sql
     assert service.get_attachment("tickets", "box")["declarations"] == {"kinds": ["a"]}  # nothing committed
     assert service.read("tickets", subject)["data"]["title"] == "x"  # type: ignore[index]
     service.close()
+
+
+def test_regime_matching_uses_the_longest_rule() -> None:
+    from stateflow.states.templates import paths_overlap, regime_for
+
+    rules = [{"path": ["a"], "regime": "composing"}, {"path": ["a", "b"], "regime": "single"}]
+    assert regime_for(rules, ["a", "b"]) == "single"
+    assert regime_for(rules, ["a"]) == "composing"
+    assert regime_for(rules, ["a", "x", "y"]) == "composing"
+    assert regime_for(rules, ["z"]) == "free"
+    assert regime_for([{"path": ["*", "b"], "regime": "single"}], ["q", "b"]) == "single"
+    for a, b in (
+        ([], []),
+        ([], ["a"]),
+        (["a"], ["a", "b"]),
+        (["a", "*"], ["a", "x", "y"]),
+        (["a", 0], ["a", "*"]),
+    ):
+        assert paths_overlap(a, b)
+    for a, b in ((["a", "b"], ["a", "c"]), (["*", "b"], ["a", "c"]), (["a"], ["b"])):
+        assert not paths_overlap(a, b)

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from functools import wraps
 from pathlib import Path
 from typing import Any, TypeVar
@@ -74,10 +73,3 @@ def echo_json(value: JSON, *, pretty: bool | None = None) -> None:
         pretty = sys.stdout.isatty()
     option = orjson.OPT_INDENT_2 if pretty else 0
     sys.stdout.write(orjson.dumps(value, option=option).decode() + "\n")
-
-
-@contextmanager
-def progress(message: str) -> Iterator[None]:
-    if sys.stderr.isatty():
-        click.echo(message, err=True)
-    yield

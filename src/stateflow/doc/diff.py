@@ -161,7 +161,3 @@ def show_path(path: PathT) -> str:
     for seg in path:
         out += f"[{seg}]" if type(seg) is int else f".{seg}"
     return out
-
-
-def touched_paths(edits: Iterable[Edit]) -> list[list[Segment]]:
-    return [list(e.path) for e in edits]

@@ -164,7 +164,3 @@ def parse(text: object, planes: tuple[str, ...] = PLANES) -> ReadPath | PatchesP
             selectors.append(Range(start, end))
         pos = tok.end()
     return ReadPath(name, offset, tuple(selectors), text, implicit)
-
-
-def format_selectors(selectors: tuple[Selector, ...] | list[Selector]) -> str:
-    return "".join(str(s) for s in selectors)

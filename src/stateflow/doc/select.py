@@ -42,14 +42,6 @@ def select(value: JSON, selectors: Iterable[Selector], path: str) -> JSON:
     return node
 
 
-def try_select(value: JSON, selectors: Iterable[Selector]) -> JSON:
-    """Like :func:`select` but returns :data:`MISSING` instead of raising."""
-    try:
-        return select(value, selectors, "")
-    except SelectionError:
-        return MISSING
-
-
 def meta(value: JSON) -> dict[str, Any]:
     """The closed structural ``meta`` of the ``keys`` projection.
 
@@ -72,4 +64,4 @@ def keys(value: JSON) -> dict[str, Any]:
     return {"meta": meta(value), "keys": child_kinds}
 
 
-__all__ = ["MISSING", "Index", "Key", "Range", "keys", "meta", "select", "try_select"]
+__all__ = ["MISSING", "Index", "Key", "Range", "keys", "meta", "select"]

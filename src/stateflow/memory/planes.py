@@ -18,7 +18,7 @@ import jsonschema_rs
 import orjson
 
 from stateflow.doc.canonical import JSON, check, kind
-from stateflow.doc.merge import INDEX_KEY, is_index_patch
+from stateflow.doc.merge import is_index_patch
 from stateflow.doc.paths import is_key
 from stateflow.errors import InvalidInput, PatchError
 
@@ -265,14 +265,6 @@ def model_view(
             continue
         out[name] = value
     return out
-
-
-def index_key(i: int) -> str:
-    return f"[{i}]"
-
-
-def is_index_key(text: str) -> bool:
-    return INDEX_KEY.match(text) is not None
 
 
 def child_kinds(value: Mapping[str, Any]) -> dict[str, str]:

@@ -29,7 +29,6 @@ from stateflow.states.attachments import TemplatesMixin
 from stateflow.states.models import Declaration, DoorContext, StateSubject, WriteOrigin
 from stateflow.states.schema import ValidatorCache, check_base_schema, narrowing
 from stateflow.store import DocKey, Document, SqlStore, Write
-from stateflow.store.base import utc_now
 
 CATALOG: Final = "_states"
 ALIASES: Final = "_aliases"
@@ -890,10 +889,6 @@ def _plain(subject: StateSubject) -> dict[str, str]:
 
 def _short(subject: StateSubject) -> dict[str, str]:
     return {"kind": subject.kind, "key": subject.key}
-
-
-def now_iso() -> str:
-    return utc_now()
 
 
 __all__: Sequence[str] = ["ApplyResult", "ConsumerRow", "StatesService"]
