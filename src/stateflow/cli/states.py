@@ -329,9 +329,16 @@ def _table(rows: list[dict[str, Any]], columns: list[str]) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    def cell(value: Any) -> str:
+        if value is None:
+            return "—"
+        if isinstance(value, dict | list):
+            return encode(value).decode()
+        return str(value)
+
     table = Table(*columns)
     for row in rows:
-        table.add_row(*[str(row.get(c, "")) for c in columns])
+        table.add_row(*[cell(row.get(c)) for c in columns])
     Console().print(table)
 
 
