@@ -312,3 +312,23 @@ def test_pruning_history_keeps_later_revisions_readable(store: SqlStore) -> None
         store.read_at(A, revision=2)
     assert all(t.changes for t in store.transitions(limit=100))  # no empty transition is left
     assert store.prune_history("notes", cutoff) == 0
+
+
+def test_whole_document_reads_see_commits_from_other_connections_and_threads(open_migrated: Any) -> None:
+    import threading
+
+    reader, writer = open_migrated(), open_migrated()
+    writer.commit([Write.between(A, None, {"v": 1})])
+    assert reader.get(A).body == {"v": 1}
+    assert reader.get(A).body == {"v": 1}  # served again (cached on SQLite)
+    writer.commit([Write(A, [Edit(("v",), 2)])])
+    assert reader.get(A).body == {"v": 2}
+    reader.commit([Write(A, [Edit(("v",), 3)])])  # the reader's own write
+    assert reader.get(A).body == {"v": 3}
+    seen: list[Any] = []
+    thread = threading.Thread(
+        target=lambda: (reader.commit([Write(A, [Edit(("v",), 4)])]), seen.append(reader.get(A).body))
+    )
+    thread.start()
+    thread.join()
+    assert seen == [{"v": 4}] and reader.get(A).body == {"v": 4}  # another thread of the same store
