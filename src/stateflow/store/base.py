@@ -512,26 +512,33 @@ class SqlStore(abc.ABC):
                     raise _Replay
                 loaded: dict[DocKey, _Loaded] = {}
                 docs: dict[DocKey, Document] = {}
-                if shared_keys:
-                    rows = self._share(tx, shared_keys)
-                    present = [
-                        (k, rows[k].doc_id, None) for k in shared_keys if k in rows and rows[k].present
-                    ]
-                    fetched = self._fetch_many(tx, present)
-                    for key in shared_keys:
-                        row = rows.get(key)
-                        if row is None:
-                            docs[key] = Document(key, 0, None)
-                            continue
-                        body = {n: v for n, _, v, _ in fetched[row.doc_id][0]} if row.present else None
-                        docs[key] = Document(key, row.revision, body, row.updated_seq)
+                # shared rows first, then row locks (the order fold and re-declare use too), then
+                # one member-head query for every document
+                rows = self._share(tx, shared_keys) if shared_keys else {}
                 for key in sorted(set(keys) - set(shared_keys)):
-                    row = self._lock(tx, key)
-                    entry = loaded[key] = _Loaded(row)
+                    loaded[key] = _Loaded(self._lock(tx, key))
+                wanted: list[tuple[DocKey, int, Sequence[str] | None]] = [
+                    (k, rows[k].doc_id, None) for k in shared_keys if k in rows and rows[k].present
+                ]
+                wanted += [(k, e.row.doc_id, names) for k, e in loaded.items() if e.row.present]
+                fetched = self._fetch_many(tx, wanted, outline_names)
+                for key in shared_keys:
+                    row = rows.get(key)
+                    if row is None:
+                        docs[key] = Document(key, 0, None)
+                        continue
+                    body = {n: v for n, _, v, _ in fetched[row.doc_id][0]} if row.present else None
+                    docs[key] = Document(key, row.revision, body, row.updated_seq)
+                for key, entry in loaded.items():
+                    row = entry.row
                     body = None
                     shapes: dict[str, Any] = {}
                     if row.present:
-                        body, shapes = self._load_members(tx, key, entry, names, outline_names)
+                        members_of, shapes = fetched[row.doc_id]
+                        for name, position, value, size in members_of:
+                            entry.members[name] = (value, position, size)
+                        entry.complete = names is None
+                        body = {n: v for n, _, v, _ in members_of}
                     docs[key] = Document(key, row.revision, body, row.updated_seq, shapes)
                 writes, result = compute(docs)
                 _validate(writes, origin)
