@@ -28,13 +28,26 @@ _SEQ_LOCK: Final = 0x5EF10  # advisory lock id that orders transition inserts
 
 
 class _PgTx(Tx):
-    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+    def __init__(self, conn: psycopg.Connection[Any], begin: str | None = None) -> None:
         self.conn = conn
         self._pipeline: psycopg.Pipeline | None = None
+        self.begin = begin
+        """BEGIN not sent yet: it travels with the first statement (one round trip saved)."""
+
+    def _execute(self, sql: str, params: Sequence[Any]) -> psycopg.Cursor[Any]:
+        sql = sql.replace("?", "%s")
+        if self.begin is None:
+            return self.conn.execute(sql, params)
+        begin, self.begin = self.begin, None
+        with self.conn.pipeline() as pipeline:
+            self.conn.execute(begin)
+            cur = self.conn.execute(sql, params)
+            pipeline.sync()
+        return cur
 
     def all(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with _mapped_errors():
-            cur = self.conn.execute(sql.replace("?", "%s"), params)
+            cur = self._execute(sql, params)
             if self._pipeline is not None:
                 self._pipeline.sync()  # results are wanted now: wait for them
             return cur.fetchall() if cur.description else []
@@ -50,7 +63,7 @@ class _PgTx(Tx):
 
     def run(self, sql: str, params: Sequence[Any] = ()) -> int:
         with _mapped_errors():
-            return self.conn.execute(sql.replace("?", "%s"), params).rowcount
+            return self._execute(sql, params).rowcount
 
 
 class PostgresStore(SqlStore):
@@ -87,16 +100,17 @@ class PostgresStore(SqlStore):
         begin = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY" if read_only else "BEGIN"
         try:
             with self._pool.connection() as conn:
-                with _mapped_errors():
-                    conn.execute(begin)
+                tx = _PgTx(conn, begin)
                 try:
-                    yield _PgTx(conn)
+                    yield tx
                 except BaseException:
-                    with suppress(psycopg.Error):  # the failure may already have ended it
-                        conn.execute("ROLLBACK")
+                    if tx.begin is None:  # a transaction was opened
+                        with suppress(psycopg.Error):  # the failure may already have ended it
+                            conn.execute("ROLLBACK")
                     raise
-                with _mapped_errors():
-                    conn.execute("COMMIT")
+                if tx.begin is None:
+                    with _mapped_errors():
+                        conn.execute("COMMIT")
         except PoolTimeout as exc:
             raise StoreUnavailable(f"no database connection available: {exc}") from exc
         except psycopg.OperationalError as exc:
