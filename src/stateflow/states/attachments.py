@@ -664,20 +664,28 @@ class TemplatesMixin:
             raise InvalidInput(
                 f"template_jq {reference!r} on template {template['name']!r} takes params {declared}, missing {missing}, got unknown {unknown}"
             )
+        value = self._run_program(name, subject, template, attachment, program, reference, {"params": params})
+        return {"name": reference, "purpose": "input", "value": value}
+
+    def _run_program(
+        self,
+        name: str,
+        subject: Any,
+        template: dict[str, Any],
+        attachment: dict[str, Any],
+        program: dict[str, Any],
+        reference: str,
+        variables: dict[str, Any],
+    ) -> JSON:
+        """Evaluate a program (with its sibling prelude) over the record's attachment subtree."""
         record = self._svc().read(name, subject)
         subtree = _subtree(record["data"] if record else None, attachment["path"])
-        prelude = build_prelude(template["template_jq"])
-        value = self._eval(
-            prelude + program["jq"]["content"],
+        return self._eval(
+            build_prelude(template["template_jq"]) + program["jq"]["content"],
             subtree,
-            {
-                "parameters": attachment["parameters"],
-                "declarations": attachment["declarations"],
-                "params": params,
-            },
+            {"parameters": attachment["parameters"], "declarations": attachment["declarations"], **variables},
             f"template_jq {reference!r} on template {template['name']!r}",
         )
-        return {"name": reference, "purpose": "input", "value": value}
 
     def template_jq_update(
         self,
@@ -706,18 +714,8 @@ class TemplatesMixin:
                 raise InvalidInput(
                     f"template_jq {reference!r} input missing {missing}, has undeclared {extra}"
                 )
-        record = self._svc().read(name, subject)
-        subtree = _subtree(record["data"] if record else None, attachment["path"])
-        prelude = build_prelude(template["template_jq"])
-        ops = self._eval(
-            prelude + program["jq"]["content"],
-            subtree,
-            {
-                "parameters": attachment["parameters"],
-                "declarations": attachment["declarations"],
-                "input": input_value,
-            },
-            f"template_jq {reference!r} on template {template['name']!r}",
+        ops = self._run_program(
+            name, subject, template, attachment, program, reference, {"input": input_value}
         )
         rebased = _rebase(ops, attachment["path"], f"template_jq {reference!r}")
         result = self._svc().apply(
