@@ -44,7 +44,7 @@ def _commands(page: Path) -> list[str]:
     return lines
 
 
-@pytest.mark.parametrize("page", ["memory.md", "store.md", "states.md"])
+@pytest.mark.parametrize("page", ["memory.md", "store.md", "states.md", "operations.md"])
 def test_shell_examples_run_in_order(page: str, tmp_path: Path) -> None:
     import subprocess
 
