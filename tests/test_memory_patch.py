@@ -286,3 +286,28 @@ def test_memory_scopes_are_records_of_the_memory_state(store: SqlStore) -> None:
     assert change.key.state == "memory"
     assert Subject.decode(change.key.subject) == Subject("agent", "agent-a", "cwd", "/tmp")
     assert t.origin["door"] == "tool"
+
+
+def test_concurrent_patches_of_one_scope_lose_nothing(store: SqlStore) -> None:
+    import threading
+
+    errors: list[BaseException] = []
+
+    def worker(n: int) -> None:
+        m = view(store)
+        try:
+            for i in range(10):
+                m.patch_state({"cwd": {"tactics": {f"k{n}_{i}": i}}, "session": {"lazy": {f"n{n}": i}}})
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    m = view(store)
+    assert len(state(m, "cwd.tactics")) == 40
+    assert state(m, "session.lazy") == {f"n{n}": 9 for n in range(4)}
+    assert transitions(store) == 40

@@ -391,3 +391,32 @@ def test_retention_erases_expired_records_and_old_audit_rows(
     assert service.prune(now=later)["op_ids"] == 1
     again = service.apply("kept", subject, [{"op": "set", "path": ["status"], "value": "k3"}], op_id="once")
     assert again.applied  # the expired key no longer blocks
+
+
+def test_concurrent_applies_to_one_record_lose_nothing(store: SqlStore) -> None:
+    import threading
+
+    service = StatesService(store)
+    service.declare("tickets", DECL)
+    subject = {"target_kind": "agent", "target_name": "a", "kind": "thread", "key": "shared"}
+    errors: list[BaseException] = []
+
+    def worker(n: int) -> None:
+        try:
+            for i in range(15):
+                ops = [
+                    {"op": "set_by_key", "path": ["people"], "key_field": "id", "value": [{"id": f"{n}-{i}"}]}
+                ]
+                service.apply("tickets", subject, ops, op_id=f"w{n}-{i}")
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    record = service.read("tickets", subject)
+    assert record is not None and len(record["data"]["people"]) == 60 and record["revision"] == 60
+    assert len(service.writes("tickets", subject, limit=500)["items"]) == 60
