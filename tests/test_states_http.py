@@ -420,3 +420,26 @@ def test_concurrent_applies_to_one_record_lose_nothing(store: SqlStore) -> None:
     record = service.read("tickets", subject)
     assert record is not None and len(record["data"]["people"]) == 60 and record["revision"] == 60
     assert len(service.writes("tickets", subject, limit=500)["items"]) == 60
+
+
+def test_an_unmigrated_store_answers_501_until_it_is_migrated(backend: str) -> None:
+    from stateflow.store import open_store
+
+    store = open_store(backend, auto_migrate=False)
+    service = StatesService(store)
+    try:
+        with TestClient(create_app(service, TokenSet([parse_token(ADMIN)]))) as client:
+            api = Api(client)
+            for method, path, body in (
+                ("GET", "/api/states", None),
+                ("PUT", "/api/states/tickets", DECL),
+                ("POST", rec("t1") + "/deltas", {"ops": []}),
+                ("GET", "/api/state-templates", None),
+            ):
+                status, payload = api(method, path, body)
+                assert status == 501 and payload["code"] == "states-not-configured" and payload["error"], path
+            store.migrate()
+            status, payload = api("GET", "/api/states")
+            assert status == 200 and [d["name"] for d in payload["data"]] == ["memory"]
+    finally:
+        store.close()

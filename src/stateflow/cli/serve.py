@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from stateflow.cli.common import Context, pass_context, refusals
+from stateflow.errors import StoreNotMigrated
 from stateflow.http.auth import TokenSet, load_or_create_token, parse_token, token_specs_from_env
 
 
@@ -38,7 +39,10 @@ def serve(ctx: Context, host: str, port: int, tokens: tuple[str, ...]) -> None:
             click.echo("using the API token kept in your data directory (stateflow serve --help)", err=True)
         token_set = TokenSet([token])
     service = StatesService(ctx.store())
-    service.install_builtins()
+    try:
+        service.install_builtins()
+    except StoreNotMigrated as exc:  # serve anyway: every route answers 501 until migrated
+        click.echo(f"warning: {exc.message}", err=True)
     app = create_app(service, token_set)
     click.echo(f"stateflow API on http://{host}:{port}/api/states (store: {ctx.store().url})", err=True)
     uvicorn.run(app, host=host, port=port, log_level="warning")

@@ -110,8 +110,14 @@ def create_app(service: StatesService, tokens: TokenSet) -> FastAPI:
                 "this token is limited to some targets; catalog changes need an unrestricted token"
             )
 
+    def ready(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        # Built-in declarations are installed on first use, so a server started on a store that
+        # is not migrated yet answers 501 until `stateflow migrate` has run, then just works.
+        service.install_builtins()
+        return fn(*args, **kwargs)
+
     async def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Response:
-        result = await run_in_threadpool(fn, *args, **kwargs)
+        result = await run_in_threadpool(ready, fn, *args, **kwargs)
         return _json(200, {"data": result})
 
     @app.get("/api/health")
@@ -204,7 +210,7 @@ def create_app(service: StatesService, tokens: TokenSet) -> FastAPI:
 
     @app.get("/api/states/{name}/consumers")
     async def consumers(name: str, request: Request) -> Response:
-        await run_in_threadpool(service.get_declaration, name)
+        await run_in_threadpool(ready, service.get_declaration, name)
         return await call(service.consumers, name)
 
     @app.get("/api/states/{name}/subjects")
@@ -276,7 +282,7 @@ def create_app(service: StatesService, tokens: TokenSet) -> FastAPI:
             if body.get("op_id") is not None and not isinstance(body["op_id"], str):
                 raise BadRequest("op_id must be a string")
             result = await run_in_threadpool(
-                service.apply, name, subject, body["ops"], op_id=body.get("op_id"), context=ctx
+                ready, service.apply, name, subject, body["ops"], op_id=body.get("op_id"), context=ctx
             )
             return _json(200, {"data": result.to_json()})
         elif suffix == ["fold"] and method == "POST":
