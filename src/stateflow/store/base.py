@@ -62,6 +62,11 @@ class Tx(abc.ABC):
         rows = self.all(sql, params)
         return rows[0] if rows else None
 
+    def many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        """Execute one statement for each parameter row."""
+        for params in rows:
+            self.run(sql, params)
+
     def batch(self) -> AbstractContextManager[Any]:
         """Statements whose results are not needed may be sent without waiting (PostgreSQL
         pipeline mode); a no-op elsewhere."""
@@ -657,6 +662,8 @@ class SqlStore(abc.ABC):
         row = entry.row
         size = row.body_size
         position = row.next_position
+        updates: list[tuple[Any, ...]] = []
+        inserts: list[tuple[Any, ...]] = []
         for name in stage.touched:
             value = stage.values[name]
             old = entry.members.get(name) if row.present else None
@@ -669,20 +676,23 @@ class SqlStore(abc.ABC):
             outline = encode_trusted(outline_of(value)) if type(value) is dict else None
             fresh.append((row.doc_id, name, row.revision + 1, value, len(body)))
             if old is not None:
-                tx.run(
-                    "UPDATE members SET body = ?, revision = ?, size = ?, outline = ? "
-                    "WHERE doc_id = ? AND name = ?",
-                    (body, row.revision + 1, len(body), outline, row.doc_id, name),
-                )
+                updates.append((body, row.revision + 1, len(body), outline, row.doc_id, name))
                 size += len(body) - old[2]
             else:
-                tx.run(
-                    "INSERT INTO members (doc_id, name, position, revision, size, outline, body) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (row.doc_id, name, position, row.revision + 1, len(body), outline, body),
-                )
+                inserts.append((row.doc_id, name, position, row.revision + 1, len(body), outline, body))
                 position += 1
                 size += len(body)
+        if updates:
+            tx.many(
+                "UPDATE members SET body = ?, revision = ?, size = ?, outline = ? WHERE doc_id = ? AND name = ?",
+                updates,
+            )
+        if inserts:
+            tx.many(
+                "INSERT INTO members (doc_id, name, position, revision, size, outline, body) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                inserts,
+            )
         if not stage.present:
             tx.run("DELETE FROM members WHERE doc_id = ?", (row.doc_id,))
             size = 0
@@ -698,13 +708,9 @@ class SqlStore(abc.ABC):
         for edit in _effective_edits(write.edits):
             groups.setdefault(str(edit.path[0]) if edit.path else "", []).append(edit.to_json())
         since = row.bytes_since_snapshot
-        for member, group in groups.items():
-            blob = encode_trusted(group)
-            since += len(blob)
-            tx.run(
-                "INSERT INTO change_edits (doc_id, revision, member, edits) VALUES (?, ?, ?, ?)",
-                (row.doc_id, revision, member, blob),
-            )
+        blobs = [(row.doc_id, revision, member, encode_trusted(group)) for member, group in groups.items()]
+        since += sum(len(b[3]) for b in blobs)
+        tx.many("INSERT INTO change_edits (doc_id, revision, member, edits) VALUES (?, ?, ?, ?)", blobs)
         snapshot_revision = row.snapshot_revision
         if revision - snapshot_revision >= SNAPSHOT_MAX_CHAIN or since >= max(size, SNAPSHOT_MIN_BYTES):
             tx.run(

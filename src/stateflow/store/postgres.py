@@ -65,6 +65,13 @@ class _PgTx(Tx):
         with _mapped_errors():
             return self._execute(sql, params).rowcount
 
+    def many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        if self.begin is not None or not rows:
+            super().many(sql, rows)
+            return
+        with _mapped_errors(), self.conn.cursor() as cur:
+            cur.executemany(sql.replace("?", "%s"), rows)
+
 
 class PostgresStore(SqlStore):
     def __init__(

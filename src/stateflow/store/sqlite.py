@@ -50,6 +50,12 @@ class _SqliteTx(Tx):
         except sqlite3.Error as exc:
             raise _mapped(exc) from exc
 
+    def many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        try:
+            self.conn.executemany(sql, rows)
+        except sqlite3.Error as exc:
+            raise _mapped(exc) from exc
+
 
 SNAPSHOT_CACHE_DOCS: Final = 10_000
 
