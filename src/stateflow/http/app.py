@@ -58,6 +58,13 @@ async def _body(request: Request, *, required: bool = True) -> Any:
         raise BadRequest(f"the request body is not valid JSON: {exc.message}") from exc
 
 
+async def _object_body(request: Request) -> dict[str, Any]:
+    body = await _body(request)
+    if not isinstance(body, dict):
+        raise BadRequest("body must be a JSON object")
+    return body
+
+
 def _query_int(request: Request, name: str) -> int | None:
     raw = request.query_params.get(name)
     if raw is None:
@@ -167,9 +174,7 @@ def create_app(service: StatesService, tokens: TokenSet) -> FastAPI:
     @app.patch("/api/states/{name}/attachments/{template}")
     async def update_attachment(name: str, template: str, request: Request) -> Response:
         unrestricted(request)
-        body = await _body(request)
-        if not isinstance(body, dict):
-            raise BadRequest("body must be a JSON object")
+        body = await _object_body(request)
         return await call(service.update_attachment, name, template, body, context=context_of(request))
 
     @app.delete("/api/states/{name}/attachments/{template}")
@@ -193,9 +198,7 @@ def create_app(service: StatesService, tokens: TokenSet) -> FastAPI:
     @app.put("/api/states/{name}")
     async def put_state(name: str, request: Request) -> Response:
         unrestricted(request)
-        body = await _body(request)
-        if not isinstance(body, dict):
-            raise BadRequest("body must be a JSON object")
+        body = await _object_body(request)
         return await call(service.declare, name, body, context=context_of(request))
 
     @app.delete("/api/states/{name}")
@@ -264,14 +267,10 @@ def create_app(service: StatesService, tokens: TokenSet) -> FastAPI:
             if method == "GET":
                 return await call(service.read, name, subject)
             if method == "PUT":
-                body = await _body(request)
-                if not isinstance(body, dict):
-                    raise BadRequest("body must be a JSON object")
+                body = await _object_body(request)
                 return await call(service.replace, name, subject, body, context=ctx)
             if method == "PATCH":
-                body = await _body(request)
-                if not isinstance(body, dict):
-                    raise BadRequest("body must be a JSON object")
+                body = await _object_body(request)
                 return await call(service.merge, name, subject, body, context=ctx)
             if method == "DELETE":
                 return await call(service.erase, name, subject, context=ctx)
