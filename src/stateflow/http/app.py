@@ -131,8 +131,6 @@ def create_app(service: StatesService, tokens: TokenSet) -> FastAPI:
     async def health() -> Response:
         return _json(200, {"data": {"ok": True, "version": __version__}})
 
-    # ------------------------------------------------------------------ catalog
-
     # ------------------------------------------------------------------ templates
 
     @app.get("/api/state-templates")
@@ -181,6 +179,8 @@ def create_app(service: StatesService, tokens: TokenSet) -> FastAPI:
     async def detach(name: str, template: str, request: Request) -> Response:
         unrestricted(request)
         return await call(service.detach, name, template, context=context_of(request))
+
+    # ------------------------------------------------------------------ catalog
 
     @app.post("/api/state-retention/prune")
     async def prune(request: Request) -> Response:

@@ -29,6 +29,7 @@ from stateflow.states.attachments import TemplatesMixin
 from stateflow.states.models import Declaration, DoorContext, StateSubject, WriteOrigin
 from stateflow.states.schema import ValidatorCache, check_base_schema, narrowing
 from stateflow.store import DocKey, Document, SqlStore, Write
+from stateflow.store.model import Listed
 
 CATALOG: Final = "_states"
 ALIASES: Final = "_aliases"
@@ -765,28 +766,13 @@ class StatesService(TemplatesMixin):
         tenants: set[tuple[str, str]] | None = None,
     ) -> dict[str, Any]:
         self.get_declaration(name)
-        n = page_limit(limit)
-        after = _decode_cursor(cursor)
-        out: list[dict[str, Any]] = []
-        last = None
-        while len(out) < n:
-            page = self.store.scan(name, after=after, limit=PAGE_MAX)
-            if not page:
-                break
-            for item in page:
-                last = item.key.subject
-                subj = StateSubject.decode(item.key.subject)
-                if (kind is None or subj.kind == kind) and (tenants is None or subj.tenant in tenants):
-                    out.append(
-                        {"subject": subj.model_dump(), "updated_at": item.at, "revision": item.revision}
-                    )
-                    if len(out) == n:
-                        break
-            else:
-                after = page[-1].key.subject
-                continue
-            break
-        return {"subjects": out, "next_cursor": _encode_cursor(last) if len(out) == n and last else None}
+        items, next_cursor = self._page(
+            lambda after, size: self.store.scan(name, after=after, limit=size),
+            lambda subj: (kind is None or subj.kind == kind) and (tenants is None or subj.tenant in tenants),
+            page_limit(limit),
+            cursor,
+        )
+        return {"subjects": items, "next_cursor": next_cursor}
 
     def search(
         self,
@@ -800,27 +786,39 @@ class StatesService(TemplatesMixin):
         self.get_declaration(name)
         if not isinstance(filters, dict) or not filters:
             raise InvalidInput("search needs a non-empty filters object (a containment document)")
-        n = page_limit(limit)
+        items, next_cursor = self._page(
+            lambda after, size: self.store.search(name, filters, after=after, limit=size),
+            lambda subj: tenants is None or subj.tenant in tenants,
+            page_limit(limit),
+            cursor,
+        )
+        return {"matches": items, "next_cursor": next_cursor}
+
+    @staticmethod
+    def _page(
+        fetch: Callable[[str | None, int], list[Listed]],
+        keep: Callable[[StateSubject], bool],
+        n: int,
+        cursor: str | None,
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """One keyset page of at most ``n`` kept subjects; the cursor resumes after the last one
+        looked at (so filtered-out subjects are not scanned again)."""
         after = _decode_cursor(cursor)
         out: list[dict[str, Any]] = []
         last = None
         while len(out) < n:
-            page = self.store.search(name, filters, after=after, limit=n)
-            if not page:
-                break
+            page = fetch(after, PAGE_MAX)
             for item in page:
                 last = item.key.subject
-                subj = StateSubject.decode(item.key.subject)
-                if tenants is None or subj.tenant in tenants:
-                    out.append(
-                        {"subject": subj.model_dump(), "updated_at": item.at, "revision": item.revision}
-                    )
+                subject = StateSubject.decode(last)
+                if keep(subject):
+                    out.append({"subject": _plain(subject), "updated_at": item.at, "revision": item.revision})
                     if len(out) == n:
                         break
-            after = page[-1].key.subject
-            if len(page) < n:
+            if len(page) < PAGE_MAX:
                 break
-        return {"matches": out, "next_cursor": _encode_cursor(last) if len(out) == n and last else None}
+            after = last
+        return out, (_encode_cursor(last) if len(out) == n and last else None)
 
     def stats(self, name: str) -> dict[str, Any]:
         decl = self.get_declaration(name)

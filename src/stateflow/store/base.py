@@ -744,17 +744,19 @@ class SqlStore(abc.ABC):
     def _row(self, tx: Tx, key: DocKey) -> _Row | None:
         return self._rows(tx, [key]).get(key)
 
+    share_clause = ""
+    """Appended to the row query of documents a write transaction reads without writing."""
+
     def _share(self, tx: Tx, keys: Sequence[DocKey]) -> dict[DocKey, _Row]:
         """Rows read inside a write transaction that must not change before it commits."""
-        return self._rows(tx, keys)
+        return self._rows(tx, keys, self.share_clause)
 
-    def _rows(self, tx: Tx, keys: Sequence[DocKey]) -> dict[DocKey, _Row]:
+    def _rows(self, tx: Tx, keys: Sequence[DocKey], suffix: str = "") -> dict[DocKey, _Row]:
         """The rows of several documents in one query."""
         if not keys:
             return {}
-        where = " OR ".join(["(d.state = ? AND d.subject = ?)"] * len(keys))
-        params = [v for k in keys for v in (k.state, k.subject)]
-        rows = tx.all(f"{_ROW_SELECT} WHERE {where}", params)
+        where, params = key_filter(keys)
+        rows = tx.all(f"{_ROW_SELECT} WHERE {where}{suffix}", params)
         return {DocKey(r[9], r[10]): _to_row(r) for r in rows}
 
     def _lock(self, tx: Tx, key: DocKey) -> _Row:
@@ -1046,6 +1048,12 @@ class _Stage:
 def outline_of(value: dict[str, Any]) -> dict[str, str]:
     """An object member's outline: its immediate keys and their kinds (never their values)."""
     return {k: kind(v) for k, v in value.items()}
+
+
+def key_filter(keys: Sequence[DocKey]) -> tuple[str, list[str]]:
+    """A WHERE clause (on ``documents d``) matching exactly these keys, with its parameters."""
+    where = " OR ".join(["(d.state = ? AND d.subject = ?)"] * len(keys))
+    return where, [v for k in keys for v in (k.state, k.subject)]
 
 
 def _to_row(r: tuple[Any, ...]) -> _Row:

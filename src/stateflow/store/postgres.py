@@ -20,7 +20,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from stateflow.doc.canonical import encode_trusted
 from stateflow.errors import StoreError, StoreNotMigrated, StoreUnavailable
-from stateflow.store.base import _ROW_SELECT, SqlStore, Tx, _decode, _Row, _to_row
+from stateflow.store.base import _ROW_SELECT, SqlStore, Tx, _decode, _Row, _to_row, key_filter
 from stateflow.store.migrations import INDEXABLE, POSTGRES
 from stateflow.store.model import DocKey, Document, Listed
 
@@ -74,6 +74,10 @@ class _PgTx(Tx):
 
 
 class PostgresStore(SqlStore):
+    # SQLite's write transaction already excludes every other writer; here a shared row lock
+    # keeps such documents unchanged (a writer of them takes an exclusive lock).
+    share_clause = " FOR SHARE OF d"
+
     def __init__(
         self,
         url: str,
@@ -137,8 +141,7 @@ class PostgresStore(SqlStore):
         if members is not None or outline_names or not keys:
             return super().read(keys, members, outlines=outline_names)
         self.check_schema()
-        where = " OR ".join(["(d.state = ? AND d.subject = ?)"] * len(keys))
-        params = [v for k in keys for v in (k.state, k.subject)]
+        where, params = key_filter(keys)
         sql = (
             f"SELECT r.*, m.name, m.body FROM ({_ROW_SELECT} WHERE {where}) r "
             "LEFT JOIN members m ON m.doc_id = r.doc_id AND r.present = 1 ORDER BY r.doc_id, m.position"
@@ -220,14 +223,6 @@ class PostgresStore(SqlStore):
         )
         skipped = {n for n, p in filters.items() if not _jsonb_safe(encode_trusted(p).decode())}
         return sorted({r[0] for r in rows} | skipped)
-
-    def _share(self, tx: Tx, keys: Sequence[DocKey]) -> dict[DocKey, _Row]:
-        # SQLite's write transaction already excludes every other writer; here a shared row
-        # lock keeps these documents unchanged (a writer of them takes an exclusive lock).
-        where = " OR ".join(["(d.state = ? AND d.subject = ?)"] * len(keys))
-        params = [v for k in keys for v in (k.state, k.subject)]
-        rows = tx.all(f"{_ROW_SELECT} WHERE {where} FOR SHARE OF d", params)
-        return {DocKey(r[9], r[10]): _to_row(r) for r in rows}
 
     def _lock_migration(self, tx: Tx) -> None:
         # Serialize concurrent migrators (several processes starting at once).
