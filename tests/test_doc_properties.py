@@ -70,8 +70,14 @@ def test_merge_patch_is_idempotent(doc: dict[str, Any], patch: dict[str, Any]) -
 
 
 @given(documents, documents, documents)
-def test_overlay_is_associative(a: dict[str, Any], b: dict[str, Any], c: dict[str, Any]) -> None:
-    assert overlay(overlay(a, b), c) == overlay(a, overlay(b, c))
+def test_overlay_folds_layers_broadest_first(a: dict[str, Any], b: dict[str, Any], c: dict[str, Any]) -> None:
+    # Not associative in general: a non-object in the middle layer hides the broadest layer's
+    # object, so only the left fold (global, then cwd, then session) is the definition.
+    assert overlay(a, b, c) == overlay(overlay(a, b), c)
+
+
+def test_a_middle_non_object_hides_the_broadest_object() -> None:
+    assert overlay({"x": {"a": 1}}, {"x": "s"}, {"x": {"b": 2}}) == {"x": {"b": 2}}
 
 
 @given(st.lists(st.integers(), max_size=30), st.integers(0, 40), st.integers(0, 40))
