@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar, cast
 
 from stateflow.errors import (
     CorruptData,
@@ -29,6 +29,7 @@ from stateflow.store.base import SqlStore, Tx
 from stateflow.store.migrations import SQLITE
 from stateflow.store.model import DocKey, Document
 
+R = TypeVar("R")
 SYNCHRONOUS_MODES: Final = ("full", "normal", "extra", "off")
 DEFAULT_BUSY_TIMEOUT_MS: Final = 30_000
 
@@ -58,12 +59,107 @@ class _SqliteTx(Tx):
 
 
 SNAPSHOT_CACHE_DOCS: Final = 10_000
+DEFAULT_MAX_GROUP: Final = 64
+"""At most this many writes share one commit, so a steady stream of writers cannot hold the
+first one's answer back for long."""
+
+
+class _Group:
+    """Writers sharing one commit; each waits for ``done`` and then reads ``error``."""
+
+    __slots__ = ("done", "error", "members")
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.error: StateflowError | None = None
+        self.members = 0
+
+
+class _GroupCommit:
+    """Group commit on the shared writer connection.
+
+    Writers take ``lock`` in turn. The first of a group begins the transaction; each runs its
+    statements in a savepoint (a failing writer rolls back only its own work); the writer that
+    finds nobody queued behind it — or fills the group — commits for all and wakes them.
+    """
+
+    def __init__(self, connect: Callable[[], sqlite3.Connection], max_group: int) -> None:
+        self.lock = threading.Lock()
+        self._connect = connect
+        self._conn: sqlite3.Connection | None = None
+        self._max = max(1, max_group)
+        self._queued = 0
+        self._queued_lock = threading.Lock()
+        self._group = _Group()
+
+    @contextmanager
+    def member(self) -> Iterator[sqlite3.Connection]:
+        with self._queued_lock:
+            self._queued += 1
+        self.lock.acquire()
+        with self._queued_lock:
+            self._queued -= 1
+        group = self._group
+        ok = False
+        try:
+            conn = self._conn = self._connect()
+            first = not conn.in_transaction  # the first writer of a group needs no savepoint
+            with _mapped_errors():
+                conn.execute("BEGIN IMMEDIATE" if first else "SAVEPOINT member")
+            try:
+                yield conn
+            except BaseException:
+                with suppress(sqlite3.Error):  # the error may have ended the whole transaction
+                    if first:
+                        conn.execute("ROLLBACK")
+                    else:
+                        conn.execute("ROLLBACK TO member")
+                        conn.execute("RELEASE member")
+                raise
+            if not first:
+                with _mapped_errors():
+                    conn.execute("RELEASE member")
+            ok = True
+            group.members += 1
+        finally:
+            try:
+                self._settle(group)
+            finally:
+                self.lock.release()
+        if ok:
+            group.done.wait()
+            if group.error is not None:
+                raise group.error
+
+    def _settle(self, group: _Group) -> None:
+        """Called under ``lock`` after each writer: commit the group unless more are queued."""
+        with self._queued_lock:
+            more = self._queued > 0
+        conn = self._conn
+        joinable = conn is not None and (conn.in_transaction or group.members == 0)
+        if more and group.members < self._max and joinable:
+            return  # the next writer joins this group
+        self._group = _Group()
+        try:
+            if conn is None:
+                raise StoreUnavailable("the writer connection could not be opened")
+            if group.members and not conn.in_transaction:
+                raise StoreUnavailable("SQLite rolled the shared write transaction back")
+            if conn.in_transaction:
+                conn.execute("COMMIT")
+        except (sqlite3.Error, StateflowError) as exc:
+            if conn is not None:
+                with suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+            group.error = exc if isinstance(exc, StateflowError) else _mapped(exc)
+        group.done.set()
 
 
 @dataclass
 class _Snapshot:
     version: int
     docs: dict[DocKey, Document] = field(default_factory=dict)
+    derived: dict[Hashable, Any] = field(default_factory=dict)
 
 
 class SqliteStore(SqlStore):
@@ -74,6 +170,7 @@ class SqliteStore(SqlStore):
         synchronous: str = "full",
         busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
         auto_migrate: bool = True,
+        max_group: int = DEFAULT_MAX_GROUP,
     ) -> None:
         super().__init__()
         if synchronous.lower() not in SYNCHRONOUS_MODES:
@@ -87,20 +184,28 @@ class SqliteStore(SqlStore):
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
         self._guard = threading.Lock()
+        self._writer_conn: sqlite3.Connection | None = None
+        self._group = _GroupCommit(self._writer, max_group)
         if auto_migrate:
             self.migrate()
 
     def _connection(self) -> sqlite3.Connection:
+        """This thread's connection — or the writer's, inside one of our write transactions."""
+        if getattr(self._local, "writing", False):
+            return self._writer()
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is not None:
-            return conn
+        if conn is None:
+            conn = self._local.conn = self._open()
+        return conn
+
+    def _open(self) -> sqlite3.Connection:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(
                 self.path,
                 isolation_level=None,
                 timeout=self.busy_timeout_ms / 1000,
-                check_same_thread=False,  # each thread still uses only its own connection
+                check_same_thread=False,  # the writer is shared; the group lock serializes it
             )
         except (OSError, sqlite3.Error) as exc:
             raise StoreUnavailable(f"cannot open {self.path}: {exc}") from exc
@@ -111,29 +216,44 @@ class SqliteStore(SqlStore):
                 raise StoreUnavailable(f"{self.path}: cannot switch to WAL mode (got {mode})")
             conn.execute(f"PRAGMA synchronous = {self.synchronous}")
             conn.execute("PRAGMA foreign_keys = ON")
-        self._local.conn = conn
         with self._guard:
             self._all.append(conn)
         return conn
 
     @contextmanager
-    def _tx(self, begin: str) -> Iterator[Tx]:
+    def _read_tx(self) -> Iterator[Tx]:
         conn = self._connection()
         if conn.in_transaction:  # nested use inside one of our transactions: join it
             yield _SqliteTx(conn)
             return
         with _mapped_errors():
-            conn.execute(begin)
+            conn.execute("BEGIN")
         try:
             yield _SqliteTx(conn)
-        except BaseException:
-            with suppress(sqlite3.Error):  # the failure may already have ended the transaction
+        finally:
+            with suppress(sqlite3.Error):  # a read transaction has nothing to keep
                 conn.execute("ROLLBACK")
-            raise
-        with _mapped_errors():
-            conn.execute("COMMIT")
-        if begin != "BEGIN":
-            self._local.snapshot = None  # this connection wrote: its cached documents are stale
+
+    @contextmanager
+    def _write_tx(self) -> Iterator[Tx]:
+        """A write joins the current group: its statements run in a savepoint of the shared
+        writer transaction; the last writer of a group commits it, and every writer returns
+        once that commit (and its fsync) is done. One fsync serves every writer that queued
+        while the previous group was committing."""
+        if getattr(self._local, "writing", False):  # nested inside our own write: join it
+            yield _SqliteTx(self._writer())
+            return
+        with self._group.member() as conn:
+            self._local.writing = True
+            try:
+                yield _SqliteTx(conn)
+            finally:
+                self._local.writing = False
+
+    def _writer(self) -> sqlite3.Connection:
+        if self._writer_conn is None:
+            self._writer_conn = self._open()
+        return self._writer_conn
 
     # -------------------------------------------------------------- whole-document read cache
 
@@ -165,21 +285,35 @@ class SqliteStore(SqlStore):
             snapshot.docs.update(fresh)
         return {k: snapshot.docs[k] for k in keys}
 
+    def cached(self, key: Hashable, build: Callable[[], R]) -> R:
+        """Values derived from the data are kept with the whole-document cache and dropped with
+        it, as soon as anything commits."""
+        conn = self._connection()
+        if conn.in_transaction:
+            return build()
+        snapshot = self._snapshot(conn)
+        try:
+            return cast(R, snapshot.derived[key])
+        except KeyError:
+            pass
+        value = build()
+        # had something committed meanwhile, `snapshot` is already retired: storing is harmless
+        snapshot.derived[key] = value
+        return value
+
     def _snapshot(self, conn: sqlite3.Connection) -> _Snapshot:
         try:
             version = conn.execute("PRAGMA data_version").fetchone()[0]
         except sqlite3.Error as exc:
             raise _mapped(exc) from exc
         snapshot: _Snapshot | None = getattr(self._local, "snapshot", None)
-        if snapshot is None or snapshot.version != version or len(snapshot.docs) > SNAPSHOT_CACHE_DOCS:
+        if (
+            snapshot is None
+            or snapshot.version != version
+            or len(snapshot.docs) + len(snapshot.derived) > SNAPSHOT_CACHE_DOCS
+        ):
             snapshot = self._local.snapshot = _Snapshot(version)
         return snapshot
-
-    def _read_tx(self) -> Any:
-        return self._tx("BEGIN")
-
-    def _write_tx(self) -> Any:
-        return self._tx("BEGIN IMMEDIATE")
 
     def _migrations(self) -> dict[int, str]:
         return SQLITE
@@ -190,8 +324,10 @@ class SqliteStore(SqlStore):
     def close(self) -> None:
         with self._guard:
             conns, self._all = self._all, []
-        for conn in conns:
-            conn.close()
+        with self._group.lock:  # no group is open while we hold it
+            self._writer_conn = None
+            for conn in conns:
+                conn.close()
         self._local = threading.local()
 
 

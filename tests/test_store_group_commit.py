@@ -1,0 +1,156 @@
+"""SQLite group commit: concurrent writers share one commit, yet each stays its own unit.
+
+The writers below are forced into one group: the first holds the writer until the others have
+queued behind it, so they all run inside one transaction and one of them commits for all.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stateflow.errors import InvalidInput
+from stateflow.store import DocKey, Document, Write, open_store
+from stateflow.store.sqlite import SqliteStore
+
+KEYS = [DocKey("g", f"d{i}") for i in range(4)]
+
+
+def _queued(store: SqliteStore) -> int:
+    return store._group._queued
+
+
+def _wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "writers never queued"
+        time.sleep(0.001)
+
+
+def _run_group(
+    store: SqliteStore, computes: Sequence[Callable[[dict[DocKey, Document]], Any]]
+) -> list[BaseException | None]:
+    """Run one ``update`` per compute; the first holds the writer until the rest are queued."""
+    outcomes: list[BaseException | None] = [None] * len(computes)
+    first_inside = threading.Event()
+
+    def run(i: int) -> None:
+        def compute(docs: dict[DocKey, Document]) -> Any:
+            if i == 0:
+                first_inside.set()
+                _wait_for(lambda: _queued(store) == len(computes) - 1)
+            return computes[i](docs)
+
+        try:
+            store.update([KEYS[i]], compute)
+        except BaseException as exc:
+            outcomes[i] = exc
+
+    threads = [threading.Thread(target=run, args=(0,))]
+    threads[0].start()
+    assert first_inside.wait(10)
+    threads += [threading.Thread(target=run, args=(i,)) for i in range(1, len(computes))]
+    for t in threads[1:]:
+        t.start()
+    for t in threads:
+        t.join(30)
+    return outcomes
+
+
+def _set(i: int) -> Callable[[dict[DocKey, Document]], Any]:
+    def compute(docs: dict[DocKey, Document]) -> Any:
+        key = KEYS[i]
+        return [Write.between(key, docs[key].body, {"v": i}, docs[key].revision)], None
+
+    return compute
+
+
+def _fail(docs: dict[DocKey, Document]) -> Any:
+    raise InvalidInput("this writer refuses")
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> SqliteStore:
+    s = open_store(str(tmp_path / "group.db"))
+    assert isinstance(s, SqliteStore)
+    return s
+
+
+def test_a_group_of_writers_commits_once_and_every_write_is_durable(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    outcomes = _run_group(store, [_set(i) for i in range(4)])
+    assert outcomes == [None] * 4
+    # a fresh store object on the same file sees every write: they were committed
+    other = open_store(str(tmp_path / "group.db"))
+    docs = other.read(KEYS)
+    assert [docs[k].body for k in KEYS] == [{"v": i} for i in range(4)]
+    # one transaction per write in the history (each kept its own transition)
+    assert len(other.transitions(limit=10)) == 4
+    other.close()
+
+
+def test_a_failing_writer_in_a_group_rolls_back_only_its_own_work(store: SqliteStore) -> None:
+    outcomes = _run_group(store, [_set(0), _fail, _set(2), _set(3)])
+    assert outcomes[0] is None and outcomes[2] is None and outcomes[3] is None
+    assert isinstance(outcomes[1], InvalidInput)
+    docs = store.read(KEYS)
+    assert docs[KEYS[1]].body is None and docs[KEYS[1]].revision == 0
+    assert [docs[k].body for k in (KEYS[0], KEYS[2], KEYS[3])] == [{"v": 0}, {"v": 2}, {"v": 3}]
+
+
+def test_writers_return_only_after_the_group_committed(store: SqliteStore, tmp_path: Path) -> None:
+    """The first writer finishes its work before the others, but answers after their commit."""
+    observed: dict[str, Any] = {}
+    watcher = open_store(str(tmp_path / "group.db"))
+
+    def first(docs: dict[DocKey, Document]) -> Any:
+        return _set(0)(docs)
+
+    def last(docs: dict[DocKey, Document]) -> Any:
+        # the first writer's work is done but not committed: another connection cannot see it
+        observed["before_commit"] = watcher.get(KEYS[0]).body
+        return _set(1)(docs)
+
+    assert _run_group(store, [first, last]) == [None, None]
+    assert observed["before_commit"] is None
+    assert watcher.get(KEYS[0]).body == {"v": 0}
+    watcher.close()
+
+
+def test_a_write_that_fails_to_commit_fails_every_writer_of_its_group(store: SqliteStore) -> None:
+    """A commit that does not happen is reported to each writer that was waiting on it."""
+
+    def breaks_the_transaction(docs: dict[DocKey, Document]) -> Any:
+        # ROLLBACK ends the shared transaction: the earlier writer's work is gone with it
+        store._writer().execute("ROLLBACK")
+        return _set(1)(docs)
+
+    outcomes = _run_group(store, [_set(0), breaks_the_transaction])
+    assert all(o is not None for o in outcomes), outcomes
+    assert store.read(KEYS[:2]) == {k: Document(k, 0, None) for k in KEYS[:2]}
+
+
+def test_many_threads_lose_no_update_through_group_commit(store: SqliteStore) -> None:
+    counter = DocKey("g", "counter")
+
+    def bump(docs: dict[DocKey, Document]) -> Any:
+        n = (docs[counter].body or {"n": 0})["n"] + 1
+        return [Write.between(counter, docs[counter].body, {"n": n}, docs[counter].revision)], None
+
+    def work() -> None:
+        for _ in range(25):
+            store.update([counter], bump)
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    doc = store.get(counter)
+    assert doc.body == {"n": 200} and doc.revision == 200
