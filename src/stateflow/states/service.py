@@ -432,8 +432,16 @@ class StatesService(TemplatesMixin):
         """The record, or None on a miss (an undeclared state or refused subject is an error).
 
         One snapshot reads the declaration, the aliases and the record (a second read follows
-        only when the subject was folded into another one)."""
+        only when the subject was folded into another one). Views are kept until anything
+        commits, on stores that can tell (the embedded one)."""
         subject = subject_of(subject)
+        view = self.store.cached(
+            ("record", name, subject.target_kind, subject.target_name, subject.kind, subject.key),
+            lambda: self._read(name, subject),
+        )
+        return None if view is None else dict(view)
+
+    def _read(self, name: str, subject: StateSubject) -> dict[str, Any] | None:
         encoded = subject.encode()
         decl_key, alias_key, key = DocKey(CATALOG, name), DocKey(ALIASES, name), DocKey(name, encoded)
         docs = self.store.read([decl_key, alias_key, key])

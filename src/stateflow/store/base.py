@@ -11,7 +11,7 @@ failure raises before commit and the transaction rolls back: nothing at all is w
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -269,6 +269,13 @@ class SqlStore(abc.ABC):
         self, key: DocKey, members: Iterable[str] | None = None, *, outlines: Iterable[str] = ()
     ) -> Document:
         return self.read([key], members, outlines=outlines)[key]
+
+    def cached(self, key: Hashable, build: Callable[[], R]) -> R:
+        """``build()`` — or, on stores that can tell cheaply that nothing was committed since,
+        the value an earlier ``build()`` under the same ``key`` returned. ``build`` must derive
+        its value from this store's current data only; the value is shared, so treat it as
+        immutable."""
+        return build()
 
     def read_at(
         self,
