@@ -19,12 +19,21 @@ from psycopg import errors as pg_errors
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from stateflow.doc.canonical import encode_trusted
-from stateflow.errors import StoreError, StoreNotMigrated, StoreUnavailable
-from stateflow.store.base import _ROW_SELECT, SqlStore, Tx, _decode, _Row, _to_row, key_filter
+from stateflow.errors import CorruptData, StoreError, StoreNotMigrated, StoreUnavailable
+from stateflow.store.base import SqlStore, Tx, _decode, key_filter
 from stateflow.store.migrations import INDEXABLE, POSTGRES
 from stateflow.store.model import DocKey, Document, Listed
 
 _SEQ_LOCK: Final = 0x5EF10  # advisory lock id that orders transition inserts
+
+_WHOLE_READ: Final = (
+    "SELECT d.state, d.subject, d.revision, d.present, d.updated_seq, t.at, "
+    # the body assembled from member rows in the server: one row and one decode per document
+    "(SELECT '\\x7b'::bytea || coalesce(string_agg(convert_to(to_json(m.name)::text, 'UTF8') "
+    "|| '\\x3a'::bytea || m.body, '\\x2c'::bytea ORDER BY m.position), ''::bytea) || '\\x7d'::bytea "
+    "FROM members m WHERE m.doc_id = d.doc_id AND d.present = 1) "
+    "FROM documents d LEFT JOIN transitions t ON t.seq = d.updated_seq WHERE {where}"
+)
 
 
 class _PgTx(Tx):
@@ -142,29 +151,19 @@ class PostgresStore(SqlStore):
             return super().read(keys, members, outlines=outline_names)
         self.check_schema()
         where, params = key_filter(keys)
-        sql = (
-            f"SELECT r.*, m.name, m.body FROM ({_ROW_SELECT} WHERE {where}) r "
-            "LEFT JOIN members m ON m.doc_id = r.doc_id AND r.present = 1 ORDER BY r.doc_id, m.position"
-        )
         try:
             with self._pool.connection() as conn:
-                rows = _PgTx(conn).all(sql, params)
+                rows = _PgTx(conn).all(_WHOLE_READ.format(where=where), params)
         except PoolTimeout as exc:
             raise StoreUnavailable(f"no database connection available: {exc}") from exc
-        found: dict[DocKey, tuple[_Row, dict[str, Any]]] = {}
-        for r in rows:
-            key = DocKey(r[9], r[10])
-            if key not in found:
-                found[key] = (_to_row(r), {})
-            if r[11] is not None:
-                found[key][1][r[11]] = _decode(r[12], f"{key} member {r[11]!r}")
-        out: dict[DocKey, Document] = {}
-        for key in keys:
-            if key not in found:
-                out[key] = Document(key, 0, None)
-                continue
-            row, body = found[key]
-            out[key] = Document(key, row.revision, body if row.present else None, row.updated_seq, {}, row.at)
+        out = {key: Document(key, 0, None) for key in keys}
+        for state, subject, revision, present, seq, at, raw in rows:
+            key = DocKey(state, subject)
+            try:
+                body = _decode(raw, f"{key} body") if present else None
+            except CorruptData:
+                return super().read(keys)  # member by member: the error names the damaged one
+            out[key] = Document(key, revision, body, seq, {}, at)
         return out
 
     def _read_tx(self) -> Any:
