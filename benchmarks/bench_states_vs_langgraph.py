@@ -15,6 +15,7 @@ import argparse
 import os
 import sqlite3
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -71,16 +72,38 @@ def document_for(i: int, previous: dict[str, Any] | None) -> dict[str, Any]:
     return {"status": "open" if i % 2 else "closed", "count": i, "people": people}
 
 
-def rate(fn: Callable[[int], object], n: int) -> float:
+def rate(fn: Callable[[int], object], n: int, threads: int = 1) -> float:
+    """Operations per second of ``fn(i)`` for ``i < n``, spread over ``threads`` callers (each
+    caller works on its own subjects, as separate agents would)."""
     for i in range(min(50, n)):
         fn(i)  # warm up
+    if threads == 1:
+        start = time.perf_counter()
+        for i in range(n):
+            fn(i)
+        return n / (time.perf_counter() - start)
+    errors: list[BaseException] = []
+
+    def caller(t: int) -> None:
+        try:
+            for i in range(t, n, threads):
+                fn(i)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    pool = [threading.Thread(target=caller, args=(t,)) for t in range(threads)]
     start = time.perf_counter()
-    for i in range(n):
-        fn(i)
-    return n / (time.perf_counter() - start)
+    for th in pool:
+        th.start()
+    for th in pool:
+        th.join()
+    elapsed = time.perf_counter() - start
+    if errors:
+        raise errors[0]
+    return n / elapsed
 
 
-def run_pair(label: str, service: StatesService, lg: Any, n: int) -> None:
+def run_pair(label: str, service: StatesService, lg: Any, n: int, threads: int) -> None:
     service.declare("bench", DECL)
     docs: dict[str, dict[str, Any]] = {}
 
@@ -98,14 +121,16 @@ def run_pair(label: str, service: StatesService, lg: Any, n: int) -> None:
     def theirs_get(i: int) -> None:
         lg.get(("bench", "agent", "bench"), subject(i)["key"])
 
-    a, b = rate(ours_apply, n), rate(theirs_put, n)
-    print(
-        f"{label:<10} apply vs put   stateflow {a:8.0f}/s   langgraph {b:8.0f}/s   ratio {a / b:5.2f}x  (target >= 2x)"
-    )
-    a, b = rate(ours_read, n), rate(theirs_get, n)
-    print(
-        f"{label:<10} read vs get    stateflow {a:8.0f}/s   langgraph {b:8.0f}/s   ratio {a / b:5.2f}x  (target >= 2x)"
-    )
+    for what, ours, theirs in (
+        ("apply vs put", ours_apply, theirs_put),
+        ("read vs get", ours_read, theirs_get),
+    ):
+        a, b = rate(ours, n, threads), rate(theirs, n, threads)
+        print(
+            f"{label:<34} {threads:>2} thr  {what:<13} stateflow {a:8.0f}/s   langgraph {b:8.0f}/s"
+            f"   ratio {a / b:5.2f}x  (target >= 2x)",
+            flush=True,
+        )
 
 
 def main() -> None:
@@ -113,10 +138,19 @@ def main() -> None:
     parser.add_argument("--ops", type=int, default=2000)
     parser.add_argument("--synchronous", choices=["full", "normal"], default="full")
     parser.add_argument("--postgres", default=os.environ.get("STATEFLOW_TEST_POSTGRES"))
+    parser.add_argument(
+        "--threads",
+        default="1,8",
+        help="comma-separated caller counts to measure (each must divide 200: callers own their subjects)",
+    )
+    parser.add_argument("--only", choices=["sqlite", "postgres"], help="measure one backend only")
     args = parser.parse_args()
+    counts = [int(t) for t in args.threads.split(",")]
+    if any(t < 1 or SUBJECTS % t for t in counts):
+        parser.error(f"--threads: each count must divide {SUBJECTS}")
     from langgraph.store.sqlite import SqliteStore
 
-    for journal in ("wal", "shipped"):
+    for journal in ("wal", "shipped") if args.only != "postgres" else ():
         # "shipped": LangGraph's connection as sqlite3 opens it (rollback journal); "wal": tuned
         # like ours. Both run with the same synchronous setting, so durability is equal.
         with tempfile.TemporaryDirectory() as tmp:
@@ -127,8 +161,9 @@ def main() -> None:
             lg = SqliteStore(conn)
             lg.setup()
             ours = StatesService(open_store(f"sqlite:///{tmp}/stateflow.db?synchronous={args.synchronous}"))
-            run_pair(f"sqlite/{args.synchronous} vs langgraph {journal}", ours, lg, args.ops)
-    if args.postgres:
+            for threads in counts:
+                run_pair(f"sqlite/{args.synchronous} vs langgraph {journal}", ours, lg, args.ops, threads)
+    if args.postgres and args.only != "sqlite":
         import psycopg
         from langgraph.store.postgres import PostgresStore
 
@@ -142,7 +177,8 @@ def main() -> None:
             ours = StatesService(
                 open_store(f"{args.postgres}{sep}options=-csearch_path%3Dbench_sf", auto_migrate=True)
             )
-            run_pair("postgresql", ours, pg_lg, args.ops)
+            for threads in counts:
+                run_pair("postgresql", ours, pg_lg, args.ops, threads)
         with psycopg.connect(args.postgres, autocommit=True) as admin:
             admin.execute("DROP SCHEMA bench_lg CASCADE")
             admin.execute("DROP SCHEMA bench_sf CASCADE")
