@@ -15,7 +15,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Final, TypeVar
+from typing import Any, Final, NamedTuple, TypeVar
 
 import orjson
 
@@ -31,7 +31,7 @@ from stateflow.errors import (
     StoreNotMigrated,
     StoreTooNew,
 )
-from stateflow.store.cache import DEFAULT_CACHE_BYTES, MemberCache
+from stateflow.store.cache import DEFAULT_CACHE_BYTES, HeadCache, MemberCache
 from stateflow.store.migrations import SCHEMA_VERSION, statements
 from stateflow.store.model import Change, Commit, DocKey, Document, Listed, Transition, Write
 
@@ -46,6 +46,9 @@ SNAPSHOT_MIN_BYTES: Final = 4096
 def utc_now() -> str:
     """The store's one clock: fixed-width ISO-8601 UTC, so text order is time order."""
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+_OP_SEEN: Final = "SELECT 1 FROM applied_ops WHERE scope = ? AND op_id = ?"
 
 
 class Tx(abc.ABC):
@@ -67,10 +70,20 @@ class Tx(abc.ABC):
         for params in rows:
             self.run(sql, params)
 
-    def batch(self) -> AbstractContextManager[Any]:
+    def batch(self, *, commit: bool = False) -> AbstractContextManager[Any]:
         """Statements whose results are not needed may be sent without waiting (PostgreSQL
-        pipeline mode); a no-op elsewhere."""
+        pipeline mode); a no-op elsewhere. ``commit``: the transaction may commit with the
+        batch (the store's transaction then does not send its own COMMIT)."""
         return nullcontext()
+
+    def all_of(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> list[list[tuple[Any, ...]]]:
+        """Several queries whose answers are needed together (one round trip where possible)."""
+        return [self.all(sql, params) for sql, params in statements]
+
+    def later(self, sql: str, params: Sequence[Any] = ()) -> Callable[[], list[tuple[Any, ...]]]:
+        """Execute; the rows may be read only once the enclosing batch is done."""
+        rows = self.all(sql, params)
+        return lambda: rows
 
 
 @dataclass(slots=True)
@@ -107,8 +120,29 @@ class _Loaded:
     complete: bool = False
 
 
-_Fresh = tuple[int, str, int, Any, int]
-"""A member value written in this transaction: (doc_id, name, revision, value, size)."""
+_Head = tuple[int, str, int, int, int, Any]
+"""A member row without its body: (doc_id, name, position, revision, size, outline)."""
+
+
+_Wanted = tuple[DocKey, int, int, Sequence[str] | None]
+"""A document whose members are wanted: (key, doc_id, revision, names or None for all)."""
+
+
+class _SeqRef(NamedTuple):
+    """How a statement names the transaction's seq: SQL and the parameters it takes."""
+
+    sql: str
+    params: tuple[int, ...]
+
+
+@dataclass(slots=True)
+class _Fresh:
+    """What a transaction wrote, for the caches once it has committed (never before)."""
+
+    members: list[tuple[int, str, int, Any, int]] = field(default_factory=list)
+    """(doc_id, name, revision, value, size) of each member value written"""
+    heads: dict[int, tuple[int, list[_Head]]] = field(default_factory=dict)
+    """doc_id → (revision, member heads) after the write, where the heads before it were known"""
 
 
 class _Replay(Exception):
@@ -123,6 +157,7 @@ class SqlStore(abc.ABC):
     def __init__(self, cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
         self._schema_checked = False
         self._cache = MemberCache(cache_bytes)
+        self._heads = HeadCache()
 
     # ------------------------------------------------------------------ backend hooks
 
@@ -139,9 +174,6 @@ class SqlStore(abc.ABC):
 
     @abc.abstractmethod
     def _table_names(self, tx: Tx) -> set[str]: ...
-
-    def _lock_commit_order(self, tx: Tx) -> None:  # noqa: B027 - optional hook
-        """Called right before a transition row is inserted (keeps seq in commit order)."""
 
     def _lock_migration(self, tx: Tx) -> None:  # noqa: B027 - optional hook
         """Called first in the migration transaction (serializes concurrent migrators)."""
@@ -241,7 +273,7 @@ class SqlStore(abc.ABC):
         outline_names = list(outlines)
         with self._read_tx() as tx:
             rows = self._rows(tx, keys)
-            wanted: list[tuple[DocKey, int, Sequence[str] | None]] = []
+            wanted: list[_Wanted] = []
             for key in keys:
                 row = rows.get(key)
                 if row is not None and row.present:
@@ -249,7 +281,7 @@ class SqlStore(abc.ABC):
                     if per_key is not None:
                         asked = per_key.get(key)
                         names = None if asked is None else list(asked)
-                    wanted.append((key, row.doc_id, names))
+                    wanted.append((key, row.doc_id, row.revision, names))
             fetched = self._fetch_many(tx, wanted, outline_names)
         out: dict[DocKey, Document] = {}
         for key in keys:
@@ -317,7 +349,7 @@ class SqlStore(abc.ABC):
                 if not row.present:
                     return Document(key, revision, None, row.updated_seq)
                 wanted = None if names is None else list(names)
-                body = {n: v for n, _, v, _ in self._fetch(tx, key, row.doc_id, wanted)[0]}
+                body = {n: v for n, _, v, _ in self._fetch(tx, key, row.doc_id, row.revision, wanted)[0]}
                 return Document(key, revision, body, row.updated_seq)
             return self._rebuild(tx, key, row.doc_id, revision, names)
 
@@ -484,7 +516,7 @@ class SqlStore(abc.ABC):
         """
         self.check_schema()
         _validate(writes, origin)
-        fresh: list[_Fresh] = []
+        fresh = _Fresh()
         try:
             with self._write_tx() as tx:
                 result = self._commit_in(tx, writes, origin or {}, op_id, op_scope, {}, fresh)
@@ -517,22 +549,34 @@ class SqlStore(abc.ABC):
         names = None if members is None else list(members)
         outline_names = list(outlines)
         shared_keys = sorted(set(shared))
-        fresh: list[_Fresh] = []
+        fresh = _Fresh()
         try:
             with self._write_tx() as tx:
-                if op_id is not None and self._op_seen(tx, op_scope, op_id):
-                    raise _Replay
                 loaded: dict[DocKey, _Loaded] = {}
                 docs: dict[DocKey, Document] = {}
-                # shared rows first, then row locks (the order fold and re-declare use too), then
-                # one member-head query for every document
-                rows = self._share(tx, shared_keys) if shared_keys else {}
-                for key in sorted(set(keys) - set(shared_keys)):
-                    loaded[key] = _Loaded(self._lock(tx, key))
-                wanted: list[tuple[DocKey, int, Sequence[str] | None]] = [
-                    (k, rows[k].doc_id, None) for k in shared_keys if k in rows and rows[k].present
+                # the op-id check, shared rows, then row locks (the order fold and re-declare use
+                # too) go out together; then one member-head query for the documents whose heads
+                # are not cached
+                locked = sorted(set(keys) - set(shared_keys))
+                statements: list[tuple[str, Sequence[Any]]] = [self._lock_query(key) for key in locked]
+                if shared_keys:
+                    statements.insert(0, self._rows_query(shared_keys, self.share_clause))
+                if op_id is not None:
+                    statements.insert(0, (_OP_SEEN, (op_scope, op_id)))
+                answers = tx.all_of(statements)
+                if op_id is not None and answers.pop(0):
+                    raise _Replay
+                rows = _by_key(answers.pop(0)) if shared_keys else {}
+                for key, answer in zip(locked, answers, strict=True):
+                    loaded[key] = _Loaded(_to_row(answer[0]))
+                wanted: list[_Wanted] = [
+                    (k, rows[k].doc_id, rows[k].revision, None)
+                    for k in shared_keys
+                    if k in rows and rows[k].present
                 ]
-                wanted += [(k, e.row.doc_id, names) for k, e in loaded.items() if e.row.present]
+                wanted += [
+                    (k, e.row.doc_id, e.row.revision, names) for k, e in loaded.items() if e.row.present
+                ]
                 fetched = self._fetch_many(tx, wanted, outline_names)
                 for key in shared_keys:
                     row = rows.get(key)
@@ -565,13 +609,12 @@ class SqlStore(abc.ABC):
         self._remember(fresh)
         return commit, result
 
-    def _remember(self, fresh: list[_Fresh]) -> None:
+    def _remember(self, fresh: _Fresh) -> None:
         """Cache members written by a transaction that has committed (never before)."""
-        for doc_id, name, revision, value, size in fresh:
+        for doc_id, name, revision, value, size in fresh.members:
             self._cache.put(doc_id, name, revision, value, size)
-
-    def _op_seen(self, tx: Tx, scope: str, op_id: str) -> bool:
-        return tx.one("SELECT 1 FROM applied_ops WHERE scope = ? AND op_id = ?", (scope, op_id)) is not None
+        for doc_id, (revision, heads) in fresh.heads.items():
+            self._heads.put(doc_id, revision, heads)
 
     def _commit_in(
         self,
@@ -581,7 +624,7 @@ class SqlStore(abc.ABC):
         op_id: str | None,
         op_scope: str,
         loaded: dict[DocKey, _Loaded],
-        fresh: list[_Fresh],
+        fresh: _Fresh,
     ) -> Commit:
         at = utc_now()
         if op_id is not None:
@@ -608,23 +651,38 @@ class SqlStore(abc.ABC):
         if not plan:
             return Commit(applied=True, revisions={w.key: loaded[w.key].row.revision for w in writes})
         staged = [(w, e, self._stage(tx, w, e)) for w, e in plan]
-        self._lock_commit_order(tx)
-        seq = self._insert_transition(tx, at, origin)
-        if op_id is not None:
-            tx.run("UPDATE applied_ops SET seq = ? WHERE scope = ? AND op_id = ?", (seq, op_scope, op_id))
         revisions = {w.key: loaded[w.key].row.revision for w in writes}
-        with tx.batch():
+        # The rest needs no answer before the commit: where the database can pipeline, the
+        # transition, every row write and the COMMIT travel together.
+        with tx.batch(commit=True):
+            seq_of = self._insert_transition(tx, at, origin)
+            seq = (
+                _SeqRef("?", (seq_of(),))
+                if self.current_seq_sql is None
+                else _SeqRef(self.current_seq_sql, ())
+            )
+            if op_id is not None:
+                tx.run(
+                    f"UPDATE applied_ops SET seq = {seq.sql} WHERE scope = ? AND op_id = ?",
+                    (*seq.params, op_scope, op_id),
+                )
             for write, entry, stage in staged:
                 revisions[write.key] = self._write_doc(tx, write, entry, stage, seq, fresh)
-        return Commit(applied=True, seq=seq, at=at, revisions=revisions)
+        return Commit(applied=True, seq=seq_of(), at=at, revisions=revisions)
 
-    def _insert_transition(self, tx: Tx, at: str, origin: dict[str, Any]) -> int:
+    current_seq_sql: str | None = None
+    """SQL naming the seq just inserted by this transaction, where it can be used before its
+    value is known (pipelined writes); None: the value is read back and sent as a parameter."""
+
+    def _insert_transition(self, tx: Tx, at: str, origin: dict[str, Any]) -> Callable[[], int]:
+        """Insert the transition row; return how to get its seq (maybe only after the batch)."""
         row = tx.one(
             "INSERT INTO transitions (at, origin) VALUES (?, ?) RETURNING seq",
             (at, encode_trusted(origin)),
         )
         assert row is not None
-        return int(row[0])
+        seq = int(row[0])
+        return lambda: seq
 
     def _stage(self, tx: Tx, write: Write, entry: _Loaded) -> _Stage:
         """Apply the write's edits to the loaded members; nothing is written yet."""
@@ -664,13 +722,16 @@ class SqlStore(abc.ABC):
         return stage
 
     def _write_doc(
-        self, tx: Tx, write: Write, entry: _Loaded, stage: _Stage, seq: int, fresh: list[_Fresh]
+        self, tx: Tx, write: Write, entry: _Loaded, stage: _Stage, seq: _SeqRef, fresh: _Fresh
     ) -> int:
         row = entry.row
         size = row.body_size
         position = row.next_position
         updates: list[tuple[Any, ...]] = []
         inserts: list[tuple[Any, ...]] = []
+        # the member heads after this write follow from those before it, when they are known
+        before = self._heads.get(row.doc_id, row.revision) if row.present else []
+        heads = None if before is None else {h[1]: h for h in before}
         for name in stage.touched:
             value = stage.values[name]
             old = entry.members.get(name) if row.present else None
@@ -678,17 +739,23 @@ class SqlStore(abc.ABC):
                 if old is not None:
                     tx.run("DELETE FROM members WHERE doc_id = ? AND name = ?", (row.doc_id, name))
                     size -= old[2]
+                if heads is not None:
+                    heads.pop(name, None)
                 continue
             body = encode_trusted(value)
             outline = encode_trusted(outline_of(value)) if type(value) is dict else None
-            fresh.append((row.doc_id, name, row.revision + 1, value, len(body)))
+            fresh.members.append((row.doc_id, name, row.revision + 1, value, len(body)))
             if old is not None:
                 updates.append((body, row.revision + 1, len(body), outline, row.doc_id, name))
                 size += len(body) - old[2]
+                at = old[1]
             else:
                 inserts.append((row.doc_id, name, position, row.revision + 1, len(body), outline, body))
+                at = position
                 position += 1
                 size += len(body)
+            if heads is not None:
+                heads[name] = (row.doc_id, name, at, row.revision + 1, len(body), outline)
         if updates:
             tx.many(
                 "UPDATE members SET body = ?, revision = ?, size = ?, outline = ? WHERE doc_id = ? AND name = ?",
@@ -703,13 +770,16 @@ class SqlStore(abc.ABC):
         if not stage.present:
             tx.run("DELETE FROM members WHERE doc_id = ?", (row.doc_id,))
             size = 0
+            heads = {}
         revision = row.revision + 1
+        if heads is not None:
+            fresh.heads[row.doc_id] = (revision, sorted(heads.values(), key=lambda h: h[2]))
         paths = (
             [list(p) for p in write.paths] if write.paths is not None else [list(e.path) for e in write.edits]
         )
         tx.run(
-            "INSERT INTO changes (doc_id, revision, seq, paths) VALUES (?, ?, ?, ?)",
-            (row.doc_id, revision, seq, encode_trusted(paths)),
+            f"INSERT INTO changes (doc_id, revision, seq, paths) VALUES (?, ?, {seq.sql}, ?)",
+            (row.doc_id, revision, *seq.params, encode_trusted(paths)),
         )
         groups: dict[str, list[Any]] = {}
         for edit in _effective_edits(write.edits):
@@ -726,12 +796,13 @@ class SqlStore(abc.ABC):
             )
             snapshot_revision, since = revision, 0
         tx.run(
-            "UPDATE documents SET revision = ?, present = ?, updated_seq = ?, snapshot_revision = ?, "
-            "bytes_since_snapshot = ?, body_size = ?, next_position = ? WHERE doc_id = ?",
+            f"UPDATE documents SET revision = ?, present = ?, updated_seq = {seq.sql}, "
+            "snapshot_revision = ?, bytes_since_snapshot = ?, body_size = ?, next_position = ? "
+            "WHERE doc_id = ?",
             (
                 revision,
                 1 if stage.present else 0,
-                seq,
+                *seq.params,
                 snapshot_revision,
                 since,
                 size,
@@ -762,21 +833,28 @@ class SqlStore(abc.ABC):
         """The rows of several documents in one query."""
         if not keys:
             return {}
+        return _by_key(tx.all(*self._rows_query(keys, suffix)))
+
+    @staticmethod
+    def _rows_query(keys: Sequence[DocKey], suffix: str = "") -> tuple[str, list[str]]:
         where, params = key_filter(keys)
-        rows = tx.all(f"{_ROW_SELECT} WHERE {where}{suffix}", params)
-        return {DocKey(r[9], r[10]): _to_row(r) for r in rows}
+        return f"{_ROW_SELECT} WHERE {where}{suffix}", params
 
     def _lock(self, tx: Tx, key: DocKey) -> _Row:
         """The document's row, created (revision 0, absent) if needed, locked for this tx."""
+        r = tx.one(*self._lock_query(key))
+        assert r is not None
+        return _to_row(r)
+
+    @staticmethod
+    def _lock_query(key: DocKey) -> tuple[str, tuple[str, str]]:
         # One statement creates the row if needed and returns it; on PostgreSQL the
         # DO UPDATE also takes the row lock (held to commit), serializing this document.
-        r = tx.one(
+        return (
             "INSERT INTO documents (state, subject) VALUES (?, ?) ON CONFLICT (state, subject) "
             f"DO UPDATE SET revision = documents.revision RETURNING {_ROW_COLUMNS}",
             (key.state, key.subject),
         )
-        assert r is not None
-        return _to_row(r)
 
     def _load_members(
         self,
@@ -789,7 +867,7 @@ class SqlStore(abc.ABC):
         wanted = None if names is None else [n for n in names if n not in entry.members]
         shapes: dict[str, Any] = {}
         if (names is None and not entry.complete) or wanted or outlines:
-            members, shapes = self._fetch(tx, key, entry.row.doc_id, wanted, outlines)
+            members, shapes = self._fetch(tx, key, entry.row.doc_id, entry.row.revision, wanted, outlines)
             for name, position, value, size in members:
                 entry.members[name] = (value, position, size)
         if names is None:
@@ -800,23 +878,35 @@ class SqlStore(abc.ABC):
     def _fetch_many(
         self,
         tx: Tx,
-        wanted: Sequence[tuple[DocKey, int, Sequence[str] | None]],
+        wanted: Sequence[_Wanted],
         outlines: Sequence[str] = (),
     ) -> dict[int, tuple[list[tuple[str, int, Any, int]], dict[str, Any]]]:
-        """Members of several documents: one head query, one body query for the cache misses."""
+        """Members of several documents: one head query for the documents whose heads are not
+        cached at their revision, one body query for the member cache misses."""
         if not wanted:
             return {}
-        ids = [doc_id for _, doc_id, _ in wanted]
-        heads = tx.all(
-            "SELECT doc_id, name, position, revision, size, outline FROM members "
-            f"WHERE doc_id IN ({','.join('?' * len(ids))}) ORDER BY doc_id, position",
-            ids,
-        )
-        by_doc: dict[int, list[tuple[Any, ...]]] = {}
-        for h in heads:
-            by_doc.setdefault(int(h[0]), []).append(h)
-        keys = {doc_id: key for key, doc_id, _ in wanted}
-        names_of = {doc_id: (None if names is None else set(names)) for _, doc_id, names in wanted}
+        by_doc: dict[int, list[_Head]] = {}
+        unknown: dict[int, int] = {}
+        for _, doc_id, revision, _ in wanted:
+            cached = self._heads.get(doc_id, revision)
+            if cached is None:
+                unknown[doc_id] = revision
+            else:
+                by_doc[doc_id] = cached
+        if unknown:
+            ids = list(unknown)
+            for h in tx.all(
+                "SELECT doc_id, name, position, revision, size, outline FROM members "
+                f"WHERE doc_id IN ({','.join('?' * len(ids))}) ORDER BY doc_id, position",
+                ids,
+            ):
+                by_doc.setdefault(int(h[0]), []).append(
+                    (int(h[0]), h[1], int(h[2]), int(h[3]), int(h[4]), None if h[5] is None else bytes(h[5]))
+                )
+            for doc_id, revision in unknown.items():
+                self._heads.put(doc_id, revision, by_doc.setdefault(doc_id, []))
+        keys = {doc_id: key for key, doc_id, _, _ in wanted}
+        names_of = {doc_id: (None if names is None else set(names)) for _, doc_id, _, names in wanted}
         values: dict[tuple[int, str], Any] = {}
         misses: list[tuple[int, str]] = []
         for doc_id, rows in by_doc.items():
@@ -840,7 +930,7 @@ class SqlStore(abc.ABC):
                 values[(int(doc_id), name)] = value
                 self._cache.put(int(doc_id), name, int(revision), value, len(raw))
         out: dict[int, tuple[list[tuple[str, int, Any, int]], dict[str, Any]]] = {}
-        for _, doc_id, _ in wanted:
+        for _, doc_id, _, _ in wanted:
             rows = by_doc.get(doc_id, [])
             shapes = {
                 n: None if o is None else _decode(o, f"{keys[doc_id]} outline of {n!r}")
@@ -860,6 +950,7 @@ class SqlStore(abc.ABC):
         tx: Tx,
         key: DocKey,
         doc_id: int,
+        revision: int,
         names: Sequence[str] | None,
         outlines: Sequence[str] = (),
     ) -> tuple[list[tuple[str, int, Any, int]], dict[str, Any]]:
@@ -868,7 +959,7 @@ class SqlStore(abc.ABC):
         Values come from the cache when the member's revision matches; only the others are read
         and decoded — a warm read of a slice of a huge member never touches its bytes.
         """
-        return self._fetch_many(tx, [(key, doc_id, names)], outlines)[doc_id]
+        return self._fetch_many(tx, [(key, doc_id, revision, names)], outlines)[doc_id]
 
     # ------------------------------------------------------------------ listings and search
 
@@ -942,7 +1033,9 @@ class SqlStore(abc.ABC):
             if row is None:
                 continue
             unchecked = self._unchecked(tx, row.doc_id, filters)
-            members, _ = self._fetch(tx, item.key, row.doc_id, unchecked) if unchecked else ([], {})
+            members, _ = (
+                self._fetch(tx, item.key, row.doc_id, row.revision, unchecked) if unchecked else ([], {})
+            )
             body = {n: v for n, _, v, _ in members}
             if all(n in body and json_contains(body[n], filters[n]) for n in unchecked):
                 out.append(item)
@@ -1061,6 +1154,10 @@ def key_filter(keys: Sequence[DocKey]) -> tuple[str, list[str]]:
     """A WHERE clause (on ``documents d``) matching exactly these keys, with its parameters."""
     where = " OR ".join(["(d.state = ? AND d.subject = ?)"] * len(keys))
     return where, [v for k in keys for v in (k.state, k.subject)]
+
+
+def _by_key(rows: list[tuple[Any, ...]]) -> dict[DocKey, _Row]:
+    return {DocKey(r[9], r[10]): _to_row(r) for r in rows}
 
 
 def _to_row(r: tuple[Any, ...]) -> _Row:

@@ -46,3 +46,31 @@ class MemberCache:
         with self._lock:
             self._entries.clear()
             self._bytes = 0
+
+
+DEFAULT_HEAD_DOCS: Final = 100_000
+
+
+class HeadCache:
+    """Member heads (name, position, revision, size, outline — no body) per document, keyed
+    by the document revision they belong to. Every write bumps the revision, so an entry is
+    never stale; a hit saves the head query of a write or a partial read."""
+
+    def __init__(self, max_docs: int = DEFAULT_HEAD_DOCS) -> None:
+        self.max_docs = max_docs
+        self._entries: dict[int, tuple[int, list[Any]]] = {}
+
+    def get(self, doc_id: int, revision: int) -> list[Any] | None:
+        entry = self._entries.get(doc_id)
+        return entry[1] if entry is not None and entry[0] == revision else None
+
+    def put(self, doc_id: int, revision: int, heads: list[Any]) -> None:
+        if len(self._entries) >= self.max_docs:
+            self._entries.clear()  # crude but bounded; a miss only costs one head query
+        # a lagging writer must not replace a newer entry with an older one
+        current = self._entries.get(doc_id)
+        if current is None or current[0] <= revision:
+            self._entries[doc_id] = (revision, heads)
+
+    def clear(self) -> None:
+        self._entries.clear()

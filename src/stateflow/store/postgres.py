@@ -10,7 +10,7 @@ Reads run in ``REPEATABLE READ READ ONLY`` transactions: one snapshot per read.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any, Final
 
@@ -42,6 +42,8 @@ class _PgTx(Tx):
         self._pipeline: psycopg.Pipeline | None = None
         self.begin = begin
         """BEGIN not sent yet: it travels with the first statement (one round trip saved)."""
+        self.committed = False
+        """COMMIT already went out with a batch."""
 
     def _execute(self, sql: str, params: Sequence[Any]) -> psycopg.Cursor[Any]:
         sql = sql.replace("?", "%s")
@@ -62,13 +64,37 @@ class _PgTx(Tx):
             return cur.fetchall() if cur.description else []
 
     @contextmanager
-    def batch(self) -> Iterator[Any]:
-        with self.conn.pipeline() as pipeline:
+    def batch(self, *, commit: bool = False) -> Iterator[Any]:
+        with _mapped_errors(), self.conn.pipeline() as pipeline:
             self._pipeline = pipeline
             try:
                 yield pipeline
+                if commit and self.begin is None:
+                    self.conn.execute("COMMIT")  # rides with the batch; an error above skips it
+                    self.committed = True
             finally:
                 self._pipeline = None
+
+    def all_of(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> list[list[tuple[Any, ...]]]:
+        with _mapped_errors(), self.conn.pipeline() as pipeline:
+            if self.begin is not None:
+                self.conn.execute(self.begin)
+                self.begin = None
+            cursors = [self.conn.execute(sql.replace("?", "%s"), params) for sql, params in statements]
+            pipeline.sync()
+            return [cur.fetchall() if cur.description else [] for cur in cursors]
+
+    def later(self, sql: str, params: Sequence[Any] = ()) -> Callable[[], list[tuple[Any, ...]]]:
+        if self._pipeline is None or self.begin is not None:
+            return super().later(sql, params)
+        with _mapped_errors():
+            cur = self._execute(sql, params)
+
+        def rows() -> list[tuple[Any, ...]]:
+            with _mapped_errors():
+                return cur.fetchall()
+
+        return rows
 
     def run(self, sql: str, params: Sequence[Any] = ()) -> int:
         with _mapped_errors():
@@ -128,7 +154,7 @@ class PostgresStore(SqlStore):
                         with suppress(psycopg.Error):  # the failure may already have ended it
                             conn.execute("ROLLBACK")
                     raise
-                if tx.begin is None:
+                if tx.begin is None and not tx.committed:
                     with _mapped_errors():
                         conn.execute("COMMIT")
         except PoolTimeout as exc:
@@ -172,16 +198,18 @@ class PostgresStore(SqlStore):
     def _write_tx(self) -> Any:
         return self._tx(False)
 
-    def _insert_transition(self, tx: Tx, at: str, origin: dict[str, Any]) -> int:
+    current_seq_sql = "currval(pg_get_serial_sequence('transitions', 'seq'))"
+
+    def _insert_transition(self, tx: Tx, at: str, origin: dict[str, Any]) -> Callable[[], int]:
         # The advisory lock (held to commit) makes seq values visible in commit order; taking it
-        # in the same statement as the insert saves a round trip.
-        row = tx.one(
+        # in the same statement as the insert saves a round trip, and the rows that follow name
+        # the seq by `currval`, so the value is only read back after the commit.
+        rows = tx.later(
             "INSERT INTO transitions (at, origin) SELECT ?, ? FROM (SELECT pg_advisory_xact_lock(?)) l "
             "RETURNING seq",
             (at, encode_trusted(origin), _SEQ_LOCK),
         )
-        assert row is not None
-        return int(row[0])
+        return lambda: int(rows()[0][0])
 
     def _migrations(self) -> dict[int, str]:
         return POSTGRES
