@@ -295,6 +295,32 @@ def test_cached_members_never_hide_a_write_from_another_store_object(open_migrat
     assert (reader.get(A).body or {})["big"][0] == 0
 
 
+def test_cached_member_heads_never_hide_a_write_from_another_store_object(open_migrated: Any) -> None:
+    """Each store remembers the member list a write left behind; another writer adding,
+    replacing or deleting members moves the revision on, so nothing stale is used."""
+    one, two = open_migrated(), open_migrated()
+
+    def bump(store: SqlStore) -> Any:
+        def compute(docs: dict[DocKey, Document]) -> Any:
+            body = dict(docs[A].body or {})
+            body["n"] = body.get("n", 0) + 1
+            return [Write.between(A, docs[A].body, body, docs[A].revision)], None
+
+        return store.update([A], compute)
+
+    bump(one)  # `one` now knows A's members at revision 1
+    two.commit([Write(A, [Edit(("extra",), {"x": 1})])])  # a member `one` has not seen
+    bump(one)
+    assert one.get(A).body == {"n": 2, "extra": {"x": 1}}
+    two.commit([Write(A, [Edit(("extra",))])])  # deleted behind `one`'s back
+    bump(one)
+    assert one.get(A).body == {"n": 3} and two.get(A).body == {"n": 3}
+    two.commit([Write(A, [Edit((), {"fresh": True})])])  # replaced as a whole
+    bump(one)
+    assert one.get(A).body == two.get(A).body == {"fresh": True, "n": 1}
+    assert [c.revision for c in two.history([A], limit=10)] == [7, 6, 5, 4, 3, 2, 1]
+
+
 def test_pruning_history_keeps_later_revisions_readable(store: SqlStore) -> None:
     commits = []
     for i in range(1, 6):

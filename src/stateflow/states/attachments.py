@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
 import orjson
@@ -35,6 +34,7 @@ from stateflow.states.templates import (
     validate_template,
 )
 from stateflow.store import DocKey, Document, Write
+from stateflow.store.base import utc_now
 
 if TYPE_CHECKING:
     from stateflow.jq import JqRunner
@@ -359,7 +359,7 @@ class TemplatesMixin:
                 "parameters": parameters,
                 "supplied": supplied,
                 "declarations": declarations,
-                "updated_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+                "updated_at": utc_now(),
             }
             effective = self._effective(decl["schema"], attachments, {template: doc})
             for validator in self.attach_validators:
@@ -776,7 +776,7 @@ def _trace(origin: dict[str, Any]) -> dict[str, Any]:
         "run": origin.get("run_id"),
         "turn": origin.get("turn_id"),
         "inbound": origin.get("inbound_id"),
-        "at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        "at": utc_now(),
     }
 
 

@@ -29,6 +29,7 @@ from stateflow.states.attachments import TemplatesMixin
 from stateflow.states.models import Declaration, DoorContext, StateSubject, WriteOrigin
 from stateflow.states.schema import ValidatorCache, check_base_schema, narrowing
 from stateflow.store import DocKey, Document, SqlStore, Write
+from stateflow.store.base import utc_text
 from stateflow.store.model import Listed
 
 CATALOG: Final = "_states"
@@ -854,7 +855,7 @@ class StatesService(TemplatesMixin):
             days = decl.get("retention_days") or default_days
             if not days:
                 continue
-            cutoff = (now - timedelta(days=days)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+            cutoff = utc_text(now - timedelta(days=days))
             count = 0
             after = None
             while page := self.store.scan(decl["name"], after=after, limit=PAGE_MAX):
@@ -870,11 +871,11 @@ class StatesService(TemplatesMixin):
                 after = page[-1].key.subject
             pruned[decl["name"]] = count
         assert op_days is not None
-        op_cutoff = (now - timedelta(days=op_days)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        op_cutoff = utc_text(now - timedelta(days=op_days))
         ops = self.store.prune_ops(op_cutoff)
         audit: dict[str, int] = {}
         if audit_days:
-            audit_cutoff = (now - timedelta(days=audit_days)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+            audit_cutoff = utc_text(now - timedelta(days=audit_days))
             for decl in self.list_declarations():
                 audit[decl["name"]] = self.store.prune_history(decl["name"], audit_cutoff)
         return {"pruned": pruned, "op_ids": ops, "audit_rows": audit}

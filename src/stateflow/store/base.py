@@ -45,7 +45,12 @@ SNAPSHOT_MIN_BYTES: Final = 4096
 
 def utc_now() -> str:
     """The store's one clock: fixed-width ISO-8601 UTC, so text order is time order."""
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return utc_text(datetime.now(UTC))
+
+
+def utc_text(moment: datetime) -> str:
+    """``moment`` (UTC) as the store writes times: ``YYYY-MM-DDTHH:MM:SS.ffffffZ``."""
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 _OP_SEEN: Final = "SELECT 1 FROM applied_ops WHERE scope = ? AND op_id = ?"
@@ -552,23 +557,11 @@ class SqlStore(abc.ABC):
         fresh = _Fresh()
         try:
             with self._write_tx() as tx:
-                loaded: dict[DocKey, _Loaded] = {}
                 docs: dict[DocKey, Document] = {}
-                # the op-id check, shared rows, then row locks (the order fold and re-declare use
-                # too) go out together; then one member-head query for the documents whose heads
-                # are not cached
                 locked = sorted(set(keys) - set(shared_keys))
-                statements: list[tuple[str, Sequence[Any]]] = [self._lock_query(key) for key in locked]
-                if shared_keys:
-                    statements.insert(0, self._rows_query(shared_keys, self.share_clause))
-                if op_id is not None:
-                    statements.insert(0, (_OP_SEEN, (op_scope, op_id)))
-                answers = tx.all_of(statements)
-                if op_id is not None and answers.pop(0):
-                    raise _Replay
-                rows = _by_key(answers.pop(0)) if shared_keys else {}
-                for key, answer in zip(locked, answers, strict=True):
-                    loaded[key] = _Loaded(_to_row(answer[0]))
+                rows, locked_rows = self._claim(tx, shared_keys, locked, op_id, op_scope)
+                loaded = {key: _Loaded(row) for key, row in locked_rows.items()}
+                # then one member-head query for the documents whose heads are not cached
                 wanted: list[_Wanted] = [
                     (k, rows[k].doc_id, rows[k].revision, None)
                     for k in shared_keys
@@ -608,6 +601,28 @@ class SqlStore(abc.ABC):
             return Commit(applied=False), None
         self._remember(fresh)
         return commit, result
+
+    def _claim(
+        self,
+        tx: Tx,
+        shared: Sequence[DocKey],
+        locked: Sequence[DocKey],
+        op_id: str | None,
+        op_scope: str,
+    ) -> tuple[dict[DocKey, _Row], dict[DocKey, _Row]]:
+        """Start a read-modify-write: refuse a replayed op id (``_Replay``), read the shared
+        rows, then lock (creating if needed) the others — in this order, the order fold and
+        re-declare use too. All statements go out together where the database pipelines."""
+        statements: list[tuple[str, Sequence[Any]]] = [self._lock_query(key) for key in locked]
+        if shared:
+            statements.insert(0, self._rows_query(shared, self.share_clause))
+        if op_id is not None:
+            statements.insert(0, (_OP_SEEN, (op_scope, op_id)))
+        answers = tx.all_of(statements)
+        if op_id is not None and answers.pop(0):
+            raise _Replay
+        rows = _by_key(answers.pop(0)) if shared else {}
+        return rows, {key: _to_row(answer[0]) for key, answer in zip(locked, answers, strict=True)}
 
     def _remember(self, fresh: _Fresh) -> None:
         """Cache members written by a transaction that has committed (never before)."""
