@@ -295,6 +295,22 @@ def test_cached_members_never_hide_a_write_from_another_store_object(open_migrat
     assert (reader.get(A).body or {})["big"][0] == 0
 
 
+def test_remembered_documents_never_hide_creation_or_deletion_elsewhere(open_migrated: Any) -> None:
+    reader, writer = open_migrated(), open_migrated()
+    assert reader.read([A, B]) == {A: Document(A, 0, None), B: Document(B, 0, None)}  # both seen
+    writer.commit([Write.between(A, None, {"v": 1})])
+    assert reader.get(A).body == {"v": 1}
+    assert reader.get(A).body == {"v": 1}  # served again (remembered at revision 1)
+    writer.commit([Write.between(A, {"v": 1}, None)])
+    doc = reader.get(A)
+    assert doc.body is None and doc.revision == 2
+    reader.commit([Write.between(A, None, {"v": 3})])  # the reader's own write is remembered too
+    writer.commit([Write(B, [Edit(("n",), 1)])])
+    docs = reader.read([A, B])
+    assert docs[A].body == {"v": 3} and docs[A].revision == 3 and docs[B].body == {"n": 1}
+    assert writer.read([A, B]) == docs
+
+
 def test_cached_member_heads_never_hide_a_write_from_another_store_object(open_migrated: Any) -> None:
     """Each store remembers the member list a write left behind; another writer adding,
     replacing or deleting members moves the revision on, so nothing stale is used."""

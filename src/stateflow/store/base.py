@@ -15,6 +15,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Any, Final, NamedTuple, TypeVar
 
 import orjson
@@ -134,10 +135,12 @@ _Wanted = tuple[DocKey, int, int, Sequence[str] | None]
 
 
 class _SeqRef(NamedTuple):
-    """How a statement names the transaction's seq: SQL and the parameters it takes."""
+    """How a statement names the transaction's seq: SQL and the parameters it takes (and the
+    transaction's time, which travels with it)."""
 
     sql: str
     params: tuple[int, ...]
+    at: str
 
 
 @dataclass(slots=True)
@@ -148,6 +151,11 @@ class _Fresh:
     """(doc_id, name, revision, value, size) of each member value written"""
     heads: dict[int, tuple[int, list[_Head]]] = field(default_factory=dict)
     """doc_id → (revision, member heads) after the write, where the heads before it were known"""
+    bodies: dict[int, tuple[int, dict[str, Any] | None, str]] = field(default_factory=dict)
+    """doc_id → (revision, body, at) after the write, where every member was known (only for
+    stores that keep whole bodies: ``keeps_bodies``)"""
+    seq: int | None = None
+    """The transaction's seq, once known."""
 
 
 class _Replay(Exception):
@@ -672,9 +680,9 @@ class SqlStore(abc.ABC):
         with tx.batch(commit=True):
             seq_of = self._insert_transition(tx, at, origin)
             seq = (
-                _SeqRef("?", (seq_of(),))
+                _SeqRef("?", (seq_of(),), at)
                 if self.current_seq_sql is None
-                else _SeqRef(self.current_seq_sql, ())
+                else _SeqRef(self.current_seq_sql, (), at)
             )
             if op_id is not None:
                 tx.run(
@@ -683,7 +691,11 @@ class SqlStore(abc.ABC):
                 )
             for write, entry, stage in staged:
                 revisions[write.key] = self._write_doc(tx, write, entry, stage, seq, fresh)
-        return Commit(applied=True, seq=seq_of(), at=at, revisions=revisions)
+        fresh.seq = seq_of()
+        return Commit(applied=True, seq=fresh.seq, at=at, revisions=revisions)
+
+    keeps_bodies = False
+    """Whether writes report whole bodies they leave behind to ``_remember`` (``_Fresh.bodies``)."""
 
     current_seq_sql: str | None = None
     """SQL naming the seq just inserted by this transaction, where it can be used before its
@@ -788,7 +800,14 @@ class SqlStore(abc.ABC):
             heads = {}
         revision = row.revision + 1
         if heads is not None:
-            fresh.heads[row.doc_id] = (revision, sorted(heads.values(), key=lambda h: h[2]))
+            after = sorted(heads.values(), key=lambda h: h[2])
+            fresh.heads[row.doc_id] = (revision, after)
+            if self.keeps_bodies and (entry.complete or not row.present):
+                whole = {
+                    h[1]: stage.values[h[1]] if h[1] in stage.touched else entry.members[h[1]][0]
+                    for h in after
+                }
+                fresh.bodies[row.doc_id] = (revision, whole if stage.present else None, seq.at)
         paths = (
             [list(p) for p in write.paths] if write.paths is not None else [list(e.path) for e in write.edits]
         )
@@ -1167,8 +1186,12 @@ def outline_of(value: dict[str, Any]) -> dict[str, str]:
 
 def key_filter(keys: Sequence[DocKey]) -> tuple[str, list[str]]:
     """A WHERE clause (on ``documents d``) matching exactly these keys, with its parameters."""
-    where = " OR ".join(["(d.state = ? AND d.subject = ?)"] * len(keys))
-    return where, [v for k in keys for v in (k.state, k.subject)]
+    return _key_where(len(keys)), [v for k in keys for v in k]
+
+
+@lru_cache(maxsize=64)
+def _key_where(count: int) -> str:
+    return " OR ".join(["(d.state = ? AND d.subject = ?)"] * count)
 
 
 def _by_key(rows: list[tuple[Any, ...]]) -> dict[DocKey, _Row]:

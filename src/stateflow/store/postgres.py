@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
+from functools import lru_cache
 from typing import Any, Final
 
 import psycopg
@@ -20,20 +21,29 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from stateflow.doc.canonical import encode_trusted
 from stateflow.errors import CorruptData, StoreError, StoreNotMigrated, StoreUnavailable
-from stateflow.store.base import SqlStore, Tx, _decode, key_filter
+from stateflow.store.base import SqlStore, Tx, _decode, _Fresh, key_filter
 from stateflow.store.migrations import INDEXABLE, POSTGRES
 from stateflow.store.model import DocKey, Document, Listed
 
 _SEQ_LOCK: Final = 0x5EF10  # advisory lock id that orders transition inserts
 
 _WHOLE_READ: Final = (
-    "SELECT d.state, d.subject, d.revision, d.present, d.updated_seq, t.at, "
+    "SELECT d.state, d.subject, d.doc_id, d.revision, d.present, d.updated_seq, t.at, "
     # the body assembled from member rows in the server: one row and one decode per document
     "(SELECT '\\x7b'::bytea || coalesce(string_agg(convert_to(to_json(m.name)::text, 'UTF8') "
     "|| '\\x3a'::bytea || m.body, '\\x2c'::bytea ORDER BY m.position), ''::bytea) || '\\x7d'::bytea "
     "FROM members m WHERE m.doc_id = d.doc_id AND d.present = 1) "
     "FROM documents d LEFT JOIN transitions t ON t.seq = d.updated_seq WHERE {where}"
 )
+_REVISIONS: Final = "SELECT d.doc_id, d.revision FROM documents d WHERE {where}"
+
+
+@lru_cache(maxsize=64)
+def _revisions_sql(where: str) -> str:
+    return _REVISIONS.format(where=where)
+
+
+BODY_CACHE_DOCS: Final = 10_000
 
 
 class _PgTx(Tx):
@@ -46,7 +56,7 @@ class _PgTx(Tx):
         """COMMIT already went out with a batch."""
 
     def _execute(self, sql: str, params: Sequence[Any]) -> psycopg.Cursor[Any]:
-        sql = sql.replace("?", "%s")
+        sql = _pg(sql)
         if self.begin is None:
             return self.conn.execute(sql, params)
         begin, self.begin = self.begin, None
@@ -80,7 +90,7 @@ class _PgTx(Tx):
             if self.begin is not None:
                 self.conn.execute(self.begin)
                 self.begin = None
-            cursors = [self.conn.execute(sql.replace("?", "%s"), params) for sql, params in statements]
+            cursors = [self.conn.execute(_pg(sql), params) for sql, params in statements]
             pipeline.sync()
             return [cur.fetchall() if cur.description else [] for cur in cursors]
 
@@ -105,7 +115,7 @@ class _PgTx(Tx):
             super().many(sql, rows)
             return
         with _mapped_errors(), self.conn.cursor() as cur:
-            cur.executemany(sql.replace("?", "%s"), rows)
+            cur.executemany(_pg(sql), rows)
 
 
 class PostgresStore(SqlStore):
@@ -123,6 +133,10 @@ class PostgresStore(SqlStore):
         auto_migrate: bool = False,
     ) -> None:
         super().__init__()
+        self._bodies: dict[int, tuple[int, Document]] = {}
+        """doc_id → (revision, whole document as read or written here)"""
+        self._seen: dict[DocKey, None] = {}
+        """keys read here before (present, deleted or never written)"""
         self.url = _safe(url)
         # autocommit: a lone statement needs no BEGIN/COMMIT round trips; transactions are explicit
         self._pool = ConnectionPool(
@@ -170,27 +184,63 @@ class PostgresStore(SqlStore):
         outlines: Iterable[str] = (),
     ) -> dict[DocKey, Document]:
         """Whole documents in one statement (one round trip, one snapshot); anything else
-        through the member cache."""
+        through the member cache.
+
+        Bodies read or written here are remembered with their revision. When every asked
+        document was seen before, the statement asks only for the current revisions (a cheaper
+        query, nothing to decode) and the bodies come from memory; a revision that moved on
+        means one more round trip for the full read."""
         keys = list(keys)
         outline_names = list(outlines)
         if members is not None or outline_names or not keys:
             return super().read(keys, members, outlines=outline_names)
         self.check_schema()
         where, params = key_filter(keys)
-        try:
-            with self._pool.connection() as conn:
-                rows = _PgTx(conn).all(_WHOLE_READ.format(where=where), params)
-        except PoolTimeout as exc:
-            raise StoreUnavailable(f"no database connection available: {exc}") from exc
+        if all(key in self._seen for key in keys):
+            out = {key: Document(key, 0, None) for key in keys}
+            for doc_id, revision in self._query(_revisions_sql(where), params):
+                known = self._bodies.get(doc_id)
+                if known is None or known[0] != revision:
+                    break
+                out[known[1].key] = known[1]
+            else:
+                return out
+        rows = self._query(_WHOLE_READ.format(where=where), params)
         out = {key: Document(key, 0, None) for key in keys}
-        for state, subject, revision, present, seq, at, raw in rows:
+        for state, subject, doc_id, revision, present, seq, at, raw in rows:
             key = DocKey(state, subject)
             try:
                 body = _decode(raw, f"{key} body") if present else None
             except CorruptData:
                 return super().read(keys)  # member by member: the error names the damaged one
-            out[key] = Document(key, revision, body, seq, {}, at)
+            out[key] = self._keep(doc_id, Document(key, revision, body, seq, {}, at))
+        for key in keys:
+            self._seen.setdefault(key, None)
         return out
+
+    def _query(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        try:
+            with self._pool.connection() as conn:
+                return _PgTx(conn).all(sql, params)
+        except PoolTimeout as exc:
+            raise StoreUnavailable(f"no database connection available: {exc}") from exc
+
+    def _keep(self, doc_id: int, doc: Document) -> Document:
+        if len(self._bodies) >= BODY_CACHE_DOCS:
+            self._bodies.clear()  # bounded; a miss costs one full read
+            self._seen.clear()
+        known = self._bodies.get(doc_id)
+        if known is None or known[0] <= doc.revision:  # never replace a newer body by an older one
+            self._bodies[doc_id] = (doc.revision, doc)
+        return doc
+
+    def _remember(self, fresh: _Fresh) -> None:
+        super()._remember(fresh)
+        for doc_id, (revision, body, at) in fresh.bodies.items():
+            known = self._bodies.get(doc_id)
+            if known is not None:  # a document read here before: its key is known
+                key = known[1].key
+                self._keep(doc_id, Document(key, revision, body, fresh.seq, {}, at))
 
     def _read_tx(self) -> Any:
         return self._tx(True)
@@ -199,6 +249,7 @@ class PostgresStore(SqlStore):
         return self._tx(False)
 
     current_seq_sql = "currval(pg_get_serial_sequence('transitions', 'seq'))"
+    keeps_bodies = True
 
     def _insert_transition(self, tx: Tx, at: str, origin: dict[str, Any]) -> Callable[[], int]:
         # The advisory lock (held to commit) makes seq values visible in commit order; taking it
@@ -257,6 +308,12 @@ class PostgresStore(SqlStore):
 
     def close(self) -> None:
         self._pool.close()
+
+
+@lru_cache(maxsize=1024)
+def _pg(sql: str) -> str:
+    """Our ``?`` placeholders in psycopg's spelling (our SQL holds no literal ``?``)."""
+    return sql.replace("?", "%s")
 
 
 def _jsonb_safe(raw: str) -> bool:
