@@ -221,3 +221,34 @@ def test_a_looping_jq_program_is_stopped_while_the_server_keeps_answering(
     assert status == 422 and body["code"] == "jq-limit-exceeded"  # type: ignore[index]
     assert outcome["seconds"] < 5  # type: ignore[operator]
     assert _http("GET", url + "/api/states/s/records/agent/x/thread/k", token) == (200, {"data": None})
+
+
+def test_concurrent_applies_to_one_record_through_the_server_all_land(
+    server: tuple[str, str, subprocess.Popen[str]],
+) -> None:
+    """Writers on the server's threads share commits; each apply still lands exactly once."""
+    import threading
+
+    url, token, _ = server
+    assert _http("PUT", url + "/api/states/s", token, json.loads(DECL))[0] == 200
+    record = url + "/api/states/s/records/agent/x/thread/k"
+    failures: list[object] = []
+
+    def client(c: int) -> None:
+        for i in range(15):
+            ops = [{"op": "set_by_key", "path": ["seen"], "key_field": "id", "value": {"id": f"{c}-{i}"}}]
+            status, body = _http("POST", record + "/deltas", token, {"ops": ops, "op_id": f"{c}-{i}"})
+            if status != 200:
+                failures.append(body)
+
+    clients = [threading.Thread(target=client, args=(c,)) for c in range(8)]
+    for t in clients:
+        t.start()
+    for t in clients:
+        t.join(timeout=120)
+    assert failures == []
+    status, body = _http("GET", record, token)
+    seen = {item["id"] for item in body["data"]["data"]["seen"]}  # type: ignore[index]
+    assert status == 200 and seen == {f"{c}-{i}" for c in range(8) for i in range(15)}
+    status, writes = _http("GET", record + "/writes?limit=500", token)
+    assert len(writes["data"]["items"]) == 120  # type: ignore[index]
