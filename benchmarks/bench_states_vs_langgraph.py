@@ -1,12 +1,15 @@
 """Declared-states ``apply`` and ``read`` vs LangGraph's ``SqliteStore`` / ``PostgresStore``.
 
 Both sides store the same small documents under the same keys in the same run, at equal
-durability (SQLite: WAL with the same ``synchronous``; PostgreSQL: the same server). stateflow's
-``apply`` is a read-modify-write op batch that also validates against the JSON Schema and writes
-the audit trail; LangGraph's ``put`` writes the already-computed document. Prints throughput
-(operations per second) and the ratio stateflow / LangGraph.
+durability (SQLite: the same ``synchronous`` setting, LangGraph both as shipped — rollback
+journal — and tuned to WAL like stateflow; PostgreSQL: the same server). stateflow's ``apply``
+is a read-modify-write op batch that also validates against the JSON Schema and writes the
+audit trail; LangGraph's ``put`` writes the already-computed document. Each case runs with one
+caller and with several concurrent callers (threads, each owning its subjects, as separate
+agents would). Prints throughput (operations per second) and the ratio stateflow / LangGraph.
 
-    python benchmarks/bench_states_vs_langgraph.py [--ops 2000] [--synchronous full|normal] [--postgres URL]
+    python benchmarks/bench_states_vs_langgraph.py [--ops 2000] [--synchronous full|normal]
+        [--threads 1,8] [--only sqlite|postgres] [--postgres URL]
 """
 
 from __future__ import annotations
