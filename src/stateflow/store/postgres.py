@@ -17,6 +17,7 @@ from typing import Any, Final
 
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg import pq
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from stateflow.doc.canonical import encode_trusted
@@ -71,7 +72,7 @@ class _PgTx(Tx):
             cur = self._execute(sql, params)
             if self._pipeline is not None:
                 self._pipeline.sync()  # results are wanted now: wait for them
-            return cur.fetchall() if cur.description else []
+            return _rows_of(cur)
 
     @contextmanager
     def batch(self, *, commit: bool = False) -> Iterator[Any]:
@@ -92,7 +93,7 @@ class _PgTx(Tx):
                 self.begin = None
             cursors = [self.conn.execute(_pg(sql), params) for sql, params in statements]
             pipeline.sync()
-            return [cur.fetchall() if cur.description else [] for cur in cursors]
+            return [_rows_of(cur) for cur in cursors]
 
     def later(self, sql: str, params: Sequence[Any] = ()) -> Callable[[], list[tuple[Any, ...]]]:
         if self._pipeline is None or self.begin is not None:
@@ -111,7 +112,7 @@ class _PgTx(Tx):
             return self._execute(sql, params).rowcount
 
     def many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
-        if self.begin is not None or not rows:
+        if self.begin is not None or len(rows) < 2:  # one row: a plain execute costs less
             super().many(sql, rows)
             return
         with _mapped_errors(), self.conn.cursor() as cur:
@@ -308,6 +309,13 @@ class PostgresStore(SqlStore):
 
     def close(self) -> None:
         self._pool.close()
+
+
+def _rows_of(cur: psycopg.Cursor[Any]) -> list[tuple[Any, ...]]:
+    """The cursor's rows, if its statement returned any (checked on the raw result: building
+    ``description`` costs more than many a query)."""
+    result = cur.pgresult
+    return cur.fetchall() if result is not None and result.status == pq.ExecStatus.TUPLES_OK else []
 
 
 @lru_cache(maxsize=1024)
