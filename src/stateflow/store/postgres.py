@@ -55,13 +55,27 @@ class _PgTx(Tx):
         """BEGIN not sent yet: it travels with the first statement (one round trip saved)."""
         self.committed = False
         """COMMIT already went out with a batch."""
+        self.poisoned = False
+        """A statement failed inside a pipeline: the connection must not be reused."""
+
+    @contextmanager
+    def _pipelined(self) -> Iterator[psycopg.Pipeline]:
+        # After a failure inside a pipeline, psycopg may believe a statement was prepared whose
+        # PREPARE never ran (the server skipped it with the rest of the pipeline); that
+        # connection would then fail later calls with "prepared statement … does not exist".
+        try:
+            with self.conn.pipeline() as pipeline:
+                yield pipeline
+        except psycopg.Error:
+            self.poisoned = True
+            raise
 
     def _execute(self, sql: str, params: Sequence[Any]) -> psycopg.Cursor[Any]:
         sql = _pg(sql)
         if self.begin is None:
             return self.conn.execute(sql, params)
         begin, self.begin = self.begin, None
-        with self.conn.pipeline() as pipeline:
+        with self._pipelined() as pipeline:
             self.conn.execute(begin)
             cur = self.conn.execute(sql, params)
             pipeline.sync()
@@ -76,7 +90,7 @@ class _PgTx(Tx):
 
     @contextmanager
     def batch(self, *, commit: bool = False) -> Iterator[Any]:
-        with _mapped_errors(), self.conn.pipeline() as pipeline:
+        with _mapped_errors(), self._pipelined() as pipeline:
             self._pipeline = pipeline
             try:
                 yield pipeline
@@ -87,7 +101,7 @@ class _PgTx(Tx):
                 self._pipeline = None
 
     def all_of(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> list[list[tuple[Any, ...]]]:
-        with _mapped_errors(), self.conn.pipeline() as pipeline:
+        with _mapped_errors(), self._pipelined() as pipeline:
             if self.begin is not None:
                 self.conn.execute(self.begin)
                 self.begin = None
@@ -165,7 +179,9 @@ class PostgresStore(SqlStore):
                 try:
                     yield tx
                 except BaseException:
-                    if tx.begin is None:  # a transaction was opened
+                    if tx.poisoned:
+                        conn.close()  # the pool replaces a closed connection
+                    elif tx.begin is None:  # a transaction was opened
                         with suppress(psycopg.Error):  # the failure may already have ended it
                             conn.execute("ROLLBACK")
                     raise
