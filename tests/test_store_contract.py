@@ -8,7 +8,7 @@ import pytest
 
 from stateflow.doc.diff import Edit
 from stateflow.errors import Conflict, InvalidInput, InvalidJSON, NotFound
-from stateflow.store import HEAD, DocKey, Document, SqlStore, Write
+from stateflow.store import HEAD, DocKey, Document, OpIdTaken, SqlStore, Write
 from stateflow.store.base import SNAPSHOT_MAX_CHAIN
 
 A = DocKey("notes", "a")
@@ -204,6 +204,20 @@ def test_an_exception_inside_update_rolls_everything_back(store: SqlStore) -> No
         store.update([A, B], fail, op_id="x")
     assert store.get(A).revision == 1 and store.get(B).revision == 0
     assert store.applied_op("x") is False
+
+
+def test_update_claims_record_op_ids_with_the_commit_or_write_nothing(store: SqlStore) -> None:
+    def set_to(value: int) -> Any:
+        return lambda docs: ([Write.between(A, docs[A].body, {"v": value}, docs[A].revision)], None)
+
+    commit, _ = store.update([A], set_to(1), claims=[("s", "one"), ("t", "one")])
+    assert store.applied_op("one", "s") == commit.seq == store.applied_op("one", "t")
+    with pytest.raises(OpIdTaken, match="one"):
+        store.update([A], set_to(2), claims=[("s", "two"), ("s", "one")])
+    assert store.get(A).body == {"v": 1} and store.applied_op("two", "s") is False
+    # a call that changes nothing still records its claims (a replay of it must not apply)
+    commit, _ = store.update([A], set_to(1), claims=[("s", "three")])
+    assert commit.seq is None and store.applied_op("three", "s") is None
 
 
 def test_update_replay_skips_compute(store: SqlStore) -> None:

@@ -699,6 +699,15 @@ class TemplatesMixin:
     ) -> dict[str, Any]:
         """Evaluate an ``update`` program and apply the op batch it returns (rebased under the
         attachment path, guard paths included) through the ordinary apply door."""
+        rebased = self.template_jq_ops(name, subject, reference, input_value)
+        result = self._svc().apply(
+            name, subject, rebased, op_id=op_id, origin={"meta": {"template_jq": reference}}, context=context
+        )
+        return {"name": reference, **result.to_json()}
+
+    def template_jq_ops(self, name: str, subject: Any, reference: str, input_value: Any = None) -> Any:
+        """The op batch an ``update`` program returns for the record, rebased under the
+        attachment path (guard paths included); nothing is applied."""
         template, attachment, program = self._program(name, reference, "update")
         declared = program.get("params", [])
         if declared:
@@ -717,11 +726,7 @@ class TemplatesMixin:
         ops = self._run_program(
             name, subject, template, attachment, program, reference, {"input": input_value}
         )
-        rebased = _rebase(ops, attachment["path"], f"template_jq {reference!r}")
-        result = self._svc().apply(
-            name, subject, rebased, op_id=op_id, origin={"meta": {"template_jq": reference}}, context=context
-        )
-        return {"name": reference, **result.to_json()}
+        return _rebase(ops, attachment["path"], f"template_jq {reference!r}")
 
 
 # ------------------------------------------------------------------------------ helpers

@@ -614,6 +614,16 @@ class StatesService(TemplatesMixin):
             return ApplyResult(False, None, None, [])
         return ApplyResult(True, view["data"] if view else None, view["seq"] if view else None, skipped)
 
+    def apply_batch(
+        self, items: Any, *, origin: Any = None, context: DoorContext | None = None
+    ) -> list[ApplyResult]:
+        """Op batches on several records in one transaction (see :mod:`stateflow.states.batch`):
+        ``[{"state", "subject", "ops" | "template_jq" (+ "input"), "op_id"?}, …]`` → one
+        :class:`ApplyResult` per item, in input order; any refusal writes nothing."""
+        from stateflow.states.batch import apply_batch  # batch builds on this module
+
+        return apply_batch(self, items, origin=origin, context=context)
+
     def erase(
         self, name: str, subject: Any, *, origin: Any = None, context: DoorContext | None = None
     ) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """Durable documents, cohorts and history over SQLite (embedded default) or PostgreSQL."""
 
-from stateflow.store.base import SqlStore
+from stateflow.store.base import OpIdTaken, SqlStore
 from stateflow.store.model import HEAD, Change, Commit, DocKey, Document, Transition, Write
 from stateflow.store.open import default_store_path, open_store, resolve_store_url
 
@@ -12,6 +12,7 @@ __all__ = [
     "Commit",
     "DocKey",
     "Document",
+    "OpIdTaken",
     "SqlStore",
     "Store",
     "Transition",

@@ -158,6 +158,21 @@ class _Fresh:
     """The transaction's seq, once known."""
 
 
+class OpIdTaken(Conflict):
+    """Op ids claimed by an update were already recorded (``taken``); nothing was written."""
+
+    code = "op-id-taken"
+
+    def __init__(self, taken: set[tuple[str, str]]) -> None:
+        super().__init__(f"op ids already applied: {sorted(taken)}")
+        self.taken = frozenset(taken)
+
+
+def _claims_query(claims: Sequence[tuple[str, str]]) -> tuple[str, list[str]]:
+    where = " OR ".join(["(scope = ? AND op_id = ?)"] * len(claims))
+    return f"SELECT scope, op_id FROM applied_ops WHERE {where}", [v for pair in claims for v in pair]
+
+
 class _Replay(Exception):
     """Internal: the op_id was seen before; roll back and report a replay."""
 
@@ -549,6 +564,7 @@ class SqlStore(abc.ABC):
         shared: Iterable[DocKey] = (),
         op_id: str | None = None,
         op_scope: str = "",
+        claims: Sequence[tuple[str, str]] = (),
     ) -> tuple[Commit, R | None]:
         """Read-modify-write under lock: load ``keys`` (locked against other writers), call
         ``compute(documents)`` → ``(writes, result)``, commit the writes in the same transaction.
@@ -557,6 +573,9 @@ class SqlStore(abc.ABC):
         change before the commit, but other writers that only share them are not blocked; they
         cannot be written by this call). An exception from ``compute`` rolls everything back. A
         replayed ``op_id`` returns ``(Commit(applied=False), None)`` without calling ``compute``.
+        ``claims`` are further ``(scope, op_id)`` keys recorded with the commit; if any of them
+        is already recorded, :class:`OpIdTaken` is raised and nothing is written (callers check
+        them beforehand and retry).
         """
         self.check_schema()
         names = None if members is None else list(members)
@@ -567,7 +586,7 @@ class SqlStore(abc.ABC):
             with self._write_tx() as tx:
                 docs: dict[DocKey, Document] = {}
                 locked = sorted(set(keys) - set(shared_keys))
-                rows, locked_rows = self._claim(tx, shared_keys, locked, op_id, op_scope)
+                rows, locked_rows = self._claim(tx, shared_keys, locked, op_id, op_scope, claims)
                 loaded = {key: _Loaded(row) for key, row in locked_rows.items()}
                 # then one member-head query for the documents whose heads are not cached
                 wanted: list[_Wanted] = [
@@ -604,7 +623,7 @@ class SqlStore(abc.ABC):
                         raise InvalidInput(
                             f"{write.key} was read as shared and cannot be written in this call"
                         )
-                commit = self._commit_in(tx, writes, origin or {}, op_id, op_scope, loaded, fresh)
+                commit = self._commit_in(tx, writes, origin or {}, op_id, op_scope, loaded, fresh, claims)
         except _Replay:
             return Commit(applied=False), None
         self._remember(fresh)
@@ -617,18 +636,24 @@ class SqlStore(abc.ABC):
         locked: Sequence[DocKey],
         op_id: str | None,
         op_scope: str,
+        claims: Sequence[tuple[str, str]] = (),
     ) -> tuple[dict[DocKey, _Row], dict[DocKey, _Row]]:
-        """Start a read-modify-write: refuse a replayed op id (``_Replay``), read the shared
-        rows, then lock (creating if needed) the others — in this order, the order fold and
-        re-declare use too. All statements go out together where the database pipelines."""
+        """Start a read-modify-write: refuse a replayed op id (``_Replay``) or a taken claim
+        (``OpIdTaken``), read the shared rows, then lock (creating if needed) the others — in
+        this order, the order fold and re-declare use too. All statements go out together where
+        the database pipelines."""
         statements: list[tuple[str, Sequence[Any]]] = [self._lock_query(key) for key in locked]
         if shared:
             statements.insert(0, self._rows_query(shared, self.share_clause))
+        if claims:
+            statements.insert(0, _claims_query(claims))
         if op_id is not None:
             statements.insert(0, (_OP_SEEN, (op_scope, op_id)))
         answers = tx.all_of(statements)
         if op_id is not None and answers.pop(0):
             raise _Replay
+        if claims and (taken := answers.pop(0)):
+            raise OpIdTaken({(r[0], r[1]) for r in taken})
         rows = _by_key(answers.pop(0)) if shared else {}
         return rows, {key: _to_row(answer[0]) for key, answer in zip(locked, answers, strict=True)}
 
@@ -648,6 +673,7 @@ class SqlStore(abc.ABC):
         op_scope: str,
         loaded: dict[DocKey, _Loaded],
         fresh: _Fresh,
+        claims: Sequence[tuple[str, str]] = (),
     ) -> Commit:
         at = utc_now()
         if op_id is not None:
@@ -658,6 +684,15 @@ class SqlStore(abc.ABC):
             )
             if inserted == 0:
                 raise _Replay
+        if claims:
+            taken = tx.all(
+                "INSERT INTO applied_ops (scope, op_id, applied_at) VALUES "
+                + ", ".join(["(?, ?, ?)"] * len(claims))
+                + " ON CONFLICT (scope, op_id) DO NOTHING RETURNING scope, op_id",
+                [v for scope, claimed in claims for v in (scope, claimed, at)],
+            )
+            if len(taken) != len(set(claims)):
+                raise OpIdTaken(set(claims) - {(r[0], r[1]) for r in taken})
         # Check every compare-and-set before touching anything.
         plan: list[tuple[Write, _Loaded]] = []
         for write in sorted(writes, key=lambda w: w.key):
@@ -684,10 +719,11 @@ class SqlStore(abc.ABC):
                 if self.current_seq_sql is None
                 else _SeqRef(self.current_seq_sql, (), at)
             )
-            if op_id is not None:
+            recorded = [(op_scope, op_id)] if op_id is not None else []
+            for scope, claimed in [*recorded, *claims]:
                 tx.run(
                     f"UPDATE applied_ops SET seq = {seq.sql} WHERE scope = ? AND op_id = ?",
-                    (*seq.params, op_scope, op_id),
+                    (*seq.params, scope, claimed),
                 )
             for write, entry, stage in staged:
                 revisions[write.key] = self._write_doc(tx, write, entry, stage, seq, fresh)

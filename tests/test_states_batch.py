@@ -1,0 +1,206 @@
+"""`StatesService.apply_batch`: op batches on several records in one transaction."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from stateflow.errors import InvalidInput, StateflowError
+from stateflow.states import StatesService
+from stateflow.store import SqlStore
+
+SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"n": {"type": "integer"}, "tags": {"type": "array"}},
+}
+
+
+def decl(kinds: list[str]) -> dict[str, Any]:
+    return {"schema": SCHEMA, "subject_kinds": kinds, "default_subject_kind": kinds[0]}
+
+
+def subj(key: str, kind: str = "thread") -> dict[str, str]:
+    return {"target_kind": "agent", "target_name": "a", "kind": kind, "key": key}
+
+
+def set_n(n: Any) -> list[dict[str, Any]]:
+    return [{"op": "set", "path": ["n"], "value": n}]
+
+
+@pytest.fixture
+def service(store: SqlStore) -> StatesService:
+    s = StatesService(store)
+    s.declare("tickets", decl(["thread"]))
+    s.declare("people", decl(["user"]))
+    return s
+
+
+def data(service: StatesService, state: str, subject: dict[str, str]) -> Any:
+    record = service.read(state, subject)
+    return None if record is None else record["data"]
+
+
+def test_items_on_several_records_and_states_commit_as_one_transition(service: StatesService) -> None:
+    results = service.apply_batch(
+        [
+            {"state": "tickets", "subject": subj("t2"), "ops": set_n(2)},
+            {"state": "people", "subject": subj("u1", "user"), "ops": set_n(1), "op_id": "p-1"},
+            {"state": "tickets", "subject": subj("t1"), "ops": set_n(1)},
+        ]
+    )
+    assert [r.applied for r in results] == [True, True, True]
+    assert [r.data for r in results] == [{"n": 2}, {"n": 1}, {"n": 1}]  # input order
+    assert len({r.seq for r in results}) == 1  # one transition
+    assert data(service, "tickets", subj("t1")) == {"n": 1}
+    assert data(service, "people", subj("u1", "user")) == {"n": 1}
+    writes = service.writes("tickets", subj("t2"))["items"]
+    assert writes[0]["seq"] == results[0].seq and writes[0]["action"] == "apply-batch"
+
+
+def test_items_on_one_record_apply_in_turn(service: StatesService) -> None:
+    results = service.apply_batch(
+        [
+            {"state": "tickets", "subject": subj("t"), "ops": set_n(1)},
+            {
+                "state": "tickets",
+                "subject": subj("t"),
+                "ops": [
+                    {
+                        "op": "set",
+                        "path": ["tags", "-"],
+                        "value": "x",
+                        "guard": {"path": ["n"], "expected": 1},
+                    }
+                ],
+            },
+        ]
+    )
+    assert [r.data for r in results] == [{"n": 1}, {"n": 1, "tags": ["x"]}]
+    assert results[1].skipped == []
+    assert len(service.writes("tickets", subj("t"))["items"]) == 1
+
+
+def test_any_refusal_writes_nothing(service: StatesService) -> None:
+    service.apply_batch([{"state": "tickets", "subject": subj("t1"), "ops": set_n(1)}])
+    refusals: list[list[dict[str, Any]]] = [
+        [  # the second item breaks the schema
+            {"state": "tickets", "subject": subj("t1"), "ops": set_n(5), "op_id": "a"},
+            {"state": "tickets", "subject": subj("t2"), "ops": set_n("five")},
+        ],
+        [  # a subject kind the state does not declare
+            {"state": "tickets", "subject": subj("t1"), "ops": set_n(5), "op_id": "a"},
+            {"state": "people", "subject": subj("u1"), "ops": set_n(5)},
+        ],
+        [  # an undeclared state
+            {"state": "tickets", "subject": subj("t1"), "ops": set_n(5), "op_id": "a"},
+            {"state": "nope", "subject": subj("t1"), "ops": set_n(5)},
+        ],
+    ]
+    for items in refusals:
+        with pytest.raises(StateflowError):
+            service.apply_batch(items)
+    assert data(service, "tickets", subj("t1")) == {"n": 1}
+    assert data(service, "tickets", subj("t2")) is None
+    assert service.store.applied_op("a", "tickets") is False  # the refused batches kept "a" unused
+
+
+@pytest.mark.parametrize(
+    ("items", "message"),
+    [
+        ("nope", "a batch is a list"),
+        ([1], r"items\[0\] must be an object"),
+        ([{"state": "tickets", "subject": subj("t")}], "exactly one of 'ops' or 'template_jq'"),
+        ([{"state": "tickets", "subject": subj("t"), "ops": [], "input": 1}], "'input' goes only with"),
+        ([{"state": "tickets", "subject": subj("t"), "ops": [{"op": "pop"}]}], r"items\[0\]: ops\[0\]"),
+        ([{"state": "tickets", "subject": subj("t"), "ops": [], "extra": 1}], "unknown keys"),
+        (
+            [{"state": "tickets", "subject": subj(k), "ops": set_n(1), "op_id": "same"} for k in "ab"],
+            "same op_id",
+        ),
+    ],
+)
+def test_malformed_batches_are_refused_before_anything_runs(
+    service: StatesService, items: Any, message: str
+) -> None:
+    with pytest.raises(InvalidInput, match=message):
+        service.apply_batch(items)
+
+
+def test_an_empty_batch_returns_an_empty_list(service: StatesService) -> None:
+    assert service.apply_batch([]) == []
+
+
+def test_each_item_op_id_is_its_own_idempotency_key(service: StatesService) -> None:
+    first = service.apply_batch(
+        [{"state": "tickets", "subject": subj("t1"), "ops": set_n(1), "op_id": "one"}]
+    )
+    again = service.apply_batch(
+        [
+            {"state": "tickets", "subject": subj("t1"), "ops": set_n(9), "op_id": "one"},  # replay
+            {"state": "tickets", "subject": subj("t2"), "ops": set_n(2), "op_id": "two"},
+        ]
+    )
+    assert first[0].applied and not again[0].applied and again[1].applied
+    assert data(service, "tickets", subj("t1")) == {"n": 1}
+    assert data(service, "tickets", subj("t2")) == {"n": 2}
+    assert service.store.applied_op("two", "tickets") == again[1].seq
+    # the single-record door shares the same keys
+    assert not service.apply("tickets", subj("t2"), set_n(3), op_id="two").applied
+
+
+def test_template_jq_items_run_their_update_program(service: StatesService) -> None:
+    service.put_template(
+        "counter",
+        {
+            "schema": {"type": "object", "properties": {"n": {"type": "integer"}}},
+            "template_jq": {
+                "bump": {
+                    "purpose": "update",
+                    "jq": {"content": '[{"op": "set", "path": ["n"], "value": ((.n // 0) + $input)}]'},
+                }
+            },
+        },
+    )
+    service.attach("tickets", "counter", {"path": ["counter"]})
+    results = service.apply_batch(
+        [
+            {"state": "tickets", "subject": subj("t1"), "template_jq": "bump", "input": 2},
+            {"state": "tickets", "subject": subj("t2"), "ops": set_n(7)},
+        ]
+    )
+    assert results[0].data == {"counter": {"n": 2}} and results[1].data == {"n": 7}
+    service.close()
+
+
+def test_racing_batches_apply_a_shared_op_id_once(service: StatesService) -> None:
+    import threading
+
+    outcomes: dict[int, list[bool]] = {}
+    errors: list[BaseException] = []
+    start = threading.Barrier(6)
+
+    def run(w: int) -> None:
+        try:
+            start.wait()
+            shared = [{"op": "set_by_key", "path": ["tags"], "key_field": "id", "value": {"id": f"w{w}"}}]
+            results = service.apply_batch(
+                [
+                    {"state": "tickets", "subject": subj("shared"), "ops": shared, "op_id": "once"},
+                    {"state": "tickets", "subject": subj(f"own-{w}"), "ops": set_n(w), "op_id": f"own-{w}"},
+                ]
+            )
+            outcomes[w] = [r.applied for r in results]
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(w,)) for w in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert errors == []
+    assert sorted(o[0] for o in outcomes.values()) == [False] * 5 + [True]
+    assert all(o[1] for o in outcomes.values())
+    assert len(data(service, "tickets", subj("shared"))["tags"]) == 1
+    assert [data(service, "tickets", subj(f"own-{w}")) for w in range(6)] == [{"n": w} for w in range(6)]
