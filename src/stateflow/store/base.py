@@ -135,12 +135,10 @@ _Wanted = tuple[DocKey, int, int, Sequence[str] | None]
 
 
 class _SeqRef(NamedTuple):
-    """How a statement names the transaction's seq: SQL and the parameters it takes (and the
-    transaction's time, which travels with it)."""
+    """How a statement names the transaction's seq: SQL and the parameters it takes."""
 
     sql: str
     params: tuple[int, ...]
-    at: str
 
 
 @dataclass(slots=True)
@@ -154,6 +152,8 @@ class _Fresh:
     bodies: dict[int, tuple[int, dict[str, Any] | None, str]] = field(default_factory=dict)
     """doc_id → (revision, body, at) after the write, where every member was known (only for
     stores that keep whole bodies: ``keeps_bodies``)"""
+    at: str = ""
+    """The transaction's time."""
     seq: int | None = None
     """The transaction's seq, once known."""
 
@@ -675,7 +675,7 @@ class SqlStore(abc.ABC):
         fresh: _Fresh,
         claims: Sequence[tuple[str, str]] = (),
     ) -> Commit:
-        at = utc_now()
+        at = fresh.at = utc_now()
         if op_id is not None:
             inserted = tx.run(
                 "INSERT INTO applied_ops (scope, op_id, applied_at) VALUES (?, ?, ?) "
@@ -715,9 +715,9 @@ class SqlStore(abc.ABC):
         with tx.batch(commit=True):
             seq_of = self._insert_transition(tx, at, origin)
             seq = (
-                _SeqRef("?", (seq_of(),), at)
+                _SeqRef("?", (seq_of(),))
                 if self.current_seq_sql is None
-                else _SeqRef(self.current_seq_sql, (), at)
+                else _SeqRef(self.current_seq_sql, ())
             )
             recorded = [(op_scope, op_id)] if op_id is not None else []
             for scope, claimed in [*recorded, *claims]:
@@ -843,7 +843,7 @@ class SqlStore(abc.ABC):
                     h[1]: stage.values[h[1]] if h[1] in stage.touched else entry.members[h[1]][0]
                     for h in after
                 }
-                fresh.bodies[row.doc_id] = (revision, whole if stage.present else None, seq.at)
+                fresh.bodies[row.doc_id] = (revision, whole if stage.present else None, fresh.at)
         paths = (
             [list(p) for p in write.paths] if write.paths is not None else [list(e.path) for e in write.edits]
         )
