@@ -231,6 +231,8 @@ class PostgresStore(SqlStore):
             except CorruptData:
                 return super().read(keys)  # member by member: the error names the damaged one
             out[key] = self._keep(doc_id, Document(key, revision, body, seq, {}, at))
+        if len(self._seen) >= BODY_CACHE_DOCS:
+            self._seen.clear()  # bounded like the bodies (keys of absent documents add up too)
         for key in keys:
             self._seen.setdefault(key, None)
         return out
