@@ -9,6 +9,7 @@ may lose the last commits on power loss.
 
 from __future__ import annotations
 
+import copy
 import sqlite3
 import threading
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
@@ -128,8 +129,8 @@ class _GroupCommit:
                 self.lock.release()
         if ok:
             group.done.wait()
-            if group.error is not None:
-                raise group.error
+            if group.error is not None:  # each waiter raises its own copy (own traceback)
+                raise copy.copy(group.error).with_traceback(None) from group.error
 
     def _settle(self, group: _Group) -> None:
         """Called under ``lock`` after each writer: commit the group unless more are queued."""
