@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from .threads import run_threads
+
 DECL = '{"schema": {"type": "object", "properties": {"status": {"type": "string"}}}, "subject_kinds": ["thread"], "default_subject_kind": "thread"}'
 
 
@@ -227,8 +229,6 @@ def test_concurrent_applies_to_one_record_through_the_server_all_land(
     server: tuple[str, str, subprocess.Popen[str]],
 ) -> None:
     """Writers on the server's threads share commits; each apply still lands exactly once."""
-    import threading
-
     url, token, _ = server
     assert _http("PUT", url + "/api/states/s", token, json.loads(DECL))[0] == 200
     record = url + "/api/states/s/records/agent/x/thread/k"
@@ -241,11 +241,7 @@ def test_concurrent_applies_to_one_record_through_the_server_all_land(
             if status != 200:
                 failures.append(body)
 
-    clients = [threading.Thread(target=client, args=(c,)) for c in range(8)]
-    for t in clients:
-        t.start()
-    for t in clients:
-        t.join(timeout=120)
+    assert run_threads(client, 8) == []
     assert failures == []
     status, body = _http("GET", record, token)
     seen = {item["id"] for item in body["data"]["data"]["seen"]}  # type: ignore[index]

@@ -10,6 +10,8 @@ from stateflow.errors import InvalidInput, StateflowError
 from stateflow.states import StatesService
 from stateflow.store import SqlStore
 
+from .threads import run_threads
+
 SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {"n": {"type": "integer"}, "tags": {"type": "array"}},
@@ -174,32 +176,19 @@ def test_template_jq_items_run_their_update_program(service: StatesService) -> N
 
 
 def test_racing_batches_apply_a_shared_op_id_once(service: StatesService) -> None:
-    import threading
-
     outcomes: dict[int, list[bool]] = {}
-    errors: list[BaseException] = []
-    start = threading.Barrier(6)
 
     def run(w: int) -> None:
-        try:
-            start.wait()
-            shared = [{"op": "set_by_key", "path": ["tags"], "key_field": "id", "value": {"id": f"w{w}"}}]
-            results = service.apply_batch(
-                [
-                    {"state": "tickets", "subject": subj("shared"), "ops": shared, "op_id": "once"},
-                    {"state": "tickets", "subject": subj(f"own-{w}"), "ops": set_n(w), "op_id": f"own-{w}"},
-                ]
-            )
-            outcomes[w] = [r.applied for r in results]
-        except BaseException as exc:  # reported below
-            errors.append(exc)
+        shared = [{"op": "set_by_key", "path": ["tags"], "key_field": "id", "value": {"id": f"w{w}"}}]
+        results = service.apply_batch(
+            [
+                {"state": "tickets", "subject": subj("shared"), "ops": shared, "op_id": "once"},
+                {"state": "tickets", "subject": subj(f"own-{w}"), "ops": set_n(w), "op_id": f"own-{w}"},
+            ]
+        )
+        outcomes[w] = [r.applied for r in results]
 
-    threads = [threading.Thread(target=run, args=(w,)) for w in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
-    assert errors == []
+    assert run_threads(run, 6) == []
     assert sorted(o[0] for o in outcomes.values()) == [False] * 5 + [True]
     assert all(o[1] for o in outcomes.values())
     assert len(data(service, "tickets", subj("shared"))["tags"]) == 1

@@ -12,6 +12,7 @@ from stateflow.errors import StateflowError
 from stateflow.states import StatesService
 
 from .conftest import StoreFactory
+from .threads import run_threads
 
 DECL = {
     "schema": {
@@ -36,38 +37,29 @@ def test_mixed_concurrent_applies_land_exactly_once(open_migrated: StoreFactory)
     lock = threading.Lock()
     landed: dict[int, set[str]] = {k: set() for k in range(3)}
     replays: list[str] = []
-    errors: list[BaseException] = []
 
     def writer(w: int) -> None:
         rng = random.Random(w)
-        try:
-            for i in range(20):
-                k = rng.randrange(3)
-                item = f"{w}-{i}"
-                if rng.random() < 0.2:  # refused by the schema: lands nothing, keeps its op id
-                    bad = [{"op": "set", "path": ["n"], "value": "not an integer"}]
-                    try:
-                        service.apply("s", subject(k), bad, op_id=f"op-{item}")
-                    except StateflowError:
-                        pass
-                    else:
-                        raise AssertionError("a schema violation was accepted")
-                ops = [{"op": "set_by_key", "path": ["seen"], "key_field": "id", "value": {"id": item}}]
-                first = service.apply("s", subject(k), ops, op_id=f"op-{item}")
-                again = service.apply("s", subject(k), ops, op_id=f"op-{item}")
-                assert first.applied and not again.applied
-                with lock:
-                    landed[k].add(item)
-                    replays.append(item)
-        except BaseException as exc:  # reported below
-            errors.append(exc)
+        for i in range(20):
+            k = rng.randrange(3)
+            item = f"{w}-{i}"
+            if rng.random() < 0.2:  # refused by the schema: lands nothing, keeps its op id
+                bad = [{"op": "set", "path": ["n"], "value": "not an integer"}]
+                try:
+                    service.apply("s", subject(k), bad, op_id=f"op-{item}")
+                except StateflowError:
+                    pass
+                else:
+                    raise AssertionError("a schema violation was accepted")
+            ops = [{"op": "set_by_key", "path": ["seen"], "key_field": "id", "value": {"id": item}}]
+            first = service.apply("s", subject(k), ops, op_id=f"op-{item}")
+            again = service.apply("s", subject(k), ops, op_id=f"op-{item}")
+            assert first.applied and not again.applied
+            with lock:
+                landed[k].add(item)
+                replays.append(item)
 
-    threads = [threading.Thread(target=writer, args=(w,)) for w in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert errors == []
+    assert run_threads(writer, 6) == []
     for k, items in landed.items():
         record = service.read("s", subject(k))
         got = {p["id"] for p in (record or {"data": {"seen": []}})["data"].get("seen", [])}
