@@ -16,7 +16,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from pydantic import ValidationError
 
@@ -31,6 +31,9 @@ from stateflow.states.schema import ValidatorCache, check_base_schema, narrowing
 from stateflow.store import DocKey, Document, SqlStore, Write
 from stateflow.store.base import utc_text
 from stateflow.store.model import Listed
+
+if TYPE_CHECKING:
+    from stateflow.states.unit import Unit
 
 CATALOG: Final = "_states"
 ALIASES: Final = "_aliases"
@@ -623,6 +626,14 @@ class StatesService(TemplatesMixin):
         from stateflow.states.batch import apply_batch  # batch builds on this module
 
         return apply_batch(self, items, origin=origin, context=context)
+
+    def unit(self, *, origin: Any = None, context: DoorContext | None = None) -> Unit:
+        """A unit of work (see :mod:`stateflow.states.unit`): ``with states.unit() as u:``
+        stages ``u.apply(...)``, reads through the staging, and commits it all at the end in
+        one transaction (or nothing, on an exception)."""
+        from stateflow.states.unit import Unit  # the unit builds on this module
+
+        return Unit(self, origin=origin, context=context)
 
     def erase(
         self, name: str, subject: Any, *, origin: Any = None, context: DoorContext | None = None

@@ -1,0 +1,137 @@
+"""A unit of work: stage op batches, read through them, commit them as one transaction.
+
+``with states.unit() as unit:`` stages ``unit.apply(...)`` calls instead of writing; reads
+through the unit see the records as the staged batches would leave them; leaving the block
+commits everything with :func:`~stateflow.states.batch.apply_batch` (one transaction, all or
+nothing) and then runs the calls deferred with ``unit.defer``. An exception inside the block —
+or ``unit.discard()`` — drops the staging and writes nothing. ``unit.savepoint()`` scopes a part
+of the staging: an exception inside it drops only what was staged there.
+
+Unlike the published system's unit of work, a commit does not leave a pending save to drain
+later: it writes at once, durably, before ``commit`` returns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from stateflow.doc.ops import apply_ops, parse_ops
+from stateflow.doc.select import MISSING
+from stateflow.errors import InvalidInput, StateflowError
+from stateflow.states.models import DoorContext
+from stateflow.states.service import ApplyResult, StatesService, subject_of
+
+
+class UnitClosed(StateflowError):
+    code = "unit-closed"
+    http_status = 409
+
+
+class Unit:
+    """Staged op batches over one service; see the module documentation."""
+
+    def __init__(
+        self, service: StatesService, *, origin: Any = None, context: DoorContext | None = None
+    ) -> None:
+        self._service = service
+        self._origin = origin
+        self._context = context
+        self._items: list[dict[str, Any]] = []
+        self._deferred: list[Callable[[], object]] = []
+        self._open = True
+
+    # ------------------------------------------------------------------ staging
+
+    def apply(self, state: str, subject: Any, ops: Any, *, op_id: str | None = None) -> ApplyResult:
+        """Stage an op batch; return what it would do to the record as staged so far
+        (``seq`` is None: nothing is written yet). Guards read the staged record."""
+        self._check_open()
+        subj = subject_of(subject)
+        parsed = parse_ops(ops)
+        before = self._project(state, subj.model_dump(), self._service.read(state, subj))
+        result = apply_ops(MISSING if before is None else before, parsed)
+        item: dict[str, Any] = {"state": state, "subject": subj.model_dump(), "ops": ops}
+        if op_id is not None:
+            item["op_id"] = op_id
+        self._items.append(item)
+        data = result.document if result.applied else before
+        return ApplyResult(True, None if data is MISSING else data, None, list(result.skipped))
+
+    def read(self, state: str, subject: Any) -> dict[str, Any] | None:
+        """The record as the staged batches would leave it (``None``: no record)."""
+        self._check_open()
+        subj = subject_of(subject)
+        record = self._service.read(state, subj)
+        data = self._project(state, subj.model_dump(), record)
+        if data is None:
+            return None
+        view = dict(record) if record is not None else {"state": state, "subject": subj.model_dump()}
+        return {**view, "data": data, "staged": self._staged_on(state, subj.model_dump())}
+
+    def defer(self, call: Callable[[], object]) -> None:
+        """Run ``call`` after a successful commit (in staging order); dropped on discard."""
+        self._check_open()
+        self._deferred.append(call)
+
+    @contextmanager
+    def savepoint(self) -> Iterator[Unit]:
+        """An exception inside drops what was staged (and deferred) inside, then propagates."""
+        self._check_open()
+        items, deferred = len(self._items), len(self._deferred)
+        try:
+            yield self
+        except BaseException:
+            del self._items[items:]
+            del self._deferred[deferred:]
+            raise
+
+    # ------------------------------------------------------------------ ending
+
+    def commit(self) -> list[ApplyResult]:
+        """Write every staged batch in one transaction, then run the deferred calls."""
+        self._check_open()
+        self._open = False
+        results = self._service.apply_batch(self._items, origin=self._origin, context=self._context)
+        for call in self._deferred:
+            call()
+        return results
+
+    def discard(self) -> None:
+        """Drop the staging; nothing is written."""
+        self._open = False
+        self._items.clear()
+        self._deferred.clear()
+
+    def __enter__(self) -> Unit:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *rest: object) -> None:
+        if not self._open:
+            return
+        if kind is None:
+            self.commit()
+        else:
+            self.discard()
+
+    # ------------------------------------------------------------------ helpers
+
+    def _check_open(self) -> None:
+        if not self._open:
+            raise UnitClosed("this unit of work was already committed or discarded")
+
+    def _staged_on(self, state: str, subject: dict[str, Any]) -> int:
+        return sum(1 for item in self._items if item["state"] == state and item["subject"] == subject)
+
+    def _project(self, state: str, subject: dict[str, Any], record: dict[str, Any] | None) -> Any:
+        """``record``'s data with the batches staged on it applied (None: no record)."""
+        data: Any = MISSING if record is None else record["data"]
+        for item in self._items:
+            if item["state"] == state and item["subject"] == subject:
+                result = apply_ops(data, parse_ops(item["ops"]))
+                if result.applied:
+                    data = result.document
+        if data is not MISSING and not isinstance(data, dict):
+            raise InvalidInput(f"staged ops leave the record of {state!r} as a non-object")
+        return None if data is MISSING else data
