@@ -10,6 +10,7 @@ may lose the last commits on power loss.
 from __future__ import annotations
 
 import copy
+import mmap
 import sqlite3
 import threading
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
@@ -68,12 +69,15 @@ first one's answer back for long."""
 class _Group:
     """Writers sharing one commit; each waits for ``done`` and then reads ``error``."""
 
-    __slots__ = ("done", "error", "members")
+    __slots__ = ("attempts", "done", "error", "members")
 
     def __init__(self) -> None:
         self.done = threading.Event()
         self.error: StateflowError | None = None
         self.members = 0
+        """writers whose work is in the group's transaction"""
+        self.attempts = 0
+        """writers that ran in the group, whether their work stayed or was rolled back"""
 
 
 class _GroupCommit:
@@ -123,8 +127,9 @@ class _GroupCommit:
             ok = True
             group.members += 1
         finally:
+            group.attempts += 1
             try:
-                self._settle(group)
+                self._settle(group, failed=not ok)
             finally:
                 self.lock.release()
         if ok:
@@ -132,13 +137,17 @@ class _GroupCommit:
             if group.error is not None:  # each waiter raises its own copy (own traceback)
                 raise copy.copy(group.error).with_traceback(None) from group.error
 
-    def _settle(self, group: _Group) -> None:
-        """Called under ``lock`` after each writer: commit the group unless more are queued."""
+    def _settle(self, group: _Group, *, failed: bool) -> None:
+        """Called under ``lock`` after each writer: commit the group unless more are queued.
+
+        A writer that failed while the group holds work commits it at once: the failure is most
+        likely a conflict with that uncommitted work, and a retry must see it committed (else
+        retrying writers could keep the group open, and each other waiting, forever)."""
         with self._queued_lock:
             more = self._queued > 0
         conn = self._conn
         joinable = conn is not None and (conn.in_transaction or group.members == 0)
-        if more and group.members < self._max and joinable:
+        if more and group.attempts < self._max and joinable and not (failed and group.members):
             return  # the next writer joins this group
         self._group = _Group()
         try:
@@ -158,9 +167,43 @@ class _GroupCommit:
 
 @dataclass
 class _Snapshot:
-    version: int
+    version: object
     docs: dict[DocKey, Document] = field(default_factory=dict)
     derived: dict[Hashable, Any] = field(default_factory=dict)
+
+
+class _CommitWatch:
+    """Tells commits apart by the WAL-index header in the database's ``-shm`` file.
+
+    Every commit — by any connection of any process — rewrites that 48-byte header (its change
+    counter, last frame, checksums), and SQLite keeps two copies of it to detect a torn read:
+    this is the WAL-index format SQLite documents for its unix and windows VFSes. Reading the
+    mapped header is a memory read — no system call, no lock, no GIL hand-off, unlike asking
+    ``PRAGMA data_version``, which is what callers fall back to whenever this answers None
+    (no ``-shm`` file yet, or the two copies differ mid-update).
+    """
+
+    def __init__(self, path: Path) -> None:
+        self._path = Path(f"{path}-shm")
+        self._map: mmap.mmap | None = None
+
+    def version(self) -> bytes | None:
+        header = self._map
+        if header is None:
+            try:
+                with self._path.open("rb") as file:
+                    header = self._map = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+            except (OSError, ValueError):  # not there yet, or still empty
+                return None
+        if len(header) < 96:
+            return None
+        first = header[:48]
+        return first if first == header[48:96] else None
+
+    def close(self) -> None:
+        if self._map is not None:
+            self._map.close()
+            self._map = None
 
 
 class SqliteStore(SqlStore):
@@ -186,6 +229,8 @@ class SqliteStore(SqlStore):
         self._all: list[sqlite3.Connection] = []
         self._guard = threading.Lock()
         self._writer_conn: sqlite3.Connection | None = None
+        self._watch = _CommitWatch(self.path)
+        self._shared: _Snapshot | None = None
         self._group = _GroupCommit(self._writer, max_group)
         if auto_migrate:
             self.migrate()
@@ -323,6 +368,18 @@ class SqliteStore(SqlStore):
         return value
 
     def _snapshot(self, conn: sqlite3.Connection) -> _Snapshot:
+        """The cache for the data as committed now: shared by every thread while the WAL-index
+        header tells commits apart; per thread (by ``PRAGMA data_version``) otherwise."""
+        header = self._watch.version()
+        if header is not None:
+            shared = self._shared
+            if (
+                shared is None
+                or shared.version != header
+                or len(shared.docs) + len(shared.derived) > SNAPSHOT_CACHE_DOCS
+            ):
+                shared = self._shared = _Snapshot(header)
+            return shared
         try:
             version = conn.execute("PRAGMA data_version").fetchone()[0]
         except sqlite3.Error as exc:
@@ -346,7 +403,8 @@ class SqliteStore(SqlStore):
         with self._guard:
             conns, self._all = self._all, []
         with self._group.lock:  # no group is open while we hold it
-            self._writer_conn = None
+            self._writer_conn = self._shared = None
+            self._watch.close()
             for conn in conns:
                 conn.close()
         self._local = threading.local()
