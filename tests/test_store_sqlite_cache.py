@@ -59,3 +59,29 @@ def test_without_a_wal_index_the_watch_says_it_cannot_tell(tmp_path: Path) -> No
     assert _CommitWatch(tmp_path / "missing.db").version() is None
     (tmp_path / "empty.db-shm").write_bytes(b"")
     assert _CommitWatch(tmp_path / "empty.db").version() is None
+
+
+COUNTER = """
+import sys
+from stateflow.store import DocKey, Write, open_store
+store = open_store(sys.argv[1])
+key = DocKey("notes", "shared")
+for _ in range(int(sys.argv[2])):
+    doc = store.get(key)
+    store.commit([Write.between(key, doc.body, {"n": doc.body["n"] + 1}, doc.revision)])
+"""
+
+
+def test_reads_racing_another_process_never_go_back_in_time(tmp_path: Path) -> None:
+    path = tmp_path / "race.db"
+    store = open_store(str(path))
+    store.commit([Write.between(DOC, None, {"n": 0})])
+    writer = subprocess.Popen([sys.executable, "-c", COUNTER, str(path), "300"])
+    seen = 0
+    while writer.poll() is None:
+        doc = store.get(DOC)
+        assert doc.body is not None and doc.body["n"] >= seen and doc.revision == doc.body["n"] + 1
+        seen = doc.body["n"]
+    assert writer.returncode == 0
+    assert store.get(DOC).body == {"n": 300}  # the last commit is seen at once
+    store.close()
