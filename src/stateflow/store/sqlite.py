@@ -1,8 +1,9 @@
 """The embedded default: one SQLite file, WAL, durable commits, safe across processes.
 
 Writers take SQLite's write lock up front (``BEGIN IMMEDIATE``), which serializes them per
-database file across threads and processes; readers see one consistent WAL snapshot per
-transaction and never block writers. ``synchronous=FULL`` (the default) makes an acknowledged
+database file across threads and processes; within one process they share group commits on
+one writer connection. Readers see one consistent WAL snapshot per transaction, never block
+writers, and are served from a cache that any commit (seen in the WAL-index header) retires. ``synchronous=FULL`` (the default) makes an acknowledged
 commit survive power loss; ``synchronous=NORMAL`` is faster and survives a process crash but
 may lose the last commits on power loss.
 """
@@ -330,9 +331,8 @@ class SqliteStore(SqlStore):
         *,
         outlines: Iterable[str] = (),
     ) -> dict[DocKey, Document]:
-        """Whole-document reads are served from a per-connection cache while SQLite's
-        ``PRAGMA data_version`` says no other connection committed since it was filled (and
-        this connection wrote nothing); anything else reads the database."""
+        """Whole-document reads are served from the cache of the data as committed now (see
+        ``_snapshot``); anything else — and every cache miss — reads the database."""
         keys = list(keys)
         outline_names = list(outlines)
         if members is not None or outline_names:
