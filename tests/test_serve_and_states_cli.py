@@ -162,6 +162,8 @@ def test_states_cli_locally(env: dict[str, str]) -> None:
         ][0]["subject"]["key"]
         == "t1"
     )
+    by_data = sf("states", "search", "tickets", "--data", '{"status": "gone"}', env=env)  # --data works too
+    assert json.loads(by_data.stdout)["matches"] == []
     assert (
         json.loads(sf("states", "subjects", "tickets", env=env).stdout)["subjects"][0]["subject"]["key"]
         == "t1"

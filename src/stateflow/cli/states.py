@@ -441,7 +441,13 @@ def subjects(ctx: Context, name: str, kind: str | None, limit: int | None, curso
 
 @states.command("search")
 @click.argument("name")
-@click.option("--filters", required=True, help='A containment document, e.g. \'{"status": "open"}\'.')
+@click.option(
+    "--filters",
+    "--data",
+    "filters",
+    required=True,
+    help='A containment document, e.g. \'{"status": "open"}\' (--data is accepted too).',
+)
 @click.option("--limit", type=click.IntRange(1, 500), default=None)
 @click.option("--cursor", default=None)
 @pass_context
