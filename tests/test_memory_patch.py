@@ -8,6 +8,7 @@ from stateflow.errors import InvalidInput, InvalidPath, PatchError
 from stateflow.store import SqlStore
 
 from .memory_helpers import transitions, view
+from .threads import run_threads
 
 
 def state(m, path):  # type: ignore[no-untyped-def]
@@ -289,24 +290,12 @@ def test_memory_scopes_are_records_of_the_memory_state(store: SqlStore) -> None:
 
 
 def test_concurrent_patches_of_one_scope_lose_nothing(store: SqlStore) -> None:
-    import threading
-
-    errors: list[BaseException] = []
-
     def worker(n: int) -> None:
         m = view(store)
-        try:
-            for i in range(10):
-                m.patch_state({"cwd": {"tactics": {f"k{n}_{i}": i}}, "session": {"lazy": {f"n{n}": i}}})
-        except BaseException as exc:  # pragma: no cover - reported below
-            errors.append(exc)
+        for i in range(10):
+            m.patch_state({"cwd": {"tactics": {f"k{n}_{i}": i}}, "session": {"lazy": {f"n{n}": i}}})
 
-    threads = [threading.Thread(target=worker, args=(n,)) for n in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors
+    assert run_threads(worker, 4) == []
     m = view(store)
     assert len(state(m, "cwd.tactics")) == 40
     assert state(m, "session.lazy") == {f"n{n}": 9 for n in range(4)}

@@ -13,6 +13,8 @@ from stateflow.http.auth import TokenSet, parse_token
 from stateflow.states import StatesService
 from stateflow.store import SqlStore
 
+from .threads import run_threads
+
 ADMIN = "admin-secret-0123456789"
 READER = "reader-secret-0123456789"
 ALICE = "alice-secret-0123456789"
@@ -394,29 +396,16 @@ def test_retention_erases_expired_records_and_old_audit_rows(
 
 
 def test_concurrent_applies_to_one_record_lose_nothing(store: SqlStore) -> None:
-    import threading
-
     service = StatesService(store)
     service.declare("tickets", DECL)
     subject = {"target_kind": "agent", "target_name": "a", "kind": "thread", "key": "shared"}
-    errors: list[BaseException] = []
 
     def worker(n: int) -> None:
-        try:
-            for i in range(15):
-                ops = [
-                    {"op": "set_by_key", "path": ["people"], "key_field": "id", "value": [{"id": f"{n}-{i}"}]}
-                ]
-                service.apply("tickets", subject, ops, op_id=f"w{n}-{i}")
-        except BaseException as exc:  # pragma: no cover - reported below
-            errors.append(exc)
+        for i in range(15):
+            ops = [{"op": "set_by_key", "path": ["people"], "key_field": "id", "value": [{"id": f"{n}-{i}"}]}]
+            service.apply("tickets", subject, ops, op_id=f"w{n}-{i}")
 
-    threads = [threading.Thread(target=worker, args=(n,)) for n in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors
+    assert run_threads(worker, 4) == []
     record = service.read("tickets", subject)
     assert record is not None and len(record["data"]["people"]) == 60 and record["revision"] == 60
     assert len(service.writes("tickets", subject, limit=500)["items"]) == 60

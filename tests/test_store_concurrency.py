@@ -16,6 +16,7 @@ from stateflow.errors import Conflict
 from stateflow.store import DocKey, SqlStore, Write, open_store
 
 from .conftest import StoreFactory
+from .threads import run_threads
 from .workers import A, B, bump
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,21 +43,12 @@ def _assert_consistent(store: SqlStore, expected: int) -> None:
 def test_threads_with_locked_read_modify_write_lose_no_update(open_migrated: StoreFactory) -> None:
     store = open_migrated()
     threads, per_thread = 6, 20
-    errors: list[BaseException] = []
 
-    def work() -> None:
-        try:
-            for _ in range(per_thread):
-                store.update([A, B], bump)
-        except BaseException as exc:  # pragma: no cover - reported below
-            errors.append(exc)
+    def work(_worker: int) -> None:
+        for _ in range(per_thread):
+            store.update([A, B], bump)
 
-    pool = [threading.Thread(target=work) for _ in range(threads)]
-    for t in pool:
-        t.start()
-    for t in pool:
-        t.join()
-    assert not errors
+    assert run_threads(work, threads) == []
     _assert_consistent(store, threads * per_thread)
 
 
@@ -66,7 +58,7 @@ def test_threads_with_compare_and_set_retries_lose_no_update(open_migrated: Stor
     conflicts = 0
     lock = threading.Lock()
 
-    def work() -> None:
+    def work(_worker: int) -> None:
         nonlocal conflicts
         for _ in range(per_thread):
             while True:
@@ -79,11 +71,7 @@ def test_threads_with_compare_and_set_retries_lose_no_update(open_migrated: Stor
                     with lock:
                         conflicts += 1
 
-    pool = [threading.Thread(target=work) for _ in range(threads)]
-    for t in pool:
-        t.start()
-    for t in pool:
-        t.join()
+    assert run_threads(work, threads) == []
     _assert_consistent(store, threads * per_thread)
 
 

@@ -18,6 +18,8 @@ from stateflow.errors import InvalidInput
 from stateflow.store import DocKey, Document, Write, open_store
 from stateflow.store.sqlite import SqliteStore
 
+from .threads import run_threads
+
 KEYS = [DocKey("g", f"d{i}") for i in range(4)]
 
 
@@ -143,14 +145,10 @@ def test_many_threads_lose_no_update_through_group_commit(store: SqliteStore) ->
         n = (docs[counter].body or {"n": 0})["n"] + 1
         return [Write.between(counter, docs[counter].body, {"n": n}, docs[counter].revision)], None
 
-    def work() -> None:
+    def work(_worker: int) -> None:
         for _ in range(25):
             store.update([counter], bump)
 
-    threads = [threading.Thread(target=work) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    assert run_threads(work, 8) == []
     doc = store.get(counter)
     assert doc.body == {"n": 200} and doc.revision == 200
