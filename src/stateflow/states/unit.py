@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from stateflow.doc.ops import apply_ops, parse_ops
+from stateflow.doc.ops import Op, apply_ops, parse_ops
 from stateflow.doc.select import MISSING
 from stateflow.errors import InvalidInput, StateflowError
 from stateflow.states.models import DoorContext
@@ -38,7 +38,8 @@ class Unit:
         self._service = service
         self._origin = origin
         self._context = context
-        self._items: list[dict[str, Any]] = []
+        self._items: list[tuple[dict[str, Any], list[Op]]] = []
+        """staged batch items for ``apply_batch``, each with its parsed ops (for projections)"""
         self._deferred: list[Callable[[], object]] = []
         self._open = True
 
@@ -55,7 +56,7 @@ class Unit:
         item: dict[str, Any] = {"state": state, "subject": subj.model_dump(), "ops": ops}
         if op_id is not None:
             item["op_id"] = op_id
-        self._items.append(item)
+        self._items.append((item, parsed))
         data = result.document if result.applied else before
         return ApplyResult(True, None if data is MISSING else data, None, list(result.skipped))
 
@@ -93,7 +94,9 @@ class Unit:
         """Write every staged batch in one transaction, then run the deferred calls."""
         self._check_open()
         self._open = False
-        results = self._service.apply_batch(self._items, origin=self._origin, context=self._context)
+        results = self._service.apply_batch(
+            [item for item, _ in self._items], origin=self._origin, context=self._context
+        )
         for call in self._deferred:
             call()
         return results
@@ -122,14 +125,14 @@ class Unit:
             raise UnitClosed("this unit of work was already committed or discarded")
 
     def _staged_on(self, state: str, subject: dict[str, Any]) -> int:
-        return sum(1 for item in self._items if item["state"] == state and item["subject"] == subject)
+        return sum(1 for item, _ in self._items if item["state"] == state and item["subject"] == subject)
 
     def _project(self, state: str, subject: dict[str, Any], record: dict[str, Any] | None) -> Any:
         """``record``'s data with the batches staged on it applied (None: no record)."""
         data: Any = MISSING if record is None else record["data"]
-        for item in self._items:
+        for item, ops in self._items:
             if item["state"] == state and item["subject"] == subject:
-                result = apply_ops(data, parse_ops(item["ops"]))
+                result = apply_ops(data, ops)
                 if result.applied:
                     data = result.document
         if data is not MISSING and not isinstance(data, dict):

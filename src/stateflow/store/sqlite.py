@@ -173,6 +173,17 @@ class _Snapshot:
     derived: dict[Hashable, Any] = field(default_factory=dict)
 
 
+def _current(snapshot: _Snapshot | None, version: object) -> _Snapshot:
+    """``snapshot`` if it still holds the data at ``version`` (and is not full), else a new one."""
+    if (
+        snapshot is None
+        or snapshot.version != version
+        or len(snapshot.docs) + len(snapshot.derived) > SNAPSHOT_CACHE_DOCS
+    ):
+        return _Snapshot(version)
+    return snapshot
+
+
 class _CommitWatch:
     """Tells commits apart by the WAL-index header in the database's ``-shm`` file.
 
@@ -372,25 +383,13 @@ class SqliteStore(SqlStore):
         header tells commits apart; per thread (by ``PRAGMA data_version``) otherwise."""
         header = self._watch.version()
         if header is not None:
-            shared = self._shared
-            if (
-                shared is None
-                or shared.version != header
-                or len(shared.docs) + len(shared.derived) > SNAPSHOT_CACHE_DOCS
-            ):
-                shared = self._shared = _Snapshot(header)
+            shared = self._shared = _current(self._shared, header)
             return shared
         try:
             version = conn.execute("PRAGMA data_version").fetchone()[0]
         except sqlite3.Error as exc:
             raise _mapped(exc) from exc
-        snapshot: _Snapshot | None = getattr(self._local, "snapshot", None)
-        if (
-            snapshot is None
-            or snapshot.version != version
-            or len(snapshot.docs) + len(snapshot.derived) > SNAPSHOT_CACHE_DOCS
-        ):
-            snapshot = self._local.snapshot = _Snapshot(version)
+        snapshot = self._local.snapshot = _current(getattr(self._local, "snapshot", None), version)
         return snapshot
 
     def _migrations(self) -> dict[int, str]:
