@@ -39,11 +39,6 @@ _WHOLE_READ: Final = (
 _REVISIONS: Final = "SELECT d.doc_id, d.revision FROM documents d WHERE {where}"
 
 
-@lru_cache(maxsize=64)
-def _revisions_sql(where: str) -> str:
-    return _REVISIONS.format(where=where)
-
-
 BODY_CACHE_DOCS: Final = 10_000
 
 
@@ -215,7 +210,7 @@ class PostgresStore(SqlStore):
         where, params = key_filter(keys)
         if all(key in self._seen for key in keys):
             out = {key: Document(key, 0, None) for key in keys}
-            for doc_id, revision in self._query(_revisions_sql(where), params):
+            for doc_id, revision in self._query(_REVISIONS.format(where=where), params):
                 known = self._bodies.get(doc_id)
                 if known is None or known[0] != revision:
                     break
