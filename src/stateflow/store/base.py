@@ -54,9 +54,6 @@ def utc_text(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-_OP_SEEN: Final = "SELECT 1 FROM applied_ops WHERE scope = ? AND op_id = ?"
-
-
 class Tx(abc.ABC):
     """A minimal cursor facade over one open database transaction. SQL uses ``?`` params."""
 
@@ -168,13 +165,19 @@ class OpIdTaken(Conflict):
         self.taken = frozenset(taken)
 
 
+def _with_op_id(claims: Sequence[tuple[str, str]], op_id: str | None, scope: str) -> list[tuple[str, str]]:
+    """The claims of a call, its own ``op_id`` among them."""
+    return [*claims, (scope, op_id)] if op_id is not None else list(claims)
+
+
+def _replayed(taken: OpIdTaken, op_id: str | None, scope: str) -> bool:
+    """Whether the call's own ``op_id`` is among the taken claims: the call is a replay."""
+    return op_id is not None and (scope, op_id) in taken.taken
+
+
 def _claims_query(claims: Sequence[tuple[str, str]]) -> tuple[str, list[str]]:
     where = " OR ".join(["(scope = ? AND op_id = ?)"] * len(claims))
     return f"SELECT scope, op_id FROM applied_ops WHERE {where}", [v for pair in claims for v in pair]
-
-
-class _Replay(Exception):
-    """Internal: the op_id was seen before; roll back and report a replay."""
 
 
 class SqlStore(abc.ABC):
@@ -545,11 +548,14 @@ class SqlStore(abc.ABC):
         self.check_schema()
         _validate(writes, origin)
         fresh = _Fresh()
+        claims = _with_op_id([], op_id, op_scope)
         try:
             with self._write_tx() as tx:
-                result = self._commit_in(tx, writes, origin or {}, op_id, op_scope, {}, fresh)
-        except _Replay:
-            return Commit(applied=False)
+                result = self._commit_in(tx, writes, origin or {}, claims, {}, fresh)
+        except OpIdTaken as taken:
+            if _replayed(taken, op_id, op_scope):
+                return Commit(applied=False)
+            raise
         self._remember(fresh)
         return result
 
@@ -574,19 +580,19 @@ class SqlStore(abc.ABC):
         cannot be written by this call). An exception from ``compute`` rolls everything back. A
         replayed ``op_id`` returns ``(Commit(applied=False), None)`` without calling ``compute``.
         ``claims`` are further ``(scope, op_id)`` keys recorded with the commit; if any of them
-        is already recorded, :class:`OpIdTaken` is raised and nothing is written (callers check
-        them beforehand and retry).
+        is already recorded, :class:`OpIdTaken` is raised (naming them) and nothing is written.
         """
         self.check_schema()
         names = None if members is None else list(members)
         outline_names = list(outlines)
         shared_keys = sorted(set(shared))
         fresh = _Fresh()
+        all_claims = _with_op_id(claims, op_id, op_scope)
         try:
             with self._write_tx() as tx:
                 docs: dict[DocKey, Document] = {}
                 locked = sorted(set(keys) - set(shared_keys))
-                rows, locked_rows = self._claim(tx, shared_keys, locked, op_id, op_scope, claims)
+                rows, locked_rows = self._claim(tx, shared_keys, locked, all_claims)
                 loaded = {key: _Loaded(row) for key, row in locked_rows.items()}
                 # then one member-head query for the documents whose heads are not cached
                 wanted: list[_Wanted] = [
@@ -623,9 +629,11 @@ class SqlStore(abc.ABC):
                         raise InvalidInput(
                             f"{write.key} was read as shared and cannot be written in this call"
                         )
-                commit = self._commit_in(tx, writes, origin or {}, op_id, op_scope, loaded, fresh, claims)
-        except _Replay:
-            return Commit(applied=False), None
+                commit = self._commit_in(tx, writes, origin or {}, all_claims, loaded, fresh)
+        except OpIdTaken as taken:
+            if _replayed(taken, op_id, op_scope):
+                return Commit(applied=False), None
+            raise
         self._remember(fresh)
         return commit, result
 
@@ -634,24 +642,18 @@ class SqlStore(abc.ABC):
         tx: Tx,
         shared: Sequence[DocKey],
         locked: Sequence[DocKey],
-        op_id: str | None,
-        op_scope: str,
         claims: Sequence[tuple[str, str]] = (),
     ) -> tuple[dict[DocKey, _Row], dict[DocKey, _Row]]:
-        """Start a read-modify-write: refuse a replayed op id (``_Replay``) or a taken claim
-        (``OpIdTaken``), read the shared rows, then lock (creating if needed) the others — in
-        this order, the order fold and re-declare use too. All statements go out together where
-        the database pipelines."""
+        """Start a read-modify-write: refuse claimed op ids already recorded (``OpIdTaken``),
+        read the shared rows, then lock (creating if needed) the others — in this order, the
+        order fold and re-declare use too. All statements go out together where the database
+        pipelines."""
         statements: list[tuple[str, Sequence[Any]]] = [self._lock_query(key) for key in locked]
         if shared:
             statements.insert(0, self._rows_query(shared, self.share_clause))
         if claims:
             statements.insert(0, _claims_query(claims))
-        if op_id is not None:
-            statements.insert(0, (_OP_SEEN, (op_scope, op_id)))
         answers = tx.all_of(statements)
-        if op_id is not None and answers.pop(0):
-            raise _Replay
         if claims and (taken := answers.pop(0)):
             raise OpIdTaken({(r[0], r[1]) for r in taken})
         rows = _by_key(answers.pop(0)) if shared else {}
@@ -669,22 +671,12 @@ class SqlStore(abc.ABC):
         tx: Tx,
         writes: Sequence[Write],
         origin: dict[str, Any],
-        op_id: str | None,
-        op_scope: str,
+        claims: Sequence[tuple[str, str]],
         loaded: dict[DocKey, _Loaded],
         fresh: _Fresh,
-        claims: Sequence[tuple[str, str]] = (),
     ) -> Commit:
         at = fresh.at = utc_now()
-        if op_id is not None:
-            inserted = tx.run(
-                "INSERT INTO applied_ops (scope, op_id, applied_at) VALUES (?, ?, ?) "
-                "ON CONFLICT (scope, op_id) DO NOTHING",
-                (op_scope, op_id, at),
-            )
-            if inserted == 0:
-                raise _Replay
-        if claims:
+        if claims:  # recorded first: a claim taken meanwhile ends the call before any write
             taken = tx.all(
                 "INSERT INTO applied_ops (scope, op_id, applied_at) VALUES "
                 + ", ".join(["(?, ?, ?)"] * len(claims))
@@ -719,8 +711,7 @@ class SqlStore(abc.ABC):
                 if self.current_seq_sql is None
                 else _SeqRef(self.current_seq_sql, ())
             )
-            recorded = [(op_scope, op_id)] if op_id is not None else []
-            for scope, claimed in [*recorded, *claims]:
+            for scope, claimed in claims:
                 tx.run(
                     f"UPDATE applied_ops SET seq = {seq.sql} WHERE scope = ? AND op_id = ?",
                     (*seq.params, scope, claimed),

@@ -28,7 +28,7 @@ from stateflow.errors import (
     StoreUnavailable,
     UnsupportedStore,
 )
-from stateflow.store.base import _OP_SEEN, OpIdTaken, SqlStore, Tx, _claims_query, _Replay, _Row
+from stateflow.store.base import OpIdTaken, SqlStore, Tx, _claims_query, _Row
 from stateflow.store.migrations import SQLITE
 from stateflow.store.model import DocKey, Document
 
@@ -318,14 +318,10 @@ class SqliteStore(SqlStore):
         tx: Tx,
         shared: Sequence[DocKey],
         locked: Sequence[DocKey],
-        op_id: str | None,
-        op_scope: str,
         claims: Sequence[tuple[str, str]] = (),
     ) -> tuple[dict[DocKey, _Row], dict[DocKey, _Row]]:
         # The write transaction already excludes every other writer: one query reads all rows;
         # only documents seen for the first time need an insert.
-        if op_id is not None and tx.one(_OP_SEEN, (op_scope, op_id)) is not None:
-            raise _Replay
         if claims and (taken := tx.all(*_claims_query(claims))):
             raise OpIdTaken({(r[0], r[1]) for r in taken})
         found = self._rows(tx, [*shared, *locked])
