@@ -67,3 +67,23 @@ def test_kind_names() -> None:
 def test_string_length_counts_code_points() -> None:
     assert text_length("compact") == 7
     assert text_length("é😀") == 2  # two code points (UTF-16 would say 3)
+
+
+def _nested(depth: int) -> object:
+    value: object = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def test_nesting_up_to_the_storage_limit_is_accepted_deeper_is_refused_by_place() -> None:
+    assert encode(_nested(254)).startswith(b"[[")
+    for depth in (255, 5_000):  # 5,000 is deeper than Python itself recurses
+        with pytest.raises(InvalidJSON, match="nested deeper than 254 levels") as info:
+            check(_nested(depth), "value")
+        assert str(info.value).startswith("value[0][0]")
+
+
+def test_a_bad_value_deep_inside_is_named_by_its_full_path() -> None:
+    with pytest.raises(InvalidJSON, match=r"^\$\.people\[1\]\.score: nan"):
+        check({"people": [{"score": 1.0}, {"score": math.nan}], "ok": True})

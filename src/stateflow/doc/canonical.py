@@ -16,12 +16,14 @@ KINDS: Final = ("object", "array", "string", "number", "boolean", "null")
 
 _INT_MIN: Final = -(2**63)
 _INT_MAX: Final = 2**64 - 1
+MAX_DEPTH: Final = 254
+"""Containers nest at most this deep (the encoder's limit): deeper values cannot be stored."""
 
 
 def encode(value: JSON) -> bytes:
     """Compact UTF-8 JSON bytes; key order is preserved. Refuses what JSON cannot carry."""
     check(value)
-    return orjson.dumps(value)
+    return encode_trusted(value)
 
 
 def encode_trusted(value: JSON) -> bytes:
@@ -42,12 +44,49 @@ def decode(data: bytes | bytearray | memoryview | str) -> JSON:
 
 def check(value: JSON, where: str = "$") -> None:
     """Raise InvalidJSON unless ``value`` is plain JSON: no NaN/Infinity, string keys only."""
-    stack: list[tuple[JSON, str]] = [(value, where)]
+    if not _plain(value, 0):
+        _explain(value, where)
+
+
+def _plain(node: JSON, depth: int) -> bool:
+    """Whether ``node`` is plain JSON. Every write checks its values: this pass builds no path
+    text; ``_explain`` walks again to name the first offending place only when one exists."""
+    t = type(node)
+    if t is str or t is bool or node is None:
+        return True
+    if t is int:
+        return _INT_MIN <= node <= _INT_MAX
+    if t is float:
+        return math.isfinite(node)
+    if depth >= MAX_DEPTH and (t is dict or t is list):
+        return False
+    if t is dict:
+        for k, v in node.items():
+            if type(k) is not str:
+                return False
+            tv = type(v)
+            if not (tv is str or tv is bool or v is None) and not _plain(v, depth + 1):
+                return False
+        return True
+    if t is list:
+        for v in node:
+            tv = type(v)
+            if not (tv is str or tv is bool or v is None) and not _plain(v, depth + 1):
+                return False
+        return True
+    return False
+
+
+def _explain(value: JSON, where: str) -> None:
+    """Raise InvalidJSON naming the first place in ``value`` that is not plain JSON."""
+    stack: list[tuple[JSON, str, int]] = [(value, where, 0)]
     while stack:
-        node, at = stack.pop()
+        node, at, depth = stack.pop()
         t = type(node)
         if t is str or t is bool or node is None:
             continue
+        if depth >= MAX_DEPTH and (t is dict or t is list):
+            raise InvalidJSON(f"{at}: nested deeper than {MAX_DEPTH} levels, which JSON storage refuses")
         if t is int:
             if not _INT_MIN <= node <= _INT_MAX:
                 raise InvalidJSON(f"{at}: integer {node} is outside the 64-bit range JSON stores")
@@ -58,9 +97,9 @@ def check(value: JSON, where: str = "$") -> None:
             for k, v in node.items():
                 if type(k) is not str:
                     raise InvalidJSON(f"{at}: object key {k!r} is not a string")
-                stack.append((v, f"{at}.{k}"))
+                stack.append((v, f"{at}.{k}", depth + 1))
         elif t is list:
-            stack.extend((v, f"{at}[{i}]") for i, v in enumerate(node))
+            stack.extend((v, f"{at}[{i}]", depth + 1) for i, v in enumerate(node))
         else:
             raise InvalidJSON(f"{at}: {t.__name__} is not a JSON type")
 

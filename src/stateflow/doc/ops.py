@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from stateflow.doc.canonical import JSON, check, json_equal, kind
 from stateflow.doc.select import MISSING
@@ -40,9 +40,9 @@ class Guard:
     expected: JSON
 
 
-@dataclass(frozen=True, slots=True)
-class Op:
-    """One validated op. ``raw`` is the op as given, without its guard."""
+class Op(NamedTuple):
+    """One validated op. ``raw`` is the op as given, without its guard. (A tuple: built for
+    every op of every batch, and a tuple is the cheapest immutable record to build.)"""
 
     kind: str
     path: Path
@@ -92,15 +92,14 @@ def parse_op(raw: object) -> Op:
     allowed = _KEYS[name]
     if name == "remove" and "value" in raw:
         raise OpError("a remove op takes no 'value'")
-    unknown = sorted(set(raw) - allowed)
-    if unknown:
-        raise OpError(f"op carries unknown keys {unknown}")
+    if not allowed.issuperset(raw):
+        raise OpError(f"op carries unknown keys {sorted(set(raw) - allowed)}")
     if "path" not in raw:
         raise OpError(f"a {name} op needs a 'path'")
     keyed = name not in ("set", "remove")
     path = _parse_path(raw["path"], allow_append=name == "set", what="path")
     guard = _parse_guard(raw["guard"]) if "guard" in raw else None
-    body = {k: v for k, v in raw.items() if k != "guard"}
+    body = {k: v for k, v in raw.items() if k != "guard"} if guard is not None else dict(raw)
     if not keyed:
         if name == "set":
             if "value" not in raw:
@@ -151,13 +150,16 @@ def _parse_path(raw: object, *, allow_append: bool, what: str) -> Path:
     if len(raw) > MAX_PATH_SEGMENTS:
         raise OpError(f"{what} has {len(raw)} segments — the cap is {MAX_PATH_SEGMENTS}")
     for seg in raw:
-        if isinstance(seg, bool) or not isinstance(seg, str | int):
-            raise OpError(f"{what} segment {seg!r} must be a string key or a list index")
-        if isinstance(seg, int) and seg < 0:
-            raise OpError(f"negative list index {seg} is not supported")
-        if seg == "":
+        t = type(seg)
+        if t is not str and t is not int:  # exact types first: this runs for every op
+            if isinstance(seg, bool) or not isinstance(seg, str | int):
+                raise OpError(f"{what} segment {seg!r} must be a string key or a list index")
+        if isinstance(seg, int):
+            if seg < 0:
+                raise OpError(f"negative list index {seg} is not supported")
+        elif seg == "":
             raise OpError(f"empty-string {what} segment")
-        if seg == APPEND and not allow_append:
+        elif seg == APPEND and not allow_append:
             raise OpError(f"'-' (append) is not allowed in this {what}")
     return tuple(raw)
 

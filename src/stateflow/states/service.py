@@ -121,9 +121,13 @@ def _validated_subject(target_kind: str, target_name: str, kind: str, key: str) 
         raise SubjectRefused(str(_invalid(exc, "subject"))) from exc
 
 
+_NO_ORIGIN: Final = WriteOrigin()
+_NO_CONTEXT: Final = DoorContext()
+
+
 def origin_of(raw: Any) -> WriteOrigin:
     if raw is None:
-        return WriteOrigin()
+        return _NO_ORIGIN  # frozen: one shared default
     if isinstance(raw, WriteOrigin):
         return raw
     try:
@@ -375,7 +379,7 @@ class StatesService(TemplatesMixin):
     def _origin(
         origin: WriteOrigin, context: DoorContext | None, action: str, paths: Any = None
     ) -> dict[str, Any]:
-        ctx = context or DoorContext()
+        ctx = context or _NO_CONTEXT
         return {
             "consumer": origin.consumer,
             "meta": origin.meta,

@@ -46,7 +46,8 @@ SNAPSHOT_MIN_BYTES: Final = 4096
 
 def utc_now() -> str:
     """The store's one clock: fixed-width ISO-8601 UTC, so text order is time order."""
-    return utc_text(datetime.now(UTC))
+    # isoformat is the same text as utc_text's strftime, at a third of the cost (every write)
+    return datetime.now(UTC).isoformat(timespec="microseconds")[:-6] + "Z"
 
 
 def utc_text(moment: datetime) -> str:
