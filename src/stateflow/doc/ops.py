@@ -150,10 +150,9 @@ def _parse_path(raw: object, *, allow_append: bool, what: str) -> Path:
     if len(raw) > MAX_PATH_SEGMENTS:
         raise OpError(f"{what} has {len(raw)} segments — the cap is {MAX_PATH_SEGMENTS}")
     for seg in raw:
-        t = type(seg)
-        if t is not str and t is not int:  # exact types first: this runs for every op
-            if isinstance(seg, bool) or not isinstance(seg, str | int):
-                raise OpError(f"{what} segment {seg!r} must be a string key or a list index")
+        t = type(seg)  # exact types first: this runs for every op
+        if t is not str and t is not int and (isinstance(seg, bool) or not isinstance(seg, str | int)):
+            raise OpError(f"{what} segment {seg!r} must be a string key or a list index")
         if isinstance(seg, int):
             if seg < 0:
                 raise OpError(f"negative list index {seg} is not supported")
