@@ -55,7 +55,7 @@ def _plain(node: JSON, depth: int) -> bool:
     if t is str or t is bool or node is None:
         return True
     if t is int:
-        return _INT_MIN <= node <= _INT_MAX
+        return bool(_INT_MIN <= node <= _INT_MAX)
     if t is float:
         return math.isfinite(node)
     if depth >= MAX_DEPTH and (t is dict or t is list):
