@@ -13,6 +13,11 @@ import orjson
 from stateflow.errors import InvalidInput
 
 
+def encode_subject(target_kind: str, target_name: str, kind: str, key: str) -> str:
+    """The canonical string of a subject."""
+    return orjson.dumps([target_kind, target_name, kind, key]).decode()
+
+
 @dataclass(frozen=True, slots=True, order=True)
 class Subject:
     target_kind: str
@@ -21,7 +26,7 @@ class Subject:
     key: str
 
     def encode(self) -> str:
-        return orjson.dumps([self.target_kind, self.target_name, self.kind, self.key]).decode()
+        return encode_subject(self.target_kind, self.target_name, self.kind, self.key)
 
     @staticmethod
     def decode(text: str) -> Subject:

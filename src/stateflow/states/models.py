@@ -8,7 +8,7 @@ from typing import Any, Final, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from stateflow.subjects import Subject
+from stateflow.subjects import Subject, encode_subject
 
 NAME_RE: Final = re.compile(r"[a-z0-9][a-z0-9_-]*\Z")
 KIND_RE: Final = re.compile(r"[a-z][a-z0-9_-]{0,62}\Z")
@@ -54,7 +54,7 @@ class StateSubject(_Model):
         return (self.target_kind, self.target_name)
 
     def encode(self) -> str:
-        return Subject(self.target_kind, self.target_name, self.kind, self.key).encode()
+        return encode_subject(self.target_kind, self.target_name, self.kind, self.key)
 
     @staticmethod
     def decode(text: str) -> StateSubject:

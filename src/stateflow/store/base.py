@@ -1223,7 +1223,8 @@ def _key_where(count: int) -> str:
 
 
 def _by_key(rows: list[tuple[Any, ...]]) -> dict[DocKey, _Row]:
-    return {DocKey(r[9], r[10]): _to_row(r) for r in rows}
+    # keys read back from the database were valid when written: no need to check them again
+    return {DocKey._make((r[9], r[10])): _to_row(r) for r in rows}
 
 
 def _to_row(r: tuple[Any, ...]) -> _Row:
