@@ -717,8 +717,10 @@ class SqlStore(abc.ABC):
                     f"UPDATE applied_ops SET seq = {seq.sql} WHERE scope = ? AND op_id = ?",
                     (*seq.params, scope, claimed),
                 )
-            for write, entry, stage in staged:
-                revisions[write.key] = self._write_doc(tx, write, entry, stage, seq, fresh)
+            plans = [self._plan_doc(write, entry, stage, fresh) for write, entry, stage in staged]
+            self._emit(tx, plans, seq)
+            for (write, _, _), planned in zip(staged, plans, strict=True):
+                revisions[write.key] = planned.revision
         fresh.seq = seq_of()
         return Commit(applied=True, seq=fresh.seq, at=at, revisions=revisions)
 
@@ -776,14 +778,14 @@ class SqlStore(abc.ABC):
             stage.touched[name] = None
         return stage
 
-    def _write_doc(
-        self, tx: Tx, write: Write, entry: _Loaded, stage: _Stage, seq: _SeqRef, fresh: _Fresh
-    ) -> int:
+    def _plan_doc(self, write: Write, entry: _Loaded, stage: _Stage, fresh: _Fresh) -> _DocPlan:
+        """The rows one document's write changes, decided before any statement is sent (the
+        statements themselves are :meth:`_emit`'s)."""
         row = entry.row
+        revision = row.revision + 1
         size = row.body_size
         position = row.next_position
-        updates: list[tuple[Any, ...]] = []
-        inserts: list[tuple[Any, ...]] = []
+        plan = _DocPlan(row.doc_id, revision, present=stage.present)
         # the member heads after this write follow from those before it, when they are known
         before = self._heads.get(row.doc_id, row.revision) if row.present else []
         heads = None if before is None else {h[1]: h for h in before}
@@ -792,41 +794,28 @@ class SqlStore(abc.ABC):
             old = entry.members.get(name) if row.present else None
             if value is MISSING or not stage.present:
                 if old is not None:
-                    tx.run("DELETE FROM members WHERE doc_id = ? AND name = ?", (row.doc_id, name))
+                    plan.deletes.append((row.doc_id, name))
                     size -= old[2]
                 if heads is not None:
                     heads.pop(name, None)
                 continue
             body = encode_trusted(value)
             outline = encode_trusted(outline_of(value)) if type(value) is dict else None
-            fresh.members.append((row.doc_id, name, row.revision + 1, value, len(body)))
+            fresh.members.append((row.doc_id, name, revision, value, len(body)))
             if old is not None:
-                updates.append((body, row.revision + 1, len(body), outline, row.doc_id, name))
+                plan.updates.append((body, revision, len(body), outline, row.doc_id, name))
                 size += len(body) - old[2]
                 at = old[1]
             else:
-                inserts.append((row.doc_id, name, position, row.revision + 1, len(body), outline, body))
+                plan.inserts.append((row.doc_id, name, position, revision, len(body), outline, body))
                 at = position
                 position += 1
                 size += len(body)
             if heads is not None:
-                heads[name] = (row.doc_id, name, at, row.revision + 1, len(body), outline)
-        if updates:
-            tx.many(
-                "UPDATE members SET body = ?, revision = ?, size = ?, outline = ? WHERE doc_id = ? AND name = ?",
-                updates,
-            )
-        if inserts:
-            tx.many(
-                "INSERT INTO members (doc_id, name, position, revision, size, outline, body) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                inserts,
-            )
+                heads[name] = (row.doc_id, name, at, revision, len(body), outline)
         if not stage.present:
-            tx.run("DELETE FROM members WHERE doc_id = ?", (row.doc_id,))
             size = 0
             heads = {}
-        revision = row.revision + 1
         if heads is not None:
             after = sorted(heads.values(), key=lambda h: h[2])
             fresh.heads[row.doc_id] = (revision, after)
@@ -839,40 +828,55 @@ class SqlStore(abc.ABC):
         paths = (
             [list(p) for p in write.paths] if write.paths is not None else [list(e.path) for e in write.edits]
         )
-        tx.run(
-            f"INSERT INTO changes (doc_id, revision, seq, paths) VALUES (?, ?, {seq.sql}, ?)",
-            (row.doc_id, revision, *seq.params, encode_trusted(paths)),
-        )
+        plan.paths = encode_trusted(paths)
         groups: dict[str, list[Any]] = {}
         for edit in _effective_edits(write.edits):
             groups.setdefault(str(edit.path[0]) if edit.path else "", []).append(edit.to_json())
-        since = row.bytes_since_snapshot
-        blobs = [(row.doc_id, revision, member, encode_trusted(group)) for member, group in groups.items()]
-        since += sum(len(b[3]) for b in blobs)
-        tx.many("INSERT INTO change_edits (doc_id, revision, member, edits) VALUES (?, ?, ?, ?)", blobs)
+        plan.edits = [(row.doc_id, revision, member, encode_trusted(group)) for member, group in groups.items()]
+        since = row.bytes_since_snapshot + sum(len(e[3]) for e in plan.edits)
         snapshot_revision = row.snapshot_revision
         if revision - snapshot_revision >= SNAPSHOT_MAX_CHAIN or since >= max(size, SNAPSHOT_MIN_BYTES):
-            tx.run(
-                "INSERT INTO snapshots (doc_id, revision, body) VALUES (?, ?, ?)",
-                (row.doc_id, revision, self._raw_body(tx, row.doc_id) if stage.present else b"null"),
-            )
+            plan.snapshot = True
             snapshot_revision, since = revision, 0
-        tx.run(
-            f"UPDATE documents SET revision = ?, present = ?, updated_seq = {seq.sql}, "
-            "snapshot_revision = ?, bytes_since_snapshot = ?, body_size = ?, next_position = ? "
-            "WHERE doc_id = ?",
-            (
-                revision,
-                1 if stage.present else 0,
-                *seq.params,
-                snapshot_revision,
-                since,
-                size,
-                position,
-                row.doc_id,
-            ),
-        )
-        return revision
+        plan.document = (revision, 1 if stage.present else 0, snapshot_revision, since, size, position, row.doc_id)
+        return plan
+
+    def _emit(self, tx: Tx, plans: Sequence[_DocPlan], seq: _SeqRef) -> None:
+        """Send the statements of planned document writes (inside the commit's batch)."""
+        for plan in plans:
+            if plan.deletes and plan.present:  # an absent document loses every member below
+                tx.many("DELETE FROM members WHERE doc_id = ? AND name = ?", plan.deletes)
+            if plan.updates:
+                tx.many(
+                    "UPDATE members SET body = ?, revision = ?, size = ?, outline = ? "
+                    "WHERE doc_id = ? AND name = ?",
+                    plan.updates,
+                )
+            if plan.inserts:
+                tx.many(
+                    "INSERT INTO members (doc_id, name, position, revision, size, outline, body) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    plan.inserts,
+                )
+            if not plan.present:
+                tx.run("DELETE FROM members WHERE doc_id = ?", (plan.doc_id,))
+            tx.run(
+                f"INSERT INTO changes (doc_id, revision, seq, paths) VALUES (?, ?, {seq.sql}, ?)",
+                (plan.doc_id, plan.revision, *seq.params, plan.paths),
+            )
+            tx.many("INSERT INTO change_edits (doc_id, revision, member, edits) VALUES (?, ?, ?, ?)", plan.edits)
+            if plan.snapshot:
+                tx.run(
+                    "INSERT INTO snapshots (doc_id, revision, body) VALUES (?, ?, ?)",
+                    (plan.doc_id, plan.revision, self._raw_body(tx, plan.doc_id) if plan.present else b"null"),
+                )
+            revision, present, snapshot_revision, since, size, position, doc_id = plan.document
+            tx.run(
+                f"UPDATE documents SET revision = ?, present = ?, updated_seq = {seq.sql}, "
+                "snapshot_revision = ?, bytes_since_snapshot = ?, body_size = ?, next_position = ? "
+                "WHERE doc_id = ?",
+                (revision, present, *seq.params, snapshot_revision, since, size, position, doc_id),
+            )
 
     def _raw_body(self, tx: Tx, doc_id: int) -> bytes:
         """The current body as JSON bytes, assembled from member rows without decoding them."""
@@ -1197,6 +1201,28 @@ class SqlStore(abc.ABC):
         self.check_schema()
         with self._write_tx() as tx:
             return int(tx.run("DELETE FROM applied_ops WHERE applied_at < ?", (older_than,)))
+
+
+@dataclass(slots=True)
+class _DocPlan:
+    """One document's write as rows (see ``SqlStore._plan_doc``)."""
+
+    doc_id: int
+    revision: int
+    present: bool
+    """whether the document exists after the write (if not, every member row goes)"""
+    deletes: list[tuple[int, str]] = field(default_factory=list)
+    updates: list[tuple[Any, ...]] = field(default_factory=list)
+    """(body, revision, size, outline, doc_id, name)"""
+    inserts: list[tuple[Any, ...]] = field(default_factory=list)
+    """(doc_id, name, position, revision, size, outline, body)"""
+    paths: bytes = b"[]"
+    edits: list[tuple[int, int, str, bytes]] = field(default_factory=list)
+    """change_edits rows: (doc_id, revision, member, edits)"""
+    snapshot: bool = False
+    """take a snapshot of the body as written"""
+    document: tuple[Any, ...] = ()
+    """(revision, present, snapshot_revision, bytes_since_snapshot, body_size, next_position, doc_id)"""
 
 
 @dataclass(slots=True)
