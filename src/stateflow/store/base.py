@@ -832,13 +832,23 @@ class SqlStore(abc.ABC):
         groups: dict[str, list[Any]] = {}
         for edit in _effective_edits(write.edits):
             groups.setdefault(str(edit.path[0]) if edit.path else "", []).append(edit.to_json())
-        plan.edits = [(row.doc_id, revision, member, encode_trusted(group)) for member, group in groups.items()]
+        plan.edits = [
+            (row.doc_id, revision, member, encode_trusted(group)) for member, group in groups.items()
+        ]
         since = row.bytes_since_snapshot + sum(len(e[3]) for e in plan.edits)
         snapshot_revision = row.snapshot_revision
         if revision - snapshot_revision >= SNAPSHOT_MAX_CHAIN or since >= max(size, SNAPSHOT_MIN_BYTES):
             plan.snapshot = True
             snapshot_revision, since = revision, 0
-        plan.document = (revision, 1 if stage.present else 0, snapshot_revision, since, size, position, row.doc_id)
+        plan.document = (
+            revision,
+            1 if stage.present else 0,
+            snapshot_revision,
+            since,
+            size,
+            position,
+            row.doc_id,
+        )
         return plan
 
     def _emit(self, tx: Tx, plans: Sequence[_DocPlan], seq: _SeqRef) -> None:
@@ -864,11 +874,17 @@ class SqlStore(abc.ABC):
                 f"INSERT INTO changes (doc_id, revision, seq, paths) VALUES (?, ?, {seq.sql}, ?)",
                 (plan.doc_id, plan.revision, *seq.params, plan.paths),
             )
-            tx.many("INSERT INTO change_edits (doc_id, revision, member, edits) VALUES (?, ?, ?, ?)", plan.edits)
+            tx.many(
+                "INSERT INTO change_edits (doc_id, revision, member, edits) VALUES (?, ?, ?, ?)", plan.edits
+            )
             if plan.snapshot:
                 tx.run(
                     "INSERT INTO snapshots (doc_id, revision, body) VALUES (?, ?, ?)",
-                    (plan.doc_id, plan.revision, self._raw_body(tx, plan.doc_id) if plan.present else b"null"),
+                    (
+                        plan.doc_id,
+                        plan.revision,
+                        self._raw_body(tx, plan.doc_id) if plan.present else b"null",
+                    ),
                 )
             revision, present, snapshot_revision, since, size, position, doc_id = plan.document
             tx.run(
