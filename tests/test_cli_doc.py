@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from stateflow.store.migrations import SCHEMA_VERSION
+
 
 def sf(
     *args: str, stdin: str | None = None, env: dict[str, str] | None = None
@@ -67,7 +69,7 @@ def test_usage_errors_exit_2(db: str) -> None:
 
 def test_migrate_reports_versions(db: str, pg_schema_url: str) -> None:
     first = sf("--store", pg_schema_url, "migrate")
-    assert first.returncode == 0 and "migrated schema version 0 → 1" in first.stdout
+    assert first.returncode == 0 and f"migrated schema version 0 → {SCHEMA_VERSION}" in first.stdout
     again = sf("--store", pg_schema_url, "migrate")
     assert "schema is current" in again.stdout
     unmigrated = sf("--store", db.replace("cli.db", "x.db"), "migrate")

@@ -109,3 +109,25 @@ def test_the_embedded_default_migrates_itself(tmp_path: Path) -> None:
         assert store.schema_version() == SCHEMA_VERSION
     finally:
         store.close()
+
+
+def test_a_version_1_store_with_data_upgrades_in_place(backend: str) -> None:
+    """A store written by the first schema keeps its documents and history through `migrate`."""
+    from stateflow.store.migrations import POSTGRES, SQLITE, statements
+
+    script = (POSTGRES if backend.startswith("postgresql://") else SQLITE)[1]
+    for statement in statements(script):
+        _raw_sql(backend, statement)
+    _raw_sql(backend, "INSERT INTO stateflow_meta (key, value) VALUES ('schema_version', '1')")
+    _raw_sql(backend, "INSERT INTO documents (state, subject, revision, present) VALUES ('notes', 'a', 0, 0)")
+    store = open_store(backend, auto_migrate=False)
+    try:
+        with pytest.raises(StoreNotMigrated, match="schema version 1"):
+            store.get(A)
+        assert store.migrate() == (1, SCHEMA_VERSION)
+        store.commit([Write.between(A, None, {"n": 1, "tags": ["x"]})])
+        store.commit([Write.between(A, {"n": 1, "tags": ["x"]}, {"n": 2})])
+        assert store.get(A).body == {"n": 2}
+        assert [c.revision for c in store.history([A])] == [2, 1]
+    finally:
+        store.close()

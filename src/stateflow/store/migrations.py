@@ -14,13 +14,17 @@ Tables:
   as-of reads decode only the members they need (never a lazy body to show a hot change).
 - ``snapshots``: full bodies every so often, so "as of revision r" replays a bounded chain.
 - ``applied_ops``: the idempotency ledger (``op_id`` per scope).
+
+Version 2 adds, on PostgreSQL, the write functions: a commit's rows in one call
+(``stateflow_write_rows``), and a whole commit in one statement for writes computed against
+known revisions (``stateflow_commit``). SQLite needs nothing new (it only records the version).
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 
 _COMMON_V1: Final = """
 CREATE TABLE stateflow_meta (
@@ -95,6 +99,7 @@ SQLITE: Final[dict[int, str]] = {
         text_c="TEXT",  # SQLite compares text bytewise already
     )
     + "CREATE INDEX documents_by_state ON documents (state, present, subject);",
+    2: "",
 }
 
 INDEXABLE: Final = "m.size <= 1048576 AND position('\\x5c7530303030'::bytea IN m.body) = 0"
@@ -116,9 +121,76 @@ CREATE FUNCTION stateflow_jsonb(body BYTEA) RETURNS JSONB
 CREATE INDEX members_json ON members USING GIN (stateflow_jsonb(body) jsonb_path_ops)
     WHERE size <= 1048576 AND position('\\x5c7530303030'::bytea IN body) = 0;
 """,
+    2: r"""
+CREATE FUNCTION stateflow_write_rows(
+    p_seq BIGINT,
+    del_doc BIGINT[], del_name TEXT[], gone BIGINT[],
+    upd_body BYTEA[], upd_rev BIGINT[], upd_size BIGINT[], upd_outline BYTEA[], upd_doc BIGINT[],
+    upd_name TEXT[],
+    ins_doc BIGINT[], ins_name TEXT[], ins_pos BIGINT[], ins_rev BIGINT[], ins_size BIGINT[],
+    ins_outline BYTEA[], ins_body BYTEA[],
+    ch_doc BIGINT[], ch_rev BIGINT[], ch_paths BYTEA[],
+    ed_doc BIGINT[], ed_rev BIGINT[], ed_member TEXT[], ed_edits BYTEA[],
+    doc_rev BIGINT[], doc_present SMALLINT[], doc_snap BIGINT[], doc_since BIGINT[],
+    doc_size BIGINT[], doc_pos BIGINT[], doc_ids BIGINT[],
+    snap_doc BIGINT[], snap_rev BIGINT[], snap_present SMALLINT[]
+) RETURNS VOID LANGUAGE plpgsql AS $$
+-- Row by row where a row is found by key (each statement an index lookup, planned once per
+-- session), set-wise where rows are only added.
+BEGIN
+    FOR i IN 1 .. coalesce(array_length(del_doc, 1), 0) LOOP
+        DELETE FROM members WHERE doc_id = del_doc[i] AND name = del_name[i];
+    END LOOP;
+    FOR i IN 1 .. coalesce(array_length(gone, 1), 0) LOOP
+        DELETE FROM members WHERE doc_id = gone[i];
+    END LOOP;
+    FOR i IN 1 .. coalesce(array_length(upd_doc, 1), 0) LOOP
+        UPDATE members
+        SET body = upd_body[i], revision = upd_rev[i], size = upd_size[i], outline = upd_outline[i]
+        WHERE doc_id = upd_doc[i] AND name = upd_name[i];
+    END LOOP;
+    IF coalesce(array_length(ins_doc, 1), 0) > 0 THEN
+        INSERT INTO members (doc_id, name, position, revision, size, outline, body)
+        SELECT * FROM unnest(ins_doc, ins_name, ins_pos, ins_rev, ins_size, ins_outline, ins_body);
+    END IF;
+    INSERT INTO changes (doc_id, revision, seq, paths)
+    SELECT x.d, x.r, p_seq, x.p FROM unnest(ch_doc, ch_rev, ch_paths) AS x(d, r, p);
+    INSERT INTO change_edits (doc_id, revision, member, edits)
+    SELECT * FROM unnest(ed_doc, ed_rev, ed_member, ed_edits);
+    FOR i IN 1 .. coalesce(array_length(snap_doc, 1), 0) LOOP
+        INSERT INTO snapshots (doc_id, revision, body)
+        SELECT snap_doc[i], snap_rev[i], CASE WHEN snap_present[i] = 1 THEN
+            (SELECT '\x7b'::bytea || coalesce(string_agg(convert_to(to_json(m.name)::text, 'UTF8')
+                || '\x3a'::bytea || m.body, '\x2c'::bytea ORDER BY m.position), ''::bytea)
+                || '\x7d'::bytea FROM members m WHERE m.doc_id = snap_doc[i])
+            ELSE '\x6e756c6c'::bytea END;
+    END LOOP;
+    FOR i IN 1 .. coalesce(array_length(doc_ids, 1), 0) LOOP
+        UPDATE documents
+        SET revision = doc_rev[i], present = doc_present[i], updated_seq = p_seq,
+            snapshot_revision = doc_snap[i], bytes_since_snapshot = doc_since[i],
+            body_size = doc_size[i], next_position = doc_pos[i]
+        WHERE doc_id = doc_ids[i];
+    END LOOP;
+END
+$$;
+""",
 }
 
 
 def statements(script: str) -> list[str]:
-    """Split a migration script into statements (our scripts hold no ';' inside literals)."""
-    return [s.strip() for s in script.split(";") if s.strip()]
+    """Split a migration script into statements: at each ``;`` outside ``$$``-quoted bodies
+    (our scripts hold no ``;`` inside string literals)."""
+    out: list[str] = []
+    current = ""
+    for i, part in enumerate(script.split("$$")):
+        if i % 2:  # inside a $$ body: kept whole
+            current += "$$" + part + "$$"
+            continue
+        pieces = part.split(";")
+        current += pieces[0]
+        for piece in pieces[1:]:
+            out.append(current)
+            current = piece
+    out.append(current)
+    return [s.strip() for s in out if s.strip()]

@@ -277,32 +277,10 @@ class PostgresStore(SqlStore):
         return lambda: int(rows()[0][0])
 
     def _emit(self, tx: Tx, plans: Sequence[_DocPlan], seq: _SeqRef) -> None:
-        # Every row of every document in one statement: the client's cost is per statement
-        # (~50 µs of psycopg CPU each), and this one is prepared once. A snapshot reads the
-        # members as written, which one statement cannot see: those commits take the long way.
-        if any(plan.snapshot for plan in plans):
-            super()._emit(tx, plans, seq)
-            return
+        # Every row of every document in one call of the write function: the client's cost is
+        # per statement (psycopg spends more CPU on a statement than the server does on these).
         assert not seq.params  # here seq is named by `currval`, never sent as a value
-        deletes = [d for plan in plans if plan.present for d in plan.deletes]
-        updates = [u for plan in plans for u in plan.updates]
-        inserts = [i for plan in plans for i in plan.inserts]
-        edits = [e for plan in plans for e in plan.edits]
-        documents = [plan.document for plan in plans]
-        tx.run(
-            _WRITE_ROWS.format(seq=seq.sql),
-            (
-                *_columns(deletes, 2),
-                _array(plan.doc_id for plan in plans if not plan.present),
-                *_columns(updates, 6),
-                *_columns(inserts, 7),
-                _array(plan.doc_id for plan in plans),
-                _array(plan.revision for plan in plans),
-                _array(plan.paths for plan in plans),
-                *_columns(edits, 4),
-                *_columns(documents, 7),
-            ),
-        )
+        tx.run(_WRITE_ROWS.format(seq=seq.sql), _row_arrays(plans))
 
     def _migrations(self) -> dict[int, str]:
         return POSTGRES
@@ -352,38 +330,36 @@ class PostgresStore(SqlStore):
         self._pool.close()
 
 
-_WRITE_ROWS: Final = """
-WITH member_deletes AS (
-    DELETE FROM members m USING unnest(?::bigint[], ?::text[]) AS x(doc_id, name)
-    WHERE m.doc_id = x.doc_id AND m.name = x.name COLLATE "C"
-), all_members_deletes AS (
-    DELETE FROM members m WHERE m.doc_id = ANY(?::bigint[])
-), member_updates AS (
-    UPDATE members m SET body = x.body, revision = x.revision, size = x.size, outline = x.outline
-    FROM unnest(?::bytea[], ?::bigint[], ?::bigint[], ?::bytea[], ?::bigint[], ?::text[])
-        AS x(body, revision, size, outline, doc_id, name)
-    WHERE m.doc_id = x.doc_id AND m.name = x.name COLLATE "C"
-), member_inserts AS (
-    INSERT INTO members (doc_id, name, position, revision, size, outline, body)
-    SELECT * FROM unnest(?::bigint[], ?::text[], ?::bigint[], ?::bigint[], ?::bigint[], ?::bytea[], ?::bytea[])
-), change_rows AS (
-    INSERT INTO changes (doc_id, revision, seq, paths)
-    SELECT x.doc_id, x.revision, {seq}, x.paths
-    FROM unnest(?::bigint[], ?::bigint[], ?::bytea[]) AS x(doc_id, revision, paths)
-), edit_rows AS (
-    INSERT INTO change_edits (doc_id, revision, member, edits)
-    SELECT * FROM unnest(?::bigint[], ?::bigint[], ?::text[], ?::bytea[])
+_WRITE_ROW_TYPES: Final = (
+    *("bigint[]", "text[]", "bigint[]"),  # member deletes (doc_id, name); documents losing all
+    *("bytea[]", "bigint[]", "bigint[]", "bytea[]", "bigint[]", "text[]"),  # member updates
+    *("bigint[]", "text[]", "bigint[]", "bigint[]", "bigint[]", "bytea[]", "bytea[]"),  # inserts
+    *("bigint[]", "bigint[]", "bytea[]"),  # changes
+    *("bigint[]", "bigint[]", "text[]", "bytea[]"),  # change_edits
+    *("bigint[]", "smallint[]", "bigint[]", "bigint[]", "bigint[]", "bigint[]", "bigint[]"),  # documents
+    *("bigint[]", "bigint[]", "smallint[]"),  # snapshots
 )
-UPDATE documents d SET revision = x.revision, present = x.present, updated_seq = {seq},
-    snapshot_revision = x.snapshot_revision, bytes_since_snapshot = x.since, body_size = x.size,
-    next_position = x.position
-FROM unnest(?::bigint[], ?::smallint[], ?::bigint[], ?::bigint[], ?::bigint[], ?::bigint[], ?::bigint[])
-    AS x(revision, present, snapshot_revision, since, size, position, doc_id)
-WHERE d.doc_id = x.doc_id
-"""
-"""A commit's document rows in one statement; each ``unnest`` takes one array per column. The
-parts cannot touch one row twice: an absent document's members go only by ``doc_id``, and a
-member is deleted, updated or inserted, never two of these."""
+_WRITE_ROWS: Final = (
+    "SELECT stateflow_write_rows({seq}, " + ", ".join(f"?::{t}" for t in _WRITE_ROW_TYPES) + ")"
+)
+"""A commit's document rows in one call of the write function (each column as an array)."""
+
+
+def _row_arrays(plans: Sequence[_DocPlan]) -> list[str]:
+    """The write function's arguments for these plans, in ``_WRITE_ROW_TYPES`` order."""
+    snapshots = [(p.doc_id, p.revision, 1 if p.present else 0) for p in plans if p.snapshot]
+    return [
+        *_columns([d for p in plans if p.present for d in p.deletes], 2),
+        _array(p.doc_id for p in plans if not p.present),
+        *_columns([u for p in plans for u in p.updates], 6),
+        *_columns([i for p in plans for i in p.inserts], 7),
+        _array(p.doc_id for p in plans),
+        _array(p.revision for p in plans),
+        _array(p.paths for p in plans),
+        *_columns([e for p in plans for e in p.edits], 4),
+        *_columns([p.document for p in plans], 7),
+        *_columns(snapshots, 3),
+    ]
 
 
 def _columns(rows: Sequence[Sequence[Any]], width: int) -> list[str]:
