@@ -515,6 +515,7 @@ class StatesService(TemplatesMixin):
                     shared=[decl_key, alias_key],  # fold and re-declare lock them exclusively
                     op_id=op_id,
                     op_scope=name,
+                    optimistic=True,  # compute keeps no state between calls
                 )
             except _AliasMoved as moved:
                 canonical = moved.args[0]

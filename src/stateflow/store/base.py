@@ -29,6 +29,7 @@ from stateflow.errors import (
     InvalidInput,
     InvalidJSON,
     NotFound,
+    StateflowError,
     StoreNotMigrated,
     StoreTooNew,
 )
@@ -150,6 +151,8 @@ class _Fresh:
     bodies: dict[int, tuple[int, dict[str, Any] | None, str]] = field(default_factory=dict)
     """doc_id → (revision, body, at) after the write, where every member was known (only for
     stores that keep whole bodies: ``keeps_bodies``)"""
+    rows: dict[DocKey, _Row] = field(default_factory=dict)
+    """document rows as this transaction read or left them (for writes computed optimistically)"""
     at: str = ""
     """The transaction's time."""
     seq: int | None = None
@@ -190,6 +193,8 @@ class SqlStore(abc.ABC):
         self._schema_checked = False
         self._cache = MemberCache(cache_bytes)
         self._heads = HeadCache()
+        self._rows_known: dict[DocKey, _Row] = {}
+        """document rows as last read or written here (see ``update(optimistic=True)``)"""
 
     # ------------------------------------------------------------------ backend hooks
 
@@ -572,6 +577,7 @@ class SqlStore(abc.ABC):
         op_id: str | None = None,
         op_scope: str = "",
         claims: Sequence[tuple[str, str]] = (),
+        optimistic: bool = False,
     ) -> tuple[Commit, R | None]:
         """Read-modify-write under lock: load ``keys`` (locked against other writers), call
         ``compute(documents)`` → ``(writes, result)``, commit the writes in the same transaction.
@@ -582,19 +588,35 @@ class SqlStore(abc.ABC):
         replayed ``op_id`` returns ``(Commit(applied=False), None)`` without calling ``compute``.
         ``claims`` are further ``(scope, op_id)`` keys recorded with the commit; if any of them
         is already recorded, :class:`OpIdTaken` is raised (naming them) and nothing is written.
+
+        ``optimistic``: ``compute`` may be called twice (it must not keep state between calls).
+        Where the store commits in one statement and knows every document's current revision,
+        ``compute`` first runs on those, with no lock held, and the commit checks that nothing
+        moved; anything else (a document moved, ``compute`` refused, an op id was taken) runs
+        the locked path, which decides.
         """
         self.check_schema()
         names = None if members is None else list(members)
         outline_names = list(outlines)
         shared_keys = sorted(set(shared))
-        fresh = _Fresh()
         all_claims = _with_op_id(claims, op_id, op_scope)
+        if optimistic and self.commits_in_one_statement and names is None and not outline_names:
+            fresh = _Fresh()
+            done = self._optimistic(
+                sorted(set(keys) - set(shared_keys)), shared_keys, compute, origin, all_claims, fresh
+            )
+            if done is not None:
+                self._remember(fresh)
+                return done
+        fresh = _Fresh()
         try:
             with self._write_tx() as tx:
                 docs: dict[DocKey, Document] = {}
                 locked = sorted(set(keys) - set(shared_keys))
                 rows, locked_rows = self._claim(tx, shared_keys, locked, all_claims)
                 loaded = {key: _Loaded(row) for key, row in locked_rows.items()}
+                fresh.rows.update({key: rows.get(key, _NO_ROW) for key in shared_keys})
+                fresh.rows.update(locked_rows)
                 # then one member-head query for the documents whose heads are not cached
                 wanted: list[_Wanted] = [
                     (k, rows[k].doc_id, rows[k].revision, None)
@@ -666,6 +688,14 @@ class SqlStore(abc.ABC):
             self._cache.put(doc_id, name, revision, value, size)
         for doc_id, (revision, heads) in fresh.heads.items():
             self._heads.put(doc_id, revision, heads)
+        known = self._rows_known
+        if len(known) + len(fresh.rows) > KNOWN_ROWS_MAX:
+            known.clear()  # bounded; a miss only means the locked path
+        for key, row in fresh.rows.items():
+            current = known.get(key)
+            # a lagging writer must not replace a newer row by an older one
+            if current is None or current.doc_id != row.doc_id or current.revision <= row.revision:
+                known[key] = row
 
     def _commit_in(
         self,
@@ -719,10 +749,101 @@ class SqlStore(abc.ABC):
                 )
             plans = [self._plan_doc(write, entry, stage, fresh) for write, entry, stage in staged]
             self._emit(tx, plans, seq)
-            for (write, _, _), planned in zip(staged, plans, strict=True):
-                revisions[write.key] = planned.revision
         fresh.seq = seq_of()
+        for (write, _, _), planned in zip(staged, plans, strict=True):
+            revisions[write.key] = planned.revision
+            fresh.rows[write.key] = _row_after(planned, fresh.seq, at)
         return Commit(applied=True, seq=fresh.seq, at=at, revisions=revisions)
+
+    commits_in_one_statement = False
+    """Whether ``_commit_planned`` is available (see ``update(optimistic=True)``)."""
+
+    def _optimistic(
+        self,
+        locked: Sequence[DocKey],
+        shared: Sequence[DocKey],
+        compute: Callable[[dict[DocKey, Document]], tuple[Sequence[Write], R]],
+        origin: dict[str, Any] | None,
+        claims: Sequence[tuple[str, str]],
+        fresh: _Fresh,
+    ) -> tuple[Commit, R] | None:
+        """Compute against the documents as last seen here and commit in one statement that
+        checks none of them moved; None when that cannot be done or did not hold."""
+        known = {key: self._known(key) for key in (*shared, *locked)}
+        if any(k is None for k in known.values()) or any(known[key][0] is _NO_ROW for key in locked):  # type: ignore[index]
+            return None
+        entries = {key: entry for key, entry in known.items() if entry is not None}
+        docs = {
+            key: Document(key, row.revision, body, row.updated_seq) for key, (row, body, _) in entries.items()
+        }
+        try:
+            writes, result = compute(docs)
+            _validate(writes, origin)
+        except Exception:  # maybe computed on documents that moved: the locked path decides
+            return None
+        loaded = {key: entries[key][2] for key in locked}
+        plan = []
+        for write in sorted(writes, key=lambda w: w.key):
+            entry = loaded.get(write.key)
+            if entry is None or (write.expect is not None and write.expect != entry.row.revision):
+                return None  # a shared or unlocked document, or a compare-and-set that fails
+            if write.edits:
+                plan.append((write, entry))
+        if not plan:
+            return None  # nothing to write: the locked path records any op id as before
+        fresh.at = utc_now()
+        try:
+            staged = [(w, e, self._stage(_OFFLINE, w, e)) for w, e in plan]
+        except StateflowError:
+            return None
+        plans = [self._plan_doc(w, e, stage, fresh) for w, e, stage in staged]
+        seq = self._commit_planned(
+            [(key, entries[key][0]) for key in locked],
+            [(key, entries[key][0]) for key in shared],
+            list(dict.fromkeys(claims)),
+            fresh.at,
+            origin or {},
+            plans,
+        )
+        if seq is None:
+            return None
+        fresh.seq = seq
+        revisions = {w.key: loaded[w.key].row.revision for w in writes}
+        for (write, _, _), planned in zip(staged, plans, strict=True):
+            revisions[write.key] = planned.revision
+            fresh.rows[write.key] = _row_after(planned, seq, fresh.at)
+        return Commit(applied=True, seq=seq, at=fresh.at, revisions=revisions), result
+
+    def _known(self, key: DocKey) -> tuple[_Row, dict[str, Any] | None, _Loaded] | None:
+        """A document as last seen here — its row, body and members — if all of it is cached."""
+        row = self._rows_known.get(key)
+        if row is None:
+            return None
+        entry = _Loaded(row, complete=True)
+        if not row.present:
+            return row, None, entry
+        heads = self._heads.get(row.doc_id, row.revision)
+        if heads is None:
+            return None
+        for _, name, position, revision, size, _ in heads:
+            hit, value = self._cache.get(row.doc_id, name, revision)
+            if not hit:
+                return None
+            entry.members[name] = (value, position, size)
+        return row, {name: value for name, (value, _, _) in entry.members.items()}, entry
+
+    def _commit_planned(
+        self,
+        locked: Sequence[tuple[DocKey, _Row]],
+        shared: Sequence[tuple[DocKey, _Row]],
+        claims: Sequence[tuple[str, str]],
+        at: str,
+        origin: dict[str, Any],
+        plans: Sequence[_DocPlan],
+    ) -> int | None:
+        """Commit planned rows in one statement if every document is still at the row given
+        (``_NO_ROW``: none) and no claim is taken; the new seq, or None (nothing written)."""
+        raise NotImplementedError
 
     keeps_bodies = False
     """Whether writes report whole bodies they leave behind to ``_remember`` (``_Fresh.bodies``)."""
@@ -1199,6 +1320,8 @@ class SqlStore(abc.ABC):
             tx.run("DELETE FROM documents WHERE state = ?", (state,))
             self._drop_orphan_transitions(tx, seqs)
             tx.run("DELETE FROM applied_ops WHERE scope = ?", (state,))
+        for key in [key for key in self._rows_known if key.state == state]:
+            del self._rows_known[key]
         return len(ids)
 
     # ------------------------------------------------------------------ ledger and retention
@@ -1217,6 +1340,30 @@ class SqlStore(abc.ABC):
         self.check_schema()
         with self._write_tx() as tx:
             return int(tx.run("DELETE FROM applied_ops WHERE applied_at < ?", (older_than,)))
+
+
+_NO_ROW: Final = _Row(0, 0, False, None, 0, 0, 0, 0)
+"""Known to have no row at all (never written)."""
+KNOWN_ROWS_MAX: Final = 100_000
+
+
+def _row_after(plan: _DocPlan, seq: int, at: str) -> _Row:
+    """A document's row as a committed plan left it."""
+    revision, present, snapshot_revision, since, size, position, doc_id = plan.document
+    return _Row(doc_id, revision, bool(present), seq, snapshot_revision, since, size, position, at)
+
+
+class _Offline(Tx):
+    """Staging a write computed optimistically needs no database: every member is in hand."""
+
+    def all(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        raise AssertionError("no database access while staging an optimistic write")
+
+    def run(self, sql: str, params: Sequence[Any] = ()) -> int:
+        raise AssertionError("no database access while staging an optimistic write")
+
+
+_OFFLINE: Final = _Offline()
 
 
 @dataclass(slots=True)

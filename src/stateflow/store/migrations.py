@@ -174,6 +174,77 @@ BEGIN
     END LOOP;
 END
 $$;
+CREATE FUNCTION stateflow_commit(
+    p_at TEXT, p_origin BYTEA, p_seq_lock BIGINT,
+    claim_scope TEXT[], claim_id TEXT[],
+    share_state TEXT[], share_subject TEXT[], share_doc BIGINT[], share_rev BIGINT[],
+    lock_state TEXT[], lock_subject TEXT[], lock_doc BIGINT[], lock_rev BIGINT[],
+    del_doc BIGINT[], del_name TEXT[], gone BIGINT[],
+    upd_body BYTEA[], upd_rev BIGINT[], upd_size BIGINT[], upd_outline BYTEA[], upd_doc BIGINT[],
+    upd_name TEXT[],
+    ins_doc BIGINT[], ins_name TEXT[], ins_pos BIGINT[], ins_rev BIGINT[], ins_size BIGINT[],
+    ins_outline BYTEA[], ins_body BYTEA[],
+    ch_doc BIGINT[], ch_rev BIGINT[], ch_paths BYTEA[],
+    ed_doc BIGINT[], ed_rev BIGINT[], ed_member TEXT[], ed_edits BYTEA[],
+    doc_rev BIGINT[], doc_present SMALLINT[], doc_snap BIGINT[], doc_since BIGINT[],
+    doc_size BIGINT[], doc_pos BIGINT[], doc_ids BIGINT[],
+    snap_doc BIGINT[], snap_rev BIGINT[], snap_present SMALLINT[]
+) RETURNS BIGINT LANGUAGE plpgsql AS $$
+-- A whole commit computed against known revisions, in one statement (its own transaction):
+-- the same checks and locks, in the same order, as the locked path. NULL: nothing was written
+-- (an op id is taken, or a document is not at the revision given); the caller then takes the
+-- locked path, which says why.
+DECLARE
+    found_doc BIGINT;
+    found_rev BIGINT;
+    new_seq BIGINT;
+    claimed BIGINT;
+BEGIN
+    FOR i IN 1 .. coalesce(array_length(claim_scope, 1), 0) LOOP
+        IF EXISTS (SELECT 1 FROM applied_ops WHERE scope = claim_scope[i] AND op_id = claim_id[i]) THEN
+            RETURN NULL;
+        END IF;
+    END LOOP;
+    FOR i IN 1 .. coalesce(array_length(share_state, 1), 0) LOOP
+        found_doc := NULL;
+        found_rev := NULL;
+        SELECT doc_id, revision INTO found_doc, found_rev FROM documents
+        WHERE state = share_state[i] AND subject = share_subject[i] FOR SHARE;
+        IF coalesce(found_doc, 0) <> share_doc[i] OR coalesce(found_rev, 0) <> share_rev[i] THEN
+            RETURN NULL;
+        END IF;
+    END LOOP;
+    FOR i IN 1 .. coalesce(array_length(lock_state, 1), 0) LOOP
+        found_doc := NULL;
+        found_rev := NULL;
+        SELECT doc_id, revision INTO found_doc, found_rev FROM documents
+        WHERE state = lock_state[i] AND subject = lock_subject[i] FOR UPDATE;
+        IF found_doc IS DISTINCT FROM lock_doc[i] OR found_rev IS DISTINCT FROM lock_rev[i] THEN
+            RETURN NULL;
+        END IF;
+    END LOOP;
+    PERFORM pg_advisory_xact_lock(p_seq_lock);  -- seq values become visible in commit order
+    INSERT INTO transitions (at, origin) VALUES (p_at, p_origin) RETURNING seq INTO new_seq;
+    IF coalesce(array_length(claim_scope, 1), 0) > 0 THEN
+        INSERT INTO applied_ops (scope, op_id, applied_at, seq)
+        SELECT c.scope, c.op_id, p_at, new_seq FROM unnest(claim_scope, claim_id) AS c(scope, op_id)
+        ON CONFLICT (scope, op_id) DO NOTHING;
+        GET DIAGNOSTICS claimed = ROW_COUNT;
+        IF claimed <> array_length(claim_scope, 1) THEN  -- claimed meanwhile: undo it all
+            RAISE EXCEPTION 'an op id was claimed concurrently' USING ERRCODE = 'SF409';
+        END IF;
+    END IF;
+    PERFORM stateflow_write_rows(
+        new_seq, del_doc, del_name, gone,
+        upd_body, upd_rev, upd_size, upd_outline, upd_doc, upd_name,
+        ins_doc, ins_name, ins_pos, ins_rev, ins_size, ins_outline, ins_body,
+        ch_doc, ch_rev, ch_paths, ed_doc, ed_rev, ed_member, ed_edits,
+        doc_rev, doc_present, doc_snap, doc_since, doc_size, doc_pos, doc_ids,
+        snap_doc, snap_rev, snap_present
+    );
+    RETURN new_seq;
+END
+$$;
 """,
 }
 

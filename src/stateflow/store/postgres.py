@@ -22,7 +22,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from stateflow.doc.canonical import encode_trusted
 from stateflow.errors import CorruptData, StoreError, StoreNotMigrated, StoreUnavailable
-from stateflow.store.base import SqlStore, Tx, _decode, _DocPlan, _Fresh, _SeqRef, key_filter
+from stateflow.store.base import SqlStore, Tx, _decode, _DocPlan, _Fresh, _Row, _SeqRef, key_filter
 from stateflow.store.migrations import INDEXABLE, POSTGRES
 from stateflow.store.model import DocKey, Document, Listed
 
@@ -282,6 +282,40 @@ class PostgresStore(SqlStore):
         assert not seq.params  # here seq is named by `currval`, never sent as a value
         tx.run(_WRITE_ROWS.format(seq=seq.sql), _row_arrays(plans))
 
+    commits_in_one_statement = True
+
+    def _commit_planned(
+        self,
+        locked: Sequence[tuple[DocKey, _Row]],
+        shared: Sequence[tuple[DocKey, _Row]],
+        claims: Sequence[tuple[str, str]],
+        at: str,
+        origin: dict[str, Any],
+        plans: Sequence[_DocPlan],
+    ) -> int | None:
+        # One statement on an autocommit connection: its own transaction, one round trip.
+        params = [
+            at,
+            encode_trusted(origin),
+            _SEQ_LOCK,
+            _array(scope for scope, _ in claims),
+            _array(op_id for _, op_id in claims),
+            *_key_arrays(shared),
+            *_key_arrays(locked),
+            *_row_arrays(plans),
+        ]
+        try:
+            with self._pool.connection() as conn:
+                row = conn.execute(_pg(_COMMIT), params).fetchone()
+        except PoolTimeout as exc:
+            raise StoreUnavailable(f"no database connection available: {exc}") from exc
+        except psycopg.Error as exc:
+            if exc.sqlstate == _CLAIMED_MEANWHILE:
+                return None
+            with _mapped_errors():
+                raise
+        return None if row is None or row[0] is None else int(row[0])
+
     def _migrations(self) -> dict[int, str]:
         return POSTGRES
 
@@ -343,6 +377,27 @@ _WRITE_ROWS: Final = (
     "SELECT stateflow_write_rows({seq}, " + ", ".join(f"?::{t}" for t in _WRITE_ROW_TYPES) + ")"
 )
 """A commit's document rows in one call of the write function (each column as an array)."""
+
+
+_COMMIT: Final = (
+    "SELECT stateflow_commit(?::text, ?::bytea, ?::bigint, ?::text[], ?::text[], "
+    "?::text[], ?::text[], ?::bigint[], ?::bigint[], ?::text[], ?::text[], ?::bigint[], ?::bigint[], "
+    + ", ".join(f"?::{t}" for t in _WRITE_ROW_TYPES)
+    + ")"
+)
+"""A commit computed against known revisions, in one statement (see ``update(optimistic=True)``)."""
+_CLAIMED_MEANWHILE: Final = "SF409"
+"""Raised by ``stateflow_commit`` when an op id was claimed between its check and its insert."""
+
+
+def _key_arrays(rows: Sequence[tuple[DocKey, _Row]]) -> list[str]:
+    """States, subjects, doc ids and revisions, as the commit function checks them."""
+    return [
+        _array(key.state for key, _ in rows),
+        _array(key.subject for key, _ in rows),
+        _array(row.doc_id for _, row in rows),
+        _array(row.revision for _, row in rows),
+    ]
 
 
 def _row_arrays(plans: Sequence[_DocPlan]) -> list[str]:

@@ -1,0 +1,151 @@
+"""Writes computed against the revisions a store last saw (``update(optimistic=True)``).
+
+PostgreSQL commits such a write in one statement that checks nothing moved; whenever anything
+did — another store object wrote, a shared document changed, the state was purged and
+re-created, an op id was taken — the locked path runs and decides. On SQLite the same calls
+take the locked path directly: the outcomes asserted here are the contract on both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from stateflow.errors import InvalidInput
+from stateflow.store import DocKey, Document, Write
+
+from .conftest import StoreFactory
+from .threads import run_threads
+
+DOC = DocKey("counters", "x")
+SETTINGS = DocKey("settings", "global")
+
+
+def _bump(step: int = 1) -> Callable[[dict[DocKey, Document]], tuple[list[Write], int]]:
+    def compute(docs: dict[DocKey, Document]) -> tuple[list[Write], int]:
+        doc = docs[DOC]
+        n = (doc.body or {"n": 0})["n"] + step
+        return [Write.between(DOC, doc.value, {"n": n, "log": [n]}, doc.revision)], n
+
+    return compute
+
+
+def _n(store: Any) -> int:
+    return int(store.get(DOC).body["n"])
+
+
+def _count_one_statement_commits(store: Any) -> list[int | None]:
+    """Observe (and pass through) the store's one-statement commits: their answers."""
+    answers: list[int | None] = []
+    inner = store._commit_planned
+
+    def observed(*args: Any) -> int | None:
+        answers.append(inner(*args))
+        return answers[-1]
+
+    store._commit_planned = observed
+    return answers
+
+
+def test_a_write_on_a_document_another_store_moved_uses_the_current_one(
+    backend: str, open_migrated: StoreFactory
+) -> None:
+    one, two = open_migrated(), open_migrated()
+    answers = _count_one_statement_commits(one)
+    assert one.update([DOC], _bump(), optimistic=True)[1] == 1
+    assert one.update([DOC], _bump(), optimistic=True)[1] == 2  # from what `one` last wrote
+    if backend.startswith("postgresql://"):  # the second write went in one statement
+        assert len(answers) == 1 and answers[0] is not None
+    else:  # SQLite takes the locked path: its writer lock already excludes everyone
+        assert answers == []
+    assert two.update([DOC], _bump(10), optimistic=True)[1] == 12
+    # `one` last saw revision 2; the document is at 3 now
+    commit, n = one.update([DOC], _bump(), optimistic=True)
+    assert n == 13 and commit.revisions[DOC] == 4
+    if backend.startswith("postgresql://"):  # tried in one statement, refused, done locked
+        assert answers[-1] is None
+    assert _n(open_migrated()) == 13
+    assert [c.revision for c in open_migrated().history([DOC])] == [4, 3, 2, 1]
+
+
+def test_a_refusal_computed_on_a_stale_document_is_not_the_answer(open_migrated: StoreFactory) -> None:
+    one, two = open_migrated(), open_migrated()
+    one.update([DOC], _bump(), optimistic=True)  # n = 1, seen by `one`
+    two.update([DOC], _bump(), optimistic=True)  # n = 2
+
+    def refuse_odd(docs: dict[DocKey, Document]) -> tuple[list[Write], int]:
+        if (docs[DOC].body or {})["n"] % 2:
+            raise InvalidInput("odd")
+        return _bump()(docs)
+
+    assert one.update([DOC], refuse_odd, optimistic=True)[1] == 3  # decided on n = 2
+    with pytest.raises(InvalidInput, match="odd"):  # and a real refusal still refuses
+        one.update([DOC], refuse_odd, optimistic=True)
+    assert _n(two) == 3
+
+
+def test_a_shared_document_that_moved_is_read_again(open_migrated: StoreFactory) -> None:
+    one, two = open_migrated(), open_migrated()
+    one.commit([Write.between(SETTINGS, None, {"step": 1})])
+
+    def copy_step(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
+        step = (docs[SETTINGS].body or {})["step"]
+        return [Write.between(DOC, docs[DOC].value, {"step": step}, docs[DOC].revision)], None
+
+    one.update([DOC], copy_step, shared=[SETTINGS], optimistic=True)
+    one.update([DOC], copy_step, shared=[SETTINGS], optimistic=True)  # no change: step is 1
+    two.commit([Write.between(SETTINGS, {"step": 1}, {"step": 5})])
+    one.update([DOC], copy_step, shared=[SETTINGS], optimistic=True)
+    assert open_migrated().get(DOC).body == {"step": 5}
+
+
+def test_an_op_id_applies_once_through_either_path(open_migrated: StoreFactory) -> None:
+    one, two = open_migrated(), open_migrated()
+    one.update([DOC], _bump(), optimistic=True)
+    first, _ = one.update([DOC], _bump(), op_id="op-1", optimistic=True)
+    assert first.applied and first.changed
+    again, result = one.update([DOC], _bump(), op_id="op-1", optimistic=True)
+    assert not again.applied and result is None
+    elsewhere, _ = two.update([DOC], _bump(), op_id="op-1", optimistic=True)
+    assert not elsewhere.applied
+    assert _n(two) == 2 and one.applied_op("op-1") == first.seq
+
+
+def test_a_purged_and_recreated_document_is_not_mistaken_for_the_old_one(
+    open_migrated: StoreFactory,
+) -> None:
+    one, two = open_migrated(), open_migrated()
+    one.update([DOC], _bump(), optimistic=True)  # `one` knows DOC at revision 1
+    two.purge(DOC.state)
+    two.update([DOC], _bump(7), optimistic=True)  # a new document, again at revision 1
+    commit, n = one.update([DOC], _bump(), optimistic=True)
+    assert n == 8 and commit.revisions[DOC] == 2
+    assert open_migrated().get(DOC).body == {"n": 8, "log": [8]}
+
+
+def test_concurrent_optimistic_writers_lose_no_update(open_migrated: StoreFactory) -> None:
+    stores = [open_migrated(), open_migrated()]
+    stores[0].commit([Write.between(SETTINGS, None, {"step": 1})])
+    per_worker = 25
+
+    def work(worker: int) -> None:
+        store = stores[worker % 2]
+        for _ in range(per_worker):
+            store.update([DOC], _bump(), shared=[SETTINGS], optimistic=True)
+
+    assert run_threads(work, 4) == []
+    fresh = open_migrated()
+    assert _n(fresh) == 4 * per_worker
+    assert fresh.get(DOC).revision == 4 * per_worker
+    assert len(fresh.history([DOC], limit=500)) == 4 * per_worker
+
+
+def test_history_and_snapshots_stay_exact_over_many_optimistic_writes(open_migrated: StoreFactory) -> None:
+    store = open_migrated()
+    for _ in range(300):  # past a snapshot (every 256 revisions at most, sooner for big edits)
+        store.update([DOC], _bump(), optimistic=True)
+    fresh = open_migrated()
+    for revision in (1, 37, 255, 256, 257, 300):
+        assert fresh.read_at(DOC, revision=revision).body == {"n": revision, "log": [revision]}
