@@ -590,17 +590,18 @@ class SqlStore(abc.ABC):
         is already recorded, :class:`OpIdTaken` is raised (naming them) and nothing is written.
 
         ``optimistic``: ``compute`` may be called twice (it must not keep state between calls).
-        Where the store commits in one statement and knows every document's current revision,
-        ``compute`` first runs on those, with no lock held, and the commit checks that nothing
-        moved; anything else (a document moved, ``compute`` refused, an op id was taken) runs
-        the locked path, which decides.
+        When the store holds every document as it last read or wrote it, ``compute`` first runs
+        on those with no lock held (other writers keep going meanwhile), and the commit checks
+        that nothing moved — on PostgreSQL in one statement. Anything else (a document moved or
+        is not cached, ``compute`` refused, an op id was taken) runs the locked path, which
+        decides.
         """
         self.check_schema()
         names = None if members is None else list(members)
         outline_names = list(outlines)
         shared_keys = sorted(set(shared))
         all_claims = _with_op_id(claims, op_id, op_scope)
-        if optimistic and self.commits_in_one_statement and names is None and not outline_names:
+        if optimistic and names is None and not outline_names:
             fresh = _Fresh()
             done = self._optimistic(
                 sorted(set(keys) - set(shared_keys)), shared_keys, compute, origin, all_claims, fresh
@@ -755,9 +756,6 @@ class SqlStore(abc.ABC):
             fresh.rows[write.key] = _row_after(planned, fresh.seq, at)
         return Commit(applied=True, seq=fresh.seq, at=at, revisions=revisions)
 
-    commits_in_one_statement = False
-    """Whether ``_commit_planned`` is available (see ``update(optimistic=True)``)."""
-
     def _optimistic(
         self,
         locked: Sequence[DocKey],
@@ -841,9 +839,35 @@ class SqlStore(abc.ABC):
         origin: dict[str, Any],
         plans: Sequence[_DocPlan],
     ) -> int | None:
-        """Commit planned rows in one statement if every document is still at the row given
-        (``_NO_ROW``: none) and no claim is taken; the new seq, or None (nothing written)."""
-        raise NotImplementedError
+        """Commit planned rows if every document is still at the row given (``_NO_ROW``: none)
+        and no claim is taken; the new seq, or None (nothing written).
+
+        Here: one write transaction that checks, then writes (SQLite's writer lock excludes
+        every other writer meanwhile, so the check holds to the commit)."""
+        with self._write_tx() as tx:
+            if claims and tx.all(*_claims_query(claims)):
+                return None
+            given = [*shared, *locked]
+            found = self._rows(tx, [key for key, _ in given])
+            for key, row in given:
+                now = found.get(key, _NO_ROW)
+                if now.doc_id != row.doc_id or now.revision != row.revision:
+                    return None
+            with tx.batch(commit=True):
+                seq_of = self._insert_transition(tx, at, origin)
+                seq = (
+                    _SeqRef("?", (seq_of(),))
+                    if self.current_seq_sql is None
+                    else _SeqRef(self.current_seq_sql, ())
+                )
+                if claims:
+                    tx.run(
+                        "INSERT INTO applied_ops (scope, op_id, applied_at, seq) VALUES "
+                        + ", ".join([f"(?, ?, ?, {seq.sql})"] * len(claims)),
+                        [v for scope, op_id in claims for v in (scope, op_id, at, *seq.params)],
+                    )
+                self._emit(tx, plans, seq)
+            return seq_of()
 
     keeps_bodies = False
     """Whether writes report whole bodies they leave behind to ``_remember`` (``_Fresh.bodies``)."""

@@ -282,8 +282,6 @@ class PostgresStore(SqlStore):
         assert not seq.params  # here seq is named by `currval`, never sent as a value
         tx.run(_WRITE_ROWS.format(seq=seq.sql), _row_arrays(plans))
 
-    commits_in_one_statement = True
-
     def _commit_planned(
         self,
         locked: Sequence[tuple[DocKey, _Row]],
@@ -293,7 +291,8 @@ class PostgresStore(SqlStore):
         origin: dict[str, Any],
         plans: Sequence[_DocPlan],
     ) -> int | None:
-        # One statement on an autocommit connection: its own transaction, one round trip.
+        # One statement on an autocommit connection: its own transaction, one round trip (the
+        # function checks and locks as the locked path does, in the same order).
         params = [
             at,
             encode_trusted(origin),
