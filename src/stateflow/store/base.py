@@ -195,6 +195,8 @@ class SqlStore(abc.ABC):
         self._heads = HeadCache()
         self._rows_known: dict[DocKey, _Row] = {}
         """document rows as last read or written here (see ``update(optimistic=True)``)"""
+        self._assembled: dict[int, tuple[int, dict[str, Any], dict[str, tuple[Any, int, int]]]] = {}
+        """doc_id → (revision, body, members) of documents last assembled by ``_known``"""
 
     # ------------------------------------------------------------------ backend hooks
 
@@ -820,6 +822,10 @@ class SqlStore(abc.ABC):
         entry = _Loaded(row, complete=True)
         if not row.present:
             return row, None, entry
+        assembled = self._assembled.get(row.doc_id)
+        if assembled is not None and assembled[0] == row.revision:
+            entry.members = dict(assembled[2])
+            return row, assembled[1], entry
         heads = self._heads.get(row.doc_id, row.revision)
         if heads is None:
             return None
@@ -828,7 +834,12 @@ class SqlStore(abc.ABC):
             if not hit:
                 return None
             entry.members[name] = (value, position, size)
-        return row, {name: value for name, (value, _, _) in entry.members.items()}, entry
+        body = {name: value for name, (value, _, _) in entry.members.items()}
+        if len(self._assembled) >= KNOWN_ROWS_MAX:
+            self._assembled.clear()
+        # bodies are shared read-only, like every cached value (and members are re-copied)
+        self._assembled[row.doc_id] = (row.revision, body, dict(entry.members))
+        return row, body, entry
 
     def _commit_planned(
         self,
@@ -848,10 +859,15 @@ class SqlStore(abc.ABC):
             if claims and tx.all(*_claims_query(claims)):
                 return None
             given = [*shared, *locked]
-            found = self._rows(tx, [key for key, _ in given])
+            where, params = key_filter([key for key, _ in given])
+            found = {
+                (r[0], r[1]): (r[2], r[3])
+                for r in tx.all(
+                    f"SELECT d.state, d.subject, d.doc_id, d.revision FROM documents d WHERE {where}", params
+                )
+            }
             for key, row in given:
-                now = found.get(key, _NO_ROW)
-                if now.doc_id != row.doc_id or now.revision != row.revision:
+                if found.get(key, (0, 0)) != (row.doc_id, row.revision):
                     return None
             with tx.batch(commit=True):
                 seq_of = self._insert_transition(tx, at, origin)
