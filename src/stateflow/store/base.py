@@ -767,12 +767,14 @@ class SqlStore(abc.ABC):
         claims: Sequence[tuple[str, str]],
         fresh: _Fresh,
     ) -> tuple[Commit, R] | None:
-        """Compute against the documents as last seen here and commit in one statement that
-        checks none of them moved; None when that cannot be done or did not hold."""
-        known = {key: self._known(key) for key in (*shared, *locked)}
-        if any(k is None for k in known.values()) or any(known[key][0] is _NO_ROW for key in locked):  # type: ignore[index]
-            return None
-        entries = {key: entry for key, entry in known.items() if entry is not None}
+        """Compute against the documents as last seen here, then commit checking that none of
+        them moved; None when that cannot be done or did not hold (nothing was written)."""
+        entries = {}
+        for key in (*shared, *locked):
+            known = self._known(key)
+            if known is None or (known[0] is _NO_ROW and key not in shared):
+                return None  # not cached, or a document whose row the locked path must create
+            entries[key] = known
         docs = {
             key: Document(key, row.revision, body, row.updated_seq) for key, (row, body, _) in entries.items()
         }
@@ -1360,8 +1362,9 @@ class SqlStore(abc.ABC):
             tx.run("DELETE FROM documents WHERE state = ?", (state,))
             self._drop_orphan_transitions(tx, seqs)
             tx.run("DELETE FROM applied_ops WHERE scope = ?", (state,))
-        for key in [key for key in self._rows_known if key.state == state]:
-            del self._rows_known[key]
+        for key in list(self._rows_known):  # (a copy: other threads may add rows meanwhile)
+            if key.state == state:
+                self._rows_known.pop(key, None)
         return len(ids)
 
     # ------------------------------------------------------------------ ledger and retention
