@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -40,6 +42,11 @@ def test_commit_writes_revision_transition_and_origin(store: SqlStore) -> None:
     assert t1.seq == c1.seq and t1.origin == {"door": "api", "actor": "t"}
     assert [ch.key for ch in t1.changes] == [A] and t1.changes[0].paths == [[]]
     assert t2.changes[0].paths == [["y"]] and t2.at >= t1.at
+    # times are fixed-width UTC text, so text order is time order
+    for at in (t1.at, t2.at):
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", at), at
+        moment = datetime.strptime(at, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+        assert abs((datetime.now(UTC) - moment).total_seconds()) < 60
 
 
 def test_a_cohort_spans_documents_in_one_transition(store: SqlStore) -> None:
