@@ -5,6 +5,7 @@ keeps working."""
 from __future__ import annotations
 
 import sqlite3
+from typing import Any
 
 import psycopg
 import pytest
@@ -59,3 +60,27 @@ def test_a_commit_refused_at_the_end_leaves_nothing_and_the_store_keeps_working(
     commit = store.commit([Write.between(OTHER, None, {"ok": True})], op_id="once")
     assert commit.applied and store.get(OTHER).body == {"ok": True}
     assert store.applied_op("once") == commit.seq
+
+
+def test_an_optimistic_write_refused_at_the_end_leaves_nothing(
+    backend: str, open_migrated: StoreFactory
+) -> None:
+    """The same for a write computed against known revisions (on PostgreSQL: one statement)."""
+    store = open_migrated()
+    store.commit([Write.between(DOC, None, {"v": 1})])  # the store now knows DOC at revision 1
+    before = store.transitions(limit=100)
+    _refuse_changes_of(backend, DOC.subject)
+
+    def set_v(docs: dict[DocKey, Any]) -> tuple[list[Write], None]:
+        return [Write.between(DOC, docs[DOC].body, {"v": 2}, docs[DOC].revision)], None
+
+    for _ in range(3):
+        with pytest.raises(StoreError, match="refused by the test"):
+            store.update([DOC], set_v, op_id="op-a", op_scope="notes", optimistic=True)
+    assert store.get(DOC).body == {"v": 1} and store.get(DOC).revision == 1
+    assert store.transitions(limit=100) == before
+    assert store.applied_op("op-a", "notes") is False
+    commit, _ = store.update(
+        [OTHER], lambda docs: ([Write.between(OTHER, None, {"ok": 1})], None), op_id="op-a", op_scope="notes"
+    )
+    assert store.applied_op("op-a", "notes") == commit.seq
