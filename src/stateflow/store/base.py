@@ -748,12 +748,7 @@ class SqlStore(abc.ABC):
         # The rest needs no answer before the commit: where the database can pipeline, the
         # transition, every row write and the COMMIT travel together.
         with tx.batch(commit=True):
-            seq_of = self._insert_transition(tx, at, origin)
-            seq = (
-                _SeqRef("?", (seq_of(),))
-                if self.current_seq_sql is None
-                else _SeqRef(self.current_seq_sql, ())
-            )
+            seq_of, seq = self._transition(tx, at, origin)
             for scope, claimed in claims:
                 tx.run(
                     f"UPDATE applied_ops SET seq = {seq.sql} WHERE scope = ? AND op_id = ?",
@@ -881,12 +876,7 @@ class SqlStore(abc.ABC):
                 if found.get(key, (0, 0)) != (row.doc_id, row.revision):
                     return None
             with tx.batch(commit=True):
-                seq_of = self._insert_transition(tx, at, origin)
-                seq = (
-                    _SeqRef("?", (seq_of(),))
-                    if self.current_seq_sql is None
-                    else _SeqRef(self.current_seq_sql, ())
-                )
+                seq_of, seq = self._transition(tx, at, origin)
                 if claims:
                     tx.run(
                         "INSERT INTO applied_ops (scope, op_id, applied_at, seq) VALUES "
@@ -902,6 +892,13 @@ class SqlStore(abc.ABC):
     current_seq_sql: str | None = None
     """SQL naming the seq just inserted by this transaction, where it can be used before its
     value is known (pipelined writes); None: the value is read back and sent as a parameter."""
+
+    def _transition(self, tx: Tx, at: str, origin: dict[str, Any]) -> tuple[Callable[[], int], _SeqRef]:
+        """Insert the transition row; return how to get its seq and how statements name it."""
+        seq_of = self._insert_transition(tx, at, origin)
+        if self.current_seq_sql is None:
+            return seq_of, _SeqRef("?", (seq_of(),))
+        return seq_of, _SeqRef(self.current_seq_sql, ())
 
     def _insert_transition(self, tx: Tx, at: str, origin: dict[str, Any]) -> Callable[[], int]:
         """Insert the transition row; return how to get its seq (maybe only after the batch)."""
