@@ -34,7 +34,7 @@ from stateflow.errors import (
     StoreNotMigrated,
     StoreTooNew,
 )
-from stateflow.store.cache import DEFAULT_CACHE_BYTES, HeadCache, MemberCache
+from stateflow.store.cache import DEFAULT_CACHE_BYTES, HeadCache, MemberCache, RevisionCache
 from stateflow.store.migrations import SCHEMA_VERSION, statements
 from stateflow.store.model import Change, Commit, DocKey, Document, Listed, Transition, Write
 
@@ -157,9 +157,9 @@ class _Fresh:
     """(doc_id, name, revision, value, size) of each member value written"""
     heads: dict[int, tuple[int, list[_Head]]] = field(default_factory=dict)
     """doc_id → (revision, member heads) after the write, where the heads before it were known"""
-    bodies: dict[int, tuple[int, dict[str, Any] | None, str]] = field(default_factory=dict)
-    """doc_id → (revision, body, at) after the write, where every member was known (only for
-    stores that keep whole bodies: ``keeps_bodies``)"""
+    bodies: dict[int, tuple[int, dict[str, Any] | None, str, int]] = field(default_factory=dict)
+    """doc_id → (revision, body, at, encoded size) after the write, where every member was known
+    (only for stores that keep whole bodies: ``keeps_bodies``)"""
     rows: dict[DocKey, _Row] = field(default_factory=dict)
     """document rows as this transaction read or left them (for writes computed optimistically)"""
     at: str = ""
@@ -204,8 +204,10 @@ class SqlStore(abc.ABC):
         self._heads = HeadCache()
         self._rows_known: dict[DocKey, _Row] = {}
         """document rows as last read or written here (see ``update(optimistic=True)``)"""
-        self._assembled: dict[int, tuple[int, dict[str, Any], dict[str, tuple[Any, int, int]]]] = {}
-        """doc_id → (revision, body, members) of documents last assembled by ``_known``"""
+        self._assembled: RevisionCache[tuple[dict[str, Any], dict[str, tuple[Any, int, int]]]] = (
+            RevisionCache(ASSEMBLED_BYTES)
+        )
+        """(body, members) of documents as ``_known`` last assembled them"""
 
     # ------------------------------------------------------------------ backend hooks
 
@@ -828,10 +830,10 @@ class SqlStore(abc.ABC):
         entry = _Loaded(row, complete=True)
         if not row.present:
             return row, None, entry
-        assembled = self._assembled.get(row.doc_id)
-        if assembled is not None and assembled[0] == row.revision:
-            entry.members = dict(assembled[2])
-            return row, assembled[1], entry
+        assembled = self._assembled.get(row.doc_id, row.revision)
+        if assembled is not None:
+            entry.members = dict(assembled[1])
+            return row, assembled[0], entry
         heads = self._heads.get(row.doc_id, row.revision)
         if heads is None:
             return None
@@ -841,10 +843,8 @@ class SqlStore(abc.ABC):
                 return None
             entry.members[name] = (value, position, size)
         body = {name: value for name, (value, _, _) in entry.members.items()}
-        if len(self._assembled) >= KNOWN_ROWS_MAX:
-            self._assembled.clear()
         # bodies are shared read-only, like every cached value (and members are re-copied)
-        self._assembled[row.doc_id] = (row.revision, body, dict(entry.members))
+        self._assembled.put(row.doc_id, row.revision, (body, dict(entry.members)), row.body_size)
         return row, body, entry
 
     def _commit_planned(
@@ -993,7 +993,7 @@ class SqlStore(abc.ABC):
                     h[1]: stage.values[h[1]] if h[1] in stage.touched else entry.members[h[1]][0]
                     for h in after
                 }
-                fresh.bodies[row.doc_id] = (revision, whole if stage.present else None, fresh.at)
+                fresh.bodies[row.doc_id] = (revision, whole if stage.present else None, fresh.at, size)
         paths = (
             [list(p) for p in write.paths] if write.paths is not None else [list(e.path) for e in write.edits]
         )
@@ -1394,6 +1394,9 @@ class SqlStore(abc.ABC):
 _NO_ROW: Final = _Row(0, 0, False, None, 0, 0, 0, 0)
 """Known to have no row at all (never written)."""
 KNOWN_ROWS_MAX: Final = 100_000
+ASSEMBLED_BYTES: Final = 64 * 1024 * 1024
+"""Bodies of known documents kept assembled (by encoded size; members are shared with the
+member cache, so this bounds what stays alive after the member cache lets go)."""
 
 
 def _row_after(plan: _DocPlan, seq: int, at: str) -> _Row:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Any, Final
+from typing import Any, Final, Generic, TypeVar
 
 DEFAULT_CACHE_BYTES: Final = 256 * 1024 * 1024
 
@@ -74,3 +74,52 @@ class HeadCache:
 
     def clear(self) -> None:
         self._entries.clear()
+
+
+V = TypeVar("V")
+
+
+class RevisionCache(Generic[V]):
+    """One value per document — whatever was derived from it at one revision — bounded in
+    bytes (least recently used first out). A newer revision replaces an older one, never the
+    reverse (a lagging writer must not put back what a newer one replaced)."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[int, tuple[int, V, int]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, doc_id: int, revision: int) -> V | None:
+        with self._lock:
+            entry = self._entries.get(doc_id)
+            if entry is None or entry[0] != revision:
+                return None
+            self._entries.move_to_end(doc_id)
+            return entry[1]
+
+    def latest(self, doc_id: int) -> tuple[int, V] | None:
+        """The newest revision held for ``doc_id`` and its value."""
+        entry = self._entries.get(doc_id)
+        return None if entry is None else (entry[0], entry[1])
+
+    def put(self, doc_id: int, revision: int, value: V, size: int) -> None:
+        if size > self.max_bytes // 8:  # one huge document must not flush everything else
+            return
+        with self._lock:
+            old = self._entries.get(doc_id)
+            if old is not None:
+                if old[0] > revision:
+                    return
+                del self._entries[doc_id]
+                self._bytes -= old[2]
+            self._entries[doc_id] = (revision, value, size)
+            self._bytes += size
+            while self._bytes > self.max_bytes:
+                _, (_, _, dropped) = self._entries.popitem(last=False)
+                self._bytes -= dropped
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._bytes = 0

@@ -23,6 +23,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from stateflow.doc.canonical import encode_trusted
 from stateflow.errors import CorruptData, StoreError, StoreNotMigrated, StoreUnavailable
 from stateflow.store.base import SqlStore, Tx, _decode, _DocPlan, _Fresh, _Row, _SeqRef, key_filter
+from stateflow.store.cache import RevisionCache
 from stateflow.store.migrations import INDEXABLE, POSTGRES
 from stateflow.store.model import DocKey, Document, Listed
 
@@ -40,6 +41,9 @@ _REVISIONS: Final = "SELECT d.doc_id, d.revision FROM documents d WHERE {where}"
 
 
 BODY_CACHE_DOCS: Final = 10_000
+"""Keys remembered as read before (see ``read``)."""
+BODY_CACHE_BYTES: Final = 64 * 1024 * 1024
+"""Whole bodies kept by revision, by encoded size."""
 
 
 class _PgTx(Tx):
@@ -143,8 +147,8 @@ class PostgresStore(SqlStore):
         auto_migrate: bool = False,
     ) -> None:
         super().__init__()
-        self._bodies: dict[int, tuple[int, Document]] = {}
-        """doc_id → (revision, whole document as read or written here)"""
+        self._bodies: RevisionCache[Document] = RevisionCache(BODY_CACHE_BYTES)
+        """whole documents as read or written here, by doc_id and revision"""
         self._seen: dict[DocKey, None] = {}
         """keys read here before (present, deleted or never written)"""
         self.url = _safe(url)
@@ -211,10 +215,10 @@ class PostgresStore(SqlStore):
         if all(key in self._seen for key in keys):
             out = {key: Document(key, 0, None) for key in keys}
             for doc_id, revision in self._query(_REVISIONS.format(where=where), params):
-                known = self._bodies.get(doc_id)
-                if known is None or known[0] != revision:
+                known = self._bodies.get(doc_id, revision)
+                if known is None:
                     break
-                out[known[1].key] = known[1]
+                out[known.key] = known
             else:
                 return out
         rows = self._query(_WHOLE_READ.format(where=where), params)
@@ -225,7 +229,7 @@ class PostgresStore(SqlStore):
                 body = _decode(raw, f"{key} body") if present else None
             except CorruptData:
                 return super().read(keys)  # member by member: the error names the damaged one
-            out[key] = self._keep(doc_id, Document(key, revision, body, seq, {}, at))
+            out[key] = self._keep(doc_id, Document(key, revision, body, seq, {}, at), len(raw or b""))
         if len(self._seen) >= BODY_CACHE_DOCS:
             self._seen.clear()  # bounded like the bodies (keys of absent documents add up too)
         for key in keys:
@@ -239,22 +243,17 @@ class PostgresStore(SqlStore):
         except PoolTimeout as exc:
             raise StoreUnavailable(f"no database connection available: {exc}") from exc
 
-    def _keep(self, doc_id: int, doc: Document) -> Document:
-        if len(self._bodies) >= BODY_CACHE_DOCS:
-            self._bodies.clear()  # bounded; a miss costs one full read
-            self._seen.clear()
-        known = self._bodies.get(doc_id)
-        if known is None or known[0] <= doc.revision:  # never replace a newer body by an older one
-            self._bodies[doc_id] = (doc.revision, doc)
+    def _keep(self, doc_id: int, doc: Document, size: int) -> Document:
+        self._bodies.put(doc_id, doc.revision, doc, size)
         return doc
 
     def _remember(self, fresh: _Fresh) -> None:
         super()._remember(fresh)
-        for doc_id, (revision, body, at) in fresh.bodies.items():
-            known = self._bodies.get(doc_id)
+        for doc_id, (revision, body, at, size) in fresh.bodies.items():
+            known = self._bodies.latest(doc_id)
             if known is not None:  # a document read here before: its key is known
                 key = known[1].key
-                self._keep(doc_id, Document(key, revision, body, fresh.seq, {}, at))
+                self._keep(doc_id, Document(key, revision, body, fresh.seq, {}, at), size)
 
     def _read_tx(self) -> Any:
         return self._tx(True)
