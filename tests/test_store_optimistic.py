@@ -9,12 +9,13 @@ decides. The outcomes asserted here are the contract on both backends.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from stateflow.errors import InvalidInput
-from stateflow.store import DocKey, Document, Write
+from stateflow.store import DocKey, Document, Write, open_store
 
 from .conftest import StoreFactory
 from .threads import run_threads
@@ -143,3 +144,26 @@ def test_history_and_snapshots_stay_exact_over_many_optimistic_writes(open_migra
     fresh = open_migrated()
     for revision in (1, 37, 255, 256, 257, 300):
         assert fresh.read_at(DOC, revision=revision).body == {"n": revision, "log": [revision]}
+
+
+def test_on_sqlite_transition_times_follow_seq_order_under_concurrent_writers(tmp_path: Path) -> None:
+    # (SQLite takes a write's time under its writer lock; PostgreSQL, on every path, before the
+    # lock that orders seq values, so there the times of concurrent writes may interleave.)
+    store = open_store(str(tmp_path / "times.db"))
+    keys = [DocKey("counters", f"d{i}") for i in range(4)]
+
+    def work(worker: int) -> None:
+        key = keys[worker]
+        for n in range(25):
+            store.update(
+                [key],
+                lambda docs, key=key, n=n: ([Write.between(key, docs[key].value, {"n": n})], None),
+                optimistic=True,
+            )
+
+    try:
+        assert run_threads(work, 4) == []
+        times = [t.at for t in store.transitions(limit=500)]
+        assert len(times) == 100 and times == sorted(times)
+    finally:
+        store.close()

@@ -805,7 +805,7 @@ class SqlStore(abc.ABC):
         except StateflowError:
             return None
         plans = [self._plan_doc(w, e, stage, fresh) for w, e, stage in staged]
-        seq = self._commit_planned(
+        committed = self._commit_planned(
             [(key, entries[key][0]) for key in locked],
             [(key, entries[key][0]) for key in shared],
             list(dict.fromkeys(claims)),
@@ -813,9 +813,11 @@ class SqlStore(abc.ABC):
             origin or {},
             plans,
         )
-        if seq is None:
+        if committed is None:
             return None
+        seq, fresh.at = committed
         fresh.seq = seq
+        fresh.bodies = {d: (r, body, fresh.at, size) for d, (r, body, _, size) in fresh.bodies.items()}
         revisions = {w.key: loaded[w.key].row.revision for w in writes}
         for (write, _, _), planned in zip(staged, plans, strict=True):
             revisions[write.key] = planned.revision
@@ -855,13 +857,16 @@ class SqlStore(abc.ABC):
         at: str,
         origin: dict[str, Any],
         plans: Sequence[_DocPlan],
-    ) -> int | None:
+    ) -> tuple[int, str] | None:
         """Commit planned rows if every document is still at the row given (``_NO_ROW``: none)
-        and no claim is taken; the new seq, or None (nothing written).
+        and no claim is taken; the new seq and the transition's time (``at``, or one the backend
+        took itself), or None (nothing written).
 
         Here: one write transaction that checks, then writes (SQLite's writer lock excludes
-        every other writer meanwhile, so the check holds to the commit)."""
+        every other writer meanwhile, so the check holds to the commit). The time is taken under
+        that lock, so on one file times follow seq order as on the locked path."""
         with self._write_tx() as tx:
+            at = utc_now()
             if claims and tx.all(*_claims_query(claims)):
                 return None
             given = [*shared, *locked]
@@ -884,7 +889,7 @@ class SqlStore(abc.ABC):
                         [v for scope, op_id in claims for v in (scope, op_id, at, *seq.params)],
                     )
                 self._emit(tx, plans, seq)
-            return seq_of()
+            return seq_of(), at
 
     keeps_bodies = False
     """Whether writes report whole bodies they leave behind to ``_remember`` (``_Fresh.bodies``)."""

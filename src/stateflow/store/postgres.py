@@ -289,9 +289,10 @@ class PostgresStore(SqlStore):
         at: str,
         origin: dict[str, Any],
         plans: Sequence[_DocPlan],
-    ) -> int | None:
+    ) -> tuple[int, str] | None:
         # One statement on an autocommit connection: its own transaction, one round trip (the
-        # function checks and locks as the locked path does, in the same order).
+        # function checks and locks as the locked path does, in the same order; the time is
+        # the caller's, as on the locked path, where it is taken before the seq lock too).
         params = [
             at,
             encode_trusted(origin),
@@ -312,7 +313,7 @@ class PostgresStore(SqlStore):
                 return None
             with _mapped_errors():
                 raise
-        return None if row is None or row[0] is None else int(row[0])
+        return None if row is None or row[0] is None else (int(row[0]), at)
 
     def _migrations(self) -> dict[int, str]:
         return POSTGRES
