@@ -74,3 +74,37 @@ def test_mixed_concurrent_applies_land_exactly_once(open_migrated: StoreFactory)
                 break
         assert sorted(w["origin"]["op_id"] for w in writes) == sorted(f"op-{i}" for i in items)
     assert len(replays) == 120
+
+
+def test_writes_racing_folds_and_redeclares_neither_deadlock_nor_fail(open_migrated: StoreFactory) -> None:
+    """Folds and re-declares lock the declaration and aliases exclusively while writers share
+    them (locked or optimistic): every writer gets through, every write lands on the subject it
+    resolves to."""
+    service = StatesService(open_migrated())
+    service.declare("s", DECL)
+    for k in range(6):
+        service.apply("s", subject(k), [{"op": "set", "path": ["n"], "value": 0}])
+    done = threading.Event()
+
+    def worker(w: int) -> None:
+        if w == 0:  # folds k1 → k0, k3 → k2, k5 → k4, re-declaring in between
+            try:
+                for k in (1, 3, 5):
+                    service.fold("s", subject(k), subject(k - 1), "switch")
+                    service.declare("s", {**DECL, "description": f"after folding k{k}"})
+            finally:
+                done.set()
+            return
+        rng = random.Random(w)
+        i = 0
+        while not done.is_set() or i < 30:
+            k = rng.randrange(6)
+            item = f"{w}-{i}"
+            ops = [{"op": "set_by_key", "path": ["seen"], "key_field": "id", "value": {"id": item}}]
+            assert service.apply("s", subject(k), ops, op_id=f"op-{item}").applied
+            i += 1
+
+    assert run_threads(worker, 5) == []
+    for k in (1, 3, 5):  # each folded subject now reads as its survivor
+        record = service.read("s", subject(k))
+        assert record is not None and record["canonical_subject"]["key"] == f"k{k - 1}"

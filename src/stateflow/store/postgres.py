@@ -135,7 +135,8 @@ class _PgTx(Tx):
 class PostgresStore(SqlStore):
     # SQLite's write transaction already excludes every other writer; here a shared row lock
     # keeps such documents unchanged (a writer of them takes an exclusive lock).
-    share_clause = " FOR SHARE OF d"
+    # (in key order, the order every exclusive locker takes: two writers cannot deadlock on them)
+    share_clause = " ORDER BY d.state, d.subject FOR SHARE OF d"
 
     def __init__(
         self,
