@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import threading
 from datetime import UTC, datetime
 from typing import Any
 
@@ -395,3 +396,25 @@ def test_whole_document_reads_see_commits_from_other_connections_and_threads(ope
     thread.start()
     thread.join()
     assert seen == [{"v": 4}] and reader.get(A).body == {"v": 4}  # another thread of the same store
+
+
+def test_a_first_write_of_a_very_large_document_completes_with_its_snapshot(store: SqlStore) -> None:
+    # A first write this large also takes a snapshot of the body as written. (On PostgreSQL the
+    # snapshot once read the members back in the middle of the pipeline carrying tens of MB,
+    # and client and server could end up each waiting for the other.)
+    key = DocKey("big", "one")
+    body = {"blob": "x" * 30_000_000, "items": list(range(100_000))}
+    outcome: list[object] = []
+
+    def write() -> None:
+        try:
+            outcome.append(store.commit([Write.between(key, None, body)]))
+        except BaseException as exc:  # reported below
+            outcome.append(exc)
+
+    worker = threading.Thread(target=write, daemon=True)  # a hang fails the test, not the run
+    worker.start()
+    worker.join(timeout=120)
+    assert outcome and not isinstance(outcome[0], BaseException), outcome or "the write hung"
+    got = store.read_at(key, revision=1).body
+    assert got is not None and len(got["blob"]) == 30_000_000 and got["items"][-1] == 99_999
