@@ -6,7 +6,7 @@ from stateflow.store.cache import RevisionCache
 
 
 def test_a_value_is_served_only_at_its_revision_and_never_replaced_by_an_older_one() -> None:
-    cache: RevisionCache[str] = RevisionCache(1000)
+    cache: RevisionCache[int, str] = RevisionCache(1000)
     cache.put(1, 3, "r3", 10)
     assert cache.get(1, 3) == "r3" and cache.get(1, 2) is None and cache.get(1, 4) is None
     cache.put(1, 2, "r2", 10)  # a lagging writer
@@ -16,7 +16,7 @@ def test_a_value_is_served_only_at_its_revision_and_never_replaced_by_an_older_o
 
 
 def test_bytes_are_bounded_least_recently_used_first_and_huge_values_are_not_kept() -> None:
-    cache: RevisionCache[int] = RevisionCache(800)
+    cache: RevisionCache[int, int] = RevisionCache(800)
     for doc in range(8):
         cache.put(doc, 1, doc, 100)
     assert cache.get(0, 1) == 0  # touched: now the most recent

@@ -34,7 +34,7 @@ from stateflow.errors import (
     StoreNotMigrated,
     StoreTooNew,
 )
-from stateflow.store.cache import DEFAULT_CACHE_BYTES, HeadCache, MemberCache, RevisionCache
+from stateflow.store.cache import DEFAULT_CACHE_BYTES, HeadCache, RevisionCache
 from stateflow.store.migrations import SCHEMA_VERSION, statements
 from stateflow.store.model import Change, Commit, DocKey, Document, Listed, Transition, Write
 
@@ -200,11 +200,12 @@ class SqlStore(abc.ABC):
 
     def __init__(self, cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
         self._schema_checked = False
-        self._cache = MemberCache(cache_bytes)
+        self._cache: RevisionCache[tuple[int, str], Any] = RevisionCache(cache_bytes, largest=cache_bytes)
+        """decoded member values by (doc_id, name), at the revision that last wrote the member"""
         self._heads = HeadCache()
         self._rows_known: dict[DocKey, _Row] = {}
         """document rows as last read or written here (see ``update(optimistic=True)``)"""
-        self._assembled: RevisionCache[tuple[dict[str, Any], dict[str, tuple[Any, int, int]]]] = (
+        self._assembled: RevisionCache[int, tuple[dict[str, Any], dict[str, tuple[Any, int, int]]]] = (
             RevisionCache(ASSEMBLED_BYTES)
         )
         """(body, members) of documents as ``_known`` last assembled them"""
@@ -699,7 +700,7 @@ class SqlStore(abc.ABC):
     def _remember(self, fresh: _Fresh) -> None:
         """Cache members written by a transaction that has committed (never before)."""
         for doc_id, name, revision, value, size in fresh.members:
-            self._cache.put(doc_id, name, revision, value, size)
+            self._cache.put((doc_id, name), revision, value, size)
         for doc_id, (revision, heads) in fresh.heads.items():
             self._heads.put(doc_id, revision, heads)
         known = self._rows_known
@@ -840,7 +841,7 @@ class SqlStore(abc.ABC):
         if heads is None:
             return None
         for _, name, position, revision, size, _ in heads:
-            hit, value = self._cache.get(row.doc_id, name, revision)
+            hit, value = self._cache.lookup((row.doc_id, name), revision)
             if not hit:
                 return None
             entry.members[name] = (value, position, size)
@@ -1081,15 +1082,11 @@ class SqlStore(abc.ABC):
     share_clause = ""
     """Appended to the row query of documents a write transaction reads without writing."""
 
-    def _share(self, tx: Tx, keys: Sequence[DocKey]) -> dict[DocKey, _Row]:
-        """Rows read inside a write transaction that must not change before it commits."""
-        return self._rows(tx, keys, self.share_clause)
-
-    def _rows(self, tx: Tx, keys: Sequence[DocKey], suffix: str = "") -> dict[DocKey, _Row]:
+    def _rows(self, tx: Tx, keys: Sequence[DocKey]) -> dict[DocKey, _Row]:
         """The rows of several documents in one query."""
         if not keys:
             return {}
-        return _by_key(tx.all(*self._rows_query(keys, suffix)))
+        return _by_key(tx.all(*self._rows_query(keys)))
 
     @staticmethod
     def _rows_query(keys: Sequence[DocKey], suffix: str = "") -> tuple[str, list[str]]:
@@ -1170,7 +1167,7 @@ class SqlStore(abc.ABC):
             for _, name, _, revision, _, _ in rows:
                 if names is not None and name not in names:
                     continue
-                hit, value = self._cache.get(doc_id, name, int(revision))
+                hit, value = self._cache.lookup((doc_id, name), int(revision))
                 if hit:
                     values[(doc_id, name)] = value
                 else:
@@ -1184,7 +1181,7 @@ class SqlStore(abc.ABC):
             ):
                 value = _decode(raw, f"{keys[int(doc_id)]} member {name!r}")
                 values[(int(doc_id), name)] = value
-                self._cache.put(int(doc_id), name, int(revision), value, len(raw))
+                self._cache.put((int(doc_id), name), int(revision), value, len(raw))
         out: dict[int, tuple[list[tuple[str, int, Any, int]], dict[str, Any]]] = {}
         for _, doc_id, _, _ in wanted:
             rows = by_doc.get(doc_id, [])

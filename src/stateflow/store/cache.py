@@ -1,51 +1,19 @@
-"""A bounded cache of decoded member values, keyed by the revision that wrote them.
+"""Bounded caches of what the store read or wrote, keyed by revision.
 
-A member row's ``revision`` changes on every write of that member, so an entry can never be
-stale: a newer write simply misses. Values are shared with readers and must be treated as
-immutable (every ``doc/`` function is copy-on-write). Only committed data enters the cache.
+A member row's ``revision`` changes on every write of that member (a document's on every write
+of the document), so an entry can never be stale: a newer write simply misses. Values are
+shared with readers and must be treated as immutable (every ``doc/`` function is
+copy-on-write). Only committed data enters a cache.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Hashable
 from typing import Any, Final, Generic, TypeVar
 
 DEFAULT_CACHE_BYTES: Final = 256 * 1024 * 1024
-
-
-class MemberCache:
-    def __init__(self, max_bytes: int = DEFAULT_CACHE_BYTES) -> None:
-        self.max_bytes = max_bytes
-        self._entries: OrderedDict[tuple[int, str], tuple[int, Any, int]] = OrderedDict()
-        self._bytes = 0
-        self._lock = threading.Lock()
-
-    def get(self, doc_id: int, name: str, revision: int) -> tuple[bool, Any]:
-        with self._lock:
-            entry = self._entries.get((doc_id, name))
-            if entry is None or entry[0] != revision:
-                return False, None
-            self._entries.move_to_end((doc_id, name))
-            return True, entry[1]
-
-    def put(self, doc_id: int, name: str, revision: int, value: Any, size: int) -> None:
-        if size > self.max_bytes:
-            return
-        with self._lock:
-            old = self._entries.pop((doc_id, name), None)
-            if old is not None:
-                self._bytes -= old[2]
-            self._entries[(doc_id, name)] = (revision, value, size)
-            self._bytes += size
-            while self._bytes > self.max_bytes:
-                _, (_, _, dropped) = self._entries.popitem(last=False)
-                self._bytes -= dropped
-
-    def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
-            self._bytes = 0
 
 
 DEFAULT_HEAD_DOCS: Final = 100_000
@@ -76,44 +44,55 @@ class HeadCache:
         self._entries.clear()
 
 
+K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 
 
-class RevisionCache(Generic[V]):
-    """One value per document — whatever was derived from it at one revision — bounded in
-    bytes (least recently used first out). A newer revision replaces an older one, never the
-    reverse (a lagging writer must not put back what a newer one replaced)."""
+class RevisionCache(Generic[K, V]):
+    """One value per key — whatever was derived from it at one revision — bounded in bytes
+    (least recently used first out). A newer revision replaces an older one, never the reverse
+    (a lagging writer must not put back what a newer one replaced).
 
-    def __init__(self, max_bytes: int) -> None:
+    Used for decoded member values (keyed by document and member; the revision is the one
+    that last wrote the member), assembled bodies of known documents and PostgreSQL's whole
+    bodies (keyed by document)."""
+
+    def __init__(self, max_bytes: int, *, largest: int | None = None) -> None:
         self.max_bytes = max_bytes
-        self._entries: OrderedDict[int, tuple[int, V, int]] = OrderedDict()
+        self.largest = max_bytes // 8 if largest is None else largest
+        """values larger than this are not kept (one huge value must not flush everything)"""
+        self._entries: OrderedDict[K, tuple[int, V, int]] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
 
-    def get(self, doc_id: int, revision: int) -> V | None:
+    def lookup(self, key: K, revision: int) -> tuple[bool, V | None]:
+        """``(True, value)`` when ``key`` is held at ``revision`` (the value may be None)."""
         with self._lock:
-            entry = self._entries.get(doc_id)
+            entry = self._entries.get(key)
             if entry is None or entry[0] != revision:
-                return None
-            self._entries.move_to_end(doc_id)
-            return entry[1]
+                return False, None
+            self._entries.move_to_end(key)
+            return True, entry[1]
 
-    def latest(self, doc_id: int) -> tuple[int, V] | None:
-        """The newest revision held for ``doc_id`` and its value."""
-        entry = self._entries.get(doc_id)
+    def get(self, key: K, revision: int) -> V | None:
+        return self.lookup(key, revision)[1]
+
+    def latest(self, key: K) -> tuple[int, V] | None:
+        """The newest revision held for ``key`` and its value."""
+        entry = self._entries.get(key)
         return None if entry is None else (entry[0], entry[1])
 
-    def put(self, doc_id: int, revision: int, value: V, size: int) -> None:
-        if size > self.max_bytes // 8:  # one huge document must not flush everything else
+    def put(self, key: K, revision: int, value: V, size: int) -> None:
+        if size > self.largest:
             return
         with self._lock:
-            old = self._entries.get(doc_id)
+            old = self._entries.get(key)
             if old is not None:
                 if old[0] > revision:
                     return
-                del self._entries[doc_id]
+                del self._entries[key]
                 self._bytes -= old[2]
-            self._entries[doc_id] = (revision, value, size)
+            self._entries[key] = (revision, value, size)
             self._bytes += size
             while self._bytes > self.max_bytes:
                 _, (_, _, dropped) = self._entries.popitem(last=False)

@@ -148,7 +148,7 @@ class PostgresStore(SqlStore):
         auto_migrate: bool = False,
     ) -> None:
         super().__init__()
-        self._bodies: RevisionCache[Document] = RevisionCache(BODY_CACHE_BYTES)
+        self._bodies: RevisionCache[int, Document] = RevisionCache(BODY_CACHE_BYTES)
         """whole documents as read or written here, by doc_id and revision"""
         self._seen: dict[DocKey, None] = {}
         """keys read here before (present, deleted or never written)"""
