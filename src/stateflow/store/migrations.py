@@ -16,8 +16,8 @@ Tables:
 - ``applied_ops``: the idempotency ledger (``op_id`` per scope).
 
 Version 2 adds, on PostgreSQL, the write functions: a commit's rows in one call
-(``stateflow_write_rows``), and a whole commit in one statement for writes computed against
-known revisions (``stateflow_commit``). SQLite needs nothing new (it only records the version).
+(``stateflow_write_rows``), and the checks, locks, transition and claims of a write computed
+against known revisions (``stateflow_begin_commit``), so that such a write is one statement. SQLite needs nothing new (it only records the version).
 """
 
 from __future__ import annotations
@@ -174,26 +174,17 @@ BEGIN
     END LOOP;
 END
 $$;
-CREATE FUNCTION stateflow_commit(
+CREATE FUNCTION stateflow_begin_commit(
     p_at TEXT, p_origin BYTEA, p_seq_lock BIGINT,
     claim_scope TEXT[], claim_id TEXT[],
     share_state TEXT[], share_subject TEXT[], share_doc BIGINT[], share_rev BIGINT[],
-    lock_state TEXT[], lock_subject TEXT[], lock_doc BIGINT[], lock_rev BIGINT[],
-    del_doc BIGINT[], del_name TEXT[], gone BIGINT[],
-    upd_body BYTEA[], upd_rev BIGINT[], upd_size BIGINT[], upd_outline BYTEA[], upd_doc BIGINT[],
-    upd_name TEXT[],
-    ins_doc BIGINT[], ins_name TEXT[], ins_pos BIGINT[], ins_rev BIGINT[], ins_size BIGINT[],
-    ins_outline BYTEA[], ins_body BYTEA[],
-    ch_doc BIGINT[], ch_rev BIGINT[], ch_paths BYTEA[],
-    ed_doc BIGINT[], ed_rev BIGINT[], ed_member TEXT[], ed_edits BYTEA[],
-    doc_rev BIGINT[], doc_present SMALLINT[], doc_snap BIGINT[], doc_since BIGINT[],
-    doc_size BIGINT[], doc_pos BIGINT[], doc_ids BIGINT[],
-    snap_doc BIGINT[], snap_rev BIGINT[], snap_present SMALLINT[]
+    lock_state TEXT[], lock_subject TEXT[], lock_doc BIGINT[], lock_rev BIGINT[]
 ) RETURNS BIGINT LANGUAGE plpgsql AS $$
--- A whole commit computed against known revisions, in one statement (its own transaction):
--- the same checks and locks, in the same order, as the locked path. NULL: nothing was written
--- (an op id is taken, or a document is not at the revision given); the caller then takes the
--- locked path, which says why.
+-- The first half of a commit computed against known revisions (the statement that calls it
+-- writes the rows with stateflow_write_rows in the same transaction): the same checks and
+-- locks, in the same order, as the locked path, then the transition and the claims. NULL:
+-- nothing was written (an op id is taken, or a document is not at the revision given); the
+-- caller then takes the locked path, which says why.
 DECLARE
     found_doc BIGINT;
     found_rev BIGINT;
@@ -234,14 +225,6 @@ BEGIN
             RAISE EXCEPTION 'an op id was claimed concurrently' USING ERRCODE = 'SF409';
         END IF;
     END IF;
-    PERFORM stateflow_write_rows(
-        new_seq, del_doc, del_name, gone,
-        upd_body, upd_rev, upd_size, upd_outline, upd_doc, upd_name,
-        ins_doc, ins_name, ins_pos, ins_rev, ins_size, ins_outline, ins_body,
-        ch_doc, ch_rev, ch_paths, ed_doc, ed_rev, ed_member, ed_edits,
-        doc_rev, doc_present, doc_snap, doc_since, doc_size, doc_pos, doc_ids,
-        snap_doc, snap_rev, snap_present
-    );
     RETURN new_seq;
 END
 $$;

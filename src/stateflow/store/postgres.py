@@ -380,14 +380,17 @@ _WRITE_ROWS: Final = (
 
 
 _COMMIT: Final = (
-    "SELECT stateflow_commit(?::text, ?::bytea, ?::bigint, ?::text[], ?::text[], "
-    "?::text[], ?::text[], ?::bigint[], ?::bigint[], ?::text[], ?::text[], ?::bigint[], ?::bigint[], "
+    "WITH begun AS MATERIALIZED (SELECT stateflow_begin_commit(?::text, ?::bytea, ?::bigint, "
+    "?::text[], ?::text[], ?::text[], ?::text[], ?::bigint[], ?::bigint[], "
+    "?::text[], ?::text[], ?::bigint[], ?::bigint[]) AS seq) "
+    "SELECT seq, stateflow_write_rows(seq, "
     + ", ".join(f"?::{t}" for t in _WRITE_ROW_TYPES)
-    + ")"
+    + ") FROM begun WHERE seq IS NOT NULL"
 )
-"""A commit computed against known revisions, in one statement (see ``update(optimistic=True)``)."""
+"""A commit computed against known revisions, in one statement (see ``update(optimistic=True)``):
+checks, locks, transition and claims first; the rows only when those went through."""
 _CLAIMED_MEANWHILE: Final = "SF409"
-"""Raised by ``stateflow_commit`` when an op id was claimed between its check and its insert."""
+"""Raised by ``stateflow_begin_commit`` when an op id was claimed between its check and its insert."""
 
 
 def _key_arrays(rows: Sequence[tuple[DocKey, _Row]]) -> list[str]:
