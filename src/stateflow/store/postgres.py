@@ -40,8 +40,8 @@ _WHOLE_READ: Final = (
 _REVISIONS: Final = "SELECT d.doc_id, d.revision FROM documents d WHERE {where}"
 
 
-BODY_CACHE_DOCS: Final = 10_000
-"""Keys remembered as read before (see ``read``)."""
+SEEN_KEYS_MAX: Final = 10_000
+"""Keys remembered as read before (see ``read``), at most."""
 BODY_CACHE_BYTES: Final = 64 * 1024 * 1024
 """Whole bodies kept by revision, by encoded size."""
 
@@ -123,13 +123,6 @@ class _PgTx(Tx):
     def run(self, sql: str, params: Sequence[Any] = ()) -> int:
         with _mapped_errors():
             return self._execute(sql, params).rowcount
-
-    def many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
-        if self.begin is not None or len(rows) < 2:  # one row: a plain execute costs less
-            super().many(sql, rows)
-            return
-        with _mapped_errors(), self.conn.cursor() as cur:
-            cur.executemany(_pg(sql), rows)
 
 
 class PostgresStore(SqlStore):
@@ -231,8 +224,8 @@ class PostgresStore(SqlStore):
             except CorruptData:
                 return super().read(keys)  # member by member: the error names the damaged one
             out[key] = self._keep(doc_id, Document(key, revision, body, seq, {}, at), len(raw or b""))
-        if len(self._seen) >= BODY_CACHE_DOCS:
-            self._seen.clear()  # bounded like the bodies (keys of absent documents add up too)
+        if len(self._seen) >= SEEN_KEYS_MAX:
+            self._seen.clear()  # bounded (keys of absent documents add up too)
         for key in keys:
             self._seen.setdefault(key, None)
         return out

@@ -3,9 +3,10 @@
 Writers take SQLite's write lock up front (``BEGIN IMMEDIATE``), which serializes them per
 database file across threads and processes; within one process they share group commits on
 one writer connection. Readers see one consistent WAL snapshot per transaction, never block
-writers, and are served from a cache that any commit (seen in the WAL-index header) retires. ``synchronous=FULL`` (the default) makes an acknowledged
-commit survive power loss; ``synchronous=NORMAL`` is faster and survives a process crash but
-may lose the last commits on power loss.
+writers, and are served from a cache that any commit (seen in the WAL-index header) retires.
+``synchronous=FULL`` (the default) makes an acknowledged commit survive power loss;
+``synchronous=NORMAL`` is faster and survives a process crash but may lose the last commits on
+power loss.
 """
 
 from __future__ import annotations
