@@ -378,6 +378,16 @@ def test_pruning_history_keeps_later_revisions_readable(store: SqlStore) -> None
     assert store.prune_history("notes", cutoff) == 0
 
 
+def test_seq_numbers_never_repeat_after_the_newest_writes_are_deleted(store: SqlStore) -> None:
+    last = store.commit([Write(A, [Edit(("n",), 1)])]).seq
+    assert last is not None
+    store.purge(A.state)
+    assert store.get(A).revision == 0
+    again = store.commit([Write(A, [Edit(("n",), 2)])]).seq
+    assert again is not None and again > last
+    assert [t.seq for t in store.transitions()][-1] == again
+
+
 def test_whole_document_reads_see_commits_from_other_connections_and_threads(open_migrated: Any) -> None:
     import threading
 

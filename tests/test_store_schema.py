@@ -131,3 +131,55 @@ def test_a_version_1_store_with_data_upgrades_in_place(backend: str) -> None:
         assert [c.revision for c in store.history([A])] == [2, 1]
     finally:
         store.close()
+
+
+def test_a_version_2_store_with_history_upgrades_in_place(backend: str) -> None:
+    """Version 3 rebuilds SQLite's history tables (and adds inline edits on both backends): a
+    version-2 store keeps its documents, its replayable history and its seq numbering."""
+    from stateflow.store.migrations import POSTGRES, SQLITE, statements
+
+    scripts = POSTGRES if backend.startswith("postgresql://") else SQLITE
+    for version in (1, 2):
+        for statement in statements(scripts[version]):
+            _raw_sql(backend, statement)
+    _raw_sql(backend, "INSERT INTO stateflow_meta (key, value) VALUES ('schema_version', '2')")
+    _raw_sql(
+        backend,
+        "INSERT INTO documents (state, subject, revision, present, updated_seq, body_size, next_position) "
+        "VALUES ('notes', 'a', 2, 1, 2, 1, 1)",
+    )
+    for n in (1, 2, 3):
+        _raw_sql(
+            backend, "INSERT INTO transitions (at, origin) VALUES (?, ?)", (f"2026-01-0{n}T00:00:00Z", b"{}")
+        )
+    _raw_sql(
+        backend,
+        "INSERT INTO members (doc_id, name, position, revision, size, body) VALUES (1, 'n', 0, 2, 1, ?)",
+        (b"2",),
+    )
+    for n in (1, 2):
+        _raw_sql(
+            backend,
+            "INSERT INTO changes (doc_id, revision, seq, paths) VALUES (1, ?, ?, ?)",
+            (n, n, b'[["n"]]'),
+        )
+        _raw_sql(
+            backend,
+            "INSERT INTO change_edits (doc_id, revision, member, edits) VALUES (1, ?, 'n', ?)",
+            (n, f'[[["n"],{n}]]'.encode()),
+        )
+    _raw_sql(backend, "DELETE FROM transitions WHERE seq = 3")  # the newest, left without changes
+    store = open_store(backend, auto_migrate=False)
+    try:
+        assert store.migrate() == (2, SCHEMA_VERSION)
+        assert store.get(A).body == {"n": 2}
+        assert store.read_at(A, revision=1).body == {"n": 1}
+        assert [(c.revision, c.seq, [e.value for e in c.edits]) for c in store.history([A])] == [
+            (2, 2, [2]),
+            (1, 1, [1]),
+        ]
+        commit = store.commit([Write(A, [Edit(("n",), 3)])])
+        assert commit.seq is not None and commit.seq > 3  # seq 3 was handed out once
+        assert store.read_at(A, revision=2).body == {"n": 2}
+    finally:
+        store.close()

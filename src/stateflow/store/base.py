@@ -960,7 +960,7 @@ class SqlStore(abc.ABC):
         revision = row.revision + 1
         size = row.body_size
         position = row.next_position
-        plan = _DocPlan(row.doc_id, revision, present=stage.present)
+        plan = _DocPlan(row.doc_id, revision, present=stage.present, was_present=row.present)
         # the member heads after this write follow from those before it, when they are known
         before = self._heads.get(row.doc_id, row.revision) if row.present else []
         heads = None if before is None else {h[1]: h for h in before}
@@ -1062,11 +1062,22 @@ class SqlStore(abc.ABC):
                     ),
                 )
             revision, present, snapshot_revision, since, size, position, doc_id = plan.document
+            # `present` is indexed: setting it, even to the same value, rewrites an index page
+            setting = "present = ?, " if plan.present != plan.was_present else ""
             tx.run(
-                f"UPDATE documents SET revision = ?, present = ?, updated_seq = {seq.sql}, "
+                f"UPDATE documents SET {setting}revision = ?, updated_seq = {seq.sql}, "
                 "snapshot_revision = ?, bytes_since_snapshot = ?, body_size = ?, next_position = ? "
                 "WHERE doc_id = ?",
-                (revision, present, *seq.params, snapshot_revision, since, size, position, doc_id),
+                (
+                    *((present,) if setting else ()),
+                    revision,
+                    *seq.params,
+                    snapshot_revision,
+                    since,
+                    size,
+                    position,
+                    doc_id,
+                ),
             )
 
     def _raw_body(self, tx: Tx, doc_id: int) -> bytes:
@@ -1341,7 +1352,9 @@ class SqlStore(abc.ABC):
             part = seqs[start : start + 500]
             tx.run(
                 f"DELETE FROM transitions WHERE seq IN ({','.join('?' * len(part))}) "
-                "AND NOT EXISTS (SELECT 1 FROM changes c WHERE c.seq = transitions.seq)",
+                "AND NOT EXISTS (SELECT 1 FROM changes c WHERE c.seq = transitions.seq) "
+                # the newest stays: SQLite numbers a new transition after the highest one left
+                "AND seq < (SELECT MAX(seq) FROM transitions)",
                 part,
             )
 
@@ -1428,6 +1441,7 @@ class _DocPlan:
     revision: int
     present: bool
     """whether the document exists after the write (if not, every member row goes)"""
+    was_present: bool = False
     deletes: list[tuple[int, str]] = field(default_factory=list)
     updates: list[tuple[Any, ...]] = field(default_factory=list)
     """(body, revision, size, outline, doc_id, name)"""
