@@ -183,3 +183,40 @@ def test_a_version_2_store_with_history_upgrades_in_place(backend: str) -> None:
         assert store.read_at(A, revision=2).body == {"n": 2}
     finally:
         store.close()
+
+
+def _raw_rows(location: str, sql: str) -> list[tuple[object, ...]]:
+    if location.startswith("postgresql://"):
+        with psycopg.connect(location, autocommit=True) as conn:
+            return conn.execute(sql).fetchall()  # type: ignore[arg-type]
+    with sqlite3.connect(location) as conn:
+        return conn.execute(sql).fetchall()
+
+
+def test_small_changes_keep_their_edits_inline_and_large_ones_per_member(backend: str) -> None:
+    store = open_store(backend, auto_migrate=True)
+    try:
+        store.commit([Write.between(A, None, {"hot": 1, "lazy": "x" * 2000})])  # large
+        store.commit([Write(A, [Edit(("hot",), 2)])])
+        store.commit([Write(A, [Edit((), {"hot": 3, "lazy": "y"})])])  # whole document, small
+        assert _raw_rows(backend, "SELECT revision, edits IS NULL FROM changes ORDER BY revision") == [
+            (1, True),
+            (2, False),
+            (3, False),
+        ]
+        assert {r[0] for r in _raw_rows(backend, "SELECT revision FROM change_edits")} == {1}
+        hot = store.history([A], members=["hot"])
+        assert [(c.revision, [(e.path, e.value) for e in c.edits]) for c in hot] == [
+            (3, [((), {"hot": 3})]),
+            (2, [(("hot",), 2)]),
+            (1, [((), {"hot": 1})]),
+        ]
+        assert [len(c.edits) for c in store.history([A], members=["lazy"])] == [1, 0, 1]
+        assert store.read_at(A, revision=1).body == {"hot": 1, "lazy": "x" * 2000}
+        assert store.read_at(A, revision=2).body == {"hot": 2, "lazy": "x" * 2000}
+        assert store.read_at(A, revision=2, members=["hot"]).body == {"hot": 2}
+        assert store.read_at(A, revision=3).body == {"hot": 3, "lazy": "y"}
+        [_, t2, _] = store.transitions()
+        assert [e.value for e in t2.changes[0].edits] == [2]
+    finally:
+        store.close()

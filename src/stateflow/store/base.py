@@ -44,6 +44,10 @@ SNAPSHOT_MAX_CHAIN: Final = 256
 """Take a snapshot at least every this many revisions, so an as-of read replays a bounded chain."""
 SNAPSHOT_MIN_BYTES: Final = 4096
 """…or as soon as the changes since the last snapshot outweigh the body (and this floor)."""
+INLINE_EDITS_MAX: Final = 512
+"""A change whose encoded edits fit in this many bytes keeps them in its own row (one row, one
+page touched, per change); larger ones get a ``change_edits`` row per member, so that reading
+some members' history never decodes another member's large edit."""
 
 
 _second: tuple[int, str] = (-1, "")
@@ -422,7 +426,7 @@ class SqlStore(abc.ABC):
             elif names is not None:
                 value = {k: v for k, v in value.items() if k in names}
         rows = tx.all(
-            "SELECT revision, seq FROM changes WHERE doc_id = ? AND revision > ? AND revision <= ? "
+            "SELECT revision, seq, edits FROM changes WHERE doc_id = ? AND revision > ? AND revision <= ? "
             "ORDER BY revision",
             (doc_id, start, revision),
         )
@@ -430,9 +434,9 @@ class SqlStore(abc.ABC):
             if snap is None and (not rows or int(rows[0][0]) > 1):
                 raise NotFound(f"{key} revision {revision} predates the retained history")
             raise CorruptData(f"{key}: the change chain to revision {revision} has gaps")
-        edits_by_rev = self._edits(tx, {doc_id: key}, [(doc_id, int(r)) for r, _ in rows], names)
+        edits_by_rev = self._edits(tx, {doc_id: key}, [(doc_id, int(r), e) for r, _, e in rows], names)
         seq = None
-        for rev, row_seq in rows:
+        for rev, row_seq, _ in rows:
             try:
                 value = apply_edits(value, edits_by_rev.get((doc_id, int(rev)), []))
             except Conflict as exc:
@@ -474,12 +478,12 @@ class SqlStore(abc.ABC):
                 where += " AND c.seq < ?"
                 params.append(before_seq)
             rows = tx.all(
-                "SELECT c.seq, t.at, t.origin, c.doc_id, c.revision, c.paths "
+                "SELECT c.seq, t.at, t.origin, c.doc_id, c.revision, c.paths, c.edits "
                 f"FROM changes c JOIN transitions t ON t.seq = c.seq WHERE {where} "
                 "ORDER BY c.seq DESC, c.doc_id LIMIT ?",
                 [*params, limit],
             )
-            edits = self._edits(tx, ids, [(int(r[3]), int(r[4])) for r in rows], names)
+            edits = self._edits(tx, ids, [(int(r[3]), int(r[4]), r[6]) for r in rows], names)
             return [self._change(r, ids[int(r[3])], edits) for r in rows]
 
     def transitions(self, *, after_seq: int = 0, limit: int = 100) -> list[Transition]:
@@ -493,14 +497,14 @@ class SqlStore(abc.ABC):
             if not heads:
                 return []
             rows = tx.all(
-                "SELECT c.seq, t.at, t.origin, c.doc_id, c.revision, c.paths, d.state, d.subject "
+                "SELECT c.seq, t.at, t.origin, c.doc_id, c.revision, c.paths, d.state, d.subject, c.edits "
                 "FROM changes c JOIN transitions t ON t.seq = c.seq "
                 "JOIN documents d ON d.doc_id = c.doc_id WHERE c.seq >= ? AND c.seq <= ? "
                 "ORDER BY c.seq, d.state, d.subject",
                 (heads[0][0], heads[-1][0]),
             )
             keys = {int(r[3]): DocKey(r[6], r[7]) for r in rows}
-            edits = self._edits(tx, keys, [(int(r[3]), int(r[4])) for r in rows], None)
+            edits = self._edits(tx, keys, [(int(r[3]), int(r[4]), r[8]) for r in rows], None)
             by_seq: dict[int, list[Change]] = {}
             for r in rows:
                 by_seq.setdefault(int(r[0]), []).append(self._change(r, keys[int(r[3])], edits))
@@ -512,15 +516,29 @@ class SqlStore(abc.ABC):
         self,
         tx: Tx,
         keys: dict[int, DocKey],
-        changes: list[tuple[int, int]],
+        changes: list[tuple[int, int, Any]],
         names: set[str] | None,
     ) -> dict[tuple[int, int], list[Edit]]:
-        """The edits of each ``(doc_id, revision)``: whole-document edits first, then per member."""
+        """The edits of each ``(doc_id, revision, inline edits or None)``: whole-document edits
+        first, then per member (see ``INLINE_EDITS_MAX``)."""
         out: dict[tuple[int, int], list[Edit]] = {}
         if not changes or (names is not None and not names):
             return out
-        for start in range(0, len(changes), 200):  # bounded statement size
-            part = changes[start : start + 200]
+        stored: list[tuple[int, int]] = []
+        for doc_id, revision, inline in changes:
+            if inline is None:
+                stored.append((doc_id, revision))
+                continue
+            what = f"{keys.get(doc_id, doc_id)} change at revision {revision}"
+            for member, raw in _decode_inline(inline, what):
+                if names is not None and member != "" and member not in names:
+                    continue
+                edits = _decode_edits(raw, what)
+                if member == "" and names is not None:
+                    edits = [_restrict(e, names) for e in edits]
+                out.setdefault((doc_id, revision), []).extend(edits)
+        for start in range(0, len(stored), 200):  # bounded statement size
+            part = stored[start : start + 200]
             where = " OR ".join("(doc_id = ? AND revision = ?)" for _ in part)
             params: list[Any] = [v for pair in part for v in pair]
             if names is not None:
@@ -1008,9 +1026,15 @@ class SqlStore(abc.ABC):
         for edit in _effective_edits(write.edits):
             groups.setdefault(str(edit.path[0]) if edit.path else "", []).append(edit.to_json())
         plan.edits = [
-            (row.doc_id, revision, member, encode_trusted(group)) for member, group in groups.items()
+            (row.doc_id, revision, member, encode_trusted(group)) for member, group in sorted(groups.items())
         ]
-        since = row.bytes_since_snapshot + sum(len(e[3]) for e in plan.edits)
+        edit_bytes = sum(len(e[3]) for e in plan.edits)
+        if edit_bytes <= INLINE_EDITS_MAX:
+            plan.inline = (
+                b"[" + b",".join(b"[" + orjson.dumps(e[2]) + b"," + e[3] + b"]" for e in plan.edits) + b"]"
+            )
+            plan.edits = []
+        since = row.bytes_since_snapshot + edit_bytes
         snapshot_revision = row.snapshot_revision
         if revision - snapshot_revision >= SNAPSHOT_MAX_CHAIN or since >= max(size, SNAPSHOT_MIN_BYTES):
             plan.snapshot = True
@@ -1046,12 +1070,14 @@ class SqlStore(abc.ABC):
             if not plan.present:
                 tx.run("DELETE FROM members WHERE doc_id = ?", (plan.doc_id,))
             tx.run(
-                f"INSERT INTO changes (doc_id, revision, seq, paths) VALUES (?, ?, {seq.sql}, ?)",
-                (plan.doc_id, plan.revision, *seq.params, plan.paths),
+                f"INSERT INTO changes (doc_id, revision, seq, paths, edits) VALUES (?, ?, {seq.sql}, ?, ?)",
+                (plan.doc_id, plan.revision, *seq.params, plan.paths, plan.inline),
             )
-            tx.many(
-                "INSERT INTO change_edits (doc_id, revision, member, edits) VALUES (?, ?, ?, ?)", plan.edits
-            )
+            if plan.edits:
+                tx.many(
+                    "INSERT INTO change_edits (doc_id, revision, member, edits) VALUES (?, ?, ?, ?)",
+                    plan.edits,
+                )
             if plan.snapshot:
                 tx.run(
                     "INSERT INTO snapshots (doc_id, revision, body) VALUES (?, ?, ?)",
@@ -1450,6 +1476,8 @@ class _DocPlan:
     paths: bytes = b"[]"
     edits: list[tuple[int, int, str, bytes]] = field(default_factory=list)
     """change_edits rows: (doc_id, revision, member, edits)"""
+    inline: bytes | None = None
+    """the edits in the change row instead, as ``[[member, edits], …]`` (small changes)"""
     snapshot: bool = False
     """take a snapshot of the body as written"""
     document: tuple[Any, ...] = ()
@@ -1505,8 +1533,16 @@ def _decode(raw: Any, what: str) -> Any:
         raise CorruptData(f"stored {what} is corrupt: {exc}") from exc
 
 
-def _decode_edits(raw: Any, what: str) -> list[Edit]:
+def _decode_inline(raw: Any, what: str) -> list[tuple[str, Any]]:
+    """A change row's inline edits: ``(member, edits as JSON)`` pairs."""
     data = _decode(raw, what)
+    if type(data) is not list or not all(type(p) is list and len(p) == 2 and type(p[0]) is str for p in data):
+        raise CorruptData(f"stored {what} is corrupt: inline edits are not [member, edits] pairs")
+    return [(p[0], p[1]) for p in data]
+
+
+def _decode_edits(raw: Any, what: str) -> list[Edit]:
+    data = raw if type(raw) is list else _decode(raw, what)
     try:
         if type(data) is not list:
             raise InvalidInput("not a list")

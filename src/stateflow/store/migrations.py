@@ -9,9 +9,10 @@ Tables:
   document revision that last wrote the member (the cache key); ``outline`` holds an object
   member's immediate keys and kinds, so navigation never reads the body.
 - ``transitions``: one row per accepted write (store-wide ``seq``, time, origin).
-- ``changes``: what a transition did to one document (touched paths); its net edits live in
-  ``change_edits``, one row per top-level member ('' for whole-document edits), so history and
-  as-of reads decode only the members they need (never a lazy body to show a hot change).
+- ``changes``: what a transition did to one document (touched paths) and, when they are small,
+  its net edits; larger edits live in ``change_edits``, one row per top-level member ('' for
+  whole-document edits), so history and as-of reads decode only the members they need (never
+  a lazy body to show a hot change).
 - ``snapshots``: full bodies every so often, so "as of revision r" replays a bounded chain.
 - ``applied_ops``: the idempotency ledger (``op_id`` per scope).
 
@@ -20,12 +21,13 @@ Version 2 adds, on PostgreSQL, the write functions: a commit's rows in one call
 against known revisions (``stateflow_begin_commit``), so that such a write is one statement.
 SQLite needs nothing new (it only records the version).
 
-Version 3 rebuilds three SQLite tables so that a commit touches fewer pages (each page is a WAL
-frame to write and sync): ``changes`` and ``change_edits`` become ``WITHOUT ROWID`` (the primary
-key is the table: no separate key index), and ``transitions`` drops ``AUTOINCREMENT`` (no
-``sqlite_sequence`` row to update per commit; seq values still never repeat because the newest
-transition is never deleted, and the rebuild keeps a placeholder at the highest seq handed out).
-PostgreSQL needs nothing new.
+Version 3 makes a commit touch fewer pages (on SQLite each is a WAL frame to write and sync) and
+rows: ``changes`` gains ``edits``, which holds a small change's edits inline (``change_edits``
+rows only for larger ones; the write function takes them). On SQLite, ``changes`` and
+``change_edits`` become ``WITHOUT ROWID`` (the primary key is the table: no separate key
+index), and ``transitions`` drops ``AUTOINCREMENT`` (no ``sqlite_sequence`` row to update per
+commit; seq values still never repeat because the newest transition is never deleted, and the
+rebuild keeps a placeholder at the highest seq handed out).
 """
 
 from __future__ import annotations
@@ -125,6 +127,7 @@ CREATE TABLE changes (
     revision BIGINT NOT NULL,
     seq BIGINT NOT NULL REFERENCES transitions (seq),
     paths BLOB NOT NULL,
+    edits BLOB,
     PRIMARY KEY (doc_id, revision)
 ) WITHOUT ROWID;
 INSERT INTO changes (doc_id, revision, seq, paths) SELECT doc_id, revision, seq, paths FROM changes_v2;
@@ -273,7 +276,69 @@ BEGIN
 END
 $$;
 """,
-    3: "",  # version 3 rebuilds SQLite tables only
+    3: r"""
+ALTER TABLE changes ADD COLUMN edits BYTEA;
+DROP FUNCTION stateflow_write_rows(
+    BIGINT, BIGINT[], TEXT[], BIGINT[], BYTEA[], BIGINT[], BIGINT[], BYTEA[], BIGINT[], TEXT[],
+    BIGINT[], TEXT[], BIGINT[], BIGINT[], BIGINT[], BYTEA[], BYTEA[], BIGINT[], BIGINT[], BYTEA[],
+    BIGINT[], BIGINT[], TEXT[], BYTEA[], BIGINT[], SMALLINT[], BIGINT[], BIGINT[], BIGINT[],
+    BIGINT[], BIGINT[], BIGINT[], BIGINT[], SMALLINT[]
+);
+CREATE FUNCTION stateflow_write_rows(
+    p_seq BIGINT,
+    del_doc BIGINT[], del_name TEXT[], gone BIGINT[],
+    upd_body BYTEA[], upd_rev BIGINT[], upd_size BIGINT[], upd_outline BYTEA[], upd_doc BIGINT[],
+    upd_name TEXT[],
+    ins_doc BIGINT[], ins_name TEXT[], ins_pos BIGINT[], ins_rev BIGINT[], ins_size BIGINT[],
+    ins_outline BYTEA[], ins_body BYTEA[],
+    ch_doc BIGINT[], ch_rev BIGINT[], ch_paths BYTEA[], ch_edits BYTEA[],
+    ed_doc BIGINT[], ed_rev BIGINT[], ed_member TEXT[], ed_edits BYTEA[],
+    doc_rev BIGINT[], doc_present SMALLINT[], doc_snap BIGINT[], doc_since BIGINT[],
+    doc_size BIGINT[], doc_pos BIGINT[], doc_ids BIGINT[],
+    snap_doc BIGINT[], snap_rev BIGINT[], snap_present SMALLINT[]
+) RETURNS VOID LANGUAGE plpgsql AS $$
+-- Row by row where a row is found by key (each statement an index lookup, planned once per
+-- session), set-wise where rows are only added.
+BEGIN
+    FOR i IN 1 .. coalesce(array_length(del_doc, 1), 0) LOOP
+        DELETE FROM members WHERE doc_id = del_doc[i] AND name = del_name[i];
+    END LOOP;
+    FOR i IN 1 .. coalesce(array_length(gone, 1), 0) LOOP
+        DELETE FROM members WHERE doc_id = gone[i];
+    END LOOP;
+    FOR i IN 1 .. coalesce(array_length(upd_doc, 1), 0) LOOP
+        UPDATE members
+        SET body = upd_body[i], revision = upd_rev[i], size = upd_size[i], outline = upd_outline[i]
+        WHERE doc_id = upd_doc[i] AND name = upd_name[i];
+    END LOOP;
+    IF coalesce(array_length(ins_doc, 1), 0) > 0 THEN
+        INSERT INTO members (doc_id, name, position, revision, size, outline, body)
+        SELECT * FROM unnest(ins_doc, ins_name, ins_pos, ins_rev, ins_size, ins_outline, ins_body);
+    END IF;
+    INSERT INTO changes (doc_id, revision, seq, paths, edits)
+    SELECT x.d, x.r, p_seq, x.p, x.e FROM unnest(ch_doc, ch_rev, ch_paths, ch_edits) AS x(d, r, p, e);
+    IF coalesce(array_length(ed_doc, 1), 0) > 0 THEN
+        INSERT INTO change_edits (doc_id, revision, member, edits)
+        SELECT * FROM unnest(ed_doc, ed_rev, ed_member, ed_edits);
+    END IF;
+    FOR i IN 1 .. coalesce(array_length(snap_doc, 1), 0) LOOP
+        INSERT INTO snapshots (doc_id, revision, body)
+        SELECT snap_doc[i], snap_rev[i], CASE WHEN snap_present[i] = 1 THEN
+            (SELECT '\x7b'::bytea || coalesce(string_agg(convert_to(to_json(m.name)::text, 'UTF8')
+                || '\x3a'::bytea || m.body, '\x2c'::bytea ORDER BY m.position), ''::bytea)
+                || '\x7d'::bytea FROM members m WHERE m.doc_id = snap_doc[i])
+            ELSE '\x6e756c6c'::bytea END;
+    END LOOP;
+    FOR i IN 1 .. coalesce(array_length(doc_ids, 1), 0) LOOP
+        UPDATE documents
+        SET revision = doc_rev[i], present = doc_present[i], updated_seq = p_seq,
+            snapshot_revision = doc_snap[i], bytes_since_snapshot = doc_since[i],
+            body_size = doc_size[i], next_position = doc_pos[i]
+        WHERE doc_id = doc_ids[i];
+    END LOOP;
+END
+$$;
+""",
 }
 
 

@@ -361,7 +361,7 @@ _WRITE_ROW_TYPES: Final = (
     *("bigint[]", "text[]", "bigint[]"),  # member deletes (doc_id, name); documents losing all
     *("bytea[]", "bigint[]", "bigint[]", "bytea[]", "bigint[]", "text[]"),  # member updates
     *("bigint[]", "text[]", "bigint[]", "bigint[]", "bigint[]", "bytea[]", "bytea[]"),  # inserts
-    *("bigint[]", "bigint[]", "bytea[]"),  # changes
+    *("bigint[]", "bigint[]", "bytea[]", "bytea[]"),  # changes (with inline edits)
     *("bigint[]", "bigint[]", "text[]", "bytea[]"),  # change_edits
     *("bigint[]", "smallint[]", "bigint[]", "bigint[]", "bigint[]", "bigint[]", "bigint[]"),  # documents
     *("bigint[]", "bigint[]", "smallint[]"),  # snapshots
@@ -407,6 +407,7 @@ def _row_arrays(plans: Sequence[_DocPlan]) -> list[str]:
         _array(p.doc_id for p in plans),
         _array(p.revision for p in plans),
         _array(p.paths for p in plans),
+        _array(p.inline for p in plans),
         *_columns([e for p in plans for e in p.edits], 4),
         *_columns([p.document for p in plans], 7),
         *_columns(snapshots, 3),
