@@ -23,11 +23,13 @@ SQLite needs nothing new (it only records the version).
 
 Version 3 makes a commit touch fewer pages (on SQLite each is a WAL frame to write and sync) and
 rows: ``changes`` gains ``edits``, which holds a small change's edits inline (``change_edits``
-rows only for larger ones; the write function takes them). On SQLite, ``changes`` and
-``change_edits`` become ``WITHOUT ROWID`` (the primary key is the table: no separate key
-index), and ``transitions`` drops ``AUTOINCREMENT`` (no ``sqlite_sequence`` row to update per
-commit; seq values still never repeat because the newest transition is never deleted, and the
-rebuild keeps a placeholder at the highest seq handed out).
+rows only for larger ones; the write function takes them). On SQLite, ``transitions`` drops
+``AUTOINCREMENT`` (no ``sqlite_sequence`` row to update per commit; seq values still never
+repeat because the newest transition is never deleted, and the rebuild keeps a placeholder at
+the highest seq handed out); the history tables that reference it are rebuilt with it (renaming
+a table rewrites the foreign keys that name it). They stay rowid tables: ``WITHOUT ROWID`` would
+save the key index's page per commit, but its index b-tree loads a whole row — overflow pages
+included — to compare keys, and a change's paths or edits may be megabytes.
 """
 
 from __future__ import annotations
@@ -129,7 +131,7 @@ CREATE TABLE changes (
     paths BLOB NOT NULL,
     edits BLOB,
     PRIMARY KEY (doc_id, revision)
-) WITHOUT ROWID;
+);
 INSERT INTO changes (doc_id, revision, seq, paths) SELECT doc_id, revision, seq, paths FROM changes_v2;
 ALTER TABLE change_edits RENAME TO change_edits_v2;
 CREATE TABLE change_edits (
@@ -139,7 +141,7 @@ CREATE TABLE change_edits (
     edits BLOB NOT NULL,
     PRIMARY KEY (doc_id, revision, member),
     FOREIGN KEY (doc_id, revision) REFERENCES changes (doc_id, revision) ON DELETE CASCADE
-) WITHOUT ROWID;
+);
 INSERT INTO change_edits (doc_id, revision, member, edits)
     SELECT doc_id, revision, member, edits FROM change_edits_v2;
 DROP TABLE change_edits_v2;
