@@ -69,17 +69,27 @@ first one's answer back for long."""
 
 
 class _Group:
-    """Writers sharing one commit; each waits for ``done`` and then reads ``error``."""
+    """Writers sharing one commit; each waits for it (``wait``) and then reads ``error``."""
 
-    __slots__ = ("attempts", "done", "error", "members")
+    __slots__ = ("_done", "attempts", "error", "members")
 
     def __init__(self) -> None:
-        self.done = threading.Event()
+        # Held until the commit is done; each waiter takes it and hands it on. A bare lock: an
+        # Event (a condition over a lock) costs several µs per commit to make and to set.
+        self._done = threading.Lock()
+        self._done.acquire()
         self.error: StateflowError | None = None
         self.members = 0
         """writers whose work is in the group's transaction"""
         self.attempts = 0
         """writers that ran in the group, whether their work stayed or was rolled back"""
+
+    def finish(self) -> None:
+        self._done.release()
+
+    def wait(self) -> None:
+        self._done.acquire()
+        self._done.release()
 
 
 class _GroupCommit:
@@ -135,7 +145,7 @@ class _GroupCommit:
             finally:
                 self.lock.release()
         if ok:
-            group.done.wait()
+            group.wait()
             if group.error is not None:  # each waiter raises its own copy (own traceback)
                 raise copy.copy(group.error).with_traceback(None) from group.error
 
@@ -164,7 +174,7 @@ class _GroupCommit:
                 with suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
             group.error = exc if isinstance(exc, StateflowError) else _mapped(exc)
-        group.done.set()
+        group.finish()
 
 
 @dataclass
