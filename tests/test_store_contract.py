@@ -378,6 +378,44 @@ def test_pruning_history_keeps_later_revisions_readable(store: SqlStore) -> None
     assert store.prune_history("notes", cutoff) == 0
 
 
+def test_history_pages_over_several_documents_newest_first(store: SqlStore) -> None:
+    """Every page of a multi-document history is the newest `limit` changes before the cursor,
+    whatever the interleaving — also once older history has been pruned."""
+    import random
+
+    rng = random.Random(7)
+    written: list[tuple[int, int, DocKey]] = []  # (seq, doc order, key)
+    for i in range(60):
+        picked = rng.sample([A, B, C], rng.choice([1, 1, 2]))
+        commit = store.commit([Write(k, [Edit(("n",), i)]) for k in picked])
+        assert commit.seq is not None
+        written += [(commit.seq, 0, k) for k in picked]
+
+    def expect(limit: int, before: int | None) -> list[tuple[int, DocKey]]:
+        rows = sorted(
+            ((seq, k) for seq, _, k in written if before is None or seq < before), key=lambda r: -r[0]
+        )
+        return rows[:limit]
+
+    def check() -> None:
+        for before in [None, *sorted({seq for seq, _, _ in written}), 10**9]:
+            for limit in (1, 2, 5):
+                got = [(c.seq, c.key) for c in store.history([A, B, C], limit=limit, before_seq=before)]
+                want = expect(limit, before)
+                assert [seq for seq, _ in got] == [seq for seq, _ in want]
+                # the same changes (where a page ends inside a transition, either document may come first)
+                assert len(set(got)) == len(got) and set(got) <= {(seq, k) for seq, _, k in written}
+
+    check()
+    cut = sorted({seq for seq, _, _ in written})[20]
+    [at] = [t.at for t in store.transitions(after_seq=cut - 1, limit=1)]
+    store.prune_history("notes", at)
+    kept = {(c.seq, c.key) for c in store.history([A, B, C], limit=1000)}
+    written = [w for w in written if (w[0], w[2]) in kept]
+    assert any(seq < cut for seq, _, _ in written)  # `other` kept its early changes
+    check()
+
+
 def test_seq_numbers_never_repeat_after_the_newest_writes_are_deleted(store: SqlStore) -> None:
     last = store.commit([Write(A, [Edit(("n",), 1)])]).seq
     assert last is not None

@@ -466,25 +466,65 @@ class SqlStore(abc.ABC):
         names = None if members is None else set(members)
         with self._read_tx() as tx:
             ids = {}
+            revisions: dict[DocKey, int] = {}
             for key in keys:
                 row = self._row(tx, key)
                 if row is not None:
                     ids[row.doc_id] = key
+                    revisions[key] = row.revision
             if not ids:
                 return []
-            params: list[Any] = list(ids)
-            where = f"c.doc_id IN ({','.join('?' * len(ids))})"
+            # Each document's newest changes come straight off its (doc_id, revision) key — in one
+            # document, revision order is seq order — so no query sorts a long history; only
+            # the few rows taken per document are merged by seq.
+            tops = {doc_id: revisions[key] for doc_id, key in ids.items()}
             if before_seq is not None:
-                where += " AND c.seq < ?"
-                params.append(before_seq)
-            rows = tx.all(
-                "SELECT c.seq, t.at, t.origin, c.doc_id, c.revision, c.paths, c.edits "
-                f"FROM changes c JOIN transitions t ON t.seq = c.seq WHERE {where} "
-                "ORDER BY c.seq DESC, c.doc_id LIMIT ?",
-                [*params, limit],
-            )
+                tops = self._revisions_before(tx, tops, before_seq)
+            doc_ids = [doc_id for doc_id, top in tops.items() if top > 0]
+            rows: list[tuple[Any, ...]] = []
+            for start in range(0, len(doc_ids), 50):  # bounded statement size
+                part = doc_ids[start : start + 50]
+                newest = " UNION ALL ".join(
+                    f"SELECT * FROM (SELECT seq, doc_id, revision, paths, edits FROM changes "
+                    f"WHERE doc_id = ? AND revision <= ? ORDER BY revision DESC LIMIT ?) AS d{n}"
+                    for n in range(len(part))
+                )
+                params: list[Any] = []
+                for doc_id in part:
+                    params += [doc_id, tops[doc_id], limit]
+                rows += tx.all(
+                    "SELECT c.seq, t.at, t.origin, c.doc_id, c.revision, c.paths, c.edits "
+                    f"FROM ({newest}) c JOIN transitions t ON t.seq = c.seq "
+                    "ORDER BY c.seq DESC, c.doc_id LIMIT ?",
+                    [*params, limit],
+                )
+            if len(doc_ids) > 50:
+                rows = sorted(rows, key=lambda r: (-int(r[0]), int(r[3])))[:limit]
             edits = self._edits(tx, ids, [(int(r[3]), int(r[4]), r[6]) for r in rows], names)
             return [self._change(r, ids[int(r[3])], edits) for r in rows]
+
+    def _revisions_before(self, tx: Tx, tops: dict[int, int], before_seq: int) -> dict[int, int]:
+        """For each document (id → its current revision), the newest revision written before
+        ``before_seq`` (0: none), by binary search over its revisions (seq grows with revision
+        in one document) — a handful of key lookups however deep the page. Revisions whose
+        history was pruned are skipped over: each probe takes the first change at or after the
+        revision it asks for. (PostgreSQL runs the same search in a function, in one call.)"""
+        found: dict[int, int] = {}
+        for doc_id, revision in tops.items():
+            low, high = 0, revision  # revision `low` is before, every one above `high` is not
+            while low < high:
+                middle = (low + high + 1) // 2
+                probe = tx.one(
+                    "SELECT revision, seq FROM changes WHERE doc_id = ? AND revision >= ? "
+                    "ORDER BY revision LIMIT 1",
+                    (doc_id, middle),
+                )
+                if probe is None or int(probe[1]) >= before_seq:
+                    high = middle - 1
+                else:
+                    low = int(probe[0])  # >= middle
+            found[doc_id] = low
+        return found
 
     def transitions(self, *, after_seq: int = 0, limit: int = 100) -> list[Transition]:
         """Transitions with seq > ``after_seq`` in seq order, each with all its changes."""

@@ -23,7 +23,8 @@ SQLite needs nothing new (it only records the version).
 
 Version 3 makes a commit touch fewer pages (on SQLite each is a WAL frame to write and sync) and
 rows: ``changes`` gains ``edits``, which holds a small change's edits inline (``change_edits``
-rows only for larger ones; the write function takes them). On SQLite, ``transitions`` drops
+rows only for larger ones; the write function takes them). PostgreSQL also gains
+``stateflow_revision_before``, which finds where a history page before a seq starts. On SQLite, ``transitions`` drops
 ``AUTOINCREMENT`` (no ``sqlite_sequence`` row to update per commit; seq values still never
 repeat because the newest transition is never deleted, and the rebuild keeps a placeholder at
 the highest seq handed out); the history tables that reference it are rebuilt with it (renaming
@@ -279,6 +280,32 @@ END
 $$;
 """,
     3: r"""
+CREATE FUNCTION stateflow_revision_before(p_doc BIGINT, p_top BIGINT, p_before BIGINT)
+RETURNS BIGINT LANGUAGE plpgsql STABLE AS $$
+-- The newest revision of a document written before seq p_before (0: none), by binary search
+-- over its revisions (seq grows with revision in one document); each probe takes the first
+-- change at or after the revision it asks for, so pruned revisions are skipped over.
+DECLARE
+    low BIGINT := 0;
+    high BIGINT := p_top;
+    middle BIGINT;
+    found_rev BIGINT;
+    found_seq BIGINT;
+BEGIN
+    WHILE low < high LOOP
+        middle := (low + high + 1) / 2;
+        found_rev := NULL;
+        SELECT revision, seq INTO found_rev, found_seq FROM changes
+        WHERE doc_id = p_doc AND revision >= middle ORDER BY revision LIMIT 1;
+        IF found_rev IS NULL OR found_seq >= p_before THEN
+            high := middle - 1;
+        ELSE
+            low := found_rev;
+        END IF;
+    END LOOP;
+    RETURN low;
+END
+$$;
 ALTER TABLE changes ADD COLUMN edits BYTEA;
 DROP FUNCTION stateflow_write_rows(
     BIGINT, BIGINT[], TEXT[], BIGINT[], BYTEA[], BIGINT[], BIGINT[], BYTEA[], BIGINT[], TEXT[],
