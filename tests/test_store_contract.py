@@ -384,12 +384,16 @@ def test_history_pages_over_several_documents_newest_first(store: SqlStore) -> N
     import random
 
     rng = random.Random(7)
-    written: list[tuple[int, int, DocKey]] = []  # (seq, doc order, key)
+    written: list[tuple[int, int, DocKey]] = []  # (seq, value written, key)
     for i in range(60):
         picked = rng.sample([A, B, C], rng.choice([1, 1, 2]))
         commit = store.commit([Write(k, [Edit(("n",), i)]) for k in picked])
         assert commit.seq is not None
-        written += [(commit.seq, 0, k) for k in picked]
+        written += [(commit.seq, i, k) for k in picked]
+    for seq in range(written[-1][0] + 2):  # as of every seq, found the same way
+        for key in (A, B, C):
+            values = [i for s, i, k in written if k == key and s <= seq]
+            assert store.read_at(key, seq=seq).body == ({"n": values[-1]} if values else None)
 
     def expect(limit: int, before: int | None) -> list[tuple[int, DocKey]]:
         rows = sorted(

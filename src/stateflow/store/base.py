@@ -385,15 +385,9 @@ class SqlStore(abc.ABC):
             if seq is not None:
                 if seq < 0:
                     raise InvalidInput(f"seq must be ≥ 0, got {seq}")
-                found = (
-                    tx.one(
-                        "SELECT MAX(revision) FROM changes WHERE doc_id = ? AND seq <= ?",
-                        (row.doc_id, seq),
-                    )
-                    if row
-                    else None
+                revision = (
+                    self._revisions_before(tx, {row.doc_id: row.revision}, seq + 1)[row.doc_id] if row else 0
                 )
-                revision = int(found[0]) if found and found[0] is not None else 0
             assert revision is not None
             current = row.revision if row else 0
             if revision < 0 or revision > current:
