@@ -220,3 +220,20 @@ def test_small_changes_keep_their_edits_inline_and_large_ones_per_member(backend
         assert [e.value for e in t2.changes[0].edits] == [2]
     finally:
         store.close()
+
+
+def test_sqlite_writes_to_existing_documents_draw_no_new_ids(tmp_path: Path) -> None:
+    """Only a document's first write inserts its row: on SQLite an upsert would draw a new
+    AUTOINCREMENT id (and write the id sequence's page) on every commit."""
+    location = str(tmp_path / "ids.db")
+    store = open_store(location)
+    try:
+        keys = [DocKey("notes", f"d{i}") for i in range(5)]
+        for i in range(50):
+            key = keys[i % 5]
+            store.commit([Write(key, [Edit(("n",), i)])])
+            store.update([key], lambda docs, k=key: ([Write(k, [Edit(("m",), 1)])], None))
+        assert _raw_rows(location, "SELECT name, seq FROM sqlite_sequence") == [("documents", 5)]
+        assert store.get(keys[0]).body == {"n": 45, "m": 1}
+    finally:
+        store.close()

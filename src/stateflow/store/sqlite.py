@@ -337,8 +337,14 @@ class SqliteStore(SqlStore):
             raise OpIdTaken({(r[0], r[1]) for r in taken})
         found = self._rows(tx, [*shared, *locked])
         rows = {key: found[key] for key in shared if key in found}
-        mine = {key: found.get(key) or self._lock(tx, key) for key in locked}
+        mine = {key: found.get(key) or SqlStore._lock(self, tx, key) for key in locked}
         return rows, mine
+
+    def _lock(self, tx: Tx, key: DocKey) -> _Row:
+        # Here too the write transaction is the lock: an existing row is only read. (The upsert
+        # that creates a row would draw a new AUTOINCREMENT id, and write sqlite_sequence's
+        # page, on every call — even when the row exists.)
+        return self._row(tx, key) or super()._lock(tx, key)
 
     # -------------------------------------------------------------- whole-document read cache
 
