@@ -88,8 +88,8 @@ class _Group:
         self._done.release()
 
     def wait(self) -> None:
-        self._done.acquire()
-        self._done.release()
+        with self._done:  # free once the commit is done; each waiter takes it and hands it on
+            pass
 
 
 class _GroupCommit:
