@@ -153,6 +153,11 @@ def test_records_read_replace_merge_erase(declared: Api) -> None:
     assert api("DELETE", rec("t1")) == (200, {"data": {"erased": True}})  # idempotent
     status, body = api("GET", rec("t1") + "/writes")
     assert [w["action"] for w in body["data"]["items"]] == ["erase", "merge", "replace"]
+    assert body["data"]["next_cursor"] is None
+    first = api("GET", rec("t1") + "/writes?limit=2")[1]["data"]
+    assert [w["action"] for w in first["items"]] == ["erase", "merge"] and first["next_cursor"]
+    rest = api("GET", rec("t1") + f"/writes?limit=1&cursor={first['next_cursor']}")[1]["data"]
+    assert [w["action"] for w in rest["items"]] == ["replace"] and rest["next_cursor"] is None
 
 
 def test_subject_validation(declared: Api) -> None:
@@ -302,6 +307,27 @@ def test_subjects_search_stats_pagination(declared: Api) -> None:
         1
     ]["data"]
     assert len(opened["matches"]) == 2 and opened["next_cursor"]
+    # a cursor only when another page exists: an exactly full last page ends the walk
+    exact = api("GET", "/api/states/tickets/subjects?limit=7")[1]["data"]
+    assert len(exact["subjects"]) == 7 and exact["next_cursor"] is None
+    last = api("GET", f"/api/states/tickets/subjects?limit=4&cursor={page['next_cursor']}")[1]["data"]
+    assert len(last["subjects"]) == 4 and last["next_cursor"] is None
+    kinds = api("GET", "/api/states/tickets/subjects?kind=person&limit=1")[1]["data"]
+    assert len(kinds["subjects"]) == 1 and kinds["next_cursor"] is None
+    walked: list[str] = []
+    cursor: dict[str, str] = {}
+    while True:  # search pages of one: every open record once, no empty page at the end
+        got = api(
+            "POST",
+            "/api/states/tickets/records/search",
+            {"filters": {"status": "open"}, "limit": 1, **cursor},
+        )[1]["data"]
+        assert len(got["matches"]) == 1
+        walked += [m["subject"]["key"] for m in got["matches"]]
+        if got["next_cursor"] is None:
+            break
+        cursor = {"cursor": got["next_cursor"]}
+    assert sorted(walked) == ["b1", "k1", "k3", "p1"]
     assert api("POST", "/api/states/tickets/records/search", {"filters": {}})[0] == 422
     assert api("POST", "/api/states/tickets/records/search", {"filters": {"a": 1}, "limit": "x"})[0] == 400
     stats = api("GET", "/api/states/tickets/stats")[1]["data"]

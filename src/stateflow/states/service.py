@@ -774,9 +774,13 @@ class StatesService(TemplatesMixin):
             if raw is None or not raw.isdigit():
                 raise InvalidInput("writes cursor is malformed; use only a cursor returned by a prior page")
             before = int(raw)
+        # one change more than the page: a cursor only when another page exists (not after an
+        # exactly full last page, which would lead to an empty one)
         changes = self.store.history(
-            [DocKey(name, canonical.encode())], limit=n, before_seq=before, members=()
+            [DocKey(name, canonical.encode())], limit=n + 1, before_seq=before, members=()
         )
+        more = len(changes) > n
+        changes = changes[:n]
         items = [
             {
                 "seq": c.seq,
@@ -788,7 +792,7 @@ class StatesService(TemplatesMixin):
             }
             for c in changes
         ]
-        next_cursor = _encode_cursor(str(changes[-1].seq)) if len(changes) == n else None
+        next_cursor = _encode_cursor(str(changes[-1].seq)) if more else None
         return {"items": items, "next_cursor": next_cursor}
 
     def subjects(
@@ -836,24 +840,36 @@ class StatesService(TemplatesMixin):
         n: int,
         cursor: str | None,
     ) -> tuple[list[dict[str, Any]], str | None]:
-        """One keyset page of at most ``n`` kept subjects; the cursor resumes after the last one
-        looked at (so filtered-out subjects are not scanned again)."""
+        """One keyset page of at most ``n`` kept subjects, and a cursor only when more follow.
+
+        Once the page is full the scan looks ahead for one more kept subject: found, the cursor
+        resumes after the page's last subject; the scan ran out, there is no cursor (no empty
+        last page). The look-ahead reads at most one more batch; past that (filters that keep
+        little) the cursor resumes after the last subject looked at, so they are not scanned
+        again — and that one page may come back empty."""
         after = _decode_cursor(cursor)
         out: list[dict[str, Any]] = []
-        last = None
-        while len(out) < n:
+        last = None  # the last subject looked at
+        end = None  # the page's last subject
+        extra_batches = 0
+        while True:
             page = fetch(after, PAGE_MAX)
             for item in page:
                 last = item.key.subject
                 subject = StateSubject.decode(last)
-                if keep(subject):
-                    out.append({"subject": _plain(subject), "updated_at": item.at, "revision": item.revision})
-                    if len(out) == n:
-                        break
+                if not keep(subject):
+                    continue
+                if len(out) == n:  # one more exists
+                    return out, _encode_cursor(end) if end else None
+                out.append({"subject": _plain(subject), "updated_at": item.at, "revision": item.revision})
+                end = last
             if len(page) < PAGE_MAX:
-                break
+                return out, None
+            if len(out) == n:
+                extra_batches += 1
+                if extra_batches > 1:
+                    return out, _encode_cursor(last) if last else None
             after = last
-        return out, (_encode_cursor(last) if len(out) == n and last else None)
 
     def stats(self, name: str) -> dict[str, Any]:
         decl = self.get_declaration(name)
