@@ -407,10 +407,12 @@ def test_retention_erases_expired_records_and_old_audit_rows(
     service.replace("tickets", subject, {"status": "old"})
     service.replace("kept", subject, {"status": "kept"})
     service.apply("kept", subject, [{"op": "set", "path": ["status"], "value": "k2"}], op_id="once")
+    service.replace("tickets", {**subject, "key": "t2"}, {"status": "old"})
     later = datetime.now(UTC) + timedelta(days=2)
     monkeypatch.setenv("STATEFLOW_AUDIT_RETENTION_DAYS", "1")
-    report = service.prune(now=later)
-    assert report["pruned"] == {"tickets": 1}
+    seen: list[tuple[str, int]] = []
+    report = service.prune(now=later, progress=lambda state, erased: seen.append((state, erased)))
+    assert report["pruned"] == {"tickets": 2} and seen == [("tickets", 1), ("tickets", 2)]
     assert report["op_ids"] == 0 and report["audit_rows"]["kept"] == 2
     assert service.read("tickets", subject) is None
     assert service.read("kept", subject)["data"] == {"status": "k2"}  # type: ignore[index]

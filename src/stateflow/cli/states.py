@@ -222,7 +222,18 @@ class Local:
         return self.s.writes(name, subject, limit=limit, cursor=cursor)
 
     def prune(self) -> Any:
-        return self.s.prune(context=self.ctx)
+        if not sys.stderr.isatty():
+            return self.s.prune(context=self.ctx)
+        from rich.console import Console
+
+        # a sweep erases record by record: show how far it got (on the terminal only)
+        with Console(stderr=True).status("pruning…") as status:
+
+            def shown(state: str, erased: int) -> None:
+                if erased % 100 == 0:
+                    status.update(f"pruning {state}: {erased:,} expired records erased")
+
+            return self.s.prune(context=self.ctx, progress=shown)
 
     def list_templates(self) -> Any:
         return self.s.list_templates()

@@ -884,9 +884,18 @@ class StatesService(TemplatesMixin):
 
     # ------------------------------------------------------------------ retention
 
-    def prune(self, *, context: DoorContext | None = None, now: datetime | None = None) -> dict[str, Any]:
+    def prune(
+        self,
+        *,
+        context: DoorContext | None = None,
+        now: datetime | None = None,
+        progress: Callable[[str, int], None] | None = None,
+    ) -> dict[str, Any]:
         """Delete expired records (per-state ``retention_days`` or the default), expired op_id
-        keys and, when ``STATEFLOW_AUDIT_RETENTION_DAYS`` is set, audit rows older than that."""
+        keys and, when ``STATEFLOW_AUDIT_RETENTION_DAYS`` is set, audit rows older than that.
+
+        ``progress(state, records erased so far)`` is called as the sweep goes (each erase is
+        its own write)."""
         default_days = _days(ENV_DEFAULT_RETENTION, None)
         op_days = _days(ENV_OP_RETENTION, OP_RETENTION_DAYS)
         audit_days = _days(ENV_AUDIT_RETENTION, None)
@@ -910,6 +919,8 @@ class StatesService(TemplatesMixin):
                         context=ctx,
                     )
                     count += 1
+                    if progress is not None:
+                        progress(decl["name"], count)
                 after = page[-1].key.subject
             pruned[decl["name"]] = count
         assert op_days is not None
