@@ -666,12 +666,11 @@ class SqlStore(abc.ABC):
         names = None if members is None else list(members)
         outline_names = list(outlines)
         shared_keys = sorted(set(shared))
+        locked = sorted(set(keys) - set(shared_keys))
         all_claims = _with_op_id(claims, op_id, op_scope)
         if optimistic and names is None and not outline_names:
             fresh = _Fresh()
-            done = self._optimistic(
-                sorted(set(keys) - set(shared_keys)), shared_keys, compute, origin, all_claims, fresh
-            )
+            done = self._optimistic(locked, shared_keys, compute, origin, all_claims, fresh)
             if done is not None:
                 self._remember(fresh)
                 return done
@@ -679,7 +678,6 @@ class SqlStore(abc.ABC):
         try:
             with self._write_tx() as tx:
                 docs: dict[DocKey, Document] = {}
-                locked = sorted(set(keys) - set(shared_keys))
                 rows, locked_rows = self._claim(tx, shared_keys, locked, all_claims)
                 loaded = {key: _Loaded(row) for key, row in locked_rows.items()}
                 fresh.rows.update({key: rows.get(key, _NO_ROW) for key in shared_keys})
@@ -811,11 +809,7 @@ class SqlStore(abc.ABC):
                 )
             plans = [self._plan_doc(write, entry, stage, fresh) for write, entry, stage in staged]
             self._emit(tx, plans, seq)
-        fresh.seq = seq_of()
-        for (write, _, _), planned in zip(staged, plans, strict=True):
-            revisions[write.key] = planned.revision
-            fresh.rows[write.key] = _row_after(planned, fresh.seq, at)
-        return Commit(applied=True, seq=fresh.seq, at=at, revisions=revisions)
+        return _committed(staged, plans, revisions, seq_of(), at, fresh)
 
     def _optimistic(
         self,
@@ -852,7 +846,6 @@ class SqlStore(abc.ABC):
                 plan.append((write, entry))
         if not plan:
             return None  # nothing to write: the locked path records any op id as before
-        fresh.at = utc_now()
         try:
             staged = [(w, e, self._stage(_OFFLINE, w, e)) for w, e in plan]
         except StateflowError:
@@ -862,20 +855,15 @@ class SqlStore(abc.ABC):
             [(key, entries[key][0]) for key in locked],
             [(key, entries[key][0]) for key in shared],
             list(dict.fromkeys(claims)),
-            fresh.at,
             origin or {},
             plans,
         )
         if committed is None:
             return None
-        seq, fresh.at = committed
-        fresh.seq = seq
-        fresh.bodies = {d: (r, body, fresh.at, size) for d, (r, body, _, size) in fresh.bodies.items()}
+        seq, at = committed
+        fresh.bodies = {d: (r, body, at, size) for d, (r, body, _, size) in fresh.bodies.items()}
         revisions = {w.key: loaded[w.key].row.revision for w in writes}
-        for (write, _, _), planned in zip(staged, plans, strict=True):
-            revisions[write.key] = planned.revision
-            fresh.rows[write.key] = _row_after(planned, seq, fresh.at)
-        return Commit(applied=True, seq=seq, at=fresh.at, revisions=revisions), result
+        return _committed(staged, plans, revisions, seq, at, fresh), result
 
     def _known(self, key: DocKey) -> tuple[_Row, dict[str, Any] | None, _Loaded] | None:
         """A document as last seen here — its row, body and members — if all of it is cached."""
@@ -907,13 +895,11 @@ class SqlStore(abc.ABC):
         locked: Sequence[tuple[DocKey, _Row]],
         shared: Sequence[tuple[DocKey, _Row]],
         claims: Sequence[tuple[str, str]],
-        at: str,
         origin: dict[str, Any],
         plans: Sequence[_DocPlan],
     ) -> tuple[int, str] | None:
         """Commit planned rows if every document is still at the row given (``_NO_ROW``: none)
-        and no claim is taken; the new seq and the transition's time (``at``, or one the backend
-        took itself), or None (nothing written).
+        and no claim is taken; the new seq and the transition's time, or None (nothing written).
 
         Here: one write transaction that checks, then writes (SQLite's writer lock excludes
         every other writer meanwhile, so the check holds to the commit). The time is taken under
@@ -1472,6 +1458,22 @@ KNOWN_ROWS_MAX: Final = 100_000
 ASSEMBLED_BYTES: Final = 64 * 1024 * 1024
 """Bodies of known documents kept assembled (by encoded size; members are shared with the
 member cache, so this bounds what stays alive after the member cache lets go)."""
+
+
+def _committed(
+    staged: Sequence[tuple[Write, _Loaded, _Stage]],
+    plans: Sequence[_DocPlan],
+    revisions: dict[DocKey, int],
+    seq: int,
+    at: str,
+    fresh: _Fresh,
+) -> Commit:
+    """The outcome of committed plans; their documents' new rows go to ``fresh`` for the caches."""
+    fresh.seq, fresh.at = seq, at
+    for (write, _, _), planned in zip(staged, plans, strict=True):
+        revisions[write.key] = planned.revision
+        fresh.rows[write.key] = _row_after(planned, seq, at)
+    return Commit(applied=True, seq=seq, at=at, revisions=revisions)
 
 
 def _row_after(plan: _DocPlan, seq: int, at: str) -> _Row:

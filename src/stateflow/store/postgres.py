@@ -22,7 +22,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from stateflow.doc.canonical import encode_trusted
 from stateflow.errors import CorruptData, StoreError, StoreNotMigrated, StoreUnavailable
-from stateflow.store.base import SqlStore, Tx, _decode, _DocPlan, _Fresh, _Row, _SeqRef, key_filter
+from stateflow.store.base import SqlStore, Tx, _decode, _DocPlan, _Fresh, _Row, _SeqRef, key_filter, utc_now
 from stateflow.store.cache import RevisionCache
 from stateflow.store.migrations import INDEXABLE, POSTGRES
 from stateflow.store.model import DocKey, Document, Listed
@@ -280,13 +280,13 @@ class PostgresStore(SqlStore):
         locked: Sequence[tuple[DocKey, _Row]],
         shared: Sequence[tuple[DocKey, _Row]],
         claims: Sequence[tuple[str, str]],
-        at: str,
         origin: dict[str, Any],
         plans: Sequence[_DocPlan],
     ) -> tuple[int, str] | None:
         # One statement on an autocommit connection: its own transaction, one round trip (the
         # function checks and locks as the locked path does, in the same order; the time is
-        # the caller's, as on the locked path, where it is taken before the seq lock too).
+        # taken before the seq lock, as on the locked path).
+        at = utc_now()
         params = [
             at,
             encode_trusted(origin),
