@@ -192,6 +192,27 @@ def _replayed(taken: OpIdTaken, op_id: str | None, scope: str) -> bool:
     return op_id is not None and (scope, op_id) in taken.taken
 
 
+def _unmoved(
+    given: Sequence[tuple[DocKey, _Row]], claims: Sequence[tuple[str, str]]
+) -> tuple[str, list[Any]]:
+    """A condition that holds while every document is still at the row given (``_NO_ROW``:
+    has none) and no op id is claimed; doc ids are never reused, so an id and a revision name
+    one state of one document."""
+    parts: list[str] = []
+    params: list[Any] = []
+    for key, row in given:
+        if row.doc_id:
+            parts.append("EXISTS (SELECT 1 FROM documents WHERE doc_id = ? AND revision = ?)")
+            params += (row.doc_id, row.revision)
+        else:
+            parts.append("NOT EXISTS (SELECT 1 FROM documents WHERE state = ? AND subject = ?)")
+            params += key
+    for claim in claims:
+        parts.append("NOT EXISTS (SELECT 1 FROM applied_ops WHERE scope = ? AND op_id = ?)")
+        params += claim
+    return " AND ".join(parts) or "1 = 1", params
+
+
 def _claims_query(claims: Sequence[tuple[str, str]]) -> tuple[str, list[str]]:
     where = " OR ".join(["(scope = ? AND op_id = ?)"] * len(claims))
     return f"SELECT scope, op_id FROM applied_ops WHERE {where}", [v for pair in claims for v in pair]
@@ -906,21 +927,16 @@ class SqlStore(abc.ABC):
         that lock, so on one file times follow seq order as on the locked path."""
         with self._write_tx() as tx:
             at = utc_now()
-            if claims and tx.all(*_claims_query(claims)):
+            # the checks ride with the transition's insert: no row comes back when one fails
+            check, params = _unmoved([*shared, *locked], claims)
+            inserted = tx.all(
+                f"INSERT INTO transitions (at, origin) SELECT ?, ? WHERE {check} RETURNING seq",
+                (at, encode_trusted(origin), *params),
+            )
+            if not inserted:
                 return None
-            given = [*shared, *locked]
-            where, params = key_filter([key for key, _ in given])
-            found = {
-                (r[0], r[1]): (r[2], r[3])
-                for r in tx.all(
-                    f"SELECT d.state, d.subject, d.doc_id, d.revision FROM documents d WHERE {where}", params
-                )
-            }
-            for key, row in given:
-                if found.get(key, (0, 0)) != (row.doc_id, row.revision):
-                    return None
+            seq = _SeqRef("?", (int(inserted[0][0]),))
             with tx.batch(commit=True):
-                seq_of, seq = self._transition(tx, at, origin)
                 if claims:
                     tx.run(
                         "INSERT INTO applied_ops (scope, op_id, applied_at, seq) VALUES "
@@ -928,7 +944,7 @@ class SqlStore(abc.ABC):
                         [v for scope, op_id in claims for v in (scope, op_id, at, *seq.params)],
                     )
                 self._emit(tx, plans, seq)
-            return seq_of(), at
+            return int(inserted[0][0]), at
 
     keeps_bodies = False
     """Whether writes report whole bodies they leave behind to ``_remember`` (``_Fresh.bodies``)."""
