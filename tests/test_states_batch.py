@@ -193,3 +193,19 @@ def test_racing_batches_apply_a_shared_op_id_once(service: StatesService) -> Non
     assert all(o[1] for o in outcomes.values())
     assert len(data(service, "tickets", subj("shared"))["tags"]) == 1
     assert [data(service, "tickets", subj(f"own-{w}")) for w in range(6)] == [{"n": w} for w in range(6)]
+
+
+def test_each_write_validates_against_its_own_states_current_schema(service: StatesService) -> None:
+    # writes to two states in turn, then after one is re-declared: each is checked against the
+    # schema its state has now (validators are remembered by schema)
+    for _ in range(2):
+        service.apply("tickets", subj("t1"), set_n(1))
+        service.apply("people", subj("p1", "user"), set_n(2))
+        with pytest.raises(StateflowError, match=r"\$\.n"):
+            service.apply("tickets", subj("t1"), set_n("one"))
+    extra = {**SCHEMA, "properties": {**SCHEMA["properties"], "extra": {"type": "string"}}}
+    service.declare("people", {**decl(["user"]), "schema": extra})
+    with pytest.raises(StateflowError, match=r"\$\.extra"):
+        service.apply("people", subj("p1", "user"), [{"op": "set", "path": ["extra"], "value": 1}])
+    service.apply("tickets", subj("t1"), [{"op": "set", "path": ["extra"], "value": 1}])  # not declared there
+    assert service.read("people", subj("p1", "user"))["data"] == {"n": 2}  # type: ignore[index]

@@ -111,8 +111,20 @@ class ValidatorCache:
         self._size = size
         self._items: OrderedDict[bytes, Any] = OrderedDict()
         self._lock = threading.Lock()
+        self._last: tuple[dict[str, Any], Any] | None = None
+        """The schema object last asked for, with its validator: a declaration read from the
+        store is one shared, never-mutated object until it changes, so asking again with the
+        same object skips encoding it (which grows with the schema)."""
 
     def get(self, schema: dict[str, Any]) -> Any:
+        last = self._last
+        if last is not None and last[0] is schema:
+            return last[1]
+        validator = self._compiled(schema)
+        self._last = (schema, validator)
+        return validator
+
+    def _compiled(self, schema: dict[str, Any]) -> Any:
         key = _canonical(schema)
         with self._lock:
             found = self._items.get(key)

@@ -495,8 +495,9 @@ class StatesService(TemplatesMixin):
                 declaration = self._declaration(docs, name)
                 self._admit(declaration, subject)
                 aliases = docs[alias_key].body or {}
-                if self._resolve(aliases, subject) != canonical:
-                    raise _AliasMoved(self._resolve(aliases, subject))
+                resolved = self._resolve(aliases, subject)
+                if resolved is not canonical and resolved != canonical:  # (model equality is slow)
+                    raise _AliasMoved(resolved)
                 current = docs[key]
                 new, paths = transform(declaration, current.value, completed)
                 if new is MISSING:
