@@ -224,6 +224,11 @@ def test_op_batches_guards_and_idempotency(declared: Api) -> None:
         "seq": None,
         "skipped": [],
     }
+    # an empty batch writes nothing, but still names an unknown state or a refused subject
+    status, body = api("POST", "/api/states/nope/records/agent/bot/thread/t1/deltas", {"ops": []})
+    assert status == 404 and body["code"] == "state-not-found", body
+    status, body = api("POST", "/api/states/tickets/records/agent/bot/planet/t1/deltas", {"ops": []})
+    assert status == 422 and "subject kind 'planet'" in body["error"], body
     status, body = api("POST", rec("t1") + "/deltas", {"ops": [{"op": "frob", "path": ["a"]}]})
     assert status == 422 and body["error"].startswith("ops[0]: unknown op 'frob'")
     assert api("POST", rec("t1") + "/deltas", {"ops": "x"})[0] == 422

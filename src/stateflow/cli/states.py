@@ -353,6 +353,14 @@ def _table(rows: list[dict[str, Any]], columns: list[str]) -> None:
     Console().print(table)
 
 
+def _short(text: str, limit: int = 60) -> str:
+    """``text`` cut at a word to fit ``limit`` characters, marked with an ellipsis when cut."""
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1]
+    return (cut.rsplit(" ", 1)[0] if " " in cut else cut).rstrip(" ,;:") + "…"
+
+
 def _out(value: Any, rows: list[dict[str, Any]] | None = None, columns: list[str] | None = None) -> None:
     if rows is not None and columns is not None and sys.stdout.isatty():
         _table(rows, columns)
@@ -372,7 +380,7 @@ def list_states(ctx: Context) -> None:
             "kinds": ",".join(d["subject_kinds"]),
             "retention_days": d.get("retention_days"),
             "updated_at": d.get("updated_at"),
-            "description": d.get("description", "")[:60],
+            "description": _short(d.get("description", "")),
         }
         for d in items
     ]
@@ -772,7 +780,7 @@ def templates_list(ctx: Context) -> None:
             "name": t["name"],
             "attached_to": t["attached_to"],
             "shipped": t["shipped_default"],
-            "description": t.get("description", "")[:60],
+            "description": _short(t.get("description", "")),
         }
         for t in items
     ]

@@ -599,7 +599,8 @@ class StatesService(TemplatesMixin):
         parsed = parse_ops(ops)
         if op_id is not None and (not isinstance(op_id, str) or not op_id):
             raise InvalidInput("op_id must be a non-empty string")
-        if not parsed:
+        if not parsed:  # nothing to write, but an unknown state or refused subject still says so
+            self.read(name, subject)
             return ApplyResult(False, None, None, [])
         skipped: list[dict[str, Any]] = []
 
