@@ -935,7 +935,8 @@ class SqlStore(abc.ABC):
             )
             if not inserted:
                 return None
-            seq = _SeqRef("?", (int(inserted[0][0]),))
+            new_seq = int(inserted[0][0])
+            seq = _SeqRef("?", (new_seq,))
             with tx.batch(commit=True):
                 if claims:
                     tx.run(
@@ -944,7 +945,7 @@ class SqlStore(abc.ABC):
                         [v for scope, op_id in claims for v in (scope, op_id, at, *seq.params)],
                     )
                 self._emit(tx, plans, seq)
-            return int(inserted[0][0]), at
+            return new_seq, at
 
     keeps_bodies = False
     """Whether writes report whole bodies they leave behind to ``_remember`` (``_Fresh.bodies``)."""
