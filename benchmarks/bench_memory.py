@@ -19,6 +19,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -66,7 +67,7 @@ def patch_vs_raw(tmp: Path, iterations: int, synchronous: str) -> None:
 
     def raw() -> None:
         i = next(counter)
-        patches = {
+        patches: dict[str, dict[str, dict[str, Any]]] = {
             "global": {"strategy": {"style": f"v{i}"}},
             "cwd": {"tactics": {"build": f"ok {i}"}},
             "session": {"tactics": {"next": f"step {i}"}, "intents": {"ship": {"goal": f"release {i}"}}},

@@ -26,7 +26,12 @@ import orjson
 from stateflow.store import DocKey, Document, Write, open_store
 
 KEYS = [DocKey("bench", "a"), DocKey("bench", "b")]
-START = {"title": "benchmark document", "counter": 0, "tags": ["x", "y", "z"], "notes": {"k": "v" * 200}}
+START: dict[str, Any] = {
+    "title": "benchmark document",
+    "counter": 0,
+    "tags": ["x", "y", "z"],
+    "notes": {"k": "v" * 200},
+}
 
 
 def bump(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -57,11 +58,15 @@ def test_tool_round_trip_prints_exactly_the_tool_result(db: str, tmp_path: Path)
 
 def test_cwd_and_session_options_pick_the_scope_documents(db: str, tmp_path: Path) -> None:
     a, b = tmp_path / "a", tmp_path / "b"
-    a.mkdir(), b.mkdir()
+    a.mkdir()
+    b.mkdir()
     sf("--store", db, "tool", "patch_state", '{"cwd": {"strategy": {"project": "a"}}}', "--cwd", str(a))
     env = dict(os.environ, STATEFLOW_SESSION="from-env")
     sf("--store", db, "tool", "patch_state", '{"session": {"tactics": {"s": 1}}}', "--cwd", str(a), env=env)
-    read = lambda *extra: sf("--store", db, "tool", "read_state", '{"path": "effective"}', *extra)  # noqa: E731
+
+    def read(*extra: str) -> subprocess.CompletedProcess[str]:
+        return sf("--store", db, "tool", "read_state", '{"path": "effective"}', *extra)
+
     assert json.loads(read("--cwd", str(a), "--session", "from-env").stdout)["value"] == {
         "strategy": {"project": "a"},
         "tactics": {"s": 1},
@@ -125,7 +130,7 @@ def test_context_history_respond_and_session_commands(db: str, tmp_path: Path) -
 
 
 def test_mcp_server_with_a_real_client(db: str, tmp_path: Path) -> None:
-    async def session() -> dict[str, object]:
+    async def session() -> dict[str, Any]:
         params = StdioServerParameters(
             command="stateflow", args=["--store", db, "mcp", "--session", "mcp-test", "--cwd", str(tmp_path)]
         )
@@ -147,13 +152,13 @@ def test_mcp_server_with_a_real_client(db: str, tmp_path: Path) -> None:
         "state_merge",
         "state_apply",
         "state_template_jq",
-    }  # type: ignore[arg-type]
-    assert tools["read_state"].annotations.read_only_hint is True  # type: ignore[index]
-    assert tools["patch_state"].annotations.destructive_hint is True  # type: ignore[index]
-    assert out["patched"].content[0].text.startswith("State materialized atomically at session scope.")  # type: ignore[attr-defined]
-    assert out["value"].content[0].text == '{"value":"mcp"}'  # type: ignore[attr-defined]
-    assert out["missing"].is_error is True  # type: ignore[attr-defined]
-    assert "does not exist" in out["missing"].content[0].text  # type: ignore[attr-defined]
+    }
+    assert tools["read_state"].annotations.read_only_hint is True
+    assert tools["patch_state"].annotations.destructive_hint is True
+    assert out["patched"].content[0].text.startswith("State materialized atomically at session scope.")
+    assert out["value"].content[0].text == '{"value":"mcp"}'
+    assert out["missing"].is_error is True
+    assert "does not exist" in out["missing"].content[0].text
     # the same store, seen from the CLI
     assert (
         sf(

@@ -1,4 +1,5 @@
 import math
+from typing import Any
 
 import pytest
 
@@ -53,7 +54,8 @@ def test_identical_is_stricter_than_json_equality() -> None:
 
 
 def test_kind_names() -> None:
-    assert [kind(v) for v in ({}, [], "", 0, 1.5, True, None)] == [
+    values: tuple[Any, ...] = ({}, [], "", 0, 1.5, True, None)
+    assert [kind(v) for v in values] == [
         "object",
         "array",
         "string",

@@ -36,7 +36,7 @@ def test_null_values_reconstruct_exactly() -> None:
 def test_int_and_float_and_bool_changes_are_not_lost() -> None:
     for old, new in [({"a": 1}, {"a": 1.0}), ({"a": 1}, {"a": True}), ({"a": 0}, {"a": False})]:
         out = apply_edits(old, diff(old, new))
-        assert out == new and type(out["a"]) is type(new["a"])
+        assert isinstance(out, dict) and out == new and type(out["a"]) is type(new["a"])
 
 
 def test_touched_paths_and_json_round_trip() -> None:

@@ -85,7 +85,7 @@ def test_programs_cannot_read_the_servers_environment(
     monkeypatch.setenv("STATEFLOW_TOKENS", "secret-token-0123456789")
     fresh = JqRunner(workers=1)
     try:
-        assert "STATEFLOW_TOKENS" not in fresh.first("$ENV | keys")  # type: ignore[operator]
+        assert "STATEFLOW_TOKENS" not in fresh.first("$ENV | keys")
         assert fresh.first("env.STATEFLOW_TOKENS") is None
     finally:
         fresh.close()

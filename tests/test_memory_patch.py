@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from stateflow.errors import InvalidInput, InvalidPath, PatchError
+from stateflow.memory import MemoryView
 from stateflow.store import SqlStore
 
 from .memory_helpers import transitions, view
 from .threads import run_threads
 
 
-def state(m, path):  # type: ignore[no-untyped-def]
+def state(m: MemoryView, path: str) -> Any:
     return m.read_state({"path": path})["value"]
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from stateflow.errors import InvalidInput, InvalidPath, NotFound, SelectionError
@@ -135,7 +137,10 @@ def test_history_offsets_select_boundaries_of_the_view_timeline(store) -> None: 
     m.patch_state({"cwd": {"strategy": {"c": "C1"}}, "session": {"tactics": {"s": "S1"}}})
     m.patch_state({"global": {"strategy": {"g": "G1"}}, "session": {"tactics": {"s": "S2"}}})
     m.patch_state({"cwd": {"strategy": {"c": "C2"}}, "session": {"tactics": {"s": "S3"}}})
-    value = lambda p: m.read_state({"path": p})["value"]  # noqa: E731
+
+    def value(path: str) -> Any:
+        return m.read_state({"path": path})["value"]
+
     assert value("effective[1]") == {"strategy": {"g": "G1", "c": "C1"}, "tactics": {"s": "S2"}}
     assert value("global[1].strategy.g") == "G1"
     assert value("cwd[1].strategy.c") == "C1"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -26,7 +27,7 @@ def host(store: SqlStore) -> ToolHost:
     return ToolHost(MemoryView(store, Identity.of("coder", "/tmp", "s-1")), states)
 
 
-def call(host: ToolHost, name: str, args: object) -> object:
+def call(host: ToolHost, name: str, args: object) -> Any:
     result = host.call(name, args)
     assert not result.is_error, result.text
     return json.loads(result.text)["result"]
@@ -39,9 +40,10 @@ def test_default_subject_comes_from_the_ambient_turn(host: ToolHost) -> None:
         "target_name": "coder",
         "kind": "session",
         "key": "s-1",
-    }  # type: ignore[index]
-    assert call(host, "state_read", {"state": "notes"})["data"] == {"status": "open"}  # type: ignore[index]
-    writes = host.states.writes("notes", record["subject"])  # type: ignore[union-attr,index]
+    }
+    assert call(host, "state_read", {"state": "notes"})["data"] == {"status": "open"}
+    assert host.states is not None
+    writes = host.states.writes("notes", record["subject"])
     origin = writes["items"][0]["origin"]
     assert origin["door"] == "tool" and origin["consumer"] == "state_replace" and origin["run_id"] == "s-1"
     assert origin["actor"] == "agent:coder"
@@ -60,17 +62,17 @@ def test_kind_and_key_use_the_ambient_target_and_a_bare_key_the_default_kind(hos
             "state": "notes",
             "subject": {"target_kind": "agent", "target_name": "coder", "kind": "thread", "key": "t9"},
         },
-    )["data"] == {"status": "x"}  # type: ignore[index]
+    )["data"] == {"status": "x"}
     call(host, "state_merge", {"state": "notes", "subject": "other-session", "patch": {"status": "y"}})
     assert call(
         host, "state_read", {"state": "notes", "subject": {"kind": "session", "key": "other-session"}}
-    )["data"] == {"status": "y"}  # type: ignore[index]
+    )["data"] == {"status": "y"}
 
 
 def test_apply_with_op_id_and_guards(host: ToolHost) -> None:
     ops = [{"op": "set_by_key", "path": ["items"], "key_field": "id", "value": [{"id": "a"}]}]
     first = call(host, "state_apply", {"state": "notes", "ops": ops, "op_id": "tool-1"})
-    assert first["applied"] is True  # type: ignore[index]
+    assert first["applied"] is True
     again = call(host, "state_apply", {"state": "notes", "ops": ops, "op_id": "tool-1"})
     assert again == {"applied": False, "data": None, "seq": None, "skipped": []}
 
@@ -95,10 +97,10 @@ def test_refusals_are_tool_errors(host: ToolHost, args: object, message: str) ->
 
 def test_memory_is_readable_through_the_state_tools(host: ToolHost) -> None:
     host.call("patch_state", {"session": {"tactics": {"next": "x"}}, "cwd": {"strategy": {"y": 1}}})
-    assert call(host, "state_read", {"state": "memory"})["data"] == {"tactics": {"next": "x"}}  # type: ignore[index]
+    assert call(host, "state_read", {"state": "memory"})["data"] == {"tactics": {"next": "x"}}
     assert call(host, "state_read", {"state": "memory", "subject": {"kind": "cwd", "key": "/tmp"}})[
         "data"
-    ] == {"strategy": {"y": 1}}  # type: ignore[index]
+    ] == {"strategy": {"y": 1}}
 
 
 def test_definitions_carry_annotations(host: ToolHost) -> None:
@@ -130,7 +132,7 @@ def test_template_jq_through_the_tool(host: ToolHost) -> None:
     applied = call(
         host, "state_template_jq", {"state": "notes", "program": "bump", "input": 2, "op_id": "b1"}
     )
-    assert applied["applied"] is True and applied["data"]["counter"] == {"n": 2}  # type: ignore[index]
+    assert applied["applied"] is True and applied["data"]["counter"] == {"n": 2}
     value = call(
         host, "state_template_jq", {"state": "notes", "program": "counter.value", "params": {"plus": 1}}
     )

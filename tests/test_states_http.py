@@ -18,7 +18,7 @@ from .threads import run_threads
 ADMIN = "admin-secret-0123456789"
 READER = "reader-secret-0123456789"
 ALICE = "alice-secret-0123456789"
-SCHEMA = {
+SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
         "status": {"type": "string"},
@@ -27,7 +27,11 @@ SCHEMA = {
         "box": {"type": "object"},
     },
 }
-DECL = {"schema": SCHEMA, "subject_kinds": ["thread", "person"], "default_subject_kind": "thread"}
+DECL: dict[str, Any] = {
+    "schema": SCHEMA,
+    "subject_kinds": ["thread", "person"],
+    "default_subject_kind": "thread",
+}
 
 
 class Api:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -282,7 +283,7 @@ def test_rejected_writes_leave_every_stored_byte_as_it_was(backend: str, store: 
     store.commit([Write.between(A, None, {"l": [1, 2], "n": None})], op_id="first")
     store.commit([Write.between(B, None, {"x": 1})])
     before = _dump(backend)
-    rejected = [
+    rejected: list[Callable[[], object]] = [
         lambda: store.commit([Write(B, [Edit(("x",), 2)]), Write(A, [Edit(("l", 9), 0)])]),
         lambda: store.commit([Write(B, [Edit(("x",), 2)], expect=0)], op_id="second"),
         lambda: store.update([A, B, C], lambda docs: (_ for _ in ()).throw(InvalidInput("no"))),
@@ -308,7 +309,7 @@ def test_cached_members_never_hide_a_write_from_another_store_object(open_migrat
     writer.commit([Write.between(A, None, {"big": list(range(1000)), "small": 1})])
     assert reader.get(A).body == {"big": list(range(1000)), "small": 1}  # now cached
     writer.commit([Write(A, [Edit(("big", 5), "changed")])])
-    assert reader.get(A).body["big"][5] == "changed"  # type: ignore[index]
+    assert reader.get(A).body["big"][5] == "changed"
     writer.commit([Write(A, [Edit(("small",), 2)])])
     body = reader.get(A).body or {}
     assert body["small"] == 2 and body["big"][5] == "changed"
@@ -442,9 +443,12 @@ def test_whole_document_reads_see_commits_from_other_connections_and_threads(ope
     reader.commit([Write(A, [Edit(("v",), 3)])])  # the reader's own write
     assert reader.get(A).body == {"v": 3}
     seen: list[Any] = []
-    thread = threading.Thread(
-        target=lambda: (reader.commit([Write(A, [Edit(("v",), 4)])]), seen.append(reader.get(A).body))
-    )
+
+    def write_then_read() -> None:
+        reader.commit([Write(A, [Edit(("v",), 4)])])
+        seen.append(reader.get(A).body)
+
+    thread = threading.Thread(target=write_then_read)
     thread.start()
     thread.join()
     assert seen == [{"v": 4}] and reader.get(A).body == {"v": 4}  # another thread of the same store

@@ -155,11 +155,11 @@ def test_on_sqlite_transition_times_follow_seq_order_under_concurrent_writers(tm
     def work(worker: int) -> None:
         key = keys[worker]
         for n in range(25):
-            store.update(
-                [key],
-                lambda docs, key=key, n=n: ([Write.between(key, docs[key].value, {"n": n})], None),
-                optimistic=True,
-            )
+
+            def set_n(docs: dict[DocKey, Document], n: int = n) -> tuple[list[Write], None]:
+                return [Write.between(key, docs[key].value, {"n": n})], None
+
+            store.update([key], set_n, optimistic=True)
 
     try:
         assert run_threads(work, 4) == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
@@ -21,14 +22,14 @@ A = DocKey("notes", "a")
 def _raw_sql(location: str, sql: str, params: tuple[object, ...] = ()) -> None:
     if location.startswith("postgresql://"):
         with psycopg.connect(location, autocommit=True) as conn:
-            conn.execute(sql.replace("?", "%s"), params)  # type: ignore[arg-type]
+            conn.execute(sql.replace("?", "%s"), params)
     else:
         with sqlite3.connect(location) as conn:
             conn.execute(sql, params)
 
 
 def _every_call_refuses(store: SqlStore, error: type[Exception], code: str) -> None:
-    calls = [
+    calls: list[Callable[[], object]] = [
         lambda: store.get(A),
         lambda: store.read_at(A, revision=0),
         lambda: store.history([A]),
@@ -188,7 +189,7 @@ def test_a_version_2_store_with_history_upgrades_in_place(backend: str) -> None:
 def _raw_rows(location: str, sql: str) -> list[tuple[object, ...]]:
     if location.startswith("postgresql://"):
         with psycopg.connect(location, autocommit=True) as conn:
-            return conn.execute(sql).fetchall()  # type: ignore[arg-type]
+            return conn.execute(sql).fetchall()
     with sqlite3.connect(location) as conn:
         return conn.execute(sql).fetchall()
 
@@ -232,7 +233,7 @@ def test_sqlite_writes_to_existing_documents_draw_no_new_ids(tmp_path: Path) -> 
         for i in range(50):
             key = keys[i % 5]
             store.commit([Write(key, [Edit(("n",), i)])])
-            store.update([key], lambda docs, k=key: ([Write(k, [Edit(("m",), 1)])], None))
+            store.update([key], lambda docs: ([Write(key, [Edit(("m",), 1)])], None))  # noqa: B023 (called at once)
         assert _raw_rows(location, "SELECT name, seq FROM sqlite_sequence") == [("documents", 5)]
         assert store.get(keys[0]).body == {"n": 45, "m": 1}
     finally:

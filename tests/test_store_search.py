@@ -73,9 +73,10 @@ def test_counts(filled: SqlStore) -> None:
 
 
 def test_search_needs_a_non_empty_object(filled: SqlStore) -> None:
-    for bad in ({}, [], "x"):
+    bad_filters: tuple[Any, ...] = ({}, [], "x")
+    for bad in bad_filters:
         with pytest.raises(InvalidInput, match="non-empty filters object"):
-            filled.search("things", bad)  # type: ignore[arg-type]
+            filled.search("things", bad)
 
 
 def test_subject_order_is_bytewise_on_both_backends(store: SqlStore) -> None:
