@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from functools import cached_property
 from typing import Any, Final, Literal
 
 import orjson
@@ -55,10 +54,6 @@ class StateSubject(_Model):
         return (self.target_kind, self.target_name)
 
     def encode(self) -> str:
-        return self._encoded
-
-    @cached_property
-    def _encoded(self) -> str:  # subjects are immutable and asked for their key many times
         return encode_subject(self.target_kind, self.target_name, self.kind, self.key)
 
     @staticmethod
