@@ -121,8 +121,10 @@ class _GroupCommit:
         try:
             conn = self._conn = self._connect()
             first = not conn.in_transaction  # the first writer of a group needs no savepoint
-            with _mapped_errors():
+            try:  # (not `_mapped_errors()`: a context manager costs more than this statement's Python)
                 conn.execute("BEGIN IMMEDIATE" if first else "SAVEPOINT member")
+            except sqlite3.Error as exc:
+                raise _mapped(exc) from exc
             try:
                 yield conn
             except BaseException:
