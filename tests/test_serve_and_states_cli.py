@@ -251,3 +251,14 @@ def test_concurrent_applies_to_one_record_through_the_server_all_land(
     assert status == 200 and seen == {f"{c}-{i}" for c in range(8) for i in range(15)}
     status, writes = _http("GET", record + "/writes?limit=500", token)
     assert len(writes["data"]["items"]) == 120  # type: ignore[index]
+
+
+def test_table_cells_cut_long_descriptions_at_a_word() -> None:
+    from stateflow.cli.states import _short
+
+    assert _short("short enough") == "short enough"
+    text = "Agent memory scopes (State Flow): one record per agent and scope — global, cwd, session"
+    cut = _short(text)
+    assert len(cut) <= 60 and cut.endswith("…") and text.startswith(cut[:-1])
+    assert cut == "Agent memory scopes (State Flow): one record per agent and…"
+    assert _short("x" * 80) == "x" * 59 + "…"  # one long word: cut where it must be
