@@ -857,7 +857,8 @@ class SqlStore(abc.ABC):
             _validate(writes, origin)
         except Exception:  # maybe computed on documents that moved: the locked path decides
             return None
-        loaded = {key: entries[key][2] for key in locked}
+        # the written documents' members are staged on: each gets its own copy
+        loaded = {key: _Loaded(entries[key][0], dict(entries[key][2]), complete=True) for key in locked}
         plan = []
         for write in sorted(writes, key=lambda w: w.key):
             entry = loaded.get(write.key)
@@ -886,30 +887,32 @@ class SqlStore(abc.ABC):
         revisions = {w.key: loaded[w.key].row.revision for w in writes}
         return _committed(staged, plans, revisions, seq, at, fresh), result
 
-    def _known(self, key: DocKey) -> tuple[_Row, dict[str, Any] | None, _Loaded] | None:
-        """A document as last seen here — its row, body and members — if all of it is cached."""
+    def _known(
+        self, key: DocKey
+    ) -> tuple[_Row, dict[str, Any] | None, Mapping[str, tuple[Any, int, int]]] | None:
+        """A document as last seen here — its row, body and members (name → value, position,
+        size; shared, read-only) — if all of it is cached."""
         row = self._rows_known.get(key)
         if row is None:
             return None
-        entry = _Loaded(row, complete=True)
         if not row.present:
-            return row, None, entry
+            return row, None, {}
         assembled = self._assembled.get(row.doc_id, row.revision)
         if assembled is not None:
-            entry.members = dict(assembled[1])
-            return row, assembled[0], entry
+            return row, assembled[0], assembled[1]
         heads = self._heads.get(row.doc_id, row.revision)
         if heads is None:
             return None
+        members: dict[str, tuple[Any, int, int]] = {}
         for _, name, position, revision, size, _ in heads:
             hit, value = self._cache.lookup((row.doc_id, name), revision)
             if not hit:
                 return None
-            entry.members[name] = (value, position, size)
-        body = {name: value for name, (value, _, _) in entry.members.items()}
-        # bodies are shared read-only, like every cached value (and members are re-copied)
-        self._assembled.put(row.doc_id, row.revision, (body, dict(entry.members)), row.body_size)
-        return row, body, entry
+            members[name] = (value, position, size)
+        body = {name: value for name, (value, _, _) in members.items()}
+        # bodies and members are shared read-only, like every cached value
+        self._assembled.put(row.doc_id, row.revision, (body, members), row.body_size)
+        return row, body, members
 
     def _commit_planned(
         self,
@@ -935,17 +938,16 @@ class SqlStore(abc.ABC):
             )
             if not inserted:
                 return None
-            new_seq = int(inserted[0][0])
-            seq = _SeqRef("?", (new_seq,))
+            seq = int(inserted[0][0])
             with tx.batch(commit=True):
                 if claims:
                     tx.run(
                         "INSERT INTO applied_ops (scope, op_id, applied_at, seq) VALUES "
-                        + ", ".join([f"(?, ?, ?, {seq.sql})"] * len(claims)),
-                        [v for scope, op_id in claims for v in (scope, op_id, at, *seq.params)],
+                        + ", ".join(["(?, ?, ?, ?)"] * len(claims)),
+                        [v for scope, op_id in claims for v in (scope, op_id, at, seq)],
                     )
-                self._emit(tx, plans, seq)
-            return new_seq, at
+                self._emit(tx, plans, _SeqRef("?", (seq,)))
+            return seq, at
 
     keeps_bodies = False
     """Whether writes report whole bodies they leave behind to ``_remember`` (``_Fresh.bodies``)."""
