@@ -375,9 +375,8 @@ _WRITE_ROW_TYPES: Final = (
     *("bigint[]", "smallint[]", "bigint[]", "bigint[]", "bigint[]", "bigint[]", "bigint[]"),  # documents
     *("bigint[]", "bigint[]", "smallint[]"),  # snapshots
 )
-_WRITE_ROWS: Final = (
-    "SELECT stateflow_write_rows({seq}, " + ", ".join(f"?::{t}" for t in _WRITE_ROW_TYPES) + ")"
-)
+_ROW_ARGS: Final = ", ".join(f"?::{t}" for t in _WRITE_ROW_TYPES)
+_WRITE_ROWS: Final = "SELECT stateflow_write_rows({seq}, " + _ROW_ARGS + ")"
 """A commit's document rows in one call of the write function (each column as an array)."""
 
 
@@ -385,9 +384,7 @@ _COMMIT: Final = (
     "WITH begun AS MATERIALIZED (SELECT stateflow_begin_commit(?::text, ?::bytea, ?::bigint, "
     "?::text[], ?::text[], ?::text[], ?::text[], ?::bigint[], ?::bigint[], "
     "?::text[], ?::text[], ?::bigint[], ?::bigint[]) AS seq) "
-    "SELECT seq, stateflow_write_rows(seq, "
-    + ", ".join(f"?::{t}" for t in _WRITE_ROW_TYPES)
-    + ") FROM begun WHERE seq IS NOT NULL"
+    "SELECT seq, stateflow_write_rows(seq, " + _ROW_ARGS + ") FROM begun WHERE seq IS NOT NULL"
 )
 """A commit computed against known revisions, in one statement (see ``update(optimistic=True)``):
 checks, locks, transition and claims first; the rows only when those went through."""
