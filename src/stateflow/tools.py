@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stateflow.doc.canonical import encode
 from stateflow.errors import StateflowError
 from stateflow.memory import MemoryView
-from stateflow.states import DoorContext, StatesService
-from stateflow.states.tools import STATE_TOOLS, call_state_tool, state_tool_schemas
+
+if TYPE_CHECKING:  # the states layer loads only with a StatesService: memory tools never need it
+    from stateflow.states import DoorContext, StatesService
 
 READ_STATE_DESCRIPTION = (
     "Read memory progressively. Give one path or an ordered list of paths, and one projection: "
@@ -85,14 +86,23 @@ class ToolHost:
     def __init__(self, view: MemoryView, states: StatesService | None = None) -> None:
         self.view = view
         self.states = states
-        ident = view.identity
-        self.context = DoorContext(
-            door="tool",
-            actor=f"agent:{ident.agent}",
-            target_kind="agent",
-            target_name=ident.agent,
-            candidates={"session": ident.session, "cwd": ident.cwd, "global": "global"},
-        )
+        self._context: DoorContext | None = None
+
+    @property
+    def context(self) -> DoorContext:
+        """The door context of the state tools: the agent as target, the view's scopes as candidates."""
+        if self._context is None:
+            from stateflow.states import DoorContext
+
+            ident = self.view.identity
+            self._context = DoorContext(
+                door="tool",
+                actor=f"agent:{ident.agent}",
+                target_kind="agent",
+                target_name=ident.agent,
+                candidates={"session": ident.session, "cwd": ident.cwd, "global": "global"},
+            )
+        return self._context
 
     def definitions(self) -> list[ToolDefinition]:
         out = [
@@ -102,6 +112,8 @@ class ToolHost:
             ),
         ]
         if self.states is not None:
+            from stateflow.states.tools import state_tool_schemas
+
             for name, (description, schema, read_only, destructive) in state_tool_schemas().items():
                 out.append(ToolDefinition(name, description, schema, read_only, destructive))
         return out
@@ -113,11 +125,18 @@ class ToolHost:
                 return ToolResult(encode(self.view.read_state(args)).decode())
             if name == "patch_state":
                 return ToolResult(self.view.patch_state(args).text())
-            if name in STATE_TOOLS and self.states is not None:
+            if self.states is not None and name.startswith("state_"):
+                from stateflow.states.tools import STATE_TOOLS, call_state_tool
+
+                if name not in STATE_TOOLS:
+                    return self._unknown(name)
                 result = call_state_tool(self.states, name, args, self.context, self.view.identity.session)
                 return ToolResult(encode({"result": result}).decode())
         except StateflowError as exc:
             return ToolResult(exc.message, is_error=True, code=exc.code)
+        return self._unknown(name)
+
+    def _unknown(self, name: str) -> ToolResult:
         known = ", ".join(d.name for d in self.definitions())
         return ToolResult(f"unknown tool {name!r}; available: {known}", True, "unknown-tool")
 

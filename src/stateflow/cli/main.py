@@ -9,17 +9,28 @@ import click
 
 from stateflow import __version__
 from stateflow.cli.common import Context, echo_json, pass_context, read_json_arg, refusals
+from stateflow.cli.lazy import LazyGroup
 from stateflow.cli.memory import COMMANDS as MEMORY_COMMANDS
-from stateflow.cli.serve import serve
-from stateflow.cli.states import state_templates, states
 from stateflow.doc.canonical import JSON
 from stateflow.doc.merge import merge_patch
 from stateflow.doc.select import MISSING
 from stateflow.errors import Conflict, InvalidInput
 from stateflow.store import DocKey, Document, Write, open_store, resolve_store_url
 
+# Commands whose modules load heavy layers (the HTTP server, the states layer) import on use:
+# a memory command must start as fast as the interpreter allows.
+LAZY_COMMANDS = {
+    "serve": "stateflow.cli.serve:serve",
+    "states": "stateflow.cli.states:states",
+    "state-templates": "stateflow.cli.states:state_templates",
+}
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+
+@click.group(
+    cls=LazyGroup,
+    lazy_commands=LAZY_COMMANDS,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
 @click.option(
     "--store",
     metavar="PATH|URL",
@@ -171,9 +182,6 @@ def doc_history(ctx: Context, state: str, subject: str, limit: int) -> None:
 
 for command in MEMORY_COMMANDS:
     cli.add_command(command)
-cli.add_command(serve)
-cli.add_command(states)
-cli.add_command(state_templates)
 
 
 def main() -> None:

@@ -15,7 +15,6 @@ from stateflow.doc.diff import diff, to_patch
 from stateflow.errors import InvalidInput
 from stateflow.memory import Identity, MemoryConfig, MemoryView, parse_scopes
 from stateflow.memory.scopes import DEFAULT_SESSION, SESSION_ENV
-from stateflow.states import StatesService
 from stateflow.tools import ToolHost
 
 
@@ -83,6 +82,8 @@ TOOL_NAMES = [
 
 
 def tool_host(view: MemoryView) -> ToolHost:
+    from stateflow.states import StatesService  # only the state_* tools need the states layer
+
     states = StatesService(view.store)
     states.install_builtins()
     return ToolHost(view, states)

@@ -14,7 +14,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-import jsonschema_rs
 import orjson
 
 from stateflow.doc.canonical import JSON, check, kind
@@ -201,6 +200,8 @@ def check_extra_roots(
 
 @functools.lru_cache(maxsize=64)
 def _validator(schema: bytes) -> Any:
+    import jsonschema_rs  # only a patch of a declared extra root validates: reads never load it
+
     return jsonschema_rs.Draft202012Validator(orjson.loads(schema))
 
 
