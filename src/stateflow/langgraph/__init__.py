@@ -1,0 +1,9 @@
+"""LangGraph adapters: thread state (``StateflowSaver``) and long-term memory
+(``StateflowStore``) kept as stateflow records — every revision readable, every write audited.
+
+Needs the ``langgraph`` extra (``pip install 'stateflow[langgraph]'``).
+"""
+
+from stateflow.langgraph.saver import StateflowSaver
+
+__all__ = ["StateflowSaver"]

@@ -1,0 +1,53 @@
+"""Values LangGraph hands over, as JSON a stateflow record can hold.
+
+Plain JSON (objects with string keys, lists, strings, booleans, null, finite floats and
+integers within ±2^53) is stored as is, under ``{"json": value}``, so a record reads as
+the data it holds through every door. Anything else (messages, tuples, bytes, …) goes through
+the saver's serializer and is stored as ``{"type": serializer type, "b64": bytes}``. A
+serializer other than LangGraph's default (an encrypting one, say) gets every value, plain or
+not.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+_MAX_INT = 2**53
+
+
+def is_plain(value: Any, depth: int = 0) -> bool:
+    if depth > 64:
+        return False
+    kind = type(value)
+    if kind is str or kind is bool or value is None:
+        return True
+    if kind is int:
+        return bool(-_MAX_INT <= value <= _MAX_INT)
+    if kind is float:
+        return value == value and value not in (float("inf"), float("-inf"))
+    if kind is dict:
+        return all(type(k) is str and is_plain(v, depth + 1) for k, v in value.items())
+    if kind is list:
+        return all(is_plain(v, depth + 1) for v in value)
+    return False
+
+
+class Codec:
+    def __init__(self, serde: SerializerProtocol) -> None:
+        self.serde = serde
+        self.readable = type(serde) is JsonPlusSerializer
+
+    def encode(self, value: Any) -> dict[str, Any]:
+        if self.readable and is_plain(value):
+            return {"json": value}
+        kind, data = self.serde.dumps_typed(value)
+        return {"type": kind, "b64": base64.b64encode(data).decode()}
+
+    def decode(self, stored: dict[str, Any]) -> Any:
+        if "json" in stored:
+            return stored["json"]
+        return self.serde.loads_typed((stored["type"], base64.b64decode(stored["b64"])))

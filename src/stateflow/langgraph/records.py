@@ -1,0 +1,105 @@
+"""How LangGraph's names map onto stateflow records, shared by the store and the saver.
+
+A record's subject key is made of percent-encoded parts joined by ``/`` (a part never contains
+``/`` once encoded, and never starts or ends with a space, so keys survive the subject rules
+unchanged and split back unambiguously). Subjects are stored in bytewise order, so every record
+under a key prefix is one keyset scan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+from urllib.parse import quote, unquote
+
+from stateflow.errors import InvalidInput
+from stateflow.states import StatesService
+from stateflow.states.models import DoorContext
+from stateflow.states.service import StateNotFound
+from stateflow.store import DocKey
+from stateflow.subjects import encode_subject
+
+SCAN_PAGE = 500
+MAX_KEY = 512
+
+
+def part(text: str) -> str:
+    return quote(text, safe="")
+
+
+def unpart(text: str) -> str:
+    return unquote(text)
+
+
+def join(parts: Sequence[str]) -> str:
+    key = "/".join(part(p) for p in parts)
+    if len(key) > MAX_KEY:
+        raise InvalidInput(
+            f"the encoded subject key is {len(key)} characters long (at most {MAX_KEY}): "
+            "use shorter namespaces, keys or thread ids"
+        )
+    return key
+
+
+def invert(text: str) -> str:
+    """An encoding of ``text`` whose bytewise order is the reverse of ``text``'s order: the
+    hex digits of its UTF-8 bytes, each complemented, then ``g`` (above every hex digit, so a
+    longer string sorts first, as it should in descending order)."""
+    return text.encode().hex().translate(_COMPLEMENT) + "g"
+
+
+def uninvert(text: str) -> str:
+    return bytes.fromhex(text[:-1].translate(_COMPLEMENT)).decode()
+
+
+_COMPLEMENT = str.maketrans("0123456789abcdef", "fedcba9876543210")
+
+
+class Records:
+    """One declared state's records of one tenant, addressed by subject kind and key."""
+
+    def __init__(self, states: StatesService, state: str, target_name: str) -> None:
+        self.states = states
+        self.store = states.store
+        self.state = state
+        self.target_name = target_name
+
+    def subject(self, kind: str, key: str) -> dict[str, str]:
+        return {"target_kind": "agent", "target_name": self.target_name, "kind": kind, "key": key}
+
+    def doc_key(self, kind: str, key: str) -> DocKey:
+        return DocKey(self.state, encode_subject("agent", self.target_name, kind, key))
+
+    def key_of(self, doc_key: DocKey) -> str:
+        """The subject key of a stored subject of this tenant."""
+        import orjson
+
+        key: str = orjson.loads(doc_key.subject)[3]
+        return key
+
+    def scan(self, kind: str, prefix: str, *, after_key: str | None = None) -> Iterator[DocKey]:
+        """Every present record of ``kind`` whose key starts with ``prefix``, in key order
+        (strictly after ``after_key`` when given)."""
+        start = encode_subject("agent", self.target_name, kind, prefix)[:-2]  # drop the closing '"]'
+        after = start if after_key is None else encode_subject("agent", self.target_name, kind, after_key)
+        while True:
+            page = self.store.scan(self.state, after=after, limit=SCAN_PAGE)
+            for listed in page:
+                if not listed.key.subject.startswith(start):
+                    return
+                yield listed.key
+            if len(page) < SCAN_PAGE:
+                return
+            after = page[-1].key.subject
+
+    def ensure_declared(self, declaration: dict[str, Any]) -> None:
+        """Declare the state unless it already is, with this schema (a re-declare writes)."""
+        try:
+            current = self.states.get_declaration(self.state)
+        except StateNotFound:
+            current = None
+        if current is not None and all(current.get(k) == v for k, v in declaration.items()):
+            return
+        self.states.declare(
+            self.state, declaration, context=DoorContext(door="operator", actor="stateflow.langgraph")
+        )

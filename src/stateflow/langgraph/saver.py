@@ -1,0 +1,536 @@
+"""``StateflowSaver``: LangGraph's ``BaseCheckpointSaver`` over declared-state records.
+
+Every checkpoint is one record of the state ``langgraph_checkpoints`` (subject kind
+``checkpoint``), and the pending writes of a checkpoint one record of kind ``writes``; their
+subject key is ``<thread_id>/<checkpoint_ns>/<inverted checkpoint_id>`` (parts
+percent-encoded; the id inverted so that a thread's newest checkpoint comes first in subject
+order). A checkpoint record holds the values of the channels this checkpoint wrote
+(``new_versions``) and, for every other channel, the id of the checkpoint of the same thread
+and namespace that holds the value at the version it names (``sources``) — LangGraph's blob
+sharing, without a third kind of record. Records are written through the states service, so
+each checkpoint has an audit row with its origin (consumer ``langgraph``, the run's id).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import random
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import Any, Final
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    get_checkpoint_id,
+    get_serializable_checkpoint_metadata,
+    writes_sort_key,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from stateflow.langgraph.codec import Codec
+from stateflow.langgraph.records import Records, invert, join, part, uninvert, unpart
+from stateflow.states import StatesService
+from stateflow.states.models import DoorContext
+from stateflow.store import DocKey, open_store
+
+STATE: Final = "langgraph_checkpoints"
+CHECKPOINT: Final = "checkpoint"
+WRITES: Final = "writes"
+DECLARATION: Final[dict[str, Any]] = {
+    "description": "LangGraph checkpoints (kind checkpoint) and their pending writes (kind writes), "
+    "one record per thread, namespace and checkpoint",
+    "schema": {
+        "type": "object",
+        "properties": {
+            "thread_id": {"type": "string"},
+            "checkpoint_ns": {"type": "string"},
+            "checkpoint_id": {"type": "string"},
+            "parent_checkpoint_id": {"type": ["string", "null"]},
+            "run_id": {"type": ["string", "null"]},
+            "checkpoint": {"type": "object"},
+            "metadata": {"type": "object"},
+            "channel_values": {"type": "object"},
+            "sources": {"type": "object", "additionalProperties": {"type": "string"}},
+            "writes": {"type": "array", "items": {"type": "object"}},
+        },
+    },
+    "subject_kinds": [CHECKPOINT, WRITES],
+    "default_subject_kind": CHECKPOINT,
+}
+_PARENTS_KEPT = 1024
+
+
+class StateflowSaver(BaseCheckpointSaver[str]):
+    """A LangGraph checkpointer keeping thread state as stateflow records (sync and async).
+
+    ``StateflowSaver.open("./agent.db")`` (or a PostgreSQL URL) opens and migrates a store; or
+    pass a :class:`~stateflow.states.StatesService` you already have. The async methods run
+    the same calls on a worker thread.
+    """
+
+    def __init__(
+        self,
+        states: StatesService,
+        *,
+        state: str = STATE,
+        target_name: str = "langgraph",
+        serde: SerializerProtocol | None = None,
+    ) -> None:
+        super().__init__(serde=serde)
+        self.states = states
+        self.records = Records(states, state, target_name)
+        self.records.ensure_declared(DECLARATION)
+        self.codec = Codec(self.serde)
+        self.context = DoorContext(door="api", actor="stateflow.langgraph")
+        # what a put needs of its parent (channel versions, where each value lives), by
+        # (thread, ns, id): checkpoints never change once written, so this only saves reads
+        self._parents: OrderedDict[tuple[str, str, str], tuple[dict[str, Any], dict[str, str]]] = (
+            OrderedDict()
+        )
+        self._owned = False
+
+    @classmethod
+    def open(cls, location: str, **options: Any) -> StateflowSaver:
+        """A saver on the store at ``location`` (a file path or ``postgresql://`` URL), which
+        it closes on :meth:`close`."""
+        saver = cls(StatesService(open_store(location, auto_migrate=True)), **options)
+        saver._owned = True
+        return saver
+
+    def close(self) -> None:
+        if self._owned:
+            self.states.close()
+            self.states.store.close()
+
+    def __enter__(self) -> StateflowSaver:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ keys
+
+    @staticmethod
+    def _key(thread_id: str, ns: str, checkpoint_id: str) -> str:
+        return f"{join([thread_id, ns])}/{invert(checkpoint_id)}"
+
+    @staticmethod
+    def _split(key: str) -> tuple[str, str, str]:
+        thread, ns, inverted = key.split("/")
+        return unpart(thread), unpart(ns), uninvert(inverted)
+
+    @staticmethod
+    def _where(config: RunnableConfig) -> tuple[str, str]:
+        conf = config["configurable"]
+        return str(conf["thread_id"]), str(conf.get("checkpoint_ns", ""))
+
+    # ------------------------------------------------------------------ reads
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        thread_id, ns = self._where(config)
+        checkpoint_id = get_checkpoint_id(config)
+        if checkpoint_id:
+            key = self._key(thread_id, ns, checkpoint_id)
+        else:
+            newest = next(self.records.scan(CHECKPOINT, f"{join([thread_id, ns])}/"), None)
+            if newest is None:
+                return None
+            key = self.records.key_of(newest)
+        return next(iter(self._tuples([key])), None)
+
+    def _tuples(self, keys: Sequence[str]) -> Iterator[CheckpointTuple]:
+        """The tuples of the checkpoints under ``keys`` (missing ones skipped), in order."""
+        records = self.records
+        doc_keys = [records.doc_key(CHECKPOINT, k) for k in keys]
+        write_keys = [records.doc_key(WRITES, k) for k in keys]
+        docs = records.store.read(doc_keys + write_keys)
+        sourced: dict[DocKey, list[str]] = {}
+        for doc_key in doc_keys:
+            body = docs[doc_key].body
+            if body is None:
+                continue
+            thread_id, ns = body["thread_id"], body["checkpoint_ns"]
+            for source in set(body.get("sources", {}).values()):
+                sourced.setdefault(records.doc_key(CHECKPOINT, self._key(thread_id, ns, source)), [])
+        sources = records.store.read(list(sourced), ["channel_values"]) if sourced else {}
+        for doc_key, write_key in zip(doc_keys, write_keys, strict=True):
+            body = docs[doc_key].body
+            if body is None:
+                continue
+            yield self._tuple(body, docs[write_key].body, sources)
+
+    def _tuple(
+        self, body: dict[str, Any], writes: dict[str, Any] | None, sources: dict[DocKey, Any]
+    ) -> CheckpointTuple:
+        decode = self.codec.decode
+        thread_id, ns, checkpoint_id = body["thread_id"], body["checkpoint_ns"], body["checkpoint_id"]
+        checkpoint: Checkpoint = decode(body["checkpoint"])
+        values = {c: decode(v) for c, v in body["channel_values"].items()}
+        for channel, source in body.get("sources", {}).items():
+            held = sources.get(self.records.doc_key(CHECKPOINT, self._key(thread_id, ns, source)))
+            stored = (held.body or {}).get("channel_values", {}).get(channel) if held else None
+            if stored is not None:
+                values[channel] = decode(stored)
+        checkpoint = {**checkpoint, "channel_values": values}
+        pending = sorted(
+            (writes or {}).get("writes", []),
+            key=lambda w: writes_sort_key(w["task_path"], w["task_id"], w["idx"]),
+        )
+        parent = body.get("parent_checkpoint_id")
+        return CheckpointTuple(
+            config={
+                "configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}
+            },
+            checkpoint=checkpoint,
+            metadata=decode(body["metadata"]),
+            parent_config=(
+                {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": parent}}
+                if parent
+                else None
+            ),
+            pending_writes=[(w["task_id"], w["channel"], decode(w["value"])) for w in pending],
+        )
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        conf = (config or {}).get("configurable", {})
+        thread_id = conf.get("thread_id")
+        ns = conf.get("checkpoint_ns")
+        only = conf.get("checkpoint_id")
+        before_id = get_checkpoint_id(before) if before else None
+        if thread_id is None:
+            prefix = ""
+        elif ns is None:
+            prefix = f"{part(str(thread_id))}/"
+        else:
+            prefix = f"{join([str(thread_id), str(ns)])}/"
+        keys: Iterator[str]
+        if thread_id is not None and ns is not None:
+            # one thread and namespace: subject order is newest first already
+            start = self._key(str(thread_id), str(ns), before_id) if before_id else None
+            keys = (self.records.key_of(k) for k in self.records.scan(CHECKPOINT, prefix, after_key=start))
+        else:  # several: newest first across all of them, as LangGraph's savers list
+            found = [self.records.key_of(k) for k in self.records.scan(CHECKPOINT, prefix)]
+            split = sorted(((self._split(k), k) for k in found), key=lambda x: x[0][2], reverse=True)
+            keys = iter([k for (_, _, cid), k in split if before_id is None or cid < before_id])
+        yielded = 0
+        while limit is None or yielded < limit:
+            page = [k for _, k in zip(range(100), keys, strict=False)]
+            if not page:
+                return
+            for tup in self._tuples(page):
+                if only and tup.config["configurable"]["checkpoint_id"] != only:
+                    continue
+                if filter and not all(tup.metadata.get(k) == v for k, v in filter.items()):
+                    continue
+                yield tup
+                yielded += 1
+                if limit is not None and yielded >= limit:
+                    return
+
+    # ------------------------------------------------------------------ writes
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        thread_id, ns = self._where(config)
+        parent_id = get_checkpoint_id(config)
+        checkpoint_id = checkpoint["id"]
+        encode = self.codec.encode
+        values = checkpoint["channel_values"]
+        versions = checkpoint["channel_versions"]
+        inline = {c: encode(values[c]) for c in new_versions if c in values}
+        sources: dict[str, str] = {}
+        missing = [c for c in versions if c not in inline]
+        if missing and parent_id:
+            parent = self._parent(thread_id, ns, parent_id)
+            if parent is not None:
+                parent_versions, parent_sources = parent
+                for channel in missing:
+                    if channel in parent_sources and parent_versions.get(channel) == versions[channel]:
+                        sources[channel] = parent_sources[channel]
+        for channel in missing:  # no checkpoint holds it at this version: keep it here
+            if channel not in sources and channel in values:
+                inline[channel] = encode(values[channel])
+        bare = {k: v for k, v in checkpoint.items() if k != "channel_values"}
+        full_metadata = get_serializable_checkpoint_metadata(config, metadata)
+        run_id = full_metadata.get("run_id")
+        document = {
+            "thread_id": thread_id,
+            "checkpoint_ns": ns,
+            "checkpoint_id": checkpoint_id,
+            "parent_checkpoint_id": parent_id,
+            "run_id": run_id if isinstance(run_id, str) else None,
+            "checkpoint": encode(bare),
+            "metadata": encode(full_metadata),
+            "channel_values": inline,
+            "sources": sources,
+        }
+        key = self._key(thread_id, ns, checkpoint_id)
+        self.states.replace(
+            self.records.state,
+            self.records.subject(CHECKPOINT, key),
+            document,
+            origin={"consumer": "langgraph", "run_id": document["run_id"]},
+            context=self.context,
+        )
+        self._remember(
+            thread_id, ns, checkpoint_id, dict(versions), {**sources, **{c: checkpoint_id for c in inline}}
+        )
+        return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}}
+
+    def _remember(
+        self, thread_id: str, ns: str, checkpoint_id: str, versions: dict[str, Any], holders: dict[str, str]
+    ) -> None:
+        self._parents[(thread_id, ns, checkpoint_id)] = (versions, holders)
+        if len(self._parents) > _PARENTS_KEPT:
+            self._parents.popitem(last=False)
+
+    def _parent(
+        self, thread_id: str, ns: str, checkpoint_id: str
+    ) -> tuple[dict[str, Any], dict[str, str]] | None:
+        known = self._parents.get((thread_id, ns, checkpoint_id))
+        if known is not None:
+            return known
+        doc = self.records.store.get(
+            self.records.doc_key(CHECKPOINT, self._key(thread_id, ns, checkpoint_id)),
+            ["checkpoint", "channel_values", "sources"],
+        )
+        if doc.body is None:
+            return None
+        versions = dict(self.codec.decode(doc.body["checkpoint"])["channel_versions"])
+        holders = {
+            **doc.body.get("sources", {}),
+            **{c: checkpoint_id for c in doc.body.get("channel_values", {})},
+        }
+        self._remember(thread_id, ns, checkpoint_id, versions, holders)
+        return versions, holders
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        if not writes:
+            return
+        thread_id, ns = self._where(config)
+        checkpoint_id = str(config["configurable"]["checkpoint_id"])
+        entries = []
+        for n, (channel, value) in enumerate(writes):
+            idx = WRITES_IDX_MAP.get(channel, n)
+            entries.append(
+                {
+                    "id": f"{task_id}:{idx}",
+                    "task_id": task_id,
+                    "idx": idx,
+                    "channel": channel,
+                    "value": self.codec.encode(value),
+                    "task_path": task_path,
+                }
+            )
+        run_id = config["configurable"].get("run_id") or (config.get("metadata") or {}).get("run_id")
+        ops = [
+            {"op": "set", "path": ["thread_id"], "value": thread_id},
+            {"op": "set", "path": ["checkpoint_ns"], "value": ns},
+            {"op": "set", "path": ["checkpoint_id"], "value": checkpoint_id},
+            {"op": "set_by_key", "path": ["writes"], "key_field": "id", "value": entries},
+        ]
+        self.states.apply(
+            self.records.state,
+            self.records.subject(WRITES, self._key(thread_id, ns, checkpoint_id)),
+            ops,
+            origin={"consumer": "langgraph", "run_id": str(run_id) if run_id else None},
+            context=self.context,
+        )
+
+    # ------------------------------------------------------------------ thread maintenance
+
+    def _thread_keys(self, thread_id: str) -> builtins.list[str]:
+        return [self.records.key_of(k) for k in self.records.scan(CHECKPOINT, f"{part(thread_id)}/")]
+
+    def _erase(self, keys: Sequence[str]) -> None:
+        """Erase checkpoints and their writes (their audit trail stays)."""
+        existing = self.records.store.read([self.records.doc_key(WRITES, k) for k in keys])
+        for key in keys:
+            self.states.erase(
+                self.records.state,
+                self.records.subject(CHECKPOINT, key),
+                origin={"consumer": "langgraph"},
+                context=self.context,
+            )
+            if existing[self.records.doc_key(WRITES, key)].body is not None:
+                self.states.erase(
+                    self.records.state,
+                    self.records.subject(WRITES, key),
+                    origin={"consumer": "langgraph"},
+                    context=self.context,
+                )
+        self._parents.clear()
+
+    def _materialize(self, keys: Sequence[str], dropped: set[tuple[str, str, str]]) -> None:
+        """Rewrite the kept checkpoints whose values live in checkpoints about to go, with
+        every value inline."""
+        for key in keys:
+            doc = self.records.store.get(self.records.doc_key(CHECKPOINT, key)).body
+            if doc is None:
+                continue
+            thread_id, ns = doc["thread_id"], doc["checkpoint_ns"]
+            if not any((thread_id, ns, s) in dropped for s in doc.get("sources", {}).values()):
+                continue
+            tup = next(iter(self._tuples([key])))
+            values = tup.checkpoint["channel_values"]
+            rewritten = {
+                **doc,
+                "channel_values": {c: self.codec.encode(v) for c, v in values.items()},
+                "sources": {},
+            }
+            self.states.replace(
+                self.records.state,
+                self.records.subject(CHECKPOINT, key),
+                rewritten,
+                origin={"consumer": "langgraph"},
+                context=self.context,
+            )
+
+    def delete_thread(self, thread_id: str) -> None:
+        self._erase(self._thread_keys(str(thread_id)))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        wanted = {str(r) for r in run_ids}
+        if not wanted:
+            return
+
+        gone: list[str] = []
+        kept: list[str] = []
+        keys = [self.records.key_of(k) for k in self.records.scan(CHECKPOINT, "")]
+        for start in range(0, len(keys), 200):
+            page = keys[start : start + 200]
+            docs = self.records.store.read([self.records.doc_key(CHECKPOINT, k) for k in page], ["run_id"])
+            for key in page:
+                body = docs[self.records.doc_key(CHECKPOINT, key)].body
+                if body is not None:
+                    (gone if body.get("run_id") in wanted else kept).append(key)
+        if gone:
+            self._materialize(kept, {self._split(k) for k in gone})
+            self._erase(gone)
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        source, target = str(source_thread_id), str(target_thread_id)
+        items = []
+        for key in self._thread_keys(source):
+            _, ns, checkpoint_id = self._split(key)
+            new_key = self._key(target, ns, checkpoint_id)
+            docs = self.records.store.read(
+                [self.records.doc_key(CHECKPOINT, key), self.records.doc_key(WRITES, key)]
+            )
+            for kind in (CHECKPOINT, WRITES):
+                body = docs[self.records.doc_key(kind, key)].body
+                if body is None:
+                    continue
+                copied = {**body, "thread_id": target}
+                items.append(
+                    {
+                        "state": self.records.state,
+                        "subject": self.records.subject(kind, new_key),
+                        "ops": [{"op": "set", "path": [k], "value": v} for k, v in copied.items()],
+                    }
+                )
+        for start in range(0, len(items), 100):
+            self.states.apply_batch(
+                items[start : start + 100], origin={"consumer": "langgraph"}, context=self.context
+            )
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        if strategy not in ("keep_latest", "delete"):
+            raise ValueError(f"unknown prune strategy {strategy!r} (keep_latest or delete)")
+        for thread_id in thread_ids:
+            keys = self._thread_keys(str(thread_id))
+            if strategy == "delete":
+                self._erase(keys)
+                continue
+            newest: dict[str, str] = {}
+            for key in keys:  # newest first within each namespace
+                newest.setdefault(key.rsplit("/", 1)[0], key)
+            kept = list(newest.values())
+            gone = [k for k in keys if k not in set(kept)]
+            if gone:
+                self._materialize(kept, {self._split(k) for k in gone})
+                self._erase(gone)
+
+    def get_next_version(self, current: str | int | None, channel: None) -> str:
+        # the format of LangGraph's own savers: a zero-padded counter, then a random tail
+        if current is None:
+            current_v = 0
+        elif isinstance(current, int):
+            current_v = current
+        else:
+            current_v = int(current.split(".")[0])
+        return f"{current_v + 1:032}.{random.random():016}"
+
+    # ------------------------------------------------------------------ async: the same calls on a worker thread
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await asyncio.to_thread(self.get_tuple, config)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        found = await asyncio.to_thread(
+            lambda: list(self.list(config, filter=filter, before=before, limit=limit))
+        )
+        for tup in found:
+            yield tup
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        await asyncio.to_thread(self.put_writes, config, writes, task_id, task_path)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await asyncio.to_thread(self.delete_thread, thread_id)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        await asyncio.to_thread(self.delete_for_runs, run_ids)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)
