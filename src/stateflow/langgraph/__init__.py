@@ -5,5 +5,6 @@ Needs the ``langgraph`` extra (``pip install 'stateflow[langgraph]'``).
 """
 
 from stateflow.langgraph.saver import StateflowSaver
+from stateflow.langgraph.store import StateflowStore
 
-__all__ = ["StateflowSaver"]
+__all__ = ["StateflowSaver", "StateflowStore"]

@@ -1,0 +1,380 @@
+"""``StateflowStore``: LangGraph's ``BaseStore`` (long-term memory) over declared-state records.
+
+Every item is one record of the state ``langgraph_store``, subject kind ``item``, subject key
+``<label>/<label>/…/<key>`` (each part percent-encoded), tenant ``agent/<target_name>``
+(``langgraph`` unless given). The record holds ``{namespace, key, value, created_at,
+expires_at, ttl_minutes}``; ``updated_at`` is the record's own last write. Writes go through
+the states service — schema-checked, audited with their origin (consumer ``langgraph``) — so
+an item's history, audit trail and as-of reads are those of any other record, on every door.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final
+
+import orjson
+from langgraph.store.base import (
+    BaseStore,
+    GetOp,
+    Item,
+    ListNamespacesOp,
+    MatchCondition,
+    Op,
+    PutOp,
+    Result,
+    SearchItem,
+    SearchOp,
+    TTLConfig,
+    validate_op_namespace,
+)
+
+from stateflow.langgraph.records import Records, join, unpart
+from stateflow.states import StatesService
+from stateflow.states.models import DoorContext
+from stateflow.store import DocKey, open_store
+from stateflow.store.base import utc_text
+
+STATE: Final = "langgraph_store"
+ITEM: Final = "item"
+DECLARATION: Final[dict[str, Any]] = {
+    "description": "LangGraph store items: one record per namespace and key",
+    "schema": {
+        "type": "object",
+        "properties": {
+            "namespace": {"type": "array", "items": {"type": "string"}},
+            "key": {"type": "string"},
+            "value": {"type": "object"},
+            "created_at": {"type": "string"},
+            "expires_at": {"type": ["string", "null"]},
+            "ttl_minutes": {"type": ["number", "null"]},
+        },
+        "required": ["namespace", "key", "value", "created_at"],
+    },
+    "subject_kinds": [ITEM],
+    "default_subject_kind": ITEM,
+}
+_PAGE = 500
+_COMPARISONS: Final = ("$gt", "$gte", "$lt", "$lte")
+
+
+class StateflowStore(BaseStore):
+    """LangGraph's ``BaseStore`` keeping items as stateflow records (sync and async).
+
+    ``StateflowStore.open("./agent.db")`` (or a PostgreSQL URL) opens and migrates a store; or
+    pass a :class:`~stateflow.states.StatesService`. ``ttl`` takes LangGraph's ``TTLConfig``
+    (``default_ttl`` and ``refresh_on_read``; expired items read as absent, and
+    :meth:`sweep_ttl` erases them). Semantic search (``index``) is not offered: ``query`` is
+    ignored, as LangGraph's stores do without an index.
+    """
+
+    supports_ttl: bool = True
+
+    def __init__(
+        self,
+        states: StatesService,
+        *,
+        state: str = STATE,
+        target_name: str = "langgraph",
+        ttl: TTLConfig | None = None,
+    ) -> None:
+        self.states = states
+        self.records = Records(states, state, target_name)
+        self.records.ensure_declared(DECLARATION)
+        self.ttl_config = ttl
+        self.context = DoorContext(door="api", actor="stateflow.langgraph")
+        self.origin = {"consumer": "langgraph"}
+        self._owned = False
+
+    @classmethod
+    def open(cls, location: str, **options: Any) -> StateflowStore:
+        """A store on ``location`` (a file path or ``postgresql://`` URL), closed by :meth:`close`."""
+        store = cls(StatesService(open_store(location, auto_migrate=True)), **options)
+        store._owned = True
+        return store
+
+    def close(self) -> None:
+        if self._owned:
+            self.states.close()
+            self.states.store.close()
+
+    def __enter__(self) -> StateflowStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ subjects
+
+    @staticmethod
+    def subject_key(namespace: tuple[str, ...], key: str) -> str:
+        """The subject key of an item: its namespace labels and key, percent-encoded, ``/``-joined."""
+        return join([*namespace, key])
+
+    def subject(self, namespace: tuple[str, ...], key: str) -> dict[str, str]:
+        """The full stateflow subject of an item (for the states API, HTTP, CLI)."""
+        return self.records.subject(ITEM, self.subject_key(namespace, key))
+
+    # ------------------------------------------------------------------ batch
+
+    def batch(self, ops: Iterable[Op]) -> builtins.list[Result]:
+        """Reads first (as LangGraph's SQL stores do), then the puts — the last put of a
+        (namespace, key) wins — in one transaction."""
+        ops = builtins.list(ops)
+        for op in ops:
+            validate_op_namespace(op)
+        results: builtins.list[Result] = [None] * len(ops)
+        puts: dict[tuple[tuple[str, ...], str], PutOp] = {}
+        refresh: dict[str, dict[str, Any]] = {}
+        now = datetime.now(UTC)
+        for n, op in enumerate(ops):
+            if isinstance(op, GetOp):
+                results[n] = self._get(op, now, refresh)
+            elif isinstance(op, SearchOp):
+                results[n] = self._search(op, now, refresh)
+            elif isinstance(op, ListNamespacesOp):
+                results[n] = self._list_namespaces(op)
+            elif isinstance(op, PutOp):
+                where = (tuple(op.namespace), op.key)
+                puts.pop(where, None)
+                puts[where] = op._replace(namespace=where[0])
+            else:
+                raise ValueError(f"unknown store operation {op!r}")
+        if refresh:
+            self._refresh(refresh, now)
+        if puts:
+            self._put(builtins.list(puts.values()), now)
+        return results
+
+    async def abatch(self, ops: Iterable[Op]) -> builtins.list[Result]:
+        ops = builtins.list(ops)
+        return await asyncio.to_thread(self.batch, ops)
+
+    # ------------------------------------------------------------------ reads
+
+    @staticmethod
+    def _live(data: dict[str, Any], now: datetime) -> bool:
+        expires = data.get("expires_at")
+        return expires is None or datetime.fromisoformat(expires) > now
+
+    @staticmethod
+    def _item(data: dict[str, Any], updated_at: str | None, cls: type[Item] = Item) -> Any:
+        value = orjson.loads(orjson.dumps(data["value"]))  # the caller's own copy
+        created = datetime.fromisoformat(data["created_at"])
+        updated = datetime.fromisoformat(updated_at) if updated_at else created
+        namespace = tuple(data["namespace"])
+        if cls is SearchItem:
+            return SearchItem(namespace, data["key"], value, created, updated)
+        return Item(value=value, key=data["key"], namespace=namespace, created_at=created, updated_at=updated)
+
+    def _get(self, op: GetOp, now: datetime, refresh: dict[str, dict[str, Any]]) -> Item | None:
+        record = self.states.read(self.records.state, self.subject(op.namespace, op.key))
+        if record is None or not self._live(record["data"], now):
+            return None
+        data = record["data"]
+        if op.refresh_ttl and data.get("ttl_minutes") is not None:
+            refresh[self.subject_key(op.namespace, op.key)] = data
+        item: Item = self._item(data, record["updated_at"])
+        return item
+
+    def _documents(self, keys: Sequence[DocKey]) -> Iterable[tuple[dict[str, Any], str | None]]:
+        for start in range(0, len(keys), _PAGE):
+            docs = self.records.store.read(keys[start : start + _PAGE])
+            for key in keys[start : start + _PAGE]:
+                doc = docs[key]
+                if doc.body is not None:
+                    yield doc.body, doc.at
+
+    def _search(
+        self, op: SearchOp, now: datetime, refresh: dict[str, dict[str, Any]]
+    ) -> builtins.list[SearchItem]:
+        prefix = f"{join(op.namespace_prefix)}/" if op.namespace_prefix else ""
+        keys = builtins.list(self.records.scan(ITEM, prefix))
+        found = [
+            (at or data["created_at"], data, at)
+            for data, at in self._documents(keys)
+            if self._live(data, now) and (not op.filter or matches(data["value"], op.filter))
+        ]
+        found.sort(key=lambda x: x[0], reverse=True)  # newest first, as LangGraph's SQL stores
+        page = found[op.offset : op.offset + op.limit]
+        if op.refresh_ttl:
+            for _, data, _ in page:
+                if data.get("ttl_minutes") is not None:
+                    refresh[self.subject_key(tuple(data["namespace"]), data["key"])] = data
+        return [self._item(data, at, SearchItem) for _, data, at in page]
+
+    def _list_namespaces(self, op: ListNamespacesOp) -> builtins.list[tuple[str, ...]]:
+        conditions = op.match_conditions or ()
+        prefix = ""
+        for condition in conditions:  # a literal prefix narrows the scan
+            if condition.match_type == "prefix" and condition.path and "*" not in condition.path:
+                prefix = f"{join(condition.path)}/"
+                break
+        seen: set[tuple[str, ...]] = set()
+        for doc_key in self.records.scan(ITEM, prefix):
+            parts = self.records.key_of(doc_key).split("/")
+            namespace = tuple(unpart(p) for p in parts[:-1])
+            if all(_namespace_matches(namespace, c) for c in conditions):
+                seen.add(namespace if op.max_depth is None else namespace[: op.max_depth])
+        ordered = sorted(seen, key=".".join)
+        return ordered[op.offset : op.offset + op.limit]
+
+    # ------------------------------------------------------------------ writes
+
+    def _put(self, puts: Sequence[PutOp], now: datetime) -> None:
+        keys = {
+            (op.namespace, op.key): self.records.doc_key(ITEM, self.subject_key(op.namespace, op.key))
+            for op in puts
+        }
+        current = self.records.store.read(builtins.list(keys.values())) if len(puts) > 1 else None
+        items = []
+        for op in puts:
+            subject = self.subject(op.namespace, op.key)
+            if op.value is None:
+                if current is None or current[keys[(op.namespace, op.key)]].body is not None:
+                    self.states.erase(self.records.state, subject, origin=self.origin, context=self.context)
+                continue
+            if not isinstance(op.value, dict):
+                raise ValueError(f"a store value must be a dict, got {type(op.value).__name__}")
+            if current is None:
+                record = self.states.read(self.records.state, subject)
+                before = record["data"] if record else None
+            else:
+                before = current[keys[(op.namespace, op.key)]].body
+            ttl = op.ttl if isinstance(op.ttl, int | float) and not isinstance(op.ttl, bool) else None
+            document = {
+                "namespace": builtins.list(op.namespace),
+                "key": op.key,
+                "value": op.value,
+                "created_at": before["created_at"] if before else utc_text(now),
+                "expires_at": utc_text(now + timedelta(minutes=ttl)) if ttl is not None else None,
+                "ttl_minutes": ttl,
+            }
+            if current is None:
+                self.states.replace(
+                    self.records.state, subject, document, origin=self.origin, context=self.context
+                )
+            else:
+                items.append(
+                    {
+                        "state": self.records.state,
+                        "subject": subject,
+                        "ops": [{"op": "set", "path": [k], "value": v} for k, v in document.items()],
+                    }
+                )
+        if items:
+            self.states.apply_batch(items, origin=self.origin, context=self.context)
+
+    def _refresh(self, refresh: dict[str, dict[str, Any]], now: datetime) -> None:
+        items = [
+            {
+                "state": self.records.state,
+                "subject": self.records.subject(ITEM, key),
+                "ops": [
+                    {
+                        "op": "set",
+                        "path": ["expires_at"],
+                        "value": utc_text(now + timedelta(minutes=data["ttl_minutes"])),
+                    }
+                ],
+            }
+            for key, data in refresh.items()
+        ]
+        self.states.apply_batch(
+            items, origin={"consumer": "langgraph", "meta": {"ttl": "refresh"}}, context=self.context
+        )
+
+    def sweep_ttl(self) -> int:
+        """Erase every expired item (the audit trail stays); return how many."""
+        now = datetime.now(UTC)
+        keys = builtins.list(self.records.scan(ITEM, ""))
+        expired = [
+            (tuple(data["namespace"]), data["key"])
+            for data, _ in self._documents(keys)
+            if not self._live(data, now)
+        ]
+        for namespace, key in expired:
+            self.states.erase(
+                self.records.state,
+                self.subject(namespace, key),
+                origin={"consumer": "langgraph", "meta": {"ttl": "expired"}},
+                context=self.context,
+            )
+        return len(expired)
+
+    async def asweep_ttl(self) -> int:
+        return await asyncio.to_thread(self.sweep_ttl)
+
+
+# ---------------------------------------------------------------------- filters
+
+_MISSING: Final = object()
+
+
+def _at(value: Any, dotted: str) -> Any:
+    for name in dotted.split("."):
+        if not isinstance(value, dict) or name not in value:
+            return _MISSING
+        value = value[name]
+    return value
+
+
+def _number(x: Any) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool)
+
+
+def _compare(actual: Any, op: str, expected: Any) -> bool:
+    if op == "$eq":
+        return actual is not _MISSING and _equal(actual, expected)
+    if op == "$ne":
+        return actual is not _MISSING and not _equal(actual, expected)
+    if op not in _COMPARISONS:
+        raise ValueError(f"unsupported filter operator {op!r} (supported: $eq $ne $gt $gte $lt $lte)")
+    # numbers compare as numbers and strings as strings; anything else never matches
+    if not ((_number(actual) and _number(expected)) or (type(actual) is str and type(expected) is str)):
+        return False
+    if op == "$gt":
+        return bool(actual > expected)
+    if op == "$gte":
+        return bool(actual >= expected)
+    if op == "$lt":
+        return bool(actual < expected)
+    return bool(actual <= expected)
+
+
+def _equal(actual: Any, expected: Any) -> bool:
+    if isinstance(expected, dict) and isinstance(actual, dict):
+        # a nested object matches when it holds every key given, as the in-memory store does
+        return all(k in actual and _equal(actual[k], v) for k, v in expected.items())
+    if isinstance(actual, bool) or isinstance(expected, bool):
+        return type(actual) is type(expected) and actual == expected
+    return bool(actual == expected)
+
+
+def matches(value: dict[str, Any], filter: dict[str, Any]) -> bool:
+    """Whether an item's value passes a LangGraph search filter: each key (dotted keys reach
+    nested fields) equals the given value, or — given ``{"$op": operand, …}`` — passes every
+    comparison. A missing field matches no operator."""
+    for key, condition in filter.items():
+        actual = _at(value, key)
+        if isinstance(condition, dict) and condition and all(str(k).startswith("$") for k in condition):
+            if not all(_compare(actual, op, operand) for op, operand in condition.items()):
+                return False
+        elif actual is _MISSING or not _equal(actual, condition):
+            return False
+    return True
+
+
+def _namespace_matches(namespace: tuple[str, ...], condition: MatchCondition) -> bool:
+    path = tuple(condition.path)
+    if len(path) > len(namespace):
+        return False
+    part = (
+        namespace[: len(path)]
+        if condition.match_type == "prefix"
+        else namespace[len(namespace) - len(path) :]
+    )
+    return all(p == "*" or p == n for p, n in zip(path, part, strict=True))

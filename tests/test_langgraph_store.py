@@ -1,0 +1,241 @@
+"""``StateflowStore`` through LangGraph's ``BaseStore`` API, on both backends: the behaviour
+LangGraph's own store tests expect, plus what stateflow adds (history, audit, as-of reads)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+
+import pytest
+from langgraph.store.base import (
+    GetOp,
+    InvalidNamespaceError,
+    Item,
+    ListNamespacesOp,
+    MatchCondition,
+    PutOp,
+    SearchOp,
+)
+
+from stateflow.langgraph import StateflowStore
+from stateflow.states import StatesService
+from stateflow.store import DocKey, open_store
+
+
+@pytest.fixture
+def lg(backend: str) -> Iterator[StateflowStore]:
+    with StateflowStore.open(backend) as store:
+        yield store
+
+
+def test_batch_runs_reads_before_puts_and_answers_in_order(lg: StateflowStore) -> None:
+    lg.put(("test", "foo"), "key1", {"data": "value1"})
+    lg.put(("test", "bar"), "key2", {"data": "value2"})
+    results = lg.batch(
+        [
+            GetOp(("test", "foo"), "key1"),
+            PutOp(("test",), "key3", {"data": "value3"}),
+            SearchOp(("test",), filter={"data": "value1"}),
+            ListNamespacesOp(),
+            GetOp(("test",), "key3"),  # the put in this batch comes after the reads
+        ]
+    )
+    assert isinstance(results[0], Item) and results[0].value == {"data": "value1"}
+    assert results[0].namespace == ("test", "foo") and results[0].key == "key1"
+    assert results[1] is None
+    found = results[2]
+    assert isinstance(found, list) and [i.key for i in found if isinstance(i, Item)] == ["key1"]
+    assert results[3] == [("test", "bar"), ("test", "foo")]
+    assert results[4] is None
+    got = lg.get(("test",), "key3")
+    assert got is not None and got.value == {"data": "value3"}
+
+
+def test_put_get_update_delete(lg: StateflowStore) -> None:
+    ns = ("users", "ada lovelace", "prefs")  # spaces, and a key with a slash and a percent sign
+    lg.put(ns, "theme/dark 100%", {"theme": "dark"})
+    first = lg.get(ns, "theme/dark 100%")
+    assert first is not None and first.value == {"theme": "dark"} and first.namespace == ns
+    first.value["theme"] = "mutated"  # the caller's copy: the stored value does not change
+    time.sleep(0.002)
+    lg.put(ns, "theme/dark 100%", {"theme": "light", "size": 12})
+    second = lg.get(ns, "theme/dark 100%")
+    assert second is not None and second.value == {"theme": "light", "size": 12}
+    assert second.created_at == first.created_at and second.updated_at > first.updated_at
+    assert lg.get(("users", "ada lovelace"), "theme/dark 100%") is None
+    lg.delete(ns, "theme/dark 100%")
+    assert lg.get(ns, "theme/dark 100%") is None
+    lg.delete(ns, "never-there")  # deleting a missing item is no error
+
+
+def test_batch_puts_last_wins_and_deletes(lg: StateflowStore) -> None:
+    lg.put(("t",), "gone", {"x": 1})
+    lg.batch(
+        [
+            PutOp(("t",), "a", {"v": 1}),
+            PutOp(("t",), "b", {"v": 2}),
+            PutOp(("t",), "a", {"v": 3}),
+            PutOp(("t",), "gone", None),
+            PutOp(("t",), "never", None),
+        ]
+    )
+    assert [(i.key, i.value) for i in sorted(lg.search(("t",)), key=lambda i: i.key)] == [
+        ("a", {"v": 3}),
+        ("b", {"v": 2}),
+    ]
+
+
+def test_search_filters_and_comparison_operators(lg: StateflowStore) -> None:
+    rows: dict[str, dict[str, object]] = {
+        "a": {"n": 9, "name": "ann", "tags": ["x"], "meta": {"lang": "en"}},
+        "b": {"n": 10, "name": "bob", "meta": {"lang": "fr"}},
+        "c": {"n": 10.5, "name": "cy"},
+        "d": {"n": "10", "name": "dee"},  # a string: never compared with numbers
+        "e": {"name": "eve", "flag": True},
+    }
+    for key, value in rows.items():
+        lg.put(("docs", key[0]), key, value)
+
+    def keys(**filters: object) -> list[str]:
+        return sorted(i.key for i in lg.search(("docs",), filter=dict(filters), limit=50))
+
+    assert keys(n={"$gt": 9}) == ["b", "c"]  # 10 > 9 numerically (not '10' < '9' as text)
+    assert keys(n={"$gte": 10}) == ["b", "c"]
+    assert keys(n={"$lt": 10}) == ["a"]
+    assert keys(n={"$lte": 10, "$gt": 9}) == ["b"]
+    assert keys(n={"$eq": 10}) == ["b"]
+    assert keys(n={"$ne": 10}) == ["a", "c", "d"]  # a missing field matches no operator
+    assert keys(n="10") == ["d"]
+    assert keys(name={"$gte": "bob", "$lt": "dee"}) == ["b", "c"]
+    assert keys(**{"meta.lang": "fr"}) == ["b"]  # a dotted key reaches a nested field
+    assert keys(meta={"lang": "en"}) == ["a"]
+    assert keys(flag=True) == ["e"] and keys(flag=1) == []
+    assert keys(tags=["x"]) == ["a"]
+    with pytest.raises(ValueError, match="unsupported filter operator"):
+        lg.search(("docs",), filter={"n": {"$in": [1]}})
+
+
+def test_search_orders_newest_first_with_limit_and_offset(lg: StateflowStore) -> None:
+    for n in range(5):
+        lg.put(("log", "day"), f"k{n}", {"n": n})
+    lg.put(("log", "day"), "k1", {"n": 1, "again": True})
+    assert [i.key for i in lg.search(("log",))] == ["k1", "k4", "k3", "k2", "k0"]
+    assert [i.key for i in lg.search(("log",), limit=2, offset=1)] == ["k4", "k3"]
+    assert lg.search(("log", "night")) == []
+    assert [i.key for i in lg.search(("lo",))] == []  # a prefix is whole labels
+
+
+def test_list_namespaces_prefix_suffix_depth_pages(lg: StateflowStore) -> None:
+    for ns in [
+        ("test", "documents", "public"),
+        ("test", "documents", "private"),
+        ("test", "images", "public"),
+        ("test", "images", "private"),
+        ("prod", "documents", "public"),
+        ("prod", "documents", "private"),
+    ]:
+        lg.put(ns, "dummy", {"content": "dummy"})
+    assert len(lg.list_namespaces()) == 6
+    assert lg.list_namespaces(prefix=("test",)) == [
+        ("test", "documents", "private"),
+        ("test", "documents", "public"),
+        ("test", "images", "private"),
+        ("test", "images", "public"),
+    ]
+    assert lg.list_namespaces(suffix=("public",), prefix=("test", "*")) == [
+        ("test", "documents", "public"),
+        ("test", "images", "public"),
+    ]
+    assert lg.list_namespaces(prefix=("*", "documents")) == [
+        ("prod", "documents", "private"),
+        ("prod", "documents", "public"),
+        ("test", "documents", "private"),
+        ("test", "documents", "public"),
+    ]
+    assert lg.list_namespaces(max_depth=2) == [
+        ("prod", "documents"),
+        ("test", "documents"),
+        ("test", "images"),
+    ]
+    assert lg.list_namespaces(max_depth=1, prefix=("test",)) == [("test",)]
+    assert lg.list_namespaces(limit=2, offset=1) == [
+        ("prod", "documents", "public"),
+        ("test", "documents", "private"),
+    ]
+    assert lg.batch([ListNamespacesOp((MatchCondition("suffix", ("private",)),), limit=1)]) == [
+        [("prod", "documents", "private")]
+    ]
+
+
+def test_bad_input_is_refused_and_writes_nothing(lg: StateflowStore) -> None:
+    with pytest.raises(InvalidNamespaceError):
+        lg.put(("a.b",), "k", {"x": 1})
+    with pytest.raises(InvalidNamespaceError):
+        lg.batch([PutOp(("ok", "a.b"), "k", {"x": 1})])
+    with pytest.raises(ValueError, match="must be a dict"):
+        lg.batch([PutOp(("ok",), "k", ["not", "a", "dict"])])  # type: ignore[arg-type]
+    assert lg.list_namespaces() == []
+
+
+def test_ttl_expiry_refresh_and_sweep(backend: str) -> None:
+    with StateflowStore.open(backend, ttl={"default_ttl": 60, "refresh_on_read": True}) as lg:
+        lg.put(("s",), "short", {"v": 1}, ttl=0.001)  # 60 ms
+        lg.put(("s",), "default", {"v": 2})  # 60 minutes from the store's default
+        lg.put(("s",), "forever", {"v": 3}, ttl=None)
+        subject = lg.subject(("s",), "default")
+        before = lg.states.read(lg.records.state, subject)
+        assert before is not None and before["data"]["ttl_minutes"] == 60
+        time.sleep(0.1)
+        assert lg.get(("s",), "short") is None  # expired: reads as absent before any sweep
+        assert sorted(i.key for i in lg.search(("s",))) == ["default", "forever"]
+        assert lg.get(("s",), "default") is not None  # refreshes its expiry
+        after = lg.states.read(lg.records.state, subject)
+        assert after is not None and after["data"]["expires_at"] > before["data"]["expires_at"]
+        assert lg.get(("s",), "forever", refresh_ttl=True) is not None
+        assert lg.sweep_ttl() == 1
+        assert lg.list_namespaces() == [("s",)]
+        assert lg.states.read(lg.records.state, lg.subject(("s",), "short")) is None
+
+
+def test_items_are_records_with_history_audit_and_as_of(backend: str) -> None:
+    store = open_store(backend, auto_migrate=True)
+    try:
+        states = StatesService(store)
+        lg = StateflowStore(states)
+        lg.put(("memories", "ada"), "food", {"likes": "pizza"})
+        lg.put(("memories", "ada"), "food", {"likes": "sushi"})
+        subject = lg.subject(("memories", "ada"), "food")
+        assert subject == {
+            "target_kind": "agent",
+            "target_name": "langgraph",
+            "kind": "item",
+            "key": "memories/ada/food",
+        }
+        record = states.read("langgraph_store", subject)
+        assert record is not None and record["data"]["value"] == {"likes": "sushi"}
+        trail = states.writes("langgraph_store", subject)["items"]
+        assert [(w["action"], w["origin"]["consumer"], w["revision"]) for w in trail] == [
+            ("replace", "langgraph", 2),
+            ("replace", "langgraph", 1),
+        ]
+        key = DocKey("langgraph_store", store.scan("langgraph_store")[0].key.subject)
+        assert store.read_at(key, revision=1).body is not None
+        assert store.read_at(key, revision=1).body["value"] == {"likes": "pizza"}  # type: ignore[index]
+        hits = states.search("langgraph_store", {"value": {"likes": "sushi"}})["matches"]
+        assert [h["subject"]["key"] for h in hits] == ["memories/ada/food"]
+    finally:
+        store.close()
+
+
+def test_async_methods(lg: StateflowStore) -> None:
+    async def run() -> None:
+        await lg.aput(("a",), "k", {"v": 1})
+        got = await lg.aget(("a",), "k")
+        assert got is not None and got.value == {"v": 1}
+        assert [i.key for i in await lg.asearch(("a",), filter={"v": {"$gte": 1}})] == ["k"]
+        assert await lg.alist_namespaces() == [("a",)]
+        await lg.adelete(("a",), "k")
+        assert await lg.aget(("a",), "k") is None
+
+    asyncio.run(run())
