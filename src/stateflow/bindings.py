@@ -1,0 +1,311 @@
+"""Bindings around a run: a callable's inputs resolve a record, the record feeds the run, the run
+updates the record — all of the run's writes in one unit of work.
+
+A :class:`Binding` names a state and
+
+- ``subject_expr`` (required, non-empty jq over the run's inputs): a full subject object
+  ``{target_kind, target_name, kind, key}`` or a bare key string — a bare key takes the
+  state's default subject kind and the run's ambient target;
+- ``scope_expr`` (optional jq over the run's inputs, evaluated first): ``true`` engages the
+  binding, ``false`` skips the state for this run (no injections, no updates); anything else
+  is refused. No expression means engaged;
+- ``inputs``: ``{argument: {"template_jq": program, "params": {...}}}`` — before the run, the
+  template's ``input`` program is evaluated on the record and its value given to the run as
+  that argument (a dotted argument such as ``"state.memory"`` sets a field inside one);
+- ``updates``: ``[{"template_jq": program, "adapter": jq}]`` — after the run, the adapter
+  (jq over ``{"input": the run's inputs, "output": its result}``; default ``.output``) gives
+  the ``update`` program its input, and the op batch the program returns is staged.
+
+:func:`bound` wraps any callable (a LangGraph node, a tool function; sync or async);
+:func:`run` is the same as a context manager. The run's own writes join the unit through
+``current_run().unit``; the unit commits after the updates are staged — one transaction, with
+the run's origin (consumer = the callable, ``run_id``) on every audit row — or, if the run
+raises, writes nothing.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import inspect
+import uuid
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, ParamSpec, TypeVar, cast
+
+import orjson
+
+from stateflow.errors import InvalidInput
+from stateflow.states import StatesService
+from stateflow.states.models import DoorContext
+from stateflow.states.service import subject_of
+from stateflow.states.unit import Unit
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class BindingInvalid(InvalidInput):
+    """A binding's definition is malformed (caught before any run)."""
+
+    code = "binding-invalid"
+
+
+class BindingRefused(InvalidInput):
+    """A binding's expression gave what the run cannot use (nothing was run or written)."""
+
+    code = "binding-refused"
+
+
+@dataclass(frozen=True)
+class Binding:
+    state: str
+    subject_expr: str
+    scope_expr: str | None = None
+    inputs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    updates: Sequence[Mapping[str, Any]] = ()
+
+    def __post_init__(self) -> None:
+        where = f"binding of state {self.state!r}"
+        if not isinstance(self.state, str) or not self.state:
+            raise BindingInvalid("a binding names a state")
+        if not isinstance(self.subject_expr, str) or not self.subject_expr.strip():
+            raise BindingInvalid(
+                f"{where}: subject_expr is required (a jq program yielding a subject or a key)"
+            )
+        if self.scope_expr is not None and (
+            not isinstance(self.scope_expr, str) or not self.scope_expr.strip()
+        ):
+            raise BindingInvalid(f"{where}: scope_expr, when given, is a non-empty jq program")
+        for name, spec in self.inputs.items():
+            if not name or not isinstance(spec, Mapping) or not isinstance(spec.get("template_jq"), str):
+                raise BindingInvalid(
+                    f"{where}: inputs[{name!r}] needs 'template_jq', an input program's name"
+                )
+            if set(spec) - {"template_jq", "params"} or not isinstance(spec.get("params", {}), Mapping):
+                raise BindingInvalid(f"{where}: inputs[{name!r}] takes 'template_jq' and an object 'params'")
+        for n, spec in enumerate(self.updates):
+            if not isinstance(spec, Mapping) or not isinstance(spec.get("template_jq"), str):
+                raise BindingInvalid(f"{where}: updates[{n}] needs 'template_jq', an update program's name")
+            if set(spec) - {"template_jq", "adapter"} or not isinstance(spec.get("adapter", ".output"), str):
+                raise BindingInvalid(f"{where}: updates[{n}] takes 'template_jq' and a jq 'adapter'")
+
+    @classmethod
+    def parse(cls, raw: Any) -> Binding:
+        """A binding from its JSON form (``{"state", "subject_expr", "scope_expr"?, "inputs"?, "updates"?}``)."""
+        if not isinstance(raw, dict):
+            raise BindingInvalid("a binding is a JSON object")
+        unknown = sorted(set(raw) - {"state", "subject_expr", "scope_expr", "inputs", "updates"})
+        if unknown:
+            raise BindingInvalid(f"a binding carries unknown keys {unknown}")
+        return cls(
+            state=raw.get("state", ""),
+            subject_expr=raw.get("subject_expr", ""),
+            scope_expr=raw.get("scope_expr"),
+            inputs=raw.get("inputs") or {},
+            updates=raw.get("updates") or (),
+        )
+
+
+@dataclass
+class Run:
+    """One bound run: its (injected) inputs, the subjects each engaged state resolved to, the
+    unit of work its writes join, and — set by the caller of :func:`run` — its output."""
+
+    run_id: str
+    inputs: dict[str, Any]
+    unit: Unit
+    subjects: dict[str, dict[str, str]]
+    output: Any = None
+
+
+_CURRENT: contextvars.ContextVar[Run | None] = contextvars.ContextVar("stateflow_bound_run", default=None)
+
+
+def current_run() -> Run:
+    """The bound run the caller executes in (its ``unit`` stages writes into the run's commit)."""
+    found = _CURRENT.get()
+    if found is None:
+        raise InvalidInput("not inside a bound run")
+    return found
+
+
+def _json_view(inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """What jq sees of the inputs: the JSON-representable ones (a LangGraph config's callbacks,
+    say, are left out)."""
+    out = {}
+    for name, value in inputs.items():
+        try:
+            out[name] = orjson.loads(orjson.dumps(value))
+        except TypeError:
+            continue
+    return out
+
+
+def _resolve(
+    states: StatesService, binding: Binding, view: dict[str, Any], target: tuple[str, str]
+) -> dict[str, str] | None:
+    """The binding's subject for this run, or None when its scope says skip."""
+    jq = states.jq()
+    where = f"binding of state {binding.state!r}"
+    if binding.scope_expr is not None:
+        engaged = jq.first(binding.scope_expr, view)
+        if type(engaged) is not bool:
+            raise BindingRefused(
+                f"{where}: scope_expr must yield true or false, got {orjson.dumps(engaged).decode()}"
+            )
+        if not engaged:
+            return None
+    found = jq.first(binding.subject_expr, view)
+    declaration = states.get_declaration(binding.state)
+    if isinstance(found, str):
+        if not found.strip():
+            raise BindingRefused(f"{where}: subject_expr yielded an empty key")
+        kind = declaration["default_subject_kind"]
+        subject = {"target_kind": target[0], "target_name": target[1], "kind": kind, "key": found}
+    elif isinstance(found, dict):
+        subject = found
+    else:
+        raise BindingRefused(
+            f"{where}: subject_expr must yield a subject object or a key string, got {orjson.dumps(found).decode()}"
+        )
+    try:
+        resolved = subject_of(subject).model_dump()
+    except InvalidInput as exc:
+        raise BindingRefused(f"{where}: {exc.message}") from exc
+    if resolved["kind"] not in declaration["subject_kinds"]:
+        raise BindingRefused(
+            f"{where}: subject kind {resolved['kind']!r} is not declared by the state "
+            f"(declared kinds: {declaration['subject_kinds']})"
+        )
+    return resolved
+
+
+def _inject(inputs: dict[str, Any], name: str, value: Any) -> None:
+    path = name.split(".")
+    node = inputs
+    for part in path[:-1]:
+        child = node.get(part)
+        child = dict(child) if isinstance(child, Mapping) else {}
+        node[part] = child
+        node = child
+    node[path[-1]] = value
+
+
+@contextmanager
+def run(
+    states: StatesService,
+    bindings: Sequence[Binding],
+    inputs: Mapping[str, Any],
+    *,
+    target: tuple[str, str] = ("agent", "stateflow"),
+    consumer: str | None = None,
+    run_id: str | None = None,
+    context: DoorContext | None = None,
+) -> Iterator[Run]:
+    """Resolve the bindings over ``inputs``, inject, yield the run; on a clean exit stage the
+    updates (computed from ``run.output``) and commit the unit; on an exception write nothing."""
+    view = _json_view(inputs)
+    engaged = [(b, _resolve(states, b, view, target)) for b in bindings]
+    active = [(b, s) for b, s in engaged if s is not None]
+    injected = dict(inputs)
+    for binding, subject in active:
+        for name, spec in binding.inputs.items():
+            value = states.template_jq_input(
+                binding.state, subject, spec["template_jq"], dict(spec.get("params", {}))
+            )
+            _inject(injected, name, value["value"])
+    run_id = run_id or uuid.uuid4().hex
+    the_run = Run(
+        run_id=run_id,
+        inputs=injected,
+        unit=states.unit(origin={"consumer": consumer, "run_id": run_id}, context=context),
+        subjects={b.state: s for b, s in active},
+    )
+    token = _CURRENT.set(the_run)
+    try:
+        with the_run.unit:
+            yield the_run
+            after = {
+                "input": _json_view(the_run.inputs),
+                "output": _json_view({"o": the_run.output}).get("o"),
+            }
+            for binding, subject in active:
+                for spec in binding.updates:
+                    update_input = states.jq().first(spec.get("adapter", ".output"), after)
+                    ops = states.template_jq_ops(binding.state, subject, spec["template_jq"], update_input)
+                    the_run.unit.apply(binding.state, subject, ops)
+    finally:
+        _CURRENT.reset(token)
+
+
+def bound(
+    states: StatesService,
+    *bindings: Binding,
+    target: tuple[str, str] = ("agent", "stateflow"),
+    context: DoorContext | None = None,
+) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """Decorate a callable so every call runs bound (see the module documentation). The
+    callable's arguments, by parameter name, are the run's inputs; injected values replace
+    or fill arguments."""
+
+    def wrap(fn: Callable[P, R]) -> Callable[P, R]:
+        signature = inspect.signature(fn)
+        consumer = getattr(fn, "__qualname__", None) or repr(fn)
+
+        open_ended = any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values())
+        for binding in bindings:
+            for name in binding.inputs:
+                if name.split(".")[0] not in signature.parameters and not open_ended:
+                    raise BindingInvalid(
+                        f"binding of state {binding.state!r} injects {name!r}, which {consumer} does not take"
+                    )
+
+        def arguments(args: Any, kwargs: Any) -> inspect.BoundArguments:
+            call = signature.bind(*args, **kwargs)
+            call.apply_defaults()
+            return call
+
+        def with_inputs(call: inspect.BoundArguments, inputs: dict[str, Any]) -> inspect.BoundArguments:
+            extra = {k: v for k, v in inputs.items() if k not in signature.parameters}
+            for name in signature.parameters:
+                if name in inputs and signature.parameters[name].kind is not inspect.Parameter.VAR_KEYWORD:
+                    call.arguments[name] = inputs[name]
+            if extra:
+                var = next(p.name for p in signature.parameters.values() if p.kind is p.VAR_KEYWORD)
+                call.arguments[var] = {**call.arguments.get(var, {}), **extra}
+            return call
+
+        if inspect.iscoroutinefunction(fn):
+
+            @functools.wraps(fn)
+            async def call_async(*args: Any, **kwargs: Any) -> Any:
+                call = arguments(args, kwargs)
+                with run(
+                    states, bindings, call.arguments, target=target, consumer=consumer, context=context
+                ) as r:
+                    final = with_inputs(call, r.inputs)
+                    result = await cast(Callable[..., Awaitable[Any]], fn)(*final.args, **final.kwargs)
+                    r.output = result
+                return result
+
+            return cast(Callable[P, R], call_async)
+
+        @functools.wraps(fn)
+        def call_sync(*args: Any, **kwargs: Any) -> Any:
+            call = arguments(args, kwargs)
+            with run(
+                states, bindings, call.arguments, target=target, consumer=consumer, context=context
+            ) as r:
+                final = with_inputs(call, r.inputs)
+                result = fn(*final.args, **final.kwargs)
+                r.output = result
+            return result
+
+        return cast(Callable[P, R], call_sync)
+
+    return wrap
+
+
+__all__ = ["Binding", "BindingInvalid", "BindingRefused", "Run", "bound", "current_run", "run"]

@@ -1,0 +1,189 @@
+"""Bindings around a run, on both backends: subject and scope expressions, injections before
+the run, updates after it, one unit of work with the run's origin."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any, TypedDict
+
+import pytest
+
+from stateflow.bindings import Binding, BindingInvalid, BindingRefused, bound, current_run, run
+from stateflow.states import StatesService
+from stateflow.store import open_store
+
+NOTEBOOK = {
+    "description": "notes kept per subject",
+    "schema": {"type": "object", "properties": {"notes": {"type": "array", "items": {"type": "string"}}}},
+    "template_jq": {
+        "recent": {"purpose": "input", "jq": {"content": "[.notes[]?] | .[-2:]"}},
+        "add": {
+            "purpose": "update",
+            "params": ["note"],
+            "jq": {"content": '[{"op": "set", "path": ["notes", "-"], "value": $input.note}]'},
+        },
+    },
+}
+BINDING = Binding(
+    state="tickets",
+    subject_expr=".ticket_id",
+    scope_expr='.channel == "support"',
+    inputs={"notes": {"template_jq": "recent"}},
+    updates=[{"template_jq": "add", "adapter": "{note: .output.reply}"}],
+)
+
+
+@pytest.fixture
+def states(backend: str) -> Iterator[StatesService]:
+    store = open_store(backend, auto_migrate=True)
+    service = StatesService(store)
+    service.put_template("notebook", NOTEBOOK)
+    service.declare(
+        "tickets",
+        {
+            "schema": {"type": "object", "properties": {"status": {"type": "string"}}},
+            "subject_kinds": ["thread"],
+            "default_subject_kind": "thread",
+        },
+    )
+    service.attach("tickets", "notebook", {"path": ["book"]})
+    yield service
+    service.close()
+    store.close()
+
+
+def subject(key: str, name: str = "helpdesk") -> dict[str, str]:
+    return {"target_kind": "agent", "target_name": name, "kind": "thread", "key": key}
+
+
+def test_decorated_callable_gets_injections_and_its_updates_land(states: StatesService) -> None:
+    seen: list[Any] = []
+
+    @bound(states, BINDING, target=("agent", "helpdesk"))
+    def answer(ticket_id: str, channel: str, notes: list[str] | None = None) -> dict[str, str]:
+        seen.append(notes)
+        return {"reply": f"answered {ticket_id} #{len(notes or [])}"}
+
+    assert answer("t-1", "support") == {"reply": "answered t-1 #0"}
+    assert answer(ticket_id="t-1", channel="support") == {"reply": "answered t-1 #1"}
+    answer("t-1", "support")
+    assert seen == [[], ["answered t-1 #0"], ["answered t-1 #0", "answered t-1 #1"]]
+    record = states.read("tickets", subject("t-1"))
+    assert record is not None and len(record["data"]["book"]["notes"]) == 3
+    trail = states.writes("tickets", subject("t-1"))["items"]
+    origins = [(w["origin"]["consumer"], w["origin"]["door"]) for w in trail]
+    assert origins == [(answer.__qualname__, "api")] * 3
+    assert len({w["origin"]["run_id"] for w in trail}) == 3  # one run id per call
+
+
+def test_scope_false_skips_injections_and_updates(states: StatesService) -> None:
+    seen: list[Any] = []
+
+    @bound(states, BINDING, target=("agent", "helpdesk"))
+    def answer(ticket_id: str, channel: str, notes: list[str] | None = None) -> dict[str, str]:
+        seen.append(notes)
+        return {"reply": "hi"}
+
+    answer("t-2", "sales")
+    assert seen == [None]
+    assert states.read("tickets", subject("t-2")) is None
+
+
+def test_refusals_run_nothing_and_write_nothing(states: StatesService) -> None:
+    calls: list[str] = []
+
+    def make(binding: Binding) -> Any:
+        @bound(states, binding, target=("agent", "helpdesk"))
+        def answer(ticket_id: Any, channel: str = "support", notes: Any = None) -> dict[str, str]:
+            calls.append("ran")
+            return {"reply": "x"}
+
+        return answer
+
+    with pytest.raises(BindingRefused, match='scope_expr must yield true or false, got "support"'):
+        make(Binding("tickets", ".ticket_id", scope_expr=".channel"))("t-3")
+    with pytest.raises(
+        BindingRefused, match="subject_expr must yield a subject object or a key string, got null"
+    ):
+        make(Binding("tickets", ".missing"))("t-3")
+    with pytest.raises(BindingRefused, match="empty key"):
+        make(Binding("tickets", ".ticket_id"))("  ")
+    with pytest.raises(BindingRefused, match="kind"):
+        make(Binding("tickets", '{target_kind: "agent", target_name: "x", kind: "nope", key: "k"}'))("t-3")
+    assert calls == []
+    for bad in ("", "   "):
+        with pytest.raises(BindingInvalid, match="subject_expr is required"):
+            Binding("tickets", bad)
+    with pytest.raises(BindingInvalid, match="subject_expr is required"):
+        Binding.parse({"state": "tickets"})
+    with pytest.raises(BindingInvalid, match="does not take"):
+        bound(states, Binding("tickets", ".k", inputs={"memo": {"template_jq": "recent"}}))(lambda k: k)
+    assert states.read("tickets", subject("t-3")) is None
+
+
+def test_full_subject_and_own_writes_commit_in_one_unit(states: StatesService) -> None:
+    binding = Binding.parse(
+        {
+            "state": "tickets",
+            "subject_expr": '{target_kind: "agent", target_name: .team, kind: "thread", key: .id}',
+            "updates": [{"template_jq": "add", "adapter": '{note: "closed by \\(.input.id)"}'}],
+        }
+    )
+
+    @bound(states, binding)
+    def close(team: str, id: str) -> None:
+        unit = current_run().unit
+        unit.apply(
+            "tickets",
+            current_run().subjects["tickets"],
+            [{"op": "set", "path": ["status"], "value": "closed"}],
+        )
+
+    close("ops", "t-4")
+    record = states.read("tickets", subject("t-4", "ops"))
+    assert record is not None and record["data"] == {"status": "closed", "book": {"notes": ["closed by t-4"]}}
+    trail = states.writes("tickets", subject("t-4", "ops"))["items"]
+    assert len(trail) == 1 and trail[0]["origin"]["consumer"] == close.__qualname__  # one write, one unit
+
+
+def test_a_failing_run_writes_nothing(states: StatesService) -> None:
+    with (
+        pytest.raises(RuntimeError),
+        run(states, [BINDING], {"ticket_id": "t-5", "channel": "support"}, target=("agent", "helpdesk")) as r,
+    ):
+        r.unit.apply("tickets", r.subjects["tickets"], [{"op": "set", "path": ["status"], "value": "open"}])
+        raise RuntimeError("the model call failed")
+    assert states.read("tickets", subject("t-5")) is None
+
+
+def test_async_callable_and_langgraph_node(states: StatesService) -> None:
+    @bound(states, BINDING, target=("agent", "helpdesk"))
+    async def answer(ticket_id: str, channel: str, notes: list[str] | None = None) -> dict[str, str]:
+        await asyncio.sleep(0)
+        return {"reply": f"async {len(notes or [])}"}
+
+    assert asyncio.run(answer("t-6", "support")) == {"reply": "async 0"}
+
+    from langgraph.graph import START, StateGraph
+
+    class Chat(TypedDict, total=False):
+        thread: str
+        notes: list[str]
+        reply: str
+
+    node_binding = Binding(
+        "tickets",
+        ".state.thread",
+        inputs={"state.notes": {"template_jq": "recent"}},  # into the node's state argument
+        updates=[{"template_jq": "add", "adapter": "{note: .output.reply}"}],
+    )
+
+    @bound(states, node_binding, target=("agent", "helpdesk"))
+    def respond(state: Chat) -> Chat:
+        return {"reply": f"seen {len(state.get('notes', []))}"}
+
+    graph = StateGraph(Chat).add_node("respond", respond).add_edge(START, "respond").compile()
+    assert graph.invoke({"thread": "t-6"})["reply"] == "seen 1"
+    record = states.read("tickets", subject("t-6"))
+    assert record is not None and record["data"]["book"]["notes"] == ["async 0", "seen 1"]
