@@ -77,20 +77,22 @@ class Records:
         key: str = orjson.loads(doc_key.subject)[3]
         return key
 
-    def scan(self, kind: str, prefix: str, *, after_key: str | None = None) -> Iterator[DocKey]:
+    def scan(
+        self, kind: str, prefix: str, *, after_key: str | None = None, page: int = SCAN_PAGE
+    ) -> Iterator[DocKey]:
         """Every present record of ``kind`` whose key starts with ``prefix``, in key order
-        (strictly after ``after_key`` when given)."""
+        (strictly after ``after_key`` when given), read ``page`` subjects at a time."""
         start = encode_subject("agent", self.target_name, kind, prefix)[:-2]  # drop the closing '"]'
         after = start if after_key is None else encode_subject("agent", self.target_name, kind, after_key)
         while True:
-            page = self.store.scan(self.state, after=after, limit=SCAN_PAGE)
-            for listed in page:
-                if not listed.key.subject.startswith(start):
+            listed = self.store.scan(self.state, after=after, limit=page)
+            for item in listed:
+                if not item.key.subject.startswith(start):
                     return
-                yield listed.key
-            if len(page) < SCAN_PAGE:
+                yield item.key
+            if len(listed) < page:
                 return
-            after = page[-1].key.subject
+            after = listed[-1].key.subject
 
     def ensure_declared(self, declaration: dict[str, Any]) -> None:
         """Declare the state unless it already is, with this schema (a re-declare writes)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import functools
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
@@ -112,7 +113,7 @@ class StateflowStore(BaseStore):
     @staticmethod
     def subject_key(namespace: tuple[str, ...], key: str) -> str:
         """The subject key of an item: its namespace labels and key, percent-encoded, ``/``-joined."""
-        return join([*namespace, key])
+        return _subject_key(tuple(namespace), key)
 
     def subject(self, namespace: tuple[str, ...], key: str) -> dict[str, str]:
         """The full stateflow subject of an item (for the states API, HTTP, CLI)."""
@@ -307,6 +308,11 @@ class StateflowStore(BaseStore):
 
     async def asweep_ttl(self) -> int:
         return await asyncio.to_thread(self.sweep_ttl)
+
+
+@functools.lru_cache(maxsize=16384)
+def _subject_key(namespace: tuple[str, ...], key: str) -> str:
+    return join([*namespace, key])  # items are read again and again: encode each once
 
 
 # ---------------------------------------------------------------------- filters
