@@ -12,7 +12,7 @@ caller. Every round measures each case on both sides, alternating which side goe
 prints the median throughput of each side, the ratio stateflow / LangGraph of the medians and
 the range of the rounds' ratios.
 
-    python benchmarks/bench_langgraph_adapters.py [--ops 1500] [--repeat 5] [--only sqlite|postgres]
+    python -m benchmarks.bench_langgraph_adapters [--ops 1500] [--repeat 5] [--only sqlite|postgres]
         [--postgres URL]
 """
 
@@ -30,9 +30,11 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, Checkpoint
 from langgraph.store.base import BaseStore
 
+from benchmarks.rounds import alternate
 from stateflow.langgraph import StateflowSaver, StateflowStore
 from stateflow.states import StatesService
 from stateflow.store import open_store
@@ -60,7 +62,7 @@ def store_cases(store: BaseStore, tag: str) -> dict[str, Case]:
 
 
 def saver_cases(saver: BaseCheckpointSaver[Any], tag: str) -> dict[str, Case]:
-    heads: dict[int, dict[str, Any]] = {}
+    heads: dict[int, RunnableConfig] = {}
     versions: dict[int, dict[str, int]] = {}
 
     def put(i: int) -> None:
@@ -82,7 +84,9 @@ def saver_cases(saver: BaseCheckpointSaver[Any], tag: str) -> dict[str, Case]:
             "versions_seen": {"node": dict(current)},
             "updated_channels": [channel],
         }
-        config = heads.get(thread) or {"configurable": {"thread_id": f"{tag}-{thread}", "checkpoint_ns": ""}}
+        config: RunnableConfig = heads.get(thread) or {
+            "configurable": {"thread_id": f"{tag}-{thread}", "checkpoint_ns": ""}
+        }
         heads[thread] = saver.put(
             config, checkpoint, {"source": "loop", "step": i, "parents": {}}, {channel: current[channel]}
         )
@@ -109,22 +113,21 @@ def compare(label: str, ours: dict[str, Case], theirs: dict[str, Case], n: int, 
         for i in range(KEYS):
             ours[case](i)
             theirs[case](i)
-    rounds: dict[str, list[tuple[float, float]]] = {case: [] for case in ours}
-    for r in range(repeat):
-        for case in ours:
-            if r % 2:
-                b, a = rate(theirs[case], n), rate(ours[case], n)
-            else:
-                a, b = rate(ours[case], n), rate(theirs[case], n)
-            rounds[case].append((a, b))
-    for case, measured in rounds.items():
-        a = statistics.median(x[0] for x in measured)
-        b = statistics.median(x[1] for x in measured)
-        ratios = sorted(x[0] / x[1] for x in measured)
+    for case in ours:
+        ours_fn, theirs_fn = ours[case], theirs[case]
+
+        def ours_rate(_r: int, fn: Case = ours_fn) -> float:
+            return rate(fn, n)
+
+        def theirs_rate(_r: int, fn: Case = theirs_fn) -> float:
+            return rate(fn, n)
+
+        pair = alternate(ours_rate, theirs_rate, repeat, higher_better=True)
         target = 0.8 if "put" in case else 1.0
         print(
-            f"{label:<32} {case:<18} stateflow {a:8.0f}/s   langgraph {b:8.0f}/s   ratio {a / b:5.2f}x"
-            f"  rounds {ratios[0]:.2f}-{ratios[-1]:.2f}x  (target >= {target:g}x)",
+            f"{label:<32} {case:<18} stateflow {statistics.median(pair.ours):8.0f}/s   "
+            f"langgraph {statistics.median(pair.base):8.0f}/s   ratio {pair.ratio:5.2f}x  rounds {pair.spread()}"
+            f"  (target >= {target:g}x){'' if pair.meets(target) else '  MISSED'}",
             flush=True,
         )
 
