@@ -103,3 +103,10 @@ class CorruptData(StoreError):
 class UnsupportedStore(StoreError):
     code = "unsupported-store"
     http_status = 400
+
+
+class MissingExtra(StateflowError):
+    """A feature needs an optional part of the install (an extra) that is not installed."""
+
+    code = "missing-extra"
+    http_status = 501

@@ -13,6 +13,7 @@ import click
 from stateflow.cli.common import Context, echo_json, pass_context, read_json_arg, refusals
 from stateflow.doc.diff import diff, to_patch
 from stateflow.errors import InvalidInput
+from stateflow.extras import needs_extra
 from stateflow.memory import Identity, MemoryConfig, MemoryView, parse_scopes
 from stateflow.memory.scopes import DEFAULT_SESSION, SESSION_ENV
 from stateflow.tools import ToolHost
@@ -200,7 +201,8 @@ COMMANDS = [tool, context, respond, history, session]
 @with_view
 def mcp_server(view: MemoryView) -> None:
     """Serve the memory tools and the declared-state tools to an MCP client over stdio."""
-    from stateflow.mcp.server import serve_stdio
+    with needs_extra("mcp", "stateflow mcp"):
+        from stateflow.mcp.server import serve_stdio
 
     serve_stdio(tool_host(view))
 

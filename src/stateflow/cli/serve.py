@@ -6,6 +6,7 @@ import click
 
 from stateflow.cli.common import Context, pass_context, refusals
 from stateflow.errors import StoreNotMigrated
+from stateflow.extras import needs_extra
 from stateflow.http.auth import TokenSet, load_or_create_token, parse_token, token_specs_from_env
 
 
@@ -23,9 +24,10 @@ from stateflow.http.auth import TokenSet, load_or_create_token, parse_token, tok
 @refusals
 def serve(ctx: Context, host: str, port: int, tokens: tuple[str, ...]) -> None:
     """Serve the declared-states HTTP API (the records of every state, agent memory included)."""
-    import uvicorn
+    with needs_extra("server", "stateflow serve"):
+        import uvicorn
 
-    from stateflow.http.app import create_app
+        from stateflow.http.app import create_app
     from stateflow.states import StatesService
 
     specs = list(tokens) or token_specs_from_env()

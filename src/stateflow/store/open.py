@@ -16,6 +16,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import platformdirs
 
 from stateflow.errors import UnsupportedStore
+from stateflow.extras import needs_extra
 from stateflow.store.base import SqlStore
 
 ENV_VAR = "STATEFLOW_STORE"
@@ -34,7 +35,8 @@ def open_store(store: str | None = None, *, auto_migrate: bool | None = None) ->
     """Open the store at ``store`` (path or URL; see the module docs)."""
     url = resolve_store_url(store)
     if url.startswith(("postgresql://", "postgres://")):
-        from stateflow.store.postgres import PostgresStore
+        with needs_extra("postgres", "a PostgreSQL store"):
+            from stateflow.store.postgres import PostgresStore
 
         return PostgresStore(url, auto_migrate=bool(auto_migrate))
     from stateflow.store.sqlite import SqliteStore
