@@ -21,9 +21,13 @@ from stateflow import __version__
 from stateflow.doc.canonical import decode, encode
 from stateflow.errors import InvalidJSON, StateflowError, StoreNotMigrated
 from stateflow.http.auth import Forbidden, Token, TokenSet
+from stateflow.http.docs import ASSETS_URL, mount_docs
 from stateflow.states import DoorContext, StatesService
 from stateflow.states.models import StateSubject
 from stateflow.states.service import subject_of
+
+
+OWN_AUTH = (ASSETS_URL + "/", "/studio/")
 
 
 class BadRequest(StateflowError):
@@ -80,7 +84,10 @@ def create_app(service: StatesService, tokens: TokenSet) -> FastAPI:
         title="stateflow",
         version=__version__,
         description="Declared JSON states with an audit trail. Send `Authorization: Bearer <token>`.",
+        docs_url=None,  # served by mount_docs from the package's own assets
+        redoc_url=None,
     )
+    mount_docs(app)
 
     @app.exception_handler(StateflowError)
     async def _handle(_: Request, exc: StateflowError) -> Response:
@@ -90,7 +97,9 @@ def create_app(service: StatesService, tokens: TokenSet) -> FastAPI:
     async def _authenticate(
         request: Request, call_next: Callable[[Request], Awaitable[Response]]
     ) -> Response:
-        if request.url.path in ("/api/health", "/openapi.json", "/docs"):
+        path = request.url.path
+        if path in ("/api/health", "/openapi.json", "/docs", "/studio") or path.startswith(OWN_AUTH):
+            # the studio signs people in with its own session cookie
             return await call_next(request)
         try:
             token = tokens.authenticate(request.headers.get("authorization"))
@@ -341,6 +350,10 @@ def create_app(service: StatesService, tokens: TokenSet) -> FastAPI:
             description="`rest` is `{target_kind}/{target_name}/{kind}/{key}[/suffix]`, each segment "
             "percent-encoded; a key may contain `%2F`.",
         )
+
+    from stateflow.studio import mount_studio
+
+    mount_studio(app, service, tokens)
 
     @app.exception_handler(404)
     async def _not_found(request: Request, exc: Exception) -> Response:

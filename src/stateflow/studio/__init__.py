@@ -1,0 +1,110 @@
+"""The studio: server-rendered pages under ``/studio`` for people who look at (and fix) what
+agents remember and services wrote. Sign-in is by API token; pages call the same services as
+the HTTP API; every asset ships in the package (htmx is the only script)."""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+
+from fastapi import FastAPI, Request
+from fastapi.responses import RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
+
+from stateflow.errors import StateflowError
+from stateflow.http.auth import TokenSet
+from stateflow.states import StatesService
+from stateflow.studio import memory_pages, states_pages
+from stateflow.studio.session import COOKIE, LOGIN_COOKIE
+from stateflow.studio.web import PREFIX, STATIC, SignInNeeded, Studio, read_form, url
+
+__all__ = ["mount_studio"]
+
+
+def _cookie(response: Response, request: Request, name: str, value: str) -> None:
+    response.set_cookie(
+        name,
+        value,
+        path=PREFIX,
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
+
+
+def _safe_next(raw: str | None) -> str:
+    """Only a studio page of this server: never an open redirect."""
+    if raw and raw.startswith(PREFIX + "/") and not raw.startswith("//") and "\\" not in raw:
+        return raw
+    return url("/states")
+
+
+def mount_studio(app: FastAPI, service: StatesService, tokens: TokenSet) -> Studio:
+    studio = Studio(service, tokens)
+    app.mount(PREFIX + "/static", StaticFiles(directory=STATIC), name="studio-static")
+
+    @app.get(PREFIX, include_in_schema=False)
+    @app.get(PREFIX + "/", include_in_schema=False)
+    async def home(request: Request) -> Response:
+        try:
+            studio.session_of(request)
+        except SignInNeeded:
+            return RedirectResponse(url("/login"), status_code=303)
+        return RedirectResponse(url("/states"), status_code=303)
+
+    @app.get(PREFIX + "/login", include_in_schema=False)
+    async def login_form(request: Request) -> Response:
+        if studio.sessions.get(request.cookies.get(COOKIE)) is not None:
+            return RedirectResponse(_safe_next(request.query_params.get("next")), status_code=303)
+        return _login_page(request, None, 200)
+
+    def _login_page(request: Request, error: str | None, status: int) -> Response:
+        nonce = secrets.token_urlsafe(24)
+        response = studio.html(
+            "login.html",
+            session=None,
+            status=status,
+            error=error,
+            login_csrf=nonce,
+            next=_safe_next(request.query_params.get("next")),
+        )
+        _cookie(response, request, LOGIN_COOKIE, nonce)
+        return response
+
+    @app.post(PREFIX + "/login", include_in_schema=False)
+    async def login(request: Request) -> Response:
+        try:
+            form = await read_form(request)
+        except StateflowError as exc:
+            return _login_page(request, exc.message, 400)
+        expected = request.cookies.get(LOGIN_COOKIE) or ""
+        given = form.get("login_csrf") or ""
+        if not expected or not hmac.compare_digest(expected.encode(), given.encode()):
+            return _login_page(request, "The sign-in form expired; please try again.", 403)
+        try:
+            token = tokens.authenticate("Bearer " + form.get("token", "").strip())
+        except StateflowError:
+            return _login_page(request, "That token is not one this server accepts.", 401)
+        response = RedirectResponse(_safe_next(form.get("next")), status_code=303)
+        _cookie(response, request, COOKIE, studio.sessions.open(token))
+        response.delete_cookie(LOGIN_COOKIE, path=PREFIX)
+        return response
+
+    @app.post(PREFIX + "/logout", include_in_schema=False)
+    async def logout(request: Request) -> Response:
+        sid = request.cookies.get(COOKIE)
+        session = studio.sessions.get(sid)
+        if session is not None:
+            try:
+                form = await read_form(request)
+                session.check_csrf(form.get("csrf"))
+            except StateflowError as exc:
+                return studio.error(exc, session, False)
+            studio.sessions.close(sid)
+        response = RedirectResponse(url("/login"), status_code=303)
+        response.delete_cookie(COOKIE, path=PREFIX)
+        return response
+
+    states_pages.register(app, studio)
+    memory_pages.register(app, studio)
+    return studio

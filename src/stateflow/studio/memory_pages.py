@@ -1,0 +1,268 @@
+"""Agent memory in the studio: agents → their global, cwd and session scopes → planes.
+
+A scope page reads the hot planes and only the outline of each lazy plane; a lazy node's
+children load when it is opened. The timeline is a page of changes with offsets ``[n]`` (the
+scope ``n`` transitions ago) and each change's patch (``patches[n]``), and the context page
+shows the exact text a model is given at the start of a turn.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+
+from stateflow.doc.canonical import JSON, decode, kind
+from stateflow.doc.diff import to_patch
+from stateflow.doc.select import MISSING
+from stateflow.errors import InvalidInput, InvalidJSON, NotFound
+from stateflow.memory import MemoryConfig, MemoryView
+from stateflow.memory.planes import RUNTIME, PlaneSet
+from stateflow.memory.scopes import MEMORY_STATE, SCOPES, Identity
+from stateflow.memory.view import MODES
+from stateflow.store import DocKey
+from stateflow.studio.session import Session
+from stateflow.studio.tree import MAX_CHILDREN, at
+from stateflow.studio.web import PREFIX, Studio, int_param, page
+from stateflow.subjects import Subject, encode_subject
+
+AGENTS_PAGE: Final = 50
+SCOPES_PAGE: Final = 200
+HISTORY_PAGE: Final = 20
+PLANES: Final = PlaneSet()
+
+
+def _prefix(agent: str) -> str:
+    """Every encoded subject of ``agent`` starts with this (subjects sort by target first)."""
+    return orjson.dumps(["agent", agent]).decode()[:-1] + ","
+
+
+def _past(agent: str) -> str:
+    """Sorts after every subject of ``agent`` and before the next agent's: after the prefix's
+    comma comes a quote (0x22); ``#`` is 0x23."""
+    return _prefix(agent) + "#"
+
+
+def _check_agent(session: Session, agent: str) -> None:
+    if not session.token.allows_tenant(("agent", agent)):
+        raise NotFound(f"no agent {agent!r} for this token")
+
+
+def agents(studio: Studio, request: Request, session: Session) -> Response:
+    """Agents with memory, one index probe each (the scan jumps over an agent's scopes)."""
+    studio.service.install_builtins()
+    store, targets = studio.store, session.token.targets
+    after = request.query_params.get("after") or None
+    found: list[str] = []
+    more = False
+    if targets is not None:
+        names = sorted(n for k, n in targets if k == "agent" and (after is None or n > after))
+        for n in names:
+            if store.scan(MEMORY_STATE, after=_prefix(n), limit=1) and _owned(store, n):
+                if len(found) == AGENTS_PAGE:
+                    more = True
+                    break
+                found.append(n)
+    else:
+        cursor = _past(after) if after else None
+        while True:
+            listed = store.scan(MEMORY_STATE, after=cursor, limit=1)
+            if not listed:
+                break
+            subject = Subject.decode(listed[0].key.subject)
+            if len(found) == AGENTS_PAGE:
+                more = True
+                break
+            found.append(subject.target_name)
+            cursor = _past(subject.target_name)
+    return studio.html(
+        "memory.html", session=session, nav="memory", agents=found, next_after=found[-1] if more else None
+    )
+
+
+def _owned(store: Any, agent: str) -> bool:
+    first = store.scan(MEMORY_STATE, after=_prefix(agent), limit=1)
+    return bool(first) and first[0].key.subject.startswith(_prefix(agent))
+
+
+def agent_page(studio: Studio, request: Request, session: Session) -> Response:
+    agent = request.path_params["agent"]
+    _check_agent(session, agent)
+    rows: list[dict[str, Any]] = []
+    cursor: str | None = request.query_params.get("after") or _prefix(agent)
+    more = False
+    while cursor is not None and not more:
+        listed = studio.store.scan(MEMORY_STATE, after=cursor, limit=SCOPES_PAGE)
+        cursor = None
+        for item in listed:
+            if not item.key.subject.startswith(_prefix(agent)):
+                break
+            if len(rows) == SCOPES_PAGE:
+                more = True
+                break
+            s = Subject.decode(item.key.subject)
+            rows.append({"kind": s.kind, "key": s.key, "revision": item.revision, "at": item.at, "enc": item.key.subject})
+        else:
+            if len(listed) == SCOPES_PAGE:
+                cursor = listed[-1].key.subject
+    if not rows and not request.query_params.get("after"):
+        raise NotFound(f"agent {agent!r} has no memory")
+    by_kind = {k: [r for r in rows if r["kind"] == k] for k in SCOPES}
+    return studio.html(
+        "agent.html",
+        session=session,
+        nav="memory",
+        agent=agent,
+        scopes=by_kind,
+        modes=MODES,
+        next_after=rows[-1]["enc"] if more else None,
+    )
+
+
+def _scope_key(agent: str, scope: str, key: str) -> DocKey:
+    if scope not in SCOPES:
+        raise InvalidInput(f"scope must be one of {', '.join(SCOPES)}")
+    if not key:
+        raise InvalidInput("a scope page needs its key")
+    return DocKey(MEMORY_STATE, encode_subject("agent", agent, scope, key))
+
+
+def scope_page(studio: Studio, request: Request, session: Session) -> Response:
+    agent = request.path_params["agent"]
+    _check_agent(session, agent)
+    q = request.query_params
+    scope, key = q.get("scope", ""), q.get("key", "")
+    doc_key = _scope_key(agent, scope, key)
+    store = studio.store
+    hot = [*PLANES.hot, RUNTIME]
+    doc = store.get(doc_key, hot, outlines=PLANES.lazy)
+    if doc.revision == 0:
+        raise NotFound(f"agent {agent!r} has no {scope} scope {key!r}")
+    start = int_param(q, "start") or 0
+    before = int_param(q, "before")
+    changes = store.history([doc_key], limit=HISTORY_PAGE + 1, before_seq=before, members=hot)
+    timeline = []
+    for i, change in enumerate(changes[:HISTORY_PAGE]):
+        timeline.append(
+            {
+                "offset": start + i,
+                "seq": change.seq,
+                "at": change.at,
+                "revision": change.revision,
+                "origin": change.origin,
+                "patch": to_patch(change.edits) if change.edits else {},
+                "lazy_paths": [p for p in change.paths if p and p[0] in PLANES.lazy],
+            }
+        )
+    more = len(changes) > HISTORY_PAGE
+    offset = int_param(q, "offset")
+    asof = None
+    if offset:
+        revision = doc.revision - offset
+        if revision < 0:
+            raise NotFound(f"offset [{offset}] is before this scope's first transition")
+        body = store.read_at(doc_key, revision=revision, members=hot).body
+        asof = {"offset": offset, "revision": revision, "value": MISSING if body is None else body}
+    planes = {name: doc.body[name] for name in hot if doc.body and name in doc.body}
+    lazy = {name: outline for name, outline in doc.outlines.items() if outline is not None}
+    return studio.html(
+        "scope.html",
+        session=session,
+        nav="memory",
+        agent=agent,
+        scope=scope,
+        key=key,
+        doc=doc,
+        planes=planes,
+        runtime=planes.pop(RUNTIME, None),
+        lazy={n: _outline_rows(o) for n, o in lazy.items()},
+        timeline=timeline,
+        next_page={"start": start + HISTORY_PAGE, "before": changes[HISTORY_PAGE - 1].seq} if more else None,
+        asof=asof,
+    )
+
+
+def _outline_rows(outline: dict[str, str]) -> dict[str, Any]:
+    items = list(outline.items())
+    return {"items": items[:MAX_CHILDREN], "more": max(0, len(items) - MAX_CHILDREN), "total": len(items)}
+
+
+def lazy_children(studio: Studio, request: Request, session: Session) -> Response:
+    """The children of one lazy node (an htmx fragment), a page at a time."""
+    agent = request.path_params["agent"]
+    _check_agent(session, agent)
+    q = request.query_params
+    doc_key = _scope_key(agent, q.get("scope", ""), q.get("key", ""))
+    plane = q.get("plane", "lazy")
+    if plane not in PLANES.lazy:
+        raise InvalidInput(f"{plane!r} is not a lazy plane")
+    try:
+        path = decode(q.get("path") or "[]")
+    except InvalidJSON as exc:
+        raise InvalidInput(f"path must be a JSON array: {exc.message}") from exc
+    if not isinstance(path, list) or not all(isinstance(s, str | int) and not isinstance(s, bool) for s in path):
+        raise InvalidInput("path must be a JSON array of keys and indices")
+    start = int_param(q, "start") or 0
+    body = studio.store.get(doc_key, [plane]).body or {}
+    node: JSON = at(body.get(plane, MISSING), path)
+    if node is MISSING:
+        raise NotFound("that lazy node no longer exists")
+    if isinstance(node, dict):
+        items: list[tuple[str | int, Any]] = list(node.items())
+    elif isinstance(node, list):
+        items = list(enumerate(node))
+    else:
+        items = []
+    shown = items[start : start + MAX_CHILDREN]
+    children = [
+        {"key": k, "kind": kind(v), "value": v if kind(v) not in ("object", "array") else None, "size": len(v) if isinstance(v, dict | list) else None, "path": [*path, k]}
+        for k, v in shown
+    ]
+    left = len(items) - start - len(shown)
+    return studio.html(
+        "_lazy_children.html",
+        session=session,
+        agent=agent,
+        scope=q.get("scope"),
+        key=q.get("key"),
+        plane=plane,
+        path=path,
+        children=children,
+        next_start=start + len(shown) if left > 0 else None,
+        left=left,
+    )
+
+
+def context_page(studio: Studio, request: Request, session: Session) -> Response:
+    agent = request.path_params["agent"]
+    _check_agent(session, agent)
+    q = request.query_params
+    cwd, sid, mode = q.get("cwd") or "/", q.get("session") or "default", q.get("mode") or "active"
+    identity = Identity(agent, cwd, sid)  # the stored keys as they are: no path resolution here
+    view = MemoryView(studio.store, identity, SCOPES, MemoryConfig(mode=mode))
+    context = view.context()
+    return studio.html(
+        "context.html",
+        session=session,
+        nav="memory",
+        agent=agent,
+        cwd=cwd,
+        sid=sid,
+        mode=mode,
+        modes=MODES,
+        context=context,
+        text=context.text(),
+    )
+
+
+def register(app: FastAPI, studio: Studio) -> None:
+    for path, fn in {
+        "/memory": agents,
+        "/memory/{agent}": agent_page,
+        "/memory/{agent}/scope": scope_page,
+        "/memory/{agent}/lazy": lazy_children,
+        "/memory/{agent}/context": context_page,
+    }.items():
+        app.add_api_route(PREFIX + path, page(studio, fn), methods=["GET"], include_in_schema=False)

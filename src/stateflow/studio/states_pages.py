@@ -1,0 +1,258 @@
+"""Declared states in the studio: the catalog, a state's records, one record (document,
+timeline, as-of, diff, edit, template jq), and the template library."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.responses import RedirectResponse, Response
+
+from stateflow.doc.canonical import JSON, decode
+from stateflow.doc.diff import diff
+from stateflow.doc.select import MISSING
+from stateflow.errors import InvalidInput, InvalidJSON, StateflowError
+from stateflow.memory.planes import RUNTIME, PlaneSet
+from stateflow.memory.scopes import MEMORY_STATE
+from stateflow.states.models import StateSubject
+from stateflow.store import DocKey
+from stateflow.studio.session import Session
+from stateflow.studio.tree import diff_rows
+from stateflow.studio.web import PREFIX, Studio, form_page, int_param, page, subject_from, subject_params, url
+
+RECORDS_PAGE: Final = 50
+HISTORY_PAGE: Final = 25
+PLANES: Final = PlaneSet()
+
+
+def pretty(value: JSON) -> str:
+    return orjson.dumps(value, option=orjson.OPT_INDENT_2).decode()
+
+
+def _json_field(raw: str | None, what: str) -> JSON:
+    try:
+        return decode(raw or "")
+    except InvalidJSON as exc:
+        raise InvalidInput(f"{what} is not valid JSON: {exc.message}") from exc
+
+
+# ---------------------------------------------------------------------- catalog
+
+
+def catalog(studio: Studio, request: Request, session: Session) -> Response:
+    studio.service.install_builtins()
+    states = studio.service.list_declarations()
+    return studio.html("states.html", session=session, states=states, nav="states")
+
+
+def state(studio: Studio, request: Request, session: Session) -> Response:
+    name = request.path_params["name"]
+    service, token = studio.service, session.token
+    decl = service.get_declaration(name)
+    q = request.query_params
+    kind, filters_text, cursor = q.get("kind") or None, (q.get("filters") or "").strip(), q.get("cursor")
+    if kind is not None and kind not in decl["subject_kinds"]:
+        raise InvalidInput(f"state {name!r} declares no subject kind {kind!r}")
+    search_error = None
+    rows: list[dict[str, Any]] = []
+    next_cursor = None
+    try:
+        if filters_text:
+            filters = _json_field(filters_text, "the filter")
+            found = service.search(name, filters, limit=RECORDS_PAGE, cursor=cursor, tenants=token.targets)
+            rows = [r for r in found["matches"] if kind is None or r["subject"]["kind"] == kind]
+            next_cursor = found["next_cursor"]
+        else:
+            listed = service.subjects(name, kind=kind, limit=RECORDS_PAGE, cursor=cursor, tenants=token.targets)
+            rows, next_cursor = listed["subjects"], listed["next_cursor"]
+    except InvalidInput as exc:
+        search_error = exc.message
+    stats = service.stats(name) if token.targets is None else None
+    templates = {a["template"]: service.get_template(a["template"]) for a in decl["attachments"]}
+    return studio.html(
+        "state.html",
+        session=session,
+        nav="states",
+        decl=decl,
+        stats=stats,
+        rows=rows,
+        kind=kind,
+        filters=filters_text,
+        cursor=cursor,
+        next_cursor=next_cursor,
+        search_error=search_error,
+        templates=templates,
+    )
+
+
+def templates_page(studio: Studio, request: Request, session: Session) -> Response:
+    studio.service.install_builtins()
+    return studio.html(
+        "templates.html", session=session, nav="templates", templates=studio.service.list_templates()
+    )
+
+
+# ---------------------------------------------------------------------- one record
+
+
+class _Record:
+    """The record as the page shows it. A memory scope's lazy planes are never read here:
+    only their outlines (immediate keys and kinds), which the store keeps beside the body."""
+
+    def __init__(self, studio: Studio, name: str, subject: StateSubject) -> None:
+        self.name, self.subject = name, subject
+        self.memory = name == MEMORY_STATE
+        self.members: list[str] | None = [*PLANES.hot, RUNTIME] if self.memory else None
+        service = studio.service
+        self.lazy: dict[str, Any] = {}
+        if self.memory:
+            decl = service.get_declaration(name)
+            if subject.kind not in decl["subject_kinds"]:
+                service.read(name, subject)  # raises the service's own refusal
+            self.canonical = subject
+            doc = studio.store.get(DocKey(name, subject.encode()), self.members, outlines=PLANES.lazy)
+            self.data: JSON = MISSING if doc.body is None else doc.body
+            self.revision, self.updated_at, self.folded_from = doc.revision, doc.at, []
+            self.lazy = {k: v for k, v in doc.outlines.items() if v is not None}
+        else:
+            rec = service.read(name, subject)
+            self.canonical = subject if rec is None else StateSubject.model_validate(rec["canonical_subject"])
+            self.data = MISSING if rec is None else rec["data"]
+            self.revision = 0 if rec is None else rec["revision"]
+            self.updated_at = None if rec is None else rec["updated_at"]
+            self.folded_from = [] if rec is None else rec["folded_from"]
+        self.key = DocKey(name, self.canonical.encode())
+
+    def at_revision(self, studio: Studio, revision: int) -> JSON:
+        body = studio.store.read_at(self.key, revision=revision, members=self.members).body
+        return MISSING if body is None else body
+
+
+def _jq_programs(studio: Studio, decl: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    for attachment in decl["attachments"]:
+        template = studio.service.get_template(attachment["template"])
+        for pname, program in sorted((template.get("template_jq") or {}).items()):
+            out.append(
+                {
+                    "ref": f"{template['name']}.{pname}",
+                    "purpose": program.get("purpose"),
+                    "params": program.get("params", []),
+                    "description": program.get("description", ""),
+                }
+            )
+    return out
+
+
+def _record_values(studio: Studio, name: str, q: Mapping[str, str], session: Session) -> dict[str, Any]:
+    subject = subject_from(q)
+    studio.check_tenant(session.token, subject)
+    decl = studio.service.get_declaration(name)
+    rec = _Record(studio, name, subject)
+    history = studio.service.writes(name, subject, limit=HISTORY_PAGE, cursor=q.get("cursor"))
+    values: dict[str, Any] = {
+        "nav": "states",
+        "decl": decl,
+        "rec": rec,
+        "subject": subject,
+        "sp": subject_params(subject),
+        "history": history,
+        "programs": [] if rec.memory else _jq_programs(studio, decl),
+        "editable": not rec.memory,
+        "edit_text": "" if rec.data is MISSING or rec.memory else pretty(rec.data),
+        "edit_error": None,
+        "saved": q.get("saved") == "1",
+        "asof": None,
+        "diff": None,
+    }
+    rev = int_param(q, "rev")
+    if rev is not None:
+        values["asof"] = {"revision": rev, "value": rec.at_revision(studio, rev)}
+    a, b = int_param(q, "a"), int_param(q, "b")
+    if a is not None and b is not None:
+        values["diff"] = _diff(studio, rec, a, b)
+    return values
+
+
+def _diff(studio: Studio, rec: _Record, a: int, b: int) -> dict[str, Any]:
+    old, new = rec.at_revision(studio, a), rec.at_revision(studio, b)
+    return {"a": a, "b": b, "rows": diff_rows(old, diff(old, new))}
+
+
+def record(studio: Studio, request: Request, session: Session) -> Response:
+    values = _record_values(studio, request.path_params["name"], request.query_params, session)
+    return studio.html("record.html", session=session, **values)
+
+
+def record_history(studio: Studio, request: Request, session: Session) -> Response:
+    """One more page of the timeline (htmx appends it)."""
+    name = request.path_params["name"]
+    subject = subject_from(request.query_params)
+    studio.check_tenant(session.token, subject)
+    history = studio.service.writes(name, subject, limit=HISTORY_PAGE, cursor=request.query_params.get("cursor"))
+    return studio.html(
+        "_history_rows.html",
+        session=session,
+        history=history,
+        decl={"name": name},
+        sp=subject_params(subject),
+    )
+
+
+def record_edit(studio: Studio, request: Request, session: Session, form: dict[str, str]) -> Response:
+    name = request.path_params["name"]
+    subject = subject_from(form)
+    studio.check_tenant(session.token, subject)
+    studio.check_writer(session.token)
+    if name == MEMORY_STATE:
+        raise InvalidInput("memory scopes are written by their agents (patch_state), not edited here")
+    text = form.get("document", "")
+    try:
+        document = _json_field(text, "the document")
+        studio.service.replace(name, subject, document, context=studio.context(session))
+    except InvalidInput as exc:  # schema and JSON errors: shown inline, nothing written
+        values = _record_values(studio, name, subject_params(subject), session)
+        values.update(edit_text=text, edit_error=exc.message)
+        return studio.html("record.html", session=session, status=exc.http_status, **values)
+    return RedirectResponse(url(f"/states/{name}/record", **subject_params(subject), saved=1), status_code=303)
+
+
+def record_jq(studio: Studio, request: Request, session: Session, form: dict[str, str]) -> Response:
+    """Run one template jq program on the record: ``input`` programs read, ``update`` ones write."""
+    name = request.path_params["name"]
+    subject = subject_from(form)
+    studio.check_tenant(session.token, subject)
+    program = form.get("program", "")
+    service = studio.service
+    raw_input = (form.get("input") or "").strip()
+    try:
+        purpose = service.template_jq_purpose(name, program)
+        if purpose == "input":
+            params = _json_field(raw_input, "params") if raw_input else {}
+            if not isinstance(params, dict):
+                raise InvalidInput("params must be a JSON object")
+            result: Any = service.template_jq_input(name, subject, program, params)
+        else:
+            studio.check_writer(session.token)
+            value = _json_field(raw_input, "input") if raw_input else None
+            result = service.template_jq_update(name, subject, program, value, context=studio.context(session))
+    except StateflowError as exc:
+        return studio.html("_jq_result.html", session=session, status=exc.http_status, error=exc.message)
+    return studio.html("_jq_result.html", session=session, result=result, purpose=purpose, error=None)
+
+
+def register(app: FastAPI, studio: Studio) -> None:
+    gets = {
+        "/states": catalog,
+        "/states/{name}": state,
+        "/states/{name}/record": record,
+        "/states/{name}/record/history": record_history,
+        "/templates": templates_page,
+    }
+    for path, fn in gets.items():
+        app.add_api_route(PREFIX + path, page(studio, fn), methods=["GET"], include_in_schema=False)
+    posts = {"/states/{name}/record/edit": record_edit, "/states/{name}/record/jq": record_jq}
+    for path, form_fn in posts.items():
+        app.add_api_route(PREFIX + path, form_page(studio, form_fn), methods=["POST"], include_in_schema=False)

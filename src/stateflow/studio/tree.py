@@ -1,0 +1,128 @@
+"""HTML for JSON values: a collapsible tree (native ``<details>``, no script needed), the rows
+of a diff, and the children of a lazy node. Every string is escaped here."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Final
+
+from markupsafe import Markup, escape
+
+from stateflow.doc.canonical import JSON, encode, kind
+from stateflow.doc.diff import Edit
+from stateflow.doc.select import MISSING
+
+MAX_CHILDREN: Final = 200
+"""Children shown per object or array; the rest are counted, not rendered."""
+MAX_NODES: Final = 4000
+"""Nodes rendered per tree: a huge document is cut, never sent whole."""
+MAX_TEXT: Final = 400
+
+
+def path_text(path: Sequence[str | int]) -> str:
+    """``a.b[2]["odd key"]``: how the studio names a place in a document."""
+    out = ""
+    for seg in path:
+        if isinstance(seg, int):
+            out += f"[{seg}]"
+        elif seg.isidentifier():
+            out += f".{seg}" if out else seg
+        else:
+            out += "[" + encode(seg).decode() + "]"
+    return out or "(document)"
+
+
+def scalar(value: JSON) -> Markup:
+    """One scalar (or a short inline rendering of a container), classed by its JSON kind."""
+    k = kind(value)
+    if k == "object":
+        return Markup('<span class="j-meta">{%s}</span>') % _count(len(value), "key")
+    if k == "array":
+        return Markup('<span class="j-meta">[%s]</span>') % _count(len(value), "item")
+    text = encode(value).decode()
+    if len(text) > MAX_TEXT:
+        return Markup('<span class="j-%s" title="%s characters">%s…</span>') % (
+            k,
+            len(text),
+            text[:MAX_TEXT],
+        )
+    return Markup('<span class="j-%s">%s</span>') % (k, text)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+class _Budget:
+    def __init__(self, nodes: int) -> None:
+        self.left = nodes
+
+
+def tree(value: JSON, *, open_depth: int = 2, max_nodes: int = MAX_NODES) -> Markup:
+    """A collapsible tree of ``value``: containers down to ``open_depth`` start open."""
+    if value is MISSING:
+        return Markup('<p class="muted">(no document)</p>')
+    budget = _Budget(max_nodes)
+    body = _node(None, value, 0, open_depth, budget)
+    cut = Markup("") if budget.left >= 0 else Markup('<p class="muted">The tree was cut to keep the page fast.</p>')
+    return Markup('<ul class="tree">%s</ul>%s') % (body, cut)
+
+
+def _label(key: str | int | None) -> Markup:
+    if key is None:
+        return Markup("")
+    if isinstance(key, int):
+        return Markup('<span class="j-index">%s</span>') % key
+    return Markup('<span class="j-key">%s</span>') % key
+
+
+def _node(key: str | int | None, value: JSON, depth: int, open_depth: int, budget: _Budget) -> Markup:
+    budget.left -= 1
+    if budget.left < 0:
+        return Markup("")
+    k = kind(value)
+    if k not in ("object", "array"):
+        return Markup('<li class="leaf">%s%s</li>') % (_label(key), scalar(value))
+    items: list[tuple[str | int, Any]] = list(value.items()) if k == "object" else list(enumerate(value))
+    if not items:
+        return Markup('<li class="leaf">%s<span class="j-meta">%s</span></li>') % (
+            _label(key),
+            "{}" if k == "object" else "[]",
+        )
+    children = [_node(ck, cv, depth + 1, open_depth, budget) for ck, cv in items[:MAX_CHILDREN]]
+    if len(items) > MAX_CHILDREN:
+        children.append(Markup('<li class="muted">… %s more</li>') % (len(items) - MAX_CHILDREN))
+    return Markup('<li><details%s><summary>%s%s</summary><ul>%s</ul></details></li>') % (
+        Markup(" open") if depth < open_depth else Markup(""),
+        _label(key),
+        scalar(value),
+        Markup("").join(children),
+    )
+
+
+def at(value: JSON, path: Sequence[str | int]) -> JSON:
+    """The value at ``path``, or :data:`MISSING`."""
+    node = value
+    for seg in path:
+        if isinstance(seg, int):
+            if type(node) is not list or seg >= len(node):
+                return MISSING
+        elif type(node) is not dict or seg not in node:
+            return MISSING
+        node = node[seg]
+    return node
+
+
+def diff_rows(old: JSON, edits: Sequence[Edit]) -> list[dict[str, Any]]:
+    """Per edit: the path, the value before and the value after (``None`` markup when absent)."""
+    rows = []
+    for edit in edits:
+        before = at(old, edit.path)
+        rows.append(
+            {
+                "path": path_text(edit.path),
+                "before": None if before is MISSING else tree(before, open_depth=1, max_nodes=400),
+                "after": None if edit.is_delete else tree(edit.value, open_depth=1, max_nodes=400),
+            }
+        )
+    return rows

@@ -1,0 +1,178 @@
+"""What every studio page shares: the signed-in session, rendering, forms, errors."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, Final
+from urllib.parse import parse_qsl, urlencode
+
+from fastapi import Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.concurrency import run_in_threadpool
+
+from stateflow import __version__
+from stateflow.errors import InvalidInput, StateflowError
+from stateflow.http.auth import Forbidden, Token, TokenSet
+from stateflow.states import DoorContext, StatesService
+from stateflow.states.models import StateSubject
+from stateflow.states.service import subject_of
+from stateflow.studio.session import COOKIE, Session, Sessions
+from stateflow.studio.tree import path_text, scalar, tree
+
+PREFIX: Final = "/studio"
+TEMPLATES: Final = Path(__file__).with_name("templates")
+STATIC: Final = Path(__file__).with_name("static")
+MAX_FORM_BYTES: Final = 8 * 1024 * 1024
+
+
+class SignInNeeded(Exception):
+    pass
+
+
+def url(where: str, /, **params: Any) -> str:
+    """A studio URL: ``where`` under the studio prefix, with the non-empty ``params``."""
+    query = urlencode({k: v for k, v in params.items() if v is not None and v != ""})
+    return PREFIX + where + ("?" + query if query else "")
+
+
+def subject_params(subject: Any) -> dict[str, str]:
+    s = subject if isinstance(subject, dict) else subject.model_dump()
+    return {"tk": s["target_kind"], "tn": s["target_name"], "kind": s["kind"], "key": s["key"]}
+
+
+def subject_from(params: Any) -> StateSubject:
+    try:
+        raw = {"target_kind": params["tk"], "target_name": params["tn"], "kind": params["kind"], "key": params["key"]}
+    except KeyError as exc:
+        raise InvalidInput("a record is named by tk, tn, kind and key") from exc
+    return subject_of(raw)
+
+
+def int_param(params: Any, name: str) -> int | None:
+    raw = params.get(name)
+    if raw in (None, ""):
+        return None
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise InvalidInput(f"{name} must be an integer") from exc
+
+
+class Studio:
+    def __init__(self, service: StatesService, tokens: TokenSet) -> None:
+        self.service = service
+        self.store = service.store
+        self.tokens = tokens
+        self.sessions = Sessions()
+        self.env = Environment(
+            loader=FileSystemLoader(TEMPLATES),
+            autoescape=select_autoescape(["html"]),
+            trim_blocks=True,
+            lstrip_blocks=True,
+        )
+        self.env.globals.update(
+            url=url, tree=tree, scalar=scalar, path_text=path_text, subject_params=subject_params, version=__version__
+        )
+
+    # ------------------------------------------------------------------ sessions
+
+    def session_of(self, request: Request) -> Session:
+        session = self.sessions.get(request.cookies.get(COOKIE))
+        if session is None:
+            raise SignInNeeded
+        return session
+
+    def context(self, session: Session) -> DoorContext:
+        """Studio writes enter through the API door, by the signed-in token."""
+        return DoorContext(door="api", actor=session.token.principal)
+
+    @staticmethod
+    def check_tenant(token: Token, subject: StateSubject) -> None:
+        if not token.allows_tenant(subject.tenant):
+            raise Forbidden(f"this token may not use target {subject.target_kind}/{subject.target_name}")
+
+    @staticmethod
+    def check_writer(token: Token) -> None:
+        if token.read_only:
+            raise Forbidden("this token is read-only")
+
+    # ------------------------------------------------------------------ rendering
+
+    def html(self, template: str, *, session: Session | None, status: int = 200, **values: Any) -> HTMLResponse:
+        token = session.token if session else None
+        page = self.env.get_template(template).render(
+            session=session,
+            can_write=token is not None and not token.read_only,
+            limited=token is not None and token.targets is not None,
+            csrf=session.csrf if session else "",
+            **values,
+        )
+        return HTMLResponse(page, status_code=status, headers=_NO_STORE)
+
+    def error(self, exc: StateflowError, session: Session | None, fragment: bool) -> HTMLResponse:
+        template = "_error.html" if fragment else "error.html"
+        return self.html(template, session=session, status=exc.http_status, error=exc.message, code=exc.code)
+
+
+_NO_STORE: Final = {"Cache-Control": "no-store", "X-Frame-Options": "DENY", "Referrer-Policy": "same-origin"}
+
+Page = Callable[[Studio, Request, Session], Response]
+FormPage = Callable[[Studio, Request, Session, dict[str, str]], Response]
+
+
+def page(studio: Studio, fn: Page) -> Callable[[Request], Awaitable[Response]]:
+    """A GET page: signed in, run off the event loop, errors rendered as a page (or fragment)."""
+
+    async def handler(request: Request) -> Response:
+        fragment = request.headers.get("hx-request") == "true"
+        try:
+            session = studio.session_of(request)
+        except SignInNeeded:
+            return _to_login(request, fragment)
+        try:
+            return await run_in_threadpool(fn, studio, request, session)
+        except StateflowError as exc:
+            return studio.error(exc, session, fragment)
+
+    # not functools.wraps: FastAPI would read the wrapped function's parameters as query fields
+    handler.__name__ = fn.__name__
+    return handler
+
+
+def form_page(studio: Studio, fn: FormPage) -> Callable[[Request], Awaitable[Response]]:
+    """A POST: signed in, the form's CSRF secret checked before anything runs."""
+
+    async def handler(request: Request) -> Response:
+        fragment = request.headers.get("hx-request") == "true"
+        try:
+            session = studio.session_of(request)
+        except SignInNeeded:
+            return _to_login(request, fragment)
+        try:
+            form = await read_form(request)
+            session.check_csrf(form.get("csrf") or request.headers.get("x-csrf-token"))
+            return await run_in_threadpool(fn, studio, request, session, form)
+        except StateflowError as exc:
+            return studio.error(exc, session, fragment)
+
+    # not functools.wraps: FastAPI would read the wrapped function's parameters as query fields
+    handler.__name__ = fn.__name__
+    return handler
+
+
+async def read_form(request: Request) -> dict[str, str]:
+    if not request.headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
+        raise InvalidInput("studio forms are sent as application/x-www-form-urlencoded")
+    raw = await request.body()
+    if len(raw) > MAX_FORM_BYTES:
+        raise InvalidInput("the form is too large")
+    return dict(parse_qsl(raw.decode("utf-8", "replace"), keep_blank_values=True))
+
+
+def _to_login(request: Request, fragment: bool) -> Response:
+    target = url("/login", next=request.url.path + ("?" + request.url.query if request.url.query else ""))
+    if fragment:  # htmx follows HX-Redirect with a full page load
+        return Response(status_code=200, headers={"HX-Redirect": target})
+    return RedirectResponse(target, status_code=303)

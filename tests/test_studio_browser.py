@@ -1,0 +1,217 @@
+"""The studio in a real browser: Chromium driven by Playwright against a real server.
+
+Set ``STATEFLOW_STUDIO_SCREENSHOTS=docs/studio`` to (re)take the screenshots shown in
+docs/studio.md; without it the same steps run and nothing is written.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import uvicorn
+
+from stateflow.http.app import create_app
+from stateflow.http.auth import TokenSet, parse_token
+from stateflow.store import SqlStore
+from .studio_seed import seed, ticket
+
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+
+ADMIN = "studio-admin-token-0001"
+READER = "studio-reader-token-001"
+BILLING = "studio-billing-token-01"
+CHROMIUM = os.environ.get("STATEFLOW_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+SHOTS = os.environ.get("STATEFLOW_STUDIO_SCREENSHOTS")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@pytest.fixture
+def server(store: SqlStore) -> Iterator[str]:
+    service = seed(store)
+    tokens = TokenSet([parse_token(ADMIN), parse_token(READER + ":read"), parse_token(BILLING + "@agent/billing")])
+    config = uvicorn.Config(create_app(service, tokens), host="127.0.0.1", port=_free_port(), log_level="warning")
+    srv = uvicorn.Server(config)
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not srv.started:
+        assert time.monotonic() < deadline, "the studio server did not start"
+        time.sleep(0.02)
+    yield f"http://127.0.0.1:{config.port}"
+    srv.should_exit = True
+    thread.join(10)
+    service.close()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    if not Path(CHROMIUM).exists():
+        if os.environ.get("CI"):
+            raise pytest.UsageError(f"no Chromium at {CHROMIUM}: .ci/run installs Debian's chromium")
+        pytest.skip(f"no Chromium at {CHROMIUM}")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        yield b
+        b.close()
+
+
+def shot(page: Page, name: str) -> None:
+    if SHOTS:
+        Path(SHOTS).mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(Path(SHOTS) / f"{name}.png"), full_page=True)
+
+
+def sign_in(page: Page, base: str, token: str) -> None:
+    page.goto(base + "/studio")
+    expect(page).to_have_url(re.compile(r"/studio/login"))
+    page.fill("#token", token)
+    page.click("#sign-in")
+    expect(page.locator("h1")).to_have_text("Declared states")
+
+
+def test_operator_walks_through_the_studio(server: str, browser: Browser) -> None:
+    context = browser.new_context(viewport={"width": 1360, "height": 900})
+    page = context.new_page()
+    page.goto(server + "/studio/login")
+    shot(page, "login")
+    page.fill("#token", "not-a-token-this-server-knows")
+    page.click("#sign-in")
+    expect(page.locator(".alert-error")).to_contain_text("not one this server accepts")
+    sign_in(page, server, ADMIN)
+    cookie = next(c for c in context.cookies() if c["name"] == "stateflow_studio")
+    assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and ADMIN not in cookie["value"]
+    expect(page.locator("#states")).to_contain_text("tickets")
+    shot(page, "states")
+
+    # a state: its catalog entry and records, then a search
+    page.click("#states >> text=tickets")
+    expect(page.locator("h1")).to_contain_text("tickets")
+    expect(page.locator("#records tbody tr")).to_have_count(13)
+    page.fill("#search input[name=filters]", '{"status": "closed"}')
+    page.click("#search button[type=submit]")
+    expect(page.locator("#records tbody tr")).to_have_count(4)
+    page.select_option("#search select[name=kind]", "ticket")
+    page.fill("#search input[name=filters]", '{"priority": 2}')
+    page.click("#search button[type=submit]")
+    rows = page.locator("#records tbody tr")
+    expect(rows).to_have_count(3)
+    page.fill("#search input[name=filters]", "")
+    page.click("#search button[type=submit]")
+    shot(page, "state")
+
+    # a record: document, timeline with origins, a diff between two revisions
+    page.click("#records >> text=T-1001")
+    expect(page.locator("h1")).to_have_text("T-1001")
+    expect(page.locator("#revision")).to_have_text("6")
+    timeline = page.locator("#timeline")
+    expect(timeline).to_contain_text("helpdesk-sync")  # consumer
+    expect(timeline).to_contain_text("sync-T-1001")  # op id
+    expect(timeline).to_contain_text("token:3f9c2a1b7d40")  # actor
+    expect(timeline).to_contain_text("add-reproduce")
+    page.fill("#diff input[name=a]", "1")
+    page.fill("#diff input[name=b]", "6")
+    page.click("#compare")
+    diff = page.locator("#diff table")
+    expect(diff).to_contain_text("status")
+    expect(diff.locator("tr", has_text="status").locator("td.before")).to_contain_text('"open"')
+    expect(diff.locator("tr", has_text="status").locator("td.after")).to_contain_text('"pending"')
+    shot(page, "record")
+    page.locator("#timeline tr.hrow", has_text="replace").locator("text=view").click()
+    expect(page.locator("#asof h2")).to_contain_text("As of revision 1")
+    expect(page.locator("#asof")).not_to_contain_text("reproduce")
+
+    # a template jq program, run from the page
+    program = page.locator(".program-box", has_text="checklist.open")
+    program.locator("button").click()
+    expect(program.locator(".jq-result")).to_contain_text('"reproduce"')
+
+    # an edit that breaks the schema is refused inline and writes nothing
+    page.goto(page.url.split("&rev=")[0].split("#")[0])
+    original = page.locator("#edit textarea").input_value()
+    assert '"status": "pending"' in original
+    page.fill("#edit textarea", original.replace('"pending"', '"lost"'))
+    page.click("#save")
+    expect(page.locator("#edit-error")).to_be_visible()
+    expect(page.locator("#edit-error")).to_contain_text("status")
+    expect(page.locator("#revision")).to_have_text("6")
+    shot(page, "edit-error")
+    text = page.locator("#edit textarea").input_value()
+    assert '"lost"' in text  # what was typed stays, to be fixed
+    page.fill("#edit textarea", original.replace('"pending"', '"closed"'))
+    page.click("#save")
+    expect(page.locator(".alert-ok")).to_contain_text("revision 7")
+
+    # agent memory: agents → scopes → planes; the lazy tree loads children on demand
+    page.click("nav >> text=Agent memory")
+    page.click("#agents >> text=triage")
+    expect(page.locator("#scopes-session")).to_contain_text("s-2041")
+    page.click("#scopes-session >> text=s-2041")
+    expect(page.locator("#planes")).to_contain_text("patch the exporter")
+    lazy = page.locator("#lazy")
+    expect(lazy).not_to_contain_text("observation 7")  # children are not sent with the page
+    lazy.locator("summary", has_text="notes").click()
+    expect(lazy).to_contain_text("note-7")
+    lazy.locator("summary", has_text="note-7").click()
+    expect(lazy).to_contain_text("observation 7")
+    timeline = page.locator("#timeline")
+    expect(timeline).to_contain_text("[2]")
+    expect(timeline).to_contain_text("patches[1]")
+    shot(page, "memory-scope")
+    timeline.locator("a.offset", has_text="[2]").click()
+    expect(page.locator("#asof")).to_contain_text("reproduce the export bug")
+    page.click(".crumbs >> text=triage")
+    page.select_option("select[name=session]", "s-2041")
+    page.click("#show-context")
+    expect(page.locator("#context-text")).to_contain_text("State Flow runtime context")
+    expect(page.locator("#context-text")).not_to_contain_text("observation 7")
+    shot(page, "context")
+
+    # sign out: the session is gone, pages lead back to sign-in
+    page.click("#sign-out")
+    expect(page).to_have_url(re.compile(r"/studio/login"))
+    page.goto(server + "/studio/states/tickets")
+    expect(page).to_have_url(re.compile(r"/studio/login"))
+    context.close()
+
+
+def test_read_only_and_tenant_limited_tokens(server: str, browser: Browser) -> None:
+    context = browser.new_context(viewport={"width": 1360, "height": 900})
+    page = context.new_page()
+    sign_in(page, server, READER)
+    expect(page.locator(".badge-ro")).to_be_visible()
+    record = f"{server}/studio/states/tickets/record?tk=agent&tn=triage&kind=ticket&key=T-1001"
+    page.goto(record)
+    expect(page.locator("h1")).to_have_text("T-1001")
+    expect(page.locator("#edit")).to_have_count(0)
+    expect(page.locator("#save")).to_have_count(0)
+    expect(page.locator("form.program-run", has_text="checklist.add")).to_have_count(0)
+    expect(page.locator("form.program-run", has_text="checklist.open")).to_have_count(1)
+    page.click("#sign-out")
+    context.close()
+
+    context = browser.new_context(viewport={"width": 1360, "height": 900})
+    page = context.new_page()
+    sign_in(page, server, BILLING)
+    page.goto(server + "/studio/states/tickets")
+    expect(page.locator("#records tbody tr")).to_have_count(1)
+    expect(page.locator("#records")).to_contain_text("T-1000")
+    response = page.goto(record)
+    assert response is not None and response.status == 403
+    page.goto(server + "/studio/memory")
+    expect(page.locator("#agents")).not_to_contain_text("triage")
+    context.close()
+    assert ticket("T-1001")["target_name"] == "triage"
