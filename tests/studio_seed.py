@@ -4,11 +4,21 @@ an agent's memory with hot and lazy planes."""
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
+
+import psycopg
+import pytest
 
 from stateflow.memory import Identity, MemoryConfig, MemoryView
 from stateflow.states import DoorContext, StatesService
-from stateflow.store import SqlStore
+from stateflow.store import SqlStore, open_store
+
+from .conftest import PG_URL
+from .conftest import _with_schema as with_schema
 
 CHECKLIST: dict[str, Any] = {
     "description": "A list of items, written only by keyed ops",
@@ -19,7 +29,10 @@ CHECKLIST: dict[str, Any] = {
             "items": {
                 "type": "array",
                 "maxItems": {"$parameter": "limit"},
-                "items": {"type": "object", "properties": {"id": {"type": "string"}, "done": {"type": "boolean"}}},
+                "items": {
+                    "type": "object",
+                    "properties": {"id": {"type": "string"}, "done": {"type": "boolean"}},
+                },
             }
         },
     },
@@ -47,7 +60,10 @@ TICKETS: dict[str, Any] = {
             "status": {"enum": ["open", "pending", "closed"]},
             "priority": {"type": "integer", "minimum": 1, "maximum": 4},
             "tags": {"type": "array", "items": {"type": "string"}},
-            "customer": {"type": "object", "properties": {"name": {"type": "string"}, "plan": {"type": "string"}}},
+            "customer": {
+                "type": "object",
+                "properties": {"name": {"type": "string"}, "plan": {"type": "string"}},
+            },
         },
     },
     "subject_kinds": ["ticket", "thread"],
@@ -105,9 +121,13 @@ def seed(store: SqlStore) -> StatesService:
     )
     main = ticket("T-1001")
     states.merge("tickets", main, {"tags": ["export", "csv"]}, context=tool)
-    states.template_jq_update("tickets", main, "add", {"id": "reproduce"}, op_id="add-reproduce", context=tool)
+    states.template_jq_update(
+        "tickets", main, "add", {"id": "reproduce"}, op_id="add-reproduce", context=tool
+    )
     states.template_jq_update("tickets", main, "add", {"id": "reply"}, context=tool)
-    states.merge("tickets", main, {"priority": 1, "status": "pending"}, origin={"run_id": "run-7"}, context=tool)
+    states.merge(
+        "tickets", main, {"priority": 1, "status": "pending"}, origin={"run_id": "run-7"}, context=tool
+    )
     for name in ("acme-1", "acme-2"):
         states.replace(
             "profiles",
@@ -141,3 +161,29 @@ def seed(store: SqlStore) -> StatesService:
         {"global": {"strategy": {"style": "plain English"}}}
     )
     return states
+
+
+@contextmanager
+def seeded_store(backend: str, tmp: Path) -> Iterator[tuple[SqlStore, StatesService]]:
+    """A seeded store of ``backend`` (``sqlite`` or ``postgres``), shared by a module's tests
+    (seeding runs jq and dozens of writes: once per backend, not once per test)."""
+    schema = None
+    if backend == "sqlite":
+        location = str(tmp / "studio.db")
+    else:
+        if not PG_URL:
+            pytest.skip("PostgreSQL not configured (set STATEFLOW_TEST_POSTGRES)")
+        schema = f"t_{uuid.uuid4().hex[:12]}"
+        with psycopg.connect(PG_URL, autocommit=True) as conn:
+            conn.execute(f"CREATE SCHEMA {schema}")
+        location = with_schema(PG_URL, schema)
+    store = open_store(location, auto_migrate=True)
+    service = seed(store)
+    try:
+        yield store, service
+    finally:
+        service.close()
+        store.close()
+        if schema is not None and PG_URL:
+            with psycopg.connect(PG_URL, autocommit=True) as conn:
+                conn.execute(f"DROP SCHEMA {schema} CASCADE")

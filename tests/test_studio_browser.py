@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 import uvicorn
+from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from stateflow.http.app import create_app
 from stateflow.http.auth import TokenSet, parse_token
-from stateflow.store import SqlStore
-from .studio_seed import seed, ticket
+from stateflow.states import StatesService
 
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from .studio_seed import seeded_store, ticket
 
 ADMIN = "studio-admin-token-0001"
 READER = "studio-reader-token-001"
@@ -39,11 +39,21 @@ def _free_port() -> int:
         return port
 
 
-@pytest.fixture
-def server(store: SqlStore) -> Iterator[str]:
-    service = seed(store)
-    tokens = TokenSet([parse_token(ADMIN), parse_token(READER + ":read"), parse_token(BILLING + "@agent/billing")])
-    config = uvicorn.Config(create_app(service, tokens), host="127.0.0.1", port=_free_port(), log_level="warning")
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    # One backend here: the pages sit above the store API, and test_studio_http.py runs every
+    # studio route on both backends; a browser walk-through per backend would double CI time.
+    with seeded_store("sqlite", tmp_path_factory.mktemp("studio")) as (_, service):
+        yield from _serve(service)
+
+
+def _serve(service: StatesService) -> Iterator[str]:
+    tokens = TokenSet(
+        [parse_token(ADMIN), parse_token(READER + ":read"), parse_token(BILLING + "@agent/billing")]
+    )
+    config = uvicorn.Config(
+        create_app(service, tokens), host="127.0.0.1", port=_free_port(), log_level="warning"
+    )
     srv = uvicorn.Server(config)
     thread = threading.Thread(target=srv.run, daemon=True)
     thread.start()
@@ -54,7 +64,6 @@ def server(store: SqlStore) -> Iterator[str]:
     yield f"http://127.0.0.1:{config.port}"
     srv.should_exit = True
     thread.join(10)
-    service.close()
 
 
 @pytest.fixture(scope="module")

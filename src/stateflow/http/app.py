@@ -26,7 +26,6 @@ from stateflow.states import DoorContext, StatesService
 from stateflow.states.models import StateSubject
 from stateflow.states.service import subject_of
 
-
 OWN_AUTH = (ASSETS_URL + "/", "/studio/")
 
 

@@ -103,7 +103,15 @@ def agent_page(studio: Studio, request: Request, session: Session) -> Response:
                 more = True
                 break
             s = Subject.decode(item.key.subject)
-            rows.append({"kind": s.kind, "key": s.key, "revision": item.revision, "at": item.at, "enc": item.key.subject})
+            rows.append(
+                {
+                    "kind": s.kind,
+                    "key": s.key,
+                    "revision": item.revision,
+                    "at": item.at,
+                    "enc": item.key.subject,
+                }
+            )
         else:
             if len(listed) == SCOPES_PAGE:
                 cursor = listed[-1].key.subject
@@ -202,7 +210,9 @@ def lazy_children(studio: Studio, request: Request, session: Session) -> Respons
         path = decode(q.get("path") or "[]")
     except InvalidJSON as exc:
         raise InvalidInput(f"path must be a JSON array: {exc.message}") from exc
-    if not isinstance(path, list) or not all(isinstance(s, str | int) and not isinstance(s, bool) for s in path):
+    if not isinstance(path, list) or not all(
+        isinstance(s, str | int) and not isinstance(s, bool) for s in path
+    ):
         raise InvalidInput("path must be a JSON array of keys and indices")
     start = int_param(q, "start") or 0
     body = studio.store.get(doc_key, [plane]).body or {}
@@ -217,7 +227,13 @@ def lazy_children(studio: Studio, request: Request, session: Session) -> Respons
         items = []
     shown = items[start : start + MAX_CHILDREN]
     children = [
-        {"key": k, "kind": kind(v), "value": v if kind(v) not in ("object", "array") else None, "size": len(v) if isinstance(v, dict | list) else None, "path": [*path, k]}
+        {
+            "key": k,
+            "kind": kind(v),
+            "value": v if kind(v) not in ("object", "array") else None,
+            "size": len(v) if isinstance(v, dict | list) else None,
+            "path": [*path, k],
+        }
         for k, v in shown
     ]
     left = len(items) - start - len(shown)

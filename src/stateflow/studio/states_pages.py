@@ -55,17 +55,18 @@ def state(studio: Studio, request: Request, session: Session) -> Response:
     kind, filters_text, cursor = q.get("kind") or None, (q.get("filters") or "").strip(), q.get("cursor")
     if kind is not None and kind not in decl["subject_kinds"]:
         raise InvalidInput(f"state {name!r} declares no subject kind {kind!r}")
+    tenants = None if token.targets is None else set(token.targets)
     search_error = None
     rows: list[dict[str, Any]] = []
     next_cursor = None
     try:
         if filters_text:
             filters = _json_field(filters_text, "the filter")
-            found = service.search(name, filters, limit=RECORDS_PAGE, cursor=cursor, tenants=token.targets)
+            found = service.search(name, filters, limit=RECORDS_PAGE, cursor=cursor, tenants=tenants)
             rows = [r for r in found["matches"] if kind is None or r["subject"]["kind"] == kind]
             next_cursor = found["next_cursor"]
         else:
-            listed = service.subjects(name, kind=kind, limit=RECORDS_PAGE, cursor=cursor, tenants=token.targets)
+            listed = service.subjects(name, kind=kind, limit=RECORDS_PAGE, cursor=cursor, tenants=tenants)
             rows, next_cursor = listed["subjects"], listed["next_cursor"]
     except InvalidInput as exc:
         search_error = exc.message
@@ -114,7 +115,8 @@ class _Record:
             self.canonical = subject
             doc = studio.store.get(DocKey(name, subject.encode()), self.members, outlines=PLANES.lazy)
             self.data: JSON = MISSING if doc.body is None else doc.body
-            self.revision, self.updated_at, self.folded_from = doc.revision, doc.at, []
+            self.revision, self.updated_at = doc.revision, doc.at
+            self.folded_from: list[dict[str, str]] = []
             self.lazy = {k: v for k, v in doc.outlines.items() if v is not None}
         else:
             rec = service.read(name, subject)
@@ -191,7 +193,9 @@ def record_history(studio: Studio, request: Request, session: Session) -> Respon
     name = request.path_params["name"]
     subject = subject_from(request.query_params)
     studio.check_tenant(session.token, subject)
-    history = studio.service.writes(name, subject, limit=HISTORY_PAGE, cursor=request.query_params.get("cursor"))
+    history = studio.service.writes(
+        name, subject, limit=HISTORY_PAGE, cursor=request.query_params.get("cursor")
+    )
     return studio.html(
         "_history_rows.html",
         session=session,
@@ -216,7 +220,9 @@ def record_edit(studio: Studio, request: Request, session: Session, form: dict[s
         values = _record_values(studio, name, subject_params(subject), session)
         values.update(edit_text=text, edit_error=exc.message)
         return studio.html("record.html", session=session, status=exc.http_status, **values)
-    return RedirectResponse(url(f"/states/{name}/record", **subject_params(subject), saved=1), status_code=303)
+    return RedirectResponse(
+        url(f"/states/{name}/record", **subject_params(subject), saved=1), status_code=303
+    )
 
 
 def record_jq(studio: Studio, request: Request, session: Session, form: dict[str, str]) -> Response:
@@ -237,7 +243,9 @@ def record_jq(studio: Studio, request: Request, session: Session, form: dict[str
         else:
             studio.check_writer(session.token)
             value = _json_field(raw_input, "input") if raw_input else None
-            result = service.template_jq_update(name, subject, program, value, context=studio.context(session))
+            result = service.template_jq_update(
+                name, subject, program, value, context=studio.context(session)
+            )
     except StateflowError as exc:
         return studio.html("_jq_result.html", session=session, status=exc.http_status, error=exc.message)
     return studio.html("_jq_result.html", session=session, result=result, purpose=purpose, error=None)
@@ -255,4 +263,6 @@ def register(app: FastAPI, studio: Studio) -> None:
         app.add_api_route(PREFIX + path, page(studio, fn), methods=["GET"], include_in_schema=False)
     posts = {"/states/{name}/record/edit": record_edit, "/states/{name}/record/jq": record_jq}
     for path, form_fn in posts.items():
-        app.add_api_route(PREFIX + path, form_page(studio, form_fn), methods=["POST"], include_in_schema=False)
+        app.add_api_route(
+            PREFIX + path, form_page(studio, form_fn), methods=["POST"], include_in_schema=False
+        )

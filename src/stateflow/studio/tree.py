@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final
 
-from markupsafe import Markup, escape
+from markupsafe import Markup
 
 from stateflow.doc.canonical import JSON, encode, kind
 from stateflow.doc.diff import Edit
@@ -64,7 +64,11 @@ def tree(value: JSON, *, open_depth: int = 2, max_nodes: int = MAX_NODES) -> Mar
         return Markup('<p class="muted">(no document)</p>')
     budget = _Budget(max_nodes)
     body = _node(None, value, 0, open_depth, budget)
-    cut = Markup("") if budget.left >= 0 else Markup('<p class="muted">The tree was cut to keep the page fast.</p>')
+    cut = (
+        Markup("")
+        if budget.left >= 0
+        else Markup('<p class="muted">The tree was cut to keep the page fast.</p>')
+    )
     return Markup('<ul class="tree">%s</ul>%s') % (body, cut)
 
 
@@ -92,7 +96,7 @@ def _node(key: str | int | None, value: JSON, depth: int, open_depth: int, budge
     children = [_node(ck, cv, depth + 1, open_depth, budget) for ck, cv in items[:MAX_CHILDREN]]
     if len(items) > MAX_CHILDREN:
         children.append(Markup('<li class="muted">… %s more</li>') % (len(items) - MAX_CHILDREN))
-    return Markup('<li><details%s><summary>%s%s</summary><ul>%s</ul></details></li>') % (
+    return Markup("<li><details%s><summary>%s%s</summary><ul>%s</ul></details></li>") % (
         Markup(" open") if depth < open_depth else Markup(""),
         _label(key),
         scalar(value),

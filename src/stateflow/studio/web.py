@@ -44,7 +44,12 @@ def subject_params(subject: Any) -> dict[str, str]:
 
 def subject_from(params: Any) -> StateSubject:
     try:
-        raw = {"target_kind": params["tk"], "target_name": params["tn"], "kind": params["kind"], "key": params["key"]}
+        raw = {
+            "target_kind": params["tk"],
+            "target_name": params["tn"],
+            "kind": params["kind"],
+            "key": params["key"],
+        }
     except KeyError as exc:
         raise InvalidInput("a record is named by tk, tn, kind and key") from exc
     return subject_of(raw)
@@ -73,7 +78,12 @@ class Studio:
             lstrip_blocks=True,
         )
         self.env.globals.update(
-            url=url, tree=tree, scalar=scalar, path_text=path_text, subject_params=subject_params, version=__version__
+            url=url,
+            tree=tree,
+            scalar=scalar,
+            path_text=path_text,
+            subject_params=subject_params,
+            version=__version__,
         )
 
     # ------------------------------------------------------------------ sessions
@@ -100,7 +110,9 @@ class Studio:
 
     # ------------------------------------------------------------------ rendering
 
-    def html(self, template: str, *, session: Session | None, status: int = 200, **values: Any) -> HTMLResponse:
+    def html(
+        self, template: str, *, session: Session | None, status: int = 200, **values: Any
+    ) -> HTMLResponse:
         token = session.token if session else None
         page = self.env.get_template(template).render(
             session=session,

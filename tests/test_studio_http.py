@@ -1,0 +1,231 @@
+"""The studio over HTTP, without a browser: sign-in, cookies, CSRF, read-only and tenant-limited
+tokens, refusals that write nothing, and the offline ``/docs`` — on both backends."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+import pytest
+from fastapi.testclient import TestClient
+
+from stateflow.http.app import create_app
+from stateflow.http.auth import TokenSet, parse_token
+from stateflow.states import StatesService
+from stateflow.store import SqlStore
+
+from .studio_seed import seeded_store, ticket
+
+ADMIN = "studio-admin-token-0001"
+READER = "studio-reader-token-001"
+BILLING = "studio-billing-token-01"
+RECORD = "/studio/states/tickets/record?tk=agent&tn=triage&kind=ticket&key=T-1001"
+SUBJECT = {"tk": "agent", "tn": "triage", "kind": "ticket", "key": "T-1001"}
+EDITED = {"tk": "agent", "tn": "triage", "kind": "ticket", "key": "T-1004"}
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def backend_store(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[SqlStore, StatesService]]:
+    with seeded_store(request.param, tmp_path_factory.mktemp("studio")) as pair:
+        yield pair
+
+
+@pytest.fixture
+def seeded(backend_store: tuple[SqlStore, StatesService]) -> Iterator[tuple[TestClient, StatesService]]:
+    """A fresh client (no cookies) on the module's seeded store."""
+    _, service = backend_store
+    tokens = TokenSet(
+        [parse_token(ADMIN), parse_token(READER + ":read"), parse_token(BILLING + "@agent/billing")]
+    )
+    with TestClient(create_app(service, tokens), base_url="http://127.0.0.1") as client:
+        yield client, service
+
+
+def sign_in(client: TestClient, token: str) -> Any:  # the test client's response type (httpx or httpx2)
+    form = client.get("/studio/login")
+    nonce = re.search(r'name="login_csrf" value="([^"]+)"', form.text)
+    assert nonce is not None
+    return client.post("/studio/login", data={"token": token, "login_csrf": nonce[1]}, follow_redirects=False)
+
+
+def csrf_of(html: str) -> str:
+    found = re.search(r'name="csrf" value="([^"]+)"', html)
+    assert found is not None
+    return found[1]
+
+
+def test_pages_need_a_session_and_sign_in_sets_an_http_only_strict_cookie(
+    seeded: tuple[TestClient, StatesService],
+) -> None:
+    client, _ = seeded
+    r = client.get("/studio/states", follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"].startswith("/studio/login")
+    r = client.get("/studio/memory", headers={"HX-Request": "true"}, follow_redirects=False)
+    assert r.headers["HX-Redirect"].startswith("/studio/login")
+
+    # an unknown token, and a sign-in form posted without its own nonce, are refused
+    r = sign_in(client, "this-token-is-not-configured")
+    assert r.status_code == 401 and "not one this server accepts" in r.text
+    r = client.post("/studio/login", data={"token": ADMIN, "login_csrf": "forged"}, follow_redirects=False)
+    assert r.status_code == 403 and "stateflow_studio=" not in r.headers.get("set-cookie", "")
+
+    r = sign_in(client, ADMIN)
+    assert r.status_code == 303 and r.headers["location"] == "/studio/states"
+    cookie = next(c for c in r.headers.get_list("set-cookie") if c.startswith("stateflow_studio="))
+    assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/studio" in cookie
+    assert ADMIN not in cookie
+    assert client.get("/studio/states").status_code == 200
+    # the session cookie is not an API credential
+    assert client.get("/api/states").status_code == 401
+
+
+def test_edit_checks_csrf_and_schema_and_writes_only_valid_documents(
+    seeded: tuple[TestClient, StatesService],
+) -> None:
+    client, service = seeded
+    sign_in(client, ADMIN)
+    page = client.get("/studio/states/tickets/record", params=EDITED)
+    assert page.status_code == 200 and 'id="edit"' in page.text
+    before = service.read("tickets", ticket("T-1004"))
+    assert before is not None
+
+    r = client.post("/studio/states/tickets/record/edit", data={**EDITED, "document": "{}", "csrf": "forged"})
+    assert r.status_code == 403 and "csrf" in r.text
+    r = client.post(
+        "/studio/states/tickets/record/edit",
+        data={**EDITED, "document": '{"title": "x", "status": "lost"}', "csrf": csrf_of(page.text)},
+    )
+    assert r.status_code == 422
+    assert 'id="edit-error"' in r.text and "lost" in r.text
+    r = client.post(
+        "/studio/states/tickets/record/edit",
+        data={**EDITED, "document": "{not json", "csrf": csrf_of(page.text)},
+    )
+    assert r.status_code == 422 and "not valid JSON" in r.text
+    assert service.read("tickets", ticket("T-1004")) == before  # nothing written
+
+    data = dict(before["data"], status="closed")
+    r = client.post(
+        "/studio/states/tickets/record/edit",
+        data={**EDITED, "document": orjson.dumps(data).decode(), "csrf": csrf_of(page.text)},
+        follow_redirects=False,
+    )
+    assert r.status_code == 303
+    after = service.read("tickets", ticket("T-1004"))
+    assert after is not None and after["data"]["status"] == "closed"
+    assert after["revision"] == before["revision"] + 1
+    trail = service.writes("tickets", ticket("T-1004"), limit=1)["items"][0]
+    assert trail["origin"]["door"] == "api" and trail["origin"]["actor"] == parse_token(ADMIN).principal
+
+
+def test_history_pages_as_of_and_diff(seeded: tuple[TestClient, StatesService]) -> None:
+    client, _ = seeded
+    sign_in(client, ADMIN)
+    page = client.get(RECORD + "&rev=1&a=1&b=6")
+    assert page.status_code == 200
+    asof = page.text.split('id="asof"')[1].split("</section>")[0]
+    assert "As of revision 1" in asof and "reproduce" not in asof
+    diff = page.text.split('id="diff"')[1].split("</section>")[0]
+    assert "status" in diff and "&#34;pending&#34;" in diff
+    assert client.get(RECORD + "&rev=99").status_code == 404
+    # a page of the timeline as htmx asks for it
+    frag = client.get(RECORD.replace("/record?", "/record/history?"), headers={"HX-Request": "true"})
+    assert frag.status_code == 200 and "<html" not in frag.text and "sync-T-1001" in frag.text
+
+
+def test_read_only_token_sees_no_write_controls_and_cannot_write(
+    seeded: tuple[TestClient, StatesService],
+) -> None:
+    client, service = seeded
+    sign_in(client, READER)
+    page = client.get(RECORD)
+    assert page.status_code == 200
+    assert 'id="edit"' not in page.text and "checklist.add" not in page.text and "checklist.open" in page.text
+    before = service.read("tickets", ticket("T-1001"))
+    r = client.post(
+        "/studio/states/tickets/record/edit",
+        data={**SUBJECT, "document": '{"title": "x", "status": "open"}', "csrf": csrf_of(page.text)},
+    )
+    assert r.status_code == 403 and "read-only" in r.text
+    r = client.post(
+        "/studio/states/tickets/record/jq",
+        data={**SUBJECT, "program": "checklist.add", "input": '{"id": "sneak"}', "csrf": csrf_of(page.text)},
+        headers={"HX-Request": "true"},
+    )
+    assert r.status_code == 403
+    assert service.read("tickets", ticket("T-1001")) == before
+    r = client.post(
+        "/studio/states/tickets/record/jq",
+        data={**SUBJECT, "program": "checklist.open", "csrf": csrf_of(page.text)},
+        headers={"HX-Request": "true"},
+    )
+    assert r.status_code == 200 and "reproduce" in r.text
+
+
+def test_tenant_limited_token_sees_only_its_tenants(seeded: tuple[TestClient, StatesService]) -> None:
+    client, _ = seeded
+    sign_in(client, BILLING)
+    listing = client.get("/studio/states/tickets")
+    assert "T-1000" in listing.text and "T-1001" not in listing.text
+    assert client.get(RECORD).status_code == 403
+    assert (
+        client.get("/studio/states/tickets/record?tk=agent&tn=billing&kind=ticket&key=T-1000").status_code
+        == 200
+    )
+    agents = client.get("/studio/memory")
+    assert "triage" not in agents.text and "docs-writer" not in agents.text
+    assert client.get("/studio/memory/triage").status_code == 404
+    assert client.get("/studio/memory/triage/scope?scope=session&key=s-2041").status_code == 404
+
+
+def test_memory_pages_send_lazy_children_only_when_asked(seeded: tuple[TestClient, StatesService]) -> None:
+    client, _ = seeded
+    sign_in(client, ADMIN)
+    agents = client.get("/studio/memory").text
+    assert "triage" in agents and "docs-writer" in agents
+    scopes = client.get("/studio/memory/triage").text
+    assert "s-2041" in scopes and "s-2042" in scopes and "/srv/helpdesk" in scopes
+    scope = client.get("/studio/memory/triage/scope?scope=session&key=s-2041").text
+    assert "notes" in scope and "observation 7" not in scope and "step 12" not in scope
+    assert "patches[2]" in scope
+    notes = client.get('/studio/memory/triage/lazy?scope=session&key=s-2041&plane=lazy&path=["notes"]')
+    assert notes.status_code == 200 and "note-7" in notes.text and "observation" not in notes.text
+    log = client.get('/studio/memory/triage/lazy?scope=session&key=s-2041&plane=lazy&path=["log"]').text
+    assert "step 199" in log and "step 200" not in log and "100 more" in log  # a page of children
+    more = client.get('/studio/memory/triage/lazy?scope=session&key=s-2041&plane=lazy&path=["log"]&start=200')
+    assert "step 299" in more.text
+    bad = client.get('/studio/memory/triage/lazy?scope=session&key=s-2041&plane=intents&path=["x"]')
+    assert bad.status_code == 422
+    context = client.get("/studio/memory/triage/context?cwd=/srv/helpdesk&session=s-2041").text
+    assert "State Flow runtime context" in context and "patch the exporter" in context
+    assert "observation 7" not in context
+
+
+def test_docs_are_served_offline_with_the_bearer_scheme(seeded: tuple[TestClient, StatesService]) -> None:
+    client, _ = seeded
+    page = client.get("/docs")
+    assert page.status_code == 200
+    assets = re.findall(r'(?:src|href)="([^"]+)"', page.text)
+    assert assets and all(a.startswith("/docs/assets/") for a in assets), assets
+    for asset in assets:
+        assert client.get(asset).status_code == 200
+    schema = client.get("/openapi.json").json()
+    schemes = schema["components"]["securitySchemes"]
+    assert any(s["type"] == "http" and s["scheme"] == "bearer" for s in schemes.values())
+    assert schema["security"]
+    assert not any(p.startswith("/studio") for p in schema["paths"])
+
+
+def test_sign_out_ends_the_session(seeded: tuple[TestClient, StatesService]) -> None:
+    client, _ = seeded
+    sign_in(client, ADMIN)
+    page = client.get("/studio/states")
+    assert client.post("/studio/logout", data={"csrf": "forged"}).status_code == 403
+    assert client.get("/studio/states", follow_redirects=False).status_code == 200
+    r = client.post("/studio/logout", data={"csrf": csrf_of(page.text)}, follow_redirects=False)
+    assert r.status_code == 303
+    assert client.get("/studio/states", follow_redirects=False).status_code == 303
