@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import uvicorn
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, Page, Route, expect, sync_playwright
 
 from stateflow.http.app import create_app
 from stateflow.http.auth import TokenSet, parse_token
@@ -224,3 +224,26 @@ def test_read_only_and_tenant_limited_tokens(server: str, browser: Browser) -> N
     expect(page.locator("#agents")).not_to_contain_text("triage")
     context.close()
     assert ticket("T-1001")["target_name"] == "triage"
+
+
+def test_docs_render_offline_with_an_authorize_button(server: str, browser: Browser) -> None:
+    context = browser.new_context(viewport={"width": 1360, "height": 900})
+    outside: list[str] = []
+
+    def only_this_server(route: Route) -> None:
+        if route.request.url.startswith(server):
+            route.continue_()
+        else:  # anything else would fail on a machine with no internet access
+            outside.append(route.request.url)
+            route.abort()
+
+    context.route("**/*", only_this_server)
+    page = context.new_page()
+    page.goto(server + "/docs")
+    expect(page.locator(".swagger-ui .info .title")).to_contain_text("stateflow")
+    page.locator(".swagger-ui button.authorize").first.click()
+    expect(page.locator(".swagger-ui .auth-container")).to_contain_text("bearer")
+    page.goto(server + "/studio/login")
+    expect(page.locator("#sign-in")).to_be_visible()
+    assert outside == []
+    context.close()

@@ -3,10 +3,16 @@ tokens, refusals that write nothing, and the offline ``/docs`` — on both backe
 
 from __future__ import annotations
 
+import os
 import re
+import socket
+import subprocess
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import httpx
 import orjson
 import pytest
 from fastapi.testclient import TestClient
@@ -45,7 +51,7 @@ def seeded(backend_store: tuple[SqlStore, StatesService]) -> Iterator[tuple[Test
         yield client, service
 
 
-def sign_in(client: TestClient, token: str) -> Any:  # the test client's response type (httpx or httpx2)
+def sign_in(client: Any, token: str) -> Any:  # the test client's response type (httpx or httpx2)
     form = client.get("/studio/login")
     nonce = re.search(r'name="login_csrf" value="([^"]+)"', form.text)
     assert nonce is not None
@@ -229,3 +235,38 @@ def test_sign_out_ends_the_session(seeded: tuple[TestClient, StatesService]) -> 
     r = client.post("/studio/logout", data={"csrf": csrf_of(page.text)}, follow_redirects=False)
     assert r.status_code == 303
     assert client.get("/studio/states", follow_redirects=False).status_code == 303
+
+
+def test_stateflow_serve_serves_the_studio_and_docs(tmp_path: Path) -> None:
+    """The real command: the studio and the docs' assets answer; sign-in works over the wire."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, STATEFLOW_STORE=str(tmp_path / "serve.db"), STATEFLOW_TOKENS="")
+    proc = subprocess.Popen(
+        ["stateflow", "serve", "--port", str(port), "--token", ADMIN],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        lines = [proc.stderr.readline() for _ in range(2)]
+        assert any(f"http://127.0.0.1:{port}/studio" in line for line in lines), lines
+        base = f"http://127.0.0.1:{port}"
+        with httpx.Client(base_url=base, timeout=10) as client:
+            for _ in range(100):
+                try:
+                    client.get("/api/health")
+                    break
+                except OSError:
+                    time.sleep(0.1)
+            assert client.get("/docs/assets/swagger-ui-bundle.js").status_code == 200
+            assert client.get("/studio/static/htmx.min.js").status_code == 200
+            r = sign_in(client, ADMIN)
+            assert r.status_code == 303
+            assert "memory" in client.get("/studio/states").text
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

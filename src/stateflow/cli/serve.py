@@ -47,4 +47,5 @@ def serve(ctx: Context, host: str, port: int, tokens: tuple[str, ...]) -> None:
         click.echo(f"warning: {exc.message}", err=True)
     app = create_app(service, token_set)
     click.echo(f"stateflow API on http://{host}:{port}/api/states (store: {ctx.store().url})", err=True)
+    click.echo(f"studio on http://{host}:{port}/studio, API docs on http://{host}:{port}/docs", err=True)
     uvicorn.run(app, host=host, port=port, log_level="warning")

@@ -52,7 +52,6 @@ def _check_agent(session: Session, agent: str) -> None:
 
 def agents(studio: Studio, request: Request, session: Session) -> Response:
     """Agents with memory, one index probe each (the scan jumps over an agent's scopes)."""
-    studio.service.install_builtins()
     store, targets = studio.store, session.token.targets
     after = request.query_params.get("after") or None
     found: list[str] = []

@@ -42,7 +42,6 @@ def _json_field(raw: str | None, what: str) -> JSON:
 
 
 def catalog(studio: Studio, request: Request, session: Session) -> Response:
-    studio.service.install_builtins()
     states = studio.service.list_declarations()
     return studio.html("states.html", session=session, states=states, nav="states")
 
@@ -89,7 +88,6 @@ def state(studio: Studio, request: Request, session: Session) -> Response:
 
 
 def templates_page(studio: Studio, request: Request, session: Session) -> Response:
-    studio.service.install_builtins()
     return studio.html(
         "templates.html", session=session, nav="templates", templates=studio.service.list_templates()
     )

@@ -86,6 +86,12 @@ class Studio:
             version=__version__,
         )
 
+    def run(self, fn: Callable[..., Response], *args: Any) -> Response:
+        # built-in declarations arrive on first use, as on the API (a store migrated after
+        # the server started just works)
+        self.service.install_builtins()
+        return fn(*args)
+
     # ------------------------------------------------------------------ sessions
 
     def session_of(self, request: Request) -> Session:
@@ -144,7 +150,7 @@ def page(studio: Studio, fn: Page) -> Callable[[Request], Awaitable[Response]]:
         except SignInNeeded:
             return _to_login(request, fragment)
         try:
-            return await run_in_threadpool(fn, studio, request, session)
+            return await run_in_threadpool(studio.run, fn, studio, request, session)
         except StateflowError as exc:
             return studio.error(exc, session, fragment)
 
@@ -165,7 +171,7 @@ def form_page(studio: Studio, fn: FormPage) -> Callable[[Request], Awaitable[Res
         try:
             form = await read_form(request)
             session.check_csrf(form.get("csrf") or request.headers.get("x-csrf-token"))
-            return await run_in_threadpool(fn, studio, request, session, form)
+            return await run_in_threadpool(studio.run, fn, studio, request, session, form)
         except StateflowError as exc:
             return studio.error(exc, session, fragment)
 
