@@ -7,7 +7,7 @@ app (in process, so the time is the server's: routing, session, reads, rendering
 big/small shows what history length and lazy size cost a page (target: nothing), and the
 absolute time is held against the 300 ms budget.
 
-    python benchmarks/bench_studio.py [--revisions 10000] [--lazy-mb 100] [--rounds 30]
+    python3 -m benchmarks.bench_studio [--revisions 10000] [--lazy-mb 100] [--rounds 30]
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from pathlib import Path
 
 from fastapi.testclient import TestClient
 
+from benchmarks.rounds import alternate, report
 from stateflow.http.app import create_app
 from stateflow.http.auth import TokenSet, parse_token
 from stateflow.memory import Identity, MemoryView
@@ -66,28 +67,19 @@ def timed(client: TestClient, url: str) -> float:
 
 
 def compare(client: TestClient, name: str, page: Callable[[str], str], rounds: int) -> None:
-    """Alternate big and small round by round; print both medians and the ratio's spread."""
+    """Alternate big and small round by round; both medians, the ratio and its spread."""
     timed(client, page("big"))
     timed(client, page("small"))
-    bigs, smalls, ratios = [], [], []
-    for i in range(rounds):
-        order = ("big", "small") if i % 2 == 0 else ("small", "big")
-        got = {s: timed(client, page(s)) for s in order}
-        bigs.append(got["big"])
-        smalls.append(got["small"])
-        ratios.append(got["big"] / got["small"])
-    q = statistics.quantiles(ratios, n=4)
-    big_ms = statistics.median(bigs)
+    pair = alternate(lambda _: timed(client, page("big")), lambda _: timed(client, page("small")), rounds)
+    big_ms = statistics.median(pair.ours)
     verdict = "ok" if big_ms <= BUDGET_MS else "OVER BUDGET"
-    print(
-        f"{name:<34} big {big_ms:7.1f} ms  small {statistics.median(smalls):7.1f} ms  "
-        f"ratio median {statistics.median(ratios):4.2f}x (IQR {q[0]:.2f}–{q[2]:.2f})  "
-        f"p90 big {sorted(bigs)[int(0.9 * (len(bigs) - 1))]:6.1f} ms  [{verdict}: ≤ {BUDGET_MS:.0f} ms]"
-    )
+    report(f"{name} (big vs small)", pair, "ms", f"big ≤ {BUDGET_MS:.0f} ms: {verdict}")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--revisions", type=int, default=10_000)
     parser.add_argument("--lazy-mb", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=30)

@@ -15,7 +15,7 @@ from stateflow.errors import MissingExtra
 
 EXTRAS: Final = {
     "postgres": ("psycopg", "psycopg_pool"),
-    "server": ("fastapi", "starlette", "uvicorn"),
+    "server": ("fastapi", "starlette", "uvicorn", "jinja2", "markupsafe"),
     "mcp": ("mcp", "anyio"),
 }
 

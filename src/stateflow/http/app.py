@@ -25,6 +25,7 @@ from stateflow.http.docs import ASSETS_URL, mount_docs
 from stateflow.states import DoorContext, StatesService
 from stateflow.states.models import StateSubject
 from stateflow.states.service import subject_of
+from stateflow.studio import mount_studio
 
 OWN_AUTH = (ASSETS_URL + "/", "/studio/")
 
@@ -349,8 +350,6 @@ def create_app(service: StatesService, tokens: TokenSet) -> FastAPI:
             description="`rest` is `{target_kind}/{target_name}/{kind}/{key}[/suffix]`, each segment "
             "percent-encoded; a key may contain `%2F`.",
         )
-
-    from stateflow.studio import mount_studio
 
     mount_studio(app, service, tokens)
 
