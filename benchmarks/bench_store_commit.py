@@ -3,10 +3,13 @@
 Each iteration reads two small JSON documents, changes one field in each and commits both
 atomically with a history row. The baseline does exactly that with ``sqlite3`` (same file
 system, same ``synchronous`` setting) or ``psycopg`` (same server); the store additionally
-keeps revisions, transitions, net changes and snapshots. Prints ratios (store / raw).
+keeps revisions, transitions, net changes and snapshots. The two sides alternate round by round
+(``--rounds`` rounds of ``--iterations`` commits each, the side that goes first swapping every
+round), so a drift in fsync speed hits both alike; prints the median time per side and the
+median and spread (min–max) of the per-round ratios (store / raw).
 
-    python benchmarks/bench_store_commit.py [--iterations 300] [--synchronous full|normal]
-        [--postgres URL]
+    python benchmarks/bench_store_commit.py [--rounds 15] [--iterations 100]
+        [--synchronous full|normal] [--postgres URL]
 """
 
 from __future__ import annotations
@@ -43,13 +46,34 @@ def bump(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
 
 
 def timed(fn: Callable[[], None], iterations: int) -> list[float]:
-    fn()  # warm up connections and caches
     out = []
     for _ in range(iterations):
         t = time.perf_counter()
         fn()
         out.append(time.perf_counter() - t)
     return out
+
+
+def interleaved(
+    ours: Callable[[], None], raw: Callable[[], None], rounds: int, iterations: int
+) -> tuple[list[float], list[float], list[float]]:
+    """All times of each side and the ratio of their medians per round; sides alternate."""
+    ours()  # warm up connections and caches
+    raw()
+    all_ours: list[float] = []
+    all_raw: list[float] = []
+    ratios = []
+    for r in range(rounds):
+        if r % 2:
+            mine = timed(ours, iterations)
+            base = timed(raw, iterations)
+        else:
+            base = timed(raw, iterations)
+            mine = timed(ours, iterations)
+        all_ours += mine
+        all_raw += base
+        ratios.append(statistics.median(mine) / statistics.median(base))
+    return all_ours, all_raw, ratios
 
 
 def raw_sqlite(path: Path, synchronous: str) -> Callable[[], None]:
@@ -113,33 +137,34 @@ def through_store(location: str) -> Callable[[], None]:
     return step
 
 
-def report(name: str, store_times: list[float], raw_times: list[float]) -> dict[str, Any]:
+def report(name: str, measured: tuple[list[float], list[float], list[float]]) -> dict[str, Any]:
+    store_times, raw_times, ratios = measured
     s, r = statistics.median(store_times), statistics.median(raw_times)
     line = {
         "case": name,
         "store_ms": round(s * 1000, 3),
         "raw_ms": round(r * 1000, 3),
-        "ratio": round(s / r, 2),
+        "ratio": round(statistics.median(ratios), 2),
+        "spread": (round(min(ratios), 2), round(max(ratios), 2)),
     }
     print(
         f"{name:<38} store {line['store_ms']:>8.3f} ms   raw {line['raw_ms']:>8.3f} ms"
-        f"   ratio {line['ratio']:.2f}x"
+        f"   ratio {line['ratio']:.2f}x (rounds {min(ratios):.2f}–{max(ratios):.2f}x)"
     )
     return line
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--iterations", type=int, default=300)
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--iterations", type=int, default=100, help="commits per side per round")
     parser.add_argument("--synchronous", choices=["full", "normal"], default="full")
     parser.add_argument("--postgres", default=os.environ.get("STATEFLOW_TEST_POSTGRES"))
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        raw = timed(raw_sqlite(Path(tmp) / "raw.db", args.synchronous), args.iterations)
-        ours = timed(
-            through_store(f"sqlite:///{tmp}/store.db?synchronous={args.synchronous}"), args.iterations
-        )
-        report(f"sqlite synchronous={args.synchronous}", ours, raw)
+        raw = raw_sqlite(Path(tmp) / "raw.db", args.synchronous)
+        ours = through_store(f"sqlite:///{tmp}/store.db?synchronous={args.synchronous}")
+        report(f"sqlite synchronous={args.synchronous}", interleaved(ours, raw, args.rounds, args.iterations))
     if args.postgres:
         import psycopg
 
@@ -149,9 +174,7 @@ def main() -> None:
             conn.execute(f"CREATE SCHEMA {schema}")
         sep = "&" if "?" in args.postgres else "?"
         url = f"{args.postgres}{sep}options=-csearch_path%3D{schema}"
-        raw = timed(raw_postgres(url), args.iterations)
-        ours = timed(through_store(url), args.iterations)
-        report("postgresql", ours, raw)
+        report("postgresql", interleaved(through_store(url), raw_postgres(url), args.rounds, args.iterations))
         with psycopg.connect(args.postgres, autocommit=True) as conn:
             conn.execute(f"DROP SCHEMA {schema} CASCADE")
     else:

@@ -7,13 +7,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from stateflow.memory import SCOPES, Identity, MemoryConfig, MemoryView
-from stateflow.store import SqlStore, open_store
+from stateflow.store import Store, open_store
 
 
 class Stateflow:
     """A store plus the services that use it. Close it (or use ``with``) when done."""
 
-    def __init__(self, store: SqlStore) -> None:
+    def __init__(self, store: Store) -> None:
         self.store = store
 
     def memory(

@@ -35,7 +35,7 @@ from stateflow.memory.planes import (
 from stateflow.memory.protocol import protocol_text
 from stateflow.memory.refs import HINT_MESSAGE, HINT_TRUNCATED, anchor, find_referrers, relativize
 from stateflow.memory.scopes import SCOPES, Identity
-from stateflow.store import DocKey, Document, SqlStore, Write
+from stateflow.store import DocKey, Document, Store, Write
 
 DEFAULT_HISTORY_LIMIT: Final = 7
 MAX_HISTORY_LIMIT: Final = 100
@@ -94,7 +94,7 @@ class _Timeline:
 class MemoryView:
     def __init__(
         self,
-        store: SqlStore,
+        store: Store,
         identity: Identity,
         scopes: Sequence[str] = SCOPES,
         config: MemoryConfig | None = None,

@@ -28,9 +28,8 @@ from stateflow.errors import Conflict, InvalidInput, NotFound
 from stateflow.states.attachments import TemplatesMixin
 from stateflow.states.models import Declaration, DoorContext, StateSubject, WriteOrigin
 from stateflow.states.schema import ValidatorCache, check_base_schema, narrowing
-from stateflow.store import DocKey, Document, SqlStore, Write
-from stateflow.store.base import utc_text
-from stateflow.store.model import Listed
+from stateflow.store import DocKey, Document, Listed, Store, Write
+from stateflow.store.clock import utc_text
 
 if TYPE_CHECKING:
     from stateflow.states.unit import Unit
@@ -177,7 +176,7 @@ def _days(env: str, default: int | None) -> int | None:
 
 
 class StatesService(TemplatesMixin):
-    def __init__(self, store: SqlStore) -> None:
+    def __init__(self, store: Store) -> None:
         self.store = store
         self.validators = ValidatorCache()
         self.consumer_listers: dict[str, ConsumerLister] = {}
