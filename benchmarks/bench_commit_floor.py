@@ -10,7 +10,7 @@ The two sides alternate round by round (the side that goes first swapping every 
 drift in fsync speed hits both alike; each prints its median per round and the spread of the
 per-round ratios (bare / put).
 
-    python benchmarks/bench_commit_floor.py [--ops 2000] [--rounds 6] [--postgres URL]
+    python3 -m benchmarks.bench_commit_floor [--ops 2000] [--rounds 6] [--postgres URL]
 """
 
 from __future__ import annotations
@@ -20,48 +20,34 @@ import os
 import sqlite3
 import statistics
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
-
-def per_op_ms(fn: Callable[[int], object], n: int, first: int) -> float:
-    """The time per call of ``fn(i)`` over ``n`` calls, in milliseconds."""
-    start = time.perf_counter()
-    for i in range(n):
-        fn(first + i)
-    return (time.perf_counter() - start) / n * 1000
+from benchmarks.rounds import Pair, alternate, per_call_ms
 
 
-def alternating(
-    bare: Callable[[int], object], put: Callable[[int], object], n: int, rounds: int
-) -> tuple[float, float, list[float]]:
-    """Median per-call time of each side and the per-round ratios (bare / put); the sides
-    alternate, the one that goes first swapping every round."""
+def alternating(bare: Callable[[int], object], put: Callable[[int], object], n: int, rounds: int) -> Pair:
+    """Milliseconds per call of each side, ``n`` calls per side per round (a new value each)."""
     for i in range(min(100, n)):  # warm up
         bare(i)
         put(i)
-    bares, puts, ratios = [], [], []
-    for r in range(rounds):
-        first = n * (r + 1)
-        if r % 2:
-            p = per_op_ms(put, n, first)
-            b = per_op_ms(bare, n, first)
-        else:
-            b = per_op_ms(bare, n, first)
-            p = per_op_ms(put, n, first)
-        bares.append(b)
-        puts.append(p)
-        ratios.append(b / p)
-    return statistics.median(bares), statistics.median(puts), ratios
+
+    def side(fn: Callable[[int], object]) -> Callable[[int], float]:
+        def one_round(r: int) -> float:
+            values = iter(range(n * (r + 1), n * (r + 2)))
+            return per_call_ms(lambda: fn(next(values)), n)
+
+        return one_round
+
+    return alternate(side(bare), side(put), rounds)
 
 
-def report(label: str, measured: tuple[float, float, list[float]]) -> None:
-    bare, put, ratios = measured
+def report(label: str, measured: Pair) -> None:
+    bare, put = statistics.median(measured.ours), statistics.median(measured.base)
     verdict = "out of reach" if bare > put / 2 else "within reach"
     print(
         f"{label:<34} bare durable commit {bare:6.3f} ms   langgraph put {put:6.3f} ms   "
-        f"bare/put {statistics.median(ratios):.2f} (rounds {min(ratios):.2f}–{max(ratios):.2f})   "
+        f"bare/put {measured.ratio:.2f} (rounds {measured.spread()})   "
         f"2x langgraph needs {put / 2:6.3f} ms per write: {verdict}",
         flush=True,
     )

@@ -22,8 +22,8 @@ of the lazy plane):
 
 Targets: writes ≤ 3× and ≤ 256 KiB per commit; as-of reads ≤ 3× the current read.
 
-    python benchmarks/bench_large_documents.py [--mb 100] [--record-mb 50] [--rounds 3]
-        [--iterations 2] [--backend sqlite|postgres|both] [--postgres URL]
+    python3 -m benchmarks.bench_large_documents [--mb 100] [--record-mb 50] [--rounds 3]
+        [--iterations 1] [--backend sqlite|postgres|both] [--postgres URL]
 """
 
 from __future__ import annotations
@@ -33,12 +33,12 @@ import os
 import sqlite3
 import statistics
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from benchmarks.rounds import Pair, alternate, per_call_ms, report
 from stateflow.memory import Identity, MemoryView
 from stateflow.states import StatesService
 from stateflow.store import DocKey, Document, Store, Write, open_store
@@ -98,48 +98,19 @@ class Sampler:
             self._side.close()
 
 
-def timed(fn: Callable[[], object], iterations: int) -> list[float]:
-    out = []
-    for _ in range(iterations):
-        t = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t)
-    return out
-
-
-def interleaved(
-    large: Callable[[], object], small: Callable[[], object], rounds: int, iterations: int
-) -> tuple[float, float, list[float]]:
+def measure(large: Callable[[], object], small: Callable[[], object], rounds: int, iterations: int) -> Pair:
+    """Milliseconds per call of each side, ``iterations`` calls per side per round."""
     large()  # warm up caches and connections
     small()
-    larges: list[float] = []
-    smalls: list[float] = []
-    ratios = []
-    for r in range(rounds):
-        if r % 2:
-            b = timed(small, iterations)
-            a = timed(large, iterations)
-        else:
-            a = timed(large, iterations)
-            b = timed(small, iterations)
-        larges += a
-        smalls += b
-        ratios.append(statistics.median(a) / statistics.median(b))
-    return statistics.median(larges), statistics.median(smalls), ratios
-
-
-def report(
-    label: str, measured: tuple[float, float, list[float]], target: float, written: int | None = None
-) -> None:
-    large, small, ratios = measured
-    ratio = statistics.median(ratios)
-    verdict = "ok" if ratio <= target and (written is None or written <= BYTES_TARGET) else "MISSED"
-    wrote = "" if written is None else f"   {written / 1024:10.1f} KiB/commit"
-    print(
-        f"{label:<56} {large * 1000:10.2f} ms vs {small * 1000:8.2f} ms   ratio {ratio:8.1f}x "
-        f"(rounds {min(ratios):.1f}–{max(ratios):.1f}x){wrote}   target ≤{target:g}x: {verdict}",
-        flush=True,
+    return alternate(
+        lambda _: per_call_ms(large, iterations), lambda _: per_call_ms(small, iterations), rounds
     )
+
+
+def verdict(pair: Pair, target: float, written: int | None = None) -> str:
+    met = pair.meets(target) and (written is None or written <= BYTES_TARGET)
+    wrote = "" if written is None else f"{written / 1024:.1f} KiB per commit; "
+    return f"{wrote}≤ {target:g}×{'' if written is None else ' and ≤ 256 KiB'}: {'met' if met else 'MISSED'}"
 
 
 def counter() -> Iterator[int]:
@@ -180,24 +151,20 @@ def memory_cases(store: Store, sampler: Sampler, args: argparse.Namespace, tag: 
     for label, make in (("[5] changed length", changed_length), ("new key", new_key), ("append", append)):
         large, small = make(views["large"]), make(views["small"])
         written = int(statistics.median(sampler.bytes_of(large) for _ in range(3)))
-        report(
-            f"  write: {label}",
-            interleaved(large, small, args.rounds, args.iterations),
-            WRITE_TARGET,
-            written,
-        )
+        pair = measure(large, small, args.rounds, args.iterations)
+        report(f"  write: {label}", pair, "ms", verdict(pair, WRITE_TARGET, written))
     heavy = views["large"]
     for past, now in (
         ("effective[7].tactics", "effective.tactics"),
         ("effective[7].lazy.big[5]", "effective.lazy.big[5]"),
     ):
-        measured = interleaved(
+        pair = measure(
             lambda p=past: heavy.read_state({"path": p}),  # type: ignore[misc]
             lambda p=now: heavy.read_state({"path": p}),  # type: ignore[misc]
             args.rounds,
             args.iterations,
         )
-        report(f"  read: {past} vs {now}", measured, READ_TARGET)
+        report(f"  read: {past} vs {now}", pair, "ms", verdict(pair, READ_TARGET))
 
 
 def record_case(store: Store, sampler: Sampler, args: argparse.Namespace, tag: str) -> None:
@@ -218,11 +185,12 @@ def record_case(store: Store, sampler: Sampler, args: argparse.Namespace, tag: s
 
     large, small = setter("large"), setter("small")
     written = int(statistics.median(sampler.bytes_of(large) for _ in range(3)))
+    pair = measure(large, small, args.rounds, args.iterations)
     report(
         f"  write: record set ({args.record_mb} MB vs {SMALL_KB} KB)",
-        interleaved(large, small, args.rounds, args.iterations),
-        WRITE_TARGET,
-        written,
+        pair,
+        "ms",
+        verdict(pair, WRITE_TARGET, written),
     )
 
 
@@ -258,7 +226,7 @@ def main() -> None:
     parser.add_argument("--mb", type=int, default=100, help="size of the large lazy plane")
     parser.add_argument("--record-mb", type=int, default=50, help="size of the large declared record")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--iterations", type=int, default=2, help="operations per side per round")
+    parser.add_argument("--iterations", type=int, default=1, help="operations per side per round")
     parser.add_argument("--backend", choices=["sqlite", "postgres", "both"], default="both")
     parser.add_argument("--postgres", default=os.environ.get("STATEFLOW_TEST_POSTGRES"))
     args = parser.parse_args()

@@ -8,7 +8,7 @@ keeps revisions, transitions, net changes and snapshots. The two sides alternate
 round), so a drift in fsync speed hits both alike; prints the median time per side and the
 median and spread (min–max) of the per-round ratios (store / raw).
 
-    python benchmarks/bench_store_commit.py [--rounds 15] [--iterations 100]
+    python3 -m benchmarks.bench_store_commit [--rounds 15] [--iterations 100]
         [--synchronous full|normal] [--postgres URL]
 """
 
@@ -17,15 +17,14 @@ from __future__ import annotations
 import argparse
 import os
 import sqlite3
-import statistics
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from benchmarks.rounds import Pair, alternate, per_call_ms, report
 from stateflow.store import DocKey, Document, Write, open_store
 
 KEYS = [DocKey("bench", "a"), DocKey("bench", "b")]
@@ -43,37 +42,6 @@ def bump(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
         body = doc.body or START
         writes.append(Write.between(key, doc.value, dict(body, counter=body["counter"] + 1), doc.revision))
     return writes, None
-
-
-def timed(fn: Callable[[], None], iterations: int) -> list[float]:
-    out = []
-    for _ in range(iterations):
-        t = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t)
-    return out
-
-
-def interleaved(
-    ours: Callable[[], None], raw: Callable[[], None], rounds: int, iterations: int
-) -> tuple[list[float], list[float], list[float]]:
-    """All times of each side and the ratio of their medians per round; sides alternate."""
-    ours()  # warm up connections and caches
-    raw()
-    all_ours: list[float] = []
-    all_raw: list[float] = []
-    ratios = []
-    for r in range(rounds):
-        if r % 2:
-            mine = timed(ours, iterations)
-            base = timed(raw, iterations)
-        else:
-            base = timed(raw, iterations)
-            mine = timed(ours, iterations)
-        all_ours += mine
-        all_raw += base
-        ratios.append(statistics.median(mine) / statistics.median(base))
-    return all_ours, all_raw, ratios
 
 
 def raw_sqlite(path: Path, synchronous: str) -> Callable[[], None]:
@@ -137,21 +105,11 @@ def through_store(location: str) -> Callable[[], None]:
     return step
 
 
-def report(name: str, measured: tuple[list[float], list[float], list[float]]) -> dict[str, Any]:
-    store_times, raw_times, ratios = measured
-    s, r = statistics.median(store_times), statistics.median(raw_times)
-    line = {
-        "case": name,
-        "store_ms": round(s * 1000, 3),
-        "raw_ms": round(r * 1000, 3),
-        "ratio": round(statistics.median(ratios), 2),
-        "spread": (round(min(ratios), 2), round(max(ratios), 2)),
-    }
-    print(
-        f"{name:<38} store {line['store_ms']:>8.3f} ms   raw {line['raw_ms']:>8.3f} ms"
-        f"   ratio {line['ratio']:.2f}x (rounds {min(ratios):.2f}–{max(ratios):.2f}x)"
-    )
-    return line
+def measure(ours: Callable[[], None], raw: Callable[[], None], rounds: int, iterations: int) -> Pair:
+    """Milliseconds per commit of each side, ``iterations`` commits per side per round."""
+    ours()  # warm up connections and caches
+    raw()
+    return alternate(lambda _: per_call_ms(ours, iterations), lambda _: per_call_ms(raw, iterations), rounds)
 
 
 def main() -> None:
@@ -164,7 +122,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         raw = raw_sqlite(Path(tmp) / "raw.db", args.synchronous)
         ours = through_store(f"sqlite:///{tmp}/store.db?synchronous={args.synchronous}")
-        report(f"sqlite synchronous={args.synchronous}", interleaved(ours, raw, args.rounds, args.iterations))
+        report(
+            f"sqlite synchronous={args.synchronous}",
+            measure(ours, raw, args.rounds, args.iterations),
+            "ms",
+            "≤ 3×",
+        )
     if args.postgres:
         import psycopg
 
@@ -174,7 +137,12 @@ def main() -> None:
             conn.execute(f"CREATE SCHEMA {schema}")
         sep = "&" if "?" in args.postgres else "?"
         url = f"{args.postgres}{sep}options=-csearch_path%3D{schema}"
-        report("postgresql", interleaved(through_store(url), raw_postgres(url), args.rounds, args.iterations))
+        report(
+            "postgresql",
+            measure(through_store(url), raw_postgres(url), args.rounds, args.iterations),
+            "ms",
+            "≤ 3×",
+        )
         with psycopg.connect(args.postgres, autocommit=True) as conn:
             conn.execute(f"DROP SCHEMA {schema} CASCADE")
     else:
