@@ -193,19 +193,33 @@ class StateflowStore(BaseStore):
         self, op: SearchOp, now: datetime, refresh: dict[str, dict[str, Any]]
     ) -> builtins.list[SearchItem]:
         prefix = f"{join(op.namespace_prefix)}/" if op.namespace_prefix else ""
-        keys = builtins.list(self.records.scan(ITEM, prefix))
-        found = [
-            (at or data["created_at"], data, at)
-            for data, at in self._documents(keys)
-            if self._live(data, now) and (not op.filter or matches(data["value"], op.filter))
-        ]
-        found.sort(key=lambda x: x[0], reverse=True)  # newest first, as LangGraph's SQL stores
-        page = found[op.offset : op.offset + op.limit]
+        wanted = op.offset + op.limit
+        page: builtins.list[tuple[dict[str, Any], str | None]] = []
+        for data, at in self._newest_first(prefix):
+            if self._live(data, now) and (not op.filter or matches(data["value"], op.filter)):
+                page.append((data, at))
+                if len(page) >= wanted:
+                    break
+        page = page[op.offset :]
         if op.refresh_ttl:
-            for _, data, _ in page:
+            for data, _ in page:
                 if data.get("ttl_minutes") is not None:
                     refresh[self.subject_key(tuple(data["namespace"]), data["key"])] = data
-        return [self._item(data, at, SearchItem) for _, data, at in page]
+        return [self._item(data, at, SearchItem) for data, at in page]
+
+    def _newest_first(self, prefix: str) -> tuple[tuple[dict[str, Any], str | None], ...]:
+        """The items under a subject key prefix, last written first (as LangGraph's SQL stores
+        order a search) — kept until anything commits, on stores that can tell."""
+
+        def build() -> tuple[tuple[dict[str, Any], str | None], ...]:
+            keys = builtins.list(self.records.scan(ITEM, prefix))
+            found = builtins.list(self._documents(keys))
+            found.sort(key=lambda x: x[1] or x[0]["created_at"], reverse=True)
+            return tuple(found)
+
+        return self.records.store.cached(
+            ("langgraph-items", self.records.state, self.records.target_name, prefix), build
+        )
 
     def _list_namespaces(self, op: ListNamespacesOp) -> builtins.list[tuple[str, ...]]:
         conditions = op.match_conditions or ()
