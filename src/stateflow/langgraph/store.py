@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 import orjson
+from langgraph.config import get_config
 from langgraph.store.base import (
     BaseStore,
     GetOp,
@@ -239,7 +240,26 @@ class StateflowStore(BaseStore):
 
     # ------------------------------------------------------------------ writes
 
+    def _run_origin(self) -> dict[str, Any]:
+        """The write's origin; inside a LangGraph run, with its thread, node and run id."""
+        try:
+            config = get_config()
+        except RuntimeError:  # not called from inside a graph
+            return self.origin
+        metadata = config.get("metadata") or {}
+        meta = {
+            "thread_id": (config.get("configurable") or {}).get("thread_id"),
+            "node": metadata.get("langgraph_node"),
+        }
+        run_id = config.get("run_id") or metadata.get("run_id")
+        return {
+            **self.origin,
+            "run_id": str(run_id) if run_id else None,
+            "meta": {k: str(v) for k, v in meta.items() if v is not None} or None,
+        }
+
     def _put(self, puts: Sequence[PutOp], now: datetime) -> None:
+        origin = self._run_origin()
         keys = {
             (op.namespace, op.key): self.records.doc_key(ITEM, self.subject_key(op.namespace, op.key))
             for op in puts
@@ -250,7 +270,7 @@ class StateflowStore(BaseStore):
             subject = self.subject(op.namespace, op.key)
             if op.value is None:
                 if current is None or current[keys[(op.namespace, op.key)]].body is not None:
-                    self.states.erase(self.records.state, subject, origin=self.origin, context=self.context)
+                    self.states.erase(self.records.state, subject, origin=origin, context=self.context)
                 continue
             if not isinstance(op.value, dict):
                 raise ValueError(f"a store value must be a dict, got {type(op.value).__name__}")
@@ -270,7 +290,7 @@ class StateflowStore(BaseStore):
             }
             if current is None:
                 self.states.replace(
-                    self.records.state, subject, document, origin=self.origin, context=self.context
+                    self.records.state, subject, document, origin=origin, context=self.context
                 )
             else:
                 items.append(
@@ -281,7 +301,7 @@ class StateflowStore(BaseStore):
                     }
                 )
         if items:
-            self.states.apply_batch(items, origin=self.origin, context=self.context)
+            self.states.apply_batch(items, origin=origin, context=self.context)
 
     def _refresh(self, refresh: dict[str, dict[str, Any]], now: datetime) -> None:
         items = [
