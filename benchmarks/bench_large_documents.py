@@ -29,6 +29,7 @@ Targets: writes ≤ 3× and ≤ 256 KiB per commit; as-of reads ≤ 3× the curr
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import sqlite3
 import statistics
@@ -44,8 +45,6 @@ from stateflow.states import StatesService
 from stateflow.store import DocKey, Document, Store, Write, open_store
 
 SMALL_KB = 10
-ITEM = "x" * 80
-"""Each array element and object value: ~100 encoded bytes with its key or index."""
 WRITE_TARGET = 3.0
 READ_TARGET = 3.0
 BYTES_TARGET = 256 * 1024
@@ -57,10 +56,13 @@ RECORD_DECL = {
 
 
 def lazy_plane(kb: int) -> dict[str, Any]:
+    """Half an array, half an object; the text is hex digests, which compress about as well as
+    prose (repeated characters would let PostgreSQL's compression hide what a rewrite costs)."""
     count = max(4, kb * 1024 // 2 // 100)
+    text = [hashlib.sha256(str(i).encode()).hexdigest() * 2 for i in range(count)]
     return {
-        "big": [f"{i:09d}{ITEM}" for i in range(count)],
-        "obj": {f"k{i:09d}": ITEM for i in range(count)},
+        "big": [f"{i:09d}{text[i][:80]}" for i in range(count)],
+        "obj": {f"k{i:09d}": text[i][-80:] for i in range(count)},
     }
 
 
