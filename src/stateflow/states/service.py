@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from pydantic import ValidationError
 
-from stateflow.doc.canonical import JSON, check
+from stateflow.doc.canonical import JSON, check, detach
 from stateflow.doc.diff import Edit
 from stateflow.doc.ops import apply_ops, parse_ops
 from stateflow.doc.select import MISSING
@@ -241,18 +241,22 @@ class StatesService(TemplatesMixin):
         self._builtins_installed = True
 
     def _declaration_view(self, body: dict[str, Any], revision: int, at: str | None) -> dict[str, Any]:
+        """The caller's own copy of a declaration (``body`` is the store's cached object)."""
         view = {k: v for k, v in body.items() if k not in ("attachments", "effective")}
-        return {
-            **view,
-            "effective_schema": self.effective_schema(body),
-            "regimes": self.regimes(body),
-            "attachments": [
-                {"template": t, **{k: a[k] for k in ("path", "parameters", "declarations")}}
-                for t, a in sorted(body.get("attachments", {}).items())
-            ],
-            "updated_at": at,
-            "version": revision,
-        }
+        out: dict[str, Any] = detach(
+            {
+                **view,
+                "effective_schema": self.effective_schema(body),
+                "regimes": self.regimes(body),
+                "attachments": [
+                    {"template": t, **{k: a[k] for k in ("path", "parameters", "declarations")}}
+                    for t, a in sorted(body.get("attachments", {}).items())
+                ],
+                "updated_at": at,
+                "version": revision,
+            }
+        )
+        return out
 
     def list_declarations(self) -> list[dict[str, Any]]:
         out = []
@@ -446,7 +450,10 @@ class StatesService(TemplatesMixin):
             ("record", name, subject.target_kind, subject.target_name, subject.kind, subject.key),
             lambda: self._read(name, subject),
         )
-        return None if view is None else dict(view)
+        if view is None:
+            return None
+        record: dict[str, Any] = detach(view)  # the view is shared by every reader of the cache
+        return record
 
     def _read(self, name: str, subject: StateSubject) -> dict[str, Any] | None:
         encoded = subject.encode()
@@ -526,7 +533,8 @@ class StatesService(TemplatesMixin):
             at = None
             if commit.changed:
                 revision, seq, at = commit.revisions[key], commit.seq, commit.at
-            return True, self._record(name, subject, canonical, aliases, data, seq, revision, at)
+            # ``data`` is the body the store now caches: the caller gets its own copy
+            return True, detach(self._record(name, subject, canonical, aliases, data, seq, revision, at))
         raise Conflict(f"subject {subject.kind}/{subject.key} of state {name!r} kept moving; retry")
 
     def replace(
@@ -541,6 +549,7 @@ class StatesService(TemplatesMixin):
         if not isinstance(document, dict):
             raise InvalidInput("a record document must be a JSON object")
         check(document, "document")
+        document = detach(document)  # the store caches what it writes: keep the caller's object out
 
         def transform(
             decl: dict[str, Any], current: JSON, done: dict[str, Any]
@@ -558,6 +567,7 @@ class StatesService(TemplatesMixin):
         if not isinstance(patch, dict):
             raise InvalidInput("a merge patch must be a JSON object")
         check(patch, "patch")
+        patch = detach(patch)  # the store caches what it writes: keep the caller's object out
 
         def transform(
             decl: dict[str, Any], current: JSON, done: dict[str, Any]
