@@ -209,6 +209,14 @@ def test_read_only_and_tenant_limited_tokens(server: str, browser: Browser) -> N
     expect(page.locator("#save")).to_have_count(0)
     expect(page.locator("form.program-run", has_text="checklist.add")).to_have_count(0)
     expect(page.locator("form.program-run", has_text="checklist.open")).to_have_count(1)
+    # the timeline's next page loads in place
+    page.goto(record.replace("T-1001", "T-1012"))
+    rows = page.locator("#history-rows tr.hrow")
+    expect(rows).to_have_count(25)
+    page.click("#history-more a")
+    expect(rows).to_have_count(31)
+    expect(page.locator("#history-more")).to_have_count(0)
+    expect(rows.last).to_contain_text("replace")
     page.click("#sign-out")
     context.close()
 
