@@ -13,6 +13,7 @@ prints the median throughput of each side, the ratio stateflow / LangGraph of th
 the range of the rounds' ratios.
 
     python -m benchmarks.bench_langgraph_adapters [--ops 1500] [--repeat 5] [--only sqlite|postgres]
+        [--part store|saver]
         [--postgres URL]
 """
 
@@ -194,6 +195,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5, help="rounds per case (medians are reported)")
     parser.add_argument("--postgres", default=os.environ.get("STATEFLOW_TEST_POSTGRES"))
     parser.add_argument("--only", choices=["sqlite", "postgres"], help="measure one backend only")
+    parser.add_argument("--part", choices=["store", "saver"], help="measure the store or the saver only")
     args = parser.parse_args()
     runs: list[tuple[str, Any]] = []
     if args.only != "postgres":
@@ -204,8 +206,13 @@ def main() -> None:
     for label, pair in runs:
         with pair() as (states, lg_store, lg_saver):
             ours_store, ours_saver = StateflowStore(states), StateflowSaver(states)
-            compare(label, store_cases(ours_store, "x"), store_cases(lg_store, "x"), args.ops, args.repeat)
-            if "WAL" not in label:  # LangGraph's saver is on WAL either way: measure it once
+            if args.part != "saver":
+                compare(
+                    label, store_cases(ours_store, "x"), store_cases(lg_store, "x"), args.ops, args.repeat
+                )
+            if (
+                "WAL" not in label and args.part != "store"
+            ):  # LangGraph's saver is on WAL either way: measure it once
                 compare(
                     label, saver_cases(ours_saver, "x"), saver_cases(lg_saver, "x"), args.ops, args.repeat
                 )
