@@ -3,7 +3,8 @@
 Store: ``put`` and ``get`` of small documents over 200 keys in 4 namespaces, ``search`` of one
 namespace with a filter. Saver: ``put`` of a checkpoint chain (4 threads; each checkpoint
 updates one of three channels, the others referenced from earlier checkpoints, as a graph
-does), ``put_writes`` of two writes, ``get_tuple`` of a thread's latest checkpoint. The
+does), ``put_writes`` of two writes (each call a new task, spread over the checkpoints the
+puts made, a few per checkpoint as a graph's steps make them), ``get_tuple`` of a thread's latest checkpoint. The
 baselines are LangGraph's ``SqliteStore``/``SqliteSaver`` and ``PostgresStore``/
 ``PostgresSaver`` at the same durability: SQLite at ``synchronous=FULL`` on both sides (every
 acknowledged write fsynced; LangGraph's store as shipped — a rollback journal — and on WAL like
@@ -65,6 +66,7 @@ def store_cases(store: BaseStore, tag: str) -> dict[str, Case]:
 
 def saver_cases(saver: BaseCheckpointSaver[Any], tag: str) -> dict[str, Case]:
     heads: dict[int, RunnableConfig] = {}
+    written: list[RunnableConfig] = []
     versions: dict[int, dict[str, int]] = {}
 
     def put(i: int) -> None:
@@ -92,12 +94,15 @@ def saver_cases(saver: BaseCheckpointSaver[Any], tag: str) -> dict[str, Case]:
         heads[thread] = saver.put(
             config, checkpoint, {"source": "loop", "step": i, "parents": {}}, {channel: current[channel]}
         )
+        written.append(heads[thread])
 
     tasks = itertools.count()
 
     def put_writes(i: int) -> None:
-        head = heads[i % THREADS]  # a new task each call: a repeated one would write nothing
-        saver.put_writes(head, [("messages", f"reply {i}"), ("step", i)], f"task-{next(tasks)}")
+        # a few tasks' writes on each checkpoint, as a graph's steps make them; a new task each
+        # call (a repeated task id writes nothing on either side)
+        checkpoint = written[i % len(written)]
+        saver.put_writes(checkpoint, [("messages", f"reply {i}"), ("step", i)], f"task-{next(tasks)}")
 
     def get_tuple(i: int) -> None:
         assert saver.get_tuple({"configurable": {"thread_id": f"{tag}-{i % THREADS}", "checkpoint_ns": ""}})
