@@ -100,6 +100,34 @@ class CorruptData(StoreError):
     http_status = 500
 
 
+class CorruptStore(CorruptData):
+    """The store file itself is damaged (header, schema, pages): it is not opened at all."""
+
+    code = "corrupt-store"
+    http_status = 500
+
+
+class StoreNotFound(StoreError):
+    """A command that only reads was pointed at a store that does not exist (nothing is created)."""
+
+    code = "store-not-found"
+    http_status = 404
+
+
+class StoreReadOnly(StoreError):
+    """The store was opened read-only (``?mode=ro`` or a read-only medium)."""
+
+    code = "store-read-only"
+    http_status = 503
+
+
+class StorePermissionDenied(StoreUnavailable):
+    """The operating system refuses access to the store's file or directory."""
+
+    code = "permission-denied"
+    http_status = 503
+
+
 class UnsupportedStore(StoreError):
     code = "unsupported-store"
     http_status = 400

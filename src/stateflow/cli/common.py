@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import wraps
 from pathlib import Path
 from typing import Any, TypeVar
@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 import click
 import orjson
 
+from stateflow.config import Config
 from stateflow.doc.canonical import JSON, decode
 from stateflow.errors import StateflowError
 from stateflow.store import Store, open_store
@@ -19,15 +20,47 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 class Context:
-    """What the global options set: where the store is, opened on first use."""
+    """What the global options set: where the store is (opened on first use), which
+    configuration file to read (loaded on first use)."""
 
-    def __init__(self, store: str | None) -> None:
-        self.store_location = store
+    def __init__(self, store: str | None, config_path: Path | None = None) -> None:
+        self._store_flag = store
+        self.config_path = config_path
+        self._config: tuple[Config, Path | None] | None = None
         self._store: Store | None = None
+
+    def config(self, flags: Mapping[str, Mapping[str, Any]] | None = None) -> tuple[Config, Path | None]:
+        """The configuration in effect (flags > environment > file); ``flags`` are a command's
+        own options (None when not given)."""
+        if self._config is None or flags:
+            from stateflow.cli.configuration import load
+
+            self._config = load(self.config_path, {"store": {"url": self._store_flag}, **(flags or {})})
+        return self._config
+
+    @property
+    def store_location(self) -> str | None:
+        return self._store_flag or self.config()[0].store.url
+
+    def _open(self, *, create: bool) -> Store:
+        settings = self.config()[0].store
+        return open_store(
+            self.store_location,
+            create=create,
+            wait_seconds=settings.wait_seconds,
+            connect_timeout=settings.connect_timeout_seconds,
+        )
 
     def store(self) -> Store:
         if self._store is None:
-            self._store = open_store(self.store_location)
+            self._store = self._open(create=True)
+        return self._store
+
+    def reader(self) -> Store:
+        """The store for a command that only reads: a missing SQLite file (or its directory) is
+        refused with ``store-not-found``, never created."""
+        if self._store is None:
+            self._store = self._open(create=False)
         return self._store
 
     def close(self) -> None:

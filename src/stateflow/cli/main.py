@@ -23,6 +23,10 @@ LAZY_COMMANDS = {
     "serve": "stateflow.cli.serve:serve",
     "states": "stateflow.cli.states:states",
     "state-templates": "stateflow.cli.states:state_templates",
+    "check": "stateflow.cli.ops:check",
+    "token": "stateflow.cli.tokens:token",
+    "backup": "stateflow.cli.ops:backup",
+    "config": "stateflow.cli.configuration:config",
 }
 
 
@@ -38,11 +42,20 @@ LAZY_COMMANDS = {
     help="SQLite file path, sqlite:///path?synchronous=normal, or postgresql://… "
     "[env STATEFLOW_STORE; default: stateflow.db in your data directory]",
 )
+@click.option(
+    "--config",
+    "config_path",
+    metavar="PATH",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="STATEFLOW_CONFIG",
+    help="Configuration file [env STATEFLOW_CONFIG; default: stateflow.toml in the working "
+    "directory, else in your data directory]",
+)
 @click.version_option(__version__, prog_name="stateflow")
 @click.pass_context
-def cli(ctx: click.Context, store: str | None) -> None:
+def cli(ctx: click.Context, store: str | None, config_path: Path | None) -> None:
     """Durable, versioned, schema-aware JSON state for LLM agents."""
-    obj = Context(store)
+    obj = Context(store, config_path)
     ctx.obj = obj
     ctx.call_on_close(obj.close)
 
@@ -85,7 +98,7 @@ def doc_get(
     ctx: Context, state: str, subject: str, revision: int | None, seq: int | None, meta: bool
 ) -> None:
     """Print a document's body (null when it does not exist)."""
-    store = ctx.store()
+    store = ctx.reader()
     key = _key(state, subject)
     if revision is not None and seq is not None:
         raise click.UsageError("give --revision or --seq, not both")
@@ -165,7 +178,7 @@ def doc_patch(
 @refusals
 def doc_history(ctx: Context, state: str, subject: str, limit: int) -> None:
     """Print the document's changes, newest first."""
-    changes = ctx.store().history([_key(state, subject)], limit=limit)
+    changes = ctx.reader().history([_key(state, subject)], limit=limit)
     echo_json(
         [
             {

@@ -51,24 +51,30 @@ def memory_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     return fn
 
 
-def make_view(ctx: Context, kw: dict[str, Any]) -> MemoryView:
+def make_view(ctx: Context, kw: dict[str, Any], *, reads: bool = False) -> MemoryView:
     identity = Identity.of(kw.pop("agent"), kw.pop("cwd"), kw.pop("session"))
     config = MemoryConfig(history_limit=kw.pop("history_limit"), mode=kw.pop("mode"))
-    return MemoryView(ctx.store(), identity, parse_scopes(kw.pop("scopes")), config)
+    store = ctx.reader() if reads else ctx.store()
+    return MemoryView(store, identity, parse_scopes(kw.pop("scopes")), config)
 
 
 _VIEW_OPTIONS = ("agent", "cwd", "session", "scopes", "history_limit", "mode")
 
 
-def with_view(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn ``fn(view, **own_options)`` into a command taking the memory options."""
+def with_view(fn: Callable[..., Any], *, reads: bool = False) -> Callable[..., Any]:
+    """Turn ``fn(view, **own_options)`` into a command taking the memory options (``reads``:
+    the command only reads, so a missing store is refused, not created)."""
 
     @functools.wraps(fn)
     def wrapper(ctx: Context, **kw: Any) -> Any:
         own = {k: kw.pop(k) for k in list(kw) if k not in _VIEW_OPTIONS}
-        return fn(make_view(ctx, kw), **own)
+        return fn(make_view(ctx, kw, reads=reads), **own)
 
     return memory_options(pass_context(cast(Callable[..., Any], refusals(wrapper))))
+
+
+def reading_view(fn: Callable[..., Any]) -> Callable[..., Any]:
+    return with_view(fn, reads=True)
 
 
 TOOL_NAMES = [
@@ -113,7 +119,7 @@ def tool(view: MemoryView, name: str, arguments: str | None, file: Path | None) 
 
 @click.command("context")
 @click.option("--json", "as_json", is_flag=True, help="Print {projection, head} as JSON instead of the text.")
-@with_view
+@reading_view
 def context(view: MemoryView, as_json: bool) -> None:
     """Print the baseline context a model sees at the start of a turn."""
     rendered = view.context()
@@ -141,7 +147,7 @@ def history() -> None:
 
 @history.command("list")
 @click.option("--limit", type=click.IntRange(1, 10_000), default=20, show_default=True)
-@with_view
+@reading_view
 def history_list(view: MemoryView, limit: int) -> None:
     """Transitions that changed the selected scopes, newest first, with their patches."""
     echo_json(view.transitions(limit))
@@ -150,7 +156,7 @@ def history_list(view: MemoryView, limit: int) -> None:
 @history.command("show")
 @click.argument("offset", type=click.IntRange(0))
 @click.option("--path", default="effective", show_default=True, help="A read_state path (no history offset).")
-@with_view
+@reading_view
 def history_show(view: MemoryView, offset: int, path: str) -> None:
     """The value at PATH as it was OFFSET transitions ago (any retained depth)."""
     echo_json(view.as_of(offset, path))
@@ -160,7 +166,7 @@ def history_show(view: MemoryView, offset: int, path: str) -> None:
 @click.argument("older", type=click.IntRange(0))
 @click.argument("newer", type=click.IntRange(0), default=0)
 @click.option("--path", default="effective", show_default=True)
-@with_view
+@reading_view
 def history_diff(view: MemoryView, older: int, newer: int, path: str) -> None:
     """The semantic patch from OLDER to NEWER offsets (default: now) at PATH."""
     if older < newer:

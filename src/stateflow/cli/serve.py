@@ -1,51 +1,139 @@
-"""``stateflow serve``: the HTTP API on the configured store."""
+"""``stateflow serve``: the HTTP API on the configured store.
+
+Every option may also come from the environment or ``stateflow.toml`` (``[server]``, ``[jq]``,
+``[store]``); flags win over the environment, which wins over the file.
+"""
 
 from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from stateflow.cli.common import Context, pass_context, refusals
-from stateflow.errors import StoreNotMigrated
+from stateflow.config import Config
 from stateflow.extras import needs_extra
-from stateflow.http.auth import TokenSet, load_or_create_token, parse_token, token_specs_from_env
+
+if TYPE_CHECKING:
+    from stateflow.states import StatesService
+    from stateflow.store import Store
 
 
 @click.command("serve")
-@click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", default=8765, show_default=True, type=click.IntRange(1, 65535))
+@click.option("--host", default=None, help="Address to listen on [default: 127.0.0.1].")
+@click.option("--port", default=None, type=click.IntRange(1, 65535), help="[default: 8765]")
 @click.option(
     "--token",
     "tokens",
     multiple=True,
-    help="SECRET[:read|:write][@kind/name,...] (repeatable) [env STATEFLOW_TOKENS]. "
-    "Without any, a token is created once and kept in the data directory.",
+    help="SECRET[:read|:write][@kind/name,...] (repeatable; prefer --token-file or STATEFLOW_TOKENS: "
+    "a command line is visible to other users). Without any, a token is created once and kept "
+    "in the data directory (stateflow token show).",
+)
+@click.option(
+    "--token-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="A file of token specs, one per line [env STATEFLOW_TOKEN_FILE; env STATEFLOW_TOKENS "
+    "holds specs one per line].",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 64),
+    default=None,
+    help="Server processes sharing the port [env STATEFLOW_WORKERS; default: 1]. More than one "
+    "needs PostgreSQL or SQLite on a local disk.",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    default=None,
+    help="info logs one line per request (the access log) [env STATEFLOW_LOG_LEVEL; default: info].",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default=None,
+    help="json: one JSON object per line [env STATEFLOW_LOG_FORMAT; default: text].",
+)
+@click.option(
+    "--cors-origin",
+    "cors_origins",
+    multiple=True,
+    metavar="ORIGIN",
+    help="Allow browser calls from this origin, e.g. https://app.example.com (repeatable; "
+    "off by default) [env STATEFLOW_CORS_ORIGINS, space- or comma-separated].",
 )
 @pass_context
 @refusals
-def serve(ctx: Context, host: str, port: int, tokens: tuple[str, ...]) -> None:
+def serve(
+    ctx: Context,
+    host: str | None,
+    port: int | None,
+    tokens: tuple[str, ...],
+    token_file: Path | None,
+    workers: int | None,
+    log_level: str | None,
+    log_format: str | None,
+    cors_origins: tuple[str, ...],
+) -> None:
     """Serve the declared-states HTTP API (the records of every state, agent memory included)."""
     with needs_extra("server", "stateflow serve"):
-        import uvicorn
+        from stateflow.http import access, server
+        from stateflow.http.app import create_app  # noqa: F401  (names a missing extra now)
 
-        from stateflow.http.app import create_app
-    from stateflow.states import StatesService
-
-    specs = list(tokens) or token_specs_from_env()
-    if specs:
-        token_set = TokenSet([parse_token(s) for s in specs])
-    else:
-        token, created = load_or_create_token()
-        if created:
-            click.echo(f"created an API token (kept in your data directory): {token.secret}", err=True)
-        else:
-            click.echo("using the API token kept in your data directory (stateflow serve --help)", err=True)
-        token_set = TokenSet([token])
-    service = StatesService(ctx.store())
+    flags = {
+        "server": {
+            "host": host,
+            "port": port,
+            "tokens": list(tokens) or None,
+            "token_file": str(token_file) if token_file else None,
+            "workers": workers,
+            "log_level": log_level,
+            "log_format": log_format,
+            "cors_origins": list(cors_origins) or None,
+        }
+    }
+    config, _ = ctx.config(flags)
+    settings = config.server
+    # bound before any output: a port in use is one refusal, no banner
+    sock = server.bind(settings.host, settings.port)
+    token_specs, note = _token_specs(config)
+    if note:
+        click.echo(note, err=True)
+    where = f"http://{settings.host}:{settings.port}/api/states"
+    if settings.workers > 1:
+        click.echo(f"stateflow API on {where} ({settings.workers} processes)", err=True)
+        server.run_workers(sock, config, ctx.store_location, token_specs)
+        return
+    access.configure(settings.log_level, json_lines=settings.log_format == "json")
+    service = _service(ctx.store(), config)
+    app = server.build_app(service, config, token_specs)
+    click.echo(f"stateflow API on {where} (store: {ctx.store().url})", err=True)
+    base = f"http://{settings.host}:{settings.port}"
+    click.echo(f"studio on {base}/studio, API docs on {base}/docs", err=True)
     try:
-        service.install_builtins()
-    except StoreNotMigrated as exc:  # serve anyway: every route answers 501 until migrated
-        click.echo(f"warning: {exc.message}", err=True)
-    app = create_app(service, token_set)
-    click.echo(f"stateflow API on http://{host}:{port}/api/states (store: {ctx.store().url})", err=True)
-    click.echo(f"studio on http://{host}:{port}/studio, API docs on http://{host}:{port}/docs", err=True)
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+        server.run(app, sock, on_stop=service.close, log_level="warning")
+    finally:
+        service.close()
+
+
+def _token_specs(config: Config) -> tuple[list[str], str | None]:
+    """The token specs in effect (validated), and a line to tell the operator, if any."""
+    from stateflow.http.auth import load_or_create_token, parse_token, read_token_file
+
+    specs = list(config.server.tokens)
+    if specs:
+        return [parse_token(s).spec for s in specs], None
+    if config.server.token_file:
+        return [t.spec for t in read_token_file(Path(config.server.token_file))], None
+    kept, created = load_or_create_token()
+    if created:
+        return [kept[0].spec], f"created an API token (kept in your data directory): {kept[0].secret}"
+    return [t.spec for t in kept], "using the API tokens kept in your data directory (stateflow token show)"
+
+
+def _service(store: Store, config: Config) -> StatesService:
+    from stateflow.http.server import service_for
+
+    return service_for(store, config)

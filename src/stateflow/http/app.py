@@ -26,6 +26,7 @@ from stateflow.http.docs import ASSETS_URL, mount_docs
 from stateflow.states import DoorContext, StatesService
 from stateflow.states.models import StateSubject
 from stateflow.states.service import subject_of
+from stateflow.store.migrations import SCHEMA_VERSION
 from stateflow.studio import mount_studio
 
 OWN_AUTH = (ASSETS_URL + "/", "/studio/")
@@ -50,7 +51,11 @@ def _error(exc: StateflowError) -> Response:
     orphans = getattr(exc, "orphans", None)
     if orphans is not None:
         body.update(reconcile=True, orphans=orphans)
-    return _json(status, body)
+    response = _json(status, body)
+    retry_after = getattr(exc, "retry_after", None)
+    if retry_after is not None:
+        response.headers["Retry-After"] = str(retry_after)
+    return response
 
 
 async def _body(request: Request, *, required: bool = True) -> Any:
@@ -112,7 +117,8 @@ class Authenticate:
         await self.app(scope, receive, send)
 
 
-OPEN_PATHS: Final = frozenset(("/api/health", "/openapi.json", "/docs", "/studio"))
+OPEN_PATHS: Final = frozenset(("/api/health", "/api/ready", "/openapi.json", "/docs", "/studio"))
+"""Answered without a token: probes for load balancers and orchestrators, the API's description."""
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
@@ -161,9 +167,32 @@ def create_app(service: StatesService, tokens: TokenSet) -> FastAPI:
         result = await run_in_threadpool(ready, fn, *args, **kwargs)
         return _json(200, {"data": result})
 
+    @app.head("/api/health", include_in_schema=False)
     @app.get("/api/health")
     async def health() -> Response:
+        """Liveness: the process answers. Says nothing about the store (see /api/ready)."""
         return _json(200, {"data": {"ok": True, "version": __version__}})
+
+    @app.head("/api/ready", include_in_schema=False)
+    @app.get("/api/ready")
+    async def readiness() -> Response:
+        """Readiness: the store answers and is migrated to this version (else 503)."""
+
+        def probe() -> int | None:
+            return service.store.schema_version()
+
+        try:
+            version = await run_in_threadpool(probe)
+        except StateflowError as exc:
+            return _json(503, {"error": exc.message, "code": exc.code, "ready": False})
+        if version != SCHEMA_VERSION:
+            message = (
+                f"the store is at schema version {version or 0}, this server needs {SCHEMA_VERSION}; "
+                "run `stateflow migrate`"
+            )
+            code = "store-too-new" if (version or 0) > SCHEMA_VERSION else "store-not-migrated"
+            return _json(503, {"error": message, "code": code, "ready": False})
+        return _json(200, {"data": {"ready": True, "schema_version": version}})
 
     # ------------------------------------------------------------------ templates
 

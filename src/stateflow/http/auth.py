@@ -1,10 +1,11 @@
 """Bearer tokens: who may call the API, read-only or not, and for which tenants.
 
 A token spec is ``SECRET``, ``SECRET:read`` or ``SECRET:write``, optionally followed by
-``@kind/name,kind/name`` to limit it to those targets (tenants). Specs come from ``--token``
-(repeatable) or ``STATEFLOW_TOKENS`` (comma- or newline-separated). With none configured,
+``@kind/name,kind/name`` to limit it to those targets (tenants); a secret has at least 16
+characters. Specs come from ``--token`` (repeatable), a token file (``--token-file``: one spec per
+line, ``#`` comments) or ``STATEFLOW_TOKENS`` (one spec per line). With none configured,
 ``stateflow serve`` creates one full-access token, prints it once and keeps it in the data
-directory.
+directory (``stateflow token show|create|revoke`` manage that file).
 """
 
 from __future__ import annotations
@@ -45,6 +46,20 @@ class Token:
         """Who wrote, as the audit trail shows it: a fingerprint, never the secret."""
         return "token:" + hashlib.sha256(self.secret.encode()).hexdigest()[:12]
 
+    @property
+    def spec(self) -> str:
+        """The spec that parses back into this token (what a token file holds)."""
+        access = ":read" if self.read_only else ""
+        targets = "" if self.targets is None else "@" + ",".join(f"{k}/{n}" for k, n in sorted(self.targets))
+        return f"{self.secret}{access}{targets}"
+
+    def describe(self) -> str:
+        """One line without the secret: fingerprint, access, targets."""
+        targets = (
+            "every target" if self.targets is None else ", ".join(f"{k}/{n}" for k, n in sorted(self.targets))
+        )
+        return f"{self.principal}  {'read' if self.read_only else 'write'}  {targets}"
+
     def allows_tenant(self, tenant: tuple[str, str]) -> bool:
         return self.targets is None or tenant in self.targets
 
@@ -53,8 +68,8 @@ def parse_token(spec: str) -> Token:
     spec = spec.strip()
     head, _, targets_part = spec.partition("@")
     secret, _, access = head.partition(":")
-    if len(secret) < 16:
-        raise InvalidInput("a token secret must be at least 16 characters")
+    if len(secret) < MIN_SECRET:
+        raise InvalidInput(f"a token secret must be at least {MIN_SECRET} characters")
     if access not in ("", "read", "write"):
         raise InvalidInput(f"token access must be read or write, got {access!r}")
     targets = None
@@ -69,26 +84,74 @@ def parse_token(spec: str) -> Token:
     return Token(secret, access == "read", targets)
 
 
+MIN_SECRET = 16
+
+
+def token_specs(text: str) -> list[str]:
+    """The specs in ``text``: one per line; blank lines and ``#`` comments are skipped.
+
+    A line without ``@`` may still hold several comma-separated specs (the older form); a line
+    with ``@`` is one spec, so a multi-target spec (``SECRET@agent/alice,tool/crm``) stays whole.
+    """
+    specs: list[str] = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if "@" in line:
+            specs.append(line)
+        else:
+            specs.extend(part.strip() for part in line.split(",") if part.strip())
+    return specs
+
+
 def token_specs_from_env() -> list[str]:
-    raw = os.environ.get(ENV_TOKENS, "")
-    return [s for s in raw.replace("\n", ",").split(",") if s.strip()]
+    return token_specs(os.environ.get(ENV_TOKENS, ""))
+
+
+def read_token_file(path: Path) -> list[Token]:
+    """Every token of a token file; a missing, unreadable or empty file is refused."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise InvalidInput(f"token file {path} does not exist (stateflow token create makes one)") from None
+    except PermissionError:
+        raise InvalidInput(f"permission denied: cannot read token file {path}") from None
+    tokens = [parse_token(spec) for spec in token_specs(text)]
+    if not tokens:
+        raise InvalidInput(f"token file {path} holds no token")
+    return tokens
+
+
+def new_secret() -> str:
+    return "sf_" + secrets.token_urlsafe(32)
+
+
+def write_token_file(path: Path, specs: list[str]) -> None:
+    """Replace the token file (0600, in a 0700 directory when it creates one) atomically."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write("".join(spec + "\n" for spec in specs))
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(temporary, path)
 
 
 def default_token_file() -> Path:
     return Path(platformdirs.user_data_dir("stateflow", appauthor=False)) / "api-token"
 
 
-def load_or_create_token(path: Path | None = None) -> tuple[Token, bool]:
-    """The kept token, created (0600) when absent; returns (token, created)."""
+def load_or_create_token(path: Path | None = None) -> tuple[list[Token], bool]:
+    """The kept tokens, one full-access token created (0600) when the file is absent; returns
+    (tokens, created)."""
     path = path or default_token_file()
     if path.exists():
-        return parse_token(path.read_text().strip()), False
-    path.parent.mkdir(parents=True, exist_ok=True)
-    secret = "sf_" + secrets.token_urlsafe(32)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(secret + "\n")
-    return Token(secret), True
+        return read_token_file(path), False
+    secret = new_secret()
+    write_token_file(path, [secret])
+    return [Token(secret)], True
 
 
 class TokenSet:

@@ -91,9 +91,16 @@ class TemplatesMixin:
     def _svc(self) -> StatesService:
         return self  # type: ignore[return-value]
 
+    def use_jq(self, runner: JqRunner) -> None:
+        """Run jq on ``runner`` (a server sizes and limits its pool from its configuration)."""
+        if self._jq is not None:
+            self._jq.close()
+        self._jq = runner
+
     def jq(self) -> JqRunner:
-        """The jq worker pool (limits from ``STATEFLOW_JQ_TIMEOUT_SECONDS``, default 10, and
-        ``STATEFLOW_JQ_MEMORY_MB``, default 512)."""
+        """The jq worker pool (limits from ``STATEFLOW_JQ_TIMEOUT_SECONDS``, default 10,
+        ``STATEFLOW_JQ_MEMORY_MB``, default 512; ``STATEFLOW_JQ_WORKERS``, default 2, and
+        ``STATEFLOW_JQ_QUEUE`` waiting calls, default 4 per worker)."""
         if self._jq is None:
             import os
 
@@ -101,7 +108,14 @@ class TemplatesMixin:
 
             timeout = float(os.environ.get("STATEFLOW_JQ_TIMEOUT_SECONDS") or 10)
             memory = int(os.environ.get("STATEFLOW_JQ_MEMORY_MB") or 512) * 1024 * 1024
-            self._jq = JqRunner(workers=2, timeout=timeout, memory=memory)
+            workers = int(os.environ.get("STATEFLOW_JQ_WORKERS") or 2)
+            queue = os.environ.get("STATEFLOW_JQ_QUEUE")
+            self._jq = JqRunner(
+                workers=workers,
+                timeout=timeout,
+                memory=memory,
+                queue=int(queue) if queue else None,
+            )
         return self._jq
 
     def get_template(self, name: str) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 - ``postgresql://…`` / ``postgres://…`` → PostgreSQL (not migrated automatically: run
   ``stateflow migrate`` once, or pass ``auto_migrate=True``);
 - ``sqlite:///path/to/file.db?synchronous=normal`` or a plain file path → SQLite, migrated
-  automatically;
+  automatically; ``?mode=ro`` opens it read-only (never created, migrated or written);
 - nothing → ``stateflow.db`` in the user's data directory (platformdirs).
 """
 
@@ -31,17 +31,30 @@ def resolve_store_url(store: str | None = None) -> str:
     return store or os.environ.get(ENV_VAR) or str(default_store_path())
 
 
-def open_store(store: str | None = None, *, auto_migrate: bool | None = None) -> SqlStore:
-    """Open the store at ``store`` (path or URL; see the module docs)."""
+def open_store(
+    store: str | None = None,
+    *,
+    auto_migrate: bool | None = None,
+    create: bool = True,
+    wait_seconds: float | None = None,
+    connect_timeout: float | None = None,
+) -> SqlStore:
+    """Open the store at ``store`` (path or URL; see the module docs). ``create=False`` (what
+    commands that only read pass) refuses a missing SQLite file instead of creating it.
+    PostgreSQL: ``wait_seconds`` bounds a call's wait for a connection during an outage,
+    ``connect_timeout`` one connection attempt (defaults 10 s and 5 s)."""
     url = resolve_store_url(store)
     if url.startswith(("postgresql://", "postgres://")):
         with needs_extra("postgres", "a PostgreSQL store"):
             from stateflow.store.postgres import PostgresStore
 
-        return PostgresStore(url, auto_migrate=bool(auto_migrate))
+        return PostgresStore(
+            url, auto_migrate=bool(auto_migrate), timeout=wait_seconds, connect_timeout=connect_timeout
+        )
     from stateflow.store.sqlite import SqliteStore
 
     synchronous = "full"
+    read_only = False
     path = url
     if "://" in url:
         parts = urlsplit(url)
@@ -53,13 +66,21 @@ def open_store(store: str | None = None, *, auto_migrate: bool | None = None) ->
         if parts.netloc:
             raise UnsupportedStore(f"sqlite URL {url!r} must look like sqlite:///absolute/path")
         query = parse_qs(parts.query)
-        unknown = set(query) - {"synchronous"}
+        unknown = set(query) - {"synchronous", "mode"}
         if unknown:
-            raise UnsupportedStore(f"unknown sqlite option(s) {sorted(unknown)}; known: synchronous")
+            raise UnsupportedStore(f"unknown sqlite option(s) {sorted(unknown)}; known: synchronous, mode")
         if "synchronous" in query:
             synchronous = query["synchronous"][-1]
+        if "mode" in query:
+            if query["mode"][-1] not in ("ro", "rw"):
+                raise UnsupportedStore("sqlite option mode must be ro (read-only) or rw")
+            read_only = query["mode"][-1] == "ro"
     if not path:
         raise UnsupportedStore("empty store path")
     return SqliteStore(
-        path, synchronous=synchronous, auto_migrate=True if auto_migrate is None else auto_migrate
+        path,
+        synchronous=synchronous,
+        auto_migrate=(create or Path(path).expanduser().exists()) if auto_migrate is None else auto_migrate,
+        create=create,
+        read_only=read_only,
     )

@@ -10,6 +10,7 @@ Reads run in ``REPEATABLE READ READ ONLY`` transactions: one snapshot per read.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
 from functools import lru_cache
@@ -18,10 +19,11 @@ from typing import Any, Final
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg import pq
+from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from stateflow.doc.canonical import encode_trusted
-from stateflow.errors import CorruptData, StoreError, StoreNotMigrated, StoreUnavailable
+from stateflow.errors import CorruptData, StoreError, StoreNotMigrated, StoreUnavailable, UnsupportedStore
 from stateflow.store.base import SqlStore
 from stateflow.store.cache import RevisionCache
 from stateflow.store.clock import utc_now
@@ -141,29 +143,46 @@ class PostgresStore(SqlStore):
         *,
         min_size: int = 1,
         max_size: int = 10,
-        timeout: float = 30.0,
+        timeout: float | None = None,
+        connect_timeout: float | None = None,
         auto_migrate: bool = False,
     ) -> None:
+        """``timeout``: how long a call waits for a connection during an outage before it fails
+        with ``store-unavailable`` (default 10 s);
+        ``connect_timeout``: how long one connection attempt may take (default the URL's
+        ``connect_timeout``, else 5 s)."""
         super().__init__()
         self._bodies: RevisionCache[int, Document] = RevisionCache(BODY_CACHE_BYTES)
         """whole documents as read or written here, by doc_id and revision"""
         self._seen: dict[DocKey, None] = {}
         """keys read here before (present, deleted or never written)"""
         self.url = _safe(url)
+        wait = timeout if timeout is not None else DEFAULT_WAIT
+        kwargs: dict[str, Any] = {"autocommit": True}
+        try:
+            given = conninfo_to_dict(url)
+        except psycopg.ProgrammingError as exc:
+            raise UnsupportedStore(f"{self.url} is not a valid PostgreSQL URL: {_one_line(exc)}") from None
+        if connect_timeout is not None or "connect_timeout" not in given:
+            kwargs["connect_timeout"] = max(1, round(connect_timeout or DEFAULT_CONNECT_TIMEOUT))
+        # One direct attempt first: when the server cannot be reached, its cause (refused, unknown
+        # host, missing database or role) is the answer, within the connect timeout — instead of
+        # the pool retrying in the background until its own timeout and saying only that.
+        try:
+            psycopg.connect(url, **kwargs).close()
+        except psycopg.OperationalError as exc:
+            raise StoreUnavailable(f"cannot connect to {self.url}: {_one_line(exc)}") from None
+        _quiet_pool_log()
         # autocommit: a lone statement needs no BEGIN/COMMIT round trips; transactions are explicit
         self._pool = ConnectionPool(
             url,
             min_size=min_size,
             max_size=max_size,
-            timeout=timeout,
+            timeout=wait,
             open=False,
-            kwargs={"autocommit": True},
+            kwargs=kwargs,
         )
-        try:
-            self._pool.open(wait=True, timeout=timeout)
-        except PoolTimeout as exc:
-            self._pool.close()
-            raise StoreUnavailable(f"cannot connect to {self.url}: {exc}") from exc
+        self._pool.open(wait=False)
         if auto_migrate:
             self.migrate()
 
@@ -185,10 +204,13 @@ class PostgresStore(SqlStore):
                 if tx.begin is None and not tx.committed:
                     with _mapped_errors():
                         conn.execute("COMMIT")
-        except PoolTimeout as exc:
-            raise StoreUnavailable(f"no database connection available: {exc}") from exc
+        except PoolTimeout:
+            raise StoreUnavailable(
+                f"{self.url}: no database connection within {self._pool.timeout:g} s "
+                "(is the server down?); retry later"
+            ) from None
         except psycopg.OperationalError as exc:
-            raise StoreUnavailable(f"PostgreSQL is unreachable: {exc}") from exc
+            raise StoreUnavailable(f"PostgreSQL is unreachable: {_one_line(exc)}") from exc
 
     def read(
         self,
@@ -480,6 +502,23 @@ def _pg(sql: str) -> str:
 def _jsonb_safe(raw: str) -> bool:
     """jsonb cannot hold an escaped NUL character."""
     return "\\u0000" not in raw
+
+
+DEFAULT_WAIT: Final = 10.0
+DEFAULT_CONNECT_TIMEOUT: Final = 5.0
+
+
+def _quiet_pool_log() -> None:
+    """The pool retries in the background and logs every failed attempt, which Python prints on
+    stderr when the program configured no logging; our refusals already name the cause
+    (``store-unavailable``). A program that configured logging keeps the pool's lines."""
+    if not logging.getLogger().handlers:
+        logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
+
+
+def _one_line(exc: Exception) -> str:
+    """libpq's multi-line message as one line (its hint lines included)."""
+    return " ".join(str(exc).split())
 
 
 def _safe(url: str) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import mmap
+import os
 import sqlite3
 import threading
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
@@ -20,12 +21,16 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TypeVar, cast
+from urllib.parse import quote
 
 from stateflow.errors import (
-    CorruptData,
+    CorruptStore,
     StateflowError,
     StoreError,
+    StoreNotFound,
     StoreNotMigrated,
+    StorePermissionDenied,
+    StoreReadOnly,
     StoreUnavailable,
     UnsupportedStore,
 )
@@ -249,7 +254,12 @@ class SqliteStore(SqlStore):
         busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
         auto_migrate: bool = True,
         max_group: int = DEFAULT_MAX_GROUP,
+        create: bool = True,
+        read_only: bool = False,
     ) -> None:
+        """``create=False`` refuses a missing file instead of creating it (and its directory);
+        ``read_only=True`` never writes (a read-only file or directory is opened that way by
+        itself)."""
         super().__init__()
         if synchronous.lower() not in SYNCHRONOUS_MODES:
             raise UnsupportedStore(
@@ -266,7 +276,9 @@ class SqliteStore(SqlStore):
         self._watch = _CommitWatch(self.path)
         self._shared: _Snapshot | None = None
         self._group = _GroupCommit(self._writer, max_group, WriterQueue(self.path))
-        if auto_migrate:
+        self.create = create and not read_only
+        self.read_only = read_only
+        if auto_migrate and not read_only and (not self.path.exists() or _writable(self.path)):
             self.migrate()
 
     def _connection(self) -> sqlite3.Connection:
@@ -279,26 +291,51 @@ class SqliteStore(SqlStore):
         return conn
 
     def _open(self) -> sqlite3.Connection:
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(
-                self.path,
-                isolation_level=None,
-                timeout=self.busy_timeout_ms / 1000,
-                check_same_thread=False,  # the writer is shared; the group lock serializes it
-            )
-        except (OSError, sqlite3.Error) as exc:
-            raise StoreUnavailable(f"cannot open {self.path}: {exc}") from exc
+        exists = preflight(self.path)
+        if not exists and not self.create:
+            raise StoreNotFound(f"no store at {self.path} (nothing was created; check --store)")
+        if not exists:
+            _create(self.path)
+        read_only = self.read_only or not _writable(self.path)
+        conn = self._connect(read_only=read_only, immutable=False)
         with _mapped_errors():
+            try:
+                conn.execute("PRAGMA schema_version").fetchone()  # reads the header: damage shows here
+            except sqlite3.OperationalError as exc:
+                if not read_only or "unable to open" not in str(exc):
+                    raise
+                # a read-only medium without the WAL index file: nothing can write here anyway
+                conn.close()
+                conn = self._connect(read_only=True, immutable=True)
+                conn.execute("PRAGMA schema_version").fetchone()
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
-            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-            if str(mode).lower() != "wal":
-                raise StoreUnavailable(f"{self.path}: cannot switch to WAL mode (got {mode})")
-            conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+            if read_only:
+                self.read_only = True
+            else:
+                mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                if str(mode).lower() != "wal":
+                    raise StoreUnavailable(f"{self.path}: cannot switch to WAL mode (got {mode})")
+                conn.execute(f"PRAGMA synchronous = {self.synchronous}")
             conn.execute("PRAGMA foreign_keys = ON")
         with self._guard:
             self._all.append(conn)
         return conn
+
+    def _connect(self, *, read_only: bool, immutable: bool) -> sqlite3.Connection:
+        target: str | Path = self.path
+        if read_only:
+            where = ("//" if self.path.is_absolute() else "") + quote(str(self.path))
+            target = f"file:{where}?mode=ro" + ("&immutable=1" if immutable else "")
+        try:
+            return sqlite3.connect(
+                target,
+                uri=read_only,
+                isolation_level=None,
+                timeout=self.busy_timeout_ms / 1000,
+                check_same_thread=False,  # the writer is shared; the group lock serializes it
+            )
+        except sqlite3.Error as exc:
+            raise _denied(self.path) or StoreUnavailable(f"cannot open {self.path}: {exc}") from exc
 
     @contextmanager
     def _read_tx(self) -> Iterator[Tx]:
@@ -331,6 +368,8 @@ class SqliteStore(SqlStore):
                 self._local.writing = False
 
     def _writer(self) -> sqlite3.Connection:
+        if self.read_only:
+            raise StoreReadOnly(f"{self.path} is open read-only: nothing can be written")
         if self._writer_conn is None:
             self._writer_conn = self._open()
         return self._writer_conn
@@ -445,14 +484,77 @@ def _mapped_errors() -> Iterator[None]:
 def _mapped(exc: sqlite3.Error) -> StateflowError:
     """Our error for a SQLite error: missing schema, busy, damaged file, or other."""
     text = str(exc)
+    if "malformed" in text or "not a database" in text or "corrupt" in text:
+        return CorruptStore(
+            f"the SQLite file is damaged ({text}); run `stateflow check` and restore from a backup"
+        )
     if isinstance(exc, sqlite3.OperationalError):
         if "no such table" in text:
             return StoreNotMigrated(f"the store schema is missing ({text}); run `stateflow migrate`")
         if "locked" in text or "busy" in text:
             return StoreUnavailable(f"the store stayed busy past the timeout: {text}")
+        if "readonly" in text or "read-only" in text:
+            return StoreReadOnly(f"the store is read-only here: {text}")
         return StoreUnavailable(f"SQLite error: {text}")
     if isinstance(exc, sqlite3.IntegrityError):
         return StoreError(f"SQLite integrity error: {text}")
     if isinstance(exc, sqlite3.DatabaseError):
-        return CorruptData(f"the SQLite file is damaged or not a database: {text}")
+        return CorruptStore(f"the SQLite file is damaged or not a database: {text}")
     return StoreError(f"SQLite error: {text}")
+
+
+_HEADER: Final = b"SQLite format 3\x00"
+FILE_MODE: Final = 0o600
+DIR_MODE: Final = 0o700
+
+
+def preflight(path: Path) -> bool:
+    """Whether the store file exists; refuses at once (no lock wait) a file that cannot be one."""
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return False
+    except PermissionError:
+        raise StorePermissionDenied(f"permission denied: cannot look at {path}") from None
+    wal = Path(f"{path}-wal")
+    if size == 0:
+        # a file we create holds its header before anything goes to the WAL: an empty file next
+        # to a WAL was truncated or replaced, and replaying that WAL would resurrect stale pages
+        if wal.exists() and wal.stat().st_size > 0:
+            raise CorruptStore(
+                f"{path} is empty but {wal.name} holds data: the file was truncated or replaced; "
+                "restore it from a backup (or move the -wal and -shm files away to start empty)"
+            )
+        return True
+    try:
+        with path.open("rb") as file:
+            header = file.read(len(_HEADER))
+    except PermissionError:
+        raise StorePermissionDenied(f"permission denied: cannot read {path}") from None
+    if header != _HEADER:
+        raise CorruptStore(f"{path} is not a SQLite database (its header is damaged or it is another file)")
+    return True
+
+
+def _create(path: Path) -> None:
+    """The store file and its directory, private to the owner (SQLite gives the -wal and -shm
+    files the mode of the database file)."""
+    try:
+        path.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT, FILE_MODE)
+        os.close(fd)
+    except PermissionError:
+        raise StorePermissionDenied(f"permission denied: cannot create {path}") from None
+    except OSError as exc:
+        raise StoreUnavailable(f"cannot create {path}: {exc.strerror or exc}") from None
+
+
+def _writable(path: Path) -> bool:
+    """Whether this process may write the file and create its -wal/-shm files next to it."""
+    return os.access(path, os.W_OK) and os.access(path.parent, os.W_OK | os.X_OK)
+
+
+def _denied(path: Path) -> StorePermissionDenied | None:
+    if not os.access(path.parent, os.X_OK) or (path.exists() and not os.access(path, os.R_OK)):
+        return StorePermissionDenied(f"permission denied: cannot open {path}")
+    return None

@@ -1,0 +1,105 @@
+"""Where configuration comes from, read at the edge: ``stateflow.toml``, the environment, flags.
+
+Precedence: flags > environment > file > defaults. The file is ``--config PATH`` (or
+``STATEFLOW_CONFIG``), else ``stateflow.toml`` in the working directory, else in the data
+directory; a named file that does not exist is refused, a file found by looking is optional.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import click
+
+from stateflow.config import Config, InvalidConfig
+
+FILE_NAME = "stateflow.toml"
+ENV_CONFIG = "STATEFLOW_CONFIG"
+ENVIRONMENT: dict[str, tuple[str, str]] = {
+    "STATEFLOW_STORE": ("store", "url"),
+    "STATEFLOW_STORE_WAIT_SECONDS": ("store", "wait_seconds"),
+    "STATEFLOW_STORE_CONNECT_TIMEOUT_SECONDS": ("store", "connect_timeout_seconds"),
+    "STATEFLOW_TOKENS": ("server", "tokens"),
+    "STATEFLOW_TOKEN_FILE": ("server", "token_file"),
+    "STATEFLOW_WORKERS": ("server", "workers"),
+    "STATEFLOW_LOG_LEVEL": ("server", "log_level"),
+    "STATEFLOW_LOG_FORMAT": ("server", "log_format"),
+    "STATEFLOW_CORS_ORIGINS": ("server", "cors_origins"),
+    "STATEFLOW_JQ_TIMEOUT_SECONDS": ("jq", "timeout_seconds"),
+    "STATEFLOW_JQ_MEMORY_MB": ("jq", "memory_mb"),
+    "STATEFLOW_JQ_WORKERS": ("jq", "workers"),
+    "STATEFLOW_JQ_QUEUE": ("jq", "queue"),
+}
+
+
+def config_file(explicit: Path | None) -> Path | None:
+    if explicit is None and os.environ.get(ENV_CONFIG):
+        explicit = Path(os.environ[ENV_CONFIG])
+    if explicit is not None:
+        if not explicit.is_file():
+            raise InvalidConfig(f"configuration file {explicit} does not exist")
+        return explicit
+    import platformdirs
+
+    for folder in (Path.cwd(), Path(platformdirs.user_data_dir("stateflow", appauthor=False))):
+        if (folder / FILE_NAME).is_file():
+            return folder / FILE_NAME
+    return None
+
+
+def _file_layer(path: Path) -> dict[str, Any]:
+    import tomllib
+
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise InvalidConfig(f"{path} is not valid TOML: {exc}") from None
+    except OSError as exc:
+        raise InvalidConfig(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+def _env_layer(environ: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+    layer: dict[str, dict[str, Any]] = {}
+    for name, (section, key) in ENVIRONMENT.items():
+        value = environ.get(name)
+        if value:  # an empty variable counts as unset
+            layer.setdefault(section, {})[key] = value
+    return layer
+
+
+def load(explicit: Path | None, flags: Mapping[str, Mapping[str, Any]]) -> tuple[Config, Path | None]:
+    """The configuration in effect, and the file it read (if any)."""
+    path = config_file(explicit)
+    layers: list[tuple[str, Mapping[str, Any]]] = []
+    if path is not None:
+        layers.append((str(path), _file_layer(path)))
+    layers.append(("environment", _env_layer(os.environ)))
+    given = {s: {k: v for k, v in values.items() if v is not None} for s, values in flags.items()}
+    layers.append(("command line", {s: v for s, v in given.items() if v}))
+    return Config.from_layers(*layers), path
+
+
+@click.group("config")
+def config() -> None:
+    """The configuration in effect (stateflow.toml, environment, flags)."""
+
+
+@config.command("show")
+@click.option("--secrets", is_flag=True, help="Show token secrets and passwords instead of masking them.")
+@click.pass_context
+def show(click_ctx: click.Context, secrets: bool) -> None:
+    """Print every setting in effect as JSON (secrets masked), and which file was read."""
+    from stateflow.cli.common import Context, echo_json
+
+    ctx = click_ctx.find_object(Context)
+    assert ctx is not None
+    try:
+        resolved, path = ctx.config()
+    except InvalidConfig as exc:
+        click.echo(f"error[{exc.code}]: {exc.message}", err=True)
+        raise SystemExit(1) from None
+    echo_json({"file": str(path) if path else None, **resolved.to_json(secrets=secrets)})

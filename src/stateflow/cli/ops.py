@@ -1,0 +1,90 @@
+"""Operator commands: ``stateflow check`` (and, next to it, backups and portability)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from stateflow.cli.common import Context, echo_json, pass_context, refusals
+from stateflow.errors import CorruptStore, UnsupportedStore
+from stateflow.store import SqlStore, resolve_store_url
+
+
+@click.command("check")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@pass_context
+@refusals
+def check(ctx: Context, as_json: bool) -> None:
+    """Check the store: the file's integrity (SQLite), the schema, every revision it keeps.
+
+    Reads only. Exit status 0 when the store is whole, 1 when anything is damaged."""
+    from stateflow.store.check import CheckReport, check_store, sqlite_file_integrity
+
+    location = resolve_store_url(ctx.store_location)
+    path = _sqlite_path(location)
+    report = CheckReport(location)
+    if path is not None and Path(path).expanduser().exists():
+        sqlite_file_integrity(str(Path(path).expanduser()), report)
+    if report.ok:  # a file that failed its own check is not opened
+        try:
+            full = check_store(_sql(ctx.reader()))
+        except CorruptStore as exc:
+            report.problem(f"open: {exc.message}")
+        else:
+            full.checked = {**report.checked, **full.checked}
+            report = full
+    if as_json:
+        echo_json(report.to_json())
+    else:
+        counts = ", ".join(f"{n} {what}" for what, n in report.checked.items())
+        click.echo(f"{report.store}: checked {counts or 'nothing'}")
+        for problem in report.problems:
+            click.echo(f"  damaged: {problem}")
+        if report.more_problems:
+            click.echo(f"  … and {report.more_problems} more")
+    if not report.ok:
+        click.echo(
+            f"error[corrupt-store]: {len(report.problems) + report.more_problems} problem(s) found; "
+            "restore from a backup (stateflow backup) or export what still reads (stateflow dump)",
+            err=True,
+        )
+        sys.exit(1)
+
+
+def _sql(store: object) -> SqlStore:
+    if not isinstance(store, SqlStore):
+        raise UnsupportedStore(f"{type(store).__name__} stores cannot be checked or dumped")
+    return store
+
+
+def _sqlite_path(location: str) -> str | None:
+    if location.startswith(("postgresql://", "postgres://")):
+        return None
+    if location.startswith("sqlite://"):
+        from urllib.parse import unquote, urlsplit
+
+        return unquote(urlsplit(location).path)
+    return location
+
+
+@click.command("backup")
+@click.argument("target", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--force", is_flag=True, help="Replace TARGET when it exists.")
+@pass_context
+@refusals
+def backup(ctx: Context, target: Path, force: bool) -> None:
+    """Copy a live SQLite store to TARGET: a consistent snapshot, taken with SQLite's online
+    backup while writers carry on. (PostgreSQL: use pg_dump, or `stateflow dump`.)"""
+    from stateflow.store.backup import sqlite_backup
+
+    location = resolve_store_url(ctx.store_location)
+    path = _sqlite_path(location)
+    if path is None:
+        raise UnsupportedStore(
+            "stateflow backup copies SQLite files; back PostgreSQL up with pg_dump "
+            "(or `stateflow dump` for a portable copy)"
+        )
+    pages = sqlite_backup(Path(path).expanduser(), target, replace=force)
+    click.echo(f"backed up {location} to {target} ({pages} pages, checked)", err=True)

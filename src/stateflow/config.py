@@ -1,0 +1,174 @@
+"""Typed configuration of a deployment: the store, the API server, jq limits.
+
+This module holds the typed object and its validation only. Sources are read at the edges (the
+CLI reads ``stateflow.toml``, the environment and its flags) and handed here as layers of plain
+mappings, merged in order — later layers win, so an edge passes ``file, environment, flags``.
+Unknown keys and ill-typed values are refused with ``invalid-config``, naming the key and the
+source.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, ClassVar, Self
+from urllib.parse import urlsplit, urlunsplit
+
+from stateflow.errors import InvalidInput
+
+
+class InvalidConfig(InvalidInput):
+    code = "invalid-config"
+
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_FORMATS = ("text", "json")
+
+
+@dataclass(frozen=True)
+class StoreSettings:
+    url: str | None = None
+    """a SQLite path or URL, or ``postgresql://…``; None: the default file in the data directory"""
+    wait_seconds: float = 10.0
+    """PostgreSQL: how long a call waits for a connection during an outage"""
+    connect_timeout_seconds: float = 5.0
+    """PostgreSQL: how long one connection attempt may take (unless the URL sets it)"""
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    host: str = "127.0.0.1"
+    port: int = 8765
+    workers: int = 1
+    token_file: str | None = None
+    tokens: tuple[str, ...] = ()
+    """token specs (secrets: masked when shown)"""
+    log_level: str = "info"
+    log_format: str = "text"
+    cors_origins: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class JqSettings:
+    timeout_seconds: float = 10.0
+    memory_mb: int = 512
+    workers: int = 2
+    queue: int | None = None
+    """callers that may wait for a worker; None: four per worker"""
+
+
+@dataclass(frozen=True)
+class Config:
+    store: StoreSettings = field(default_factory=StoreSettings)
+    server: ServerSettings = field(default_factory=ServerSettings)
+    jq: JqSettings = field(default_factory=JqSettings)
+
+    SECTIONS: ClassVar[tuple[str, ...]] = ("store", "server", "jq")
+
+    @classmethod
+    def from_layers(cls, *layers: tuple[str, Mapping[str, Any]]) -> Self:
+        """Merge ``(source name, {section: {key: value}})`` layers, later ones winning."""
+        config = cls()
+        for source, layer in layers:
+            for section, values in layer.items():
+                if section not in cls.SECTIONS:
+                    raise InvalidConfig(
+                        f"{source}: unknown section {section!r} (known: {', '.join(cls.SECTIONS)})"
+                    )
+                if not isinstance(values, Mapping):
+                    raise InvalidConfig(f"{source}: [{section}] must be a table of settings")
+                current = getattr(config, section)
+                config = replace(config, **{section: _merged(current, values, f"{source}: {section}")})
+        config._validate()
+        return config
+
+    def _validate(self) -> None:
+        checks = [
+            (self.server.log_level in LOG_LEVELS, f"server.log_level must be one of {', '.join(LOG_LEVELS)}"),
+            (
+                self.server.log_format in LOG_FORMATS,
+                f"server.log_format must be one of {', '.join(LOG_FORMATS)}",
+            ),
+            (1 <= self.server.port <= 65535, "server.port must be 1..65535"),
+            (self.server.workers >= 1, "server.workers must be at least 1"),
+            (self.jq.workers >= 1, "jq.workers must be at least 1"),
+            (self.jq.timeout_seconds > 0, "jq.timeout_seconds must be positive"),
+            (self.jq.memory_mb > 0, "jq.memory_mb must be positive"),
+            (self.jq.queue is None or self.jq.queue >= 0, "jq.queue must be 0 or more"),
+            (self.store.wait_seconds > 0, "store.wait_seconds must be positive"),
+            (self.store.connect_timeout_seconds > 0, "store.connect_timeout_seconds must be positive"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise InvalidConfig(message)
+
+    def to_json(self, *, secrets: bool = False) -> dict[str, Any]:
+        """Every setting; secrets (token specs, a password in the store URL) masked unless asked."""
+        out: dict[str, Any] = {}
+        for section in self.SECTIONS:
+            values = {f.name: getattr(getattr(self, section), f.name) for f in fields(getattr(self, section))}
+            out[section] = {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}
+        if not secrets:
+            out["server"]["tokens"] = [_mask_spec(s) for s in self.server.tokens]
+            if self.store.url:
+                out["store"]["url"] = _mask_url(self.store.url)
+        return out
+
+
+def _merged(current: Any, values: Mapping[str, Any], where: str) -> Any:
+    known = {f.name: f for f in fields(current)}
+    changes: dict[str, Any] = {}
+    for key, value in values.items():
+        if key not in known:
+            raise InvalidConfig(f"{where}: unknown setting {key!r} (known: {', '.join(known)})")
+        changes[key] = _typed(value, getattr(current, key), known[key].type, f"{where}.{key}")
+    return replace(current, **changes)
+
+
+def _typed(value: Any, default: Any, annotation: Any, where: str) -> Any:
+    """``value`` as the setting's type (strings from the environment are converted)."""
+    kind = str(annotation)
+    if value is None and "None" in kind:
+        return None
+    try:
+        if kind.startswith("tuple"):
+            if isinstance(value, str):
+                return (
+                    tuple(v for v in value.replace(",", " ").split() if v)
+                    if "origins" in where
+                    else (tuple(line.strip() for line in value.splitlines() if line.strip()))
+                )
+            if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
+                return tuple(value)
+            raise TypeError
+        if kind.startswith("float"):
+            if isinstance(value, bool):
+                raise TypeError
+            return float(value)
+        if kind.startswith("int"):
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise TypeError
+            return int(value)
+        if kind.startswith("str"):
+            if not isinstance(value, str):
+                raise TypeError
+            return value
+    except (TypeError, ValueError):
+        pass
+    else:
+        return value
+    raise InvalidConfig(f"{where}: {value!r} is not a valid {kind.replace(' | None', '')}")
+
+
+def _mask_spec(spec: str) -> str:
+    secret, sep, rest = spec.partition("@")
+    head, colon, access = secret.partition(":")
+    return f"{head[:3]}…{colon}{access}{sep}{rest}"
+
+
+def _mask_url(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password:
+        netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+        return urlunsplit(parts._replace(netloc=netloc))
+    return url

@@ -1,0 +1,115 @@
+"""The access log: one line per request — method, path, status, duration, token fingerprint,
+request id — as text or JSON, on the ``stateflow.access`` logger.
+
+A pure ASGI wrapper (no per-request objects beyond the line): it reads the ``Authorization``
+header only to print the fingerprint the audit trail uses (``token:<12 hex>``), never the
+secret. The request id is the caller's ``X-Request-ID`` when it is a short printable string,
+else a new one; either way the response carries it back.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+logger = logging.getLogger("stateflow.access")
+
+
+def fingerprint(authorization: bytes | None) -> str:
+    if not authorization or authorization[:7].lower() != b"bearer ":
+        return "-"
+    return "token:" + hashlib.sha256(authorization[7:].strip()).hexdigest()[:12]
+
+
+def _request_id(given: bytes | None) -> str:
+    if given and len(given) <= 128 and given.isascii() and given.decode().isprintable() and b" " not in given:
+        return given.decode()
+    return uuid.uuid4().hex[:16]
+
+
+class AccessLog:
+    def __init__(self, app: ASGIApp, *, json_lines: bool = False) -> None:
+        self.app = app
+        self.json_lines = json_lines
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        headers = dict(scope.get("headers") or [])
+        request_id = _request_id(headers.get(b"x-request-id"))
+        status = 500  # what the client sees when the app fails before answering
+
+        async def sending(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+                message["headers"] = [*message.get("headers", []), (b"x-request-id", request_id.encode())]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            if logger.isEnabledFor(logging.INFO):
+                self._log(scope, status, time.perf_counter() - started, headers, request_id)
+
+    def _log(self, scope: Scope, status: int, seconds: float, headers: dict[bytes, bytes], rid: str) -> None:
+        fields = {
+            "method": scope["method"],
+            "path": scope["path"],
+            "status": status,
+            "duration_ms": round(seconds * 1000, 2),
+            "token": fingerprint(headers.get(b"authorization")),
+            "request_id": rid,
+        }
+        if self.json_lines:
+            logger.info("%s %s %s", fields["method"], fields["path"], status, extra={"fields": fields})
+        else:
+            logger.info(
+                "%s %s %s %.1fms %s %s",
+                fields["method"],
+                fields["path"],
+                status,
+                fields["duration_ms"],
+                fields["token"],
+                rid,
+            )
+
+
+def configure(level: str, *, json_lines: bool) -> None:
+    """Send stateflow's log lines (the access log included) to stderr at ``level``."""
+    handler = logging.StreamHandler()
+    if json_lines:
+        handler.setFormatter(_JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+    root = logging.getLogger("stateflow")
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    root.propagate = False
+
+
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        body = getattr(record, "fields", None) or {"message": record.getMessage()}
+        return json.dumps(
+            {
+                "time": self.formatTime(record),
+                "level": record.levelname.lower(),
+                "logger": record.name,
+                **body,
+            },
+            ensure_ascii=False,
+        )

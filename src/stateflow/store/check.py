@@ -1,0 +1,160 @@
+"""``stateflow check``: is a store whole? The file's own integrity, then every revision it keeps.
+
+A check is a function ``(store, report)`` that records what it looked at and what is wrong; the
+list :data:`CHECKS` runs in order. Further checks (for example a walk of new storage structures)
+add themselves with :func:`register`. A check never writes.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from stateflow.errors import StateflowError, StoreNotFound, StoreUnavailable
+from stateflow.store.base import SqlStore
+from stateflow.store.migrations import SCHEMA_VERSION
+from stateflow.store.model import DocKey
+
+MAX_PROBLEMS = 100
+"""A damaged store can have thousands of bad rows; the report names the first ones."""
+
+
+@dataclass
+class CheckReport:
+    store: str
+    checked: dict[str, int] = field(default_factory=dict)
+    """what was looked at, by kind (``documents``, ``revisions``, ``pages`` …)"""
+    problems: list[str] = field(default_factory=list)
+    more_problems: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def count(self, what: str, n: int = 1) -> None:
+        self.checked[what] = self.checked.get(what, 0) + n
+
+    def problem(self, message: str) -> None:
+        if len(self.problems) < MAX_PROBLEMS:
+            self.problems.append(message)
+        else:
+            self.more_problems += 1
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "store": self.store,
+            "ok": self.ok,
+            "checked": self.checked,
+            "problems": self.problems,
+            "more_problems": self.more_problems,
+        }
+
+
+Check = Callable[[SqlStore, CheckReport], None]
+CHECKS: list[tuple[str, Check]] = []
+
+
+def register(name: str, check: Check) -> None:
+    """Run ``check`` after the ones registered before it (a name registers once)."""
+    if all(existing != name for existing, _ in CHECKS):
+        CHECKS.append((name, check))
+
+
+def check_store(store: SqlStore) -> CheckReport:
+    """Run every registered check; a check that cannot run at all is itself a problem (but a
+    store that is missing or unreachable is an error, not damage)."""
+    report = CheckReport(store.url)
+    for name, check in CHECKS:
+        try:
+            check(store, report)
+        except (StoreNotFound, StoreUnavailable):
+            raise
+        except StateflowError as exc:
+            report.problem(f"{name}: {exc.code}: {exc.message}")
+            if name == "schema":
+                break  # nothing below can be read without a schema
+    return report
+
+
+def sqlite_file_integrity(path: str, report: CheckReport) -> None:
+    """SQLite's own integrity check of every page and index, read-only (runs before the store
+    is opened: a damaged file may not open at all)."""
+    from stateflow.store.sqlite import preflight
+
+    try:
+        preflight(Path(path))
+    except StateflowError as exc:
+        report.problem(f"file: {exc.message}")
+        return
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    except sqlite3.Error as exc:
+        report.problem(f"file: cannot open {path}: {exc}")
+        return
+    try:
+        rows = conn.execute("PRAGMA integrity_check(100)").fetchall()
+        pages = conn.execute("PRAGMA page_count").fetchone()[0]
+    except sqlite3.Error as exc:
+        report.problem(f"file: {exc}")
+        return
+    finally:
+        conn.close()
+    report.count("pages", int(pages))
+    for (line,) in rows:
+        if line != "ok":
+            report.problem(f"file: {line}")
+
+
+def _schema(store: SqlStore, report: CheckReport) -> None:
+    version = store.schema_version()
+    report.checked["schema_version"] = version or 0
+    if version != SCHEMA_VERSION:
+        report.problem(f"schema: version {version or 0}, this stateflow needs {SCHEMA_VERSION}")
+
+
+def _revisions(store: SqlStore, report: CheckReport) -> None:
+    """Every document's current body and every revision its history still reaches decode and
+    replay (revisions older than the retained history are skipped, not counted as damage)."""
+    with store._read_tx() as tx:
+        docs = tx.all("SELECT doc_id, state, subject, revision FROM documents ORDER BY doc_id")
+        oldest = dict(
+            tx.all(
+                "SELECT doc_id, min(revision) FROM ("
+                "SELECT doc_id, revision FROM snapshots UNION ALL "
+                "SELECT doc_id, revision - 1 FROM changes) AS kept GROUP BY doc_id"
+            )
+        )
+    for doc_id, state, subject, revision in docs:
+        key = DocKey(state, subject)
+        report.count("documents")
+        first = max(1, int(oldest.get(doc_id, revision)))
+        for r in range(first, int(revision) + 1):
+            try:
+                store.read_at(key, revision=r)
+            except StateflowError as exc:
+                report.problem(f"revisions: {key} revision {r}: {exc.code}: {exc.message}")
+                break  # later revisions replay through this one
+            report.count("revisions")
+        try:
+            store.get(key)
+        except StateflowError as exc:
+            report.problem(f"documents: {key} current body: {exc.code}: {exc.message}")
+
+
+def _transitions(store: SqlStore, report: CheckReport) -> None:
+    """Every transition's origin decodes (history pages show it)."""
+    after = 0
+    while True:
+        page = store.transitions(after_seq=after, limit=1000)
+        if not page:
+            return
+        report.count("transitions", len(page))
+        after = page[-1].seq
+
+
+register("schema", _schema)
+register("revisions", _revisions)
+register("transitions", _transitions)

@@ -1,0 +1,137 @@
+"""Start real ``stateflow serve`` processes for tests, and look at their worker processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+TOKEN = "ops-test-token-0123456789"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def base_env(tmp_path: Path, store: str, **extra: str) -> dict[str, str]:
+    env = dict(
+        os.environ,
+        STATEFLOW_STORE=store,
+        XDG_DATA_HOME=str(tmp_path / "data"),
+        XDG_CONFIG_HOME=str(tmp_path / "config"),
+        STATEFLOW_TOKENS="",
+    )
+    env.update(extra)
+    return env
+
+
+@dataclass
+class Server:
+    url: str
+    proc: subprocess.Popen[str]
+
+    def call(
+        self, method: str, path: str, body: Any = None, timeout: float = 30, token: str = TOKEN
+    ) -> tuple[int, Any, dict[str, str]]:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(
+            self.url + path, data=data, method=method, headers={"Authorization": f"Bearer {token}"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
+                raw = response.read()
+                return response.status, json.loads(raw) if raw else None, _lower(response.headers)
+        except urllib.error.HTTPError as exc:
+            raw = exc.read()
+            return exc.code, json.loads(raw) if raw else None, _lower(exc.headers)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def start(env: dict[str, str], *args: str, token: bool = True) -> Server:
+    """``stateflow serve`` on a free loopback port (with the test token unless ``token`` is
+    false); waits until it answers."""
+    port = free_port()
+    proc = subprocess.Popen(
+        ["stateflow", "serve", "--port", str(port), *(["--token", TOKEN] if token else []), *args],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    server = Server(f"http://127.0.0.1:{port}", proc)
+    wait_ready(server)
+    return server
+
+
+def wait_ready(server: Server, timeout: float = 30) -> None:
+    """Wait until ``server`` answers its liveness probe."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.proc.poll() is not None:
+            raise RuntimeError(f"stateflow serve exited with {server.proc.returncode}")
+        try:
+            urllib.request.urlopen(server.url + "/api/health", timeout=1)
+            return
+        except OSError:
+            time.sleep(0.1)
+    server.stop()
+    raise RuntimeError(f"stateflow serve did not answer within {timeout:g} s")
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live process below ``pid`` (from /proc)."""
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        parent = todo.pop()
+        for task in Path(f"/proc/{parent}/task").glob("*"):
+            try:
+                children = (task / "children").read_text().split()
+            except OSError:
+                continue
+            for child in map(int, children):
+                if child not in found:
+                    found.add(child)
+                    todo.append(child)
+    return found
+
+
+def alive(pid: int) -> bool:
+    """Running (a zombie waiting to be reaped counts as gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def wait_gone(pids: set[int], timeout: float) -> set[int]:
+    """The pids still alive after waiting up to ``timeout`` seconds for all to go."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        left = {p for p in pids if alive(p)}
+        if not left:
+            return left
+        time.sleep(0.05)
+    return {p for p in pids if alive(p)}
+
+
+def _lower(headers: Any) -> dict[str, str]:
+    return {k.lower(): v for k, v in headers.items()}

@@ -1,0 +1,69 @@
+"""`stateflow backup`: a consistent, checked, private copy of a SQLite store taken while a
+writer in another process keeps committing."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from stateflow.store import open_store
+
+from .conftest import ROOT
+from .workers import A, B
+
+
+def sf(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["stateflow", *args], capture_output=True, text=True, timeout=120, env=env)
+
+
+def test_backup_of_a_store_under_writes_is_consistent_and_private(tmp_path: Path) -> None:
+    path = tmp_path / "live.db"
+    env = dict(os.environ, STATEFLOW_STORE=str(path))
+    writer = subprocess.Popen(
+        [sys.executable, "-m", "tests.workers", "forever", str(path)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert writer.stdout is not None and writer.stdout.readline().strip() == "ready"
+        copies = [tmp_path / f"copy{i}.db" for i in range(2)]
+        for copy in copies:
+            out = sf(env, "backup", str(copy))
+            assert out.returncode == 0, out.stderr
+            assert "checked" in out.stderr
+    finally:
+        writer.kill()
+        writer.wait()
+    seen = []
+    for copy in copies:
+        assert oct(copy.stat().st_mode & 0o777) == "0o600"
+        assert not Path(f"{copy}-wal").exists()  # one self-contained file
+        store = open_store(str(copy))
+        try:
+            a, b = store.get(A).body, store.get(B).body
+        finally:
+            store.close()
+        assert a is not None and b is not None and a["n"] == b["n"]  # one commit, never half
+        seen.append(a["n"])
+        assert sf(dict(env, STATEFLOW_STORE=str(copy)), "check").returncode == 0
+    assert seen[1] >= seen[0] >= 1
+
+
+def test_backup_refuses_to_overwrite_and_names_pg_dump_for_postgresql(
+    tmp_path: Path, pg_schema_url: str
+) -> None:
+    path = tmp_path / "s.db"
+    env = dict(os.environ, STATEFLOW_STORE=str(path))
+    assert sf(env, "doc", "put", "notes", "a", '{"x": 1}').returncode == 0
+    target = tmp_path / "copy.db"
+    target.write_text("precious")
+    out = sf(env, "backup", str(target))
+    assert out.returncode == 1 and out.stderr.startswith("error[invalid-input]: ") and "--force" in out.stderr
+    assert target.read_text() == "precious"
+    assert sf(env, "backup", "--force", str(target)).returncode == 0
+    out = sf(dict(env, STATEFLOW_STORE=pg_schema_url), "backup", str(tmp_path / "pg.db"))
+    assert out.returncode == 1 and "pg_dump" in out.stderr and not (tmp_path / "pg.db").exists()

@@ -1,0 +1,125 @@
+"""`stateflow.toml`, the environment and flags: precedence, `config show`, refusals."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from stateflow.config import Config, InvalidConfig
+
+from . import servers
+
+
+def sf(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    environ = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("STATEFLOW_") or k == "STATEFLOW_TEST_POSTGRES"
+    }
+    environ.update(XDG_DATA_HOME=str(cwd / "data"), **env)
+    return subprocess.run(
+        ["stateflow", *args], capture_output=True, text=True, timeout=60, cwd=cwd, env=environ
+    )
+
+
+FILE = """
+[store]
+url = "from-file.db"
+wait_seconds = 3
+
+[server]
+port = 9999
+log_level = "warning"
+tokens = ["file-secret-0123456789@agent/alice,tool/crm"]
+
+[jq]
+timeout_seconds = 4
+"""
+
+
+def test_flags_beat_the_environment_which_beats_the_file(tmp_path: Path) -> None:
+    (tmp_path / "stateflow.toml").write_text(FILE)
+    shown = json.loads(sf(tmp_path, "config", "show").stdout)
+    assert shown["file"] == str(tmp_path / "stateflow.toml")
+    assert shown["store"] == {"url": "from-file.db", "wait_seconds": 3.0, "connect_timeout_seconds": 5.0}
+    assert shown["server"]["log_level"] == "warning" and shown["jq"]["timeout_seconds"] == 4.0
+    assert shown["server"]["tokens"] == ["fil…@agent/alice,tool/crm"]  # masked
+    assert "file-secret" not in sf(tmp_path, "config", "show").stdout
+
+    env = {
+        "STATEFLOW_STORE": "from-env.db",
+        "STATEFLOW_JQ_TIMEOUT_SECONDS": "6",
+        "STATEFLOW_LOG_LEVEL": "error",
+    }
+    shown = json.loads(sf(tmp_path, "config", "show", **env).stdout)
+    assert shown["store"]["url"] == "from-env.db" and shown["store"]["wait_seconds"] == 3.0
+    assert shown["jq"]["timeout_seconds"] == 6.0 and shown["server"]["log_level"] == "error"
+    shown = json.loads(sf(tmp_path, "--store", "from-flag.db", "config", "show", **env).stdout)
+    assert shown["store"]["url"] == "from-flag.db"
+    secrets = json.loads(sf(tmp_path, "config", "show", "--secrets").stdout)
+    assert secrets["server"]["tokens"] == ["file-secret-0123456789@agent/alice,tool/crm"]
+
+    # the store in effect is the file's: a write lands there
+    assert sf(tmp_path, "doc", "put", "notes", "a", '{"x": 1}').returncode == 0
+    assert (tmp_path / "from-file.db").exists()
+
+
+def test_serve_takes_its_settings_from_the_file_and_its_flags_win(tmp_path: Path) -> None:
+    port = servers.free_port()
+    (tmp_path / "stateflow.toml").write_text(FILE.replace("9999", str(port)))
+    env = servers.base_env(tmp_path, str(tmp_path / "s.db"))
+    env.pop("STATEFLOW_TOKENS")
+    env.pop("STATEFLOW_STORE")
+    proc = subprocess.Popen(
+        ["stateflow", "serve"], cwd=tmp_path, env=env, stderr=subprocess.DEVNULL, text=True
+    )
+    server = servers.Server(f"http://127.0.0.1:{port}", proc)
+    try:
+        servers.wait_ready(server)
+        record = "/api/states/memory/records/agent/alice/session/s1"
+        assert server.call("GET", record, token="file-secret-0123456789")[0] == 200
+        assert server.call("GET", record.replace("alice", "bob"), token="file-secret-0123456789")[0] == 403
+    finally:
+        server.stop()
+    other = servers.free_port()
+    proc = subprocess.Popen(
+        ["stateflow", "serve", "--port", str(other)],
+        cwd=tmp_path,
+        env=env,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    server = servers.Server(f"http://127.0.0.1:{other}", proc)
+    try:
+        servers.wait_ready(server)  # the flag's port, not the file's
+    finally:
+        server.stop()
+
+
+def test_bad_configuration_is_refused_naming_the_key_and_the_source(tmp_path: Path) -> None:
+    (tmp_path / "stateflow.toml").write_text("[server]\nprot = 1\n")
+    out = sf(tmp_path, "config", "show")
+    assert out.returncode == 1
+    assert (
+        out.stderr.startswith("error[invalid-config]: ")
+        and "prot" in out.stderr
+        and "stateflow.toml" in out.stderr
+    )
+    out = sf(tmp_path, "--config", str(tmp_path / "missing.toml"), "doc", "get", "a", "b")
+    assert out.returncode == 1 and "missing.toml does not exist" in out.stderr
+    (tmp_path / "stateflow.toml").unlink()
+    out = sf(tmp_path, "config", "show", STATEFLOW_JQ_WORKERS="many")
+    assert out.returncode == 1 and "jq.workers" in out.stderr and "environment" in out.stderr
+
+
+def test_the_config_object_validates_values() -> None:
+    with pytest.raises(InvalidConfig, match="log_level"):
+        Config.from_layers(("test", {"server": {"log_level": "loud"}}))
+    with pytest.raises(InvalidConfig, match="unknown section"):
+        Config.from_layers(("test", {"servr": {}}))
+    config = Config.from_layers(("a", {"server": {"port": 1}}), ("b", {"server": {"port": "2"}}))
+    assert config.server.port == 2

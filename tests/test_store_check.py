@@ -1,0 +1,175 @@
+"""`stateflow check` and fail-closed opening: damaged files are refused at once with
+`corrupt-store`, nothing is written to them; read commands never create a store."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from stateflow.store import DocKey, Write, open_store
+
+
+def sf(store: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, STATEFLOW_STORE=store)
+    return subprocess.run(["stateflow", *args], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def fill(location: str) -> None:
+    """Three documents, a few revisions each."""
+    store = open_store(location, auto_migrate=True)
+    try:
+        for i in range(3):
+            key = DocKey("notes", f"n{i}")
+            for r in range(4):
+                old = store.get(key)
+                new = {"n": r, "text": "x" * (r * 10)}
+                store.commit([Write.between(key, old.value, new, old.revision)], {"door": "test"})
+    finally:
+        store.close()
+
+
+def test_check_walks_every_revision_of_a_whole_store(backend: str) -> None:
+    fill(backend)
+    out = sf(backend, "check", "--json")
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["ok"] is True and report["problems"] == []
+    assert report["checked"]["documents"] == 3
+    assert report["checked"]["revisions"] == 12
+    assert report["checked"]["transitions"] == 12
+    if not backend.startswith("postgres"):
+        assert report["checked"]["pages"] > 0
+
+
+def _damage_a_change(backend: str) -> None:
+    sql = (
+        "UPDATE changes SET edits = {blob} WHERE doc_id = (SELECT doc_id FROM documents WHERE subject = 'n1') "
+        "AND revision = 2"
+    )
+    if backend.startswith("postgres"):
+        with psycopg.connect(backend, autocommit=True) as pg:
+            pg.execute(sql.format(blob="'\\x7b7b7b'::bytea"))
+    else:
+        import sqlite3
+
+        lite = sqlite3.connect(backend)
+        with lite:
+            lite.execute(sql.format(blob="x'7b7b7b'"))
+        lite.close()
+
+
+def test_check_names_a_revision_that_no_longer_replays(backend: str) -> None:
+    fill(backend)
+    _damage_a_change(backend)
+    out = sf(backend, "check")
+    assert out.returncode == 1
+    assert "notes/n1 revision 2" in out.stdout, out.stdout
+    assert "error[corrupt-store]" in out.stderr
+    assert "notes/n0" not in out.stdout and "notes/n2" not in out.stdout  # the others are whole
+
+
+def test_check_finds_damaged_pages_of_a_sqlite_file(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    fill(str(path))
+    import sqlite3
+
+    conn = sqlite3.connect(path)
+    page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+    (root,) = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'changes'").fetchone()
+    conn.close()
+    with path.open("r+b") as file:  # scribble over the history table's first page
+        file.seek((root - 1) * page_size)
+        file.write(b"\xa5" * page_size)
+    out = sf(str(path), "check", "--json")
+    assert out.returncode == 1
+    report = json.loads(out.stdout)
+    assert report["ok"] is False and any(p.startswith("file: ") for p in report["problems"])
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        pytest.param(lambda p: p.write_bytes(b"not a database at all, just some text" * 200), id="header"),
+        pytest.param(lambda p: _scribble(p, 100, 3000), id="schema"),
+    ],
+)
+def test_a_damaged_file_is_refused_at_once_and_left_as_it_was(tmp_path: Path, damage: object) -> None:
+    path = tmp_path / "s.db"
+    fill(str(path))
+    damage(path)  # type: ignore[operator]
+    before = path.read_bytes()
+    began = time.monotonic()
+    out = sf(str(path), "doc", "put", "notes", "n9", '{"a": 1}')
+    assert time.monotonic() - began < 15  # not a 30 s lock wait
+    assert out.returncode == 1
+    assert out.stderr.startswith("error[corrupt-store]: "), out.stderr
+    assert path.read_bytes() == before
+    assert sf(str(path), "check").returncode == 1
+
+
+def _scribble(path: Path, offset: int, length: int) -> None:
+    with path.open("r+b") as file:
+        file.seek(offset)
+        file.write(bytes(range(256)) * (length // 256) + b"\x00" * (length % 256))
+
+
+def test_an_empty_file_next_to_a_stale_wal_is_refused(tmp_path: Path) -> None:
+    import sqlite3
+
+    other = tmp_path / "other.db"
+    conn = sqlite3.connect(other, isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA wal_autocheckpoint = 0")
+    conn.execute("CREATE TABLE t (x)")
+    conn.execute("INSERT INTO t VALUES (1)")
+    wal = Path(f"{other}-wal").read_bytes()
+    conn.close()
+    path = tmp_path / "s.db"
+    path.write_bytes(b"")
+    Path(f"{path}-wal").write_bytes(wal)
+    began = time.monotonic()
+    out = sf(str(path), "doc", "get", "notes", "n1")
+    assert time.monotonic() - began < 15
+    assert out.returncode == 1 and out.stderr.startswith("error[corrupt-store]: ")
+    assert "truncated or replaced" in out.stderr
+    assert path.stat().st_size == 0 and Path(f"{path}-wal").read_bytes() == wal
+
+
+def test_read_commands_never_create_a_store(tmp_path: Path) -> None:
+    typo = tmp_path / "no-such-dir" / "stor.db"
+    for args in (["doc", "get", "notes", "n1"], ["doc", "history", "notes", "n1"], ["check"], ["context"]):
+        out = sf(str(typo), *args)
+        assert out.returncode == 1, args
+        assert out.stderr.startswith("error[store-not-found]: "), (args, out.stderr)
+    assert not typo.parent.exists()
+
+
+def test_store_files_are_private_to_their_owner(tmp_path: Path) -> None:
+    path = tmp_path / "new" / "s.db"
+    assert sf(str(path), "doc", "put", "notes", "n1", '{"a": 1}').returncode == 0
+    store = open_store(str(path))  # keeps the WAL and its index open
+    try:
+        store.get(DocKey("notes", "n1"))
+        for name in ("s.db", "s.db-wal", "s.db-shm"):
+            assert oct((path.parent / name).stat().st_mode & 0o777) == "0o600", name
+        assert oct(path.parent.stat().st_mode & 0o777) == "0o700"
+    finally:
+        store.close()
+
+
+def test_mode_ro_serves_reads_and_refuses_writes(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    fill(str(path))
+    before = path.read_bytes()
+    ro = f"sqlite://{path}?mode=ro"
+    out = sf(ro, "doc", "get", "notes", "n2")
+    assert out.returncode == 0 and json.loads(out.stdout)["n"] == 3
+    out = sf(ro, "doc", "put", "notes", "n2", '{"a": 1}')
+    assert out.returncode == 1 and out.stderr.startswith("error[store-read-only]: "), out.stderr
+    assert path.read_bytes() == before
