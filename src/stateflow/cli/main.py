@@ -27,6 +27,7 @@ LAZY_COMMANDS = {
     "token": "stateflow.cli.tokens:token",
     "backup": "stateflow.cli.ops:backup",
     "config": "stateflow.cli.configuration:config",
+    "import-state-flow": "stateflow.cli.ops:import_state_flow",
 }
 
 

@@ -88,3 +88,20 @@ def backup(ctx: Context, target: Path, force: bool) -> None:
         )
     pages = sqlite_backup(Path(path).expanduser(), target, replace=force)
     click.echo(f"backed up {location} to {target} ({pages} pages, checked)", err=True)
+
+
+@click.command("import-state-flow")
+@click.argument("root", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--agent", default=None, help="Whose memory receives the scopes [default: 'default'].")
+@pass_context
+@refusals
+def import_state_flow(ctx: Context, root: Path, agent: str | None) -> None:
+    """Import a State Flow store (ROOT, e.g. ~/.pi/agent/state-flow) into agent memory: its
+    global, cwd and session scopes, checkpoint then every patch in order as history.
+
+    The whole tree is checked first; an unknown layout is refused and nothing is written."""
+    from stateflow.state_flow_import import import_tree, read_tree
+
+    scopes = read_tree(root.expanduser())
+    results = import_tree(ctx.store(), scopes, agent or "default")
+    echo_json(results)
