@@ -28,6 +28,8 @@ LAZY_COMMANDS = {
     "backup": "stateflow.cli.ops:backup",
     "config": "stateflow.cli.configuration:config",
     "import-state-flow": "stateflow.cli.ops:import_state_flow",
+    "dump": "stateflow.cli.ops:dump",
+    "load": "stateflow.cli.ops:load",
 }
 
 

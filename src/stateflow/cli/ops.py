@@ -103,5 +103,42 @@ def import_state_flow(ctx: Context, root: Path, agent: str | None) -> None:
     from stateflow.state_flow_import import import_tree, read_tree
 
     scopes = read_tree(root.expanduser())
-    results = import_tree(ctx.store(), scopes, agent or "default")
+    results = import_tree(_sql(ctx.store()), scopes, agent or "default")
     echo_json(results)
+
+
+@click.command("dump")
+@click.argument("target", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--no-history", is_flag=True, help="Documents only (a load then starts them at revision 1).")
+@pass_context
+@refusals
+def dump(ctx: Context, target: Path | None, no_history: bool) -> None:
+    """Write the store as JSON Lines to TARGET (default stdout): catalog, templates, attachments,
+    records, memory and, unless --no-history, every transition."""
+    from stateflow.store.portable import dump as dump_store
+
+    lines = dump_store(_sql(ctx.reader()), history=not no_history)
+    if target is None:
+        out = click.get_binary_stream("stdout")
+        for line in lines:
+            out.write(line)
+        return
+    import os
+
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        for line in lines:
+            fh.write(line)
+
+
+@click.command("load")
+@click.argument("source", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@pass_context
+@refusals
+def load(ctx: Context, source: Path) -> None:
+    """Load a dump into an empty store (run `stateflow migrate` first on PostgreSQL)."""
+    from stateflow.store.portable import load as load_store
+
+    with source.open("rb") as fh:
+        counts = load_store(_sql(ctx.store()), fh)
+    echo_json(counts)

@@ -1,0 +1,119 @@
+"""`stateflow dump` / `stateflow load`: SQLite → PostgreSQL → SQLite keeps every document, its
+revisions and the audit trail (time, origin, edits) identical."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stateflow.states import DoorContext, StatesService
+from stateflow.store import open_store
+
+SUBJECT = {"target_kind": "agent", "target_name": "alice", "kind": "thread", "key": "t1"}
+TEMPLATE = {"schema": {"type": "object", "properties": {"size": {"type": "integer"}}}}
+STATE = {
+    "schema": {"type": "object", "properties": {"title": {"type": "string"}, "n": {"type": "integer"}}},
+    "subject_kinds": ["thread"],
+    "default_subject_kind": "thread",
+}
+
+
+def sf(store: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, STATEFLOW_STORE=store)
+    return subprocess.run(["stateflow", *args], capture_output=True, text=True, timeout=120, env=env)
+
+
+def fill(location: str) -> None:
+    store = open_store(location, auto_migrate=True)
+    service = StatesService(store)
+    ctx = DoorContext(door="api", actor="token:abc")
+    try:
+        service.install_builtins()
+        service.put_template("box", TEMPLATE, context=ctx)
+        service.declare("tickets", STATE, context=ctx)
+        service.attach("tickets", "box", {"path": ["box"]}, context=ctx)
+        for n in range(3):
+            service.replace("tickets", SUBJECT, {"title": f"v{n}", "n": n, "box": {"size": n}}, context=ctx)
+        service.merge("tickets", SUBJECT, {"title": "merged"}, context=ctx)
+        other = {**SUBJECT, "key": "t2"}
+        service.replace("tickets", other, {"title": "gone"}, context=ctx)
+        service.erase("tickets", other, context=ctx)
+    finally:
+        service.close()
+        store.close()
+    memory = sf(
+        location, "tool", "patch_state", '{"session": {"tactics": {"next": "ship"}}}', "--agent", "alice"
+    )
+    assert memory.returncode == 0, memory.stderr
+
+
+def lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def without_seq(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{k: v for k, v in item.items() if k != "seq"} for item in items]
+
+
+@pytest.mark.slow
+def test_sqlite_to_postgresql_to_sqlite_is_identical(tmp_path: Path, pg_schema_url: str) -> None:
+    first = str(tmp_path / "first.db")
+    fill(first)
+    dumps = [tmp_path / f"dump{i}.jsonl" for i in range(3)]
+    assert sf(first, "dump", str(dumps[0])).returncode == 0
+    assert oct(dumps[0].stat().st_mode & 0o777) == "0o600"
+
+    assert sf(pg_schema_url, "migrate").returncode == 0
+    loaded = sf(pg_schema_url, "load", str(dumps[0]))
+    assert loaded.returncode == 0, loaded.stderr
+    assert sf(pg_schema_url, "dump", str(dumps[1])).returncode == 0
+
+    last = str(tmp_path / "last.db")
+    assert sf(last, "load", str(dumps[1])).returncode == 0
+    assert sf(last, "dump", str(dumps[2])).returncode == 0
+
+    original = lines(dumps[0])
+    kinds = {item.get("kind") for item in original[1:]}
+    assert kinds == {"transition", "document"}
+    states = {item["state"] for item in original if item.get("kind") == "document"}
+    assert {"_states", "_templates", "tickets", "memory"} <= states  # catalog, templates, records, memory
+    for other in dumps[1:]:
+        assert without_seq(lines(other)) == without_seq(
+            original
+        )  # documents, revisions, times, origins, edits
+    # the audit trail as the API shows it
+    views = []
+    for location in (first, last):
+        store = open_store(location)
+        service = StatesService(store)
+        try:
+            views.append(service.writes("tickets", SUBJECT, limit=100))
+        finally:
+            service.close()
+            store.close()
+    strip = [[{k: v for k, v in w.items() if k != "seq"} for w in view["items"]] for view in views]
+    assert strip[0] == strip[1] and len(strip[0]) == 4
+
+
+def test_load_refuses_a_store_with_data_and_a_file_that_is_not_a_dump(tmp_path: Path) -> None:
+    source = str(tmp_path / "s.db")
+    assert sf(source, "doc", "put", "notes", "a", '{"x": 1}').returncode == 0
+    dump = tmp_path / "d.jsonl"
+    assert sf(source, "dump", str(dump)).returncode == 0
+    out = sf(source, "load", str(dump))
+    assert out.returncode == 1 and out.stderr.startswith("error[conflict]: ")
+    junk = tmp_path / "junk.jsonl"
+    junk.write_text('{"hello": 1}\n')
+    out = sf(str(tmp_path / "empty.db"), "load", str(junk))
+    assert out.returncode == 1 and out.stderr.startswith("error[invalid-dump]: ")
+    no_history = tmp_path / "docs.jsonl"
+    assert sf(source, "dump", "--no-history", str(no_history)).returncode == 0
+    assert all(item.get("kind") != "transition" for item in lines(no_history))
+    target = str(tmp_path / "docs.db")
+    assert sf(target, "load", str(no_history)).returncode == 0
+    assert json.loads(sf(target, "doc", "get", "notes", "a").stdout) == {"x": 1}
