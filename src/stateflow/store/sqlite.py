@@ -503,13 +503,13 @@ def _mapped(exc: sqlite3.Error) -> StateflowError:
     return StoreError(f"SQLite error: {text}")
 
 
-_HEADER: Final = b"SQLite format 3\x00"
 FILE_MODE: Final = 0o600
 DIR_MODE: Final = 0o700
 
 
 def preflight(path: Path) -> bool:
-    """Whether the store file exists; refuses at once (no lock wait) a file that cannot be one."""
+    """Whether the store file exists; refuses at once (no lock wait) an empty file next to a WAL
+    that holds data. Only looks at sizes: never opens the file."""
     try:
         size = path.stat().st_size
     except FileNotFoundError:
@@ -526,13 +526,9 @@ def preflight(path: Path) -> bool:
                 "restore it from a backup (or move the -wal and -shm files away to start empty)"
             )
         return True
-    try:
-        with path.open("rb") as file:
-            header = file.read(len(_HEADER))
-    except PermissionError:
-        raise StorePermissionDenied(f"permission denied: cannot read {path}") from None
-    if header != _HEADER:
-        raise CorruptStore(f"{path} is not a SQLite database (its header is damaged or it is another file)")
+    # The header itself is SQLite's to read: opening and closing the file here would drop the
+    # POSIX locks this process's connections hold on it (another process could then take this
+    # one's WAL away). A file that is not a database fails the connection's first statement.
     return True
 
 
