@@ -100,6 +100,13 @@ class CorruptData(StoreError):
     http_status = 500
 
 
+class CorruptStore(CorruptData):
+    """A stored row decodes but lacks the shape the service wrote (e.g. a catalog declaration
+    overwritten by a low-level write); we fail closed and name the row."""
+
+    code = "corrupt-store"
+
+
 class UnsupportedStore(StoreError):
     code = "unsupported-store"
     http_status = 400

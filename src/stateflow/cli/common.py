@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 import click
 import orjson
 
+from stateflow.config import Config
 from stateflow.doc.canonical import JSON, decode
 from stateflow.errors import StateflowError
 from stateflow.store import SqlStore, open_store
@@ -24,6 +25,15 @@ class Context:
     def __init__(self, store: str | None) -> None:
         self.store_location = store
         self._store: SqlStore | None = None
+        self._config: Config | None = None
+
+    @property
+    def config(self) -> Config:
+        """The configuration, parsed from the environment on first use (a malformed value is
+        refused by the command that needs it, not by ``--help``)."""
+        if self._config is None:
+            self._config = Config.from_env().with_store(self.store_location)
+        return self._config
 
     def store(self) -> SqlStore:
         if self._store is None:

@@ -11,6 +11,7 @@ from typing import Any, cast
 import click
 
 from stateflow.cli.common import Context, echo_json, pass_context, read_json_arg, refusals
+from stateflow.config import Config
 from stateflow.doc.diff import diff, to_patch
 from stateflow.errors import InvalidInput
 from stateflow.extras import needs_extra
@@ -85,7 +86,7 @@ TOOL_NAMES = [
 def tool_host(view: MemoryView) -> ToolHost:
     from stateflow.states import StatesService  # only the state_* tools need the states layer
 
-    states = StatesService(view.store)
+    states = StatesService(view.store, Config.from_env())  # the CLI edge parses it
     states.install_builtins()
     return ToolHost(view, states)
 

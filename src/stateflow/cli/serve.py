@@ -40,12 +40,12 @@ def serve(ctx: Context, host: str, port: int, tokens: tuple[str, ...]) -> None:
         else:
             click.echo("using the API token kept in your data directory (stateflow serve --help)", err=True)
         token_set = TokenSet([token])
-    service = StatesService(ctx.store())
+    service = StatesService(ctx.store(), ctx.config)
     try:
         service.install_builtins()
     except StoreNotMigrated as exc:  # serve anyway: every route answers 501 until migrated
         click.echo(f"warning: {exc.message}", err=True)
-    app = create_app(service, token_set)
+    app = create_app(service, token_set, ctx.config.http)
     click.echo(f"stateflow API on http://{host}:{port}/api/states (store: {ctx.store().url})", err=True)
     click.echo(f"studio on http://{host}:{port}/studio, API docs on http://{host}:{port}/docs", err=True)
     uvicorn.run(app, host=host, port=port, log_level="warning")

@@ -297,7 +297,7 @@ def client(ctx: Context) -> Local | Remote:
     url, token = click.get_current_context().meta.get("states_remote", (None, None))
     if url:
         return Remote(url, token)
-    service = StatesService(ctx.store())
+    service = StatesService(ctx.store(), ctx.config)
     service.install_builtins()
     return Local(service)
 

@@ -11,17 +11,20 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import unquote_to_bytes
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
+from starlette.routing import BaseRoute, Match
 
 from stateflow import __version__
+from stateflow.config import HttpConfig
 from stateflow.doc.canonical import decode, encode
 from stateflow.errors import InvalidJSON, StateflowError, StoreNotMigrated
 from stateflow.http.auth import Forbidden, Token, TokenSet
 from stateflow.http.docs import ASSETS_URL, mount_docs
+from stateflow.http.limits import BodyLimit
 from stateflow.states import DoorContext, StatesService
 from stateflow.states.models import StateSubject
 from stateflow.states.service import subject_of
@@ -35,8 +38,30 @@ class BadRequest(StateflowError):
     http_status = 400
 
 
-def _json(status: int, payload: Any) -> Response:
-    return Response(encode(payload), status_code=status, media_type="application/json")
+class MethodNotAllowed(StateflowError):
+    code = "method-not-allowed"
+    http_status = 405
+
+    def __init__(self, message: str, allow: list[str]) -> None:
+        super().__init__(message)
+        self.allow = allow
+
+
+def _json(status: int, payload: Any, headers: dict[str, str] | None = None) -> Response:
+    return Response(encode(payload), status_code=status, media_type="application/json", headers=headers)
+
+
+def _segment(raw: str) -> str:
+    """One percent-decoded path segment; bytes that are not UTF-8 are refused, never replaced
+    (so ``%C3%28`` and ``%FF%28`` can never name the same record)."""
+    try:
+        return unquote_to_bytes(raw).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadRequest(f"path segment {raw!r} does not percent-decode to UTF-8 text") from exc
+
+
+# The one POST route that only reads: classified by the matched route, never by the path text.
+READING_POST_ROUTES = frozenset({"search_records"})
 
 
 def _error(exc: StateflowError) -> Response:
@@ -47,7 +72,8 @@ def _error(exc: StateflowError) -> Response:
     orphans = getattr(exc, "orphans", None)
     if orphans is not None:
         body.update(reconcile=True, orphans=orphans)
-    return _json(status, body)
+    headers = {"Allow": ", ".join(exc.allow)} if isinstance(exc, MethodNotAllowed) else None
+    return _json(status, body, headers)
 
 
 async def _body(request: Request, *, required: bool = True) -> Any:
@@ -79,7 +105,8 @@ def _query_int(request: Request, name: str) -> int | None:
         raise BadRequest(f"{name!r} must be an integer") from exc
 
 
-def create_app(service: StatesService, tokens: TokenSet) -> FastAPI:
+def create_app(service: StatesService, tokens: TokenSet, http: HttpConfig | None = None) -> FastAPI:
+    http = http or service.config.http
     app = FastAPI(
         title="stateflow",
         version=__version__,
@@ -103,15 +130,23 @@ def create_app(service: StatesService, tokens: TokenSet) -> FastAPI:
             return await call_next(request)
         try:
             token = tokens.authenticate(request.headers.get("authorization"))
-            reading = request.method in ("GET", "HEAD") or (
-                request.method == "POST" and request.url.path.endswith("/records/search")
-            )
-            if token.read_only and not reading:
+            if token.read_only and not reading(request):
                 raise Forbidden("this token is read-only")
         except StateflowError as exc:
             return _error(exc)
         request.state.token = token
         return await call_next(request)
+
+    def route_of(request: Request) -> BaseRoute | None:
+        for route in app.router.routes:
+            if route.matches(request.scope)[0] == Match.FULL:
+                return route
+        return None
+
+    def reading(request: Request) -> bool:
+        if request.method in ("GET", "HEAD"):
+            return True
+        return request.method == "POST" and getattr(route_of(request), "name", None) in READING_POST_ROUTES
 
     def token_of(request: Request) -> Token:
         token: Token = request.state.token
@@ -237,7 +272,7 @@ def create_app(service: StatesService, tokens: TokenSet) -> FastAPI:
             tenants=token.targets,
         )
 
-    @app.post("/api/states/{name}/records/search")
+    @app.post("/api/states/{name}/records/search", name="search_records")
     async def search(name: str, request: Request) -> Response:
         body = await _body(request)
         if not isinstance(body, dict) or set(body) - {"filters", "limit", "cursor"}:
@@ -262,7 +297,7 @@ def create_app(service: StatesService, tokens: TokenSet) -> FastAPI:
         raw_path: bytes = request.scope.get("raw_path") or request.url.path.encode()
         segments = raw_path.decode("latin-1").split("?")[0].split("/")
         # ["", "api", "states", name, "records", tk, tn, kind, key, *suffix]
-        parts = [unquote(s) for s in segments[5:]]
+        parts = [_segment(s) for s in segments[5:]]
         if len(parts) < 4:
             raise BadRequest("a record path is /records/{target_kind}/{target_name}/{kind}/{key}")
         subject = _subject(parts[:4])
@@ -285,8 +320,10 @@ def create_app(service: StatesService, tokens: TokenSet) -> FastAPI:
                 return await call(service.erase, name, subject, context=ctx)
         elif suffix == ["deltas"] and method == "POST":
             body = await _body(request)
-            if not isinstance(body, dict) or "ops" not in body or set(body) - {"ops", "op_id"}:
+            if not isinstance(body, dict) or set(body) - {"ops", "op_id"}:
                 raise BadRequest('body must be {"ops": [...], "op_id"?: string}')
+            if not isinstance(body.get("ops"), list):
+                raise BadRequest("body must contain a JSON array 'ops'")
             if body.get("op_id") is not None and not isinstance(body["op_id"], str):
                 raise BadRequest("op_id must be a string")
             result = await run_in_threadpool(
@@ -331,6 +368,9 @@ def create_app(service: StatesService, tokens: TokenSet) -> FastAPI:
                 limit=_query_int(request, "limit"),
                 cursor=request.query_params.get("cursor"),
             )
+        allow = _allowed(suffix)
+        if allow:
+            raise MethodNotAllowed(f"{method} is not allowed on {request.url.path}", allow)
         return _json(404, {"error": f"no route for {method} {request.url.path}", "code": "not-found"})
 
     summaries = {
@@ -359,16 +399,32 @@ def create_app(service: StatesService, tokens: TokenSet) -> FastAPI:
 
     @app.exception_handler(405)
     async def _not_allowed(request: Request, exc: Exception) -> Response:
+        allow = (getattr(exc, "headers", None) or {}).get("Allow")
         return _json(
             405,
             {"error": f"{request.method} is not allowed on {request.url.path}", "code": "method-not-allowed"},
+            {"Allow": allow} if allow else None,
         )
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> Response:
         return JSONResponse({"error": "internal error", "code": "internal"}, status_code=500)
 
+    app.add_middleware(BodyLimit, max_body_bytes=http.max_body_bytes)
     return app
+
+
+def _allowed(suffix: list[str]) -> list[str]:
+    """The methods a record sub-route answers (for a 405's ``Allow``); empty for no route."""
+    if not suffix:
+        return ["DELETE", "GET", "PATCH", "PUT"]
+    if suffix in (["deltas"], ["fold"]):
+        return ["POST"]
+    if suffix == ["writes"]:
+        return ["GET"]
+    if len(suffix) == 2 and suffix[0] == "template-jq":
+        return ["GET", "POST"]
+    return []
 
 
 def _subject(parts: list[str]) -> StateSubject:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import functools
-import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -20,11 +19,12 @@ from typing import TYPE_CHECKING, Any, Final
 
 from pydantic import ValidationError
 
+from stateflow.config import Config
 from stateflow.doc.canonical import JSON, check
 from stateflow.doc.diff import Edit
 from stateflow.doc.ops import apply_ops, parse_ops
 from stateflow.doc.select import MISSING
-from stateflow.errors import Conflict, InvalidInput, NotFound
+from stateflow.errors import Conflict, CorruptStore, InvalidInput, NotFound
 from stateflow.states.attachments import TemplatesMixin
 from stateflow.states.models import Declaration, DoorContext, StateSubject, WriteOrigin
 from stateflow.states.schema import ValidatorCache, check_base_schema, narrowing
@@ -39,10 +39,6 @@ CATALOG: Final = "_states"
 ALIASES: Final = "_aliases"
 PAGE_DEFAULT: Final = 200
 PAGE_MAX: Final = 500
-OP_RETENTION_DAYS: Final = 30
-ENV_DEFAULT_RETENTION: Final = "STATEFLOW_DEFAULT_RETENTION_DAYS"
-ENV_OP_RETENTION: Final = "STATEFLOW_OP_RETENTION_DAYS"
-ENV_AUDIT_RETENTION: Final = "STATEFLOW_AUDIT_RETENTION_DAYS"
 
 
 class StateNotFound(NotFound):
@@ -63,6 +59,37 @@ class DeclarationInUse(Conflict):
 
 class FoldRefused(Conflict):
     code = "fold-refused"
+
+
+class BuiltinState(Conflict):
+    """The built-in ``memory`` state holds every agent's memory: it is never deleted, and a
+    re-declare may only add to it."""
+
+    code = "builtin-state"
+
+
+BUILTIN_STATES: Final = ("memory",)
+
+
+def catalog_row(name: str, body: Any) -> dict[str, Any]:
+    """A stored declaration, checked for the fields every reader relies on: a row changed by a
+    low-level write is ``corrupt-store`` naming the state, never a ``KeyError`` later."""
+    problem = None
+    if not isinstance(body, dict):
+        problem = "it is not an object"
+    elif not isinstance(body.get("schema"), dict):
+        problem = "'schema' is missing or not an object"
+    elif not isinstance(body.get("subject_kinds"), list) or not body["subject_kinds"]:
+        problem = "'subject_kinds' is missing or empty"
+    elif not isinstance(body.get("default_subject_kind"), str):
+        problem = "'default_subject_kind' is missing"
+    if problem is not None:
+        raise CorruptStore(
+            f"the catalog row of state {name!r} is corrupt ({problem}); restore it from a backup "
+            f"or re-write it with `stateflow doc put {CATALOG} {name} --raw`"
+        )
+    row: dict[str, Any] = body
+    return row
 
 
 @dataclass(frozen=True)
@@ -163,22 +190,10 @@ def _decode_cursor(cursor: str | None) -> str | None:
     return text
 
 
-def _days(env: str, default: int | None) -> int | None:
-    raw = os.environ.get(env)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
-    if not 1 <= value <= 2_147_483_647:
-        raise InvalidInput(f"{env} must be a positive integer ≤ 2147483647 or unset, got {raw!r}")
-    return value
-
-
 class StatesService(TemplatesMixin):
-    def __init__(self, store: SqlStore) -> None:
+    def __init__(self, store: SqlStore, config: Config | None = None) -> None:
         self.store = store
+        self.config = config or Config()
         self.validators = ValidatorCache()
         self.consumer_listers: dict[str, ConsumerLister] = {}
         self.attach_validators = []
@@ -234,7 +249,13 @@ class StatesService(TemplatesMixin):
         from stateflow.states.builtin import MEMORY_DECLARATION
 
         current = self.store.get(DocKey(CATALOG, "memory")).body
-        if current is None or current.get("schema") != MEMORY_DECLARATION["schema"]:
+        # (re)declare when missing or when this version's schema only adds to the stored one; an
+        # operator's additive extension of the stored declaration is kept
+        if current is None or (
+            isinstance(current.get("schema"), dict)
+            and current["schema"] != MEMORY_DECLARATION["schema"]
+            and not narrowing(current["schema"], MEMORY_DECLARATION["schema"])
+        ):
             self.declare(
                 "memory", MEMORY_DECLARATION, context=DoorContext(door="operator", actor="stateflow")
             )
@@ -266,7 +287,9 @@ class StatesService(TemplatesMixin):
             for item in page:
                 body = docs[item.key].body
                 if body is not None:
-                    out.append(self._declaration_view(body, item.revision, item.at))
+                    out.append(
+                        self._declaration_view(catalog_row(item.key.subject, body), item.revision, item.at)
+                    )
             after = page[-1].key.subject
         return out
 
@@ -274,10 +297,11 @@ class StatesService(TemplatesMixin):
         doc = self.store.get(DocKey(CATALOG, name))
         if doc.body is None:
             raise StateNotFound(f"no state declared as {name!r}")
-        return self._declaration_view(doc.body, doc.revision, doc.at)
+        return self._declaration_view(catalog_row(name, doc.body), doc.revision, doc.at)
 
     def declare(self, name: str, raw: Any, *, context: DoorContext | None = None) -> dict[str, Any]:
-        """Create or re-declare a state. Re-declaring is additive-only while records exist."""
+        """Create or re-declare a state. Re-declaring is additive-only while records exist (and
+        always, for the built-in ``memory`` state). Answers the declaration as a read does."""
         if not isinstance(raw, dict):
             raise InvalidInput("a declaration must be a JSON object")
         for computed, what in (
@@ -295,8 +319,18 @@ class StatesService(TemplatesMixin):
         stored = decl.stored()
         key = DocKey(CATALOG, name)
 
-        def compute(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
+        def compute(docs: dict[DocKey, Document]) -> tuple[list[Write], dict[str, Any]]:
             old = docs[key].body
+            if old is not None:
+                catalog_row(name, old)
+            if old is not None and name in BUILTIN_STATES:
+                why = narrowing(old["schema"], stored["schema"])
+                removed = sorted(set(old["subject_kinds"]) - set(stored["subject_kinds"]))
+                if why or removed or stored["default_subject_kind"] != old["default_subject_kind"]:
+                    raise BuiltinState(
+                        f"state {name!r} is built in: a re-declare may only add to it "
+                        f"({why or (f'removes subject kinds {removed}' if removed else 'changes default_subject_kind')})"
+                    )
             if old is not None:
                 kinds = self._kind_counts(name)
                 if sum(kinds.values()):
@@ -318,14 +352,19 @@ class StatesService(TemplatesMixin):
             if old is not None and old.get("attachments"):
                 body["attachments"] = old["attachments"]
                 body["effective"] = self._effective(stored["schema"], old["attachments"])
-            return [Write.between(key, old, body, docs[key].revision)], None
+            return [Write.between(key, old, body, docs[key].revision)], body
 
-        self.store.update([key], compute, self._origin(WriteOrigin(), context, "declare"))
-        return {**stored, "effective_schema": None, "regimes": None, "updated_at": None}
+        commit, body = self.store.update([key], compute, self._origin(WriteOrigin(), context, "declare"))
+        if not commit.changed or body is None:
+            return self.get_declaration(name)
+        return self._declaration_view(body, commit.revisions[key], commit.at)
 
     def delete_declaration(self, name: str, *, context: DoorContext | None = None) -> dict[str, Any]:
-        """Delete a state with its records, aliases and audit, unless a consumer still uses it."""
+        """Delete a state with its records, aliases and audit, unless a consumer still uses it
+        (the built-in ``memory`` state is never deleted)."""
         self.get_declaration(name)
+        if name in BUILTIN_STATES:
+            raise BuiltinState(f"state {name!r} is built in (every agent's memory); it cannot be deleted")
         blocking = [r for r in self.consumers(name) if not r.get("unavailable")]
         if blocking:
             names = ", ".join(f"{r['kind']}:{r.get('name', '?')}" for r in blocking)
@@ -363,7 +402,7 @@ class StatesService(TemplatesMixin):
         body = docs[DocKey(CATALOG, name)].body
         if body is None:
             raise StateNotFound(f"no state declared as {name!r}")
-        return body
+        return catalog_row(name, body)
 
     @staticmethod
     def _admit(declaration: dict[str, Any], subject: StateSubject) -> None:
@@ -456,7 +495,7 @@ class StatesService(TemplatesMixin):
         decl = docs[decl_key].body
         if decl is None:
             raise StateNotFound(f"no state declared as {name!r}")
-        self._admit(decl, subject)
+        self._admit(catalog_row(name, decl), subject)
         aliases = docs[alias_key].body or {}
         entry = aliases.get(encoded)
         canonical = StateSubject.decode(entry["canonical"]) if entry else subject
@@ -893,14 +932,13 @@ class StatesService(TemplatesMixin):
         now: datetime | None = None,
         progress: Callable[[str, int], None] | None = None,
     ) -> dict[str, Any]:
-        """Delete expired records (per-state ``retention_days`` or the default), expired op_id
-        keys and, when ``STATEFLOW_AUDIT_RETENTION_DAYS`` is set, audit rows older than that.
+        """Delete expired records (per-state ``retention_days`` or the configured default),
+        expired op_id keys and, when audit retention is configured, audit rows older than that.
 
         ``progress(state, records erased so far)`` is called as the sweep goes (each erase is
         its own write)."""
-        default_days = _days(ENV_DEFAULT_RETENTION, None)
-        op_days = _days(ENV_OP_RETENTION, OP_RETENTION_DAYS)
-        audit_days = _days(ENV_AUDIT_RETENTION, None)
+        retention = self.config.retention
+        default_days, op_days, audit_days = retention.default_days, retention.op_days, retention.audit_days
         now = now or datetime.now(UTC)
         pruned: dict[str, int] = {}
         ctx = context or DoorContext(door="operator", actor="retention")
@@ -925,7 +963,6 @@ class StatesService(TemplatesMixin):
                         progress(decl["name"], count)
                 after = page[-1].key.subject
             pruned[decl["name"]] = count
-        assert op_days is not None
         op_cutoff = utc_text(now - timedelta(days=op_days))
         ops = self.store.prune_ops(op_cutoff)
         audit: dict[str, int] = {}

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Final
 
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import best_match
+
+from stateflow.errors import InvalidInput
 from stateflow.states.models import DoorContext, StateSubject, WriteOrigin
 from stateflow.states.service import StatesService, SubjectRefused, subject_of
 
@@ -121,23 +126,29 @@ def resolve_subject(
     return subject_of(raw)
 
 
+@functools.cache
+def _argument_validator(name: str) -> Draft202012Validator:
+    return Draft202012Validator(state_tool_schemas()[name][1])
+
+
+def check_tool_arguments(name: str, args: Any) -> None:
+    """Refuse arguments that break the tool's published input schema, naming the first problem
+    (a model reads this message and retries), before anything is resolved or written."""
+    if not isinstance(args, dict) or not isinstance(args.get("state"), str):
+        raise InvalidInput(f"{name} needs an object with a 'state' name")
+    unknown = sorted(set(args) - set(state_tool_schemas()[name][1]["properties"]))
+    if unknown:
+        raise InvalidInput(f"{name} does not accept {', '.join(unknown)}")
+    error = best_match(_argument_validator(name).iter_errors(args))
+    if error is not None:
+        where = ".".join(str(p) for p in error.absolute_path) or "arguments"
+        raise InvalidInput(f"{name}: {where}: {error.message}")
+
+
 def call_state_tool(
     service: StatesService, name: str, args: Any, context: DoorContext | None, run_id: str | None
 ) -> Any:
-    from stateflow.errors import InvalidInput
-
-    if not isinstance(args, dict) or not isinstance(args.get("state"), str):
-        raise InvalidInput(f"{name} needs an object with a 'state' name")
-    allowed = {"state", "subject"} | {
-        "state_read": set(),
-        "state_replace": {"data"},
-        "state_merge": {"patch"},
-        "state_apply": {"ops", "op_id"},
-        "state_template_jq": {"program", "params", "input", "op_id"},
-    }[name]
-    unknown = sorted(set(args) - allowed)
-    if unknown:
-        raise InvalidInput(f"{name} does not accept {', '.join(unknown)}")
+    check_tool_arguments(name, args)
     state = args["state"]
     subject = resolve_subject(service, state, args.get("subject"), context)
     origin = WriteOrigin(
