@@ -10,7 +10,7 @@ Record routes take the subject as four raw path segments, so a key holding ``%2F
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Final
 from urllib.parse import unquote_to_bytes
 
 from fastapi import FastAPI, Request
@@ -21,13 +21,14 @@ from starlette.routing import BaseRoute, Match
 from stateflow import __version__
 from stateflow.config import HttpConfig
 from stateflow.doc.canonical import decode, encode
-from stateflow.errors import InvalidJSON, StateflowError, StoreNotMigrated
+from stateflow.errors import InvalidInput, InvalidJSON, StateflowError, StoreNotMigrated
 from stateflow.http.auth import Forbidden, Token, TokenSet
 from stateflow.http.docs import ASSETS_URL, mount_docs
 from stateflow.http.limits import BodyLimit
 from stateflow.states import DoorContext, StatesService
-from stateflow.states.models import StateSubject
-from stateflow.states.service import subject_of
+from stateflow.states.models import StateSubject, WriteOrigin
+from stateflow.states.service import origin_of, subject_of
+from stateflow.states.templates import unknown_keys
 from stateflow.studio import mount_studio
 
 OWN_AUTH = (ASSETS_URL + "/", "/studio/")
@@ -59,6 +60,12 @@ def _segment(raw: str) -> str:
     except UnicodeDecodeError as exc:
         raise BadRequest(f"path segment {raw!r} does not percent-decode to UTF-8 text") from exc
 
+
+# Query parameters each (non-record) route takes; any other is refused (422), never ignored.
+ROUTE_QUERY: Final = {
+    "put_template": ("replace",),
+    "subjects": ("kind", "limit", "cursor"),
+}
 
 # The one POST route that only reads: classified by the matched route, never by the path text.
 READING_POST_ROUTES = frozenset({"search_records"})
@@ -93,6 +100,59 @@ async def _object_body(request: Request) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise BadRequest("body must be a JSON object")
     return body
+
+
+def only(request: Request, *names: str) -> None:
+    """Refuse query parameters the route does not take (never silently ignore one)."""
+    unknown = sorted(set(request.query_params) - set(names))
+    if unknown:
+        takes = f"it takes {', '.join(names)}" if names else "it takes none"
+        raise InvalidInput(
+            f"unknown query parameter(s) {unknown} for {request.method} {request.url.path}; {takes}"
+        )
+
+
+ORIGIN_HEADERS: Final = {
+    "x-stateflow-consumer": "consumer",
+    "x-stateflow-run-id": "run_id",
+    "x-stateflow-meta": "meta",
+}
+
+
+def origin_from(request: Request) -> WriteOrigin:
+    """The consumer half of a write's origin from ``X-Stateflow-Consumer``, ``X-Stateflow-Run-Id``
+    and ``X-Stateflow-Meta`` (a JSON object); door and actor are stamped from the token."""
+    raw: dict[str, Any] = {}
+    for header, key in ORIGIN_HEADERS.items():
+        value = request.headers.get(header)
+        if value is None:
+            continue
+        if key == "meta":
+            try:
+                raw[key] = decode(value)
+            except InvalidJSON as exc:
+                raise BadRequest(f"X-Stateflow-Meta must be a JSON object: {exc.message}") from exc
+        else:
+            raw[key] = value
+    return origin_of(raw) if raw else origin_of(None)
+
+
+def if_match(request: Request) -> int | None:
+    """The revision an ``If-Match`` header names (``"N"``; ``*`` matches any), for a
+    compare-and-set write."""
+    raw = request.headers.get("if-match")
+    if raw is None or raw.strip() == "*":
+        return None
+    text = raw.strip()
+    if text.startswith('"') and text.endswith('"') and len(text) >= 2:
+        text = text[1:-1]
+    if not text.isdigit():
+        raise BadRequest(f'If-Match must be a record revision as its ETag gives it ("N"), got {raw!r}')
+    return int(text)
+
+
+def etag(revision: int) -> dict[str, str]:
+    return {"ETag": f'"{revision}"'}
 
 
 def _query_int(request: Request, name: str) -> int | None:
@@ -132,6 +192,10 @@ def create_app(service: StatesService, tokens: TokenSet, http: HttpConfig | None
             token = tokens.authenticate(request.headers.get("authorization"))
             if token.read_only and not reading(request):
                 raise Forbidden("this token is read-only")
+            route = route_of(request)
+            name = getattr(route, "name", None)
+            if route is not None and name != "record":  # record routes check their own
+                only(request, *ROUTE_QUERY.get(str(name), ()))
         except StateflowError as exc:
             return _error(exc)
         request.state.token = token
@@ -170,6 +234,12 @@ def create_app(service: StatesService, tokens: TokenSet, http: HttpConfig | None
     async def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Response:
         result = await run_in_threadpool(ready, fn, *args, **kwargs)
         return _json(200, {"data": result})
+
+    async def call_record(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Response:
+        """A record answer, with its revision as the ``ETag``."""
+        result = await run_in_threadpool(ready, fn, *args, **kwargs)
+        headers = etag(result["revision"]) if isinstance(result, dict) and "revision" in result else None
+        return _json(200, {"data": result}, headers)
 
     @app.get("/api/health")
     async def health() -> Response:
@@ -275,8 +345,12 @@ def create_app(service: StatesService, tokens: TokenSet, http: HttpConfig | None
     @app.post("/api/states/{name}/records/search", name="search_records")
     async def search(name: str, request: Request) -> Response:
         body = await _body(request)
-        if not isinstance(body, dict) or set(body) - {"filters", "limit", "cursor"}:
-            raise BadRequest('body must be {"filters": {...}, "limit"?: int, "cursor"?: str}')
+        if not isinstance(body, dict) or set(body) - {"filters", "limit", "cursor", "sort", "include_data"}:
+            raise BadRequest(
+                'body must be {"filters": {...}, "limit"?: int, "cursor"?: str, "sort"?: [...], '
+                '"include_data"?: bool}'
+                + unknown_keys(body, {"filters", "limit", "cursor", "sort", "include_data"})
+            )
         limit, cursor = body.get("limit"), body.get("cursor")
         if (limit is not None and (not isinstance(limit, int) or isinstance(limit, bool))) or (
             cursor is not None and not isinstance(cursor, str)
@@ -289,6 +363,8 @@ def create_app(service: StatesService, tokens: TokenSet, http: HttpConfig | None
             limit=limit,
             cursor=cursor,
             tenants=token_of(request).targets,
+            sort=body.get("sort"),
+            include_data=body.get("include_data", False),
         )
 
     # ------------------------------------------------------------------ records (raw path)
@@ -307,17 +383,49 @@ def create_app(service: StatesService, tokens: TokenSet, http: HttpConfig | None
             raise Forbidden(f"this token may not use target {subject.target_kind}/{subject.target_name}")
         ctx = context_of(request)
         method = request.method
+        if not (len(suffix) == 2 and suffix[0] == "template-jq" and method == "GET"):
+            only(request, *_query_names(suffix, method))
+        origin, expect = (origin_from(request), if_match(request)) if method != "GET" else (None, None)
         if not suffix:
             if method == "GET":
-                return await call(service.read, name, subject)
+                return await call_record(
+                    service.read,
+                    name,
+                    subject,
+                    revision=_query_int(request, "revision"),
+                    seq=_query_int(request, "seq"),
+                )
             if method == "PUT":
                 body = await _object_body(request)
-                return await call(service.replace, name, subject, body, context=ctx)
+                return await call_record(
+                    service.replace, name, subject, body, origin=origin, context=ctx, expect_revision=expect
+                )
             if method == "PATCH":
                 body = await _object_body(request)
-                return await call(service.merge, name, subject, body, context=ctx)
+                return await call_record(
+                    service.merge, name, subject, body, origin=origin, context=ctx, expect_revision=expect
+                )
             if method == "DELETE":
-                return await call(service.erase, name, subject, context=ctx)
+                return await call(
+                    service.erase, name, subject, origin=origin, context=ctx, expect_revision=expect
+                )
+        elif suffix == ["diff"] and method == "GET":
+            return await call(
+                service.diff, name, subject, _query_int(request, "from"), _query_int(request, "to")
+            )
+        elif suffix == ["revert"] and method == "POST":
+            body = await _object_body(request)
+            if set(body) != {"revision"}:
+                raise BadRequest('body must be {"revision": N}')
+            return await call_record(
+                service.revert,
+                name,
+                subject,
+                body["revision"],
+                origin=origin,
+                context=ctx,
+                expect_revision=expect,
+            )
         elif suffix == ["deltas"] and method == "POST":
             body = await _body(request)
             if not isinstance(body, dict) or set(body) - {"ops", "op_id"}:
@@ -327,16 +435,27 @@ def create_app(service: StatesService, tokens: TokenSet, http: HttpConfig | None
             if body.get("op_id") is not None and not isinstance(body["op_id"], str):
                 raise BadRequest("op_id must be a string")
             result = await run_in_threadpool(
-                ready, service.apply, name, subject, body["ops"], op_id=body.get("op_id"), context=ctx
+                ready,
+                service.apply,
+                name,
+                subject,
+                body["ops"],
+                op_id=body.get("op_id"),
+                origin=origin,
+                context=ctx,
+                expect_revision=expect,
             )
-            return _json(200, {"data": result.to_json()})
+            headers = etag(result.revision) if result.revision is not None else None
+            return _json(200, {"data": result.to_json()}, headers)
         elif suffix == ["fold"] and method == "POST":
             body = await _body(request)
             if not isinstance(body, dict) or set(body) != {"into", "mode"}:
                 raise BadRequest(
                     'body must be {"into": {target_kind, target_name, kind, key}, "mode": "switch"|"merge"}'
                 )
-            return await call(service.fold, name, subject, body["into"], body["mode"], context=ctx)
+            return await call(
+                service.fold, name, subject, body["into"], body["mode"], origin=origin, context=ctx
+            )
         elif len(suffix) == 2 and suffix[0] == "template-jq" and method == "GET":
             params: dict[str, Any] = {}
             for k, v in request.query_params.items():
@@ -414,13 +533,26 @@ def create_app(service: StatesService, tokens: TokenSet, http: HttpConfig | None
     return app
 
 
+def _query_names(suffix: list[str], method: str) -> tuple[str, ...]:
+    """The query parameters a record route takes."""
+    if method != "GET":
+        return ()
+    if not suffix:
+        return ("revision", "seq")
+    if suffix == ["writes"]:
+        return ("limit", "cursor")
+    if suffix == ["diff"]:
+        return ("from", "to")
+    return ()
+
+
 def _allowed(suffix: list[str]) -> list[str]:
     """The methods a record sub-route answers (for a 405's ``Allow``); empty for no route."""
     if not suffix:
         return ["DELETE", "GET", "PATCH", "PUT"]
-    if suffix in (["deltas"], ["fold"]):
+    if suffix in (["deltas"], ["fold"], ["revert"]):
         return ["POST"]
-    if suffix == ["writes"]:
+    if suffix in (["writes"], ["diff"]):
         return ["GET"]
     if len(suffix) == 2 and suffix[0] == "template-jq":
         return ["GET", "POST"]

@@ -39,6 +39,14 @@ _SUBJECT_SCHEMA: Final = {
 def state_tool_schemas() -> dict[str, tuple[str, dict[str, Any], bool, bool]]:
     """name → (description, input schema, read_only, destructive)."""
     state = {"type": "string", "description": "The declared state's name."}
+    expect = {
+        "expect_revision": {
+            "type": "integer",
+            "minimum": 0,
+            "description": "Write only if the record is still at this revision (from a read; 0: absent). "
+            "Otherwise the write is refused and nothing changes.",
+        }
+    }
 
     def obj(props: dict[str, Any], required: list[str]) -> dict[str, Any]:
         return {
@@ -52,13 +60,13 @@ def state_tool_schemas() -> dict[str, tuple[str, dict[str, Any], bool, bool]]:
         "state_read": ("Read a declared state's record (null when there is none).", obj({}, []), True, False),
         "state_replace": (
             "Replace a record's whole document (validated against the state's JSON Schema).",
-            obj({"data": {"type": "object"}}, ["data"]),
+            obj({"data": {"type": "object"}, **expect}, ["data"]),
             False,
             True,
         ),
         "state_merge": (
             "Shallow-merge top-level fields into a record; a null value is stored as null.",
-            obj({"patch": {"type": "object"}}, ["patch"]),
+            obj({"patch": {"type": "object"}, **expect}, ["patch"]),
             False,
             True,
         ),
@@ -81,7 +89,12 @@ def state_tool_schemas() -> dict[str, tuple[str, dict[str, Any], bool, bool]]:
             "Apply an op batch (set, remove, set_by_key, merge_by_key, unset_by_key, remove_by_key, "
             "set_by_key_each; optional guards). Pass op_id to make a retry safe.",
             obj(
-                {"ops": {"type": "array", "items": {"type": "object"}}, "op_id": {"type": "string"}}, ["ops"]
+                {
+                    "ops": {"type": "array", "items": {"type": "object"}},
+                    "op_id": {"type": "string"},
+                    **expect,
+                },
+                ["ops"],
             ),
             False,
             True,
@@ -157,9 +170,23 @@ def call_state_tool(
     if name == "state_read":
         return service.read(state, subject)
     if name == "state_replace":
-        return service.replace(state, subject, args.get("data"), origin=origin, context=context)
+        return service.replace(
+            state,
+            subject,
+            args.get("data"),
+            origin=origin,
+            context=context,
+            expect_revision=args.get("expect_revision"),
+        )
     if name == "state_merge":
-        return service.merge(state, subject, args.get("patch"), origin=origin, context=context)
+        return service.merge(
+            state,
+            subject,
+            args.get("patch"),
+            origin=origin,
+            context=context,
+            expect_revision=args.get("expect_revision"),
+        )
     if name == "state_template_jq":
         program = args.get("program")
         if not isinstance(program, str):
@@ -173,5 +200,11 @@ def call_state_tool(
             state, subject, program, args.get("input"), op_id=args.get("op_id"), context=context
         )
     return service.apply(
-        state, subject, args.get("ops"), op_id=args.get("op_id"), origin=origin, context=context
+        state,
+        subject,
+        args.get("ops"),
+        op_id=args.get("op_id"),
+        origin=origin,
+        context=context,
+        expect_revision=args.get("expect_revision"),
     ).to_json()
