@@ -9,6 +9,7 @@ import click
 
 from stateflow import __version__
 from stateflow.cli.common import Context, echo_json, pass_context, read_json_arg, refusals
+from stateflow.cli.examples import decorate
 from stateflow.cli.lazy import LazyGroup
 from stateflow.cli.memory import COMMANDS as MEMORY_COMMANDS
 from stateflow.doc.canonical import JSON
@@ -226,6 +227,8 @@ def doc_history(ctx: Context, state: str, subject: str, limit: int) -> None:
 
 for command in MEMORY_COMMANDS:
     cli.add_command(command)
+for name, command in cli.commands.items():
+    decorate(command, name)
 
 
 def main() -> None:

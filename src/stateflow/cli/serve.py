@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from stateflow.cli.common import Context, pass_context, refusals
+from stateflow.cli.examples import decorate
 from stateflow.errors import StoreNotMigrated
 from stateflow.extras import needs_extra
 from stateflow.http.auth import TokenSet, load_or_create_token, parse_token, token_specs_from_env
@@ -49,3 +50,6 @@ def serve(ctx: Context, host: str, port: int, tokens: tuple[str, ...]) -> None:
     click.echo(f"stateflow API on http://{host}:{port}/api/states (store: {ctx.store().url})", err=True)
     click.echo(f"studio on http://{host}:{port}/studio, API docs on http://{host}:{port}/docs", err=True)
     uvicorn.run(app, host=host, port=port, log_level="warning")
+
+
+decorate(serve, "serve")

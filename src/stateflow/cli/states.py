@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from stateflow.cli.common import Context, echo_json, pass_context, read_json_arg, refusals
+from stateflow.cli.examples import decorate, output_mode
 from stateflow.client import StatesClient
 from stateflow.doc.canonical import decode, encode
 from stateflow.errors import InvalidInput
@@ -138,7 +139,9 @@ def _short(text: str, limit: int = 60) -> str:
 
 
 def _out(value: Any, rows: list[dict[str, Any]] | None = None, columns: list[str] | None = None) -> None:
-    if rows is not None and columns is not None and sys.stdout.isatty():
+    mode = output_mode()
+    table = mode == "table" or (mode is None and sys.stdout.isatty())
+    if rows is not None and columns is not None and table:
         _table(rows, columns)
     else:
         echo_json(value)
@@ -742,5 +745,11 @@ def templates_delete(ctx: Context, name: str) -> None:
     """Delete a template that is attached nowhere."""
     echo_json(client(ctx).delete_template(name))
 
+
+LISTINGS = frozenset(
+    {"states list", "states subjects", "states search", "states writes", "state-templates list"}
+)
+decorate(states, "states", LISTINGS)
+decorate(state_templates, "state-templates", LISTINGS)
 
 __all__ = ["state_templates", "states"]

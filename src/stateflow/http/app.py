@@ -25,6 +25,7 @@ from stateflow.errors import InvalidInput, InvalidJSON, StateflowError, StoreNot
 from stateflow.http.auth import Forbidden, Token, TokenSet
 from stateflow.http.docs import ASSETS_URL, mount_docs
 from stateflow.http.limits import BodyLimit
+from stateflow.http.openapi import document as openapi_document
 from stateflow.states import DoorContext, StatesService
 from stateflow.states.models import StateSubject, WriteOrigin
 from stateflow.states.service import origin_of, subject_of
@@ -175,6 +176,13 @@ def create_app(service: StatesService, tokens: TokenSet, http: HttpConfig | None
         redoc_url=None,
     )
     mount_docs(app)
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = openapi_document(app.title, app.version, app.description)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
     @app.exception_handler(StateflowError)
     async def _handle(_: Request, exc: StateflowError) -> Response:
