@@ -211,7 +211,14 @@ def test_op_batches_guards_and_idempotency(declared: Api) -> None:
     status, body = api(
         "POST", rec("t1") + "/deltas", {"ops": [{"op": "remove", "path": ["status"]}], "op_id": "op-1"}
     )
-    assert body["data"] == {"applied": False, "data": None, "seq": None, "skipped": []}
+    assert body["data"] == {
+        "applied": False,
+        "data": None,
+        "seq": None,
+        "skipped": [],
+        "replayed": True,
+        "replayed_seq": data["seq"],
+    }
     assert api("GET", rec("t1"))[1]["data"]["data"]["status"] == "open"
     # a refused batch does not consume its op_id
     status, body = api(
