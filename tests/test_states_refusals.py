@@ -236,3 +236,21 @@ def test_connect_is_the_composition_root(backend: str, store: SqlStore) -> None:
         sf_.memory("alice", "/tmp", "s1").patch_state({"session": {"tactics": {"next": "x"}}})
         subject = {"target_kind": "agent", "target_name": "alice", "kind": "session", "key": "s1"}
         assert states.read("memory", subject)["data"] == {"tactics": {"next": "x"}}  # type: ignore[index]
+
+
+def test_one_validator_cache_serves_both_services(store: SqlStore) -> None:
+    from stateflow.memory import Identity, MemoryConfig, MemoryView
+    from stateflow.memory.planes import ExtraRoot
+    from stateflow.validators import compiled
+
+    schema = {"type": "object", "properties": {"level": {"type": "integer"}}}
+    service = StatesService(store)
+    service.declare(
+        "levels", {"schema": schema, "subject_kinds": ["thread"], "default_subject_kind": "thread"}
+    )
+    service.replace("levels", {**SUBJECT, "kind": "thread"}, {"level": 1})
+    states_validator = compiled(schema)
+    roots = (ExtraRoot("levels", schema),)
+    view = MemoryView(store, Identity.of("alice", "/tmp", "s1"), config=MemoryConfig(extra_roots=roots))
+    view.patch_state({"session": {"levels": {"level": 2}}})
+    assert compiled(schema) is states_validator  # compiled once, for both

@@ -9,17 +9,15 @@ Memory never stores ``null``.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
-
-import orjson
 
 from stateflow.doc.canonical import JSON, check, kind
 from stateflow.doc.merge import is_index_patch
 from stateflow.doc.paths import is_key
 from stateflow.errors import InvalidInput, PatchError
+from stateflow.validators import compiled
 
 HOT_PLANES: Final = ("intents", "strategy", "tactics", "artifacts")
 PLANES: Final = ("intents", "strategy", "tactics", "artifacts", "response", "lazy")
@@ -190,19 +188,12 @@ def check_extra_roots(
         root = planes.root(name)
         if root is None or name not in state:
             continue
-        validator = _validator(orjson.dumps(root.schema, option=orjson.OPT_SORT_KEYS))
+        validator = compiled(root.schema)  # the process-wide cache the states service uses too
         if validator.is_valid(state[name]):
             continue
         first = sorted(validator.iter_errors(state[name]), key=lambda e: [str(p) for p in e.instance_path])[0]
         at = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in first.instance_path)
         raise PatchError(f"{scope}.{name}{at} does not match its declared schema: {first.message}")
-
-
-@functools.lru_cache(maxsize=64)
-def _validator(schema: bytes) -> Any:
-    import jsonschema_rs  # only a patch of a declared extra root validates: reads never load it
-
-    return jsonschema_rs.Draft202012Validator(orjson.loads(schema))
 
 
 # ------------------------------------------------------------------------------ pruning
