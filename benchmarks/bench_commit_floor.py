@@ -6,8 +6,11 @@ and one ``fdatasync`` per commit) and an autocommit upsert on PostgreSQL (one ro
 WAL flush). Next to it, LangGraph's ``put`` of a small document, measured the same way. When the
 bare commit takes more than half of a ``put``, no write that is acknowledged only once durable
 can run at twice LangGraph's rate with one caller — whatever the work around its commit costs.
+The two sides alternate round by round (the side that goes first swapping every round), so a
+drift in fsync speed hits both alike; each prints its median per round and the spread of the
+per-round ratios (bare / put).
 
-    python benchmarks/bench_commit_floor.py [--ops 2000] [--postgres URL]
+    python3 -m benchmarks.bench_commit_floor [--ops 2000] [--rounds 6] [--postgres URL]
 """
 
 from __future__ import annotations
@@ -17,34 +20,40 @@ import os
 import sqlite3
 import statistics
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
-
-def per_op_ms(fn: Callable[[int], object], n: int) -> float:
-    """Median over three rounds of the time per call of ``fn(i)``, in milliseconds."""
-    for i in range(min(100, n)):
-        fn(i)  # warm up
-    rounds = []
-    for r in range(3):
-        start = time.perf_counter()
-        for i in range(n):
-            fn(n * (r + 1) + i)
-        rounds.append((time.perf_counter() - start) / n * 1000)
-    return statistics.median(rounds)
+from benchmarks.rounds import Pair, alternate, per_call_ms
 
 
-def report(label: str, bare: float, put: float) -> None:
+def alternating(bare: Callable[[int], object], put: Callable[[int], object], n: int, rounds: int) -> Pair:
+    """Milliseconds per call of each side, ``n`` calls per side per round (a new value each)."""
+    for i in range(min(100, n)):  # warm up
+        bare(i)
+        put(i)
+
+    def side(fn: Callable[[int], object]) -> Callable[[int], float]:
+        def one_round(r: int) -> float:
+            values = iter(range(n * (r + 1), n * (r + 2)))
+            return per_call_ms(lambda: fn(next(values)), n)
+
+        return one_round
+
+    return alternate(side(bare), side(put), rounds)
+
+
+def report(label: str, measured: Pair) -> None:
+    bare, put = statistics.median(measured.ours), statistics.median(measured.base)
     verdict = "out of reach" if bare > put / 2 else "within reach"
     print(
         f"{label:<34} bare durable commit {bare:6.3f} ms   langgraph put {put:6.3f} ms   "
+        f"bare/put {measured.ratio:.2f} (rounds {measured.spread()})   "
         f"2x langgraph needs {put / 2:6.3f} ms per write: {verdict}",
         flush=True,
     )
 
 
-def sqlite_case(n: int, journal: str) -> None:
+def sqlite_case(n: int, rounds: int, journal: str) -> None:
     from langgraph.store.sqlite import SqliteStore
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -53,47 +62,55 @@ def sqlite_case(n: int, journal: str) -> None:
         bare.execute("PRAGMA synchronous = FULL")
         bare.execute("CREATE TABLE t (k INTEGER PRIMARY KEY, v BLOB NOT NULL)")
         upsert = "INSERT INTO t VALUES (?, ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v"
-        bare_ms = per_op_ms(lambda i: bare.execute(upsert, (i % 200, str(i).encode())), n)
-        bare.close()
         conn = sqlite3.connect(Path(tmp) / "langgraph.db", check_same_thread=False, isolation_level=None)
         if journal == "wal":
             conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = FULL")
         lg = SqliteStore(conn)
         lg.setup()
-        put_ms = per_op_ms(lambda i: lg.put(("bench",), f"k{i % 200}", {"count": i}), n)
+        measured = alternating(
+            lambda i: bare.execute(upsert, (i % 200, str(i).encode())),
+            lambda i: lg.put(("bench",), f"k{i % 200}", {"count": i}),
+            n,
+            rounds,
+        )
+        bare.close()
         conn.close()
-    report(f"sqlite (langgraph {journal})", bare_ms, put_ms)
+    report(f"sqlite (langgraph {journal})", measured)
 
 
-def postgres_case(url: str, n: int) -> None:
+def postgres_case(url: str, n: int, rounds: int) -> None:
     import psycopg
     from langgraph.store.postgres import PostgresStore
 
+    sep = "&" if "?" in url else "?"
     with psycopg.connect(url, autocommit=True) as admin:
         admin.execute("DROP SCHEMA IF EXISTS bench_floor CASCADE")
         admin.execute("CREATE SCHEMA bench_floor")
         admin.execute("CREATE TABLE bench_floor.t (k integer PRIMARY KEY, v jsonb NOT NULL)")
         upsert = "INSERT INTO bench_floor.t VALUES (%s, %s) ON CONFLICT (k) DO UPDATE SET v = excluded.v"
-        bare_ms = per_op_ms(lambda i: admin.execute(upsert, (i % 200, f'{{"count": {i}}}')), n)
-    sep = "&" if "?" in url else "?"
-    with PostgresStore.from_conn_string(f"{url}{sep}options=-csearch_path%3Dbench_floor") as lg:
-        lg.setup()
-        put_ms = per_op_ms(lambda i: lg.put(("bench",), f"k{i % 200}", {"count": i}), n)
-    with psycopg.connect(url, autocommit=True) as admin:
+        with PostgresStore.from_conn_string(f"{url}{sep}options=-csearch_path%3Dbench_floor") as lg:
+            lg.setup()
+            measured = alternating(
+                lambda i: admin.execute(upsert, (i % 200, f'{{"count": {i}}}')),
+                lambda i: lg.put(("bench",), f"k{i % 200}", {"count": i}),
+                n,
+                rounds,
+            )
         admin.execute("DROP SCHEMA bench_floor CASCADE")
-    report("postgresql", bare_ms, put_ms)
+    report("postgresql", measured)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--ops", type=int, default=2000)
+    parser.add_argument("--ops", type=int, default=2000, help="calls per side per round")
+    parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--postgres", default=os.environ.get("STATEFLOW_TEST_POSTGRES"))
     args = parser.parse_args()
     for journal in ("wal", "shipped"):
-        sqlite_case(args.ops, journal)
+        sqlite_case(args.ops, args.rounds, journal)
     if args.postgres:
-        postgres_case(args.postgres, args.ops)
+        postgres_case(args.postgres, args.ops, args.rounds)
 
 
 if __name__ == "__main__":

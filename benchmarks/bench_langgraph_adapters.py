@@ -19,6 +19,7 @@ the range of the rounds' ratios.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import sqlite3
 import statistics
@@ -91,9 +92,11 @@ def saver_cases(saver: BaseCheckpointSaver[Any], tag: str) -> dict[str, Case]:
             config, checkpoint, {"source": "loop", "step": i, "parents": {}}, {channel: current[channel]}
         )
 
+    tasks = itertools.count()
+
     def put_writes(i: int) -> None:
-        head = heads[i % THREADS]
-        saver.put_writes(head, [("messages", f"reply {i}"), ("step", i)], f"task-{i}")
+        head = heads[i % THREADS]  # a new task each call: a repeated one would write nothing
+        saver.put_writes(head, [("messages", f"reply {i}"), ("step", i)], f"task-{next(tasks)}")
 
     def get_tuple(i: int) -> None:
         assert saver.get_tuple({"configurable": {"thread_id": f"{tag}-{i % THREADS}", "checkpoint_ns": ""}})

@@ -3,10 +3,13 @@
 Each iteration reads two small JSON documents, changes one field in each and commits both
 atomically with a history row. The baseline does exactly that with ``sqlite3`` (same file
 system, same ``synchronous`` setting) or ``psycopg`` (same server); the store additionally
-keeps revisions, transitions, net changes and snapshots. Prints ratios (store / raw).
+keeps revisions, transitions, net changes and snapshots. The two sides alternate round by round
+(``--rounds`` rounds of ``--iterations`` commits each, the side that goes first swapping every
+round), so a drift in fsync speed hits both alike; prints the median time per side and the
+median and spread (min–max) of the per-round ratios (store / raw).
 
-    python benchmarks/bench_store_commit.py [--iterations 300] [--synchronous full|normal]
-        [--postgres URL]
+    python3 -m benchmarks.bench_store_commit [--rounds 15] [--iterations 100]
+        [--synchronous full|normal] [--postgres URL]
 """
 
 from __future__ import annotations
@@ -14,15 +17,14 @@ from __future__ import annotations
 import argparse
 import os
 import sqlite3
-import statistics
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from benchmarks.rounds import Pair, alternate, per_call_ms, report
 from stateflow.store import DocKey, Document, Write, open_store
 
 KEYS = [DocKey("bench", "a"), DocKey("bench", "b")]
@@ -40,16 +42,6 @@ def bump(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
         body = doc.body or START
         writes.append(Write.between(key, doc.value, dict(body, counter=body["counter"] + 1), doc.revision))
     return writes, None
-
-
-def timed(fn: Callable[[], None], iterations: int) -> list[float]:
-    fn()  # warm up connections and caches
-    out = []
-    for _ in range(iterations):
-        t = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t)
-    return out
 
 
 def raw_sqlite(path: Path, synchronous: str) -> Callable[[], None]:
@@ -113,33 +105,29 @@ def through_store(location: str) -> Callable[[], None]:
     return step
 
 
-def report(name: str, store_times: list[float], raw_times: list[float]) -> dict[str, Any]:
-    s, r = statistics.median(store_times), statistics.median(raw_times)
-    line = {
-        "case": name,
-        "store_ms": round(s * 1000, 3),
-        "raw_ms": round(r * 1000, 3),
-        "ratio": round(s / r, 2),
-    }
-    print(
-        f"{name:<38} store {line['store_ms']:>8.3f} ms   raw {line['raw_ms']:>8.3f} ms"
-        f"   ratio {line['ratio']:.2f}x"
-    )
-    return line
+def measure(ours: Callable[[], None], raw: Callable[[], None], rounds: int, iterations: int) -> Pair:
+    """Milliseconds per commit of each side, ``iterations`` commits per side per round."""
+    ours()  # warm up connections and caches
+    raw()
+    return alternate(lambda _: per_call_ms(ours, iterations), lambda _: per_call_ms(raw, iterations), rounds)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--iterations", type=int, default=300)
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--iterations", type=int, default=100, help="commits per side per round")
     parser.add_argument("--synchronous", choices=["full", "normal"], default="full")
     parser.add_argument("--postgres", default=os.environ.get("STATEFLOW_TEST_POSTGRES"))
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        raw = timed(raw_sqlite(Path(tmp) / "raw.db", args.synchronous), args.iterations)
-        ours = timed(
-            through_store(f"sqlite:///{tmp}/store.db?synchronous={args.synchronous}"), args.iterations
+        raw = raw_sqlite(Path(tmp) / "raw.db", args.synchronous)
+        ours = through_store(f"sqlite:///{tmp}/store.db?synchronous={args.synchronous}")
+        report(
+            f"sqlite synchronous={args.synchronous}",
+            measure(ours, raw, args.rounds, args.iterations),
+            "ms",
+            "≤ 3×",
         )
-        report(f"sqlite synchronous={args.synchronous}", ours, raw)
     if args.postgres:
         import psycopg
 
@@ -149,9 +137,12 @@ def main() -> None:
             conn.execute(f"CREATE SCHEMA {schema}")
         sep = "&" if "?" in args.postgres else "?"
         url = f"{args.postgres}{sep}options=-csearch_path%3D{schema}"
-        raw = timed(raw_postgres(url), args.iterations)
-        ours = timed(through_store(url), args.iterations)
-        report("postgresql", ours, raw)
+        report(
+            "postgresql",
+            measure(through_store(url), raw_postgres(url), args.rounds, args.iterations),
+            "ms",
+            "≤ 3×",
+        )
         with psycopg.connect(args.postgres, autocommit=True) as conn:
             conn.execute(f"DROP SCHEMA {schema} CASCADE")
     else:

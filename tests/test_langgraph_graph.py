@@ -60,6 +60,17 @@ def test_memory_across_threads_and_resume_after_reopen(backend: str) -> None:
         paused = next(h for h in history if h.next == ("remember",) and h.tasks and h.tasks[0].interrupts)
         assert paused.values == {"notes": []}
         # the thread's checkpoints are records of the checkpoints state, audited with their run
+        memory = {
+            "target_kind": "agent",
+            "target_name": "langgraph",
+            "kind": "item",
+            "key": "memories/ada/plays%20chess",
+        }
+        origin = states.writes("langgraph_store", memory)["items"][0]["origin"]
+        assert (origin["consumer"], origin["meta"]) == (
+            "langgraph",
+            {"thread_id": "chat-2", "node": "remember"},
+        )
         subjects = states.subjects("langgraph_checkpoints", kind="checkpoint")["subjects"]
         assert sum(s["subject"]["key"].startswith("chat-2/") for s in subjects) == len(history)
     finally:

@@ -127,3 +127,47 @@ def test_restore_is_a_new_transition(store: SqlStore) -> None:
     assert m.restore(1)
     assert m.read_state({"path": "session"}) == {"value": {"tactics": {"step": 1}}}
     assert m.read_state({"path": "session[1].tactics.step"}) == {"value": 2}
+
+
+def test_recent_transitions_are_the_newest_history_limit_transitions(store: SqlStore) -> None:
+    one = view(store, history_limit=1)
+    one.patch_state({"global": {"tactics": {"z": 1}}})
+    one.patch_state({"cwd": {"tactics": {"y": 1}}})
+    one.patch_state({"session": {"tactics": {"x": 1}}})
+    one.patch_state({"session": {"tactics": {"a": 1}}})
+    assert [t["changes"] for t in one.context().head["recent_transitions"]] == [
+        [{"scope": "session", "patch": {"tactics": {"a": 1}}}]
+    ]
+
+    seven = view(store, session="s7")  # history_limit 7
+    seven.patch_state({"global": {"strategy": {"old": True}}})
+    for i in range(7):
+        seven.patch_state({"session": {"tactics": {"i": i}}})
+    recent = seven.context().head["recent_transitions"]
+    assert [t["changes"] for t in recent] == [
+        [{"scope": "session", "patch": {"tactics": {"i": i}}}] for i in range(7)
+    ]
+
+
+def test_a_lazy_only_transition_takes_its_place_in_the_window_and_is_then_dropped(store: SqlStore) -> None:
+    m = view(store, history_limit=2)
+    m.patch_state({"session": {"tactics": {"h": 1}}})
+    m.patch_state({"session": {"tactics": {"h": 2}}})
+    m.patch_state({"session": {"lazy": {"notes": ["LAZY"]}}})
+    head = m.context().head
+    assert [t["changes"] for t in head["recent_transitions"]] == [
+        [{"scope": "session", "patch": {"tactics": {"h": 2}}}]
+    ]
+    m.patch_state({"session": {"lazy": {"notes": ["LAZY", "MORE"]}}})
+    assert "recent_transitions" not in m.context().head
+
+
+@pytest.mark.parametrize(
+    ("mode", "scopes"), [("active", ("global", "cwd", "session")), ("passive", ("cwd",))]
+)
+def test_the_protocol_says_found_past_values_are_evidence_not_memory(
+    store: SqlStore, mode: str, scopes: tuple[str, ...]
+) -> None:
+    text = view(store, scopes=scopes, mode=mode).context().text()
+    assert "found values are historical evidence, not automatically current memory." in text
+    assert text.count("historical evidence") == 1

@@ -229,3 +229,42 @@ def test_hint_lists_at_most_three_owners_and_says_when_more_may_exist(store) -> 
     result = m.read_state({"path": "lazy.gone"})
     assert result["hint"][0]["paths"] == ["session.tactics.n0", "session.tactics.n1", "session.tactics.n2"]
     assert "additional reference owners may exist" in result["hint"][0]["message"]
+
+
+def test_scope_patches_are_served_only_inside_the_hot_window(store) -> None:  # type: ignore[no-untyped-def]
+    none = view(store, history_limit=0)
+    none.patch_state({"cwd": {"tactics": {"a": 1}}})
+    with pytest.raises(InvalidPath, match="0 to 0"):
+        none.read_state({"path": "session[1]"})
+    with pytest.raises(NotFound, match="predates the retained history"):
+        none.read_state({"path": "cwd.patches[0]"})  # no transition is retained at limit 0
+
+    three = view(store, session="s3", history_limit=3)
+    for i in range(6):
+        three.patch_state({"session": {"tactics": {"i": i}}})
+    assert three.read_state({"path": "session.patches[2]"}) == {"patch": {"tactics": {"i": 3}}}
+    with pytest.raises(NotFound, match="predates the retained history"):
+        three.read_state({"path": "session.patches[3]"})  # the 4th newest transition
+
+    # limit 2: cwd changed at offsets 2 and 0; only its newest change is inside the window
+    two = view(store, session="s2", history_limit=2)
+    two.patch_state({"cwd": {"tactics": {"a": 2}}})
+    two.patch_state({"session": {"tactics": {"b": 1}}})
+    two.patch_state({"cwd": {"tactics": {"a": 3}}})
+    assert two.read_state({"path": "cwd.patches[0]"}) == {"patch": {"tactics": {"a": 3}}}
+    with pytest.raises(NotFound, match="predates the retained history"):
+        two.read_state({"path": "cwd.patches[1]"})
+
+
+def test_a_scope_patch_older_than_the_views_last_limit_transitions_is_refused(store) -> None:  # type: ignore[no-untyped-def]
+    m = view(store)  # history_limit 7
+    m.patch_state({"global": {"strategy": {"g": 1}}})
+    for i in range(7):
+        m.patch_state({"session": {"tactics": {"i": i}}})
+    assert m.read_state({"path": "global[7].strategy"}) == {"value": {"g": 1}}  # the boundary is in range
+    with pytest.raises(NotFound, match="predates the retained history"):
+        m.read_state({"path": "global.patches[0]"})  # its transition is the 8th newest
+    m.patch_state({"global": {"strategy": {"g": 2}}})
+    assert m.read_state({"path": "global.patches[0]"}) == {"patch": {"strategy": {"g": 2}}}
+    with pytest.raises(NotFound, match="predates the retained history"):
+        m.read_state({"path": "global.patches[1]"})

@@ -13,7 +13,7 @@ import pytest
 from stateflow.doc.diff import Edit
 from stateflow.errors import Conflict, InvalidInput, InvalidJSON, NotFound
 from stateflow.store import HEAD, DocKey, Document, OpIdTaken, SqlStore, Write
-from stateflow.store.base import SNAPSHOT_MAX_CHAIN
+from stateflow.store.plan import SNAPSHOT_MAX_CHAIN
 
 A = DocKey("notes", "a")
 B = DocKey("notes", "b")

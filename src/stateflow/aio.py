@@ -21,7 +21,7 @@ from typing import Any, Generic, TypeVar
 
 from stateflow.memory import SCOPES, Identity, MemoryConfig, MemoryView
 from stateflow.states import StatesService
-from stateflow.store import SqlStore, open_store
+from stateflow.store import Store, open_store
 
 T = TypeVar("T")
 
@@ -46,7 +46,7 @@ class Offloaded(Generic[T]):
         return offloaded
 
 
-class AsyncStore(Offloaded[SqlStore]):
+class AsyncStore(Offloaded[Store]):
     """The store (``read``, ``get``, ``read_at``, ``history``, ``scan``, ``search``, …)."""
 
 
@@ -66,7 +66,7 @@ class AsyncMemoryView(Offloaded[MemoryView]):
 class AsyncStateflow:
     """A store and its services, awaitable. ``async with`` closes it."""
 
-    def __init__(self, store: SqlStore) -> None:
+    def __init__(self, store: Store) -> None:
         self.store = AsyncStore(store)
         self.states = AsyncStatesService(StatesService(store))
 

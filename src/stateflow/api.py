@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from stateflow.config import Config
 from stateflow.memory import SCOPES, Identity, MemoryConfig, MemoryView
-from stateflow.store import SqlStore, open_store
+from stateflow.store import Store, open_store
 
 if TYPE_CHECKING:
     from stateflow.states import StatesService
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 class Stateflow:
     """A store plus the services that use it. Close it (or use ``with``) when done."""
 
-    def __init__(self, store: SqlStore, config: Config | None = None) -> None:
+    def __init__(self, store: Store, config: Config | None = None) -> None:
         self.store = store
         self.config = config or Config()
         self._states: StatesService | None = None

@@ -25,6 +25,7 @@ raises, writes nothing.
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import functools
 import inspect
@@ -193,19 +194,16 @@ def _inject(inputs: dict[str, Any], name: str, value: Any) -> None:
     node[path[-1]] = value
 
 
-@contextmanager
-def run(
+def _prepare(
     states: StatesService,
     bindings: Sequence[Binding],
     inputs: Mapping[str, Any],
-    *,
-    target: tuple[str, str] = ("agent", "stateflow"),
-    consumer: str | None = None,
-    run_id: str | None = None,
-    context: DoorContext | None = None,
-) -> Iterator[Run]:
-    """Resolve the bindings over ``inputs``, inject, yield the run; on a clean exit stage the
-    updates (computed from ``run.output``) and commit the unit; on an exception write nothing."""
+    target: tuple[str, str],
+    consumer: str | None,
+    run_id: str | None,
+    context: DoorContext | None,
+) -> tuple[Run, list[tuple[Binding, dict[str, str]]]]:
+    """Before the run: scopes, subjects, injections, and the unit its writes will join."""
     view = _json_view(inputs)
     engaged = [(b, _resolve(states, b, view, target)) for b in bindings]
     active = [(b, s) for b, s in engaged if s is not None]
@@ -223,19 +221,42 @@ def run(
         unit=states.unit(origin={"consumer": consumer, "run_id": run_id}, context=context),
         subjects={b.state: s for b, s in active},
     )
+    return the_run, active
+
+
+def _finish(states: StatesService, the_run: Run, active: list[tuple[Binding, dict[str, str]]]) -> None:
+    """After a clean run: stage each update program's ops, then commit the unit."""
+    with the_run.unit:
+        after = {"input": _json_view(the_run.inputs), "output": _json_view({"o": the_run.output}).get("o")}
+        for binding, subject in active:
+            for spec in binding.updates:
+                update_input = states.jq().first(spec.get("adapter", ".output"), after)
+                ops = states.template_jq_ops(binding.state, subject, spec["template_jq"], update_input)
+                the_run.unit.apply(binding.state, subject, ops)
+
+
+@contextmanager
+def run(
+    states: StatesService,
+    bindings: Sequence[Binding],
+    inputs: Mapping[str, Any],
+    *,
+    target: tuple[str, str] = ("agent", "stateflow"),
+    consumer: str | None = None,
+    run_id: str | None = None,
+    context: DoorContext | None = None,
+) -> Iterator[Run]:
+    """Resolve the bindings over ``inputs``, inject, yield the run; on a clean exit stage the
+    updates (computed from ``run.output``) and commit the unit; on an exception write nothing."""
+    the_run, active = _prepare(states, bindings, inputs, target, consumer, run_id, context)
     token = _CURRENT.set(the_run)
     try:
-        with the_run.unit:
+        try:
             yield the_run
-            after = {
-                "input": _json_view(the_run.inputs),
-                "output": _json_view({"o": the_run.output}).get("o"),
-            }
-            for binding, subject in active:
-                for spec in binding.updates:
-                    update_input = states.jq().first(spec.get("adapter", ".output"), after)
-                    ops = states.template_jq_ops(binding.state, subject, spec["template_jq"], update_input)
-                    the_run.unit.apply(binding.state, subject, ops)
+        except BaseException:
+            the_run.unit.discard()
+            raise
+        _finish(states, the_run, active)
     finally:
         _CURRENT.reset(token)
 
@@ -282,12 +303,22 @@ def bound(
             @functools.wraps(fn)
             async def call_async(*args: Any, **kwargs: Any) -> Any:
                 call = arguments(args, kwargs)
-                with run(
-                    states, bindings, call.arguments, target=target, consumer=consumer, context=context
-                ) as r:
-                    final = with_inputs(call, r.inputs)
-                    result = await cast(Callable[..., Awaitable[Any]], fn)(*final.args, **final.kwargs)
-                    r.output = result
+                # the states work runs on a worker thread: the event loop keeps going meanwhile
+                the_run, active = await asyncio.to_thread(
+                    _prepare, states, bindings, call.arguments, target, consumer, None, context
+                )
+                token = _CURRENT.set(the_run)
+                try:
+                    final = with_inputs(call, the_run.inputs)
+                    try:
+                        result = await cast(Callable[..., Awaitable[Any]], fn)(*final.args, **final.kwargs)
+                    except BaseException:
+                        the_run.unit.discard()
+                        raise
+                    the_run.output = result
+                    await asyncio.to_thread(_finish, states, the_run, active)
+                finally:
+                    _CURRENT.reset(token)
                 return result
 
             return cast(Callable[P, R], call_async)

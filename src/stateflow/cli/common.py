@@ -14,7 +14,7 @@ import orjson
 from stateflow.config import Config
 from stateflow.doc.canonical import JSON, decode
 from stateflow.errors import StateflowError
-from stateflow.store import SqlStore, open_store
+from stateflow.store import Store, open_store
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -24,7 +24,7 @@ class Context:
 
     def __init__(self, store: str | None) -> None:
         self.store_location = store
-        self._store: SqlStore | None = None
+        self._store: Store | None = None
         self._config: Config | None = None
 
     @property
@@ -35,7 +35,7 @@ class Context:
             self._config = Config.from_env().with_store(self.store_location)
         return self._config
 
-    def store(self) -> SqlStore:
+    def store(self) -> Store:
         if self._store is None:
             self._store = open_store(self.store_location)
         return self._store

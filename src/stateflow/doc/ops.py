@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple
 
-from stateflow.doc.canonical import JSON, check, json_equal, kind
+from stateflow.doc.canonical import JSON, check, detach, json_equal, kind
 from stateflow.doc.select import MISSING
 from stateflow.errors import InvalidJSON, OpError
 
@@ -105,7 +105,8 @@ def parse_op(raw: object) -> Op:
             if "value" not in raw:
                 raise OpError("a set op needs a 'value' (null is allowed)")
             check(raw["value"], "value")
-        return Op(name, path, body, raw.get("value"), guard=guard)
+        # values are copied: applied, they become part of a stored document the caller must not reach
+        return Op(name, path, body, detach(raw.get("value")), guard=guard)
     key_field = raw.get("key_field")
     if not isinstance(key_field, str) or not key_field:
         raise OpError(f"a {name} op needs 'key_field', a non-empty string")
@@ -122,6 +123,7 @@ def parse_op(raw: object) -> Op:
         raise OpError(f"a {name} op needs a 'value'")
     value = raw["value"]
     check(value, "value")
+    value = detach(value)
     if name == "set_by_key":
         items = value if isinstance(value, list) else [value]
         _check_items(items, key_field, "value")

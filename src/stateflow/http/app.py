@@ -9,7 +9,7 @@ Record routes take the subject as four raw path segments, so a key holding ``%2F
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any, Final
 from urllib.parse import unquote_to_bytes
 
@@ -17,10 +17,11 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.routing import BaseRoute, Match
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from stateflow import __version__
 from stateflow.config import HttpConfig
-from stateflow.doc.canonical import decode, encode
+from stateflow.doc.canonical import decode, encode_trusted
 from stateflow.errors import InvalidInput, InvalidJSON, StateflowError, StoreNotMigrated
 from stateflow.http.auth import Forbidden, Token, TokenSet
 from stateflow.http.docs import ASSETS_URL, mount_docs
@@ -50,7 +51,11 @@ class MethodNotAllowed(StateflowError):
 
 
 def _json(status: int, payload: Any, headers: dict[str, str] | None = None) -> Response:
-    return Response(encode(payload), status_code=status, media_type="application/json", headers=headers)
+    # Answers carry what the service returned: values checked as JSON on their way into the store
+    # and views built from them, so they are encoded without walking them again.
+    return Response(
+        encode_trusted(payload), status_code=status, media_type="application/json", headers=headers
+    )
 
 
 def _segment(raw: str) -> str:
@@ -166,6 +171,44 @@ def _query_int(request: Request, name: str) -> int | None:
         raise BadRequest(f"{name!r} must be an integer") from exc
 
 
+class Authenticate:
+    """Bearer-token check of every request but the open paths, as a plain ASGI middleware.
+
+    (Starlette's ``@app.middleware("http")`` runs each request in a task group and streams the
+    response through a memory channel: a cost paid on every call for a header check.)
+    """
+
+    def __init__(self, app: ASGIApp, tokens: TokenSet, admit: Callable[[Scope, Token], None]) -> None:
+        self.app = app
+        self.tokens = tokens
+        self.admit = admit  # the route-level checks (read-only by route, query parameters)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path: str = scope["path"] if scope["type"] == "http" else ""
+        if not path or path in OPEN_PATHS or path.startswith(OWN_AUTH):
+            # the studio signs people in with its own session cookie
+            await self.app(scope, receive, send)
+            return
+        try:
+            token = self.tokens.authenticate(_header(scope, b"authorization"))
+            self.admit(scope, token)
+        except StateflowError as exc:
+            await _error(exc)(scope, receive, send)
+            return
+        scope.setdefault("state", {})["token"] = token
+        await self.app(scope, receive, send)
+
+
+OPEN_PATHS: Final = frozenset(("/api/health", "/openapi.json", "/docs", "/studio"))
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope["headers"]:
+        if key == name:
+            return str(value.decode("latin-1"))
+    return None
+
+
 def create_app(service: StatesService, tokens: TokenSet, http: HttpConfig | None = None) -> FastAPI:
     http = http or service.config.http
     app = FastAPI(
@@ -188,26 +231,16 @@ def create_app(service: StatesService, tokens: TokenSet, http: HttpConfig | None
     async def _handle(_: Request, exc: StateflowError) -> Response:
         return _error(exc)
 
-    @app.middleware("http")
-    async def _authenticate(
-        request: Request, call_next: Callable[[Request], Awaitable[Response]]
-    ) -> Response:
-        path = request.url.path
-        if path in ("/api/health", "/openapi.json", "/docs", "/studio") or path.startswith(OWN_AUTH):
-            # the studio signs people in with its own session cookie
-            return await call_next(request)
-        try:
-            token = tokens.authenticate(request.headers.get("authorization"))
-            if token.read_only and not reading(request):
-                raise Forbidden("this token is read-only")
-            route = route_of(request)
-            name = getattr(route, "name", None)
-            if route is not None and name != "record":  # record routes check their own
-                only(request, *ROUTE_QUERY.get(str(name), ()))
-        except StateflowError as exc:
-            return _error(exc)
-        request.state.token = token
-        return await call_next(request)
+    def admit(scope: Scope, token: Token) -> None:
+        request = Request(scope)
+        if token.read_only and not reading(request):
+            raise Forbidden("this token is read-only")
+        route = route_of(request)
+        name = getattr(route, "name", None)
+        if route is not None and name != "record":  # record routes check their own
+            only(request, *ROUTE_QUERY.get(str(name), ()))
+
+    app.add_middleware(Authenticate, tokens=tokens, admit=admit)
 
     def route_of(request: Request) -> BaseRoute | None:
         for route in app.router.routes:

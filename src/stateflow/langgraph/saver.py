@@ -139,7 +139,11 @@ class StateflowSaver(BaseCheckpointSaver[str]):
         if checkpoint_id:
             key = self._key(thread_id, ns, checkpoint_id)
         else:
-            newest = next(self.records.scan(CHECKPOINT, f"{join([thread_id, ns])}/", page=1), None)
+            prefix = f"{join([thread_id, ns])}/"
+            newest = self.records.store.cached(
+                ("langgraph-newest", self.records.state, self.records.target_name, prefix),
+                lambda: next(self.records.scan(CHECKPOINT, prefix, page=1), None),
+            )
             if newest is None:
                 return None
             key = self.records.key_of(newest)

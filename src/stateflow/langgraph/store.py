@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 import orjson
+from langgraph.config import get_config
 from langgraph.store.base import (
     BaseStore,
     GetOp,
@@ -193,19 +194,33 @@ class StateflowStore(BaseStore):
         self, op: SearchOp, now: datetime, refresh: dict[str, dict[str, Any]]
     ) -> builtins.list[SearchItem]:
         prefix = f"{join(op.namespace_prefix)}/" if op.namespace_prefix else ""
-        keys = builtins.list(self.records.scan(ITEM, prefix))
-        found = [
-            (at or data["created_at"], data, at)
-            for data, at in self._documents(keys)
-            if self._live(data, now) and (not op.filter or matches(data["value"], op.filter))
-        ]
-        found.sort(key=lambda x: x[0], reverse=True)  # newest first, as LangGraph's SQL stores
-        page = found[op.offset : op.offset + op.limit]
+        wanted = op.offset + op.limit
+        page: builtins.list[tuple[dict[str, Any], str | None]] = []
+        for data, at in self._newest_first(prefix):
+            if self._live(data, now) and (not op.filter or matches(data["value"], op.filter)):
+                page.append((data, at))
+                if len(page) >= wanted:
+                    break
+        page = page[op.offset :]
         if op.refresh_ttl:
-            for _, data, _ in page:
+            for data, _ in page:
                 if data.get("ttl_minutes") is not None:
                     refresh[self.subject_key(tuple(data["namespace"]), data["key"])] = data
-        return [self._item(data, at, SearchItem) for _, data, at in page]
+        return [self._item(data, at, SearchItem) for data, at in page]
+
+    def _newest_first(self, prefix: str) -> tuple[tuple[dict[str, Any], str | None], ...]:
+        """The items under a subject key prefix, last written first (as LangGraph's SQL stores
+        order a search) — kept until anything commits, on stores that can tell."""
+
+        def build() -> tuple[tuple[dict[str, Any], str | None], ...]:
+            keys = builtins.list(self.records.scan(ITEM, prefix))
+            found = builtins.list(self._documents(keys))
+            found.sort(key=lambda x: x[1] or x[0]["created_at"], reverse=True)
+            return tuple(found)
+
+        return self.records.store.cached(
+            ("langgraph-items", self.records.state, self.records.target_name, prefix), build
+        )
 
     def _list_namespaces(self, op: ListNamespacesOp) -> builtins.list[tuple[str, ...]]:
         conditions = op.match_conditions or ()
@@ -225,7 +240,26 @@ class StateflowStore(BaseStore):
 
     # ------------------------------------------------------------------ writes
 
+    def _run_origin(self) -> dict[str, Any]:
+        """The write's origin; inside a LangGraph run, with its thread, node and run id."""
+        try:
+            config = get_config()
+        except RuntimeError:  # not called from inside a graph
+            return self.origin
+        metadata = config.get("metadata") or {}
+        meta = {
+            "thread_id": (config.get("configurable") or {}).get("thread_id"),
+            "node": metadata.get("langgraph_node"),
+        }
+        run_id = config.get("run_id") or metadata.get("run_id")
+        return {
+            **self.origin,
+            "run_id": str(run_id) if run_id else None,
+            "meta": {k: str(v) for k, v in meta.items() if v is not None} or None,
+        }
+
     def _put(self, puts: Sequence[PutOp], now: datetime) -> None:
+        origin = self._run_origin()
         keys = {
             (op.namespace, op.key): self.records.doc_key(ITEM, self.subject_key(op.namespace, op.key))
             for op in puts
@@ -236,7 +270,7 @@ class StateflowStore(BaseStore):
             subject = self.subject(op.namespace, op.key)
             if op.value is None:
                 if current is None or current[keys[(op.namespace, op.key)]].body is not None:
-                    self.states.erase(self.records.state, subject, origin=self.origin, context=self.context)
+                    self.states.erase(self.records.state, subject, origin=origin, context=self.context)
                 continue
             if not isinstance(op.value, dict):
                 raise ValueError(f"a store value must be a dict, got {type(op.value).__name__}")
@@ -256,7 +290,7 @@ class StateflowStore(BaseStore):
             }
             if current is None:
                 self.states.replace(
-                    self.records.state, subject, document, origin=self.origin, context=self.context
+                    self.records.state, subject, document, origin=origin, context=self.context
                 )
             else:
                 items.append(
@@ -267,7 +301,7 @@ class StateflowStore(BaseStore):
                     }
                 )
         if items:
-            self.states.apply_batch(items, origin=self.origin, context=self.context)
+            self.states.apply_batch(items, origin=origin, context=self.context)
 
     def _refresh(self, refresh: dict[str, dict[str, Any]], now: datetime) -> None:
         items = [

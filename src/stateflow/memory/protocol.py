@@ -24,7 +24,8 @@ READ with read_state {"path": P} or {"paths": [P, ...]}, projection "value" (def
 Paths: effective.tactics.next, cwd.lazy.memory[4], cwd.lazy.memory[10:20] (half-open, must fit),
 session[2].lazy.x (as it was 2 transitions ago), cwd.patches[0] (that scope's latest change).
 "keys" returns {"meta": {type, size|length}, "keys": {child: kind}} — use it to navigate large values.
-Read only what the task needs; a read never changes memory. Search history only when a past value matters."""
+Read only what the task needs; a read never changes memory. Search history only when a past value matters;
+found values are historical evidence, not automatically current memory."""
 
 _WRITE = """\
 WRITE with patch_state {"session": {...}, "cwd": {...}, "global": {...}}: one atomic transition.

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from stateflow.doc.canonical import JSON, encode
+from stateflow.doc.canonical import JSON, detach, encode
 from stateflow.doc.diff import Edit, diff, to_patch
 from stateflow.doc.merge import merge_patch, overlay
 from stateflow.doc.paths import Index, Key, PatchesPath, Range, ReadPath, Selector, parse
@@ -35,7 +35,7 @@ from stateflow.memory.planes import (
 from stateflow.memory.protocol import protocol_text
 from stateflow.memory.refs import HINT_MESSAGE, HINT_TRUNCATED, anchor, find_referrers, relativize
 from stateflow.memory.scopes import SCOPES, Identity
-from stateflow.store import DocKey, Document, SqlStore, Write
+from stateflow.store import Change, DocKey, Document, Store, Write
 
 DEFAULT_HISTORY_LIMIT: Final = 7
 MAX_HISTORY_LIMIT: Final = 100
@@ -94,7 +94,7 @@ class _Timeline:
 class MemoryView:
     def __init__(
         self,
-        store: SqlStore,
+        store: Store,
         identity: Identity,
         scopes: Sequence[str] = SCOPES,
         config: MemoryConfig | None = None,
@@ -157,7 +157,14 @@ class MemoryView:
     # ------------------------------------------------------------------------- read_state
 
     def read_state(self, args: object) -> dict[str, Any]:
-        """Run one ``read_state`` call; returns the exact result object a model receives."""
+        """Run one ``read_state`` call; returns the exact result object a model receives.
+
+        The result is the caller's own (detached from the store's cached objects); it costs
+        what the result weighs, not what the documents it was selected from weigh."""
+        result: dict[str, Any] = detach(self._read_state(args))
+        return result
+
+    def _read_state(self, args: object) -> dict[str, Any]:
         self._tools_on()
         texts, projection, batch = _read_args(args)
         paths = [self._bind(parse(t, self.planes.names)) for t in texts]
@@ -327,14 +334,40 @@ class MemoryView:
             out[name] = None if name == "response" and value == "" else value
         return out
 
+    def _window(self, members: Sequence[str] | None = ()) -> list[Change]:
+        """The changes of the view's newest ``history_limit`` transitions (offsets 0 … limit−1
+        of its timeline), newest first: the hot window that ``patches[k]`` and the context's
+        ``recent_transitions`` may show. ``members`` limits the edits read (``()``: none)."""
+        limit = self.config.history_limit
+        if limit == 0:
+            return []
+        # a transition changes at most one document per scope: this many changes cover `limit` of them
+        changes = self.store.history(
+            list(self.keys.values()), limit=len(self.scopes) * limit, members=members
+        )
+        seqs: set[int] = set()
+        window = []
+        for change in changes:
+            if change.seq not in seqs:
+                if len(seqs) == limit:
+                    break
+                seqs.add(change.seq)
+            window.append(change)
+        return window
+
     def _scope_patch(self, path: PatchesPath) -> JSON:
         limit = self.config.history_limit
         if path.index > limit:
             raise InvalidPath(f"patch index {path.index} is out of range: use an integer from 0 to {limit}")
-        changes = self.store.history([self.keys[path.scope]], limit=path.index + 1)
-        if len(changes) <= path.index:
-            raise NotFound(f"requested {path.scope} patch {path.index} predates retained history")
-        return self._out(self._project_patch(to_patch(changes[path.index].edits), with_lazy=True))
+        key = self.keys[path.scope]
+        own = [c for c in self._window() if c.key == key]
+        if len(own) <= path.index:
+            raise NotFound(
+                f"requested {path.scope} patch {path.index} predates the retained history "
+                f"({len(own)} {path.scope} change(s) among the view's newest {limit} transition(s))"
+            )
+        [change] = self.store.history([key], limit=1, before_seq=own[path.index].seq + 1)
+        return self._out(self._project_patch(to_patch(change.edits), with_lazy=True))
 
     # ------------------------------------------------------------------------- hints
 
@@ -407,7 +440,7 @@ class MemoryView:
         ]
         hints = [self._missing_hint(p, staged["basis"]) for p in staged["missing"]]
         revisions = {s: commit.revisions.get(self.keys[s], staged["revisions"][s]) for s in self.scopes}
-        updates = self._state_updates(staged, revisions, changed)
+        updates = detach(self._state_updates(staged, revisions, changed))  # values of the cached state
         if not changed:
             receipt = Receipt("State already current.", [], None, hints, None)
             if staged["cascaded"]:
@@ -568,26 +601,17 @@ class MemoryView:
             head["recent_transitions"] = recent
         return Context(
             projection=self.projection_id(revisions),
-            head=head,
+            head=detach(head),  # the hot state is the store's cached objects
             mode=self.config.mode,
             single=self.single,
         )
 
     def _recent_transitions(self) -> list[dict[str, Any]]:
-        limit = self.config.history_limit
-        if limit == 0:
-            return []
-        changes = self.store.history(
-            list(self.keys.values()), limit=len(self.scopes) * limit, members=self.planes.hot
-        )
+        """The hot window's transitions, oldest first, each scope's change without lazy bodies."""
         scope_of = {k: s for s, k in self.keys.items()}
-        per_scope: dict[str, int] = {}
         by_seq: dict[int, dict[str, Any]] = {}
-        for change in changes:  # newest first
+        for change in self._window(members=self.planes.hot):  # newest first
             scope = scope_of[change.key]
-            if per_scope.get(scope, 0) >= limit:
-                continue
-            per_scope[scope] = per_scope.get(scope, 0) + 1
             patch = self._project_patch(to_patch(change.edits), with_lazy=False)
             if patch in ({}, None):
                 continue  # a lazy-only (or runtime-only) change disappears from the baseline
@@ -640,7 +664,7 @@ class MemoryView:
         states = self._states_at(offset, current, timeline, None)
         sel = parsed.selectors
         with_lazy = bool(sel) and isinstance(sel[0], Key) and sel[0].name in self.planes.lazy
-        return self._out(select(self._root(parsed.root, states, with_lazy), sel, path))
+        return detach(self._out(select(self._root(parsed.root, states, with_lazy), sel, path)))
 
     def transitions(self, limit: int = 20) -> list[dict[str, Any]]:
         """The view's transitions, newest first, with each scope's full patch and the origin."""
@@ -654,7 +678,8 @@ class MemoryView:
                 out.append({"seq": change.seq, "at": change.at, "origin": change.origin, "changes": {}})
             patch = self._project_patch(to_patch(change.edits), with_lazy=True)
             out[-1]["changes"][scope_of[change.key]] = self._out(patch)
-        return out
+        detached: list[dict[str, Any]] = detach(out)  # origins and patches come from the history cache
+        return detached
 
     # ------------------------------------------------------------------------- fork and restore
 

@@ -35,7 +35,7 @@ from stateflow.states.templates import (
     validate_template,
 )
 from stateflow.store import DocKey, Document, Write
-from stateflow.store.base import utc_now
+from stateflow.store.clock import utc_now
 
 if TYPE_CHECKING:
     from stateflow.jq import JqRunner

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final
 
+from stateflow.doc.canonical import detach
 from stateflow.doc.ops import Op, apply_ops, parse_ops
 from stateflow.doc.select import MISSING
 from stateflow.errors import Conflict, InvalidInput
@@ -141,7 +142,7 @@ def apply_batch(
         outcomes, changed = computed
         for index, out in outcomes.items():
             seq = commit.seq if out.key in changed else out.seq_before
-            data = None if out.data is MISSING else out.data
+            data = None if out.data is MISSING else detach(out.data)  # the body the store caches
             results[index] = ApplyResult(True, data, seq, out.skipped)
         return results
 

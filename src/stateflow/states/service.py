@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Final
 from pydantic import ValidationError
 
 from stateflow.config import Config
-from stateflow.doc.canonical import JSON, check
+from stateflow.doc.canonical import JSON, check, detach
 from stateflow.doc.diff import Edit, diff, to_patch
 from stateflow.doc.ops import apply_ops, parse_ops
 from stateflow.doc.select import MISSING
@@ -30,9 +30,8 @@ from stateflow.states.attachments import TemplatesMixin
 from stateflow.states.models import Declaration, DoorContext, StateSubject, WriteOrigin
 from stateflow.states.schema import ValidatorCache, check_base_schema, narrowing
 from stateflow.states.search import SORT_MAX, matches, parse_sort, sort_key, split_filters
-from stateflow.store import DocKey, Document, SqlStore, Write
-from stateflow.store.base import utc_text
-from stateflow.store.model import Listed
+from stateflow.store import DocKey, Document, Listed, Store, Write
+from stateflow.store.clock import utc_text
 
 if TYPE_CHECKING:
     from stateflow.states.unit import Unit
@@ -228,7 +227,7 @@ def _decode_cursor(cursor: str | None) -> str | None:
 
 
 class StatesService(TemplatesMixin):
-    def __init__(self, store: SqlStore, config: Config | None = None) -> None:
+    def __init__(self, store: Store, config: Config | None = None) -> None:
         self.store = store
         self.config = config or Config()
         self.default_context = _NO_CONTEXT
@@ -309,18 +308,22 @@ class StatesService(TemplatesMixin):
         self._builtins_installed = True
 
     def _declaration_view(self, body: dict[str, Any], revision: int, at: str | None) -> dict[str, Any]:
+        """The caller's own copy of a declaration (``body`` is the store's cached object)."""
         view = {k: v for k, v in body.items() if k not in ("attachments", "effective")}
-        return {
-            **view,
-            "effective_schema": self.effective_schema(body),
-            "regimes": self.regimes(body),
-            "attachments": [
-                {"template": t, **{k: a[k] for k in ("path", "parameters", "declarations")}}
-                for t, a in sorted(body.get("attachments", {}).items())
-            ],
-            "updated_at": at,
-            "version": revision,
-        }
+        out: dict[str, Any] = detach(
+            {
+                **view,
+                "effective_schema": self.effective_schema(body),
+                "regimes": self.regimes(body),
+                "attachments": [
+                    {"template": t, **{k: a[k] for k in ("path", "parameters", "declarations")}}
+                    for t, a in sorted(body.get("attachments", {}).items())
+                ],
+                "updated_at": at,
+                "version": revision,
+            }
+        )
+        return out
 
     def list_declarations(self) -> list[dict[str, Any]]:
         out = []
@@ -541,7 +544,10 @@ class StatesService(TemplatesMixin):
             ("record", name, subject.target_kind, subject.target_name, subject.kind, subject.key),
             lambda: self._read(name, subject),
         )
-        return None if view is None else dict(view)
+        if view is None:
+            return None
+        record: dict[str, Any] = detach(view)  # the view is shared by every reader of the cache
+        return record
 
     def _read_at(self, name: str, subject: StateSubject, revision: Any, seq: Any) -> dict[str, Any] | None:
         if revision is not None and seq is not None:
@@ -710,7 +716,8 @@ class StatesService(TemplatesMixin):
                 written.append(commit.changed)
             if commit.changed:
                 revision, seq, at = commit.revisions[key], commit.seq, commit.at
-            return True, self._record(name, subject, canonical, aliases, data, seq, revision, at)
+            # ``data`` is the body the store now caches: the caller gets its own copy
+            return True, detach(self._record(name, subject, canonical, aliases, data, seq, revision, at))
         raise Conflict(f"subject {subject.kind}/{subject.key} of state {name!r} kept moving; retry")
 
     def replace(
@@ -726,6 +733,7 @@ class StatesService(TemplatesMixin):
         if not isinstance(document, dict):
             raise InvalidInput("a record document must be a JSON object")
         check(document, "document")
+        document = detach(document)  # the store caches what it writes: keep the caller's object out
 
         def transform(
             decl: dict[str, Any], current: JSON, done: dict[str, Any]
@@ -752,6 +760,7 @@ class StatesService(TemplatesMixin):
         if not isinstance(patch, dict):
             raise InvalidInput("a merge patch must be a JSON object")
         check(patch, "patch")
+        patch = detach(patch)  # the store caches what it writes: keep the caller's object out
 
         def transform(
             decl: dict[str, Any], current: JSON, done: dict[str, Any]

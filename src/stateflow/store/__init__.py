@@ -1,10 +1,14 @@
-"""Durable documents, cohorts and history over SQLite (embedded default) or PostgreSQL."""
+"""Durable documents, cohorts and history over SQLite (embedded default) or PostgreSQL.
 
-from stateflow.store.base import OpIdTaken, SqlStore
-from stateflow.store.model import HEAD, Change, Commit, DocKey, Document, Transition, Write
+Services type against :class:`Store` (the protocol); :class:`SqlStore` is the algorithm both
+backends share, and :class:`~stateflow.store.backend.Backend` declares what a backend supplies.
+"""
+
+from stateflow.store.base import SqlStore
+from stateflow.store.ledger import OpIdTaken
+from stateflow.store.model import HEAD, Change, Commit, DocKey, Document, Listed, Transition, Write
 from stateflow.store.open import default_store_path, open_store, resolve_store_url
-
-Store = SqlStore
+from stateflow.store.protocol import Store
 
 __all__ = [
     "HEAD",
@@ -12,6 +16,7 @@ __all__ = [
     "Commit",
     "DocKey",
     "Document",
+    "Listed",
     "OpIdTaken",
     "SqlStore",
     "Store",

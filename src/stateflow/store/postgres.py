@@ -11,7 +11,7 @@ Reads run in ``REPEATABLE READ READ ONLY`` transactions: one snapshot per read.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, suppress
 from functools import lru_cache
 from typing import Any, Final
 
@@ -22,10 +22,14 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from stateflow.doc.canonical import encode_trusted
 from stateflow.errors import CorruptData, StoreError, StoreNotMigrated, StoreUnavailable
-from stateflow.store.base import SqlStore, Tx, _decode, _DocPlan, _Fresh, _Row, _SeqRef, key_filter, utc_now
+from stateflow.store.base import SqlStore
 from stateflow.store.cache import RevisionCache
+from stateflow.store.clock import utc_now
 from stateflow.store.migrations import INDEXABLE, POSTGRES
 from stateflow.store.model import DocKey, Document, Listed
+from stateflow.store.plan import Fresh, SeqRef, WritePlan
+from stateflow.store.rows import DocRow, decode_stored, key_filter
+from stateflow.store.tx import Tx
 
 _SEQ_LOCK: Final = 0x5EF10  # advisory lock id that orders transition inserts
 
@@ -220,7 +224,7 @@ class PostgresStore(SqlStore):
         for state, subject, doc_id, revision, present, seq, at, raw in rows:
             key = DocKey(state, subject)
             try:
-                body = _decode(raw, f"{key} body") if present else None
+                body = decode_stored(raw, f"{key} body") if present else None
             except CorruptData:
                 return super().read(keys)  # member by member: the error names the damaged one
             out[key] = self._keep(doc_id, Document(key, revision, body, seq, {}, at), len(raw or b""))
@@ -241,7 +245,7 @@ class PostgresStore(SqlStore):
         self._bodies.put(doc_id, doc.revision, doc, size)
         return doc
 
-    def _remember(self, fresh: _Fresh) -> None:
+    def _remember(self, fresh: Fresh) -> None:
         super()._remember(fresh)
         for doc_id, (revision, body, at, size) in fresh.bodies.items():
             known = self._bodies.latest(doc_id)
@@ -249,10 +253,10 @@ class PostgresStore(SqlStore):
                 key = known[1].key
                 self._keep(doc_id, Document(key, revision, body, fresh.seq, {}, at), size)
 
-    def _read_tx(self) -> Any:
+    def _read_tx(self) -> AbstractContextManager[Tx]:
         return self._tx(True)
 
-    def _write_tx(self) -> Any:
+    def _write_tx(self) -> AbstractContextManager[Tx]:
         return self._tx(False)
 
     current_seq_sql = "currval(pg_get_serial_sequence('transitions', 'seq'))"
@@ -269,7 +273,7 @@ class PostgresStore(SqlStore):
         )
         return lambda: int(rows()[0][0])
 
-    def _emit(self, tx: Tx, plans: Sequence[_DocPlan], seq: _SeqRef) -> None:
+    def _emit(self, tx: Tx, plans: Sequence[WritePlan], seq: SeqRef) -> None:
         # Every row of every document in one call of the write function: the client's cost is
         # per statement (psycopg spends more CPU on a statement than the server does on these).
         assert not seq.params  # here seq is named by `currval`, never sent as a value
@@ -277,11 +281,11 @@ class PostgresStore(SqlStore):
 
     def _commit_planned(
         self,
-        locked: Sequence[tuple[DocKey, _Row]],
-        shared: Sequence[tuple[DocKey, _Row]],
+        locked: Sequence[tuple[DocKey, DocRow]],
+        shared: Sequence[tuple[DocKey, DocRow]],
         claims: Sequence[tuple[str, str]],
         origin: dict[str, Any],
-        plans: Sequence[_DocPlan],
+        plans: Sequence[WritePlan],
     ) -> tuple[int, str] | None:
         # One statement on an autocommit connection: its own transaction, one round trip (the
         # function checks and locks as the locked path does, in the same order; the time is
@@ -392,7 +396,7 @@ _CLAIMED_MEANWHILE: Final = "SF409"
 """Raised by ``stateflow_begin_commit`` when an op id was claimed between its check and its insert."""
 
 
-def _key_arrays(rows: Sequence[tuple[DocKey, _Row]]) -> list[str]:
+def _key_arrays(rows: Sequence[tuple[DocKey, DocRow]]) -> list[str]:
     """States, subjects, doc ids and revisions, as the commit function checks them."""
     return [
         _array(key.state for key, _ in rows),
@@ -402,7 +406,7 @@ def _key_arrays(rows: Sequence[tuple[DocKey, _Row]]) -> list[str]:
     ]
 
 
-def _row_arrays(plans: Sequence[_DocPlan]) -> list[str]:
+def _row_arrays(plans: Sequence[WritePlan]) -> list[str]:
     """The write function's arguments for these plans, in ``_WRITE_ROW_TYPES`` order."""
     snapshots = [(p.doc_id, p.revision, 1 if p.present else 0) for p in plans if p.snapshot]
     return [
@@ -415,7 +419,21 @@ def _row_arrays(plans: Sequence[_DocPlan]) -> list[str]:
         _array(p.paths for p in plans),
         _array(p.inline for p in plans),
         *_columns([e for p in plans for e in p.edits], 4),
-        *_columns([p.document for p in plans], 7),
+        *_columns(
+            [
+                (
+                    d.revision,
+                    int(d.present),
+                    d.snapshot_revision,
+                    d.bytes_since_snapshot,
+                    d.body_size,
+                    d.next_position,
+                    d.doc_id,
+                )
+                for d in (p.row for p in plans)
+            ],
+            7,
+        ),
         *_columns(snapshots, 3),
     ]
 

@@ -29,9 +29,12 @@ from stateflow.errors import (
     StoreUnavailable,
     UnsupportedStore,
 )
-from stateflow.store.base import OpIdTaken, SqlStore, Tx, _claims_query, _Row
+from stateflow.store.base import SqlStore
+from stateflow.store.ledger import OpIdTaken, claims_query
 from stateflow.store.migrations import SQLITE
 from stateflow.store.model import DocKey, Document
+from stateflow.store.rows import DocRow
+from stateflow.store.tx import Tx
 
 R = TypeVar("R")
 SYNCHRONOUS_MODES: Final = ("full", "normal", "extra", "off")
@@ -332,17 +335,17 @@ class SqliteStore(SqlStore):
         shared: Sequence[DocKey],
         locked: Sequence[DocKey],
         claims: Sequence[tuple[str, str]] = (),
-    ) -> tuple[dict[DocKey, _Row], dict[DocKey, _Row]]:
+    ) -> tuple[dict[DocKey, DocRow], dict[DocKey, DocRow]]:
         # The write transaction already excludes every other writer: one query reads all rows;
         # only documents seen for the first time need an insert.
-        if claims and (taken := tx.all(*_claims_query(claims))):
+        if claims and (taken := tx.all(*claims_query(claims))):
             raise OpIdTaken({(r[0], r[1]) for r in taken})
         found = self._rows(tx, [*shared, *locked])
         rows = {key: found[key] for key in shared if key in found}
         mine = {key: found.get(key) or SqlStore._lock(self, tx, key) for key in locked}
         return rows, mine
 
-    def _lock(self, tx: Tx, key: DocKey) -> _Row:
+    def _lock(self, tx: Tx, key: DocKey) -> DocRow:
         # Here too the write transaction is the lock: an existing row is only read. (The upsert
         # that creates a row would draw a new AUTOINCREMENT id, and write sqlite_sequence's
         # page, on every call — even when the row exists.)

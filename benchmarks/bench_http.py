@@ -1,0 +1,219 @@
+"""``stateflow serve`` against a minimal FastAPI app doing the same SQLite write by hand.
+
+Both servers run as their users run them (``stateflow serve``; ``uvicorn`` on the app in
+``benchmarks/http_baseline.py``), single process, on loopback, SQLite in WAL mode at
+``synchronous=FULL``. Clients are separate processes with keep-alive connections, each writing
+its own records: ``PUT`` of a small record (stateflow: a declared state's record replace —
+schema validation, revision, history, audit; the baseline: one upsert), then ``GET`` of it.
+With 1 and with 8 clients, in alternating rounds; per round the throughput of all clients
+together, the median write latency, and the CPU time the server process spent per request
+(read from /proc: on a machine shared with other work, the wall-clock figures measure the
+scheduler as much as the server; CPU per request is what the server itself costs).
+
+    python3 -m benchmarks.bench_http [--rounds 5] [--requests 400]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import http.client
+import multiprocessing
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import orjson
+
+from benchmarks.rounds import Pair, alternate, report
+
+TOKEN = "bench-http-token"
+DECLARATION = {
+    "schema": {
+        "type": "object",
+        "properties": {"count": {"type": "integer"}, "text": {"type": "string"}},
+    },
+    "subject_kinds": ["thread"],
+    "default_subject_kind": "thread",
+}
+CLI = "import sys; from stateflow.cli.main import main; sys.argv[0] = 'stateflow'; sys.exit(main())"
+
+
+def _die_with_parent() -> None:
+    # A server must not outlive the benchmark, even when it is killed.
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@contextmanager
+def server(argv: list[str], port: int, env: dict[str, str]) -> Iterator[int]:
+    proc = subprocess.Popen(argv, env=env, preexec_fn=_die_with_parent, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"server {argv} did not start") from None
+                time.sleep(0.1)
+        yield proc.pid
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+class Side:
+    """One server: how to address a client's record ``i``."""
+
+    def __init__(self, port: int, pid: int, prefix: str) -> None:
+        self.port = port
+        self.pid = pid
+        self.prefix = prefix
+
+    def path(self, client: int, i: int) -> str:
+        return f"{self.prefix}c{client}-{i % 25}"
+
+
+def client_run(args: tuple[int, str, str, int, int]) -> tuple[float, float, list[float]]:
+    """One client: ``count`` requests on one keep-alive connection; (start, end, latencies)."""
+    port, prefix, method, client, count = args
+    side = Side(port, 0, prefix)
+    conn = http.client.HTTPConnection("127.0.0.1", port)
+    headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+    latencies = []
+    start = time.perf_counter()
+    for i in range(count):
+        body = orjson.dumps({"count": i, "text": f"client {client} write {i}"}) if method == "PUT" else None
+        t = time.perf_counter()
+        conn.request(method, side.path(client, i), body=body, headers=headers)
+        response = conn.getresponse()
+        data = response.read()
+        latencies.append(time.perf_counter() - t)
+        if response.status != 200:
+            raise RuntimeError(f"{method} {side.path(client, i)}: {response.status} {data[:200]!r}")
+    end = time.perf_counter()
+    conn.close()
+    return start, end, latencies
+
+
+def load(
+    pool: multiprocessing.pool.Pool, side: Side, method: str, clients: int, requests: int
+) -> tuple[float, float, float]:
+    """All clients at once: (requests per second, median latency in ms, server CPU ms per request)."""
+    per_client = max(1, requests // clients)
+    jobs = [(side.port, side.prefix, method, c, per_client) for c in range(clients)]
+    cpu = cpu_seconds(side.pid)
+    results = pool.map(client_run, jobs)
+    cpu = cpu_seconds(side.pid) - cpu
+    start = min(r[0] for r in results)
+    end = max(r[1] for r in results)
+    latencies = [x for r in results for x in r[2]]
+    total = per_client * clients
+    return total / (end - start), statistics.median(latencies) * 1000, cpu / total * 1000
+
+
+class Runner:
+    """One case (method, clients): each round's (throughput, p50) kept per side."""
+
+    def __init__(
+        self,
+        pool: multiprocessing.pool.Pool,
+        measured: dict[str, list[tuple[float, float, float]]],
+        method: str,
+        clients: int,
+        requests: int,
+    ) -> None:
+        self.pool, self.measured, self.method = pool, measured, method
+        self.clients, self.requests = clients, requests
+
+    def side(self, key: str, side: Side) -> Callable[[int], float]:
+        def one(_round: int) -> float:
+            self.measured[key].append(load(self.pool, side, self.method, self.clients, self.requests))
+            return self.measured[key][-1][0]
+
+        return one
+
+
+def declare(port: int) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", port)
+    conn.request(
+        "PUT",
+        "/api/states/bench",
+        body=orjson.dumps(DECLARATION),
+        headers={"Authorization": f"Bearer {TOKEN}"},
+    )
+    response = conn.getresponse()
+    response.read()
+    if response.status != 200:
+        raise RuntimeError(f"declare: {response.status}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--requests", type=int, default=400, help="requests per round and side")
+    args = parser.parse_args()
+    env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), root) if p)
+    with tempfile.TemporaryDirectory() as tmp:
+        ours_port, base_port = free_port(), free_port()
+        env["BENCH_HTTP_DB"] = str(Path(tmp) / "baseline.db")
+        env["BENCH_HTTP_TOKEN"] = TOKEN
+        ours_argv = [sys.executable, "-c", CLI, "--store", str(Path(tmp) / "stateflow.db")]
+        ours_argv += ["serve", "--port", str(ours_port), "--token", TOKEN]
+        base_argv = [sys.executable, "-m", "uvicorn", "benchmarks.http_baseline:app"]
+        base_argv += ["--host", "127.0.0.1", "--port", str(base_port), "--log-level", "warning"]
+        with (
+            server(ours_argv, ours_port, env) as ours_pid,
+            server(base_argv, base_port, env) as base_pid,
+            multiprocessing.get_context("fork").Pool(8) as pool,
+        ):
+            declare(ours_port)
+            ours = Side(ours_port, ours_pid, "/api/states/bench/records/agent/bench/thread/")
+            base = Side(base_port, base_pid, "/records/")
+            for side in (ours, base):  # create every record, warm both servers
+                load(pool, side, "PUT", 8, 200)
+            print(f"{'case':<58} {'stateflow':>15}    {'baseline':>15}")
+            for clients in (1, 8):
+                for method in ("PUT", "GET"):
+                    measured: dict[str, list[tuple[float, float, float]]] = {"ours": [], "base": []}
+                    run = Runner(pool, measured, method, clients, args.requests)
+                    rate = alternate(
+                        run.side("ours", ours), run.side("base", base), args.rounds, higher_better=True
+                    )
+                    what = "write" if method == "PUT" else "read"
+                    report(f"{what} throughput, {clients} client(s) (req/s)", rate, "/s", ">= 0.9x")
+                    if method == "PUT":
+                        p50 = Pair([m[1] for m in measured["ours"]], [m[1] for m in measured["base"]])
+                        report(f"write p50 latency, {clients} client(s)", p50, "ms", "<= 1.3x")
+                    cpu = Pair([m[2] for m in measured["ours"]], [m[2] for m in measured["base"]])
+                    report(f"{what}: server CPU per request, {clients} client(s)", cpu, "ms")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,247 @@
+"""Small changes and as-of reads beside a large document vs the same beside a small one.
+
+Write cost should follow the change, not the document. Each case pairs the same operation on a
+large document (default: a 100 MB ``lazy`` plane, a 50 MB declared record) with a small one
+(10 KB), on one store; the two sides alternate round by round (the side that goes first
+swapping every round) and the script prints the median time per side, the median and spread
+(min–max) of the per-round ratios, and — for writes — the bytes each commit wrote: SQLite's WAL
+bytes (the WAL is truncated before a sampled commit, so its size afterwards is what that commit
+appended) or PostgreSQL's WAL LSN difference (the server is shared: other sessions' WAL counts
+too, so it is the median of several samples).
+
+Cases (memory: one session view per size; ``big`` is an array and ``obj`` an object, each half
+of the lazy plane):
+
+- ``[5] changed length``: ``patch_state`` of ``lazy.big[5]`` with a string of another length;
+- ``new key``: ``patch_state`` adding a key to ``lazy.obj``;
+- ``append``: a store write appending one element to ``lazy.big`` (what an ``items/-`` op does);
+- ``effective[7].tactics``: a read seven transitions back beside the large plane vs the current
+  ``effective.tactics`` (same view);
+- ``effective[7].lazy.big[5]``: the same for a path inside the large plane;
+- ``record set``: a declared-states ``set`` op on a 50 MB record vs on a 10 KB record.
+
+Targets: writes ≤ 3× and ≤ 256 KiB per commit; as-of reads ≤ 3× the current read.
+
+    python3 -m benchmarks.bench_large_documents [--mb 100] [--record-mb 50] [--rounds 3]
+        [--iterations 1] [--backend sqlite|postgres|both] [--postgres URL]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import sqlite3
+import statistics
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from benchmarks.rounds import Pair, alternate, per_call_ms, report
+from stateflow.memory import Identity, MemoryView
+from stateflow.states import StatesService
+from stateflow.store import DocKey, Document, Store, Write, open_store
+
+SMALL_KB = 10
+WRITE_TARGET = 3.0
+READ_TARGET = 3.0
+BYTES_TARGET = 256 * 1024
+RECORD_DECL = {
+    "schema": {"type": "object", "properties": {"status": {"type": "string"}, "items": {"type": "array"}}},
+    "subject_kinds": ["thread"],
+    "default_subject_kind": "thread",
+}
+
+
+def lazy_plane(kb: int) -> dict[str, Any]:
+    """Half an array, half an object; the text is hex digests, which compress about as well as
+    prose (repeated characters would let PostgreSQL's compression hide what a rewrite costs)."""
+    count = max(4, kb * 1024 // 2 // 100)
+    text = [hashlib.sha256(str(i).encode()).hexdigest() * 2 for i in range(count)]
+    return {
+        "big": [f"{i:09d}{text[i][:80]}" for i in range(count)],
+        "obj": {f"k{i:09d}": text[i][-80:] for i in range(count)},
+    }
+
+
+class Sampler:
+    """Bytes a commit wrote: SQLite WAL growth after a truncating checkpoint, or PostgreSQL's
+    WAL LSN difference."""
+
+    def __init__(self, location: str) -> None:
+        self.location = location
+        self._pg: Any = None
+        if location.startswith(("postgresql://", "postgres://")):
+            import psycopg
+
+            self._pg = psycopg.connect(location.split("?")[0], autocommit=True)
+        else:
+            self._path = Path(location.removeprefix("sqlite:///").split("?")[0])
+            self._side = sqlite3.connect(self._path, isolation_level=None)
+
+    def bytes_of(self, fn: Callable[[], object]) -> int:
+        if self._pg is not None:
+            before = self._pg.execute("SELECT pg_current_wal_insert_lsn()").fetchone()[0]
+            fn()
+            row = self._pg.execute("SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), %s)", (before,))
+            return int(row.fetchone()[0])
+        self._side.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        wal = Path(f"{self._path}-wal")
+        start = wal.stat().st_size if wal.exists() else 0
+        fn()
+        return (wal.stat().st_size if wal.exists() else 0) - start
+
+    def close(self) -> None:
+        if self._pg is not None:
+            self._pg.close()
+        else:
+            self._side.close()
+
+
+def measure(large: Callable[[], object], small: Callable[[], object], rounds: int, iterations: int) -> Pair:
+    """Milliseconds per call of each side, ``iterations`` calls per side per round."""
+    large()  # warm up caches and connections
+    small()
+    return alternate(
+        lambda _: per_call_ms(large, iterations), lambda _: per_call_ms(small, iterations), rounds
+    )
+
+
+def verdict(pair: Pair, target: float, written: int | None = None) -> str:
+    met = pair.meets(target) and (written is None or written <= BYTES_TARGET)
+    wrote = "" if written is None else f"{written / 1024:.1f} KiB per commit; "
+    return f"{wrote}≤ {target:g}×{'' if written is None else ' and ≤ 256 KiB'}: {'met' if met else 'MISSED'}"
+
+
+def counter() -> Iterator[int]:
+    n = 0
+    while True:
+        n += 1
+        yield n
+
+
+def memory_cases(store: Store, sampler: Sampler, args: argparse.Namespace, tag: str) -> None:
+    views = {}
+    for name, kb in (("large", args.mb * 1024), ("small", SMALL_KB)):
+        view = MemoryView(store, Identity.of("bench", "/", f"{tag}-{name}"))
+        view.patch_state({"session": {"lazy": lazy_plane(kb)}})
+        for i in range(9):  # history for effective[7]
+            view.patch_state({"session": {"tactics": {"next": f"step {i}"}}})
+        views[name] = view
+    print(f"{tag}: lazy plane {args.mb} MB vs {SMALL_KB} KB", flush=True)
+    n = counter()
+
+    def changed_length(view: MemoryView) -> Callable[[], object]:
+        return lambda: view.patch_state({"session": {"lazy": {"big": {"[5]": "y" * (10 + next(n) % 50)}}}})
+
+    def new_key(view: MemoryView) -> Callable[[], object]:
+        return lambda: view.patch_state({"session": {"lazy": {"obj": {f"new{next(n)}": 1}}}})
+
+    def append(view: MemoryView) -> Callable[[], object]:
+        key = view.keys["session"]
+
+        def compute(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
+            body = docs[key].body or {}
+            lazy = dict(body["lazy"])
+            lazy["big"] = [*lazy["big"], f"appended {next(n)}"]
+            return [Write.between(key, body, {**body, "lazy": lazy}, docs[key].revision)], None
+
+        return lambda: store.update([key], compute, {"door": "bench"})
+
+    for label, make in (("[5] changed length", changed_length), ("new key", new_key), ("append", append)):
+        large, small = make(views["large"]), make(views["small"])
+        written = int(statistics.median(sampler.bytes_of(large) for _ in range(3)))
+        pair = measure(large, small, args.rounds, args.iterations)
+        report(f"  write: {label}", pair, "ms", verdict(pair, WRITE_TARGET, written))
+    heavy = views["large"]
+    for past, now in (
+        ("effective[7].tactics", "effective.tactics"),
+        ("effective[7].lazy.big[5]", "effective.lazy.big[5]"),
+    ):
+        pair = measure(
+            lambda p=past: heavy.read_state({"path": p}),  # type: ignore[misc]
+            lambda p=now: heavy.read_state({"path": p}),  # type: ignore[misc]
+            args.rounds,
+            args.iterations,
+        )
+        report(f"  read: {past} vs {now}", pair, "ms", verdict(pair, READ_TARGET))
+
+
+def record_case(store: Store, sampler: Sampler, args: argparse.Namespace, tag: str) -> None:
+    service = StatesService(store)
+    state = f"records_{tag}"
+    service.declare(state, RECORD_DECL)
+    subjects = {}
+    for name, kb in (("large", args.record_mb * 1024), ("small", SMALL_KB)):
+        subject = {"target_kind": "agent", "target_name": "bench", "kind": "thread", "key": name}
+        service.replace(state, subject, {"status": "new", "items": lazy_plane(kb)["big"]})
+        subjects[name] = subject
+    n = counter()
+
+    def setter(name: str) -> Callable[[], object]:
+        return lambda: service.apply(
+            state, subjects[name], [{"op": "set", "path": ["status"], "value": f"s{next(n)}"}]
+        )
+
+    large, small = setter("large"), setter("small")
+    written = int(statistics.median(sampler.bytes_of(large) for _ in range(3)))
+    pair = measure(large, small, args.rounds, args.iterations)
+    report(
+        f"  write: record set ({args.record_mb} MB vs {SMALL_KB} KB)",
+        pair,
+        "ms",
+        verdict(pair, WRITE_TARGET, written),
+    )
+
+
+def run(location: str, args: argparse.Namespace, tag: str) -> None:
+    store = open_store(location, auto_migrate=True)
+    sampler = Sampler(location)
+    try:
+        memory_cases(store, sampler, args, tag)
+        record_case(store, sampler, args, tag)
+    finally:
+        sampler.close()
+        store.close()
+
+
+@contextmanager
+def postgres_schema(url: str) -> Iterator[str]:
+    import psycopg
+
+    schema = "bench_large_documents"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        conn.execute(f"CREATE SCHEMA {schema}")
+    sep = "&" if "?" in url else "?"
+    try:
+        yield f"{url}{sep}options=-csearch_path%3D{schema}"
+    finally:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--mb", type=int, default=100, help="size of the large lazy plane")
+    parser.add_argument("--record-mb", type=int, default=50, help="size of the large declared record")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--iterations", type=int, default=1, help="operations per side per round")
+    parser.add_argument("--backend", choices=["sqlite", "postgres", "both"], default="both")
+    parser.add_argument("--postgres", default=os.environ.get("STATEFLOW_TEST_POSTGRES"))
+    args = parser.parse_args()
+    if args.backend in ("sqlite", "both"):
+        with tempfile.TemporaryDirectory() as tmp:
+            run(f"sqlite:///{tmp}/large.db", args, "sqlite")
+    if args.backend in ("postgres", "both"):
+        if not args.postgres:
+            print("postgresql: skipped (pass --postgres URL or set STATEFLOW_TEST_POSTGRES)")
+            return
+        with postgres_schema(args.postgres) as url:
+            run(url, args, "postgres")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,156 @@
+"""The backend contract: every hook a SQL backend implements or may override, declared once.
+
+The store algorithm (:class:`~stateflow.store.base.SqlStore`: reads, writes, history, listings,
+retention) is written once against this class; a backend subclasses ``SqlStore`` and
+
+- **must** supply transactions (:meth:`Backend._read_tx`, :meth:`Backend._write_tx`), its
+  migration scripts, its table listing and :meth:`Backend.close`;
+- **may** override the other hooks below. Each has a portable implementation in the algorithm
+  (named in its docstring) that works on any database speaking the SQL the migrations create;
+  a backend overrides one only to do the same work in fewer round trips, statements or
+  fsyncs. An override must keep the portable version's meaning: both backends pass one
+  contract suite (``tests/test_store_contract.py``).
+
+The algorithm talks to the database only through :class:`~stateflow.store.tx.Tx` (``?``
+parameters) and these hooks; what to write is decided before any hook emits it
+(:mod:`stateflow.store.plan`).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, ClassVar, TypeVar
+
+from stateflow.store.model import DocKey, Document, Listed
+from stateflow.store.plan import Fresh, SeqRef, WritePlan
+from stateflow.store.rows import DocRow
+from stateflow.store.tx import Tx
+
+R = TypeVar("R")
+
+
+class Backend(abc.ABC):
+    """Hooks of a SQL backend (see the module documentation)."""
+
+    url: str
+    """Where the store lives, without secrets (used in messages)."""
+
+    share_clause: ClassVar[str] = ""
+    """Appended to the row query of documents a write transaction reads without writing
+    (PostgreSQL: a shared row lock in key order; SQLite's write transaction excludes every
+    other writer already)."""
+
+    current_seq_sql: ClassVar[str | None] = None
+    """SQL naming the seq just inserted by this transaction, where it can be used before its
+    value is known (pipelined writes); None: the value is read back and sent as a parameter."""
+
+    keeps_bodies: ClassVar[bool] = False
+    """Whether writes report whole bodies they leave behind to ``_remember`` (``Fresh.bodies``)."""
+
+    # ------------------------------------------------------------------ required
+
+    @abc.abstractmethod
+    def _read_tx(self) -> AbstractContextManager[Tx]:
+        """A read-only transaction over one consistent snapshot."""
+
+    @abc.abstractmethod
+    def _write_tx(self) -> AbstractContextManager[Tx]:
+        """A write transaction that excludes concurrent writers of what it locks; rolls back
+        on error, commits durably on exit."""
+
+    @abc.abstractmethod
+    def _migrations(self) -> dict[int, str]:
+        """Migration scripts by schema version (``stateflow.store.migrations``)."""
+
+    @abc.abstractmethod
+    def _table_names(self, tx: Tx) -> set[str]:
+        """The tables present (to tell an empty database from a foreign or damaged one)."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release connections; the store is unusable afterwards."""
+
+    def _lock_migration(self, tx: Tx) -> None:  # noqa: B027 - optional hook, no-op by default
+        """Called first in the migration transaction (serializes concurrent migrators)."""
+
+    # ------------------------------------------------------------------ optional (portable version in the algorithm)
+
+    @abc.abstractmethod
+    def read(
+        self,
+        keys: Iterable[DocKey],
+        members: Iterable[str] | Mapping[DocKey, Iterable[str] | None] | None = None,
+        *,
+        outlines: Iterable[str] = (),
+    ) -> dict[DocKey, Document]:
+        """Current documents from one snapshot (portable: ``core.StoreCore.read``; SQLite
+        serves whole documents from a commit-keyed cache, PostgreSQL assembles them in one
+        statement)."""
+
+    @abc.abstractmethod
+    def cached(self, key: Hashable, build: Callable[[], R]) -> R:
+        """``build()``, or its earlier value where nothing was committed since (portable:
+        always ``build()``)."""
+
+    @abc.abstractmethod
+    def _lock(self, tx: Tx, key: DocKey) -> DocRow:
+        """The document's row, created (revision 0, absent) if needed, locked for this
+        transaction (portable: ``core.StoreCore._lock``, one upsert)."""
+
+    @abc.abstractmethod
+    def _claim(
+        self,
+        tx: Tx,
+        shared: Sequence[DocKey],
+        locked: Sequence[DocKey],
+        claims: Sequence[tuple[str, str]] = (),
+    ) -> tuple[dict[DocKey, DocRow], dict[DocKey, DocRow]]:
+        """Start a read-modify-write: refuse taken op ids (``OpIdTaken``), read the shared rows,
+        lock the others (portable: ``writes.Writes._claim``, one pipeline)."""
+
+    @abc.abstractmethod
+    def _insert_transition(self, tx: Tx, at: str, origin: dict[str, Any]) -> Callable[[], int]:
+        """Insert the transition row; return how to get its seq, maybe only after the batch
+        (portable: ``writes.Writes._insert_transition``)."""
+
+    @abc.abstractmethod
+    def _emit(self, tx: Tx, plans: Sequence[WritePlan], seq: SeqRef) -> None:
+        """Send the rows of planned document writes, inside the commit's batch (portable:
+        ``writes.Writes._emit``, one statement per row kind)."""
+
+    @abc.abstractmethod
+    def _commit_planned(
+        self,
+        locked: Sequence[tuple[DocKey, DocRow]],
+        shared: Sequence[tuple[DocKey, DocRow]],
+        claims: Sequence[tuple[str, str]],
+        origin: dict[str, Any],
+        plans: Sequence[WritePlan],
+    ) -> tuple[int, str] | None:
+        """Commit plans computed against known rows if none moved and no claim is taken:
+        ``(seq, at)``, or None having written nothing (portable:
+        ``writes.Writes._commit_planned``)."""
+
+    @abc.abstractmethod
+    def _remember(self, fresh: Fresh) -> None:
+        """Feed the caches with what a transaction wrote, once it has committed (portable:
+        ``writes.Writes._remember``)."""
+
+    @abc.abstractmethod
+    def _revisions_before(self, tx: Tx, tops: dict[int, int], before_seq: int) -> dict[int, int]:
+        """Per document, the newest revision written before ``before_seq`` (portable:
+        ``history.History._revisions_before``, a binary search of key lookups)."""
+
+    @abc.abstractmethod
+    def _search_candidates(
+        self, tx: Tx, state: str, filters: dict[str, Any], after: str | None, limit: int
+    ) -> list[Listed]:
+        """Documents that may match a containment search (portable: every document, in
+        ``listing.Listing._search_candidates``)."""
+
+    @abc.abstractmethod
+    def _unchecked(self, tx: Tx, doc_id: int, filters: dict[str, Any]) -> list[str]:
+        """Filter members whose containment the candidate query did not establish (portable:
+        all of them)."""

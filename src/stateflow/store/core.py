@@ -1,0 +1,317 @@
+"""The store's core: construction and caches, the schema check, current reads, and the row
+and member access every other part of the algorithm builds on."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from typing import Any, Final, Self, TypeVar
+
+from stateflow.errors import CorruptData, StoreNotMigrated, StoreTooNew
+from stateflow.store.backend import Backend
+from stateflow.store.cache import DEFAULT_CACHE_BYTES, HeadCache, RevisionCache
+from stateflow.store.migrations import SCHEMA_VERSION, statements
+from stateflow.store.model import DocKey, Document
+from stateflow.store.plan import Loaded
+from stateflow.store.rows import (
+    ROW_COLUMNS,
+    ROW_SELECT,
+    DocRow,
+    MemberHead,
+    Wanted,
+    decode_stored,
+    key_filter,
+    rows_by_key,
+    to_row,
+)
+from stateflow.store.tx import Tx
+
+R = TypeVar("R")
+
+KNOWN_ROWS_MAX: Final = 100_000
+"""Document rows remembered as last read or written here, at most."""
+ASSEMBLED_BYTES: Final = 64 * 1024 * 1024
+"""Bodies of known documents kept assembled (by encoded size; members are shared with the
+member cache, so this bounds what stays alive after the member cache lets go)."""
+
+
+class StoreCore(Backend):
+    """Documents over a SQL database: what every part of the algorithm shares."""
+
+    url: str
+
+    def __init__(self, cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
+        self._schema_checked = False
+        self._cache: RevisionCache[tuple[int, str], Any] = RevisionCache(cache_bytes, largest=cache_bytes)
+        """decoded member values by (doc_id, name), at the revision that last wrote the member"""
+        self._heads = HeadCache()
+        self._rows_known: dict[DocKey, DocRow] = {}
+        """document rows as last read or written here (see ``update(optimistic=True)``)"""
+        self._assembled: RevisionCache[int, tuple[dict[str, Any], dict[str, tuple[Any, int, int]]]] = (
+            RevisionCache(ASSEMBLED_BYTES)
+        )
+        """(body, members) of documents as ``_known`` last assembled them"""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ schema
+
+    def schema_version(self) -> int | None:
+        """The migrated schema version, or None when the store has no schema at all."""
+        with self._read_tx() as tx:
+            return self._version_in(tx)
+
+    def _version_in(self, tx: Tx) -> int | None:
+        tables = self._table_names(tx)
+        if "stateflow_meta" not in tables:
+            if tables & {"documents", "members", "transitions"}:
+                raise StoreNotMigrated(
+                    f"{self.url} holds tables but no stateflow schema version; "
+                    "it is not a stateflow store or its schema is damaged"
+                )
+            return None
+        row = tx.one("SELECT value FROM stateflow_meta WHERE key = 'schema_version'")
+        if row is None:
+            raise StoreNotMigrated(f"{self.url}: stateflow_meta has no schema_version")
+        try:
+            return int(row[0])
+        except ValueError as exc:
+            raise CorruptData(f"{self.url}: schema_version {row[0]!r} is not a number") from exc
+
+    def migrate(self) -> tuple[int, int]:
+        """Bring the schema to the version this code knows; return (from, to). Idempotent."""
+        with self._write_tx() as tx:
+            self._lock_migration(tx)
+            current = self._version_in(tx) or 0
+            if current > SCHEMA_VERSION:
+                raise self._too_new(current)
+            for version in range(current + 1, SCHEMA_VERSION + 1):
+                for statement in statements(self._migrations()[version]):
+                    tx.run(statement)
+                if version == 1:
+                    tx.run("INSERT INTO stateflow_meta (key, value) VALUES ('schema_version', '1')")
+                else:
+                    tx.run(
+                        "UPDATE stateflow_meta SET value = ? WHERE key = 'schema_version'",
+                        (str(version),),
+                    )
+        self._schema_checked = True
+        return current, SCHEMA_VERSION
+
+    def _too_new(self, version: int) -> StoreTooNew:
+        return StoreTooNew(
+            f"{self.url} has schema version {version}, newer than this stateflow knows "
+            f"({SCHEMA_VERSION}); upgrade stateflow to use it"
+        )
+
+    def check_schema(self) -> None:
+        """Refuse to work on a store that is not migrated to exactly our version."""
+        if self._schema_checked:
+            return
+        version = self.schema_version()
+        if version is None or version < SCHEMA_VERSION:
+            raise StoreNotMigrated(
+                f"{self.url} is not migrated (schema version {version or 0}, need "
+                f"{SCHEMA_VERSION}); run `stateflow --store {self.url} migrate`"
+            )
+        if version > SCHEMA_VERSION:
+            raise self._too_new(version)
+        self._schema_checked = True
+
+    # ------------------------------------------------------------------ reads
+
+    def read(
+        self,
+        keys: Iterable[DocKey],
+        members: Iterable[str] | Mapping[DocKey, Iterable[str] | None] | None = None,
+        *,
+        outlines: Iterable[str] = (),
+    ) -> dict[DocKey, Document]:
+        """Current documents, all from one consistent snapshot.
+
+        ``members`` restricts the bodies to those top-level members (the others are not read).
+        ``outlines`` names members whose outline (immediate keys → kinds, for an object member)
+        is wanted without reading the member itself.
+        """
+        self.check_schema()
+        keys = list(keys)
+        per_key = members if isinstance(members, Mapping) else None
+        shared = None if members is None or per_key is not None else [str(m) for m in members]
+        outline_names = list(outlines)
+        with self._read_tx() as tx:
+            rows = self._rows(tx, keys)
+            wanted: list[Wanted] = []
+            for key in keys:
+                row = rows.get(key)
+                if row is not None and row.present:
+                    names = shared
+                    if per_key is not None:
+                        asked = per_key.get(key)
+                        names = None if asked is None else list(asked)
+                    wanted.append((key, row.doc_id, row.revision, names))
+            fetched = self._fetch_many(tx, wanted, outline_names)
+        out: dict[DocKey, Document] = {}
+        for key in keys:
+            row = rows.get(key)
+            if row is None:
+                out[key] = Document(key, 0, None)
+                continue
+            body = None
+            shapes: dict[str, Any] = {}
+            if row.present:
+                members_of, shapes = fetched[row.doc_id]
+                body = {n: v for n, _, v, _ in members_of}
+            out[key] = Document(key, row.revision, body, row.updated_seq, shapes, row.at)
+        return out
+
+    def get(
+        self, key: DocKey, members: Iterable[str] | None = None, *, outlines: Iterable[str] = ()
+    ) -> Document:
+        return self.read([key], members, outlines=outlines)[key]
+
+    def cached(self, key: Hashable, build: Callable[[], R]) -> R:
+        """``build()`` — or, on stores that can tell cheaply that nothing was committed since,
+        the value an earlier ``build()`` under the same ``key`` returned. ``build`` must derive
+        its value from this store's current data only; the value is shared, so treat it as
+        immutable."""
+        return build()
+
+    # ------------------------------------------------------------------ rows and members
+
+    def _row(self, tx: Tx, key: DocKey) -> DocRow | None:
+        return self._rows(tx, [key]).get(key)
+
+    def _rows(self, tx: Tx, keys: Sequence[DocKey]) -> dict[DocKey, DocRow]:
+        """The rows of several documents in one query."""
+        if not keys:
+            return {}
+        return rows_by_key(tx.all(*self._rows_query(keys)))
+
+    @staticmethod
+    def _rows_query(keys: Sequence[DocKey], suffix: str = "") -> tuple[str, list[str]]:
+        where, params = key_filter(keys)
+        return f"{ROW_SELECT} WHERE {where}{suffix}", params
+
+    def _lock(self, tx: Tx, key: DocKey) -> DocRow:
+        """The document's row, created (revision 0, absent) if needed, locked for this tx."""
+        r = tx.one(*self._lock_query(key))
+        assert r is not None
+        return to_row(r)
+
+    @staticmethod
+    def _lock_query(key: DocKey) -> tuple[str, tuple[str, str]]:
+        # One statement creates the row if needed and returns it; on PostgreSQL the
+        # DO UPDATE also takes the row lock (held to commit), serializing this document.
+        return (
+            "INSERT INTO documents (state, subject) VALUES (?, ?) ON CONFLICT (state, subject) "
+            f"DO UPDATE SET revision = documents.revision RETURNING {ROW_COLUMNS}",
+            (key.state, key.subject),
+        )
+
+    def _load_members(
+        self,
+        tx: Tx,
+        key: DocKey,
+        entry: Loaded,
+        names: Sequence[str] | None,
+        outlines: Sequence[str] = (),
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        wanted = None if names is None else [n for n in names if n not in entry.members]
+        shapes: dict[str, Any] = {}
+        if (names is None and not entry.complete) or wanted or outlines:
+            members, shapes = self._fetch(tx, key, entry.row.doc_id, entry.row.revision, wanted, outlines)
+            for name, position, value, size in members:
+                entry.members[name] = (value, position, size)
+        if names is None:
+            entry.complete = True
+        items = sorted(entry.members.items(), key=lambda kv: kv[1][1])
+        return {n: v for n, (v, _, _) in items if names is None or n in names}, shapes
+
+    def _fetch_many(
+        self,
+        tx: Tx,
+        wanted: Sequence[Wanted],
+        outlines: Sequence[str] = (),
+    ) -> dict[int, tuple[list[tuple[str, int, Any, int]], dict[str, Any]]]:
+        """Members of several documents: one head query for the documents whose heads are not
+        cached at their revision, one body query for the member cache misses."""
+        if not wanted:
+            return {}
+        by_doc: dict[int, list[MemberHead]] = {}
+        unknown: dict[int, int] = {}
+        for _, doc_id, revision, _ in wanted:
+            cached = self._heads.get(doc_id, revision)
+            if cached is None:
+                unknown[doc_id] = revision
+            else:
+                by_doc[doc_id] = cached
+        if unknown:
+            ids = list(unknown)
+            for h in tx.all(
+                "SELECT doc_id, name, position, revision, size, outline FROM members "
+                f"WHERE doc_id IN ({','.join('?' * len(ids))}) ORDER BY doc_id, position",
+                ids,
+            ):
+                by_doc.setdefault(int(h[0]), []).append(
+                    (int(h[0]), h[1], int(h[2]), int(h[3]), int(h[4]), None if h[5] is None else bytes(h[5]))
+                )
+            for doc_id, revision in unknown.items():
+                self._heads.put(doc_id, revision, by_doc.setdefault(doc_id, []))
+        keys = {doc_id: key for key, doc_id, _, _ in wanted}
+        names_of = {doc_id: (None if names is None else set(names)) for _, doc_id, _, names in wanted}
+        values: dict[tuple[int, str], Any] = {}
+        misses: list[tuple[int, str]] = []
+        for doc_id, rows in by_doc.items():
+            names = names_of[doc_id]
+            for _, name, _, revision, _, _ in rows:
+                if names is not None and name not in names:
+                    continue
+                hit, value = self._cache.lookup((doc_id, name), int(revision))
+                if hit:
+                    values[(doc_id, name)] = value
+                else:
+                    misses.append((doc_id, name))
+        for start in range(0, len(misses), 200):
+            part = misses[start : start + 200]
+            where = " OR ".join(["(doc_id = ? AND name = ?)"] * len(part))
+            for doc_id, name, revision, raw in tx.all(
+                f"SELECT doc_id, name, revision, body FROM members WHERE {where}",
+                [v for pair in part for v in pair],
+            ):
+                value = decode_stored(raw, f"{keys[int(doc_id)]} member {name!r}")
+                values[(int(doc_id), name)] = value
+                self._cache.put((int(doc_id), name), int(revision), value, len(raw))
+        out: dict[int, tuple[list[tuple[str, int, Any, int]], dict[str, Any]]] = {}
+        for _, doc_id, _, _ in wanted:
+            rows = by_doc.get(doc_id, [])
+            shapes = {
+                n: None if o is None else decode_stored(o, f"{keys[doc_id]} outline of {n!r}")
+                for _, n, _, _, _, o in rows
+                if n in outlines
+            }
+            members = [
+                (n, int(p), values[(doc_id, n)], int(size))
+                for _, n, p, _, size, _ in rows
+                if (doc_id, n) in values
+            ]
+            out[doc_id] = (members, shapes)
+        return out
+
+    def _fetch(
+        self,
+        tx: Tx,
+        key: DocKey,
+        doc_id: int,
+        revision: int,
+        names: Sequence[str] | None,
+        outlines: Sequence[str] = (),
+    ) -> tuple[list[tuple[str, int, Any, int]], dict[str, Any]]:
+        """One document's members ``(name, position, value, size)`` and requested outlines.
+
+        Values come from the cache when the member's revision matches; only the others are read
+        and decoded — a warm read of a slice of a huge member never touches its bytes.
+        """
+        return self._fetch_many(tx, [(key, doc_id, revision, names)], outlines)[doc_id]

@@ -1,0 +1,261 @@
+"""History: as-of reads, change pages and the transition feed.
+
+Every retained revision is rebuilt from the nearest snapshot at or below it plus the changes
+after it (a bounded replay, see ``plan.SNAPSHOT_MAX_CHAIN``); a page of changes is read newest
+first straight off each document's ``(doc_id, revision)`` key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from stateflow.doc.canonical import JSON
+from stateflow.doc.diff import Edit, apply_edits
+from stateflow.doc.select import MISSING
+from stateflow.errors import Conflict, CorruptData, InvalidInput, NotFound
+from stateflow.store.core import StoreCore
+from stateflow.store.model import Change, DocKey, Document, Transition
+from stateflow.store.rows import decode_edits, decode_inline, decode_origin, decode_stored, restrict_edit
+from stateflow.store.tx import Tx
+
+
+class History(StoreCore):
+    """As-of reads, history pages and transitions."""
+
+    def read_at(
+        self,
+        key: DocKey,
+        *,
+        revision: int | None = None,
+        seq: int | None = None,
+        members: Iterable[str] | None = None,
+    ) -> Document:
+        """The document as it was at ``revision``, or right after transition ``seq``.
+
+        Rebuilt from the nearest snapshot plus the changes after it (a bounded replay).
+        """
+        self.check_schema()
+        if (revision is None) == (seq is None):
+            raise InvalidInput("read_at takes exactly one of revision= or seq=")
+        names = None if members is None else set(members)
+        with self._read_tx() as tx:
+            row = self._row(tx, key)
+            if seq is not None:
+                if seq < 0:
+                    raise InvalidInput(f"seq must be ≥ 0, got {seq}")
+                revision = (
+                    self._revisions_before(tx, {row.doc_id: row.revision}, seq + 1)[row.doc_id] if row else 0
+                )
+            assert revision is not None
+            current = row.revision if row else 0
+            if revision < 0 or revision > current:
+                raise NotFound(f"{key} has no revision {revision} (current revision {current})")
+            if row is None or revision == 0:
+                return Document(key, 0, None)
+            if revision == row.revision:
+                if not row.present:
+                    return Document(key, revision, None, row.updated_seq)
+                wanted = None if names is None else list(names)
+                body = {n: v for n, _, v, _ in self._fetch(tx, key, row.doc_id, row.revision, wanted)[0]}
+                return Document(key, revision, body, row.updated_seq)
+            return self._rebuild(tx, key, row.doc_id, revision, names)
+
+    def _rebuild(self, tx: Tx, key: DocKey, doc_id: int, revision: int, names: set[str] | None) -> Document:
+        snap = tx.one(
+            "SELECT revision, body FROM snapshots WHERE doc_id = ? AND revision <= ? "
+            "ORDER BY revision DESC LIMIT 1",
+            (doc_id, revision),
+        )
+        value: JSON = MISSING
+        start = 0
+        if snap is not None:
+            start = int(snap[0])
+            value = decode_stored(snap[1], f"{key} snapshot at revision {start}")
+            if value is not None and type(value) is not dict:
+                raise CorruptData(f"{key} snapshot at revision {start} is not an object")
+            if value is None:
+                value = MISSING
+            elif names is not None:
+                value = {k: v for k, v in value.items() if k in names}
+        rows = tx.all(
+            "SELECT revision, seq, edits FROM changes WHERE doc_id = ? AND revision > ? AND revision <= ? "
+            "ORDER BY revision",
+            (doc_id, start, revision),
+        )
+        if len(rows) != revision - start:
+            if snap is None and (not rows or int(rows[0][0]) > 1):
+                raise NotFound(f"{key} revision {revision} predates the retained history")
+            raise CorruptData(f"{key}: the change chain to revision {revision} has gaps")
+        edits_by_rev = self._edits(tx, {doc_id: key}, [(doc_id, int(r), e) for r, _, e in rows], names)
+        seq = None
+        for rev, row_seq, _ in rows:
+            try:
+                value = apply_edits(value, edits_by_rev.get((doc_id, int(rev)), []))
+            except Conflict as exc:
+                raise CorruptData(f"{key}: change at revision {rev} does not replay: {exc}") from exc
+            if names is not None and type(value) is dict:
+                value = {k: v for k, v in value.items() if k in names}
+            seq = int(row_seq)
+        return Document(key, revision, None if value is MISSING else value, seq)
+
+    def history(
+        self,
+        keys: Iterable[DocKey],
+        *,
+        limit: int = 100,
+        before_seq: int | None = None,
+        members: Iterable[str] | None = None,
+    ) -> list[Change]:
+        """Changes of these documents, newest first (at most ``limit``, seq < ``before_seq``).
+
+        ``members`` limits the edits returned to those top-level members (the others are not
+        read); every change is still listed, possibly with no edits.
+        """
+        self.check_schema()
+        keys = list(keys)
+        if limit <= 0 or not keys:
+            return []
+        names = None if members is None else set(members)
+        with self._read_tx() as tx:
+            ids = {}
+            revisions: dict[DocKey, int] = {}
+            for key in keys:
+                row = self._row(tx, key)
+                if row is not None:
+                    ids[row.doc_id] = key
+                    revisions[key] = row.revision
+            if not ids:
+                return []
+            # Each document's newest changes come straight off its (doc_id, revision) key — in one
+            # document, revision order is seq order — so no query sorts a long history; only
+            # the few rows taken per document are merged by seq.
+            tops = {doc_id: revisions[key] for doc_id, key in ids.items()}
+            if before_seq is not None:
+                tops = self._revisions_before(tx, tops, before_seq)
+            doc_ids = [doc_id for doc_id, top in tops.items() if top > 0]
+            rows: list[tuple[Any, ...]] = []
+            for start in range(0, len(doc_ids), 50):  # bounded statement size
+                part = doc_ids[start : start + 50]
+                newest = " UNION ALL ".join(
+                    f"SELECT * FROM (SELECT seq, doc_id, revision, paths, edits FROM changes "
+                    f"WHERE doc_id = ? AND revision <= ? ORDER BY revision DESC LIMIT ?) AS d{n}"
+                    for n in range(len(part))
+                )
+                params: list[Any] = []
+                for doc_id in part:
+                    params += [doc_id, tops[doc_id], limit]
+                rows += tx.all(
+                    "SELECT c.seq, t.at, t.origin, c.doc_id, c.revision, c.paths, c.edits "
+                    f"FROM ({newest}) c JOIN transitions t ON t.seq = c.seq "
+                    "ORDER BY c.seq DESC, c.doc_id LIMIT ?",
+                    [*params, limit],
+                )
+            if len(doc_ids) > 50:
+                rows = sorted(rows, key=lambda r: (-int(r[0]), int(r[3])))[:limit]
+            edits = self._edits(tx, ids, [(int(r[3]), int(r[4]), r[6]) for r in rows], names)
+            return [self._change(r, ids[int(r[3])], edits) for r in rows]
+
+    def _revisions_before(self, tx: Tx, tops: dict[int, int], before_seq: int) -> dict[int, int]:
+        """For each document (id → its current revision), the newest revision written before
+        ``before_seq`` (0: none), by binary search over its revisions (seq grows with revision
+        in one document) — a handful of key lookups however deep the page. Revisions whose
+        history was pruned are skipped over: each probe takes the first change at or after the
+        revision it asks for. (PostgreSQL runs the same search in a function, in one call.)"""
+        found: dict[int, int] = {}
+        for doc_id, revision in tops.items():
+            low, high = 0, revision  # revision `low` is before, every one above `high` is not
+            while low < high:
+                middle = (low + high + 1) // 2
+                probe = tx.one(
+                    "SELECT revision, seq FROM changes WHERE doc_id = ? AND revision >= ? "
+                    "ORDER BY revision LIMIT 1",
+                    (doc_id, middle),
+                )
+                if probe is None or int(probe[1]) >= before_seq:
+                    high = middle - 1
+                else:
+                    low = int(probe[0])  # >= middle
+            found[doc_id] = low
+        return found
+
+    def transitions(self, *, after_seq: int = 0, limit: int = 100) -> list[Transition]:
+        """Transitions with seq > ``after_seq`` in seq order, each with all its changes."""
+        self.check_schema()
+        with self._read_tx() as tx:
+            heads = tx.all(
+                "SELECT seq, at, origin FROM transitions WHERE seq > ? ORDER BY seq LIMIT ?",
+                (after_seq, limit),
+            )
+            if not heads:
+                return []
+            rows = tx.all(
+                "SELECT c.seq, t.at, t.origin, c.doc_id, c.revision, c.paths, d.state, d.subject, c.edits "
+                "FROM changes c JOIN transitions t ON t.seq = c.seq "
+                "JOIN documents d ON d.doc_id = c.doc_id WHERE c.seq >= ? AND c.seq <= ? "
+                "ORDER BY c.seq, d.state, d.subject",
+                (heads[0][0], heads[-1][0]),
+            )
+            keys = {int(r[3]): DocKey(r[6], r[7]) for r in rows}
+            edits = self._edits(tx, keys, [(int(r[3]), int(r[4]), r[8]) for r in rows], None)
+            by_seq: dict[int, list[Change]] = {}
+            for r in rows:
+                by_seq.setdefault(int(r[0]), []).append(self._change(r, keys[int(r[3])], edits))
+            return [Transition(int(s), at, decode_origin(o, s), by_seq.get(int(s), [])) for s, at, o in heads]
+
+    def _edits(
+        self,
+        tx: Tx,
+        keys: dict[int, DocKey],
+        changes: list[tuple[int, int, Any]],
+        names: set[str] | None,
+    ) -> dict[tuple[int, int], list[Edit]]:
+        """The edits of each ``(doc_id, revision, inline edits or None)``: whole-document edits
+        first, then per member (see ``INLINE_EDITS_MAX``)."""
+        out: dict[tuple[int, int], list[Edit]] = {}
+        if not changes or (names is not None and not names):
+            return out
+        stored: list[tuple[int, int]] = []
+        for doc_id, revision, inline in changes:
+            if inline is None:
+                stored.append((doc_id, revision))
+                continue
+            what = f"{keys.get(doc_id, doc_id)} change at revision {revision}"
+            for member, raw in decode_inline(inline, what):
+                if names is not None and member != "" and member not in names:
+                    continue
+                edits = decode_edits(raw, what)
+                if member == "" and names is not None:
+                    edits = [restrict_edit(e, names) for e in edits]
+                out.setdefault((doc_id, revision), []).extend(edits)
+        for start in range(0, len(stored), 200):  # bounded statement size
+            part = stored[start : start + 200]
+            where = " OR ".join("(doc_id = ? AND revision = ?)" for _ in part)
+            params: list[Any] = [v for pair in part for v in pair]
+            if names is not None:
+                where = f"({where}) AND (member = '' OR member IN ({','.join('?' * len(names))}))"
+                params.extend(sorted(names))
+            rows = tx.all(
+                f"SELECT doc_id, revision, member, edits FROM change_edits WHERE {where} "
+                "ORDER BY doc_id, revision, member",
+                params,
+            )
+            for doc_id, revision, member, raw in rows:
+                what = f"{keys.get(int(doc_id), doc_id)} change at revision {revision}"
+                edits = decode_edits(raw, what)
+                if member == "" and names is not None:
+                    edits = [restrict_edit(e, names) for e in edits]
+                out.setdefault((int(doc_id), int(revision)), []).extend(edits)
+        return out
+
+    def _change(self, r: tuple[Any, ...], key: DocKey, edits: dict[tuple[int, int], list[Edit]]) -> Change:
+        seq = int(r[0])
+        return Change(
+            seq=seq,
+            at=r[1],
+            origin=decode_origin(r[2], seq),
+            key=key,
+            revision=int(r[4]),
+            edits=edits.get((int(r[3]), int(r[4])), []),
+            paths=decode_stored(r[5], f"{key} paths at revision {r[4]}"),
+        )

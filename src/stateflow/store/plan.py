@@ -1,0 +1,178 @@
+"""The write plan: what a commit will write, decided before any statement is sent.
+
+A cohort's write goes through three steps, each with its own structure:
+
+1. **load** (:class:`Loaded`): a document's row and the members read inside the transaction
+   (or, on the optimistic path, as last seen here);
+2. **stage** (:class:`Stage`): the write's edits applied to those members — nothing written;
+3. **plan** (:class:`WritePlan`): the rows that follow — member deletes, updates and inserts,
+   the change and its edits, a snapshot when due, and the document's new row
+   (:class:`DocumentRow`).
+
+A backend emits the plans of one commit in whatever form is cheapest for it (SQLite:
+statements; PostgreSQL: one call of its write function, one array per column). What a
+transaction wrote reaches the caches only once it has committed (:class:`Fresh`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, NamedTuple
+
+from stateflow.doc.canonical import JSON, check
+from stateflow.doc.diff import Edit
+from stateflow.errors import InvalidInput
+from stateflow.store.model import DocKey, Write
+from stateflow.store.rows import DocRow, MemberHead
+
+SNAPSHOT_MAX_CHAIN: Final = 256
+"""Take a snapshot at least every this many revisions, so an as-of read replays a bounded chain."""
+SNAPSHOT_MIN_BYTES: Final = 4096
+"""…or as soon as the changes since the last snapshot outweigh the body (and this floor)."""
+INLINE_EDITS_MAX: Final = 512
+"""A change whose encoded edits fit in this many bytes keeps them in its own row (one row, one
+page touched, per change); larger ones get a ``change_edits`` row per member, so that reading
+some members' history never decodes another member's large edit."""
+
+
+@dataclass(slots=True)
+class Loaded:
+    """Members of one document loaded inside a write transaction (reused by the commit)."""
+
+    row: DocRow
+    members: dict[str, tuple[JSON, int, int]] = field(default_factory=dict)
+    """name → (value, position, encoded size)"""
+    complete: bool = False
+
+
+@dataclass(slots=True)
+class Stage:
+    """A write's edits applied to the loaded members; nothing is written yet."""
+
+    present: bool
+    values: dict[str, JSON] = field(default_factory=dict)
+    touched: dict[str, None] = field(default_factory=dict)
+    """Member names to write, in first-touched order (new members get positions in it)."""
+
+
+class SeqRef(NamedTuple):
+    """How a statement names the transaction's seq: SQL and the parameters it takes."""
+
+    sql: str
+    params: tuple[int, ...]
+
+
+@dataclass(slots=True)
+class DocumentRow:
+    """A document's ``documents`` row as a write leaves it (``updated_seq`` is the commit's)."""
+
+    doc_id: int
+    revision: int
+    present: bool
+    snapshot_revision: int
+    bytes_since_snapshot: int
+    """encoded edit bytes written since the last snapshot (decides when the next one is due)"""
+    body_size: int
+    """encoded size of the body: the sum of its member sizes"""
+    next_position: int
+    """position the next new member gets (members keep their insertion order)"""
+
+
+@dataclass(slots=True)
+class WritePlan:
+    """One document's write as rows (see ``Writes._plan_doc``), emitted by ``Backend._emit``."""
+
+    doc_id: int
+    revision: int
+    present: bool
+    """whether the document exists after the write (if not, every member row goes)"""
+    was_present: bool = False
+    deletes: list[tuple[int, str]] = field(default_factory=list)
+    """member rows to delete: (doc_id, name)"""
+    updates: list[tuple[Any, ...]] = field(default_factory=list)
+    """member rows to rewrite: (body, revision, size, outline, doc_id, name)"""
+    inserts: list[tuple[Any, ...]] = field(default_factory=list)
+    """member rows to add: (doc_id, name, position, revision, size, outline, body)"""
+    paths: bytes = b"[]"
+    """the change's touched paths, encoded"""
+    edits: list[tuple[int, int, str, bytes]] = field(default_factory=list)
+    """change_edits rows: (doc_id, revision, member, edits)"""
+    inline: bytes | None = None
+    """the edits in the change row instead, as ``[[member, edits], …]`` (small changes)"""
+    snapshot: bool = False
+    """take a snapshot of the body as written"""
+    document: DocumentRow | None = None
+    """the document's row after the write (set last, once the sizes are known)"""
+
+    @property
+    def row(self) -> DocumentRow:
+        assert self.document is not None, "a plan's document row is set when it is planned"
+        return self.document
+
+
+@dataclass(slots=True)
+class Fresh:
+    """What a transaction wrote, for the caches once it has committed (never before)."""
+
+    members: list[tuple[int, str, int, Any, int]] = field(default_factory=list)
+    """(doc_id, name, revision, value, size) of each member value written"""
+    heads: dict[int, tuple[int, list[MemberHead]]] = field(default_factory=dict)
+    """doc_id → (revision, member heads) after the write, where the heads before it were known"""
+    bodies: dict[int, tuple[int, dict[str, Any] | None, str, int]] = field(default_factory=dict)
+    """doc_id → (revision, body, at, encoded size) after the write, where every member was known
+    (only for stores that keep whole bodies: ``keeps_bodies``)"""
+    rows: dict[DocKey, DocRow] = field(default_factory=dict)
+    """document rows as this transaction read or left them (for writes computed optimistically)"""
+    at: str = ""
+    """The transaction's time."""
+    seq: int | None = None
+    """The transaction's seq, once known."""
+
+
+def row_after(plan: WritePlan, seq: int, at: str) -> DocRow:
+    """A document's row as a committed plan left it."""
+    d = plan.row
+    return DocRow(
+        d.doc_id,
+        d.revision,
+        d.present,
+        seq,
+        d.snapshot_revision,
+        d.bytes_since_snapshot,
+        d.body_size,
+        d.next_position,
+        at,
+    )
+
+
+def effective_edits(edits: Sequence[Edit]) -> Sequence[Edit]:
+    """Edits before the last whole-document edit are overwritten by it: drop them, so storing
+    whole-document edits first (then per member) replays exactly."""
+    last_root = max((i for i, e in enumerate(edits) if not e.path), default=0)
+    return edits[last_root:]
+
+
+def validate_writes(writes: Sequence[Write], origin: dict[str, Any] | None) -> None:
+    """Refuse malformed writes before any database work."""
+    seen: set[DocKey] = set()
+    for write in writes:
+        if not isinstance(write, Write):
+            raise InvalidInput(f"a cohort holds Write objects, got {type(write).__name__}")
+        if write.key in seen:
+            raise InvalidInput(f"{write.key} appears twice in one cohort; combine its edits")
+        seen.add(write.key)
+        if write.expect is not None and (type(write.expect) is not int or write.expect < 0):
+            raise InvalidInput(f"{write.key}: expected revision must be an integer ≥ 0")
+        for edit in write.edits:
+            if not edit.path:
+                if not edit.is_delete and type(edit.value) is not dict:
+                    raise InvalidInput(f"{write.key}: a document must be a JSON object")
+            elif type(edit.path[0]) is not str:
+                raise InvalidInput(f"{write.key}: a document's top level is an object, not an array")
+            if not edit.is_delete:
+                check(edit.value, f"{write.key}")
+    if origin is not None:
+        if type(origin) is not dict:
+            raise InvalidInput("origin must be a JSON object")
+        check(origin, "origin")

@@ -1,0 +1,133 @@
+"""``Store``: what services may ask of a store (the public contract, whatever the backend).
+
+Services (agent memory, declared states, the CLI and HTTP edges) type against this protocol,
+not against :class:`~stateflow.store.base.SqlStore`, so they depend on what a store promises —
+documents, cohorts, history, listings, retention — and never on how a backend keeps them.
+``open_store`` returns an object that satisfies it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from typing import Any, Protocol, Self, TypeVar
+
+from stateflow.store.model import Change, Commit, DocKey, Document, Listed, Transition, Write
+
+R = TypeVar("R")
+
+
+class Store(Protocol):
+    """Durable, versioned JSON documents with atomic cohorts (see ``docs/store.md``)."""
+
+    url: str
+    """Where the store lives, without secrets."""
+
+    # ---------------------------------------------------------------- lifecycle and schema
+
+    def schema_version(self) -> int | None:
+        """The migrated schema version, or None when the store has no schema at all."""
+
+    def migrate(self) -> tuple[int, int]:
+        """Bring the schema to the version this code knows; return (from, to). Idempotent."""
+
+    def check_schema(self) -> None:
+        """Refuse to work on a store that is not migrated to exactly this code's version."""
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Self: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+    # ---------------------------------------------------------------- current documents
+
+    def read(
+        self,
+        keys: Iterable[DocKey],
+        members: Iterable[str] | Mapping[DocKey, Iterable[str] | None] | None = None,
+        *,
+        outlines: Iterable[str] = (),
+    ) -> dict[DocKey, Document]:
+        """Current documents, all from one consistent snapshot (optionally some members only)."""
+
+    def get(
+        self, key: DocKey, members: Iterable[str] | None = None, *, outlines: Iterable[str] = ()
+    ) -> Document: ...
+
+    def cached(self, key: Hashable, build: Callable[[], R]) -> R:
+        """``build()``, or its earlier value where the store can tell nothing committed since."""
+
+    # ---------------------------------------------------------------- writes
+
+    def commit(
+        self,
+        writes: Sequence[Write],
+        origin: dict[str, Any] | None = None,
+        *,
+        op_id: str | None = None,
+        op_scope: str = "",
+    ) -> Commit:
+        """Commit a cohort atomically (compare-and-set per write; all or nothing)."""
+
+    def update(
+        self,
+        keys: Iterable[DocKey],
+        compute: Callable[[dict[DocKey, Document]], tuple[Sequence[Write], R]],
+        origin: dict[str, Any] | None = None,
+        *,
+        members: Iterable[str] | None = None,
+        outlines: Iterable[str] = (),
+        shared: Iterable[DocKey] = (),
+        op_id: str | None = None,
+        op_scope: str = "",
+        claims: Sequence[tuple[str, str]] = (),
+        optimistic: bool = False,
+    ) -> tuple[Commit, R | None]:
+        """Read-modify-write: load ``keys`` locked, ``compute`` the writes, commit them."""
+
+    # ---------------------------------------------------------------- history
+
+    def read_at(
+        self,
+        key: DocKey,
+        *,
+        revision: int | None = None,
+        seq: int | None = None,
+        members: Iterable[str] | None = None,
+    ) -> Document:
+        """The document as it was at ``revision``, or right after transition ``seq``."""
+
+    def history(
+        self,
+        keys: Iterable[DocKey],
+        *,
+        limit: int = 100,
+        before_seq: int | None = None,
+        members: Iterable[str] | None = None,
+    ) -> list[Change]:
+        """Changes of these documents, newest first."""
+
+    def transitions(self, *, after_seq: int = 0, limit: int = 100) -> list[Transition]:
+        """Transitions after ``after_seq`` in seq order, each with all its changes."""
+
+    # ---------------------------------------------------------------- listings and search
+
+    def scan(self, state: str, *, after: str | None = None, limit: int = 200) -> list[Listed]: ...
+
+    def count(self, state: str) -> int: ...
+
+    def member_counts(self, state: str) -> dict[str, int]: ...
+
+    def search(
+        self, state: str, filters: dict[str, Any], *, after: str | None = None, limit: int = 200
+    ) -> list[Listed]: ...
+
+    # ---------------------------------------------------------------- retention and ledger
+
+    def prune_history(self, state: str, older_than: str) -> int: ...
+
+    def purge(self, state: str) -> int: ...
+
+    def applied_op(self, op_id: str, scope: str = "") -> int | bool | None: ...
+
+    def prune_ops(self, older_than: str) -> int: ...

@@ -1,0 +1,110 @@
+"""Retention: forgetting old history, purging a state, and the idempotency ledger's upkeep.
+
+Pruning keeps every later revision readable as of: a snapshot is written at the newest
+forgotten revision before the changes up to it go.
+"""
+
+from __future__ import annotations
+
+from stateflow.doc.canonical import encode_trusted
+from stateflow.store.history import History
+from stateflow.store.model import DocKey
+from stateflow.store.tx import Tx
+
+
+class Retention(History):
+    """Pruning history, purging states and the ledger (pruning rebuilds through ``History``)."""
+
+    def prune_history(self, state: str, older_than: str) -> int:
+        """Forget the changes of ``state``'s documents written before ``older_than`` (ISO-8601
+        UTC); return how many change rows went.
+
+        A snapshot is kept at the newest forgotten revision, so every later revision stays
+        readable as of; earlier ones then answer "predates the retained history". Transitions
+        left without any change are deleted.
+        """
+        self.check_schema()
+        removed = 0
+        with self._write_tx() as tx:
+            cuts = tx.all(
+                "SELECT d.doc_id, d.subject, MAX(c.revision) FROM changes c JOIN transitions t ON t.seq = c.seq "
+                "JOIN documents d ON d.doc_id = c.doc_id WHERE d.state = ? AND t.at < ? GROUP BY d.doc_id, d.subject",
+                (state, older_than),
+            )
+            seqs: set[int] = set()
+            for doc_id, subject, cut in cuts:
+                doc_id, cut = int(doc_id), int(cut)
+                key = DocKey(state, subject)
+                if tx.one("SELECT 1 FROM snapshots WHERE doc_id = ? AND revision = ?", (doc_id, cut)) is None:
+                    doc = self._rebuild(tx, key, doc_id, cut, None)
+                    body = b"null" if doc.body is None else encode_trusted(doc.body)
+                    tx.run(
+                        "INSERT INTO snapshots (doc_id, revision, body) VALUES (?, ?, ?)", (doc_id, cut, body)
+                    )
+                seqs |= {
+                    int(r[0])
+                    for r in tx.all(
+                        "SELECT seq FROM changes WHERE doc_id = ? AND revision <= ?", (doc_id, cut)
+                    )
+                }
+                tx.run("DELETE FROM change_edits WHERE doc_id = ? AND revision <= ?", (doc_id, cut))
+                removed += tx.run("DELETE FROM changes WHERE doc_id = ? AND revision <= ?", (doc_id, cut))
+                tx.run("DELETE FROM snapshots WHERE doc_id = ? AND revision < ?", (doc_id, cut))
+            self._drop_orphan_transitions(tx, sorted(seqs))
+        return removed
+
+    def _drop_orphan_transitions(self, tx: Tx, seqs: list[int]) -> None:
+        for start in range(0, len(seqs), 500):
+            part = seqs[start : start + 500]
+            tx.run(
+                f"DELETE FROM transitions WHERE seq IN ({','.join('?' * len(part))}) "
+                "AND NOT EXISTS (SELECT 1 FROM changes c WHERE c.seq = transitions.seq) "
+                # the newest stays: SQLite numbers a new transition after the highest one left
+                "AND seq < (SELECT MAX(seq) FROM transitions)",
+                part,
+            )
+
+    def purge(self, state: str) -> int:
+        """Delete every document of ``state`` with its history (no audit survives); return how many.
+
+        Transitions left without any change are deleted too.
+        """
+        self.check_schema()
+        with self._write_tx() as tx:
+            ids = [int(r[0]) for r in tx.all("SELECT doc_id FROM documents WHERE state = ?", (state,))]
+            seqs = sorted(
+                {
+                    int(r[0])
+                    for r in tx.all(
+                        "SELECT DISTINCT c.seq FROM changes c JOIN documents d ON d.doc_id = c.doc_id WHERE d.state = ?",
+                        (state,),
+                    )
+                }
+            )
+            for table in ("change_edits", "changes", "snapshots", "members"):
+                tx.run(
+                    f"DELETE FROM {table} WHERE doc_id IN (SELECT doc_id FROM documents WHERE state = ?)",
+                    (state,),
+                )
+            tx.run("DELETE FROM documents WHERE state = ?", (state,))
+            self._drop_orphan_transitions(tx, seqs)
+            tx.run("DELETE FROM applied_ops WHERE scope = ?", (state,))
+        for key in list(self._rows_known):  # (a copy: other threads may add rows meanwhile)
+            if key.state == state:
+                self._rows_known.pop(key, None)
+        return len(ids)
+
+    def applied_op(self, op_id: str, scope: str = "") -> int | bool | None:
+        """False if ``op_id`` was never applied; else the seq it produced (None for a no-op)."""
+        self.check_schema()
+        with self._read_tx() as tx:
+            row = tx.one("SELECT seq FROM applied_ops WHERE scope = ? AND op_id = ?", (scope, op_id))
+        if row is None:
+            return False
+        return None if row[0] is None else int(row[0])
+
+    def prune_ops(self, older_than: str) -> int:
+        """Forget idempotency keys applied before ``older_than`` (ISO-8601 UTC); return count."""
+        self.check_schema()
+        with self._write_tx() as tx:
+            return int(tx.run("DELETE FROM applied_ops WHERE applied_at < ?", (older_than,)))

@@ -1,0 +1,128 @@
+"""Row codecs: a document's row as read, the member heads, and the decoding of stored bytes.
+
+Every decode of stored bytes goes through here, so a damaged value always surfaces as
+``CorruptData`` naming what was being read — never as a wrong answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Final
+
+from stateflow.doc.canonical import decode, kind
+from stateflow.doc.diff import Edit
+from stateflow.errors import CorruptData, InvalidInput, InvalidJSON
+from stateflow.store.model import DocKey
+
+
+@dataclass(slots=True)
+class DocRow:
+    """A ``documents`` row: the document's id, revision, presence and bookkeeping."""
+
+    doc_id: int
+    revision: int
+    present: bool
+    updated_seq: int | None
+    snapshot_revision: int
+    bytes_since_snapshot: int
+    body_size: int
+    next_position: int
+    at: str | None = None
+
+
+ROW_COLUMNS: Final = (
+    "doc_id, revision, present, updated_seq, snapshot_revision, bytes_since_snapshot, "
+    "body_size, next_position"
+)
+ROW_SELECT: Final = (
+    "SELECT "
+    + ", ".join("d." + c.strip() for c in ROW_COLUMNS.split(","))
+    + ", t.at, d.state, d.subject FROM documents d LEFT JOIN transitions t ON t.seq = d.updated_seq"
+)
+NO_ROW: Final = DocRow(0, 0, False, None, 0, 0, 0, 0)
+"""Known to have no row at all (never written)."""
+
+
+MemberHead = tuple[int, str, int, int, int, Any]
+"""A member row without its body: (doc_id, name, position, revision, size, outline)."""
+
+
+Wanted = tuple[DocKey, int, int, Sequence[str] | None]
+"""A document whose members are wanted: (key, doc_id, revision, names or None for all)."""
+
+
+def key_filter(keys: Sequence[DocKey]) -> tuple[str, list[str]]:
+    """A WHERE clause (on ``documents d``) matching exactly these keys, with its parameters."""
+    return _key_where(len(keys)), [v for k in keys for v in k]
+
+
+@lru_cache(maxsize=64)
+def _key_where(count: int) -> str:
+    return " OR ".join(["(d.state = ? AND d.subject = ?)"] * count)
+
+
+def rows_by_key(rows: list[tuple[Any, ...]]) -> dict[DocKey, DocRow]:
+    """Rows selected by ``ROW_SELECT``, by key."""
+    # keys read back from the database were valid when written: no need to check them again
+    return {DocKey._make((r[9], r[10])): to_row(r) for r in rows}
+
+
+def to_row(r: tuple[Any, ...]) -> DocRow:
+    return DocRow(
+        doc_id=int(r[0]),
+        revision=int(r[1]),
+        present=bool(r[2]),
+        updated_seq=None if r[3] is None else int(r[3]),
+        snapshot_revision=int(r[4]),
+        bytes_since_snapshot=int(r[5]),
+        body_size=int(r[6]),
+        next_position=int(r[7]),
+        at=r[8] if len(r) > 8 else None,
+    )
+
+
+def outline_of(value: dict[str, Any]) -> dict[str, str]:
+    """An object member's outline: its immediate keys and their kinds (never their values)."""
+    return {k: kind(v) for k, v in value.items()}
+
+
+def decode_stored(raw: Any, what: str) -> Any:
+    """Stored JSON bytes, or ``CorruptData`` naming ``what``."""
+    try:
+        return decode(bytes(raw))
+    except (InvalidJSON, TypeError, ValueError) as exc:
+        raise CorruptData(f"stored {what} is corrupt: {exc}") from exc
+
+
+def decode_inline(raw: Any, what: str) -> list[tuple[str, Any]]:
+    """A change row's inline edits: ``(member, edits as JSON)`` pairs."""
+    data = decode_stored(raw, what)
+    if type(data) is not list or not all(type(p) is list and len(p) == 2 and type(p[0]) is str for p in data):
+        raise CorruptData(f"stored {what} is corrupt: inline edits are not [member, edits] pairs")
+    return [(p[0], p[1]) for p in data]
+
+
+def decode_edits(raw: Any, what: str) -> list[Edit]:
+    data = raw if type(raw) is list else decode_stored(raw, what)
+    try:
+        if type(data) is not list:
+            raise InvalidInput("not a list")
+        return [Edit.from_json(e) for e in data]
+    except InvalidInput as exc:
+        raise CorruptData(f"stored {what} is corrupt: {exc}") from exc
+
+
+def decode_origin(raw: Any, seq: Any) -> dict[str, Any]:
+    data = decode_stored(raw, f"origin of transition {seq}")
+    if type(data) is not dict:
+        raise CorruptData(f"stored origin of transition {seq} is not an object")
+    return data
+
+
+def restrict_edit(edit: Edit, names: set[str]) -> Edit:
+    """A whole-document edit seen through a member filter."""
+    if edit.is_delete or type(edit.value) is not dict:
+        return edit
+    return Edit(edit.path, {k: v for k, v in edit.value.items() if k in names})

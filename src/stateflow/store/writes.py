@@ -1,0 +1,579 @@
+"""Writes: cohort commits, locked read-modify-write, the optimistic path, and the planner.
+
+Writes run in one database transaction: idempotency ledger, compare-and-set checks, member
+rows, revisions, one transition row and one change row per touched document, snapshots. Any
+failure raises before commit and the transaction rolls back: nothing at all is written.
+Each document's write is staged, then planned as rows (:mod:`stateflow.store.plan`), then
+emitted by the backend (``Backend._emit``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import orjson
+
+from stateflow.doc.canonical import encode_trusted
+from stateflow.doc.diff import Edit, apply_edits
+from stateflow.doc.select import MISSING
+from stateflow.errors import Conflict, InvalidInput, StateflowError
+from stateflow.store.clock import utc_now
+from stateflow.store.core import KNOWN_ROWS_MAX, StoreCore
+from stateflow.store.ledger import OpIdTaken, claims_query, replayed, unmoved, with_op_id
+from stateflow.store.model import Commit, DocKey, Document, Write
+from stateflow.store.plan import (
+    INLINE_EDITS_MAX,
+    SNAPSHOT_MAX_CHAIN,
+    SNAPSHOT_MIN_BYTES,
+    DocumentRow,
+    Fresh,
+    Loaded,
+    SeqRef,
+    Stage,
+    WritePlan,
+    effective_edits,
+    row_after,
+    validate_writes,
+)
+from stateflow.store.rows import NO_ROW, DocRow, Wanted, outline_of, rows_by_key, to_row
+from stateflow.store.tx import OFFLINE, Tx
+
+R = TypeVar("R")
+
+
+class Writes(StoreCore):
+    """Commits: ``commit``, ``update`` (locked or optimistic) and the planner behind them."""
+
+    def commit(
+        self,
+        writes: Sequence[Write],
+        origin: dict[str, Any] | None = None,
+        *,
+        op_id: str | None = None,
+        op_scope: str = "",
+    ) -> Commit:
+        """Commit a cohort: every write is checked, then all are applied in one transaction.
+
+        A failed compare-and-set (``Conflict``) or any other check writes nothing at all.
+        """
+        self.check_schema()
+        validate_writes(writes, origin)
+        fresh = Fresh()
+        claims = with_op_id([], op_id, op_scope)
+        try:
+            with self._write_tx() as tx:
+                result = self._commit_in(tx, writes, origin or {}, claims, {}, fresh)
+        except OpIdTaken as taken:
+            if replayed(taken, op_id, op_scope):
+                return Commit(applied=False)
+            raise
+        self._remember(fresh)
+        return result
+
+    def update(
+        self,
+        keys: Iterable[DocKey],
+        compute: Callable[[dict[DocKey, Document]], tuple[Sequence[Write], R]],
+        origin: dict[str, Any] | None = None,
+        *,
+        members: Iterable[str] | None = None,
+        outlines: Iterable[str] = (),
+        shared: Iterable[DocKey] = (),
+        op_id: str | None = None,
+        op_scope: str = "",
+        claims: Sequence[tuple[str, str]] = (),
+        optimistic: bool = False,
+    ) -> tuple[Commit, R | None]:
+        """Read-modify-write under lock: load ``keys`` (locked against other writers), call
+        ``compute(documents)`` → ``(writes, result)``, commit the writes in the same transaction.
+
+        ``shared`` documents are read in the same transaction under a shared lock (they may not
+        change before the commit, but other writers that only share them are not blocked; they
+        cannot be written by this call). An exception from ``compute`` rolls everything back. A
+        replayed ``op_id`` returns ``(Commit(applied=False), None)`` without calling ``compute``.
+        ``claims`` are further ``(scope, op_id)`` keys recorded with the commit; if any of them
+        is already recorded, :class:`OpIdTaken` is raised (naming them) and nothing is written.
+
+        ``optimistic``: ``compute`` may be called twice (it must not keep state between calls).
+        When the store holds every document as it last read or wrote it, ``compute`` first runs
+        on those with no lock held (other writers keep going meanwhile), and the commit checks
+        that nothing moved — on PostgreSQL in one statement. Anything else (a document moved or
+        is not cached, ``compute`` refused, an op id was taken) runs the locked path, which
+        decides.
+        """
+        self.check_schema()
+        names = None if members is None else list(members)
+        outline_names = list(outlines)
+        shared_keys = sorted(set(shared))
+        locked = sorted(set(keys) - set(shared_keys))
+        all_claims = with_op_id(claims, op_id, op_scope)
+        if optimistic and names is None and not outline_names:
+            fresh = Fresh()
+            done = self._optimistic(locked, shared_keys, compute, origin, all_claims, fresh)
+            if done is not None:
+                self._remember(fresh)
+                return done
+        fresh = Fresh()
+        try:
+            with self._write_tx() as tx:
+                docs: dict[DocKey, Document] = {}
+                rows, locked_rows = self._claim(tx, shared_keys, locked, all_claims)
+                loaded = {key: Loaded(row) for key, row in locked_rows.items()}
+                fresh.rows.update({key: rows.get(key, NO_ROW) for key in shared_keys})
+                fresh.rows.update(locked_rows)
+                # then one member-head query for the documents whose heads are not cached
+                wanted: list[Wanted] = [
+                    (k, rows[k].doc_id, rows[k].revision, None)
+                    for k in shared_keys
+                    if k in rows and rows[k].present
+                ]
+                wanted += [
+                    (k, e.row.doc_id, e.row.revision, names) for k, e in loaded.items() if e.row.present
+                ]
+                fetched = self._fetch_many(tx, wanted, outline_names)
+                for key in shared_keys:
+                    row = rows.get(key)
+                    if row is None:
+                        docs[key] = Document(key, 0, None)
+                        continue
+                    body = {n: v for n, _, v, _ in fetched[row.doc_id][0]} if row.present else None
+                    docs[key] = Document(key, row.revision, body, row.updated_seq)
+                for key, entry in loaded.items():
+                    row = entry.row
+                    body = None
+                    shapes: dict[str, Any] = {}
+                    if row.present:
+                        members_of, shapes = fetched[row.doc_id]
+                        for name, position, value, size in members_of:
+                            entry.members[name] = (value, position, size)
+                        entry.complete = names is None
+                        body = {n: v for n, _, v, _ in members_of}
+                    docs[key] = Document(key, row.revision, body, row.updated_seq, shapes)
+                writes, result = compute(docs)
+                validate_writes(writes, origin)
+                for write in writes:
+                    if write.key in shared_keys:
+                        raise InvalidInput(
+                            f"{write.key} was read as shared and cannot be written in this call"
+                        )
+                commit = self._commit_in(tx, writes, origin or {}, all_claims, loaded, fresh)
+        except OpIdTaken as taken:
+            if replayed(taken, op_id, op_scope):
+                return Commit(applied=False), None
+            raise
+        self._remember(fresh)
+        return commit, result
+
+    def _claim(
+        self,
+        tx: Tx,
+        shared: Sequence[DocKey],
+        locked: Sequence[DocKey],
+        claims: Sequence[tuple[str, str]] = (),
+    ) -> tuple[dict[DocKey, DocRow], dict[DocKey, DocRow]]:
+        """Start a read-modify-write: refuse claimed op ids already recorded (``OpIdTaken``),
+        read the shared rows, then lock (creating if needed) the others — in this order, the
+        order fold and re-declare use too. All statements go out together where the database
+        pipelines."""
+        statements: list[tuple[str, Sequence[Any]]] = [self._lock_query(key) for key in locked]
+        if shared:
+            statements.insert(0, self._rows_query(shared, self.share_clause))
+        if claims:
+            statements.insert(0, claims_query(claims))
+        answers = tx.all_of(statements)
+        if claims and (taken := answers.pop(0)):
+            raise OpIdTaken({(r[0], r[1]) for r in taken})
+        rows = rows_by_key(answers.pop(0)) if shared else {}
+        return rows, {key: to_row(answer[0]) for key, answer in zip(locked, answers, strict=True)}
+
+    def _remember(self, fresh: Fresh) -> None:
+        """Cache members written by a transaction that has committed (never before)."""
+        for doc_id, name, revision, value, size in fresh.members:
+            self._cache.put((doc_id, name), revision, value, size)
+        for doc_id, (revision, heads) in fresh.heads.items():
+            self._heads.put(doc_id, revision, heads)
+        known = self._rows_known
+        if len(known) + len(fresh.rows) > KNOWN_ROWS_MAX:
+            known.clear()  # bounded; a miss only means the locked path
+        for key, row in fresh.rows.items():
+            current = known.get(key)
+            # a lagging writer must not replace a newer row by an older one
+            if current is None or current.doc_id != row.doc_id or current.revision <= row.revision:
+                known[key] = row
+
+    def _commit_in(
+        self,
+        tx: Tx,
+        writes: Sequence[Write],
+        origin: dict[str, Any],
+        claims: Sequence[tuple[str, str]],
+        loaded: dict[DocKey, Loaded],
+        fresh: Fresh,
+    ) -> Commit:
+        at = fresh.at = utc_now()
+        if claims:  # recorded first: a claim taken meanwhile ends the call before any write
+            taken = tx.all(
+                "INSERT INTO applied_ops (scope, op_id, applied_at) VALUES "
+                + ", ".join(["(?, ?, ?)"] * len(claims))
+                + " ON CONFLICT (scope, op_id) DO NOTHING RETURNING scope, op_id",
+                [v for scope, claimed in claims for v in (scope, claimed, at)],
+            )
+            if len(taken) != len(set(claims)):
+                raise OpIdTaken(set(claims) - {(r[0], r[1]) for r in taken})
+        # Check every compare-and-set before touching anything.
+        plan: list[tuple[Write, Loaded]] = []
+        for write in sorted(writes, key=lambda w: w.key):
+            entry = loaded.get(write.key)
+            if entry is None:
+                entry = loaded[write.key] = Loaded(self._lock(tx, write.key))
+            if write.expect is not None and write.expect != entry.row.revision:
+                raise Conflict(
+                    f"{write.key} changed concurrently: it is at revision {entry.row.revision}, "
+                    f"the change was computed against revision {write.expect}"
+                )
+            if write.edits:
+                plan.append((write, entry))
+        if not plan:
+            return Commit(applied=True, revisions={w.key: loaded[w.key].row.revision for w in writes})
+        staged = [(w, e, self._stage(tx, w, e)) for w, e in plan]
+        revisions = {w.key: loaded[w.key].row.revision for w in writes}
+        # The rest needs no answer before the commit: where the database can pipeline, the
+        # transition, every row write and the COMMIT travel together.
+        with tx.batch(commit=True):
+            seq_of, seq = self._transition(tx, at, origin)
+            for scope, claimed in claims:
+                tx.run(
+                    f"UPDATE applied_ops SET seq = {seq.sql} WHERE scope = ? AND op_id = ?",
+                    (*seq.params, scope, claimed),
+                )
+            plans = [self._plan_doc(write, entry, stage, fresh) for write, entry, stage in staged]
+            self._emit(tx, plans, seq)
+        return _committed(staged, plans, revisions, seq_of(), at, fresh)
+
+    def _optimistic(
+        self,
+        locked: Sequence[DocKey],
+        shared: Sequence[DocKey],
+        compute: Callable[[dict[DocKey, Document]], tuple[Sequence[Write], R]],
+        origin: dict[str, Any] | None,
+        claims: Sequence[tuple[str, str]],
+        fresh: Fresh,
+    ) -> tuple[Commit, R] | None:
+        """Compute against the documents as last seen here, then commit checking that none of
+        them moved; None when that cannot be done or did not hold (nothing was written)."""
+        entries = {}
+        for key in (*shared, *locked):
+            known = self._known(key)
+            if known is None or (known[0] is NO_ROW and key not in shared):
+                return None  # not cached, or a document whose row the locked path must create
+            entries[key] = known
+        docs = {
+            key: Document(key, row.revision, body, row.updated_seq) for key, (row, body, _) in entries.items()
+        }
+        try:
+            writes, result = compute(docs)
+            validate_writes(writes, origin)
+        except Exception:  # maybe computed on documents that moved: the locked path decides
+            return None
+        # the written documents' members are staged on: each gets its own copy
+        loaded = {key: Loaded(entries[key][0], dict(entries[key][2]), complete=True) for key in locked}
+        plan = []
+        for write in sorted(writes, key=lambda w: w.key):
+            entry = loaded.get(write.key)
+            if entry is None or (write.expect is not None and write.expect != entry.row.revision):
+                return None  # a shared or unlocked document, or a compare-and-set that fails
+            if write.edits:
+                plan.append((write, entry))
+        if not plan:
+            return None  # nothing to write: the locked path records any op id as before
+        try:
+            staged = [(w, e, self._stage(OFFLINE, w, e)) for w, e in plan]
+        except StateflowError:
+            return None
+        plans = [self._plan_doc(w, e, stage, fresh) for w, e, stage in staged]
+        committed = self._commit_planned(
+            [(key, entries[key][0]) for key in locked],
+            [(key, entries[key][0]) for key in shared],
+            list(dict.fromkeys(claims)),
+            origin or {},
+            plans,
+        )
+        if committed is None:
+            return None
+        seq, at = committed
+        fresh.bodies = {d: (r, body, at, size) for d, (r, body, _, size) in fresh.bodies.items()}
+        revisions = {w.key: loaded[w.key].row.revision for w in writes}
+        return _committed(staged, plans, revisions, seq, at, fresh), result
+
+    def _known(
+        self, key: DocKey
+    ) -> tuple[DocRow, dict[str, Any] | None, Mapping[str, tuple[Any, int, int]]] | None:
+        """A document as last seen here — its row, body and members (name → value, position,
+        size; shared, read-only) — if all of it is cached."""
+        row = self._rows_known.get(key)
+        if row is None:
+            return None
+        if not row.present:
+            return row, None, {}
+        assembled = self._assembled.get(row.doc_id, row.revision)
+        if assembled is not None:
+            return row, assembled[0], assembled[1]
+        heads = self._heads.get(row.doc_id, row.revision)
+        if heads is None:
+            return None
+        members: dict[str, tuple[Any, int, int]] = {}
+        for _, name, position, revision, size, _ in heads:
+            hit, value = self._cache.lookup((row.doc_id, name), revision)
+            if not hit:
+                return None
+            members[name] = (value, position, size)
+        body = {name: value for name, (value, _, _) in members.items()}
+        # bodies and members are shared read-only, like every cached value
+        self._assembled.put(row.doc_id, row.revision, (body, members), row.body_size)
+        return row, body, members
+
+    def _commit_planned(
+        self,
+        locked: Sequence[tuple[DocKey, DocRow]],
+        shared: Sequence[tuple[DocKey, DocRow]],
+        claims: Sequence[tuple[str, str]],
+        origin: dict[str, Any],
+        plans: Sequence[WritePlan],
+    ) -> tuple[int, str] | None:
+        """Commit planned rows if every document is still at the row given (``NO_ROW``: none)
+        and no claim is taken; the new seq and the transition's time, or None (nothing written).
+
+        Here: one write transaction that checks, then writes (SQLite's writer lock excludes
+        every other writer meanwhile, so the check holds to the commit). The time is taken under
+        that lock, so on one file times follow seq order as on the locked path."""
+        with self._write_tx() as tx:
+            at = utc_now()
+            # the checks ride with the transition's insert: no row comes back when one fails
+            check, params = unmoved([*shared, *locked], claims)
+            inserted = tx.all(
+                f"INSERT INTO transitions (at, origin) SELECT ?, ? WHERE {check} RETURNING seq",
+                (at, encode_trusted(origin), *params),
+            )
+            if not inserted:
+                return None
+            seq = int(inserted[0][0])
+            with tx.batch(commit=True):
+                if claims:
+                    tx.run(
+                        "INSERT INTO applied_ops (scope, op_id, applied_at, seq) VALUES "
+                        + ", ".join(["(?, ?, ?, ?)"] * len(claims)),
+                        [v for scope, op_id in claims for v in (scope, op_id, at, seq)],
+                    )
+                self._emit(tx, plans, SeqRef("?", (seq,)))
+            return seq, at
+
+    def _transition(self, tx: Tx, at: str, origin: dict[str, Any]) -> tuple[Callable[[], int], SeqRef]:
+        """Insert the transition row; return how to get its seq and how statements name it."""
+        seq_of = self._insert_transition(tx, at, origin)
+        if self.current_seq_sql is None:
+            return seq_of, SeqRef("?", (seq_of(),))
+        return seq_of, SeqRef(self.current_seq_sql, ())
+
+    def _insert_transition(self, tx: Tx, at: str, origin: dict[str, Any]) -> Callable[[], int]:
+        """Insert the transition row; return how to get its seq (maybe only after the batch)."""
+        row = tx.one(
+            "INSERT INTO transitions (at, origin) VALUES (?, ?) RETURNING seq",
+            (at, encode_trusted(origin)),
+        )
+        assert row is not None
+        seq = int(row[0])
+        return lambda: seq
+
+    def _stage(self, tx: Tx, write: Write, entry: Loaded) -> Stage:
+        """Apply the write's edits to the loaded members; nothing is written yet."""
+        row = entry.row
+        stage = Stage(present=row.present)
+        key = write.key
+        if any(not e.path for e in write.edits):
+            self._load_members(tx, key, entry, None)
+            stage.values = {n: v for n, (v, _, _) in entry.members.items()}
+            stage.touched = dict.fromkeys(stage.values)
+        for edit in write.edits:
+            if not edit.path:
+                if edit.is_delete:
+                    stage.values = dict.fromkeys(stage.values, MISSING)
+                    stage.present = False
+                else:
+                    stage.values = {n: MISSING for n in stage.values} | dict(edit.value)
+                    stage.present = True
+                stage.touched.update(dict.fromkeys(stage.values))
+                continue
+            name = edit.path[0]
+            assert isinstance(name, str)
+            if name not in stage.values:
+                if row.present and name not in entry.members and not entry.complete:
+                    self._load_members(tx, key, entry, [name])
+                have = entry.members.get(name) if row.present else None
+                stage.values[name] = have[0] if have else MISSING
+            if not stage.present:
+                if edit.is_delete:
+                    continue  # deleting inside an absent document: nothing to do
+                stage.present = True
+            try:
+                stage.values[name] = apply_edits(stage.values[name], [Edit(edit.path[1:], edit.value)])
+            except Conflict as exc:
+                raise Conflict(f"{key}: {exc}") from exc
+            stage.touched[name] = None
+        return stage
+
+    def _plan_doc(self, write: Write, entry: Loaded, stage: Stage, fresh: Fresh) -> WritePlan:
+        """The rows one document's write changes, decided before any statement is sent (the
+        statements themselves are :meth:`_emit`'s)."""
+        row = entry.row
+        revision = row.revision + 1
+        size = row.body_size
+        position = row.next_position
+        plan = WritePlan(row.doc_id, revision, present=stage.present, was_present=row.present)
+        # the member heads after this write follow from those before it, when they are known
+        before = self._heads.get(row.doc_id, row.revision) if row.present else []
+        heads = None if before is None else {h[1]: h for h in before}
+        for name in stage.touched:
+            value = stage.values[name]
+            old = entry.members.get(name) if row.present else None
+            if value is MISSING or not stage.present:
+                if old is not None:
+                    plan.deletes.append((row.doc_id, name))
+                    size -= old[2]
+                if heads is not None:
+                    heads.pop(name, None)
+                continue
+            body = encode_trusted(value)
+            outline = encode_trusted(outline_of(value)) if type(value) is dict else None
+            fresh.members.append((row.doc_id, name, revision, value, len(body)))
+            if old is not None:
+                plan.updates.append((body, revision, len(body), outline, row.doc_id, name))
+                size += len(body) - old[2]
+                at = old[1]
+            else:
+                plan.inserts.append((row.doc_id, name, position, revision, len(body), outline, body))
+                at = position
+                position += 1
+                size += len(body)
+            if heads is not None:
+                heads[name] = (row.doc_id, name, at, revision, len(body), outline)
+        if not stage.present:
+            size = 0
+            heads = {}
+        if heads is not None:
+            after = sorted(heads.values(), key=lambda h: h[2])
+            fresh.heads[row.doc_id] = (revision, after)
+            if self.keeps_bodies and (entry.complete or not row.present):
+                whole = {
+                    h[1]: stage.values[h[1]] if h[1] in stage.touched else entry.members[h[1]][0]
+                    for h in after
+                }
+                fresh.bodies[row.doc_id] = (revision, whole if stage.present else None, fresh.at, size)
+        paths = (
+            [list(p) for p in write.paths] if write.paths is not None else [list(e.path) for e in write.edits]
+        )
+        plan.paths = encode_trusted(paths)
+        groups: dict[str, list[Any]] = {}
+        for edit in effective_edits(write.edits):
+            groups.setdefault(str(edit.path[0]) if edit.path else "", []).append(edit.to_json())
+        plan.edits = [
+            (row.doc_id, revision, member, encode_trusted(group)) for member, group in sorted(groups.items())
+        ]
+        edit_bytes = sum(len(e[3]) for e in plan.edits)
+        if edit_bytes <= INLINE_EDITS_MAX:
+            plan.inline = (
+                b"[" + b",".join(b"[" + orjson.dumps(e[2]) + b"," + e[3] + b"]" for e in plan.edits) + b"]"
+            )
+            plan.edits = []
+        since = row.bytes_since_snapshot + edit_bytes
+        snapshot_revision = row.snapshot_revision
+        if revision - snapshot_revision >= SNAPSHOT_MAX_CHAIN or since >= max(size, SNAPSHOT_MIN_BYTES):
+            plan.snapshot = True
+            snapshot_revision, since = revision, 0
+        plan.document = DocumentRow(
+            doc_id=row.doc_id,
+            revision=revision,
+            present=stage.present,
+            snapshot_revision=snapshot_revision,
+            bytes_since_snapshot=since,
+            body_size=size,
+            next_position=position,
+        )
+        return plan
+
+    def _emit(self, tx: Tx, plans: Sequence[WritePlan], seq: SeqRef) -> None:
+        """Send the statements of planned document writes (inside the commit's batch)."""
+        for plan in plans:
+            if plan.deletes and plan.present:  # an absent document loses every member below
+                tx.many("DELETE FROM members WHERE doc_id = ? AND name = ?", plan.deletes)
+            if plan.updates:
+                tx.many(
+                    "UPDATE members SET body = ?, revision = ?, size = ?, outline = ? "
+                    "WHERE doc_id = ? AND name = ?",
+                    plan.updates,
+                )
+            if plan.inserts:
+                tx.many(
+                    "INSERT INTO members (doc_id, name, position, revision, size, outline, body) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    plan.inserts,
+                )
+            if not plan.present:
+                tx.run("DELETE FROM members WHERE doc_id = ?", (plan.doc_id,))
+            tx.run(
+                f"INSERT INTO changes (doc_id, revision, seq, paths, edits) VALUES (?, ?, {seq.sql}, ?, ?)",
+                (plan.doc_id, plan.revision, *seq.params, plan.paths, plan.inline),
+            )
+            if plan.edits:
+                tx.many(
+                    "INSERT INTO change_edits (doc_id, revision, member, edits) VALUES (?, ?, ?, ?)",
+                    plan.edits,
+                )
+            if plan.snapshot:
+                tx.run(
+                    "INSERT INTO snapshots (doc_id, revision, body) VALUES (?, ?, ?)",
+                    (
+                        plan.doc_id,
+                        plan.revision,
+                        self._raw_body(tx, plan.doc_id) if plan.present else b"null",
+                    ),
+                )
+            doc = plan.row
+            # `present` is indexed: setting it, even to the same value, rewrites an index page
+            setting = "present = ?, " if plan.present != plan.was_present else ""
+            tx.run(
+                f"UPDATE documents SET {setting}revision = ?, updated_seq = {seq.sql}, "
+                "snapshot_revision = ?, bytes_since_snapshot = ?, body_size = ?, next_position = ? "
+                "WHERE doc_id = ?",
+                (
+                    *((int(doc.present),) if setting else ()),
+                    doc.revision,
+                    *seq.params,
+                    doc.snapshot_revision,
+                    doc.bytes_since_snapshot,
+                    doc.body_size,
+                    doc.next_position,
+                    doc.doc_id,
+                ),
+            )
+
+    def _raw_body(self, tx: Tx, doc_id: int) -> bytes:
+        """The current body as JSON bytes, assembled from member rows without decoding them."""
+        rows = tx.all("SELECT name, body FROM members WHERE doc_id = ? ORDER BY position", (doc_id,))
+        return b"{" + b",".join(orjson.dumps(n) + b":" + bytes(b) for n, b in rows) + b"}"
+
+
+def _committed(
+    staged: Sequence[tuple[Write, Loaded, Stage]],
+    plans: Sequence[WritePlan],
+    revisions: dict[DocKey, int],
+    seq: int,
+    at: str,
+    fresh: Fresh,
+) -> Commit:
+    """The outcome of committed plans; their documents' new rows go to ``fresh`` for the caches."""
+    fresh.seq, fresh.at = seq, at
+    for (write, _, _), planned in zip(staged, plans, strict=True):
+        revisions[write.key] = planned.revision
+        fresh.rows[write.key] = row_after(planned, seq, at)
+    return Commit(applied=True, seq=seq, at=at, revisions=revisions)

@@ -1,0 +1,112 @@
+"""A store written by the schema-3 release opens, upgrades in place and reads back exactly.
+
+``fixtures/schema3.sqlite`` was written by the schema-3 code (``fixtures/make_schema3_store.py``)
+and ``fixtures/schema3.json`` holds what reading it gave then: every document at every
+revision and every transition with its changes. On PostgreSQL the same rows are loaded into a
+schema built by the version 1–3 migration scripts, as a schema-3 server holds them.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import orjson
+import psycopg
+import pytest
+
+from stateflow.errors import StoreNotMigrated
+from stateflow.store import DocKey, SqlStore, Write, open_store
+from stateflow.store.migrations import POSTGRES, SCHEMA_VERSION, statements
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+TABLES = ("documents", "members", "transitions", "changes", "change_edits", "snapshots", "applied_ops")
+
+
+def _expected() -> dict[str, Any]:
+    data: dict[str, Any] = orjson.loads((FIXTURES / "schema3.json").read_bytes())
+    return data
+
+
+def _schema3_store(backend: str, tmp_path: Path) -> None:
+    """Put the schema-3 fixture's rows at ``backend`` (a file path or a PostgreSQL URL)."""
+    if not backend.startswith("postgresql://"):
+        shutil.copy(FIXTURES / "schema3.sqlite", backend)
+        return
+    with (
+        psycopg.connect(backend, autocommit=True) as pg,
+        sqlite3.connect(FIXTURES / "schema3.sqlite") as lite,
+    ):
+        for version in (1, 2, 3):
+            for statement in statements(POSTGRES[version]):
+                pg.execute(statement)
+        pg.execute("INSERT INTO stateflow_meta (key, value) VALUES ('schema_version', '3')")
+        for table in TABLES:
+            cursor = lite.execute(f"SELECT * FROM {table}")
+            columns = [d[0] for d in cursor.description]
+            rows = cursor.fetchall()
+            if rows:
+                with pg.cursor() as cur:
+                    cur.executemany(
+                        f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join(['%s'] * len(columns))})",
+                        rows,
+                    )
+        for table, column in (("documents", "doc_id"), ("transitions", "seq")):
+            pg.execute(
+                f"SELECT setval(pg_get_serial_sequence('{table}', '{column}'), (SELECT MAX({column}) FROM {table}))"
+            )
+
+
+def _reads_back(store: SqlStore, expected: dict[str, Any]) -> None:
+    for name, doc in expected["documents"].items():
+        key = DocKey(doc["state"], doc["subject"])
+        assert store.get(key).revision == doc["revision"], name
+        assert store.get(key).body == doc["revisions"][-1], name
+        for revision, body in enumerate(doc["revisions"]):
+            assert store.read_at(key, revision=revision).body == body, (name, revision)
+    transitions = store.transitions(limit=10_000)
+    assert [t.seq for t in transitions] == [t["seq"] for t in expected["transitions"]]
+    for got, want in zip(transitions, expected["transitions"], strict=True):
+        assert (got.at, got.origin) == (want["at"], want["origin"])
+        assert [
+            {
+                "key": str(c.key),
+                "revision": c.revision,
+                "edits": [e.to_json() for e in c.edits],
+                "paths": c.paths,
+            }
+            for c in got.changes
+        ] == want["changes"]
+
+
+def test_a_schema_3_store_upgrades_in_place_and_reads_back_exactly(backend: str, tmp_path: Path) -> None:
+    _schema3_store(backend, tmp_path)
+    expected = _expected()
+    store = open_store(backend, auto_migrate=False)
+    try:
+        if SCHEMA_VERSION > 3:
+            with pytest.raises(StoreNotMigrated, match="schema version 3"):
+                store.get(DocKey("notes", "a"))
+        assert store.migrate() == (3, SCHEMA_VERSION)
+        _reads_back(store, expected)
+        # writes continue where the old store stopped: revisions, seq and the op-id ledger
+        notes = DocKey("notes", "a")
+        before = store.get(notes)
+        assert before.body is not None
+        commit = store.commit([Write.between(notes, before.body, dict(before.body, title="after"))])
+        assert commit.seq == expected["transitions"][-1]["seq"] + 1
+        assert commit.revisions[notes] == before.revision + 1
+        assert store.applied_op("essay", "notes") is not False
+        assert store.read_at(notes, revision=before.revision).body == before.body
+    finally:
+        store.close()
+    reopened = open_store(backend, auto_migrate=False)  # a fresh process: nothing cached
+    try:
+        for name, doc in expected["documents"].items():
+            key = DocKey(doc["state"], doc["subject"])
+            for revision, body in enumerate(doc["revisions"]):
+                assert reopened.read_at(key, revision=revision).body == body, (name, revision)
+    finally:
+        reopened.close()
