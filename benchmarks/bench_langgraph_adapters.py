@@ -3,7 +3,8 @@
 Store: ``put`` and ``get`` of small documents over 200 keys in 4 namespaces, ``search`` of one
 namespace with a filter. Saver: ``put`` of a checkpoint chain (4 threads; each checkpoint
 updates one of three channels, the others referenced from earlier checkpoints, as a graph
-does), ``put_writes`` of two writes, ``get_tuple`` of a thread's latest checkpoint. The
+does), ``put_writes`` of two writes (each call a new task, spread over the checkpoints the
+puts made, a few per checkpoint as a graph's steps make them), ``get_tuple`` of a thread's latest checkpoint. The
 baselines are LangGraph's ``SqliteStore``/``SqliteSaver`` and ``PostgresStore``/
 ``PostgresSaver`` at the same durability: SQLite at ``synchronous=FULL`` on both sides (every
 acknowledged write fsynced; LangGraph's store as shipped — a rollback journal — and on WAL like
@@ -13,6 +14,7 @@ prints the median throughput of each side, the ratio stateflow / LangGraph of th
 the range of the rounds' ratios.
 
     python -m benchmarks.bench_langgraph_adapters [--ops 1500] [--repeat 5] [--only sqlite|postgres]
+        [--part store|saver]
         [--postgres URL]
 """
 
@@ -64,6 +66,7 @@ def store_cases(store: BaseStore, tag: str) -> dict[str, Case]:
 
 def saver_cases(saver: BaseCheckpointSaver[Any], tag: str) -> dict[str, Case]:
     heads: dict[int, RunnableConfig] = {}
+    written: list[RunnableConfig] = []
     versions: dict[int, dict[str, int]] = {}
 
     def put(i: int) -> None:
@@ -91,12 +94,15 @@ def saver_cases(saver: BaseCheckpointSaver[Any], tag: str) -> dict[str, Case]:
         heads[thread] = saver.put(
             config, checkpoint, {"source": "loop", "step": i, "parents": {}}, {channel: current[channel]}
         )
+        written.append(heads[thread])
 
     tasks = itertools.count()
 
     def put_writes(i: int) -> None:
-        head = heads[i % THREADS]  # a new task each call: a repeated one would write nothing
-        saver.put_writes(head, [("messages", f"reply {i}"), ("step", i)], f"task-{next(tasks)}")
+        # a few tasks' writes on each checkpoint, as a graph's steps make them; a new task each
+        # call (a repeated task id writes nothing on either side)
+        checkpoint = written[i % len(written)]
+        saver.put_writes(checkpoint, [("messages", f"reply {i}"), ("step", i)], f"task-{next(tasks)}")
 
     def get_tuple(i: int) -> None:
         assert saver.get_tuple({"configurable": {"thread_id": f"{tag}-{i % THREADS}", "checkpoint_ns": ""}})
@@ -194,6 +200,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5, help="rounds per case (medians are reported)")
     parser.add_argument("--postgres", default=os.environ.get("STATEFLOW_TEST_POSTGRES"))
     parser.add_argument("--only", choices=["sqlite", "postgres"], help="measure one backend only")
+    parser.add_argument("--part", choices=["store", "saver"], help="measure the store or the saver only")
     args = parser.parse_args()
     runs: list[tuple[str, Any]] = []
     if args.only != "postgres":
@@ -204,8 +211,13 @@ def main() -> None:
     for label, pair in runs:
         with pair() as (states, lg_store, lg_saver):
             ours_store, ours_saver = StateflowStore(states), StateflowSaver(states)
-            compare(label, store_cases(ours_store, "x"), store_cases(lg_store, "x"), args.ops, args.repeat)
-            if "WAL" not in label:  # LangGraph's saver is on WAL either way: measure it once
+            if args.part != "saver":
+                compare(
+                    label, store_cases(ours_store, "x"), store_cases(lg_store, "x"), args.ops, args.repeat
+                )
+            if (
+                "WAL" not in label and args.part != "store"
+            ):  # LangGraph's saver is on WAL either way: measure it once
                 compare(
                     label, saver_cases(ours_saver, "x"), saver_cases(lg_saver, "x"), args.ops, args.repeat
                 )

@@ -128,6 +128,8 @@ def seed(store: SqlStore) -> StatesService:
     states.merge(
         "tickets", main, {"priority": 1, "status": "pending"}, origin={"run_id": "run-7"}, context=tool
     )
+    for i in range(30):  # a timeline longer than one page
+        states.merge("tickets", ticket("T-1012"), {"priority": 2 + i % 3}, context=tool)
     for name in ("acme-1", "acme-2"):
         states.replace(
             "profiles",

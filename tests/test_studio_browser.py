@@ -95,6 +95,8 @@ def sign_in(page: Page, base: str, token: str) -> None:
 def test_operator_walks_through_the_studio(server: str, browser: Browser) -> None:
     context = browser.new_context(viewport={"width": 1360, "height": 900})
     page = context.new_page()
+    console_errors: list[str] = []
+    page.on("console", lambda m: console_errors.append(m.text) if m.type == "error" else None)
     page.goto(server + "/studio/login")
     shot(page, "login")
     page.fill("#token", "not-a-token-this-server-knows")
@@ -194,6 +196,8 @@ def test_operator_walks_through_the_studio(server: str, browser: Browser) -> Non
     expect(page).to_have_url(re.compile(r"/studio/login"))
     page.goto(server + "/studio/states/tickets")
     expect(page).to_have_url(re.compile(r"/studio/login"))
+    # the pages' content security policy blocked nothing they need (htmx runs without eval)
+    assert not [e for e in console_errors if "Content Security Policy" in e], console_errors
     context.close()
 
 
@@ -209,6 +213,14 @@ def test_read_only_and_tenant_limited_tokens(server: str, browser: Browser) -> N
     expect(page.locator("#save")).to_have_count(0)
     expect(page.locator("form.program-run", has_text="checklist.add")).to_have_count(0)
     expect(page.locator("form.program-run", has_text="checklist.open")).to_have_count(1)
+    # the timeline's next page loads in place
+    page.goto(record.replace("T-1001", "T-1012"))
+    rows = page.locator("#history-rows tr.hrow")
+    expect(rows).to_have_count(25)
+    page.click("#history-more a")
+    expect(rows).to_have_count(31)
+    expect(page.locator("#history-more")).to_have_count(0)
+    expect(rows.last).to_contain_text("replace")
     page.click("#sign-out")
     context.close()
 

@@ -270,3 +270,20 @@ def test_stateflow_serve_serves_the_studio_and_docs(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_document_text_is_escaped_everywhere_it_is_shown(seeded: tuple[TestClient, StatesService]) -> None:
+    client, service = seeded
+    subject = {"target_kind": "agent", "target_name": "triage", "kind": "customer", "key": "<i>x</i>"}
+    service.replace("profiles", subject, {"tone": "<script>alert(1)</script>", "<b>k</b>": [1, "<u>"]})
+    sign_in(client, ADMIN)
+    page = client.get(
+        "/studio/states/profiles/record",
+        params={"tk": "agent", "tn": "triage", "kind": "customer", "key": "<i>x</i>"},
+    )
+    assert page.status_code == 200
+    for raw in ("<script>alert(1)", "<b>k</b>", "<u>", "<i>x</i>"):
+        assert raw not in page.text
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page.text and "&lt;b&gt;k&lt;/b&gt;" in page.text
+    listing = client.get("/studio/states/profiles").text
+    assert "<i>x</i>" not in listing and "&lt;i&gt;x&lt;/i&gt;" in listing

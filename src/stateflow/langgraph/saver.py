@@ -58,8 +58,8 @@ DECLARATION: Final[dict[str, Any]] = {
             "metadata": {"type": "object"},
             "channel_values": {"type": "object"},
             "sources": {"type": "object", "additionalProperties": {"type": "string"}},
-            "writes": {"type": "array", "items": {"type": "object"}},
         },
+        "patternProperties": {"^w:": {"type": "object", "required": ["task_id", "idx", "channel", "value"]}},
     },
     "subject_kinds": [CHECKPOINT, WRITES],
     "default_subject_kind": CHECKPOINT,
@@ -184,7 +184,7 @@ class StateflowSaver(BaseCheckpointSaver[str]):
                 values[channel] = decode(stored)
         checkpoint = {**checkpoint, "channel_values": values}
         pending = sorted(
-            (writes or {}).get("writes", []),
+            (w for name, w in (writes or {}).items() if name.startswith("w:")),
             key=lambda w: writes_sort_key(w["task_path"], w["task_id"], w["idx"]),
         )
         parent = body.get("parent_checkpoint_id")
@@ -338,25 +338,24 @@ class StateflowSaver(BaseCheckpointSaver[str]):
             return
         thread_id, ns = self._where(config)
         checkpoint_id = str(config["configurable"]["checkpoint_id"])
+        # one top-level member per write: a write adds its own member row, never rewrites the others
         entries = []
         for n, (channel, value) in enumerate(writes):
             idx = WRITES_IDX_MAP.get(channel, n)
-            entries.append(
-                {
-                    "id": f"{task_id}:{idx}",
-                    "task_id": task_id,
-                    "idx": idx,
-                    "channel": channel,
-                    "value": self.codec.encode(value),
-                    "task_path": task_path,
-                }
-            )
+            entry = {
+                "task_id": task_id,
+                "idx": idx,
+                "channel": channel,
+                "value": self.codec.encode(value),
+                "task_path": task_path,
+            }
+            entries.append({"op": "set", "path": [f"w:{task_id}:{idx}"], "value": entry})
         run_id = config["configurable"].get("run_id") or (config.get("metadata") or {}).get("run_id")
         ops = [
             {"op": "set", "path": ["thread_id"], "value": thread_id},
             {"op": "set", "path": ["checkpoint_ns"], "value": ns},
             {"op": "set", "path": ["checkpoint_id"], "value": checkpoint_id},
-            {"op": "set_by_key", "path": ["writes"], "key_field": "id", "value": entries},
+            *entries,
         ]
         self.states.apply(
             self.records.state,

@@ -308,6 +308,14 @@ class MemoryView:
         self._check_offset(n, timeline)
         if n == len(timeline.seqs):
             return {}  # the origin changed nothing
+        limit = self.config.history_limit
+        if n >= limit:  # boundary `limit` is readable; the transition that led to it is not in the window
+            raise NotFound(
+                f"the patch at history offset {n} is outside the retained window: only the view's "
+                f"newest {limit} transition(s) (offsets 0 to {limit - 1}) can be read as patches"
+                if limit
+                else "the patch at history offset 0 is outside the retained window: history_limit is 0"
+            )
         if path.root == "effective":
             before = self._root("effective", self._states_at(n + 1, current, timeline, members), with_lazy)
             after_states = self._states_at(n, current, timeline, members)
@@ -613,8 +621,10 @@ class MemoryView:
         for change in self._window(members=self.planes.hot):  # newest first
             scope = scope_of[change.key]
             patch = self._project_patch(to_patch(change.edits), with_lazy=False)
+            if self.config.mode != "active" and type(patch) is dict and "response" in patch:
+                patch = {k: v for k, v in patch.items() if k != "response"}  # as the state omits it
             if patch in ({}, None):
-                continue  # a lazy-only (or runtime-only) change disappears from the baseline
+                continue  # a lazy-only (or runtime- or, passive, response-only) change disappears
             entry = by_seq.setdefault(change.seq, {"transition": change.seq, "at": change.at, "changes": []})
             entry["changes"].append({"scope": self._label(scope) or scope, "patch": self._out(patch)})
         out = []

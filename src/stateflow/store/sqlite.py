@@ -35,6 +35,7 @@ from stateflow.store.migrations import SQLITE
 from stateflow.store.model import DocKey, Document
 from stateflow.store.rows import DocRow
 from stateflow.store.tx import Tx
+from stateflow.store.writer_queue import WriterQueue
 
 R = TypeVar("R")
 SYNCHRONOUS_MODES: Final = ("full", "normal", "extra", "off")
@@ -103,8 +104,9 @@ class _GroupCommit:
     finds nobody queued behind it — or fills the group — commits for all and wakes them.
     """
 
-    def __init__(self, connect: Callable[[], sqlite3.Connection], max_group: int) -> None:
+    def __init__(self, connect: Callable[[], sqlite3.Connection], max_group: int, queue: WriterQueue) -> None:
         self.lock = threading.Lock()
+        self.queue = queue
         self._connect = connect
         self._conn: sqlite3.Connection | None = None
         self._max = max(1, max_group)
@@ -124,6 +126,8 @@ class _GroupCommit:
         try:
             conn = self._conn = self._connect()
             first = not conn.in_transaction  # the first writer of a group needs no savepoint
+            if first:
+                self.queue.acquire()  # other processes' writers: wait for our turn, not poll
             try:  # (not `_mapped_errors()`: a context manager costs more than this statement's Python)
                 conn.execute("BEGIN IMMEDIATE" if first else "SAVEPOINT member")
             except sqlite3.Error as exc:
@@ -179,6 +183,8 @@ class _GroupCommit:
                 with suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
             group.error = exc if isinstance(exc, StateflowError) else _mapped(exc)
+        finally:
+            self.queue.release()
         group.finish()
 
 
@@ -259,7 +265,7 @@ class SqliteStore(SqlStore):
         self._writer_conn: sqlite3.Connection | None = None
         self._watch = _CommitWatch(self.path)
         self._shared: _Snapshot | None = None
-        self._group = _GroupCommit(self._writer, max_group)
+        self._group = _GroupCommit(self._writer, max_group, WriterQueue(self.path))
         if auto_migrate:
             self.migrate()
 
@@ -424,6 +430,7 @@ class SqliteStore(SqlStore):
             self._watch.close()
             for conn in conns:
                 conn.close()
+            self._group.queue.close()
         self._local = threading.local()
 
 

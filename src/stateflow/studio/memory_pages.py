@@ -24,8 +24,8 @@ from stateflow.memory.scopes import MEMORY_STATE, SCOPES, Identity
 from stateflow.memory.view import MODES
 from stateflow.store import DocKey
 from stateflow.studio.session import Session
-from stateflow.studio.tree import MAX_CHILDREN, at
-from stateflow.studio.web import PREFIX, Studio, int_param, page
+from stateflow.studio.tree import MAX_CHILDREN, at, lazy_node
+from stateflow.studio.web import PREFIX, Studio, int_param, page, url
 from stateflow.subjects import Subject, encode_subject
 
 AGENTS_PAGE: Final = 50
@@ -225,29 +225,35 @@ def lazy_children(studio: Studio, request: Request, session: Session) -> Respons
     else:
         items = []
     shown = items[start : start + MAX_CHILDREN]
-    children = [
-        {
-            "key": k,
-            "kind": kind(v),
-            "value": v if kind(v) not in ("object", "array") else None,
-            "size": len(v) if isinstance(v, dict | list) else None,
-            "path": [*path, k],
-        }
+    q_scope, q_key = q.get("scope"), q.get("key")
+
+    def href(at_path: list[Any], **more: Any) -> str:
+        return url(
+            f"/memory/{agent}/lazy", scope=q_scope, key=q_key, plane=plane, path=_path_text(at_path), **more
+        )
+
+    nodes = [
+        lazy_node(
+            k,
+            kind(v),
+            href([*path, k]) if isinstance(v, dict | list) else "",
+            size=len(v) if isinstance(v, dict | list) else None,
+            value=MISSING if isinstance(v, dict | list) else v,
+        )
         for k, v in shown
     ]
     left = len(items) - start - len(shown)
     return studio.html(
         "_lazy_children.html",
         session=session,
-        agent=agent,
-        scope=q.get("scope"),
-        key=q.get("key"),
-        plane=plane,
-        path=path,
-        children=children,
-        next_start=start + len(shown) if left > 0 else None,
+        nodes=nodes,
+        more_href=href(path, start=start + len(shown)) if left > 0 else None,
         left=left,
     )
+
+
+def _path_text(path: list[Any]) -> str:
+    return orjson.dumps(path).decode()
 
 
 def context_page(studio: Studio, request: Request, session: Session) -> Response:

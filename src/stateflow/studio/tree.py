@@ -130,3 +130,25 @@ def diff_rows(old: JSON, edits: Sequence[Edit]) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def lazy_node(
+    key: str | int, node_kind: str, href: str, *, size: int | None = None, value: JSON = MISSING
+) -> Markup:
+    """One node of a lazy tree: a container loads its children from ``href`` when first opened
+    (htmx); a scalar shows its value when known, else its kind."""
+    label = _label(key)
+    if node_kind in ("object", "array"):
+        if size is None:
+            meta = "{…}" if node_kind == "object" else "[…]"
+        elif node_kind == "object":
+            meta = "{" + _count(size, "key") + "}"
+        else:
+            meta = "[" + _count(size, "item") + "]"
+        return Markup(
+            '<li class="lazy-node"><details hx-get="%s" hx-trigger="toggle once" hx-target="find ul" '
+            'hx-swap="innerHTML"><summary>%s<span class="j-meta">%s</span></summary>'
+            '<ul><li class="muted loading">loading…</li></ul></details></li>'
+        ) % (href, label, meta)
+    shown = scalar(value) if value is not MISSING else Markup('<span class="j-meta">%s</span>') % node_kind
+    return Markup('<li class="leaf">%s%s</li>') % (label, shown)

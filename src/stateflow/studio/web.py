@@ -19,7 +19,7 @@ from stateflow.states import DoorContext, StatesService
 from stateflow.states.models import StateSubject
 from stateflow.states.service import subject_of
 from stateflow.studio.session import COOKIE, Session, Sessions
-from stateflow.studio.tree import path_text, scalar, tree
+from stateflow.studio.tree import lazy_node, path_text, scalar, tree
 
 PREFIX: Final = "/studio"
 TEMPLATES: Final = Path(__file__).with_name("templates")
@@ -76,11 +76,13 @@ class Studio:
             autoescape=select_autoescape(["html"]),
             trim_blocks=True,
             lstrip_blocks=True,
+            auto_reload=False,  # packaged templates: no stat per render
         )
         self.env.globals.update(
             url=url,
             tree=tree,
             scalar=scalar,
+            lazy_node=lazy_node,
             path_text=path_text,
             subject_params=subject_params,
             version=__version__,
@@ -134,7 +136,15 @@ class Studio:
         return self.html(template, session=session, status=exc.http_status, error=exc.message, code=exc.code)
 
 
-_NO_STORE: Final = {"Cache-Control": "no-store", "X-Frame-Options": "DENY", "Referrer-Policy": "same-origin"}
+_NO_STORE: Final = {
+    "Cache-Control": "no-store",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "same-origin",
+    "X-Content-Type-Options": "nosniff",
+    # only this server's own script and styles: an injected tag could run nothing
+    "Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "frame-ancestors 'none'; form-action 'self'; base-uri 'none'",
+}
 
 Page = Callable[[Studio, Request, Session], Response]
 FormPage = Callable[[Studio, Request, Session, dict[str, str]], Response]

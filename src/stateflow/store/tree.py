@@ -1,0 +1,305 @@
+"""Content-addressed trees for large JSON values (pure: no I/O).
+
+A value whose encoding exceeds ``INLINE_MAX`` is stored as a tree of nodes. Each node is a
+small JSON document named by the hash of its bytes (``node_id``), so equal subtrees are one
+node wherever they occur — across revisions, members and documents — and a new version of a
+value writes only the nodes that differ: the changed leaves and their ancestors.
+
+Node shapes (all compact JSON, each well under a SQLite page or a PostgreSQL TOAST chunk):
+
+- array leaf ``{"a": [elements], "r": [positions holding refs]}``
+- object leaf ``{"k": [keys], "v": [values], "r": [positions holding refs]}``
+- interior ``{"t": "a" | "o", "c": [[count, ref], …]}`` (``count``: elements or keys below)
+
+A *ref* is the hex id of a child node. Leaves hold children inline when they are small; a
+larger child container is a subtree of its own, and its ref takes its place (listed in ``r``,
+so a string that merely looks like a ref is never mistaken for one).
+
+Boundaries are content-defined: an entry closes its leaf when the hash of its own bytes falls
+under a threshold proportional to its size (expected leaf ≈ ``LEAF_TARGET`` bytes), or when the
+leaf reaches ``LEAF_MAX``. An entry's decision does not depend on its neighbours, so an edit
+moves at most the boundaries of the entries it changes: the leaves around it are rewritten, the
+rest are shared. The same rule, over child refs, cuts interior levels. The shape is a function
+of the value alone (equal values give equal root ids, however they were built).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import zlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import orjson
+
+from stateflow.doc.canonical import JSON
+from stateflow.errors import CorruptData
+
+INLINE_MAX: Final = 2048
+"""A value encoding to at most this many bytes is kept inline (in its parent, or in the member
+row itself); larger containers become trees."""
+LEAF_TARGET: Final = 2048
+"""Expected bytes per node."""
+LEAF_MAX: Final = 3072
+"""A node closes here whatever the hashes say (keeps every node inside one SQLite page)."""
+_SPAN: Final = 1 << 32
+
+
+def node_id(body: bytes) -> bytes:
+    """A node's name: 16 bytes of BLAKE2b over its bytes."""
+    return hashlib.blake2b(body, digest_size=16).digest()
+
+
+@dataclass(slots=True)
+class Built:
+    """A value as stored: ``inline`` bytes, or the ``root`` id of its tree; ``nodes`` are the
+    node bodies this build produced (id → bytes; some may exist already)."""
+
+    inline: bytes | None = None
+    root: bytes | None = None
+    size: int = 0
+    """bytes of the value's own encoding (what reading it whole decodes)"""
+    nodes: dict[bytes, bytes] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class _Entry:
+    """One child of a container as a leaf holds it: its JSON (inline) or its ref."""
+
+    json: bytes
+    is_ref: bool
+    size: int
+    """encoded size of the child's value (for ``Built.size``)"""
+
+
+class Builder:
+    """Encodes values into nodes, remembering what it encoded by object identity.
+
+    Values are immutable once built (every ``doc/`` function is copy-on-write), so a container
+    object seen before encodes to the same entry: a new version of a large value re-encodes
+    only the containers on the paths that changed, and re-hashes only their leaves.
+    """
+
+    def __init__(self, max_memo: int = 1_000_000) -> None:
+        self._memo: dict[int, tuple[Any, _Entry]] = {}
+        self._max_memo = max_memo
+
+    def build(self, value: JSON) -> Built:
+        out = Built()
+        entry = self._entry(value, out.nodes)
+        out.size = entry.size
+        if entry.is_ref:
+            out.root = bytes.fromhex(entry.json[1:-1].decode())
+        else:
+            out.inline = entry.json
+        return out
+
+    def _entry(self, value: JSON, nodes: dict[bytes, bytes]) -> _Entry:
+        kind = type(value)
+        if kind is not dict and kind is not list:
+            data = orjson.dumps(value)
+            return _Entry(data, False, len(data))
+        known = self._memo.get(id(value))
+        if known is not None and known[0] is value:
+            return known[1]
+        if kind is dict:
+            assert isinstance(value, dict)
+            children = [self._entry(v, nodes) for v in value.values()]
+            entry = self._container("o", list(value), children, nodes)
+        else:
+            assert isinstance(value, list)
+            children = [self._entry(v, nodes) for v in value]
+            entry = self._container("a", None, children, nodes)
+        if len(self._memo) >= self._max_memo:
+            self._memo.clear()  # bounded; a miss only costs re-encoding
+        self._memo[id(value)] = (value, entry)
+        return entry
+
+    def _container(
+        self, kind: str, keys: list[str] | None, children: list[_Entry], nodes: dict[bytes, bytes]
+    ) -> _Entry:
+        size = 2 + max(0, len(children) - 1) + sum(c.size for c in children)
+        if keys is not None:
+            size += sum(len(orjson.dumps(k)) + 1 for k in keys)
+        if size <= INLINE_MAX and not any(c.is_ref for c in children):
+            if keys is None:
+                data = b"[" + b",".join(c.json for c in children) + b"]"
+            else:
+                data = (
+                    b"{"
+                    + b",".join(orjson.dumps(k) + b":" + c.json for k, c in zip(keys, children, strict=True))
+                    + b"}"
+                )
+            return _Entry(data, False, size)
+        # leaves, then interior levels, until one node remains
+        level: list[tuple[int, bytes]] = []  # (count, id) per node of the current level
+        start = 0
+        for end in _cuts([len(c.json) for c in children], [c.json for c in children]):
+            part = children[start:end]
+            refs = [i for i, c in enumerate(part) if c.is_ref]
+            if keys is None:
+                body = b'{"a":[' + b",".join(c.json for c in part) + b'],"r":' + orjson.dumps(refs) + b"}"
+            else:
+                body = (
+                    b'{"k":'
+                    + orjson.dumps(keys[start:end])
+                    + b',"v":['
+                    + b",".join(c.json for c in part)
+                    + b'],"r":'
+                    + orjson.dumps(refs)
+                    + b"}"
+                )
+            ident = node_id(body)
+            nodes[ident] = body
+            level.append((end - start, ident))
+            start = end
+        while len(level) > 1:
+            entries = [b"[" + str(n).encode() + b',"' + i.hex().encode() + b'"]' for n, i in level]
+            upper: list[tuple[int, bytes]] = []
+            start = 0
+            for end in _cuts([len(e) for e in entries], [i for _, i in level]):
+                body = b'{"t":"' + kind.encode() + b'","c":[' + b",".join(entries[start:end]) + b"]}"
+                ident = node_id(body)
+                nodes[ident] = body
+                upper.append((sum(n for n, _ in level[start:end]), ident))
+                start = end
+            level = upper
+        return _Entry(b'"' + level[0][1].hex().encode() + b'"', True, size)
+
+
+def _cuts(sizes: Sequence[int], keys: Sequence[bytes]) -> Iterable[int]:
+    """End positions of the nodes over entries of these sizes (the last is ``len(sizes)``).
+
+    An entry ends its node when the hash of its bytes falls below a threshold proportional to
+    its size, so nodes hold ``LEAF_TARGET`` bytes on average; a node never exceeds ``LEAF_MAX``
+    unless one entry alone does."""
+    filled = 0
+    for i, size in enumerate(sizes):
+        if filled and filled + size > LEAF_MAX:
+            yield i
+            filled = 0
+        filled += size + 1
+        mark = zlib.crc32(keys[i])  # boundaries need spread, not secrecy: CRC-32 is cheap
+        if mark < _SPAN * min(1.0, size / LEAF_TARGET) and i + 1 < len(sizes):
+            yield i + 1
+            filled = 0
+    if sizes:
+        yield len(sizes)
+
+
+Fetch = Callable[[Sequence[bytes]], Mapping[bytes, bytes]]
+"""Reads node bodies by id (the store's query); a missing id is simply absent from the answer."""
+
+
+def load(root: bytes, fetch: Fetch) -> JSON:
+    """The whole value under ``root``."""
+    return _materialize(root, fetch)
+
+
+def _node(ident: bytes, fetch: Fetch) -> dict[str, Any]:
+    body = fetch([ident]).get(ident)
+    if body is None:
+        raise CorruptData(f"stored node {ident.hex()} is missing")
+    if node_id(bytes(body)) != ident:
+        raise CorruptData(f"stored node {ident.hex()} is corrupt: its bytes do not match its id")
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise CorruptData(f"stored node {ident.hex()} is corrupt: {exc}") from exc
+    if type(data) is not dict:
+        raise CorruptData(f"stored node {ident.hex()} is corrupt: not an object")
+    return data
+
+
+def _ref(text: Any, ident: bytes) -> bytes:
+    try:
+        return bytes.fromhex(text)
+    except (TypeError, ValueError) as exc:
+        raise CorruptData(f"stored node {ident.hex()} is corrupt: bad child ref {text!r}") from exc
+
+
+def _materialize(ident: bytes, fetch: Fetch) -> JSON:
+    data = _node(ident, fetch)
+    if "c" in data:
+        parts = [_materialize(_ref(child, ident), fetch) for _, child in data["c"]]
+        if data.get("t") == "o":
+            merged: dict[str, Any] = {}
+            for part in parts:
+                assert isinstance(part, dict)
+                merged.update(part)
+            return merged
+        return [e for part in parts for e in part]
+    refs = set(data.get("r", ()))
+    if "a" in data:
+        return [_materialize(_ref(v, ident), fetch) if i in refs else v for i, v in enumerate(data["a"])]
+    return {
+        k: _materialize(_ref(v, ident), fetch) if i in refs else v
+        for i, (k, v) in enumerate(zip(data["k"], data["v"], strict=True))
+    }
+
+
+def load_path(root: bytes, path: Sequence[str | int], fetch: Fetch) -> JSON:
+    """The value at ``path`` under ``root``, reading only the nodes on the way (for an array
+    index: one node per level, found by the counts; for a key: the object's leaves in turn).
+    Raises ``KeyError``/``IndexError`` when the path does not exist."""
+    ident = root
+    depth = 0
+    while True:
+        data = _node(ident, fetch)
+        if depth == len(path):
+            return _materialize(ident, fetch)
+        seg = path[depth]
+        if "c" in data:
+            if data.get("t") == "a":
+                if type(seg) is not int or seg < 0:
+                    raise IndexError(seg)
+                for count, child in data["c"]:
+                    if seg < count:
+                        ident = _ref(child, ident)
+                        break
+                    seg -= count
+                else:
+                    raise IndexError(path[depth])
+                path = [*path[:depth], seg, *path[depth + 1 :]]
+                continue
+            for _, child in data["c"]:  # an object: try its leaves in order
+                try:
+                    return load_path(_ref(child, ident), path[depth:], fetch)
+                except KeyError:
+                    continue
+            raise KeyError(seg)
+        refs = set(data.get("r", ()))
+        if "a" in data:
+            if type(seg) is not int:
+                raise IndexError(seg)
+            values = data["a"]
+            index = seg
+        else:
+            if type(seg) is not str or seg not in data["k"]:
+                raise KeyError(seg)
+            index = data["k"].index(seg)
+            values = data["v"]
+        value = values[index]
+        if index in refs:
+            ident = _ref(value, ident)
+            depth += 1
+            continue
+        for inner in path[depth + 1 :]:  # the rest of the path inside an inline value
+            if isinstance(value, dict) and isinstance(inner, str) and inner in value:
+                value = value[inner]
+                continue
+            if isinstance(value, list) and isinstance(inner, int) and 0 <= inner < len(value):
+                value = value[inner]
+                continue
+            raise KeyError(inner)
+        return value
+
+
+def children(body: bytes) -> list[bytes]:
+    """The ids a node refers to (for reachability walks: check, garbage collection)."""
+    data = orjson.loads(body)
+    if "c" in data:
+        return [bytes.fromhex(child) for _, child in data["c"]]
+    values = data["a"] if "a" in data else data["v"]
+    return [bytes.fromhex(values[i]) for i in data.get("r", ())]
