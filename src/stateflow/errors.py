@@ -117,3 +117,16 @@ class MissingExtra(StateflowError):
 
     code = "missing-extra"
     http_status = 501
+
+
+class ReadOnlyState(StateflowError):
+    """This door may read the state but never write it (agent memory through the state tools)."""
+
+    code = "read-only-state"
+    http_status = 403
+
+
+class OutsideRoots(InvalidInput):
+    """A source path resolves outside the working directory and the configured knowledge roots."""
+
+    code = "outside-roots"

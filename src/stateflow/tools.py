@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from stateflow.doc.canonical import encode
-from stateflow.errors import StateflowError
+from stateflow.errors import NotFound, StateflowError
 from stateflow.memory import MemoryView
 
 if TYPE_CHECKING:  # the states layer loads only with a StatesService: memory tools never need it
@@ -74,18 +75,29 @@ class ToolResult:
     is_error: bool = False
     code: str | None = None
 
+    def error_text(self) -> str:
+        """A refusal as every door prints it: ``error[code]: message``."""
+        return f"error[{self.code}]: {self.text}" if self.is_error else self.text
+
 
 class ToolHost:
-    """Every LLM tool of one agent turn: the memory tools and the declared-state tools.
+    """Every LLM tool of one agent turn: the memory tools and, when asked for, the declared-state tools.
 
     The state tools act through the ``tool`` door with the agent as the ambient target and
     the view's scopes as subject candidates (so ``state_read {"state": "memory"}`` reads the
-    session scope).
+    session scope). They never write agent memory: that changes only through ``patch_state``.
+    ``state_names`` limits them to those declared states (None: every state).
     """
 
-    def __init__(self, view: MemoryView, states: StatesService | None = None) -> None:
+    def __init__(
+        self,
+        view: MemoryView,
+        states: StatesService | None = None,
+        state_names: Sequence[str] | None = None,
+    ) -> None:
         self.view = view
         self.states = states
+        self.state_names = tuple(dict.fromkeys(state_names)) if state_names is not None else None
         self._context: DoorContext | None = None
 
     @property
@@ -115,8 +127,17 @@ class ToolHost:
             from stateflow.states.tools import state_tool_schemas
 
             for name, (description, schema, read_only, destructive) in state_tool_schemas().items():
+                if self.state_names is not None:
+                    state = {**schema["properties"]["state"], "enum": list(self.state_names)}
+                    schema = {**schema, "properties": {**schema["properties"], "state": state}}
                 out.append(ToolDefinition(name, description, schema, read_only, destructive))
         return out
+
+    def _check_served(self, args: Any) -> None:
+        state = args.get("state") if isinstance(args, dict) else None
+        if self.state_names is not None and isinstance(state, str) and state not in self.state_names:
+            served = ", ".join(self.state_names) or "none"
+            raise NotFound(f"state {state!r} is not served by these tools (served: {served})")
 
     def call(self, name: str, args: Any) -> ToolResult:
         """Run a tool; a refusal becomes an error result with a concise message, never an exception."""
@@ -130,6 +151,7 @@ class ToolHost:
 
                 if name not in STATE_TOOLS:
                     return self._unknown(name)
+                self._check_served(args)
                 result = call_state_tool(self.states, name, args, self.context, self.view.identity.session)
                 return ToolResult(encode({"result": result}).decode())
         except StateflowError as exc:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import functools
+import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -18,6 +19,8 @@ from stateflow.extras import needs_extra
 from stateflow.memory import Identity, MemoryConfig, MemoryView, parse_scopes
 from stateflow.memory.scopes import DEFAULT_SESSION, SESSION_ENV
 from stateflow.tools import ToolHost
+
+KNOWLEDGE_ENV = "STATEFLOW_KNOWLEDGE_ROOTS"
 
 
 def memory_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -46,6 +49,15 @@ def memory_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option(
             "--mode", type=click.Choice(["active", "passive", "off"]), default="active", show_default=True
         ),
+        click.option(
+            "--knowledge-root",
+            "knowledge_roots",
+            multiple=True,
+            type=click.Path(file_okay=False, path_type=Path),
+            envvar=KNOWLEDGE_ENV,
+            help=f"A directory of Markdown knowledge; artifact sources may live there or in the cwd "
+            f"(repeatable) [env {KNOWLEDGE_ENV}, {os.pathsep}-separated].",
+        ),
     ]
     for option in reversed(options):
         fn = option(fn)
@@ -54,11 +66,12 @@ def memory_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def make_view(ctx: Context, kw: dict[str, Any]) -> MemoryView:
     identity = Identity.of(kw.pop("agent"), kw.pop("cwd"), kw.pop("session"))
-    config = MemoryConfig(history_limit=kw.pop("history_limit"), mode=kw.pop("mode"))
+    roots = tuple(str(p.expanduser().resolve()) for p in kw.pop("knowledge_roots"))
+    config = MemoryConfig(history_limit=kw.pop("history_limit"), mode=kw.pop("mode"), knowledge_roots=roots)
     return MemoryView(ctx.store(), identity, parse_scopes(kw.pop("scopes")), config)
 
 
-_VIEW_OPTIONS = ("agent", "cwd", "session", "scopes", "history_limit", "mode")
+_VIEW_OPTIONS = ("agent", "cwd", "session", "scopes", "history_limit", "mode", "knowledge_roots")
 
 
 def with_view(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -83,12 +96,15 @@ TOOL_NAMES = [
 ]
 
 
-def tool_host(view: MemoryView) -> ToolHost:
+def tool_host(view: MemoryView, state_names: Sequence[str] | None = None) -> ToolHost:
+    """The memory tools plus the declared-state tools (limited to ``state_names`` when given)."""
     from stateflow.states import StatesService  # only the state_* tools need the states layer
 
     states = StatesService(view.store, Config.from_env())  # the CLI edge parses it
     states.install_builtins()
-    return ToolHost(view, states)
+    for name in state_names or ():
+        states.get_declaration(name)  # an unknown name is refused before serving
+    return ToolHost(view, states, state_names)
 
 
 @click.command("tool")
@@ -198,14 +214,34 @@ def session_restore(view: MemoryView, offset: int) -> None:
 COMMANDS = [tool, context, respond, history, session]
 
 
+def _state_names(values: tuple[str, ...]) -> list[str] | None:
+    """``--states a,b --states c`` → names; ``*`` → every declared state; none → no state tools."""
+    names = [n.strip() for v in values for n in v.split(",") if n.strip()]
+    if not names:
+        return None
+    return [] if names == ["*"] else names
+
+
 @click.command("mcp")
+@click.option(
+    "--states",
+    "states",
+    multiple=True,
+    metavar="NAME[,NAME…]",
+    help="Also serve the declared-state tools (state_read, state_merge, …) for these states; "
+    "'*' for every declared state. Agent memory stays writable only through patch_state.",
+)
 @with_view
-def mcp_server(view: MemoryView) -> None:
-    """Serve the memory tools and the declared-state tools to an MCP client over stdio."""
+def mcp_server(view: MemoryView, states: tuple[str, ...]) -> None:
+    """Serve read_state and patch_state (and, with --states, declared-state tools) over stdio."""
     with needs_extra("mcp", "stateflow mcp"):
         from stateflow.mcp.server import serve_stdio
 
-    serve_stdio(tool_host(view))
+    names = _state_names(states)
+    if names is None:
+        serve_stdio(ToolHost(view))
+    else:
+        serve_stdio(tool_host(view, names or None))
 
 
 COMMANDS.append(mcp_server)

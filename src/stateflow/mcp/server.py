@@ -41,7 +41,7 @@ def build_server(host: ToolHost) -> Server[Any]:
         # The store is synchronous; keep the event loop responsive while it works.
         result = await anyio.to_thread.run_sync(host.call, params.name, params.arguments or {})
         return types.CallToolResult(
-            content=[types.TextContent(type="text", text=result.text)], is_error=result.is_error
+            content=[types.TextContent(type="text", text=result.error_text())], is_error=result.is_error
         )
 
     return Server(

@@ -143,6 +143,11 @@ def _check_artifact_patch(scope: str, artifacts: dict[str, Any]) -> None:
             continue
         if not isinstance(card, dict):
             raise PatchError(f"{where} must be an artifact card object with a description")
+        if not card:  # pruning would otherwise make it vanish before the description check
+            raise PatchError(
+                f'{where}: an empty card has no description; write {{"description": …}} '
+                "(or null to delete the card)"
+            )
         forbidden = sorted(set(card) & ARTIFACT_RUNTIME_FIELDS)
         if forbidden:
             raise PatchError(

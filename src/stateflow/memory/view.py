@@ -8,6 +8,7 @@ transition, or nothing.
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -50,8 +51,13 @@ class MemoryConfig:
     history_limit: int = DEFAULT_HISTORY_LIMIT
     mode: str = "active"
     extra_roots: tuple[ExtraRoot, ...] = ()
+    knowledge_roots: tuple[str, ...] = ()
+    """Directories (besides the working directory) artifact sources may live in: absolute paths."""
 
     def __post_init__(self) -> None:
+        for root in self.knowledge_roots:
+            if not isinstance(root, str) or not os.path.isabs(root):
+                raise InvalidInput(f"knowledge root {root!r} must be an absolute path")
         if type(self.history_limit) is not int or not 0 <= self.history_limit <= MAX_HISTORY_LIMIT:
             raise InvalidInput(f"history_limit must be an integer from 0 to {MAX_HISTORY_LIMIT}")
         if self.mode not in MODES:
@@ -512,7 +518,9 @@ class MemoryView:
             current = prune_along(merge_patch(current, rest, missing_deletions=found), rest)
         if "artifacts" in patch:
             check_artifacts(scope, current.get("artifacts"), patch["artifacts"])
-            current = artifact_provenance.record(current, patch["artifacts"], self.identity.cwd)
+            roots = self.config.knowledge_roots
+            artifact_provenance.check_sources(patch["artifacts"], self.identity.cwd, roots)
+            current = artifact_provenance.record(current, patch["artifacts"], self.identity.cwd, roots)
         check_extra_roots(scope, current, patch, self.planes)
         missing.extend(f"{scope}\0" + "\0".join(str(p) for p in f) for f in found)
         return current
@@ -591,7 +599,9 @@ class MemoryView:
         state = self._effective(states, with_lazy=False)
         if self.config.mode != "active":
             state.pop("response", None)
-        stale = artifact_provenance.stale_hints(states, self.scopes, self.identity.cwd)
+        stale = artifact_provenance.stale_hints(
+            states, self.scopes, self.identity.cwd, self.config.knowledge_roots
+        )
         if stale and "artifacts" in state:
             state["artifacts"] = {
                 path: (dict(card, hint=stale[path]) if path in stale and type(card) is dict else card)

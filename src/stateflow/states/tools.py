@@ -8,11 +8,16 @@ from typing import Any, Final
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
-from stateflow.errors import InvalidInput
+from stateflow.errors import InvalidInput, ReadOnlyState, StateflowError
 from stateflow.states.models import DoorContext, StateSubject, WriteOrigin
 from stateflow.states.service import StatesService, SubjectRefused, subject_of
 
 STATE_TOOLS: Final = ("state_read", "state_replace", "state_merge", "state_apply", "state_template_jq")
+MEMORY_STATE: Final = "memory"
+MEMORY_WRITE_REFUSAL: Final = (
+    "agent memory is never written through the state tools: change it with patch_state "
+    "(the response plane is written by the runtime only)"
+)
 
 _SUBJECT_SCHEMA: Final = {
     "description": (
@@ -163,6 +168,8 @@ def call_state_tool(
 ) -> Any:
     check_tool_arguments(name, args)
     state = args["state"]
+    if state == MEMORY_STATE and _writes(service, name, args):
+        raise ReadOnlyState(MEMORY_WRITE_REFUSAL)
     subject = resolve_subject(service, state, args.get("subject"), context)
     origin = WriteOrigin(
         consumer=name, run_id=run_id, op_id=args.get("op_id") if name == "state_apply" else None
@@ -208,3 +215,15 @@ def call_state_tool(
         context=context,
         expect_revision=args.get("expect_revision"),
     ).to_json()
+
+
+def _writes(service: StatesService, name: str, args: dict[str, Any]) -> bool:
+    """Whether this call could change a record (a template input program only reads)."""
+    if name == "state_read":
+        return False
+    if name == "state_template_jq" and isinstance(args.get("program"), str):
+        try:
+            return service.template_jq_purpose(args["state"], args["program"]) != "input"
+        except StateflowError:  # an unknown program: refuse as a write, never run it
+            return True
+    return True
