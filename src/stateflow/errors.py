@@ -119,6 +119,13 @@ class MissingExtra(StateflowError):
     http_status = 501
 
 
+class Forbidden(StateflowError):
+    """The caller is known but may not do this (a read-only or tenant-limited token)."""
+
+    code = "forbidden"
+    http_status = 403
+
+
 class ReadOnlyState(StateflowError):
     """This door may read the state but never write it (agent memory through the state tools)."""
 

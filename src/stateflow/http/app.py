@@ -22,8 +22,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from stateflow import __version__
 from stateflow.config import HttpConfig
 from stateflow.doc.canonical import decode, encode_trusted
-from stateflow.errors import InvalidInput, InvalidJSON, StateflowError, StoreNotMigrated
-from stateflow.http.auth import Forbidden, Token, TokenSet
+from stateflow.errors import Forbidden, InvalidInput, InvalidJSON, StateflowError, StoreNotMigrated
+from stateflow.http.auth import Token, TokenSet
 from stateflow.http.docs import ASSETS_URL, mount_docs
 from stateflow.http.limits import BodyLimit
 from stateflow.http.openapi import document as openapi_document
@@ -34,6 +34,8 @@ from stateflow.states.templates import unknown_keys
 from stateflow.studio import mount_studio
 
 OWN_AUTH = (ASSETS_URL + "/", "/studio/")
+
+MCP_PATH = "/mcp"
 
 
 class BadRequest(StateflowError):
@@ -233,7 +235,8 @@ def create_app(service: StatesService, tokens: TokenSet, http: HttpConfig | None
 
     def admit(scope: Scope, token: Token) -> None:
         request = Request(scope)
-        if token.read_only and not reading(request):
+        # MCP carries reads and writes alike in POSTs: /mcp refuses writes per tool instead
+        if token.read_only and not reading(request) and request.url.path != MCP_PATH:
             raise Forbidden("this token is read-only")
         route = route_of(request)
         name = getattr(route, "name", None)
@@ -552,6 +555,9 @@ def create_app(service: StatesService, tokens: TokenSet, http: HttpConfig | None
         )
 
     mount_studio(app, service, tokens)
+    from stateflow.mcp.http import mount as mount_mcp
+
+    mount_mcp(app, service.store, tokens)
 
     @app.exception_handler(404)
     async def _not_found(request: Request, exc: Exception) -> Response:
