@@ -137,3 +137,9 @@ class OutsideRoots(InvalidInput):
     """A source path resolves outside the working directory and the configured knowledge roots."""
 
     code = "outside-roots"
+
+
+class HotBudgetExceeded(InvalidInput):
+    """A patch would grow the hot (always shown) state beyond its configured budget."""
+
+    code = "hot-budget"

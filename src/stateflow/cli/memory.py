@@ -21,6 +21,7 @@ from stateflow.memory.scopes import DEFAULT_SESSION, SESSION_ENV
 from stateflow.tools import ToolHost
 
 KNOWLEDGE_ENV = "STATEFLOW_KNOWLEDGE_ROOTS"
+HOT_BUDGET_ENV = "STATEFLOW_HOT_BUDGET"
 
 
 def memory_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -50,6 +51,13 @@ def memory_options(fn: Callable[..., Any]) -> Callable[..., Any]:
             "--mode", type=click.Choice(["active", "passive", "off"]), default="active", show_default=True
         ),
         click.option(
+            "--hot-budget",
+            type=click.IntRange(1),
+            default=None,
+            envvar=HOT_BUDGET_ENV,
+            help=f"Refuse patches that grow the hot state beyond this many bytes [env {HOT_BUDGET_ENV}].",
+        ),
+        click.option(
             "--knowledge-root",
             "knowledge_roots",
             multiple=True,
@@ -67,11 +75,25 @@ def memory_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 def make_view(ctx: Context, kw: dict[str, Any]) -> MemoryView:
     identity = Identity.of(kw.pop("agent"), kw.pop("cwd"), kw.pop("session"))
     roots = tuple(str(p.expanduser().resolve()) for p in kw.pop("knowledge_roots"))
-    config = MemoryConfig(history_limit=kw.pop("history_limit"), mode=kw.pop("mode"), knowledge_roots=roots)
+    config = MemoryConfig(
+        history_limit=kw.pop("history_limit"),
+        mode=kw.pop("mode"),
+        knowledge_roots=roots,
+        hot_budget=kw.pop("hot_budget"),
+    )
     return MemoryView(ctx.store(), identity, parse_scopes(kw.pop("scopes")), config)
 
 
-_VIEW_OPTIONS = ("agent", "cwd", "session", "scopes", "history_limit", "mode", "knowledge_roots")
+_VIEW_OPTIONS = (
+    "agent",
+    "cwd",
+    "session",
+    "scopes",
+    "history_limit",
+    "mode",
+    "knowledge_roots",
+    "hot_budget",
+)
 
 
 def with_view(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -135,7 +157,7 @@ def context(view: MemoryView, as_json: bool) -> None:
     """Print the baseline context a model sees at the start of a turn."""
     rendered = view.context()
     if as_json:
-        echo_json({"projection": rendered.projection, "head": rendered.head})
+        echo_json({"projection": rendered.projection, "head": rendered.head, "hot_bytes": rendered.hot_bytes})
     else:
         sys.stdout.write(rendered.text())
 

@@ -24,7 +24,7 @@ from stateflow.http.auth import TokenSet
 from stateflow.mcp.server import build_server
 from stateflow.memory import Identity, MemoryConfig, MemoryView, parse_scopes
 from stateflow.memory.protocol import protocol_text
-from stateflow.store import SqlStore
+from stateflow.store import Store
 from stateflow.tools import ToolHost
 
 PATH: Final = "/mcp"  # as stateflow.http.app.MCP_PATH
@@ -53,7 +53,7 @@ def identity_of(request: Request) -> tuple[Identity, tuple[str, ...]]:
     return identity, scopes
 
 
-def host_factory(store: SqlStore, tokens: TokenSet, config: MemoryConfig) -> Callable[[Any], ToolHost]:
+def host_factory(store: Store, tokens: TokenSet, config: MemoryConfig) -> Callable[[Any], ToolHost]:
     def host_for(ctx: Any) -> ToolHost:
         request = ctx.request
         if not isinstance(request, Request):
@@ -67,7 +67,7 @@ def host_factory(store: SqlStore, tokens: TokenSet, config: MemoryConfig) -> Cal
     return host_for
 
 
-def mount(app: FastAPI, store: SqlStore, tokens: TokenSet, config: MemoryConfig | None = None) -> None:
+def mount(app: FastAPI, store: Store, tokens: TokenSet, config: MemoryConfig | None = None) -> None:
     """Serve MCP at ``/mcp`` on ``app``; the API's middleware has already checked the token."""
     server = build_server(
         host_factory(store, tokens, config or MemoryConfig()), protocol_text("active", None)
