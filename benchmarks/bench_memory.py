@@ -6,6 +6,8 @@
 2. A 10-item range read from a 100,000-element lazy array vs the same read from a 1,000-element
    array (warm).
 3. ``context()`` with ~100 MB of lazy state vs with no lazy state.
+4. Context and receipt bytes with a 2 MB hot ``tactics`` value, against the value's own size:
+   the value is shown once in the hot state, never again in recent transitions or receipts.
 
     python3 -m benchmarks.bench_memory [--iterations 200] [--synchronous full|normal] [--lazy-mb 100]
 """
@@ -125,6 +127,26 @@ def context_with_lazy(tmp: Path, iterations: int, lazy_mb: int) -> None:
     store.close()
 
 
+def context_bytes_with_a_large_hot_value(tmp: Path, value_mb: int = 2) -> None:
+    """Sizes, not times: the context must hold the hot value once, the receipt not at all."""
+    store = open_store(f"{tmp}/economy.db")
+    view = MemoryView(store, Identity.of("bench", str(tmp), "economy"))
+    big = "x" * (value_mb * 1024 * 1024)
+    receipt = view.patch_state({"session": {"tactics": {"notes": big, "next": "review"}}})
+    view.patch_state({"session": {"tactics": {"next": "ship"}}})
+    context = view.context().text().encode()
+    value = len(orjson.dumps(big))
+    print(
+        f"{'context bytes with a ' + str(value_mb) + ' MB hot value vs the value':<52} "
+        f"{len(context):>12,} B vs {value:>12,} B   ratio {len(context) / value:5.3f}x   (target <= 1.01x)"
+    )
+    print(
+        f"{'receipt bytes for writing that value':<52} {len(receipt.text().encode()):>12,} B"
+        f"   (target < 1 KB: the value is named, not repeated)"
+    )
+    store.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--iterations", type=int, default=200)
@@ -135,6 +157,7 @@ def main() -> None:
         patch_vs_raw(Path(tmp), args.iterations, args.synchronous)
         range_reads(Path(tmp), args.iterations)
         context_with_lazy(Path(tmp), args.iterations, args.lazy_mb)
+        context_bytes_with_a_large_hot_value(Path(tmp))
 
 
 if __name__ == "__main__":

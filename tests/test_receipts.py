@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from stateflow.errors import HotBudgetExceeded
 from stateflow.memory.receipts import ECHO_LIMIT
 from stateflow.store import SqlStore
 from tests.memory_helpers import view
@@ -102,3 +103,19 @@ def test_receipts_and_recent_transitions_never_repeat_a_large_value(store: SqlSt
     context = m.context().text()
     assert len(big) < len(context) < len(big) + 8 * ECHO_LIMIT
     assert json.dumps(head["state"]["tactics"]["small"]) == "2"
+
+
+def test_a_hot_budget_refuses_growth_and_names_the_fix(store: SqlStore) -> None:
+    m = view(store, hot_budget=4096)
+    m.patch_state({"session": {"tactics": {"small": "fits"}}})
+    try:
+        m.patch_state({"session": {"tactics": {"big": "y" * 5000}}})
+    except HotBudgetExceeded as exc:
+        assert exc.code == "hot-budget" and "move large values to lazy" in exc.message
+    else:
+        raise AssertionError("the budget was not enforced")
+    assert m.read_state({"path": "effective"}) == {"value": {"tactics": {"small": "fits"}}}
+    m.patch_state({"session": {"lazy": {"big": "y" * 5000}}})  # the fix: lazy is not hot
+    context = m.context()
+    assert context.hot_bytes == len('{"tactics":{"small":"fits"}}')
+    assert f"State Flow hot state: {context.hot_bytes} bytes of a 4096-byte budget" in context.text()
