@@ -16,6 +16,7 @@ patch was staged on.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Hashable, Iterable
 from typing import Any, Final
@@ -31,20 +32,24 @@ ECHO_LIMIT: Final = 2048
 MAX_REMEMBERED: Final = 4096
 
 _lock = threading.Lock()
-_shown: OrderedDict[Hashable, dict[str, Any]] = OrderedDict()
+# per store object (weakly: a closed, collected store takes its views along, and a new store at
+# the same address never inherits them), then per session view, least recently shown first
+_shown: weakref.WeakKeyDictionary[object, OrderedDict[Hashable, dict[str, Any]]] = weakref.WeakKeyDictionary()
 
 
-def remember(key: Hashable, view: dict[str, Any]) -> None:
+def remember(store: object, key: Hashable, view: dict[str, Any]) -> None:
     with _lock:
-        _shown[key] = view
-        _shown.move_to_end(key)
-        while len(_shown) > MAX_REMEMBERED:
-            _shown.popitem(last=False)
+        views = _shown.setdefault(store, OrderedDict())
+        views[key] = view
+        views.move_to_end(key)
+        while len(views) > MAX_REMEMBERED:
+            views.popitem(last=False)
 
 
-def recall(key: Hashable) -> dict[str, Any] | None:
+def recall(store: object, key: Hashable) -> dict[str, Any] | None:
     with _lock:
-        return _shown.get(key)
+        views = _shown.get(store)
+        return None if views is None else views.get(key)
 
 
 def authored_paths(patch: dict[str, Any], skip: Iterable[str]) -> list[tuple[str | int, ...]]:

@@ -459,7 +459,7 @@ class MemoryView:
             and self.keys[s] in commit.revisions
             and commit.revisions[self.keys[s]] != staged["revisions"][s]
         ]
-        shown = receipts.recall(self._shown_key())
+        shown = receipts.recall(self.store, self._shown_key())
         staged["drift"] = shown is not None and shown != self._hot_view(staged["basis"])
         hints = [self._missing_hint(p, staged["basis"]) for p in staged["missing"]]
         revisions = {s: commit.revisions.get(self.keys[s], staged["revisions"][s]) for s in self.scopes}
@@ -566,9 +566,9 @@ class MemoryView:
         }
 
     def _shown_key(self) -> tuple[Any, ...]:
-        """Whose last-shown view this is: the store, the identity, the scopes and the mode."""
+        """Whose last-shown view this is (per store): the identity, the scopes and the mode."""
         ident = self.identity
-        return (id(self.store), ident.agent, ident.cwd, ident.session, self.scopes, self.config.mode)
+        return (ident.agent, ident.cwd, ident.session, self.scopes, self.config.mode)
 
     def _hot_view(self, states: dict[str, Any]) -> dict[str, Any]:
         """The hot effective state as the model is shown it (no response unless active)."""
@@ -580,10 +580,10 @@ class MemoryView:
     def _state_updates(
         self, staged: dict[str, Any], revisions: dict[str, int], changed: list[str]
     ) -> dict[str, Any]:
-        shown = receipts.recall(self._shown_key())
+        shown = receipts.recall(self.store, self._shown_key())
         before = shown if shown is not None else self._hot_view(staged["basis"])
         after = self._hot_view(staged["new"])
-        receipts.remember(self._shown_key(), after)
+        receipts.remember(self.store, self._shown_key(), after)
         authored = [
             path
             for scope_patch in staged["supplied"].values()
@@ -642,7 +642,7 @@ class MemoryView:
         docs = self._read([*self.planes.hot, RUNTIME], outlines=["lazy"])
         states = {s: d.body for s, d in docs.items()}
         state = self._hot_view(states)
-        receipts.remember(self._shown_key(), dict(state))
+        receipts.remember(self.store, self._shown_key(), dict(state))
         stale = artifact_provenance.stale_hints(
             states, self.scopes, self.identity.cwd, self.config.knowledge_roots
         )
