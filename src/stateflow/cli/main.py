@@ -24,6 +24,7 @@ LAZY_COMMANDS = {
     "serve": "stateflow.cli.serve:serve",
     "states": "stateflow.cli.states:states",
     "state-templates": "stateflow.cli.states:state_templates",
+    "setup": "stateflow.cli.setup:setup",
 }
 
 
