@@ -14,14 +14,14 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any, Final
 
+import anyio
 from fastapi import FastAPI
-from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from starlette.requests import Request
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from stateflow.errors import Forbidden, InvalidInput
 from stateflow.http.auth import TokenSet
-from stateflow.mcp.server import build_server
 from stateflow.memory import Identity, MemoryConfig, MemoryView, parse_scopes
 from stateflow.memory.protocol import protocol_text
 from stateflow.store import Store
@@ -67,20 +67,53 @@ def host_factory(store: Store, tokens: TokenSet, config: MemoryConfig) -> Callab
     return host_for
 
 
+def _manager(store: Store, tokens: TokenSet, config: MemoryConfig) -> Any:
+    """The MCP SDK's stateless session manager over our server (the SDK's import is the slow part)."""
+    from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+
+    from stateflow.mcp.server import build_server
+
+    server = build_server(host_factory(store, tokens, config), protocol_text("active", None))
+    return StreamableHTTPSessionManager(app=server, stateless=True, json_response=True)
+
+
 def mount(app: FastAPI, store: Store, tokens: TokenSet, config: MemoryConfig | None = None) -> None:
-    """Serve MCP at ``/mcp`` on ``app``; the API's middleware has already checked the token."""
-    server = build_server(
-        host_factory(store, tokens, config or MemoryConfig()), protocol_text("active", None)
-    )
-    manager = StreamableHTTPSessionManager(app=server, stateless=True, json_response=True)
+    """Serve MCP at ``/mcp`` on ``app``; the API's middleware has already checked the token.
+
+    The MCP SDK loads in the background once the server is up, so ``stateflow serve`` starts
+    listening as fast as without it; an MCP request that arrives first waits for it.
+    """
+    running: dict[str, Any] = {}
     previous = app.router.lifespan_context
 
     @asynccontextmanager
     async def lifespan(a: Any) -> AsyncIterator[Any]:
-        async with manager.run(), previous(a) as state:
-            yield state
+        ready, stop = anyio.Event(), anyio.Event()
+        running["ready"] = ready
+
+        async def serve_mcp() -> None:
+            manager = await anyio.to_thread.run_sync(_manager, store, tokens, config or MemoryConfig())
+            async with manager.run():
+                running["manager"] = manager
+                ready.set()
+                await stop.wait()
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(serve_mcp)
+            async with previous(a) as state:
+                yield state
+            stop.set()
 
     app.router.lifespan_context = lifespan
-    app.router.routes.append(
-        Route(PATH, endpoint=StreamableHTTPASGIApp(manager), methods=["GET", "POST", "DELETE"])
-    )
+    app.router.routes.append(Route(PATH, endpoint=_Endpoint(running), methods=["GET", "POST", "DELETE"]))
+
+
+class _Endpoint:
+    """An ASGI app (not a request function) handing each request to the session manager."""
+
+    def __init__(self, running: dict[str, Any]) -> None:
+        self.running = running
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.running["ready"].wait()
+        await self.running["manager"].handle_request(scope, receive, send)
