@@ -23,6 +23,7 @@ EXAMPLES: Final = {
     "respond": "stateflow respond 'Done: the tests pass.'",
     "serve": 'stateflow serve --port 8765 --token "$SECRET"',
     "session fork": "stateflow session fork try-2 --at 3",
+    "setup claude-code": "stateflow setup claude-code --agent coder --dry-run",
     "session restore": "stateflow session restore 2",
     "state-templates delete": "stateflow state-templates delete checklist",
     "state-templates get": "stateflow state-templates get checklist",

@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 from stateflow.cli.common import refusals
+from stateflow.cli.examples import decorate
 from stateflow.errors import InvalidInput
 
 SERVER = "stateflow"
@@ -116,3 +117,6 @@ def claude_code(obj: Any, project: Path, agent: str, session: str, dry_run: bool
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
         click.echo(f"wrote {path}", err=True)
+
+
+decorate(setup, "setup")
