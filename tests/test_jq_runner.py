@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from stateflow.jq import JqError, JqLimitExceeded, JqRunner
+from stateflow.jq import JqBusy, JqError, JqLimitExceeded, JqRunner
 
 
 @pytest.fixture
@@ -54,12 +54,17 @@ def test_an_exploding_value_is_stopped_by_the_memory_limit() -> None:
         r.close()
 
 
-def test_an_exploding_output_is_refused(runner: JqRunner) -> None:
-    with pytest.raises(JqLimitExceeded, match="output exceeds"):
-        runner.run("[range(0; 200000)] | map(tostring)", None)
+def test_an_exploding_output_is_refused() -> None:
+    r = JqRunner(workers=1, timeout=30, max_output=1024 * 1024)  # a loaded machine is slow
+    try:
+        with pytest.raises(JqLimitExceeded, match="output exceeds"):
+            r.run("[range(0; 200000)] | map(tostring)", None)
+    finally:
+        r.close()
 
 
-def test_other_evaluations_proceed_while_one_loops(runner: JqRunner) -> None:
+def test_other_evaluations_proceed_while_one_loops() -> None:
+    runner = JqRunner(workers=2, timeout=8)
     failures: list[BaseException] = []
 
     def loop() -> None:
@@ -71,12 +76,14 @@ def test_other_evaluations_proceed_while_one_loops(runner: JqRunner) -> None:
     hostile = threading.Thread(target=loop)
     hostile.start()
     time.sleep(0.2)
-    start = time.monotonic()
-    for i in range(20):
-        assert runner.run(".n * 2", {"n": i}) == [i * 2]
-    assert time.monotonic() - start < 1.0  # served by the other worker meanwhile
-    hostile.join()
-    assert len(failures) == 1
+    try:
+        for i in range(20):
+            assert runner.run(".n * 2", {"n": i}) == [i * 2]
+        assert hostile.is_alive()  # served by the other worker while the loop still runs
+        hostile.join()
+        assert len(failures) == 1
+    finally:
+        runner.close()
 
 
 def test_programs_cannot_read_the_servers_environment(
@@ -89,3 +96,56 @@ def test_programs_cannot_read_the_servers_environment(
         assert fresh.first("env.STATEFLOW_TOKENS") is None
     finally:
         fresh.close()
+
+
+def test_a_full_queue_refuses_at_once_and_a_waiter_gives_up_at_its_limit() -> None:
+    r = JqRunner(workers=1, timeout=1.5, queue=1, wait=0.5)
+    outcomes: list[BaseException] = []
+
+    def loop() -> None:
+        try:
+            r.run("def f: f; f", None)
+        except (JqLimitExceeded, JqBusy) as exc:
+            outcomes.append(exc)
+
+    try:
+        hostile = threading.Thread(target=loop)
+        hostile.start()
+        time.sleep(0.5)  # the only worker is taken
+        waiter = threading.Thread(target=loop)
+        waiter.start()
+        time.sleep(0.1)  # ... and the only queue place
+        start = time.monotonic()
+        with pytest.raises(JqBusy, match="already waiting") as full:
+            r.run("1", None)
+        assert time.monotonic() - start < 0.3
+        assert full.value.retry_after == 2 and full.value.http_status == 503
+        waiter.join()
+        assert isinstance(outcomes[0], JqBusy) and "within 0.5 s" in str(outcomes[0])
+        hostile.join()
+        assert isinstance(outcomes[1], JqLimitExceeded)
+        assert r.run(". + 1", 1) == [2]
+    finally:
+        r.close()
+
+
+def test_close_stops_a_running_program_at_once() -> None:
+    r = JqRunner(workers=1, timeout=60)
+    outcome: list[BaseException] = []
+
+    def loop() -> None:
+        try:
+            r.run("def f: f; f", None)
+        except JqBusy as exc:
+            outcome.append(exc)
+
+    hostile = threading.Thread(target=loop)
+    hostile.start()
+    time.sleep(1.0)
+    start = time.monotonic()
+    r.close()
+    hostile.join(timeout=5)
+    assert time.monotonic() - start < 3
+    assert len(outcome) == 1 and "stopping" in str(outcome[0])
+    with pytest.raises(JqBusy):
+        r.run("1", None)

@@ -4,18 +4,25 @@ A worker that does not answer in time is killed (SIGKILL) and replaced: a runawa
 burning CPU the moment its limit passes. Workers run with an address-space limit, so a program
 that tries to build a huge value fails there, inside its own process, instead of taking the
 server down. A pool of workers lets other evaluations proceed meanwhile.
+
+The queue in front of the pool is bounded: a call that cannot get a worker within the time limit,
+or that finds the queue full, is refused with :class:`JqBusy` at once instead of holding a server
+thread. Workers die with their parent (the kernel's parent-death signal; they are started from one
+long-lived thread because that signal follows the *thread* that forked them) and carry a CPU-time
+limit as a backstop; :meth:`JqRunner.close` kills running programs, so a server stops promptly.
 """
 
 from __future__ import annotations
 
+import math
 import os
-import queue
 import select
 import struct
 import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final
 
 import orjson
@@ -42,15 +49,26 @@ class JqLimitExceeded(StateflowError):
     http_status = 422
 
 
+class JqBusy(StateflowError):
+    """Every jq worker stayed busy for the whole time limit, or the queue is full: retry later."""
+
+    code = "jq-busy"
+    http_status = 503
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 _WORKER_ENV: Final = ("PATH", "PYTHONPATH", "LANG", "LC_ALL", "VIRTUAL_ENV")
 """The only environment a worker sees: jq's ``$ENV`` and ``env`` must not reveal the server's
 secrets (tokens, database URLs)."""
 
 
 class _Worker:
-    def __init__(self, memory: int) -> None:
+    def __init__(self, memory: int, cpu_seconds: int) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "stateflow.jq.worker", str(memory)],
+            [sys.executable, "-m", "stateflow.jq.worker", str(memory), str(cpu_seconds), str(os.getpid())],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -95,7 +113,11 @@ class _Worker:
 
 
 class JqRunner:
-    """A pool of jq worker processes. Thread-safe; workers start on first use."""
+    """A pool of jq worker processes. Thread-safe; workers start on first use.
+
+    At most ``queue`` callers wait for a worker (default four per worker), each for at most
+    ``wait`` seconds (default: the time limit); others are refused with :class:`JqBusy`.
+    """
 
     def __init__(
         self,
@@ -104,17 +126,25 @@ class JqRunner:
         timeout: float = DEFAULT_TIMEOUT,
         memory: int = DEFAULT_MEMORY,
         max_output: int = DEFAULT_MAX_OUTPUT,
+        queue: int | None = None,
+        wait: float | None = None,
     ) -> None:
         if workers < 1:
             raise InvalidInput("a jq runner needs at least one worker")
         self.timeout = timeout
         self.memory = memory
         self.max_output = max_output
-        self._idle: queue.Queue[_Worker | None] = queue.Queue()
-        for _ in range(workers):
-            self._idle.put(None)  # started lazily
-        self._lock = threading.Lock()
+        self.queue = 4 * workers if queue is None else queue
+        self.wait = timeout if wait is None else wait
+        self.retry_after = max(1, math.ceil(timeout))
+        self._cond = threading.Condition()
+        self._idle: list[_Worker | None] = [None] * workers  # None: a slot whose worker starts lazily
+        self._waiting = 0
+        self._closed = False
         self._all: list[_Worker] = []
+        # The parent-death signal fires when the *thread* that started a worker exits, so every
+        # worker is started from this one thread, which lives as long as the runner.
+        self._spawner = ThreadPoolExecutor(1, thread_name_prefix="jq-spawner")
 
     def run(self, program: str, value: JSON = None, variables: dict[str, JSON] | None = None) -> list[JSON]:
         """Every output of ``program`` on ``value`` with ``$name`` variables bound."""
@@ -126,7 +156,7 @@ class JqRunner:
                 raise JqError(f"jq variable name {name!r} is not an identifier")
         check(value, "input")
         check(variables, "variables")
-        worker = self._idle.get()
+        worker = self._acquire()
         try:
             if worker is None or worker.proc.poll() is not None:
                 worker = self._start()
@@ -137,13 +167,15 @@ class JqRunner:
             except (EOFError, BrokenPipeError):
                 self._retire(worker)
                 worker = None
+                if self._closed:
+                    raise self._shutting_down() from None
                 raise JqLimitExceeded("the jq program exceeded its memory limit and was stopped") from None
             if answer is None:
                 self._retire(worker)
                 worker = None
                 raise JqLimitExceeded(f"the jq program ran past its {self.timeout:g} s limit and was stopped")
         finally:
-            self._idle.put(worker)
+            self._release(worker)
         if "ok" in answer:
             outputs: list[JSON] = answer["ok"]
             return outputs
@@ -157,20 +189,62 @@ class JqRunner:
             raise JqError("the jq program produced no output")
         return outputs[0]
 
+    def _shutting_down(self) -> JqBusy:
+        return JqBusy("jq is stopping with the server; the program was not run to its end", self.retry_after)
+
+    def _acquire(self) -> _Worker | None:
+        deadline = time.monotonic() + self.wait
+        with self._cond:
+            if self._closed:
+                raise self._shutting_down()
+            if not self._idle and self._waiting >= self.queue:
+                raise JqBusy(
+                    f"every jq worker is busy and {self._waiting} calls are already waiting; retry later",
+                    self.retry_after,
+                )
+            self._waiting += 1
+            try:
+                while not self._idle:
+                    remaining = deadline - time.monotonic()
+                    if self._closed:
+                        raise self._shutting_down()
+                    if remaining <= 0:
+                        raise JqBusy(
+                            f"no jq worker became free within {self.wait:g} s; retry later", self.retry_after
+                        )
+                    self._cond.wait(remaining)
+                return self._idle.pop()
+            finally:
+                self._waiting -= 1
+
+    def _release(self, worker: _Worker | None) -> None:
+        with self._cond:
+            self._idle.append(worker)
+            self._cond.notify()
+
     def _start(self) -> _Worker:
-        worker = _Worker(self.memory)
-        with self._lock:
+        # The CPU limit is a backstop for a worker whose parent is gone: the parent kills it at the
+        # wall-clock limit long before; the worker renews the limit before each program.
+        cpu = max(2, math.ceil(self.timeout * 2) + 1)
+        with self._cond:
+            if self._closed:
+                raise self._shutting_down()
+            worker = self._spawner.submit(_Worker, self.memory, cpu).result()
             self._all.append(worker)
         return worker
 
     def _retire(self, worker: _Worker) -> None:
         worker.kill()
-        with self._lock:
+        with self._cond:
             if worker in self._all:
                 self._all.remove(worker)
 
     def close(self) -> None:
-        with self._lock:
+        """Kill every worker, running programs included; later calls are refused with JqBusy."""
+        with self._cond:
+            self._closed = True
             workers, self._all = self._all, []
+            self._cond.notify_all()
         for worker in workers:
             worker.kill()
+        self._spawner.shutdown(wait=False)

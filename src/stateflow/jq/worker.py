@@ -1,12 +1,17 @@
 """The jq worker process: reads requests on stdin, answers on stdout (length-prefixed JSON).
 
-Started by :class:`stateflow.jq.runner.JqRunner` with its address-space limit already set;
-compiled programs are cached here, so a program is compiled once per worker.
+Started by :class:`stateflow.jq.runner.JqRunner`; compiled programs are cached here, so a program
+is compiled once per worker. jq holds the GIL while it runs, so nothing in this process can watch
+for the parent's death meanwhile: the kernel does it (parent-death signal, CPU-time limit).
 """
 
 from __future__ import annotations
 
+import ctypes
+import math
+import os
 import resource
+import signal
 import struct
 import sys
 from collections import OrderedDict
@@ -37,8 +42,32 @@ def _wrapped(program: str, names: tuple[str, ...]) -> str:
     return f". as $__sf | {binds}$__sf.input | ({program})"
 
 
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent: int, sig: int = signal.SIGKILL) -> None:
+    """Have the kernel send ``sig`` to this process when its parent dies (Linux); exit now if
+    the parent (when given) is already gone."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
+    if parent and os.getppid() != parent:
+        os._exit(0)
+
+
+def _limit_cpu(seconds: int) -> None:
+    """Allow ``seconds`` more CPU time from now; past it the kernel stops the process (SIGXCPU)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    used = math.ceil(usage.ru_utime + usage.ru_stime)
+    _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    soft = used + seconds if hard == resource.RLIM_INFINITY else min(used + seconds, hard)
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+
+
 def main() -> None:
     memory = int(sys.argv[1]) if len(sys.argv) > 1 else 0
+    cpu_seconds = int(sys.argv[2]) if len(sys.argv) > 2 else 0
+    die_with_parent(int(sys.argv[3]) if len(sys.argv) > 3 else 0)
     if memory > 0:
         resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
     import jq  # after the limit: the library's allocations count too
@@ -56,6 +85,8 @@ def main() -> None:
             request["max"],
         )
         names = tuple(sorted(variables))
+        if cpu_seconds > 0:
+            _limit_cpu(cpu_seconds)
         try:
             compiled = cache.get((program, names))
             if compiled is None:
