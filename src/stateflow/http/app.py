@@ -88,6 +88,9 @@ def _error(exc: StateflowError) -> Response:
     if orphans is not None:
         body.update(reconcile=True, orphans=orphans)
     headers = {"Allow": ", ".join(exc.allow)} if isinstance(exc, MethodNotAllowed) else None
+    retry_after = getattr(exc, "retry_after", None)  # jq-busy: when to try again
+    if retry_after is not None:
+        headers = {**(headers or {}), "Retry-After": str(retry_after)}
     return _json(status, body, headers)
 
 
