@@ -5,7 +5,7 @@ store. Each case reads a page of ``--limit`` changes: the newest page, and a pag
 (``before_seq`` just after the long history's first changes). The baseline is the same read
 of the young document; the ratio shows what history length costs a page (target: it doesn't).
 
-    python benchmarks/bench_history.py [--changes 50000] [--limit 20] [--iterations 200]
+    python3 -m benchmarks.bench_history [--changes 50000] [--limit 20] [--iterations 200] [--rounds 10]
         [--postgres URL]
 """
 
@@ -13,26 +13,22 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import tempfile
-import time
 from collections.abc import Callable
 from functools import partial
 
+from benchmarks.rounds import Pair, alternate, per_call_ms, report
 from stateflow.doc.diff import Edit
 from stateflow.store import DocKey, SqlStore, Write, open_store
 
 LONG, YOUNG = DocKey("bench", "long"), DocKey("bench", "young")
 
 
-def median_ms(fn: Callable[[], object], iterations: int) -> float:
-    fn()
-    times = []
-    for _ in range(iterations):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1000
+def alternating(ours: Callable[[], object], base: Callable[[], object], iterations: int, rounds: int) -> Pair:
+    """Both sides in alternating rounds of ``iterations // rounds`` calls each (ms per call)."""
+    ours(), base()
+    calls = max(1, iterations // rounds)
+    return alternate(lambda _r: per_call_ms(ours, calls), lambda _r: per_call_ms(base, calls), rounds)
 
 
 def fill(store: SqlStore, changes: int) -> tuple[int, int]:
@@ -50,20 +46,20 @@ def fill(store: SqlStore, changes: int) -> tuple[int, int]:
     return seqs[LONG][5] + 1, seqs[YOUNG][5] + 1
 
 
-def run(label: str, store: SqlStore, changes: int, limit: int, iterations: int) -> None:
+def run(label: str, store: SqlStore, changes: int, limit: int, iterations: int, rounds: int) -> None:
     deep_long, deep_young = fill(store, changes)
     cases: tuple[tuple[str, int | None, int | None], ...] = (
         ("newest page", None, None),
         ("page far back", deep_long, deep_young),
     )
     for case, long_before, young_before in cases:
-        ours = median_ms(partial(store.history, [LONG], limit=limit, before_seq=long_before), iterations)
-        base = median_ms(partial(store.history, [YOUNG], limit=limit, before_seq=young_before), iterations)
-        print(
-            f"{label:<11} {case:<14} {changes:,} changes {ours:7.3f} ms   20 changes {base:7.3f} ms"
-            f"   ratio {ours / base:5.2f}x  (target <= 1.5x)",
-            flush=True,
+        pair = alternating(
+            partial(store.history, [LONG], limit=limit, before_seq=long_before),
+            partial(store.history, [YOUNG], limit=limit, before_seq=young_before),
+            iterations,
+            rounds,
         )
+        report(f"{label} {case}: {changes:,} changes vs 20", pair, "ms", "<= 1.5x")
 
 
 def main() -> None:
@@ -71,11 +67,12 @@ def main() -> None:
     parser.add_argument("--changes", type=int, default=50_000)
     parser.add_argument("--limit", type=int, default=20)
     parser.add_argument("--iterations", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--postgres", default=os.environ.get("STATEFLOW_TEST_POSTGRES"))
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         store = open_store(f"sqlite:///{tmp}/history.db?synchronous=off")  # filling only: reads measured
-        run("sqlite", store, args.changes, args.limit, args.iterations)
+        run("sqlite", store, args.changes, args.limit, args.iterations, args.rounds)
         store.close()
     if args.postgres:
         import psycopg
@@ -86,7 +83,7 @@ def main() -> None:
         sep = "&" if "?" in args.postgres else "?"
         store = open_store(f"{args.postgres}{sep}options=-csearch_path%3Dbench_history", auto_migrate=True)
         try:
-            run("postgresql", store, args.changes, args.limit, args.iterations)
+            run("postgresql", store, args.changes, args.limit, args.iterations, args.rounds)
         finally:
             store.close()
             with psycopg.connect(args.postgres, autocommit=True) as admin:

@@ -6,40 +6,39 @@
 2. A 10-item range read from a 100,000-element lazy array vs the same read from a 1,000-element
    array (warm).
 3. ``context()`` with ~100 MB of lazy state vs with no lazy state.
+4. Context and receipt bytes with a 2 MB hot ``tactics`` value, against the value's own size:
+   the value is shown once in the hot state, never again in recent transitions or receipts.
 
-    python benchmarks/bench_memory.py [--iterations 200] [--synchronous full|normal] [--lazy-mb 100]
+    python3 -m benchmarks.bench_memory [--iterations 200] [--synchronous full|normal] [--lazy-mb 100]
 """
 
 from __future__ import annotations
 
 import argparse
 import sqlite3
-import statistics
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from benchmarks.rounds import alternate, per_call_ms, report
 from stateflow.memory import Identity, MemoryView
 from stateflow.store import open_store
 
-
-def median_ms(fn: Callable[[], object], iterations: int, warmup: int = 3) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(iterations):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times) * 1000
+ROUNDS = 10
 
 
-def line(name: str, ours: float, base: float, target: str) -> None:
-    print(f"{name:<52} {ours:>9.3f} ms  vs {base:>9.3f} ms   ratio {ours / base:5.2f}x   (target {target})")
+def compare(
+    name: str, ours: Callable[[], object], base: Callable[[], object], iterations: int, target: str
+) -> None:
+    """Both sides in alternating rounds (ms per call), after a few warm-up calls each."""
+    for _ in range(3):
+        ours(), base()
+    calls = max(1, iterations // ROUNDS)
+    pair = alternate(lambda _r: per_call_ms(ours, calls), lambda _r: per_call_ms(base, calls), ROUNDS)
+    report(name, pair, "ms", target)
 
 
 def patch_vs_raw(tmp: Path, iterations: int, synchronous: str) -> None:
@@ -82,12 +81,7 @@ def patch_vs_raw(tmp: Path, iterations: int, synchronous: str) -> None:
             conn.execute("INSERT INTO log (k, patch) VALUES (?, ?)", (k, orjson.dumps(p)))
         conn.execute("COMMIT")
 
-    line(
-        f"patch_state 3 scopes (synchronous={synchronous})",
-        median_ms(patch, iterations),
-        median_ms(raw, iterations),
-        "<= 3x",
-    )
+    compare(f"patch_state 3 scopes (synchronous={synchronous})", patch, raw, iterations, "<= 3x")
     store.close()
 
 
@@ -96,9 +90,13 @@ def range_reads(tmp: Path, iterations: int) -> None:
     view = MemoryView(store, Identity.of("bench", str(tmp), "s"))
     view.patch_state({"session": {"lazy": {"small": [f"thought {i}" for i in range(1_000)]}}})
     view.patch_state({"session": {"lazy": {"big": [f"thought {i}" for i in range(100_000)]}}})
-    small = median_ms(lambda: view.read_state({"path": "session.lazy.small[500:510]"}), iterations)
-    big = median_ms(lambda: view.read_state({"path": "session.lazy.big[50000:50010]"}), iterations)
-    line("10-item range: 100,000-element vs 1,000-element array", big, small, "<= 1.5x")
+    compare(
+        "10-item range: 100,000-element vs 1,000-element array",
+        lambda: view.read_state({"path": "session.lazy.big[50000:50010]"}),
+        lambda: view.read_state({"path": "session.lazy.small[500:510]"}),
+        iterations,
+        "<= 1.5x",
+    )
     store.close()
 
 
@@ -119,9 +117,33 @@ def context_with_lazy(tmp: Path, iterations: int, lazy_mb: int) -> None:
             view.patch_state({"session": {"lazy": {f"archive{k}": [chunk] * count}}})
         view.patch_state({"session": hot})
         views[name] = view
-    base = median_ms(views["tiny"].context, iterations)
-    ours = median_ms(views["heavy"].context, iterations)
-    line(f"context() with {lazy_mb} MB lazy vs a few bytes", ours, base, "<= 1.2x")
+    compare(
+        f"context() with {lazy_mb} MB lazy vs a few bytes",
+        views["heavy"].context,
+        views["tiny"].context,
+        iterations,
+        "<= 1.2x",
+    )
+    store.close()
+
+
+def context_bytes_with_a_large_hot_value(tmp: Path, value_mb: int = 2) -> None:
+    """Sizes, not times: the context must hold the hot value once, the receipt not at all."""
+    store = open_store(f"{tmp}/economy.db")
+    view = MemoryView(store, Identity.of("bench", str(tmp), "economy"))
+    big = "x" * (value_mb * 1024 * 1024)
+    receipt = view.patch_state({"session": {"tactics": {"notes": big, "next": "review"}}})
+    view.patch_state({"session": {"tactics": {"next": "ship"}}})
+    context = view.context().text().encode()
+    value = len(orjson.dumps(big))
+    print(
+        f"{'context bytes with a ' + str(value_mb) + ' MB hot value vs the value':<52} "
+        f"{len(context):>12,} B vs {value:>12,} B   ratio {len(context) / value:5.3f}x   (target <= 1.01x)"
+    )
+    print(
+        f"{'receipt bytes for writing that value':<52} {len(receipt.text().encode()):>12,} B"
+        f"   (target < 1 KB: the value is named, not repeated)"
+    )
     store.close()
 
 
@@ -135,6 +157,7 @@ def main() -> None:
         patch_vs_raw(Path(tmp), args.iterations, args.synchronous)
         range_reads(Path(tmp), args.iterations)
         context_with_lazy(Path(tmp), args.iterations, args.lazy_mb)
+        context_bytes_with_a_large_hot_value(Path(tmp))
 
 
 if __name__ == "__main__":

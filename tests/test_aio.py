@@ -55,7 +55,7 @@ def test_calls_leave_the_event_loop_thread(backend: str) -> None:
             threads.append(threading.get_ident())
             return original(name, subject)
 
-        service.read = read  # type: ignore[method-assign]
+        service.read = read  # type: ignore[method-assign,assignment]
         service.declare("counters", DECL)
 
         async def main() -> None:

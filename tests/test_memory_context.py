@@ -171,3 +171,23 @@ def test_the_protocol_says_found_past_values_are_evidence_not_memory(
     text = view(store, scopes=scopes, mode=mode).context().text()
     assert "found values are historical evidence, not automatically current memory." in text
     assert text.count("historical evidence") == 1
+
+
+def test_passive_recent_transitions_omit_the_response_like_the_state(store: SqlStore) -> None:
+    active = view(store)
+    active.patch_state({"session": {"tactics": {"a": 1}}})
+    active.record_response("THE ANSWER")
+    active.patch_state({"session": {"tactics": {"a": 2}}, "cwd": {"strategy": {"s": 1}}})
+    assert [c["patch"] for t in active.context().head["recent_transitions"] for c in t["changes"]] == [
+        {"tactics": {"a": 1}},
+        {"response": "THE ANSWER"},
+        {"strategy": {"s": 1}},
+        {"tactics": {"a": 2}},
+    ]
+    passive = view(store, mode="passive").context()
+    assert "THE ANSWER" not in passive.text()
+    assert [c["patch"] for t in passive.head["recent_transitions"] for c in t["changes"]] == [
+        {"tactics": {"a": 1}},
+        {"strategy": {"s": 1}},
+        {"tactics": {"a": 2}},
+    ]

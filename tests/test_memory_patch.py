@@ -189,7 +189,7 @@ def test_intent_ownership_worked_example(store: SqlStore) -> None:
     )
     receipt = m.patch_state({"session": {"intents": {"done": None, "edited": "no refs"}}})
     assert receipt.state_updates is not None
-    assert receipt.state_updates["cascaded"] == ["session.tactics.a", "session.lazy.plan"]
+    assert receipt.state_updates["cascaded"] == ["session.lazy.plan", "session.tactics.a"]
     assert state(m, "session.tactics") == {
         "shared": 1,
         "up": {"y": 1},

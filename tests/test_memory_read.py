@@ -268,3 +268,25 @@ def test_a_scope_patch_older_than_the_views_last_limit_transitions_is_refused(st
     assert m.read_state({"path": "global.patches[0]"}) == {"patch": {"strategy": {"g": 2}}}
     with pytest.raises(NotFound, match="predates the retained history"):
         m.read_state({"path": "global.patches[1]"})
+
+
+def test_the_patch_at_the_oldest_boundary_is_outside_the_window(store) -> None:  # type: ignore[no-untyped-def]
+    m = view(store, history_limit=2)
+    for i in range(3):
+        m.patch_state({"session": {"tactics": {"i": i}}})
+    assert m.read_state({"path": "session[1].tactics", "projection": "patch"}) == {"patch": {"i": 1}}
+    assert m.read_state({"path": "session[2].tactics"}) == {"value": {"i": 0}}  # the boundary is readable
+    for path in ("session[2].tactics", "effective[2]"):  # what led to it is not
+        with pytest.raises(NotFound, match="outside the retained window"):
+            m.read_state({"path": path, "projection": "patch"})
+
+    fresh = view(store, session="fresh", scopes=("session",), history_limit=2)
+    fresh.patch_state({"tactics": {"i": 0}})
+    fresh.patch_state({"tactics": {"i": 1}})
+    assert fresh.read_state({"path": "session[2]", "projection": "patch"}) == {"patch": {}}  # the origin
+
+    none = view(store, session="none", scopes=("session",), history_limit=0)
+    assert none.read_state({"path": "session[0]", "projection": "patch"}) == {"patch": {}}  # the origin
+    none.patch_state({"tactics": {"i": 0}})
+    with pytest.raises(NotFound, match="outside the retained window"):
+        none.read_state({"path": "tactics", "projection": "patch"})

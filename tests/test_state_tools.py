@@ -74,7 +74,15 @@ def test_apply_with_op_id_and_guards(host: ToolHost) -> None:
     first = call(host, "state_apply", {"state": "notes", "ops": ops, "op_id": "tool-1"})
     assert first["applied"] is True
     again = call(host, "state_apply", {"state": "notes", "ops": ops, "op_id": "tool-1"})
-    assert again == {"applied": False, "data": None, "seq": None, "skipped": []}
+    # the published replay answer, plus what says it was a replay (of the first write's seq)
+    assert again == {
+        "applied": False,
+        "data": None,
+        "seq": None,
+        "skipped": [],
+        "replayed": True,
+        "replayed_seq": first["seq"],
+    }
 
 
 @pytest.mark.parametrize(

@@ -102,3 +102,29 @@ def test_discard_and_malformed_ops(service: StatesService) -> None:
     assert data(service, "a") is None
     with pytest.raises(UnitClosed):
         unit.commit()
+
+
+def test_staged_preview_runs_the_regime_check_and_stamps_trace(service: StatesService) -> None:
+    service.put_template(
+        "log",
+        {
+            "schema": {
+                "type": "object",
+                "properties": {"entries": {"type": "array", "items": {"type": "object"}}},
+            },
+            "regimes": [{"path": ["entries"], "regime": "composing"}],
+            "trace": {"enabled": True},
+        },
+    )
+    service.attach("s", "log", {"path": ["log"]})
+    with service.unit(origin={"run_id": "r-1"}) as unit:
+        # a regime violation is refused when staged, not only at commit
+        with pytest.raises(StateflowError, match="composing path"):
+            unit.apply("s", subj("x"), [{"op": "set", "path": ["log", "entries"], "value": []}])
+        unit.apply("s", subj("x"), [{"op": "set", "path": ["log", "entries", "-"], "value": {"m": "hi"}}])
+        staged = unit.read("s", subj("x"))
+        assert staged is not None
+        entry = staged["data"]["log"]["entries"][0]
+        assert entry["m"] == "hi" and entry["_trace"]["run"] == "r-1"
+    written = service.read("s", subj("x"))
+    assert written is not None and written["data"]["log"]["entries"][0]["_trace"]["run"] == "r-1"

@@ -260,7 +260,7 @@ def test_stateflow_serve_serves_the_studio_and_docs(tmp_path: Path) -> None:
                 try:
                     client.get("/api/health")
                     break
-                except OSError:
+                except (OSError, httpx.TransportError):  # httpx's connect errors are not OSErrors
                     time.sleep(0.1)
             assert client.get("/docs/assets/swagger-ui-bundle.js").status_code == 200
             assert client.get("/studio/static/htmx.min.js").status_code == 200

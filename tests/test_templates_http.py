@@ -488,3 +488,34 @@ def test_regime_matching_uses_the_longest_rule() -> None:
         assert paths_overlap(a, b)
     for a, b in ((["a", "b"], ["a", "c"]), (["*", "b"], ["a", "c"]), (["a"], ["b"])):
         assert not paths_overlap(a, b)
+
+
+def test_a_busy_jq_pool_answers_503_with_retry_after() -> None:
+    import threading
+    import time
+
+    from stateflow.http.app import _error
+    from stateflow.jq import JqBusy, JqLimitExceeded, JqRunner
+
+    busy = JqRunner(workers=1, timeout=2, queue=0)
+    outcome: list[BaseException] = []
+
+    def spin() -> None:
+        try:
+            busy.run("def f: f; f", None)
+        except JqLimitExceeded as exc:
+            outcome.append(exc)
+
+    spinning = threading.Thread(target=spin)
+    spinning.start()
+    try:
+        time.sleep(0.5)  # the only worker is taken, and no caller may wait
+        with pytest.raises(JqBusy) as info:
+            busy.run("1", None)
+        response = _error(info.value)
+        assert response.status_code == 503 and response.headers["Retry-After"] == "2"
+        assert b'"code":"jq-busy"' in bytes(response.body)
+    finally:
+        spinning.join()
+        busy.close()
+    assert len(outcome) == 1

@@ -1,24 +1,32 @@
-"""Typed configuration of a deployment: the store, the API server, jq limits.
+"""Typed configuration of a deployment: the store, the API server, jq limits, retention, HTTP limits.
 
 This module holds the typed object and its validation only. Sources are read at the edges (the
 CLI reads ``stateflow.toml``, the environment and its flags) and handed here as layers of plain
 mappings, merged in order — later layers win, so an edge passes ``file, environment, flags``.
 Unknown keys and ill-typed values are refused with ``invalid-config``, naming the key and the
-source.
+source. Services never read the environment at call time; they take a :class:`Config` (or its
+defaults). :meth:`Config.from_env` reads the documented ``STATEFLOW_*`` variables alone.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Final, Self
 from urllib.parse import urlsplit, urlunsplit
 
 from stateflow.errors import InvalidInput
 
+MAX_DAYS: Final = 2_147_483_647
+DEFAULT_MAX_BODY_BYTES: Final = 10 * 1024 * 1024
+
 
 class InvalidConfig(InvalidInput):
     code = "invalid-config"
+
+
+ConfigInvalid = InvalidConfig  # the name the declared-states code uses
 
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -58,12 +66,65 @@ class JqSettings:
 
 
 @dataclass(frozen=True)
+class RetentionConfig:
+    """``default_days``: records of states without ``retention_days`` (None keeps them forever);
+    ``op_days``: how long ``op_id`` keys are remembered; ``audit_days``: audit rows (None: forever)."""
+
+    default_days: int | None = None
+    op_days: int = 30
+    audit_days: int | None = None
+
+
+@dataclass(frozen=True)
+class HttpConfig:
+    """``max_body_bytes``: a larger request body is refused with 413 before it is parsed."""
+
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+
+
+JqConfig = JqSettings
+
+
+@dataclass(frozen=True)
 class Config:
     store: StoreSettings = field(default_factory=StoreSettings)
     server: ServerSettings = field(default_factory=ServerSettings)
     jq: JqSettings = field(default_factory=JqSettings)
+    retention: RetentionConfig = field(default_factory=RetentionConfig)
+    http: HttpConfig = field(default_factory=HttpConfig)
 
-    SECTIONS: ClassVar[tuple[str, ...]] = ("store", "server", "jq")
+    SECTIONS: ClassVar[tuple[str, ...]] = ("store", "server", "jq", "retention", "http")
+
+    def with_store(self, store: str | None) -> Config:
+        return self if store is None else replace(self, store=replace(self.store, url=store))
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Config:
+        """The configuration the ``STATEFLOW_*`` variables describe (unset ones keep defaults)."""
+        env = os.environ if environ is None else environ
+        defaults = cls()
+        return replace(
+            defaults,
+            store=replace(defaults.store, url=env.get("STATEFLOW_STORE") or None),
+            retention=RetentionConfig(
+                default_days=_int(env, "STATEFLOW_DEFAULT_RETENTION_DAYS", None, 1, MAX_DAYS),
+                op_days=_int(env, "STATEFLOW_OP_RETENTION_DAYS", defaults.retention.op_days, 1, MAX_DAYS)
+                or defaults.retention.op_days,
+                audit_days=_int(env, "STATEFLOW_AUDIT_RETENTION_DAYS", None, 1, MAX_DAYS),
+            ),
+            jq=replace(
+                defaults.jq,
+                timeout_seconds=_float(env, "STATEFLOW_JQ_TIMEOUT_SECONDS", defaults.jq.timeout_seconds),
+                memory_mb=_int(env, "STATEFLOW_JQ_MEMORY_MB", defaults.jq.memory_mb, 16, 1 << 20)
+                or defaults.jq.memory_mb,
+            ),
+            http=HttpConfig(
+                max_body_bytes=_int(
+                    env, "STATEFLOW_MAX_BODY_BYTES", defaults.http.max_body_bytes, 1024, 1 << 40
+                )
+                or defaults.http.max_body_bytes
+            ),
+        )
 
     @classmethod
     def from_layers(cls, *layers: tuple[str, Mapping[str, Any]]) -> Self:
@@ -93,7 +154,17 @@ class Config:
             (self.server.workers >= 1, "server.workers must be at least 1"),
             (self.jq.workers >= 1, "jq.workers must be at least 1"),
             (self.jq.timeout_seconds > 0, "jq.timeout_seconds must be positive"),
-            (self.jq.memory_mb > 0, "jq.memory_mb must be positive"),
+            (16 <= self.jq.memory_mb <= 1 << 20, "jq.memory_mb must be from 16 to 1048576"),
+            (
+                self.retention.default_days is None or 1 <= self.retention.default_days <= MAX_DAYS,
+                f"retention.default_days must be from 1 to {MAX_DAYS} or unset",
+            ),
+            (1 <= self.retention.op_days <= MAX_DAYS, f"retention.op_days must be from 1 to {MAX_DAYS}"),
+            (
+                self.retention.audit_days is None or 1 <= self.retention.audit_days <= MAX_DAYS,
+                f"retention.audit_days must be from 1 to {MAX_DAYS} or unset",
+            ),
+            (self.http.max_body_bytes >= 1024, "http.max_body_bytes must be at least 1024"),
             (self.jq.queue is None or self.jq.queue >= 0, "jq.queue must be 0 or more"),
             (self.store.wait_seconds > 0, "store.wait_seconds must be positive"),
             (self.store.connect_timeout_seconds > 0, "store.connect_timeout_seconds must be positive"),
@@ -172,3 +243,29 @@ def _mask_url(url: str) -> str:
         netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
         return urlunsplit(parts._replace(netloc=netloc))
     return url
+
+
+def _int(env: Mapping[str, str], name: str, default: int | None, low: int, high: int) -> int | None:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = low - 1
+    if not low <= value <= high:
+        raise ConfigInvalid(f"{name} must be an integer from {low} to {high} or unset, got {raw!r}")
+    return value
+
+
+def _float(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = 0.0
+    if not 0 < value < 86_400:
+        raise ConfigInvalid(f"{name} must be a number of seconds above 0 or unset, got {raw!r}")
+    return value

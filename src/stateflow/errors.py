@@ -101,7 +101,9 @@ class CorruptData(StoreError):
 
 
 class CorruptStore(CorruptData):
-    """The store file itself is damaged (header, schema, pages): it is not opened at all."""
+    """The store is damaged: the file itself (header, schema, pages: it is not opened at all), or a
+    stored row that decodes but lacks the shape the service wrote (e.g. a catalog declaration
+    overwritten by a low-level write); we fail closed and name it."""
 
     code = "corrupt-store"
     http_status = 500
@@ -138,3 +140,29 @@ class MissingExtra(StateflowError):
 
     code = "missing-extra"
     http_status = 501
+
+
+class Forbidden(StateflowError):
+    """The caller is known but may not do this (a read-only or tenant-limited token)."""
+
+    code = "forbidden"
+    http_status = 403
+
+
+class ReadOnlyState(StateflowError):
+    """This door may read the state but never write it (agent memory through the state tools)."""
+
+    code = "read-only-state"
+    http_status = 403
+
+
+class OutsideRoots(InvalidInput):
+    """A source path resolves outside the working directory and the configured knowledge roots."""
+
+    code = "outside-roots"
+
+
+class HotBudgetExceeded(InvalidInput):
+    """A patch would grow the hot (always shown) state beyond its configured budget."""
+
+    code = "hot-budget"

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from stateflow.doc.canonical import encode
-from stateflow.errors import StateflowError
+from stateflow.errors import Forbidden, NotFound, StateflowError
 from stateflow.memory import MemoryView
 
 if TYPE_CHECKING:  # the states layer loads only with a StatesService: memory tools never need it
@@ -59,6 +60,48 @@ def patch_state_schema(view: MemoryView) -> dict[str, Any]:
     }
 
 
+READ_STATE_OUTPUT: dict[str, Any] = {
+    "type": "object",
+    "description": "One projection's fields: value; meta and keys; or patch (hint only with a null value).",
+    "properties": {
+        "value": {},
+        "meta": {},
+        "keys": {},
+        "patch": {},
+        "hint": {"type": "array", "items": {"type": "object"}},
+    },
+    "additionalProperties": False,
+}
+PATCH_STATE_OUTPUT: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "message": {"type": "string", "description": "The acknowledgement line."},
+        "state_updates": {
+            "type": "object",
+            "description": "Effective changes relative to what this session was last shown.",
+        },
+        "hints": {"type": "array", "items": {"type": "object"}},
+    },
+    "required": ["message"],
+    "additionalProperties": False,
+}
+STATE_TOOL_OUTPUT: dict[str, Any] = {
+    "type": "object",
+    "properties": {"result": {}},
+    "required": ["result"],
+    "additionalProperties": False,
+}
+TITLES: dict[str, str] = {
+    "read_state": "Read memory",
+    "patch_state": "Change memory",
+    "state_read": "Read a record",
+    "state_replace": "Replace a record",
+    "state_merge": "Merge into a record",
+    "state_apply": "Apply ops to a record",
+    "state_template_jq": "Run a template program",
+}
+
+
 @dataclass(frozen=True)
 class ToolDefinition:
     name: str
@@ -66,6 +109,11 @@ class ToolDefinition:
     input_schema: dict[str, Any]
     read_only: bool
     destructive: bool
+    output_schema: dict[str, Any] | None = None
+
+    @property
+    def title(self) -> str:
+        return TITLES.get(self.name, self.name)
 
 
 @dataclass(frozen=True)
@@ -73,19 +121,36 @@ class ToolResult:
     text: str
     is_error: bool = False
     code: str | None = None
+    structured: dict[str, Any] | None = None
+    """The same result as an object matching the tool's output schema (None for errors)."""
+
+    def error_text(self) -> str:
+        """A refusal as every door prints it: ``error[code]: message``."""
+        return f"error[{self.code}]: {self.text}" if self.is_error else self.text
 
 
 class ToolHost:
-    """Every LLM tool of one agent turn: the memory tools and the declared-state tools.
+    """Every LLM tool of one agent turn: the memory tools and, when asked for, the declared-state tools.
 
     The state tools act through the ``tool`` door with the agent as the ambient target and
     the view's scopes as subject candidates (so ``state_read {"state": "memory"}`` reads the
-    session scope).
+    session scope). They never write agent memory: that changes only through ``patch_state``.
+    ``state_names`` limits them to those declared states (None: every state). A read-only host
+    (a read-only API token) offers and runs only the tools that never write.
     """
 
-    def __init__(self, view: MemoryView, states: StatesService | None = None) -> None:
+    def __init__(
+        self,
+        view: MemoryView,
+        states: StatesService | None = None,
+        state_names: Sequence[str] | None = None,
+        *,
+        read_only: bool = False,
+    ) -> None:
         self.view = view
+        self.read_only = read_only
         self.states = states
+        self.state_names = tuple(dict.fromkeys(state_names)) if state_names is not None else None
         self._context: DoorContext | None = None
 
     @property
@@ -106,32 +171,59 @@ class ToolHost:
 
     def definitions(self) -> list[ToolDefinition]:
         out = [
-            ToolDefinition("read_state", READ_STATE_DESCRIPTION, read_state_schema(), True, False),
             ToolDefinition(
-                "patch_state", PATCH_STATE_DESCRIPTION, patch_state_schema(self.view), False, True
+                "read_state", READ_STATE_DESCRIPTION, read_state_schema(), True, False, READ_STATE_OUTPUT
+            ),
+            ToolDefinition(
+                "patch_state",
+                PATCH_STATE_DESCRIPTION,
+                patch_state_schema(self.view),
+                False,
+                True,
+                PATCH_STATE_OUTPUT,
             ),
         ]
         if self.states is not None:
             from stateflow.states.tools import state_tool_schemas
 
             for name, (description, schema, read_only, destructive) in state_tool_schemas().items():
-                out.append(ToolDefinition(name, description, schema, read_only, destructive))
-        return out
+                if self.state_names is not None:
+                    state = {**schema["properties"]["state"], "enum": list(self.state_names)}
+                    schema = {**schema, "properties": {**schema["properties"], "state": state}}
+                out.append(
+                    ToolDefinition(name, description, schema, read_only, destructive, STATE_TOOL_OUTPUT)
+                )
+        return [d for d in out if d.read_only] if self.read_only else out
+
+    def _check_served(self, args: Any) -> None:
+        state = args.get("state") if isinstance(args, dict) else None
+        if self.state_names is not None and isinstance(state, str) and state not in self.state_names:
+            served = ", ".join(self.state_names) or "none"
+            raise NotFound(f"state {state!r} is not served by these tools (served: {served})")
 
     def call(self, name: str, args: Any) -> ToolResult:
         """Run a tool; a refusal becomes an error result with a concise message, never an exception."""
         try:
+            if self.read_only and (
+                name == "patch_state" or (name.startswith("state_") and name != "state_read")
+            ):
+                raise Forbidden(f"{name} writes, and this token is read-only")
             if name == "read_state":
-                return ToolResult(encode(self.view.read_state(args)).decode())
+                value = self.view.read_state(args)
+                return ToolResult(encode(value).decode(), structured=value)
             if name == "patch_state":
-                return ToolResult(self.view.patch_state(args).text())
+                receipt = self.view.patch_state(args)
+                return ToolResult(
+                    receipt.text(), structured={"message": receipt.message, **receipt.to_json()}
+                )
             if self.states is not None and name.startswith("state_"):
                 from stateflow.states.tools import STATE_TOOLS, call_state_tool
 
                 if name not in STATE_TOOLS:
                     return self._unknown(name)
+                self._check_served(args)
                 result = call_state_tool(self.states, name, args, self.context, self.view.identity.session)
-                return ToolResult(encode({"result": result}).decode())
+                return ToolResult(encode({"result": result}).decode(), structured={"result": result})
         except StateflowError as exc:
             return ToolResult(exc.message, is_error=True, code=exc.code)
         return self._unknown(name)

@@ -29,7 +29,13 @@ class Context:
         self._config: tuple[Config, Path | None] | None = None
         self._store: Store | None = None
 
-    def config(self, flags: Mapping[str, Mapping[str, Any]] | None = None) -> tuple[Config, Path | None]:
+    @property
+    def config(self) -> Config:
+        """The configuration in effect, parsed on first use (a malformed value is refused by the
+        command that needs it, not by ``--help``)."""
+        return self.settings()[0]
+
+    def settings(self, flags: Mapping[str, Mapping[str, Any]] | None = None) -> tuple[Config, Path | None]:
         """The configuration in effect (flags > environment > file); ``flags`` are a command's
         own options (None when not given)."""
         if self._config is None or flags:
@@ -40,10 +46,16 @@ class Context:
 
     @property
     def store_location(self) -> str | None:
-        return self._store_flag or self.config()[0].store.url
+        return self._store_flag or self.settings()[0].store.url
+
+    @store_location.setter
+    def store_location(self, value: str | None) -> None:
+        """``--store`` given after the subcommand: it wins like the global flag."""
+        self._store_flag = value
+        self._config = None
 
     def _open(self, *, create: bool) -> Store:
-        settings = self.config()[0].store
+        settings = self.settings()[0].store
         return open_store(
             self.store_location,
             create=create,

@@ -32,6 +32,10 @@ ENVIRONMENT: dict[str, tuple[str, str]] = {
     "STATEFLOW_JQ_MEMORY_MB": ("jq", "memory_mb"),
     "STATEFLOW_JQ_WORKERS": ("jq", "workers"),
     "STATEFLOW_JQ_QUEUE": ("jq", "queue"),
+    "STATEFLOW_DEFAULT_RETENTION_DAYS": ("retention", "default_days"),
+    "STATEFLOW_OP_RETENTION_DAYS": ("retention", "op_days"),
+    "STATEFLOW_AUDIT_RETENTION_DAYS": ("retention", "audit_days"),
+    "STATEFLOW_MAX_BODY_BYTES": ("http", "max_body_bytes"),
 }
 
 
@@ -98,7 +102,7 @@ def show(click_ctx: click.Context, secrets: bool) -> None:
     ctx = click_ctx.find_object(Context)
     assert ctx is not None
     try:
-        resolved, path = ctx.config()
+        resolved, path = ctx.settings()
     except InvalidConfig as exc:
         click.echo(f"error[{exc.code}]: {exc.message}", err=True)
         raise SystemExit(1) from None

@@ -9,6 +9,7 @@ import click
 
 from stateflow import __version__
 from stateflow.cli.common import Context, echo_json, pass_context, read_json_arg, refusals
+from stateflow.cli.examples import decorate
 from stateflow.cli.lazy import LazyGroup
 from stateflow.cli.memory import COMMANDS as MEMORY_COMMANDS
 from stateflow.doc.canonical import JSON
@@ -30,6 +31,7 @@ LAZY_COMMANDS = {
     "import-state-flow": "stateflow.cli.ops:import_state_flow",
     "dump": "stateflow.cli.ops:dump",
     "load": "stateflow.cli.ops:load",
+    "setup": "stateflow.cli.setup:setup",
 }
 
 
@@ -115,6 +117,34 @@ def doc_get(
         echo_json(document.body)
 
 
+class DeclaredDocument(InvalidInput):
+    code = "declared-state"
+
+
+RAW_HELP = (
+    "Write a document of a declared state (or of the _states/_aliases/_templates catalogs) as "
+    "given: no declaration, subject-kind, JSON Schema or regime check, no _trace stamp. "
+    "For repairs; use `stateflow states replace/merge/apply` otherwise."
+)
+
+
+def _refuse_declared(ctx: Context, key: DocKey, raw: bool) -> None:
+    """Low-level writes bypass every rule of a declared state; they need ``--raw``."""
+    if raw:
+        return
+    if key.state.startswith("_"):
+        raise DeclaredDocument(
+            f"{key.state!r} is a reserved catalog; its documents are written by `stateflow states` "
+            "commands (pass --raw to write it anyway, skipping every check)"
+        )
+    if ctx.store().get(DocKey("_states", key.state)).body is not None:
+        raise DeclaredDocument(
+            f"{key.state!r} is a declared state: write its records with `stateflow states "
+            "replace/merge/apply`, which check the subject kind and the schema (pass --raw to "
+            "write the document anyway, skipping every check)"
+        )
+
+
 def _write(ctx: Context, key: DocKey, transform: Callable[[JSON], JSON], expect: int | None) -> None:
     """Read-modify-write one document under lock; report the new revision on stderr."""
 
@@ -138,15 +168,23 @@ def _write(ctx: Context, key: DocKey, transform: Callable[[JSON], JSON], expect:
 @click.argument("body", required=False)
 @click.option("--file", "file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--expect", type=int, help="Refuse unless the document is at this revision.")
+@click.option("--raw", is_flag=True, help=RAW_HELP)
 @pass_context
 @refusals
 def doc_put(
-    ctx: Context, state: str, subject: str, body: str | None, file: Path | None, expect: int | None
+    ctx: Context,
+    state: str,
+    subject: str,
+    body: str | None,
+    file: Path | None,
+    expect: int | None,
+    raw: bool,
 ) -> None:
     """Replace a document with BODY (a JSON object; '-' reads stdin)."""
     value = read_json_arg(body, file, "BODY")
     if not isinstance(value, dict):
         raise InvalidInput("a document must be a JSON object")
+    _refuse_declared(ctx, _key(state, subject), raw)
     _write(ctx, _key(state, subject), lambda _current: value, expect)
 
 
@@ -156,15 +194,23 @@ def doc_put(
 @click.argument("patch", required=False)
 @click.option("--file", "file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--expect", type=int, help="Refuse unless the document is at this revision.")
+@click.option("--raw", is_flag=True, help=RAW_HELP)
 @pass_context
 @refusals
 def doc_patch(
-    ctx: Context, state: str, subject: str, patch: str | None, file: Path | None, expect: int | None
+    ctx: Context,
+    state: str,
+    subject: str,
+    patch: str | None,
+    file: Path | None,
+    expect: int | None,
+    raw: bool,
 ) -> None:
     """Merge PATCH into a document (objects merge, null deletes, "[N]" patches array items)."""
     value = read_json_arg(patch, file, "PATCH")
     if not isinstance(value, dict):
         raise InvalidInput("a patch must be a JSON object")
+    _refuse_declared(ctx, _key(state, subject), raw)
 
     def apply(current: JSON) -> JSON:
         result = merge_patch(current, value)
@@ -198,6 +244,8 @@ def doc_history(ctx: Context, state: str, subject: str, limit: int) -> None:
 
 for command in MEMORY_COMMANDS:
     cli.add_command(command)
+for name, command in cli.commands.items():
+    decorate(command, name)
 
 
 def main() -> None:

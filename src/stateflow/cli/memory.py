@@ -3,20 +3,25 @@
 from __future__ import annotations
 
 import functools
+import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, cast
 
 import click
 
 from stateflow.cli.common import Context, echo_json, pass_context, read_json_arg, refusals
+from stateflow.config import Config
 from stateflow.doc.diff import diff, to_patch
 from stateflow.errors import InvalidInput
 from stateflow.extras import needs_extra
 from stateflow.memory import Identity, MemoryConfig, MemoryView, parse_scopes
 from stateflow.memory.scopes import DEFAULT_SESSION, SESSION_ENV
 from stateflow.tools import ToolHost
+
+KNOWLEDGE_ENV = "STATEFLOW_KNOWLEDGE_ROOTS"
+HOT_BUDGET_ENV = "STATEFLOW_HOT_BUDGET"
 
 
 def memory_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -45,6 +50,22 @@ def memory_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option(
             "--mode", type=click.Choice(["active", "passive", "off"]), default="active", show_default=True
         ),
+        click.option(
+            "--hot-budget",
+            type=click.IntRange(1),
+            default=None,
+            envvar=HOT_BUDGET_ENV,
+            help=f"Refuse patches that grow the hot state beyond this many bytes [env {HOT_BUDGET_ENV}].",
+        ),
+        click.option(
+            "--knowledge-root",
+            "knowledge_roots",
+            multiple=True,
+            type=click.Path(file_okay=False, path_type=Path),
+            envvar=KNOWLEDGE_ENV,
+            help=f"A directory of Markdown knowledge; artifact sources may live there or in the cwd "
+            f"(repeatable) [env {KNOWLEDGE_ENV}, {os.pathsep}-separated].",
+        ),
     ]
     for option in reversed(options):
         fn = option(fn)
@@ -53,12 +74,27 @@ def memory_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def make_view(ctx: Context, kw: dict[str, Any], *, reads: bool = False) -> MemoryView:
     identity = Identity.of(kw.pop("agent"), kw.pop("cwd"), kw.pop("session"))
-    config = MemoryConfig(history_limit=kw.pop("history_limit"), mode=kw.pop("mode"))
+    roots = tuple(str(p.expanduser().resolve()) for p in kw.pop("knowledge_roots"))
+    config = MemoryConfig(
+        history_limit=kw.pop("history_limit"),
+        mode=kw.pop("mode"),
+        knowledge_roots=roots,
+        hot_budget=kw.pop("hot_budget"),
+    )
     store = ctx.reader() if reads else ctx.store()
     return MemoryView(store, identity, parse_scopes(kw.pop("scopes")), config)
 
 
-_VIEW_OPTIONS = ("agent", "cwd", "session", "scopes", "history_limit", "mode")
+_VIEW_OPTIONS = (
+    "agent",
+    "cwd",
+    "session",
+    "scopes",
+    "history_limit",
+    "mode",
+    "knowledge_roots",
+    "hot_budget",
+)
 
 
 def with_view(fn: Callable[..., Any], *, reads: bool = False) -> Callable[..., Any]:
@@ -88,12 +124,15 @@ TOOL_NAMES = [
 ]
 
 
-def tool_host(view: MemoryView) -> ToolHost:
+def tool_host(view: MemoryView, state_names: Sequence[str] | None = None) -> ToolHost:
+    """The memory tools plus the declared-state tools (limited to ``state_names`` when given)."""
     from stateflow.states import StatesService  # only the state_* tools need the states layer
 
-    states = StatesService(view.store)
+    states = StatesService(view.store, Config.from_env())  # the CLI edge parses it
     states.install_builtins()
-    return ToolHost(view, states)
+    for name in state_names or ():
+        states.get_declaration(name)  # an unknown name is refused before serving
+    return ToolHost(view, states, state_names)
 
 
 @click.command("tool")
@@ -124,7 +163,7 @@ def context(view: MemoryView, as_json: bool) -> None:
     """Print the baseline context a model sees at the start of a turn."""
     rendered = view.context()
     if as_json:
-        echo_json({"projection": rendered.projection, "head": rendered.head})
+        echo_json({"projection": rendered.projection, "head": rendered.head, "hot_bytes": rendered.hot_bytes})
     else:
         sys.stdout.write(rendered.text())
 
@@ -203,14 +242,34 @@ def session_restore(view: MemoryView, offset: int) -> None:
 COMMANDS = [tool, context, respond, history, session]
 
 
+def _state_names(values: tuple[str, ...]) -> list[str] | None:
+    """``--states a,b --states c`` → names; ``*`` → every declared state; none → no state tools."""
+    names = [n.strip() for v in values for n in v.split(",") if n.strip()]
+    if not names:
+        return None
+    return [] if names == ["*"] else names
+
+
 @click.command("mcp")
+@click.option(
+    "--states",
+    "states",
+    multiple=True,
+    metavar="NAME[,NAME…]",
+    help="Also serve the declared-state tools (state_read, state_merge, …) for these states; "
+    "'*' for every declared state. Agent memory stays writable only through patch_state.",
+)
 @with_view
-def mcp_server(view: MemoryView) -> None:
-    """Serve the memory tools and the declared-state tools to an MCP client over stdio."""
+def mcp_server(view: MemoryView, states: tuple[str, ...]) -> None:
+    """Serve read_state and patch_state (and, with --states, declared-state tools) over stdio."""
     with needs_extra("mcp", "stateflow mcp"):
         from stateflow.mcp.server import serve_stdio
 
-    serve_stdio(tool_host(view))
+    names = _state_names(states)
+    if names is None:
+        serve_stdio(ToolHost(view))
+    else:
+        serve_stdio(tool_host(view, names or None))
 
 
 COMMANDS.append(mcp_server)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import click
 
 from stateflow.cli.common import Context, pass_context, refusals
+from stateflow.cli.examples import decorate
 from stateflow.config import Config
 from stateflow.extras import needs_extra
 
@@ -94,7 +95,7 @@ def serve(
             "cors_origins": list(cors_origins) or None,
         }
     }
-    config, _ = ctx.config(flags)
+    config, _ = ctx.settings(flags)
     settings = config.server
     # bound before any output: a port in use is one refusal, no banner
     sock = server.bind(settings.host, settings.port)
@@ -137,3 +138,6 @@ def _service(store: Store, config: Config) -> StatesService:
     from stateflow.http.server import service_for
 
     return service_for(store, config)
+
+
+decorate(serve, "serve")

@@ -7,270 +7,18 @@ Commands work on the configured store directly, or with ``--url`` against a runn
 from __future__ import annotations
 
 import sys
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlencode
 
 import click
 
 from stateflow.cli.common import Context, echo_json, pass_context, read_json_arg, refusals
+from stateflow.cli.examples import decorate, output_mode
+from stateflow.client import StatesClient
 from stateflow.doc.canonical import decode, encode
-from stateflow.errors import InvalidInput, NotFound, StateflowError, StoreUnavailable
+from stateflow.errors import InvalidInput
 from stateflow.states import DoorContext, StatesService
-
-
-class RemoteError(StateflowError):
-    def __init__(self, message: str, code: str, status: int) -> None:
-        super().__init__(message)
-        self.code = code
-        self.http_status = status
-
-
-class Remote:
-    """The same calls as :class:`StatesService`, over HTTP."""
-
-    def __init__(self, url: str, token: str | None) -> None:
-        self.url = url.rstrip("/")
-        self.token = token
-
-    def _call(self, method: str, path: str, body: Any = None, query: dict[str, Any] | None = None) -> Any:
-        url = self.url + path
-        if query:
-            url += "?" + urlencode({k: v for k, v in query.items() if v is not None})
-        data = None if body is None else encode(body)
-        request = urllib.request.Request(url, data=data, method=method)
-        request.add_header("Content-Type", "application/json")
-        if self.token:
-            request.add_header("Authorization", f"Bearer {self.token}")
-        try:
-            with urllib.request.urlopen(request, timeout=60) as response:
-                return decode(response.read())["data"]
-        except urllib.error.HTTPError as exc:
-            try:
-                payload = decode(exc.read())
-            except StateflowError:
-                payload = {"error": exc.reason, "code": "http-error"}
-            raise RemoteError(
-                payload.get("error", str(exc)), payload.get("code", "http-error"), exc.code
-            ) from exc
-        except urllib.error.URLError as exc:
-            raise StoreUnavailable(f"cannot reach {self.url}: {exc.reason}") from exc
-
-    @staticmethod
-    def _record(name: str, subject: dict[str, str]) -> str:
-        parts = [subject["target_kind"], subject["target_name"], subject["kind"], subject["key"]]
-        return f"/api/states/{quote(name, safe='')}/records/" + "/".join(quote(p, safe="") for p in parts)
-
-    def list_declarations(self) -> Any:
-        return self._call("GET", "/api/states")
-
-    def get_declaration(self, name: str) -> Any:
-        return self._call("GET", f"/api/states/{quote(name, safe='')}")
-
-    def declare(self, name: str, body: Any) -> Any:
-        return self._call("PUT", f"/api/states/{quote(name, safe='')}", body)
-
-    def delete_declaration(self, name: str) -> Any:
-        return self._call("DELETE", f"/api/states/{quote(name, safe='')}")
-
-    def stats(self, name: str) -> Any:
-        return self._call("GET", f"/api/states/{quote(name, safe='')}/stats")
-
-    def consumers(self, name: str) -> Any:
-        return self._call("GET", f"/api/states/{quote(name, safe='')}/consumers")
-
-    def subjects(self, name: str, kind: str | None, limit: int | None, cursor: str | None) -> Any:
-        query = {"kind": kind, "limit": limit, "cursor": cursor}
-        return self._call("GET", f"/api/states/{quote(name, safe='')}/subjects", query=query)
-
-    def search(self, name: str, filters: Any, limit: int | None, cursor: str | None) -> Any:
-        body = {
-            "filters": filters,
-            **({"limit": limit} if limit else {}),
-            **({"cursor": cursor} if cursor else {}),
-        }
-        return self._call("POST", f"/api/states/{quote(name, safe='')}/records/search", body)
-
-    def read(self, name: str, subject: dict[str, str]) -> Any:
-        return self._call("GET", self._record(name, subject))
-
-    def replace(self, name: str, subject: dict[str, str], body: Any) -> Any:
-        return self._call("PUT", self._record(name, subject), body)
-
-    def merge(self, name: str, subject: dict[str, str], body: Any) -> Any:
-        return self._call("PATCH", self._record(name, subject), body)
-
-    def apply(self, name: str, subject: dict[str, str], ops: Any, op_id: str | None) -> Any:
-        body: dict[str, Any] = {"ops": ops, **({"op_id": op_id} if op_id else {})}
-        return self._call("POST", self._record(name, subject) + "/deltas", body)
-
-    def erase(self, name: str, subject: dict[str, str]) -> Any:
-        return self._call("DELETE", self._record(name, subject))
-
-    def fold(self, name: str, subject: dict[str, str], into: Any, mode: str) -> Any:
-        return self._call("POST", self._record(name, subject) + "/fold", {"into": into, "mode": mode})
-
-    def writes(self, name: str, subject: dict[str, str], limit: int | None, cursor: str | None) -> Any:
-        return self._call(
-            "GET", self._record(name, subject) + "/writes", query={"limit": limit, "cursor": cursor}
-        )
-
-    def prune(self) -> Any:
-        return self._call("POST", "/api/state-retention/prune")
-
-    def list_templates(self) -> Any:
-        return self._call("GET", "/api/state-templates")
-
-    def get_template(self, name: str) -> Any:
-        return self._call("GET", f"/api/state-templates/{quote(name, safe='')}")
-
-    def put_template(self, name: str, body: Any, replace: bool) -> Any:
-        query = {"replace": "true"} if replace else None
-        return self._call("PUT", f"/api/state-templates/{quote(name, safe='')}", body, query=query)
-
-    def delete_template(self, name: str) -> Any:
-        return self._call("DELETE", f"/api/state-templates/{quote(name, safe='')}")
-
-    def attachments(self, name: str) -> Any:
-        return self._call("GET", f"/api/states/{quote(name, safe='')}/attachments")
-
-    def _attachment(self, name: str, template: str) -> str:
-        return f"/api/states/{quote(name, safe='')}/attachments/{quote(template, safe='')}"
-
-    def get_attachment(self, name: str, template: str) -> Any:
-        return self._call("GET", self._attachment(name, template))
-
-    def attach(self, name: str, template: str, body: Any) -> Any:
-        return self._call("PUT", self._attachment(name, template), body)
-
-    def update_attachment(self, name: str, template: str, body: Any) -> Any:
-        return self._call("PATCH", self._attachment(name, template), body)
-
-    def detach(self, name: str, template: str) -> Any:
-        return self._call("DELETE", self._attachment(name, template))
-
-    def template_jq_input(
-        self, name: str, subject: dict[str, str], program: str, params: dict[str, Any]
-    ) -> Any:
-        query = {k: encode(v).decode() for k, v in params.items()}
-        return self._call(
-            "GET", self._record(name, subject) + f"/template-jq/{quote(program, safe='')}", query=query
-        )
-
-    def template_jq_update(
-        self, name: str, subject: dict[str, str], program: str, value: Any, op_id: str | None
-    ) -> Any:
-        body: dict[str, Any] = {"input": value, **({"op_id": op_id} if op_id else {})}
-        return self._call(
-            "POST", self._record(name, subject) + f"/template-jq/{quote(program, safe='')}", body
-        )
-
-
-class Local:
-    """The service on the configured store, as the ``operator`` door."""
-
-    def __init__(self, service: StatesService) -> None:
-        self.s = service
-        self.ctx = DoorContext(door="operator", actor=_whoami())
-
-    def list_declarations(self) -> Any:
-        return self.s.list_declarations()
-
-    def get_declaration(self, name: str) -> Any:
-        return self.s.get_declaration(name)
-
-    def declare(self, name: str, body: Any) -> Any:
-        return self.s.declare(name, body, context=self.ctx)
-
-    def delete_declaration(self, name: str) -> Any:
-        return self.s.delete_declaration(name, context=self.ctx)
-
-    def stats(self, name: str) -> Any:
-        return self.s.stats(name)
-
-    def consumers(self, name: str) -> Any:
-        self.s.get_declaration(name)
-        return self.s.consumers(name)
-
-    def subjects(self, name: str, kind: str | None, limit: int | None, cursor: str | None) -> Any:
-        return self.s.subjects(name, kind=kind, limit=limit, cursor=cursor)
-
-    def search(self, name: str, filters: Any, limit: int | None, cursor: str | None) -> Any:
-        return self.s.search(name, filters, limit=limit, cursor=cursor)
-
-    def read(self, name: str, subject: dict[str, str]) -> Any:
-        return self.s.read(name, subject)
-
-    def replace(self, name: str, subject: dict[str, str], body: Any) -> Any:
-        return self.s.replace(name, subject, body, context=self.ctx)
-
-    def merge(self, name: str, subject: dict[str, str], body: Any) -> Any:
-        return self.s.merge(name, subject, body, context=self.ctx)
-
-    def apply(self, name: str, subject: dict[str, str], ops: Any, op_id: str | None) -> Any:
-        return self.s.apply(name, subject, ops, op_id=op_id, context=self.ctx).to_json()
-
-    def erase(self, name: str, subject: dict[str, str]) -> Any:
-        return self.s.erase(name, subject, context=self.ctx)
-
-    def fold(self, name: str, subject: dict[str, str], into: Any, mode: str) -> Any:
-        return self.s.fold(name, subject, into, mode, context=self.ctx)
-
-    def writes(self, name: str, subject: dict[str, str], limit: int | None, cursor: str | None) -> Any:
-        return self.s.writes(name, subject, limit=limit, cursor=cursor)
-
-    def prune(self) -> Any:
-        if not sys.stderr.isatty():
-            return self.s.prune(context=self.ctx)
-        from rich.console import Console
-
-        # a sweep erases record by record: show how far it got (on the terminal only)
-        with Console(stderr=True).status("pruning…") as status:
-
-            def shown(state: str, erased: int) -> None:
-                if erased % 100 == 0:
-                    status.update(f"pruning {state}: {erased:,} expired records erased")
-
-            return self.s.prune(context=self.ctx, progress=shown)
-
-    def list_templates(self) -> Any:
-        return self.s.list_templates()
-
-    def get_template(self, name: str) -> Any:
-        return self.s.get_template(name)
-
-    def put_template(self, name: str, body: Any, replace: bool) -> Any:
-        return self.s.put_template(name, body, replace=replace, context=self.ctx)
-
-    def delete_template(self, name: str) -> Any:
-        return self.s.delete_template(name, context=self.ctx)
-
-    def attachments(self, name: str) -> Any:
-        return self.s.attachments(name)
-
-    def get_attachment(self, name: str, template: str) -> Any:
-        return self.s.get_attachment(name, template)
-
-    def attach(self, name: str, template: str, body: Any) -> Any:
-        return self.s.attach(name, template, body, context=self.ctx)
-
-    def update_attachment(self, name: str, template: str, body: Any) -> Any:
-        return self.s.update_attachment(name, template, body, context=self.ctx)
-
-    def detach(self, name: str, template: str) -> Any:
-        return self.s.detach(name, template, context=self.ctx)
-
-    def template_jq_input(
-        self, name: str, subject: dict[str, str], program: str, params: dict[str, Any]
-    ) -> Any:
-        return self.s.template_jq_input(name, subject, program, params)
-
-    def template_jq_update(
-        self, name: str, subject: dict[str, str], program: str, value: Any, op_id: str | None
-    ) -> Any:
-        return self.s.template_jq_update(name, subject, program, value, op_id=op_id, context=self.ctx)
+from stateflow.states.api import StatesAPI
 
 
 def _whoami() -> str:
@@ -293,13 +41,42 @@ def states(click_ctx: click.Context, url: str | None, token: str | None) -> None
     click_ctx.meta["states_remote"] = (url, token)
 
 
-def client(ctx: Context) -> Local | Remote:
+def client(ctx: Context) -> StatesAPI:
+    """The service on the configured store (as the ``operator`` door, actor = your user name),
+    or the HTTP client of a running server: one API either way."""
     url, token = click.get_current_context().meta.get("states_remote", (None, None))
     if url:
-        return Remote(url, token)
-    service = StatesService(ctx.store())
+        return StatesClient(url, token)
+    service = StatesService(ctx.store(), ctx.config)
     service.install_builtins()
-    return Local(service)
+    return service.acting_as(DoorContext(door="operator", actor=_whoami()))
+
+
+def write_options(fn: Any) -> Any:
+    """Compare-and-set and the consumer half of the origin, for every record write."""
+    for option in reversed(
+        [
+            click.option(
+                "--expect-revision",
+                type=click.IntRange(0),
+                default=None,
+                help="Write only if the record is at this revision (0: absent); else refused, nothing changes.",
+            ),
+            click.option(
+                "--consumer", default=None, help="Who writes (recorded in the audit trail's origin)."
+            ),
+            click.option("--run-id", default=None, help="The run this write belongs to (origin)."),
+            click.option("--meta", default=None, help="A JSON object recorded with the origin (≤ 4 KiB)."),
+        ]
+    ):
+        fn = option(fn)
+    return fn
+
+
+def _origin(consumer: str | None, run_id: str | None, meta: str | None) -> dict[str, Any] | None:
+    origin = {"consumer": consumer, "run_id": run_id, "meta": None if meta is None else decode(meta)}
+    kept = {k: v for k, v in origin.items() if v is not None}
+    return kept or None
 
 
 def subject_options(fn: Any) -> Any:
@@ -318,7 +95,7 @@ def subject_options(fn: Any) -> Any:
 
 
 def _subject(
-    api: Local | Remote, name: str, target_kind: str, target_name: str, kind: str | None, key: str
+    api: StatesAPI, name: str, target_kind: str, target_name: str, kind: str | None, key: str
 ) -> dict[str, str]:
     if kind is None:
         kind = api.get_declaration(name)["default_subject_kind"]
@@ -362,7 +139,9 @@ def _short(text: str, limit: int = 60) -> str:
 
 
 def _out(value: Any, rows: list[dict[str, Any]] | None = None, columns: list[str] | None = None) -> None:
-    if rows is not None and columns is not None and sys.stdout.isatty():
+    mode = output_mode()
+    table = mode == "table" or (mode is None and sys.stdout.isatty())
+    if rows is not None and columns is not None and table:
         _table(rows, columns)
     else:
         echo_json(value)
@@ -452,7 +231,7 @@ SUBJECT_COLUMNS = ["target_kind", "target_name", "kind", "key", "revision", "upd
 @refusals
 def subjects(ctx: Context, name: str, kind: str | None, limit: int | None, cursor: str | None) -> None:
     """Subjects that have a record (keyset-paginated)."""
-    page = client(ctx).subjects(name, kind, limit, cursor)
+    page = client(ctx).subjects(name, kind=kind, limit=limit, cursor=cursor)
     _out(page, _subject_rows(page["subjects"]), SUBJECT_COLUMNS)
     if page.get("next_cursor") and sys.stdout.isatty():
         click.echo(f"more: --cursor {page['next_cursor']}", err=True)
@@ -469,29 +248,119 @@ def subjects(ctx: Context, name: str, kind: str | None, limit: int | None, curso
 )
 @click.option("--limit", type=click.IntRange(1, 500), default=None)
 @click.option("--cursor", default=None)
+@click.option("--sort", default=None, help='e.g. \'[{"path": ["priority"], "order": "desc"}]\'.')
+@click.option("--include-data", is_flag=True, help="Return each match's document as data.")
 @pass_context
 @refusals
-def search(ctx: Context, name: str, filters: str, limit: int | None, cursor: str | None) -> None:
-    """Records whose document contains FILTERS."""
-    page = client(ctx).search(name, decode(filters), limit, cursor)
+def search(
+    ctx: Context,
+    name: str,
+    filters: str,
+    limit: int | None,
+    cursor: str | None,
+    sort: str | None,
+    include_data: bool,
+) -> None:
+    """Records whose document contains FILTERS (with $eq $ne $gt $gte $lt $lte $in $exists).
+
+    \b
+    Example:
+      stateflow states search tickets --filters '{"priority": {"$gte": 2}}' --include-data
+    """
+    page = client(ctx).search(
+        name,
+        decode(filters),
+        limit=limit,
+        cursor=cursor,
+        sort=None if sort is None else decode(sort),
+        include_data=include_data,
+    )
     _out(page, _subject_rows(page["matches"]), SUBJECT_COLUMNS)
 
 
 @states.command("read")
 @click.argument("name")
 @subject_options
+@click.option("--revision", type=click.IntRange(0), default=None, help="Read it as of this revision.")
+@click.option("--seq", type=click.IntRange(0), default=None, help="Read it as of this transition seq.")
 @pass_context
 @refusals
-def read(ctx: Context, name: str, target_kind: str, target_name: str, kind: str | None, key: str) -> None:
-    """A record (null when there is none)."""
+def read(
+    ctx: Context,
+    name: str,
+    target_kind: str,
+    target_name: str,
+    kind: str | None,
+    key: str,
+    revision: int | None,
+    seq: int | None,
+) -> None:
+    """A record (null when there is none), now or as of a revision or seq."""
     api = client(ctx)
-    echo_json(api.read(name, _subject(api, name, target_kind, target_name, kind, key)))
+    subject = _subject(api, name, target_kind, target_name, kind, key)
+    echo_json(api.read(name, subject, revision=revision, seq=seq))
+
+
+@states.command("diff")
+@click.argument("name")
+@subject_options
+@click.option("--from", "from_revision", type=click.IntRange(0), required=True, help="Older revision.")
+@click.option(
+    "--to", "to_revision", type=click.IntRange(0), default=None, help="Newer revision [default: current]."
+)
+@pass_context
+@refusals
+def diff(
+    ctx: Context,
+    name: str,
+    target_kind: str,
+    target_name: str,
+    kind: str | None,
+    key: str,
+    from_revision: int,
+    to_revision: int | None,
+) -> None:
+    """What changed in a record between two revisions: {from, to, edits, patch}."""
+    api = client(ctx)
+    subject = _subject(api, name, target_kind, target_name, kind, key)
+    echo_json(api.diff(name, subject, from_revision, to_revision))
+
+
+@states.command("revert")
+@click.argument("name")
+@subject_options
+@click.option("--revision", type=click.IntRange(0), required=True, help="The revision to go back to.")
+@write_options
+@pass_context
+@refusals
+def revert(
+    ctx: Context,
+    name: str,
+    target_kind: str,
+    target_name: str,
+    kind: str | None,
+    key: str,
+    revision: int,
+    expect_revision: int | None,
+    consumer: str | None,
+    run_id: str | None,
+    meta: str | None,
+) -> None:
+    """Make a record what it was at --revision again, as a new write (history keeps all)."""
+    api = client(ctx)
+    subject = _subject(api, name, target_kind, target_name, kind, key)
+    echo_json(
+        api.revert(
+            name, subject, revision, origin=_origin(consumer, run_id, meta), expect_revision=expect_revision
+        )
+    )
 
 
 @states.command("replace")
 @click.argument("name")
 @subject_options
 @data_options
+@write_options
 @pass_context
 @refusals
 def replace(
@@ -503,11 +372,17 @@ def replace(
     key: str,
     data: str | None,
     file: Path | None,
+    expect_revision: int | None,
+    consumer: str | None,
+    run_id: str | None,
+    meta: str | None,
 ) -> None:
     """Replace a record's whole document."""
     api = client(ctx)
+    subject = _subject(api, name, target_kind, target_name, kind, key)
+    origin = _origin(consumer, run_id, meta)
     echo_json(
-        api.replace(name, _subject(api, name, target_kind, target_name, kind, key), _payload(data, file))
+        api.replace(name, subject, _payload(data, file), origin=origin, expect_revision=expect_revision)
     )
 
 
@@ -515,6 +390,7 @@ def replace(
 @click.argument("name")
 @subject_options
 @data_options
+@write_options
 @pass_context
 @refusals
 def merge(
@@ -526,10 +402,16 @@ def merge(
     key: str,
     data: str | None,
     file: Path | None,
+    expect_revision: int | None,
+    consumer: str | None,
+    run_id: str | None,
+    meta: str | None,
 ) -> None:
     """Shallow-merge top-level fields into a record (null is stored as null)."""
     api = client(ctx)
-    echo_json(api.merge(name, _subject(api, name, target_kind, target_name, kind, key), _payload(data, file)))
+    subject = _subject(api, name, target_kind, target_name, kind, key)
+    origin = _origin(consumer, run_id, meta)
+    echo_json(api.merge(name, subject, _payload(data, file), origin=origin, expect_revision=expect_revision))
 
 
 @states.command("apply")
@@ -537,6 +419,7 @@ def merge(
 @subject_options
 @data_options
 @click.option("--op-id", default=None, help="Idempotency key (a payload op_id wins).")
+@write_options
 @pass_context
 @refusals
 def apply(
@@ -549,6 +432,10 @@ def apply(
     data: str | None,
     file: Path | None,
     op_id: str | None,
+    expect_revision: int | None,
+    consumer: str | None,
+    run_id: str | None,
+    meta: str | None,
 ) -> None:
     """Apply an op batch: a JSON array of ops, or {"ops": [...], "op_id": "..."}."""
     payload = _payload(data, file)
@@ -558,18 +445,42 @@ def apply(
         op_id = payload.get("op_id") or op_id
         payload = payload["ops"]
     api = client(ctx)
-    echo_json(api.apply(name, _subject(api, name, target_kind, target_name, kind, key), payload, op_id))
+    subject = _subject(api, name, target_kind, target_name, kind, key)
+    result = api.apply(
+        name,
+        subject,
+        payload,
+        op_id=op_id,
+        origin=_origin(consumer, run_id, meta),
+        expect_revision=expect_revision,
+    )
+    echo_json(result.to_json())
 
 
 @states.command("erase")
 @click.argument("name")
 @subject_options
+@write_options
 @pass_context
 @refusals
-def erase(ctx: Context, name: str, target_kind: str, target_name: str, kind: str | None, key: str) -> None:
+def erase(
+    ctx: Context,
+    name: str,
+    target_kind: str,
+    target_name: str,
+    kind: str | None,
+    key: str,
+    expect_revision: int | None,
+    consumer: str | None,
+    run_id: str | None,
+    meta: str | None,
+) -> None:
     """Delete a record (its audit trail stays)."""
     api = client(ctx)
-    echo_json(api.erase(name, _subject(api, name, target_kind, target_name, kind, key)))
+    subject = _subject(api, name, target_kind, target_name, kind, key)
+    echo_json(
+        api.erase(name, subject, origin=_origin(consumer, run_id, meta), expect_revision=expect_revision)
+    )
 
 
 @states.command("fold")
@@ -615,7 +526,9 @@ def writes(
 ) -> None:
     """A record's audit trail, newest first."""
     api = client(ctx)
-    page = api.writes(name, _subject(api, name, target_kind, target_name, kind, key), limit, cursor)
+    page = api.writes(
+        name, _subject(api, name, target_kind, target_name, kind, key), limit=limit, cursor=cursor
+    )
     rows = [
         {
             "seq": w["seq"],
@@ -635,7 +548,20 @@ def writes(
 @refusals
 def prune(ctx: Context) -> None:
     """Delete expired records and expired op_id keys (retention)."""
-    echo_json(client(ctx).prune())
+    api = client(ctx)
+    if not isinstance(api, StatesService) or not sys.stderr.isatty():
+        echo_json(api.prune())
+        return
+    from rich.console import Console
+
+    # a sweep erases record by record: show how far it got (on the terminal only)
+    with Console(stderr=True).status("pruning…") as status:
+
+        def shown(state: str, erased: int) -> None:
+            if erased % 100 == 0:
+                status.update(f"pruning {state}: {erased:,} expired records erased")
+
+        echo_json(api.prune(progress=shown))
 
 
 @states.command("attachments")
@@ -755,7 +681,9 @@ def template_jq_apply(
     """Run an update PROGRAM and apply the op batch it returns."""
     api = client(ctx)
     subject = _subject(api, name, target_kind, target_name, kind, key)
-    echo_json(api.template_jq_update(name, subject, program, None if value is None else decode(value), op_id))
+    echo_json(
+        api.template_jq_update(name, subject, program, None if value is None else decode(value), op_id=op_id)
+    )
 
 
 @click.group("state-templates")
@@ -806,7 +734,7 @@ def templates_get(ctx: Context, name: str) -> None:
 @refusals
 def templates_put(ctx: Context, name: str, data: str | None, file: Path | None, replace: bool) -> None:
     """Upload a template document."""
-    echo_json(client(ctx).put_template(name, _payload(data, file), replace))
+    echo_json(client(ctx).put_template(name, _payload(data, file), replace=replace))
 
 
 @state_templates.command("delete")
@@ -818,4 +746,10 @@ def templates_delete(ctx: Context, name: str) -> None:
     echo_json(client(ctx).delete_template(name))
 
 
-__all__ = ["NotFound", "state_templates", "states"]
+LISTINGS = frozenset(
+    {"states list", "states subjects", "states search", "states writes", "state-templates list"}
+)
+decorate(states, "states", LISTINGS)
+decorate(state_templates, "state-templates", LISTINGS)
+
+__all__ = ["state_templates", "states"]

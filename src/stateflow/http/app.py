@@ -11,25 +11,32 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any, Final
-from urllib.parse import unquote
+from urllib.parse import unquote_to_bytes
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
+from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from stateflow import __version__
+from stateflow.config import HttpConfig
 from stateflow.doc.canonical import decode, encode_trusted
-from stateflow.errors import InvalidJSON, StateflowError, StoreNotMigrated
-from stateflow.http.auth import Forbidden, Token, TokenSet
+from stateflow.errors import Forbidden, InvalidInput, InvalidJSON, StateflowError, StoreNotMigrated
+from stateflow.http.auth import Token, TokenSet
 from stateflow.http.docs import ASSETS_URL, mount_docs
+from stateflow.http.limits import BodyLimit
+from stateflow.http.openapi import document as openapi_document
 from stateflow.states import DoorContext, StatesService
-from stateflow.states.models import StateSubject
-from stateflow.states.service import subject_of
+from stateflow.states.models import StateSubject, WriteOrigin
+from stateflow.states.service import origin_of, subject_of
+from stateflow.states.templates import unknown_keys
 from stateflow.store.migrations import SCHEMA_VERSION
 from stateflow.studio import mount_studio
 
 OWN_AUTH = (ASSETS_URL + "/", "/studio/")
+
+MCP_PATH = "/mcp"
 
 
 class BadRequest(StateflowError):
@@ -37,10 +44,40 @@ class BadRequest(StateflowError):
     http_status = 400
 
 
-def _json(status: int, payload: Any) -> Response:
+class MethodNotAllowed(StateflowError):
+    code = "method-not-allowed"
+    http_status = 405
+
+    def __init__(self, message: str, allow: list[str]) -> None:
+        super().__init__(message)
+        self.allow = allow
+
+
+def _json(status: int, payload: Any, headers: dict[str, str] | None = None) -> Response:
     # Answers carry what the service returned: values checked as JSON on their way into the store
     # and views built from them, so they are encoded without walking them again.
-    return Response(encode_trusted(payload), status_code=status, media_type="application/json")
+    return Response(
+        encode_trusted(payload), status_code=status, media_type="application/json", headers=headers
+    )
+
+
+def _segment(raw: str) -> str:
+    """One percent-decoded path segment; bytes that are not UTF-8 are refused, never replaced
+    (so ``%C3%28`` and ``%FF%28`` can never name the same record)."""
+    try:
+        return unquote_to_bytes(raw).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadRequest(f"path segment {raw!r} does not percent-decode to UTF-8 text") from exc
+
+
+# Query parameters each (non-record) route takes; any other is refused (422), never ignored.
+ROUTE_QUERY: Final = {
+    "put_template": ("replace",),
+    "subjects": ("kind", "limit", "cursor"),
+}
+
+# The one POST route that only reads: classified by the matched route, never by the path text.
+READING_POST_ROUTES = frozenset({"search_records"})
 
 
 def _error(exc: StateflowError) -> Response:
@@ -51,11 +88,11 @@ def _error(exc: StateflowError) -> Response:
     orphans = getattr(exc, "orphans", None)
     if orphans is not None:
         body.update(reconcile=True, orphans=orphans)
-    response = _json(status, body)
-    retry_after = getattr(exc, "retry_after", None)
+    headers = {"Allow": ", ".join(exc.allow)} if isinstance(exc, MethodNotAllowed) else None
+    retry_after = getattr(exc, "retry_after", None)  # jq-busy: when to try again
     if retry_after is not None:
-        response.headers["Retry-After"] = str(retry_after)
-    return response
+        headers = {**(headers or {}), "Retry-After": str(retry_after)}
+    return _json(status, body, headers)
 
 
 async def _body(request: Request, *, required: bool = True) -> Any:
@@ -77,6 +114,59 @@ async def _object_body(request: Request) -> dict[str, Any]:
     return body
 
 
+def only(request: Request, *names: str) -> None:
+    """Refuse query parameters the route does not take (never silently ignore one)."""
+    unknown = sorted(set(request.query_params) - set(names))
+    if unknown:
+        takes = f"it takes {', '.join(names)}" if names else "it takes none"
+        raise InvalidInput(
+            f"unknown query parameter(s) {unknown} for {request.method} {request.url.path}; {takes}"
+        )
+
+
+ORIGIN_HEADERS: Final = {
+    "x-stateflow-consumer": "consumer",
+    "x-stateflow-run-id": "run_id",
+    "x-stateflow-meta": "meta",
+}
+
+
+def origin_from(request: Request) -> WriteOrigin:
+    """The consumer half of a write's origin from ``X-Stateflow-Consumer``, ``X-Stateflow-Run-Id``
+    and ``X-Stateflow-Meta`` (a JSON object); door and actor are stamped from the token."""
+    raw: dict[str, Any] = {}
+    for header, key in ORIGIN_HEADERS.items():
+        value = request.headers.get(header)
+        if value is None:
+            continue
+        if key == "meta":
+            try:
+                raw[key] = decode(value)
+            except InvalidJSON as exc:
+                raise BadRequest(f"X-Stateflow-Meta must be a JSON object: {exc.message}") from exc
+        else:
+            raw[key] = value
+    return origin_of(raw) if raw else origin_of(None)
+
+
+def if_match(request: Request) -> int | None:
+    """The revision an ``If-Match`` header names (``"N"``; ``*`` matches any), for a
+    compare-and-set write."""
+    raw = request.headers.get("if-match")
+    if raw is None or raw.strip() == "*":
+        return None
+    text = raw.strip()
+    if text.startswith('"') and text.endswith('"') and len(text) >= 2:
+        text = text[1:-1]
+    if not text.isdigit():
+        raise BadRequest(f'If-Match must be a record revision as its ETag gives it ("N"), got {raw!r}')
+    return int(text)
+
+
+def etag(revision: int) -> dict[str, str]:
+    return {"ETag": f'"{revision}"'}
+
+
 def _query_int(request: Request, name: str) -> int | None:
     raw = request.query_params.get(name)
     if raw is None:
@@ -94,9 +184,10 @@ class Authenticate:
     response through a memory channel: a cost paid on every call for a header check.)
     """
 
-    def __init__(self, app: ASGIApp, tokens: TokenSet) -> None:
+    def __init__(self, app: ASGIApp, tokens: TokenSet, admit: Callable[[Scope, Token], None]) -> None:
         self.app = app
         self.tokens = tokens
+        self.admit = admit  # the route-level checks (read-only by route, query parameters)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path: str = scope["path"] if scope["type"] == "http" else ""
@@ -104,12 +195,9 @@ class Authenticate:
             # the studio signs people in with its own session cookie
             await self.app(scope, receive, send)
             return
-        method: str = scope["method"]
         try:
             token = self.tokens.authenticate(_header(scope, b"authorization"))
-            reading = method in ("GET", "HEAD") or (method == "POST" and path.endswith("/records/search"))
-            if token.read_only and not reading:
-                raise Forbidden("this token is read-only")
+            self.admit(scope, token)
         except StateflowError as exc:
             await _error(exc)(scope, receive, send)
             return
@@ -128,7 +216,8 @@ def _header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
-def create_app(service: StatesService, tokens: TokenSet) -> FastAPI:
+def create_app(service: StatesService, tokens: TokenSet, http: HttpConfig | None = None) -> FastAPI:
+    http = http or service.config.http
     app = FastAPI(
         title="stateflow",
         version=__version__,
@@ -138,11 +227,39 @@ def create_app(service: StatesService, tokens: TokenSet) -> FastAPI:
     )
     mount_docs(app)
 
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = openapi_document(app.title, app.version, app.description)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
     @app.exception_handler(StateflowError)
     async def _handle(_: Request, exc: StateflowError) -> Response:
         return _error(exc)
 
-    app.add_middleware(Authenticate, tokens=tokens)
+    def admit(scope: Scope, token: Token) -> None:
+        request = Request(scope)
+        # MCP carries reads and writes alike in POSTs: /mcp refuses writes per tool instead
+        if token.read_only and not reading(request) and request.url.path != MCP_PATH:
+            raise Forbidden("this token is read-only")
+        route = route_of(request)
+        name = getattr(route, "name", None)
+        if route is not None and name != "record":  # record routes check their own
+            only(request, *ROUTE_QUERY.get(str(name), ()))
+
+    app.add_middleware(Authenticate, tokens=tokens, admit=admit)
+
+    def route_of(request: Request) -> BaseRoute | None:
+        for route in app.router.routes:
+            if route.matches(request.scope)[0] == Match.FULL:
+                return route
+        return None
+
+    def reading(request: Request) -> bool:
+        if request.method in ("GET", "HEAD"):
+            return True
+        return request.method == "POST" and getattr(route_of(request), "name", None) in READING_POST_ROUTES
 
     def token_of(request: Request) -> Token:
         token: Token = request.state.token
@@ -166,6 +283,12 @@ def create_app(service: StatesService, tokens: TokenSet) -> FastAPI:
     async def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Response:
         result = await run_in_threadpool(ready, fn, *args, **kwargs)
         return _json(200, {"data": result})
+
+    async def call_record(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Response:
+        """A record answer, with its revision as the ``ETag``."""
+        result = await run_in_threadpool(ready, fn, *args, **kwargs)
+        headers = etag(result["revision"]) if isinstance(result, dict) and "revision" in result else None
+        return _json(200, {"data": result}, headers)
 
     @app.head("/api/health", include_in_schema=False)
     @app.get("/api/health")
@@ -291,11 +414,15 @@ def create_app(service: StatesService, tokens: TokenSet) -> FastAPI:
             tenants=token.targets,
         )
 
-    @app.post("/api/states/{name}/records/search")
+    @app.post("/api/states/{name}/records/search", name="search_records")
     async def search(name: str, request: Request) -> Response:
         body = await _body(request)
-        if not isinstance(body, dict) or set(body) - {"filters", "limit", "cursor"}:
-            raise BadRequest('body must be {"filters": {...}, "limit"?: int, "cursor"?: str}')
+        if not isinstance(body, dict) or set(body) - {"filters", "limit", "cursor", "sort", "include_data"}:
+            raise BadRequest(
+                'body must be {"filters": {...}, "limit"?: int, "cursor"?: str, "sort"?: [...], '
+                '"include_data"?: bool}'
+                + unknown_keys(body, {"filters", "limit", "cursor", "sort", "include_data"})
+            )
         limit, cursor = body.get("limit"), body.get("cursor")
         if (limit is not None and (not isinstance(limit, int) or isinstance(limit, bool))) or (
             cursor is not None and not isinstance(cursor, str)
@@ -308,6 +435,8 @@ def create_app(service: StatesService, tokens: TokenSet) -> FastAPI:
             limit=limit,
             cursor=cursor,
             tenants=token_of(request).targets,
+            sort=body.get("sort"),
+            include_data=body.get("include_data", False),
         )
 
     # ------------------------------------------------------------------ records (raw path)
@@ -316,7 +445,7 @@ def create_app(service: StatesService, tokens: TokenSet) -> FastAPI:
         raw_path: bytes = request.scope.get("raw_path") or request.url.path.encode()
         segments = raw_path.decode("latin-1").split("?")[0].split("/")
         # ["", "api", "states", name, "records", tk, tn, kind, key, *suffix]
-        parts = [unquote(s) for s in segments[5:]]
+        parts = [_segment(s) for s in segments[5:]]
         if len(parts) < 4:
             raise BadRequest("a record path is /records/{target_kind}/{target_name}/{kind}/{key}")
         subject = _subject(parts[:4])
@@ -326,34 +455,79 @@ def create_app(service: StatesService, tokens: TokenSet) -> FastAPI:
             raise Forbidden(f"this token may not use target {subject.target_kind}/{subject.target_name}")
         ctx = context_of(request)
         method = request.method
+        if not (len(suffix) == 2 and suffix[0] == "template-jq" and method == "GET"):
+            only(request, *_query_names(suffix, method))
+        origin, expect = (origin_from(request), if_match(request)) if method != "GET" else (None, None)
         if not suffix:
             if method == "GET":
-                return await call(service.read, name, subject)
+                return await call_record(
+                    service.read,
+                    name,
+                    subject,
+                    revision=_query_int(request, "revision"),
+                    seq=_query_int(request, "seq"),
+                )
             if method == "PUT":
                 body = await _object_body(request)
-                return await call(service.replace, name, subject, body, context=ctx)
+                return await call_record(
+                    service.replace, name, subject, body, origin=origin, context=ctx, expect_revision=expect
+                )
             if method == "PATCH":
                 body = await _object_body(request)
-                return await call(service.merge, name, subject, body, context=ctx)
+                return await call_record(
+                    service.merge, name, subject, body, origin=origin, context=ctx, expect_revision=expect
+                )
             if method == "DELETE":
-                return await call(service.erase, name, subject, context=ctx)
+                return await call(
+                    service.erase, name, subject, origin=origin, context=ctx, expect_revision=expect
+                )
+        elif suffix == ["diff"] and method == "GET":
+            return await call(
+                service.diff, name, subject, _query_int(request, "from"), _query_int(request, "to")
+            )
+        elif suffix == ["revert"] and method == "POST":
+            body = await _object_body(request)
+            if set(body) != {"revision"}:
+                raise BadRequest('body must be {"revision": N}')
+            return await call_record(
+                service.revert,
+                name,
+                subject,
+                body["revision"],
+                origin=origin,
+                context=ctx,
+                expect_revision=expect,
+            )
         elif suffix == ["deltas"] and method == "POST":
             body = await _body(request)
-            if not isinstance(body, dict) or "ops" not in body or set(body) - {"ops", "op_id"}:
+            if not isinstance(body, dict) or set(body) - {"ops", "op_id"}:
                 raise BadRequest('body must be {"ops": [...], "op_id"?: string}')
+            if not isinstance(body.get("ops"), list):
+                raise BadRequest("body must contain a JSON array 'ops'")
             if body.get("op_id") is not None and not isinstance(body["op_id"], str):
                 raise BadRequest("op_id must be a string")
             result = await run_in_threadpool(
-                ready, service.apply, name, subject, body["ops"], op_id=body.get("op_id"), context=ctx
+                ready,
+                service.apply,
+                name,
+                subject,
+                body["ops"],
+                op_id=body.get("op_id"),
+                origin=origin,
+                context=ctx,
+                expect_revision=expect,
             )
-            return _json(200, {"data": result.to_json()})
+            headers = etag(result.revision) if result.revision is not None else None
+            return _json(200, {"data": result.to_json()}, headers)
         elif suffix == ["fold"] and method == "POST":
             body = await _body(request)
             if not isinstance(body, dict) or set(body) != {"into", "mode"}:
                 raise BadRequest(
                     'body must be {"into": {target_kind, target_name, kind, key}, "mode": "switch"|"merge"}'
                 )
-            return await call(service.fold, name, subject, body["into"], body["mode"], context=ctx)
+            return await call(
+                service.fold, name, subject, body["into"], body["mode"], origin=origin, context=ctx
+            )
         elif len(suffix) == 2 and suffix[0] == "template-jq" and method == "GET":
             params: dict[str, Any] = {}
             for k, v in request.query_params.items():
@@ -385,6 +559,9 @@ def create_app(service: StatesService, tokens: TokenSet) -> FastAPI:
                 limit=_query_int(request, "limit"),
                 cursor=request.query_params.get("cursor"),
             )
+        allow = _allowed(suffix)
+        if allow:
+            raise MethodNotAllowed(f"{method} is not allowed on {request.url.path}", allow)
         return _json(404, {"error": f"no route for {method} {request.url.path}", "code": "not-found"})
 
     summaries = {
@@ -406,6 +583,9 @@ def create_app(service: StatesService, tokens: TokenSet) -> FastAPI:
         )
 
     mount_studio(app, service, tokens)
+    from stateflow.mcp.http import mount as mount_mcp
+
+    mount_mcp(app, service.store, tokens)
 
     @app.exception_handler(404)
     async def _not_found(request: Request, exc: Exception) -> Response:
@@ -413,16 +593,45 @@ def create_app(service: StatesService, tokens: TokenSet) -> FastAPI:
 
     @app.exception_handler(405)
     async def _not_allowed(request: Request, exc: Exception) -> Response:
+        allow = (getattr(exc, "headers", None) or {}).get("Allow")
         return _json(
             405,
             {"error": f"{request.method} is not allowed on {request.url.path}", "code": "method-not-allowed"},
+            {"Allow": allow} if allow else None,
         )
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> Response:
         return JSONResponse({"error": "internal error", "code": "internal"}, status_code=500)
 
+    app.add_middleware(BodyLimit, max_body_bytes=http.max_body_bytes)
     return app
+
+
+def _query_names(suffix: list[str], method: str) -> tuple[str, ...]:
+    """The query parameters a record route takes."""
+    if method != "GET":
+        return ()
+    if not suffix:
+        return ("revision", "seq")
+    if suffix == ["writes"]:
+        return ("limit", "cursor")
+    if suffix == ["diff"]:
+        return ("from", "to")
+    return ()
+
+
+def _allowed(suffix: list[str]) -> list[str]:
+    """The methods a record sub-route answers (for a 405's ``Allow``); empty for no route."""
+    if not suffix:
+        return ["DELETE", "GET", "PATCH", "PUT"]
+    if suffix in (["deltas"], ["fold"], ["revert"]):
+        return ["POST"]
+    if suffix in (["writes"], ["diff"]):
+        return ["GET"]
+    if len(suffix) == 2 and suffix[0] == "template-jq":
+        return ["GET", "POST"]
+    return []
 
 
 def _subject(parts: list[str]) -> StateSubject:

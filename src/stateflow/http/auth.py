@@ -19,6 +19,7 @@ from pathlib import Path
 
 import platformdirs
 
+from stateflow.errors import Forbidden as Forbidden  # re-exported: the API's callers import it here
 from stateflow.errors import InvalidInput, StateflowError
 
 ENV_TOKENS = "STATEFLOW_TOKENS"
@@ -27,11 +28,6 @@ ENV_TOKENS = "STATEFLOW_TOKENS"
 class Unauthorized(StateflowError):
     code = "unauthorized"
     http_status = 401
-
-
-class Forbidden(StateflowError):
-    code = "forbidden"
-    http_status = 403
 
 
 @dataclass(frozen=True)

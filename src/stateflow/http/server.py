@@ -118,7 +118,7 @@ def service_for(store: Store, config: Config) -> StatesService:
     from stateflow.jq import JqRunner
     from stateflow.states import StatesService
 
-    service = StatesService(store)
+    service = StatesService(store, config)
     service.use_jq(
         JqRunner(
             workers=config.jq.workers,
@@ -140,7 +140,7 @@ def build_app(service: StatesService, config: Config, token_specs: list[str]) ->
     from stateflow.http.auth import TokenSet, parse_token
 
     return wrap(
-        create_app(service, TokenSet([parse_token(s) for s in token_specs])),
+        create_app(service, TokenSet([parse_token(s) for s in token_specs]), config.http),
         access_log=config.server.log_level in ("debug", "info"),
         json_lines=config.server.log_format == "json",
         cors_origins=list(config.server.cors_origins),

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import functools
 import random
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -118,6 +119,7 @@ class StateflowSaver(BaseCheckpointSaver[str]):
     # ------------------------------------------------------------------ keys
 
     @staticmethod
+    @functools.lru_cache(maxsize=16384)
     def _key(thread_id: str, ns: str, checkpoint_id: str) -> str:
         return f"{join([thread_id, ns])}/{invert(checkpoint_id)}"
 
@@ -163,7 +165,7 @@ class StateflowSaver(BaseCheckpointSaver[str]):
             thread_id, ns = body["thread_id"], body["checkpoint_ns"]
             for source in set(body.get("sources", {}).values()):
                 sourced.setdefault(records.doc_key(CHECKPOINT, self._key(thread_id, ns, source)), [])
-        sources = records.store.read(list(sourced), ["channel_values"]) if sourced else {}
+        sources = records.store.read(list(sourced)) if sourced else {}  # whole: kept in the read cache
         for doc_key, write_key in zip(doc_keys, write_keys, strict=True):
             body = docs[doc_key].body
             if body is None:

@@ -1,60 +1,176 @@
-"""``stateflow mcp``: the LLM tools over the Model Context Protocol (stdio).
+"""The memory tools, the context resources and the context prompt over the Model Context Protocol.
 
 Every call runs through the same dispatcher as the CLI, so a model receives exactly the same
-text whichever edge it uses. ``read_state`` is annotated read-only; ``patch_state`` destructive.
+text whichever door it uses; successful calls also carry the result as structured content
+matching the tool's ``outputSchema``. A refusal is an ``isError`` result whose text keeps the
+stable code (``error[path-not-found]: …``).
+
+One server object serves every transport: it asks ``host_for`` for the tools of the request's
+identity (fixed for stdio; named by each HTTP request's headers and checked against its token).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Final
 
 import anyio
 import mcp_types as types
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
+from mcp.shared.exceptions import MCPError
+from mcp_types.jsonrpc import INVALID_PARAMS
 
 from stateflow import __version__
-from stateflow.tools import ToolHost
+from stateflow.doc.canonical import encode
+from stateflow.errors import NotFound, StateflowError
+from stateflow.memory.view import Context
+from stateflow.tools import ToolHost, ToolResult
+
+CONTEXT_URI: Final = "stateflow://memory/context"
+CONTEXT_JSON_URI: Final = "stateflow://memory/context.json"
+CONTEXT_PROMPT: Final = "memory_context"
+
+HostFactory = Callable[[Any], ToolHost]
+"""The tools of one request: given the request context (its HTTP request, if any)."""
 
 
-def build_server(host: ToolHost) -> Server[Any]:
-    definitions = host.definitions()
-    tools = [
-        types.Tool(
-            name=d.name,
-            description=d.description,
-            input_schema=d.input_schema,
-            annotations=types.ToolAnnotations(
-                read_only_hint=d.read_only,
-                destructive_hint=d.destructive,
-                idempotent_hint=d.read_only,
-                open_world_hint=False,
-            ),
-        )
-        for d in definitions
+def _tool(d: Any) -> types.Tool:
+    return types.Tool(
+        name=d.name,
+        title=d.title,
+        description=d.description,
+        input_schema=d.input_schema,
+        output_schema=d.output_schema,
+        annotations=types.ToolAnnotations(
+            title=d.title,
+            read_only_hint=d.read_only,
+            destructive_hint=d.destructive,
+            idempotent_hint=d.read_only,
+            open_world_hint=False,
+        ),
+    )
+
+
+def _resources() -> list[types.Resource]:
+    return [
+        types.Resource(
+            name="context",
+            title="Memory context",
+            uri=CONTEXT_URI,
+            description="The baseline context a model sees at the start of a turn: protocol, hot effective "
+            "state, lazy navigation and recent transitions of this agent, cwd and session (read it again "
+            "each turn; it changes with every accepted patch).",
+            mime_type="text/plain",
+        ),
+        types.Resource(
+            name="context-json",
+            title="Memory context (JSON)",
+            uri=CONTEXT_JSON_URI,
+            description="The same context as JSON: {projection, head}.",
+            mime_type="application/json",
+        ),
     ]
 
+
+def _prompts() -> list[types.Prompt]:
+    return [
+        types.Prompt(
+            name=CONTEXT_PROMPT,
+            title="Memory context",
+            description="Start a turn with the current memory context of this agent, cwd and session.",
+        )
+    ]
+
+
+def _refusal(exc: StateflowError) -> MCPError:
+    """A protocol-level refusal (resources, prompts) that keeps the stable code in its message."""
+    return MCPError(code=INVALID_PARAMS, message=f"error[{exc.code}]: {exc.message}")
+
+
+def build_server(host_for: HostFactory, instructions: str | None = None) -> Server[Any]:
+    async def host(ctx: Any) -> ToolHost:
+        try:
+            return await anyio.to_thread.run_sync(host_for, ctx)
+        except StateflowError as exc:
+            raise _refusal(exc) from exc
+
+    async def context_of(ctx: Any) -> Context:
+        tools = await host(ctx)
+        try:
+            return await anyio.to_thread.run_sync(tools.view.context)
+        except StateflowError as exc:
+            raise _refusal(exc) from exc
+
     async def list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=tools)
+        return types.ListToolsResult(tools=[_tool(d) for d in (await host(ctx)).definitions()])
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
-        # The store is synchronous; keep the event loop responsive while it works.
-        result = await anyio.to_thread.run_sync(host.call, params.name, params.arguments or {})
+        try:
+            tools = await anyio.to_thread.run_sync(host_for, ctx)
+        except StateflowError as exc:
+            result = ToolResult(exc.message, True, exc.code)
+        else:
+            # The store is synchronous; keep the event loop responsive while it works.
+            result = await anyio.to_thread.run_sync(tools.call, params.name, params.arguments or {})
         return types.CallToolResult(
-            content=[types.TextContent(type="text", text=result.text)], is_error=result.is_error
+            content=[types.TextContent(type="text", text=result.error_text())],
+            structured_content=None if result.is_error else result.structured,
+            is_error=result.is_error,
+        )
+
+    async def list_resources(
+        ctx: Any, params: types.PaginatedRequestParams | None
+    ) -> types.ListResourcesResult:
+        return types.ListResourcesResult(resources=_resources())
+
+    async def read_resource(ctx: Any, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
+        uri = str(params.uri)
+        if uri not in (CONTEXT_URI, CONTEXT_JSON_URI):
+            raise _refusal(NotFound(f"no resource {uri}; available: {CONTEXT_URI}, {CONTEXT_JSON_URI}"))
+        context = await context_of(ctx)
+        if uri == CONTEXT_URI:
+            text, mime = context.text(), "text/plain"
+        else:
+            text, mime = (
+                encode({"projection": context.projection, "head": context.head}).decode(),
+                "application/json",
+            )
+        return types.ReadResourceResult(
+            contents=[types.TextResourceContents(uri=uri, mime_type=mime, text=text)]
+        )
+
+    async def list_prompts(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListPromptsResult:
+        return types.ListPromptsResult(prompts=_prompts())
+
+    async def get_prompt(ctx: Any, params: types.GetPromptRequestParams) -> types.GetPromptResult:
+        if params.name != CONTEXT_PROMPT:
+            raise _refusal(NotFound(f"no prompt {params.name!r}; available: {CONTEXT_PROMPT}"))
+        context = await context_of(ctx)
+        return types.GetPromptResult(
+            description="The current memory context (user-level data, not system instructions).",
+            messages=[
+                types.PromptMessage(role="user", content=types.TextContent(type="text", text=context.text()))
+            ],
         )
 
     return Server(
         "stateflow",
         version=__version__,
-        instructions=host.view.context().text(),
+        title="stateflow memory",
+        instructions=instructions,
         on_list_tools=list_tools,
         on_call_tool=call_tool,
+        on_list_resources=list_resources,
+        on_read_resource=read_resource,
+        on_list_prompts=list_prompts,
+        on_get_prompt=get_prompt,
     )
 
 
 def serve_stdio(host: ToolHost) -> None:
-    server = build_server(host)
+    # The instructions are the context at start; the resources and the prompt stay current.
+    server = build_server(lambda ctx: host, instructions=host.view.context().text())
 
     async def main() -> None:
         async with stdio_server() as (read_stream, write_stream):

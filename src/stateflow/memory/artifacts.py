@@ -3,37 +3,53 @@
 When a model writes a card for a source path, the runtime records the source's fingerprint
 (size and modification time) in the scope's ``_runtime`` member. When the source later changes
 or disappears, the card is shown with a ``hint`` so the model re-reads it and updates the card.
+Sources are confined (see ``confine``): a path outside the working directory and the knowledge
+roots is never examined.
 """
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
+import stat
+from collections.abc import Sequence
 from typing import Any
 
+from stateflow.memory.confine import confine, confined
 from stateflow.memory.planes import RUNTIME
 
 
-def fingerprint(source: str, cwd: str) -> dict[str, int] | None:
-    """``{size, mtime_ns}`` of the source file, or None when it is not a readable file."""
-    path = Path(source)
-    if not path.is_absolute():
-        path = Path(cwd) / path
+def fingerprint(source: str, cwd: str, roots: Sequence[str] = ()) -> dict[str, int] | None:
+    """``{size, mtime_ns}`` of the confined source file, or None when it is not a regular file
+    (or lies outside the roots, which is then never examined)."""
+    path = confined(source, cwd, roots)
+    if path is None:
+        return None
     try:
-        st = os.stat(path)
+        st = os.stat(path, follow_symlinks=False)
     except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
         return None
     return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
-def record(state: dict[str, Any], artifacts_patch: dict[str, Any], cwd: str) -> dict[str, Any]:
+def check_sources(artifacts_patch: dict[str, Any], cwd: str, roots: Sequence[str] = ()) -> None:
+    """Refuse a written card whose source leaves the roots (deleting such a card stays possible)."""
+    for source, card in artifacts_patch.items():
+        if card is not None:
+            confine(source, cwd, roots)
+
+
+def record(
+    state: dict[str, Any], artifacts_patch: dict[str, Any], cwd: str, roots: Sequence[str] = ()
+) -> dict[str, Any]:
     """Update the provenance of every card the patch touched (dropping it for deleted cards)."""
     runtime = dict(state.get(RUNTIME) or {})
     known = dict(runtime.get("artifacts") or {})
     cards = state.get("artifacts") or {}
     for source in artifacts_patch:
         if source in cards:
-            fp = fingerprint(source, cwd)
+            fp = fingerprint(source, cwd, roots)
             if fp is None:
                 known.pop(source, None)
             else:
@@ -52,7 +68,9 @@ def record(state: dict[str, Any], artifacts_patch: dict[str, Any], cwd: str) -> 
     return out
 
 
-def stale_hints(states: dict[str, Any], scopes: tuple[str, ...], cwd: str) -> dict[str, str]:
+def stale_hints(
+    states: dict[str, Any], scopes: tuple[str, ...], cwd: str, roots: Sequence[str] = ()
+) -> dict[str, str]:
     """Hints for cards whose recorded source changed or vanished (narrowest owner wins)."""
     hints: dict[str, str] = {}
     for scope in scopes:
@@ -63,7 +81,10 @@ def stale_hints(states: dict[str, Any], scopes: tuple[str, ...], cwd: str) -> di
             if source not in known:
                 hints.pop(source, None)
                 continue
-            now = fingerprint(source, cwd)
+            if confined(source, cwd, roots) is None:
+                hints.pop(source, None)  # recorded before sources were confined: never examined now
+                continue
+            now = fingerprint(source, cwd, roots)
             if now is None:
                 hints[source] = "the source no longer exists; re-check it and update or delete this card"
             elif now != known[source]:

@@ -44,7 +44,8 @@ def _exists(state: dict[str, Any], target: Target) -> bool:
 def cascade_targets(
     scope: str, before_intents: Any, after_intents: Any, state_after_intents: dict[str, Any]
 ) -> list[Target]:
-    """The targets to clear, minimal and in deterministic order (plane order, then keys)."""
+    """The targets to clear, minimal and in deterministic order: by path, plane name first
+    (``lazy.plans.x`` before ``tactics.draft``, as the published receipt example lists them)."""
     before = before_intents if type(before_intents) is dict else {}
     after = after_intents if type(after_intents) is dict else {}
     deleted = [k for k in before if k not in after]
@@ -62,8 +63,7 @@ def cascade_targets(
     minimal = [
         c for c in kept if not any(o != c and o[0] == c[0] and c[1][: len(o[1])] == o[1] for o in kept)
     ]
-    order = {"strategy": 0, "tactics": 1, "lazy": 2}
-    return sorted(minimal, key=lambda t: (order[t[0]], t[1]))
+    return sorted(minimal, key=lambda t: (t[0], t[1]))
 
 
 def deletion_patch(targets: list[Target]) -> dict[str, Any]:

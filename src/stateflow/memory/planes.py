@@ -9,17 +9,15 @@ Memory never stores ``null``.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
-
-import orjson
 
 from stateflow.doc.canonical import JSON, check, kind
 from stateflow.doc.merge import is_index_patch
 from stateflow.doc.paths import is_key
 from stateflow.errors import InvalidInput, PatchError
+from stateflow.validators import compiled
 
 HOT_PLANES: Final = ("intents", "strategy", "tactics", "artifacts")
 PLANES: Final = ("intents", "strategy", "tactics", "artifacts", "response", "lazy")
@@ -145,6 +143,11 @@ def _check_artifact_patch(scope: str, artifacts: dict[str, Any]) -> None:
             continue
         if not isinstance(card, dict):
             raise PatchError(f"{where} must be an artifact card object with a description")
+        if not card:  # pruning would otherwise make it vanish before the description check
+            raise PatchError(
+                f'{where}: an empty card has no description; write {{"description": …}} '
+                "(or null to delete the card)"
+            )
         forbidden = sorted(set(card) & ARTIFACT_RUNTIME_FIELDS)
         if forbidden:
             raise PatchError(
@@ -190,19 +193,12 @@ def check_extra_roots(
         root = planes.root(name)
         if root is None or name not in state:
             continue
-        validator = _validator(orjson.dumps(root.schema, option=orjson.OPT_SORT_KEYS))
+        validator = compiled(root.schema)  # the process-wide cache the states service uses too
         if validator.is_valid(state[name]):
             continue
         first = sorted(validator.iter_errors(state[name]), key=lambda e: [str(p) for p in e.instance_path])[0]
         at = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in first.instance_path)
         raise PatchError(f"{scope}.{name}{at} does not match its declared schema: {first.message}")
-
-
-@functools.lru_cache(maxsize=64)
-def _validator(schema: bytes) -> Any:
-    import jsonschema_rs  # only a patch of a declared extra root validates: reads never load it
-
-    return jsonschema_rs.Draft202012Validator(orjson.loads(schema))
 
 
 # ------------------------------------------------------------------------------ pruning

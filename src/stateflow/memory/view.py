@@ -8,6 +8,7 @@ transition, or nothing.
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -18,8 +19,9 @@ from stateflow.doc.merge import merge_patch, overlay
 from stateflow.doc.paths import Index, Key, PatchesPath, Range, ReadPath, Selector, parse
 from stateflow.doc.select import MISSING, select
 from stateflow.doc.select import keys as keys_projection
-from stateflow.errors import InvalidInput, InvalidPath, NotFound, SelectionError
+from stateflow.errors import HotBudgetExceeded, InvalidInput, InvalidPath, NotFound, SelectionError
 from stateflow.memory import artifacts as artifact_provenance
+from stateflow.memory import receipts
 from stateflow.memory.ownership import cascade_targets, deletion_patch
 from stateflow.memory.planes import (
     RUNTIME,
@@ -50,10 +52,19 @@ class MemoryConfig:
     history_limit: int = DEFAULT_HISTORY_LIMIT
     mode: str = "active"
     extra_roots: tuple[ExtraRoot, ...] = ()
+    knowledge_roots: tuple[str, ...] = ()
+    """Directories (besides the working directory) artifact sources may live in: absolute paths."""
+    hot_budget: int | None = None
+    """Largest hot effective state (canonical JSON bytes) a patch may grow it to; None: no limit."""
 
     def __post_init__(self) -> None:
+        for root in self.knowledge_roots:
+            if not isinstance(root, str) or not os.path.isabs(root):
+                raise InvalidInput(f"knowledge root {root!r} must be an absolute path")
         if type(self.history_limit) is not int or not 0 <= self.history_limit <= MAX_HISTORY_LIMIT:
             raise InvalidInput(f"history_limit must be an integer from 0 to {MAX_HISTORY_LIMIT}")
+        if self.hot_budget is not None and (type(self.hot_budget) is not int or self.hot_budget < 1):
+            raise InvalidInput("hot_budget must be a positive number of bytes")
         if self.mode not in MODES:
             raise InvalidInput(f"mode must be one of {', '.join(MODES)}")
 
@@ -308,6 +319,14 @@ class MemoryView:
         self._check_offset(n, timeline)
         if n == len(timeline.seqs):
             return {}  # the origin changed nothing
+        limit = self.config.history_limit
+        if n >= limit:  # boundary `limit` is readable; the transition that led to it is not in the window
+            raise NotFound(
+                f"the patch at history offset {n} is outside the retained window: only the view's "
+                f"newest {limit} transition(s) (offsets 0 to {limit - 1}) can be read as patches"
+                if limit
+                else "the patch at history offset 0 is outside the retained window: history_limit is 0"
+            )
         if path.root == "effective":
             before = self._root("effective", self._states_at(n + 1, current, timeline, members), with_lazy)
             after_states = self._states_at(n, current, timeline, members)
@@ -413,7 +432,9 @@ class MemoryView:
                 write = Write.between(key, basis[scope], new[scope], docs[key].revision)
                 if write.edits:
                     writes.append(write)
+            self._check_hot_budget(basis, new)
             staged.update(
+                supplied=supplied,
                 basis=basis,
                 new=new,
                 cascaded=cascaded,
@@ -438,12 +459,14 @@ class MemoryView:
             and self.keys[s] in commit.revisions
             and commit.revisions[self.keys[s]] != staged["revisions"][s]
         ]
+        shown = receipts.recall(self.store, self._shown_key())
+        staged["drift"] = shown is not None and shown != self._hot_view(staged["basis"])
         hints = [self._missing_hint(p, staged["basis"]) for p in staged["missing"]]
         revisions = {s: commit.revisions.get(self.keys[s], staged["revisions"][s]) for s in self.scopes}
         updates = detach(self._state_updates(staged, revisions, changed))  # values of the cached state
         if not changed:
             receipt = Receipt("State already current.", [], None, hints, None)
-            if staged["cascaded"]:
+            if staged["cascaded"] or staged["drift"]:
                 receipt.state_updates = updates
             return receipt
         labels = "+".join(changed)
@@ -451,6 +474,18 @@ class MemoryView:
         return Receipt(
             f"State materialized atomically at {labels} {noun}.", changed, updates, hints, commit.seq
         )
+
+    def _check_hot_budget(self, basis: dict[str, Any], new: dict[str, Any]) -> None:
+        budget = self.config.hot_budget
+        if budget is None:
+            return
+        after = len(encode(self._hot_view(new)))
+        if after > budget and after > len(encode(self._hot_view(basis))):
+            raise HotBudgetExceeded(
+                f"this patch would make the hot state {after} bytes, above its budget of {budget}: "
+                'move large values to lazy (write them under {"lazy": {...}} and delete them from '
+                "intents/strategy/tactics/artifacts in the same patch), then read them with read_state"
+            )
 
     def _patch_args(self, args: object) -> dict[str, dict[str, Any]]:
         if not isinstance(args, dict):
@@ -504,7 +539,9 @@ class MemoryView:
             current = prune_along(merge_patch(current, rest, missing_deletions=found), rest)
         if "artifacts" in patch:
             check_artifacts(scope, current.get("artifacts"), patch["artifacts"])
-            current = artifact_provenance.record(current, patch["artifacts"], self.identity.cwd)
+            roots = self.config.knowledge_roots
+            artifact_provenance.check_sources(patch["artifacts"], self.identity.cwd, roots)
+            current = artifact_provenance.record(current, patch["artifacts"], self.identity.cwd, roots)
         check_extra_roots(scope, current, patch, self.planes)
         missing.extend(f"{scope}\0" + "\0".join(str(p) for p in f) for f in found)
         return current
@@ -528,17 +565,41 @@ class MemoryView:
             "unavailable": pointer(unavailable),
         }
 
+    def _shown_key(self) -> tuple[Any, ...]:
+        """Whose last-shown view this is (per store): the identity, the scopes and the mode."""
+        ident = self.identity
+        return (ident.agent, ident.cwd, ident.session, self.scopes, self.config.mode)
+
+    def _hot_view(self, states: dict[str, Any]) -> dict[str, Any]:
+        """The hot effective state as the model is shown it (no response unless active)."""
+        state = self._effective(states, with_lazy=False)
+        if self.config.mode != "active":
+            state.pop("response", None)
+        return state
+
     def _state_updates(
         self, staged: dict[str, Any], revisions: dict[str, int], changed: list[str]
     ) -> dict[str, Any]:
-        before = self._effective(staged["basis"], with_lazy=False)
-        after = self._effective(staged["new"], with_lazy=False)
-        entries = []
-        for edit in diff(before, after):
-            if edit.is_delete:
-                entries.append({"path": list(edit.path), "deleted": True})
-            else:
-                entries.append({"path": list(edit.path), "value": self._out(edit.value)})
+        shown = receipts.recall(self.store, self._shown_key())
+        before = shown if shown is not None else self._hot_view(staged["basis"])
+        after = self._hot_view(staged["new"])
+        receipts.remember(self.store, self._shown_key(), after)
+        authored = [
+            path
+            for scope_patch in staged["supplied"].values()
+            for path in receipts.authored_paths(scope_patch, self.planes.lazy)
+        ]
+        entries: list[dict[str, Any]] = []
+        for path, value in receipts.effective_entries(before, after, authored):
+            if value is MISSING:
+                entries.append({"path": list(path), "deleted": True})
+                continue
+            for part, part_value in receipts.split(path, value):
+                stand_in = receipts.omitted(part_value, receipts.read_path("effective", part))
+                if stand_in is None:
+                    entries.append({"path": list(part), "value": self._out(part_value)})
+                else:
+                    entries.append({"path": list(part), **stand_in})
         updates: dict[str, Any] = {"projection": self.projection_id(revisions), "effective": entries}
         nav_before = self._navigation(self._lazy_outlines(staged["outlines"]))
         lazy_loaded = staged["lazy_loaded"]
@@ -580,10 +641,11 @@ class MemoryView:
         """What a model sees at the start of a turn (no lazy bodies), byte-stable per state."""
         docs = self._read([*self.planes.hot, RUNTIME], outlines=["lazy"])
         states = {s: d.body for s, d in docs.items()}
-        state = self._effective(states, with_lazy=False)
-        if self.config.mode != "active":
-            state.pop("response", None)
-        stale = artifact_provenance.stale_hints(states, self.scopes, self.identity.cwd)
+        state = self._hot_view(states)
+        receipts.remember(self.store, self._shown_key(), dict(state))
+        stale = artifact_provenance.stale_hints(
+            states, self.scopes, self.identity.cwd, self.config.knowledge_roots
+        )
         if stale and "artifacts" in state:
             state["artifacts"] = {
                 path: (dict(card, hint=stale[path]) if path in stale and type(card) is dict else card)
@@ -604,19 +666,29 @@ class MemoryView:
             head=detach(head),  # the hot state is the store's cached objects
             mode=self.config.mode,
             single=self.single,
+            hot_bytes=len(encode(state)),
+            hot_budget=self.config.hot_budget,
         )
 
     def _recent_transitions(self) -> list[dict[str, Any]]:
         """The hot window's transitions, oldest first, each scope's change without lazy bodies."""
         scope_of = {k: s for s, k in self.keys.items()}
         by_seq: dict[int, dict[str, Any]] = {}
+        offsets: dict[int, int] = {}
         for change in self._window(members=self.planes.hot):  # newest first
+            offsets.setdefault(change.seq, len(offsets))  # the view's history offset after it
             scope = scope_of[change.key]
             patch = self._project_patch(to_patch(change.edits), with_lazy=False)
+            if self.config.mode != "active" and type(patch) is dict and "response" in patch:
+                patch = {k: v for k, v in patch.items() if k != "response"}  # as the state omits it
             if patch in ({}, None):
-                continue  # a lazy-only (or runtime-only) change disappears from the baseline
+                continue  # a lazy-only (or runtime- or, passive, response-only) change disappears
             entry = by_seq.setdefault(change.seq, {"transition": change.seq, "at": change.at, "changes": []})
-            entry["changes"].append({"scope": self._label(scope) or scope, "patch": self._out(patch)})
+            # a large value is named, not repeated: read it as it was right after this transition
+            offset = offsets[change.seq]
+            root = f"{scope}[{offset}]"  # the window lies within the readable history
+            shown_patch = receipts.bounded(self._out(patch), root)
+            entry["changes"].append({"scope": self._label(scope) or scope, "patch": shown_patch})
         out = []
         for seq in sorted(by_seq):
             entry = by_seq[seq]
@@ -740,6 +812,13 @@ class Context:
     head: dict[str, Any]
     mode: str
     single: str | None
+    hot_bytes: int = 0
+    """Size of the hot effective state shown (canonical JSON bytes)."""
+    hot_budget: int | None = None
+
+    def size_line(self) -> str:
+        budget = f" of a {self.hot_budget}-byte budget" if self.hot_budget is not None else ""
+        return f"State Flow hot state: {self.hot_bytes} bytes{budget}"
 
     def text(self) -> str:
         return (
@@ -747,6 +826,8 @@ class Context:
             + "\n\nState Flow runtime context (user-level data, not system instructions):\n"
             + encode(self.head).decode()
             + f"\nState Flow projection: {self.projection}\n"
+            + self.size_line()
+            + "\n"
         )
 
 

@@ -31,6 +31,7 @@ from stateflow.states.templates import (
     paths_overlap,
     served_regimes,
     substitute,
+    unknown_keys,
     validate_template,
 )
 from stateflow.store import DocKey, Document, Write
@@ -98,23 +99,16 @@ class TemplatesMixin:
         self._jq = runner
 
     def jq(self) -> JqRunner:
-        """The jq worker pool (limits from ``STATEFLOW_JQ_TIMEOUT_SECONDS``, default 10,
-        ``STATEFLOW_JQ_MEMORY_MB``, default 512; ``STATEFLOW_JQ_WORKERS``, default 2, and
-        ``STATEFLOW_JQ_QUEUE`` waiting calls, default 4 per worker)."""
+        """The jq worker pool (limits, workers and queue from the service's configuration)."""
         if self._jq is None:
-            import os
-
             from stateflow.jq import JqRunner
 
-            timeout = float(os.environ.get("STATEFLOW_JQ_TIMEOUT_SECONDS") or 10)
-            memory = int(os.environ.get("STATEFLOW_JQ_MEMORY_MB") or 512) * 1024 * 1024
-            workers = int(os.environ.get("STATEFLOW_JQ_WORKERS") or 2)
-            queue = os.environ.get("STATEFLOW_JQ_QUEUE")
+            limits = self._svc().config.jq
             self._jq = JqRunner(
-                workers=workers,
-                timeout=timeout,
-                memory=memory,
-                queue=int(queue) if queue else None,
+                workers=limits.workers,
+                timeout=limits.timeout_seconds,
+                memory=limits.memory_mb * 1024 * 1024,
+                queue=limits.queue,
             )
         return self._jq
 
@@ -345,7 +339,10 @@ class TemplatesMixin:
         self, name: str, template: str, body: Any, *, context: DoorContext | None = None
     ) -> dict[str, Any]:
         if not isinstance(body, dict) or set(body) - {"path", "parameters", "declarations", "options"}:
-            raise InvalidInput("invalid attach body: it takes path, parameters, declarations and options")
+            raise InvalidInput(
+                "invalid attach body: it takes path, parameters, declarations and options"
+                + unknown_keys(body, {"path", "parameters", "declarations", "options"})
+            )
         path, supplied = body.get("path", []), body.get("parameters", {})
         declarations = body.get("declarations", {})
         if not isinstance(path, list) or not all(isinstance(s, str) and s for s in path):
@@ -392,7 +389,10 @@ class TemplatesMixin:
             or not isinstance(body.get("declarations"), dict)
             or set(body) - {"declarations", "options"}
         ):
-            raise InvalidInput('the body is {"declarations": {...}, "options"?: {...}}')
+            raise InvalidInput(
+                'the body is {"declarations": {...}, "options"?: {...}}'
+                + unknown_keys(body, {"declarations", "options"})
+            )
         options = body.get("options") or {}
         if not isinstance(options, dict):
             raise InvalidInput("options must be an object")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import unquote
@@ -12,6 +10,7 @@ import jsonschema_rs
 import orjson
 
 from stateflow.errors import InvalidInput
+from stateflow.validators import compiled
 
 
 class SchemaInvalid(InvalidInput):
@@ -102,16 +101,14 @@ def narrowing(old: dict[str, Any], new: dict[str, Any]) -> str | None:
 
 
 class ValidatorCache:
-    """Compiled validators (jsonschema-rs, draft 2020-12) by canonical schema bytes, bounded.
+    """A service's view of the process-wide validator cache (:mod:`stateflow.validators`),
+    remembering the schema object it was last asked for.
 
     Documents are validated on every write; declarations are meta-validated by compiling them
     (:func:`check_base_schema`).
     """
 
-    def __init__(self, size: int = 256) -> None:
-        self._size = size
-        self._items: OrderedDict[bytes, Any] = OrderedDict()
-        self._lock = threading.Lock()
+    def __init__(self) -> None:
         self._last: tuple[dict[str, Any], Any] | None = None
         """The schema object last asked for, with its validator: a declaration read from the
         store is one shared, never-mutated object until it changes, so asking again with the
@@ -126,18 +123,7 @@ class ValidatorCache:
         return validator
 
     def _compiled(self, schema: dict[str, Any]) -> Any:
-        key = _canonical(schema)
-        with self._lock:
-            found = self._items.get(key)
-            if found is not None:
-                self._items.move_to_end(key)
-                return found
-        validator = jsonschema_rs.Draft202012Validator(schema)
-        with self._lock:
-            self._items[key] = validator
-            while len(self._items) > self._size:
-                self._items.popitem(last=False)
-        return validator
+        return compiled(schema)
 
     def validate(self, schema: dict[str, Any], document: Any, what: str) -> None:
         validator = self.get(schema)

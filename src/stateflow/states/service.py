@@ -10,8 +10,8 @@ re-declare and a write never interleave. Every write is stamped with its complet
 from __future__ import annotations
 
 import base64
+import copy
 import functools
-import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -20,14 +20,16 @@ from typing import TYPE_CHECKING, Any, Final
 
 from pydantic import ValidationError
 
+from stateflow.config import Config
 from stateflow.doc.canonical import JSON, check, detach
-from stateflow.doc.diff import Edit
+from stateflow.doc.diff import Edit, diff, to_patch
 from stateflow.doc.ops import apply_ops, parse_ops
 from stateflow.doc.select import MISSING
-from stateflow.errors import Conflict, InvalidInput, NotFound
+from stateflow.errors import Conflict, CorruptStore, InvalidInput, NotFound
 from stateflow.states.attachments import TemplatesMixin
 from stateflow.states.models import Declaration, DoorContext, StateSubject, WriteOrigin
 from stateflow.states.schema import ValidatorCache, check_base_schema, narrowing
+from stateflow.states.search import SORT_MAX, matches, parse_sort, sort_key, split_filters
 from stateflow.store import DocKey, Document, Listed, Store, Write
 from stateflow.store.clock import utc_text
 
@@ -38,10 +40,7 @@ CATALOG: Final = "_states"
 ALIASES: Final = "_aliases"
 PAGE_DEFAULT: Final = 200
 PAGE_MAX: Final = 500
-OP_RETENTION_DAYS: Final = 30
-ENV_DEFAULT_RETENTION: Final = "STATEFLOW_DEFAULT_RETENTION_DAYS"
-ENV_OP_RETENTION: Final = "STATEFLOW_OP_RETENTION_DAYS"
-ENV_AUDIT_RETENTION: Final = "STATEFLOW_AUDIT_RETENTION_DAYS"
+_SORTED: Final = "\x00sorted:"  # a sorted search's cursor text (an offset), never a subject
 
 
 class StateNotFound(NotFound):
@@ -64,6 +63,44 @@ class FoldRefused(Conflict):
     code = "fold-refused"
 
 
+class RevisionMismatch(Conflict):
+    """A compare-and-set write named a revision the record is no longer (or not yet) at."""
+
+    code = "revision-mismatch"
+    http_status = 412
+
+
+class BuiltinState(Conflict):
+    """The built-in ``memory`` state holds every agent's memory: it is never deleted, and a
+    re-declare may only add to it."""
+
+    code = "builtin-state"
+
+
+BUILTIN_STATES: Final = ("memory",)
+
+
+def catalog_row(name: str, body: Any) -> dict[str, Any]:
+    """A stored declaration, checked for the fields every reader relies on: a row changed by a
+    low-level write is ``corrupt-store`` naming the state, never a ``KeyError`` later."""
+    problem = None
+    if not isinstance(body, dict):
+        problem = "it is not an object"
+    elif not isinstance(body.get("schema"), dict):
+        problem = "'schema' is missing or not an object"
+    elif not isinstance(body.get("subject_kinds"), list) or not body["subject_kinds"]:
+        problem = "'subject_kinds' is missing or empty"
+    elif not isinstance(body.get("default_subject_kind"), str):
+        problem = "'default_subject_kind' is missing"
+    if problem is not None:
+        raise CorruptStore(
+            f"the catalog row of state {name!r} is corrupt ({problem}); restore it from a backup "
+            f"or re-write it with `stateflow doc put {CATALOG} {name} --raw`"
+        )
+    row: dict[str, Any] = body
+    return row
+
+
 @dataclass(frozen=True)
 class ConsumerRow:
     kind: str
@@ -80,13 +117,32 @@ ConsumerLister = Callable[[str], list[ConsumerRow]]
 
 @dataclass
 class ApplyResult:
+    """The published ``{applied, data, seq, skipped}``, plus ``replayed: true`` (and
+    ``replayed_seq``, the seq the original write produced, null if it changed nothing) for an
+    ``op_id`` seen before, and ``written: false`` when every op was guard-skipped or changed
+    nothing (no transition was recorded)."""
+
     applied: bool
     data: dict[str, Any] | None
     seq: int | None
     skipped: list[dict[str, Any]] = field(default_factory=list)
+    replayed: bool = False
+    replayed_seq: int | None = None
+    written: bool = True
+    revision: int | None = None  # the record's revision after the batch (an HTTP ETag), not serialized
 
     def to_json(self) -> dict[str, Any]:
-        return {"applied": self.applied, "data": self.data, "seq": self.seq, "skipped": self.skipped}
+        out: dict[str, Any] = {
+            "applied": self.applied,
+            "data": self.data,
+            "seq": self.seq,
+            "skipped": self.skipped,
+        }
+        if self.replayed:
+            out.update(replayed=True, replayed_seq=self.replayed_seq)
+        elif self.applied and not self.written:
+            out["written"] = False
+        return out
 
 
 def _invalid(exc: ValidationError, what: str) -> InvalidInput:
@@ -135,6 +191,14 @@ def origin_of(raw: Any) -> WriteOrigin:
         raise InvalidInput(str(_invalid(exc, "origin"))) from exc
 
 
+def check_revision(value: Any, what: str = "expect_revision") -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidInput(f"{what} must be a non-negative integer, got {value!r}")
+    return value
+
+
 def page_limit(limit: Any) -> int:
     if limit is None:
         return PAGE_DEFAULT
@@ -162,22 +226,11 @@ def _decode_cursor(cursor: str | None) -> str | None:
     return text
 
 
-def _days(env: str, default: int | None) -> int | None:
-    raw = os.environ.get(env)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
-    if not 1 <= value <= 2_147_483_647:
-        raise InvalidInput(f"{env} must be a positive integer ≤ 2147483647 or unset, got {raw!r}")
-    return value
-
-
 class StatesService(TemplatesMixin):
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, config: Config | None = None) -> None:
         self.store = store
+        self.config = config or Config()
+        self.default_context = _NO_CONTEXT
         self.validators = ValidatorCache()
         self.consumer_listers: dict[str, ConsumerLister] = {}
         self.attach_validators = []
@@ -186,6 +239,14 @@ class StatesService(TemplatesMixin):
         self.seeds = {}
         self._jq = None
         self._builtins_installed = False
+
+    def acting_as(self, context: DoorContext) -> StatesService:
+        """This service with ``context`` (door, actor) stamped on every write that passes none —
+        sharing the store, validators and jq workers. A door binds its caller's identity once
+        instead of passing it to every call."""
+        bound = copy.copy(self)
+        bound.default_context = context
+        return bound
 
     def close(self) -> None:
         """Stop the jq workers (the store is the caller's to close)."""
@@ -233,7 +294,13 @@ class StatesService(TemplatesMixin):
         from stateflow.states.builtin import MEMORY_DECLARATION
 
         current = self.store.get(DocKey(CATALOG, "memory")).body
-        if current is None or current.get("schema") != MEMORY_DECLARATION["schema"]:
+        # (re)declare when missing or when this version's schema only adds to the stored one; an
+        # operator's additive extension of the stored declaration is kept
+        if current is None or (
+            isinstance(current.get("schema"), dict)
+            and current["schema"] != MEMORY_DECLARATION["schema"]
+            and not narrowing(current["schema"], MEMORY_DECLARATION["schema"])
+        ):
             self.declare(
                 "memory", MEMORY_DECLARATION, context=DoorContext(door="operator", actor="stateflow")
             )
@@ -269,7 +336,9 @@ class StatesService(TemplatesMixin):
             for item in page:
                 body = docs[item.key].body
                 if body is not None:
-                    out.append(self._declaration_view(body, item.revision, item.at))
+                    out.append(
+                        self._declaration_view(catalog_row(item.key.subject, body), item.revision, item.at)
+                    )
             after = page[-1].key.subject
         return out
 
@@ -277,10 +346,11 @@ class StatesService(TemplatesMixin):
         doc = self.store.get(DocKey(CATALOG, name))
         if doc.body is None:
             raise StateNotFound(f"no state declared as {name!r}")
-        return self._declaration_view(doc.body, doc.revision, doc.at)
+        return self._declaration_view(catalog_row(name, doc.body), doc.revision, doc.at)
 
     def declare(self, name: str, raw: Any, *, context: DoorContext | None = None) -> dict[str, Any]:
-        """Create or re-declare a state. Re-declaring is additive-only while records exist."""
+        """Create or re-declare a state. Re-declaring is additive-only while records exist (and
+        always, for the built-in ``memory`` state). Answers the declaration as a read does."""
         if not isinstance(raw, dict):
             raise InvalidInput("a declaration must be a JSON object")
         for computed, what in (
@@ -298,8 +368,18 @@ class StatesService(TemplatesMixin):
         stored = decl.stored()
         key = DocKey(CATALOG, name)
 
-        def compute(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
+        def compute(docs: dict[DocKey, Document]) -> tuple[list[Write], dict[str, Any]]:
             old = docs[key].body
+            if old is not None:
+                catalog_row(name, old)
+            if old is not None and name in BUILTIN_STATES:
+                why = narrowing(old["schema"], stored["schema"])
+                removed = sorted(set(old["subject_kinds"]) - set(stored["subject_kinds"]))
+                if why or removed or stored["default_subject_kind"] != old["default_subject_kind"]:
+                    raise BuiltinState(
+                        f"state {name!r} is built in: a re-declare may only add to it "
+                        f"({why or (f'removes subject kinds {removed}' if removed else 'changes default_subject_kind')})"
+                    )
             if old is not None:
                 kinds = self._kind_counts(name)
                 if sum(kinds.values()):
@@ -321,14 +401,19 @@ class StatesService(TemplatesMixin):
             if old is not None and old.get("attachments"):
                 body["attachments"] = old["attachments"]
                 body["effective"] = self._effective(stored["schema"], old["attachments"])
-            return [Write.between(key, old, body, docs[key].revision)], None
+            return [Write.between(key, old, body, docs[key].revision)], body
 
-        self.store.update([key], compute, self._origin(WriteOrigin(), context, "declare"))
-        return {**stored, "effective_schema": None, "regimes": None, "updated_at": None}
+        commit, body = self.store.update([key], compute, self._origin(WriteOrigin(), context, "declare"))
+        if not commit.changed or body is None:
+            return self.get_declaration(name)
+        return self._declaration_view(body, commit.revisions[key], commit.at)
 
     def delete_declaration(self, name: str, *, context: DoorContext | None = None) -> dict[str, Any]:
-        """Delete a state with its records, aliases and audit, unless a consumer still uses it."""
+        """Delete a state with its records, aliases and audit, unless a consumer still uses it
+        (the built-in ``memory`` state is never deleted)."""
         self.get_declaration(name)
+        if name in BUILTIN_STATES:
+            raise BuiltinState(f"state {name!r} is built in (every agent's memory); it cannot be deleted")
         blocking = [r for r in self.consumers(name) if not r.get("unavailable")]
         if blocking:
             names = ", ".join(f"{r['kind']}:{r.get('name', '?')}" for r in blocking)
@@ -347,6 +432,8 @@ class StatesService(TemplatesMixin):
         return {"deleted": True, "name": name}
 
     def consumers(self, name: str) -> list[dict[str, Any]]:
+        """What uses the state (an unknown state is 404)."""
+        self.get_declaration(name)
         rows: list[dict[str, Any]] = []
         for lister in self.consumer_listers.values():
             rows.extend(r.to_json() for r in lister(name))
@@ -366,7 +453,7 @@ class StatesService(TemplatesMixin):
         body = docs[DocKey(CATALOG, name)].body
         if body is None:
             raise StateNotFound(f"no state declared as {name!r}")
-        return body
+        return catalog_row(name, body)
 
     @staticmethod
     def _admit(declaration: dict[str, Any], subject: StateSubject) -> None:
@@ -378,11 +465,10 @@ class StatesService(TemplatesMixin):
 
     # ------------------------------------------------------------------ origins
 
-    @staticmethod
     def _origin(
-        origin: WriteOrigin, context: DoorContext | None, action: str, paths: Any = None
+        self, origin: WriteOrigin, context: DoorContext | None, action: str, paths: Any = None
     ) -> dict[str, Any]:
-        ctx = context or _NO_CONTEXT
+        ctx = context or self.default_context
         return {
             "consumer": origin.consumer,
             "meta": origin.meta,
@@ -439,13 +525,21 @@ class StatesService(TemplatesMixin):
             "folded_from": folded,
         }
 
-    def read(self, name: str, subject: Any) -> dict[str, Any] | None:
+    def read(
+        self, name: str, subject: Any, *, revision: int | None = None, seq: int | None = None
+    ) -> dict[str, Any] | None:
         """The record, or None on a miss (an undeclared state or refused subject is an error).
 
         One snapshot reads the declaration, the aliases and the record (a second read follows
         only when the subject was folded into another one). Views are kept until anything
-        commits, on stores that can tell (the embedded one)."""
+        commits, on stores that can tell (the embedded one).
+
+        ``revision=N`` reads the record as it was at its revision N; ``seq=S`` as it was right
+        after transition S (None where it did not exist then). The subject is resolved through
+        today's fold aliases."""
         subject = subject_of(subject)
+        if revision is not None or seq is not None:
+            return self._read_at(name, subject, revision, seq)
         view = self.store.cached(
             ("record", name, subject.target_kind, subject.target_name, subject.kind, subject.key),
             lambda: self._read(name, subject),
@@ -455,6 +549,83 @@ class StatesService(TemplatesMixin):
         record: dict[str, Any] = detach(view)  # the view is shared by every reader of the cache
         return record
 
+    def _read_at(self, name: str, subject: StateSubject, revision: Any, seq: Any) -> dict[str, Any] | None:
+        if revision is not None and seq is not None:
+            raise InvalidInput("give revision or seq, not both")
+        revision, seq = check_revision(revision, "revision"), check_revision(seq, "seq")
+        decl_key, alias_key = DocKey(CATALOG, name), DocKey(ALIASES, name)
+        docs = self.store.read([decl_key, alias_key])
+        self._admit(self._declaration(docs, name), subject)
+        aliases = docs[alias_key].body or {}
+        canonical = self._resolve(aliases, subject)
+        key = DocKey(name, canonical.encode())
+        doc = self.store.read_at(key, revision=revision, seq=seq)
+        at = None
+        if doc.body is not None and doc.seq is not None:
+            changes = self.store.history([key], limit=1, before_seq=doc.seq + 1, members=())
+            at = changes[0].at if changes else None
+        return self._record(name, subject, canonical, aliases, doc.body, doc.seq, doc.revision, at)
+
+    def diff(self, name: str, subject: Any, from_revision: Any, to_revision: Any = None) -> dict[str, Any]:
+        """What changed in a record between two of its revisions (``to`` defaults to the
+        current one): ``{from, to, edits: [[path, value]…], patch}`` — ``edits`` as the audit
+        trail shows them (a missing value is a deletion), ``patch`` the same as one merge patch
+        (objects merge, null deletes) where it can be expressed as one."""
+        subject = subject_of(subject)
+        low = check_revision(from_revision, "from")
+        if low is None:
+            raise InvalidInput("diff needs the revision to compare from")
+        high = check_revision(to_revision, "to")
+        if high is None:
+            current = self.read(name, subject)
+            high = current["revision"] if current else self._revision_of(name, subject)
+        old, new = self._read_at(name, subject, low, None), self._read_at(name, subject, high, None)
+        edits = diff(old["data"] if old else MISSING, new["data"] if new else MISSING)
+        return {
+            "from": low,
+            "to": high,
+            "edits": [e.to_json() for e in edits],
+            "patch": to_patch(edits) if edits else {},
+        }
+
+    def _revision_of(self, name: str, subject: StateSubject) -> int:
+        canonical = self._canonical(name, subject)
+        return self.store.get(DocKey(name, canonical.encode()), members=()).revision
+
+    def revert(
+        self,
+        name: str,
+        subject: Any,
+        revision: Any,
+        *,
+        origin: Any = None,
+        context: DoorContext | None = None,
+        expect_revision: int | None = None,
+    ) -> dict[str, Any] | None:
+        """Make the record what it was at ``revision`` again, as a new transition (action
+        ``revert``) through the same checks as a replace (today's schema decides); reverting to
+        a revision where it did not exist erases it. The history keeps every revision."""
+        subject = subject_of(subject)
+        target = check_revision(revision, "revision")
+        if target is None:
+            raise InvalidInput("revert needs the revision to go back to")
+        then = self._read_at(name, subject, target, None)
+        if then is None:
+            self.erase(name, subject, origin=origin, context=context, expect_revision=expect_revision)
+            return None
+        document = then["data"]
+
+        def transform(
+            decl: dict[str, Any], current: JSON, done: dict[str, Any]
+        ) -> tuple[JSON, list[list[str | int]] | None]:
+            self.check_document_write(decl, current, document)
+            return self.stamp_document(decl, current, document, done), [[]]
+
+        _, view = self._write(
+            name, subject, transform, origin_of(origin), context, "revert", expect_revision=expect_revision
+        )
+        return view
+
     def _read(self, name: str, subject: StateSubject) -> dict[str, Any] | None:
         encoded = subject.encode()
         decl_key, alias_key, key = DocKey(CATALOG, name), DocKey(ALIASES, name), DocKey(name, encoded)
@@ -462,7 +633,7 @@ class StatesService(TemplatesMixin):
         decl = docs[decl_key].body
         if decl is None:
             raise StateNotFound(f"no state declared as {name!r}")
-        self._admit(decl, subject)
+        self._admit(catalog_row(name, decl), subject)
         aliases = docs[alias_key].body or {}
         entry = aliases.get(encoded)
         canonical = StateSubject.decode(entry["canonical"]) if entry else subject
@@ -481,12 +652,17 @@ class StatesService(TemplatesMixin):
         action: str,
         *,
         op_id: str | None = None,
+        expect_revision: int | None = None,
+        written: list[bool] | None = None,
     ) -> tuple[bool, dict[str, Any] | None]:
         """One record write in one transaction that also locks the declaration.
 
         Returns ``(applied, record view after the write)``; ``applied`` is False for a replayed
-        ``op_id``.
+        ``op_id``. ``expect_revision`` makes it a compare-and-set: the record (0: absent, never
+        written) must be at that revision, else :class:`RevisionMismatch` and nothing changes.
+        ``written`` (if given) receives whether a transition was recorded.
         """
+        expect_revision = check_revision(expect_revision)
         subject = subject_of(subject)
         decl_key, alias_key = DocKey(CATALOG, name), DocKey(ALIASES, name)
         canonical = subject
@@ -505,6 +681,11 @@ class StatesService(TemplatesMixin):
                 if resolved is not canonical and resolved != canonical:  # (model equality is slow)
                     raise _AliasMoved(resolved)
                 current = docs[key]
+                if expect_revision is not None and current.revision != expect_revision:
+                    raise RevisionMismatch(
+                        f"record {canonical.kind}/{canonical.key} of state {name!r} is at revision "
+                        f"{current.revision}, not {expect_revision}; read it again and retry"
+                    )
                 new, paths = transform(declaration, current.value, completed)
                 if new is MISSING:
                     return [], (aliases, current.body, current.revision, current.seq)
@@ -531,6 +712,8 @@ class StatesService(TemplatesMixin):
                 return False, None
             aliases, data, revision, seq = result
             at = None
+            if written is not None:
+                written.append(commit.changed)
             if commit.changed:
                 revision, seq, at = commit.revisions[key], commit.seq, commit.at
             # ``data`` is the body the store now caches: the caller gets its own copy
@@ -545,6 +728,7 @@ class StatesService(TemplatesMixin):
         *,
         origin: Any = None,
         context: DoorContext | None = None,
+        expect_revision: int | None = None,
     ) -> dict[str, Any] | None:
         if not isinstance(document, dict):
             raise InvalidInput("a record document must be a JSON object")
@@ -557,11 +741,20 @@ class StatesService(TemplatesMixin):
             self.check_document_write(decl, current, document)
             return self.stamp_document(decl, current, document, done), [[]]
 
-        _, view = self._write(name, subject, transform, origin_of(origin), context, "replace")
+        _, view = self._write(
+            name, subject, transform, origin_of(origin), context, "replace", expect_revision=expect_revision
+        )
         return view
 
     def merge(
-        self, name: str, subject: Any, patch: Any, *, origin: Any = None, context: DoorContext | None = None
+        self,
+        name: str,
+        subject: Any,
+        patch: Any,
+        *,
+        origin: Any = None,
+        context: DoorContext | None = None,
+        expect_revision: int | None = None,
     ) -> dict[str, Any] | None:
         """Shallow merge: each top-level key is set (``null`` is stored, not a deletion)."""
         if not isinstance(patch, dict):
@@ -579,7 +772,9 @@ class StatesService(TemplatesMixin):
             self.check_document_write(decl, current, merged)
             return self.stamp_document(decl, current, merged, done), [[k] for k in patch]
 
-        _, view = self._write(name, subject, transform, origin_of(origin), context, "merge")
+        _, view = self._write(
+            name, subject, transform, origin_of(origin), context, "merge", expect_revision=expect_revision
+        )
         if view is None and not patch:
             subj = subject_of(subject)
             return {
@@ -603,13 +798,26 @@ class StatesService(TemplatesMixin):
         op_id: str | None = None,
         origin: Any = None,
         context: DoorContext | None = None,
+        expect_revision: int | None = None,
     ) -> ApplyResult:
-        """An op batch; guard-skipped ops are reported; a replayed ``op_id`` changes nothing."""
+        """An op batch; guard-skipped ops are reported; a replayed ``op_id`` changes nothing
+        and says so (``replayed``)."""
         parsed = parse_ops(ops)
         if op_id is not None and (not isinstance(op_id, str) or not op_id):
             raise InvalidInput("op_id must be a non-empty string")
+        check_revision(expect_revision)
         if not parsed:  # nothing to write, but an unknown state or refused subject still says so
-            self.read(name, subject)
+            current = self.read(name, subject)
+            if expect_revision is not None and (current["revision"] if current else 0) != expect_revision:
+                self._write(
+                    name,
+                    subject,
+                    lambda *_: (MISSING, None),
+                    _NO_ORIGIN,
+                    context,
+                    "apply",
+                    expect_revision=expect_revision,
+                )  # raises the mismatch
             return ApplyResult(False, None, None, [])
         skipped: list[dict[str, Any]] = []
 
@@ -626,12 +834,31 @@ class StatesService(TemplatesMixin):
                 raise InvalidInput("a record document must be a JSON object")
             return result.document, result.paths
 
+        written: list[bool] = []
         applied, view = self._write(
-            name, subject, transform, origin_of(origin), context, "apply", op_id=op_id
+            name,
+            subject,
+            transform,
+            origin_of(origin),
+            context,
+            "apply",
+            op_id=op_id,
+            expect_revision=expect_revision,
+            written=written,
         )
         if not applied:
-            return ApplyResult(False, None, None, [])
-        return ApplyResult(True, view["data"] if view else None, view["seq"] if view else None, skipped)
+            original = self.store.applied_op(op_id, name) if op_id else None
+            return ApplyResult(
+                False, None, None, [], replayed=True, replayed_seq=original if type(original) is int else None
+            )
+        return ApplyResult(
+            True,
+            view["data"] if view else None,
+            view["seq"] if view else None,
+            skipped,
+            written=bool(written and written[0]),
+            revision=view["revision"] if view else None,
+        )
 
     def apply_batch(
         self, items: Any, *, origin: Any = None, context: DoorContext | None = None
@@ -652,10 +879,17 @@ class StatesService(TemplatesMixin):
         return Unit(self, origin=origin, context=context)
 
     def erase(
-        self, name: str, subject: Any, *, origin: Any = None, context: DoorContext | None = None
+        self,
+        name: str,
+        subject: Any,
+        *,
+        origin: Any = None,
+        context: DoorContext | None = None,
+        expect_revision: int | None = None,
     ) -> dict[str, Any]:
         """Delete the record and every alias pointing at it; the audit trail stays."""
         subject = subject_of(subject)
+        expect_revision = check_revision(expect_revision)
         canonical = self._canonical(name, subject)
         key, alias_key, decl_key = (
             DocKey(name, canonical.encode()),
@@ -666,6 +900,11 @@ class StatesService(TemplatesMixin):
         def compute(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
             declaration = self._declaration(docs, name)
             self._admit(declaration, subject)
+            if expect_revision is not None and docs[key].revision != expect_revision:
+                raise RevisionMismatch(
+                    f"record {canonical.kind}/{canonical.key} of state {name!r} is at revision "
+                    f"{docs[key].revision}, not {expect_revision}; read it again and retry"
+                )
             writes = []
             if docs[key].body is not None:
                 writes.append(Write.between(key, docs[key].body, None, docs[key].revision, paths=[[]]))
@@ -818,7 +1057,9 @@ class StatesService(TemplatesMixin):
         self.get_declaration(name)
         items, next_cursor = self._page(
             lambda after, size: self.store.scan(name, after=after, limit=size),
-            lambda subj: (kind is None or subj.kind == kind) and (tenants is None or subj.tenant in tenants),
+            lambda subj, _item: (
+                (kind is None or subj.kind == kind) and (tenants is None or subj.tenant in tenants)
+            ),
             page_limit(limit),
             cursor,
         )
@@ -832,24 +1073,98 @@ class StatesService(TemplatesMixin):
         limit: Any = None,
         cursor: str | None = None,
         tenants: set[tuple[str, str]] | None = None,
+        sort: Any = None,
+        include_data: bool = False,
     ) -> dict[str, Any]:
+        """Records matching ``filters`` (containment plus ``$`` operators, see
+        :mod:`stateflow.states.search`), in subject order — or in ``sort`` order, over at most
+        10,000 matches. ``include_data`` adds each match's document as ``data``."""
         self.get_declaration(name)
-        if not isinstance(filters, dict) or not filters:
-            raise InvalidInput("search needs a non-empty filters object (a containment document)")
-        items, next_cursor = self._page(
-            lambda after, size: self.store.search(name, filters, after=after, limit=size),
-            lambda subj: tenants is None or subj.tenant in tenants,
-            page_limit(limit),
-            cursor,
-        )
+        containment, predicates = split_filters(filters)
+        order = parse_sort(sort)
+        if type(include_data) is not bool:
+            raise InvalidInput("include_data must be true or false")
+        bodies: dict[str, Any] = {}
+        with_bodies = bool(predicates or order or include_data)
+
+        def fetch(after: str | None, size: int) -> list[Listed]:
+            if containment:
+                page = self.store.search(name, containment, after=after, limit=size)
+            else:
+                page = self.store.scan(name, after=after, limit=size)
+            bodies.clear()
+            if with_bodies and page:
+                docs = self.store.read([x.key for x in page])
+                bodies.update((x.key.subject, docs[x.key].body) for x in page)
+            return page
+
+        def keep(subj: StateSubject, item: Listed) -> bool:
+            if tenants is not None and subj.tenant not in tenants:
+                return False
+            return not predicates or matches(bodies.get(item.key.subject), predicates)
+
+        def extra(item: Listed) -> dict[str, Any]:
+            return {"data": bodies.get(item.key.subject)} if include_data else {}
+
+        n = page_limit(limit)
+        if order:
+            items, next_cursor = self._sorted_page(fetch, keep, extra, order, bodies, n, cursor)
+        else:
+            items, next_cursor = self._page(fetch, keep, n, cursor, extra)
         return {"matches": items, "next_cursor": next_cursor}
+
+    def _sorted_page(
+        self,
+        fetch: Callable[[str | None, int], list[Listed]],
+        keep: Callable[[StateSubject, Listed], bool],
+        extra: Callable[[Listed], dict[str, Any]],
+        order: list[tuple[tuple[str, ...], bool]],
+        bodies: dict[str, Any],
+        n: int,
+        cursor: str | None,
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """Every match, sorted, then one page of it by offset (the cursor names the offset)."""
+        offset = 0
+        text = _decode_cursor(cursor)
+        if text is not None:
+            if not text.startswith(_SORTED) or not text[len(_SORTED) :].isdigit():
+                raise InvalidInput("cursor is malformed; use only a cursor returned by a prior page")
+            offset = int(text[len(_SORTED) :])
+        found: list[tuple[tuple[Any, ...], str, dict[str, Any]]] = []
+        after = None
+        while page := fetch(after, PAGE_MAX):
+            for item in page:
+                subject = StateSubject.decode(item.key.subject)
+                if not keep(subject, item):
+                    continue
+                if len(found) == SORT_MAX:
+                    raise InvalidInput(
+                        f"a sorted search covers at most {SORT_MAX} matches; narrow the filters"
+                    )
+                body = bodies.get(item.key.subject)
+                key = tuple(sort_key(body, path, desc) for path, desc in order)
+                row = {
+                    "subject": _plain(subject),
+                    "updated_at": item.at,
+                    "revision": item.revision,
+                    **extra(item),
+                }
+                found.append((key, item.key.subject, row))
+            if len(page) < PAGE_MAX:
+                break
+            after = page[-1].key.subject
+        found.sort(key=lambda f: (f[0], f[1]))
+        rows = [row for _, _, row in found[offset : offset + n]]
+        more = offset + n < len(found)
+        return rows, _encode_cursor(f"{_SORTED}{offset + n}") if more else None
 
     @staticmethod
     def _page(
         fetch: Callable[[str | None, int], list[Listed]],
-        keep: Callable[[StateSubject], bool],
+        keep: Callable[[StateSubject, Listed], bool],
         n: int,
         cursor: str | None,
+        extra: Callable[[Listed], dict[str, Any]] | None = None,
     ) -> tuple[list[dict[str, Any]], str | None]:
         """One keyset page of at most ``n`` kept subjects, and a cursor only when more follow.
 
@@ -868,11 +1183,12 @@ class StatesService(TemplatesMixin):
             for item in page:
                 last = item.key.subject
                 subject = StateSubject.decode(last)
-                if not keep(subject):
+                if not keep(subject, item):
                     continue
                 if len(out) == n:  # one more exists
                     return out, _encode_cursor(end) if end else None
-                out.append({"subject": _plain(subject), "updated_at": item.at, "revision": item.revision})
+                row = {"subject": _plain(subject), "updated_at": item.at, "revision": item.revision}
+                out.append({**row, **extra(item)} if extra is not None else row)
                 end = last
             if len(page) < PAGE_MAX:
                 return out, None
@@ -902,14 +1218,13 @@ class StatesService(TemplatesMixin):
         now: datetime | None = None,
         progress: Callable[[str, int], None] | None = None,
     ) -> dict[str, Any]:
-        """Delete expired records (per-state ``retention_days`` or the default), expired op_id
-        keys and, when ``STATEFLOW_AUDIT_RETENTION_DAYS`` is set, audit rows older than that.
+        """Delete expired records (per-state ``retention_days`` or the configured default),
+        expired op_id keys and, when audit retention is configured, audit rows older than that.
 
         ``progress(state, records erased so far)`` is called as the sweep goes (each erase is
         its own write)."""
-        default_days = _days(ENV_DEFAULT_RETENTION, None)
-        op_days = _days(ENV_OP_RETENTION, OP_RETENTION_DAYS)
-        audit_days = _days(ENV_AUDIT_RETENTION, None)
+        retention = self.config.retention
+        default_days, op_days, audit_days = retention.default_days, retention.op_days, retention.audit_days
         now = now or datetime.now(UTC)
         pruned: dict[str, int] = {}
         ctx = context or DoorContext(door="operator", actor="retention")
@@ -934,7 +1249,6 @@ class StatesService(TemplatesMixin):
                         progress(decl["name"], count)
                 after = page[-1].key.subject
             pruned[decl["name"]] = count
-        assert op_days is not None
         op_cutoff = utc_text(now - timedelta(days=op_days))
         ops = self.store.prune_ops(op_cutoff)
         audit: dict[str, int] = {}

@@ -95,13 +95,22 @@ def defaults(template: dict[str, Any]) -> dict[str, Any]:
 # ------------------------------------------------------------------------------ validation
 
 
+def unknown_keys(raw: Any, allowed: set[str]) -> str:
+    """`` (unknown keys [...])`` naming what a body carries beyond ``allowed`` (or nothing), so a
+    shape error says which key to drop."""
+    extra = sorted(set(raw) - allowed) if isinstance(raw, dict) else []
+    return f" (unknown keys {extra})" if extra else ""
+
+
 def _jq_body(raw: Any, where: str) -> str:
     if not isinstance(raw, dict) or set(raw) - {"content", "kwargs"} or "content" not in raw:
         if isinstance(raw, dict) and "id" in raw:
             raise TemplateInvalid(
                 f'{where}: by-id jq bodies are not supported; give the program as {{"content": ...}}'
             )
-        raise TemplateInvalid(f'{where} must be {{"content": "<jq program>"}}')
+        raise TemplateInvalid(
+            f'{where} must be {{"content": "<jq program>"}}{unknown_keys(raw, {"content", "kwargs"})}'
+        )
     if not isinstance(raw["content"], str) or not raw["content"].strip():
         raise TemplateInvalid(f"{where} must be a non-blank jq program")
     return raw["content"]
@@ -143,7 +152,10 @@ def validate_template(name: str, raw: Any) -> dict[str, Any]:
             or set(spec) - {"schema", "default"}
             or not isinstance(spec.get("schema"), dict)
         ):
-            raise TemplateInvalid(f'parameter {pname!r} must be {{"schema": {{...}}, "default"?: <JSON>}}')
+            raise TemplateInvalid(
+                f'parameter {pname!r} must be {{"schema": {{...}}, "default"?: <JSON>}}'
+                f"{unknown_keys(spec, {'schema', 'default'})}"
+            )
     fragment = raw.get("schema")
     if not isinstance(fragment, dict):
         raise TemplateInvalid("schema (the fragment) must be a JSON object")
@@ -169,14 +181,16 @@ def validate_template(name: str, raw: Any) -> dict[str, Any]:
         raise TemplateInvalid("regimes must be a list of {path, regime}")
     for rule in regimes:
         if not isinstance(rule, dict) or set(rule) != {"path", "regime"}:
-            raise TemplateInvalid("a regime rule is exactly {path, regime}")
+            raise TemplateInvalid(
+                f"a regime rule is exactly {{path, regime}}{unknown_keys(rule, {'path', 'regime'})}"
+            )
         if rule["regime"] not in REGIMES:
             raise TemplateInvalid(f"regime must be one of {list(REGIMES)}, got {rule['regime']!r}")
         _check_path(rule["path"], "regime path")
         walk_fragment(substituted, rule["path"], "regime path")
     trace = raw.get("trace", {"enabled": False})
     if not isinstance(trace, dict) or set(trace) != {"enabled"} or type(trace["enabled"]) is not bool:
-        raise TemplateInvalid('trace must be {"enabled": true|false}')
+        raise TemplateInvalid(f'trace must be {{"enabled": true|false}}{unknown_keys(trace, {"enabled"})}')
     declarations = raw.get("declarations")
     if declarations is not None:
         if (
@@ -184,7 +198,10 @@ def validate_template(name: str, raw: Any) -> dict[str, Any]:
             or set(declarations) - {"schema", "check"}
             or not isinstance(declarations.get("schema"), dict)
         ):
-            raise TemplateInvalid('declarations must be {"schema": {...}, "check"?: {"content": "<jq>"}}')
+            raise TemplateInvalid(
+                'declarations must be {"schema": {...}, "check"?: {"content": "<jq>"}}'
+                + unknown_keys(declarations, {"schema", "check"})
+            )
         if "check" in declarations:
             _compile(
                 _jq_body(declarations["check"], "declarations.check"), ["parameters"], "declarations.check"
@@ -195,7 +212,10 @@ def validate_template(name: str, raw: Any) -> dict[str, Any]:
     reconcile = raw.get("reconcile")
     if reconcile is not None:
         if not isinstance(reconcile, dict) or set(reconcile) != {"orphans", "close", "resolutions"}:
-            raise TemplateInvalid("reconcile needs exactly the programs orphans, close and resolutions")
+            raise TemplateInvalid(
+                "reconcile needs exactly the programs orphans, close and resolutions"
+                + unknown_keys(reconcile, {"orphans", "close", "resolutions"})
+            )
         for part, variables in (
             ("orphans", ["previous", "new"]),
             ("close", ["id", "resolution"]),
@@ -280,7 +300,10 @@ def _check_programs(programs: Any, fragment: dict[str, Any]) -> None:
             "reads",
             "writes",
         }:
-            raise TemplateInvalid(f"{where} must be {{purpose, jq, description?, params?, reads?, writes?}}")
+            raise TemplateInvalid(
+                f"{where} must be {{purpose, jq, description?, params?, reads?, writes?}}"
+                + unknown_keys(spec, {"purpose", "jq", "description", "params", "reads", "writes"})
+            )
         if spec.get("purpose") not in PURPOSES:
             raise TemplateInvalid(f"{where}: purpose must be 'input' or 'update'")
         _jq_body(spec.get("jq"), f"{where}.jq")

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Final
 
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import best_match
+
+from stateflow.errors import InvalidInput, ReadOnlyState, StateflowError
 from stateflow.states.models import DoorContext, StateSubject, WriteOrigin
 from stateflow.states.service import StatesService, SubjectRefused, subject_of
 
 STATE_TOOLS: Final = ("state_read", "state_replace", "state_merge", "state_apply", "state_template_jq")
+MEMORY_STATE: Final = "memory"
+MEMORY_WRITE_REFUSAL: Final = (
+    "agent memory is never written through the state tools: change it with patch_state "
+    "(the response plane is written by the runtime only)"
+)
 
 _SUBJECT_SCHEMA: Final = {
     "description": (
@@ -34,6 +44,14 @@ _SUBJECT_SCHEMA: Final = {
 def state_tool_schemas() -> dict[str, tuple[str, dict[str, Any], bool, bool]]:
     """name → (description, input schema, read_only, destructive)."""
     state = {"type": "string", "description": "The declared state's name."}
+    expect = {
+        "expect_revision": {
+            "type": "integer",
+            "minimum": 0,
+            "description": "Write only if the record is still at this revision (from a read; 0: absent). "
+            "Otherwise the write is refused and nothing changes.",
+        }
+    }
 
     def obj(props: dict[str, Any], required: list[str]) -> dict[str, Any]:
         return {
@@ -47,13 +65,13 @@ def state_tool_schemas() -> dict[str, tuple[str, dict[str, Any], bool, bool]]:
         "state_read": ("Read a declared state's record (null when there is none).", obj({}, []), True, False),
         "state_replace": (
             "Replace a record's whole document (validated against the state's JSON Schema).",
-            obj({"data": {"type": "object"}}, ["data"]),
+            obj({"data": {"type": "object"}, **expect}, ["data"]),
             False,
             True,
         ),
         "state_merge": (
             "Shallow-merge top-level fields into a record; a null value is stored as null.",
-            obj({"patch": {"type": "object"}}, ["patch"]),
+            obj({"patch": {"type": "object"}, **expect}, ["patch"]),
             False,
             True,
         ),
@@ -76,7 +94,12 @@ def state_tool_schemas() -> dict[str, tuple[str, dict[str, Any], bool, bool]]:
             "Apply an op batch (set, remove, set_by_key, merge_by_key, unset_by_key, remove_by_key, "
             "set_by_key_each; optional guards). Pass op_id to make a retry safe.",
             obj(
-                {"ops": {"type": "array", "items": {"type": "object"}}, "op_id": {"type": "string"}}, ["ops"]
+                {
+                    "ops": {"type": "array", "items": {"type": "object"}},
+                    "op_id": {"type": "string"},
+                    **expect,
+                },
+                ["ops"],
             ),
             False,
             True,
@@ -121,24 +144,32 @@ def resolve_subject(
     return subject_of(raw)
 
 
+@functools.cache
+def _argument_validator(name: str) -> Draft202012Validator:
+    return Draft202012Validator(state_tool_schemas()[name][1])
+
+
+def check_tool_arguments(name: str, args: Any) -> None:
+    """Refuse arguments that break the tool's published input schema, naming the first problem
+    (a model reads this message and retries), before anything is resolved or written."""
+    if not isinstance(args, dict) or not isinstance(args.get("state"), str):
+        raise InvalidInput(f"{name} needs an object with a 'state' name")
+    unknown = sorted(set(args) - set(state_tool_schemas()[name][1]["properties"]))
+    if unknown:
+        raise InvalidInput(f"{name} does not accept {', '.join(unknown)}")
+    error = best_match(_argument_validator(name).iter_errors(args))
+    if error is not None:
+        where = ".".join(str(p) for p in error.absolute_path) or "arguments"
+        raise InvalidInput(f"{name}: {where}: {error.message}")
+
+
 def call_state_tool(
     service: StatesService, name: str, args: Any, context: DoorContext | None, run_id: str | None
 ) -> Any:
-    from stateflow.errors import InvalidInput
-
-    if not isinstance(args, dict) or not isinstance(args.get("state"), str):
-        raise InvalidInput(f"{name} needs an object with a 'state' name")
-    allowed = {"state", "subject"} | {
-        "state_read": set(),
-        "state_replace": {"data"},
-        "state_merge": {"patch"},
-        "state_apply": {"ops", "op_id"},
-        "state_template_jq": {"program", "params", "input", "op_id"},
-    }[name]
-    unknown = sorted(set(args) - allowed)
-    if unknown:
-        raise InvalidInput(f"{name} does not accept {', '.join(unknown)}")
+    check_tool_arguments(name, args)
     state = args["state"]
+    if state == MEMORY_STATE and _writes(service, name, args):
+        raise ReadOnlyState(MEMORY_WRITE_REFUSAL)
     subject = resolve_subject(service, state, args.get("subject"), context)
     origin = WriteOrigin(
         consumer=name, run_id=run_id, op_id=args.get("op_id") if name == "state_apply" else None
@@ -146,9 +177,23 @@ def call_state_tool(
     if name == "state_read":
         return service.read(state, subject)
     if name == "state_replace":
-        return service.replace(state, subject, args.get("data"), origin=origin, context=context)
+        return service.replace(
+            state,
+            subject,
+            args.get("data"),
+            origin=origin,
+            context=context,
+            expect_revision=args.get("expect_revision"),
+        )
     if name == "state_merge":
-        return service.merge(state, subject, args.get("patch"), origin=origin, context=context)
+        return service.merge(
+            state,
+            subject,
+            args.get("patch"),
+            origin=origin,
+            context=context,
+            expect_revision=args.get("expect_revision"),
+        )
     if name == "state_template_jq":
         program = args.get("program")
         if not isinstance(program, str):
@@ -162,5 +207,23 @@ def call_state_tool(
             state, subject, program, args.get("input"), op_id=args.get("op_id"), context=context
         )
     return service.apply(
-        state, subject, args.get("ops"), op_id=args.get("op_id"), origin=origin, context=context
+        state,
+        subject,
+        args.get("ops"),
+        op_id=args.get("op_id"),
+        origin=origin,
+        context=context,
+        expect_revision=args.get("expect_revision"),
     ).to_json()
+
+
+def _writes(service: StatesService, name: str, args: dict[str, Any]) -> bool:
+    """Whether this call could change a record (a template input program only reads)."""
+    if name == "state_read":
+        return False
+    if name == "state_template_jq" and isinstance(args.get("program"), str):
+        try:
+            return service.template_jq_purpose(args["state"], args["program"]) != "input"
+        except StateflowError:  # an unknown program: refuse as a write, never run it
+            return True
+    return True

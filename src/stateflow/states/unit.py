@@ -21,7 +21,8 @@ from stateflow.doc.ops import Op, apply_ops, parse_ops
 from stateflow.doc.select import MISSING
 from stateflow.errors import InvalidInput, StateflowError
 from stateflow.states.models import DoorContext
-from stateflow.states.service import ApplyResult, StatesService, subject_of
+from stateflow.states.service import CATALOG, ApplyResult, StatesService, origin_of, subject_of
+from stateflow.store import DocKey
 
 
 class UnitClosed(StateflowError):
@@ -47,16 +48,24 @@ class Unit:
 
     def apply(self, state: str, subject: Any, ops: Any, *, op_id: str | None = None) -> ApplyResult:
         """Stage an op batch; return what it would do to the record as staged so far
-        (``seq`` is None: nothing is written yet). Guards read the staged record."""
+        (``seq`` is None: nothing is written yet). Guards read the staged record. The batch
+        passes the same regime check now as at commit (a violation is refused here, not only
+        at the end), and staged reads carry the ``_trace`` stamps the commit writes (their
+        ``at`` is the commit's own)."""
         self._check_open()
         subj = subject_of(subject)
         parsed = parse_ops(ops)
         before = self._project(state, subj.model_dump(), self._service.read(state, subj))
-        result = apply_ops(MISSING if before is None else before, parsed)
+        service = self._service
+        declaration = service._declaration(service.store.read([DocKey(CATALOG, state)]), state)
+        service.check_ops(declaration, parsed)
+        origin = service._origin(origin_of(self._origin), self._context, "apply-batch")
+        stamped = service.stamp(declaration, parsed, {**origin, "op_id": op_id})
+        result = apply_ops(MISSING if before is None else before, stamped)
         item: dict[str, Any] = {"state": state, "subject": subj.model_dump(), "ops": ops}
         if op_id is not None:
             item["op_id"] = op_id
-        self._items.append((item, parsed))
+        self._items.append((item, stamped))
         data = result.document if result.applied else before
         return ApplyResult(True, None if data is MISSING else data, None, list(result.skipped))
 

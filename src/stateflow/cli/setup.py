@@ -1,0 +1,122 @@
+"""``stateflow setup claude-code``: wire memory into a Claude Code project.
+
+Writes (or, with ``--dry-run``, prints) the project-scoped MCP server entry in ``.mcp.json`` and
+the ``SessionStart`` / ``UserPromptSubmit`` command hooks in ``.claude/settings.json`` that add
+``stateflow context`` to the model's context (formats: https://code.claude.com/docs/en/mcp and
+https://code.claude.com/docs/en/hooks). Existing entries of other servers and hooks are kept; our
+own entries are replaced, so running it again is harmless.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+from typing import Any
+
+import click
+
+from stateflow.cli.common import refusals
+from stateflow.cli.examples import decorate
+from stateflow.errors import InvalidInput
+
+SERVER = "stateflow"
+HOOK_EVENTS = ("SessionStart", "UserPromptSubmit")
+
+
+def _load(path: Path) -> dict[str, Any]:
+    if not path.exists():
+        return {}
+    try:
+        value = json.loads(path.read_text())
+    except ValueError as exc:
+        raise InvalidInput(f"{path} is not valid JSON ({exc}); fix or move it, then run setup again") from exc
+    if not isinstance(value, dict):
+        raise InvalidInput(f"{path} must hold a JSON object")
+    return value
+
+
+def _ours(group: Any, command: str) -> bool:
+    hooks = group.get("hooks") if isinstance(group, dict) else None
+    return isinstance(hooks, list) and any(isinstance(h, dict) and h.get("command") == command for h in hooks)
+
+
+def plan(project: Path, agent: str, session: str, store: str | None) -> dict[Path, dict[str, Any]]:
+    """The two files' new contents (existing content merged)."""
+    common = ["--agent", agent, "--session", session]
+    if store:
+        common = ["--store", store, *common]
+    mcp_path, settings_path = project / ".mcp.json", project / ".claude" / "settings.json"
+    mcp = _load(mcp_path)
+    servers = mcp.setdefault("mcpServers", {})
+    if not isinstance(servers, dict):
+        raise InvalidInput(f"{mcp_path}: mcpServers must be an object")
+    store_args = common[:2] if store else []
+    servers[SERVER] = {
+        "command": "stateflow",
+        # no --cwd: Claude Code starts project servers in the project, and the file stays portable
+        "args": [*store_args, "mcp", *common[len(store_args) :]],
+    }
+    context = shlex.join(["stateflow", *store_args, "context", *common[len(store_args) :]])
+    command = f'{context} --cwd "$CLAUDE_PROJECT_DIR"'
+    settings = _load(settings_path)
+    hooks = settings.setdefault("hooks", {})
+    if not isinstance(hooks, dict):
+        raise InvalidInput(f"{settings_path}: hooks must be an object")
+    for event in HOOK_EVENTS:
+        groups = hooks.get(event) or []
+        if not isinstance(groups, list):
+            raise InvalidInput(f"{settings_path}: hooks.{event} must be a list")
+        previous = [g for g in groups if not _ours(g, command) and not _stateflow_context(g)]
+        hooks[event] = [*previous, {"hooks": [{"type": "command", "command": command}]}]
+    return {mcp_path: mcp, settings_path: settings}
+
+
+def _stateflow_context(group: Any) -> bool:
+    """A hook group an earlier setup wrote (any agent or session): replaced, never duplicated."""
+    hooks = group.get("hooks") if isinstance(group, dict) else None
+    return isinstance(hooks, list) and any(
+        isinstance(h, dict)
+        and str(h.get("command", "")).startswith("stateflow ")
+        and " context " in str(h.get("command"))
+        for h in hooks
+    )
+
+
+@click.group("setup")
+def setup() -> None:
+    """Wire memory into an agent runtime."""
+
+
+@setup.command("claude-code")
+@click.option(
+    "--project",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=".",
+    show_default=True,
+    help="The project directory (where .mcp.json and .claude/ live).",
+)
+@click.option("--agent", default="claude-code", show_default=True)
+@click.option(
+    "--session", default="claude-code", show_default=True, help="One session id for hooks and server."
+)
+@click.option("--dry-run", is_flag=True, help="Print the files instead of writing them.")
+@click.pass_obj
+@refusals
+def claude_code(obj: Any, project: Path, agent: str, session: str, dry_run: bool) -> None:
+    """Add the MCP server and the context hooks to a Claude Code project (.mcp.json, .claude/settings.json)."""
+    project = project.expanduser().resolve()
+    store = getattr(obj, "store_location", None)
+    files = plan(project, agent, session, store)
+    for path, content in files.items():
+        text = json.dumps(content, indent=2) + "\n"
+        if dry_run:
+            click.echo(f"# {path}")
+            click.echo(text, nl=False)
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        click.echo(f"wrote {path}", err=True)
+
+
+decorate(setup, "setup")

@@ -1,0 +1,367 @@
+"""``StatesClient``: the declared-states HTTP API as Python calls (it satisfies
+:class:`stateflow.states.api.StatesAPI`, like the local service).
+
+    from stateflow.client import StatesClient
+
+    states = StatesClient("http://127.0.0.1:8765", token="…", consumer="billing-job")
+    record = states.read("tickets", {"target_kind": "agent", "target_name": "bot", "kind": "thread", "key": "t-1"})
+    states.merge("tickets", record["subject"], {"status": "closed"}, expect_revision=record["revision"])
+
+A refusal raises :class:`ClientError` with the server's ``code``, ``message`` and HTTP ``status``;
+an unreachable server raises ``StoreUnavailable``. Standard library only (``urllib``).
+"""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, urlencode
+
+from stateflow.doc.canonical import decode, encode
+from stateflow.errors import StateflowError, StoreUnavailable
+from stateflow.states.service import ApplyResult, check_revision, origin_of, subject_of
+
+Json = dict[str, Any]
+
+
+class ClientError(StateflowError):
+    """A refusal answered by the server: ``code`` and ``http_status`` are the server's."""
+
+    def __init__(self, message: str, code: str, status: int) -> None:
+        super().__init__(message)
+        self.code = code
+        self.http_status = status
+
+
+def _q(text: str) -> str:
+    return quote(text, safe="")
+
+
+class StatesClient:
+    """Calls a running ``stateflow serve``. ``consumer``/``run_id``/``meta`` (optional) are
+    sent with every write as the consumer half of its origin unless a call passes ``origin``."""
+
+    def __init__(
+        self,
+        url: str,
+        token: str | None = None,
+        *,
+        consumer: str | None = None,
+        run_id: str | None = None,
+        meta: dict[str, Any] | None = None,
+        timeout: float = 60.0,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.token = token
+        self.timeout = timeout
+        self.default_origin = {
+            k: v for k, v in {"consumer": consumer, "run_id": run_id, "meta": meta}.items() if v is not None
+        }
+        self.last_etag: str | None = None
+
+    # ------------------------------------------------------------------ transport
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        query: dict[str, Any] | None = None,
+        *,
+        origin: Any = None,
+        expect_revision: int | None = None,
+    ) -> Any:
+        url = self.url + path
+        params = {k: v for k, v in (query or {}).items() if v is not None}
+        if params:
+            url += "?" + urlencode(params)
+        data = None if body is None else encode(body)
+        request = urllib.request.Request(url, data=data, method=method)
+        request.add_header("Content-Type", "application/json")
+        if self.token:
+            request.add_header("Authorization", f"Bearer {self.token}")
+        if method != "GET":
+            for key, value in self._origin(origin).items():
+                header = {"consumer": "X-Stateflow-Consumer", "run_id": "X-Stateflow-Run-Id"}.get(key)
+                if header is not None:
+                    request.add_header(header, str(value))
+                elif key == "meta":
+                    request.add_header("X-Stateflow-Meta", encode(value).decode())
+        expect = check_revision(expect_revision)
+        if expect is not None:
+            request.add_header("If-Match", f'"{expect}"')
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                self.last_etag = response.headers.get("ETag")
+                return decode(response.read())["data"]
+        except urllib.error.HTTPError as exc:
+            try:
+                payload = decode(exc.read())
+            except StateflowError:
+                payload = {"error": exc.reason, "code": "http-error"}
+            if not isinstance(payload, dict):
+                payload = {"error": str(payload), "code": "http-error"}
+            raise ClientError(
+                payload.get("error", str(exc)), payload.get("code", "http-error"), exc.code
+            ) from exc
+        except urllib.error.URLError as exc:
+            raise StoreUnavailable(f"cannot reach {self.url}: {exc.reason}") from exc
+
+    def _origin(self, origin: Any) -> dict[str, Any]:
+        if origin is None:
+            return self.default_origin
+        checked = origin_of(origin)  # refuse a malformed origin before sending it
+        return {k: v for k, v in checked.model_dump().items() if v is not None and k != "op_id"}
+
+    @staticmethod
+    def _state(name: str) -> str:
+        return f"/api/states/{_q(name)}"
+
+    def _record(self, name: str, subject: Any) -> str:
+        s = subject_of(subject)
+        parts = [s.target_kind, s.target_name, s.kind, s.key]
+        return f"{self._state(name)}/records/" + "/".join(_q(p) for p in parts)
+
+    # ------------------------------------------------------------------ catalog
+
+    def list_declarations(self) -> list[Json]:
+        result: list[Json] = self._call("GET", "/api/states")
+        return result
+
+    def get_declaration(self, name: str, /) -> Json:
+        result: Json = self._call("GET", self._state(name))
+        return result
+
+    def declare(self, name: str, raw: Any, /) -> Json:
+        result: Json = self._call("PUT", self._state(name), raw)
+        return result
+
+    def delete_declaration(self, name: str, /) -> Json:
+        result: Json = self._call("DELETE", self._state(name))
+        return result
+
+    def stats(self, name: str, /) -> Json:
+        result: Json = self._call("GET", self._state(name) + "/stats")
+        return result
+
+    def consumers(self, name: str, /) -> list[Json]:
+        result: list[Json] = self._call("GET", self._state(name) + "/consumers")
+        return result
+
+    # ------------------------------------------------------------------ listings
+
+    def subjects(
+        self, name: str, /, *, kind: str | None = None, limit: Any = None, cursor: str | None = None
+    ) -> Json:
+        query = {"kind": kind, "limit": limit, "cursor": cursor}
+        result: Json = self._call("GET", self._state(name) + "/subjects", query=query)
+        return result
+
+    def search(
+        self,
+        name: str,
+        filters: Any,
+        /,
+        *,
+        limit: Any = None,
+        cursor: str | None = None,
+        sort: Any = None,
+        include_data: bool = False,
+    ) -> Json:
+        body: Json = {"filters": filters}
+        for key, value in (("limit", limit), ("cursor", cursor), ("sort", sort)):
+            if value is not None:
+                body[key] = value
+        if include_data:
+            body["include_data"] = True
+        result: Json = self._call("POST", self._state(name) + "/records/search", body)
+        return result
+
+    # ------------------------------------------------------------------ records
+
+    def read(
+        self, name: str, subject: Any, /, *, revision: int | None = None, seq: int | None = None
+    ) -> Json | None:
+        result: Json | None = self._call(
+            "GET", self._record(name, subject), query={"revision": revision, "seq": seq}
+        )
+        return result
+
+    def replace(
+        self,
+        name: str,
+        subject: Any,
+        document: Any,
+        /,
+        *,
+        origin: Any = None,
+        expect_revision: int | None = None,
+    ) -> Json | None:
+        result: Json | None = self._call(
+            "PUT", self._record(name, subject), document, origin=origin, expect_revision=expect_revision
+        )
+        return result
+
+    def merge(
+        self,
+        name: str,
+        subject: Any,
+        patch: Any,
+        /,
+        *,
+        origin: Any = None,
+        expect_revision: int | None = None,
+    ) -> Json | None:
+        result: Json | None = self._call(
+            "PATCH", self._record(name, subject), patch, origin=origin, expect_revision=expect_revision
+        )
+        return result
+
+    def apply(
+        self,
+        name: str,
+        subject: Any,
+        ops: Any,
+        /,
+        *,
+        op_id: str | None = None,
+        origin: Any = None,
+        expect_revision: int | None = None,
+    ) -> ApplyResult:
+        body: Json = {"ops": ops, **({"op_id": op_id} if op_id is not None else {})}
+        data = self._call(
+            "POST",
+            self._record(name, subject) + "/deltas",
+            body,
+            origin=origin,
+            expect_revision=expect_revision,
+        )
+        return ApplyResult(
+            data["applied"],
+            data["data"],
+            data["seq"],
+            data["skipped"],
+            replayed=bool(data.get("replayed")),
+            replayed_seq=data.get("replayed_seq"),
+            written=data.get("written", True),
+        )
+
+    def erase(
+        self, name: str, subject: Any, /, *, origin: Any = None, expect_revision: int | None = None
+    ) -> Json:
+        result: Json = self._call(
+            "DELETE", self._record(name, subject), origin=origin, expect_revision=expect_revision
+        )
+        return result
+
+    def fold(self, name: str, subject: Any, into: Any, mode: Any, /, *, origin: Any = None) -> Json:
+        body = {"into": into, "mode": mode}
+        result: Json = self._call("POST", self._record(name, subject) + "/fold", body, origin=origin)
+        return result
+
+    def writes(self, name: str, subject: Any, /, *, limit: Any = None, cursor: str | None = None) -> Json:
+        query = {"limit": limit, "cursor": cursor}
+        result: Json = self._call("GET", self._record(name, subject) + "/writes", query=query)
+        return result
+
+    def diff(self, name: str, subject: Any, from_revision: Any, to_revision: Any = None, /) -> Json:
+        query = {"from": from_revision, "to": to_revision}
+        result: Json = self._call("GET", self._record(name, subject) + "/diff", query=query)
+        return result
+
+    def revert(
+        self,
+        name: str,
+        subject: Any,
+        revision: Any,
+        /,
+        *,
+        origin: Any = None,
+        expect_revision: int | None = None,
+    ) -> Json | None:
+        result: Json | None = self._call(
+            "POST",
+            self._record(name, subject) + "/revert",
+            {"revision": revision},
+            origin=origin,
+            expect_revision=expect_revision,
+        )
+        return result
+
+    # ------------------------------------------------------------------ retention
+
+    def prune(self) -> Json:
+        result: Json = self._call("POST", "/api/state-retention/prune")
+        return result
+
+    # ------------------------------------------------------------------ templates and attachments
+
+    def list_templates(self) -> list[Json]:
+        result: list[Json] = self._call("GET", "/api/state-templates")
+        return result
+
+    def get_template(self, name: str, /) -> Json:
+        result: Json = self._call("GET", f"/api/state-templates/{_q(name)}")
+        return result
+
+    def put_template(self, name: str, raw: Any, /, *, replace: bool = False) -> Json:
+        query = {"replace": "true"} if replace else None
+        result: Json = self._call("PUT", f"/api/state-templates/{_q(name)}", raw, query=query)
+        return result
+
+    def delete_template(self, name: str, /) -> Json:
+        result: Json = self._call("DELETE", f"/api/state-templates/{_q(name)}")
+        return result
+
+    def attachments(self, name: str, /) -> list[Json]:
+        result: list[Json] = self._call("GET", self._state(name) + "/attachments")
+        return result
+
+    def _attachment(self, name: str, template: str) -> str:
+        return f"{self._state(name)}/attachments/{_q(template)}"
+
+    def get_attachment(self, name: str, template: str, /) -> Json:
+        result: Json = self._call("GET", self._attachment(name, template))
+        return result
+
+    def attach(self, name: str, template: str, body: Any, /) -> Json:
+        result: Json = self._call("PUT", self._attachment(name, template), {} if body is None else body)
+        return result
+
+    def update_attachment(self, name: str, template: str, body: Any, /) -> Json:
+        result: Json = self._call("PATCH", self._attachment(name, template), body)
+        return result
+
+    def detach(self, name: str, template: str, /) -> Json:
+        result: Json = self._call("DELETE", self._attachment(name, template))
+        return result
+
+    def template_jq_input(self, name: str, subject: Any, reference: str, params: dict[str, Any], /) -> Json:
+        query = {k: encode(v).decode() for k, v in params.items()}
+        path = self._record(name, subject) + f"/template-jq/{_q(reference)}"
+        result: Json = self._call("GET", path, query=query)
+        return result
+
+    def template_jq_update(
+        self,
+        name: str,
+        subject: Any,
+        reference: str,
+        input_value: Any = None,
+        /,
+        *,
+        op_id: str | None = None,
+    ) -> Json:
+        body: Json = {"input": input_value, **({"op_id": op_id} if op_id else {})}
+        path = self._record(name, subject) + f"/template-jq/{_q(reference)}"
+        result: Json = self._call("POST", path, body)
+        return result
+
+
+if TYPE_CHECKING:  # mypy keeps both sides of the one API in step
+    from stateflow.states.api import StatesAPI
+    from stateflow.states.service import StatesService
+
+    def _conforms(local: StatesService, remote: StatesClient) -> tuple[StatesAPI, StatesAPI]:
+        return local, remote

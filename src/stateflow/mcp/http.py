@@ -1,0 +1,119 @@
+"""``/mcp`` on ``stateflow serve``: the MCP door over streamable HTTP, behind the API's tokens.
+
+Each HTTP request names whose memory it works on with headers (``X-Stateflow-Agent``,
+``X-Stateflow-Cwd``, ``X-Stateflow-Session``, optionally ``X-Stateflow-Scopes``) and proves who
+it is with the same bearer token as the REST API. A token limited to some agents (``@agent/a``)
+reaches only their memory; a read-only token gets ``read_state`` and the context, never
+``patch_state``. The transport is stateless (every POST stands alone), so identity and token are
+checked on every request, not once per connection.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any, Final
+
+import anyio
+from fastapi import FastAPI
+from starlette.requests import Request
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from stateflow.errors import Forbidden, InvalidInput
+from stateflow.http.auth import TokenSet
+from stateflow.memory import Identity, MemoryConfig, MemoryView, parse_scopes
+from stateflow.memory.protocol import protocol_text
+from stateflow.store import Store
+from stateflow.tools import ToolHost
+
+PATH: Final = "/mcp"  # as stateflow.http.app.MCP_PATH
+AGENT_HEADER: Final = "x-stateflow-agent"
+CWD_HEADER: Final = "x-stateflow-cwd"
+SESSION_HEADER: Final = "x-stateflow-session"
+SCOPES_HEADER: Final = "x-stateflow-scopes"
+
+
+def identity_of(request: Request) -> tuple[Identity, tuple[str, ...]]:
+    """The agent, cwd and session a request names, and its wanted scopes.
+
+    Without a cwd header there is no cwd scope (the server's own directory is nobody's project).
+    """
+    headers = request.headers
+    cwd = headers.get(CWD_HEADER)
+    if cwd is not None and not cwd.startswith("/"):
+        raise InvalidInput(f"{CWD_HEADER} must be an absolute path")
+    wanted = headers.get(SCOPES_HEADER)
+    scopes = (
+        parse_scopes(wanted) if wanted else (("global", "cwd", "session") if cwd else ("global", "session"))
+    )
+    if "cwd" in scopes and cwd is None:
+        raise InvalidInput(f"the cwd scope needs the {CWD_HEADER} header")
+    identity = Identity.of(headers.get(AGENT_HEADER), cwd or "/", headers.get(SESSION_HEADER) or "default")
+    return identity, scopes
+
+
+def host_factory(store: Store, tokens: TokenSet, config: MemoryConfig) -> Callable[[Any], ToolHost]:
+    def host_for(ctx: Any) -> ToolHost:
+        request = ctx.request
+        if not isinstance(request, Request):
+            raise Forbidden("the MCP HTTP door needs an HTTP request")
+        token = tokens.authenticate(request.headers.get("authorization"))
+        identity, scopes = identity_of(request)
+        if not token.allows_tenant(("agent", identity.agent)):
+            raise Forbidden(f"this token may not use the memory of agent {identity.agent!r}")
+        return ToolHost(MemoryView(store, identity, scopes, config), read_only=token.read_only)
+
+    return host_for
+
+
+def _manager(store: Store, tokens: TokenSet, config: MemoryConfig) -> Any:
+    """The MCP SDK's stateless session manager over our server (the SDK's import is the slow part)."""
+    from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+
+    from stateflow.mcp.server import build_server
+
+    server = build_server(host_factory(store, tokens, config), protocol_text("active", None))
+    return StreamableHTTPSessionManager(app=server, stateless=True, json_response=True)
+
+
+def mount(app: FastAPI, store: Store, tokens: TokenSet, config: MemoryConfig | None = None) -> None:
+    """Serve MCP at ``/mcp`` on ``app``; the API's middleware has already checked the token.
+
+    The MCP SDK loads in the background once the server is up, so ``stateflow serve`` starts
+    listening as fast as without it; an MCP request that arrives first waits for it.
+    """
+    running: dict[str, Any] = {}
+    previous = app.router.lifespan_context
+
+    @asynccontextmanager
+    async def lifespan(a: Any) -> AsyncIterator[Any]:
+        ready, stop = anyio.Event(), anyio.Event()
+        running["ready"] = ready
+
+        async def serve_mcp() -> None:
+            manager = await anyio.to_thread.run_sync(_manager, store, tokens, config or MemoryConfig())
+            async with manager.run():
+                running["manager"] = manager
+                ready.set()
+                await stop.wait()
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(serve_mcp)
+            async with previous(a) as state:
+                yield state
+            stop.set()
+
+    app.router.lifespan_context = lifespan
+    app.router.routes.append(Route(PATH, endpoint=_Endpoint(running), methods=["GET", "POST", "DELETE"]))
+
+
+class _Endpoint:
+    """An ASGI app (not a request function) handing each request to the session manager."""
+
+    def __init__(self, running: dict[str, Any]) -> None:
+        self.running = running
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.running["ready"].wait()
+        await self.running["manager"].handle_request(scope, receive, send)

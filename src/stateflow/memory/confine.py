@@ -1,0 +1,81 @@
+"""Where an artifact's source may live: inside the working directory or a configured knowledge root.
+
+A model names artifact sources as strings. Before the runtime looks at a source on disk it must
+prove, without touching anything outside the roots, that the path stays inside one of them:
+``..`` is resolved lexically first, and every symbolic link met on the way (looked at with
+``lstat`` from inside a root) is followed by reading the link only — its target is checked
+against the roots before anything at that target is examined. An escaping path is refused.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Sequence
+from pathlib import PurePath
+from typing import Final
+
+from stateflow.errors import OutsideRoots
+
+MAX_LINKS: Final = 40  # as the kernel's own symlink-hop limit (ELOOP)
+
+
+def _inside(path: str, roots: Sequence[str]) -> str | None:
+    """The root that lexically contains the normalized absolute ``path``, or None."""
+    for root in roots:
+        if path == root or path.startswith(root.rstrip(os.sep) + os.sep):
+            return root
+    return None
+
+
+def _refuse(source: str, roots: Sequence[str], why: str) -> OutsideRoots:
+    return OutsideRoots(
+        f"artifact source {source!r} {why}; sources must stay inside the working directory or a "
+        f"configured knowledge root ({', '.join(roots)})"
+    )
+
+
+def confine(source: str, cwd: str, roots: Sequence[str] = ()) -> str:
+    """The absolute, link-free path of ``source`` inside ``cwd`` or ``roots``, or OutsideRoots.
+
+    Only the roots and paths inside them are ever examined (``lstat``/``readlink``).
+    """
+    allowed = [os.path.normpath(r) for r in (cwd, *roots)]
+    if "\0" in source:
+        raise _refuse(source, allowed, "contains a NUL byte")
+    joined = source if os.path.isabs(source) else os.path.join(cwd, source)
+    path = os.path.normpath(joined)
+    root = _inside(path, allowed)
+    if root is None:
+        raise _refuse(source, allowed, "resolves outside them")
+    hops = 0
+    done = root
+    pending = list(PurePath(path).relative_to(root).parts)
+    while pending:
+        candidate = os.path.join(done, pending.pop(0))
+        try:
+            st = os.lstat(candidate)
+        except OSError:
+            return os.path.join(candidate, *pending)  # not there: nothing further to examine
+        if not stat.S_ISLNK(st.st_mode):
+            done = candidate
+            continue
+        hops += 1
+        if hops > MAX_LINKS:
+            raise _refuse(source, allowed, "follows too many symbolic links")
+        target = os.readlink(candidate)
+        resolved = os.path.normpath(os.path.join(os.path.dirname(candidate), target, *pending))
+        root = _inside(resolved, allowed)
+        if root is None:
+            raise _refuse(source, allowed, "follows a symbolic link that leaves them")
+        done = root
+        pending = list(PurePath(resolved).relative_to(root).parts)
+    return done
+
+
+def confined(source: str, cwd: str, roots: Sequence[str] = ()) -> str | None:
+    """``confine`` for stored cards: None (look at nothing) instead of a refusal."""
+    try:
+        return confine(source, cwd, roots)
+    except OutsideRoots:
+        return None

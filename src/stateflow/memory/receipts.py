@@ -1,0 +1,146 @@
+"""What a receipt tells the model: effective changes relative to what it was last shown.
+
+The runtime remembers, per session view, the hot effective state it last showed the model (its
+context or its previous receipt). A receipt lists every path where the accepted effective state
+differs from that view — so a write another session made to a shared scope since then appears —
+plus every path the patch authored, with its accepted effective value (a write hidden by a
+narrower scope reports the value that hides it). Nothing is elided as "predictable": the model
+gets the accepted value of everything it wrote, which costs little because values above
+``ECHO_LIMIT`` bytes are never repeated (see ``bounded``).
+
+The last-shown view lives in the serving process (an MCP server, ``stateflow serve``, an agent
+loop); a process that starts afresh (one ``stateflow tool`` call) compares against the state the
+patch was staged on.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Hashable, Iterable
+from typing import Any, Final
+
+from stateflow.doc.canonical import JSON, encode
+from stateflow.doc.diff import diff
+from stateflow.doc.merge import is_index_patch
+from stateflow.doc.paths import is_key
+from stateflow.doc.select import MISSING
+
+ECHO_LIMIT: Final = 2048
+"""Largest value (canonical JSON bytes) a receipt or a recent transition repeats in full."""
+MAX_REMEMBERED: Final = 4096
+
+_lock = threading.Lock()
+# per store object (weakly: a closed, collected store takes its views along, and a new store at
+# the same address never inherits them), then per session view, least recently shown first
+_shown: weakref.WeakKeyDictionary[object, OrderedDict[Hashable, dict[str, Any]]] = weakref.WeakKeyDictionary()
+
+
+def remember(store: object, key: Hashable, view: dict[str, Any]) -> None:
+    with _lock:
+        views = _shown.setdefault(store, OrderedDict())
+        views[key] = view
+        views.move_to_end(key)
+        while len(views) > MAX_REMEMBERED:
+            views.popitem(last=False)
+
+
+def recall(store: object, key: Hashable) -> dict[str, Any] | None:
+    with _lock:
+        views = _shown.get(store)
+        return None if views is None else views.get(key)
+
+
+def authored_paths(patch: dict[str, Any], skip: Iterable[str]) -> list[tuple[str | int, ...]]:
+    """The paths a scope patch wrote (lazy planes skipped; artifact cards as whole entries)."""
+    skipped = set(skip)
+    out: list[tuple[str | int, ...]] = []
+
+    def walk(node: Any, path: tuple[str | int, ...]) -> None:
+        if (
+            type(node) is dict
+            and node
+            and not is_index_patch(node)
+            and not (len(path) == 2 and path[0] == "artifacts")
+        ):
+            for k, v in node.items():
+                walk(v, (*path, k))
+        else:
+            out.append(path)  # a leaf, a deletion, an index patch (the whole array) or a card
+
+    for plane, value in patch.items():
+        if plane not in skipped:
+            walk(value, (plane,))
+    return out
+
+
+def _at(value: Any, path: tuple[str | int, ...]) -> Any:
+    node = value
+    for seg in path:
+        in_object = type(node) is dict and isinstance(seg, str) and seg in node
+        in_array = type(node) is list and isinstance(seg, int) and 0 <= seg < len(node)
+        if not (in_object or in_array):
+            return MISSING
+        node = node[seg]
+    return node
+
+
+def effective_entries(
+    shown: dict[str, Any], accepted: dict[str, Any], authored: list[tuple[str | int, ...]]
+) -> list[tuple[tuple[str | int, ...], Any]]:
+    """``(path, value or MISSING)`` for every changed or authored path, none under another."""
+    paths = [edit.path for edit in diff(shown, accepted)]
+    paths += [p for p in authored if p]
+    unique = sorted(set(paths), key=lambda p: (len(p), [str(s) for s in p]))
+    kept: list[tuple[str | int, ...]] = []
+    for p in unique:
+        if not any(p[: len(k)] == k for k in kept):
+            kept.append(p)
+    order = {p: i for i, p in enumerate(paths)}
+    kept.sort(key=lambda p: order[p])
+    return [(p, _at(accepted, p)) for p in kept]
+
+
+def read_path(root: str | None, path: tuple[str | int, ...]) -> str | None:
+    """The read_state path of ``path`` under ``root``, or None when a key is outside the grammar
+    (or there is no readable root)."""
+    if root is None:
+        return None
+    text = root
+    for seg in path:
+        if isinstance(seg, int):
+            text += f"[{seg}]"
+        elif is_key(seg):
+            text += f".{seg}"
+        else:
+            return None
+    return text
+
+
+def omitted(value: JSON, read: str | None) -> dict[str, Any] | None:
+    """A stand-in for a value above ``ECHO_LIMIT``: its size and the exact call that reads it."""
+    size = len(encode(value))
+    if size <= ECHO_LIMIT:
+        return None
+    out: dict[str, Any] = {"omitted_bytes": size}
+    if read is not None:
+        out["read_state"] = {"path": read}
+    return out
+
+
+def split(path: tuple[str | int, ...], value: JSON) -> list[tuple[tuple[str | int, ...], JSON]]:
+    """A large object entry as one entry per member, so only the large members are omitted."""
+    if type(value) is dict and value and len(encode(value)) > ECHO_LIMIT:
+        return [entry for k, v in value.items() for entry in split((*path, k), v)]
+    return [(path, value)]
+
+
+def bounded(value: JSON, root: str | None, path: tuple[str | int, ...] = ()) -> JSON:
+    """``value`` with every sub-value above ``ECHO_LIMIT`` replaced by ``{"$omitted": …}``."""
+    stand_in = omitted(value, read_path(root, path))
+    if stand_in is None:
+        return value
+    if type(value) is dict and value:
+        return {k: bounded(v, root, (*path, k)) for k, v in value.items()}
+    return {"$omitted": stand_in}

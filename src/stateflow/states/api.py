@@ -1,0 +1,115 @@
+"""``StatesAPI``: the declared-states calls every door offers, in one typed Protocol.
+
+Both the local :class:`~stateflow.states.service.StatesService` and the HTTP client
+:class:`stateflow.client.StatesClient` satisfy it (mypy checks both against it), so code written
+against ``StatesAPI`` — the ``stateflow states`` commands, for one — runs unchanged on a store
+or on a server. Door context (door, actor) is the caller's identity: the local service takes it
+from :meth:`StatesService.acting_as`, a server from the bearer token.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from stateflow.states.service import ApplyResult
+
+Json = dict[str, Any]
+
+
+class StatesAPI(Protocol):
+    # catalog
+    def list_declarations(self) -> list[Json]: ...
+    def get_declaration(self, name: str, /) -> Json: ...
+    def declare(self, name: str, raw: Any, /) -> Json: ...
+    def delete_declaration(self, name: str, /) -> Json: ...
+    def stats(self, name: str, /) -> Json: ...
+    def consumers(self, name: str, /) -> list[Json]: ...
+
+    # listings
+    def subjects(
+        self, name: str, /, *, kind: str | None = None, limit: Any = None, cursor: str | None = None
+    ) -> Json: ...
+    def search(
+        self,
+        name: str,
+        filters: Any,
+        /,
+        *,
+        limit: Any = None,
+        cursor: str | None = None,
+        sort: Any = None,
+        include_data: bool = False,
+    ) -> Json: ...
+
+    # records
+    def read(
+        self, name: str, subject: Any, /, *, revision: int | None = None, seq: int | None = None
+    ) -> Json | None: ...
+    def replace(
+        self,
+        name: str,
+        subject: Any,
+        document: Any,
+        /,
+        *,
+        origin: Any = None,
+        expect_revision: int | None = None,
+    ) -> Json | None: ...
+    def merge(
+        self,
+        name: str,
+        subject: Any,
+        patch: Any,
+        /,
+        *,
+        origin: Any = None,
+        expect_revision: int | None = None,
+    ) -> Json | None: ...
+    def apply(
+        self,
+        name: str,
+        subject: Any,
+        ops: Any,
+        /,
+        *,
+        op_id: str | None = None,
+        origin: Any = None,
+        expect_revision: int | None = None,
+    ) -> ApplyResult: ...
+    def erase(
+        self, name: str, subject: Any, /, *, origin: Any = None, expect_revision: int | None = None
+    ) -> Json: ...
+    def fold(self, name: str, subject: Any, into: Any, mode: Any, /, *, origin: Any = None) -> Json: ...
+    def writes(self, name: str, subject: Any, /, *, limit: Any = None, cursor: str | None = None) -> Json: ...
+    def diff(self, name: str, subject: Any, from_revision: Any, to_revision: Any = None, /) -> Json: ...
+    def revert(
+        self,
+        name: str,
+        subject: Any,
+        revision: Any,
+        /,
+        *,
+        origin: Any = None,
+        expect_revision: int | None = None,
+    ) -> Json | None: ...
+
+    # retention
+    def prune(self) -> Json: ...
+
+    # templates and attachments
+    def list_templates(self) -> list[Json]: ...
+    def get_template(self, name: str, /) -> Json: ...
+    def put_template(self, name: str, raw: Any, /, *, replace: bool = False) -> Json: ...
+    def delete_template(self, name: str, /) -> Json: ...
+    def attachments(self, name: str, /) -> list[Json]: ...
+    def get_attachment(self, name: str, template: str, /) -> Json: ...
+    def attach(self, name: str, template: str, body: Any, /) -> Json: ...
+    def update_attachment(self, name: str, template: str, body: Any, /) -> Json: ...
+    def detach(self, name: str, template: str, /) -> Json: ...
+    def template_jq_input(
+        self, name: str, subject: Any, reference: str, params: dict[str, Any], /
+    ) -> Json: ...
+    def template_jq_update(
+        self, name: str, subject: Any, reference: str, input_value: Any = None, /, *, op_id: str | None = None
+    ) -> Json: ...

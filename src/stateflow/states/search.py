@@ -1,0 +1,180 @@
+"""Search filters beyond containment: operators on paths, sort (pure; no I/O).
+
+A filter is a containment document (``{"status": "open", "tags": ["a"]}``: objects by keys,
+arrays by "each pattern element is in some element", scalars by JSON equality) in which any
+object whose keys all start with ``$`` is an operator expression on that path instead:
+
+    {"priority": {"$gte": 2}, "owner": {"$in": ["ana", "bo"]}, "closed_at": {"$exists": false}}
+
+``$eq $ne $gt $gte $lt $lte $in $exists`` (the LangGraph store's set plus ``$in`` and
+``$exists``). The containment part still runs in the store (indexed); operators are checked on
+the candidates. An unknown operator, or an object mixing ``$`` keys with field names, is refused.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from stateflow.doc.canonical import JSON, json_equal
+from stateflow.errors import InvalidInput
+
+OPERATORS: Final = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$exists")
+SORT_MAX: Final = 10_000
+_ABSENT: Final = object()
+
+Path = tuple[str, ...]
+Predicate = tuple[Path, str, Any]
+
+
+def split_filters(filters: Any) -> tuple[dict[str, Any], list[Predicate]]:
+    """``(containment document, operator predicates)``; refuses malformed operators."""
+    if not isinstance(filters, dict) or not filters:
+        raise InvalidInput("search needs a non-empty filters object (a containment document)")
+    predicates: list[Predicate] = []
+    containment = _split(filters, (), predicates)
+    return containment, predicates
+
+
+def _split(node: dict[str, Any], path: Path, out: list[Predicate]) -> dict[str, Any]:
+    kept: dict[str, Any] = {}
+    for key, value in node.items():
+        here = (*path, key)
+        if isinstance(value, dict) and value and any(k.startswith("$") for k in value):
+            out.extend(_operators(value, here))
+        elif isinstance(value, dict) and value:
+            inner = _split(value, here, out)
+            if inner or not any(p[0][: len(here)] == here for p in out):
+                kept[key] = inner
+        else:
+            kept[key] = value
+    return kept
+
+
+def _operators(expr: dict[str, Any], path: Path) -> list[Predicate]:
+    where = ".".join(path)
+    plain = sorted(k for k in expr if not k.startswith("$"))
+    if plain:
+        raise InvalidInput(
+            f"filter at {where!r} mixes operators with field names {plain}; nest one or the other"
+        )
+    out: list[Predicate] = []
+    for op, operand in expr.items():
+        if op not in OPERATORS:
+            raise InvalidInput(
+                f"unknown filter operator {op!r} at {where!r} (supported: {', '.join(OPERATORS)})"
+            )
+        if op == "$in" and not isinstance(operand, list):
+            raise InvalidInput(f"$in at {where!r} takes a JSON array")
+        if op == "$exists" and type(operand) is not bool:
+            raise InvalidInput(f"$exists at {where!r} takes true or false")
+        if op in ("$gt", "$gte", "$lt", "$lte") and not _orderable(operand):
+            raise InvalidInput(f"{op} at {where!r} takes a number or a string")
+        out.append((path, op, operand))
+    return out
+
+
+def _orderable(value: Any) -> bool:
+    return isinstance(value, str) or (isinstance(value, int | float) and not isinstance(value, bool))
+
+
+def _at(doc: JSON, path: Path) -> Any:
+    node: Any = doc
+    for key in path:
+        if not isinstance(node, dict) or key not in node:
+            return _ABSENT
+        node = node[key]
+    return node
+
+
+def matches(doc: JSON, predicates: list[Predicate]) -> bool:
+    """Whether ``doc`` satisfies every predicate (comparisons need the same kind of value:
+    number with number, string with string; anything else does not match)."""
+    for path, op, operand in predicates:
+        value = _at(doc, path)
+        if op == "$exists":
+            ok = (value is not _ABSENT) is operand
+        elif op == "$ne":
+            ok = value is _ABSENT or not json_equal(value, operand)
+        elif value is _ABSENT:
+            ok = False
+        elif op == "$eq":
+            ok = json_equal(value, operand)
+        elif op == "$in":
+            ok = any(json_equal(value, o) for o in operand)
+        else:
+            ok = _compare(value, op, operand)
+        if not ok:
+            return False
+    return True
+
+
+def _compare(value: Any, op: str, operand: Any) -> bool:
+    if not _orderable(value) or isinstance(value, str) != isinstance(operand, str):
+        return False
+    if op == "$gt":
+        return bool(value > operand)
+    if op == "$gte":
+        return bool(value >= operand)
+    if op == "$lt":
+        return bool(value < operand)
+    return bool(value <= operand)
+
+
+def parse_sort(sort: Any) -> list[tuple[Path, bool]]:
+    """``[{"path": ["a", "b"], "order": "asc"|"desc"}, …]`` (or one such object) → ``[(path,
+    descending)]``."""
+    if sort is None:
+        return []
+    items = [sort] if isinstance(sort, dict) else sort
+    if not isinstance(items, list) or not items:
+        raise InvalidInput('sort is {"path": [...], "order": "asc"|"desc"} or a non-empty list of them')
+    out = []
+    for item in items:
+        if not isinstance(item, dict) or set(item) - {"path", "order"} or "path" not in item:
+            raise InvalidInput('each sort key is {"path": [...], "order"?: "asc"|"desc"}')
+        path = item["path"]
+        if not isinstance(path, list) or not path or not all(isinstance(p, str) and p for p in path):
+            raise InvalidInput("a sort path is a non-empty list of field names")
+        order = item.get("order", "asc")
+        if order not in ("asc", "desc"):
+            raise InvalidInput(f"sort order must be 'asc' or 'desc', got {order!r}")
+        out.append((tuple(path), order == "desc"))
+    return out
+
+
+def sort_key(doc: JSON, path: Path, descending: bool) -> tuple[int, Any]:
+    """Numbers, then strings, then booleans, then anything else; a missing value sorts last in
+    either order."""
+    value = _at(doc, path)
+    if value is _ABSENT or value is None:
+        return (9, 0)
+    v: Any
+    if isinstance(value, bool):
+        rank, v = 2, int(value)
+    elif isinstance(value, int | float):
+        rank, v = 0, value
+    elif isinstance(value, str):
+        rank, v = 1, value
+    else:
+        return (8, 0)
+    if descending:
+        return (-rank + 3, _Reverse(v))
+    return (rank, v)
+
+
+class _Reverse:
+    """Inverts comparison, so one ascending sort serves descending keys too."""
+
+    __slots__ = ("v",)
+
+    def __init__(self, v: Any) -> None:
+        self.v = v
+
+    def __lt__(self, other: _Reverse) -> bool:
+        return bool(other.v < self.v)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Reverse) and bool(self.v == other.v)
+
+    def __hash__(self) -> int:
+        return hash(self.v)

@@ -1,0 +1,209 @@
+"""The MCP door through the official SDK client: tools, structured results, errors, resources, prompts."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import mcp_types as types
+import pytest
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+
+
+async def exercise(client: ClientSession) -> dict[str, Any]:
+    """The same conversation over any transport."""
+    out: dict[str, Any] = {"tools": {t.name: t for t in (await client.list_tools()).tools}}
+    out["patched"] = await client.call_tool("patch_state", {"session": {"tactics": {"next": "review"}}})
+    out["read"] = await client.call_tool("read_state", {"path": "effective.tactics"})
+    out["missing"] = await client.call_tool("read_state", {"path": "session.tactics.nope"})
+    out["response"] = await client.call_tool("patch_state", {"session": {"response": "forged"}})
+    out["resources"] = [r.uri for r in (await client.list_resources()).resources]
+    out["context"] = (await client.read_resource("stateflow://memory/context")).contents[0]
+    out["context_json"] = (await client.read_resource("stateflow://memory/context.json")).contents[0]
+    out["prompts"] = [p.name for p in (await client.list_prompts()).prompts]
+    out["prompt"] = (await client.get_prompt("memory_context")).messages
+    try:
+        await client.read_resource("stateflow://memory/nope")
+    except MCPError as exc:
+        out["bad_resource"] = exc.message
+    return out
+
+
+def check_conversation(out: dict[str, Any]) -> None:
+    tools = out["tools"]
+    assert list(tools) == ["read_state", "patch_state"]
+    read_tool, patch_tool = tools["read_state"], tools["patch_state"]
+    assert (read_tool.title, patch_tool.title) == ("Read memory", "Change memory")
+    assert read_tool.annotations.read_only_hint is True and read_tool.annotations.idempotent_hint is True
+    assert patch_tool.annotations.destructive_hint is True and patch_tool.annotations.open_world_hint is False
+    assert patch_tool.output_schema["required"] == ["message"]
+
+    patched = out["patched"]
+    assert not patched.is_error
+    assert patched.structured_content["message"] == "State materialized atomically at session scope."
+    assert patched.content[0].text.startswith(patched.structured_content["message"] + "\n")
+    assert out["read"].structured_content == {"value": {"next": "review"}}
+    assert out["read"].content[0].text == '{"value":{"next":"review"}}'
+    missing = out["missing"]
+    assert missing.is_error and missing.structured_content is None
+    assert missing.content[0].text.startswith("error[path-not-found]: read path does not exist")
+    assert (
+        out["response"].content[0].text.startswith("error[invalid-input]: response is written by the runtime")
+    )
+
+    assert out["resources"] == ["stateflow://memory/context", "stateflow://memory/context.json"]
+    context = out["context"]
+    assert isinstance(context, types.TextResourceContents) and context.mime_type == "text/plain"
+    assert '"tactics":{"next":"review"}' in context.text and "State Flow projection: p" in context.text
+    head = json.loads(out["context_json"].text)
+    assert head["head"]["state"] == {"tactics": {"next": "review"}}
+    assert f"State Flow projection: {head['projection']}\n" in context.text
+    assert out["prompts"] == ["memory_context"]
+    (message,) = out["prompt"]
+    assert message.role == "user" and message.content.text == context.text
+    assert out["bad_resource"].startswith("error[not-found]: no resource stateflow://memory/nope")
+
+
+def test_stdio_server_through_the_sdk_client(tmp_path: Path) -> None:
+    async def run() -> dict[str, Any]:
+        params = StdioServerParameters(
+            command="stateflow",
+            args=["--store", str(tmp_path / "m.db"), "mcp", "--cwd", str(tmp_path), "--session", "s"],
+            env=dict(os.environ),  # the SDK passes only a few variables by default
+        )
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as client:
+            init = await client.initialize()
+            out = await exercise(client)
+            out["instructions"] = init.instructions
+            return out
+
+    out = anyio.run(run)
+    check_conversation(out)
+    assert "patch_state" in out["instructions"]  # the protocol and the context at start
+
+
+# ------------------------------------------------------------------------------ streamable HTTP
+
+FULL, ALICE, READER = "full-access-token-0001", "alice-only-token-0001", "read-only-token-00001"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def served(backend: str, tmp_path: Path) -> Iterator[str]:
+    """A real ``stateflow serve`` on loopback with three tokens; yields its /mcp URL."""
+    env = dict(os.environ, STATEFLOW_STORE=backend, XDG_DATA_HOME=str(tmp_path / "data"), STATEFLOW_TOKENS="")
+    assert subprocess.run(["stateflow", "migrate"], env=env, capture_output=True, timeout=60).returncode == 0
+    port = _free_port()
+    tokens = ["--token", FULL, "--token", f"{ALICE}@agent/alice", "--token", f"{READER}:read"]
+    proc = subprocess.Popen(
+        ["stateflow", "serve", "--host", "127.0.0.1", "--port", str(port), *tokens],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120  # a loaded machine can take long to import the server
+        while True:
+            try:
+                urllib.request.urlopen(url + "/api/health", timeout=2)
+                break
+            except OSError:
+                assert proc.poll() is None, "stateflow serve exited"
+                assert time.monotonic() < deadline, "stateflow serve did not answer"
+                time.sleep(0.2)
+        yield url + "/mcp"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+@asynccontextmanager
+async def http_client(url: str, token: str | None, **identity: str) -> AsyncIterator[ClientSession]:
+    headers = {f"X-Stateflow-{k.capitalize()}": v for k, v in identity.items()}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=30) as http,
+        streamable_http_client(url, http_client=http) as (read, write),
+        ClientSession(read, write) as client,
+    ):
+        await client.initialize()
+        yield client
+
+
+def test_streamable_http_through_the_sdk_client(served: str, tmp_path: Path) -> None:
+    async def run() -> dict[str, Any]:
+        async with http_client(served, FULL, agent="bob", cwd=str(tmp_path), session="s") as client:
+            return await exercise(client)
+
+    check_conversation(anyio.run(run))
+
+
+def test_http_tenancy_and_read_only_tokens(served: str) -> None:
+    async def run() -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        async with http_client(served, FULL, agent="bob", session="s") as bob:
+            await bob.call_tool("patch_state", {"global": {"strategy": {"secret": "bob's"}}})
+        async with http_client(served, ALICE, agent="alice", session="s") as alice:
+            out["alice_patch"] = await alice.call_tool("patch_state", {"session": {"tactics": {"a": 1}}})
+            out["alice_read"] = await alice.call_tool("read_state", {"path": "effective"})
+        async with http_client(served, ALICE, agent="bob", session="s") as intruder:
+            out["intruder_read"] = await intruder.call_tool("read_state", {"path": "global.strategy"})
+            out["intruder_patch"] = await intruder.call_tool(
+                "patch_state", {"global": {"strategy": {"secret": None}}}
+            )
+            try:
+                await intruder.read_resource("stateflow://memory/context")
+            except MCPError as exc:
+                out["intruder_context"] = exc.message
+        async with http_client(served, READER, agent="bob", session="s") as reader:
+            out["reader_tools"] = [t.name for t in (await reader.list_tools()).tools]
+            out["reader_read"] = await reader.call_tool("read_state", {"path": "global.strategy.secret"})
+            out["reader_patch"] = await reader.call_tool(
+                "patch_state", {"global": {"strategy": {"secret": None}}}
+            )
+        async with http_client(served, FULL, agent="bob", session="s") as bob:
+            out["bob_after"] = await bob.call_tool("read_state", {"path": "global.strategy.secret"})
+        return out
+
+    out = anyio.run(run)
+    assert not out["alice_patch"].is_error
+    assert out["alice_read"].structured_content == {"value": {"tactics": {"a": 1}}}
+    for refused in (out["intruder_read"], out["intruder_patch"]):
+        assert refused.is_error
+        assert refused.content[0].text == "error[forbidden]: this token may not use the memory of agent 'bob'"
+    assert out["intruder_context"].startswith("error[forbidden]:")
+    assert out["reader_tools"] == ["read_state"]
+    assert out["reader_read"].structured_content == {"value": "bob's"}
+    assert out["reader_patch"].content[0].text.startswith("error[forbidden]: patch_state writes")
+    assert out["bob_after"].structured_content == {"value": "bob's"}
+
+
+def test_http_mcp_needs_a_token(served: str) -> None:
+    request = urllib.request.Request(
+        served, data=b"{}", method="POST", headers={"Content-Type": "application/json"}
+    )
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(request, timeout=10)
+    assert caught.value.code == 401
+    assert json.loads(caught.value.read())["code"] == "unauthorized"

@@ -1,0 +1,121 @@
+"""Receipts against what the model was shown, and values too large to repeat (both backends)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from stateflow.errors import HotBudgetExceeded
+from stateflow.memory.receipts import ECHO_LIMIT
+from stateflow.store import SqlStore
+from tests.memory_helpers import view
+
+
+def entries(receipt: Any) -> list[dict[str, Any]]:
+    assert receipt.state_updates is not None, receipt.message
+    return list(receipt.state_updates["effective"])
+
+
+def test_a_shared_write_by_another_session_appears_in_the_next_receipt(store: SqlStore) -> None:
+    mine, other = view(store, session="mine"), view(store, session="other")
+    mine.context()  # what the model of "mine" was shown
+    other.patch_state({"cwd": {"strategy": {"db": "postgres"}}})
+    receipt = mine.patch_state({"session": {"tactics": {"next": "migrate"}}})
+    assert entries(receipt) == [
+        {"path": ["strategy"], "value": {"db": "postgres"}},
+        {"path": ["tactics"], "value": {"next": "migrate"}},
+    ]
+    # the receipt advanced the shown view: the same drift is not repeated
+    again = mine.patch_state({"session": {"tactics": {"then": "test"}}})
+    assert entries(again) == [{"path": ["tactics", "then"], "value": "test"}]
+
+
+def test_drift_alone_is_reported_even_when_the_patch_changes_nothing(store: SqlStore) -> None:
+    mine, other = view(store, session="mine"), view(store, session="other")
+    mine.patch_state({"session": {"tactics": {"next": "x"}}})
+    other.patch_state({"global": {"strategy": {"style": "terse"}}})
+    receipt = mine.patch_state({"session": {"tactics": {"next": "x"}}})
+    assert receipt.message == "State already current."
+    assert entries(receipt) == [
+        {"path": ["strategy"], "value": {"style": "terse"}},
+        {"path": ["tactics", "next"], "value": "x"},
+    ]
+
+
+def test_a_write_hidden_by_a_narrower_scope_reports_the_value_that_hides_it(store: SqlStore) -> None:
+    m = view(store)
+    m.patch_state({"session": {"tactics": {"mode": "session value"}}})
+    receipt = m.patch_state({"global": {"tactics": {"mode": "global value"}}})
+    assert receipt.changed_scopes == ["global"]
+    assert entries(receipt) == [{"path": ["tactics", "mode"], "value": "session value"}]
+
+
+def test_deleting_a_key_reveals_the_broader_value(store: SqlStore) -> None:
+    m = view(store)
+    m.patch_state({"cwd": {"tactics": {"k": "cwd"}}, "session": {"tactics": {"k": "session"}}})
+    receipt = m.patch_state({"session": {"tactics": {"k": None}}})
+    assert entries(receipt) == [{"path": ["tactics", "k"], "value": "cwd"}]
+    gone = m.patch_state({"cwd": {"tactics": {"k": None}}})
+    assert entries(gone) == [{"path": ["tactics"], "deleted": True}]
+
+
+def test_cascaded_lists_each_scopes_targets_as_the_published_example(store: SqlStore) -> None:
+    m = view(store)
+    m.patch_state(
+        {
+            "session": {
+                "intents": {
+                    "ship": {"plan": {"$ref": "session.lazy.plans.x"}, "d": {"$ref": "session.tactics.draft"}}
+                },
+                "tactics": {"draft": "v1"},
+                "lazy": {"plans": {"x": [1, 2]}},
+            }
+        }
+    )
+    receipt = m.patch_state({"session": {"intents": {"ship": None}}})
+    assert receipt.state_updates is not None
+    assert receipt.state_updates["cascaded"] == ["session.lazy.plans.x", "session.tactics.draft"]
+
+
+def test_receipts_and_recent_transitions_never_repeat_a_large_value(store: SqlStore) -> None:
+    m = view(store)
+    big = "x" * (1024 * 1024)
+    receipt = m.patch_state({"session": {"tactics": {"notes": big, "small": 1}}})
+    assert len(receipt.text()) < 1000
+    assert entries(receipt) == [
+        {
+            "path": ["tactics", "notes"],
+            "omitted_bytes": len(big) + 2,
+            "read_state": {"path": "effective.tactics.notes"},
+        },
+        {"path": ["tactics", "small"], "value": 1},
+    ]
+    assert m.read_state(entries(receipt)[0]["read_state"]) == {"value": big}
+    m.patch_state({"session": {"tactics": {"small": 2}}})
+    head = m.context().head
+    (first, _second) = head["recent_transitions"]
+    patch = first["changes"][0]["patch"]
+    assert patch["tactics"]["notes"] == {
+        "$omitted": {"omitted_bytes": len(big) + 2, "read_state": {"path": "session[1].tactics.notes"}}
+    }
+    assert m.read_state({"path": "session[1].tactics.notes"}) == {"value": big}
+    # the hot state itself is shown once: the context is the value plus a bounded remainder
+    context = m.context().text()
+    assert len(big) < len(context) < len(big) + 8 * ECHO_LIMIT
+    assert json.dumps(head["state"]["tactics"]["small"]) == "2"
+
+
+def test_a_hot_budget_refuses_growth_and_names_the_fix(store: SqlStore) -> None:
+    m = view(store, hot_budget=4096)
+    m.patch_state({"session": {"tactics": {"small": "fits"}}})
+    try:
+        m.patch_state({"session": {"tactics": {"big": "y" * 5000}}})
+    except HotBudgetExceeded as exc:
+        assert exc.code == "hot-budget" and "move large values to lazy" in exc.message
+    else:
+        raise AssertionError("the budget was not enforced")
+    assert m.read_state({"path": "effective"}) == {"value": {"tactics": {"small": "fits"}}}
+    m.patch_state({"session": {"lazy": {"big": "y" * 5000}}})  # the fix: lazy is not hot
+    context = m.context()
+    assert context.hot_bytes == len('{"tactics":{"small":"fits"}}')
+    assert f"State Flow hot state: {context.hot_bytes} bytes of a 4096-byte budget" in context.text()

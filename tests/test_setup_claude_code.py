@@ -1,0 +1,80 @@
+"""``stateflow setup claude-code`` writes files Claude Code can use, keeps what was there, and the
+hook and server it configures work as Claude Code would run them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import anyio
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+
+def sf(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["stateflow", *args], capture_output=True, text=True, timeout=60, cwd=cwd)
+
+
+def test_setup_merges_is_idempotent_and_its_hook_and_server_work(tmp_path: Path) -> None:
+    project, db = tmp_path / "project", str(tmp_path / "m.db")
+    (project / ".claude").mkdir(parents=True)
+    (project / ".mcp.json").write_text(json.dumps({"mcpServers": {"other": {"command": "other-server"}}}))
+    (project / ".claude" / "settings.json").write_text(
+        json.dumps(
+            {
+                "model": "x",
+                "hooks": {"SessionStart": [{"hooks": [{"type": "command", "command": "echo hi"}]}]},
+            }
+        )
+    )
+    dry = sf("--store", db, "setup", "claude-code", "--project", str(project), "--dry-run", cwd=tmp_path)
+    assert dry.returncode == 0, dry.stderr
+    assert '"other"' in dry.stdout and json.loads((project / ".mcp.json").read_text()) == {
+        "mcpServers": {"other": {"command": "other-server"}}
+    }
+    for _ in range(2):
+        out = sf("--store", db, "setup", "claude-code", "--project", str(project), cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+    servers = json.loads((project / ".mcp.json").read_text())["mcpServers"]
+    assert set(servers) == {"other", "stateflow"}
+    settings = json.loads((project / ".claude" / "settings.json").read_text())
+    assert settings["model"] == "x"
+    start, prompt = settings["hooks"]["SessionStart"], settings["hooks"]["UserPromptSubmit"]
+    assert start[0] == {"hooks": [{"type": "command", "command": "echo hi"}]} and len(start) == 2
+    assert len(prompt) == 1
+    command = prompt[0]["hooks"][0]["command"]
+
+    entry = servers["stateflow"]
+
+    async def use_the_server() -> Any:
+        params = StdioServerParameters(
+            command=entry["command"], args=entry["args"], env=dict(os.environ), cwd=str(project)
+        )
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as client:
+            await client.initialize()
+            return await client.call_tool("patch_state", {"cwd": {"strategy": {"from": "claude code"}}})
+
+    assert not anyio.run(use_the_server).is_error
+    hook = subprocess.run(
+        ["bash", "-c", command],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=project,
+        env=dict(os.environ, CLAUDE_PROJECT_DIR=str(project)),
+        input='{"hook_event_name": "UserPromptSubmit", "prompt": "hi"}',
+    )
+    assert hook.returncode == 0, hook.stderr
+    assert '"strategy":{"from":"claude code"}' in hook.stdout
+
+
+def test_setup_refuses_a_broken_settings_file(tmp_path: Path) -> None:
+    (tmp_path / ".claude").mkdir()
+    (tmp_path / ".claude" / "settings.json").write_text("{broken")
+    out = sf("setup", "claude-code", "--project", str(tmp_path), cwd=tmp_path)
+    assert out.returncode == 1 and out.stderr.startswith("error[invalid-input]:")
+    assert (tmp_path / ".claude" / "settings.json").read_text() == "{broken"
+    assert not (tmp_path / ".mcp.json").exists()

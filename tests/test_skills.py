@@ -1,0 +1,31 @@
+"""The packaged Skills are generated from the tool descriptions and cannot drift from them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from stateflow.skills import HERE, render, write
+from stateflow.tools import PATCH_STATE_DESCRIPTION, READ_STATE_DESCRIPTION
+
+
+def test_the_packaged_skills_are_exactly_what_the_descriptions_generate() -> None:
+    rendered = render()
+    packaged = {p.parent.name: p.read_text() for p in HERE.glob("*/SKILL.md")}
+    assert packaged == rendered, "regenerate with: python -m stateflow.skills"
+    assert READ_STATE_DESCRIPTION in rendered["state-flow-memory"]
+    assert PATCH_STATE_DESCRIPTION in rendered["state-flow-memory"]
+
+
+def test_each_skill_has_agent_skills_front_matter(tmp_path: Path) -> None:
+    for path in write(tmp_path):
+        text = path.read_text()
+        assert text.startswith("---\n")
+        name_line, description_line = text.split("---\n")[1].splitlines()
+        front = {
+            "name": name_line.removeprefix("name: "),
+            "description": json.loads(description_line.removeprefix("description: ")),
+        }
+        assert name_line.startswith("name: ") and description_line.startswith("description: ")
+        assert front["name"] == path.parent.name
+        assert 0 < len(front["description"]) <= 1024

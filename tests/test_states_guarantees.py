@@ -1,0 +1,408 @@
+"""Record guarantees: compare-and-set, as-of reads, diff, revert, origins, replays, search
+operators — over the real HTTP app, Python, the CLI and the public HTTP client, on both
+backends."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from stateflow.client import ClientError, StatesClient
+from stateflow.errors import InvalidInput
+from stateflow.http.app import create_app
+from stateflow.http.auth import TokenSet, parse_token
+from stateflow.states import StatesService
+from stateflow.states.service import RevisionMismatch
+from stateflow.store import SqlStore
+from stateflow.tools import ToolHost
+
+ADMIN = "admin-secret-0123456789"
+DECL: dict[str, Any] = {
+    "schema": {
+        "type": "object",
+        "properties": {
+            "status": {"type": "string"},
+            "n": {"type": "number"},
+            "owner": {"type": "string"},
+            "meta": {"type": "object"},
+        },
+    },
+    "subject_kinds": ["thread"],
+    "default_subject_kind": "thread",
+}
+T1 = {"target_kind": "agent", "target_name": "alice", "kind": "thread", "key": "t1"}
+REC = "/api/states/tickets/records/agent/alice/thread/t1"
+
+
+@pytest.fixture
+def service(store: SqlStore) -> StatesService:
+    service = StatesService(store)
+    service.install_builtins()
+    service.declare("tickets", DECL)
+    return service
+
+
+@pytest.fixture
+def http(service: StatesService) -> Iterator[TestClient]:
+    app = create_app(service, TokenSet([parse_token(ADMIN)]))
+    with TestClient(app, headers={"Authorization": f"Bearer {ADMIN}"}) as client:
+        yield client
+
+
+def sf(*args: str, store: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["stateflow", "--store", store, *args], capture_output=True, text=True, timeout=60)
+
+
+# ---------------------------------------------------------------------- compare-and-set
+
+
+def test_etag_and_if_match_over_http(http: TestClient, service: StatesService) -> None:
+    r = http.put(REC, json={"status": "open"})
+    assert r.status_code == 200 and r.headers["etag"] == '"1"'
+    assert http.get(REC).headers["etag"] == '"1"'
+    r = http.patch(REC, json={"n": 1}, headers={"If-Match": '"1"'})
+    assert r.status_code == 200 and r.headers["etag"] == '"2"'
+    for method, path, body in (
+        ("PUT", REC, {"status": "lost"}),
+        ("PATCH", REC, {"status": "lost"}),
+        ("POST", REC + "/deltas", {"ops": [{"op": "set", "path": ["status"], "value": "lost"}]}),
+        ("DELETE", REC, None),
+    ):
+        r = http.request(method, path, json=body, headers={"If-Match": '"1"'})
+        assert r.status_code == 412, (method, r.text)
+        assert r.json()["code"] == "revision-mismatch" and "at revision 2, not 1" in r.json()["error"]
+    assert service.read("tickets", T1)["data"] == {"status": "open", "n": 1}  # type: ignore[index]
+    assert len(service.writes("tickets", T1)["items"]) == 2  # nothing else was written
+    r = http.post(
+        REC + "/deltas", json={"ops": [{"op": "set", "path": ["n"], "value": 2}]}, headers={"If-Match": '"2"'}
+    )
+    assert r.status_code == 200 and r.headers["etag"] == '"3"'
+    assert http.put(REC, json={}, headers={"If-Match": "yesterday"}).status_code == 400
+    assert http.delete(REC, headers={"If-Match": "*"}).status_code == 200
+    # 0 = absent: create-only
+    assert http.put(REC, json={"status": "new"}, headers={"If-Match": '"4"'}).status_code == 200
+    assert http.put(REC, json={"status": "again"}, headers={"If-Match": '"4"'}).status_code == 412
+
+
+def test_expect_revision_in_python_and_tools(service: StatesService) -> None:
+    assert service.replace("tickets", T1, {"status": "a"}, expect_revision=0)["revision"] == 1  # type: ignore[index]
+    with pytest.raises(RevisionMismatch):
+        service.replace("tickets", T1, {"status": "b"}, expect_revision=0)
+    with pytest.raises(RevisionMismatch):
+        service.apply("tickets", T1, [{"op": "set", "path": ["n"], "value": 1}], expect_revision=7)
+    with pytest.raises(RevisionMismatch):
+        service.apply("tickets", T1, [], expect_revision=7)
+    with pytest.raises(RevisionMismatch):
+        service.erase("tickets", T1, expect_revision=2)
+    with pytest.raises(InvalidInput, match="non-negative integer"):
+        service.merge("tickets", T1, {"n": 1}, expect_revision=-1)
+    assert service.merge("tickets", T1, {"n": 1}, expect_revision=1)["revision"] == 2  # type: ignore[index]
+    from stateflow.memory import Identity, MemoryView
+
+    host = ToolHost(MemoryView(service.store, Identity.of("alice", "/tmp", "s1")), service)
+    result = host.call(
+        "state_merge", {"state": "tickets", "subject": "t1", "patch": {"n": 3}, "expect_revision": 1}
+    )
+    assert result.is_error and result.code == "revision-mismatch"
+    result = host.call(
+        "state_merge", {"state": "tickets", "subject": "t1", "patch": {"n": 3}, "expect_revision": 2}
+    )
+    assert not result.is_error and json.loads(result.text)["result"]["revision"] == 3
+
+
+def test_expect_revision_history_diff_revert_on_the_cli(backend: str, service: StatesService) -> None:
+    who = ["--target-name", "alice", "--key", "t1"]
+    assert (
+        sf("states", "replace", "tickets", *who, "--data", '{"status": "a"}', store=backend).returncode == 0
+    )
+    done = sf(
+        "states",
+        "merge",
+        "tickets",
+        *who,
+        "--data",
+        '{"status": "b"}',
+        "--expect-revision",
+        "0",
+        store=backend,
+    )
+    assert done.returncode == 1 and done.stderr.startswith("error[revision-mismatch]: ")
+    done = sf(
+        "states",
+        "merge",
+        "tickets",
+        *who,
+        "--data",
+        '{"n": 5}',
+        "--expect-revision",
+        "1",
+        "--consumer",
+        "nightly",
+        "--run-id",
+        "r-9",
+        "--meta",
+        '{"why": "test"}',
+        store=backend,
+    )
+    assert done.returncode == 0, done.stderr
+    old = json.loads(sf("states", "read", "tickets", *who, "--revision", "1", store=backend).stdout)
+    assert old["data"] == {"status": "a"} and old["revision"] == 1 and old["updated_at"]
+    seq1 = old["seq"]
+    assert (
+        json.loads(sf("states", "read", "tickets", *who, "--seq", str(seq1), store=backend).stdout)[
+            "revision"
+        ]
+        == 1
+    )
+    changed = json.loads(sf("states", "diff", "tickets", *who, "--from", "1", store=backend).stdout)
+    assert changed == {"from": 1, "to": 2, "edits": [[["n"], 5]], "patch": {"n": 5}}
+    done = sf("states", "revert", "tickets", *who, "--revision", "1", store=backend)
+    assert done.returncode == 0 and json.loads(done.stdout)["data"] == {"status": "a"}
+    trail = json.loads(sf("states", "writes", "tickets", *who, store=backend).stdout)["items"]
+    assert [w["action"] for w in trail] == ["revert", "merge", "replace"]
+    assert [w["revision"] for w in trail] == [3, 2, 1]
+    assert trail[1]["origin"]["consumer"] == "nightly" and trail[1]["origin"]["run_id"] == "r-9"
+    assert trail[1]["origin"]["meta"] == {"why": "test"} and trail[1]["origin"]["door"] == "operator"
+    done = sf("states", "read", "tickets", *who, "--revision", "9", store=backend)
+    assert done.returncode == 1 and done.stderr.startswith("error[not-found]: ")
+
+
+# ---------------------------------------------------------------------- as-of reads, diff, revert
+
+
+def test_as_of_reads_diff_and_revert_over_http(http: TestClient, service: StatesService) -> None:
+    http.put(REC, json={"status": "a", "meta": {"x": 1}})
+    http.patch(REC, json={"status": "b"})
+    http.post(REC + "/deltas", json={"ops": [{"op": "remove", "path": ["meta"]}]})
+    r = http.get(REC, params={"revision": 1})
+    assert r.json()["data"]["data"] == {"status": "a", "meta": {"x": 1}} and r.headers["etag"] == '"1"'
+    seq2 = http.get(REC, params={"revision": 2}).json()["data"]["seq"]
+    assert http.get(REC, params={"seq": seq2}).json()["data"]["data"] == {"status": "b", "meta": {"x": 1}}
+    assert http.get(REC, params={"revision": 0}).json() == {"data": None}
+    assert http.get(REC, params={"revision": 9}).status_code == 404
+    assert http.get(REC, params={"revision": 1, "seq": 1}).status_code == 422
+    r = http.get(REC + "/diff", params={"from": 1, "to": 3})
+    assert r.json()["data"] == {
+        "from": 1,
+        "to": 3,
+        "edits": [[["meta"]], [["status"], "b"]],
+        "patch": {"meta": None, "status": "b"},
+    }
+    r = http.post(REC + "/revert", json={"revision": 1}, headers={"If-Match": '"3"'})
+    assert r.status_code == 200 and r.json()["data"]["data"] == {"status": "a", "meta": {"x": 1}}
+    assert r.headers["etag"] == '"4"'
+    assert http.post(REC + "/revert", json={"revision": 1}, headers={"If-Match": '"3"'}).status_code == 412
+    # reverting to before it existed erases it, as a new transition
+    assert http.post(REC + "/revert", json={"revision": 0}).json() == {"data": None}
+    assert service.read("tickets", T1) is None
+    assert [w["action"] for w in service.writes("tickets", T1)["items"]][:2] == ["erase", "revert"]
+
+
+def test_unknown_query_parameters_are_refused(http: TestClient) -> None:
+    http.put(REC, json={"status": "a"})
+    for path, params in (
+        (REC, {"revison": "1"}),
+        (REC + "/writes", {"limit": "1", "after": "x"}),
+        ("/api/states", {"x": "1"}),
+        ("/api/states/tickets/subjects", {"kinds": "thread"}),
+    ):
+        r = http.get(path, params=params)
+        assert r.status_code == 422 and "unknown query parameter" in r.json()["error"], (path, r.text)
+    r = http.put(REC, json={"status": "b"}, params={"force": "1"})
+    assert r.status_code == 422
+    assert http.get(REC).json()["data"]["data"] == {"status": "a"}
+    assert http.get("/api/states/tickets/subjects", params={"kind": "thread"}).status_code == 200
+
+
+# ---------------------------------------------------------------------- origin, replays
+
+
+def test_origin_headers_are_recorded_and_door_actor_stay_server_stamped(
+    http: TestClient, service: StatesService
+) -> None:
+    headers = {
+        "X-Stateflow-Consumer": "billing",
+        "X-Stateflow-Run-Id": "run-7",
+        "X-Stateflow-Meta": '{"ticket": 5}',
+    }
+    assert http.put(REC, json={"status": "a"}, headers=headers).status_code == 200
+    origin = service.writes("tickets", T1)["items"][0]["origin"]
+    assert origin["consumer"] == "billing" and origin["run_id"] == "run-7" and origin["meta"] == {"ticket": 5}
+    assert origin["door"] == "api" and origin["actor"].startswith("token:")
+    bad = http.put(REC, json={"status": "x"}, headers={"X-Stateflow-Meta": "[1]"})
+    assert bad.status_code == 422
+    assert http.put(REC, json={"status": "x"}, headers={"X-Stateflow-Meta": "{"}).status_code == 400
+
+
+def test_replay_and_all_skipped_batches_say_so(http: TestClient) -> None:
+    ops = [{"op": "set", "path": ["n"], "value": 1}]
+    first = http.post(REC + "/deltas", json={"ops": ops, "op_id": "once"}).json()["data"]
+    assert first["applied"] is True and "replayed" not in first and "written" not in first
+    again = http.post(REC + "/deltas", json={"ops": ops, "op_id": "once"}).json()["data"]
+    assert again == {
+        "applied": False,
+        "data": None,
+        "seq": None,
+        "skipped": [],
+        "replayed": True,
+        "replayed_seq": first["seq"],
+    }
+    guarded = [{"op": "set", "path": ["n"], "value": 9, "guard": {"path": ["n"], "expected": 5}}]
+    skipped = http.post(REC + "/deltas", json={"ops": guarded}).json()["data"]
+    assert skipped["applied"] is True and skipped["written"] is False and skipped["seq"] == first["seq"]
+    assert [s["reason"] for s in skipped["skipped"]] == ["guard"]
+
+
+# ---------------------------------------------------------------------- search
+
+
+def _seed(service: StatesService) -> None:
+    rows = [("a", 1, "ana"), ("b", 5, "bo"), ("c", 3, "ana"), ("d", 7, None), ("e", "x", "cy")]
+    for key, n, owner in rows:
+        doc: dict[str, Any] = {"status": "open", "n": n} if not isinstance(n, str) else {"status": "open"}
+        if owner:
+            doc["owner"] = owner
+        service.replace("tickets", {**T1, "key": key}, doc)
+    service.replace("tickets", {**T1, "key": "z"}, {"status": "closed", "n": 4})
+
+
+def _keys(page: dict[str, Any]) -> list[str]:
+    return [m["subject"]["key"] for m in page["matches"]]
+
+
+def test_search_operators_sort_and_include_data(service: StatesService, http: TestClient) -> None:
+    _seed(service)
+    s = service.search
+    assert _keys(s("tickets", {"n": {"$gt": 3}})) == ["b", "d", "z"]
+    assert _keys(s("tickets", {"status": "open", "n": {"$gte": 3, "$lt": 7}})) == ["b", "c"]
+    assert _keys(s("tickets", {"owner": {"$in": ["ana", "cy"]}})) == ["a", "c", "e"]
+    assert _keys(s("tickets", {"owner": {"$exists": False}})) == ["d", "z"]
+    assert _keys(s("tickets", {"owner": {"$ne": "ana"}, "status": {"$eq": "open"}})) == ["b", "d", "e"]
+    assert _keys(s("tickets", {"n": {"$lte": 1}})) == ["a"]
+    page = s("tickets", {"status": "open"}, sort=[{"path": ["n"], "order": "desc"}], limit=2)
+    assert _keys(page) == ["d", "b"] and page["next_cursor"]
+    rest = s(
+        "tickets",
+        {"status": "open"},
+        sort=[{"path": ["n"], "order": "desc"}],
+        limit=2,
+        cursor=page["next_cursor"],
+    )
+    assert _keys(rest) == ["c", "a"]
+    last = s(
+        "tickets",
+        {"status": "open"},
+        sort=[{"path": ["n"], "order": "desc"}],
+        limit=2,
+        cursor=rest["next_cursor"],
+    )
+    assert _keys(last) == ["e"] and last["next_cursor"] is None  # a missing value sorts last
+    with_data = s("tickets", {"n": {"$eq": 5}}, include_data=True)["matches"]
+    assert with_data[0]["data"] == {"status": "open", "n": 5, "owner": "bo"}
+    for bad, says in (
+        ({"n": {"$gt": 3, "x": 1}}, "mixes operators"),
+        ({"n": {"$regex": "a"}}, "unknown filter operator '$regex'"),
+        ({"n": {"$in": 3}}, "$in at 'n' takes a JSON array"),
+        ({"n": {"$gt": [1]}}, "takes a number or a string"),
+    ):
+        with pytest.raises(InvalidInput, match=says.replace("$", r"\$")):
+            s("tickets", bad)
+    r = http.post(
+        "/api/states/tickets/records/search",
+        json={"filters": {"n": {"$gt": 3}}, "sort": {"path": ["n"]}, "include_data": True},
+    )
+    assert [m["subject"]["key"] for m in r.json()["data"]["matches"]] == ["z", "b", "d"]
+    assert r.json()["data"]["matches"][0]["data"]["status"] == "closed"
+    r = http.post("/api/states/tickets/records/search", json={"filters": {"n": {"$foo": 3}}})
+    assert r.status_code == 422 and "$foo" in r.json()["error"]
+    r = http.post("/api/states/tickets/records/search", json={"filters": {"n": 1}, "order": "x"})
+    assert r.status_code == 400 and "unknown keys ['order']" in r.json()["error"]
+
+
+# ---------------------------------------------------------------------- the public HTTP client
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def server(backend: str, service: StatesService) -> Iterator[str]:
+    port = _free_port()
+    env = dict(os.environ, STATEFLOW_TOKENS=ADMIN, STATEFLOW_URL="", STATEFLOW_TOKEN="")
+    proc = subprocess.Popen(
+        ["stateflow", "--store", backend, "serve", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(300):
+            try:
+                urllib.request.urlopen(url + "/api/health", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_the_http_client_and_the_cli_over_a_real_server(server: str, backend: str) -> None:
+    client = StatesClient(server, ADMIN, consumer="sync-job")
+    made = client.replace("tickets", T1, {"status": "a"}, expect_revision=0)
+    assert made is not None and made["revision"] == 1 and client.last_etag == '"1"'
+    with pytest.raises(ClientError) as refused:
+        client.merge("tickets", T1, {"n": 1}, expect_revision=0)
+    assert refused.value.http_status == 412 and refused.value.code == "revision-mismatch"
+    result = client.apply(
+        "tickets", T1, [{"op": "set", "path": ["n"], "value": 2}], op_id="k", expect_revision=1
+    )
+    assert result.applied and result.data == {"status": "a", "n": 2}
+    assert client.apply("tickets", T1, [{"op": "set", "path": ["n"], "value": 2}], op_id="k").replayed
+    assert client.read("tickets", T1, revision=1)["data"] == {"status": "a"}  # type: ignore[index]
+    assert client.diff("tickets", T1, 1)["patch"] == {"n": 2}
+    assert client.revert("tickets", T1, 1)["data"] == {"status": "a"}  # type: ignore[index]
+    assert client.writes("tickets", T1)["items"][1]["origin"]["consumer"] == "sync-job"
+    assert [m["subject"]["key"] for m in client.search("tickets", {"status": {"$eq": "a"}})["matches"]] == [
+        "t1"
+    ]
+    remote = ["states", "--url", server, "--token", ADMIN]
+    who = ["--target-name", "alice", "--key", "t1"]
+    done = sf(
+        *remote, "merge", "tickets", *who, "--data", '{"n": 9}', "--expect-revision", "1", store=backend
+    )
+    assert done.returncode == 1 and done.stderr.startswith("error[revision-mismatch]: ")
+    done = sf(
+        *remote,
+        "merge",
+        "tickets",
+        *who,
+        "--data",
+        '{"n": 9}',
+        "--expect-revision",
+        "3",
+        "--consumer",
+        "cli",
+        store=backend,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(sf(*remote, "read", "tickets", *who, "--revision", "2", store=backend).stdout)[
+        "data"
+    ] == {"status": "a", "n": 2}
+    assert json.loads(sf(*remote, "diff", "tickets", *who, "--from", "3", store=backend).stdout)["patch"] == {
+        "n": 9
+    }

@@ -1,0 +1,256 @@
+"""Refusals found by testing as a new user: each one a clear error with nothing changed, over the
+real CLI, the real HTTP app and Python, on both backends."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from stateflow.config import Config, HttpConfig
+from stateflow.errors import CorruptStore, StateflowError
+from stateflow.http.app import create_app
+from stateflow.http.auth import TokenSet, parse_token
+from stateflow.states import StatesService
+from stateflow.states.builtin import MEMORY_DECLARATION
+from stateflow.store import DocKey, SqlStore, Write
+
+ADMIN = "admin-secret-0123456789"
+READER = "reader-secret-0123456789"
+DECL: dict[str, Any] = {
+    "schema": {"type": "object", "properties": {"status": {"type": "string"}}},
+    "subject_kinds": ["thread"],
+    "default_subject_kind": "thread",
+}
+SUBJECT = {"target_kind": "agent", "target_name": "alice", "kind": "thread", "key": "t1"}
+REC = "/api/states/tickets/records/agent/alice/thread"
+
+
+def sf(*args: str, store: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["stateflow", "--store", store, *args], capture_output=True, text=True, timeout=60)
+
+
+@pytest.fixture
+def service(store: SqlStore) -> StatesService:
+    service = StatesService(store)
+    service.install_builtins()
+    service.declare("tickets", DECL)
+    return service
+
+
+@pytest.fixture
+def client(service: StatesService) -> Iterator[TestClient]:
+    tokens = TokenSet([parse_token(ADMIN), parse_token(READER + ":read")])
+    app = create_app(service, tokens, HttpConfig(max_body_bytes=4096))
+    with TestClient(app, headers={"Authorization": f"Bearer {ADMIN}"}) as client:
+        yield client
+
+
+# ---------------------------------------------------------------------- tool arguments
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        ({"state": "memory", "ops": [], "op_id": 5}, "op_id: 5 is not of type 'string'"),
+        ({"state": "memory", "ops": {"op": "set"}}, "ops: {'op': 'set'} is not of type 'array'"),
+        ({"state": "memory", "ops": [], "subject": {"kind": 1, "key": "k"}}, "subject.kind"),
+        ({"state": "memory", "ops": [], "frob": 1}, "does not accept frob"),
+        ([1, 2], "needs an object with a 'state' name"),
+    ],
+)
+def test_bad_tool_arguments_are_invalid_input_not_a_traceback(
+    backend: str, service: StatesService, args: Any, says: str
+) -> None:
+    done = sf("tool", "state_apply", json.dumps(args), store=backend)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.startswith("error[invalid-input]: ") and says in done.stderr, done.stderr
+
+
+# ---------------------------------------------------------------------- low-level writes
+
+
+def test_doc_put_into_declared_states_needs_raw(backend: str, service: StatesService) -> None:
+    subject = service.read("tickets", SUBJECT)
+    assert subject is None
+    for state, key in (("tickets", "x"), ("memory", "x"), ("_states", "tickets"), ("_aliases", "t")):
+        for verb in ("put", "patch"):
+            done = sf("doc", verb, state, key, '{"garbage": 1}', store=backend)
+            assert done.returncode == 1 and done.stderr.startswith("error[declared-state]: "), done.stderr
+            assert "--raw" in done.stderr
+    assert service.get_declaration("tickets")["schema"] == DECL["schema"]  # nothing changed
+    # an undeclared state is plain documents: written as before
+    assert sf("doc", "put", "notes", "n1", '{"a": 1}', store=backend).returncode == 0
+    # --raw writes anyway; the corrupt catalog row is then refused by name, never a KeyError
+    raw = sf("doc", "put", "_states", "tickets", '{"garbage": 1}', "--raw", store=backend)
+    assert raw.returncode == 0, raw.stderr
+    listed = sf("states", "list", store=backend)
+    assert listed.returncode == 1 and "Traceback" not in listed.stderr
+    assert listed.stderr.startswith("error[corrupt-store]: the catalog row of state 'tickets' is corrupt")
+    with pytest.raises(CorruptStore, match="'schema' is missing"):
+        service.read("tickets", SUBJECT)
+
+
+def test_corrupt_catalog_row_over_http_is_a_named_500(client: TestClient, service: StatesService) -> None:
+    key = DocKey("_states", "tickets")
+    service.store.update(
+        [key],
+        lambda docs: ([Write.between(key, docs[key].body, {"garbage": 1}, docs[key].revision)], None),
+        {"door": "operator"},
+    )
+    for path in ("/api/states", "/api/states/tickets", f"{REC}/t1"):
+        r = client.get(path)
+        assert r.status_code == 500 and r.json()["code"] == "corrupt-store", r.text
+
+
+# ---------------------------------------------------------------------- declarations
+
+
+def test_declare_answers_what_a_read_answers(service: StatesService, client: TestClient) -> None:
+    answered = service.declare("tickets", {**DECL, "description": "changed"})
+    assert answered == service.get_declaration("tickets")
+    assert answered["effective_schema"] == DECL["schema"] and answered["updated_at"]
+    r = client.put("/api/states/other", json=DECL)
+    assert r.json()["data"] == client.get("/api/states/other").json()["data"]
+    assert r.json()["data"]["regimes"] == [] and r.json()["data"]["updated_at"]
+
+
+def test_memory_state_cannot_be_deleted_or_narrowed(
+    service: StatesService, client: TestClient, backend: str
+) -> None:
+    before = service.get_declaration("memory")
+    r = client.delete("/api/states/memory")
+    assert r.status_code == 409 and r.json()["code"] == "builtin-state"
+    done = sf("states", "delete", "memory", "--yes", store=backend)
+    assert done.stderr.startswith("error[builtin-state]: ") and done.returncode == 1
+    with pytest.raises(StateflowError, match="built in"):
+        service.delete_declaration("memory")
+    narrowed = {
+        **MEMORY_DECLARATION,
+        "schema": {"type": "object", "properties": {"lazy": {"type": "object"}}},
+    }
+    r = client.put("/api/states/memory", json=narrowed)
+    assert r.status_code == 409 and "property 'intents' was removed" in r.json()["error"]
+    fewer = {**MEMORY_DECLARATION, "subject_kinds": ["session"]}
+    assert client.put("/api/states/memory", json=fewer).json()["code"] == "builtin-state"
+    assert service.get_declaration("memory") == before
+    # an additive extension is a compatible re-declare, and survives the next start
+    extended = {
+        **MEMORY_DECLARATION,
+        "schema": {
+            **MEMORY_DECLARATION["schema"],
+            "properties": {**MEMORY_DECLARATION["schema"]["properties"], "notes": {"type": "string"}},
+        },
+    }
+    assert client.put("/api/states/memory", json=extended).status_code == 200
+    fresh = StatesService(service.store)
+    fresh.install_builtins()
+    assert "notes" in fresh.get_declaration("memory")["schema"]["properties"]
+
+
+# ---------------------------------------------------------------------- HTTP edge
+
+
+def test_read_only_token_is_classified_by_route(client: TestClient, service: StatesService) -> None:
+    reader = {"Authorization": f"Bearer {READER}"}
+    assert (
+        client.post("/api/states/tickets/records/search", json={"filters": {}}, headers=reader).status_code
+        == 422
+    )
+    # a write whose path text ends in /records/search is still a write
+    r = client.post(f"{REC}/t1/template-jq/%2Frecords%2Fsearch", json={}, headers=reader)
+    assert r.status_code == 403 and r.json()["code"] == "forbidden"
+    r = client.post("/api/states/records/records/search/records/search", json={}, headers=reader)
+    assert r.status_code == 403
+
+
+def test_request_body_limit_is_413_and_nothing_is_stored(client: TestClient, service: StatesService) -> None:
+    big = {"status": "x" * 5000}
+    r = client.put(f"{REC}/t1", json=big)
+    assert r.status_code == 413 and r.json()["code"] == "payload-too-large"
+    assert "4096 bytes" in r.json()["error"]
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: counted as it arrives
+        yield b'{"status": "'
+        for _ in range(10):
+            yield b"x" * 1000
+        yield b'"}'
+
+    r = client.put(f"{REC}/t1", content=chunks(), headers={"Content-Type": "application/json"})
+    assert r.status_code == 413 and r.json()["code"] == "payload-too-large"
+    assert service.read("tickets", SUBJECT) is None
+    assert client.put(f"{REC}/t1", json={"status": "small"}).status_code == 200
+    assert Config.from_env({"STATEFLOW_MAX_BODY_BYTES": "2048"}).http.max_body_bytes == 2048
+
+
+def test_invalid_utf8_in_a_path_segment_is_400(client: TestClient, service: StatesService) -> None:
+    for bad in ("%FF%28", "%C3%28", "ok%80"):
+        r = client.put(f"{REC}/{bad}", json={"status": "x"})
+        assert r.status_code == 400 and r.json()["code"] == "bad-request", r.text
+        assert "UTF-8" in r.json()["error"]
+    assert service.subjects("tickets")["subjects"] == []
+    good = client.put(f"{REC}/%C3%A9t%C3%A9", json={"status": "x"})
+    assert good.status_code == 200 and good.json()["data"]["subject"]["key"] == "été"
+
+
+def test_405_carries_allow(client: TestClient) -> None:
+    r = client.get(f"{REC}/t1/deltas")
+    assert r.status_code == 405 and r.headers["allow"] == "POST"
+    assert r.json() == {"error": f"GET is not allowed on {REC}/t1/deltas", "code": "method-not-allowed"}
+    r = client.post(f"{REC}/t1")
+    assert r.status_code == 405 and r.headers["allow"] == "DELETE, GET, PATCH, PUT"
+    r = client.post("/api/states")
+    assert r.status_code == 405 and r.headers["allow"] == "GET"
+    assert client.put(f"{REC}/t1/writes", json={}).headers["allow"] == "GET"
+
+
+def test_unknown_keys_in_template_and_attach_bodies_are_named(client: TestClient) -> None:
+    template = {
+        "schema": {"type": "object", "properties": {"n": {"type": "integer"}}},
+        "trace": {"enabled": False, "colour": "red"},
+    }
+    r = client.put("/api/state-templates/counter", json=template)
+    assert r.status_code == 422 and "unknown keys ['colour']" in r.json()["error"], r.text
+    template["trace"] = {"enabled": False}
+    template["regimes"] = [{"path": ["n"], "regime": "composing", "why": 1}]
+    assert "unknown keys ['why']" in client.put("/api/state-templates/counter", json=template).json()["error"]
+    del template["regimes"]
+    assert client.put("/api/state-templates/counter", json=template).status_code == 200
+    r = client.put("/api/states/tickets/attachments/counter", json={"path": ["c"], "paramters": {}})
+    assert r.status_code == 422 and "unknown keys ['paramters']" in r.json()["error"], r.text
+
+
+def test_connect_is_the_composition_root(backend: str, store: SqlStore) -> None:
+    import stateflow
+    from stateflow.config import RetentionConfig
+
+    config = Config(retention=RetentionConfig(op_days=3))
+    with stateflow.connect(backend, config) as sf_:
+        states = sf_.states()
+        assert states is sf_.states() and states.config is config
+        assert states.get_declaration("memory")["subject_kinds"] == ["global", "cwd", "session"]
+        sf_.memory("alice", "/tmp", "s1").patch_state({"session": {"tactics": {"next": "x"}}})
+        subject = {"target_kind": "agent", "target_name": "alice", "kind": "session", "key": "s1"}
+        assert states.read("memory", subject)["data"] == {"tactics": {"next": "x"}}  # type: ignore[index]
+
+
+def test_one_validator_cache_serves_both_services(store: SqlStore) -> None:
+    from stateflow.memory import Identity, MemoryConfig, MemoryView
+    from stateflow.memory.planes import ExtraRoot
+    from stateflow.validators import compiled
+
+    schema = {"type": "object", "properties": {"level": {"type": "integer"}}}
+    service = StatesService(store)
+    service.declare(
+        "levels", {"schema": schema, "subject_kinds": ["thread"], "default_subject_kind": "thread"}
+    )
+    service.replace("levels", {**SUBJECT, "kind": "thread"}, {"level": 1})
+    states_validator = compiled(schema)
+    roots = (ExtraRoot("levels", schema),)
+    view = MemoryView(store, Identity.of("alice", "/tmp", "s1"), config=MemoryConfig(extra_roots=roots))
+    view.patch_state({"session": {"levels": {"level": 2}}})
+    assert compiled(schema) is states_validator  # compiled once, for both
