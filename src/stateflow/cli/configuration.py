@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 
+from stateflow.cli.examples import decorate
 from stateflow.config import Config, InvalidConfig
 
 FILE_NAME = "stateflow.toml"
@@ -107,3 +108,6 @@ def show(click_ctx: click.Context, secrets: bool) -> None:
         click.echo(f"error[{exc.code}]: {exc.message}", err=True)
         raise SystemExit(1) from None
     echo_json({"file": str(path) if path else None, **resolved.to_json(secrets=secrets)})
+
+
+decorate(config, "config")

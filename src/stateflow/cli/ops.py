@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from stateflow.cli.common import Context, echo_json, pass_context, refusals
+from stateflow.cli.examples import decorate
 from stateflow.errors import CorruptStore, UnsupportedStore
 from stateflow.store import SqlStore, resolve_store_url
 
@@ -142,3 +143,10 @@ def load(ctx: Context, source: Path) -> None:
     with source.open("rb") as fh:
         counts = load_store(_sql(ctx.store()), fh)
     echo_json(counts)
+
+
+decorate(check, "check")
+decorate(backup, "backup")
+decorate(import_state_flow, "import-state-flow")
+decorate(dump, "dump")
+decorate(load, "load")

@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from stateflow.cli.common import refusals
+from stateflow.cli.examples import decorate
 from stateflow.errors import InvalidInput, NotFound
 
 token_file_option = click.option(
@@ -86,3 +87,6 @@ def revoke(fingerprint: str, token_file: Path | None) -> None:
         raise InvalidInput(f"{wanted} is the last token in {path}; create another one first")
     write_token_file(path, [t.spec for t in left])
     click.echo(f"revoked {wanted}; restart stateflow serve to apply", err=True)
+
+
+decorate(token, "token")
