@@ -613,18 +613,9 @@ class StatesService(TemplatesMixin):
         if then is None:
             self.erase(name, subject, origin=origin, context=context, expect_revision=expect_revision)
             return None
-        document = then["data"]
-
-        def transform(
-            decl: dict[str, Any], current: JSON, done: dict[str, Any]
-        ) -> tuple[JSON, list[list[str | int]] | None]:
-            self.check_document_write(decl, current, document)
-            return self.stamp_document(decl, current, document, done), [[]]
-
-        _, view = self._write(
-            name, subject, transform, origin_of(origin), context, "revert", expect_revision=expect_revision
+        return self._write_whole(
+            name, subject, then["data"], origin, context, "revert", expect_revision=expect_revision
         )
-        return view
 
     def _read(self, name: str, subject: StateSubject) -> dict[str, Any] | None:
         encoded = subject.encode()
@@ -734,6 +725,23 @@ class StatesService(TemplatesMixin):
             raise InvalidInput("a record document must be a JSON object")
         check(document, "document")
         document = detach(document)  # the store caches what it writes: keep the caller's object out
+        return self._write_whole(
+            name, subject, document, origin, context, "replace", expect_revision=expect_revision
+        )
+
+    def _write_whole(
+        self,
+        name: str,
+        subject: Any,
+        document: dict[str, Any],
+        origin: Any,
+        context: DoorContext | None,
+        action: str,
+        *,
+        expect_revision: int | None,
+    ) -> dict[str, Any] | None:
+        """Write ``document`` as the record's whole new body (replace, revert): the same checks
+        and ``_trace`` stamp either way, recorded under ``action``."""
 
         def transform(
             decl: dict[str, Any], current: JSON, done: dict[str, Any]
@@ -742,7 +750,7 @@ class StatesService(TemplatesMixin):
             return self.stamp_document(decl, current, document, done), [[]]
 
         _, view = self._write(
-            name, subject, transform, origin_of(origin), context, "replace", expect_revision=expect_revision
+            name, subject, transform, origin_of(origin), context, action, expect_revision=expect_revision
         )
         return view
 
