@@ -26,9 +26,6 @@ class InvalidConfig(InvalidInput):
     code = "invalid-config"
 
 
-ConfigInvalid = InvalidConfig  # the name the declared-states code uses
-
-
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("text", "json")
 
@@ -80,9 +77,6 @@ class HttpConfig:
     """``max_body_bytes``: a larger request body is refused with 413 before it is parsed."""
 
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
-
-
-JqConfig = JqSettings
 
 
 @dataclass(frozen=True)
@@ -254,7 +248,7 @@ def _int(env: Mapping[str, str], name: str, default: int | None, low: int, high:
     except ValueError:
         value = low - 1
     if not low <= value <= high:
-        raise ConfigInvalid(f"{name} must be an integer from {low} to {high} or unset, got {raw!r}")
+        raise InvalidConfig(f"{name} must be an integer from {low} to {high} or unset, got {raw!r}")
     return value
 
 
@@ -267,5 +261,5 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
     except ValueError:
         value = 0.0
     if not 0 < value < 86_400:
-        raise ConfigInvalid(f"{name} must be a number of seconds above 0 or unset, got {raw!r}")
+        raise InvalidConfig(f"{name} must be a number of seconds above 0 or unset, got {raw!r}")
     return value
