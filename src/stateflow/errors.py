@@ -93,6 +93,16 @@ class StoreUnavailable(StoreError):
     http_status = 503
 
 
+class StoreBusy(StoreUnavailable):
+    """Another writer kept the write lock past this call's wait limit; nothing was written."""
+
+    code = "store-busy"
+
+    def __init__(self, message: str, retry_after: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 class CorruptData(StoreError):
     """Stored bytes do not decode into what they must be; we fail closed instead of guessing."""
 

@@ -41,8 +41,9 @@ def open_store(
 ) -> SqlStore:
     """Open the store at ``store`` (path or URL; see the module docs). ``create=False`` (what
     commands that only read pass) refuses a missing SQLite file instead of creating it.
-    PostgreSQL: ``wait_seconds`` bounds a call's wait for a connection during an outage,
-    ``connect_timeout`` one connection attempt (defaults 10 s and 5 s)."""
+    ``wait_seconds`` bounds a call's wait for the store: on PostgreSQL for a connection during an
+    outage (default 10 s), on SQLite a writer's wait for its turn at the write lock (default
+    30 s). PostgreSQL: ``connect_timeout`` bounds one connection attempt (default 5 s)."""
     url = resolve_store_url(store)
     if url.startswith(("postgresql://", "postgres://")):
         with needs_extra("postgres", "a PostgreSQL store"):
@@ -51,7 +52,7 @@ def open_store(
         return PostgresStore(
             url, auto_migrate=bool(auto_migrate), timeout=wait_seconds, connect_timeout=connect_timeout
         )
-    from stateflow.store.sqlite import SqliteStore
+    from stateflow.store.sqlite import DEFAULT_BUSY_TIMEOUT_MS, SqliteStore
 
     synchronous = "full"
     read_only = False
@@ -80,6 +81,7 @@ def open_store(
     return SqliteStore(
         path,
         synchronous=synchronous,
+        busy_timeout_ms=DEFAULT_BUSY_TIMEOUT_MS if wait_seconds is None else round(wait_seconds * 1000),
         auto_migrate=(create or Path(path).expanduser().exists()) if auto_migrate is None else auto_migrate,
         create=create,
         read_only=read_only,

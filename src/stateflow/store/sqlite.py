@@ -16,6 +16,7 @@ import mmap
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from urllib.parse import quote
 from stateflow.errors import (
     CorruptStore,
     StateflowError,
+    StoreBusy,
     StoreError,
     StoreNotFound,
     StoreNotMigrated,
@@ -109,8 +111,12 @@ class _GroupCommit:
     finds nobody queued behind it — or fills the group — commits for all and wakes them.
     """
 
-    def __init__(self, connect: Callable[[], sqlite3.Connection], max_group: int, queue: WriterQueue) -> None:
+    def __init__(
+        self, connect: Callable[[], sqlite3.Connection], max_group: int, queue: WriterQueue, wait: float
+    ) -> None:
         self.lock = threading.Lock()
+        self.wait = wait
+        """seconds a writer waits for its turn (this process's and the other processes' writers)"""
         self.queue = queue
         self._connect = connect
         self._conn: sqlite3.Connection | None = None
@@ -121,18 +127,25 @@ class _GroupCommit:
 
     @contextmanager
     def member(self) -> Iterator[sqlite3.Connection]:
+        deadline = time.monotonic() + self.wait
         with self._queued_lock:
             self._queued += 1
-        self.lock.acquire()
+        turn = self.lock.acquire(timeout=self.wait)
         with self._queued_lock:
             self._queued -= 1
+        if not turn:
+            raise StoreBusy(
+                f"this process's writers held the store for over {self.wait:g} s; nothing was written",
+                retry_after=max(1, round(self.wait)),
+            )
         group = self._group
         ok = False
         try:
             conn = self._conn = self._connect()
             first = not conn.in_transaction  # the first writer of a group needs no savepoint
             if first:
-                self.queue.acquire()  # other processes' writers: wait for our turn, not poll
+                # other processes' writers: wait for our turn, not poll, and not forever
+                self.queue.acquire(max(0.0, deadline - time.monotonic()))
             try:  # (not `_mapped_errors()`: a context manager costs more than this statement's Python)
                 conn.execute("BEGIN IMMEDIATE" if first else "SAVEPOINT member")
             except sqlite3.Error as exc:
@@ -275,7 +288,7 @@ class SqliteStore(SqlStore):
         self._writer_conn: sqlite3.Connection | None = None
         self._watch = _CommitWatch(self.path)
         self._shared: _Snapshot | None = None
-        self._group = _GroupCommit(self._writer, max_group, WriterQueue(self.path))
+        self._group = _GroupCommit(self._writer, max_group, WriterQueue(self.path), busy_timeout_ms / 1000)
         self.create = create and not read_only
         self.read_only = read_only
         if auto_migrate and not read_only and (not self.path.exists() or _writable(self.path)):
@@ -492,7 +505,7 @@ def _mapped(exc: sqlite3.Error) -> StateflowError:
         if "no such table" in text:
             return StoreNotMigrated(f"the store schema is missing ({text}); run `stateflow migrate`")
         if "locked" in text or "busy" in text:
-            return StoreUnavailable(f"the store stayed busy past the timeout: {text}")
+            return StoreBusy(f"the store stayed busy past the timeout: {text}")
         if "readonly" in text or "read-only" in text:
             return StoreReadOnly(f"the store is read-only here: {text}")
         return StoreUnavailable(f"SQLite error: {text}")
