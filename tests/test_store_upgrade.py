@@ -100,6 +100,21 @@ def test_a_schema_3_store_upgrades_in_place_and_reads_back_exactly(backend: str,
         assert commit.revisions[notes] == before.revision + 1
         assert store.applied_op("essay", "notes") is not False
         assert store.read_at(notes, revision=before.revision).body == before.body
+        # new snapshots are directories beside the schema-3 whole bodies, and both read back
+        body = dict(before.body, title="after")
+        for n in range(8):
+            new = dict(body, filler=f"{n}" * 6000)
+            store.commit([Write.between(notes, body, new)])
+            body = new
+        with store._read_tx() as tx:
+            kinds = {bytes(raw)[:1] for (raw,) in tx.all("SELECT body FROM snapshots")}
+            assert b"[" in kinds and b"{" in kinds
+            assert tx.one("SELECT COUNT(*) FROM snapshot_members") != (0,)
+        assert store.get(notes).body == body
+        assert store.read_at(notes, revision=store.get(notes).revision - 1).body == {
+            **body,
+            "filler": "6" * 6000,
+        }
     finally:
         store.close()
     reopened = open_store(backend, auto_migrate=False)  # a fresh process: nothing cached

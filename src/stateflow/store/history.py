@@ -16,7 +16,14 @@ from stateflow.doc.select import MISSING
 from stateflow.errors import Conflict, CorruptData, InvalidInput, NotFound
 from stateflow.store.core import StoreCore
 from stateflow.store.model import Change, DocKey, Document, Transition
-from stateflow.store.rows import decode_edits, decode_inline, decode_origin, decode_stored, restrict_edit
+from stateflow.store.rows import (
+    decode_edits,
+    decode_inline,
+    decode_origin,
+    decode_stored,
+    directory_of,
+    restrict_edit,
+)
 from stateflow.store.tx import Tx
 
 
@@ -72,6 +79,8 @@ class History(StoreCore):
         if snap is not None:
             start = int(snap[0])
             value = decode_stored(snap[1], f"{key} snapshot at revision {start}")
+            if type(value) is list:  # a directory (schema 4): the members are rows of their own
+                value = self._snapshot_members(tx, key, doc_id, start, value, names)
             if value is not None and type(value) is not dict:
                 raise CorruptData(f"{key} snapshot at revision {start} is not an object")
             if value is None:
@@ -98,6 +107,30 @@ class History(StoreCore):
                 value = {k: v for k, v in value.items() if k in names}
             seq = int(row_seq)
         return Document(key, revision, None if value is MISSING else value, seq)
+
+    def _snapshot_members(
+        self, tx: Tx, key: DocKey, doc_id: int, start: int, directory: list[Any], names: set[str] | None
+    ) -> dict[str, Any]:
+        """The members a snapshot's directory lists (only ``names``, when given), in order."""
+        what = f"{key} snapshot at revision {start}"
+        wanted = [(n, r) for n, r in directory_of(directory, key, start) if names is None or n in names]
+        found: dict[tuple[str, int], Any] = {}
+        for first in range(0, len(wanted), 200):  # bounded statement size
+            part = wanted[first : first + 200]
+            where = " OR ".join(["(name = ? AND revision = ?)"] * len(part))
+            for name, revision, raw in tx.all(
+                f"SELECT name, revision, body FROM snapshot_members WHERE doc_id = ? AND ({where})",
+                [doc_id, *(v for pair in part for v in pair)],
+            ):
+                found[(name, int(revision))] = decode_stored(raw, f"{what} member {name!r}")
+        body: dict[str, Any] = {}
+        for name, revision in wanted:
+            if (name, revision) not in found:
+                raise CorruptData(
+                    f"stored {what} is corrupt: member {name!r} (revision {revision}) is missing"
+                )
+            body[name] = found[(name, revision)]
+        return body
 
     def history(
         self,

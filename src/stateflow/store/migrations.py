@@ -13,7 +13,13 @@ Tables:
   its net edits; larger edits live in ``change_edits``, one row per top-level member ('' for
   whole-document edits), so history and as-of reads decode only the members they need (never
   a lazy body to show a hot change).
-- ``snapshots``: full bodies every so often, so "as of revision r" replays a bounded chain.
+- ``snapshots``: the body every so often, so "as of revision r" replays a bounded chain. Since
+  version 4 a snapshot row holds only its directory — ``[[member, revision], …]`` in member
+  order — and each member's value lives in ``snapshot_members`` under ``(doc_id, member,
+  revision)``: the member's value as of that revision. A member unchanged since an earlier
+  snapshot is not copied again (a large sibling rides in one row, not in every snapshot), and
+  an as-of read decodes only the members it asks for. Rows written before version 4 hold the
+  whole body (a JSON object) and stay readable.
 - ``applied_ops``: the idempotency ledger (``op_id`` per scope).
 
 Version 2 adds, on PostgreSQL, the write functions: a commit's rows in one call
@@ -31,13 +37,26 @@ the highest seq handed out); the history tables that reference it are rebuilt wi
 a table rewrites the foreign keys that name it). They stay rowid tables: ``WITHOUT ROWID`` would
 save the key index's page per commit, but its index b-tree loads a whole row — overflow pages
 included — to compare keys, and a change's paths or edits may be megabytes.
+
+Version 4 adds ``snapshot_members`` (see ``snapshots`` above); on PostgreSQL the write function
+takes snapshots in that form. Existing snapshot rows are left as they are.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
+
+_SNAPSHOT_MEMBERS: Final = """
+CREATE TABLE snapshot_members (
+    doc_id BIGINT NOT NULL REFERENCES documents (doc_id) ON DELETE CASCADE,
+    name {text_c} NOT NULL,
+    revision BIGINT NOT NULL,
+    body {blob} NOT NULL,
+    PRIMARY KEY (doc_id, name, revision)
+);
+"""
 
 _COMMON_V1: Final = """
 CREATE TABLE stateflow_meta (
@@ -150,6 +169,7 @@ DROP TABLE changes_v2;
 DROP TABLE transitions_v2;
 CREATE INDEX changes_by_seq ON changes (seq);
 """,
+    4: _SNAPSHOT_MEMBERS.format(text_c="TEXT", blob="BLOB"),
 }
 
 INDEXABLE: Final = "m.size <= 1048576 AND position('\\x5c7530303030'::bytea IN m.body) = 0"
@@ -357,6 +377,71 @@ BEGIN
                 || '\x3a'::bytea || m.body, '\x2c'::bytea ORDER BY m.position), ''::bytea)
                 || '\x7d'::bytea FROM members m WHERE m.doc_id = snap_doc[i])
             ELSE '\x6e756c6c'::bytea END;
+    END LOOP;
+    FOR i IN 1 .. coalesce(array_length(doc_ids, 1), 0) LOOP
+        UPDATE documents
+        SET revision = doc_rev[i], present = doc_present[i], updated_seq = p_seq,
+            snapshot_revision = doc_snap[i], bytes_since_snapshot = doc_since[i],
+            body_size = doc_size[i], next_position = doc_pos[i]
+        WHERE doc_id = doc_ids[i];
+    END LOOP;
+END
+$$;
+""",
+    4: _SNAPSHOT_MEMBERS.format(text_c='TEXT COLLATE "C"', blob="BYTEA")
+    + r"""
+CREATE OR REPLACE FUNCTION stateflow_write_rows(
+    p_seq BIGINT,
+    del_doc BIGINT[], del_name TEXT[], gone BIGINT[],
+    upd_body BYTEA[], upd_rev BIGINT[], upd_size BIGINT[], upd_outline BYTEA[], upd_doc BIGINT[],
+    upd_name TEXT[],
+    ins_doc BIGINT[], ins_name TEXT[], ins_pos BIGINT[], ins_rev BIGINT[], ins_size BIGINT[],
+    ins_outline BYTEA[], ins_body BYTEA[],
+    ch_doc BIGINT[], ch_rev BIGINT[], ch_paths BYTEA[], ch_edits BYTEA[],
+    ed_doc BIGINT[], ed_rev BIGINT[], ed_member TEXT[], ed_edits BYTEA[],
+    doc_rev BIGINT[], doc_present SMALLINT[], doc_snap BIGINT[], doc_since BIGINT[],
+    doc_size BIGINT[], doc_pos BIGINT[], doc_ids BIGINT[],
+    snap_doc BIGINT[], snap_rev BIGINT[], snap_present SMALLINT[]
+) RETURNS VOID LANGUAGE plpgsql AS $$
+-- Row by row where a row is found by key (each statement an index lookup, planned once per
+-- session), set-wise where rows are only added.
+BEGIN
+    FOR i IN 1 .. coalesce(array_length(del_doc, 1), 0) LOOP
+        DELETE FROM members WHERE doc_id = del_doc[i] AND name = del_name[i];
+    END LOOP;
+    FOR i IN 1 .. coalesce(array_length(gone, 1), 0) LOOP
+        DELETE FROM members WHERE doc_id = gone[i];
+    END LOOP;
+    FOR i IN 1 .. coalesce(array_length(upd_doc, 1), 0) LOOP
+        UPDATE members
+        SET body = upd_body[i], revision = upd_rev[i], size = upd_size[i], outline = upd_outline[i]
+        WHERE doc_id = upd_doc[i] AND name = upd_name[i];
+    END LOOP;
+    IF coalesce(array_length(ins_doc, 1), 0) > 0 THEN
+        INSERT INTO members (doc_id, name, position, revision, size, outline, body)
+        SELECT * FROM unnest(ins_doc, ins_name, ins_pos, ins_rev, ins_size, ins_outline, ins_body);
+    END IF;
+    INSERT INTO changes (doc_id, revision, seq, paths, edits)
+    SELECT x.d, x.r, p_seq, x.p, x.e FROM unnest(ch_doc, ch_rev, ch_paths, ch_edits) AS x(d, r, p, e);
+    IF coalesce(array_length(ed_doc, 1), 0) > 0 THEN
+        INSERT INTO change_edits (doc_id, revision, member, edits)
+        SELECT * FROM unnest(ed_doc, ed_rev, ed_member, ed_edits);
+    END IF;
+    FOR i IN 1 .. coalesce(array_length(snap_doc, 1), 0) LOOP
+        IF snap_present[i] = 1 THEN
+            -- members unchanged since an earlier snapshot are there already: not copied again
+            INSERT INTO snapshot_members (doc_id, name, revision, body)
+            SELECT m.doc_id, m.name, m.revision, m.body FROM members m
+            WHERE m.doc_id = snap_doc[i] AND NOT EXISTS (
+                SELECT 1 FROM snapshot_members s
+                WHERE s.doc_id = m.doc_id AND s.name = m.name AND s.revision = m.revision);
+            INSERT INTO snapshots (doc_id, revision, body)
+            SELECT snap_doc[i], snap_rev[i], convert_to(coalesce(
+                json_agg(json_build_array(m.name, m.revision) ORDER BY m.position)::text, '[]'), 'UTF8')
+            FROM members m WHERE m.doc_id = snap_doc[i];
+        ELSE
+            INSERT INTO snapshots (doc_id, revision, body) VALUES (snap_doc[i], snap_rev[i], '\x6e756c6c'::bytea);
+        END IF;
     END LOOP;
     FOR i IN 1 .. coalesce(array_length(doc_ids, 1), 0) LOOP
         UPDATE documents

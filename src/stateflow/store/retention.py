@@ -9,6 +9,7 @@ from __future__ import annotations
 from stateflow.doc.canonical import encode_trusted
 from stateflow.store.history import History
 from stateflow.store.model import DocKey
+from stateflow.store.rows import decode_stored, directory_of
 from stateflow.store.tx import Tx
 
 
@@ -36,11 +37,7 @@ class Retention(History):
                 doc_id, cut = int(doc_id), int(cut)
                 key = DocKey(state, subject)
                 if tx.one("SELECT 1 FROM snapshots WHERE doc_id = ? AND revision = ?", (doc_id, cut)) is None:
-                    doc = self._rebuild(tx, key, doc_id, cut, None)
-                    body = b"null" if doc.body is None else encode_trusted(doc.body)
-                    tx.run(
-                        "INSERT INTO snapshots (doc_id, revision, body) VALUES (?, ?, ?)", (doc_id, cut, body)
-                    )
+                    self._snapshot_at(tx, key, doc_id, cut)
                 seqs |= {
                     int(r[0])
                     for r in tx.all(
@@ -50,8 +47,41 @@ class Retention(History):
                 tx.run("DELETE FROM change_edits WHERE doc_id = ? AND revision <= ?", (doc_id, cut))
                 removed += tx.run("DELETE FROM changes WHERE doc_id = ? AND revision <= ?", (doc_id, cut))
                 tx.run("DELETE FROM snapshots WHERE doc_id = ? AND revision < ?", (doc_id, cut))
+                self._drop_orphan_snapshot_members(tx, key, doc_id)
             self._drop_orphan_transitions(tx, sorted(seqs))
         return removed
+
+    def _snapshot_at(self, tx: Tx, key: DocKey, doc_id: int, revision: int) -> None:
+        """A snapshot of the document as of ``revision`` (its members keyed by that revision)."""
+        body = self._rebuild(tx, key, doc_id, revision, None).body
+        if body is not None:
+            tx.many(
+                "INSERT INTO snapshot_members (doc_id, name, revision, body) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (doc_id, name, revision) DO NOTHING",
+                [(doc_id, name, revision, encode_trusted(value)) for name, value in body.items()],
+            )
+        directory = b"null" if body is None else encode_trusted([[name, revision] for name in body])
+        tx.run(
+            "INSERT INTO snapshots (doc_id, revision, body) VALUES (?, ?, ?)", (doc_id, revision, directory)
+        )
+
+    def _drop_orphan_snapshot_members(self, tx: Tx, key: DocKey, doc_id: int) -> None:
+        """Delete the member values no remaining snapshot of the document lists."""
+        live: set[tuple[str, int]] = set()
+        for revision, raw in tx.all(
+            "SELECT revision, body FROM snapshots WHERE doc_id = ? AND substr(body, 1, 1) = ?", (doc_id, b"[")
+        ):
+            live.update(
+                directory_of(decode_stored(raw, f"{key} snapshot at revision {revision}"), key, revision)
+            )
+        stale = [
+            (doc_id, name, int(revision))
+            for name, revision in tx.all(
+                "SELECT name, revision FROM snapshot_members WHERE doc_id = ?", (doc_id,)
+            )
+            if (name, int(revision)) not in live
+        ]
+        tx.many("DELETE FROM snapshot_members WHERE doc_id = ? AND name = ? AND revision = ?", stale)
 
     def _drop_orphan_transitions(self, tx: Tx, seqs: list[int]) -> None:
         for start in range(0, len(seqs), 500):
@@ -81,7 +111,7 @@ class Retention(History):
                     )
                 }
             )
-            for table in ("change_edits", "changes", "snapshots", "members"):
+            for table in ("change_edits", "changes", "snapshot_members", "snapshots", "members"):
                 tx.run(
                     f"DELETE FROM {table} WHERE doc_id IN (SELECT doc_id FROM documents WHERE state = ?)",
                     (state,),

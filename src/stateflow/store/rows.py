@@ -96,6 +96,17 @@ def decode_stored(raw: Any, what: str) -> Any:
         raise CorruptData(f"stored {what} is corrupt: {exc}") from exc
 
 
+def directory_of(data: Any, key: DocKey, revision: int) -> list[tuple[str, int]]:
+    """A snapshot's directory: ``(member, revision)`` pairs in member order (schema 4)."""
+    if type(data) is not list or not all(
+        type(e) is list and len(e) == 2 and type(e[0]) is str and type(e[1]) is int for e in data
+    ):
+        raise CorruptData(
+            f"stored {key} snapshot at revision {revision} is corrupt: its directory is not [member, revision] pairs"
+        )
+    return [(e[0], e[1]) for e in data]
+
+
 def decode_inline(raw: Any, what: str) -> list[tuple[str, Any]]:
     """A change row's inline edits: ``(member, edits as JSON)`` pairs."""
     data = decode_stored(raw, what)

@@ -530,14 +530,7 @@ class Writes(StoreCore):
                     plan.edits,
                 )
             if plan.snapshot:
-                tx.run(
-                    "INSERT INTO snapshots (doc_id, revision, body) VALUES (?, ?, ?)",
-                    (
-                        plan.doc_id,
-                        plan.revision,
-                        self._raw_body(tx, plan.doc_id) if plan.present else b"null",
-                    ),
-                )
+                self._take_snapshot(tx, plan.doc_id, plan.revision, plan.present)
             doc = plan.row
             # `present` is indexed: setting it, even to the same value, rewrites an index page
             setting = "present = ?, " if plan.present != plan.was_present else ""
@@ -557,10 +550,27 @@ class Writes(StoreCore):
                 ),
             )
 
-    def _raw_body(self, tx: Tx, doc_id: int) -> bytes:
-        """The current body as JSON bytes, assembled from member rows without decoding them."""
-        rows = tx.all("SELECT name, body FROM members WHERE doc_id = ? ORDER BY position", (doc_id,))
-        return b"{" + b",".join(orjson.dumps(n) + b":" + bytes(b) for n, b in rows) + b"}"
+    def _take_snapshot(self, tx: Tx, doc_id: int, revision: int, present: bool) -> None:
+        """Record the body as written: its directory, and the member values no earlier
+        snapshot holds (straight from the member rows, never decoded)."""
+        if not present:
+            tx.run(
+                "INSERT INTO snapshots (doc_id, revision, body) VALUES (?, ?, ?)", (doc_id, revision, b"null")
+            )
+            return
+        tx.run(
+            "INSERT INTO snapshot_members (doc_id, name, revision, body) "
+            "SELECT m.doc_id, m.name, m.revision, m.body FROM members m WHERE m.doc_id = ? AND NOT EXISTS "
+            "(SELECT 1 FROM snapshot_members s WHERE s.doc_id = m.doc_id AND s.name = m.name "
+            "AND s.revision = m.revision)",
+            (doc_id,),
+        )
+        tx.run(
+            "INSERT INTO snapshots (doc_id, revision, body) "
+            "SELECT ?, ?, CAST(json_group_array(json_array(name, revision)) AS BLOB) "
+            "FROM (SELECT name, revision FROM members WHERE doc_id = ? ORDER BY position)",
+            (doc_id, revision, doc_id),
+        )
 
 
 def _committed(
