@@ -143,7 +143,20 @@ def test_an_empty_file_next_to_a_stale_wal_is_refused(tmp_path: Path) -> None:
 
 def test_read_commands_never_create_a_store(tmp_path: Path) -> None:
     typo = tmp_path / "no-such-dir" / "stor.db"
-    for args in (["doc", "get", "notes", "n1"], ["doc", "history", "notes", "n1"], ["check"], ["context"]):
+    subject = ["--target-name", "a", "--key", "k"]
+    for args in (
+        ["doc", "get", "notes", "n1"],
+        ["doc", "history", "notes", "n1"],
+        ["check"],
+        ["context"],
+        ["states", "list"],
+        ["states", "get", "memory"],
+        ["states", "read", "memory", *subject],
+        ["states", "writes", "memory", *subject],
+        ["states", "subjects", "memory"],
+        ["states", "search", "memory", "--filters", "{}"],
+        ["states", "template-jq", "eval", "memory", *subject, "t.p"],
+    ):
         out = sf(str(typo), *args)
         assert out.returncode == 1, args
         assert out.stderr.startswith("error[store-not-found]: "), (args, out.stderr)

@@ -41,13 +41,14 @@ def states(click_ctx: click.Context, url: str | None, token: str | None) -> None
     click_ctx.meta["states_remote"] = (url, token)
 
 
-def client(ctx: Context) -> StatesAPI:
+def client(ctx: Context, *, reads: bool = False) -> StatesAPI:
     """The service on the configured store (as the ``operator`` door, actor = your user name),
-    or the HTTP client of a running server: one API either way."""
+    or the HTTP client of a running server: one API either way. ``reads``: the command only
+    reads, so a missing store is refused (``store-not-found``), never created."""
     url, token = click.get_current_context().meta.get("states_remote", (None, None))
     if url:
         return StatesClient(url, token)
-    service = StatesService(ctx.store(), ctx.config)
+    service = StatesService(ctx.reader() if reads else ctx.store(), ctx.config)
     service.install_builtins()
     return service.acting_as(DoorContext(door="operator", actor=_whoami()))
 
@@ -152,7 +153,7 @@ def _out(value: Any, rows: list[dict[str, Any]] | None = None, columns: list[str
 @refusals
 def list_states(ctx: Context) -> None:
     """Declared states."""
-    items = client(ctx).list_declarations()
+    items = client(ctx, reads=True).list_declarations()
     rows = [
         {
             "name": d["name"],
@@ -172,7 +173,7 @@ def list_states(ctx: Context) -> None:
 @refusals
 def get_state(ctx: Context, name: str) -> None:
     """One declaration, with its effective schema."""
-    echo_json(client(ctx).get_declaration(name))
+    echo_json(client(ctx, reads=True).get_declaration(name))
 
 
 @states.command("put")
@@ -203,7 +204,7 @@ def delete_state(ctx: Context, name: str, yes: bool) -> None:
 @refusals
 def stats(ctx: Context, name: str) -> None:
     """Record counts per field and per kind."""
-    echo_json(client(ctx).stats(name))
+    echo_json(client(ctx, reads=True).stats(name))
 
 
 @states.command("consumers")
@@ -212,7 +213,7 @@ def stats(ctx: Context, name: str) -> None:
 @refusals
 def consumers(ctx: Context, name: str) -> None:
     """What uses the state (guards its deletion)."""
-    echo_json(client(ctx).consumers(name))
+    echo_json(client(ctx, reads=True).consumers(name))
 
 
 def _subject_rows(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -231,7 +232,7 @@ SUBJECT_COLUMNS = ["target_kind", "target_name", "kind", "key", "revision", "upd
 @refusals
 def subjects(ctx: Context, name: str, kind: str | None, limit: int | None, cursor: str | None) -> None:
     """Subjects that have a record (keyset-paginated)."""
-    page = client(ctx).subjects(name, kind=kind, limit=limit, cursor=cursor)
+    page = client(ctx, reads=True).subjects(name, kind=kind, limit=limit, cursor=cursor)
     _out(page, _subject_rows(page["subjects"]), SUBJECT_COLUMNS)
     if page.get("next_cursor") and sys.stdout.isatty():
         click.echo(f"more: --cursor {page['next_cursor']}", err=True)
@@ -267,7 +268,7 @@ def search(
     Example:
       stateflow states search tickets --filters '{"priority": {"$gte": 2}}' --include-data
     """
-    page = client(ctx).search(
+    page = client(ctx, reads=True).search(
         name,
         decode(filters),
         limit=limit,
@@ -296,7 +297,7 @@ def read(
     seq: int | None,
 ) -> None:
     """A record (null when there is none), now or as of a revision or seq."""
-    api = client(ctx)
+    api = client(ctx, reads=True)
     subject = _subject(api, name, target_kind, target_name, kind, key)
     echo_json(api.read(name, subject, revision=revision, seq=seq))
 
@@ -321,7 +322,7 @@ def diff(
     to_revision: int | None,
 ) -> None:
     """What changed in a record between two revisions: {from, to, edits, patch}."""
-    api = client(ctx)
+    api = client(ctx, reads=True)
     subject = _subject(api, name, target_kind, target_name, kind, key)
     echo_json(api.diff(name, subject, from_revision, to_revision))
 
@@ -525,7 +526,7 @@ def writes(
     cursor: str | None,
 ) -> None:
     """A record's audit trail, newest first."""
-    api = client(ctx)
+    api = client(ctx, reads=True)
     page = api.writes(
         name, _subject(api, name, target_kind, target_name, kind, key), limit=limit, cursor=cursor
     )
@@ -570,7 +571,7 @@ def prune(ctx: Context) -> None:
 @refusals
 def attachments(ctx: Context, name: str) -> None:
     """Templates attached to a state."""
-    echo_json(client(ctx).attachments(name))
+    echo_json(client(ctx, reads=True).attachments(name))
 
 
 @states.command("get-attachment")
@@ -580,7 +581,7 @@ def attachments(ctx: Context, name: str) -> None:
 @refusals
 def get_attachment(ctx: Context, name: str, template: str) -> None:
     """One attachment."""
-    echo_json(client(ctx).get_attachment(name, template))
+    echo_json(client(ctx, reads=True).get_attachment(name, template))
 
 
 @states.command("attach")
@@ -653,7 +654,7 @@ def template_jq_eval(
         if not sep:
             raise click.UsageError(f"--param {item!r} must be key=<JSON value>")
         values[k] = decode(raw)
-    api = client(ctx)
+    api = client(ctx, reads=True)
     echo_json(
         api.template_jq_input(name, _subject(api, name, target_kind, target_name, kind, key), program, values)
     )
@@ -702,7 +703,7 @@ def state_templates(click_ctx: click.Context, url: str | None, token: str | None
 @refusals
 def templates_list(ctx: Context) -> None:
     """Templates, with how many states each is attached to."""
-    items = client(ctx).list_templates()
+    items = client(ctx, reads=True).list_templates()
     rows = [
         {
             "name": t["name"],
@@ -721,7 +722,7 @@ def templates_list(ctx: Context) -> None:
 @refusals
 def templates_get(ctx: Context, name: str) -> None:
     """One template document."""
-    echo_json(client(ctx).get_template(name))
+    echo_json(client(ctx, reads=True).get_template(name))
 
 
 @state_templates.command("put")

@@ -25,7 +25,7 @@ from stateflow.doc.canonical import JSON, check, detach
 from stateflow.doc.diff import Edit, diff, to_patch
 from stateflow.doc.ops import apply_ops, parse_ops
 from stateflow.doc.select import MISSING
-from stateflow.errors import Conflict, CorruptStore, InvalidInput, NotFound
+from stateflow.errors import Conflict, CorruptStore, InvalidInput, NotFound, StoreReadOnly
 from stateflow.states.attachments import TemplatesMixin
 from stateflow.states.models import Declaration, DoorContext, StateSubject, WriteOrigin
 from stateflow.states.schema import ValidatorCache, check_base_schema, narrowing
@@ -294,17 +294,20 @@ class StatesService(TemplatesMixin):
         from stateflow.states.builtin import MEMORY_DECLARATION
 
         current = self.store.get(DocKey(CATALOG, "memory")).body
-        # (re)declare when missing or when this version's schema only adds to the stored one; an
-        # operator's additive extension of the stored declaration is kept
-        if current is None or (
-            isinstance(current.get("schema"), dict)
-            and current["schema"] != MEMORY_DECLARATION["schema"]
-            and not narrowing(current["schema"], MEMORY_DECLARATION["schema"])
-        ):
-            self.declare(
-                "memory", MEMORY_DECLARATION, context=DoorContext(door="operator", actor="stateflow")
-            )
-        self.install_seeds()
+        try:
+            # (re)declare when missing or when this version's schema only adds to the stored
+            # one; an operator's additive extension of the stored declaration is kept
+            if current is None or (
+                isinstance(current.get("schema"), dict)
+                and current["schema"] != MEMORY_DECLARATION["schema"]
+                and not narrowing(current["schema"], MEMORY_DECLARATION["schema"])
+            ):
+                self.declare(
+                    "memory", MEMORY_DECLARATION, context=DoorContext(door="operator", actor="stateflow")
+                )
+            self.install_seeds()
+        except StoreReadOnly:
+            pass  # a read-only store (medium or ?mode=ro) serves the declarations it holds
         self._builtins_installed = True
 
     def _declaration_view(self, body: dict[str, Any], revision: int, at: str | None) -> dict[str, Any]:

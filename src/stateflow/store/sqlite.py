@@ -315,10 +315,19 @@ class SqliteStore(SqlStore):
             try:
                 conn.execute("PRAGMA schema_version").fetchone()  # reads the header: damage shows here
             except sqlite3.OperationalError as exc:
-                if not read_only or "unable to open" not in str(exc):
+                if not read_only or not no_wal_index(exc):
                     raise
-                # a read-only medium without the WAL index file: nothing can write here anyway
+                # A read-only directory without the WAL index (-shm) file, which SQLite cannot
+                # create here. With no WAL holding data the file alone is the whole store: read
+                # it as immutable (no locks, no index). A WAL with data cannot be read without its
+                # index, so that is refused rather than served stale.
                 conn.close()
+                if wal_has_data(self.path):
+                    raise StoreReadOnly(
+                        f"{self.path} is read-only and its -wal file holds commits that cannot be "
+                        "read without a -shm file: open it once where it is writable (which "
+                        "checkpoints the WAL), or copy it with `stateflow backup`"
+                    ) from exc
                 conn = self._connect(read_only=True, immutable=True)
                 conn.execute("PRAGMA schema_version").fetchone()
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
@@ -556,6 +565,20 @@ def _create(path: Path) -> None:
         raise StorePermissionDenied(f"permission denied: cannot create {path}") from None
     except OSError as exc:
         raise StoreUnavailable(f"cannot create {path}: {exc.strerror or exc}") from None
+
+
+def no_wal_index(exc: sqlite3.OperationalError) -> bool:
+    """Whether a read-only open failed only for want of the WAL index file: SQLite says "unable
+    to open" or, when the -shm file cannot be created, SQLITE_READONLY_CANTINIT."""
+    text = str(exc)
+    return "unable to open" in text or "readonly" in text or "read-only" in text
+
+
+def wal_has_data(path: Path) -> bool:
+    try:
+        return Path(f"{path}-wal").stat().st_size > 0
+    except OSError:
+        return False
 
 
 def _writable(path: Path) -> bool:
