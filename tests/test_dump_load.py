@@ -21,6 +21,7 @@ STATE = {
     "subject_kinds": ["thread"],
     "default_subject_kind": "thread",
 }
+SET_N_7 = [{"op": "set", "path": ["n"], "value": 7}]
 
 
 def sf(store: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -40,6 +41,9 @@ def fill(location: str) -> None:
         for n in range(3):
             service.replace("tickets", SUBJECT, {"title": f"v{n}", "n": n, "box": {"size": n}}, context=ctx)
         service.merge("tickets", SUBJECT, {"title": "merged"}, context=ctx)
+        service.apply("tickets", SUBJECT, SET_N_7, op_id="set-7", context=ctx)
+        # an op id whose call changed nothing is remembered all the same (seq NULL)
+        service.apply("tickets", SUBJECT, SET_N_7, op_id="set-7-again", context=ctx)
         other = {**SUBJECT, "key": "t2"}
         service.replace("tickets", other, {"title": "gone"}, context=ctx)
         service.erase("tickets", other, context=ctx)
@@ -79,7 +83,7 @@ def test_sqlite_to_postgresql_to_sqlite_is_identical(tmp_path: Path, pg_schema_u
 
     original = lines(dumps[0])
     kinds = {item.get("kind") for item in original[1:]}
-    assert kinds == {"transition", "document"}
+    assert kinds == {"transition", "op", "document"}
     states = {item["state"] for item in original if item.get("kind") == "document"}
     assert {"_states", "_templates", "tickets", "memory"} <= states  # catalog, templates, records, memory
     for other in dumps[1:]:
@@ -97,7 +101,28 @@ def test_sqlite_to_postgresql_to_sqlite_is_identical(tmp_path: Path, pg_schema_u
             service.close()
             store.close()
     strip = [[{k: v for k, v in w.items() if k != "seq"} for w in view["items"]] for view in views]
-    assert strip[0] == strip[1] and len(strip[0]) == 4
+    assert strip[0] == strip[1] and len(strip[0]) == 5
+    # the idempotency ledger travelled: each op id still names the transition it produced, and
+    # a retried call is a replay that changes nothing
+    ops = [item for item in original if item.get("kind") == "op"]
+    assert [(o["scope"], o["op_id"]) for o in ops] == [("tickets", "set-7"), ("tickets", "set-7-again")]
+    assert ops[1]["seq"] is None
+    for location in (pg_schema_url, last):
+        store = open_store(location)
+        service = StatesService(store)
+        try:
+            seq = store.applied_op("set-7", "tickets")
+            assert isinstance(seq, int) and store.applied_op("set-7-again", "tickets") is None
+            (transition,) = store.transitions(after_seq=seq - 1, limit=1)
+            assert transition.seq == seq and transition.origin["op_id"] == "set-7"
+            before = service.read("tickets", SUBJECT)
+            assert service.apply(
+                "tickets", SUBJECT, [{"op": "set", "path": ["n"], "value": 8}], op_id="set-7"
+            ).replayed
+            assert service.read("tickets", SUBJECT) == before
+        finally:
+            service.close()
+            store.close()
 
 
 def test_load_refuses_a_store_with_data_and_a_file_that_is_not_a_dump(tmp_path: Path) -> None:

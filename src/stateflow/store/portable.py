@@ -1,16 +1,19 @@
 """``stateflow dump`` / ``stateflow load``: a store as JSON Lines, portable between backends.
 
 A dump is a header line, then (with history) every transition in seq order — its time, origin
-and each document's change (revision, edits, touched paths) — then every document as it is now
-(state, subject, revision, body; ``null`` for a deleted one). The catalog (``_states``, whose
+and each document's change (revision, edits, touched paths) — then the idempotency ledger (each
+op id with its scope, time and transition), then every document as it is now (state, subject,
+revision, body; ``null`` for a deleted one). The catalog (``_states``, whose
 declarations carry their attachments), the templates (``_templates``), agent memory and every
 state's records are all documents, so all travel.
 
 Loading with history replays each transition as one commit with its original time and origin,
 into an empty store: documents, revisions, times, origins and edits come out identical (seq
 numbers are given afresh in the same order; they match when the source has no gaps). Without
-history, each document is written once (revision 1). Either way the document lines are then
-compared with what was loaded.
+history, each document is written once (revision 1). Op ids are kept either way (pointing at
+their transition's new seq when history was loaded), so a call retried against the loaded
+store is still recognised as a replay. The document lines are then compared with what was
+loaded.
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ def dump(store: SqlStore, *, history: bool = True) -> Iterator[bytes]:
                     {"kind": "transition", "seq": t.seq, "at": t.at, "origin": t.origin, "changes": changes}
                 )
             after = page[-1].seq
+    yield from _ops(store)
     with store._read_tx() as tx:
         rows = tx.all(
             "SELECT state, subject, revision FROM documents WHERE revision > 0 ORDER BY state, subject"
@@ -77,10 +81,32 @@ def dump(store: SqlStore, *, history: bool = True) -> Iterator[bytes]:
             )
 
 
+def _ops(store: SqlStore) -> Iterator[bytes]:
+    """The idempotency ledger: every op id still remembered, with when it was applied and the
+    transition it produced (None: it changed nothing). Sorted here, not by the database, so that
+    both backends write the same order whatever their text collation. (The ledger is bounded by
+    its retention, ``prune_ops``; it is read in one query.)"""
+    with store._read_tx() as tx:
+        rows = tx.all("SELECT scope, op_id, applied_at, seq FROM applied_ops")
+    rows.sort(key=lambda r: (r[3] is None, r[3] or 0, r[0], r[1]))
+    for scope, op_id, applied_at, seq in rows:
+        yield _line(
+            {
+                "kind": "op",
+                "scope": scope,
+                "op_id": op_id,
+                "applied_at": applied_at,
+                "seq": None if seq is None else int(seq),
+            }
+        )
+
+
 def load(store: SqlStore, lines: Iterable[bytes]) -> dict[str, int]:
     """Load a dump into ``store``, which must hold no transition yet; returns counts."""
     store.check_schema()
-    if store.transitions(limit=1):
+    with store._read_tx() as tx:
+        has_ops = tx.one("SELECT 1 FROM applied_ops LIMIT 1") is not None
+    if has_ops or store.transitions(limit=1):
         raise Conflict(f"{store.url} already holds data; load into an empty store")
     items = iter(_parsed(lines))
     header = next(items, None)
@@ -90,11 +116,19 @@ def load(store: SqlStore, lines: Iterable[bytes]) -> dict[str, int]:
         raise InvalidDump(f"dump version {header.get('version')!r} is not supported ({VERSION} is)")
     transitions = documents = 0
     expected: dict[DocKey, tuple[int, Any]] = {}
+    seqs: dict[int, int] = {}
+    """the dump's seq → the seq its transition got here"""
+    ops: list[tuple[str, str, str, int | None]] = []
     for item in items:
         kind = item.get("kind") if isinstance(item, dict) else None
         if kind == "transition":
-            _replay(store, item)
+            seqs[int(item["seq"])] = _replay(store, item)
             transitions += 1
+        elif kind == "op":
+            seq = item.get("seq")
+            # without history (or once retention dropped it) the transition is not here: the
+            # op id is still remembered, so a retried call stays a replay
+            ops.append((item["scope"], item["op_id"], item["applied_at"], seqs.get(seq) if seq else None))
         elif kind == "document":
             key = DocKey(item["state"], item["subject"])
             expected[key] = (int(item["revision"]), item["body"])
@@ -103,11 +137,18 @@ def load(store: SqlStore, lines: Iterable[bytes]) -> dict[str, int]:
             documents += 1
         else:
             raise InvalidDump(f"unknown dump line {str(item)[:80]!r}")
+    if ops:
+        with store._write_tx() as tx:
+            for start in range(0, len(ops), PAGE):
+                tx.many(
+                    "INSERT INTO applied_ops (scope, op_id, applied_at, seq) VALUES (?, ?, ?, ?)",
+                    ops[start : start + PAGE],
+                )
     _verify(store, expected, bool(header.get("history")))
-    return {"transitions": transitions, "documents": documents}
+    return {"transitions": transitions, "documents": documents, "ops": len(ops)}
 
 
-def _replay(store: SqlStore, item: dict[str, Any]) -> None:
+def _replay(store: SqlStore, item: dict[str, Any]) -> int:
     writes = [
         Write(
             DocKey(c["state"], c["subject"]),
@@ -121,6 +162,7 @@ def _replay(store: SqlStore, item: dict[str, Any]) -> None:
         commit = store.commit(writes, item["origin"])
     if commit.seq is None:
         raise InvalidDump(f"transition {item['seq']} changed nothing when replayed")
+    return commit.seq
 
 
 def _verify(store: SqlStore, expected: dict[DocKey, tuple[int, Any]], history: bool) -> None:
