@@ -1,7 +1,8 @@
 """Open a store from a path or URL: ``--store``, then ``STATEFLOW_STORE``, then the default.
 
 - ``postgresql://…`` / ``postgres://…`` → PostgreSQL (not migrated automatically: run
-  ``stateflow migrate`` once, or pass ``auto_migrate=True``);
+  ``stateflow migrate`` once, or pass ``auto_migrate=True``); ``?mode=ro`` makes every session
+  read-only (``default_transaction_read_only``): the server itself refuses writes;
 - ``sqlite:///path/to/file.db?synchronous=normal`` or a plain file path → SQLite, migrated
   automatically; ``?mode=ro`` opens it read-only (never created, migrated or written);
 - nothing → ``stateflow.db`` in the user's data directory (platformdirs).
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 import platformdirs
 
@@ -49,8 +50,13 @@ def open_store(
         with needs_extra("postgres", "a PostgreSQL store"):
             from stateflow.store.postgres import PostgresStore
 
+        url, read_only = _pg_mode(url)
         return PostgresStore(
-            url, auto_migrate=bool(auto_migrate), timeout=wait_seconds, connect_timeout=connect_timeout
+            url,
+            auto_migrate=bool(auto_migrate),
+            timeout=wait_seconds,
+            connect_timeout=connect_timeout,
+            read_only=read_only,
         )
     from stateflow.store.sqlite import DEFAULT_BUSY_TIMEOUT_MS, SqliteStore
 
@@ -86,3 +92,17 @@ def open_store(
         create=create,
         read_only=read_only,
     )
+
+
+def _pg_mode(url: str) -> tuple[str, bool]:
+    """The URL without our ``mode`` option (libpq does not know it), and whether it asked for
+    read-only sessions."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    modes = [value for name, value in query if name == "mode"]
+    if not modes:
+        return url, False
+    if modes[-1] not in ("ro", "rw"):
+        raise UnsupportedStore("PostgreSQL option mode must be ro (read-only) or rw")
+    kept = urlencode([(name, value) for name, value in query if name != "mode"])
+    return urlunsplit(parts._replace(query=kept)), modes[-1] == "ro"

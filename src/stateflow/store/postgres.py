@@ -23,7 +23,14 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from stateflow.doc.canonical import encode_trusted
-from stateflow.errors import CorruptData, StoreError, StoreNotMigrated, StoreUnavailable, UnsupportedStore
+from stateflow.errors import (
+    CorruptData,
+    StoreError,
+    StoreNotMigrated,
+    StoreReadOnly,
+    StoreUnavailable,
+    UnsupportedStore,
+)
 from stateflow.store.base import SqlStore
 from stateflow.store.cache import RevisionCache
 from stateflow.store.clock import utc_now
@@ -146,12 +153,16 @@ class PostgresStore(SqlStore):
         timeout: float | None = None,
         connect_timeout: float | None = None,
         auto_migrate: bool = False,
+        read_only: bool = False,
     ) -> None:
         """``timeout``: how long a call waits for a connection during an outage before it fails
         with ``store-unavailable`` (default 10 s);
         ``connect_timeout``: how long one connection attempt may take (default the URL's
-        ``connect_timeout``, else 5 s)."""
+        ``connect_timeout``, else 5 s);
+        ``read_only``: every session starts with ``default_transaction_read_only`` on, so the
+        server itself refuses any write (``store-read-only``); we refuse ours before sending."""
         super().__init__()
+        self.read_only = read_only
         self._bodies: RevisionCache[int, Document] = RevisionCache(BODY_CACHE_BYTES)
         """whole documents as read or written here, by doc_id and revision"""
         self._seen: dict[DocKey, None] = {}
@@ -165,6 +176,8 @@ class PostgresStore(SqlStore):
             raise UnsupportedStore(f"{self.url} is not a valid PostgreSQL URL: {_one_line(exc)}") from None
         if connect_timeout is not None or "connect_timeout" not in given:
             kwargs["connect_timeout"] = max(1, round(connect_timeout or DEFAULT_CONNECT_TIMEOUT))
+        if read_only:
+            kwargs["options"] = f"{given.get('options', '')} -c default_transaction_read_only=on".strip()
         # One direct attempt first: when the server cannot be reached, its cause (refused, unknown
         # host, missing database or role) is the answer, within the connect timeout — instead of
         # the pool retrying in the background until its own timeout and saying only that.
@@ -183,7 +196,7 @@ class PostgresStore(SqlStore):
             kwargs=kwargs,
         )
         self._pool.open(wait=False)
-        if auto_migrate:
+        if auto_migrate and not read_only:
             self.migrate()
 
     @contextmanager
@@ -279,7 +292,12 @@ class PostgresStore(SqlStore):
         return self._tx(True)
 
     def _write_tx(self) -> AbstractContextManager[Tx]:
+        self._writable()
         return self._tx(False)
+
+    def _writable(self) -> None:
+        if self.read_only:
+            raise StoreReadOnly(f"{self.url} is open read-only (mode=ro): nothing can be written")
 
     current_seq_sql = "currval(pg_get_serial_sequence('transitions', 'seq'))"
     keeps_bodies = True
@@ -312,6 +330,7 @@ class PostgresStore(SqlStore):
         # One statement on an autocommit connection: its own transaction, one round trip (the
         # function checks and locks as the locked path does, in the same order; the time is
         # taken before the seq lock, as on the locked path).
+        self._writable()
         at = utc_now()
         params = [
             at,
@@ -536,6 +555,8 @@ def _mapped_errors() -> Iterator[None]:
         yield
     except pg_errors.UndefinedTable as exc:
         raise StoreNotMigrated(f"the store schema is missing ({exc}); run `stateflow migrate`") from exc
+    except pg_errors.ReadOnlySqlTransaction as exc:
+        raise StoreReadOnly(f"PostgreSQL refused a write in a read-only session: {_one_line(exc)}") from exc
     except psycopg.OperationalError as exc:
         raise StoreUnavailable(f"PostgreSQL error: {exc}") from exc
     except psycopg.DatabaseError as exc:

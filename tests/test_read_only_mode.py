@@ -1,0 +1,80 @@
+"""``?mode=ro`` on both backends: reads are served, every write is refused with
+`store-read-only` and nothing changes. On PostgreSQL the sessions themselves are read-only
+(``default_transaction_read_only``), so even a write that got past our own check is refused
+by the server."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from stateflow.errors import StoreReadOnly
+from stateflow.store import DocKey, Write, open_store
+from stateflow.store.base import SqlStore
+
+
+def sf(store: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, STATEFLOW_STORE=store)
+    return subprocess.run(["stateflow", *args], capture_output=True, text=True, timeout=60, env=env)
+
+
+def read_only(location: str) -> str:
+    if location.startswith("postgres"):
+        return location + ("&" if "?" in location else "?") + "mode=ro"
+    return f"sqlite://{location}?mode=ro"
+
+
+def test_mode_ro_serves_reads_and_refuses_every_write(backend: str) -> None:
+    store = open_store(backend, auto_migrate=True)
+    try:
+        store.commit([Write.between(DocKey("notes", "n1"), None, {"n": 1}, 0)], {"door": "test"})
+    finally:
+        store.close()
+    ro = read_only(backend)
+
+    out = sf(ro, "doc", "get", "notes", "n1")
+    assert out.returncode == 0 and json.loads(out.stdout) == {"n": 1}, out.stderr
+    out = sf(ro, "states", "list")
+    assert out.returncode == 0, out.stderr
+    for args in (
+        ["doc", "put", "notes", "n1", '{"n": 2}'],
+        ["doc", "put", "notes", "n2", '{"n": 2}'],
+        ["tool", "patch_state", '{"session": {"tactics": {"x": 1}}}', "--agent", "a"],
+    ):
+        out = sf(ro, *args)
+        assert out.returncode == 1, (args, out.stdout)
+        assert out.stderr.startswith("error[store-read-only]: "), (args, out.stderr)
+
+    store = open_store(backend)
+    try:
+        assert store.get(DocKey("notes", "n1")).revision == 1
+        assert store.get(DocKey("notes", "n2")).revision == 0
+        assert len(store.transitions(limit=10)) == 1
+    finally:
+        store.close()
+
+
+def test_postgresql_sessions_are_read_only_on_the_server(pg_schema_url: str) -> None:
+    open_store(pg_schema_url, auto_migrate=True).close()
+    store = open_store(read_only(pg_schema_url))
+    assert isinstance(store, SqlStore)
+    try:
+        with store._read_tx() as tx:
+            assert tx.all("SHOW default_transaction_read_only") == [("on",)]
+        # past our own check (as a write path that forgot it would be): the server refuses
+        with pytest.raises(StoreReadOnly, match="read-only"), store._tx(False) as tx:  # type: ignore[attr-defined]
+            tx.run("INSERT INTO stateflow_meta (key, value) VALUES ('sneaked', 'in')")
+        with pytest.raises(StoreReadOnly):
+            store.migrate()
+    finally:
+        store.close()
+    writable = open_store(pg_schema_url)
+    assert isinstance(writable, SqlStore)
+    try:
+        with writable._read_tx() as tx:
+            assert tx.all("SELECT key FROM stateflow_meta WHERE key = 'sneaked'") == []
+    finally:
+        writable.close()
