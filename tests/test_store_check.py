@@ -113,6 +113,30 @@ def test_a_damaged_file_is_refused_at_once_and_left_as_it_was(tmp_path: Path, da
     assert sf(str(path), "check").returncode == 1
 
 
+def test_a_write_touching_a_damaged_page_is_refused_and_changes_nothing(tmp_path: Path) -> None:
+    """Damage inside the file (not its header or schema) that a write runs into: the write fails
+    with `corrupt-store` instead of building on the damaged page (each page's cells are checked
+    as it is read, ``cell_size_check``), and the file is left as it was."""
+    path = tmp_path / "s.db"
+    fill(str(path))
+    import sqlite3
+
+    conn = sqlite3.connect(path)
+    page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+    (root,) = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'changes'").fetchone()
+    conn.close()
+    with path.open("r+b") as file:  # the history table's page: its header kept, its cells scribbled
+        file.seek((root - 1) * page_size + 8)
+        file.write(b"\xa5" * (page_size - 8))
+    before = path.read_bytes()
+    out = sf(str(path), "doc", "put", "notes", "n1", '{"a": 1}')
+    assert out.returncode == 1
+    assert out.stderr.startswith("error[corrupt-store]: "), out.stderr
+    assert path.read_bytes() == before
+    assert not Path(f"{path}-wal").exists() or Path(f"{path}-wal").stat().st_size == 0
+    assert sf(str(path), "check").returncode == 1
+
+
 def _scribble(path: Path, offset: int, length: int) -> None:
     with path.open("r+b") as file:
         file.seek(offset)
