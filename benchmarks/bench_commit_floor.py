@@ -10,7 +10,9 @@ The two sides alternate round by round (the side that goes first swapping every 
 drift in fsync speed hits both alike; each prints its median per round and the spread of the
 per-round ratios (bare / put).
 
-    python3 -m benchmarks.bench_commit_floor [--ops 2000] [--rounds 6] [--postgres URL]
+First, a declared-states ``apply`` against the same bare commit (target: at most 1.5× its time).
+
+    python3 -m benchmarks.bench_commit_floor [--ops 2000] [--rounds 6] [--postgres URL] [--apply]
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from benchmarks.rounds import Pair, alternate, per_call_ms
+from benchmarks.rounds import report as report_pair
 
 
 def alternating(bare: Callable[[int], object], put: Callable[[int], object], n: int, rounds: int) -> Pair:
@@ -101,12 +104,67 @@ def postgres_case(url: str, n: int, rounds: int) -> None:
     report("postgresql", measured)
 
 
+def apply_case(label: str, store_url: str, bare: Callable[[int], object], n: int, rounds: int) -> None:
+    """A declared-states ``apply`` (the three-op batch of ``bench_states_vs_langgraph``: read,
+    modify, validate, audit, one durable commit) against the bare durable commit, one caller."""
+    from benchmarks.bench_states_vs_langgraph import DECL, ops_for, subject
+    from stateflow.states import StatesService
+    from stateflow.store import open_store
+
+    service = StatesService(open_store(store_url, auto_migrate=True))
+    service.declare("bench", DECL)
+    measured = alternating(lambda i: service.apply("bench", subject(i), ops_for(i)), bare, n, rounds)
+    service.close()
+    report_pair(f"{label}: apply vs bare durable commit", measured, "ms", target="<= 1.5x")
+
+
+def apply_vs_floor(n: int, rounds: int, url: str | None) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        bare = sqlite3.connect(Path(tmp) / "bare.db", isolation_level=None)
+        bare.execute("PRAGMA journal_mode = WAL")
+        bare.execute("PRAGMA synchronous = FULL")
+        bare.execute("CREATE TABLE t (k INTEGER PRIMARY KEY, v BLOB NOT NULL)")
+        upsert = "INSERT INTO t VALUES (?, ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v"
+        apply_case(
+            "sqlite FULL",
+            f"sqlite:///{tmp}/stateflow.db",
+            lambda i: bare.execute(upsert, (i % 200, str(i).encode())),
+            n,
+            rounds,
+        )
+        bare.close()
+    if not url:
+        return
+    import psycopg
+
+    sep = "&" if "?" in url else "?"
+    with psycopg.connect(url, autocommit=True) as admin:
+        for schema in ("bench_floor", "bench_floor_sf"):
+            admin.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+            admin.execute(f"CREATE SCHEMA {schema}")
+        admin.execute("CREATE TABLE bench_floor.t (k integer PRIMARY KEY, v jsonb NOT NULL)")
+        upsert_pg = "INSERT INTO bench_floor.t VALUES (%s, %s) ON CONFLICT (k) DO UPDATE SET v = excluded.v"
+        apply_case(
+            "postgresql",
+            f"{url}{sep}options=-csearch_path%3Dbench_floor_sf",
+            lambda i: admin.execute(upsert_pg, (i % 200, f'{{"count": {i}}}')),
+            n,
+            rounds,
+        )
+        admin.execute("DROP SCHEMA bench_floor CASCADE")
+        admin.execute("DROP SCHEMA bench_floor_sf CASCADE")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--ops", type=int, default=2000, help="calls per side per round")
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--postgres", default=os.environ.get("STATEFLOW_TEST_POSTGRES"))
+    parser.add_argument("--apply", action="store_true", help="only: states apply vs the bare commit")
     args = parser.parse_args()
+    apply_vs_floor(args.ops, args.rounds, args.postgres)
+    if args.apply:
+        return
     for journal in ("wal", "shipped"):
         sqlite_case(args.ops, args.rounds, journal)
     if args.postgres:

@@ -6,11 +6,12 @@ journal — and tuned to WAL like stateflow; PostgreSQL: the same server). state
 is a read-modify-write op batch that also validates against the JSON Schema and writes the
 audit trail; LangGraph's ``put`` writes the already-computed document. Each case runs with one
 caller and with several concurrent callers (threads, each owning its subjects, as separate
-agents would). Each case is measured ``--repeat`` times, the two sides alternating (each round
-writes, then reads); prints the median throughput of each side (operations per second), the
-ratio stateflow / LangGraph of the medians and the range of the single rounds' ratios.
+agents would). Each case runs ``--repeat`` rounds, the two sides alternating and swapping which
+goes first every round (each round writes, then reads; ``benchmarks/rounds.py``); prints the
+median throughput of each side (operations per second), the median of the per-round ratios
+stateflow / LangGraph and their spread.
 
-    python benchmarks/bench_states_vs_langgraph.py [--ops 3000] [--repeat 3] [--synchronous full|normal]
+    python benchmarks/bench_states_vs_langgraph.py [--ops 3000] [--repeat 5] [--synchronous full|normal]
         [--threads 1,8] [--only sqlite|postgres] [--postgres URL]
 """
 
@@ -19,7 +20,6 @@ from __future__ import annotations
 import argparse
 import os
 import sqlite3
-import statistics
 import tempfile
 import threading
 import time
@@ -27,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from benchmarks.rounds import Pair, report
 from stateflow.states import StatesService
 from stateflow.store import open_store
 
@@ -129,27 +130,32 @@ def run_pair(label: str, service: StatesService, lg: Any, n: int, threads: int, 
 
     cases = {"apply vs put": (ours_apply, theirs_put), "read vs get": (ours_read, theirs_get)}
     # Each round writes, then reads what it wrote: no read round is served from a cache that a
-    # write round has not just invalidated.
-    rounds: dict[str, list[tuple[float, float]]] = {what: [] for what in cases}
-    for _ in range(repeat):
+    # write round has not just invalidated. Within a round the side that goes first swaps.
+    measured: dict[str, tuple[list[float], list[float]]] = {what: ([], []) for what in cases}
+    for r in range(repeat):
         for what, (ours, theirs) in cases.items():
-            rounds[what].append((rate(ours, n, threads), rate(theirs, n, threads)))
-    for what, measured in rounds.items():
-        a = statistics.median(r[0] for r in measured)
-        b = statistics.median(r[1] for r in measured)
-        ratios = sorted(r[0] / r[1] for r in measured)
-        spread = f"  rounds {ratios[0]:.2f}-{ratios[-1]:.2f}x" if repeat > 1 else ""
-        print(
-            f"{label:<34} {threads:>2} thr  {what:<13} stateflow {a:8.0f}/s   langgraph {b:8.0f}/s"
-            f"   ratio {a / b:5.2f}x  (target >= 2x){spread}",
-            flush=True,
+            ours_rates, base_rates = measured[what]
+            if r % 2 == 0:
+                ours_rates.append(rate(ours, n, threads))
+                base_rates.append(rate(theirs, n, threads))
+            else:
+                base_rates.append(rate(theirs, n, threads))
+                ours_rates.append(rate(ours, n, threads))
+    for what, (ours_rates, base_rates) in measured.items():
+        report(
+            f"{label} {threads:>2} thr {what}",
+            Pair(ours_rates, base_rates, higher_better=True),
+            "/s",
+            target=">= 2x",
         )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--ops", type=int, default=3000)
-    parser.add_argument("--repeat", type=int, default=3, help="rounds per case (medians are reported)")
+    parser.add_argument(
+        "--repeat", type=int, default=5, help="alternating rounds per case (medians are reported)"
+    )
     parser.add_argument("--synchronous", choices=["full", "normal"], default="full")
     parser.add_argument("--postgres", default=os.environ.get("STATEFLOW_TEST_POSTGRES"))
     parser.add_argument(

@@ -16,7 +16,7 @@ from urllib.parse import unquote_to_bytes
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
-from starlette.routing import BaseRoute, Match
+from starlette.routing import BaseRoute, Match, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from stateflow import __version__
@@ -243,6 +243,8 @@ def create_app(service: StatesService, tokens: TokenSet, http: HttpConfig | None
         # MCP carries reads and writes alike in POSTs: /mcp refuses writes per tool instead
         if token.read_only and not reading(request) and request.url.path != MCP_PATH:
             raise Forbidden("this token is read-only")
+        if not scope["query_string"]:  # nothing to check: spare a pass over the routes
+            return
         route = route_of(request)
         name = getattr(route, "name", None)
         if route is not None and name != "record":  # record routes check their own
@@ -564,23 +566,20 @@ def create_app(service: StatesService, tokens: TokenSet, http: HttpConfig | None
             raise MethodNotAllowed(f"{method} is not allowed on {request.url.path}", allow)
         return _json(404, {"error": f"no route for {method} {request.url.path}", "code": "not-found"})
 
-    summaries = {
-        "GET": "Read a record (or /writes: its audit trail)",
-        "PUT": "Replace a record",
-        "PATCH": "Shallow-merge into a record",
-        "DELETE": "Erase a record",
-        "POST": "Apply an op batch (/deltas) or fold (/fold)",
-    }
-    for method, summary in summaries.items():
-        app.add_api_route(
+    async def record_endpoint(request: Request) -> Response:
+        params = request.path_params
+        return await record(params["name"], params["rest"], request)
+
+    # A plain route, not FastAPI's: its parameters are parsed above, so dependency solving
+    # would be pure per-request cost (the API description is written by hand, in openapi.py).
+    app.router.routes.append(
+        Route(
             "/api/states/{name}/records/{rest:path}",
-            record,
-            methods=[method],
-            operation_id=f"record_{method.lower()}",
-            summary=summary,
-            description="`rest` is `{target_kind}/{target_name}/{kind}/{key}[/suffix]`, each segment "
-            "percent-encoded; a key may contain `%2F`.",
+            record_endpoint,
+            methods=["GET", "PUT", "PATCH", "DELETE", "POST"],
+            name="record",
         )
+    )
 
     mount_studio(app, service, tokens)
     from stateflow.mcp.http import mount as mount_mcp
