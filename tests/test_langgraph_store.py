@@ -198,6 +198,21 @@ def test_ttl_expiry_refresh_and_sweep(backend: str) -> None:
         assert lg.states.read(lg.records.state, lg.subject(("s",), "short")) is None
 
 
+def test_list_namespaces_hides_namespaces_whose_items_all_expired(backend: str) -> None:
+    with StateflowStore.open(backend) as lg:
+        started = time.monotonic()
+        lg.put(("gone", "soon"), "k", {"v": 1}, ttl=0.05)  # 3 s
+        lg.put(("kept",), "k", {"v": 2})
+        lg.put(("mixed",), "short", {"v": 3}, ttl=0.05)
+        lg.put(("mixed",), "long", {"v": 4}, ttl=60)
+        assert lg.list_namespaces() == [("gone", "soon"), ("kept",), ("mixed",)]
+        time.sleep(max(0.0, started + 3.1 - time.monotonic()))
+        # expired items read as absent, before any sweep: so do namespaces that hold only those
+        assert lg.list_namespaces() == [("kept",), ("mixed",)]
+        assert lg.list_namespaces(prefix=("gone",)) == []
+        assert lg.list_namespaces(max_depth=1) == [("kept",), ("mixed",)]
+
+
 def test_items_are_records_with_history_audit_and_as_of(backend: str) -> None:
     store = open_store(backend, auto_migrate=True)
     try:

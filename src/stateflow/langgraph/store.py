@@ -34,7 +34,7 @@ from langgraph.store.base import (
     validate_op_namespace,
 )
 
-from stateflow.langgraph.records import Records, join, unpart
+from stateflow.langgraph.records import Records, join
 from stateflow.states import StatesService
 from stateflow.states.models import DoorContext
 from stateflow.store import DocKey, open_store
@@ -138,7 +138,7 @@ class StateflowStore(BaseStore):
             elif isinstance(op, SearchOp):
                 results[n] = self._search(op, now, refresh)
             elif isinstance(op, ListNamespacesOp):
-                results[n] = self._list_namespaces(op)
+                results[n] = self._list_namespaces(op, now)
             elif isinstance(op, PutOp):
                 where = (tuple(op.namespace), op.key)
                 puts.pop(where, None)
@@ -222,7 +222,9 @@ class StateflowStore(BaseStore):
             ("langgraph-items", self.records.state, self.records.target_name, prefix), build
         )
 
-    def _list_namespaces(self, op: ListNamespacesOp) -> builtins.list[tuple[str, ...]]:
+    def _list_namespaces(self, op: ListNamespacesOp, now: datetime) -> builtins.list[tuple[str, ...]]:
+        """The namespaces that hold a live item (one whose every item expired is not listed, as
+        its items read as absent)."""
         conditions = op.match_conditions or ()
         prefix = ""
         for condition in conditions:  # a literal prefix narrows the scan
@@ -230,9 +232,10 @@ class StateflowStore(BaseStore):
                 prefix = f"{join(condition.path)}/"
                 break
         seen: set[tuple[str, ...]] = set()
-        for doc_key in self.records.scan(ITEM, prefix):
-            parts = self.records.key_of(doc_key).split("/")
-            namespace = tuple(unpart(p) for p in parts[:-1])
+        for data, _ in self._newest_first(prefix):
+            if not self._live(data, now):
+                continue
+            namespace = tuple(data["namespace"])
             if all(_namespace_matches(namespace, c) for c in conditions):
                 seen.add(namespace if op.max_depth is None else namespace[: op.max_depth])
         ordered = sorted(seen, key=".".join)
