@@ -87,10 +87,11 @@ class _PgTx(Tx):
         if self.begin is None:
             return self.conn.execute(sql, params)
         begin, self.begin = self.begin, None
-        with self._pipelined() as pipeline:
+        # leaving the pipeline sends its Sync and waits for the results: one round trip (a
+        # `sync()` of our own before it would cost a second, empty one)
+        with self._pipelined():
             self.conn.execute(begin)
             cur = self.conn.execute(sql, params)
-            pipeline.sync()
         return cur
 
     def all(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
@@ -113,12 +114,12 @@ class _PgTx(Tx):
                 self._pipeline = None
 
     def all_of(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> list[list[tuple[Any, ...]]]:
-        with _mapped_errors(), self._pipelined() as pipeline:
-            if self.begin is not None:
-                self.conn.execute(self.begin)
-                self.begin = None
-            cursors = [self.conn.execute(_pg(sql), params) for sql, params in statements]
-            pipeline.sync()
+        with _mapped_errors():
+            with self._pipelined():  # its end syncs and fetches every result: one round trip
+                if self.begin is not None:
+                    self.conn.execute(self.begin)
+                    self.begin = None
+                cursors = [self.conn.execute(_pg(sql), params) for sql, params in statements]
             return [_rows_of(cur) for cur in cursors]
 
     def later(self, sql: str, params: Sequence[Any] = ()) -> Callable[[], list[tuple[Any, ...]]]:
