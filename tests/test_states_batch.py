@@ -151,6 +151,39 @@ def test_each_item_op_id_is_its_own_idempotency_key(service: StatesService) -> N
     assert not service.apply("tickets", subj("t2"), set_n(3), op_id="two").applied
 
 
+def test_a_replayed_item_says_so_as_a_single_write_does(service: StatesService) -> None:
+    """One idempotency mechanism for single writes and batch items: the replay answers
+    ``replayed`` with the seq of the original write, whichever door wrote first."""
+    single = service.apply("tickets", subj("t1"), set_n(1), op_id="one")
+    batch = service.apply_batch(
+        [{"state": "tickets", "subject": subj("t1"), "ops": set_n(9), "op_id": "one"}]
+    )
+    assert batch[0].to_json() == {
+        "applied": False,
+        "data": None,
+        "seq": None,
+        "skipped": [],
+        "replayed": True,
+        "replayed_seq": single.seq,
+    }
+    again = service.apply("tickets", subj("t1"), set_n(9), op_id="one").to_json()
+    assert again["replayed"] is True and again["replayed_seq"] == single.seq
+
+
+def test_a_batch_item_that_changes_nothing_says_nothing_was_written(service: StatesService) -> None:
+    service.apply("tickets", subj("t1"), set_n(1))
+    guarded = [{"op": "set", "path": ["n"], "value": 5, "guard": {"path": ["n"], "expected": 7}}]
+    results = service.apply_batch(
+        [
+            {"state": "tickets", "subject": subj("t1"), "ops": guarded},
+            {"state": "tickets", "subject": subj("t2"), "ops": set_n(2)},
+        ]
+    )
+    assert results[0].to_json()["written"] is False and len(results[0].skipped) == 1
+    assert "written" not in results[1].to_json()
+    assert data(service, "tickets", subj("t1")) == {"n": 1}
+
+
 def test_template_jq_items_run_their_update_program(service: StatesService) -> None:
     service.put_template(
         "counter",

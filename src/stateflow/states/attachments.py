@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
-from stateflow.doc.canonical import JSON, json_equal
-from stateflow.doc.diff import diff
-from stateflow.doc.ops import Op, apply_ops, parse_ops
-from stateflow.doc.select import MISSING
+from stateflow.doc.canonical import JSON
+from stateflow.doc.ops import parse_ops
 from stateflow.errors import Conflict, InvalidInput, NotFound
+from stateflow.states import pipeline, regimes
 from stateflow.states.models import DoorContext, StateSubject, WriteOrigin
+from stateflow.states.pipeline import RecordWrite, ops_transform
 from stateflow.states.schema import SchemaInvalid, check_base_schema
 from stateflow.states.templates import (
     AttachConflict,
@@ -28,7 +28,6 @@ from stateflow.states.templates import (
     build_prelude,
     compose,
     defaults,
-    paths_overlap,
     served_regimes,
     substitute,
     unknown_keys,
@@ -42,9 +41,6 @@ if TYPE_CHECKING:
     from stateflow.states.service import StatesService
 
 TEMPLATES: Final = "_templates"
-KEYED_OPS: Final = frozenset(
-    {"set_by_key", "remove_by_key", "merge_by_key", "unset_by_key", "set_by_key_each"}
-)
 
 AttachValidator = Callable[[str, dict[str, Any], dict[str, Any], dict[str, Any]], None]
 DetachReferee = Callable[[str, str], list[str]]
@@ -60,10 +56,6 @@ class TemplateNotFound(NotFound):
 
 class TemplateInUse(Conflict):
     code = "template-in-use"
-
-
-class RegimeViolation(InvalidInput):
-    code = "regime-violation"
 
 
 class ReconcileNeeded(InvalidInput):
@@ -401,7 +393,6 @@ class TemplatesMixin:
         doc = self._template_docs([template])[template]
         new_declarations = body["declarations"]
         self._check_values(doc, current["parameters"], new_declarations)
-        key = DocKey("_states", name)
         closes = self._reconcile(name, doc, current, new_declarations, options)
         for reconciler in self.attach_reconcilers:
             closes.extend(
@@ -409,16 +400,13 @@ class TemplatesMixin:
                     name, doc, "update_declarations", current["declarations"], new_declarations, options
                 )
             )
-        record_keys = sorted({DocKey(name, subject.encode()) for subject, _ in closes})
         origin = svc._origin(
             WriteOrigin(consumer="attach-reconcile", meta={"origin": "reconcile"}),
             context,
             "update-attachment",
         )
 
-        def compute(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
-            # The declaration and every reconciled record commit together, or not at all.
-            decl = svc._declaration(docs, name)
+        def redeclared(decl: dict[str, Any]) -> dict[str, Any]:
             attachments = dict(decl["attachments"])
             if template not in attachments:
                 raise NotFound(f"template {template!r} is not attached on state {name!r}")
@@ -426,23 +414,17 @@ class TemplatesMixin:
             effective = self._effective(decl["schema"], attachments, {template: doc})
             for validator in self.attach_validators:
                 validator(name, doc, new_declarations, effective["schema"])
-            new = {**decl, "attachments": attachments, "effective": effective}
-            writes = [Write.between(key, decl, new, docs[key].revision)]
-            bodies: dict[DocKey, JSON] = {k: docs[k].value for k in record_keys}
-            for subject, ops in closes:
-                rk = DocKey(name, subject.encode())
-                parsed = parse_ops(ops)
-                self.check_ops(new, parsed)
-                result = apply_ops(bodies[rk], self.stamp(new, parsed, origin))
-                bodies[rk] = result.document
-            for rk in record_keys:
-                if bodies[rk] is MISSING or bodies[rk] is docs[rk].value:
-                    continue
-                svc.validators.validate(effective["schema"], bodies[rk], f"reconciled record {rk.subject}")
-                writes.append(Write.between(rk, docs[rk].body, bodies[rk], docs[rk].revision))
-            return writes, None
+            return {**decl, "attachments": attachments, "effective": effective}
 
-        svc.store.update([key, *record_keys], compute, origin)
+        # The declaration and every reconciled record commit together, or not at all; the
+        # records answer to the new declaration (its regimes, stamps and schema).
+        pipeline.run(
+            svc,
+            [RecordWrite(name, subject, ops_transform(parse_ops(ops))) for subject, ops in closes],
+            origin,
+            redeclare={name: redeclared},
+            canonical=[subject for subject, _ in closes],
+        )
         return {"updated": True, "state": name, "template": template, "closed": len(closes)}
 
     def _reconcile(
@@ -563,63 +545,11 @@ class TemplatesMixin:
 
     # ------------------------------------------------------------------ write-path enforcement
 
-    def check_ops(self, declaration: dict[str, Any], ops: list[Op]) -> None:
-        """``composing`` paths admit only keyed ops or an append ``set`` (path ending ``-``)."""
-        for rule in self._svc()._composing(declaration):
-            for op in ops:
-                if op.kind in KEYED_OPS or (op.kind == "set" and op.path and op.path[-1] == "-"):
-                    continue
-                if paths_overlap(list(op.path), rule["path"]):
-                    raise RegimeViolation(
-                        f"composing path {rule['path']} of template {rule['template']!r} admits only keyed ops or an "
-                        f"append set (path ending '-'); this write uses {op.kind!r} at {list(op.path)}"
-                    )
-
-    def check_document_write(self, declaration: dict[str, Any], old: JSON, new: JSON) -> None:
-        """Replace and merge may not change anything under a ``composing`` path."""
-        rules = self._svc()._composing(declaration)
-        if not rules:
-            return
-        for edit in diff(old, new):
-            for rule in rules:
-                if paths_overlap(list(edit.path), rule["path"]):
-                    before, after = _at(old, rule["path"]), _at(new, rule["path"])
-                    if not json_equal(before, after):
-                        raise RegimeViolation(
-                            f"composing path {rule['path']} of template {rule['template']!r} admits only keyed ops or an "
-                            "append set; replace and merge may not change it — use an op batch"
-                        )
-
-    def stamp(self, declaration: dict[str, Any], ops: list[Op], origin: dict[str, Any]) -> list[Op]:
-        """Stamp ``_trace`` into the objects written under traced attachment paths."""
-        traced = self._svc()._traced(declaration)
-        if not traced:
-            return ops
-        out = []
-        for op in ops:
-            if not any(list(op.path[: len(p)]) == p for p in traced) or op.kind in (
-                "remove",
-                "remove_by_key",
-                "unset_by_key",
-            ):
-                out.append(op)
-                continue
-            value = _stamped(op.value, op.kind, origin)
-            raw = {**op.raw, "value": value}
-            out.append(Op(op.kind, op.path, raw, value, op.key_field, op.keys, op.guard))
-        return out
-
-    def stamp_document(
-        self, declaration: dict[str, Any], old: JSON, new: JSON, origin: dict[str, Any]
-    ) -> JSON:
-        traced = self._svc()._traced(declaration)
-        if not traced or type(new) is not dict:
-            return new
-        for path in traced:
-            value = _at(new, path)
-            if type(value) is dict and not json_equal(value, _at(old, path)):
-                new = _put(new, path, {**value, "_trace": _trace(origin)})
-        return new
+    # The rules live in :mod:`stateflow.states.regimes` (pure); these keep the service's names.
+    check_ops = staticmethod(regimes.check_ops)
+    check_document_write = staticmethod(regimes.check_document_write)
+    stamp = staticmethod(regimes.stamp)
+    stamp_document = staticmethod(regimes.stamp_document)
 
     # ------------------------------------------------------------------ template jq
 
@@ -746,23 +676,6 @@ class TemplatesMixin:
 # ------------------------------------------------------------------------------ helpers
 
 
-def _at(doc: JSON, path: list[Any]) -> JSON:
-    node = doc
-    for seg in path:
-        if seg == "*" or type(node) is not dict or seg not in node:
-            return MISSING if seg != "*" else node
-        node = node[seg]
-    return node
-
-
-def _put(doc: dict[str, Any], path: list[str], value: Any) -> dict[str, Any]:
-    if not path:
-        return value  # type: ignore[no-any-return]
-    out = dict(doc)
-    out[path[0]] = _put(doc.get(path[0], {}), path[1:], value) if len(path) > 1 else value
-    return out
-
-
 def _subtree(data: JSON, path: list[str]) -> JSON:
     node = data
     for seg in path:
@@ -787,26 +700,3 @@ def _rebase(ops: Any, base: list[str], what: str) -> list[Any]:
             rebased["guard"] = {**guard, "path": [*base, *guard["path"]]}  # guards are template-relative too
         out.append(rebased)
     return out
-
-
-def _trace(origin: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "meta": origin.get("meta"),
-        "run": origin.get("run_id"),
-        "turn": origin.get("turn_id"),
-        "inbound": origin.get("inbound_id"),
-        "at": utc_now(),
-    }
-
-
-def _stamped(value: Any, kind: str, origin: dict[str, Any]) -> Any:
-    def stamp(item: Any) -> Any:
-        return {**item, "_trace": _trace(origin)} if type(item) is dict else item
-
-    if kind == "set":
-        return stamp(value)
-    if kind in ("set_by_key", "merge_by_key"):
-        return [stamp(v) for v in value] if type(value) is list else stamp(value)
-    if kind == "set_by_key_each":
-        return {k: [stamp(v) for v in items] for k, items in value.items()}
-    return value

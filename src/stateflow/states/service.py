@@ -23,11 +23,21 @@ from pydantic import ValidationError
 from stateflow.config import Config
 from stateflow.doc.canonical import JSON, check, detach
 from stateflow.doc.diff import Edit, diff, to_patch
-from stateflow.doc.ops import apply_ops, parse_ops
+from stateflow.doc.ops import parse_ops
 from stateflow.doc.select import MISSING
 from stateflow.errors import Conflict, CorruptStore, InvalidInput, NotFound, StoreReadOnly
+from stateflow.states import pipeline, regimes
 from stateflow.states.attachments import TemplatesMixin
 from stateflow.states.models import Declaration, DoorContext, StateSubject, WriteOrigin
+from stateflow.states.pipeline import (
+    UNCHANGED,
+    Change,
+    RecordWrite,
+    RevisionMismatch,
+    Transform,
+    Written,
+    ops_transform,
+)
 from stateflow.states.schema import ValidatorCache, check_base_schema, narrowing
 from stateflow.states.search import SORT_MAX, matches, parse_sort, sort_key, split_filters
 from stateflow.store import DocKey, Document, Listed, Store, Write
@@ -61,13 +71,6 @@ class DeclarationInUse(Conflict):
 
 class FoldRefused(Conflict):
     code = "fold-refused"
-
-
-class RevisionMismatch(Conflict):
-    """A compare-and-set write named a revision the record is no longer (or not yet) at."""
-
-    code = "revision-mismatch"
-    http_status = 412
 
 
 class BuiltinState(Conflict):
@@ -256,28 +259,11 @@ class StatesService(TemplatesMixin):
 
     # ------------------------------------------------------------------ effective schema
 
-    def effective_schema(self, declaration: dict[str, Any]) -> dict[str, Any]:
-        """The schema every write validates against: the base with every attachment composed in
-        (computed and stored with the declaration whenever an input changes)."""
-        effective = declaration.get("effective")
-        schema: dict[str, Any] = effective["schema"] if effective else declaration["schema"]
-        return schema
-
-    def regimes(self, declaration: dict[str, Any]) -> list[dict[str, Any]]:
-        effective = declaration.get("effective")
-        return [
-            {"path": r["path"], "regime": r["regime"]} for r in (effective["regimes"] if effective else [])
-        ]
-
-    @staticmethod
-    def _composing(declaration: dict[str, Any]) -> list[dict[str, Any]]:
-        effective = declaration.get("effective")
-        return [r for r in (effective["regimes"] if effective else []) if r["regime"] == "composing"]
-
-    @staticmethod
-    def _traced(declaration: dict[str, Any]) -> list[list[str]]:
-        effective = declaration.get("effective")
-        return list(effective["traced"]) if effective else []
+    # what a declaration enforces (pure; :mod:`stateflow.states.regimes`), under the service's names
+    effective_schema = staticmethod(regimes.effective_schema)
+    _composing = staticmethod(regimes.composing)
+    _traced = staticmethod(regimes.traced)
+    regimes = staticmethod(regimes.served)  # last: it shadows the module in this class body
 
     def register_consumer_lister(self, kind: str, lister: ConsumerLister) -> None:
         if kind in self.consumer_listers:
@@ -486,10 +472,7 @@ class StatesService(TemplatesMixin):
 
     # ------------------------------------------------------------------ records
 
-    @staticmethod
-    def _resolve(aliases: dict[str, Any], subject: StateSubject) -> StateSubject:
-        entry = aliases.get(subject.encode())
-        return StateSubject.decode(entry["canonical"]) if entry else subject
+    _resolve = staticmethod(pipeline.resolve)
 
     def _canonical(self, name: str, subject: StateSubject) -> StateSubject:
         """Resolve a subject through the state's fold aliases (one hop)."""
@@ -638,81 +621,38 @@ class StatesService(TemplatesMixin):
         self,
         name: str,
         subject: Any,
-        transform: Callable[
-            [dict[str, Any], JSON, dict[str, Any]], tuple[JSON, list[list[str | int]] | None]
-        ],
+        transform: Transform,
         origin: WriteOrigin,
         context: DoorContext | None,
         action: str,
         *,
         op_id: str | None = None,
         expect_revision: int | None = None,
-        written: list[bool] | None = None,
-    ) -> tuple[bool, dict[str, Any] | None]:
-        """One record write in one transaction that also locks the declaration.
+    ) -> Written:
+        """One record write: a one-item run of the record-write pipeline
+        (:mod:`stateflow.states.pipeline`). ``expect_revision`` makes it a compare-and-set:
+        the record (0: absent, never written) must be at that revision, else
+        :class:`RevisionMismatch` and nothing changes."""
+        item = RecordWrite(name, subject_of(subject), transform, op_id, check_revision(expect_revision))
+        return pipeline.run(self, [item], self._origin(origin, context, action))[0]
 
-        Returns ``(applied, record view after the write)``; ``applied`` is False for a replayed
-        ``op_id``. ``expect_revision`` makes it a compare-and-set: the record (0: absent, never
-        written) must be at that revision, else :class:`RevisionMismatch` and nothing changes.
-        ``written`` (if given) receives whether a transition was recorded.
-        """
-        expect_revision = check_revision(expect_revision)
-        subject = subject_of(subject)
-        decl_key, alias_key = DocKey(CATALOG, name), DocKey(ALIASES, name)
-        canonical = subject
-        stamped = origin.model_copy(update={"op_id": op_id}) if op_id else origin
-        completed = self._origin(stamped, context, action)
-        for _ in range(3):  # the alias may move between resolving it and locking: re-resolve
-            key = DocKey(name, canonical.encode())
-
-            def compute(
-                docs: dict[DocKey, Document], key: DocKey = key, canonical: StateSubject = canonical
-            ) -> tuple[list[Write], tuple[Any, ...]]:
-                declaration = self._declaration(docs, name)
-                self._admit(declaration, subject)
-                aliases = docs[alias_key].body or {}
-                resolved = self._resolve(aliases, subject)
-                if resolved is not canonical and resolved != canonical:  # (model equality is slow)
-                    raise _AliasMoved(resolved)
-                current = docs[key]
-                if expect_revision is not None and current.revision != expect_revision:
-                    raise RevisionMismatch(
-                        f"record {canonical.kind}/{canonical.key} of state {name!r} is at revision "
-                        f"{current.revision}, not {expect_revision}; read it again and retry"
-                    )
-                new, paths = transform(declaration, current.value, completed)
-                if new is MISSING:
-                    return [], (aliases, current.body, current.revision, current.seq)
-                self.validators.validate(
-                    self.effective_schema(declaration), new, f"record {canonical.kind}/{canonical.key}"
-                )
-                write = Write.between(key, current.body, new, current.revision, paths=paths)
-                return [write], (aliases, new, current.revision, current.seq)
-
-            try:
-                commit, result = self.store.update(
-                    [key],
-                    compute,
-                    completed,
-                    shared=[decl_key, alias_key],  # fold and re-declare lock them exclusively
-                    op_id=op_id,
-                    op_scope=name,
-                    optimistic=True,  # compute keeps no state between calls
-                )
-            except _AliasMoved as moved:
-                canonical = moved.args[0]
-                continue
-            if not commit.applied or result is None:
-                return False, None
-            aliases, data, revision, seq = result
-            at = None
-            if written is not None:
-                written.append(commit.changed)
-            if commit.changed:
-                revision, seq, at = commit.revisions[key], commit.seq, commit.at
-            # ``data`` is the body the store now caches: the caller gets its own copy
-            return True, detach(self._record(name, subject, canonical, aliases, data, seq, revision, at))
-        raise Conflict(f"subject {subject.kind}/{subject.key} of state {name!r} kept moving; retry")
+    def _view(self, name: str, subject: Any, written: Written) -> dict[str, Any] | None:
+        """The record view after a pipeline write (the caller's own copy: ``data`` is the body
+        the store now caches)."""
+        if written.replayed or written.canonical is None or written.data is MISSING:
+            return None
+        view = self._record(
+            name,
+            subject_of(subject),
+            written.canonical,
+            written.aliases,
+            written.data,
+            written.seq,
+            written.revision,
+            written.at,
+        )
+        out: dict[str, Any] | None = detach(view)
+        return out
 
     def replace(
         self,
@@ -746,16 +686,14 @@ class StatesService(TemplatesMixin):
         """Write ``document`` as the record's whole new body (replace, revert): the same checks
         and ``_trace`` stamp either way, recorded under ``action``."""
 
-        def transform(
-            decl: dict[str, Any], current: JSON, done: dict[str, Any]
-        ) -> tuple[JSON, list[list[str | int]] | None]:
-            self.check_document_write(decl, current, document)
-            return self.stamp_document(decl, current, document, done), [[]]
+        def transform(decl: dict[str, Any], current: JSON, done: dict[str, Any]) -> Change:
+            regimes.check_document_write(decl, current, document)
+            return Change(regimes.stamp_document(decl, current, document, done), [[]])
 
-        _, view = self._write(
+        written = self._write(
             name, subject, transform, origin_of(origin), context, action, expect_revision=expect_revision
         )
-        return view
+        return self._view(name, subject, written)
 
     def merge(
         self,
@@ -773,18 +711,20 @@ class StatesService(TemplatesMixin):
         check(patch, "patch")
         patch = detach(patch)  # the store caches what it writes: keep the caller's object out
 
-        def transform(
-            decl: dict[str, Any], current: JSON, done: dict[str, Any]
-        ) -> tuple[JSON, list[list[str | int]] | None]:
+        def transform(decl: dict[str, Any], current: JSON, done: dict[str, Any]) -> Change:
             if not patch:
-                return MISSING, None
+                return UNCHANGED
             base = current if isinstance(current, dict) else {}
             merged = {**base, **patch}
-            self.check_document_write(decl, current, merged)
-            return self.stamp_document(decl, current, merged, done), [[k] for k in patch]
+            regimes.check_document_write(decl, current, merged)
+            return Change(regimes.stamp_document(decl, current, merged, done), [[k] for k in patch])
 
-        _, view = self._write(
-            name, subject, transform, origin_of(origin), context, "merge", expect_revision=expect_revision
+        view = self._view(
+            name,
+            subject,
+            self._write(
+                name, subject, transform, origin_of(origin), context, "merge", expect_revision=expect_revision
+            ),
         )
         if view is None and not patch:
             subj = subject_of(subject)
@@ -823,51 +763,32 @@ class StatesService(TemplatesMixin):
                 self._write(
                     name,
                     subject,
-                    lambda *_: (MISSING, None),
+                    lambda *_: UNCHANGED,
                     _NO_ORIGIN,
                     context,
                     "apply",
                     expect_revision=expect_revision,
                 )  # raises the mismatch
             return ApplyResult(False, None, None, [])
-        skipped: list[dict[str, Any]] = []
-
-        def transform(
-            decl: dict[str, Any], current: JSON, done: dict[str, Any]
-        ) -> tuple[JSON, list[list[str | int]] | None]:
-            skipped.clear()
-            self.check_ops(decl, parsed)
-            result = apply_ops(current, self.stamp(decl, parsed, done))
-            skipped.extend(result.skipped)
-            if not result.applied:
-                return MISSING, None
-            if result.document is not MISSING and type(result.document) is not dict:
-                raise InvalidInput("a record document must be a JSON object")
-            return result.document, result.paths
-
-        written: list[bool] = []
-        applied, view = self._write(
+        written = self._write(
             name,
             subject,
-            transform,
+            ops_transform(parsed),
             origin_of(origin),
             context,
             "apply",
             op_id=op_id,
             expect_revision=expect_revision,
-            written=written,
         )
-        if not applied:
-            original = self.store.applied_op(op_id, name) if op_id else None
-            return ApplyResult(
-                False, None, None, [], replayed=True, replayed_seq=original if type(original) is int else None
-            )
+        if written.replayed:
+            return ApplyResult(False, None, None, [], replayed=True, replayed_seq=written.replayed_seq)
+        view = self._view(name, subject, written)
         return ApplyResult(
             True,
             view["data"] if view else None,
             view["seq"] if view else None,
-            skipped,
-            written=bool(written and written[0]),
+            written.skipped,
+            written=written.written,
             revision=view["revision"] if view else None,
         )
 
@@ -1270,10 +1191,6 @@ class StatesService(TemplatesMixin):
         return {"pruned": pruned, "op_ids": ops, "audit_rows": audit}
 
 
-class _AliasMoved(Exception):
-    """Internal: the subject's alias changed between resolution and the locked write."""
-
-
 def _plain(subject: StateSubject) -> dict[str, str]:
     return {
         "target_kind": subject.target_kind,
@@ -1287,4 +1204,4 @@ def _short(subject: StateSubject) -> dict[str, str]:
     return {"kind": subject.kind, "key": subject.key}
 
 
-__all__: Sequence[str] = ["ApplyResult", "ConsumerRow", "StatesService"]
+__all__: Sequence[str] = ["ApplyResult", "ConsumerRow", "RevisionMismatch", "StatesService"]

@@ -1,0 +1,266 @@
+"""The one record-write pipeline: every write that changes record data runs here.
+
+Replace, merge, revert, op batches, template-jq updates, units of work, multi-record batches
+and attachment reconcile writes are all lists of :class:`RecordWrite` — a single write is a
+one-item list. One store transaction locks the records (in ``(state, subject)`` order, so
+concurrent writers lock in the same order) and shares the declarations and alias documents
+(a fold or re-declare locks them exclusively, so neither interleaves with a write). For each
+item, in turn:
+
+1. the declaration (or the one being written in the same transaction) and subject admission;
+2. the alias check — the subject must still resolve to the record that was locked; if a fold
+   moved it meanwhile, the whole call goes again against the new canonical subjects (at most
+   :data:`ALIAS_RETRIES` times);
+3. the compare-and-set check (``expect_revision``);
+4. the item's change (regime check, ``_trace`` stamp, ops or whole document) on the record as
+   the items before it left it;
+
+then every changed record must be an object valid against its declaration's effective schema,
+and the writes commit together or not at all. Idempotency is one mechanism: each item's
+``op_id`` is a claim in the same commit; an item whose claim was already recorded is a replay —
+it applies nothing (the others go again without it) and reports the seq its original write
+produced.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final
+
+from stateflow.doc.canonical import JSON
+from stateflow.doc.ops import Op, apply_ops
+from stateflow.doc.select import MISSING
+from stateflow.errors import Conflict, InvalidInput
+from stateflow.states.models import StateSubject
+from stateflow.states.regimes import check_ops, effective_schema, stamp
+from stateflow.store import DocKey, Document, OpIdTaken, Write
+
+if TYPE_CHECKING:
+    from stateflow.states.service import StatesService
+
+ALIAS_RETRIES: Final = 3
+CATALOG: Final = "_states"
+ALIASES: Final = "_aliases"
+
+Path = list[str | int]
+
+
+@dataclass(frozen=True)
+class Change:
+    """What an item does to its record: the new document (:data:`MISSING`: none) and the
+    paths it wrote (empty: nothing changed), with the ops its guards skipped."""
+
+    document: JSON
+    paths: list[Path]
+    skipped: list[dict[str, Any]] = field(default_factory=list)
+
+
+UNCHANGED: Final = Change(MISSING, [])
+
+Transform = Callable[[dict[str, Any], JSON, dict[str, Any]], Change]
+"""``(declaration, current document or MISSING, completed origin) → Change``; raises to refuse.
+It may run more than once (an optimistic attempt, an alias retry): it keeps no state."""
+
+Redeclare = Callable[[dict[str, Any]], dict[str, Any]]
+"""``stored declaration → new declaration`` written in the same transaction as the records."""
+
+
+@dataclass(frozen=True)
+class RecordWrite:
+    state: str
+    subject: StateSubject
+    transform: Transform
+    op_id: str | None = None
+    expect_revision: int | None = None
+
+
+@dataclass
+class Written:
+    """One item's outcome. ``replayed``: its ``op_id`` was already applied (``replayed_seq``
+    the seq of that write, None if it changed nothing); otherwise the record after the item
+    (``data``, MISSING when there is none), at ``seq``/``revision``/``at`` after the commit."""
+
+    replayed: bool = False
+    replayed_seq: int | None = None
+    canonical: StateSubject | None = None
+    aliases: dict[str, Any] = field(default_factory=dict)
+    data: JSON = MISSING
+    seq: int | None = None
+    revision: int = 0
+    at: str | None = None
+    skipped: list[dict[str, Any]] = field(default_factory=list)
+    written: bool = False
+    """this item's record changed in the commit"""
+
+
+class RevisionMismatch(Conflict):
+    """A compare-and-set write named a revision the record is no longer (or not yet) at."""
+
+    code = "revision-mismatch"
+    http_status = 412
+
+
+class _AliasMoved(Exception):
+    """A subject's alias changed between resolution and the locked read: ``{index: canonical}``."""
+
+
+def resolve(aliases: Mapping[str, Any], subject: StateSubject) -> StateSubject:
+    """A subject through its state's fold aliases (one hop: folds keep aliases flat)."""
+    entry = aliases.get(subject.encode())
+    return StateSubject.decode(entry["canonical"]) if entry else subject
+
+
+def run(
+    service: StatesService,
+    items: Sequence[RecordWrite],
+    origin: dict[str, Any],
+    *,
+    labels: Sequence[str] | None = None,
+    redeclare: Mapping[str, Redeclare] | None = None,
+    canonical: Sequence[StateSubject] | None = None,
+) -> list[Written]:
+    """Run ``items`` through the pipeline in one transaction; one :class:`Written` per item, in
+    input order. ``origin`` is the completed origin (an item's ``op_id`` is stamped into its own
+    copy). ``labels`` prefix an item's refusals (``items[3]``); ``redeclare`` rewrites states'
+    declarations in the same transaction (the records then answer to the new ones);
+    ``canonical`` gives subjects already resolved (else each is assumed its own canonical
+    subject, and the alias check corrects that)."""
+    results = [Written() for _ in items]
+    resolved = list(canonical) if canonical is not None else [it.subject for it in items]
+    replayed: set[int] = set()
+    moves = 0
+    commit_origin = {**origin, "op_id": items[0].op_id} if len(items) == 1 and items[0].op_id else origin
+    while True:
+        live = [i for i in range(len(items)) if i not in replayed]
+        if not live and (items or not redeclare):  # (a redeclare with no records runs once)
+            return results
+        keys = {i: DocKey(items[i].state, resolved[i].encode()) for i in live}
+        order = sorted(live, key=lambda i: (keys[i].state, keys[i].subject, i))
+        states = sorted({items[i].state for i in live} | set(redeclare or ()))
+        record_keys = sorted(set(keys.values()))
+        catalog = [DocKey(CATALOG, s) for s in states]
+        rewritten = [k for k in catalog if redeclare and k.subject in redeclare]
+
+        def compute(
+            docs: dict[DocKey, Document],
+            order: list[int] = order,
+            states: list[str] = states,
+            keys: dict[int, DocKey] = keys,
+            record_keys: list[DocKey] = record_keys,
+        ) -> tuple[list[Write], tuple[dict[int, Written], set[DocKey]]]:
+            declarations: dict[str, dict[str, Any]] = {}
+            writes: list[Write] = []
+            for state in states:
+                declared = service._declaration(docs, state)
+                if redeclare and state in redeclare:
+                    new = redeclare[state](declared)
+                    key = DocKey(CATALOG, state)
+                    writes.append(Write.between(key, docs[key].body, new, docs[key].revision))
+                    declared = new
+                declarations[state] = declared
+            moved: dict[int, StateSubject] = {}
+            for i in order:
+                it = items[i]
+                service._admit(declarations[it.state], it.subject)
+                now = resolve(docs[DocKey(ALIASES, it.state)].body or {}, it.subject)
+                if now is not resolved[i] and now != resolved[i]:  # (model equality is slow)
+                    moved[i] = now
+            if moved:
+                raise _AliasMoved(moved)
+            working: dict[DocKey, JSON] = {key: docs[key].value for key in record_keys}
+            paths: dict[DocKey, list[Path]] = {key: [] for key in record_keys}
+            out: dict[int, Written] = {}
+            for i in order:
+                it, key = items[i], keys[i]
+                current = docs[key]
+                if it.expect_revision is not None and current.revision != it.expect_revision:
+                    raise RevisionMismatch(
+                        f"record {resolved[i].kind}/{resolved[i].key} of state {it.state!r} is at "
+                        f"revision {current.revision}, not {it.expect_revision}; read it again and retry"
+                    )
+                stamped = {**origin, "op_id": it.op_id} if it.op_id else origin
+                try:
+                    change = it.transform(declarations[it.state], working[key], stamped)
+                except InvalidInput as exc:
+                    if labels is None:
+                        raise
+                    raise type(exc)(f"{labels[i]}: {exc.message}") from exc
+                if change.paths:
+                    if change.document is not MISSING and type(change.document) is not dict:
+                        where = f"{labels[i]}: " if labels is not None else ""
+                        raise InvalidInput(f"{where}a record document must be a JSON object")
+                    working[key] = change.document
+                    paths[key] += change.paths
+                out[i] = Written(
+                    canonical=resolved[i],
+                    aliases=docs[DocKey(ALIASES, it.state)].body or {},
+                    data=working[key],
+                    seq=current.seq,
+                    revision=current.revision,
+                    at=current.at,
+                    skipped=change.skipped,
+                )
+            for key in record_keys:
+                if not paths[key]:
+                    continue
+                new = working[key]
+                if new is not MISSING:
+                    subject = StateSubject.decode(key.subject)
+                    service.validators.validate(
+                        effective_schema(declarations[key.state]),
+                        new,
+                        f"record {subject.kind}/{subject.key}"
+                        + (f" of state {key.state!r}" if labels is not None else ""),
+                    )
+                writes.append(Write.between(key, docs[key].body, new, docs[key].revision, paths=paths[key]))
+            return writes, (out, {w.key for w in writes if w.edits})
+
+        try:
+            commit, computed = service.store.update(
+                [*record_keys, *rewritten],
+                compute,
+                commit_origin,
+                shared=[k for k in catalog if k not in rewritten] + [DocKey(ALIASES, s) for s in states],
+                claims=[(items[i].state, op) for i in live if (op := items[i].op_id) is not None],
+                optimistic=not rewritten,  # compute keeps no state between calls
+            )
+        except OpIdTaken as taken:
+            for i in live:
+                if (items[i].state, items[i].op_id) in taken.taken:
+                    replayed.add(i)
+                    original = service.store.applied_op(items[i].op_id or "", items[i].state)
+                    results[i] = Written(
+                        replayed=True, replayed_seq=original if type(original) is int else None
+                    )
+            continue
+        except _AliasMoved as exc:
+            moves += 1
+            if moves >= ALIAS_RETRIES:
+                raise Conflict("the written subjects kept being folded meanwhile; retry") from None
+            for i, now in exc.args[0].items():
+                resolved[i] = now
+            continue
+        assert computed is not None
+        outcomes, changed = computed
+        for i, written in outcomes.items():
+            if commit.changed and keys[i] in changed:
+                written.seq, written.at = commit.seq, commit.at
+                written.revision = commit.revisions[keys[i]]
+                written.written = True
+            results[i] = written
+        return results
+
+
+def ops_transform(ops: list[Op]) -> Transform:
+    """An op batch as a pipeline change: the regime check, the ``_trace`` stamp, the ops
+    (guards read the record as the items before left it)."""
+
+    def transform(declaration: dict[str, Any], current: JSON, origin: dict[str, Any]) -> Change:
+        check_ops(declaration, ops)
+        result = apply_ops(current, stamp(declaration, ops, origin))
+        if not result.applied:
+            return Change(current, [], list(result.skipped))
+        return Change(result.document, result.paths, list(result.skipped))
+
+    return transform
