@@ -20,8 +20,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Generic, TypeVar
 
 from stateflow.memory import SCOPES, Identity, MemoryConfig, MemoryView
+from stateflow.memory.scopes import SESSION_ENV
 from stateflow.states import StatesService
 from stateflow.store import Store, open_store
+from stateflow.store.open import ENV_VAR as STORE_ENV
 
 T = TypeVar("T")
 
@@ -66,9 +68,11 @@ class AsyncMemoryView(Offloaded[MemoryView]):
 class AsyncStateflow:
     """A store and its services, awaitable. ``async with`` closes it."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, *, session: str | None = None) -> None:
         self.store = AsyncStore(store)
         self.states = AsyncStatesService(StatesService(store))
+        self.session = session
+        """the default session of memory views (None: ``default``)"""
 
     def memory(
         self,
@@ -78,7 +82,8 @@ class AsyncStateflow:
         scopes: Sequence[str] = SCOPES,
         **config: Any,
     ) -> AsyncMemoryView:
-        view = MemoryView(self.store.sync, Identity.of(agent, cwd, session), scopes, MemoryConfig(**config))
+        identity = Identity.of(agent, cwd, session or self.session)
+        view = MemoryView(self.store.sync, identity, scopes, MemoryConfig(**config))
         return AsyncMemoryView(view)
 
     async def close(self) -> None:
@@ -92,6 +97,10 @@ class AsyncStateflow:
         await self.close()
 
 
-async def connect(store: str | None = None) -> AsyncStateflow:
-    """Open the store at ``store`` (path or URL), ``$STATEFLOW_STORE``, or the default file."""
-    return AsyncStateflow(await asyncio.to_thread(open_store, store))
+async def connect(store: str | None = None, *, session: str | None = None) -> AsyncStateflow:
+    """Open the store at ``store`` (path or URL), ``$STATEFLOW_STORE``, or the default file;
+    ``session`` (else ``$STATEFLOW_SESSION``) is the memory views' default session. The
+    environment is read here, once."""
+    location = store or os.environ.get(STORE_ENV) or None
+    opened = await asyncio.to_thread(open_store, location)
+    return AsyncStateflow(opened, session=session or os.environ.get(SESSION_ENV) or None)

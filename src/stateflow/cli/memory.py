@@ -37,6 +37,7 @@ def memory_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option(
             "--session",
             default=None,
+            envvar=SESSION_ENV,  # read here, at the edge
             help=f"Session id [default: ${SESSION_ENV}, else {DEFAULT_SESSION!r}].",
         ),
         click.option("--scopes", default="global,cwd,session", show_default=True, help="Wanted scopes."),
@@ -126,10 +127,9 @@ TOOL_NAMES = [
 
 def tool_host(view: MemoryView, state_names: Sequence[str] | None = None) -> ToolHost:
     """The memory tools plus the declared-state tools (limited to ``state_names`` when given)."""
-    from stateflow.states import StatesService  # only the state_* tools need the states layer
+    from stateflow.api import states_service  # only the state_* tools need the states layer
 
-    states = StatesService(view.store, Config.from_env())  # the CLI edge parses it
-    states.install_builtins()
+    states = states_service(view.store, Config.from_env())  # the CLI edge parses it
     for name in state_names or ():
         states.get_declaration(name)  # an unknown name is refused before serving
     return ToolHost(view, states, state_names)

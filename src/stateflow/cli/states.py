@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 
+from stateflow.api import states_service
 from stateflow.cli.common import Context, echo_json, pass_context, read_json_arg, refusals
 from stateflow.cli.examples import decorate, output_mode
 from stateflow.client import StatesClient
@@ -48,8 +49,7 @@ def client(ctx: Context, *, reads: bool = False) -> StatesAPI:
     url, token = click.get_current_context().meta.get("states_remote", (None, None))
     if url:
         return StatesClient(url, token)
-    service = StatesService(ctx.reader() if reads else ctx.store(), ctx.config)
-    service.install_builtins()
+    service = states_service(ctx.reader() if reads else ctx.store(), ctx.config)
     return service.acting_as(DoorContext(door="operator", actor=_whoami()))
 
 

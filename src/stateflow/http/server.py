@@ -115,23 +115,19 @@ def run(
 
 def service_for(store: Store, config: Config) -> StatesService:
     """The states service a server runs, its jq pool sized and limited by ``config``."""
+    from stateflow.api import states_service
     from stateflow.jq import JqRunner
-    from stateflow.states import StatesService
 
-    service = StatesService(store, config)
-    service.use_jq(
-        JqRunner(
-            workers=config.jq.workers,
-            timeout=config.jq.timeout_seconds,
-            memory=config.jq.memory_mb * 1024 * 1024,
-            queue=config.jq.queue,
-        )
-    )
-    try:
-        service.install_builtins()
-    except StoreNotMigrated as exc:  # serve anyway: /api/ready says 503 until migrated
+    def warn(exc: StoreNotMigrated) -> None:  # serve anyway: /api/ready says 503 until migrated
         print(f"warning: {exc.message}", file=sys.stderr)
-    return service
+
+    runner = JqRunner(
+        workers=config.jq.workers,
+        timeout=config.jq.timeout_seconds,
+        memory=config.jq.memory_mb * 1024 * 1024,
+        queue=config.jq.queue,
+    )
+    return states_service(store, config, jq=runner, unmigrated=warn)
 
 
 def build_app(service: StatesService, config: Config, token_specs: list[str]) -> Any:

@@ -43,7 +43,7 @@ class Identity:
             raise InvalidInput(
                 f"agent name {agent!r} must be 1-128 characters of letters, digits, '.', '_' or '-'"
             )
-        session = session or os.environ.get(SESSION_ENV) or DEFAULT_SESSION
+        session = session or DEFAULT_SESSION  # $STATEFLOW_SESSION is read by the edges
         if not _SESSION_RE.match(session):
             raise InvalidInput(
                 f"session id {session!r} must be 1-256 characters of letters, digits, '.', '_', ':' "

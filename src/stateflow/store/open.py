@@ -1,4 +1,4 @@
-"""Open a store from a path or URL: ``--store``, then ``STATEFLOW_STORE``, then the default.
+"""Open a store from a path or URL (the edges fold in ``--store`` and ``STATEFLOW_STORE``), else the default.
 
 - ``postgresql://…`` / ``postgres://…`` → PostgreSQL (not migrated automatically: run
   ``stateflow migrate`` once, or pass ``auto_migrate=True``); ``?mode=ro`` makes every session
@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from urllib.parse import parse_qs, parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
@@ -28,8 +27,9 @@ def default_store_path() -> Path:
 
 
 def resolve_store_url(store: str | None = None) -> str:
-    """The store location in effect: the argument, else ``$STATEFLOW_STORE``, else the default."""
-    return store or os.environ.get(ENV_VAR) or str(default_store_path())
+    """The store location in effect: the argument, else the default file. ``$STATEFLOW_STORE``
+    is read by the edges (the CLI's configuration, :func:`stateflow.connect`), never here."""
+    return store or str(default_store_path())
 
 
 def open_store(

@@ -1,0 +1,41 @@
+"""The composition root: the environment is read at the edges (``stateflow.connect``, the CLI),
+once — never by the store opener or the memory identity at call time; one function puts a
+declared-states service together with its built-ins."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import stateflow
+from stateflow.api import states_service
+from stateflow.memory import Identity
+from stateflow.store import default_store_path, resolve_store_url
+from stateflow.store.base import SqlStore
+
+
+def test_nothing_below_the_edges_reads_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STATEFLOW_STORE", "/nowhere/from-env.db")
+    monkeypatch.setenv("STATEFLOW_SESSION", "from-env")
+    assert resolve_store_url(None) == str(default_store_path())
+    assert Identity.of("a", "/", None).session == "default"
+
+
+def test_connect_reads_the_environment_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STATEFLOW_STORE", str(tmp_path / "env.db"))
+    monkeypatch.setenv("STATEFLOW_SESSION", "from-env")
+    with stateflow.connect() as sf:
+        monkeypatch.setenv("STATEFLOW_SESSION", "changed-later")
+        assert sf.memory(agent="a", cwd=str(tmp_path)).identity.session == "from-env"
+        assert sf.memory(agent="a", cwd=str(tmp_path), session="given").identity.session == "given"
+        sf.memory(agent="a", cwd=str(tmp_path)).patch_state({"global": {"tactics": {"n": 1}}})
+    assert (tmp_path / "env.db").exists()
+    with stateflow.connect(str(tmp_path / "arg.db"), session="s2") as sf:
+        assert sf.memory(agent="a", cwd=str(tmp_path)).identity.session == "s2"
+
+
+def test_states_service_installs_the_builtins(store: SqlStore) -> None:
+    service = states_service(store)
+    assert service.get_declaration("memory")["name"] == "memory"
+    assert states_service(store).get_declaration("memory")["version"] >= 1  # idempotent
