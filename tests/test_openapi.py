@@ -75,6 +75,17 @@ SUBJECT = {
 }
 INTO = {k: v for k, v in SUBJECT.items() if k != "name"}
 TEMPLATE = {"schema": {"type": "object", "properties": {"n": {"type": "integer"}}}}
+TALLY = {
+    "schema": {"type": "object", "properties": {"n": {"type": "integer"}}},
+    "template_jq": {
+        "count": {"purpose": "input", "jq": {"content": ".n // 0"}},
+        "bump": {
+            "purpose": "update",
+            "params": ["by"],
+            "jq": {"content": '[{"op": "set", "path": ["n"], "value": ((.n // 0) + $input.by)}]'},
+        },
+    },
+}
 # Every operation once on its success path, in an order where each finds what it needs
 # (random generation rarely names the declared state, so success answers are checked here).
 SUCCESS: list[tuple[str, str, dict[str, Any], Any, dict[str, Any]]] = [
@@ -119,6 +130,23 @@ SUCCESS: list[tuple[str, str, dict[str, Any], Any, dict[str, Any]]] = [
         {},
     ),
     ("/api/state-templates/{name}", "DELETE", {"name": "counter"}, None, {}),
+    # template jq on the record: an update program applies its ops, an input program reads
+    ("/api/state-templates/{name}", "PUT", {"name": "tally"}, TALLY, {}),
+    (
+        "/api/states/{name}/attachments/{template}",
+        "PUT",
+        {"name": "tickets", "template": "tally"},
+        {"path": ["tally"]},
+        {},
+    ),
+    (
+        RECORD + "/template-jq/{program}",
+        "POST",
+        {**SUBJECT, "program": "tally.bump"},
+        {"input": {"by": 2}, "op_id": "tj"},
+        {},
+    ),
+    (RECORD + "/template-jq/{program}", "GET", {**SUBJECT, "program": "tally.count"}, None, {}),
     (RECORD, "GET", SUBJECT, None, {}),
     (RECORD, "PUT", SUBJECT, {"status": "a"}, {}),
     (RECORD, "PATCH", SUBJECT, {"status": "b"}, {}),
@@ -150,6 +178,7 @@ SUCCESS: list[tuple[str, str, dict[str, Any], Any, dict[str, Any]]] = [
 def test_every_operation_answers_its_documented_success(app: FastAPI) -> None:
     loaded = schemathesis.openapi.from_asgi("/openapi.json", app)
     covered = set()
+    answers: dict[tuple[str, str], Any] = {}
     for path, method, params, body, query in SUCCESS:
         op = loaded[path][method]
         kwargs: dict[str, Any] = {"path_parameters": params, "query": query}
@@ -163,11 +192,12 @@ def test_every_operation_answers_its_documented_success(app: FastAPI) -> None:
             response, checks=[response_schema_conformance, status_code_conformance, content_type_conformance]
         )
         covered.add((path, method.lower()))
+        answers.setdefault((path, method), response.json()["data"])
+    jq = RECORD + "/template-jq/{program}"
+    assert answers[(jq, "POST")]["data"]["tally"] == {"n": 2}  # the update program's ops applied
+    assert answers[(jq, "GET")] == {"name": "tally.count", "purpose": "input", "value": 2}
     documented = {(p, m) for p, item in app.openapi()["paths"].items() for m in item}
-    assert documented - covered == {
-        (RECORD + "/template-jq/{program}", "get"),
-        (RECORD + "/template-jq/{program}", "post"),
-    }
+    assert documented == covered
 
 
 def test_document_declares_bearer_and_error_envelopes(app: FastAPI) -> None:
