@@ -27,7 +27,12 @@ from stateflow.doc.ops import parse_ops
 from stateflow.doc.select import MISSING
 from stateflow.errors import Conflict, CorruptStore, InvalidInput, NotFound, StoreReadOnly
 from stateflow.states import pipeline, regimes
-from stateflow.states.attachments import TemplatesMixin
+from stateflow.states.attachments import (
+    Attachments,
+    AttachReconciler,
+    AttachValidator,
+    DetachReferee,
+)
 from stateflow.states.models import Declaration, DoorContext, StateSubject, WriteOrigin
 from stateflow.states.pipeline import (
     UNCHANGED,
@@ -40,10 +45,13 @@ from stateflow.states.pipeline import (
 )
 from stateflow.states.schema import ValidatorCache, check_base_schema, narrowing
 from stateflow.states.search import SORT_MAX, matches, parse_sort, sort_key, split_filters
+from stateflow.states.template_catalog import TemplateCatalog
+from stateflow.states.template_jq import TemplateJq
 from stateflow.store import DocKey, Document, Listed, Store, Write
 from stateflow.store.clock import utc_text
 
 if TYPE_CHECKING:
+    from stateflow.jq import JqRunner
     from stateflow.states.unit import Unit
 
 CATALOG: Final = "_states"
@@ -229,33 +237,171 @@ def _decode_cursor(cursor: str | None) -> str | None:
     return text
 
 
-class StatesService(TemplatesMixin):
+class StatesService:
+    """The declared-states service: a thin facade over its parts.
+
+    - catalog and records live here: declarations (``declare``, ``get_declaration``, …), record
+      reads, as-of reads, diff and revert; every record write runs through the record-write
+      pipeline (:mod:`stateflow.states.pipeline`), under the rules of
+      :mod:`stateflow.states.regimes` (pure);
+    - ``templates`` (:class:`~stateflow.states.template_catalog.TemplateCatalog`): state templates
+      and plugin seeds;
+    - ``attaching`` (:class:`~stateflow.states.attachments.Attachments`): templates attached on
+      states, reconcile, and the attach/detach hooks plugins register;
+    - ``programs`` (:class:`~stateflow.states.template_jq.TemplateJq`): template jq programs and
+      the jq worker pool.
+
+    The facade keeps the published method names (``put_template``, ``attach``,
+    ``template_jq_update``, …); each delegates to its part. ``acting_as`` gives a copy bound to a
+    door context whose parts act for that copy.
+    """
+
     def __init__(self, store: Store, config: Config | None = None) -> None:
         self.store = store
         self.config = config or Config()
         self.default_context = _NO_CONTEXT
         self.validators = ValidatorCache()
         self.consumer_listers: dict[str, ConsumerLister] = {}
-        self.attach_validators = []
-        self.attach_reconcilers = []
-        self.detach_referees = []
-        self.seeds = {}
-        self._jq = None
+        self.templates = TemplateCatalog(self)
+        self.attaching = Attachments(self)
+        self.programs = TemplateJq(self)
         self._builtins_installed = False
 
     def acting_as(self, context: DoorContext) -> StatesService:
         """This service with ``context`` (door, actor) stamped on every write that passes none —
-        sharing the store, validators and jq workers. A door binds its caller's identity once
-        instead of passing it to every call."""
+        sharing the store, validators, templates, hooks and jq workers. A door binds its caller's
+        identity once instead of passing it to every call."""
         bound = copy.copy(self)
         bound.default_context = context
+        for part in ("templates", "attaching", "programs"):
+            rebound = copy.copy(getattr(self, part))  # shares the part's registries and pool
+            rebound.svc = bound
+            setattr(bound, part, rebound)
         return bound
 
     def close(self) -> None:
         """Stop the jq workers (the store is the caller's to close)."""
-        if self._jq is not None:
-            self._jq.close()
-            self._jq = None
+        self.programs.close()
+
+    # ------------------------------------------------------------------ templates (the parts)
+
+    @property
+    def seeds(self) -> dict[str, dict[str, Any]]:
+        return self.templates.seeds
+
+    @property
+    def attach_validators(self) -> list[AttachValidator]:
+        return self.attaching.validators
+
+    @property
+    def attach_reconcilers(self) -> list[AttachReconciler]:
+        return self.attaching.reconcilers
+
+    @property
+    def detach_referees(self) -> list[DetachReferee]:
+        return self.attaching.referees
+
+    def use_jq(self, runner: JqRunner) -> None:
+        """Run jq on ``runner`` (a server sizes and limits its pool from its configuration)."""
+        self.programs.use_jq(runner)
+
+    def jq(self) -> JqRunner:
+        """The jq worker pool (limits, workers and queue from the service's configuration)."""
+        return self.programs.jq()
+
+    def get_template(self, name: str) -> dict[str, Any]:
+        return self.templates.get(name)
+
+    def list_templates(self) -> list[dict[str, Any]]:
+        return self.templates.listed()
+
+    def put_template(
+        self,
+        name: str,
+        raw: Any,
+        *,
+        replace: bool = False,
+        context: DoorContext | None = None,
+        shipped: bool = False,
+    ) -> dict[str, Any]:
+        """Upload a template; with ``replace`` every live attachment is re-validated first."""
+        return self.templates.put(name, raw, replace=replace, context=context, shipped=shipped)
+
+    def delete_template(self, name: str, *, context: DoorContext | None = None) -> dict[str, Any]:
+        return self.templates.delete(name, context=context)
+
+    def register_seed(self, raw: dict[str, Any]) -> None:
+        """A template a plugin ships; installed at start when the store has none of that name."""
+        self.templates.register_seed(raw)
+
+    def install_seeds(self) -> None:
+        self.templates.install_seeds()
+
+    def attachments(self, name: str) -> list[dict[str, Any]]:
+        return self.attaching.listed(name)
+
+    def get_attachment(self, name: str, template: str) -> dict[str, Any]:
+        return self.attaching.get(name, template)
+
+    def attach(
+        self, name: str, template: str, body: Any, *, context: DoorContext | None = None
+    ) -> dict[str, Any]:
+        return self.attaching.attach(name, template, body, context=context)
+
+    def update_attachment(
+        self, name: str, template: str, body: Any, *, context: DoorContext | None = None
+    ) -> dict[str, Any]:
+        """New declarations for an attachment; items they no longer cover are closed (reconcile)
+        in the same transaction."""
+        return self.attaching.update(name, template, body, context=context)
+
+    def detach(self, name: str, template: str, *, context: DoorContext | None = None) -> dict[str, Any]:
+        return self.attaching.detach(name, template, context=context)
+
+    def register_detach_referee(self, referee: DetachReferee) -> None:
+        self.attaching.register_detach_referee(referee)
+
+    def register_attach_validator(self, validator: AttachValidator) -> None:
+        """``validator(state, template, declarations, effective_schema)`` raises to refuse an attach."""
+        self.attaching.register_attach_validator(validator)
+
+    def register_attach_reconciler(self, reconciler: AttachReconciler) -> None:
+        """``reconciler(state, template, operation, previous, new, options)`` returns
+        ``[(subject, ops)]`` to apply in the same transaction as the declarations change."""
+        self.attaching.register_attach_reconciler(reconciler)
+
+    def template_jq_purpose(self, name: str, reference: str) -> str:
+        """``input`` or ``update``: what the named program is for."""
+        return self.programs.purpose(name, reference)
+
+    def template_jq_input(
+        self, name: str, subject: Any, reference: str, params: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Evaluate an ``input`` program over the record's subtree; writes nothing."""
+        return self.programs.input(name, subject, reference, params)
+
+    def template_jq_update(
+        self,
+        name: str,
+        subject: Any,
+        reference: str,
+        input_value: Any = None,
+        *,
+        op_id: str | None = None,
+        context: DoorContext | None = None,
+    ) -> dict[str, Any]:
+        """Evaluate an ``update`` program and apply the op batch it returns."""
+        return self.programs.update(name, subject, reference, input_value, op_id=op_id, context=context)
+
+    def template_jq_ops(self, name: str, subject: Any, reference: str, input_value: Any = None) -> Any:
+        """The op batch an ``update`` program returns for the record (nothing is applied)."""
+        return self.programs.ops(name, subject, reference, input_value)
+
+    # the write-path rules (pure; :mod:`stateflow.states.regimes`), under the service's names
+    check_ops = staticmethod(regimes.check_ops)
+    check_document_write = staticmethod(regimes.check_document_write)
+    stamp = staticmethod(regimes.stamp)
+    stamp_document = staticmethod(regimes.stamp_document)
 
     # ------------------------------------------------------------------ effective schema
 
@@ -389,7 +535,7 @@ class StatesService(TemplatesMixin):
             body = dict(stored)
             if old is not None and old.get("attachments"):
                 body["attachments"] = old["attachments"]
-                body["effective"] = self._effective(stored["schema"], old["attachments"])
+                body["effective"] = self.attaching.effective(stored["schema"], old["attachments"])
             return [Write.between(key, old, body, docs[key].revision)], body
 
         commit, body = self.store.update([key], compute, self._origin(WriteOrigin(), context, "declare"))

@@ -1,0 +1,203 @@
+"""Template jq: the ``input`` and ``update`` programs a template declares, run over the
+attachment's subtree of a record on the service's jq worker pool. An update program's op batch
+is rebased under the attachment path and applied through the record-write pipeline."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from stateflow.doc.canonical import JSON
+from stateflow.errors import InvalidInput, NotFound
+from stateflow.states.models import DoorContext
+from stateflow.states.templates import TemplateInvalid, build_prelude
+
+if TYPE_CHECKING:
+    from stateflow.jq import JqRunner
+    from stateflow.states.service import StatesService
+
+
+class TemplateJq:
+    """Template jq programs of one service (``service.programs``), and its jq worker pool."""
+
+    def __init__(self, svc: StatesService) -> None:
+        self.svc = svc
+        self._jq: JqRunner | None = None
+
+    def close(self) -> None:
+        """Stop the jq workers."""
+        if self._jq is not None:
+            self._jq.close()
+            self._jq = None
+
+    def use_jq(self, runner: JqRunner) -> None:
+        """Run jq on ``runner`` (a server sizes and limits its pool from its configuration)."""
+        if self._jq is not None:
+            self._jq.close()
+        self._jq = runner
+
+    def jq(self) -> JqRunner:
+        """The jq worker pool (limits, workers and queue from the service's configuration)."""
+        if self._jq is None:
+            from stateflow.jq import JqRunner
+
+            limits = self.svc.config.jq
+            self._jq = JqRunner(
+                workers=limits.workers,
+                timeout=limits.timeout_seconds,
+                memory=limits.memory_mb * 1024 * 1024,
+                queue=limits.queue,
+            )
+        return self._jq
+
+    def eval(self, program: str, value: JSON, variables: dict[str, JSON], what: str) -> JSON:
+        from stateflow.jq import JqError
+
+        try:
+            return self.svc.programs.jq().first(program, value, variables)
+        except JqError as exc:
+            raise TemplateInvalid(f"{what} failed to evaluate: {exc.message}") from exc
+
+    # ------------------------------------------------------------------ template jq
+
+    def program(
+        self, name: str, reference: str, purpose: str
+    ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        decl = self.svc.get_declaration(name)
+        rows = {a["template"]: a for a in decl["attachments"]}
+        docs = self.svc.templates.docs(sorted(rows)) if rows else {}
+        if "." in reference:
+            tname, pname = reference.split(".", 1)
+            if tname not in rows:
+                raise NotFound(f"template {tname!r} is not attached on state {name!r}")
+            if pname not in (docs[tname].get("template_jq") or {}):
+                raise NotFound(
+                    f"template {tname!r} attached on state {name!r} declares no template_jq {pname!r}"
+                )
+        else:
+            pname = reference
+            owners = [t for t in sorted(rows) if pname in (docs[t].get("template_jq") or {})]
+            if not owners:
+                raise NotFound(f"no template_jq {pname!r} on any template attached on state {name!r}")
+            if len(owners) > 1:
+                raise InvalidInput(
+                    f"template_jq {pname!r} is declared by more than one template attached on state {name!r} "
+                    f"({', '.join(owners)}); qualify it as <template>.{pname}"
+                )
+            tname = owners[0]
+        program = docs[tname]["template_jq"][pname]
+        if program["purpose"] != purpose:
+            raise InvalidInput(
+                f"template_jq {pname!r} on template {tname!r} has purpose {program['purpose']!r}, needs {purpose!r}"
+            )
+        return docs[tname], rows[tname], program
+
+    def purpose(self, name: str, reference: str) -> str:
+        """``input`` or ``update``: what the named program is for."""
+        for purpose in ("input", "update"):
+            try:
+                self.program(name, reference, purpose)
+                return purpose
+            except NotFound:
+                raise
+            except InvalidInput:
+                continue
+        raise InvalidInput(f"template_jq {reference!r} cannot be resolved on state {name!r}")
+
+    def input(self, name: str, subject: Any, reference: str, params: dict[str, Any]) -> dict[str, Any]:
+        """Evaluate an ``input`` program over the record's subtree; writes nothing."""
+        template, attachment, program = self.program(name, reference, "input")
+        declared = program.get("params", [])
+        missing, unknown = sorted(set(declared) - set(params)), sorted(set(params) - set(declared))
+        if missing or unknown:
+            raise InvalidInput(
+                f"template_jq {reference!r} on template {template['name']!r} takes params {declared}, missing {missing}, got unknown {unknown}"
+            )
+        value = self.run_program(name, subject, template, attachment, program, reference, {"params": params})
+        return {"name": reference, "purpose": "input", "value": value}
+
+    def run_program(
+        self,
+        name: str,
+        subject: Any,
+        template: dict[str, Any],
+        attachment: dict[str, Any],
+        program: dict[str, Any],
+        reference: str,
+        variables: dict[str, Any],
+    ) -> JSON:
+        """Evaluate a program (with its sibling prelude) over the record's attachment subtree."""
+        record = self.svc.read(name, subject)
+        subtree = _subtree(record["data"] if record else None, attachment["path"])
+        return self.eval(
+            build_prelude(template["template_jq"]) + program["jq"]["content"],
+            subtree,
+            {"parameters": attachment["parameters"], "declarations": attachment["declarations"], **variables},
+            f"template_jq {reference!r} on template {template['name']!r}",
+        )
+
+    def update(
+        self,
+        name: str,
+        subject: Any,
+        reference: str,
+        input_value: Any = None,
+        *,
+        op_id: str | None = None,
+        context: DoorContext | None = None,
+    ) -> dict[str, Any]:
+        """Evaluate an ``update`` program and apply the op batch it returns (rebased under the
+        attachment path, guard paths included) through the ordinary apply door."""
+        rebased = self.ops(name, subject, reference, input_value)
+        result = self.svc.apply(
+            name, subject, rebased, op_id=op_id, origin={"meta": {"template_jq": reference}}, context=context
+        )
+        return {"name": reference, **result.to_json()}
+
+    def ops(self, name: str, subject: Any, reference: str, input_value: Any = None) -> Any:
+        """The op batch an ``update`` program returns for the record, rebased under the
+        attachment path (guard paths included); nothing is applied."""
+        template, attachment, program = self.program(name, reference, "update")
+        declared = program.get("params", [])
+        if declared:
+            if not isinstance(input_value, dict):
+                raise InvalidInput(
+                    f"template_jq {reference!r} declares params {declared}, so its input must be an object, got {input_value!r}"
+                )
+            missing, extra = (
+                sorted(set(declared) - set(input_value)),
+                sorted(set(input_value) - set(declared)),
+            )
+            if missing or extra:
+                raise InvalidInput(
+                    f"template_jq {reference!r} input missing {missing}, has undeclared {extra}"
+                )
+        ops = self.run_program(
+            name, subject, template, attachment, program, reference, {"input": input_value}
+        )
+        return _rebase(ops, attachment["path"], f"template_jq {reference!r}")
+
+
+def _subtree(data: JSON, path: list[str]) -> JSON:
+    node = data
+    for seg in path:
+        if type(node) is not dict or seg not in node:
+            return {}
+        node = node[seg]
+    return node if type(node) is dict else {}
+
+
+def _rebase(ops: Any, base: list[str], what: str) -> list[Any]:
+    if not isinstance(ops, list):
+        raise TemplateInvalid(
+            f"{what} is an update program, so its jq must return an op batch (a list of ops), got {ops!r}"
+        )
+    out = []
+    for op in ops:
+        if not isinstance(op, dict) or not isinstance(op.get("path"), list):
+            raise TemplateInvalid(f"an update-program op must be an object carrying a list path, got {op!r}")
+        rebased = {**op, "path": [*base, *op["path"]]}
+        guard = op.get("guard")
+        if isinstance(guard, dict) and isinstance(guard.get("path"), list):
+            rebased["guard"] = {**guard, "path": [*base, *guard["path"]]}  # guards are template-relative too
+        out.append(rebased)
+    return out
