@@ -9,13 +9,11 @@ re-declare and a write never interleave. Every write is stamped with its complet
 
 from __future__ import annotations
 
-import base64
 import copy
 import functools
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final
 
 from pydantic import ValidationError
@@ -26,13 +24,14 @@ from stateflow.doc.diff import Edit, diff, to_patch
 from stateflow.doc.ops import parse_ops
 from stateflow.doc.select import MISSING
 from stateflow.errors import Conflict, CorruptStore, InvalidInput, NotFound, StoreReadOnly
-from stateflow.states import pipeline, regimes
+from stateflow.states import pipeline, regimes, retention
 from stateflow.states.attachments import (
     Attachments,
     AttachReconciler,
     AttachValidator,
     DetachReferee,
 )
+from stateflow.states.listing import PAGE_MAX, Listing, _plain
 from stateflow.states.models import Declaration, DoorContext, StateSubject, WriteOrigin
 from stateflow.states.pipeline import (
     UNCHANGED,
@@ -44,11 +43,9 @@ from stateflow.states.pipeline import (
     ops_transform,
 )
 from stateflow.states.schema import ValidatorCache, check_base_schema, narrowing
-from stateflow.states.search import SORT_MAX, matches, parse_sort, sort_key, split_filters
 from stateflow.states.template_catalog import TemplateCatalog
 from stateflow.states.template_jq import TemplateJq
-from stateflow.store import DocKey, Document, Listed, Store, Write
-from stateflow.store.clock import utc_text
+from stateflow.store import DocKey, Document, Store, Write
 
 if TYPE_CHECKING:
     from stateflow.jq import JqRunner
@@ -56,9 +53,6 @@ if TYPE_CHECKING:
 
 CATALOG: Final = "_states"
 ALIASES: Final = "_aliases"
-PAGE_DEFAULT: Final = 200
-PAGE_MAX: Final = 500
-_SORTED: Final = "\x00sorted:"  # a sorted search's cursor text (an offset), never a subject
 
 
 class StateNotFound(NotFound):
@@ -210,33 +204,6 @@ def check_revision(value: Any, what: str = "expect_revision") -> int | None:
     return value
 
 
-def page_limit(limit: Any) -> int:
-    if limit is None:
-        return PAGE_DEFAULT
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:
-        raise InvalidInput(f"limit must be a positive integer, got {limit!r}")
-    return min(limit, PAGE_MAX)
-
-
-def _encode_cursor(text: str) -> str:
-    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
-
-
-def _decode_cursor(cursor: str | None) -> str | None:
-    if cursor is None or cursor == "":
-        return None
-    malformed = InvalidInput("cursor is malformed; use only a cursor returned by a prior page")
-    if not re.fullmatch(r"[A-Za-z0-9_-]+", cursor):
-        raise malformed
-    try:
-        text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise malformed from exc
-    if not text:
-        raise malformed
-    return text
-
-
 class StatesService:
     """The declared-states service: a thin facade over its parts.
 
@@ -249,7 +216,9 @@ class StatesService:
     - ``attaching`` (:class:`~stateflow.states.attachments.Attachments`): templates attached on
       states, reconcile, and the attach/detach hooks plugins register;
     - ``programs`` (:class:`~stateflow.states.template_jq.TemplateJq`): template jq programs and
-      the jq worker pool.
+      the jq worker pool;
+    - ``listing`` (:class:`~stateflow.states.listing.Listing`): audit trail, subjects, search,
+      stats; retention is :func:`stateflow.states.retention.prune`.
 
     The facade keeps the published method names (``put_template``, ``attach``,
     ``template_jq_update``, …); each delegates to its part. ``acting_as`` gives a copy bound to a
@@ -265,6 +234,7 @@ class StatesService:
         self.templates = TemplateCatalog(self)
         self.attaching = Attachments(self)
         self.programs = TemplateJq(self)
+        self.listing = Listing(self)
         self._builtins_installed = False
 
     def acting_as(self, context: DoorContext) -> StatesService:
@@ -273,7 +243,7 @@ class StatesService:
         identity once instead of passing it to every call."""
         bound = copy.copy(self)
         bound.default_context = context
-        for part in ("templates", "attaching", "programs"):
+        for part in ("templates", "attaching", "programs", "listing"):
             rebound = copy.copy(getattr(self, part))  # shares the part's registries and pool
             rebound.svc = bound
             setattr(bound, part, rebound)
@@ -573,16 +543,6 @@ class StatesService:
         for lister in self.consumer_listers.values():
             rows.extend(r.to_json() for r in lister(name))
         return rows
-
-    def _kind_counts(self, state: str) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        after = None
-        while page := self.store.scan(state, after=after, limit=PAGE_MAX):
-            for item in page:
-                kind = StateSubject.decode(item.key.subject).kind
-                counts[kind] = counts.get(kind, 0) + 1
-            after = page[-1].key.subject
-        return counts
 
     def _declaration(self, docs: dict[DocKey, Document], name: str) -> dict[str, Any]:
         body = docs[DocKey(CATALOG, name)].body
@@ -1086,42 +1046,13 @@ class StatesService:
         order = ["mode", "from", "into", "already", "flattened", "merged_members"]
         return {k: report[k] for k in order if k in report}
 
-    # ------------------------------------------------------------------ audit and listings
+    # ------------------------------------------------------------------ listings and retention
 
     def writes(
         self, name: str, subject: Any, *, limit: Any = None, cursor: str | None = None
     ) -> dict[str, Any]:
         """The record's audit trail, newest first, keyset-paginated."""
-        self.get_declaration(name)
-        subject = subject_of(subject)
-        canonical = self._canonical(name, subject)
-        n = page_limit(limit)
-        before = None
-        if cursor:
-            raw = _decode_cursor(cursor)
-            if raw is None or not raw.isdigit():
-                raise InvalidInput("writes cursor is malformed; use only a cursor returned by a prior page")
-            before = int(raw)
-        # one change more than the page: a cursor only when another page exists (not after an
-        # exactly full last page, which would lead to an empty one)
-        changes = self.store.history(
-            [DocKey(name, canonical.encode())], limit=n + 1, before_seq=before, members=()
-        )
-        more = len(changes) > n
-        changes = changes[:n]
-        items = [
-            {
-                "seq": c.seq,
-                "at": c.at,
-                "origin": {k: v for k, v in c.origin.items() if k != "action"},
-                "action": c.origin.get("action"),
-                "paths": c.paths,
-                "revision": c.revision,
-            }
-            for c in changes
-        ]
-        next_cursor = _encode_cursor(str(changes[-1].seq)) if more else None
-        return {"items": items, "next_cursor": next_cursor}
+        return self.listing.writes(name, subject, limit=limit, cursor=cursor)
 
     def subjects(
         self,
@@ -1132,16 +1063,7 @@ class StatesService:
         cursor: str | None = None,
         tenants: set[tuple[str, str]] | None = None,
     ) -> dict[str, Any]:
-        self.get_declaration(name)
-        items, next_cursor = self._page(
-            lambda after, size: self.store.scan(name, after=after, limit=size),
-            lambda subj, _item: (
-                (kind is None or subj.kind == kind) and (tenants is None or subj.tenant in tenants)
-            ),
-            page_limit(limit),
-            cursor,
-        )
-        return {"subjects": items, "next_cursor": next_cursor}
+        return self.listing.subjects(name, kind=kind, limit=limit, cursor=cursor, tenants=tenants)
 
     def search(
         self,
@@ -1154,140 +1076,16 @@ class StatesService:
         sort: Any = None,
         include_data: bool = False,
     ) -> dict[str, Any]:
-        """Records matching ``filters`` (containment plus ``$`` operators, see
-        :mod:`stateflow.states.search`), in subject order — or in ``sort`` order, over at most
-        10,000 matches. ``include_data`` adds each match's document as ``data``."""
-        self.get_declaration(name)
-        containment, predicates = split_filters(filters)
-        order = parse_sort(sort)
-        if type(include_data) is not bool:
-            raise InvalidInput("include_data must be true or false")
-        bodies: dict[str, Any] = {}
-        with_bodies = bool(predicates or order or include_data)
-
-        def fetch(after: str | None, size: int) -> list[Listed]:
-            if containment:
-                page = self.store.search(name, containment, after=after, limit=size)
-            else:
-                page = self.store.scan(name, after=after, limit=size)
-            bodies.clear()
-            if with_bodies and page:
-                docs = self.store.read([x.key for x in page])
-                bodies.update((x.key.subject, docs[x.key].body) for x in page)
-            return page
-
-        def keep(subj: StateSubject, item: Listed) -> bool:
-            if tenants is not None and subj.tenant not in tenants:
-                return False
-            return not predicates or matches(bodies.get(item.key.subject), predicates)
-
-        def extra(item: Listed) -> dict[str, Any]:
-            return {"data": bodies.get(item.key.subject)} if include_data else {}
-
-        n = page_limit(limit)
-        if order:
-            items, next_cursor = self._sorted_page(fetch, keep, extra, order, bodies, n, cursor)
-        else:
-            items, next_cursor = self._page(fetch, keep, n, cursor, extra)
-        return {"matches": items, "next_cursor": next_cursor}
-
-    def _sorted_page(
-        self,
-        fetch: Callable[[str | None, int], list[Listed]],
-        keep: Callable[[StateSubject, Listed], bool],
-        extra: Callable[[Listed], dict[str, Any]],
-        order: list[tuple[tuple[str, ...], bool]],
-        bodies: dict[str, Any],
-        n: int,
-        cursor: str | None,
-    ) -> tuple[list[dict[str, Any]], str | None]:
-        """Every match, sorted, then one page of it by offset (the cursor names the offset)."""
-        offset = 0
-        text = _decode_cursor(cursor)
-        if text is not None:
-            if not text.startswith(_SORTED) or not text[len(_SORTED) :].isdigit():
-                raise InvalidInput("cursor is malformed; use only a cursor returned by a prior page")
-            offset = int(text[len(_SORTED) :])
-        found: list[tuple[tuple[Any, ...], str, dict[str, Any]]] = []
-        after = None
-        while page := fetch(after, PAGE_MAX):
-            for item in page:
-                subject = StateSubject.decode(item.key.subject)
-                if not keep(subject, item):
-                    continue
-                if len(found) == SORT_MAX:
-                    raise InvalidInput(
-                        f"a sorted search covers at most {SORT_MAX} matches; narrow the filters"
-                    )
-                body = bodies.get(item.key.subject)
-                key = tuple(sort_key(body, path, desc) for path, desc in order)
-                row = {
-                    "subject": _plain(subject),
-                    "updated_at": item.at,
-                    "revision": item.revision,
-                    **extra(item),
-                }
-                found.append((key, item.key.subject, row))
-            if len(page) < PAGE_MAX:
-                break
-            after = page[-1].key.subject
-        found.sort(key=lambda f: (f[0], f[1]))
-        rows = [row for _, _, row in found[offset : offset + n]]
-        more = offset + n < len(found)
-        return rows, _encode_cursor(f"{_SORTED}{offset + n}") if more else None
-
-    @staticmethod
-    def _page(
-        fetch: Callable[[str | None, int], list[Listed]],
-        keep: Callable[[StateSubject, Listed], bool],
-        n: int,
-        cursor: str | None,
-        extra: Callable[[Listed], dict[str, Any]] | None = None,
-    ) -> tuple[list[dict[str, Any]], str | None]:
-        """One keyset page of at most ``n`` kept subjects, and a cursor only when more follow.
-
-        Once the page is full the scan looks ahead for one more kept subject: found, the cursor
-        resumes after the page's last subject; the scan ran out, there is no cursor (no empty
-        last page). The look-ahead reads at most one more batch; past that (filters that keep
-        little) the cursor resumes after the last subject looked at, so they are not scanned
-        again — and that one page may come back empty."""
-        after = _decode_cursor(cursor)
-        out: list[dict[str, Any]] = []
-        last = None  # the last subject looked at
-        end = None  # the page's last subject
-        extra_batches = 0
-        while True:
-            page = fetch(after, PAGE_MAX)
-            for item in page:
-                last = item.key.subject
-                subject = StateSubject.decode(last)
-                if not keep(subject, item):
-                    continue
-                if len(out) == n:  # one more exists
-                    return out, _encode_cursor(end) if end else None
-                row = {"subject": _plain(subject), "updated_at": item.at, "revision": item.revision}
-                out.append({**row, **extra(item)} if extra is not None else row)
-                end = last
-            if len(page) < PAGE_MAX:
-                return out, None
-            if len(out) == n:
-                extra_batches += 1
-                if extra_batches > 1:
-                    return out, _encode_cursor(last) if last else None
-            after = last
+        """Records matching ``filters`` (see :meth:`stateflow.states.listing.Listing.search`)."""
+        return self.listing.search(
+            name, filters, limit=limit, cursor=cursor, tenants=tenants, sort=sort, include_data=include_data
+        )
 
     def stats(self, name: str) -> dict[str, Any]:
-        decl = self.get_declaration(name)
-        fields = self.store.member_counts(name)
-        per_kind = self._kind_counts(name)
-        return {
-            "records": sum(per_kind.values()),
-            "per_field": {p: fields.get(p, 0) for p in decl["schema"].get("properties", {})},
-            "per_kind": {k: per_kind.get(k, 0) for k in decl["subject_kinds"]},
-            "consumers": len([r for r in self.consumers(name) if not r.get("unavailable")]),
-        }
+        return self.listing.stats(name)
 
-    # ------------------------------------------------------------------ retention
+    def _kind_counts(self, state: str) -> dict[str, int]:
+        return self.listing.kind_counts(state)
 
     def prune(
         self,
@@ -1296,54 +1094,8 @@ class StatesService:
         now: datetime | None = None,
         progress: Callable[[str, int], None] | None = None,
     ) -> dict[str, Any]:
-        """Delete expired records (per-state ``retention_days`` or the configured default),
-        expired op_id keys and, when audit retention is configured, audit rows older than that.
-
-        ``progress(state, records erased so far)`` is called as the sweep goes (each erase is
-        its own write)."""
-        retention = self.config.retention
-        default_days, op_days, audit_days = retention.default_days, retention.op_days, retention.audit_days
-        now = now or datetime.now(UTC)
-        pruned: dict[str, int] = {}
-        ctx = context or DoorContext(door="operator", actor="retention")
-        for decl in self.list_declarations():
-            days = decl.get("retention_days") or default_days
-            if not days:
-                continue
-            cutoff = utc_text(now - timedelta(days=days))
-            count = 0
-            after = None
-            while page := self.store.scan(decl["name"], after=after, limit=PAGE_MAX):
-                expired = [x for x in page if x.at is not None and x.at < cutoff]
-                for item in expired:
-                    self.erase(
-                        decl["name"],
-                        StateSubject.decode(item.key.subject),
-                        origin={"consumer": "retention"},
-                        context=ctx,
-                    )
-                    count += 1
-                    if progress is not None:
-                        progress(decl["name"], count)
-                after = page[-1].key.subject
-            pruned[decl["name"]] = count
-        op_cutoff = utc_text(now - timedelta(days=op_days))
-        ops = self.store.prune_ops(op_cutoff)
-        audit: dict[str, int] = {}
-        if audit_days:
-            audit_cutoff = utc_text(now - timedelta(days=audit_days))
-            for decl in self.list_declarations():
-                audit[decl["name"]] = self.store.prune_history(decl["name"], audit_cutoff)
-        return {"pruned": pruned, "op_ids": ops, "audit_rows": audit}
-
-
-def _plain(subject: StateSubject) -> dict[str, str]:
-    return {
-        "target_kind": subject.target_kind,
-        "target_name": subject.target_name,
-        "kind": subject.kind,
-        "key": subject.key,
-    }
+        """Delete expired records, op_id keys and audit rows (see :func:`stateflow.states.retention.prune`)."""
+        return retention.prune(self, context=context, now=now, progress=progress)
 
 
 def _short(subject: StateSubject) -> dict[str, str]:

@@ -1,0 +1,278 @@
+"""Listings of declared states: a record's audit trail, subjects, search, stats.
+
+Pages are keyset-paginated by subject (a sorted search pages by offset over at most
+``SORT_MAX`` matches); cursors are opaque base64 text.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final
+
+from stateflow.errors import InvalidInput
+from stateflow.states.models import StateSubject
+from stateflow.states.search import SORT_MAX, matches, parse_sort, sort_key, split_filters
+from stateflow.store import DocKey, Listed
+
+if TYPE_CHECKING:
+    from stateflow.states.service import StatesService
+
+PAGE_DEFAULT: Final = 200
+PAGE_MAX: Final = 500
+_SORTED: Final = "\x00sorted:"  # a sorted search's cursor text (an offset), never a subject
+
+
+def page_limit(limit: Any) -> int:
+    if limit is None:
+        return PAGE_DEFAULT
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:
+        raise InvalidInput(f"limit must be a positive integer, got {limit!r}")
+    return min(limit, PAGE_MAX)
+
+
+def _encode_cursor(text: str) -> str:
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str | None) -> str | None:
+    if cursor is None or cursor == "":
+        return None
+    malformed = InvalidInput("cursor is malformed; use only a cursor returned by a prior page")
+    if not re.fullmatch(r"[A-Za-z0-9_-]+", cursor):
+        raise malformed
+    try:
+        text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise malformed from exc
+    if not text:
+        raise malformed
+    return text
+
+
+def _plain(subject: StateSubject) -> dict[str, str]:
+    return {
+        "target_kind": subject.target_kind,
+        "target_name": subject.target_name,
+        "kind": subject.kind,
+        "key": subject.key,
+    }
+
+
+class Listing:
+    """The listings of one service (``service.listing``)."""
+
+    def __init__(self, svc: StatesService) -> None:
+        self.svc = svc
+
+    def kind_counts(self, state: str) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        after = None
+        while page := self.svc.store.scan(state, after=after, limit=PAGE_MAX):
+            for item in page:
+                kind = StateSubject.decode(item.key.subject).kind
+                counts[kind] = counts.get(kind, 0) + 1
+            after = page[-1].key.subject
+        return counts
+
+    def writes(
+        self, name: str, subject: Any, *, limit: Any = None, cursor: str | None = None
+    ) -> dict[str, Any]:
+        """The record's audit trail, newest first, keyset-paginated."""
+        from stateflow.states.service import subject_of  # the service builds on this module
+
+        self.svc.get_declaration(name)
+        subject = subject_of(subject)
+        canonical = self.svc._canonical(name, subject)
+        n = page_limit(limit)
+        before = None
+        if cursor:
+            raw = _decode_cursor(cursor)
+            if raw is None or not raw.isdigit():
+                raise InvalidInput("writes cursor is malformed; use only a cursor returned by a prior page")
+            before = int(raw)
+        # one change more than the page: a cursor only when another page exists (not after an
+        # exactly full last page, which would lead to an empty one)
+        changes = self.svc.store.history(
+            [DocKey(name, canonical.encode())], limit=n + 1, before_seq=before, members=()
+        )
+        more = len(changes) > n
+        changes = changes[:n]
+        items = [
+            {
+                "seq": c.seq,
+                "at": c.at,
+                "origin": {k: v for k, v in c.origin.items() if k != "action"},
+                "action": c.origin.get("action"),
+                "paths": c.paths,
+                "revision": c.revision,
+            }
+            for c in changes
+        ]
+        next_cursor = _encode_cursor(str(changes[-1].seq)) if more else None
+        return {"items": items, "next_cursor": next_cursor}
+
+    def subjects(
+        self,
+        name: str,
+        *,
+        kind: str | None = None,
+        limit: Any = None,
+        cursor: str | None = None,
+        tenants: set[tuple[str, str]] | None = None,
+    ) -> dict[str, Any]:
+        self.svc.get_declaration(name)
+        items, next_cursor = self.page(
+            lambda after, size: self.svc.store.scan(name, after=after, limit=size),
+            lambda subj, _item: (
+                (kind is None or subj.kind == kind) and (tenants is None or subj.tenant in tenants)
+            ),
+            page_limit(limit),
+            cursor,
+        )
+        return {"subjects": items, "next_cursor": next_cursor}
+
+    def search(
+        self,
+        name: str,
+        filters: Any,
+        *,
+        limit: Any = None,
+        cursor: str | None = None,
+        tenants: set[tuple[str, str]] | None = None,
+        sort: Any = None,
+        include_data: bool = False,
+    ) -> dict[str, Any]:
+        """Records matching ``filters`` (containment plus ``$`` operators, see
+        :mod:`stateflow.states.search`), in subject order — or in ``sort`` order, over at most
+        10,000 matches. ``include_data`` adds each match's document as ``data``."""
+        self.svc.get_declaration(name)
+        containment, predicates = split_filters(filters)
+        order = parse_sort(sort)
+        if type(include_data) is not bool:
+            raise InvalidInput("include_data must be true or false")
+        bodies: dict[str, Any] = {}
+        with_bodies = bool(predicates or order or include_data)
+
+        def fetch(after: str | None, size: int) -> list[Listed]:
+            if containment:
+                page = self.svc.store.search(name, containment, after=after, limit=size)
+            else:
+                page = self.svc.store.scan(name, after=after, limit=size)
+            bodies.clear()
+            if with_bodies and page:
+                docs = self.svc.store.read([x.key for x in page])
+                bodies.update((x.key.subject, docs[x.key].body) for x in page)
+            return page
+
+        def keep(subj: StateSubject, item: Listed) -> bool:
+            if tenants is not None and subj.tenant not in tenants:
+                return False
+            return not predicates or matches(bodies.get(item.key.subject), predicates)
+
+        def extra(item: Listed) -> dict[str, Any]:
+            return {"data": bodies.get(item.key.subject)} if include_data else {}
+
+        n = page_limit(limit)
+        if order:
+            items, next_cursor = self.sorted_page(fetch, keep, extra, order, bodies, n, cursor)
+        else:
+            items, next_cursor = self.page(fetch, keep, n, cursor, extra)
+        return {"matches": items, "next_cursor": next_cursor}
+
+    def sorted_page(
+        self,
+        fetch: Callable[[str | None, int], list[Listed]],
+        keep: Callable[[StateSubject, Listed], bool],
+        extra: Callable[[Listed], dict[str, Any]],
+        order: list[tuple[tuple[str, ...], bool]],
+        bodies: dict[str, Any],
+        n: int,
+        cursor: str | None,
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """Every match, sorted, then one page of it by offset (the cursor names the offset)."""
+        offset = 0
+        text = _decode_cursor(cursor)
+        if text is not None:
+            if not text.startswith(_SORTED) or not text[len(_SORTED) :].isdigit():
+                raise InvalidInput("cursor is malformed; use only a cursor returned by a prior page")
+            offset = int(text[len(_SORTED) :])
+        found: list[tuple[tuple[Any, ...], str, dict[str, Any]]] = []
+        after = None
+        while page := fetch(after, PAGE_MAX):
+            for item in page:
+                subject = StateSubject.decode(item.key.subject)
+                if not keep(subject, item):
+                    continue
+                if len(found) == SORT_MAX:
+                    raise InvalidInput(
+                        f"a sorted search covers at most {SORT_MAX} matches; narrow the filters"
+                    )
+                body = bodies.get(item.key.subject)
+                key = tuple(sort_key(body, path, desc) for path, desc in order)
+                row = {
+                    "subject": _plain(subject),
+                    "updated_at": item.at,
+                    "revision": item.revision,
+                    **extra(item),
+                }
+                found.append((key, item.key.subject, row))
+            if len(page) < PAGE_MAX:
+                break
+            after = page[-1].key.subject
+        found.sort(key=lambda f: (f[0], f[1]))
+        rows = [row for _, _, row in found[offset : offset + n]]
+        more = offset + n < len(found)
+        return rows, _encode_cursor(f"{_SORTED}{offset + n}") if more else None
+
+    @staticmethod
+    def page(
+        fetch: Callable[[str | None, int], list[Listed]],
+        keep: Callable[[StateSubject, Listed], bool],
+        n: int,
+        cursor: str | None,
+        extra: Callable[[Listed], dict[str, Any]] | None = None,
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """One keyset page of at most ``n`` kept subjects, and a cursor only when more follow.
+
+        Once the page is full the scan looks ahead for one more kept subject: found, the cursor
+        resumes after the page's last subject; the scan ran out, there is no cursor (no empty
+        last page). The look-ahead reads at most one more batch; past that (filters that keep
+        little) the cursor resumes after the last subject looked at, so they are not scanned
+        again — and that one page may come back empty."""
+        after = _decode_cursor(cursor)
+        out: list[dict[str, Any]] = []
+        last = None  # the last subject looked at
+        end = None  # the page's last subject
+        extra_batches = 0
+        while True:
+            page = fetch(after, PAGE_MAX)
+            for item in page:
+                last = item.key.subject
+                subject = StateSubject.decode(last)
+                if not keep(subject, item):
+                    continue
+                if len(out) == n:  # one more exists
+                    return out, _encode_cursor(end) if end else None
+                row = {"subject": _plain(subject), "updated_at": item.at, "revision": item.revision}
+                out.append({**row, **extra(item)} if extra is not None else row)
+                end = last
+            if len(page) < PAGE_MAX:
+                return out, None
+            if len(out) == n:
+                extra_batches += 1
+                if extra_batches > 1:
+                    return out, _encode_cursor(last) if last else None
+            after = last
+
+    def stats(self, name: str) -> dict[str, Any]:
+        decl = self.svc.get_declaration(name)
+        fields = self.svc.store.member_counts(name)
+        per_kind = self.kind_counts(name)
+        return {
+            "records": sum(per_kind.values()),
+            "per_field": {p: fields.get(p, 0) for p in decl["schema"].get("properties", {})},
+            "per_kind": {k: per_kind.get(k, 0) for k in decl["subject_kinds"]},
+            "consumers": len([r for r in self.svc.consumers(name) if not r.get("unavailable")]),
+        }
