@@ -77,6 +77,12 @@ def pg_schema_url() -> Iterator[str]:
             conn.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
+@pytest.fixture(autouse=True)
+def _runtime_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test (and every CLI it runs) keeps last-shown views in its own directory."""
+    monkeypatch.setenv("STATEFLOW_RUNTIME_DIR", str(tmp_path / "runtime"))
+
+
 StoreFactory = Callable[[], SqlStore]
 
 

@@ -16,7 +16,7 @@ from stateflow.config import Config
 from stateflow.doc.diff import diff, to_patch
 from stateflow.errors import InvalidInput
 from stateflow.extras import needs_extra
-from stateflow.memory import Identity, MemoryConfig, MemoryView, parse_scopes
+from stateflow.memory import Identity, MemoryConfig, MemoryView, parse_scopes, shown
 from stateflow.memory.scopes import DEFAULT_SESSION, SESSION_ENV
 from stateflow.tools import ToolHost
 
@@ -81,6 +81,7 @@ def make_view(ctx: Context, kw: dict[str, Any], *, reads: bool = False) -> Memor
         mode=kw.pop("mode"),
         knowledge_roots=roots,
         hot_budget=kw.pop("hot_budget"),
+        runtime_dir=shown.default_dir(),  # one process shows the context, another takes the patch
     )
     store = ctx.reader() if reads else ctx.store()
     return MemoryView(store, identity, parse_scopes(kw.pop("scopes")), config)

@@ -8,17 +8,14 @@ narrower scope reports the value that hides it). Nothing is elided as "predictab
 gets the accepted value of everything it wrote, which costs little because values above
 ``ECHO_LIMIT`` bytes are never repeated (see ``bounded``).
 
-The last-shown view lives in the serving process (an MCP server, ``stateflow serve``, an agent
-loop); a process that starts afresh (one ``stateflow tool`` call) compares against the state the
-patch was staged on.
+The last-shown view is kept by ``shown``: in the serving process, and on disk when a runtime
+directory is configured (as the CLI does), so one ``stateflow tool`` call in a new process
+compares against what ``stateflow context`` showed in another.
 """
 
 from __future__ import annotations
 
-import threading
-import weakref
-from collections import OrderedDict
-from collections.abc import Hashable, Iterable
+from collections.abc import Iterable
 from typing import Any, Final
 
 from stateflow.doc.canonical import JSON, encode
@@ -29,27 +26,6 @@ from stateflow.doc.select import MISSING
 
 ECHO_LIMIT: Final = 2048
 """Largest value (canonical JSON bytes) a receipt or a recent transition repeats in full."""
-MAX_REMEMBERED: Final = 4096
-
-_lock = threading.Lock()
-# per store object (weakly: a closed, collected store takes its views along, and a new store at
-# the same address never inherits them), then per session view, least recently shown first
-_shown: weakref.WeakKeyDictionary[object, OrderedDict[Hashable, dict[str, Any]]] = weakref.WeakKeyDictionary()
-
-
-def remember(store: object, key: Hashable, view: dict[str, Any]) -> None:
-    with _lock:
-        views = _shown.setdefault(store, OrderedDict())
-        views[key] = view
-        views.move_to_end(key)
-        while len(views) > MAX_REMEMBERED:
-            views.popitem(last=False)
-
-
-def recall(store: object, key: Hashable) -> dict[str, Any] | None:
-    with _lock:
-        views = _shown.get(store)
-        return None if views is None else views.get(key)
 
 
 def authored_paths(patch: dict[str, Any], skip: Iterable[str]) -> list[tuple[str | int, ...]]:

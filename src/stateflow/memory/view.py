@@ -19,9 +19,17 @@ from stateflow.doc.merge import merge_patch, overlay
 from stateflow.doc.paths import Index, Key, PatchesPath, Range, ReadPath, Selector, parse
 from stateflow.doc.select import MISSING, select
 from stateflow.doc.select import keys as keys_projection
-from stateflow.errors import HotBudgetExceeded, InvalidInput, InvalidPath, NotFound, SelectionError
+from stateflow.errors import (
+    HotBudgetExceeded,
+    InvalidInput,
+    InvalidPath,
+    NotFound,
+    SelectionError,
+    StateflowError,
+)
 from stateflow.memory import artifacts as artifact_provenance
 from stateflow.memory import receipts
+from stateflow.memory import shown as shown_views
 from stateflow.memory.ownership import cascade_targets, deletion_patch
 from stateflow.memory.planes import (
     RUNTIME,
@@ -56,6 +64,9 @@ class MemoryConfig:
     """Directories (besides the working directory) artifact sources may live in: absolute paths."""
     hot_budget: int | None = None
     """Largest hot effective state (canonical JSON bytes) a patch may grow it to; None: no limit."""
+    runtime_dir: str | None = None
+    """Where the view last shown to each session is kept across processes (see ``shown``);
+    None: only in this process."""
 
     def __post_init__(self) -> None:
         for root in self.knowledge_roots:
@@ -459,11 +470,14 @@ class MemoryView:
             and self.keys[s] in commit.revisions
             and commit.revisions[self.keys[s]] != staged["revisions"][s]
         ]
-        shown = receipts.recall(self.store, self._shown_key())
-        staged["drift"] = shown is not None and shown != self._hot_view(staged["basis"])
+        staged["shown"], staged["shown_navigation"] = self._recall_shown(staged)
+        basis_navigation = self._navigation(self._lazy_outlines(staged["outlines"]))
+        staged["drift"] = (
+            staged["shown"] is not None and staged["shown"] != self._hot_view(staged["basis"])
+        ) or (staged["shown_navigation"] not in (None, basis_navigation))
         hints = [self._missing_hint(p, staged["basis"]) for p in staged["missing"]]
         revisions = {s: commit.revisions.get(self.keys[s], staged["revisions"][s]) for s in self.scopes}
-        updates = detach(self._state_updates(staged, revisions, changed))  # values of the cached state
+        updates = detach(self._state_updates(staged, revisions))  # values of the cached state
         if not changed:
             receipt = Receipt("State already current.", [], None, hints, None)
             if staged["cascaded"] or staged["drift"]:
@@ -577,13 +591,39 @@ class MemoryView:
             state.pop("response", None)
         return state
 
-    def _state_updates(
-        self, staged: dict[str, Any], revisions: dict[str, int], changed: list[str]
-    ) -> dict[str, Any]:
-        shown = receipts.recall(self.store, self._shown_key())
-        before = shown if shown is not None else self._hot_view(staged["basis"])
+    def _recall_shown(self, staged: dict[str, Any]) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+        """The hot view and lazy navigation this session view was last shown, or ``(None, None)``
+        when it is unknown (never shown, or no longer rebuildable exactly)."""
+        shown = shown_views.recall(self.store, self._shown_key(), self.config.runtime_dir)
+        if shown is None:
+            return None, None
+        if shown.view is not None:
+            return shown.view, shown.navigation
+        states: dict[str, Any] = {}
+        for scope in self.scopes:
+            revision = shown.revisions.get(scope)
+            if revision is None:
+                return None, None
+            if revision == staged["revisions"][scope]:
+                states[scope] = staged["basis"][scope]
+                continue
+            try:
+                doc = self.store.read_at(self.keys[scope], revision=revision, members=self.planes.hot)
+            except StateflowError:
+                return None, None  # pruned history, or a different store at the same address
+            states[scope] = doc.body or {}
+        view = self._hot_view(states)
+        if shown_views.digest(view) != shown.digest:
+            return None, None
+        return view, shown.navigation
+
+    def _remember_shown(self, revisions: dict[str, int], view: dict[str, Any], nav: dict[str, Any]) -> None:
+        record = shown_views.Shown(dict(revisions), shown_views.digest(view), nav, view)
+        shown_views.remember(self.store, self._shown_key(), record, self.config.runtime_dir)
+
+    def _state_updates(self, staged: dict[str, Any], revisions: dict[str, int]) -> dict[str, Any]:
+        before = staged["shown"] if staged["shown"] is not None else self._hot_view(staged["basis"])
         after = self._hot_view(staged["new"])
-        receipts.remember(self.store, self._shown_key(), after)
         authored = [
             path
             for scope_patch in staged["supplied"].values()
@@ -601,13 +641,16 @@ class MemoryView:
                 else:
                     entries.append({"path": list(part), **stand_in})
         updates: dict[str, Any] = {"projection": self.projection_id(revisions), "effective": entries}
-        nav_before = self._navigation(self._lazy_outlines(staged["outlines"]))
+        nav_before = staged["shown_navigation"]
+        if nav_before is None:
+            nav_before = self._navigation(self._lazy_outlines(staged["outlines"]))
         lazy_loaded = staged["lazy_loaded"]
         nav_after = self._navigation(
             self._lazy_outlines(staged["outlines"], staged["new"] if lazy_loaded else None)
         )
         if nav_after != nav_before:
             updates["lazy_navigation"] = nav_after
+        self._remember_shown(revisions, after, nav_after)
         if staged["cascaded"]:
             updates["cascaded"] = staged["cascaded"]
         return updates
@@ -642,7 +685,7 @@ class MemoryView:
         docs = self._read([*self.planes.hot, RUNTIME], outlines=["lazy"])
         states = {s: d.body for s, d in docs.items()}
         state = self._hot_view(states)
-        receipts.remember(self.store, self._shown_key(), dict(state))
+        shown_state = dict(state)  # before stale hints: those are not state
         stale = artifact_provenance.stale_hints(
             states, self.scopes, self.identity.cwd, self.config.knowledge_roots
         )
@@ -652,12 +695,9 @@ class MemoryView:
                 for path, card in state["artifacts"].items()
             }
         revisions = {s: d.revision for s, d in docs.items()}
-        head: dict[str, Any] = {
-            "state": self._out(state),
-            "lazy_navigation": self._navigation(
-                self._lazy_outlines({s: d.outlines for s, d in docs.items()})
-            ),
-        }
+        navigation = self._navigation(self._lazy_outlines({s: d.outlines for s, d in docs.items()}))
+        self._remember_shown(revisions, shown_state, navigation)
+        head: dict[str, Any] = {"state": self._out(state), "lazy_navigation": navigation}
         recent = self._recent_transitions()
         if recent:
             head["recent_transitions"] = recent
