@@ -48,6 +48,28 @@ def test_setup_merges_is_idempotent_and_its_hook_and_server_work(tmp_path: Path)
     command = prompt[0]["hooks"][0]["command"]
 
     entry = servers["stateflow"]
+    assert "--follow-hook-session" in entry["args"]
+
+    def run_hook(event: str, session: str) -> dict[str, Any]:
+        """The hook as Claude Code runs it: its event as JSON on stdin, JSON context on stdout."""
+        hook = subprocess.run(
+            ["bash", "-c", command],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=project,
+            env=dict(os.environ, CLAUDE_PROJECT_DIR=str(project)),
+            input=json.dumps(
+                {"session_id": session, "cwd": str(project), "hook_event_name": event, "prompt": "hi"}
+            ),
+        )
+        assert hook.returncode == 0, hook.stderr
+        output: dict[str, Any] = json.loads(hook.stdout)["hookSpecificOutput"]
+        assert output["hookEventName"] == event
+        return output
+
+    started = run_hook("SessionStart", "conv-1")
+    assert '"state":{}' in started["additionalContext"]
 
     async def use_the_server() -> Any:
         params = StdioServerParameters(
@@ -55,20 +77,41 @@ def test_setup_merges_is_idempotent_and_its_hook_and_server_work(tmp_path: Path)
         )
         async with stdio_client(params) as (read, write), ClientSession(read, write) as client:
             await client.initialize()
-            return await client.call_tool("patch_state", {"cwd": {"strategy": {"from": "claude code"}}})
+            return await client.call_tool("patch_state", {"session": {"tactics": {"from": "claude code"}}})
 
     assert not anyio.run(use_the_server).is_error
-    hook = subprocess.run(
-        ["bash", "-c", command],
+    # the server wrote the conversation the hook named, and the next prompt's context shows it
+    prompt_context = run_hook("UserPromptSubmit", "conv-1")["additionalContext"]
+    assert '"state":{"tactics":{"from":"claude code"}}' in prompt_context
+    read = sf(
+        "--store",
+        db,
+        "tool",
+        "read_state",
+        '{"path": "session.tactics"}',
+        "--session",
+        "conv-1",
+        "--agent",
+        "claude-code",
+        cwd=project,
+    )
+    assert read.stdout == '{"value":{"from":"claude code"}}\n', read.stderr
+    # another conversation has its own session memory
+    assert '"state":{}' in run_hook("SessionStart", "conv-2")["additionalContext"]
+
+
+def test_the_hook_refuses_an_event_that_cannot_add_context(tmp_path: Path) -> None:
+    out = subprocess.run(
+        ["stateflow", "--store", str(tmp_path / "m.db"), "hook", "claude-code"],
         capture_output=True,
         text=True,
         timeout=60,
-        cwd=project,
-        env=dict(os.environ, CLAUDE_PROJECT_DIR=str(project)),
-        input='{"hook_event_name": "UserPromptSubmit", "prompt": "hi"}',
+        cwd=tmp_path,
+        input='{"session_id": "s", "hook_event_name": "Stop"}',
     )
-    assert hook.returncode == 0, hook.stderr
-    assert '"strategy":{"from":"claude code"}' in hook.stdout
+    assert out.returncode == 1
+    assert out.stderr.startswith("error[invalid-input]: hook event 'Stop' cannot add context")
+    assert not (tmp_path / "m.db").exists()
 
 
 def test_setup_refuses_a_broken_settings_file(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ EXAMPLES: Final = {
     "doc patch": "stateflow doc patch notes n-1 '{\"done\": true}' --expect 1",
     "doc put": 'stateflow doc put notes n-1 \'{"title": "hello"}\'',
     "history diff": "stateflow history diff 3 --path effective.tactics",
+    "hook claude-code": 'echo \'{"session_id": "c0ffee", "hook_event_name": "SessionStart"}\' | stateflow hook claude-code --agent coder',
     "history list": "stateflow history list --limit 10",
     "backup": "stateflow backup ./stateflow-backup.db",
     "check": "stateflow check --json",

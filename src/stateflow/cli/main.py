@@ -32,6 +32,7 @@ LAZY_COMMANDS = {
     "dump": "stateflow.cli.ops:dump",
     "load": "stateflow.cli.ops:load",
     "setup": "stateflow.cli.setup:setup",
+    "hook": "stateflow.cli.hooks:hook",
 }
 
 

@@ -260,17 +260,39 @@ def _state_names(values: tuple[str, ...]) -> list[str] | None:
     help="Also serve the declared-state tools (state_read, state_merge, …) for these states; "
     "'*' for every declared state. Agent memory stays writable only through patch_state.",
 )
+@click.option(
+    "--follow-hook-session",
+    is_flag=True,
+    help="Serve the session the latest `stateflow hook claude-code` of this agent and cwd named "
+    "(--session until a hook has run): Claude Code does not tell an MCP server its conversation.",
+)
 @with_view
-def mcp_server(view: MemoryView, states: tuple[str, ...]) -> None:
+def mcp_server(view: MemoryView, states: tuple[str, ...], follow_hook_session: bool) -> None:
     """Serve read_state and patch_state (and, with --states, declared-state tools) over stdio."""
     with needs_extra("mcp", "stateflow mcp"):
         from stateflow.mcp.server import serve_stdio
 
     names = _state_names(states)
-    if names is None:
-        serve_stdio(ToolHost(view))
-    else:
-        serve_stdio(tool_host(view, names or None))
+
+    def host(of: MemoryView) -> ToolHost:
+        return ToolHost(of) if names is None else tool_host(of, names or None)
+
+    if not follow_hook_session:
+        serve_stdio(host(view))
+        return
+    from stateflow.cli.hooks import hook_session
+
+    hosts: dict[str, ToolHost] = {}
+
+    def host_for(_request: Any) -> ToolHost:
+        ident = view.identity
+        session = hook_session(view.store.url, ident.agent, ident.cwd) or ident.session
+        if session not in hosts:
+            identity = Identity.of(ident.agent, ident.cwd, session)
+            hosts[session] = host(MemoryView(view.store, identity, view.scopes, view.config))
+        return hosts[session]
+
+    serve_stdio(host(view), host_for)
 
 
 COMMANDS.append(mcp_server)

@@ -2,9 +2,11 @@
 
 Writes (or, with ``--dry-run``, prints) the project-scoped MCP server entry in ``.mcp.json`` and
 the ``SessionStart`` / ``UserPromptSubmit`` command hooks in ``.claude/settings.json`` that add
-``stateflow context`` to the model's context (formats: https://code.claude.com/docs/en/mcp and
-https://code.claude.com/docs/en/hooks). Existing entries of other servers and hooks are kept; our
-own entries are replaced, so running it again is harmless.
+the memory context of Claude Code's own conversation (``stateflow hook claude-code`` reads its
+``session_id`` from the hook input) to the model's context; the server follows the session the
+hooks name (formats: https://code.claude.com/docs/en/mcp and https://code.claude.com/docs/en/hooks).
+Existing entries of other servers and hooks are kept; our own entries are replaced, so running it
+again is harmless.
 """
 
 from __future__ import annotations
@@ -55,9 +57,9 @@ def plan(project: Path, agent: str, session: str, store: str | None) -> dict[Pat
     servers[SERVER] = {
         "command": "stateflow",
         # no --cwd: Claude Code starts project servers in the project, and the file stays portable
-        "args": [*store_args, "mcp", *common[len(store_args) :]],
+        "args": [*store_args, "mcp", *common[len(store_args) :], "--follow-hook-session"],
     }
-    context = shlex.join(["stateflow", *store_args, "context", *common[len(store_args) :]])
+    context = shlex.join(["stateflow", *store_args, "hook", "claude-code", *common[len(store_args) :]])
     command = f'{context} --cwd "$CLAUDE_PROJECT_DIR"'
     settings = _load(settings_path)
     hooks = settings.setdefault("hooks", {})
@@ -78,7 +80,7 @@ def _stateflow_context(group: Any) -> bool:
     return isinstance(hooks, list) and any(
         isinstance(h, dict)
         and str(h.get("command", "")).startswith("stateflow ")
-        and " context " in str(h.get("command"))
+        and any(part in str(h.get("command")) for part in (" context ", " hook claude-code "))
         for h in hooks
     )
 
@@ -98,7 +100,10 @@ def setup() -> None:
 )
 @click.option("--agent", default="claude-code", show_default=True)
 @click.option(
-    "--session", default="claude-code", show_default=True, help="One session id for hooks and server."
+    "--session",
+    default="claude-code",
+    show_default=True,
+    help="The session used until a hook names Claude Code's own (and when its input has none).",
 )
 @click.option("--dry-run", is_flag=True, help="Print the files instead of writing them.")
 @click.pass_obj

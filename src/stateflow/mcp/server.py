@@ -24,6 +24,7 @@ from mcp_types.jsonrpc import INVALID_PARAMS
 from stateflow import __version__
 from stateflow.doc.canonical import encode
 from stateflow.errors import NotFound, StateflowError
+from stateflow.memory.protocol import protocol_text
 from stateflow.memory.view import Context
 from stateflow.tools import ToolHost, ToolResult
 
@@ -168,9 +169,15 @@ def build_server(host_for: HostFactory, instructions: str | None = None) -> Serv
     )
 
 
-def serve_stdio(host: ToolHost) -> None:
-    # The instructions are the context at start; the resources and the prompt stay current.
-    server = build_server(lambda ctx: host, instructions=host.view.context().text())
+def serve_stdio(host: ToolHost, host_for: HostFactory | None = None) -> None:
+    """Serve ``host`` over stdio; with ``host_for``, each request's tools come from it (the
+    session may change while the server runs) and the instructions are the protocol only."""
+    if host_for is None:
+        # The instructions are the context at start; the resources and the prompt stay current.
+        server = build_server(lambda ctx: host, instructions=host.view.context().text())
+    else:
+        view = host.view
+        server = build_server(host_for, instructions=protocol_text(view.config.mode, view.single))
 
     async def main() -> None:
         async with stdio_server() as (read_stream, write_stream):

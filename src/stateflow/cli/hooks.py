@@ -1,0 +1,96 @@
+"""``stateflow hook claude-code``: the context hook Claude Code runs at session start and on
+every prompt.
+
+Claude Code runs a command hook with a JSON object on standard input naming its conversation
+(``session_id``), its working directory (``cwd``) and the event (``hook_event_name``); a
+``SessionStart`` or ``UserPromptSubmit`` hook adds context by printing
+``{"hookSpecificOutput": {"hookEventName": …, "additionalContext": …}}`` (reference:
+https://code.claude.com/docs/en/hooks). The hook shows the memory of that conversation and
+records it as the project's current Claude Code session, which ``stateflow mcp
+--follow-hook-session`` then serves: Claude Code does not tell an MCP server which conversation
+it belongs to.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Final
+
+import click
+
+from stateflow.cli.common import Context, pass_context, refusals
+from stateflow.cli.examples import decorate
+from stateflow.cli.memory import make_view, memory_options
+from stateflow.errors import InvalidInput
+from stateflow.memory import Identity, shown
+
+CONTEXT_EVENTS: Final = ("SessionStart", "UserPromptSubmit")
+
+
+def _record_path(store_url: str, agent: str, cwd: str) -> Path:
+    name = hashlib.sha256(f"{store_url}\0{agent}\0{cwd}".encode()).hexdigest()[:32]
+    return Path(shown.default_dir()) / "hook-sessions" / f"{name}.json"
+
+
+def record_session(store_url: str, identity: Identity) -> None:
+    """Remember ``identity.session`` as the current conversation of this agent and project."""
+    path = _record_path(store_url, identity.agent, identity.cwd)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".session-")
+    with os.fdopen(fd, "w") as out:
+        json.dump({"session": identity.session}, out)
+    os.replace(tmp, path)
+
+
+def hook_session(store_url: str, agent: str, cwd: str) -> str | None:
+    """The session the latest context hook of this agent and project named, if any."""
+    try:
+        value = json.loads(_record_path(store_url, agent, cwd).read_text()).get("session")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, str) else None
+
+
+def _hook_input() -> dict[str, Any]:
+    text = sys.stdin.read()
+    try:
+        value = json.loads(text) if text.strip() else {}
+    except ValueError as exc:
+        raise InvalidInput(f"the hook input on stdin is not JSON ({exc})") from exc
+    if not isinstance(value, dict):
+        raise InvalidInput("the hook input on stdin must be a JSON object")
+    return value
+
+
+@click.group("hook")
+def hook() -> None:
+    """Hooks an agent runtime runs (they read its event from stdin)."""
+
+
+@hook.command("claude-code")
+@memory_options
+@pass_context
+@refusals
+def claude_code_hook(ctx: Context, /, **kw: Any) -> None:
+    """Print the memory context of the Claude Code conversation named on stdin, as Claude Code's
+    hookSpecificOutput.additionalContext (SessionStart, UserPromptSubmit)."""
+    event = _hook_input()
+    name = event.get("hook_event_name", "SessionStart")
+    if name not in CONTEXT_EVENTS:
+        raise InvalidInput(f"hook event {name!r} cannot add context; use it for {', '.join(CONTEXT_EVENTS)}")
+    if isinstance(event.get("session_id"), str) and event["session_id"]:
+        kw["session"] = event["session_id"]
+    if kw.get("cwd") is None and isinstance(event.get("cwd"), str) and event["cwd"]:
+        kw["cwd"] = Path(event["cwd"])
+    view = make_view(ctx, dict(kw), reads=False)  # the first hook of a new project creates the store
+    record_session(view.store.url, view.identity)
+    output = {"hookEventName": name, "additionalContext": view.context().text()}
+    click.echo(json.dumps({"hookSpecificOutput": output}))
+
+
+decorate(hook, "hook")
