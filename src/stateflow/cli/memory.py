@@ -296,3 +296,37 @@ def mcp_server(view: MemoryView, states: tuple[str, ...], follow_hook_session: b
 
 
 COMMANDS.append(mcp_server)
+
+
+@click.group("knowledge")
+def knowledge() -> None:
+    """Knowledge sources: Markdown under the --knowledge-root directories and their cards."""
+
+
+def _roots_given(view: MemoryView) -> None:
+    if not view.config.knowledge_roots:
+        raise InvalidInput(
+            f"no knowledge root is configured: pass --knowledge-root DIR (repeatable) or set {KNOWLEDGE_ENV}"
+        )
+
+
+@knowledge.command("status")
+@reading_view
+def knowledge_status(view: MemoryView) -> None:
+    """Per root: available (else freshness unknown), its *.md sources, those without a card,
+    and the cards whose source changed (stale) or is missing."""
+    _roots_given(view)
+    echo_json(view.knowledge_status())
+
+
+@knowledge.command("scan")
+@with_view
+def knowledge_scan(view: MemoryView) -> None:
+    """Prune the cards whose Markdown source inside an available root is confirmed missing (one
+    transition; an unavailable root prunes nothing), then print the status."""
+    _roots_given(view)
+    pruned = view.prune_knowledge()
+    echo_json({"pruned": pruned, "roots": view.knowledge_status()})
+
+
+COMMANDS.append(knowledge)

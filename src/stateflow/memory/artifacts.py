@@ -5,6 +5,10 @@ When a model writes a card for a source path, the runtime records the source's f
 or disappears, the card is shown with a ``hint`` so the model re-reads it and updates the card.
 Sources are confined (see ``confine``): a path outside the working directory and the knowledge
 roots is never examined.
+
+A Markdown source inside a knowledge root (see ``knowledge``) is also hashed when its card is
+written, so only changed bytes make the card stale (a touched file is not); a source under a
+knowledge root that is unavailable has unknown freshness and gets no hint.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import stat
 from collections.abc import Sequence
 from typing import Any
 
+from stateflow.memory import knowledge
 from stateflow.memory.confine import confine, confined
 from stateflow.memory.planes import RUNTIME
 
@@ -53,7 +58,8 @@ def record(
             if fp is None:
                 known.pop(source, None)
             else:
-                known[source] = fp
+                digest = knowledge.source_digest(source, cwd, roots)
+                known[source] = fp if digest is None else {**fp, "sha256": digest}
         else:
             known.pop(source, None)
     if known:
@@ -84,13 +90,28 @@ def stale_hints(
             if confined(source, cwd, roots) is None:
                 hints.pop(source, None)  # recorded before sources were confined: never examined now
                 continue
+            if knowledge.root_unavailable(source, cwd, roots):
+                hints.pop(source, None)  # freshness unknown: the root may only be unmounted
+                continue
             now = fingerprint(source, cwd, roots)
             if now is None:
                 hints[source] = "the source no longer exists; re-check it and update or delete this card"
-            elif now != known[source]:
+            elif _changed(source, known[source], now, cwd, roots):
                 hints[source] = (
                     "the source changed since this card was written; re-read it and update the card"
                 )
             else:
                 hints.pop(source, None)
     return hints
+
+
+def _changed(source: str, recorded: Any, now: dict[str, int], cwd: str, roots: Sequence[str]) -> bool:
+    """Whether the source differs from when its card was written: same size and time mean the
+    same; otherwise a hashed source is compared by its bytes."""
+    if not isinstance(recorded, dict):
+        return True
+    if recorded.get("size") == now["size"] and recorded.get("mtime_ns") == now["mtime_ns"]:
+        return False
+    if "sha256" in recorded and recorded.get("size") == now["size"]:
+        return bool(knowledge.source_digest(source, cwd, roots) != recorded["sha256"])
+    return True

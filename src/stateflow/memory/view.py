@@ -28,7 +28,7 @@ from stateflow.errors import (
     StateflowError,
 )
 from stateflow.memory import artifacts as artifact_provenance
-from stateflow.memory import receipts
+from stateflow.memory import knowledge, receipts
 from stateflow.memory import shown as shown_views
 from stateflow.memory.ownership import cascade_targets, deletion_patch
 from stateflow.memory.planes import (
@@ -698,6 +698,8 @@ class MemoryView:
         navigation = self._navigation(self._lazy_outlines({s: d.outlines for s, d in docs.items()}))
         self._remember_shown(revisions, shown_state, navigation)
         head: dict[str, Any] = {"state": self._out(state), "lazy_navigation": navigation}
+        if self.config.knowledge_roots:
+            head["knowledge_sources"] = knowledge.status(self, states, listed=knowledge.CONTEXT_LISTED)
         recent = self._recent_transitions()
         if recent:
             head["recent_transitions"] = recent
@@ -709,6 +711,20 @@ class MemoryView:
             hot_bytes=len(encode(state)),
             hot_budget=self.config.hot_budget,
         )
+
+    def knowledge_status(self) -> list[dict[str, Any]]:
+        """Per knowledge root: available or not (freshness unknown), its Markdown sources, those
+        without a card, and the cards whose source changed or is missing."""
+        docs = self._read(["artifacts", RUNTIME])
+        states = {s: d.body for s, d in docs.items()}
+        cwd, roots = self.identity.cwd, self.config.knowledge_roots
+        stale = artifact_provenance.stale_hints(states, self.scopes, cwd, roots)
+        return knowledge.status(self, states, stale=stale)
+
+    def prune_knowledge(self) -> list[dict[str, str]]:
+        """Delete the cards whose Markdown source in an available knowledge root is confirmed
+        missing (one transition); returns ``[{scope, source}]``."""
+        return knowledge.prune(self)
 
     def _recent_transitions(self) -> list[dict[str, Any]]:
         """The hot window's transitions, oldest first, each scope's change without lazy bodies."""
