@@ -119,3 +119,26 @@ def test_a_hot_budget_refuses_growth_and_names_the_fix(store: SqlStore) -> None:
     context = m.context()
     assert context.hot_bytes == len('{"tactics":{"small":"fits"}}')
     assert f"State Flow hot state: {context.hot_bytes} bytes of a 4096-byte budget" in context.text()
+
+
+def test_an_index_patch_is_reported_per_element_against_the_shown_array(store: SqlStore) -> None:
+    m = view(store)
+    m.patch_state({"session": {"tactics": {"steps": ["a", "b", "c"], "plan": [{"n": 1}, {"n": 2}]}}})
+    m.context()
+    receipt = m.patch_state(
+        {"session": {"tactics": {"steps": {"[1]": "B", "[2]": "C"}, "plan": {"[0]": {"n": 10}}}}}
+    )
+    assert entries(receipt) == [
+        {"path": ["tactics", "steps", 1], "value": "B"},
+        {"path": ["tactics", "steps", 2], "value": "C"},
+        {"path": ["tactics", "plan", 0, "n"], "value": 10},
+    ]
+
+
+def test_an_index_patch_without_a_shown_array_reports_the_whole_array(store: SqlStore) -> None:
+    mine, other = view(store, session="mine"), view(store, session="other")
+    other.patch_state({"cwd": {"tactics": {"steps": ["a", "b"]}}})
+    mine.context()
+    other.patch_state({"cwd": {"tactics": {"steps": ["a", "b", "c"]}}})  # not shown to "mine"
+    receipt = mine.patch_state({"cwd": {"tactics": {"steps": {"[2]": "C"}}}})
+    assert entries(receipt) == [{"path": ["tactics", "steps"], "value": ["a", "b", "C"]}]

@@ -28,22 +28,31 @@ ECHO_LIMIT: Final = 2048
 """Largest value (canonical JSON bytes) a receipt or a recent transition repeats in full."""
 
 
-def authored_paths(patch: dict[str, Any], skip: Iterable[str]) -> list[tuple[str | int, ...]]:
-    """The paths a scope patch wrote (lazy planes skipped; artifact cards as whole entries)."""
+def authored_paths(
+    patch: dict[str, Any], skip: Iterable[str], shown: dict[str, Any] | None = None
+) -> list[tuple[str | int, ...]]:
+    """The paths a scope patch wrote (lazy planes skipped; artifact cards as whole entries).
+
+    An ``{"[N]": …}`` patch names its elements (numeric path segments) when ``shown`` — the view
+    the model was shown — holds an array there with every N in bounds; otherwise the array as a
+    whole, since the model has no element basis to apply an element entry to."""
     skipped = set(skip)
     out: list[tuple[str | int, ...]] = []
 
     def walk(node: Any, path: tuple[str | int, ...]) -> None:
-        if (
-            type(node) is dict
-            and node
-            and not is_index_patch(node)
-            and not (len(path) == 2 and path[0] == "artifacts")
-        ):
+        if type(node) is dict and node and is_index_patch(node):
+            basis = MISSING if shown is None else _at(shown, path)
+            indexes = [int(k[1:-1]) for k in node]
+            if type(basis) is list and all(i < len(basis) for i in indexes):
+                for i, value in zip(indexes, node.values(), strict=True):
+                    walk(value, (*path, i))
+            else:
+                out.append(path)
+        elif type(node) is dict and node and not (len(path) == 2 and path[0] == "artifacts"):
             for k, v in node.items():
                 walk(v, (*path, k))
         else:
-            out.append(path)  # a leaf, a deletion, an index patch (the whole array) or a card
+            out.append(path)  # a leaf, a deletion or a card
 
     for plane, value in patch.items():
         if plane not in skipped:

@@ -627,7 +627,7 @@ class MemoryView:
         authored = [
             path
             for scope_patch in staged["supplied"].values()
-            for path in receipts.authored_paths(scope_patch, self.planes.lazy)
+            for path in receipts.authored_paths(scope_patch, self.planes.lazy, before)
         ]
         entries: list[dict[str, Any]] = []
         for path, value in receipts.effective_entries(before, after, authored):
