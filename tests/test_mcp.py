@@ -207,3 +207,81 @@ def test_http_mcp_needs_a_token(served: str) -> None:
         urllib.request.urlopen(request, timeout=10)
     assert caught.value.code == 401
     assert json.loads(caught.value.read())["code"] == "unauthorized"
+
+
+NOTES = {
+    "schema": {"type": "object", "properties": {"text": {"type": "string"}}},
+    "subject_kinds": ["session"],
+    "default_subject_kind": "session",
+}
+
+
+def test_http_declared_state_tools_on_request_with_tenancy(served: str, backend: str) -> None:
+    put = subprocess.run(
+        ["stateflow", "--store", backend, "states", "put", "notes", "--data", json.dumps(NOTES)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert put.returncode == 0, put.stderr
+    bobs = {"target_kind": "agent", "target_name": "bob", "kind": "session", "key": "s"}
+
+    async def run() -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        async with http_client(served, FULL, agent="bob", session="s") as plain:
+            out["plain_tools"] = [t.name for t in (await plain.list_tools()).tools]
+        async with http_client(served, FULL, agent="bob", session="s", states="notes") as bob:
+            tools = {t.name: t for t in (await bob.list_tools()).tools}
+            out["tools"] = list(tools)
+            out["enum"] = tools["state_merge"].input_schema["properties"]["state"]["enum"]
+            out["merge"] = await bob.call_tool("state_merge", {"state": "notes", "patch": {"text": "hi"}})
+            out["read"] = await bob.call_tool("state_read", {"state": "notes"})
+            out["memory_write"] = await bob.call_tool(
+                "state_merge", {"state": "memory", "patch": {"tactics": {"x": 1}}}
+            )
+        async with http_client(served, ALICE, agent="alice", session="s", states="*") as alice:
+            out["alice_own"] = await alice.call_tool(
+                "state_merge", {"state": "notes", "patch": {"text": "a"}}
+            )
+            out["alice_bobs"] = await alice.call_tool("state_read", {"state": "notes", "subject": bobs})
+            out["alice_write_bobs"] = await alice.call_tool(
+                "state_merge", {"state": "notes", "subject": bobs, "patch": {"text": "mine now"}}
+            )
+        async with http_client(served, READER, agent="bob", session="s", states="notes") as reader:
+            out["reader_tools"] = [t.name for t in (await reader.list_tools()).tools]
+            out["reader_merge"] = await reader.call_tool(
+                "state_merge", {"state": "notes", "patch": {"text": "x"}}
+            )
+        async with http_client(served, FULL, agent="bob", session="s", states="nope") as unknown:
+            try:
+                await unknown.list_tools()
+            except MCPError as exc:
+                out["unknown"] = exc.message
+        async with http_client(served, FULL, agent="bob", session="s", states="notes") as bob:
+            out["bob_after"] = await bob.call_tool("state_read", {"state": "notes"})
+        return out
+
+    out = anyio.run(run)
+    assert out["plain_tools"] == ["read_state", "patch_state"]
+    assert set(out["tools"]) == {
+        "read_state",
+        "patch_state",
+        "state_read",
+        "state_replace",
+        "state_merge",
+        "state_apply",
+        "state_template_jq",
+    }
+    assert out["enum"] == ["notes"]
+    assert not out["merge"].is_error, out["merge"].content[0].text
+    assert out["read"].structured_content["result"]["data"] == {"text": "hi"}
+    assert out["memory_write"].content[0].text.startswith("error[not-found]: state 'memory' is not served")
+    assert not out["alice_own"].is_error, out["alice_own"].content[0].text
+    for refused in (out["alice_bobs"], out["alice_write_bobs"]):
+        assert (
+            refused.content[0].text == "error[forbidden]: this token may not use the records of agent 'bob'"
+        )
+    assert out["reader_tools"] == ["read_state", "state_read"]
+    assert out["reader_merge"].content[0].text.startswith("error[forbidden]: state_merge writes")
+    assert out["unknown"].startswith("error[state-not-found]:")
+    assert out["bob_after"].structured_content["result"]["data"] == {"text": "hi"}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -146,9 +146,13 @@ class ToolHost:
         state_names: Sequence[str] | None = None,
         *,
         read_only: bool = False,
+        allows_target: Callable[[tuple[str, str]], bool] | None = None,
     ) -> None:
         self.view = view
         self.read_only = read_only
+        self.allows_target = allows_target
+        """Whether the caller may use records of an explicitly named target (a token's tenancy);
+        the ambient target — the view's agent — is the caller's to check before."""
         self.states = states
         self.state_names = tuple(dict.fromkeys(state_names)) if state_names is not None else None
         self._context: DoorContext | None = None
@@ -200,6 +204,11 @@ class ToolHost:
         if self.state_names is not None and isinstance(state, str) and state not in self.state_names:
             served = ", ".join(self.state_names) or "none"
             raise NotFound(f"state {state!r} is not served by these tools (served: {served})")
+        subject = args.get("subject") if isinstance(args, dict) else None
+        if self.allows_target is not None and isinstance(subject, dict):
+            kind, name = subject.get("target_kind"), subject.get("target_name")
+            if isinstance(kind, str) and isinstance(name, str) and not self.allows_target((kind, name)):
+                raise Forbidden(f"this token may not use the records of {kind} {name!r}")
 
     def call(self, name: str, args: Any) -> ToolResult:
         """Run a tool; a refusal becomes an error result with a concise message, never an exception."""

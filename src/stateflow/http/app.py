@@ -584,7 +584,7 @@ def create_app(service: StatesService, tokens: TokenSet, http: HttpConfig | None
     mount_studio(app, service, tokens)
     from stateflow.mcp.http import mount as mount_mcp
 
-    mount_mcp(app, service.store, tokens)
+    mount_mcp(app, service.store, tokens, states=service)
 
     @app.exception_handler(404)
     async def _not_found(request: Request, exc: Exception) -> Response:

@@ -4,7 +4,9 @@ Each HTTP request names whose memory it works on with headers (``X-Stateflow-Age
 ``X-Stateflow-Cwd``, ``X-Stateflow-Session``, optionally ``X-Stateflow-Scopes``) and proves who
 it is with the same bearer token as the REST API. A token limited to some agents (``@agent/a``)
 reaches only their memory; a read-only token gets ``read_state`` and the context, never
-``patch_state``. The transport is stateless (every POST stands alone), so identity and token are
+``patch_state``. ``X-Stateflow-States: a,b`` (or ``*``) adds the declared-state tools for those
+states, as ``stateflow mcp --states`` does; a record of a target the token is not limited to is
+refused, and agent memory stays read-only through them. The transport is stateless (every POST stands alone), so identity and token are
 checked on every request, not once per connection.
 """
 
@@ -12,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 from fastapi import FastAPI
@@ -27,11 +29,24 @@ from stateflow.memory.protocol import protocol_text
 from stateflow.store import Store
 from stateflow.tools import ToolHost
 
+if TYPE_CHECKING:
+    from stateflow.states import StatesService
+
 PATH: Final = "/mcp"  # as stateflow.http.app.MCP_PATH
 AGENT_HEADER: Final = "x-stateflow-agent"
 CWD_HEADER: Final = "x-stateflow-cwd"
 SESSION_HEADER: Final = "x-stateflow-session"
 SCOPES_HEADER: Final = "x-stateflow-scopes"
+STATES_HEADER: Final = "x-stateflow-states"
+
+
+def state_names(request: Request) -> list[str] | None:
+    """The declared states a request asks tools for: None (no state tools), [] (every state)."""
+    raw = request.headers.get(STATES_HEADER)
+    names = [n.strip() for n in (raw or "").split(",") if n.strip()]
+    if not names:
+        return None
+    return [] if names == ["*"] else names
 
 
 def identity_of(request: Request) -> tuple[Identity, tuple[str, ...]]:
@@ -53,7 +68,9 @@ def identity_of(request: Request) -> tuple[Identity, tuple[str, ...]]:
     return identity, scopes
 
 
-def host_factory(store: Store, tokens: TokenSet, config: MemoryConfig) -> Callable[[Any], ToolHost]:
+def host_factory(
+    store: Store, tokens: TokenSet, config: MemoryConfig, states: StatesService | None = None
+) -> Callable[[Any], ToolHost]:
     def host_for(ctx: Any) -> ToolHost:
         request = ctx.request
         if not isinstance(request, Request):
@@ -62,22 +79,36 @@ def host_factory(store: Store, tokens: TokenSet, config: MemoryConfig) -> Callab
         identity, scopes = identity_of(request)
         if not token.allows_tenant(("agent", identity.agent)):
             raise Forbidden(f"this token may not use the memory of agent {identity.agent!r}")
-        return ToolHost(MemoryView(store, identity, scopes, config), read_only=token.read_only)
+        view = MemoryView(store, identity, scopes, config)
+        names = state_names(request)
+        if names is None or states is None:
+            return ToolHost(view, read_only=token.read_only)
+        for name in names:
+            states.get_declaration(name)  # an unknown state is refused by name
+        return ToolHost(
+            view, states, names or None, read_only=token.read_only, allows_target=token.allows_tenant
+        )
 
     return host_for
 
 
-def _manager(store: Store, tokens: TokenSet, config: MemoryConfig) -> Any:
+def _manager(store: Store, tokens: TokenSet, config: MemoryConfig, states: StatesService | None) -> Any:
     """The MCP SDK's stateless session manager over our server (the SDK's import is the slow part)."""
     from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
     from stateflow.mcp.server import build_server
 
-    server = build_server(host_factory(store, tokens, config), protocol_text("active", None))
+    server = build_server(host_factory(store, tokens, config, states), protocol_text("active", None))
     return StreamableHTTPSessionManager(app=server, stateless=True, json_response=True)
 
 
-def mount(app: FastAPI, store: Store, tokens: TokenSet, config: MemoryConfig | None = None) -> None:
+def mount(
+    app: FastAPI,
+    store: Store,
+    tokens: TokenSet,
+    config: MemoryConfig | None = None,
+    states: StatesService | None = None,
+) -> None:
     """Serve MCP at ``/mcp`` on ``app``; the API's middleware has already checked the token.
 
     The MCP SDK loads in the background once the server is up, so ``stateflow serve`` starts
@@ -92,7 +123,9 @@ def mount(app: FastAPI, store: Store, tokens: TokenSet, config: MemoryConfig | N
         running["ready"] = ready
 
         async def serve_mcp() -> None:
-            manager = await anyio.to_thread.run_sync(_manager, store, tokens, config or MemoryConfig())
+            manager = await anyio.to_thread.run_sync(
+                _manager, store, tokens, config or MemoryConfig(), states
+            )
             async with manager.run():
                 running["manager"] = manager
                 ready.set()
