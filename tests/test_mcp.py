@@ -285,3 +285,68 @@ def test_http_declared_state_tools_on_request_with_tenancy(served: str, backend:
     assert out["reader_merge"].content[0].text.startswith("error[forbidden]: state_merge writes")
     assert out["unknown"].startswith("error[state-not-found]:")
     assert out["bob_after"].structured_content["result"]["data"] == {"text": "hi"}
+
+
+def test_stdio_resource_subscriptions_notify_every_context_change(tmp_path: Path) -> None:
+    db = str(tmp_path / "m.db")
+    base = ["--store", db]
+
+    async def run() -> dict[str, Any]:
+        updates: list[str] = []
+        arrived = anyio.Event()
+
+        async def on_message(message: Any) -> None:
+            note = getattr(message, "root", message)
+            if isinstance(note, types.ResourceUpdatedNotification):
+                updates.append(str(note.params.uri))
+                arrived.set()
+
+        params = StdioServerParameters(
+            command="stateflow",
+            args=[*base, "mcp", "--cwd", str(tmp_path), "--session", "s"],
+            env=dict(os.environ),
+        )
+        out: dict[str, Any] = {}
+        async with (
+            stdio_client(params) as (read, write),
+            ClientSession(read, write, message_handler=on_message) as client,
+        ):
+            init = await client.initialize()
+            assert init.capabilities.resources is not None
+            out["subscribe"] = init.capabilities.resources.subscribe
+            await client.subscribe_resource("stateflow://memory/context")
+            await client.call_tool("patch_state", {"session": {"tactics": {"next": "review"}}})
+            with anyio.fail_after(30):
+                await arrived.wait()
+            out["own"] = list(updates)
+            arrived = anyio.Event()
+            # another process writes the shared cwd scope: the subscriber hears of it too
+            other = await anyio.run_process(
+                [
+                    "stateflow",
+                    *base,
+                    "tool",
+                    "patch_state",
+                    '{"cwd": {"strategy": {"db": "pg"}}}',
+                    "--session",
+                    "other",
+                    "--cwd",
+                    str(tmp_path),
+                ],
+                check=False,
+            )
+            assert other.returncode == 0, other.stderr
+            with anyio.fail_after(30):
+                await arrived.wait()
+            out["other"] = list(updates)
+            try:
+                await client.subscribe_resource("stateflow://memory/nope")
+            except MCPError as exc:
+                out["bad"] = exc.message
+        return out
+
+    out = anyio.run(run)
+    assert out["subscribe"] is True
+    assert out["own"] == ["stateflow://memory/context"]
+    assert out["other"] == ["stateflow://memory/context", "stateflow://memory/context"]
+    assert out["bad"].startswith("error[not-found]: no resource stateflow://memory/nope")

@@ -24,6 +24,7 @@ from mcp_types.jsonrpc import INVALID_PARAMS
 from stateflow import __version__
 from stateflow.doc.canonical import encode
 from stateflow.errors import NotFound, StateflowError
+from stateflow.mcp.subscriptions import Subscriptions
 from stateflow.memory.protocol import protocol_text
 from stateflow.memory.view import Context
 from stateflow.tools import ToolHost, ToolResult
@@ -89,7 +90,9 @@ def _refusal(exc: StateflowError) -> MCPError:
     return MCPError(code=INVALID_PARAMS, message=f"error[{exc.code}]: {exc.message}")
 
 
-def build_server(host_for: HostFactory, instructions: str | None = None) -> Server[Any]:
+def build_server(
+    host_for: HostFactory, instructions: str | None = None, subscriptions: Subscriptions | None = None
+) -> Server[Any]:
     async def host(ctx: Any) -> ToolHost:
         try:
             return await anyio.to_thread.run_sync(host_for, ctx)
@@ -155,6 +158,17 @@ def build_server(host_for: HostFactory, instructions: str | None = None) -> Serv
             ],
         )
 
+    async def subscribe(ctx: Any, params: types.SubscribeRequestParams) -> types.EmptyResult:
+        assert subscriptions is not None
+        try:
+            return await subscriptions.subscribe(ctx, params)
+        except StateflowError as exc:
+            raise _refusal(exc) from exc
+
+    async def unsubscribe(ctx: Any, params: types.UnsubscribeRequestParams) -> types.EmptyResult:
+        assert subscriptions is not None
+        return await subscriptions.unsubscribe(ctx, params)
+
     return Server(
         "stateflow",
         version=__version__,
@@ -166,6 +180,8 @@ def build_server(host_for: HostFactory, instructions: str | None = None) -> Serv
         on_read_resource=read_resource,
         on_list_prompts=list_prompts,
         on_get_prompt=get_prompt,
+        on_subscribe_resource=subscribe if subscriptions is not None else None,
+        on_unsubscribe_resource=unsubscribe if subscriptions is not None else None,
     )
 
 
@@ -173,14 +189,19 @@ def serve_stdio(host: ToolHost, host_for: HostFactory | None = None) -> None:
     """Serve ``host`` over stdio; with ``host_for``, each request's tools come from it (the
     session may change while the server runs) and the instructions are the protocol only."""
     if host_for is None:
+        fixed = host
+        subscriptions = Subscriptions(lambda ctx: fixed, (CONTEXT_URI, CONTEXT_JSON_URI))
         # The instructions are the context at start; the resources and the prompt stay current.
-        server = build_server(lambda ctx: host, instructions=host.view.context().text())
+        server = build_server(lambda ctx: fixed, host.view.context().text(), subscriptions)
     else:
         view = host.view
-        server = build_server(host_for, instructions=protocol_text(view.config.mode, view.single))
+        subscriptions = Subscriptions(host_for, (CONTEXT_URI, CONTEXT_JSON_URI))
+        server = build_server(host_for, protocol_text(view.config.mode, view.single), subscriptions)
 
     async def main() -> None:
-        async with stdio_server() as (read_stream, write_stream):
+        async with stdio_server() as (read_stream, write_stream), anyio.create_task_group() as group:
+            group.start_soon(subscriptions.watch)
             await server.run(read_stream, write_stream, server.create_initialization_options())
+            group.cancel_scope.cancel()
 
     anyio.run(main)

@@ -712,6 +712,11 @@ class MemoryView:
             hot_budget=self.config.hot_budget,
         )
 
+    def current_projection(self) -> str:
+        """The projection id the context would carry now (revisions only; nothing is shown)."""
+        docs = self._read([])
+        return self.projection_id({s: d.revision for s, d in docs.items()})
+
     def knowledge_status(self) -> list[dict[str, Any]]:
         """Per knowledge root: available or not (freshness unknown), its Markdown sources, those
         without a card, and the cards whose source changed or is missing."""
