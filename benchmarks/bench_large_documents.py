@@ -24,6 +24,7 @@ Targets: writes ≤ 3× and ≤ 256 KiB per commit; as-of reads ≤ 3× the curr
 
     python3 -m benchmarks.bench_large_documents [--mb 100] [--record-mb 50] [--rounds 3]
         [--iterations 1] [--backend sqlite|postgres|both] [--postgres URL]
+        [--cases writes,reads,record]
 """
 
 from __future__ import annotations
@@ -150,16 +151,18 @@ def memory_cases(store: Store, sampler: Sampler, args: argparse.Namespace, tag: 
 
         return lambda: store.update([key], compute, {"door": "bench"})
 
-    for label, make in (("[5] changed length", changed_length), ("new key", new_key), ("append", append)):
+    writes = (("[5] changed length", changed_length), ("new key", new_key), ("append", append))
+    for label, make in writes if "writes" in args.cases else ():
         large, small = make(views["large"]), make(views["small"])
         written = int(statistics.median(sampler.bytes_of(large) for _ in range(3)))
         pair = measure(large, small, args.rounds, args.iterations)
         report(f"  write: {label}", pair, "ms", verdict(pair, WRITE_TARGET, written))
     heavy = views["large"]
-    for past, now in (
+    reads = (
         ("effective[7].tactics", "effective.tactics"),
         ("effective[7].lazy.big[5]", "effective.lazy.big[5]"),
-    ):
+    )
+    for past, now in reads if "reads" in args.cases else ():
         pair = measure(
             lambda p=past: heavy.read_state({"path": p}),  # type: ignore[misc]
             lambda p=now: heavy.read_state({"path": p}),  # type: ignore[misc]
@@ -200,8 +203,10 @@ def run(location: str, args: argparse.Namespace, tag: str) -> None:
     store = open_store(location, auto_migrate=True)
     sampler = Sampler(location)
     try:
-        memory_cases(store, sampler, args, tag)
-        record_case(store, sampler, args, tag)
+        if {"writes", "reads"} & args.cases:
+            memory_cases(store, sampler, args, tag)
+        if "record" in args.cases:
+            record_case(store, sampler, args, tag)
     finally:
         sampler.close()
         store.close()
@@ -231,7 +236,13 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=1, help="operations per side per round")
     parser.add_argument("--backend", choices=["sqlite", "postgres", "both"], default="both")
     parser.add_argument("--postgres", default=os.environ.get("STATEFLOW_TEST_POSTGRES"))
+    parser.add_argument(
+        "--cases",
+        default="writes,reads,record",
+        help="which cases to run (comma-separated: writes, reads, record)",
+    )
     args = parser.parse_args()
+    args.cases = set(args.cases.split(","))
     if args.backend in ("sqlite", "both"):
         with tempfile.TemporaryDirectory() as tmp:
             run(f"sqlite:///{tmp}/large.db", args, "sqlite")

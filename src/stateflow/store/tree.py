@@ -64,13 +64,15 @@ class Built:
 
 
 @dataclass(slots=True)
-class _Entry:
+class Entry:
     """One child of a container as a leaf holds it: its JSON (inline) or its ref."""
 
     json: bytes
     is_ref: bool
     size: int
     """encoded size of the child's value (for ``Built.size``)"""
+    key: str | None = None
+    """its key, in an object"""
 
 
 class Builder:
@@ -82,7 +84,7 @@ class Builder:
     """
 
     def __init__(self, max_memo: int = 1_000_000) -> None:
-        self._memo: dict[int, tuple[Any, _Entry]] = {}
+        self._memo: dict[int, tuple[Any, Entry]] = {}
         self._max_memo = max_memo
 
     def build(self, value: JSON) -> Built:
@@ -95,11 +97,11 @@ class Builder:
             out.inline = entry.json
         return out
 
-    def _entry(self, value: JSON, nodes: dict[bytes, bytes]) -> _Entry:
+    def _entry(self, value: JSON, nodes: dict[bytes, bytes]) -> Entry:
         kind = type(value)
         if kind is not dict and kind is not list:
             data = orjson.dumps(value)
-            return _Entry(data, False, len(data))
+            return Entry(data, False, len(data))
         known = self._memo.get(id(value))
         if known is not None and known[0] is value:
             return known[1]
@@ -117,8 +119,8 @@ class Builder:
         return entry
 
     def _container(
-        self, kind: str, keys: list[str] | None, children: list[_Entry], nodes: dict[bytes, bytes]
-    ) -> _Entry:
+        self, kind: str, keys: list[str] | None, children: list[Entry], nodes: dict[bytes, bytes]
+    ) -> Entry:
         size = 2 + max(0, len(children) - 1) + sum(c.size for c in children)
         if keys is not None:
             size += sum(len(orjson.dumps(k)) + 1 for k in keys)
@@ -131,25 +133,15 @@ class Builder:
                     + b",".join(orjson.dumps(k) + b":" + c.json for k, c in zip(keys, children, strict=True))
                     + b"}"
                 )
-            return _Entry(data, False, size)
+            return Entry(data, False, size)
         # leaves, then interior levels, until one node remains
+        if keys is not None:
+            for k, c in zip(keys, children, strict=True):
+                c.key = k
         level: list[tuple[int, bytes]] = []  # (count, id) per node of the current level
         start = 0
-        for end in _cuts([len(c.json) for c in children], [c.json for c in children]):
-            part = children[start:end]
-            refs = [i for i, c in enumerate(part) if c.is_ref]
-            if keys is None:
-                body = b'{"a":[' + b",".join(c.json for c in part) + b'],"r":' + orjson.dumps(refs) + b"}"
-            else:
-                body = (
-                    b'{"k":'
-                    + orjson.dumps(keys[start:end])
-                    + b',"v":['
-                    + b",".join(c.json for c in part)
-                    + b'],"r":'
-                    + orjson.dumps(refs)
-                    + b"}"
-                )
+        for end in cuts([len(c.json) for c in children], [c.json for c in children]):
+            body = leaf_body(children[start:end], keys is not None)
             ident = node_id(body)
             nodes[ident] = body
             level.append((end - start, ident))
@@ -158,17 +150,33 @@ class Builder:
             entries = [b"[" + str(n).encode() + b',"' + i.hex().encode() + b'"]' for n, i in level]
             upper: list[tuple[int, bytes]] = []
             start = 0
-            for end in _cuts([len(e) for e in entries], [i for _, i in level]):
-                body = b'{"t":"' + kind.encode() + b'","c":[' + b",".join(entries[start:end]) + b"]}"
+            for end in cuts([len(e) for e in entries], [i for _, i in level]):
+                body = interior_body(kind, level[start:end])
                 ident = node_id(body)
                 nodes[ident] = body
                 upper.append((sum(n for n, _ in level[start:end]), ident))
                 start = end
             level = upper
-        return _Entry(b'"' + level[0][1].hex().encode() + b'"', True, size)
+        return Entry(b'"' + level[0][1].hex().encode() + b'"', True, size)
 
 
-def _cuts(sizes: Sequence[int], keys: Sequence[bytes]) -> Iterable[int]:
+def leaf_body(part: Sequence[Entry], is_object: bool) -> bytes:
+    """A leaf's bytes: its entries' JSON (refs listed in ``r``), and their keys in an object."""
+    refs = [i for i, c in enumerate(part) if c.is_ref]
+    values = b",".join(c.json for c in part)
+    if not is_object:
+        return b'{"a":[' + values + b'],"r":' + orjson.dumps(refs) + b"}"
+    keys = orjson.dumps([c.key for c in part])
+    return b'{"k":' + keys + b',"v":[' + values + b'],"r":' + orjson.dumps(refs) + b"}"
+
+
+def interior_body(kind: str, level: Sequence[tuple[int, bytes]]) -> bytes:
+    """An interior node's bytes: ``(count, child id)`` per child."""
+    entries = b",".join(b"[" + str(n).encode() + b',"' + i.hex().encode() + b'"]' for n, i in level)
+    return b'{"t":"' + kind.encode() + b'","c":[' + entries + b"]}"
+
+
+def cuts(sizes: Sequence[int], keys: Sequence[bytes]) -> Iterable[int]:
     """End positions of the nodes over entries of these sizes (the last is ``len(sizes)``).
 
     An entry ends its node when the hash of its bytes falls below a threshold proportional to

@@ -1,0 +1,242 @@
+"""Path-copying updates of content-addressed trees (pure: no I/O).
+
+A new version of a large value is written as the nodes that differ from its previous tree: the
+changed range of each changed container is found by identity against the previous value (every
+``doc/`` function is copy-on-write, so unchanged children are the same objects), the leaves
+holding that range are re-cut, and their ancestors are rewritten — O(change + depth) nodes,
+however large the value. A single changed element that is itself a tree is updated the same
+way, recursively, so a deep edit rewrites one leaf per level.
+
+Unlike a fresh build, the shape of an updated tree depends on its history (cuts are re-made
+only inside the rewritten leaves), so equal values built along different histories may have
+different roots; every shape reads back the same (``tree.load``), and nodes are still shared
+wherever content repeats.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from stateflow.doc.canonical import JSON
+from stateflow.errors import CorruptData
+from stateflow.store.tree import INLINE_MAX, LEAF_MAX, Builder, Entry, cuts, interior_body, leaf_body, node_id
+
+Get = Callable[[bytes], dict[str, Any]]
+"""A node's decoded body by id (raises ``CorruptData`` when it is missing or damaged)."""
+
+
+@dataclass(slots=True)
+class Updated:
+    """A value as an update left it: ``root`` (None: small enough to be inline, see ``inline``),
+    its encoded ``size``, and the node bodies written (id → bytes; some may exist already)."""
+
+    root: bytes | None
+    inline: bytes | None
+    size: int
+    nodes: dict[bytes, bytes] = field(default_factory=dict)
+
+
+def update(root: bytes, size: int, old: JSON, new: JSON, get: Get) -> Updated:
+    """``new`` as a tree, given ``old`` (encoded in ``size`` bytes) stored under ``root``."""
+    nodes: dict[bytes, bytes] = {}
+    if type(new) is not type(old) or type(new) not in (dict, list):
+        built = Builder().build(new)
+        return Updated(built.root, built.inline, built.size, built.nodes)
+    entry, delta = _update(root, old, new, get, nodes)
+    if size + delta <= INLINE_MAX:  # shrunk: small values are inline
+        data = orjson.dumps(new)
+        return Updated(None, data, len(data))
+    if entry.is_ref:
+        return Updated(_ref_id(entry.json), None, size + delta, nodes)
+    return Updated(None, entry.json, size + delta, nodes)
+
+
+def _ref_id(data: bytes) -> bytes:
+    return bytes.fromhex(data[1:-1].decode())
+
+
+def _update(root: bytes, old: Any, new: Any, get: Get, nodes: dict[bytes, bytes]) -> tuple[Entry, int]:
+    """The container ``new`` as an entry (a ref: its tree), and its size minus ``old``'s."""
+    is_object = type(new) is dict
+    if is_object:
+        lo, old_hi, new_hi = _window(list(old), list(new), list(old.values()), list(new.values()))
+    else:
+        lo, old_hi, new_hi = _window(None, None, old, new)
+    if lo == old_hi == new_hi:
+        return Entry(b'"' + root.hex().encode() + b'"', True, 0), 0
+    old_keys = list(old) if is_object else None
+    new_keys = list(new) if is_object else None
+    old_values = list(old.values()) if is_object else old
+    new_values = list(new.values()) if is_object else new
+    delta = 0
+    make: Callable[[list[Entry]], list[Entry]] | list[Entry]
+    if old_hi - lo == 1 and new_hi - lo == 1 and (not is_object or old_keys[lo] == new_keys[lo]):  # type: ignore[index]
+        # one element changed in place: a subtree is updated by path, not rebuilt
+        before, after = old_values[lo], new_values[lo]
+
+        def make(found: list[Entry]) -> list[Entry]:
+            nonlocal delta
+            (was,) = found
+            if was.is_ref and type(after) is type(before) and type(after) in (dict, list):
+                entry, inner = _update(_ref_id(was.json), before, after, get, nodes)
+            else:
+                entry = Builder()._entry(after, nodes)
+                inner = entry.size - (len(was.json) if not was.is_ref else len(orjson.dumps(before)))
+            delta += inner
+            return [Entry(entry.json, entry.is_ref, entry.size, was.key)]
+
+    else:
+        builder = Builder()
+        make = []
+        for i in range(lo, new_hi):
+            entry = builder._entry(new_values[i], nodes)
+            entry.key = None if new_keys is None else new_keys[i]
+            make.append(entry)
+        delta += sum(e.size + (len(orjson.dumps(e.key)) + 1 if is_object else 0) for e in make)
+        delta -= sum(
+            len(orjson.dumps(old_values[i])) + (len(orjson.dumps(old_keys[i])) + 1 if old_keys else 0)
+            for i in range(lo, old_hi)
+        )
+    count_delta = max(0, len(new_values) - 1) - max(0, len(old_values) - 1)
+    kind = "o" if is_object else "a"
+    level = _splice(root, lo, old_hi, make, kind, get, nodes)
+    while len(level) > 1:
+        level = _pack(level, kind, nodes)
+    if not level:
+        data = b"{}" if is_object else b"[]"
+        return Entry(data, False, 2), delta + count_delta
+    return Entry(b'"' + level[0][1].hex().encode() + b'"', True, 0), delta + count_delta
+
+
+def _window(
+    old_keys: list[str] | None, new_keys: list[str] | None, old: list[Any], new: list[Any]
+) -> tuple[int, int, int]:
+    """The changed range: ``old[lo:old_hi]`` became ``new[lo:new_hi]`` (found by identity)."""
+    shortest = min(len(old), len(new))
+    same = list(map(operator.is_, old, new))
+    if old_keys is not None and new_keys is not None:
+        same = list(map(operator.and_, same, map(operator.eq, old_keys, new_keys)))
+    lo = same.index(False) if False in same else shortest
+    tail_same = list(map(operator.is_, reversed(old), reversed(new)))
+    if old_keys is not None and new_keys is not None:
+        tail_same = list(
+            map(operator.and_, tail_same, map(operator.eq, reversed(old_keys), reversed(new_keys)))
+        )
+    tail = tail_same.index(False) if False in tail_same else shortest
+    tail = min(tail, shortest - lo)
+    return lo, len(old) - tail, len(new) - tail
+
+
+def _splice(
+    ident: bytes,
+    lo: int,
+    hi: int,
+    make: Callable[[list[Entry]], list[Entry]] | list[Entry],
+    kind: str,
+    get: Get,
+    nodes: dict[bytes, bytes],
+) -> list[tuple[int, bytes]]:
+    """Replace elements ``[lo, hi)`` under node ``ident``; the nodes (count, id) that take the
+    node's place at its level (none when it is left empty, several when it overflows)."""
+    node = get(ident)
+    if "c" in node:
+        children: list[tuple[int, bytes]] = [(int(n), _hex(c, ident)) for n, c in node["c"]]
+        total = sum(n for n, _ in children)
+        starts = []
+        pos = 0
+        for n, _ in children:
+            starts.append(pos)
+            pos += n
+        first = _child_at(starts, children, lo, total)
+        last = first if hi <= lo else _child_at(starts, children, hi - 1, total)
+        out = children[:first]
+        for i in range(first, last + 1):
+            start, (count, child) = starts[i], children[i]
+            a, b = max(lo, start) - start, min(hi, start + count) - start
+            out += _splice(child, a, max(a, b), make if i == first else [], kind, get, nodes)
+        out += children[last + 1 :]
+        return _pack_node(out, kind, nodes)
+    keys: list[str] | None = node.get("k")
+    values = node["a"] if "a" in node else node.get("v")
+    if type(values) is not list or (keys is not None and len(keys) != len(values)):
+        raise CorruptData(f"stored node {ident.hex()} is corrupt: not a leaf")
+    refs = set(node.get("r", ()))
+    entries = [
+        Entry(
+            (b'"' + v.encode() + b'"') if i in refs else orjson.dumps(v),
+            i in refs,
+            0,
+            None if keys is None else keys[i],
+        )
+        for i, v in enumerate(values)
+    ]
+    found = entries[lo:hi]
+    new = make(found) if callable(make) else make
+    entries[lo:hi] = new
+    if not entries:
+        return []
+    out = []
+    start = 0
+    for end in cuts([len(e.json) for e in entries], [e.json for e in entries]):
+        body = leaf_body(entries[start:end], keys is not None)
+        ident_new = node_id(body)
+        nodes[ident_new] = body
+        out.append((end - start, ident_new))
+        start = end
+    return out
+
+
+def _child_at(starts: list[int], children: list[tuple[int, bytes]], index: int, total: int) -> int:
+    """The child holding element ``index`` (the last child for an index at the end)."""
+    if index >= total:
+        return len(children) - 1
+    low, high = 0, len(starts) - 1
+    while low < high:
+        middle = (low + high + 1) // 2
+        if starts[middle] <= index:
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+def _pack_node(
+    level: list[tuple[int, bytes]], kind: str, nodes: dict[bytes, bytes]
+) -> list[tuple[int, bytes]]:
+    """Interior nodes over ``level`` — one unless its entries outgrow a node."""
+    if not level:
+        return []
+    size = sum(len(str(n)) + 36 for n, _ in level)
+    if size <= LEAF_MAX:
+        body = interior_body(kind, level)
+        ident = node_id(body)
+        nodes[ident] = body
+        return [(sum(n for n, _ in level), ident)]
+    return _pack(level, kind, nodes)
+
+
+def _pack(level: list[tuple[int, bytes]], kind: str, nodes: dict[bytes, bytes]) -> list[tuple[int, bytes]]:
+    """One level up: interior nodes over ``level``, cut by content as a build cuts them."""
+    entries = [b"[" + str(n).encode() + b',"' + i.hex().encode() + b'"]' for n, i in level]
+    upper: list[tuple[int, bytes]] = []
+    start = 0
+    for end in cuts([len(e) for e in entries], [i for _, i in level]):
+        part = level[start:end]
+        body = interior_body(kind, part)
+        ident = node_id(body)
+        nodes[ident] = body
+        upper.append((sum(n for n, _ in part), ident))
+        start = end
+    return upper
+
+
+def _hex(text: Any, ident: bytes) -> bytes:
+    try:
+        return bytes.fromhex(text)
+    except (TypeError, ValueError) as exc:
+        raise CorruptData(f"stored node {ident.hex()} is corrupt: bad child ref {text!r}") from exc

@@ -1,0 +1,115 @@
+"""Path-copying tree updates: every edit reads back exactly, with the right size, writing only
+a few nodes however large the value."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from stateflow.doc.diff import Edit, apply_edits
+from stateflow.store.tree import Builder, load
+from stateflow.store.tree_update import update
+
+NODES: dict[bytes, bytes] = {}
+
+
+def _get(ident: bytes) -> dict[str, Any]:
+    data: dict[str, Any] = orjson.loads(NODES[ident])
+    return data
+
+
+def _fetch(ids: Any) -> dict[bytes, bytes]:
+    return {i: NODES[i] for i in ids if i in NODES}
+
+
+def _big() -> dict[str, Any]:
+    return {
+        "big": [f"{i:06d} " + "x" * 60 for i in range(20_000)],
+        "obj": {f"k{i}": {"n": i, "s": "y" * 30} for i in range(5_000)},
+        "deep": {"inner": [{"i": i, "t": "z" * 200} for i in range(2_000)]},
+    }
+
+
+BASE = _big()
+BUILT = Builder().build(BASE)
+NODES.update(BUILT.nodes)
+assert BUILT.root is not None
+ROOT: bytes = BUILT.root
+
+
+def _edit(edits: list[Edit]) -> tuple[Any, Any]:
+    new = apply_edits(BASE, edits)
+    out = update(ROOT, BUILT.size, BASE, new, _get)
+    NODES.update(out.nodes)
+    assert out.root is not None
+    assert load(out.root, _fetch) == new
+    assert out.size == len(orjson.dumps(new))
+    return out, new
+
+
+def test_a_small_edit_writes_a_few_small_nodes() -> None:
+    cases = [
+        [Edit(("big", 5), "changed, and of another length")],
+        [Edit(("obj", "brand new"), 1)],
+        [Edit(("obj", "k17", "n"), -1)],
+        [Edit(("deep", "inner", 1500, "t"), "short")],
+        [Edit(("big",), BASE["big"][1:])],
+        [Edit(("obj", "k4999"))],
+    ]
+    for edits in cases:
+        out, _ = _edit(edits)
+        assert len(out.nodes) <= 12, (edits, len(out.nodes))
+        assert sum(len(b) for b in out.nodes.values()) < 40_000, edits
+
+
+def test_a_whole_array_replaced_by_its_append_writes_only_the_tail() -> None:
+    new = dict(BASE, big=[*BASE["big"], "one more"])
+    out = update(ROOT, BUILT.size, BASE, new, _get)
+    NODES.update(out.nodes)
+    assert out.root is not None and load(out.root, _fetch) == new
+    assert len(out.nodes) <= 12
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["big", "obj", "deep"]),
+            st.integers(0, 25_000),
+            st.text(max_size=300) | st.none(),
+            st.booleans(),
+        ),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_any_sequence_of_edits_reads_back_exactly(steps: list[tuple[str, int, Any, bool]]) -> None:
+    edits: list[Edit] = []
+    value = BASE
+    for member, n, text, delete in steps:
+        target = value[member] if member != "deep" else value["deep"]["inner"]
+        prefix: tuple[Any, ...] = (member,) if member != "deep" else ("deep", "inner")
+        if isinstance(target, list):
+            index = n % (len(target) + 1)
+            if delete and index < len(target):  # an element removed: the whole array
+                edit = Edit(prefix, target[:index] + target[index + 1 :])
+            elif index < len(target):
+                edit = Edit((*prefix, index), text)
+            else:  # an append, as a diff gives it: the whole array
+                edit = Edit(prefix, [*target, text])
+        else:
+            key = f"k{n % 6000}"
+            edit = Edit((*prefix, key)) if delete and key in target else Edit((*prefix, key), text)
+        edits.append(edit)
+        value = apply_edits(value, [edit])
+    _edit(edits)
+
+
+def test_an_emptied_container_and_a_replaced_kind_read_back() -> None:
+    _edit([Edit(("big",), [])])
+    _edit([Edit(("obj",), "now a string")])
+    small = update(ROOT, BUILT.size, BASE, {"only": 1}, _get)
+    assert small.root is None and small.inline == b'{"only":1}'
