@@ -150,6 +150,11 @@ class Backend(abc.ABC):
         """Documents that may match a containment search (portable: every document, in
         ``listing.Listing._search_candidates``)."""
 
+    def _lock_nodes(self, tx: Tx) -> None:  # noqa: B027 - optional hook, no-op by default
+        """Keep other writers from adding nodes until this transaction ends, so a garbage
+        collection's mark sees every root a node could be shared by (portable: nothing — one
+        writer at a time holds the database)."""
+
     @abc.abstractmethod
     def _unchecked(self, tx: Tx, doc_id: int, filters: dict[str, Any]) -> list[str]:
         """Filter members whose containment the candidate query did not establish (portable:

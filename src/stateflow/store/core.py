@@ -11,6 +11,7 @@ from stateflow.store.backend import Backend
 from stateflow.store.cache import DEFAULT_CACHE_BYTES, HeadCache, RevisionCache
 from stateflow.store.migrations import SCHEMA_VERSION, statements
 from stateflow.store.model import DocKey, Document
+from stateflow.store.nodes import load_tree
 from stateflow.store.plan import Loaded
 from stateflow.store.rows import (
     ROW_COLUMNS,
@@ -274,16 +275,19 @@ class StoreCore(Backend):
                     values[(doc_id, name)] = value
                 else:
                     misses.append((doc_id, name))
+        sizes = {(d, h[1]): int(h[4]) for d, rows in by_doc.items() for h in rows} if misses else {}
         for start in range(0, len(misses), 200):
             part = misses[start : start + 200]
             where = " OR ".join(["(doc_id = ? AND name = ?)"] * len(part))
-            for doc_id, name, revision, raw in tx.all(
-                f"SELECT doc_id, name, revision, body FROM members WHERE {where}",
+            for doc_id, name, revision, raw, root in tx.all(
+                f"SELECT doc_id, name, revision, body, root FROM members WHERE {where}",
                 [v for pair in part for v in pair],
             ):
-                value = decode_stored(raw, f"{keys[int(doc_id)]} member {name!r}")
+                what = f"{keys[int(doc_id)]} member {name!r}"
+                value = decode_stored(raw, what) if root is None else load_tree(tx, bytes(root), what)
                 values[(int(doc_id), name)] = value
-                self._cache.put((int(doc_id), name), int(revision), value, len(raw))
+                weight = len(raw) if root is None else sizes.get((int(doc_id), name), 0)
+                self._cache.put((int(doc_id), name), int(revision), value, weight)
         out: dict[int, tuple[list[tuple[str, int, Any, int]], dict[str, Any]]] = {}
         for _, doc_id, _, _ in wanted:
             rows = by_doc.get(doc_id, [])

@@ -16,6 +16,7 @@ from stateflow.doc.select import MISSING
 from stateflow.errors import Conflict, CorruptData, InvalidInput, NotFound
 from stateflow.store.core import StoreCore
 from stateflow.store.model import Change, DocKey, Document, Transition
+from stateflow.store.nodes import load_tree
 from stateflow.store.rows import (
     decode_edits,
     decode_inline,
@@ -118,11 +119,13 @@ class History(StoreCore):
         for first in range(0, len(wanted), 200):  # bounded statement size
             part = wanted[first : first + 200]
             where = " OR ".join(["(name = ? AND revision = ?)"] * len(part))
-            for name, revision, raw in tx.all(
-                f"SELECT name, revision, body FROM snapshot_members WHERE doc_id = ? AND ({where})",
+            for name, revision, raw, root in tx.all(
+                f"SELECT name, revision, body, root FROM snapshot_members WHERE doc_id = ? AND ({where})",
                 [doc_id, *(v for pair in part for v in pair)],
             ):
-                found[(name, int(revision))] = decode_stored(raw, f"{what} member {name!r}")
+                named = f"{what} member {name!r}"
+                value = decode_stored(raw, named) if root is None else load_tree(tx, bytes(root), named)
+                found[(name, int(revision))] = value
         body: dict[str, Any] = {}
         for name, revision in wanted:
             if (name, revision) not in found:

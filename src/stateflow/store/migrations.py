@@ -40,13 +40,29 @@ included — to compare keys, and a change's paths or edits may be megabytes.
 
 Version 4 adds ``snapshot_members`` (see ``snapshots`` above); on PostgreSQL the write function
 takes snapshots in that form. Existing snapshot rows are left as they are.
+
+Version 5 adds node storage for large members: ``nodes`` (``id`` → ``body``: content-addressed
+tree nodes, see ``store/tree.py``) and a ``root`` column on ``members`` and ``snapshot_members``:
+a member whose encoding exceeds ``plan.TREE_MIN`` is held as the tree under ``root`` (its
+``body`` is empty), so a small change inside it writes a few nodes instead of the whole value.
+Existing members stay inline; a large one becomes a tree the first time it is written. On
+PostgreSQL the write function also takes the node rows and the roots (still one call).
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-SCHEMA_VERSION: Final = 4
+SCHEMA_VERSION: Final = 5
+
+_NODES: Final = """
+CREATE TABLE nodes (
+    id {blob} PRIMARY KEY,
+    body {blob} NOT NULL
+);
+ALTER TABLE members ADD COLUMN root {blob};
+ALTER TABLE snapshot_members ADD COLUMN root {blob};
+"""
 
 _SNAPSHOT_MEMBERS: Final = """
 CREATE TABLE snapshot_members (
@@ -170,6 +186,7 @@ DROP TABLE transitions_v2;
 CREATE INDEX changes_by_seq ON changes (seq);
 """,
     4: _SNAPSHOT_MEMBERS.format(text_c="TEXT", blob="BLOB"),
+    5: _NODES.format(blob="BLOB"),
 }
 
 INDEXABLE: Final = "m.size <= 1048576 AND position('\\x5c7530303030'::bytea IN m.body) = 0"
@@ -432,6 +449,82 @@ BEGIN
             -- members unchanged since an earlier snapshot are there already: not copied again
             INSERT INTO snapshot_members (doc_id, name, revision, body)
             SELECT m.doc_id, m.name, m.revision, m.body FROM members m
+            WHERE m.doc_id = snap_doc[i] AND NOT EXISTS (
+                SELECT 1 FROM snapshot_members s
+                WHERE s.doc_id = m.doc_id AND s.name = m.name AND s.revision = m.revision);
+            INSERT INTO snapshots (doc_id, revision, body)
+            SELECT snap_doc[i], snap_rev[i], convert_to(coalesce(
+                json_agg(json_build_array(m.name, m.revision) ORDER BY m.position)::text, '[]'), 'UTF8')
+            FROM members m WHERE m.doc_id = snap_doc[i];
+        ELSE
+            INSERT INTO snapshots (doc_id, revision, body) VALUES (snap_doc[i], snap_rev[i], '\x6e756c6c'::bytea);
+        END IF;
+    END LOOP;
+    FOR i IN 1 .. coalesce(array_length(doc_ids, 1), 0) LOOP
+        UPDATE documents
+        SET revision = doc_rev[i], present = doc_present[i], updated_seq = p_seq,
+            snapshot_revision = doc_snap[i], bytes_since_snapshot = doc_since[i],
+            body_size = doc_size[i], next_position = doc_pos[i]
+        WHERE doc_id = doc_ids[i];
+    END LOOP;
+END
+$$;
+""",
+    5: _NODES.format(blob="BYTEA")
+    + r"""
+DROP FUNCTION stateflow_write_rows(
+    BIGINT, BIGINT[], TEXT[], BIGINT[], BYTEA[], BIGINT[], BIGINT[], BYTEA[], BIGINT[], TEXT[],
+    BIGINT[], TEXT[], BIGINT[], BIGINT[], BIGINT[], BYTEA[], BYTEA[], BIGINT[], BIGINT[], BYTEA[], BYTEA[],
+    BIGINT[], BIGINT[], TEXT[], BYTEA[], BIGINT[], SMALLINT[], BIGINT[], BIGINT[], BIGINT[],
+    BIGINT[], BIGINT[], BIGINT[], BIGINT[], SMALLINT[]
+);
+CREATE FUNCTION stateflow_write_rows(
+    p_seq BIGINT,
+    del_doc BIGINT[], del_name TEXT[], gone BIGINT[],
+    upd_body BYTEA[], upd_rev BIGINT[], upd_size BIGINT[], upd_outline BYTEA[], upd_root BYTEA[],
+    upd_doc BIGINT[], upd_name TEXT[],
+    ins_doc BIGINT[], ins_name TEXT[], ins_pos BIGINT[], ins_rev BIGINT[], ins_size BIGINT[],
+    ins_outline BYTEA[], ins_body BYTEA[], ins_root BYTEA[],
+    node_ids BYTEA[], node_bodies BYTEA[],
+    ch_doc BIGINT[], ch_rev BIGINT[], ch_paths BYTEA[], ch_edits BYTEA[],
+    ed_doc BIGINT[], ed_rev BIGINT[], ed_member TEXT[], ed_edits BYTEA[],
+    doc_rev BIGINT[], doc_present SMALLINT[], doc_snap BIGINT[], doc_since BIGINT[],
+    doc_size BIGINT[], doc_pos BIGINT[], doc_ids BIGINT[],
+    snap_doc BIGINT[], snap_rev BIGINT[], snap_present SMALLINT[]
+) RETURNS VOID LANGUAGE plpgsql AS $$
+-- Row by row where a row is found by key (each statement an index lookup, planned once per
+-- session), set-wise where rows are only added.
+BEGIN
+    IF coalesce(array_length(node_ids, 1), 0) > 0 THEN
+        INSERT INTO nodes (id, body) SELECT * FROM unnest(node_ids, node_bodies) ON CONFLICT (id) DO NOTHING;
+    END IF;
+    FOR i IN 1 .. coalesce(array_length(del_doc, 1), 0) LOOP
+        DELETE FROM members WHERE doc_id = del_doc[i] AND name = del_name[i];
+    END LOOP;
+    FOR i IN 1 .. coalesce(array_length(gone, 1), 0) LOOP
+        DELETE FROM members WHERE doc_id = gone[i];
+    END LOOP;
+    FOR i IN 1 .. coalesce(array_length(upd_doc, 1), 0) LOOP
+        UPDATE members
+        SET body = upd_body[i], revision = upd_rev[i], size = upd_size[i], outline = upd_outline[i],
+            root = upd_root[i]
+        WHERE doc_id = upd_doc[i] AND name = upd_name[i];
+    END LOOP;
+    IF coalesce(array_length(ins_doc, 1), 0) > 0 THEN
+        INSERT INTO members (doc_id, name, position, revision, size, outline, body, root)
+        SELECT * FROM unnest(ins_doc, ins_name, ins_pos, ins_rev, ins_size, ins_outline, ins_body, ins_root);
+    END IF;
+    INSERT INTO changes (doc_id, revision, seq, paths, edits)
+    SELECT x.d, x.r, p_seq, x.p, x.e FROM unnest(ch_doc, ch_rev, ch_paths, ch_edits) AS x(d, r, p, e);
+    IF coalesce(array_length(ed_doc, 1), 0) > 0 THEN
+        INSERT INTO change_edits (doc_id, revision, member, edits)
+        SELECT * FROM unnest(ed_doc, ed_rev, ed_member, ed_edits);
+    END IF;
+    FOR i IN 1 .. coalesce(array_length(snap_doc, 1), 0) LOOP
+        IF snap_present[i] = 1 THEN
+            -- members unchanged since an earlier snapshot are there already: not copied again
+            INSERT INTO snapshot_members (doc_id, name, revision, body, root)
+            SELECT m.doc_id, m.name, m.revision, m.body, m.root FROM members m
             WHERE m.doc_id = snap_doc[i] AND NOT EXISTS (
                 SELECT 1 FROM snapshot_members s
                 WHERE s.doc_id = m.doc_id AND s.name = m.name AND s.revision = m.revision);

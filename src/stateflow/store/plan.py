@@ -25,11 +25,17 @@ from stateflow.doc.diff import Edit
 from stateflow.errors import InvalidInput
 from stateflow.store.model import DocKey, Write
 from stateflow.store.rows import DocRow, MemberHead
+from stateflow.store.tree_update import Updated
 
 SNAPSHOT_MAX_CHAIN: Final = 256
 """Take a snapshot at least every this many revisions, so an as-of read replays a bounded chain."""
 SNAPSHOT_MIN_BYTES: Final = 4096
 """…or as soon as the changes since the last snapshot outweigh the body (and this floor)."""
+TREE_MIN: Final = 1 << 20
+"""A member whose encoding exceeds this many bytes is stored as a tree of nodes (``tree.py``):
+a change inside it writes the nodes that differ, not the value. Smaller members stay one row
+each, as before (a tree costs more to read whole). The bound is also PostgreSQL's containment
+index bound, so no tree member is ever indexed."""
 INLINE_EDITS_MAX: Final = 512
 """A change whose encoded edits fit in this many bytes keeps them in its own row (one row, one
 page touched, per change); larger ones get a ``change_edits`` row per member, so that reading
@@ -54,6 +60,8 @@ class Stage:
     values: dict[str, JSON] = field(default_factory=dict)
     touched: dict[str, None] = field(default_factory=dict)
     """Member names to write, in first-touched order (new members get positions in it)."""
+    trees: dict[str, Updated] = field(default_factory=dict)
+    """Members held as trees, as their update left them (the nodes to write, the new root)."""
 
 
 class SeqRef(NamedTuple):
@@ -91,9 +99,11 @@ class WritePlan:
     deletes: list[tuple[int, str]] = field(default_factory=list)
     """member rows to delete: (doc_id, name)"""
     updates: list[tuple[Any, ...]] = field(default_factory=list)
-    """member rows to rewrite: (body, revision, size, outline, doc_id, name)"""
+    """member rows to rewrite: (body, revision, size, outline, root, doc_id, name)"""
     inserts: list[tuple[Any, ...]] = field(default_factory=list)
-    """member rows to add: (doc_id, name, position, revision, size, outline, body)"""
+    """member rows to add: (doc_id, name, position, revision, size, outline, body, root)"""
+    nodes: dict[bytes, bytes] = field(default_factory=dict)
+    """tree nodes the members' new roots need (id → body; some may be stored already)"""
     paths: bytes = b"[]"
     """the change's touched paths, encoded"""
     edits: list[tuple[int, int, str, bytes]] = field(default_factory=list)

@@ -47,7 +47,9 @@ _WHOLE_READ: Final = (
     # the body assembled from member rows in the server: one row and one decode per document
     "(SELECT '\\x7b'::bytea || coalesce(string_agg(convert_to(to_json(m.name)::text, 'UTF8') "
     "|| '\\x3a'::bytea || m.body, '\\x2c'::bytea ORDER BY m.position), ''::bytea) || '\\x7d'::bytea "
-    "FROM members m WHERE m.doc_id = d.doc_id AND d.present = 1) "
+    "FROM members m WHERE m.doc_id = d.doc_id AND d.present = 1), "
+    # members held as trees are read through the member cache instead
+    "EXISTS (SELECT 1 FROM members m WHERE m.doc_id = d.doc_id AND m.root IS NOT NULL) "
     "FROM documents d LEFT JOIN transitions t ON t.seq = d.updated_seq WHERE {where}"
 )
 _REVISIONS: Final = "SELECT d.doc_id, d.revision FROM documents d WHERE {where}"
@@ -257,7 +259,9 @@ class PostgresStore(SqlStore):
                 return out
         rows = self._query(_WHOLE_READ.format(where=where), params)
         out = {key: Document(key, 0, None) for key in keys}
-        for state, subject, doc_id, revision, present, seq, at, raw in rows:
+        if any(row[-1] for row in rows):
+            return super().read(keys)
+        for state, subject, doc_id, revision, present, seq, at, raw, _ in rows:
             key = DocKey(state, subject)
             try:
                 body = decode_stored(raw, f"{key} body") if present else None
@@ -404,6 +408,10 @@ class PostgresStore(SqlStore):
         )
         return {int(d): int(r) for d, r in rows}
 
+    def _lock_nodes(self, tx: Tx) -> None:
+        # conflicts with the row-exclusive lock of every writer that inserts nodes
+        tx.run("LOCK TABLE nodes IN SHARE ROW EXCLUSIVE MODE")
+
     def _lock_migration(self, tx: Tx) -> None:
         # Serialize concurrent migrators (several processes starting at once).
         tx.all("SELECT pg_advisory_xact_lock(?)", (_SEQ_LOCK + 1,))
@@ -414,8 +422,9 @@ class PostgresStore(SqlStore):
 
 _WRITE_ROW_TYPES: Final = (
     *("bigint[]", "text[]", "bigint[]"),  # member deletes (doc_id, name); documents losing all
-    *("bytea[]", "bigint[]", "bigint[]", "bytea[]", "bigint[]", "text[]"),  # member updates
-    *("bigint[]", "text[]", "bigint[]", "bigint[]", "bigint[]", "bytea[]", "bytea[]"),  # inserts
+    *("bytea[]", "bigint[]", "bigint[]", "bytea[]", "bytea[]", "bigint[]", "text[]"),  # member updates
+    *("bigint[]", "text[]", "bigint[]", "bigint[]", "bigint[]", "bytea[]", "bytea[]", "bytea[]"),  # inserts
+    *("bytea[]", "bytea[]"),  # tree nodes
     *("bigint[]", "bigint[]", "bytea[]", "bytea[]"),  # changes (with inline edits)
     *("bigint[]", "bigint[]", "text[]", "bytea[]"),  # change_edits
     *("bigint[]", "smallint[]", "bigint[]", "bigint[]", "bigint[]", "bigint[]", "bigint[]"),  # documents
@@ -454,8 +463,9 @@ def _row_arrays(plans: Sequence[WritePlan]) -> list[str]:
     return [
         *_columns([d for p in plans if p.present for d in p.deletes], 2),
         _array(p.doc_id for p in plans if not p.present),
-        *_columns([u for p in plans for u in p.updates], 6),
-        *_columns([i for p in plans for i in p.inserts], 7),
+        *_columns([u for p in plans for u in p.updates], 7),
+        *_columns([i for p in plans for i in p.inserts], 8),
+        *_columns([n for p in plans for n in p.nodes.items()], 2),
         _array(p.doc_id for p in plans),
         _array(p.revision for p in plans),
         _array(p.paths for p in plans),

@@ -9,8 +9,10 @@ from __future__ import annotations
 from stateflow.doc.canonical import encode_trusted
 from stateflow.store.history import History
 from stateflow.store.model import DocKey
+from stateflow.store.nodes import BATCH, walk
 from stateflow.store.rows import decode_stored, directory_of
 from stateflow.store.tx import Tx
+from stateflow.store.writes import member_row
 
 
 class Retention(History):
@@ -49,16 +51,24 @@ class Retention(History):
                 tx.run("DELETE FROM snapshots WHERE doc_id = ? AND revision < ?", (doc_id, cut))
                 self._drop_orphan_snapshot_members(tx, key, doc_id)
             self._drop_orphan_transitions(tx, sorted(seqs))
+            self._collect_nodes(tx)
         return removed
 
     def _snapshot_at(self, tx: Tx, key: DocKey, doc_id: int, revision: int) -> None:
         """A snapshot of the document as of ``revision`` (its members keyed by that revision)."""
         body = self._rebuild(tx, key, doc_id, revision, None).body
         if body is not None:
+            nodes: dict[bytes, bytes] = {}
+            rows = [
+                (doc_id, name, revision, *member_row(value, None, nodes)[:2]) for name, value in body.items()
+            ]
             tx.many(
-                "INSERT INTO snapshot_members (doc_id, name, revision, body) VALUES (?, ?, ?, ?) "
+                "INSERT INTO nodes (id, body) VALUES (?, ?) ON CONFLICT (id) DO NOTHING", list(nodes.items())
+            )
+            tx.many(
+                "INSERT INTO snapshot_members (doc_id, name, revision, body, root) VALUES (?, ?, ?, ?, ?) "
                 "ON CONFLICT (doc_id, name, revision) DO NOTHING",
-                [(doc_id, name, revision, encode_trusted(value)) for name, value in body.items()],
+                rows,
             )
         directory = b"null" if body is None else encode_trusted([[name, revision] for name in body])
         tx.run(
@@ -82,6 +92,25 @@ class Retention(History):
             if (name, int(revision)) not in live
         ]
         tx.many("DELETE FROM snapshot_members WHERE doc_id = ? AND name = ? AND revision = ?", stale)
+
+    def _collect_nodes(self, tx: Tx) -> int:
+        """Delete the nodes no member and no snapshot reaches (mark from every root, sweep the
+        rest); return how many went. Nodes are shared across revisions and documents, so only
+        a walk from all roots can tell."""
+        if tx.one("SELECT 1 FROM nodes LIMIT 1") is None:
+            return 0
+        self._lock_nodes(tx)
+        roots = tx.all(
+            "SELECT root FROM members WHERE root IS NOT NULL "
+            "UNION SELECT root FROM snapshot_members WHERE root IS NOT NULL"
+        )
+        # a damaged tree keeps what can still be reached; check reports the damage
+        live = walk(tx, [bytes(r[0]) for r in roots], problem=lambda _: None)
+        stale = [bytes(r[0]) for r in tx.all("SELECT id FROM nodes") if bytes(r[0]) not in live]
+        for start in range(0, len(stale), BATCH):
+            part = stale[start : start + BATCH]
+            tx.run(f"DELETE FROM nodes WHERE id IN ({','.join('?' * len(part))})", part)
+        return len(stale)
 
     def _drop_orphan_transitions(self, tx: Tx, seqs: list[int]) -> None:
         for start in range(0, len(seqs), 500):
@@ -119,6 +148,7 @@ class Retention(History):
             tx.run("DELETE FROM documents WHERE state = ?", (state,))
             self._drop_orphan_transitions(tx, seqs)
             tx.run("DELETE FROM applied_ops WHERE scope = ?", (state,))
+            self._collect_nodes(tx)
         for key in list(self._rows_known):  # (a copy: other threads may add rows meanwhile)
             if key.state == state:
                 self._rows_known.pop(key, None)

@@ -220,6 +220,11 @@ def _node(ident: bytes, fetch: Fetch) -> dict[str, Any]:
     return data
 
 
+def node(ident: bytes, fetch: Fetch) -> dict[str, Any]:
+    """One node's decoded body, checked against its id (``CorruptData`` when missing/damaged)."""
+    return _node(ident, fetch)
+
+
 def _ref(text: Any, ident: bytes) -> bytes:
     try:
         return bytes.fromhex(text)

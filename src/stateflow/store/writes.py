@@ -18,14 +18,17 @@ from stateflow.doc.canonical import encode_trusted
 from stateflow.doc.diff import Edit, apply_edits
 from stateflow.doc.select import MISSING
 from stateflow.errors import Conflict, InvalidInput, StateflowError
+from stateflow.store import tree_update
 from stateflow.store.clock import utc_now
 from stateflow.store.core import KNOWN_ROWS_MAX, StoreCore
 from stateflow.store.ledger import OpIdTaken, claims_query, replayed, unmoved, with_op_id
 from stateflow.store.model import Commit, DocKey, Document, Write
+from stateflow.store.nodes import getter
 from stateflow.store.plan import (
     INLINE_EDITS_MAX,
     SNAPSHOT_MAX_CHAIN,
     SNAPSHOT_MIN_BYTES,
+    TREE_MIN,
     DocumentRow,
     Fresh,
     Loaded,
@@ -37,6 +40,7 @@ from stateflow.store.plan import (
     validate_writes,
 )
 from stateflow.store.rows import NO_ROW, DocRow, Wanted, outline_of, rows_by_key, to_row
+from stateflow.store.tree import Builder
 from stateflow.store.tx import OFFLINE, Tx
 
 R = TypeVar("R")
@@ -420,7 +424,23 @@ class Writes(StoreCore):
             except Conflict as exc:
                 raise Conflict(f"{key}: {exc}") from exc
             stage.touched[name] = None
+        self._stage_trees(tx, write.key, entry, stage)
         return stage
+
+    def _stage_trees(self, tx: Tx, key: DocKey, entry: Loaded, stage: Stage) -> None:
+        """Update the trees of touched members held as trees, by path (the nodes to write)."""
+        for name in stage.touched:
+            value = stage.values.get(name, MISSING)
+            old = entry.members.get(name) if entry.row.present else None
+            if value is MISSING or not stage.present or old is None or old[2] <= TREE_MIN:
+                continue
+            if tx is OFFLINE:
+                raise _NeedsLock(f"{key}: member {name!r} is a tree: its nodes are read under the lock")
+            found = tx.one("SELECT root FROM members WHERE doc_id = ? AND name = ?", (entry.row.doc_id, name))
+            if found is None or found[0] is None:
+                continue  # a large member written before trees existed: built whole, once
+            what = f"{key} member {name!r}"
+            stage.trees[name] = tree_update.update(bytes(found[0]), old[2], old[0], value, getter(tx, what))
 
     def _plan_doc(self, write: Write, entry: Loaded, stage: Stage, fresh: Fresh) -> WritePlan:
         """The rows one document's write changes, decided before any statement is sent (the
@@ -443,20 +463,20 @@ class Writes(StoreCore):
                 if heads is not None:
                     heads.pop(name, None)
                 continue
-            body = encode_trusted(value)
+            body, root, encoded = member_row(value, stage.trees.get(name), plan.nodes)
             outline = encode_trusted(outline_of(value)) if type(value) is dict else None
-            fresh.members.append((row.doc_id, name, revision, value, len(body)))
+            fresh.members.append((row.doc_id, name, revision, value, encoded))
             if old is not None:
-                plan.updates.append((body, revision, len(body), outline, row.doc_id, name))
-                size += len(body) - old[2]
+                plan.updates.append((body, revision, encoded, outline, root, row.doc_id, name))
+                size += encoded - old[2]
                 at = old[1]
             else:
-                plan.inserts.append((row.doc_id, name, position, revision, len(body), outline, body))
+                plan.inserts.append((row.doc_id, name, position, revision, encoded, outline, body, root))
                 at = position
                 position += 1
-                size += len(body)
+                size += encoded
             if heads is not None:
-                heads[name] = (row.doc_id, name, at, revision, len(body), outline)
+                heads[name] = (row.doc_id, name, at, revision, encoded, outline)
         if not stage.present:
             size = 0
             heads = {}
@@ -504,18 +524,23 @@ class Writes(StoreCore):
     def _emit(self, tx: Tx, plans: Sequence[WritePlan], seq: SeqRef) -> None:
         """Send the statements of planned document writes (inside the commit's batch)."""
         for plan in plans:
+            if plan.nodes:
+                tx.many(
+                    "INSERT INTO nodes (id, body) VALUES (?, ?) ON CONFLICT (id) DO NOTHING",
+                    list(plan.nodes.items()),
+                )
             if plan.deletes and plan.present:  # an absent document loses every member below
                 tx.many("DELETE FROM members WHERE doc_id = ? AND name = ?", plan.deletes)
             if plan.updates:
                 tx.many(
-                    "UPDATE members SET body = ?, revision = ?, size = ?, outline = ? "
+                    "UPDATE members SET body = ?, revision = ?, size = ?, outline = ?, root = ? "
                     "WHERE doc_id = ? AND name = ?",
                     plan.updates,
                 )
             if plan.inserts:
                 tx.many(
-                    "INSERT INTO members (doc_id, name, position, revision, size, outline, body) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    "INSERT INTO members (doc_id, name, position, revision, size, outline, body, root) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                     plan.inserts,
                 )
             if not plan.present:
@@ -559,8 +584,8 @@ class Writes(StoreCore):
             )
             return
         tx.run(
-            "INSERT INTO snapshot_members (doc_id, name, revision, body) "
-            "SELECT m.doc_id, m.name, m.revision, m.body FROM members m WHERE m.doc_id = ? AND NOT EXISTS "
+            "INSERT INTO snapshot_members (doc_id, name, revision, body, root) "
+            "SELECT m.doc_id, m.name, m.revision, m.body, m.root FROM members m WHERE m.doc_id = ? AND NOT EXISTS "
             "(SELECT 1 FROM snapshot_members s WHERE s.doc_id = m.doc_id AND s.name = m.name "
             "AND s.revision = m.revision)",
             (doc_id,),
@@ -571,6 +596,30 @@ class Writes(StoreCore):
             "FROM (SELECT name, revision FROM members WHERE doc_id = ? ORDER BY position)",
             (doc_id, revision, doc_id),
         )
+
+
+class _NeedsLock(StateflowError):
+    """A write computed optimistically touches a tree member: the locked path stages it."""
+
+    code = "conflict"
+
+
+def member_row(
+    value: Any, updated: tree_update.Updated | None, nodes: dict[bytes, bytes]
+) -> tuple[bytes, bytes | None, int]:
+    """A member's row as written — (body, root, encoded size) — adding any nodes its tree needs:
+    a tree when the value is larger than ``TREE_MIN``, inline otherwise."""
+    if updated is not None and updated.root is not None and updated.size > TREE_MIN:
+        nodes.update(updated.nodes)
+        return b"", updated.root, updated.size
+    body = encode_trusted(value)
+    if len(body) <= TREE_MIN:
+        return body, None, len(body)
+    built = Builder().build(value)
+    if built.root is None:  # a long string: nothing to split
+        return body, None, len(body)
+    nodes.update(built.nodes)
+    return b"", built.root, len(body)
 
 
 def _committed(

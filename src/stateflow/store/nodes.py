@@ -1,0 +1,100 @@
+"""Tree nodes in the database: reading a member's tree, the node lookups of an update, and the
+reachability walk that ``stateflow check`` and garbage collection share.
+
+Every node is checked against its id (the hash of its bytes) when it is read, so a missing or
+damaged node fails the read closed (``CorruptData``) instead of answering wrongly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, Final
+
+from stateflow.doc.canonical import JSON
+from stateflow.errors import CorruptData
+from stateflow.store import tree
+from stateflow.store.tx import Tx
+
+BATCH: Final = 500
+"""Node ids per lookup statement."""
+
+
+def fetch_bodies(tx: Tx, ids: Iterable[bytes]) -> dict[bytes, bytes]:
+    """The stored bytes of these nodes (a missing one is simply absent), in few statements."""
+    wanted = list(dict.fromkeys(ids))
+    found: dict[bytes, bytes] = {}
+    for start in range(0, len(wanted), BATCH):
+        part = wanted[start : start + BATCH]
+        rows = tx.all(f"SELECT id, body FROM nodes WHERE id IN ({','.join('?' * len(part))})", part)
+        found.update((bytes(i), bytes(b)) for i, b in rows)
+    return found
+
+
+def load_tree(tx: Tx, root: bytes, what: str) -> JSON:
+    """The whole value under ``root``: its nodes read level by level (one statement per
+    ``BATCH`` nodes), each checked against its id."""
+    bodies: dict[bytes, bytes] = {}
+    frontier = [root]
+    try:
+        while frontier:
+            found = fetch_bodies(tx, frontier)
+            upcoming: list[bytes] = []
+            for ident in frontier:
+                body = found.get(ident)
+                if body is None:
+                    raise CorruptData(f"node {ident.hex()} is missing")
+                bodies[ident] = body
+                upcoming += [c for c in _children(ident, body) if c not in bodies]
+            frontier = upcoming
+        return tree.load(root, lambda ids: {i: bodies[i] for i in ids if i in bodies})
+    except CorruptData as exc:
+        raise CorruptData(f"stored {what} is corrupt: {exc}") from exc
+
+
+def getter(tx: Tx, what: str) -> Callable[[bytes], dict[str, Any]]:
+    """A node's decoded body by id, read when first asked (what a tree update walks)."""
+    seen: dict[bytes, dict[str, Any]] = {}
+
+    def get(ident: bytes) -> dict[str, Any]:
+        node = seen.get(ident)
+        if node is None:
+            try:
+                node = seen[ident] = tree.node(ident, lambda ids: fetch_bodies(tx, ids))
+            except CorruptData as exc:
+                raise CorruptData(f"stored {what} is corrupt: {exc}") from exc
+        return node
+
+    return get
+
+
+def walk(tx: Tx, roots: Iterable[bytes], problem: Callable[[str], None] | None = None) -> set[bytes]:
+    """Every node reachable from ``roots``, each read and checked once. A missing or damaged
+    node is reported to ``problem`` (or raises ``CorruptData`` when there is none) and its
+    subtree is not walked."""
+    reached: set[bytes] = set()
+    frontier = list(dict.fromkeys(roots))
+    while frontier:
+        found = fetch_bodies(tx, frontier)
+        upcoming: list[bytes] = []
+        for ident in frontier:
+            reached.add(ident)
+            try:
+                body = found.get(ident)
+                if body is None:
+                    raise CorruptData(f"node {ident.hex()} is missing")
+                upcoming += [c for c in _children(ident, body) if c not in reached]
+            except CorruptData as exc:
+                if problem is None:
+                    raise
+                problem(str(exc))
+        frontier = list(dict.fromkeys(upcoming))
+    return reached
+
+
+def _children(ident: bytes, body: bytes) -> list[bytes]:
+    if tree.node_id(body) != ident:
+        raise CorruptData(f"node {ident.hex()} is corrupt: its bytes do not match its id")
+    try:
+        return tree.children(body)
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
+        raise CorruptData(f"node {ident.hex()} is corrupt: {exc}") from exc

@@ -1,0 +1,168 @@
+"""Large members as trees of nodes: exact reads (current, cold, as of), small writes, shrinking
+back inline, fail-closed reads and `stateflow check` on damaged nodes, and node collection."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from typing import Any
+
+import pytest
+
+from stateflow.doc.diff import Edit
+from stateflow.errors import CorruptData
+from stateflow.store import DocKey, Document, SqlStore, Write, open_store
+from stateflow.store.plan import TREE_MIN
+
+A = DocKey("notes", "a")
+
+
+def _lazy(count: int = 14_000) -> dict[str, Any]:
+    return {
+        "big": [f"{i:06d} " + "x" * 60 for i in range(count)],
+        "obj": {f"k{i}": {"n": i, "s": "y" * 30} for i in range(count // 2)},
+    }
+
+
+def _rows(store: SqlStore, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    with store._read_tx() as tx:
+        return tx.all(sql, params)
+
+
+def _nodes(store: SqlStore) -> set[bytes]:
+    return {bytes(r[0]) for r in _rows(store, "SELECT id FROM nodes")}
+
+
+def _write(store: SqlStore, edits: list[Edit]) -> None:
+    store.commit([Write(A, edits)])
+
+
+def test_a_large_member_is_a_tree_and_a_small_edit_writes_a_few_nodes(store: SqlStore, backend: str) -> None:
+    lazy = _lazy()
+    store.commit([Write.between(A, None, {"tactics": {"next": "a"}, "lazy": lazy})])
+    (root, body, size), *_ = _rows(store, "SELECT root, body, size FROM members WHERE name = 'lazy'")
+    assert root is not None and bytes(body) == b"" and size > TREE_MIN
+    bodies = {1: {"tactics": {"next": "a"}, "lazy": lazy}}
+    edits = [
+        lambda _: [Edit(("lazy", "big", 5), "of another length")],
+        lambda _: [Edit(("lazy", "obj", "brand new"), {"n": -1})],
+        lambda now: [Edit(("lazy", "big"), [*now["lazy"]["big"], "appended"])],  # as a diff gives it
+        lambda _: [Edit(("lazy", "obj", "k17", "s"), "deep")],
+        lambda _: [Edit(("tactics", "next"), "b")],
+    ]
+    current: dict[str, Any] = bodies[1]
+    for revision, make in enumerate(edits, start=2):
+        before = _nodes(store)
+        change = make(current)
+        _write(store, change)
+        added = _nodes(store) - before
+        assert len(added) <= 12, (change, len(added))
+        assert sum(len(bytes(b)) for b in _added_bodies(store, added)) < 40_000
+        current = bodies[revision] = store.get(A).body or {}
+    assert current["lazy"]["big"][5] == "of another length" and current["lazy"]["big"][-1] == "appended"
+    store.close()
+    cold = open_store(backend)  # nothing cached: every value read from its nodes
+    try:
+        assert cold.get(A).body == current
+        assert cold.get(A, ["lazy"]).body == {"lazy": current["lazy"]}
+        for revision, body in bodies.items():
+            assert cold.read_at(A, revision=revision).body == body, revision
+    finally:
+        cold.close()
+
+
+def _added_bodies(store: SqlStore, ids: set[bytes]) -> list[Any]:
+    out = []
+    for ident in ids:
+        out += [r[0] for r in _rows(store, "SELECT body FROM nodes WHERE id = ?", (ident,))]
+    return out
+
+
+def test_a_shrunk_member_goes_back_inline_and_a_grown_one_becomes_a_tree(store: SqlStore) -> None:
+    lazy = _lazy()
+    store.commit([Write.between(A, None, {"lazy": lazy})])
+    _write(store, [Edit(("lazy",), {"small": True})])
+    assert _rows(store, "SELECT root, body FROM members")[0][0] is None
+    assert store.get(A).body == {"lazy": {"small": True}}
+    _write(store, [Edit(("lazy",), lazy)])
+    assert _rows(store, "SELECT root FROM members")[0][0] is not None
+    assert store.get(A).body == {"lazy": lazy}
+    assert store.read_at(A, revision=2).body == {"lazy": {"small": True}}
+    assert store.read_at(A, revision=1).body == {"lazy": lazy}
+
+
+def test_an_optimistic_write_of_a_tree_member_takes_the_locked_path(store: SqlStore) -> None:
+    store.commit([Write.between(A, None, {"lazy": _lazy(), "n": 0})])
+    store.get(A)
+
+    def compute(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
+        return [Write(A, [Edit(("lazy", "big", 1), "changed"), Edit(("n",), 1)], docs[A].revision)], None
+
+    commit, _ = store.update([A], compute, optimistic=True)
+    assert commit.applied
+    body = store.get(A).body or {}
+    assert body["lazy"]["big"][1] == "changed" and body["n"] == 1
+
+
+def _damage(backend: str, store: SqlStore, how: str) -> None:
+    leaf = next(
+        bytes(i) for i, b in _rows(store, "SELECT id, body FROM nodes") if bytes(b).startswith(b'{"a":')
+    )
+    with store._write_tx() as tx:
+        if how == "delete":
+            tx.run("DELETE FROM nodes WHERE id = ?", (leaf,))
+        else:
+            tx.run("UPDATE nodes SET body = ? WHERE id = ?", (b'{"a":["tampered"],"r":[]}', leaf))
+    store.close()
+
+
+@pytest.mark.parametrize("how", ["delete", "tamper"])
+def test_a_missing_or_damaged_node_fails_reads_closed_and_check_names_it(
+    open_migrated: Any, backend: str, how: str
+) -> None:
+    store = open_migrated()
+    store.commit([Write.between(A, None, {"lazy": _lazy(), "n": 1})])
+    _damage(backend, store, how)
+    cold = open_store(backend)
+    try:
+        with pytest.raises(
+            CorruptData,
+            match=f"member 'lazy' is corrupt: node [0-9a-f]{{32}} is {'missing' if how == 'delete' else 'corrupt'}",
+        ):
+            cold.get(A)
+        assert cold.get(A, ["n"]).body == {"n": 1}  # other members still read
+    finally:
+        cold.close()
+    out = subprocess.run(
+        ["stateflow", "check", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, STATEFLOW_STORE=backend),
+    )
+    assert out.returncode != 0, out.stdout
+    problems = json.loads(out.stdout)["problems"]
+    word = "missing" if how == "delete" else "corrupt"
+    assert any(p.startswith("nodes: node ") and word in p for p in problems), problems
+
+
+def test_prune_and_purge_collect_the_nodes_nothing_reaches(store: SqlStore) -> None:
+    lazy = _lazy()
+    store.commit([Write.between(A, None, {"lazy": lazy})])
+    for i in range(6):
+        _write(store, [Edit(("lazy", "big", i), f"edit {i}")])
+    grown = len(_nodes(store))
+    store.prune_history("notes", "9999-01-01T00:00:00Z")
+    kept = _nodes(store)
+    assert len(kept) < grown
+    body = store.get(A).body
+    assert body is not None and body["lazy"]["big"][5] == "edit 5"
+    assert store.read_at(A, revision=7).body == body
+    other = DocKey("other", "b")
+    store.commit([Write.between(other, None, {"lazy": _lazy(15_000)})])
+    assert len(_nodes(store)) > len(kept)
+    store.purge("other")
+    assert _nodes(store) == kept
+    store.purge("notes")
+    assert _nodes(store) == set()
