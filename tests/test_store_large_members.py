@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -44,7 +45,7 @@ def test_a_large_member_is_a_tree_and_a_small_edit_writes_a_few_nodes(store: Sql
     (root, body, size), *_ = _rows(store, "SELECT root, body, size FROM members WHERE name = 'lazy'")
     assert root is not None and bytes(body) == b"" and size > TREE_MIN
     bodies = {1: {"tactics": {"next": "a"}, "lazy": lazy}}
-    edits = [
+    edits: list[Callable[[dict[str, Any]], list[Edit]]] = [
         lambda _: [Edit(("lazy", "big", 5), "of another length")],
         lambda _: [Edit(("lazy", "obj", "brand new"), {"n": -1})],
         lambda now: [Edit(("lazy", "big"), [*now["lazy"]["big"], "appended"])],  # as a diff gives it
