@@ -18,7 +18,7 @@ from stateflow.errors import StateflowError, StoreNotFound, StoreUnavailable
 from stateflow.store.base import SqlStore
 from stateflow.store.migrations import SCHEMA_VERSION
 from stateflow.store.model import DocKey
-from stateflow.store.nodes import walk
+from stateflow.store.nodes import all_roots, walk
 
 MAX_PROBLEMS = 100
 """A damaged store can have thousands of bad rows; the report names the first ones."""
@@ -173,11 +173,7 @@ def _nodes(store: SqlStore, report: CheckReport) -> None:
     """Every node reachable from a member or a snapshot is present and matches its id (the
     hash of its bytes); each missing or damaged one is named."""
     with store._read_tx() as tx:
-        roots = tx.all(
-            "SELECT root FROM members WHERE root IS NOT NULL "
-            "UNION SELECT root FROM snapshot_members WHERE root IS NOT NULL"
-        )
-        reached = walk(tx, [bytes(r[0]) for r in roots], lambda message: report.problem(f"nodes: {message}"))
+        reached = walk(tx, all_roots(tx), lambda message: report.problem(f"nodes: {message}"))
     report.count("nodes", len(reached))
 
 

@@ -7,6 +7,7 @@ first straight off each document's ``(doc_id, revision)`` key.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from typing import Any
 
@@ -278,7 +279,7 @@ class History(StoreCore):
             )
             for doc_id, revision, member, raw in rows:
                 what = f"{keys.get(int(doc_id), doc_id)} change at revision {revision}"
-                edits = decode_edits(raw, what)
+                edits = decode_edits(raw, what, functools.partial(_tree_value, tx, what))
                 if member == "" and names is not None:
                     edits = [restrict_edit(e, names) for e in edits]
                 out.setdefault((int(doc_id), int(revision)), []).extend(edits)
@@ -295,3 +296,8 @@ class History(StoreCore):
             edits=edits.get((int(r[3]), int(r[4])), []),
             paths=decode_stored(r[5], f"{key} paths at revision {r[4]}"),
         )
+
+
+def _tree_value(tx: Tx, what: str, root: bytes) -> Any:
+    """An edit's value held as a tree (``[path, null, root]`` in stored edits)."""
+    return load_tree(tx, root, what)

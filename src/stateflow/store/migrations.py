@@ -62,6 +62,7 @@ CREATE TABLE nodes (
 );
 ALTER TABLE members ADD COLUMN root {blob};
 ALTER TABLE snapshot_members ADD COLUMN root {blob};
+ALTER TABLE change_edits ADD COLUMN roots {blob};
 """
 
 _SNAPSHOT_MEMBERS: Final = """
@@ -487,7 +488,7 @@ CREATE FUNCTION stateflow_write_rows(
     ins_outline BYTEA[], ins_body BYTEA[], ins_root BYTEA[],
     node_ids BYTEA[], node_bodies BYTEA[],
     ch_doc BIGINT[], ch_rev BIGINT[], ch_paths BYTEA[], ch_edits BYTEA[],
-    ed_doc BIGINT[], ed_rev BIGINT[], ed_member TEXT[], ed_edits BYTEA[],
+    ed_doc BIGINT[], ed_rev BIGINT[], ed_member TEXT[], ed_edits BYTEA[], ed_roots BYTEA[],
     doc_rev BIGINT[], doc_present SMALLINT[], doc_snap BIGINT[], doc_since BIGINT[],
     doc_size BIGINT[], doc_pos BIGINT[], doc_ids BIGINT[],
     snap_doc BIGINT[], snap_rev BIGINT[], snap_present SMALLINT[]
@@ -517,8 +518,8 @@ BEGIN
     INSERT INTO changes (doc_id, revision, seq, paths, edits)
     SELECT x.d, x.r, p_seq, x.p, x.e FROM unnest(ch_doc, ch_rev, ch_paths, ch_edits) AS x(d, r, p, e);
     IF coalesce(array_length(ed_doc, 1), 0) > 0 THEN
-        INSERT INTO change_edits (doc_id, revision, member, edits)
-        SELECT * FROM unnest(ed_doc, ed_rev, ed_member, ed_edits);
+        INSERT INTO change_edits (doc_id, revision, member, edits, roots)
+        SELECT * FROM unnest(ed_doc, ed_rev, ed_member, ed_edits, ed_roots);
     END IF;
     FOR i IN 1 .. coalesce(array_length(snap_doc, 1), 0) LOOP
         IF snap_present[i] = 1 THEN

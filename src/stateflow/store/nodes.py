@@ -67,6 +67,22 @@ def getter(tx: Tx, what: str) -> Callable[[bytes], dict[str, Any]]:
     return get
 
 
+def all_roots(tx: Tx) -> list[bytes]:
+    """Every tree root the store holds: members, snapshots, and the large edit values the
+    history keeps as refs."""
+    roots = [
+        bytes(r[0])
+        for r in tx.all(
+            "SELECT root FROM members WHERE root IS NOT NULL "
+            "UNION SELECT root FROM snapshot_members WHERE root IS NOT NULL"
+        )
+    ]
+    for (held,) in tx.all("SELECT roots FROM change_edits WHERE roots IS NOT NULL"):
+        held = bytes(held)
+        roots += [held[i : i + 16] for i in range(0, len(held), 16)]
+    return roots
+
+
 def walk(tx: Tx, roots: Iterable[bytes], problem: Callable[[str], None] | None = None) -> set[bytes]:
     """Every node reachable from ``roots``, each read and checked once. A missing or damaged
     node is reported to ``problem`` (or raises ``CorruptData`` when there is none) and its

@@ -106,8 +106,9 @@ class WritePlan:
     """tree nodes the members' new roots need (id → body; some may be stored already)"""
     paths: bytes = b"[]"
     """the change's touched paths, encoded"""
-    edits: list[tuple[int, int, str, bytes]] = field(default_factory=list)
-    """change_edits rows: (doc_id, revision, member, edits)"""
+    edits: list[tuple[int, int, str, bytes, bytes | None]] = field(default_factory=list)
+    """change_edits rows: (doc_id, revision, member, edits, roots: the tree ids its edits
+    refer to, 16 bytes each)"""
     inline: bytes | None = None
     """the edits in the change row instead, as ``[[member, edits], …]`` (small changes)"""
     snapshot: bool = False

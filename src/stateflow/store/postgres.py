@@ -426,7 +426,7 @@ _WRITE_ROW_TYPES: Final = (
     *("bigint[]", "text[]", "bigint[]", "bigint[]", "bigint[]", "bytea[]", "bytea[]", "bytea[]"),  # inserts
     *("bytea[]", "bytea[]"),  # tree nodes
     *("bigint[]", "bigint[]", "bytea[]", "bytea[]"),  # changes (with inline edits)
-    *("bigint[]", "bigint[]", "text[]", "bytea[]"),  # change_edits
+    *("bigint[]", "bigint[]", "text[]", "bytea[]", "bytea[]"),  # change_edits
     *("bigint[]", "smallint[]", "bigint[]", "bigint[]", "bigint[]", "bigint[]", "bigint[]"),  # documents
     *("bigint[]", "bigint[]", "smallint[]"),  # snapshots
 )
@@ -470,7 +470,7 @@ def _row_arrays(plans: Sequence[WritePlan]) -> list[str]:
         _array(p.revision for p in plans),
         _array(p.paths for p in plans),
         _array(p.inline for p in plans),
-        *_columns([e for p in plans for e in p.edits], 4),
+        *_columns([e for p in plans for e in p.edits], 5),
         *_columns(
             [
                 (

@@ -9,7 +9,7 @@ from __future__ import annotations
 from stateflow.doc.canonical import encode_trusted
 from stateflow.store.history import History
 from stateflow.store.model import DocKey
-from stateflow.store.nodes import BATCH, walk
+from stateflow.store.nodes import BATCH, all_roots, walk
 from stateflow.store.rows import decode_stored, directory_of
 from stateflow.store.tx import Tx
 from stateflow.store.writes import member_row
@@ -60,7 +60,8 @@ class Retention(History):
         if body is not None:
             nodes: dict[bytes, bytes] = {}
             rows = [
-                (doc_id, name, revision, *member_row(value, None, nodes)[:2]) for name, value in body.items()
+                (doc_id, name, revision, *member_row(value, None, nodes, {})[:2])
+                for name, value in body.items()
             ]
             tx.many(
                 "INSERT INTO nodes (id, body) VALUES (?, ?) ON CONFLICT (id) DO NOTHING", list(nodes.items())
@@ -100,12 +101,8 @@ class Retention(History):
         if tx.one("SELECT 1 FROM nodes LIMIT 1") is None:
             return 0
         self._lock_nodes(tx)
-        roots = tx.all(
-            "SELECT root FROM members WHERE root IS NOT NULL "
-            "UNION SELECT root FROM snapshot_members WHERE root IS NOT NULL"
-        )
         # a damaged tree keeps what can still be reached; check reports the damage
-        live = walk(tx, [bytes(r[0]) for r in roots], problem=lambda _: None)
+        live = walk(tx, all_roots(tx), problem=lambda _: None)
         stale = [bytes(r[0]) for r in tx.all("SELECT id FROM nodes") if bytes(r[0]) not in live]
         for start in range(0, len(stale), BATCH):
             part = stale[start : start + BATCH]

@@ -6,7 +6,7 @@ Every decode of stored bytes goes through here, so a damaged value always surfac
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Final
@@ -115,12 +115,23 @@ def decode_inline(raw: Any, what: str) -> list[tuple[str, Any]]:
     return [(p[0], p[1]) for p in data]
 
 
-def decode_edits(raw: Any, what: str) -> list[Edit]:
+def decode_edits(raw: Any, what: str, resolve: Callable[[bytes], Any] | None = None) -> list[Edit]:
+    """Stored edits; ``[path, null, root]`` is a set whose value is the tree under ``root``
+    (read by ``resolve``)."""
     data = raw if type(raw) is list else decode_stored(raw, what)
     try:
         if type(data) is not list:
             raise InvalidInput("not a list")
-        return [Edit.from_json(e) for e in data]
+        out = []
+        for e in data:
+            if type(e) is list and len(e) == 3 and type(e[2]) is str and resolve is not None:
+                try:
+                    root = bytes.fromhex(e[2])
+                except ValueError as exc:
+                    raise InvalidInput(f"bad tree ref {e[2]!r}") from exc
+                e = [e[0], resolve(root)]
+            out.append(Edit.from_json(e))
+        return out
     except InvalidInput as exc:
         raise CorruptData(f"stored {what} is corrupt: {exc}") from exc
 

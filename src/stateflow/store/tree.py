@@ -97,6 +97,21 @@ class Builder:
             out.inline = entry.json
         return out
 
+    def refs(self) -> dict[int, bytes]:
+        """Root ids of the containers this builder made trees, by ``id()`` of the object."""
+        return {
+            key: bytes.fromhex(entry.json[1:-1].decode())
+            for key, (_, entry) in self._memo.items()
+            if entry.is_ref
+        }
+
+    def ref_of(self, value: JSON) -> bytes | None:
+        """The root id this builder gave ``value`` (the very object), if it made it a tree."""
+        known = self._memo.get(id(value))
+        if known is None or known[0] is not value or not known[1].is_ref:
+            return None
+        return bytes.fromhex(known[1].json[1:-1].decode())
+
     def _entry(self, value: JSON, nodes: dict[bytes, bytes]) -> Entry:
         kind = type(value)
         if kind is not dict and kind is not list:

@@ -39,28 +39,36 @@ class Updated:
     inline: bytes | None
     size: int
     nodes: dict[bytes, bytes] = field(default_factory=dict)
+    refs: dict[int, bytes] = field(default_factory=dict)
+    """root id of every container of ``new`` this update wrote as a subtree, by ``id()`` of the
+    container object (an edit whose value is one can be stored as its ref)"""
 
 
 def update(root: bytes, size: int, old: JSON, new: JSON, get: Get) -> Updated:
     """``new`` as a tree, given ``old`` (encoded in ``size`` bytes) stored under ``root``."""
     nodes: dict[bytes, bytes] = {}
     if type(new) is not type(old) or type(new) not in (dict, list):
-        built = Builder().build(new)
-        return Updated(built.root, built.inline, built.size, built.nodes)
-    entry, delta = _update(root, old, new, get, nodes)
+        builder = Builder()
+        built = builder.build(new)
+        return Updated(built.root, built.inline, built.size, built.nodes, builder.refs())
+    refs: dict[int, bytes] = {}
+    entry, delta = _update(root, old, new, get, nodes, refs)
     if size + delta <= INLINE_MAX:  # shrunk: small values are inline
         data = orjson.dumps(new)
         return Updated(None, data, len(data))
     if entry.is_ref:
-        return Updated(_ref_id(entry.json), None, size + delta, nodes)
-    return Updated(None, entry.json, size + delta, nodes)
+        refs[id(new)] = _ref_id(entry.json)
+        return Updated(_ref_id(entry.json), None, size + delta, nodes, refs)
+    return Updated(None, entry.json, size + delta, nodes, refs)
 
 
 def _ref_id(data: bytes) -> bytes:
     return bytes.fromhex(data[1:-1].decode())
 
 
-def _update(root: bytes, old: Any, new: Any, get: Get, nodes: dict[bytes, bytes]) -> tuple[Entry, int]:
+def _update(
+    root: bytes, old: Any, new: Any, get: Get, nodes: dict[bytes, bytes], refs: dict[int, bytes]
+) -> tuple[Entry, int]:
     """The container ``new`` as an entry (a ref: its tree), and its size minus ``old``'s."""
     is_object = type(new) is dict
     if is_object:
@@ -83,9 +91,13 @@ def _update(root: bytes, old: Any, new: Any, get: Get, nodes: dict[bytes, bytes]
             nonlocal delta
             (was,) = found
             if was.is_ref and type(after) is type(before) and type(after) in (dict, list):
-                entry, inner = _update(_ref_id(was.json), before, after, get, nodes)
+                entry, inner = _update(_ref_id(was.json), before, after, get, nodes, refs)
+                if entry.is_ref:
+                    refs[id(after)] = _ref_id(entry.json)
             else:
-                entry = Builder()._entry(after, nodes)
+                builder = Builder()
+                entry = builder._entry(after, nodes)
+                refs.update(builder.refs())
                 inner = entry.size - (len(was.json) if not was.is_ref else len(orjson.dumps(before)))
             delta += inner
             return [Entry(entry.json, entry.is_ref, entry.size, was.key)]
@@ -97,6 +109,7 @@ def _update(root: bytes, old: Any, new: Any, get: Get, nodes: dict[bytes, bytes]
             entry = builder._entry(new_values[i], nodes)
             entry.key = None if new_keys is None else new_keys[i]
             make.append(entry)
+        refs.update(builder.refs())
         delta += sum(e.size + (len(orjson.dumps(e.key)) + 1 if is_object else 0) for e in make)
         delta -= sum(
             len(orjson.dumps(old_values[i])) + (len(orjson.dumps(old_keys[i])) + 1 if old_keys else 0)

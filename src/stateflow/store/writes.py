@@ -449,6 +449,7 @@ class Writes(StoreCore):
         revision = row.revision + 1
         size = row.body_size
         position = row.next_position
+        refs: dict[int, bytes] = {}  # subtrees of the members' new trees, by id() of the value
         plan = WritePlan(row.doc_id, revision, present=stage.present, was_present=row.present)
         # the member heads after this write follow from those before it, when they are known
         before = self._heads.get(row.doc_id, row.revision) if row.present else []
@@ -463,7 +464,7 @@ class Writes(StoreCore):
                 if heads is not None:
                     heads.pop(name, None)
                 continue
-            body, root, encoded = member_row(value, stage.trees.get(name), plan.nodes)
+            body, root, encoded = member_row(value, stage.trees.get(name), plan.nodes, refs)
             outline = encode_trusted(outline_of(value)) if type(value) is dict else None
             fresh.members.append((row.doc_id, name, revision, value, encoded))
             if old is not None:
@@ -494,13 +495,21 @@ class Writes(StoreCore):
         )
         plan.paths = encode_trusted(paths)
         groups: dict[str, list[Any]] = {}
+        held: dict[str, bytes] = {}
         for edit in effective_edits(write.edits):
-            groups.setdefault(str(edit.path[0]) if edit.path else "", []).append(edit.to_json())
+            member = str(edit.path[0]) if edit.path else ""
+            ref = refs.get(id(edit.value)) if edit.path and type(edit.value) in (dict, list) else None
+            if ref is None:
+                groups.setdefault(member, []).append(edit.to_json())
+            else:  # the value is a subtree of the member's new tree: stored as its ref
+                groups.setdefault(member, []).append([list(edit.path), None, ref.hex()])
+                held[member] = held.get(member, b"") + ref
         plan.edits = [
-            (row.doc_id, revision, member, encode_trusted(group)) for member, group in sorted(groups.items())
+            (row.doc_id, revision, member, encode_trusted(group), held.get(member))
+            for member, group in sorted(groups.items())
         ]
         edit_bytes = sum(len(e[3]) for e in plan.edits)
-        if edit_bytes <= INLINE_EDITS_MAX:
+        if edit_bytes <= INLINE_EDITS_MAX and not held:
             plan.inline = (
                 b"[" + b",".join(b"[" + orjson.dumps(e[2]) + b"," + e[3] + b"]" for e in plan.edits) + b"]"
             )
@@ -551,7 +560,7 @@ class Writes(StoreCore):
             )
             if plan.edits:
                 tx.many(
-                    "INSERT INTO change_edits (doc_id, revision, member, edits) VALUES (?, ?, ?, ?)",
+                    "INSERT INTO change_edits (doc_id, revision, member, edits, roots) VALUES (?, ?, ?, ?, ?)",
                     plan.edits,
                 )
             if plan.snapshot:
@@ -605,20 +614,24 @@ class _NeedsLock(StateflowError):
 
 
 def member_row(
-    value: Any, updated: tree_update.Updated | None, nodes: dict[bytes, bytes]
+    value: Any, updated: tree_update.Updated | None, nodes: dict[bytes, bytes], refs: dict[int, bytes]
 ) -> tuple[bytes, bytes | None, int]:
-    """A member's row as written — (body, root, encoded size) — adding any nodes its tree needs:
-    a tree when the value is larger than ``TREE_MIN``, inline otherwise."""
+    """A member's row as written — (body, root, encoded size) — adding any nodes its tree needs
+    and the subtrees it holds (``refs``): a tree when the value is larger than ``TREE_MIN``,
+    inline otherwise."""
     if updated is not None and updated.root is not None and updated.size > TREE_MIN:
         nodes.update(updated.nodes)
+        refs.update(updated.refs)
         return b"", updated.root, updated.size
     body = encode_trusted(value)
     if len(body) <= TREE_MIN:
         return body, None, len(body)
-    built = Builder().build(value)
+    builder = Builder()
+    built = builder.build(value)
     if built.root is None:  # a long string: nothing to split
         return body, None, len(body)
     nodes.update(built.nodes)
+    refs.update(builder.refs())
     return b"", built.root, len(body)
 
 
