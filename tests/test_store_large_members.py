@@ -65,8 +65,8 @@ def test_a_large_member_is_a_tree_and_a_small_edit_writes_a_few_nodes(store: Sql
     # the whole-array edit of the append is kept as a ref to the subtree the member holds
     (edits_raw, roots), *_ = _rows(store, "SELECT edits, roots FROM change_edits WHERE revision = 4")
     assert len(bytes(edits_raw)) < 200 and len(bytes(roots)) == 16
-    (change,) = [c for c in store.history([A], limit=10) if c.revision == 4]
-    assert [e.to_json() for e in change.edits] == [[["lazy", "big"], bodies[4]["lazy"]["big"]]]
+    (appended,) = [c for c in store.history([A], limit=10) if c.revision == 4]
+    assert [e.to_json() for e in appended.edits] == [[["lazy", "big"], bodies[4]["lazy"]["big"]]]
     store.close()
     cold = open_store(backend)  # nothing cached: every value read from its nodes
     try:
