@@ -99,17 +99,26 @@ def test_edit_checks_csrf_and_schema_and_writes_only_valid_documents(
     before = service.read("tickets", ticket("T-1004"))
     assert before is not None
 
-    r = client.post("/studio/states/tickets/record/edit", data={**EDITED, "document": "{}", "csrf": "forged"})
+    at = str(before["revision"])
+    r = client.post(
+        "/studio/states/tickets/record/edit",
+        data={**EDITED, "revision": at, "document": "{}", "csrf": "forged"},
+    )
     assert r.status_code == 403 and "csrf" in r.text
     r = client.post(
         "/studio/states/tickets/record/edit",
-        data={**EDITED, "document": '{"title": "x", "status": "lost"}', "csrf": csrf_of(page.text)},
+        data={
+            **EDITED,
+            "revision": at,
+            "document": '{"title": "x", "status": "lost"}',
+            "csrf": csrf_of(page.text),
+        },
     )
     assert r.status_code == 422
     assert 'id="edit-error"' in r.text and "lost" in r.text
     r = client.post(
         "/studio/states/tickets/record/edit",
-        data={**EDITED, "document": "{not json", "csrf": csrf_of(page.text)},
+        data={**EDITED, "revision": at, "document": "{not json", "csrf": csrf_of(page.text)},
     )
     assert r.status_code == 422 and "not valid JSON" in r.text
     assert service.read("tickets", ticket("T-1004")) == before  # nothing written
@@ -117,7 +126,7 @@ def test_edit_checks_csrf_and_schema_and_writes_only_valid_documents(
     data = dict(before["data"], status="closed")
     r = client.post(
         "/studio/states/tickets/record/edit",
-        data={**EDITED, "document": orjson.dumps(data).decode(), "csrf": csrf_of(page.text)},
+        data={**EDITED, "revision": at, "document": orjson.dumps(data).decode(), "csrf": csrf_of(page.text)},
         follow_redirects=False,
     )
     assert r.status_code == 303
@@ -125,7 +134,47 @@ def test_edit_checks_csrf_and_schema_and_writes_only_valid_documents(
     assert after is not None and after["data"]["status"] == "closed"
     assert after["revision"] == before["revision"] + 1
     trail = service.writes("tickets", ticket("T-1004"), limit=1)["items"][0]
-    assert trail["origin"]["door"] == "api" and trail["origin"]["actor"] == parse_token(ADMIN).principal
+    assert trail["origin"]["door"] == "studio" and trail["origin"]["actor"] == parse_token(ADMIN).principal
+
+
+def test_an_edit_of_a_record_changed_meanwhile_is_refused_with_the_current_revision(
+    seeded: tuple[TestClient, StatesService],
+) -> None:
+    """The edit form carries the revision it showed; a change made meanwhile (here through the
+    service, as another program would) makes the edit a conflict: nothing is saved, the person
+    is told why, and their text is kept."""
+    client, service = seeded
+    sign_in(client, ADMIN)
+    page = client.get("/studio/states/tickets/record", params=EDITED)
+    shown = int(re.search(r'name="revision" value="(\d+)"', page.text)[1])  # type: ignore[index]
+    current = service.read("tickets", ticket("T-1004"))
+    assert current is not None and current["revision"] == shown
+    meanwhile = dict(current["data"], title="changed by another writer")
+    service.replace("tickets", ticket("T-1004"), meanwhile)
+    mine = dict(current["data"], title="my edit")
+    r = client.post(
+        "/studio/states/tickets/record/edit",
+        data={
+            **EDITED,
+            "revision": str(shown),
+            "document": orjson.dumps(mine).decode(),
+            "csrf": csrf_of(page.text),
+        },
+    )
+    assert r.status_code == 412
+    assert 'id="edit-conflict"' in r.text
+    assert f"you edited revision {shown}, it is now at revision {shown + 1}" in r.text
+    assert "my edit" in r.text  # the person's text is kept in the form
+    after = service.read("tickets", ticket("T-1004"))
+    assert after is not None and after["revision"] == shown + 1
+    assert after["data"]["title"] == "changed by another writer"
+    # an edit without the revision it was made on is refused too
+    r = client.post(
+        "/studio/states/tickets/record/edit",
+        data={**EDITED, "document": orjson.dumps(mine).decode(), "csrf": csrf_of(page.text)},
+    )
+    assert r.status_code == 422 and "no revision" in r.text
+    assert service.read("tickets", ticket("T-1004")) == after
 
 
 def test_history_pages_as_of_and_diff(seeded: tuple[TestClient, StatesService]) -> None:
@@ -154,7 +203,12 @@ def test_read_only_token_sees_no_write_controls_and_cannot_write(
     before = service.read("tickets", ticket("T-1001"))
     r = client.post(
         "/studio/states/tickets/record/edit",
-        data={**SUBJECT, "document": '{"title": "x", "status": "open"}', "csrf": csrf_of(page.text)},
+        data={
+            **SUBJECT,
+            "revision": "1",
+            "document": '{"title": "x", "status": "open"}',
+            "csrf": csrf_of(page.text),
+        },
     )
     assert r.status_code == 403 and "read-only" in r.text
     r = client.post(
@@ -235,6 +289,71 @@ def test_sign_out_ends_the_session(seeded: tuple[TestClient, StatesService]) -> 
     r = client.post("/studio/logout", data={"csrf": csrf_of(page.text)}, follow_redirects=False)
     assert r.status_code == 303
     assert client.get("/studio/states", follow_redirects=False).status_code == 303
+
+
+def test_search_by_kind_and_containment_fills_its_page(seeded: tuple[TestClient, StatesService]) -> None:
+    """The kind is part of the search, not a filter over a page of it: 59 matches of one kind
+    ahead of 3 of another still show the 3 on the first page."""
+    client, service = seeded
+    decl = {
+        "schema": {"type": "object", "properties": {"open": {"type": "boolean"}}},
+        "subject_kinds": ["alpha", "beta"],
+        "default_subject_kind": "alpha",
+    }
+    service.declare("queue", decl)
+    for kind, n in (("alpha", 60), ("beta", 3)):
+        for i in range(n):
+            subject = {"target_kind": "agent", "target_name": "triage", "kind": kind, "key": f"{kind}-{i:02}"}
+            service.replace("queue", subject, {"open": i != 7})
+    sign_in(client, ADMIN)
+    page = client.get("/studio/states/queue", params={"kind": "beta", "filters": '{"open": true}'})
+    assert page.status_code == 200
+    assert all(f"beta-{i:02}" in page.text for i in range(3)) and "alpha-" not in page.text
+    assert 'id="next-page"' not in page.text
+    page = client.get("/studio/states/queue", params={"kind": "alpha", "filters": '{"open": true}'})
+    assert page.text.count("key=alpha-") == 50 and "beta-" not in page.text and "alpha-07" not in page.text
+    assert 'id="next-page"' in page.text
+
+
+def test_a_session_outlives_a_server_restart_but_not_its_token(
+    seeded: tuple[TestClient, StatesService],
+) -> None:
+    """Sessions are signed cookies, nothing is kept per session on the server: a server started
+    again with the same tokens (or another worker) accepts the cookie and its forms; one that no
+    longer accepts the token does not, and a tampered cookie is refused."""
+    client, service = seeded
+    assert sign_in(client, ADMIN).status_code == 303
+    cookie = client.cookies["stateflow_studio"]
+    assert ADMIN not in cookie
+    csrf = csrf_of(client.get("/studio/states/tickets/record", params=EDITED).text)
+
+    def fresh_server(*specs: str) -> TestClient:
+        app = create_app(service, TokenSet([parse_token(s) for s in specs]))
+        return TestClient(app, base_url="http://127.0.0.1", cookies={"stateflow_studio": cookie})
+
+    with fresh_server(ADMIN, READER + ":read") as again:
+        page = again.get("/studio/states/tickets/record", params=EDITED, follow_redirects=False)
+        assert page.status_code == 200 and csrf_of(page.text) == csrf
+        before = service.read("tickets", ticket("T-1004"))
+        assert before is not None
+        edited = dict(before["data"], title="after the restart")
+        r = again.post(
+            "/studio/states/tickets/record/edit",
+            data={
+                **EDITED,
+                "revision": str(before["revision"]),
+                "document": orjson.dumps(edited).decode(),
+                "csrf": csrf,
+            },
+            follow_redirects=False,
+        )
+        assert r.status_code == 303
+    with fresh_server(READER + ":read") as revoked:  # the admin token is gone
+        assert revoked.get("/studio/states", follow_redirects=False).status_code == 303
+    tampered = cookie[:-2] + ("AA" if not cookie.endswith("AA") else "BB")
+    with fresh_server(ADMIN) as forged:
+        forged.cookies.set("stateflow_studio", tampered)
+        assert forged.get("/studio/states", follow_redirects=False).status_code == 303
 
 
 def test_stateflow_serve_serves_the_studio_and_docs(tmp_path: Path) -> None:

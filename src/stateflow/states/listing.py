@@ -143,10 +143,12 @@ class Listing:
         tenants: set[tuple[str, str]] | None = None,
         sort: Any = None,
         include_data: bool = False,
+        kind: str | None = None,
     ) -> dict[str, Any]:
         """Records matching ``filters`` (containment plus ``$`` operators, see
         :mod:`stateflow.states.search`), in subject order — or in ``sort`` order, over at most
-        10,000 matches. ``include_data`` adds each match's document as ``data``."""
+        10,000 matches. ``include_data`` adds each match's document as ``data``; ``kind`` keeps
+        only subjects of that kind (a page is still full: the filter runs before paging)."""
         self.svc.get_declaration(name)
         containment, predicates = split_filters(filters)
         order = parse_sort(sort)
@@ -168,6 +170,8 @@ class Listing:
 
         def keep(subj: StateSubject, item: Listed) -> bool:
             if tenants is not None and subj.tenant not in tenants:
+                return False
+            if kind is not None and subj.kind != kind:
                 return False
             return not predicates or matches(bodies.get(item.key.subject), predicates)
 

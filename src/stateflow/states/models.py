@@ -15,9 +15,9 @@ KIND_RE: Final = re.compile(r"[a-z][a-z0-9_-]{0,62}\Z")
 KEY_MAX_CHARS: Final = 512
 MAX_RETENTION_DAYS: Final = 2_147_483_647
 META_MAX_BYTES: Final = 4096
-DOORS: Final = ("api", "operator", "tool", "conversation", "hook", "schedule")
+DOORS: Final = ("api", "operator", "tool", "conversation", "hook", "schedule", "studio")
 TargetKind = Literal["agent", "tool"]
-Door = Literal["api", "operator", "tool", "conversation", "hook", "schedule"]
+Door = Literal["api", "operator", "tool", "conversation", "hook", "schedule", "studio"]
 
 
 class _Model(BaseModel):

@@ -1075,10 +1075,18 @@ class StatesService:
         tenants: set[tuple[str, str]] | None = None,
         sort: Any = None,
         include_data: bool = False,
+        kind: str | None = None,
     ) -> dict[str, Any]:
         """Records matching ``filters`` (see :meth:`stateflow.states.listing.Listing.search`)."""
         return self.listing.search(
-            name, filters, limit=limit, cursor=cursor, tenants=tenants, sort=sort, include_data=include_data
+            name,
+            filters,
+            limit=limit,
+            cursor=cursor,
+            tenants=tenants,
+            sort=sort,
+            include_data=include_data,
+            kind=kind,
         )
 
     def stats(self, name: str) -> dict[str, Any]:

@@ -100,7 +100,7 @@ def mount_studio(app: FastAPI, service: StatesService, tokens: TokenSet) -> Stud
                 session.check_csrf(form.get("csrf"))
             except StateflowError as exc:
                 return studio.error(exc, session, False)
-            studio.sessions.close(sid)
+            studio.sessions.close(session)
         response = RedirectResponse(url("/login"), status_code=303)
         response.delete_cookie(COOKIE, path=PREFIX)
         return response

@@ -1,27 +1,37 @@
-"""Studio sign-in: a server-side session per signed-in browser, named by an HTTP-only cookie.
+"""Studio sign-in: a signed session cookie per signed-in browser, HTTP-only.
 
-The token a person signs in with never goes back to the browser: the cookie holds a random
-session id only. Every form that changes something carries the session's CSRF secret (checked
-in constant time), and the cookie is ``SameSite=Strict``, so another site can neither read the
-secret nor make the browser send the cookie along with its own form.
+The token a person signs in with never goes back to the browser. The cookie names the token by
+its fingerprint and carries when it was issued and a random nonce, signed (HMAC-SHA256) with a
+key derived from that token's secret. So the server keeps nothing per session: a signed-in
+browser stays signed in across a server restart and on every worker or server that accepts
+the same token, and revoking the token ends all of its sessions at once. A session lasts
+``LIFETIME_SECONDS`` from sign-in. Signing out deletes the cookie and remembers its nonce in
+this process until it would have expired anyway.
+
+Every form that changes something carries the session's CSRF secret (derived from the same key
+and nonce, checked in constant time), and the cookie is ``SameSite=Strict``, so another site can
+neither read the secret nor make the browser send the cookie along with its own form.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import hmac
 import secrets
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final
 
 from stateflow.errors import StateflowError
-from stateflow.http.auth import Token
+from stateflow.http.auth import Token, TokenSet
 
 COOKIE: Final = "stateflow_studio"
 LOGIN_COOKIE: Final = "stateflow_studio_login"
-IDLE_SECONDS: Final = 12 * 3600
-MAX_SESSIONS: Final = 10_000
+LIFETIME_SECONDS: Final = 12 * 3600
+MAX_SIGNED_OUT: Final = 100_000
+"""Signed-out nonces remembered (each only until its session would have expired)."""
 
 
 class CsrfRefused(StateflowError):
@@ -29,54 +39,80 @@ class CsrfRefused(StateflowError):
     http_status = 403
 
 
-@dataclass
+@dataclass(frozen=True)
 class Session:
     token: Token
-    csrf: str = field(default_factory=lambda: secrets.token_urlsafe(24))
-    seen: float = field(default_factory=time.monotonic)
+    csrf: str
+    nonce: str
+    expires: float
 
     def check_csrf(self, given: str | None) -> None:
         if not given or not hmac.compare_digest(given.encode(), self.csrf.encode()):
             raise CsrfRefused("the form is stale or came from another site; reload the page and retry")
 
 
-class Sessions:
-    """Signed-in sessions, kept in memory: a restarted server signs everyone out."""
+def _fingerprint(token: Token) -> str:
+    return hashlib.sha256(token.secret.encode()).hexdigest()[:16]
 
-    def __init__(self, idle_seconds: float = IDLE_SECONDS) -> None:
-        self.idle_seconds = idle_seconds
-        self._by_id: dict[str, Session] = {}
+
+def _key(token: Token) -> bytes:
+    """The token's own signing key for studio sessions (never the secret itself)."""
+    return hmac.new(token.secret.encode(), b"stateflow studio session v1", hashlib.sha256).digest()
+
+
+def _mac(key: bytes, text: str) -> str:
+    digest = hmac.new(key, text.encode(), hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(digest).decode().rstrip("=")
+
+
+class Sessions:
+    """Signed sessions for the tokens of ``tokens``."""
+
+    def __init__(self, tokens: TokenSet, lifetime_seconds: float = LIFETIME_SECONDS) -> None:
+        self.lifetime_seconds = lifetime_seconds
+        self._by_fingerprint: dict[str, list[Token]] = {}
+        for token in tokens.tokens:
+            self._by_fingerprint.setdefault(_fingerprint(token), []).append(token)
+        self._signed_out: dict[str, float] = {}
+        """nonce → when its session expires"""
         self._lock = threading.Lock()
 
     def open(self, token: Token) -> str:
-        sid = secrets.token_urlsafe(32)
-        with self._lock:
-            self._expire()
-            if len(self._by_id) >= MAX_SESSIONS:  # bounded: the oldest sign-in goes first
-                oldest = min(self._by_id, key=lambda k: self._by_id[k].seen)
-                del self._by_id[oldest]
-            self._by_id[sid] = Session(token)
-        return sid
+        """A new session's cookie value."""
+        issued = int(time.time())
+        nonce = secrets.token_urlsafe(16)
+        text = f"{_fingerprint(token)}.{issued}.{nonce}"
+        return f"{text}.{_mac(_key(token), 'cookie.' + text)}"
 
-    def get(self, sid: str | None) -> Session | None:
-        if not sid:
+    def get(self, cookie: str | None) -> Session | None:
+        """The session a cookie names, or None: malformed, forged, expired, signed out, or its
+        token is no longer accepted here."""
+        parts = (cookie or "").split(".")
+        if len(parts) != 4 or not parts[1].isdigit():
             return None
-        with self._lock:
-            session = self._by_id.get(sid)
-            if session is None:
-                return None
-            now = time.monotonic()
-            if now - session.seen > self.idle_seconds:
-                del self._by_id[sid]
-                return None
-            session.seen = now
-            return session
+        fingerprint, issued, nonce, mac = parts
+        expires = int(issued) + self.lifetime_seconds
+        if time.time() > expires:
+            return None
+        text = f"{fingerprint}.{issued}.{nonce}"
+        for token in self._by_fingerprint.get(fingerprint, ()):
+            key = _key(token)
+            if hmac.compare_digest(mac.encode(), _mac(key, "cookie." + text).encode()):
+                with self._lock:
+                    if nonce in self._signed_out:
+                        return None
+                return Session(token, _mac(key, "csrf." + nonce), nonce, expires)
+        return None
 
-    def close(self, sid: str | None) -> None:
+    def close(self, session: Session) -> None:
+        """Sign out: this session's cookie is refused from now on (in this process)."""
+        now = time.time()
         with self._lock:
-            self._by_id.pop(sid or "", None)
-
-    def _expire(self) -> None:
-        now = time.monotonic()
-        for sid in [k for k, s in self._by_id.items() if now - s.seen > self.idle_seconds]:
-            del self._by_id[sid]
+            for nonce in [n for n, until in self._signed_out.items() if until < now]:
+                del self._signed_out[nonce]
+            if len(self._signed_out) >= MAX_SIGNED_OUT:  # bounded: the soonest to expire go first
+                for nonce in sorted(self._signed_out, key=self._signed_out.__getitem__)[
+                    : MAX_SIGNED_OUT // 10
+                ]:
+                    del self._signed_out[nonce]
+            self._signed_out[session.nonce] = session.expires

@@ -17,6 +17,7 @@ from stateflow.errors import InvalidInput, InvalidJSON, StateflowError
 from stateflow.memory.planes import RUNTIME, PlaneSet
 from stateflow.memory.scopes import MEMORY_STATE
 from stateflow.states.models import StateSubject
+from stateflow.states.service import RevisionMismatch
 from stateflow.store import DocKey
 from stateflow.studio.session import Session
 from stateflow.studio.tree import diff_rows
@@ -61,9 +62,10 @@ def state(studio: Studio, request: Request, session: Session) -> Response:
     try:
         if filters_text:
             filters = _json_field(filters_text, "the filter")
-            found = service.search(name, filters, limit=RECORDS_PAGE, cursor=cursor, tenants=tenants)
-            rows = [r for r in found["matches"] if kind is None or r["subject"]["kind"] == kind]
-            next_cursor = found["next_cursor"]
+            found = service.search(
+                name, filters, limit=RECORDS_PAGE, cursor=cursor, tenants=tenants, kind=kind
+            )
+            rows, next_cursor = found["matches"], found["next_cursor"]
         else:
             listed = service.subjects(name, kind=kind, limit=RECORDS_PAGE, cursor=cursor, tenants=tenants)
             rows, next_cursor = listed["subjects"], listed["next_cursor"]
@@ -163,6 +165,7 @@ def _record_values(studio: Studio, name: str, q: Mapping[str, str], session: Ses
         "editable": not rec.memory,
         "edit_text": "" if rec.data is MISSING or rec.memory else pretty(rec.data),
         "edit_error": None,
+        "edit_conflict": False,
         "saved": q.get("saved") == "1",
         "asof": None,
         "diff": None,
@@ -211,12 +214,26 @@ def record_edit(studio: Studio, request: Request, session: Session, form: dict[s
     if name == MEMORY_STATE:
         raise InvalidInput("memory scopes are written by their agents (patch_state), not edited here")
     text = form.get("document", "")
+    edited = int_param(form, "revision")
+    if edited is None:
+        raise InvalidInput("the edit names no revision of the record; reload the page and edit again")
     try:
         document = _json_field(text, "the document")
-        studio.service.replace(name, subject, document, context=studio.context(session))
-    except InvalidInput as exc:  # schema and JSON errors: shown inline, nothing written
+        # compare-and-set: the write lands only on the revision the person was looking at
+        studio.service.replace(
+            name, subject, document, context=studio.context(session), expect_revision=edited
+        )
+    except (InvalidInput, RevisionMismatch) as exc:  # shown inline, nothing written
         values = _record_values(studio, name, subject_params(subject), session)
-        values.update(edit_text=text, edit_error=exc.message)
+        message = exc.message
+        if isinstance(exc, RevisionMismatch):
+            message = (
+                f"This record changed while you were editing it: you edited revision {edited}, it "
+                f"is now at revision {values['rec'].revision}. Nothing was saved. The current "
+                "document is shown above and your text is kept below: apply your change to the "
+                "current document and save again."
+            )
+        values.update(edit_text=text, edit_error=message, edit_conflict=isinstance(exc, RevisionMismatch))
         return studio.html("record.html", session=session, status=exc.http_status, **values)
     return RedirectResponse(
         url(f"/states/{name}/record", **subject_params(subject), saved=1), status_code=303

@@ -70,7 +70,7 @@ class Studio:
         self.service = service
         self.store = service.store
         self.tokens = tokens
-        self.sessions = Sessions()
+        self.sessions = Sessions(tokens)
         self.env = Environment(
             loader=FileSystemLoader(TEMPLATES),
             autoescape=select_autoescape(["html"]),
@@ -103,8 +103,9 @@ class Studio:
         return session
 
     def context(self, session: Session) -> DoorContext:
-        """Studio writes enter through the API door, by the signed-in token."""
-        return DoorContext(door="api", actor=session.token.principal)
+        """Studio writes enter through their own door, by the signed-in token (the audit trail
+        tells an edit made by a person in the studio from a program's API call)."""
+        return DoorContext(door="studio", actor=session.token.principal)
 
     @staticmethod
     def check_tenant(token: Token, subject: StateSubject) -> None:
