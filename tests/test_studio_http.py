@@ -19,6 +19,7 @@ from fastapi.testclient import TestClient
 
 from stateflow.http.app import create_app
 from stateflow.http.auth import TokenSet, parse_token
+from stateflow.memory import ExtraRoot, Identity, MemoryConfig, MemoryView
 from stateflow.states import StatesService
 from stateflow.store import SqlStore
 
@@ -263,6 +264,37 @@ def test_memory_pages_send_lazy_children_only_when_asked(seeded: tuple[TestClien
     context = client.get("/studio/memory/triage/context?cwd=/srv/helpdesk&session=s-2041").text
     assert "State Flow runtime context" in context and "patch the exporter" in context
     assert "observation 7" not in context
+
+
+def test_extra_planes_are_shown_small_ones_whole_large_ones_lazily(
+    seeded: tuple[TestClient, StatesService],
+) -> None:
+    """Roots a program declared beyond the built-in planes: the studio knows none of them, and
+    still shows each — a small one with the hot planes, a large one by its outline (its values
+    load when a node is opened)."""
+    client, service = seeded
+    roots = (
+        ExtraRoot("board", {"type": "object"}),
+        ExtraRoot("archive", {"type": "object"}, lazy=True),
+    )
+    view = MemoryView(
+        service.store, Identity("planner", "/srv/plan", "p-1"), config=MemoryConfig(extra_roots=roots)
+    )
+    archive = {f"entry-{i:03}": f"archived text {i} " + "x" * 300 for i in range(300)}
+    view.patch_state({"session": {"board": {"todo": ["write the plan"]}, "archive": archive}})
+    sign_in(client, ADMIN)
+    page = client.get("/studio/memory/planner/scope?scope=session&key=p-1")
+    assert page.status_code == 200
+    assert "board" in page.text and "write the plan" in page.text  # small: shown whole
+    assert "archive" in page.text and "entry-000" in page.text  # large: its outline
+    assert "archived text" not in page.text  # … but none of its values
+    top = client.get("/studio/memory/planner/lazy?scope=session&key=p-1&plane=archive&path=[]&start=200")
+    assert top.status_code == 200 and "entry-299" in top.text and "archived text 299" in top.text
+    # a plane shown whole is not browsed through the lazy route
+    assert (
+        client.get('/studio/memory/planner/lazy?scope=session&key=p-1&plane=board&path=["todo"]').status_code
+        == 422
+    )
 
 
 def test_docs_are_served_offline_with_the_bearer_scheme(seeded: tuple[TestClient, StatesService]) -> None:

@@ -173,6 +173,17 @@ class StoreCore(Backend):
     ) -> Document:
         return self.read([key], members, outlines=outlines)[key]
 
+    def member_sizes(self, key: DocKey) -> dict[str, int]:
+        """The document's top-level members, in order, with their stored sizes in bytes — no
+        value is read ({} for a document that does not exist)."""
+        self.check_schema()
+        with self._read_tx() as tx:
+            row = self._row(tx, key)
+            if row is None or not row.present:
+                return {}
+            rows = tx.all("SELECT name, size FROM members WHERE doc_id = ? ORDER BY position", (row.doc_id,))
+        return {str(name): int(size) for name, size in rows}
+
     def cached(self, key: Hashable, build: Callable[[], R]) -> R:
         """``build()`` — or, on stores that can tell cheaply that nothing was committed since,
         the value an earlier ``build()`` under the same ``key`` returned. ``build`` must derive

@@ -54,6 +54,9 @@ class Store(Protocol):
         self, key: DocKey, members: Iterable[str] | None = None, *, outlines: Iterable[str] = ()
     ) -> Document: ...
 
+    def member_sizes(self, key: DocKey) -> dict[str, int]:
+        """The top-level members, in order, with their stored sizes (no value read)."""
+
     def cached(self, key: Hashable, build: Callable[[], R]) -> R:
         """``build()``, or its earlier value where the store can tell nothing committed since."""
 

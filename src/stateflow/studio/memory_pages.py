@@ -32,6 +32,19 @@ AGENTS_PAGE: Final = 50
 SCOPES_PAGE: Final = 200
 HISTORY_PAGE: Final = 20
 PLANES: Final = PlaneSet()
+KNOWN: Final = frozenset({*PLANES.names, RUNTIME})
+EXTRA_INLINE_BYTES: Final = 64 * 1024
+"""An extra plane (a root the built-in plane set does not name, declared by the program that
+writes the scope) up to this size is shown whole with the hot planes; a larger one is browsed
+like a lazy plane, one level at a time."""
+
+
+def _extra_planes(store: Any, doc_key: DocKey) -> tuple[list[str], list[str]]:
+    """The scope's extra planes: (small enough to show whole, to browse lazily)."""
+    sizes = store.member_sizes(doc_key)
+    extra = [name for name in sizes if name not in KNOWN]
+    small = [name for name in extra if sizes[name] <= EXTRA_INLINE_BYTES]
+    return small, [name for name in extra if name not in small]
 
 
 def _prefix(agent: str) -> str:
@@ -144,7 +157,8 @@ def scope_page(studio: Studio, request: Request, session: Session) -> Response:
     doc_key = _scope_key(agent, scope, key)
     store = studio.store
     hot = [*PLANES.hot, RUNTIME]
-    doc = store.get(doc_key, hot, outlines=PLANES.lazy)
+    small, big = _extra_planes(store, doc_key)
+    doc = store.get(doc_key, [*hot, *small], outlines=[*PLANES.lazy, *big])
     if doc.revision == 0:
         raise NotFound(f"agent {agent!r} has no {scope} scope {key!r}")
     start = int_param(q, "start") or 0
@@ -173,7 +187,10 @@ def scope_page(studio: Studio, request: Request, session: Session) -> Response:
         body = store.read_at(doc_key, revision=revision, members=hot).body
         asof = {"offset": offset, "revision": revision, "value": MISSING if body is None else body}
     planes = {name: doc.body[name] for name in hot if doc.body and name in doc.body}
+    extra = {name: doc.body[name] for name in small if doc.body and name in doc.body}
     lazy = {name: outline for name, outline in doc.outlines.items() if outline is not None}
+    # a large extra plane that is not an object has no outline: browsed from its root
+    unoutlined = [name for name in big if doc.outlines.get(name) is None]
     return studio.html(
         "scope.html",
         session=session,
@@ -184,7 +201,10 @@ def scope_page(studio: Studio, request: Request, session: Session) -> Response:
         doc=doc,
         planes=planes,
         runtime=planes.pop(RUNTIME, None),
+        extra=extra,
         lazy={n: _outline_rows(o) for n, o in lazy.items()},
+        extra_lazy=set(big),
+        unoutlined=unoutlined,
         timeline=timeline,
         next_page={"start": start + HISTORY_PAGE, "before": changes[HISTORY_PAGE - 1].seq} if more else None,
         asof=asof,
@@ -203,8 +223,8 @@ def lazy_children(studio: Studio, request: Request, session: Session) -> Respons
     q = request.query_params
     doc_key = _scope_key(agent, q.get("scope", ""), q.get("key", ""))
     plane = q.get("plane", "lazy")
-    if plane not in PLANES.lazy:
-        raise InvalidInput(f"{plane!r} is not a lazy plane")
+    if plane not in PLANES.lazy and plane not in _extra_planes(studio.store, doc_key)[1]:
+        raise InvalidInput(f"{plane!r} is not a lazy plane (nor a large extra one) of this scope")
     try:
         path = decode(q.get("path") or "[]")
     except InvalidJSON as exc:
