@@ -123,6 +123,22 @@ def main() -> None:
                 return scope(session) + cursors[session]
 
             compare(client, "scope timeline, a page far back", old_page, args.rounds)
+
+            # as-of reads after the lazy plane was written (its last 20 revisions): rebuilding
+            # the hot planes must not decode the 100 MB plane kept in the same snapshots
+            revisions = {
+                s: store.get(Identity(AGENT, tmp, s).key("session"), []).revision for s in ("big", "small")
+            }
+
+            def asof(session: str) -> str:
+                return scope(session) + "&offset=5"
+
+            def diff(session: str) -> str:
+                r = revisions[session]
+                return record(session) + f"&a={r - 6}&b={r - 5}&rev={r - 5}"
+
+            compare(client, "scope as of [5] (hot planes)", asof, args.rounds)
+            compare(client, "record page, as of and diff of two old revisions", diff, args.rounds)
             cold = timed(client, lazy_child("big"))
             print(f"{'lazy child, first open':<34} big {cold:7.1f} ms  (reads the lazy member once)")
             compare(client, "lazy child, later opens", lazy_child, args.rounds)
