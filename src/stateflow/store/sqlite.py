@@ -340,8 +340,8 @@ class SqliteStore(SqlStore):
                 conn.execute(f"PRAGMA synchronous = {self.synchronous}")
             conn.execute("PRAGMA foreign_keys = ON")
             # each b-tree page's cells are checked as the page is read, so a write that runs into
-            # mid-file damage fails (corrupt-store) instead of building on it; costs no
-            # measurable time (benchmarks/bench_damage_checks.py), unlike a whole-file check
+            # mid-file damage fails (corrupt-store) instead of building on it; costs a few
+            # percent at most (benchmarks/bench_damage_checks.py), unlike a whole-file check
             conn.execute("PRAGMA cell_size_check = ON")
         with self._guard:
             self._all.append(conn)
