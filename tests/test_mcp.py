@@ -23,6 +23,8 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
+from stateflow.store import SqlStore
+
 
 async def exercise(client: ClientSession) -> dict[str, Any]:
     """The same conversation over any transport."""
@@ -78,11 +80,11 @@ def check_conversation(out: dict[str, Any]) -> None:
     assert out["bad_resource"].startswith("error[not-found]: no resource stateflow://memory/nope")
 
 
-def test_stdio_server_through_the_sdk_client(tmp_path: Path) -> None:
+def test_stdio_server_through_the_sdk_client(backend: str, store: SqlStore, tmp_path: Path) -> None:
     async def run() -> dict[str, Any]:
         params = StdioServerParameters(
             command="stateflow",
-            args=["--store", str(tmp_path / "m.db"), "mcp", "--cwd", str(tmp_path), "--session", "s"],
+            args=["--store", backend, "mcp", "--cwd", str(tmp_path), "--session", "s"],
             env=dict(os.environ),  # the SDK passes only a few variables by default
         )
         async with stdio_client(params) as (read, write), ClientSession(read, write) as client:
