@@ -8,6 +8,10 @@
 3. ``context()`` with ~100 MB of lazy state vs with no lazy state.
 4. Context and receipt bytes with a 2 MB hot ``tactics`` value, against the value's own size:
    the value is shown once in the hot state, never again in recent transitions or receipts.
+5. ``patch_state`` in a process that was not the one showing the context (the last-shown view
+   kept on disk, rebuilt from history after another session's write) vs the same patch compared
+   against its own basis (no kept view). Only the patch is timed; the context shown by another
+   store object and the other session's write happen before each timed call, on both sides.
 
     python3 -m benchmarks.bench_memory [--iterations 200] [--synchronous full|normal] [--lazy-mb 100]
 """
@@ -17,6 +21,7 @@ from __future__ import annotations
 import argparse
 import sqlite3
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,7 +29,7 @@ from typing import Any
 import orjson
 
 from benchmarks.rounds import alternate, per_call_ms, report
-from stateflow.memory import Identity, MemoryView
+from stateflow.memory import Identity, MemoryConfig, MemoryView
 from stateflow.store import open_store
 
 ROUNDS = 10
@@ -147,6 +152,43 @@ def context_bytes_with_a_large_hot_value(tmp: Path, value_mb: int = 2) -> None:
     store.close()
 
 
+def patch_against_a_kept_view(tmp: Path, iterations: int) -> None:
+    url = f"sqlite:///{tmp}/shown.db"
+    shower, patcher = open_store(url), open_store(url)  # two store objects: as two processes
+    identity = Identity.of("bench", str(tmp), "mine")
+    kept = MemoryConfig(runtime_dir=str(tmp / "runtime"))
+    hot = {f"k{i}": {"text": "x" * 200, "list": list(range(20))} for i in range(50)}  # ~25 KB hot state
+    MemoryView(shower, identity).patch_state({"cwd": {"strategy": hot}})
+    other = MemoryView(shower, Identity.of("bench", str(tmp), "other"))
+    counter = iter(range(10**9))
+
+    def side(config: MemoryConfig) -> Callable[[int], float]:
+        show = MemoryView(shower, identity, config=config)
+        patch = MemoryView(patcher, identity, config=config)
+
+        def one_round(_r: int) -> float:
+            total = 0.0
+            calls = max(1, iterations // ROUNDS)
+            for _ in range(calls):
+                i = next(counter)
+                show.context()
+                other.patch_state({"cwd": {"tactics": {"build": f"ok {i}"}}})
+                start = time.perf_counter()
+                patch.patch_state({"session": {"tactics": {"next": f"step {i}"}}})
+                total += time.perf_counter() - start
+            return total / calls * 1000
+
+        return one_round
+
+    ours, base = side(kept), side(MemoryConfig())
+    ours(0), base(0)
+    report(
+        "patch_state against a kept view (another process)", alternate(ours, base, ROUNDS), "ms", "<= 1.5x"
+    )
+    shower.close()
+    patcher.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--iterations", type=int, default=200)
@@ -158,6 +200,7 @@ def main() -> None:
         range_reads(Path(tmp), args.iterations)
         context_with_lazy(Path(tmp), args.iterations, args.lazy_mb)
         context_bytes_with_a_large_hot_value(Path(tmp))
+        patch_against_a_kept_view(Path(tmp), args.iterations)
 
 
 if __name__ == "__main__":

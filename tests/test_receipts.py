@@ -142,3 +142,25 @@ def test_an_index_patch_without_a_shown_array_reports_the_whole_array(store: Sql
     other.patch_state({"cwd": {"tactics": {"steps": ["a", "b", "c"]}}})  # not shown to "mine"
     receipt = mine.patch_state({"cwd": {"tactics": {"steps": {"[2]": "C"}}}})
     assert entries(receipt) == [{"path": ["tactics", "steps"], "value": ["a", "b", "C"]}]
+
+
+def test_a_kept_view_survives_a_shorter_rewrite_and_ignores_a_torn_file(
+    store: SqlStore, tmp_path: Any
+) -> None:
+    from stateflow.memory import shown
+
+    directory = str(tmp_path / "runtime")
+    key = ("agent-a", "/tmp", "s1")
+    wide = shown.Shown(
+        {"session": 1}, "d1", {"available": True, "keys": {f"k{i}": "array" for i in range(30)}}
+    )
+    narrow = shown.Shown({"session": 2}, "d2", {"available": False})
+    shown.remember(store, key, wide, directory)
+    shown.remember(store, key, narrow, directory)
+    other_process = object.__new__(type(store))  # a store object this process never showed a view through
+    other_process.url = store.url
+    recalled = shown.recall(other_process, key, directory)
+    assert recalled is not None and (recalled.revisions, recalled.digest) == ({"session": 2}, "d2")
+    [path] = (tmp_path / "runtime" / "shown").iterdir()
+    path.write_bytes(path.read_bytes()[:20])  # torn
+    assert shown.recall(other_process, key, directory) is None
