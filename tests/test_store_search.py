@@ -30,6 +30,12 @@ FILTERS: list[dict[str, Any]] = [
     {"nested": [1]},
     {"box": {}},
     {"nul": "a\u0000b"},
+    {"nul": "a"},  # a stored string with a NUL is not cut short at it
+    {"big": "é" * 10},
+    {"n": 1.0},
+    {"n": 2},
+    {"n": False},
+    {"large": "x"},  # a member held as a tree never equals a scalar
     {"large": [{"needle": 1}]},
     {"missing": 1},
 ]
@@ -83,3 +89,14 @@ def test_subject_order_is_bytewise_on_both_backends(store: SqlStore) -> None:
     subjects = ["B", "a", "Z", "ä", "_x", "a b", "a/b", "a\u00e9"]
     store.commit([Write.between(DocKey("s", k), None, {"v": 1}) for k in subjects])
     assert [x.key.subject for x in store.scan("s")] == sorted(subjects, key=lambda t: t.encode())
+
+
+def test_kind_counts_count_present_documents_by_subject_kind(filled: SqlStore) -> None:
+    from stateflow.subjects import encode_subject
+
+    subjects = [encode_subject("agent", "a", kind, key) for kind, key in [("x", "1"), ("x", "2"), ("y", "1")]]
+    filled.commit([Write.between(DocKey("kinds", s), None, {"n": 1}) for s in subjects])
+    filled.commit([Write.between(DocKey("kinds", subjects[1]), {"n": 1}, None)])  # deleted: not counted
+    assert filled.kind_counts("kinds") == {"x": 1, "y": 1}
+    assert filled.kind_counts("things") == {None: len(DOCS)}  # not encoded subjects
+    assert filled.kind_counts("nothing") == {}

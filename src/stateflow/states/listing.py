@@ -67,14 +67,7 @@ class Listing:
         self.svc = svc
 
     def kind_counts(self, state: str) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        after = None
-        while page := self.svc.store.scan(state, after=after, limit=PAGE_MAX):
-            for item in page:
-                kind = StateSubject.decode(item.key.subject).kind
-                counts[kind] = counts.get(kind, 0) + 1
-            after = page[-1].key.subject
-        return counts
+        return {k: n for k, n in self.svc.store.kind_counts(state).items() if k is not None}
 
     def writes(
         self, name: str, subject: Any, *, limit: Any = None, cursor: str | None = None

@@ -159,3 +159,8 @@ class Backend(abc.ABC):
     def _unchecked(self, tx: Tx, doc_id: int, filters: dict[str, Any]) -> list[str]:
         """Filter members whose containment the candidate query did not establish (portable:
         all of them)."""
+
+    @abc.abstractmethod
+    def _kind_sql(self) -> str:
+        """SQL naming the subject kind of a ``documents`` row — the third element of its
+        encoded subject, NULL for a subject that is not one (``listing.Listing.kind_counts``)."""

@@ -51,6 +51,19 @@ class Listing(StoreCore):
             )
         return {r[0]: int(r[1]) for r in rows}
 
+    def kind_counts(self, state: str) -> dict[str | None, int]:
+        """How many present documents of ``state`` have each subject kind (the third element of
+        the encoded subject, see :func:`stateflow.subjects.encode_subject`), counted in SQL;
+        subjects that are not encoded subjects count under None."""
+        self.check_schema()
+        with self._read_tx() as tx:
+            rows = tx.all(
+                f"SELECT {self._kind_sql()}, COUNT(*) FROM documents WHERE state = ? AND present = 1 "
+                "GROUP BY 1",
+                (state,),
+            )
+        return {r[0]: int(r[1]) for r in rows}
+
     def search(
         self, state: str, filters: dict[str, Any], *, after: str | None = None, limit: int = 200
     ) -> list[Listed]:

@@ -389,6 +389,9 @@ class PostgresStore(SqlStore):
             params.extend([name, raw, raw] if typed else [name, raw])
         return self._scan(tx, state, after, limit, " ".join(clauses), params)
 
+    def _kind_sql(self) -> str:
+        return "CASE WHEN left(subject, 1) = '[' THEN (subject::jsonb ->> 2) END"
+
     def _unchecked(self, tx: Tx, doc_id: int, filters: dict[str, Any]) -> list[str]:
         names = list(filters)
         rows = tx.all(

@@ -39,7 +39,7 @@ from stateflow.errors import (
 from stateflow.store.base import SqlStore
 from stateflow.store.ledger import OpIdTaken, claims_query
 from stateflow.store.migrations import SQLITE
-from stateflow.store.model import DocKey, Document
+from stateflow.store.model import DocKey, Document, Listed
 from stateflow.store.rows import DocRow
 from stateflow.store.tx import Tx
 from stateflow.store.writer_queue import WriterQueue
@@ -481,6 +481,30 @@ class SqliteStore(SqlStore):
         snapshot = self._local.snapshot = _current(getattr(self._local, "snapshot", None), version)
         return snapshot
 
+    def _search_candidates(
+        self, tx: Tx, state: str, filters: dict[str, Any], after: str | None, limit: int
+    ) -> list[Listed]:
+        # Scalar filter members (containment of a scalar is JSON equality) are checked in SQL,
+        # one EXISTS on the member's primary key per document: no row leaves SQLite to be
+        # decoded and compared in Python. Objects and arrays pass here and go to _verify.
+        clauses, params = [], []
+        for name, pattern in filters.items():
+            check = _scalar_check(pattern)
+            if check is None:
+                continue
+            clauses.append(
+                "AND EXISTS (SELECT 1 FROM members m WHERE m.doc_id = d.doc_id AND m.name = ? "
+                f"AND {check[0]})"
+            )
+            params.extend([name, *check[1]])
+        return self._scan(tx, state, after, limit, " ".join(clauses), params)
+
+    def _unchecked(self, tx: Tx, doc_id: int, filters: dict[str, Any]) -> list[str]:
+        return [name for name, pattern in filters.items() if _scalar_check(pattern) is None]
+
+    def _kind_sql(self) -> str:
+        return "CASE WHEN json_valid(subject) THEN json_extract(subject, '$[2]') END"
+
     def _migrations(self) -> dict[int, str]:
         return SQLITE
 
@@ -593,4 +617,28 @@ def _writable(path: Path) -> bool:
 def _denied(path: Path) -> StorePermissionDenied | None:
     if not os.access(path.parent, os.X_OK) or (path.exists() and not os.access(path, os.R_OK)):
         return StorePermissionDenied(f"permission denied: cannot open {path}")
+    return None
+
+
+def _scalar_check(pattern: Any) -> tuple[str, list[Any]] | None:
+    """SQL that holds when a member equals the scalar ``pattern``, by JSON equality (numbers by
+    value: 1 matches 1.0; strings by their decoded text, whatever escapes the stored text uses),
+    with its parameters; None for objects and arrays. A member held as a tree (``root``; only
+    objects and arrays are) has no inline body and never equals a scalar: each step is a CASE so
+    no JSON function sees anything but an inline body."""
+    body = "CAST(m.body AS TEXT)"
+    kind = f"CASE WHEN m.root IS NULL THEN json_type({body}) END"
+    if pattern is None:
+        return f"{kind} = 'null'", []
+    if pattern is True or pattern is False:
+        return f"{kind} = ?", ["true" if pattern else "false"]
+    if isinstance(pattern, str) and "\x00" not in pattern:  # SQLite text ends at a NUL
+        # a stored string with a NUL (escaped \u0000 in the text) never equals one without
+        value = (
+            f"CASE WHEN {kind} = 'text' AND instr({body}, '\\u0000') = 0 THEN json_extract({body}, '$') END"
+        )
+        return f"{value} = ?", [pattern]
+    if isinstance(pattern, int | float):
+        value = f"CASE WHEN {kind} IN ('integer', 'real') THEN json_extract({body}, '$') END"
+        return f"{value} = ?", [pattern]
     return None
