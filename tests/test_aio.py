@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from typing import Any
 
 from stateflow.aio import AsyncStateflow, AsyncStatesService
 from stateflow.states import StatesService
@@ -51,7 +52,7 @@ def test_calls_leave_the_event_loop_thread(backend: str) -> None:
         threads: list[int] = []
         original = service.read
 
-        def read(name: str, subject: object) -> dict[str, object] | None:
+        def read(name: str, subject: object) -> Any:
             threads.append(threading.get_ident())
             return original(name, subject)
 

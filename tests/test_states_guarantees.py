@@ -10,7 +10,7 @@ import socket
 import subprocess
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -275,7 +275,7 @@ def _seed(service: StatesService) -> None:
     service.replace("tickets", {**T1, "key": "z"}, {"status": "closed", "n": 4})
 
 
-def _keys(page: dict[str, Any]) -> list[str]:
+def _keys(page: Mapping[str, Any]) -> list[str]:
     return [m["subject"]["key"] for m in page["matches"]]
 
 

@@ -20,6 +20,7 @@ from urllib.parse import quote, urlencode
 
 from stateflow.doc.canonical import decode, encode
 from stateflow.errors import StateflowError, StoreUnavailable
+from stateflow.states.results import Record, SearchPage, Stats, SubjectsPage, WritesPage
 from stateflow.states.service import ApplyResult, check_revision, origin_of, subject_of
 
 Json = dict[str, Any]
@@ -141,8 +142,8 @@ class StatesClient:
         result: Json = self._call("DELETE", self._state(name))
         return result
 
-    def stats(self, name: str, /) -> Json:
-        result: Json = self._call("GET", self._state(name) + "/stats")
+    def stats(self, name: str, /) -> Stats:
+        result: Stats = self._call("GET", self._state(name) + "/stats")
         return result
 
     def consumers(self, name: str, /) -> list[Json]:
@@ -153,9 +154,9 @@ class StatesClient:
 
     def subjects(
         self, name: str, /, *, kind: str | None = None, limit: Any = None, cursor: str | None = None
-    ) -> Json:
+    ) -> SubjectsPage:
         query = {"kind": kind, "limit": limit, "cursor": cursor}
-        result: Json = self._call("GET", self._state(name) + "/subjects", query=query)
+        result: SubjectsPage = self._call("GET", self._state(name) + "/subjects", query=query)
         return result
 
     def search(
@@ -168,22 +169,22 @@ class StatesClient:
         cursor: str | None = None,
         sort: Any = None,
         include_data: bool = False,
-    ) -> Json:
+    ) -> SearchPage:
         body: Json = {"filters": filters}
         for key, value in (("limit", limit), ("cursor", cursor), ("sort", sort)):
             if value is not None:
                 body[key] = value
         if include_data:
             body["include_data"] = True
-        result: Json = self._call("POST", self._state(name) + "/records/search", body)
+        result: SearchPage = self._call("POST", self._state(name) + "/records/search", body)
         return result
 
     # ------------------------------------------------------------------ records
 
     def read(
         self, name: str, subject: Any, /, *, revision: int | None = None, seq: int | None = None
-    ) -> Json | None:
-        result: Json | None = self._call(
+    ) -> Record | None:
+        result: Record | None = self._call(
             "GET", self._record(name, subject), query={"revision": revision, "seq": seq}
         )
         return result
@@ -197,8 +198,8 @@ class StatesClient:
         *,
         origin: Any = None,
         expect_revision: int | None = None,
-    ) -> Json | None:
-        result: Json | None = self._call(
+    ) -> Record | None:
+        result: Record | None = self._call(
             "PUT", self._record(name, subject), document, origin=origin, expect_revision=expect_revision
         )
         return result
@@ -212,8 +213,8 @@ class StatesClient:
         *,
         origin: Any = None,
         expect_revision: int | None = None,
-    ) -> Json | None:
-        result: Json | None = self._call(
+    ) -> Record | None:
+        result: Record | None = self._call(
             "PATCH", self._record(name, subject), patch, origin=origin, expect_revision=expect_revision
         )
         return result
@@ -260,9 +261,11 @@ class StatesClient:
         result: Json = self._call("POST", self._record(name, subject) + "/fold", body, origin=origin)
         return result
 
-    def writes(self, name: str, subject: Any, /, *, limit: Any = None, cursor: str | None = None) -> Json:
+    def writes(
+        self, name: str, subject: Any, /, *, limit: Any = None, cursor: str | None = None
+    ) -> WritesPage:
         query = {"limit": limit, "cursor": cursor}
-        result: Json = self._call("GET", self._record(name, subject) + "/writes", query=query)
+        result: WritesPage = self._call("GET", self._record(name, subject) + "/writes", query=query)
         return result
 
     def diff(self, name: str, subject: Any, from_revision: Any, to_revision: Any = None, /) -> Json:
@@ -279,8 +282,8 @@ class StatesClient:
         *,
         origin: Any = None,
         expect_revision: int | None = None,
-    ) -> Json | None:
-        result: Json | None = self._call(
+    ) -> Record | None:
+        result: Record | None = self._call(
             "POST",
             self._record(name, subject) + "/revert",
             {"revision": revision},

@@ -7,6 +7,7 @@ Commands work on the configured store directly, or with ``--url`` against a runn
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -216,7 +217,7 @@ def consumers(ctx: Context, name: str) -> None:
     echo_json(client(ctx, reads=True).consumers(name))
 
 
-def _subject_rows(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _subject_rows(items: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return [{**i["subject"], "updated_at": i.get("updated_at"), "revision": i.get("revision")} for i in items]
 
 

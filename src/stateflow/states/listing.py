@@ -13,6 +13,15 @@ from typing import TYPE_CHECKING, Any, Final
 
 from stateflow.errors import InvalidInput
 from stateflow.states.models import StateSubject
+from stateflow.states.results import (
+    SearchPage,
+    Stats,
+    SubjectRef,
+    SubjectRow,
+    SubjectsPage,
+    WriteEntry,
+    WritesPage,
+)
 from stateflow.states.search import SORT_MAX, matches, parse_sort, sort_key, split_filters
 from stateflow.store import DocKey, Listed
 
@@ -51,7 +60,7 @@ def _decode_cursor(cursor: str | None) -> str | None:
     return text
 
 
-def _plain(subject: StateSubject) -> dict[str, str]:
+def _plain(subject: StateSubject) -> SubjectRef:
     return {
         "target_kind": subject.target_kind,
         "target_name": subject.target_name,
@@ -69,9 +78,7 @@ class Listing:
     def kind_counts(self, state: str) -> dict[str, int]:
         return {k: n for k, n in self.svc.store.kind_counts(state).items() if k is not None}
 
-    def writes(
-        self, name: str, subject: Any, *, limit: Any = None, cursor: str | None = None
-    ) -> dict[str, Any]:
+    def writes(self, name: str, subject: Any, *, limit: Any = None, cursor: str | None = None) -> WritesPage:
         """The record's audit trail, newest first, keyset-paginated."""
         from stateflow.states.service import subject_of  # the service builds on this module
 
@@ -92,7 +99,7 @@ class Listing:
         )
         more = len(changes) > n
         changes = changes[:n]
-        items = [
+        items: list[WriteEntry] = [
             {
                 "seq": c.seq,
                 "at": c.at,
@@ -114,7 +121,7 @@ class Listing:
         limit: Any = None,
         cursor: str | None = None,
         tenants: set[tuple[str, str]] | None = None,
-    ) -> dict[str, Any]:
+    ) -> SubjectsPage:
         self.svc.get_declaration(name)
         items, next_cursor = self.page(
             lambda after, size: self.svc.store.scan(name, after=after, limit=size),
@@ -137,7 +144,7 @@ class Listing:
         sort: Any = None,
         include_data: bool = False,
         kind: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> SearchPage:
         """Records matching ``filters`` (containment plus ``$`` operators, see
         :mod:`stateflow.states.search`), in subject order — or in ``sort`` order, over at most
         10,000 matches. ``include_data`` adds each match's document as ``data``; ``kind`` keeps
@@ -168,8 +175,10 @@ class Listing:
                 return False
             return not predicates or matches(bodies.get(item.key.subject), predicates)
 
-        def extra(item: Listed) -> dict[str, Any]:
-            return {"data": bodies.get(item.key.subject)} if include_data else {}
+        def data_of(item: Listed) -> Any:
+            return bodies.get(item.key.subject)
+
+        extra = data_of if include_data else None
 
         n = page_limit(limit)
         if order:
@@ -182,12 +191,12 @@ class Listing:
         self,
         fetch: Callable[[str | None, int], list[Listed]],
         keep: Callable[[StateSubject, Listed], bool],
-        extra: Callable[[Listed], dict[str, Any]],
+        extra: Callable[[Listed], Any] | None,
         order: list[tuple[tuple[str, ...], bool]],
         bodies: dict[str, Any],
         n: int,
         cursor: str | None,
-    ) -> tuple[list[dict[str, Any]], str | None]:
+    ) -> tuple[list[SubjectRow], str | None]:
         """Every match, sorted, then one page of it by offset (the cursor names the offset)."""
         offset = 0
         text = _decode_cursor(cursor)
@@ -195,7 +204,7 @@ class Listing:
             if not text.startswith(_SORTED) or not text[len(_SORTED) :].isdigit():
                 raise InvalidInput("cursor is malformed; use only a cursor returned by a prior page")
             offset = int(text[len(_SORTED) :])
-        found: list[tuple[tuple[Any, ...], str, dict[str, Any]]] = []
+        found: list[tuple[tuple[Any, ...], str, SubjectRow]] = []
         after = None
         while page := fetch(after, PAGE_MAX):
             for item in page:
@@ -208,12 +217,13 @@ class Listing:
                     )
                 body = bodies.get(item.key.subject)
                 key = tuple(sort_key(body, path, desc) for path, desc in order)
-                row = {
+                row: SubjectRow = {
                     "subject": _plain(subject),
                     "updated_at": item.at,
                     "revision": item.revision,
-                    **extra(item),
                 }
+                if extra is not None:
+                    row["data"] = extra(item)
                 found.append((key, item.key.subject, row))
             if len(page) < PAGE_MAX:
                 break
@@ -229,8 +239,8 @@ class Listing:
         keep: Callable[[StateSubject, Listed], bool],
         n: int,
         cursor: str | None,
-        extra: Callable[[Listed], dict[str, Any]] | None = None,
-    ) -> tuple[list[dict[str, Any]], str | None]:
+        extra: Callable[[Listed], Any] | None = None,
+    ) -> tuple[list[SubjectRow], str | None]:
         """One keyset page of at most ``n`` kept subjects, and a cursor only when more follow.
 
         Once the page is full the scan looks ahead for one more kept subject: found, the cursor
@@ -239,7 +249,7 @@ class Listing:
         little) the cursor resumes after the last subject looked at, so they are not scanned
         again — and that one page may come back empty."""
         after = _decode_cursor(cursor)
-        out: list[dict[str, Any]] = []
+        out: list[SubjectRow] = []
         last = None  # the last subject looked at
         end = None  # the page's last subject
         extra_batches = 0
@@ -252,8 +262,14 @@ class Listing:
                     continue
                 if len(out) == n:  # one more exists
                     return out, _encode_cursor(end) if end else None
-                row = {"subject": _plain(subject), "updated_at": item.at, "revision": item.revision}
-                out.append({**row, **extra(item)} if extra is not None else row)
+                row: SubjectRow = {
+                    "subject": _plain(subject),
+                    "updated_at": item.at,
+                    "revision": item.revision,
+                }
+                if extra is not None:
+                    row["data"] = extra(item)
+                out.append(row)
                 end = last
             if len(page) < PAGE_MAX:
                 return out, None
@@ -263,7 +279,7 @@ class Listing:
                     return out, _encode_cursor(last) if last else None
             after = last
 
-    def stats(self, name: str) -> dict[str, Any]:
+    def stats(self, name: str) -> Stats:
         decl = self.svc.get_declaration(name)
         fields = self.svc.store.member_counts(name)
         per_kind = self.kind_counts(name)

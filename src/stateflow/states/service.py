@@ -42,6 +42,7 @@ from stateflow.states.pipeline import (
     Written,
     ops_transform,
 )
+from stateflow.states.results import Record, SearchPage, Stats, SubjectRef, SubjectsPage, WritesPage
 from stateflow.states.schema import ValidatorCache, check_base_schema, narrowing
 from stateflow.states.template_catalog import TemplateCatalog
 from stateflow.states.template_jq import TemplateJq
@@ -595,10 +596,10 @@ class StatesService:
         seq: int | None,
         revision: int,
         at: str | None,
-    ) -> dict[str, Any] | None:
+    ) -> Record | None:
         if data is None:
             return None
-        folded: list[dict[str, str]] = []
+        folded: list[SubjectRef] = []
         if aliases:
             target = canonical.encode()
             found = sorted(
@@ -619,7 +620,7 @@ class StatesService:
 
     def read(
         self, name: str, subject: Any, *, revision: int | None = None, seq: int | None = None
-    ) -> dict[str, Any] | None:
+    ) -> Record | None:
         """The record, or None on a miss (an undeclared state or refused subject is an error).
 
         One snapshot reads the declaration, the aliases and the record (a second read follows
@@ -638,10 +639,10 @@ class StatesService:
         )
         if view is None:
             return None
-        record: dict[str, Any] = detach(view)  # the view is shared by every reader of the cache
+        record: Record = detach(view)  # the view is shared by every reader of the cache
         return record
 
-    def _read_at(self, name: str, subject: StateSubject, revision: Any, seq: Any) -> dict[str, Any] | None:
+    def _read_at(self, name: str, subject: StateSubject, revision: Any, seq: Any) -> Record | None:
         if revision is not None and seq is not None:
             raise InvalidInput("give revision or seq, not both")
         revision, seq = check_revision(revision, "revision"), check_revision(seq, "seq")
@@ -693,7 +694,7 @@ class StatesService:
         origin: Any = None,
         context: DoorContext | None = None,
         expect_revision: int | None = None,
-    ) -> dict[str, Any] | None:
+    ) -> Record | None:
         """Make the record what it was at ``revision`` again, as a new transition (action
         ``revert``) through the same checks as a replace (today's schema decides); reverting to
         a revision where it did not exist erases it. The history keeps every revision."""
@@ -709,7 +710,7 @@ class StatesService:
             name, subject, then["data"], origin, context, "revert", expect_revision=expect_revision
         )
 
-    def _read(self, name: str, subject: StateSubject) -> dict[str, Any] | None:
+    def _read(self, name: str, subject: StateSubject) -> Record | None:
         encoded = subject.encode()
         decl_key, alias_key, key = DocKey(CATALOG, name), DocKey(ALIASES, name), DocKey(name, encoded)
         docs = self.store.read([decl_key, alias_key, key])
@@ -742,7 +743,7 @@ class StatesService:
         item = RecordWrite(name, subject_of(subject), transform, op_id, check_revision(expect_revision))
         return pipeline.run(self, [item], self._origin(origin, context, action))[0]
 
-    def _view(self, name: str, subject: Any, written: Written) -> dict[str, Any] | None:
+    def _view(self, name: str, subject: Any, written: Written) -> Record | None:
         """The record view after a pipeline write (the caller's own copy: ``data`` is the body
         the store now caches)."""
         if written.replayed or written.canonical is None or written.data is MISSING:
@@ -757,7 +758,7 @@ class StatesService:
             written.revision,
             written.at,
         )
-        out: dict[str, Any] | None = detach(view)
+        out: Record | None = detach(view)
         return out
 
     def replace(
@@ -769,7 +770,7 @@ class StatesService:
         origin: Any = None,
         context: DoorContext | None = None,
         expect_revision: int | None = None,
-    ) -> dict[str, Any] | None:
+    ) -> Record | None:
         if not isinstance(document, dict):
             raise InvalidInput("a record document must be a JSON object")
         check(document, "document")
@@ -788,7 +789,7 @@ class StatesService:
         action: str,
         *,
         expect_revision: int | None,
-    ) -> dict[str, Any] | None:
+    ) -> Record | None:
         """Write ``document`` as the record's whole new body (replace, revert): the same checks
         and ``_trace`` stamp either way, recorded under ``action``."""
 
@@ -810,7 +811,7 @@ class StatesService:
         origin: Any = None,
         context: DoorContext | None = None,
         expect_revision: int | None = None,
-    ) -> dict[str, Any] | None:
+    ) -> Record | None:
         """Shallow merge: each top-level key is set (``null`` is stored, not a deletion)."""
         if not isinstance(patch, dict):
             raise InvalidInput("a merge patch must be a JSON object")
@@ -836,12 +837,12 @@ class StatesService:
             subj = subject_of(subject)
             return {
                 "state": name,
-                "subject": subj.model_dump(),
+                "subject": _plain(subj),
                 "data": {},
                 "seq": None,
                 "revision": 0,
                 "updated_at": None,
-                "canonical_subject": subj.model_dump(),
+                "canonical_subject": _plain(subj),
                 "folded_from": [],
             }
         return view
@@ -1048,9 +1049,7 @@ class StatesService:
 
     # ------------------------------------------------------------------ listings and retention
 
-    def writes(
-        self, name: str, subject: Any, *, limit: Any = None, cursor: str | None = None
-    ) -> dict[str, Any]:
+    def writes(self, name: str, subject: Any, *, limit: Any = None, cursor: str | None = None) -> WritesPage:
         """The record's audit trail, newest first, keyset-paginated."""
         return self.listing.writes(name, subject, limit=limit, cursor=cursor)
 
@@ -1062,7 +1061,7 @@ class StatesService:
         limit: Any = None,
         cursor: str | None = None,
         tenants: set[tuple[str, str]] | None = None,
-    ) -> dict[str, Any]:
+    ) -> SubjectsPage:
         return self.listing.subjects(name, kind=kind, limit=limit, cursor=cursor, tenants=tenants)
 
     def search(
@@ -1076,7 +1075,7 @@ class StatesService:
         sort: Any = None,
         include_data: bool = False,
         kind: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> SearchPage:
         """Records matching ``filters`` (see :meth:`stateflow.states.listing.Listing.search`)."""
         return self.listing.search(
             name,
@@ -1089,7 +1088,7 @@ class StatesService:
             kind=kind,
         )
 
-    def stats(self, name: str) -> dict[str, Any]:
+    def stats(self, name: str) -> Stats:
         return self.listing.stats(name)
 
     def _kind_counts(self, state: str) -> dict[str, int]:

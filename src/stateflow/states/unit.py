@@ -13,7 +13,7 @@ later: it writes at once, durably, before ``commit`` returns.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -136,7 +136,7 @@ class Unit:
     def _staged_on(self, state: str, subject: dict[str, Any]) -> int:
         return sum(1 for item, _ in self._items if item["state"] == state and item["subject"] == subject)
 
-    def _project(self, state: str, subject: dict[str, Any], record: dict[str, Any] | None) -> Any:
+    def _project(self, state: str, subject: dict[str, Any], record: Mapping[str, Any] | None) -> Any:
         """``record``'s data with the batches staged on it applied (None: no record)."""
         data: Any = MISSING if record is None else record["data"]
         for item, ops in self._items:

@@ -3,7 +3,7 @@ timeline, as-of, diff, edit, template jq), and the template library."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 import orjson
@@ -57,7 +57,7 @@ def state(studio: Studio, request: Request, session: Session) -> Response:
         raise InvalidInput(f"state {name!r} declares no subject kind {kind!r}")
     tenants = None if token.targets is None else set(token.targets)
     search_error = None
-    rows: list[dict[str, Any]] = []
+    rows: Sequence[Mapping[str, Any]] = []
     next_cursor = None
     try:
         if filters_text:
@@ -116,7 +116,7 @@ class _Record:
             doc = studio.store.get(DocKey(name, subject.encode()), self.members, outlines=PLANES.lazy)
             self.data: JSON = MISSING if doc.body is None else doc.body
             self.revision, self.updated_at = doc.revision, doc.at
-            self.folded_from: list[dict[str, str]] = []
+            self.folded_from: Sequence[Mapping[str, Any]] = []
             self.lazy = {k: v for k, v in doc.outlines.items() if v is not None}
         else:
             rec = service.read(name, subject)
