@@ -20,7 +20,7 @@ from urllib.parse import quote, urlencode
 
 from stateflow.doc.canonical import decode, encode
 from stateflow.errors import StateflowError, StoreUnavailable
-from stateflow.states.results import Record, SearchPage, Stats, SubjectsPage, WritesPage
+from stateflow.states.results import DeclarationView, Record, SearchPage, Stats, SubjectsPage, WritesPage
 from stateflow.states.service import ApplyResult, check_revision, origin_of, subject_of
 
 Json = dict[str, Any]
@@ -126,16 +126,16 @@ class StatesClient:
 
     # ------------------------------------------------------------------ catalog
 
-    def list_declarations(self) -> list[Json]:
-        result: list[Json] = self._call("GET", "/api/states")
+    def list_declarations(self) -> list[DeclarationView]:
+        result: list[DeclarationView] = self._call("GET", "/api/states")
         return result
 
-    def get_declaration(self, name: str, /) -> Json:
-        result: Json = self._call("GET", self._state(name))
+    def get_declaration(self, name: str, /) -> DeclarationView:
+        result: DeclarationView = self._call("GET", self._state(name))
         return result
 
-    def declare(self, name: str, raw: Any, /) -> Json:
-        result: Json = self._call("PUT", self._state(name), raw)
+    def declare(self, name: str, raw: Any, /) -> DeclarationView:
+        result: DeclarationView = self._call("PUT", self._state(name), raw)
         return result
 
     def delete_declaration(self, name: str, /) -> Json:

@@ -72,3 +72,33 @@ class Stats(TypedDict):
     per_field: dict[str, int]
     per_kind: dict[str, int]
     consumers: int
+
+
+class Regime(TypedDict):
+    path: list[str]
+    regime: str
+
+
+class AttachmentRow(TypedDict):
+    template: str
+    path: list[str]
+    parameters: dict[str, Any]
+    declarations: dict[str, Any]
+
+
+class DeclarationView(TypedDict):
+    """A declaration as read (and as ``declare`` answers it): what was declared, plus the
+    computed ``effective_schema``, ``regimes`` and ``attachments``, ``updated_at`` and the
+    catalog row's ``version``."""
+
+    name: str
+    description: str
+    schema: dict[str, Any]
+    subject_kinds: list[str]
+    default_subject_kind: str
+    retention_days: int | None
+    effective_schema: dict[str, Any]
+    regimes: list[Regime]
+    attachments: list[AttachmentRow]
+    updated_at: str | None
+    version: int

@@ -42,7 +42,15 @@ from stateflow.states.pipeline import (
     Written,
     ops_transform,
 )
-from stateflow.states.results import Record, SearchPage, Stats, SubjectRef, SubjectsPage, WritesPage
+from stateflow.states.results import (
+    DeclarationView,
+    Record,
+    SearchPage,
+    Stats,
+    SubjectRef,
+    SubjectsPage,
+    WritesPage,
+)
 from stateflow.states.schema import ValidatorCache, check_base_schema, narrowing
 from stateflow.states.template_catalog import TemplateCatalog
 from stateflow.states.template_jq import TemplateJq
@@ -413,10 +421,10 @@ class StatesService:
             pass  # a read-only store (medium or ?mode=ro) serves the declarations it holds
         self._builtins_installed = True
 
-    def _declaration_view(self, body: dict[str, Any], revision: int, at: str | None) -> dict[str, Any]:
+    def _declaration_view(self, body: dict[str, Any], revision: int, at: str | None) -> DeclarationView:
         """The caller's own copy of a declaration (``body`` is the store's cached object)."""
         view = {k: v for k, v in body.items() if k not in ("attachments", "effective")}
-        out: dict[str, Any] = detach(
+        out: DeclarationView = detach(
             {
                 **view,
                 "effective_schema": self.effective_schema(body),
@@ -431,7 +439,7 @@ class StatesService:
         )
         return out
 
-    def list_declarations(self) -> list[dict[str, Any]]:
+    def list_declarations(self) -> list[DeclarationView]:
         out = []
         after = None
         while True:
@@ -448,13 +456,13 @@ class StatesService:
             after = page[-1].key.subject
         return out
 
-    def get_declaration(self, name: str) -> dict[str, Any]:
+    def get_declaration(self, name: str) -> DeclarationView:
         doc = self.store.get(DocKey(CATALOG, name))
         if doc.body is None:
             raise StateNotFound(f"no state declared as {name!r}")
         return self._declaration_view(catalog_row(name, doc.body), doc.revision, doc.at)
 
-    def declare(self, name: str, raw: Any, *, context: DoorContext | None = None) -> dict[str, Any]:
+    def declare(self, name: str, raw: Any, *, context: DoorContext | None = None) -> DeclarationView:
         """Create or re-declare a state. Re-declaring is additive-only while records exist (and
         always, for the built-in ``memory`` state). Answers the declaration as a read does."""
         if not isinstance(raw, dict):

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from stateflow.doc.canonical import JSON
 from stateflow.errors import InvalidInput, NotFound
 from stateflow.states.models import DoorContext
+from stateflow.states.results import AttachmentRow
 from stateflow.states.templates import TemplateInvalid, build_prelude
 
 if TYPE_CHECKING:
@@ -61,7 +62,7 @@ class TemplateJq:
 
     def program(
         self, name: str, reference: str, purpose: str
-    ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    ) -> tuple[dict[str, Any], AttachmentRow, dict[str, Any]]:
         decl = self.svc.get_declaration(name)
         rows = {a["template"]: a for a in decl["attachments"]}
         docs = self.svc.templates.docs(sorted(rows)) if rows else {}
@@ -120,7 +121,7 @@ class TemplateJq:
         name: str,
         subject: Any,
         template: dict[str, Any],
-        attachment: dict[str, Any],
+        attachment: AttachmentRow,
         program: dict[str, Any],
         reference: str,
         variables: dict[str, Any],

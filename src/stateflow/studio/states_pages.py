@@ -132,7 +132,7 @@ class _Record:
         return MISSING if body is None else body
 
 
-def _jq_programs(studio: Studio, decl: dict[str, Any]) -> list[dict[str, Any]]:
+def _jq_programs(studio: Studio, decl: Mapping[str, Any]) -> list[dict[str, Any]]:
     out = []
     for attachment in decl["attachments"]:
         template = studio.service.get_template(attachment["template"])
