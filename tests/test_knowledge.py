@@ -134,3 +134,36 @@ def test_knowledge_commands_need_a_root(tmp_path: Path) -> None:
     )
     assert done.returncode == 1
     assert done.stderr.startswith("error[invalid-input]: no knowledge root is configured")
+
+
+def test_the_claude_code_hook_prunes_before_showing_the_context(url: str, tree: tuple[Path, Path]) -> None:
+    root, project = tree
+    a, c = str(root / "a.md"), str(root / "deep" / "c.md")
+    card(url, project, root, a, "notes on A")
+    card(url, project, root, c, "notes on C")
+    (root / "a.md").unlink()
+    hook = subprocess.run(
+        [
+            "stateflow",
+            "--store",
+            url,
+            "hook",
+            "claude-code",
+            "--knowledge-root",
+            str(root),
+            "--session",
+            "default",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=project,
+        input='{"hook_event_name": "UserPromptSubmit", "prompt": "hi"}',
+    )
+    assert hook.returncode == 0, hook.stderr
+    context = json.loads(hook.stdout)["hookSpecificOutput"]["additionalContext"]
+    assert (
+        c in context
+        and a not in context.split("State Flow runtime context")[1].split('"recent_transitions"')[0]
+    )
+    assert list(head(url, project, root)["state"]["artifacts"]) == [c]

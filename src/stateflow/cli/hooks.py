@@ -89,6 +89,8 @@ def claude_code_hook(ctx: Context, /, **kw: Any) -> None:
         kw["cwd"] = Path(event["cwd"])
     view = make_view(ctx, dict(kw), reads=False)  # the first hook of a new project creates the store
     record_session(view.store.url, view.identity)
+    if view.config.knowledge_roots:
+        view.prune_knowledge()  # before inference, as a scan would: cards of deleted Markdown go
     output = {"hookEventName": name, "additionalContext": view.context().text()}
     click.echo(json.dumps({"hookSpecificOutput": output}))
 
