@@ -32,21 +32,9 @@ def fetch_bodies(tx: Tx, ids: Iterable[bytes]) -> dict[bytes, bytes]:
 
 def load_tree(tx: Tx, root: bytes, what: str) -> JSON:
     """The whole value under ``root``: its nodes read level by level (one statement per
-    ``BATCH`` nodes), each checked against its id."""
-    bodies: dict[bytes, bytes] = {}
-    frontier = [root]
+    ``BATCH`` nodes), each checked against its id once."""
     try:
-        while frontier:
-            found = fetch_bodies(tx, frontier)
-            upcoming: list[bytes] = []
-            for ident in frontier:
-                body = found.get(ident)
-                if body is None:
-                    raise CorruptData(f"node {ident.hex()} is missing")
-                bodies[ident] = body
-                upcoming += [c for c in _children(ident, body) if c not in bodies]
-            frontier = upcoming
-        return tree.load(root, lambda ids: {i: bodies[i] for i in ids if i in bodies})
+        return tree.load(root, lambda ids: fetch_bodies(tx, ids))
     except CorruptData as exc:
         raise CorruptData(f"stored {what} is corrupt: {exc}") from exc
 

@@ -216,23 +216,95 @@ Fetch = Callable[[Sequence[bytes]], Mapping[bytes, bytes]]
 
 
 def load(root: bytes, fetch: Fetch) -> JSON:
-    """The whole value under ``root``."""
-    return _materialize(root, fetch)
+    """The whole value under ``root``.
+
+    Nodes are fetched level by level (one ``fetch`` per level), each hashed and decoded once;
+    the value is then assembled by extending flat lists (keys and values for an object), so the
+    per-element work happens inside ``orjson`` and the C list/dict constructors, not in Python."""
+    return _assemble(root, fetch_tree(root, fetch))
 
 
-def _node(ident: bytes, fetch: Fetch) -> dict[str, Any]:
-    body = fetch([ident]).get(ident)
+def fetch_tree(root: bytes, fetch: Fetch) -> dict[bytes, dict[str, Any]]:
+    """Every node under ``root``, decoded and checked against its id, read a level at a time."""
+    decoded: dict[bytes, dict[str, Any]] = {}
+    frontier = [root]
+    while frontier:
+        found = fetch(frontier)
+        upcoming: list[bytes] = []
+        for ident in frontier:
+            data = decoded[ident] = checked(ident, found.get(ident))
+            upcoming += _child_ids(ident, data)
+        frontier = [c for c in dict.fromkeys(upcoming) if c not in decoded]
+    return decoded
+
+
+def checked(ident: bytes, body: bytes | None) -> dict[str, Any]:
+    """A node's decoded body, after checking its bytes hash to its id (``CorruptData`` when it
+    is missing or damaged)."""
     if body is None:
-        raise CorruptData(f"stored node {ident.hex()} is missing")
-    if node_id(bytes(body)) != ident:
-        raise CorruptData(f"stored node {ident.hex()} is corrupt: its bytes do not match its id")
+        raise CorruptData(f"node {ident.hex()} is missing")
+    if node_id(body) != ident:
+        raise CorruptData(f"node {ident.hex()} is corrupt: its bytes do not match its id")
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
-        raise CorruptData(f"stored node {ident.hex()} is corrupt: {exc}") from exc
+        raise CorruptData(f"node {ident.hex()} is corrupt: {exc}") from exc
     if type(data) is not dict:
-        raise CorruptData(f"stored node {ident.hex()} is corrupt: not an object")
+        raise CorruptData(f"node {ident.hex()} is corrupt: not an object")
     return data
+
+
+def _child_ids(ident: bytes, data: dict[str, Any]) -> list[bytes]:
+    if not data.get("r") and "c" not in data:
+        return []  # most leaves hold no refs
+    try:
+        if "c" in data:
+            return [_ref(child, ident) for _, child in data["c"]]
+        values = data["a"] if "a" in data else data["v"]
+        return [_ref(values[i], ident) for i in data.get("r", ())]
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        raise CorruptData(f"node {ident.hex()} is corrupt: {exc!r}") from exc
+
+
+def _assemble(root: bytes, decoded: Mapping[bytes, dict[str, Any]]) -> JSON:
+    data = decoded[root]
+    try:
+        if data.get("t") == "o" or "k" in data:
+            keys: list[str] = []
+            values: list[Any] = []
+            _collect(root, decoded, values, keys)
+            if len(keys) != len(values):
+                raise CorruptData(f"node {root.hex()} is corrupt: keys and values differ in number")
+            return dict(zip(keys, values, strict=True))
+        out: list[Any] = []
+        _collect(root, decoded, out, None)
+        return out
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        raise CorruptData(f"node {root.hex()} is corrupt: {exc!r}") from exc
+
+
+def _collect(
+    ident: bytes, decoded: Mapping[bytes, dict[str, Any]], values: list[Any], keys: list[str] | None
+) -> None:
+    """Appends the entries under ``ident`` to ``values`` (and an object's keys to ``keys``)."""
+    data = decoded[ident]
+    if "c" in data:
+        for _, child in data["c"]:
+            _collect(_ref(child, ident), decoded, values, keys)
+        return
+    part = data["a"] if keys is None else data["v"]
+    refs = data.get("r")
+    if refs:
+        part = list(part)  # a node may occur twice in one tree: leave its decoded body intact
+        for i in refs:
+            part[i] = _assemble(_ref(part[i], ident), decoded)
+    values += part
+    if keys is not None:
+        keys += data["k"]
+
+
+def _node(ident: bytes, fetch: Fetch) -> dict[str, Any]:
+    return checked(ident, fetch([ident]).get(ident))
 
 
 def node(ident: bytes, fetch: Fetch) -> dict[str, Any]:
@@ -247,26 +319,6 @@ def _ref(text: Any, ident: bytes) -> bytes:
         raise CorruptData(f"stored node {ident.hex()} is corrupt: bad child ref {text!r}") from exc
 
 
-def _materialize(ident: bytes, fetch: Fetch) -> JSON:
-    data = _node(ident, fetch)
-    if "c" in data:
-        parts = [_materialize(_ref(child, ident), fetch) for _, child in data["c"]]
-        if data.get("t") == "o":
-            merged: dict[str, Any] = {}
-            for part in parts:
-                assert isinstance(part, dict)
-                merged.update(part)
-            return merged
-        return [e for part in parts for e in part]
-    refs = set(data.get("r", ()))
-    if "a" in data:
-        return [_materialize(_ref(v, ident), fetch) if i in refs else v for i, v in enumerate(data["a"])]
-    return {
-        k: _materialize(_ref(v, ident), fetch) if i in refs else v
-        for i, (k, v) in enumerate(zip(data["k"], data["v"], strict=True))
-    }
-
-
 def load_path(root: bytes, path: Sequence[str | int], fetch: Fetch) -> JSON:
     """The value at ``path`` under ``root``, reading only the nodes on the way (for an array
     index: one node per level, found by the counts; for a key: the object's leaves in turn).
@@ -276,7 +328,7 @@ def load_path(root: bytes, path: Sequence[str | int], fetch: Fetch) -> JSON:
     while True:
         data = _node(ident, fetch)
         if depth == len(path):
-            return _materialize(ident, fetch)
+            return load(ident, fetch)
         seg = path[depth]
         if "c" in data:
             if data.get("t") == "a":
