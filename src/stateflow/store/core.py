@@ -84,6 +84,9 @@ class StoreCore(Backend):
 
     def migrate(self) -> tuple[int, int]:
         """Bring the schema to the version this code knows; return (from, to). Idempotent."""
+        if self.schema_version() == SCHEMA_VERSION:  # the usual case: a read, not a write turn
+            self._schema_checked = True
+            return SCHEMA_VERSION, SCHEMA_VERSION
         with self._write_tx() as tx:
             self._lock_migration(tx)
             current = self._version_in(tx) or 0

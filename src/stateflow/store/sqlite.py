@@ -145,7 +145,7 @@ class _GroupCommit:
             first = not conn.in_transaction  # the first writer of a group needs no savepoint
             if first:
                 # other processes' writers: wait for our turn, not poll, and not forever
-                self.queue.acquire(max(0.0, deadline - time.monotonic()))
+                self.queue.acquire(max(0.0, deadline - time.monotonic()), self.wait)
             try:  # (not `_mapped_errors()`: a context manager costs more than this statement's Python)
                 conn.execute("BEGIN IMMEDIATE" if first else "SAVEPOINT member")
             except sqlite3.Error as exc:
