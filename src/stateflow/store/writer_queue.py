@@ -38,6 +38,7 @@ from stateflow.errors import StoreBusy
 _OPEN_FLAGS = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC
 _SET: int | None = getattr(fcntl, "F_OFD_SETLK", None)
 _SET_WAIT: int | None = getattr(fcntl, "F_OFD_SETLKW", None)
+_GET: int | None = getattr(fcntl, "F_OFD_GETLK", None)
 _FLOCK = struct.Struct("hhqqi4x")
 """``struct flock`` of 64-bit Linux: type, whence, start, length, pid (0 for these locks)."""
 _COUNTER = 8
@@ -54,6 +55,13 @@ def _lock(fd: int, start: int, length: int = 1, *, wait: bool = False) -> bool:
     except BlockingIOError:
         return False
     return True
+
+
+def _free(fd: int, start: int) -> bool:
+    """Whether nobody else holds the lock on the byte at ``start`` (one system call)."""
+    assert _GET is not None
+    answer = fcntl.fcntl(fd, _GET, _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, start, 1, 0))
+    return bool(_FLOCK.unpack(answer)[0] == fcntl.F_UNLCK)
 
 
 def _unlock(fd: int, start: int, length: int = 1) -> None:
@@ -118,7 +126,7 @@ class WriterQueue:
         self._fd: int | None = None
         self._ticket: int | None = None
         """the ticket whose turn this process holds"""
-        self._unusable = _SET is None or _SET_WAIT is None
+        self._unusable = _SET is None or _SET_WAIT is None or _GET is None
 
     @property
     def held(self) -> bool:
@@ -140,9 +148,7 @@ class WriterQueue:
         deadline = time.monotonic() + timeout
         try:
             ticket = self._draw(fd, deadline, limit if limit is not None else timeout)
-            if ticket == 0 or _lock(fd, _COUNTER + ticket - 1):  # the one before is done: no wait
-                if ticket:
-                    _unlock(fd, _COUNTER + ticket - 1)
+            if ticket == 0 or _free(fd, _COUNTER + ticket - 1):  # the one before is done: no wait
                 self._ticket = ticket
                 return
         except OSError:  # no such locks on this file system: SQLite's wait alone
