@@ -84,9 +84,6 @@ class StoreCore(Backend):
 
     def migrate(self) -> tuple[int, int]:
         """Bring the schema to the version this code knows; return (from, to). Idempotent."""
-        if self.schema_version() == SCHEMA_VERSION:  # the usual case: a read, not a write turn
-            self._schema_checked = True
-            return SCHEMA_VERSION, SCHEMA_VERSION
         with self._write_tx() as tx:
             self._lock_migration(tx)
             current = self._version_in(tx) or 0
@@ -104,6 +101,14 @@ class StoreCore(Backend):
                     )
         self._schema_checked = True
         return current, SCHEMA_VERSION
+
+    def _auto_migrate(self) -> None:
+        """Migrate on open: a store already at this version is only read (no write turn, which
+        every opening process would otherwise queue for)."""
+        if self.schema_version() == SCHEMA_VERSION:
+            self._schema_checked = True
+        else:
+            self.migrate()
 
     def _too_new(self, version: int) -> StoreTooNew:
         return StoreTooNew(

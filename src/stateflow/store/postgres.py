@@ -200,7 +200,7 @@ class PostgresStore(SqlStore):
         )
         self._pool.open(wait=False)
         if auto_migrate and not read_only:
-            self.migrate()
+            self._auto_migrate()
 
     @contextmanager
     def _tx(self, read_only: bool) -> Iterator[Tx]:

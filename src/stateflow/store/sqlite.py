@@ -292,7 +292,7 @@ class SqliteStore(SqlStore):
         self.create = create and not read_only
         self.read_only = read_only
         if auto_migrate and not read_only and (not self.path.exists() or _writable(self.path)):
-            self.migrate()
+            self._auto_migrate()
 
     def _connection(self) -> sqlite3.Connection:
         """This thread's connection — or the writer's, inside one of our write transactions."""
