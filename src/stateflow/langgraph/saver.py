@@ -13,7 +13,6 @@ each checkpoint has an audit row with its origin (consumer ``langgraph``, the ru
 
 from __future__ import annotations
 
-import asyncio
 import builtins
 import functools
 import random
@@ -35,6 +34,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from stateflow.aio import call, open_store_async
 from stateflow.langgraph.codec import Codec
 from stateflow.langgraph.records import Records, invert, join, part, uninvert, unpart
 from stateflow.states import StatesService
@@ -73,7 +73,8 @@ class StateflowSaver(BaseCheckpointSaver[str]):
 
     ``StateflowSaver.open("./agent.db")`` (or a PostgreSQL URL) opens and migrates a store; or
     pass a :class:`~stateflow.states.StatesService` you already have. The async methods run
-    the same calls on a worker thread.
+    the same calls awaited: on the event loop over PostgreSQL's async pool (a saver opened by
+    :meth:`aopen`), else on a worker thread.
     """
 
     def __init__(
@@ -105,10 +106,22 @@ class StateflowSaver(BaseCheckpointSaver[str]):
         saver._owned = True
         return saver
 
+    @classmethod
+    async def aopen(cls, location: str, **options: Any) -> StateflowSaver:
+        """:meth:`open` for async code: a PostgreSQL store runs on psycopg's async pool (the
+        async methods never leave the event loop's thread); closed by :meth:`aclose`."""
+        opened = await open_store_async(location, auto_migrate=True)
+        saver = await call(opened, lambda: cls(StatesService(opened), **options))
+        saver._owned = True
+        return saver
+
     def close(self) -> None:
         if self._owned:
             self.states.close()
             self.states.store.close()
+
+    async def aclose(self) -> None:
+        await call(self.states.store, self.close)
 
     def __enter__(self) -> StateflowSaver:
         return self
@@ -491,10 +504,11 @@ class StateflowSaver(BaseCheckpointSaver[str]):
             current_v = int(current.split(".")[0])
         return f"{current_v + 1:032}.{random.random():016}"
 
-    # ------------------------------------------------------------------ async: the same calls on a worker thread
+    # ------------------------------------------------------------------ async: the same calls, awaited
+    # (on the event loop over PostgreSQL's async pool, else on a worker thread: see stateflow.aio)
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return await asyncio.to_thread(self.get_tuple, config)
+        return await call(self.states.store, self.get_tuple, config)
 
     async def alist(
         self,
@@ -504,8 +518,8 @@ class StateflowSaver(BaseCheckpointSaver[str]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
-        found = await asyncio.to_thread(
-            lambda: list(self.list(config, filter=filter, before=before, limit=limit))
+        found = await call(
+            self.states.store, lambda: list(self.list(config, filter=filter, before=before, limit=limit))
         )
         for tup in found:
             yield tup
@@ -517,7 +531,7 @@ class StateflowSaver(BaseCheckpointSaver[str]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
+        return await call(self.states.store, self.put, config, checkpoint, metadata, new_versions)
 
     async def aput_writes(
         self,
@@ -526,16 +540,16 @@ class StateflowSaver(BaseCheckpointSaver[str]):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        await asyncio.to_thread(self.put_writes, config, writes, task_id, task_path)
+        await call(self.states.store, self.put_writes, config, writes, task_id, task_path)
 
     async def adelete_thread(self, thread_id: str) -> None:
-        await asyncio.to_thread(self.delete_thread, thread_id)
+        await call(self.states.store, self.delete_thread, thread_id)
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        await asyncio.to_thread(self.delete_for_runs, run_ids)
+        await call(self.states.store, self.delete_for_runs, run_ids)
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)
+        await call(self.states.store, self.copy_thread, source_thread_id, target_thread_id)
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)
+        await call(self.states.store, self.prune, thread_ids, strategy=strategy)

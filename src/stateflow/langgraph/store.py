@@ -10,7 +10,6 @@ an item's history, audit trail and as-of reads are those of any other record, on
 
 from __future__ import annotations
 
-import asyncio
 import builtins
 import functools
 from collections.abc import Iterable, Sequence
@@ -34,6 +33,7 @@ from langgraph.store.base import (
     validate_op_namespace,
 )
 
+from stateflow.aio import call, open_store_async
 from stateflow.langgraph.records import Records, join
 from stateflow.states import StatesService
 from stateflow.states.models import DoorContext
@@ -98,10 +98,22 @@ class StateflowStore(BaseStore):
         store._owned = True
         return store
 
+    @classmethod
+    async def aopen(cls, location: str, **options: Any) -> StateflowStore:
+        """:meth:`open` for async code: a PostgreSQL store runs on psycopg's async pool (its
+        async methods never leave the event loop's thread); closed by :meth:`aclose`."""
+        opened = await open_store_async(location, auto_migrate=True)
+        store = await call(opened, lambda: cls(StatesService(opened), **options))
+        store._owned = True
+        return store
+
     def close(self) -> None:
         if self._owned:
             self.states.close()
             self.states.store.close()
+
+    async def aclose(self) -> None:
+        await call(self.states.store, self.close)
 
     def __enter__(self) -> StateflowStore:
         return self
@@ -152,8 +164,10 @@ class StateflowStore(BaseStore):
         return results
 
     async def abatch(self, ops: Iterable[Op]) -> builtins.list[Result]:
+        """``batch``, awaited: on the event loop over PostgreSQL's async pool (a store opened
+        by :meth:`aopen`), else on a worker thread."""
         ops = builtins.list(ops)
-        return await asyncio.to_thread(self.batch, ops)
+        return await call(self.states.store, self.batch, ops)
 
     # ------------------------------------------------------------------ reads
 
@@ -344,7 +358,7 @@ class StateflowStore(BaseStore):
         return len(expired)
 
     async def asweep_ttl(self) -> int:
-        return await asyncio.to_thread(self.sweep_ttl)
+        return await call(self.states.store, self.sweep_ttl)
 
 
 @functools.lru_cache(maxsize=16384)

@@ -185,22 +185,22 @@ class PostgresStore(SqlStore):
         # host, missing database or role) is the answer, within the connect timeout — instead of
         # the pool retrying in the background until its own timeout and saying only that.
         try:
-            psycopg.connect(url, **kwargs).close()
+            self._probe(url, kwargs)
         except psycopg.OperationalError as exc:
             raise StoreUnavailable(f"cannot connect to {self.url}: {_one_line(exc)}") from None
         _quiet_pool_log()
         # autocommit: a lone statement needs no BEGIN/COMMIT round trips; transactions are explicit
-        self._pool = ConnectionPool(
-            url,
-            min_size=min_size,
-            max_size=max_size,
-            timeout=wait,
-            open=False,
-            kwargs=kwargs,
-        )
+        self._pool = self._open_pool(url, min_size=min_size, max_size=max_size, timeout=wait, kwargs=kwargs)
         self._pool.open(wait=False)
         if auto_migrate and not read_only:
             self._auto_migrate()
+
+    def _probe(self, url: str, kwargs: dict[str, Any]) -> None:
+        psycopg.connect(url, **kwargs).close()
+
+    def _open_pool(self, url: str, **options: Any) -> Any:
+        """The connection pool (``store.postgres_async`` gives an async one)."""
+        return ConnectionPool(url, open=False, **options)
 
     @contextmanager
     def _tx(self, read_only: bool) -> Iterator[Tx]:
