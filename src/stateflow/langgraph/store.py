@@ -177,8 +177,11 @@ class StateflowStore(BaseStore):
         return expires is None or datetime.fromisoformat(expires) > now
 
     @staticmethod
-    def _item(data: dict[str, Any], updated_at: str | None, cls: type[Item] = Item) -> Any:
-        value = orjson.loads(orjson.dumps(data["value"]))  # the caller's own copy
+    def _item(
+        data: dict[str, Any], updated_at: str | None, cls: type[Item] = Item, *, own: bool = False
+    ) -> Any:
+        # the caller's own copy (``own``: ``data`` already is one)
+        value = data["value"] if own else orjson.loads(orjson.dumps(data["value"]))
         created = datetime.fromisoformat(data["created_at"])
         updated = datetime.fromisoformat(updated_at) if updated_at else created
         namespace = tuple(data["namespace"])
@@ -193,7 +196,7 @@ class StateflowStore(BaseStore):
         data = record["data"]
         if op.refresh_ttl and data.get("ttl_minutes") is not None:
             refresh[self.subject_key(op.namespace, op.key)] = data
-        item: Item = self._item(data, record["updated_at"])
+        item: Item = self._item(data, record["updated_at"], own=True)  # states.read copied it
         return item
 
     def _documents(self, keys: Sequence[DocKey]) -> Iterable[tuple[dict[str, Any], str | None]]:
@@ -291,25 +294,27 @@ class StateflowStore(BaseStore):
                 continue
             if not isinstance(op.value, dict):
                 raise ValueError(f"a store value must be a dict, got {type(op.value).__name__}")
-            if current is None:
-                record = self.states.read(self.records.state, subject)
-                before = record["data"] if record else None
-            else:
-                before = current[keys[(op.namespace, op.key)]].body
             ttl = op.ttl if isinstance(op.ttl, int | float) and not isinstance(op.ttl, bool) else None
             document = {
                 "namespace": builtins.list(op.namespace),
                 "key": op.key,
                 "value": op.value,
-                "created_at": before["created_at"] if before else utc_text(now),
+                "created_at": utc_text(now),
                 "expires_at": utc_text(now + timedelta(minutes=ttl)) if ttl is not None else None,
                 "ttl_minutes": ttl,
             }
-            if current is None:
-                self.states.replace(
-                    self.records.state, subject, document, origin=origin, context=self.context
+            if current is None:  # one put: one write, the creation time kept inside it
+                self.states.replace_from(
+                    self.records.state,
+                    subject,
+                    functools.partial(_keep_created, document),
+                    origin=origin,
+                    context=self.context,
                 )
             else:
+                before = current[keys[(op.namespace, op.key)]].body
+                if before:
+                    document["created_at"] = before["created_at"]
                 items.append(
                     {
                         "state": self.records.state,
@@ -359,6 +364,12 @@ class StateflowStore(BaseStore):
 
     async def asweep_ttl(self) -> int:
         return await call(self.states.store, self.sweep_ttl)
+
+
+def _keep_created(document: dict[str, Any], before: dict[str, Any] | None) -> dict[str, Any]:
+    if before and "created_at" in before:
+        return {**document, "created_at": before["created_at"]}
+    return document
 
 
 @functools.lru_cache(maxsize=16384)

@@ -787,6 +787,31 @@ class StatesService:
             name, subject, document, origin, context, "replace", expect_revision=expect_revision
         )
 
+    def replace_from(
+        self,
+        name: str,
+        subject: Any,
+        build: Callable[[dict[str, Any] | None], dict[str, Any]],
+        *,
+        origin: Any = None,
+        context: DoorContext | None = None,
+    ) -> None:
+        """A replace whose document is ``build(current data or None)``, computed inside the
+        write (one call: no read before it, nothing lost to a concurrent writer). The same
+        checks and audit row as :meth:`replace`; ``build`` may run more than once and must not
+        keep state. The caller's objects in the result are copied, as :meth:`replace` does."""
+
+        def transform(decl: dict[str, Any], current: JSON, done: dict[str, Any]) -> Change:
+            document = build(current if type(current) is dict else None)
+            if not isinstance(document, dict):
+                raise InvalidInput("a record document must be a JSON object")
+            check(document, "document")
+            document = detach(document)
+            regimes.check_document_write(decl, current, document)
+            return Change(regimes.stamp_document(decl, current, document, done), [[]])
+
+        self._write(name, subject, transform, origin_of(origin), context, "replace")
+
     def _write_whole(
         self,
         name: str,

@@ -37,7 +37,7 @@ from stateflow.store.clock import utc_now
 from stateflow.store.migrations import INDEXABLE, POSTGRES
 from stateflow.store.model import DocKey, Document, Listed
 from stateflow.store.plan import Fresh, SeqRef, WritePlan
-from stateflow.store.rows import DocRow, decode_stored, key_filter
+from stateflow.store.rows import ROW_COLUMNS, DocRow, decode_stored, key_filter, to_row
 from stateflow.store.tx import Tx
 
 _SEQ_LOCK: Final = 0x5EF10  # advisory lock id that orders transition inserts
@@ -323,6 +323,25 @@ class PostgresStore(SqlStore):
         # per statement (psycopg spends more CPU on a statement than the server does on these).
         assert not seq.params  # here seq is named by `currval`, never sent as a value
         tx.run(_WRITE_ROWS.format(seq=seq.sql), _row_arrays(plans))
+
+    def _absent_rows(self, keys: Sequence[DocKey]) -> dict[DocKey, DocRow]:
+        # One round trip, where the locked path takes two or three; the insert is its own
+        # transaction, committed without waiting for its WAL flush: an absent row is no write
+        # anybody was told about (a lost one is created again by the next writer).
+        with self._pool.connection() as conn, _mapped_errors():
+            with _PgTx(conn)._pipelined():
+                conn.execute("BEGIN")
+                conn.execute("SET LOCAL synchronous_commit TO off")
+                cur = conn.execute(
+                    _pg(
+                        "INSERT INTO documents (state, subject) SELECT * FROM unnest(?::text[], ?::text[]) "
+                        f"ON CONFLICT (state, subject) DO NOTHING RETURNING {ROW_COLUMNS}, state, subject"
+                    ),
+                    (_array(k.state for k in keys), _array(k.subject for k in keys)),
+                )
+                conn.execute("COMMIT")
+            rows = cur.fetchall()
+        return {DocKey(r[-2], r[-1]): to_row(r) for r in rows}
 
     def _commit_planned(
         self,
