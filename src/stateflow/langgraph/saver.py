@@ -152,38 +152,37 @@ class StateflowSaver(BaseCheckpointSaver[str]):
         thread_id, ns = self._where(config)
         checkpoint_id = get_checkpoint_id(config)
         if checkpoint_id:
-            key = self._key(thread_id, ns, checkpoint_id)
-        else:
-            prefix = f"{join([thread_id, ns])}/"
-            newest = self.records.store.cached(
-                ("langgraph-newest", self.records.state, self.records.target_name, prefix),
-                lambda: next(self.records.scan(CHECKPOINT, prefix, page=1), None),
-            )
-            if newest is None:
-                return None
-            key = self.records.key_of(newest)
-        return next(iter(self._tuples([key])), None)
+            return next(iter(self._tuples([self._key(thread_id, ns, checkpoint_id)])), None)
+        prefix = f"{join([thread_id, ns])}/"
+        newest = self.records.store.cached(
+            ("langgraph-newest", self.records.state, self.records.target_name, prefix),
+            lambda: self.records.documents(CHECKPOINT, prefix, limit=1),
+        )
+        return next(iter(self._assembled([doc.body for doc in newest if doc.body])), None)
 
     def _tuples(self, keys: Sequence[str]) -> Iterator[CheckpointTuple]:
         """The tuples of the checkpoints under ``keys`` (missing ones skipped), in order."""
+        doc_keys = [self.records.doc_key(CHECKPOINT, k) for k in keys]
+        docs = self.records.store.read(doc_keys)
+        return self._assembled([body for k in doc_keys if (body := docs[k].body) is not None])
+
+    def _assembled(self, bodies: Sequence[dict[str, Any]]) -> Iterator[CheckpointTuple]:
+        """The tuples of these checkpoint records: their pending writes and the checkpoints
+        holding their unchanged channels read together, in one read."""
         records = self.records
-        doc_keys = [records.doc_key(CHECKPOINT, k) for k in keys]
-        write_keys = [records.doc_key(WRITES, k) for k in keys]
-        docs = records.store.read(doc_keys + write_keys)
-        sourced: dict[DocKey, list[str]] = {}
-        for doc_key in doc_keys:
-            body = docs[doc_key].body
-            if body is None:
-                continue
+        write_keys = [
+            records.doc_key(WRITES, self._key(b["thread_id"], b["checkpoint_ns"], b["checkpoint_id"]))
+            for b in bodies
+        ]
+        sourced: dict[DocKey, None] = {}
+        for body in bodies:
             thread_id, ns = body["thread_id"], body["checkpoint_ns"]
             for source in set(body.get("sources", {}).values()):
-                sourced.setdefault(records.doc_key(CHECKPOINT, self._key(thread_id, ns, source)), [])
-        sources = records.store.read(list(sourced)) if sourced else {}  # whole: kept in the read cache
-        for doc_key, write_key in zip(doc_keys, write_keys, strict=True):
-            body = docs[doc_key].body
-            if body is None:
-                continue
-            yield self._tuple(body, docs[write_key].body, sources)
+                sourced.setdefault(records.doc_key(CHECKPOINT, self._key(thread_id, ns, source)), None)
+        wanted = [*write_keys, *sourced]
+        docs = records.store.read(wanted) if wanted else {}  # whole: kept in the read cache
+        for body, write_key in zip(bodies, write_keys, strict=True):
+            yield self._tuple(body, docs[write_key].body, docs)
 
     def _tuple(
         self, body: dict[str, Any], writes: dict[str, Any] | None, sources: dict[DocKey, Any]

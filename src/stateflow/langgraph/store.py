@@ -37,7 +37,7 @@ from stateflow.aio import call, open_store_async
 from stateflow.langgraph.records import Records, join
 from stateflow.states import StatesService
 from stateflow.states.models import DoorContext
-from stateflow.store import DocKey, open_store
+from stateflow.store import open_store
 from stateflow.store.base import utc_text
 
 STATE: Final = "langgraph_store"
@@ -199,14 +199,6 @@ class StateflowStore(BaseStore):
         item: Item = self._item(data, record["updated_at"], own=True)  # states.read copied it
         return item
 
-    def _documents(self, keys: Sequence[DocKey]) -> Iterable[tuple[dict[str, Any], str | None]]:
-        for start in range(0, len(keys), _PAGE):
-            docs = self.records.store.read(keys[start : start + _PAGE])
-            for key in keys[start : start + _PAGE]:
-                doc = docs[key]
-                if doc.body is not None:
-                    yield doc.body, doc.at
-
     def _search(
         self, op: SearchOp, now: datetime, refresh: dict[str, dict[str, Any]]
     ) -> builtins.list[SearchItem]:
@@ -230,8 +222,7 @@ class StateflowStore(BaseStore):
         order a search) — kept until anything commits, on stores that can tell."""
 
         def build() -> tuple[tuple[dict[str, Any], str | None], ...]:
-            keys = builtins.list(self.records.scan(ITEM, prefix))
-            found = builtins.list(self._documents(keys))
+            found = [(doc.body, doc.at) for doc in self.records.documents(ITEM, prefix) if doc.body]
             found.sort(key=lambda x: x[1] or x[0]["created_at"], reverse=True)
             return tuple(found)
 
@@ -347,11 +338,10 @@ class StateflowStore(BaseStore):
     def sweep_ttl(self) -> int:
         """Erase every expired item (the audit trail stays); return how many."""
         now = datetime.now(UTC)
-        keys = builtins.list(self.records.scan(ITEM, ""))
         expired = [
-            (tuple(data["namespace"]), data["key"])
-            for data, _ in self._documents(keys)
-            if not self._live(data, now)
+            (tuple(doc.body["namespace"]), doc.body["key"])
+            for doc in self.records.documents(ITEM, "")
+            if doc.body and not self._live(doc.body, now)
         ]
         for namespace, key in expired:
             self.states.erase(

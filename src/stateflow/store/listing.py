@@ -8,7 +8,7 @@ from typing import Any
 from stateflow.doc.canonical import check, json_contains
 from stateflow.errors import InvalidInput
 from stateflow.store.core import StoreCore
-from stateflow.store.model import DocKey, Listed
+from stateflow.store.model import DocKey, Document, Listed
 from stateflow.store.tx import Tx
 
 
@@ -20,6 +20,27 @@ class Listing(StoreCore):
         self.check_schema()
         with self._read_tx() as tx:
             return self._scan(tx, state, after, limit)
+
+    def read_under(self, state: str, prefix: str, *, limit: int | None = None) -> list[Document]:
+        """The present documents of ``state`` whose subject starts with ``prefix``, whole, in
+        subject order (the first ``limit`` of them). Each document is read as it was at some
+        moment of the call (not all necessarily at one)."""
+        keys = [DocKey(state, prefix)] if prefix else []  # (the prefix itself: the scan starts after it)
+        after = prefix
+        while limit is None or len(keys) <= limit:
+            page = self.scan(
+                state, after=after, limit=200 if limit is None else min(200, limit + 1 - len(keys))
+            )
+            keys += [item.key for item in page if item.key.subject.startswith(prefix)]
+            if len(page) < 200 or not page[-1].key.subject.startswith(prefix):
+                break
+            after = page[-1].key.subject
+        docs: list[Document] = []
+        for start in range(0, len(keys), 200):
+            part = keys[start : start + 200]
+            read = self.read(part)
+            docs += [read[k] for k in part if read[k].body is not None]
+        return docs if limit is None else docs[:limit]
 
     def _scan(
         self, tx: Tx, state: str, after: str | None, limit: int, extra: str = "", params: Sequence[Any] = ()

@@ -274,6 +274,30 @@ class PostgresStore(SqlStore):
             self._seen.setdefault(key, None)
         return out
 
+    def read_under(self, state: str, prefix: str, *, limit: int | None = None) -> list[Document]:
+        # one statement lists the revisions (its own snapshot, no transaction around it); the
+        # bodies come from memory by revision, and only those not held there are read (again
+        # in one statement)
+        self.check_schema()
+        where = "d.state = ? AND d.present = 1 AND d.subject >= ?"
+        params: list[Any] = [state, prefix]
+        if prefix:
+            where += " AND d.subject < ?"
+            params.append(prefix[:-1] + chr(ord(prefix[-1]) + 1))
+        found = self._query(
+            f"SELECT d.doc_id, d.revision, d.subject FROM documents d WHERE {where} ORDER BY d.subject"
+            + ("" if limit is None else f" LIMIT {int(limit)}"),
+            params,
+        )
+        listed = [
+            (DocKey(state, subject), self._bodies.get(doc_id, revision))
+            for doc_id, revision, subject in found
+        ]
+        missing = [key for key, doc in listed if doc is None]
+        read = self.read(missing) if missing else {}
+        docs = [doc if doc is not None else read[key] for key, doc in listed]
+        return [doc for doc in docs if doc.body is not None]
+
     def _query(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         try:
             with self._pool.connection() as conn:
@@ -287,11 +311,15 @@ class PostgresStore(SqlStore):
 
     def _remember(self, fresh: Fresh) -> None:
         super()._remember(fresh)
+        written = {row.doc_id: key for key, row in fresh.rows.items()}
         for doc_id, (revision, body, at, size) in fresh.bodies.items():
             known = self._bodies.latest(doc_id)
-            if known is not None:  # a document read here before: its key is known
-                key = known[1].key
+            key = known[1].key if known is not None else written.get(doc_id)
+            if key is not None:  # (a write's next read — a saver's newest checkpoint — is near)
                 self._keep(doc_id, Document(key, revision, body, fresh.seq, {}, at), size)
+                if len(self._seen) >= SEEN_KEYS_MAX:
+                    self._seen.clear()
+                self._seen.setdefault(key, None)
 
     def _read_tx(self) -> AbstractContextManager[Tx]:
         return self._tx(True)
