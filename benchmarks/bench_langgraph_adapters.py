@@ -133,6 +133,45 @@ async def _present(found: Awaitable[object]) -> None:
     assert await found
 
 
+def floor_cases(states: StatesService, tag: str) -> dict[str, Case]:
+    """What a store put costs below the adapter, on the same item documents: the states write
+    it makes (schema check, audit row with origin, history) called directly, and the store's
+    bare versioned write of the document (transition, change and member rows; no states
+    pipeline)."""
+    from stateflow.langgraph.records import Records
+    from stateflow.langgraph.store import ITEM, STATE
+    from stateflow.store import DocKey, Document, Write
+
+    records = Records(states, STATE, "langgraph")
+
+    def document(i: int) -> tuple[dict[str, str], DocKey, dict[str, Any]]:
+        namespace, key = ("floor", tag, f"ns{i % 4}"), f"k{i % KEYS}"
+        subject_key = StateflowStore.subject_key(namespace, key)
+        body = {
+            "namespace": list(namespace),
+            "key": key,
+            "value": {"n": i, "text": "remember this", "tags": ["a", "b"]},
+            "created_at": "2026-01-01T00:00:00Z",
+            "expires_at": None,
+            "ttl_minutes": None,
+        }
+        return records.subject(ITEM, subject_key), records.doc_key(ITEM, subject_key), body
+
+    def states_write(i: int) -> None:
+        subject, _, body = document(i)
+        states.replace(STATE, subject, body, origin={"consumer": "langgraph"})
+
+    def store_write(i: int) -> None:
+        _, key, body = document(i)
+
+        def compute(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
+            return [Write.between(key, docs[key].body, body, docs[key].revision)], None
+
+        states.store.update([key], compute, {"consumer": "langgraph"}, optimistic=True)
+
+    return {"store put": states_write, "store put (bare store write)": store_write}
+
+
 def rate(fn: Case, n: int) -> float:
     start = time.perf_counter()
     for i in range(n):
@@ -364,6 +403,12 @@ def main() -> None:
     parser.add_argument("--only", choices=["sqlite", "postgres"], help="measure one backend only")
     parser.add_argument("--part", choices=["store", "saver"], help="measure the store or the saver only")
     parser.add_argument(
+        "--floors",
+        action="store_true",
+        help="instead of the adapters: the states write a store put makes, and the store's bare "
+        "versioned write of the same document, each against LangGraph's put",
+    )
+    parser.add_argument(
         "--callers",
         type=int,
         default=1,
@@ -392,6 +437,16 @@ def main() -> None:
         with pair() as (states, lg_store, lg_saver):
             ours_store, ours_saver = StateflowStore(states), StateflowSaver(states)
             # LangGraph's saver is on WAL either way: measure it once
+            if args.floors:
+                for case, fn in floor_cases(states, "x").items():
+                    compare(
+                        label,
+                        {case: fn},
+                        {case: store_cases(lg_store, "x")["store put"]},
+                        args.ops,
+                        args.repeat,
+                    )
+                continue
             parts = [
                 p
                 for p in ("store", "saver")
