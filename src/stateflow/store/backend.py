@@ -134,6 +134,18 @@ class Backend(abc.ABC):
         ``writes.Writes._commit_planned``)."""
 
     @abc.abstractmethod
+    def _absent_rows(self, keys: Sequence[DocKey]) -> dict[DocKey, DocRow] | None:
+        """Create absent rows (revision 0) for documents that have none, before an optimistic
+        commit that names them; None to let the locked path create them (portable:
+        ``writes.Writes._absent_rows``, None; PostgreSQL: one short transaction)."""
+
+    @abc.abstractmethod
+    def read_under(self, state: str, prefix: str, *, limit: int | None = None) -> list[Document]:
+        """Present documents under a subject prefix, whole, in subject order (portable:
+        ``listing.Listing.read_under``, scans then reads; PostgreSQL: one statement for the
+        revisions, the bodies from memory)."""
+
+    @abc.abstractmethod
     def _remember(self, fresh: Fresh) -> None:
         """Feed the caches with what a transaction wrote, once it has committed (portable:
         ``writes.Writes._remember``)."""
