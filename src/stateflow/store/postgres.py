@@ -34,7 +34,7 @@ from stateflow.errors import (
 from stateflow.store.base import SqlStore
 from stateflow.store.cache import RevisionCache
 from stateflow.store.clock import utc_now
-from stateflow.store.migrations import INDEXABLE, POSTGRES
+from stateflow.store.migrations import INDEXABLE, POSTGRES, POSTGRES_VALUE_WHERE, VALUE_INDEX_MAX
 from stateflow.store.model import DocKey, Document, Listed
 from stateflow.store.plan import Fresh, SeqRef, WritePlan
 from stateflow.store.rows import ROW_COLUMNS, DocRow, decode_stored, key_filter, to_row
@@ -434,20 +434,42 @@ class PostgresStore(SqlStore):
                 f"(NOT ({INDEXABLE}) OR (({INDEXABLE}) AND {check})))"
             )
             params.extend([name, raw, raw] if typed else [name, raw])
-        return self._scan(tx, state, after, limit, " ".join(clauses), params)
+        via = self._selective(tx, filters)
+        return self._scan(tx, state, after, limit, " ".join(clauses), params, via)
+
+    def _value_match(self, name: str, pattern: Any) -> tuple[str, Sequence[Any]] | None:
+        # jsonb equality is typed (a string never equals a number) and compares numbers by value
+        if type(pattern) not in (str, int, float, bool) and pattern is not None:
+            return None
+        raw = encode_trusted(pattern).decode()
+        if not _jsonb_safe(raw) or 6 * len(raw.encode()) > VALUE_INDEX_MAX:
+            return None
+        return (
+            f"m.name = ? AND {POSTGRES_VALUE_WHERE.format(m='m.')} AND stateflow_jsonb(m.body) = ?::jsonb",
+            [name, raw],
+        )
 
     def _kind_sql(self) -> str:
-        return "CASE WHEN left(subject, 1) = '[' THEN (subject::jsonb ->> 2) END"
+        return "stateflow_subject_kind(subject)"
 
     def _unchecked(self, tx: Tx, doc_id: int, filters: dict[str, Any]) -> list[str]:
+        return self._unchecked_many(tx, [doc_id], filters)[doc_id]
+
+    def _unchecked_many(
+        self, tx: Tx, doc_ids: Sequence[int], filters: dict[str, Any]
+    ) -> dict[int, list[str]]:
+        # one query for a page of candidates: which filter members are outside the GIN index
         names = list(filters)
         rows = tx.all(
-            f"SELECT m.name FROM members m WHERE m.doc_id = ? AND m.name IN ({','.join('?' * len(names))}) "
-            f"AND NOT ({INDEXABLE})",
-            (doc_id, *names),
+            "SELECT m.doc_id, m.name FROM members m WHERE m.doc_id = ANY(?::bigint[]) "
+            f"AND m.name IN ({','.join('?' * len(names))}) AND NOT ({INDEXABLE})",
+            (_array(doc_ids), *names),
         )
         skipped = {n for n, p in filters.items() if not _jsonb_safe(encode_trusted(p).decode())}
-        return sorted({r[0] for r in rows} | skipped)
+        out: dict[int, set[str]] = {doc_id: set(skipped) for doc_id in doc_ids}
+        for doc_id, name in rows:
+            out[int(doc_id)].add(name)
+        return {doc_id: sorted(found) for doc_id, found in out.items()}
 
     def _revisions_before(self, tx: Tx, tops: dict[int, int], before_seq: int) -> dict[int, int]:
         # the same binary search, server-side: one round trip instead of one per probe

@@ -12,6 +12,7 @@ power loss.
 from __future__ import annotations
 
 import copy
+import math
 import mmap
 import os
 import sqlite3
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any, Final, TypeVar, cast
 from urllib.parse import quote
 
+from stateflow.doc.canonical import encode_trusted
 from stateflow.errors import (
     CorruptStore,
     StateflowError,
@@ -38,7 +40,13 @@ from stateflow.errors import (
 )
 from stateflow.store.base import SqlStore
 from stateflow.store.ledger import OpIdTaken, claims_query
-from stateflow.store.migrations import SQLITE
+from stateflow.store.migrations import (
+    SQLITE,
+    SQLITE_SUBJECT_KIND,
+    SQLITE_VALUE,
+    SQLITE_VALUE_WHERE,
+    VALUE_INDEX_MAX,
+)
 from stateflow.store.model import DocKey, Document, Listed
 from stateflow.store.rows import DocRow
 from stateflow.store.tx import Tx
@@ -497,13 +505,22 @@ class SqliteStore(SqlStore):
                 f"AND {check[0]})"
             )
             params.extend([name, *check[1]])
-        return self._scan(tx, state, after, limit, " ".join(clauses), params)
+        via = self._selective(tx, filters)
+        return self._scan(tx, state, after, limit, " ".join(clauses), params, via)
 
     def _unchecked(self, tx: Tx, doc_id: int, filters: dict[str, Any]) -> list[str]:
         return [name for name, pattern in filters.items() if _scalar_check(pattern) is None]
 
+    def _value_match(self, name: str, pattern: Any) -> tuple[str, Sequence[Any]] | None:
+        if not _indexed_scalar(pattern) or (isinstance(pattern, str) and "\x00" in pattern):
+            return None
+        return (
+            f"m.name = ? AND {SQLITE_VALUE_WHERE.format(m='m.')} AND {SQLITE_VALUE.format(m='m.')} = ?",
+            [name, pattern],
+        )
+
     def _kind_sql(self) -> str:
-        return "CASE WHEN json_valid(subject) THEN json_extract(subject, '$[2]') END"
+        return SQLITE_SUBJECT_KIND.format(s="subject")
 
     def _migrations(self) -> dict[int, str]:
         return SQLITE
@@ -618,6 +635,17 @@ def _denied(path: Path) -> StorePermissionDenied | None:
     if not os.access(path.parent, os.X_OK) or (path.exists() and not os.access(path, os.R_OK)):
         return StorePermissionDenied(f"permission denied: cannot open {path}")
     return None
+
+
+def _indexed_scalar(pattern: Any) -> bool:
+    """Whether every member equal to ``pattern`` is in the value index: a string or a number
+    (not a boolean) whose encoding, even with every character escaped (6×), fits the index's
+    size bound; integers within SQLite's 64 bits."""
+    if type(pattern) is int:
+        return -(2**63) <= pattern < 2**63
+    if type(pattern) is float:
+        return math.isfinite(pattern)
+    return type(pattern) is str and 6 * len(encode_trusted(pattern)) <= VALUE_INDEX_MAX
 
 
 def _scalar_check(pattern: Any) -> tuple[str, list[Any]] | None:
