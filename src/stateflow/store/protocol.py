@@ -33,6 +33,9 @@ class Store(Protocol):
     def check_schema(self) -> None:
         """Refuse to work on a store that is not migrated to exactly this code's version."""
 
+    def when_migrated(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` once, as soon as the store is found migrated (now if it is)."""
+
     def close(self) -> None: ...
 
     def __enter__(self) -> Self: ...
