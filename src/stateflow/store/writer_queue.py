@@ -16,6 +16,16 @@ The locks are open-file-description locks (``F_OFD_SETLKW``): unlike ``lockf`` t
 one open file, not to the whole process, so tickets of two threads of one process queue too,
 and a process that dies lets go of its byte with it.
 
+Waiting in a helper thread costs a second wake-up at every hand-off (the kernel wakes the
+helper, the helper wakes the writer), and on a busy machine each wake-up may wait for a CPU. So
+a waiting writer sleeps in ``select`` on a datagram socket of its own, named in the abstract
+namespace after the file and its ticket; a writer letting go of its turn unlocks its byte and
+then sends one empty datagram to the next ticket's name: one wake-up, of the writer itself.
+The lock stays the truth — a waiter checks it after binding its name and after every wake, and
+looks again every 50 ms, so a wake-up lost (a writer that died, another network namespace)
+costs time, never order; a process whose wake-ups keep not arriving waits in the helper thread
+instead.
+
 A blocking lock has no timeout, and a writer that hangs holding its turn (stopped, or stuck in
 its transaction) must not hold every other writer forever. So a writer whose predecessor is
 not done hands the blocking wait to a helper thread (:class:`_Turn`) and waits for it at most
@@ -28,9 +38,12 @@ from __future__ import annotations
 
 import fcntl
 import os
+import select
+import socket
 import struct
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from stateflow.errors import StoreBusy
@@ -43,6 +56,11 @@ _FLOCK = struct.Struct("hhqqi4x")
 """``struct flock`` of 64-bit Linux: type, whence, start, length, pid (0 for these locks)."""
 _COUNTER = 8
 """bytes 0–7: the next ticket; ticket ``t`` is the lock on byte ``_COUNTER + t``"""
+_LOOK_AGAIN = 0.05
+"""seconds a waiter sleeps before it looks at the lock again without being woken"""
+_MISSES = 3
+"""turns that came without a wake-up before a process stops relying on them"""
+_WAKES = hasattr(socket, "AF_UNIX") and _SET is not None
 
 
 def _lock(fd: int, start: int, length: int = 1, *, wait: bool = False) -> bool:
@@ -73,9 +91,10 @@ class _Turn:
     """One blocking wait for the previous ticket, in a daemon thread, on the open file that
     holds this ticket's byte (the helper owns that file from now on)."""
 
-    def __init__(self, fd: int, ticket: int) -> None:
+    def __init__(self, fd: int, ticket: int, wake: Callable[[int], None]) -> None:
         self.fd = fd
         self._ticket = ticket
+        self._wake = wake
         self._cond = threading.Condition()
         self._wanted = True  # until the writer stops waiting in ``take``
         self.granted = False
@@ -104,6 +123,7 @@ class _Turn:
                 return
             self.over = True  # the writer gave up: pass the turn on at once
         os.close(self.fd)  # lets go of this ticket's byte
+        self._wake(self._ticket + 1)
 
     def take(self, timeout: float) -> bool:
         """Wait at most ``timeout`` seconds for the turn; True: it came and is the caller's."""
@@ -127,6 +147,10 @@ class WriterQueue:
         self._ticket: int | None = None
         """the ticket whose turn this process holds"""
         self._unusable = _SET is None or _SET_WAIT is None or _GET is None
+        self._name = b""
+        """the file's identity in wake-up names (device and inode of ``FILE-writer``)"""
+        self._waker: socket.socket | None = None
+        self._misses = 0
 
     @property
     def held(self) -> bool:
@@ -141,9 +165,11 @@ class WriterQueue:
         if self._fd is None:
             try:
                 self._fd = os.open(self.path, _OPEN_FLAGS, 0o600)
+                stat = os.fstat(self._fd)
             except OSError:  # e.g. a directory we may not create files in: SQLite's wait alone
                 self._unusable = True
                 return
+            self._name = f"stateflow-writer-{stat.st_dev:x}-{stat.st_ino:x}-".encode()
         fd = self._fd
         deadline = time.monotonic() + timeout
         try:
@@ -151,11 +177,14 @@ class WriterQueue:
             if ticket == 0 or _free(fd, _COUNTER + ticket - 1):  # the one before is done: no wait
                 self._ticket = ticket
                 return
+            if _WAKES and self._misses < _MISSES and self._woken(fd, ticket, deadline):
+                self._ticket = ticket
+                return
         except OSError:  # no such locks on this file system: SQLite's wait alone
             self._unusable = True
             return
         self._fd = None  # the helper holds this ticket's byte on ``fd`` until the turn is taken
-        turn = _Turn(fd, ticket)
+        turn = _Turn(fd, ticket, self._wake)
         if turn.take(max(0.0, deadline - time.monotonic())):
             self._fd = fd
             self._ticket = ticket
@@ -164,6 +193,39 @@ class WriterQueue:
             self._unusable = True
             return
         raise self._busy(limit if limit is not None else timeout)
+
+    def _woken(self, fd: int, ticket: int, deadline: float) -> bool:
+        """Sleep until the writer before ``ticket`` lets go (True) or the deadline (False)."""
+        before = _COUNTER + ticket - 1
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as inbox:
+            try:
+                inbox.bind(b"\0" + self._name + str(ticket).encode())
+            except OSError:  # no abstract names here: the helper thread waits instead
+                self._misses = _MISSES
+                return False
+            woken: bool | None = None  # None: it never slept
+            while not _free(fd, before):  # looked at after binding: a wake-up sent before is not lost
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                woken = bool(select.select([inbox], [], [], min(left, _LOOK_AGAIN))[0])
+                if woken:
+                    inbox.recv(1)
+        if woken is not None:
+            self._misses = 0 if woken else self._misses + 1
+        return True
+
+    def _wake(self, ticket: int) -> None:
+        """Tell the writer holding ``ticket`` (if it is waiting) that its turn has come."""
+        if not _WAKES or not self._name:
+            return
+        try:
+            if self._waker is None:
+                self._waker = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+                self._waker.setblocking(False)
+            self._waker.sendto(b"", b"\0" + self._name + str(ticket).encode())
+        except OSError:  # nobody waiting under that name (yet): the lock tells them
+            pass
 
     def drawn(self) -> int:
         """How many tickets have been drawn on this database so far (by every process)."""
@@ -201,6 +263,7 @@ class WriterQueue:
     def release(self) -> None:
         if self._ticket is not None and self._fd is not None:
             _unlock(self._fd, _COUNTER + self._ticket)
+            self._wake(self._ticket + 1)  # after the unlock: the next one finds it free
         self._ticket = None
 
     def close(self) -> None:
@@ -208,3 +271,6 @@ class WriterQueue:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+        if self._waker is not None:
+            self._waker.close()
+            self._waker = None
