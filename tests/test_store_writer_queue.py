@@ -244,3 +244,27 @@ def test_many_writer_processes_on_one_document_all_finish_and_lose_nothing(tmp_p
     store.close()
     assert turn_is_free(db)
     assert WriterQueue(db).drawn() >= 4  # they queued (each process drew at least one ticket)
+
+
+def test_short_lived_cli_writers_at_once_all_succeed(tmp_path: Path) -> None:
+    """Each CLI call opens the file, writes and exits; many at once must neither crash (a -shm
+    file truncated under a mapping) nor fail SQLite's locking (locks dropped by a close)."""
+    db = tmp_path / "q.db"
+    open_store(str(db)).close()
+    script = "\n".join(
+        f"stateflow --store {db} doc put notes w$1 '{{\"j\": {j}}}' >/dev/null || exit 1" for j in range(4)
+    )
+    procs = [
+        subprocess.Popen(["bash", "-c", script, "writer", str(i)], stderr=subprocess.PIPE, text=True)
+        for i in range(6)
+    ]
+    failures = [
+        err
+        for proc in procs
+        if proc.wait(timeout=300) != 0
+        for err in [proc.stderr.read() if proc.stderr else ""]
+    ]
+    assert failures == []
+    store = open_store(str(db))
+    assert [store.get(DocKey("notes", f"w{i}")).body for i in range(6)] == [{"j": 3}] * 6
+    store.close()

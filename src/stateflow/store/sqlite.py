@@ -246,13 +246,19 @@ class _CommitWatch:
     def __init__(self, path: Path) -> None:
         self._path = Path(f"{path}-shm")
         self._map: mmap.mmap | None = None
+        self._fd: int | None = None
+        """Kept open until the store closes, after its connections: closing any descriptor of
+        a file drops every POSIX lock this process holds on it — here SQLite's own locks on the
+        ``-shm`` file, which let another process truncate it under our connections (SIGBUS in
+        a mapping) or recover the WAL index while we use it (``locking protocol``)."""
 
     def version(self) -> bytes | None:
         header = self._map
         if header is None:
             try:
-                with self._path.open("rb") as file:
-                    header = self._map = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+                if self._fd is None:
+                    self._fd = os.open(self._path, os.O_RDONLY | os.O_CLOEXEC)
+                header = self._map = mmap.mmap(self._fd, 0, access=mmap.ACCESS_READ)
             except (OSError, ValueError):  # not there yet, or still empty
                 return None
         if len(header) < 96:
@@ -261,9 +267,13 @@ class _CommitWatch:
         return first if first == header[48:96] else None
 
     def close(self) -> None:
+        """Only once the store's connections are closed (see ``_fd``)."""
         if self._map is not None:
             self._map.close()
             self._map = None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 class SqliteStore(SqlStore):
@@ -533,9 +543,9 @@ class SqliteStore(SqlStore):
             conns, self._all = self._all, []
         with self._group.lock:  # no group is open while we hold it
             self._writer_conn = self._shared = None
-            self._watch.close()
             for conn in conns:
                 conn.close()
+            self._watch.close()  # after the connections: its close drops their -shm locks
             self._group.queue.close()
         self._local = threading.local()
 
