@@ -14,11 +14,13 @@ of the lazy plane):
 
 - ``[5] changed length``: ``patch_state`` of ``lazy.big[5]`` with a string of another length;
 - ``new key``: ``patch_state`` adding a key to ``lazy.obj``;
-- ``append``: a store write appending one element to ``lazy.big`` (what an ``items/-`` op does);
+- ``append``: a store write appending one element to ``lazy.big``, computed from the path it
+  changed as a service computes it (``Write.between(…, changed=[("lazy", "big", "-")])``);
 - ``effective[7].tactics``: a read seven transitions back beside the large plane vs the current
   ``effective.tactics`` (same view);
 - ``effective[7].lazy.big[5]``: the same for a path inside the large plane;
-- ``record set``: a declared-states ``set`` op on a 50 MB record vs on a 10 KB record.
+- ``record set``: a declared-states ``set`` op on a 50 MB record vs on a 10 KB record;
+- ``record append``: a ``set`` op at ``items/-`` (an append) on the same records.
 
 Targets: writes ≤ 3× and ≤ 256 KiB per commit; as-of reads ≤ 3× the current read.
 
@@ -41,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.rounds import Pair, alternate, per_call_ms, report
+from stateflow.doc.diff import APPEND
 from stateflow.memory import Identity, MemoryView
 from stateflow.states import StatesService
 from stateflow.store import DocKey, Document, Store, Write, open_store
@@ -147,7 +150,11 @@ def memory_cases(store: Store, sampler: Sampler, args: argparse.Namespace, tag: 
             body = docs[key].body or {}
             lazy = dict(body["lazy"])
             lazy["big"] = [*lazy["big"], f"appended {next(n)}"]
-            return [Write.between(key, body, {**body, "lazy": lazy}, docs[key].revision)], None
+            new = {**body, "lazy": lazy}
+            # the write as a service makes it: from the path it changed (an append)
+            return [
+                Write.between(key, body, new, docs[key].revision, changed=[("lazy", "big", APPEND)])
+            ], None
 
         return lambda: store.update([key], compute, {"door": "bench"})
 
@@ -188,15 +195,21 @@ def record_case(store: Store, sampler: Sampler, args: argparse.Namespace, tag: s
             state, subjects[name], [{"op": "set", "path": ["status"], "value": f"s{next(n)}"}]
         )
 
-    large, small = setter("large"), setter("small")
-    written = int(statistics.median(sampler.bytes_of(large) for _ in range(3)))
-    pair = measure(large, small, args.rounds, args.iterations)
-    report(
-        f"  write: record set ({args.record_mb} MB vs {SMALL_KB} KB)",
-        pair,
-        "ms",
-        verdict(pair, WRITE_TARGET, written),
-    )
+    def appender(name: str) -> Callable[[], object]:
+        return lambda: service.apply(
+            state, subjects[name], [{"op": "set", "path": ["items", "-"], "value": f"a{next(n)}"}]
+        )
+
+    for label, make in (("set", setter), ("append items/-", appender)):
+        large, small = make("large"), make("small")
+        written = int(statistics.median(sampler.bytes_of(large) for _ in range(3)))
+        pair = measure(large, small, args.rounds, args.iterations)
+        report(
+            f"  write: record {label} ({args.record_mb} MB vs {SMALL_KB} KB)",
+            pair,
+            "ms",
+            verdict(pair, WRITE_TARGET, written),
+        )
 
 
 def run(location: str, args: argparse.Namespace, tag: str) -> None:

@@ -9,7 +9,7 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stateflow.doc.diff import Edit, apply_edits
+from stateflow.doc.diff import Edit, apply_edits, within
 from stateflow.store.tree import Builder, load
 from stateflow.store.tree_update import update
 
@@ -40,12 +40,16 @@ assert BUILT.root is not None
 ROOT: bytes = BUILT.root
 
 
-def _edit(edits: list[Edit]) -> tuple[Any, Any]:
+def _edit(edits: list[Edit], *, by_path: bool = False) -> tuple[Any, Any]:
+    """Update the tree by the edits — its changed ranges found by identity, or (``by_path``)
+    from the edits' paths — and check it reads back exactly."""
     new = apply_edits(BASE, edits)
-    out = update(ROOT, BUILT.size, BASE, new, _get)
+    where = within(e.path for e in edits) if by_path else None
+    out = update(ROOT, BUILT.size, BASE, new, _get, where)
     NODES.update(out.nodes)
     assert out.root is not None
     assert load(out.root, _fetch) == new
+    assert orjson.dumps(load(out.root, _fetch)) == orjson.dumps(new)  # key order too
     assert out.size == len(orjson.dumps(new))
     return out, new
 
@@ -58,11 +62,14 @@ def test_a_small_edit_writes_a_few_small_nodes() -> None:
         [Edit(("deep", "inner", 1500, "t"), "short")],
         [Edit(("big",), BASE["big"][1:])],
         [Edit(("obj", "k4999"))],
+        [Edit(("big", len(BASE["big"])), "appended")],
+        [Edit(("obj", "k2500", "s"), "in the middle")],
     ]
     for edits in cases:
-        out, _ = _edit(edits)
-        assert len(out.nodes) <= 12, (edits, len(out.nodes))
-        assert sum(len(b) for b in out.nodes.values()) < 40_000, edits
+        for by_path in (False, True):
+            out, _ = _edit(edits, by_path=by_path)
+            assert len(out.nodes) <= 12, (edits, len(out.nodes))
+            assert sum(len(b) for b in out.nodes.values()) < 40_000, edits
 
 
 def test_a_whole_array_replaced_by_its_append_writes_only_the_tail() -> None:
@@ -84,9 +91,12 @@ def test_a_whole_array_replaced_by_its_append_writes_only_the_tail() -> None:
         ),
         min_size=1,
         max_size=6,
-    )
+    ),
+    st.booleans(),
 )
-def test_any_sequence_of_edits_reads_back_exactly(steps: list[tuple[str, int, Any, bool]]) -> None:
+def test_any_sequence_of_edits_reads_back_exactly(
+    steps: list[tuple[str, int, Any, bool]], by_path: bool
+) -> None:
     edits: list[Edit] = []
     value = BASE
     for member, n, text, delete in steps:
@@ -98,14 +108,16 @@ def test_any_sequence_of_edits_reads_back_exactly(steps: list[tuple[str, int, An
                 edit = Edit(prefix, target[:index] + target[index + 1 :])
             elif index < len(target):
                 edit = Edit((*prefix, index), text)
-            else:  # an append, as a diff gives it: the whole array
+            elif delete:  # an append, as a diff of the whole array gives it
                 edit = Edit(prefix, [*target, text])
+            else:  # an append edit: a set at the array's length
+                edit = Edit((*prefix, index), text)
         else:
             key = f"k{n % 6000}"
             edit = Edit((*prefix, key)) if delete and key in target else Edit((*prefix, key), text)
         edits.append(edit)
         value = apply_edits(value, [edit])
-    _edit(edits)
+    _edit(edits, by_path=by_path)
 
 
 def test_an_emptied_container_and_a_replaced_kind_read_back() -> None:

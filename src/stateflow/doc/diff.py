@@ -1,7 +1,8 @@
 """Net changes between two documents.
 
 A change is a list of :class:`Edit` s, each setting or deleting the value at a path
-(string segments are object keys, integer segments array indices). A diff:
+(string segments are object keys, integer segments array indices; setting the index equal to an
+array's length appends to it). A diff:
 
 - recurses into objects present on both sides;
 - recurses into arrays of equal length, so an edit of one element is recorded at its index;
@@ -25,6 +26,8 @@ from stateflow.errors import Conflict, InvalidInput
 
 Segment = str | int
 PathT = tuple[Segment, ...]
+APPEND = "-"
+"""A path segment naming the elements appended to an array (in :func:`within` paths)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +60,94 @@ def diff(old: JSON, new: JSON, path: PathT = ()) -> list[Edit]:
     out: list[Edit] = []
     _diff(old, new, path, out)
     return out
+
+
+Within = dict[Segment, "Within | None"]
+"""Where two documents may differ: a trie of path segments; ``None`` marks a subtree that may
+differ anywhere (see :func:`within`)."""
+
+
+def within(paths: Iterable[Sequence[Segment]]) -> Within:
+    """The trie of ``paths``: everything at or below any of them may differ, nothing else.
+
+    A string segment ``"[N]"`` also names index ``N`` of an array (the form a semantic patch
+    addresses array items in); :data:`APPEND` names what was appended to one (an array only
+    appended to is diffed as appends, not as a whole new array)."""
+    root: Within = {}
+    for path in paths:
+        if not path:
+            return {}  # the whole document: no narrowing (an empty trie means "anywhere")
+        node: Within | None = root
+        for seg in path[:-1]:
+            assert node is not None
+            node = node.setdefault(seg, {})
+            if node is None:
+                break  # an ancestor may already differ anywhere
+        else:
+            assert node is not None
+            node[path[-1]] = None
+    return root
+
+
+def diff_within(old: JSON, new: JSON, where: Within) -> list[Edit]:
+    """:func:`diff` of two documents that differ only at or below the paths of ``where``
+    (anything else must be the same on both sides): only those subtrees are compared, so the
+    cost follows the change, not the documents. An empty ``where`` compares everything."""
+    out: list[Edit] = []
+    if where:
+        _diff_along(old, new, (), where, out)
+    else:
+        _diff(old, new, (), out)
+    return out
+
+
+def _diff_along(old: JSON, new: JSON, path: PathT, where: Within, out: list[Edit]) -> None:
+    if old is new:
+        return
+    to, tn = type(old), type(new)
+    if to is dict and tn is dict:
+        gone = [key for key in where if type(key) is str and key in old and key not in new]
+        out.extend(Edit((*path, key)) for key in gone)
+        for key, below in where.items():
+            if type(key) is not str or key not in new:
+                continue
+            if below is None:
+                _diff(old.get(key, MISSING), new[key], (*path, key), out)
+            else:
+                _diff_along(old.get(key, MISSING), new[key], (*path, key), below, out)
+        return
+    if to is list and tn is list and len(new) > len(old) and all(seg == APPEND for seg in where):
+        # appended, nothing else changed: one edit per new element, at the index it takes
+        out.extend(Edit((*path, i), new[i]) for i in range(len(old), len(new)))
+        return
+    if to is list and tn is list and len(old) == len(new):
+        for index, below in _indices(where, len(new)):
+            if index is None:  # a segment that names no element: compare the whole array
+                _diff(old, new, path, out)
+                return
+            if below is None:
+                _diff(old[index], new[index], (*path, index), out)
+            else:
+                _diff_along(old[index], new[index], (*path, index), below, out)
+        return
+    _diff(old, new, path, out)
+
+
+def _indices(where: Within, length: int) -> list[tuple[int | None, Within | None]]:
+    """The array elements ``where`` names, in index order (``None`` first: a segment naming no
+    element); an element named twice is compared whole."""
+    found: dict[int | None, Within | None] = {}
+    for seg, below in where.items():
+        index = seg if type(seg) is int else _index_key(seg)
+        key = index if index is not None and 0 <= index < length else None
+        found[key] = None if key in found else below
+    return sorted(found.items(), key=lambda pair: -1 if pair[0] is None else pair[0])
+
+
+def _index_key(seg: Segment) -> int | None:
+    if type(seg) is str and len(seg) > 2 and seg[0] == "[" and seg[-1] == "]" and seg[1:-1].isdigit():
+        return int(seg[1:-1])
+    return None
 
 
 def _diff(old: JSON, new: JSON, path: PathT, out: list[Edit]) -> None:
@@ -105,8 +196,11 @@ def _apply_one(node: JSON, path: PathT, depth: int, value: JSON) -> JSON:
         if type(node) is not list:
             raise Conflict(f"change at {show_path(path)} expects an array at {show_path(path[:depth])}")
         if seg >= len(node):
-            if value is MISSING and depth == len(path) - 1:
-                return node
+            if depth == len(path) - 1:
+                if value is MISSING:
+                    return node
+                if seg == len(node):  # set at the length: an append
+                    return [*node, value]
             raise Conflict(
                 f"change at {show_path(path)}: index {seg} is outside an array of length {len(node)}"
             )

@@ -76,6 +76,18 @@ def merge_patch(
     return result
 
 
+def patch_paths(patch: JSON, _path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """The paths a merge patch can change (its leaves; ``"[N]"`` keys as written): applying it
+    changes nothing outside them, whatever the target — what ``doc.diff.within`` narrows a diff
+    to."""
+    if type(patch) is not dict or not patch:
+        return [_path]
+    out: list[tuple[str, ...]] = []
+    for key, sub in patch.items():
+        out.extend(patch_paths(sub, (*_path, key)))
+    return out
+
+
 def _patch_indices(
     target: list[Any],
     patch: dict[str, Any],

@@ -219,27 +219,39 @@ def prune_value(value: JSON) -> JSON:
 
 
 def prune_along(value: JSON, patch: JSON) -> JSON:
-    """Prune empty objects along the paths a patch touched (new values are pruned whole)."""
+    """Prune empty objects along the paths a patch touched (new values are pruned whole).
+
+    Copy-on-write: a container is copied only where something below it was pruned, so a patch
+    inside a large plane does not copy its containers again."""
     if type(patch) is not dict:
         return prune_value(value)
     if type(value) is list and is_index_patch(patch):
-        out = list(value)
+        out: list[Any] | None = None
         for key, sub in patch.items():
             i = int(key[1:-1])
-            out[i] = prune_along(out[i], sub)
-        return out
+            pv = prune_along(value[i], sub)
+            if pv is not value[i]:
+                if out is None:
+                    out = list(value)
+                out[i] = pv
+        return value if out is None else out
     if type(value) is not dict:
         return value
-    out_obj = dict(value)
+    out_obj: dict[str, Any] | None = None
     for key, sub in patch.items():
-        if key not in out_obj:
+        if key not in value:
             continue
-        pv = prune_along(out_obj[key], sub)
+        current = value[key]
+        pv = prune_along(current, sub)
+        if pv is current and pv != {}:
+            continue
+        if out_obj is None:
+            out_obj = dict(value)
         if pv == {}:
             del out_obj[key]
         else:
             out_obj[key] = pv
-    return out_obj
+    return value if out_obj is None else out_obj
 
 
 # ------------------------------------------------------------------------------ projection

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from stateflow.doc.canonical import detach
 from stateflow.doc.ops import Op, parse_ops
 from stateflow.doc.select import MISSING
 from stateflow.errors import InvalidInput
@@ -57,8 +56,8 @@ def apply_batch(
         if out.replayed:
             results[i] = ApplyResult(False, None, None, [], replayed=True, replayed_seq=out.replayed_seq)
         else:
-            data = None if out.data is MISSING else detach(out.data)  # the body the store caches
-            results[i] = ApplyResult(True, data, out.seq, out.skipped, written=out.written)
+            data = None if out.data is MISSING else out.data  # the body the store caches: copied when read
+            results[i] = ApplyResult(True, data, out.seq, out.skipped, written=out.written, shared=True)
     return results
 
 

@@ -213,7 +213,11 @@ def run(
                         f"record {subject.kind}/{subject.key}"
                         + (f" of state {key.state!r}" if labels is not None else ""),
                     )
-                writes.append(Write.between(key, docs[key].body, new, docs[key].revision, paths=paths[key]))
+                writes.append(
+                    Write.between(
+                        key, docs[key].body, new, docs[key].revision, changed=paths[key], paths=paths[key]
+                    )
+                )
             return writes, (out, {w.key for w in writes if w.edits})
 
         try:

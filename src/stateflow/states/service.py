@@ -12,9 +12,9 @@ from __future__ import annotations
 import copy
 import functools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Final, cast
+from typing import TYPE_CHECKING, Any, Final
 
 from pydantic import ValidationError
 
@@ -43,27 +43,12 @@ from stateflow.states.pipeline import (
     ops_transform,
 )
 from stateflow.states.results import (
-    ApplyAnswer,
-    Attached,
-    AttachmentUpdated,
-    Consumer,
     DeclarationView,
-    Deleted,
-    Detached,
-    Diff,
-    Erased,
-    FoldReport,
-    JqInput,
-    JqUpdate,
-    PruneReport,
     Record,
     SearchPage,
-    StateAttachment,
     Stats,
     SubjectRef,
     SubjectsPage,
-    Template,
-    TemplateRow,
     WritesPage,
 )
 from stateflow.states.schema import ValidatorCache, check_base_schema, narrowing
@@ -137,39 +122,101 @@ class ConsumerRow:
     detail: str | None = None
     unavailable: str | None = None
 
-    def to_json(self) -> Consumer:
-        return cast(Consumer, {k: v for k, v in self.__dict__.items() if v is not None})
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if v is not None}
 
 
 ConsumerLister = Callable[[str], list[ConsumerRow]]
 
 
-@dataclass
 class ApplyResult:
     """The published ``{applied, data, seq, skipped}``, plus ``replayed: true`` (and
     ``replayed_seq``, the seq the original write produced, null if it changed nothing) for an
     ``op_id`` seen before, and ``written: false`` when every op was guard-skipped or changed
-    nothing (no transition was recorded)."""
+    nothing (no transition was recorded).
 
-    applied: bool
-    data: dict[str, Any] | None
-    seq: int | None
-    skipped: list[dict[str, Any]] = field(default_factory=list)
-    replayed: bool = False
-    replayed_seq: int | None = None
-    written: bool = True
-    revision: int | None = None  # the record's revision after the batch (an HTTP ETag), not serialized
+    ``data`` is the caller's own copy, made when it is first read: a write whose result is not
+    looked at (most batches of ops on a large record) does not copy the record."""
 
-    def to_json(self) -> ApplyAnswer:
-        out: ApplyAnswer = {
+    __slots__ = (
+        "_data",
+        "_detached",
+        "applied",
+        "replayed",
+        "replayed_seq",
+        "revision",
+        "seq",
+        "skipped",
+        "written",
+    )
+
+    def __init__(
+        self,
+        applied: bool,
+        data: dict[str, Any] | None,
+        seq: int | None,
+        skipped: list[dict[str, Any]] | None = None,
+        replayed: bool = False,
+        replayed_seq: int | None = None,
+        written: bool = True,
+        revision: int | None = None,
+        *,
+        shared: bool = False,
+    ) -> None:
+        """``shared``: ``data`` is the body the store caches (copied before anyone sees it)."""
+        self.applied = applied
+        self._data = data
+        self._detached = not shared
+        self.seq = seq
+        self.skipped = [] if skipped is None else skipped
+        self.replayed = replayed
+        self.replayed_seq = replayed_seq
+        self.written = written
+        self.revision = revision  # the record's revision after the batch (an HTTP ETag), not serialized
+
+    @property
+    def data(self) -> dict[str, Any] | None:
+        if not self._detached:
+            self._data = detach(self._data)
+            self._detached = True
+        return self._data
+
+    @data.setter
+    def data(self, value: dict[str, Any] | None) -> None:
+        self._data, self._detached = value, True
+
+    def _fields(self) -> tuple[Any, ...]:
+        return (
+            self.applied,
+            self.data,
+            self.seq,
+            self.skipped,
+            self.replayed,
+            self.replayed_seq,
+            self.written,
+            self.revision,
+        )
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ApplyResult) and self._fields() == other._fields()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        names = ("applied", "data", "seq", "skipped", "replayed", "replayed_seq", "written", "revision")
+        return (
+            "ApplyResult(" + ", ".join(f"{n}={v!r}" for n, v in zip(names, self._fields(), strict=True)) + ")"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
             "applied": self.applied,
             "data": self.data,
             "seq": self.seq,
             "skipped": self.skipped,
         }
         if self.replayed:
-            out["replayed"] = True
-            out["replayed_seq"] = self.replayed_seq
+            out.update(replayed=True, replayed_seq=self.replayed_seq)
         elif self.applied and not self.written:
             out["written"] = False
         return out
@@ -304,10 +351,10 @@ class StatesService:
         """The jq worker pool (limits, workers and queue from the service's configuration)."""
         return self.programs.jq()
 
-    def get_template(self, name: str) -> Template:
+    def get_template(self, name: str) -> dict[str, Any]:
         return self.templates.get(name)
 
-    def list_templates(self) -> list[TemplateRow]:
+    def list_templates(self) -> list[dict[str, Any]]:
         return self.templates.listed()
 
     def put_template(
@@ -318,11 +365,11 @@ class StatesService:
         replace: bool = False,
         context: DoorContext | None = None,
         shipped: bool = False,
-    ) -> Template:
+    ) -> dict[str, Any]:
         """Upload a template; with ``replace`` every live attachment is re-validated first."""
         return self.templates.put(name, raw, replace=replace, context=context, shipped=shipped)
 
-    def delete_template(self, name: str, *, context: DoorContext | None = None) -> Deleted:
+    def delete_template(self, name: str, *, context: DoorContext | None = None) -> dict[str, Any]:
         return self.templates.delete(name, context=context)
 
     def register_seed(self, raw: dict[str, Any]) -> None:
@@ -332,23 +379,25 @@ class StatesService:
     def install_seeds(self) -> None:
         self.templates.install_seeds()
 
-    def attachments(self, name: str) -> list[StateAttachment]:
+    def attachments(self, name: str) -> list[dict[str, Any]]:
         return self.attaching.listed(name)
 
-    def get_attachment(self, name: str, template: str) -> StateAttachment:
+    def get_attachment(self, name: str, template: str) -> dict[str, Any]:
         return self.attaching.get(name, template)
 
-    def attach(self, name: str, template: str, body: Any, *, context: DoorContext | None = None) -> Attached:
+    def attach(
+        self, name: str, template: str, body: Any, *, context: DoorContext | None = None
+    ) -> dict[str, Any]:
         return self.attaching.attach(name, template, body, context=context)
 
     def update_attachment(
         self, name: str, template: str, body: Any, *, context: DoorContext | None = None
-    ) -> AttachmentUpdated:
+    ) -> dict[str, Any]:
         """New declarations for an attachment; items they no longer cover are closed (reconcile)
         in the same transaction."""
         return self.attaching.update(name, template, body, context=context)
 
-    def detach(self, name: str, template: str, *, context: DoorContext | None = None) -> Detached:
+    def detach(self, name: str, template: str, *, context: DoorContext | None = None) -> dict[str, Any]:
         return self.attaching.detach(name, template, context=context)
 
     def register_detach_referee(self, referee: DetachReferee) -> None:
@@ -367,7 +416,9 @@ class StatesService:
         """``input`` or ``update``: what the named program is for."""
         return self.programs.purpose(name, reference)
 
-    def template_jq_input(self, name: str, subject: Any, reference: str, params: dict[str, Any]) -> JqInput:
+    def template_jq_input(
+        self, name: str, subject: Any, reference: str, params: dict[str, Any]
+    ) -> dict[str, Any]:
         """Evaluate an ``input`` program over the record's subtree; writes nothing."""
         return self.programs.input(name, subject, reference, params)
 
@@ -380,7 +431,7 @@ class StatesService:
         *,
         op_id: str | None = None,
         context: DoorContext | None = None,
-    ) -> JqUpdate:
+    ) -> dict[str, Any]:
         """Evaluate an ``update`` program and apply the op batch it returns."""
         return self.programs.update(name, subject, reference, input_value, op_id=op_id, context=context)
 
@@ -534,7 +585,7 @@ class StatesService:
             return self.get_declaration(name)
         return self._declaration_view(body, commit.revisions[key], commit.at)
 
-    def delete_declaration(self, name: str, *, context: DoorContext | None = None) -> Deleted:
+    def delete_declaration(self, name: str, *, context: DoorContext | None = None) -> dict[str, Any]:
         """Delete a state with its records, aliases and audit, unless a consumer still uses it
         (the built-in ``memory`` state is never deleted)."""
         self.get_declaration(name)
@@ -557,10 +608,10 @@ class StatesService:
         self.store.update([key, alias_key], compute, self._origin(WriteOrigin(), context, "delete-state"))
         return {"deleted": True, "name": name}
 
-    def consumers(self, name: str) -> list[Consumer]:
+    def consumers(self, name: str) -> list[dict[str, Any]]:
         """What uses the state (an unknown state is 404)."""
         self.get_declaration(name)
-        rows: list[Consumer] = []
+        rows: list[dict[str, Any]] = []
         for lister in self.consumer_listers.values():
             rows.extend(r.to_json() for r in lister(name))
         return rows
@@ -679,7 +730,7 @@ class StatesService:
             at = changes[0].at if changes else None
         return self._record(name, subject, canonical, aliases, doc.body, doc.seq, doc.revision, at)
 
-    def diff(self, name: str, subject: Any, from_revision: Any, to_revision: Any = None) -> Diff:
+    def diff(self, name: str, subject: Any, from_revision: Any, to_revision: Any = None) -> dict[str, Any]:
         """What changed in a record between two of its revisions (``to`` defaults to the
         current one): ``{from, to, edits: [[path, value]…], patch}`` — ``edits`` as the audit
         trail shows them (a missing value is a deletion), ``patch`` the same as one merge patch
@@ -763,9 +814,9 @@ class StatesService:
         item = RecordWrite(name, subject_of(subject), transform, op_id, check_revision(expect_revision))
         return pipeline.run(self, [item], self._origin(origin, context, action))[0]
 
-    def _view(self, name: str, subject: Any, written: Written) -> Record | None:
+    def _view(self, name: str, subject: Any, written: Written, *, detached: bool = True) -> Record | None:
         """The record view after a pipeline write (the caller's own copy: ``data`` is the body
-        the store now caches)."""
+        the store now caches; ``detached=False``: not copied, for a result that copies it)."""
         if written.replayed or written.canonical is None or written.data is MISSING:
             return None
         view = self._record(
@@ -778,7 +829,7 @@ class StatesService:
             written.revision,
             written.at,
         )
-        out: Record | None = detach(view)
+        out: Record | None = detach(view) if detached else view
         return out
 
     def replace(
@@ -798,31 +849,6 @@ class StatesService:
         return self._write_whole(
             name, subject, document, origin, context, "replace", expect_revision=expect_revision
         )
-
-    def replace_from(
-        self,
-        name: str,
-        subject: Any,
-        build: Callable[[dict[str, Any] | None], dict[str, Any]],
-        *,
-        origin: Any = None,
-        context: DoorContext | None = None,
-    ) -> None:
-        """A replace whose document is ``build(current data or None)``, computed inside the
-        write (one call: no read before it, nothing lost to a concurrent writer). The same
-        checks and audit row as :meth:`replace`; ``build`` may run more than once and must not
-        keep state. The caller's objects in the result are copied, as :meth:`replace` does."""
-
-        def transform(decl: dict[str, Any], current: JSON, done: dict[str, Any]) -> Change:
-            document = build(current if type(current) is dict else None)
-            if not isinstance(document, dict):
-                raise InvalidInput("a record document must be a JSON object")
-            check(document, "document")
-            document = detach(document)
-            regimes.check_document_write(decl, current, document)
-            return Change(regimes.stamp_document(decl, current, document, done), [[]])
-
-        self._write(name, subject, transform, origin_of(origin), context, "replace")
 
     def _write_whole(
         self,
@@ -934,7 +960,7 @@ class StatesService:
         )
         if written.replayed:
             return ApplyResult(False, None, None, [], replayed=True, replayed_seq=written.replayed_seq)
-        view = self._view(name, subject, written)
+        view = self._view(name, subject, written, detached=False)
         return ApplyResult(
             True,
             view["data"] if view else None,
@@ -942,6 +968,7 @@ class StatesService:
             written.skipped,
             written=written.written,
             revision=view["revision"] if view else None,
+            shared=True,  # copied if and when the caller reads it
         )
 
     def apply_batch(
@@ -970,7 +997,7 @@ class StatesService:
         origin: Any = None,
         context: DoorContext | None = None,
         expect_revision: int | None = None,
-    ) -> Erased:
+    ) -> dict[str, Any]:
         """Delete the record and every alias pointing at it; the audit trail stays."""
         subject = subject_of(subject)
         expect_revision = check_revision(expect_revision)
@@ -1012,7 +1039,7 @@ class StatesService:
         *,
         origin: Any = None,
         context: DoorContext | None = None,
-    ) -> FoldReport:
+    ) -> dict[str, Any]:
         """Fold ``subject`` into ``into``: later reads and writes of it land on the survivor."""
         if mode not in ("switch", "merge"):
             raise FoldRefused(f"unknown fold mode {mode!r} (supported: merge, switch)")
@@ -1090,7 +1117,7 @@ class StatesService:
 
         self.store.update([decl_key, alias_key], compute, self._origin(origin_of(origin), context, "fold"))
         order = ["mode", "from", "into", "already", "flattened", "merged_members"]
-        return cast(FoldReport, {k: report[k] for k in order if k in report})
+        return {k: report[k] for k in order if k in report}
 
     # ------------------------------------------------------------------ listings and retention
 
@@ -1145,7 +1172,7 @@ class StatesService:
         context: DoorContext | None = None,
         now: datetime | None = None,
         progress: Callable[[str, int], None] | None = None,
-    ) -> PruneReport:
+    ) -> dict[str, Any]:
         """Delete expired records, op_id keys and audit rows (see :func:`stateflow.states.retention.prune`)."""
         return retention.prune(self, context=context, now=now, progress=progress)
 

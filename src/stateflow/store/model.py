@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from stateflow.doc.canonical import JSON
-from stateflow.doc.diff import Edit, diff
+from stateflow.doc.diff import Edit, Segment, diff, diff_within, within
 from stateflow.doc.select import MISSING
 from stateflow.errors import InvalidInput
 
@@ -83,12 +83,26 @@ class Write:
     paths: Sequence[Sequence[str | int]] | None = None
 
     @staticmethod
-    def between(key: DocKey, old: JSON, new: JSON, expect: int | None = HEAD, **kw: Any) -> Write:
+    def between(
+        key: DocKey,
+        old: JSON,
+        new: JSON,
+        expect: int | None = HEAD,
+        *,
+        changed: Iterable[Sequence[Segment]] | None = None,
+        **kw: Any,
+    ) -> Write:
         """The write that turns document body ``old`` into ``new``.
 
         ``None`` or :data:`MISSING` on either side means "no document" (a body is never null).
+        ``changed``: the paths the caller changed (``new`` is ``old`` everywhere else, sharing
+        its unchanged containers); only below them are the bodies compared, so a small change
+        in a large document costs what the change costs. ``None`` compares the whole bodies.
         """
-        return Write(key, diff(_absent(old), _absent(new)), expect, **kw)
+        old, new = _absent(old), _absent(new)
+        if changed is None:
+            return Write(key, diff(old, new), expect, **kw)
+        return Write(key, diff_within(old, new, within(changed)), expect, **kw)
 
 
 @dataclass(frozen=True, slots=True)

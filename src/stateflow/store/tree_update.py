@@ -18,11 +18,13 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
 import orjson
 
 from stateflow.doc.canonical import JSON
+from stateflow.doc.diff import Within
 from stateflow.errors import CorruptData
 from stateflow.store.tree import INLINE_MAX, LEAF_MAX, Builder, Entry, cuts, interior_body, leaf_body, node_id
 
@@ -44,15 +46,20 @@ class Updated:
     container object (an edit whose value is one can be stored as its ref)"""
 
 
-def update(root: bytes, size: int, old: JSON, new: JSON, get: Get) -> Updated:
-    """``new`` as a tree, given ``old`` (encoded in ``size`` bytes) stored under ``root``."""
+def update(root: bytes, size: int, old: JSON, new: JSON, get: Get, where: Within | None = None) -> Updated:
+    """``new`` as a tree, given ``old`` (encoded in ``size`` bytes) stored under ``root``.
+
+    ``where``: the paths (relative to the value) where ``new`` may differ from ``old`` — the
+    edits that made it. Containers along them find their changed elements from the paths
+    instead of comparing every element; elsewhere (or without ``where``) the changed range is
+    found by identity."""
     nodes: dict[bytes, bytes] = {}
     if type(new) is not type(old) or type(new) not in (dict, list):
         builder = Builder()
         built = builder.build(new)
         return Updated(built.root, built.inline, built.size, built.nodes, builder.refs())
     refs: dict[int, bytes] = {}
-    entry, delta = _update(root, old, new, get, nodes, refs)
+    entry, delta = _update(root, old, new, get, nodes, refs, where or None)
     if size + delta <= INLINE_MAX:  # shrunk: small values are inline
         data = orjson.dumps(new)
         return Updated(None, data, len(data))
@@ -67,31 +74,58 @@ def _ref_id(data: bytes) -> bytes:
 
 
 def _update(
-    root: bytes, old: Any, new: Any, get: Get, nodes: dict[bytes, bytes], refs: dict[int, bytes]
+    root: bytes,
+    old: Any,
+    new: Any,
+    get: Get,
+    nodes: dict[bytes, bytes],
+    refs: dict[int, bytes],
+    where: Within | None = None,
 ) -> tuple[Entry, int]:
     """The container ``new`` as an entry (a ref: its tree), and its size minus ``old``'s."""
     is_object = type(new) is dict
-    if is_object:
+    located = None if where is None else _located(old, new, where)
+    if located is not None:
+        lo, old_hi, new_hi, one = located
+    elif is_object:
         lo, old_hi, new_hi = _window(list(old), list(new), list(old.values()), list(new.values()))
+        one = None
     else:
         lo, old_hi, new_hi = _window(None, None, old, new)
+        one = None
     if lo == old_hi == new_hi:
         return Entry(b'"' + root.hex().encode() + b'"', True, 0), 0
-    old_keys = list(old) if is_object else None
-    new_keys = list(new) if is_object else None
-    old_values = list(old.values()) if is_object else old
-    new_values = list(new.values()) if is_object else new
+    if one is not None:  # the changed element, found by path: nothing else is listed
+        old_keys = new_keys = [one] if is_object else None
+        old_values, new_values = [old[one]], [new[one]]
+        base = lo
+    elif located is not None and new_hi == len(new) and old_hi == len(old):  # a tail (appends)
+        base = lo
+        old_keys, old_values = _tail(old, len(old) - lo)
+        new_keys, new_values = _tail(new, len(new) - lo)
+    else:
+        base = 0
+        old_keys = list(old) if is_object else None
+        new_keys = list(new) if is_object else None
+        old_values = list(old.values()) if is_object else old
+        new_values = list(new.values()) if is_object else new
     delta = 0
     make: Callable[[list[Entry]], list[Entry]] | list[Entry]
-    if old_hi - lo == 1 and new_hi - lo == 1 and (not is_object or old_keys[lo] == new_keys[lo]):  # type: ignore[index]
+    in_place = old_hi - lo == 1 and new_hi - lo == 1
+    if in_place and (not is_object or old_keys[lo - base] == new_keys[lo - base]):  # type: ignore[index]
         # one element changed in place: a subtree is updated by path, not rebuilt
-        before, after = old_values[lo], new_values[lo]
+        before, after = old_values[lo - base], new_values[lo - base]
+        below = None
+        if where is not None and one is not None:
+            below = where.get(one)
+        elif where is not None and not is_object:
+            below = where.get(lo)
 
         def make(found: list[Entry]) -> list[Entry]:
             nonlocal delta
             (was,) = found
             if was.is_ref and type(after) is type(before) and type(after) in (dict, list):
-                entry, inner = _update(_ref_id(was.json), before, after, get, nodes, refs)
+                entry, inner = _update(_ref_id(was.json), before, after, get, nodes, refs, below)
                 if entry.is_ref:
                     refs[id(after)] = _ref_id(entry.json)
             else:
@@ -105,7 +139,7 @@ def _update(
     else:
         builder = Builder()
         make = []
-        for i in range(lo, new_hi):
+        for i in range(lo - base, new_hi - base):
             entry = builder._entry(new_values[i], nodes)
             entry.key = None if new_keys is None else new_keys[i]
             make.append(entry)
@@ -113,9 +147,9 @@ def _update(
         delta += sum(e.size + (len(orjson.dumps(e.key)) + 1 if is_object else 0) for e in make)
         delta -= sum(
             len(orjson.dumps(old_values[i])) + (len(orjson.dumps(old_keys[i])) + 1 if old_keys else 0)
-            for i in range(lo, old_hi)
+            for i in range(lo - base, old_hi - base)
         )
-    count_delta = max(0, len(new_values) - 1) - max(0, len(old_values) - 1)
+    count_delta = max(0, len(new) - 1) - max(0, len(old) - 1)
     kind = "o" if is_object else "a"
     level = _splice(root, lo, old_hi, make, kind, get, nodes)
     while len(level) > 1:
@@ -124,6 +158,56 @@ def _update(
         data = b"{}" if is_object else b"[]"
         return Entry(data, False, 2), delta + count_delta
     return Entry(b'"' + level[0][1].hex().encode() + b'"', True, 0), delta + count_delta
+
+
+def _located(old: Any, new: Any, where: Within) -> tuple[int, int, int, Any] | None:
+    """The changed range of a container from the paths that changed it — ``(lo, old_hi, new_hi,
+    key)``, ``key`` naming the one element changed in place (else None) — or None when the
+    paths do not say (the range is then found by identity).
+
+    Edits keep an existing object key where it is and add new keys at the end, and an array
+    grows only by appends (an index set at its length), so positions follow from the paths;
+    only the position of an existing key costs a scan of the keys (in C)."""
+    if type(new) is dict:
+        if not all(type(k) is str for k in where):
+            return None
+        present = [str(k) for k in where if k in old]
+        added = len(new) - (len(old) - sum(1 for k in present if k not in new))
+        if len(present) == 1 and not added and present[0] in new:
+            key = present[0]
+            at = _position(old, key)
+            return at, at + 1, at + 1, key
+        if not present:  # only new keys: they follow every old one
+            return len(old), len(old), len(new), None
+        keys = list(old)
+        lo = min(map(keys.index, present))
+        old_hi = len(old) if added else max(map(keys.index, present)) + 1
+        return lo, old_hi, old_hi + len(new) - len(old), None
+    indices = [k for k in where if type(k) is int]
+    if len(indices) != len(where) or len(new) < len(old):
+        return None
+    lo = min(min(indices), len(old))
+    if lo < 0:
+        return None
+    grew = len(new) > len(old)
+    old_hi = len(old) if grew else max(indices) + 1
+    new_hi = len(new) if grew else old_hi
+    if not grew and old_hi > len(old):
+        return None
+    return lo, old_hi, new_hi, None
+
+
+def _position(obj: dict[str, Any], key: str) -> int:
+    """Where ``key`` stands in ``obj`` (a scan of the keys, in C)."""
+    return list(obj).index(key)
+
+
+def _tail(container: Any, count: int) -> tuple[list[str] | None, list[Any]]:
+    """The last ``count`` keys and values of an object (or elements of an array), in order."""
+    if type(container) is dict:
+        items = list(islice(reversed(container.items()), count))[::-1]
+        return [k for k, _ in items], [v for _, v in items]
+    return None, container[len(container) - count :]
 
 
 def _window(

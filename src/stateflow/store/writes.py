@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import orjson
 
 from stateflow.doc.canonical import encode_trusted
-from stateflow.doc.diff import Edit, apply_edits
+from stateflow.doc.diff import Edit, apply_edits, within
 from stateflow.doc.select import MISSING
 from stateflow.errors import Conflict, InvalidInput, StateflowError
 from stateflow.store import tree_update
@@ -112,9 +112,13 @@ class Writes(StoreCore):
         shared_keys = sorted(set(shared))
         locked = sorted(set(keys) - set(shared_keys))
         all_claims = with_op_id(claims, op_id, op_scope)
+        computed: _Computed | None = None
         if optimistic and names is None and not outline_names:
             fresh = Fresh()
-            done = self._optimistic(locked, shared_keys, compute, origin, all_claims, fresh)
+            try:
+                done = self._optimistic(locked, shared_keys, compute, origin, all_claims, fresh)
+            except _Computed as ready:
+                done, computed = None, ready
             if done is not None:
                 self._remember(fresh)
                 return done
@@ -154,7 +158,10 @@ class Writes(StoreCore):
                         entry.complete = names is None
                         body = {n: v for n, _, v, _ in members_of}
                     docs[key] = Document(key, row.revision, body, row.updated_seq, shapes)
-                writes, result = compute(docs)
+                if computed is not None and computed.holds({**rows, **locked_rows}):
+                    writes, result = computed.writes, computed.result  # nothing moved since
+                else:
+                    writes, result = compute(docs)
                 validate_writes(writes, origin)
                 for write in writes:
                     if write.key in shared_keys:
@@ -267,21 +274,11 @@ class Writes(StoreCore):
         """Compute against the documents as last seen here, then commit checking that none of
         them moved; None when that cannot be done or did not hold (nothing was written)."""
         entries = {}
-        new: list[DocKey] = []
         for key in (*shared, *locked):
             known = self._known(key)
-            unseen = known is None and key not in self._rows_known
-            if key not in shared and (unseen or (known is not None and known[0] is NO_ROW)):
-                new.append(key)  # no row seen here: a new document, most likely
-                continue
-            if known is None:
-                return None  # not cached
+            if known is None or (known[0] is NO_ROW and key not in shared):
+                return None  # not cached, or a document whose row the locked path must create
             entries[key] = known
-        if new:
-            created = self._absent_rows(new)
-            if created is None or len(created) != len(new):
-                return None  # the backend creates rows in the locked path, or some existed already
-            entries.update({key: (row, None, {}) for key, row in created.items()})
         docs = {
             key: Document(key, row.revision, body, row.updated_seq) for key, (row, body, _) in entries.items()
         }
@@ -303,6 +300,9 @@ class Writes(StoreCore):
             return None  # nothing to write: the locked path records any op id as before
         try:
             staged = [(w, e, self._stage(OFFLINE, w, e)) for w, e in plan]
+        except _NeedsLock:  # a tree member: the locked path stages it, reusing this computation
+            seen = {key: entries[key][0] for key in (*shared, *locked)}
+            raise _Computed(writes, result, seen) from None
         except StateflowError:
             return None
         plans = [self._plan_doc(w, e, stage, fresh) for w, e, stage in staged]
@@ -319,12 +319,6 @@ class Writes(StoreCore):
         fresh.bodies = {d: (r, body, at, size) for d, (r, body, _, size) in fresh.bodies.items()}
         revisions = {w.key: loaded[w.key].row.revision for w in writes}
         return _committed(staged, plans, revisions, seq, at, fresh), result
-
-    def _absent_rows(self, keys: Sequence[DocKey]) -> dict[DocKey, DocRow] | None:
-        """Rows created (absent, revision 0) for documents that have none, before an optimistic
-        commit that names them; None where the locked path had better create them (it costs no
-        round trip here). Keys that had a row are left out of the answer."""
-        return None
 
     def _known(
         self, key: DocKey
@@ -423,6 +417,7 @@ class Writes(StoreCore):
                     stage.values = {n: MISSING for n in stage.values} | dict(edit.value)
                     stage.present = True
                 stage.touched.update(dict.fromkeys(stage.values))
+                stage.changed = {n: [()] for n in stage.values}  # set whole
                 continue
             name = edit.path[0]
             assert isinstance(name, str)
@@ -440,6 +435,7 @@ class Writes(StoreCore):
             except Conflict as exc:
                 raise Conflict(f"{key}: {exc}") from exc
             stage.touched[name] = None
+            stage.changed.setdefault(name, []).append(edit.path[1:])
         self._stage_trees(tx, write.key, entry, stage)
         return stage
 
@@ -456,7 +452,10 @@ class Writes(StoreCore):
             if found is None or found[0] is None:
                 continue  # a large member written before trees existed: built whole, once
             what = f"{key} member {name!r}"
-            stage.trees[name] = tree_update.update(bytes(found[0]), old[2], old[0], value, getter(tx, what))
+            where = within(stage.changed.get(name, [()]))
+            stage.trees[name] = tree_update.update(
+                bytes(found[0]), old[2], old[0], value, getter(tx, what), where
+            )
 
     def _plan_doc(self, write: Write, entry: Loaded, stage: Stage, fresh: Fresh) -> WritePlan:
         """The rows one document's write changes, decided before any statement is sent (the
@@ -627,6 +626,24 @@ class _NeedsLock(StateflowError):
     """A write computed optimistically touches a tree member: the locked path stages it."""
 
     code = "conflict"
+
+
+class _Computed(Exception):
+    """Writes computed optimistically that the locked path must stage (a tree member's nodes
+    are read under the lock); it reuses them when no document moved since they were computed,
+    instead of computing them again (which, beside a large member, costs copies of it)."""
+
+    def __init__(self, writes: Sequence[Write], result: Any, seen: dict[DocKey, DocRow]) -> None:
+        super().__init__()
+        self.writes, self.result, self.seen = writes, result, seen
+
+    def holds(self, rows: Mapping[DocKey, DocRow]) -> bool:
+        """Whether every document is where the computation saw it."""
+        for key, was in self.seen.items():
+            now = rows.get(key, NO_ROW)
+            if (now.doc_id, now.revision, now.present) != (was.doc_id, was.revision, was.present):
+                return False
+        return True
 
 
 def member_row(
