@@ -10,7 +10,12 @@ The two sides alternate round by round (the side that goes first swapping every 
 drift in fsync speed hits both alike; each prints its median per round and the spread of the
 per-round ratios (bare / put).
 
-First, a declared-states ``apply`` against the same bare commit (target: at most 1.5× its time).
+First, a declared-states ``apply`` against the same bare commit (target: at most 1.5× its time),
+and the same pair again without waiting for durability (SQLite ``synchronous=OFF``, PostgreSQL
+``synchronous_commit=off``): what ``apply`` does beyond a bare commit, other than flushing more,
+is its time there minus the bare commit's. Since a durable ``apply`` flushes at least what the
+bare commit flushes, ``apply / bare`` at equal durability is at least ``1 + extra / bare`` —
+the floor the script prints next to the target.
 
     python3 -m benchmarks.bench_commit_floor [--ops 2000] [--rounds 6] [--postgres URL] [--apply]
 """
@@ -24,6 +29,7 @@ import statistics
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from benchmarks.rounds import Pair, alternate, per_call_ms
 from benchmarks.rounds import report as report_pair
@@ -104,7 +110,9 @@ def postgres_case(url: str, n: int, rounds: int) -> None:
     report("postgresql", measured)
 
 
-def apply_case(label: str, store_url: str, bare: Callable[[int], object], n: int, rounds: int) -> None:
+def apply_case(
+    label: str, store_url: str, bare: Callable[[int], object], n: int, rounds: int, *, durable: bool = True
+) -> Pair:
     """A declared-states ``apply`` (the three-op batch of ``bench_states_vs_langgraph``: read,
     modify, validate, audit, one durable commit) against the bare durable commit, one caller."""
     from benchmarks.bench_states_vs_langgraph import DECL, ops_for, subject
@@ -115,44 +123,76 @@ def apply_case(label: str, store_url: str, bare: Callable[[int], object], n: int
     service.declare("bench", DECL)
     measured = alternating(lambda i: service.apply("bench", subject(i), ops_for(i)), bare, n, rounds)
     service.close()
-    report_pair(f"{label}: apply vs bare durable commit", measured, "ms", target="<= 1.5x")
+    if durable:
+        report_pair(f"{label}: apply vs bare durable commit", measured, "ms", target="<= 1.5x")
+    else:
+        report_pair(f"{label}: apply vs bare commit, neither flushed", measured, "ms")
+    return measured
+
+
+def upserting(conn: Any, sql: str, row: Callable[[int], tuple[object, ...]]) -> Callable[[int], object]:
+    """The bare commit: one upsert of ``row(i)`` on ``conn`` (sqlite3 or psycopg, autocommit)."""
+    return lambda i: conn.execute(sql, row(i))
+
+
+def floor(label: str, durable: Pair, unflushed: Pair) -> None:
+    """apply / bare at equal durability is at least 1 + (apply's extra work) / bare."""
+    extra = statistics.median(unflushed.ours) - statistics.median(unflushed.base)
+    bare = statistics.median(durable.base)
+    print(
+        f"{label}: apply's work beyond a bare commit (unflushed) {extra:.3f} ms = "
+        f"{extra / bare:.2f}x the bare durable commit ({bare:.3f} ms): apply >= "
+        f"{1 + extra / bare:.2f}x at equal durability (target <= 1.5x needs <= 0.50x)",
+        flush=True,
+    )
 
 
 def apply_vs_floor(n: int, rounds: int, url: str | None) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        bare = sqlite3.connect(Path(tmp) / "bare.db", isolation_level=None)
-        bare.execute("PRAGMA journal_mode = WAL")
-        bare.execute("PRAGMA synchronous = FULL")
-        bare.execute("CREATE TABLE t (k INTEGER PRIMARY KEY, v BLOB NOT NULL)")
-        upsert = "INSERT INTO t VALUES (?, ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v"
-        apply_case(
-            "sqlite FULL",
-            f"sqlite:///{tmp}/stateflow.db",
-            lambda i: bare.execute(upsert, (i % 200, str(i).encode())),
-            n,
-            rounds,
-        )
-        bare.close()
+    pairs: dict[str, Pair] = {}
+    for mode in ("FULL", "OFF"):
+        with tempfile.TemporaryDirectory() as tmp:
+            bare = sqlite3.connect(Path(tmp) / "bare.db", isolation_level=None)
+            bare.execute("PRAGMA journal_mode = WAL")
+            bare.execute(f"PRAGMA synchronous = {mode}")
+            bare.execute("CREATE TABLE t (k INTEGER PRIMARY KEY, v BLOB NOT NULL)")
+            upsert = "INSERT INTO t VALUES (?, ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v"
+            pairs[mode] = apply_case(
+                f"sqlite {mode}",
+                f"sqlite:///{tmp}/stateflow.db?synchronous={mode.lower()}",
+                upserting(bare, upsert, lambda i: (i % 200, str(i).encode())),
+                n,
+                rounds,
+                durable=mode == "FULL",
+            )
+            bare.close()
+    floor("sqlite", pairs["FULL"], pairs["OFF"])
     if not url:
         return
     import psycopg
 
     sep = "&" if "?" in url else "?"
-    with psycopg.connect(url, autocommit=True) as admin:
-        for schema in ("bench_floor", "bench_floor_sf"):
-            admin.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
-            admin.execute(f"CREATE SCHEMA {schema}")
-        admin.execute("CREATE TABLE bench_floor.t (k integer PRIMARY KEY, v jsonb NOT NULL)")
-        upsert_pg = "INSERT INTO bench_floor.t VALUES (%s, %s) ON CONFLICT (k) DO UPDATE SET v = excluded.v"
-        apply_case(
-            "postgresql",
-            f"{url}{sep}options=-csearch_path%3Dbench_floor_sf",
-            lambda i: admin.execute(upsert_pg, (i % 200, f'{{"count": {i}}}')),
-            n,
-            rounds,
-        )
-        admin.execute("DROP SCHEMA bench_floor CASCADE")
-        admin.execute("DROP SCHEMA bench_floor_sf CASCADE")
+    for durable in (True, False):
+        with psycopg.connect(url, autocommit=True) as admin:
+            for schema in ("bench_floor", "bench_floor_sf"):
+                admin.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+                admin.execute(f"CREATE SCHEMA {schema}")
+            admin.execute("CREATE TABLE bench_floor.t (k integer PRIMARY KEY, v jsonb NOT NULL)")
+            flush = "on" if durable else "off"
+            admin.execute(f"SET synchronous_commit = {flush}")
+            upsert_pg = (
+                "INSERT INTO bench_floor.t VALUES (%s, %s) ON CONFLICT (k) DO UPDATE SET v = excluded.v"
+            )
+            pairs[f"pg{durable}"] = apply_case(
+                "postgresql" if durable else "postgresql synchronous_commit=off",
+                f"{url}{sep}options=-csearch_path%3Dbench_floor_sf%20-csynchronous_commit%3D{flush}",
+                upserting(admin, upsert_pg, lambda i: (i % 200, f'{{"count": {i}}}')),
+                n,
+                rounds,
+                durable=durable,
+            )
+            admin.execute("DROP SCHEMA bench_floor CASCADE")
+            admin.execute("DROP SCHEMA bench_floor_sf CASCADE")
+    floor("postgresql", pairs["pgTrue"], pairs["pgFalse"])
 
 
 def main() -> None:

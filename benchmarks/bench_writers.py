@@ -7,7 +7,9 @@ write lock on as soon as it is free; with polling, a writer sleeps past the mome
 have written, and one that keeps missing it stalls. A call's wait "beyond its turn" is its
 latency minus its own service time and that of the calls ahead of it — the other writers'
 calls under way when it started that ended before it — each counted as the median time of
-one call alone in the same round (``beyond_turn``); it is reported per call.
+one call alone in the same round (``beyond_turn``); it is reported per call. Order is reported
+on its own: per call, how many calls that started after it finished before it (``overtaken``) —
+with a first-come, first-served queue that stays near zero whatever the machine's load.
 
     python3 -m benchmarks.bench_writers [--rounds 5] [--calls 200] [--postgres URL]
 """
@@ -64,6 +66,11 @@ def beyond_turn(calls: list[Call], unit: float) -> list[float]:
     return waits
 
 
+def overtaken(calls: list[Call]) -> list[int]:
+    """Per call: the other writers' calls that started after it and were done before it."""
+    return [sum(1 for w, s, e in calls if w != me and start < s and e < end) for me, start, end in calls]
+
+
 def phase(
     pool: multiprocessing.pool.Pool, location: str, writers: int, calls: int
 ) -> tuple[float, list[Call]]:
@@ -87,6 +94,7 @@ def case(label: str, location: str, rounds: int, calls: int, writers: int = 8) -
         one: list[float] = []
         alone: list[float] = []
         waits: list[float] = []
+        passed: list[int] = []
         latencies: list[float] = []
         for r in range(rounds):
             order = (1, writers) if r % 2 == 0 else (writers, 1)
@@ -97,6 +105,7 @@ def case(label: str, location: str, rounds: int, calls: int, writers: int = 8) -
             unit = statistics.median(e - s for _, s, e in measured[1])  # this round's call alone
             alone.append(unit)
             waits += beyond_turn(measured[writers], unit)
+            passed += overtaken(measured[writers])
             latencies += [e - s for _, s, e in measured[writers]]
     pair = Pair(many, one, higher_better=True)
     report(f"{label}: {writers} writer processes vs 1 (patch_state/s)", pair, "/s", ">= 0.9x (PG >= 1x)")
@@ -107,6 +116,13 @@ def case(label: str, location: str, rounds: int, calls: int, writers: int = 8) -
         f"wait beyond its turn per call: p50 {_ms(waits, 0.5)}, p90 {_ms(waits, 0.9)}, "
         f"p99 {_ms(waits, 0.99)}, max {_ms(waits, 1.0)}; {over} of {len(waits)} calls over 50 ms "
         "(target: none)",
+        flush=True,
+    )
+    ordered = sorted(passed)
+    print(
+        f"{label}: calls overtaken by a later call: {sum(1 for p in passed if p)} of {len(passed)}; "
+        f"later calls that went first, per call: p50 {ordered[len(ordered) // 2]}, "
+        f"p99 {ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]}, max {ordered[-1]}",
         flush=True,
     )
 

@@ -39,3 +39,34 @@ def test_states_service_installs_the_builtins(store: SqlStore) -> None:
     service = states_service(store)
     assert service.get_declaration("memory")["name"] == "memory"
     assert states_service(store).get_declaration("memory")["version"] >= 1  # idempotent
+
+
+def test_built_ins_arrive_once_when_a_store_is_migrated_after_the_service_was_made(backend: str) -> None:
+    """A server may start before ``stateflow migrate``: the composition root installs the
+    built-ins when the store is first found migrated — the HTTP app never does it per request."""
+    from fastapi.testclient import TestClient
+
+    from stateflow.errors import StoreNotMigrated
+    from stateflow.http.app import create_app
+    from stateflow.http.auth import TokenSet, parse_token
+    from stateflow.store import open_store
+
+    token = "admin-secret-0123456789"
+    store = open_store(backend, auto_migrate=False)
+    migrator = open_store(backend, auto_migrate=False)  # another process: `stateflow migrate`
+    try:
+        reported: list[StoreNotMigrated] = []
+        service = states_service(store, unmigrated=reported.append)
+        assert len(reported) == 1
+        app = create_app(service, TokenSet([parse_token(token)]))
+        with TestClient(app, headers={"Authorization": f"Bearer {token}"}) as http:
+            refused = http.get("/api/states/memory")
+            assert (refused.status_code, refused.json()["code"]) == (501, "states-not-configured")
+            migrator.migrate()
+            answer = http.get("/api/states/memory")
+            assert answer.status_code == 200, answer.text
+            assert answer.json()["data"]["version"] == 1  # declared once
+            assert http.get("/api/states").json()["data"][0]["name"] == "memory"
+    finally:
+        store.close()
+        migrator.close()

@@ -34,6 +34,25 @@ def test_conformance_every_capability(backend: str, tmp_path: Path) -> None:
     assert all(r.detected and r.tests_passed > 0 for r in results.values())
 
 
+def test_conformance_on_the_async_postgresql_pool(pg_schema_url: str, tmp_path: Path) -> None:
+    """The async methods of a saver opened by ``aopen`` (psycopg's async pool, no worker thread)."""
+    with fresh_locations(pg_schema_url, tmp_path) as fresh:
+
+        async def factory() -> AsyncGenerator[StateflowSaver, None]:
+            saver = await StateflowSaver.aopen(fresh())
+            assert getattr(saver.states.store, "runs_on_loop", False)
+            try:
+                yield saver
+            finally:
+                await saver.aclose()
+
+        registered = checkpointer_test(name="StateflowSaver-async-pg")(factory)
+        report = asyncio.run(validate(registered))
+    failed = {name: r.failures for name, r in report.results.items() if r.passed is not True}
+    assert failed == {}
+    assert all(r.detected and r.tests_passed > 0 for r in report.results.values())
+
+
 def test_checkpoints_are_audited_records(backend: str, tmp_path: Path) -> None:
     """A checkpoint is a declared-state record: readable, with an audit row naming its run."""
     from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata

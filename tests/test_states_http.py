@@ -467,10 +467,12 @@ def test_concurrent_applies_to_one_record_lose_nothing(store: SqlStore) -> None:
 
 
 def test_an_unmigrated_store_answers_501_until_it_is_migrated(backend: str) -> None:
+    from stateflow.api import states_service
     from stateflow.store import open_store
 
     store = open_store(backend, auto_migrate=False)
-    service = StatesService(store)
+    # the composition root: built-ins are installed when the store is first found migrated
+    service = states_service(store, unmigrated=lambda exc: None)
     try:
         with TestClient(create_app(service, TokenSet([parse_token(ADMIN)]))) as client:
             api = Api(client)

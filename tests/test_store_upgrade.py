@@ -91,6 +91,12 @@ def test_a_schema_3_store_upgrades_in_place_and_reads_back_exactly(backend: str,
                 store.get(DocKey("notes", "a"))
         assert store.migrate() == (3, SCHEMA_VERSION)
         _reads_back(store, expected)
+        # the counters are filled from the rows there (version 6), then kept by every write
+        with store._read_tx() as tx:
+            stored, counted = store.recount(tx)
+        assert stored == counted
+        present = [d for d in expected["documents"].values() if d["revisions"][-1] is not None]
+        assert sum(n for (_, c, _), n in stored.items() if c == "kind") == len(present)
         # writes continue where the old store stopped: revisions, seq and the op-id ledger
         notes = DocKey("notes", "a")
         before = store.get(notes)
@@ -111,6 +117,9 @@ def test_a_schema_3_store_upgrades_in_place_and_reads_back_exactly(backend: str,
             assert b"[" in kinds and b"{" in kinds
             assert tx.one("SELECT COUNT(*) FROM snapshot_members") != (0,)
         assert store.get(notes).body == body
+        with store._read_tx() as tx:
+            stored, counted = store.recount(tx)
+        assert stored == counted and stored[("notes", "member", "filler")] == 1
         assert store.read_at(notes, revision=store.get(notes).revision - 1).body == {
             **body,
             "filler": "6" * 6000,

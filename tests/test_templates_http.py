@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from stateflow.api import states_service
 from stateflow.http.app import create_app
 from stateflow.http.auth import TokenSet, parse_token
 from stateflow.states import StatesService
@@ -92,7 +93,7 @@ class Api:
 
 @pytest.fixture
 def api(store: SqlStore) -> Iterator[Api]:
-    service = StatesService(store)
+    service = states_service(store)
     with TestClient(create_app(service, TokenSet([parse_token(TOKEN)]))) as client:
         yield Api(client)
     service.close()

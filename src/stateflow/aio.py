@@ -1,10 +1,11 @@
 """The async Python API: the store, the states service and memory views, awaitable.
 
 Every method of the synchronous object is offered as a coroutine of the same name and
-arguments, run on a worker thread (``asyncio.to_thread``), so an event loop never blocks on
-SQLite's fsync or on a PostgreSQL round trip. Both backends offload: the store's write path
-(an optimistic read, the Python compute, a one-statement commit) is synchronous code shared by
-both backends, and a second, natively async copy of it for PostgreSQL is not offered.
+arguments. On PostgreSQL (:func:`connect` with a ``postgresql://`` URL) the store runs on
+psycopg's ``AsyncConnectionPool``: the call runs on the event loop's thread and each of its
+round trips is awaited there (:mod:`stateflow.store.async_bridge`), so many calls share one
+thread and no call waits for a free worker. On SQLite the call runs on a worker thread
+(``asyncio.to_thread``): SQLite has no async I/O, and the loop must not wait on its fsync.
 
     async with await stateflow.aio.connect("./agent.db") as sf:
         await sf.states.declare(...)
@@ -19,20 +20,69 @@ import os
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Generic, TypeVar
 
+from stateflow.extras import needs_extra
 from stateflow.memory import SCOPES, Identity, MemoryConfig, MemoryView
 from stateflow.memory.scopes import SESSION_ENV
 from stateflow.states import StatesService
 from stateflow.store import Store, open_store
 from stateflow.store.open import ENV_VAR as STORE_ENV
+from stateflow.store.open import pg_mode, resolve_store_url
 
 T = TypeVar("T")
+R = TypeVar("R")
+
+
+def runs_on_loop(store: Store) -> bool:
+    """Whether ``store`` is awaited on the event loop (PostgreSQL opened by :func:`connect`)."""
+    return bool(getattr(store, "runs_on_loop", False))
+
+
+async def call(store: Store, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
+    """``fn(*args, **kwargs)`` — synchronous code working on ``store`` — awaited: on the loop
+    for an async PostgreSQL store, else on a worker thread."""
+    if runs_on_loop(store):
+        from stateflow.store.async_bridge import spawn
+
+        return await spawn(fn, *args, **kwargs)
+    return await asyncio.to_thread(fn, *args, **kwargs)
+
+
+async def open_store_async(
+    location: str | None = None,
+    *,
+    auto_migrate: bool | None = None,
+    wait_seconds: float | None = None,
+    connect_timeout: float | None = None,
+) -> Store:
+    """:func:`stateflow.store.open_store`, with PostgreSQL on the async pool."""
+    url = resolve_store_url(location)
+    if url.startswith(("postgresql://", "postgres://")):
+        with needs_extra("postgres", "a PostgreSQL store"):
+            from stateflow.store.postgres_async import AsyncPostgresStore
+
+        url, read_only = pg_mode(url)
+        return await AsyncPostgresStore.connect(
+            url,
+            auto_migrate=bool(auto_migrate),
+            timeout=wait_seconds,
+            connect_timeout=connect_timeout,
+            read_only=read_only,
+        )
+    return await asyncio.to_thread(
+        open_store,
+        location,
+        auto_migrate=auto_migrate,
+        wait_seconds=wait_seconds,
+        connect_timeout=connect_timeout,
+    )
 
 
 class Offloaded(Generic[T]):
-    """``obj``'s public methods as coroutines run on a worker thread; ``sync`` is ``obj``."""
+    """``obj``'s public methods as coroutines (see :func:`call`); ``sync`` is ``obj``."""
 
-    def __init__(self, obj: T) -> None:
+    def __init__(self, obj: T, store: Store) -> None:
         self.sync = obj
+        self._store = store
 
     def __getattr__(self, name: str) -> Callable[..., Awaitable[Any]]:
         if name.startswith("_"):
@@ -40,29 +90,39 @@ class Offloaded(Generic[T]):
         method = getattr(self.sync, name)
         if not callable(method):
             raise AttributeError(f"{type(self.sync).__name__}.{name} is not a method")
+        store = self._store
 
         @functools.wraps(method)
-        async def offloaded(*args: Any, **kwargs: Any) -> Any:
-            return await asyncio.to_thread(method, *args, **kwargs)
+        async def awaited(*args: Any, **kwargs: Any) -> Any:
+            return await call(store, method, *args, **kwargs)
 
-        return offloaded
+        return awaited
 
 
 class AsyncStore(Offloaded[Store]):
     """The store (``read``, ``get``, ``read_at``, ``history``, ``scan``, ``search``, …)."""
+
+    def __init__(self, store: Store) -> None:
+        super().__init__(store, store)
 
 
 class AsyncStatesService(Offloaded[StatesService]):
     """The declared-states service (``declare``, ``read``, ``replace``, ``merge``, ``apply``,
     ``apply_batch``, ``writes``, ``search``, ``template_jq_update``, …)."""
 
+    def __init__(self, service: StatesService) -> None:
+        super().__init__(service, service.store)
+
 
 class AsyncMemoryView(Offloaded[MemoryView]):
     """A memory view (``read_state``, ``patch_state``, ``context``, ``record_response``,
     ``as_of``, ``transitions``, ``restore``); ``fork`` answers another async view."""
 
+    def __init__(self, view: MemoryView) -> None:
+        super().__init__(view, view.store)
+
     async def fork(self, new_session: str, offset: int = 0) -> AsyncMemoryView:
-        return AsyncMemoryView(await asyncio.to_thread(self.sync.fork, new_session, offset))
+        return AsyncMemoryView(await call(self._store, self.sync.fork, new_session, offset))
 
 
 class AsyncStateflow:
@@ -88,7 +148,7 @@ class AsyncStateflow:
 
     async def close(self) -> None:
         self.states.sync.close()
-        await asyncio.to_thread(self.store.sync.close)
+        await call(self.store.sync, self.store.sync.close)
 
     async def __aenter__(self) -> AsyncStateflow:
         return self
@@ -98,9 +158,9 @@ class AsyncStateflow:
 
 
 async def connect(store: str | None = None, *, session: str | None = None) -> AsyncStateflow:
-    """Open the store at ``store`` (path or URL), ``$STATEFLOW_STORE``, or the default file;
-    ``session`` (else ``$STATEFLOW_SESSION``) is the memory views' default session. The
-    environment is read here, once."""
+    """Open the store at ``store`` (path or URL), ``$STATEFLOW_STORE``, or the default file —
+    PostgreSQL on the async pool; ``session`` (else ``$STATEFLOW_SESSION``) is the memory
+    views' default session. The environment is read here, once."""
     location = store or os.environ.get(STORE_ENV) or None
-    opened = await asyncio.to_thread(open_store, location)
+    opened = await open_store_async(location)
     return AsyncStateflow(opened, session=session or os.environ.get(SESSION_ENV) or None)

@@ -34,11 +34,13 @@ def states_service(
     jq: JqRunner | None = None,
     unmigrated: Callable[[StoreNotMigrated], None] | None = None,
 ) -> StatesService:
-    """A declared-states service on ``store`` with its built-ins installed (idempotent).
-    ``jq``: the worker pool to run template jq on (else one sized from ``config`` on first
-    use). A store that is not migrated yet raises ``StoreNotMigrated`` — or, given
-    ``unmigrated``, is reported to it and the service returned anyway (a server answers 503
-    until ``stateflow migrate`` has run; the next use installs the built-ins)."""
+    """A declared-states service on ``store`` with its built-ins installed — the one place
+    they are (the HTTP app, the studio and the CLI take a service made here). ``jq``: the
+    worker pool to run template jq on (else one sized from ``config`` on first use). A store
+    that is not migrated yet raises ``StoreNotMigrated`` — or, given ``unmigrated``, is
+    reported to it and the service returned anyway: a server answers 503 until ``stateflow
+    migrate`` has run, and the built-ins are installed when the store is first found
+    migrated (``Store.when_migrated``)."""
     from stateflow.states import StatesService
 
     service = StatesService(store, config)
@@ -50,6 +52,7 @@ def states_service(
         if unmigrated is None:
             raise
         unmigrated(exc)
+        store.when_migrated(service.install_builtins)
     return service
 
 

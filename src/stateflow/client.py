@@ -20,7 +20,28 @@ from urllib.parse import quote, urlencode
 
 from stateflow.doc.canonical import decode, encode
 from stateflow.errors import StateflowError, StoreUnavailable
-from stateflow.states.results import DeclarationView, Record, SearchPage, Stats, SubjectsPage, WritesPage
+from stateflow.states.results import (
+    Attached,
+    AttachmentUpdated,
+    Consumer,
+    DeclarationView,
+    Deleted,
+    Detached,
+    Diff,
+    Erased,
+    FoldReport,
+    JqInput,
+    JqUpdate,
+    PruneReport,
+    Record,
+    SearchPage,
+    StateAttachment,
+    Stats,
+    SubjectsPage,
+    Template,
+    TemplateRow,
+    WritesPage,
+)
 from stateflow.states.service import ApplyResult, check_revision, origin_of, subject_of
 
 Json = dict[str, Any]
@@ -138,16 +159,16 @@ class StatesClient:
         result: DeclarationView = self._call("PUT", self._state(name), raw)
         return result
 
-    def delete_declaration(self, name: str, /) -> Json:
-        result: Json = self._call("DELETE", self._state(name))
+    def delete_declaration(self, name: str, /) -> Deleted:
+        result: Deleted = self._call("DELETE", self._state(name))
         return result
 
     def stats(self, name: str, /) -> Stats:
         result: Stats = self._call("GET", self._state(name) + "/stats")
         return result
 
-    def consumers(self, name: str, /) -> list[Json]:
-        result: list[Json] = self._call("GET", self._state(name) + "/consumers")
+    def consumers(self, name: str, /) -> list[Consumer]:
+        result: list[Consumer] = self._call("GET", self._state(name) + "/consumers")
         return result
 
     # ------------------------------------------------------------------ listings
@@ -250,15 +271,15 @@ class StatesClient:
 
     def erase(
         self, name: str, subject: Any, /, *, origin: Any = None, expect_revision: int | None = None
-    ) -> Json:
-        result: Json = self._call(
+    ) -> Erased:
+        result: Erased = self._call(
             "DELETE", self._record(name, subject), origin=origin, expect_revision=expect_revision
         )
         return result
 
-    def fold(self, name: str, subject: Any, into: Any, mode: Any, /, *, origin: Any = None) -> Json:
+    def fold(self, name: str, subject: Any, into: Any, mode: Any, /, *, origin: Any = None) -> FoldReport:
         body = {"into": into, "mode": mode}
-        result: Json = self._call("POST", self._record(name, subject) + "/fold", body, origin=origin)
+        result: FoldReport = self._call("POST", self._record(name, subject) + "/fold", body, origin=origin)
         return result
 
     def writes(
@@ -268,9 +289,9 @@ class StatesClient:
         result: WritesPage = self._call("GET", self._record(name, subject) + "/writes", query=query)
         return result
 
-    def diff(self, name: str, subject: Any, from_revision: Any, to_revision: Any = None, /) -> Json:
+    def diff(self, name: str, subject: Any, from_revision: Any, to_revision: Any = None, /) -> Diff:
         query = {"from": from_revision, "to": to_revision}
-        result: Json = self._call("GET", self._record(name, subject) + "/diff", query=query)
+        result: Diff = self._call("GET", self._record(name, subject) + "/diff", query=query)
         return result
 
     def revert(
@@ -294,56 +315,58 @@ class StatesClient:
 
     # ------------------------------------------------------------------ retention
 
-    def prune(self) -> Json:
-        result: Json = self._call("POST", "/api/state-retention/prune")
+    def prune(self) -> PruneReport:
+        result: PruneReport = self._call("POST", "/api/state-retention/prune")
         return result
 
     # ------------------------------------------------------------------ templates and attachments
 
-    def list_templates(self) -> list[Json]:
-        result: list[Json] = self._call("GET", "/api/state-templates")
+    def list_templates(self) -> list[TemplateRow]:
+        result: list[TemplateRow] = self._call("GET", "/api/state-templates")
         return result
 
-    def get_template(self, name: str, /) -> Json:
-        result: Json = self._call("GET", f"/api/state-templates/{_q(name)}")
+    def get_template(self, name: str, /) -> Template:
+        result: Template = self._call("GET", f"/api/state-templates/{_q(name)}")
         return result
 
-    def put_template(self, name: str, raw: Any, /, *, replace: bool = False) -> Json:
+    def put_template(self, name: str, raw: Any, /, *, replace: bool = False) -> Template:
         query = {"replace": "true"} if replace else None
-        result: Json = self._call("PUT", f"/api/state-templates/{_q(name)}", raw, query=query)
+        result: Template = self._call("PUT", f"/api/state-templates/{_q(name)}", raw, query=query)
         return result
 
-    def delete_template(self, name: str, /) -> Json:
-        result: Json = self._call("DELETE", f"/api/state-templates/{_q(name)}")
+    def delete_template(self, name: str, /) -> Deleted:
+        result: Deleted = self._call("DELETE", f"/api/state-templates/{_q(name)}")
         return result
 
-    def attachments(self, name: str, /) -> list[Json]:
-        result: list[Json] = self._call("GET", self._state(name) + "/attachments")
+    def attachments(self, name: str, /) -> list[StateAttachment]:
+        result: list[StateAttachment] = self._call("GET", self._state(name) + "/attachments")
         return result
 
     def _attachment(self, name: str, template: str) -> str:
         return f"{self._state(name)}/attachments/{_q(template)}"
 
-    def get_attachment(self, name: str, template: str, /) -> Json:
-        result: Json = self._call("GET", self._attachment(name, template))
+    def get_attachment(self, name: str, template: str, /) -> StateAttachment:
+        result: StateAttachment = self._call("GET", self._attachment(name, template))
         return result
 
-    def attach(self, name: str, template: str, body: Any, /) -> Json:
-        result: Json = self._call("PUT", self._attachment(name, template), {} if body is None else body)
+    def attach(self, name: str, template: str, body: Any, /) -> Attached:
+        result: Attached = self._call("PUT", self._attachment(name, template), {} if body is None else body)
         return result
 
-    def update_attachment(self, name: str, template: str, body: Any, /) -> Json:
-        result: Json = self._call("PATCH", self._attachment(name, template), body)
+    def update_attachment(self, name: str, template: str, body: Any, /) -> AttachmentUpdated:
+        result: AttachmentUpdated = self._call("PATCH", self._attachment(name, template), body)
         return result
 
-    def detach(self, name: str, template: str, /) -> Json:
-        result: Json = self._call("DELETE", self._attachment(name, template))
+    def detach(self, name: str, template: str, /) -> Detached:
+        result: Detached = self._call("DELETE", self._attachment(name, template))
         return result
 
-    def template_jq_input(self, name: str, subject: Any, reference: str, params: dict[str, Any], /) -> Json:
+    def template_jq_input(
+        self, name: str, subject: Any, reference: str, params: dict[str, Any], /
+    ) -> JqInput:
         query = {k: encode(v).decode() for k, v in params.items()}
         path = self._record(name, subject) + f"/template-jq/{_q(reference)}"
-        result: Json = self._call("GET", path, query=query)
+        result: JqInput = self._call("GET", path, query=query)
         return result
 
     def template_jq_update(
@@ -355,10 +378,10 @@ class StatesClient:
         /,
         *,
         op_id: str | None = None,
-    ) -> Json:
+    ) -> JqUpdate:
         body: Json = {"input": input_value, **({"op_id": op_id} if op_id else {})}
         path = self._record(name, subject) + f"/template-jq/{_q(reference)}"
-        result: Json = self._call("POST", path, body)
+        result: JqUpdate = self._call("POST", path, body)
         return result
 
 

@@ -6,8 +6,10 @@ Commands work on the configured store directly, or with ``--url`` against a runn
 
 from __future__ import annotations
 
+import functools
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,15 +34,28 @@ def _whoami() -> str:
         return "operator"
 
 
+def remote_options(fn: Any) -> Any:
+    """``--url``/``--token`` of a command group: its commands then talk to a running server."""
+
+    @click.pass_context
+    @functools.wraps(fn)
+    def group(click_ctx: click.Context, url: str | None, token: str | None) -> None:
+        click_ctx.meta["states_remote"] = (url, token)
+
+    group = click.option(
+        "--token", envvar="STATEFLOW_TOKEN", help="Bearer token for --url [env STATEFLOW_TOKEN]."
+    )(group)
+    return click.option(
+        "--url",
+        envvar="STATEFLOW_URL",
+        help="Use a running `stateflow serve` at this URL [env STATEFLOW_URL].",
+    )(group)
+
+
 @click.group("states")
-@click.option(
-    "--url", envvar="STATEFLOW_URL", help="Use a running `stateflow serve` at this URL [env STATEFLOW_URL]."
-)
-@click.option("--token", envvar="STATEFLOW_TOKEN", help="Bearer token for --url [env STATEFLOW_TOKEN].")
-@click.pass_context
-def states(click_ctx: click.Context, url: str | None, token: str | None) -> None:
+@remote_options
+def states() -> None:
     """Declared states: declarations, records, audit trail, search, retention."""
-    click_ctx.meta["states_remote"] = (url, token)
 
 
 def client(ctx: Context, *, reads: bool = False) -> StatesAPI:
@@ -54,9 +69,65 @@ def client(ctx: Context, *, reads: bool = False) -> StatesAPI:
     return service.acting_as(DoorContext(door="operator", actor=_whoami()))
 
 
+def api_command(*, reads: bool = False) -> Callable[[Any], Any]:
+    """The command's ``api`` (see :func:`client`) in place of the CLI context, and refusals
+    printed as ``error[code]: …``. ``reads``: the command only reads."""
+
+    def decorator(fn: Any) -> Any:
+        @pass_context
+        @refusals
+        @functools.wraps(fn)
+        def command(ctx: Context, *args: Any, **kwargs: Any) -> Any:
+            return fn(client(ctx, reads=reads), *args, **kwargs)
+
+        return command
+
+    return decorator
+
+
+def _options(fn: Any, options: Sequence[Callable[[Any], Any]]) -> Any:
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+@dataclass(frozen=True)
+class Write:
+    """What ``--expect-revision``, ``--consumer``, ``--run-id`` and ``--meta`` gave."""
+
+    expect_revision: int | None
+    consumer: str | None
+    run_id: str | None
+    meta: str | None
+
+    def origin(self) -> dict[str, Any] | None:
+        """The consumer half of the origin (``--meta`` decoded here, inside the refusals)."""
+        origin = {
+            "consumer": self.consumer,
+            "run_id": self.run_id,
+            "meta": None if self.meta is None else decode(self.meta),
+        }
+        kept = {k: v for k, v in origin.items() if v is not None}
+        return kept or None
+
+
 def write_options(fn: Any) -> Any:
-    """Compare-and-set and the consumer half of the origin, for every record write."""
-    for option in reversed(
+    """Compare-and-set and the consumer half of the origin, for every record write: the
+    command gets them as one ``write`` (:class:`Write`)."""
+
+    @functools.wraps(fn)
+    def command(
+        *args: Any,
+        expect_revision: int | None,
+        consumer: str | None,
+        run_id: str | None,
+        meta: str | None,
+        **kwargs: Any,
+    ) -> Any:
+        return fn(*args, write=Write(expect_revision, consumer, run_id, meta), **kwargs)
+
+    return _options(
+        command,
         [
             click.option(
                 "--expect-revision",
@@ -69,20 +140,41 @@ def write_options(fn: Any) -> Any:
             ),
             click.option("--run-id", default=None, help="The run this write belongs to (origin)."),
             click.option("--meta", default=None, help="A JSON object recorded with the origin (≤ 4 KiB)."),
-        ]
-    ):
-        fn = option(fn)
-    return fn
+        ],
+    )
 
 
-def _origin(consumer: str | None, run_id: str | None, meta: str | None) -> dict[str, Any] | None:
-    origin = {"consumer": consumer, "run_id": run_id, "meta": None if meta is None else decode(meta)}
-    kept = {k: v for k, v in origin.items() if v is not None}
-    return kept or None
+@dataclass(frozen=True)
+class Subject:
+    """What ``--target-kind``, ``--target-name``, ``--kind`` and ``--key`` gave."""
+
+    target_kind: str
+    target_name: str
+    kind: str | None
+    key: str
+
+    def of(self, api: StatesAPI, name: str) -> dict[str, str]:
+        """The subject in state ``name`` (no ``--kind``: the state's default kind)."""
+        kind = self.kind if self.kind is not None else api.get_declaration(name)["default_subject_kind"]
+        return {
+            "target_kind": self.target_kind,
+            "target_name": self.target_name,
+            "kind": kind,
+            "key": self.key,
+        }
 
 
 def subject_options(fn: Any) -> Any:
-    for option in reversed(
+    """The record's subject, given to the command as one ``subject`` (:class:`Subject`)."""
+
+    @functools.wraps(fn)
+    def command(
+        *args: Any, target_kind: str, target_name: str, kind: str | None, key: str, **kwargs: Any
+    ) -> Any:
+        return fn(*args, subject=Subject(target_kind, target_name, kind, key), **kwargs)
+
+    return _options(
+        command,
         [
             click.option(
                 "--target-kind", type=click.Choice(["agent", "tool"]), default="agent", show_default=True
@@ -90,29 +182,48 @@ def subject_options(fn: Any) -> Any:
             click.option("--target-name", required=True, help="The tenant's name (an agent or tool)."),
             click.option("--kind", default=None, help="Subject kind [default: the state's default kind]."),
             click.option("--key", required=True, help="Subject key."),
-        ]
-    ):
-        fn = option(fn)
-    return fn
+        ],
+    )
 
 
-def _subject(
-    api: StatesAPI, name: str, target_kind: str, target_name: str, kind: str | None, key: str
-) -> dict[str, str]:
-    if kind is None:
-        kind = api.get_declaration(name)["default_subject_kind"]
-    return {"target_kind": target_kind, "target_name": target_name, "kind": kind, "key": key}
+@dataclass(frozen=True)
+class Payload:
+    """What ``--data`` or ``--file`` gave (stdin when neither)."""
+
+    data: str | None
+    file: Path | None
+
+    def read(self) -> Any:
+        """The JSON payload (read and decoded here, inside the refusals)."""
+        data = "-" if self.data is None and self.file is None else self.data
+        return read_json_arg(data, self.file, "the payload (--data, --file or stdin)")
 
 
 def data_options(fn: Any) -> Any:
-    fn = click.option("--file", "file", type=click.Path(exists=True, dir_okay=False, path_type=Path))(fn)
-    return click.option("--data", "data", help="JSON payload ('-' reads stdin).")(fn)
+    """The command's JSON payload, given as one ``payload`` (:class:`Payload`)."""
+
+    @functools.wraps(fn)
+    def command(*args: Any, data: str | None, file: Path | None, **kwargs: Any) -> Any:
+        return fn(*args, payload=Payload(data, file), **kwargs)
+
+    return _options(
+        command,
+        [
+            click.option("--data", "data", help="JSON payload ('-' reads stdin)."),
+            click.option("--file", "file", type=click.Path(exists=True, dir_okay=False, path_type=Path)),
+        ],
+    )
 
 
-def _payload(data: str | None, file: Path | None) -> Any:
-    if data is None and file is None:
-        data = "-"
-    return read_json_arg(data, file, "the payload (--data, --file or stdin)")
+def page_options(fn: Any) -> Any:
+    """``--limit`` and ``--cursor`` of a paged listing."""
+    return _options(
+        fn,
+        [
+            click.option("--limit", type=click.IntRange(1, 500), default=None),
+            click.option("--cursor", default=None),
+        ],
+    )
 
 
 def _table(rows: list[dict[str, Any]], columns: list[str]) -> None:
@@ -150,11 +261,10 @@ def _out(value: Any, rows: list[dict[str, Any]] | None = None, columns: list[str
 
 
 @states.command("list")
-@pass_context
-@refusals
-def list_states(ctx: Context) -> None:
+@api_command(reads=True)
+def list_states(api: StatesAPI) -> None:
     """Declared states."""
-    items = client(ctx, reads=True).list_declarations()
+    items = api.list_declarations()
     rows = [
         {
             "name": d["name"],
@@ -170,21 +280,19 @@ def list_states(ctx: Context) -> None:
 
 @states.command("get")
 @click.argument("name")
-@pass_context
-@refusals
-def get_state(ctx: Context, name: str) -> None:
+@api_command(reads=True)
+def get_state(api: StatesAPI, name: str) -> None:
     """One declaration, with its effective schema."""
-    echo_json(client(ctx, reads=True).get_declaration(name))
+    echo_json(api.get_declaration(name))
 
 
 @states.command("put")
 @click.argument("name")
 @data_options
-@pass_context
-@refusals
-def put_state(ctx: Context, name: str, data: str | None, file: Path | None) -> None:
+@api_command()
+def put_state(api: StatesAPI, name: str, payload: Payload) -> None:
     """Declare (or additively re-declare) a state."""
-    echo_json(client(ctx).declare(name, _payload(data, file)))
+    echo_json(api.declare(name, payload.read()))
 
 
 @states.command("delete")
@@ -194,27 +302,25 @@ def put_state(ctx: Context, name: str, data: str | None, file: Path | None) -> N
 @refusals
 def delete_state(ctx: Context, name: str, yes: bool) -> None:
     """Delete a state with its records and audit trail."""
-    if not yes:
+    if not yes:  # refused before the store is opened (or created)
         raise click.UsageError(f"deleting {name!r} deletes all its records and audit; pass --yes to confirm")
     echo_json(client(ctx).delete_declaration(name))
 
 
 @states.command("stats")
 @click.argument("name")
-@pass_context
-@refusals
-def stats(ctx: Context, name: str) -> None:
+@api_command(reads=True)
+def stats(api: StatesAPI, name: str) -> None:
     """Record counts per field and per kind."""
-    echo_json(client(ctx, reads=True).stats(name))
+    echo_json(api.stats(name))
 
 
 @states.command("consumers")
 @click.argument("name")
-@pass_context
-@refusals
-def consumers(ctx: Context, name: str) -> None:
+@api_command(reads=True)
+def consumers(api: StatesAPI, name: str) -> None:
     """What uses the state (guards its deletion)."""
-    echo_json(client(ctx, reads=True).consumers(name))
+    echo_json(api.consumers(name))
 
 
 def _subject_rows(items: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -227,13 +333,11 @@ SUBJECT_COLUMNS = ["target_kind", "target_name", "kind", "key", "revision", "upd
 @states.command("subjects")
 @click.argument("name")
 @click.option("--kind", default=None)
-@click.option("--limit", type=click.IntRange(1, 500), default=None)
-@click.option("--cursor", default=None)
-@pass_context
-@refusals
-def subjects(ctx: Context, name: str, kind: str | None, limit: int | None, cursor: str | None) -> None:
+@page_options
+@api_command(reads=True)
+def subjects(api: StatesAPI, name: str, kind: str | None, limit: int | None, cursor: str | None) -> None:
     """Subjects that have a record (keyset-paginated)."""
-    page = client(ctx, reads=True).subjects(name, kind=kind, limit=limit, cursor=cursor)
+    page = api.subjects(name, kind=kind, limit=limit, cursor=cursor)
     _out(page, _subject_rows(page["subjects"]), SUBJECT_COLUMNS)
     if page.get("next_cursor") and sys.stdout.isatty():
         click.echo(f"more: --cursor {page['next_cursor']}", err=True)
@@ -248,14 +352,12 @@ def subjects(ctx: Context, name: str, kind: str | None, limit: int | None, curso
     required=True,
     help='A containment document, e.g. \'{"status": "open"}\' (--data is accepted too).',
 )
-@click.option("--limit", type=click.IntRange(1, 500), default=None)
-@click.option("--cursor", default=None)
+@page_options
 @click.option("--sort", default=None, help='e.g. \'[{"path": ["priority"], "order": "desc"}]\'.')
 @click.option("--include-data", is_flag=True, help="Return each match's document as data.")
-@pass_context
-@refusals
+@api_command(reads=True)
 def search(
-    ctx: Context,
+    api: StatesAPI,
     name: str,
     filters: str,
     limit: int | None,
@@ -269,7 +371,7 @@ def search(
     Example:
       stateflow states search tickets --filters '{"priority": {"$gte": 2}}' --include-data
     """
-    page = client(ctx, reads=True).search(
+    page = api.search(
         name,
         decode(filters),
         limit=limit,
@@ -285,22 +387,10 @@ def search(
 @subject_options
 @click.option("--revision", type=click.IntRange(0), default=None, help="Read it as of this revision.")
 @click.option("--seq", type=click.IntRange(0), default=None, help="Read it as of this transition seq.")
-@pass_context
-@refusals
-def read(
-    ctx: Context,
-    name: str,
-    target_kind: str,
-    target_name: str,
-    kind: str | None,
-    key: str,
-    revision: int | None,
-    seq: int | None,
-) -> None:
+@api_command(reads=True)
+def read(api: StatesAPI, name: str, subject: Subject, revision: int | None, seq: int | None) -> None:
     """A record (null when there is none), now or as of a revision or seq."""
-    api = client(ctx, reads=True)
-    subject = _subject(api, name, target_kind, target_name, kind, key)
-    echo_json(api.read(name, subject, revision=revision, seq=seq))
+    echo_json(api.read(name, subject.of(api, name), revision=revision, seq=seq))
 
 
 @states.command("diff")
@@ -310,22 +400,10 @@ def read(
 @click.option(
     "--to", "to_revision", type=click.IntRange(0), default=None, help="Newer revision [default: current]."
 )
-@pass_context
-@refusals
-def diff(
-    ctx: Context,
-    name: str,
-    target_kind: str,
-    target_name: str,
-    kind: str | None,
-    key: str,
-    from_revision: int,
-    to_revision: int | None,
-) -> None:
+@api_command(reads=True)
+def diff(api: StatesAPI, name: str, subject: Subject, from_revision: int, to_revision: int | None) -> None:
     """What changed in a record between two revisions: {from, to, edits, patch}."""
-    api = client(ctx, reads=True)
-    subject = _subject(api, name, target_kind, target_name, kind, key)
-    echo_json(api.diff(name, subject, from_revision, to_revision))
+    echo_json(api.diff(name, subject.of(api, name), from_revision, to_revision))
 
 
 @states.command("revert")
@@ -333,27 +411,16 @@ def diff(
 @subject_options
 @click.option("--revision", type=click.IntRange(0), required=True, help="The revision to go back to.")
 @write_options
-@pass_context
-@refusals
-def revert(
-    ctx: Context,
-    name: str,
-    target_kind: str,
-    target_name: str,
-    kind: str | None,
-    key: str,
-    revision: int,
-    expect_revision: int | None,
-    consumer: str | None,
-    run_id: str | None,
-    meta: str | None,
-) -> None:
+@api_command()
+def revert(api: StatesAPI, name: str, subject: Subject, revision: int, write: Write) -> None:
     """Make a record what it was at --revision again, as a new write (history keeps all)."""
-    api = client(ctx)
-    subject = _subject(api, name, target_kind, target_name, kind, key)
     echo_json(
         api.revert(
-            name, subject, revision, origin=_origin(consumer, run_id, meta), expect_revision=expect_revision
+            name,
+            subject.of(api, name),
+            revision,
+            origin=write.origin(),
+            expect_revision=write.expect_revision,
         )
     )
 
@@ -363,28 +430,17 @@ def revert(
 @subject_options
 @data_options
 @write_options
-@pass_context
-@refusals
-def replace(
-    ctx: Context,
-    name: str,
-    target_kind: str,
-    target_name: str,
-    kind: str | None,
-    key: str,
-    data: str | None,
-    file: Path | None,
-    expect_revision: int | None,
-    consumer: str | None,
-    run_id: str | None,
-    meta: str | None,
-) -> None:
+@api_command()
+def replace(api: StatesAPI, name: str, subject: Subject, payload: Payload, write: Write) -> None:
     """Replace a record's whole document."""
-    api = client(ctx)
-    subject = _subject(api, name, target_kind, target_name, kind, key)
-    origin = _origin(consumer, run_id, meta)
     echo_json(
-        api.replace(name, subject, _payload(data, file), origin=origin, expect_revision=expect_revision)
+        api.replace(
+            name,
+            subject.of(api, name),
+            payload.read(),
+            origin=write.origin(),
+            expect_revision=write.expect_revision,
+        )
     )
 
 
@@ -393,27 +449,18 @@ def replace(
 @subject_options
 @data_options
 @write_options
-@pass_context
-@refusals
-def merge(
-    ctx: Context,
-    name: str,
-    target_kind: str,
-    target_name: str,
-    kind: str | None,
-    key: str,
-    data: str | None,
-    file: Path | None,
-    expect_revision: int | None,
-    consumer: str | None,
-    run_id: str | None,
-    meta: str | None,
-) -> None:
+@api_command()
+def merge(api: StatesAPI, name: str, subject: Subject, payload: Payload, write: Write) -> None:
     """Shallow-merge top-level fields into a record (null is stored as null)."""
-    api = client(ctx)
-    subject = _subject(api, name, target_kind, target_name, kind, key)
-    origin = _origin(consumer, run_id, meta)
-    echo_json(api.merge(name, subject, _payload(data, file), origin=origin, expect_revision=expect_revision))
+    echo_json(
+        api.merge(
+            name,
+            subject.of(api, name),
+            payload.read(),
+            origin=write.origin(),
+            expect_revision=write.expect_revision,
+        )
+    )
 
 
 @states.command("apply")
@@ -422,39 +469,24 @@ def merge(
 @data_options
 @click.option("--op-id", default=None, help="Idempotency key (a payload op_id wins).")
 @write_options
-@pass_context
-@refusals
+@api_command()
 def apply(
-    ctx: Context,
-    name: str,
-    target_kind: str,
-    target_name: str,
-    kind: str | None,
-    key: str,
-    data: str | None,
-    file: Path | None,
-    op_id: str | None,
-    expect_revision: int | None,
-    consumer: str | None,
-    run_id: str | None,
-    meta: str | None,
+    api: StatesAPI, name: str, subject: Subject, payload: Payload, op_id: str | None, write: Write
 ) -> None:
     """Apply an op batch: a JSON array of ops, or {"ops": [...], "op_id": "..."}."""
-    payload = _payload(data, file)
-    if isinstance(payload, dict):
-        if set(payload) - {"ops", "op_id"} or "ops" not in payload:
+    ops = payload.read()
+    if isinstance(ops, dict):
+        if set(ops) - {"ops", "op_id"} or "ops" not in ops:
             raise InvalidInput('the payload is a list of ops or {"ops": [...], "op_id"?: "..."}')
-        op_id = payload.get("op_id") or op_id
-        payload = payload["ops"]
-    api = client(ctx)
-    subject = _subject(api, name, target_kind, target_name, kind, key)
+        op_id = ops.get("op_id") or op_id
+        ops = ops["ops"]
     result = api.apply(
         name,
-        subject,
-        payload,
+        subject.of(api, name),
+        ops,
         op_id=op_id,
-        origin=_origin(consumer, run_id, meta),
-        expect_revision=expect_revision,
+        origin=write.origin(),
+        expect_revision=write.expect_revision,
     )
     echo_json(result.to_json())
 
@@ -463,25 +495,11 @@ def apply(
 @click.argument("name")
 @subject_options
 @write_options
-@pass_context
-@refusals
-def erase(
-    ctx: Context,
-    name: str,
-    target_kind: str,
-    target_name: str,
-    kind: str | None,
-    key: str,
-    expect_revision: int | None,
-    consumer: str | None,
-    run_id: str | None,
-    meta: str | None,
-) -> None:
+@api_command()
+def erase(api: StatesAPI, name: str, subject: Subject, write: Write) -> None:
     """Delete a record (its audit trail stays)."""
-    api = client(ctx)
-    subject = _subject(api, name, target_kind, target_name, kind, key)
     echo_json(
-        api.erase(name, subject, origin=_origin(consumer, run_id, meta), expect_revision=expect_revision)
+        api.erase(name, subject.of(api, name), origin=write.origin(), expect_revision=write.expect_revision)
     )
 
 
@@ -492,45 +510,20 @@ def erase(
     "--into", "into", required=True, help='The survivor: {"target_kind", "target_name", "kind", "key"}.'
 )
 @click.option("--mode", type=click.Choice(["switch", "merge"]), required=True)
-@pass_context
-@refusals
-def fold(
-    ctx: Context,
-    name: str,
-    target_kind: str,
-    target_name: str,
-    kind: str | None,
-    key: str,
-    into: str,
-    mode: str,
-) -> None:
+@api_command()
+def fold(api: StatesAPI, name: str, subject: Subject, into: str, mode: str) -> None:
     """Fold this subject into another: its reads and writes land on the survivor."""
-    api = client(ctx)
-    echo_json(api.fold(name, _subject(api, name, target_kind, target_name, kind, key), decode(into), mode))
+    echo_json(api.fold(name, subject.of(api, name), decode(into), mode))
 
 
 @states.command("writes")
 @click.argument("name")
 @subject_options
-@click.option("--limit", type=click.IntRange(1, 500), default=None)
-@click.option("--cursor", default=None)
-@pass_context
-@refusals
-def writes(
-    ctx: Context,
-    name: str,
-    target_kind: str,
-    target_name: str,
-    kind: str | None,
-    key: str,
-    limit: int | None,
-    cursor: str | None,
-) -> None:
+@page_options
+@api_command(reads=True)
+def writes(api: StatesAPI, name: str, subject: Subject, limit: int | None, cursor: str | None) -> None:
     """A record's audit trail, newest first."""
-    api = client(ctx, reads=True)
-    page = api.writes(
-        name, _subject(api, name, target_kind, target_name, kind, key), limit=limit, cursor=cursor
-    )
+    page = api.writes(name, subject.of(api, name), limit=limit, cursor=cursor)
     rows = [
         {
             "seq": w["seq"],
@@ -546,11 +539,9 @@ def writes(
 
 
 @states.command("prune")
-@pass_context
-@refusals
-def prune(ctx: Context) -> None:
+@api_command()
+def prune(api: StatesAPI) -> None:
     """Delete expired records and expired op_id keys (retention)."""
-    api = client(ctx)
     if not isinstance(api, StatesService) or not sys.stderr.isatty():
         echo_json(api.prune())
         return
@@ -568,32 +559,29 @@ def prune(ctx: Context) -> None:
 
 @states.command("attachments")
 @click.argument("name")
-@pass_context
-@refusals
-def attachments(ctx: Context, name: str) -> None:
+@api_command(reads=True)
+def attachments(api: StatesAPI, name: str) -> None:
     """Templates attached to a state."""
-    echo_json(client(ctx, reads=True).attachments(name))
+    echo_json(api.attachments(name))
 
 
 @states.command("get-attachment")
 @click.argument("name")
 @click.argument("template")
-@pass_context
-@refusals
-def get_attachment(ctx: Context, name: str, template: str) -> None:
+@api_command(reads=True)
+def get_attachment(api: StatesAPI, name: str, template: str) -> None:
     """One attachment."""
-    echo_json(client(ctx, reads=True).get_attachment(name, template))
+    echo_json(api.get_attachment(name, template))
 
 
 @states.command("attach")
 @click.argument("name")
 @click.argument("template")
 @data_options
-@pass_context
-@refusals
-def attach(ctx: Context, name: str, template: str, data: str | None, file: Path | None) -> None:
+@api_command()
+def attach(api: StatesAPI, name: str, template: str, payload: Payload) -> None:
     """Attach TEMPLATE: {"path": [...], "parameters": {...}, "declarations": {...}}."""
-    echo_json(client(ctx).attach(name, template, _payload(data, file)))
+    echo_json(api.attach(name, template, payload.read()))
 
 
 @states.command("update-attachment")
@@ -606,24 +594,24 @@ def attach(ctx: Context, name: str, template: str, data: str | None, file: Path 
     default=None,
     help='Reconcile directives, e.g. {"orphans": "close", "resolution": "..."}.',
 )
-@pass_context
-@refusals
-def update_attachment(ctx: Context, name: str, template: str, declarations: str, options: str | None) -> None:
+@api_command()
+def update_attachment(
+    api: StatesAPI, name: str, template: str, declarations: str, options: str | None
+) -> None:
     """Change an attachment's declarations (running the template's reconcile)."""
     body: dict[str, Any] = {"declarations": decode(declarations)}
     if options:
         body["options"] = decode(options)
-    echo_json(client(ctx).update_attachment(name, template, body))
+    echo_json(api.update_attachment(name, template, body))
 
 
 @states.command("detach")
 @click.argument("name")
 @click.argument("template")
-@pass_context
-@refusals
-def detach(ctx: Context, name: str, template: str) -> None:
+@api_command()
+def detach(api: StatesAPI, name: str, template: str) -> None:
     """Detach TEMPLATE (records keep their data)."""
-    echo_json(client(ctx).detach(name, template))
+    echo_json(api.detach(name, template))
 
 
 @states.group("template-jq")
@@ -636,17 +624,9 @@ def template_jq() -> None:
 @subject_options
 @click.argument("program")
 @click.option("--param", "params", multiple=True, help="key=<JSON value> (repeatable).")
-@pass_context
-@refusals
+@api_command(reads=True)
 def template_jq_eval(
-    ctx: Context,
-    name: str,
-    target_kind: str,
-    target_name: str,
-    kind: str | None,
-    key: str,
-    program: str,
-    params: tuple[str, ...],
+    api: StatesAPI, name: str, subject: Subject, program: str, params: tuple[str, ...]
 ) -> None:
     """Run an input PROGRAM (template.program or program) and print its value."""
     values: dict[str, Any] = {}
@@ -655,10 +635,7 @@ def template_jq_eval(
         if not sep:
             raise click.UsageError(f"--param {item!r} must be key=<JSON value>")
         values[k] = decode(raw)
-    api = client(ctx, reads=True)
-    echo_json(
-        api.template_jq_input(name, _subject(api, name, target_kind, target_name, kind, key), program, values)
-    )
+    echo_json(api.template_jq_input(name, subject.of(api, name), program, values))
 
 
 @template_jq.command("apply")
@@ -667,44 +644,29 @@ def template_jq_eval(
 @click.argument("program")
 @click.option("--input", "value", default=None, help="The program's $input (JSON).")
 @click.option("--op-id", default=None)
-@pass_context
-@refusals
+@api_command()
 def template_jq_apply(
-    ctx: Context,
-    name: str,
-    target_kind: str,
-    target_name: str,
-    kind: str | None,
-    key: str,
-    program: str,
-    value: str | None,
-    op_id: str | None,
+    api: StatesAPI, name: str, subject: Subject, program: str, value: str | None, op_id: str | None
 ) -> None:
     """Run an update PROGRAM and apply the op batch it returns."""
-    api = client(ctx)
-    subject = _subject(api, name, target_kind, target_name, kind, key)
     echo_json(
-        api.template_jq_update(name, subject, program, None if value is None else decode(value), op_id=op_id)
+        api.template_jq_update(
+            name, subject.of(api, name), program, None if value is None else decode(value), op_id=op_id
+        )
     )
 
 
 @click.group("state-templates")
-@click.option(
-    "--url", envvar="STATEFLOW_URL", help="Use a running `stateflow serve` at this URL [env STATEFLOW_URL]."
-)
-@click.option("--token", envvar="STATEFLOW_TOKEN", help="Bearer token for --url [env STATEFLOW_TOKEN].")
-@click.pass_context
-def state_templates(click_ctx: click.Context, url: str | None, token: str | None) -> None:
+@remote_options
+def state_templates() -> None:
     """State templates: reusable schema fragments with regimes and jq programs."""
-    click_ctx.meta["states_remote"] = (url, token)
 
 
 @state_templates.command("list")
-@pass_context
-@refusals
-def templates_list(ctx: Context) -> None:
+@api_command(reads=True)
+def templates_list(api: StatesAPI) -> None:
     """Templates, with how many states each is attached to."""
-    items = client(ctx, reads=True).list_templates()
+    items = api.list_templates()
     rows = [
         {
             "name": t["name"],
@@ -719,11 +681,10 @@ def templates_list(ctx: Context) -> None:
 
 @state_templates.command("get")
 @click.argument("name")
-@pass_context
-@refusals
-def templates_get(ctx: Context, name: str) -> None:
+@api_command(reads=True)
+def templates_get(api: StatesAPI, name: str) -> None:
     """One template document."""
-    echo_json(client(ctx, reads=True).get_template(name))
+    echo_json(api.get_template(name))
 
 
 @state_templates.command("put")
@@ -732,20 +693,18 @@ def templates_get(ctx: Context, name: str) -> None:
 @click.option(
     "--replace", is_flag=True, help="Overwrite an existing template (its attachments are re-validated)."
 )
-@pass_context
-@refusals
-def templates_put(ctx: Context, name: str, data: str | None, file: Path | None, replace: bool) -> None:
+@api_command()
+def templates_put(api: StatesAPI, name: str, payload: Payload, replace: bool) -> None:
     """Upload a template document."""
-    echo_json(client(ctx).put_template(name, _payload(data, file), replace=replace))
+    echo_json(api.put_template(name, payload.read(), replace=replace))
 
 
 @state_templates.command("delete")
 @click.argument("name")
-@pass_context
-@refusals
-def templates_delete(ctx: Context, name: str) -> None:
+@api_command()
+def templates_delete(api: StatesAPI, name: str) -> None:
     """Delete a template that is attached nowhere."""
-    echo_json(client(ctx).delete_template(name))
+    echo_json(api.delete_template(name))
 
 
 LISTINGS = frozenset(

@@ -276,19 +276,15 @@ def create_app(service: StatesService, tokens: TokenSet, http: HttpConfig | None
                 "this token is limited to some targets; catalog changes need an unrestricted token"
             )
 
-    def ready(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        # Built-in declarations are installed on first use, so a server started on a store that
-        # is not migrated yet answers 501 until `stateflow migrate` has run, then just works.
-        service.install_builtins()
-        return fn(*args, **kwargs)
-
+    # Built-in declarations are the composition root's to install (`stateflow.api.states_service`:
+    # at once, or — on a store not migrated yet — when the store is first found migrated).
     async def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Response:
-        result = await run_in_threadpool(ready, fn, *args, **kwargs)
+        result = await run_in_threadpool(fn, *args, **kwargs)
         return _json(200, {"data": result})
 
     async def call_record(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Response:
         """A record answer, with its revision as the ``ETag``."""
-        result = await run_in_threadpool(ready, fn, *args, **kwargs)
+        result = await run_in_threadpool(fn, *args, **kwargs)
         headers = etag(result["revision"]) if isinstance(result, dict) and "revision" in result else None
         return _json(200, {"data": result}, headers)
 
@@ -401,7 +397,7 @@ def create_app(service: StatesService, tokens: TokenSet, http: HttpConfig | None
 
     @app.get("/api/states/{name}/consumers")
     async def consumers(name: str, request: Request) -> Response:
-        await run_in_threadpool(ready, service.get_declaration, name)
+        await run_in_threadpool(service.get_declaration, name)
         return await call(service.consumers, name)
 
     @app.get("/api/states/{name}/subjects")
@@ -509,7 +505,6 @@ def create_app(service: StatesService, tokens: TokenSet, http: HttpConfig | None
             if body.get("op_id") is not None and not isinstance(body["op_id"], str):
                 raise BadRequest("op_id must be a string")
             result = await run_in_threadpool(
-                ready,
                 service.apply,
                 name,
                 subject,

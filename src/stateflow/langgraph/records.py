@@ -16,7 +16,7 @@ from stateflow.errors import InvalidInput
 from stateflow.states import StatesService
 from stateflow.states.models import DoorContext
 from stateflow.states.service import StateNotFound
-from stateflow.store import DocKey
+from stateflow.store import DocKey, Document
 from stateflow.subjects import encode_subject
 
 SCAN_PAGE = 500
@@ -93,6 +93,11 @@ class Records:
             if len(listed) < page:
                 return
             after = listed[-1].key.subject
+
+    def documents(self, kind: str, prefix: str, *, limit: int | None = None) -> list[Document]:
+        """The present records of ``kind`` whose key starts with ``prefix``, whole, in key order."""
+        start = encode_subject("agent", self.target_name, kind, prefix)[:-2]  # drop the closing '"]'
+        return self.store.read_under(self.state, start, limit=limit)
 
     def ensure_declared(self, declaration: dict[str, Any]) -> None:
         """Declare the state unless it already is, with this schema (a re-declare writes)."""

@@ -13,7 +13,6 @@ each checkpoint has an audit row with its origin (consumer ``langgraph``, the ru
 
 from __future__ import annotations
 
-import asyncio
 import builtins
 import functools
 import random
@@ -35,6 +34,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from stateflow.aio import call, open_store_async
 from stateflow.langgraph.codec import Codec
 from stateflow.langgraph.records import Records, invert, join, part, uninvert, unpart
 from stateflow.states import StatesService
@@ -73,7 +73,8 @@ class StateflowSaver(BaseCheckpointSaver[str]):
 
     ``StateflowSaver.open("./agent.db")`` (or a PostgreSQL URL) opens and migrates a store; or
     pass a :class:`~stateflow.states.StatesService` you already have. The async methods run
-    the same calls on a worker thread.
+    the same calls awaited: on the event loop over PostgreSQL's async pool (a saver opened by
+    :meth:`aopen`), else on a worker thread.
     """
 
     def __init__(
@@ -105,10 +106,22 @@ class StateflowSaver(BaseCheckpointSaver[str]):
         saver._owned = True
         return saver
 
+    @classmethod
+    async def aopen(cls, location: str, **options: Any) -> StateflowSaver:
+        """:meth:`open` for async code: a PostgreSQL store runs on psycopg's async pool (the
+        async methods never leave the event loop's thread); closed by :meth:`aclose`."""
+        opened = await open_store_async(location, auto_migrate=True)
+        saver = await call(opened, lambda: cls(StatesService(opened), **options))
+        saver._owned = True
+        return saver
+
     def close(self) -> None:
         if self._owned:
             self.states.close()
             self.states.store.close()
+
+    async def aclose(self) -> None:
+        await call(self.states.store, self.close)
 
     def __enter__(self) -> StateflowSaver:
         return self
@@ -139,38 +152,37 @@ class StateflowSaver(BaseCheckpointSaver[str]):
         thread_id, ns = self._where(config)
         checkpoint_id = get_checkpoint_id(config)
         if checkpoint_id:
-            key = self._key(thread_id, ns, checkpoint_id)
-        else:
-            prefix = f"{join([thread_id, ns])}/"
-            newest = self.records.store.cached(
-                ("langgraph-newest", self.records.state, self.records.target_name, prefix),
-                lambda: next(self.records.scan(CHECKPOINT, prefix, page=1), None),
-            )
-            if newest is None:
-                return None
-            key = self.records.key_of(newest)
-        return next(iter(self._tuples([key])), None)
+            return next(iter(self._tuples([self._key(thread_id, ns, checkpoint_id)])), None)
+        prefix = f"{join([thread_id, ns])}/"
+        newest = self.records.store.cached(
+            ("langgraph-newest", self.records.state, self.records.target_name, prefix),
+            lambda: self.records.documents(CHECKPOINT, prefix, limit=1),
+        )
+        return next(iter(self._assembled([doc.body for doc in newest if doc.body])), None)
 
     def _tuples(self, keys: Sequence[str]) -> Iterator[CheckpointTuple]:
         """The tuples of the checkpoints under ``keys`` (missing ones skipped), in order."""
+        doc_keys = [self.records.doc_key(CHECKPOINT, k) for k in keys]
+        docs = self.records.store.read(doc_keys)
+        return self._assembled([body for k in doc_keys if (body := docs[k].body) is not None])
+
+    def _assembled(self, bodies: Sequence[dict[str, Any]]) -> Iterator[CheckpointTuple]:
+        """The tuples of these checkpoint records: their pending writes and the checkpoints
+        holding their unchanged channels read together, in one read."""
         records = self.records
-        doc_keys = [records.doc_key(CHECKPOINT, k) for k in keys]
-        write_keys = [records.doc_key(WRITES, k) for k in keys]
-        docs = records.store.read(doc_keys + write_keys)
-        sourced: dict[DocKey, list[str]] = {}
-        for doc_key in doc_keys:
-            body = docs[doc_key].body
-            if body is None:
-                continue
+        write_keys = [
+            records.doc_key(WRITES, self._key(b["thread_id"], b["checkpoint_ns"], b["checkpoint_id"]))
+            for b in bodies
+        ]
+        sourced: dict[DocKey, None] = {}
+        for body in bodies:
             thread_id, ns = body["thread_id"], body["checkpoint_ns"]
             for source in set(body.get("sources", {}).values()):
-                sourced.setdefault(records.doc_key(CHECKPOINT, self._key(thread_id, ns, source)), [])
-        sources = records.store.read(list(sourced)) if sourced else {}  # whole: kept in the read cache
-        for doc_key, write_key in zip(doc_keys, write_keys, strict=True):
-            body = docs[doc_key].body
-            if body is None:
-                continue
-            yield self._tuple(body, docs[write_key].body, sources)
+                sourced.setdefault(records.doc_key(CHECKPOINT, self._key(thread_id, ns, source)), None)
+        wanted = [*write_keys, *sourced]
+        docs = records.store.read(wanted) if wanted else {}  # whole: kept in the read cache
+        for body, write_key in zip(bodies, write_keys, strict=True):
+            yield self._tuple(body, docs[write_key].body, docs)
 
     def _tuple(
         self, body: dict[str, Any], writes: dict[str, Any] | None, sources: dict[DocKey, Any]
@@ -491,10 +503,11 @@ class StateflowSaver(BaseCheckpointSaver[str]):
             current_v = int(current.split(".")[0])
         return f"{current_v + 1:032}.{random.random():016}"
 
-    # ------------------------------------------------------------------ async: the same calls on a worker thread
+    # ------------------------------------------------------------------ async: the same calls, awaited
+    # (on the event loop over PostgreSQL's async pool, else on a worker thread: see stateflow.aio)
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return await asyncio.to_thread(self.get_tuple, config)
+        return await call(self.states.store, self.get_tuple, config)
 
     async def alist(
         self,
@@ -504,8 +517,8 @@ class StateflowSaver(BaseCheckpointSaver[str]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
-        found = await asyncio.to_thread(
-            lambda: list(self.list(config, filter=filter, before=before, limit=limit))
+        found = await call(
+            self.states.store, lambda: list(self.list(config, filter=filter, before=before, limit=limit))
         )
         for tup in found:
             yield tup
@@ -517,7 +530,7 @@ class StateflowSaver(BaseCheckpointSaver[str]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
+        return await call(self.states.store, self.put, config, checkpoint, metadata, new_versions)
 
     async def aput_writes(
         self,
@@ -526,16 +539,16 @@ class StateflowSaver(BaseCheckpointSaver[str]):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        await asyncio.to_thread(self.put_writes, config, writes, task_id, task_path)
+        await call(self.states.store, self.put_writes, config, writes, task_id, task_path)
 
     async def adelete_thread(self, thread_id: str) -> None:
-        await asyncio.to_thread(self.delete_thread, thread_id)
+        await call(self.states.store, self.delete_thread, thread_id)
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        await asyncio.to_thread(self.delete_for_runs, run_ids)
+        await call(self.states.store, self.delete_for_runs, run_ids)
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)
+        await call(self.states.store, self.copy_thread, source_thread_id, target_thread_id)
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)
+        await call(self.states.store, self.prune, thread_ids, strategy=strategy)

@@ -10,7 +10,6 @@ an item's history, audit trail and as-of reads are those of any other record, on
 
 from __future__ import annotations
 
-import asyncio
 import builtins
 import functools
 from collections.abc import Iterable, Sequence
@@ -34,10 +33,11 @@ from langgraph.store.base import (
     validate_op_namespace,
 )
 
+from stateflow.aio import call, open_store_async
 from stateflow.langgraph.records import Records, join
 from stateflow.states import StatesService
 from stateflow.states.models import DoorContext
-from stateflow.store import DocKey, open_store
+from stateflow.store import open_store
 from stateflow.store.base import utc_text
 
 STATE: Final = "langgraph_store"
@@ -98,10 +98,22 @@ class StateflowStore(BaseStore):
         store._owned = True
         return store
 
+    @classmethod
+    async def aopen(cls, location: str, **options: Any) -> StateflowStore:
+        """:meth:`open` for async code: a PostgreSQL store runs on psycopg's async pool (its
+        async methods never leave the event loop's thread); closed by :meth:`aclose`."""
+        opened = await open_store_async(location, auto_migrate=True)
+        store = await call(opened, lambda: cls(StatesService(opened), **options))
+        store._owned = True
+        return store
+
     def close(self) -> None:
         if self._owned:
             self.states.close()
             self.states.store.close()
+
+    async def aclose(self) -> None:
+        await call(self.states.store, self.close)
 
     def __enter__(self) -> StateflowStore:
         return self
@@ -152,8 +164,10 @@ class StateflowStore(BaseStore):
         return results
 
     async def abatch(self, ops: Iterable[Op]) -> builtins.list[Result]:
+        """``batch``, awaited: on the event loop over PostgreSQL's async pool (a store opened
+        by :meth:`aopen`), else on a worker thread."""
         ops = builtins.list(ops)
-        return await asyncio.to_thread(self.batch, ops)
+        return await call(self.states.store, self.batch, ops)
 
     # ------------------------------------------------------------------ reads
 
@@ -163,8 +177,11 @@ class StateflowStore(BaseStore):
         return expires is None or datetime.fromisoformat(expires) > now
 
     @staticmethod
-    def _item(data: dict[str, Any], updated_at: str | None, cls: type[Item] = Item) -> Any:
-        value = orjson.loads(orjson.dumps(data["value"]))  # the caller's own copy
+    def _item(
+        data: dict[str, Any], updated_at: str | None, cls: type[Item] = Item, *, own: bool = False
+    ) -> Any:
+        # the caller's own copy (``own``: ``data`` already is one)
+        value = data["value"] if own else orjson.loads(orjson.dumps(data["value"]))
         created = datetime.fromisoformat(data["created_at"])
         updated = datetime.fromisoformat(updated_at) if updated_at else created
         namespace = tuple(data["namespace"])
@@ -179,16 +196,8 @@ class StateflowStore(BaseStore):
         data = record["data"]
         if op.refresh_ttl and data.get("ttl_minutes") is not None:
             refresh[self.subject_key(op.namespace, op.key)] = data
-        item: Item = self._item(data, record["updated_at"])
+        item: Item = self._item(data, record["updated_at"], own=True)  # states.read copied it
         return item
-
-    def _documents(self, keys: Sequence[DocKey]) -> Iterable[tuple[dict[str, Any], str | None]]:
-        for start in range(0, len(keys), _PAGE):
-            docs = self.records.store.read(keys[start : start + _PAGE])
-            for key in keys[start : start + _PAGE]:
-                doc = docs[key]
-                if doc.body is not None:
-                    yield doc.body, doc.at
 
     def _search(
         self, op: SearchOp, now: datetime, refresh: dict[str, dict[str, Any]]
@@ -213,8 +222,7 @@ class StateflowStore(BaseStore):
         order a search) — kept until anything commits, on stores that can tell."""
 
         def build() -> tuple[tuple[dict[str, Any], str | None], ...]:
-            keys = builtins.list(self.records.scan(ITEM, prefix))
-            found = builtins.list(self._documents(keys))
+            found = [(doc.body, doc.at) for doc in self.records.documents(ITEM, prefix) if doc.body]
             found.sort(key=lambda x: x[1] or x[0]["created_at"], reverse=True)
             return tuple(found)
 
@@ -277,25 +285,27 @@ class StateflowStore(BaseStore):
                 continue
             if not isinstance(op.value, dict):
                 raise ValueError(f"a store value must be a dict, got {type(op.value).__name__}")
-            if current is None:
-                record = self.states.read(self.records.state, subject)
-                before = record["data"] if record else None
-            else:
-                before = current[keys[(op.namespace, op.key)]].body
             ttl = op.ttl if isinstance(op.ttl, int | float) and not isinstance(op.ttl, bool) else None
             document = {
                 "namespace": builtins.list(op.namespace),
                 "key": op.key,
                 "value": op.value,
-                "created_at": before["created_at"] if before else utc_text(now),
+                "created_at": utc_text(now),
                 "expires_at": utc_text(now + timedelta(minutes=ttl)) if ttl is not None else None,
                 "ttl_minutes": ttl,
             }
-            if current is None:
-                self.states.replace(
-                    self.records.state, subject, document, origin=origin, context=self.context
+            if current is None:  # one put: one write, the creation time kept inside it
+                self.states.replace_from(
+                    self.records.state,
+                    subject,
+                    functools.partial(_keep_created, document),
+                    origin=origin,
+                    context=self.context,
                 )
             else:
+                before = current[keys[(op.namespace, op.key)]].body
+                if before:
+                    document["created_at"] = before["created_at"]
                 items.append(
                     {
                         "state": self.records.state,
@@ -328,11 +338,10 @@ class StateflowStore(BaseStore):
     def sweep_ttl(self) -> int:
         """Erase every expired item (the audit trail stays); return how many."""
         now = datetime.now(UTC)
-        keys = builtins.list(self.records.scan(ITEM, ""))
         expired = [
-            (tuple(data["namespace"]), data["key"])
-            for data, _ in self._documents(keys)
-            if not self._live(data, now)
+            (tuple(doc.body["namespace"]), doc.body["key"])
+            for doc in self.records.documents(ITEM, "")
+            if doc.body and not self._live(doc.body, now)
         ]
         for namespace, key in expired:
             self.states.erase(
@@ -344,7 +353,13 @@ class StateflowStore(BaseStore):
         return len(expired)
 
     async def asweep_ttl(self) -> int:
-        return await asyncio.to_thread(self.sweep_ttl)
+        return await call(self.states.store, self.sweep_ttl)
+
+
+def _keep_created(document: dict[str, Any], before: dict[str, Any] | None) -> dict[str, Any]:
+    if before and "created_at" in before:
+        return {**document, "created_at": before["created_at"]}
+    return document
 
 
 @functools.lru_cache(maxsize=16384)

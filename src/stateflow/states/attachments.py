@@ -17,6 +17,7 @@ from stateflow.errors import Conflict, InvalidInput, NotFound
 from stateflow.states import pipeline
 from stateflow.states.models import DoorContext, StateSubject, WriteOrigin
 from stateflow.states.pipeline import RecordWrite, ops_transform
+from stateflow.states.results import Attached, AttachmentUpdated, Detached, StateAttachment
 from stateflow.states.schema import SchemaInvalid, check_base_schema
 from stateflow.states.template_jq import _rebase, _subtree
 from stateflow.states.templates import (
@@ -133,19 +134,17 @@ class Attachments:
 
     # ------------------------------------------------------------------ attach / detach
 
-    def listed(self, name: str) -> list[dict[str, Any]]:
+    def listed(self, name: str) -> list[StateAttachment]:
         decl = self.svc.get_declaration(name)
         return [{"state": name, **a} for a in decl["attachments"]]
 
-    def get(self, name: str, template: str) -> dict[str, Any]:
+    def get(self, name: str, template: str) -> StateAttachment:
         for row in self.listed(name):
             if row["template"] == template:
                 return row
         raise NotFound(f"template {template!r} is not attached on state {name!r}")
 
-    def attach(
-        self, name: str, template: str, body: Any, *, context: DoorContext | None = None
-    ) -> dict[str, Any]:
+    def attach(self, name: str, template: str, body: Any, *, context: DoorContext | None = None) -> Attached:
         if not isinstance(body, dict) or set(body) - {"path", "parameters", "declarations", "options"}:
             raise InvalidInput(
                 "invalid attach body: it takes path, parameters, declarations and options"
@@ -191,7 +190,7 @@ class Attachments:
 
     def update(
         self, name: str, template: str, body: Any, *, context: DoorContext | None = None
-    ) -> dict[str, Any]:
+    ) -> AttachmentUpdated:
         if (
             not isinstance(body, dict)
             or not isinstance(body.get("declarations"), dict)
@@ -209,7 +208,7 @@ class Attachments:
         doc = self.svc.templates.docs([template])[template]
         new_declarations = body["declarations"]
         self.check_values(doc, current["parameters"], new_declarations)
-        closes = self.reconcile(name, doc, current, new_declarations, options)
+        closes = self.reconcile(name, doc, dict(current), new_declarations, options)
         for reconciler in self.reconcilers:
             closes.extend(
                 reconciler(
@@ -337,7 +336,7 @@ class Attachments:
         ``[(subject, ops)]`` to apply in the same transaction as the declarations change."""
         self.reconcilers.append(reconciler)
 
-    def detach(self, name: str, template: str, *, context: DoorContext | None = None) -> dict[str, Any]:
+    def detach(self, name: str, template: str, *, context: DoorContext | None = None) -> Detached:
         svc = self.svc
         references = [r for referee in self.referees for r in referee(name, template)]
         if references:

@@ -184,7 +184,10 @@ class Listing:
         if order:
             items, next_cursor = self.sorted_page(fetch, keep, extra, order, bodies, n, cursor)
         else:
-            items, next_cursor = self.page(fetch, keep, n, cursor, extra)
+            # every candidate the store returns is kept when nothing is checked here: a page
+            # and one more (to know whether more follow) is all there is to read
+            batch = n + 1 if tenants is None and kind is None and not predicates else PAGE_MAX
+            items, next_cursor = self.page(fetch, keep, n, cursor, extra, batch)
         return {"matches": items, "next_cursor": next_cursor}
 
     def sorted_page(
@@ -240,6 +243,7 @@ class Listing:
         n: int,
         cursor: str | None,
         extra: Callable[[Listed], Any] | None = None,
+        batch: int = PAGE_MAX,
     ) -> tuple[list[SubjectRow], str | None]:
         """One keyset page of at most ``n`` kept subjects, and a cursor only when more follow.
 
@@ -247,14 +251,15 @@ class Listing:
         resumes after the page's last subject; the scan ran out, there is no cursor (no empty
         last page). The look-ahead reads at most one more batch; past that (filters that keep
         little) the cursor resumes after the last subject looked at, so they are not scanned
-        again — and that one page may come back empty."""
+        again — and that one page may come back empty. ``fetch`` is asked for ``batch``
+        subjects at a time."""
         after = _decode_cursor(cursor)
         out: list[SubjectRow] = []
         last = None  # the last subject looked at
         end = None  # the page's last subject
         extra_batches = 0
         while True:
-            page = fetch(after, PAGE_MAX)
+            page = fetch(after, batch)
             for item in page:
                 last = item.key.subject
                 subject = StateSubject.decode(last)
@@ -271,7 +276,7 @@ class Listing:
                     row["data"] = extra(item)
                 out.append(row)
                 end = last
-            if len(page) < PAGE_MAX:
+            if len(page) < batch:
                 return out, None
             if len(out) == n:
                 extra_batches += 1

@@ -8,7 +8,9 @@ and consumer against one definition.
 
 from __future__ import annotations
 
-from typing import Any, NotRequired, TypedDict
+from typing import Any, Generic, NotRequired, TypedDict, TypeVar
+
+T = TypeVar("T")
 
 
 class SubjectRef(TypedDict):
@@ -44,9 +46,15 @@ class WriteEntry(TypedDict):
     revision: int
 
 
-class WritesPage(TypedDict):
-    items: list[WriteEntry]
+class Page(TypedDict, Generic[T]):
+    """One keyset page: ``next_cursor`` only when another page exists. (The subjects and search
+    pages keep the item keys they were published with, ``subjects`` and ``matches``.)"""
+
+    items: list[T]
     next_cursor: str | None
+
+
+WritesPage = Page[WriteEntry]
 
 
 class SubjectRow(TypedDict):
@@ -102,3 +110,130 @@ class DeclarationView(TypedDict):
     attachments: list[AttachmentRow]
     updated_at: str | None
     version: int
+
+
+class Deleted(TypedDict):
+    """``delete_declaration`` and ``delete_template``."""
+
+    deleted: bool
+    name: str
+
+
+class Erased(TypedDict):
+    erased: bool
+
+
+class KindKey(TypedDict):
+    kind: str
+    key: str
+
+
+FoldReport = TypedDict(
+    "FoldReport",
+    {
+        "mode": str,
+        "from": KindKey,
+        "into": KindKey,
+        "already": bool,
+        "flattened": int,
+        "merged_members": NotRequired[list[str]],
+    },
+)
+"""What ``fold`` did: ``already`` when the subject was folded there before, ``flattened`` how
+many aliases now point at the survivor instead, ``merged_members`` (mode ``merge``) the members
+the survivor took over."""
+
+Diff = TypedDict("Diff", {"from": int, "to": int, "edits": list[list[Any]], "patch": Any})
+"""``diff``: ``edits`` as the audit trail shows them, ``patch`` the same as a merge patch."""
+
+
+class Consumer(TypedDict):
+    """Something that uses a state (guards its deletion); ``unavailable`` when its lister could
+    not answer."""
+
+    kind: str
+    name: NotRequired[str]
+    detail: NotRequired[str]
+    unavailable: NotRequired[str]
+
+
+class PruneReport(TypedDict):
+    pruned: dict[str, int]
+    """records erased, per state"""
+    op_ids: int
+    audit_rows: dict[str, int]
+
+
+class Template(TypedDict):
+    """A state template as stored (the uploaded document in canonical form)."""
+
+    kind: str
+    name: str
+    description: str
+    parameters: NotRequired[dict[str, Any]]
+    schema: dict[str, Any]
+    regimes: NotRequired[list[Any]]
+    declarations: NotRequired[Any]
+    template_jq: NotRequired[dict[str, Any]]
+    reconcile: NotRequired[dict[str, Any]]
+    trace: Any
+
+
+class TemplateRow(Template):
+    """A template in the listing: how many states it is attached to, and whether it is a shipped
+    default nobody replaced."""
+
+    attached_to: int
+    shipped_default: bool
+
+
+class StateAttachment(AttachmentRow):
+    """An attachment as listed for a state."""
+
+    state: str
+
+
+class Attached(TypedDict):
+    attached: bool
+    state: str
+    template: str
+
+
+class AttachmentUpdated(TypedDict):
+    updated: bool
+    state: str
+    template: str
+    closed: int
+    """records the reconcile closed"""
+
+
+class Detached(TypedDict):
+    detached: bool
+    state: str
+    template: str
+
+
+class ApplyAnswer(TypedDict):
+    """An op batch's published answer (``ApplyResult.to_json``)."""
+
+    applied: bool
+    data: dict[str, Any] | None
+    seq: int | None
+    skipped: list[dict[str, Any]]
+    replayed: NotRequired[bool]
+    replayed_seq: NotRequired[int | None]
+    written: NotRequired[bool]
+
+
+class JqInput(TypedDict):
+    """An input program's value."""
+
+    name: str
+    purpose: str
+    value: Any
+
+
+class JqUpdate(ApplyAnswer):
+    """An update program's op batch, applied: the batch's answer and the program's name."""
+
+    name: str

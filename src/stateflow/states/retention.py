@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from stateflow.states.listing import PAGE_MAX
 from stateflow.states.models import DoorContext, StateSubject
+from stateflow.states.results import PruneReport
 from stateflow.store.clock import utc_text
 
 if TYPE_CHECKING:
@@ -21,7 +22,7 @@ def prune(
     context: DoorContext | None = None,
     now: datetime | None = None,
     progress: Callable[[str, int], None] | None = None,
-) -> dict[str, Any]:
+) -> PruneReport:
     """Delete expired records (per-state ``retention_days`` or the configured default),
     expired op_id keys and, when audit retention is configured, audit rows older than that.
 

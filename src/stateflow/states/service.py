@@ -14,7 +14,7 @@ import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from pydantic import ValidationError
 
@@ -43,12 +43,27 @@ from stateflow.states.pipeline import (
     ops_transform,
 )
 from stateflow.states.results import (
+    ApplyAnswer,
+    Attached,
+    AttachmentUpdated,
+    Consumer,
     DeclarationView,
+    Deleted,
+    Detached,
+    Diff,
+    Erased,
+    FoldReport,
+    JqInput,
+    JqUpdate,
+    PruneReport,
     Record,
     SearchPage,
+    StateAttachment,
     Stats,
     SubjectRef,
     SubjectsPage,
+    Template,
+    TemplateRow,
     WritesPage,
 )
 from stateflow.states.schema import ValidatorCache, check_base_schema, narrowing
@@ -122,8 +137,8 @@ class ConsumerRow:
     detail: str | None = None
     unavailable: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if v is not None}
+    def to_json(self) -> Consumer:
+        return cast(Consumer, {k: v for k, v in self.__dict__.items() if v is not None})
 
 
 ConsumerLister = Callable[[str], list[ConsumerRow]]
@@ -208,15 +223,16 @@ class ApplyResult:
             "ApplyResult(" + ", ".join(f"{n}={v!r}" for n, v in zip(names, self._fields(), strict=True)) + ")"
         )
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+    def to_json(self) -> ApplyAnswer:
+        out: ApplyAnswer = {
             "applied": self.applied,
             "data": self.data,
             "seq": self.seq,
             "skipped": self.skipped,
         }
         if self.replayed:
-            out.update(replayed=True, replayed_seq=self.replayed_seq)
+            out["replayed"] = True
+            out["replayed_seq"] = self.replayed_seq
         elif self.applied and not self.written:
             out["written"] = False
         return out
@@ -351,10 +367,10 @@ class StatesService:
         """The jq worker pool (limits, workers and queue from the service's configuration)."""
         return self.programs.jq()
 
-    def get_template(self, name: str) -> dict[str, Any]:
+    def get_template(self, name: str) -> Template:
         return self.templates.get(name)
 
-    def list_templates(self) -> list[dict[str, Any]]:
+    def list_templates(self) -> list[TemplateRow]:
         return self.templates.listed()
 
     def put_template(
@@ -365,11 +381,11 @@ class StatesService:
         replace: bool = False,
         context: DoorContext | None = None,
         shipped: bool = False,
-    ) -> dict[str, Any]:
+    ) -> Template:
         """Upload a template; with ``replace`` every live attachment is re-validated first."""
         return self.templates.put(name, raw, replace=replace, context=context, shipped=shipped)
 
-    def delete_template(self, name: str, *, context: DoorContext | None = None) -> dict[str, Any]:
+    def delete_template(self, name: str, *, context: DoorContext | None = None) -> Deleted:
         return self.templates.delete(name, context=context)
 
     def register_seed(self, raw: dict[str, Any]) -> None:
@@ -379,25 +395,23 @@ class StatesService:
     def install_seeds(self) -> None:
         self.templates.install_seeds()
 
-    def attachments(self, name: str) -> list[dict[str, Any]]:
+    def attachments(self, name: str) -> list[StateAttachment]:
         return self.attaching.listed(name)
 
-    def get_attachment(self, name: str, template: str) -> dict[str, Any]:
+    def get_attachment(self, name: str, template: str) -> StateAttachment:
         return self.attaching.get(name, template)
 
-    def attach(
-        self, name: str, template: str, body: Any, *, context: DoorContext | None = None
-    ) -> dict[str, Any]:
+    def attach(self, name: str, template: str, body: Any, *, context: DoorContext | None = None) -> Attached:
         return self.attaching.attach(name, template, body, context=context)
 
     def update_attachment(
         self, name: str, template: str, body: Any, *, context: DoorContext | None = None
-    ) -> dict[str, Any]:
+    ) -> AttachmentUpdated:
         """New declarations for an attachment; items they no longer cover are closed (reconcile)
         in the same transaction."""
         return self.attaching.update(name, template, body, context=context)
 
-    def detach(self, name: str, template: str, *, context: DoorContext | None = None) -> dict[str, Any]:
+    def detach(self, name: str, template: str, *, context: DoorContext | None = None) -> Detached:
         return self.attaching.detach(name, template, context=context)
 
     def register_detach_referee(self, referee: DetachReferee) -> None:
@@ -416,9 +430,7 @@ class StatesService:
         """``input`` or ``update``: what the named program is for."""
         return self.programs.purpose(name, reference)
 
-    def template_jq_input(
-        self, name: str, subject: Any, reference: str, params: dict[str, Any]
-    ) -> dict[str, Any]:
+    def template_jq_input(self, name: str, subject: Any, reference: str, params: dict[str, Any]) -> JqInput:
         """Evaluate an ``input`` program over the record's subtree; writes nothing."""
         return self.programs.input(name, subject, reference, params)
 
@@ -431,7 +443,7 @@ class StatesService:
         *,
         op_id: str | None = None,
         context: DoorContext | None = None,
-    ) -> dict[str, Any]:
+    ) -> JqUpdate:
         """Evaluate an ``update`` program and apply the op batch it returns."""
         return self.programs.update(name, subject, reference, input_value, op_id=op_id, context=context)
 
@@ -585,7 +597,7 @@ class StatesService:
             return self.get_declaration(name)
         return self._declaration_view(body, commit.revisions[key], commit.at)
 
-    def delete_declaration(self, name: str, *, context: DoorContext | None = None) -> dict[str, Any]:
+    def delete_declaration(self, name: str, *, context: DoorContext | None = None) -> Deleted:
         """Delete a state with its records, aliases and audit, unless a consumer still uses it
         (the built-in ``memory`` state is never deleted)."""
         self.get_declaration(name)
@@ -608,10 +620,10 @@ class StatesService:
         self.store.update([key, alias_key], compute, self._origin(WriteOrigin(), context, "delete-state"))
         return {"deleted": True, "name": name}
 
-    def consumers(self, name: str) -> list[dict[str, Any]]:
+    def consumers(self, name: str) -> list[Consumer]:
         """What uses the state (an unknown state is 404)."""
         self.get_declaration(name)
-        rows: list[dict[str, Any]] = []
+        rows: list[Consumer] = []
         for lister in self.consumer_listers.values():
             rows.extend(r.to_json() for r in lister(name))
         return rows
@@ -730,7 +742,7 @@ class StatesService:
             at = changes[0].at if changes else None
         return self._record(name, subject, canonical, aliases, doc.body, doc.seq, doc.revision, at)
 
-    def diff(self, name: str, subject: Any, from_revision: Any, to_revision: Any = None) -> dict[str, Any]:
+    def diff(self, name: str, subject: Any, from_revision: Any, to_revision: Any = None) -> Diff:
         """What changed in a record between two of its revisions (``to`` defaults to the
         current one): ``{from, to, edits: [[path, value]…], patch}`` — ``edits`` as the audit
         trail shows them (a missing value is a deletion), ``patch`` the same as one merge patch
@@ -849,6 +861,31 @@ class StatesService:
         return self._write_whole(
             name, subject, document, origin, context, "replace", expect_revision=expect_revision
         )
+
+    def replace_from(
+        self,
+        name: str,
+        subject: Any,
+        build: Callable[[dict[str, Any] | None], dict[str, Any]],
+        *,
+        origin: Any = None,
+        context: DoorContext | None = None,
+    ) -> None:
+        """A replace whose document is ``build(current data or None)``, computed inside the
+        write (one call: no read before it, nothing lost to a concurrent writer). The same
+        checks and audit row as :meth:`replace`; ``build`` may run more than once and must not
+        keep state. The caller's objects in the result are copied, as :meth:`replace` does."""
+
+        def transform(decl: dict[str, Any], current: JSON, done: dict[str, Any]) -> Change:
+            document = build(current if type(current) is dict else None)
+            if not isinstance(document, dict):
+                raise InvalidInput("a record document must be a JSON object")
+            check(document, "document")
+            document = detach(document)
+            regimes.check_document_write(decl, current, document)
+            return Change(regimes.stamp_document(decl, current, document, done), [[]])
+
+        self._write(name, subject, transform, origin_of(origin), context, "replace")
 
     def _write_whole(
         self,
@@ -997,7 +1034,7 @@ class StatesService:
         origin: Any = None,
         context: DoorContext | None = None,
         expect_revision: int | None = None,
-    ) -> dict[str, Any]:
+    ) -> Erased:
         """Delete the record and every alias pointing at it; the audit trail stays."""
         subject = subject_of(subject)
         expect_revision = check_revision(expect_revision)
@@ -1039,7 +1076,7 @@ class StatesService:
         *,
         origin: Any = None,
         context: DoorContext | None = None,
-    ) -> dict[str, Any]:
+    ) -> FoldReport:
         """Fold ``subject`` into ``into``: later reads and writes of it land on the survivor."""
         if mode not in ("switch", "merge"):
             raise FoldRefused(f"unknown fold mode {mode!r} (supported: merge, switch)")
@@ -1117,7 +1154,7 @@ class StatesService:
 
         self.store.update([decl_key, alias_key], compute, self._origin(origin_of(origin), context, "fold"))
         order = ["mode", "from", "into", "already", "flattened", "merged_members"]
-        return {k: report[k] for k in order if k in report}
+        return cast(FoldReport, {k: report[k] for k in order if k in report})
 
     # ------------------------------------------------------------------ listings and retention
 
@@ -1172,7 +1209,7 @@ class StatesService:
         context: DoorContext | None = None,
         now: datetime | None = None,
         progress: Callable[[str, int], None] | None = None,
-    ) -> dict[str, Any]:
+    ) -> PruneReport:
         """Delete expired records, op_id keys and audit rows (see :func:`stateflow.states.retention.prune`)."""
         return retention.prune(self, context=context, now=now, progress=progress)
 

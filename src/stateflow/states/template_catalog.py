@@ -8,12 +8,13 @@ seeds and installed when the store has none of that name.
 from __future__ import annotations
 
 import hashlib
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
 import orjson
 
 from stateflow.errors import Conflict, InvalidInput, NotFound
 from stateflow.states.models import DoorContext, WriteOrigin
+from stateflow.states.results import Deleted, Template, TemplateRow
 from stateflow.states.schema import SchemaInvalid
 from stateflow.states.templates import AttachConflict, TemplateInvalid, defaults, validate_template
 from stateflow.store import DocKey, Document, Write
@@ -43,11 +44,11 @@ class TemplateCatalog:
         self.svc = svc
         self.seeds: dict[str, dict[str, Any]] = {}
 
-    def get(self, name: str) -> dict[str, Any]:
+    def get(self, name: str) -> Template:
         body = self.svc.store.get(DocKey(TEMPLATES, name)).body
         if body is None:
             raise TemplateNotFound(f"no state template named {name!r}")
-        return {k: v for k, v in body.items() if k != "_shipped_hash"}
+        return cast(Template, {k: v for k, v in body.items() if k != "_shipped_hash"})
 
     def docs(self, names: list[str]) -> dict[str, dict[str, Any]]:
         docs = self.svc.store.read([DocKey(TEMPLATES, n) for n in names])
@@ -66,26 +67,25 @@ class TemplateCatalog:
             if any(a["template"] == template for a in d["attachments"])
         )
 
-    def listed(self) -> list[dict[str, Any]]:
+    def listed(self) -> list[TemplateRow]:
         svc = self.svc
         counts: dict[str, int] = {}
         for decl in svc.list_declarations():
             for a in decl["attachments"]:
                 counts[a["template"]] = counts.get(a["template"], 0) + 1
-        out = []
+        out: list[TemplateRow] = []
         after = None
         while page := svc.store.scan(TEMPLATES, after=after, limit=500):
             docs = svc.store.read([x.key for x in page])
             for item in page:
                 body = docs[item.key].body or {}
                 view = {k: v for k, v in body.items() if k != "_shipped_hash"}
-                out.append(
-                    {
-                        **view,
-                        "attached_to": counts.get(item.key.subject, 0),
-                        "shipped_default": "_shipped_hash" in body,
-                    }
-                )
+                row = {
+                    **view,
+                    "attached_to": counts.get(item.key.subject, 0),
+                    "shipped_default": "_shipped_hash" in body,
+                }
+                out.append(cast(TemplateRow, row))
             after = page[-1].key.subject
         return out
 
@@ -97,7 +97,7 @@ class TemplateCatalog:
         replace: bool = False,
         context: DoorContext | None = None,
         shipped: bool = False,
-    ) -> dict[str, Any]:
+    ) -> Template:
         """Upload a template; with ``replace`` every live attachment is re-validated first."""
         svc = self.svc
         doc = validate_template(name, raw)
@@ -133,9 +133,9 @@ class TemplateCatalog:
             return writes, None
 
         svc.store.update([key, *catalog], compute, svc._origin(WriteOrigin(), context, "put-template"))
-        return doc
+        return cast(Template, doc)
 
-    def delete(self, name: str, *, context: DoorContext | None = None) -> dict[str, Any]:
+    def delete(self, name: str, *, context: DoorContext | None = None) -> Deleted:
         svc = self.svc
         self.get(name)
         states = self.attached_states(name)

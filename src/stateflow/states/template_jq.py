@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from stateflow.doc.canonical import JSON
 from stateflow.errors import InvalidInput, NotFound
 from stateflow.states.models import DoorContext
-from stateflow.states.results import AttachmentRow
+from stateflow.states.results import AttachmentRow, JqInput, JqUpdate
 from stateflow.states.templates import TemplateInvalid, build_prelude
 
 if TYPE_CHECKING:
@@ -104,7 +104,7 @@ class TemplateJq:
                 continue
         raise InvalidInput(f"template_jq {reference!r} cannot be resolved on state {name!r}")
 
-    def input(self, name: str, subject: Any, reference: str, params: dict[str, Any]) -> dict[str, Any]:
+    def input(self, name: str, subject: Any, reference: str, params: dict[str, Any]) -> JqInput:
         """Evaluate an ``input`` program over the record's subtree; writes nothing."""
         template, attachment, program = self.program(name, reference, "input")
         declared = program.get("params", [])
@@ -145,7 +145,7 @@ class TemplateJq:
         *,
         op_id: str | None = None,
         context: DoorContext | None = None,
-    ) -> dict[str, Any]:
+    ) -> JqUpdate:
         """Evaluate an ``update`` program and apply the op batch it returns (rebased under the
         attachment path, guard paths included) through the ordinary apply door."""
         rebased = self.ops(name, subject, reference, input_value)

@@ -134,6 +134,18 @@ class Backend(abc.ABC):
         ``writes.Writes._commit_planned``)."""
 
     @abc.abstractmethod
+    def _absent_rows(self, keys: Sequence[DocKey]) -> dict[DocKey, DocRow] | None:
+        """Create absent rows (revision 0) for documents that have none, before an optimistic
+        commit that names them; None to let the locked path create them (portable:
+        ``writes.Writes._absent_rows``, None; PostgreSQL: one short transaction)."""
+
+    @abc.abstractmethod
+    def read_under(self, state: str, prefix: str, *, limit: int | None = None) -> list[Document]:
+        """Present documents under a subject prefix, whole, in subject order (portable:
+        ``listing.Listing.read_under``, scans then reads; PostgreSQL: one statement for the
+        revisions, the bodies from memory)."""
+
+    @abc.abstractmethod
     def _remember(self, fresh: Fresh) -> None:
         """Feed the caches with what a transaction wrote, once it has committed (portable:
         ``writes.Writes._remember``)."""
@@ -161,6 +173,19 @@ class Backend(abc.ABC):
         all of them)."""
 
     @abc.abstractmethod
+    def _value_match(self, name: str, pattern: Any) -> tuple[str, Sequence[Any]] | None:
+        """SQL over ``members m`` naming the members ``name`` equal to the scalar ``pattern``
+        through the value index (``members_by_value``), with its parameters; None where the
+        index cannot answer it (portable: never, ``listing.Listing._value_match``)."""
+
+    @abc.abstractmethod
+    def _unchecked_many(
+        self, tx: Tx, doc_ids: Sequence[int], filters: dict[str, Any]
+    ) -> dict[int, list[str]]:
+        """``_unchecked`` for a page of candidates (portable: one call per document)."""
+
+    @abc.abstractmethod
     def _kind_sql(self) -> str:
         """SQL naming the subject kind of a ``documents`` row — the third element of its
-        encoded subject, NULL for a subject that is not one (``listing.Listing.kind_counts``)."""
+        encoded subject, '' for a subject that is not one; the same expression the counting
+        triggers use (``listing.Listing.recount``)."""

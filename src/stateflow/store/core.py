@@ -42,6 +42,8 @@ class StoreCore(Backend):
 
     def __init__(self, cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
         self._schema_checked = False
+        self._when_migrated: list[Callable[[], None]] = []
+        """run once, when the store is first found migrated (see ``when_migrated``)"""
         self._cache: RevisionCache[tuple[int, str], Any] = RevisionCache(cache_bytes, largest=cache_bytes)
         """decoded member values by (doc_id, name), at the revision that last wrote the member"""
         self._heads = HeadCache()
@@ -99,8 +101,16 @@ class StoreCore(Backend):
                         "UPDATE stateflow_meta SET value = ? WHERE key = 'schema_version'",
                         (str(version),),
                     )
-        self._schema_checked = True
+        self._migrated()
         return current, SCHEMA_VERSION
+
+    def _auto_migrate(self) -> None:
+        """Migrate on open: a store already at this version is only read (no write turn, which
+        every opening process would otherwise queue for)."""
+        if self.schema_version() == SCHEMA_VERSION:
+            self._schema_checked = True
+        else:
+            self.migrate()
 
     def _too_new(self, version: int) -> StoreTooNew:
         return StoreTooNew(
@@ -120,7 +130,26 @@ class StoreCore(Backend):
             )
         if version > SCHEMA_VERSION:
             raise self._too_new(version)
+        self._migrated()
+
+    def when_migrated(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` once, as soon as this store is found migrated — now if it is known
+        to be, else on the first use that finds it so (a server started before ``stateflow
+        migrate`` installs what it needs then)."""
+        if self._schema_checked:
+            callback()
+        else:
+            self._when_migrated.append(callback)
+
+    def _migrated(self) -> None:
         self._schema_checked = True
+        waiting, self._when_migrated = self._when_migrated, []
+        for i, callback in enumerate(waiting):
+            try:
+                callback()
+            except BaseException:
+                self._when_migrated[:0] = waiting[i:]  # tried again on the next use
+                raise
 
     # ------------------------------------------------------------------ reads
 

@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
 from stateflow.doc.canonical import check, json_contains
 from stateflow.errors import InvalidInput
 from stateflow.store.core import StoreCore
-from stateflow.store.model import DocKey, Listed
+from stateflow.store.model import DocKey, Document, Listed
 from stateflow.store.tx import Tx
+
+PROBE: Final = 4096
+"""A search starts from the members holding a filter's value when fewer than this many do
+(counted from the value index, stopping at this many); else it walks the state in subject
+order, where a value that common fills a page soon."""
+
+Match = tuple[str, Sequence[Any]]
+"""SQL over ``members m`` selecting the members that equal a filter's value, and its parameters."""
 
 
 class Listing(StoreCore):
@@ -21,14 +29,52 @@ class Listing(StoreCore):
         with self._read_tx() as tx:
             return self._scan(tx, state, after, limit)
 
+    def read_under(self, state: str, prefix: str, *, limit: int | None = None) -> list[Document]:
+        """The present documents of ``state`` whose subject starts with ``prefix``, whole, in
+        subject order (the first ``limit`` of them). Each document is read as it was at some
+        moment of the call (not all necessarily at one)."""
+        keys = [DocKey(state, prefix)] if prefix else []  # (the prefix itself: the scan starts after it)
+        after = prefix
+        while limit is None or len(keys) <= limit:
+            page = self.scan(
+                state, after=after, limit=200 if limit is None else min(200, limit + 1 - len(keys))
+            )
+            keys += [item.key for item in page if item.key.subject.startswith(prefix)]
+            if len(page) < 200 or not page[-1].key.subject.startswith(prefix):
+                break
+            after = page[-1].key.subject
+        docs: list[Document] = []
+        for start in range(0, len(keys), 200):
+            part = keys[start : start + 200]
+            read = self.read(part)
+            docs += [read[k] for k in part if read[k].body is not None]
+        return docs if limit is None else docs[:limit]
+
     def _scan(
-        self, tx: Tx, state: str, after: str | None, limit: int, extra: str = "", params: Sequence[Any] = ()
+        self,
+        tx: Tx,
+        state: str,
+        after: str | None,
+        limit: int,
+        extra: str = "",
+        params: Sequence[Any] = (),
+        via: Match | None = None,
     ) -> list[Listed]:
+        """Present documents of ``state`` after ``after`` where ``extra`` holds — all of them, or
+        (``via``) only those with a member matching a selective filter, found by its index."""
+        if via is None:
+            source, first = "documents d", ()
+        else:  # the few members holding the value first, then their documents by key
+            source = (
+                f"(SELECT DISTINCT m.doc_id FROM members m WHERE {via[0]}) h "
+                "JOIN documents d ON d.doc_id = h.doc_id"
+            )
+            first = tuple(via[1])
         rows = tx.all(
-            "SELECT d.subject, d.revision, d.updated_seq, t.at FROM documents d "
+            f"SELECT d.subject, d.revision, d.updated_seq, t.at FROM {source} "
             "LEFT JOIN transitions t ON t.seq = d.updated_seq "
             f"WHERE d.state = ? AND d.present = 1 AND d.subject > ? {extra} ORDER BY d.subject LIMIT ?",
-            (state, after or "", *params, limit),
+            (*first, state, after or "", *params, limit),
         )
         return [
             Listed(DocKey(state, r[0]), int(r[1]), None if r[2] is None else int(r[2]), r[3]) for r in rows
@@ -41,28 +87,42 @@ class Listing(StoreCore):
         return int(row[0]) if row else 0
 
     def member_counts(self, state: str) -> dict[str, int]:
-        """How many present documents of ``state`` have each top-level member."""
-        self.check_schema()
-        with self._read_tx() as tx:
-            rows = tx.all(
-                "SELECT m.name, COUNT(*) FROM members m JOIN documents d ON d.doc_id = m.doc_id "
-                "WHERE d.state = ? AND d.present = 1 GROUP BY m.name",
-                (state,),
-            )
-        return {r[0]: int(r[1]) for r in rows}
+        """How many present documents of ``state`` have each top-level member (maintained
+        counters: a read of a few rows, whatever the state's size)."""
+        return {name: n for name, n in self._counters(state, "member").items()}
 
     def kind_counts(self, state: str) -> dict[str | None, int]:
         """How many present documents of ``state`` have each subject kind (the third element of
-        the encoded subject, see :func:`stateflow.subjects.encode_subject`), counted in SQL;
+        the encoded subject, see :func:`stateflow.subjects.encode_subject`; maintained counters);
         subjects that are not encoded subjects count under None."""
+        return {name or None: n for name, n in self._counters(state, "kind").items()}
+
+    def _counters(self, state: str, counter: str) -> dict[str, int]:
         self.check_schema()
         with self._read_tx() as tx:
             rows = tx.all(
-                f"SELECT {self._kind_sql()}, COUNT(*) FROM documents WHERE state = ? AND present = 1 "
-                "GROUP BY 1",
-                (state,),
+                "SELECT name, n FROM state_counts WHERE state = ? AND counter = ? AND n <> 0",
+                (state, counter),
             )
         return {r[0]: int(r[1]) for r in rows}
+
+    def recount(self, tx: Tx) -> tuple[dict[tuple[str, str, str], int], dict[tuple[str, str, str], int]]:
+        """The counters as stored and as counted from the rows now, keyed by (state, counter,
+        name), zeros left out (``stateflow check`` compares them)."""
+        stored = {
+            (r[0], r[1], r[2]): int(r[3])
+            for r in tx.all("SELECT state, counter, name, n FROM state_counts WHERE n <> 0")
+        }
+        kinds = tx.all(
+            f"SELECT state, {self._kind_sql()}, COUNT(*) FROM documents WHERE present = 1 GROUP BY 1, 2"
+        )
+        members = tx.all(
+            "SELECT d.state, m.name, COUNT(*) FROM members m JOIN documents d ON d.doc_id = m.doc_id "
+            "WHERE d.present = 1 GROUP BY 1, 2"
+        )
+        counted = {(r[0], "kind", r[1]): int(r[2]) for r in kinds}
+        counted.update({(r[0], "member", r[1]): int(r[2]) for r in members})
+        return stored, counted
 
     def search(
         self, state: str, filters: dict[str, Any], *, after: str | None = None, limit: int = 200
@@ -76,35 +136,73 @@ class Listing(StoreCore):
         out: list[Listed] = []
         with self._read_tx() as tx:
             cursor = after
+            size = max(limit, 200)
             while len(out) < limit:
-                page = self._search_candidates(tx, state, filters, cursor, max(limit, 200))
+                page = self._search_candidates(tx, state, filters, cursor, size)
                 if not page:
                     break
                 cursor = page[-1].key.subject
                 out.extend(self._verify(tx, page, filters)[: limit - len(out)])
+                if len(page) < size:  # the candidates ran out
+                    break
         return out
 
     def _search_candidates(
         self, tx: Tx, state: str, filters: dict[str, Any], after: str | None, limit: int
     ) -> list[Listed]:
         """Documents that may match (the default: every document; a backend may prefilter)."""
-        return self._scan(tx, state, after, limit)
+        return self._scan(tx, state, after, limit, via=self._selective(tx, filters))
+
+    def _selective(self, tx: Tx, filters: dict[str, Any]) -> Match | None:
+        """The filter member whose value the fewest members hold, as a :data:`Match`, when
+        fewer than :data:`PROBE` do; None when no filter is indexed or none is that rare."""
+        best: tuple[int, Match] | None = None
+        for name, pattern in filters.items():
+            match = self._value_match(name, pattern)
+            if match is None:
+                continue
+            row = tx.one(
+                f"SELECT COUNT(*) FROM (SELECT 1 FROM members m WHERE {match[0]} LIMIT {PROBE}) x",
+                match[1],
+            )
+            n = int(row[0]) if row else 0
+            if n < PROBE and (best is None or n < best[0]):
+                best = (n, match)
+        return None if best is None else best[1]
+
+    def _value_match(self, name: str, pattern: Any) -> Match | None:
+        """SQL finding the members named ``name`` equal to the scalar ``pattern`` by the value
+        index, or None (the portable version: no index)."""
+        return None
 
     def _verify(self, tx: Tx, page: list[Listed], filters: dict[str, Any]) -> list[Listed]:
-        """Check containment in Python for members the backend could not check itself."""
+        """Check containment in Python for members the backend could not check itself — for
+        the whole page at once: one query for the rows, one for what is unchecked, one fetch
+        of the members to compare."""
+        rows = self._rows(tx, [item.key for item in page])
+        unchecked = self._unchecked_many(tx, [row.doc_id for row in rows.values()], filters)
+        wanted = [
+            (key, row.doc_id, row.revision, unchecked[row.doc_id])
+            for key, row in rows.items()
+            if unchecked.get(row.doc_id)
+        ]
+        fetched = self._fetch_many(tx, wanted) if wanted else {}
         out = []
         for item in page:
-            row = self._row(tx, item.key)
+            row = rows.get(item.key)
             if row is None:
                 continue
-            unchecked = self._unchecked(tx, row.doc_id, filters)
-            members, _ = (
-                self._fetch(tx, item.key, row.doc_id, row.revision, unchecked) if unchecked else ([], {})
-            )
-            body = {n: v for n, _, v, _ in members}
-            if all(n in body and json_contains(body[n], filters[n]) for n in unchecked):
+            names = unchecked.get(row.doc_id)
+            body = {n: v for n, _, v, _ in fetched[row.doc_id][0]} if names else {}
+            if all(n in body and json_contains(body[n], filters[n]) for n in names or ()):
                 out.append(item)
         return out
+
+    def _unchecked_many(
+        self, tx: Tx, doc_ids: Sequence[int], filters: dict[str, Any]
+    ) -> dict[int, list[str]]:
+        """:meth:`_unchecked` for several documents (portable: one call each)."""
+        return {doc_id: self._unchecked(tx, doc_id, filters) for doc_id in doc_ids}
 
     def _unchecked(self, tx: Tx, doc_id: int, filters: dict[str, Any]) -> list[str]:
         """Filter members whose containment the candidate query did not establish."""

@@ -47,13 +47,66 @@ a member whose encoding exceeds ``plan.TREE_MIN`` is held as the tree under ``ro
 ``body`` is empty), so a small change inside it writes a few nodes instead of the whole value.
 Existing members stay inline; a large one becomes a tree the first time it is written. On
 PostgreSQL the write function also takes the node rows and the roots (still one call).
+
+Version 6 adds ``state_counts``: per state, how many present documents have each subject kind
+(``counter = 'kind'``; the kind is the third element of an encoded subject, '' for a subject
+that is not one, see ``SUBJECT_KIND``) and how many have each top-level member (``counter =
+'member'``). Triggers on ``documents`` and ``members`` keep it in step in the transaction of
+every write, whichever path wrote (commits, retention, purge, load), so counting a state is a
+read of a few rows instead of a walk over its documents; the migration fills it from the rows
+there. Members exist only for present documents (a write that deletes a document deletes its
+members; purge deletes members before documents), so member counts need no presence check.
+Version 6 also indexes small scalar members by ``(name, value)`` (``members_by_value``), so a
+search for a rare value starts from the members that hold it (``listing.Listing``).
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-SCHEMA_VERSION: Final = 5
+SCHEMA_VERSION: Final = 6
+
+VALUE_INDEX_MAX: Final = 1024
+"""Members up to this encoded size are in ``members_by_value`` (scalars only)."""
+
+SQLITE_SUBJECT_KIND: Final = (
+    "coalesce(CASE WHEN json_valid({s}) THEN CASE WHEN json_array_length({s}) = 4 "
+    "AND json_type({s}, '$[2]') = 'text' THEN json_extract({s}, '$[2]') END END, '')"
+)
+"""SQLite: the kind of the subject ``{s}`` (the third of an encoded subject's four strings), ''
+for a subject that is not an encoded one."""
+
+SQLITE_VALUE: Final = (
+    "CASE WHEN json_type(CAST({m}body AS TEXT)) IN ('integer', 'real') "
+    "OR (json_type(CAST({m}body AS TEXT)) = 'text' AND instr(CAST({m}body AS TEXT), '\\u0000') = 0) "
+    "THEN json_extract(CAST({m}body AS TEXT), '$') END"
+)
+"""SQLite: a member's value when it is a number or a string without NUL (SQLite text ends at
+one), else NULL; the key of ``members_by_value`` (``{m}`` is the table alias and a dot, or '')."""
+
+SQLITE_VALUE_WHERE: Final = "{m}root IS NULL AND {m}size <= 1024"
+
+POSTGRES_VALUE_WHERE: Final = (
+    "{m}root IS NULL AND {m}size <= 1024 AND substring({m}body FROM 1 FOR 1) NOT IN ('\\x5b', '\\x7b') "
+    "AND position('\\x5c7530303030'::bytea IN {m}body) = 0"
+)
+"""PostgreSQL: the members in ``members_by_value`` — inline scalars up to 1 KiB without an
+escaped NUL (which jsonb cannot hold)."""
+
+_COUNTS: Final = """
+CREATE TABLE state_counts (
+    state {text_c} NOT NULL,
+    counter TEXT NOT NULL,
+    name {text_c} NOT NULL,
+    n BIGINT NOT NULL,
+    PRIMARY KEY (state, counter, name)
+);
+INSERT INTO state_counts (state, counter, name, n)
+    SELECT state, 'kind', {kind}, COUNT(*) FROM documents WHERE present = 1 GROUP BY 1, 3;
+INSERT INTO state_counts (state, counter, name, n)
+    SELECT d.state, 'member', m.name, COUNT(*) FROM members m JOIN documents d ON d.doc_id = m.doc_id
+    WHERE d.present = 1 GROUP BY 1, 3;
+"""
 
 _NODES: Final = """
 CREATE TABLE nodes (
@@ -188,6 +241,37 @@ CREATE INDEX changes_by_seq ON changes (seq);
 """,
     4: _SNAPSHOT_MEMBERS.format(text_c="TEXT", blob="BLOB"),
     5: _NODES.format(blob="BLOB"),
+    6: _COUNTS.format(text_c="TEXT", kind=SQLITE_SUBJECT_KIND.format(s="subject"))
+    + f"""
+CREATE INDEX members_by_value ON members (name, {SQLITE_VALUE.format(m="")})
+    WHERE {SQLITE_VALUE_WHERE.format(m="")};
+CREATE TRIGGER count_documents_insert AFTER INSERT ON documents WHEN NEW.present = 1 BEGIN
+    INSERT INTO state_counts (state, counter, name, n)
+    VALUES (NEW.state, 'kind', {SQLITE_SUBJECT_KIND.format(s="NEW.subject")}, 1)
+    ON CONFLICT (state, counter, name) DO UPDATE SET n = n + 1;
+END;
+CREATE TRIGGER count_documents_present AFTER UPDATE OF present ON documents
+WHEN OLD.present <> NEW.present BEGIN
+    INSERT INTO state_counts (state, counter, name, n)
+    VALUES (NEW.state, 'kind', {SQLITE_SUBJECT_KIND.format(s="NEW.subject")},
+            CASE WHEN NEW.present = 1 THEN 1 ELSE -1 END)
+    ON CONFLICT (state, counter, name) DO UPDATE SET n = n + excluded.n;
+END;
+CREATE TRIGGER count_documents_delete AFTER DELETE ON documents WHEN OLD.present = 1 BEGIN
+    UPDATE state_counts SET n = n - 1
+    WHERE state = OLD.state AND counter = 'kind' AND name = {SQLITE_SUBJECT_KIND.format(s="OLD.subject")};
+END;
+CREATE TRIGGER count_members_insert AFTER INSERT ON members BEGIN
+    INSERT INTO state_counts (state, counter, name, n)
+    SELECT d.state, 'member', NEW.name, 1 FROM documents d WHERE d.doc_id = NEW.doc_id
+    ON CONFLICT (state, counter, name) DO UPDATE SET n = n + 1;
+END;
+CREATE TRIGGER count_members_delete AFTER DELETE ON members BEGIN
+    UPDATE state_counts SET n = n - 1
+    WHERE counter = 'member' AND name = OLD.name
+    AND state = (SELECT d.state FROM documents d WHERE d.doc_id = OLD.doc_id);
+END;
+""",
 }
 
 INDEXABLE: Final = "m.size <= 1048576 AND position('\\x5c7530303030'::bytea IN m.body) = 0"
@@ -547,6 +631,64 @@ BEGIN
 END
 $$;
 """,
+    6: r"""
+CREATE FUNCTION stateflow_subject_kind(subject TEXT) RETURNS TEXT
+    LANGUAGE SQL IMMUTABLE PARALLEL SAFE
+    -- the third of an encoded subject's four JSON strings, when it needs no escapes (declared
+    -- kinds never do), else ''. A pattern, not a jsonb cast: a write must never fail here.
+    RETURN coalesce((regexp_match(subject,
+        '^\["([^"\\]|\\.)*","([^"\\]|\\.)*","([^"\\]*)","([^"\\]|\\.)*"\]$'))[3], '');
+"""
+    + _COUNTS.format(text_c='TEXT COLLATE "C"', kind="stateflow_subject_kind(subject)")
+    + f"""
+CREATE INDEX members_by_value ON members (name, stateflow_jsonb(body))
+    WHERE {POSTGRES_VALUE_WHERE.format(m="")};
+"""
+    + r"""
+CREATE FUNCTION stateflow_count_documents() RETURNS TRIGGER LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        UPDATE state_counts SET n = n - 1
+        WHERE state = OLD.state AND counter = 'kind' AND name = stateflow_subject_kind(OLD.subject);
+    ELSE
+        INSERT INTO state_counts (state, counter, name, n)
+        VALUES (NEW.state, 'kind', stateflow_subject_kind(NEW.subject),
+                CASE WHEN NEW.present = 1 THEN 1 ELSE -1 END)
+        ON CONFLICT (state, counter, name) DO UPDATE SET n = state_counts.n + excluded.n;
+    END IF;
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER count_documents_insert AFTER INSERT ON documents
+    FOR EACH ROW WHEN (NEW.present = 1) EXECUTE FUNCTION stateflow_count_documents();
+CREATE TRIGGER count_documents_present AFTER UPDATE OF present ON documents
+    FOR EACH ROW WHEN (OLD.present <> NEW.present) EXECUTE FUNCTION stateflow_count_documents();
+CREATE TRIGGER count_documents_delete AFTER DELETE ON documents
+    FOR EACH ROW WHEN (OLD.present = 1) EXECUTE FUNCTION stateflow_count_documents();
+CREATE FUNCTION stateflow_count_members_added() RETURNS TRIGGER LANGUAGE plpgsql AS $$
+-- once per statement over the rows it inserted (a commit inserts its member rows in one)
+BEGIN
+    INSERT INTO state_counts (state, counter, name, n)
+    SELECT d.state, 'member', a.name, COUNT(*) FROM added a JOIN documents d ON d.doc_id = a.doc_id
+    GROUP BY d.state, a.name ORDER BY d.state, a.name
+    ON CONFLICT (state, counter, name) DO UPDATE SET n = state_counts.n + excluded.n;
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER count_members_insert AFTER INSERT ON members REFERENCING NEW TABLE AS added
+    FOR EACH STATEMENT EXECUTE FUNCTION stateflow_count_members_added();
+CREATE FUNCTION stateflow_count_members_removed() RETURNS TRIGGER LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE state_counts c SET n = c.n - r.k
+    FROM (SELECT d.state, x.name, COUNT(*) AS k FROM removed x JOIN documents d ON d.doc_id = x.doc_id
+          GROUP BY d.state, x.name) r
+    WHERE c.state = r.state AND c.counter = 'member' AND c.name = r.name;
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER count_members_delete AFTER DELETE ON members REFERENCING OLD TABLE AS removed
+    FOR EACH STATEMENT EXECUTE FUNCTION stateflow_count_members_removed();
+""",
 }
 
 
@@ -565,4 +707,16 @@ def statements(script: str) -> list[str]:
             out.append(current)
             current = piece
     out.append(current)
-    return [s.strip() for s in out if s.strip()]
+    # a SQLite trigger's body (BEGIN … END) holds statements of its own: keep it whole
+    joined: list[str] = []
+    for piece in out:
+        if joined and _open_trigger(joined[-1]):
+            joined[-1] += ";" + piece
+        else:
+            joined.append(piece)
+    return [s.strip() for s in joined if s.strip()]
+
+
+def _open_trigger(statement: str) -> bool:
+    text = " ".join(statement.split()).upper()
+    return text.startswith("CREATE TRIGGER") and " BEGIN " in f"{text} " and not text.endswith(" END")

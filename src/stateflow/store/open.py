@@ -50,7 +50,7 @@ def open_store(
         with needs_extra("postgres", "a PostgreSQL store"):
             from stateflow.store.postgres import PostgresStore
 
-        url, read_only = _pg_mode(url)
+        url, read_only = pg_mode(url)
         return PostgresStore(
             url,
             auto_migrate=bool(auto_migrate),
@@ -94,7 +94,7 @@ def open_store(
     )
 
 
-def _pg_mode(url: str) -> tuple[str, bool]:
+def pg_mode(url: str) -> tuple[str, bool]:
     """The URL without our ``mode`` option (libpq does not know it), and whether it asked for
     read-only sessions."""
     parts = urlsplit(url)

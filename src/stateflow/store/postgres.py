@@ -34,10 +34,10 @@ from stateflow.errors import (
 from stateflow.store.base import SqlStore
 from stateflow.store.cache import RevisionCache
 from stateflow.store.clock import utc_now
-from stateflow.store.migrations import INDEXABLE, POSTGRES
+from stateflow.store.migrations import INDEXABLE, POSTGRES, POSTGRES_VALUE_WHERE, VALUE_INDEX_MAX
 from stateflow.store.model import DocKey, Document, Listed
 from stateflow.store.plan import Fresh, SeqRef, WritePlan
-from stateflow.store.rows import DocRow, decode_stored, key_filter
+from stateflow.store.rows import ROW_COLUMNS, DocRow, decode_stored, key_filter, to_row
 from stateflow.store.tx import Tx
 
 _SEQ_LOCK: Final = 0x5EF10  # advisory lock id that orders transition inserts
@@ -185,22 +185,22 @@ class PostgresStore(SqlStore):
         # host, missing database or role) is the answer, within the connect timeout — instead of
         # the pool retrying in the background until its own timeout and saying only that.
         try:
-            psycopg.connect(url, **kwargs).close()
+            self._probe(url, kwargs)
         except psycopg.OperationalError as exc:
             raise StoreUnavailable(f"cannot connect to {self.url}: {_one_line(exc)}") from None
         _quiet_pool_log()
         # autocommit: a lone statement needs no BEGIN/COMMIT round trips; transactions are explicit
-        self._pool = ConnectionPool(
-            url,
-            min_size=min_size,
-            max_size=max_size,
-            timeout=wait,
-            open=False,
-            kwargs=kwargs,
-        )
+        self._pool = self._open_pool(url, min_size=min_size, max_size=max_size, timeout=wait, kwargs=kwargs)
         self._pool.open(wait=False)
         if auto_migrate and not read_only:
-            self.migrate()
+            self._auto_migrate()
+
+    def _probe(self, url: str, kwargs: dict[str, Any]) -> None:
+        psycopg.connect(url, **kwargs).close()
+
+    def _open_pool(self, url: str, **options: Any) -> Any:
+        """The connection pool (``store.postgres_async`` gives an async one)."""
+        return ConnectionPool(url, open=False, **options)
 
     @contextmanager
     def _tx(self, read_only: bool) -> Iterator[Tx]:
@@ -274,6 +274,30 @@ class PostgresStore(SqlStore):
             self._seen.setdefault(key, None)
         return out
 
+    def read_under(self, state: str, prefix: str, *, limit: int | None = None) -> list[Document]:
+        # one statement lists the revisions (its own snapshot, no transaction around it); the
+        # bodies come from memory by revision, and only those not held there are read (again
+        # in one statement)
+        self.check_schema()
+        where = "d.state = ? AND d.present = 1 AND d.subject >= ?"
+        params: list[Any] = [state, prefix]
+        if prefix:
+            where += " AND d.subject < ?"
+            params.append(prefix[:-1] + chr(ord(prefix[-1]) + 1))
+        found = self._query(
+            f"SELECT d.doc_id, d.revision, d.subject FROM documents d WHERE {where} ORDER BY d.subject"
+            + ("" if limit is None else f" LIMIT {int(limit)}"),
+            params,
+        )
+        listed = [
+            (DocKey(state, subject), self._bodies.get(doc_id, revision))
+            for doc_id, revision, subject in found
+        ]
+        missing = [key for key, doc in listed if doc is None]
+        read = self.read(missing) if missing else {}
+        docs = [doc if doc is not None else read[key] for key, doc in listed]
+        return [doc for doc in docs if doc.body is not None]
+
     def _query(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         try:
             with self._pool.connection() as conn:
@@ -287,11 +311,15 @@ class PostgresStore(SqlStore):
 
     def _remember(self, fresh: Fresh) -> None:
         super()._remember(fresh)
+        written = {row.doc_id: key for key, row in fresh.rows.items()}
         for doc_id, (revision, body, at, size) in fresh.bodies.items():
             known = self._bodies.latest(doc_id)
-            if known is not None:  # a document read here before: its key is known
-                key = known[1].key
+            key = known[1].key if known is not None else written.get(doc_id)
+            if key is not None:  # (a write's next read — a saver's newest checkpoint — is near)
                 self._keep(doc_id, Document(key, revision, body, fresh.seq, {}, at), size)
+                if len(self._seen) >= SEEN_KEYS_MAX:
+                    self._seen.clear()
+                self._seen.setdefault(key, None)
 
     def _read_tx(self) -> AbstractContextManager[Tx]:
         return self._tx(True)
@@ -323,6 +351,25 @@ class PostgresStore(SqlStore):
         # per statement (psycopg spends more CPU on a statement than the server does on these).
         assert not seq.params  # here seq is named by `currval`, never sent as a value
         tx.run(_WRITE_ROWS.format(seq=seq.sql), _row_arrays(plans))
+
+    def _absent_rows(self, keys: Sequence[DocKey]) -> dict[DocKey, DocRow]:
+        # One round trip, where the locked path takes two or three; the insert is its own
+        # transaction, committed without waiting for its WAL flush: an absent row is no write
+        # anybody was told about (a lost one is created again by the next writer).
+        with self._pool.connection() as conn, _mapped_errors():
+            with _PgTx(conn)._pipelined():
+                conn.execute("BEGIN")
+                conn.execute("SET LOCAL synchronous_commit TO off")
+                cur = conn.execute(
+                    _pg(
+                        "INSERT INTO documents (state, subject) SELECT * FROM unnest(?::text[], ?::text[]) "
+                        f"ON CONFLICT (state, subject) DO NOTHING RETURNING {ROW_COLUMNS}, state, subject"
+                    ),
+                    (_array(k.state for k in keys), _array(k.subject for k in keys)),
+                )
+                conn.execute("COMMIT")
+            rows = cur.fetchall()
+        return {DocKey(r[-2], r[-1]): to_row(r) for r in rows}
 
     def _commit_planned(
         self,
@@ -387,20 +434,42 @@ class PostgresStore(SqlStore):
                 f"(NOT ({INDEXABLE}) OR (({INDEXABLE}) AND {check})))"
             )
             params.extend([name, raw, raw] if typed else [name, raw])
-        return self._scan(tx, state, after, limit, " ".join(clauses), params)
+        via = self._selective(tx, filters)
+        return self._scan(tx, state, after, limit, " ".join(clauses), params, via)
+
+    def _value_match(self, name: str, pattern: Any) -> tuple[str, Sequence[Any]] | None:
+        # jsonb equality is typed (a string never equals a number) and compares numbers by value
+        if type(pattern) not in (str, int, float, bool) and pattern is not None:
+            return None
+        raw = encode_trusted(pattern).decode()
+        if not _jsonb_safe(raw) or 6 * len(raw.encode()) > VALUE_INDEX_MAX:
+            return None
+        return (
+            f"m.name = ? AND {POSTGRES_VALUE_WHERE.format(m='m.')} AND stateflow_jsonb(m.body) = ?::jsonb",
+            [name, raw],
+        )
 
     def _kind_sql(self) -> str:
-        return "CASE WHEN left(subject, 1) = '[' THEN (subject::jsonb ->> 2) END"
+        return "stateflow_subject_kind(subject)"
 
     def _unchecked(self, tx: Tx, doc_id: int, filters: dict[str, Any]) -> list[str]:
+        return self._unchecked_many(tx, [doc_id], filters)[doc_id]
+
+    def _unchecked_many(
+        self, tx: Tx, doc_ids: Sequence[int], filters: dict[str, Any]
+    ) -> dict[int, list[str]]:
+        # one query for a page of candidates: which filter members are outside the GIN index
         names = list(filters)
         rows = tx.all(
-            f"SELECT m.name FROM members m WHERE m.doc_id = ? AND m.name IN ({','.join('?' * len(names))}) "
-            f"AND NOT ({INDEXABLE})",
-            (doc_id, *names),
+            "SELECT m.doc_id, m.name FROM members m WHERE m.doc_id = ANY(?::bigint[]) "
+            f"AND m.name IN ({','.join('?' * len(names))}) AND NOT ({INDEXABLE})",
+            (_array(doc_ids), *names),
         )
         skipped = {n for n, p in filters.items() if not _jsonb_safe(encode_trusted(p).decode())}
-        return sorted({r[0] for r in rows} | skipped)
+        out: dict[int, set[str]] = {doc_id: set(skipped) for doc_id in doc_ids}
+        for doc_id, name in rows:
+            out[int(doc_id)].add(name)
+        return {doc_id: sorted(found) for doc_id, found in out.items()}
 
     def _revisions_before(self, tx: Tx, tops: dict[int, int], before_seq: int) -> dict[int, int]:
         # the same binary search, server-side: one round trip instead of one per probe

@@ -33,6 +33,9 @@ class Store(Protocol):
     def check_schema(self) -> None:
         """Refuse to work on a store that is not migrated to exactly this code's version."""
 
+    def when_migrated(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` once, as soon as the store is found migrated (now if it is)."""
+
     def close(self) -> None: ...
 
     def __enter__(self) -> Self: ...
@@ -116,6 +119,8 @@ class Store(Protocol):
     # ---------------------------------------------------------------- listings and search
 
     def scan(self, state: str, *, after: str | None = None, limit: int = 200) -> list[Listed]: ...
+
+    def read_under(self, state: str, prefix: str, *, limit: int | None = None) -> list[Document]: ...
 
     def count(self, state: str) -> int: ...
 

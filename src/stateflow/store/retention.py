@@ -143,6 +143,7 @@ class Retention(History):
                     (state,),
                 )
             tx.run("DELETE FROM documents WHERE state = ?", (state,))
+            tx.run("DELETE FROM state_counts WHERE state = ? AND n = 0", (state,))
             self._drop_orphan_transitions(tx, seqs)
             tx.run("DELETE FROM applied_ops WHERE scope = ?", (state,))
             self._collect_nodes(tx)

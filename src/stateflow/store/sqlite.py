@@ -12,6 +12,7 @@ power loss.
 from __future__ import annotations
 
 import copy
+import math
 import mmap
 import os
 import sqlite3
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any, Final, TypeVar, cast
 from urllib.parse import quote
 
+from stateflow.doc.canonical import encode_trusted
 from stateflow.errors import (
     CorruptStore,
     StateflowError,
@@ -38,7 +40,13 @@ from stateflow.errors import (
 )
 from stateflow.store.base import SqlStore
 from stateflow.store.ledger import OpIdTaken, claims_query
-from stateflow.store.migrations import SQLITE
+from stateflow.store.migrations import (
+    SQLITE,
+    SQLITE_SUBJECT_KIND,
+    SQLITE_VALUE,
+    SQLITE_VALUE_WHERE,
+    VALUE_INDEX_MAX,
+)
 from stateflow.store.model import DocKey, Document, Listed
 from stateflow.store.rows import DocRow
 from stateflow.store.tx import Tx
@@ -145,7 +153,7 @@ class _GroupCommit:
             first = not conn.in_transaction  # the first writer of a group needs no savepoint
             if first:
                 # other processes' writers: wait for our turn, not poll, and not forever
-                self.queue.acquire(max(0.0, deadline - time.monotonic()))
+                self.queue.acquire(max(0.0, deadline - time.monotonic()), self.wait)
             try:  # (not `_mapped_errors()`: a context manager costs more than this statement's Python)
                 conn.execute("BEGIN IMMEDIATE" if first else "SAVEPOINT member")
             except sqlite3.Error as exc:
@@ -238,13 +246,19 @@ class _CommitWatch:
     def __init__(self, path: Path) -> None:
         self._path = Path(f"{path}-shm")
         self._map: mmap.mmap | None = None
+        self._fd: int | None = None
+        """Kept open until the store closes, after its connections: closing any descriptor of
+        a file drops every POSIX lock this process holds on it — here SQLite's own locks on the
+        ``-shm`` file, which let another process truncate it under our connections (SIGBUS in
+        a mapping) or recover the WAL index while we use it (``locking protocol``)."""
 
     def version(self) -> bytes | None:
         header = self._map
         if header is None:
             try:
-                with self._path.open("rb") as file:
-                    header = self._map = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+                if self._fd is None:
+                    self._fd = os.open(self._path, os.O_RDONLY | os.O_CLOEXEC)
+                header = self._map = mmap.mmap(self._fd, 0, access=mmap.ACCESS_READ)
             except (OSError, ValueError):  # not there yet, or still empty
                 return None
         if len(header) < 96:
@@ -253,9 +267,13 @@ class _CommitWatch:
         return first if first == header[48:96] else None
 
     def close(self) -> None:
+        """Only once the store's connections are closed (see ``_fd``)."""
         if self._map is not None:
             self._map.close()
             self._map = None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 class SqliteStore(SqlStore):
@@ -292,7 +310,7 @@ class SqliteStore(SqlStore):
         self.create = create and not read_only
         self.read_only = read_only
         if auto_migrate and not read_only and (not self.path.exists() or _writable(self.path)):
-            self.migrate()
+            self._auto_migrate()
 
     def _connection(self) -> sqlite3.Connection:
         """This thread's connection — or the writer's, inside one of our write transactions."""
@@ -497,13 +515,22 @@ class SqliteStore(SqlStore):
                 f"AND {check[0]})"
             )
             params.extend([name, *check[1]])
-        return self._scan(tx, state, after, limit, " ".join(clauses), params)
+        via = self._selective(tx, filters)
+        return self._scan(tx, state, after, limit, " ".join(clauses), params, via)
 
     def _unchecked(self, tx: Tx, doc_id: int, filters: dict[str, Any]) -> list[str]:
         return [name for name, pattern in filters.items() if _scalar_check(pattern) is None]
 
+    def _value_match(self, name: str, pattern: Any) -> tuple[str, Sequence[Any]] | None:
+        if not _indexed_scalar(pattern) or (isinstance(pattern, str) and "\x00" in pattern):
+            return None
+        return (
+            f"m.name = ? AND {SQLITE_VALUE_WHERE.format(m='m.')} AND {SQLITE_VALUE.format(m='m.')} = ?",
+            [name, pattern],
+        )
+
     def _kind_sql(self) -> str:
-        return "CASE WHEN json_valid(subject) THEN json_extract(subject, '$[2]') END"
+        return SQLITE_SUBJECT_KIND.format(s="subject")
 
     def _migrations(self) -> dict[int, str]:
         return SQLITE
@@ -516,9 +543,9 @@ class SqliteStore(SqlStore):
             conns, self._all = self._all, []
         with self._group.lock:  # no group is open while we hold it
             self._writer_conn = self._shared = None
-            self._watch.close()
             for conn in conns:
                 conn.close()
+            self._watch.close()  # after the connections: its close drops their -shm locks
             self._group.queue.close()
         self._local = threading.local()
 
@@ -618,6 +645,17 @@ def _denied(path: Path) -> StorePermissionDenied | None:
     if not os.access(path.parent, os.X_OK) or (path.exists() and not os.access(path, os.R_OK)):
         return StorePermissionDenied(f"permission denied: cannot open {path}")
     return None
+
+
+def _indexed_scalar(pattern: Any) -> bool:
+    """Whether every member equal to ``pattern`` is in the value index: a string or a number
+    (not a boolean) whose encoding, even with every character escaped (6×), fits the index's
+    size bound; integers within SQLite's 64 bits."""
+    if type(pattern) is int:
+        return -(2**63) <= pattern < 2**63
+    if type(pattern) is float:
+        return math.isfinite(pattern)
+    return type(pattern) is str and 6 * len(encode_trusted(pattern)) <= VALUE_INDEX_MAX
 
 
 def _scalar_check(pattern: Any) -> tuple[str, list[Any]] | None:

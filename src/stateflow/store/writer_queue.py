@@ -1,53 +1,115 @@
-"""The queue that SQLite writers of every process on one database file wait in.
+"""The first-come, first-served queue that SQLite writers of every process wait in.
 
 SQLite lets one writer in at a time and makes the others poll: a writer that finds the write
 lock taken sleeps (1, 2, 5, 10 … up to 100 ms) and tries again, so under contention it often
 sleeps long after the lock came free, and one that keeps missing the moment waits for seconds.
-Before it takes SQLite's write lock, the writer that opens a group commit takes an exclusive
-``flock`` on a companion file (``<database>-writer``) and keeps it until the group's commit is
-done. The kernel wakes a blocked waiter the moment the lock is released, so the write lock
-passes from process to process without anyone sleeping; SQLite's busy timeout stays as the
-fallback against writers that do not queue. A process that dies releases its place with it.
+A single lock that wakes every waiter (``flock``) is no better at order: the first process to
+run wins, often the one that just released it, so a call can be overtaken again and again.
 
-A blocking ``flock`` has no timeout, and a process that hangs while holding the lock (stopped,
-or stuck in its transaction) must not hold every other writer forever. So an uncontended
-writer takes the lock without blocking, and a contended one hands the blocking call to a
-helper thread (:class:`_Turn`) and waits for it at most its time limit: the kernel still wakes
-the helper the moment the lock is free, and a writer that gives up leaves its turn to the
-helper, which passes the lock on to the next writer of this process or releases it at once.
+So the writer that opens a group commit first takes a **ticket** and waits for the writer
+before it. The companion file ``<database>-writer`` holds the next ticket number (its first 8
+bytes, read and bumped under a lock on those bytes), and ticket ``t`` is the lock on byte
+``8 + t``: a writer locks its own byte as it takes its ticket and keeps it until its commit is
+done, and waits for the lock on the byte before it — which the kernel grants the moment that
+writer lets go. Each writer waits for exactly one other, in the order the tickets were drawn.
+The locks are open-file-description locks (``F_OFD_SETLKW``): unlike ``lockf`` they belong to
+one open file, not to the whole process, so tickets of two threads of one process queue too,
+and a process that dies lets go of its byte with it.
+
+Waiting in a helper thread costs a second wake-up at every hand-off (the kernel wakes the
+helper, the helper wakes the writer), and on a busy machine each wake-up may wait for a CPU. So
+a waiting writer sleeps in ``select`` on a datagram socket of its own, named in the abstract
+namespace after the file and its ticket; a writer letting go of its turn unlocks its byte and
+then sends one empty datagram to the next ticket's name: one wake-up, of the writer itself.
+The lock stays the truth — a waiter checks it after binding its name and after every wake, and
+looks again every 50 ms, so a wake-up lost (a writer that died, another network namespace)
+costs time, never order; a process whose wake-ups keep not arriving waits in the helper thread
+instead.
+
+A blocking lock has no timeout, and a writer that hangs holding its turn (stopped, or stuck in
+its transaction) must not hold every other writer forever. So a writer whose predecessor is
+not done hands the blocking wait to a helper thread (:class:`_Turn`) and waits for it at most
+its time limit: a writer that gives up leaves its ticket to the helper, which keeps the place
+in the line and passes it on the moment its own turn comes. Where these locks do not exist
+(outside Linux), writers fall back on SQLite's busy timeout alone.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import select
+import socket
+import struct
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from stateflow.errors import StoreBusy
 
 _OPEN_FLAGS = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC
+_SET: int | None = getattr(fcntl, "F_OFD_SETLK", None)
+_SET_WAIT: int | None = getattr(fcntl, "F_OFD_SETLKW", None)
+_GET: int | None = getattr(fcntl, "F_OFD_GETLK", None)
+_FLOCK = struct.Struct("hhqqi4x")
+"""``struct flock`` of 64-bit Linux: type, whence, start, length, pid (0 for these locks)."""
+_COUNTER = 8
+"""bytes 0–7: the next ticket; ticket ``t`` is the lock on byte ``_COUNTER + t``"""
+_LOOK_AGAIN = 0.05
+"""seconds a waiter sleeps before it looks at the lock again without being woken"""
+_MISSES = 3
+"""turns that came without a wake-up before a process stops relying on them"""
+_WAKES = hasattr(socket, "AF_UNIX") and _SET is not None
+
+
+def _lock(fd: int, start: int, length: int = 1, *, wait: bool = False) -> bool:
+    """Take the exclusive lock on ``length`` bytes at ``start``; False if another holds it."""
+    assert _SET is not None and _SET_WAIT is not None
+    try:
+        fcntl.fcntl(
+            fd, _SET_WAIT if wait else _SET, _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, start, length, 0)
+        )
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _free(fd: int, start: int) -> bool:
+    """Whether nobody else holds the lock on the byte at ``start`` (one system call)."""
+    assert _GET is not None
+    answer = fcntl.fcntl(fd, _GET, _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, start, 1, 0))
+    return bool(_FLOCK.unpack(answer)[0] == fcntl.F_UNLCK)
+
+
+def _unlock(fd: int, start: int, length: int = 1) -> None:
+    assert _SET is not None
+    fcntl.fcntl(fd, _SET, _FLOCK.pack(fcntl.F_UNLCK, os.SEEK_SET, start, length, 0))
 
 
 class _Turn:
-    """One blocking wait for the lock, on its own open file, in a daemon thread."""
+    """One blocking wait for the previous ticket, in a daemon thread, on the open file that
+    holds this ticket's byte (the helper owns that file from now on)."""
 
-    def __init__(self, path: Path) -> None:
-        self.fd = os.open(path, _OPEN_FLAGS, 0o600)
+    def __init__(self, fd: int, ticket: int, wake: Callable[[int], None]) -> None:
+        self.fd = fd
+        self._ticket = ticket
+        self._wake = wake
         self._cond = threading.Condition()
-        self._wanted = False
+        self._wanted = True  # until the writer stops waiting in ``take``
         self.granted = False
-        """the lock is held on ``fd`` and belongs to the writer that waited for it"""
+        """the turn came and belongs to the writer that waited for it"""
         self.over = False
-        """the helper is done without a writer to hand the lock to (or failed to lock)"""
+        """the helper is done without a writer to hand the turn to (or failed)"""
         self.failed = False
-        """``flock`` itself failed (e.g. no locks on this file system)"""
+        """the lock call itself failed"""
         threading.Thread(target=self._wait, name="stateflow-writer-queue", daemon=True).start()
 
     def _wait(self) -> None:
+        before = _COUNTER + self._ticket - 1
         try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX)  # blocks without the GIL; woken on release
+            _lock(self.fd, before, wait=True)  # blocks without the GIL; granted on release
+            _unlock(self.fd, before)
         except OSError:
             with self._cond:
                 self.over = self.failed = True
@@ -59,14 +121,13 @@ class _Turn:
                 self.granted = True
                 self._cond.notify_all()
                 return
-            self.over = True  # every writer that waited gave up: do not keep others out
-        fcntl.flock(self.fd, fcntl.LOCK_UN)
-        os.close(self.fd)
+            self.over = True  # the writer gave up: pass the turn on at once
+        os.close(self.fd)  # lets go of this ticket's byte
+        self._wake(self._ticket + 1)
 
     def take(self, timeout: float) -> bool:
-        """Wait at most ``timeout`` seconds for the lock; True: it is held on ``fd``."""
+        """Wait at most ``timeout`` seconds for the turn; True: it came and is the caller's."""
         with self._cond:
-            self._wanted = True
             try:
                 return self._cond.wait_for(lambda: self.granted or self.over, timeout) and self.granted
             finally:
@@ -74,7 +135,8 @@ class _Turn:
 
 
 class WriterQueue:
-    """An exclusive lock across processes, held from a group's ``BEGIN`` to its ``COMMIT``.
+    """A first-come, first-served turn across processes, held from a group's ``BEGIN`` to its
+    ``COMMIT``.
 
     Callers are serialized by the group-commit lock of their process; this class is not
     meant for concurrent ``acquire`` calls."""
@@ -82,64 +144,133 @@ class WriterQueue:
     def __init__(self, database: Path) -> None:
         self.path = Path(f"{database}-writer")
         self._fd: int | None = None
-        self._held = False
-        self._unusable = False
-        self._turn: _Turn | None = None
+        self._ticket: int | None = None
+        """the ticket whose turn this process holds"""
+        self._unusable = _SET is None or _SET_WAIT is None or _GET is None
+        self._name = b""
+        """the file's identity in wake-up names (device and inode of ``FILE-writer``)"""
+        self._waker: socket.socket | None = None
+        self._misses = 0
 
-    def acquire(self, timeout: float) -> None:
-        """Wait for this process's turn (a no-op while it already holds the lock); raise
-        :class:`StoreBusy` when the turn has not come within ``timeout`` seconds."""
-        if self._held or self._unusable:
+    @property
+    def held(self) -> bool:
+        return self._ticket is not None
+
+    def acquire(self, timeout: float, limit: float | None = None) -> None:
+        """Wait for this process's turn (a no-op while it already holds it); raise
+        :class:`StoreBusy` when it has not come within ``timeout`` seconds. ``limit`` is the
+        caller's whole wait, named in that message (``timeout`` may be what is left of it)."""
+        if self._ticket is not None or self._unusable:
             return
         if self._fd is None:
             try:
                 self._fd = os.open(self.path, _OPEN_FLAGS, 0o600)
+                stat = os.fstat(self._fd)
             except OSError:  # e.g. a directory we may not create files in: SQLite's wait alone
                 self._unusable = True
                 return
+            self._name = f"stateflow-writer-{stat.st_dev:x}-{stat.st_ino:x}-".encode()
+        fd = self._fd
         deadline = time.monotonic() + timeout
-        while True:
-            turn = self._turn
-            if turn is not None and turn.over:  # it released the lock after a writer gave up
-                turn = self._turn = None
-            if turn is None:
-                try:
-                    fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    pass
-                except OSError:  # no locks on this file system: SQLite's wait alone
-                    self._unusable = True
-                    return
-                else:
-                    self._held = True
-                    return
-                turn = self._turn = _Turn(self.path)
-            if turn.take(max(0.0, deadline - time.monotonic())):
-                break
-            if turn.failed:  # a lock error, not a holder: SQLite's wait alone
-                self._unusable = True
-                self._turn = None
+        try:
+            ticket = self._draw(fd, deadline, limit if limit is not None else timeout)
+            if ticket == 0 or _free(fd, _COUNTER + ticket - 1):  # the one before is done: no wait
+                self._ticket = ticket
                 return
-            if turn.over and time.monotonic() < deadline:
-                continue  # it had just released a lock nobody wanted: try again
-            raise StoreBusy(
-                f"another process has held the write lock of {self.path.name[: -len('-writer')]} "
-                f"for over {timeout:g} s (a hung or very long transaction); nothing was written",
-                retry_after=max(1, round(timeout)),
-            )
-        self._turn = None
-        os.close(self._fd)  # the lock is held on the helper's open file: keep that one
-        self._fd = turn.fd
-        self._held = True
+            if _WAKES and self._misses < _MISSES and self._woken(fd, ticket, deadline):
+                self._ticket = ticket
+                return
+        except OSError:  # no such locks on this file system: SQLite's wait alone
+            self._unusable = True
+            return
+        self._fd = None  # the helper holds this ticket's byte on ``fd`` until the turn is taken
+        turn = _Turn(fd, ticket, self._wake)
+        if turn.take(max(0.0, deadline - time.monotonic())):
+            self._fd = fd
+            self._ticket = ticket
+            return
+        if turn.failed:
+            self._unusable = True
+            return
+        raise self._busy(limit if limit is not None else timeout)
+
+    def _woken(self, fd: int, ticket: int, deadline: float) -> bool:
+        """Sleep until the writer before ``ticket`` lets go (True) or the deadline (False)."""
+        before = _COUNTER + ticket - 1
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as inbox:
+            try:
+                inbox.bind(b"\0" + self._name + str(ticket).encode())
+            except OSError:  # no abstract names here: the helper thread waits instead
+                self._misses = _MISSES
+                return False
+            woken: bool | None = None  # None: it never slept
+            while not _free(fd, before):  # looked at after binding: a wake-up sent before is not lost
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                woken = bool(select.select([inbox], [], [], min(left, _LOOK_AGAIN))[0])
+                if woken:
+                    inbox.recv(1)
+        if woken is not None:
+            self._misses = 0 if woken else self._misses + 1
+        return True
+
+    def _wake(self, ticket: int) -> None:
+        """Tell the writer holding ``ticket`` (if it is waiting) that its turn has come."""
+        if not _WAKES or not self._name:
+            return
+        try:
+            if self._waker is None:
+                self._waker = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+                self._waker.setblocking(False)
+            self._waker.sendto(b"", b"\0" + self._name + str(ticket).encode())
+        except OSError:  # nobody waiting under that name (yet): the lock tells them
+            pass
+
+    def drawn(self) -> int:
+        """How many tickets have been drawn on this database so far (by every process)."""
+        try:
+            with open(self.path, "rb") as file:
+                return int.from_bytes(file.read(_COUNTER), "little")
+        except FileNotFoundError:
+            return 0
+
+    def _draw(self, fd: int, deadline: float, limit: float) -> int:
+        """The next ticket, with its byte locked on ``fd``. The counter's lock is held only for
+        a read and a write; a holder stopped inside them is waited for up to the deadline."""
+        pause = 0.00005
+        while not _lock(fd, 0, _COUNTER):
+            if time.monotonic() >= deadline:
+                raise self._busy(limit)
+            time.sleep(pause)
+            pause = min(pause * 2, 0.01)
+        try:
+            raw = os.pread(fd, _COUNTER, 0)
+            ticket = int.from_bytes(raw, "little") if len(raw) == _COUNTER else 0
+            os.pwrite(fd, (ticket + 1).to_bytes(_COUNTER, "little"), 0)
+            _lock(fd, _COUNTER + ticket)  # before the counter is let go: the next one waits for it
+        finally:
+            _unlock(fd, 0, _COUNTER)
+        return ticket
+
+    def _busy(self, limit: float) -> StoreBusy:
+        return StoreBusy(
+            f"another process has held the write lock of {self.path.name[: -len('-writer')]} "
+            f"for over {limit:g} s (a hung or very long transaction); nothing was written",
+            retry_after=max(1, round(limit)),
+        )
 
     def release(self) -> None:
-        if self._held and self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-        self._held = False
+        if self._ticket is not None and self._fd is not None:
+            _unlock(self._fd, _COUNTER + self._ticket)
+            self._wake(self._ticket + 1)  # after the unlock: the next one finds it free
+        self._ticket = None
 
     def close(self) -> None:
         self.release()
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
-        self._turn = None  # a helper still waiting releases the lock as soon as it gets it
+        if self._waker is not None:
+            self._waker.close()
+            self._waker = None

@@ -274,11 +274,21 @@ class Writes(StoreCore):
         """Compute against the documents as last seen here, then commit checking that none of
         them moved; None when that cannot be done or did not hold (nothing was written)."""
         entries = {}
+        new: list[DocKey] = []
         for key in (*shared, *locked):
             known = self._known(key)
-            if known is None or (known[0] is NO_ROW and key not in shared):
-                return None  # not cached, or a document whose row the locked path must create
+            unseen = known is None and key not in self._rows_known
+            if key not in shared and (unseen or (known is not None and known[0] is NO_ROW)):
+                new.append(key)  # no row seen here: a new document, most likely
+                continue
+            if known is None:
+                return None  # not cached
             entries[key] = known
+        if new:
+            created = self._absent_rows(new)
+            if created is None or len(created) != len(new):
+                return None  # the backend creates rows in the locked path, or some existed already
+            entries.update({key: (row, None, {}) for key, row in created.items()})
         docs = {
             key: Document(key, row.revision, body, row.updated_seq) for key, (row, body, _) in entries.items()
         }
@@ -319,6 +329,12 @@ class Writes(StoreCore):
         fresh.bodies = {d: (r, body, at, size) for d, (r, body, _, size) in fresh.bodies.items()}
         revisions = {w.key: loaded[w.key].row.revision for w in writes}
         return _committed(staged, plans, revisions, seq, at, fresh), result
+
+    def _absent_rows(self, keys: Sequence[DocKey]) -> dict[DocKey, DocRow] | None:
+        """Rows created (absent, revision 0) for documents that have none, before an optimistic
+        commit that names them; None where the locked path had better create them (it costs no
+        round trip here). Keys that had a row are left out of the answer."""
+        return None
 
     def _known(
         self, key: DocKey

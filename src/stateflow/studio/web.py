@@ -89,9 +89,6 @@ class Studio:
         )
 
     def run(self, fn: Callable[..., Response], *args: Any) -> Response:
-        # built-in declarations arrive on first use, as on the API (a store migrated after
-        # the server started just works)
-        self.service.install_builtins()
         return fn(*args)
 
     # ------------------------------------------------------------------ sessions

@@ -1,0 +1,171 @@
+"""The async API on PostgreSQL's async pool: calls run on the event loop's thread, round trips
+awaited there; the async example of docs/async.md and the LangGraph adapters' async methods on it."""
+
+from __future__ import annotations
+
+import asyncio
+import operator
+import re
+import threading
+from pathlib import Path
+from typing import Annotated, Any, TypedDict
+
+import pytest
+from langchain_core.runnables import RunnableConfig
+from langgraph.graph import START, StateGraph
+from langgraph.store.base import BaseStore
+from langgraph.types import Command, interrupt
+
+import stateflow.aio
+from stateflow.aio import AsyncStateflow, open_store_async
+from stateflow.langgraph import StateflowSaver, StateflowStore
+from stateflow.states import StatesService
+from stateflow.store import open_store
+from stateflow.store.postgres_async import AsyncPostgresStore
+
+DECL = {
+    "schema": {"type": "object", "properties": {"n": {"type": "integer"}}},
+    "subject_kinds": ["thread"],
+    "default_subject_kind": "thread",
+}
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def subject(key: str) -> dict[str, str]:
+    return {"target_kind": "agent", "target_name": "bot", "kind": "thread", "key": key}
+
+
+def test_calls_stay_on_the_loop_thread_and_run_concurrently(pg_schema_url: str) -> None:
+    async def main() -> None:
+        store = await open_store_async(pg_schema_url, auto_migrate=True)
+        assert isinstance(store, AsyncPostgresStore)
+        sf = AsyncStateflow(store)
+        threads: set[int] = set()
+        original = sf.states.sync.apply
+
+        def apply(*args: Any, **kwargs: Any) -> Any:
+            threads.add(threading.get_ident())
+            return original(*args, **kwargs)
+
+        sf.states.sync.apply = apply  # type: ignore[method-assign]
+        before = threading.active_count()
+        async with sf:
+            await sf.states.declare("counters", DECL)
+            # more callers than the pool has connections (10): they wait for one on the loop
+            results = await asyncio.gather(
+                *(
+                    sf.states.apply(
+                        "counters", subject(f"c{i % 8}"), [{"op": "set", "path": ["n"], "value": i}]
+                    )
+                    for i in range(40)
+                )
+            )
+            assert all(r.applied for r in results)
+            assert threads == {threading.get_ident()}  # no worker thread ran a call
+            assert threading.active_count() <= before + 1  # (the pool's own scheduler task only)
+            records = [await sf.states.read("counters", subject(f"c{k}")) for k in range(8)]
+            assert [r["revision"] for r in records if r] == [5] * 8
+            trail = await sf.states.writes("counters", subject("c3"))
+            assert len(trail["items"]) == 5
+            memory = sf.memory(agent="a", cwd="/tmp", session="s")
+            await memory.patch_state({"session": {"tactics": {"next": "test"}}})
+            assert await memory.read_state({"path": "tactics.next"}) == {"value": "test"}
+            forked = await memory.fork("s2")
+            assert await forked.read_state({"path": "tactics.next"}) == {"value": "test"}
+            assert len(await sf.store.scan("counters")) == 8
+
+    asyncio.run(main())
+
+
+def test_a_failed_write_rolls_back_and_the_pool_stays_usable(pg_schema_url: str) -> None:
+    async def main() -> None:
+        async with AsyncStateflow(await open_store_async(pg_schema_url, auto_migrate=True)) as sf:
+            await sf.states.declare("counters", DECL)
+            with pytest.raises(Exception, match="n"):
+                await sf.states.replace("counters", subject("x"), {"n": "not a number"})
+            assert await sf.states.read("counters", subject("x")) is None
+            await sf.states.replace("counters", subject("x"), {"n": 1})
+            assert (await sf.states.read("counters", subject("x")) or {})["data"] == {"n": 1}
+
+    asyncio.run(main())
+
+
+def test_sync_calls_from_other_threads_and_refused_on_the_loop(pg_schema_url: str) -> None:
+    async def main() -> None:
+        store = await open_store_async(pg_schema_url, auto_migrate=True)
+        states = StatesService(store)
+        try:
+            await stateflow.aio.call(store, states.declare, "counters", DECL)
+            # a worker thread (a sync LangGraph node, say) calls the sync API: the loop serves it
+            await asyncio.to_thread(states.replace, "counters", subject("t"), {"n": 2})
+            record = await stateflow.aio.call(store, states.read, "counters", subject("t"))
+            assert record is not None and record["data"] == {"n": 2}
+            with pytest.raises(RuntimeError, match="this store is async"):
+                states.read("counters", subject("t"))  # would block the loop it needs
+        finally:
+            await stateflow.aio.call(store, store.close)
+
+    asyncio.run(main())
+
+
+def test_the_async_examples_of_the_docs_run_on_postgresql(
+    pg_schema_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    page = (ROOT / "docs" / "async.md").read_text()
+    examples = re.findall(r"```python\n(.*?)```", page, re.DOTALL)
+    assert len(examples) == 2 and "stateflow.aio.connect()" in examples[0]
+    with open_store(pg_schema_url, auto_migrate=True):
+        pass  # connect() does not migrate PostgreSQL: `stateflow migrate` did, once
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("STATEFLOW_STORE", pg_schema_url)
+    for code in examples:
+        exec(compile(code, "<doc example>", "exec"), {"__name__": "__doc_example__"})
+
+
+class Notes(TypedDict):
+    notes: Annotated[list[str], operator.add]
+
+
+async def remember(state: Notes, config: RunnableConfig, *, store: BaseStore) -> dict[str, list[str]]:
+    user = config["configurable"]["user_id"]
+    fact = interrupt("what should I remember?")
+    await store.aput(("memories", user), fact, {"fact": fact})
+    known = sorted(m.value["fact"] for m in await store.asearch(("memories", user)))
+    return {"notes": [f"{user}: {', '.join(known)}"]}
+
+
+def test_an_async_graph_on_the_async_adapters(pg_schema_url: str) -> None:
+    async def main() -> None:
+        saver = await StateflowSaver.aopen(pg_schema_url)
+        store = await StateflowStore.aopen(pg_schema_url)
+        assert isinstance(saver.states.store, AsyncPostgresStore)
+        try:
+            graph = (
+                StateGraph(Notes)
+                .add_node(remember)
+                .add_edge(START, "remember")
+                .compile(checkpointer=saver, store=store)
+            )
+            one: RunnableConfig = {"configurable": {"thread_id": "chat-1", "user_id": "ada"}}
+            two: RunnableConfig = {"configurable": {"thread_id": "chat-2", "user_id": "ada"}}
+            assert "__interrupt__" in await graph.ainvoke({"notes": []}, one)
+            assert (await graph.ainvoke(Command(resume="likes tea"), one))["notes"] == ["ada: likes tea"]
+            await graph.ainvoke({"notes": []}, two)
+            assert (await graph.aget_state(two)).next == ("remember",)
+            done = await graph.ainvoke(Command(resume="plays chess"), two)
+            assert done["notes"] == ["ada: likes tea, plays chess"]
+            # the item's write carries the run's origin (the graph's config reached the store)
+            trail = await stateflow.aio.call(
+                store.states.store,
+                store.states.writes,
+                "langgraph_store",
+                store.subject(("memories", "ada"), "plays chess"),
+            )
+            origin = trail["items"][0]["origin"]
+            assert origin["consumer"] == "langgraph"
+            assert origin["meta"] == {"thread_id": "chat-2", "node": "remember"}
+        finally:
+            await saver.aclose()
+            await store.aclose()
+
+    asyncio.run(main())
