@@ -11,10 +11,14 @@ from typing import Any
 
 import anyio
 import pytest
+from fastapi.testclient import TestClient
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from stateflow.errors import OutsideRoots, PatchError
+from stateflow.http.app import create_app
+from stateflow.http.auth import TokenSet, parse_token
+from stateflow.memory import Identity, MemoryConfig, MemoryView
 from stateflow.memory.confine import confine
 from stateflow.states import StatesService
 from stateflow.store import SqlStore
@@ -81,6 +85,51 @@ def test_state_tools_are_limited_to_the_served_states(store: SqlStore) -> None:
     refused = limited.call("state_merge", {"state": "secrets", "patch": {"a": 1}})
     assert refused.is_error and refused.code == "not-found" and "served: notes" in refused.text
     assert [d.name for d in ToolHost(view(store)).definitions()] == ["read_state", "patch_state"]
+    states.close()
+
+
+ALICE_TOKEN = "alice-only-token-0123456789"
+RECORD = "/api/states/memory/records/agent/alice/session/s1"
+RECORD_WRITES: list[tuple[str, str, Any]] = [
+    ("PUT", RECORD, {"response": "forged"}),
+    ("PATCH", RECORD, {"tactics": None}),
+    ("DELETE", RECORD, None),
+    ("POST", RECORD + "/deltas", {"ops": [{"op": "set", "path": ["response"], "value": "forged"}]}),
+    ("POST", RECORD + "/revert", {"revision": 0}),
+    ("POST", RECORD + "/template-jq/anything", {}),
+    (
+        "POST",
+        RECORD + "/fold",
+        {
+            "into": {"target_kind": "agent", "target_name": "alice", "kind": "session", "key": "s2"},
+            "mode": "merge",
+        },
+    ),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "body"), RECORD_WRITES)
+def test_the_record_routes_read_memory_but_never_write_it(
+    store: SqlStore, method: str, path: str, body: Any
+) -> None:
+    """A token that reaches an agent could otherwise forge its response or wipe a scope over REST,
+    skipping patch_state and the ownership cascade."""
+    states = StatesService(store)
+    states.install_builtins()
+    alice = MemoryView(
+        store, Identity.of("alice", "/tmp", "s1"), ("global", "cwd", "session"), MemoryConfig()
+    )
+    alice.patch_state({"session": {"tactics": {"keep": 1}}})
+    before = transitions(store)
+    app = create_app(states, TokenSet([parse_token(f"{ALICE_TOKEN}@agent/alice")]))
+    with TestClient(app, headers={"Authorization": f"Bearer {ALICE_TOKEN}"}) as client:
+        answer = client.request(method, path, json=body)
+        assert answer.status_code == 403, answer.text
+        assert answer.json()["code"] == "read-only-state"
+        assert "patch_state" in answer.json()["error"]
+        assert client.get(RECORD).json()["data"]["data"] == {"tactics": {"keep": 1}}  # reads stay open
+    assert transitions(store) == before
+    assert alice.read_state({"path": "session"}) == {"value": {"tactics": {"keep": 1}}}
     states.close()
 
 

@@ -22,11 +22,19 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from stateflow import __version__
 from stateflow.config import HttpConfig
 from stateflow.doc.canonical import decode, encode_trusted
-from stateflow.errors import Forbidden, InvalidInput, InvalidJSON, StateflowError, StoreNotMigrated
+from stateflow.errors import (
+    Forbidden,
+    InvalidInput,
+    InvalidJSON,
+    ReadOnlyState,
+    StateflowError,
+    StoreNotMigrated,
+)
 from stateflow.http.auth import Token, TokenSet
 from stateflow.http.docs import ASSETS_URL, mount_docs
 from stateflow.http.limits import BodyLimit
 from stateflow.http.openapi import document as openapi_document
+from stateflow.memory.scopes import MEMORY_STATE
 from stateflow.states import DoorContext, StatesService
 from stateflow.states.models import StateSubject, WriteOrigin
 from stateflow.states.service import origin_of, subject_of
@@ -37,6 +45,13 @@ from stateflow.studio import mount_studio
 OWN_AUTH = (ASSETS_URL + "/", "/studio/")
 
 MCP_PATH = "/mcp"
+
+# Agent memory changes only through patch_state (intent ownership, no forged response): the
+# record routes read it but never write it, as the state tools and the studio do not.
+MEMORY_RECORD_REFUSAL: Final = (
+    "agent memory is never written through the record routes: the agent changes it with patch_state "
+    f"(MCP at {MCP_PATH}); the response plane is written by the runtime only"
+)
 
 
 class BadRequest(StateflowError):
@@ -453,6 +468,8 @@ def create_app(service: StatesService, tokens: TokenSet, http: HttpConfig | None
             raise Forbidden(f"this token may not use target {subject.target_kind}/{subject.target_name}")
         ctx = context_of(request)
         method = request.method
+        if name == MEMORY_STATE and method != "GET":
+            raise ReadOnlyState(MEMORY_RECORD_REFUSAL)
         if not (len(suffix) == 2 and suffix[0] == "template-jq" and method == "GET"):
             only(request, *_query_names(suffix, method))
         origin, expect = (origin_from(request), if_match(request)) if method != "GET" else (None, None)
