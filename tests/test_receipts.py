@@ -77,6 +77,64 @@ def test_cascaded_lists_each_scopes_targets_as_the_published_example(store: SqlS
     assert receipt.state_updates["cascaded"] == ["session.lazy.plans.x", "session.tactics.draft"]
 
 
+def test_cascaded_goes_global_cwd_session_and_a_cleared_path_may_show_a_broader_value(
+    store: SqlStore,
+) -> None:
+    """Seed 000: targets listed Global, CWD, Session, each scope's in its cascade order; a cleared
+    session path that reveals a cwd value is reported with that value, not as deleted."""
+    m = view(store)
+    m.patch_state(
+        {
+            "session": {
+                "intents": {"s": [{"$ref": "session.tactics.draft"}, {"$ref": "session.lazy.plans.x"}]},
+                "tactics": {"draft": "session draft"},
+                "lazy": {"plans": {"x": 1, "y": 2}},
+            },
+            "cwd": {
+                "intents": {"c": [{"$ref": "cwd.tactics.rule"}, {"$ref": "cwd.strategy.db"}]},
+                "tactics": {"rule": "r", "draft": "cwd draft"},
+                "strategy": {"db": "sqlite"},
+            },
+            "global": {"intents": {"g": {"$ref": "global.lazy.notes"}}, "lazy": {"notes": ["n"]}},
+        }
+    )
+    m.context()
+    receipt = m.patch_state(
+        {
+            "session": {"intents": {"s": None}},
+            "global": {"intents": {"g": None}},
+            "cwd": {"intents": {"c": None}},
+        }
+    )
+    assert receipt.state_updates is not None
+    assert receipt.state_updates["cascaded"] == [
+        "global.lazy.notes",
+        "cwd.strategy.db",
+        "cwd.tactics.rule",
+        "session.lazy.plans.x",
+        "session.tactics.draft",
+    ]
+    effective = entries(receipt)
+    assert {"path": ["tactics", "draft"], "value": "cwd draft"} in effective  # revealed, not deleted
+    assert {"path": ["tactics", "rule"], "deleted": True} in effective
+    assert "session draft" not in receipt.text() and '"y"' not in receipt.text()  # paths only, no bodies
+    assert m.read_state({"path": "effective.lazy.plans"}) == {"value": {"y": 2}}
+
+
+def test_a_single_owner_lists_its_cascade_relative_in_the_published_order(store: SqlStore) -> None:
+    m = view(store, scopes=("session",))
+    m.patch_state(
+        {
+            "intents": {"ship": {"plan": {"$ref": "lazy.plans.x"}, "d": {"$ref": "tactics.draft"}}},
+            "tactics": {"draft": "v1"},
+            "lazy": {"plans": {"x": [1, 2]}},
+        }
+    )
+    receipt = m.patch_state({"intents": {"ship": None}})
+    assert receipt.state_updates is not None
+    assert receipt.state_updates["cascaded"] == ["lazy.plans.x", "tactics.draft"]
+
+
 def test_receipts_and_recent_transitions_never_repeat_a_large_value(store: SqlStore) -> None:
     m = view(store)
     big = "x" * (1024 * 1024)
