@@ -284,6 +284,28 @@ def test_sources_inside_the_cwd_or_a_knowledge_root_are_fingerprinted(
     assert confine("inner", str(work)) == str(work / "notes.md")
 
 
+@pytest.mark.parametrize(
+    "source", ["notes.md", "{work}/notes.md", "/etc/passwd", "{outside}/../work/notes.md"]
+)
+def test_a_remote_clients_working_directory_is_no_root_here(
+    store: SqlStore, tmp_path: Path, touched: list[str], source: str
+) -> None:
+    """Over HTTP the cwd is what a client says its directory is (``/`` included): it keys the cwd
+    scope, but this machine's files under it are never examined; only knowledge roots admit."""
+    work, outside = _layout(tmp_path)
+    source = source.format(work=work, outside=outside)
+    remote = view(store, cwd=str(work), knowledge_roots=(str(outside),), local_cwd=False)
+    touched.clear()
+    with pytest.raises(OutsideRoots, match=r"outside|relative"):
+        remote.patch_state({"cwd": {"artifacts": {source: {"description": "probe"}}}})
+    assert all(p == str(outside) or p.startswith(str(outside) + os.sep) for p in touched), touched
+    assert transitions(store) == 0
+    remote.patch_state({"cwd": {"artifacts": {str(outside / "shadow"): {"description": "in a root"}}}})
+    (outside / "shadow").write_text("changed")
+    os.utime(outside / "shadow", ns=(1, 1))
+    assert "changed" in remote.context().head["state"]["artifacts"][str(outside / "shadow")]["hint"]
+
+
 def test_a_card_recorded_before_confinement_is_never_examined(store: SqlStore, tmp_path: Path) -> None:
     work, outside = _layout(tmp_path)
     m = view(store, cwd=str(work), knowledge_roots=(str(outside),))

@@ -23,7 +23,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from stateflow.store import SqlStore
+from stateflow.store import SqlStore, open_store
 
 
 async def exercise(client: ClientSession) -> dict[str, Any]:
@@ -352,3 +352,62 @@ def test_stdio_resource_subscriptions_notify_every_context_change(tmp_path: Path
     assert out["own"] == ["stateflow://memory/context"]
     assert out["other"] == ["stateflow://memory/context", "stateflow://memory/context"]
     assert out["bad"].startswith("error[not-found]: no resource stateflow://memory/nope")
+
+
+def test_http_never_looks_at_the_servers_files_under_a_clients_cwd(tmp_path: Path) -> None:
+    """The cwd header is the client's claim (``/`` included): this machine's files under it are no
+    artifact sources; the server's own knowledge roots, hot budget and runtime directory apply."""
+    from . import servers
+
+    project, notes = tmp_path / "project", tmp_path / "notes"
+    project.mkdir()
+    notes.mkdir()
+    (project / "secret.txt").write_text("secret")
+    (notes / "db.md").write_text("# Databases\n")
+    env = servers.base_env(
+        tmp_path,
+        str(tmp_path / "s.db"),
+        STATEFLOW_KNOWLEDGE_ROOTS=str(notes),
+        STATEFLOW_HOT_BUDGET="4096",
+        STATEFLOW_RUNTIME_DIR=str(tmp_path / "runtime"),
+    )
+    assert subprocess.run(["stateflow", "migrate"], env=env, capture_output=True, timeout=60).returncode == 0
+    server = servers.start(env)
+    probes = [str(project / "secret.txt"), "secret.txt", "/etc/passwd"]
+
+    async def run() -> dict[str, Any]:
+        out: dict[str, Any] = {"probes": []}
+        for cwd in (str(project), "/"):
+            async with http_client(
+                server.url + "/mcp", servers.TOKEN, agent="eve", cwd=cwd, session="s"
+            ) as c:
+                for source in probes:
+                    card = {"cwd": {"artifacts": {source: {"description": "probe"}}}}
+                    out["probes"].append(await c.call_tool("patch_state", card))
+        async with http_client(server.url + "/mcp", servers.TOKEN, agent="eve", session="s") as c:
+            card = {"global": {"artifacts": {str(notes / "db.md"): {"description": "database notes"}}}}
+            out["card"] = await c.call_tool("patch_state", card)
+            (notes / "db.md").write_text("# Databases, changed\n")
+            (context,) = (await c.read_resource("stateflow://memory/context.json")).contents
+            assert isinstance(context, types.TextResourceContents)
+            out["head"] = json.loads(context.text)["head"]
+            out["big"] = await c.call_tool("patch_state", {"session": {"tactics": {"big": "x" * 5000}}})
+        return out
+
+    try:
+        out = anyio.run(run)
+    finally:
+        server.stop()
+    for refused in out["probes"]:
+        assert refused.is_error and refused.content[0].text.startswith("error[outside-roots]:"), refused
+    assert not out["card"].is_error
+    assert "changed" in out["head"]["state"]["artifacts"][str(notes / "db.md")]["hint"]
+    assert out["head"]["knowledge_sources"][0]["root"] == str(notes)
+    assert out["big"].content[0].text.startswith("error[hot-budget]:")
+    assert list((tmp_path / "runtime" / "shown").iterdir())  # every worker compares against it
+    store = open_store(str(tmp_path / "s.db"))
+    try:
+        patches = [t for t in store.transitions(limit=1000) if t.origin.get("tool") == "patch_state"]
+        assert len(patches) == 1  # only the knowledge card was written: no probe left a trace
+    finally:
+        store.close()

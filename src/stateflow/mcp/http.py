@@ -6,14 +6,18 @@ it is with the same bearer token as the REST API. A token limited to some agents
 reaches only their memory; a read-only token gets ``read_state`` and the context, never
 ``patch_state``. ``X-Stateflow-States: a,b`` (or ``*``) adds the declared-state tools for those
 states, as ``stateflow mcp --states`` does; a record of a target the token is not limited to is
-refused, and agent memory stays read-only through them. The transport is stateless (every POST stands alone), so identity and token are
-checked on every request, not once per connection.
+refused, and agent memory stays read-only through them. The transport is stateless (every POST
+stands alone), so identity and token are checked on every request, not once per connection.
+The cwd header keys the cwd scope only: it is the client's directory, not one of this machine,
+so artifact sources must lie in the server's knowledge roots.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+import os
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Final
 
 import anyio
@@ -24,7 +28,7 @@ from starlette.types import Receive, Scope, Send
 
 from stateflow.errors import Forbidden, InvalidInput
 from stateflow.http.auth import TokenSet
-from stateflow.memory import Identity, MemoryConfig, MemoryView, parse_scopes
+from stateflow.memory import Identity, MemoryConfig, MemoryView, parse_scopes, shown
 from stateflow.memory.protocol import protocol_text
 from stateflow.store import Store
 from stateflow.tools import ToolHost
@@ -68,9 +72,29 @@ def identity_of(request: Request) -> tuple[Identity, tuple[str, ...]]:
     return identity, scopes
 
 
+def config_from_env(env: Mapping[str, str] | None = None) -> MemoryConfig:
+    """``/mcp``'s memory settings: ``STATEFLOW_HOT_BUDGET`` and ``STATEFLOW_KNOWLEDGE_ROOTS`` as the
+    CLI reads them, and the last-shown views kept in the runtime directory, so a receipt compares
+    against what the model was shown whichever worker process (or local hook) showed it."""
+    env = os.environ if env is None else env
+    budget = env.get("STATEFLOW_HOT_BUDGET") or None
+    if budget is not None and not budget.isdigit():
+        raise InvalidInput(f"STATEFLOW_HOT_BUDGET must be a positive number of bytes, not {budget!r}")
+    roots = [r for r in (env.get("STATEFLOW_KNOWLEDGE_ROOTS") or "").split(os.pathsep) if r]
+    return MemoryConfig(
+        knowledge_roots=tuple(os.path.realpath(os.path.expanduser(r)) for r in roots),
+        hot_budget=None if budget is None else int(budget),
+        runtime_dir=shown.default_dir(),
+    )
+
+
 def host_factory(
     store: Store, tokens: TokenSet, config: MemoryConfig, states: StatesService | None = None
 ) -> Callable[[Any], ToolHost]:
+    # The cwd header is the client's claim about its own machine: it keys the cwd scope, but no
+    # artifact source is looked for under it here (only in this machine's knowledge roots).
+    config = replace(config, local_cwd=False)
+
     def host_for(ctx: Any) -> ToolHost:
         request = ctx.request
         if not isinstance(request, Request):
@@ -114,6 +138,7 @@ def mount(
     The MCP SDK loads in the background once the server is up, so ``stateflow serve`` starts
     listening as fast as without it; an MCP request that arrives first waits for it.
     """
+    memory_config = config or config_from_env()  # a bad setting stops the server here, at start
     running: dict[str, Any] = {}
     previous = app.router.lifespan_context
 
@@ -123,9 +148,7 @@ def mount(
         running["ready"] = ready
 
         async def serve_mcp() -> None:
-            manager = await anyio.to_thread.run_sync(
-                _manager, store, tokens, config or MemoryConfig(), states
-            )
+            manager = await anyio.to_thread.run_sync(_manager, store, tokens, memory_config, states)
             async with manager.run():
                 running["manager"] = manager
                 ready.set()

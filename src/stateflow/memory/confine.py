@@ -18,6 +18,8 @@ from typing import Final
 from stateflow.errors import OutsideRoots
 
 MAX_LINKS: Final = 40  # as the kernel's own symlink-hop limit (ELOOP)
+NO_LOCAL_CWD: Final = ""
+"""The ``cwd`` of a door whose working directory is not on this machine: no source lies in it."""
 
 
 def _inside(path: str, roots: Sequence[str]) -> str | None:
@@ -31,18 +33,24 @@ def _inside(path: str, roots: Sequence[str]) -> str | None:
 def _refuse(source: str, roots: Sequence[str], why: str) -> OutsideRoots:
     return OutsideRoots(
         f"artifact source {source!r} {why}; sources must stay inside the working directory or a "
-        f"configured knowledge root ({', '.join(roots)})"
+        f"configured knowledge root ({', '.join(roots) or 'none here'})"
     )
 
 
 def confine(source: str, cwd: str, roots: Sequence[str] = ()) -> str:
     """The absolute, link-free path of ``source`` inside ``cwd`` or ``roots``, or OutsideRoots.
 
+    ``cwd`` is ``NO_LOCAL_CWD`` where the working directory is a remote client's (MCP over HTTP):
+    it names a scope there, not a directory of this machine, so only ``roots`` admit sources.
     Only the roots and paths inside them are ever examined (``lstat``/``readlink``).
     """
-    allowed = [os.path.normpath(r) for r in (cwd, *roots)]
+    allowed = [os.path.normpath(r) for r in ((cwd, *roots) if cwd else roots)]
     if "\0" in source:
         raise _refuse(source, allowed, "contains a NUL byte")
+    if not cwd and not os.path.isabs(source):
+        raise _refuse(
+            source, allowed, "is relative, and this door's working directory is not on this machine"
+        )
     joined = source if os.path.isabs(source) else os.path.join(cwd, source)
     path = os.path.normpath(joined)
     root = _inside(path, allowed)

@@ -100,6 +100,8 @@ def source_digest(source: str, cwd: str, roots: Sequence[str]) -> str | None:
 
 def root_unavailable(source: str, cwd: str, roots: Sequence[str]) -> bool:
     """Whether ``source`` lies under a knowledge root that is unavailable (freshness unknown)."""
+    if not os.path.isabs(source) and not cwd:
+        return False  # no local working directory: a relative source lies under no root here
     path = os.path.normpath(source if os.path.isabs(source) else os.path.join(cwd, source))
     root = _root_of(path, roots)
     return root is not None and not available(root)
@@ -127,7 +129,7 @@ def _cards(view: MemoryView, states: dict[str, Any]) -> dict[str, str]:
     out: dict[str, str] = {}
     for scope in view.scopes:
         for source in (states.get(scope) or {}).get("artifacts") or {}:
-            path = confined(source, view.identity.cwd, view.config.knowledge_roots)
+            path = confined(source, view.source_cwd, view.config.knowledge_roots)
             if path is not None:
                 out[path] = scope
     return out
@@ -145,7 +147,7 @@ def status(
     source) it also names the cards whose source changed and those whose source is missing.
     ``states``: the view's scope documents with their artifacts and provenance."""
     cards = _cards(view, states)
-    cwd, roots = view.identity.cwd, view.config.knowledge_roots
+    cwd, roots = view.source_cwd, view.config.knowledge_roots
     out: list[dict[str, Any]] = []
     for root in view.config.knowledge_roots:
         found = discover(root)
@@ -173,7 +175,7 @@ def status(
 def prune(view: MemoryView) -> list[dict[str, str]]:
     """Delete, as one transition, every card of the view whose Markdown source inside an
     available knowledge root is confirmed missing; returns ``[{scope, source}]``."""
-    cwd, roots = view.identity.cwd, view.config.knowledge_roots
+    cwd, roots = view.source_cwd, view.config.knowledge_roots
     keys = list(view.keys.values())
 
     def compute(docs: dict[DocKey, Document]) -> tuple[list[Write], list[dict[str, str]]]:

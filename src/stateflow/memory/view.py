@@ -30,6 +30,7 @@ from stateflow.errors import (
 from stateflow.memory import artifacts as artifact_provenance
 from stateflow.memory import knowledge, receipts
 from stateflow.memory import shown as shown_views
+from stateflow.memory.confine import NO_LOCAL_CWD
 from stateflow.memory.ownership import cascade_targets, deletion_patch
 from stateflow.memory.planes import (
     RUNTIME,
@@ -67,6 +68,10 @@ class MemoryConfig:
     runtime_dir: str | None = None
     """Where the view last shown to each session is kept across processes (see ``shown``);
     None: only in this process."""
+    local_cwd: bool = True
+    """Whether the identity's working directory is on this machine, so artifact sources may live
+    in it. False where a remote client names it (MCP over HTTP): it then only keys the cwd scope,
+    and sources must lie in a knowledge root of this machine."""
 
     def __post_init__(self) -> None:
         for root in self.knowledge_roots:
@@ -130,6 +135,8 @@ class MemoryView:
         self.planes = PlaneSet(self.config.extra_roots)
         self.single = self.scopes[0] if len(self.scopes) == 1 else None
         self.keys = {s: identity.key(s) for s in self.scopes}
+        # artifact sources resolve against the working directory only when it is on this machine
+        self.source_cwd = identity.cwd if self.config.local_cwd else NO_LOCAL_CWD
 
     # ------------------------------------------------------------------------- helpers
 
@@ -561,8 +568,8 @@ class MemoryView:
             changed.append((RUNTIME,))  # the cards' provenance
             check_artifacts(scope, current.get("artifacts"), patch["artifacts"])
             roots = self.config.knowledge_roots
-            artifact_provenance.check_sources(patch["artifacts"], self.identity.cwd, roots)
-            current = artifact_provenance.record(current, patch["artifacts"], self.identity.cwd, roots)
+            artifact_provenance.check_sources(patch["artifacts"], self.source_cwd, roots)
+            current = artifact_provenance.record(current, patch["artifacts"], self.source_cwd, roots)
         check_extra_roots(scope, current, patch, self.planes)
         missing.extend(f"{scope}\0" + "\0".join(str(p) for p in f) for f in found)
         return current
@@ -694,7 +701,7 @@ class MemoryView:
         state = self._hot_view(states)
         shown_state = dict(state)  # before stale hints: those are not state
         stale = artifact_provenance.stale_hints(
-            states, self.scopes, self.identity.cwd, self.config.knowledge_roots
+            states, self.scopes, self.source_cwd, self.config.knowledge_roots
         )
         if stale and "artifacts" in state:
             state["artifacts"] = {
@@ -729,7 +736,7 @@ class MemoryView:
         without a card, and the cards whose source changed or is missing."""
         docs = self._read(["artifacts", RUNTIME])
         states = {s: d.body for s, d in docs.items()}
-        cwd, roots = self.identity.cwd, self.config.knowledge_roots
+        cwd, roots = self.source_cwd, self.config.knowledge_roots
         stale = artifact_provenance.stale_hints(states, self.scopes, cwd, roots)
         return knowledge.status(self, states, stale=stale)
 
