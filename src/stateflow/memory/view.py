@@ -32,6 +32,7 @@ from stateflow.memory import knowledge, receipts
 from stateflow.memory import shown as shown_views
 from stateflow.memory.confine import NO_LOCAL_CWD
 from stateflow.memory.ownership import cascade_targets, deletion_patch
+from stateflow.memory.path_select import select_layers
 from stateflow.memory.planes import (
     RUNTIME,
     ExtraRoot,
@@ -116,6 +117,14 @@ class _Timeline:
     changes: dict[int, dict[str, list[Edit]]]
     complete: bool
     """True when the oldest retained transition is the first ever (so the origin is known)."""
+    revisions: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+    """Per scope, ``(seq, revision)`` of its changes in the window, newest first."""
+
+    def revision_at(self, scope: str, seq: int, now: int) -> int:
+        """The scope document's revision right after transition ``seq`` of the window (``now``:
+        its revision at the window's top): every change after ``seq`` is in the window."""
+        after = [revision for at, revision in self.revisions.get(scope, ()) if at > seq]
+        return min(after) - 1 if after else now
 
 
 class MemoryView:
@@ -205,11 +214,14 @@ class MemoryView:
                 raise InvalidInput("scope patch paths support only the value projection")
             return {"patch": self._scope_patch(patches[0])}
         value_paths = [p for p in paths if isinstance(p, ReadPath)]
+        # a path into a plane is read along the path (a large plane is never read whole);
+        # the rest (whole scopes, patches) from the hot planes and the lazy roots they name
+        by_path = projection != "patch" and all(self._path_readable(p) for p in value_paths)
         lazy_roots = sorted(
             {p.selectors[0].name for p in value_paths if p.selectors and isinstance(p.selectors[0], Key)}
             & set(self.planes.lazy)
         )
-        members = [*self.planes.hot, *lazy_roots]
+        members = [] if by_path else [*self.planes.hot, *lazy_roots]
         current = self._read(members)
         cap = max((d.seq or 0 for d in current.values()), default=0)
         timeline: _Timeline | None = None
@@ -218,6 +230,9 @@ class MemoryView:
             if (path.offset or projection == "patch") and timeline is None:
                 timeline = self._timeline(cap, members=members)
             try:
+                if by_path:
+                    results.append(self._evaluate_path(path, projection, current, timeline))
+                    continue
                 results.append(self._evaluate(path, projection, current, timeline, members))
             except SelectionError:
                 if batch or projection != "value" or path.offset:
@@ -233,6 +248,50 @@ class MemoryView:
         field_name = "patch" if projection == "patch" else "value"
         values = [self._out(r) for r in results]
         return {field_name: values if batch else values[0]}
+
+    def _path_readable(self, path: ReadPath) -> bool:
+        """Whether ``path`` can be answered from the trails of its plane (a documented plane
+        first, then keys and indices; ``response`` reads "" as absent: read whole)."""
+        sel = path.selectors
+        return (
+            bool(sel)
+            and isinstance(sel[0], Key)
+            and sel[0].name in self.planes.names
+            and sel[0].name != "response"
+            and all(isinstance(s, Key | Index) for s in sel)
+        )
+
+    def _evaluate_path(
+        self,
+        path: ReadPath,
+        projection: str,
+        current: dict[str, Document],
+        timeline: _Timeline | None,
+    ) -> Any:
+        """A value or keys read of a plane path, from each scope's trail along it — at the
+        revisions of the view's one read (``current``), or as the offset's transition left them
+        (from the timeline) — reading only the nodes on the path of a large plane."""
+        scopes = self.scopes if path.root == "effective" else (path.root,)
+        target = tuple(
+            s.name if isinstance(s, Key) else s.index for s in path.selectors if not isinstance(s, Range)
+        )
+        revisions = {self.keys[s]: current[s].revision for s in scopes}
+        if path.offset:
+            assert timeline is not None
+            self._check_offset(path.offset, timeline)
+            if path.offset == len(timeline.seqs):
+                revisions = {k: 0 for k in revisions}  # the origin: every scope is empty
+            else:
+                seq = timeline.seqs[path.offset]
+                revisions = {self.keys[s]: timeline.revision_at(s, seq, current[s].revision) for s in scopes}
+        reads = self.store.read_paths({self.keys[s]: [target] for s in scopes}, revisions=revisions)
+        trails = [reads[self.keys[s]].trails[0] for s in scopes]
+        value = select_layers(trails, path.selectors, path.text)
+        if value is MISSING:
+            if projection == "value" and len(path.selectors) == 1:
+                return None  # an absent documented plane reads as null
+            raise SelectionError(f"read path does not exist: {path.text}")
+        return keys_projection(value) if projection == "keys" else value
 
     def _evaluate(
         self,
@@ -288,6 +347,7 @@ class MemoryView:
         scope_of = {k: s for s, k in self.keys.items()}
         seqs: list[int] = []
         by_seq: dict[int, dict[str, list[Edit]]] = {}
+        revisions: dict[str, list[tuple[int, int]]] = {}
         for change in changes:
             if change.seq not in by_seq:
                 if len(seqs) == limit + 1:
@@ -295,8 +355,9 @@ class MemoryView:
                 seqs.append(change.seq)
                 by_seq[change.seq] = {}
             by_seq[change.seq][scope_of[change.key]] = change.edits
+            revisions.setdefault(scope_of[change.key], []).append((change.seq, change.revision))
         complete = len(seqs) <= limit and len(changes) < len(self.scopes) * (limit + 2)
-        return _Timeline(seqs, by_seq, complete)
+        return _Timeline(seqs, by_seq, complete, revisions)
 
     def _check_offset(self, offset: int, timeline: _Timeline, *, internal: bool = False) -> None:
         limit = self.config.history_limit

@@ -6,6 +6,8 @@ It is assembled from one module per job, each a layer over :class:`~stateflow.st
 - :mod:`~stateflow.store.writes` — commits, read-modify-write, the optimistic path, the planner
   (its structures in :mod:`~stateflow.store.plan`);
 - :mod:`~stateflow.store.history` — as-of reads, change pages, transitions;
+- :mod:`~stateflow.store.path_reads` — what paths meet inside documents, now or as of a
+  transition, reading only what they reach;
 - :mod:`~stateflow.store.listing` — scans, counts, containment search;
 - :mod:`~stateflow.store.retention` — history pruning, purge, the ledger's upkeep.
 
@@ -20,6 +22,7 @@ from __future__ import annotations
 from stateflow.store.clock import utc_now, utc_text
 from stateflow.store.ledger import OpIdTaken
 from stateflow.store.listing import Listing
+from stateflow.store.path_reads import PathReads
 from stateflow.store.plan import INLINE_EDITS_MAX, SNAPSHOT_MAX_CHAIN, SNAPSHOT_MIN_BYTES
 from stateflow.store.retention import Retention
 from stateflow.store.rows import key_filter, outline_of
@@ -40,5 +43,5 @@ __all__ = [
 ]
 
 
-class SqlStore(Writes, Retention, Listing):
+class SqlStore(Writes, Retention, Listing, PathReads):
     """Documents, cohorts, history and the idempotency ledger over a SQL database."""

@@ -11,7 +11,7 @@ from stateflow.store.backend import Backend
 from stateflow.store.cache import DEFAULT_CACHE_BYTES, HeadCache, RevisionCache
 from stateflow.store.migrations import SCHEMA_VERSION, statements
 from stateflow.store.model import DocKey, Document
-from stateflow.store.nodes import load_tree
+from stateflow.store.nodes import NodeCache, load_tree
 from stateflow.store.plan import Loaded
 from stateflow.store.rows import (
     ROW_COLUMNS,
@@ -53,6 +53,8 @@ class StoreCore(Backend):
             RevisionCache(ASSEMBLED_BYTES)
         )
         """(body, members) of documents as ``_known`` last assembled them"""
+        self._node_cache = NodeCache()
+        """decoded tree nodes by id, for path reads"""
 
     def __enter__(self) -> Self:
         return self

@@ -26,6 +26,7 @@ from stateflow.store.rows import (
     directory_of,
     restrict_edit,
 )
+from stateflow.store.trail import TreeRef
 from stateflow.store.tx import Tx
 
 
@@ -157,8 +158,9 @@ class History(StoreCore):
         with self._read_tx() as tx:
             ids = {}
             revisions: dict[DocKey, int] = {}
+            rows_of = self._rows(tx, keys)
             for key in keys:
-                row = self._row(tx, key)
+                row = rows_of.get(key)
                 if row is not None:
                     ids[row.doc_id] = key
                     revisions[key] = row.revision
@@ -246,9 +248,12 @@ class History(StoreCore):
         keys: dict[int, DocKey],
         changes: list[tuple[int, int, Any]],
         names: set[str] | None,
+        *,
+        trees: bool = True,
     ) -> dict[tuple[int, int], list[Edit]]:
         """The edits of each ``(doc_id, revision, inline edits or None)``: whole-document edits
-        first, then per member (see ``INLINE_EDITS_MAX``)."""
+        first, then per member (see ``INLINE_EDITS_MAX``). A value kept as a tree is read
+        whole, or with ``trees=False`` left as its :class:`~stateflow.store.trail.TreeRef`."""
         out: dict[tuple[int, int], list[Edit]] = {}
         if not changes or (names is not None and not names):
             return out
@@ -279,7 +284,8 @@ class History(StoreCore):
             )
             for doc_id, revision, member, raw in rows:
                 what = f"{keys.get(int(doc_id), doc_id)} change at revision {revision}"
-                edits = decode_edits(raw, what, functools.partial(_tree_value, tx, what))
+                resolve = functools.partial(_tree_value, tx, what) if trees else TreeRef
+                edits = decode_edits(raw, what, resolve)
                 if member == "" and names is not None:
                     edits = [restrict_edit(e, names) for e in edits]
                 out.setdefault((int(doc_id), int(revision)), []).extend(edits)

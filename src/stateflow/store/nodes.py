@@ -7,7 +7,9 @@ damaged node fails the read closed (``CorruptData``) instead of answering wrongl
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final
 
 from stateflow.doc.canonical import JSON
@@ -28,6 +30,54 @@ def fetch_bodies(tx: Tx, ids: Iterable[bytes]) -> dict[bytes, bytes]:
         rows = tx.all(f"SELECT id, body FROM nodes WHERE id IN ({','.join('?' * len(part))})", part)
         found.update((bytes(i), bytes(b)) for i, b in rows)
     return found
+
+
+NODE_CACHE_MAX: Final = 8192
+"""Decoded nodes kept for path reads (~2 KiB of JSON each)."""
+
+
+class NodeCache:
+    """Decoded nodes by id, least recently used first out. A node's id is the hash of its
+    bytes, so an entry never goes stale; only nodes checked against their ids enter."""
+
+    def __init__(self, max_nodes: int = NODE_CACHE_MAX) -> None:
+        self.max_nodes = max_nodes
+        self._nodes: OrderedDict[bytes, dict[str, Any]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def reader(self, tx: Tx, what: str) -> tree.Decoded:
+        """Nodes by id through this cache, the misses read in ``tx`` (``CorruptData`` naming
+        ``what`` when one is missing or damaged)."""
+
+        def get(ids: Sequence[bytes]) -> dict[bytes, dict[str, Any]]:
+            out: dict[bytes, dict[str, Any]] = {}
+            misses = []
+            with self._lock:
+                for ident in ids:
+                    node = self._nodes.get(ident)
+                    if node is None:
+                        misses.append(ident)
+                    else:
+                        self._nodes.move_to_end(ident)
+                        out[ident] = node
+            if misses:
+                found = fetch_bodies(tx, misses)
+                try:
+                    read = {i: tree.checked(i, found.get(i)) for i in misses}
+                except CorruptData as exc:
+                    raise CorruptData(f"stored {what} is corrupt: {exc}") from exc
+                out.update(read)
+                with self._lock:
+                    self._nodes.update(read)
+                    while len(self._nodes) > self.max_nodes:
+                        self._nodes.popitem(last=False)
+            return out
+
+        return get
+
+    def clear(self) -> None:
+        with self._lock:
+            self._nodes.clear()
 
 
 def load_tree(tx: Tx, root: bytes, what: str) -> JSON:

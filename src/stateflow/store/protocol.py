@@ -12,6 +12,8 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, Self, TypeVar
 
 from stateflow.store.model import Change, Commit, DocKey, Document, Listed, Transition, Write
+from stateflow.store.path_reads import Children, PathsRead
+from stateflow.store.trail import PathT
 
 R = TypeVar("R")
 
@@ -112,6 +114,20 @@ class Store(Protocol):
         members: Iterable[str] | None = None,
     ) -> list[Change]:
         """Changes of these documents, newest first."""
+
+    def read_paths(
+        self,
+        paths: Mapping[DocKey, Sequence[PathT]],
+        *,
+        seq: int | None = None,
+        revisions: Mapping[DocKey, int] | None = None,
+    ) -> dict[DocKey, PathsRead]:
+        """What each path (a member name first) meets in each document, now, right after
+        transition ``seq`` or at given revisions, reading only what the paths reach."""
+
+    def children(self, key: DocKey, path: PathT, *, start: int = 0, limit: int = 200) -> Children | None:
+        """A page of the children of the container at ``path`` in the current document, with
+        their kinds and sizes, never reading a grandchild's subtree."""
 
     def transitions(self, *, after_seq: int = 0, limit: int = 100) -> list[Transition]:
         """Transitions after ``after_seq`` in seq order, each with all its changes."""

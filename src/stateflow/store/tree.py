@@ -34,7 +34,10 @@ from typing import Any, Final
 import orjson
 
 from stateflow.doc.canonical import JSON
+from stateflow.doc.select import MISSING
 from stateflow.errors import CorruptData
+from stateflow.store.trail import MISSING_STEP, Step, TreeRef, step_of
+from stateflow.store.trail import probe as trail_probe
 
 INLINE_MAX: Final = 2048
 """A value encoding to at most this many bytes is kept inline (in its parent, or in the member
@@ -215,24 +218,39 @@ Fetch = Callable[[Sequence[bytes]], Mapping[bytes, bytes]]
 """Reads node bodies by id (the store's query); a missing id is simply absent from the answer."""
 
 
+Decoded = Callable[[Sequence[bytes]], Mapping[bytes, dict[str, Any]]]
+"""Reads nodes by id, decoded and checked against their ids (``CorruptData`` when one is
+missing or damaged)."""
+
+
+def decoding(fetch: Fetch) -> Decoded:
+    """``fetch``, each node checked and decoded."""
+
+    def get(ids: Sequence[bytes]) -> dict[bytes, dict[str, Any]]:
+        found = fetch(ids)
+        return {i: checked(i, found.get(i)) for i in ids}
+
+    return get
+
+
 def load(root: bytes, fetch: Fetch) -> JSON:
     """The whole value under ``root``.
 
     Nodes are fetched level by level (one ``fetch`` per level), each hashed and decoded once;
     the value is then assembled by extending flat lists (keys and values for an object), so the
     per-element work happens inside ``orjson`` and the C list/dict constructors, not in Python."""
-    return _assemble(root, fetch_tree(root, fetch))
+    return _assemble(root, fetch_tree(root, decoding(fetch)))
 
 
-def fetch_tree(root: bytes, fetch: Fetch) -> dict[bytes, dict[str, Any]]:
+def fetch_tree(root: bytes, nodes: Decoded) -> dict[bytes, dict[str, Any]]:
     """Every node under ``root``, decoded and checked against its id, read a level at a time."""
     decoded: dict[bytes, dict[str, Any]] = {}
     frontier = [root]
     while frontier:
-        found = fetch(frontier)
+        found = nodes(frontier)
         upcoming: list[bytes] = []
         for ident in frontier:
-            data = decoded[ident] = checked(ident, found.get(ident))
+            data = decoded[ident] = found[ident]
             upcoming += _child_ids(ident, data)
         frontier = [c for c in dict.fromkeys(upcoming) if c not in decoded]
     return decoded
@@ -383,3 +401,167 @@ def children(body: bytes) -> list[bytes]:
         return [bytes.fromhex(child) for _, child in data["c"]]
     values = data["a"] if "a" in data else data["v"]
     return [bytes.fromhex(values[i]) for i in data.get("r", ())]
+
+
+def shape(data: dict[str, Any]) -> tuple[str, int]:
+    """The kind (``"array"`` or ``"object"``) and the element or key count of the value whose
+    root node is ``data`` (an interior node's counts say it without reading below)."""
+    if "c" in data:
+        return ("array" if data.get("t") == "a" else "object"), sum(int(n) for n, _ in data["c"])
+    if "a" in data:
+        return "array", len(data["a"])
+    return "object", len(data["k"])
+
+
+def probe(
+    root: bytes, path: Sequence[str | int], nodes: Decoded, fetch: Fetch, *, whole: bool = True
+) -> tuple[list[Step], JSON]:
+    """The steps of ``path`` in the value under ``root`` and the value at its end (or
+    MISSING), reading only the nodes on the way (``nodes``) and, at the end, the subtree
+    asked for (``fetch``; with ``whole=False`` a subtree at the end is answered as its
+    :class:`TreeRef`, unread). An index descends by the interior counts, one node per level;
+    a key is looked up in the object's leaves, a batch at a time, never below them."""
+    steps: list[Step] = []
+    ident = root
+    data = nodes([root])[root]
+    for depth, seg in enumerate(path):
+        try:
+            kind, count = shape(data)
+            steps.append(Step(kind, count if kind == "array" else 0))
+            if (kind == "array") != (type(seg) is int):
+                return steps, MISSING
+            leaf, index = _leaf_of(ident, data, seg, nodes)
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            raise CorruptData(f"node {ident.hex()} is corrupt: {exc!r}") from exc
+        if leaf is None:
+            if kind == "object":
+                steps.append(MISSING_STEP)
+            return steps, MISSING
+        owner, body = leaf
+        value = (body["a"] if "a" in body else body["v"])[index]
+        if index not in body.get("r", ()):
+            below, found = trail_probe(value, tuple(path[depth + 1 :]))
+            return [*steps, *below], found
+        ident = _ref(value, owner)
+        data = nodes([ident])[ident]
+    try:
+        kind, count = shape(data)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CorruptData(f"node {ident.hex()} is corrupt: {exc!r}") from exc
+    steps.append(Step(kind, count if kind == "array" else 0))
+    return steps, load(ident, fetch) if whole else TreeRef(ident)
+
+
+LEAF_BATCH: Final = 64
+"""Leaves of an object read per statement while looking for a key."""
+
+
+def _leaf_of(
+    ident: bytes, data: dict[str, Any], seg: str | int, nodes: Decoded
+) -> tuple[tuple[bytes, dict[str, Any]] | None, int]:
+    """The leaf holding entry ``seg`` of the container rooted at ``ident`` and its position
+    there, or ``(None, 0)`` when there is none."""
+    if isinstance(seg, int):
+        index = seg
+        if index < 0:
+            return None, 0
+        while "c" in data:
+            for count, child in data["c"]:
+                if index < count:
+                    ident = _ref(child, ident)
+                    break
+                index -= count
+            else:
+                return None, 0
+            data = nodes([ident])[ident]
+        return ((ident, data), index) if index < len(data["a"]) else (None, 0)
+    if "c" not in data:
+        keys = data["k"]
+        return ((ident, data), keys.index(seg)) if seg in keys else (None, 0)
+    level = [(ident, data)]  # an object's keys are unique: its leaves may be read in any order
+    while level:
+        below = [_ref(c, parent) for parent, body in level for _, c in body["c"]]
+        level = []
+        for first in range(0, len(below), LEAF_BATCH):
+            part = below[first : first + LEAF_BATCH]
+            found = nodes(part)
+            for child in part:
+                body = found[child]
+                if "c" in body:
+                    level.append((child, body))
+                elif seg in body["k"]:
+                    return (child, body), body["k"].index(seg)
+    return None, 0
+
+
+def listing(
+    root: bytes, start: int, limit: int, nodes: Decoded
+) -> tuple[str, int, list[tuple[str | int, str, int | None, JSON]]]:
+    """The kind and size of the value under ``root`` and its children ``start`` to
+    ``start + limit``, each as ``(key or index, kind, size of a container or None, value —
+    MISSING for a child kept as a subtree)``. Reads the nodes down to the leaves holding those
+    children, found by the counts, and one node per child kept as a subtree (its root says its
+    kind and size) — never a grandchild's subtree."""
+    data = nodes([root])[root]
+    try:
+        kind, count = shape(data)
+        slices: list[tuple[bytes, dict[str, Any], int, int]] = []
+        _slices(root, data, max(0, start), max(0, limit), nodes, slices)
+        out: list[tuple[str | int, str, int | None, JSON]] = []
+        refs: list[bytes] = []
+        index = max(0, start)
+        for ident, body, lo, hi in slices:
+            values = body["a"] if "a" in body else body["v"]
+            held = set(body.get("r", ()))
+            for i in range(lo, hi):
+                name: str | int = body["k"][i] if "k" in body else index
+                index += 1
+                value = values[i]
+                if i in held:
+                    refs.append(_ref(value, ident))
+                    out.append((name, "", None, MISSING))
+                else:
+                    sized = len(value) if type(value) in (dict, list) else None
+                    out.append((name, step_of(value).kind, sized, value))
+        heads = nodes(refs) if refs else {}
+        pending = iter(refs)
+        for n, entry in enumerate(out):
+            if entry[1] == "":
+                child_kind, size = shape(heads[next(pending)])
+                out[n] = (entry[0], child_kind, size, MISSING)
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        raise CorruptData(f"a node under {root.hex()} is corrupt: {exc!r}") from exc
+    return kind, count, out
+
+
+def _slices(
+    ident: bytes,
+    data: dict[str, Any],
+    skip: int,
+    take: int,
+    nodes: Decoded,
+    out: list[tuple[bytes, dict[str, Any], int, int]],
+) -> None:
+    """Appends ``(leaf id, leaf, first, end)`` for entries ``skip`` to ``skip + take`` below
+    ``ident``, in order, reading only the nodes that hold them."""
+    if "c" not in data:
+        size = len(data["a"] if "a" in data else data["k"])
+        end = min(size, skip + take)
+        if skip < end:
+            out.append((ident, data, skip, end))
+        return
+    wanted: list[tuple[bytes, int, int]] = []
+    for n, child in data["c"]:
+        count = int(n)
+        if skip >= count:
+            skip -= count
+            continue
+        if take <= 0:
+            break
+        part = min(take, count - skip)
+        wanted.append((_ref(child, ident), skip, part))
+        take -= part
+        skip = 0
+    found = nodes([w[0] for w in wanted]) if wanted else {}
+    for child_id, first, part in wanted:
+        _slices(child_id, found[child_id], first, part, nodes, out)

@@ -1,0 +1,67 @@
+"""``select(overlay(layers), selectors)`` answered from the layers' trails along the path.
+
+A read of ``effective.lazy.big[5]`` needs, of each scope, only what lies on that path: the
+store answers it as a :class:`~stateflow.store.trail.Trail` (the kind of the value at every
+prefix, and the value at the end), reading only the nodes on the way. Overlay merges objects
+and lets anything else replace what is below it, so walking the layers' trails prefix by prefix
+gives the same value — and the same errors — as selecting from the merged whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from stateflow.doc.canonical import JSON
+from stateflow.doc.merge import overlay
+from stateflow.doc.paths import Index, Key, Selector
+from stateflow.doc.select import MISSING
+from stateflow.errors import SelectionError
+from stateflow.store.trail import Trail
+
+
+def select_layers(trails: Sequence[Trail], selectors: Sequence[Selector], text: str) -> JSON:
+    """The value at ``selectors`` in the overlay of the layers (broadest first) whose trails
+    along that path (a member first, then the selectors below it) are ``trails``; every
+    selector is a :class:`Key` or an :class:`Index`. :data:`MISSING` when the member itself
+    is absent from every layer; :class:`SelectionError` as ``select`` raises it otherwise."""
+    contributing = [t for t in trails if t.steps[0].kind == "object"]
+    for depth in range(1, len(selectors) + 1):
+        sel = selectors[depth - 1]
+        if not isinstance(sel, Key):
+            raise SelectionError(f"array selector requires an array: {text} (object found)")
+        present = [t for t in contributing if _kind(t, depth) != "missing"]
+        if not present:
+            if depth == 1:
+                return MISSING  # the plane itself is absent
+            raise SelectionError(f"read path does not exist: {text}")
+        if _kind(present[-1], depth) != "object":  # a value that is not an object wins alone
+            return _single(present[-1], selectors, depth, text)
+        others = [i for i, t in enumerate(present) if _kind(t, depth) != "object"]
+        contributing = present[others[-1] + 1 :] if others else present
+    if len(contributing) == 1:
+        return contributing[0].value
+    return overlay(*(t.value for t in contributing))
+
+
+def _kind(trail: Trail, depth: int) -> str:
+    return trail.steps[depth].kind if depth < len(trail.steps) else "missing"
+
+
+def _single(trail: Trail, selectors: Sequence[Selector], depth: int, text: str) -> JSON:
+    """The rest of the path inside one layer's value (found at ``depth``)."""
+    if trail.reached:
+        return trail.value
+    for at in range(depth, len(selectors)):
+        step = trail.steps[at] if at < len(trail.steps) else None
+        if step is None or step.kind == "missing":
+            raise SelectionError(f"read path does not exist: {text}")
+        sel = selectors[at]
+        if isinstance(sel, Key):
+            if step.kind != "object":
+                raise SelectionError(f"read path does not exist: {text}")
+        elif isinstance(sel, Index):
+            if step.kind != "array":
+                raise SelectionError(f"array selector requires an array: {text} ({step.kind} found)")
+            if sel.index >= step.length:
+                raise SelectionError(f"index {sel.index} is outside {text} with length {step.length}")
+    raise SelectionError(f"read path does not exist: {text}")  # not reached: the trail stops above

@@ -1,0 +1,296 @@
+"""Path reads: what given paths meet in documents, now or as of a transition, reading only
+what the paths reach.
+
+A member kept inline is decoded whole (it is at most ``plan.TREE_MIN`` bytes, and the member
+cache keeps it); a member kept as a tree is walked node by node along the path (decoded
+nodes are cached by id — content-addressed, so never stale). An as-of read starts from the
+member as the nearest snapshot holds it and moves each path's trail forward by the changes
+after it (``trail.advance``): a change elsewhere in the member is skipped, and an edit value
+kept as a tree is walked along the path, not read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from stateflow.doc.canonical import JSON
+from stateflow.doc.select import MISSING
+from stateflow.errors import Conflict, CorruptData, InvalidInput, NotFound
+from stateflow.store import tree
+from stateflow.store.history import History
+from stateflow.store.model import DocKey
+from stateflow.store.nodes import fetch_bodies, load_tree
+from stateflow.store.rows import DocRow, decode_stored, directory_of
+from stateflow.store.trail import (
+    MISSING_STEP,
+    OBJECT_STEP,
+    PathT,
+    Step,
+    Trail,
+    TreeRef,
+    advance,
+    start,
+    step_of,
+)
+from stateflow.store.trail import probe as probe_json
+from stateflow.store.tx import Tx
+
+
+@dataclass(frozen=True, slots=True)
+class PathsRead:
+    """One document's answer to a path read: its revision (0: never written), the seq that
+    wrote that revision, and one :class:`Trail` per requested path, in order."""
+
+    key: DocKey
+    revision: int
+    seq: int | None
+    trails: list[Trail] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Children:
+    """A container's kind and size, and a page of its children: ``(key or index, kind, size
+    of a container or None, value of a scalar or a small container, else MISSING)``."""
+
+    kind: str
+    size: int
+    items: list[tuple[str | int, str, int | None, JSON]]
+
+
+class PathReads(History):
+    """Reads of paths inside documents, current and as of a transition."""
+
+    def read_paths(
+        self,
+        paths: Mapping[DocKey, Sequence[PathT]],
+        *,
+        seq: int | None = None,
+        revisions: Mapping[DocKey, int] | None = None,
+    ) -> dict[DocKey, PathsRead]:
+        """For each document, the :class:`Trail` of each path (document-relative: a member
+        name first) in the document as it is now, or right after transition ``seq``, or at the
+        given revision (``revisions``, when the caller knows it), all from one consistent
+        snapshot. Only the members the paths name are read, and of a tree member only the nodes
+        on the way and the value at the end."""
+        self.check_schema()
+        if seq is not None and (type(seq) is not int or seq < 0):
+            raise InvalidInput(f"seq must be an integer ≥ 0, got {seq!r}")
+        for given in (revisions or {}).values():
+            if type(given) is not int or given < 0:
+                raise InvalidInput(f"a revision is an integer ≥ 0, got {given!r}")
+        for wanted in paths.values():
+            for path in wanted:
+                if not path or type(path[0]) is not str:
+                    raise InvalidInput(f"a document path starts with a member name, got {list(path)!r}")
+        out: dict[DocKey, PathsRead] = {}
+        with self._read_tx() as tx:
+            rows = self._rows(tx, list(paths))
+            for key, wanted in paths.items():
+                at = None if revisions is None else revisions.get(key)
+                out[key] = self._paths_of(tx, key, rows.get(key), [tuple(p) for p in wanted], seq, at)
+        return out
+
+    def children(self, key: DocKey, path: PathT, *, start: int = 0, limit: int = 200) -> Children | None:
+        """The kind, size and children ``start`` to ``start + limit`` of the container at
+        ``path`` (document-relative) in the current document — reading the member's nodes down
+        to those children and one node per child kept as a subtree, never a grandchild's
+        subtree. None when nothing is there; a scalar has no children."""
+        self.check_schema()
+        path = tuple(path)
+        if not path or type(path[0]) is not str:
+            raise InvalidInput(f"a document path starts with a member name, got {list(path)!r}")
+        with self._read_tx() as tx:
+            row = self._row(tx, key)
+            if row is None or not row.present:
+                return None
+            [trail] = self._current(tx, key, row, [path], whole=False)
+            if not trail.reached:
+                return None
+            value = trail.value
+            if isinstance(value, TreeRef):
+                nodes = self._node_cache.reader(tx, f"{key} member {path[0]!r}")
+                kind, size, items = tree.listing(value.root, start, limit, nodes)
+                return Children(kind, size, items)
+        if type(value) is dict:
+            entries: list[tuple[str | int, Any]] = list(value.items())
+        elif type(value) is list:
+            entries = list(enumerate(value))
+        else:
+            return Children(trail.steps[-1].kind, 0, [])
+        shown = [
+            (k, trail_kind(v), len(v) if type(v) in (dict, list) else None, v)
+            for k, v in entries[max(0, start) : max(0, start) + max(0, limit)]
+        ]
+        return Children(trail.steps[-1].kind, len(entries), shown)
+
+    # ------------------------------------------------------------------ internals
+
+    def _paths_of(
+        self, tx: Tx, key: DocKey, row: DocRow | None, paths: list[PathT], seq: int | None, at: int | None
+    ) -> PathsRead:
+        if row is None:
+            if at:
+                raise NotFound(f"{key} has no revision {at} (current revision 0)")
+            return PathsRead(key, 0, None, [start(p, [MISSING_STEP], MISSING) for p in paths])
+        revision = row.revision
+        if at is not None:
+            if at > row.revision:
+                raise NotFound(f"{key} has no revision {at} (current revision {row.revision})")
+            revision = at
+        elif seq is not None and (row.updated_seq is None or row.updated_seq > seq):
+            revision = self._revisions_before(tx, {row.doc_id: row.revision}, seq + 1)[row.doc_id]
+        if revision == row.revision:
+            return PathsRead(key, revision, row.updated_seq, self._current(tx, key, row, paths))
+        if revision == 0:
+            return PathsRead(key, 0, None, [start(p, [MISSING_STEP], MISSING) for p in paths])
+        trails, at_seq = self._past(tx, key, row.doc_id, revision, paths)
+        return PathsRead(key, revision, at_seq, trails)
+
+    def _current(
+        self, tx: Tx, key: DocKey, row: DocRow, paths: list[PathT], *, whole: bool = True
+    ) -> list[Trail]:
+        if not row.present:
+            return [start(p, [MISSING_STEP], MISSING) for p in paths]
+        names = sorted({str(p[0]) for p in paths})
+        found = tx.all(
+            f"SELECT name, revision, root FROM members WHERE doc_id = ? AND name IN ({','.join('?' * len(names))})",
+            [row.doc_id, *names],
+        )
+        heads = {str(n): (int(r), None if root is None else bytes(root)) for n, r, root in found}
+        values: dict[str, Any] = {}
+        misses = []
+        for name, (revision, root) in heads.items():
+            if root is not None:
+                values[name] = TreeRef(root)
+                continue
+            hit, value = self._cache.lookup((row.doc_id, name), revision)
+            if hit:
+                values[name] = value
+            else:
+                misses.append(name)
+        if misses:
+            for name, revision, raw in tx.all(
+                f"SELECT name, revision, body FROM members WHERE doc_id = ? AND name IN "
+                f"({','.join('?' * len(misses))})",
+                [row.doc_id, *misses],
+            ):
+                value = decode_stored(raw, f"{key} member {name!r}")
+                self._cache.put((row.doc_id, str(name)), int(revision), value, len(raw))
+                values[str(name)] = value
+        return [self._from_member(tx, key, p, values.get(str(p[0]), _ABSENT), whole=whole) for p in paths]
+
+    def _from_member(self, tx: Tx, key: DocKey, path: PathT, member: Any, *, whole: bool = True) -> Trail:
+        """The trail of ``path`` in a present document whose member ``path[0]`` is ``member``."""
+        if member is _ABSENT:
+            return start(path, [OBJECT_STEP, MISSING_STEP], MISSING)
+        steps, value = self._probe(tx, key, str(path[0]), member, path[1:], whole=whole)
+        return start(path, [OBJECT_STEP, *steps], value)
+
+    def _probe(
+        self, tx: Tx, key: DocKey, name: str, value: Any, path: PathT, *, whole: bool = True
+    ) -> tuple[list[Step], JSON]:
+        if not isinstance(value, TreeRef):
+            return probe_json(value, path)
+        what = f"{key} member {name!r}"
+        nodes = self._node_cache.reader(tx, what)
+
+        def fetch(ids: Sequence[bytes]) -> dict[bytes, bytes]:
+            return fetch_bodies(tx, ids)
+
+        try:
+            return tree.probe(value.root, path, nodes, fetch, whole=whole)
+        except CorruptData as exc:
+            if str(exc).startswith("stored "):
+                raise
+            raise CorruptData(f"stored {what} is corrupt: {exc}") from exc
+
+    def _past(
+        self, tx: Tx, key: DocKey, doc_id: int, revision: int, paths: list[PathT]
+    ) -> tuple[list[Trail], int | None]:
+        """Trails at an older revision: from the nearest snapshot, moved forward by the
+        changes after it."""
+        names = {str(p[0]) for p in paths}
+        snap = tx.one(
+            "SELECT revision, body FROM snapshots WHERE doc_id = ? AND revision <= ? "
+            "ORDER BY revision DESC LIMIT 1",
+            (doc_id, revision),
+        )
+        first = 0
+        if snap is None:
+            trails = [start(p, [MISSING_STEP], MISSING) for p in paths]
+        else:
+            first = int(snap[0])
+            trails = self._snapshot_trails(tx, key, doc_id, first, snap[1], paths, names)
+        rows = tx.all(
+            "SELECT revision, seq, edits FROM changes WHERE doc_id = ? AND revision > ? AND revision <= ? "
+            "ORDER BY revision",
+            (doc_id, first, revision),
+        )
+        if len(rows) != revision - first:
+            if snap is None and (not rows or int(rows[0][0]) > 1):
+                raise NotFound(f"{key} revision {revision} predates the retained history")
+            raise CorruptData(f"{key}: the change chain to revision {revision} has gaps")
+        edits = self._edits(tx, {doc_id: key}, [(doc_id, int(r), e) for r, _, e in rows], names, trees=False)
+
+        def probe_any(value: Any, below: PathT) -> tuple[list[Step], JSON]:
+            return self._probe(tx, key, "edit value", value, below)
+
+        def load(value: Any) -> JSON:
+            return load_tree(tx, value.root, f"{key} edit value") if isinstance(value, TreeRef) else value
+
+        for rev, _, _ in rows:
+            for edit in edits.get((doc_id, int(rev)), []):
+                try:
+                    trails = [advance(t, edit, probe_any, load) for t in trails]
+                except Conflict as exc:
+                    raise CorruptData(f"{key}: change at revision {rev} does not replay: {exc}") from exc
+        if rows:
+            return trails, int(rows[-1][1])
+        at = tx.one("SELECT seq FROM changes WHERE doc_id = ? AND revision = ?", (doc_id, revision))
+        return trails, None if at is None else int(at[0])
+
+    def _snapshot_trails(
+        self,
+        tx: Tx,
+        key: DocKey,
+        doc_id: int,
+        revision: int,
+        raw: Any,
+        paths: list[PathT],
+        names: set[str],
+    ) -> list[Trail]:
+        what = f"{key} snapshot at revision {revision}"
+        data = decode_stored(raw, what)
+        if data is None:
+            return [start(p, [MISSING_STEP], MISSING) for p in paths]
+        if type(data) is dict:  # a whole-body snapshot (schema 3)
+            return [start(p, *probe_json(data, p)) for p in paths]
+        wanted = [(n, r) for n, r in directory_of(data, key, revision) if n in names]
+        members: dict[str, Any] = {}
+        if wanted:
+            where = " OR ".join(["(name = ? AND revision = ?)"] * len(wanted))
+            for name, member_revision, body, root in tx.all(
+                f"SELECT name, revision, body, root FROM snapshot_members WHERE doc_id = ? AND ({where})",
+                [doc_id, *(v for pair in wanted for v in pair)],
+            ):
+                members[str(name)] = (
+                    TreeRef(bytes(root))
+                    if root is not None
+                    else decode_stored(body, f"{what} member {name!r} (revision {member_revision})")
+                )
+            for name, member_revision in wanted:
+                if name not in members:
+                    raise CorruptData(
+                        f"stored {what} is corrupt: member {name!r} (revision {member_revision}) is missing"
+                    )
+        return [self._from_member(tx, key, p, members.get(str(p[0]), _ABSENT)) for p in paths]
+
+
+_ABSENT: Any = object()
+"""A member the document does not have."""
+
+
+def trail_kind(value: JSON) -> str:
+    return step_of(value).kind

@@ -1,0 +1,287 @@
+"""Path reads inside documents: only the nodes on the path are read, now and as of any retained
+revision, and the answer is the one a whole-document read gives."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from stateflow.doc.diff import Edit, apply_edits
+from stateflow.doc.select import MISSING
+from stateflow.errors import Conflict, CorruptData, InvalidInput
+from stateflow.memory import Identity, MemoryView
+from stateflow.store import DocKey, SqlStore, Write
+from stateflow.store.nodes import fetch_bodies
+from stateflow.store.trail import probe as probe_json
+from stateflow.store.tree import Builder, decoding, listing, probe
+from tests.conftest import StoreFactory
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-1000, 1000) | st.text(max_size=300),
+    lambda inner: (
+        st.lists(inner, max_size=40) | st.dictionaries(st.sampled_from("abcdefgh"), inner, max_size=8)
+    ),
+    max_leaves=300,
+)
+segments = st.lists(st.sampled_from("abcdefgh") | st.integers(0, 45), max_size=5)
+
+
+def plane(count: int) -> dict[str, Any]:
+    """A member above the tree threshold: an array and an object of ~100-byte entries."""
+    return {
+        "big": [f"{i:07d} " + "x" * 90 for i in range(count)],
+        "obj": {f"k{i}": {"n": i, "s": "y" * 60} for i in range(count // 2)},
+        "small": {"a": [1, 2, {"b": 3}]},
+    }
+
+
+@settings(max_examples=60, deadline=None)
+@given(json_values, segments)
+def test_a_tree_probe_answers_what_the_decoded_value_answers(value: Any, path: list[str | int]) -> None:
+    nodes: dict[bytes, bytes] = {}
+    built = Builder().build({"v": value, "pad": ["z" * 200] * 20})
+    nodes.update(built.nodes)
+    assert built.root is not None
+    fetch = lambda ids: {i: nodes[i] for i in ids if i in nodes}  # noqa: E731
+    steps, found = probe(built.root, ["v", *path], decoding(fetch), fetch)
+    want_steps, want = probe_json({"v": value, "pad": ["z" * 200] * 20}, ("v", *path))
+    assert steps == want_steps
+    assert found == want or (found is MISSING and want is MISSING)
+
+
+def test_a_tree_probe_reads_only_the_nodes_on_its_path() -> None:
+    nodes: dict[bytes, bytes] = {}
+    value = plane(40_000)
+    built = Builder().build(value)
+    nodes.update(built.nodes)
+    assert built.root is not None and len(nodes) > 1000
+    read: list[bytes] = []
+
+    def fetch(ids: Any) -> dict[bytes, bytes]:
+        read.extend(ids)
+        return {i: nodes[i] for i in ids if i in nodes}
+
+    steps, found = probe(built.root, ["big", 31_234], decoding(fetch), fetch)
+    assert found == value["big"][31_234]
+    assert [s.kind for s in steps] == ["object", "array", "string"]
+    assert steps[1].length == 40_000
+    assert len(read) <= 6, len(read)  # the root, one node per level of `big`, its leaf
+    read.clear()
+    kind, size, items = listing(built.root, 0, 10, decoding(fetch))
+    assert (kind, size) == ("object", 3)
+    assert [(k, c, n) for k, c, n, _ in items] == [
+        ("big", "array", 40_000),
+        ("obj", "object", 20_000),
+        ("small", "object", 1),
+    ]
+    assert len(read) <= 3, len(read)  # the root leaf and the roots of the two subtrees
+    read.clear()
+    kind, size, items = listing(probe_ref(built.root, ["big"], fetch), 25_000, 30, decoding(fetch))
+    assert [k for k, *_ in items] == list(range(25_000, 25_030))
+    assert [v for *_, v in items] == value["big"][25_000:25_030]
+    assert len(read) <= 10, len(read)
+
+
+def probe_ref(root: bytes, path: list[str | int], fetch: Any) -> bytes:
+    _, ref = probe(root, path, decoding(fetch), fetch, whole=False)
+    return bytes(ref.root)
+
+
+def _history(store: SqlStore, key: DocKey, rng: random.Random, revisions: int) -> dict[int, dict[str, Any]]:
+    """Random small edits of a document with a tree member; its body at every revision."""
+    body: dict[str, Any] = {"lazy": plane(12_000), "tactics": {"next": "start"}}
+    store.commit([Write.between(key, {}, body, 0)])
+    bodies = {1: body}
+    for revision in range(2, revisions + 1):
+        roll = rng.random()
+        index = rng.randrange(12_000)
+        if roll < 0.25:
+            edits = [Edit(("lazy", "big", index), f"v{revision}")]
+        elif roll < 0.4:
+            edits = [Edit(("lazy", "obj", f"n{revision}"), {"n": revision})]
+        elif roll < 0.5:
+            edits = [Edit(("lazy", "obj", f"k{index // 2}"))]
+        elif roll < 0.6:
+            edits = [Edit(("lazy", "small"), [revision])]
+        elif roll < 0.7:
+            edits = [Edit(("lazy", "big"), [*body["lazy"]["big"], f"appended {revision}"])]
+        elif roll < 0.75:
+            edits = [Edit(("lazy", "small", "a", 2, "b"), revision)]
+        else:
+            edits = [Edit(("tactics", "next"), f"step {revision}")]
+        try:
+            after = apply_edits(body, edits)
+        except Conflict:  # the member moved on (small became an array): edit something else
+            edits = [Edit(("tactics", "next"), f"step {revision}")]
+            after = apply_edits(body, edits)
+        store.commit([Write(key, edits, revision - 1)])
+        body = after
+        bodies[revision] = body
+    return bodies
+
+
+PATHS: list[tuple[str | int, ...]] = [
+    ("lazy", "big", 5),
+    ("lazy", "big", 11_999),
+    ("lazy", "big", 12_003),
+    ("lazy", "obj", "k17"),
+    ("lazy", "obj", "k17", "n"),
+    ("lazy", "obj", "n9"),
+    ("lazy", "small"),
+    ("lazy", "small", "a", 2, "b"),
+    ("lazy", "small", 0),
+    ("lazy", "nope"),
+    ("tactics",),
+    ("tactics", "next"),
+    ("absent", "x"),
+]
+
+
+def test_path_reads_equal_whole_reads_at_every_revision(store: SqlStore) -> None:
+    key = DocKey("paths", "doc")
+    bodies = _history(store, key, random.Random(12), 40)
+    for revision, body in bodies.items():
+        seq = store.read_at(key, revision=revision, members=[]).seq
+        got = store.read_paths({key: PATHS}, seq=seq)[key]
+        assert got.revision == revision and got.seq == seq
+        for path, trail in zip(PATHS, got.trails, strict=True):
+            steps, value = probe_json(body, path)
+            assert list(trail.steps) == steps, (revision, path)
+            assert trail.value == value or (trail.value is MISSING and value is MISSING), (revision, path)
+    now = store.read_paths({key: PATHS})[key]
+    assert now.revision == 40
+    assert [t.value for t in now.trails[:2]] == [
+        bodies[40]["lazy"]["big"][5],
+        bodies[40]["lazy"]["big"][11_999],
+    ]
+    assert (
+        store.read_paths({DocKey("paths", "never"): [("lazy",)]}, seq=0)[DocKey("paths", "never")].revision
+        == 0
+    )
+    with pytest.raises(InvalidInput):
+        store.read_paths({key: [()]})
+
+
+def test_a_path_read_touches_only_its_nodes_and_fails_closed_beside_them(
+    open_migrated: StoreFactory,
+) -> None:
+    store = open_migrated()
+    key = DocKey("paths", "doc")
+    body = {"lazy": plane(20_000)}
+    store.commit([Write.between(key, {}, body, 0)])
+    with store._read_tx() as tx:
+        (root,) = tx.one("SELECT root FROM members WHERE name = 'lazy'") or (None,)
+        touched: list[bytes] = []
+
+        def fetch(ids: Any) -> dict[bytes, bytes]:
+            touched.extend(ids)
+            return fetch_bodies(tx, ids)
+
+        probe(bytes(root), ["big", 15_000], decoding(fetch), fetch)
+        total = int(tx.one("SELECT count(*) FROM nodes")[0])  # type: ignore[index]
+    assert total > 500 and len(touched) <= 6
+    store.close()
+    with open_migrated()._write_tx() as tx:
+        keep = ",".join("?" * len(touched))
+        tx.run(f"DELETE FROM nodes WHERE id NOT IN ({keep})", touched)
+    fresh = open_migrated()
+    [trail] = fresh.read_paths({key: [("lazy", "big", 15_000)]})[key].trails
+    assert trail.value == body["lazy"]["big"][15_000]
+    with pytest.raises(CorruptData, match="missing"):
+        fresh.read_paths({key: [("lazy", "big", 3)]})
+    with pytest.raises(CorruptData):
+        fresh.get(key)
+
+
+def test_children_lists_a_page_without_reading_grandchildren(store: SqlStore) -> None:
+    key = DocKey("paths", "doc")
+    body = {"lazy": plane(12_000)}
+    store.commit([Write.between(key, {}, body, 0)])
+    top = store.children(key, ("lazy",))
+    assert top is not None and (top.kind, top.size) == ("object", 3)
+    assert [(k, c, n) for k, c, n, _ in top.items] == [
+        ("big", "array", 12_000),
+        ("obj", "object", 6_000),
+        ("small", "object", 1),
+    ]
+    page = store.children(key, ("lazy", "obj"), start=100, limit=3)
+    assert page is not None and page.size == 6_000
+    assert [(k, v) for k, _, _, v in page.items] == [
+        (f"k{i}", body["lazy"]["obj"][f"k{i}"]) for i in (100, 101, 102)
+    ]
+    small = store.children(key, ("lazy", "small", "a"))
+    assert small is not None and [(k, c) for k, c, _, _ in small.items] == [
+        (0, "number"),
+        (1, "number"),
+        (2, "object"),
+    ]
+    assert store.children(key, ("lazy", "nope")) is None
+
+
+def test_read_state_by_path_equals_the_whole_read_at_every_offset(open_migrated: StoreFactory) -> None:
+    store = open_migrated()
+    rng = random.Random(5)
+    view = MemoryView(store, Identity.of("paths", "/", "s"))
+    view.patch_state(
+        {
+            "global": {"lazy": {"shared": {"g": 1, "over": {"x": 1}}, "list": [1, 2]}},
+            "cwd": {"lazy": {"shared": {"c": 2, "over": "scalar"}}},
+            "session": {"lazy": {"big": plane(9_000)["big"], "shared": {"s": 3}}, "tactics": {"next": "a"}},
+        }
+    )
+    for i in range(12):
+        scope = rng.choice(["global", "cwd", "session"])
+        roll = rng.random()
+        if roll < 0.3:
+            patch: dict[str, Any] = {scope: {"lazy": {"shared": {f"k{i}": i}}}}
+        elif roll < 0.5:
+            patch = {scope: {"lazy": {"shared": {"over": {"y": i} if i % 2 else f"s{i}"}}}}
+        elif roll < 0.7:
+            patch = {"session": {"lazy": {"big": {f"[{rng.randrange(9_000)}]": f"v{i}"}}}}
+        else:
+            patch = {scope: {"tactics": {"next": f"step {i}"}}}
+        view.patch_state(patch)
+    texts = [
+        "effective.lazy.shared",
+        "effective.lazy.shared.over",
+        "effective.lazy.shared.over.x",
+        "effective.lazy.big[5]",
+        "effective.lazy.big[8999]",
+        "effective.lazy.list[1]",
+        "effective.tactics",
+        "effective.tactics.next",
+        "session.lazy.big[17]",
+        "cwd.lazy.shared",
+        "global.lazy",
+        "effective.intents",
+    ]
+    for offset in range(0, 8):
+        for text in texts:
+            root, rest = text.split(".", 1)
+            asked = f"{root}[{offset}].{rest}" if offset else text
+            try:
+                expected: Any = {"value": view.as_of(offset, text)}
+            except Exception as exc:
+                expected = (type(exc), str(exc))
+            try:
+                got: Any = view.read_state({"path": asked})
+            except Exception as exc:
+                got = (type(exc), str(exc).replace(asked, text))
+            if isinstance(expected, tuple) and text == "effective.intents":
+                continue  # as_of has no "absent plane reads as null" rule
+            assert got == expected, (asked, got, expected)
+    for text in (
+        "effective.lazy.big[9000]",
+        "effective.lazy.big.x",
+        "effective.lazy.shared[0]",
+        "lazy.list[0].a",
+    ):
+        with pytest.raises(Exception) as by_path:
+            view.read_state({"path": text})
+        with pytest.raises(Exception) as whole:
+            view.as_of(0, text)
+        assert (type(by_path.value), str(by_path.value)) == (type(whole.value), str(whole.value))
