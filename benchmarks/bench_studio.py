@@ -140,8 +140,23 @@ def main() -> None:
             compare(client, "scope as of [5] (hot planes)", asof, args.rounds)
             compare(client, "record page, as of and diff of two old revisions", diff, args.rounds)
             cold = timed(client, lazy_child("big"))
-            print(f"{'lazy child, first open':<34} big {cold:7.1f} ms  (reads the lazy member once)")
+            print(f"{'lazy child, first open':<34} big {cold:7.1f} ms  (the nodes down to its first page)")
+            deep = timed(client, lazy_child("big").replace("archive0", "archive7") + "&start=4000")
+            print(f"{'another child, a page deep, first':<34} big {deep:7.1f} ms")
             compare(client, "lazy child, later opens", lazy_child, args.rounds)
+        service.close()
+        store.close()
+        store = open_store(url)  # cold again, as after a restart: no node of the plane cached
+        service = StatesService(store)
+        with TestClient(create_app(service, TokenSet([parse_token(TOKEN)]))) as client:
+            signed_in(client)
+            timed(client, scope("small"))
+            first = timed(client, scope("big"))
+            opened = timed(client, lazy_child("big"))
+            print(
+                f"{'after a restart: scope page':<34} big {first:7.1f} ms, then its first lazy open "
+                f"{opened:.1f} ms: {first + opened:.1f} ms ({'ok' if first + opened <= BUDGET_MS else 'OVER BUDGET'})"
+            )
         service.close()
         store.close()
 

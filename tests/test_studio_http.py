@@ -266,6 +266,25 @@ def test_memory_pages_send_lazy_children_only_when_asked(seeded: tuple[TestClien
     assert "observation 7" not in context
 
 
+def test_a_large_lazy_plane_is_browsed_node_by_node(seeded: tuple[TestClient, StatesService]) -> None:
+    """A plane above the tree threshold: each open lists a page of one node's children from the
+    nodes that hold them; a child that is itself large shows its kind and size unread."""
+    client, service = seeded
+    view = MemoryView(service.store, Identity("archivist", "/srv/arch", "a-1"))
+    shelves = {f"shelf{k}": [f"item {k}-{i} " + "x" * 100 for i in range(3_000)] for k in range(4)}
+    view.patch_state({"session": {"lazy": {"shelves": shelves, "note": "kept small"}}})
+    sign_in(client, ADMIN)
+    base = "/studio/memory/archivist/lazy?scope=session&key=a-1&plane=lazy"
+    top = client.get(base + "&path=[]")
+    assert top.status_code == 200 and "shelves" in top.text and "kept small" in top.text
+    shelf_list = client.get(base + '&path=["shelves"]').text
+    assert "shelf3" in shelf_list and "3000 items" in shelf_list and "item 3-" not in shelf_list
+    page = client.get(base + '&path=["shelves","shelf2"]&start=2500').text
+    assert "item 2-2500 " in page and "item 2-2699 " in page and "item 2-2700 " not in page
+    assert "300 more" in page
+    assert client.get(base + '&path=["shelves","shelf9"]').status_code == 404
+
+
 def test_extra_planes_are_shown_small_ones_whole_large_ones_lazily(
     seeded: tuple[TestClient, StatesService],
 ) -> None:

@@ -170,7 +170,8 @@ class History(StoreCore):
             # document, revision order is seq order — so no query sorts a long history; only
             # the few rows taken per document are merged by seq.
             tops = {doc_id: revisions[key] for doc_id, key in ids.items()}
-            if before_seq is not None:
+            written = {rows_of[key].updated_seq or 0 for key in ids.values()}
+            if before_seq is not None and max(written) >= before_seq:  # else: the current tops
                 tops = self._revisions_before(tx, tops, before_seq)
             doc_ids = [doc_id for doc_id, top in tops.items() if top > 0]
             rows: list[tuple[Any, ...]] = []

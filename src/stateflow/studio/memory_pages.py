@@ -14,7 +14,7 @@ import orjson
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
-from stateflow.doc.canonical import JSON, decode, kind
+from stateflow.doc.canonical import decode
 from stateflow.doc.diff import to_patch
 from stateflow.doc.select import MISSING
 from stateflow.errors import InvalidInput, InvalidJSON, NotFound
@@ -24,7 +24,7 @@ from stateflow.memory.scopes import MEMORY_STATE, SCOPES, Identity
 from stateflow.memory.view import MODES
 from stateflow.store import DocKey
 from stateflow.studio.session import Session
-from stateflow.studio.tree import MAX_CHILDREN, at, lazy_node
+from stateflow.studio.tree import MAX_CHILDREN, lazy_node
 from stateflow.studio.web import PREFIX, Studio, int_param, page, url
 from stateflow.subjects import Subject, encode_subject
 
@@ -234,17 +234,12 @@ def lazy_children(studio: Studio, request: Request, session: Session) -> Respons
     ):
         raise InvalidInput("path must be a JSON array of keys and indices")
     start = int_param(q, "start") or 0
-    body = studio.store.get(doc_key, [plane]).body or {}
-    node: JSON = at(body.get(plane, MISSING), path)
-    if node is MISSING:
+    # the store reads the nodes down to this page of children (and one node per child that
+    # is a subtree, for its kind and size): never the plane, never a grandchild's subtree
+    listed = studio.store.children(doc_key, (plane, *path), start=start, limit=MAX_CHILDREN)
+    if listed is None:
         raise NotFound("that lazy node no longer exists")
-    if isinstance(node, dict):
-        items: list[tuple[str | int, Any]] = list(node.items())
-    elif isinstance(node, list):
-        items = list(enumerate(node))
-    else:
-        items = []
-    shown = items[start : start + MAX_CHILDREN]
+    shown = listed.items
     q_scope, q_key = q.get("scope"), q.get("key")
 
     def href(at_path: list[Any], **more: Any) -> str:
@@ -255,14 +250,14 @@ def lazy_children(studio: Studio, request: Request, session: Session) -> Respons
     nodes = [
         lazy_node(
             k,
-            kind(v),
-            href([*path, k]) if isinstance(v, dict | list) else "",
-            size=len(v) if isinstance(v, dict | list) else None,
-            value=MISSING if isinstance(v, dict | list) else v,
+            child_kind,
+            href([*path, k]) if child_kind in ("object", "array") else "",
+            size=size,
+            value=MISSING if child_kind in ("object", "array") else v,
         )
-        for k, v in shown
+        for k, child_kind, size, v in shown
     ]
-    left = len(items) - start - len(shown)
+    left = listed.size - start - len(shown)
     return studio.html(
         "_lazy_children.html",
         session=session,
