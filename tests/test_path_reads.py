@@ -4,8 +4,10 @@ revision, and the answer is the one a whole-document read gives."""
 from __future__ import annotations
 
 import random
+import subprocess
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -285,3 +287,54 @@ def test_read_state_by_path_equals_the_whole_read_at_every_offset(open_migrated:
         with pytest.raises(Exception) as whole:
             view.as_of(0, text)
         assert (type(by_path.value), str(by_path.value)) == (type(whole.value), str(whole.value))
+
+
+def test_the_cli_reads_a_path_as_of_and_fails_closed_on_a_missing_node_on_it(
+    backend: str, open_migrated: StoreFactory, tmp_path: Any
+) -> None:
+    store = open_migrated()
+    view = MemoryView(store, Identity.of("cli", str(tmp_path), "s"))
+    view.patch_state({"session": {"lazy": plane(12_000)}})
+    view.patch_state({"session": {"lazy": {"big": {"[5]": "five, changed"}}}})
+    view.patch_state({"session": {"tactics": {"next": "later"}}})
+    key = view.keys["session"]
+
+    def read(path: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [
+                "stateflow",
+                "--store",
+                backend,
+                "tool",
+                "read_state",
+                "--agent",
+                "cli",
+                "--cwd",
+                str(tmp_path),
+                "--session",
+                "s",
+                orjson.dumps({"path": path}).decode(),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp_path,
+        )
+
+    ok = read("effective[1].lazy.big[5]")
+    assert ok.returncode == 0, ok.stderr
+    assert orjson.loads(ok.stdout) == {"value": "five, changed"}
+    assert orjson.loads(read("session[2].lazy.big[5]").stdout) == {"value": plane(6)["big"][5]}
+    with store._write_tx() as tx:
+        root = bytes(tx.one("SELECT root FROM members WHERE name = 'lazy'")[0])  # type: ignore[index]
+        touched: list[bytes] = []
+
+        def fetch(ids: Any) -> dict[bytes, bytes]:
+            touched.extend(ids)
+            return fetch_bodies(tx, ids)
+
+        probe(root, ["big", 6_000], decoding(fetch), fetch)
+        tx.run("DELETE FROM nodes WHERE id = ?", (touched[-1],))
+    broken = read("effective.lazy.big[6000]")
+    assert broken.returncode != 0 and "error[corrupt-data]" in broken.stderr, broken.stderr
+    assert str(key) in broken.stderr or "member 'lazy'" in broken.stderr
