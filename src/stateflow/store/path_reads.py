@@ -185,10 +185,10 @@ class PathReads(History):
         """The trail of ``path`` in a present document whose member ``path[0]`` is ``member``."""
         if member is _ABSENT:
             return start(path, [OBJECT_STEP, MISSING_STEP], MISSING)
-        steps, value = self._probe(tx, key, str(path[0]), member, path[1:], whole=whole)
+        steps, value = self._probe_value(tx, key, str(path[0]), member, path[1:], whole=whole)
         return start(path, [OBJECT_STEP, *steps], value)
 
-    def _probe(
+    def _probe_value(
         self, tx: Tx, key: DocKey, name: str, value: Any, path: PathT, *, whole: bool = True
     ) -> tuple[list[Step], JSON]:
         if not isinstance(value, TreeRef):
@@ -235,7 +235,7 @@ class PathReads(History):
         edits = self._edits(tx, {doc_id: key}, [(doc_id, int(r), e) for r, _, e in rows], names, trees=False)
 
         def probe_any(value: Any, below: PathT) -> tuple[list[Step], JSON]:
-            return self._probe(tx, key, "edit value", value, below)
+            return self._probe_value(tx, key, "edit value", value, below)
 
         def load(value: Any) -> JSON:
             return load_tree(tx, value.root, f"{key} edit value") if isinstance(value, TreeRef) else value
