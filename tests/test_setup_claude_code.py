@@ -121,3 +121,38 @@ def test_setup_refuses_a_broken_settings_file(tmp_path: Path) -> None:
     assert out.returncode == 1 and out.stderr.startswith("error[invalid-input]:")
     assert (tmp_path / ".claude" / "settings.json").read_text() == "{broken"
     assert not (tmp_path / ".mcp.json").exists()
+
+
+def test_setup_gives_the_server_and_hooks_a_hot_budget(tmp_path: Path) -> None:
+    """Claude Code cuts a hook's context at 10,000 characters: the budget keeps the hot state small."""
+    db = str(tmp_path / "m.db")
+    out = sf("--store", db, "setup", "claude-code", "--hot-budget", "3000", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    entry = json.loads((tmp_path / ".mcp.json").read_text())["mcpServers"]["stateflow"]
+    assert entry["args"][-3:] == ["--hot-budget", "3000", "--follow-hook-session"]
+    settings = json.loads((tmp_path / ".claude" / "settings.json").read_text())
+    command = settings["hooks"]["SessionStart"][0]["hooks"][0]["command"]
+
+    async def patch(value: str) -> Any:
+        params = StdioServerParameters(
+            command=entry["command"], args=entry["args"], env=dict(os.environ), cwd=str(tmp_path)
+        )
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as client:
+            await client.initialize()
+            return await client.call_tool("patch_state", {"session": {"tactics": {"notes": value}}})
+
+    refused = anyio.run(patch, "x" * 4000)
+    assert refused.is_error and refused.content[0].text.startswith("error[hot-budget]:")
+    assert "move large values to lazy" in refused.content[0].text
+    assert not anyio.run(patch, "short").is_error
+    hook = subprocess.run(
+        ["bash", "-c", command],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env=dict(os.environ, CLAUDE_PROJECT_DIR=str(tmp_path)),
+        input='{"session_id": "claude-code", "hook_event_name": "SessionStart"}',
+    )
+    context = json.loads(hook.stdout)["hookSpecificOutput"]["additionalContext"]
+    assert "bytes of a 3000-byte budget" in context and len(context) < 10_000

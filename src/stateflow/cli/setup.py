@@ -43,9 +43,13 @@ def _ours(group: Any, command: str) -> bool:
     return isinstance(hooks, list) and any(isinstance(h, dict) and h.get("command") == command for h in hooks)
 
 
-def plan(project: Path, agent: str, session: str, store: str | None) -> dict[Path, dict[str, Any]]:
+def plan(
+    project: Path, agent: str, session: str, store: str | None, hot_budget: int | None = None
+) -> dict[Path, dict[str, Any]]:
     """The two files' new contents (existing content merged)."""
     common = ["--agent", agent, "--session", session]
+    if hot_budget is not None:
+        common += ["--hot-budget", str(hot_budget)]
     if store:
         common = ["--store", store, *common]
     mcp_path, settings_path = project / ".mcp.json", project / ".claude" / "settings.json"
@@ -105,14 +109,23 @@ def setup() -> None:
     show_default=True,
     help="The session used until a hook names Claude Code's own (and when its input has none).",
 )
+@click.option(
+    "--hot-budget",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Give the server a hot budget (bytes): Claude Code cuts a hook's context at 10,000 "
+    "characters, so keep the hot state well below.",
+)
 @click.option("--dry-run", is_flag=True, help="Print the files instead of writing them.")
 @click.pass_obj
 @refusals
-def claude_code(obj: Any, project: Path, agent: str, session: str, dry_run: bool) -> None:
+def claude_code(
+    obj: Any, project: Path, agent: str, session: str, hot_budget: int | None, dry_run: bool
+) -> None:
     """Add the MCP server and the context hooks to a Claude Code project (.mcp.json, .claude/settings.json)."""
     project = project.expanduser().resolve()
     store = getattr(obj, "store_location", None)
-    files = plan(project, agent, session, store)
+    files = plan(project, agent, session, store, hot_budget)
     for path, content in files.items():
         text = json.dumps(content, indent=2) + "\n"
         if dry_run:
