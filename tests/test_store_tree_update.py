@@ -9,9 +9,9 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stateflow.doc.diff import Edit, apply_edits, within
+from stateflow.doc.diff import Edit, apply_edits
 from stateflow.store.tree import Builder, load
-from stateflow.store.tree_update import update
+from stateflow.store.tree_update import update, where_of
 
 NODES: dict[bytes, bytes] = {}
 
@@ -44,7 +44,7 @@ def _edit(edits: list[Edit], *, by_path: bool = False) -> tuple[Any, Any]:
     """Update the tree by the edits — its changed ranges found by identity, or (``by_path``)
     from the edits' paths — and check it reads back exactly."""
     new = apply_edits(BASE, edits)
-    where = within(e.path for e in edits) if by_path else None
+    where = where_of((e.path, e.is_delete) for e in edits) if by_path else None
     out = update(ROOT, BUILT.size, BASE, new, _get, where)
     NODES.update(out.nodes)
     assert out.root is not None
@@ -70,6 +70,12 @@ def test_a_small_edit_writes_a_few_small_nodes() -> None:
             out, _ = _edit(edits, by_path=by_path)
             assert len(out.nodes) <= 12, (edits, len(out.nodes))
             assert sum(len(b) for b in out.nodes.values()) < 40_000, edits
+
+
+def test_a_key_deleted_and_set_again_moves_to_the_end_by_path_too() -> None:
+    for by_path in (False, True):
+        _, new = _edit([Edit(("obj", "k17")), Edit(("obj", "k17"), "set again")], by_path=by_path)
+        assert list(new["obj"])[-1] == "k17"
 
 
 def test_a_whole_array_replaced_by_its_append_writes_only_the_tail() -> None:

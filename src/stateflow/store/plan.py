@@ -62,8 +62,9 @@ class Stage:
     """Member names to write, in first-touched order (new members get positions in it)."""
     trees: dict[str, Updated] = field(default_factory=dict)
     """Members held as trees, as their update left them (the nodes to write, the new root)."""
-    changed: dict[str, list[tuple[str | int, ...]]] = field(default_factory=dict)
-    """Paths inside each member the edits changed (a member set whole has none listed)."""
+    changed: dict[str, list[tuple[tuple[str | int, ...], bool]]] = field(default_factory=dict)
+    """(path inside the member, is a delete) of each edit, in order (a member set whole has an
+    empty path)."""
 
 
 class SeqRef(NamedTuple):

@@ -16,7 +16,7 @@ wherever content repeats.
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 
 from stateflow.doc.canonical import JSON
-from stateflow.doc.diff import Within
+from stateflow.doc.diff import Within, within
 from stateflow.errors import CorruptData
 from stateflow.store.tree import INLINE_MAX, LEAF_MAX, Builder, Entry, cuts, interior_body, leaf_body, node_id
 
@@ -44,6 +44,21 @@ class Updated:
     refs: dict[int, bytes] = field(default_factory=dict)
     """root id of every container of ``new`` this update wrote as a subtree, by ``id()`` of the
     container object (an edit whose value is one can be stored as its ref)"""
+
+
+def where_of(edits: Iterable[tuple[tuple[str | int, ...], bool]]) -> Within:
+    """Where a value may differ after edits given as ``(path, is_delete)`` in order, for
+    :func:`update`. A key set again after a delete at or above it has moved to the end of its
+    object, which the paths do not say: then the whole value is compared (an empty trie)."""
+    paths: list[tuple[str | int, ...]] = []
+    deleted: list[tuple[str | int, ...]] = []
+    for path, is_delete in edits:
+        if is_delete:
+            deleted.append(path)
+        elif any(path[: len(d)] == d for d in deleted):
+            return {}
+        paths.append(path)
+    return within(paths)
 
 
 def update(root: bytes, size: int, old: JSON, new: JSON, get: Get, where: Within | None = None) -> Updated:

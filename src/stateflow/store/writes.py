@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import orjson
 
 from stateflow.doc.canonical import encode_trusted
-from stateflow.doc.diff import Edit, apply_edits, within
+from stateflow.doc.diff import Edit, apply_edits
 from stateflow.doc.select import MISSING
 from stateflow.errors import Conflict, InvalidInput, StateflowError
 from stateflow.store import tree_update
@@ -433,7 +433,7 @@ class Writes(StoreCore):
                     stage.values = {n: MISSING for n in stage.values} | dict(edit.value)
                     stage.present = True
                 stage.touched.update(dict.fromkeys(stage.values))
-                stage.changed = {n: [()] for n in stage.values}  # set whole
+                stage.changed = {n: [((), False)] for n in stage.values}  # set whole
                 continue
             name = edit.path[0]
             assert isinstance(name, str)
@@ -451,7 +451,7 @@ class Writes(StoreCore):
             except Conflict as exc:
                 raise Conflict(f"{key}: {exc}") from exc
             stage.touched[name] = None
-            stage.changed.setdefault(name, []).append(edit.path[1:])
+            stage.changed.setdefault(name, []).append((edit.path[1:], edit.is_delete))
         self._stage_trees(tx, write.key, entry, stage)
         return stage
 
@@ -468,7 +468,7 @@ class Writes(StoreCore):
             if found is None or found[0] is None:
                 continue  # a large member written before trees existed: built whole, once
             what = f"{key} member {name!r}"
-            where = within(stage.changed.get(name, [()]))
+            where = tree_update.where_of(stage.changed.get(name, [((), False)]))
             stage.trees[name] = tree_update.update(
                 bytes(found[0]), old[2], old[0], value, getter(tx, what), where
             )
