@@ -75,12 +75,19 @@ class Write:
     ``expect`` is the revision the edits were computed against (compare-and-set; ``0`` means
     "must never have been written"), or :data:`HEAD` to apply the edits to the current head.
     ``paths`` are the touched paths recorded in history (by default the edits' paths).
+    ``bodies`` (set by :meth:`between`): the body the edits were computed from and the body
+    they make. Where the store holds the very member objects of the first, it takes the
+    second's members as the result instead of applying the edits again — copying a large
+    container once per write, not twice.
     """
 
     key: DocKey
     edits: Sequence[Edit]
     expect: int | None = HEAD
     paths: Sequence[Sequence[str | int]] | None = None
+    bodies: tuple[dict[str, Any], dict[str, Any] | None] | None = field(
+        default=None, compare=False, repr=False
+    )
 
     @staticmethod
     def between(
@@ -100,9 +107,10 @@ class Write:
         in a large document costs what the change costs. ``None`` compares the whole bodies.
         """
         old, new = _absent(old), _absent(new)
-        if changed is None:
-            return Write(key, diff(old, new), expect, **kw)
-        return Write(key, diff_within(old, new, within(changed)), expect, **kw)
+        edits = diff(old, new) if changed is None else diff_within(old, new, within(changed))
+        if type(old) is dict and (type(new) is dict or new is MISSING):
+            kw.setdefault("bodies", (old, None if new is MISSING else new))
+        return Write(key, edits, expect, **kw)
 
 
 @dataclass(frozen=True, slots=True)

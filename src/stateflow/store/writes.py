@@ -420,7 +420,10 @@ class Writes(StoreCore):
         row = entry.row
         stage = Stage(present=row.present)
         key = write.key
+        whole_free = write.bodies is not None
+        made: set[str] = set()
         if any(not e.path for e in write.edits):
+            whole_free = False
             self._load_members(tx, key, entry, None)
             stage.values = {n: v for n, (v, _, _) in entry.members.items()}
             stage.touched = dict.fromkeys(stage.values)
@@ -446,10 +449,16 @@ class Writes(StoreCore):
                 if edit.is_delete:
                     continue  # deleting inside an absent document: nothing to do
                 stage.present = True
-            try:
-                stage.values[name] = apply_edits(stage.values[name], [Edit(edit.path[1:], edit.value)])
-            except Conflict as exc:
-                raise Conflict(f"{key}: {exc}") from exc
+            if name in made:
+                pass  # the write's own result already holds every edit of this member
+            elif whole_free and (after := _made(write, name, stage.values[name])) is not MISSING:
+                stage.values[name] = after
+                made.add(name)
+            else:
+                try:
+                    stage.values[name] = apply_edits(stage.values[name], [Edit(edit.path[1:], edit.value)])
+                except Conflict as exc:
+                    raise Conflict(f"{key}: {exc}") from exc
             stage.touched[name] = None
             stage.changed.setdefault(name, []).append((edit.path[1:], edit.is_delete))
         self._stage_trees(tx, write.key, entry, stage)
@@ -636,6 +645,18 @@ class Writes(StoreCore):
             "FROM (SELECT name, revision FROM members WHERE doc_id = ? ORDER BY position)",
             (doc_id, revision, doc_id),
         )
+
+
+def _made(write: Write, name: str, value: Any) -> Any:
+    """The member ``name`` as the write's edits make it from ``value``, when the write says so
+    itself: it was computed from this very object (values are never mutated, so the same
+    object is the same value). :data:`MISSING` when it cannot say (the edits are applied then);
+    a deleted member is :data:`MISSING` too, which applying the deletion gives as well."""
+    assert write.bodies is not None
+    before, after = write.bodies
+    if before.get(name, MISSING) is not value or after is None:
+        return MISSING
+    return after.get(name, MISSING)
 
 
 class _NeedsLock(StateflowError):
