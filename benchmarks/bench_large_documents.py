@@ -229,7 +229,7 @@ def run(location: str, args: argparse.Namespace, tag: str) -> None:
 def postgres_schema(url: str) -> Iterator[str]:
     import psycopg
 
-    schema = "bench_large_documents"
+    schema = f"bench_large_documents_{os.getpid()}"  # runs sharing the server must not collide
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
         conn.execute(f"CREATE SCHEMA {schema}")
