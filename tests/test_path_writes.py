@@ -112,11 +112,24 @@ def test_a_patch_beside_a_large_plane_writes_only_its_paths(open_migrated: Any) 
         ({"lazy": {"obj": {"k000018": None}}}, [Edit(("lazy", "obj", "k000018"))]),
     ]
     expected: Any = {"lazy": lazy, "tactics": {"next": "a"}}
+    versions = []
     for patch, edits in patches:
         view.patch_state({"session": patch})
         expected = merge_patch(expected, patch)
         [change] = store.history([key], limit=1, members=["lazy"])
         assert change.edits == edits
+        versions.append((change.revision, expected))
+    # every revision reads back as of itself, whole and along the edited paths
+    for revision, then in versions:
+        was = store.read_at(key, revision=revision, members=["lazy"]).body
+        assert was is not None and orjson.dumps(was["lazy"]) == orjson.dumps(then["lazy"])
+        paths = [("lazy", "big", 5), ("lazy", "obj", "new"), ("lazy", "obj", "k000017")]
+        [read] = store.read_paths({key: paths}, revisions={key: revision}).values()
+        assert [t.value for t in read.trails] == [
+            then["lazy"]["big"][5],
+            then["lazy"]["obj"].get("new", MISSING),
+            then["lazy"]["obj"]["k000017"],
+        ]
     body = store.get(key).body
     assert body is not None
     assert orjson.dumps(body["lazy"]) == orjson.dumps(expected["lazy"])
