@@ -9,14 +9,15 @@ under a key prefix is one keyset scan.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, Self
 from urllib.parse import quote, unquote
 
+from stateflow.aio import call, open_store_async
 from stateflow.errors import InvalidInput
 from stateflow.states import StatesService
 from stateflow.states.models import DoorContext
 from stateflow.states.service import StateNotFound
-from stateflow.store import DocKey, Document
+from stateflow.store import DocKey, Document, open_store
 from stateflow.subjects import encode_subject
 
 SCAN_PAGE = 500
@@ -53,6 +54,51 @@ def uninvert(text: str) -> str:
 
 
 _COMPLEMENT = str.maketrans("0123456789abcdef", "fedcba9876543210")
+
+
+class OwnsStore:
+    """Opening and closing shared by the store and the saver, whose constructors take a
+    :class:`~stateflow.states.StatesService` first: :meth:`open`/:meth:`aopen` open (and
+    migrate) a store that :meth:`close`/:meth:`aclose` then close; one built on a service
+    you pass leaves that service open."""
+
+    states: StatesService
+    _owned: bool = False
+
+    if TYPE_CHECKING:
+
+        def __init__(self, states: StatesService, **options: Any) -> None: ...
+
+    @classmethod
+    def open(cls, location: str, **options: Any) -> Self:
+        """An instance on the store at ``location`` (a file path or ``postgresql://`` URL),
+        closed by :meth:`close`."""
+        made = cls(StatesService(open_store(location, auto_migrate=True)), **options)
+        made._owned = True
+        return made
+
+    @classmethod
+    async def aopen(cls, location: str, **options: Any) -> Self:
+        """:meth:`open` for async code: a PostgreSQL store runs on psycopg's async pool (the
+        async methods never leave the event loop's thread); closed by :meth:`aclose`."""
+        opened = await open_store_async(location, auto_migrate=True)
+        made = await call(opened, lambda: cls(StatesService(opened), **options))
+        made._owned = True
+        return made
+
+    def close(self) -> None:
+        if self._owned:
+            self.states.close()
+            self.states.store.close()
+
+    async def aclose(self) -> None:
+        await call(self.states.store, self.close)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class Records:

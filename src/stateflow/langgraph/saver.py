@@ -34,12 +34,12 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from stateflow.aio import call, open_store_async
+from stateflow.aio import call
 from stateflow.langgraph.codec import Codec
-from stateflow.langgraph.records import Records, invert, join, part, uninvert, unpart
+from stateflow.langgraph.records import OwnsStore, Records, invert, join, part, uninvert, unpart
 from stateflow.states import StatesService
 from stateflow.states.models import DoorContext
-from stateflow.store import DocKey, open_store
+from stateflow.store import DocKey
 
 STATE: Final = "langgraph_checkpoints"
 CHECKPOINT: Final = "checkpoint"
@@ -68,7 +68,7 @@ DECLARATION: Final[dict[str, Any]] = {
 _PARENTS_KEPT = 1024
 
 
-class StateflowSaver(BaseCheckpointSaver[str]):
+class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
     """A LangGraph checkpointer keeping thread state as stateflow records (sync and async).
 
     ``StateflowSaver.open("./agent.db")`` (or a PostgreSQL URL) opens and migrates a store; or
@@ -85,7 +85,7 @@ class StateflowSaver(BaseCheckpointSaver[str]):
         target_name: str = "langgraph",
         serde: SerializerProtocol | None = None,
     ) -> None:
-        super().__init__(serde=serde)
+        BaseCheckpointSaver.__init__(self, serde=serde)
         self.states = states
         self.records = Records(states, state, target_name)
         self.records.ensure_declared(DECLARATION)
@@ -96,38 +96,6 @@ class StateflowSaver(BaseCheckpointSaver[str]):
         self._parents: OrderedDict[tuple[str, str, str], tuple[dict[str, Any], dict[str, str]]] = (
             OrderedDict()
         )
-        self._owned = False
-
-    @classmethod
-    def open(cls, location: str, **options: Any) -> StateflowSaver:
-        """A saver on the store at ``location`` (a file path or ``postgresql://`` URL), which
-        it closes on :meth:`close`."""
-        saver = cls(StatesService(open_store(location, auto_migrate=True)), **options)
-        saver._owned = True
-        return saver
-
-    @classmethod
-    async def aopen(cls, location: str, **options: Any) -> StateflowSaver:
-        """:meth:`open` for async code: a PostgreSQL store runs on psycopg's async pool (the
-        async methods never leave the event loop's thread); closed by :meth:`aclose`."""
-        opened = await open_store_async(location, auto_migrate=True)
-        saver = await call(opened, lambda: cls(StatesService(opened), **options))
-        saver._owned = True
-        return saver
-
-    def close(self) -> None:
-        if self._owned:
-            self.states.close()
-            self.states.store.close()
-
-    async def aclose(self) -> None:
-        await call(self.states.store, self.close)
-
-    def __enter__(self) -> StateflowSaver:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # ------------------------------------------------------------------ keys
 

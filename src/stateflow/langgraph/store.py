@@ -33,11 +33,10 @@ from langgraph.store.base import (
     validate_op_namespace,
 )
 
-from stateflow.aio import call, open_store_async
-from stateflow.langgraph.records import Records, join
+from stateflow.aio import call
+from stateflow.langgraph.records import OwnsStore, Records, join
 from stateflow.states import StatesService
 from stateflow.states.models import DoorContext
-from stateflow.store import open_store
 from stateflow.store.base import utc_text
 
 STATE: Final = "langgraph_store"
@@ -63,7 +62,7 @@ _PAGE = 500
 _COMPARISONS: Final = ("$gt", "$gte", "$lt", "$lte")
 
 
-class StateflowStore(BaseStore):
+class StateflowStore(OwnsStore, BaseStore):
     """LangGraph's ``BaseStore`` keeping items as stateflow records (sync and async).
 
     ``StateflowStore.open("./agent.db")`` (or a PostgreSQL URL) opens and migrates a store; or
@@ -89,37 +88,6 @@ class StateflowStore(BaseStore):
         self.ttl_config = ttl
         self.context = DoorContext(door="api", actor="stateflow.langgraph")
         self.origin = {"consumer": "langgraph"}
-        self._owned = False
-
-    @classmethod
-    def open(cls, location: str, **options: Any) -> StateflowStore:
-        """A store on ``location`` (a file path or ``postgresql://`` URL), closed by :meth:`close`."""
-        store = cls(StatesService(open_store(location, auto_migrate=True)), **options)
-        store._owned = True
-        return store
-
-    @classmethod
-    async def aopen(cls, location: str, **options: Any) -> StateflowStore:
-        """:meth:`open` for async code: a PostgreSQL store runs on psycopg's async pool (its
-        async methods never leave the event loop's thread); closed by :meth:`aclose`."""
-        opened = await open_store_async(location, auto_migrate=True)
-        store = await call(opened, lambda: cls(StatesService(opened), **options))
-        store._owned = True
-        return store
-
-    def close(self) -> None:
-        if self._owned:
-            self.states.close()
-            self.states.store.close()
-
-    async def aclose(self) -> None:
-        await call(self.states.store, self.close)
-
-    def __enter__(self) -> StateflowStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # ------------------------------------------------------------------ subjects
 
