@@ -47,6 +47,21 @@ async def call(store: Store, fn: Callable[..., R], *args: Any, **kwargs: Any) ->
     return await asyncio.to_thread(fn, *args, **kwargs)
 
 
+async def on_edge(store: Store, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
+    """How the HTTP and MCP edges run ``fn`` (synchronous code working on ``store``): on the
+    loop for an async PostgreSQL store — its round trips are awaited there, no worker thread
+    is taken and none hands the result back — else on anyio's worker threads, as Starlette
+    runs a synchronous endpoint. Code that waits on anything but the database (the jq
+    workers) must not run on the loop: the edges keep it on a worker thread."""
+    if runs_on_loop(store):
+        from stateflow.store.async_bridge import spawn
+
+        return await spawn(fn, *args, **kwargs)
+    import anyio.to_thread
+
+    return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
+
+
 async def open_store_async(
     location: str | None = None,
     *,

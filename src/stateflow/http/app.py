@@ -20,6 +20,7 @@ from starlette.routing import BaseRoute, Match, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from stateflow import __version__
+from stateflow.aio import on_edge
 from stateflow.config import HttpConfig
 from stateflow.doc.canonical import decode, encode_trusted
 from stateflow.errors import (
@@ -293,13 +294,24 @@ def create_app(service: StatesService, tokens: TokenSet, http: HttpConfig | None
 
     # Built-in declarations are the composition root's to install (`stateflow.api.states_service`:
     # at once, or — on a store not migrated yet — when the store is first found migrated).
-    async def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Response:
-        result = await run_in_threadpool(fn, *args, **kwargs)
+    # On an async PostgreSQL store a call runs on the event loop, its round trips awaited
+    # there (stateflow.aio.on_edge); on SQLite it runs on a worker thread. Calls that may run
+    # jq (template programs, attach checks and reconciles) wait on the jq workers, which must
+    # not stall the loop: they always take a thread (`blocking=True`).
+    store = service.store
+
+    async def run(fn: Callable[..., Any], *args: Any, blocking: bool = False, **kwargs: Any) -> Any:
+        if blocking:
+            return await run_in_threadpool(fn, *args, **kwargs)
+        return await on_edge(store, fn, *args, **kwargs)
+
+    async def call(fn: Callable[..., Any], *args: Any, blocking: bool = False, **kwargs: Any) -> Response:
+        result = await run(fn, *args, blocking=blocking, **kwargs)
         return _json(200, {"data": result})
 
     async def call_record(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Response:
         """A record answer, with its revision as the ``ETag``."""
-        result = await run_in_threadpool(fn, *args, **kwargs)
+        result = await run(fn, *args, **kwargs)
         headers = etag(result["revision"]) if isinstance(result, dict) and "revision" in result else None
         return _json(200, {"data": result}, headers)
 
@@ -318,7 +330,7 @@ def create_app(service: StatesService, tokens: TokenSet, http: HttpConfig | None
             return service.store.schema_version()
 
         try:
-            version = await run_in_threadpool(probe)
+            version = await run(probe)
         except StateflowError as exc:
             return _json(503, {"error": exc.message, "code": exc.code, "ready": False})
         if version != SCHEMA_VERSION:
@@ -345,7 +357,9 @@ def create_app(service: StatesService, tokens: TokenSet, http: HttpConfig | None
         unrestricted(request)
         body = await _body(request)
         replace = request.query_params.get("replace", "").lower() in ("1", "true", "yes")
-        return await call(service.put_template, name, body, replace=replace, context=context_of(request))
+        return await call(
+            service.put_template, name, body, replace=replace, context=context_of(request), blocking=True
+        )
 
     @app.delete("/api/state-templates/{name}")
     async def delete_template(name: str, request: Request) -> Response:
@@ -365,14 +379,21 @@ def create_app(service: StatesService, tokens: TokenSet, http: HttpConfig | None
         unrestricted(request)
         body = await _body(request, required=False)
         return await call(
-            service.attach, name, template, {} if body is None else body, context=context_of(request)
+            service.attach,
+            name,
+            template,
+            {} if body is None else body,
+            context=context_of(request),
+            blocking=True,
         )
 
     @app.patch("/api/states/{name}/attachments/{template}")
     async def update_attachment(name: str, template: str, request: Request) -> Response:
         unrestricted(request)
         body = await _object_body(request)
-        return await call(service.update_attachment, name, template, body, context=context_of(request))
+        return await call(
+            service.update_attachment, name, template, body, context=context_of(request), blocking=True
+        )
 
     @app.delete("/api/states/{name}/attachments/{template}")
     async def detach(name: str, template: str, request: Request) -> Response:
@@ -412,7 +433,7 @@ def create_app(service: StatesService, tokens: TokenSet, http: HttpConfig | None
 
     @app.get("/api/states/{name}/consumers")
     async def consumers(name: str, request: Request) -> Response:
-        await run_in_threadpool(service.get_declaration, name)
+        await run(service.get_declaration, name)
         return await call(service.consumers, name)
 
     @app.get("/api/states/{name}/subjects")
@@ -521,7 +542,7 @@ def create_app(service: StatesService, tokens: TokenSet, http: HttpConfig | None
                 raise BadRequest("body must contain a JSON array 'ops'")
             if body.get("op_id") is not None and not isinstance(body["op_id"], str):
                 raise BadRequest("op_id must be a string")
-            result = await run_in_threadpool(
+            result = await run(
                 service.apply,
                 name,
                 subject,
@@ -549,7 +570,7 @@ def create_app(service: StatesService, tokens: TokenSet, http: HttpConfig | None
                     params[k] = decode(v)
                 except InvalidJSON as exc:
                     raise BadRequest(f"template_jq param {k!r} must be a JSON value: {exc.message}") from exc
-            return await call(service.template_jq_input, name, subject, suffix[1], params)
+            return await call(service.template_jq_input, name, subject, suffix[1], params, blocking=True)
         elif len(suffix) == 2 and suffix[0] == "template-jq" and method == "POST":
             body = await _body(request, required=False) or {}
             if not isinstance(body, dict) or set(body) - {"input", "op_id"}:
@@ -564,6 +585,7 @@ def create_app(service: StatesService, tokens: TokenSet, http: HttpConfig | None
                 body.get("input"),
                 op_id=body.get("op_id"),
                 context=ctx,
+                blocking=True,
             )
         elif suffix == ["writes"] and method == "GET":
             return await call(

@@ -116,13 +116,40 @@ def host_factory(
     return host_for
 
 
+BLOCKING_TOOLS: Final = frozenset(("state_template_jq",))
+"""Tools that wait on the jq workers: they never run on the event loop."""
+
+
+def offload_for(store: Store, config: MemoryConfig) -> Any:
+    """How ``/mcp`` runs its calls on ``store``: on the event loop over an async PostgreSQL store
+    (:func:`stateflow.aio.on_edge`), except a tool waiting on jq, and everything when knowledge
+    roots are configured (a context may then hash their Markdown sources); else on a thread."""
+    from stateflow.aio import on_edge, runs_on_loop
+    from stateflow.mcp.server import Offload, on_thread
+
+    if not runs_on_loop(store) or config.knowledge_roots:
+        return on_thread
+
+    async def offload(fn: Callable[[], Any], tool: str | None) -> Any:
+        if tool in BLOCKING_TOOLS:
+            return await on_thread(fn, tool)
+        return await on_edge(store, fn)
+
+    typed: Offload = offload
+    return typed
+
+
 def _manager(store: Store, tokens: TokenSet, config: MemoryConfig, states: StatesService | None) -> Any:
     """The MCP SDK's stateless session manager over our server (the SDK's import is the slow part)."""
     from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
     from stateflow.mcp.server import build_server
 
-    server = build_server(host_factory(store, tokens, config, states), protocol_text("active", None))
+    server = build_server(
+        host_factory(store, tokens, config, states),
+        protocol_text("active", None),
+        offload=offload_for(store, config),
+    )
     return StreamableHTTPSessionManager(app=server, stateless=True, json_response=True)
 
 

@@ -11,7 +11,8 @@ identity (fixed for stdio; named by each HTTP request's headers and checked agai
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 import anyio
@@ -90,33 +91,48 @@ def _refusal(exc: StateflowError) -> MCPError:
     return MCPError(code=INVALID_PARAMS, message=f"error[{exc.code}]: {exc.message}")
 
 
+Offload = Callable[[Callable[[], Any], str | None], Awaitable[Any]]
+"""How the server runs a synchronous call on the store: ``offload(fn, tool)`` awaits ``fn()``
+(``tool`` names the tool it calls, None for the host and the context)."""
+
+
+async def on_thread(fn: Callable[[], Any], tool: str | None) -> Any:
+    """The store is synchronous: keep the event loop responsive while it works."""
+    return await anyio.to_thread.run_sync(fn)
+
+
 def build_server(
-    host_for: HostFactory, instructions: str | None = None, subscriptions: Subscriptions | None = None
+    host_for: HostFactory,
+    instructions: str | None = None,
+    subscriptions: Subscriptions | None = None,
+    offload: Offload = on_thread,
 ) -> Server[Any]:
     async def host(ctx: Any) -> ToolHost:
         try:
-            return await anyio.to_thread.run_sync(host_for, ctx)
+            tools: ToolHost = await offload(functools.partial(host_for, ctx), None)
         except StateflowError as exc:
             raise _refusal(exc) from exc
+        return tools
 
     async def context_of(ctx: Any) -> Context:
         tools = await host(ctx)
         try:
-            return await anyio.to_thread.run_sync(tools.view.context)
+            context: Context = await offload(tools.view.context, None)
         except StateflowError as exc:
             raise _refusal(exc) from exc
+        return context
 
     async def list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
         return types.ListToolsResult(tools=[_tool(d) for d in (await host(ctx)).definitions()])
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         try:
-            tools = await anyio.to_thread.run_sync(host_for, ctx)
+            tools = await offload(functools.partial(host_for, ctx), None)
         except StateflowError as exc:
             result = ToolResult(exc.message, True, exc.code)
         else:
-            # The store is synchronous; keep the event loop responsive while it works.
-            result = await anyio.to_thread.run_sync(tools.call, params.name, params.arguments or {})
+            call = functools.partial(tools.call, params.name, params.arguments or {})
+            result = await offload(call, params.name)
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=result.error_text())],
             structured_content=None if result.is_error else result.structured,
