@@ -100,6 +100,11 @@ class Backend(abc.ABC):
         transaction (portable: ``core.StoreCore._lock``, one upsert)."""
 
     @abc.abstractmethod
+    def _lock_many(self, tx: Tx, keys: Sequence[DocKey]) -> dict[DocKey, DocRow]:
+        """``_lock`` for the sorted keys of a commit's new writes (portable:
+        ``writes.Writes._lock_many``, pipelines of ``_claim``; PostgreSQL: one upsert)."""
+
+    @abc.abstractmethod
     def _claim(
         self,
         tx: Tx,

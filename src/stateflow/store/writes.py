@@ -176,6 +176,13 @@ class Writes(StoreCore):
         self._remember(fresh)
         return commit, result
 
+    def _lock_many(self, tx: Tx, keys: Sequence[DocKey]) -> dict[DocKey, DocRow]:
+        """:meth:`_lock` for several documents (sorted keys), a pipeline per 500 of them."""
+        rows: dict[DocKey, DocRow] = {}
+        for start in range(0, len(keys), 500):
+            rows.update(self._claim(tx, (), keys[start : start + 500])[1])
+        return rows
+
     def _claim(
         self,
         tx: Tx,
@@ -234,10 +241,14 @@ class Writes(StoreCore):
                 raise OpIdTaken(set(claims) - {(r[0], r[1]) for r in taken})
         # Check every compare-and-set before touching anything.
         plan: list[tuple[Write, Loaded]] = []
-        for write in sorted(writes, key=lambda w: w.key):
-            entry = loaded.get(write.key)
-            if entry is None:
-                entry = loaded[write.key] = Loaded(self._lock(tx, write.key))
+        ordered = sorted(writes, key=lambda w: w.key)
+        unlocked = sorted({w.key for w in ordered if w.key not in loaded})
+        if unlocked:  # all rows in one pipeline (a bulk load commits hundreds of new documents)
+            for key, row in self._lock_many(tx, unlocked).items():
+                # revision 0: never written, so no members to read back
+                loaded[key] = Loaded(row, complete=row.revision == 0)
+        for write in ordered:
+            entry = loaded[write.key]
             if write.expect is not None and write.expect != entry.row.revision:
                 raise Conflict(
                     f"{write.key} changed concurrently: it is at revision {entry.row.revision}, "
