@@ -173,6 +173,12 @@ class Backend(abc.ABC):
         writer at a time holds the database)."""
 
     @abc.abstractmethod
+    def _checked_in_sql(self, filters: dict[str, Any]) -> bool:
+        """Whether the candidate query decides every filter member, so no candidate needs a
+        check in Python (portable: never, ``listing.Listing._checked_in_sql``; SQLite: every
+        member a scalar; PostgreSQL: every member a scalar the value index holds)."""
+
+    @abc.abstractmethod
     def _unchecked(self, tx: Tx, doc_id: int, filters: dict[str, Any]) -> list[str]:
         """Filter members whose containment the candidate query did not establish (portable:
         all of them)."""

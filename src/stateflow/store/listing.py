@@ -19,6 +19,9 @@ order, where a value that common fills a page soon."""
 Match = tuple[str, Sequence[Any]]
 """SQL over ``members m`` selecting the members that equal a filter's value, and its parameters."""
 
+Via = tuple[str, Match]
+"""The filter member a search starts from, and the :data:`Match` finding its holders."""
+
 
 class Listing(StoreCore):
     """Scans, counts and containment search over one state's documents."""
@@ -58,7 +61,7 @@ class Listing(StoreCore):
         limit: int,
         extra: str = "",
         params: Sequence[Any] = (),
-        via: Match | None = None,
+        via: Via | None = None,
     ) -> list[Listed]:
         """Present documents of ``state`` after ``after`` where ``extra`` holds — all of them, or
         (``via``) only those with a member matching a selective filter, found by its index."""
@@ -66,14 +69,16 @@ class Listing(StoreCore):
             source, first = "documents d", ()
         else:  # the few members holding the value first, then their documents by key
             source = (
-                f"(SELECT DISTINCT m.doc_id FROM members m WHERE {via[0]}) h "
+                f"(SELECT DISTINCT m.doc_id FROM members m WHERE {via[1][0]}) h "
                 "JOIN documents d ON d.doc_id = h.doc_id"
             )
-            first = tuple(via[1])
+            first = tuple(via[1][1])
+        # the page first, then the time of its rows only (not of every candidate sorted)
         rows = tx.all(
-            f"SELECT d.subject, d.revision, d.updated_seq, t.at FROM {source} "
-            "LEFT JOIN transitions t ON t.seq = d.updated_seq "
-            f"WHERE d.state = ? AND d.present = 1 AND d.subject > ? {extra} ORDER BY d.subject LIMIT ?",
+            "SELECT p.subject, p.revision, p.updated_seq, t.at FROM ("
+            f"SELECT d.subject, d.revision, d.updated_seq FROM {source} "
+            f"WHERE d.state = ? AND d.present = 1 AND d.subject > ? {extra} ORDER BY d.subject LIMIT ?"
+            ") p LEFT JOIN transitions t ON t.seq = p.updated_seq ORDER BY p.subject",
             (*first, state, after or "", *params, limit),
         )
         return [
@@ -142,7 +147,9 @@ class Listing(StoreCore):
                 if not page:
                     break
                 cursor = page[-1].key.subject
-                out.extend(self._verify(tx, page, filters)[: limit - len(out)])
+                if not self._checked_in_sql(filters):
+                    page = self._verify(tx, page, filters)
+                out.extend(page[: limit - len(out)])
                 if len(page) < size:  # the candidates ran out
                     break
         return out
@@ -153,10 +160,16 @@ class Listing(StoreCore):
         """Documents that may match (the default: every document; a backend may prefilter)."""
         return self._scan(tx, state, after, limit, via=self._selective(tx, filters))
 
-    def _selective(self, tx: Tx, filters: dict[str, Any]) -> Match | None:
-        """The filter member whose value the fewest members hold, as a :data:`Match`, when
-        fewer than :data:`PROBE` do; None when no filter is indexed or none is that rare."""
-        best: tuple[int, Match] | None = None
+    def _checked_in_sql(self, filters: dict[str, Any]) -> bool:
+        """Whether the candidate query decides every filter member for any document, so the
+        candidates need no check in Python (portable: never)."""
+        return False
+
+    def _selective(self, tx: Tx, filters: dict[str, Any]) -> Via | None:
+        """The filter member whose value the fewest members hold, and the :data:`Match`
+        finding them, when fewer than :data:`PROBE` do; None when no filter is indexed or none
+        is that rare."""
+        best: tuple[int, Via] | None = None
         for name, pattern in filters.items():
             match = self._value_match(name, pattern)
             if match is None:
@@ -167,7 +180,7 @@ class Listing(StoreCore):
             )
             n = int(row[0]) if row else 0
             if n < PROBE and (best is None or n < best[0]):
-                best = (n, match)
+                best = (n, (name, match))
         return None if best is None else best[1]
 
     def _value_match(self, name: str, pattern: Any) -> Match | None:

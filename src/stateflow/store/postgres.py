@@ -432,23 +432,29 @@ class PostgresStore(SqlStore):
         self, tx: Tx, state: str, filters: dict[str, Any], after: str | None, limit: int
     ) -> list[Listed]:
         # One EXISTS per filter member, answered by the GIN index for indexable members; other
-        # members (and patterns jsonb cannot hold) pass here and are checked by _verify.
+        # members (and patterns jsonb cannot hold) pass here and are checked by _verify — except
+        # where the pattern is a small scalar, which no unindexable member can equal. The member
+        # the search starts from (``via``) holds the value already.
+        via = self._selective(tx, filters)
         clauses, params = [], []
         for name, pattern in filters.items():
             raw = encode_trusted(pattern).decode()
-            if not _jsonb_safe(raw):
+            if not _jsonb_safe(raw) or (via is not None and via[0] == name):
                 continue
             typed = type(pattern) not in (dict, list)
             check = "stateflow_jsonb(m.body) @> ?::jsonb" + (
                 " AND jsonb_typeof(stateflow_jsonb(m.body)) = jsonb_typeof(?::jsonb)" if typed else ""
             )
+            unindexed = "" if self._value_match(name, pattern) else f"NOT ({INDEXABLE}) OR "
             clauses.append(
                 "AND EXISTS (SELECT 1 FROM members m WHERE m.doc_id = d.doc_id AND m.name = ? AND "
-                f"(NOT ({INDEXABLE}) OR (({INDEXABLE}) AND {check})))"
+                f"({unindexed}(({INDEXABLE}) AND {check})))"
             )
             params.extend([name, raw, raw] if typed else [name, raw])
-        via = self._selective(tx, filters)
         return self._scan(tx, state, after, limit, " ".join(clauses), params, via)
+
+    def _checked_in_sql(self, filters: dict[str, Any]) -> bool:
+        return all(self._value_match(name, pattern) is not None for name, pattern in filters.items())
 
     def _value_match(self, name: str, pattern: Any) -> tuple[str, Sequence[Any]] | None:
         # jsonb equality is typed (a string never equals a number) and compares numbers by value

@@ -505,18 +505,21 @@ class SqliteStore(SqlStore):
         # Scalar filter members (containment of a scalar is JSON equality) are checked in SQL,
         # one EXISTS on the member's primary key per document: no row leaves SQLite to be
         # decoded and compared in Python. Objects and arrays pass here and go to _verify.
+        via = self._selective(tx, filters)
         clauses, params = [], []
         for name, pattern in filters.items():
             check = _scalar_check(pattern)
-            if check is None:
-                continue
+            if check is None or (via is not None and via[0] == name):
+                continue  # (the members the search starts from hold the value: no check)
             clauses.append(
                 "AND EXISTS (SELECT 1 FROM members m WHERE m.doc_id = d.doc_id AND m.name = ? "
                 f"AND {check[0]})"
             )
             params.extend([name, *check[1]])
-        via = self._selective(tx, filters)
         return self._scan(tx, state, after, limit, " ".join(clauses), params, via)
+
+    def _checked_in_sql(self, filters: dict[str, Any]) -> bool:
+        return all(_scalar_check(pattern) is not None for pattern in filters.values())
 
     def _unchecked(self, tx: Tx, doc_id: int, filters: dict[str, Any]) -> list[str]:
         return [name for name, pattern in filters.items() if _scalar_check(pattern) is None]
