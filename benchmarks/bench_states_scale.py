@@ -2,8 +2,9 @@
 
 One state grows to each size in ``--records`` (default 10,000, 100,000 and 1,000,000; filled in
 batched commits of 500 through the store's ``commit``, the path ``stateflow load`` takes for a
-dump without history; synchronous=off on SQLite: only reads are measured) beside a second state
-of 1,000 records of the same shape. At each size, against a baseline in the same run, in
+dump without history — a commit creates the rows of its new documents together, one statement on
+PostgreSQL; synchronous=off on SQLite: only reads are measured) beside a second state of 1,000
+records of the same shape, in the same store. At each size, against a baseline in the same run, in
 alternating rounds:
 
 - ``stats`` on the big state (maintained counters) against counting its rows in SQL (what
