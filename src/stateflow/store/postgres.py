@@ -41,6 +41,10 @@ from stateflow.store.rows import ROW_COLUMNS, DocRow, decode_stored, key_filter,
 from stateflow.store.tx import Tx
 
 _SEQ_LOCK: Final = 0x5EF10  # advisory lock id that orders transition inserts
+_SEQ_LOCK_KEY: Final = "((?::bigint << 32) | (hashtext(current_schema())::bigint & 4294967295))"
+"""The seq lock's key for the store in the session's schema: advisory locks are per database,
+so a constant key would queue the writers of every store (schema) of a database behind each
+other; only one store's transitions need commit order."""
 
 _WHOLE_READ: Final = (
     "SELECT d.state, d.subject, d.doc_id, d.revision, d.present, d.updated_seq, t.at, "
@@ -340,7 +344,8 @@ class PostgresStore(SqlStore):
         # in the same statement as the insert saves a round trip, and the rows that follow name
         # the seq by `currval`, so the value is only read back after the commit.
         rows = tx.later(
-            "INSERT INTO transitions (at, origin) SELECT ?, ? FROM (SELECT pg_advisory_xact_lock(?)) l "
+            "INSERT INTO transitions (at, origin) SELECT ?, ? "
+            f"FROM (SELECT pg_advisory_xact_lock({_SEQ_LOCK_KEY})) l "
             "RETURNING seq",
             (at, encode_trusted(origin), _SEQ_LOCK),
         )
@@ -527,7 +532,7 @@ _WRITE_ROWS: Final = "SELECT stateflow_write_rows({seq}, " + _ROW_ARGS + ")"
 
 
 _COMMIT: Final = (
-    "WITH begun AS MATERIALIZED (SELECT stateflow_begin_commit(?::text, ?::bytea, ?::bigint, "
+    "WITH begun AS MATERIALIZED (SELECT stateflow_begin_commit(?::text, ?::bytea, " + _SEQ_LOCK_KEY + ", "
     "?::text[], ?::text[], ?::text[], ?::text[], ?::bigint[], ?::bigint[], "
     "?::text[], ?::text[], ?::bigint[], ?::bigint[]) AS seq) "
     "SELECT seq, stateflow_write_rows(seq, " + _ROW_ARGS + ") FROM begun WHERE seq IS NOT NULL"
