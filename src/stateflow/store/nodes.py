@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
+
+import orjson
 
 from stateflow.doc.canonical import JSON
 from stateflow.errors import CorruptData
@@ -33,7 +35,9 @@ def fetch_bodies(tx: Tx, ids: Iterable[bytes]) -> dict[bytes, bytes]:
 
 
 NODE_CACHE_MAX: Final = 8192
-"""Decoded nodes kept for path reads (~2 KiB of JSON each)."""
+"""Decoded nodes kept for path reads and tree updates (~2 KiB of JSON each)."""
+WRITTEN_MAX: Final = 256
+"""At most this many nodes of one commit enter the cache (an update writes a dozen or so)."""
 
 
 class NodeCache:
@@ -74,6 +78,22 @@ class NodeCache:
             return out
 
         return get
+
+    def written(self, bodies: Mapping[bytes, bytes]) -> None:
+        """Nodes a committed transaction wrote (their ids were computed from these bytes, so
+        they need no check): the next write to the same member walks them first."""
+        if not bodies or len(bodies) > WRITTEN_MAX:
+            return  # a fresh build of a large value: not what the next write walks
+        decoded = {ident: orjson.loads(body) for ident, body in bodies.items()}
+        with self._lock:
+            self._nodes.update(decoded)
+            while len(self._nodes) > self.max_nodes:
+                self._nodes.popitem(last=False)
+
+    def getter(self, tx: Tx, what: str) -> Callable[[bytes], dict[str, Any]]:
+        """One node by id through this cache (what a tree update walks: root to leaf)."""
+        read = self.reader(tx, what)
+        return lambda ident: read([ident])[ident]
 
     def clear(self) -> None:
         with self._lock:

@@ -138,6 +138,8 @@ class Fresh:
     (only for stores that keep whole bodies: ``keeps_bodies``)"""
     rows: dict[DocKey, DocRow] = field(default_factory=dict)
     """document rows as this transaction read or left them (for writes computed optimistically)"""
+    nodes: dict[bytes, bytes] = field(default_factory=dict)
+    """tree nodes written by a tree update (id → bytes), for the node cache"""
     at: str = ""
     """The transaction's time."""
     seq: int | None = None

@@ -23,7 +23,6 @@ from stateflow.store.clock import utc_now
 from stateflow.store.core import KNOWN_ROWS_MAX, StoreCore
 from stateflow.store.ledger import OpIdTaken, claims_query, replayed, unmoved, with_op_id
 from stateflow.store.model import Commit, DocKey, Document, Write
-from stateflow.store.nodes import getter
 from stateflow.store.plan import (
     INLINE_EDITS_MAX,
     SNAPSHOT_MAX_CHAIN,
@@ -211,6 +210,7 @@ class Writes(StoreCore):
             self._cache.put((doc_id, name), revision, value, size)
         for doc_id, (revision, heads) in fresh.heads.items():
             self._heads.put(doc_id, revision, heads)
+        self._node_cache.written(fresh.nodes)
         known = self._rows_known
         if len(known) + len(fresh.rows) > KNOWN_ROWS_MAX:
             known.clear()  # bounded; a miss only means the locked path
@@ -489,8 +489,10 @@ class Writes(StoreCore):
                 continue  # a large member written before trees existed: built whole, once
             what = f"{key} member {name!r}"
             where = tree_update.where_of(stage.changed.get(name, [((), False)]))
+            # nodes through the decoded-node cache: a node's id is its hash, so a cached one is
+            # never stale, and the path an edit walks is mostly the one the last edit wrote
             stage.trees[name] = tree_update.update(
-                bytes(found[0]), old[2], old[0], value, getter(tx, what), where
+                bytes(found[0]), old[2], old[0], value, self._node_cache.getter(tx, what), where
             )
 
     def _plan_doc(self, write: Write, entry: Loaded, stage: Stage, fresh: Fresh) -> WritePlan:
@@ -516,6 +518,8 @@ class Writes(StoreCore):
                     heads.pop(name, None)
                 continue
             body, root, encoded = member_row(value, stage.trees.get(name), plan.nodes, refs)
+            if root is not None and name in stage.trees:
+                fresh.nodes.update(stage.trees[name].nodes)
             outline = encode_trusted(outline_of(value)) if type(value) is dict else None
             fresh.members.append((row.doc_id, name, revision, value, encoded))
             if old is not None:
