@@ -17,7 +17,7 @@ from stateflow.doc.select import MISSING
 from stateflow.errors import PatchError
 from stateflow.memory import Identity, MemoryView
 from stateflow.states import StatesService
-from stateflow.store import DocKey, Document, SqlStore, Write
+from stateflow.store import DocKey, Document, SqlStore, Write, nodes
 from stateflow.store.plan import TREE_MIN
 
 SCALARS = st.none() | st.booleans() | st.integers(-5, 5) | st.sampled_from([1.0, 0.5]) | st.text(max_size=3)
@@ -232,3 +232,36 @@ def test_a_write_made_between_bodies_keeps_its_result_and_history(open_migrated:
     assert final["lazy"]["obj"] == {"a": 1, "b": 2, "c": 3}
     assert final["lazy"]["big"][-3:] == ["end", "after", "tail"] and len(final["lazy"]["big"]) == 20_003
     assert store.get(key).body == final
+
+
+def test_an_edit_after_an_edit_walks_the_written_nodes_from_the_cache(
+    open_migrated: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tree update reads its nodes through the decoded-node cache, and the nodes a committed
+    update wrote enter it: the next edit of the member sends no node statement at all (on
+    PostgreSQL each would be a round trip), and what it writes reads back cold."""
+    store = open_migrated()
+    view = _view(store)
+    big = [f"{i:06d} " + "x" * 60 for i in range(20_000)]
+    view.patch_state({"session": {"lazy": {"big": big, "obj": {f"k{i}": i for i in range(20_000)}}}})
+    reads: list[int] = []
+    real = nodes.fetch_bodies
+
+    def counted(tx: Any, ids: Any) -> dict[bytes, bytes]:
+        found = real(tx, ids)
+        reads.append(len(found))
+        return found
+
+    monkeypatch.setattr(nodes, "fetch_bodies", counted)
+    view.patch_state({"session": {"lazy": {"big": {"[5]": "first"}}}})
+    view.patch_state({"session": {"lazy": {"obj": {"old": 1}}}})
+    assert reads  # the first edit of each subtree reads the nodes on its path
+    reads.clear()
+    view.patch_state({"session": {"lazy": {"big": {"[5]": "second, of another length"}}}})
+    view.patch_state({"session": {"lazy": {"obj": {"new": 1}}}})
+    assert reads == []
+    key = view.keys["session"]
+    cold = open_migrated().get(key, ["lazy"]).body
+    assert cold is not None
+    assert cold["lazy"]["big"][5] == "second, of another length" and cold["lazy"]["big"][6] == big[6]
+    assert cold["lazy"]["obj"]["new"] == 1 and len(cold["lazy"]["obj"]) == 20_002
