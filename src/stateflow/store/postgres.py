@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any, Final
 
 import psycopg
@@ -34,6 +34,7 @@ from stateflow.errors import (
 from stateflow.store.base import SqlStore
 from stateflow.store.cache import RevisionCache
 from stateflow.store.clock import utc_now
+from stateflow.store.commit_groups import CommitGroups, Member
 from stateflow.store.migrations import INDEXABLE, POSTGRES, POSTGRES_VALUE_WHERE, VALUE_INDEX_MAX
 from stateflow.store.model import DocKey, Document, Listed
 from stateflow.store.plan import Fresh, SeqRef, WritePlan
@@ -59,6 +60,8 @@ _WHOLE_READ: Final = (
 _REVISIONS: Final = "SELECT d.doc_id, d.revision FROM documents d WHERE {where}"
 
 
+DEFAULT_MAX_GROUP: Final = 64
+"""At most this many commits share one transaction (see ``CommitGroups``)."""
 SEEN_KEYS_MAX: Final = 10_000
 """Keys remembered as read before (see ``read``), at most."""
 BODY_CACHE_BYTES: Final = 64 * 1024 * 1024
@@ -161,11 +164,14 @@ class PostgresStore(SqlStore):
         connect_timeout: float | None = None,
         auto_migrate: bool = False,
         read_only: bool = False,
+        max_group: int = DEFAULT_MAX_GROUP,
     ) -> None:
         """``timeout``: how long a call waits for a connection during an outage before it fails
         with ``store-unavailable`` (default 10 s);
         ``connect_timeout``: how long one connection attempt may take (default the URL's
         ``connect_timeout``, else 5 s);
+        ``max_group``: at most this many ready commits of this process's threads share one
+        transaction (group commit; 1 turns it off);
         ``read_only``: every session starts with ``default_transaction_read_only`` on, so the
         server itself refuses any write (``store-read-only``); we refuse ours before sending."""
         super().__init__()
@@ -196,6 +202,11 @@ class PostgresStore(SqlStore):
         # autocommit: a lone statement needs no BEGIN/COMMIT round trips; transactions are explicit
         self._pool = self._open_pool(url, min_size=min_size, max_size=max_size, timeout=wait, kwargs=kwargs)
         self._pool.open(wait=False)
+        self._groups: CommitGroups[_Planned, int] | None = (
+            None if getattr(self, "runs_on_loop", False) else CommitGroups(self._send_group, max_group)
+        )
+        """group commit across this process's threads (the async store's callers are tasks of
+        one loop, which must not block waiting for each other: they commit alone)"""
         if auto_migrate and not read_only:
             self._auto_migrate()
 
@@ -399,19 +410,31 @@ class PostgresStore(SqlStore):
     ) -> tuple[int, str] | None:
         # One statement on an autocommit connection: its own transaction, one round trip (the
         # function checks and locks as the locked path does, in the same order; the time is
-        # taken before the seq lock, as on the locked path).
+        # taken before the seq lock, as on the locked path). Commits of this process's other
+        # callers that are ready at the same time share the transaction (``_send_group``).
         self._writable()
-        at = utc_now()
-        params = [
-            at,
-            encode_trusted(origin),
-            _SEQ_LOCK,
-            _array(scope for scope, _ in claims),
-            _array(op_id for _, op_id in claims),
-            *_key_arrays(shared),
-            *_key_arrays(locked),
-            *_row_arrays(plans),
-        ]
+        at = ""
+
+        def build() -> _Planned:
+            nonlocal at
+            at = utc_now()  # taken in the order commits join groups: times follow seq
+            keys = [key for key, row in (*shared, *locked) if row.doc_id]
+            return keys, [
+                at,
+                encode_trusted(origin),
+                _SEQ_LOCK,
+                _array(scope for scope, _ in claims),
+                _array(op_id for _, op_id in claims),
+                *_key_arrays(shared),
+                *_key_arrays(locked),
+                *_row_arrays(plans),
+            ]
+
+        seq = self._send_alone(build()[1]) if self._groups is None else self._groups.submit(build)
+        return None if seq is None else (seq, at)
+
+    def _send_alone(self, params: Sequence[Any]) -> int | None:
+        """One planned commit in its own transaction: its seq, or None (nothing written)."""
         try:
             with self._pool.connection() as conn:
                 row = conn.execute(_pg(_COMMIT), params).fetchone()
@@ -422,7 +445,51 @@ class PostgresStore(SqlStore):
                 return None
             with _mapped_errors():
                 raise
-        return None if row is None or row[0] is None else (int(row[0]), at)
+        return None if row is None or row[0] is None else int(row[0])
+
+    def _send_group(self, group: Sequence[Member[_Planned, int]]) -> None:
+        """Commit a group of planned commits in one transaction (one round trip, one flush);
+        answer each member only after the commit. When a member's statement fails, the
+        transaction ends without a commit, nothing of the group is written, and each member is
+        sent again on its own: the failure stays with the member it belongs to.
+
+        Every document of the group is locked first, in key order: a commit alone locks its
+        documents and then takes the seq lock, and a group that took the seq lock for its first
+        member and then waited for a row of its second could deadlock with such a commit."""
+        if len(group) == 1:
+            _answer(group[0], partial(self._send_alone, group[0].params[1]))
+            return
+        keys = sorted({key for member in group for key in member.params[0]})
+        try:
+            with self._pool.connection() as conn:
+                try:
+                    with conn.pipeline():  # its end sends the Sync and waits: one round trip
+                        conn.execute("BEGIN")
+                        if keys:
+                            conn.execute(
+                                _LOCK_GROUP,
+                                (_array(k.state for k in keys), _array(k.subject for k in keys)),
+                            )
+                        cursors = [conn.execute(_pg(_COMMIT), m.params[1]) for m in group]
+                        conn.execute("COMMIT")
+                    rows = [cur.fetchone() for cur in cursors]
+                except psycopg.Error:
+                    if conn.broken:
+                        raise  # the commit's outcome is unknown: every member says so
+                    # a statement failed: the transaction ended, nothing was committed
+                    conn.close()  # (after a failed pipeline; the pool replaces it)
+                    rows = None
+        except PoolTimeout as exc:
+            raise StoreUnavailable(f"no database connection available: {exc}") from exc
+        except psycopg.Error as exc:
+            with _mapped_errors():
+                raise exc from None
+        if rows is None:
+            for member in group:
+                _answer(member, partial(self._send_alone, member.params[1]))
+            return
+        for member, row in zip(group, rows, strict=True):
+            member.answered(None if row is None or row[0] is None else int(row[0]))
 
     def _migrations(self) -> dict[int, str]:
         return POSTGRES
@@ -539,8 +606,24 @@ _COMMIT: Final = (
 )
 """A commit computed against known revisions, in one statement (see ``update(optimistic=True)``):
 checks, locks, transition and claims first; the rows only when those went through."""
+_LOCK_GROUP: Final = (
+    "SELECT 1 FROM documents d JOIN unnest(%s::text[], %s::text[]) AS k(state, subject) "
+    "USING (state, subject) ORDER BY d.state, d.subject FOR UPDATE OF d"
+)
+"""Locks a group's documents in key order (the order every locker takes), before any commit of
+the group takes the seq lock."""
+_Planned = tuple[list[DocKey], list[Any]]
+"""A planned commit: the documents it checks (in a group, locked first) and its statement's
+parameters."""
 _CLAIMED_MEANWHILE: Final = "SF409"
 """Raised by ``stateflow_begin_commit`` when an op id was claimed between its check and its insert."""
+
+
+def _answer(member: Member[_Planned, int], send: Callable[[], int | None]) -> None:
+    try:
+        member.answered(send())
+    except Exception as exc:
+        member.failed(exc)
 
 
 def _key_arrays(rows: Sequence[tuple[DocKey, DocRow]]) -> list[str]:
