@@ -19,10 +19,14 @@ of the lazy plane):
 - ``effective[7].tactics``: a read seven transitions back beside the large plane vs the current
   ``effective.tactics`` (same view);
 - ``effective[7].lazy.big[5]``: the same for a path inside the large plane;
+- ``keys lazy.big``, ``keys effective[7].lazy.big``, ``lazy.big[10:20]`` and
+  ``effective[7].lazy.big[10:20]``: the ``keys`` projection and a range of the large plane's
+  array, now and seven transitions back, vs the same read of the small plane;
 - ``record set``: a declared-states ``set`` op on a 50 MB record vs on a 10 KB record;
 - ``record append``: a ``set`` op at ``items/-`` (an append) on the same records.
 
-Targets: writes ≤ 3× and ≤ 256 KiB per commit; as-of reads ≤ 3× the current read.
+Targets: writes ≤ 3× and ≤ 256 KiB per commit; as-of reads ≤ 3× the current read; keys and
+range reads ≤ 3× the same read of the small plane.
 
     python3 -m benchmarks.bench_large_documents [--mb 100] [--record-mb 50] [--rounds 3]
         [--iterations 1] [--backend sqlite|postgres|both] [--postgres URL]
@@ -177,6 +181,27 @@ def memory_cases(store: Store, sampler: Sampler, args: argparse.Namespace, tag: 
             args.iterations,
         )
         report(f"  read: {past} vs {now}", pair, "ms", verdict(pair, READ_TARGET))
+    light = views["small"]
+    shaped = (  # the same read of the large plane and of the small one
+        ("lazy.big", "keys"),
+        ("effective[7].lazy.big", "keys"),
+        ("lazy.big[10:20]", "value"),
+        ("effective[7].lazy.big[10:20]", "value"),
+    )
+    for path, projection in shaped if "reads" in args.cases else ():
+        asked = {"path": path, "projection": projection}
+        pair = measure(
+            lambda a=asked: heavy.read_state(a),  # type: ignore[misc]
+            lambda a=asked: light.read_state(a),  # type: ignore[misc]
+            args.rounds,
+            args.iterations,
+        )
+        report(
+            f"  read: {projection} {path} ({args.mb} MB vs {SMALL_KB} KB)",
+            pair,
+            "ms",
+            verdict(pair, READ_TARGET),
+        )
 
 
 def record_case(store: Store, sampler: Sampler, args: argparse.Namespace, tag: str) -> None:

@@ -14,12 +14,14 @@ from hypothesis import strategies as st
 
 from stateflow.doc.diff import Edit, apply_edits
 from stateflow.doc.select import MISSING
+from stateflow.doc.select import keys as keys_projection
 from stateflow.errors import Conflict, CorruptData, InvalidInput
 from stateflow.memory import Identity, MemoryView
 from stateflow.store import DocKey, SqlStore, Write
 from stateflow.store.nodes import fetch_bodies
+from stateflow.store.trail import KeysEnd, KeysForm, SliceEnd, SliceForm, keys_form, slice_form
 from stateflow.store.trail import probe as probe_json
-from stateflow.store.tree import Builder, decoding, listing, probe
+from stateflow.store.tree import Builder, decoding, keys_of, listing, probe, slice_of
 from tests.conftest import StoreFactory
 
 json_values = st.recursive(
@@ -93,7 +95,9 @@ def probe_ref(root: bytes, path: list[str | int], fetch: Any) -> bytes:
     return bytes(ref.root)
 
 
-def _history(store: SqlStore, key: DocKey, rng: random.Random, revisions: int) -> dict[int, dict[str, Any]]:
+def _history(
+    store: SqlStore, key: DocKey, rng: random.Random, revisions: int, *, extra: bool = False
+) -> dict[int, dict[str, Any]]:
     """Random small edits of a document with a tree member; its body at every revision."""
     body: dict[str, Any] = {"lazy": plane(12_000), "tactics": {"next": "start"}}
     store.commit([Write.between(key, {}, body, 0)])
@@ -113,6 +117,12 @@ def _history(store: SqlStore, key: DocKey, rng: random.Random, revisions: int) -
             edits = [Edit(("lazy", "big"), [*body["lazy"]["big"], f"appended {revision}"])]
         elif roll < 0.75:
             edits = [Edit(("lazy", "small", "a", 2, "b"), revision)]
+        elif roll < 0.8 and extra:
+            edits = [Edit(("lazy", "big", len(body["lazy"]["big"])), f"a{revision}")]  # an append
+        elif roll < 0.85 and extra:
+            edits = [Edit(("lazy", "obj", f"k{index // 2}", "n"), revision)]  # below a key
+        elif roll < 0.9 and extra:
+            edits = [Edit(("lazy", "obj", f"fresh{revision}", "deep"), revision)]  # creates an object
         else:
             edits = [Edit(("tactics", "next"), f"step {revision}")]
         try:
@@ -338,3 +348,131 @@ def test_the_cli_reads_a_path_as_of_and_fails_closed_on_a_missing_node_on_it(
     broken = read("effective.lazy.big[6000]")
     assert broken.returncode != 0 and "error[corrupt-data]" in broken.stderr, broken.stderr
     assert str(key) in broken.stderr or "member 'lazy'" in broken.stderr
+
+
+ENDS: list[tuple[tuple[str | int, ...], KeysEnd | SliceEnd]] = [
+    (("lazy", "big"), KeysEnd()),
+    (("lazy", "obj"), KeysEnd()),
+    (("lazy", "small"), KeysEnd()),
+    (("lazy",), KeysEnd()),
+    (("lazy", "big", 7), KeysEnd()),
+    (("tactics",), KeysEnd()),
+    (("lazy", "nope"), KeysEnd()),
+    (("lazy", "big"), SliceEnd(5, 9)),
+    (("lazy", "big"), SliceEnd(11_995, 12_010)),
+    (("lazy", "big"), SliceEnd(0, 0)),
+    (("lazy", "obj"), SliceEnd(0, 2)),
+    (("lazy", "small"), SliceEnd(0, 1)),
+    (("tactics", "next"), SliceEnd(0, 1)),
+]
+
+
+def test_keys_and_range_reads_equal_whole_reads_at_every_revision(store: SqlStore) -> None:
+    key = DocKey("paths", "doc")
+    bodies = _history(store, key, random.Random(7), 40, extra=True)
+    for revision, body in bodies.items():
+        seq = store.read_at(key, revision=revision, members=[]).seq
+        for at in (seq, None) if revision == 40 else (seq,):
+            for path, end in ENDS:
+                [trail] = store.read_paths({key: [path]}, seq=at, end=end)[key].trails
+                steps, value = probe_json(body, path)
+                want = MISSING if value is MISSING else keys_form(value) if isinstance(end, KeysEnd) else None
+                if isinstance(end, SliceEnd) and value is not MISSING:
+                    want = slice_form(value, end)
+                assert list(trail.steps) == steps, (revision, path, end)
+                assert trail.value == want or (trail.value is MISSING and want is MISSING), (
+                    revision,
+                    path,
+                    end,
+                )
+
+
+def test_read_state_keys_and_ranges_equal_the_whole_read_at_every_offset(open_migrated: StoreFactory) -> None:
+    store = open_migrated()
+    rng = random.Random(9)
+    view = MemoryView(store, Identity.of("paths", "/", "s"))
+    view.patch_state(
+        {
+            "global": {"lazy": {"shared": {"g": 1, "over": {"x": 1}}, "list": [1, 2, 3]}},
+            "cwd": {"lazy": {"shared": {"c": 2, "over": "scalar"}}},
+            "session": {"lazy": {"big": plane(9_000)["big"], "shared": {"s": 3}}, "tactics": {"next": "a"}},
+        }
+    )
+    for i in range(14):
+        scope = rng.choice(["global", "cwd", "session"])
+        roll = rng.random()
+        if roll < 0.25:
+            patch: dict[str, Any] = {scope: {"lazy": {"shared": {f"k{i}": i}}}}
+        elif roll < 0.4:
+            patch = {scope: {"lazy": {"shared": {"over": {"y": i} if i % 2 else f"s{i}", "g": None}}}}
+        elif roll < 0.75:
+            patch = {"session": {"lazy": {"big": {f"[{rng.choice([3, 6, 8_998])}]": f"v{i}"}}}}
+        else:
+            patch = {scope: {"tactics": {"next": f"step {i}"}}}
+        view.patch_state(patch)
+    reads = [
+        ("effective.lazy.big", "keys"),
+        ("effective.lazy.shared", "keys"),
+        ("effective.lazy.shared.over", "keys"),
+        ("effective.lazy", "keys"),
+        ("session.lazy.big", "keys"),
+        ("cwd.lazy.shared", "keys"),
+        ("effective.tactics.next", "keys"),
+        ("effective.lazy.big[2:9]", "value"),
+        ("effective.lazy.big[8995:9001]", "value"),
+        ("effective.lazy.big[8995:9001]", "keys"),
+        ("session.lazy.big[0:0]", "value"),
+        ("effective.lazy.list[1:3]", "value"),
+        ("effective.lazy.big[9000:9200]", "value"),
+        ("effective.lazy.shared[0:1]", "value"),
+        ("effective.tactics.next[0:1]", "value"),
+        ("effective.lazy.nope[0:1]", "value"),
+        ("effective.lazy.nope", "keys"),
+    ]
+    for offset in range(0, 8):
+        for text, projection in reads:
+            root, rest = text.split(".", 1)
+            asked = f"{root}[{offset}].{rest}" if offset else text
+            try:
+                value = view.as_of(offset, text)
+                expected: Any = keys_projection(value) if projection == "keys" else {"value": value}
+            except Exception as exc:
+                expected = (type(exc), str(exc))
+            try:
+                got: Any = view.read_state({"path": asked, "projection": projection})
+            except Exception as exc:
+                got = (type(exc), str(exc).replace(asked, text))
+            assert got == expected, (asked, projection, got, expected)
+
+
+def test_keys_and_range_reads_touch_only_their_nodes(open_migrated: StoreFactory) -> None:
+    """Beside a large member, a keys read of an array needs its root only, a range the leaves
+    holding it: with every other node gone both still answer (a whole-member read fails)."""
+    store = open_migrated()
+    key = DocKey("paths", "doc")
+    body = {"lazy": plane(20_000)}
+    store.commit([Write.between(key, {}, body, 0)])
+    with store._read_tx() as tx:
+        (root,) = tx.one("SELECT root FROM members WHERE name = 'lazy'") or (None,)
+        touched: list[bytes] = []
+
+        def fetch(ids: Any) -> dict[bytes, bytes]:
+            touched.extend(ids)
+            return fetch_bodies(tx, ids)
+
+        big = probe_ref(bytes(root), ["big"], fetch)
+        keys_of(big, decoding(fetch))
+        slice_of(big, SliceEnd(15_000, 15_004), decoding(fetch), fetch)
+        total = int(tx.one("SELECT count(*) FROM nodes")[0])  # type: ignore[index]
+    assert total > 500 and len(set(touched)) <= 8, len(set(touched))
+    store.close()
+    with open_migrated()._write_tx() as tx:
+        keep = sorted(set(touched))
+        tx.run(f"DELETE FROM nodes WHERE id NOT IN ({','.join('?' * len(keep))})", keep)
+    fresh = open_migrated()
+    [keys] = fresh.read_paths({key: [("lazy", "big")]}, end=KeysEnd())[key].trails
+    assert keys.value == KeysForm("array", 20_000)
+    [window] = fresh.read_paths({key: [("lazy", "big")]}, end=SliceEnd(15_000, 15_004))[key].trails
+    assert window.value == SliceForm("array", 20_000, body["lazy"]["big"][15_000:15_004])
+    with pytest.raises(CorruptData, match="missing"):
+        fresh.read_paths({key: [("lazy", "big")]}, end=SliceEnd(3, 5))

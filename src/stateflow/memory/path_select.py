@@ -4,7 +4,9 @@ A read of ``effective.lazy.big[5]`` needs, of each scope, only what lies on that
 store answers it as a :class:`~stateflow.store.trail.Trail` (the kind of the value at every
 prefix, and the value at the end), reading only the nodes on the way. Overlay merges objects
 and lets anything else replace what is below it, so walking the layers' trails prefix by prefix
-gives the same value — and the same errors — as selecting from the merged whole.
+gives the same value — and the same errors — as selecting from the merged whole. A ``keys``
+read or a range at the end gets each layer's value in that form (keys and their kinds; the
+elements of the range and the array's length), merged the way overlay merges the values.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from stateflow.doc.merge import overlay
 from stateflow.doc.paths import Index, Key, Selector
 from stateflow.doc.select import MISSING
 from stateflow.errors import SelectionError
-from stateflow.store.trail import Trail
+from stateflow.store.trail import KeysForm, SliceForm, Trail
 
 
 def select_layers(trails: Sequence[Trail], selectors: Sequence[Selector], text: str) -> JSON:
@@ -40,7 +42,22 @@ def select_layers(trails: Sequence[Trail], selectors: Sequence[Selector], text: 
         contributing = present[others[-1] + 1 :] if others else present
     if len(contributing) == 1:
         return contributing[0].value
-    return overlay(*(t.value for t in contributing))
+    values = [t.value for t in contributing]
+    if isinstance(values[-1], SliceForm):
+        return values[-1]  # objects all: a range of them fails on the kind alone
+    if isinstance(values[-1], KeysForm):
+        return merge_keys(values)
+    return overlay(*values)
+
+
+def merge_keys(forms: Sequence[KeysForm]) -> KeysForm:
+    """The keys projection of the overlay of objects, from theirs: every key in overlay order,
+    of the kind the narrowest layer holding it gives (objects merge into an object; anything
+    else replaces)."""
+    keys: dict[str, str] = {}
+    for form in forms:
+        keys.update(form.keys)
+    return KeysForm("object", 0, keys)
 
 
 def _kind(trail: Trail, depth: int) -> str:

@@ -48,6 +48,7 @@ from stateflow.memory.protocol import protocol_text
 from stateflow.memory.refs import HINT_MESSAGE, HINT_TRUNCATED, anchor, find_referrers, relativize
 from stateflow.memory.scopes import SCOPES, Identity
 from stateflow.store import Change, DocKey, Document, Store, Write
+from stateflow.store.trail import End, KeysEnd, KeysForm, SliceEnd, SliceForm
 
 DEFAULT_HISTORY_LIMIT: Final = 7
 MAX_HISTORY_LIMIT: Final = 100
@@ -251,14 +252,16 @@ class MemoryView:
 
     def _path_readable(self, path: ReadPath) -> bool:
         """Whether ``path`` can be answered from the trails of its plane (a documented plane
-        first, then keys and indices; ``response`` reads "" as absent: read whole)."""
+        first, then keys and indices, and at most a range at the end; ``response`` reads ""
+        as absent: read whole)."""
         sel = path.selectors
         return (
             bool(sel)
             and isinstance(sel[0], Key)
             and sel[0].name in self.planes.names
             and sel[0].name != "response"
-            and all(isinstance(s, Key | Index) for s in sel)
+            and all(isinstance(s, Key | Index) for s in sel[:-1])
+            and isinstance(sel[-1], Key | Index | Range)
         )
 
     def _evaluate_path(
@@ -270,10 +273,18 @@ class MemoryView:
     ) -> Any:
         """A value or keys read of a plane path, from each scope's trail along it — at the
         revisions of the view's one read (``current``), or as the offset's transition left them
-        (from the timeline) — reading only the nodes on the path of a large plane."""
+        (from the timeline) — reading only the nodes on the path of a large plane. A range at
+        the end reads only its elements; ``keys`` only the keys and kinds (an array: its
+        length)."""
         scopes = self.scopes if path.root == "effective" else (path.root,)
+        last = path.selectors[-1]
+        window = last if isinstance(last, Range) else None
+        selectors = path.selectors[:-1] if window else path.selectors
         target = tuple(
-            s.name if isinstance(s, Key) else s.index for s in path.selectors if not isinstance(s, Range)
+            s.name if isinstance(s, Key) else s.index for s in selectors if not isinstance(s, Range)
+        )
+        end: End | None = (
+            SliceEnd(window.start, window.end) if window else KeysEnd() if projection == "keys" else None
         )
         revisions = {self.keys[s]: current[s].revision for s in scopes}
         if path.offset:
@@ -284,13 +295,25 @@ class MemoryView:
             else:
                 seq = timeline.seqs[path.offset]
                 revisions = {self.keys[s]: timeline.revision_at(s, seq, current[s].revision) for s in scopes}
-        reads = self.store.read_paths({self.keys[s]: [target] for s in scopes}, revisions=revisions)
+        reads = self.store.read_paths({self.keys[s]: [target] for s in scopes}, revisions=revisions, end=end)
         trails = [reads[self.keys[s]].trails[0] for s in scopes]
-        value = select_layers(trails, path.selectors, path.text)
+        value = select_layers(trails, selectors, path.text)
         if value is MISSING:
             if projection == "value" and len(path.selectors) == 1:
                 return None  # an absent documented plane reads as null
             raise SelectionError(f"read path does not exist: {path.text}")
+        if window is not None:
+            assert isinstance(value, SliceForm)
+            if value.kind != "array":
+                raise SelectionError(f"array selector requires an array: {path.text} ({value.kind} found)")
+            if window.end > value.length:
+                raise SelectionError(
+                    f"range [{window.start}:{window.end}] is outside {path.text} with length {value.length}"
+                )
+            value = value.items
+        elif projection == "keys":
+            assert isinstance(value, KeysForm)
+            return value.projection()
         return keys_projection(value) if projection == "keys" else value
 
     def _evaluate(

@@ -12,25 +12,36 @@ kept as a tree is walked along the path, not read.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from stateflow.doc.canonical import JSON
+from stateflow.doc.diff import Edit, apply_edits
 from stateflow.doc.select import MISSING
 from stateflow.errors import Conflict, CorruptData, InvalidInput, NotFound
 from stateflow.store import tree
-from stateflow.store.history import History
+from stateflow.store.cache import RevisionCache
 from stateflow.store.model import DocKey
-from stateflow.store.nodes import fetch_bodies, load_tree
+from stateflow.store.nodes import NodeCache, fetch_bodies, load_tree
 from stateflow.store.rows import DocRow, decode_stored, directory_of
 from stateflow.store.trail import (
     MISSING_STEP,
     OBJECT_STEP,
+    End,
+    KeysEnd,
+    KeysForm,
     PathT,
+    SliceEnd,
+    SliceForm,
     Step,
     Trail,
     TreeRef,
     advance,
+    inside_keys,
+    inside_slice,
+    keys_form,
+    slice_form,
     start,
     step_of,
 )
@@ -59,8 +70,41 @@ class Children:
     items: list[tuple[str | int, str, int | None, JSON]]
 
 
-class PathReads(History):
-    """Reads of paths inside documents, current and as of a transition."""
+class PathSource(Protocol):
+    """What path reads use of the store they serve: its snapshot reads, its document rows, its
+    member and node caches, and its history's revision search and edit decoding."""
+
+    _cache: RevisionCache[tuple[int, str], Any]
+    _node_cache: NodeCache
+
+    def check_schema(self) -> None: ...
+
+    def _read_tx(self) -> AbstractContextManager[Tx]: ...
+
+    def _row(self, tx: Tx, key: DocKey) -> DocRow | None: ...
+
+    def _rows(self, tx: Tx, keys: Sequence[DocKey]) -> dict[DocKey, DocRow]: ...
+
+    def _revisions_before(self, tx: Tx, tops: dict[int, int], before_seq: int) -> dict[int, int]: ...
+
+    def _edits(
+        self,
+        tx: Tx,
+        keys: dict[int, DocKey],
+        changes: list[tuple[int, int, Any]],
+        names: set[str] | None,
+        *,
+        trees: bool = True,
+    ) -> dict[tuple[int, int], list[Edit]]: ...
+
+
+class PathReads:
+    """Reads of paths inside documents, current and as of a transition — a collaborator of the
+    store (``SqlStore.read_paths`` and ``SqlStore.children`` answer through it), given the
+    store's :class:`PathSource` side."""
+
+    def __init__(self, source: PathSource) -> None:
+        self._store = source
 
     def read_paths(
         self,
@@ -68,13 +112,20 @@ class PathReads(History):
         *,
         seq: int | None = None,
         revisions: Mapping[DocKey, int] | None = None,
+        end: End | None = None,
     ) -> dict[DocKey, PathsRead]:
         """For each document, the :class:`Trail` of each path (document-relative: a member
         name first) in the document as it is now, or right after transition ``seq``, or at the
         given revision (``revisions``, when the caller knows it), all from one consistent
         snapshot. Only the members the paths name are read, and of a tree member only the nodes
-        on the way and the value at the end."""
-        self.check_schema()
+        on the way and the value at the end.
+
+        With ``end``, each trail's value is not the value at the path's end but its ``keys``
+        projection (a :class:`KeysForm`) or a range of it (a :class:`SliceForm`), read from
+        as few nodes as that takes (an array's length from its root; a range's leaves)."""
+        self._store.check_schema()
+        if isinstance(end, SliceEnd) and not 0 <= end.start <= end.end:
+            raise InvalidInput(f"a range runs from 0 ≤ start ≤ end, got [{end.start}:{end.end}]")
         if seq is not None and (type(seq) is not int or seq < 0):
             raise InvalidInput(f"seq must be an integer ≥ 0, got {seq!r}")
         for given in (revisions or {}).values():
@@ -85,11 +136,11 @@ class PathReads(History):
                 if not path or type(path[0]) is not str:
                     raise InvalidInput(f"a document path starts with a member name, got {list(path)!r}")
         out: dict[DocKey, PathsRead] = {}
-        with self._read_tx() as tx:
-            rows = self._rows(tx, list(paths))
+        with self._store._read_tx() as tx:
+            rows = self._store._rows(tx, list(paths))
             for key, wanted in paths.items():
                 at = None if revisions is None else revisions.get(key)
-                out[key] = self._paths_of(tx, key, rows.get(key), [tuple(p) for p in wanted], seq, at)
+                out[key] = self._paths_of(tx, key, rows.get(key), [tuple(p) for p in wanted], seq, at, end)
         return out
 
     def children(self, key: DocKey, path: PathT, *, start: int = 0, limit: int = 200) -> Children | None:
@@ -97,12 +148,12 @@ class PathReads(History):
         ``path`` (document-relative) in the current document — reading the member's nodes down
         to those children and one node per child kept as a subtree, never a grandchild's
         subtree. None when nothing is there; a scalar has no children."""
-        self.check_schema()
+        self._store.check_schema()
         path = tuple(path)
         if not path or type(path[0]) is not str:
             raise InvalidInput(f"a document path starts with a member name, got {list(path)!r}")
-        with self._read_tx() as tx:
-            row = self._row(tx, key)
+        with self._store._read_tx() as tx:
+            row = self._store._row(tx, key)
             if row is None or not row.present:
                 return None
             [trail] = self._current(tx, key, row, [path], whole=False)
@@ -110,7 +161,7 @@ class PathReads(History):
                 return None
             value = trail.value
             if isinstance(value, TreeRef):
-                nodes = self._node_cache.reader(tx, f"{key} member {path[0]!r}")
+                nodes = self._store._node_cache.reader(tx, f"{key} member {path[0]!r}")
                 kind, size, items = tree.listing(value.root, start, limit, nodes)
                 return Children(kind, size, items)
         if type(value) is dict:
@@ -128,7 +179,14 @@ class PathReads(History):
     # ------------------------------------------------------------------ internals
 
     def _paths_of(
-        self, tx: Tx, key: DocKey, row: DocRow | None, paths: list[PathT], seq: int | None, at: int | None
+        self,
+        tx: Tx,
+        key: DocKey,
+        row: DocRow | None,
+        paths: list[PathT],
+        seq: int | None,
+        at: int | None,
+        end: End | None = None,
     ) -> PathsRead:
         if row is None:
             if at:
@@ -140,16 +198,23 @@ class PathReads(History):
                 raise NotFound(f"{key} has no revision {at} (current revision {row.revision})")
             revision = at
         elif seq is not None and (row.updated_seq is None or row.updated_seq > seq):
-            revision = self._revisions_before(tx, {row.doc_id: row.revision}, seq + 1)[row.doc_id]
+            revision = self._store._revisions_before(tx, {row.doc_id: row.revision}, seq + 1)[row.doc_id]
         if revision == row.revision:
-            return PathsRead(key, revision, row.updated_seq, self._current(tx, key, row, paths))
+            return PathsRead(key, revision, row.updated_seq, self._current(tx, key, row, paths, end=end))
         if revision == 0:
             return PathsRead(key, 0, None, [start(p, [MISSING_STEP], MISSING) for p in paths])
-        trails, at_seq = self._past(tx, key, row.doc_id, revision, paths)
+        trails, at_seq = self._past(tx, key, row.doc_id, revision, paths, end)
         return PathsRead(key, revision, at_seq, trails)
 
     def _current(
-        self, tx: Tx, key: DocKey, row: DocRow, paths: list[PathT], *, whole: bool = True
+        self,
+        tx: Tx,
+        key: DocKey,
+        row: DocRow,
+        paths: list[PathT],
+        *,
+        whole: bool = True,
+        end: End | None = None,
     ) -> list[Trail]:
         if not row.present:
             return [start(p, [MISSING_STEP], MISSING) for p in paths]
@@ -165,7 +230,7 @@ class PathReads(History):
             if root is not None:
                 values[name] = TreeRef(root)
                 continue
-            hit, value = self._cache.lookup((row.doc_id, name), revision)
+            hit, value = self._store._cache.lookup((row.doc_id, name), revision)
             if hit:
                 values[name] = value
             else:
@@ -177,37 +242,57 @@ class PathReads(History):
                 [row.doc_id, *misses],
             ):
                 value = decode_stored(raw, f"{key} member {name!r}")
-                self._cache.put((row.doc_id, str(name)), int(revision), value, len(raw))
+                self._store._cache.put((row.doc_id, str(name)), int(revision), value, len(raw))
                 values[str(name)] = value
-        return [self._from_member(tx, key, p, values.get(str(p[0]), _ABSENT), whole=whole) for p in paths]
+        return [
+            self._from_member(tx, key, p, values.get(str(p[0]), _ABSENT), whole=whole, end=end) for p in paths
+        ]
 
-    def _from_member(self, tx: Tx, key: DocKey, path: PathT, member: Any, *, whole: bool = True) -> Trail:
+    def _from_member(
+        self, tx: Tx, key: DocKey, path: PathT, member: Any, *, whole: bool = True, end: End | None = None
+    ) -> Trail:
         """The trail of ``path`` in a present document whose member ``path[0]`` is ``member``."""
         if member is _ABSENT:
             return start(path, [OBJECT_STEP, MISSING_STEP], MISSING)
-        steps, value = self._probe_value(tx, key, str(path[0]), member, path[1:], whole=whole)
+        steps, value = self._probe_value(tx, key, str(path[0]), member, path[1:], whole=whole, end=end)
         return start(path, [OBJECT_STEP, *steps], value)
 
     def _probe_value(
-        self, tx: Tx, key: DocKey, name: str, value: Any, path: PathT, *, whole: bool = True
+        self,
+        tx: Tx,
+        key: DocKey,
+        name: str,
+        value: Any,
+        path: PathT,
+        *,
+        whole: bool = True,
+        end: End | None = None,
     ) -> tuple[list[Step], JSON]:
         if not isinstance(value, TreeRef):
-            return probe_json(value, path)
+            steps, found = probe_json(value, path)
+            return steps, found if end is None or found is MISSING else _form(found, end)
         what = f"{key} member {name!r}"
-        nodes = self._node_cache.reader(tx, what)
+        nodes = self._store._node_cache.reader(tx, what)
 
         def fetch(ids: Sequence[bytes]) -> dict[bytes, bytes]:
             return fetch_bodies(tx, ids)
 
         try:
-            return tree.probe(value.root, path, nodes, fetch, whole=whole)
+            steps, found = tree.probe(value.root, path, nodes, fetch, whole=whole and end is None)
+            if end is None or found is MISSING:
+                return steps, found
+            if not isinstance(found, TreeRef):
+                return steps, _form(found, end)
+            if isinstance(end, KeysEnd):
+                return steps, tree.keys_of(found.root, nodes)
+            return steps, tree.slice_of(found.root, end, nodes, fetch)
         except CorruptData as exc:
             if str(exc).startswith("stored "):
                 raise
             raise CorruptData(f"stored {what} is corrupt: {exc}") from exc
 
     def _past(
-        self, tx: Tx, key: DocKey, doc_id: int, revision: int, paths: list[PathT]
+        self, tx: Tx, key: DocKey, doc_id: int, revision: int, paths: list[PathT], end: End | None = None
     ) -> tuple[list[Trail], int | None]:
         """Trails at an older revision: from the nearest snapshot, moved forward by the
         changes after it."""
@@ -222,7 +307,7 @@ class PathReads(History):
             trails = [start(p, [MISSING_STEP], MISSING) for p in paths]
         else:
             first = int(snap[0])
-            trails = self._snapshot_trails(tx, key, doc_id, first, snap[1], paths, names)
+            trails = self._snapshot_trails(tx, key, doc_id, first, snap[1], paths, names, end)
         rows = tx.all(
             "SELECT revision, seq, edits FROM changes WHERE doc_id = ? AND revision > ? AND revision <= ? "
             "ORDER BY revision",
@@ -232,18 +317,38 @@ class PathReads(History):
             if snap is None and (not rows or int(rows[0][0]) > 1):
                 raise NotFound(f"{key} revision {revision} predates the retained history")
             raise CorruptData(f"{key}: the change chain to revision {revision} has gaps")
-        edits = self._edits(tx, {doc_id: key}, [(doc_id, int(r), e) for r, _, e in rows], names, trees=False)
+        edits = self._store._edits(
+            tx, {doc_id: key}, [(doc_id, int(r), e) for r, _, e in rows], names, trees=False
+        )
 
         def probe_any(value: Any, below: PathT) -> tuple[list[Step], JSON]:
-            return self._probe_value(tx, key, "edit value", value, below)
+            return self._probe_value(tx, key, "edit value", value, below, end=end)
 
         def load(value: Any) -> JSON:
             return load_tree(tx, value.root, f"{key} edit value") if isinstance(value, TreeRef) else value
 
+        def inside(before: JSON, rest: PathT, edit: Edit) -> tuple[Step, JSON]:
+            """An edit inside a value held as its keys or a range: the form moved on by it."""
+            if before is MISSING:  # the edit creates the value: it is all the edit says
+                value = apply_edits(MISSING, [Edit(rest, load(edit.value))])
+                form = _form(value, end) if end is not None else value
+            elif isinstance(before, KeysForm):
+                set_kind = (
+                    ""
+                    if edit.is_delete
+                    else self._probe_value(tx, key, "", edit.value, (), whole=False)[0][0].kind
+                )
+                form = inside_keys(before, rest, MISSING if edit.is_delete else edit.value, set_kind)
+            else:
+                assert isinstance(before, SliceForm) and isinstance(end, SliceEnd)
+                value = MISSING if edit.is_delete else load(edit.value)
+                form = inside_slice(before, rest, end, value)
+            return _form_step(form), form
+
         for rev, _, _ in rows:
             for edit in edits.get((doc_id, int(rev)), []):
                 try:
-                    trails = [advance(t, edit, probe_any, load) for t in trails]
+                    trails = [advance(t, edit, probe_any, load, inside if end else None) for t in trails]
                 except Conflict as exc:
                     raise CorruptData(f"{key}: change at revision {rev} does not replay: {exc}") from exc
         if rows:
@@ -260,13 +365,14 @@ class PathReads(History):
         raw: Any,
         paths: list[PathT],
         names: set[str],
+        end: End | None = None,
     ) -> list[Trail]:
         what = f"{key} snapshot at revision {revision}"
         data = decode_stored(raw, what)
         if data is None:
             return [start(p, [MISSING_STEP], MISSING) for p in paths]
         if type(data) is dict:  # a whole-body snapshot (schema 3)
-            return [start(p, *probe_json(data, p)) for p in paths]
+            return [self._from_member(tx, key, p, data.get(str(p[0]), _ABSENT), end=end) for p in paths]
         wanted = [(n, r) for n, r in directory_of(data, key, revision) if n in names]
         members: dict[str, Any] = {}
         if wanted:
@@ -285,7 +391,18 @@ class PathReads(History):
                     raise CorruptData(
                         f"stored {what} is corrupt: member {name!r} (revision {member_revision}) is missing"
                     )
-        return [self._from_member(tx, key, p, members.get(str(p[0]), _ABSENT)) for p in paths]
+        return [self._from_member(tx, key, p, members.get(str(p[0]), _ABSENT), end=end) for p in paths]
+
+
+def _form(value: JSON, end: End) -> KeysForm | SliceForm:
+    return keys_form(value) if isinstance(end, KeysEnd) else slice_form(value, end)
+
+
+def _form_step(form: Any) -> Step:
+    """The step a value held as a read form stands at."""
+    if isinstance(form, KeysForm | SliceForm):
+        return Step(form.kind, form.length if form.kind == "array" else 0)
+    return step_of(form)
 
 
 _ABSENT: Any = object()

@@ -13,7 +13,7 @@ from typing import Any, Protocol, Self, TypeVar
 
 from stateflow.store.model import Change, Commit, DocKey, Document, Listed, Transition, Write
 from stateflow.store.path_reads import Children, PathsRead
-from stateflow.store.trail import PathT
+from stateflow.store.trail import End, PathT
 
 R = TypeVar("R")
 
@@ -121,9 +121,11 @@ class Store(Protocol):
         *,
         seq: int | None = None,
         revisions: Mapping[DocKey, int] | None = None,
+        end: End | None = None,
     ) -> dict[DocKey, PathsRead]:
         """What each path (a member name first) meets in each document, now, right after
-        transition ``seq`` or at given revisions, reading only what the paths reach."""
+        transition ``seq`` or at given revisions, reading only what the paths reach (with
+        ``end``: the keys projection or a range of the value at each path's end)."""
 
     def children(self, key: DocKey, path: PathT, *, start: int = 0, limit: int = 200) -> Children | None:
         """A page of the children of the container at ``path`` in the current document, with

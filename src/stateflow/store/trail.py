@@ -14,7 +14,7 @@ value held as a tree arrives as a :class:`TreeRef`: it is walked along the path,
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from stateflow.doc.canonical import JSON, kind
@@ -62,10 +62,140 @@ class Trail:
         return len(self.steps) == len(self.path) + 1 and self.steps[-1].kind != "missing"
 
 
+@dataclass(frozen=True, slots=True)
+class KeysEnd:
+    """Read the ``keys`` projection of the value at a path's end, not the value."""
+
+
+@dataclass(frozen=True, slots=True)
+class SliceEnd:
+    """Read elements ``start`` to ``end`` of the array at a path's end, and its length."""
+
+    start: int
+    end: int
+
+
+End = KeysEnd | SliceEnd
+"""What a path read answers at the path's end instead of the whole value."""
+
+
+@dataclass(slots=True)
+class KeysForm:
+    """The ``keys`` projection of one value: its kind, its length (an array or a string), and
+    an object's keys with their children's kinds, in the object's order."""
+
+    kind: str
+    length: int = 0
+    keys: dict[str, str] = field(default_factory=dict)
+
+    def projection(self) -> dict[str, Any]:
+        """``{"meta": …, "keys": …}`` as ``doc.select.keys`` gives it for the whole value."""
+        if self.kind == "object":
+            return {"meta": {"type": "object", "size": len(self.keys)}, "keys": dict(self.keys)}
+        if self.kind in ("array", "string"):
+            return {"meta": {"type": self.kind, "length": self.length}, "keys": []}
+        return {"meta": {"type": self.kind}, "keys": []}
+
+
+@dataclass(slots=True)
+class SliceForm:
+    """Elements ``start`` to ``min(end, length)`` of an array (``kind`` "array") and its
+    length; of any other value only its kind (a range of it fails)."""
+
+    kind: str
+    length: int = 0
+    items: list[Any] = field(default_factory=list)
+
+
+def keys_form(value: JSON) -> KeysForm:
+    """The :class:`KeysForm` of a decoded value."""
+    t = type(value)
+    if t is dict:
+        return KeysForm("object", 0, {k: kind(v) for k, v in value.items()})
+    if t is list or t is str:
+        return KeysForm(kind(value), len(value))
+    return KeysForm(kind(value))
+
+
+def slice_form(value: JSON, end: SliceEnd) -> SliceForm:
+    """The :class:`SliceForm` of a decoded value."""
+    if type(value) is list:
+        return SliceForm("array", len(value), value[end.start : end.end])
+    return SliceForm(kind(value))
+
+
+def inside_keys(form: KeysForm, rest: PathT, value: JSON, value_kind: str) -> KeysForm:
+    """``form`` after an edit at ``rest`` inside its value (``value``: MISSING for a delete;
+    ``value_kind``: the kind of the value set), as ``apply_edits`` of the value would leave
+    it — ``Conflict`` where that would fail on what the form shows."""
+    seg, deeper = rest[0], len(rest) > 1
+    delete = value is MISSING
+    if form.kind == "object" and type(seg) is str:
+        out = KeysForm("object", 0, dict(form.keys))
+        child = out.keys.get(seg)
+        if not deeper:
+            if delete:
+                out.keys.pop(seg, None)
+            else:
+                out.keys[seg] = value_kind
+        elif child is None:
+            if not delete:
+                if type(rest[1]) is int:
+                    raise Conflict(f"change at {show_path(rest)} expects an array at {show_path(rest[:1])}")
+                out.keys[seg] = "object"  # a set below an absent key creates objects on the way
+        elif child not in ("object", "array"):
+            raise Conflict(f"change at {show_path(rest)} expects a container at {show_path(rest[:1])}")
+        return out
+    if form.kind == "array" and type(seg) is int:
+        if seg < form.length:
+            if delete and not deeper:
+                raise Conflict(f"change at {show_path(rest)} would delete an array element")
+            return form
+        if not deeper and delete:
+            return form
+        if not deeper and seg == form.length:
+            return KeysForm("array", form.length + 1)
+        raise Conflict(
+            f"change at {show_path(rest)}: index {seg} is outside an array of length {form.length}"
+        )
+    raise Conflict(f"change at {show_path(rest)} does not fit a value of kind {form.kind}")
+
+
+def inside_slice(form: SliceForm, rest: PathT, end: SliceEnd, value: JSON) -> SliceForm:
+    """``form`` after an edit at ``rest`` inside its array (``value``: MISSING for a delete),
+    as ``apply_edits`` of the whole array would leave it."""
+    seg, deeper = rest[0], len(rest) > 1
+    delete = value is MISSING
+    if form.kind == "object" and type(seg) is str:
+        return form  # still an object (what a range of it reports)
+    if form.kind != "array" or type(seg) is not int:
+        raise Conflict(f"change at {show_path(rest)} does not fit a value of kind {form.kind}")
+    held = end.start <= seg < end.end
+    if seg >= form.length:
+        if not deeper and delete:
+            return form
+        if not deeper and seg == form.length:
+            items = [*form.items, value] if held else form.items
+            return SliceForm("array", form.length + 1, items)
+        raise Conflict(
+            f"change at {show_path(rest)}: index {seg} is outside an array of length {form.length}"
+        )
+    if delete and not deeper:
+        raise Conflict(f"change at {show_path(rest)} would delete an array element")
+    if not held:
+        return form
+    items = list(form.items)
+    items[seg - end.start] = apply_edits(items[seg - end.start], [Edit(rest[1:], value)])
+    return SliceForm("array", form.length, items)
+
+
 Probe = Callable[[Any, PathT], tuple[list[Step], JSON]]
 """Walks a value (JSON or :class:`TreeRef`) along a path: its steps and the value at the end."""
 Load = Callable[[Any], JSON]
 """A value as JSON (a :class:`TreeRef` read whole)."""
+Inside = Callable[[JSON, PathT, Edit], tuple[Step, JSON]]
+"""The step and value at a path after an edit inside the value there (the edit's path below
+it), for a trail whose value is held in a read form (keys, a slice) rather than whole."""
 
 
 def step_of(value: JSON) -> Step:
@@ -103,7 +233,7 @@ def start(path: PathT, steps: Sequence[Step], value: JSON) -> Trail:
     return Trail(path, tuple(steps), value if len(steps) == len(path) + 1 else MISSING)
 
 
-def advance(trail: Trail, edit: Edit, probe_any: Probe, load: Load) -> Trail:
+def advance(trail: Trail, edit: Edit, probe_any: Probe, load: Load, inside: Inside | None = None) -> Trail:
     """The trail after one stored edit (set or delete at a document-relative path), as
     ``apply_edits`` of the whole document would leave it. ``Conflict`` when the edit does not
     fit what the trail shows (the change does not replay)."""
@@ -152,6 +282,9 @@ def advance(trail: Trail, edit: Edit, probe_any: Probe, load: Load) -> Trail:
         return start(path, [*new[: len(target)], *below], value)
     if common == len(path):  # the edit is inside the value at the path
         before = MISSING if created else trail.value
+        if inside is not None:
+            last, value = inside(before, target[len(path) :], edit)
+            return start(path, [*new[: len(path)], last], value)
         value = apply_edits(before, [Edit(target[len(path) :], load(edit.value))])
         return start(path, [*new[: len(path)], step_of(value)], value)
     if created:  # the path's own branch is absent from the object the edit created

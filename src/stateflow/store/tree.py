@@ -36,7 +36,7 @@ import orjson
 from stateflow.doc.canonical import JSON
 from stateflow.doc.select import MISSING
 from stateflow.errors import CorruptData
-from stateflow.store.trail import MISSING_STEP, Step, TreeRef, step_of
+from stateflow.store.trail import MISSING_STEP, KeysForm, SliceEnd, SliceForm, Step, TreeRef, step_of
 from stateflow.store.trail import probe as trail_probe
 
 INLINE_MAX: Final = 2048
@@ -532,6 +532,38 @@ def listing(
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise CorruptData(f"a node under {root.hex()} is corrupt: {exc!r}") from exc
     return kind, count, out
+
+
+def keys_of(root: bytes, nodes: Decoded) -> KeysForm:
+    """The ``keys`` projection of the value under ``root``: an array's length from its root;
+    an object's keys and their children's kinds from its leaves and one node per child kept
+    as a subtree — never below them."""
+    kind, count = shape(nodes([root])[root])
+    if kind == "array":
+        return KeysForm("array", count)
+    _, _, items = listing(root, 0, count, nodes)
+    return KeysForm("object", 0, {str(k): child_kind for k, child_kind, _, _ in items})
+
+
+def slice_of(root: bytes, end: SliceEnd, nodes: Decoded, fetch: Fetch) -> SliceForm:
+    """Elements ``end.start`` to ``end.end`` of the array under ``root`` and its length,
+    reading the nodes down to the leaves that hold them and the subtrees of those elements."""
+    data = nodes([root])[root]
+    try:
+        kind, count = shape(data)
+        if kind != "array":
+            return SliceForm(kind)
+        slices: list[tuple[bytes, dict[str, Any], int, int]] = []
+        _slices(root, data, end.start, max(0, end.end - end.start), nodes, slices)
+        items: list[Any] = []
+        for ident, body, lo, hi in slices:
+            held = set(body.get("r", ()))
+            for i in range(lo, hi):
+                value = body["a"][i]
+                items.append(load(_ref(value, ident), fetch) if i in held else value)
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        raise CorruptData(f"a node under {root.hex()} is corrupt: {exc!r}") from exc
+    return SliceForm("array", count, items)
 
 
 def _slices(
