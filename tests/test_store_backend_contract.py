@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from stateflow.store import SqlStore, Store
@@ -40,5 +41,31 @@ def test_both_backends_are_stores(tmp_path: Path) -> None:
     store: Store = SqliteStore(tmp_path / "s.db")  # typed against the protocol (mypy checks it)
     try:
         assert isinstance(store, SqlStore) and store.schema_version() is not None
+    finally:
+        store.close()
+
+
+def test_path_reads_are_a_collaborator_typed_by_what_they_use(tmp_path: Path) -> None:
+    """Path reads hold the store through their declared source, not as a base class casting
+    ``self``; the store answers ``read_paths`` and ``children`` through them."""
+    from stateflow.store.model import DocKey, Write
+    from stateflow.store.path_reads import PathReads, PathSource
+
+    assert PathReads not in SqlStore.__mro__
+    assert not any(issubclass(base, PathReads) for base in SqlStore.__mro__)
+    declared = {name for name in PathSource.__dict__ if name.startswith("_") and not name.startswith("__")}
+    used = set(re.findall(r"self\._store\.(\w+)", (STORE_DIR / "path_reads.py").read_text()))
+    annotated = set(PathSource.__annotations__)
+    assert used <= declared | annotated | {"check_schema"}, used - declared - annotated
+    store = SqliteStore(tmp_path / "s.db")
+    try:
+        store.migrate()
+        key = DocKey("notes", "a")
+        store.commit([Write.between(key, None, {"plane": {"list": [1, 2, 3]}})])
+        [trail] = store.read_paths({key: [("plane", "list", 1)]})[key].trails
+        assert trail.value == 2
+        page = store.children(key, ("plane", "list"))
+        assert page is not None and (page.kind, page.size) == ("array", 3)
+        assert PathReads(store).read_paths({key: [("plane", "list", 2)]})[key].trails[0].value == 3
     finally:
         store.close()
