@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import subprocess
+from functools import partial
 from typing import Any
 
 import orjson
@@ -12,11 +13,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stateflow.doc.diff import Edit, apply_edits
-from stateflow.doc.select import MISSING
+from stateflow.doc.diff import Edit, apply_edits, diff, to_patch
+from stateflow.doc.paths import ReadPath, parse
+from stateflow.doc.select import MISSING, select
 from stateflow.doc.select import keys as keys_projection
-from stateflow.errors import Conflict, CorruptData, InvalidInput
+from stateflow.errors import Conflict, CorruptData, InvalidInput, SelectionError
 from stateflow.memory import Identity, MemoryView
+from stateflow.memory.view import _walk_patch as walk_patch
 from stateflow.store import DocKey, SqlStore, Write
 from stateflow.store.nodes import fetch_bodies
 from stateflow.store.trail import KeysEnd, KeysForm, SliceEnd, SliceForm, keys_form, slice_form
@@ -476,3 +479,91 @@ def test_keys_and_range_reads_touch_only_their_nodes(open_migrated: StoreFactory
     assert window.value == SliceForm("array", 20_000, body["lazy"]["big"][15_000:15_004])
     with pytest.raises(CorruptData, match="missing"):
         fresh.read_paths({key: [("lazy", "big")]}, end=SliceEnd(3, 5))
+
+
+def test_read_state_patches_by_path_equal_the_whole_patch_at_every_offset(
+    open_migrated: StoreFactory,
+) -> None:
+    store = open_migrated()
+    rng = random.Random(3)
+    view = MemoryView(store, Identity.of("paths", "/", "s"))
+    view.patch_state(
+        {
+            "global": {"lazy": {"shared": {"g": 1, "over": {"x": 1}}}},
+            "cwd": {"lazy": {"shared": {"c": 2, "over": "scalar"}}},
+            "session": {
+                "lazy": {"big": plane(9_000)["big"], "shared": {"s": 3}, "solo": {"deep": {"x": 0}}},
+                "tactics": {"next": "a"},
+            },
+        }
+    )
+    for i in range(16):
+        scope = rng.choice(["global", "cwd", "session"])
+        roll = rng.random()
+        if i in (10, 12, 13):  # a prefix of the path deleted from every scope, then back
+            patch: dict[str, Any] = {"session": {"lazy": {"solo": None if i != 12 else {"deep": {"x": i}}}}}
+        elif roll < 0.25:
+            patch = {scope: {"lazy": {"shared": {f"k{i % 3}": i}}}}
+        elif roll < 0.4:
+            patch = {scope: {"lazy": {"shared": {"over": {"y": i} if i % 2 else f"s{i}", "g": None}}}}
+        elif roll < 0.5:
+            patch = {scope: {"lazy": {"shared": None if i % 2 else {"over": [i]}}}}
+        elif roll < 0.7:
+            patch = {"session": {"lazy": {"big": {f"[{rng.choice([3, 6, 8_998])}]": f"v{i}"}}}}
+        else:
+            patch = {scope: {"tactics": {"next": f"step {i}"}}}
+        view.patch_state(patch)
+    history = view.transitions(limit=20)
+    texts = [
+        "effective.lazy.shared",
+        "effective.lazy.shared.over",
+        "effective.lazy.shared.over.x",
+        "effective.lazy.shared.over.y",
+        "effective.lazy.shared.g",
+        "effective.lazy.shared.k1",
+        "effective.lazy.big",
+        "effective.tactics.next",
+        "effective.tactics",
+        "session.lazy.big[3]",
+        "session.lazy.big[2:8]",
+        "session.lazy.shared.over.y",
+        "cwd.lazy.shared",
+        "global.lazy.shared.over",
+        "global.tactics.next.deeper",
+        "effective.lazy.solo.deep.x",
+        "effective.lazy.solo.deep",
+    ]
+
+    def whole(n: int, root: str, plane_name: str) -> Any:
+        try:
+            return {plane_name: view.as_of(n, f"{root}.{plane_name}")}
+        except SelectionError:
+            return {}
+
+    for n in range(0, view.config.history_limit):
+        for text in texts:
+            root, rest = text.split(".", 1)
+            parsed = parse(text, view.planes.names)
+            assert isinstance(parsed, ReadPath)
+            plane_name = rest.split(".")[0].split("[")[0]
+            try:
+                if root == "effective":
+                    patch = to_patch(diff(whole(n + 1, root, plane_name), whole(n, root, plane_name)))
+                else:
+                    patch = history[n]["changes"].get(root, {})
+                expected: Any = {
+                    "patch": walk_patch(
+                        patch,
+                        parsed.selectors,
+                        text,
+                        select_at=partial(select, whole(n, root, plane_name), parsed.selectors, text),
+                    )
+                }
+            except Exception as exc:
+                expected = (type(exc), str(exc))
+            asked = f"{root}[{n}].{rest}" if n else text
+            try:
+                got: Any = view.read_state({"path": asked, "projection": "patch"})
+            except Exception as exc:
+                got = (type(exc), str(exc).replace(asked, text))
+            assert got == expected, (asked, got, expected)

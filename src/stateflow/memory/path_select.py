@@ -60,6 +60,26 @@ def merge_keys(forms: Sequence[KeysForm]) -> KeysForm:
     return KeysForm("object", 0, keys)
 
 
+def overlay_kinds(trails: Sequence[Trail], length: int) -> list[str]:
+    """The kind of the overlay of the layers at each prefix ``path[:d]`` of their trails'
+    path (``d`` from 0 to ``length``), following keys: objects merge, anything else wins alone
+    (and what lies below it is that layer's alone); "missing" where no layer has a value."""
+    kinds = ["object"]
+    contributing = [t for t in trails if t.steps[0].kind == "object"]
+    for depth in range(1, length + 1):
+        present = [t for t in contributing if _kind(t, depth) != "missing"]
+        if not present:
+            return kinds + ["missing"] * (length + 1 - depth)
+        last = _kind(present[-1], depth)
+        kinds.append(last)
+        if last != "object":
+            contributing = present[-1:]
+            continue
+        others = [i for i, t in enumerate(present) if _kind(t, depth) != "object"]
+        contributing = present[others[-1] + 1 :] if others else present
+    return kinds
+
+
 def _kind(trail: Trail, depth: int) -> str:
     return trail.steps[depth].kind if depth < len(trail.steps) else "missing"
 

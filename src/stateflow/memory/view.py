@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -32,7 +32,7 @@ from stateflow.memory import knowledge, receipts
 from stateflow.memory import shown as shown_views
 from stateflow.memory.confine import NO_LOCAL_CWD
 from stateflow.memory.ownership import cascade_targets, deletion_patch
-from stateflow.memory.path_select import select_layers
+from stateflow.memory.path_select import overlay_kinds, select_layers
 from stateflow.memory.planes import (
     RUNTIME,
     ExtraRoot,
@@ -48,7 +48,7 @@ from stateflow.memory.protocol import protocol_text
 from stateflow.memory.refs import HINT_MESSAGE, HINT_TRUNCATED, anchor, find_referrers, relativize
 from stateflow.memory.scopes import SCOPES, Identity
 from stateflow.store import Change, DocKey, Document, Store, Write
-from stateflow.store.trail import End, KeysEnd, KeysForm, SliceEnd, SliceForm
+from stateflow.store.trail import End, KeysEnd, KeysForm, SliceEnd, SliceForm, Trail
 
 DEFAULT_HISTORY_LIMIT: Final = 7
 MAX_HISTORY_LIMIT: Final = 100
@@ -215,9 +215,10 @@ class MemoryView:
                 raise InvalidInput("scope patch paths support only the value projection")
             return {"patch": self._scope_patch(patches[0])}
         value_paths = [p for p in paths if isinstance(p, ReadPath)]
-        # a path into a plane is read along the path (a large plane is never read whole);
-        # the rest (whole scopes, patches) from the hot planes and the lazy roots they name
-        by_path = projection != "patch" and all(self._path_readable(p) for p in value_paths)
+        # a path into a plane is read along the path (a large plane is never read whole), a
+        # patch from the changes and the values at the path; the rest (whole scopes) from the
+        # hot planes and the lazy roots they name
+        by_path = all(self._path_readable(p, projection) for p in value_paths)
         lazy_roots = sorted(
             {p.selectors[0].name for p in value_paths if p.selectors and isinstance(p.selectors[0], Key)}
             & set(self.planes.lazy)
@@ -231,6 +232,12 @@ class MemoryView:
             if (path.offset or projection == "patch") and timeline is None:
                 timeline = self._timeline(cap, members=members)
             try:
+                if by_path and projection == "patch":
+                    assert timeline is not None
+                    results.append(
+                        self._patch_by_path(path, timeline, current, cap, [*self.planes.hot, *lazy_roots])
+                    )
+                    continue
                 if by_path:
                     results.append(self._evaluate_path(path, projection, current, timeline))
                     continue
@@ -250,10 +257,10 @@ class MemoryView:
         values = [self._out(r) for r in results]
         return {field_name: values if batch else values[0]}
 
-    def _path_readable(self, path: ReadPath) -> bool:
+    def _path_readable(self, path: ReadPath, projection: str = "value") -> bool:
         """Whether ``path`` can be answered from the trails of its plane (a documented plane
         first, then keys and indices, and at most a range at the end; ``response`` reads ""
-        as absent: read whole)."""
+        as absent: read whole). A patch of the effective state by path takes keys only."""
         sel = path.selectors
         return (
             bool(sel)
@@ -262,7 +269,31 @@ class MemoryView:
             and sel[0].name != "response"
             and all(isinstance(s, Key | Index) for s in sel[:-1])
             and isinstance(sel[-1], Key | Index | Range)
+            and (projection != "patch" or path.root != "effective" or all(isinstance(s, Key) for s in sel))
         )
+
+    def _trails_at(
+        self,
+        path: ReadPath,
+        target: tuple[str | int, ...],
+        offset: int,
+        current: dict[str, Document],
+        timeline: _Timeline | None,
+        end: End | None = None,
+    ) -> list[Trail]:
+        """Each scope's trail of ``target`` (a plane first) as the view's transition
+        ``offset`` left it (0: the view's one read, ``current``)."""
+        scopes = self.scopes if path.root == "effective" else (path.root,)
+        revisions = {self.keys[s]: current[s].revision for s in scopes}
+        if offset:
+            assert timeline is not None
+            if offset == len(timeline.seqs):
+                revisions = {k: 0 for k in revisions}  # the origin: every scope is empty
+            else:
+                seq = timeline.seqs[offset]
+                revisions = {self.keys[s]: timeline.revision_at(s, seq, current[s].revision) for s in scopes}
+        reads = self.store.read_paths({self.keys[s]: [target] for s in scopes}, revisions=revisions, end=end)
+        return [reads[self.keys[s]].trails[0] for s in scopes]
 
     def _evaluate_path(
         self,
@@ -276,7 +307,6 @@ class MemoryView:
         (from the timeline) — reading only the nodes on the path of a large plane. A range at
         the end reads only its elements; ``keys`` only the keys and kinds (an array: its
         length)."""
-        scopes = self.scopes if path.root == "effective" else (path.root,)
         last = path.selectors[-1]
         window = last if isinstance(last, Range) else None
         selectors = path.selectors[:-1] if window else path.selectors
@@ -286,17 +316,10 @@ class MemoryView:
         end: End | None = (
             SliceEnd(window.start, window.end) if window else KeysEnd() if projection == "keys" else None
         )
-        revisions = {self.keys[s]: current[s].revision for s in scopes}
         if path.offset:
             assert timeline is not None
             self._check_offset(path.offset, timeline)
-            if path.offset == len(timeline.seqs):
-                revisions = {k: 0 for k in revisions}  # the origin: every scope is empty
-            else:
-                seq = timeline.seqs[path.offset]
-                revisions = {self.keys[s]: timeline.revision_at(s, seq, current[s].revision) for s in scopes}
-        reads = self.store.read_paths({self.keys[s]: [target] for s in scopes}, revisions=revisions, end=end)
-        trails = [reads[self.keys[s]].trails[0] for s in scopes]
+        trails = self._trails_at(path, target, path.offset, current, timeline, end)
         value = select_layers(trails, selectors, path.text)
         if value is MISSING:
             if projection == "value" and len(path.selectors) == 1:
@@ -421,14 +444,7 @@ class MemoryView:
         self._check_offset(n, timeline)
         if n == len(timeline.seqs):
             return {}  # the origin changed nothing
-        limit = self.config.history_limit
-        if n >= limit:  # boundary `limit` is readable; the transition that led to it is not in the window
-            raise NotFound(
-                f"the patch at history offset {n} is outside the retained window: only the view's "
-                f"newest {limit} transition(s) (offsets 0 to {limit - 1}) can be read as patches"
-                if limit
-                else "the patch at history offset 0 is outside the retained window: history_limit is 0"
-            )
+        self._check_patch_window(n)
         if path.root == "effective":
             before = self._root("effective", self._states_at(n + 1, current, timeline, members), with_lazy)
             after_states = self._states_at(n, current, timeline, members)
@@ -441,8 +457,70 @@ class MemoryView:
             patch = self._project_patch(to_patch(edits), with_lazy=True)
             after_states = self._states_at(n, current, timeline, members)
         return _walk_patch(
-            patch, path.selectors, path.text, lambda: self._root(path.root, after_states, with_lazy)
+            patch,
+            path.selectors,
+            path.text,
+            select_at=lambda: select(
+                self._root(path.root, after_states, with_lazy), path.selectors, path.text
+            ),
         )
+
+    def _patch_by_path(
+        self, path: ReadPath, timeline: _Timeline, current: dict[str, Document], cap: int, members: list[str]
+    ) -> JSON:
+        """The patch at ``path`` of transition ``path.offset``, as :meth:`_patch_at` gives it,
+        reading only what lies on the path: a scope's own stored change walked along it (the
+        value at the path read by path when the walk meets a replaced scalar); the effective
+        state's change as the diff of the values at the path before and after, when every
+        prefix on the way is an object or absent on both sides (else read whole)."""
+        n = path.offset
+        self._check_offset(n, timeline)
+        if n == len(timeline.seqs):
+            return {}  # the origin changed nothing
+        self._check_patch_window(n)
+        if path.root != "effective":
+            seq = timeline.seqs[n]
+            if path.root not in timeline.changes[seq]:
+                return {}
+            # that one change's edits of the plane the path names (the timeline has none: an
+            # edit in its window may hold a whole large plane)
+            plane_name = str(path.selectors[0].name) if isinstance(path.selectors[0], Key) else ""
+            [change] = self.store.history(
+                [self.keys[path.root]], limit=1, before_seq=seq + 1, members=[plane_name]
+            )
+            patch = self._project_patch(to_patch(change.edits), with_lazy=True)
+            return _walk_patch(
+                patch,
+                path.selectors,
+                path.text,
+                select_at=lambda: self._evaluate_path(path, "value", current, timeline),
+            )
+        self._check_offset(n + 1, timeline, internal=True)
+        target = tuple(s.name for s in path.selectors if isinstance(s, Key))
+        before = self._trails_at(path, target, n + 1, current, timeline)
+        after = self._trails_at(path, target, n, current, timeline)
+        kinds_before, kinds_after = overlay_kinds(before, len(target)), overlay_kinds(after, len(target))
+        for depth in range(1, len(target)):  # the proper prefixes, plane first
+            was, now = kinds_before[depth], kinds_after[depth]
+            if was not in ("object", "missing") or now not in ("object", "missing"):
+                whole = {s: self.store.read_at(self.keys[s], seq=cap, members=members) for s in self.scopes}
+                with_lazy = target[0] in self.planes.lazy
+                return self._patch_at(path, timeline, whole, members, with_lazy)
+            if now == "missing":
+                return None if was == "object" else {}  # deleted with an ancestor / never there
+        old = MISSING if kinds_before[-1] == "missing" else select_layers(before, path.selectors, path.text)
+        new = MISSING if kinds_after[-1] == "missing" else select_layers(after, path.selectors, path.text)
+        return to_patch(diff(old, new))
+
+    def _check_patch_window(self, n: int) -> None:
+        limit = self.config.history_limit
+        if n >= limit:  # boundary `limit` is readable; the transition that led to it is not in the window
+            raise NotFound(
+                f"the patch at history offset {n} is outside the retained window: only the view's "
+                f"newest {limit} transition(s) (offsets 0 to {limit - 1}) can be read as patches"
+                if limit
+                else "the patch at history offset 0 is outside the retained window: history_limit is 0"
+            )
 
     def _project_patch(self, patch: JSON, *, with_lazy: bool) -> JSON:
         """A stored change as the model may see it: known planes only; "" response reads null."""
@@ -1018,8 +1096,12 @@ def _read_args(args: object) -> tuple[list[str], str, bool]:
     return paths, projection, True
 
 
-def _walk_patch(patch: JSON, selectors: tuple[Selector, ...], text: str, state: Any) -> JSON:
-    """Follow a read path through a semantic patch: ``{}`` unchanged, ``null`` deleted."""
+def _walk_patch(
+    patch: JSON, selectors: tuple[Selector, ...], text: str, *, select_at: Callable[[], JSON]
+) -> JSON:
+    """Follow a read path through a semantic patch: ``{}`` unchanged, ``null`` deleted
+    (``select_at``: the value at the whole path after the change, for a path below a value
+    the change replaced)."""
     node = patch
     for i, sel in enumerate(selectors):
         if node is None:
@@ -1041,5 +1123,5 @@ def _walk_patch(patch: JSON, selectors: tuple[Selector, ...], text: str, state: 
             return {}
         if type(node) is list:
             return select(node, selectors[i:], text)
-        return select(state(), selectors, text)  # below a replaced scalar: the value at that boundary
+        return select_at()  # below a replaced scalar: the value at that boundary
     return node
