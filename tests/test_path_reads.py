@@ -24,7 +24,7 @@ from stateflow.store import DocKey, SqlStore, Write
 from stateflow.store.nodes import fetch_bodies
 from stateflow.store.trail import KeysEnd, KeysForm, SliceEnd, SliceForm, keys_form, slice_form
 from stateflow.store.trail import probe as probe_json
-from stateflow.store.tree import Builder, decoding, keys_of, listing, probe, slice_of
+from stateflow.store.tree import Builder, decoding, fetch_tree, keys_of, listing, probe, slice_of
 from tests.conftest import StoreFactory
 
 json_values = st.recursive(
@@ -567,3 +567,116 @@ def test_read_state_patches_by_path_equal_the_whole_patch_at_every_offset(
             except Exception as exc:
                 got = (type(exc), str(exc).replace(asked, text))
             assert got == expected, (asked, got, expected)
+
+
+def referrers_whole(
+    scopes: list[tuple[str, dict[str, Any]]], candidates: list[str], scan: tuple[str, ...]
+) -> tuple[list[str], bool]:
+    """The referrer scan as it was over whole decoded states (a stack of nodes to visit)."""
+    import re
+
+    from stateflow.doc.paths import KEY_PATTERN
+    from stateflow.memory.refs import _BOUNDARY, MAX_REFERRERS, NODE_BUDGET, REF
+
+    text_res = [
+        re.compile(rf"(?<![{_BOUNDARY}])\$" + re.escape(c) + rf"(?![{_BOUNDARY}])") for c in candidates
+    ]
+    structured: list[str] = []
+    textual: list[str] = []
+    visited, truncated = 0, False
+    for label, state in scopes:
+        for plane_name in scan:
+            if plane_name not in state or plane_name == "response":
+                continue
+            stack: list[tuple[Any, str]] = [
+                (state[plane_name], f"{label}.{plane_name}" if label else plane_name)
+            ]
+            while stack:
+                if len(structured) + len(textual) >= MAX_REFERRERS or visited >= NODE_BUDGET:
+                    truncated = True
+                    break
+                node, at = stack.pop()
+                visited += 1
+                if type(node) is dict:
+                    if type(node.get(REF)) is str and node[REF] in candidates:
+                        structured.append(at)
+                        continue
+                    for k in sorted(node, reverse=True):
+                        if k != "response":
+                            stack.append(
+                                (node[k], f"{at}.{k}" if re.fullmatch(KEY_PATTERN, k) else f"{at}[{k!r}]")
+                            )
+                elif type(node) is list:
+                    stack.extend((node[i], f"{at}[{i}]") for i in range(len(node) - 1, -1, -1))
+                elif type(node) is str and "$" in node and any(r.search(node) for r in text_res):
+                    textual.append(at)
+            if truncated:
+                break
+        if truncated:
+            break
+    return (sorted(structured) + sorted(textual))[:MAX_REFERRERS], truncated
+
+
+def test_the_dangling_reference_hint_scans_a_large_plane_only_as_far_as_its_budget(
+    open_migrated: StoreFactory,
+) -> None:
+    store = open_migrated()
+    view = MemoryView(store, Identity.of("paths", "/", "s"))
+    big = [f"{i:06d} " + "plain text " * 8 for i in range(20_000)]  # a plane above the tree threshold
+    for i in (7, 4_000, 15_000):
+        big[i] = f"see $lazy.gone{i % 2} at {i}"
+    view.patch_state(
+        {
+            "cwd": {"lazy": {"small": [{"$ref": "cwd.lazy.gone1"}, "x $cwd.lazy.gone0 y"]}},
+            "session": {
+                "lazy": {
+                    "big": big,
+                    "nested": [{"deep": {"$ref": "session.lazy.gone0"}}] * 3,
+                    "obj": {f"k{i}": {"$ref": "lazy.gone1", "n": i} for i in range(6_000)},
+                },
+                "tactics": {"next": {"$ref": "session.lazy.gone1"}},
+            },
+        }
+    )
+    scan = ("artifacts", "strategy", "tactics", "intents", "lazy")
+    docs = store.read([view.keys[s] for s in view.scopes])
+    states = [(s, docs[view.keys[s]].body or {}) for s in view.scopes]
+    for text in (
+        "lazy.gone0",
+        "lazy.gone1",
+        "cwd.lazy.gone0",
+        "cwd.lazy.gone1",
+        "session.lazy.gone0",
+        "lazy.nope",
+    ):
+        try:
+            got = view.read_state({"path": text})
+        except SelectionError:
+            got = {}
+        candidates = [text, f"effective.{text}"] if text.startswith("lazy.") else [text]
+        found, truncated = referrers_whole(states, candidates, scan)
+        if not found:
+            assert "hint" not in got, (text, got)
+            continue
+        [hint] = got["hint"]
+        assert hint["paths"] == found, (text, hint, found)
+        assert ("additional reference owners may exist" in hint["message"]) == truncated
+    # the scan of session's lazy plane ends inside `big`: `obj`, listed past it, is never read
+    with store._read_tx() as tx:
+        key = view.keys["session"]
+        (root,) = tx.one(
+            "SELECT m.root FROM members m JOIN documents d ON d.doc_id = m.doc_id "
+            "WHERE m.name = 'lazy' AND d.state = ? AND d.subject = ?",
+            (key.state, key.subject),
+        ) or (None,)
+        fetch = lambda ids: fetch_bodies(tx, ids)  # noqa: E731
+        obj = probe_ref(bytes(root), ["obj"], fetch)
+        below = [i for i in fetch_tree(obj, decoding(fetch)) if i != obj]
+    store.close()
+    with open_migrated()._write_tx() as tx:
+        tx.run(f"DELETE FROM nodes WHERE id IN ({','.join('?' * len(below))})", below)
+    fresh = MemoryView(open_migrated(), Identity.of("paths", "/", "s"))
+    [hint] = fresh.read_state({"path": "session.lazy.gone1"})["hint"]
+    assert hint["paths"] == ["session.tactics.next"]
+    with pytest.raises(CorruptData):
+        fresh.read_state({"path": "session.lazy.obj"})

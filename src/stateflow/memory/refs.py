@@ -11,7 +11,8 @@ References are ordinary JSON. stateflow gives them exactly three meanings:
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any, Final
 
 from stateflow.doc.canonical import JSON
@@ -104,6 +105,21 @@ def ownership_target(ref: str, scope: str) -> tuple[str, tuple[str, ...]] | None
     return m.group(2), tuple(m.group(3)[1:].split("."))
 
 
+@dataclass(frozen=True, slots=True)
+class Unread:
+    """A container the scan reads only as far as it goes: its kind ("object" or "array"), its
+    size, and ``page(start, limit)``: its children ``start`` to ``start + limit`` as ``(key or
+    index, value)``, a child container again :class:`Unread` where it is kept apart."""
+
+    kind: str
+    size: int
+    page: Callable[[int, int], list[tuple[str | int, Any]]]
+
+
+PAGE: Final = 256
+"""Array elements an :class:`Unread` array is read by, as the scan reaches them."""
+
+
 def find_referrers(
     scopes: list[tuple[str, dict[str, Any]]], candidates: list[str], scan_planes: tuple[str, ...]
 ) -> tuple[list[str], bool]:
@@ -111,7 +127,9 @@ def find_referrers(
 
     Scans each ``(scope label, state)`` in order, planes in ``scan_planes`` order, object keys
     sorted, arrays in order; skips ``response``. Returns up to 3 owner paths (structured matches
-    first, then textual) and whether the scan ended early.
+    first, then textual) and whether the scan ended early. A value may be :class:`Unread`: an
+    object of it is listed when the scan visits it, an array a page at a time, so the scan reads
+    no more of a large plane than its budget reaches.
     """
     text_res = [re.compile(rf"(?<![{_BOUNDARY}])\${re.escape(c)}(?![{_BOUNDARY}])") for c in candidates]
     wanted = set(candidates)
@@ -127,26 +145,34 @@ def find_referrers(
         for plane in scan_planes:
             if plane not in state or plane == "response":
                 continue
-            stack: list[tuple[Any, str]] = [(state[plane], f"{label}.{plane}" if label else plane)]
+            # depth first, children in order: a stack of the children still to visit
+            stack: list[Iterator[tuple[Any, str]]] = [
+                iter([(state[plane], f"{label}.{plane}" if label else plane)])
+            ]
             while stack:
+                step = next(stack[-1], None)
+                if step is None:
+                    stack.pop()
+                    continue
                 if full() or visited >= NODE_BUDGET:
                     truncated = True
                     break
-                node, at = stack.pop()
+                node, at = step
                 visited += 1
+                if isinstance(node, Unread):
+                    if node.kind == "object":
+                        node = dict(node.page(0, node.size))
+                    else:
+                        stack.append(_elements(node, at))
+                        continue
                 if type(node) is dict:
                     ref = node.get(REF)
                     if type(ref) is str and ref in wanted:
                         structured.append(at)
                         continue
-                    for k in sorted(node, reverse=True):
-                        if k != "response":
-                            stack.append(
-                                (node[k], f"{at}.{k}" if re.fullmatch(KEY_PATTERN, k) else f"{at}[{k!r}]")
-                            )
+                    stack.append(_members(node, at))
                 elif type(node) is list:
-                    for i in range(len(node) - 1, -1, -1):
-                        stack.append((node[i], f"{at}[{i}]"))
+                    stack.append(_items(node, at))
                 elif type(node) is str and "$" in node and any(r.search(node) for r in text_res):
                     textual.append(at)
             if truncated:
@@ -155,3 +181,20 @@ def find_referrers(
             break
     found = (sorted(structured) + sorted(textual))[:MAX_REFERRERS]
     return found, truncated
+
+
+def _members(node: dict[str, Any], at: str) -> Iterator[tuple[Any, str]]:
+    for k in sorted(node):
+        if k != "response":
+            yield node[k], f"{at}.{k}" if re.fullmatch(KEY_PATTERN, k) else f"{at}[{k!r}]"
+
+
+def _items(node: list[Any], at: str) -> Iterator[tuple[Any, str]]:
+    for index, value in enumerate(node):
+        yield value, f"{at}[{index}]"
+
+
+def _elements(node: Unread, at: str) -> Iterator[tuple[Any, str]]:
+    for first in range(0, node.size, PAGE):
+        for index, value in node.page(first, PAGE):
+            yield value, f"{at}[{index}]"

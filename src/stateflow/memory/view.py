@@ -45,7 +45,7 @@ from stateflow.memory.planes import (
     prune_along,
 )
 from stateflow.memory.protocol import protocol_text
-from stateflow.memory.refs import HINT_MESSAGE, HINT_TRUNCATED, anchor, find_referrers, relativize
+from stateflow.memory.refs import HINT_MESSAGE, HINT_TRUNCATED, Unread, anchor, find_referrers, relativize
 from stateflow.memory.scopes import SCOPES, Identity
 from stateflow.store import Change, DocKey, Document, Store, Write
 from stateflow.store.trail import End, KeysEnd, KeysForm, SliceEnd, SliceForm, Trail
@@ -576,14 +576,46 @@ class MemoryView:
             candidates.append(f"effective.{path.text}")
             if self.single:
                 candidates.append(f"{self.single}.{path.text}")
-        full = self._read([*self.planes.hot, *self.planes.lazy])
-        scopes = [(self._label(s), full[s].body or {}) for s in self.scopes]
         scan = ("artifacts", "strategy", "tactics", "intents", "lazy", *(r.name for r in self.planes.extra))
+        hot = self._read(self.planes.hot)
+        scopes = []
+        for s in self.scopes:
+            state = dict(hot[s].body or {})
+            for name in self.planes.lazy:  # read as far as the scan goes, not whole
+                if name in scan:
+                    value = self._unread_plane(self.keys[s], name)
+                    if value is not MISSING:
+                        state[name] = value
+            scopes.append((self._label(s), state))
         found, truncated = find_referrers(scopes, candidates, scan)
         if not found:
             return None
         message = HINT_MESSAGE[:-1] + HINT_TRUNCATED if truncated else HINT_MESSAGE
         return {"type": "dangling-reference", "message": message, "paths": found}
+
+    def _unread_plane(self, key: DocKey, name: str) -> Any:
+        """Plane ``name`` of document ``key`` as the referrer scan reads it: a container as
+        :class:`Unread` (listed from the store a page at a time), a scalar as itself; MISSING
+        when the document has no such plane."""
+        top = self.store.children(key, (name,), limit=0)
+        if top is None:
+            return MISSING
+        if top.kind in ("object", "array"):
+            return self._unread(key, (name,), top.kind, top.size)
+        [trail] = self.store.read_paths({key: [(name,)]})[key].trails
+        return trail.value
+
+    def _unread(self, key: DocKey, path: tuple[str | int, ...], kind: str, size: int) -> Unread:
+        def page(start: int, limit: int) -> list[tuple[str | int, Any]]:
+            listed = self.store.children(key, path, start=start, limit=limit)
+            if listed is None:
+                return []  # gone since: the scan is advisory
+            return [
+                (k, self._unread(key, (*path, k), child, n or 0) if v is MISSING else v)
+                for k, child, n, v in listed.items
+            ]
+
+        return Unread(kind, size, page)
 
     # ------------------------------------------------------------------------- patch_state
 
