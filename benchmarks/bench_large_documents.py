@@ -22,6 +22,9 @@ of the lazy plane):
 - ``keys lazy.big``, ``keys effective[7].lazy.big``, ``lazy.big[10:20]`` and
   ``effective[7].lazy.big[10:20]``: the ``keys`` projection and a range of the large plane's
   array, now and seven transitions back, vs the same read of the small plane;
+- ``patch session[1].lazy.big[5]``, ``patch effective[1].lazy.obj.k000000005``: the patch
+  projection at a path in the large plane; ``lazy.gone``: a read of a missing path whose
+  dangling-reference hint scans the plane up to its budget; each vs the same on the small one;
 - ``record set``: a declared-states ``set`` op on a 50 MB record vs on a 10 KB record;
 - ``record append``: a ``set`` op at ``items/-`` (an append) on the same records.
 
@@ -135,6 +138,7 @@ def memory_cases(store: Store, sampler: Sampler, args: argparse.Namespace, tag: 
     for name, kb in (("large", args.mb * 1024), ("small", SMALL_KB)):
         view = MemoryView(store, Identity.of("bench", "/", f"{tag}-{name}"))
         view.patch_state({"session": {"lazy": lazy_plane(kb)}})
+        view.patch_state({"session": {"tactics": {"see": {"$ref": "lazy.gone"}}}})  # for the hint
         for i in range(9):  # history for effective[7]
             view.patch_state({"session": {"tactics": {"next": f"step {i}"}}})
         views[name] = view
@@ -187,6 +191,9 @@ def memory_cases(store: Store, sampler: Sampler, args: argparse.Namespace, tag: 
         ("effective[7].lazy.big", "keys"),
         ("lazy.big[10:20]", "value"),
         ("effective[7].lazy.big[10:20]", "value"),
+        ("session[1].lazy.big[5]", "patch"),
+        ("effective[1].lazy.obj.k000000005", "patch"),
+        ("lazy.gone", "value"),  # missing: the dangling-reference hint's bounded scan
     )
     for path, projection in shaped if "reads" in args.cases else ():
         asked = {"path": path, "projection": projection}
