@@ -9,6 +9,7 @@ from pathlib import Path
 from stateflow.store import SqlStore, Store
 from stateflow.store.backend import Backend
 from stateflow.store.postgres import PostgresStore
+from stateflow.store.postgres_async import AsyncPostgresStore
 from stateflow.store.sqlite import SqliteStore
 
 STORE_DIR = Path(__file__).resolve().parent.parent / "src" / "stateflow" / "store"
@@ -17,7 +18,7 @@ STORE_DIR = Path(__file__).resolve().parent.parent / "src" / "stateflow" / "stor
 def test_every_hook_a_backend_overrides_is_declared_in_backend() -> None:
     declared = {name for name in vars(Backend) if not name.startswith("__")}
     shared = {name for name in dir(SqlStore) if not name.startswith("__")}
-    for backend in (SqliteStore, PostgresStore):
+    for backend in (SqliteStore, PostgresStore, AsyncPostgresStore):
         overridden = {name for name in vars(backend) if name in shared}
         assert overridden <= declared, (
             f"{backend.__name__} overrides undeclared hooks: {overridden - declared}"
@@ -25,7 +26,7 @@ def test_every_hook_a_backend_overrides_is_declared_in_backend() -> None:
 
 
 def test_the_backends_import_no_private_names_from_the_algorithm() -> None:
-    for module in ("sqlite.py", "postgres.py"):
+    for module in ("sqlite.py", "postgres.py", "postgres_async.py"):
         tree = ast.parse((STORE_DIR / module).read_text())
         private = [
             f"{node.module}.{alias.name}"
@@ -69,3 +70,21 @@ def test_path_reads_are_a_collaborator_typed_by_what_they_use(tmp_path: Path) ->
         assert PathReads(store).read_paths({key: [("plane", "list", 2)]})[key].trails[0].value == 3
     finally:
         store.close()
+
+
+SQL_ONLY = {"cli/ops.py"}
+"""check, dump and backup walk a SQL store's own tables: the one edge that needs the algorithm."""
+
+
+def test_services_and_edges_type_against_the_store_protocol() -> None:
+    """Outside the store package only the SQL maintenance commands name the concrete
+    ``SqlStore``; every service and edge asks for a ``Store``."""
+    package = STORE_DIR.parent
+    naming = sorted(
+        str(path.relative_to(package))
+        for path in package.rglob("*.py")
+        if "store" not in path.relative_to(package).parts[:1]
+        and str(path.relative_to(package)) not in SQL_ONLY
+        and re.search(r"\bSqlStore\b", path.read_text())
+    )
+    assert naming == [], f"typed against the concrete store: {naming}"

@@ -21,7 +21,7 @@ import orjson
 from stateflow.doc.merge import merge_patch
 from stateflow.doc.select import MISSING
 from stateflow.errors import Conflict, InvalidInput, StateflowError
-from stateflow.store import SqlStore
+from stateflow.store import Store
 
 
 class UnsupportedFormat(InvalidInput):
@@ -167,7 +167,7 @@ def _renamed(value: dict[str, Any], folder: Path) -> dict[str, Any]:
     return out
 
 
-def import_tree(store: SqlStore, scopes: list[ScopeTree], agent: str) -> list[dict[str, Any]]:
+def import_tree(store: Store, scopes: list[ScopeTree], agent: str) -> list[dict[str, Any]]:
     """Write ``scopes`` into ``agent``'s memory; refuses (before writing) when any target scope
     already holds memory."""
     from stateflow.memory import Identity, MemoryConfig, MemoryView

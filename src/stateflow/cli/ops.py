@@ -104,7 +104,7 @@ def import_state_flow(ctx: Context, root: Path, agent: str | None) -> None:
     from stateflow.state_flow_import import import_tree, read_tree
 
     scopes = read_tree(root.expanduser())
-    results = import_tree(_sql(ctx.store()), scopes, agent or "default")
+    results = import_tree(ctx.store(), scopes, agent or "default")
     echo_json(results)
 
 

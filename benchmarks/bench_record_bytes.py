@@ -1,0 +1,136 @@
+"""Bytes a store keeps per small declared record, against the record's own JSON.
+
+Writes ``--records`` small records (about 100 bytes of compact JSON each), one ``replace`` per
+record as a service writes them (each its own transition, with its history), into a store that
+holds only the declaration, and prints the bytes the store grew by per record and the ratio to
+the records' raw JSON:
+
+- SQLite: pages in use (``page_count - freelist_count``, after a truncating checkpoint) times
+  the page size, after minus before;
+- PostgreSQL: ``pg_total_relation_size`` of every table of the store's schema (heap, TOAST,
+  indexes, free-space and visibility maps), after minus before, in a schema of its own.
+
+Sizes, not times: one run is the answer (the issue's ceilings: 3.6× on SQLite, 6.5× on
+PostgreSQL).
+
+    python3 -m benchmarks.bench_record_bytes [--records 2000] [--backend sqlite|postgres|both]
+        [--postgres URL]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sqlite3
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import orjson
+
+from stateflow.states import StatesService
+from stateflow.store import open_store
+
+DECL = {
+    "schema": {
+        "type": "object",
+        "properties": {"status": {"type": "string"}, "n": {"type": "integer"}, "owner": {"type": "string"}},
+    },
+    "subject_kinds": ["thread"],
+    "default_subject_kind": "thread",
+}
+CEILING = {"sqlite": 3.6, "postgres": 6.5}
+
+
+def record(i: int) -> dict[str, Any]:
+    return {
+        "status": "open",
+        "n": i,
+        "owner": f"owner-{i % 50:02d}",
+        "title": f"thread {i:06d} about the release",
+    }
+
+
+def measure(location: str, size: Callable[[], int], records: int, tag: str) -> None:
+    store = open_store(location, auto_migrate=True)
+    try:
+        service = StatesService(store)
+        service.declare("records", DECL)
+        before = size()
+        raw = 0
+        for i in range(records):
+            body = record(i)
+            raw += len(orjson.dumps(body))
+            subject = {"target_kind": "agent", "target_name": "bench", "kind": "thread", "key": f"t{i:06d}"}
+            service.replace("records", subject, body)
+        grown = size() - before
+    finally:
+        store.close()
+    ratio = grown / raw
+    print(
+        f"{tag}: {records:,} records, {raw / records:.0f} B of JSON each; the store grew "
+        f"{grown / records:,.0f} B per record: {ratio:.2f}× the raw JSON "
+        f"(ceiling {CEILING[tag]}×: {'met' if ratio <= CEILING[tag] else 'MISSED'})",
+        flush=True,
+    )
+
+
+def sqlite_size(path: str) -> Callable[[], int]:
+    def size() -> int:
+        with sqlite3.connect(path) as conn:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            pages = conn.execute("PRAGMA page_count").fetchone()[0]
+            free = conn.execute("PRAGMA freelist_count").fetchone()[0]
+            page = conn.execute("PRAGMA page_size").fetchone()[0]
+        return int((pages - free) * page)
+
+    return size
+
+
+@contextmanager
+def postgres_schema(url: str) -> Iterator[tuple[str, Callable[[], int]]]:
+    import psycopg
+
+    schema = "bench_record_bytes"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        conn.execute(f"CREATE SCHEMA {schema}")
+
+    def size() -> int:
+        with psycopg.connect(url, autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+                "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relkind = 'r'",
+                (schema,),
+            ).fetchone()
+        return int(row[0]) if row else 0
+
+    sep = "&" if "?" in url else "?"
+    try:
+        yield f"{url}{sep}options=-csearch_path%3D{schema}", size
+    finally:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--records", type=int, default=2000)
+    parser.add_argument("--backend", choices=["sqlite", "postgres", "both"], default="both")
+    parser.add_argument("--postgres", default=os.environ.get("STATEFLOW_TEST_POSTGRES"))
+    args = parser.parse_args()
+    if args.backend in ("sqlite", "both"):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = f"{tmp}/records.db"
+            measure(f"sqlite:///{path}", sqlite_size(path), args.records, "sqlite")
+    if args.backend in ("postgres", "both"):
+        if not args.postgres:
+            print("postgres: skipped (pass --postgres URL or set STATEFLOW_TEST_POSTGRES)")
+            return
+        with postgres_schema(args.postgres) as (url, size):
+            measure(url, size, args.records, "postgres")
+
+
+if __name__ == "__main__":
+    main()
