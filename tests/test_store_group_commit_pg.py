@@ -19,9 +19,10 @@ import pytest
 
 from stateflow.errors import StoreError
 from stateflow.store import DocKey, Document, Write, open_store
-from stateflow.store.postgres import _SEQ_LOCK, PostgresStore
+from stateflow.store.postgres import _SEQ_LOCK, _SEQ_LOCK_KEY, PostgresStore
 
 KEYS = [DocKey("g", f"d{i}") for i in range(6)]
+SEQ_KEY = _SEQ_LOCK_KEY.replace("?", "%s")  # the store's seq lock, keyed by its schema
 APP = f"group-commit-{uuid.uuid4().hex[:8]}"
 
 
@@ -58,7 +59,7 @@ def _grouped(
             outcomes[i] = exc
 
     with psycopg.connect(url, autocommit=True) as holder:
-        holder.execute("SELECT pg_advisory_lock(%s)", (_SEQ_LOCK,))
+        holder.execute(f"SELECT pg_advisory_lock({SEQ_KEY})", (_SEQ_LOCK,))
         threads = [threading.Thread(target=run, args=(0,))]
         threads[0].start()
         _wait_for(lambda: _waiting_for_seq_lock(holder) == 1 or outcomes[0] is not None)
@@ -67,7 +68,7 @@ def _grouped(
         for t in threads[1:]:
             t.start()
         _wait_for(lambda: len(store._groups._pending) == len(calls) - 1)  # type: ignore[union-attr]
-        holder.execute("SELECT pg_advisory_unlock(%s)", (_SEQ_LOCK,))
+        holder.execute(f"SELECT pg_advisory_unlock({SEQ_KEY})", (_SEQ_LOCK,))
     for t in threads:
         t.join(30)
     return outcomes
@@ -77,7 +78,7 @@ def _waiting_for_seq_lock(conn: psycopg.Connection[Any]) -> int:
     """This test's sessions waiting for the seq lock (other stores on the server may wait too)."""
     row = conn.execute(
         "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid) WHERE l.locktype = "
-        "'advisory' AND NOT l.granted AND l.objid = %s AND a.application_name = %s",
+        "'advisory' AND NOT l.granted AND l.classid = %s AND a.application_name = %s",
         (_SEQ_LOCK, APP),
     ).fetchone()
     return int(row[0]) if row else 0
