@@ -349,7 +349,7 @@ def test_the_cli_reads_a_path_as_of_and_fails_closed_on_a_missing_node_on_it(
         probe(root, ["big", 6_000], decoding(fetch), fetch)
         tx.run("DELETE FROM nodes WHERE id = ?", (touched[-1],))
     broken = read("effective.lazy.big[6000]")
-    assert broken.returncode != 0 and "error[corrupt-data]" in broken.stderr, broken.stderr
+    assert broken.returncode != 0 and "error[corrupt-store]" in broken.stderr, broken.stderr
     assert str(key) in broken.stderr or "member 'lazy'" in broken.stderr
 
 

@@ -2,7 +2,7 @@
 reachability walk that ``stateflow check`` and garbage collection share.
 
 Every node is checked against its id (the hash of its bytes) when it is read, so a missing or
-damaged node fails the read closed (``CorruptData``) instead of answering wrongly.
+damaged node fails the read closed (``CorruptStore``: `error[corrupt-store]`) instead of answering wrongly.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any, Final
 import orjson
 
 from stateflow.doc.canonical import JSON
-from stateflow.errors import CorruptData
+from stateflow.errors import CorruptData, CorruptStore
 from stateflow.store import tree
 from stateflow.store.tx import Tx
 
@@ -69,7 +69,7 @@ class NodeCache:
                 try:
                     read = {i: tree.checked(i, found.get(i)) for i in misses}
                 except CorruptData as exc:
-                    raise CorruptData(f"stored {what} is corrupt: {exc}") from exc
+                    raise type(exc)(f"stored {what} is corrupt: {exc}") from exc
                 out.update(read)
                 with self._lock:
                     self._nodes.update(read)
@@ -106,7 +106,7 @@ def load_tree(tx: Tx, root: bytes, what: str) -> JSON:
     try:
         return tree.load(root, lambda ids: fetch_bodies(tx, ids))
     except CorruptData as exc:
-        raise CorruptData(f"stored {what} is corrupt: {exc}") from exc
+        raise type(exc)(f"stored {what} is corrupt: {exc}") from exc
 
 
 def getter(tx: Tx, what: str) -> Callable[[bytes], dict[str, Any]]:
@@ -119,7 +119,7 @@ def getter(tx: Tx, what: str) -> Callable[[bytes], dict[str, Any]]:
             try:
                 node = seen[ident] = tree.node(ident, lambda ids: fetch_bodies(tx, ids))
             except CorruptData as exc:
-                raise CorruptData(f"stored {what} is corrupt: {exc}") from exc
+                raise type(exc)(f"stored {what} is corrupt: {exc}") from exc
         return node
 
     return get
@@ -155,7 +155,7 @@ def walk(tx: Tx, roots: Iterable[bytes], problem: Callable[[str], None] | None =
             try:
                 body = found.get(ident)
                 if body is None:
-                    raise CorruptData(f"node {ident.hex()} is missing")
+                    raise CorruptStore(f"node {ident.hex()} is missing")
                 upcoming += [c for c in _children(ident, body) if c not in reached]
             except CorruptData as exc:
                 if problem is None:
@@ -167,8 +167,8 @@ def walk(tx: Tx, roots: Iterable[bytes], problem: Callable[[str], None] | None =
 
 def _children(ident: bytes, body: bytes) -> list[bytes]:
     if tree.node_id(body) != ident:
-        raise CorruptData(f"node {ident.hex()} is corrupt: its bytes do not match its id")
+        raise CorruptStore(f"node {ident.hex()} is corrupt: its bytes do not match its id")
     try:
         return tree.children(body)
     except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
-        raise CorruptData(f"node {ident.hex()} is corrupt: {exc}") from exc
+        raise CorruptStore(f"node {ident.hex()} is corrupt: {exc}") from exc

@@ -289,7 +289,7 @@ class PathReads:
         except CorruptData as exc:
             if str(exc).startswith("stored "):
                 raise
-            raise CorruptData(f"stored {what} is corrupt: {exc}") from exc
+            raise type(exc)(f"stored {what} is corrupt: {exc}") from exc
 
     def _past(
         self, tx: Tx, key: DocKey, doc_id: int, revision: int, paths: list[PathT], end: End | None = None

@@ -35,7 +35,7 @@ import orjson
 
 from stateflow.doc.canonical import JSON
 from stateflow.doc.select import MISSING
-from stateflow.errors import CorruptData
+from stateflow.errors import CorruptStore
 from stateflow.store.trail import MISSING_STEP, KeysForm, SliceEnd, SliceForm, Step, TreeRef, step_of
 from stateflow.store.trail import probe as trail_probe
 
@@ -219,7 +219,7 @@ Fetch = Callable[[Sequence[bytes]], Mapping[bytes, bytes]]
 
 
 Decoded = Callable[[Sequence[bytes]], Mapping[bytes, dict[str, Any]]]
-"""Reads nodes by id, decoded and checked against their ids (``CorruptData`` when one is
+"""Reads nodes by id, decoded and checked against their ids (``CorruptStore`` when one is
 missing or damaged)."""
 
 
@@ -257,18 +257,18 @@ def fetch_tree(root: bytes, nodes: Decoded) -> dict[bytes, dict[str, Any]]:
 
 
 def checked(ident: bytes, body: bytes | None) -> dict[str, Any]:
-    """A node's decoded body, after checking its bytes hash to its id (``CorruptData`` when it
+    """A node's decoded body, after checking its bytes hash to its id (``CorruptStore`` when it
     is missing or damaged)."""
     if body is None:
-        raise CorruptData(f"node {ident.hex()} is missing")
+        raise CorruptStore(f"node {ident.hex()} is missing")
     if node_id(body) != ident:
-        raise CorruptData(f"node {ident.hex()} is corrupt: its bytes do not match its id")
+        raise CorruptStore(f"node {ident.hex()} is corrupt: its bytes do not match its id")
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
-        raise CorruptData(f"node {ident.hex()} is corrupt: {exc}") from exc
+        raise CorruptStore(f"node {ident.hex()} is corrupt: {exc}") from exc
     if type(data) is not dict:
-        raise CorruptData(f"node {ident.hex()} is corrupt: not an object")
+        raise CorruptStore(f"node {ident.hex()} is corrupt: not an object")
     return data
 
 
@@ -281,7 +281,7 @@ def _child_ids(ident: bytes, data: dict[str, Any]) -> list[bytes]:
         values = data["a"] if "a" in data else data["v"]
         return [_ref(values[i], ident) for i in data.get("r", ())]
     except (KeyError, TypeError, ValueError, IndexError) as exc:
-        raise CorruptData(f"node {ident.hex()} is corrupt: {exc!r}") from exc
+        raise CorruptStore(f"node {ident.hex()} is corrupt: {exc!r}") from exc
 
 
 def _assemble(root: bytes, decoded: Mapping[bytes, dict[str, Any]]) -> JSON:
@@ -292,13 +292,13 @@ def _assemble(root: bytes, decoded: Mapping[bytes, dict[str, Any]]) -> JSON:
             values: list[Any] = []
             _collect(root, decoded, values, keys)
             if len(keys) != len(values):
-                raise CorruptData(f"node {root.hex()} is corrupt: keys and values differ in number")
+                raise CorruptStore(f"node {root.hex()} is corrupt: keys and values differ in number")
             return dict(zip(keys, values, strict=True))
         out: list[Any] = []
         _collect(root, decoded, out, None)
         return out
     except (KeyError, TypeError, ValueError, IndexError) as exc:
-        raise CorruptData(f"node {root.hex()} is corrupt: {exc!r}") from exc
+        raise CorruptStore(f"node {root.hex()} is corrupt: {exc!r}") from exc
 
 
 def _collect(
@@ -326,7 +326,7 @@ def _node(ident: bytes, fetch: Fetch) -> dict[str, Any]:
 
 
 def node(ident: bytes, fetch: Fetch) -> dict[str, Any]:
-    """One node's decoded body, checked against its id (``CorruptData`` when missing/damaged)."""
+    """One node's decoded body, checked against its id (``CorruptStore`` when missing/damaged)."""
     return _node(ident, fetch)
 
 
@@ -334,7 +334,7 @@ def _ref(text: Any, ident: bytes) -> bytes:
     try:
         return bytes.fromhex(text)
     except (TypeError, ValueError) as exc:
-        raise CorruptData(f"stored node {ident.hex()} is corrupt: bad child ref {text!r}") from exc
+        raise CorruptStore(f"stored node {ident.hex()} is corrupt: bad child ref {text!r}") from exc
 
 
 def load_path(root: bytes, path: Sequence[str | int], fetch: Fetch) -> JSON:
@@ -432,7 +432,7 @@ def probe(
                 return steps, MISSING
             leaf, index = _leaf_of(ident, data, seg, nodes)
         except (KeyError, TypeError, ValueError, IndexError) as exc:
-            raise CorruptData(f"node {ident.hex()} is corrupt: {exc!r}") from exc
+            raise CorruptStore(f"node {ident.hex()} is corrupt: {exc!r}") from exc
         if leaf is None:
             if kind == "object":
                 steps.append(MISSING_STEP)
@@ -447,7 +447,7 @@ def probe(
     try:
         kind, count = shape(data)
     except (KeyError, TypeError, ValueError) as exc:
-        raise CorruptData(f"node {ident.hex()} is corrupt: {exc!r}") from exc
+        raise CorruptStore(f"node {ident.hex()} is corrupt: {exc!r}") from exc
     steps.append(Step(kind, count if kind == "array" else 0))
     return steps, load(ident, fetch) if whole else TreeRef(ident)
 
@@ -530,7 +530,7 @@ def listing(
                 child_kind, size = shape(heads[next(pending)])
                 out[n] = (entry[0], child_kind, size, MISSING)
     except (KeyError, TypeError, ValueError, IndexError) as exc:
-        raise CorruptData(f"a node under {root.hex()} is corrupt: {exc!r}") from exc
+        raise CorruptStore(f"a node under {root.hex()} is corrupt: {exc!r}") from exc
     return kind, count, out
 
 
@@ -562,7 +562,7 @@ def slice_of(root: bytes, end: SliceEnd, nodes: Decoded, fetch: Fetch) -> SliceF
                 value = body["a"][i]
                 items.append(load(_ref(value, ident), fetch) if i in held else value)
     except (KeyError, TypeError, ValueError, IndexError) as exc:
-        raise CorruptData(f"a node under {root.hex()} is corrupt: {exc!r}") from exc
+        raise CorruptStore(f"a node under {root.hex()} is corrupt: {exc!r}") from exc
     return SliceForm("array", count, items)
 
 
