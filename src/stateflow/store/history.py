@@ -72,11 +72,7 @@ class History(StoreCore):
             return self._rebuild(tx, key, row.doc_id, revision, names)
 
     def _rebuild(self, tx: Tx, key: DocKey, doc_id: int, revision: int, names: set[str] | None) -> Document:
-        snap = tx.one(
-            "SELECT revision, body FROM snapshots WHERE doc_id = ? AND revision <= ? "
-            "ORDER BY revision DESC LIMIT 1",
-            (doc_id, revision),
-        )
+        snap = nearest_snapshot(tx, doc_id, revision)
         value: JSON = MISSING
         start = 0
         if snap is not None:
@@ -90,15 +86,7 @@ class History(StoreCore):
                 value = MISSING
             elif names is not None:
                 value = {k: v for k, v in value.items() if k in names}
-        rows = tx.all(
-            "SELECT revision, seq, edits FROM changes WHERE doc_id = ? AND revision > ? AND revision <= ? "
-            "ORDER BY revision",
-            (doc_id, start, revision),
-        )
-        if len(rows) != revision - start:
-            if snap is None and (not rows or int(rows[0][0]) > 1):
-                raise NotFound(f"{key} revision {revision} predates the retained history")
-            raise CorruptData(f"{key}: the change chain to revision {revision} has gaps")
+        rows = change_chain(tx, key, doc_id, start, revision, snapshotted=snap is not None)
         edits_by_rev = self._edits(tx, {doc_id: key}, [(doc_id, int(r), e) for r, _, e in rows], names)
         seq = None
         for rev, row_seq, _ in rows:
@@ -308,3 +296,29 @@ class History(StoreCore):
 def _tree_value(tx: Tx, what: str, root: bytes) -> Any:
     """An edit's value held as a tree (``[path, null, root]`` in stored edits)."""
     return load_tree(tx, root, what)
+
+
+def nearest_snapshot(tx: Tx, doc_id: int, revision: int) -> tuple[Any, ...] | None:
+    """``(revision, body)`` of the newest snapshot at or before ``revision``, if any."""
+    return tx.one(
+        "SELECT revision, body FROM snapshots WHERE doc_id = ? AND revision <= ? "
+        "ORDER BY revision DESC LIMIT 1",
+        (doc_id, revision),
+    )
+
+
+def change_chain(
+    tx: Tx, key: DocKey, doc_id: int, after: int, revision: int, *, snapshotted: bool
+) -> list[tuple[Any, ...]]:
+    """The ``(revision, seq, edits)`` rows after revision ``after`` up to ``revision``, in order;
+    a revision older than the retained history is ``NotFound``, a gap in the chain corrupt."""
+    rows = tx.all(
+        "SELECT revision, seq, edits FROM changes WHERE doc_id = ? AND revision > ? AND revision <= ? "
+        "ORDER BY revision",
+        (doc_id, after, revision),
+    )
+    if len(rows) != revision - after:
+        if not snapshotted and (not rows or int(rows[0][0]) > 1):
+            raise NotFound(f"{key} revision {revision} predates the retained history")
+        raise CorruptData(f"{key}: the change chain to revision {revision} has gaps")
+    return rows

@@ -22,6 +22,7 @@ from stateflow.doc.select import MISSING
 from stateflow.errors import Conflict, CorruptData, InvalidInput, NotFound
 from stateflow.store import tree
 from stateflow.store.cache import RevisionCache
+from stateflow.store.history import change_chain, nearest_snapshot
 from stateflow.store.model import DocKey
 from stateflow.store.nodes import NodeCache, fetch_bodies, load_tree
 from stateflow.store.rows import DocRow, decode_stored, directory_of
@@ -297,26 +298,14 @@ class PathReads:
         """Trails at an older revision: from the nearest snapshot, moved forward by the
         changes after it."""
         names = {str(p[0]) for p in paths}
-        snap = tx.one(
-            "SELECT revision, body FROM snapshots WHERE doc_id = ? AND revision <= ? "
-            "ORDER BY revision DESC LIMIT 1",
-            (doc_id, revision),
-        )
+        snap = nearest_snapshot(tx, doc_id, revision)
         first = 0
         if snap is None:
             trails = [start(p, [MISSING_STEP], MISSING) for p in paths]
         else:
             first = int(snap[0])
             trails = self._snapshot_trails(tx, key, doc_id, first, snap[1], paths, names, end)
-        rows = tx.all(
-            "SELECT revision, seq, edits FROM changes WHERE doc_id = ? AND revision > ? AND revision <= ? "
-            "ORDER BY revision",
-            (doc_id, first, revision),
-        )
-        if len(rows) != revision - first:
-            if snap is None and (not rows or int(rows[0][0]) > 1):
-                raise NotFound(f"{key} revision {revision} predates the retained history")
-            raise CorruptData(f"{key}: the change chain to revision {revision} has gaps")
+        rows = change_chain(tx, key, doc_id, first, revision, snapshotted=snap is not None)
         edits = self._store._edits(
             tx, {doc_id: key}, [(doc_id, int(r), e) for r, _, e in rows], names, trees=False
         )
