@@ -14,7 +14,8 @@ of the lazy plane):
 
 - ``[5] changed length``: ``patch_state`` of ``lazy.big[5]`` with a string of another length;
 - ``new key``: ``patch_state`` adding a key to ``lazy.obj``;
-- ``append``: a store write appending one element to ``lazy.big``, computed from the path it
+- ``append``: a store write appending one element to ``lazy.big`` with the algebra's ``set`` op at
+  ``lazy/big/-`` (copies through ``SPARES``, as the services pass it), computed from the path it
   changed as a service computes it (``Write.between(…, changed=[("lazy", "big", "-")])``);
 - ``effective[7].tactics``: a read seven transitions back beside the large plane vs the current
   ``effective.tactics`` (same view);
@@ -51,9 +52,11 @@ from typing import Any
 
 from benchmarks.rounds import Pair, alternate, per_call_ms, report
 from stateflow.doc.diff import APPEND
+from stateflow.doc.ops import apply_ops, parse_ops
 from stateflow.memory import Identity, MemoryView
 from stateflow.states import StatesService
 from stateflow.store import DocKey, Document, Store, Write, open_store
+from stateflow.store.spares import SPARES
 
 SMALL_KB = 10
 WRITE_TARGET = 3.0
@@ -156,10 +159,10 @@ def memory_cases(store: Store, sampler: Sampler, args: argparse.Namespace, tag: 
 
         def compute(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
             body = docs[key].body or {}
-            lazy = dict(body["lazy"])
-            lazy["big"] = [*lazy["big"], f"appended {next(n)}"]
-            new = {**body, "lazy": lazy}
-            # the write as a service makes it: from the path it changed (an append)
+            # as an ``items/-`` op makes it: the algebra's append, copies through the services'
+            # registry, and the write from the path it changed
+            ops = parse_ops([{"op": "set", "path": ["lazy", "big", "-"], "value": f"appended {next(n)}"}])
+            new = apply_ops(body, ops, copies=SPARES).document
             return [
                 Write.between(key, body, new, docs[key].revision, changed=[("lazy", "big", APPEND)])
             ], None

@@ -11,7 +11,8 @@ Merge rules:
 - an object onto a non-object starts from ``{}``; a patch that only deletes through absent
   ancestors creates no empty parents.
 
-Inputs are never mutated: changed containers are copied, untouched subtrees are shared.
+Inputs are never mutated: changed containers are copied (through ``copies`` when given), untouched
+subtrees are shared.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import re
 from typing import Any, Final
 
 from stateflow.doc.canonical import JSON
+from stateflow.doc.copies import DELETE, Copies, Step, dict_copy, list_copy
 from stateflow.doc.select import MISSING
 from stateflow.errors import PatchError
 
@@ -38,20 +40,23 @@ def merge_patch(
     patch: JSON,
     *,
     missing_deletions: list[PathT] | None = None,
+    copies: Copies | None = None,
     _path: PathT = (),
 ) -> JSON:
     """Apply a semantic merge patch to ``target`` (which may be :data:`MISSING`).
 
     Returns the new value, or :data:`MISSING` when the patch deletes the target itself.
+    ``copies``: where changed containers are copied from (see :mod:`stateflow.doc.copies`).
     """
     if patch is None:
         return MISSING
     if type(patch) is not dict:
         return patch
     if type(target) is list and is_index_patch(patch):
-        return _patch_indices(target, patch, missing_deletions, _path)
+        return _patch_indices(target, patch, missing_deletions, copies, _path)
     base: dict[str, Any] = target if type(target) is dict else {}
     result: dict[str, Any] | None = None  # copied lazily: no change, no copy
+    steps: list[Step] = []
     for key, sub in patch.items():
         current = base.get(key, MISSING)
         if sub is None:
@@ -60,19 +65,25 @@ def merge_patch(
                     missing_deletions.append((*_path, key))
                 continue
             if result is None:
-                result = dict(base)
+                result = dict_copy(copies, base)
             del result[key]
+            steps.append((key, DELETE))
             continue
-        new = merge_patch(current, sub, missing_deletions=missing_deletions, _path=(*_path, key))
+        new = merge_patch(
+            current, sub, missing_deletions=missing_deletions, copies=copies, _path=(*_path, key)
+        )
         if current is MISSING and type(sub) is dict and sub and new == {}:
             continue  # deletion-only patch through an absent ancestor: no empty parent
         if new is current:
             continue
         if result is None:
-            result = dict(base)
+            result = dict_copy(copies, base)
         result[key] = new
+        steps.append((key, new))
     if result is None:
         return base if type(target) is dict else {}
+    if copies is not None and type(target) is dict:
+        copies.made(result, base, steps)
     return result
 
 
@@ -92,9 +103,11 @@ def _patch_indices(
     target: list[Any],
     patch: dict[str, Any],
     missing_deletions: list[PathT] | None,
+    copies: Copies | None,
     path: PathT,
 ) -> list[Any]:
-    result = list(target)
+    result = list_copy(copies, target)
+    steps: list[Step] = []
     for key, sub in patch.items():
         index = int(key[1:-1])
         if index >= len(target):
@@ -104,8 +117,11 @@ def _patch_indices(
                 f"array index {key} at {_show(path)} cannot be deleted; replace the whole array instead"
             )
         result[index] = merge_patch(
-            target[index], sub, missing_deletions=missing_deletions, _path=(*path, index)
+            target[index], sub, missing_deletions=missing_deletions, copies=copies, _path=(*path, index)
         )
+        steps.append((index, result[index]))
+    if copies is not None:
+        copies.made(result, target, steps)
     return result
 
 

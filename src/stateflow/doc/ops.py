@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple
 
 from stateflow.doc.canonical import JSON, check, detach, json_equal, kind
+from stateflow.doc.copies import APPEND_STEP, Copies, dict_copy, list_copy
 from stateflow.doc.select import MISSING
 from stateflow.errors import InvalidJSON, OpError
 
@@ -230,10 +231,11 @@ def _check_unset_entries(value: object, key_field: str) -> None:
 # ------------------------------------------------------------------------------------ applying
 
 
-def apply_ops(document: JSON, ops: Sequence[Op]) -> BatchResult:
+def apply_ops(document: JSON, ops: Sequence[Op], copies: Copies | None = None) -> BatchResult:
     """Apply validated ops to ``document`` (a dict, or :data:`MISSING` when there is none).
 
-    Guards are evaluated against ``document`` before any op runs.
+    Guards are evaluated against ``document`` before any op runs. ``copies``: where a ``set``
+    copies the containers it changes (see :mod:`stateflow.doc.copies`).
     """
     result = BatchResult(document)
     survivors: list[Op] = []
@@ -254,7 +256,7 @@ def apply_ops(document: JSON, ops: Sequence[Op]) -> BatchResult:
         survivors.append(op)
     doc = document
     for op in survivors:
-        doc = _APPLY[op.kind](doc, op)
+        doc = _set(doc, op.path, 0, op.value, copies) if op.kind == "set" else _APPLY[op.kind](doc, op)
     result.document = doc
     result.applied = survivors
     return result
@@ -282,7 +284,7 @@ def _mismatch(seg: str | int, node: JSON) -> OpError:
     return OpError(f"key {seg!r} requires an object, found {found}")
 
 
-def _set(node: JSON, path: Path, i: int, value: JSON) -> JSON:
+def _set(node: JSON, path: Path, i: int, value: JSON, copies: Copies | None = None) -> JSON:
     seg = path[i]
     last = i == len(path) - 1
     if node is MISSING:
@@ -290,19 +292,31 @@ def _set(node: JSON, path: Path, i: int, value: JSON) -> JSON:
     if seg == APPEND:
         if type(node) is not list:
             raise _mismatch(seg, node)
-        return [*node, value if last else _set(MISSING, path, i + 1, value)]
+        if copies is None:
+            return [*node, value if last else _set(MISSING, path, i + 1, value)]
+        child = value if last else _set(MISSING, path, i + 1, value, copies)
+        out = list_copy(copies, node)
+        out.append(child)
+        copies.made(out, node, [(APPEND_STEP, child)])
+        return out
     if isinstance(seg, int):
         if type(node) is not list:
             raise _mismatch(seg, node)
         if seg >= len(node):
             raise OpError(f"index {seg} is past the end of the list (len {len(node)}); use '-' to append")
-        out = list(node)
-        out[seg] = value if last else _set(node[seg], path, i + 1, value)
+        child = value if last else _set(node[seg], path, i + 1, value, copies)
+        out = list_copy(copies, node)
+        out[seg] = child
+        if copies is not None:
+            copies.made(out, node, [(seg, child)])
         return out
     if type(node) is not dict:
         raise _mismatch(seg, node)
-    obj = dict(node)
-    obj[seg] = value if last else _set(node.get(seg, MISSING), path, i + 1, value)
+    child = value if last else _set(node.get(seg, MISSING), path, i + 1, value, copies)
+    obj = dict_copy(copies, node)
+    obj[seg] = child
+    if copies is not None:
+        copies.made(obj, node, [(seg, child)])
     return obj
 
 

@@ -48,6 +48,7 @@ from stateflow.memory.protocol import protocol_text
 from stateflow.memory.refs import HINT_MESSAGE, HINT_TRUNCATED, Unread, anchor, find_referrers, relativize
 from stateflow.memory.scopes import SCOPES, Identity
 from stateflow.store import Change, DocKey, Document, Store, Write
+from stateflow.store.spares import SPARES
 from stateflow.store.trail import End, KeysEnd, KeysForm, SliceEnd, SliceForm, Trail
 
 DEFAULT_HISTORY_LIMIT: Final = 7
@@ -746,17 +747,19 @@ class MemoryView:
         current: dict[str, Any] = state
         if "intents" in patch:
             intents_patch = {"intents": patch["intents"]}
-            current = prune_along(merge_patch(current, intents_patch, missing_deletions=found), intents_patch)
+            current = prune_along(
+                merge_patch(current, intents_patch, missing_deletions=found, copies=SPARES), intents_patch
+            )
             changed.extend(patch_paths(intents_patch))
             targets = cascade_targets(scope, state.get("intents"), current.get("intents"), current)
             if targets:
                 cleanup = deletion_patch(targets)
-                current = prune_along(merge_patch(current, cleanup), cleanup)
+                current = prune_along(merge_patch(current, cleanup, copies=SPARES), cleanup)
                 changed.extend(patch_paths(cleanup))
                 cascaded.extend(self._show(scope, ".".join((plane, *keys))) for plane, keys in targets)
         rest = {k: v for k, v in patch.items() if k != "intents"}
         if rest:
-            current = prune_along(merge_patch(current, rest, missing_deletions=found), rest)
+            current = prune_along(merge_patch(current, rest, missing_deletions=found, copies=SPARES), rest)
             changed.extend(patch_paths(rest))
         if "artifacts" in patch:
             changed.append((RUNTIME,))  # the cards' provenance

@@ -35,6 +35,7 @@ from stateflow.errors import Conflict, InvalidInput
 from stateflow.states.models import StateSubject
 from stateflow.states.regimes import check_ops, effective_schema, stamp
 from stateflow.store import DocKey, Document, OpIdTaken, Write
+from stateflow.store.spares import SPARES
 
 if TYPE_CHECKING:
     from stateflow.states.service import StatesService
@@ -262,7 +263,7 @@ def ops_transform(ops: list[Op]) -> Transform:
 
     def transform(declaration: dict[str, Any], current: JSON, origin: dict[str, Any]) -> Change:
         check_ops(declaration, ops)
-        result = apply_ops(current, stamp(declaration, ops, origin))
+        result = apply_ops(current, stamp(declaration, ops, origin), copies=SPARES)
         if not result.applied:
             return Change(current, [], list(result.skipped))
         return Change(result.document, result.paths, list(result.skipped))

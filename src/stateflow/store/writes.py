@@ -117,7 +117,11 @@ class Writes(StoreCore):
             try:
                 done = self._optimistic(locked, shared_keys, compute, origin, all_claims, fresh)
             except _Computed as ready:
-                done, computed = None, ready
+                # what it carries, not the frames it was raised through: they hold the documents
+                # computed on, and this frame would hold itself (a cycle only the GC frees), so
+                # the version this write replaces would outlive the call
+                done, computed = None, ready.with_traceback(None)
+                computed.__context__ = None
             if done is not None:
                 self._remember(fresh)
                 return done
