@@ -19,6 +19,7 @@ from stateflow.memory import Identity, MemoryView
 from stateflow.states import StatesService
 from stateflow.store import DocKey, Document, SqlStore, Write, nodes
 from stateflow.store.plan import TREE_MIN
+from stateflow.store.tx import Tx
 
 SCALARS = st.none() | st.booleans() | st.integers(-5, 5) | st.sampled_from([1.0, 0.5]) | st.text(max_size=3)
 KEYS = st.sampled_from(["a", "b", "c", "[0]", "[1]"])
@@ -239,7 +240,8 @@ def test_an_edit_after_an_edit_walks_the_written_nodes_from_the_cache(
 ) -> None:
     """A tree update reads its nodes through the decoded-node cache, and the nodes a committed
     update wrote enter it: the next edit of the member sends no node statement at all (on
-    PostgreSQL each would be a round trip), and what it writes reads back cold."""
+    PostgreSQL each would be a round trip), nor one for the member's root (the last commit
+    here left it), and what it writes reads back cold."""
     store = open_migrated()
     view = _view(store)
     big = [f"{i:06d} " + "x" * 60 for i in range(20_000)]
@@ -253,13 +255,23 @@ def test_an_edit_after_an_edit_walks_the_written_nodes_from_the_cache(
         return found
 
     monkeypatch.setattr(nodes, "fetch_bodies", counted)
+    statements: list[str] = []
+    real_one = Tx.one
+
+    def one(tx: Tx, sql: str, params: Any = ()) -> Any:
+        statements.append(sql)
+        return real_one(tx, sql, params)
+
+    monkeypatch.setattr(Tx, "one", one)
     view.patch_state({"session": {"lazy": {"big": {"[5]": "first"}}}})
     view.patch_state({"session": {"lazy": {"obj": {"old": 1}}}})
     assert reads  # the first edit of each subtree reads the nodes on its path
     reads.clear()
+    statements.clear()
     view.patch_state({"session": {"lazy": {"big": {"[5]": "second, of another length"}}}})
     view.patch_state({"session": {"lazy": {"obj": {"new": 1}}}})
     assert reads == []
+    assert not [sql for sql in statements if "SELECT root" in sql]
     key = view.keys["session"]
     cold = open_migrated().get(key, ["lazy"]).body
     assert cold is not None

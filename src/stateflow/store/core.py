@@ -55,6 +55,9 @@ class StoreCore(Backend):
         """(body, members) of documents as ``_known`` last assembled them"""
         self._node_cache = NodeCache()
         """decoded tree nodes by id, for path reads"""
+        self._roots: dict[int, tuple[int, dict[str, bytes]]] = {}
+        """doc_id → (document revision, root of each member held as a tree at it): a tree
+        update starts from its member's root without a statement (a round trip on PostgreSQL)"""
 
     def __enter__(self) -> Self:
         return self

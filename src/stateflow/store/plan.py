@@ -140,6 +140,9 @@ class Fresh:
     """document rows as this transaction read or left them (for writes computed optimistically)"""
     nodes: dict[bytes, bytes] = field(default_factory=dict)
     """tree nodes written by a tree update (id → bytes), for the node cache"""
+    roots: dict[int, tuple[int, dict[str, bytes]]] = field(default_factory=dict)
+    """doc_id → (revision, tree roots of members held as trees) after the write, as far as
+    they are known (a member not named: not known)"""
     at: str = ""
     """The transaction's time."""
     seq: int | None = None

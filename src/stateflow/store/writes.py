@@ -215,6 +215,13 @@ class Writes(StoreCore):
         for doc_id, (revision, heads) in fresh.heads.items():
             self._heads.put(doc_id, revision, heads)
         self._node_cache.written(fresh.nodes)
+        roots = self._roots
+        if len(roots) + len(fresh.roots) > KNOWN_ROWS_MAX:
+            roots.clear()  # bounded; a miss only costs the root's query
+        for doc_id, (revision, held) in fresh.roots.items():
+            had = roots.get(doc_id)
+            if had is None or had[0] <= revision:  # never back to an older revision
+                roots[doc_id] = (revision, held)
         known = self._rows_known
         if len(known) + len(fresh.rows) > KNOWN_ROWS_MAX:
             known.clear()  # bounded; a miss only means the locked path
@@ -488,16 +495,35 @@ class Writes(StoreCore):
                 continue
             if tx is OFFLINE:
                 raise _NeedsLock(f"{key}: member {name!r} is a tree: its nodes are read under the lock")
-            found = tx.one("SELECT root FROM members WHERE doc_id = ? AND name = ?", (entry.row.doc_id, name))
-            if found is None or found[0] is None:
+            root = self._root_of(tx, entry.row, name)
+            if root is None:
                 continue  # a large member written before trees existed: built whole, once
             what = f"{key} member {name!r}"
             where = tree_update.where_of(stage.changed.get(name, [((), False)]))
             # nodes through the decoded-node cache: a node's id is its hash, so a cached one is
             # never stale, and the path an edit walks is mostly the one the last edit wrote
             stage.trees[name] = tree_update.update(
-                bytes(found[0]), old[2], old[0], value, self._node_cache.getter(tx, what), where
+                root, old[2], old[0], value, self._node_cache.getter(tx, what), where
             )
+
+    def _root_of(self, tx: Tx, row: DocRow, name: str) -> bytes | None:
+        """The root of a member's tree (None: the member is inline) at the document's revision:
+        as the last commit here left it (every write moves the revision on, so an entry is never
+        stale), else read."""
+        known = self._roots.get(row.doc_id)
+        if known is not None and known[0] == row.revision and name in known[1]:
+            return known[1][name]
+        found = tx.one("SELECT root FROM members WHERE doc_id = ? AND name = ?", (row.doc_id, name))
+        if found is None or found[0] is None:
+            return None
+        root = bytes(found[0])
+        # read under the lock at this revision: committed, so it may be kept
+        known = self._roots.get(row.doc_id)
+        if known is None or known[0] < row.revision:
+            self._roots[row.doc_id] = (row.revision, {name: root})
+        elif known[0] == row.revision:
+            known[1][name] = root
+        return root
 
     def _plan_doc(self, write: Write, entry: Loaded, stage: Stage, fresh: Fresh) -> WritePlan:
         """The rows one document's write changes, decided before any statement is sent (the
@@ -511,6 +537,9 @@ class Writes(StoreCore):
         # the member heads after this write follow from those before it, when they are known
         before = self._heads.get(row.doc_id, row.revision) if row.present else []
         heads = None if before is None else {h[1]: h for h in before}
+        had = self._roots.get(row.doc_id)
+        # the roots of members held as trees after this write (a member not named: not known)
+        roots = dict(had[1]) if had is not None and had[0] == row.revision and row.present else {}
         for name in stage.touched:
             value = stage.values[name]
             old = entry.members.get(name) if row.present else None
@@ -520,8 +549,13 @@ class Writes(StoreCore):
                     size -= old[2]
                 if heads is not None:
                     heads.pop(name, None)
+                roots.pop(name, None)
                 continue
             body, root, encoded = member_row(value, stage.trees.get(name), plan.nodes, refs)
+            if root is None:
+                roots.pop(name, None)
+            else:
+                roots[name] = root
             if root is not None and name in stage.trees:
                 fresh.nodes.update(stage.trees[name].nodes)
             outline = encode_trusted(outline_of(value)) if type(value) is dict else None
@@ -540,6 +574,8 @@ class Writes(StoreCore):
         if not stage.present:
             size = 0
             heads = {}
+            roots = {}
+        fresh.roots[row.doc_id] = (revision, roots)
         if heads is not None:
             after = sorted(heads.values(), key=lambda h: h[2])
             fresh.heads[row.doc_id] = (revision, after)
