@@ -206,10 +206,12 @@ def run(
                 if not paths[key]:
                     continue
                 new = working[key]
-                if new is not MISSING:
+                schema = effective_schema(declarations[key.state])
+                # the subject is decoded only to name it in a refusal
+                if new is not MISSING and not service.validators.valid(schema, new):
                     subject = StateSubject.decode(key.subject)
                     service.validators.validate(
-                        effective_schema(declarations[key.state]),
+                        schema,
                         new,
                         f"record {subject.kind}/{subject.key}"
                         + (f" of state {key.state!r}" if labels is not None else ""),

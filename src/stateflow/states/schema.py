@@ -125,6 +125,10 @@ class ValidatorCache:
     def _compiled(self, schema: dict[str, Any]) -> Any:
         return compiled(schema)
 
+    def valid(self, schema: dict[str, Any], document: Any) -> bool:
+        """Whether ``document`` is valid (:meth:`validate` says why not)."""
+        return bool(self.get(schema).is_valid(document))
+
     def validate(self, schema: dict[str, Any], document: Any, what: str) -> None:
         validator = self.get(schema)
         if validator.is_valid(document):

@@ -437,7 +437,7 @@ class PostgresStore(SqlStore):
         """One planned commit in its own transaction: its seq, or None (nothing written)."""
         try:
             with self._pool.connection() as conn:
-                row = conn.execute(_pg(_COMMIT), params).fetchone()
+                row = psycopg.RawCursor(conn).execute(_COMMIT_RAW, params).fetchone()
         except PoolTimeout as exc:
             raise StoreUnavailable(f"no database connection available: {exc}") from exc
         except psycopg.Error as exc:
@@ -470,7 +470,7 @@ class PostgresStore(SqlStore):
                                 _LOCK_GROUP,
                                 (_array(k.state for k in keys), _array(k.subject for k in keys)),
                             )
-                        cursors = [conn.execute(_pg(_COMMIT), m.params[1]) for m in group]
+                        cursors = [psycopg.RawCursor(conn).execute(_COMMIT_RAW, m.params[1]) for m in group]
                         conn.execute("COMMIT")
                     rows = [cur.fetchone() for cur in cursors]
                 except psycopg.Error:
@@ -583,6 +583,12 @@ class PostgresStore(SqlStore):
         self._pool.close()
 
 
+def _numbered(sql: str) -> str:
+    """Our ``?`` placeholders as PostgreSQL's own ``$1, $2, …`` (for a raw cursor)."""
+    parts = sql.split("?")
+    return parts[0] + "".join(f"${n}{part}" for n, part in enumerate(parts[1:], 1))
+
+
 _WRITE_ROW_TYPES: Final = (
     *("bigint[]", "text[]", "bigint[]"),  # member deletes (doc_id, name); documents losing all
     *("bytea[]", "bigint[]", "bigint[]", "bytea[]", "bytea[]", "bigint[]", "text[]"),  # member updates
@@ -606,6 +612,10 @@ _COMMIT: Final = (
 )
 """A commit computed against known revisions, in one statement (see ``update(optimistic=True)``):
 checks, locks, transition and claims first; the rows only when those went through."""
+_COMMIT_RAW: Final = _numbered(_COMMIT)
+"""``_COMMIT`` sent through a raw cursor: psycopg parses a query's ``%s`` placeholders again on
+every call once it has more than 50 parameters (its query cache stops there), and this one has
+52 — a regular expression over the whole statement on every commit."""
 _LOCK_GROUP: Final = (
     "SELECT 1 FROM documents d JOIN unnest(%s::text[], %s::text[]) AS k(state, subject) "
     "USING (state, subject) ORDER BY d.state, d.subject FOR UPDATE OF d"

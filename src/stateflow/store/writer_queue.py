@@ -151,6 +151,8 @@ class WriterQueue:
         """the file's identity in wake-up names (device and inode of ``FILE-writer``)"""
         self._waker: socket.socket | None = None
         self._misses = 0
+        self._last: int | None = None
+        """the ticket this process held last (on ``_fd``), whose byte it has let go"""
 
     @property
     def held(self) -> bool:
@@ -174,7 +176,8 @@ class WriterQueue:
         deadline = time.monotonic() + timeout
         try:
             ticket = self._draw(fd, deadline, limit if limit is not None else timeout)
-            if ticket == 0 or _free(fd, _COUNTER + ticket - 1):  # the one before is done: no wait
+            # the one before is done: no wait (our own last one is: released, no system call)
+            if ticket == 0 or ticket - 1 == self._last or _free(fd, _COUNTER + ticket - 1):
                 self._ticket = ticket
                 return
             if _WAKES and self._misses < _MISSES and self._woken(fd, ticket, deadline):
@@ -263,8 +266,18 @@ class WriterQueue:
     def release(self) -> None:
         if self._ticket is not None and self._fd is not None:
             _unlock(self._fd, _COUNTER + self._ticket)
-            self._wake(self._ticket + 1)  # after the unlock: the next one finds it free
+            # after the unlock: the next one finds it free. Nobody to wake when no ticket was
+            # drawn after ours (one read; a datagram to nobody costs a failing send and an
+            # exception); a writer drawing one from now on finds our byte free by itself.
+            if self._drawn(self._fd) > self._ticket + 1:
+                self._wake(self._ticket + 1)
+            self._last = self._ticket
         self._ticket = None
+
+    @staticmethod
+    def _drawn(fd: int) -> int:
+        raw = os.pread(fd, _COUNTER, 0)
+        return int.from_bytes(raw, "little") if len(raw) == _COUNTER else 0
 
     def close(self) -> None:
         self.release()
