@@ -17,7 +17,12 @@ is its time there minus the bare commit's. Since a durable ``apply`` flushes at 
 bare commit flushes, ``apply / bare`` at equal durability is at least ``1 + extra / bare`` —
 the floor the script prints next to the target.
 
-    python3 -m benchmarks.bench_commit_floor [--ops 2000] [--rounds 6] [--postgres URL] [--apply]
+Last, the least ``apply`` written by hand for this one document shape (``by_hand``: the record
+computed in memory, validated against the schema, its members encoded canonically, and the
+audit, member, history and revision rows written in one transaction) against the same bare
+commit: what the contract's own rows and checks cost, with no generality around them.
+
+    python3 -m benchmarks.bench_commit_floor [--ops 2000] [--rounds 6] [--postgres URL] [--apply] [--contract]
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ import statistics
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from benchmarks.rounds import Pair, alternate, per_call_ms
 from benchmarks.rounds import report as report_pair
@@ -147,6 +152,89 @@ def floor(label: str, durable: Pair, unflushed: Pair) -> None:
     )
 
 
+_CONTRACT_TABLES = """
+CREATE TABLE transitions (seq INTEGER PRIMARY KEY AUTOINCREMENT, at TEXT NOT NULL, origin BLOB NOT NULL);
+CREATE TABLE documents (doc_id INTEGER PRIMARY KEY, revision INTEGER NOT NULL, updated_seq INTEGER);
+CREATE TABLE members (doc_id INTEGER NOT NULL, name TEXT NOT NULL, revision INTEGER NOT NULL,
+    body BLOB NOT NULL, PRIMARY KEY (doc_id, name)) WITHOUT ROWID;
+CREATE TABLE changes (doc_id INTEGER NOT NULL, revision INTEGER NOT NULL, seq INTEGER NOT NULL,
+    paths BLOB NOT NULL, edits BLOB NOT NULL, PRIMARY KEY (doc_id, revision)) WITHOUT ROWID;
+"""
+
+
+def by_hand(conn: sqlite3.Connection) -> Callable[[int], object]:
+    """The least an ``apply`` of the benchmark's op batch must do, written by hand for this one
+    document shape: compute the record from the one held in memory, validate it against the
+    state's JSON Schema, encode the changed members canonically, and write — in one transaction
+    — the audit row (transition), the member rows, the history row (change) and the document's
+    new revision. No parsing, no generality, no checks that another writer moved anything."""
+    import jsonschema_rs
+    import orjson
+
+    from benchmarks.bench_states_vs_langgraph import DECL, document_for, subject
+
+    conn.executescript(_CONTRACT_TABLES)
+    validator = jsonschema_rs.validator_for(cast(dict[str, Any], DECL["schema"]))
+    docs: dict[int, dict[str, Any]] = {}
+    revisions: dict[int, int] = {}
+    origin = orjson.dumps({"action": "apply", "door": "python", "op_id": None}, option=orjson.OPT_SORT_KEYS)
+    paths = orjson.dumps([["status"], ["count"], ["people"]])
+
+    def apply(i: int) -> None:
+        doc_id = int(subject(i)["key"][1:])
+        new = document_for(i, docs.get(doc_id))
+        if not validator.is_valid(new):
+            raise ValueError(new)
+        revision = revisions.get(doc_id, 0) + 1
+        encoded = [(n, orjson.dumps(v, option=orjson.OPT_SORT_KEYS)) for n, v in new.items()]
+        edits = b"[" + b",".join(b'[["' + n.encode() + b'"],' + body + b"]" for n, body in encoded) + b"]"
+        conn.execute("BEGIN IMMEDIATE")
+        seq = conn.execute(
+            "INSERT INTO transitions (at, origin) VALUES (?, ?) RETURNING seq", (utc_now(), origin)
+        ).fetchone()[0]
+        conn.executemany(
+            "INSERT INTO members VALUES (?, ?, ?, ?) ON CONFLICT (doc_id, name) "
+            "DO UPDATE SET revision = excluded.revision, body = excluded.body",
+            [(doc_id, n, revision, body) for n, body in encoded],
+        )
+        conn.execute("INSERT INTO changes VALUES (?, ?, ?, ?, ?)", (doc_id, revision, seq, paths, edits))
+        conn.execute(
+            "INSERT INTO documents VALUES (?, ?, ?) ON CONFLICT (doc_id) "
+            "DO UPDATE SET revision = excluded.revision, updated_seq = excluded.updated_seq",
+            (doc_id, revision, seq),
+        )
+        conn.execute("COMMIT")
+        docs[doc_id], revisions[doc_id] = new, revision
+
+    return apply
+
+
+def utc_now() -> str:
+    from datetime import UTC, datetime
+
+    return datetime.now(UTC).isoformat()
+
+
+def contract_floor(n: int, rounds: int) -> None:
+    """The hand-written least ``apply`` (``by_hand``) against the bare durable commit, durable
+    and unflushed: the ratio no implementation of the contract gets under on SQLite."""
+    for mode in ("FULL", "OFF"):
+        with tempfile.TemporaryDirectory() as tmp:
+            bare, hand = (sqlite3.connect(Path(tmp) / f"{name}.db", isolation_level=None) for name in "bh")
+            for conn in (bare, hand):
+                conn.execute("PRAGMA journal_mode = WAL")
+                conn.execute(f"PRAGMA synchronous = {mode}")
+            bare.execute("CREATE TABLE t (k INTEGER PRIMARY KEY, v BLOB NOT NULL)")
+            upsert = "INSERT INTO t VALUES (?, ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v"
+            measured = alternating(
+                by_hand(hand), upserting(bare, upsert, lambda i: (i % 200, str(i).encode())), n, rounds
+            )
+            what = "durable" if mode == "FULL" else "unflushed"
+            report_pair(f"sqlite {mode}: the least apply by hand vs bare commit ({what})", measured, "ms")
+            bare.close()
+            hand.close()
+
+
 def apply_vs_floor(n: int, rounds: int, url: str | None) -> None:
     pairs: dict[str, Pair] = {}
     for mode in ("FULL", "OFF"):
@@ -201,8 +289,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--postgres", default=os.environ.get("STATEFLOW_TEST_POSTGRES"))
     parser.add_argument("--apply", action="store_true", help="only: states apply vs the bare commit")
+    parser.add_argument(
+        "--contract", action="store_true", help="only: the least apply written by hand vs the bare commit"
+    )
     args = parser.parse_args()
+    if args.contract:
+        contract_floor(args.ops, args.rounds)
+        return
     apply_vs_floor(args.ops, args.rounds, args.postgres)
+    contract_floor(args.ops, args.rounds)
     if args.apply:
         return
     for journal in ("wal", "shipped"):

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import greenlet
-from psycopg import AsyncConnection, AsyncCursor, AsyncPipeline
+from psycopg import AsyncConnection, AsyncCursor, AsyncPipeline, AsyncRawCursor
 from psycopg_pool import AsyncConnectionPool
 
 T = TypeVar("T")
@@ -113,6 +113,12 @@ class Connection:
 
     def execute(self, sql: str, params: Any = None) -> Cursor:
         return Cursor(wait_for(self._conn.execute(sql, params), self._loop), self._loop)
+
+    def execute_raw(self, sql: str, params: Any) -> Cursor:
+        """``execute`` of a query with PostgreSQL's own ``$1, $2, …`` placeholders (a raw
+        cursor: psycopg does not parse the query)."""
+        cursor = AsyncRawCursor(self._conn)
+        return Cursor(wait_for(cursor.execute(sql, params), self._loop), self._loop)
 
     @contextmanager
     def pipeline(self) -> Iterator[Pipeline]:

@@ -437,7 +437,7 @@ class PostgresStore(SqlStore):
         """One planned commit in its own transaction: its seq, or None (nothing written)."""
         try:
             with self._pool.connection() as conn:
-                row = psycopg.RawCursor(conn).execute(_COMMIT_RAW, params).fetchone()
+                row = _execute_raw(conn, _COMMIT_RAW, params).fetchone()
         except PoolTimeout as exc:
             raise StoreUnavailable(f"no database connection available: {exc}") from exc
         except psycopg.Error as exc:
@@ -470,7 +470,7 @@ class PostgresStore(SqlStore):
                                 _LOCK_GROUP,
                                 (_array(k.state for k in keys), _array(k.subject for k in keys)),
                             )
-                        cursors = [psycopg.RawCursor(conn).execute(_COMMIT_RAW, m.params[1]) for m in group]
+                        cursors = [_execute_raw(conn, _COMMIT_RAW, m.params[1]) for m in group]
                         conn.execute("COMMIT")
                     rows = [cur.fetchone() for cur in cursors]
                 except psycopg.Error:
@@ -581,6 +581,14 @@ class PostgresStore(SqlStore):
 
     def close(self) -> None:
         self._pool.close()
+
+
+def _execute_raw(conn: Any, sql: str, params: Sequence[Any]) -> Any:
+    """Execute ``sql`` written with ``$n`` placeholders on a pooled connection (psycopg's, or
+    the async bridge's)."""
+    if isinstance(conn, psycopg.Connection):
+        return psycopg.RawCursor(conn).execute(sql, params)
+    return conn.execute_raw(sql, params)
 
 
 def _numbered(sql: str) -> str:
