@@ -114,8 +114,12 @@ def run_pair(label: str, service: StatesService, lg: Any, n: int, threads: int, 
     service.declare("bench", DECL)
     docs: dict[str, dict[str, Any]] = {}
 
+    applied = [0]
+    committed_before = commits_of(service)
+
     def ours_apply(i: int) -> None:
         service.apply("bench", subject(i), ops_for(i))
+        applied[0] += 1
 
     def theirs_put(i: int) -> None:
         key = subject(i)["key"]
@@ -148,6 +152,24 @@ def run_pair(label: str, service: StatesService, lg: Any, n: int, threads: int, 
             "/s",
             target=">= 2x",
         )
+    commits, largest = commits_of(service)
+    if commits:
+        commits -= committed_before[0]
+        print(
+            f"{label} {threads:>2} thr: {applied[0]} applies in {commits} commits "
+            f"({applied[0] / commits:.2f} per commit, largest group {largest})",
+            flush=True,
+        )
+
+
+def commits_of(service: StatesService) -> tuple[int, int]:
+    """The store's group commits so far and the most writes one carried (0, 0: not known)."""
+    store: Any = service.store
+    group = getattr(store, "_group", None)  # SQLite: one group commit per store
+    if group is not None:
+        return group.commits, group.largest
+    groups = getattr(store, "_groups", None)  # PostgreSQL: optimistic commits' groups
+    return (groups.groups, groups.largest) if groups is not None else (0, 0)
 
 
 def main() -> None:

@@ -132,6 +132,10 @@ class _GroupCommit:
         self._queued = 0
         self._queued_lock = threading.Lock()
         self._group = _Group()
+        self.commits = 0
+        """groups committed so far (for tests and benchmarks)"""
+        self.largest = 0
+        """the most writers one committed group carried"""
 
     @contextmanager
     def member(self) -> Iterator[sqlite3.Connection]:
@@ -204,6 +208,8 @@ class _GroupCommit:
                 raise StoreUnavailable("SQLite rolled the shared write transaction back")
             if conn.in_transaction:
                 conn.execute("COMMIT")
+                self.commits += 1
+                self.largest = max(self.largest, group.members)
         except (sqlite3.Error, StateflowError) as exc:
             if conn is not None:
                 with suppress(sqlite3.Error):
