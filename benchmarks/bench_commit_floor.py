@@ -288,7 +288,11 @@ def main() -> None:
     parser.add_argument("--ops", type=int, default=2000, help="calls per side per round")
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--postgres", default=os.environ.get("STATEFLOW_TEST_POSTGRES"))
-    parser.add_argument("--apply", action="store_true", help="only: states apply vs the bare commit")
+    parser.add_argument(
+        "--apply",
+        action="store_true",
+        help="only: states apply and the least apply by hand vs the bare commit",
+    )
     parser.add_argument(
         "--contract", action="store_true", help="only: the least apply written by hand vs the bare commit"
     )
