@@ -1,20 +1,23 @@
 """Bytes a store keeps per small declared record, against the record's own JSON.
 
-Writes ``--records`` small records (about 100 bytes of compact JSON each), one ``replace`` per
+Writes ``--records`` small records (about 100 bytes of compact JSON each; ``--nested`` adds an
+object and an array member), one ``replace`` per
 record as a service writes them (each its own transition, with its history), into a store that
 holds only the declaration, and prints the bytes the store grew by per record and the ratio to
 the records' raw JSON:
 
 - SQLite: pages in use (``page_count - freelist_count``, after a truncating checkpoint) times
   the page size, after minus before;
-- PostgreSQL: ``pg_total_relation_size`` of every table of the store's schema (heap, TOAST,
-  indexes, free-space and visibility maps), after minus before, in a schema of its own.
+- PostgreSQL: the main fork of every table of the store's schema, its indexes, TOAST tables
+  and their indexes (``pg_relation_size``), after minus before, in a schema of its own; not
+  the free-space and visibility maps, which appear (32 KiB a relation) when autovacuum first
+  visits a table, so that they made small runs differ by hundreds of bytes per record.
 
 Sizes, not times: one run is the answer (the issue's ceilings: 3.6× on SQLite, 6.5× on
 PostgreSQL).
 
     python3 -m benchmarks.bench_record_bytes [--records 2000] [--backend sqlite|postgres|both]
-        [--postgres URL]
+        [--nested] [--postgres URL]
 """
 
 from __future__ import annotations
@@ -43,16 +46,19 @@ DECL = {
 CEILING = {"sqlite": 3.6, "postgres": 6.5}
 
 
-def record(i: int) -> dict[str, Any]:
-    return {
+def record(i: int, nested: bool = False) -> dict[str, Any]:
+    body: dict[str, Any] = {
         "status": "open",
         "n": i,
         "owner": f"owner-{i % 50:02d}",
         "title": f"thread {i:06d} about the release",
     }
+    if nested:  # two members no equality search looks up by value: an object and an array
+        body |= {"meta": {"p": i % 3}, "tags": ["a"]}
+    return body
 
 
-def measure(location: str, size: Callable[[], int], records: int, tag: str) -> None:
+def measure(location: str, size: Callable[[], int], records: int, tag: str, nested: bool = False) -> None:
     store = open_store(location, auto_migrate=True)
     try:
         service = StatesService(store)
@@ -60,7 +66,7 @@ def measure(location: str, size: Callable[[], int], records: int, tag: str) -> N
         before = size()
         raw = 0
         for i in range(records):
-            body = record(i)
+            body = record(i, nested)
             raw += len(orjson.dumps(body))
             subject = {"target_kind": "agent", "target_name": "bench", "kind": "thread", "key": f"t{i:06d}"}
             service.replace("records", subject, body)
@@ -98,10 +104,17 @@ def postgres_schema(url: str) -> Iterator[tuple[str, Callable[[], int]]]:
         conn.execute(f"CREATE SCHEMA {schema}")
 
     def size() -> int:
+        # the main fork of every table, index, TOAST table and TOAST index: not the free-space
+        # and visibility maps, 32 KiB a relation that appear whenever (auto)vacuum first runs
+        # on it — a step of their own, not bytes per record, and the noise of a small run
         with psycopg.connect(url, autocommit=True) as conn:
             row = conn.execute(
-                "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
-                "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relkind = 'r'",
+                "WITH t AS (SELECT c.oid, c.reltoastrelid FROM pg_class c JOIN pg_namespace n "
+                "ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relkind = 'r'), "
+                "r AS (SELECT oid FROM t UNION ALL SELECT reltoastrelid FROM t WHERE reltoastrelid <> 0 "
+                "UNION ALL SELECT i.indexrelid FROM pg_index i WHERE i.indrelid IN "
+                "(SELECT oid FROM t UNION ALL SELECT reltoastrelid FROM t)) "
+                "SELECT coalesce(sum(pg_relation_size(oid, 'main')), 0) FROM r",
                 (schema,),
             ).fetchone()
         return int(row[0]) if row else 0
@@ -119,17 +132,18 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=2000)
     parser.add_argument("--backend", choices=["sqlite", "postgres", "both"], default="both")
     parser.add_argument("--postgres", default=os.environ.get("STATEFLOW_TEST_POSTGRES"))
+    parser.add_argument("--nested", action="store_true", help="records with an object and an array member too")
     args = parser.parse_args()
     if args.backend in ("sqlite", "both"):
         with tempfile.TemporaryDirectory() as tmp:
             path = f"{tmp}/records.db"
-            measure(f"sqlite:///{path}", sqlite_size(path), args.records, "sqlite")
+            measure(f"sqlite:///{path}", sqlite_size(path), args.records, "sqlite", args.nested)
     if args.backend in ("postgres", "both"):
         if not args.postgres:
             print("postgres: skipped (pass --postgres URL or set STATEFLOW_TEST_POSTGRES)")
             return
         with postgres_schema(args.postgres) as (url, size):
-            measure(url, size, args.records, "postgres")
+            measure(url, size, args.records, "postgres", args.nested)
 
 
 if __name__ == "__main__":

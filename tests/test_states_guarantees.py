@@ -243,6 +243,27 @@ def test_origin_headers_are_recorded_and_door_actor_stay_server_stamped(
     assert http.put(REC, json={"status": "x"}, headers={"X-Stateflow-Meta": "{"}).status_code == 400
 
 
+def test_an_origin_is_stored_without_its_unset_fields_and_the_trail_still_shows_them(
+    http: TestClient, service: StatesService, store: SqlStore
+) -> None:
+    # every transition row holds its origin: the fields a write did not set cost no bytes
+    assert http.put(REC, json={"status": "a"}, headers={"X-Stateflow-Run-Id": "run-8"}).status_code == 200
+    stored = store.transitions(limit=10_000)[-1].origin
+    assert stored == {"run_id": "run-8", "door": "api", "actor": stored["actor"], "action": "replace"}
+    entry = service.writes("tickets", T1)["items"][0]
+    assert entry["action"] == "replace"
+    assert entry["origin"] == {
+        "consumer": None,
+        "meta": None,
+        "run_id": "run-8",
+        "op_id": None,
+        "door": "api",
+        "actor": stored["actor"],
+        "turn_id": None,
+        "inbound_id": None,
+    }
+
+
 def test_replay_and_all_skipped_batches_say_so(http: TestClient) -> None:
     ops = [{"op": "set", "path": ["n"], "value": 1}]
     first = http.post(REC + "/deltas", json={"ops": ops, "op_id": "once"}).json()["data"]

@@ -19,9 +19,11 @@ import pytest
 
 from stateflow.errors import StoreNotMigrated
 from stateflow.store import DocKey, SqlStore, Write, open_store
-from stateflow.store.migrations import POSTGRES, SCHEMA_VERSION, statements
+from stateflow.store.sqlite import SqliteStore
+from stateflow.store.migrations import POSTGRES, SCHEMA_VERSION, SQLITE, SQLITE_VALUE_WHERE, statements
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
+SQLITE_WHERE = SQLITE_VALUE_WHERE.format(m="")
 TABLES = ("documents", "members", "transitions", "changes", "change_edits", "snapshots", "applied_ops")
 
 
@@ -134,3 +136,61 @@ def test_a_schema_3_store_upgrades_in_place_and_reads_back_exactly(backend: str,
                 assert reopened.read_at(key, revision=revision).body == body, (name, revision)
     finally:
         reopened.close()
+
+
+def _schema6_store(backend: str, tmp_path: Path) -> None:
+    """The schema-3 fixture taken to version 6 by the version 4–6 scripts, as the previous
+    release's ``migrate`` left such a store."""
+    _schema3_store(backend, tmp_path)
+    if backend.startswith("postgresql://"):
+        with psycopg.connect(backend, autocommit=True) as pg, pg.transaction():
+            for version in (4, 5, 6):
+                for statement in statements(POSTGRES[version]):
+                    pg.execute(statement)
+            pg.execute("UPDATE stateflow_meta SET value = '6' WHERE key = 'schema_version'")
+        return
+    with sqlite3.connect(backend) as lite:
+        for version in (4, 5, 6):
+            for statement in statements(SQLITE[version]):
+                lite.execute(statement)
+        lite.execute("UPDATE stateflow_meta SET value = '6' WHERE key = 'schema_version'")
+    lite.close()
+
+
+def test_a_schema_6_store_upgrades_to_7_and_searches_the_same(backend: str, tmp_path: Path) -> None:
+    """Version 7 rebuilds SQLite's value index with numbers and strings only (version 6 gave
+    objects and arrays entries too); searches answer the same before and after, through it."""
+    _schema6_store(backend, tmp_path)
+    store = open_store(backend, auto_migrate=False)
+    try:
+        with pytest.raises(StoreNotMigrated, match="schema version 6"):
+            store.get(DocKey("notes", "a"))
+        assert store.migrate() == (6, SCHEMA_VERSION)
+        _reads_back(store, _expected())
+        if isinstance(store, SqliteStore):
+            with store._read_tx() as tx:
+                kinds = tx.all(
+                    "SELECT DISTINCT json_type(CAST(body AS TEXT)) FROM members INDEXED BY members_by_value "
+                    f"WHERE {SQLITE_WHERE}"
+                )
+                containers = tx.one(
+                    "SELECT COUNT(*) FROM members WHERE json_type(CAST(body AS TEXT)) IN ('object', 'array')"
+                )
+            # the fixture has object and array members; none of them is in the index now
+            assert containers is not None and containers[0] > 0
+            assert {k for (k,) in kinds} == {"integer", "text"}
+        # a scalar filter starts from the index and finds what the fixture holds
+        assert [x.key for x in store.search("notes", {"n": 99})] == [DocKey("notes", "a")]
+        assert [x.key for x in store.search("notes", {"title": "title 11"})] == [DocKey("notes", "a")]
+        assert store.search("notes", {"title": "title 10"}) == []
+        with store._read_tx() as tx:
+            assert store._selective(tx, {"n": 99}) is not None
+        # written members enter the rebuilt index: an object does not, a string does
+        notes = DocKey("notes", "a")
+        before = store.get(notes).body
+        assert before is not None
+        store.commit([Write.between(notes, before, dict(before, extra={"k": 1}, title="title 12"))])
+        assert [x.key for x in store.search("notes", {"title": "title 12"})] == [notes]
+        assert store.search("notes", {"title": "title 11"}) == []
+    finally:
+        store.close()

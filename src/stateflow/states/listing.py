@@ -31,6 +31,10 @@ if TYPE_CHECKING:
 PAGE_DEFAULT: Final = 200
 PAGE_MAX: Final = 500
 _SORTED: Final = "\x00sorted:"  # a sorted search's cursor text (an offset), never a subject
+ORIGIN_FIELDS: Final[dict[str, Any]] = dict.fromkeys(
+    ("consumer", "meta", "run_id", "op_id", "door", "actor", "turn_id", "inbound_id")
+)
+"""The origin fields an audit entry always shows: a write stores only those it set."""
 
 
 def page_limit(limit: Any) -> int:
@@ -103,7 +107,7 @@ class Listing:
             {
                 "seq": c.seq,
                 "at": c.at,
-                "origin": {k: v for k, v in c.origin.items() if k != "action"},
+                "origin": {**ORIGIN_FIELDS, **{k: v for k, v in c.origin.items() if k != "action"}},
                 "action": c.origin.get("action"),
                 "paths": c.paths,
                 "revision": c.revision,

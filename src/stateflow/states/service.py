@@ -648,7 +648,7 @@ class StatesService:
         self, origin: WriteOrigin, context: DoorContext | None, action: str, paths: Any = None
     ) -> dict[str, Any]:
         ctx = context or self.default_context
-        return {
+        stamped = {
             "consumer": origin.consumer,
             "meta": origin.meta,
             "run_id": origin.run_id,
@@ -659,6 +659,9 @@ class StatesService:
             "inbound_id": ctx.inbound_id,
             "action": action,
         }
+        # stored without its unset fields (every transition row holds it; the audit trail
+        # shows them again as null, see ``listing.ORIGIN_FIELDS``)
+        return {k: v for k, v in stamped.items() if v is not None}
 
     # ------------------------------------------------------------------ records
 

@@ -58,13 +58,18 @@ there. Members exist only for present documents (a write that deletes a document
 members; purge deletes members before documents), so member counts need no presence check.
 Version 6 also indexes small scalar members by ``(name, value)`` (``members_by_value``), so a
 search for a rare value starts from the members that hold it (``listing.Listing``).
+
+Version 7, on SQLite, keeps only numbers and strings in ``members_by_value``: version 6 gave every
+small member an entry, objects and arrays too (under a NULL value no search looks up), so a
+record's nested members each cost an index entry for nothing. PostgreSQL's index held only
+scalars already (it only records the version).
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-SCHEMA_VERSION: Final = 6
+SCHEMA_VERSION: Final = 7
 
 VALUE_INDEX_MAX: Final = 1024
 """Members up to this encoded size are in ``members_by_value`` (scalars only)."""
@@ -84,7 +89,13 @@ SQLITE_VALUE: Final = (
 """SQLite: a member's value when it is a number or a string without NUL (SQLite text ends at
 one), else NULL; the key of ``members_by_value`` (``{m}`` is the table alias and a dot, or '')."""
 
-SQLITE_VALUE_WHERE: Final = "{m}root IS NULL AND {m}size <= 1024"
+SQLITE_VALUE_WHERE: Final = (
+    "{m}root IS NULL AND {m}size <= 1024 AND json_type(CAST({m}body AS TEXT)) IN ('integer', 'real', 'text')"
+)
+"""SQLite: the members in ``members_by_value`` (since version 7) — inline numbers and strings up to
+1 KiB; objects, arrays, booleans and null have no key there (:data:`SQLITE_VALUE` is NULL)."""
+
+_SQLITE_VALUE_WHERE_V6: Final = "{m}root IS NULL AND {m}size <= 1024"
 
 POSTGRES_VALUE_WHERE: Final = (
     "{m}root IS NULL AND {m}size <= 1024 AND substring({m}body FROM 1 FOR 1) NOT IN ('\\x5b', '\\x7b') "
@@ -244,7 +255,7 @@ CREATE INDEX changes_by_seq ON changes (seq);
     6: _COUNTS.format(text_c="TEXT", kind=SQLITE_SUBJECT_KIND.format(s="subject"))
     + f"""
 CREATE INDEX members_by_value ON members (name, {SQLITE_VALUE.format(m="")})
-    WHERE {SQLITE_VALUE_WHERE.format(m="")};
+    WHERE {_SQLITE_VALUE_WHERE_V6.format(m="")};
 CREATE TRIGGER count_documents_insert AFTER INSERT ON documents WHEN NEW.present = 1 BEGIN
     INSERT INTO state_counts (state, counter, name, n)
     VALUES (NEW.state, 'kind', {SQLITE_SUBJECT_KIND.format(s="NEW.subject")}, 1)
@@ -271,6 +282,11 @@ CREATE TRIGGER count_members_delete AFTER DELETE ON members BEGIN
     WHERE counter = 'member' AND name = OLD.name
     AND state = (SELECT d.state FROM documents d WHERE d.doc_id = OLD.doc_id);
 END;
+""",
+    7: f"""
+DROP INDEX members_by_value;
+CREATE INDEX members_by_value ON members (name, {SQLITE_VALUE.format(m="")})
+    WHERE {SQLITE_VALUE_WHERE.format(m="")};
 """,
 }
 
@@ -689,6 +705,7 @@ $$;
 CREATE TRIGGER count_members_delete AFTER DELETE ON members REFERENCING OLD TABLE AS removed
     FOR EACH STATEMENT EXECUTE FUNCTION stateflow_count_members_removed();
 """,
+    7: "",
 }
 
 
