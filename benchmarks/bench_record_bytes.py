@@ -132,7 +132,9 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=2000)
     parser.add_argument("--backend", choices=["sqlite", "postgres", "both"], default="both")
     parser.add_argument("--postgres", default=os.environ.get("STATEFLOW_TEST_POSTGRES"))
-    parser.add_argument("--nested", action="store_true", help="records with an object and an array member too")
+    parser.add_argument(
+        "--nested", action="store_true", help="records with an object and an array member too"
+    )
     args = parser.parse_args()
     if args.backend in ("sqlite", "both"):
         with tempfile.TemporaryDirectory() as tmp:

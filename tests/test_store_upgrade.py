@@ -19,8 +19,8 @@ import pytest
 
 from stateflow.errors import StoreNotMigrated
 from stateflow.store import DocKey, SqlStore, Write, open_store
-from stateflow.store.sqlite import SqliteStore
 from stateflow.store.migrations import POSTGRES, SCHEMA_VERSION, SQLITE, SQLITE_VALUE_WHERE, statements
+from stateflow.store.sqlite import SqliteStore
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 SQLITE_WHERE = SQLITE_VALUE_WHERE.format(m="")
