@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from stateflow.errors import UnsupportedStore
+from stateflow.store import open_store
 from stateflow.store.migrations import SCHEMA_VERSION
 
 
@@ -80,3 +82,23 @@ def test_a_postgres_store_that_is_not_migrated_says_how_to_fix_it(pg_schema_url:
     out = sf("--store", pg_schema_url, "doc", "get", "s", "k")
     assert out.returncode == 1
     assert "error[store-not-migrated]" in out.stderr and "migrate" in out.stderr
+
+
+@pytest.mark.parametrize("location", ["?options=-csearch_path%3Dother", "notes.db?mode=ro"])
+def test_a_store_location_with_url_options_but_no_scheme_is_refused_and_creates_no_file(
+    tmp_path: Path, location: str
+) -> None:
+    # a PostgreSQL query string pasted without its URL once made a SQLite file named after it
+    out = subprocess.run(
+        ["stateflow", "--store", location, "doc", "put", "s", "k", '{"a": 1}'],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert out.returncode == 1
+    assert out.stderr.startswith("error[unsupported-store]: store location") and "postgresql://" in out.stderr
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(UnsupportedStore, match="holds URL options but no scheme"):
+        open_store(str(tmp_path / location))
+    assert list(tmp_path.iterdir()) == []

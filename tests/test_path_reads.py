@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import random
 import subprocess
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import partial
 from typing import Any
 
@@ -181,31 +183,55 @@ def test_path_reads_equal_whole_reads_at_every_revision(store: SqlStore) -> None
         store.read_paths({key: [()]})
 
 
-def test_a_path_read_touches_only_its_nodes_and_fails_closed_beside_them(
-    open_migrated: StoreFactory,
-) -> None:
-    store = open_migrated()
-    key = DocKey("paths", "doc")
-    body = {"lazy": plane(20_000)}
-    store.commit([Write.between(key, {}, body, 0)])
-    with store._read_tx() as tx:
-        (root,) = tx.one("SELECT root FROM members WHERE name = 'lazy'") or (None,)
-        touched: list[bytes] = []
+class Planted:
+    """A document whose ``lazy`` member (``plane(20_000)``) is stored as a tree, the nodes the
+    reads under :meth:`recording` fetched, and a store left with only those nodes."""
 
-        def fetch(ids: Any) -> dict[bytes, bytes]:
-            touched.extend(ids)
-            return fetch_bodies(tx, ids)
+    def __init__(self, open_migrated: StoreFactory) -> None:
+        self.open_migrated = open_migrated
+        self.key = DocKey("paths", "doc")
+        self.body: dict[str, Any] = {"lazy": plane(20_000)}
+        self.touched: list[bytes] = []
+        store = open_migrated()
+        store.commit([Write.between(self.key, {}, self.body, 0)])
+        self.store = store
 
-        probe(bytes(root), ["big", 15_000], decoding(fetch), fetch)
-        total = int(tx.one("SELECT count(*) FROM nodes")[0])  # type: ignore[index]
-    assert total > 500 and len(touched) <= 6
-    store.close()
-    with open_migrated()._write_tx() as tx:
-        keep = ",".join("?" * len(touched))
-        tx.run(f"DELETE FROM nodes WHERE id NOT IN ({keep})", touched)
-    fresh = open_migrated()
+    @contextmanager
+    def recording(self) -> Iterator[tuple[bytes, Callable[[Any], dict[bytes, bytes]]]]:
+        """The member's root and a fetch that records what it reads, in one read transaction;
+        on leaving, checks that the store holds many more nodes than that."""
+        with self.store._read_tx() as tx:
+            (root,) = tx.one("SELECT root FROM members WHERE name = 'lazy'") or (None,)
+
+            def fetch(ids: Any) -> dict[bytes, bytes]:
+                self.touched.extend(ids)
+                return fetch_bodies(tx, ids)
+
+            yield bytes(root), fetch
+            total = int(tx.one("SELECT count(*) FROM nodes")[0])  # type: ignore[index]
+        assert total > 500
+
+    def keeping_only_touched(self) -> SqlStore:
+        """Delete every node the recorded reads did not fetch; a fresh store (nothing cached)."""
+        self.store.close()
+        keep = sorted(set(self.touched))
+        with self.open_migrated()._write_tx() as tx:
+            tx.run(f"DELETE FROM nodes WHERE id NOT IN ({','.join('?' * len(keep))})", keep)
+        return self.open_migrated()
+
+
+@pytest.fixture
+def planted(open_migrated: StoreFactory) -> Planted:
+    return Planted(open_migrated)
+
+
+def test_a_path_read_touches_only_its_nodes_and_fails_closed_beside_them(planted: Planted) -> None:
+    with planted.recording() as (root, fetch):
+        probe(root, ["big", 15_000], decoding(fetch), fetch)
+    assert len(planted.touched) <= 6
+    fresh, key = planted.keeping_only_touched(), planted.key
     [trail] = fresh.read_paths({key: [("lazy", "big", 15_000)]})[key].trails
-    assert trail.value == body["lazy"]["big"][15_000]
+    assert trail.value == planted.body["lazy"]["big"][15_000]
     with pytest.raises(CorruptData, match="missing"):
         fresh.read_paths({key: [("lazy", "big", 3)]})
     with pytest.raises(CorruptData):
@@ -448,35 +474,19 @@ def test_read_state_keys_and_ranges_equal_the_whole_read_at_every_offset(open_mi
             assert got == expected, (asked, projection, got, expected)
 
 
-def test_keys_and_range_reads_touch_only_their_nodes(open_migrated: StoreFactory) -> None:
+def test_keys_and_range_reads_touch_only_their_nodes(planted: Planted) -> None:
     """Beside a large member, a keys read of an array needs its root only, a range the leaves
     holding it: with every other node gone both still answer (a whole-member read fails)."""
-    store = open_migrated()
-    key = DocKey("paths", "doc")
-    body = {"lazy": plane(20_000)}
-    store.commit([Write.between(key, {}, body, 0)])
-    with store._read_tx() as tx:
-        (root,) = tx.one("SELECT root FROM members WHERE name = 'lazy'") or (None,)
-        touched: list[bytes] = []
-
-        def fetch(ids: Any) -> dict[bytes, bytes]:
-            touched.extend(ids)
-            return fetch_bodies(tx, ids)
-
-        big = probe_ref(bytes(root), ["big"], fetch)
+    with planted.recording() as (root, fetch):
+        big = probe_ref(root, ["big"], fetch)
         keys_of(big, decoding(fetch))
         slice_of(big, SliceEnd(15_000, 15_004), decoding(fetch), fetch)
-        total = int(tx.one("SELECT count(*) FROM nodes")[0])  # type: ignore[index]
-    assert total > 500 and len(set(touched)) <= 8, len(set(touched))
-    store.close()
-    with open_migrated()._write_tx() as tx:
-        keep = sorted(set(touched))
-        tx.run(f"DELETE FROM nodes WHERE id NOT IN ({','.join('?' * len(keep))})", keep)
-    fresh = open_migrated()
+    assert len(set(planted.touched)) <= 8, len(set(planted.touched))
+    fresh, key = planted.keeping_only_touched(), planted.key
     [keys] = fresh.read_paths({key: [("lazy", "big")]}, end=KeysEnd())[key].trails
     assert keys.value == KeysForm("array", 20_000)
     [window] = fresh.read_paths({key: [("lazy", "big")]}, end=SliceEnd(15_000, 15_004))[key].trails
-    assert window.value == SliceForm("array", 20_000, body["lazy"]["big"][15_000:15_004])
+    assert window.value == SliceForm("array", 20_000, planted.body["lazy"]["big"][15_000:15_004])
     with pytest.raises(CorruptData, match="missing"):
         fresh.read_paths({key: [("lazy", "big")]}, end=SliceEnd(3, 5))
 

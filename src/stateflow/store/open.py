@@ -6,11 +6,16 @@
 - ``sqlite:///path/to/file.db?synchronous=normal`` or a plain file path → SQLite, migrated
   automatically; ``?mode=ro`` opens it read-only (never created, migrated or written);
 - nothing → ``stateflow.db`` in the user's data directory (platformdirs).
+
+A plain path holding URL options (``?options=…`` without ``postgresql://``, ``x.db?mode=ro``)
+is refused with ``unsupported-store``, not opened as a file of that name.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import Final
 from urllib.parse import parse_qs, parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 import platformdirs
@@ -84,6 +89,8 @@ def open_store(
             read_only = query["mode"][-1] == "ro"
     if not path:
         raise UnsupportedStore("empty store path")
+    if "://" not in url:
+        refuse_query_path(path)
     return SqliteStore(
         path,
         synchronous=synchronous,
@@ -92,6 +99,21 @@ def open_store(
         create=create,
         read_only=read_only,
     )
+
+
+_OPTIONS: Final = re.compile(r"\?[A-Za-z_][A-Za-z0-9_.-]*=")
+
+
+def refuse_query_path(path: str) -> None:
+    """Refuse a plain path that holds URL options (``?options=…``, ``x.db?mode=ro``): options
+    belong to a URL (``postgresql://…?options=…``, ``sqlite:///path?mode=ro``), and opening the
+    path as given would create a SQLite file named after them."""
+    if _OPTIONS.search(path) is not None:
+        raise UnsupportedStore(
+            f"store location {path!r} holds URL options but no scheme; give a URL: "
+            "postgresql://user@host/db?options=… for PostgreSQL, sqlite:///path/to/file.db?mode=ro "
+            "for SQLite options"
+        )
 
 
 def pg_mode(url: str) -> tuple[str, bool]:
