@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from functools import partial
 from typing import Any
@@ -26,7 +26,15 @@ from stateflow.store import DocKey, SqlStore, Write
 from stateflow.store.nodes import fetch_bodies
 from stateflow.store.trail import KeysEnd, KeysForm, SliceEnd, SliceForm, keys_form, slice_form
 from stateflow.store.trail import probe as probe_json
-from stateflow.store.tree import Builder, decoding, fetch_tree, keys_of, listing, probe, slice_of
+from stateflow.store.tree import (
+    Builder,
+    decoding,
+    fetch_tree,
+    keys_of,
+    listing,
+    probe,
+    slice_of,
+)
 from tests.conftest import StoreFactory
 
 json_values = st.recursive(
@@ -201,6 +209,7 @@ class Planted:
         """The member's root and a fetch that records what it reads, in one read transaction;
         on leaving, checks that the store holds many more nodes than that."""
         with self.store._read_tx() as tx:
+            self.tx = tx
             (root,) = tx.one("SELECT root FROM members WHERE name = 'lazy'") or (None,)
 
             def fetch(ids: Any) -> dict[bytes, bytes]:
@@ -236,6 +245,49 @@ def test_a_path_read_touches_only_its_nodes_and_fails_closed_beside_them(planted
         fresh.read_paths({key: [("lazy", "big", 3)]})
     with pytest.raises(CorruptData):
         fresh.get(key)
+
+
+def test_a_key_is_looked_up_in_the_database_and_only_its_leaf_is_sent(planted: Planted) -> None:
+    """The database says which leaves of a large object hold a key's bytes: the read decodes
+    the interior nodes and that leaf, not the object's other leaves, and needs no node past
+    it — deleted, the read still answers; a key in a deleted leaf fails closed."""
+    holds = planted.store.holds_sql
+    assert holds is not None
+    planted.store._node_cache.clear()
+    sent: list[bytes] = []
+    with planted.recording() as (root, fetch):
+        through_cache = planted.store._node_cache.scanner(planted.tx, "lazy", holds)
+
+        def scan(ids: Any, needle: bytes) -> Mapping[bytes, dict[str, Any] | None]:
+            planted.touched.extend(ids)
+            found = through_cache(ids, needle)
+            sent.extend(i for i, node in found.items() if node is not None and "c" not in node)
+            return found
+
+        steps, found = probe(root, ["obj", "k42", "n"], decoding(fetch), fetch, scan=scan)
+    assert found == 42 and [s.kind for s in steps] == ["object", "object", "object", "number"]
+    assert len(sent) == 1, len(sent)  # 10,000 keys in ~300 leaves: one of them sent
+    fresh, key = planted.keeping_only_touched(), planted.key
+    [trail] = fresh.read_paths({key: [("lazy", "obj", "k42")]})[key].trails
+    assert trail.value == {"n": 42, "s": "y" * 60}
+    with pytest.raises(CorruptData, match="missing"):
+        fresh.read_paths({key: [("lazy", "obj", "k9999")]})
+
+
+def test_keys_that_need_escapes_are_found_by_their_bytes(store: SqlStore) -> None:
+    """A key's bytes in a leaf are its JSON: quotes, backslashes, control characters and
+    non-ASCII text are looked up as they are stored, and a value equal to a key is no match."""
+    key = DocKey("paths", "escapes")
+    tricky = ['a"b', "c\\d", "tab\tnew\nline", "é ü 猫", "\u0001x", "k7"]
+    obj = {f"k{i}": f"value {i} " + "v" * 80 for i in range(6_000)}
+    obj |= {name: f"tricky {n}" for n, name in enumerate(tricky)}
+    obj["decoy"] = "k7 in a value, not a key"
+    store.commit([Write.between(key, {}, {"big": obj}, 0)])
+    for n, name in enumerate(tricky):
+        [trail] = store.read_paths({key: [("big", name)]})[key].trails
+        assert trail.value == (f"tricky {n}" if name != "k7" else obj["k7"]), name
+    [gone] = store.read_paths({key: [("big", "k7 in a value, not a key")]})[key].trails
+    assert gone.value is MISSING
 
 
 def test_children_lists_a_page_without_reading_grandchildren(store: SqlStore) -> None:

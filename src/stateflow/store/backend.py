@@ -46,6 +46,11 @@ class Backend(abc.ABC):
     """SQL naming the seq just inserted by this transaction, where it can be used before its
     value is known (pipelined writes); None: the value is read back and sent as a parameter."""
 
+    holds_sql: ClassVar[str | None] = None
+    """SQL true when the bytes ``body`` contain the bytes parameter (SQLite ``instr``, PostgreSQL
+    ``position``): a key's lookup in a large object then asks the database which leaves hold
+    it instead of reading them all (``tree.Scan``); None: every leaf is read and searched here."""
+
     keeps_bodies: ClassVar[bool] = False
     """Whether writes report whole bodies they leave behind to ``_remember`` (``Fresh.bodies``)."""
 

@@ -34,6 +34,24 @@ def fetch_bodies(tx: Tx, ids: Iterable[bytes]) -> dict[bytes, bytes]:
     return found
 
 
+def fetch_holding(tx: Tx, ids: Iterable[bytes], needle: bytes, holds_sql: str) -> dict[bytes, bytes | None]:
+    """Of these nodes, the bytes of the interior ones and of the leaves whose bytes contain
+    ``needle``; None for every other leaf (found, its bytes left in the database); a missing id
+    is absent (``tree.Scan``). ``holds_sql``: the backend's test that ``body`` contains the
+    parameter."""
+    wanted = list(dict.fromkeys(ids))
+    found: dict[bytes, bytes | None] = {}
+    for start in range(0, len(wanted), BATCH):
+        part = wanted[start : start + BATCH]
+        rows = tx.all(
+            f"SELECT id, CASE WHEN substr(body, 1, {len(tree.INTERIOR_HEAD)}) = ? OR {holds_sql} "
+            f"THEN body END FROM nodes WHERE id IN ({','.join('?' * len(part))})",
+            [tree.INTERIOR_HEAD, needle, *part],
+        )
+        found.update((bytes(i), None if b is None else bytes(b)) for i, b in rows)
+    return found
+
+
 NODE_CACHE_MAX: Final = 8192
 """Decoded nodes kept for path reads and tree updates (~2 KiB of JSON each)."""
 WRITTEN_MAX: Final = 256
@@ -78,6 +96,40 @@ class NodeCache:
             return out
 
         return get
+
+    def scanner(self, tx: Tx, what: str, holds_sql: str) -> tree.Scan:
+        """A key's scan of an object's nodes (``tree.Scan``) through this cache: nodes held here
+        are answered from it, the others asked about in ``tx`` (``fetch_holding``); the nodes
+        sent are checked, decoded and kept."""
+
+        def scan(ids: Sequence[bytes], needle: bytes) -> dict[bytes, dict[str, Any] | None]:
+            out: dict[bytes, dict[str, Any] | None] = {}
+            misses = []
+            with self._lock:
+                for ident in ids:
+                    node = self._nodes.get(ident)
+                    if node is None:
+                        misses.append(ident)
+                    else:
+                        self._nodes.move_to_end(ident)
+                        out[ident] = node
+            if misses:
+                found = fetch_holding(tx, misses, needle, holds_sql)
+                try:
+                    read = {i: tree.checked(i, body) for i, body in found.items() if body is not None}
+                except CorruptData as exc:
+                    raise type(exc)(f"stored {what} is corrupt: {exc}") from exc
+                out.update((i, read.get(i)) for i in found)
+                self._keep(read)
+            return out
+
+        return scan
+
+    def _keep(self, read: Mapping[bytes, dict[str, Any]]) -> None:
+        with self._lock:
+            self._nodes.update(read)
+            while len(self._nodes) > self.max_nodes:
+                self._nodes.popitem(last=False)
 
     def written(self, bodies: Mapping[bytes, bytes]) -> None:
         """Nodes a committed transaction wrote (their ids were computed from these bytes, so

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from stateflow.doc.canonical import JSON
 from stateflow.doc.diff import Edit, apply_edits
@@ -77,6 +77,7 @@ class PathSource(Protocol):
 
     _cache: RevisionCache[tuple[int, str], Any]
     _node_cache: NodeCache
+    holds_sql: ClassVar[str | None]
 
     def check_schema(self) -> None: ...
 
@@ -278,8 +279,10 @@ class PathReads:
         def fetch(ids: Sequence[bytes]) -> dict[bytes, bytes]:
             return fetch_bodies(tx, ids)
 
+        holds = self._store.holds_sql
+        scan = None if holds is None else self._store._node_cache.scanner(tx, what, holds)
         try:
-            steps, found = tree.probe(value.root, path, nodes, fetch, whole=whole and end is None)
+            steps, found = tree.probe(value.root, path, nodes, fetch, whole=whole and end is None, scan=scan)
             if end is None or found is MISSING:
                 return steps, found
             if not isinstance(found, TreeRef):

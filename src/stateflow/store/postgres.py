@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
 from functools import lru_cache, partial
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 import psycopg
 from psycopg import errors as pg_errors
@@ -153,6 +153,7 @@ class PostgresStore(SqlStore):
     # keeps such documents unchanged (a writer of them takes an exclusive lock).
     # (in key order, the order every exclusive locker takes: two writers cannot deadlock on them)
     share_clause = " ORDER BY d.state, d.subject FOR SHARE OF d"
+    holds_sql: ClassVar[str | None] = "position(? IN body) > 0"
 
     def __init__(
         self,

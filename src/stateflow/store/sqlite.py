@@ -22,7 +22,7 @@ from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Seq
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, TypeVar, cast
+from typing import Any, ClassVar, Final, TypeVar, cast
 from urllib.parse import quote
 
 from stateflow.doc.canonical import encode_trusted
@@ -283,6 +283,8 @@ class _CommitWatch:
 
 
 class SqliteStore(SqlStore):
+    holds_sql: ClassVar[str | None] = "instr(body, ?) > 0"
+
     def __init__(
         self,
         path: str | Path,

@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import hashlib
 import zlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any, Final
 
 import orjson
@@ -413,14 +414,31 @@ def shape(data: dict[str, Any]) -> tuple[str, int]:
     return "object", len(data["k"])
 
 
+Scan = Callable[[Sequence[bytes], bytes], Mapping[bytes, dict[str, Any] | None]]
+"""Of these node ids, every interior node and every leaf whose bytes may hold the needle,
+decoded and checked against its id, and None for each other leaf (there, but its bytes ruled
+out in the database and never sent); a missing id is absent. A leaf known already may be
+answered decoded whatever it holds."""
+
+INTERIOR_HEAD: Final = b'{"t":'
+"""How an interior node's bytes begin (a leaf's begin ``{"a":`` or ``{"k":``)."""
+
+
 def probe(
-    root: bytes, path: Sequence[str | int], nodes: Decoded, fetch: Fetch, *, whole: bool = True
+    root: bytes,
+    path: Sequence[str | int],
+    nodes: Decoded,
+    fetch: Fetch,
+    *,
+    whole: bool = True,
+    scan: Scan | None = None,
 ) -> tuple[list[Step], JSON]:
     """The steps of ``path`` in the value under ``root`` and the value at its end (or
     MISSING), reading only the nodes on the way (``nodes``) and, at the end, the subtree
     asked for (``fetch``; with ``whole=False`` a subtree at the end is answered as its
     :class:`TreeRef`, unread). An index descends by the interior counts, one node per level;
-    a key is looked up in the object's leaves, a batch at a time, never below them."""
+    a key is looked up in the object's leaves, a batch at a time, never below them — with
+    ``scan``, only the leaves whose bytes hold the key's JSON are sent and decoded."""
     steps: list[Step] = []
     ident = root
     data = nodes([root])[root]
@@ -430,7 +448,10 @@ def probe(
             steps.append(Step(kind, count if kind == "array" else 0))
             if (kind == "array") != (type(seg) is int):
                 return steps, MISSING
-            leaf, index = _leaf_of(ident, data, seg, nodes)
+            if scan is not None and kind == "object" and "c" in data:
+                leaf, index = _key_leaf(ident, data, str(seg), scan)
+            else:
+                leaf, index = _leaf_of(ident, data, seg, nodes)
         except (KeyError, TypeError, ValueError, IndexError) as exc:
             raise CorruptStore(f"node {ident.hex()} is corrupt: {exc!r}") from exc
         if leaf is None:
@@ -492,6 +513,52 @@ def _leaf_of(
                 elif seg in body["k"]:
                     return (child, body), body["k"].index(seg)
     return None, 0
+
+
+SCAN_MAX: Final = 4096
+"""The most nodes one step of a key's scan asks the database about (the first asks
+:data:`LEAF_BATCH`; each next one twice as many)."""
+
+
+def _key_leaf(
+    ident: bytes, data: dict[str, Any], key: str, scan: Scan
+) -> tuple[tuple[bytes, dict[str, Any]] | None, int]:
+    """The leaf holding ``key`` in the object whose (interior) root ``data`` is at ``ident``,
+    and its position there; ``(None, 0)`` when there is none.
+
+    Keys are kept in insertion order, so no node says where a key is; instead the database is
+    asked which leaves hold the key's JSON bytes, and only those (and the interior nodes) are
+    sent, checked against their ids and decoded — a value that merely contains the same bytes
+    is a candidate ruled out by its keys. Each level is asked about in tree order, in batches
+    that double, descending into a batch's interior nodes before asking about the next batch:
+    an early key is found in a statement per level. A leaf ruled out in the database is not
+    checked against its id here (``stateflow check`` walks every node); a missing node still
+    fails the read."""
+    needle = orjson.dumps(key)
+
+    def search(ids: Iterator[bytes]) -> tuple[tuple[bytes, dict[str, Any]] | None, int]:
+        size = LEAF_BATCH
+        while part := list(islice(ids, size)):
+            size = min(2 * size, SCAN_MAX)
+            found = scan(part, needle)
+            interiors: list[tuple[bytes, dict[str, Any]]] = []
+            for child in part:
+                if child not in found:
+                    raise CorruptStore(f"node {child.hex()} is missing")
+                node = found[child]
+                if node is None:
+                    continue
+                if "c" in node:
+                    interiors.append((child, node))
+                elif key in node["k"]:
+                    return (child, node), node["k"].index(key)
+            if interiors:  # their children, named only as far as the batches below reach
+                leaf, index = search(_ref(c, owner) for owner, node in interiors for _, c in node["c"])
+                if leaf is not None:
+                    return leaf, index
+        return None, 0
+
+    return search(_ref(c, ident) for _, c in data["c"])
 
 
 def listing(

@@ -213,8 +213,9 @@ def _located(old: Any, new: Any, where: Within) -> tuple[int, int, int, Any] | N
 
 
 def _position(obj: dict[str, Any], key: str) -> int:
-    """Where ``key`` stands in ``obj`` (a scan of the keys, in C)."""
-    return list(obj).index(key)
+    """Where ``key`` stands in ``obj``: a scan of the keys in C that stops at the key, without
+    copying them into a list first (an object of 500,000 keys made a 4 MB list per edit)."""
+    return operator.indexOf(obj, key)
 
 
 def _tail(container: Any, count: int) -> tuple[list[str] | None, list[Any]]:
