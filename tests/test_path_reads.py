@@ -345,6 +345,9 @@ def test_read_state_by_path_equals_the_whole_read_at_every_offset(open_migrated:
         "effective.lazy.big[5]",
         "effective.lazy.big[8999]",
         "effective.lazy.list[1]",
+        "effective.lazy.big[3:6][1]",
+        "session.lazy.big[8990:9000][9]",
+        "effective.lazy.list[0:2][1]",
         "effective.tactics",
         "effective.tactics.next",
         "session.lazy.big[17]",
@@ -372,12 +375,51 @@ def test_read_state_by_path_equals_the_whole_read_at_every_offset(open_migrated:
         "effective.lazy.big.x",
         "effective.lazy.shared[0]",
         "lazy.list[0].a",
+        "effective.lazy.big[0:2].x",
+        "effective.lazy.big[0:2][2]",
+        "effective.lazy.big[8999:9001][0]",
+        "effective.lazy.shared[0:1][0]",
     ):
         with pytest.raises(Exception) as by_path:
             view.read_state({"path": text})
         with pytest.raises(Exception) as whole:
             view.as_of(0, text)
         assert (type(by_path.value), str(by_path.value)) == (type(whole.value), str(whole.value))
+
+
+def test_a_range_inside_a_path_reads_only_its_leaves(open_migrated: StoreFactory, tmp_path: Any) -> None:
+    """``lazy.big[a:b][i]`` reads the leaves holding the range, now and as of a transition:
+    with every other node of the plane gone it still answers (a whole read fails)."""
+    store = open_migrated()
+    view = MemoryView(store, Identity.of("ranges", str(tmp_path), "s"))
+    big = [{"n": i, "s": f"{i:06d} " + "x" * 80} for i in range(12_000)]
+    view.patch_state({"session": {"lazy": {"big": big}}})
+    view.patch_state({"session": {"tactics": {"next": "later"}}})
+    with store._read_tx() as tx:
+        (root,) = tx.one("SELECT root FROM members WHERE name = 'lazy'") or (None,)
+        touched: list[bytes] = []
+
+        def fetch(ids: Any) -> dict[bytes, bytes]:
+            touched.extend(ids)
+            return fetch_bodies(tx, ids)
+
+        ref = probe_ref(bytes(root), ["big"], fetch)
+        slice_of(ref, SliceEnd(9_000, 9_003), decoding(fetch), fetch)
+        total = int(tx.one("SELECT count(*) FROM nodes")[0])  # type: ignore[index]
+    assert total > 100 and len(set(touched)) <= 8
+    store.close()
+    keep = sorted(set(touched))
+    with open_migrated()._write_tx() as tx:
+        tx.run(f"DELETE FROM nodes WHERE id NOT IN ({','.join('?' * len(keep))})", keep)
+    fresh = MemoryView(open_migrated(), Identity.of("ranges", str(tmp_path), "s"))
+    assert fresh.read_state({"path": "session.lazy.big[9000:9003][1]"}) == {"value": big[9_001]}
+    assert fresh.read_state({"path": "effective[1].lazy.big[9000:9003][2].n"}) == {"value": 9_002}
+    assert fresh.read_state({"path": "lazy.big[9000:9003][0]", "projection": "keys"})["keys"] == {
+        "n": "number",
+        "s": "string",
+    }
+    with pytest.raises(CorruptData):
+        fresh.read_state({"path": "session.lazy.big[10:12][0]"})
 
 
 def test_the_cli_reads_a_path_as_of_and_fails_closed_on_a_missing_node_on_it(

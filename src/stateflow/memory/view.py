@@ -260,16 +260,18 @@ class MemoryView:
 
     def _path_readable(self, path: ReadPath, projection: str = "value") -> bool:
         """Whether ``path`` can be answered from the trails of its plane (a documented plane
-        first, then keys and indices, and at most a range at the end; ``response`` reads ""
-        as absent: read whole). A patch of the effective state by path takes keys only."""
+        first, then keys and indices up to at most one range — what follows a range selects in
+        the range's elements; ``response`` reads "" as absent: read whole). A patch takes no
+        range; a patch of the effective state by path takes keys only."""
         sel = path.selectors
+        ranges = [i for i, s in enumerate(sel) if isinstance(s, Range)]
         return (
             bool(sel)
             and isinstance(sel[0], Key)
             and sel[0].name in self.planes.names
             and sel[0].name != "response"
-            and all(isinstance(s, Key | Index) for s in sel[:-1])
-            and isinstance(sel[-1], Key | Index | Range)
+            and len(ranges) <= 1
+            and (projection != "patch" or not ranges)
             and (projection != "patch" or path.root != "effective" or all(isinstance(s, Key) for s in sel))
         )
 
@@ -305,12 +307,14 @@ class MemoryView:
     ) -> Any:
         """A value or keys read of a plane path, from each scope's trail along it — at the
         revisions of the view's one read (``current``), or as the offset's transition left them
-        (from the timeline) — reading only the nodes on the path of a large plane. A range at
-        the end reads only its elements; ``keys`` only the keys and kinds (an array: its
-        length)."""
-        last = path.selectors[-1]
-        window = last if isinstance(last, Range) else None
-        selectors = path.selectors[:-1] if window else path.selectors
+        (from the timeline) — reading only the nodes on the path of a large plane. A range
+        reads only its elements (what follows it selects in them, as a whole read would);
+        ``keys`` only the keys and kinds (an array: its length)."""
+        cut = next((i for i, s in enumerate(path.selectors) if isinstance(s, Range)), None)
+        window = path.selectors[cut] if cut is not None else None
+        assert window is None or isinstance(window, Range)
+        selectors = path.selectors[:cut]
+        rest = path.selectors[cut + 1 :] if cut is not None else []
         target = tuple(
             s.name if isinstance(s, Key) else s.index for s in selectors if not isinstance(s, Range)
         )
@@ -334,7 +338,7 @@ class MemoryView:
                 raise SelectionError(
                     f"range [{window.start}:{window.end}] is outside {path.text} with length {value.length}"
                 )
-            value = value.items
+            value = select(value.items, rest, path.text)
         elif projection == "keys":
             assert isinstance(value, KeysForm)
             return value.projection()
