@@ -20,7 +20,8 @@ Waiting in a helper thread costs a second wake-up at every hand-off (the kernel 
 helper, the helper wakes the writer), and on a busy machine each wake-up may wait for a CPU. So
 a waiting writer sleeps in ``select`` on a datagram socket of its own, named in the abstract
 namespace after the file and its ticket; a writer letting go of its turn unlocks its byte and
-then sends one empty datagram to the next ticket's name: one wake-up, of the writer itself.
+then, if a later ticket was drawn, sends one empty datagram to the next ticket's name: one
+wake-up, of the writer itself.
 The lock stays the truth — a waiter checks it after binding its name and after every wake, and
 looks again every 50 ms, so a wake-up lost (a writer that died, another network namespace)
 costs time, never order; a process whose wake-ups keep not arriving waits in the helper thread
