@@ -21,9 +21,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from benchmarks.bench_http import CLI, TOKEN, Runner, Side, declare, free_port, load, server
+from benchmarks.bench_http import CLI, TOKEN, Side, declare, free_port, load, measure, server
 from benchmarks.bench_langgraph_adapters import postgres_schemas
-from benchmarks.rounds import Pair, alternate, report
 
 PREFIX = "/api/states/bench/records/agent/bench/thread/"
 
@@ -61,19 +60,7 @@ def main() -> None:
                 declare(side.port)
                 load(pool, side, "PUT", 8, 200)
             print(f"{'case':<58} {'on the loop':>15}    {'on threads':>15}")
-            for clients in (1, 8):
-                for method in ("PUT", "GET"):
-                    measured: dict[str, list[tuple[float, float, float]]] = {"ours": [], "base": []}
-                    run = Runner(pool, measured, method, clients, args.requests)
-                    rate = alternate(
-                        run.side("ours", ours), run.side("base", theirs), args.rounds, higher_better=True
-                    )
-                    what = "write" if method == "PUT" else "read"
-                    report(f"{what} throughput, {clients} client(s) (req/s)", rate, "/s")
-                    p50 = Pair([m[1] for m in measured["ours"]], [m[1] for m in measured["base"]])
-                    report(f"{what} p50 latency, {clients} client(s)", p50, "ms")
-                    cpu = Pair([m[2] for m in measured["ours"]], [m[2] for m in measured["base"]])
-                    report(f"{what}: server CPU per request, {clients} client(s)", cpu, "ms")
+            measure(pool, ours, theirs, args.rounds, args.requests, targets=False)
 
 
 if __name__ == "__main__":
