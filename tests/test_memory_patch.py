@@ -10,6 +10,7 @@ from stateflow.errors import InvalidInput, InvalidPath, PatchError
 from stateflow.memory import MemoryView
 from stateflow.store import SqlStore
 
+from .conftest import StoreFactory
 from .memory_helpers import transitions, view
 from .threads import run_threads
 
@@ -290,6 +291,35 @@ def test_memory_scopes_are_records_of_the_memory_state(store: SqlStore) -> None:
     assert change.key.state == "memory"
     assert Subject.decode(change.key.subject) == Subject("agent", "agent-a", "cwd", "/tmp")
     assert t.origin["door"] == "tool"
+
+
+def test_concurrent_patches_of_one_scope_from_separate_stores_all_land(open_migrated: StoreFactory) -> None:
+    # each writer has its own store object, as separate processes do: no shared cache, no
+    # shared group commit; their optimistic reads lose to each other and must retry or queue
+    # for the row lock, never drop a patch or apply one to a state it was not merged into
+    writers, calls = 6, 8
+    stores = [open_migrated() for _ in range(writers)]
+    try:
+
+        def worker(n: int) -> None:
+            m = view(stores[n])
+            for i in range(calls):
+                receipt = m.patch_state({"session": {"tactics": {f"w{n}": i, f"w{n}_{i}": True}}})
+                assert receipt.changed_scopes == ["session"] and receipt.seq is not None
+
+        assert run_threads(worker, writers) == []
+        m = view(stores[0])
+        tactics = state(m, "session.tactics")
+        assert {k: v for k, v in tactics.items() if "_" not in k} == {
+            f"w{n}": calls - 1 for n in range(writers)
+        }
+        assert {k for k in tactics if "_" in k} == {f"w{n}_{i}" for n in range(writers) for i in range(calls)}
+        assert transitions(stores[0]) == writers * calls
+        # every patch was merged into the state the one before it left: one revision each
+        assert stores[0].read([m.keys["session"]])[m.keys["session"]].revision == writers * calls
+    finally:
+        for s in stores:
+            s.close()
 
 
 def test_concurrent_patches_of_one_scope_lose_nothing(store: SqlStore) -> None:

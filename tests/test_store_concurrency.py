@@ -52,6 +52,25 @@ def test_threads_with_locked_read_modify_write_lose_no_update(open_migrated: Sto
     _assert_consistent(store, threads * per_thread)
 
 
+def test_optimistic_updates_from_separate_stores_lose_no_update(open_migrated: StoreFactory) -> None:
+    # separate store objects (separate caches, as separate processes): each optimistic attempt
+    # computes on what it read, and a commit against a document that moved meanwhile must be
+    # refused and computed again, under the row lock if need be
+    threads, per_thread = 4, 15
+    stores = [open_migrated() for _ in range(threads)]
+    try:
+
+        def work(worker: int) -> None:
+            for _ in range(per_thread):
+                stores[worker].update([A, B], bump, optimistic=True)
+
+        assert run_threads(work, threads) == []
+        _assert_consistent(stores[0], threads * per_thread)
+    finally:
+        for s in stores:
+            s.close()
+
+
 def test_threads_with_compare_and_set_retries_lose_no_update(open_migrated: StoreFactory) -> None:
     store = open_migrated()
     threads, per_thread = 4, 15

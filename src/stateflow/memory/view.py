@@ -669,6 +669,7 @@ class MemoryView:
             {"door": "tool", "tool": "patch_state", **(origin or {})},
             members=sorted(members),
             outlines=outlines,
+            optimistic=True,  # compute keeps nothing between calls but ``staged``, set whole each time
         )
         changed: list[str] = [
             s

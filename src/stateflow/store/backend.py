@@ -54,6 +54,12 @@ class Backend(abc.ABC):
     keeps_bodies: ClassVar[bool] = False
     """Whether writes report whole bodies they leave behind to ``_remember`` (``Fresh.bodies``)."""
 
+    reads_before_locking: ClassVar[bool] = False
+    """Whether an optimistic read-modify-write whose documents are not cached as they are reads
+    them with no lock held and commits checking that none moved, retrying a few times, before
+    it takes the row locks (where a write holds them across several round trips, as on
+    PostgreSQL; SQLite's single writer lock is held by one short transaction anyway)."""
+
     # ------------------------------------------------------------------ required
 
     @abc.abstractmethod

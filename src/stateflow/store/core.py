@@ -49,6 +49,9 @@ class StoreCore(Backend):
         self._heads = HeadCache()
         self._rows_known: dict[DocKey, DocRow] = {}
         """document rows as last read or written here (see ``update(optimistic=True)``)"""
+        self._contended: dict[DocKey, float] = {}
+        """documents an optimistic read lost to another writer, until when (monotonic) their
+        writes take the row locks first (see ``update(optimistic=True)``)"""
         self._assembled: RevisionCache[int, tuple[dict[str, Any], dict[str, tuple[Any, int, int]]]] = (
             RevisionCache(ASSEMBLED_BYTES)
         )

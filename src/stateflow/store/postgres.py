@@ -350,6 +350,7 @@ class PostgresStore(SqlStore):
 
     current_seq_sql = "currval(pg_get_serial_sequence('transitions', 'seq'))"
     keeps_bodies = True
+    reads_before_locking = True
 
     def _insert_transition(self, tx: Tx, at: str, origin: dict[str, Any]) -> Callable[[], int]:
         # The advisory lock (held to commit) makes seq values visible in commit order; taking it

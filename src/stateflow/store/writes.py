@@ -9,6 +9,7 @@ emitted by the backend (``Backend._emit``).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -38,7 +39,16 @@ from stateflow.store.plan import (
     row_after,
     validate_writes,
 )
-from stateflow.store.rows import NO_ROW, DocRow, Wanted, outline_of, rows_by_key, to_row
+from stateflow.store.rows import (
+    NO_ROW,
+    DocRow,
+    MemberHead,
+    Wanted,
+    decode_stored,
+    outline_of,
+    rows_by_key,
+    to_row,
+)
 from stateflow.store.tree import Builder
 from stateflow.store.tx import OFFLINE, Tx
 
@@ -125,11 +135,32 @@ class Writes(StoreCore):
             if done is not None:
                 self._remember(fresh)
                 return done
+        if optimistic and computed is None and self.reads_before_locking and not self._is_contended(locked):
+            fresh = Fresh()
+            try:
+                attempt = self._read_then_commit(
+                    locked, shared_keys, names, outline_names, compute, origin, all_claims, fresh
+                )
+            except _Computed as ready:
+                attempt, computed = None, ready
+            if isinstance(attempt, _Moved):
+                # another writer got there first: while they keep writing, wait for the row
+                # locks in turn instead of computing again and again on what has moved
+                until = time.monotonic() + CONTENDED_SECONDS
+                self._contended.update(dict.fromkeys(locked, until))
+            elif attempt is not None:
+                self._remember(fresh)
+                return attempt
         fresh = Fresh()
         try:
             with self._write_tx() as tx:
                 docs: dict[DocKey, Document] = {}
-                rows, locked_rows = self._claim(tx, shared_keys, locked, all_claims)
+                heads = self._heads_query(locked, names) if self.reads_before_locking else None
+                rows, locked_rows, answers = self._claim_then(
+                    tx, shared_keys, locked, all_claims, None if heads is None else heads[0]
+                )
+                if heads is not None:
+                    self._took_heads(locked_rows, heads[1], answers[0])
                 loaded = {key: Loaded(row) for key, row in locked_rows.items()}
                 fresh.rows.update({key: rows.get(key, NO_ROW) for key in shared_keys})
                 fresh.rows.update(locked_rows)
@@ -197,16 +228,81 @@ class Writes(StoreCore):
         read the shared rows, then lock (creating if needed) the others — in this order, the
         order fold and re-declare use too. All statements go out together where the database
         pipelines."""
+        rows, locked_rows, _ = self._claim_then(tx, shared, locked, claims, None)
+        return rows, locked_rows
+
+    def _claim_then(
+        self,
+        tx: Tx,
+        shared: Sequence[DocKey],
+        locked: Sequence[DocKey],
+        claims: Sequence[tuple[str, str]],
+        then: tuple[str, Sequence[Any]] | None,
+    ) -> tuple[dict[DocKey, DocRow], dict[DocKey, DocRow], list[list[tuple[Any, ...]]]]:
+        """:meth:`_claim`, with ``then`` — a query that needs the locks — in the same round trip."""
         statements: list[tuple[str, Sequence[Any]]] = [self._lock_query(key) for key in locked]
         if shared:
             statements.insert(0, self._rows_query(shared, self.share_clause))
         if claims:
             statements.insert(0, claims_query(claims))
+        if then is not None:
+            statements.append(then)
         answers = tx.all_of(statements)
         if claims and (taken := answers.pop(0)):
             raise OpIdTaken({(r[0], r[1]) for r in taken})
         rows = rows_by_key(answers.pop(0)) if shared else {}
-        return rows, {key: to_row(answer[0]) for key, answer in zip(locked, answers, strict=True)}
+        locked_rows = {key: to_row(answer[0]) for key, answer in zip(locked, answers, strict=False)}
+        return rows, locked_rows, answers[len(locked) :]
+
+    def _heads_query(
+        self, keys: Sequence[DocKey], names: list[str] | None
+    ) -> tuple[tuple[str, list[Any]], set[int]] | None:
+        """The member heads of documents whose ids are known here, with the bodies of the
+        members named (all for None), and the ids asked for: sent with the row locks, it answers
+        what the locked read asks next, so the locks are held one round trip less (two where
+        the bodies were not cached). None when an id is not known here."""
+        ids = []
+        for key in keys:
+            row = self._rows_known.get(key)
+            if row is None or not row.doc_id:
+                return None
+            ids.append(row.doc_id)
+        if not ids:
+            return None
+        wanted = "TRUE" if names is None else f"name IN ({','.join('?' * len(names))})"
+        sql = (
+            f"SELECT doc_id, name, position, revision, size, outline, CASE WHEN {wanted} AND root IS NULL "
+            f"THEN body END FROM members WHERE doc_id IN ({','.join('?' * len(ids))}) "
+            "ORDER BY doc_id, position"
+        )
+        return (sql, [*(names or ()), *ids]), set(ids)
+
+    def _took_heads(
+        self, locked: Mapping[DocKey, DocRow], asked: set[int], answer: list[tuple[Any, ...]]
+    ) -> None:
+        """Cache what :meth:`_heads_query` read under the locks: the heads at each document's
+        locked revision and the member values not cached yet (``_fetch_many`` then finds them)."""
+        revision_of = {r.doc_id: r.revision for r in locked.values() if r.present and r.doc_id in asked}
+        by_doc: dict[int, list[MemberHead]] = {doc_id: [] for doc_id in revision_of}
+        for doc_id, name, position, revision, size, outline, body in answer:
+            doc_id = int(doc_id)
+            if doc_id not in by_doc:
+                continue  # a document absent at its locked revision keeps no heads
+            by_doc[doc_id].append(
+                (
+                    doc_id,
+                    name,
+                    int(position),
+                    int(revision),
+                    int(size),
+                    None if outline is None else bytes(outline),
+                )
+            )
+            if body is not None and not self._cache.lookup((doc_id, name), int(revision))[0]:
+                value = decode_stored(body, f"document {doc_id} member {name!r}")
+                self._cache.put((doc_id, name), int(revision), value, len(body))
+        for doc_id, heads in by_doc.items():
+            self._heads.put(doc_id, revision_of[doc_id], heads)
 
     def _remember(self, fresh: Fresh) -> None:
         """Cache members written by a transaction that has committed (never before)."""
@@ -347,6 +443,100 @@ class Writes(StoreCore):
         )
         if committed is None:
             return None
+        seq, at = committed
+        fresh.bodies = {d: (r, body, at, size) for d, (r, body, _, size) in fresh.bodies.items()}
+        revisions = {w.key: loaded[w.key].row.revision for w in writes}
+        return _committed(staged, plans, revisions, seq, at, fresh), result
+
+    def _is_contended(self, keys: Sequence[DocKey]) -> bool:
+        """Whether an optimistic read of one of ``keys`` lost to another writer a moment ago."""
+        contended = self._contended
+        if not contended:
+            return False
+        now = time.monotonic()
+        if len(contended) > KNOWN_ROWS_MAX:
+            for key, until in list(contended.items()):
+                if until < now:
+                    contended.pop(key, None)
+        return any(contended.get(key, 0.0) > now for key in keys)
+
+    def _read_then_commit(
+        self,
+        locked: Sequence[DocKey],
+        shared: Sequence[DocKey],
+        names: list[str] | None,
+        outline_names: list[str],
+        compute: Callable[[dict[DocKey, Document]], tuple[Sequence[Write], R]],
+        origin: dict[str, Any] | None,
+        claims: Sequence[tuple[str, str]],
+        fresh: Fresh,
+    ) -> tuple[Commit, R] | _Moved | None:
+        """Read the documents in one snapshot with no lock held, compute and stage the writes
+        there, then commit checking that none of them moved (on PostgreSQL one statement, which
+        joins group commit): other writers of the same documents wait only for that statement,
+        never for this call's reads and merge. ``MOVED`` when a document moved meanwhile
+        (nothing was written); None when the locked path has to decide (a document
+        has no row yet, an op id is taken, ``compute`` refused, nothing to write)."""
+        keys = sorted({*shared, *locked})
+        with self._read_tx() as tx:
+            statements = [self._rows_query(keys)]
+            if claims:
+                statements.append(claims_query(claims))
+            answers = tx.all_of(statements)
+            if claims and answers[1]:
+                return None  # the locked path refuses it, or answers the replay
+            rows = rows_by_key(answers[0])
+            if any(key not in rows for key in keys):
+                return None  # a new document: the locked path creates its row
+            wanted: list[Wanted] = [
+                (k, rows[k].doc_id, rows[k].revision, None if k in shared else names)
+                for k in keys
+                if rows[k].present
+            ]
+            fetched = self._fetch_many(tx, wanted, outline_names)
+            docs: dict[DocKey, Document] = {}
+            loaded: dict[DocKey, Loaded] = {}
+            for key in keys:
+                row = rows[key]
+                body = None
+                shapes: dict[str, Any] = {}
+                entry = Loaded(row, complete=names is None or not row.present)
+                if row.present:
+                    members_of, shapes = fetched[row.doc_id]
+                    entry.members = {n: (v, p, size) for n, p, v, size in members_of}
+                    body = {n: v for n, _, v, _ in members_of}
+                docs[key] = Document(key, row.revision, body, row.updated_seq, shapes)
+                if key not in shared:
+                    loaded[key] = entry
+            try:
+                writes, result = compute(docs)
+                validate_writes(writes, origin)
+            except Exception:  # the locked path computes again and raises what it raises
+                return None
+            plan = []
+            for write in sorted(writes, key=lambda w: w.key):
+                held = loaded.get(write.key)
+                if held is None or (write.expect is not None and write.expect != held.row.revision):
+                    return None  # a shared or unread document, or a compare-and-set that fails
+                if write.edits:
+                    plan.append((write, held))
+            if not plan:
+                return None  # nothing to write: the locked path records any op id as before
+            try:
+                # members the write names but the read did not hold are read in this snapshot
+                staged = [(w, e, self._stage(tx, w, e)) for w, e in plan]
+            except StateflowError:
+                return None
+        plans = [self._plan_doc(w, e, stage, fresh) for w, e, stage in staged]
+        committed = self._commit_planned(
+            [(key, rows[key]) for key in locked],
+            [(key, rows[key]) for key in shared],
+            list(dict.fromkeys(claims)),
+            origin or {},
+            plans,
+        )
+        if committed is None:
+            return MOVED
         seq, at = committed
         fresh.bodies = {d: (r, body, at, size) for d, (r, body, _, size) in fresh.bodies.items()}
         revisions = {w.key: loaded[w.key].row.revision for w in writes}
@@ -712,6 +902,18 @@ def _made(write: Write, name: str, value: Any) -> Any:
     if before.get(name, MISSING) is not value or after is None:
         return MISSING
     return after.get(name, MISSING)
+
+
+class _Moved:
+    """A document moved between an optimistic read and its commit (nothing was written)."""
+
+
+MOVED = _Moved()
+
+CONTENDED_SECONDS = 0.5
+"""How long writes of a document whose optimistic read lost go straight to its row lock: with
+several writers on one document most optimistic attempts lose, each a read and a merge spent
+for nothing, while a waiter for the row lock spends nothing until its turn."""
 
 
 class _NeedsLock(StateflowError):
