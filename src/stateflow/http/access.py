@@ -12,8 +12,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import time
-import uuid
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
@@ -35,7 +35,7 @@ def fingerprint(authorization: bytes | None) -> str:
 def _request_id(given: bytes | None) -> str:
     if given and len(given) <= 128 and given.isascii() and given.decode().isprintable() and b" " not in given:
         return given.decode()
-    return uuid.uuid4().hex[:16]
+    return os.urandom(8).hex()  # 16 hex digits, as a uuid4's first 16 (without building one)
 
 
 class AccessLog:

@@ -9,6 +9,7 @@ Record routes take the subject as four raw path segments, so a key holding ``%2F
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, Final
 from urllib.parse import unquote_to_bytes
@@ -132,6 +133,8 @@ async def _object_body(request: Request) -> dict[str, Any]:
 
 def only(request: Request, *names: str) -> None:
     """Refuse query parameters the route does not take (never silently ignore one)."""
+    if not request.scope["query_string"]:
+        return
     unknown = sorted(set(request.query_params) - set(names))
     if unknown:
         takes = f"it takes {', '.join(names)}" if names else "it takes none"
@@ -151,10 +154,13 @@ def origin_from(request: Request) -> WriteOrigin:
     """The consumer half of a write's origin from ``X-Stateflow-Consumer``, ``X-Stateflow-Run-Id``
     and ``X-Stateflow-Meta`` (a JSON object); door and actor are stamped from the token."""
     raw: dict[str, Any] = {}
-    for header, key in ORIGIN_HEADERS.items():
-        value = request.headers.get(header)
-        if value is None:
+    for name, given in request.scope["headers"]:  # one pass; most requests carry none of them
+        if not name.startswith(b"x-stateflow-"):
             continue
+        key = ORIGIN_HEADERS.get(name.decode("latin-1"))
+        if key is None or key in raw:  # the first of repeated headers, as Headers.get gives it
+            continue
+        value = given.decode("latin-1")
         if key == "meta":
             try:
                 raw[key] = decode(value)
@@ -200,10 +206,17 @@ class Authenticate:
     response through a memory channel: a cost paid on every call for a header check.)
     """
 
-    def __init__(self, app: ASGIApp, tokens: TokenSet, admit: Callable[[Scope, Token], None]) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        tokens: TokenSet,
+        admit: Callable[[Scope, Token], None],
+        shortcut: Callable[[Scope], ASGIApp | None] = lambda scope: None,
+    ) -> None:
         self.app = app
         self.tokens = tokens
         self.admit = admit  # the route-level checks (read-only by route, query parameters)
+        self.shortcut = shortcut  # the app a hot route's request goes to straight
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path: str = scope["path"] if scope["type"] == "http" else ""
@@ -218,8 +231,10 @@ class Authenticate:
             await _error(exc)(scope, receive, send)
             return
         scope.setdefault("state", {})["token"] = token
-        await self.app(scope, receive, send)
+        await (self.shortcut(scope) or self.app)(scope, receive, send)
 
+
+RECORD_METHODS: Final = frozenset(("GET", "PUT", "PATCH", "DELETE", "POST"))
 
 OPEN_PATHS: Final = frozenset(("/api/health", "/api/ready", "/openapi.json", "/docs", "/studio"))
 """Answered without a token: probes for load balancers and orchestrators, the API's description."""
@@ -255,18 +270,20 @@ def create_app(service: StatesService, tokens: TokenSet, http: HttpConfig | None
         return _error(exc)
 
     def admit(scope: Scope, token: Token) -> None:
+        if not token.read_only and not scope["query_string"]:
+            return  # nothing to check: spare the request object and a pass over the routes
         request = Request(scope)
         # MCP carries reads and writes alike in POSTs: /mcp refuses writes per tool instead
         if token.read_only and not reading(request) and request.url.path != MCP_PATH:
             raise Forbidden("this token is read-only")
-        if not scope["query_string"]:  # nothing to check: spare a pass over the routes
+        if not scope["query_string"]:
             return
         route = route_of(request)
         name = getattr(route, "name", None)
         if route is not None and name != "record":  # record routes check their own
             only(request, *ROUTE_QUERY.get(str(name), ()))
 
-    app.add_middleware(Authenticate, tokens=tokens, admit=admit)
+    app.add_middleware(Authenticate, tokens=tokens, admit=admit, shortcut=lambda scope: shortcut(scope))
 
     def route_of(request: Request) -> BaseRoute | None:
         for route in app.router.routes:
@@ -284,7 +301,7 @@ def create_app(service: StatesService, tokens: TokenSet, http: HttpConfig | None
         return token
 
     def context_of(request: Request) -> DoorContext:
-        return DoorContext(door="api", actor=token_of(request).principal)
+        return _api_context(token_of(request).principal)
 
     def unrestricted(request: Request) -> None:
         if token_of(request).targets is not None:
@@ -606,14 +623,37 @@ def create_app(service: StatesService, tokens: TokenSet, http: HttpConfig | None
 
     # A plain route, not FastAPI's: its parameters are parsed above, so dependency solving
     # would be pure per-request cost (the API description is written by hand, in openapi.py).
-    app.router.routes.append(
-        Route(
-            "/api/states/{name}/records/{rest:path}",
-            record_endpoint,
-            methods=["GET", "PUT", "PATCH", "DELETE", "POST"],
-            name="record",
-        )
+    record_route = Route(
+        "/api/states/{name}/records/{rest:path}",
+        record_endpoint,
+        methods=["GET", "PUT", "PATCH", "DELETE", "POST"],
+        name="record",
     )
+    app.router.routes.append(record_route)
+    search_route = next(r for r in app.router.routes if getattr(r, "name", None) == "search_records")
+
+    async def record_direct(scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request(scope, receive)
+        try:
+            response = await record_endpoint(request)
+        except StateflowError as exc:
+            response = _error(exc)
+        await response(scope, receive, send)
+
+    def shortcut(scope: Scope) -> ASGIApp | None:
+        """The record routes' requests — nearly all an agent's or service's traffic — go to
+        the record endpoint straight from the token check: the router would try every other
+        route first, and the exception middleware and route wrappers between add nothing the
+        endpoint does not do itself (it answers a refusal as the handler would; an unexpected
+        error still reaches the server-error handler). Anything else (the search route, a
+        method the record routes do not take) goes the usual way."""
+        if scope["method"] not in RECORD_METHODS or not scope["path"].startswith("/api/states/"):
+            return None
+        match, child = record_route.matches(scope)
+        if match != Match.FULL or search_route.matches(scope)[0] != Match.NONE:
+            return None
+        scope.update(child)
+        return record_direct
 
     mount_studio(app, service, tokens)
     from stateflow.mcp.http import mount as mount_mcp
@@ -665,6 +705,13 @@ def _allowed(suffix: list[str]) -> list[str]:
     if len(suffix) == 2 and suffix[0] == "template-jq":
         return ["GET", "POST"]
     return []
+
+
+@functools.lru_cache(maxsize=1024)
+def _api_context(principal: str) -> DoorContext:
+    """The context of a request through the API: one per token principal (the model is frozen,
+    so shared; validating it on every request was a measurable part of a write's cost)."""
+    return DoorContext(door="api", actor=principal)
 
 
 def _subject(parts: list[str]) -> StateSubject:
