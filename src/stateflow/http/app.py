@@ -17,6 +17,7 @@ from urllib.parse import unquote_to_bytes
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
+from starlette.requests import ClientDisconnect
 from starlette.routing import BaseRoute, Match, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -113,7 +114,7 @@ def _error(exc: StateflowError) -> Response:
 
 
 async def _body(request: Request, *, required: bool = True) -> Any:
-    raw = await request.body()
+    raw = await _read_body(request)
     if not raw:
         if required:
             raise BadRequest("the request body must be JSON")
@@ -122,6 +123,22 @@ async def _body(request: Request, *, required: bool = True) -> Any:
         return decode(raw)
     except InvalidJSON as exc:
         raise BadRequest(f"the request body is not valid JSON: {exc.message}") from exc
+
+
+async def _read_body(request: Request) -> bytes:
+    """The request's body, read from the server's messages directly: ``Request.body`` streams
+    it through an async generator, a cost on every write for a body that is one message."""
+    chunks = []
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    request._body = body  # what Request.body answers from now on, as if it had read it
+    return body
 
 
 async def _object_body(request: Request) -> dict[str, Any]:

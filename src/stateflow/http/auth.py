@@ -10,6 +10,7 @@ directory (``stateflow token show|create|revoke`` manage that file).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import os
@@ -37,7 +38,7 @@ class Token:
     targets: frozenset[tuple[str, str]] | None = None
     """None: every tenant; else only these ``(target_kind, target_name)`` pairs."""
 
-    @property
+    @functools.cached_property  # (asked on every request: hashed once per token)
     def principal(self) -> str:
         """Who wrote, as the audit trail shows it: a fingerprint, never the secret."""
         return "token:" + hashlib.sha256(self.secret.encode()).hexdigest()[:12]
