@@ -8,7 +8,8 @@ schema validation, revision, history, audit; the baseline: one upsert), then ``G
 With 1 and with 8 clients, in alternating rounds; per round the throughput of all clients
 together, the median write latency, and the CPU time the server process spent per request
 (read from /proc: on a machine shared with other work, the wall-clock figures measure the
-scheduler as much as the server; CPU per request is what the server itself costs).
+scheduler as much as the server; CPU per request is what the server itself costs), split into
+the event loop's thread — the HTTP layer — and the worker threads — the call behind it.
 
     python3 -m benchmarks.bench_http [--rounds 5] [--requests 400]
 """
@@ -60,9 +61,10 @@ def free_port() -> int:
         return port
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time a process has used so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+def cpu_seconds(pid: int, thread: int | None = None) -> float:
+    """User + system CPU time a process (or one of its threads) has used so far."""
+    stat = Path(f"/proc/{pid}/stat" if thread is None else f"/proc/{pid}/task/{thread}/stat")
+    fields = stat.read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
@@ -121,22 +123,26 @@ def client_run(args: tuple[int, str, str, int, int]) -> tuple[float, float, list
 
 def load(
     pool: multiprocessing.pool.Pool, side: Side, method: str, clients: int, requests: int
-) -> tuple[float, float, float]:
-    """All clients at once: (requests per second, median latency in ms, server CPU ms per request)."""
+) -> tuple[float, float, float, float]:
+    """All clients at once: (requests per second, median latency in ms, server CPU ms per
+    request, of which on the event loop's thread). The loop's thread (the process's main thread,
+    under uvicorn) runs the HTTP layer — parsing, middleware, routing, the handler, encoding
+    and sending the answer; the worker threads run the call behind it (the service and the
+    store, or the baseline's upsert)."""
     per_client = max(1, requests // clients)
     jobs = [(side.port, side.prefix, method, c, per_client) for c in range(clients)]
-    cpu = cpu_seconds(side.pid)
+    cpu, loop = cpu_seconds(side.pid), cpu_seconds(side.pid, side.pid)
     results = pool.map(client_run, jobs)
-    cpu = cpu_seconds(side.pid) - cpu
+    cpu, loop = cpu_seconds(side.pid) - cpu, cpu_seconds(side.pid, side.pid) - loop
     start = min(r[0] for r in results)
     end = max(r[1] for r in results)
     latencies = [x for r in results for x in r[2]]
     total = per_client * clients
-    return total / (end - start), statistics.median(latencies) * 1000, cpu / total * 1000
+    return total / (end - start), statistics.median(latencies) * 1000, cpu / total * 1000, loop / total * 1000
 
 
-Measured = list[tuple[float, float, float]]
-"""Per round: (requests per second, median latency in ms, server CPU ms per request)."""
+Measured = list[tuple[float, float, float, float]]
+"""Per round: what :func:`load` measures."""
 
 
 def rounds_of(
@@ -181,6 +187,10 @@ def measure(
             report(f"{what} p50 latency, {clients} client(s)", p50, "ms", p50_target)
             cpu = Pair([m[2] for m in mine], [m[2] for m in theirs])
             report(f"{what}: server CPU per request, {clients} client(s)", cpu, "ms")
+            loop = Pair([m[3] for m in mine], [m[3] for m in theirs])
+            report(f"{what}:   of which the HTTP layer (event loop)", loop, "ms")
+            behind = Pair([m[2] - m[3] for m in mine], [m[2] - m[3] for m in theirs])
+            report(f"{what}:   of which the call behind it (worker threads)", behind, "ms")
 
 
 def declare(port: int) -> None:

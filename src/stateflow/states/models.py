@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any, Final, Literal
 
@@ -57,7 +58,10 @@ class StateSubject(_Model):
         return encode_subject(self.target_kind, self.target_name, self.kind, self.key)
 
     @staticmethod
+    @functools.lru_cache(maxsize=4096)
     def decode(text: str) -> StateSubject:
+        """The subject a stored key names; subjects repeat across writes and the model is
+        frozen, so each distinct one is validated once and shared."""
         s = Subject.decode(text)
         return StateSubject(target_kind=s.target_kind, target_name=s.target_name, kind=s.kind, key=s.key)  # type: ignore[arg-type]
 
