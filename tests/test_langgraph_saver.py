@@ -5,9 +5,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncGenerator
 from pathlib import Path
+from typing import Any
 
+import psycopg
+import pytest
 from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.conformance.capabilities import Capability
+from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 
 from stateflow.langgraph import StateflowSaver
 from stateflow.states import StatesService
@@ -55,8 +59,6 @@ def test_conformance_on_the_async_postgresql_pool(pg_schema_url: str, tmp_path: 
 
 def test_checkpoints_are_audited_records(backend: str, tmp_path: Path) -> None:
     """A checkpoint is a declared-state record: readable, with an audit row naming its run."""
-    from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
-
     store = open_store(backend, auto_migrate=True)
     try:
         states = StatesService(store)
@@ -82,5 +84,81 @@ def test_checkpoints_are_audited_records(backend: str, tmp_path: Path) -> None:
         ]
         tup = saver.get_tuple({"configurable": {"thread_id": "t 1"}})
         assert tup is not None and tup.checkpoint["channel_values"] == {"messages": ["hi"]}
+    finally:
+        store.close()
+
+
+def _chain(saver: StateflowSaver, thread: str) -> list[Any]:
+    """Three checkpoints of one thread, each updating one channel (the others held by earlier
+    checkpoints); returns their configs."""
+    configs: list[Any] = []
+    head: Any = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+    versions = {"a": 0, "b": 0}
+    for step, channel in enumerate(["a", "b", "a"]):
+        versions[channel] += 1
+        checkpoint = generate_checkpoint(
+            channel_values={"a": f"a{versions['a']}", "b": f"b{versions['b']}"},
+            channel_versions=dict(versions),
+        )
+        head = saver.put(head, checkpoint, generate_metadata(step=step), {channel: versions[channel]})
+        configs.append(head)
+    return configs
+
+
+def test_newest_checkpoint_with_its_writes_in_one_statement_on_postgresql(
+    pg_schema_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``get_tuple`` of a thread's newest checkpoint asks the server once: the checkpoint and
+    the thread's newest pending writes together, the unchanged channels from the checkpoints
+    this saver wrote or read before (a fresh saver reads them once more)."""
+    store = open_store(pg_schema_url, auto_migrate=True)
+    try:
+        saver = StateflowSaver(StatesService(store))
+        configs = _chain(saver, "t")
+        saver.put_writes(configs[-1], [("a", "pending")], "task-1")
+        sent: list[str] = []
+        real = psycopg.Cursor.execute
+
+        def counted(cursor: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+            sent.append(str(query))
+            return real(cursor, query, *args, **kwargs)
+
+        monkeypatch.setattr(psycopg.Cursor, "execute", counted)
+        tup = saver.get_tuple({"configurable": {"thread_id": "t", "checkpoint_ns": ""}})
+        assert len(sent) == 1
+        assert tup is not None and tup.config == configs[-1]
+        assert tup.checkpoint["channel_values"] == {"a": "a2", "b": "b1"}
+        assert tup.pending_writes == [("task-1", "a", "pending")]
+        fresh = StateflowSaver(StatesService(store))
+        sent.clear()
+        cold = fresh.get_tuple({"configurable": {"thread_id": "t"}})
+        assert (
+            cold is not None
+            and cold.checkpoint == tup.checkpoint
+            and cold.pending_writes == tup.pending_writes
+        )
+        assert len(sent) == 2  # the holders of the unchanged channels, read once
+    finally:
+        store.close()
+
+
+def test_newest_checkpoint_gets_only_its_own_writes(backend: str) -> None:
+    """The newest pending writes of a thread belong to the newest checkpoint only when their
+    keys match: writes of an older checkpoint are not the newest's, and writes made for a
+    checkpoint never stored do not hide the newest's own."""
+    store = open_store(backend, auto_migrate=True)
+    try:
+        saver = StateflowSaver(StatesService(store))
+        configs = _chain(saver, "t")
+        saver.put_writes(configs[0], [("a", "old")], "task-0")
+        tup = saver.get_tuple({"configurable": {"thread_id": "t", "checkpoint_ns": ""}})
+        assert tup is not None and tup.config == configs[-1] and tup.pending_writes == []
+        saver.put_writes(configs[-1], [("b", "mine")], "task-1")
+        future: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": "~future"}}
+        saver.put_writes(future, [("b", "unstored")], "task-2")
+        tup = saver.get_tuple({"configurable": {"thread_id": "t", "checkpoint_ns": ""}})
+        assert tup is not None and tup.config == configs[-1]
+        assert tup.pending_writes == [("task-1", "b", "mine")]
+        assert tup.checkpoint["channel_values"] == {"a": "a2", "b": "b1"}
     finally:
         store.close()

@@ -24,3 +24,18 @@ def test_documents_under_a_prefix_in_order_with_a_limit(open_migrated: StoreFact
     other = open_migrated()
     other.commit([Write.between(DocKey("s", "a/1"), {"x": "a/1"}, {"x": "new"}, 1)])
     assert [d.body for d in store.read_under("s", "a/1")] == [{"x": "new"}, {"x": "a/10"}]
+
+
+def test_the_first_document_under_each_of_several_prefixes(open_migrated: StoreFactory) -> None:
+    store = open_migrated()
+    subjects = ["a/2", "a/1", "b/9", "b/10", "c"]
+    store.commit([Write.between(DocKey("s", x), None, {"x": x}) for x in subjects])
+    store.commit([Write.between(DocKey("s", "a/1"), {"x": "a/1"}, None, 1)])  # erased: skipped
+    firsts = store.read_first_under("s", ["a/", "b/", "zz", "", "a/2"])
+    assert [d.key.subject if d else None for d in firsts] == ["a/2", "b/10", None, "a/2", "a/2"]
+    assert [d.body for d in firsts if d] == [{"x": "a/2"}, {"x": "b/10"}, {"x": "a/2"}, {"x": "a/2"}]
+    assert store.read_first_under("s", []) == []
+    other = open_migrated()  # changed by another store object: read as it is now
+    other.commit([Write.between(DocKey("s", "b/10"), {"x": "b/10"}, {"x": "new"}, 1)])
+    first = store.read_first_under("s", ["b/"])[0]
+    assert first is not None and first.body == {"x": "new"} and first.revision == 2

@@ -145,6 +145,12 @@ class Records:
         start = encode_subject("agent", self.target_name, kind, prefix)[:-2]  # drop the closing '"]'
         return self.store.read_under(self.state, start, limit=limit)
 
+    def first_under(self, prefixes: Sequence[tuple[str, str]]) -> list[Document | None]:
+        """For each ``(kind, prefix)``, the first present record of ``kind`` whose key starts
+        with ``prefix`` (key order), whole; None where there is none."""
+        starts = [encode_subject("agent", self.target_name, kind, prefix)[:-2] for kind, prefix in prefixes]
+        return self.store.read_first_under(self.state, starts)
+
     def ensure_declared(self, declaration: dict[str, Any]) -> None:
         """Declare the state unless it already is, with this schema (a re-declare writes)."""
         try:

@@ -66,6 +66,9 @@ DECLARATION: Final[dict[str, Any]] = {
     "default_subject_kind": CHECKPOINT,
 }
 _PARENTS_KEPT = 1024
+_HELD_KEPT = 256
+"""Checkpoints whose channel values are kept in memory (the holders of later checkpoints'
+unchanged channels)."""
 
 
 class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
@@ -96,6 +99,8 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         self._parents: OrderedDict[tuple[str, str, str], tuple[dict[str, Any], dict[str, str]]] = (
             OrderedDict()
         )
+        # the channel values of checkpoints that hold other checkpoints' unchanged channels
+        self._held: OrderedDict[DocKey, dict[str, Any]] = OrderedDict()
 
     # ------------------------------------------------------------------ keys
 
@@ -122,46 +127,77 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         if checkpoint_id:
             return next(iter(self._tuples([self._key(thread_id, ns, checkpoint_id)])), None)
         prefix = f"{join([thread_id, ns])}/"
-        newest = self.records.store.cached(
+        # the newest checkpoint and the newest pending writes of the thread, together (one
+        # statement on PostgreSQL); the writes are the checkpoint's when their keys match
+        newest, writes = self.records.store.cached(
             ("langgraph-newest", self.records.state, self.records.target_name, prefix),
-            lambda: self.records.documents(CHECKPOINT, prefix, limit=1),
+            lambda: self.records.first_under([(CHECKPOINT, prefix), (WRITES, prefix)]),
         )
-        return next(iter(self._assembled([doc.body for doc in newest if doc.body])), None)
+        if newest is None or newest.body is None:
+            return None
+        key = self.records.key_of(newest.key)
+        written = self.records.key_of(writes.key) if writes is not None else None
+        if written is not None and written < key:  # writes of a newer checkpoint than any stored
+            pending = self.records.store.read([self.records.doc_key(WRITES, key)])
+            found = {key: pending[self.records.doc_key(WRITES, key)].body}
+        else:
+            found = {key: writes.body if writes is not None and written == key else None}
+        return next(iter(self._assembled([newest.body], found)), None)
 
     def _tuples(self, keys: Sequence[str]) -> Iterator[CheckpointTuple]:
-        """The tuples of the checkpoints under ``keys`` (missing ones skipped), in order."""
-        doc_keys = [self.records.doc_key(CHECKPOINT, k) for k in keys]
-        docs = self.records.store.read(doc_keys)
-        return self._assembled([body for k in doc_keys if (body := docs[k].body) is not None])
-
-    def _assembled(self, bodies: Sequence[dict[str, Any]]) -> Iterator[CheckpointTuple]:
-        """The tuples of these checkpoint records: their pending writes and the checkpoints
-        holding their unchanged channels read together, in one read."""
+        """The tuples of the checkpoints under ``keys`` (missing ones skipped), in order: the
+        checkpoints and their pending writes in one read."""
         records = self.records
-        write_keys = [
-            records.doc_key(WRITES, self._key(b["thread_id"], b["checkpoint_ns"], b["checkpoint_id"]))
-            for b in bodies
-        ]
-        sourced: dict[DocKey, None] = {}
+        checkpoints = [records.doc_key(CHECKPOINT, k) for k in keys]
+        docs = records.store.read([*checkpoints, *(records.doc_key(WRITES, k) for k in keys)])
+        writes = {k: docs[records.doc_key(WRITES, k)].body for k in keys}
+        return self._assembled([body for k in checkpoints if (body := docs[k].body) is not None], writes)
+
+    def _assembled(
+        self, bodies: Sequence[dict[str, Any]], writes: dict[str, dict[str, Any] | None]
+    ) -> Iterator[CheckpointTuple]:
+        """The tuples of these checkpoint records, given their pending writes by key: the
+        checkpoints holding their unchanged channels come from memory (a checkpoint never
+        changes once written), those not held there in one read."""
+        records = self.records
+        holders: dict[DocKey, dict[str, Any]] = {}
+        sourced: list[DocKey] = []
         for body in bodies:
             thread_id, ns = body["thread_id"], body["checkpoint_ns"]
             for source in set(body.get("sources", {}).values()):
-                sourced.setdefault(records.doc_key(CHECKPOINT, self._key(thread_id, ns, source)), None)
-        wanted = [*write_keys, *sourced]
-        docs = records.store.read(wanted) if wanted else {}  # whole: kept in the read cache
-        for body, write_key in zip(bodies, write_keys, strict=True):
-            yield self._tuple(body, docs[write_key].body, docs)
+                doc_key = records.doc_key(CHECKPOINT, self._key(thread_id, ns, source))
+                if doc_key in holders:
+                    continue
+                held = self._held.get(doc_key)
+                if held is None:
+                    sourced.append(doc_key)
+                else:
+                    holders[doc_key] = held
+        if sourced:
+            docs = records.store.read(sourced)
+            for doc_key in sourced:
+                if (found := docs[doc_key].body) is not None:
+                    holders[doc_key] = found.get("channel_values", {})
+                    self._hold(doc_key, holders[doc_key])
+        for body in bodies:
+            key = self._key(body["thread_id"], body["checkpoint_ns"], body["checkpoint_id"])
+            yield self._tuple(body, writes.get(key), holders)
+
+    def _hold(self, doc_key: DocKey, channel_values: dict[str, Any]) -> None:
+        self._held[doc_key] = channel_values
+        if len(self._held) > _HELD_KEPT:
+            self._held.popitem(last=False)
 
     def _tuple(
-        self, body: dict[str, Any], writes: dict[str, Any] | None, sources: dict[DocKey, Any]
+        self, body: dict[str, Any], writes: dict[str, Any] | None, holders: dict[DocKey, dict[str, Any]]
     ) -> CheckpointTuple:
         decode = self.codec.decode
         thread_id, ns, checkpoint_id = body["thread_id"], body["checkpoint_ns"], body["checkpoint_id"]
         checkpoint: Checkpoint = decode(body["checkpoint"])
         values = {c: decode(v) for c, v in body["channel_values"].items()}
         for channel, source in body.get("sources", {}).items():
-            held = sources.get(self.records.doc_key(CHECKPOINT, self._key(thread_id, ns, source)))
-            stored = (held.body or {}).get("channel_values", {}).get(channel) if held else None
+            held = holders.get(self.records.doc_key(CHECKPOINT, self._key(thread_id, ns, source)))
+            stored = held.get(channel) if held is not None else None
             if stored is not None:
                 values[channel] = decode(stored)
         checkpoint = {**checkpoint, "channel_values": values}
@@ -280,6 +316,7 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         self._remember(
             thread_id, ns, checkpoint_id, dict(versions), {**sources, **{c: checkpoint_id for c in inline}}
         )
+        self._hold(self.records.doc_key(CHECKPOINT, key), inline)
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}}
 
     def _remember(
@@ -370,6 +407,7 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
                     context=self.context,
                 )
         self._parents.clear()
+        self._held.clear()
 
     def _materialize(self, keys: Sequence[str], dropped: set[tuple[str, str, str]]) -> None:
         """Rewrite the kept checkpoints whose values live in checkpoints about to go, with

@@ -53,6 +53,15 @@ class Listing(StoreCore):
             docs += [read[k] for k in part if read[k].body is not None]
         return docs if limit is None else docs[:limit]
 
+    def read_first_under(self, state: str, prefixes: Sequence[str]) -> list[Document | None]:
+        """For each of ``prefixes``, the first present document of ``state`` whose subject
+        starts with it (subject order), whole; None where there is none."""
+        found = []
+        for prefix in prefixes:
+            first = self.read_under(state, prefix, limit=1)
+            found.append(first[0] if first else None)
+        return found
+
     def _scan(
         self,
         tx: Tx,

@@ -314,6 +314,36 @@ class PostgresStore(SqlStore):
         docs = [doc if doc is not None else read[key] for key, doc in listed]
         return [doc for doc in docs if doc.body is not None]
 
+    def read_first_under(self, state: str, prefixes: Sequence[str]) -> list[Document | None]:
+        # the first revision under every prefix in one statement (a saver's newest checkpoint
+        # and the newest pending writes of its thread in one round trip); bodies as read_under
+        self.check_schema()
+        if not prefixes:
+            return []
+        parts, params = [], []
+        for n, prefix in enumerate(prefixes):
+            where = "d.state = ? AND d.present = 1 AND d.subject >= ?"
+            params += [state, prefix]
+            if prefix:
+                where += " AND d.subject < ?"
+                params.append(prefix[:-1] + chr(ord(prefix[-1]) + 1))
+            parts.append(
+                f"(SELECT {n}, d.doc_id, d.revision, d.subject FROM documents d WHERE {where} "
+                "ORDER BY d.subject LIMIT 1)"
+            )
+        found = {
+            int(n): (DocKey(state, subject), self._bodies.get(doc_id, revision))
+            for n, doc_id, revision, subject in self._query(" UNION ALL ".join(parts), params)
+        }
+        missing = [key for key, doc in found.values() if doc is None]
+        read = self.read(missing) if missing else {}
+        out: list[Document | None] = []
+        for n in range(len(prefixes)):
+            key, doc = found.get(n, (None, None))
+            doc = doc if doc is not None or key is None else read[key]
+            out.append(doc if doc is not None and doc.body is not None else None)
+        return out
+
     def _query(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         try:
             with self._pool.connection() as conn:
