@@ -76,7 +76,9 @@ def test_checkpoints_are_audited_records(backend: str, tmp_path: Path) -> None:
         subject = saver.records.subject("checkpoint", key)
         record = states.read("langgraph_checkpoints", subject)
         assert record is not None
-        assert record["data"]["thread_id"] == "t 1"
+        assert (
+            record["data"]["config"]["thread_id"] == "t 1" and record["data"]["config"]["run_id"] == "run-7"
+        )
         assert record["data"]["channel_values"] == {"messages": {"json": ["hi"]}}
         trail = states.writes("langgraph_checkpoints", subject)["items"]
         assert [(w["action"], w["origin"]["consumer"], w["origin"]["run_id"]) for w in trail] == [
@@ -160,5 +162,42 @@ def test_newest_checkpoint_gets_only_its_own_writes(backend: str) -> None:
         assert tup is not None and tup.config == configs[-1]
         assert tup.pending_writes == [("task-1", "b", "mine")]
         assert tup.checkpoint["channel_values"] == {"a": "a2", "b": "b1"}
+    finally:
+        store.close()
+
+
+def test_records_written_with_their_names_at_the_top_still_read(backend: str) -> None:
+    """Checkpoint and writes records written before ``config`` held their names (thread,
+    namespace, ids, run at the top of the record) read, list, copy and delete as before."""
+    store = open_store(backend, auto_migrate=True)
+    try:
+        states = StatesService(store)
+        saver = StateflowSaver(states)
+        checkpoint = generate_checkpoint(channel_values={"a": "one"}, channel_versions={"a": 1})
+        key = saver._key("t", "", checkpoint["id"])
+        bare = {k: v for k, v in checkpoint.items() if k != "channel_values"}
+        old = {
+            "thread_id": "t",
+            "checkpoint_ns": "",
+            "checkpoint_id": checkpoint["id"],
+            "parent_checkpoint_id": None,
+            "run_id": "run-1",
+            "checkpoint": {"json": bare},
+            "metadata": {"json": {"source": "input", "step": -1}},
+            "channel_values": {"a": {"json": "one"}},
+            "sources": {},
+        }
+        states.replace(saver.records.state, saver.records.subject("checkpoint", key), old)
+        writes = {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": checkpoint["id"]}
+        entry = {"task_id": "x", "idx": 0, "channel": "a", "value": {"json": 2}, "task_path": ""}
+        states.replace(saver.records.state, saver.records.subject("writes", key), {**writes, "w:x:0": entry})
+        tup = saver.get_tuple({"configurable": {"thread_id": "t", "checkpoint_ns": ""}})
+        assert tup is not None and tup.config["configurable"]["checkpoint_id"] == checkpoint["id"]
+        assert tup.checkpoint["channel_values"] == {"a": "one"} and tup.pending_writes == [("x", "a", 2)]
+        saver.copy_thread("t", "u")
+        copied = saver.get_tuple({"configurable": {"thread_id": "u", "checkpoint_ns": ""}})
+        assert copied is not None and copied.checkpoint == tup.checkpoint
+        saver.delete_for_runs(["run-1"])
+        assert saver.get_tuple({"configurable": {"thread_id": "t"}}) is None
     finally:
         store.close()

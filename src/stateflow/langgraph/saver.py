@@ -4,7 +4,9 @@ Every checkpoint is one record of the state ``langgraph_checkpoints`` (subject k
 ``checkpoint``), and the pending writes of a checkpoint one record of kind ``writes``; their
 subject key is ``<thread_id>/<checkpoint_ns>/<inverted checkpoint_id>`` (parts
 percent-encoded; the id inverted so that a thread's newest checkpoint comes first in subject
-order). A checkpoint record holds the values of the channels this checkpoint wrote
+order). A checkpoint record's ``config`` names it (``thread_id``, ``checkpoint_ns``,
+``checkpoint_id``, ``parent_checkpoint_id``, ``run_id``: one member, so a write adds one row for
+them, not one indexed row each); it holds the values of the channels this checkpoint wrote
 (``new_versions``) and, for every other channel, the id of the checkpoint of the same thread
 and namespace that holds the value at the version it names (``sources``) — LangGraph's blob
 sharing, without a third kind of record. Records are written through the states service, so
@@ -50,11 +52,17 @@ DECLARATION: Final[dict[str, Any]] = {
     "schema": {
         "type": "object",
         "properties": {
-            "thread_id": {"type": "string"},
-            "checkpoint_ns": {"type": "string"},
-            "checkpoint_id": {"type": "string"},
-            "parent_checkpoint_id": {"type": ["string", "null"]},
-            "run_id": {"type": ["string", "null"]},
+            "config": {
+                "type": "object",
+                "properties": {
+                    "thread_id": {"type": "string"},
+                    "checkpoint_ns": {"type": "string"},
+                    "checkpoint_id": {"type": "string"},
+                    "parent_checkpoint_id": {"type": ["string", "null"]},
+                    "run_id": {"type": ["string", "null"]},
+                },
+                "required": ["thread_id", "checkpoint_ns", "checkpoint_id"],
+            },
             "checkpoint": {"type": "object"},
             "metadata": {"type": "object"},
             "channel_values": {"type": "object"},
@@ -66,6 +74,15 @@ DECLARATION: Final[dict[str, Any]] = {
     "default_subject_kind": CHECKPOINT,
 }
 _PARENTS_KEPT = 1024
+
+
+def _config(body: dict[str, Any]) -> dict[str, Any]:
+    """What names a checkpoint or writes record (records written before ``config`` existed
+    carry the same names at the top)."""
+    config: dict[str, Any] = body.get("config", body)
+    return config
+
+
 _HELD_KEPT = 256
 """Checkpoints whose channel values are kept in memory (the holders of later checkpoints'
 unchanged channels)."""
@@ -163,7 +180,8 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         holders: dict[DocKey, dict[str, Any]] = {}
         sourced: list[DocKey] = []
         for body in bodies:
-            thread_id, ns = body["thread_id"], body["checkpoint_ns"]
+            names = _config(body)
+            thread_id, ns = names["thread_id"], names["checkpoint_ns"]
             for source in set(body.get("sources", {}).values()):
                 doc_key = records.doc_key(CHECKPOINT, self._key(thread_id, ns, source))
                 if doc_key in holders:
@@ -180,7 +198,8 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
                     holders[doc_key] = found.get("channel_values", {})
                     self._hold(doc_key, holders[doc_key])
         for body in bodies:
-            key = self._key(body["thread_id"], body["checkpoint_ns"], body["checkpoint_id"])
+            names = _config(body)
+            key = self._key(names["thread_id"], names["checkpoint_ns"], names["checkpoint_id"])
             yield self._tuple(body, writes.get(key), holders)
 
     def _hold(self, doc_key: DocKey, channel_values: dict[str, Any]) -> None:
@@ -192,7 +211,8 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         self, body: dict[str, Any], writes: dict[str, Any] | None, holders: dict[DocKey, dict[str, Any]]
     ) -> CheckpointTuple:
         decode = self.codec.decode
-        thread_id, ns, checkpoint_id = body["thread_id"], body["checkpoint_ns"], body["checkpoint_id"]
+        names = _config(body)
+        thread_id, ns, checkpoint_id = names["thread_id"], names["checkpoint_ns"], names["checkpoint_id"]
         checkpoint: Checkpoint = decode(body["checkpoint"])
         values = {c: decode(v) for c, v in body["channel_values"].items()}
         for channel, source in body.get("sources", {}).items():
@@ -205,7 +225,7 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
             (w for name, w in (writes or {}).items() if name.startswith("w:")),
             key=lambda w: writes_sort_key(w["task_path"], w["task_id"], w["idx"]),
         )
-        parent = body.get("parent_checkpoint_id")
+        parent = names.get("parent_checkpoint_id")
         return CheckpointTuple(
             config={
                 "configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}
@@ -294,12 +314,15 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         bare = {k: v for k, v in checkpoint.items() if k != "channel_values"}
         full_metadata = get_serializable_checkpoint_metadata(config, metadata)
         run_id = full_metadata.get("run_id")
-        document = {
+        names = {
             "thread_id": thread_id,
             "checkpoint_ns": ns,
             "checkpoint_id": checkpoint_id,
             "parent_checkpoint_id": parent_id,
             "run_id": run_id if isinstance(run_id, str) else None,
+        }
+        document = {
+            "config": names,
             "checkpoint": encode(bare),
             "metadata": encode(full_metadata),
             "channel_values": inline,
@@ -310,7 +333,7 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
             self.records.state,
             self.records.subject(CHECKPOINT, key),
             document,
-            origin={"consumer": "langgraph", "run_id": document["run_id"]},
+            origin={"consumer": "langgraph", "run_id": names["run_id"]},
             context=self.context,
         )
         self._remember(
@@ -370,12 +393,8 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
             }
             entries.append({"op": "set", "path": [f"w:{task_id}:{idx}"], "value": entry})
         run_id = config["configurable"].get("run_id") or (config.get("metadata") or {}).get("run_id")
-        ops = [
-            {"op": "set", "path": ["thread_id"], "value": thread_id},
-            {"op": "set", "path": ["checkpoint_ns"], "value": ns},
-            {"op": "set", "path": ["checkpoint_id"], "value": checkpoint_id},
-            *entries,
-        ]
+        names = {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}
+        ops = [{"op": "set", "path": ["config"], "value": names}, *entries]
         self.states.apply(
             self.records.state,
             self.records.subject(WRITES, self._key(thread_id, ns, checkpoint_id)),
@@ -416,7 +435,8 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
             doc = self.records.store.get(self.records.doc_key(CHECKPOINT, key)).body
             if doc is None:
                 continue
-            thread_id, ns = doc["thread_id"], doc["checkpoint_ns"]
+            names = _config(doc)
+            thread_id, ns = names["thread_id"], names["checkpoint_ns"]
             if not any((thread_id, ns, s) in dropped for s in doc.get("sources", {}).values()):
                 continue
             tup = next(iter(self._tuples([key])))
@@ -447,11 +467,13 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         keys = [self.records.key_of(k) for k in self.records.scan(CHECKPOINT, "")]
         for start in range(0, len(keys), 200):
             page = keys[start : start + 200]
-            docs = self.records.store.read([self.records.doc_key(CHECKPOINT, k) for k in page], ["run_id"])
+            docs = self.records.store.read(
+                [self.records.doc_key(CHECKPOINT, k) for k in page], ["config", "run_id"]
+            )
             for key in page:
                 body = docs[self.records.doc_key(CHECKPOINT, key)].body
                 if body is not None:
-                    (gone if body.get("run_id") in wanted else kept).append(key)
+                    (gone if _config(body).get("run_id") in wanted else kept).append(key)
         if gone:
             self._materialize(kept, {self._split(k) for k in gone})
             self._erase(gone)
@@ -469,7 +491,11 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
                 body = docs[self.records.doc_key(kind, key)].body
                 if body is None:
                     continue
-                copied = {**body, "thread_id": target}
+                copied = (
+                    {**body, "config": {**body["config"], "thread_id": target}}
+                    if "config" in body
+                    else {**body, "thread_id": target}
+                )
                 items.append(
                     {
                         "state": self.records.state,
