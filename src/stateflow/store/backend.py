@@ -162,6 +162,12 @@ class Backend(abc.ABC):
         revisions, the bodies from memory)."""
 
     @abc.abstractmethod
+    def read_first_under(self, state: str, prefixes: Sequence[str]) -> list[Document | None]:
+        """The first present document under each of several subject prefixes, whole (portable:
+        ``listing.Listing.read_first_under``, one ``read_under`` each; PostgreSQL: one statement
+        for the revisions, the bodies from memory)."""
+
+    @abc.abstractmethod
     def _remember(self, fresh: Fresh) -> None:
         """Feed the caches with what a transaction wrote, once it has committed (portable:
         ``writes.Writes._remember``)."""
