@@ -185,6 +185,41 @@ def test_an_optimistic_write_to_a_tree_member_is_computed_once_unless_it_moved(
     assert body["big"][1] == "changed 3" and body["n"] == 5
 
 
+def test_an_edit_of_a_tree_member_after_an_edit_here_commits_without_the_lock(
+    open_migrated: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once a commit here has left a tree member's root and the nodes on the edited path in the
+    caches, the next optimistic write stages the tree from them with no lock held and commits
+    as a small document's write does (on PostgreSQL one statement); the first one, whose nodes
+    are not cached, takes the locked path. What they wrote reads back cold."""
+    store = open_migrated()
+    key = DocKey("notes", "t")
+    big = [f"{i:06d} " + "x" * 60 for i in range(20_000)]
+    store.commit([Write(key, [Edit(("big",), big)])])
+    store.get(key)
+
+    def append(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
+        n = len((docs[key].body or {})["big"])
+        return [Write(key, [Edit(("big", n), f"appended {n}")], docs[key].revision)], None
+
+    locked: list[int] = []
+    real = type(store)._commit_in
+
+    def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        locked.append(1)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(store), "_commit_in", counted)
+    store.update([key], append, optimistic=True)
+    assert locked == [1]  # the fresh tree's nodes are read under the lock
+    for _ in range(3):
+        store.update([key], append, optimistic=True)
+    assert locked == [1]
+    cold = open_migrated().get(key).body
+    assert cold is not None and cold["big"][-4:] == [f"appended {n}" for n in range(20_000, 20_004)]
+    assert cold["big"][:20_000] == big
+
+
 def test_a_write_made_between_bodies_keeps_its_result_and_history(open_migrated: Any) -> None:
     """The store takes a member's new value from the write (computed from the very member it
     holds) rather than applying the edits again: several edits to one member, an append among

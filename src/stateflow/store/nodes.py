@@ -142,6 +142,14 @@ class NodeCache:
             while len(self._nodes) > self.max_nodes:
                 self._nodes.popitem(last=False)
 
+    def peek(self, ident: bytes) -> dict[str, Any] | None:
+        """The node if it is cached (no statement: a write staged with no transaction)."""
+        with self._lock:
+            node = self._nodes.get(ident)
+            if node is not None:
+                self._nodes.move_to_end(ident)
+            return node
+
     def getter(self, tx: Tx, what: str) -> Callable[[bytes], dict[str, Any]]:
         """One node by id through this cache (what a tree update walks: root to leaf)."""
         read = self.reader(tx, what)

@@ -24,6 +24,7 @@ from stateflow.store.clock import utc_now
 from stateflow.store.core import KNOWN_ROWS_MAX, StoreCore
 from stateflow.store.ledger import OpIdTaken, claims_query, replayed, unmoved, with_op_id
 from stateflow.store.model import Commit, DocKey, Document, Write
+from stateflow.store.nodes import NodeCache
 from stateflow.store.plan import (
     INLINE_EDITS_MAX,
     SNAPSHOT_MAX_CHAIN,
@@ -689,13 +690,18 @@ class Writes(StoreCore):
             old = entry.members.get(name) if entry.row.present else None
             if value is MISSING or not stage.present or old is None or old[2] <= TREE_MIN:
                 continue
-            if tx is OFFLINE:
-                raise _NeedsLock(f"{key}: member {name!r} is a tree: its nodes are read under the lock")
+            what = f"{key} member {name!r}"
+            where = tree_update.where_of(stage.changed.get(name, [((), False)]))
+            if tx is OFFLINE:  # no transaction: the root and the nodes from the caches, or the lock
+                known = self._roots.get(entry.row.doc_id)
+                if known is None or known[0] != entry.row.revision or name not in known[1]:
+                    raise _NeedsLock(f"{what}: its root is read under the lock")
+                get = _cached_only(self._node_cache, what)
+                stage.trees[name] = tree_update.update(known[1][name], old[2], old[0], value, get, where)
+                continue
             root = self._root_of(tx, entry.row, name)
             if root is None:
                 continue  # a large member written before trees existed: built whole, once
-            what = f"{key} member {name!r}"
-            where = tree_update.where_of(stage.changed.get(name, [((), False)]))
             # nodes through the decoded-node cache: a node's id is its hash, so a cached one is
             # never stale, and the path an edit walks is mostly the one the last edit wrote
             stage.trees[name] = tree_update.update(
@@ -926,6 +932,19 @@ class _NeedsLock(StateflowError):
     """A write computed optimistically touches a tree member: the locked path stages it."""
 
     code = "conflict"
+
+
+def _cached_only(cache: NodeCache, what: str) -> tree_update.Get:
+    """Nodes from the decoded-node cache only, for a write staged with no transaction: a miss
+    sends the write to the locked path, which reads them."""
+
+    def get(ident: bytes) -> dict[str, Any]:
+        node = cache.peek(ident)
+        if node is None:
+            raise _NeedsLock(f"{what}: its nodes are read under the lock")
+        return node
+
+    return get
 
 
 class _Computed(Exception):
