@@ -72,16 +72,7 @@ class NodeCache:
         ``what`` when one is missing or damaged)."""
 
         def get(ids: Sequence[bytes]) -> dict[bytes, dict[str, Any]]:
-            out: dict[bytes, dict[str, Any]] = {}
-            misses = []
-            with self._lock:
-                for ident in ids:
-                    node = self._nodes.get(ident)
-                    if node is None:
-                        misses.append(ident)
-                    else:
-                        self._nodes.move_to_end(ident)
-                        out[ident] = node
+            out, misses = self._held(ids)
             if misses:
                 found = fetch_bodies(tx, misses)
                 try:
@@ -89,10 +80,7 @@ class NodeCache:
                 except CorruptData as exc:
                     raise type(exc)(f"stored {what} is corrupt: {exc}") from exc
                 out.update(read)
-                with self._lock:
-                    self._nodes.update(read)
-                    while len(self._nodes) > self.max_nodes:
-                        self._nodes.popitem(last=False)
+                self._keep(read)
             return out
 
         return get
@@ -103,16 +91,8 @@ class NodeCache:
         sent are checked, decoded and kept."""
 
         def scan(ids: Sequence[bytes], needle: bytes) -> dict[bytes, dict[str, Any] | None]:
-            out: dict[bytes, dict[str, Any] | None] = {}
-            misses = []
-            with self._lock:
-                for ident in ids:
-                    node = self._nodes.get(ident)
-                    if node is None:
-                        misses.append(ident)
-                    else:
-                        self._nodes.move_to_end(ident)
-                        out[ident] = node
+            held, misses = self._held(ids)
+            out: dict[bytes, dict[str, Any] | None] = dict(held)
             if misses:
                 found = fetch_holding(tx, misses, needle, holds_sql)
                 try:
@@ -124,6 +104,20 @@ class NodeCache:
             return out
 
         return scan
+
+    def _held(self, ids: Sequence[bytes]) -> tuple[dict[bytes, dict[str, Any]], list[bytes]]:
+        """The nodes of ``ids`` held here (marked recently used) and the ids that are not."""
+        out: dict[bytes, dict[str, Any]] = {}
+        misses = []
+        with self._lock:
+            for ident in ids:
+                node = self._nodes.get(ident)
+                if node is None:
+                    misses.append(ident)
+                else:
+                    self._nodes.move_to_end(ident)
+                    out[ident] = node
+        return out, misses
 
     def _keep(self, read: Mapping[bytes, dict[str, Any]]) -> None:
         with self._lock:

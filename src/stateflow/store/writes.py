@@ -424,15 +424,9 @@ class Writes(StoreCore):
             return None
         # the written documents' members are staged on: each gets its own copy
         loaded = {key: Loaded(entries[key][0], dict(entries[key][2]), complete=True) for key in locked}
-        plan = []
-        for write in sorted(writes, key=lambda w: w.key):
-            entry = loaded.get(write.key)
-            if entry is None or (write.expect is not None and write.expect != entry.row.revision):
-                return None  # a shared or unlocked document, or a compare-and-set that fails
-            if write.edits:
-                plan.append((write, entry))
+        plan = _offline_plan(writes, loaded)
         if not plan:
-            return None  # nothing to write: the locked path records any op id as before
+            return None
         try:
             staged = [(w, e, self._stage(OFFLINE, w, e)) for w, e in plan]
         except _NeedsLock:  # a tree member: the locked path stages it, reusing this computation
@@ -520,15 +514,9 @@ class Writes(StoreCore):
                 validate_writes(writes, origin)
             except Exception:  # the locked path computes again and raises what it raises
                 return None
-            plan = []
-            for write in sorted(writes, key=lambda w: w.key):
-                held = loaded.get(write.key)
-                if held is None or (write.expect is not None and write.expect != held.row.revision):
-                    return None  # a shared or unread document, or a compare-and-set that fails
-                if write.edits:
-                    plan.append((write, held))
+            plan = _offline_plan(writes, loaded)
             if not plan:
-                return None  # nothing to write: the locked path records any op id as before
+                return None
             try:
                 # members the write names but the read did not hold are read in this snapshot
                 staged = [(w, e, self._stage(tx, w, e)) for w, e in plan]
@@ -932,6 +920,21 @@ class _NeedsLock(StateflowError):
     """A write computed optimistically touches a tree member: the locked path stages it."""
 
     code = "conflict"
+
+
+def _offline_plan(writes: Sequence[Write], loaded: Mapping[DocKey, Loaded]) -> list[tuple[Write, Loaded]]:
+    """The writes with edits, each beside the document it was computed on, for a write that
+    commits without row locks; empty when the locked path must decide instead: a write names a
+    shared or unread document, its compare-and-set fails, or nothing is to be written (the
+    locked path records any op id as before)."""
+    plan = []
+    for write in sorted(writes, key=lambda w: w.key):
+        held = loaded.get(write.key)
+        if held is None or (write.expect is not None and write.expect != held.row.revision):
+            return []
+        if write.edits:
+            plan.append((write, held))
+    return plan
 
 
 def _cached_only(cache: NodeCache, what: str) -> tree_update.Get:
