@@ -58,7 +58,18 @@ def record(i: int, nested: bool = False) -> dict[str, Any]:
     return body
 
 
-def measure(location: str, size: Callable[[], int], records: int, tag: str, nested: bool = False) -> None:
+Sizes = dict[str, int]
+"""Bytes per table and per index (SQLite: its b-tree's pages; PostgreSQL: its relation's main fork)."""
+
+
+def measure(
+    location: str,
+    size: Callable[[], Sizes],
+    records: int,
+    tag: str,
+    nested: bool = False,
+    by_relation: bool = False,
+) -> None:
     store = open_store(location, auto_migrate=True)
     try:
         service = StatesService(store)
@@ -70,9 +81,10 @@ def measure(location: str, size: Callable[[], int], records: int, tag: str, nest
             raw += len(orjson.dumps(body))
             subject = {"target_kind": "agent", "target_name": "bench", "kind": "thread", "key": f"t{i:06d}"}
             service.replace("records", subject, body)
-        grown = size() - before
+        after = size()
     finally:
         store.close()
+    grown = sum(after.values()) - sum(before.values())
     ratio = grown / raw
     print(
         f"{tag}: {records:,} records, {raw / records:.0f} B of JSON each; the store grew "
@@ -80,44 +92,51 @@ def measure(location: str, size: Callable[[], int], records: int, tag: str, nest
         f"(ceiling {CEILING[tag]}×: {'met' if ratio <= CEILING[tag] else 'MISSED'})",
         flush=True,
     )
+    if by_relation:
+        for name in sorted(after, key=lambda n: after[n] - before.get(n, 0), reverse=True):
+            grew = after[name] - before.get(name, 0)
+            if grew:
+                print(f"  {name:<40} {grew / records:8,.1f} B per record", flush=True)
 
 
-def sqlite_size(path: str) -> Callable[[], int]:
-    def size() -> int:
+def sqlite_size(path: str) -> Callable[[], Sizes]:
+    def size() -> Sizes:
+        # pages in use per b-tree (dbstat), after a truncating checkpoint: the file's pages less
+        # its free list, split by table and index
         with sqlite3.connect(path) as conn:
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            pages = conn.execute("PRAGMA page_count").fetchone()[0]
-            free = conn.execute("PRAGMA freelist_count").fetchone()[0]
-            page = conn.execute("PRAGMA page_size").fetchone()[0]
-        return int((pages - free) * page)
+            rows = conn.execute("SELECT name, SUM(pgsize) FROM dbstat GROUP BY name").fetchall()
+        return {str(name): int(total) for name, total in rows}
 
     return size
 
 
 @contextmanager
-def postgres_schema(url: str) -> Iterator[tuple[str, Callable[[], int]]]:
+def postgres_schema(url: str) -> Iterator[tuple[str, Callable[[], Sizes]]]:
     import psycopg
 
-    schema = "bench_record_bytes"
+    schema = f"bench_record_bytes_{os.getpid()}"
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
         conn.execute(f"CREATE SCHEMA {schema}")
 
-    def size() -> int:
+    def size() -> Sizes:
         # the main fork of every table, index, TOAST table and TOAST index: not the free-space
         # and visibility maps, 32 KiB a relation that appear whenever (auto)vacuum first runs
         # on it — a step of their own, not bytes per record, and the noise of a small run
         with psycopg.connect(url, autocommit=True) as conn:
-            row = conn.execute(
-                "WITH t AS (SELECT c.oid, c.reltoastrelid FROM pg_class c JOIN pg_namespace n "
+            rows = conn.execute(
+                "WITH t AS (SELECT c.oid, c.relname, c.reltoastrelid FROM pg_class c JOIN pg_namespace n "
                 "ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relkind = 'r'), "
-                "r AS (SELECT oid FROM t UNION ALL SELECT reltoastrelid FROM t WHERE reltoastrelid <> 0 "
-                "UNION ALL SELECT i.indexrelid FROM pg_index i WHERE i.indrelid IN "
-                "(SELECT oid FROM t UNION ALL SELECT reltoastrelid FROM t)) "
-                "SELECT coalesce(sum(pg_relation_size(oid, 'main')), 0) FROM r",
+                "r AS (SELECT oid, relname AS label FROM t "
+                "UNION ALL SELECT reltoastrelid, relname || ' (TOAST)' FROM t WHERE reltoastrelid <> 0), "
+                "i AS (SELECT i.indexrelid AS oid, c.relname || CASE WHEN r.label LIKE '%% (TOAST)' "
+                "THEN ' (TOAST)' ELSE '' END AS label FROM pg_index i JOIN r ON r.oid = i.indrelid "
+                "JOIN pg_class c ON c.oid = i.indexrelid) "
+                "SELECT label, pg_relation_size(oid, 'main') FROM (SELECT * FROM r UNION ALL SELECT * FROM i) x",
                 (schema,),
-            ).fetchone()
-        return int(row[0]) if row else 0
+            ).fetchall()
+        return {str(name): int(total) for name, total in rows}
 
     sep = "&" if "?" in url else "?"
     try:
@@ -135,17 +154,20 @@ def main() -> None:
     parser.add_argument(
         "--nested", action="store_true", help="records with an object and an array member too"
     )
+    parser.add_argument("--by-relation", action="store_true", help="the growth per table and per index too")
     args = parser.parse_args()
     if args.backend in ("sqlite", "both"):
         with tempfile.TemporaryDirectory() as tmp:
             path = f"{tmp}/records.db"
-            measure(f"sqlite:///{path}", sqlite_size(path), args.records, "sqlite", args.nested)
+            measure(
+                f"sqlite:///{path}", sqlite_size(path), args.records, "sqlite", args.nested, args.by_relation
+            )
     if args.backend in ("postgres", "both"):
         if not args.postgres:
             print("postgres: skipped (pass --postgres URL or set STATEFLOW_TEST_POSTGRES)")
             return
         with postgres_schema(args.postgres) as (url, size):
-            measure(url, size, args.records, "postgres", args.nested)
+            measure(url, size, args.records, "postgres", args.nested, args.by_relation)
 
 
 if __name__ == "__main__":

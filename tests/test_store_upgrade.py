@@ -17,7 +17,7 @@ import orjson
 import psycopg
 import pytest
 
-from stateflow.errors import StoreNotMigrated
+from stateflow.errors import InvalidInput, StoreNotMigrated
 from stateflow.store import DocKey, SqlStore, Write, open_store
 from stateflow.store.migrations import POSTGRES, SCHEMA_VERSION, SQLITE, SQLITE_VALUE_WHERE, statements
 from stateflow.store.sqlite import SqliteStore
@@ -192,5 +192,98 @@ def test_a_schema_6_store_upgrades_to_7_and_searches_the_same(backend: str, tmp_
         store.commit([Write.between(notes, before, dict(before, extra={"k": 1}, title="title 12"))])
         assert [x.key for x in store.search("notes", {"title": "title 12"})] == [notes]
         assert store.search("notes", {"title": "title 11"}) == []
+    finally:
+        store.close()
+
+
+def _schema7_store(backend: str, tmp_path: Path) -> None:
+    """The schema-3 fixture taken to version 7 by the version 4–7 scripts."""
+    _schema6_store(backend, tmp_path)
+    if backend.startswith("postgresql://"):
+        with psycopg.connect(backend, autocommit=True) as pg, pg.transaction():
+            for statement in statements(POSTGRES[7]):
+                pg.execute(statement)
+            pg.execute("UPDATE stateflow_meta SET value = '7' WHERE key = 'schema_version'")
+        return
+    with sqlite3.connect(backend) as lite:
+        for statement in statements(SQLITE[7]):
+            lite.execute(statement)
+        lite.execute("UPDATE stateflow_meta SET value = '7' WHERE key = 'schema_version'")
+    lite.close()
+
+
+def _plan(store: SqlStore, sql: str, params: tuple[Any, ...]) -> str:
+    """The query plan of ``sql`` (on PostgreSQL with sequential scans off: the fixture's tables
+    are a few rows, which a scan reads fastest)."""
+    sqlite = isinstance(store, SqliteStore)
+    with store._read_tx() as tx:
+        if not sqlite:
+            tx.run("SET LOCAL enable_seqscan = off")
+        return "\n".join(
+            str(row[-1]) for row in tx.all(("EXPLAIN QUERY PLAN " if sqlite else "EXPLAIN ") + sql, params)
+        )
+
+
+def test_a_schema_7_store_upgrades_to_8_and_lists_searches_and_prunes_the_same(
+    backend: str, tmp_path: Path
+) -> None:
+    """Version 8: ``documents_by_state`` holds present documents only; PostgreSQL's value index
+    is keyed by a hash of name and value; SQLite keeps transition times as microseconds. What
+    reads see is unchanged, and listings and searches still go through the indexes."""
+    _schema7_store(backend, tmp_path)
+    store = open_store(backend, auto_migrate=False)
+    try:
+        with pytest.raises(StoreNotMigrated, match="schema version 7"):
+            store.get(DocKey("notes", "a"))
+        assert store.migrate() == (7, SCHEMA_VERSION)
+        _reads_back(store, _expected())  # every transition's time exactly as written
+        if isinstance(store, SqliteStore):
+            with store._read_tx() as tx:
+                assert tx.all("SELECT DISTINCT typeof(at) FROM transitions") == [("integer",)]
+        # a deleted document has no entry in documents_by_state, and listings use it
+        listed = [x.key.subject for x in store.scan("notes", limit=10)]
+        assert listed == ["a"] and store.count("notes") == 1
+        scan = _plan(
+            store,
+            "SELECT d.subject FROM documents d WHERE d.state = ? AND d.present = 1 AND d.subject > ? "
+            "ORDER BY d.subject LIMIT ?",
+            ("notes", "", 10),
+        )
+        assert "documents_by_state" in scan
+        if isinstance(store, SqliteStore):
+            with store._read_tx() as tx:
+                entries = tx.one(
+                    "SELECT COUNT(*) FROM documents INDEXED BY documents_by_state WHERE present = 1"
+                )
+                present = tx.one("SELECT COUNT(*) FROM documents WHERE present = 1")
+            assert entries == present
+        # a scalar search starts from the value index and finds what the fixture holds
+        match = store._value_match("n", 99)
+        assert match is not None
+        assert "members_by_value" in _plan(
+            store, f"SELECT m.doc_id FROM members m WHERE {match[0]}", tuple(match[1])
+        )
+        assert [x.key for x in store.search("notes", {"n": 99})] == [DocKey("notes", "a")]
+        assert [x.key for x in store.search("notes", {"n": 99.0})] == [DocKey("notes", "a")]
+        assert [x.key for x in store.search("notes", {"title": "title 11"})] == [DocKey("notes", "a")]
+        assert store.search("notes", {"title": "title 10"}) == []
+        assert store.search("notes", {"n": "99"}) == []
+        # new writes: times read back as the clock wrote them; values enter the index
+        notes = DocKey("notes", "a")
+        before = store.get(notes).body
+        assert before is not None
+        commit = store.commit([Write.between(notes, before, dict(before, title="title 12"))])
+        assert store.transitions(after_seq=commit.seq - 1, limit=1)[0].at == commit.at
+        assert store.get(notes).at == commit.at
+        assert [x.key for x in store.search("notes", {"title": "title 12"})] == [notes]
+        # pruning compares times as times, whatever the cutoff's ISO-8601 form
+        oldest = _expected()["transitions"][0]["at"]
+        assert store.prune_history("notes", oldest) == 0
+        assert store.prune_history("notes", "2000-01-01T00:00:00Z") == 0
+        with pytest.raises(InvalidInput, match="not an ISO-8601 time"):
+            store.prune_history("notes", "yesterday")
+        assert store.prune_history("notes", commit.at) > 0
+        assert store.get(notes).body == dict(before, title="title 12")
+        assert store.read_at(notes, revision=store.get(notes).revision).body == dict(before, title="title 12")
     finally:
         store.close()

@@ -51,6 +51,11 @@ class Backend(abc.ABC):
     ``position``): a key's lookup in a large object then asks the database which leaves hold
     it instead of reading them all (``tree.Scan``); None: every leaf is read and searched here."""
 
+    times_as_micros: ClassVar[bool] = False
+    """Whether ``transitions.at`` holds microseconds since the epoch (SQLite since schema 8: 8
+    bytes a row instead of the clock's 27-byte text); readers see the text either way
+    (``clock.time_text``)."""
+
     keeps_bodies: ClassVar[bool] = False
     """Whether writes report whole bodies they leave behind to ``_remember`` (``Fresh.bodies``)."""
 

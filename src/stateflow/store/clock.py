@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import calendar
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from datetime import datetime
+from datetime import UTC, datetime
+from typing import overload
 
 _second: tuple[int, str] = (-1, "")
 """The last second formatted by ``utc_now`` (formatting is most of its cost; every write asks)."""
@@ -42,3 +44,58 @@ def utc_now() -> str:
 def utc_text(moment: datetime) -> str:
     """``moment`` (UTC) as the store writes times: ``YYYY-MM-DDTHH:MM:SS.ffffffZ``."""
     return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+_parsed: tuple[str, int] = ("", 0)
+"""The last second parsed by ``micros_of`` (as ``_second`` for ``utc_now``)."""
+
+_shown: tuple[int, str] = (-1, "")
+"""The last second formatted by ``time_text``."""
+
+
+def micros_of(at: str) -> int | str:
+    """The clock's text ``at`` as microseconds since the epoch — how SQLite keeps a transition's
+    time since schema 8 (8 bytes in the row instead of 27); text of another shape as it is."""
+    global _parsed
+    if len(at) != 27 or at[19] != "." or at[26] != "Z" or not at[20:26].isdigit():
+        return at
+    prefix = at[:19]
+    cached = _parsed
+    if cached[0] != prefix:
+        try:
+            second = calendar.timegm(time.strptime(prefix, "%Y-%m-%dT%H:%M:%S"))
+        except ValueError:
+            return at
+        cached = _parsed = (prefix, second * 1_000_000)
+    return cached[1] + int(at[20:26])
+
+
+def micros_cutoff(text: str) -> int:
+    """An ISO-8601 time given as a bound (``prune_history``) in microseconds since the epoch;
+    one without a zone is UTC. ValueError when ``text`` is no ISO-8601 time."""
+    exact = micros_of(text)
+    if isinstance(exact, int):
+        return exact
+    moment = datetime.fromisoformat(text)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return calendar.timegm(moment.utctimetuple()) * 1_000_000 + moment.microsecond
+
+
+@overload
+def time_text(stored: str | int) -> str: ...
+@overload
+def time_text(stored: None) -> None: ...
+@overload
+def time_text(stored: str | int | None) -> str | None: ...
+def time_text(stored: str | int | None) -> str | None:
+    """A transition's time as read from either backend, as the clock's text (the inverse of
+    :func:`micros_of`)."""
+    global _shown
+    if stored is None or isinstance(stored, str):
+        return stored
+    second, micros = divmod(stored, 1_000_000)
+    cached = _shown
+    if cached[0] != second:
+        cached = _shown = (second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second)))
+    return f"{cached[1]}.{micros:06d}Z"

@@ -9,6 +9,7 @@ from typing import Any, Final, Self, TypeVar
 from stateflow.errors import CorruptData, StoreNotMigrated, StoreTooNew
 from stateflow.store.backend import Backend
 from stateflow.store.cache import DEFAULT_CACHE_BYTES, HeadCache, RevisionCache
+from stateflow.store.clock import micros_of
 from stateflow.store.migrations import SCHEMA_VERSION, statements
 from stateflow.store.model import DocKey, Document
 from stateflow.store.nodes import NodeCache, load_tree
@@ -67,6 +68,10 @@ class StoreCore(Backend):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def _stored_time(self, at: str) -> str | int:
+        """The clock's text ``at`` as ``transitions.at`` holds it (``times_as_micros``)."""
+        return micros_of(at) if self.times_as_micros else at
 
     # ------------------------------------------------------------------ schema
 

@@ -15,6 +15,7 @@ from stateflow.doc.canonical import JSON
 from stateflow.doc.diff import Edit, apply_edits
 from stateflow.doc.select import MISSING
 from stateflow.errors import Conflict, CorruptData, InvalidInput, NotFound
+from stateflow.store.clock import time_text
 from stateflow.store.core import StoreCore
 from stateflow.store.model import Change, DocKey, Document, Transition
 from stateflow.store.nodes import load_tree
@@ -229,7 +230,10 @@ class History(StoreCore):
             by_seq: dict[int, list[Change]] = {}
             for r in rows:
                 by_seq.setdefault(int(r[0]), []).append(self._change(r, keys[int(r[3])], edits))
-            return [Transition(int(s), at, decode_origin(o, s), by_seq.get(int(s), [])) for s, at, o in heads]
+            return [
+                Transition(int(s), time_text(at), decode_origin(o, s), by_seq.get(int(s), []))
+                for s, at, o in heads
+            ]
 
     def _edits(
         self,
@@ -284,7 +288,7 @@ class History(StoreCore):
         seq = int(r[0])
         return Change(
             seq=seq,
-            at=r[1],
+            at=time_text(r[1]),
             origin=decode_origin(r[2], seq),
             key=key,
             revision=int(r[4]),

@@ -7,6 +7,7 @@ from typing import Any, Final
 
 from stateflow.doc.canonical import check, json_contains
 from stateflow.errors import InvalidInput
+from stateflow.store.clock import time_text
 from stateflow.store.core import StoreCore
 from stateflow.store.model import DocKey, Document, Listed
 from stateflow.store.tx import Tx
@@ -91,7 +92,8 @@ class Listing(StoreCore):
             (*first, state, after or "", *params, limit),
         )
         return [
-            Listed(DocKey(state, r[0]), int(r[1]), None if r[2] is None else int(r[2]), r[3]) for r in rows
+            Listed(DocKey(state, r[0]), int(r[1]), None if r[2] is None else int(r[2]), time_text(r[3]))
+            for r in rows
         ]
 
     def count(self, state: str) -> int:

@@ -63,13 +63,24 @@ Version 7, on SQLite, keeps only numbers and strings in ``members_by_value``: ve
 small member an entry, objects and arrays too (under a NULL value no search looks up), so a
 record's nested members each cost an index entry for nothing. PostgreSQL's index held only
 scalars already (it only records the version).
+
+Version 8 makes a small record cheaper to keep. ``documents_by_state`` becomes a partial index of
+the present documents, keyed ``(state, subject)``: listings and counts only ever ask for present
+ones, a deleted document no longer has an entry to walk past, and on PostgreSQL a new document
+(inserted absent, then made present by its first write) leaves one entry instead of two. On
+PostgreSQL ``members_by_value`` is keyed by one 8-byte hash of the member's name and ``jsonb``
+value (:data:`POSTGRES_VALUE_KEY`, equal for equal ``jsonb`` values, numbers by value) instead
+of the name and the value themselves; a lookup rechecks the value on the rows it finds.
+On SQLite ``transitions.at`` holds the time as microseconds since the epoch (an 8-byte integer
+instead of 27 bytes of text; ``clock.micros_of``, readers see the text as before): the table is
+rebuilt with foreign keys deferred, so the ``changes`` rows that name its seqs stay as they are.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-SCHEMA_VERSION: Final = 7
+SCHEMA_VERSION: Final = 8
 
 VALUE_INDEX_MAX: Final = 1024
 """Members up to this encoded size are in ``members_by_value`` (scalars only)."""
@@ -103,6 +114,25 @@ POSTGRES_VALUE_WHERE: Final = (
 )
 """PostgreSQL: the members in ``members_by_value`` — inline scalars up to 1 KiB without an
 escaped NUL (which jsonb cannot hold)."""
+
+POSTGRES_VALUE_KEY: Final = "stateflow_value_key({m}name, {m}body)"
+"""PostgreSQL: the key of ``members_by_value`` since version 8 — ``jsonb_hash_extended`` of the
+member's value seeded with the hash of its name: a bigint entry instead of the name and a
+``jsonb`` datum (about half the index), and no equality is lost: the hash is the one ``jsonb``'s
+own hash opclass uses, equal for equal values (``1`` and ``1.0`` too)."""
+
+_SQLITE_MICROS: Final = (
+    "CASE WHEN {at} GLOB '[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]T[0-9][0-9]:[0-9][0-9]:[0-9][0-9]"
+    ".[0-9][0-9][0-9][0-9][0-9][0-9]Z' THEN CAST(strftime('%s', substr({at}, 1, 19)) AS INTEGER) * 1000000 "
+    "+ CAST(substr({at}, 21, 6) AS INTEGER) ELSE {at} END"
+)
+"""SQLite: the clock's text ``{at}`` as microseconds since the epoch (``clock.micros_of``); text of
+another shape stays as it is (readers show it unchanged)."""
+
+_BY_STATE_V8: Final = """
+DROP INDEX documents_by_state;
+CREATE INDEX documents_by_state ON documents (state, subject) WHERE present = 1;
+"""
 
 _COUNTS: Final = """
 CREATE TABLE state_counts (
@@ -287,6 +317,20 @@ END;
 DROP INDEX members_by_value;
 CREATE INDEX members_by_value ON members (name, {SQLITE_VALUE.format(m="")})
     WHERE {SQLITE_VALUE_WHERE.format(m="")};
+""",
+    8: _BY_STATE_V8
+    + f"""
+CREATE TABLE transitions_v7 AS SELECT seq, at, origin FROM transitions;
+PRAGMA defer_foreign_keys = ON;
+DROP TABLE transitions;
+CREATE TABLE transitions (
+    seq INTEGER PRIMARY KEY,
+    at INTEGER NOT NULL,
+    origin BLOB NOT NULL
+);
+INSERT INTO transitions (seq, at, origin) SELECT seq, {_SQLITE_MICROS.format(at="at")}, origin
+    FROM transitions_v7 ORDER BY seq;
+DROP TABLE transitions_v7;
 """,
 }
 
@@ -706,6 +750,15 @@ CREATE TRIGGER count_members_delete AFTER DELETE ON members REFERENCING OLD TABL
     FOR EACH STATEMENT EXECUTE FUNCTION stateflow_count_members_removed();
 """,
     7: "",
+    8: _BY_STATE_V8
+    + f"""
+CREATE FUNCTION stateflow_value_key(name TEXT, body BYTEA) RETURNS BIGINT
+    LANGUAGE SQL IMMUTABLE PARALLEL SAFE
+    RETURN jsonb_hash_extended(stateflow_jsonb(body), hashtext(name));
+DROP INDEX members_by_value;
+CREATE INDEX members_by_value ON members ({POSTGRES_VALUE_KEY.format(m="")})
+    WHERE {POSTGRES_VALUE_WHERE.format(m="")};
+""",
 }
 
 

@@ -35,7 +35,13 @@ from stateflow.store.base import SqlStore
 from stateflow.store.cache import RevisionCache
 from stateflow.store.clock import utc_now
 from stateflow.store.commit_groups import CommitGroups, Member
-from stateflow.store.migrations import INDEXABLE, POSTGRES, POSTGRES_VALUE_WHERE, VALUE_INDEX_MAX
+from stateflow.store.migrations import (
+    INDEXABLE,
+    POSTGRES,
+    POSTGRES_VALUE_KEY,
+    POSTGRES_VALUE_WHERE,
+    VALUE_INDEX_MAX,
+)
 from stateflow.store.model import DocKey, Document, Listed
 from stateflow.store.plan import Fresh, SeqRef, WritePlan
 from stateflow.store.rows import ROW_COLUMNS, DocRow, decode_stored, key_filter, to_row
@@ -567,9 +573,11 @@ class PostgresStore(SqlStore):
         raw = encode_trusted(pattern).decode()
         if not _jsonb_safe(raw) or 6 * len(raw.encode()) > VALUE_INDEX_MAX:
             return None
+        # the index finds the members by the hash of name and value; the row rechecks both
         return (
-            f"m.name = ? AND {POSTGRES_VALUE_WHERE.format(m='m.')} AND stateflow_jsonb(m.body) = ?::jsonb",
-            [name, raw],
+            f"{POSTGRES_VALUE_KEY.format(m='m.')} = jsonb_hash_extended(?::jsonb, hashtext(?)) "
+            f"AND {POSTGRES_VALUE_WHERE.format(m='m.')} AND m.name = ? AND stateflow_jsonb(m.body) = ?::jsonb",
+            [raw, name, name, raw],
         )
 
     def _kind_sql(self) -> str:

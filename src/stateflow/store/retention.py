@@ -7,6 +7,8 @@ forgotten revision before the changes up to it go.
 from __future__ import annotations
 
 from stateflow.doc.canonical import encode_trusted
+from stateflow.errors import InvalidInput
+from stateflow.store.clock import micros_cutoff
 from stateflow.store.history import History
 from stateflow.store.model import DocKey
 from stateflow.store.nodes import BATCH, all_roots, walk
@@ -28,11 +30,16 @@ class Retention(History):
         """
         self.check_schema()
         removed = 0
+        try:  # (SQLite keeps times as microseconds: compared as numbers, not text)
+            micros = micros_cutoff(older_than)
+        except ValueError as exc:
+            raise InvalidInput(f"older_than {older_than!r} is not an ISO-8601 time") from exc
+        cutoff: str | int = micros if self.times_as_micros else older_than
         with self._write_tx() as tx:
             cuts = tx.all(
                 "SELECT d.doc_id, d.subject, MAX(c.revision) FROM changes c JOIN transitions t ON t.seq = c.seq "
                 "JOIN documents d ON d.doc_id = c.doc_id WHERE d.state = ? AND t.at < ? GROUP BY d.doc_id, d.subject",
-                (state, older_than),
+                (state, cutoff),
             )
             seqs: set[int] = set()
             for doc_id, subject, cut in cuts:

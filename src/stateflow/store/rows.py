@@ -14,6 +14,7 @@ from typing import Any, Final
 from stateflow.doc.canonical import decode, kind
 from stateflow.doc.diff import Edit
 from stateflow.errors import CorruptData, InvalidInput, InvalidJSON
+from stateflow.store.clock import time_text
 from stateflow.store.model import DocKey
 
 
@@ -79,7 +80,7 @@ def to_row(r: tuple[Any, ...]) -> DocRow:
         bytes_since_snapshot=int(r[5]),
         body_size=int(r[6]),
         next_position=int(r[7]),
-        at=r[8] if len(r) > 8 else None,
+        at=time_text(r[8]) if len(r) > 8 else None,
     )
 
 

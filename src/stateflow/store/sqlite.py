@@ -284,6 +284,7 @@ class _CommitWatch:
 
 class SqliteStore(SqlStore):
     holds_sql: ClassVar[str | None] = "instr(body, ?) > 0"
+    times_as_micros: ClassVar[bool] = True
 
     def __init__(
         self,

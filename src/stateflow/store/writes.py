@@ -590,7 +590,7 @@ class Writes(StoreCore):
             check, params = unmoved([*shared, *locked], claims)
             inserted = tx.all(
                 f"INSERT INTO transitions (at, origin) SELECT ?, ? WHERE {check} RETURNING seq",
-                (at, encode_trusted(origin), *params),
+                (self._stored_time(at), encode_trusted(origin), *params),
             )
             if not inserted:
                 return None
@@ -616,7 +616,7 @@ class Writes(StoreCore):
         """Insert the transition row; return how to get its seq (maybe only after the batch)."""
         row = tx.one(
             "INSERT INTO transitions (at, origin) VALUES (?, ?) RETURNING seq",
-            (at, encode_trusted(origin)),
+            (self._stored_time(at), encode_trusted(origin)),
         )
         assert row is not None
         seq = int(row[0])
