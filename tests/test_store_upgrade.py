@@ -273,6 +273,7 @@ def test_a_schema_7_store_upgrades_to_8_and_lists_searches_and_prunes_the_same(
         before = store.get(notes).body
         assert before is not None
         commit = store.commit([Write.between(notes, before, dict(before, title="title 12"))])
+        assert commit.seq is not None
         assert store.transitions(after_seq=commit.seq - 1, limit=1)[0].at == commit.at
         assert store.get(notes).at == commit.at
         assert [x.key for x in store.search("notes", {"title": "title 12"})] == [notes]
