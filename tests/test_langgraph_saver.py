@@ -79,7 +79,8 @@ def test_checkpoints_are_audited_records(backend: str, tmp_path: Path) -> None:
         assert (
             record["data"]["config"]["thread_id"] == "t 1" and record["data"]["config"]["run_id"] == "run-7"
         )
-        assert record["data"]["channel_values"] == {"messages": {"json": ["hi"]}}
+        assert set(record["data"]) == {"config", "saved"}  # two members
+        assert record["data"]["saved"]["channel_values"] == {"messages": {"json": ["hi"]}}
         trail = states.writes("langgraph_checkpoints", subject)["items"]
         assert [(w["action"], w["origin"]["consumer"], w["origin"]["run_id"]) for w in trail] == [
             ("replace", "langgraph", "run-7")
@@ -166,9 +167,12 @@ def test_newest_checkpoint_gets_only_its_own_writes(backend: str) -> None:
         store.close()
 
 
-def test_records_written_with_their_names_at_the_top_still_read(backend: str) -> None:
+@pytest.mark.parametrize("names_at_top", [True, False])
+def test_records_written_in_earlier_shapes_still_read(backend: str, names_at_top: bool) -> None:
     """Checkpoint and writes records written before ``config`` held their names (thread,
-    namespace, ids, run at the top of the record) read, list, copy and delete as before."""
+    namespace, ids, run at the top of the record), and checkpoint records written before
+    ``saved`` held the checkpoint, metadata, values and sources (those four at the top, beside
+    ``config``), read, list, copy and delete as before."""
     store = open_store(backend, auto_migrate=True)
     try:
         states = StatesService(store)
@@ -176,19 +180,23 @@ def test_records_written_with_their_names_at_the_top_still_read(backend: str) ->
         checkpoint = generate_checkpoint(channel_values={"a": "one"}, channel_versions={"a": 1})
         key = saver._key("t", "", checkpoint["id"])
         bare = {k: v for k, v in checkpoint.items() if k != "channel_values"}
-        old = {
+        names = {
             "thread_id": "t",
             "checkpoint_ns": "",
             "checkpoint_id": checkpoint["id"],
             "parent_checkpoint_id": None,
             "run_id": "run-1",
+        }
+        old = {
+            **(names if names_at_top else {"config": names}),
             "checkpoint": {"json": bare},
             "metadata": {"json": {"source": "input", "step": -1}},
             "channel_values": {"a": {"json": "one"}},
             "sources": {},
         }
         states.replace(saver.records.state, saver.records.subject("checkpoint", key), old)
-        writes = {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": checkpoint["id"]}
+        writes: dict[str, Any] = {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": checkpoint["id"]}
+        writes = writes if names_at_top else {"config": writes}
         entry = {"task_id": "x", "idx": 0, "channel": "a", "value": {"json": 2}, "task_path": ""}
         states.replace(saver.records.state, saver.records.subject("writes", key), {**writes, "w:x:0": entry})
         tup = saver.get_tuple({"configurable": {"thread_id": "t", "checkpoint_ns": ""}})
@@ -197,7 +205,23 @@ def test_records_written_with_their_names_at_the_top_still_read(backend: str) ->
         saver.copy_thread("t", "u")
         copied = saver.get_tuple({"configurable": {"thread_id": "u", "checkpoint_ns": ""}})
         assert copied is not None and copied.checkpoint == tup.checkpoint
+        # a new checkpoint on the old one takes its unchanged channel from it (a fresh saver
+        # reads the old record's versions), and keeps it once the old one is gone
+        child = generate_checkpoint(
+            channel_values={"a": "one", "b": "two"}, channel_versions={"a": 1, "b": 1}
+        )
+        fresh = StateflowSaver(states)
+        made = fresh.put(tup.config, child, generate_metadata(step=0, run_id="run-2"), {"b": 1})
+        stored = states.read(
+            saver.records.state, saver.records.subject("checkpoint", saver._key("t", "", child["id"]))
+        )
+        assert stored is not None and stored["data"]["saved"]["sources"] == {"a": checkpoint["id"]}
         saver.delete_for_runs(["run-1"])
+        kept = saver.get_tuple({"configurable": {"thread_id": "t"}})
+        assert kept is not None and kept.config == made
+        assert kept.checkpoint["channel_values"] == {"a": "one", "b": "two"}
+        assert saver.get_tuple({"configurable": {**tup.config["configurable"]}}) is None
+        saver.delete_thread("t")
         assert saver.get_tuple({"configurable": {"thread_id": "t"}}) is None
     finally:
         store.close()

@@ -4,12 +4,15 @@ Every checkpoint is one record of the state ``langgraph_checkpoints`` (subject k
 ``checkpoint``), and the pending writes of a checkpoint one record of kind ``writes``; their
 subject key is ``<thread_id>/<checkpoint_ns>/<inverted checkpoint_id>`` (parts
 percent-encoded; the id inverted so that a thread's newest checkpoint comes first in subject
-order). A checkpoint record's ``config`` names it (``thread_id``, ``checkpoint_ns``,
-``checkpoint_id``, ``parent_checkpoint_id``, ``run_id``: one member, so a write adds one row for
-them, not one indexed row each); it holds the values of the channels this checkpoint wrote
-(``new_versions``) and, for every other channel, the id of the checkpoint of the same thread
-and namespace that holds the value at the version it names (``sources``) — LangGraph's blob
-sharing, without a third kind of record. Records are written through the states service, so
+order). A checkpoint record has two members: ``config`` names it (``thread_id``,
+``checkpoint_ns``, ``checkpoint_id``, ``parent_checkpoint_id``, ``run_id``) and ``saved`` holds
+the rest — the checkpoint without its values (``checkpoint``), its ``metadata``, the values of
+the channels this checkpoint wrote (``channel_values``, from ``new_versions``) and, for every
+other channel, the id of the checkpoint of the same thread and namespace that holds the value
+at the version it names (``sources``: LangGraph's blob sharing, without a third kind of
+record). Two members, so a write adds two member rows (a row costs its index entries and member
+count, the record's JSON is the same); records written with those four at the top (and, before
+that, with the names at the top too) still read. Records are written through the states service, so
 each checkpoint has an audit row with its origin (consumer ``langgraph``, the run's id).
 """
 
@@ -63,6 +66,16 @@ DECLARATION: Final[dict[str, Any]] = {
                 },
                 "required": ["thread_id", "checkpoint_ns", "checkpoint_id"],
             },
+            "saved": {
+                "type": "object",
+                "properties": {
+                    "checkpoint": {"type": "object"},
+                    "metadata": {"type": "object"},
+                    "channel_values": {"type": "object"},
+                    "sources": {"type": "object", "additionalProperties": {"type": "string"}},
+                },
+                "required": ["checkpoint", "metadata", "channel_values", "sources"],
+            },
             "checkpoint": {"type": "object"},
             "metadata": {"type": "object"},
             "channel_values": {"type": "object"},
@@ -81,6 +94,13 @@ def _config(body: dict[str, Any]) -> dict[str, Any]:
     carry the same names at the top)."""
     config: dict[str, Any] = body.get("config", body)
     return config
+
+
+def _saved(body: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint record's checkpoint, metadata, channel values and sources (records written
+    before ``saved`` existed carry them at the top)."""
+    saved: dict[str, Any] = body.get("saved", body)
+    return saved
 
 
 _HELD_KEPT = 256
@@ -182,7 +202,7 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         for body in bodies:
             names = _config(body)
             thread_id, ns = names["thread_id"], names["checkpoint_ns"]
-            for source in set(body.get("sources", {}).values()):
+            for source in set(_saved(body).get("sources", {}).values()):
                 doc_key = records.doc_key(CHECKPOINT, self._key(thread_id, ns, source))
                 if doc_key in holders:
                     continue
@@ -195,7 +215,7 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
             docs = records.store.read(sourced)
             for doc_key in sourced:
                 if (found := docs[doc_key].body) is not None:
-                    holders[doc_key] = found.get("channel_values", {})
+                    holders[doc_key] = _saved(found).get("channel_values", {})
                     self._hold(doc_key, holders[doc_key])
         for body in bodies:
             names = _config(body)
@@ -213,9 +233,10 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         decode = self.codec.decode
         names = _config(body)
         thread_id, ns, checkpoint_id = names["thread_id"], names["checkpoint_ns"], names["checkpoint_id"]
-        checkpoint: Checkpoint = decode(body["checkpoint"])
-        values = {c: decode(v) for c, v in body["channel_values"].items()}
-        for channel, source in body.get("sources", {}).items():
+        saved = _saved(body)
+        checkpoint: Checkpoint = decode(saved["checkpoint"])
+        values = {c: decode(v) for c, v in saved["channel_values"].items()}
+        for channel, source in saved.get("sources", {}).items():
             held = holders.get(self.records.doc_key(CHECKPOINT, self._key(thread_id, ns, source)))
             stored = held.get(channel) if held is not None else None
             if stored is not None:
@@ -231,7 +252,7 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
                 "configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}
             },
             checkpoint=checkpoint,
-            metadata=decode(body["metadata"]),
+            metadata=decode(saved["metadata"]),
             parent_config=(
                 {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": parent}}
                 if parent
@@ -321,13 +342,13 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
             "parent_checkpoint_id": parent_id,
             "run_id": run_id if isinstance(run_id, str) else None,
         }
-        document = {
-            "config": names,
+        saved = {
             "checkpoint": encode(bare),
             "metadata": encode(full_metadata),
             "channel_values": inline,
             "sources": sources,
         }
+        document = {"config": names, "saved": saved}
         key = self._key(thread_id, ns, checkpoint_id)
         self.states.replace(
             self.records.state,
@@ -357,14 +378,15 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
             return known
         doc = self.records.store.get(
             self.records.doc_key(CHECKPOINT, self._key(thread_id, ns, checkpoint_id)),
-            ["checkpoint", "channel_values", "sources"],
+            ["saved", "checkpoint", "channel_values", "sources"],
         )
         if doc.body is None:
             return None
-        versions = dict(self.codec.decode(doc.body["checkpoint"])["channel_versions"])
+        saved = _saved(doc.body)
+        versions = dict(self.codec.decode(saved["checkpoint"])["channel_versions"])
         holders = {
-            **doc.body.get("sources", {}),
-            **{c: checkpoint_id for c in doc.body.get("channel_values", {})},
+            **saved.get("sources", {}),
+            **{c: checkpoint_id for c in saved.get("channel_values", {})},
         }
         self._remember(thread_id, ns, checkpoint_id, versions, holders)
         return versions, holders
@@ -437,15 +459,12 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
                 continue
             names = _config(doc)
             thread_id, ns = names["thread_id"], names["checkpoint_ns"]
-            if not any((thread_id, ns, s) in dropped for s in doc.get("sources", {}).values()):
+            if not any((thread_id, ns, s) in dropped for s in _saved(doc).get("sources", {}).values()):
                 continue
             tup = next(iter(self._tuples([key])))
             values = tup.checkpoint["channel_values"]
-            rewritten = {
-                **doc,
-                "channel_values": {c: self.codec.encode(v) for c, v in values.items()},
-                "sources": {},
-            }
+            inline = {"channel_values": {c: self.codec.encode(v) for c, v in values.items()}, "sources": {}}
+            rewritten = {**doc, "saved": {**doc["saved"], **inline}} if "saved" in doc else {**doc, **inline}
             self.states.replace(
                 self.records.state,
                 self.records.subject(CHECKPOINT, key),
