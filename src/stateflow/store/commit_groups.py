@@ -66,6 +66,11 @@ class CommitGroups(Generic[P, A]):
         self.largest = 0
         """the most commits one group carried"""
 
+    @property
+    def busy(self) -> bool:
+        """Whether a group is on its way to the database (a commit submitted now would wait)."""
+        return self._sending
+
     def submit(self, build: Callable[[], P]) -> A | None:
         """Commit what ``build()`` returns (called under the group lock, so members are sent in
         the order they were built); return its answer, or raise its error."""

@@ -11,6 +11,7 @@ Reads run in ``REPEATABLE READ READ ONLY`` transactions: one snapshot per read.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
 from functools import lru_cache, partial
@@ -188,6 +189,11 @@ class PostgresStore(SqlStore):
         self._seen: dict[DocKey, None] = {}
         """keys read here before (present, deleted or never written)"""
         self.url = _safe(url)
+        self._spare_ids: list[int] = []
+        """document ids taken from the sequence ahead, for rows a commit creates"""
+        self._ids_lock = threading.Lock()
+        self._unborn: dict[int, DocKey] = {}
+        """ids handed out by ``_absent_rows`` whose rows the commit writing them creates"""
         wait = timeout if timeout is not None else DEFAULT_WAIT
         kwargs: dict[str, Any] = {"autocommit": True}
         try:
@@ -407,23 +413,39 @@ class PostgresStore(SqlStore):
         tx.run(_WRITE_ROWS.format(seq=seq.sql), _row_arrays(plans))
 
     def _absent_rows(self, keys: Sequence[DocKey]) -> dict[DocKey, DocRow]:
-        # One round trip, where the locked path takes two or three; the insert is its own
-        # transaction, committed without waiting for its WAL flush: an absent row is no write
-        # anybody was told about (a lost one is created again by the next writer).
-        with self._pool.connection() as conn, _mapped_errors():
-            with _PgTx(conn)._pipelined():
-                conn.execute("BEGIN")
-                conn.execute("SET LOCAL synchronous_commit TO off")
-                cur = conn.execute(
-                    _pg(
-                        "INSERT INTO documents (state, subject) SELECT * FROM unnest(?::text[], ?::text[]) "
-                        f"ON CONFLICT (state, subject) DO NOTHING RETURNING {ROW_COLUMNS}, state, subject"
-                    ),
-                    (_array(k.state for k in keys), _array(k.subject for k in keys)),
-                )
-                conn.execute("COMMIT")
-            rows = cur.fetchall()
-        return {DocKey(r[-2], r[-1]): to_row(r) for r in rows}
+        # No round trip: the rows get ids taken from the sequence ahead (a block at a time) and
+        # are created by the commit that writes them, in its transaction (``_commit_planned``).
+        # A key that had a row after all makes that commit's check fail (nothing written), and
+        # the caller reads the document as it is.
+        ids = self._reserve(len(keys))
+        unborn = self._unborn
+        if len(unborn) > UNBORN_MAX:
+            unborn.clear()  # ids handed out for writes that never committed (a commit still
+            # holding one of them fails its check and is read again: nothing is lost)
+        rows = {}
+        for key, doc_id in zip(keys, ids, strict=True):
+            unborn[doc_id] = key
+            rows[key] = DocRow(doc_id, 0, False, None, 0, 0, 0, 0)
+        return rows
+
+    def _reserve(self, n: int) -> list[int]:
+        with self._ids_lock:
+            if len(self._spare_ids) < n:
+                with self._pool.connection() as conn, _mapped_errors():
+                    taken = conn.execute(_RESERVE_IDS, (max(n, RESERVED_IDS),)).fetchall()
+                self._spare_ids.extend(int(r[0]) for r in taken)
+            ids, self._spare_ids[:n] = self._spare_ids[:n], []
+        return ids
+
+    def _create(self, creates: Sequence[tuple[DocKey, int]]) -> None:
+        """Create absent rows with the ids handed out for them, in their own transaction
+        (committed without waiting for its flush: an absent row is no write anybody was told
+        about; one lost is created again by the next writer). A key that has a row keeps it."""
+        with self._pool.connection() as conn, _mapped_errors(), _PgTx(conn)._pipelined():
+            conn.execute("BEGIN")
+            conn.execute("SET LOCAL synchronous_commit TO off")
+            conn.execute(_CREATE_ROWS, _create_arrays(creates))
+            conn.execute("COMMIT")
 
     def _lock_many(self, tx: Tx, keys: Sequence[DocKey]) -> dict[DocKey, DocRow]:
         if len(keys) == 1:
@@ -452,6 +474,14 @@ class PostgresStore(SqlStore):
         # callers that are ready at the same time share the transaction (``_send_group``).
         self._writable()
         at = ""
+        unborn = self._unborn
+        creates = [(key, row.doc_id) for key, row in locked if unborn.pop(row.doc_id, None) is not None]
+        if creates and (len(creates) < len(locked) or (self._groups is not None and self._groups.busy)):
+            # created first, in a transaction of their own: a commit that creates rows and
+            # then waits for other rows' locks could deadlock with a writer holding those and
+            # creating the same row; and a group locks its rows before any member's commit
+            self._create(creates)
+            creates = []
 
         def build() -> _Planned:
             nonlocal at
@@ -468,8 +498,38 @@ class PostgresStore(SqlStore):
                 *_row_arrays(plans),
             ]
 
-        seq = self._send_alone(build()[1]) if self._groups is None else self._groups.submit(build)
+        if creates:  # only new documents and no group on its way: alone, created with the commit
+            seq = self._create_and_send(creates, build()[1])
+        else:
+            seq = self._send_alone(build()[1]) if self._groups is None else self._groups.submit(build)
         return None if seq is None else (seq, at)
+
+    def _create_and_send(self, creates: Sequence[tuple[DocKey, int]], params: Sequence[Any]) -> int | None:
+        """A planned commit of new documents only, their rows created in its transaction: one
+        round trip, where creating them first took two. Its seq, or None (nothing written: an
+        op id was taken, or a document had a row after all — its insert did nothing and the
+        check that follows fails)."""
+        try:
+            with self._pool.connection() as conn:
+                try:
+                    with conn.pipeline():  # its end sends the Sync and waits: one round trip
+                        conn.execute("BEGIN")
+                        conn.execute(_CREATE_ROWS, _create_arrays(creates))
+                        cur = _execute_raw(conn, _COMMIT_RAW, params)
+                        conn.execute("COMMIT")
+                    row = cur.fetchone()
+                except psycopg.Error:
+                    if not conn.broken:
+                        conn.close()  # a failed pipeline's connection is not reused (see _PgTx)
+                    raise
+        except PoolTimeout as exc:
+            raise StoreUnavailable(f"no database connection available: {exc}") from exc
+        except psycopg.Error as exc:
+            if exc.sqlstate == _CLAIMED_MEANWHILE:
+                return None
+            with _mapped_errors():
+                raise
+        return None if row is None or row[0] is None else int(row[0])
 
     def _send_alone(self, params: Sequence[Any]) -> int | None:
         """One planned commit in its own transaction: its seq, or None (nothing written)."""
@@ -670,6 +730,26 @@ _LOCK_GROUP: Final = (
 )
 """Locks a group's documents in key order (the order every locker takes), before any commit of
 the group takes the seq lock."""
+_RESERVE_IDS: Final = (
+    "SELECT nextval(pg_get_serial_sequence('documents', 'doc_id')) FROM generate_series(1, %s)"
+)
+RESERVED_IDS: Final = 64
+"""Document ids taken from the sequence at a time, for new documents' rows."""
+UNBORN_MAX: Final = 4096
+_CREATE_ROWS: Final = (
+    "INSERT INTO documents (doc_id, state, subject) "
+    "SELECT * FROM unnest(%s::bigint[], %s::text[], %s::text[]) ON CONFLICT (state, subject) DO NOTHING"
+)
+
+
+def _create_arrays(creates: Sequence[tuple[DocKey, int]]) -> list[str]:
+    return [
+        _array(doc_id for _, doc_id in creates),
+        _array(key.state for key, _ in creates),
+        _array(key.subject for key, _ in creates),
+    ]
+
+
 _Planned = tuple[list[DocKey], list[Any]]
 """A planned commit: the documents it checks (in a group, locked first) and its statement's
 parameters."""

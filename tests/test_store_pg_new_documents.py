@@ -1,0 +1,76 @@
+"""PostgreSQL: an optimistic write of documents never seen creates their rows in its commit.
+
+Their ids are taken from the sequence ahead, a block at a time; the commit inserts the rows and
+writes them in one transaction (one round trip). A document that had a row after all (another
+store made it) makes the commit's check fail, and the write is done on the row that exists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from stateflow.store import DocKey, Document, Write, open_store
+from stateflow.store.postgres import PostgresStore
+
+
+def _set(
+    *values: tuple[DocKey, dict[str, Any]],
+) -> Callable[[dict[DocKey, Document]], tuple[list[Write], None]]:
+    def compute(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
+        return [Write.between(key, docs[key].value, body, docs[key].revision) for key, body in values], None
+
+    return compute
+
+
+@contextmanager
+def _counted(store: PostgresStore) -> Iterator[list[int]]:
+    """Count the connections the store takes from its pool (each use here is one round trip)."""
+    taken: list[int] = []
+    pool = store._pool
+    real = pool.connection
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        taken.append(1)
+        return real(*args, **kwargs)
+
+    pool.connection = counting
+    try:
+        yield taken
+    finally:
+        pool.connection = real
+
+
+def test_a_new_document_is_created_and_written_in_one_round_trip(pg_schema_url: str) -> None:
+    store = open_store(pg_schema_url, auto_migrate=True)
+    other = open_store(pg_schema_url, auto_migrate=True)
+    try:
+        assert isinstance(store, PostgresStore)
+        store.update([DocKey("s", "warm")], _set((DocKey("s", "warm"), {"n": 0})), optimistic=True)
+        with _counted(store) as taken:
+            for n in range(5):
+                key = DocKey("s", f"new-{n}")
+                commit, _ = store.update([key], _set((key, {"n": n})), optimistic=True)
+                assert commit.revisions[key] == 1
+        assert len(taken) == 5  # one connection use each: created and committed together
+        for n in range(5):
+            key = DocKey("s", f"new-{n}")
+            assert other.get(key).body == {"n": n}
+            assert [c.revision for c in other.history([key])] == [1]
+        # a document another store created: the ids handed out here are not its row's, the
+        # commit's check fails and the write lands on the row that exists
+        made = DocKey("s", "made-elsewhere")
+        other.update([made], _set((made, {"by": "other"})), optimistic=True)
+        store.update([made], _set((made, {"by": "store"})), optimistic=True)
+        assert other.get(made).body == {"by": "store"} and other.get(made).revision == 2
+        assert [c.revision for c in other.history([made])] == [2, 1]
+        # a new document beside a known one: the new row is created first, then both commit
+        known, new = DocKey("s", "new-0"), DocKey("s", "beside")
+        store.update([known, new], _set((known, {"n": 10}), (new, {"n": 11})), optimistic=True)
+        assert other.get(known).body == {"n": 10} and other.get(known).revision == 2
+        assert other.get(new).body == {"n": 11} and other.get(new).revision == 1
+        assert store.count("s") == other.count("s") == 8
+    finally:
+        store.close()
+        other.close()
