@@ -143,7 +143,8 @@ _EXPLAIN_SETTINGS = (
     ("log_nested_statements", "off"),
     ("log_level", "notice"),
 )
-_LOGGED = re.compile(r"duration: ([\d.]+) ms.*?(?:WAL: records=\d+(?: fpi=\d+)? bytes=(\d+))?", re.S)
+_DURATION = re.compile(r"duration: ([\d.]+) ms")
+_WAL = re.compile(r"WAL: records=\d+(?: fpi=\d+)? bytes=(\d+)")
 
 
 def _explained(conn: psycopg.Connection[Any], notes: list[str]) -> None:
@@ -158,10 +159,11 @@ def _server_cost(notes: list[str], n: int) -> tuple[float, float]:
     """Server ms and WAL bytes per write from ``n`` writes' notes."""
     ms = wal = 0.0
     for note in notes:
-        found = _LOGGED.search(note)
-        if found:
-            ms += float(found.group(1))
-            wal += float(found.group(2) or 0)
+        took = _DURATION.search(note)
+        if took:
+            ms += float(took.group(1))
+            wrote = _WAL.search(note)  # the plan's top node: the statement's whole WAL
+            wal += float(wrote.group(1)) if wrote else 0.0
     return ms / n, wal / n
 
 
