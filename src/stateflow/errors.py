@@ -103,6 +103,11 @@ class StoreBusy(StoreUnavailable):
         self.retry_after = retry_after
 
 
+class WriteAborted(StoreBusy):
+    """The database ended the write to break a lock cycle with other writers (PostgreSQL:
+    deadlock detected, serialization failure); nothing was written, the call may be retried."""
+
+
 class CorruptData(StoreError):
     """Stored bytes do not decode into what they must be; we fail closed instead of guessing."""
 

@@ -31,6 +31,7 @@ from stateflow.errors import (
     StoreReadOnly,
     StoreUnavailable,
     UnsupportedStore,
+    WriteAborted,
 )
 from stateflow.store.base import SqlStore
 from stateflow.store.cache import RevisionCache
@@ -45,7 +46,15 @@ from stateflow.store.migrations import (
 )
 from stateflow.store.model import DocKey, Document, Listed
 from stateflow.store.plan import Fresh, SeqRef, WritePlan
-from stateflow.store.rows import ROW_COLUMNS, DocRow, decode_stored, key_filter, to_row
+from stateflow.store.rows import (
+    LOCK_ORDER_SQL,
+    ROW_COLUMNS,
+    DocRow,
+    decode_stored,
+    key_filter,
+    lock_order,
+    to_row,
+)
 from stateflow.store.tx import Tx
 
 _SEQ_LOCK: Final = 0x5EF10  # advisory lock id that orders transition inserts
@@ -158,8 +167,8 @@ class _PgTx(Tx):
 class PostgresStore(SqlStore):
     # SQLite's write transaction already excludes every other writer; here a shared row lock
     # keeps such documents unchanged (a writer of them takes an exclusive lock).
-    # (in key order, the order every exclusive locker takes: two writers cannot deadlock on them)
-    share_clause = " ORDER BY d.state, d.subject FOR SHARE OF d"
+    # (in the lock order every writer follows, shared or exclusive: see ``rows.lock_order``)
+    share_clause = f" ORDER BY {LOCK_ORDER_SQL} FOR SHARE OF d"
     holds_sql: ClassVar[str | None] = "position(? IN body) > 0"
 
     def __init__(
@@ -486,34 +495,57 @@ class PostgresStore(SqlStore):
         def build() -> _Planned:
             nonlocal at
             at = utc_now()  # taken in the order commits join groups: times follow seq
-            keys = [key for key, row in (*shared, *locked) if row.doc_id]
-            return keys, [
-                at,
-                encode_trusted(origin),
-                _SEQ_LOCK,
-                _array(scope for scope, _ in claims),
-                _array(op_id for _, op_id in claims),
-                *_key_arrays(shared),
-                *_key_arrays(locked),
-                *_row_arrays(plans),
-            ]
+            # A shared document without a row when computed on is checked to have none still,
+            # with no lock (there is no row to lock): found by the locking function instead, a
+            # row created meanwhile — after a group took its locks, or while the function
+            # waited for an earlier row — would be locked out of order. Where its creator also
+            # locks another shared row (a fold creating the aliases locks the declaration), that
+            # lock keeps it out until this commit is done, as before.
+            present = [(key, row) for key, row in shared if row.doc_id]
+            absent = [key for key, row in shared if not row.doc_id]
+            return (
+                [key for key, _ in present],
+                [key for key, _ in locked],
+                [
+                    _array(k.state for k in absent),
+                    _array(k.subject for k in absent),
+                    at,
+                    encode_trusted(origin),
+                    _SEQ_LOCK,
+                    _array(scope for scope, _ in claims),
+                    _array(op_id for _, op_id in claims),
+                    *_key_arrays(present),
+                    *_key_arrays(locked),
+                    *_row_arrays(plans),
+                ],
+            )
 
         if creates:  # only new documents and no group on its way: alone, created with the commit
-            seq = self._create_and_send(creates, build()[1])
+            seq = self._create_and_send(creates, build())
         else:
-            seq = self._send_alone(build()[1]) if self._groups is None else self._groups.submit(build)
+            seq = self._send_alone(build()[2]) if self._groups is None else self._groups.submit(build)
         return None if seq is None else (seq, at)
 
-    def _create_and_send(self, creates: Sequence[tuple[DocKey, int]], params: Sequence[Any]) -> int | None:
+    def _create_and_send(self, creates: Sequence[tuple[DocKey, int]], planned: _Planned) -> int | None:
         """A planned commit of new documents only, their rows created in its transaction: one
         round trip, where creating them first took two. Its seq, or None (nothing written: an
         op id was taken, or a document had a row after all — its insert did nothing and the
-        check that follows fails)."""
+        check that follows fails).
+
+        In the lock order (``rows.lock_order``): the shared rows first (a new row's insert
+        waits for whoever is creating the same row, as a lock), then the new rows."""
+        shared, _, params = planned
+        creates = sorted(creates, key=lambda c: lock_order(c[0]))
         try:
             with self._pool.connection() as conn:
                 try:
                     with conn.pipeline():  # its end sends the Sync and waits: one round trip
                         conn.execute("BEGIN")
+                        if shared:
+                            conn.execute(
+                                _LOCK_GROUP.format(mode="SHARE"),
+                                (_array(k.state for k in shared), _array(k.subject for k in shared)),
+                            )
                         conn.execute(_CREATE_ROWS, _create_arrays(creates))
                         cur = _execute_raw(conn, _COMMIT_RAW, params)
                         conn.execute("COMMIT")
@@ -525,7 +557,7 @@ class PostgresStore(SqlStore):
         except PoolTimeout as exc:
             raise StoreUnavailable(f"no database connection available: {exc}") from exc
         except psycopg.Error as exc:
-            if exc.sqlstate == _CLAIMED_MEANWHILE:
+            if exc.sqlstate in (_CLAIMED_MEANWHILE, _DEADLOCK, _SERIALIZATION):  # as _send_alone
                 return None
             with _mapped_errors():
                 raise
@@ -539,7 +571,9 @@ class PostgresStore(SqlStore):
         except PoolTimeout as exc:
             raise StoreUnavailable(f"no database connection available: {exc}") from exc
         except psycopg.Error as exc:
-            if exc.sqlstate == _CLAIMED_MEANWHILE:
+            # claimed meanwhile, or ended to break a lock cycle: nothing was written either way,
+            # and the locked path decides
+            if exc.sqlstate in (_CLAIMED_MEANWHILE, _DEADLOCK, _SERIALIZATION):
                 return None
             with _mapped_errors():
                 raise
@@ -551,24 +585,35 @@ class PostgresStore(SqlStore):
         transaction ends without a commit, nothing of the group is written, and each member is
         sent again on its own: the failure stays with the member it belongs to.
 
-        Every document of the group is locked first, in key order: a commit alone locks its
-        documents and then takes the seq lock, and a group that took the seq lock for its first
-        member and then waited for a row of its second could deadlock with such a commit."""
+        Every document of the group is locked first, in the lock order (``rows.lock_order``),
+        exclusively where a member writes it and shared where members only read it — what a
+        commit alone takes, in the same one pass: a commit alone locks its documents and then
+        takes the seq lock, and a group that took the seq lock for its first member and then
+        waited for a row of its second could deadlock with such a commit."""
         if len(group) == 1:
-            _answer(group[0], partial(self._send_alone, group[0].params[1]))
+            _answer(group[0], partial(self._send_alone, group[0].params[2]))
             return
-        keys = sorted({key for member in group for key in member.params[0]})
+        written = {key for member in group for key in member.params[1]}
+        keys = sorted(
+            {key for member in group for key in (*member.params[0], *member.params[1])}, key=lock_order
+        )
+        runs: list[tuple[bool, list[DocKey]]] = []  # (exclusive, keys): a statement each
+        for key in keys:
+            if runs and runs[-1][0] == (key in written):
+                runs[-1][1].append(key)
+            else:
+                runs.append((key in written, [key]))
         try:
             with self._pool.connection() as conn:
                 try:
                     with conn.pipeline():  # its end sends the Sync and waits: one round trip
                         conn.execute("BEGIN")
-                        if keys:
+                        for exclusive, run in runs:
                             conn.execute(
-                                _LOCK_GROUP,
-                                (_array(k.state for k in keys), _array(k.subject for k in keys)),
+                                _LOCK_GROUP.format(mode="UPDATE" if exclusive else "SHARE"),
+                                (_array(k.state for k in run), _array(k.subject for k in run)),
                             )
-                        cursors = [_execute_raw(conn, _COMMIT_RAW, m.params[1]) for m in group]
+                        cursors = [_execute_raw(conn, _COMMIT_RAW, m.params[2]) for m in group]
                         conn.execute("COMMIT")
                     rows = [cur.fetchone() for cur in cursors]
                 except psycopg.Error:
@@ -584,7 +629,7 @@ class PostgresStore(SqlStore):
                 raise exc from None
         if rows is None:
             for member in group:
-                _answer(member, partial(self._send_alone, member.params[1]))
+                _answer(member, partial(self._send_alone, member.params[2]))
             return
         for member, row in zip(group, rows, strict=True):
             member.answered(None if row is None or row[0] is None else int(row[0]))
@@ -713,23 +758,26 @@ _WRITE_ROWS: Final = "SELECT stateflow_write_rows({seq}, " + _ROW_ARGS + ")"
 
 
 _COMMIT: Final = (
-    "WITH begun AS MATERIALIZED (SELECT stateflow_begin_commit(?::text, ?::bytea, " + _SEQ_LOCK_KEY + ", "
+    "WITH absent AS MATERIALIZED (SELECT NOT EXISTS (SELECT 1 FROM documents d JOIN "
+    "unnest(?::text[], ?::text[]) AS k(state, subject) USING (state, subject)) AS still), "
+    "begun AS MATERIALIZED (SELECT stateflow_begin_commit(?::text, ?::bytea, " + _SEQ_LOCK_KEY + ", "
     "?::text[], ?::text[], ?::text[], ?::text[], ?::bigint[], ?::bigint[], "
-    "?::text[], ?::text[], ?::bigint[], ?::bigint[]) AS seq) "
+    "?::text[], ?::text[], ?::bigint[], ?::bigint[]) AS seq FROM absent WHERE still) "
     "SELECT seq, stateflow_write_rows(seq, " + _ROW_ARGS + ") FROM begun WHERE seq IS NOT NULL"
 )
 """A commit computed against known revisions, in one statement (see ``update(optimistic=True)``):
-checks, locks, transition and claims first; the rows only when those went through."""
+the shared documents that had no row still have none, then checks, locks, transition and
+claims; the rows only when those went through."""
 _COMMIT_RAW: Final = _numbered(_COMMIT)
 """``_COMMIT`` sent through a raw cursor: psycopg parses a query's ``%s`` placeholders again on
 every call once it has more than 50 parameters (its query cache stops there), and this one has
-52 — a regular expression over the whole statement on every commit."""
+54 — a regular expression over the whole statement on every commit."""
 _LOCK_GROUP: Final = (
-    "SELECT 1 FROM documents d JOIN unnest(%s::text[], %s::text[]) AS k(state, subject) "
-    "USING (state, subject) ORDER BY d.state, d.subject FOR UPDATE OF d"
+    "SELECT 1 FROM documents d JOIN unnest(%s::text[], %s::text[]) WITH ORDINALITY AS k(state, subject, i) "
+    "USING (state, subject) ORDER BY k.i FOR {mode} OF d"
 )
-"""Locks a group's documents in key order (the order every locker takes), before any commit of
-the group takes the seq lock."""
+"""Locks some of a group's documents (given in lock order), before any commit of the group
+takes the seq lock."""
 _RESERVE_IDS: Final = (
     "SELECT nextval(pg_get_serial_sequence('documents', 'doc_id')) FROM generate_series(1, %s)"
 )
@@ -750,11 +798,13 @@ def _create_arrays(creates: Sequence[tuple[DocKey, int]]) -> list[str]:
     ]
 
 
-_Planned = tuple[list[DocKey], list[Any]]
-"""A planned commit: the documents it checks (in a group, locked first) and its statement's
-parameters."""
+_Planned = tuple[list[DocKey], list[DocKey], list[Any]]
+"""A planned commit: the documents it shares and those it writes (in a group, locked first), and
+its statement's parameters."""
 _CLAIMED_MEANWHILE: Final = "SF409"
 """Raised by ``stateflow_begin_commit`` when an op id was claimed between its check and its insert."""
+_DEADLOCK: Final = "40P01"
+_SERIALIZATION: Final = "40001"
 
 
 def _answer(member: Member[_Planned, int], send: Callable[[], int | None]) -> None:
@@ -885,6 +935,8 @@ def _mapped_errors() -> Iterator[None]:
         raise StoreNotMigrated(f"the store schema is missing ({exc}); run `stateflow migrate`") from exc
     except pg_errors.ReadOnlySqlTransaction as exc:
         raise StoreReadOnly(f"PostgreSQL refused a write in a read-only session: {_one_line(exc)}") from exc
+    except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure) as exc:
+        raise WriteAborted(f"PostgreSQL ended the write: {_one_line(exc)}") from exc
     except psycopg.OperationalError as exc:
         raise StoreUnavailable(f"PostgreSQL error: {exc}") from exc
     except psycopg.DatabaseError as exc:

@@ -54,6 +54,21 @@ Wanted = tuple[DocKey, int, int, Sequence[str] | None]
 """A document whose members are wanted: (key, doc_id, revision, names or None for all)."""
 
 
+def lock_order(key: DocKey) -> tuple[bool, str, str]:
+    """Where a document's row comes in the one order every writer locks rows in (shared or
+    exclusive, in one ascending pass, all before the seq lock): documents of states named
+    ``_…`` (catalogs: the services keep declarations and aliases there) before all others, then
+    by key, bytewise. Catalogs come first because a writer may have to lock them before it can
+    know which other documents it writes (a fold reads the aliases under their lock, then locks
+    the records); by key alone a state named ``1x`` would put its records before them."""
+    return (key.state[:1] != "_", key.state, key.subject)
+
+
+LOCK_ORDER_SQL: Final = "starts_with(d.state, '_') DESC, d.state, d.subject"
+"""``lock_order`` as an ``ORDER BY`` on ``documents d`` (PostgreSQL: states and subjects are
+``COLLATE "C"``, so bytewise like Python's ``str`` order)."""
+
+
 def key_filter(keys: Sequence[DocKey]) -> tuple[str, list[str]]:
     """A WHERE clause (on ``documents d``) matching exactly these keys, with its parameters."""
     return _key_where(len(keys)), [v for k in keys for v in k]

@@ -9,6 +9,7 @@ emitted by the backend (``Backend._emit``).
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -18,7 +19,7 @@ import orjson
 from stateflow.doc.canonical import encode_trusted
 from stateflow.doc.diff import Edit, apply_edits
 from stateflow.doc.select import MISSING
-from stateflow.errors import Conflict, InvalidInput, StateflowError
+from stateflow.errors import Conflict, InvalidInput, StateflowError, WriteAborted
 from stateflow.store import tree_update
 from stateflow.store.clock import utc_now
 from stateflow.store.core import KNOWN_ROWS_MAX, StoreCore
@@ -46,6 +47,7 @@ from stateflow.store.rows import (
     MemberHead,
     Wanted,
     decode_stored,
+    lock_order,
     outline_of,
     rows_by_key,
     to_row,
@@ -114,15 +116,47 @@ class Writes(StoreCore):
         on those with no lock held (other writers keep going meanwhile), and the commit checks
         that nothing moved — on PostgreSQL in one statement. Anything else (a document moved or
         is not cached, ``compute`` refused, an op id was taken) runs the locked path, which
-        decides.
+        decides. If the database ends the write to break a lock cycle (``WriteAborted``, which a
+        backend should never cause, see ``rows.lock_order``), nothing was written and an
+        optimistic call runs again, at most ``ABORTED_RETRIES`` times: ``compute`` may run more
+        than twice then.
         """
         self.check_schema()
+        args = (keys, compute, origin, members, outlines, shared, op_id, op_scope, claims)
+        for attempt in range(ABORTED_RETRIES + 1):
+            try:
+                return self._update_once(*args, optimistic=optimistic)
+            except WriteAborted:
+                if not optimistic or attempt == ABORTED_RETRIES:
+                    raise
+                time.sleep(random.uniform(0.0, 0.002 * (attempt + 1)))  # (no lockstep)
+        raise AssertionError("unreachable")
+
+    def _update_once(
+        self,
+        keys: Iterable[DocKey],
+        compute: Callable[[dict[DocKey, Document]], tuple[Sequence[Write], R]],
+        origin: dict[str, Any] | None,
+        members: Iterable[str] | None,
+        outlines: Iterable[str],
+        shared: Iterable[DocKey],
+        op_id: str | None,
+        op_scope: str,
+        claims: Sequence[tuple[str, str]],
+        *,
+        optimistic: bool,
+    ) -> tuple[Commit, R | None]:
+        """One attempt of :meth:`update`."""
         names = None if members is None else list(members)
         outline_names = list(outlines)
-        shared_keys = sorted(set(shared))
-        locked = sorted(set(keys) - set(shared_keys))
+        # every row lock in one ascending pass of the lock order (see ``rows.lock_order``)
+        shared_keys = sorted(set(shared), key=lock_order)
+        locked = sorted(set(keys) - set(shared_keys), key=lock_order)
         all_claims = with_op_id(claims, op_id, op_scope)
         computed: _Computed | None = None
+        # a one-statement commit locks its shared rows, then the others: only in lock order if
+        # every shared row comes first (the states' writes: declarations and aliases, records)
+        optimistic = optimistic and _shared_first(shared_keys, locked)
         if optimistic and names is None and not outline_names:
             fresh = Fresh()
             try:
@@ -232,9 +266,9 @@ class Writes(StoreCore):
         claims: Sequence[tuple[str, str]] = (),
     ) -> tuple[dict[DocKey, DocRow], dict[DocKey, DocRow]]:
         """Start a read-modify-write: refuse claimed op ids already recorded (``OpIdTaken``),
-        read the shared rows, then lock (creating if needed) the others — in this order, the
-        order fold and re-declare use too. All statements go out together where the database
-        pipelines."""
+        then read the shared rows and lock (creating if needed) the others, in one ascending
+        pass of the lock order (``rows.lock_order``, which every writer follows). All
+        statements go out together where the database pipelines."""
         rows, locked_rows, _ = self._claim_then(tx, shared, locked, claims, None)
         return rows, locked_rows
 
@@ -247,9 +281,25 @@ class Writes(StoreCore):
         then: tuple[str, Sequence[Any]] | None,
     ) -> tuple[dict[DocKey, DocRow], dict[DocKey, DocRow], list[list[tuple[Any, ...]]]]:
         """:meth:`_claim`, with ``then`` — a query that needs the locks — in the same round trip."""
-        statements: list[tuple[str, Sequence[Any]]] = [self._lock_query(key) for key in locked]
-        if shared:
-            statements.insert(0, self._rows_query(shared, self.share_clause))
+        # runs in lock order: each run of shared rows is one statement, each locked row one
+        runs: list[list[DocKey] | DocKey] = []
+        if not shared or not locked or lock_order(shared[-1]) < lock_order(locked[0]):
+            runs = [list(shared)] if shared else []
+            runs += locked
+        else:
+            for key, is_shared in sorted(
+                [*((k, True) for k in shared), *((k, False) for k in locked)], key=lambda e: lock_order(e[0])
+            ):
+                if not is_shared:
+                    runs.append(key)
+                elif runs and isinstance(runs[-1], list):
+                    runs[-1].append(key)
+                else:
+                    runs.append([key])
+        statements: list[tuple[str, Sequence[Any]]] = [
+            self._rows_query(run, self.share_clause) if isinstance(run, list) else self._lock_query(run)
+            for run in runs
+        ]
         if claims:
             statements.insert(0, claims_query(claims))
         if then is not None:
@@ -257,9 +307,14 @@ class Writes(StoreCore):
         answers = tx.all_of(statements)
         if claims and (taken := answers.pop(0)):
             raise OpIdTaken({(r[0], r[1]) for r in taken})
-        rows = rows_by_key(answers.pop(0)) if shared else {}
-        locked_rows = {key: to_row(answer[0]) for key, answer in zip(locked, answers, strict=False)}
-        return rows, locked_rows, answers[len(locked) :]
+        rows: dict[DocKey, DocRow] = {}
+        locked_rows: dict[DocKey, DocRow] = {}
+        for run, answer in zip(runs, answers, strict=False):
+            if isinstance(run, list):
+                rows.update(rows_by_key(answer))
+            else:
+                locked_rows[run] = to_row(answer[0])
+        return rows, locked_rows, answers[len(runs) :]
 
     def _heads_query(
         self, keys: Sequence[DocKey], names: list[str] | None
@@ -356,7 +411,9 @@ class Writes(StoreCore):
         # Check every compare-and-set before touching anything.
         plan: list[tuple[Write, Loaded]] = []
         ordered = sorted(writes, key=lambda w: w.key)
-        unlocked = sorted({w.key for w in ordered if w.key not in loaded})
+        # (after the rows already locked: a write beyond them must come after them in the lock
+        # order, as a fold's records come after the aliases it locked to find them)
+        unlocked = sorted({w.key for w in ordered if w.key not in loaded}, key=lock_order)
         if unlocked:  # all rows in one pipeline (a bulk load commits hundreds of new documents)
             for key, row in self._lock_many(tx, unlocked).items():
                 # revision 0: never written, so no members to read back
@@ -902,6 +959,16 @@ def _made(write: Write, name: str, value: Any) -> Any:
     if before.get(name, MISSING) is not value or after is None:
         return MISSING
     return after.get(name, MISSING)
+
+
+def _shared_first(shared: Sequence[DocKey], locked: Sequence[DocKey]) -> bool:
+    """Whether every shared row comes before every locked one in the lock order (both sorted)."""
+    return not shared or not locked or lock_order(shared[-1]) < lock_order(locked[0])
+
+
+ABORTED_RETRIES = 3
+"""How many times an optimistic ``update`` runs again after the database ended it to break a
+lock cycle (``WriteAborted``): a backstop, the lock order is what keeps cycles from forming."""
 
 
 class _Moved:

@@ -1,0 +1,160 @@
+"""PostgreSQL: writers, group commits and folds take their row locks in one order, so none of
+them waits for another that waits for it.
+
+The interleaving below once deadlocked (``deadlock detected``, and the fold failed): a group
+commit of record writes knew of no row for the state's aliases (none when it last read them),
+so it locked the declaration and its records without them; a fold in another process, having
+created the aliases meanwhile, locked them and then waited for the declaration the group held;
+and the group's first commit then asked for the aliases. Each step is held in place here by
+locks taken from other sessions, so it happens in this order every run.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from stateflow.states import StatesService
+from stateflow.states.service import subject_of
+from stateflow.store import DocKey, open_store
+from stateflow.store.postgres import _SEQ_LOCK, _SEQ_LOCK_KEY, PostgresStore
+
+from .test_states_concurrency import DECL, subject
+
+SEQ_KEY = _SEQ_LOCK_KEY.replace("?", "%s")
+APP = f"lock-order-{uuid.uuid4().hex[:8]}"
+
+
+def _wait_for(what: str, predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"never happened: {what}"
+        time.sleep(0.002)
+
+
+def _blocked(conn: psycopg.Connection[Any], by: str, where: str, params: tuple[Any, ...]) -> bool:
+    """Whether a session that ``where`` selects from pg_stat_activity (``w``) waits for a lock
+    held by one that ``by`` selects (``h``); ``params`` are ``by``'s, then ``where``'s."""
+    row = conn.execute(
+        f"SELECT EXISTS (SELECT 1 FROM pg_stat_activity w, pg_stat_activity h WHERE {by} "
+        f"AND {where} AND h.pid = ANY(pg_blocking_pids(w.pid)))",
+        params,
+    ).fetchone()
+    return bool(row and row[0])
+
+
+@pytest.fixture
+def url(pg_schema_url: str) -> str:
+    return pg_schema_url
+
+
+@pytest.fixture
+def store(url: str) -> Iterator[PostgresStore]:
+    store = open_store(f"{url}&application_name={APP}", auto_migrate=True)
+    assert isinstance(store, PostgresStore)
+    yield store
+    store.close()
+
+
+def _apply(service: StatesService, state: str, k: int, item: str) -> None:
+    ops = [{"op": "set_by_key", "path": ["seen"], "key_field": "id", "value": {"id": item}}]
+    assert service.apply(state, subject(k), ops, op_id=f"op-{item}").applied
+
+
+def test_a_group_commit_and_a_fold_do_not_deadlock_over_aliases_created_meanwhile(
+    store: PostgresStore, url: str
+) -> None:
+    service = StatesService(store)
+    for state in ("s", "t"):
+        service.declare(state, DECL)
+    for k in range(4):  # each record written twice here: the next writes are optimistic
+        for n in range(2):
+            _apply(service, "s", k, f"setup-{k}-{n}")
+    for n in range(2):
+        _apply(service, "t", 0, f"setup-t-{n}")
+    # another process folds k3 into k2: the aliases of "s" now have a row this store has not seen
+    other = open_store(url)
+    try:
+        StatesService(other).fold("s", subject(3), subject(2), "switch")
+    finally:
+        other.close()
+
+    assert store._groups is not None
+    outcomes: dict[str, BaseException | None] = {}
+
+    def run(name: str, call: Callable[[], object]) -> threading.Thread:
+        def target() -> None:
+            try:
+                call()
+                outcomes[name] = None
+            except BaseException as exc:
+                outcomes[name] = exc
+
+        thread = threading.Thread(target=target, daemon=True)
+        thread.start()
+        return thread
+
+    threads = []
+    with (
+        psycopg.connect(url, autocommit=True) as watch,
+        psycopg.connect(url) as record_holder,
+        psycopg.connect(url) as fold,
+    ):
+        # 1. a commit of "t" waits for the seq lock, so the next two commits queue as one group
+        watch_pid, holder_pid = watch.info.backend_pid, record_holder.info.backend_pid
+        watch.execute(f"SELECT pg_advisory_lock({SEQ_KEY})", (_SEQ_LOCK,))
+        threads.append(run("t", lambda: _apply(service, "t", 0, "t-1")))
+        _wait_for(
+            "the first commit waits",
+            lambda: _blocked(watch, "h.pid = %s", "w.application_name = %s", (watch_pid, APP)),
+        )
+        # 2. record k1 is held elsewhere: the group will wait for it after its earlier locks
+        record_holder.execute(
+            "SELECT 1 FROM documents WHERE state = 's' AND subject = %s FOR UPDATE",
+            (_encoded(1),),
+        )
+        # 3. the fold's first statement: its aliases, locked
+        fold_pid = fold.info.backend_pid
+        fold.execute(*_lock_statement(DocKey("_aliases", "s")))
+        threads.append(run("k0", lambda: _apply(service, "s", 0, "g-0")))
+        threads.append(run("k1", lambda: _apply(service, "s", 1, "g-1")))
+        _wait_for("two commits queue", lambda: len(store._groups._pending) == 2)  # type: ignore[union-attr]
+        watch.execute(f"SELECT pg_advisory_unlock({SEQ_KEY})", (_SEQ_LOCK,))
+        _wait_for(
+            "the group waits for k1",
+            lambda: _blocked(watch, "h.pid = %s", "w.application_name = %s", (holder_pid, APP)),
+        )
+        # 4. the fold's second statement: the declaration (the group holds it, so it waits)
+        declaration = run("fold", lambda: fold.execute(*_lock_statement(DocKey("_states", "s"))))
+        _wait_for(
+            "the fold waits for the group",
+            lambda: _blocked(watch, "h.application_name = %s", "w.pid = %s", (APP, fold_pid)),
+        )
+        # 5. k1 goes: the group goes on; it must not now wait for the fold's aliases
+        record_holder.commit()
+        declaration.join(15)
+        assert outcomes.get("fold", "running") is None, f"the fold failed: {outcomes.get('fold')}"
+        fold.commit()
+        for thread in threads:
+            thread.join(30)
+    assert outcomes == {"t": None, "k0": None, "k1": None, "fold": None}
+    for k in (0, 1):
+        record = service.read("s", subject(k))
+        assert record is not None
+        assert {"id": f"g-{k}"} in record["data"]["seen"]
+
+
+def _encoded(k: int) -> str:
+    return subject_of(subject(k)).encode()
+
+
+def _lock_statement(key: DocKey) -> tuple[str, tuple[str, str]]:
+    """The statement the store locks (creating if needed) a document's row with."""
+    sql, params = PostgresStore._lock_query(key)
+    return sql.replace("?", "%s"), params
