@@ -127,6 +127,37 @@ def test_a_shared_document_that_moved_is_read_again(open_migrated: StoreFactory)
     assert open_migrated().get(DOC).body == {"step": 5}
 
 
+def test_a_write_sharing_documents_reads_one_another_store_moved_without_the_lock(
+    open_migrated: StoreFactory,
+) -> None:
+    """As the declared states' record writes share their declaration and aliases (the latter
+    often without a row): on PostgreSQL a write whose own document moved reads it again in a
+    snapshot and commits in one statement, checking the shared ones too — no row lock waited
+    for meanwhile."""
+    catalog, absent = DocKey("_catalog", "settings"), DocKey("_aliases", "none")
+    one, two = open_migrated(), open_migrated()
+    one.commit([Write.between(catalog, None, {"step": 1})])
+
+    def copy_step(step_by: int) -> Callable[[dict[DocKey, Document]], tuple[list[Write], int]]:
+        def compute(docs: dict[DocKey, Document]) -> tuple[list[Write], int]:
+            assert docs[absent].body is None
+            n = (docs[DOC].body or {"n": 0})["n"] + step_by * (docs[catalog].body or {})["step"]
+            return [Write.between(DOC, docs[DOC].value, {"n": n}, docs[DOC].revision)], n
+
+        return compute
+
+    answers = _count_one_statement_commits(one)
+    assert one.update([DOC], copy_step(1), shared=[catalog, absent], optimistic=True)[1] == 1
+    assert one.update([DOC], copy_step(1), shared=[catalog, absent], optimistic=True)[1] == 2
+    assert two.update([DOC], copy_step(10), shared=[catalog, absent], optimistic=True)[1] == 12
+    before = len(answers)
+    assert one.update([DOC], copy_step(1), shared=[catalog, absent], optimistic=True)[1] == 13
+    if isinstance(one, PostgresStore):
+        # tried against revision 2 and refused, then read again unlocked and committed
+        assert answers[before:] == [None, answers[-1]] and answers[-1] is not None
+    assert _n(open_migrated()) == 13
+
+
 def test_an_op_id_applies_once_through_either_path(open_migrated: StoreFactory) -> None:
     one, two = open_migrated(), open_migrated()
     one.update([DOC], _bump(), optimistic=True)

@@ -170,10 +170,7 @@ class Writes(StoreCore):
             if done is not None:
                 self._remember(fresh)
                 return done
-        # (not with shared documents: a group commit locks every document in key order, while a
-        # locked write takes its shared rows before its own, so the more of these writes ride
-        # groups beside locked ones, the likelier the two orders deadlock)
-        reads = optimistic and computed is None and self.reads_before_locking and not shared_keys
+        reads = optimistic and computed is None and self.reads_before_locking
         if reads and not self._is_contended(locked):
             fresh = Fresh()
             try:
@@ -544,8 +541,10 @@ class Writes(StoreCore):
             if claims and answers[1]:
                 return None  # the locked path refuses it, or answers the replay
             rows = rows_by_key(answers[0])
-            if any(key not in rows for key in keys):
+            if any(key not in rows for key in locked):
                 return None  # a new document: the locked path creates its row
+            for key in shared:  # (one without a row is checked to have none still)
+                rows.setdefault(key, NO_ROW)
             wanted: list[Wanted] = [
                 (k, rows[k].doc_id, rows[k].revision, None if k in shared else names)
                 for k in keys
