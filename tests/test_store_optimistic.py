@@ -8,6 +8,7 @@ decides. The outcomes asserted here are the contract on both backends.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -156,6 +157,28 @@ def test_a_write_sharing_documents_reads_one_another_store_moved_without_the_loc
         # tried against revision 2 and refused, then read again unlocked and committed
         assert answers[before:] == [None, answers[-1]] and answers[-1] is not None
     assert _n(open_migrated()) == 13
+
+
+def test_a_document_written_by_another_store_while_contended_stays_contended(pg_schema_url: str) -> None:
+    """Under the row lock a store sees whether anyone else wrote the document since it last
+    did: if so its next write waits for the lock again (with several writers on one document an
+    unlocked attempt would lose); if not, the next write tries without the lock again."""
+    one, two = (open_store(pg_schema_url, auto_migrate=True) for _ in range(2))
+    assert isinstance(one, PostgresStore)  # (only PostgreSQL reads before locking)
+    one.update([DOC], _bump(), optimistic=True)
+    answers = _count_one_statement_commits(one)
+    later = time.monotonic() + 60
+    one._contended[DOC] = later  # as after an unlocked attempt that lost
+    two.update([DOC], _bump(), optimistic=True)
+    one.update([DOC], _bump(), optimistic=True)  # locked: and `two` wrote since
+    assert answers == [] and one._is_contended([DOC])
+    one.update([DOC], _bump(), optimistic=True)  # locked again: nobody else wrote since
+    assert answers == [] and not one._is_contended([DOC])
+    one.update([DOC], _bump(), optimistic=True)  # without the lock, from what `one` wrote
+    assert len(answers) == 1 and answers[0] is not None
+    assert _n(two) == 5
+    one.close()
+    two.close()
 
 
 def test_an_op_id_applies_once_through_either_path(open_migrated: StoreFactory) -> None:

@@ -157,7 +157,9 @@ class Writes(StoreCore):
         # a one-statement commit locks its shared rows, then the others: only in lock order if
         # every shared row comes first (the states' writes: declarations and aliases, records)
         optimistic = optimistic and _shared_first(shared_keys, locked)
-        if optimistic and names is None and not outline_names:
+        # (not while contended: with several writers on one document it would lose, after
+        # waiting for the row lock in turn)
+        if optimistic and names is None and not outline_names and not self._is_contended(locked):
             fresh = Fresh()
             try:
                 done = self._optimistic(locked, shared_keys, compute, origin, all_claims, fresh)
@@ -187,6 +189,8 @@ class Writes(StoreCore):
             elif attempt is not None:
                 self._remember(fresh)
                 return attempt
+        # each document as this store last saw it (for _still_contended)
+        seen = {key: self._rows_known.get(key) for key in locked} if reads else {}
         fresh = Fresh()
         try:
             with self._write_tx() as tx:
@@ -199,6 +203,8 @@ class Writes(StoreCore):
                         tx, shared_keys, locked, all_claims, heads[0]
                     )
                     self._took_heads(locked_rows, heads[1], answers[0])
+                if seen:
+                    self._still_contended(seen, locked_rows)
                 loaded = {key: Loaded(row) for key, row in locked_rows.items()}
                 fresh.rows.update({key: rows.get(key, NO_ROW) for key in shared_keys})
                 fresh.rows.update(locked_rows)
@@ -502,6 +508,23 @@ class Writes(StoreCore):
         fresh.bodies = {d: (r, body, at, size) for d, (r, body, _, size) in fresh.bodies.items()}
         revisions = {w.key: loaded[w.key].row.revision for w in writes}
         return _committed(staged, plans, revisions, seq, at, fresh), result
+
+    def _still_contended(self, seen: Mapping[DocKey, DocRow | None], now: Mapping[DocKey, DocRow]) -> None:
+        """Under the row locks: a document another writer wrote since this store last saw it
+        stays contended (its next write here waits for the lock again, instead of reading and
+        computing on what will have moved by the time it commits: with several writers on one
+        document each such attempt lost, and its work took the CPU the lock holder needed);
+        one nobody else wrote since is not (the next write tries without the lock again)."""
+        until = 0.0
+        for key, was in seen.items():
+            row = now.get(key)
+            if was is None or row is None or was.doc_id != row.doc_id:
+                continue
+            if row.revision > was.revision:
+                until = until or time.monotonic() + CONTENDED_SECONDS
+                self._contended[key] = until
+            else:
+                self._contended.pop(key, None)
 
     def _is_contended(self, keys: Sequence[DocKey]) -> bool:
         """Whether an optimistic read of one of ``keys`` lost to another writer a moment ago."""
