@@ -19,7 +19,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Final, TypeVar, cast
@@ -111,6 +111,79 @@ class _Group:
             pass
 
 
+class _Member:
+    """One writer's turn in a group commit: ``__enter__`` waits for the turn and opens the
+    writer's part of the group's transaction (the first of a group begins it, the others run
+    in a savepoint, so a failing writer rolls back only its own work); ``__exit__`` keeps or
+    rolls back that part, hands the turn on (the last of a group commits for all) and, when
+    the work stayed, returns once the group's commit is done. (A class, not a generator
+    context manager: this runs on every commit, and ``contextlib`` costs more than the few
+    lines it would save.)"""
+
+    __slots__ = ("_commit", "_conn", "_first", "_group", "_local")
+
+    def __init__(self, commit: _GroupCommit, local: threading.local | None) -> None:
+        self._commit = commit
+        self._local = local
+
+    def __enter__(self) -> _SqliteTx:
+        commit = self._commit
+        deadline = time.monotonic() + commit.wait
+        with commit._queued_lock:
+            commit._queued += 1
+        turn = commit.lock.acquire(timeout=commit.wait)
+        with commit._queued_lock:
+            commit._queued -= 1
+        if not turn:
+            raise StoreBusy(
+                f"this process's writers held the store for over {commit.wait:g} s; nothing was written",
+                retry_after=max(1, round(commit.wait)),
+            )
+        group = self._group = commit._group
+        try:
+            conn = commit._conn = commit._connect()
+            first = self._first = not conn.in_transaction  # the first of a group needs no savepoint
+            if first:
+                # other processes' writers: wait for our turn, not poll, and not forever
+                commit.queue.acquire(max(0.0, deadline - time.monotonic()), commit.wait)
+            try:  # (not `_mapped_errors()`: a context manager costs more than this statement's Python)
+                conn.execute("BEGIN IMMEDIATE" if first else "SAVEPOINT member")
+            except sqlite3.Error as exc:
+                raise _mapped(exc) from exc
+        except BaseException:
+            commit._leave(group, ok=False)
+            raise
+        self._conn = conn
+        if self._local is not None:
+            self._local.writing = True
+        return _SqliteTx(conn)
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        if self._local is not None:
+            self._local.writing = False
+        commit, group, conn = self._commit, self._group, self._conn
+        ok = False
+        try:
+            if exc_type is not None:
+                with suppress(sqlite3.Error):  # the error may have ended the whole transaction
+                    if self._first:
+                        conn.execute("ROLLBACK")
+                    else:
+                        conn.execute("ROLLBACK TO member")
+                        conn.execute("RELEASE member")
+                return  # the exception goes on
+            if not self._first:
+                with _mapped_errors():
+                    conn.execute("RELEASE member")
+            ok = True
+            group.members += 1
+        finally:
+            commit._leave(group, ok)
+        group.wait()
+        if group.error is not None:  # each waiter raises its own copy (own traceback)
+            raise copy.copy(group.error).with_traceback(None) from group.error
+
+
 class _GroupCommit:
     """Group commit on the shared writer connection.
 
@@ -137,56 +210,18 @@ class _GroupCommit:
         self.largest = 0
         """the most writers one committed group carried"""
 
-    @contextmanager
-    def member(self) -> Iterator[sqlite3.Connection]:
-        deadline = time.monotonic() + self.wait
-        with self._queued_lock:
-            self._queued += 1
-        turn = self.lock.acquire(timeout=self.wait)
-        with self._queued_lock:
-            self._queued -= 1
-        if not turn:
-            raise StoreBusy(
-                f"this process's writers held the store for over {self.wait:g} s; nothing was written",
-                retry_after=max(1, round(self.wait)),
-            )
-        group = self._group
-        ok = False
+    def member(self, local: threading.local | None = None) -> _Member:
+        """A writer's place in the next group (a context manager giving its transaction);
+        ``local.writing`` is set while it is inside."""
+        return _Member(self, local)
+
+    def _leave(self, group: _Group, ok: bool) -> None:
+        """A writer is done with its turn: its work stays in the group (``ok``) or not."""
+        group.attempts += 1
         try:
-            conn = self._conn = self._connect()
-            first = not conn.in_transaction  # the first writer of a group needs no savepoint
-            if first:
-                # other processes' writers: wait for our turn, not poll, and not forever
-                self.queue.acquire(max(0.0, deadline - time.monotonic()), self.wait)
-            try:  # (not `_mapped_errors()`: a context manager costs more than this statement's Python)
-                conn.execute("BEGIN IMMEDIATE" if first else "SAVEPOINT member")
-            except sqlite3.Error as exc:
-                raise _mapped(exc) from exc
-            try:
-                yield conn
-            except BaseException:
-                with suppress(sqlite3.Error):  # the error may have ended the whole transaction
-                    if first:
-                        conn.execute("ROLLBACK")
-                    else:
-                        conn.execute("ROLLBACK TO member")
-                        conn.execute("RELEASE member")
-                raise
-            if not first:
-                with _mapped_errors():
-                    conn.execute("RELEASE member")
-            ok = True
-            group.members += 1
+            self._settle(group, failed=not ok)
         finally:
-            group.attempts += 1
-            try:
-                self._settle(group, failed=not ok)
-            finally:
-                self.lock.release()
-        if ok:
-            group.wait()
-            if group.error is not None:  # each waiter raises its own copy (own traceback)
-                raise copy.copy(group.error).with_traceback(None) from group.error
+            self.lock.release()
 
     def _settle(self, group: _Group, *, failed: bool) -> None:
         """Called under ``lock`` after each writer: commit the group unless more are queued.
@@ -404,21 +439,14 @@ class SqliteStore(SqlStore):
             with suppress(sqlite3.Error):  # a read transaction has nothing to keep
                 conn.execute("ROLLBACK")
 
-    @contextmanager
-    def _write_tx(self) -> Iterator[Tx]:
+    def _write_tx(self) -> AbstractContextManager[Tx]:
         """A write joins the current group: its statements run in a savepoint of the shared
         writer transaction; the last writer of a group commits it, and every writer returns
         once that commit (and its fsync) is done. One fsync serves every writer that queued
         while the previous group was committing."""
         if getattr(self._local, "writing", False):  # nested inside our own write: join it
-            yield _SqliteTx(self._writer())
-            return
-        with self._group.member() as conn:
-            self._local.writing = True
-            try:
-                yield _SqliteTx(conn)
-            finally:
-                self._local.writing = False
+            return nullcontext(_SqliteTx(self._writer()))
+        return self._group.member(self._local)
 
     def _writer(self) -> sqlite3.Connection:
         if self.read_only:
