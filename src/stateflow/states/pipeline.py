@@ -127,7 +127,7 @@ def run(
     declarations in the same transaction (the records then answer to the new ones);
     ``canonical`` gives subjects already resolved (else each is assumed its own canonical
     subject, and the alias check corrects that)."""
-    results = [Written() for _ in items]
+    results: list[Written | None] = [None] * len(items)
     resolved = list(canonical) if canonical is not None else [it.subject for it in items]
     replayed: set[int] = set()
     moves = 0
@@ -135,12 +135,16 @@ def run(
     while True:
         live = [i for i in range(len(items)) if i not in replayed]
         if not live and (items or not redeclare):  # (a redeclare with no records runs once)
-            return results
+            return [r if r is not None else Written() for r in results]
         keys = {i: DocKey(items[i].state, resolved[i].encode()) for i in live}
-        order = sorted(live, key=lambda i: (keys[i].state, keys[i].subject, i))
-        states = sorted({items[i].state for i in live} | set(redeclare or ()))
-        record_keys = sorted(set(keys.values()))
+        if len(live) == 1 and not redeclare:  # the common case: one record, nothing to sort
+            order, states, record_keys = live, [items[live[0]].state], [keys[live[0]]]
+        else:
+            order = sorted(live, key=lambda i: (keys[i].state, keys[i].subject, i))
+            states = sorted({items[i].state for i in live} | set(redeclare or ()))
+            record_keys = sorted(set(keys.values()))
         catalog = [DocKey(CATALOG, s) for s in states]
+        alias_keys = {s: DocKey(ALIASES, s) for s in states}
         rewritten = [k for k in catalog if redeclare and k.subject in redeclare]
 
         def compute(
@@ -149,22 +153,24 @@ def run(
             states: list[str] = states,
             keys: dict[int, DocKey] = keys,
             record_keys: list[DocKey] = record_keys,
+            catalog: list[DocKey] = catalog,
+            alias_keys: dict[str, DocKey] = alias_keys,
         ) -> tuple[list[Write], tuple[dict[int, Written], set[DocKey]]]:
             declarations: dict[str, dict[str, Any]] = {}
             writes: list[Write] = []
-            for state in states:
-                declared = service._declaration(docs, state)
+            for state, key in zip(states, catalog, strict=True):
+                declared = service._declared(docs[key].body, state)
                 if redeclare and state in redeclare:
                     new = redeclare[state](declared)
-                    key = DocKey(CATALOG, state)
                     writes.append(Write.between(key, docs[key].body, new, docs[key].revision))
                     declared = new
                 declarations[state] = declared
+            aliases_of = {state: docs[key].body or {} for state, key in alias_keys.items()}
             moved: dict[int, StateSubject] = {}
             for i in order:
                 it = items[i]
                 service._admit(declarations[it.state], it.subject)
-                now = resolve(docs[DocKey(ALIASES, it.state)].body or {}, it.subject)
+                now = resolve(aliases_of[it.state], it.subject)
                 if now is not resolved[i] and now != resolved[i]:  # (model equality is slow)
                     moved[i] = now
             if moved:
@@ -195,7 +201,7 @@ def run(
                     paths[key] += change.paths
                 out[i] = Written(
                     canonical=resolved[i],
-                    aliases=docs[DocKey(ALIASES, it.state)].body or {},
+                    aliases=aliases_of[it.state],
                     data=working[key],
                     seq=current.seq,
                     revision=current.revision,
@@ -228,7 +234,7 @@ def run(
                 [*record_keys, *rewritten],
                 compute,
                 commit_origin,
-                shared=[k for k in catalog if k not in rewritten] + [DocKey(ALIASES, s) for s in states],
+                shared=[k for k in catalog if k not in rewritten] + list(alias_keys.values()),
                 claims=[(items[i].state, op) for i in live if (op := items[i].op_id) is not None],
                 optimistic=not rewritten,  # compute keeps no state between calls
             )
@@ -256,7 +262,7 @@ def run(
                 written.revision = commit.revisions[keys[i]]
                 written.written = True
             results[i] = written
-        return results
+        return [r if r is not None else Written() for r in results]
 
 
 def ops_transform(ops: list[Op]) -> Transform:

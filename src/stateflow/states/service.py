@@ -324,6 +324,7 @@ class StatesService:
         self.programs = TemplateJq(self)
         self.listing = Listing(self)
         self._builtins_installed = False
+        self._last_declaration: tuple[Any, str, dict[str, Any]] | None = None
 
     def acting_as(self, context: DoorContext) -> StatesService:
         """This service with ``context`` (door, actor) stamped on every write that passes none —
@@ -629,10 +630,19 @@ class StatesService:
         return rows
 
     def _declaration(self, docs: dict[DocKey, Document], name: str) -> dict[str, Any]:
-        body = docs[DocKey(CATALOG, name)].body
+        return self._declared(docs[DocKey(CATALOG, name)].body, name)
+
+    def _declared(self, body: Any, name: str) -> dict[str, Any]:
+        """A declaration as stored (``body``; None: not declared), checked once per object: a
+        stored body is one shared, never-mutated object until its declaration changes."""
         if body is None:
             raise StateNotFound(f"no state declared as {name!r}")
-        return catalog_row(name, body)
+        last = self._last_declaration
+        if last is not None and last[0] is body and last[1] == name:
+            return last[2]
+        row = catalog_row(name, body)
+        self._last_declaration = (body, name, row)
+        return row
 
     @staticmethod
     def _admit(declaration: dict[str, Any], subject: StateSubject) -> None:
