@@ -913,13 +913,15 @@ class StatesService:
     ) -> Record | None:
         """Write ``document`` as the record's whole new body (replace, revert): the same checks
         and ``_trace`` stamp either way, recorded under ``action``."""
+        stamped = origin_of(origin)
+        subject = subject_of(subject)  # once: the write and the view after it both name it
 
         def transform(decl: dict[str, Any], current: JSON, done: dict[str, Any]) -> Change:
             regimes.check_document_write(decl, current, document)
             return Change(regimes.stamp_document(decl, current, document, done), [[]])
 
         written = self._write(
-            name, subject, transform, origin_of(origin), context, action, expect_revision=expect_revision
+            name, subject, transform, stamped, context, action, expect_revision=expect_revision
         )
         return self._view(name, subject, written)
 
@@ -985,6 +987,7 @@ class StatesService:
         if op_id is not None and (not isinstance(op_id, str) or not op_id):
             raise InvalidInput("op_id must be a non-empty string")
         check_revision(expect_revision)
+        subject = subject_of(subject)  # once: the write and the view after it both name it
         if not parsed:  # nothing to write, but an unknown state or refused subject still says so
             current = self.read(name, subject)
             if expect_revision is not None and (current["revision"] if current else 0) != expect_revision:
