@@ -225,7 +225,11 @@ class MemoryView:
             & set(self.planes.lazy)
         )
         members = [] if by_path else [*self.planes.hot, *lazy_roots]
-        current = self._read(members)
+        # One path read now needs no separate read of the documents: the path read takes every
+        # scope from one snapshot itself (one read transaction, one round trip, instead of two).
+        # Several paths, an offset or a patch pin the revisions of one read first.
+        alone = by_path and len(value_paths) == 1 and not value_paths[0].offset and projection != "patch"
+        current = {} if alone else self._read(members)
         cap = max((d.seq or 0 for d in current.values()), default=0)
         timeline: _Timeline | None = None
         results = []
@@ -285,13 +289,17 @@ class MemoryView:
         end: End | None = None,
     ) -> list[Trail]:
         """Each scope's trail of ``target`` (a plane first) as the view's transition
-        ``offset`` left it (0: the view's one read, ``current``)."""
+        ``offset`` left it (0: the view's one read, ``current``, or, when nothing was read
+        before, each scope as it is now)."""
         scopes = self.scopes if path.root == "effective" else (path.root,)
-        revisions = {self.keys[s]: current[s].revision for s in scopes}
+        # no documents read before (``current`` empty): each scope as it is now, in one snapshot
+        revisions: dict[DocKey, int] | None = (
+            {self.keys[s]: current[s].revision for s in scopes} if current else None
+        )
         if offset:
             assert timeline is not None
             if offset == len(timeline.seqs):
-                revisions = {k: 0 for k in revisions}  # the origin: every scope is empty
+                revisions = {self.keys[s]: 0 for s in scopes}  # the origin: every scope is empty
             else:
                 seq = timeline.seqs[offset]
                 revisions = {self.keys[s]: timeline.revision_at(s, seq, current[s].revision) for s in scopes}
