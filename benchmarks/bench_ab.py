@@ -18,6 +18,7 @@ rare and for a common value (50 a page); ``stats``.
 
     python3 -m benchmarks.bench_ab --baseline-src /path/to/other/src [--backend sqlite|postgres|both]
         [--rounds 10] [--iterations 40] [--records 2000] [--changes 500] [--postgres URL]
+        [--cases WORD ...]
 """
 
 from __future__ import annotations
@@ -180,7 +181,7 @@ def run(backend: str, args: argparse.Namespace, ours_src: str) -> None:
         try:
             ours.ready()
             base.ready()
-            for case in CASES:
+            for case in [c for c in CASES if not args.cases or any(w in c for w in args.cases)]:
                 pair = alternate(
                     lambda _, c=case: ours.ms(c, args.iterations),  # type: ignore[misc]
                     lambda _, c=case: base.ms(c, args.iterations),  # type: ignore[misc]
@@ -201,6 +202,7 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=2000)
     parser.add_argument("--changes", type=int, default=500)
     parser.add_argument("--postgres", default=os.environ.get("STATEFLOW_TEST_POSTGRES"))
+    parser.add_argument("--cases", nargs="*", help="only the cases whose names contain one of these words")
     args = parser.parse_args()
     ours_src = str(Path(__file__).resolve().parent.parent / "src")
     print(

@@ -49,8 +49,8 @@ def utc_text(moment: datetime) -> str:
 _parsed: tuple[str, int] = ("", 0)
 """The last second parsed by ``micros_of`` (as ``_second`` for ``utc_now``)."""
 
-_shown: tuple[int, str] = (-1, "")
-"""The last second formatted by ``time_text``."""
+_shown: dict[int, str] = {}
+"""Seconds formatted by ``time_text`` (a listing page's rows share a few; cleared when large)."""
 
 
 def micros_of(at: str) -> int | str:
@@ -91,11 +91,12 @@ def time_text(stored: str | int | None) -> str | None: ...
 def time_text(stored: str | int | None) -> str | None:
     """A transition's time as read from either backend, as the clock's text (the inverse of
     :func:`micros_of`)."""
-    global _shown
-    if stored is None or isinstance(stored, str):
-        return stored
+    if not isinstance(stored, int):
+        return stored  # text (PostgreSQL, or SQLite's odd rows) or nothing
     second, micros = divmod(stored, 1_000_000)
-    cached = _shown
-    if cached[0] != second:
-        cached = _shown = (second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second)))
-    return f"{cached[1]}.{micros:06d}Z"
+    prefix = _shown.get(second)
+    if prefix is None:
+        if len(_shown) >= 4096:
+            _shown.clear()
+        prefix = _shown[second] = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+    return f"{prefix}.{micros:06d}Z"
