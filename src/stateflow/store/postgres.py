@@ -678,11 +678,14 @@ class PostgresStore(SqlStore):
         raw = encode_trusted(pattern).decode()
         if not _jsonb_safe(raw) or 6 * len(raw.encode()) > VALUE_INDEX_MAX:
             return None
-        # the index finds the members by the hash of name and value; the row rechecks both
+        # the index finds the members by the hash of name and value; the row rechecks both —
+        # by its bytes first (the store writes one encoding, so a match is nearly always equal
+        # bytes), parsing it as jsonb only when they differ (1.0 for 1, a hash collision)
         return (
             f"{POSTGRES_VALUE_KEY.format(m='m.')} = jsonb_hash_extended(?::jsonb, hashtext(?)) "
-            f"AND {POSTGRES_VALUE_WHERE.format(m='m.')} AND m.name = ? AND stateflow_jsonb(m.body) = ?::jsonb",
-            [raw, name, name, raw],
+            f"AND {POSTGRES_VALUE_WHERE.format(m='m.')} AND m.name = ? "
+            "AND CASE WHEN m.body = ? THEN true ELSE stateflow_jsonb(m.body) = ?::jsonb END",
+            [raw, name, name, raw.encode(), raw],
         )
 
     def _kind_sql(self) -> str:
