@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -146,3 +148,22 @@ def test_template_jq_through_the_tool(host: ToolHost) -> None:
     )
     assert value == {"name": "counter.value", "purpose": "input", "value": 3}
     host.states.close()
+
+
+def test_argument_errors_name_the_argument_with_the_package_own_schema_library() -> None:
+    # The SQLite-only install depends on jsonschema-rs alone: checking a tool's arguments must
+    # not need the pure-Python jsonschema package (present here only through the MCP extra).
+    code = (
+        "import sys\n"
+        "from stateflow.states.tools import check_tool_arguments\n"
+        "from stateflow.errors import InvalidInput\n"
+        "try:\n"
+        "    check_tool_arguments('state_apply', {'state': 'notes', 'ops': 'not-a-list'})\n"
+        "except InvalidInput as e:\n"
+        "    print(e)\n"
+        "print('jsonschema' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    message, imported = out.strip().splitlines()
+    assert message.startswith("state_apply: ops: ") and "not-a-list" in message
+    assert imported == "False"

@@ -5,9 +5,6 @@ from __future__ import annotations
 import functools
 from typing import Any, Final
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import best_match
-
 from stateflow.errors import InvalidInput, ReadOnlyState, StateflowError
 from stateflow.states.models import DoorContext, StateSubject, WriteOrigin
 from stateflow.states.service import StatesService, SubjectRefused, subject_of
@@ -145,8 +142,11 @@ def resolve_subject(
 
 
 @functools.cache
-def _argument_validator(name: str) -> Draft202012Validator:
-    return Draft202012Validator(state_tool_schemas()[name][1])
+def _argument_validator(name: str) -> Any:
+    # jsonschema-rs, the one JSON Schema library the package depends on (imported on first use).
+    import jsonschema_rs
+
+    return jsonschema_rs.Draft202012Validator(state_tool_schemas()[name][1])
 
 
 def check_tool_arguments(name: str, args: Any) -> None:
@@ -157,9 +157,11 @@ def check_tool_arguments(name: str, args: Any) -> None:
     unknown = sorted(set(args) - set(state_tool_schemas()[name][1]["properties"]))
     if unknown:
         raise InvalidInput(f"{name} does not accept {', '.join(unknown)}")
-    error = best_match(_argument_validator(name).iter_errors(args))
-    if error is not None:
-        where = ".".join(str(p) for p in error.absolute_path) or "arguments"
+    errors = list(_argument_validator(name).iter_errors(args))
+    if errors:
+        # The shallowest problem first: it names the argument the caller got wrong.
+        error = min(errors, key=lambda e: len(e.instance_path))
+        where = ".".join(str(p) for p in error.instance_path) or "arguments"
         raise InvalidInput(f"{name}: {where}: {error.message}")
 
 
