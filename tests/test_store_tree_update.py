@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stateflow.doc.diff import Edit, apply_edits
+from stateflow.store.key_positions import KeyPositions, Positions
 from stateflow.store.tree import Builder, load
 from stateflow.store.tree_update import update, where_of
 
@@ -131,3 +132,86 @@ def test_an_emptied_container_and_a_replaced_kind_read_back() -> None:
     _edit([Edit(("obj",), "now a string")])
     small = update(ROOT, BUILT.size, BASE, {"only": 1}, _get)
     assert small.root is None and small.inline == b'{"only":1}'
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["set", "delete", "new", "two"]), st.integers(0, 10_000), st.text(max_size=40)
+        ),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_key_positions_follow_every_version_and_change_nothing_written(
+    steps: list[tuple[str, int, str]],
+) -> None:
+    """Edits of a large object, one version after the next, with its keys' positions looked up
+    in an index carried from version to version: every version reads back exactly (key order
+    included), with the same root as the update that scans for positions, and the index is
+    built once."""
+    positions = Positions(min_keys=1_000)
+    value: Any = BASE
+    root, size = ROOT, BUILT.size
+    for n, (kind, at, text) in enumerate(steps):
+        keys = list(value["obj"])
+        key = keys[at % len(keys)]
+        if kind == "set":
+            edits = [Edit(("obj", key), text)]
+        elif kind == "delete":
+            edits = [Edit(("obj", key))]
+        elif kind == "new":
+            edits = [Edit(("obj", f"new {n} {text}"), text)]
+        else:  # a deleted key and a replaced one in one write
+            edits = [Edit(("obj", key)), Edit(("obj", keys[(at * 7 + 1) % len(keys)]), text)]
+        new = apply_edits(value, edits)
+        where = where_of((e.path, e.is_delete) for e in edits)
+        scanned = update(root, size, value, new, _get, where)
+        looked_up = update(root, size, value, new, _get, where, positions)
+        NODES.update(looked_up.nodes)
+        assert looked_up.root is not None and looked_up.root == scanned.root
+        assert orjson.dumps(load(looked_up.root, _fetch)) == orjson.dumps(new)
+        assert looked_up.size == len(orjson.dumps(new))
+        value, root, size = new, looked_up.root, looked_up.size
+    assert positions.built <= 1
+
+
+def test_an_existing_key_is_replaced_or_deleted_by_a_few_nodes_with_an_index() -> None:
+    """With the index, replacing or deleting one key of a large object reads the nodes on its
+    path and writes a few — nothing proportional to the object."""
+    positions = Positions(min_keys=1_000)
+    read: list[bytes] = []
+
+    def counting(ident: bytes) -> dict[str, Any]:
+        read.append(ident)
+        return _get(ident)
+
+    value: Any = BASE
+    root, size = ROOT, BUILT.size
+    for edits in (
+        [Edit(("obj", "k4998"), "late")],
+        [Edit(("obj", "k3"))],
+        [Edit(("obj", "k4990"))],
+        [Edit(("obj", "k10"), {"n": 0})],
+    ):
+        new = apply_edits(value, edits)
+        read.clear()
+        out = update(
+            root, size, value, new, counting, where_of((e.path, e.is_delete) for e in edits), positions
+        )
+        NODES.update(out.nodes)
+        assert out.root is not None
+        assert len(read) <= 8 and len(out.nodes) <= 8, edits
+        assert orjson.dumps(load(out.root, _fetch)) == orjson.dumps(new)
+        value, root, size = new, out.root, out.size
+    assert positions.built == 1
+
+
+def test_key_positions() -> None:
+    index = KeyPositions(["a", "b", "c", "d"])
+    index.delete("b")
+    index.append("e")
+    index.delete("a")
+    assert [index.position(k) for k in "cdeab"] == [0, 1, 2, None, None]
+    assert len(index) == 3

@@ -10,6 +10,7 @@ from stateflow.errors import CorruptData, StoreNotMigrated, StoreTooNew
 from stateflow.store.backend import Backend
 from stateflow.store.cache import DEFAULT_CACHE_BYTES, HeadCache, RevisionCache
 from stateflow.store.clock import micros_of
+from stateflow.store.key_positions import Positions
 from stateflow.store.migrations import SCHEMA_VERSION, statements
 from stateflow.store.model import DocKey, Document
 from stateflow.store.nodes import NodeCache, load_tree
@@ -59,6 +60,8 @@ class StoreCore(Backend):
         """(body, members) of documents as ``_known`` last assembled them"""
         self._node_cache = NodeCache()
         """decoded tree nodes by id, for path reads"""
+        self._positions = Positions()
+        """where large objects' keys stand, by the root of their trees (tree updates)"""
         self._roots: dict[int, tuple[int, dict[str, bytes]]] = {}
         """doc_id → (document revision, root of each member held as a tree at it): a tree
         update starts from its member's root without a statement (a round trip on PostgreSQL)"""

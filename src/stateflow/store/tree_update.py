@@ -26,6 +26,7 @@ import orjson
 from stateflow.doc.canonical import JSON
 from stateflow.doc.diff import Within, within
 from stateflow.errors import CorruptData
+from stateflow.store.key_positions import Positions
 from stateflow.store.tree import INLINE_MAX, LEAF_MAX, Builder, Entry, cuts, interior_body, leaf_body, node_id
 
 Get = Callable[[bytes], dict[str, Any]]
@@ -61,20 +62,29 @@ def where_of(edits: Iterable[tuple[tuple[str | int, ...], bool]]) -> Within:
     return within(paths)
 
 
-def update(root: bytes, size: int, old: JSON, new: JSON, get: Get, where: Within | None = None) -> Updated:
+def update(
+    root: bytes,
+    size: int,
+    old: JSON,
+    new: JSON,
+    get: Get,
+    where: Within | None = None,
+    positions: Positions | None = None,
+) -> Updated:
     """``new`` as a tree, given ``old`` (encoded in ``size`` bytes) stored under ``root``.
 
     ``where``: the paths (relative to the value) where ``new`` may differ from ``old`` — the
     edits that made it. Containers along them find their changed elements from the paths
     instead of comparing every element; elsewhere (or without ``where``) the changed range is
-    found by identity."""
+    found by identity. ``positions``: where large objects' keys stand, kept by tree root
+    (an existing key's position is then looked up, not scanned for)."""
     nodes: dict[bytes, bytes] = {}
     if type(new) is not type(old) or type(new) not in (dict, list):
         builder = Builder()
         built = builder.build(new)
         return Updated(built.root, built.inline, built.size, built.nodes, builder.refs())
     refs: dict[int, bytes] = {}
-    entry, delta = _update(root, old, new, get, nodes, refs, where or None)
+    entry, delta = _update(root, old, new, get, nodes, refs, where or None, positions)
     if size + delta <= INLINE_MAX:  # shrunk: small values are inline
         data = orjson.dumps(new)
         return Updated(None, data, len(data))
@@ -96,10 +106,12 @@ def _update(
     nodes: dict[bytes, bytes],
     refs: dict[int, bytes],
     where: Within | None = None,
+    positions: Positions | None = None,
 ) -> tuple[Entry, int]:
     """The container ``new`` as an entry (a ref: its tree), and its size minus ``old``'s."""
     is_object = type(new) is dict
-    located = None if where is None else _located(old, new, where)
+    keyed = _Keyed(root, old, positions) if is_object and positions is not None else None
+    located = None if where is None else _located(old, new, where, keyed)
     if located is not None:
         lo, old_hi, new_hi, one = located
     elif is_object:
@@ -109,10 +121,16 @@ def _update(
         lo, old_hi, new_hi = _window(None, None, old, new)
         one = None
     if lo == old_hi == new_hi:
+        if keyed is not None and located is not None:
+            keyed.follow(old, new, where or {}, root)
         return Entry(b'"' + root.hex().encode() + b'"', True, 0), 0
-    if one is not None:  # the changed element, found by path: nothing else is listed
-        old_keys = new_keys = [one] if is_object else None
-        old_values, new_values = [old[one]], [new[one]]
+    old_keys: list[str] | None
+    new_keys: list[str] | None
+    old_values: list[Any]
+    new_values: list[Any]
+    if one is not None:  # the changed (or deleted) key, found by path: nothing else is listed
+        old_keys, old_values = [one], [old[one]]
+        new_keys, new_values = ([one], [new[one]]) if one in new else ([], [])
         base = lo
     elif located is not None and new_hi == len(new) and old_hi == len(old):  # a tail (appends)
         base = lo
@@ -140,7 +158,7 @@ def _update(
             nonlocal delta
             (was,) = found
             if was.is_ref and type(after) is type(before) and type(after) in (dict, list):
-                entry, inner = _update(_ref_id(was.json), before, after, get, nodes, refs, below)
+                entry, inner = _update(_ref_id(was.json), before, after, get, nodes, refs, below, positions)
                 if entry.is_ref:
                     refs[id(after)] = _ref_id(entry.json)
             else:
@@ -172,31 +190,37 @@ def _update(
     if not level:
         data = b"{}" if is_object else b"[]"
         return Entry(data, False, 2), delta + count_delta
+    if keyed is not None and located is not None:
+        keyed.follow(old, new, where or {}, level[0][1])
     return Entry(b'"' + level[0][1].hex().encode() + b'"', True, 0), delta + count_delta
 
 
-def _located(old: Any, new: Any, where: Within) -> tuple[int, int, int, Any] | None:
+def _located(
+    old: Any, new: Any, where: Within, keyed: _Keyed | None = None
+) -> tuple[int, int, int, Any] | None:
     """The changed range of a container from the paths that changed it — ``(lo, old_hi, new_hi,
-    key)``, ``key`` naming the one element changed in place (else None) — or None when the
-    paths do not say (the range is then found by identity).
+    key)``, ``key`` naming the one key replaced in place or deleted (else None) — or None when
+    the paths do not say (the range is then found by identity).
 
     Edits keep an existing object key where it is and add new keys at the end, and an array
     grows only by appends (an index set at its length), so positions follow from the paths;
-    only the position of an existing key costs a scan of the keys (in C)."""
+    only the position of an existing key costs a lookup (``keyed``: an index of a large
+    object's keys) or a scan of the keys (in C)."""
     if type(new) is dict:
         if not all(type(k) is str for k in where):
             return None
         present = [str(k) for k in where if k in old]
         added = len(new) - (len(old) - sum(1 for k in present if k not in new))
-        if len(present) == 1 and not added and present[0] in new:
+        position = (lambda key: _position(old, key)) if keyed is None else keyed.position
+        if len(present) == 1 and not added:
             key = present[0]
-            at = _position(old, key)
-            return at, at + 1, at + 1, key
+            at = position(key)
+            return at, at + 1, at + 1 if key in new else at, key
         if not present:  # only new keys: they follow every old one
             return len(old), len(old), len(new), None
-        keys = list(old)
-        lo = min(map(keys.index, present))
-        old_hi = len(old) if added else max(map(keys.index, present)) + 1
+        places = [position(key) for key in present]
+        lo = min(places)
+        old_hi = len(old) if added else max(places) + 1
         return lo, old_hi, old_hi + len(new) - len(old), None
     indices = [k for k in where if type(k) is int]
     if len(indices) != len(where) or len(new) < len(old):
@@ -210,6 +234,45 @@ def _located(old: Any, new: Any, where: Within) -> tuple[int, int, int, Any] | N
     if not grew and old_hi > len(old):
         return None
     return lo, old_hi, new_hi, None
+
+
+class _Keyed:
+    """The key index of one large object for one update: taken from ``positions`` by the root
+    the update starts from (built from the object's keys when a position is first needed), and
+    left under the root it makes once :meth:`follow` has moved it on."""
+
+    __slots__ = ("_index", "_old", "_positions")
+
+    def __init__(self, root: bytes, old: dict[str, Any], positions: Positions) -> None:
+        self._positions = positions
+        self._old = old
+        self._index = positions.take(root) if len(old) >= positions.min_keys else None
+
+    def position(self, key: str) -> int:
+        if len(self._old) < self._positions.min_keys:
+            return _position(self._old, key)
+        if self._index is None:
+            self._index = self._positions.build(self._old)
+        at = self._index.position(key)
+        assert at is not None, "a key of the object is in its index"
+        return at
+
+    def follow(self, old: dict[str, Any], new: dict[str, Any], where: Within, root: bytes) -> None:
+        """Move the index on by the update ``where`` describes (``old`` → ``new``, whose tree
+        is ``root``): deleted keys free their slots, new keys (at the end) take the next ones."""
+        index = self._index
+        self._index = None
+        if index is None or len(new) < self._positions.min_keys:
+            return
+        deleted = [str(k) for k in where if k in old and k not in new]
+        for key in deleted:
+            index.delete(key)
+        added = len(new) - (len(old) - len(deleted))
+        if added > 0:
+            for key in _tail(new, added)[0] or ():
+                index.append(key)
+        if len(index) == len(new):
+            self._positions.put(root, index)
 
 
 def _position(obj: dict[str, Any], key: str) -> int:

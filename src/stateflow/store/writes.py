@@ -764,7 +764,9 @@ class Writes(StoreCore):
                 if known is None or known[0] != entry.row.revision or name not in known[1]:
                     raise _NeedsLock(f"{what}: its root is read under the lock")
                 get = _cached_only(self._node_cache, what)
-                stage.trees[name] = tree_update.update(known[1][name], old[2], old[0], value, get, where)
+                stage.trees[name] = tree_update.update(
+                    known[1][name], old[2], old[0], value, get, where, self._positions
+                )
                 continue
             root = self._root_of(tx, entry.row, name)
             if root is None:
@@ -772,7 +774,7 @@ class Writes(StoreCore):
             # nodes through the decoded-node cache: a node's id is its hash, so a cached one is
             # never stale, and the path an edit walks is mostly the one the last edit wrote
             stage.trees[name] = tree_update.update(
-                root, old[2], old[0], value, self._node_cache.getter(tx, what), where
+                root, old[2], old[0], value, self._node_cache.getter(tx, what), where, self._positions
             )
 
     def _root_of(self, tx: Tx, row: DocRow, name: str) -> bytes | None:
