@@ -606,6 +606,14 @@ def test_read_state_patches_by_path_equal_the_whole_patch_at_every_offset(
         roll = rng.random()
         if i in (10, 12, 13):  # a prefix of the path deleted from every scope, then back
             patch: dict[str, Any] = {"session": {"lazy": {"solo": None if i != 12 else {"deep": {"x": i}}}}}
+        elif i in (4, 9):  # the large array grows (replaced whole in the effective diff)
+            patch = {"session": {"lazy": {"big": [*view.as_of(0, "session.lazy.big"), {"x": i}]}}}
+        elif i in (5, 11, 14):  # a narrower scope's array hides a broader one's, of other lengths
+            patch = {scope: {"lazy": {"list": [{"x": i}, i] if i != 11 else [{"x": i}, {"x": 0, "y": i}, 3]}}}
+        elif i == 7:  # an element of the large array becomes an object, then changes inside
+            patch = {"session": {"lazy": {"big": {"[6]": {"x": i, "y": [i]}}}}}
+        elif i == 8:
+            patch = {"session": {"lazy": {"big": {"[6]": {"x": i, "y": [i, i]}}}}}
         elif roll < 0.25:
             patch = {scope: {"lazy": {"shared": {f"k{i % 3}": i}}}}
         elif roll < 0.4:
@@ -636,6 +644,26 @@ def test_read_state_patches_by_path_equal_the_whole_patch_at_every_offset(
         "global.tactics.next.deeper",
         "effective.lazy.solo.deep.x",
         "effective.lazy.solo.deep",
+        "effective.lazy.big[3]",
+        "effective.lazy.big[6]",
+        "effective.lazy.big[6].x",
+        "effective.lazy.big[6].y[1]",
+        "effective.lazy.big[3].x",
+        "effective.lazy.big[5].x",
+        "effective.lazy.big[6].x.z",
+        "effective.lazy.shared.g.x",
+        "effective.lazy.big[9000]",
+        "effective.lazy.big[9001].x",
+        "effective.lazy.big[99999]",
+        "effective.lazy.big.x",
+        "effective.lazy.shared[0]",
+        "effective.lazy.shared.over[0]",
+        "effective.lazy.list[0].x",
+        "effective.lazy.list[1]",
+        "effective.lazy.list[1].y",
+        "effective.lazy.list[2]",
+        "effective.tactics.next[0]",
+        "effective.lazy.solo[0]",
     ]
 
     def whole(n: int, root: str, plane_name: str) -> Any:
@@ -644,6 +672,14 @@ def test_read_state_patches_by_path_equal_the_whole_patch_at_every_offset(
         except SelectionError:
             return {}
 
+    whole_reads: list[str] = []
+    patch_at = view._patch_at
+
+    def patch_whole(path: ReadPath, *args: Any) -> Any:
+        whole_reads.append(path.text)
+        return patch_at(path, *args)
+
+    view._patch_at = patch_whole  # type: ignore[method-assign,assignment]  # counts reads of whole scopes
     for n in range(0, view.config.history_limit):
         for text in texts:
             root, rest = text.split(".", 1)
@@ -671,6 +707,8 @@ def test_read_state_patches_by_path_equal_the_whole_patch_at_every_offset(
             except Exception as exc:
                 got = (type(exc), str(exc).replace(asked, text))
             assert got == expected, (asked, got, expected)
+    # a path into the large array never reads the scopes whole, whatever the change was
+    assert not [t for t in whole_reads if t.startswith("effective") and "lazy.big" in t], whole_reads
 
 
 def referrers_whole(

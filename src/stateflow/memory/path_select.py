@@ -18,7 +18,7 @@ from stateflow.doc.merge import overlay
 from stateflow.doc.paths import Index, Key, Selector
 from stateflow.doc.select import MISSING
 from stateflow.errors import SelectionError
-from stateflow.store.trail import KeysForm, SliceForm, Trail
+from stateflow.store.trail import MISSING_STEP, OBJECT_STEP, KeysForm, SliceForm, Step, Trail
 
 
 def select_layers(trails: Sequence[Trail], selectors: Sequence[Selector], text: str) -> JSON:
@@ -60,24 +60,31 @@ def merge_keys(forms: Sequence[KeysForm]) -> KeysForm:
     return KeysForm("object", 0, keys)
 
 
-def overlay_kinds(trails: Sequence[Trail], length: int) -> list[str]:
-    """The kind of the overlay of the layers at each prefix ``path[:d]`` of their trails'
-    path (``d`` from 0 to ``length``), following keys: objects merge, anything else wins alone
-    (and what lies below it is that layer's alone); "missing" where no layer has a value."""
-    kinds = ["object"]
+def overlay_steps(trails: Sequence[Trail], length: int) -> list[Step]:
+    """The step (kind, and an array's length) of the overlay of the layers at each prefix
+    ``path[:d]`` of their trails' path (``d`` from 0 to ``length``): objects merge, anything
+    else wins alone (and what lies below it is that layer's alone); "missing" where no layer
+    has a value. A key below a merged object, or an index below an array, follows the trails;
+    an index below an object meets nothing ("missing")."""
+    steps = [OBJECT_STEP]
     contributing = [t for t in trails if t.steps[0].kind == "object"]
     for depth in range(1, length + 1):
         present = [t for t in contributing if _kind(t, depth) != "missing"]
         if not present:
-            return kinds + ["missing"] * (length + 1 - depth)
-        last = _kind(present[-1], depth)
-        kinds.append(last)
-        if last != "object":
+            return steps + [MISSING_STEP] * (length + 1 - depth)
+        last = present[-1].steps[depth]
+        steps.append(last)
+        if last.kind != "object":
             contributing = present[-1:]
             continue
         others = [i for i, t in enumerate(present) if _kind(t, depth) != "object"]
         contributing = present[others[-1] + 1 :] if others else present
-    return kinds
+    return steps
+
+
+def overlay_kinds(trails: Sequence[Trail], length: int) -> list[str]:
+    """The kinds of :func:`overlay_steps`."""
+    return [step.kind for step in overlay_steps(trails, length)]
 
 
 def _kind(trail: Trail, depth: int) -> str:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from stateflow.doc.canonical import JSON, detach, encode
+from stateflow.doc.canonical import JSON, detach, encode, identical
 from stateflow.doc.diff import Edit, diff, to_patch
 from stateflow.doc.merge import merge_patch, overlay, patch_paths
 from stateflow.doc.paths import Index, Key, PatchesPath, Range, ReadPath, Selector, parse
@@ -32,7 +32,7 @@ from stateflow.memory import knowledge, receipts
 from stateflow.memory import shown as shown_views
 from stateflow.memory.confine import NO_LOCAL_CWD
 from stateflow.memory.ownership import cascade_targets, deletion_patch
-from stateflow.memory.path_select import overlay_kinds, select_layers
+from stateflow.memory.path_select import overlay_steps, select_layers
 from stateflow.memory.planes import (
     RUNTIME,
     ExtraRoot,
@@ -49,7 +49,7 @@ from stateflow.memory.refs import HINT_MESSAGE, HINT_TRUNCATED, Unread, anchor, 
 from stateflow.memory.scopes import SCOPES, Identity
 from stateflow.store import Change, DocKey, Document, Store, Write
 from stateflow.store.spares import SPARES
-from stateflow.store.trail import End, KeysEnd, KeysForm, SliceEnd, SliceForm, Trail
+from stateflow.store.trail import End, KeysEnd, KeysForm, SliceEnd, SliceForm, Step, Trail
 
 DEFAULT_HISTORY_LIMIT: Final = 7
 MAX_HISTORY_LIMIT: Final = 100
@@ -266,7 +266,7 @@ class MemoryView:
         """Whether ``path`` can be answered from the trails of its plane (a documented plane
         first, then keys and indices up to at most one range — what follows a range selects in
         the range's elements; ``response`` reads "" as absent: read whole). A patch takes no
-        range; a patch of the effective state by path takes keys only."""
+        range."""
         sel = path.selectors
         ranges = [i for i, s in enumerate(sel) if isinstance(s, Range)]
         return (
@@ -276,7 +276,6 @@ class MemoryView:
             and sel[0].name != "response"
             and len(ranges) <= 1
             and (projection != "patch" or not ranges)
-            and (projection != "patch" or path.root != "effective" or all(isinstance(s, Key) for s in sel))
         )
 
     def _trails_at(
@@ -485,7 +484,10 @@ class MemoryView:
         reading only what lies on the path: a scope's own stored change walked along it (the
         value at the path read by path when the walk meets a replaced scalar); the effective
         state's change as the diff of the values at the path before and after, when every
-        prefix on the way is an object or absent on both sides (else read whole)."""
+        prefix on the way is an object or absent on both sides, or an array of the same length
+        on both (an array whose length changed is replaced whole: the patch is the value at the
+        path after it); anything else on the way (a scalar, a key of an array, an index of an
+        object) is read whole."""
         n = path.offset
         self._check_offset(n, timeline)
         if n == len(timeline.seqs):
@@ -509,21 +511,68 @@ class MemoryView:
                 select_at=lambda: self._evaluate_path(path, "value", current, timeline),
             )
         self._check_offset(n + 1, timeline, internal=True)
-        target = tuple(s.name for s in path.selectors if isinstance(s, Key))
+        selectors = path.selectors
+        target = tuple(
+            s.name if isinstance(s, Key) else s.index for s in selectors if not isinstance(s, Range)
+        )
         before = self._trails_at(path, target, n + 1, current, timeline)
         after = self._trails_at(path, target, n, current, timeline)
-        kinds_before, kinds_after = overlay_kinds(before, len(target)), overlay_kinds(after, len(target))
+        steps_before, steps_after = overlay_steps(before, len(target)), overlay_steps(after, len(target))
         for depth in range(1, len(target)):  # the proper prefixes, plane first
-            was, now = kinds_before[depth], kinds_after[depth]
-            if was not in ("object", "missing") or now not in ("object", "missing"):
-                whole = {s: self.store.read_at(self.keys[s], seq=cap, members=members) for s in self.scopes}
-                with_lazy = target[0] in self.planes.lazy
-                return self._patch_at(path, timeline, whole, members, with_lazy)
-            if now == "missing":
-                return None if was == "object" else {}  # deleted with an ancestor / never there
-        old = MISSING if kinds_before[-1] == "missing" else select_layers(before, path.selectors, path.text)
-        new = MISSING if kinds_after[-1] == "missing" else select_layers(after, path.selectors, path.text)
+            was, now = steps_before[depth], steps_after[depth]
+            by_key = isinstance(selectors[depth], Key)
+            if now.kind == "missing":
+                return None if was.kind != "missing" else {}  # deleted with an ancestor / never there
+            if now.kind == "object" and was.kind in ("object", "missing") and by_key:
+                continue  # the diff recurses into both objects (or walks the new one)
+            if now == was and now.kind == "array":
+                if not by_key:
+                    continue  # arrays of one length: the diff recurses by index
+                if not _index_key(str(selectors[depth].name)):  # type: ignore[union-attr]
+                    return {}  # a key of such an array: its patch has only "[N]" keys
+            if now.kind == "array" and (was.kind != "array" or was.length != now.length):
+                # the diff replaces the array whole: the patch is the value at the path after
+                value = select_layers(after, selectors, path.text)
+                if value is MISSING:
+                    raise SelectionError(f"read path does not exist: {path.text}")
+                return value
+            if now.kind not in ("object", "array"):  # a scalar or null on the way
+                return self._patch_below_scalar(path, target[:depth], was, now, after, current, timeline)
+            # a key of an array below another, or an index of an object: read whole
+            whole = {s: self.store.read_at(self.keys[s], seq=cap, members=members) for s in self.scopes}
+            with_lazy = target[0] in self.planes.lazy
+            return self._patch_at(path, timeline, whole, members, with_lazy)
+        old = MISSING if steps_before[-1].kind == "missing" else select_layers(before, selectors, path.text)
+        new = MISSING if steps_after[-1].kind == "missing" else select_layers(after, selectors, path.text)
         return to_patch(diff(old, new))
+
+    def _patch_below_scalar(
+        self,
+        path: ReadPath,
+        prefix: tuple[str | int, ...],
+        was: Step,
+        now: Step,
+        after: list[Trail],
+        current: dict[str, Document],
+        timeline: _Timeline,
+    ) -> JSON:
+        """The effective patch at ``path`` whose ``prefix`` holds a scalar or null after the
+        transition (the diff reached the prefix, or replaced an ancestor: ``was`` missing):
+        unchanged there, nothing below changed (``{}``); replaced by null, the patch says so
+        (``None``); replaced by another scalar, the path below it does not exist after, as a
+        whole read finds."""
+        if was.kind != "missing":
+            sel = path.selectors[: len(prefix)]
+            values = [
+                select_layers(self._trails_at(path, prefix, offset, current, timeline), sel, path.text)
+                for offset in (path.offset + 1, path.offset)
+            ]
+            if identical(values[0], values[1]):
+                return {}
+        if now.kind == "null":
+            return None
+        value = select_layers(after, path.selectors, path.text)  # raises: a path below a scalar
+        raise SelectionError(f"read path does not exist: {path.text} ({value!r} found)")
 
     def _check_patch_window(self, n: int) -> None:
         limit = self.config.history_limit
@@ -1173,3 +1222,8 @@ def _walk_patch(
             return select(node, selectors[i:], text)
         return select_at()  # below a replaced scalar: the value at that boundary
     return node
+
+
+def _index_key(name: str) -> bool:
+    """Whether an object key reads like a patch's array index (``"[N]"``)."""
+    return len(name) > 2 and name[0] == "[" and name[-1] == "]" and name[1:-1].isdigit()
