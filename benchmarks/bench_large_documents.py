@@ -14,6 +14,9 @@ of the lazy plane):
 
 - ``[5] changed length``: ``patch_state`` of ``lazy.big[5]`` with a string of another length;
 - ``new key``: ``patch_state`` adding a key to ``lazy.obj``;
+- ``rewrite an early/late key``, ``delete an early/late key`` (group ``keys``): ``patch_state``
+  replacing or deleting an existing key of ``lazy.obj`` near its start or its end (each delete a
+  different key);
 - ``append``: a store write appending one element to ``lazy.big`` with the algebra's ``set`` op at
   ``lazy/big/-`` (copies through ``SPARES``, as the services pass it), computed from the path it
   changed as a service computes it (``Write.between(…, changed=[("lazy", "big", "-")])``);
@@ -23,8 +26,10 @@ of the lazy plane):
 - ``keys lazy.big``, ``keys effective[7].lazy.big``, ``lazy.big[10:20]`` and
   ``effective[7].lazy.big[10:20]``: the ``keys`` projection and a range of the large plane's
   array, now and seven transitions back, vs the same read of the small plane;
-- ``patch session[1].lazy.big[5]``, ``patch effective[1].lazy.obj.k000000005``: the patch
-  projection at a path in the large plane; ``lazy.gone``: a read of a missing path whose
+- ``patch session[1].lazy.big[5]``, ``patch effective[1].lazy.obj.k000000005``, ``patch
+  effective[1].lazy.big[5]``, ``patch effective[2].lazy.big[7]``: the patch projection at a path
+  in the large plane (through an array index: one transition back is the last write case's, two
+  back the one before it — appends change the array's length, other edits keep it); ``lazy.gone``: a read of a missing path whose
   dangling-reference hint scans the plane up to its budget; each vs the same on the small one;
 - ``record set``: a declared-states ``set`` op on a 50 MB record vs on a 10 KB record;
 - ``record append``: a ``set`` op at ``items/-`` (an append) on the same records.
@@ -34,7 +39,7 @@ range reads ≤ 3× the same read of the small plane.
 
     python3 -m benchmarks.bench_large_documents [--mb 100] [--record-mb 50] [--rounds 3]
         [--iterations 1] [--backend sqlite|postgres|both] [--postgres URL]
-        [--cases writes,reads,record]
+        [--cases writes,keys,reads,record]
 """
 
 from __future__ import annotations
@@ -69,10 +74,15 @@ RECORD_DECL = {
 }
 
 
+def plane_count(kb: int) -> int:
+    """Elements of ``lazy.big`` (and keys of ``lazy.obj``) in a plane of ``kb`` KB."""
+    return max(4, kb * 1024 // 2 // 100)
+
+
 def lazy_plane(kb: int) -> dict[str, Any]:
     """Half an array, half an object; the text is hex digests, which compress about as well as
     prose (repeated characters would let PostgreSQL's compression hide what a rewrite costs)."""
-    count = max(4, kb * 1024 // 2 // 100)
+    count = plane_count(kb)
     text = [hashlib.sha256(str(i).encode()).hexdigest() * 2 for i in range(count)]
     return {
         "big": [f"{i:09d}{text[i][:80]}" for i in range(count)],
@@ -138,7 +148,9 @@ def counter() -> Iterator[int]:
 
 def memory_cases(store: Store, sampler: Sampler, args: argparse.Namespace, tag: str) -> None:
     views = {}
+    counts = {}
     for name, kb in (("large", args.mb * 1024), ("small", SMALL_KB)):
+        counts[name] = plane_count(kb)
         view = MemoryView(store, Identity.of("bench", "/", f"{tag}-{name}"))
         view.patch_state({"session": {"lazy": lazy_plane(kb)}})
         view.patch_state({"session": {"tactics": {"see": {"$ref": "lazy.gone"}}}})  # for the hint
@@ -169,8 +181,36 @@ def memory_cases(store: Store, sampler: Sampler, args: argparse.Namespace, tag: 
 
         return lambda: store.update([key], compute, {"door": "bench"})
 
-    writes = (("[5] changed length", changed_length), ("new key", new_key), ("append", append))
-    for label, make in writes if "writes" in args.cases else ():
+    def rewrite(at: str) -> Callable[[MemoryView], Callable[[], object]]:
+        def make(view: MemoryView) -> Callable[[], object]:
+            count = counts["large" if view is views["large"] else "small"]
+            key = f"k{5 if at == 'early' else count - 5:09d}"
+            return lambda: view.patch_state({"session": {"lazy": {"obj": {key: f"r{next(n)}"}}}})
+
+        return make
+
+    def delete(at: str) -> Callable[[MemoryView], Callable[[], object]]:
+        def make(view: MemoryView) -> Callable[[], object]:
+            count = counts["large" if view is views["large"] else "small"]
+            # a different existing key each call: early keys upwards from the 10th, late ones
+            # downwards from the 6th last (the small plane has 51 keys: enough for 18 calls each)
+            keys = iter(range(10, count) if at == "early" else range(count - 6, 0, -1))
+            return lambda: view.patch_state({"session": {"lazy": {"obj": {f"k{next(keys):09d}": None}}}})
+
+        return make
+
+    writes = (
+        ("writes", "[5] changed length", changed_length),
+        ("writes", "new key", new_key),
+        ("writes", "append", append),
+        ("keys", "rewrite an early key of lazy.obj", rewrite("early")),
+        ("keys", "rewrite a late key of lazy.obj", rewrite("late")),
+        ("keys", "delete an early key of lazy.obj", delete("early")),
+        ("keys", "delete a late key of lazy.obj", delete("late")),
+    )
+    for group, label, make in writes:
+        if group not in args.cases:
+            continue
         large, small = make(views["large"]), make(views["small"])
         written = int(statistics.median(sampler.bytes_of(large) for _ in range(3)))
         pair = measure(large, small, args.rounds, args.iterations)
@@ -196,6 +236,8 @@ def memory_cases(store: Store, sampler: Sampler, args: argparse.Namespace, tag: 
         ("effective[7].lazy.big[10:20]", "value"),
         ("session[1].lazy.big[5]", "patch"),
         ("effective[1].lazy.obj.k000000005", "patch"),
+        ("effective[1].lazy.big[5]", "patch"),
+        ("effective[2].lazy.big[7]", "patch"),
         ("lazy.gone", "value"),  # missing: the dangling-reference hint's bounded scan
     )
     for path, projection in shaped if "reads" in args.cases else ():
@@ -251,7 +293,7 @@ def run(location: str, args: argparse.Namespace, tag: str) -> None:
     store = open_store(location, auto_migrate=True)
     sampler = Sampler(location)
     try:
-        if {"writes", "reads"} & args.cases:
+        if {"writes", "keys", "reads"} & args.cases:
             memory_cases(store, sampler, args, tag)
         if "record" in args.cases:
             record_case(store, sampler, args, tag)
@@ -286,8 +328,8 @@ def main() -> None:
     parser.add_argument("--postgres", default=os.environ.get("STATEFLOW_TEST_POSTGRES"))
     parser.add_argument(
         "--cases",
-        default="writes,reads,record",
-        help="which cases to run (comma-separated: writes, reads, record)",
+        default="writes,keys,reads,record",
+        help="which cases to run (comma-separated: writes, keys, reads, record)",
     )
     args = parser.parse_args()
     args.cases = set(args.cases.split(","))

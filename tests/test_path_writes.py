@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 from stateflow.doc.diff import APPEND, Edit, apply_edits, diff, diff_within, within
 from stateflow.doc.merge import merge_patch, patch_paths
 from stateflow.doc.select import MISSING
-from stateflow.errors import PatchError
+from stateflow.errors import PatchError, SelectionError
 from stateflow.memory import Identity, MemoryView
 from stateflow.states import StatesService
-from stateflow.store import DocKey, Document, SqlStore, Write, nodes
+from stateflow.store import DocKey, Document, SqlStore, Write, nodes, tree
 from stateflow.store.plan import TREE_MIN
 from stateflow.store.tx import Tx
 
@@ -312,3 +312,40 @@ def test_an_edit_after_an_edit_walks_the_written_nodes_from_the_cache(
     assert cold is not None
     assert cold["lazy"]["big"][5] == "second, of another length" and cold["lazy"]["big"][6] == big[6]
     assert cold["lazy"]["obj"]["new"] == 1 and len(cold["lazy"]["obj"]) == 20_002
+
+
+def test_a_key_of_a_large_object_the_store_just_wrote_is_read_by_its_position(
+    open_migrated: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once a write has replaced or deleted an existing key of a large object, the store knows
+    where every key of the object's new tree stands: a path read of any key (a late one too)
+    descends by the counts, without asking the database which leaves hold it, and answers what
+    a whole read does — also for a key that is gone, and once another process moved it on."""
+    store = open_migrated()
+    view = _view(store)
+    count = 20_000
+    pad = "x" * 60  # a tree: over TREE_MIN
+    view.patch_state({"session": {"lazy": {"obj": {f"k{i}": f"value {i}{pad}" for i in range(count)}}}})
+    view.patch_state({"session": {"lazy": {"obj": {"k5": None, "k19990": "replaced"}}}})
+    with store._read_tx() as tx:
+        assert [r[0] is not None for r in tx.all("SELECT root FROM members WHERE name = 'lazy'")] == [True]
+    scans: list[str] = []
+    real = tree._key_leaf
+
+    def counted(ident: bytes, data: Any, key: str, scan: Any) -> Any:
+        scans.append(key)
+        return real(ident, data, key, scan)
+
+    monkeypatch.setattr(tree, "_key_leaf", counted)  # the key scan, counted
+    for key, expected in (("k19999", f"value 19999{pad}"), ("k19990", "replaced"), ("k7", f"value 7{pad}")):
+        assert view.read_state({"path": f"session.lazy.obj.{key}"}) == {"value": expected}
+    assert scans == []
+    with pytest.raises(SelectionError):
+        view.read_state({"path": "session.lazy.obj.k5"})  # gone: asked of the database, not found
+    assert scans == ["k5"]
+    other = _view(open_migrated())  # another store moves the object on; this one's index is old
+    other.patch_state({"session": {"lazy": {"obj": {"k19999": None, "k19998": "again"}}}})
+    assert view.read_state({"path": "session.lazy.obj.k19998"}) == {"value": "again"}
+    with pytest.raises(SelectionError):
+        view.read_state({"path": "session.lazy.obj.k19999"})
+    assert view.read_state({"path": "session.lazy.obj.k19997"}) == {"value": f"value 19997{pad}"}

@@ -84,6 +84,19 @@ class Positions:
         with self._lock:
             return self._held.pop(root, None)
 
+    def position(self, root: bytes, key: str) -> int | None:
+        """Where ``key`` stands in the object whose tree is ``root``, if that object is indexed
+        here. An update may be moving the index on meanwhile (it took it out first, but a
+        reader may hold it): the caller checks the answer against the leaf it leads to."""
+        with self._lock:
+            index = self._held.get(root)
+        if index is None:
+            return None
+        try:
+            return index.position(key)
+        except (IndexError, KeyError, RuntimeError):  # changed under us: the caller scans
+            return None
+
     def build(self, keys: Iterable[str]) -> KeyPositions:
         self.built += 1
         return KeyPositions(keys)

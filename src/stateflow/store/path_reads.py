@@ -23,6 +23,7 @@ from stateflow.errors import Conflict, CorruptData, InvalidInput, NotFound
 from stateflow.store import tree
 from stateflow.store.cache import RevisionCache
 from stateflow.store.history import change_chain, nearest_snapshot
+from stateflow.store.key_positions import Positions
 from stateflow.store.model import DocKey
 from stateflow.store.nodes import NodeCache, fetch_bodies, load_tree
 from stateflow.store.rows import DocRow, decode_stored, directory_of
@@ -77,6 +78,7 @@ class PathSource(Protocol):
 
     _cache: RevisionCache[tuple[int, str], Any]
     _node_cache: NodeCache
+    _positions: Positions
     holds_sql: ClassVar[str | None]
 
     def check_schema(self) -> None: ...
@@ -282,7 +284,15 @@ class PathReads:
         holds = self._store.holds_sql
         scan = None if holds is None else self._store._node_cache.scanner(tx, what, holds)
         try:
-            steps, found = tree.probe(value.root, path, nodes, fetch, whole=whole and end is None, scan=scan)
+            steps, found = tree.probe(
+                value.root,
+                path,
+                nodes,
+                fetch,
+                whole=whole and end is None,
+                scan=scan,
+                place=self._store._positions.position,
+            )
             if end is None or found is MISSING:
                 return steps, found
             if not isinstance(found, TreeRef):

@@ -432,13 +432,16 @@ def probe(
     *,
     whole: bool = True,
     scan: Scan | None = None,
+    place: Place | None = None,
 ) -> tuple[list[Step], JSON]:
     """The steps of ``path`` in the value under ``root`` and the value at its end (or
     MISSING), reading only the nodes on the way (``nodes``) and, at the end, the subtree
     asked for (``fetch``; with ``whole=False`` a subtree at the end is answered as its
     :class:`TreeRef`, unread). An index descends by the interior counts, one node per level;
     a key is looked up in the object's leaves, a batch at a time, never below them — with
-    ``scan``, only the leaves whose bytes hold the key's JSON are sent and decoded."""
+    ``scan``, only the leaves whose bytes hold the key's JSON are sent and decoded; with
+    ``place``, a key whose position it knows descends by the counts like an index (checked
+    against the leaf it reaches)."""
     steps: list[Step] = []
     ident = root
     data = nodes([root])[root]
@@ -448,7 +451,12 @@ def probe(
             steps.append(Step(kind, count if kind == "array" else 0))
             if (kind == "array") != (type(seg) is int):
                 return steps, MISSING
-            if scan is not None and kind == "object" and "c" in data:
+            leaf: tuple[bytes, dict[str, Any]] | None = None
+            if place is not None and kind == "object" and "c" in data:
+                leaf, index = _placed(ident, data, str(seg), place, nodes) or (None, 0)
+            if leaf is not None:
+                pass
+            elif scan is not None and kind == "object" and "c" in data:
                 leaf, index = _key_leaf(ident, data, str(seg), scan)
             else:
                 leaf, index = _leaf_of(ident, data, seg, nodes)
@@ -471,6 +479,35 @@ def probe(
         raise CorruptStore(f"node {ident.hex()} is corrupt: {exc!r}") from exc
     steps.append(Step(kind, count if kind == "array" else 0))
     return steps, load(ident, fetch) if whole else TreeRef(ident)
+
+
+Place = Callable[[bytes, str], int | None]
+"""Where a key stands in the object whose tree has this root, when that is known (a position,
+which the caller's leaf then confirms), else None."""
+
+
+def _placed(
+    ident: bytes, data: dict[str, Any], key: str, place: Place, nodes: Decoded
+) -> tuple[tuple[bytes, dict[str, Any]], int] | None:
+    """The leaf holding ``key`` and its position there, found from the key's position in the
+    object (descending by the counts); None when the position is not known or the leaf found
+    does not hold the key there."""
+    index = place(ident, key)
+    if index is None or index < 0:
+        return None
+    while "c" in data:
+        for count, child in data["c"]:
+            if index < count:
+                ident = _ref(child, ident)
+                break
+            index -= count
+        else:
+            return None
+        data = nodes([ident])[ident]
+    keys = data.get("k")
+    if type(keys) is not list or index >= len(keys) or keys[index] != key:
+        return None
+    return (ident, data), index
 
 
 LEAF_BATCH: Final = 64
