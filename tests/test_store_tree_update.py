@@ -205,7 +205,7 @@ def test_an_existing_key_is_replaced_or_deleted_by_a_few_nodes_with_an_index() -
         assert len(read) <= 8 and len(out.nodes) <= 8, edits
         assert orjson.dumps(load(out.root, _fetch)) == orjson.dumps(new)
         value, root, size = new, out.root, out.size
-    assert positions.built == 1
+    assert positions.built == 1  # the first edit scanned, the second built the index
 
 
 def test_key_positions() -> None:

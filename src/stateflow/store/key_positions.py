@@ -14,7 +14,9 @@ Indexes are kept by the root id of the object's tree: the id is the hash of the 
 same root always has the same keys in the same order, and an index kept under a root can never
 be stale. An update takes the index of the root it starts from and leaves it under the root it
 made; anything it cannot follow exactly (a change found by comparing the two values) drops it,
-and the next update that needs a position builds one again from the object (one pass, once).
+and the next update that needs a position builds one again from the object (one pass). An
+object is indexed only once a second update needs a position in it: the first scans its keys
+(cheaper than the pass that builds an index) and marks the root it leaves.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ MIN_KEYS: Final = 4096
 """Smaller objects are scanned: a scan is cheap and an index would cost memory."""
 MAX_INDEXES: Final = 8
 """Objects indexed at once (the most recently updated; ~60 bytes a key each)."""
+MAX_MARKED: Final = 64
+"""Roots remembered as scanned once (see :meth:`Positions.mark`)."""
 REBUILD_GONE: Final = 4
 """An index whose freed slots outnumber its live keys by this factor is dropped (a rebuild is
 one pass; a long list of freed slots makes every delete a longer insert)."""
@@ -78,11 +82,25 @@ class Positions:
         self.built = 0
         """indexes built from an object's keys (for tests and benchmarks)"""
         self._held: OrderedDict[bytes, KeyPositions] = OrderedDict()
+        self._marked: OrderedDict[bytes, None] = OrderedDict()
+        """roots of objects an update found a key position in by scanning"""
         self._lock = threading.Lock()
 
     def take(self, root: bytes) -> KeyPositions | None:
         with self._lock:
             return self._held.pop(root, None)
+
+    def mark(self, root: bytes) -> None:
+        """An update scanned the keys of the object it left under ``root``: the next one that
+        needs a position there builds an index."""
+        with self._lock:
+            self._marked[root] = None
+            while len(self._marked) > MAX_MARKED:
+                self._marked.popitem(last=False)
+
+    def unmark(self, root: bytes) -> bool:
+        with self._lock:
+            return self._marked.pop(root, False) is None
 
     def position(self, root: bytes, key: str) -> int | None:
         """Where ``key`` stands in the object whose tree is ``root``, if that object is indexed

@@ -238,20 +238,28 @@ def _located(
 
 class _Keyed:
     """The key index of one large object for one update: taken from ``positions`` by the root
-    the update starts from (built from the object's keys when a position is first needed), and
-    left under the root it makes once :meth:`follow` has moved it on."""
+    the update starts from, and left under the root it makes once :meth:`follow` has moved it
+    on. An object without one has its keys scanned; the root that update makes is marked, and
+    the next update that needs a position there builds the index (one pass over the keys, a
+    few dozen scans' worth), so an object edited once is never indexed for nothing."""
 
-    __slots__ = ("_index", "_old", "_positions")
+    __slots__ = ("_index", "_marked", "_old", "_positions", "_scanned")
 
     def __init__(self, root: bytes, old: dict[str, Any], positions: Positions) -> None:
         self._positions = positions
         self._old = old
-        self._index = positions.take(root) if len(old) >= positions.min_keys else None
+        large = len(old) >= positions.min_keys
+        self._index = positions.take(root) if large else None
+        self._marked = large and positions.unmark(root)
+        self._scanned = False
 
     def position(self, key: str) -> int:
         if len(self._old) < self._positions.min_keys:
             return _position(self._old, key)
         if self._index is None:
+            if not self._marked:
+                self._scanned = True
+                return _position(self._old, key)
             self._index = self._positions.build(self._old)
         at = self._index.position(key)
         assert at is not None, "a key of the object is in its index"
@@ -262,7 +270,11 @@ class _Keyed:
         is ``root``): deleted keys free their slots, new keys (at the end) take the next ones."""
         index = self._index
         self._index = None
-        if index is None or len(new) < self._positions.min_keys:
+        if len(new) < self._positions.min_keys:
+            return
+        if index is None:
+            if self._scanned or self._marked:
+                self._positions.mark(root)
             return
         deleted = [str(k) for k in where if k in old and k not in new]
         for key in deleted:
