@@ -225,3 +225,47 @@ def test_records_written_in_earlier_shapes_still_read(backend: str, names_at_top
         assert saver.get_tuple({"configurable": {"thread_id": "t"}}) is None
     finally:
         store.close()
+
+
+def test_pending_writes_sit_in_a_few_bucket_members(backend: str) -> None:
+    """A writes record keeps its writes in members ``w0`` … ``wf`` by task: however many tasks
+    write, the record's member names — which the store counts per state — stay among those
+    sixteen; a record written with a member per write gets new writes beside them, and both read."""
+    store = open_store(backend, auto_migrate=True)
+    try:
+        states = StatesService(store)
+        saver = StateflowSaver(states)
+        config = _chain(saver, "t")[-1]
+        for n in range(40):
+            saver.put_writes(config, [("a", n), ("b", -n)], f"task-{n}")
+        key = saver._key("t", "", config["configurable"]["checkpoint_id"])
+        subject = saver.records.subject("writes", key)
+        record = states.read(saver.records.state, subject)
+        assert record is not None
+        names = set(record["data"]) - {"config"}
+        assert names <= {f"w{d:x}" for d in range(16)} and len(names) > 1
+        assert sum(len(record["data"][name]) for name in names) == 80
+        tup = saver.get_tuple(config)
+        assert tup is not None
+        assert sorted(tup.pending_writes or []) == sorted(
+            [(f"task-{n}", "a", n) for n in range(40)] + [(f"task-{n}", "b", -n) for n in range(40)]
+        )
+        # a record of the earlier shape: new writes go to buckets beside its members
+        old_config = _chain(saver, "old")[-1]
+        old_key = saver._key("old", "", old_config["configurable"]["checkpoint_id"])
+        entry = {"task_id": "x", "idx": 0, "channel": "a", "value": {"json": 1}, "task_path": ""}
+        names_of = {
+            "thread_id": "old",
+            "checkpoint_ns": "",
+            "checkpoint_id": old_config["configurable"]["checkpoint_id"],
+        }
+        states.replace(
+            saver.records.state,
+            saver.records.subject("writes", old_key),
+            {"config": names_of, "w:x:0": entry},
+        )
+        saver.put_writes(old_config, [("b", 2)], "y")
+        old = saver.get_tuple(old_config)
+        assert old is not None and sorted(old.pending_writes or []) == [("x", "a", 1), ("y", "b", 2)]
+    finally:
+        store.close()

@@ -12,8 +12,11 @@ other channel, the id of the checkpoint of the same thread and namespace that ho
 at the version it names (``sources``: LangGraph's blob sharing, without a third kind of
 record). Two members, so a write adds two member rows (a row costs its index entries and member
 count, the record's JSON is the same); records written with those four at the top (and, before
-that, with the names at the top too) still read. Records are written through the states service, so
-each checkpoint has an audit row with its origin (consumer ``langgraph``, the run's id).
+that, with the names at the top too) still read. A writes record keeps its writes in at most 16
+members, ``w0`` … ``wf`` (a task's in the one its id hashes to), each ``{"<task_id>:<idx>":
+write}``; records written with a member ``w:<task_id>:<idx>`` per write still read. Records
+are written through the states service, so each checkpoint has an audit row with its origin
+(consumer ``langgraph``, the run's id).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import builtins
 import functools
 import random
+import zlib
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any, Final
@@ -47,6 +51,7 @@ from stateflow.states.models import DoorContext
 from stateflow.store import DocKey
 
 STATE: Final = "langgraph_checkpoints"
+_WRITE: Final[dict[str, Any]] = {"type": "object", "required": ["task_id", "idx", "channel", "value"]}
 CHECKPOINT: Final = "checkpoint"
 WRITES: Final = "writes"
 DECLARATION: Final[dict[str, Any]] = {
@@ -81,12 +86,33 @@ DECLARATION: Final[dict[str, Any]] = {
             "channel_values": {"type": "object"},
             "sources": {"type": "object", "additionalProperties": {"type": "string"}},
         },
-        "patternProperties": {"^w:": {"type": "object", "required": ["task_id", "idx", "channel", "value"]}},
+        "patternProperties": {
+            "^w[0-9a-f]$": {"type": "object", "additionalProperties": _WRITE},
+            "^w:": _WRITE,
+        },
     },
     "subject_kinds": [CHECKPOINT, WRITES],
     "default_subject_kind": CHECKPOINT,
 }
 _PARENTS_KEPT = 1024
+_BUCKETS: Final = 16
+"""A writes record keeps its writes in at most this many members, ``w0`` … ``wf``, a task's in
+the one its id hashes to: a member's name is one of a few, not the task's own (the store counts
+members by name, per state), and a write rewrites only the writes of tasks sharing its bucket."""
+
+
+def _bucket(task_id: str) -> str:
+    return f"w{zlib.crc32(task_id.encode()) % _BUCKETS:x}"
+
+
+def _pending(writes: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The write entries of a writes record: those of its buckets, and of members ``w:<task
+    id>:<idx>`` (one write each; records written before buckets)."""
+    for name, held in writes.items():
+        if name.startswith("w:"):
+            yield held
+        elif len(name) == 2 and name[0] == "w":
+            yield from held.values()
 
 
 def _config(body: dict[str, Any]) -> dict[str, Any]:
@@ -243,7 +269,7 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
                 values[channel] = decode(stored)
         checkpoint = {**checkpoint, "channel_values": values}
         pending = sorted(
-            (w for name, w in (writes or {}).items() if name.startswith("w:")),
+            _pending(writes or {}),
             key=lambda w: writes_sort_key(w["task_path"], w["task_id"], w["idx"]),
         )
         parent = names.get("parent_checkpoint_id")
@@ -402,7 +428,9 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
             return
         thread_id, ns = self._where(config)
         checkpoint_id = str(config["configurable"]["checkpoint_id"])
-        # one top-level member per write: a write adds its own member row, never rewrites the others
+        # into the task's bucket member: a write rewrites that member (the writes of the tasks
+        # sharing it), never the others, and adds no member name of its own
+        bucket = _bucket(task_id)
         entries = []
         for n, (channel, value) in enumerate(writes):
             idx = WRITES_IDX_MAP.get(channel, n)
@@ -413,7 +441,7 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
                 "value": self.codec.encode(value),
                 "task_path": task_path,
             }
-            entries.append({"op": "set", "path": [f"w:{task_id}:{idx}"], "value": entry})
+            entries.append({"op": "set", "path": [bucket, f"{task_id}:{idx}"], "value": entry})
         run_id = config["configurable"].get("run_id") or (config.get("metadata") or {}).get("run_id")
         names = {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}
         ops = [{"op": "set", "path": ["config"], "value": names}, *entries]
