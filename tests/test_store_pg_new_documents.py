@@ -7,10 +7,16 @@ store made it) makes the commit's check fail, and the write is done on the row t
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import psycopg
+import pytest
+
+from stateflow.aio import call, open_store_async
+from stateflow.errors import StoreError
 from stateflow.store import DocKey, Document, Write, open_store
 from stateflow.store.postgres import PostgresStore
 
@@ -74,3 +80,46 @@ def test_a_new_document_is_created_and_written_in_one_round_trip(pg_schema_url: 
     finally:
         store.close()
         other.close()
+
+
+@pytest.mark.parametrize("on_loop", [False, True])
+def test_a_failed_create_and_commit_says_why_and_leaves_the_store_usable(
+    pg_schema_url: str, on_loop: bool
+) -> None:
+    """When the commit that creates a row fails (here: the documents' sequence was set back, so
+    the id taken is an existing document's), the caller gets the database's refusal — on the
+    async pool's connections too — nothing is written, and the store goes on writing."""
+    taken = open_store(pg_schema_url, auto_migrate=True)
+    first = DocKey("s", "first")
+    taken.update([first], _set((first, {"n": 1})), optimistic=True)
+    taken.close()
+    with psycopg.connect(pg_schema_url, autocommit=True) as conn:
+        conn.execute("SELECT setval(pg_get_serial_sequence('documents', 'doc_id'), 1, false)")
+    clash, later = DocKey("s", "clash"), DocKey("s", "later")
+
+    def attempt(store: Any) -> None:
+        with pytest.raises(StoreError, match="duplicate key"):
+            store.update([clash], _set((clash, {"n": 2})), optimistic=True)
+        assert store.get(clash).body is None
+        with psycopg.connect(pg_schema_url, autocommit=True) as conn:  # past the existing ids
+            conn.execute("SELECT setval(pg_get_serial_sequence('documents', 'doc_id'), 1000)")
+        store._spare_ids.clear()
+        store.update([later], _set((later, {"n": 3})), optimistic=True)
+        assert store.get(later).body == {"n": 3} and store.get(first).body == {"n": 1}
+
+    if not on_loop:
+        store = open_store(pg_schema_url, auto_migrate=True)
+        try:
+            attempt(store)
+        finally:
+            store.close()
+        return
+
+    async def main() -> None:
+        store = await open_store_async(pg_schema_url, auto_migrate=True)
+        try:
+            await call(store, attempt, store)
+        finally:
+            await call(store, store.close)
+
+    asyncio.run(main())

@@ -551,8 +551,10 @@ class PostgresStore(SqlStore):
                         conn.execute("COMMIT")
                     row = cur.fetchone()
                 except psycopg.Error:
-                    if not conn.broken:
-                        conn.close()  # a failed pipeline's connection is not reused (see _PgTx)
+                    # a failed pipeline's connection is not reused (see _PgTx); the async pool's
+                    # connections have no `broken`, and closing a broken one does nothing
+                    with suppress(psycopg.Error):
+                        conn.close()
                     raise
         except PoolTimeout as exc:
             raise StoreUnavailable(f"no database connection available: {exc}") from exc
