@@ -156,9 +156,10 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def _absent_rows(self, keys: Sequence[DocKey]) -> dict[DocKey, DocRow] | None:
-        """Create absent rows (revision 0) for documents that have none, before an optimistic
-        commit that names them; None to let the locked path create them (portable:
-        ``writes.Writes._absent_rows``, None; PostgreSQL: one short transaction)."""
+        """Absent rows (revision 0) for documents that have none, before an optimistic commit
+        that names them; None to let the locked path create them (portable:
+        ``writes.Writes._absent_rows``, None; PostgreSQL: rows with ids taken ahead, which the
+        commit creates in its own transaction — one whose row existed after all fails its check)."""
 
     @abc.abstractmethod
     def read_under(self, state: str, prefix: str, *, limit: int | None = None) -> list[Document]:

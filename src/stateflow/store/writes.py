@@ -617,9 +617,10 @@ class Writes(StoreCore):
         return _committed(staged, plans, revisions, seq, at, fresh), result
 
     def _absent_rows(self, keys: Sequence[DocKey]) -> dict[DocKey, DocRow] | None:
-        """Rows created (absent, revision 0) for documents that have none, before an optimistic
-        commit that names them; None where the locked path had better create them (it costs no
-        round trip here). Keys that had a row are left out of the answer."""
+        """Rows (absent, revision 0) for documents that have none, before an optimistic commit
+        that names them — created now, or created by that commit (a backend's choice); None
+        where the locked path had better create them (it costs no round trip here). Keys known
+        to have a row are left out of the answer."""
         return None
 
     def _known(
