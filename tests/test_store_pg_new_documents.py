@@ -8,6 +8,7 @@ store made it) makes the commit's check fail, and the write is done on the row t
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -18,7 +19,7 @@ import pytest
 from stateflow.aio import call, open_store_async
 from stateflow.errors import StoreError
 from stateflow.store import DocKey, Document, Write, open_store
-from stateflow.store.postgres import PostgresStore
+from stateflow.store.postgres import RESERVED_IDS, PostgresStore
 
 
 def _set(
@@ -123,3 +124,36 @@ def test_a_failed_create_and_commit_says_why_and_leaves_the_store_usable(
             await call(store, store.close)
 
     asyncio.run(main())
+
+
+def test_many_new_documents_at_once_on_the_async_pool(pg_schema_url: str) -> None:
+    """Tasks of one event loop creating documents at the same moment all need ids, more than
+    one block of them: none waits for another's round trip with the loop's thread stopped
+    (a task holding the ids' lock across its query, another waiting for it, stopped the loop)."""
+    keys = [DocKey("s", f"task-{n}") for n in range(3 * RESERVED_IDS)]
+    done: list[int] = []
+
+    async def main() -> None:
+        store = await open_store_async(pg_schema_url, auto_migrate=True)
+        try:
+            writes = [
+                call(store, store.update, [key], _set((key, {"n": n})), optimistic=True)
+                for n, key in enumerate(keys)
+            ]
+            done.extend(
+                commit.revisions[key]
+                for (commit, _), key in zip(await asyncio.gather(*writes), keys, strict=True)
+            )
+        finally:
+            await call(store, store.close)
+
+    runner = threading.Thread(target=asyncio.run, args=(main(),), daemon=True)
+    runner.start()
+    runner.join(120)
+    assert not runner.is_alive(), "the event loop stopped"
+    assert done == [1] * len(keys)
+    check = open_store(pg_schema_url, auto_migrate=True)
+    try:
+        assert [check.get(key).body for key in keys] == [{"n": n} for n in range(len(keys))]
+    finally:
+        check.close()

@@ -438,13 +438,18 @@ class PostgresStore(SqlStore):
         return rows
 
     def _reserve(self, n: int) -> list[int]:
-        with self._ids_lock:
-            if len(self._spare_ids) < n:
-                with self._pool.connection() as conn, _mapped_errors():
-                    taken = conn.execute(_RESERVE_IDS, (max(n, RESERVED_IDS),)).fetchall()
+        # The lock is never held across the query: on the async store every caller is a task
+        # of one thread, and a task waiting for the lock while another holds it across a round
+        # trip would stop the loop. Two callers may both fetch a block; ids are only spent.
+        while True:
+            with self._ids_lock:
+                if len(self._spare_ids) >= n:
+                    ids, self._spare_ids[:n] = self._spare_ids[:n], []
+                    return ids
+            with self._pool.connection() as conn, _mapped_errors():
+                taken = conn.execute(_RESERVE_IDS, (max(n, RESERVED_IDS),)).fetchall()
+            with self._ids_lock:
                 self._spare_ids.extend(int(r[0]) for r in taken)
-            ids, self._spare_ids[:n] = self._spare_ids[:n], []
-        return ids
 
     def _create(self, creates: Sequence[tuple[DocKey, int]]) -> None:
         """Create absent rows with the ids handed out for them, in their own transaction
