@@ -56,8 +56,8 @@ def client(service: StatesService) -> Iterator[TestClient]:
 @pytest.mark.parametrize(
     ("args", "says"),
     [
-        ({"state": "memory", "ops": [], "op_id": 5}, "op_id: 5 is not of type 'string'"),
-        ({"state": "memory", "ops": {"op": "set"}}, "ops: {'op': 'set'} is not of type 'array'"),
+        ({"state": "memory", "ops": [], "op_id": 5}, 'op_id: 5 is not of type "string"'),
+        ({"state": "memory", "ops": {"op": "set"}}, 'ops: {"op":"set"} is not of type "array"'),
         ({"state": "memory", "ops": [], "subject": {"kind": 1, "key": "k"}}, "subject.kind"),
         ({"state": "memory", "ops": [], "frob": 1}, "does not accept frob"),
         ([1, 2], "needs an object with a 'state' name"),

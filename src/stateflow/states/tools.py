@@ -149,6 +149,19 @@ def _argument_validator(name: str) -> Any:
     return jsonschema_rs.Draft202012Validator(state_tool_schemas()[name][1])
 
 
+def _most_telling(errors: list[Any]) -> Any:
+    """The problem to name: the shallowest argument that is wrong, and inside an ``anyOf`` /
+    ``oneOf`` the deepest problem of its alternatives (the alternative the caller meant got
+    further before failing: ``subject.kind`` rather than "subject matches no alternative")."""
+    error = min(errors, key=lambda e: len(e.instance_path))
+    while branches := getattr(error.kind, "context", None):
+        inner = [e for branch in branches for e in branch]
+        if not inner:
+            break
+        error = max(inner, key=lambda e: len(e.instance_path))
+    return error
+
+
 def check_tool_arguments(name: str, args: Any) -> None:
     """Refuse arguments that break the tool's published input schema, naming the first problem
     (a model reads this message and retries), before anything is resolved or written."""
@@ -159,8 +172,7 @@ def check_tool_arguments(name: str, args: Any) -> None:
         raise InvalidInput(f"{name} does not accept {', '.join(unknown)}")
     errors = list(_argument_validator(name).iter_errors(args))
     if errors:
-        # The shallowest problem first: it names the argument the caller got wrong.
-        error = min(errors, key=lambda e: len(e.instance_path))
+        error = _most_telling(errors)
         where = ".".join(str(p) for p in error.instance_path) or "arguments"
         raise InvalidInput(f"{name}: {where}: {error.message}")
 
