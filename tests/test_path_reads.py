@@ -19,11 +19,13 @@ from stateflow.doc.diff import Edit, apply_edits, diff, to_patch
 from stateflow.doc.paths import ReadPath, parse
 from stateflow.doc.select import MISSING, select
 from stateflow.doc.select import keys as keys_projection
-from stateflow.errors import Conflict, CorruptData, InvalidInput, SelectionError
+from stateflow.errors import Conflict, CorruptData, InvalidInput, NotFound, SelectionError
 from stateflow.memory import Identity, MemoryView
+from stateflow.memory.view import MemoryConfig
 from stateflow.memory.view import _walk_patch as walk_patch
 from stateflow.store import DocKey, SqlStore, Write
 from stateflow.store.nodes import fetch_bodies
+from stateflow.store.plan import SNAPSHOT_LARGE_CHAIN
 from stateflow.store.trail import KeysEnd, KeysForm, SliceEnd, SliceForm, keys_form, slice_form
 from stateflow.store.trail import probe as probe_json
 from stateflow.store.tree import (
@@ -385,6 +387,69 @@ def test_read_state_by_path_equals_the_whole_read_at_every_offset(open_migrated:
         with pytest.raises(Exception) as whole:
             view.as_of(0, text)
         assert (type(by_path.value), str(by_path.value)) == (type(whole.value), str(whole.value))
+
+
+def test_one_path_as_of_an_offset_equals_the_whole_read_past_many_large_edits(
+    open_migrated: StoreFactory,
+) -> None:
+    """A single path at an offset is read in one snapshot (the store finds the offset's
+    transition itself, ``read_paths(back=…)``): at every offset, through more edits of a tree
+    member than a snapshot is apart in a large document, it answers what the whole-document
+    computation answers — the origin and beyond the retained history included — and an as-of
+    read never replays more than ``SNAPSHOT_LARGE_CHAIN`` changes."""
+    store = open_migrated()
+    rng = random.Random(7)
+    view = MemoryView(store, Identity.of("back", "/", "s"), config=MemoryConfig(history_limit=40))
+    big = plane(12_000)["big"]
+    view.patch_state({"session": {"lazy": {"big": big}, "tactics": {"next": "start"}}})
+    for i in range(36):
+        roll = rng.random()
+        if roll < 0.4:
+            patch: dict[str, Any] = {"session": {"lazy": {"big": {f"[{rng.randrange(6)}]": "v" * (i + 1)}}}}
+        elif roll < 0.6:
+            patch = {"session": {"lazy": {"extra": {f"k{i}": i}}}}
+        elif roll < 0.8:
+            patch = {"session": {"tactics": {"next": f"step {i}"}}}
+        else:
+            patch = {rng.choice(["global", "cwd"]): {"tactics": {f"t{i}": i}}}
+        view.patch_state(patch)
+    texts = ["effective.tactics", "effective.tactics.next", "effective.lazy.big[3]", "session.lazy.extra"]
+    for offset in range(0, 38):
+        for text in texts:
+            root, rest = text.split(".", 1)
+            asked = f"{root}[{offset}].{rest}" if offset else text
+            try:
+                expected: Any = {"value": view.as_of(offset, text)}
+            except Exception as exc:
+                expected = (type(exc), str(exc))
+            try:
+                got: Any = view.read_state({"path": asked})
+            except Exception as exc:
+                got = (type(exc), str(exc).replace(asked, text))
+            if isinstance(expected, tuple) and text == "effective.tactics":
+                assert got == {"value": None}  # an absent plane reads as null (as_of has no such rule)
+                continue
+            assert got == expected, (asked, got, expected)
+    # the origin (37 transitions back: before the first) is empty; one more is refused
+    with pytest.raises(SelectionError):
+        view.read_state({"path": "effective[37].lazy.big[3]"})
+    with pytest.raises(NotFound, match="predates the retained history"):
+        view.read_state({"path": "effective[38].lazy.big[3]"})
+    key = view.keys["session"]
+    with store._read_tx() as tx:
+        row = tx.one("SELECT doc_id, revision FROM documents WHERE state = ? AND subject = ?", key)
+        assert row is not None
+        snaps = [int(r[0]) for r in tx.all("SELECT revision FROM snapshots WHERE doc_id = ?", (row[0],))]
+    for revision in range(1, int(row[1]) + 1):
+        assert revision - max([0, *(s for s in snaps if s <= revision)]) <= SNAPSHOT_LARGE_CHAIN, (
+            revision,
+            snaps,
+        )
+    now = store.read_paths({key: [("tactics",)]})[key]
+    back = store.read_paths({key: [("tactics",)], view.keys["global"]: []}, back=3)
+    assert back[key].revision <= now.revision and back[view.keys["global"]].trails == []
+    with pytest.raises(InvalidInput):
+        store.read_paths({key: [("tactics",)]}, back=2, seq=1)
 
 
 def test_a_range_inside_a_path_reads_only_its_leaves(open_migrated: StoreFactory, tmp_path: Any) -> None:

@@ -228,13 +228,15 @@ class MemoryView:
         # One path read now needs no separate read of the documents: the path read takes every
         # scope from one snapshot itself (one read transaction, one round trip, instead of two).
         # Several paths, an offset or a patch pin the revisions of one read first.
-        alone = by_path and len(value_paths) == 1 and not value_paths[0].offset and projection != "patch"
+        # So is one path as of an offset: the store finds the transition and the revisions it
+        # left in the same snapshot as the path (``read_paths(back=…)``), with no timeline read.
+        alone = by_path and len(value_paths) == 1 and projection != "patch"
         current = {} if alone else self._read(members)
         cap = max((d.seq or 0 for d in current.values()), default=0)
         timeline: _Timeline | None = None
         results = []
         for path in value_paths:
-            if (path.offset or projection == "patch") and timeline is None:
+            if ((path.offset and not alone) or projection == "patch") and timeline is None:
                 timeline = self._timeline(cap, members=members)
             try:
                 if by_path and projection == "patch":
@@ -291,10 +293,16 @@ class MemoryView:
         ``offset`` left it (0: the view's one read, ``current``, or, when nothing was read
         before, each scope as it is now)."""
         scopes = self.scopes if path.root == "effective" else (path.root,)
-        # no documents read before (``current`` empty): each scope as it is now, in one snapshot
-        revisions: dict[DocKey, int] | None = (
-            {self.keys[s]: current[s].revision for s in scopes} if current else None
-        )
+        if not current:
+            # no documents read before: each scope as it is now, or as the offset's transition
+            # among the view's scopes left it, found by the store in the path read's snapshot
+            keys = [self.keys[s] for s in self.scopes]
+            wanted = {self.keys[s] for s in scopes}
+            reads = self.store.read_paths(
+                {k: [target] if k in wanted else [] for k in keys}, end=end, back=offset
+            )
+            return [reads[self.keys[s]].trails[0] for s in scopes]
+        revisions: dict[DocKey, int] | None = {self.keys[s]: current[s].revision for s in scopes}
         if offset:
             assert timeline is not None
             if offset == len(timeline.seqs):
@@ -328,7 +336,9 @@ class MemoryView:
         end: End | None = (
             SliceEnd(window.start, window.end) if window else KeysEnd() if projection == "keys" else None
         )
-        if path.offset:
+        if path.offset and timeline is None:  # the store checks the retained history itself
+            self._check_limit(path.offset)
+        elif path.offset:
             assert timeline is not None
             self._check_offset(path.offset, timeline)
         trails = self._trails_at(path, target, path.offset, current, timeline, end)
@@ -417,10 +427,14 @@ class MemoryView:
         complete = len(seqs) <= limit and len(changes) < len(self.scopes) * (limit + 2)
         return _Timeline(seqs, by_seq, complete, revisions)
 
-    def _check_offset(self, offset: int, timeline: _Timeline, *, internal: bool = False) -> None:
+    def _check_limit(self, offset: int) -> None:
         limit = self.config.history_limit
-        if offset > limit and not internal:
+        if offset > limit:
             raise InvalidPath(f"history offset {offset} is out of range: use an integer from 0 to {limit}")
+
+    def _check_offset(self, offset: int, timeline: _Timeline, *, internal: bool = False) -> None:
+        if not internal:
+            self._check_limit(offset)
         if offset < len(timeline.seqs) or (offset == len(timeline.seqs) and timeline.complete):
             return
         raise NotFound(

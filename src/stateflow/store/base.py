@@ -63,9 +63,10 @@ class SqlStore(Writes, Retention, Listing):
         seq: int | None = None,
         revisions: Mapping[DocKey, int] | None = None,
         end: End | None = None,
+        back: int = 0,
     ) -> dict[DocKey, PathsRead]:
         """See :meth:`stateflow.store.path_reads.PathReads.read_paths`."""
-        return self._paths.read_paths(paths, seq=seq, revisions=revisions, end=end)
+        return self._paths.read_paths(paths, seq=seq, revisions=revisions, end=end, back=back)
 
     def children(self, key: DocKey, path: PathT, *, start: int = 0, limit: int = 200) -> Children | None:
         """See :meth:`stateflow.store.path_reads.PathReads.children`."""

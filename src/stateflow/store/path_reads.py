@@ -117,11 +117,14 @@ class PathReads:
         seq: int | None = None,
         revisions: Mapping[DocKey, int] | None = None,
         end: End | None = None,
+        back: int = 0,
     ) -> dict[DocKey, PathsRead]:
         """For each document, the :class:`Trail` of each path (document-relative: a member
         name first) in the document as it is now, or right after transition ``seq``, or at the
-        given revision (``revisions``, when the caller knows it), all from one consistent
-        snapshot. Only the members the paths name are read, and of a tree member only the nodes
+        given revision (``revisions``, when the caller knows it), or as the ``back``-th newest
+        transition that changed any of these documents left them (``back`` equal to the number
+        of such transitions retained: before the first, every document empty; beyond it:
+        ``NotFound``), all from one consistent snapshot. Only the members the paths name are read, and of a tree member only the nodes
         on the way and the value at the end.
 
         With ``end``, each trail's value is not the value at the path's end but its ``keys``
@@ -132,6 +135,10 @@ class PathReads:
             raise InvalidInput(f"a range runs from 0 ≤ start ≤ end, got [{end.start}:{end.end}]")
         if seq is not None and (type(seq) is not int or seq < 0):
             raise InvalidInput(f"seq must be an integer ≥ 0, got {seq!r}")
+        if type(back) is not int or back < 0:
+            raise InvalidInput(f"back must be an integer ≥ 0, got {back!r}")
+        if back and (seq is not None or revisions is not None):
+            raise InvalidInput("back= takes neither seq= nor revisions=")
         for given in (revisions or {}).values():
             if type(given) is not int or given < 0:
                 raise InvalidInput(f"a revision is an integer ≥ 0, got {given!r}")
@@ -142,6 +149,8 @@ class PathReads:
         out: dict[DocKey, PathsRead] = {}
         with self._store._read_tx() as tx:
             rows = self._store._rows(tx, list(paths))
+            if back:  # the transition's revisions come from this snapshot too: one read
+                revisions = self._revisions_back(tx, rows, back)
             for key, wanted in paths.items():
                 at = None if revisions is None else revisions.get(key)
                 out[key] = self._paths_of(tx, key, rows.get(key), [tuple(p) for p in wanted], seq, at, end)
@@ -182,6 +191,40 @@ class PathReads:
 
     # ------------------------------------------------------------------ internals
 
+    def _revisions_back(self, tx: Tx, rows: Mapping[DocKey, DocRow], back: int) -> dict[DocKey, int]:
+        """Each document's revision right after the ``back``-th newest transition that changed
+        any of them: the newest ``back + 1`` changes of each document hold every transition
+        up to that one (seq grows with revision in one document), read straight off the
+        ``(doc_id, revision)`` key in one statement."""
+        tops = {row.doc_id: row.revision for row in rows.values() if row.revision > 0}
+        found: list[tuple[int, int, int]] = []
+        ids = sorted(tops)
+        for first in range(0, len(ids), 50):  # bounded statement size
+            part = ids[first : first + 50]
+            newest = " UNION ALL ".join(
+                f"SELECT * FROM (SELECT seq, doc_id, revision FROM changes WHERE doc_id = ? "
+                f"AND revision <= ? ORDER BY revision DESC LIMIT ?) AS d{n}"
+                for n in range(len(part))
+            )
+            params: list[Any] = []
+            for doc_id in part:
+                params += [doc_id, tops[doc_id], back + 1]
+            found += [(int(s), int(d), int(r)) for s, d, r in tx.all(newest, params)]
+        seqs = sorted({s for s, _, _ in found}, reverse=True)
+        if back == len(seqs):  # before the first transition: every document empty
+            return {key: 0 for key in rows}
+        if back > len(seqs):
+            raise NotFound(
+                f"requested history offset {back} predates the retained history "
+                f"({len(seqs)} transition(s) retained for these documents)"
+            )
+        target = seqs[back]
+        out: dict[DocKey, int] = {}
+        for key, row in rows.items():
+            after = [r for s, d, r in found if d == row.doc_id and s > target]
+            out[key] = min(after) - 1 if after else row.revision
+        return out
+
     def _paths_of(
         self,
         tx: Tx,
@@ -192,6 +235,8 @@ class PathReads:
         at: int | None,
         end: End | None = None,
     ) -> PathsRead:
+        if not paths:  # a document named only for ``back``: nothing of it is read
+            return PathsRead(key, row.revision if row and at is None else at or 0, None, [])
         if row is None:
             if at:
                 raise NotFound(f"{key} has no revision {at} (current revision 0)")

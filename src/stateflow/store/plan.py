@@ -31,6 +31,11 @@ SNAPSHOT_MAX_CHAIN: Final = 256
 """Take a snapshot at least every this many revisions, so an as-of read replays a bounded chain."""
 SNAPSHOT_MIN_BYTES: Final = 4096
 """…or as soon as the changes since the last snapshot outweigh the body (and this floor)."""
+SNAPSHOT_LARGE_CHAIN: Final = 16
+"""…and, in a document of at least ``TREE_MIN`` bytes, every this many revisions: its snapshot
+copies only the members changed since the last one (a member held as a tree: its root), never
+the body, so the body's weight would let an as-of read of it replay up to
+``SNAPSHOT_MAX_CHAIN`` changes for nothing."""
 TREE_MIN: Final = 1 << 20
 """A member whose encoding exceeds this many bytes is stored as a tree of nodes (``tree.py``):
 a change inside it writes the nodes that differ, not the value. Smaller members stay one row

@@ -122,9 +122,11 @@ class Store(Protocol):
         seq: int | None = None,
         revisions: Mapping[DocKey, int] | None = None,
         end: End | None = None,
+        back: int = 0,
     ) -> dict[DocKey, PathsRead]:
         """What each path (a member name first) meets in each document, now, right after
-        transition ``seq`` or at given revisions, reading only what the paths reach (with
+        transition ``seq``, at given revisions or as the ``back``-th newest transition that
+        changed any of them left them, reading only what the paths reach (with
         ``end``: the keys projection or a range of the value at each path's end)."""
 
     def children(self, key: DocKey, path: PathT, *, start: int = 0, limit: int = 200) -> Children | None:

@@ -28,6 +28,7 @@ from stateflow.store.model import Commit, DocKey, Document, Write
 from stateflow.store.nodes import NodeCache
 from stateflow.store.plan import (
     INLINE_EDITS_MAX,
+    SNAPSHOT_LARGE_CHAIN,
     SNAPSHOT_MAX_CHAIN,
     SNAPSHOT_MIN_BYTES,
     TREE_MIN,
@@ -883,7 +884,12 @@ class Writes(StoreCore):
             plan.edits = []
         since = row.bytes_since_snapshot + edit_bytes
         snapshot_revision = row.snapshot_revision
-        if revision - snapshot_revision >= SNAPSHOT_MAX_CHAIN or since >= max(size, SNAPSHOT_MIN_BYTES):
+        chain = revision - snapshot_revision
+        if (
+            chain >= SNAPSHOT_MAX_CHAIN
+            or since >= max(size, SNAPSHOT_MIN_BYTES)
+            or (chain >= SNAPSHOT_LARGE_CHAIN and size >= TREE_MIN)
+        ):
             plan.snapshot = True
             snapshot_revision, since = revision, 0
         plan.document = DocumentRow(
