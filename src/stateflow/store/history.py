@@ -98,6 +98,9 @@ class History(StoreCore):
             if names is not None and type(value) is dict:
                 value = {k: v for k, v in value.items() if k in names}
             seq = int(row_seq)
+        if not rows:  # the revision is the snapshot's own: its seq is its change's
+            at = tx.one("SELECT seq FROM changes WHERE doc_id = ? AND revision = ?", (doc_id, revision))
+            seq = None if at is None else int(at[0])
         return Document(key, revision, None if value is MISSING else value, seq)
 
     def _snapshot_members(
