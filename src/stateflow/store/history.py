@@ -8,7 +8,7 @@ first straight off each document's ``(doc_id, revision)`` key.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from stateflow.doc.canonical import JSON
@@ -169,14 +169,9 @@ class History(StoreCore):
             rows: list[tuple[Any, ...]] = []
             for start in range(0, len(doc_ids), 50):  # bounded statement size
                 part = doc_ids[start : start + 50]
-                newest = " UNION ALL ".join(
-                    f"SELECT * FROM (SELECT seq, doc_id, revision, paths, edits FROM changes "
-                    f"WHERE doc_id = ? AND revision <= ? ORDER BY revision DESC LIMIT ?) AS d{n}"
-                    for n in range(len(part))
+                newest, params = newest_changes(
+                    "seq, doc_id, revision, paths, edits", [(d, tops[d]) for d in part], limit
                 )
-                params: list[Any] = []
-                for doc_id in part:
-                    params += [doc_id, tops[doc_id], limit]
                 rows += tx.all(
                     "SELECT c.seq, t.at, t.origin, c.doc_id, c.revision, c.paths, c.edits "
                     f"FROM ({newest}) c JOIN transitions t ON t.seq = c.seq "
@@ -312,6 +307,18 @@ def nearest_snapshot(tx: Tx, doc_id: int, revision: int) -> tuple[Any, ...] | No
         "ORDER BY revision DESC LIMIT 1",
         (doc_id, revision),
     )
+
+
+def newest_changes(columns: str, tops: Sequence[tuple[int, int]], limit: int) -> tuple[str, list[Any]]:
+    """A query of each document's newest ``limit`` changes at or below its top revision
+    (``tops``: doc_id and revision), one ``LIMIT`` per document on the ``(doc_id, revision)``
+    key, and its parameters (keep ``tops`` short: one subquery each)."""
+    sql = " UNION ALL ".join(
+        f"SELECT * FROM (SELECT {columns} FROM changes WHERE doc_id = ? "
+        f"AND revision <= ? ORDER BY revision DESC LIMIT ?) AS d{n}"
+        for n in range(len(tops))
+    )
+    return sql, [p for doc_id, top in tops for p in (doc_id, top, limit)]
 
 
 def change_chain(

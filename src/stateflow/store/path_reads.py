@@ -22,7 +22,7 @@ from stateflow.doc.select import MISSING
 from stateflow.errors import Conflict, CorruptData, InvalidInput, NotFound
 from stateflow.store import tree
 from stateflow.store.cache import RevisionCache
-from stateflow.store.history import change_chain, nearest_snapshot
+from stateflow.store.history import change_chain, nearest_snapshot, newest_changes
 from stateflow.store.key_positions import Positions
 from stateflow.store.model import DocKey
 from stateflow.store.nodes import NodeCache, fetch_bodies, load_tree
@@ -201,14 +201,7 @@ class PathReads:
         ids = sorted(tops)
         for first in range(0, len(ids), 50):  # bounded statement size
             part = ids[first : first + 50]
-            newest = " UNION ALL ".join(
-                f"SELECT * FROM (SELECT seq, doc_id, revision FROM changes WHERE doc_id = ? "
-                f"AND revision <= ? ORDER BY revision DESC LIMIT ?) AS d{n}"
-                for n in range(len(part))
-            )
-            params: list[Any] = []
-            for doc_id in part:
-                params += [doc_id, tops[doc_id], back + 1]
+            newest, params = newest_changes("seq, doc_id, revision", [(d, tops[d]) for d in part], back + 1)
             found += [(int(s), int(d), int(r)) for s, d, r in tx.all(newest, params)]
         seqs = sorted({s for s, _, _ in found}, reverse=True)
         if back == len(seqs):  # before the first transition: every document empty

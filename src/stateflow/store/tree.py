@@ -486,15 +486,12 @@ Place = Callable[[bytes, str], int | None]
 which the caller's leaf then confirms), else None."""
 
 
-def _placed(
-    ident: bytes, data: dict[str, Any], key: str, place: Place, nodes: Decoded
+def _leaf_at(
+    ident: bytes, data: dict[str, Any], index: int, nodes: Decoded
 ) -> tuple[tuple[bytes, dict[str, Any]], int] | None:
-    """The leaf holding ``key`` and its position there, found from the key's position in the
-    object (descending by the counts); None when the position is not known or the leaf found
-    does not hold the key there."""
-    index = place(ident, key)
-    if index is None or index < 0:
-        return None
+    """The leaf holding the ``index``-th entry of the container rooted at ``ident`` and the
+    entry's position in it, descending by the children's counts; None when ``index`` is past
+    the last child (a leaf's own bounds are the caller's to check)."""
     while "c" in data:
         for count, child in data["c"]:
             if index < count:
@@ -504,6 +501,22 @@ def _placed(
         else:
             return None
         data = nodes([ident])[ident]
+    return (ident, data), index
+
+
+def _placed(
+    ident: bytes, data: dict[str, Any], key: str, place: Place, nodes: Decoded
+) -> tuple[tuple[bytes, dict[str, Any]], int] | None:
+    """The leaf holding ``key`` and its position there, found from the key's position in the
+    object (descending by the counts); None when the position is not known or the leaf found
+    does not hold the key there."""
+    index = place(ident, key)
+    if index is None or index < 0:
+        return None
+    leaf = _leaf_at(ident, data, index, nodes)
+    if leaf is None:
+        return None
+    (ident, data), index = leaf
     keys = data.get("k")
     if type(keys) is not list or index >= len(keys) or keys[index] != key:
         return None
@@ -520,18 +533,10 @@ def _leaf_of(
     """The leaf holding entry ``seg`` of the container rooted at ``ident`` and its position
     there, or ``(None, 0)`` when there is none."""
     if isinstance(seg, int):
-        index = seg
-        if index < 0:
+        leaf = _leaf_at(ident, data, seg, nodes) if seg >= 0 else None
+        if leaf is None:
             return None, 0
-        while "c" in data:
-            for count, child in data["c"]:
-                if index < count:
-                    ident = _ref(child, ident)
-                    break
-                index -= count
-            else:
-                return None, 0
-            data = nodes([ident])[ident]
+        (ident, data), index = leaf
         return ((ident, data), index) if index < len(data["a"]) else (None, 0)
     if "c" not in data:
         keys = data["k"]
