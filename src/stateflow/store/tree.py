@@ -353,13 +353,10 @@ def load_path(root: bytes, path: Sequence[str | int], fetch: Fetch) -> JSON:
             if data.get("t") == "a":
                 if type(seg) is not int or seg < 0:
                     raise IndexError(seg)
-                for count, child in data["c"]:
-                    if seg < count:
-                        ident = _ref(child, ident)
-                        break
-                    seg -= count
-                else:
+                step = _child_at(data, seg, ident)
+                if step is None:
                     raise IndexError(path[depth])
+                ident, seg = step
                 path = [*path[:depth], seg, *path[depth + 1 :]]
                 continue
             for _, child in data["c"]:  # an object: try its leaves in order
@@ -493,15 +490,22 @@ def _leaf_at(
     entry's position in it, descending by the children's counts; None when ``index`` is past
     the last child (a leaf's own bounds are the caller's to check)."""
     while "c" in data:
-        for count, child in data["c"]:
-            if index < count:
-                ident = _ref(child, ident)
-                break
-            index -= count
-        else:
+        step = _child_at(data, index, ident)
+        if step is None:
             return None
+        ident, index = step
         data = nodes([ident])[ident]
     return (ident, data), index
+
+
+def _child_at(data: dict[str, Any], index: int, owner: bytes) -> tuple[bytes, int] | None:
+    """One step down an interior node: the child holding its ``index``-th entry and the
+    entry's index in that child, or None past the last child."""
+    for count, child in data["c"]:
+        if index < count:
+            return _ref(child, owner), index
+        index -= count
+    return None
 
 
 def _placed(
