@@ -159,7 +159,8 @@ class Backend(abc.ABC):
         """Absent rows (revision 0) for documents that have none, before an optimistic commit
         that names them; None to let the locked path create them (portable:
         ``writes.Writes._absent_rows``, None; PostgreSQL: rows with ids taken ahead, which the
-        commit creates in its own transaction — one whose row existed after all fails its check)."""
+        commit creates in its own transaction — one whose row existed after all fails its check;
+        SQLite: ids reserved ahead, the row inserted whole by the commit's emit, ``WritePlan.created``)."""
 
     @abc.abstractmethod
     def read_under(self, state: str, prefix: str, *, limit: int | None = None) -> list[Document]:

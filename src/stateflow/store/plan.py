@@ -123,6 +123,9 @@ class WritePlan:
     """take a snapshot of the body as written"""
     document: DocumentRow | None = None
     """the document's row after the write (set last, once the sizes are known)"""
+    created: DocKey | None = None
+    """set by a backend whose commit creates the document's row (inserted whole, before its
+    members, instead of updated): the key it is created under"""
 
     @property
     def row(self) -> DocumentRow:

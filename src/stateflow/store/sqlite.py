@@ -48,13 +48,17 @@ from stateflow.store.migrations import (
     VALUE_INDEX_MAX,
 )
 from stateflow.store.model import DocKey, Document, Listed
-from stateflow.store.rows import DocRow
+from stateflow.store.plan import WritePlan
+from stateflow.store.rows import NO_ROW, DocRow
 from stateflow.store.tx import Tx
 from stateflow.store.writer_queue import WriterQueue
 
 R = TypeVar("R")
 SYNCHRONOUS_MODES: Final = ("full", "normal", "extra", "off")
 DEFAULT_BUSY_TIMEOUT_MS: Final = 30_000
+RESERVED_IDS: Final = 64
+"""document ids reserved at a time for rows their commit creates (``_absent_rows``)"""
+UNBORN_MAX: Final = 4096
 
 
 class _SqliteTx(Tx):
@@ -351,6 +355,11 @@ class SqliteStore(SqlStore):
         self._watch = _CommitWatch(self.path)
         self._shared: _Snapshot | None = None
         self._group = _GroupCommit(self._writer, max_group, WriterQueue(self.path), busy_timeout_ms / 1000)
+        self._spare_ids: list[int] = []
+        """document ids reserved ahead (``_absent_rows``), for rows a commit creates"""
+        self._ids_lock = threading.Lock()
+        self._unborn: dict[int, DocKey] = {}
+        """ids handed out by ``_absent_rows`` whose rows the commit writing them creates"""
         self.create = create and not read_only
         self.read_only = read_only
         if auto_migrate and not read_only and (not self.path.exists() or _writable(self.path)):
@@ -476,6 +485,61 @@ class SqliteStore(SqlStore):
         # that creates a row would draw a new AUTOINCREMENT id, and write sqlite_sequence's
         # page, on every call — even when the row exists.)
         return self._row(tx, key) or super()._lock(tx, key)
+
+    def _absent_rows(self, keys: Sequence[DocKey]) -> dict[DocKey, DocRow] | None:
+        # The rows get ids from a block reserved ahead and are created whole by the commit that
+        # writes them (``_commit_planned``): no statement reads or creates them first, and the
+        # row is written once (present, at its revision) instead of inserted, then updated.
+        if getattr(self._local, "writing", False):
+            return None  # inside a write of our own: its row locks decide (the locked path)
+        ids = self._reserve(len(keys))
+        if ids is None:
+            return None
+        unborn = self._unborn
+        if len(unborn) > UNBORN_MAX:
+            unborn.clear()  # ids of writes that never committed: only spent
+        rows = {}
+        for key, doc_id in zip(keys, ids, strict=True):
+            unborn[doc_id] = key
+            rows[key] = DocRow(doc_id, 0, False, None, 0, 0, 0, 0)
+        return rows
+
+    def _reserve(self, n: int) -> list[int] | None:
+        """``n`` document ids nobody else will take: a block at a time, reserved by moving the
+        table's AUTOINCREMENT counter past it (every writer, in any process, draws ids above
+        the counter); None before the first document exists."""
+        with self._ids_lock:
+            if len(self._spare_ids) >= n:
+                ids, self._spare_ids[:n] = self._spare_ids[:n], []
+                return ids
+        block = max(n, RESERVED_IDS)
+        with self._write_tx() as tx:
+            top = tx.one(
+                "UPDATE sqlite_sequence SET seq = seq + ? WHERE name = 'documents' RETURNING seq", (block,)
+            )
+        if top is None:
+            return None
+        with self._ids_lock:
+            self._spare_ids.extend(range(int(top[0]) - block + 1, int(top[0]) + 1))
+            ids, self._spare_ids[:n] = self._spare_ids[:n], []
+            return ids
+
+    def _commit_planned(
+        self,
+        locked: Sequence[tuple[DocKey, DocRow]],
+        shared: Sequence[tuple[DocKey, DocRow]],
+        claims: Sequence[tuple[str, str]],
+        origin: dict[str, Any],
+        plans: Sequence[WritePlan],
+    ) -> tuple[int, str] | None:
+        unborn = self._unborn
+        created = {row.doc_id: key for key, row in locked if unborn.pop(row.doc_id, None) is not None}
+        if created:
+            # checked to have no row still (under the writer lock), then created by the emit
+            locked = [(key, NO_ROW if row.doc_id in created else row) for key, row in locked]
+            for plan in plans:
+                plan.created = created.get(plan.doc_id)
+        return super()._commit_planned(locked, shared, claims, origin, plans)
 
     # -------------------------------------------------------------- whole-document read cache
 

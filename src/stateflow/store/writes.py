@@ -906,6 +906,24 @@ class Writes(StoreCore):
     def _emit(self, tx: Tx, plans: Sequence[WritePlan], seq: SeqRef) -> None:
         """Send the statements of planned document writes (inside the commit's batch)."""
         for plan in plans:
+            if plan.created is not None:  # a new row, written whole before the rows naming it
+                doc = plan.row
+                tx.run(
+                    "INSERT INTO documents (doc_id, state, subject, revision, present, updated_seq, "
+                    "snapshot_revision, bytes_since_snapshot, body_size, next_position) "
+                    f"VALUES (?, ?, ?, ?, ?, {seq.sql}, ?, ?, ?, ?)",
+                    (
+                        doc.doc_id,
+                        *plan.created,
+                        doc.revision,
+                        int(doc.present),
+                        *seq.params,
+                        doc.snapshot_revision,
+                        doc.bytes_since_snapshot,
+                        doc.body_size,
+                        doc.next_position,
+                    ),
+                )
             if plan.nodes:
                 tx.many(
                     "INSERT INTO nodes (id, body) VALUES (?, ?) ON CONFLICT (id) DO NOTHING",
@@ -938,6 +956,8 @@ class Writes(StoreCore):
                 )
             if plan.snapshot:
                 self._take_snapshot(tx, plan.doc_id, plan.revision, plan.present)
+            if plan.created is not None:
+                continue
             doc = plan.row
             # `present` is indexed: setting it, even to the same value, rewrites an index page
             setting = "present = ?, " if plan.present != plan.was_present else ""

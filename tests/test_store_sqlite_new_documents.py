@@ -1,0 +1,103 @@
+"""SQLite: an optimistic write of a document never seen creates its row in its commit.
+
+The row gets an id from a block reserved ahead (the documents' AUTOINCREMENT counter moved past
+it, so no writer in any process draws those ids) and is inserted whole — present, at its
+revision — before its members, instead of being read, inserted absent and updated. A document
+that had a row after all (another store made it) makes the commit's check fail, and the write
+is done on the row that exists.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from stateflow.store import DocKey, Document, Write, open_store
+from stateflow.store.sqlite import RESERVED_IDS, SqliteStore
+
+
+def _set(
+    *values: tuple[DocKey, dict[str, Any]],
+) -> Callable[[dict[DocKey, Document]], tuple[list[Write], None]]:
+    def compute(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
+        return [Write.between(key, docs[key].value, body, docs[key].revision) for key, body in values], None
+
+    return compute
+
+
+def _ids(path: Path) -> dict[str, int]:
+    with sqlite3.connect(path) as conn:
+        return {subject: doc_id for doc_id, subject in conn.execute("SELECT doc_id, subject FROM documents")}
+
+
+def test_a_new_document_is_created_whole_by_its_commit(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    store, other = open_store(f"sqlite:///{path}"), open_store(f"sqlite:///{path}")
+    try:
+        assert isinstance(store, SqliteStore)
+        store.update([DocKey("s", "warm")], _set((DocKey("s", "warm"), {"n": 0})), optimistic=True)
+        statements: list[str] = []
+        store._writer().set_trace_callback(statements.append)
+        for n in range(5):
+            key = DocKey("s", f"new-{n}")
+            commit, _ = store.update([key], _set((key, {"n": n})), optimistic=True)
+            assert commit.revisions[key] == 1
+        store._writer().set_trace_callback(None)
+        # (a trigger's statements are traced with the text of the statement that fired it)
+        on_documents = {s for s in statements if " documents " in s and "EXISTS" not in s}
+        # one insert of the whole row per document: no read, no absent row, no update after
+        assert len(on_documents) == 5
+        assert all(
+            s.startswith("INSERT INTO documents (doc_id, state, subject, revision, present")
+            for s in on_documents
+        )
+        for n in range(5):
+            key = DocKey("s", f"new-{n}")
+            doc = other.get(key)
+            assert (doc.body, doc.revision) == ({"n": n}, 1)
+            assert [c.revision for c in other.history([key])] == [1]
+        assert store.count("s") == other.count("s") == 6  # the per-state counts follow
+        # a document another store created: the id handed out here is not its row's, the
+        # commit's check fails and the write lands on the row that exists
+        made = DocKey("s", "made-elsewhere")
+        other.update([made], _set((made, {"by": "other"})), optimistic=True)
+        store.update([made], _set((made, {"by": "store"})), optimistic=True)
+        assert (other.get(made).body, other.get(made).revision) == ({"by": "store"}, 2)
+        assert [c.revision for c in other.history([made])] == [2, 1]
+        # a new document beside a known one commits both
+        known, new = DocKey("s", "new-0"), DocKey("s", "beside")
+        store.update([known, new], _set((known, {"n": 10}), (new, {"n": 11})), optimistic=True)
+        assert (other.get(known).body, other.get(known).revision) == ({"n": 10}, 2)
+        assert (other.get(new).body, other.get(new).revision) == ({"n": 11}, 1)
+        assert store.count("s") == other.count("s") == 8
+    finally:
+        store.close()
+        other.close()
+
+
+def test_reserved_ids_are_never_drawn_by_another_writer(tmp_path: Path) -> None:
+    """Two stores on one file (as two processes) creating documents in turn, optimistically
+    and through the locked path (which draws AUTOINCREMENT ids): every document its own id."""
+    path = tmp_path / "s.db"
+    one, two = open_store(f"sqlite:///{path}"), open_store(f"sqlite:///{path}")
+    try:
+        one.commit([Write.between(DocKey("s", "first"), None, {"n": -1}, 0)])
+        written = {}
+        for n in range(3 * RESERVED_IDS):
+            store = one if n % 2 == 0 else two
+            key = DocKey("s", f"d{n}")
+            if n % 3 == 0:  # the locked path: the row upserted with a drawn id
+                store.commit([Write.between(key, None, {"n": n}, 0)])
+            else:
+                store.update([key], _set((key, {"n": n})), optimistic=True)
+            written[key] = n
+        ids = _ids(path)
+        assert len(set(ids.values())) == len(ids) == 3 * RESERVED_IDS + 1
+        for key, n in written.items():
+            assert one.get(key).body == two.get(key).body == {"n": n}
+        assert one.count("s") == 3 * RESERVED_IDS + 1
+    finally:
+        one.close()
+        two.close()
