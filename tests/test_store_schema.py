@@ -197,7 +197,7 @@ def _raw_rows(location: str, sql: str) -> list[tuple[object, ...]]:
 def test_small_changes_keep_their_edits_inline_and_large_ones_per_member(backend: str) -> None:
     store = open_store(backend, auto_migrate=True)
     try:
-        store.commit([Write.between(A, None, {"hot": 1, "lazy": "x" * 2000})])  # large
+        store.commit([Write.between(A, None, {"hot": 1, "lazy": "x" * 5000})])  # large
         store.commit([Write(A, [Edit(("hot",), 2)])])
         store.commit([Write(A, [Edit((), {"hot": 3, "lazy": "y"})])])  # whole document, small
         assert _raw_rows(backend, "SELECT revision, edits IS NULL FROM changes ORDER BY revision") == [
@@ -213,12 +213,20 @@ def test_small_changes_keep_their_edits_inline_and_large_ones_per_member(backend
             (1, [((), {"hot": 1})]),
         ]
         assert [len(c.edits) for c in store.history([A], members=["lazy"])] == [1, 0, 1]
-        assert store.read_at(A, revision=1).body == {"hot": 1, "lazy": "x" * 2000}
-        assert store.read_at(A, revision=2).body == {"hot": 2, "lazy": "x" * 2000}
+        assert store.read_at(A, revision=1).body == {"hot": 1, "lazy": "x" * 5000}
+        assert store.read_at(A, revision=2).body == {"hot": 2, "lazy": "x" * 5000}
         assert store.read_at(A, revision=2, members=["hot"]).body == {"hot": 2}
         assert store.read_at(A, revision=3).body == {"hot": 3, "lazy": "y"}
         [_, t2, _] = store.transitions()
         assert [e.value for e in t2.changes[0].edits] == [2]
+        # a whole-document set up to 4 KiB (a new record's first revision) stays in its row too
+        medium = DocKey("notes", "medium")
+        store.commit([Write.between(medium, None, {"hot": 1, "lazy": "x" * 2000})])
+        assert {r[0] for r in _raw_rows(backend, "SELECT revision FROM change_edits")} == {1}
+        assert _raw_rows(backend, "SELECT count(*) FROM change_edits") == [(1,)]
+        assert [len(c.edits) for c in store.history([medium], members=["hot"])] == [1]
+        assert store.history([medium], members=["hot"])[0].edits[0].value == {"hot": 1}
+        assert store.read_at(medium, revision=1).body == {"hot": 1, "lazy": "x" * 2000}
     finally:
         store.close()
 

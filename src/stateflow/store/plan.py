@@ -45,6 +45,10 @@ INLINE_EDITS_MAX: Final = 512
 """A change whose encoded edits fit in this many bytes keeps them in its own row (one row, one
 page touched, per change); larger ones get a ``change_edits`` row per member, so that reading
 some members' history never decodes another member's large edit."""
+WHOLE_INLINE_MAX: Final = 4096
+"""…and so does a change that only sets the whole document (a new record's first revision)
+up to this many bytes: its one edit is decoded whole wherever it is kept, so a row of its own
+would only add a row and an index entry."""
 
 
 @dataclass(slots=True)

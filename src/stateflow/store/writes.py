@@ -32,6 +32,7 @@ from stateflow.store.plan import (
     SNAPSHOT_MAX_CHAIN,
     SNAPSHOT_MIN_BYTES,
     TREE_MIN,
+    WHOLE_INLINE_MAX,
     DocumentRow,
     Fresh,
     Loaded,
@@ -877,7 +878,8 @@ class Writes(StoreCore):
             for member, group in sorted(groups.items())
         ]
         edit_bytes = sum(len(e[3]) for e in plan.edits)
-        if edit_bytes <= INLINE_EDITS_MAX and not held:
+        whole_only = len(plan.edits) == 1 and plan.edits[0][2] == ""
+        if not held and (edit_bytes <= INLINE_EDITS_MAX or (whole_only and edit_bytes <= WHOLE_INLINE_MAX)):
             plan.inline = (
                 b"[" + b",".join(b"[" + orjson.dumps(e[2]) + b"," + e[3] + b"]" for e in plan.edits) + b"]"
             )
