@@ -47,7 +47,7 @@ from stateflow.aio import call
 from stateflow.langgraph.codec import Codec
 from stateflow.langgraph.records import OwnsStore, Records, invert, join, part, uninvert, unpart
 from stateflow.states import StatesService
-from stateflow.states.models import DoorContext
+from stateflow.states.models import DoorContext, WriteOrigin
 from stateflow.store import DocKey
 
 STATE: Final = "langgraph_checkpoints"
@@ -127,6 +127,12 @@ def _saved(body: dict[str, Any]) -> dict[str, Any]:
     before ``saved`` existed carry them at the top)."""
     saved: dict[str, Any] = body.get("saved", body)
     return saved
+
+
+@functools.lru_cache(maxsize=1024)
+def _origin(run_id: str | None) -> WriteOrigin:
+    """A write's origin, validated once per run (a frozen model the service takes as is)."""
+    return WriteOrigin(consumer="langgraph", run_id=run_id)
 
 
 _HELD_KEPT = 256
@@ -380,7 +386,7 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
             self.records.state,
             self.records.subject(CHECKPOINT, key),
             document,
-            origin={"consumer": "langgraph", "run_id": names["run_id"]},
+            origin=_origin(names["run_id"]),
             context=self.context,
         )
         self._remember(
@@ -449,7 +455,7 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
             self.records.state,
             self.records.subject(WRITES, self._key(thread_id, ns, checkpoint_id)),
             ops,
-            origin={"consumer": "langgraph", "run_id": str(run_id) if run_id else None},
+            origin=_origin(str(run_id) if run_id else None),
             context=self.context,
         )
 

@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 import orjson
-from langgraph.config import get_config
+from langchain_core.runnables.config import var_child_runnable_config
 from langgraph.store.base import (
     BaseStore,
     GetOp,
@@ -36,7 +36,7 @@ from langgraph.store.base import (
 from stateflow.aio import call
 from stateflow.langgraph.records import OwnsStore, Records, join
 from stateflow.states import StatesService
-from stateflow.states.models import DoorContext
+from stateflow.states.models import DoorContext, WriteOrigin
 from stateflow.store.base import utc_text
 
 STATE: Final = "langgraph_store"
@@ -88,6 +88,7 @@ class StateflowStore(OwnsStore, BaseStore):
         self.ttl_config = ttl
         self.context = DoorContext(door="api", actor="stateflow.langgraph")
         self.origin = {"consumer": "langgraph"}
+        self._outside = WriteOrigin(consumer="langgraph")  # validated once: the service takes it as is
 
     # ------------------------------------------------------------------ subjects
 
@@ -219,12 +220,11 @@ class StateflowStore(OwnsStore, BaseStore):
 
     # ------------------------------------------------------------------ writes
 
-    def _run_origin(self) -> dict[str, Any]:
+    def _run_origin(self) -> dict[str, Any] | WriteOrigin:
         """The write's origin; inside a LangGraph run, with its thread, node and run id."""
-        try:
-            config = get_config()
-        except RuntimeError:  # not called from inside a graph
-            return self.origin
+        config = var_child_runnable_config.get()  # (what ``get_config`` reads, without its raise)
+        if not config:  # not called from inside a graph
+            return self._outside
         metadata = config.get("metadata") or {}
         meta = {
             "thread_id": (config.get("configurable") or {}).get("thread_id"),
