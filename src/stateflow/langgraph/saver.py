@@ -382,10 +382,11 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         }
         document = {"config": names, "saved": saved}
         key = self._key(thread_id, ns, checkpoint_id)
-        self.states.replace(
+        # (replace_from: the same checks and audit row as replace, without the record view back)
+        self.states.replace_from(
             self.records.state,
             self.records.subject(CHECKPOINT, key),
-            document,
+            lambda _: document,
             origin=_origin(names["run_id"]),
             context=self.context,
         )
