@@ -288,3 +288,73 @@ def test_a_schema_7_store_upgrades_to_8_and_lists_searches_and_prunes_the_same(
         assert store.read_at(notes, revision=store.get(notes).revision).body == dict(before, title="title 12")
     finally:
         store.close()
+
+
+def _schema8_store(backend: str, tmp_path: Path) -> None:
+    """The schema-3 fixture taken to version 8 by the version 4–8 scripts."""
+    _schema7_store(backend, tmp_path)
+    if backend.startswith("postgresql://"):
+        with psycopg.connect(backend, autocommit=True) as pg, pg.transaction():
+            for statement in statements(POSTGRES[8]):
+                pg.execute(statement)
+            pg.execute("UPDATE stateflow_meta SET value = '8' WHERE key = 'schema_version'")
+        return
+    with sqlite3.connect(backend) as lite:
+        for statement in statements(SQLITE[8]):
+            lite.execute(statement)
+        lite.execute("UPDATE stateflow_meta SET value = '8' WHERE key = 'schema_version'")
+    lite.close()
+
+
+def test_a_schema_8_store_upgrades_to_9_and_its_indexes_answer_the_same(backend: str, tmp_path: Path) -> None:
+    """Version 9 writes PostgreSQL's ``stateflow_jsonb`` in PL/pgSQL (an SQL function it could
+    never be inlined); the indexes built on it by version 8 are kept and give the same answers,
+    before and after new writes. SQLite only records the version."""
+    _schema8_store(backend, tmp_path)
+    pg = backend.startswith("postgresql://")
+    language = (
+        "SELECT l.lanname, p.provolatile, p.proisstrict FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang "
+        "WHERE p.proname = 'stateflow_jsonb' AND p.pronamespace = current_schema()::regnamespace"
+    )
+    if pg:
+        with psycopg.connect(backend) as conn:
+            assert conn.execute(language).fetchall() == [("sql", "i", False)]
+    store = open_store(backend, auto_migrate=False)
+    try:
+        with pytest.raises(StoreNotMigrated, match="schema version 8"):
+            store.get(DocKey("notes", "a"))
+        assert store.migrate() == (8, SCHEMA_VERSION)
+        _reads_back(store, _expected())
+        if pg:
+            with store._read_tx() as tx:
+                assert tx.all(language) == [("plpgsql", "i", True)]
+        # every scalar member is found through the value index by its value, as before
+        notes = DocKey("notes", "a")
+        before = store.get(notes).body
+        assert before is not None
+        scalars = {k: v for k, v in before.items() if isinstance(v, (str, int)) and not isinstance(v, bool)}
+        assert scalars
+        for name, value in scalars.items():
+            assert notes in [x.key for x in store.search("notes", {name: value})], name
+            match = store._value_match(name, value)
+            if match is not None:
+                assert "members_by_value" in _plan(
+                    store, f"SELECT m.doc_id FROM members m WHERE {match[0]}", tuple(match[1])
+                )
+        # new writes enter both indexes: a scalar by its value, an object by containment
+        after = dict(before, extra={"k": 1, "tags": ["x"]}, title="title 13")
+        store.commit([Write.between(notes, before, after)])
+        assert [x.key for x in store.search("notes", {"title": "title 13"})] == [notes]
+        assert [x.key for x in store.search("notes", {"extra": {"tags": ["x"]}})] == [notes]
+        assert store.search("notes", {"extra": {"k": 2}}) == []
+        assert store.search("notes", {"title": before.get("title", "none")}) == []
+        if pg:
+            contained = _plan(
+                store,
+                "SELECT m.doc_id FROM members m WHERE stateflow_jsonb(m.body) @> ?::jsonb "
+                "AND m.size <= 1048576 AND position('\\x5c7530303030'::bytea IN m.body) = 0",
+                ('{"k": 1}',),
+            )
+            assert "members_json" in contained
+    finally:
+        store.close()
