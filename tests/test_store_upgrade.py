@@ -308,8 +308,9 @@ def _schema8_store(backend: str, tmp_path: Path) -> None:
 
 def test_a_schema_8_store_upgrades_to_9_and_its_indexes_answer_the_same(backend: str, tmp_path: Path) -> None:
     """Version 9 writes PostgreSQL's ``stateflow_jsonb`` in PL/pgSQL (an SQL function it could
-    never be inlined); the indexes built on it by version 8 are kept and give the same answers,
-    before and after new writes. SQLite only records the version."""
+    never be inlined), and its commit function creates new documents' rows; the indexes built on
+    ``stateflow_jsonb`` by version 8 are kept and give the same answers, before and after new
+    writes. SQLite only records the version."""
     _schema8_store(backend, tmp_path)
     pg = backend.startswith("postgresql://")
     language = (
@@ -348,6 +349,12 @@ def test_a_schema_8_store_upgrades_to_9_and_its_indexes_answer_the_same(backend:
         assert [x.key for x in store.search("notes", {"extra": {"tags": ["x"]}})] == [notes]
         assert store.search("notes", {"extra": {"k": 2}}) == []
         assert store.search("notes", {"title": before.get("title", "none")}) == []
+        # a new document's row is created by the commit itself (on PostgreSQL, in the version 9
+        # commit function), and found like the others
+        fresh = DocKey("notes", "new after 9")
+        created = store.commit([Write.between(fresh, None, {"title": "title 14"})])
+        assert created.revisions[fresh] == 1 and store.get(fresh).body == {"title": "title 14"}
+        assert [x.key for x in store.search("notes", {"title": "title 14"})] == [fresh]
         if pg:
             contained = _plan(
                 store,

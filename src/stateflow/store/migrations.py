@@ -81,8 +81,12 @@ never be inlined (``convert_from`` is only stable, the function immutable), so e
 written ran it as a separate SQL query — parsed, planned and started for every statement that
 wrote a row, twice per scalar member (both indexes): about 30 µs each, a fifth of a record
 write's server time. A PL/pgSQL function is compiled once per session and evaluates its one
-expression directly. The indexes stay as they are (the function gives the same values). SQLite
-needs nothing new (it only records the version).
+expression directly. The indexes stay as they are (the function gives the same values).
+``stateflow_begin_commit`` also creates the rows of a commit's new documents (after locking its
+shared rows, before its written ones), so a commit of new documents is one statement instead of
+a pipeline of five; and ``stateflow_lock_rows`` locks a group commit's rows one index lookup at
+a time (a join with the key arrays was planned again on every call). SQLite needs nothing new
+(it only records the version).
 """
 
 from __future__ import annotations
@@ -774,6 +778,85 @@ CREATE OR REPLACE FUNCTION stateflow_jsonb(body BYTEA) RETURNS JSONB
     LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
 BEGIN
     RETURN convert_from(body, 'UTF8')::jsonb;
+END
+$$;
+CREATE FUNCTION stateflow_lock_rows(p_exclusive BOOLEAN, p_state TEXT[], p_subject TEXT[])
+RETURNS VOID LANGUAGE plpgsql AS $$
+-- Locks these documents' rows one by one in the order given (the lock order): each an index
+-- lookup planned once per session (a join with the arrays was planned again on every call).
+BEGIN
+    FOR i IN 1 .. coalesce(array_length(p_state, 1), 0) LOOP
+        IF p_exclusive THEN
+            PERFORM 1 FROM documents WHERE state = p_state[i] AND subject = p_subject[i] FOR UPDATE;
+        ELSE
+            PERFORM 1 FROM documents WHERE state = p_state[i] AND subject = p_subject[i] FOR SHARE;
+        END IF;
+    END LOOP;
+END
+$$;
+DROP FUNCTION stateflow_begin_commit(
+    TEXT, BYTEA, BIGINT, TEXT[], TEXT[], TEXT[], TEXT[], BIGINT[], BIGINT[], TEXT[], TEXT[], BIGINT[], BIGINT[]
+);
+CREATE FUNCTION stateflow_begin_commit(
+    p_at TEXT, p_origin BYTEA, p_seq_lock BIGINT,
+    claim_scope TEXT[], claim_id TEXT[],
+    share_state TEXT[], share_subject TEXT[], share_doc BIGINT[], share_rev BIGINT[],
+    new_doc BIGINT[], new_state TEXT[], new_subject TEXT[],
+    lock_state TEXT[], lock_subject TEXT[], lock_doc BIGINT[], lock_rev BIGINT[]
+) RETURNS BIGINT LANGUAGE plpgsql AS $$
+-- The first half of a commit computed against known revisions (the statement that calls it
+-- writes the rows with stateflow_write_rows in the same transaction): the same checks and
+-- locks, in the same order, as the locked path, then the transition and the claims. NULL:
+-- nothing was written (an op id is taken, or a document is not at the revision given); the
+-- caller then takes the locked path, which says why. The rows of new documents (new_doc, in
+-- the lock order, with the ids the caller reserved for them) are created after the shared rows
+-- are locked and before the written ones: a key that has a row already keeps it, and the check
+-- of its lock then fails.
+DECLARE
+    found_doc BIGINT;
+    found_rev BIGINT;
+    new_seq BIGINT;
+    claimed BIGINT;
+BEGIN
+    FOR i IN 1 .. coalesce(array_length(claim_scope, 1), 0) LOOP
+        IF EXISTS (SELECT 1 FROM applied_ops WHERE scope = claim_scope[i] AND op_id = claim_id[i]) THEN
+            RETURN NULL;
+        END IF;
+    END LOOP;
+    FOR i IN 1 .. coalesce(array_length(share_state, 1), 0) LOOP
+        found_doc := NULL;
+        found_rev := NULL;
+        SELECT doc_id, revision INTO found_doc, found_rev FROM documents
+        WHERE state = share_state[i] AND subject = share_subject[i] FOR SHARE;
+        IF coalesce(found_doc, 0) <> share_doc[i] OR coalesce(found_rev, 0) <> share_rev[i] THEN
+            RETURN NULL;
+        END IF;
+    END LOOP;
+    IF coalesce(array_length(new_doc, 1), 0) > 0 THEN
+        INSERT INTO documents (doc_id, state, subject) SELECT * FROM unnest(new_doc, new_state, new_subject)
+        ON CONFLICT (state, subject) DO NOTHING;
+    END IF;
+    FOR i IN 1 .. coalesce(array_length(lock_state, 1), 0) LOOP
+        found_doc := NULL;
+        found_rev := NULL;
+        SELECT doc_id, revision INTO found_doc, found_rev FROM documents
+        WHERE state = lock_state[i] AND subject = lock_subject[i] FOR UPDATE;
+        IF found_doc IS DISTINCT FROM lock_doc[i] OR found_rev IS DISTINCT FROM lock_rev[i] THEN
+            RETURN NULL;
+        END IF;
+    END LOOP;
+    PERFORM pg_advisory_xact_lock(p_seq_lock);  -- seq values become visible in commit order
+    INSERT INTO transitions (at, origin) VALUES (p_at, p_origin) RETURNING seq INTO new_seq;
+    IF coalesce(array_length(claim_scope, 1), 0) > 0 THEN
+        INSERT INTO applied_ops (scope, op_id, applied_at, seq)
+        SELECT c.scope, c.op_id, p_at, new_seq FROM unnest(claim_scope, claim_id) AS c(scope, op_id)
+        ON CONFLICT (scope, op_id) DO NOTHING;
+        GET DIAGNOSTICS claimed = ROW_COUNT;
+        IF claimed <> array_length(claim_scope, 1) THEN  -- claimed meanwhile: undo it all
+            RAISE EXCEPTION 'an op id was claimed concurrently' USING ERRCODE = 'SF409';
+        END IF;
+    END IF;
+    RETURN new_seq;
 END
 $$;
 """,

@@ -496,6 +496,10 @@ class PostgresStore(SqlStore):
             # creating the same row; and a group locks its rows before any member's commit
             self._create(creates)
             creates = []
+        # the rows of new documents are created by the commit function (``stateflow_begin_commit``)
+        # after it locks the shared rows and before it locks the written ones: in the lock order
+        # (``rows.lock_order``), as a new row's insert waits for whoever is creating the same row
+        creates.sort(key=lambda c: lock_order(c[0]))
 
         def build() -> _Planned:
             nonlocal at
@@ -520,55 +524,16 @@ class PostgresStore(SqlStore):
                     _array(scope for scope, _ in claims),
                     _array(op_id for _, op_id in claims),
                     *_key_arrays(present),
+                    *_create_arrays(creates),
                     *_key_arrays(locked),
                     *_row_arrays(plans),
                 ],
             )
 
-        if creates:  # only new documents and no group on its way: alone, created with the commit
-            seq = self._create_and_send(creates, build())
-        else:
-            seq = self._send_alone(build()[2]) if self._groups is None else self._groups.submit(build)
+        # a commit creating rows writes only new documents and found no group on its way: alone
+        groups = self._groups
+        seq = self._send_alone(build()[2]) if creates or groups is None else groups.submit(build)
         return None if seq is None else (seq, at)
-
-    def _create_and_send(self, creates: Sequence[tuple[DocKey, int]], planned: _Planned) -> int | None:
-        """A planned commit of new documents only, their rows created in its transaction: one
-        round trip, where creating them first took two. Its seq, or None (nothing written: an
-        op id was taken, or a document had a row after all — its insert did nothing and the
-        check that follows fails).
-
-        In the lock order (``rows.lock_order``): the shared rows first (a new row's insert
-        waits for whoever is creating the same row, as a lock), then the new rows."""
-        shared, _, params = planned
-        creates = sorted(creates, key=lambda c: lock_order(c[0]))
-        try:
-            with self._pool.connection() as conn:
-                try:
-                    with conn.pipeline():  # its end sends the Sync and waits: one round trip
-                        conn.execute("BEGIN")
-                        if shared:
-                            conn.execute(
-                                _LOCK_GROUP.format(mode="SHARE"),
-                                (_array(k.state for k in shared), _array(k.subject for k in shared)),
-                            )
-                        conn.execute(_CREATE_ROWS, _create_arrays(creates))
-                        cur = _execute_raw(conn, _COMMIT_RAW, params)
-                        conn.execute("COMMIT")
-                    row = cur.fetchone()
-                except psycopg.Error:
-                    # a failed pipeline's connection is not reused (see _PgTx); the async pool's
-                    # connections have no `broken`, and closing a broken one does nothing
-                    with suppress(psycopg.Error):
-                        conn.close()
-                    raise
-        except PoolTimeout as exc:
-            raise StoreUnavailable(f"no database connection available: {exc}") from exc
-        except psycopg.Error as exc:
-            if exc.sqlstate in (_CLAIMED_MEANWHILE, _DEADLOCK, _SERIALIZATION):  # as _send_alone
-                return None
-            with _mapped_errors():
-                raise
-        return None if row is None or row[0] is None else int(row[0])
 
     def _send_alone(self, params: Sequence[Any]) -> int | None:
         """One planned commit in its own transaction: its seq, or None (nothing written)."""
@@ -617,8 +582,8 @@ class PostgresStore(SqlStore):
                         conn.execute("BEGIN")
                         for exclusive, run in runs:
                             conn.execute(
-                                _LOCK_GROUP.format(mode="UPDATE" if exclusive else "SHARE"),
-                                (_array(k.state for k in run), _array(k.subject for k in run)),
+                                _LOCK_GROUP,
+                                (exclusive, _array(k.state for k in run), _array(k.subject for k in run)),
                             )
                         cursors = [_execute_raw(conn, _COMMIT_RAW, m.params[2]) for m in group]
                         conn.execute("COMMIT")
@@ -772,22 +737,22 @@ _COMMIT: Final = (
     "unnest(?::text[], ?::text[]) AS k(state, subject) USING (state, subject)) AS still), "
     "begun AS MATERIALIZED (SELECT stateflow_begin_commit(?::text, ?::bytea, " + _SEQ_LOCK_KEY + ", "
     "?::text[], ?::text[], ?::text[], ?::text[], ?::bigint[], ?::bigint[], "
+    "?::bigint[], ?::text[], ?::text[], "
     "?::text[], ?::text[], ?::bigint[], ?::bigint[]) AS seq FROM absent WHERE still) "
     "SELECT seq, stateflow_write_rows(seq, " + _ROW_ARGS + ") FROM begun WHERE seq IS NOT NULL"
 )
 """A commit computed against known revisions, in one statement (see ``update(optimistic=True)``):
-the shared documents that had no row still have none, then checks, locks, transition and
-claims; the rows only when those went through."""
+the shared documents that had no row still have none, then checks, locks (creating the rows of
+new documents before locking them), transition and claims; the rows only when those went
+through."""
 _COMMIT_RAW: Final = _numbered(_COMMIT)
 """``_COMMIT`` sent through a raw cursor: psycopg parses a query's ``%s`` placeholders again on
 every call once it has more than 50 parameters (its query cache stops there), and this one has
-54 — a regular expression over the whole statement on every commit."""
-_LOCK_GROUP: Final = (
-    "SELECT 1 FROM documents d JOIN unnest(%s::text[], %s::text[]) WITH ORDINALITY AS k(state, subject, i) "
-    "USING (state, subject) ORDER BY k.i FOR {mode} OF d"
-)
-"""Locks some of a group's documents (given in lock order), before any commit of the group
-takes the seq lock."""
+57 — a regular expression over the whole statement on every commit."""
+_LOCK_GROUP: Final = "SELECT stateflow_lock_rows(%s, %s::text[], %s::text[])"
+"""Locks some of a group's documents (given in lock order; exclusively or shared), before any
+commit of the group takes the seq lock. (A join of ``documents`` with the arrays was planned
+again on every call: a custom plan of one row always looked cheaper than the generic one.)"""
 _RESERVE_IDS: Final = (
     "SELECT nextval(pg_get_serial_sequence('documents', 'doc_id')) FROM generate_series(1, %s)"
 )
