@@ -252,3 +252,33 @@ def test_on_sqlite_transition_times_follow_seq_order_under_concurrent_writers(tm
         assert len(times) == 100 and times == sorted(times)
     finally:
         store.close()
+
+
+def test_a_shared_document_created_after_it_was_read_absent_is_read_again(
+    open_migrated: StoreFactory,
+) -> None:
+    """A write computed while a shared document had no row commits in one statement only if it
+    still has none (on PostgreSQL checked inside the commit function): created by another store
+    between the read and the commit, the one-statement commit writes nothing and the write is
+    computed again on it."""
+    absent = DocKey("_aliases", "later")
+    one, two = open_migrated(), open_migrated()
+    create_now = [False]
+
+    def copy_alias(docs: dict[DocKey, Document]) -> tuple[list[Write], Any]:
+        if create_now[0]:  # after this write read the shared document, before it commits
+            create_now[0] = False
+            two.commit([Write.between(absent, None, {"to": "b"})])
+        alias = (docs[absent].body or {}).get("to")
+        n = (docs[DOC].body or {"n": 0})["n"] + 1  # every write changes the document
+        return [Write.between(DOC, docs[DOC].value, {"alias": alias, "n": n}, docs[DOC].revision)], alias
+
+    answers = _count_one_statement_commits(one)
+    assert one.update([DOC], copy_alias, shared=[absent], optimistic=True)[1] is None
+    assert one.update([DOC], copy_alias, shared=[absent], optimistic=True)[1] is None
+    create_now[0] = True
+    before = len(answers)
+    assert one.update([DOC], copy_alias, shared=[absent], optimistic=True)[1] == "b"
+    if isinstance(one, PostgresStore):
+        assert answers[before] is None  # refused: the row exists now, nothing was written
+    assert open_migrated().get(DOC).body == {"alias": "b", "n": 3}

@@ -515,7 +515,8 @@ class PostgresStore(SqlStore):
             return (
                 [key for key, _ in present],
                 [key for key, _ in locked],
-                [
+                [  # in the order of the statement's placeholders: the rows first
+                    *_row_arrays(plans),
                     _array(k.state for k in absent),
                     _array(k.subject for k in absent),
                     at,
@@ -526,7 +527,6 @@ class PostgresStore(SqlStore):
                     *_key_arrays(present),
                     *_create_arrays(creates),
                     *_key_arrays(locked),
-                    *_row_arrays(plans),
                 ],
             )
 
@@ -733,18 +733,17 @@ _WRITE_ROWS: Final = "SELECT stateflow_write_rows({seq}, " + _ROW_ARGS + ")"
 
 
 _COMMIT: Final = (
-    "WITH absent AS MATERIALIZED (SELECT NOT EXISTS (SELECT 1 FROM documents d JOIN "
-    "unnest(?::text[], ?::text[]) AS k(state, subject) USING (state, subject)) AS still), "
-    "begun AS MATERIALIZED (SELECT stateflow_begin_commit(?::text, ?::bytea, " + _SEQ_LOCK_KEY + ", "
+    "SELECT b.seq, stateflow_write_rows(b.seq, " + _ROW_ARGS + ") "
+    "FROM stateflow_begin_commit(?::text[], ?::text[], ?::text, ?::bytea, " + _SEQ_LOCK_KEY + ", "
     "?::text[], ?::text[], ?::text[], ?::text[], ?::bigint[], ?::bigint[], "
     "?::bigint[], ?::text[], ?::text[], "
-    "?::text[], ?::text[], ?::bigint[], ?::bigint[]) AS seq FROM absent WHERE still) "
-    "SELECT seq, stateflow_write_rows(seq, " + _ROW_ARGS + ") FROM begun WHERE seq IS NOT NULL"
+    "?::text[], ?::text[], ?::bigint[], ?::bigint[]) AS b(seq) WHERE b.seq IS NOT NULL"
 )
 """A commit computed against known revisions, in one statement (see ``update(optimistic=True)``):
-the shared documents that had no row still have none, then checks, locks (creating the rows of
-new documents before locking them), transition and claims; the rows only when those went
-through."""
+checks, locks (creating the rows of new documents before locking them), transition and claims;
+the rows only when those went through. It names no table, so one generic plan serves every
+commit (a join in it made its plan depend on the number of keys, and it was planned again on
+every call once a custom plan looked cheaper)."""
 _COMMIT_RAW: Final = _numbered(_COMMIT)
 """``_COMMIT`` sent through a raw cursor: psycopg parses a query's ``%s`` placeholders again on
 every call once it has more than 50 parameters (its query cache stops there), and this one has
