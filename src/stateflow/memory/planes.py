@@ -9,6 +9,7 @@ Memory never stores ``null``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -51,7 +52,8 @@ class ExtraRoot:
 
 @dataclass(frozen=True)
 class PlaneSet:
-    """The planes a deployment knows: the built-ins plus declared extra roots."""
+    """The planes a deployment knows: the built-ins plus declared extra roots. (The name
+    tuples are computed once: a ``patch_state`` asks for them a few dozen times.)"""
 
     extra: tuple[ExtraRoot, ...] = ()
     _by_name: dict[str, ExtraRoot] = field(default_factory=dict, repr=False, compare=False)
@@ -66,21 +68,21 @@ class PlaneSet:
         if len(self._by_name) != len(self.extra):
             raise InvalidInput("extra roots must have unique names")
 
-    @property
+    @functools.cached_property
     def names(self) -> tuple[str, ...]:
         """Every documented top-level name, in presentation order (intent-first)."""
         return PLANES + tuple(r.name for r in self.extra)
 
-    @property
+    @functools.cached_property
     def patchable(self) -> tuple[str, ...]:
         return MODEL_PATCHABLE + tuple(r.name for r in self.extra)
 
-    @property
+    @functools.cached_property
     def hot(self) -> tuple[str, ...]:
         """Members a baseline context reads (never lazy bodies)."""
         return (*HOT_PLANES, "response", *tuple(r.name for r in self.extra if not r.lazy))
 
-    @property
+    @functools.cached_property
     def lazy(self) -> tuple[str, ...]:
         return ("lazy", *tuple(r.name for r in self.extra if r.lazy))
 

@@ -265,6 +265,89 @@ def run(
         return [r if r is not None else Written() for r in results]
 
 
+def run_one(service: StatesService, item: RecordWrite, origin: dict[str, Any]) -> Written:
+    """:func:`run` for one record write with no redeclare, labels or pre-resolved subject — every
+    single write takes this path. The same steps and refusals, without what only several items
+    need (sorting, per-item maps, the working copies a later item reads)."""
+    state, subject, op_id, expect = item.state, item.subject, item.op_id, item.expect_revision
+    catalog_key, alias_key = DocKey(CATALOG, state), DocKey(ALIASES, state)
+    stamped = {**origin, "op_id": op_id} if op_id else origin
+    claims = [(state, op_id)] if op_id is not None else []
+    resolved = subject
+    moves = 0
+    while True:
+        key = DocKey(state, resolved.encode())
+
+        def compute(
+            docs: dict[DocKey, Document], key: DocKey = key, resolved: StateSubject = resolved
+        ) -> tuple[list[Write], tuple[Written, bool]]:
+            declared = service._declared(docs[catalog_key].body, state)
+            aliases = docs[alias_key].body or {}
+            service._admit(declared, subject)
+            now = resolve(aliases, subject)
+            if now is not resolved and now != resolved:  # (model equality is slow)
+                raise _AliasMoved({0: now})
+            current = docs[key]
+            if expect is not None and current.revision != expect:
+                raise RevisionMismatch(
+                    f"record {resolved.kind}/{resolved.key} of state {state!r} is at "
+                    f"revision {current.revision}, not {expect}; read it again and retry"
+                )
+            change = item.transform(declared, current.value, stamped)
+            data = current.value
+            writes: list[Write] = []
+            if change.paths:
+                data = change.document
+                if data is not MISSING:
+                    if type(data) is not dict:
+                        raise InvalidInput("a record document must be a JSON object")
+                    schema = effective_schema(declared)
+                    if not service.validators.valid(schema, data):
+                        service.validators.validate(schema, data, f"record {resolved.kind}/{resolved.key}")
+                paths = list(change.paths)
+                writes.append(
+                    Write.between(key, current.body, data, current.revision, changed=paths, paths=paths)
+                )
+            written = Written(
+                canonical=resolved,
+                aliases=aliases,
+                data=data,
+                seq=current.seq,
+                revision=current.revision,
+                at=current.at,
+                skipped=change.skipped,
+            )
+            return writes, (written, bool(writes) and bool(writes[0].edits))
+
+        try:
+            commit, computed = service.store.update(
+                [key],
+                compute,
+                stamped,
+                shared=[catalog_key, alias_key],
+                claims=claims,
+                optimistic=True,  # compute keeps no state between calls
+            )
+        except OpIdTaken as taken:
+            if (state, op_id) in taken.taken:
+                original = service.store.applied_op(op_id or "", state)
+                return Written(replayed=True, replayed_seq=original if type(original) is int else None)
+            continue
+        except _AliasMoved as exc:
+            moves += 1
+            if moves >= ALIAS_RETRIES:
+                raise Conflict("the written subjects kept being folded meanwhile; retry") from None
+            resolved = exc.args[0][0]
+            continue
+        assert computed is not None
+        written, changed = computed
+        if commit.changed and changed:
+            written.seq, written.at = commit.seq, commit.at
+            written.revision = commit.revisions[key]
+            written.written = True
+        return written
+
+
 def ops_transform(ops: list[Op]) -> Transform:
     """An op batch as a pipeline change: the regime check, the ``_trace`` stamp, the ops
     (guards read the record as the items before left it)."""
