@@ -119,6 +119,8 @@ def check_scope_patch(scope: str, patch: object, planes: PlaneSet) -> dict[str, 
 
 def _no_materialized_null(patch: JSON, where: str) -> None:
     """``null`` is allowed only as an object-key deletion marker, never inside stored values."""
+    if not _holds_null(patch, True):
+        return  # the common case: no path text built; the walk below names the first offender
     stack: list[tuple[JSON, str, bool]] = [(patch, where, True)]
     while stack:
         node, at, as_patch = stack.pop()
@@ -134,6 +136,22 @@ def _no_materialized_null(patch: JSON, where: str) -> None:
                         f"memory cannot store null (at {at}[{i}]); use null only to delete a key"
                     )
                 stack.append((v, f"{at}[{i}]", False))
+
+
+def _holds_null(node: JSON, as_patch: bool) -> bool:
+    """Whether ``node`` holds a ``null`` that would be stored (one outside a patch's keys)."""
+    if type(node) is dict:
+        for v in node.values():
+            if v is None:
+                if not as_patch:
+                    return True
+            elif (type(v) is dict or type(v) is list) and _holds_null(v, as_patch):
+                return True
+    elif type(node) is list:
+        for v in node:
+            if v is None or ((type(v) is dict or type(v) is list) and _holds_null(v, False)):
+                return True
+    return False
 
 
 def _check_artifact_patch(scope: str, artifacts: dict[str, Any]) -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Final
 
-from stateflow.doc.canonical import JSON, encode
+from stateflow.doc.canonical import JSON, encode_trusted
 from stateflow.doc.diff import diff
 from stateflow.doc.merge import is_index_patch
 from stateflow.doc.paths import is_key
@@ -104,10 +104,19 @@ def read_path(root: str | None, path: tuple[str | int, ...]) -> str | None:
 
 
 def omitted(value: JSON, read: str | None) -> dict[str, Any] | None:
-    """A stand-in for a value above ``ECHO_LIMIT``: its size and the exact call that reads it."""
-    size = len(encode(value))
-    if size <= ECHO_LIMIT:
-        return None
+    """A stand-in for a value above ``ECHO_LIMIT``: its size and the exact call that reads it.
+    (Values here are stored state, checked on their way in: they are measured, not checked.)"""
+    size = len(encode_trusted(value))
+    return None if size <= ECHO_LIMIT else _stand_in(size, read)
+
+
+def omitted_at(value: JSON, root: str | None, path: tuple[str | int, ...]) -> dict[str, Any] | None:
+    """:func:`omitted` with the read path of ``path`` under ``root``, built only when needed."""
+    size = len(encode_trusted(value))
+    return None if size <= ECHO_LIMIT else _stand_in(size, read_path(root, path))
+
+
+def _stand_in(size: int, read: str | None) -> dict[str, Any]:
     out: dict[str, Any] = {"omitted_bytes": size}
     if read is not None:
         out["read_state"] = {"path": read}
@@ -116,7 +125,7 @@ def omitted(value: JSON, read: str | None) -> dict[str, Any] | None:
 
 def split(path: tuple[str | int, ...], value: JSON) -> list[tuple[tuple[str | int, ...], JSON]]:
     """A large object entry as one entry per member, so only the large members are omitted."""
-    if type(value) is dict and value and len(encode(value)) > ECHO_LIMIT:
+    if type(value) is dict and value and len(encode_trusted(value)) > ECHO_LIMIT:
         return [entry for k, v in value.items() for entry in split((*path, k), v)]
     return [(path, value)]
 

@@ -922,7 +922,7 @@ class MemoryView:
                 entries.append({"path": list(path), "deleted": True})
                 continue
             for part, part_value in receipts.split(path, value):
-                stand_in = receipts.omitted(part_value, receipts.read_path("effective", part))
+                stand_in = receipts.omitted_at(part_value, "effective", part)
                 if stand_in is None:
                     entries.append({"path": list(part), "value": self._out(part_value)})
                 else:

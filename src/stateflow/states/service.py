@@ -850,18 +850,17 @@ class StatesService:
         the store now caches; ``detached=False``: not copied, for a result that copies it)."""
         if written.replayed or written.canonical is None or written.data is MISSING:
             return None
-        view = self._record(
+        # the rest of the view is built fresh here: only the data is the store's
+        return self._record(
             name,
             subject_of(subject),
             written.canonical,
             written.aliases,
-            written.data,
+            detach(written.data) if detached else written.data,
             written.seq,
             written.revision,
             written.at,
         )
-        out: Record | None = detach(view) if detached else view
-        return out
 
     def replace(
         self,
