@@ -750,7 +750,9 @@ class MemoryView:
             and commit.revisions[self.keys[s]] != staged["revisions"][s]
         ]
         staged["shown"], staged["shown_navigation"] = self._recall_shown(staged)
-        basis_navigation = self._navigation(self._lazy_outlines(staged["outlines"]))
+        basis_navigation = staged["basis_navigation"] = self._navigation(
+            self._lazy_outlines(staged["outlines"])
+        )
         staged["drift"] = (
             staged["shown"] is not None and staged["shown"] != self._hot_view(staged["basis"])
         ) or (staged["shown_navigation"] not in (None, basis_navigation))
@@ -930,10 +932,11 @@ class MemoryView:
         updates: dict[str, Any] = {"projection": self.projection_id(revisions), "effective": entries}
         nav_before = staged["shown_navigation"]
         if nav_before is None:
-            nav_before = self._navigation(self._lazy_outlines(staged["outlines"]))
-        lazy_loaded = staged["lazy_loaded"]
-        nav_after = self._navigation(
-            self._lazy_outlines(staged["outlines"], staged["new"] if lazy_loaded else None)
+            nav_before = staged["basis_navigation"]
+        nav_after = (  # without lazy loaded, the outlines after are the stored ones
+            self._navigation(self._lazy_outlines(staged["outlines"], staged["new"]))
+            if staged["lazy_loaded"]
+            else staged["basis_navigation"]
         )
         if nav_after != nav_before:
             updates["lazy_navigation"] = nav_after
