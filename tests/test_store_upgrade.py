@@ -19,7 +19,14 @@ import pytest
 
 from stateflow.errors import InvalidInput, StoreNotMigrated
 from stateflow.store import DocKey, SqlStore, Write, open_store
-from stateflow.store.migrations import POSTGRES, SCHEMA_VERSION, SQLITE, SQLITE_VALUE_WHERE, statements
+from stateflow.store.migrations import (
+    POSTGRES,
+    SCHEMA_VERSION,
+    SQLITE,
+    SQLITE_VALUE,
+    SQLITE_VALUE_WHERE,
+    statements,
+)
 from stateflow.store.sqlite import SqliteStore
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -363,5 +370,79 @@ def test_a_schema_8_store_upgrades_to_9_and_its_indexes_answer_the_same(backend:
                 ('{"k": 1}',),
             )
             assert "members_json" in contained
+    finally:
+        store.close()
+
+
+def _schema9_store(backend: str, tmp_path: Path) -> None:
+    """The schema-3 fixture taken to version 9 by the version 4–9 scripts."""
+    _schema8_store(backend, tmp_path)
+    if backend.startswith("postgresql://"):
+        with psycopg.connect(backend, autocommit=True) as pg, pg.transaction():
+            for statement in statements(POSTGRES[9]):
+                pg.execute(statement)
+            pg.execute("UPDATE stateflow_meta SET value = '9' WHERE key = 'schema_version'")
+        return
+    with sqlite3.connect(backend) as lite:
+        for statement in statements(SQLITE[9]):
+            lite.execute(statement)
+        lite.execute("UPDATE stateflow_meta SET value = '9' WHERE key = 'schema_version'")
+    lite.close()
+
+
+def test_a_schema_9_store_upgrades_to_10_and_its_value_index_holds_the_same_members(
+    backend: str, tmp_path: Path
+) -> None:
+    """Version 10 keys SQLite's value index by the body's first byte instead of ``json_type``: the
+    same members are in it, under the same values, and searches still start from it."""
+    _schema9_store(backend, tmp_path)
+    store = open_store(backend, auto_migrate=False)
+    try:
+        sqlite = isinstance(store, SqliteStore)
+        old_where = (
+            "root IS NULL AND size <= 1024 AND json_type(CAST(body AS TEXT)) IN ('integer', 'real', 'text')"
+        )
+        before: list[tuple[Any, ...]] = []
+        if sqlite:
+            with store._read_tx() as tx:
+                before = tx.all(
+                    f"SELECT doc_id, name, json_extract(CAST(body AS TEXT), '$') FROM members WHERE {old_where} "
+                    "ORDER BY 1, 2"
+                )
+            assert before
+        assert store.migrate() == (9, SCHEMA_VERSION)
+        _reads_back(store, _expected())
+        notes = DocKey("notes", "a")
+        body = store.get(notes).body
+        assert body is not None
+        # every kind of scalar, and a string holding an escaped NUL (never a key: SQLite text ends there)
+        new = dict(body, neg=-3, real=2.5, yes=True, none=None, nul="a\x00b", quote='say "hi"', obj={"k": 1})
+        store.commit([Write.between(notes, body, new)])
+        if sqlite:
+            with store._read_tx() as tx:
+                entries = tx.all(
+                    f"SELECT doc_id, name, {SQLITE_VALUE.format(m='')} FROM members INDEXED BY members_by_value "
+                    f"WHERE {SQLITE_WHERE} ORDER BY 1, 2"
+                )
+                now = tx.all(
+                    "SELECT doc_id, name, CASE WHEN instr(CAST(body AS TEXT), '\\u0000') = 0 THEN "
+                    f"json_extract(CAST(body AS TEXT), '$') END FROM members WHERE {old_where} ORDER BY 1, 2"
+                )
+            # the same members as json_type picks, with the values it extracts
+            assert entries == now
+            # untouched members keep their entries; the new ones enter by kind
+            assert [r for r in entries if r[1] not in new] == [r for r in before if r[1] not in new]
+            names = {r[1] for r in entries}
+            assert {"neg", "real", "quote", "nul"} <= names and not {"yes", "none", "obj"} & names
+            assert [r[2] for r in entries if r[1] == "nul"] == [None]  # kept, under no value
+        match = store._value_match("n", 99)
+        assert match is not None
+        assert "members_by_value" in _plan(
+            store, f"SELECT m.doc_id FROM members m WHERE {match[0]}", tuple(match[1])
+        )
+        for name, value in (("neg", -3), ("real", 2.5), ("quote", 'say "hi"'), ("n", 99), ("n", 99.0)):
+            assert [x.key for x in store.search("notes", {name: value})] == [notes], (name, value)
+        assert [x.key for x in store.search("notes", {"nul": "a\x00b"})] == [notes]
+        assert store.search("notes", {"neg": "-3"}) == []
     finally:
         store.close()
