@@ -38,6 +38,7 @@ in the line and passes it on the moment its own turn comes. Where these locks do
 from __future__ import annotations
 
 import fcntl
+import mmap
 import os
 import select
 import socket
@@ -154,6 +155,10 @@ class WriterQueue:
         self._misses = 0
         self._last: int | None = None
         """the ticket this process held last (on ``_fd``), whose byte it has let go"""
+        self._counter: mmap.mmap | None = None
+        """the counter's 8 bytes mapped (of the file ``_fd`` was opened on): read and bumped
+        under its lock as memory, not by a ``pread`` and a ``pwrite`` on every turn"""
+        self._map_tried = False
 
     @property
     def held(self) -> bool:
@@ -173,6 +178,10 @@ class WriterQueue:
                 self._unusable = True
                 return
             self._name = f"stateflow-writer-{stat.st_dev:x}-{stat.st_ino:x}-".encode()
+            if self._counter is not None:  # (of the file a previous descriptor was opened on)
+                self._counter.close()
+                self._counter = None
+            self._map_tried = False
         fd = self._fd
         deadline = time.monotonic() + timeout
         try:
@@ -249,13 +258,34 @@ class WriterQueue:
             time.sleep(pause)
             pause = min(pause * 2, 0.01)
         try:
-            raw = os.pread(fd, _COUNTER, 0)
-            ticket = int.from_bytes(raw, "little") if len(raw) == _COUNTER else 0
-            os.pwrite(fd, (ticket + 1).to_bytes(_COUNTER, "little"), 0)
+            counter = self._counter
+            if counter is None and not self._map_tried:
+                counter = self._mapped(fd)
+            if counter is not None:
+                ticket = int.from_bytes(counter, "little")
+                counter[:] = (ticket + 1).to_bytes(_COUNTER, "little")
+            else:
+                raw = os.pread(fd, _COUNTER, 0)
+                ticket = int.from_bytes(raw, "little") if len(raw) == _COUNTER else 0
+                os.pwrite(fd, (ticket + 1).to_bytes(_COUNTER, "little"), 0)
             _lock(fd, _COUNTER + ticket)  # before the counter is let go: the next one waits for it
         finally:
             _unlock(fd, 0, _COUNTER)
         return ticket
+
+    def _mapped(self, fd: int) -> mmap.mmap | None:
+        """The counter's bytes of ``fd``'s file mapped, once per file opened (None where that
+        fails: ``pread`` and ``pwrite`` then). Called under the counter's lock: a file shorter
+        than the counter was never drawn from (the counter is written whole, under that
+        lock), so extending it loses nothing."""
+        self._map_tried = True
+        try:
+            if os.fstat(fd).st_size < _COUNTER:
+                os.ftruncate(fd, _COUNTER)
+            self._counter = mmap.mmap(fd, _COUNTER)
+        except (OSError, ValueError):
+            self._counter = None
+        return self._counter
 
     def _busy(self, limit: float) -> StoreBusy:
         return StoreBusy(
@@ -270,7 +300,9 @@ class WriterQueue:
             # after the unlock: the next one finds it free. Nobody to wake when no ticket was
             # drawn after ours (one read; a datagram to nobody costs a failing send and an
             # exception); a writer drawing one from now on finds our byte free by itself.
-            if self._drawn(self._fd) > self._ticket + 1:
+            counter = self._counter
+            drawn = int.from_bytes(counter, "little") if counter is not None else self._drawn(self._fd)
+            if drawn > self._ticket + 1:
                 self._wake(self._ticket + 1)
             self._last = self._ticket
         self._ticket = None
@@ -282,6 +314,9 @@ class WriterQueue:
 
     def close(self) -> None:
         self.release()
+        if self._counter is not None:
+            self._counter.close()
+            self._counter = None
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
