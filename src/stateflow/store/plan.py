@@ -148,6 +148,11 @@ class Fresh:
     bodies: dict[int, tuple[int, dict[str, Any] | None, str, int]] = field(default_factory=dict)
     """doc_id → (revision, body, at, encoded size) after the write, where every member was known
     (only for stores that keep whole bodies: ``keeps_bodies``)"""
+    assembled: dict[int, tuple[int, dict[str, Any], dict[str, tuple[Any, int, int]], int]] = field(
+        default_factory=dict
+    )
+    """doc_id → (revision, body, members: name → (value, position, size), encoded size) of a
+    present document written whole-known, for ``_known`` (``StoreCore._assembled``)"""
     rows: dict[DocKey, DocRow] = field(default_factory=dict)
     """document rows as this transaction read or left them (for writes computed optimistically)"""
     nodes: dict[bytes, bytes] = field(default_factory=dict)

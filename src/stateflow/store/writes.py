@@ -9,6 +9,7 @@ emitted by the backend (``Backend._emit``).
 
 from __future__ import annotations
 
+import operator
 import random
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -152,8 +153,8 @@ class Writes(StoreCore):
         names = None if members is None else list(members)
         outline_names = list(outlines)
         # every row lock in one ascending pass of the lock order (see ``rows.lock_order``)
-        shared_keys = sorted(set(shared), key=lock_order)
-        locked = sorted(set(keys) - set(shared_keys), key=lock_order)
+        shared_keys = _in_lock_order(set(shared))
+        locked = _in_lock_order(set(keys).difference(shared_keys))
         all_claims = with_op_id(claims, op_id, op_scope)
         computed: _Computed | None = None
         # a one-statement commit locks its shared rows, then the others: only in lock order if
@@ -207,7 +208,8 @@ class Writes(StoreCore):
                     self._took_heads(locked_rows, heads[1], answers[0])
                 if seen:
                     self._still_contended(seen, locked_rows)
-                loaded = {key: Loaded(row) for key, row in locked_rows.items()}
+                # an absent document has no member rows (they go with it): nothing to load
+                loaded = {key: Loaded(row, complete=not row.present) for key, row in locked_rows.items()}
                 fresh.rows.update({key: rows.get(key, NO_ROW) for key in shared_keys})
                 fresh.rows.update(locked_rows)
                 # then one member-head query for the documents whose heads are not cached
@@ -377,7 +379,10 @@ class Writes(StoreCore):
             self._cache.put((doc_id, name), revision, value, size)
         for doc_id, (revision, heads) in fresh.heads.items():
             self._heads.put(doc_id, revision, heads)
-        self._node_cache.written(fresh.nodes)
+        for doc_id, (revision, body, members, size) in fresh.assembled.items():
+            self._assembled.put(doc_id, revision, (body, members), size)
+        if fresh.nodes:
+            self._node_cache.written(fresh.nodes)
         roots = self._roots
         if len(roots) + len(fresh.roots) > KNOWN_ROWS_MAX:
             roots.clear()  # bounded; a miss only costs the root's query
@@ -711,7 +716,7 @@ class Writes(StoreCore):
         key = write.key
         whole_free = write.bodies is not None
         made: set[str] = set()
-        if any(not e.path for e in write.edits):
+        if not all([e.path for e in write.edits]):  # (a list: cheaper than a generator for a few)
             whole_free = False
             self._load_members(tx, key, entry, None)
             stage.values = {n: v for n, (v, _, _) in entry.members.items()}
@@ -849,16 +854,27 @@ class Writes(StoreCore):
             size = 0
             heads = {}
             roots = {}
-        fresh.roots[row.doc_id] = (revision, roots)
+        if roots or had is not None:  # (a document with no tree member never needs an entry)
+            fresh.roots[row.doc_id] = (revision, roots)
         if heads is not None:
-            after = sorted(heads.values(), key=lambda h: h[2])
+            after = sorted(heads.values(), key=_POSITION)
             fresh.heads[row.doc_id] = (revision, after)
-            if self.keeps_bodies and (entry.complete or not row.present):
-                whole = {
-                    h[1]: stage.values[h[1]] if h[1] in stage.touched else entry.members[h[1]][0]
+            if not stage.present:
+                if self.keeps_bodies:
+                    fresh.bodies[row.doc_id] = (revision, None, fresh.at, 0)
+            elif entry.complete or not row.present:
+                values, touched = stage.values, stage.touched
+                members = {
+                    h[1]: (values[h[1]] if h[1] in touched else entry.members[h[1]][0], h[2], h[4])
                     for h in after
                 }
-                fresh.bodies[row.doc_id] = (revision, whole if stage.present else None, fresh.at, size)
+                whole = {name: m[0] for name, m in members.items()}
+                if row.present:
+                    # a document written again is likely written again: the next write finds it
+                    # whole here instead of assembling it from the member caches (``_known``)
+                    fresh.assembled[row.doc_id] = (revision, whole, members, size)
+                if self.keeps_bodies:
+                    fresh.bodies[row.doc_id] = (revision, whole, fresh.at, size)
         paths = (
             [list(p) for p in write.paths] if write.paths is not None else [list(e.path) for e in write.edits]
         )
@@ -877,11 +893,11 @@ class Writes(StoreCore):
             (row.doc_id, revision, member, encode_trusted(group), held.get(member))
             for member, group in sorted(groups.items())
         ]
-        edit_bytes = sum(len(e[3]) for e in plan.edits)
+        edit_bytes = sum([len(e[3]) for e in plan.edits])
         whole_only = len(plan.edits) == 1 and plan.edits[0][2] == ""
         if not held and (edit_bytes <= INLINE_EDITS_MAX or (whole_only and edit_bytes <= WHOLE_INLINE_MAX)):
             plan.inline = (
-                b"[" + b",".join(b"[" + orjson.dumps(e[2]) + b"," + e[3] + b"]" for e in plan.edits) + b"]"
+                b"[" + b",".join([b"[" + orjson.dumps(e[2]) + b"," + e[3] + b"]" for e in plan.edits]) + b"]"
             )
             plan.edits = []
         since = row.bytes_since_snapshot + edit_bytes
@@ -1012,6 +1028,15 @@ def _made(write: Write, name: str, value: Any) -> Any:
     if before.get(name, MISSING) is not value or after is None:
         return MISSING
     return after.get(name, MISSING)
+
+
+def _in_lock_order(keys: set[DocKey]) -> list[DocKey]:
+    """``keys`` sorted by ``rows.lock_order`` (one or none: nothing to sort, no key computed)."""
+    return list(keys) if len(keys) < 2 else sorted(keys, key=lock_order)
+
+
+_POSITION = operator.itemgetter(2)
+"""A member head's position (C, not a lambda: heads are sorted on every write)."""
 
 
 def _shared_first(shared: Sequence[DocKey], locked: Sequence[DocKey]) -> bool:
