@@ -9,7 +9,7 @@ from stateflow.doc.canonical import check, json_contains
 from stateflow.errors import InvalidInput
 from stateflow.store.clock import time_text
 from stateflow.store.core import StoreCore
-from stateflow.store.model import DocKey, Document, Listed
+from stateflow.store.model import DocKey, Document, Listed, listed_row
 from stateflow.store.tx import Tx
 
 PROBE: Final = 4096
@@ -92,7 +92,7 @@ class Listing(StoreCore):
             (*first, state, after or "", *params, limit),
         )
         return [
-            Listed(DocKey(state, r[0]), int(r[1]), None if r[2] is None else int(r[2]), time_text(r[3]))
+            listed_row(state, r[0], int(r[1]), None if r[2] is None else int(r[2]), time_text(r[3]))
             for r in rows
         ]
 

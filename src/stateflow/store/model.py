@@ -164,3 +164,24 @@ class Listed:
     revision: int
     seq: int | None
     at: str | None
+
+
+_LISTED_SLOTS = tuple(getattr(Listed, name).__set__ for name in ("key", "revision", "seq", "at"))
+
+
+def listed_row(state: str, subject: str, revision: int, seq: int | None, at: str | None) -> Listed:
+    """``Listed(DocKey(state, subject), revision, seq, at)`` for a row read back from the
+    database (its key was checked when written), built without the per-field
+    ``object.__setattr__`` of a frozen dataclass's ``__init__`` or the key's checks: a listing
+    page builds up to 200 of these, and those steps were most of its cost."""
+    item = _new_object(Listed)
+    set_key, set_revision, set_seq, set_at = _LISTED_SLOTS
+    set_key(item, _new_tuple(DocKey, (state, subject)))
+    set_revision(item, revision)
+    set_seq(item, seq)
+    set_at(item, at)
+    return item
+
+
+_new_object = object.__new__
+_new_tuple = tuple.__new__
