@@ -19,6 +19,7 @@ import collections
 import signal
 import tempfile
 import time
+from collections.abc import Callable
 from types import FrameType
 
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
@@ -75,17 +76,68 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 ]
 
 
-def layer_of(frame: FrameType | None) -> str:
+def layer_of(frame: FrameType | None, layers: list[tuple[str, tuple[str, ...]]] = LAYERS) -> str:
+    """The first of ``layers`` found from the innermost frame outwards."""
     while frame is not None:
         code = frame.f_code
         where = code.co_filename.replace("\\", "/")
-        for layer, marks in LAYERS:
+        for layer, marks in layers:
             for mark in marks:
                 path, _, function = mark.partition(":")
                 if path in where and (not function or function == code.co_name):
                     return layer
         frame = frame.f_back
     return "other (the benchmark's loop, dataclass and tuple constructors)"
+
+
+def profiling_url(tmp: str, postgres: str | None, schema: str, synchronous: str) -> str:
+    """A fresh store to profile: SQLite in ``tmp``, or a new schema of ``postgres``."""
+    if not postgres:
+        return f"sqlite:///{tmp}/stateflow.db?synchronous={synchronous}"
+    import psycopg
+
+    with psycopg.connect(postgres, autocommit=True) as admin:
+        admin.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        admin.execute(f"CREATE SCHEMA {schema}")
+    sep = "&" if "?" in postgres else "?"
+    return f"{postgres}{sep}options=-csearch_path%3D{schema}"
+
+
+def drop_profiling_schema(postgres: str | None, schema: str) -> None:
+    if postgres:
+        import psycopg
+
+        with psycopg.connect(postgres, autocommit=True) as admin:
+            admin.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+def sample_layers(
+    run: Callable[[int], object],
+    calls: range,
+    interval: float,
+    layers: list[tuple[str, tuple[str, ...]]] = LAYERS,
+) -> tuple[float, collections.Counter[str]]:
+    """Run ``run(i)`` for each i of ``calls`` under a CPU-time sampling timer: the CPU per
+    call in ms and the samples per layer."""
+    counts: collections.Counter[str] = collections.Counter()
+
+    def sample(_signal: int, frame: FrameType | None) -> None:
+        counts[layer_of(frame, layers)] += 1
+
+    signal.signal(signal.SIGPROF, sample)
+    started = time.process_time()
+    signal.setitimer(signal.ITIMER_PROF, interval, interval)
+    for i in calls:
+        run(i)
+    signal.setitimer(signal.ITIMER_PROF, 0, 0)
+    return (time.process_time() - started) / len(calls) * 1000, counts
+
+
+def print_layers(title: str, cpu: float, counts: collections.Counter[str]) -> None:
+    total = sum(counts.values()) or 1
+    print(f"{title}: {cpu:.3f} ms CPU per call ({total} samples)")
+    for layer, n in counts.most_common():
+        print(f"  {n / total * 100:5.1f}%  {n / total * cpu * 1000:6.1f} µs  {layer}")
 
 
 def main() -> None:
@@ -101,43 +153,18 @@ def main() -> None:
     from stateflow.store import open_store
 
     with tempfile.TemporaryDirectory() as tmp:
-        if args.postgres:
-            import psycopg
-
-            sep = "&" if "?" in args.postgres else "?"
-            with psycopg.connect(args.postgres, autocommit=True) as admin:
-                admin.execute("DROP SCHEMA IF EXISTS bench_profile CASCADE")
-                admin.execute("CREATE SCHEMA bench_profile")
-            url = f"{args.postgres}{sep}options=-csearch_path%3Dbench_profile"
-        else:
-            url = f"sqlite:///{tmp}/stateflow.db?synchronous={args.synchronous}"
+        url = profiling_url(tmp, args.postgres, "bench_profile", args.synchronous)
         service = StatesService(open_store(url, auto_migrate=True))
         service.declare("bench", DECL)
         for i in range(500):  # warm: every subject written, the caches filled
             service.apply("bench", subject(i), ops_for(i))
-        counts: collections.Counter[str] = collections.Counter()
-
-        def sample(_signal: int, frame: FrameType | None) -> None:
-            counts[layer_of(frame)] += 1
-
-        signal.signal(signal.SIGPROF, sample)
-        started = time.process_time()
-        signal.setitimer(signal.ITIMER_PROF, args.interval, args.interval)
-        for i in range(args.calls):
-            service.apply("bench", subject(i), ops_for(i))
-        signal.setitimer(signal.ITIMER_PROF, 0, 0)
-        cpu = (time.process_time() - started) / args.calls * 1000
+        cpu, counts = sample_layers(
+            lambda i: service.apply("bench", subject(i), ops_for(i)), range(args.calls), args.interval
+        )
         service.close()
-        if args.postgres:
-            import psycopg
-
-            with psycopg.connect(args.postgres, autocommit=True) as admin:
-                admin.execute("DROP SCHEMA bench_profile CASCADE")
-    total = sum(counts.values())
+        drop_profiling_schema(args.postgres, "bench_profile")
     backend = "postgresql" if args.postgres else f"sqlite synchronous={args.synchronous}"
-    print(f"apply, one caller, {backend}: {cpu:.3f} ms CPU per apply ({total} samples)")
-    for layer, n in counts.most_common():
-        print(f"  {n / total * 100:5.1f}%  {n / total * cpu * 1000:6.1f} µs  {layer}")
+    print_layers(f"apply, one caller, {backend}", cpu, counts)
 
 
 if __name__ == "__main__":

@@ -13,36 +13,25 @@ instead (a tracing profile: its times inflate small Python functions; its counts
 from __future__ import annotations
 
 import argparse
-import collections
 import cProfile
 import pstats
-import signal
 import tempfile
-import time
 from collections.abc import Callable
-from types import FrameType
 from typing import Any
 
-from benchmarks.profile_apply import LAYERS
+from benchmarks.profile_apply import (
+    LAYERS,
+    drop_profiling_schema,
+    print_layers,
+    profiling_url,
+    sample_layers,
+)
 
 ADAPTER_LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("adapter codec (values to JSON)", ("stateflow/langgraph/codec.py",)),
     ("adapter (saver/store/records)", ("stateflow/langgraph/",)),
     ("LangGraph's own code", ("site-packages/langgraph/", "site-packages/langchain_core/")),
 ]
-
-
-def layer_of(frame: FrameType | None) -> str:
-    while frame is not None:
-        code = frame.f_code
-        where = code.co_filename.replace("\\", "/")
-        for layer, marks in LAYERS + ADAPTER_LAYERS:
-            for mark in marks:
-                path, _, function = mark.partition(":")
-                if path in where and (not function or function == code.co_name):
-                    return layer
-        frame = frame.f_back
-    return "other (the benchmark's loop, dataclass and tuple constructors)"
 
 
 def main() -> None:
@@ -62,16 +51,7 @@ def main() -> None:
     from stateflow.store import open_store
 
     with tempfile.TemporaryDirectory() as tmp:
-        if args.postgres:
-            import psycopg
-
-            sep = "&" if "?" in args.postgres else "?"
-            with psycopg.connect(args.postgres, autocommit=True) as admin:
-                admin.execute("DROP SCHEMA IF EXISTS bench_profile_lg CASCADE")
-                admin.execute("CREATE SCHEMA bench_profile_lg")
-            url = f"{args.postgres}{sep}options=-csearch_path%3Dbench_profile_lg"
-        else:
-            url = f"sqlite:///{tmp}/stateflow.db?synchronous={args.synchronous}"
+        url = profiling_url(tmp, args.postgres, "bench_profile_lg", args.synchronous)
         service = StatesService(open_store(url, auto_migrate=True))
         service.declare("bench", DECL)
         cases: dict[str, Callable[[int], Any]] = {
@@ -104,32 +84,14 @@ def main() -> None:
                     total = sum(v[1] for v in stats.stats.values())  # type: ignore[attr-defined]
                     print(f"  {total / args.calls:.0f} Python calls per write")
                     continue
-                counts: collections.Counter[str] = collections.Counter()
-
-                def sample(
-                    _signal: int, frame: FrameType | None, counts: collections.Counter[str] = counts
-                ) -> None:
-                    counts[layer_of(frame)] += 1
-
-                signal.signal(signal.SIGPROF, sample)
-                started = time.process_time()
-                signal.setitimer(signal.ITIMER_PROF, args.interval, args.interval)
-                for i in range(start, start + args.calls):
-                    fn(i)
-                signal.setitimer(signal.ITIMER_PROF, 0, 0)
-                cpu = (time.process_time() - started) / args.calls * 1000
-                total = sum(counts.values()) or 1
-                print(f"== {name}: {cpu:.3f} ms CPU per write ({total} samples)")
-                for layer, n in counts.most_common():
-                    print(f"  {n / total * 100:5.1f}%  {n / total * cpu * 1000:6.1f} µs  {layer}")
+                cpu, counts = sample_layers(
+                    fn, range(start, start + args.calls), args.interval, LAYERS + ADAPTER_LAYERS
+                )
+                print_layers(f"== {name}", cpu, counts)
         finally:
             service.close()
             service.store.close()
-            if args.postgres:
-                import psycopg
-
-                with psycopg.connect(args.postgres, autocommit=True) as admin:
-                    admin.execute("DROP SCHEMA bench_profile_lg CASCADE")
+            drop_profiling_schema(args.postgres, "bench_profile_lg")
 
 
 if __name__ == "__main__":
