@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 
 from stateflow.doc.canonical import JSON
@@ -34,7 +35,7 @@ from stateflow.doc.select import MISSING
 from stateflow.errors import Conflict, InvalidInput
 from stateflow.states.models import StateSubject
 from stateflow.states.regimes import check_ops, effective_schema, stamp
-from stateflow.store import DocKey, Document, OpIdTaken, Write
+from stateflow.store import Commit, DocKey, Document, OpIdTaken, Write
 from stateflow.store.spares import SPARES
 
 if TYPE_CHECKING:
@@ -112,6 +113,50 @@ def resolve(aliases: Mapping[str, Any], subject: StateSubject) -> StateSubject:
     return StateSubject.decode(entry["canonical"]) if entry else subject
 
 
+def _check_expected(current: Document, expect: int | None, subject: StateSubject, state: str) -> None:
+    """The compare-and-set check of an item's ``expect_revision``."""
+    if expect is not None and current.revision != expect:
+        raise RevisionMismatch(
+            f"record {subject.kind}/{subject.key} of state {state!r} is at "
+            f"revision {current.revision}, not {expect}; read it again and retry"
+        )
+
+
+def _check_valid(
+    service: StatesService, declared: dict[str, Any], data: JSON, name: Callable[[], str]
+) -> None:
+    """A changed record against its declaration's effective schema; ``name`` names it in the
+    refusal (built only then: it decodes the subject)."""
+    schema = effective_schema(declared)
+    if data is not MISSING and not service.validators.valid(schema, data):
+        service.validators.validate(schema, data, name())
+
+
+def _record_name(key: DocKey, with_state: bool) -> str:
+    subject = StateSubject.decode(key.subject)
+    return f"record {subject.kind}/{subject.key}" + (f" of state {key.state!r}" if with_state else "")
+
+
+def _replayed(service: StatesService, state: str, op_id: str | None) -> Written:
+    """An item whose ``op_id`` was already applied: the seq its original write produced."""
+    original = service.store.applied_op(op_id or "", state)
+    return Written(replayed=True, replayed_seq=original if type(original) is int else None)
+
+
+def _moved_again(moves: int) -> int:
+    """One more alias retry, refused after :data:`ALIAS_RETRIES`."""
+    if moves + 1 >= ALIAS_RETRIES:
+        raise Conflict("the written subjects kept being folded meanwhile; retry") from None
+    return moves + 1
+
+
+def _committed(written: Written, commit: Commit, key: DocKey) -> None:
+    """An item's outcome once its record changed in ``commit``."""
+    written.seq, written.at = commit.seq, commit.at
+    written.revision = commit.revisions[key]
+    written.written = True
+
+
 def run(
     service: StatesService,
     items: Sequence[RecordWrite],
@@ -181,11 +226,7 @@ def run(
             for i in order:
                 it, key = items[i], keys[i]
                 current = docs[key]
-                if it.expect_revision is not None and current.revision != it.expect_revision:
-                    raise RevisionMismatch(
-                        f"record {resolved[i].kind}/{resolved[i].key} of state {it.state!r} is at "
-                        f"revision {current.revision}, not {it.expect_revision}; read it again and retry"
-                    )
+                _check_expected(current, it.expect_revision, resolved[i], it.state)
                 stamped = {**origin, "op_id": it.op_id} if it.op_id else origin
                 try:
                     change = it.transform(declarations[it.state], working[key], stamped)
@@ -212,16 +253,12 @@ def run(
                 if not paths[key]:
                     continue
                 new = working[key]
-                schema = effective_schema(declarations[key.state])
-                # the subject is decoded only to name it in a refusal
-                if new is not MISSING and not service.validators.valid(schema, new):
-                    subject = StateSubject.decode(key.subject)
-                    service.validators.validate(
-                        schema,
-                        new,
-                        f"record {subject.kind}/{subject.key}"
-                        + (f" of state {key.state!r}" if labels is not None else ""),
-                    )
+                _check_valid(
+                    service,
+                    declarations[key.state],
+                    new,
+                    partial(_record_name, key, labels is not None),
+                )
                 writes.append(
                     Write.between(
                         key, docs[key].body, new, docs[key].revision, changed=paths[key], paths=paths[key]
@@ -242,15 +279,10 @@ def run(
             for i in live:
                 if (items[i].state, items[i].op_id) in taken.taken:
                     replayed.add(i)
-                    original = service.store.applied_op(items[i].op_id or "", items[i].state)
-                    results[i] = Written(
-                        replayed=True, replayed_seq=original if type(original) is int else None
-                    )
+                    results[i] = _replayed(service, items[i].state, items[i].op_id)
             continue
         except _AliasMoved as exc:
-            moves += 1
-            if moves >= ALIAS_RETRIES:
-                raise Conflict("the written subjects kept being folded meanwhile; retry") from None
+            moves = _moved_again(moves)
             for i, now in exc.args[0].items():
                 resolved[i] = now
             continue
@@ -258,9 +290,7 @@ def run(
         outcomes, changed = computed
         for i, written in outcomes.items():
             if commit.changed and keys[i] in changed:
-                written.seq, written.at = commit.seq, commit.at
-                written.revision = commit.revisions[keys[i]]
-                written.written = True
+                _committed(written, commit, keys[i])
             results[i] = written
         return [r if r is not None else Written() for r in results]
 
@@ -288,11 +318,7 @@ def run_one(service: StatesService, item: RecordWrite, origin: dict[str, Any]) -
             if now is not resolved and now != resolved:  # (model equality is slow)
                 raise _AliasMoved({0: now})
             current = docs[key]
-            if expect is not None and current.revision != expect:
-                raise RevisionMismatch(
-                    f"record {resolved.kind}/{resolved.key} of state {state!r} is at "
-                    f"revision {current.revision}, not {expect}; read it again and retry"
-                )
+            _check_expected(current, expect, resolved, state)
             change = item.transform(declared, current.value, stamped)
             data = current.value
             writes: list[Write] = []
@@ -301,9 +327,7 @@ def run_one(service: StatesService, item: RecordWrite, origin: dict[str, Any]) -
                 if data is not MISSING:
                     if type(data) is not dict:
                         raise InvalidInput("a record document must be a JSON object")
-                    schema = effective_schema(declared)
-                    if not service.validators.valid(schema, data):
-                        service.validators.validate(schema, data, f"record {resolved.kind}/{resolved.key}")
+                    _check_valid(service, declared, data, lambda: _record_name(key, False))
                 paths = list(change.paths)
                 writes.append(
                     Write.between(key, current.body, data, current.revision, changed=paths, paths=paths)
@@ -330,21 +354,16 @@ def run_one(service: StatesService, item: RecordWrite, origin: dict[str, Any]) -
             )
         except OpIdTaken as taken:
             if (state, op_id) in taken.taken:
-                original = service.store.applied_op(op_id or "", state)
-                return Written(replayed=True, replayed_seq=original if type(original) is int else None)
+                return _replayed(service, state, op_id)
             continue
         except _AliasMoved as exc:
-            moves += 1
-            if moves >= ALIAS_RETRIES:
-                raise Conflict("the written subjects kept being folded meanwhile; retry") from None
+            moves = _moved_again(moves)
             resolved = exc.args[0][0]
             continue
         assert computed is not None
         written, changed = computed
         if commit.changed and changed:
-            written.seq, written.at = commit.seq, commit.at
-            written.revision = commit.revisions[key]
-            written.written = True
+            _committed(written, commit, key)
         return written
 
 
