@@ -119,39 +119,33 @@ def check_scope_patch(scope: str, patch: object, planes: PlaneSet) -> dict[str, 
 
 def _no_materialized_null(patch: JSON, where: str) -> None:
     """``null`` is allowed only as an object-key deletion marker, never inside stored values."""
-    if not _holds_null(patch, True):
-        return  # the common case: no path text built; the walk below names the first offender
-    stack: list[tuple[JSON, str, bool]] = [(patch, where, True)]
-    while stack:
-        node, at, as_patch = stack.pop()
-        if type(node) is dict:
-            for k, v in node.items():
-                if v is None and not as_patch:
-                    raise PatchError(f"memory cannot store null (at {at}.{k}); use null only to delete a key")
-                stack.append((v, f"{at}.{k}", as_patch))
-        elif type(node) is list:
-            for i, v in enumerate(node):
-                if v is None:
-                    raise PatchError(
-                        f"memory cannot store null (at {at}[{i}]); use null only to delete a key"
-                    )
-                stack.append((v, f"{at}[{i}]", False))
+    at = _stored_null(patch, True)
+    if at is not None:
+        raise PatchError(f"memory cannot store null (at {where}{at}); use null only to delete a key")
 
 
-def _holds_null(node: JSON, as_patch: bool) -> bool:
-    """Whether ``node`` holds a ``null`` that would be stored (one outside a patch's keys)."""
+def _stored_null(node: JSON, as_patch: bool) -> str | None:
+    """Where ``node`` holds a ``null`` that would be stored (one outside a patch's keys), as a
+    path suffix (``.k[2]``), or None. The text is built only on the way out of a find, so the
+    common case (no such null) builds none."""
     if type(node) is dict:
-        for v in node.values():
+        for k, v in node.items():
             if v is None:
                 if not as_patch:
-                    return True
-            elif (type(v) is dict or type(v) is list) and _holds_null(v, as_patch):
-                return True
+                    return f".{k}"
+            elif type(v) is dict or type(v) is list:
+                at = _stored_null(v, as_patch)
+                if at is not None:
+                    return f".{k}{at}"
     elif type(node) is list:
-        for v in node:
-            if v is None or ((type(v) is dict or type(v) is list) and _holds_null(v, False)):
-                return True
-    return False
+        for i, v in enumerate(node):
+            if v is None:
+                return f"[{i}]"
+            if type(v) is dict or type(v) is list:
+                at = _stored_null(v, False)
+                if at is not None:
+                    return f"[{i}]{at}"
+    return None
 
 
 def _check_artifact_patch(scope: str, artifacts: dict[str, Any]) -> None:
