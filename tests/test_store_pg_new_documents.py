@@ -19,7 +19,8 @@ import pytest
 from stateflow.aio import call, open_store_async
 from stateflow.errors import StoreError
 from stateflow.store import DocKey, Document, Write, open_store
-from stateflow.store.postgres import RESERVED_IDS, PostgresStore
+from stateflow.store.id_blocks import RESERVED_IDS
+from stateflow.store.postgres import PostgresStore
 
 
 def _set(

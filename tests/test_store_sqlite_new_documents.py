@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from stateflow.store import DocKey, Document, Write, open_store
-from stateflow.store.sqlite import RESERVED_IDS, SqliteStore
+from stateflow.store.id_blocks import RESERVED_IDS
+from stateflow.store.sqlite import SqliteStore
 
 
 def _set(

@@ -11,7 +11,6 @@ Reads run in ``REPEATABLE READ READ ONLY`` transactions: one snapshot per read.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
 from functools import lru_cache, partial
@@ -37,6 +36,7 @@ from stateflow.store.base import SqlStore
 from stateflow.store.cache import RevisionCache
 from stateflow.store.clock import utc_now
 from stateflow.store.commit_groups import CommitGroups, Member
+from stateflow.store.id_blocks import IdBlocks
 from stateflow.store.migrations import (
     INDEXABLE,
     POSTGRES,
@@ -198,9 +198,8 @@ class PostgresStore(SqlStore):
         self._seen: dict[DocKey, None] = {}
         """keys read here before (present, deleted or never written)"""
         self.url = _safe(url)
-        self._spare_ids: list[int] = []
+        self._spare_ids = IdBlocks()
         """document ids taken from the sequence ahead, for rows a commit creates"""
-        self._ids_lock = threading.Lock()
         self._unborn: dict[int, DocKey] = {}
         """ids handed out by ``_absent_rows`` whose rows the commit writing them creates"""
         wait = timeout if timeout is not None else DEFAULT_WAIT
@@ -438,18 +437,13 @@ class PostgresStore(SqlStore):
         return rows
 
     def _reserve(self, n: int) -> list[int]:
-        # The lock is never held across the query: on the async store every caller is a task
-        # of one thread, and a task waiting for the lock while another holds it across a round
-        # trip would stop the loop. Two callers may both fetch a block; ids are only spent.
-        while True:
-            with self._ids_lock:
-                if len(self._spare_ids) >= n:
-                    ids, self._spare_ids[:n] = self._spare_ids[:n], []
-                    return ids
-            with self._pool.connection() as conn, _mapped_errors():
-                taken = conn.execute(_RESERVE_IDS, (max(n, RESERVED_IDS),)).fetchall()
-            with self._ids_lock:
-                self._spare_ids.extend(int(r[0]) for r in taken)
+        ids = self._spare_ids.take(n, self._reserve_block)
+        assert ids is not None  # (a sequence always has ids to give)
+        return ids
+
+    def _reserve_block(self, size: int) -> list[int]:
+        with self._pool.connection() as conn, _mapped_errors():
+            return [int(r[0]) for r in conn.execute(_RESERVE_IDS, (size,)).fetchall()]
 
     def _create(self, creates: Sequence[tuple[DocKey, int]]) -> None:
         """Create absent rows with the ids handed out for them, in their own transaction
@@ -755,8 +749,6 @@ again on every call: a custom plan of one row always looked cheaper than the gen
 _RESERVE_IDS: Final = (
     "SELECT nextval(pg_get_serial_sequence('documents', 'doc_id')) FROM generate_series(1, %s)"
 )
-RESERVED_IDS: Final = 64
-"""Document ids taken from the sequence at a time, for new documents' rows."""
 UNBORN_MAX: Final = 4096
 _CREATE_ROWS: Final = (
     "INSERT INTO documents (doc_id, state, subject) "

@@ -39,6 +39,7 @@ from stateflow.errors import (
     UnsupportedStore,
 )
 from stateflow.store.base import SqlStore
+from stateflow.store.id_blocks import IdBlocks
 from stateflow.store.ledger import OpIdTaken, claims_query
 from stateflow.store.migrations import (
     SQLITE,
@@ -56,8 +57,6 @@ from stateflow.store.writer_queue import WriterQueue
 R = TypeVar("R")
 SYNCHRONOUS_MODES: Final = ("full", "normal", "extra", "off")
 DEFAULT_BUSY_TIMEOUT_MS: Final = 30_000
-RESERVED_IDS: Final = 64
-"""document ids reserved at a time for rows their commit creates (``_absent_rows``)"""
 UNBORN_MAX: Final = 4096
 
 
@@ -355,9 +354,8 @@ class SqliteStore(SqlStore):
         self._watch = _CommitWatch(self.path)
         self._shared: _Snapshot | None = None
         self._group = _GroupCommit(self._writer, max_group, WriterQueue(self.path), busy_timeout_ms / 1000)
-        self._spare_ids: list[int] = []
+        self._spare_ids = IdBlocks()
         """document ids reserved ahead (``_absent_rows``), for rows a commit creates"""
-        self._ids_lock = threading.Lock()
         self._unborn: dict[int, DocKey] = {}
         """ids handed out by ``_absent_rows`` whose rows the commit writing them creates"""
         self.create = create and not read_only
@@ -505,24 +503,18 @@ class SqliteStore(SqlStore):
         return rows
 
     def _reserve(self, n: int) -> list[int] | None:
-        """``n`` document ids nobody else will take: a block at a time, reserved by moving the
-        table's AUTOINCREMENT counter past it (every writer, in any process, draws ids above
-        the counter); None before the first document exists."""
-        with self._ids_lock:
-            if len(self._spare_ids) >= n:
-                ids, self._spare_ids[:n] = self._spare_ids[:n], []
-                return ids
-        block = max(n, RESERVED_IDS)
+        """``n`` document ids nobody else will take (:meth:`_reserve_block`); None before the
+        first document exists."""
+        return self._spare_ids.take(n, self._reserve_block)
+
+    def _reserve_block(self, size: int) -> range | None:
+        """A block of ids reserved by moving the table's AUTOINCREMENT counter past it (every
+        writer, in any process, draws ids above the counter)."""
         with self._write_tx() as tx:
             top = tx.one(
-                "UPDATE sqlite_sequence SET seq = seq + ? WHERE name = 'documents' RETURNING seq", (block,)
+                "UPDATE sqlite_sequence SET seq = seq + ? WHERE name = 'documents' RETURNING seq", (size,)
             )
-        if top is None:
-            return None
-        with self._ids_lock:
-            self._spare_ids.extend(range(int(top[0]) - block + 1, int(top[0]) + 1))
-            ids, self._spare_ids[:n] = self._spare_ids[:n], []
-            return ids
+        return None if top is None else range(int(top[0]) - size + 1, int(top[0]) + 1)
 
     def _commit_planned(
         self,
