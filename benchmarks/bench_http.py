@@ -9,9 +9,12 @@ With 1 and with 8 clients, in alternating rounds; per round the throughput of al
 together, the median write latency, and the CPU time the server process spent per request
 (read from /proc: on a machine shared with other work, the wall-clock figures measure the
 scheduler as much as the server; CPU per request is what the server itself costs), split into
-the event loop's thread — the HTTP layer — and the worker threads — the call behind it.
+the event loop's thread — the HTTP layer — and the worker threads — the call behind it. Then
+the writes again against the floor for our contract: the same minimal app doing the least
+durable, versioned and audited write by hand (schema check, audit row, head revision, change
+row; ``PUT /floor/records/…``).
 
-    python3 -m benchmarks.bench_http [--rounds 5] [--requests 400]
+    python3 -m benchmarks.bench_http [--rounds 5] [--requests 400] [--floor-only]
 """
 
 from __future__ import annotations
@@ -193,6 +196,33 @@ def measure(
             report(f"{what}:   of which the call behind it (worker threads)", behind, "ms")
 
 
+def against_floor(
+    pool: multiprocessing.pool.Pool, ours: Side, floor: Side, rounds: int, requests: int
+) -> None:
+    """Writes against the minimal app's least durable, versioned and audited write by hand
+    (``PUT /floor/records/…`` in ``http_baseline.py``): what our contract costs at the least,
+    with the same HTTP stack as the baseline."""
+    for clients in (1, 8):
+        mine, theirs = rounds_of(pool, (ours, floor), "PUT", clients, rounds, requests)
+        report(
+            f"write throughput vs floor, {clients} client(s) (req/s)",
+            Pair([m[0] for m in mine], [m[0] for m in theirs], higher_better=True),
+            "/s",
+        )
+        report(
+            f"write p50 latency vs floor, {clients} client(s)",
+            Pair([m[1] for m in mine], [m[1] for m in theirs]),
+            "ms",
+        )
+        report(
+            f"write: server CPU per request vs floor, {clients} client(s)",
+            Pair([m[2] for m in mine], [m[2] for m in theirs]),
+            "ms",
+        )
+        behind = Pair([m[2] - m[3] for m in mine], [m[2] - m[3] for m in theirs])
+        report("write:   of which the call behind it (worker threads)", behind, "ms")
+
+
 def declare(port: int) -> None:
     conn = http.client.HTTPConnection("127.0.0.1", port)
     conn.request(
@@ -211,6 +241,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--requests", type=int, default=400, help="requests per round and side")
+    parser.add_argument("--floor-only", action="store_true", help="only the writes against the floor")
     args = parser.parse_args()
     env = dict(os.environ)
     env.pop("PYTHONDONTWRITEBYTECODE", None)
@@ -234,8 +265,13 @@ def main() -> None:
             base = Side(base_port, base_pid, "/records/")
             for side in (ours, base):  # create every record, warm both servers
                 load(pool, side, "PUT", 8, 200)
-            print(f"{'case':<58} {'stateflow':>15}    {'baseline':>15}")
-            measure(pool, ours, base, args.rounds, args.requests, targets=True)
+            if not args.floor_only:
+                print(f"{'case':<58} {'stateflow':>15}    {'baseline':>15}")
+                measure(pool, ours, base, args.rounds, args.requests, targets=True)
+            floor = Side(base_port, base_pid, "/floor/records/")
+            load(pool, floor, "PUT", 8, 200)
+            print(f"{'case':<58} {'stateflow':>15}    {'floor':>15}")
+            against_floor(pool, ours, floor, args.rounds, args.requests)
 
 
 if __name__ == "__main__":
