@@ -154,7 +154,7 @@ def _encoded(k: int) -> str:
     return subject_of(subject(k)).encode()
 
 
-def _lock_statement(key: DocKey) -> tuple[str, tuple[str, str]]:
+def _lock_statement(key: DocKey) -> tuple[str, tuple[str, ...]]:
     """The statement the store locks (creating if needed) a document's row with."""
     sql, params = PostgresStore._lock_query(key)
     return sql.replace("?", "%s"), params

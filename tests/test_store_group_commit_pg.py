@@ -149,3 +149,28 @@ def test_a_commit_alone_does_not_wait_for_a_group(pg: PostgresStore) -> None:
         pg.update([KEYS[0]], _set(n), optimistic=True)
     assert pg._groups.groups == before + 3 and pg._groups.largest == 1
     assert pg.get(KEYS[0]).body == {"n": 3}
+
+
+def test_a_commit_alone_survives_its_prepared_statement_being_deallocated(pg_schema_url: str) -> None:
+    # One connection: the commit statement prepared on it is dropped when psycopg runs
+    # DEALLOCATE ALL there (it does after a ROLLBACK, as a refused write ends with); the next
+    # commit prepares it again and lands, once.
+    store = PostgresStore(pg_schema_url, max_size=1, auto_migrate=True)
+    try:
+        key = KEYS[0]
+        store.commit([Write.between(key, None, {"n": 0})])
+        store.update([key], _set(1), optimistic=True)
+        with store._pool.connection() as conn:
+            conn.execute("DEALLOCATE ALL")
+        store.update([key], _set(2), optimistic=True)
+        with pytest.raises(ValueError):
+            store.update([key], _refuse)  # the locked path: its transaction is rolled back
+        store.update([key], _set(3), optimistic=True)
+        doc = store.get(key)
+        assert doc.body == {"n": 3} and doc.revision == 4
+    finally:
+        store.close()
+
+
+def _refuse(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
+    raise ValueError("refused")

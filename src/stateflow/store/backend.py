@@ -115,6 +115,13 @@ class Backend(abc.ABC):
         """The document's row, created (revision 0, absent) if needed, locked for this
         transaction (portable: ``core.StoreCore._lock``, one upsert)."""
 
+    @staticmethod
+    @abc.abstractmethod
+    def _lock_query(key: DocKey) -> tuple[str, tuple[str, ...]]:
+        """The statement that ``_lock`` and ``_claim`` send for one document (portable:
+        ``core.StoreCore._lock_query``, one upsert; PostgreSQL: a locking read, the upsert
+        only for a key without a row)."""
+
     @abc.abstractmethod
     def _lock_many(self, tx: Tx, keys: Sequence[DocKey]) -> dict[DocKey, DocRow]:
         """``_lock`` for the sorted keys of a commit's new writes (portable:

@@ -259,7 +259,7 @@ class StoreCore(Backend):
         return to_row(r)
 
     @staticmethod
-    def _lock_query(key: DocKey) -> tuple[str, tuple[str, str]]:
+    def _lock_query(key: DocKey) -> tuple[str, tuple[str, ...]]:
         # One statement creates the row if needed and returns it; on PostgreSQL the
         # DO UPDATE also takes the row lock (held to commit), serializing this document.
         return (

@@ -11,6 +11,7 @@ Reads run in ``REPEATABLE READ READ ONLY`` transactions: one snapshot per read.
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
 from functools import lru_cache, partial
@@ -18,7 +19,7 @@ from typing import Any, ClassVar, Final
 
 import psycopg
 from psycopg import errors as pg_errors
-from psycopg import pq
+from psycopg import generators, pq
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
@@ -455,6 +456,15 @@ class PostgresStore(SqlStore):
             conn.execute(_CREATE_ROWS, _create_arrays(creates))
             conn.execute("COMMIT")
 
+    @staticmethod
+    def _lock_query(key: DocKey) -> tuple[str, tuple[str, ...]]:
+        # An existing row is locked by FOR NO KEY UPDATE (the lock the upsert's update took),
+        # whose waiters queue on the row and are woken one at a time as each holder commits; an
+        # upsert's waiters (ON CONFLICT DO UPDATE) all wake at every commit and race to try
+        # again, and its update writes a new row version each time. Only a key without a row
+        # takes the upsert, which creates it.
+        return _LOCK_ROW, (key.state, key.subject, key.state, key.subject)
+
     def _lock_many(self, tx: Tx, keys: Sequence[DocKey]) -> dict[DocKey, DocRow]:
         if len(keys) == 1:
             return super()._lock_many(tx, keys)
@@ -533,7 +543,7 @@ class PostgresStore(SqlStore):
         """One planned commit in its own transaction: its seq, or None (nothing written)."""
         try:
             with self._pool.connection() as conn:
-                row = _execute_raw(conn, _COMMIT_RAW, params).fetchone()
+                seq = _commit_alone(conn, params)
         except PoolTimeout as exc:
             raise StoreUnavailable(f"no database connection available: {exc}") from exc
         except psycopg.Error as exc:
@@ -543,7 +553,7 @@ class PostgresStore(SqlStore):
                 return None
             with _mapped_errors():
                 raise
-        return None if row is None or row[0] is None else int(row[0])
+        return seq
 
     def _send_group(self, group: Sequence[Member[_Planned, int]]) -> None:
         """Commit a group of planned commits in one transaction (one round trip, one flush);
@@ -705,6 +715,64 @@ def _execute_raw(conn: Any, sql: str, params: Sequence[Any]) -> Any:
     return conn.execute_raw(sql, params)
 
 
+def _commit_alone(conn: Any, params: Sequence[Any]) -> int | None:
+    """Run ``_COMMIT`` on an idle autocommit connection: its seq, or None (nothing written)."""
+    if not isinstance(conn, psycopg.Connection):  # (the async bridge's connection)
+        row = conn.execute_raw(_COMMIT_RAW, params).fetchone()
+        return None if row is None or row[0] is None else int(row[0])
+    # Straight through libpq, as a statement prepared once per connection under a name of our
+    # own: a cursor's execute costs more client CPU than the rest of sending a commit (cursor
+    # set-up, its prepared-statement bookkeeping, adapting 57 parameters one by one, reading the
+    # result's description).
+    pgconn = conn.pgconn
+    values = [_raw_param(p) for p in params]
+    formats = [1 if type(p) is bytes else 0 for p in params]
+    with conn.lock:
+        for attempt in range(2):
+            if conn not in _COMMIT_PREPARED:
+                pgconn.send_prepare(_COMMIT_NAME, _COMMIT_RAW.encode(), None)
+                _result_of(conn, conn.wait(generators.execute(pgconn)))
+                _COMMIT_PREPARED.add(conn)
+            pgconn.send_query_prepared(_COMMIT_NAME, values, formats)
+            results = conn.wait(generators.execute(pgconn))
+            # psycopg deallocates every prepared statement of a connection after a ROLLBACK or
+            # a DROP it ran (ours too): prepared again, and sent again (it never ran)
+            if attempt == 0 and results[-1].error_field(_SQLSTATE) == _NO_SUCH_STATEMENT:
+                _COMMIT_PREPARED.discard(conn)
+                continue
+            result = _result_of(conn, results)
+            break
+    if result.ntuples == 0:
+        return None
+    seq = result.get_value(0, 0)
+    return None if seq is None else int(seq)
+
+
+_COMMIT_NAME: Final = b"stateflow_commit"
+_SQLSTATE: Final = pq.DiagnosticField.SQLSTATE
+_NO_SUCH_STATEMENT: Final = b"26000"
+_COMMIT_PREPARED: Final[weakref.WeakSet[psycopg.Connection[Any]]] = weakref.WeakSet()
+"""Connections on which ``_COMMIT_NAME`` is prepared (a connection the pool replaces is a new
+object: it prepares it again)."""
+
+
+def _raw_param(value: Any) -> bytes | None:
+    """A parameter as libpq takes it: text, or bytes sent in binary (a ``bytea``)."""
+    if type(value) is str:
+        return value.encode()
+    if type(value) is bytes or value is None:
+        return value
+    return str(value).encode()
+
+
+def _result_of(conn: psycopg.Connection[Any], results: Sequence[Any]) -> Any:
+    """The statement's result, or its error raised as psycopg raises it."""
+    result = results[-1]
+    if result.status == pq.ExecStatus.FATAL_ERROR:
+        raise pg_errors.error_from_result(result, encoding=conn.info.encoding)
+    return result
+
+
 def _numbered(sql: str) -> str:
     """Our ``?`` placeholders as PostgreSQL's own ``$1, $2, …`` (for a raw cursor)."""
     parts = sql.split("?")
@@ -749,6 +817,13 @@ again on every call: a custom plan of one row always looked cheaper than the gen
 _RESERVE_IDS: Final = (
     "SELECT nextval(pg_get_serial_sequence('documents', 'doc_id')) FROM generate_series(1, %s)"
 )
+_LOCK_ROW: Final = (
+    f"WITH f AS (SELECT {ROW_COLUMNS} FROM documents WHERE state = ? AND subject = ? FOR NO KEY UPDATE), "
+    "c AS (INSERT INTO documents (state, subject) SELECT ?, ? WHERE NOT EXISTS (SELECT FROM f) "
+    f"ON CONFLICT (state, subject) DO UPDATE SET revision = documents.revision RETURNING {ROW_COLUMNS}) "
+    "SELECT * FROM f UNION ALL SELECT * FROM c"
+)
+"""One document's row, locked to commit (created first when it has none)."""
 UNBORN_MAX: Final = 4096
 _CREATE_ROWS: Final = (
     "INSERT INTO documents (doc_id, state, subject) "
