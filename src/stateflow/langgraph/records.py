@@ -8,16 +8,17 @@ under a key prefix is one keyset scan.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Self
 from urllib.parse import quote, unquote
 
 from stateflow.aio import call, open_store_async
 from stateflow.errors import InvalidInput
 from stateflow.states import StatesService
-from stateflow.states.models import DoorContext
-from stateflow.states.service import StateNotFound
-from stateflow.store import DocKey, Document, open_store
+from stateflow.states.models import DoorContext, WriteOrigin
+from stateflow.states.pipeline import ALIASES, CATALOG
+from stateflow.states.service import StateNotFound, subject_of
+from stateflow.store import DocKey, Document, Write, open_store
 from stateflow.subjects import encode_subject
 
 SCAN_PAGE = 500
@@ -101,6 +102,16 @@ class OwnsStore:
         self.close()
 
 
+Build = Callable[[dict[str, Any] | None], tuple[dict[str, Any], list[list[str]]]]
+"""``current body or None → (new body, the paths it wrote)``; may run more than once, keeps no
+state, never mutates ``current`` (the store's cached object)."""
+
+
+class _NotLean(Exception):
+    """A lean write met what only the general path checks (a re-declared schema, an attachment,
+    a folded subject, an undeclared state): nothing was written, the general path decides."""
+
+
 class Records:
     """One declared state's records of one tenant, addressed by subject kind and key."""
 
@@ -109,6 +120,12 @@ class Records:
         self.store = states.store
         self.state = state
         self.target_name = target_name
+        self.schema: dict[str, Any] | None = None  # the adapter's own (set by ensure_declared)
+        # by subject kind, the stored declaration last found to be the adapter's own
+        self._trusted: dict[str, object] = {}
+        self._refused: object = None  # the stored declaration last found not to be
+        self._catalog_key = DocKey(CATALOG, state)
+        self._alias_key = DocKey(ALIASES, state)
 
     def subject(self, kind: str, key: str) -> dict[str, str]:
         return {"target_kind": "agent", "target_name": self.target_name, "kind": kind, "key": key}
@@ -151,8 +168,86 @@ class Records:
         starts = [encode_subject("agent", self.target_name, kind, prefix)[:-2] for kind, prefix in prefixes]
         return self.store.read_first_under(self.state, starts)
 
+    def write(
+        self,
+        kind: str,
+        key: str,
+        build: Build,
+        *,
+        origin: WriteOrigin,
+        context: DoorContext,
+        action: str,
+        general: Callable[[], object],
+    ) -> None:
+        """Write one record of a shape the adapter builds itself: the store's one read-modify-
+        write (``Store.update``: the revision check, the change and history rows, the
+        transition with ``origin`` stamped as the states service stamps it, the caches) without
+        the states pipeline's general checks, which hold here by construction:
+
+        - the subject: ``kind`` is declared, the target is the adapter's (checked at the
+          first write), ``key`` is percent-encoded parts (no spaces, at most ``MAX_KEY``
+          characters), non-blank checked below;
+        - the schema: ``build`` makes documents of the adapter's own declared schema (see each
+          caller), so while the stored declaration is that schema with no attachment (no
+          ``effective`` schema, regime or ``_trace`` stamp) the record is valid — checked once
+          per stored declaration object, the commit then checks that it did not move;
+        - aliases: a folded subject goes the general way (the commit checks the aliases did not
+          move either).
+
+        Anything else (another declaration, a folded subject, an undeclared state) runs
+        ``general`` instead, which checks and refuses as every write does."""
+        if not key.strip() or self.schema is None:
+            general()
+            return
+        if self._refused is not None:  # the declaration was found not the adapter's own
+            if self.store.get(self._catalog_key).body is self._refused:  # (a cached read)
+                general()
+                return
+            self._refused = None
+        doc_key = self.doc_key(kind, key)
+        catalog_key, alias_key = self._catalog_key, self._alias_key
+
+        def compute(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
+            declared = docs[catalog_key].body
+            if self._trusted.get(kind) is not declared:
+                if not self._is_own(declared, kind):
+                    raise _NotLean(declared)
+                self._trusted[kind] = declared
+            aliases = docs[alias_key].body
+            if aliases and doc_key.subject in aliases:
+                raise _NotLean
+            current = docs[doc_key]
+            body, paths = build(current.body)
+            return [
+                Write.between(doc_key, current.body, body, current.revision, changed=paths, paths=paths)
+            ], None
+
+        try:
+            self.store.update(
+                [doc_key],
+                compute,
+                self.states._origin(origin, context, action),
+                shared=[catalog_key, alias_key],
+                optimistic=True,  # compute keeps no state between calls
+            )
+        except _NotLean as refused:
+            if refused.args:  # (until the declaration changes: no lean attempt first)
+                self._refused = refused.args[0]
+            general()
+
+    def _is_own(self, declared: Any, kind: str) -> bool:
+        """Whether a stored declaration is the adapter's own schema, unchanged and unextended."""
+        if type(declared) is not dict or declared.get("effective") or declared.get("schema") != self.schema:
+            return False
+        if kind not in (declared.get("subject_kinds") or ()):
+            return False
+        # the tenant: validated as a subject once (the general path refuses a bad one)
+        subject_of(self.subject(kind, "x"))
+        return True
+
     def ensure_declared(self, declaration: dict[str, Any]) -> None:
         """Declare the state unless it already is, with this schema (a re-declare writes)."""
+        self.schema = declaration["schema"]
         try:
             current = self.states.get_declaration(self.state)
         except StateNotFound:

@@ -29,6 +29,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any, Final
 
+import orjson
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
@@ -382,14 +383,33 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         }
         document = {"config": names, "saved": saved}
         key = self._key(thread_id, ns, checkpoint_id)
-        # (replace_from: the same checks and audit row as replace, without the record view back)
-        self.states.replace_from(
-            self.records.state,
-            self.records.subject(CHECKPOINT, key),
-            lambda _: document,
-            origin=_origin(names["run_id"]),
-            context=self.context,
-        )
+
+        def general() -> None:  # the same checks and audit row as replace, no record view back
+            self.states.replace_from(
+                self.records.state,
+                self.records.subject(CHECKPOINT, key),
+                lambda _: document,
+                origin=_origin(names["run_id"]),
+                context=self.context,
+            )
+
+        if type(checkpoint_id) is not str or not (parent_id is None or type(parent_id) is str):
+            general()  # (the schema's refusal)
+        else:
+            # valid by construction: the names are strings (run_id a string or None), the
+            # codec makes objects of plain JSON (JSON kept only where ``is_plain``, else
+            # base64 text), ``sources`` names checkpoint ids; one copy in C keeps the
+            # caller's objects out of what the store caches
+            owned = orjson.loads(orjson.dumps(document))
+            self.records.write(
+                CHECKPOINT,
+                key,
+                lambda _: (owned, [[]]),
+                origin=_origin(names["run_id"]),
+                context=self.context,
+                action="replace",
+                general=general,
+            )
         self._remember(
             thread_id, ns, checkpoint_id, dict(versions), {**sources, **{c: checkpoint_id for c in inline}}
         )
@@ -448,16 +468,41 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
                 "value": self.codec.encode(value),
                 "task_path": task_path,
             }
-            entries.append({"op": "set", "path": [bucket, f"{task_id}:{idx}"], "value": entry})
+            entries.append((f"{task_id}:{idx}", entry))
         run_id = config["configurable"].get("run_id") or (config.get("metadata") or {}).get("run_id")
+        origin = _origin(str(run_id) if run_id else None)
         names = {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}
-        ops = [{"op": "set", "path": ["config"], "value": names}, *entries]
-        self.states.apply(
-            self.records.state,
-            self.records.subject(WRITES, self._key(thread_id, ns, checkpoint_id)),
-            ops,
-            origin=_origin(str(run_id) if run_id else None),
-            context=self.context,
+        key = self._key(thread_id, ns, checkpoint_id)
+
+        def general() -> None:
+            ops = [
+                {"op": "set", "path": ["config"], "value": names},
+                *({"op": "set", "path": [bucket, name], "value": e} for name, e in entries),
+            ]
+            self.states.apply(
+                self.records.state,
+                self.records.subject(WRITES, key),
+                ops,
+                origin=origin,
+                context=self.context,
+            )
+
+        if type(task_id) is not str or not all(type(c) is str for c, _ in writes):
+            general()  # (the schema's refusal)
+            return
+        # valid by construction: ``config`` holds three strings, the bucket ``w0``…``wf`` an
+        # object of write entries (task id and channel strings, idx an int, the value the
+        # codec's plain JSON); one copy in C keeps the caller's objects out of the store's cache
+        fresh = orjson.loads(orjson.dumps(dict(entries)))
+        paths = [["config"], *([bucket, name] for name, _ in entries)]
+
+        def build(current: dict[str, Any] | None) -> tuple[dict[str, Any], builtins.list[builtins.list[str]]]:
+            held = current.get(bucket) if current else None
+            merged = {**held, **fresh} if type(held) is dict else fresh
+            return {**(current or {}), "config": names, bucket: merged}, paths
+
+        self.records.write(
+            WRITES, key, build, origin=origin, context=self.context, action="apply", general=general
         )
 
     # ------------------------------------------------------------------ thread maintenance

@@ -34,6 +34,7 @@ from langgraph.store.base import (
 )
 
 from stateflow.aio import call
+from stateflow.doc.canonical import check, detach
 from stateflow.langgraph.records import OwnsStore, Records, join
 from stateflow.states import StatesService
 from stateflow.states.models import DoorContext, WriteOrigin
@@ -87,7 +88,6 @@ class StateflowStore(OwnsStore, BaseStore):
         self.records.ensure_declared(DECLARATION)
         self.ttl_config = ttl
         self.context = DoorContext(door="api", actor="stateflow.langgraph")
-        self.origin = {"consumer": "langgraph"}
         self._outside = WriteOrigin(consumer="langgraph")  # validated once: the service takes it as is
 
     # ------------------------------------------------------------------ subjects
@@ -220,22 +220,20 @@ class StateflowStore(OwnsStore, BaseStore):
 
     # ------------------------------------------------------------------ writes
 
-    def _run_origin(self) -> dict[str, Any] | WriteOrigin:
+    def _run_origin(self) -> WriteOrigin:
         """The write's origin; inside a LangGraph run, with its thread, node and run id."""
         config = var_child_runnable_config.get()  # (what ``get_config`` reads, without its raise)
         if not config:  # not called from inside a graph
             return self._outside
         metadata = config.get("metadata") or {}
-        meta = {
-            "thread_id": (config.get("configurable") or {}).get("thread_id"),
-            "node": metadata.get("langgraph_node"),
-        }
+        thread_id = (config.get("configurable") or {}).get("thread_id")
+        node = metadata.get("langgraph_node")
         run_id = config.get("run_id") or metadata.get("run_id")
-        return {
-            **self.origin,
-            "run_id": str(run_id) if run_id else None,
-            "meta": {k: str(v) for k, v in meta.items() if v is not None} or None,
-        }
+        return _graph_origin(
+            str(run_id) if run_id else None,
+            None if thread_id is None else str(thread_id),
+            None if node is None else str(node),
+        )
 
     def _put(self, puts: Sequence[PutOp], now: datetime) -> None:
         origin = self._run_origin()
@@ -263,13 +261,7 @@ class StateflowStore(OwnsStore, BaseStore):
                 "ttl_minutes": ttl,
             }
             if current is None:  # one put: one write, the creation time kept inside it
-                self.states.replace_from(
-                    self.records.state,
-                    subject,
-                    functools.partial(_keep_created, document),
-                    origin=origin,
-                    context=self.context,
-                )
+                self._put_one(op, document, origin)
             else:
                 before = current[keys[(op.namespace, op.key)]].body
                 if before:
@@ -283,6 +275,37 @@ class StateflowStore(OwnsStore, BaseStore):
                 )
         if items:
             self.states.apply_batch(items, origin=origin, context=self.context)
+
+    def _put_one(self, op: PutOp, document: dict[str, Any], origin: WriteOrigin) -> None:
+        """One item written whole (its creation time kept)."""
+
+        def general() -> None:  # the same checks and audit row as replace, no record view back
+            self.states.replace_from(
+                self.records.state,
+                self.subject(op.namespace, op.key),
+                functools.partial(_keep_created, document),
+                origin=origin,
+                context=self.context,
+            )
+
+        if type(op.key) is not str:
+            general()  # (the schema's refusal)
+            return
+        # valid by construction once plain: LangGraph checked the namespace's labels are
+        # strings, the key is one, the value an object (above), the times text, the TTL a
+        # number or None; checked plain as every replace is (the same refusal), then one copy
+        # in C keeps the caller's objects out of what the store caches
+        check(document, "document")
+        owned = detach(document)
+        self.records.write(
+            ITEM,
+            self.subject_key(op.namespace, op.key),
+            lambda before: (_keep_created(owned, before), [[]]),
+            origin=origin,
+            context=self.context,
+            action="replace",
+            general=general,
+        )
 
     def _refresh(self, refresh: dict[str, dict[str, Any]], now: datetime) -> None:
         items = [
@@ -322,6 +345,14 @@ class StateflowStore(OwnsStore, BaseStore):
 
     async def asweep_ttl(self) -> int:
         return await call(self.states.store, self.sweep_ttl)
+
+
+@functools.lru_cache(maxsize=1024)
+def _graph_origin(run_id: str | None, thread_id: str | None, node: str | None) -> WriteOrigin:
+    """A write's origin inside a run, validated once per run, thread and node (a frozen model
+    the service takes as is)."""
+    meta = {k: v for k, v in (("thread_id", thread_id), ("node", node)) if v is not None}
+    return WriteOrigin(consumer="langgraph", run_id=run_id, meta=meta or None)
 
 
 def _keep_created(document: dict[str, Any], before: dict[str, Any] | None) -> dict[str, Any]:
