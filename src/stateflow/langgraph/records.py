@@ -102,7 +102,8 @@ class OwnsStore:
         self.close()
 
 
-Build = Callable[[dict[str, Any] | None], tuple[dict[str, Any], list[list[str]]]]
+Paths = list[list[str]]
+Build = Callable[[dict[str, Any] | None], tuple[dict[str, Any], Paths]]
 """``current body or None → (new body, the paths it wrote)``; may run more than once, keeps no
 state, never mutates ``current`` (the store's cached object)."""
 
@@ -207,29 +208,32 @@ class Records:
         doc_key = self.doc_key(kind, key)
         catalog_key, alias_key = self._catalog_key, self._alias_key
 
-        def compute(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
-            declared = docs[catalog_key].body
+        def checked(
+            shared: dict[DocKey, Any], current: dict[str, Any] | None
+        ) -> tuple[dict[str, Any], Paths]:
+            declared = shared[catalog_key]
             if self._trusted.get(kind) is not declared:
                 if not self._is_own(declared, kind):
                     raise _NotLean(declared)
                 self._trusted[kind] = declared
-            aliases = docs[alias_key].body
+            aliases = shared[alias_key]
             if aliases and doc_key.subject in aliases:
                 raise _NotLean
+            return build(current)
+
+        def compute(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
             current = docs[doc_key]
-            body, paths = build(current.body)
+            body, paths = checked({k: docs[k].body for k in shared}, current.body)
             return [
                 Write.between(doc_key, current.body, body, current.revision, changed=paths, paths=paths)
             ], None
 
+        shared = [alias_key, catalog_key]
+        stamped = self.states._origin(origin, context, action)
         try:
-            self.store.update(
-                [doc_key],
-                compute,
-                self.states._origin(origin, context, action),
-                shared=[catalog_key, alias_key],
-                optimistic=True,  # compute keeps no state between calls
-            )
+            # the documents as last seen here, else the store's general read-modify-write
+            if self.store.write_whole(doc_key, checked, stamped, shared=shared) is None:
+                self.store.update([doc_key], compute, stamped, shared=shared, optimistic=True)
         except _NotLean as refused:
             if refused.args:  # (until the declaration changes: no lean attempt first)
                 self._refused = refused.args[0]

@@ -93,6 +93,16 @@ class Store(Protocol):
     ) -> tuple[Commit, R | None]:
         """Read-modify-write: load ``keys`` locked, ``compute`` the writes, commit them."""
 
+    def write_whole(
+        self,
+        key: DocKey,
+        build: Callable[[dict[DocKey, Any], dict[str, Any] | None], tuple[dict[str, Any], list[list[str]]]],
+        origin: dict[str, Any],
+        *,
+        shared: Sequence[DocKey] = (),
+    ) -> Commit | None:
+        """One document written whole on the documents as last seen here; None: not done so."""
+
     # ---------------------------------------------------------------- history
 
     def read_at(

@@ -995,6 +995,61 @@ class Writes(StoreCore):
                 ),
             )
 
+    def write_whole(
+        self,
+        key: DocKey,
+        build: Callable[[dict[DocKey, Any], dict[str, Any] | None], tuple[dict[str, Any], list[list[str]]]],
+        origin: dict[str, Any],
+        *,
+        shared: Sequence[DocKey] = (),
+    ) -> Commit | None:
+        """One document written whole — ``build(shared bodies, current body or None)`` gives its
+        new body and the paths it wrote — on the documents as last seen here: ``update``'s
+        optimistic attempt for this one shape (one document, no op id), without the steps only
+        the general one needs (the ``compute`` contract, the check of every value). ``build``
+        vouches that the body is plain JSON and not the caller's (it raises to refuse: nothing
+        is written). The same rows, change, history and caches as ``update``; the commit checks
+        that neither ``key`` nor a ``shared`` document moved. None when it cannot be done so (a
+        document not cached here, one moved, nothing to write, a member held as a tree):
+        nothing was written, and ``update`` decides."""
+        self.check_schema()
+        if self._is_contended((key,)):
+            return None
+        seen = []
+        for other in sorted(shared, key=lock_order):
+            known = self._known(other)
+            if known is None:
+                return None
+            seen.append((other, known))
+        known = self._known(key)
+        if known is None or known[0] is NO_ROW:
+            if known is None and key in self._rows_known:
+                return None  # its row is known, its members are not
+            created = self._absent_rows([key])
+            if not created:
+                return None
+            known = (created[key], None, {})
+        row, body, members = known
+        new, paths = build({k: v[1] for k, v in seen}, body)
+        write = Write.between(key, body, new, row.revision, changed=paths, paths=paths)
+        if not write.edits:
+            return None
+        loaded = Loaded(row, dict(members), complete=True)
+        try:
+            stage = self._stage(OFFLINE, write, loaded)
+        except StateflowError:  # a member held as a tree: the locked path stages it
+            return None
+        fresh = Fresh()
+        plan = self._plan_doc(write, loaded, stage, fresh)
+        committed = self._commit_planned([(key, row)], [(k, v[0]) for k, v in seen], [], origin, [plan])
+        if committed is None:
+            return None
+        seq, at = committed
+        fresh.bodies = {d: (r, b, at, size) for d, (r, b, _, size) in fresh.bodies.items()}
+        done = _committed([(write, loaded, stage)], [plan], {key: row.revision}, seq, at, fresh)
+        self._remember(fresh)
+        return done
+
     def _take_snapshot(self, tx: Tx, doc_id: int, revision: int, present: bool) -> None:
         """Record the body as written: its directory, and the member values no earlier
         snapshot holds (straight from the member rows, never decoded)."""
