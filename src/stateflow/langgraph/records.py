@@ -180,10 +180,11 @@ class Records:
         action: str,
         general: Callable[[], object],
     ) -> None:
-        """Write one record of a shape the adapter builds itself: the store's one read-modify-
-        write (``Store.update``: the revision check, the change and history rows, the
-        transition with ``origin`` stamped as the states service stamps it, the caches) without
-        the states pipeline's general checks, which hold here by construction:
+        """Write one record of a shape the adapter builds itself, through the store's writes of
+        a whole document (``Store.write_whole`` on the documents as last seen here, else
+        ``Store.update``: the revision check, the change and history rows, the transition with
+        ``origin`` stamped as the states service stamps it, the caches) without the states
+        pipeline's general checks, which hold here by construction:
 
         - the subject: ``kind`` is declared, the target is the adapter's (checked at the
           first write), ``key`` is percent-encoded parts (no spaces, at most ``MAX_KEY``
