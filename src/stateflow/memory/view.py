@@ -148,6 +148,8 @@ class MemoryView:
         self.keys = {s: identity.key(s) for s in self.scopes}
         # artifact sources resolve against the working directory only when it is on this machine
         self.source_cwd = identity.cwd if self.config.local_cwd else NO_LOCAL_CWD
+        self._shown: shown_views.Shown | None = None
+        """the last view this object remembered as shown (another object's may be newer)"""
 
     # ------------------------------------------------------------------------- helpers
 
@@ -753,8 +755,12 @@ class MemoryView:
         basis_navigation = staged["basis_navigation"] = self._navigation(
             self._lazy_outlines(staged["outlines"])
         )
+        # a view this object showed of the basis's very revisions is the basis's view (its
+        # planes and mode are this object's): no need to build the basis's view to compare
         staged["drift"] = (
-            staged["shown"] is not None and staged["shown"] != self._hot_view(staged["basis"])
+            staged["shown"] is not None
+            and not staged.get("shown_own")
+            and staged["shown"] != self._hot_view(staged["basis"])
         ) or (staged["shown_navigation"] not in (None, basis_navigation))
         hints = [self._missing_hint(p, staged["basis"]) for p in staged["missing"]]
         revisions = {s: commit.revisions.get(self.keys[s], staged["revisions"][s]) for s in self.scopes}
@@ -887,6 +893,7 @@ class MemoryView:
         if shown is None:
             return None, None
         if shown.view is not None:
+            staged["shown_own"] = shown is self._shown and shown.revisions == staged["revisions"]
             return shown.view, shown.navigation
         states: dict[str, Any] = {}
         for scope in self.scopes:
@@ -907,8 +914,13 @@ class MemoryView:
         return view, shown.navigation
 
     def _remember_shown(self, revisions: dict[str, int], view: dict[str, Any], nav: dict[str, Any]) -> None:
-        record = shown_views.Shown(dict(revisions), shown_views.digest(view), nav, view)
-        shown_views.remember(self.store, self._shown_key(), record, self.config.runtime_dir)
+        directory = self.config.runtime_dir
+        # the digest tells another process's record apart; kept only in this one, the view is
+        record = shown_views.Shown(
+            dict(revisions), shown_views.digest(view) if directory is not None else "", nav, view
+        )
+        self._shown = record
+        shown_views.remember(self.store, self._shown_key(), record, directory)
 
     def _state_updates(self, staged: dict[str, Any], revisions: dict[str, int]) -> dict[str, Any]:
         before = staged["shown"] if staged["shown"] is not None else self._hot_view(staged["basis"])
