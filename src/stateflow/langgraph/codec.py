@@ -11,6 +11,7 @@ not.
 from __future__ import annotations
 
 import base64
+import math
 from typing import Any
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
@@ -28,11 +29,19 @@ def is_plain(value: Any, depth: int = 0) -> bool:
     if kind is int:
         return bool(-_MAX_INT <= value <= _MAX_INT)
     if kind is float:
-        return value == value and value not in (float("inf"), float("-inf"))
+        return math.isfinite(value)
     if kind is dict:
-        return all(type(k) is str and is_plain(v, depth + 1) for k, v in value.items())
+        for k, v in value.items():
+            # (text, flags and null inline: most values are leaves, a call each would double
+            # the walk's cost)
+            if type(k) is not str or not (type(v) is str or v is None or is_plain(v, depth + 1)):
+                return False
+        return True
     if kind is list:
-        return all(is_plain(v, depth + 1) for v in value)
+        for v in value:  # noqa: SIM110 (a loop: all() over a generator costs a call per element)
+            if not (type(v) is str or v is None or is_plain(v, depth + 1)):
+                return False
+        return True
     return False
 
 
