@@ -152,7 +152,7 @@ def floor(label: str, durable: Pair, unflushed: Pair) -> None:
     )
 
 
-_CONTRACT_TABLES = """
+CONTRACT_TABLES = """
 CREATE TABLE transitions (seq INTEGER PRIMARY KEY AUTOINCREMENT, at TEXT NOT NULL, origin BLOB NOT NULL);
 CREATE TABLE documents (doc_id INTEGER PRIMARY KEY, revision INTEGER NOT NULL, updated_seq INTEGER);
 CREATE TABLE members (doc_id INTEGER NOT NULL, name TEXT NOT NULL, revision INTEGER NOT NULL,
@@ -162,49 +162,81 @@ CREATE TABLE changes (doc_id INTEGER NOT NULL, revision INTEGER NOT NULL, seq IN
 """
 
 
+Rows = tuple[int, int, list[tuple[str, bytes]], bytes]
+"""One least write: document id, its new revision, its members (name, canonical body), its edits."""
+
+
+class LeastRecords:
+    """The record side of the least ``apply``, shared by every by-hand floor (this one,
+    ``bench_group_floor``, ``bench_pg_least_apply``): compute the record from the one held in
+    memory, validate it against the state's JSON Schema and encode its members canonically.
+    ``rows`` gives what to write; ``written`` keeps the record once its commit is done."""
+
+    def __init__(self) -> None:
+        import jsonschema_rs
+        import orjson
+
+        from benchmarks.bench_states_vs_langgraph import DECL, document_for, subject
+
+        self._document_for, self._subject = document_for, subject
+        self._dumps, self._sorted = orjson.dumps, orjson.OPT_SORT_KEYS
+        self._validator = jsonschema_rs.validator_for(cast(dict[str, Any], DECL["schema"]))
+        self._docs: dict[int, dict[str, Any]] = {}
+        self._revisions: dict[int, int] = {}
+        self.origin = orjson.dumps(
+            {"action": "apply", "door": "python", "op_id": None}, option=orjson.OPT_SORT_KEYS
+        )
+        self.paths = orjson.dumps([["status"], ["count"], ["people"]])
+
+    def rows(self, i: int) -> tuple[Rows, dict[str, Any]]:
+        doc_id = int(self._subject(i)["key"][1:])
+        new = self._document_for(i, self._docs.get(doc_id))
+        if not self._validator.is_valid(new):
+            raise ValueError(new)
+        revision = self._revisions.get(doc_id, 0) + 1
+        encoded = [(n, self._dumps(v, option=self._sorted)) for n, v in new.items()]
+        edits = b"[" + b",".join(b'[["' + n.encode() + b'"],' + body + b"]" for n, body in encoded) + b"]"
+        return (doc_id, revision, encoded, edits), new
+
+    def written(self, rows: Rows, new: dict[str, Any]) -> None:
+        self._docs[rows[0]], self._revisions[rows[0]] = new, rows[1]
+
+
+def write_rows(conn: sqlite3.Connection, rows: Rows, at: str, origin: bytes, paths: bytes) -> None:
+    """The least ``apply``'s rows on SQLite, inside the caller's transaction: the audit row
+    (transition), the member rows, the history row (change) and the document's new revision."""
+    doc_id, revision, members, edits = rows
+    seq = conn.execute(
+        "INSERT INTO transitions (at, origin) VALUES (?, ?) RETURNING seq", (at, origin)
+    ).fetchone()[0]
+    conn.executemany(
+        "INSERT INTO members VALUES (?, ?, ?, ?) ON CONFLICT (doc_id, name) "
+        "DO UPDATE SET revision = excluded.revision, body = excluded.body",
+        [(doc_id, n, revision, body) for n, body in members],
+    )
+    conn.execute("INSERT INTO changes VALUES (?, ?, ?, ?, ?)", (doc_id, revision, seq, paths, edits))
+    conn.execute(
+        "INSERT INTO documents VALUES (?, ?, ?) ON CONFLICT (doc_id) "
+        "DO UPDATE SET revision = excluded.revision, updated_seq = excluded.updated_seq",
+        (doc_id, revision, seq),
+    )
+
+
 def by_hand(conn: sqlite3.Connection) -> Callable[[int], object]:
     """The least an ``apply`` of the benchmark's op batch must do, written by hand for this one
     document shape: compute the record from the one held in memory, validate it against the
     state's JSON Schema, encode the changed members canonically, and write — in one transaction
     — the audit row (transition), the member rows, the history row (change) and the document's
     new revision. No parsing, no generality, no checks that another writer moved anything."""
-    import jsonschema_rs
-    import orjson
-
-    from benchmarks.bench_states_vs_langgraph import DECL, document_for, subject
-
-    conn.executescript(_CONTRACT_TABLES)
-    validator = jsonschema_rs.validator_for(cast(dict[str, Any], DECL["schema"]))
-    docs: dict[int, dict[str, Any]] = {}
-    revisions: dict[int, int] = {}
-    origin = orjson.dumps({"action": "apply", "door": "python", "op_id": None}, option=orjson.OPT_SORT_KEYS)
-    paths = orjson.dumps([["status"], ["count"], ["people"]])
+    conn.executescript(CONTRACT_TABLES)
+    least = LeastRecords()
 
     def apply(i: int) -> None:
-        doc_id = int(subject(i)["key"][1:])
-        new = document_for(i, docs.get(doc_id))
-        if not validator.is_valid(new):
-            raise ValueError(new)
-        revision = revisions.get(doc_id, 0) + 1
-        encoded = [(n, orjson.dumps(v, option=orjson.OPT_SORT_KEYS)) for n, v in new.items()]
-        edits = b"[" + b",".join(b'[["' + n.encode() + b'"],' + body + b"]" for n, body in encoded) + b"]"
+        rows, new = least.rows(i)
         conn.execute("BEGIN IMMEDIATE")
-        seq = conn.execute(
-            "INSERT INTO transitions (at, origin) VALUES (?, ?) RETURNING seq", (utc_now(), origin)
-        ).fetchone()[0]
-        conn.executemany(
-            "INSERT INTO members VALUES (?, ?, ?, ?) ON CONFLICT (doc_id, name) "
-            "DO UPDATE SET revision = excluded.revision, body = excluded.body",
-            [(doc_id, n, revision, body) for n, body in encoded],
-        )
-        conn.execute("INSERT INTO changes VALUES (?, ?, ?, ?, ?)", (doc_id, revision, seq, paths, edits))
-        conn.execute(
-            "INSERT INTO documents VALUES (?, ?, ?) ON CONFLICT (doc_id) "
-            "DO UPDATE SET revision = excluded.revision, updated_seq = excluded.updated_seq",
-            (doc_id, revision, seq),
-        )
+        write_rows(conn, rows, utc_now(), least.origin, least.paths)
         conn.execute("COMMIT")
-        docs[doc_id], revisions[doc_id] = new, revision
+        least.written(rows, new)
 
     return apply
 

@@ -32,16 +32,13 @@ import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
-from benchmarks.bench_commit_floor import _CONTRACT_TABLES, utc_now
+from benchmarks.bench_commit_floor import CONTRACT_TABLES, LeastRecords, Rows, utc_now, write_rows
 from benchmarks.bench_states_vs_langgraph import DECL, document_for, ops_for, rate, subject
 from benchmarks.rounds import Pair, report
 from stateflow.states import StatesService
 from stateflow.store import open_store
-
-Rows = tuple[int, int, list[tuple[str, bytes]], bytes]
-"""One write: document id, its new revision, its members (name, canonical body), its edits."""
 
 
 class Grouped:
@@ -81,21 +78,8 @@ class Grouped:
         conn = self.conn
         conn.execute("BEGIN IMMEDIATE")
         at = utc_now()
-        for doc_id, revision, members, edits in batch:
-            seq = conn.execute(
-                "INSERT INTO transitions (at, origin) VALUES (?, ?) RETURNING seq", (at, origin)
-            ).fetchone()[0]
-            conn.executemany(
-                "INSERT INTO members VALUES (?, ?, ?, ?) ON CONFLICT (doc_id, name) "
-                "DO UPDATE SET revision = excluded.revision, body = excluded.body",
-                [(doc_id, n, revision, body) for n, body in members],
-            )
-            conn.execute("INSERT INTO changes VALUES (?, ?, ?, ?, ?)", (doc_id, revision, seq, paths, edits))
-            conn.execute(
-                "INSERT INTO documents VALUES (?, ?, ?) ON CONFLICT (doc_id) "
-                "DO UPDATE SET revision = excluded.revision, updated_seq = excluded.updated_seq",
-                (doc_id, revision, seq),
-            )
+        for rows in batch:
+            write_rows(conn, rows, at, origin, paths)
         conn.execute("COMMIT")
         self.commits += 1
         self.writes += len(batch)
@@ -105,27 +89,14 @@ def grouped_by_hand(conn: sqlite3.Connection) -> tuple[Callable[[int], object], 
     """``bench_commit_floor.by_hand``'s least ``apply``, its rows written through :class:`Grouped`.
     Each caller owns its subjects (``rate`` gives thread ``t`` the calls ``t, t + threads, …``),
     so the record held in memory and its revision are that caller's alone."""
-    import jsonschema_rs
-    import orjson
-
-    conn.executescript(_CONTRACT_TABLES)
-    validator = jsonschema_rs.validator_for(cast(dict[str, Any], DECL["schema"]))
-    docs: dict[int, dict[str, Any]] = {}
-    revisions: dict[int, int] = {}
-    origin = orjson.dumps({"action": "apply", "door": "python", "op_id": None}, option=orjson.OPT_SORT_KEYS)
-    paths = orjson.dumps([["status"], ["count"], ["people"]])
+    conn.executescript(CONTRACT_TABLES)
+    least = LeastRecords()
     group = Grouped(conn)
 
     def apply(i: int) -> None:
-        doc_id = int(subject(i)["key"][1:])
-        new = document_for(i, docs.get(doc_id))
-        if not validator.is_valid(new):
-            raise ValueError(new)
-        revision = revisions.get(doc_id, 0) + 1
-        encoded = [(n, orjson.dumps(v, option=orjson.OPT_SORT_KEYS)) for n, v in new.items()]
-        edits = b"[" + b",".join(b'[["' + n.encode() + b'"],' + body + b"]" for n, body in encoded) + b"]"
-        group.write((doc_id, revision, encoded, edits), origin, paths)
-        docs[doc_id], revisions[doc_id] = new, revision
+        rows, new = least.rows(i)
+        group.write(rows, least.origin, least.paths)
+        least.written(rows, new)
 
     return apply, group
 

@@ -18,9 +18,9 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
-from benchmarks.bench_commit_floor import alternating, upserting, utc_now
+from benchmarks.bench_commit_floor import LeastRecords, alternating, upserting, utc_now
 from benchmarks.rounds import report
 
 TABLES = """
@@ -47,44 +47,30 @@ SELECT seq FROM t
 
 def least_apply(conn: Any) -> Callable[[int], object]:
     """As ``bench_commit_floor.by_hand``, its rows written in one statement."""
-    import jsonschema_rs
-    import orjson
-
-    from benchmarks.bench_states_vs_langgraph import DECL, document_for, subject
-
-    validator = jsonschema_rs.validator_for(cast(dict[str, Any], DECL["schema"]))
-    docs: dict[int, dict[str, Any]] = {}
-    revisions: dict[int, int] = {}
-    origin = orjson.dumps({"action": "apply", "door": "python", "op_id": None}, option=orjson.OPT_SORT_KEYS)
-    paths = orjson.dumps([["status"], ["count"], ["people"]])
+    least = LeastRecords()
 
     def apply(i: int) -> None:
-        doc_id = int(subject(i)["key"][1:])
-        new = document_for(i, docs.get(doc_id))
-        if not validator.is_valid(new):
-            raise ValueError(new)
-        revision = revisions.get(doc_id, 0) + 1
-        encoded = [(n, orjson.dumps(v, option=orjson.OPT_SORT_KEYS)) for n, v in new.items()]
-        edits = b"[" + b",".join(b'[["' + n.encode() + b'"],' + body + b"]" for n, body in encoded) + b"]"
+        rows, new = least.rows(i)
+        doc_id, revision, encoded, edits = rows
         names, bodies = [n for n, _ in encoded], [b for _, b in encoded]
         conn.execute(
             WRITE,
             (
                 utc_now(),
-                origin,
+                least.origin,
                 doc_id,
                 revision,
                 names,
                 bodies,
                 doc_id,
                 revision,
-                paths,
+                least.paths,
                 edits,
                 doc_id,
                 revision,
             ),
         ).fetchone()
-        docs[doc_id], revisions[doc_id] = new, revision
+        least.written(rows, new)
 
     return apply
 
