@@ -887,3 +887,25 @@ def test_the_dangling_reference_hint_scans_a_large_plane_only_as_far_as_its_budg
     assert hint["paths"] == ["session.tactics.next"]
     with pytest.raises(CorruptData):
         fresh.read_state({"path": "session.lazy.obj"})
+
+
+def test_a_warm_path_read_answers_from_the_caches_and_still_sees_other_writers(
+    open_migrated: StoreFactory,
+) -> None:
+    """A path into a small member whose heads and value this store holds at the document's
+    revision is answered without reading the member rows; a write by another store moves the
+    revision, so the next read misses and sees it, and a member held as a tree (over
+    ``TREE_MIN``) is still walked from its root."""
+    key = DocKey("paths", "warm")
+    reader, writer = open_migrated(), open_migrated()
+    reader.commit([Write.between(key, {}, {"tactics": {"next": "a"}, "lazy": plane(12_000)}, 0)])
+    assert reader.read_paths({key: [("tactics", "next")]})[key].trails[0].value == "a"
+    # warm: the heads and the member are cached at the current revision
+    assert reader.read_paths({key: [("tactics", "next"), ("absent",)]})[key].trails[0].value == "a"
+    doc = writer.read([key])[key]
+    body = doc.body or {}
+    writer.commit([Write.between(key, body, {**body, "tactics": {"next": "b"}}, doc.revision)])
+    got = reader.read_paths({key: [("tactics", "next"), ("lazy", "big", 7), ("absent",)]})[key]
+    assert got.revision == doc.revision + 1
+    assert [t.value for t in got.trails[:2]] == ["b", plane(12_000)["big"][7]]
+    assert got.trails[2].value is MISSING

@@ -21,11 +21,12 @@ from stateflow.doc.diff import Edit, apply_edits
 from stateflow.doc.select import MISSING
 from stateflow.errors import Conflict, CorruptData, InvalidInput, NotFound
 from stateflow.store import tree
-from stateflow.store.cache import RevisionCache
+from stateflow.store.cache import HeadCache, RevisionCache
 from stateflow.store.history import change_chain, nearest_snapshot, newest_changes
 from stateflow.store.key_positions import Positions
 from stateflow.store.model import DocKey
 from stateflow.store.nodes import NodeCache, fetch_bodies, load_tree
+from stateflow.store.plan import TREE_MIN
 from stateflow.store.rows import DocRow, decode_stored, directory_of
 from stateflow.store.trail import (
     MISSING_STEP,
@@ -77,6 +78,7 @@ class PathSource(Protocol):
     member and node caches, and its history's revision search and edit decoding."""
 
     _cache: RevisionCache[tuple[int, str], Any]
+    _heads: HeadCache
     _node_cache: NodeCache
     _positions: Positions
     holds_sql: ClassVar[str | None]
@@ -261,12 +263,18 @@ class PathReads:
         if not row.present:
             return [start(p, [MISSING_STEP], MISSING) for p in paths]
         names = sorted({str(p[0]) for p in paths})
+        values = self._cached_members(row, names)
+        if values is not None:
+            return [
+                self._from_member(tx, key, p, values.get(str(p[0]), _ABSENT), whole=whole, end=end)
+                for p in paths
+            ]
         found = tx.all(
             f"SELECT name, revision, root FROM members WHERE doc_id = ? AND name IN ({','.join('?' * len(names))})",
             [row.doc_id, *names],
         )
         heads = {str(n): (int(r), None if root is None else bytes(root)) for n, r, root in found}
-        values: dict[str, Any] = {}
+        values = {}
         misses = []
         for name, (revision, root) in heads.items():
             if root is not None:
@@ -289,6 +297,28 @@ class PathReads:
         return [
             self._from_member(tx, key, p, values.get(str(p[0]), _ABSENT), whole=whole, end=end) for p in paths
         ]
+
+    def _cached_members(self, row: DocRow, names: list[str]) -> dict[str, Any] | None:
+        """The members ``names`` of a present document at ``row``'s revision (a name absent:
+        no such member) from the caches alone, with no statement; None unless the member heads
+        at that revision are cached and each named member is inline (at most ``TREE_MIN``
+        bytes: never a tree) with its value cached."""
+        heads = self._store._heads.get(row.doc_id, row.revision)
+        if heads is None:
+            return None
+        wanted = set(names)
+        lookup = self._store._cache.lookup
+        values: dict[str, Any] = {}
+        for _, name, _, revision, size, _ in heads:
+            if name not in wanted:
+                continue
+            if size > TREE_MIN:
+                return None
+            hit, value = lookup((row.doc_id, name), revision)
+            if not hit:
+                return None
+            values[name] = value
+        return values
 
     def _from_member(
         self, tx: Tx, key: DocKey, path: PathT, member: Any, *, whole: bool = True, end: End | None = None
