@@ -50,6 +50,8 @@ class StoreCore(Backend):
         """decoded member values by (doc_id, name), at the revision that last wrote the member"""
         self._heads = HeadCache()
         self._rows_known: dict[DocKey, DocRow] = {}
+        self._handed: dict[DocKey, Document] = {}
+        """documents as an optimistic write last handed them to its computation (``Writes``)"""
         """document rows as last read or written here (see ``update(optimistic=True)``)"""
         self._contended: dict[DocKey, float] = {}
         """documents an optimistic read lost to another writer, until when (monotonic) their

@@ -185,8 +185,10 @@ def row_after(plan: WritePlan, seq: int, at: str) -> DocRow:
 def effective_edits(edits: Sequence[Edit]) -> Sequence[Edit]:
     """Edits before the last whole-document edit are overwritten by it: drop them, so storing
     whole-document edits first (then per member) replays exactly."""
-    last_root = max((i for i, e in enumerate(edits) if not e.path), default=0)
-    return edits[last_root:]
+    for i in range(len(edits) - 1, 0, -1):  # (from the end, no generator: most writes hold one edit)
+        if not edits[i].path:
+            return edits[i:]
+    return edits
 
 
 def validate_writes(writes: Sequence[Write], origin: dict[str, Any] | None) -> None:

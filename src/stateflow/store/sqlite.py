@@ -79,7 +79,10 @@ class _SqliteTx(Tx):
 
     def many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         try:
-            self.conn.executemany(sql, rows)
+            if len(rows) == 1:  # (one row: the common case, and `execute` costs less)
+                self.conn.execute(sql, rows[0])
+            else:
+                self.conn.executemany(sql, rows)
         except sqlite3.Error as exc:
             raise _mapped(exc) from exc
 

@@ -481,9 +481,21 @@ class Writes(StoreCore):
             if created is None or len(created) != len(new):
                 return None  # the backend creates rows in the locked path, or some existed already
             entries.update({key: (row, None, {}) for key, row in created.items()})
-        docs = {
-            key: Document(key, row.revision, body, row.updated_seq) for key, (row, body, _) in entries.items()
-        }
+        docs = {}
+        handed = self._handed
+        for key, (row, body, _) in entries.items():
+            doc = handed.get(key)
+            if (
+                doc is None
+                or doc.body is not body
+                or doc.revision != row.revision
+                or doc.seq != row.updated_seq
+            ):
+                doc = Document(key, row.revision, body, row.updated_seq)
+                if len(handed) >= HANDED_MAX:
+                    handed.clear()  # bounded; a miss only builds the document again
+                handed[key] = doc
+            docs[key] = doc
         try:
             writes, result = compute(docs)
             validate_writes(writes, origin)
@@ -1098,6 +1110,11 @@ def _shared_first(shared: Sequence[DocKey], locked: Sequence[DocKey]) -> bool:
     """Whether every shared row comes before every locked one in the lock order (both sorted)."""
     return not shared or not locked or lock_order(shared[-1]) < lock_order(locked[0])
 
+
+HANDED_MAX = 256
+"""Documents an optimistic write handed to its computation, kept to hand again while their row
+and body stay the same (the declarations and aliases every record write reads): a frozen
+dataclass costs a ``__setattr__`` per field to build. Few: each keeps its body alive."""
 
 ABORTED_RETRIES = 3
 """How many times an optimistic ``update`` runs again after the database ended it to break a
