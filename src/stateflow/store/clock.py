@@ -34,17 +34,25 @@ def utc_now() -> str:
     restored = _RESTORED_AT.get()
     if restored is not None:
         return restored
-    second, micros = divmod(time.time_ns() // 1000, 1_000_000)
+    now = time.time_ns() // 1000
+    second, micros = divmod(now, 1_000_000)
     cached = _second
     if cached[0] != second:
         cached = _second = (second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second)))
-    return f"{cached[1]}.{micros:06d}Z"
+    global _last
+    text = f"{cached[1]}.{micros:06d}Z"
+    _last = (text, now)
+    return text
 
 
 def utc_text(moment: datetime) -> str:
     """``moment`` (UTC) as the store writes times: ``YYYY-MM-DDTHH:MM:SS.ffffffZ``."""
     return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
+
+_last: tuple[str, int] = ("", 0)
+"""The text ``utc_now`` last gave and its microseconds: the commit that takes a time stores it
+as ``micros_of`` of that very text, known without parsing it back."""
 
 _parsed: tuple[str, int] = ("", 0)
 """The last second parsed by ``micros_of`` (as ``_second`` for ``utc_now``)."""
@@ -57,6 +65,9 @@ def micros_of(at: str) -> int | str:
     """The clock's text ``at`` as microseconds since the epoch — how SQLite keeps a transition's
     time since schema 8 (8 bytes in the row instead of 27); text of another shape as it is."""
     global _parsed
+    last = _last
+    if at is last[0]:  # (the same object: the time just taken)
+        return last[1]
     if len(at) != 27 or at[19] != "." or at[26] != "Z" or not at[20:26].isdigit():
         return at
     prefix = at[:19]

@@ -65,13 +65,21 @@ _MISSES = 3
 _WAKES = hasattr(socket, "AF_UNIX") and _SET is not None
 
 
+_COUNTER_LOCK = _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, 0, _COUNTER, 0)
+_COUNTER_UNLOCK = _FLOCK.pack(fcntl.F_UNLCK, os.SEEK_SET, 0, _COUNTER, 0)
+"""the counter's lock and unlock, packed once (taken and let go on every turn)"""
+
+
 def _lock(fd: int, start: int, length: int = 1, *, wait: bool = False) -> bool:
     """Take the exclusive lock on ``length`` bytes at ``start``; False if another holds it."""
     assert _SET is not None and _SET_WAIT is not None
+    packed = (
+        _COUNTER_LOCK
+        if start == 0 and length == _COUNTER
+        else _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, start, length, 0)
+    )
     try:
-        fcntl.fcntl(
-            fd, _SET_WAIT if wait else _SET, _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, start, length, 0)
-        )
+        fcntl.fcntl(fd, _SET_WAIT if wait else _SET, packed)
     except BlockingIOError:
         return False
     return True
@@ -86,7 +94,12 @@ def _free(fd: int, start: int) -> bool:
 
 def _unlock(fd: int, start: int, length: int = 1) -> None:
     assert _SET is not None
-    fcntl.fcntl(fd, _SET, _FLOCK.pack(fcntl.F_UNLCK, os.SEEK_SET, start, length, 0))
+    packed = (
+        _COUNTER_UNLOCK
+        if start == 0 and length == _COUNTER
+        else _FLOCK.pack(fcntl.F_UNLCK, os.SEEK_SET, start, length, 0)
+    )
+    fcntl.fcntl(fd, _SET, packed)
 
 
 class _Turn:
