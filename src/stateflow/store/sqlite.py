@@ -135,11 +135,13 @@ class _Member:
     def __enter__(self) -> _SqliteTx:
         commit = self._commit
         deadline = time.monotonic() + commit.wait
-        with commit._queued_lock:
-            commit._queued += 1
-        turn = commit.lock.acquire(timeout=commit.wait)
-        with commit._queued_lock:
-            commit._queued -= 1
+        turn = commit.lock.acquire(False)  # free: nobody is in a turn, so nobody to tell we wait
+        if not turn:
+            with commit._queued_lock:
+                commit._queued += 1
+            turn = commit.lock.acquire(timeout=commit.wait)
+            with commit._queued_lock:
+                commit._queued -= 1
         if not turn:
             raise StoreBusy(
                 f"this process's writers held the store for over {commit.wait:g} s; nothing was written",
@@ -235,8 +237,9 @@ class _GroupCommit:
         A writer that failed while the group holds work commits it at once: the failure is most
         likely a conflict with that uncommitted work, and a retry must see it committed (else
         retrying writers could keep the group open, and each other waiting, forever)."""
-        with self._queued_lock:
-            more = self._queued > 0
+        # (read without its lock: a writer counting itself in just now is missed at worst, and
+        # then begins the next group; a count going down needs ``lock``, which we hold)
+        more = self._queued > 0
         conn = self._conn
         joinable = conn is not None and (conn.in_transaction or group.members == 0)
         if more and group.attempts < self._max and joinable and not (failed and group.members):
