@@ -1145,7 +1145,7 @@ def _offline_plan(writes: Sequence[Write], loaded: Mapping[DocKey, Loaded]) -> l
     shared or unread document, its compare-and-set fails, or nothing is to be written (the
     locked path records any op id as before)."""
     plan = []
-    for write in sorted(writes, key=lambda w: w.key):
+    for write in writes if len(writes) < 2 else sorted(writes, key=lambda w: w.key):
         held = loaded.get(write.key)
         if held is None or (write.expect is not None and write.expect != held.row.revision):
             return []
