@@ -145,29 +145,33 @@ def test_a_schema_3_store_upgrades_in_place_and_reads_back_exactly(backend: str,
         reopened.close()
 
 
-def _schema6_store(backend: str, tmp_path: Path) -> None:
-    """The schema-3 fixture taken to version 6 by the version 4–6 scripts, as the previous
-    release's ``migrate`` left such a store."""
+def _store_at(version: int, backend: str, tmp_path: Path) -> None:
+    """The schema-3 fixture taken to ``version`` by the version 4…``version`` scripts, each in
+    its own transaction, as the release of that version's ``migrate`` left such a store."""
     _schema3_store(backend, tmp_path)
     if backend.startswith("postgresql://"):
-        with psycopg.connect(backend, autocommit=True) as pg, pg.transaction():
-            for version in (4, 5, 6):
-                for statement in statements(POSTGRES[version]):
-                    pg.execute(statement)
-            pg.execute("UPDATE stateflow_meta SET value = '6' WHERE key = 'schema_version'")
+        with psycopg.connect(backend, autocommit=True) as pg:
+            for step in range(4, version + 1):
+                with pg.transaction():
+                    for statement in statements(POSTGRES[step]):
+                        pg.execute(statement)
+                    pg.execute(
+                        "UPDATE stateflow_meta SET value = %s WHERE key = 'schema_version'", (str(step),)
+                    )
         return
     with sqlite3.connect(backend) as lite:
-        for version in (4, 5, 6):
-            for statement in statements(SQLITE[version]):
+        for step in range(4, version + 1):
+            for statement in statements(SQLITE[step]):
                 lite.execute(statement)
-        lite.execute("UPDATE stateflow_meta SET value = '6' WHERE key = 'schema_version'")
+            lite.execute("UPDATE stateflow_meta SET value = ? WHERE key = 'schema_version'", (str(step),))
+            lite.commit()
     lite.close()
 
 
 def test_a_schema_6_store_upgrades_to_7_and_searches_the_same(backend: str, tmp_path: Path) -> None:
     """Version 7 rebuilds SQLite's value index with numbers and strings only (version 6 gave
     objects and arrays entries too); searches answer the same before and after, through it."""
-    _schema6_store(backend, tmp_path)
+    _store_at(6, backend, tmp_path)
     store = open_store(backend, auto_migrate=False)
     try:
         with pytest.raises(StoreNotMigrated, match="schema version 6"):
@@ -203,22 +207,6 @@ def test_a_schema_6_store_upgrades_to_7_and_searches_the_same(backend: str, tmp_
         store.close()
 
 
-def _schema7_store(backend: str, tmp_path: Path) -> None:
-    """The schema-3 fixture taken to version 7 by the version 4–7 scripts."""
-    _schema6_store(backend, tmp_path)
-    if backend.startswith("postgresql://"):
-        with psycopg.connect(backend, autocommit=True) as pg, pg.transaction():
-            for statement in statements(POSTGRES[7]):
-                pg.execute(statement)
-            pg.execute("UPDATE stateflow_meta SET value = '7' WHERE key = 'schema_version'")
-        return
-    with sqlite3.connect(backend) as lite:
-        for statement in statements(SQLITE[7]):
-            lite.execute(statement)
-        lite.execute("UPDATE stateflow_meta SET value = '7' WHERE key = 'schema_version'")
-    lite.close()
-
-
 def _plan(store: SqlStore, sql: str, params: tuple[Any, ...]) -> str:
     """The query plan of ``sql`` (on PostgreSQL with sequential scans off: the fixture's tables
     are a few rows, which a scan reads fastest)."""
@@ -237,7 +225,7 @@ def test_a_schema_7_store_upgrades_to_8_and_lists_searches_and_prunes_the_same(
     """Version 8: ``documents_by_state`` holds present documents only; PostgreSQL's value index
     is keyed by a hash of name and value; SQLite keeps transition times as microseconds. What
     reads see is unchanged, and listings and searches still go through the indexes."""
-    _schema7_store(backend, tmp_path)
+    _store_at(7, backend, tmp_path)
     store = open_store(backend, auto_migrate=False)
     try:
         with pytest.raises(StoreNotMigrated, match="schema version 7"):
@@ -297,28 +285,12 @@ def test_a_schema_7_store_upgrades_to_8_and_lists_searches_and_prunes_the_same(
         store.close()
 
 
-def _schema8_store(backend: str, tmp_path: Path) -> None:
-    """The schema-3 fixture taken to version 8 by the version 4–8 scripts."""
-    _schema7_store(backend, tmp_path)
-    if backend.startswith("postgresql://"):
-        with psycopg.connect(backend, autocommit=True) as pg, pg.transaction():
-            for statement in statements(POSTGRES[8]):
-                pg.execute(statement)
-            pg.execute("UPDATE stateflow_meta SET value = '8' WHERE key = 'schema_version'")
-        return
-    with sqlite3.connect(backend) as lite:
-        for statement in statements(SQLITE[8]):
-            lite.execute(statement)
-        lite.execute("UPDATE stateflow_meta SET value = '8' WHERE key = 'schema_version'")
-    lite.close()
-
-
 def test_a_schema_8_store_upgrades_to_9_and_its_indexes_answer_the_same(backend: str, tmp_path: Path) -> None:
     """Version 9 writes PostgreSQL's ``stateflow_jsonb`` in PL/pgSQL (an SQL function it could
     never be inlined), and its commit function creates new documents' rows; the indexes built on
     ``stateflow_jsonb`` by version 8 are kept and give the same answers, before and after new
     writes. SQLite only records the version."""
-    _schema8_store(backend, tmp_path)
+    _store_at(8, backend, tmp_path)
     pg = backend.startswith("postgresql://")
     language = (
         "SELECT l.lanname, p.provolatile, p.proisstrict FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang "
@@ -374,28 +346,12 @@ def test_a_schema_8_store_upgrades_to_9_and_its_indexes_answer_the_same(backend:
         store.close()
 
 
-def _schema9_store(backend: str, tmp_path: Path) -> None:
-    """The schema-3 fixture taken to version 9 by the version 4–9 scripts."""
-    _schema8_store(backend, tmp_path)
-    if backend.startswith("postgresql://"):
-        with psycopg.connect(backend, autocommit=True) as pg, pg.transaction():
-            for statement in statements(POSTGRES[9]):
-                pg.execute(statement)
-            pg.execute("UPDATE stateflow_meta SET value = '9' WHERE key = 'schema_version'")
-        return
-    with sqlite3.connect(backend) as lite:
-        for statement in statements(SQLITE[9]):
-            lite.execute(statement)
-        lite.execute("UPDATE stateflow_meta SET value = '9' WHERE key = 'schema_version'")
-    lite.close()
-
-
 def test_a_schema_9_store_upgrades_to_10_and_its_value_index_holds_the_same_members(
     backend: str, tmp_path: Path
 ) -> None:
     """Version 10 keys SQLite's value index by the body's first byte instead of ``json_type``: the
     same members are in it, under the same values, and searches still start from it."""
-    _schema9_store(backend, tmp_path)
+    _store_at(9, backend, tmp_path)
     store = open_store(backend, auto_migrate=False)
     try:
         sqlite = isinstance(store, SqliteStore)
