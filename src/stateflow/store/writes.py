@@ -513,20 +513,16 @@ class Writes(StoreCore):
             raise _Computed(writes, result, seen) from None
         except StateflowError:
             return None
-        plans = [self._plan_doc(w, e, stage, fresh) for w, e, stage in staged]
-        committed = self._commit_planned(
+        done = self._commit_staged(
+            staged,
             [(key, entries[key][0]) for key in locked],
             [(key, entries[key][0]) for key in shared],
             list(dict.fromkeys(claims)),
             origin or {},
-            plans,
+            {w.key: loaded[w.key].row.revision for w in writes},
+            fresh,
         )
-        if committed is None:
-            return None
-        seq, at = committed
-        fresh.bodies = {d: (r, body, at, size) for d, (r, body, _, size) in fresh.bodies.items()}
-        revisions = {w.key: loaded[w.key].row.revision for w in writes}
-        return _committed(staged, plans, revisions, seq, at, fresh), result
+        return None if done is None else (done, result)
 
     def _still_contended(self, seen: Mapping[DocKey, DocRow | None], now: Mapping[DocKey, DocRow]) -> None:
         """Under the row locks: a document another writer wrote since this store last saw it
@@ -620,20 +616,37 @@ class Writes(StoreCore):
                 staged = [(w, e, self._stage(tx, w, e)) for w, e in plan]
             except StateflowError:
                 return None
-        plans = [self._plan_doc(w, e, stage, fresh) for w, e, stage in staged]
-        committed = self._commit_planned(
+        done = self._commit_staged(
+            staged,
             [(key, rows[key]) for key in locked],
             [(key, rows[key]) for key in shared],
             list(dict.fromkeys(claims)),
             origin or {},
-            plans,
+            {w.key: loaded[w.key].row.revision for w in writes},
+            fresh,
         )
+        return MOVED if done is None else (done, result)
+
+    def _commit_staged(
+        self,
+        staged: Sequence[tuple[Write, Loaded, Stage]],
+        locked: Sequence[tuple[DocKey, DocRow]],
+        shared: Sequence[tuple[DocKey, DocRow]],
+        claims: Sequence[tuple[str, str]],
+        origin: dict[str, Any],
+        revisions: dict[DocKey, int],
+        fresh: Fresh,
+    ) -> Commit | None:
+        """The end of every write computed without row locks: plan the staged writes, commit
+        them if none of the ``locked`` and ``shared`` rows moved (None: nothing was written),
+        and the outcome (``revisions``: the written documents' current ones)."""
+        plans = [self._plan_doc(w, e, stage, fresh) for w, e, stage in staged]
+        committed = self._commit_planned(locked, shared, claims, origin, plans)
         if committed is None:
-            return MOVED
+            return None
         seq, at = committed
         fresh.bodies = {d: (r, body, at, size) for d, (r, body, _, size) in fresh.bodies.items()}
-        revisions = {w.key: loaded[w.key].row.revision for w in writes}
-        return _committed(staged, plans, revisions, seq, at, fresh), result
+        return _committed(staged, plans, revisions, seq, at, fresh)
 
     def _absent_rows(self, keys: Sequence[DocKey]) -> dict[DocKey, DocRow] | None:
         """Rows (absent, revision 0) for documents that have none, before an optimistic commit
@@ -1052,14 +1065,17 @@ class Writes(StoreCore):
         except StateflowError:  # a member held as a tree: the locked path stages it
             return None
         fresh = Fresh()
-        plan = self._plan_doc(write, loaded, stage, fresh)
-        committed = self._commit_planned([(key, row)], [(k, v[0]) for k, v in seen], [], origin, [plan])
-        if committed is None:
-            return None
-        seq, at = committed
-        fresh.bodies = {d: (r, b, at, size) for d, (r, b, _, size) in fresh.bodies.items()}
-        done = _committed([(write, loaded, stage)], [plan], {key: row.revision}, seq, at, fresh)
-        self._remember(fresh)
+        done = self._commit_staged(
+            [(write, loaded, stage)],
+            [(key, row)],
+            [(k, v[0]) for k, v in seen],
+            [],
+            origin,
+            {key: row.revision},
+            fresh,
+        )
+        if done is not None:
+            self._remember(fresh)
         return done
 
     def _take_snapshot(self, tx: Tx, doc_id: int, revision: int, present: bool) -> None:
