@@ -23,6 +23,7 @@ from typing import Any, Generic, TypeVar
 from stateflow.extras import needs_extra
 from stateflow.memory import SCOPES, Identity, MemoryConfig, MemoryView
 from stateflow.memory.scopes import SESSION_ENV
+from stateflow.offload import run_sync
 from stateflow.states import StatesService
 from stateflow.store import Store, open_store
 from stateflow.store.open import ENV_VAR as STORE_ENV
@@ -50,16 +51,15 @@ async def call(store: Store, fn: Callable[..., R], *args: Any, **kwargs: Any) ->
 async def on_edge(store: Store, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
     """How the HTTP and MCP edges run ``fn`` (synchronous code working on ``store``): on the
     loop for an async PostgreSQL store — its round trips are awaited there, no worker thread
-    is taken and none hands the result back — else on anyio's worker threads, as Starlette
-    runs a synchronous endpoint. Code that waits on anything but the database (the jq
-    workers) must not run on the loop: the edges keep it on a worker thread."""
+    is taken and none hands the result back — else on a worker thread of
+    :mod:`stateflow.offload` (anyio's contract at a third of its cost per hop). Code that waits
+    on anything but the database (the jq workers) must not run on the loop: the edges keep it
+    on a worker thread."""
     if runs_on_loop(store):
         from stateflow.store.async_bridge import spawn
 
         return await spawn(fn, *args, **kwargs)
-    import anyio.to_thread
-
-    return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
+    return await run_sync(fn, *args, **kwargs)
 
 
 async def open_store_async(
