@@ -725,7 +725,8 @@ def _commit_alone(conn: Any, params: Sequence[Any]) -> int | None:
     # set-up, its prepared-statement bookkeeping, adapting 57 parameters one by one, reading the
     # result's description).
     pgconn = conn.pgconn
-    values = [_raw_param(p) for p in params]
+    # (nearly all of them array literals: text, encoded inline)
+    values = [p.encode() if type(p) is str else _raw_param(p) for p in params]
     formats = [1 if type(p) is bytes else 0 for p in params]
     with conn.lock:
         for attempt in range(2):
@@ -866,34 +867,60 @@ def _key_arrays(rows: Sequence[tuple[DocKey, DocRow]]) -> list[str]:
 
 
 def _row_arrays(plans: Sequence[WritePlan]) -> list[str]:
-    """The write function's arguments for these plans, in ``_WRITE_ROW_TYPES`` order."""
-    snapshots = [(p.doc_id, p.revision, 1 if p.present else 0) for p in plans if p.snapshot]
+    """The write function's arguments for these plans, in ``_WRITE_ROW_TYPES`` order (the
+    columns gathered in one pass over the plans, not a generator per column)."""
+    deletes: list[tuple[int, str]] = []
+    gone: list[int] = []
+    updates: list[tuple[Any, ...]] = []
+    inserts: list[tuple[Any, ...]] = []
+    nodes: list[tuple[bytes, bytes]] = []
+    edits: list[tuple[Any, ...]] = []
+    ids: list[int] = []
+    revisions: list[int] = []
+    paths: list[bytes] = []
+    inline: list[bytes | None] = []
+    documents: list[tuple[int, ...]] = []
+    snapshots: list[tuple[int, int, int]] = []
+    for p in plans:
+        if p.present:
+            deletes += p.deletes
+        else:
+            gone.append(p.doc_id)
+        updates += p.updates
+        inserts += p.inserts
+        if p.nodes:
+            nodes += p.nodes.items()
+        edits += p.edits
+        ids.append(p.doc_id)
+        revisions.append(p.revision)
+        paths.append(p.paths)
+        inline.append(p.inline)
+        d = p.row
+        documents.append(
+            (
+                d.revision,
+                int(d.present),
+                d.snapshot_revision,
+                d.bytes_since_snapshot,
+                d.body_size,
+                d.next_position,
+                d.doc_id,
+            )
+        )
+        if p.snapshot:
+            snapshots.append((p.doc_id, p.revision, 1 if p.present else 0))
     return [
-        *_columns([d for p in plans if p.present for d in p.deletes], 2),
-        _array(p.doc_id for p in plans if not p.present),
-        *_columns([u for p in plans for u in p.updates], 7),
-        *_columns([i for p in plans for i in p.inserts], 8),
-        *_columns([n for p in plans for n in p.nodes.items()], 2),
-        _array(p.doc_id for p in plans),
-        _array(p.revision for p in plans),
-        _array(p.paths for p in plans),
-        _array(p.inline for p in plans),
-        *_columns([e for p in plans for e in p.edits], 5),
-        *_columns(
-            [
-                (
-                    d.revision,
-                    int(d.present),
-                    d.snapshot_revision,
-                    d.bytes_since_snapshot,
-                    d.body_size,
-                    d.next_position,
-                    d.doc_id,
-                )
-                for d in (p.row for p in plans)
-            ],
-            7,
-        ),
+        *_columns(deletes, 2),
+        _array(gone),
+        *_columns(updates, 7),
+        *_columns(inserts, 8),
+        *_columns(nodes, 2),
+        _array(ids),
+        _array(revisions),
+        _array(paths),
+        _array(inline),
+        *_columns(edits, 5),
+        *_columns(documents, 7),
         *_columns(snapshots, 3),
     ]
 
