@@ -36,28 +36,32 @@ def authored_paths(
     An ``{"[N]": …}`` patch names its elements (numeric path segments) when ``shown`` — the view
     the model was shown — holds an array there with every N in bounds; otherwise the array as a
     whole, since the model has no element basis to apply an element entry to."""
-    skipped = set(skip)
+    skipped = skip if isinstance(skip, (tuple, frozenset, set)) else tuple(skip)
     out: list[tuple[str | int, ...]] = []
+    for plane, value in patch.items():
+        if plane not in skipped:
+            _walk(value, (plane,), shown, out)
+    return out
 
-    def walk(node: Any, path: tuple[str | int, ...]) -> None:
-        if type(node) is dict and node and is_index_patch(node):
+
+def _walk(node: Any, path: tuple[str | int, ...], shown: dict[str, Any] | None, out: list[Any]) -> None:
+    # (a module function, not a closure made per call: this runs on every patch_state)
+    if type(node) is dict and node:
+        # an index patch's keys all read "[N]": one look at the first key spares the pattern
+        if next(iter(node))[:1] == "[" and is_index_patch(node):
             basis = MISSING if shown is None else _at(shown, path)
             indexes = [int(k[1:-1]) for k in node]
             if type(basis) is list and all(i < len(basis) for i in indexes):
                 for i, value in zip(indexes, node.values(), strict=True):
-                    walk(value, (*path, i))
+                    _walk(value, (*path, i), shown, out)
             else:
                 out.append(path)
-        elif type(node) is dict and node and not (len(path) == 2 and path[0] == "artifacts"):
+            return
+        if not (len(path) == 2 and path[0] == "artifacts"):
             for k, v in node.items():
-                walk(v, (*path, k))
-        else:
-            out.append(path)  # a leaf, a deletion or a card
-
-    for plane, value in patch.items():
-        if plane not in skipped:
-            walk(value, (plane,))
-    return out
+                _walk(v, (*path, k), shown, out)
+            return
+    out.append(path)  # a leaf, a deletion or a card
 
 
 def _at(value: Any, path: tuple[str | int, ...]) -> Any:
@@ -77,14 +81,18 @@ def effective_entries(
     """``(path, value or MISSING)`` for every changed or authored path, none under another."""
     paths = [edit.path for edit in diff(shown, accepted)]
     paths += [p for p in authored if p]
-    unique = sorted(set(paths), key=lambda p: (len(p), [str(s) for s in p]))
-    kept: list[tuple[str | int, ...]] = []
-    for p in unique:
-        if not any(p[: len(k)] == k for k in kept):
-            kept.append(p)
+    # each path at its last place in ``paths``; kept unless one of its ancestors is listed too
+    # (a loop, not a sort by depth and a scan of the kept: this runs on every patch_state)
     order = {p: i for i, p in enumerate(paths)}
-    kept.sort(key=lambda p: order[p])
-    return [(p, _at(accepted, p)) for p in kept]
+    kept: list[tuple[int, tuple[str | int, ...]]] = []
+    for p, i in order.items():
+        for n in range(len(p)):
+            if p[:n] in order:
+                break
+        else:
+            kept.append((i, p))
+    kept.sort()  # by place: places are distinct, paths are never compared
+    return [(p, _at(accepted, p)) for _, p in kept]
 
 
 def read_path(root: str | None, path: tuple[str | int, ...]) -> str | None:
