@@ -39,11 +39,30 @@ def forever(location: str) -> None:
         store.update([A, B], bump)
 
 
+def patcher(location: str, index: int, count: int) -> None:
+    """``patch_state`` of its own key in one shared session scope, ``count`` times; prints
+    ``step:i`` once each is acknowledged, and ``served`` when the server merged any."""
+    from stateflow.memory import Identity, MemoryView
+
+    store = open_store(location, auto_migrate=True)
+    view = MemoryView(store, Identity.of("bench", "/bench", "shared"))
+    try:
+        for i in range(count):
+            view.patch_state({"session": {"tactics": {f"w{index}": f"step {i}"}}})
+            print(f"step:{i}", flush=True)
+        if getattr(store, "_served_revisions", None):
+            print("served", flush=True)
+    finally:
+        store.close()
+
+
 if __name__ == "__main__":
     command, location = sys.argv[1], sys.argv[2]
     if command == "increment":
         increment(location, int(sys.argv[3]))
     elif command == "forever":
         forever(location)
+    elif command == "patcher":
+        patcher(location, int(sys.argv[3]), int(sys.argv[4]))
     else:
         raise SystemExit(f"unknown command {command}")

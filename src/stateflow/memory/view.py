@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from stateflow.doc.canonical import JSON, detach, encode, identical
+from stateflow.doc.canonical import JSON, detach, encode, encode_trusted, identical
 from stateflow.doc.diff import Edit, diff, to_patch
 from stateflow.doc.merge import merge_patch, overlay, patch_paths
 from stateflow.doc.paths import Index, Key, PatchesPath, Range, ReadPath, Selector, parse
@@ -26,6 +26,7 @@ from stateflow.errors import (
     NotFound,
     SelectionError,
     StateflowError,
+    StoreError,
 )
 from stateflow.memory import artifacts as artifact_provenance
 from stateflow.memory import knowledge, receipts
@@ -47,7 +48,8 @@ from stateflow.memory.planes import (
 from stateflow.memory.protocol import protocol_text
 from stateflow.memory.refs import HINT_MESSAGE, HINT_TRUNCATED, Unread, anchor, find_referrers, relativize
 from stateflow.memory.scopes import SCOPES, Identity
-from stateflow.store import Change, DocKey, Document, Store, Write
+from stateflow.memory.served import served_case
+from stateflow.store import Change, Commit, DocKey, Document, Store, Write
 from stateflow.store.spares import SPARES
 from stateflow.store.trail import End, KeysEnd, KeysForm, SliceEnd, SliceForm, Step, Trail
 
@@ -736,14 +738,7 @@ class MemoryView:
             )
             return writes, staged
 
-        commit, _ = self.store.update(
-            list(self.keys.values()),
-            compute,
-            {"door": "tool", "tool": "patch_state", **(origin or {})},
-            members=sorted(members),
-            outlines=outlines,
-            optimistic=True,  # compute keeps nothing between calls but ``staged``, set whole each time
-        )
+        commit = self._commit_patch(supplied, compute, sorted(members), outlines, origin)
         changed: list[str] = [
             s
             for s in SCOPES
@@ -775,6 +770,42 @@ class MemoryView:
         return Receipt(
             f"State materialized atomically at {labels} {noun}.", changed, updates, hints, commit.seq
         )
+
+    def _commit_patch(
+        self,
+        supplied: dict[str, dict[str, Any]],
+        compute: Callable[[dict[DocKey, Document]], tuple[list[Write], dict[str, Any]]],
+        members: list[str],
+        outlines: list[str],
+        origin: dict[str, Any] | None,
+    ) -> Commit:
+        """Commit the patch: merged by the store where it can (``memory.served``; then
+        ``compute`` runs after the commit, on the basis the store merged into, for the receipt,
+        and must find the very write the store made), else through ``Store.update``."""
+        origin = {"door": "tool", "tool": "patch_state", **(origin or {})}
+        on_server = getattr(self.store, "patch_on_server", None)
+        if on_server is not None and self.config.hot_budget is None and served_case(supplied):
+            patches = {self.keys[s]: encode(p) for s, p in supplied.items()}
+            done = on_server(list(self.keys.values()), patches, members, outlines, origin)
+            if done is not None:
+                writes, _ = compute(done.docs)
+                made = {w.key: encode_trusted([list(e.path) for e in w.edits]) for w in writes}
+                if made != done.paths:
+                    raise StoreError(
+                        "the store's merge of this patch differs from the memory layer's: "
+                        f"{sorted(map(str, done.paths))} written, {sorted(map(str, made))} computed"
+                    )
+                served: Commit = done.commit
+                return served
+        commit, _ = self.store.update(
+            list(self.keys.values()),
+            compute,
+            origin,
+            members=members,
+            outlines=outlines,
+            optimistic=True,  # compute keeps nothing between calls but ``staged``, set whole each time
+        )
+        return commit
 
     def _check_hot_budget(self, basis: dict[str, Any], new: dict[str, Any]) -> None:
         budget = self.config.hot_budget

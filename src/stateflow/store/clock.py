@@ -28,6 +28,11 @@ def restoring_time(at: str) -> Iterator[None]:
         _RESTORED_AT.reset(token)
 
 
+def restored_at() -> str | None:
+    """The time ``restoring_time`` set for this thread's commits, or None (the clock's)."""
+    return _RESTORED_AT.get()
+
+
 def utc_now() -> str:
     """The store's one clock: fixed-width ISO-8601 UTC, so text order is time order."""
     global _second

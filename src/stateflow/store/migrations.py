@@ -96,13 +96,21 @@ Version 10, on SQLite, rebuilds ``members_by_value`` with the same entries under
 member's kind is told by the first byte of its canonical body instead of by ``json_type`` (which
 parsed the old and the new body up to four times on every member write). PostgreSQL only
 records the version.
+
+Version 11, on PostgreSQL, adds ``stateflow_patch_commit``: a memory patch of the common case
+(see ``docs/architecture.md``, "Patches merged by the server") merged by the server inside the
+commit statement — the documents locked, the members merged, the change, its edits and touched
+paths, the snapshot when due and the transition written, the basis returned — so the row lock
+is held only inside the server. ``stateflow_merge_object`` is its merge of one object, on
+``json`` text (key order and the values' bytes kept as stored). SQLite needs nothing new (it
+only records the version).
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-SCHEMA_VERSION: Final = 10
+SCHEMA_VERSION: Final = 11
 
 VALUE_INDEX_MAX: Final = 1024
 """Members up to this encoded size are in ``members_by_value`` (scalars only)."""
@@ -377,11 +385,329 @@ DROP INDEX members_by_value;
 CREATE INDEX members_by_value ON members (name, {SQLITE_VALUE.format(m="")})
     WHERE {SQLITE_VALUE_WHERE.format(m="")};
 """,
+    11: "",
 }
 
 INDEXABLE: Final = "m.size <= 1048576 AND position('\\x5c7530303030'::bytea IN m.body) = 0"
 """Members in PostgreSQL's containment index: up to 1 MiB and without an escaped NUL (which
 jsonb cannot hold). Search checks the others in Python, so it means the same on both backends."""
+
+_PATCH_COMMIT: Final = r"""
+CREATE FUNCTION stateflow_merge_object(
+    p_old TEXT, p_patch TEXT, p_prefix TEXT, INOUT paths TEXT[], INOUT vals TEXT[], OUT merged TEXT
+) LANGUAGE plpgsql IMMUTABLE AS $$
+-- The merge of p_patch (an object whose values are non-empty objects or strings, integers and
+-- booleans) into the object p_old, both compact JSON text, as the memory layer's merge patch
+-- makes it: the old keys in their order (a changed value in place), then the new keys in the
+-- patch's order; every value copied as its bytes are (json keeps them). The edits, in the
+-- patch's order as the diff along its paths finds them, are appended to paths (each an
+-- encoded path, p_prefix: the encoded segments above, each followed by a comma) and vals (the
+-- value set there). A key that encoding would escape raises SF422: not this merge's case.
+DECLARE
+    old_json JSON := p_old::json;
+    pk TEXT[] := '{}';
+    pv TEXT[] := '{}';
+    parts TEXT[] := '{}';
+    k TEXT;
+    sub TEXT;
+    was TEXT;
+    got TEXT;
+    i INT;
+BEGIN
+    FOR k, sub IN SELECT e.key, e.value::text FROM json_each(p_patch::json) AS e LOOP
+        IF k ~ '[\x01-\x1f"\\]' THEN
+            RAISE EXCEPTION 'a key to escape' USING ERRCODE = 'SF422';
+        END IF;
+        was := (old_json -> k)::text;
+        IF json_typeof(sub::json) = 'object' AND was IS NOT NULL AND json_typeof(was::json) = 'object' THEN
+            SELECT x.paths, x.vals, x.merged INTO paths, vals, got
+            FROM stateflow_merge_object(was, sub, p_prefix || '"' || k || '",', paths, vals) AS x;
+        ELSE
+            got := sub;
+            IF was IS DISTINCT FROM sub THEN
+                paths := paths || ('[' || p_prefix || '"' || k || '"]');
+                vals := vals || sub;
+            END IF;
+        END IF;
+        pk := pk || k;
+        pv := pv || got;
+    END LOOP;
+    FOR k, was IN SELECT e.key, e.value::text FROM json_each(old_json) AS e LOOP
+        i := array_position(pk, k);
+        IF i IS NULL THEN
+            IF k ~ '[\x01-\x1f"\\]' THEN
+                RAISE EXCEPTION 'a key to escape' USING ERRCODE = 'SF422';
+            END IF;
+            parts := parts || ('"' || k || '":' || was);
+        ELSE
+            parts := parts || ('"' || k || '":' || pv[i]);
+            pk[i] := NULL;
+        END IF;
+    END LOOP;
+    FOR i IN 1 .. coalesce(array_length(pk, 1), 0) LOOP
+        IF pk[i] IS NOT NULL THEN
+            parts := parts || ('"' || pk[i] || '":' || pv[i]);
+        END IF;
+    END LOOP;
+    merged := '{' || array_to_string(parts, ',') || '}';
+END
+$$;
+CREATE FUNCTION stateflow_patch_commit(
+    p_state TEXT[], p_subject TEXT[], p_patch TEXT[], p_members TEXT[], p_outlines TEXT[],
+    p_at TEXT, p_origin BYTEA, p_seq_lock BIGINT
+) RETURNS TABLE (r_doc INT, r_name TEXT, r_a BIGINT, r_b BIGINT, r_c BIGINT, r_outline BYTEA, r_body BYTEA)
+LANGUAGE plpgsql AS $$
+-- A memory patch merged by the server (the client's ``patch_state`` computes the same write
+-- from the basis returned, after the commit). The documents p_state/p_subject (the view's, in
+-- the lock order) are locked as the locked path locks them; p_patch holds each one's merge
+-- patch ({member: object}) or NULL. Every document must have a row, a patched one must exist
+-- and its patched members must be inline (else SF422: the caller takes the locked path; so
+-- does any other case this merge does not cover). Returned, before anything is written: per
+-- document (r_doc, from 1) a row with r_name NULL — r_a present, r_b revision, r_c updated_seq,
+-- r_outline the touched paths written (NULL: not written) — then its members p_members
+-- (r_a position, r_b revision, r_c size, r_outline outline, r_body body) and p_outlines (no
+-- body), in position order; last, when something was written, r_doc 0 with r_name the time and
+-- r_b the seq. The rows it writes are those the locked path writes for the same patch.
+DECLARE
+    n INT := coalesce(array_length(p_state, 1), 0);
+    d_id BIGINT[] := '{}';
+    d_rev BIGINT[] := '{}';
+    d_present SMALLINT[] := '{}';
+    d_seq BIGINT[] := '{}';
+    d_snap BIGINT[] := '{}';
+    d_since BIGINT[] := '{}';
+    d_size BIGINT[] := '{}';
+    d_pos BIGINT[] := '{}';
+    w_paths TEXT[] := '{}';
+    upd_body BYTEA[] := '{}';
+    upd_rev BIGINT[] := '{}';
+    upd_size BIGINT[] := '{}';
+    upd_outline BYTEA[] := '{}';
+    upd_root BYTEA[] := '{}';
+    upd_doc BIGINT[] := '{}';
+    upd_name TEXT[] := '{}';
+    ins_doc BIGINT[] := '{}';
+    ins_name TEXT[] := '{}';
+    ins_pos BIGINT[] := '{}';
+    ins_rev BIGINT[] := '{}';
+    ins_size BIGINT[] := '{}';
+    ins_outline BYTEA[] := '{}';
+    ins_body BYTEA[] := '{}';
+    ins_root BYTEA[] := '{}';
+    ch_doc BIGINT[] := '{}';
+    ch_rev BIGINT[] := '{}';
+    ch_paths BYTEA[] := '{}';
+    ch_edits BYTEA[] := '{}';
+    ed_doc BIGINT[] := '{}';
+    ed_rev BIGINT[] := '{}';
+    ed_member TEXT[] := '{}';
+    ed_edits BYTEA[] := '{}';
+    ed_roots BYTEA[] := '{}';
+    doc_rev BIGINT[] := '{}';
+    doc_present SMALLINT[] := '{}';
+    doc_snap BIGINT[] := '{}';
+    doc_since BIGINT[] := '{}';
+    doc_size BIGINT[] := '{}';
+    doc_pos BIGINT[] := '{}';
+    doc_ids BIGINT[] := '{}';
+    snap_doc BIGINT[] := '{}';
+    snap_rev BIGINT[] := '{}';
+    snap_present SMALLINT[] := '{}';
+    row_found RECORD;
+    m TEXT;
+    mp TEXT;
+    old_body BYTEA;
+    old_size BIGINT;
+    old_root BYTEA;
+    had BOOLEAN;
+    old_text TEXT;
+    merged TEXT;
+    new_body BYTEA;
+    paths TEXT[];
+    vals TEXT[];
+    v_first INT;
+    g_member TEXT[];
+    g_edits TEXT[];
+    v_size BIGINT;
+    v_pos BIGINT;
+    v_rev BIGINT;
+    v_bytes BIGINT;
+    v_since BIGINT;
+    v_snap BIGINT;
+    v_at TEXT;
+    new_seq BIGINT;
+    wrote BOOLEAN := false;
+BEGIN
+    FOR i IN 1 .. n LOOP
+        SELECT d.doc_id, d.revision, d.present, d.updated_seq, d.snapshot_revision,
+               d.bytes_since_snapshot, d.body_size, d.next_position
+        INTO row_found FROM documents d
+        WHERE d.state = p_state[i] AND d.subject = p_subject[i] FOR NO KEY UPDATE;
+        IF NOT FOUND OR (p_patch[i] IS NOT NULL AND row_found.present <> 1) THEN
+            RAISE EXCEPTION 'a document without a row, or patched while absent' USING ERRCODE = 'SF422';
+        END IF;
+        d_id := d_id || row_found.doc_id;
+        d_rev := d_rev || row_found.revision;
+        d_present := d_present || row_found.present;
+        d_seq := d_seq || row_found.updated_seq;
+        d_snap := d_snap || row_found.snapshot_revision;
+        d_since := d_since || row_found.bytes_since_snapshot;
+        d_size := d_size || row_found.body_size;
+        d_pos := d_pos || row_found.next_position;
+        w_paths := w_paths || NULL::text;
+    END LOOP;
+    IF EXISTS (
+        SELECT 1 FROM generate_series(1, n) AS x(i) JOIN members mm ON mm.doc_id = d_id[x.i]
+        WHERE d_present[x.i] = 1 AND mm.root IS NOT NULL AND mm.name = ANY(p_members)
+    ) THEN
+        RAISE EXCEPTION 'a member held as a tree' USING ERRCODE = 'SF422';
+    END IF;
+    FOR i IN 1 .. n LOOP
+        CONTINUE WHEN p_patch[i] IS NULL;
+        paths := '{}';
+        vals := '{}';
+        g_member := '{}';
+        g_edits := '{}';
+        v_size := d_size[i];
+        v_pos := d_pos[i];
+        v_rev := d_rev[i] + 1;
+        FOR m, mp IN SELECT e.key, e.value::text FROM json_each(p_patch[i]::json) AS e LOOP
+            IF m ~ '[\x01-\x1f"\\]' OR json_typeof(mp::json) <> 'object' THEN
+                RAISE EXCEPTION 'a member this merge does not cover' USING ERRCODE = 'SF422';
+            END IF;
+            SELECT mm.body, mm.size, mm.root INTO old_body, old_size, old_root
+            FROM members mm WHERE mm.doc_id = d_id[i] AND mm.name = m;
+            had := FOUND;
+            IF had AND old_root IS NOT NULL THEN
+                RAISE EXCEPTION 'a member held as a tree' USING ERRCODE = 'SF422';
+            END IF;
+            v_first := coalesce(array_length(paths, 1), 0);
+            old_text := CASE WHEN had THEN convert_from(old_body, 'UTF8') END;
+            IF had AND json_typeof(old_text::json) = 'object' THEN
+                SELECT x.paths, x.vals, x.merged INTO paths, vals, merged
+                FROM stateflow_merge_object(old_text, mp, '"' || m || '",', paths, vals) AS x;
+            ELSE  -- set whole: its keys are encoded in its outline
+                IF EXISTS (SELECT 1 FROM json_each(mp::json) AS e WHERE e.key ~ '[\x01-\x1f"\\]') THEN
+                    RAISE EXCEPTION 'a key to escape' USING ERRCODE = 'SF422';
+                END IF;
+                merged := mp;
+                paths := paths || ('["' || m || '"]');
+                vals := vals || mp;
+            END IF;
+            CONTINUE WHEN coalesce(array_length(paths, 1), 0) = v_first;  -- this member is as it was
+            new_body := convert_to(merged, 'UTF8');
+            IF octet_length(new_body) > 1048576 THEN
+                RAISE EXCEPTION 'a member to hold as a tree' USING ERRCODE = 'SF422';
+            END IF;
+            IF had THEN
+                upd_body := upd_body || new_body;
+                upd_rev := upd_rev || v_rev;
+                upd_size := upd_size || octet_length(new_body)::bigint;
+                upd_outline := upd_outline || (
+                    SELECT convert_to('{' || coalesce(string_agg(
+                        '"' || e.key || '":"' || json_typeof(e.value) || '"', ',' ORDER BY e.o), '') || '}', 'UTF8')
+                    FROM json_each(merged::json) WITH ORDINALITY AS e(key, value, o));
+                upd_root := upd_root || NULL::bytea;
+                upd_doc := upd_doc || d_id[i];
+                upd_name := upd_name || m;
+                v_size := v_size + octet_length(new_body) - old_size;
+            ELSE
+                ins_doc := ins_doc || d_id[i];
+                ins_name := ins_name || m;
+                ins_pos := ins_pos || v_pos;
+                ins_rev := ins_rev || v_rev;
+                ins_size := ins_size || octet_length(new_body)::bigint;
+                ins_outline := ins_outline || (
+                    SELECT convert_to('{' || coalesce(string_agg(
+                        '"' || e.key || '":"' || json_typeof(e.value) || '"', ',' ORDER BY e.o), '') || '}', 'UTF8')
+                    FROM json_each(merged::json) WITH ORDINALITY AS e(key, value, o));
+                ins_body := ins_body || new_body;
+                ins_root := ins_root || NULL::bytea;
+                v_pos := v_pos + 1;
+                v_size := v_size + octet_length(new_body);
+            END IF;
+            g_member := g_member || m;
+            g_edits := g_edits || ('[' || array_to_string(ARRAY(
+                SELECT '[' || paths[j] || ',' || vals[j] || ']'
+                FROM generate_series(v_first + 1, array_length(paths, 1)) AS j ORDER BY j), ',') || ']');
+        END LOOP;
+        CONTINUE WHEN coalesce(array_length(g_member, 1), 0) = 0;  -- nothing changed here
+        wrote := true;
+        w_paths[i] := '[' || array_to_string(paths, ',') || ']';
+        v_bytes := (SELECT sum(octet_length(convert_to(g, 'UTF8'))) FROM unnest(g_edits) AS g);
+        ch_doc := ch_doc || d_id[i];
+        ch_rev := ch_rev || v_rev;
+        ch_paths := ch_paths || convert_to(w_paths[i], 'UTF8');
+        IF v_bytes <= 512 THEN  -- kept in the change row (plan.INLINE_EDITS_MAX), by member name
+            ch_edits := ch_edits || (
+                SELECT convert_to('[' || string_agg('["' || g.m || '",' || g.e || ']', ',' ORDER BY g.m COLLATE "C")
+                    || ']', 'UTF8')
+                FROM unnest(g_member, g_edits) AS g(m, e));
+        ELSE
+            ch_edits := ch_edits || NULL::bytea;
+            SELECT ed_doc || array_agg(d_id[i] ORDER BY g.m COLLATE "C"),
+                   ed_rev || array_agg(v_rev ORDER BY g.m COLLATE "C"),
+                   ed_member || array_agg(g.m ORDER BY g.m COLLATE "C"),
+                   ed_edits || array_agg(convert_to(g.e, 'UTF8') ORDER BY g.m COLLATE "C"),
+                   ed_roots || array_agg(NULL::bytea ORDER BY g.m COLLATE "C")
+            INTO ed_doc, ed_rev, ed_member, ed_edits, ed_roots
+            FROM unnest(g_member, g_edits) AS g(m, e);
+        END IF;
+        v_since := d_since[i] + v_bytes;
+        v_snap := d_snap[i];
+        -- plan.SNAPSHOT_MAX_CHAIN, SNAPSHOT_MIN_BYTES, SNAPSHOT_LARGE_CHAIN and TREE_MIN
+        IF v_rev - v_snap >= 256 OR v_since >= greatest(v_size, 4096)
+            OR (v_rev - v_snap >= 16 AND v_size >= 1048576) THEN
+            snap_doc := snap_doc || d_id[i];
+            snap_rev := snap_rev || v_rev;
+            snap_present := snap_present || 1::smallint;
+            v_snap := v_rev;
+            v_since := 0;
+        END IF;
+        doc_rev := doc_rev || v_rev;
+        doc_present := doc_present || 1::smallint;
+        doc_snap := doc_snap || v_snap;
+        doc_since := doc_since || v_since;
+        doc_size := doc_size || v_size;
+        doc_pos := doc_pos || v_pos;
+        doc_ids := doc_ids || d_id[i];
+    END LOOP;
+    -- the basis, as read under the locks (before the rows below are written)
+    RETURN QUERY
+        SELECT x.i, NULL::text, d_present[x.i]::bigint, d_rev[x.i], d_seq[x.i],
+               convert_to(w_paths[x.i], 'UTF8'), NULL::bytea
+        FROM generate_series(1, n) AS x(i)
+        UNION ALL
+        SELECT * FROM (
+            SELECT x.i, mm.name, mm.position, mm.revision, mm.size, mm.outline,
+                   CASE WHEN mm.name = ANY(p_members) THEN mm.body END
+            FROM generate_series(1, n) AS x(i) JOIN members mm ON mm.doc_id = d_id[x.i]
+            WHERE d_present[x.i] = 1 AND (mm.name = ANY(p_members) OR mm.name = ANY(p_outlines))
+            ORDER BY x.i, mm.position
+        ) AS basis;
+    IF NOT wrote THEN
+        RETURN;
+    END IF;
+    -- the time after the row locks and before the seq lock, as the locked path takes it
+    v_at := coalesce(p_at, to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'));
+    PERFORM pg_advisory_xact_lock(p_seq_lock);  -- seq values become visible in commit order
+    INSERT INTO transitions (at, origin) VALUES (v_at, p_origin) RETURNING seq INTO new_seq;
+    PERFORM stateflow_write_rows(
+        new_seq, '{}'::bigint[], '{}'::text[], '{}'::bigint[],
+        upd_body, upd_rev, upd_size, upd_outline, upd_root, upd_doc, upd_name,
+        ins_doc, ins_name, ins_pos, ins_rev, ins_size, ins_outline, ins_body, ins_root,
+        '{}'::bytea[], '{}'::bytea[],
+        ch_doc, ch_rev, ch_paths, ch_edits,
+        ed_doc, ed_rev, ed_member, ed_edits, ed_roots,
+        doc_rev, doc_present, doc_snap, doc_since, doc_size, doc_pos, doc_ids,
+        snap_doc, snap_rev, snap_present);
+    RETURN QUERY SELECT 0, v_at, NULL::bigint, new_seq, NULL::bigint, NULL::bytea, NULL::bytea;
+END
+$$;
+"""
+"""Version 11, PostgreSQL: a memory patch of the common case merged by the server inside the
+commit statement (see the module's docstring and ``PostgresStore.patch_on_server``)."""
+
 
 POSTGRES: Final[dict[int, str]] = {
     1: _COMMON_V1.format(
@@ -899,6 +1225,7 @@ END
 $$;
 """,
     10: "",
+    11: _PATCH_COMMIT,
 }
 
 

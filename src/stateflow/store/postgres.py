@@ -11,6 +11,7 @@ Reads run in ``REPEATABLE READ READ ONLY`` transactions: one snapshot per read.
 from __future__ import annotations
 
 import logging
+import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
@@ -33,10 +34,12 @@ from stateflow.errors import (
     UnsupportedStore,
     WriteAborted,
 )
+from stateflow.store import served_patch
 from stateflow.store.base import SqlStore
 from stateflow.store.cache import RevisionCache
-from stateflow.store.clock import utc_now
+from stateflow.store.clock import restored_at, utc_now
 from stateflow.store.commit_groups import CommitGroups, Member
+from stateflow.store.core import KNOWN_ROWS_MAX
 from stateflow.store.id_blocks import IdBlocks
 from stateflow.store.migrations import (
     INDEXABLE,
@@ -57,6 +60,7 @@ from stateflow.store.rows import (
     to_row,
 )
 from stateflow.store.tx import Tx
+from stateflow.store.writes import CONTENDED_SECONDS
 
 _SEQ_LOCK: Final = 0x5EF10  # advisory lock id that orders transition inserts
 _SEQ_LOCK_KEY: Final = "((?::bigint << 32) | (hashtext(current_schema())::bigint & 4294967295))"
@@ -203,6 +207,8 @@ class PostgresStore(SqlStore):
         """document ids taken from the sequence ahead, for rows a commit creates"""
         self._unborn: dict[int, DocKey] = {}
         """ids handed out by ``_absent_rows`` whose rows the commit writing them creates"""
+        self._served_revisions: dict[DocKey, int] = {}
+        """each document's revision after this store's last patch merged by the server"""
         wait = timeout if timeout is not None else DEFAULT_WAIT
         kwargs: dict[str, Any] = {"autocommit": True}
         try:
@@ -400,6 +406,8 @@ class PostgresStore(SqlStore):
             raise StoreReadOnly(f"{self.url} is open read-only (mode=ro): nothing can be written")
 
     current_seq_sql = "currval(pg_get_serial_sequence('transitions', 'seq'))"
+    served_patches = True
+    """Whether ``patch_on_server`` may merge memory patches in the server (False: never)."""
     keeps_bodies = True
     reads_before_locking = True
 
@@ -538,6 +546,62 @@ class PostgresStore(SqlStore):
         groups = self._groups
         seq = self._send_alone(build()[2]) if creates or groups is None else groups.submit(build)
         return None if seq is None else (seq, at)
+
+    def patch_on_server(
+        self,
+        keys: Sequence[DocKey],
+        patches: Mapping[DocKey, bytes],
+        members: Sequence[str],
+        outlines: Sequence[str],
+        origin: dict[str, Any],
+    ) -> served_patch.Served | None:
+        """Commit memory patches (``patches``: each written document's merge patch, encoded;
+        ``memory.served`` says which patches qualify) merged by the server in one statement,
+        locking ``keys`` as ``update`` would; None where that does not apply (nothing written:
+        the caller runs ``update``). Taken only while the documents are contended — where
+        ``update`` would wait for the row locks and hold them across its own reads and CPU."""
+        self._writable()
+        locked = sorted(set(keys), key=lock_order)
+        if not self.served_patches or getattr(self, "runs_on_loop", False) or not self._is_contended(locked):
+            return None
+        self.check_schema()
+        states, subjects, texts = served_patch.arrays(locked, patches)
+        params = [
+            _array(states),
+            _array(subjects),
+            _array(texts),
+            _array(members),
+            _array(outlines),
+            restored_at(),
+            encode_trusted(origin),
+            _SEQ_LOCK,
+        ]
+        try:
+            with self._pool.connection() as conn:
+                rows = conn.execute(_PATCH_COMMIT, params, prepare=True).fetchall()
+        except PoolTimeout as exc:
+            raise StoreUnavailable(f"no database connection available: {exc}") from exc
+        except psycopg.Error as exc:
+            state = exc.sqlstate or ""
+            # not the common case, a value json cannot take, or ended to break a lock cycle:
+            # nothing was written, and the locked path decides
+            if state in (served_patch.NOT_COVERED, _DEADLOCK, _SERIALIZATION) or state.startswith("22"):
+                return None
+            with _mapped_errors():
+                raise
+        done = served_patch.served(rows, locked, outlines)
+        # still contended while another writer wrote a document since this store last did
+        until = time.monotonic() + CONTENDED_SECONDS
+        last = self._served_revisions
+        if len(last) > KNOWN_ROWS_MAX:
+            last.clear()
+        for key, revision in done.commit.revisions.items():
+            if last.get(key) == done.docs[key].revision:
+                self._contended.pop(key, None)
+            else:
+                self._contended[key] = until
+            last[key] = revision
+        return done
 
     def _send_alone(self, params: Sequence[Any]) -> int | None:
         """One planned commit in its own transaction: its seq, or None (nothing written)."""
@@ -811,6 +875,8 @@ _COMMIT_RAW: Final = _numbered(_COMMIT)
 """``_COMMIT`` sent through a raw cursor: psycopg parses a query's ``%s`` placeholders again on
 every call once it has more than 50 parameters (its query cache stops there), and this one has
 57 — a regular expression over the whole statement on every commit."""
+_PATCH_COMMIT: Final = served_patch.statement(_SEQ_LOCK_KEY.replace("?", "%s"))
+"""A memory patch merged by the server in one statement (``patch_on_server``)."""
 _LOCK_GROUP: Final = "SELECT stateflow_lock_rows(%s, %s::text[], %s::text[])"
 """Locks some of a group's documents (given in lock order; exclusively or shared), before any
 commit of the group takes the seq lock. (A join of ``documents`` with the arrays was planned

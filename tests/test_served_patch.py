@@ -1,0 +1,303 @@
+"""PostgreSQL: ``patch_state`` merged by the server (``stateflow_patch_commit``) stores and reads
+back exactly what the locked path does.
+
+Two stores in two schemas run the same generated patches, both with their documents marked
+contended (where the server merge is taken); one may merge in the server, the other may not.
+Every stored row (times aside), every receipt and every read must be the same. Patches outside
+the common case are generated too: those must fall back and still agree.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from hypothesis import Phase, given, settings
+from hypothesis import strategies as st
+
+from stateflow.memory import Identity, MemoryView
+from stateflow.memory.served import served_case
+from stateflow.store import DocKey, open_store
+from stateflow.store.postgres import PostgresStore
+
+from .conftest import PG_URL, _with_schema
+
+ROOT = Path(__file__).resolve().parent.parent
+TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z")
+TABLES = {
+    "documents": "state, subject",
+    "members": "doc_id, name",
+    "changes": "doc_id, revision",
+    "change_edits": "doc_id, revision, member",
+    "snapshots": "doc_id, revision",
+    "snapshot_members": "doc_id, name, revision",
+    "transitions": "seq",
+    "state_counts": "state, counter, name",
+    "applied_ops": "scope, op_id",
+}
+
+plain_keys = st.sampled_from(["a", "b", "w0", "w1", "goal", "é", "x y", "n\u2028"])
+odd_keys = st.sampled_from(['a"q', "[0]", "t\tab", "back\\slash"])
+plain_leaves = st.one_of(
+    st.sampled_from(["step 1", "step 2", "", 'ü\n"', "\u0001"]),
+    st.integers(-3, 3),
+    st.booleans(),
+    st.just(2**63 - 1),
+)
+odd_leaves = st.one_of(
+    st.none(), st.floats(-2, 2, allow_nan=False), st.lists(st.integers(0, 2), max_size=2), st.just({})
+)
+plain = st.recursive(
+    plain_leaves, lambda inner: st.dictionaries(plain_keys, inner, min_size=1, max_size=3), max_leaves=6
+)
+"""Values of the common case (the server merges them)."""
+odd = st.recursive(
+    st.one_of(plain_leaves, odd_leaves),
+    lambda inner: st.dictionaries(st.one_of(*[plain_keys] * 6, odd_keys), inner, min_size=1, max_size=3),
+    max_leaves=6,
+)
+"""Anything a patch may hold (mostly not the common case: the locked path)."""
+plane_patch = st.one_of(
+    *[st.dictionaries(plain_keys, plain, min_size=1, max_size=3)] * 8,
+    st.dictionaries(plain_keys, odd, min_size=1, max_size=3),
+)
+planes = st.sampled_from(["tactics", "strategy", "tactics", "strategy", "tactics", "intents", "lazy"])
+scope_patch = st.dictionaries(planes, plane_patch, min_size=1, max_size=2)
+patches = st.dictionaries(
+    st.sampled_from(["session", "session", "session", "cwd", "global"]), scope_patch, min_size=1, max_size=2
+)
+
+
+@pytest.fixture
+def schemas() -> Iterator[tuple[str, str]]:
+    """Two fresh schemas (served, locked) and their URLs."""
+    if not PG_URL:
+        pytest.skip("PostgreSQL not configured (set STATEFLOW_TEST_POSTGRES or run .ci/postgres.sh)")
+    names = [f"t_sp{i}_{os.getpid()}_{time.monotonic_ns() % 10**9}" for i in range(2)]
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        for name in names:
+            conn.execute(f"CREATE SCHEMA {name}")
+    try:
+        yield names[0], names[1]
+    finally:
+        with psycopg.connect(PG_URL, autocommit=True) as conn:
+            for name in names:
+                conn.execute(f"DROP SCHEMA {name} CASCADE")
+
+
+def _rows(schema: str) -> dict[str, list[tuple[Any, ...]]]:
+    """Every row of the store's tables (documents by key, times left out)."""
+    assert PG_URL
+    out: dict[str, list[tuple[Any, ...]]] = {}
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        for table, order in TABLES.items():
+            rows = conn.execute(f"SELECT * FROM {schema}.{table} ORDER BY {order}").fetchall()
+            if table == "transitions":
+                rows = [(seq, bytes(origin)) for seq, _, origin in rows]
+            out[table] = [tuple(bytes(v) if isinstance(v, memoryview) else v for v in r) for r in rows]
+    return out
+
+
+def _contend(store: PostgresStore, view: MemoryView) -> None:
+    """Mark the view's documents contended, as another writer's commit would (the server merge
+    is taken only then)."""
+    store._contended.update(dict.fromkeys(view.keys.values(), math.inf))
+
+
+def _outcome(view: MemoryView, patch: dict[str, Any]) -> Any:
+    try:
+        r = view.patch_state(patch)
+    except Exception as exc:  # the same refusal on both sides
+        return ("refused", type(exc).__name__, str(exc))
+    return (r.message, r.changed_scopes, r.state_updates, r.hints, r.seq)
+
+
+def _reads(view: MemoryView) -> list[Any]:
+    out: list[Any] = [view.context().text()]
+    for path in ("effective", "session", "cwd", "global", "effective.tactics", "session.strategy"):
+        out.append(view.read_state({"path": path}))
+    for k in range(3):
+        try:
+            out.append(view.read_state({"path": f"session.patches[{k}]"}))
+        except Exception as exc:
+            out.append(type(exc).__name__)
+    store = view.store
+    for key in view.keys.values():
+        doc = store.get(key)
+        out.append((doc.revision, doc.body))
+        for revision in range(doc.revision + 1):
+            out.append(store.read_at(key, revision=revision).body)
+    for change in store.history(list(view.keys.values()), limit=100):
+        out.append(
+            (change.seq, str(change.key), change.revision, [e.to_json() for e in change.edits], change.paths)
+        )
+    out.append([(t.seq, t.origin) for t in store.transitions(limit=1000)])
+    # times aside: each store took its own
+    return [TIME.sub("<time>", repr(item)) for item in out]
+
+
+def test_generated_patches_store_and_read_back_the_same_through_the_server_merge(
+    schemas: tuple[str, str],
+) -> None:
+    assert PG_URL
+    served_store = open_store(_with_schema(PG_URL, schemas[0]), auto_migrate=True)
+    locked_store = open_store(_with_schema(PG_URL, schemas[1]), auto_migrate=True)
+    assert isinstance(served_store, PostgresStore) and isinstance(locked_store, PostgresStore)
+    locked_store.served_patches = False
+    taken = [0]
+    try:
+        session = [0]
+
+        @settings(max_examples=80, phases=[Phase.explicit, Phase.generate])  # (shrinking: minutes)
+        @given(st.lists(patches, min_size=2, max_size=8))
+        def run(calls: list[dict[str, Any]]) -> None:
+            session[0] += 1
+            ident = Identity.of("agent-a", "/tmp", f"s{session[0]}")
+            served = MemoryView(served_store, ident)
+            locked = MemoryView(locked_store, ident)
+            for patch in calls:
+                _contend(served_store, served)
+                _contend(locked_store, locked)
+                before = dict(served_store._served_revisions)
+                assert _outcome(served, patch) == _outcome(locked, patch), patch
+                if served_store._served_revisions != before:
+                    taken[0] += 1
+                    assert served_case(served._patch_args(patch))
+            assert _rows(schemas[0]) == _rows(schemas[1])
+            assert _reads(served) == _reads(locked)
+
+        run()
+    finally:
+        served_store.close()
+        locked_store.close()
+    print("merged by the server:", taken[0])
+    assert taken[0] >= 20, taken  # the server merge did the common case's writes
+
+
+def test_edits_kept_apart_and_snapshots_are_written_the_same(schemas: tuple[str, str]) -> None:
+    """Edits over 512 bytes go to ``change_edits`` rows, and snapshots fall due (by bytes, then
+    by chain), in the server merge as in the locked path."""
+    assert PG_URL
+    served_store = open_store(_with_schema(PG_URL, schemas[0]), auto_migrate=True)
+    locked_store = open_store(_with_schema(PG_URL, schemas[1]), auto_migrate=True)
+    assert isinstance(served_store, PostgresStore) and isinstance(locked_store, PostgresStore)
+    locked_store.served_patches = False
+    try:
+        ident = Identity.of("agent-a", "/tmp", "s1")
+        served, locked = MemoryView(served_store, ident), MemoryView(locked_store, ident)
+        calls: list[dict[str, Any]] = [{"session": {"tactics": {"seed": "0"}}}]
+        calls += [
+            {"session": {"strategy": {"doc": {f"k{i % 7}": "x" * (50 + 40 * (i % 15))}}, "tactics": {"n": i}}}
+            for i in range(300)
+        ]
+        for patch in calls:
+            _contend(served_store, served)
+            _contend(locked_store, locked)
+            assert _outcome(served, patch) == _outcome(locked, patch)
+        key = served.keys["session"]
+        assert served_store._served_revisions == {key: 301}
+        rows = _rows(schemas[0])
+        assert rows == _rows(schemas[1])
+        assert rows["change_edits"] and len(rows["snapshots"]) > 2
+        assert _reads(served) == _reads(locked)
+    finally:
+        served_store.close()
+        locked_store.close()
+
+
+def test_a_member_written_with_keys_the_merge_does_not_encode_falls_back(schemas: tuple[str, str]) -> None:
+    assert PG_URL
+    store = open_store(_with_schema(PG_URL, schemas[0]), auto_migrate=True)
+    assert isinstance(store, PostgresStore)
+    try:
+        view = MemoryView(store, Identity.of("agent-a", "/tmp", "s1"))
+        view.patch_state({"session": {"tactics": {'say "hi"': "x", "n": "1"}}})
+        _contend(store, view)
+        receipt = view.patch_state({"session": {"tactics": {"n": "2"}}})
+        assert receipt.changed_scopes == ["session"]
+        assert store._served_revisions == {}  # the locked path wrote it
+        assert view.read_state({"path": "session.tactics"})["value"] == {'say "hi"': "x", "n": "2"}
+        _contend(store, view)
+        view.patch_state({"session": {"strategy": {"n": "3"}}})
+        key = view.keys["session"]
+        assert store._served_revisions == {key: store.get(key).revision}  # a member without them
+    finally:
+        store.close()
+
+
+def _writer(location: str, index: int, calls: int) -> list[str]:
+    return [sys.executable, "-m", "tests.workers", "patcher", location, str(index), str(calls)]
+
+
+@pytest.mark.slow
+def test_writer_processes_patching_one_scope_lose_nothing_and_keep_one_history(
+    schemas: tuple[str, str],
+) -> None:
+    """Four processes patch one session scope at once (contended: the server merge) while a
+    fifth is killed with SIGKILL mid-stream; every acknowledged patch is there, and the history
+    replays to the body."""
+    assert PG_URL
+    url = _with_schema(PG_URL, schemas[0])
+    store = open_store(url, auto_migrate=True)
+    try:
+        view = MemoryView(store, Identity.of("bench", "/bench", "shared"))
+        view.patch_state({"session": {"tactics": {"seed": "0"}}})
+        children = [
+            subprocess.Popen(_writer(url, i, 60), cwd=ROOT, stdout=subprocess.PIPE, text=True)
+            for i in range(4)
+        ]
+        doomed = subprocess.Popen(_writer(url, 9, 100_000), cwd=ROOT, stdout=subprocess.PIPE, text=True)
+        time.sleep(1.0)
+        os.kill(doomed.pid, signal.SIGKILL)
+        doomed.wait(timeout=30)
+        outs = []
+        for child in children:
+            out, _ = child.communicate(timeout=300)
+            assert child.returncode == 0
+            outs.append(out)
+        assert any("served" in out for out in outs)  # the server merge took part
+        assert doomed.stdout is not None
+        acknowledged = [line for line in doomed.stdout.read().split() if line.startswith("step")]
+        tactics = view.read_state({"path": "session.tactics"})["value"]
+        for i in range(4):
+            assert tactics[f"w{i}"] == "step 59"
+        if acknowledged:
+            assert int(tactics["w9"].split()[1]) >= int(acknowledged[-1].split(":")[1])
+        key = view.keys["session"]
+        doc = store.get(key)
+        changes = store.history([key], limit=10_000)
+        assert [c.revision for c in changes] == list(range(doc.revision, 0, -1))
+        assert store.read_at(key, revision=doc.revision).body == doc.body
+    finally:
+        store.close()
+
+
+def test_patch_on_server_is_not_taken_uncontended(schemas: tuple[str, str]) -> None:
+    assert PG_URL
+    store = open_store(_with_schema(PG_URL, schemas[0]), auto_migrate=True)
+    assert isinstance(store, PostgresStore)
+    try:
+        view = MemoryView(store, Identity.of("agent-a", "/tmp", "s1"))
+        for i in range(5):
+            view.patch_state({"session": {"tactics": {"n": str(i)}}})
+        assert store._served_revisions == {}
+        key: DocKey = view.keys["session"]
+        _contend(store, view)
+        view.patch_state({"session": {"tactics": {"n": "x"}}})
+        _contend(store, view)
+        view.patch_state({"session": {"tactics": {"n": "y"}}})
+        assert store._served_revisions == {key: store.get(key).revision}
+        # nobody else wrote since: no longer contended, the next patch goes the ordinary way
+        assert not store._is_contended([key])
+    finally:
+        store.close()
