@@ -54,7 +54,7 @@ plain_leaves = st.one_of(
     st.booleans(),
     st.just(2**63 - 1),
 )
-odd_leaves = st.one_of(
+odd_leaves: st.SearchStrategy[Any] = st.one_of(
     st.none(), st.floats(-2, 2, allow_nan=False), st.lists(st.integers(0, 2), max_size=2), st.just({})
 )
 plain = st.recursive(
