@@ -11,7 +11,7 @@ one call alone in the same round (``beyond_turn``); it is reported per call. Ord
 on its own: per call, how many calls that started after it finished before it (``overtaken``) —
 with a first-come, first-served queue that stays near zero whatever the machine's load.
 
-    python3 -m benchmarks.bench_writers [--rounds 5] [--calls 200] [--postgres URL]
+    python3 -m benchmarks.bench_writers [--rounds 5] [--calls 200] [--postgres URL] [--only postgres]
 """
 
 from __future__ import annotations
@@ -132,10 +132,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=200, help="calls per phase (split among the writers)")
     parser.add_argument("--postgres", default=os.environ.get("STATEFLOW_TEST_POSTGRES"))
+    parser.add_argument("--only", choices=("sqlite", "postgres"), help="run one backend's case")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        case("SQLite", str(Path(tmp) / "writers.db"), args.rounds, args.calls)
-    if args.postgres:
+    if args.only != "postgres":
+        with tempfile.TemporaryDirectory() as tmp:
+            case("SQLite", str(Path(tmp) / "writers.db"), args.rounds, args.calls)
+    if args.postgres and args.only != "sqlite":
         import psycopg
 
         schema = f"bench_writers_{uuid.uuid4().hex[:8]}"
