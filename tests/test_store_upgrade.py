@@ -8,6 +8,7 @@ schema built by the version 1–3 migration scripts, as a schema-3 server holds 
 
 from __future__ import annotations
 
+import math
 import shutil
 import sqlite3
 from pathlib import Path
@@ -18,6 +19,7 @@ import psycopg
 import pytest
 
 from stateflow.errors import InvalidInput, StoreNotMigrated
+from stateflow.memory import Identity, MemoryView
 from stateflow.store import DocKey, SqlStore, Write, open_store
 from stateflow.store.migrations import (
     POSTGRES,
@@ -400,5 +402,44 @@ def test_a_schema_9_store_upgrades_to_10_and_its_value_index_holds_the_same_memb
             assert [x.key for x in store.search("notes", {name: value})] == [notes], (name, value)
         assert [x.key for x in store.search("notes", {"nul": "a\x00b"})] == [notes]
         assert store.search("notes", {"neg": "-3"}) == []
+    finally:
+        store.close()
+
+
+def test_a_schema_10_store_upgrades_to_11_and_merges_memory_patches_in_the_server(
+    backend: str, tmp_path: Path
+) -> None:
+    """Version 11 adds PostgreSQL's ``stateflow_patch_commit`` (SQLite only records the version):
+    after the upgrade a contended memory patch is merged by the server, and the store's earlier
+    documents read back as before."""
+    _store_at(10, backend, tmp_path)
+    store = open_store(backend, auto_migrate=False)
+    try:
+        with pytest.raises(StoreNotMigrated, match="schema version 10"):
+            store.get(DocKey("notes", "a"))
+        assert store.migrate() == (10, SCHEMA_VERSION)
+        _reads_back(store, _expected())
+        view = MemoryView(store, Identity.of("agent-a", "/tmp", "s1"))
+        view.patch_state({"session": {"tactics": {"n": "1"}}})
+        key = view.keys["session"]
+        store._contended[key] = math.inf  # as another writer's commit would leave it
+        receipt = view.patch_state({"session": {"tactics": {"n": "2", "m": {"deep": True}}}})
+        assert receipt.changed_scopes == ["session"]
+        served = getattr(store, "_served_revisions", None)
+        if isinstance(store, SqliteStore):
+            assert served is None
+            with store._read_tx() as tx:
+                assert tx.one("SELECT value FROM stateflow_meta WHERE key = 'schema_version'") == (
+                    str(SCHEMA_VERSION),
+                )
+        else:
+            assert served == {key: 2}
+        assert view.read_state({"path": "session.tactics"})["value"] == {"n": "2", "m": {"deep": True}}
+        [change] = store.history([key], limit=1)
+        assert [e.to_json() for e in change.edits] == [
+            [["tactics", "n"], "2"],
+            [["tactics", "m"], {"deep": True}],
+        ]
+        assert store.read_at(key, revision=1).body == {"tactics": {"n": "1"}}
     finally:
         store.close()
