@@ -394,20 +394,24 @@ jsonb cannot hold). Search checks the others in Python, so it means the same on 
 
 _PATCH_COMMIT: Final = r"""
 CREATE FUNCTION stateflow_merge_object(
-    p_old TEXT, p_patch TEXT, p_prefix TEXT, INOUT paths TEXT[], INOUT vals TEXT[], OUT merged TEXT
+    p_old TEXT, p_patch TEXT, p_prefix TEXT, INOUT paths TEXT[], INOUT vals TEXT[],
+    OUT merged TEXT, OUT outline TEXT
 ) LANGUAGE plpgsql IMMUTABLE AS $$
 -- The merge of p_patch (an object whose values are non-empty objects or strings, integers and
 -- booleans) into the object p_old, both compact JSON text, as the memory layer's merge patch
 -- makes it: the old keys in their order (a changed value in place), then the new keys in the
--- patch's order; every value copied as its bytes are (json keeps them). The edits, in the
--- patch's order as the diff along its paths finds them, are appended to paths (each an
--- encoded path, p_prefix: the encoded segments above, each followed by a comma) and vals (the
--- value set there). A key that encoding would escape raises SF422: not this merge's case.
+-- patch's order; every value copied as its bytes are (json keeps them); outline: the merged
+-- object's keys and kinds, as the store's outline of a member. The edits, in the patch's order
+-- as the diff along its paths finds them, are appended to paths (each an encoded path;
+-- p_prefix: the encoded segments above, each followed by a comma) and vals (the value set
+-- there). A key that encoding would escape raises SF422: not this merge's case. (Kinds and
+-- objects are told by a value's first byte: canonical JSON has no leading space.)
 DECLARE
     old_json JSON := p_old::json;
     pk TEXT[] := '{}';
     pv TEXT[] := '{}';
     parts TEXT[] := '{}';
+    kinds TEXT[] := '{}';
     k TEXT;
     sub TEXT;
     was TEXT;
@@ -419,7 +423,7 @@ BEGIN
             RAISE EXCEPTION 'a key to escape' USING ERRCODE = 'SF422';
         END IF;
         was := (old_json -> k)::text;
-        IF json_typeof(sub::json) = 'object' AND was IS NOT NULL AND json_typeof(was::json) = 'object' THEN
+        IF left(sub, 1) = '{' AND left(was, 1) = '{' THEN
             SELECT x.paths, x.vals, x.merged INTO paths, vals, got
             FROM stateflow_merge_object(was, sub, p_prefix || '"' || k || '",', paths, vals) AS x;
         ELSE
@@ -438,18 +442,24 @@ BEGIN
             IF k ~ '[\x01-\x1f"\\]' THEN
                 RAISE EXCEPTION 'a key to escape' USING ERRCODE = 'SF422';
             END IF;
-            parts := parts || ('"' || k || '":' || was);
         ELSE
-            parts := parts || ('"' || k || '":' || pv[i]);
+            was := pv[i];
             pk[i] := NULL;
         END IF;
+        parts := parts || ('"' || k || '":' || was);
+        kinds := kinds || ('"' || k || '":"' || CASE left(was, 1) WHEN '{' THEN 'object' WHEN '[' THEN 'array'
+            WHEN '"' THEN 'string' WHEN 't' THEN 'boolean' WHEN 'f' THEN 'boolean' WHEN 'n' THEN 'null'
+            ELSE 'number' END || '"');
     END LOOP;
     FOR i IN 1 .. coalesce(array_length(pk, 1), 0) LOOP
         IF pk[i] IS NOT NULL THEN
             parts := parts || ('"' || pk[i] || '":' || pv[i]);
+            kinds := kinds || ('"' || pk[i] || '":"' || CASE left(pv[i], 1) WHEN '{' THEN 'object'
+                WHEN '"' THEN 'string' WHEN 't' THEN 'boolean' WHEN 'f' THEN 'boolean' ELSE 'number' END || '"');
         END IF;
     END LOOP;
     merged := '{' || array_to_string(parts, ',') || '}';
+    outline := '{' || array_to_string(kinds, ',') || '}';
 END
 $$;
 CREATE FUNCTION stateflow_patch_commit(
@@ -461,13 +471,15 @@ LANGUAGE plpgsql AS $$
 -- from the basis returned, after the commit). The documents p_state/p_subject (the view's, in
 -- the lock order) are locked as the locked path locks them; p_patch holds each one's merge
 -- patch ({member: object}) or NULL. Every document must have a row, a patched one must exist
--- and its patched members must be inline (else SF422: the caller takes the locked path; so
--- does any other case this merge does not cover). Returned, before anything is written: per
--- document (r_doc, from 1) a row with r_name NULL — r_a present, r_b revision, r_c updated_seq,
--- r_outline the touched paths written (NULL: not written) — then its members p_members
--- (r_a position, r_b revision, r_c size, r_outline outline, r_body body) and p_outlines (no
--- body), in position order; last, when something was written, r_doc 0 with r_name the time and
--- r_b the seq. The rows it writes are those the locked path writes for the same patch.
+-- and its patched and returned members must be inline (else SF422: the caller takes the locked
+-- path; so does any other case this merge does not cover). Returned, before anything is
+-- written: per document (r_doc, from 1) a row with r_name NULL — r_a present, r_b revision,
+-- r_c updated_seq, r_outline the touched paths written (NULL: not written) — and its members
+-- p_members (r_a position, r_b revision, r_c size, r_outline outline, r_body body) and
+-- p_outlines (no body); last, when something was written, r_doc 0 with r_name the time and
+-- r_b the seq. The rows it writes are those the locked path writes for the same patch. Row by
+-- row where a row is found by key, and no query where an expression does: a statement joining
+-- the arguments' arrays would be planned again on every call.
 DECLARE
     n INT := coalesce(array_length(p_state, 1), 0);
     d_id BIGINT[] := '{}';
@@ -516,26 +528,34 @@ DECLARE
     row_found RECORD;
     m TEXT;
     mp TEXT;
+    k TEXT;
+    sub TEXT;
     old_body BYTEA;
     old_size BIGINT;
     old_root BYTEA;
     had BOOLEAN;
     old_text TEXT;
     merged TEXT;
+    v_outline TEXT;
+    kinds TEXT[];
     new_body BYTEA;
     paths TEXT[];
     vals TEXT[];
     v_first INT;
+    v_group TEXT;
     g_member TEXT[];
     g_edits TEXT[];
+    v_text TEXT;
     v_size BIGINT;
     v_pos BIGINT;
     v_rev BIGINT;
     v_bytes BIGINT;
     v_since BIGINT;
     v_snap BIGINT;
+    v_root BYTEA;
     v_at TEXT;
     new_seq BIGINT;
+    j INT;
     wrote BOOLEAN := false;
 BEGIN
     FOR i IN 1 .. n LOOP
@@ -556,12 +576,6 @@ BEGIN
         d_pos := d_pos || row_found.next_position;
         w_paths := w_paths || NULL::text;
     END LOOP;
-    IF EXISTS (
-        SELECT 1 FROM generate_series(1, n) AS x(i) JOIN members mm ON mm.doc_id = d_id[x.i]
-        WHERE d_present[x.i] = 1 AND mm.root IS NOT NULL AND mm.name = ANY(p_members)
-    ) THEN
-        RAISE EXCEPTION 'a member held as a tree' USING ERRCODE = 'SF422';
-    END IF;
     FOR i IN 1 .. n LOOP
         CONTINUE WHEN p_patch[i] IS NULL;
         paths := '{}';
@@ -571,8 +585,9 @@ BEGIN
         v_size := d_size[i];
         v_pos := d_pos[i];
         v_rev := d_rev[i] + 1;
+        v_bytes := 0;
         FOR m, mp IN SELECT e.key, e.value::text FROM json_each(p_patch[i]::json) AS e LOOP
-            IF m ~ '[\x01-\x1f"\\]' OR json_typeof(mp::json) <> 'object' THEN
+            IF m ~ '[\x01-\x1f"\\]' OR left(mp, 1) <> '{' THEN
                 RAISE EXCEPTION 'a member this merge does not cover' USING ERRCODE = 'SF422';
             END IF;
             SELECT mm.body, mm.size, mm.root INTO old_body, old_size, old_root
@@ -583,13 +598,20 @@ BEGIN
             END IF;
             v_first := coalesce(array_length(paths, 1), 0);
             old_text := CASE WHEN had THEN convert_from(old_body, 'UTF8') END;
-            IF had AND json_typeof(old_text::json) = 'object' THEN
-                SELECT x.paths, x.vals, x.merged INTO paths, vals, merged
+            IF left(old_text, 1) = '{' THEN
+                SELECT x.paths, x.vals, x.merged, x.outline INTO paths, vals, merged, v_outline
                 FROM stateflow_merge_object(old_text, mp, '"' || m || '",', paths, vals) AS x;
-            ELSE  -- set whole: its keys are encoded in its outline
-                IF EXISTS (SELECT 1 FROM json_each(mp::json) AS e WHERE e.key ~ '[\x01-\x1f"\\]') THEN
-                    RAISE EXCEPTION 'a key to escape' USING ERRCODE = 'SF422';
-                END IF;
+            ELSE  -- set whole (no member, or not an object)
+                kinds := '{}';
+                FOR k, sub IN SELECT e.key, e.value::text FROM json_each(mp::json) AS e LOOP
+                    IF k ~ '[\x01-\x1f"\\]' THEN
+                        RAISE EXCEPTION 'a key to escape' USING ERRCODE = 'SF422';
+                    END IF;
+                    kinds := kinds || ('"' || k || '":"' || CASE left(sub, 1) WHEN '{' THEN 'object'
+                        WHEN '"' THEN 'string' WHEN 't' THEN 'boolean' WHEN 'f' THEN 'boolean'
+                        ELSE 'number' END || '"');
+                END LOOP;
+                v_outline := '{' || array_to_string(kinds, ',') || '}';
                 merged := mp;
                 paths := paths || ('["' || m || '"]');
                 vals := vals || mp;
@@ -603,10 +625,7 @@ BEGIN
                 upd_body := upd_body || new_body;
                 upd_rev := upd_rev || v_rev;
                 upd_size := upd_size || octet_length(new_body)::bigint;
-                upd_outline := upd_outline || (
-                    SELECT convert_to('{' || coalesce(string_agg(
-                        '"' || e.key || '":"' || json_typeof(e.value) || '"', ',' ORDER BY e.o), '') || '}', 'UTF8')
-                    FROM json_each(merged::json) WITH ORDINALITY AS e(key, value, o));
+                upd_outline := upd_outline || convert_to(v_outline, 'UTF8');
                 upd_root := upd_root || NULL::bytea;
                 upd_doc := upd_doc || d_id[i];
                 upd_name := upd_name || m;
@@ -617,41 +636,59 @@ BEGIN
                 ins_pos := ins_pos || v_pos;
                 ins_rev := ins_rev || v_rev;
                 ins_size := ins_size || octet_length(new_body)::bigint;
-                ins_outline := ins_outline || (
-                    SELECT convert_to('{' || coalesce(string_agg(
-                        '"' || e.key || '":"' || json_typeof(e.value) || '"', ',' ORDER BY e.o), '') || '}', 'UTF8')
-                    FROM json_each(merged::json) WITH ORDINALITY AS e(key, value, o));
+                ins_outline := ins_outline || convert_to(v_outline, 'UTF8');
                 ins_body := ins_body || new_body;
                 ins_root := ins_root || NULL::bytea;
                 v_pos := v_pos + 1;
                 v_size := v_size + octet_length(new_body);
             END IF;
+            v_group := '[';
+            FOR e IN v_first + 1 .. array_length(paths, 1) LOOP
+                IF e > v_first + 1 THEN
+                    v_group := v_group || ',';
+                END IF;
+                v_group := v_group || '[' || paths[e] || ',' || vals[e] || ']';
+            END LOOP;
+            v_group := v_group || ']';
+            v_bytes := v_bytes + octet_length(convert_to(v_group, 'UTF8'));
+            -- kept in member name order (code points: bytes of UTF-8), as the planner sorts them
+            j := coalesce(array_length(g_member, 1), 0) + 1;
             g_member := g_member || m;
-            g_edits := g_edits || ('[' || array_to_string(ARRAY(
-                SELECT '[' || paths[j] || ',' || vals[j] || ']'
-                FROM generate_series(v_first + 1, array_length(paths, 1)) AS j ORDER BY j), ',') || ']');
+            g_edits := g_edits || v_group;
+            WHILE j > 1 AND g_member[j - 1] COLLATE "C" > g_member[j] COLLATE "C" LOOP
+                v_text := g_member[j - 1];
+                g_member[j - 1] := g_member[j];
+                g_member[j] := v_text;
+                v_text := g_edits[j - 1];
+                g_edits[j - 1] := g_edits[j];
+                g_edits[j] := v_text;
+                j := j - 1;
+            END LOOP;
         END LOOP;
         CONTINUE WHEN coalesce(array_length(g_member, 1), 0) = 0;  -- nothing changed here
         wrote := true;
         w_paths[i] := '[' || array_to_string(paths, ',') || ']';
-        v_bytes := (SELECT sum(octet_length(convert_to(g, 'UTF8'))) FROM unnest(g_edits) AS g);
         ch_doc := ch_doc || d_id[i];
         ch_rev := ch_rev || v_rev;
         ch_paths := ch_paths || convert_to(w_paths[i], 'UTF8');
-        IF v_bytes <= 512 THEN  -- kept in the change row (plan.INLINE_EDITS_MAX), by member name
-            ch_edits := ch_edits || (
-                SELECT convert_to('[' || string_agg('["' || g.m || '",' || g.e || ']', ',' ORDER BY g.m COLLATE "C")
-                    || ']', 'UTF8')
-                FROM unnest(g_member, g_edits) AS g(m, e));
+        IF v_bytes <= 512 THEN  -- kept in the change row (plan.INLINE_EDITS_MAX)
+            v_text := '[';
+            FOR e IN 1 .. array_length(g_member, 1) LOOP
+                IF e > 1 THEN
+                    v_text := v_text || ',';
+                END IF;
+                v_text := v_text || '["' || g_member[e] || '",' || g_edits[e] || ']';
+            END LOOP;
+            ch_edits := ch_edits || convert_to(v_text || ']', 'UTF8');
         ELSE
             ch_edits := ch_edits || NULL::bytea;
-            SELECT ed_doc || array_agg(d_id[i] ORDER BY g.m COLLATE "C"),
-                   ed_rev || array_agg(v_rev ORDER BY g.m COLLATE "C"),
-                   ed_member || array_agg(g.m ORDER BY g.m COLLATE "C"),
-                   ed_edits || array_agg(convert_to(g.e, 'UTF8') ORDER BY g.m COLLATE "C"),
-                   ed_roots || array_agg(NULL::bytea ORDER BY g.m COLLATE "C")
-            INTO ed_doc, ed_rev, ed_member, ed_edits, ed_roots
-            FROM unnest(g_member, g_edits) AS g(m, e);
+            FOR e IN 1 .. array_length(g_member, 1) LOOP
+                ed_doc := ed_doc || d_id[i];
+                ed_rev := ed_rev || v_rev;
+                ed_member := ed_member || g_member[e];
+                ed_edits := ed_edits || convert_to(g_edits[e], 'UTF8');
+                ed_roots := ed_roots || NULL::bytea;
+            END LOOP;
         END IF;
         v_since := d_since[i] + v_bytes;
         v_snap := d_snap[i];
@@ -673,18 +710,30 @@ BEGIN
         doc_ids := doc_ids || d_id[i];
     END LOOP;
     -- the basis, as read under the locks (before the rows below are written)
-    RETURN QUERY
-        SELECT x.i, NULL::text, d_present[x.i]::bigint, d_rev[x.i], d_seq[x.i],
-               convert_to(w_paths[x.i], 'UTF8'), NULL::bytea
-        FROM generate_series(1, n) AS x(i)
-        UNION ALL
-        SELECT * FROM (
-            SELECT x.i, mm.name, mm.position, mm.revision, mm.size, mm.outline,
-                   CASE WHEN mm.name = ANY(p_members) THEN mm.body END
-            FROM generate_series(1, n) AS x(i) JOIN members mm ON mm.doc_id = d_id[x.i]
-            WHERE d_present[x.i] = 1 AND (mm.name = ANY(p_members) OR mm.name = ANY(p_outlines))
-            ORDER BY x.i, mm.position
-        ) AS basis;
+    FOR i IN 1 .. n LOOP
+        r_doc := i;
+        r_name := NULL;
+        r_a := d_present[i];
+        r_b := d_rev[i];
+        r_c := d_seq[i];
+        r_outline := convert_to(w_paths[i], 'UTF8');
+        r_body := NULL;
+        RETURN NEXT;
+        CONTINUE WHEN d_present[i] <> 1;
+        FOR r_name, r_a, r_b, r_c, r_outline, r_body, v_root IN
+            SELECT mm.name, mm.position, mm.revision, mm.size, mm.outline,
+                   CASE WHEN mm.name = ANY(p_members) THEN mm.body END,
+                   CASE WHEN mm.name = ANY(p_members) THEN mm.root END
+            FROM members mm
+            WHERE mm.doc_id = d_id[i] AND (mm.name = ANY(p_members) OR mm.name = ANY(p_outlines))
+        LOOP
+            IF v_root IS NOT NULL THEN
+                RAISE EXCEPTION 'a member held as a tree' USING ERRCODE = 'SF422';
+            END IF;
+            r_doc := i;
+            RETURN NEXT;
+        END LOOP;
+    END LOOP;
     IF NOT wrote THEN
         RETURN;
     END IF;
@@ -701,7 +750,14 @@ BEGIN
         ed_doc, ed_rev, ed_member, ed_edits, ed_roots,
         doc_rev, doc_present, doc_snap, doc_since, doc_size, doc_pos, doc_ids,
         snap_doc, snap_rev, snap_present);
-    RETURN QUERY SELECT 0, v_at, NULL::bigint, new_seq, NULL::bigint, NULL::bytea, NULL::bytea;
+    r_doc := 0;
+    r_name := v_at;
+    r_a := NULL;
+    r_b := new_seq;
+    r_c := NULL;
+    r_outline := NULL;
+    r_body := NULL;
+    RETURN NEXT;
 END
 $$;
 """
