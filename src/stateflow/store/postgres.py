@@ -560,9 +560,13 @@ class PostgresStore(SqlStore):
         locking ``keys`` as ``update`` would; None where that does not apply (nothing written:
         the caller runs ``update``). Taken only while the documents are contended — where
         ``update`` would wait for the row locks and hold them across its own reads and CPU."""
-        self._writable()
         locked = sorted(set(keys), key=lock_order)
-        if not self.served_patches or getattr(self, "runs_on_loop", False) or not self._is_contended(locked):
+        if (
+            self.read_only  # (``update`` says so, where it would write)
+            or not self.served_patches
+            or getattr(self, "runs_on_loop", False)
+            or not self._is_contended(locked)
+        ):
             return None
         self.check_schema()
         states, subjects, texts = served_patch.arrays(locked, patches)
