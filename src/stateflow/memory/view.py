@@ -783,10 +783,16 @@ class MemoryView:
         ``compute`` runs after the commit, on the basis the store merged into, for the receipt,
         and must find the very write the store made), else through ``Store.update``."""
         origin = {"door": "tool", "tool": "patch_state", **(origin or {})}
-        on_server = getattr(self.store, "patch_on_server", None)
-        if on_server is not None and self.config.hot_budget is None and served_case(supplied):
+        keys = list(self.keys.values())
+        contended = getattr(self.store, "contended", None)  # (asked first: it is cheap)
+        if (
+            contended is not None
+            and contended(keys)
+            and self.config.hot_budget is None
+            and served_case(supplied)
+        ):
             patches = {self.keys[s]: encode(p) for s, p in supplied.items()}
-            done = on_server(list(self.keys.values()), patches, members, outlines, origin)
+            done = self.store.patch_on_server(keys, patches, members, outlines, origin)  # type: ignore[attr-defined]
             if done is not None:
                 writes, _ = compute(done.docs)
                 made = {w.key: encode_trusted([list(e.path) for e in w.edits]) for w in writes}
@@ -798,7 +804,7 @@ class MemoryView:
                 served: Commit = done.commit
                 return served
         commit, _ = self.store.update(
-            list(self.keys.values()),
+            keys,
             compute,
             origin,
             members=members,

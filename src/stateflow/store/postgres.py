@@ -547,6 +547,17 @@ class PostgresStore(SqlStore):
         seq = self._send_alone(build()[2]) if creates or groups is None else groups.submit(build)
         return None if seq is None else (seq, at)
 
+    def contended(self, keys: Sequence[DocKey]) -> bool:
+        """Whether ``patch_on_server`` would merge a patch of ``keys`` now: another writer's
+        commit beat one of this store's a moment ago (a read-only store never: ``update`` says
+        so where it would write; nor the async store, whose callers must not block)."""
+        return (
+            not self.read_only
+            and self.served_patches
+            and not getattr(self, "runs_on_loop", False)
+            and self._is_contended(keys)
+        )
+
     def patch_on_server(
         self,
         keys: Sequence[DocKey],
@@ -561,12 +572,7 @@ class PostgresStore(SqlStore):
         the caller runs ``update``). Taken only while the documents are contended — where
         ``update`` would wait for the row locks and hold them across its own reads and CPU."""
         locked = sorted(set(keys), key=lock_order)
-        if (
-            self.read_only  # (``update`` says so, where it would write)
-            or not self.served_patches
-            or getattr(self, "runs_on_loop", False)
-            or not self._is_contended(locked)
-        ):
+        if not self.contended(locked):
             return None
         self.check_schema()
         states, subjects, texts = served_patch.arrays(locked, patches)
