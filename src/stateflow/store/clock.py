@@ -65,6 +65,10 @@ _parsed: tuple[str, int] = ("", 0)
 _shown: dict[int, str] = {}
 """Seconds formatted by ``time_text`` (a listing page's rows share a few; cleared when large)."""
 
+_texts: dict[int, str] = {}
+"""Times formatted by ``time_text``, by their microseconds: every read of a document's row shows
+the time of its last transition, the same until it is written again (cleared when large)."""
+
 
 def micros_of(at: str) -> int | str:
     """The clock's text ``at`` as microseconds since the epoch — how SQLite keeps a transition's
@@ -109,10 +113,18 @@ def time_text(stored: str | int | None) -> str | None:
     :func:`micros_of`)."""
     if not isinstance(stored, int):
         return stored  # text (PostgreSQL, or SQLite's odd rows) or nothing
-    second, micros = divmod(stored, 1_000_000)
+    text = _texts.get(stored)
+    if text is not None:  # a row read again (its document's time is unchanged): no formatting
+        return text
+    second = stored // 1_000_000
     prefix = _shown.get(second)
     if prefix is None:
         if len(_shown) >= 4096:
             _shown.clear()
         prefix = _shown[second] = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
-    return f"{prefix}.{micros:06d}Z"
+    if len(_texts) >= 8192:
+        _texts.clear()
+    # the last six digits are the microseconds (from 1970-01-01T00:00:01 on; before, padded)
+    micros = str(stored)[-6:] if stored >= 1_000_000 else f"{stored - second * 1_000_000:06d}"
+    text = _texts[stored] = f"{prefix}.{micros}Z"
+    return text
