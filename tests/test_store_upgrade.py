@@ -22,6 +22,7 @@ from stateflow.errors import InvalidInput, StoreNotMigrated
 from stateflow.memory import Identity, MemoryView
 from stateflow.store import DocKey, SqlStore, Write, open_store
 from stateflow.store.migrations import (
+    CHANGE_ROW_MAX,
     POSTGRES,
     SCHEMA_VERSION,
     SQLITE,
@@ -246,14 +247,10 @@ def test_a_schema_7_store_upgrades_to_8_and_lists_searches_and_prunes_the_same(
             "ORDER BY d.subject LIMIT ?",
             ("notes", "", 10),
         )
-        assert "documents_by_state" in scan
-        if isinstance(store, SqliteStore):
-            with store._read_tx() as tx:
-                entries = tx.one(
-                    "SELECT COUNT(*) FROM documents INDEXED BY documents_by_state WHERE present = 1"
-                )
-                present = tx.one("SELECT COUNT(*) FROM documents WHERE present = 1")
-            assert entries == present
+        if isinstance(store, SqliteStore):  # since version 12 the (state, subject) key serves listings
+            assert "sqlite_autoindex_documents_1" in scan
+        else:
+            assert "documents_by_state" in scan
         # a scalar search starts from the value index and finds what the fixture holds
         match = store._value_match("n", 99)
         assert match is not None
@@ -443,3 +440,90 @@ def test_a_schema_10_store_upgrades_to_11_and_merges_memory_patches_in_the_serve
         assert store.read_at(key, revision=1).body == {"tactics": {"n": "1"}}
     finally:
         store.close()
+
+
+def test_a_schema_11_store_upgrades_to_12_and_keeps_its_change_rows_within_a_page(
+    backend: str, tmp_path: Path
+) -> None:
+    """Version 12 rebuilds SQLite's ``changes`` without rowids, each row kept under
+    ``CHANGE_ROW_MAX`` (an index b-tree reads an overflowing row whole to compare keys): the
+    paths of a longer row move to ``change_paths``, its inline edits to ``change_edits``; and it
+    drops ``documents_by_state``. Reads see every revision, change and path as before."""
+    _store_at(11, backend, tmp_path)
+    sqlite = not backend.startswith("postgresql://")
+    if sqlite:  # the same values in longer text (JSON allows the spaces): one row of each kind too long
+        with sqlite3.connect(backend) as lite:
+            row = lite.execute("SELECT paths FROM changes WHERE doc_id = 1 AND revision = 2").fetchone()
+            lite.execute(
+                "UPDATE changes SET paths = ? WHERE doc_id = 1 AND revision = 2", (b" " * 600 + row[0],)
+            )
+            row = lite.execute("SELECT edits FROM changes WHERE doc_id = 1 AND revision = 3").fetchone()
+            assert row[0] is not None
+            lite.execute(
+                "UPDATE changes SET edits = ? WHERE doc_id = 1 AND revision = 3", (b" " * 1000 + row[0],)
+            )
+        lite.close()
+    store = open_store(backend, auto_migrate=False)
+    try:
+        assert store.migrate() == (11, SCHEMA_VERSION)
+        _reads_back(store, _expected())
+        if sqlite:
+            rows = _sqlite_rows(
+                backend,
+                "SELECT revision, paths IS NULL, edits IS NULL FROM changes WHERE doc_id = 1 AND revision IN (2, 3)",
+            )
+            assert rows == [(2, 1, 0), (3, 0, 1)]
+            assert _sqlite_rows(backend, "SELECT doc_id, revision FROM change_paths") == [(1, 2)]
+            assert _sqlite_rows(backend, "SELECT member FROM change_edits WHERE doc_id = 1 AND revision = 3")
+            assert _sqlite_rows(
+                backend, "SELECT MAX(coalesce(length(paths), 0) + coalesce(length(edits), 0)) FROM changes"
+            ) <= [(CHANGE_ROW_MAX,)]
+            assert (
+                _sqlite_rows(
+                    backend,
+                    "SELECT name FROM sqlite_master WHERE name IN ('documents_by_state', 'changes_v11', 'change_edits_v11')",
+                )
+                == []
+            )
+            assert (
+                "WITHOUT ROWID"
+                in _sqlite_rows(backend, "SELECT sql FROM sqlite_master WHERE name = 'changes'")[0][0]
+            )
+            assert _sqlite_rows(backend, "PRAGMA foreign_key_check") == []
+        # new changes: long paths and edits kept apart on SQLite, read back on both
+        notes = DocKey("notes", "a")
+        body = store.get(notes).body
+        assert body is not None
+        long = [[f"k{i:04d}"] for i in range(200)]
+        new = dict(body, **{p[0]: "v" * 10 for p in long})
+        commit = store.commit([Write.between(notes, body, new, paths=long)])
+        assert commit.seq is not None and commit.at is not None
+        [change] = store.history([notes], limit=1)
+        assert change.paths == long and change.revision == store.get(notes).revision
+        assert store.transitions(after_seq=commit.seq - 1)[0].changes[0].paths == long
+        assert store.read_at(notes, revision=change.revision).body == new
+        if sqlite:
+            assert _sqlite_rows(backend, "SELECT COUNT(*) FROM change_paths") == [(2,)]
+            assert _sqlite_rows(
+                backend, "SELECT COUNT(*) FROM dbstat WHERE name = 'changes' AND pagetype = 'overflow'"
+            ) == [(0,)]
+        # listings and counts read through the (state, subject) key
+        assert [x.key for x in store.scan("notes", limit=10)] == [notes]
+        assert store.count("notes") == 1
+        # pruning the history removes the paths kept apart with their changes
+        assert store.prune_history("notes", commit.at) > 0
+        if sqlite:
+            assert (
+                _sqlite_rows(backend, "SELECT doc_id FROM change_paths WHERE doc_id = 1 AND revision < 16")
+                == []
+            )
+        assert store.get(notes).body == new
+    finally:
+        store.close()
+
+
+def _sqlite_rows(location: str, sql: str) -> list[tuple[Any, ...]]:
+    with sqlite3.connect(location) as lite:
+        rows = lite.execute(sql).fetchall()
+    lite.close()
+    return rows

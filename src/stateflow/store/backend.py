@@ -56,6 +56,11 @@ class Backend(abc.ABC):
     bytes a row instead of the clock's 27-byte text); readers see the text either way
     (``clock.time_text``)."""
 
+    change_row_max: ClassVar[int | None] = None
+    """The most bytes of paths and inline edits a ``changes`` row holds (SQLite since schema 12,
+    whose rows must not overflow their page: ``migrations.CHANGE_ROW_MAX``); longer paths go to
+    ``change_paths``. None: no bound (edits inline up to ``INLINE_EDITS_MAX``)."""
+
     keeps_bodies: ClassVar[bool] = False
     """Whether writes report whole bodies they leave behind to ``_remember`` (``Fresh.bodies``)."""
 

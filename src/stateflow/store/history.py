@@ -180,6 +180,7 @@ class History(StoreCore):
                 )
             if len(doc_ids) > 50:
                 rows = sorted(rows, key=lambda r: (-int(r[0]), int(r[3])))[:limit]
+            rows = _with_paths(tx, rows)
             edits = self._edits(tx, ids, [(int(r[3]), int(r[4]), r[6]) for r in rows], names)
             return [self._change(r, ids[int(r[3])], edits) for r in rows]
 
@@ -223,6 +224,7 @@ class History(StoreCore):
                 "ORDER BY c.seq, d.state, d.subject",
                 (heads[0][0], heads[-1][0]),
             )
+            rows = _with_paths(tx, rows)
             keys = {int(r[3]): DocKey(r[6], r[7]) for r in rows}
             edits = self._edits(tx, keys, [(int(r[3]), int(r[4]), r[8]) for r in rows], None)
             by_seq: dict[int, list[Change]] = {}
@@ -293,6 +295,24 @@ class History(StoreCore):
             edits=edits.get((int(r[3]), int(r[4])), []),
             paths=decode_stored(r[5], f"{key} paths at revision {r[4]}"),
         )
+
+
+def _with_paths(tx: Tx, rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """Change rows (doc_id, revision and paths at 3, 4 and 5) with the paths kept apart in
+    ``change_paths`` (a NULL ``paths``: SQLite's rows too long for their page) filled in."""
+    apart = [(r[3], r[4]) for r in rows if r[5] is None]
+    if not apart:
+        return rows
+    found: dict[tuple[int, int], Any] = {}
+    for start in range(0, len(apart), 200):  # bounded statement size
+        part = apart[start : start + 200]
+        where = " OR ".join("(doc_id = ? AND revision = ?)" for _ in part)
+        for doc_id, revision, paths in tx.all(
+            f"SELECT doc_id, revision, paths FROM change_paths WHERE {where}",
+            [v for pair in part for v in pair],
+        ):
+            found[(int(doc_id), int(revision))] = paths
+    return [r if r[5] is not None else (*r[:5], found.get((int(r[3]), int(r[4]))), *r[6:]) for r in rows]
 
 
 def _tree_value(tx: Tx, what: str, root: bytes) -> Any:

@@ -104,13 +104,27 @@ paths, the snapshot when due and the transition written, the basis returned — 
 is held only inside the server. ``stateflow_merge_object`` is its merge of one object, on
 ``json`` text (key order and the values' bytes kept as stored). SQLite needs nothing new (it
 only records the version).
+
+Version 12, on SQLite, makes every commit write one b-tree fewer and a new document two fewer.
+``changes`` becomes a ``WITHOUT ROWID`` table keyed ``(doc_id, revision)``: a change row was
+written to the table's rowid b-tree and to its key index, now to the key b-tree alone (plus
+``changes_by_seq``). Version 3 left it a rowid table because an index b-tree loads a whole
+row — overflow pages included — to compare keys, and a change's paths or edits may be
+megabytes; so a row is now kept small enough to never overflow (:data:`CHANGE_ROW_MAX`): paths
+longer than half of it go to ``change_paths`` (the row's ``paths`` is NULL), and edits are
+inline only while the row stays under it (else ``change_edits`` rows, as for any large
+change). The rebuild moves the paths and inline edits of older rows the same way.
+``documents_by_state`` is dropped: a new document put an entry in it and one in the
+``UNIQUE (state, subject)`` key, the same key twice (and a deleted document's row, whose
+``present`` changes, rewrote its entry); listings walk the key and read ``present`` from the
+row they read anyway for its revision. PostgreSQL only records the version.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-SCHEMA_VERSION: Final = 11
+SCHEMA_VERSION: Final = 12
 
 VALUE_INDEX_MAX: Final = 1024
 """Members up to this encoded size are in ``members_by_value`` (scalars only)."""
@@ -133,6 +147,64 @@ the body: up to four parses of the old and of the new body on every member write
 _SQLITE_VALUE_WHERE_V7: Final = (
     "{m}root IS NULL AND {m}size <= 1024 AND json_type(CAST({m}body AS TEXT)) IN ('integer', 'real', 'text')"
 )
+
+CHANGE_ROW_MAX: Final = 960
+"""SQLite (since version 12): the most bytes of paths and inline edits a ``changes`` row holds,
+so that a row never spills to overflow pages (the most a ``WITHOUT ROWID`` row keeps in its page
+of 4 KiB is 1,002 bytes, with its three integers and header: an index b-tree reads a spilled row
+whole to compare its key)."""
+
+_CHANGES_V12: Final = f"""
+DROP INDEX documents_by_state;
+DROP INDEX changes_by_seq;
+ALTER TABLE changes RENAME TO changes_v11;
+ALTER TABLE change_edits RENAME TO change_edits_v11;
+CREATE TABLE changes (
+    doc_id BIGINT NOT NULL REFERENCES documents (doc_id) ON DELETE CASCADE,
+    revision BIGINT NOT NULL,
+    seq BIGINT NOT NULL REFERENCES transitions (seq),
+    paths BLOB,
+    edits BLOB,
+    PRIMARY KEY (doc_id, revision)
+) WITHOUT ROWID;
+CREATE TABLE change_edits (
+    doc_id BIGINT NOT NULL,
+    revision BIGINT NOT NULL,
+    member TEXT NOT NULL,
+    edits BLOB NOT NULL,
+    roots BLOB,
+    PRIMARY KEY (doc_id, revision, member),
+    FOREIGN KEY (doc_id, revision) REFERENCES changes (doc_id, revision) ON DELETE CASCADE
+);
+CREATE TABLE change_paths (
+    doc_id BIGINT NOT NULL,
+    revision BIGINT NOT NULL,
+    paths BLOB NOT NULL,
+    PRIMARY KEY (doc_id, revision),
+    FOREIGN KEY (doc_id, revision) REFERENCES changes (doc_id, revision) ON DELETE CASCADE
+);
+INSERT INTO changes (doc_id, revision, seq, paths, edits)
+    SELECT doc_id, revision, seq,
+        CASE WHEN length(paths) > {CHANGE_ROW_MAX // 2} THEN NULL ELSE paths END,
+        CASE WHEN edits IS NULL OR (CASE WHEN length(paths) > {CHANGE_ROW_MAX // 2} THEN 0
+            ELSE length(paths) END) + length(edits) > {CHANGE_ROW_MAX} THEN NULL ELSE edits END
+    FROM changes_v11 ORDER BY doc_id, revision;
+INSERT INTO change_paths (doc_id, revision, paths)
+    SELECT doc_id, revision, paths FROM changes_v11 WHERE length(paths) > {CHANGE_ROW_MAX // 2};
+INSERT INTO change_edits (doc_id, revision, member, edits, roots)
+    SELECT doc_id, revision, member, edits, roots FROM change_edits_v11;
+INSERT INTO change_edits (doc_id, revision, member, edits)
+    SELECT c.doc_id, c.revision, e.value ->> 0, CAST(e.value -> 1 AS BLOB)
+    FROM changes_v11 c, json_each(CAST(c.edits AS TEXT)) e
+    WHERE c.edits IS NOT NULL AND (CASE WHEN length(c.paths) > {CHANGE_ROW_MAX // 2} THEN 0
+        ELSE length(c.paths) END) + length(c.edits) > {CHANGE_ROW_MAX};
+DROP TABLE change_edits_v11;
+DROP TABLE changes_v11;
+CREATE INDEX changes_by_seq ON changes (seq);
+"""
+"""SQLite, version 12: ``changes`` rebuilt ``WITHOUT ROWID`` (its rows kept under
+:data:`CHANGE_ROW_MAX`) and ``change_edits`` with it (renaming a table rewrites the foreign keys
+that name it, and dropping it would delete their rows), ``documents_by_state`` dropped."""
 
 _SQLITE_FIRST: Final = "substr({m}body, 1, 1)"
 _SQLITE_SCALAR: Final = f"({_SQLITE_FIRST} BETWEEN x'2d' AND x'39' OR {_SQLITE_FIRST} = x'22')"
@@ -386,6 +458,7 @@ CREATE INDEX members_by_value ON members (name, {SQLITE_VALUE.format(m="")})
     WHERE {SQLITE_VALUE_WHERE.format(m="")};
 """,
     11: "",
+    12: _CHANGES_V12,
 }
 
 INDEXABLE: Final = "m.size <= 1048576 AND position('\\x5c7530303030'::bytea IN m.body) = 0"
@@ -1282,6 +1355,7 @@ $$;
 """,
     10: "",
     11: _PATCH_COMMIT,
+    12: "",
 }
 
 

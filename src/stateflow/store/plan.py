@@ -118,6 +118,8 @@ class WritePlan:
     """tree nodes the members' new roots need (id → body; some may be stored already)"""
     paths: bytes = b"[]"
     """the change's touched paths, encoded"""
+    paths_apart: bool = False
+    """the paths go to ``change_paths``, not the change row (``Backend.change_row_max``)"""
     edits: list[tuple[int, int, str, bytes, bytes | None]] = field(default_factory=list)
     """change_edits rows: (doc_id, revision, member, edits, roots: the tree ids its edits
     refer to, 16 bytes each)"""

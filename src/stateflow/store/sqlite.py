@@ -42,6 +42,7 @@ from stateflow.store.base import SqlStore
 from stateflow.store.id_blocks import IdBlocks
 from stateflow.store.ledger import OpIdTaken, claims_query
 from stateflow.store.migrations import (
+    CHANGE_ROW_MAX,
     SQLITE,
     SQLITE_SUBJECT_KIND,
     SQLITE_VALUE,
@@ -329,6 +330,7 @@ class _CommitWatch:
 class SqliteStore(SqlStore):
     holds_sql: ClassVar[str | None] = "instr(body, ?) > 0"
     times_as_micros: ClassVar[bool] = True
+    change_row_max: ClassVar[int | None] = CHANGE_ROW_MAX
 
     def __init__(
         self,

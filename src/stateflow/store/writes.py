@@ -904,6 +904,12 @@ class Writes(StoreCore):
             [list(p) for p in write.paths] if write.paths is not None else [list(e.path) for e in write.edits]
         )
         plan.paths = encode_trusted(paths)
+        room = self.change_row_max  # (SQLite: a change row is kept from overflowing its page)
+        if room is not None:
+            if len(plan.paths) > room // 2:
+                plan.paths_apart = True
+            else:
+                room -= len(plan.paths)
         groups: dict[str, list[Any]] = {}
         held: dict[str, bytes] = {}
         for edit in effective_edits(write.edits):
@@ -921,10 +927,12 @@ class Writes(StoreCore):
         edit_bytes = sum([len(e[3]) for e in plan.edits])
         whole_only = len(plan.edits) == 1 and plan.edits[0][2] == ""
         if not held and (edit_bytes <= INLINE_EDITS_MAX or (whole_only and edit_bytes <= WHOLE_INLINE_MAX)):
-            plan.inline = (
+            inline = (
                 b"[" + b",".join([b"[" + orjson.dumps(e[2]) + b"," + e[3] + b"]" for e in plan.edits]) + b"]"
             )
-            plan.edits = []
+            if room is None or len(inline) <= room:
+                plan.inline = inline
+                plan.edits = []
         since = row.bytes_since_snapshot + edit_bytes
         snapshot_revision = row.snapshot_revision
         chain = revision - snapshot_revision
@@ -990,8 +998,19 @@ class Writes(StoreCore):
                 tx.run("DELETE FROM members WHERE doc_id = ?", (plan.doc_id,))
             tx.run(
                 f"INSERT INTO changes (doc_id, revision, seq, paths, edits) VALUES (?, ?, {seq.sql}, ?, ?)",
-                (plan.doc_id, plan.revision, *seq.params, plan.paths, plan.inline),
+                (
+                    plan.doc_id,
+                    plan.revision,
+                    *seq.params,
+                    None if plan.paths_apart else plan.paths,
+                    plan.inline,
+                ),
             )
+            if plan.paths_apart:
+                tx.run(
+                    "INSERT INTO change_paths (doc_id, revision, paths) VALUES (?, ?, ?)",
+                    (plan.doc_id, plan.revision, plan.paths),
+                )
             if plan.edits:
                 tx.many(
                     "INSERT INTO change_edits (doc_id, revision, member, edits, roots) VALUES (?, ?, ?, ?, ?)",
