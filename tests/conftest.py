@@ -11,6 +11,7 @@ import os
 import subprocess
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -62,19 +63,30 @@ def _with_schema(url: str, schema: str) -> str:
     return f"{url}{sep}options={quote(f'-csearch_path={schema}')}"
 
 
+@contextmanager
+def fresh_pg_schemas(count: int) -> Iterator[list[str]]:
+    """``count`` fresh, empty PostgreSQL schemas (dropped afterwards), for tests that need their
+    own or compare two stores side by side."""
+    if not PG_URL:
+        pytest.skip("PostgreSQL not configured (set STATEFLOW_TEST_POSTGRES or run .ci/postgres.sh)")
+    names = [f"t_{uuid.uuid4().hex[:12]}" for _ in range(count)]
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        for name in names:
+            conn.execute(f"CREATE SCHEMA {name}")
+    try:
+        yield names
+    finally:
+        with psycopg.connect(PG_URL, autocommit=True) as conn:
+            for name in names:
+                conn.execute(f"DROP SCHEMA {name} CASCADE")
+
+
 @pytest.fixture
 def pg_schema_url() -> Iterator[str]:
     """A PostgreSQL URL whose search_path is a fresh, empty schema (dropped afterwards)."""
-    if not PG_URL:
-        pytest.skip("PostgreSQL not configured (set STATEFLOW_TEST_POSTGRES or run .ci/postgres.sh)")
-    schema = f"t_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(PG_URL, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-    try:
+    with fresh_pg_schemas(1) as (schema,):
+        assert PG_URL
         yield _with_schema(PG_URL, schema)
-    finally:
-        with psycopg.connect(PG_URL, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
 @pytest.fixture(autouse=True)

@@ -4,7 +4,6 @@ commits: the lock that puts a store's transitions in commit order is keyed by th
 from __future__ import annotations
 
 import threading
-import uuid
 from collections.abc import Iterator
 
 import psycopg
@@ -13,7 +12,7 @@ import pytest
 from stateflow.store import DocKey, Write, open_store
 from stateflow.store.postgres import _SEQ_LOCK, _SEQ_LOCK_KEY
 
-from .conftest import PG_URL, _with_schema
+from .conftest import PG_URL, _with_schema, fresh_pg_schemas
 
 pytestmark = pytest.mark.skipif(not PG_URL, reason="PostgreSQL not configured")
 URL = PG_URL or ""
@@ -21,16 +20,8 @@ URL = PG_URL or ""
 
 @pytest.fixture
 def two_schemas() -> Iterator[tuple[str, str]]:
-    names = [f"t_{uuid.uuid4().hex[:12]}" for _ in range(2)]
-    with psycopg.connect(URL, autocommit=True) as conn:
-        for name in names:
-            conn.execute(f"CREATE SCHEMA {name}")
-    try:
+    with fresh_pg_schemas(2) as names:
         yield names[0], names[1]
-    finally:
-        with psycopg.connect(URL, autocommit=True) as conn:
-            for name in names:
-                conn.execute(f"DROP SCHEMA {name} CASCADE")
 
 
 def _write(url: str, key: DocKey, value: int) -> None:

@@ -30,7 +30,7 @@ from stateflow.memory.served import served_case
 from stateflow.store import DocKey, open_store
 from stateflow.store.postgres import PostgresStore
 
-from .conftest import PG_URL, _with_schema
+from .conftest import PG_URL, _with_schema, fresh_pg_schemas
 
 ROOT = Path(__file__).resolve().parent.parent
 TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z")
@@ -80,19 +80,9 @@ patches = st.dictionaries(
 
 @pytest.fixture
 def schemas() -> Iterator[tuple[str, str]]:
-    """Two fresh schemas (served, locked) and their URLs."""
-    if not PG_URL:
-        pytest.skip("PostgreSQL not configured (set STATEFLOW_TEST_POSTGRES or run .ci/postgres.sh)")
-    names = [f"t_sp{i}_{os.getpid()}_{time.monotonic_ns() % 10**9}" for i in range(2)]
-    with psycopg.connect(PG_URL, autocommit=True) as conn:
-        for name in names:
-            conn.execute(f"CREATE SCHEMA {name}")
-    try:
+    """Two fresh schemas (served, locked)."""
+    with fresh_pg_schemas(2) as names:
         yield names[0], names[1]
-    finally:
-        with psycopg.connect(PG_URL, autocommit=True) as conn:
-            for name in names:
-                conn.execute(f"DROP SCHEMA {name} CASCADE")
 
 
 def _rows(schema: str) -> dict[str, list[tuple[Any, ...]]]:
