@@ -73,7 +73,7 @@ class History(StoreCore):
             return self._rebuild(tx, key, row.doc_id, revision, names)
 
     def _rebuild(self, tx: Tx, key: DocKey, doc_id: int, revision: int, names: set[str] | None) -> Document:
-        snap = nearest_snapshot(tx, doc_id, revision)
+        snap, rows = snapshot_and_chain(tx, key, doc_id, revision)
         value: JSON = MISSING
         start = 0
         if snap is not None:
@@ -87,7 +87,6 @@ class History(StoreCore):
                 value = MISSING
             elif names is not None:
                 value = {k: v for k, v in value.items() if k in names}
-        rows = change_chain(tx, key, doc_id, start, revision, snapshotted=snap is not None)
         edits_by_rev = self._edits(tx, {doc_id: key}, [(doc_id, int(r), e) for r, _, e in rows], names)
         seq = None
         for rev, row_seq, _ in rows:
@@ -320,15 +319,6 @@ def _tree_value(tx: Tx, what: str, root: bytes) -> Any:
     return load_tree(tx, root, what)
 
 
-def nearest_snapshot(tx: Tx, doc_id: int, revision: int) -> tuple[Any, ...] | None:
-    """``(revision, body)`` of the newest snapshot at or before ``revision``, if any."""
-    return tx.one(
-        "SELECT revision, body FROM snapshots WHERE doc_id = ? AND revision <= ? "
-        "ORDER BY revision DESC LIMIT 1",
-        (doc_id, revision),
-    )
-
-
 def newest_changes(columns: str, tops: Sequence[tuple[int, int]], limit: int) -> tuple[str, list[Any]]:
     """A query of each document's newest ``limit`` changes at or below its top revision
     (``tops``: doc_id and revision), one ``LIMIT`` per document on the ``(doc_id, revision)``
@@ -341,18 +331,41 @@ def newest_changes(columns: str, tops: Sequence[tuple[int, int]], limit: int) ->
     return sql, [p for doc_id, top in tops for p in (doc_id, top, limit)]
 
 
-def change_chain(
-    tx: Tx, key: DocKey, doc_id: int, after: int, revision: int, *, snapshotted: bool
+def _whole_chain(
+    key: DocKey, rows: list[tuple[Any, ...]], after: int, revision: int, *, snapshotted: bool
 ) -> list[tuple[Any, ...]]:
-    """The ``(revision, seq, edits)`` rows after revision ``after`` up to ``revision``, in order;
-    a revision older than the retained history is ``NotFound``, a gap in the chain corrupt."""
-    rows = tx.all(
-        "SELECT revision, seq, edits FROM changes WHERE doc_id = ? AND revision > ? AND revision <= ? "
-        "ORDER BY revision",
-        (doc_id, after, revision),
-    )
+    """``rows`` — the ``(revision, seq, edits)`` changes after ``after`` up to ``revision`` —
+    if they are all there; a revision older than the retained history is ``NotFound``, a gap
+    in the chain corrupt."""
     if len(rows) != revision - after:
         if not snapshotted and (not rows or int(rows[0][0]) > 1):
             raise NotFound(f"{key} revision {revision} predates the retained history")
         raise CorruptData(f"{key}: the change chain to revision {revision} has gaps")
     return rows
+
+
+_SNAPSHOT_AND_CHAIN = (
+    "WITH s AS (SELECT revision, body FROM snapshots WHERE doc_id = ? AND revision <= ? "
+    "ORDER BY revision DESC LIMIT 1) "
+    "SELECT 0, revision, NULL, body FROM s UNION ALL "
+    "SELECT 1, revision, seq, edits FROM changes WHERE doc_id = ? "
+    "AND revision > coalesce((SELECT revision FROM s), 0) AND revision <= ? ORDER BY 1, 2"
+)
+
+
+def snapshot_and_chain(
+    tx: Tx, key: DocKey, doc_id: int, revision: int
+) -> tuple[tuple[Any, ...] | None, list[tuple[Any, ...]]]:
+    """``(revision, body)`` of the newest snapshot at or before ``revision`` (None: there is
+    none) and the ``(revision, seq, edits)`` changes after it up to ``revision``, in order
+    (checked by :func:`_whole_chain`) — an as-of read's two reads of history in one statement
+    (on PostgreSQL each statement is a round trip)."""
+    snap: tuple[Any, ...] | None = None
+    rows: list[tuple[Any, ...]] = []
+    for kind, rev, seq, raw in tx.all(_SNAPSHOT_AND_CHAIN, (doc_id, revision, doc_id, revision)):
+        if kind == 0:
+            snap = (rev, raw)
+        else:
+            rows.append((rev, seq, raw))
+    after = 0 if snap is None else int(snap[0])
+    return snap, _whole_chain(key, rows, after, revision, snapshotted=snap is not None)

@@ -22,7 +22,7 @@ from stateflow.doc.select import MISSING
 from stateflow.errors import Conflict, CorruptData, InvalidInput, NotFound
 from stateflow.store import tree
 from stateflow.store.cache import HeadCache, RevisionCache
-from stateflow.store.history import change_chain, nearest_snapshot, newest_changes
+from stateflow.store.history import newest_changes, snapshot_and_chain
 from stateflow.store.key_positions import Positions
 from stateflow.store.model import DocKey
 from stateflow.store.nodes import NodeCache, fetch_bodies, load_tree
@@ -379,14 +379,11 @@ class PathReads:
         """Trails at an older revision: from the nearest snapshot, moved forward by the
         changes after it."""
         names = {str(p[0]) for p in paths}
-        snap = nearest_snapshot(tx, doc_id, revision)
-        first = 0
+        snap, rows = snapshot_and_chain(tx, key, doc_id, revision)
         if snap is None:
             trails = [start(p, [MISSING_STEP], MISSING) for p in paths]
         else:
-            first = int(snap[0])
-            trails = self._snapshot_trails(tx, key, doc_id, first, snap[1], paths, names, end)
-        rows = change_chain(tx, key, doc_id, first, revision, snapshotted=snap is not None)
+            trails = self._snapshot_trails(tx, key, doc_id, int(snap[0]), snap[1], paths, names, end)
         edits = self._store._edits(
             tx, {doc_id: key}, [(doc_id, int(r), e) for r, _, e in rows], names, trees=False
         )
