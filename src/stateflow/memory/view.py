@@ -784,15 +784,10 @@ class MemoryView:
         and must find the very write the store made), else through ``Store.update``."""
         origin = {"door": "tool", "tool": "patch_state", **(origin or {})}
         keys = list(self.keys.values())
-        contended = getattr(self.store, "contended", None)  # (asked first: it is cheap)
-        if (
-            contended is not None
-            and contended(keys)
-            and self.config.hot_budget is None
-            and served_case(supplied)
-        ):
+        # (contention asked first: it is the cheap test)
+        if self.store.contended(keys) and self.config.hot_budget is None and served_case(supplied):
             patches = {self.keys[s]: encode(p) for s, p in supplied.items()}
-            done = self.store.patch_on_server(keys, patches, members, outlines, origin)  # type: ignore[attr-defined]
+            done = self.store.patch_on_server(keys, patches, members, outlines, origin)
             if done is not None:
                 writes, _ = compute(done.docs)
                 made = {w.key: encode_trusted([list(e.path) for e in w.edits]) for w in writes}
@@ -801,8 +796,7 @@ class MemoryView:
                         "the store's merge of this patch differs from the memory layer's: "
                         f"{sorted(map(str, done.paths))} written, {sorted(map(str, made))} computed"
                     )
-                served: Commit = done.commit
-                return served
+                return done.commit
         commit, _ = self.store.update(
             keys,
             compute,

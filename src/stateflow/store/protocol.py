@@ -13,6 +13,7 @@ from typing import Any, Protocol, Self, TypeVar
 
 from stateflow.store.model import Change, Commit, DocKey, Document, Listed, Transition, Write
 from stateflow.store.path_reads import Children, PathsRead
+from stateflow.store.served_patch import Served
 from stateflow.store.trail import End, PathT
 
 R = TypeVar("R")
@@ -102,6 +103,22 @@ class Store(Protocol):
         shared: Sequence[DocKey] = (),
     ) -> Commit | None:
         """One document written whole on the documents as last seen here; None: not done so."""
+
+    def contended(self, keys: Sequence[DocKey]) -> bool:
+        """Whether another writer's commit beat one of this store's on ``keys`` a moment ago,
+        so that :meth:`patch_on_server` would merge a memory patch of them (always False on a
+        store that never merges one)."""
+
+    def patch_on_server(
+        self,
+        keys: Sequence[DocKey],
+        patches: Mapping[DocKey, bytes],
+        members: Sequence[str],
+        outlines: Sequence[str],
+        origin: dict[str, Any],
+    ) -> Served | None:
+        """Memory patches (``memory.served``'s common case) merged and committed by the
+        database itself; None: not done so, nothing written (the caller runs :meth:`update`)."""
 
     # ---------------------------------------------------------------- history
 
