@@ -26,6 +26,7 @@ from typing import Any, ClassVar, TypeVar
 from stateflow.store.model import DocKey, Document, Listed
 from stateflow.store.plan import Fresh, SeqRef, WritePlan
 from stateflow.store.rows import DocRow
+from stateflow.store.served_patch import Served
 from stateflow.store.tx import Tx
 
 R = TypeVar("R")
@@ -60,6 +61,22 @@ class Backend(abc.ABC):
     """The most bytes of paths and inline edits a ``changes`` row holds (SQLite since schema 12,
     whose rows must not overflow their page: ``migrations.CHANGE_ROW_MAX``); longer paths go to
     ``change_paths``. None: no bound (edits inline up to ``INLINE_EDITS_MAX``)."""
+
+    def contended(self, keys: Sequence[DocKey]) -> bool:
+        """See :meth:`patch_on_server`: False by default (PostgreSQL overrides both)."""
+        return False
+
+    def patch_on_server(
+        self,
+        keys: Sequence[DocKey],
+        patches: Mapping[DocKey, bytes],
+        members: Sequence[str],
+        outlines: Sequence[str],
+        origin: dict[str, Any],
+    ) -> Served | None:
+        """Memory patches merged by the database itself: None by default, where the database has no
+        such merge (the caller runs ``update``)."""
+        return None
 
     keeps_bodies: ClassVar[bool] = False
     """Whether writes report whole bodies they leave behind to ``_remember`` (``Fresh.bodies``)."""

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from stateflow.store.clock import utc_now, utc_text
 from stateflow.store.ledger import OpIdTaken
@@ -32,7 +31,6 @@ from stateflow.store.path_reads import Children, PathReads, PathsRead
 from stateflow.store.plan import INLINE_EDITS_MAX, SNAPSHOT_MAX_CHAIN, SNAPSHOT_MIN_BYTES
 from stateflow.store.retention import Retention
 from stateflow.store.rows import key_filter, outline_of
-from stateflow.store.served_patch import Served
 from stateflow.store.trail import End, PathT
 from stateflow.store.tx import Tx
 from stateflow.store.writes import Writes
@@ -73,19 +71,3 @@ class SqlStore(Writes, Retention, Listing):
     def children(self, key: DocKey, path: PathT, *, start: int = 0, limit: int = 200) -> Children | None:
         """See :meth:`stateflow.store.path_reads.PathReads.children`."""
         return self._paths.children(key, path, start=start, limit=limit)
-
-    def contended(self, keys: Sequence[DocKey]) -> bool:
-        """See :meth:`patch_on_server`: False here (PostgreSQL overrides both)."""
-        return False
-
-    def patch_on_server(
-        self,
-        keys: Sequence[DocKey],
-        patches: Mapping[DocKey, bytes],
-        members: Sequence[str],
-        outlines: Sequence[str],
-        origin: dict[str, Any],
-    ) -> Served | None:
-        """Memory patches merged by the database itself: None here, where the database has no
-        such merge (the caller runs ``update``)."""
-        return None
