@@ -125,3 +125,37 @@ def test_a_caller_cancelled_as_its_call_finishes_goes_on() -> None:
         assert task.cancelled()
 
     asyncio.run(main())
+
+
+def test_the_answer_wakes_its_caller_in_the_pass_that_brought_it() -> None:
+    """The caller goes on in the loop pass that ran the call's answer, ahead of what that pass
+    scheduled after it (an ``asyncio.Future`` would wake it one pass later, behind those)."""
+    order: list[str] = []
+    handed = threading.Event()
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+
+        def work() -> int:
+            handed.wait(20)
+            return 5
+
+        def hold() -> None:  # the answer arrives while the loop is busy in this callback
+            handed.set()
+            deadline = time.monotonic() + 20
+            while not loop._ready and time.monotonic() < deadline:  # type: ignore[attr-defined]
+                time.sleep(0.001)
+            loop.call_soon(order.append, "after")
+
+        async def caller() -> None:
+            assert await run_sync(work) == 5
+            order.append("caller")
+
+        task = asyncio.ensure_future(caller())
+        await asyncio.sleep(0)  # the call is handed over
+        loop.call_soon(hold)
+        await task
+        await asyncio.sleep(0)
+
+    asyncio.run(main())
+    assert order == ["caller", "after"]
