@@ -76,10 +76,9 @@ def test_checkpoints_are_audited_records(backend: str, tmp_path: Path) -> None:
         subject = saver.records.subject("checkpoint", key)
         record = states.read("langgraph_checkpoints", subject)
         assert record is not None
-        assert (
-            record["data"]["config"]["thread_id"] == "t 1" and record["data"]["config"]["run_id"] == "run-7"
-        )
-        assert set(record["data"]) == {"config", "saved"}  # two members
+        names = record["data"]["saved"]["config"]
+        assert names["thread_id"] == "t 1" and names["run_id"] == "run-7"
+        assert set(record["data"]) == {"saved"}  # one member
         assert record["data"]["saved"]["channel_values"] == {"messages": {"json": ["hi"]}}
         trail = states.writes("langgraph_checkpoints", subject)["items"]
         assert [(w["action"], w["origin"]["consumer"], w["origin"]["run_id"]) for w in trail] == [
@@ -167,12 +166,14 @@ def test_newest_checkpoint_gets_only_its_own_writes(backend: str) -> None:
         store.close()
 
 
-@pytest.mark.parametrize("names_at_top", [True, False])
-def test_records_written_in_earlier_shapes_still_read(backend: str, names_at_top: bool) -> None:
+@pytest.mark.parametrize("shape", ["names at the top", "config beside the four", "config beside saved"])
+def test_records_written_in_earlier_shapes_still_read(backend: str, shape: str) -> None:
     """Checkpoint and writes records written before ``config`` held their names (thread,
-    namespace, ids, run at the top of the record), and checkpoint records written before
-    ``saved`` held the checkpoint, metadata, values and sources (those four at the top, beside
-    ``config``), read, list, copy and delete as before."""
+    namespace, ids, run at the top of the record), checkpoint records written before ``saved``
+    held the checkpoint, metadata, values and sources (those four at the top, beside
+    ``config``), and before ``config`` moved into ``saved`` (two members), read, list, copy and
+    delete as before."""
+    names_at_top = shape == "names at the top"
     store = open_store(backend, auto_migrate=True)
     try:
         states = StatesService(store)
@@ -187,13 +188,17 @@ def test_records_written_in_earlier_shapes_still_read(backend: str, names_at_top
             "parent_checkpoint_id": None,
             "run_id": "run-1",
         }
-        old = {
-            **(names if names_at_top else {"config": names}),
+        four = {
             "checkpoint": {"json": bare},
             "metadata": {"json": {"source": "input", "step": -1}},
             "channel_values": {"a": {"json": "one"}},
             "sources": {},
         }
+        old: dict[str, Any] = (
+            {"config": names, "saved": four}
+            if shape == "config beside saved"
+            else {**(names if names_at_top else {"config": names}), **four}
+        )
         states.replace(saver.records.state, saver.records.subject("checkpoint", key), old)
         writes: dict[str, Any] = {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": checkpoint["id"]}
         writes = writes if names_at_top else {"config": writes}
@@ -267,5 +272,111 @@ def test_pending_writes_sit_in_a_few_bucket_members(backend: str) -> None:
         saver.put_writes(old_config, [("b", 2)], "y")
         old = saver.get_tuple(old_config)
         assert old is not None and sorted(old.pending_writes or []) == [("x", "a", 1), ("y", "b", 2)]
+    finally:
+        store.close()
+
+
+# The declaration stores made before checkpoints became one member were declared with (their
+# checkpoints and writes records have `config` as a member of its own).
+_TWO_MEMBER_ERA_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "config": {
+            "type": "object",
+            "properties": {
+                "thread_id": {"type": "string"},
+                "checkpoint_ns": {"type": "string"},
+                "checkpoint_id": {"type": "string"},
+                "parent_checkpoint_id": {"type": ["string", "null"]},
+                "run_id": {"type": ["string", "null"]},
+            },
+            "required": ["thread_id", "checkpoint_ns", "checkpoint_id"],
+        },
+        "saved": {
+            "type": "object",
+            "properties": {
+                "checkpoint": {"type": "object"},
+                "metadata": {"type": "object"},
+                "channel_values": {"type": "object"},
+                "sources": {"type": "object", "additionalProperties": {"type": "string"}},
+            },
+            "required": ["checkpoint", "metadata", "channel_values", "sources"],
+        },
+        "checkpoint": {"type": "object"},
+        "metadata": {"type": "object"},
+        "channel_values": {"type": "object"},
+        "sources": {"type": "object", "additionalProperties": {"type": "string"}},
+    },
+    "patternProperties": {
+        "^w[0-9a-f]$": {
+            "type": "object",
+            "additionalProperties": {"type": "object", "required": ["task_id", "idx", "channel", "value"]},
+        },
+        "^w:": {"type": "object", "required": ["task_id", "idx", "channel", "value"]},
+    },
+}
+
+
+def test_a_store_with_two_member_checkpoints_opens_and_keeps_working(backend: str) -> None:
+    """A store declared and written before checkpoints became one member — its checkpoint and
+    writes records on the store — opens with this saver (the declaration is re-declared over
+    records only if additive: a changed schema would refuse to open), reads them, and writes
+    new checkpoints and writes beside them, each readable."""
+    store = open_store(backend, auto_migrate=True)
+    try:
+        states = StatesService(store)
+        state = "langgraph_checkpoints"
+        states.declare(
+            state,
+            {
+                "description": "LangGraph checkpoints (kind checkpoint) and their pending writes (kind writes), "
+                "one record per thread, namespace and checkpoint",
+                "schema": _TWO_MEMBER_ERA_SCHEMA,
+                "subject_kinds": ["checkpoint", "writes"],
+                "default_subject_kind": "checkpoint",
+            },
+        )
+        checkpoint = generate_checkpoint(channel_values={"a": "one"}, channel_versions={"a": 1})
+        key = StateflowSaver._key("t", "", checkpoint["id"])
+        names = {
+            "thread_id": "t",
+            "checkpoint_ns": "",
+            "checkpoint_id": checkpoint["id"],
+            "parent_checkpoint_id": None,
+            "run_id": "run-1",
+        }
+        saved = {
+            "checkpoint": {"json": {k: v for k, v in checkpoint.items() if k != "channel_values"}},
+            "metadata": {"json": {"source": "input", "step": -1}},
+            "channel_values": {"a": {"json": "one"}},
+            "sources": {},
+        }
+        subject = {"target_kind": "agent", "target_name": "langgraph", "kind": "checkpoint", "key": key}
+        states.replace(state, subject, {"config": names, "saved": saved})
+        entry = {"task_id": "x", "idx": 0, "channel": "a", "value": {"json": 2}, "task_path": ""}
+        states.replace(
+            state,
+            {**subject, "kind": "writes"},
+            {
+                "config": {k: names[k] for k in ("thread_id", "checkpoint_ns", "checkpoint_id")},
+                "w5": {"x:0": entry},
+            },
+        )
+        saver = StateflowSaver(states)  # opens over those records
+        tup = saver.get_tuple({"configurable": {"thread_id": "t", "checkpoint_ns": ""}})
+        assert tup is not None and tup.checkpoint["channel_values"] == {"a": "one"}
+        assert tup.pending_writes == [("x", "a", 2)]
+        child = generate_checkpoint(
+            channel_values={"a": "one", "b": "two"}, channel_versions={"a": 1, "b": 1}
+        )
+        made = saver.put(tup.config, child, generate_metadata(step=0, run_id="run-2"), {"b": 1})
+        saver.put_writes(made, [("b", 3)], "y")
+        newest = saver.get_tuple({"configurable": {"thread_id": "t", "checkpoint_ns": ""}})
+        assert newest is not None and newest.config == made and newest.parent_config == tup.config
+        assert newest.checkpoint["channel_values"] == {"a": "one", "b": "two"}
+        assert newest.pending_writes == [("y", "b", 3)]
+        record = states.read(state, saver.records.subject("checkpoint", saver._key("t", "", child["id"])))
+        assert record is not None and set(record["data"]) == {"saved"}  # the new one: one member
+        assert [t.config for t in saver.list({"configurable": {"thread_id": "t"}})] == [made, tup.config]
     finally:
         store.close()

@@ -4,15 +4,15 @@ Every checkpoint is one record of the state ``langgraph_checkpoints`` (subject k
 ``checkpoint``), and the pending writes of a checkpoint one record of kind ``writes``; their
 subject key is ``<thread_id>/<checkpoint_ns>/<inverted checkpoint_id>`` (parts
 percent-encoded; the id inverted so that a thread's newest checkpoint comes first in subject
-order). A checkpoint record has two members: ``config`` names it (``thread_id``,
-``checkpoint_ns``, ``checkpoint_id``, ``parent_checkpoint_id``, ``run_id``) and ``saved`` holds
-the rest — the checkpoint without its values (``checkpoint``), its ``metadata``, the values of
-the channels this checkpoint wrote (``channel_values``, from ``new_versions``) and, for every
-other channel, the id of the checkpoint of the same thread and namespace that holds the value
-at the version it names (``sources``: LangGraph's blob sharing, without a third kind of
-record). Two members, so a write adds two member rows (a row costs its index entries and member
-count, the record's JSON is the same); records written with those four at the top (and, before
-that, with the names at the top too) still read. A writes record keeps its writes in at most 16
+order). A checkpoint record has one member, ``saved``: ``config`` names it (``thread_id``,
+``checkpoint_ns``, ``checkpoint_id``, ``parent_checkpoint_id``, ``run_id``), and beside it the
+checkpoint without its values (``checkpoint``), its ``metadata``, the values of the channels
+this checkpoint wrote (``channel_values``, from ``new_versions``) and, for every other channel,
+the id of the checkpoint of the same thread and namespace that holds the value at the version
+it names (``sources``: LangGraph's blob sharing, without a third kind of record). One member,
+so a write adds one member row (each row costs its key entry, its member count and its
+statement; the record's JSON is the same); records written with ``config`` as a member of its
+own beside ``saved``, with those four at the top, or with the names at the top too still read. A writes record keeps its writes in at most 16
 members, ``w0`` … ``wf`` (a task's in the one its id hashes to), each ``{"<task_id>:<idx>":
 write}``; records written with a member ``w:<task_id>:<idx>`` per write still read. Records
 are written through the states service, so each checkpoint has an audit row with its origin
@@ -54,6 +54,17 @@ from stateflow.store import DocKey
 STATE: Final = "langgraph_checkpoints"
 _WRITE: Final[dict[str, Any]] = {"type": "object", "required": ["task_id", "idx", "channel", "value"]}
 CHECKPOINT: Final = "checkpoint"
+_NAMES: Final[dict[str, Any]] = {
+    "type": "object",
+    "properties": {
+        "thread_id": {"type": "string"},
+        "checkpoint_ns": {"type": "string"},
+        "checkpoint_id": {"type": "string"},
+        "parent_checkpoint_id": {"type": ["string", "null"]},
+        "run_id": {"type": ["string", "null"]},
+    },
+    "required": ["thread_id", "checkpoint_ns", "checkpoint_id"],
+}
 WRITES: Final = "writes"
 DECLARATION: Final[dict[str, Any]] = {
     "description": "LangGraph checkpoints (kind checkpoint) and their pending writes (kind writes), "
@@ -61,18 +72,9 @@ DECLARATION: Final[dict[str, Any]] = {
     "schema": {
         "type": "object",
         "properties": {
-            "config": {
-                "type": "object",
-                "properties": {
-                    "thread_id": {"type": "string"},
-                    "checkpoint_ns": {"type": "string"},
-                    "checkpoint_id": {"type": "string"},
-                    "parent_checkpoint_id": {"type": ["string", "null"]},
-                    "run_id": {"type": ["string", "null"]},
-                },
-                "required": ["thread_id", "checkpoint_ns", "checkpoint_id"],
-            },
-            "saved": {
+            "config": _NAMES,
+            "saved": {  # (holds ``config`` too, undeclared: changing this schema would refuse
+                # to re-declare over stores that have checkpoints; the saver builds it valid)
                 "type": "object",
                 "properties": {
                     "checkpoint": {"type": "object"},
@@ -117,10 +119,14 @@ def _pending(writes: dict[str, Any]) -> Iterator[dict[str, Any]]:
 
 
 def _config(body: dict[str, Any]) -> dict[str, Any]:
-    """What names a checkpoint or writes record (records written before ``config`` existed
-    carry the same names at the top)."""
-    config: dict[str, Any] = body.get("config", body)
-    return config
+    """What names a checkpoint or writes record: ``saved.config`` (a checkpoint), the member
+    ``config`` (a writes record, and checkpoints written before it moved into ``saved``), or
+    the top (records written before ``config`` existed)."""
+    config: dict[str, Any] | None = body.get("config")
+    if config is None:
+        saved = body.get("saved")
+        config = saved.get("config") if type(saved) is dict else None
+    return body if config is None else config
 
 
 def _saved(body: dict[str, Any]) -> dict[str, Any]:
@@ -134,6 +140,13 @@ def _saved(body: dict[str, Any]) -> dict[str, Any]:
 def _origin(run_id: str | None) -> WriteOrigin:
     """A write's origin, validated once per run (a frozen model the service takes as is)."""
     return WriteOrigin(consumer="langgraph", run_id=run_id)
+
+
+@functools.lru_cache(maxsize=1024)
+def _thread_part(thread_id: str, ns: str) -> str:
+    """A key's ``<thread_id>/<checkpoint_ns>``, encoded once per thread (every new checkpoint's
+    key misses ``_key``'s cache: its id is new)."""
+    return join([thread_id, ns])
 
 
 _HELD_KEPT = 256
@@ -177,7 +190,7 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
     @staticmethod
     @functools.lru_cache(maxsize=16384)
     def _key(thread_id: str, ns: str, checkpoint_id: str) -> str:
-        return f"{join([thread_id, ns])}/{invert(checkpoint_id)}"
+        return f"{_thread_part(thread_id, ns)}/{invert(checkpoint_id)}"
 
     @staticmethod
     def _split(key: str) -> tuple[str, str, str]:
@@ -376,12 +389,13 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
             "run_id": run_id if isinstance(run_id, str) else None,
         }
         saved = {
+            "config": names,
             "checkpoint": encode(bare),
             "metadata": encode(full_metadata),
             "channel_values": inline,
             "sources": sources,
         }
-        document = {"config": names, "saved": saved}
+        document = {"saved": saved}  # one member: one row, one key entry, one count
         key = self._key(thread_id, ns, checkpoint_id)
 
         def general() -> None:  # the same checks and audit row as replace, no record view back
@@ -567,7 +581,7 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         for start in range(0, len(keys), 200):
             page = keys[start : start + 200]
             docs = self.records.store.read(
-                [self.records.doc_key(CHECKPOINT, k) for k in page], ["config", "run_id"]
+                [self.records.doc_key(CHECKPOINT, k) for k in page], ["saved", "config", "run_id"]
             )
             for key in page:
                 body = docs[self.records.doc_key(CHECKPOINT, key)].body
@@ -590,11 +604,12 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
                 body = docs[self.records.doc_key(kind, key)].body
                 if body is None:
                     continue
-                copied = (
-                    {**body, "config": {**body["config"], "thread_id": target}}
-                    if "config" in body
-                    else {**body, "thread_id": target}
-                )
+                if "config" in body:
+                    copied = {**body, "config": {**body["config"], "thread_id": target}}
+                elif type(saved := body.get("saved")) is dict and "config" in saved:
+                    copied = {**body, "saved": {**saved, "config": {**saved["config"], "thread_id": target}}}
+                else:
+                    copied = {**body, "thread_id": target}
                 items.append(
                     {
                         "state": self.records.state,
