@@ -14,7 +14,8 @@ so a write adds one member row (each row costs its key entry, its member count a
 statement; the record's JSON is the same); records written with ``config`` as a member of its
 own beside ``saved``, with those four at the top, or with the names at the top too still read. A writes record keeps its writes in at most 16
 members, ``w0`` … ``wf`` (a task's in the one its id hashes to), each ``{"<task_id>:<idx>":
-write}``; records written with a member ``w:<task_id>:<idx>`` per write still read. Records
+write}``, and nothing else (its subject key names the checkpoint); records written with a
+``config`` member naming it, or with a member ``w:<task_id>:<idx>`` per write, still read. Records
 are written through the states service, so each checkpoint has an audit row with its origin
 (consumer ``langgraph``, the run's id).
 """
@@ -119,9 +120,8 @@ def _pending(writes: dict[str, Any]) -> Iterator[dict[str, Any]]:
 
 
 def _config(body: dict[str, Any]) -> dict[str, Any]:
-    """What names a checkpoint or writes record: ``saved.config`` (a checkpoint), the member
-    ``config`` (a writes record, and checkpoints written before it moved into ``saved``), or
-    the top (records written before ``config`` existed)."""
+    """What names a checkpoint record: ``saved.config``, the member ``config`` (records written
+    before it moved into ``saved``), or the top (records written before ``config`` existed)."""
     config: dict[str, Any] | None = body.get("config")
     if config is None:
         saved = body.get("saved")
@@ -485,14 +485,10 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
             entries.append((f"{task_id}:{idx}", entry))
         run_id = config["configurable"].get("run_id") or (config.get("metadata") or {}).get("run_id")
         origin = _origin(str(run_id) if run_id else None)
-        names = {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}
         key = self._key(thread_id, ns, checkpoint_id)
 
         def general() -> None:
-            ops = [
-                {"op": "set", "path": ["config"], "value": names},
-                *({"op": "set", "path": [bucket, name], "value": e} for name, e in entries),
-            ]
+            ops = [{"op": "set", "path": [bucket, name], "value": e} for name, e in entries]
             self.states.apply(
                 self.records.state,
                 self.records.subject(WRITES, key),
@@ -504,16 +500,18 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         if type(task_id) is not str or not all(type(c) is str for c, _ in writes):
             general()  # (the schema's refusal)
             return
-        # valid by construction: ``config`` holds three strings, the bucket ``w0``…``wf`` an
-        # object of write entries (task id and channel strings, idx an int, the value the
-        # codec's plain JSON); one copy in C keeps the caller's objects out of the store's cache
+        # valid by construction: the bucket ``w0``…``wf`` an object of write entries (task id
+        # and channel strings, idx an int, the value the codec's plain JSON); one copy in C
+        # keeps the caller's objects out of the store's cache. No ``config`` member: the
+        # subject key names the checkpoint (and its record holds the names), and a new
+        # writes record of one member costs one member row, key entry and count fewer
         fresh = orjson.loads(orjson.dumps(dict(entries)))
-        paths = [["config"], *([bucket, name] for name, _ in entries)]
+        paths = [[bucket, name] for name, _ in entries]
 
         def build(current: dict[str, Any] | None) -> tuple[dict[str, Any], builtins.list[builtins.list[str]]]:
             held = current.get(bucket) if current else None
             merged = {**held, **fresh} if type(held) is dict else fresh
-            return {**(current or {}), "config": names, bucket: merged}, paths
+            return {**(current or {}), bucket: merged}, paths
 
         self.records.write(
             WRITES, key, build, origin=origin, context=self.context, action="apply", general=general
@@ -608,8 +606,10 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
                     copied = {**body, "config": {**body["config"], "thread_id": target}}
                 elif type(saved := body.get("saved")) is dict and "config" in saved:
                     copied = {**body, "saved": {**saved, "config": {**saved["config"], "thread_id": target}}}
-                else:
+                elif "thread_id" in body:  # (names at the top)
                     copied = {**body, "thread_id": target}
+                else:  # a writes record: its subject key names it
+                    copied = body
                 items.append(
                     {
                         "state": self.records.state,
