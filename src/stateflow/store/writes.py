@@ -616,6 +616,9 @@ class Writes(StoreCore):
                 staged = [(w, e, self._stage(tx, w, e)) for w, e in plan]
             except StateflowError:
                 return None
+        # the shared rows as read (one without a row too: the commit checks it has none still),
+        # so the next write computes on them with no read (``_optimistic``), as after a locked one
+        fresh.rows.update({key: rows[key] for key in shared})
         done = self._commit_staged(
             staged,
             [(key, rows[key]) for key in locked],
