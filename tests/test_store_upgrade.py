@@ -527,3 +527,74 @@ def _sqlite_rows(location: str, sql: str) -> list[tuple[Any, ...]]:
         rows = lite.execute(sql).fetchall()
     lite.close()
     return rows
+
+
+def test_a_schema_12_store_upgrades_to_13_and_commits_in_one_function(backend: str, tmp_path: Path) -> None:
+    """Version 13 replaces PostgreSQL's ``stateflow_begin_commit`` by ``stateflow_commit`` (the
+    whole commit in one function, a new document inserted present) and updates the counters in
+    place (SQLite only records the version): after the upgrade the earlier documents read back
+    as before, new and changed documents commit in one statement, and the counters stay true."""
+    _store_at(12, backend, tmp_path)
+    store = open_store(backend, auto_migrate=False)
+    try:
+        with pytest.raises(StoreNotMigrated, match="schema version 12"):
+            store.get(DocKey("notes", "a"))
+        assert store.migrate() == (12, SCHEMA_VERSION)
+        _reads_back(store, _expected())
+        notes = DocKey("notes", "a")
+        before = store.get(notes).body
+        assert before is not None
+        new = [DocKey("notes", f'["agent","x","k","n{i}"]') for i in range(3)]
+        counted = store.count("notes")
+        for i, key in enumerate(new):
+
+            def create(docs: dict[DocKey, Any], key: DocKey = key, i: int = i) -> tuple[list[Write], None]:
+                return [Write.between(key, None, {"i": i})], None
+
+            commit, _ = store.update([key], create, optimistic=True)
+            assert commit.revisions == {key: 1}
+        store.update(
+            [notes],
+            lambda docs: ([Write.between(notes, docs[notes].body, dict(before, extra=1))], None),
+            optimistic=True,
+        )
+        assert store.get(notes).body == dict(before, extra=1)
+        assert [store.get(key).body for key in new] == [{"i": 0}, {"i": 1}, {"i": 2}]
+        assert store.count("notes") == counted + 3
+        assert store.kind_counts("notes").get("k") == 3
+        with store._read_tx() as tx:
+            stored, recounted = store.recount(tx)
+            assert stored == recounted
+            if backend.startswith("postgresql://"):
+                names = {
+                    r[0]
+                    for r in tx.all(
+                        "SELECT proname FROM pg_proc WHERE pronamespace = current_schema()::regnamespace"
+                    )
+                }
+                assert "stateflow_commit" in names and "stateflow_begin_commit" not in names
+                # the kind pattern capturing only the kind answers as version 6's did
+                subjects = [
+                    '["agent","x","k","a"]',
+                    '["a\\"b","x\\\\","kind","d\\"e"]',
+                    '["a","b","k\\"x","d"]',
+                    '["a","b","c"]',
+                    '["a","b","c","d","e"]',
+                    '["a","b",""," "]',
+                    ' ["a","b","c","d"]',
+                    '["a","b\\","c","d"]',
+                    "plain",
+                ]
+                old = (
+                    'coalesce((regexp_match(s, \'^\\["([^"\\\\]|\\\\.)*","([^"\\\\]|\\\\.)*",'
+                    '"([^"\\\\]*)","([^"\\\\]|\\\\.)*"\\]$\'))[3], \'\')'
+                )
+                pairs = tx.all(
+                    f"SELECT stateflow_subject_kind(s), {old} FROM unnest(?::text[]) AS x(s)", (subjects,)
+                )
+                assert [new for new, _ in pairs] == [old for _, old in pairs]
+                assert [new for new, _ in pairs][:2] == ["k", "kind"] and [new for new, _ in pairs].count(
+                    ""
+                ) == 7
+    finally:
+        store.close()

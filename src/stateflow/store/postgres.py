@@ -508,7 +508,7 @@ class PostgresStore(SqlStore):
             # creating the same row; and a group locks its rows before any member's commit
             self._create(creates)
             creates = []
-        # the rows of new documents are created by the commit function (``stateflow_begin_commit``)
+        # the rows of new documents are created by the commit function (``stateflow_commit``)
         # after it locks the shared rows and before it locks the written ones: in the lock order
         # (``rows.lock_order``), as a new row's insert waits for whoever is creating the same row
         creates.sort(key=lambda c: lock_order(c[0]))
@@ -870,17 +870,20 @@ _WRITE_ROWS: Final = "SELECT stateflow_write_rows({seq}, " + _ROW_ARGS + ")"
 
 
 _COMMIT: Final = (
-    "SELECT b.seq, stateflow_write_rows(b.seq, " + _ROW_ARGS + ") "
-    "FROM stateflow_begin_commit(?::text[], ?::text[], ?::text, ?::bytea, " + _SEQ_LOCK_KEY + ", "
+    "SELECT stateflow_commit("
+    + _ROW_ARGS
+    + ", ?::text[], ?::text[], ?::text, ?::bytea, "
+    + _SEQ_LOCK_KEY
+    + ", "
     "?::text[], ?::text[], ?::text[], ?::text[], ?::bigint[], ?::bigint[], "
     "?::bigint[], ?::text[], ?::text[], "
-    "?::text[], ?::text[], ?::bigint[], ?::bigint[]) AS b(seq) WHERE b.seq IS NOT NULL"
+    "?::text[], ?::text[], ?::bigint[], ?::bigint[])"
 )
 """A commit computed against known revisions, in one statement (see ``update(optimistic=True)``):
-checks, locks (creating the rows of new documents before locking them), transition and claims;
-the rows only when those went through. It names no table, so one generic plan serves every
-commit (a join in it made its plan depend on the number of keys, and it was planned again on
-every call once a custom plan looked cheaper)."""
+checks, locks (creating the rows of new documents before locking them), transition, claims and
+rows in one call of ``stateflow_commit``; its seq, or NULL (nothing written). It names no table,
+so one generic plan serves every commit (a join in it made its plan depend on the number of
+keys, and it was planned again on every call once a custom plan looked cheaper)."""
 _COMMIT_RAW: Final = _numbered(_COMMIT)
 """``_COMMIT`` sent through a raw cursor: psycopg parses a query's ``%s`` placeholders again on
 every call once it has more than 50 parameters (its query cache stops there), and this one has
@@ -920,7 +923,7 @@ _Planned = tuple[list[DocKey], list[DocKey], list[Any]]
 """A planned commit: the documents it shares and those it writes (in a group, locked first), and
 its statement's parameters."""
 _CLAIMED_MEANWHILE: Final = "SF409"
-"""Raised by ``stateflow_begin_commit`` when an op id was claimed between its check and its insert."""
+"""Raised by ``stateflow_commit`` when an op id was claimed between its check and its insert."""
 _DEADLOCK: Final = "40P01"
 _SERIALIZATION: Final = "40001"
 
