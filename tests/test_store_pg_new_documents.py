@@ -158,3 +158,104 @@ def test_many_new_documents_at_once_on_the_async_pool(pg_schema_url: str) -> Non
         assert [check.get(key).body for key in keys] == [{"n": n} for n in range(len(keys))]
     finally:
         check.close()
+
+
+def _counters_hold(store: PostgresStore) -> None:
+    """The maintained counters equal what the rows count now."""
+    with store._read_tx() as tx:
+        stored, counted = store.recount(tx)
+    assert stored == counted
+
+
+def test_new_documents_are_left_absent_and_uncounted_when_the_commit_is_refused(
+    pg_schema_url: str,
+) -> None:
+    """When the commit's check fails after it created some rows — here the second of two new
+    documents was created by another store meanwhile — the rows it created stay absent and the
+    counters (updated in place since schema 13) stay true; the write then lands on the rows
+    that exist."""
+    store = open_store(pg_schema_url, auto_migrate=True)
+    other = open_store(pg_schema_url, auto_migrate=True)
+    try:
+        assert isinstance(store, PostgresStore) and isinstance(other, PostgresStore)
+        a, b = DocKey("s", '["agent","x","k1","a"]'), DocKey("s", '["agent","x","k1","b"]')
+        other.update([b], _set((b, {"n": 0, "by": "other"})), optimistic=True)
+        with _counted(store) as taken:
+            commit, _ = store.update([a, b], _set((a, {"n": 1}), (b, {"n": 2})), optimistic=True)
+        assert len(taken) > 1  # the one-statement commit was refused: the write went another way
+        assert commit.revisions == {a: 1, b: 2}
+        assert other.get(a).body == {"n": 1} and other.get(b).body == {"n": 2}
+        assert other.count("s") == 2 and other.kind_counts("s") == {"k1": 2}
+        assert other.member_counts("s") == {"n": 2}
+        _counters_hold(other)
+        # a refused commit of new documents alone: its created row stays absent, counted nowhere
+        c, d = DocKey("s", '["agent","x","k2","c"]'), DocKey("s", '["agent","x","k2","d"]')
+        other.update([d], _set((d, {"n": 0})), optimistic=True)
+        with psycopg.connect(pg_schema_url, autocommit=True) as conn:
+            ids = store._reserve(2)
+            row = conn.execute(
+                "SELECT stateflow_commit("
+                + ", ".join(["'{}'"] * 39)
+                + ", '{}', '{}', 'now', '\\x7b7d'::bytea, 1, '{}', '{}', '{}', '{}', '{}', '{}', "
+                "%s::bigint[], %s::text[], %s::text[], %s::text[], %s::text[], %s::bigint[], %s::bigint[])",
+                (ids, ["s", "s"], [c.subject, d.subject], ["s", "s"], [c.subject, d.subject], ids, [0, 0]),
+            ).fetchone()
+            assert row == (None,)
+            created = conn.execute(
+                "SELECT present, revision FROM documents WHERE state = 's' AND subject = %s", (c.subject,)
+            ).fetchall()
+            assert created == [(0, 0)]
+        assert other.kind_counts("s") == {"k1": 2, "k2": 1}
+        _counters_hold(other)
+        store.update([c], _set((c, {"n": 3})), optimistic=True)
+        assert other.get(c).body == {"n": 3} and other.kind_counts("s") == {"k1": 2, "k2": 2}
+        _counters_hold(other)
+    finally:
+        store.close()
+        other.close()
+
+
+def test_a_write_after_a_read_keeps_the_shared_rows_it_read(pg_schema_url: str) -> None:
+    """A store that first writes a document after reading it (another store wrote it and its
+    shared catalog; a second shared document has no row) keeps the shared rows it read, the
+    missing one too: its next write of the document is one statement, with no read first."""
+    other = open_store(pg_schema_url, auto_migrate=True)
+    store = open_store(pg_schema_url, auto_migrate=True)
+    try:
+        assert isinstance(store, PostgresStore)
+        catalog, absent, doc = DocKey("_cat", "c"), DocKey("_cat", "none"), DocKey("s", "d")
+        other.update([catalog, doc], _set((catalog, {"v": 1}), (doc, {"n": 0})), optimistic=True)
+        store.get(doc)  # (a read leaves the shared rows unknown)
+
+        def bump(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
+            assert docs[catalog].body == {"v": 1}
+            body = docs[doc].body
+            assert body is not None
+            return [Write.between(doc, body, {"n": body["n"] + 1}, docs[doc].revision)], None
+
+        def before(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
+            assert docs[absent].body is None
+            return bump(docs)
+
+        store.update([doc], before, shared=[catalog, absent], optimistic=True)
+        with _counted(store) as taken:
+            for _ in range(3):
+                store.update([doc], before, shared=[catalog, absent], optimistic=True)
+        assert len(taken) == 3  # one statement each
+        assert other.get(doc).body == {"n": 4}
+        # the missing document made meanwhile: the one-statement commit is refused, the write
+        # reads it, and the next one computes on it again with no read
+        other.update([absent], _set((absent, {"now": True})), optimistic=True)
+
+        def check(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
+            assert docs[absent].body == {"now": True}
+            return bump(docs)
+
+        store.update([doc], check, shared=[catalog, absent], optimistic=True)
+        with _counted(store) as taken:
+            store.update([doc], check, shared=[catalog, absent], optimistic=True)
+        assert len(taken) == 1
+        assert other.get(doc).body == {"n": 6}
+    finally:
+        store.close()
+        other.close()
