@@ -6,7 +6,7 @@ Both servers run as their users run them (``stateflow serve``; ``uvicorn`` on th
 its own records: ``PUT`` of a small record (stateflow: a declared state's record replace —
 schema validation, revision, history, audit; the baseline: one upsert), then ``GET`` of it.
 With 1 and with 8 clients, in alternating rounds; per round the throughput of all clients
-together, the median write latency, and the CPU time the server process spent per request
+together, the median, mean and p99 latency, and the CPU time the server process spent per request
 (read from /proc: on a machine shared with other work, the wall-clock figures measure the
 scheduler as much as the server; CPU per request is what the server itself costs), split into
 the event loop's thread — the HTTP layer — and the worker threads — the call behind it. Then
@@ -126,12 +126,15 @@ def client_run(args: tuple[int, str, str, int, int]) -> tuple[float, float, list
 
 def load(
     pool: multiprocessing.pool.Pool, side: Side, method: str, clients: int, requests: int
-) -> tuple[float, float, float, float]:
+) -> tuple[float, float, float, float, float, float]:
     """All clients at once: (requests per second, median latency in ms, server CPU ms per
-    request, of which on the event loop's thread). The loop's thread (the process's main thread,
-    under uvicorn) runs the HTTP layer — parsing, middleware, routing, the handler, encoding
-    and sending the answer; the worker threads run the call behind it (the service and the
-    store, or the baseline's upsert)."""
+    request, of which on the event loop's thread, mean latency in ms, p99 latency in ms). The
+    loop's thread (the process's main thread, under uvicorn) runs the HTTP layer — parsing,
+    middleware, routing, the handler, encoding and sending the answer; the worker threads run
+    the call behind it (the service and the store, or the baseline's upsert). The mean and p99
+    beside the median: with closed-loop clients the mean is clients / throughput on either
+    side, so two servers at the same throughput differ in p50 only by the shape of their
+    latencies (a writer served out of turn lowers the median and raises the tail)."""
     per_client = max(1, requests // clients)
     jobs = [(side.port, side.prefix, method, c, per_client) for c in range(clients)]
     cpu, loop = cpu_seconds(side.pid), cpu_seconds(side.pid, side.pid)
@@ -139,12 +142,20 @@ def load(
     cpu, loop = cpu_seconds(side.pid) - cpu, cpu_seconds(side.pid, side.pid) - loop
     start = min(r[0] for r in results)
     end = max(r[1] for r in results)
-    latencies = [x for r in results for x in r[2]]
+    latencies = sorted(x for r in results for x in r[2])
     total = per_client * clients
-    return total / (end - start), statistics.median(latencies) * 1000, cpu / total * 1000, loop / total * 1000
+    p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
+    return (
+        total / (end - start),
+        statistics.median(latencies) * 1000,
+        cpu / total * 1000,
+        loop / total * 1000,
+        statistics.fmean(latencies) * 1000,
+        p99 * 1000,
+    )
 
 
-Measured = list[tuple[float, float, float, float]]
+Measured = list[tuple[float, float, float, float, float, float]]
 """Per round: what :func:`load` measures."""
 
 
@@ -188,6 +199,16 @@ def measure(
             p50 = Pair([m[1] for m in mine], [m[1] for m in theirs])
             p50_target = "<= 1.3x" if targets and method == "PUT" else None
             report(f"{what} p50 latency, {clients} client(s)", p50, "ms", p50_target)
+            report(
+                f"{what} mean latency, {clients} client(s)",
+                Pair([m[4] for m in mine], [m[4] for m in theirs]),
+                "ms",
+            )
+            report(
+                f"{what} p99 latency, {clients} client(s)",
+                Pair([m[5] for m in mine], [m[5] for m in theirs]),
+                "ms",
+            )
             cpu = Pair([m[2] for m in mine], [m[2] for m in theirs])
             report(f"{what}: server CPU per request, {clients} client(s)", cpu, "ms")
             loop = Pair([m[3] for m in mine], [m[3] for m in theirs])
@@ -212,6 +233,16 @@ def against_floor(
         report(
             f"write p50 latency vs floor, {clients} client(s)",
             Pair([m[1] for m in mine], [m[1] for m in theirs]),
+            "ms",
+        )
+        report(
+            f"write mean latency vs floor, {clients} client(s)",
+            Pair([m[4] for m in mine], [m[4] for m in theirs]),
+            "ms",
+        )
+        report(
+            f"write p99 latency vs floor, {clients} client(s)",
+            Pair([m[5] for m in mine], [m[5] for m in theirs]),
             "ms",
         )
         report(
