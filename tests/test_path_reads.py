@@ -193,6 +193,88 @@ def test_path_reads_equal_whole_reads_at_every_revision(store: SqlStore) -> None
         store.read_paths({key: [()]})
 
 
+def _as_of_history(store: SqlStore) -> tuple[DocKey, DocKey, int]:
+    """A large document (tree member, snapshots, edits kept apart, a member deleted and made
+    again) and a small one written after it; the number of transitions."""
+    key, other = DocKey("paths", "doc"), DocKey("paths", "other")
+    _history(store, key, random.Random(3), 40)
+    store.commit([Write(key, [Edit(("tactics",))], 40)])  # the member goes away …
+    store.commit([Write(key, [Edit(("lazy", "big"), plane(12_000)["big"][:5_000])], 41)])  # … kept apart
+    store.commit([Write(key, [Edit(("tactics",), {"next": "again"})], 42)])  # … and comes back
+    store.commit([Write(other, [Edit(("n",), 0)], 0)])
+    for n in range(1, 4):
+        store.commit([Write(other, [Edit(("n",), n), Edit(("tactics",), {"n": n})], n)])
+    return key, other, 47
+
+
+def _same_reads(got: Any, expected: Any) -> None:
+    for k in expected:
+        assert (got[k].revision, got[k].seq) == (expected[k].revision, expected[k].seq), k
+        for a, b in zip(got[k].trails, expected[k].trails, strict=True):
+            assert list(a.steps) == list(b.steps) and (a.value == b.value or a.value is b.value is MISSING)
+
+
+def test_an_as_of_path_read_is_settled_by_one_statement_at_every_offset(open_migrated: StoreFactory) -> None:
+    """``read_paths(back=…)`` takes the transition, each document's revision after it, the
+    snapshot, the change chain with its edits kept apart, the snapshot's members and the
+    current members of a document the transition left as it is from one statement
+    (``asof.statement``; on PostgreSQL with no transaction around it) — at every offset it is
+    settled there and answers what a read at the revisions it found answers."""
+    store = open_migrated()
+    key, other, transitions = _as_of_history(store)
+    asked: dict[DocKey, list[tuple[str | int, ...]]] = {
+        key: PATHS,
+        other: [("n",), ("tactics", "n"), ("lazy",)],
+    }
+    for cold in (True, False):
+        reader = open_migrated() if cold else store
+        if cold:  # a current member inline but over CURRENT_BODY_MAX (lazy, ~1 MB): once the long way
+            assert reader._paths._back_in_one(asked, 1, None) is None
+            reader.read_paths(asked, back=1)  # … which leaves it in the member cache
+        for back in range(1, transitions + 1):
+            one = reader._paths._back_in_one(asked, back, None)
+            assert one is not None, (cold, back)
+            revisions = {k: one[k].revision for k in asked}
+            _same_reads(one, reader.read_paths(asked, revisions=revisions))
+            _same_reads(reader.read_paths(asked, back=back), one)
+        both = {key: [("tactics",)], other: []}
+        assert reader.read_paths(both, back=transitions)[key].revision == 0  # the origin
+        with pytest.raises(NotFound, match="predates the retained history"):
+            reader.read_paths(both, back=transitions + 1)
+    only = store.read_paths({key: [("tactics", "next")], other: []}, back=4)  # found among both
+    assert (only[key].revision, only[other].revision, only[key].trails[0].value) == (43, 0, "again")
+
+
+def test_an_as_of_path_read_fails_closed_on_a_missing_snapshot_member(open_migrated: StoreFactory) -> None:
+    """A snapshot member row gone: the one statement finds an older row of that member (not the
+    one the directory names), so the read is taken the long way and fails closed there."""
+    store = open_migrated()
+    key, _, _ = _as_of_history(store)
+    with store._read_tx() as tx:
+        (doc_id,) = tx.one("SELECT doc_id FROM documents WHERE state = ? AND subject = ?", key) or ()
+        snaps = [
+            int(r) for (r,) in tx.all("SELECT revision FROM snapshots WHERE doc_id = ? ORDER BY 1", (doc_id,))
+        ]
+        newest = tx.one(
+            "SELECT max(revision) FROM snapshot_members WHERE doc_id = ? AND name = 'tactics'", (doc_id,)
+        )
+    assert len(snaps) >= 2 and newest is not None
+    with store._write_tx() as tx:
+        assert (
+            tx.run(
+                "DELETE FROM snapshot_members WHERE doc_id = ? AND name = 'tactics' AND revision = ?",
+                (doc_id, newest[0]),
+            )
+            == 1
+        )
+    reader = open_migrated()
+    revision = max(s for s in snaps if s >= newest[0] and s < 41)
+    back = 43 - revision  # the large document's own transitions
+    assert reader.read_paths({key: [("lazy", "small")]}, back=back)[key].revision == revision
+    with pytest.raises(CorruptData, match=f"snapshot at revision {revision} is corrupt: member 'tactics'"):
+        reader.read_paths({key: [("tactics",)]}, back=back)
+
+
 class Planted:
     """A document whose ``lazy`` member (``plane(20_000)``) is stored as a tree, the nodes the
     reads under :meth:`recording` fetched, and a store left with only those nodes."""

@@ -81,6 +81,13 @@ class Backend(abc.ABC):
     keeps_bodies: ClassVar[bool] = False
     """Whether writes report whole bodies they leave behind to ``_remember`` (``Fresh.bodies``)."""
 
+    statement_snapshots: ClassVar[bool] = False
+    """Whether each statement costs a round trip and :meth:`_statement_tx` gives each one a
+    snapshot of its own (PostgreSQL: no transaction, no BEGIN and COMMIT round trips), so a
+    read that can take everything from one statement does (an as-of path read:
+    ``path_reads.PathReads._back_in_one``); False: statements are calls in this process (SQLite,
+    where the one statement's plan costs more than the separate ones) sharing one snapshot."""
+
     reads_before_locking: ClassVar[bool] = False
     """Whether an optimistic read-modify-write whose documents are not cached as they are reads
     them with no lock held and commits checking that none moved, retrying a few times, before
@@ -92,6 +99,11 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def _read_tx(self) -> AbstractContextManager[Tx]:
         """A read-only transaction over one consistent snapshot."""
+
+    def _statement_tx(self) -> AbstractContextManager[Tx]:
+        """Statements for a read whose first statement reads everything that must be consistent
+        (see ``statement_snapshots``; portable: :meth:`_read_tx`)."""
+        return self._read_tx()
 
     @abc.abstractmethod
     def _write_tx(self) -> AbstractContextManager[Tx]:

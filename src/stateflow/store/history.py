@@ -242,17 +242,20 @@ class History(StoreCore):
         names: set[str] | None,
         *,
         trees: bool = True,
+        stored: list[tuple[int, int, str, Any]] | None = None,
     ) -> dict[tuple[int, int], list[Edit]]:
         """The edits of each ``(doc_id, revision, inline edits or None)``: whole-document edits
         first, then per member (see ``INLINE_EDITS_MAX``). A value kept as a tree is read
-        whole, or with ``trees=False`` left as its :class:`~stateflow.store.trail.TreeRef`."""
+        whole, or with ``trees=False`` left as its :class:`~stateflow.store.trail.TreeRef`.
+        ``stored``: the ``change_edits`` rows of these changes (whole-document edits first;
+        for ``names`` only), already read (``asof.statement``)."""
         out: dict[tuple[int, int], list[Edit]] = {}
         if not changes or (names is not None and not names):
             return out
-        stored: list[tuple[int, int]] = []
+        apart: list[tuple[int, int]] = []
         for doc_id, revision, inline in changes:
             if inline is None:
-                stored.append((doc_id, revision))
+                apart.append((doc_id, revision))
                 continue
             what = f"{keys.get(doc_id, doc_id)} change at revision {revision}"
             for member, raw in decode_inline(inline, what):
@@ -262,18 +265,21 @@ class History(StoreCore):
                 if member == "" and names is not None:
                     edits = [restrict_edit(e, names) for e in edits]
                 out.setdefault((doc_id, revision), []).extend(edits)
-        for start in range(0, len(stored), 200):  # bounded statement size
-            part = stored[start : start + 200]
-            where = " OR ".join("(doc_id = ? AND revision = ?)" for _ in part)
-            params: list[Any] = [v for pair in part for v in pair]
-            if names is not None:
-                where = f"({where}) AND (member = '' OR member IN ({','.join('?' * len(names))}))"
-                params.extend(sorted(names))
-            rows = tx.all(
-                f"SELECT doc_id, revision, member, edits FROM change_edits WHERE {where} "
-                "ORDER BY doc_id, revision, member",
-                params,
-            )
+        for start in range(0, len(apart), 200):  # bounded statement size
+            part = apart[start : start + 200]
+            if stored is not None:
+                rows: Sequence[tuple[Any, ...]] = stored if start == 0 else []
+            else:
+                where = " OR ".join("(doc_id = ? AND revision = ?)" for _ in part)
+                params: list[Any] = [v for pair in part for v in pair]
+                if names is not None:
+                    where = f"({where}) AND (member = '' OR member IN ({','.join('?' * len(names))}))"
+                    params.extend(sorted(names))
+                rows = tx.all(
+                    f"SELECT doc_id, revision, member, edits FROM change_edits WHERE {where} "
+                    "ORDER BY doc_id, revision, member",
+                    params,
+                )
             for doc_id, revision, member, raw in rows:
                 what = f"{keys.get(int(doc_id), doc_id)} change at revision {revision}"
                 resolve = functools.partial(_tree_value, tx, what) if trees else TreeRef
@@ -331,7 +337,7 @@ def newest_changes(columns: str, tops: Sequence[tuple[int, int]], limit: int) ->
     return sql, [p for doc_id, top in tops for p in (doc_id, top, limit)]
 
 
-def _whole_chain(
+def whole_chain(
     key: DocKey, rows: list[tuple[Any, ...]], after: int, revision: int, *, snapshotted: bool
 ) -> list[tuple[Any, ...]]:
     """``rows`` — the ``(revision, seq, edits)`` changes after ``after`` up to ``revision`` —
@@ -358,7 +364,7 @@ def snapshot_and_chain(
 ) -> tuple[tuple[Any, ...] | None, list[tuple[Any, ...]]]:
     """``(revision, body)`` of the newest snapshot at or before ``revision`` (None: there is
     none) and the ``(revision, seq, edits)`` changes after it up to ``revision``, in order
-    (checked by :func:`_whole_chain`) — an as-of read's two reads of history in one statement
+    (checked by :func:`whole_chain`) — an as-of read's two reads of history in one statement
     (on PostgreSQL each statement is a round trip)."""
     snap: tuple[Any, ...] | None = None
     rows: list[tuple[Any, ...]] = []
@@ -368,4 +374,4 @@ def snapshot_and_chain(
         else:
             rows.append((rev, seq, raw))
     after = 0 if snap is None else int(snap[0])
-    return snap, _whole_chain(key, rows, after, revision, snapshotted=snap is not None)
+    return snap, whole_chain(key, rows, after, revision, snapshotted=snap is not None)

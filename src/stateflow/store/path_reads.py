@@ -6,7 +6,8 @@ cache keeps it); a member kept as a tree is walked node by node along the path (
 nodes are cached by id — content-addressed, so never stale). An as-of read starts from the
 member as the nearest snapshot holds it and moves each path's trail forward by the changes
 after it (``trail.advance``): a change elsewhere in the member is skipped, and an edit value
-kept as a tree is walked along the path, not read.
+kept as a tree is walked along the path, not read. Where each statement is a round trip, a read
+``back`` transitions into the past takes all it reads from one statement (``store.asof``).
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ from stateflow.doc.canonical import JSON
 from stateflow.doc.diff import Edit, apply_edits
 from stateflow.doc.select import MISSING
 from stateflow.errors import Conflict, CorruptData, InvalidInput, NotFound
-from stateflow.store import tree
+from stateflow.store import asof, tree
 from stateflow.store.cache import HeadCache, RevisionCache
-from stateflow.store.history import newest_changes, snapshot_and_chain
+from stateflow.store.history import newest_changes, snapshot_and_chain, whole_chain
 from stateflow.store.key_positions import Positions
 from stateflow.store.model import DocKey
 from stateflow.store.nodes import NodeCache, fetch_bodies, load_tree
@@ -82,10 +83,13 @@ class PathSource(Protocol):
     _node_cache: NodeCache
     _positions: Positions
     holds_sql: ClassVar[str | None]
+    statement_snapshots: ClassVar[bool]
 
     def check_schema(self) -> None: ...
 
     def _read_tx(self) -> AbstractContextManager[Tx]: ...
+
+    def _statement_tx(self) -> AbstractContextManager[Tx]: ...
 
     def _row(self, tx: Tx, key: DocKey) -> DocRow | None: ...
 
@@ -101,6 +105,7 @@ class PathSource(Protocol):
         names: set[str] | None,
         *,
         trees: bool = True,
+        stored: list[tuple[int, int, str, Any]] | None = None,
     ) -> dict[tuple[int, int], list[Edit]]: ...
 
 
@@ -148,6 +153,10 @@ class PathReads:
             for path in wanted:
                 if not path or type(path[0]) is not str:
                     raise InvalidInput(f"a document path starts with a member name, got {list(path)!r}")
+        if back and self._store.statement_snapshots:  # where a statement is a round trip
+            done = self._back_in_one(paths, back, end)
+            if done is not None:
+                return done
         out: dict[DocKey, PathsRead] = {}
         with self._store._read_tx() as tx:
             rows = self._store._rows(tx, list(paths))
@@ -193,6 +202,48 @@ class PathReads:
 
     # ------------------------------------------------------------------ internals
 
+    def _back_in_one(
+        self, paths: Mapping[DocKey, Sequence[PathT]], back: int, end: End | None
+    ) -> dict[DocKey, PathsRead] | None:
+        """``read_paths(paths, back=back)`` from one statement (``asof.statement``), on
+        PostgreSQL with no transaction around it (``_statement_tx``): one round trip instead of
+        five (BEGIN with the rows, the transition, the snapshot and its chain, the members or
+        edits kept apart, COMMIT). The answer is decided here as the long way decides it. None
+        where that statement's rows do not settle the read — the statement chose another
+        revision or member row than the checks here, a current member too large to come with
+        it is not cached, or (with no snapshot shared by later statements) stored data read
+        after it looks damaged; the caller then reads the long way, in one snapshot throughout."""
+        wanted = [key for key, p in paths.items() if p]
+        names = sorted({str(p[0]) for key in wanted for p in paths[key]})
+        if not names or len(paths) > 50:
+            return None
+        try:
+            with self._store._statement_tx() as tx:
+                read = asof.parse(tx.all(*asof.statement(list(paths), wanted, names, back)))
+                revisions = _back_revisions(read.rows, read.newest, back)
+                out: dict[DocKey, PathsRead] = {}
+                for key, asked in paths.items():
+                    row, at = read.rows.get(key), revisions.get(key)
+                    past = None
+                    if row is not None and asked and at is not None and 0 < at < row.revision:
+                        past = read.past.get(row.doc_id)
+                        if past is None or past.revision != at:
+                            return None
+                    now = None
+                    if row is not None and asked and at == row.revision and row.present:
+                        now = read.current.get(row.doc_id)
+                        if now is None:
+                            return None
+                    listed = [tuple(p) for p in asked]
+                    out[key] = self._paths_of(tx, key, row, listed, None, at, end, past=past, now=now)
+                return out
+        except _Unsettled:
+            return None
+        except CorruptData:
+            if self._store.statement_snapshots:  # later statements (nodes) saw later snapshots
+                return None
+            raise
+
     def _revisions_back(self, tx: Tx, rows: Mapping[DocKey, DocRow], back: int) -> dict[DocKey, int]:
         """Each document's revision right after the ``back``-th newest transition that changed
         any of them: the newest ``back + 1`` changes of each document hold every transition
@@ -205,20 +256,7 @@ class PathReads:
             part = ids[first : first + 50]
             newest, params = newest_changes("seq, doc_id, revision", [(d, tops[d]) for d in part], back + 1)
             found += [(int(s), int(d), int(r)) for s, d, r in tx.all(newest, params)]
-        seqs = sorted({s for s, _, _ in found}, reverse=True)
-        if back == len(seqs):  # before the first transition: every document empty
-            return {key: 0 for key in rows}
-        if back > len(seqs):
-            raise NotFound(
-                f"requested history offset {back} predates the retained history "
-                f"({len(seqs)} transition(s) retained for these documents)"
-            )
-        target = seqs[back]
-        out: dict[DocKey, int] = {}
-        for key, row in rows.items():
-            after = [r for s, d, r in found if d == row.doc_id and s > target]
-            out[key] = min(after) - 1 if after else row.revision
-        return out
+        return _back_revisions(rows, found, back)
 
     def _paths_of(
         self,
@@ -229,7 +267,12 @@ class PathReads:
         seq: int | None,
         at: int | None,
         end: End | None = None,
+        *,
+        past: asof.Past | None = None,
+        now: Mapping[str, tuple[int, Any, Any]] | None = None,
     ) -> PathsRead:
+        """``past``: what ``asof.statement`` read of the document's past, when it did; ``now``:
+        what it read of the current members the paths name (then no statement reads them)."""
         if not paths:  # a document named only for ``back``: nothing of it is read
             return PathsRead(key, row.revision if row and at is None else at or 0, None, [])
         if row is None:
@@ -244,10 +287,11 @@ class PathReads:
         elif seq is not None and (row.updated_seq is None or row.updated_seq > seq):
             revision = self._store._revisions_before(tx, {row.doc_id: row.revision}, seq + 1)[row.doc_id]
         if revision == row.revision:
-            return PathsRead(key, revision, row.updated_seq, self._current(tx, key, row, paths, end=end))
+            trails = self._current(tx, key, row, paths, end=end, now=now)
+            return PathsRead(key, revision, row.updated_seq, trails)
         if revision == 0:
             return PathsRead(key, 0, None, [start(p, [MISSING_STEP], MISSING) for p in paths])
-        trails, at_seq = self._past(tx, key, row.doc_id, revision, paths, end)
+        trails, at_seq = self._past(tx, key, row.doc_id, revision, paths, end, past)
         return PathsRead(key, revision, at_seq, trails)
 
     def _current(
@@ -259,6 +303,7 @@ class PathReads:
         *,
         whole: bool = True,
         end: End | None = None,
+        now: Mapping[str, tuple[int, Any, Any]] | None = None,
     ) -> list[Trail]:
         if not row.present:
             return [start(p, [MISSING_STEP], MISSING) for p in paths]
@@ -269,10 +314,14 @@ class PathReads:
                 self._from_member(tx, key, p, values.get(str(p[0]), _ABSENT), whole=whole, end=end)
                 for p in paths
             ]
-        found = tx.all(
-            f"SELECT name, revision, root FROM members WHERE doc_id = ? AND name IN ({','.join('?' * len(names))})",
-            [row.doc_id, *names],
-        )
+        if now is None:
+            found = tx.all(
+                f"SELECT name, revision, root FROM members WHERE doc_id = ? AND name IN "
+                f"({','.join('?' * len(names))})",
+                [row.doc_id, *names],
+            )
+        else:
+            found = [(name, revision, root) for name, (revision, _, root) in now.items()]
         heads = {str(n): (int(r), None if root is None else bytes(root)) for n, r, root in found}
         values = {}
         misses = []
@@ -283,6 +332,14 @@ class PathReads:
             hit, value = self._store._cache.lookup((row.doc_id, name), revision)
             if hit:
                 values[name] = value
+                continue
+            body = None if now is None else now[name][1]
+            if body is not None:  # read with the statement
+                value = decode_stored(body, f"{key} member {name!r}")
+                self._store._cache.put((row.doc_id, name), revision, value, len(body))
+                values[name] = value
+            elif now is not None:  # too large to come with it: no statement may read it alone
+                raise _Unsettled
             else:
                 misses.append(name)
         if misses:
@@ -374,18 +431,37 @@ class PathReads:
             raise type(exc)(f"stored {what} is corrupt: {exc}") from exc
 
     def _past(
-        self, tx: Tx, key: DocKey, doc_id: int, revision: int, paths: list[PathT], end: End | None = None
+        self,
+        tx: Tx,
+        key: DocKey,
+        doc_id: int,
+        revision: int,
+        paths: list[PathT],
+        end: End | None = None,
+        past: asof.Past | None = None,
     ) -> tuple[list[Trail], int | None]:
         """Trails at an older revision: from the nearest snapshot, moved forward by the
-        changes after it."""
+        changes after it (read here, or already by ``asof.statement``: ``past``)."""
         names = {str(p[0]) for p in paths}
-        snap, rows = snapshot_and_chain(tx, key, doc_id, revision)
+        if past is None:
+            snap, rows = snapshot_and_chain(tx, key, doc_id, revision)
+        else:
+            snap = past.snap
+            if (snap is None) != (past.snap_revision is None):
+                raise _Unsettled
+            after = 0 if snap is None else snap[0]
+            rows = whole_chain(key, past.chain, after, revision, snapshotted=snap is not None)
         if snap is None:
             trails = [start(p, [MISSING_STEP], MISSING) for p in paths]
         else:
-            trails = self._snapshot_trails(tx, key, doc_id, int(snap[0]), snap[1], paths, names, end)
+            trails = self._snapshot_trails(tx, key, doc_id, int(snap[0]), snap[1], paths, names, end, past)
         edits = self._store._edits(
-            tx, {doc_id: key}, [(doc_id, int(r), e) for r, _, e in rows], names, trees=False
+            tx,
+            {doc_id: key},
+            [(doc_id, int(r), e) for r, _, e in rows],
+            names,
+            trees=False,
+            stored=None if past is None else past.stored,
         )
 
         def probe_any(value: Any, below: PathT) -> tuple[list[Step], JSON]:
@@ -420,6 +496,8 @@ class PathReads:
                     raise CorruptData(f"{key}: change at revision {rev} does not replay: {exc}") from exc
         if rows:
             return trails, int(rows[-1][1])
+        if past is not None:
+            return trails, past.at_seq
         at = tx.one("SELECT seq FROM changes WHERE doc_id = ? AND revision = ?", (doc_id, revision))
         return trails, None if at is None else int(at[0])
 
@@ -433,6 +511,7 @@ class PathReads:
         paths: list[PathT],
         names: set[str],
         end: End | None = None,
+        past: asof.Past | None = None,
     ) -> list[Trail]:
         what = f"{key} snapshot at revision {revision}"
         data = decode_stored(raw, what)
@@ -442,7 +521,18 @@ class PathReads:
             return [self._from_member(tx, key, p, data.get(str(p[0]), _ABSENT), end=end) for p in paths]
         wanted = [(n, r) for n, r in directory_of(data, key, revision) if n in names]
         members: dict[str, Any] = {}
-        if wanted:
+        if wanted and past is not None:
+            for name, member_revision in wanted:
+                held = past.members.get(name)
+                if held is None or held[0] != member_revision:
+                    raise _Unsettled  # not the row the directory names: only the exact read tells
+                _, body, root = held
+                members[name] = (
+                    TreeRef(bytes(root))
+                    if root is not None
+                    else decode_stored(body, f"{what} member {name!r} (revision {member_revision})")
+                )
+        elif wanted:
             where = " OR ".join(["(name = ? AND revision = ?)"] * len(wanted))
             for name, member_revision, body, root in tx.all(
                 f"SELECT name, revision, body, root FROM snapshot_members WHERE doc_id = ? AND ({where})",
@@ -461,6 +551,27 @@ class PathReads:
         return [self._from_member(tx, key, p, members.get(str(p[0]), _ABSENT), end=end) for p in paths]
 
 
+def _back_revisions(
+    rows: Mapping[DocKey, DocRow], found: Sequence[tuple[int, int, int]], back: int
+) -> dict[DocKey, int]:
+    """Each document's revision right after the ``back``-th newest transition among ``found``,
+    their newest ``back + 1`` changes ``(seq, doc_id, revision)`` (see ``_revisions_back``)."""
+    seqs = sorted({s for s, _, _ in found}, reverse=True)
+    if back == len(seqs):  # before the first transition: every document empty
+        return {key: 0 for key in rows}
+    if back > len(seqs):
+        raise NotFound(
+            f"requested history offset {back} predates the retained history "
+            f"({len(seqs)} transition(s) retained for these documents)"
+        )
+    target = seqs[back]
+    out: dict[DocKey, int] = {}
+    for key, row in rows.items():
+        after = [r for s, d, r in found if d == row.doc_id and s > target]
+        out[key] = min(after) - 1 if after else row.revision
+    return out
+
+
 def _form(value: JSON, end: End) -> KeysForm | SliceForm:
     return keys_form(value) if isinstance(end, KeysEnd) else slice_form(value, end)
 
@@ -474,6 +585,10 @@ def _form_step(form: Any) -> Step:
 
 _ABSENT: Any = object()
 """A member the document does not have."""
+
+
+class _Unsettled(Exception):
+    """The rows of ``asof.statement`` do not settle a read: it is read the long way."""
 
 
 def trail_kind(value: JSON) -> str:

@@ -397,6 +397,22 @@ class PostgresStore(SqlStore):
     def _read_tx(self) -> AbstractContextManager[Tx]:
         return self._tx(True)
 
+    statement_snapshots = True
+
+    @contextmanager
+    def _statement_tx(self) -> Iterator[Tx]:
+        # autocommit: each statement reads a snapshot of its own, with no BEGIN and COMMIT
+        try:
+            with self._pool.connection() as conn:
+                yield _PgTx(conn)
+        except PoolTimeout:
+            raise StoreUnavailable(
+                f"{self.url}: no database connection within {self._pool.timeout:g} s "
+                "(is the server down?); retry later"
+            ) from None
+        except psycopg.OperationalError as exc:
+            raise StoreUnavailable(f"PostgreSQL is unreachable: {_one_line(exc)}") from exc
+
     def _write_tx(self) -> AbstractContextManager[Tx]:
         self._writable()
         return self._tx(False)
