@@ -243,6 +243,19 @@ def test_an_as_of_path_read_is_settled_by_one_statement_at_every_offset(open_mig
             reader.read_paths(both, back=transitions + 1)
     only = store.read_paths({key: [("tactics", "next")], other: []}, back=4)  # found among both
     assert (only[key].revision, only[other].revision, only[key].trails[0].value) == (43, 0, "again")
+    # pruned: the history before the cut is gone, the rest still read in one statement
+    cut = store.transitions(after_seq=20, limit=1)[0].at
+    assert store.prune_history("paths", cut) > 0
+    retained = {key: [("tactics",)], other: []}
+    kept = len(store.transitions(after_seq=0, limit=100))
+    for reader in (store, open_migrated()):
+        reader.read_paths(asked, back=1)  # (lazy, inline and over CURRENT_BODY_MAX, in the cache)
+        for back in range(1, kept):
+            one = reader._paths._back_in_one(asked, back, None)
+            assert one is not None, back
+            _same_reads(one, reader.read_paths(asked, revisions={k: one[k].revision for k in asked}))
+        with pytest.raises(NotFound, match="predates the retained history"):
+            reader.read_paths(retained, back=kept + 1)
 
 
 def test_an_as_of_path_read_fails_closed_on_a_missing_snapshot_member(open_migrated: StoreFactory) -> None:
