@@ -248,21 +248,28 @@ class PostgresStore(SqlStore):
     @contextmanager
     def _tx(self, read_only: bool) -> Iterator[Tx]:
         begin = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY" if read_only else "BEGIN"
+        with self._connection() as conn:
+            tx = _PgTx(conn, begin)
+            try:
+                yield tx
+            except BaseException:
+                if tx.poisoned:
+                    conn.close()  # the pool replaces a closed connection
+                elif tx.begin is None:  # a transaction was opened
+                    with suppress(psycopg.Error):  # the failure may already have ended it
+                        conn.execute("ROLLBACK")
+                raise
+            if tx.begin is None and not tx.committed:
+                with _mapped_errors():
+                    conn.execute("COMMIT")
+
+    @contextmanager
+    def _connection(self) -> Iterator[Any]:
+        """A pooled connection for a read or a transaction: none within the pool's wait, or a
+        server that went away, is ``StoreUnavailable``."""
         try:
             with self._pool.connection() as conn:
-                tx = _PgTx(conn, begin)
-                try:
-                    yield tx
-                except BaseException:
-                    if tx.poisoned:
-                        conn.close()  # the pool replaces a closed connection
-                    elif tx.begin is None:  # a transaction was opened
-                        with suppress(psycopg.Error):  # the failure may already have ended it
-                            conn.execute("ROLLBACK")
-                    raise
-                if tx.begin is None and not tx.committed:
-                    with _mapped_errors():
-                        conn.execute("COMMIT")
+                yield conn
         except PoolTimeout:
             raise StoreUnavailable(
                 f"{self.url}: no database connection within {self._pool.timeout:g} s "
@@ -402,16 +409,8 @@ class PostgresStore(SqlStore):
     @contextmanager
     def _statement_tx(self) -> Iterator[Tx]:
         # autocommit: each statement reads a snapshot of its own, with no BEGIN and COMMIT
-        try:
-            with self._pool.connection() as conn:
-                yield _PgTx(conn)
-        except PoolTimeout:
-            raise StoreUnavailable(
-                f"{self.url}: no database connection within {self._pool.timeout:g} s "
-                "(is the server down?); retry later"
-            ) from None
-        except psycopg.OperationalError as exc:
-            raise StoreUnavailable(f"PostgreSQL is unreachable: {_one_line(exc)}") from exc
+        with self._connection() as conn:
+            yield _PgTx(conn)
 
     def _write_tx(self) -> AbstractContextManager[Tx]:
         self._writable()
