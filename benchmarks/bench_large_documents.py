@@ -275,7 +275,7 @@ def memory_cases(store: Store, sampler: Sampler, args: argparse.Namespace, tag: 
             pair,
             "ms",
             # the hint's scan is bounded, not proportional: it stops at NODE_BUDGET nodes
-            f"no target: a scan of at most {NODE_BUDGET:,} nodes"
+            f"none: a scan of at most {NODE_BUDGET:,} nodes"
             if path == "lazy.gone"
             else verdict(pair, READ_TARGET),
         )
