@@ -8,7 +8,7 @@ first straight off each document's ``(doc_id, revision)`` key.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from stateflow.doc.canonical import JSON
@@ -265,28 +265,13 @@ class History(StoreCore):
                 if member == "" and names is not None:
                     edits = [restrict_edit(e, names) for e in edits]
                 out.setdefault((doc_id, revision), []).extend(edits)
-        for start in range(0, len(apart), 200):  # bounded statement size
-            part = apart[start : start + 200]
-            if stored is not None:
-                rows: Sequence[tuple[Any, ...]] = stored if start == 0 else []
-            else:
-                where = " OR ".join("(doc_id = ? AND revision = ?)" for _ in part)
-                params: list[Any] = [v for pair in part for v in pair]
-                if names is not None:
-                    where = f"({where}) AND (member = '' OR member IN ({','.join('?' * len(names))}))"
-                    params.extend(sorted(names))
-                rows = tx.all(
-                    f"SELECT doc_id, revision, member, edits FROM change_edits WHERE {where} "
-                    "ORDER BY doc_id, revision, member",
-                    params,
-                )
-            for doc_id, revision, member, raw in rows:
-                what = f"{keys.get(int(doc_id), doc_id)} change at revision {revision}"
-                resolve = functools.partial(_tree_value, tx, what) if trees else TreeRef
-                edits = decode_edits(raw, what, resolve)
-                if member == "" and names is not None:
-                    edits = [restrict_edit(e, names) for e in edits]
-                out.setdefault((int(doc_id), int(revision)), []).extend(edits)
+        for doc_id, revision, member, raw in _apart_rows(tx, apart, names) if stored is None else stored:
+            what = f"{keys.get(int(doc_id), doc_id)} change at revision {revision}"
+            resolve = functools.partial(_tree_value, tx, what) if trees else TreeRef
+            edits = decode_edits(raw, what, resolve)
+            if member == "" and names is not None:
+                edits = [restrict_edit(e, names) for e in edits]
+            out.setdefault((int(doc_id), int(revision)), []).extend(edits)
         return out
 
     def _change(self, r: tuple[Any, ...], key: DocKey, edits: dict[tuple[int, int], list[Edit]]) -> Change:
@@ -299,6 +284,23 @@ class History(StoreCore):
             revision=int(r[4]),
             edits=edits.get((int(r[3]), int(r[4])), []),
             paths=decode_stored(r[5], f"{key} paths at revision {r[4]}"),
+        )
+
+
+def _apart_rows(tx: Tx, apart: list[tuple[int, int]], names: set[str] | None) -> Iterator[tuple[Any, ...]]:
+    """The ``change_edits`` rows ``(doc_id, revision, member, edits)`` of the changes ``apart``
+    (``(doc_id, revision)``), whole-document edits first, only ``names``' where given."""
+    for start in range(0, len(apart), 200):  # bounded statement size
+        part = apart[start : start + 200]
+        where = " OR ".join("(doc_id = ? AND revision = ?)" for _ in part)
+        params: list[Any] = [v for pair in part for v in pair]
+        if names is not None:
+            where = f"({where}) AND (member = '' OR member IN ({','.join('?' * len(names))}))"
+            params.extend(sorted(names))
+        yield from tx.all(
+            f"SELECT doc_id, revision, member, edits FROM change_edits WHERE {where} "
+            "ORDER BY doc_id, revision, member",
+            params,
         )
 
 

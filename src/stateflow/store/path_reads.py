@@ -211,8 +211,8 @@ class PathReads:
         edits kept apart, COMMIT). The answer is decided here as the long way decides it. None
         where that statement's rows do not settle the read — the statement chose another
         revision or member row than the checks here, a current member too large to come with
-        it is not cached, or (with no snapshot shared by later statements) stored data read
-        after it looks damaged; the caller then reads the long way, in one snapshot throughout."""
+        it is not cached, or stored data read after it (no snapshot is shared by later statements)
+        looks damaged; the caller then reads the long way, in one snapshot throughout."""
         wanted = [key for key, p in paths.items() if p]
         names = sorted({str(p[0]) for key in wanted for p in paths[key]})
         if not names or len(paths) > 50:
@@ -239,10 +239,8 @@ class PathReads:
                 return out
         except _Unsettled:
             return None
-        except CorruptData:
-            if self._store.statement_snapshots:  # later statements (nodes) saw later snapshots
-                return None
-            raise
+        except CorruptData:  # later statements (nodes) saw later snapshots: the long way decides
+            return None
 
     def _revisions_back(self, tx: Tx, rows: Mapping[DocKey, DocRow], back: int) -> dict[DocKey, int]:
         """Each document's revision right after the ``back``-th newest transition that changed
