@@ -31,7 +31,7 @@ import uuid
 from typing import Any
 from urllib.parse import quote
 
-from benchmarks.rounds import Pair, report
+from benchmarks.rounds import alternate, report
 
 SETUP = """
 CREATE TABLE doc (id INT PRIMARY KEY, body JSONB NOT NULL);
@@ -106,15 +106,15 @@ def main() -> None:
         with multiprocessing.get_context("fork").Pool(args.writers) as pool:
             for how in ("client merge", "server merge"):
                 phase(pool, url, how, args.writers, 80)  # connect paths, warm the server
-                many: list[float] = []
-                one: list[float] = []
-                for r in range(args.rounds):
-                    for n in (1, args.writers) if r % 2 == 0 else (args.writers, 1):
-                        rate = phase(pool, url, how, n, args.calls)
-                        (one if n == 1 else many).append(rate)
+                pair = alternate(
+                    lambda _, h=how: phase(pool, url, h, args.writers, args.calls),  # type: ignore[misc]
+                    lambda _, h=how: phase(pool, url, h, 1, args.calls),  # type: ignore[misc]
+                    args.rounds,
+                    higher_better=True,
+                )
                 report(
                     f"PostgreSQL by hand, {how}: {args.writers} writers vs 1 (writes/s)",
-                    Pair(many, one, higher_better=True),
+                    pair,
                     "/s",
                     ">= 1x",
                 )

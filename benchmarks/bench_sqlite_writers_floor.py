@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.rounds import Pair, report
+from benchmarks.rounds import alternate, report
 
 SETUP = """
 CREATE TABLE doc (id INTEGER PRIMARY KEY, body TEXT NOT NULL);
@@ -102,15 +102,15 @@ def main() -> None:
         with multiprocessing.get_context("fork").Pool(args.writers) as pool:
             for how in ("busy timeout", "flock queue"):
                 phase(pool, path, how, args.writers, 80)  # open the files, warm the cache
-                many: list[float] = []
-                one: list[float] = []
-                for r in range(args.rounds):
-                    for n in (1, args.writers) if r % 2 == 0 else (args.writers, 1):
-                        rate = phase(pool, path, how, n, args.calls)
-                        (one if n == 1 else many).append(rate)
+                pair = alternate(
+                    lambda _, h=how: phase(pool, path, h, args.writers, args.calls),  # type: ignore[misc]
+                    lambda _, h=how: phase(pool, path, h, 1, args.calls),  # type: ignore[misc]
+                    args.rounds,
+                    higher_better=True,
+                )
                 report(
                     f"SQLite by hand, {how}: {args.writers} writers vs 1 (writes/s)",
-                    Pair(many, one, higher_better=True),
+                    pair,
                     "/s",
                     ">= 0.9x",
                 )
