@@ -258,6 +258,46 @@ def test_an_as_of_path_read_is_settled_by_one_statement_at_every_offset(open_mig
             reader.read_paths(retained, back=kept + 1)
 
 
+def test_a_current_path_read_is_settled_by_one_statement(open_migrated: StoreFactory) -> None:
+    """``read_paths`` of the current documents takes their rows and the members the paths name
+    from one statement (``asof.now_statement``; on PostgreSQL with no transaction around it),
+    cold and warm, after every kind of write, and answers what a read at their revisions
+    answers; a member inline but too large to come with it, not cached, is read the long way."""
+    store = open_migrated()
+    key, other, _ = _as_of_history(store)
+    gone, never = DocKey("paths", "gone"), DocKey("paths", "never")
+    store.commit([Write(gone, [Edit(("n",), 1)], 0)])
+    store.commit([Write(gone, [Edit(())], 1)])
+    asked: dict[DocKey, list[tuple[str | int, ...]]] = {
+        key: PATHS,
+        other: [("n",), ("tactics", "n"), ("lazy",)],
+        gone: [("n",)],
+        never: [("n",)],
+    }
+    for cold in (True, False):
+        reader = open_migrated() if cold else store
+        if cold:  # lazy: inline but over CURRENT_BODY_MAX (~1 MB) — once the long way
+            assert reader._paths._now_in_one({key: [("tactics",)], other: [("n",)]}, None) is not None
+            assert reader._paths._now_in_one(asked, None) is None
+            reader.read_paths(asked)  # … which leaves it in the member cache
+        revisions = {k: d.revision for k, d in reader.read(list(asked)).items()}
+        one = reader._paths._now_in_one(asked, None)
+        assert one is not None, cold
+        assert {k: one[k].revision for k in asked} == revisions
+        _same_reads(one, reader.read_paths(asked, revisions={k: r for k, r in revisions.items() if r}))
+        _same_reads(reader.read_paths(asked), one)
+    for n in range(5):  # each write seen by the next read
+        store.commit([Write(other, [Edit(("tactics", "n"), 10 + n)], 4 + n)])
+        [trail] = store.read_paths({other: [("tactics", "n")]})[other].trails
+        assert trail.value == 10 + n
+    big = DocKey("paths", "big")  # inline (under a tree's size) but over CURRENT_BODY_MAX
+    store.commit([Write(big, [Edit(("m",), "z" * 40_000)], 0)])
+    fresh = open_migrated()
+    assert fresh._paths._now_in_one({big: [("m",)]}, None) is None
+    assert fresh.read_paths({big: [("m",)]})[big].trails[0].value == "z" * 40_000
+    assert fresh._paths._now_in_one({big: [("m",)]}, None) is not None  # now in the member cache
+
+
 def test_an_as_of_path_read_fails_closed_on_a_missing_snapshot_member(open_migrated: StoreFactory) -> None:
     """A snapshot member row gone: the one statement finds an older row of that member (not the
     one the directory names), so the read is taken the long way and fails closed there."""

@@ -11,6 +11,8 @@ statement sees one snapshot on every backend, so it needs no explicit transactio
 separate reads would (which transition, which revision, whether the chain is whole, whether
 each member the snapshot's directory lists is there); where the statement's own choice of
 revision or member row differs from that decision, the caller reads again the long way.
+:func:`now_statement` is the same for a read of the current documents: their rows and the
+members the paths name.
 """
 
 from __future__ import annotations
@@ -42,6 +44,12 @@ CURRENT_BODY_MAX = 16 * 1024
 hold it already: a larger one not held there is read the long way)."""
 
 
+HEAD = "WITH d AS (SELECT d.doc_id, d.revision, d.present, d.updated_seq, d.state, d.subject "
+"""How both statements begin: PostgreSQL's store prepares them at their first use (their plans
+take ~1 ms; psycopg would send each unprepared, planned anew, its first five times on every
+pooled connection)."""
+
+
 @lru_cache(maxsize=64)
 def _sql(keys: int, wanted: int, names: int) -> str:
     every = " OR ".join(["(d.state = ? AND d.subject = ?)"] * keys)  # as ``rows.key_filter``
@@ -50,8 +58,7 @@ def _sql(keys: int, wanted: int, names: int) -> str:
     chain = "x.doc_id = q.doc_id AND x.revision > coalesce(q.snap, 0) AND x.revision <= q.rev"
     blob = "CAST(NULL AS BYTEA)"  # typed: a UNION's NULL column is text on PostgreSQL otherwise
     return (
-        "WITH d AS (SELECT d.doc_id, d.revision, d.present, d.updated_seq, d.state, d.subject "
-        f"FROM documents d WHERE {every}), "
+        f"{HEAD}FROM documents d WHERE {every}), "
         # each document's newest back + 1 changes: from the (back + 1)-th newest revision up
         "c AS (SELECT x.seq, x.doc_id, x.revision FROM d JOIN changes x ON x.doc_id = d.doc_id "
         "AND x.revision <= d.revision AND x.revision >= coalesce((SELECT y.revision FROM changes y "
@@ -86,6 +93,28 @@ def _sql(keys: int, wanted: int, names: int) -> str:
         f"CASE WHEN m.root IS NULL AND m.size <= {CURRENT_BODY_MAX} THEN m.body END, m.root FROM n "
         f"LEFT JOIN members m ON m.doc_id = n.doc_id AND m.name IN ({named})"
     )
+
+
+@lru_cache(maxsize=64)
+def _now_sql(keys: int, names: int) -> str:
+    every = " OR ".join(["(d.state = ? AND d.subject = ?)"] * keys)  # as ``rows.key_filter``
+    named = ",".join("?" * names)
+    blob = "CAST(NULL AS BYTEA)"
+    return (
+        f"{HEAD}FROM documents d WHERE {every}) "
+        f"SELECT {DOC}, d.doc_id, d.revision, d.present, d.updated_seq, d.state, d.subject, {blob}, {blob} "
+        "FROM d "
+        f"UNION ALL SELECT {CURRENT}, d.doc_id, m.revision, NULL, NULL, m.name, NULL, "
+        f"CASE WHEN m.root IS NULL AND m.size <= {CURRENT_BODY_MAX} THEN m.body END, m.root FROM d "
+        f"LEFT JOIN members m ON m.doc_id = d.doc_id AND m.name IN ({named}) WHERE d.present = 1"
+    )
+
+
+def now_statement(keys: Sequence[DocKey], names: Sequence[str]) -> tuple[str, list[Any]]:
+    """The statement reading the rows of ``keys`` and, of each present one, the current
+    members ``names`` (at least one) as ``statement`` reads them (``CURRENT``): a current path
+    read in one statement, which needs no transaction to see one snapshot."""
+    return _now_sql(len(keys), len(names)), [*(v for k in keys for v in k), *names]
 
 
 def statement(

@@ -111,8 +111,8 @@ class Connection:
         self._conn = conn
         self._loop = loop
 
-    def execute(self, sql: str, params: Any = None) -> Cursor:
-        return Cursor(wait_for(self._conn.execute(sql, params), self._loop), self._loop)
+    def execute(self, sql: str, params: Any = None, *, prepare: bool | None = None) -> Cursor:
+        return Cursor(wait_for(self._conn.execute(sql, params, prepare=prepare), self._loop), self._loop)
 
     def execute_raw(self, sql: str, params: Any) -> Cursor:
         """``execute`` of a query with PostgreSQL's own ``$1, $2, …`` placeholders (a raw

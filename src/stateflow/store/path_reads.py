@@ -153,8 +153,9 @@ class PathReads:
             for path in wanted:
                 if not path or type(path[0]) is not str:
                     raise InvalidInput(f"a document path starts with a member name, got {list(path)!r}")
-        if back and self._store.statement_snapshots:  # where a statement is a round trip
-            done = self._back_in_one(paths, back, end)
+        if self._store.statement_snapshots and seq is None and revisions is None:
+            # where a statement is a round trip: one, with no BEGIN and COMMIT around it
+            done = self._back_in_one(paths, back, end) if back else self._now_in_one(paths, end)
             if done is not None:
                 return done
         out: dict[DocKey, PathsRead] = {}
@@ -240,6 +241,38 @@ class PathReads:
         except _Unsettled:
             return None
         except CorruptData:  # later statements (nodes) saw later snapshots: the long way decides
+            return None
+
+    def _now_in_one(
+        self, paths: Mapping[DocKey, Sequence[PathT]], end: End | None
+    ) -> dict[DocKey, PathsRead] | None:
+        """``read_paths(paths)`` from one statement (``asof.now_statement``: the rows and the
+        members the paths name), on PostgreSQL with no transaction around it: one round trip
+        instead of two or three (BEGIN with the rows, the member heads where not cached,
+        COMMIT). Nodes of a tree member are read after it, by id (content-addressed: any later
+        snapshot holds the same node, or none). None where its rows do not settle the read (a
+        current member too large to come with it is not cached, or a node read after it looks
+        damaged); the caller then reads the long way, in one snapshot throughout."""
+        names = sorted({str(p[0]) for asked in paths.values() for p in asked})
+        if not names or len(paths) > 50:
+            return None
+        try:
+            with self._store._statement_tx() as tx:
+                read = asof.parse(tx.all(*asof.now_statement(list(paths), names)))
+                out: dict[DocKey, PathsRead] = {}
+                for key, asked in paths.items():
+                    row = read.rows.get(key)
+                    now = None
+                    if row is not None and asked and row.present:
+                        now = read.current.get(row.doc_id)
+                        if now is None:
+                            return None
+                    listed = [tuple(p) for p in asked]
+                    out[key] = self._paths_of(tx, key, row, listed, None, None, end, now=now)
+                return out
+        except _Unsettled:
+            return None
+        except CorruptData:
             return None
 
     def _revisions_back(self, tx: Tx, rows: Mapping[DocKey, DocRow], back: int) -> dict[DocKey, int]:

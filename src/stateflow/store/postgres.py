@@ -34,7 +34,7 @@ from stateflow.errors import (
     UnsupportedStore,
     WriteAborted,
 )
-from stateflow.store import served_patch
+from stateflow.store import asof, served_patch
 from stateflow.store.base import SqlStore
 from stateflow.store.cache import RevisionCache
 from stateflow.store.clock import restored_at, utc_now
@@ -115,7 +115,7 @@ class _PgTx(Tx):
     def _execute(self, sql: str, params: Sequence[Any]) -> psycopg.Cursor[Any]:
         sql = _pg(sql)
         if self.begin is None:
-            return self.conn.execute(sql, params)
+            return self.conn.execute(sql, params, prepare=True if sql.startswith(asof.HEAD) else None)
         begin, self.begin = self.begin, None
         # leaving the pipeline sends its Sync and waits for the results: one round trip (a
         # `sync()` of our own before it would cost a second, empty one)
