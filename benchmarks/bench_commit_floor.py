@@ -23,6 +23,7 @@ audit, member, history and revision rows written in one transaction) against the
 commit: what the contract's own rows and checks cost, with no generality around them.
 
     python3 -m benchmarks.bench_commit_floor [--ops 2000] [--rounds 6] [--postgres URL] [--apply] [--contract]
+        [--backend sqlite|postgres|both]
 """
 
 from __future__ import annotations
@@ -267,9 +268,9 @@ def contract_floor(n: int, rounds: int) -> None:
             hand.close()
 
 
-def apply_vs_floor(n: int, rounds: int, url: str | None) -> None:
+def apply_vs_floor(n: int, rounds: int, url: str | None, backend: str = "both") -> None:
     pairs: dict[str, Pair] = {}
-    for mode in ("FULL", "OFF"):
+    for mode in ("FULL", "OFF") if backend != "postgres" else ():
         with tempfile.TemporaryDirectory() as tmp:
             bare = sqlite3.connect(Path(tmp) / "bare.db", isolation_level=None)
             bare.execute("PRAGMA journal_mode = WAL")
@@ -285,8 +286,9 @@ def apply_vs_floor(n: int, rounds: int, url: str | None) -> None:
                 durable=mode == "FULL",
             )
             bare.close()
-    floor("sqlite", pairs["FULL"], pairs["OFF"])
-    if not url:
+    if backend != "postgres":
+        floor("sqlite", pairs["FULL"], pairs["OFF"])
+    if not url or backend == "sqlite":
         return
     import psycopg
 
@@ -328,17 +330,25 @@ def main() -> None:
     parser.add_argument(
         "--contract", action="store_true", help="only: the least apply written by hand vs the bare commit"
     )
+    parser.add_argument(
+        "--backend",
+        choices=["sqlite", "postgres", "both"],
+        default="both",
+        help="postgres: only the PostgreSQL pairs (apply vs bare commit, durable and unflushed; LangGraph)",
+    )
     args = parser.parse_args()
+    sqlite = args.backend != "postgres"
     if args.contract:
         contract_floor(args.ops, args.rounds)
         return
-    apply_vs_floor(args.ops, args.rounds, args.postgres)
-    contract_floor(args.ops, args.rounds)
+    apply_vs_floor(args.ops, args.rounds, args.postgres, args.backend)
+    if sqlite:
+        contract_floor(args.ops, args.rounds)
     if args.apply:
         return
-    for journal in ("wal", "shipped"):
+    for journal in ("wal", "shipped") if sqlite else ():
         sqlite_case(args.ops, args.rounds, journal)
-    if args.postgres:
+    if args.postgres and args.backend != "sqlite":
         postgres_case(args.postgres, args.ops, args.rounds)
 
 
