@@ -86,6 +86,27 @@ def test_batch_puts_last_wins_and_deletes(lg: StateflowStore) -> None:
     ]
 
 
+def test_puts_keep_creation_times_alone_and_in_a_batch(lg: StateflowStore) -> None:
+    lg.put(("t",), "old", {"v": 1})
+    created = lg.get(("t",), "old")
+    assert created is not None
+    time.sleep(0.002)
+    lg.put(("t",), "old", {"v": 2})  # alone
+    again = lg.get(("t",), "old")
+    assert again is not None and again.created_at == created.created_at
+    time.sleep(0.002)
+    lg.batch([PutOp(("t",), "old", {"v": 3}), PutOp(("t",), "new", {"v": 4})])  # together
+    old, new = lg.get(("t",), "old"), lg.get(("t",), "new")
+    assert old is not None and old.value == {"v": 3} and old.created_at == created.created_at
+    assert new is not None and created.created_at < new.created_at <= new.updated_at
+    time.sleep(0.002)
+    lg.put(("t",), "fresh", {"v": 5}, ttl=None)  # a new item alone: its own time, as text
+    fresh = lg.get(("t",), "fresh")
+    assert fresh is not None and new.created_at < fresh.created_at <= fresh.updated_at
+    record = lg.states.read("langgraph_store", lg.subject(("t",), "fresh"))
+    assert record is not None and isinstance(record["data"]["created_at"], str)
+
+
 def test_search_filters_and_comparison_operators(lg: StateflowStore) -> None:
     rows: dict[str, dict[str, object]] = {
         "a": {"n": 9, "name": "ann", "tags": ["x"], "meta": {"lang": "en"}},

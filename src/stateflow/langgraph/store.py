@@ -237,17 +237,26 @@ class StateflowStore(OwnsStore, BaseStore):
 
     def _put(self, puts: Sequence[PutOp], now: datetime) -> None:
         origin = self._run_origin()
-        keys = {
-            (op.namespace, op.key): self.records.doc_key(ITEM, self.subject_key(op.namespace, op.key))
-            for op in puts
-        }
-        current = self.records.store.read(builtins.list(keys.values())) if len(puts) > 1 else None
+        # several puts: the items as they are, read together (one put reads nothing: its write
+        # keeps the creation time inside it, and the item's keys are needed for nothing else)
+        current = None
+        if len(puts) > 1:
+            keys = {
+                (op.namespace, op.key): self.records.doc_key(ITEM, self.subject_key(op.namespace, op.key))
+                for op in puts
+            }
+            found = self.records.store.read(builtins.list(keys.values()))
+            current = {where: found[key].body for where, key in keys.items()}
         items = []
         for op in puts:
-            subject = self.subject(op.namespace, op.key)
             if op.value is None:
-                if current is None or current[keys[(op.namespace, op.key)]].body is not None:
-                    self.states.erase(self.records.state, subject, origin=origin, context=self.context)
+                if current is None or current[(op.namespace, op.key)] is not None:
+                    self.states.erase(
+                        self.records.state,
+                        self.subject(op.namespace, op.key),
+                        origin=origin,
+                        context=self.context,
+                    )
                 continue
             if not isinstance(op.value, dict):
                 raise ValueError(f"a store value must be a dict, got {type(op.value).__name__}")
@@ -256,34 +265,34 @@ class StateflowStore(OwnsStore, BaseStore):
                 "namespace": builtins.list(op.namespace),
                 "key": op.key,
                 "value": op.value,
-                "created_at": utc_text(now),
+                "created_at": None,  # (set below: an item written again keeps its own)
                 "expires_at": utc_text(now + timedelta(minutes=ttl)) if ttl is not None else None,
                 "ttl_minutes": ttl,
             }
             if current is None:  # one put: one write, the creation time kept inside it
-                self._put_one(op, document, origin)
+                self._put_one(op, document, now, origin)
             else:
-                before = current[keys[(op.namespace, op.key)]].body
-                if before:
-                    document["created_at"] = before["created_at"]
+                before = current[(op.namespace, op.key)]
+                document["created_at"] = before["created_at"] if before else utc_text(now)
                 items.append(
                     {
                         "state": self.records.state,
-                        "subject": subject,
+                        "subject": self.subject(op.namespace, op.key),
                         "ops": [{"op": "set", "path": [k], "value": v} for k, v in document.items()],
                     }
                 )
         if items:
             self.states.apply_batch(items, origin=origin, context=self.context)
 
-    def _put_one(self, op: PutOp, document: dict[str, Any], origin: WriteOrigin) -> None:
-        """One item written whole (its creation time kept)."""
+    def _put_one(self, op: PutOp, document: dict[str, Any], now: datetime, origin: WriteOrigin) -> None:
+        """One item written whole, its creation time kept (``now`` for a new item: made text
+        only then)."""
 
         def general() -> None:  # the same checks and audit row as replace, no record view back
             self.states.replace_from(
                 self.records.state,
                 self.subject(op.namespace, op.key),
-                functools.partial(_keep_created, document),
+                functools.partial(_keep_created, document, now),
                 origin=origin,
                 context=self.context,
             )
@@ -300,7 +309,7 @@ class StateflowStore(OwnsStore, BaseStore):
         self.records.write(
             ITEM,
             self.subject_key(op.namespace, op.key),
-            lambda before: (_keep_created(owned, before), [[]]),
+            lambda before: (_keep_created(owned, now, before), [[]]),
             origin=origin,
             context=self.context,
             action="replace",
@@ -355,10 +364,11 @@ def _graph_origin(run_id: str | None, thread_id: str | None, node: str | None) -
     return WriteOrigin(consumer="langgraph", run_id=run_id, meta=meta or None)
 
 
-def _keep_created(document: dict[str, Any], before: dict[str, Any] | None) -> dict[str, Any]:
+def _keep_created(document: dict[str, Any], now: datetime, before: dict[str, Any] | None) -> dict[str, Any]:
+    """``document`` with the creation time ``before`` holds, else ``now`` (in its place)."""
     if before and "created_at" in before:
         return {**document, "created_at": before["created_at"]}
-    return document
+    return {**document, "created_at": utc_text(now)}
 
 
 @functools.lru_cache(maxsize=16384)
