@@ -222,3 +222,21 @@ def test_a_kept_view_survives_a_shorter_rewrite_and_ignores_a_torn_file(
     [path] = (tmp_path / "runtime" / "shown").iterdir()
     path.write_bytes(path.read_bytes()[:20])  # torn
     assert shown.recall(other_process, key, directory) is None
+
+
+def test_a_value_is_repeated_up_to_the_echo_limit_of_its_encoded_bytes(store: SqlStore) -> None:
+    # at the limit's edge: escapes count (a control character encodes to 6 bytes), and a large
+    # object is split into its members, of which only the large ones are omitted
+    m = view(store)
+    at_limit = {"plain": "a" * (ECHO_LIMIT - 2), "escaped": "\x01" * ((ECHO_LIMIT - 2) // 6), "n": 10**18}
+    over = {"plain": "a" * (ECHO_LIMIT - 1), "escaped": "\x01" * ((ECHO_LIMIT - 2) // 6 + 1)}
+    listed = ["b" * 100] * 30
+    receipt = m.patch_state({"session": {"tactics": {"at": at_limit, "over": over, "listed": listed}}})
+    omitted = {tuple(e["path"]): e["omitted_bytes"] for e in entries(receipt) if "omitted_bytes" in e}
+    shown = {tuple(e["path"]): e["value"] for e in entries(receipt) if "value" in e}
+    assert shown == {("tactics", "at", k): v for k, v in at_limit.items()}
+    assert omitted == {
+        ("tactics", "over", "plain"): ECHO_LIMIT + 1,
+        ("tactics", "over", "escaped"): ECHO_LIMIT + 6,
+        ("tactics", "listed"): len(json.dumps(listed, separators=(",", ":"))),
+    }

@@ -118,12 +118,6 @@ def omitted(value: JSON, read: str | None) -> dict[str, Any] | None:
     return None if size <= ECHO_LIMIT else _stand_in(size, read)
 
 
-def omitted_at(value: JSON, root: str | None, path: tuple[str | int, ...]) -> dict[str, Any] | None:
-    """:func:`omitted` with the read path of ``path`` under ``root``, built only when needed."""
-    size = len(encode_trusted(value))
-    return None if size <= ECHO_LIMIT else _stand_in(size, read_path(root, path))
-
-
 def _stand_in(size: int, read: str | None) -> dict[str, Any]:
     out: dict[str, Any] = {"omitted_bytes": size}
     if read is not None:
@@ -131,11 +125,24 @@ def _stand_in(size: int, read: str | None) -> dict[str, Any]:
     return out
 
 
-def split(path: tuple[str | int, ...], value: JSON) -> list[tuple[tuple[str | int, ...], JSON]]:
-    """A large object entry as one entry per member, so only the large members are omitted."""
-    if type(value) is dict and value and len(encode_trusted(value)) > ECHO_LIMIT:
-        return [entry for k, v in value.items() for entry in split((*path, k), v)]
-    return [(path, value)]
+def echoed(path: tuple[str | int, ...], value: JSON, root: str | None) -> list[tuple[Any, ...]]:
+    """A receipt's entries for ``value`` at ``path``: ``(path, value, stand-in or None)``, a
+    large object as one entry per member (so only the large members are omitted, with their
+    read path under ``root``), each value encoded once at most: a scalar that cannot reach
+    ``ECHO_LIMIT`` never is (a string encodes to at most 6 bytes a character, escapes included,
+    plus its quotes; other scalars to a few bytes)."""
+    t = type(value)
+    if t is str:
+        if len(value) * 6 + 2 <= ECHO_LIMIT:
+            return [(path, value, None)]
+    elif t is not dict and t is not list:
+        return [(path, value, None)]
+    size = len(encode_trusted(value))
+    if size <= ECHO_LIMIT:
+        return [(path, value, None)]
+    if t is dict and value:
+        return [entry for k, v in value.items() for entry in echoed((*path, k), v, root)]
+    return [(path, value, _stand_in(size, read_path(root, path)))]
 
 
 def bounded(value: JSON, root: str | None, path: tuple[str | int, ...] = ()) -> JSON:

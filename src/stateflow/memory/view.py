@@ -187,9 +187,11 @@ class MemoryView:
         return {s: docs[self.keys[s]] for s in self.scopes}
 
     def projection_id(self, revisions: dict[str, int]) -> str:
-        vector = "".join(f"{s[0]}{revisions.get(s, 0)}" for s in self.scopes)
-        ident = f"{self.identity.agent}\0{self.identity.cwd}\0{self.identity.session}\0{self.config.mode}"
-        return "p" + hashlib.sha256(f"{ident}\0{vector}".encode()).hexdigest()[:16]
+        ident = self.identity
+        text = f"{ident.agent}\0{ident.cwd}\0{ident.session}\0{self.config.mode}\0"
+        for s in self.scopes:  # (a loop, not a generator joined: this runs on every patch_state)
+            text += f"{s[0]}{revisions.get(s, 0)}"
+        return "p" + hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def _effective(self, states: dict[str, Any], with_lazy: bool) -> dict[str, Any]:
         layers = [model_view(states.get(s), self.planes, with_lazy=with_lazy) for s in self.scopes]
@@ -966,8 +968,7 @@ class MemoryView:
             if value is MISSING:
                 entries.append({"path": list(path), "deleted": True})
                 continue
-            for part, part_value in receipts.split(path, value):
-                stand_in = receipts.omitted_at(part_value, "effective", part)
+            for part, part_value, stand_in in receipts.echoed(path, value, "effective"):
                 if stand_in is None:
                     entries.append({"path": list(part), "value": self._out(part_value)})
                 else:
