@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -215,3 +216,54 @@ def test_key_positions() -> None:
     index.delete("a")
     assert [index.position(k) for k in "cdeab"] == [0, 1, 2, None, None]
     assert len(index) == 3
+
+
+def _gets_of(root: bytes, size: int, old: Any, new: Any, where: Any) -> int:
+    """How many nodes an update gets (with no key index: the same nodes, scanned)."""
+    read: list[bytes] = []
+
+    def get(ident: bytes) -> dict[str, Any]:
+        read.append(ident)
+        return _get(ident)
+
+    update(root, size, old, new, get, where, Positions(min_keys=10**9))
+    return len(read)
+
+
+def test_an_update_that_cannot_get_a_node_leaves_the_key_index_as_it_found_it() -> None:
+    """A write staged with no transaction gets only cached nodes and, on a miss, is staged again
+    under the lock: the attempt that failed must not take the index (or the mark that says to
+    build one) away from the update that follows."""
+    positions = Positions(min_keys=1_000)
+
+    def failing_at(last: int) -> Any:
+        """A node getter that fails at its ``last``-th node (the deepest of the path)."""
+        calls = [0]
+
+        def get(ident: bytes) -> dict[str, Any]:
+            calls[0] += 1
+            if calls[0] == last:
+                raise LookupError("not cached")
+            return _get(ident)
+
+        return get
+
+    value: Any = BASE
+    root, size = ROOT, BUILT.size
+    for step, edits in enumerate(
+        ([Edit(("obj", "k4998"), "late")], [Edit(("obj", "k3"))], [Edit(("obj", "k7"))])
+    ):
+        new = apply_edits(value, edits)
+        where = where_of((e.path, e.is_delete) for e in edits)
+        if step:  # (the first finds no index and no mark: nothing to keep)
+            gets = _gets_of(root, size, value, new, where)
+            with pytest.raises(LookupError):
+                update(root, size, value, new, failing_at(gets), where, positions)
+        out = update(root, size, value, new, _get, where, positions)
+        NODES.update(out.nodes)
+        assert out.root is not None
+        assert orjson.dumps(load(out.root, _fetch)) == orjson.dumps(new)
+        value, root, size = new, out.root, out.size
+    # the first edit scanned; the failed attempt at the second built the index from the mark and
+    # gave it back, so neither the second edit nor the third (nor its failed attempt) built again
+    assert positions.built == 1

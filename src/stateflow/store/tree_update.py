@@ -109,8 +109,31 @@ def _update(
     positions: Positions | None = None,
 ) -> tuple[Entry, int]:
     """The container ``new`` as an entry (a ref: its tree), and its size minus ``old``'s."""
+    if type(new) is not dict or positions is None:
+        return _update_in(root, old, new, get, nodes, refs, where, positions, None)
+    keyed = _Keyed(root, old, positions)
+    try:
+        return _update_in(root, old, new, get, nodes, refs, where, positions, keyed)
+    except BaseException:
+        # (a node it could not get: an update staged with no transaction meets one not cached,
+        # and the write is staged again under the lock, which must find the index as it was)
+        keyed.give_back()
+        raise
+
+
+def _update_in(
+    root: bytes,
+    old: Any,
+    new: Any,
+    get: Get,
+    nodes: dict[bytes, bytes],
+    refs: dict[int, bytes],
+    where: Within | None,
+    positions: Positions | None,
+    keyed: _Keyed | None,
+) -> tuple[Entry, int]:
+    """:func:`_update`, with the key index of ``old`` when it is an object."""
     is_object = type(new) is dict
-    keyed = _Keyed(root, old, positions) if is_object and positions is not None else None
     located = None if where is None else _located(old, new, where, keyed)
     if located is not None:
         lo, old_hi, new_hi, one = located
@@ -243,10 +266,11 @@ class _Keyed:
     the next update that needs a position there builds the index (one pass over the keys, a
     few dozen scans' worth), so an object edited once is never indexed for nothing."""
 
-    __slots__ = ("_index", "_marked", "_old", "_positions", "_scanned")
+    __slots__ = ("_index", "_marked", "_old", "_positions", "_root", "_scanned")
 
     def __init__(self, root: bytes, old: dict[str, Any], positions: Positions) -> None:
         self._positions = positions
+        self._root = root
         self._old = old
         large = len(old) >= positions.min_keys
         self._index = positions.take(root) if large else None
@@ -270,10 +294,11 @@ class _Keyed:
         is ``root``): deleted keys free their slots, new keys (at the end) take the next ones."""
         index = self._index
         self._index = None
+        marked, self._marked = self._marked, False
         if len(new) < self._positions.min_keys:
             return
         if index is None:
-            if self._scanned or self._marked:
+            if self._scanned or marked:
                 self._positions.mark(root)
             return
         deleted = [str(k) for k in where if k in old and k not in new]
@@ -285,6 +310,16 @@ class _Keyed:
                 index.append(key)
         if len(index) == len(new):
             self._positions.put(root, index)
+
+    def give_back(self) -> None:
+        """Leave the old root's index (taken, or built from its mark) or mark as they were
+        found, for an update that did not finish: the next one needs them just the same."""
+        if self._index is not None:
+            self._positions.put(self._root, self._index)
+            self._index = None
+        elif self._marked:
+            self._positions.mark(self._root)
+        self._marked = False
 
 
 def _position(obj: dict[str, Any], key: str) -> int:
