@@ -286,10 +286,16 @@ def test_a_current_path_read_is_settled_by_one_statement(open_migrated: StoreFac
         assert {k: one[k].revision for k in asked} == revisions
         _same_reads(one, reader.read_paths(asked, revisions={k: r for k, r in revisions.items() if r}))
         _same_reads(reader.read_paths(asked), one)
+        at_current = reader._paths._now_in_one(asked, None, revisions)  # asked at these revisions
+        assert at_current is not None
+        _same_reads(at_current, one)
+        assert reader._paths._now_in_one(asked, None, {**revisions, key: revisions[key] - 1}) is None
     for n in range(5):  # each write seen by the next read
         store.commit([Write(other, [Edit(("tactics", "n"), 10 + n)], 4 + n)])
         [trail] = store.read_paths({other: [("tactics", "n")]})[other].trails
         assert trail.value == 10 + n
+        before = store.read_paths({other: [("tactics", "n")]}, revisions={other: 4 + n})[other]
+        assert (before.revision, before.trails[0].value) == (4 + n, 9 + n if n else 3)  # the long way
     big = DocKey("paths", "big")  # inline (under a tree's size) but over CURRENT_BODY_MAX
     store.commit([Write(big, [Edit(("m",), "z" * 40_000)], 0)])
     fresh = open_migrated()

@@ -153,9 +153,9 @@ class PathReads:
             for path in wanted:
                 if not path or type(path[0]) is not str:
                     raise InvalidInput(f"a document path starts with a member name, got {list(path)!r}")
-        if self._store.statement_snapshots and seq is None and revisions is None:
+        if self._store.statement_snapshots and seq is None and (revisions is None or not back):
             # where a statement is a round trip: one, with no BEGIN and COMMIT around it
-            done = self._back_in_one(paths, back, end) if back else self._now_in_one(paths, end)
+            done = self._back_in_one(paths, back, end) if back else self._now_in_one(paths, end, revisions)
             if done is not None:
                 return done
         out: dict[DocKey, PathsRead] = {}
@@ -244,15 +244,20 @@ class PathReads:
             return None
 
     def _now_in_one(
-        self, paths: Mapping[DocKey, Sequence[PathT]], end: End | None
+        self,
+        paths: Mapping[DocKey, Sequence[PathT]],
+        end: End | None,
+        revisions: Mapping[DocKey, int] | None = None,
     ) -> dict[DocKey, PathsRead] | None:
-        """``read_paths(paths)`` from one statement (``asof.now_statement``: the rows and the
-        members the paths name), on PostgreSQL with no transaction around it: one round trip
+        """``read_paths(paths)`` — or ``read_paths(paths, revisions=…)`` where those are the
+        documents' current revisions — from one statement (``asof.now_statement``: the rows and
+        the members the paths name), on PostgreSQL with no transaction around it: one round trip
         instead of two or three (BEGIN with the rows, the member heads where not cached,
         COMMIT). Nodes of a tree member are read after it, by id (content-addressed: any later
         snapshot holds the same node, or none). None where its rows do not settle the read (a
-        current member too large to come with it is not cached, or a node read after it looks
-        damaged); the caller then reads the long way, in one snapshot throughout."""
+        revision asked for is not the current one, a current member too large to come with it
+        is not cached, or a node read after it looks damaged); the caller then reads the long
+        way, in one snapshot throughout."""
         names = sorted({str(p[0]) for asked in paths.values() for p in asked})
         if not names or len(paths) > 50:
             return None
@@ -262,13 +267,16 @@ class PathReads:
                 out: dict[DocKey, PathsRead] = {}
                 for key, asked in paths.items():
                     row = read.rows.get(key)
+                    at = None if revisions is None else revisions.get(key)
+                    if at is not None and at != (0 if row is None else row.revision):
+                        return None  # another revision: the long way reads it (or says why not)
                     now = None
                     if row is not None and asked and row.present:
                         now = read.current.get(row.doc_id)
                         if now is None:
                             return None
                     listed = [tuple(p) for p in asked]
-                    out[key] = self._paths_of(tx, key, row, listed, None, None, end, now=now)
+                    out[key] = self._paths_of(tx, key, row, listed, None, at, end, now=now)
                 return out
         except _Unsettled:
             return None
