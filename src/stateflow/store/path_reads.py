@@ -238,9 +238,9 @@ class PathReads:
                     listed = [tuple(p) for p in asked]
                     out[key] = self._paths_of(tx, key, row, listed, None, at, end, past=past, now=now)
                 return out
-        except _Unsettled:
-            return None
-        except CorruptData:  # later statements (nodes) saw later snapshots: the long way decides
+        except (_Unsettled, CorruptData):
+            # (damage seen by a later statement — nodes, read in later snapshots — may be a
+            # write in between: the long way, in one snapshot, decides)
             return None
 
     def _now_in_one(
@@ -278,9 +278,7 @@ class PathReads:
                     listed = [tuple(p) for p in asked]
                     out[key] = self._paths_of(tx, key, row, listed, None, at, end, now=now)
                 return out
-        except _Unsettled:
-            return None
-        except CorruptData:
+        except (_Unsettled, CorruptData):  # as in _back_in_one
             return None
 
     def _revisions_back(self, tx: Tx, rows: Mapping[DocKey, DocRow], back: int) -> dict[DocKey, int]:
