@@ -264,7 +264,15 @@ def _header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
-def create_app(service: StatesService, tokens: TokenSet, http: HttpConfig | None = None) -> FastAPI:
+def create_app(
+    service: StatesService,
+    tokens: TokenSet,
+    http: HttpConfig | None = None,
+    *,
+    loaded: Callable[[], None] | None = None,
+) -> FastAPI:
+    """The API app. ``loaded`` is called (on the event loop) once what the app loads in the
+    background after it starts — the MCP SDK — has loaded."""
     http = http or service.config.http
     app = FastAPI(
         title="stateflow",
@@ -675,7 +683,7 @@ def create_app(service: StatesService, tokens: TokenSet, http: HttpConfig | None
     mount_studio(app, service, tokens)
     from stateflow.mcp.http import mount as mount_mcp
 
-    mount_mcp(app, service.store, tokens, states=service)
+    mount_mcp(app, service.store, tokens, states=service, loaded=loaded)
 
     @app.exception_handler(404)
     async def _not_found(request: Request, exc: Exception) -> Response:

@@ -159,11 +159,13 @@ def mount(
     tokens: TokenSet,
     config: MemoryConfig | None = None,
     states: StatesService | None = None,
+    loaded: Callable[[], None] | None = None,
 ) -> None:
     """Serve MCP at ``/mcp`` on ``app``; the API's middleware has already checked the token.
 
     The MCP SDK loads in the background once the server is up, so ``stateflow serve`` starts
     listening as fast as without it; an MCP request that arrives first waits for it.
+    ``loaded`` is called once it has loaded (on the event loop).
     """
     memory_config = config or config_from_env()  # a bad setting stops the server here, at start
     running: dict[str, Any] = {}
@@ -179,6 +181,8 @@ def mount(
             async with manager.run():
                 running["manager"] = manager
                 ready.set()
+                if loaded is not None:
+                    loaded()
                 await stop.wait()
 
         async with anyio.create_task_group() as group:
