@@ -238,7 +238,8 @@ def test_a_schema_7_store_upgrades_to_8_and_lists_searches_and_prunes_the_same(
         if isinstance(store, SqliteStore):
             with store._read_tx() as tx:
                 assert tx.all("SELECT DISTINCT typeof(at) FROM transitions") == [("integer",)]
-        # a deleted document has no entry in documents_by_state, and listings use it
+        # a deleted document is not listed, and listings walk an index (since version 12 on
+        # SQLite and 14 on PostgreSQL the (state, subject) key, documents_by_state dropped)
         listed = [x.key.subject for x in store.scan("notes", limit=10)]
         assert listed == ["a"] and store.count("notes") == 1
         scan = _plan(
@@ -247,10 +248,10 @@ def test_a_schema_7_store_upgrades_to_8_and_lists_searches_and_prunes_the_same(
             "ORDER BY d.subject LIMIT ?",
             ("notes", "", 10),
         )
-        if isinstance(store, SqliteStore):  # since version 12 the (state, subject) key serves listings
+        if isinstance(store, SqliteStore):
             assert "sqlite_autoindex_documents_1" in scan
         else:
-            assert "documents_by_state" in scan
+            assert "documents_state_subject_key" in scan
         # a scalar search starts from the value index and finds what the fixture holds
         match = store._value_match("n", 99)
         assert match is not None
@@ -596,5 +597,58 @@ def test_a_schema_12_store_upgrades_to_13_and_commits_in_one_function(backend: s
                 assert [new for new, _ in pairs][:2] == ["k", "kind"] and [new for new, _ in pairs].count(
                     ""
                 ) == 7
+    finally:
+        store.close()
+
+
+def test_a_schema_13_store_upgrades_to_14_and_lists_through_the_key(backend: str, tmp_path: Path) -> None:
+    """Version 14 drops PostgreSQL's ``documents_by_state`` (SQLite dropped it in version 12 and
+    only records the version): after the upgrade the earlier documents read back as before,
+    new documents count, a deleted one leaves the listing and its counters, and listings walk
+    the unique key."""
+    _store_at(13, backend, tmp_path)
+    store = open_store(backend, auto_migrate=False)
+    try:
+        with pytest.raises(StoreNotMigrated, match="schema version 13"):
+            store.get(DocKey("notes", "a"))
+        assert store.migrate() == (13, SCHEMA_VERSION)
+        _reads_back(store, _expected())
+        new = [DocKey("notes", f'["agent","x","k","n{i}"]') for i in range(4)]
+        counted = store.count("notes")
+        for i, key in enumerate(new):
+
+            def create(docs: dict[DocKey, Any], key: DocKey = key, i: int = i) -> tuple[list[Write], None]:
+                return [Write.between(key, None, {"i": i})], None
+
+            commit, _ = store.update([key], create, optimistic=True)
+            assert commit.revisions == {key: 1}
+        gone = new[1]
+        store.update([gone], lambda docs: ([Write.between(gone, docs[gone].body, None)], None))
+        assert store.get(gone).body is None
+        listed = [x.key for x in store.scan("notes", limit=100)]
+        assert [k for k in new if k in listed] == [new[0], new[2], new[3]]
+        assert store.count("notes") == counted + 3
+        assert store.kind_counts("notes").get("k") == 3
+        scan = _plan(
+            store,
+            "SELECT d.subject FROM documents d WHERE d.state = ? AND d.present = 1 AND d.subject > ? "
+            "ORDER BY d.subject LIMIT ?",
+            ("notes", "", 10),
+        )
+        with store._read_tx() as tx:
+            stored, recounted = store.recount(tx)
+            assert stored == recounted
+            if isinstance(store, SqliteStore):
+                assert "sqlite_autoindex_documents_1" in scan
+                return
+            assert "documents_state_subject_key" in scan
+            indexes = {
+                r[0]
+                for r in tx.all(
+                    "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema() "
+                    "AND tablename = 'documents'"
+                )
+            }
+            assert indexes == {"documents_pkey", "documents_state_subject_key"}
     finally:
         store.close()
