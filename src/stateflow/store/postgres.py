@@ -544,13 +544,19 @@ class PostgresStore(SqlStore):
                 [key for key, _ in locked],
                 [  # in the order of the statement's placeholders: the rows first
                     *_row_arrays(plans),
-                    _array(k.state for k in absent),
-                    _array(k.subject for k in absent),
+                    *(
+                        (_array(k.state for k in absent), _array(k.subject for k in absent))
+                        if absent
+                        else _NULLS[:2]
+                    ),
                     at,
                     encode_trusted(origin),
                     _SEQ_LOCK,
-                    _array(scope for scope, _ in claims),
-                    _array(op_id for _, op_id in claims),
+                    *(
+                        (_array(scope for scope, _ in claims), _array(op_id for _, op_id in claims))
+                        if claims
+                        else _NULLS[:2]
+                    ),
                     *_key_arrays(present),
                     *_create_arrays(creates),
                     *_key_arrays(locked),
@@ -926,7 +932,9 @@ _CREATE_ROWS: Final = (
 )
 
 
-def _create_arrays(creates: Sequence[tuple[DocKey, int]]) -> list[str]:
+def _create_arrays(creates: Sequence[tuple[DocKey, int]]) -> list[str | None]:
+    if not creates:
+        return _NULLS[:3]
     return [
         _array(doc_id for _, doc_id in creates),
         _array(key.state for key, _ in creates),
@@ -950,8 +958,10 @@ def _answer(member: Member[_Planned, int], send: Callable[[], int | None]) -> No
         member.failed(exc)
 
 
-def _key_arrays(rows: Sequence[tuple[DocKey, DocRow]]) -> list[str]:
+def _key_arrays(rows: Sequence[tuple[DocKey, DocRow]]) -> list[str | None]:
     """States, subjects, doc ids and revisions, as the commit function checks them."""
+    if not rows:
+        return _NULLS[:4]
     return [
         _array(key.state for key, _ in rows),
         _array(key.subject for key, _ in rows),
@@ -960,7 +970,7 @@ def _key_arrays(rows: Sequence[tuple[DocKey, DocRow]]) -> list[str]:
     ]
 
 
-def _row_arrays(plans: Sequence[WritePlan]) -> list[str]:
+def _row_arrays(plans: Sequence[WritePlan]) -> list[str | None]:
     """The write function's arguments for these plans, in ``_WRITE_ROW_TYPES`` order (the
     columns gathered in one pass over the plans, not a generator per column)."""
     deletes: list[tuple[int, str]] = []
@@ -1005,25 +1015,29 @@ def _row_arrays(plans: Sequence[WritePlan]) -> list[str]:
             snapshots.append((p.doc_id, p.revision, 1 if p.present else 0))
     return [
         *_columns(deletes, 2),
-        _array(gone),
+        _array(gone) if gone else None,
         *_columns(updates, 7),
         *_columns(inserts, 8),
         *_columns(nodes, 2),
-        _array(ids),
-        _array(revisions),
-        _array(paths),
-        _array(inline),
+        *((_array(ids), _array(revisions), _array(paths), _array(inline)) if ids else _NULLS[:4]),
         *_columns(edits, 5),
         *_columns(documents, 7),
         *_columns(snapshots, 3),
     ]
 
 
-def _columns(rows: Sequence[Sequence[Any]], width: int) -> list[str]:
-    """Rows as ``width`` array literals, one per column (what an ``unnest`` takes)."""
+def _columns(rows: Sequence[Sequence[Any]], width: int) -> list[str | None]:
+    """Rows as ``width`` array literals, one per column (what an ``unnest`` takes); no rows as
+    NULLs (see ``_NULLS``)."""
     if not rows:
-        return ["{}"] * width
+        return _NULLS[:width]
     return [_array(column) for column in zip(*rows, strict=True)]
+
+
+_NULLS: Final[list[str | None]] = [None] * 8
+"""Empty arrays are sent as NULL, which the write functions take as empty (``coalesce`` of
+their length, ``unnest``): 22–26 of a one-document commit's 57 parameters are empty arrays, and a
+NULL costs the server no array parse nor the client an encoding (~4 µs per commit)."""
 
 
 def _array(values: Iterable[Any]) -> str:
