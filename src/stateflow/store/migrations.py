@@ -139,7 +139,7 @@ partial index named ``present`` in its predicate, so no update that changed ``pr
 new document's first write (its row inserted absent, then made present after the seq lock) and
 every delete — could be HOT: it wrote a new row version with an entry in each of the three
 indexes, the long subject twice among them. Now such an update is HOT where its page has room
-(a LangGraph checkpoint's commit: ~720 B less WAL). SQLite only records the version.
+(a LangGraph checkpoint's commit: ~700 B less WAL, 4.6 → 3.9 KB). SQLite only records the version.
 """
 
 from __future__ import annotations
