@@ -162,10 +162,12 @@ class Writes(StoreCore):
         optimistic = optimistic and _shared_first(shared_keys, locked)
         # (not while contended: with several writers on one document it would lose, after
         # waiting for the row lock in turn)
-        if optimistic and names is None and not outline_names and not self._is_contended(locked):
+        if optimistic and not self._is_contended(locked):
             fresh = Fresh()
             try:
-                done = self._optimistic(locked, shared_keys, compute, origin, all_claims, fresh)
+                done = self._optimistic(
+                    locked, shared_keys, compute, origin, all_claims, fresh, names, outline_names
+                )
             except _Computed as ready:
                 # what it carries, not the frames it was raised through: they hold the documents
                 # computed on, and this frame would hold itself (a cycle only the GC frees), so
@@ -462,9 +464,14 @@ class Writes(StoreCore):
         origin: dict[str, Any] | None,
         claims: Sequence[tuple[str, str]],
         fresh: Fresh,
+        names: list[str] | None = None,
+        outline_names: Sequence[str] = (),
     ) -> tuple[Commit, R] | None:
         """Compute against the documents as last seen here, then commit checking that none of
-        them moved; None when that cannot be done or did not hold (nothing was written)."""
+        them moved; None when that cannot be done or did not hold (nothing was written).
+        ``names`` and ``outline_names`` as for the locked path: a locked document's body holds
+        only the members named (all when None), its outlines those named, from the cached
+        heads; a shared document's body is whole."""
         entries = {}
         new: list[DocKey] = []
         for key in (*shared, *locked):
@@ -484,6 +491,12 @@ class Writes(StoreCore):
         docs = {}
         handed = self._handed
         for key, (row, body, _) in entries.items():
+            if (names is not None or outline_names) and key not in shared and body is not None:
+                doc = self._named(key, row, body, names, outline_names)
+                if doc is None:
+                    return None  # the heads are not cached at this revision
+                docs[key] = doc
+                continue
             doc = handed.get(key)
             if (
                 doc is None
@@ -523,6 +536,31 @@ class Writes(StoreCore):
             fresh,
         )
         return None if done is None else (done, result)
+
+    def _named(
+        self,
+        key: DocKey,
+        row: DocRow,
+        body: dict[str, Any],
+        names: list[str] | None,
+        outline_names: Sequence[str],
+    ) -> Document | None:
+        """The document as the locked path hands it when members or outlines are named: the
+        named members of ``body`` and the named outlines from the cached heads (None: not
+        cached at the row's revision)."""
+        shapes: dict[str, Any] = {}
+        if outline_names:
+            heads = self._heads.get(row.doc_id, row.revision)
+            if heads is None:
+                return None
+            shapes = {
+                h[1]: None if h[5] is None else decode_stored(h[5], f"{key} outline of {h[1]!r}")
+                for h in heads
+                if h[1] in outline_names
+            }
+        if names is not None:
+            body = {n: body[n] for n in names if n in body}
+        return Document(key, row.revision, body, row.updated_seq, shapes)
 
     def _still_contended(self, seen: Mapping[DocKey, DocRow | None], now: Mapping[DocKey, DocRow]) -> None:
         """Under the row locks: a document another writer wrote since this store last saw it
@@ -616,9 +654,12 @@ class Writes(StoreCore):
                 staged = [(w, e, self._stage(tx, w, e)) for w, e in plan]
             except StateflowError:
                 return None
-        # the shared rows as read (one without a row too: the commit checks it has none still),
-        # so the next write computes on them with no read (``_optimistic``), as after a locked one
-        fresh.rows.update({key: rows[key] for key in shared})
+        # every row as read (a shared one without a row too: the commit checks it has none
+        # still; a locked one the write leaves alone, as a scope a patch does not touch), so the
+        # next write computes on them with no read (``_optimistic``), as after a locked one. (A
+        # locked row left out would look new to the next optimistic attempt: a row created
+        # again under another id, a commit whose check then fails, and this path again.)
+        fresh.rows.update({key: rows[key] for key in keys})
         done = self._commit_staged(
             staged,
             [(key, rows[key]) for key in locked],
