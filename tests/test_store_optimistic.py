@@ -282,3 +282,69 @@ def test_a_shared_document_created_after_it_was_read_absent_is_read_again(
     if isinstance(one, PostgresStore):
         assert answers[before] is None  # refused: the row exists now, nothing was written
     assert open_migrated().get(DOC).body == {"alias": "b", "n": 3}
+
+
+def test_a_write_naming_members_and_outlines_computes_unlocked_on_what_the_locked_read_gives(
+    open_migrated: StoreFactory,
+) -> None:
+    # (patch_state names its members and outlines: it computes on the cached documents too)
+    one, two = open_migrated(), open_migrated()
+    one.commit([Write.between(DOC, None, {"n": 1, "big": {"a": 1, "b": [2]}, "other": "x"})])
+    seen: list[Document] = []
+
+    def compute(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
+        doc = docs[DOC]
+        seen.append(doc)
+        assert doc.body is not None
+        n = doc.body["n"] + 1
+        return [Write.between(DOC, doc.value, {**doc.body, "n": n}, doc.revision, changed=[("n",)])], None
+
+    def named() -> None:
+        one.update([DOC], compute, members=["n"], outlines=["big"], optimistic=True)
+
+    answers = _count_one_statement_commits(one)
+    named()
+    assert len(answers) == 1 and answers[0] is not None and len(seen) == 1  # on the cache, unlocked
+    assert seen[-1].body == {"n": 1} and seen[-1].outlines == {"big": {"a": "number", "b": "array"}}
+    two.update([DOC], compute, members=["n"], outlines=["big"])  # moves it past what `one` saw
+    named()
+    # computed on revision 2, refused, then computed again on the current one
+    assert answers[1] is None and [d.revision for d in seen] == [1, 2, 2, 3]
+    if isinstance(one, PostgresStore):
+        assert answers[2] is not None  # read again unlocked and committed
+    else:
+        assert len(answers) == 2  # done locked
+    assert seen[-1].body == {"n": 3} and seen[-1].outlines == {"big": {"a": "number", "b": "array"}}
+    fresh = open_migrated().get(DOC)
+    assert fresh.body == {"n": 4, "big": {"a": 1, "b": [2]}, "other": "x"} and fresh.revision == 4
+
+
+def test_a_locked_document_a_write_leaves_alone_is_remembered_so_every_write_commits_once(
+    open_migrated: StoreFactory,
+) -> None:
+    # (patch_state locks every scope of its view and writes those its patch names: the others
+    # are locked, left alone, and most never written at all)
+    one, two = open_migrated(), open_migrated()
+    one.commit([Write.between(DOC, None, {"n": 1})])
+    two.update([DOC, SETTINGS], _bump())  # SETTINGS gets a row (absent) that `one` never saw
+    two.update([DOC], _bump())
+    answers = _count_one_statement_commits(one)
+    created: list[object] = []
+    if isinstance(one, PostgresStore):
+        inner = one._create
+
+        def create(creates: Any) -> None:
+            created.append(creates)
+            inner(creates)
+
+        one._create = create  # type: ignore[method-assign]
+    for _ in range(2):  # the first sees DOC moved and SETTINGS unseen: its row is read there
+        one.update([DOC, SETTINGS], _bump(), members=["n"], outlines=["n"], optimistic=True)
+    answers.clear()
+    created.clear()
+    for _ in range(5):
+        one.update([DOC, SETTINGS], _bump(), members=["n"], outlines=["n"], optimistic=True)
+    # each write: one commit, computed on what this store last saw (no row made again for the
+    # document left alone, no commit whose check fails, no second attempt)
+    assert len(answers) == 5 and all(a is not None for a in answers) and not created
+    assert _n(open_migrated()) == 10 and open_migrated().get(SETTINGS).revision == 0
