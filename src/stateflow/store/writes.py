@@ -558,8 +558,9 @@ class Writes(StoreCore):
                 for h in heads
                 if h[1] in outline_names
             }
-        if names is not None:
-            body = {n: body[n] for n in names if n in body}
+        if names is not None:  # in the members' order, as the locked read gives them
+            named = set(names)
+            body = {n: v for n, v in body.items() if n in named}
         return Document(key, row.revision, body, row.updated_seq, shapes)
 
     def _still_contended(self, seen: Mapping[DocKey, DocRow | None], now: Mapping[DocKey, DocRow]) -> None:
