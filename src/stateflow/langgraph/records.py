@@ -23,6 +23,8 @@ from stateflow.subjects import encode_subject
 
 SCAN_PAGE = 500
 MAX_KEY = 512
+DOC_KEYS_KEPT = 16384
+"""Document keys ``Records.doc_key`` keeps built, at most."""
 
 
 def part(text: str) -> str:
@@ -126,13 +128,24 @@ class Records:
         self._trusted: dict[str, object] = {}
         self._refused: object = None  # the stored declaration last found not to be
         self._catalog_key = DocKey(CATALOG, state)
+        self._doc_keys: dict[tuple[str, str], DocKey] = {}
         self._alias_key = DocKey(ALIASES, state)
 
     def subject(self, kind: str, key: str) -> dict[str, str]:
         return {"target_kind": "agent", "target_name": self.target_name, "kind": kind, "key": key}
 
     def doc_key(self, kind: str, key: str) -> DocKey:
-        return DocKey(self.state, encode_subject("agent", self.target_name, kind, key))
+        # the same keys come again and again (an item written, its parent checkpoint): kept
+        # built, bounded; a key made of a declared state and an encoded subject needs no check
+        made = self._doc_keys.get((kind, key))
+        if made is None:
+            doc_keys = self._doc_keys
+            if len(doc_keys) >= DOC_KEYS_KEPT:
+                doc_keys.clear()
+            made = doc_keys[(kind, key)] = DocKey._make(
+                (self.state, encode_subject("agent", self.target_name, kind, key))
+            )
+        return made
 
     def key_of(self, doc_key: DocKey) -> str:
         """The subject key of a stored subject of this tenant."""

@@ -121,9 +121,11 @@ class StateflowStore(OwnsStore, BaseStore):
             elif isinstance(op, ListNamespacesOp):
                 results[n] = self._list_namespaces(op, now)
             elif isinstance(op, PutOp):
-                where = (tuple(op.namespace), op.key)
+                namespace = op.namespace
+                where = (namespace if type(namespace) is tuple else tuple(namespace), op.key)
                 puts.pop(where, None)
-                puts[where] = op._replace(namespace=where[0])
+                # (a namedtuple's ``_replace`` costs a few µs: only when the namespace is no tuple)
+                puts[where] = op if where[0] is namespace else op._replace(namespace=where[0])
             else:
                 raise ValueError(f"unknown store operation {op!r}")
         if refresh:
@@ -365,10 +367,21 @@ def _graph_origin(run_id: str | None, thread_id: str | None, node: str | None) -
 
 
 def _keep_created(document: dict[str, Any], now: datetime, before: dict[str, Any] | None) -> dict[str, Any]:
-    """``document`` with the creation time ``before`` holds, else ``now`` (in its place)."""
-    if before and "created_at" in before:
-        return {**document, "created_at": before["created_at"]}
-    return {**document, "created_at": utc_text(now)}
+    """``document`` with the creation time ``before`` holds, else ``now`` (in its place).
+
+    An item written again names the namespace and key it had (its subject key encodes them):
+    where ``before`` holds equal ones, its own objects are kept, so the write's diff passes
+    them by identity instead of comparing them (a list of strings equal to another is
+    identical to it: a string equals only a string)."""
+    if not before or "created_at" not in before:
+        return {**document, "created_at": utc_text(now)}
+    kept = {**document, "created_at": before["created_at"]}
+    namespace = before.get("namespace")
+    if type(namespace) is list and namespace == document["namespace"]:
+        kept["namespace"] = namespace
+    if before.get("key") == document["key"]:
+        kept["key"] = before["key"]
+    return kept
 
 
 @functools.lru_cache(maxsize=16384)

@@ -108,9 +108,15 @@ class Write:
         """
         old, new = _absent(old), _absent(new)
         edits = diff(old, new) if changed is None else diff_within(old, new, within(changed))
-        if type(old) is dict and (type(new) is dict or new is MISSING):
-            kw.setdefault("bodies", (old, None if new is MISSING else new))
-        return Write(key, edits, expect, **kw)
+        if "bodies" in kw:
+            bodies = kw.pop("bodies")
+        elif type(old) is dict and (type(new) is dict or new is MISSING):
+            bodies = (old, None if new is MISSING else new)
+        else:
+            bodies = None
+        if kw.keys() - {"paths"}:
+            return Write(key, edits, expect, bodies=bodies, **kw)
+        return made_write(key, edits, expect, kw.get("paths"), bodies)
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +160,42 @@ class Transition:
 
 def _absent(body: JSON) -> JSON:
     return MISSING if body is None else body
+
+
+# Frozen dataclasses set each field through ``object.__setattr__`` in ``__init__``: several
+# times what setting the slots directly costs. Every write builds a ``Write`` and a ``Commit``;
+# these build them the direct way, with the fields ``__init__`` would set (nothing to check).
+_WRITE_SLOTS = tuple(getattr(Write, name).__set__ for name in ("key", "edits", "expect", "paths", "bodies"))
+_COMMIT_SLOTS = tuple(getattr(Commit, name).__set__ for name in ("applied", "seq", "at", "revisions"))
+
+
+def made_write(
+    key: DocKey,
+    edits: Sequence[Edit],
+    expect: int | None,
+    paths: Sequence[Sequence[str | int]] | None,
+    bodies: tuple[dict[str, Any], dict[str, Any] | None] | None,
+) -> Write:
+    """``Write(key, edits, expect, paths, bodies)``, built without the frozen ``__init__``."""
+    write = _new_object(Write)
+    set_key, set_edits, set_expect, set_paths, set_bodies = _WRITE_SLOTS
+    set_key(write, key)
+    set_edits(write, edits)
+    set_expect(write, expect)
+    set_paths(write, paths)
+    set_bodies(write, bodies)
+    return write
+
+
+def made_commit(applied: bool, seq: int | None, at: str | None, revisions: dict[DocKey, int]) -> Commit:
+    """``Commit(applied, seq, at, revisions)``, built without the frozen ``__init__``."""
+    commit = _new_object(Commit)
+    set_applied, set_seq, set_at, set_revisions = _COMMIT_SLOTS
+    set_applied(commit, applied)
+    set_seq(commit, seq)
+    set_at(commit, at)
+    set_revisions(commit, revisions)
+    return commit
 
 
 @dataclass(frozen=True, slots=True)

@@ -139,7 +139,7 @@ class WritePlan:
         return self.document
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Fresh:
     """What a transaction wrote, for the caches once it has committed (never before)."""
 
@@ -166,6 +166,19 @@ class Fresh:
     """The transaction's time."""
     seq: int | None = None
     """The transaction's seq, once known."""
+
+    def __init__(self) -> None:
+        # (by hand: every write builds one, and the generated ``__init__`` tests each field
+        # for a given value first)
+        self.members = []
+        self.heads = {}
+        self.bodies = {}
+        self.assembled = {}
+        self.rows = {}
+        self.nodes = {}
+        self.roots = {}
+        self.at = ""
+        self.seq = None
 
 
 def row_after(plan: WritePlan, seq: int, at: str) -> DocRow:

@@ -103,7 +103,21 @@ def to_row(r: tuple[Any, ...]) -> DocRow:
 
 def outline_of(value: dict[str, Any]) -> dict[str, str]:
     """An object member's outline: its immediate keys and their kinds (never their values)."""
-    return {k: kind(v) for k, v in value.items()}
+    # kinds looked up by type, no call per key (every write of an object member outlines it);
+    # a type not in the table goes through ``kind``, which names it or refuses it
+    kinds = _KINDS
+    return {k: kinds.get(type(v)) or kind(v) for k, v in value.items()}
+
+
+_KINDS: Final[dict[type, str]] = {
+    dict: "object",
+    list: "array",
+    str: "string",
+    bool: "boolean",
+    int: "number",
+    float: "number",
+    type(None): "null",
+}
 
 
 def decode_stored(raw: Any, what: str) -> Any:

@@ -25,7 +25,7 @@ from stateflow.store import tree_update
 from stateflow.store.clock import utc_now
 from stateflow.store.core import KNOWN_ROWS_MAX, StoreCore
 from stateflow.store.ledger import OpIdTaken, claims_query, replayed, unmoved, with_op_id
-from stateflow.store.model import Commit, DocKey, Document, Write
+from stateflow.store.model import Commit, DocKey, Document, Write, made_commit
 from stateflow.store.nodes import NodeCache
 from stateflow.store.plan import (
     INLINE_EDITS_MAX,
@@ -882,7 +882,7 @@ class Writes(StoreCore):
         size = row.body_size
         position = row.next_position
         refs: dict[int, bytes] = {}  # subtrees of the members' new trees, by id() of the value
-        plan = WritePlan(row.doc_id, revision, present=stage.present, was_present=row.present)
+        plan = WritePlan(row.doc_id, revision, stage.present, row.present)
         # the member heads after this write follow from those before it, when they are known
         before = self._heads.get(row.doc_id, row.revision) if row.present else []
         heads = None if before is None else {h[1]: h for h in before}
@@ -988,14 +988,8 @@ class Writes(StoreCore):
         ):
             plan.snapshot = True
             snapshot_revision, since = revision, 0
-        plan.document = DocumentRow(
-            doc_id=row.doc_id,
-            revision=revision,
-            present=stage.present,
-            snapshot_revision=snapshot_revision,
-            bytes_since_snapshot=since,
-            body_size=size,
-            next_position=position,
+        plan.document = DocumentRow(  # (positional: keywords cost a third of the call)
+            row.doc_id, revision, stage.present, snapshot_revision, since, size, position
         )
         return plan
 
@@ -1365,4 +1359,4 @@ def _committed(
     for (write, _, _), planned in zip(staged, plans, strict=True):
         revisions[write.key] = planned.revision
         fresh.rows[write.key] = row_after(planned, seq, at)
-    return Commit(applied=True, seq=seq, at=at, revisions=revisions)
+    return made_commit(True, seq, at, revisions)
