@@ -107,6 +107,31 @@ def test_puts_keep_creation_times_alone_and_in_a_batch(lg: StateflowStore) -> No
     assert record is not None and isinstance(record["data"]["created_at"], str)
 
 
+def test_put_over_a_record_edited_elsewhere_writes_its_own_namespace_and_key(lg: StateflowStore) -> None:
+    """A put keeps the stored namespace and key objects only where they equal its own: a record
+    edited through the states API to hold others gets the put's back, and its history shows it."""
+    ns = ("t", "edited")
+    lg.put(ns, "k", {"v": 1})
+    subject = lg.subject(ns, "k")
+    stored = lg.states.read("langgraph_store", subject)
+    assert stored is not None
+    lg.states.replace(
+        "langgraph_store", subject, {**stored["data"], "namespace": ["t", "other"], "key": "other"}
+    )
+    lg.put(ns, "k", {"v": 2})
+    record = lg.states.read("langgraph_store", subject)
+    assert record is not None
+    assert record["data"]["namespace"] == ["t", "edited"] and record["data"]["key"] == "k"
+    assert record["data"]["value"] == {"v": 2}
+    assert record["data"]["created_at"] == stored["data"]["created_at"]
+    got = lg.get(ns, "k")
+    assert got is not None and got.namespace == ns and got.key == "k" and got.value == {"v": 2}
+    lg.put(ns, "k", {"v": 3})  # equal again: the stored objects kept, the value still written
+    again = lg.states.read("langgraph_store", subject)
+    assert again is not None and again["data"]["value"] == {"v": 3}
+    assert again["data"]["namespace"] == ["t", "edited"] and again["revision"] == record["revision"] + 1
+
+
 def test_search_filters_and_comparison_operators(lg: StateflowStore) -> None:
     rows: dict[str, dict[str, object]] = {
         "a": {"n": 9, "name": "ann", "tags": ["x"], "meta": {"lang": "en"}},

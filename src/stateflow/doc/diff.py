@@ -172,6 +172,12 @@ def _diff(old: JSON, new: JSON, path: PathT, out: list[Edit]) -> None:
         for i, (a, b) in enumerate(zip(old, new, strict=True)):
             _diff(a, b, (*path, i), out)
         return
+    if to is tn and to is not dict and to is not list:
+        # two scalars of one type: what ``identical`` decides, without its call (most of a
+        # document's leaves)
+        if old != new:
+            out.append(Edit(path, new))
+        return
     if not identical(old, new):
         out.append(Edit(path, new))
 
