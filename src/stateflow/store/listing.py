@@ -83,12 +83,14 @@ class Listing(StoreCore):
                 "JOIN documents d ON d.doc_id = h.doc_id"
             )
             first = tuple(via[1][1])
-        # the page first, then the time of its rows only (not of every candidate sorted)
+        # the page first, then the time of its rows only (not of every candidate sorted), each
+        # by its key: as a join, PostgreSQL may hash the whole transitions table for one page
         rows = tx.all(
-            "SELECT p.subject, p.revision, p.updated_seq, t.at FROM ("
+            "SELECT p.subject, p.revision, p.updated_seq, "
+            "(SELECT t.at FROM transitions t WHERE t.seq = p.updated_seq) FROM ("
             f"SELECT d.subject, d.revision, d.updated_seq FROM {source} "
             f"WHERE d.state = ? AND d.present = 1 AND d.subject > ? {extra} ORDER BY d.subject LIMIT ?"
-            ") p LEFT JOIN transitions t ON t.seq = p.updated_seq ORDER BY p.subject",
+            ") p ORDER BY p.subject",
             (*first, state, after or "", *params, limit),
         )
         return [
