@@ -1027,21 +1027,13 @@ class Writes(StoreCore):
             if plan.deletes and plan.present:  # an absent document loses every member below
                 tx.many("DELETE FROM members WHERE doc_id = ? AND name = ?", plan.deletes)
             if plan.updates:
-                tx.many(
-                    "UPDATE members SET body = ?, revision = ?, size = ?, outline = ?, root = ? "
-                    "WHERE doc_id = ? AND name = ?",
-                    plan.updates,
-                )
+                tx.many(_MEMBER_UPDATE, plan.updates)
             if plan.inserts:
-                tx.many(
-                    "INSERT INTO members (doc_id, name, position, revision, size, outline, body, root) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    plan.inserts,
-                )
+                tx.many(_MEMBER_INSERT, plan.inserts)
             if not plan.present:
                 tx.run("DELETE FROM members WHERE doc_id = ?", (plan.doc_id,))
             tx.run(
-                f"INSERT INTO changes (doc_id, revision, seq, paths, edits) VALUES (?, ?, {seq.sql}, ?, ?)",
+                _CHANGE_INSERT.format(seq=seq.sql),
                 (
                     plan.doc_id,
                     plan.revision,
@@ -1068,19 +1060,8 @@ class Writes(StoreCore):
             # `present` is indexed: setting it, even to the same value, rewrites an index page
             setting = "present = ?, " if plan.present != plan.was_present else ""
             tx.run(
-                f"UPDATE documents SET {setting}revision = ?, updated_seq = {seq.sql}, "
-                "snapshot_revision = ?, bytes_since_snapshot = ?, body_size = ?, next_position = ? "
-                "WHERE doc_id = ?",
-                (
-                    *((int(doc.present),) if setting else ()),
-                    doc.revision,
-                    *seq.params,
-                    doc.snapshot_revision,
-                    doc.bytes_since_snapshot,
-                    doc.body_size,
-                    doc.next_position,
-                    doc.doc_id,
-                ),
+                _DOCUMENT_UPDATE.format(setting=setting, seq=seq.sql),
+                (*((int(doc.present),) if setting else ()), *_document_params(doc, seq)),
             )
 
     def write_whole(
@@ -1180,10 +1161,33 @@ def _plain_update(plan: WritePlan) -> bool:
     )
 
 
+# The statements of a document's rows, shared by ``Writes._emit`` (one document at a time) and
+# ``_emit_together`` (several documents' plain updates at once).
+_MEMBER_UPDATE: Final = (
+    "UPDATE members SET body = ?, revision = ?, size = ?, outline = ?, root = ? WHERE doc_id = ? AND name = ?"
+)
+_MEMBER_INSERT: Final = (
+    "INSERT INTO members (doc_id, name, position, revision, size, outline, body, root) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_CHANGE_INSERT: Final = "INSERT INTO changes (doc_id, revision, seq, paths, edits) VALUES (?, ?, {seq}, ?, ?)"
 _DOCUMENT_UPDATE: Final = (
-    "UPDATE documents SET revision = ?, updated_seq = {seq}, snapshot_revision = ?, "
+    "UPDATE documents SET {setting}revision = ?, updated_seq = {seq}, snapshot_revision = ?, "
     "bytes_since_snapshot = ?, body_size = ?, next_position = ? WHERE doc_id = ?"
 )
+
+
+def _document_params(doc: DocumentRow, seq: SeqRef) -> tuple[Any, ...]:
+    """``_DOCUMENT_UPDATE``'s parameters after ``setting``'s."""
+    return (
+        doc.revision,
+        *seq.params,
+        doc.snapshot_revision,
+        doc.bytes_since_snapshot,
+        doc.body_size,
+        doc.next_position,
+        doc.doc_id,
+    )
 
 
 def _emit_together(tx: Tx, plans: Sequence[WritePlan], seq: SeqRef) -> None:
@@ -1191,37 +1195,15 @@ def _emit_together(tx: Tx, plans: Sequence[WritePlan], seq: SeqRef) -> None:
     ``Writes._emit`` writes one document at a time, each kind in one statement."""
     updates = [u for p in plans for u in p.updates]
     if updates:
-        tx.many(
-            "UPDATE members SET body = ?, revision = ?, size = ?, outline = ?, root = ? "
-            "WHERE doc_id = ? AND name = ?",
-            updates,
-        )
+        tx.many(_MEMBER_UPDATE, updates)
     inserts = [i for p in plans for i in p.inserts]
     if inserts:
-        tx.many(
-            "INSERT INTO members (doc_id, name, position, revision, size, outline, body, root) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            inserts,
-        )
+        tx.many(_MEMBER_INSERT, inserts)
     tx.many(
-        f"INSERT INTO changes (doc_id, revision, seq, paths, edits) VALUES (?, ?, {seq.sql}, ?, ?)",
+        _CHANGE_INSERT.format(seq=seq.sql),
         [(p.doc_id, p.revision, *seq.params, p.paths, p.inline) for p in plans],
     )
-    rows = []
-    for plan in plans:
-        doc = plan.row
-        rows.append(
-            (
-                doc.revision,
-                *seq.params,
-                doc.snapshot_revision,
-                doc.bytes_since_snapshot,
-                doc.body_size,
-                doc.next_position,
-                doc.doc_id,
-            )
-        )
-    tx.many(_DOCUMENT_UPDATE.format(seq=seq.sql), rows)
+    tx.many(_DOCUMENT_UPDATE.format(setting="", seq=seq.sql), [_document_params(p.row, seq) for p in plans])
 
 
 def _made(write: Write, name: str, value: Any) -> Any:
