@@ -523,6 +523,20 @@ def test_a_schema_11_store_upgrades_to_12_and_keeps_its_change_rows_within_a_pag
         store.close()
 
 
+def _created(store: SqlStore, n: int) -> list[DocKey]:
+    """``n`` new documents of kind ``k`` in ``notes`` (``{"i": i}``), each written by an
+    optimistic update at revision 1."""
+    new = [DocKey("notes", f'["agent","x","k","n{i}"]') for i in range(n)]
+    for i, key in enumerate(new):
+
+        def create(docs: dict[DocKey, Any], key: DocKey = key, i: int = i) -> tuple[list[Write], None]:
+            return [Write.between(key, None, {"i": i})], None
+
+        commit, _ = store.update([key], create, optimistic=True)
+        assert commit.revisions == {key: 1}
+    return new
+
+
 def _sqlite_rows(location: str, sql: str) -> list[tuple[Any, ...]]:
     with sqlite3.connect(location) as lite:
         rows = lite.execute(sql).fetchall()
@@ -545,15 +559,8 @@ def test_a_schema_12_store_upgrades_to_13_and_commits_in_one_function(backend: s
         notes = DocKey("notes", "a")
         before = store.get(notes).body
         assert before is not None
-        new = [DocKey("notes", f'["agent","x","k","n{i}"]') for i in range(3)]
         counted = store.count("notes")
-        for i, key in enumerate(new):
-
-            def create(docs: dict[DocKey, Any], key: DocKey = key, i: int = i) -> tuple[list[Write], None]:
-                return [Write.between(key, None, {"i": i})], None
-
-            commit, _ = store.update([key], create, optimistic=True)
-            assert commit.revisions == {key: 1}
+        new = _created(store, 3)
         store.update(
             [notes],
             lambda docs: ([Write.between(notes, docs[notes].body, dict(before, extra=1))], None),
@@ -613,15 +620,8 @@ def test_a_schema_13_store_upgrades_to_14_and_lists_through_the_key(backend: str
             store.get(DocKey("notes", "a"))
         assert store.migrate() == (13, SCHEMA_VERSION)
         _reads_back(store, _expected())
-        new = [DocKey("notes", f'["agent","x","k","n{i}"]') for i in range(4)]
         counted = store.count("notes")
-        for i, key in enumerate(new):
-
-            def create(docs: dict[DocKey, Any], key: DocKey = key, i: int = i) -> tuple[list[Write], None]:
-                return [Write.between(key, None, {"i": i})], None
-
-            commit, _ = store.update([key], create, optimistic=True)
-            assert commit.revisions == {key: 1}
+        new = _created(store, 4)
         gone = new[1]
         store.update([gone], lambda docs: ([Write.between(gone, docs[gone].body, None)], None))
         assert store.get(gone).body is None
