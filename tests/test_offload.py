@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import gc
 import threading
 import time
 
@@ -159,3 +160,33 @@ def test_the_answer_wakes_its_caller_in_the_pass_that_brought_it() -> None:
 
     asyncio.run(main())
     assert order == ["caller", "after"]
+
+
+class Refused(Exception):
+    pass
+
+
+def test_an_error_handed_to_its_caller_is_freed_without_the_collector() -> None:
+    """The error's traceback holds the frames that handed it over: none of them may hold it
+    in turn, or the error and what its frames refer to wait for the cyclic collector."""
+
+    def refuse(body: bytearray) -> None:
+        raise Refused(len(body))
+
+    async def main() -> None:
+        for _ in range(3):
+            with pytest.raises(Refused):
+                await run_sync(refuse, bytearray(1000))
+
+    gc.collect()
+    gc.disable()
+    try:
+        asyncio.run(main())
+        gc.set_debug(gc.DEBUG_SAVEALL)  # what only the collector would free, kept to be seen
+        gc.collect()
+        kept = [o for o in gc.garbage if isinstance(o, Refused)]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert kept == []

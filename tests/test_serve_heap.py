@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import pytest
 from fastapi.testclient import TestClient
 
+from stateflow.errors import StateflowError
 from stateflow.http.app import create_app
 from stateflow.http.auth import TokenSet, parse_token
 from stateflow.http.server import settle_heap
@@ -60,3 +61,37 @@ def test_loaded_runs_once_the_mcp_sdk_has_loaded(store: SqlStore) -> None:
         answer = client.get("/api/states", headers={"Authorization": f"Bearer {TOKEN}"})
         assert answer.status_code == 200
     assert calls == [1]
+
+
+def test_a_refused_write_is_freed_without_the_collector(store: SqlStore) -> None:
+    """A write refused at the schema check answers 422, and its error (with the frames it was
+    raised through, which hold the request's body) is freed as soon as it is answered: no
+    reference cycle left for the collector."""
+    service = StatesService(store)
+    service.declare(
+        "tickets",
+        {
+            "subject_kinds": ["ticket"],
+            "default_subject_kind": "ticket",
+            "schema": {"type": "object", "properties": {"n": {"type": "integer"}}},
+        },
+    )
+    app = create_app(service, TokenSet([parse_token(TOKEN)]))
+    url = "/api/states/tickets/records/agent/a/ticket/t1"
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    with TestClient(app) as client:
+        assert client.put(url, json={"n": 1}, headers=headers).status_code == 200
+        gc.collect()
+        gc.disable()
+        try:
+            for _ in range(3):
+                answer = client.put(url, json={"n": "not a number"}, headers=headers)
+                assert answer.status_code == 422
+            gc.set_debug(gc.DEBUG_SAVEALL)  # what only the collector would free, kept to be seen
+            gc.collect()
+            kept = [o for o in gc.garbage if isinstance(o, StateflowError)]
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+            gc.enable()
+    assert kept == []

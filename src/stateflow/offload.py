@@ -106,12 +106,20 @@ class _Answer:
         if self._state != _Answer._PENDING:
             return
         self._state, self._result, self._error = _Answer._DONE, result, error
+        del result, error  # (kept here, this frame would hold them after it returns: see release)
         callbacks, self._callbacks = self._callbacks, []
         for fn, context in callbacks:
             if context is None:
                 fn(self)
             else:
                 context.run(fn, self)
+
+    def release(self) -> None:
+        """Forget the call's error once the caller has it. The error's traceback holds the
+        frames it was raised through, and they hold this answer: kept, the error, its frames
+        and all they refer to (a refused request's body) would be a cycle that only the
+        garbage collector frees."""
+        self._error = None
 
     def __await__(self) -> Generator[Any, None, Any]:
         if self._state == _Answer._PENDING:
@@ -143,6 +151,7 @@ class _Call:
 def _settle(call: _Call, result: Any, error: BaseException | None) -> None:
     call.finished = True
     call.answer.settle(result, error)
+    del result, error  # (see _Answer.release)
     if call.waiter is not None and not call.waiter.done():
         call.waiter.set_result(None)
 
@@ -182,6 +191,9 @@ class Offload:
                         await asyncio.shield(waiter)
                     except asyncio.CancelledError:
                         continue
+            raise
+        except BaseException:
+            answer.release()  # the caller has it now
             raise
 
     def _work(self) -> None:
