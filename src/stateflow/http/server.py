@@ -73,9 +73,8 @@ def settle_heap() -> None:
     freed as part of a cycle, so this runs before the requests come (at worst the first few
     are in flight then, and a cycle of theirs is kept).
 
-    (The young generation keeps Python's threshold: a refused write leaves a cycle of ~180
-    objects holding its body, which a collection every 10,000 allocations instead of 700
-    would keep ~14 times as long.)"""
+    (The young generation keeps Python's threshold: whatever cycles requests still leave are
+    freed as soon as before. A refused write no longer leaves one: see ``offload``.)"""
     gc.collect()
     gc.freeze()
 
