@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import gc
 import threading
 import time
 
 import pytest
 
 from stateflow.offload import Offload, run_sync
+
+from .collector_helpers import left_to_collector
 
 WHO: contextvars.ContextVar[str] = contextvars.ContextVar("who", default="nobody")
 
@@ -178,15 +179,6 @@ def test_an_error_handed_to_its_caller_is_freed_without_the_collector() -> None:
             with pytest.raises(Refused):
                 await run_sync(refuse, bytearray(1000))
 
-    gc.collect()
-    gc.disable()
-    try:
+    with left_to_collector(Refused) as kept:
         asyncio.run(main())
-        gc.set_debug(gc.DEBUG_SAVEALL)  # what only the collector would free, kept to be seen
-        gc.collect()
-        kept = [o for o in gc.garbage if isinstance(o, Refused)]
-    finally:
-        gc.set_debug(0)
-        gc.garbage.clear()
-        gc.enable()
     assert kept == []

@@ -17,6 +17,8 @@ from stateflow.http.server import settle_heap
 from stateflow.states import StatesService
 from stateflow.store import SqlStore
 
+from .collector_helpers import left_to_collector
+
 TOKEN = "heap-secret-0123456789"
 
 
@@ -81,17 +83,8 @@ def test_a_refused_write_is_freed_without_the_collector(store: SqlStore) -> None
     headers = {"Authorization": f"Bearer {TOKEN}"}
     with TestClient(app) as client:
         assert client.put(url, json={"n": 1}, headers=headers).status_code == 200
-        gc.collect()
-        gc.disable()
-        try:
+        with left_to_collector(StateflowError) as kept:
             for _ in range(3):
                 answer = client.put(url, json={"n": "not a number"}, headers=headers)
                 assert answer.status_code == 422
-            gc.set_debug(gc.DEBUG_SAVEALL)  # what only the collector would free, kept to be seen
-            gc.collect()
-            kept = [o for o in gc.garbage if isinstance(o, StateflowError)]
-        finally:
-            gc.set_debug(0)
-            gc.garbage.clear()
-            gc.enable()
     assert kept == []
