@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 import shutil
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -171,16 +173,26 @@ def _store_at(version: int, backend: str, tmp_path: Path) -> None:
     lite.close()
 
 
+@contextmanager
+def _upgraded(version: int, backend: str, tmp_path: Path) -> Iterator[SqlStore]:
+    """A store left at ``version`` (:func:`_store_at`), refused until migrated, then migrated
+    and reading back the fixture exactly; closed on leaving."""
+    _store_at(version, backend, tmp_path)
+    store = open_store(backend, auto_migrate=False)
+    try:
+        with pytest.raises(StoreNotMigrated, match=f"schema version {version}"):
+            store.get(DocKey("notes", "a"))
+        assert store.migrate() == (version, SCHEMA_VERSION)
+        _reads_back(store, _expected())
+        yield store
+    finally:
+        store.close()
+
+
 def test_a_schema_6_store_upgrades_to_7_and_searches_the_same(backend: str, tmp_path: Path) -> None:
     """Version 7 rebuilds SQLite's value index with numbers and strings only (version 6 gave
     objects and arrays entries too); searches answer the same before and after, through it."""
-    _store_at(6, backend, tmp_path)
-    store = open_store(backend, auto_migrate=False)
-    try:
-        with pytest.raises(StoreNotMigrated, match="schema version 6"):
-            store.get(DocKey("notes", "a"))
-        assert store.migrate() == (6, SCHEMA_VERSION)
-        _reads_back(store, _expected())
+    with _upgraded(6, backend, tmp_path) as store:
         if isinstance(store, SqliteStore):
             with store._read_tx() as tx:
                 kinds = tx.all(
@@ -206,8 +218,6 @@ def test_a_schema_6_store_upgrades_to_7_and_searches_the_same(backend: str, tmp_
         store.commit([Write.between(notes, before, dict(before, extra={"k": 1}, title="title 12"))])
         assert [x.key for x in store.search("notes", {"title": "title 12"})] == [notes]
         assert store.search("notes", {"title": "title 11"}) == []
-    finally:
-        store.close()
 
 
 def _plan(store: SqlStore, sql: str, params: tuple[Any, ...]) -> str:
@@ -228,13 +238,7 @@ def test_a_schema_7_store_upgrades_to_8_and_lists_searches_and_prunes_the_same(
     """Version 8: ``documents_by_state`` holds present documents only; PostgreSQL's value index
     is keyed by a hash of name and value; SQLite keeps transition times as microseconds. What
     reads see is unchanged, and listings and searches still go through the indexes."""
-    _store_at(7, backend, tmp_path)
-    store = open_store(backend, auto_migrate=False)
-    try:
-        with pytest.raises(StoreNotMigrated, match="schema version 7"):
-            store.get(DocKey("notes", "a"))
-        assert store.migrate() == (7, SCHEMA_VERSION)
-        _reads_back(store, _expected())  # every transition's time exactly as written
+    with _upgraded(7, backend, tmp_path) as store:  # (every transition's time read back exactly as written)
         if isinstance(store, SqliteStore):
             with store._read_tx() as tx:
                 assert tx.all("SELECT DISTINCT typeof(at) FROM transitions") == [("integer",)]
@@ -281,8 +285,6 @@ def test_a_schema_7_store_upgrades_to_8_and_lists_searches_and_prunes_the_same(
         assert store.prune_history("notes", commit.at) > 0
         assert store.get(notes).body == dict(before, title="title 12")
         assert store.read_at(notes, revision=store.get(notes).revision).body == dict(before, title="title 12")
-    finally:
-        store.close()
 
 
 def test_a_schema_8_store_upgrades_to_9_and_its_indexes_answer_the_same(backend: str, tmp_path: Path) -> None:
@@ -410,13 +412,7 @@ def test_a_schema_10_store_upgrades_to_11_and_merges_memory_patches_in_the_serve
     """Version 11 adds PostgreSQL's ``stateflow_patch_commit`` (SQLite only records the version):
     after the upgrade a contended memory patch is merged by the server, and the store's earlier
     documents read back as before."""
-    _store_at(10, backend, tmp_path)
-    store = open_store(backend, auto_migrate=False)
-    try:
-        with pytest.raises(StoreNotMigrated, match="schema version 10"):
-            store.get(DocKey("notes", "a"))
-        assert store.migrate() == (10, SCHEMA_VERSION)
-        _reads_back(store, _expected())
+    with _upgraded(10, backend, tmp_path) as store:
         view = MemoryView(store, Identity.of("agent-a", "/tmp", "s1"))
         view.patch_state({"session": {"tactics": {"n": "1"}}})
         key = view.keys["session"]
@@ -439,8 +435,6 @@ def test_a_schema_10_store_upgrades_to_11_and_merges_memory_patches_in_the_serve
             [["tactics", "m"], {"deep": True}],
         ]
         assert store.read_at(key, revision=1).body == {"tactics": {"n": "1"}}
-    finally:
-        store.close()
 
 
 def test_a_schema_11_store_upgrades_to_12_and_keeps_its_change_rows_within_a_page(
@@ -549,13 +543,7 @@ def test_a_schema_12_store_upgrades_to_13_and_commits_in_one_function(backend: s
     whole commit in one function, a new document inserted present) and updates the counters in
     place (SQLite only records the version): after the upgrade the earlier documents read back
     as before, new and changed documents commit in one statement, and the counters stay true."""
-    _store_at(12, backend, tmp_path)
-    store = open_store(backend, auto_migrate=False)
-    try:
-        with pytest.raises(StoreNotMigrated, match="schema version 12"):
-            store.get(DocKey("notes", "a"))
-        assert store.migrate() == (12, SCHEMA_VERSION)
-        _reads_back(store, _expected())
+    with _upgraded(12, backend, tmp_path) as store:
         notes = DocKey("notes", "a")
         before = store.get(notes).body
         assert before is not None
@@ -604,8 +592,6 @@ def test_a_schema_12_store_upgrades_to_13_and_commits_in_one_function(backend: s
                 assert [new for new, _ in pairs][:2] == ["k", "kind"] and [new for new, _ in pairs].count(
                     ""
                 ) == 7
-    finally:
-        store.close()
 
 
 def test_a_schema_13_store_upgrades_to_14_and_lists_through_the_key(backend: str, tmp_path: Path) -> None:
@@ -613,13 +599,7 @@ def test_a_schema_13_store_upgrades_to_14_and_lists_through_the_key(backend: str
     only records the version): after the upgrade the earlier documents read back as before,
     new documents count, a deleted one leaves the listing and its counters, and listings walk
     the unique key."""
-    _store_at(13, backend, tmp_path)
-    store = open_store(backend, auto_migrate=False)
-    try:
-        with pytest.raises(StoreNotMigrated, match="schema version 13"):
-            store.get(DocKey("notes", "a"))
-        assert store.migrate() == (13, SCHEMA_VERSION)
-        _reads_back(store, _expected())
+    with _upgraded(13, backend, tmp_path) as store:
         counted = store.count("notes")
         new = _created(store, 4)
         gone = new[1]
@@ -650,5 +630,3 @@ def test_a_schema_13_store_upgrades_to_14_and_lists_through_the_key(backend: str
                 )
             }
             assert indexes == {"documents_pkey", "documents_state_subject_key"}
-    finally:
-        store.close()
