@@ -25,11 +25,22 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 logger = logging.getLogger("stateflow.access")
 
+_FINGERPRINTS_MAX = 256
+_fingerprints: dict[bytes, str] = {}
+"""fingerprints of the ``Authorization`` headers seen lately: a server sees a few tokens, each
+on every request (bounded: a client sending new ones only empties it)"""
+
 
 def fingerprint(authorization: bytes | None) -> str:
     if not authorization or authorization[:7].lower() != b"bearer ":
         return "-"
-    return "token:" + hashlib.sha256(authorization[7:].strip()).hexdigest()[:12]
+    known = _fingerprints.get(authorization)
+    if known is None:
+        if len(_fingerprints) >= _FINGERPRINTS_MAX:
+            _fingerprints.clear()
+        known = "token:" + hashlib.sha256(authorization[7:].strip()).hexdigest()[:12]
+        _fingerprints[authorization] = known
+    return known
 
 
 def _request_id(given: bytes | None) -> str:
@@ -74,18 +85,30 @@ class AccessLog:
             "token": fingerprint(headers.get(b"authorization")),
             "request_id": rid,
         }
+        # the record made and handled as ``logger.info`` would, but for where it was called from:
+        # ``findCaller`` walks the stack on every line to find what is always this method
         if self.json_lines:
-            logger.info("%s %s %s", fields["method"], fields["path"], status, extra={"fields": fields})
-        else:
-            logger.info(
-                "%s %s %s %.1fms %s %s",
-                fields["method"],
-                fields["path"],
-                status,
-                fields["duration_ms"],
-                fields["token"],
-                rid,
+            record = logger.makeRecord(
+                logger.name,
+                logging.INFO,
+                _FILE,
+                _LINE,
+                "%s %s %s",
+                (fields["method"], fields["path"], status),
+                None,
+                "_log",
+                {"fields": fields},
             )
+        else:
+            args = (fields["method"], fields["path"], status, fields["duration_ms"], fields["token"], rid)
+            record = logger.makeRecord(
+                logger.name, logging.INFO, _FILE, _LINE, "%s %s %s %.1fms %s %s", args, None, "_log"
+            )
+        logger.handle(record)
+
+
+_FILE = __file__
+_LINE = AccessLog._log.__code__.co_firstlineno
 
 
 def configure(level: str, *, json_lines: bool) -> None:
@@ -94,14 +117,30 @@ def configure(level: str, *, json_lines: bool) -> None:
     if json_lines:
         handler.setFormatter(_JsonFormatter())
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+        handler.setFormatter(_Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
     root = logging.getLogger("stateflow")
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
     root.propagate = False
 
 
-class _JsonFormatter(logging.Formatter):
+class _Formatter(logging.Formatter):
+    """``logging.Formatter`` with the time's text kept for the second it names: formatting it
+    (``localtime`` and ``strftime``) cost a few µs on every line of the access log."""
+
+    _second: tuple[int, str] = (-1, "")
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        msec_format = self.default_msec_format
+        if datefmt is not None or msec_format is None or self.converter is not time.localtime:
+            return super().formatTime(record, datefmt)
+        second = int(record.created)
+        if self._second[0] != second:
+            self._second = (second, time.strftime(self.default_time_format, time.localtime(second)))
+        return msec_format % (self._second[1], record.msecs)
+
+
+class _JsonFormatter(_Formatter):
     def format(self, record: logging.LogRecord) -> str:
         body = getattr(record, "fields", None) or {"message": record.getMessage()}
         return json.dumps(
