@@ -96,3 +96,23 @@ def test_cors_is_off_by_default_and_allows_only_configured_origins(tmp_path: Pat
         assert "access-control-allow-origin" not in _preflight(server, "https://evil.example.com")
     finally:
         server.stop()
+
+
+def test_text_access_lines_carry_the_time_and_fingerprint_as_logging_formats_them() -> None:
+    """The access log keeps the time's text per second and a fingerprint per header: each line
+    reads as ``logging.Formatter`` and a fresh hash would make it, across seconds and tokens."""
+    import hashlib
+    import logging
+
+    from stateflow.http import access
+
+    layout = "%(asctime)s %(levelname)s %(name)s %(message)s"
+    ours, plain = access._Formatter(layout), logging.Formatter(layout)
+    for created in (1_700_000_000.004, 1_700_000_000.999, 1_700_000_001.5, 1_700_000_000.25):
+        record = logging.LogRecord("stateflow.access", logging.INFO, __file__, 1, "GET %s", ("/x",), None)
+        record.created, record.msecs = created, (created - int(created)) * 1000
+        assert ours.format(record) == plain.format(record)
+    for secret in (b"one", b"two", b"one"):
+        expected = "token:" + hashlib.sha256(secret).hexdigest()[:12]
+        assert access.fingerprint(b"Bearer " + secret) == expected
+    assert access.fingerprint(b"Basic abc") == "-"
