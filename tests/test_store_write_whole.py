@@ -7,20 +7,23 @@ write; ``update`` then decides.
 
 from __future__ import annotations
 
+import sqlite3
+from contextlib import closing
 from typing import Any
 
-from stateflow.store import DocKey, Document, Write
+import orjson
+import pytest
+
+from stateflow.store import DocKey, Document, Whole, Write
 from tests.conftest import StoreFactory
 
 KEY = DocKey("items", '["agent","a","item","k"]')
 GUARD = DocKey("_guard", "g")
 
 
-def _whole(body: dict[str, Any]) -> Any:
-    def build(
-        shared: dict[DocKey, Any], current: dict[str, Any] | None
-    ) -> tuple[dict[str, Any], list[list[str]]]:
-        return body, [[]]
+def _whole(body: dict[str, Any], encoded: dict[str, bytes] | None = None) -> Any:
+    def build(shared: dict[DocKey, Any], current: dict[str, Any] | None) -> Whole:
+        return Whole(body, [[]], encoded)
 
     return build
 
@@ -37,25 +40,24 @@ def test_a_new_document_is_written_with_its_change_and_transition(open_migrated:
     _replace(store, GUARD, {"v": 1})
     store.read([GUARD])  # seen here
     store.write_whole(DocKey("items", "warm"), _whole({"x": 0}), {"by": "warm"}, shared=[GUARD])
-    done = store.write_whole(KEY, _whole({"a": 1, "b": [1, 2]}), {"by": "lean"}, shared=[GUARD])
-    assert done is not None and done.changed and done.revisions == {KEY: 1}
+    assert store.write_whole(KEY, _whole({"a": 1, "b": [1, 2]}), {"by": "lean"}, shared=[GUARD])
+    assert store.get(KEY).revision == 1
     fresh = open_migrated()  # another process's view: from the database, not the caches
     assert fresh.get(KEY).body == {"a": 1, "b": [1, 2]}
     assert fresh.read_at(KEY, revision=1).body == {"a": 1, "b": [1, 2]}
     (change,) = fresh.history([KEY])
     assert change.revision == 1 and change.origin == {"by": "lean"} and change.paths == [[]]
-    assert done.seq is not None
-    assert [t.origin for t in fresh.transitions(after_seq=done.seq - 1, limit=5)] == [{"by": "lean"}]
+    assert [t.origin for t in fresh.transitions(after_seq=change.seq - 1, limit=5)] == [{"by": "lean"}]
 
 
 def test_a_document_another_store_moved_is_left_to_update(open_migrated: StoreFactory) -> None:
     mine, other = open_migrated(), open_migrated()
     _replace(mine, KEY, {"n": 1})
     _replace(mine, GUARD, {"v": 1})
-    assert mine.write_whole(KEY, _whole({"n": 2}), {"by": "lean"}, shared=[GUARD]) is not None
+    assert mine.write_whole(KEY, _whole({"n": 2}), {"by": "lean"}, shared=[GUARD])
     _replace(other, KEY, {"n": 3, "theirs": True})  # unseen by ``mine``
     before = other.get(KEY)
-    assert mine.write_whole(KEY, _whole({"n": 4}), {"by": "lean"}, shared=[GUARD]) is None
+    assert not mine.write_whole(KEY, _whole({"n": 4}), {"by": "lean"}, shared=[GUARD])
     assert other.get(KEY) == before  # nothing written
     _replace(mine, KEY, {"n": 4})  # the general write decides, on what is there now
     assert [c.origin["by"] for c in other.history([KEY])] == ["update", "update", "lean", "update"]
@@ -66,16 +68,101 @@ def test_a_shared_document_that_moved_writes_nothing(open_migrated: StoreFactory
     mine, other = open_migrated(), open_migrated()
     _replace(mine, GUARD, {"v": 1})
     _replace(mine, KEY, {"n": 1})
-    assert mine.write_whole(KEY, _whole({"n": 2}), {}, shared=[GUARD]) is not None
+    assert mine.write_whole(KEY, _whole({"n": 2}), {}, shared=[GUARD])
     _replace(other, GUARD, {"v": 2})  # e.g. a re-declare, in another process
     seen: list[Any] = []
 
-    def build(
-        shared: dict[DocKey, Any], current: dict[str, Any] | None
-    ) -> tuple[dict[str, Any], list[list[str]]]:
+    def build(shared: dict[DocKey, Any], current: dict[str, Any] | None) -> Whole:
         seen.append(shared[GUARD])
-        return {"n": 3}, [[]]
+        return Whole({"n": 3}, [[]])
 
-    assert mine.write_whole(KEY, build, {}, shared=[GUARD]) is None
+    assert not mine.write_whole(KEY, build, {}, shared=[GUARD])
     assert seen == [{"v": 1}]  # built on what it had seen; the commit found the guard moved
     assert other.get(KEY).revision == 2
+
+
+def _rows(backend: str, subject: str) -> dict[str, list[tuple[Any, ...]]]:
+    """The rows a document has, as stored (no ids, seqs or times): members, changes, change
+    edits, snapshots and the document's own row."""
+    queries = {
+        "documents": "SELECT revision, present, snapshot_revision, bytes_since_snapshot, body_size, "
+        "next_position FROM documents d WHERE {doc}",
+        "members": "SELECT name, position, revision, size, outline, body, root FROM members "
+        "WHERE doc_id = (SELECT doc_id FROM documents d WHERE {doc}) ORDER BY position",
+        "changes": "SELECT revision, paths, edits FROM changes "
+        "WHERE doc_id = (SELECT doc_id FROM documents d WHERE {doc}) ORDER BY revision",
+        "change_edits": "SELECT revision, member, edits, roots FROM change_edits "
+        "WHERE doc_id = (SELECT doc_id FROM documents d WHERE {doc}) ORDER BY revision, member",
+        "snapshots": "SELECT revision, body FROM snapshots "
+        "WHERE doc_id = (SELECT doc_id FROM documents d WHERE {doc}) ORDER BY revision",
+    }
+    out: dict[str, list[tuple[Any, ...]]] = {}
+    if backend.startswith("postgres"):
+        import psycopg
+
+        with psycopg.connect(backend) as conn:
+            for table, sql in queries.items():
+                rows = conn.execute(
+                    sql.format(doc="d.subject = %s").replace("?", "%s"), (subject,)
+                ).fetchall()
+                out[table] = [tuple(_plain(v) for v in row) for row in rows]
+        return out
+    with closing(sqlite3.connect(backend)) as conn:
+        for table, sql in queries.items():
+            rows = conn.execute(sql.format(doc="d.subject = ?"), (subject,)).fetchall()
+            out[table] = [tuple(_plain(v) for v in row) for row in rows]
+    return out
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, memoryview | bytearray):
+        return bytes(value)
+    if isinstance(value, bytes | str | int | float) or value is None:
+        return value
+    return orjson.dumps(value)  # (PostgreSQL's jsonb columns come back decoded)
+
+
+@pytest.mark.parametrize("size", [10, 5000])
+def test_a_new_document_from_its_encodings_has_the_rows_of_the_general_write(
+    open_migrated: StoreFactory, backend: str, size: int
+) -> None:
+    store = open_migrated()
+    body = {"saved": {"config": {"id": "x"}, "text": "t" * size, "n": [1, 2.5, None]}, "k": "v"}
+    encoded = {name: orjson.dumps(value) for name, value in body.items()}
+    lean, general = DocKey("items", "lean"), DocKey("items", "general")
+    _replace(store, GUARD, {"v": 1})
+    store.read([GUARD])
+    store.write_whole(DocKey("items", "warm"), _whole({"x": 0}), {}, shared=[GUARD])  # (ids reserved)
+    assert store.write_whole(lean, _whole(orjson.loads(orjson.dumps(body)), encoded), {}, shared=[GUARD])
+    _replace(store, general, body)
+    assert _rows(backend, "lean") == _rows(backend, "general")
+    rows = _rows(backend, "lean")
+    assert [m[0] for m in rows["members"]] == ["saved", "k"]
+    assert [m[5] for m in rows["members"]] == [encoded["saved"], encoded["k"]]
+    whole_edit = b"[[[]," + orjson.dumps(body) + b"]]"
+    if size < 1000:  # the edit inline in the change row
+        assert rows["changes"] == [(1, b"[[]]", b'[["",' + whole_edit + b"]]")] and not rows["change_edits"]
+    else:  # the edit in a row of its own, and a snapshot (the change outweighs nothing before)
+        assert rows["changes"] == [(1, b"[[]]", None)]
+        assert rows["change_edits"] == [(1, "", whole_edit, None)]
+        assert len(rows["snapshots"]) == 1
+    assert open_migrated().read_at(lean, revision=1).body == body
+
+
+def test_a_document_written_whole_after_its_delete_is_a_new_body(open_migrated: StoreFactory) -> None:
+    store = open_migrated()
+    _replace(store, GUARD, {"v": 1})
+    store.read([GUARD])
+    _replace(store, KEY, {"a": 1, "b": 2})
+
+    def delete(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
+        return [Write.between(KEY, docs[KEY].body, None, docs[KEY].revision)], None
+
+    store.update([KEY], delete, {"by": "delete"})
+    store.get(KEY)  # seen absent here
+    assert store.write_whole(KEY, _whole({"c": 3}, {"c": b"3"}), {"by": "lean"}, shared=[GUARD])
+    fresh = open_migrated()
+    assert fresh.get(KEY).body == {"c": 3} and fresh.get(KEY).revision == 3
+    assert [fresh.read_at(KEY, revision=r).body for r in (1, 2, 3)] == [{"a": 1, "b": 2}, None, {"c": 3}]
+    assert store.write_whole(KEY, _whole({"c": 4}), {"by": "lean"}, shared=[GUARD])
+    assert open_migrated().get(KEY).body == {"c": 4}

@@ -18,7 +18,7 @@ from stateflow.states import StatesService
 from stateflow.states.models import DoorContext, WriteOrigin
 from stateflow.states.pipeline import ALIASES, CATALOG
 from stateflow.states.service import StateNotFound, subject_of
-from stateflow.store import DocKey, Document, Write, open_store
+from stateflow.store import DocKey, Document, Whole, Write, open_store
 from stateflow.subjects import encode_subject
 
 SCAN_PAGE = 500
@@ -104,10 +104,10 @@ class OwnsStore:
         self.close()
 
 
-Paths = list[list[str]]
-Build = Callable[[dict[str, Any] | None], tuple[dict[str, Any], Paths]]
-"""``current body or None → (new body, the paths it wrote)``; may run more than once, keeps no
-state, never mutates ``current`` (the store's cached object)."""
+Build = Callable[[dict[str, Any] | None], Whole]
+"""``current body or None → the new body whole`` (with the paths it wrote, and its members'
+encodings where the adapter has them); may run more than once, keeps no state, never mutates
+``current`` (the store's cached object)."""
 
 
 class _NotLean(Exception):
@@ -222,9 +222,7 @@ class Records:
         doc_key = self.doc_key(kind, key)
         catalog_key, alias_key = self._catalog_key, self._alias_key
 
-        def checked(
-            shared: dict[DocKey, Any], current: dict[str, Any] | None
-        ) -> tuple[dict[str, Any], Paths]:
+        def checked(shared: dict[DocKey, Any], current: dict[str, Any] | None) -> Whole:
             declared = shared[catalog_key]
             if self._trusted.get(kind) is not declared:
                 if not self._is_own(declared, kind):
@@ -237,7 +235,7 @@ class Records:
 
         def compute(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
             current = docs[doc_key]
-            body, paths = checked({k: docs[k].body for k in shared}, current.body)
+            body, paths, _ = checked({k: docs[k].body for k in shared}, current.body)
             return [
                 Write.between(doc_key, current.body, body, current.revision, changed=paths, paths=paths)
             ], None
@@ -246,7 +244,7 @@ class Records:
         stamped = self.states._origin(origin, context, action)
         try:
             # the documents as last seen here, else the store's general read-modify-write
-            if self.store.write_whole(doc_key, checked, stamped, shared=shared) is None:
+            if not self.store.write_whole(doc_key, checked, stamped, shared=shared):
                 self.store.update([doc_key], compute, stamped, shared=shared, optimistic=True)
         except _NotLean as refused:
             if refused.args:  # (until the declaration changes: no lean attempt first)

@@ -50,7 +50,7 @@ from stateflow.langgraph.codec import Codec
 from stateflow.langgraph.records import OwnsStore, Records, invert, join, part, uninvert, unpart
 from stateflow.states import StatesService
 from stateflow.states.models import DoorContext, WriteOrigin
-from stateflow.store import DocKey
+from stateflow.store import DocKey, Whole
 
 STATE: Final = "langgraph_checkpoints"
 _WRITE: Final[dict[str, Any]] = {"type": "object", "required": ["task_id", "idx", "channel", "value"]}
@@ -413,12 +413,14 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
             # valid by construction: the names are strings (run_id a string or None), the
             # codec makes objects of plain JSON (JSON kept only where ``is_plain``, else
             # base64 text), ``sources`` names checkpoint ids; one copy in C keeps the
-            # caller's objects out of what the store caches
-            owned = orjson.loads(orjson.dumps(document))
+            # caller's objects out of what the store caches, and its bytes are the member's
+            # row and the change's edit (a new checkpoint: encoded once)
+            encoded = orjson.dumps(saved)
+            whole = Whole({"saved": orjson.loads(encoded)}, [[]], {"saved": encoded})
             self.records.write(
                 CHECKPOINT,
                 key,
-                lambda _: (owned, [[]]),
+                lambda _: whole,
                 origin=_origin(names["run_id"]),
                 context=self.context,
                 action="replace",
@@ -505,13 +507,16 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         # keeps the caller's objects out of the store's cache. No ``config`` member: the
         # subject key names the checkpoint (and its record holds the names), and a new
         # writes record of one member costs one member row, key entry and count fewer
-        fresh = orjson.loads(orjson.dumps(dict(entries)))
+        encoded = orjson.dumps(dict(entries))
+        fresh = orjson.loads(encoded)
         paths = [[bucket, name] for name, _ in entries]
 
-        def build(current: dict[str, Any] | None) -> tuple[dict[str, Any], builtins.list[builtins.list[str]]]:
-            held = current.get(bucket) if current else None
+        def build(current: dict[str, Any] | None) -> Whole:
+            if not current:  # a new writes record: its one member's bytes are these
+                return Whole({bucket: fresh}, paths, {bucket: encoded})
+            held = current.get(bucket)
             merged = {**held, **fresh} if type(held) is dict else fresh
-            return {**(current or {}), bucket: merged}, paths
+            return Whole({**current, bucket: merged}, paths)
 
         self.records.write(
             WRITES, key, build, origin=origin, context=self.context, action="apply", general=general

@@ -38,6 +38,7 @@ from stateflow.doc.canonical import check, detach
 from stateflow.langgraph.records import OwnsStore, Records, join
 from stateflow.states import StatesService
 from stateflow.states.models import DoorContext, WriteOrigin
+from stateflow.store import Whole
 from stateflow.store.base import utc_text
 
 STATE: Final = "langgraph_store"
@@ -311,7 +312,7 @@ class StateflowStore(OwnsStore, BaseStore):
         self.records.write(
             ITEM,
             self.subject_key(op.namespace, op.key),
-            lambda before: (_keep_created(owned, now, before), [[]]),
+            lambda before: Whole(_keep_created(owned, now, before), [[]]),
             origin=origin,
             context=self.context,
             action="replace",

@@ -119,6 +119,18 @@ class Write:
         return made_write(key, edits, expect, kw.get("paths"), bodies)
 
 
+class Whole(NamedTuple):
+    """A document as its writer builds it whole (``Store.write_whole``): the new ``body``, the
+    ``paths`` the write records in history, and — when the writer has them — each member's
+    encoding (``encoded``: name → the bytes ``orjson.dumps`` gives for ``body[name]``, which
+    the writer vouches for). With them a new document's rows are made straight from the bytes:
+    no diff, no staging, no second encoding."""
+
+    body: dict[str, Any]
+    paths: list[list[str]]
+    encoded: dict[str, bytes] | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class Commit:
     """The outcome of a commit.

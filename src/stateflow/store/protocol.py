@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, Self, TypeVar
 
-from stateflow.store.model import Change, Commit, DocKey, Document, Listed, Transition, Write
+from stateflow.store.model import Change, Commit, DocKey, Document, Listed, Transition, Whole, Write
 from stateflow.store.path_reads import Children, PathsRead
 from stateflow.store.served_patch import Served
 from stateflow.store.trail import End, PathT
@@ -97,12 +97,12 @@ class Store(Protocol):
     def write_whole(
         self,
         key: DocKey,
-        build: Callable[[dict[DocKey, Any], dict[str, Any] | None], tuple[dict[str, Any], list[list[str]]]],
+        build: Callable[[dict[DocKey, Any], dict[str, Any] | None], Whole],
         origin: dict[str, Any],
         *,
         shared: Sequence[DocKey] = (),
-    ) -> Commit | None:
-        """One document written whole on the documents as last seen here; None: not done so."""
+    ) -> bool:
+        """One document written whole on the documents as last seen here; False: not done so."""
 
     def contended(self, keys: Sequence[DocKey]) -> bool:
         """Whether another writer's commit beat one of this store's on ``keys`` a moment ago,

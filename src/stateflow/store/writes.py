@@ -25,7 +25,7 @@ from stateflow.store import tree_update
 from stateflow.store.clock import utc_now
 from stateflow.store.core import KNOWN_ROWS_MAX, StoreCore
 from stateflow.store.ledger import OpIdTaken, claims_query, replayed, unmoved, with_op_id
-from stateflow.store.model import Commit, DocKey, Document, Write, made_commit
+from stateflow.store.model import Commit, DocKey, Document, Whole, Write, made_commit
 from stateflow.store.nodes import NodeCache
 from stateflow.store.plan import (
     INLINE_EDITS_MAX,
@@ -878,6 +878,10 @@ class Writes(StoreCore):
         """The rows one document's write changes, decided before any statement is sent (the
         statements themselves are :meth:`_emit`'s)."""
         row = entry.row
+        edits = write.edits
+        if not row.present and len(edits) == 1 and not edits[0].path and not edits[0].is_delete:
+            # a first body (or one after a delete) set whole: its rows straight from it
+            return self._plan_new(row, stage.values, None, _paths_of(write), fresh)
         revision = row.revision + 1
         size = row.body_size
         position = row.next_position
@@ -945,16 +949,8 @@ class Writes(StoreCore):
                     fresh.assembled[row.doc_id] = (revision, whole, members, size)
                 if self.keeps_bodies:
                     fresh.bodies[row.doc_id] = (revision, whole, fresh.at, size)
-        paths = (
-            [list(p) for p in write.paths] if write.paths is not None else [list(e.path) for e in write.edits]
-        )
-        plan.paths = encode_trusted(paths)
-        room = self.change_row_max  # (SQLite: a change row is kept from overflowing its page)
-        if room is not None:
-            if len(plan.paths) > room // 2:
-                plan.paths_apart = True
-            else:
-                room -= len(plan.paths)
+        plan.paths = _paths_of(write)
+        room = self._change_room(plan)
         groups: dict[str, list[Any]] = {}
         held: dict[str, bytes] = {}
         for edit in effective_edits(write.edits):
@@ -978,19 +974,7 @@ class Writes(StoreCore):
             if room is None or len(inline) <= room:
                 plan.inline = inline
                 plan.edits = []
-        since = row.bytes_since_snapshot + edit_bytes
-        snapshot_revision = row.snapshot_revision
-        chain = revision - snapshot_revision
-        if (
-            chain >= SNAPSHOT_MAX_CHAIN
-            or since >= max(size, SNAPSHOT_MIN_BYTES)
-            or (chain >= SNAPSHOT_LARGE_CHAIN and size >= TREE_MIN)
-        ):
-            plan.snapshot = True
-            snapshot_revision, since = revision, 0
-        plan.document = DocumentRow(  # (positional: keywords cost a third of the call)
-            row.doc_id, revision, stage.present, snapshot_revision, since, size, position
-        )
+        self._document_after(plan, row, edit_bytes, size, position)
         return plan
 
     def _emit(self, tx: Tx, plans: Sequence[WritePlan], seq: SeqRef) -> None:
@@ -1067,60 +1051,148 @@ class Writes(StoreCore):
     def write_whole(
         self,
         key: DocKey,
-        build: Callable[[dict[DocKey, Any], dict[str, Any] | None], tuple[dict[str, Any], list[list[str]]]],
+        build: Callable[[dict[DocKey, Any], dict[str, Any] | None], Whole],
         origin: dict[str, Any],
         *,
         shared: Sequence[DocKey] = (),
-    ) -> Commit | None:
-        """One document written whole — ``build(shared bodies, current body or None)`` gives its
-        new body and the paths it wrote — on the documents as last seen here: ``update``'s
-        optimistic attempt for this one shape (one document, no op id), without the steps only
-        the general one needs (the ``compute`` contract, the check of every value). ``build``
-        vouches that the body is plain JSON and not the caller's (it raises to refuse: nothing
-        is written). The same rows, change, history and caches as ``update``; the commit checks
-        that neither ``key`` nor a ``shared`` document moved. None when it cannot be done so (a
-        document not cached here, one moved, nothing to write, a member held as a tree):
-        nothing was written, and ``update`` decides."""
+    ) -> bool:
+        """One document written whole — ``build(shared bodies, current body or None)`` gives
+        its new body, the paths it wrote and maybe its members' encodings (:class:`Whole`) — on
+        the documents as last seen here: ``update``'s optimistic attempt for this one shape (one
+        document, no op id), without the steps only the general one needs (the ``compute``
+        contract, the check of every value). ``build`` vouches that the body is plain JSON and
+        not the caller's (it raises to refuse: nothing is written). Where the document has no
+        body yet, its rows come straight from the body (``_plan_new``: no diff, no staging).
+        The same rows, change, history and caches as ``update``; the commit checks that neither
+        ``key`` nor a ``shared`` document moved. False when it cannot be done so (a document not
+        cached here, one moved, nothing to write, a member held as a tree): nothing was
+        written, and ``update`` decides."""
         self.check_schema()
         if self._is_contended((key,)):
-            return None
+            return False
         seen = []
         for other in sorted(shared, key=lock_order):
             known = self._known(other)
             if known is None:
-                return None
+                return False
             seen.append((other, known))
         known = self._known(key)
         if known is None or known[0] is NO_ROW:
             if known is None and key in self._rows_known:
-                return None  # its row is known, its members are not
+                return False  # its row is known, its members are not
             created = self._absent_rows([key])
             if not created:
-                return None
+                return False
             known = (created[key], None, {})
         row, body, members = known
-        new, paths = build({k: v[1] for k, v in seen}, body)
-        write = Write.between(key, body, new, row.revision, changed=paths, paths=paths)
+        whole = build({k: v[1] for k, v in seen}, body)
+        fresh = Fresh()
+        shared_rows = [(k, v[0]) for k, v in seen]
+        if not row.present:  # the first body (or one after a delete): rows straight from it
+            plan = self._plan_new(row, whole.body, whole.encoded, encode_trusted(whole.paths), fresh)
+            committed = self._commit_planned([(key, row)], shared_rows, [], origin, [plan])
+            if committed is None:
+                return False
+            seq, at = committed
+            if self.keeps_bodies:
+                fresh.bodies[row.doc_id] = (plan.revision, whole.body, at, plan.row.body_size)
+            fresh.rows[key] = row_after(plan, seq, at)
+            self._remember(fresh)
+            return True
+        write = Write.between(key, body, whole.body, row.revision, changed=whole.paths, paths=whole.paths)
         if not write.edits:
-            return None
+            return False
         loaded = Loaded(row, dict(members), complete=True)
         try:
             stage = self._stage(OFFLINE, write, loaded)
         except StateflowError:  # a member held as a tree: the locked path stages it
-            return None
-        fresh = Fresh()
+            return False
         done = self._commit_staged(
-            [(write, loaded, stage)],
-            [(key, row)],
-            [(k, v[0]) for k, v in seen],
-            [],
-            origin,
-            {key: row.revision},
-            fresh,
+            [(write, loaded, stage)], [(key, row)], shared_rows, [], origin, {key: row.revision}, fresh
         )
         if done is not None:
             self._remember(fresh)
-        return done
+        return done is not None
+
+    def _plan_new(
+        self,
+        row: DocRow,
+        body: dict[str, Any],
+        encoded: Mapping[str, bytes] | None,
+        paths: bytes,
+        fresh: Fresh,
+    ) -> WritePlan:
+        """The rows of a document written whole where it has no body (new, or deleted before):
+        every member inserted, one change setting the whole body — what :meth:`_plan_doc` makes
+        of that write, made straight from the members' encodings (``encoded``, the writer's;
+        else encoded here, once: the change's edit is made of the same bytes). ``paths``: the
+        change's touched paths, encoded. ``body`` goes to the caches as it is."""
+        doc_id = row.doc_id
+        revision = row.revision + 1
+        position = row.next_position
+        size = 0
+        plan = WritePlan(doc_id, revision, True, False)
+        inserts, cached = plan.inserts, fresh.members
+        heads: list[MemberHead] = []
+        roots: dict[str, bytes] = {}
+        parts = []
+        for name, value in body.items():
+            data = encode_trusted(value) if encoded is None else encoded[name]
+            stored, root, length = member_row(value, None, plan.nodes, {}, data)
+            if root is not None:
+                roots[name] = root
+            outline = encode_trusted(outline_of(value)) if type(value) is dict else None
+            cached.append((doc_id, name, revision, value, length))
+            inserts.append((doc_id, name, position, revision, length, outline, stored, root))
+            heads.append((doc_id, name, position, revision, length, outline))
+            parts.append(orjson.dumps(name) + b":" + data)
+            position += 1
+            size += length
+        if roots or self._roots.get(doc_id) is not None:
+            fresh.roots[doc_id] = (revision, roots)
+        fresh.heads[doc_id] = (revision, heads)
+        if self.keeps_bodies:
+            fresh.bodies[doc_id] = (revision, body, fresh.at, size)
+        # the change: ``[[[], body]]`` (the whole body set), inline in its row when small
+        edit = b"[[[],{" + b",".join(parts) + b"}]]"
+        plan.paths = paths
+        room = self._change_room(plan)
+        inline = b'[["",' + edit + b"]]" if len(edit) <= WHOLE_INLINE_MAX else None
+        if inline is not None and (room is None or len(inline) <= room):
+            plan.inline = inline
+        else:
+            plan.edits = [(doc_id, revision, "", edit, None)]
+        self._document_after(plan, row, len(edit), size, position)
+        return plan
+
+    def _change_room(self, plan: WritePlan) -> int | None:
+        """Room left in the change row for inline edits once its paths are in (None: any);
+        paths too long for it go to ``change_paths`` (``Backend.change_row_max``)."""
+        room = self.change_row_max  # (SQLite: a change row is kept from overflowing its page)
+        if room is not None:
+            if len(plan.paths) > room // 2:
+                plan.paths_apart = True
+            else:
+                room -= len(plan.paths)
+        return room
+
+    @staticmethod
+    def _document_after(plan: WritePlan, row: DocRow, edit_bytes: int, size: int, position: int) -> None:
+        """The document's row after a planned write: a snapshot when one is due."""
+        revision = plan.revision
+        since = row.bytes_since_snapshot + edit_bytes
+        snapshot_revision = row.snapshot_revision
+        chain = revision - snapshot_revision
+        if (
+            chain >= SNAPSHOT_MAX_CHAIN
+            or since >= max(size, SNAPSHOT_MIN_BYTES)
+            or (chain >= SNAPSHOT_LARGE_CHAIN and size >= TREE_MIN)
+        ):
+            plan.snapshot = True
+            snapshot_revision, since = revision, 0
+        plan.document = DocumentRow(  # (positional: keywords cost a third of the call)
+            row.doc_id, revision, plan.present, snapshot_revision, since, size, position
+        )
 
     def _take_snapshot(self, tx: Tx, doc_id: int, revision: int, present: bool) -> None:
         """Record the body as written: its directory, and the member values no earlier
@@ -1143,6 +1215,12 @@ class Writes(StoreCore):
             "FROM (SELECT name, revision FROM members WHERE doc_id = ? ORDER BY position)",
             (doc_id, revision, doc_id),
         )
+
+
+def _paths_of(write: Write) -> bytes:
+    """A write's touched paths as its change row keeps them (by default its edits' paths)."""
+    paths = write.paths if write.paths is not None else [e.path for e in write.edits]
+    return encode_trusted([list(p) for p in paths])
 
 
 def _plain_update(plan: WritePlan) -> bool:
@@ -1307,16 +1385,20 @@ class _Computed(Exception):
 
 
 def member_row(
-    value: Any, updated: tree_update.Updated | None, nodes: dict[bytes, bytes], refs: dict[int, bytes]
+    value: Any,
+    updated: tree_update.Updated | None,
+    nodes: dict[bytes, bytes],
+    refs: dict[int, bytes],
+    encoded: bytes | None = None,
 ) -> tuple[bytes, bytes | None, int]:
     """A member's row as written — (body, root, encoded size) — adding any nodes its tree needs
     and the subtrees it holds (``refs``): a tree when the value is larger than ``TREE_MIN``,
-    inline otherwise."""
+    inline otherwise. ``encoded``: the value's encoding, when the caller has it."""
     if updated is not None and updated.root is not None and updated.size > TREE_MIN:
         nodes.update(updated.nodes)
         refs.update(updated.refs)
         return b"", updated.root, updated.size
-    body = encode_trusted(value)
+    body = encode_trusted(value) if encoded is None else encoded
     if len(body) <= TREE_MIN:
         return body, None, len(body)
     builder = Builder()
