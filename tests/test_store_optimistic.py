@@ -348,3 +348,29 @@ def test_a_locked_document_a_write_leaves_alone_is_remembered_so_every_write_com
     # document left alone, no commit whose check fails, no second attempt)
     assert len(answers) == 5 and all(a is not None for a in answers) and not created
     assert _n(open_migrated()) == 10 and open_migrated().get(SETTINGS).revision == 0
+
+
+def test_a_checked_update_still_refuses_a_malformed_write_but_does_not_walk_its_values_again(
+    open_migrated: StoreFactory,
+) -> None:
+    """``update(checked=True)``: the caller vouches for the values (the memory layer checked its
+    patch on the way in); the writes' shape is validated all the same, on every path."""
+    store = open_migrated()
+    assert store.update([DOC], _bump(), optimistic=True, checked=True)[1] == 1
+    assert store.update([DOC], _bump(), optimistic=True, checked=True)[1] == 2  # the optimistic path
+    assert store.update([DOC], _bump(), checked=True)[1] == 3  # the locked path
+    assert _n(store) == 3
+
+    def array_top(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
+        from stateflow.doc.diff import Edit
+
+        return [Write(DOC, [Edit((0, "n"), 1)], docs[DOC].revision)], None
+
+    for optimistic in (True, False):
+        with pytest.raises(InvalidInput, match="top level is an object"):
+            store.update([DOC], array_top, optimistic=optimistic, checked=True)
+    assert _n(store) == 3
+    # unchecked, a value that is not JSON is refused before anything is written
+    with pytest.raises(InvalidInput):
+        store.update([DOC], lambda docs: ([Write.between(DOC, docs[DOC].value, {"n": float("nan")})], None))
+    assert _n(store) == 3

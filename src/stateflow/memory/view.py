@@ -806,6 +806,7 @@ class MemoryView:
             members=members,
             outlines=outlines,
             optimistic=True,  # compute keeps nothing between calls but ``staged``, set whole each time
+            checked=True,  # its values: the patch (checked by ``check_scope_patch``) or stored ones
         )
         return commit
 

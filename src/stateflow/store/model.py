@@ -179,6 +179,9 @@ def _absent(body: JSON) -> JSON:
 # these build them the direct way, with the fields ``__init__`` would set (nothing to check).
 _WRITE_SLOTS = tuple(getattr(Write, name).__set__ for name in ("key", "edits", "expect", "paths", "bodies"))
 _COMMIT_SLOTS = tuple(getattr(Commit, name).__set__ for name in ("applied", "seq", "at", "revisions"))
+_DOCUMENT_SLOTS = tuple(
+    getattr(Document, name).__set__ for name in ("key", "revision", "body", "seq", "outlines", "at")
+)
 
 
 def made_write(
@@ -197,6 +200,22 @@ def made_write(
     set_paths(write, paths)
     set_bodies(write, bodies)
     return write
+
+
+def made_document(
+    key: DocKey, revision: int, body: dict[str, Any] | None, seq: int | None, outlines: dict[str, Any]
+) -> Document:
+    """``Document(key, revision, body, seq, outlines)``, built without the frozen ``__init__``
+    (every write hands its computation a document per key it names)."""
+    doc = _new_object(Document)
+    set_key, set_revision, set_body, set_seq, set_outlines, set_at = _DOCUMENT_SLOTS
+    set_key(doc, key)
+    set_revision(doc, revision)
+    set_body(doc, body)
+    set_seq(doc, seq)
+    set_outlines(doc, outlines)
+    set_at(doc, None)
+    return doc
 
 
 def made_commit(applied: bool, seq: int | None, at: str | None, revisions: dict[DocKey, int]) -> Commit:

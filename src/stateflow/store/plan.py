@@ -206,8 +206,9 @@ def effective_edits(edits: Sequence[Edit]) -> Sequence[Edit]:
     return edits
 
 
-def validate_writes(writes: Sequence[Write], origin: dict[str, Any] | None) -> None:
-    """Refuse malformed writes before any database work."""
+def validate_writes(writes: Sequence[Write], origin: dict[str, Any] | None, *, values: bool = True) -> None:
+    """Refuse malformed writes before any database work; ``values=False`` when the caller
+    vouches that every value set is plain JSON already (``update(checked=True)``)."""
     seen: set[DocKey] = set()
     for write in writes:
         if not isinstance(write, Write):
@@ -223,7 +224,7 @@ def validate_writes(writes: Sequence[Write], origin: dict[str, Any] | None) -> N
                     raise InvalidInput(f"{write.key}: a document must be a JSON object")
             elif type(edit.path[0]) is not str:
                 raise InvalidInput(f"{write.key}: a document's top level is an object, not an array")
-            if not edit.is_delete:
+            if values and not edit.is_delete:
                 check(edit.value, f"{write.key}")
     if origin is not None:
         if type(origin) is not dict:

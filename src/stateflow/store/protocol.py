@@ -91,6 +91,7 @@ class Store(Protocol):
         op_scope: str = "",
         claims: Sequence[tuple[str, str]] = (),
         optimistic: bool = False,
+        checked: bool = False,
     ) -> tuple[Commit, R | None]:
         """Read-modify-write: load ``keys`` locked, ``compute`` the writes, commit them."""
 

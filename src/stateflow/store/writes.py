@@ -25,7 +25,7 @@ from stateflow.store import tree_update
 from stateflow.store.clock import utc_now
 from stateflow.store.core import KNOWN_ROWS_MAX, StoreCore
 from stateflow.store.ledger import OpIdTaken, claims_query, replayed, unmoved, with_op_id
-from stateflow.store.model import Commit, DocKey, Document, Whole, Write, made_commit
+from stateflow.store.model import Commit, DocKey, Document, Whole, Write, made_commit, made_document
 from stateflow.store.nodes import NodeCache
 from stateflow.store.plan import (
     INLINE_EDITS_MAX,
@@ -103,6 +103,7 @@ class Writes(StoreCore):
         op_scope: str = "",
         claims: Sequence[tuple[str, str]] = (),
         optimistic: bool = False,
+        checked: bool = False,
     ) -> tuple[Commit, R | None]:
         """Read-modify-write under lock: load ``keys`` (locked against other writers), call
         ``compute(documents)`` → ``(writes, result)``, commit the writes in the same transaction.
@@ -123,12 +124,16 @@ class Writes(StoreCore):
         backend should never cause, see ``rows.lock_order``), nothing was written and an
         optimistic call runs again, at most ``ABORTED_RETRIES`` times: ``compute`` may run more
         than twice then.
+
+        ``checked``: the caller vouches that every value ``compute``'s writes set is plain JSON
+        (checked on its way in, or read from the store): the writes' shape is still validated,
+        their values are not walked again.
         """
         self.check_schema()
         args = (keys, compute, origin, members, outlines, shared, op_id, op_scope, claims)
         for attempt in range(ABORTED_RETRIES + 1):
             try:
-                return self._update_once(*args, optimistic=optimistic)
+                return self._update_once(*args, optimistic=optimistic, checked=checked)
             except WriteAborted:
                 if not optimistic or attempt == ABORTED_RETRIES:
                     raise
@@ -148,6 +153,7 @@ class Writes(StoreCore):
         claims: Sequence[tuple[str, str]],
         *,
         optimistic: bool,
+        checked: bool = False,
     ) -> tuple[Commit, R | None]:
         """One attempt of :meth:`update`."""
         names = None if members is None else list(members)
@@ -166,7 +172,7 @@ class Writes(StoreCore):
             fresh = Fresh()
             try:
                 done = self._optimistic(
-                    locked, shared_keys, compute, origin, all_claims, fresh, names, outline_names
+                    locked, shared_keys, compute, origin, all_claims, fresh, names, outline_names, checked
                 )
             except _Computed as ready:
                 # what it carries, not the frames it was raised through: they hold the documents
@@ -182,7 +188,7 @@ class Writes(StoreCore):
             fresh = Fresh()
             try:
                 attempt = self._read_then_commit(
-                    locked, shared_keys, names, outline_names, compute, origin, all_claims, fresh
+                    locked, shared_keys, names, outline_names, compute, origin, all_claims, fresh, checked
                 )
             except _Computed as ready:
                 attempt, computed = None, ready
@@ -246,7 +252,7 @@ class Writes(StoreCore):
                     writes, result = computed.writes, computed.result  # nothing moved since
                 else:
                     writes, result = compute(docs)
-                validate_writes(writes, origin)
+                validate_writes(writes, origin, values=not checked)
                 for write in writes:
                     if write.key in shared_keys:
                         raise InvalidInput(
@@ -466,6 +472,7 @@ class Writes(StoreCore):
         fresh: Fresh,
         names: list[str] | None = None,
         outline_names: Sequence[str] = (),
+        checked: bool = False,
     ) -> tuple[Commit, R] | None:
         """Compute against the documents as last seen here, then commit checking that none of
         them moved; None when that cannot be done or did not hold (nothing was written).
@@ -504,14 +511,14 @@ class Writes(StoreCore):
                 or doc.revision != row.revision
                 or doc.seq != row.updated_seq
             ):
-                doc = Document(key, row.revision, body, row.updated_seq)
+                doc = made_document(key, row.revision, body, row.updated_seq, {})
                 if len(handed) >= HANDED_MAX:
                     handed.clear()  # bounded; a miss only builds the document again
                 handed[key] = doc
             docs[key] = doc
         try:
             writes, result = compute(docs)
-            validate_writes(writes, origin)
+            validate_writes(writes, origin, values=not checked)
         except Exception:  # maybe computed on documents that moved: the locked path decides
             return None
         # the written documents' members are staged on: each gets its own copy
@@ -560,8 +567,9 @@ class Writes(StoreCore):
             }
         if names is not None:  # in the members' order, as the locked read gives them
             named = set(names)
-            body = {n: v for n, v in body.items() if n in named}
-        return Document(key, row.revision, body, row.updated_seq, shapes)
+            if not named.issuperset(body):  # (else the body is the named members already)
+                body = {n: v for n, v in body.items() if n in named}
+        return made_document(key, row.revision, body, row.updated_seq, shapes)
 
     def _still_contended(self, seen: Mapping[DocKey, DocRow | None], now: Mapping[DocKey, DocRow]) -> None:
         """Under the row locks: a document another writer wrote since this store last saw it
@@ -602,6 +610,7 @@ class Writes(StoreCore):
         origin: dict[str, Any] | None,
         claims: Sequence[tuple[str, str]],
         fresh: Fresh,
+        checked: bool = False,
     ) -> tuple[Commit, R] | _Moved | None:
         """Read the documents in one snapshot with no lock held, compute and stage the writes
         there, then commit checking that none of them moved (on PostgreSQL one statement, which
@@ -644,7 +653,7 @@ class Writes(StoreCore):
                     loaded[key] = entry
             try:
                 writes, result = compute(docs)
-                validate_writes(writes, origin)
+                validate_writes(writes, origin, values=not checked)
             except Exception:  # the locked path computes again and raises what it raises
                 return None
             plan = _offline_plan(writes, loaded)
