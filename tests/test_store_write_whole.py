@@ -166,3 +166,18 @@ def test_a_document_written_whole_after_its_delete_is_a_new_body(open_migrated: 
     assert [fresh.read_at(KEY, revision=r).body for r in (1, 2, 3)] == [{"a": 1, "b": 2}, None, {"c": 3}]
     assert store.write_whole(KEY, _whole({"c": 4}), {"by": "lean"}, shared=[GUARD])
     assert open_migrated().get(KEY).body == {"c": 4}
+
+
+def test_a_new_document_read_back_here_carries_its_commit(open_migrated: StoreFactory) -> None:
+    """The caches a first body's write fills (PostgreSQL keeps whole bodies) hold the commit's
+    seq and time, as the database does."""
+    store = open_migrated()
+    _replace(store, GUARD, {"v": 1})
+    store.read([GUARD])
+    store.write_whole(DocKey("items", "warm"), _whole({"x": 0}), {"by": "warm"}, shared=[GUARD])
+    assert store.write_whole(KEY, _whole({"a": 1}), {"by": "lean"}, shared=[GUARD])
+    mine = store.read([KEY])[KEY]
+    theirs = open_migrated().read([KEY])[KEY]
+    assert mine.body == theirs.body == {"a": 1}
+    assert theirs.seq is not None
+    assert (mine.revision, mine.seq, mine.at) == (theirs.revision, theirs.seq, theirs.at)

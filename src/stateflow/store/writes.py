@@ -460,7 +460,7 @@ class Writes(StoreCore):
                 )
             plans = [self._plan_doc(write, entry, stage, fresh) for write, entry, stage in staged]
             self._emit(tx, plans, seq)
-        return _committed(staged, plans, revisions, seq_of(), at, fresh)
+        return _committed([w.key for w, _, _ in staged], plans, revisions, seq_of(), at, fresh)
 
     def _optimistic(
         self,
@@ -691,16 +691,33 @@ class Writes(StoreCore):
         revisions: dict[DocKey, int],
         fresh: Fresh,
     ) -> Commit | None:
-        """The end of every write computed without row locks: plan the staged writes, commit
-        them if none of the ``locked`` and ``shared`` rows moved (None: nothing was written),
-        and the outcome (``revisions``: the written documents' current ones)."""
+        """Plan the staged writes and commit them (:meth:`_commit_plans`)."""
         plans = [self._plan_doc(w, e, stage, fresh) for w, e, stage in staged]
+        return self._commit_plans(
+            [w.key for w, _, _ in staged], plans, locked, shared, claims, origin, revisions, fresh
+        )
+
+    def _commit_plans(
+        self,
+        keys: Sequence[DocKey],
+        plans: Sequence[WritePlan],
+        locked: Sequence[tuple[DocKey, DocRow]],
+        shared: Sequence[tuple[DocKey, DocRow]],
+        claims: Sequence[tuple[str, str]],
+        origin: dict[str, Any],
+        revisions: dict[DocKey, int],
+        fresh: Fresh,
+    ) -> Commit | None:
+        """The end of every write computed without row locks: commit the plans (one per key
+        of ``keys``) if none of the ``locked`` and ``shared`` rows moved (None: nothing was
+        written), and the outcome (``revisions``: the written documents' current ones), with
+        what ``fresh`` holds for the caches stamped with the commit's seq and time."""
         committed = self._commit_planned(locked, shared, claims, origin, plans)
         if committed is None:
             return None
         seq, at = committed
         fresh.bodies = {d: (r, body, at, size) for d, (r, body, _, size) in fresh.bodies.items()}
-        return _committed(staged, plans, revisions, seq, at, fresh)
+        return _committed(keys, plans, revisions, seq, at, fresh)
 
     def _absent_rows(self, keys: Sequence[DocKey]) -> dict[DocKey, DocRow] | None:
         """Rows (absent, revision 0) for documents that have none, before an optimistic commit
@@ -1099,29 +1116,23 @@ class Writes(StoreCore):
         shared_rows = [(k, v[0]) for k, v in seen]
         if not row.present:  # the first body (or one after a delete): rows straight from it
             plan = self._plan_new(row, whole.body, whole.encoded, encode_trusted(whole.paths), fresh)
-            committed = self._commit_planned([(key, row)], shared_rows, [], origin, [plan])
-            if committed is None:
+            done = self._commit_plans([key], [plan], [(key, row)], shared_rows, [], origin, {}, fresh)
+        else:
+            write = Write.between(key, body, whole.body, row.revision, changed=whole.paths, paths=whole.paths)
+            if not write.edits:
                 return False
-            seq, at = committed
-            if self.keeps_bodies:
-                fresh.bodies[row.doc_id] = (plan.revision, whole.body, at, plan.row.body_size)
-            fresh.rows[key] = row_after(plan, seq, at)
-            self._remember(fresh)
-            return True
-        write = Write.between(key, body, whole.body, row.revision, changed=whole.paths, paths=whole.paths)
-        if not write.edits:
+            loaded = Loaded(row, dict(members), complete=True)
+            try:
+                stage = self._stage(OFFLINE, write, loaded)
+            except StateflowError:  # a member held as a tree: the locked path stages it
+                return False
+            done = self._commit_staged(
+                [(write, loaded, stage)], [(key, row)], shared_rows, [], origin, {key: row.revision}, fresh
+            )
+        if done is None:
             return False
-        loaded = Loaded(row, dict(members), complete=True)
-        try:
-            stage = self._stage(OFFLINE, write, loaded)
-        except StateflowError:  # a member held as a tree: the locked path stages it
-            return False
-        done = self._commit_staged(
-            [(write, loaded, stage)], [(key, row)], shared_rows, [], origin, {key: row.revision}, fresh
-        )
-        if done is not None:
-            self._remember(fresh)
-        return done is not None
+        self._remember(fresh)
+        return True
 
     def _plan_new(
         self,
@@ -1420,7 +1431,7 @@ def member_row(
 
 
 def _committed(
-    staged: Sequence[tuple[Write, Loaded, Stage]],
+    keys: Sequence[DocKey],
     plans: Sequence[WritePlan],
     revisions: dict[DocKey, int],
     seq: int,
@@ -1429,7 +1440,7 @@ def _committed(
 ) -> Commit:
     """The outcome of committed plans; their documents' new rows go to ``fresh`` for the caches."""
     fresh.seq, fresh.at = seq, at
-    for (write, _, _), planned in zip(staged, plans, strict=True):
-        revisions[write.key] = planned.revision
-        fresh.rows[write.key] = row_after(planned, seq, at)
+    for key, planned in zip(keys, plans, strict=True):
+        revisions[key] = planned.revision
+        fresh.rows[key] = row_after(planned, seq, at)
     return made_commit(True, seq, at, revisions)
