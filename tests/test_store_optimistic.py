@@ -18,6 +18,7 @@ import pytest
 from stateflow.errors import InvalidInput
 from stateflow.store import DocKey, Document, Write, open_store
 from stateflow.store.postgres import PostgresStore
+from stateflow.store.sqlite import SqliteStore
 
 from .conftest import StoreFactory
 from .threads import run_threads
@@ -159,12 +160,14 @@ def test_a_write_sharing_documents_reads_one_another_store_moved_without_the_loc
     assert _n(open_migrated()) == 13
 
 
-def test_a_document_written_by_another_store_while_contended_stays_contended(pg_schema_url: str) -> None:
-    """Under the row lock a store sees whether anyone else wrote the document since it last
-    did: if so its next write waits for the lock again (with several writers on one document an
-    unlocked attempt would lose); if not, the next write tries without the lock again."""
-    one, two = (open_store(pg_schema_url, auto_migrate=True) for _ in range(2))
-    assert isinstance(one, PostgresStore)  # (only PostgreSQL reads before locking)
+def test_a_document_written_by_another_store_while_contended_stays_contended(
+    open_migrated: StoreFactory,
+) -> None:
+    """Under the row lock (SQLite: the writers' turn) a store sees whether anyone else wrote the
+    document since it last did: if so its next write waits for the lock again (with several
+    writers on one document an unlocked attempt would lose); if not, the next write tries
+    without the lock again."""
+    one, two = open_migrated(), open_migrated()
     one.update([DOC], _bump(), optimistic=True)
     answers = _count_one_statement_commits(one)
     later = time.monotonic() + 60
@@ -177,6 +180,45 @@ def test_a_document_written_by_another_store_while_contended_stays_contended(pg_
     one.update([DOC], _bump(), optimistic=True)  # without the lock, from what `one` wrote
     assert len(answers) == 1 and answers[0] is not None
     assert _n(two) == 5
+    one.close()
+    two.close()
+
+
+def test_on_sqlite_an_unlocked_attempt_that_lost_sends_the_next_writes_to_the_writers_turn(
+    tmp_path: Path,
+) -> None:
+    """SQLite: an unlocked commit that finds the document moved wrote nothing and costs its
+    caller a second turn in the writers' queue (the locked path). So its writes of that document
+    go to the locked path at once while other writers keep writing it: one turn, one compute —
+    until a locked write finds nobody else wrote since, and the next one tries unlocked again."""
+    url = f"sqlite:///{tmp_path / 'contended.db'}"
+    one, two = open_store(url), open_store(url)
+    assert isinstance(one, SqliteStore)
+    computed: list[int] = []
+
+    def bump(docs: dict[DocKey, Document]) -> tuple[list[Write], int]:
+        writes, n = _bump()(docs)
+        computed.append(n)
+        return writes, n
+
+    one.update([DOC], _bump(), optimistic=True)
+    one.update([DOC], _bump(), optimistic=True)  # (unlocked, from what `one` wrote)
+    answers = _count_one_statement_commits(one)
+    turns = one._group.queue
+    two.update([DOC], _bump(10), optimistic=True)
+    assert one.update([DOC], bump, optimistic=True)[1] == 13
+    assert answers == [None] and computed == [3, 13]  # tried on revision 2, lost, done locked
+    assert one._is_contended([DOC]) and not two._is_contended([DOC])
+    two.update([DOC], _bump(10), optimistic=True)
+    before = turns.drawn()
+    assert one.update([DOC], bump, optimistic=True)[1] == 24
+    assert answers == [None] and computed[2:] == [24]  # no unlocked attempt: one compute
+    assert turns.drawn() - before == 1 and one._is_contended([DOC])  # ... and one turn
+    assert one.update([DOC], bump, optimistic=True)[1] == 25  # locked: nobody else wrote since
+    assert answers == [None] and not one._is_contended([DOC])
+    assert one.update([DOC], bump, optimistic=True)[1] == 26  # unlocked again
+    assert len(answers) == 2 and answers[1] is not None
+    assert [c.revision for c in two.history([DOC])] == list(range(8, 0, -1))
     one.close()
     two.close()
 

@@ -180,7 +180,10 @@ class Writes(StoreCore):
                 # the version this write replaces would outlive the call
                 done, computed = None, ready.with_traceback(None)
                 computed.__context__ = None
-            if done is not None:
+            if isinstance(done, _Moved):
+                if not self.reads_before_locking:  # (there, a read without the lock is next)
+                    self._lost(locked)
+            elif done is not None:
                 self._remember(fresh)
                 return done
         reads = optimistic and computed is None and self.reads_before_locking
@@ -201,7 +204,7 @@ class Writes(StoreCore):
                 self._remember(fresh)
                 return attempt
         # each document as this store last saw it (for _still_contended)
-        seen = {key: self._rows_known.get(key) for key in locked} if reads else {}
+        seen = {key: self._rows_known.get(key) for key in locked} if optimistic and computed is None else {}
         fresh = Fresh()
         try:
             with self._write_tx() as tx:
@@ -473,9 +476,9 @@ class Writes(StoreCore):
         names: list[str] | None = None,
         outline_names: Sequence[str] = (),
         checked: bool = False,
-    ) -> tuple[Commit, R] | None:
+    ) -> tuple[Commit, R] | _Moved | None:
         """Compute against the documents as last seen here, then commit checking that none of
-        them moved; None when that cannot be done or did not hold (nothing was written).
+        them moved; ``MOVED`` when one had (nothing was written), None when that cannot be done.
         ``names`` and ``outline_names`` as for the locked path: a locked document's body holds
         only the members named (all when None), its outlines those named, from the cached
         heads; a shared document's body is whole."""
@@ -542,7 +545,7 @@ class Writes(StoreCore):
             {w.key: loaded[w.key].row.revision for w in writes},
             fresh,
         )
-        return None if done is None else (done, result)
+        return MOVED if done is None else (done, result)
 
     def _named(
         self,
@@ -587,6 +590,16 @@ class Writes(StoreCore):
                 self._contended[key] = until
             else:
                 self._contended.pop(key, None)
+
+    def _lost(self, keys: Sequence[DocKey]) -> None:
+        """An unlocked commit found a document moved, one whose row this store had seen (a guess
+        that a document was new proves nothing): another writer got there first. While they keep
+        writing, its writes here take the lock at once instead of computing on what will have
+        moved again, and then taking the lock anyway (SQLite: two turns in the writers' queue
+        for one call, the second as long as a locked write's)."""
+        known = self._rows_known
+        until = time.monotonic() + CONTENDED_SECONDS
+        self._contended.update((key, until) for key in keys if known.get(key, NO_ROW).doc_id)
 
     def _is_contended(self, keys: Sequence[DocKey]) -> bool:
         """Whether an optimistic read of one of ``keys`` lost to another writer a moment ago."""
