@@ -1,0 +1,208 @@
+"""What each part of a LangGraph saver ``put``'s commit costs SQLite (issue 16): the process's
+CPU and the WAL frames per commit, with one part of the schema or of the statements left out at
+a time.
+
+A store is filled by real saver ``put``s (``bench_langgraph_adapters``' case); then, on a copy of
+it per variant, the statements of a new checkpoint's commit are replayed by hand with the rows
+the saver wrote last (the transition with its checks, the document's row, its member row, the
+change with its edits inline), one transaction per checkpoint: what the store sends, without
+our Python. Each variant leaves one part out: the transition's checks that nothing moved, the
+counting triggers (or only the JSON parses of the subject that find its kind), the foreign
+keys, the ``changes_by_seq`` index, the change's edits (the first body, which the member row
+holds too), the whole change row. The WAL is not checkpointed while a variant runs (its frames
+are counted from the file's growth). Variants alternate round by round, their order reversing;
+the report gives each one's median CPU per commit and its ratio to the commit as written.
+
+None of the variants is a valid store: each shows what a schema step that removes that part
+could save at most, not a change to make as it stands.
+
+    python3 -m benchmarks.profile_sqlite_commit_parts [--commits 2000] [--rounds 3]
+        [--synchronous off|full]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sqlite3
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass
+
+from benchmarks.bench_langgraph_adapters import saver_cases
+from stateflow.langgraph import StateflowSaver
+from stateflow.states import StatesService
+from stateflow.states.pipeline import ALIASES, CATALOG
+from stateflow.store import open_store
+
+VARIANTS = (
+    "as written",
+    "no transition checks",
+    "no count triggers",
+    "kind counted without JSON",
+    "no foreign keys",
+    "no changes_by_seq",
+    "change without its edits",
+    "no change row",
+)
+FRAME = 4096 + 24
+"""Bytes of one WAL frame (the default page size and its header)."""
+
+
+@dataclass(frozen=True)
+class Rows:
+    """The last checkpoint's rows as the saver wrote them, and what its checks name."""
+
+    state: str
+    subject: str
+    member: tuple[str, int, bytes | None, bytes]
+    paths: bytes
+    edits: bytes | None
+    origin: bytes
+    catalog: tuple[int, int]
+
+
+def fill(path: str, puts: int) -> Rows:
+    """A store at ``path`` holding ``puts`` checkpoints; the rows of the last one."""
+    service = StatesService(open_store(path, auto_migrate=True))
+    put = saver_cases(StateflowSaver(service), "p")["saver put"]
+    for i in range(puts):
+        put(i)
+    service.close()
+    service.store.close()
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        doc_id, state, subject = conn.execute(
+            "SELECT doc_id, state, subject FROM documents WHERE state NOT LIKE '\\_%' ESCAPE '\\' "
+            "ORDER BY doc_id DESC LIMIT 1"
+        ).fetchone()
+        name, size, outline, body = conn.execute(
+            "SELECT name, size, outline, body FROM members WHERE doc_id = ?", (doc_id,)
+        ).fetchone()
+        paths, edits = conn.execute("SELECT paths, edits FROM changes WHERE doc_id = ?", (doc_id,)).fetchone()
+        (origin,) = conn.execute("SELECT origin FROM transitions ORDER BY seq DESC LIMIT 1").fetchone()
+        catalog = conn.execute(  # (the declaration every commit of the state checks)
+            "SELECT doc_id, revision FROM documents WHERE state = ? AND subject = ?", (CATALOG, state)
+        ).fetchone()
+    finally:
+        conn.close()
+    return Rows(state, subject, (name, size, outline, body), paths, edits, origin, (catalog[0], catalog[1]))
+
+
+def replay(
+    source: str, where: str, variant: str, rows: Rows, commits: int, synchronous: str
+) -> tuple[float, float]:
+    """CPU seconds and WAL frames per commit of ``commits`` new checkpoints under ``variant``."""
+    path = os.path.join(where, "replay.db")
+    for suffix in ("", "-wal", "-shm"):
+        if os.path.exists(path + suffix):
+            os.remove(path + suffix)
+    shutil.copy(source, path)
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute(f"PRAGMA synchronous = {synchronous}")
+        conn.execute(f"PRAGMA foreign_keys = {'OFF' if variant == 'no foreign keys' else 'ON'}")
+        conn.execute("PRAGMA cell_size_check = ON")
+        conn.execute("PRAGMA wal_autocheckpoint = 0")
+        if variant == "no count triggers":
+            for (trigger,) in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'trigger'"
+            ).fetchall():
+                conn.execute(f'DROP TRIGGER "{trigger}"')
+        if variant == "kind counted without JSON":  # the same counter rows, the kind not parsed
+            conn.execute("DROP TRIGGER count_documents_insert")
+            conn.execute(
+                "CREATE TRIGGER count_documents_insert AFTER INSERT ON documents WHEN NEW.present = 1 "
+                "BEGIN INSERT INTO state_counts (state, counter, name, n) VALUES (NEW.state, 'kind', "
+                "'checkpoint', 1) ON CONFLICT (state, counter, name) DO UPDATE SET n = n + 1; END"
+            )
+        if variant == "no changes_by_seq":
+            conn.execute("DROP INDEX changes_by_seq")
+        (top,) = conn.execute("SELECT max(doc_id) FROM documents").fetchone()
+        wal = path + "-wal"
+        before = os.path.getsize(wal) if os.path.exists(wal) else 0
+        name, size, outline, body = rows.member
+        checks = (
+            "EXISTS (SELECT 1 FROM documents WHERE doc_id = ? AND revision = ?) AND "
+            "NOT EXISTS (SELECT 1 FROM documents WHERE state = ? AND subject = ?) AND "
+            "NOT EXISTS (SELECT 1 FROM documents WHERE state = ? AND subject = ?)"
+        )
+        started = time.process_time()
+        for i in range(commits):
+            doc_id = top + 1 + i
+            subject = f"{rows.subject[:-2]}{i:08d}{rows.subject[-2:]}"
+            at = 1_796_209_654_984_516 + i
+            conn.execute("BEGIN IMMEDIATE")
+            if variant == "no transition checks":
+                inserted = conn.execute(
+                    "INSERT INTO transitions (at, origin) VALUES (?, ?) RETURNING seq", (at, rows.origin)
+                ).fetchall()
+            else:
+                inserted = conn.execute(
+                    f"INSERT INTO transitions (at, origin) SELECT ?, ? WHERE {checks} RETURNING seq",
+                    (at, rows.origin, *rows.catalog, ALIASES, rows.state, rows.state, subject),
+                ).fetchall()
+            seq = inserted[0][0]
+            conn.execute(
+                "INSERT INTO documents (doc_id, state, subject, revision, present, updated_seq, "
+                "snapshot_revision, bytes_since_snapshot, body_size, next_position) "
+                "VALUES (?, ?, ?, 1, 1, ?, 0, ?, ?, 1)",
+                (doc_id, rows.state, subject, seq, len(rows.edits or b""), size),
+            )
+            conn.execute(
+                "INSERT INTO members (doc_id, name, position, revision, size, outline, body, root) "
+                "VALUES (?, ?, 0, 1, ?, ?, ?, NULL)",
+                (doc_id, name, size, outline, body),
+            )
+            if variant != "no change row":
+                edits = None if variant == "change without its edits" else rows.edits
+                conn.execute(
+                    "INSERT INTO changes (doc_id, revision, seq, paths, edits) VALUES (?, 1, ?, ?, ?)",
+                    (doc_id, seq, rows.paths, edits),
+                )
+            conn.execute("COMMIT")
+        cpu = (time.process_time() - started) / commits
+        frames = (os.path.getsize(wal) - before) / FRAME / commits
+    finally:
+        conn.close()
+    return cpu, frames
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--commits", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--fill", type=int, default=2000, help="saver puts in the store first")
+    parser.add_argument("--synchronous", default="off", choices=["off", "normal", "full"])
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        source = os.path.join(tmp, "filled.db")
+        rows = fill(source, args.fill)
+        cpu: dict[str, list[float]] = {v: [] for v in VARIANTS}
+        frames: dict[str, list[float]] = {v: [] for v in VARIANTS}
+        for round_ in range(args.rounds):
+            for variant in VARIANTS if round_ % 2 == 0 else reversed(VARIANTS):
+                spent, written = replay(source, tmp, variant, rows, args.commits, args.synchronous.upper())
+                cpu[variant].append(spent)
+                frames[variant].append(written)
+        print(
+            f"== a new checkpoint's commit, replayed: synchronous={args.synchronous}, "
+            f"{args.commits} commits x {args.rounds} rounds (member {rows.member[1]} B, "
+            f"change edits {len(rows.edits or b'')} B)"
+        )
+        whole = statistics.median(cpu["as written"])
+        for variant in VARIANTS:
+            median = statistics.median(cpu[variant])
+            print(
+                f"  {variant:26s} CPU {median * 1e6:7.1f} µs per commit ({median / whole:4.2f}×, "
+                f"rounds {min(cpu[variant]) * 1e6:.0f}–{max(cpu[variant]) * 1e6:.0f} µs)  "
+                f"WAL frames {statistics.median(frames[variant]):5.2f} per commit"
+            )
+
+
+if __name__ == "__main__":
+    main()
