@@ -630,3 +630,78 @@ def test_a_schema_13_store_upgrades_to_14_and_lists_through_the_key(backend: str
                 )
             }
             assert indexes == {"documents_pkey", "documents_state_subject_key"}
+
+
+def _scope_rows(store: SqlStore, key: DocKey) -> list[tuple[Any, ...]]:
+    """A document's member rows and its changes' paths and edits (ids and seqs aside)."""
+    with store._read_tx() as tx:
+        [(doc_id,)] = tx.all(
+            "SELECT doc_id FROM documents WHERE state = ? AND subject = ?", (key.state, key.subject)
+        )
+        members = tx.all(
+            "SELECT name, position, revision, size, outline, body FROM members WHERE doc_id = ? ORDER BY name",
+            (doc_id,),
+        )
+        changes = tx.all(
+            "SELECT revision, paths, edits FROM changes WHERE doc_id = ? ORDER BY revision", (doc_id,)
+        )
+        edits = tx.all(
+            "SELECT revision, member, edits FROM change_edits WHERE doc_id = ? ORDER BY revision, member",
+            (doc_id,),
+        )
+    return [
+        tuple(bytes(v) if isinstance(v, memoryview) else v for v in row)
+        for row in (*members, *changes, *edits)
+    ]
+
+
+def test_a_schema_14_store_upgrades_to_15_and_merges_patches_into_the_same_rows(
+    backend: str, tmp_path: Path
+) -> None:
+    """Version 15 rewrites PostgreSQL's server merge (``stateflow_patch_commit`` writes its rows
+    itself; SQLite only records the version): after the upgrade a patch merged by the server —
+    an update in place, a new member, a nested object, edits kept apart from the change row —
+    leaves the same rows as the same patches through the locked path, and a stored key that
+    encoding escapes still falls back to it."""
+    with _upgraded(14, backend, tmp_path) as store:
+        served = MemoryView(store, Identity.of("agent-a", "/tmp", "s1"))
+        locked = MemoryView(store, Identity.of("agent-b", "/tmp", "s1"))
+        patches: list[dict[str, Any]] = [
+            {"session": {"tactics": {"n": "1", "a": {"deep": True}}}},
+            {"session": {"tactics": {"n": "2", "b": 3}, "strategy": {"goal": "x"}}},
+            {"session": {"tactics": {"a": {"deep": False, "more": "y" * 600}}}},
+            {"session": {"tactics": {"n": "3"}}},
+        ]
+        for patch in patches:
+            if not isinstance(store, SqliteStore):
+                store._contended[served.keys["session"]] = math.inf  # as another writer would leave it
+            served.patch_state(patch)
+            locked.patch_state(patch)
+        merged = getattr(store, "_served_revisions", None)
+        if isinstance(store, SqliteStore):
+            assert merged is None
+        else:
+            assert merged == {served.keys["session"]: len(patches)}
+            with store._read_tx() as tx:
+                [(source,)] = tx.all(
+                    "SELECT prosrc FROM pg_proc WHERE proname = 'stateflow_patch_commit' "
+                    "AND pronamespace = current_schema()::regnamespace"
+                )
+            assert "PERFORM stateflow_write_rows" not in source
+        rows = _scope_rows(store, served.keys["session"])
+        assert rows == _scope_rows(store, locked.keys["session"])
+        assert any(len(row) == 3 and row[1] == "tactics" for row in rows)  # edits kept apart
+        assert served.read_state({"path": "session.tactics"})["value"] == {
+            "n": "3",
+            "a": {"deep": False, "more": "y" * 600},
+            "b": 3,
+        }
+        # a stored key that encoding escapes: the server does not merge it, the locked path does
+        served.patch_state({"session": {"tactics": {'say "hi"': "1"}}})
+        if not isinstance(store, SqliteStore):
+            store._contended[served.keys["session"]] = math.inf
+        served.patch_state({"session": {"tactics": {"n": "4"}}})
+        assert served.read_state({"path": "session.tactics.n"})["value"] == "4"
+        with store._read_tx() as tx:
+            stored, recounted = store.recount(tx)
+            assert stored == recounted
