@@ -5,9 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from stateflow.errors import InvalidInput, InvalidPath, PatchError
+from stateflow.doc.canonical import MAX_DEPTH, check
+from stateflow.errors import InvalidInput, InvalidJSON, InvalidPath, PatchError
 from stateflow.memory import MemoryView
+from stateflow.memory.planes import PlaneSet, _stored_null, check_scope_patch
 from stateflow.store import SqlStore
 
 from .conftest import StoreFactory
@@ -144,6 +148,62 @@ def test_invalid_patches_are_refused_and_change_nothing(store: SqlStore, args, e
         m.patch_state(args)
     assert transitions(store) == before
     assert state(m, "session.tactics") == {"kept": True}
+
+
+ODD_SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.sampled_from([0, 2**64 - 1, 2**64, -(2**63), -(2**63) - 1, 1.5, float("nan"), float("inf")])
+    | st.text(max_size=2)
+    | st.sampled_from([b"x", (1,), 1j])
+)
+ODD_KEYS = st.sampled_from(["a", "b", "[0]"]) | st.sampled_from([1, None])
+ODD_VALUES = st.recursive(
+    ODD_SCALARS, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(ODD_KEYS, inner, max_size=3)
+)
+
+
+def _refusal(patch: Any) -> tuple[type, str] | None:
+    try:
+        check_scope_patch("session", patch, PlaneSet())
+    except (InvalidJSON, PatchError) as exc:
+        return type(exc), exc.message
+    return None
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.dictionaries(
+        st.sampled_from(["strategy", "tactics", "lazy"]), st.dictionaries(ODD_KEYS, ODD_VALUES), min_size=1
+    )
+)
+def test_a_patch_is_refused_as_its_two_value_checks_refuse_it(patch: dict[str, Any]) -> None:
+    # one walk checks both (plain JSON, no stored null); the error is the first check's that fails
+    expected: tuple[type, str] | None = None
+    try:
+        check(patch, "session")
+        at = _stored_null(patch, True)
+        if at is not None:
+            expected = (
+                PatchError,
+                f"memory cannot store null (at session{at}); use null only to delete a key",
+            )
+    except InvalidJSON as exc:
+        expected = (InvalidJSON, exc.message)
+    assert _refusal(patch) == expected
+
+
+def test_a_patch_nested_to_the_depth_limit_is_refused_at_it() -> None:
+    deep: Any = 1
+    for _ in range(MAX_DEPTH - 1):  # the patch is depth 0, the plane 1: the last object at 253
+        deep = {"k": deep}
+    assert _refusal({"tactics": deep}) is None
+    refused = _refusal({"tactics": {"k": deep}})
+    assert refused is not None and refused[0] is InvalidJSON and "nested deeper" in refused[1]
+    assert _refusal({"tactics": {"l": [None]}}) == (
+        PatchError,
+        "memory cannot store null (at session.tactics.l[0]); use null only to delete a key",
+    )
 
 
 def test_empty_objects_are_pruned_along_the_patch(store: SqlStore) -> None:

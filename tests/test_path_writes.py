@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stateflow.doc.diff import APPEND, Edit, apply_edits, diff, diff_within, within
-from stateflow.doc.merge import merge_patch, patch_paths
+from stateflow.doc.merge import merge_patch, patch_paths, patch_within
 from stateflow.doc.select import MISSING
 from stateflow.errors import PatchError, SelectionError
 from stateflow.memory import Identity, MemoryView
@@ -48,6 +48,21 @@ def test_a_diff_below_the_patched_paths_equals_the_whole_diff(
     whole = diff(doc, new)
     assert sorted(map(repr, narrowed)) == sorted(map(repr, whole))
     assert orjson.dumps(apply_edits(doc, narrowed)) == orjson.dumps(new)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.dictionaries(KEYS, PATCHES, min_size=1, max_size=3), min_size=1, max_size=3))
+def test_a_patch_is_its_own_trie_of_paths(patches: list[dict[str, Any]]) -> None:
+    # the trie built straight from several patches is the one their leaf paths give, in any order
+    paths = [path for patch in patches for path in patch_paths(patch)]
+    built: dict[Any, Any] = {}
+    for patch in patches:
+        assert patch_within(patch, built) is built
+    assert built == within(paths)
+    backwards: dict[Any, Any] = {}
+    for patch in reversed(patches):
+        patch_within(patch, backwards)
+    assert backwards == built
 
 
 def test_appends_are_diffed_as_appends_and_applied_at_the_length() -> None:

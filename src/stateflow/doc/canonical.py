@@ -103,6 +103,13 @@ def _plain(node: JSON, depth: int) -> bool:
     return False
 
 
+def plain_number(value: int | float) -> bool:
+    """Whether an ``int`` or ``float`` is a number JSON stores (what :func:`check` asks of one)."""
+    if type(value) is int:
+        return bool(_INT_MIN <= value <= _INT_MAX)
+    return math.isfinite(value)
+
+
 def _explain(value: JSON, where: str) -> None:
     """Raise InvalidJSON naming the first place in ``value`` that is not plain JSON."""
     stack: list[tuple[JSON, str, int]] = [(value, where, 0)]

@@ -22,6 +22,7 @@ from typing import Any, Final
 
 from stateflow.doc.canonical import JSON
 from stateflow.doc.copies import DELETE, Copies, Step, dict_copy, list_copy
+from stateflow.doc.diff import Within
 from stateflow.doc.select import MISSING
 from stateflow.errors import PatchError
 
@@ -97,6 +98,23 @@ def patch_paths(patch: JSON, _path: tuple[str, ...] = ()) -> list[tuple[str, ...
     for key, sub in patch.items():
         out.extend(patch_paths(sub, (*_path, key)))
     return out
+
+
+def patch_within(patch: dict[str, Any], where: Within) -> Within:
+    """Add a merge patch's leaves to ``where`` (a trie, as :func:`doc.diff.within` builds) and
+    return it: ``within`` of :func:`patch_paths` and the paths ``where`` held, built straight
+    from the patch, which is a trie of its leaves already (no path tuples, no second walk)."""
+    for key, sub in patch.items():
+        if type(sub) is dict and sub:
+            below = where.get(key, MISSING)
+            if below is None:
+                continue  # a leaf already: it may differ anywhere below
+            if below is MISSING:
+                below = where[key] = {}
+            patch_within(sub, below)
+        else:
+            where[key] = None
+    return where
 
 
 def _patch_indices(

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from stateflow.doc.canonical import JSON, check, kind
+from stateflow.doc.canonical import JSON, MAX_DEPTH, check, kind, plain_number
 from stateflow.doc.merge import is_index_patch
 from stateflow.doc.paths import is_key
 from stateflow.errors import InvalidInput, PatchError
@@ -110,11 +110,49 @@ def check_scope_patch(scope: str, patch: object, planes: PlaneSet) -> dict[str, 
             raise InvalidInput(
                 f"{scope}.{name} must be a JSON object (a plane cannot be deleted or replaced)"
             )
-    check(patch, scope)
-    _no_materialized_null(patch, scope)
+    if not _storable(patch, 0, True):  # (one walk for both checks; the errors come from each)
+        check(patch, scope)
+        _no_materialized_null(patch, scope)
     if "artifacts" in patch:
         _check_artifact_patch(scope, patch["artifacts"])
     return patch
+
+
+def _storable(node: JSON, depth: int, as_patch: bool) -> bool:
+    """Whether ``node`` is plain JSON (``doc.canonical.check``) holding no ``null`` that would
+    be stored (``_stored_null``): both checks in one walk, building no path text."""
+    t = type(node)
+    if t is dict:
+        if depth >= MAX_DEPTH:
+            return False
+        for k, v in node.items():
+            if type(k) is not str:
+                return False
+            tv = type(v)
+            if tv is str or tv is bool:
+                continue
+            if v is None:
+                if as_patch:
+                    continue  # a deletion
+                return False
+            if not _storable(v, depth + 1, as_patch):
+                return False
+        return True
+    if t is list:
+        if depth >= MAX_DEPTH:
+            return False
+        for v in node:
+            tv = type(v)
+            if tv is str or tv is bool:
+                continue
+            if v is None or not _storable(v, depth + 1, False):
+                return False
+        return True
+    if t is str or t is bool:
+        return True
+    if t is int or t is float:
+        return plain_number(node)
+    return False
 
 
 def _no_materialized_null(patch: JSON, where: str) -> None:

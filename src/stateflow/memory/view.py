@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from stateflow.doc.canonical import JSON, detach, encode, encode_trusted, identical
-from stateflow.doc.diff import Edit, diff, to_patch
-from stateflow.doc.merge import merge_patch, overlay, patch_paths
+from stateflow.doc.diff import Edit, Within, diff, to_patch
+from stateflow.doc.merge import merge_patch, overlay, patch_within
 from stateflow.doc.paths import Index, Key, PatchesPath, Range, ReadPath, Selector, parse
 from stateflow.doc.select import MISSING, select
 from stateflow.doc.select import keys as keys_projection
@@ -721,10 +721,10 @@ class MemoryView:
             missing: list[str] = []
             writes = []
             for scope, scope_patch in supplied.items():
-                changed: list[tuple[str, ...]] = []
-                new[scope] = self._stage(scope, basis[scope], scope_patch, cascaded, missing, changed)
+                where: Within = {}
+                new[scope] = self._stage(scope, basis[scope], scope_patch, cascaded, missing, where)
                 key = self.keys[scope]
-                write = Write.between(key, basis[scope], new[scope], docs[key].revision, changed=changed)
+                write = Write.between(key, basis[scope], new[scope], docs[key].revision, where=where)
                 if write.edits:
                     writes.append(write)
             self._check_hot_budget(basis, new)
@@ -857,30 +857,31 @@ class MemoryView:
         patch: dict[str, Any],
         cascaded: list[str],
         missing: list[str],
-        changed: list[tuple[str, ...]],
+        where: Within,
     ) -> dict[str, Any]:
         """The scope's new state: intents first, ownership cascade, then the other planes.
-        ``changed`` gets the paths that may differ from ``state`` (the patches' leaves)."""
+        ``where`` gets the paths that may differ from ``state`` (the patches' leaves, a trie)."""
         found: list[tuple[str | int, ...]] = []
         current: dict[str, Any] = state
+        patch_within(patch, where)
         if "intents" in patch:
             intents_patch = {"intents": patch["intents"]}
             current = prune_along(
                 merge_patch(current, intents_patch, missing_deletions=found, copies=SPARES), intents_patch
             )
-            changed.extend(patch_paths(intents_patch))
             targets = cascade_targets(scope, state.get("intents"), current.get("intents"), current)
             if targets:
                 cleanup = deletion_patch(targets)
                 current = prune_along(merge_patch(current, cleanup, copies=SPARES), cleanup)
-                changed.extend(patch_paths(cleanup))
+                patch_within(cleanup, where)
                 cascaded.extend(self._show(scope, ".".join((plane, *keys))) for plane, keys in targets)
-        rest = {k: v for k, v in patch.items() if k != "intents"}
+            rest = {k: v for k, v in patch.items() if k != "intents"}
+        else:
+            rest = patch
         if rest:
             current = prune_along(merge_patch(current, rest, missing_deletions=found, copies=SPARES), rest)
-            changed.extend(patch_paths(rest))
         if "artifacts" in patch:
-            changed.append((RUNTIME,))  # the cards' provenance
+            where[RUNTIME] = None  # the cards' provenance
             check_artifacts(scope, current.get("artifacts"), patch["artifacts"])
             roots = self.config.knowledge_roots
             artifact_provenance.check_sources(patch["artifacts"], self.source_cwd, roots)

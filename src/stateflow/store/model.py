@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from stateflow.doc.canonical import JSON
-from stateflow.doc.diff import Edit, Segment, diff, diff_within, within
+from stateflow.doc.diff import Edit, Segment, Within, diff, diff_within, within
 from stateflow.doc.select import MISSING
 from stateflow.errors import InvalidInput
 
@@ -97,6 +97,7 @@ class Write:
         expect: int | None = HEAD,
         *,
         changed: Iterable[Sequence[Segment]] | None = None,
+        where: Within | None = None,
         **kw: Any,
     ) -> Write:
         """The write that turns document body ``old`` into ``new``.
@@ -105,9 +106,12 @@ class Write:
         ``changed``: the paths the caller changed (``new`` is ``old`` everywhere else, sharing
         its unchanged containers); only below them are the bodies compared, so a small change
         in a large document costs what the change costs. ``None`` compares the whole bodies.
+        ``where``: the same paths as a trie already built (``doc.diff.within``'s), instead.
         """
         old, new = _absent(old), _absent(new)
-        edits = diff(old, new) if changed is None else diff_within(old, new, within(changed))
+        if where is None:
+            where = None if changed is None else within(changed)
+        edits = diff(old, new) if where is None else diff_within(old, new, where)
         if "bodies" in kw:
             bodies = kw.pop("bodies")
         elif type(old) is dict and (type(new) is dict or new is MISSING):
