@@ -1,10 +1,16 @@
 import copy
+import re
+from typing import Any
 
+import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from stateflow.doc.merge import is_index_patch, merge_patch, overlay
+from stateflow.doc.merge import is_index_patch, merge_patch, overlay, prune_value
 from stateflow.doc.select import MISSING
 from stateflow.errors import PatchError
+from stateflow.store.spares import Spares
 
 
 def test_objects_merge_scalars_and_arrays_replace_null_deletes() -> None:
@@ -100,3 +106,82 @@ def test_overlay_skips_absent_layers_and_never_deletes() -> None:
     assert overlay(MISSING, MISSING) is MISSING
     assert overlay({"a": {"x": 1}}, {"a": "scalar"}) == {"a": "scalar"}
     assert overlay({"a": "scalar"}, {"a": {"x": 1}}) == {"a": {"x": 1}}
+
+
+# ------------------------------------------------------------------ pruning merge
+
+
+def _prune_along(value: Any, patch: Any) -> Any:
+    """The reference: merge first, then prune empty objects along the patch's paths (how a
+    patch_state's scope was pruned before the merge pruned as it went)."""
+    if type(patch) is not dict:
+        return prune_value(value)
+    if type(value) is list and is_index_patch(patch):
+        out = list(value)
+        for key, sub in patch.items():
+            i = int(key[1:-1])
+            out[i] = _prune_along(value[i], sub)
+        return out
+    if type(value) is not dict:
+        return value
+    out_obj = dict(value)
+    for key, sub in patch.items():
+        if key in value:
+            pv = _prune_along(value[key], sub)
+            if pv == {}:
+                del out_obj[key]
+            else:
+                out_obj[key] = pv
+    return out_obj
+
+
+PRUNE_KEYS = st.sampled_from(["a", "b", "c", "[0]", "[1]"])
+PRUNE_SCALARS = st.booleans() | st.integers(-3, 3) | st.text(max_size=2)
+PRUNE_VALUES = st.recursive(
+    PRUNE_SCALARS,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(PRUNE_KEYS, inner, max_size=3),
+    max_leaves=14,
+)
+PRUNE_PATCHES: st.SearchStrategy[Any] = st.recursive(
+    st.none() | PRUNE_SCALARS | st.lists(PRUNE_VALUES, max_size=2) | st.just({}),
+    lambda inner: st.dictionaries(PRUNE_KEYS, inner, max_size=3),
+    max_leaves=10,
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.dictionaries(PRUNE_KEYS, PRUNE_VALUES, max_size=4),
+    st.dictionaries(PRUNE_KEYS, PRUNE_PATCHES, min_size=1, max_size=3),
+    st.booleans(),
+)
+def test_a_pruning_merge_is_the_merge_pruned_along_the_patch(
+    doc: dict[str, Any], patch: dict[str, Any], spares: bool
+) -> None:
+    before = copy.deepcopy(doc)
+    missing: list[Any] = []
+    try:
+        expected = _prune_along(merge_patch(doc, patch, missing_deletions=missing), patch)
+    except PatchError as exc:
+        with pytest.raises(PatchError, match=re.escape(str(exc))):
+            merge_patch(doc, patch, prune=True)
+        return
+    found: list[Any] = []
+    copies = Spares(min_elements=0) if spares else None
+    got = merge_patch(doc, patch, missing_deletions=found, copies=copies, prune=True)
+    assert orjson.dumps(got) == orjson.dumps(expected)  # key order too
+    assert found == missing
+    assert doc == before
+    if copies is not None:  # a spare brought up to date by the recorded steps is the same value
+        again = merge_patch(got, {"z": 1}, copies=copies, prune=True)
+        assert orjson.dumps(again) == orjson.dumps({**expected, "z": 1})
+
+
+def test_a_pruning_merge_drops_what_it_leaves_empty_and_keeps_array_slots() -> None:
+    doc = {"t": {"a": {"b": 1}, "e": {}, "l": [{"x": 1}, 2]}, "u": {"k": 1}}
+    patch = {
+        "t": {"a": {"b": None}, "e": {"gone": None}, "l": {"[0]": {"x": None}}, "n": {"m": {}}},
+        "u": {"k": None},
+    }
+    assert merge_patch(doc, patch, prune=True) == {"t": {"l": [{}, 2]}}
+    assert merge_patch(doc, {"t": {"v": [{"a": {}}, {}]}}, prune=True)["t"]["v"] == [{}, {}]

@@ -106,10 +106,13 @@ def _diff_along(old: JSON, new: JSON, path: PathT, where: Within, out: list[Edit
         return
     to, tn = type(old), type(new)
     if to is dict and tn is dict:
-        gone = [key for key in where if type(key) is str and key in old and key not in new]
-        out.extend(Edit((*path, key)) for key in gone)
+        # deletions first, as the whole diff gives them (loops, not comprehensions: most
+        # levels name one key)
+        for key in where:
+            if key not in new and key in old:
+                out.append(Edit((*path, key)))
         for key, below in where.items():
-            if type(key) is not str or key not in new:
+            if key not in new:
                 continue
             if below is None:
                 _diff(old.get(key, MISSING), new[key], (*path, key), out)

@@ -42,19 +42,23 @@ def merge_patch(
     *,
     missing_deletions: list[PathT] | None = None,
     copies: Copies | None = None,
+    prune: bool = False,
     _path: PathT = (),
 ) -> JSON:
     """Apply a semantic merge patch to ``target`` (which may be :data:`MISSING`).
 
     Returns the new value, or :data:`MISSING` when the patch deletes the target itself.
     ``copies``: where changed containers are copied from (see :mod:`stateflow.doc.copies`).
+    ``prune``: no empty object is kept along the patch (an object member the patch leaves
+    empty goes; a value the patch sets is kept as :func:`prune_value` makes it; an array keeps
+    its slots): memory never stores an empty object.
     """
     if patch is None:
         return MISSING
     if type(patch) is not dict:
-        return patch
+        return prune_value(patch) if prune else patch
     if type(target) is list and is_index_patch(patch):
-        return _patch_indices(target, patch, missing_deletions, copies, _path)
+        return _patch_indices(target, patch, missing_deletions, copies, _path, prune)
     base: dict[str, Any] = target if type(target) is dict else {}
     result: dict[str, Any] | None = None  # copied lazily: no change, no copy
     steps: list[Step] = []
@@ -71,8 +75,15 @@ def merge_patch(
             steps.append((key, DELETE))
             continue
         new = merge_patch(
-            current, sub, missing_deletions=missing_deletions, copies=copies, _path=(*_path, key)
+            current, sub, missing_deletions=missing_deletions, copies=copies, prune=prune, _path=(*_path, key)
         )
+        if prune and type(new) is dict and not new:  # left empty: it goes
+            if current is not MISSING:
+                if result is None:
+                    result = dict_copy(copies, base)
+                del result[key]
+                steps.append((key, DELETE))
+            continue
         if current is MISSING and type(sub) is dict and sub and new == {}:
             continue  # deletion-only patch through an absent ancestor: no empty parent
         if new is current:
@@ -123,6 +134,7 @@ def _patch_indices(
     missing_deletions: list[PathT] | None,
     copies: Copies | None,
     path: PathT,
+    prune: bool,
 ) -> list[Any]:
     result = list_copy(copies, target)
     steps: list[Step] = []
@@ -134,13 +146,32 @@ def _patch_indices(
             raise PatchError(
                 f"array index {key} at {_show(path)} cannot be deleted; replace the whole array instead"
             )
-        result[index] = merge_patch(
-            target[index], sub, missing_deletions=missing_deletions, copies=copies, _path=(*path, index)
+        result[index] = merge_patch(  # (an element left empty stays: slots are kept)
+            target[index],
+            sub,
+            missing_deletions=missing_deletions,
+            copies=copies,
+            prune=prune,
+            _path=(*path, index),
         )
         steps.append((index, result[index]))
     if copies is not None:
         copies.made(result, target, steps)
     return result
+
+
+def prune_value(value: JSON) -> JSON:
+    """Drop empty-object fields recursively; array slots (even ``{}``) stay."""
+    if type(value) is dict:
+        out = {}
+        for k, v in value.items():
+            pv = prune_value(v)
+            if pv != {}:
+                out[k] = pv
+        return out
+    if type(value) is list:
+        return [prune_value(v) for v in value]
+    return value
 
 
 def overlay(*layers: JSON) -> JSON:

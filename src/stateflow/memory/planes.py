@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from stateflow.doc.canonical import JSON, MAX_DEPTH, check, kind, plain_number
-from stateflow.doc.merge import is_index_patch
 from stateflow.doc.paths import is_key
 from stateflow.errors import InvalidInput, PatchError
 from stateflow.validators import compiled
@@ -251,59 +250,6 @@ def check_extra_roots(
         first = sorted(validator.iter_errors(state[name]), key=lambda e: [str(p) for p in e.instance_path])[0]
         at = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in first.instance_path)
         raise PatchError(f"{scope}.{name}{at} does not match its declared schema: {first.message}")
-
-
-# ------------------------------------------------------------------------------ pruning
-
-
-def prune_value(value: JSON) -> JSON:
-    """Drop empty-object fields recursively; array slots (even ``{}``) stay."""
-    if type(value) is dict:
-        out = {}
-        for k, v in value.items():
-            pv = prune_value(v)
-            if pv != {}:
-                out[k] = pv
-        return out
-    if type(value) is list:
-        return [prune_value(v) for v in value]
-    return value
-
-
-def prune_along(value: JSON, patch: JSON) -> JSON:
-    """Prune empty objects along the paths a patch touched (new values are pruned whole).
-
-    Copy-on-write: a container is copied only where something below it was pruned, so a patch
-    inside a large plane does not copy its containers again."""
-    if type(patch) is not dict:
-        return prune_value(value)
-    if type(value) is list and is_index_patch(patch):
-        out: list[Any] | None = None
-        for key, sub in patch.items():
-            i = int(key[1:-1])
-            pv = prune_along(value[i], sub)
-            if pv is not value[i]:
-                if out is None:
-                    out = list(value)
-                out[i] = pv
-        return value if out is None else out
-    if type(value) is not dict:
-        return value
-    out_obj: dict[str, Any] | None = None
-    for key, sub in patch.items():
-        if key not in value:
-            continue
-        current = value[key]
-        pv = prune_along(current, sub)
-        if pv is current and pv != {}:
-            continue
-        if out_obj is None:
-            out_obj = dict(value)
-        if pv == {}:
-            del out_obj[key]
-        else:
-            out_obj[key] = pv
-    return value if out_obj is None else out_obj
 
 
 # ------------------------------------------------------------------------------ projection

@@ -67,9 +67,11 @@ def _walk(node: Any, path: tuple[str | int, ...], shown: dict[str, Any] | None, 
 def _at(value: Any, path: tuple[str | int, ...]) -> Any:
     node = value
     for seg in path:
-        in_object = type(node) is dict and isinstance(seg, str) and seg in node
-        in_array = type(node) is list and isinstance(seg, int) and 0 <= seg < len(node)
-        if not (in_object or in_array):
+        t = type(node)
+        if t is dict:
+            if not (isinstance(seg, str) and seg in node):
+                return MISSING
+        elif t is not list or not (isinstance(seg, int) and 0 <= seg < len(node)):
             return MISSING
         node = node[seg]
     return node

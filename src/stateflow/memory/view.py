@@ -43,7 +43,6 @@ from stateflow.memory.planes import (
     check_scope_patch,
     child_kinds,
     model_view,
-    prune_along,
 )
 from stateflow.memory.protocol import protocol_text
 from stateflow.memory.refs import HINT_MESSAGE, HINT_TRUNCATED, Unread, anchor, find_referrers, relativize
@@ -866,20 +865,18 @@ class MemoryView:
         patch_within(patch, where)
         if "intents" in patch:
             intents_patch = {"intents": patch["intents"]}
-            current = prune_along(
-                merge_patch(current, intents_patch, missing_deletions=found, copies=SPARES), intents_patch
-            )
+            current = merge_patch(current, intents_patch, missing_deletions=found, copies=SPARES, prune=True)
             targets = cascade_targets(scope, state.get("intents"), current.get("intents"), current)
             if targets:
                 cleanup = deletion_patch(targets)
-                current = prune_along(merge_patch(current, cleanup, copies=SPARES), cleanup)
+                current = merge_patch(current, cleanup, copies=SPARES, prune=True)
                 patch_within(cleanup, where)
                 cascaded.extend(self._show(scope, ".".join((plane, *keys))) for plane, keys in targets)
             rest = {k: v for k, v in patch.items() if k != "intents"}
         else:
             rest = patch
         if rest:
-            current = prune_along(merge_patch(current, rest, missing_deletions=found, copies=SPARES), rest)
+            current = merge_patch(current, rest, missing_deletions=found, copies=SPARES, prune=True)
         if "artifacts" in patch:
             where[RUNTIME] = None  # the cards' provenance
             check_artifacts(scope, current.get("artifacts"), patch["artifacts"])

@@ -61,7 +61,7 @@ class Loaded:
     complete: bool = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Stage:
     """A write's edits applied to the loaded members; nothing is written yet."""
 
@@ -74,6 +74,14 @@ class Stage:
     changed: dict[str, list[tuple[tuple[str | int, ...], bool]]] = field(default_factory=dict)
     """(path inside the member, is a delete) of each edit, in order (a member set whole has an
     empty path)."""
+
+    def __init__(self, present: bool) -> None:
+        # (by hand, as ``Fresh``: every document written builds one)
+        self.present = present
+        self.values = {}
+        self.touched = {}
+        self.trees = {}
+        self.changed = {}
 
 
 class SeqRef(NamedTuple):
@@ -99,7 +107,7 @@ class DocumentRow:
     """position the next new member gets (members keep their insertion order)"""
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class WritePlan:
     """One document's write as rows (see ``Writes._plan_doc``), emitted by ``Backend._emit``."""
 
@@ -132,6 +140,25 @@ class WritePlan:
     created: DocKey | None = None
     """set by a backend whose commit creates the document's row (inserted whole, before its
     members, instead of updated): the key it is created under"""
+
+    def __init__(self, doc_id: int, revision: int, present: bool, was_present: bool = False) -> None:
+        # (by hand, as ``Fresh``: every document written builds one, and the generated
+        # ``__init__`` tests each of the thirteen fields for a given value first)
+        self.doc_id = doc_id
+        self.revision = revision
+        self.present = present
+        self.was_present = was_present
+        self.deletes = []
+        self.updates = []
+        self.inserts = []
+        self.nodes = {}
+        self.paths = b"[]"
+        self.paths_apart = False
+        self.edits = []
+        self.inline = None
+        self.snapshot = False
+        self.document = None
+        self.created = None
 
     @property
     def row(self) -> DocumentRow:

@@ -821,7 +821,7 @@ class Writes(StoreCore):
     def _stage(self, tx: Tx, write: Write, entry: Loaded) -> Stage:
         """Apply the write's edits to the loaded members; nothing is written yet."""
         row = entry.row
-        stage = Stage(present=row.present)
+        stage = Stage(row.present)
         key = write.key
         whole_free = write.bodies is not None
         made: set[str] = set()
