@@ -42,7 +42,7 @@ class Edit:
         return self.value is MISSING
 
     def to_json(self) -> list[Any]:
-        return [list(self.path)] if self.is_delete else [list(self.path), self.value]
+        return [list(self.path)] if self.value is MISSING else [list(self.path), self.value]
 
     @staticmethod
     def from_json(raw: Any) -> Edit:

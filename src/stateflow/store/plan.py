@@ -22,6 +22,7 @@ from typing import Any, Final, NamedTuple
 
 from stateflow.doc.canonical import JSON, check
 from stateflow.doc.diff import Edit
+from stateflow.doc.select import MISSING
 from stateflow.errors import InvalidInput
 from stateflow.store.model import DocKey, Write
 from stateflow.store.rows import DocRow, MemberHead
@@ -247,11 +248,11 @@ def validate_writes(writes: Sequence[Write], origin: dict[str, Any] | None, *, v
             raise InvalidInput(f"{write.key}: expected revision must be an integer ≥ 0")
         for edit in write.edits:
             if not edit.path:
-                if not edit.is_delete and type(edit.value) is not dict:
+                if edit.value is not MISSING and type(edit.value) is not dict:
                     raise InvalidInput(f"{write.key}: a document must be a JSON object")
             elif type(edit.path[0]) is not str:
                 raise InvalidInput(f"{write.key}: a document's top level is an object, not an array")
-            if values and not edit.is_delete:
+            if values and edit.value is not MISSING:  # (not a delete)
                 check(edit.value, f"{write.key}")
     if origin is not None:
         if type(origin) is not dict:

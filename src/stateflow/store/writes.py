@@ -819,7 +819,8 @@ class Writes(StoreCore):
         return lambda: seq
 
     def _stage(self, tx: Tx, write: Write, entry: Loaded) -> Stage:
-        """Apply the write's edits to the loaded members; nothing is written yet."""
+        """Apply the write's edits to the loaded members; nothing is written yet. (An edit's
+        value is tested against MISSING here, not through ``is_delete``: a call per edit.)"""
         row = entry.row
         stage = Stage(row.present)
         key = write.key
@@ -832,7 +833,7 @@ class Writes(StoreCore):
             stage.touched = dict.fromkeys(stage.values)
         for edit in write.edits:
             if not edit.path:
-                if edit.is_delete:
+                if edit.value is MISSING:
                     stage.values = dict.fromkeys(stage.values, MISSING)
                     stage.present = False
                 else:
@@ -849,7 +850,7 @@ class Writes(StoreCore):
                 have = entry.members.get(name) if row.present else None
                 stage.values[name] = have[0] if have else MISSING
             if not stage.present:
-                if edit.is_delete:
+                if edit.value is MISSING:
                     continue  # deleting inside an absent document: nothing to do
                 stage.present = True
             if name in made:
@@ -863,7 +864,7 @@ class Writes(StoreCore):
                 except Conflict as exc:
                     raise Conflict(f"{key}: {exc}") from exc
             stage.touched[name] = None
-            stage.changed.setdefault(name, []).append((edit.path[1:], edit.is_delete))
+            stage.changed.setdefault(name, []).append((edit.path[1:], edit.value is MISSING))
         self._stage_trees(tx, write.key, entry, stage)
         return stage
 
