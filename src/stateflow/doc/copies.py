@@ -34,6 +34,10 @@ the order they were made."""
 class Copies(Protocol):
     """Where the algebra gets the copies of containers it is about to change."""
 
+    min_elements: int
+    """A container with fewer elements is copied plainly (``list(x)`` / ``dict(x)``) and never
+    reported to :meth:`made`: the algebra asks the copier only for larger ones."""
+
     def list_copy(self, source: list[Any]) -> list[Any]:
         """A list equal to ``source`` that the caller alone holds and may change."""
         ...
@@ -49,8 +53,18 @@ class Copies(Protocol):
 
 
 def list_copy(copies: Copies | None, source: list[Any]) -> list[Any]:
-    return list(source) if copies is None else copies.list_copy(source)
+    if copies is None or len(source) < copies.min_elements:
+        return list(source)
+    return copies.list_copy(source)
 
 
 def dict_copy(copies: Copies | None, source: dict[str, Any]) -> dict[str, Any]:
-    return dict(source) if copies is None else copies.dict_copy(source)
+    if copies is None or len(source) < copies.min_elements:
+        return dict(source)
+    return copies.dict_copy(source)
+
+
+def made(copies: Copies | None, new: Any, source: Any, steps: Sequence[Step]) -> None:
+    """Tell ``copies`` what was made of ``source`` (nothing to tell about a small container)."""
+    if copies is not None and len(source) >= copies.min_elements:
+        copies.made(new, source, steps)

@@ -21,7 +21,7 @@ import re
 from typing import Any, Final
 
 from stateflow.doc.canonical import JSON
-from stateflow.doc.copies import DELETE, Copies, Step, dict_copy, list_copy
+from stateflow.doc.copies import DELETE, Copies, Step, list_copy, made
 from stateflow.doc.diff import Within
 from stateflow.doc.select import MISSING
 from stateflow.errors import PatchError
@@ -61,6 +61,8 @@ def merge_patch(
         return _patch_indices(target, patch, missing_deletions, copies, _path, prune)
     base: dict[str, Any] = target if type(target) is dict else {}
     result: dict[str, Any] | None = None  # copied lazily: no change, no copy
+    # (decided once: most containers are small, copied plainly and reported to no one)
+    spare = copies if copies is not None and len(base) >= copies.min_elements else None
     steps: list[Step] = []
     for key, sub in patch.items():
         current = base.get(key, MISSING)
@@ -70,32 +72,40 @@ def merge_patch(
                     missing_deletions.append((*_path, key))
                 continue
             if result is None:
-                result = dict_copy(copies, base)
+                result = dict(base) if spare is None else spare.dict_copy(base)
             del result[key]
             steps.append((key, DELETE))
             continue
-        new = merge_patch(
-            current, sub, missing_deletions=missing_deletions, copies=copies, prune=prune, _path=(*_path, key)
-        )
-        if prune and type(new) is dict and not new:  # left empty: it goes
-            if current is not MISSING:
-                if result is None:
-                    result = dict_copy(copies, base)
-                del result[key]
-                steps.append((key, DELETE))
-            continue
-        if current is MISSING and type(sub) is dict and sub and new == {}:
-            continue  # deletion-only patch through an absent ancestor: no empty parent
+        if type(sub) is not dict:  # a value set (no call: most of a patch's leaves)
+            new = prune_value(sub) if prune and type(sub) is list else sub
+        else:
+            new = merge_patch(
+                current,
+                sub,
+                missing_deletions=missing_deletions,
+                copies=copies,
+                prune=prune,
+                _path=(*_path, key),
+            )
+            if prune and not new and type(new) is dict:  # left empty: it goes
+                if current is not MISSING:
+                    if result is None:
+                        result = dict(base) if spare is None else spare.dict_copy(base)
+                    del result[key]
+                    steps.append((key, DELETE))
+                continue
+            if current is MISSING and sub and new == {}:
+                continue  # deletion-only patch through an absent ancestor: no empty parent
         if new is current:
             continue
         if result is None:
-            result = dict_copy(copies, base)
+            result = dict(base) if spare is None else spare.dict_copy(base)
         result[key] = new
         steps.append((key, new))
     if result is None:
         return base if type(target) is dict else {}
-    if copies is not None and type(target) is dict:
-        copies.made(result, base, steps)
+    if spare is not None and type(target) is dict:
+        spare.made(result, base, steps)
     return result
 
 
@@ -155,8 +165,7 @@ def _patch_indices(
             _path=(*path, index),
         )
         steps.append((index, result[index]))
-    if copies is not None:
-        copies.made(result, target, steps)
+    made(copies, result, target, steps)
     return result
 
 

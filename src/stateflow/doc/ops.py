@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple
 
 from stateflow.doc.canonical import JSON, check, detach, json_equal, kind
-from stateflow.doc.copies import APPEND_STEP, Copies, dict_copy, list_copy
+from stateflow.doc.copies import APPEND_STEP, Copies, dict_copy, list_copy, made
 from stateflow.doc.select import MISSING
 from stateflow.errors import InvalidJSON, OpError
 
@@ -297,7 +297,7 @@ def _set(node: JSON, path: Path, i: int, value: JSON, copies: Copies | None = No
         child = value if last else _set(MISSING, path, i + 1, value, copies)
         out = list_copy(copies, node)
         out.append(child)
-        copies.made(out, node, [(APPEND_STEP, child)])
+        made(copies, out, node, [(APPEND_STEP, child)])
         return out
     if isinstance(seg, int):
         if type(node) is not list:
@@ -307,16 +307,14 @@ def _set(node: JSON, path: Path, i: int, value: JSON, copies: Copies | None = No
         child = value if last else _set(node[seg], path, i + 1, value, copies)
         out = list_copy(copies, node)
         out[seg] = child
-        if copies is not None:
-            copies.made(out, node, [(seg, child)])
+        made(copies, out, node, [(seg, child)])
         return out
     if type(node) is not dict:
         raise _mismatch(seg, node)
     child = value if last else _set(node.get(seg, MISSING), path, i + 1, value, copies)
     obj = dict_copy(copies, node)
     obj[seg] = child
-    if copies is not None:
-        copies.made(obj, node, [(seg, child)])
+    made(copies, obj, node, [(seg, child)])
     return obj
 
 
