@@ -195,7 +195,9 @@ def overlay(*layers: JSON) -> JSON:
         if type(layer) is dict and type(result) is dict:
             merged = dict(result)
             for key, value in layer.items():
-                merged[key] = overlay(merged.get(key, MISSING), value)
+                below = merged.get(key, MISSING)
+                # (a key of one layer only is that layer's value: no call)
+                merged[key] = value if below is MISSING else overlay(below, value)
             result = merged
         else:
             result = layer

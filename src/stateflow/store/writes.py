@@ -994,10 +994,14 @@ class Writes(StoreCore):
         groups: dict[str, list[Any]] = {}
         held: dict[str, bytes] = {}
         for edit in effective_edits(write.edits):
-            member = str(edit.path[0]) if edit.path else ""
-            ref = refs.get(id(edit.value)) if edit.path and type(edit.value) in (dict, list) else None
-            if ref is None:
-                groups.setdefault(member, []).append(edit.to_json())
+            path, value = edit.path, edit.value
+            member = str(path[0]) if path else ""
+            # (refs: only when a member is held as a tree, which few writes touch)
+            ref = refs.get(id(value)) if refs and path and type(value) in (dict, list) else None
+            if ref is None:  # (edit.to_json(), without the calls)
+                groups.setdefault(member, []).append(
+                    [list(path)] if value is MISSING else [list(path), value]
+                )
             else:  # the value is a subtree of the member's new tree: stored as its ref
                 groups.setdefault(member, []).append([list(edit.path), None, ref.hex()])
                 held[member] = held.get(member, b"") + ref
