@@ -206,6 +206,20 @@ def test_a_patch_nested_to_the_depth_limit_is_refused_at_it() -> None:
     )
 
 
+def test_a_scope_records_its_intents_first_whatever_the_patch_lists_first(store: SqlStore) -> None:
+    # intents are staged first (their ownership cascade follows): the change lists their paths
+    # before the other planes' and a new intents member takes the first position
+    m = view(store)
+    key = m.keys["session"]
+    m.patch_state(
+        {"session": {"tactics": {"t": 1}, "strategy": {"s": 1}, "intents": {"ship": {"goal": "g"}}}}
+    )
+    assert list(store.read([key])[key].body or {}) == ["intents", "tactics", "strategy"]
+    m.patch_state({"session": {"lazy": {"l": 1}, "intents": {"ship": {"goal": "h"}}, "tactics": {"t": None}}})
+    newest = store.history([key], limit=1)[0]  # (a plane left empty goes first: the diff's deletions)
+    assert newest.paths == [["tactics"], ["intents", "ship", "goal"], ["lazy"]]
+
+
 def test_empty_objects_are_pruned_along_the_patch(store: SqlStore) -> None:
     m = view(store)
     m.patch_state({"session": {"tactics": {"a": {"b": {"c": 1}}, "e": {}, "l": [{"x": {}, "y": 1}, {}]}}})

@@ -859,13 +859,15 @@ class MemoryView:
         where: Within,
     ) -> dict[str, Any]:
         """The scope's new state: intents first, ownership cascade, then the other planes.
-        ``where`` gets the paths that may differ from ``state`` (the patches' leaves, a trie)."""
+        ``where`` gets the paths that may differ from ``state`` (the patches' leaves, a trie), in
+        that order: the diff lists its edits, and so the change its paths and new members their
+        positions, in the trie's order."""
         found: list[tuple[str | int, ...]] = []
         current: dict[str, Any] = state
-        patch_within(patch, where)
         if "intents" in patch:
             intents_patch = {"intents": patch["intents"]}
             current = merge_patch(current, intents_patch, missing_deletions=found, copies=SPARES, prune=True)
+            patch_within(intents_patch, where)
             targets = cascade_targets(scope, state.get("intents"), current.get("intents"), current)
             if targets:
                 cleanup = deletion_patch(targets)
@@ -877,6 +879,7 @@ class MemoryView:
             rest = patch
         if rest:
             current = merge_patch(current, rest, missing_deletions=found, copies=SPARES, prune=True)
+            patch_within(rest, where)
         if "artifacts" in patch:
             where[RUNTIME] = None  # the cards' provenance
             check_artifacts(scope, current.get("artifacts"), patch["artifacts"])
