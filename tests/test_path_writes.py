@@ -365,3 +365,18 @@ def test_a_key_of_a_large_object_the_store_just_wrote_is_read_by_its_position(
     with pytest.raises(SelectionError):
         view.read_state({"path": "session.lazy.obj.k19999"})
     assert view.read_state({"path": "session.lazy.obj.k19997"}) == {"value": f"value 19997{pad}"}
+
+
+def test_between_takes_the_changed_paths_once() -> None:
+    """``changed=`` (paths) and ``where=`` (the same paths as a trie) are two spellings of one
+    argument: both at once is refused, not resolved by ignoring one; each alone gives the same
+    write."""
+    key = DocKey("notes", "once")
+    old = {"a": {"x": 1}, "b": 2}
+    new = {"a": {"x": 1, "y": 3}, "b": 2}
+    paths = [("a", "y")]
+    with pytest.raises(TypeError, match="changed= or where=, not both"):
+        Write.between(key, old, new, 1, changed=paths, where=within(paths))
+    by_paths = Write.between(key, old, new, 1, changed=paths)
+    by_trie = Write.between(key, old, new, 1, where=within(paths))
+    assert by_paths.edits == by_trie.edits == [Edit(("a", "y"), 3)]

@@ -106,11 +106,14 @@ class Write:
         ``changed``: the paths the caller changed (``new`` is ``old`` everywhere else, sharing
         its unchanged containers); only below them are the bodies compared, so a small change
         in a large document costs what the change costs. ``None`` compares the whole bodies.
-        ``where``: the same paths as a trie already built (``doc.diff.within``'s), instead.
+        ``where``: the same paths as a trie already built (``doc.diff.within``'s), instead; a
+        caller passing both is refused rather than one of them silently ignored.
         """
         old, new = _absent(old), _absent(new)
         if where is None:
             where = None if changed is None else within(changed)
+        elif changed is not None:
+            raise TypeError("Write.between takes the changed paths once: changed= or where=, not both")
         edits = diff(old, new) if where is None else diff_within(old, new, where)
         if "bodies" in kw:
             bodies = kw.pop("bodies")
