@@ -35,6 +35,36 @@ def test_connect_reads_the_environment_once(tmp_path: Path, monkeypatch: pytest.
         assert sf.memory(agent="a", cwd=str(tmp_path)).identity.session == "s2"
 
 
+def test_a_pathlib_path_opens_the_store_at_that_file(tmp_path: Path) -> None:
+    """A ``Path`` is as good as a ``str`` at every opener a user calls: the file is created
+    there and holds what was written (a ``Path`` used to fail with AttributeError)."""
+    import asyncio
+
+    from stateflow import aio
+    from stateflow.langgraph import StateflowStore
+    from stateflow.store import open_store
+
+    opened = open_store(tmp_path / "opened.db")
+    opened.close()
+    assert (tmp_path / "opened.db").exists()
+    with stateflow.connect(tmp_path / "sync.db") as sf:
+        sf.memory(agent="a", cwd=str(tmp_path)).patch_state({"global": {"tactics": {"n": 1}}})
+    with stateflow.connect(str(tmp_path / "sync.db")) as sf:
+        read = sf.memory(agent="a", cwd=str(tmp_path)).read_state({"path": "global.tactics.n"})
+        assert read["value"] == 1
+
+    async def through_async() -> None:
+        sf = await aio.connect(tmp_path / "async.db")
+        await sf.close()
+
+    asyncio.run(through_async())
+    assert (tmp_path / "async.db").exists()
+    with StateflowStore.open(tmp_path / "lg.db") as lg:
+        lg.put(("users", "u1"), "prefs", {"theme": "dark"})
+        item = lg.get(("users", "u1"), "prefs")
+        assert item is not None and item.value == {"theme": "dark"}
+
+
 def test_states_service_installs_the_builtins(store: SqlStore) -> None:
     service = states_service(store)
     assert service.get_declaration("memory")["name"] == "memory"

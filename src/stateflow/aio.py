@@ -27,7 +27,7 @@ from stateflow.offload import run_sync
 from stateflow.states import StatesService
 from stateflow.store import Store, open_store
 from stateflow.store.open import ENV_VAR as STORE_ENV
-from stateflow.store.open import pg_mode, resolve_store_url
+from stateflow.store.open import StoreLocation, pg_mode, resolve_store_url
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -63,7 +63,7 @@ async def on_edge(store: Store, fn: Callable[..., R], *args: Any, **kwargs: Any)
 
 
 async def open_store_async(
-    location: str | None = None,
+    location: StoreLocation | None = None,
     *,
     auto_migrate: bool | None = None,
     wait_seconds: float | None = None,
@@ -172,7 +172,7 @@ class AsyncStateflow:
         await self.close()
 
 
-async def connect(store: str | None = None, *, session: str | None = None) -> AsyncStateflow:
+async def connect(store: StoreLocation | None = None, *, session: str | None = None) -> AsyncStateflow:
     """Open the store at ``store`` (path or URL), ``$STATEFLOW_STORE``, or the default file —
     PostgreSQL on the async pool; ``session`` (else ``$STATEFLOW_SESSION``) is the memory
     views' default session. The environment is read here, once."""

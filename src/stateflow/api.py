@@ -21,6 +21,7 @@ from stateflow.memory import SCOPES, Identity, MemoryConfig, MemoryView
 from stateflow.memory.scopes import SESSION_ENV
 from stateflow.store import Store, open_store
 from stateflow.store.open import ENV_VAR as STORE_ENV
+from stateflow.store.open import StoreLocation
 
 if TYPE_CHECKING:
     from stateflow.jq import JqRunner
@@ -98,7 +99,7 @@ class Stateflow:
 
 
 def connect(
-    store: str | None = None, config: Config | None = None, *, session: str | None = None
+    store: StoreLocation | None = None, config: Config | None = None, *, session: str | None = None
 ) -> Stateflow:
     """Open the store at ``store`` (path or URL), else ``config.store.url``, else
     ``$STATEFLOW_STORE``, else the default file. ``config`` defaults to the built-in defaults

@@ -18,7 +18,7 @@ from stateflow.states import StatesService
 from stateflow.states.models import DoorContext, WriteOrigin
 from stateflow.states.pipeline import ALIASES, CATALOG
 from stateflow.states.service import StateNotFound, subject_of
-from stateflow.store import DocKey, Document, Whole, Write, open_store
+from stateflow.store import DocKey, Document, StoreLocation, Whole, Write, open_store
 from stateflow.subjects import encode_subject
 
 SCAN_PAGE = 500
@@ -73,7 +73,7 @@ class OwnsStore:
         def __init__(self, states: StatesService, **options: Any) -> None: ...
 
     @classmethod
-    def open(cls, location: str, **options: Any) -> Self:
+    def open(cls, location: StoreLocation, **options: Any) -> Self:
         """An instance on the store at ``location`` (a file path or ``postgresql://`` URL),
         closed by :meth:`close`."""
         made = cls(StatesService(open_store(location, auto_migrate=True)), **options)
@@ -81,7 +81,7 @@ class OwnsStore:
         return made
 
     @classmethod
-    async def aopen(cls, location: str, **options: Any) -> Self:
+    async def aopen(cls, location: StoreLocation, **options: Any) -> Self:
         """:meth:`open` for async code: a PostgreSQL store runs on psycopg's async pool (the
         async methods never leave the event loop's thread); closed by :meth:`aclose`."""
         opened = await open_store_async(location, auto_migrate=True)

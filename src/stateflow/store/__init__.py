@@ -7,7 +7,7 @@ backends share, and :class:`~stateflow.store.backend.Backend` declares what a ba
 from stateflow.store.base import SqlStore
 from stateflow.store.ledger import OpIdTaken
 from stateflow.store.model import HEAD, Change, Commit, DocKey, Document, Listed, Transition, Whole, Write
-from stateflow.store.open import default_store_path, open_store, resolve_store_url
+from stateflow.store.open import StoreLocation, default_store_path, open_store, resolve_store_url
 from stateflow.store.protocol import Store
 
 __all__ = [
@@ -20,6 +20,7 @@ __all__ = [
     "OpIdTaken",
     "SqlStore",
     "Store",
+    "StoreLocation",
     "Transition",
     "Whole",
     "Write",

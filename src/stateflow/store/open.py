@@ -13,6 +13,7 @@ is refused with ``unsupported-store``, not opened as a file of that name.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Final
@@ -26,19 +27,22 @@ from stateflow.store.base import SqlStore
 
 ENV_VAR = "STATEFLOW_STORE"
 
+StoreLocation = str | os.PathLike[str]
+"""Where a store is: a file path (``str`` or ``pathlib.Path``) or a URL."""
+
 
 def default_store_path() -> Path:
     return Path(platformdirs.user_data_dir("stateflow", appauthor=False)) / "stateflow.db"
 
 
-def resolve_store_url(store: str | None = None) -> str:
+def resolve_store_url(store: StoreLocation | None = None) -> str:
     """The store location in effect: the argument, else the default file. ``$STATEFLOW_STORE``
     is read by the edges (the CLI's configuration, :func:`stateflow.connect`), never here."""
-    return store or str(default_store_path())
+    return os.fspath(store) if store else str(default_store_path())
 
 
 def open_store(
-    store: str | None = None,
+    store: StoreLocation | None = None,
     *,
     auto_migrate: bool | None = None,
     create: bool = True,
