@@ -1,0 +1,228 @@
+"""The server's instructions per commit statement, by kind of write, counted by callgrind.
+
+    python3 -m benchmarks.profile_pg_commit_instructions [--calls 240] [--cases WORD ...]
+
+Wall clock and CPU time on a shared machine move with its load; instructions do not. For each
+case of ``profile_pg_writes`` (a LangGraph saver ``put``, ``put_writes``, a store ``put``, a
+states ``apply``), on a private PostgreSQL cluster of its own (same binaries, started here in a
+temporary directory, stopped after):
+
+1. a store of its own is migrated by this tree and warmed;
+2. the database is dumped, and the next ``--calls`` calls run while every commit statement the
+   store sends (``stateflow_commit`` and its parameters) is recorded;
+3. the dump is restored into a fresh database (analyzed, as autovacuum leaves a live one), and the recorded statements are replayed there
+   (prepared once, then executed, as the store sends them) by a single-user backend
+   (``postgres --single``: each statement its own transaction) under
+   ``valgrind --tool=callgrind``, twice — the first third of them, then all; the difference per
+   call is printed, so the backend's start and the first calls' planning are not counted.
+
+It compares nothing by itself: run it with each tree's ``src`` on ``PYTHONPATH`` (the store
+migrates the schema its tree has) and compare the numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from typing import Any
+
+from benchmarks.profile_pg_writes import SCHEMA, case_store, store_url
+
+CASES = ("saver put", "saver put_writes", "store put", "states apply")
+PORT = 55491
+
+
+def _bin() -> str:
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/postgres"))
+    if not found:
+        raise SystemExit("no PostgreSQL server binaries found")
+    return os.path.dirname(found[-1])
+
+
+def _as_pg(args: list[str], **kwargs: Any) -> subprocess.CompletedProcess[Any]:
+    prefix = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+    return subprocess.run(prefix + args, check=True, **kwargs)
+
+
+def _literal(value: Any) -> str:
+    if value is None:
+        return "NULL"
+    if type(value) is int:
+        return str(value)
+    if type(value) is bytes:
+        return "'\\x" + value.hex() + "'"
+    text = str(value)
+    if "\n" in text or "\r" in text:
+        raise ValueError("a parameter with a line break cannot be replayed line by line")
+    return "'" + text.replace("'", "''") + "'"
+
+
+def capture(url: str, name: str, warm: int, calls: int, dump: str, port: int) -> list[str]:
+    """The commit statements of ``calls`` calls of the case, after ``warm`` calls and a dump."""
+    import stateflow.store.postgres as pg
+
+    recorded: list[list[Any]] = []
+    real = pg._commit_alone
+
+    def recording(conn: Any, params: Any) -> Any:
+        recorded.append(list(params))
+        return real(conn, params)
+
+    with case_store(url, name) as call:
+        for i in range(warm):
+            call(i)
+        dbname = url.rsplit("/", 1)[1].split("?")[0]
+        _as_pg(
+            [
+                f"{_bin()}/pg_dump",
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(port),
+                "-U",
+                "postgres",
+                "-Fc",
+                "-f",
+                dump,
+                dbname,
+            ]
+        )
+        pg._commit_alone = recording
+        try:
+            for i in range(warm, warm + calls):
+                call(i)
+        finally:
+            pg._commit_alone = real
+    return [f"EXECUTE c({', '.join(_literal(v) for v in params)})" for params in recorded]
+
+
+def instructions(data: str, db: str, prepare: str, statements: list[str], out: str) -> int:
+    with open(f"{out}.sql", "w") as f:
+        f.write(prepare + "\n")
+        for s in statements:
+            f.write(s + "\n")
+    os.chmod(f"{out}.sql", 0o644)
+    with open(f"{out}.sql") as stdin:
+        _as_pg(
+            [
+                "valgrind",
+                "--tool=callgrind",
+                f"--callgrind-out-file={out}.cg",
+                f"{_bin()}/postgres",
+                "--single",
+                "-D",
+                data,
+                "-c",
+                f"search_path={SCHEMA}",
+                db,
+            ],
+            stdin=stdin,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+    with open(f"{out}.cg") as f:
+        for line in f:
+            if line.startswith("summary:") or line.startswith("totals:"):
+                return int(line.split()[1])
+    raise RuntimeError("no totals in the callgrind output")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--calls", type=int, default=240)
+    parser.add_argument("--warm", type=int, default=30)
+    parser.add_argument("--cases", nargs="*", help="only the cases whose names contain one of these words")
+    parser.add_argument("--port", type=int, default=PORT, help="the private cluster's port")
+    parser.add_argument("--keep", help="copy callgrind's outputs into this directory")
+    args = parser.parse_args()
+    import psycopg
+
+    from stateflow.store import open_store
+    from stateflow.store.postgres import _COMMIT_RAW
+
+    root = tempfile.mkdtemp(prefix="sf-pg-instr-")
+    os.chmod(root, 0o777)
+    data = f"{root}/data"
+    bindir = _bin()
+    _as_pg(
+        [f"{bindir}/initdb", "-D", data, "-U", "postgres", "-A", "trust", "--no-sync", "-E", "UTF8"],
+        stdout=subprocess.DEVNULL,
+    )
+    _as_pg(
+        [
+            f"{bindir}/pg_ctl",
+            "-D",
+            data,
+            "-l",
+            f"{root}/server.log",
+            "-w",
+            "-o",
+            f"-h 127.0.0.1 -p {args.port} -k {root}",
+            "start",
+        ],
+        stdout=subprocess.DEVNULL,
+    )
+    base = f"postgresql://postgres@127.0.0.1:{args.port}"
+    prepare = "PREPARE c AS " + re.sub(r"\s+", " ", _COMMIT_RAW)
+    replays: list[tuple[str, str, list[str]]] = []
+    try:
+        with psycopg.connect(f"{base}/postgres", autocommit=True) as admin:
+            for n, name in enumerate(CASES):
+                if args.cases and not any(word in name for word in args.cases):
+                    continue
+                db, replay = f"case{n}", f"replay{n}"
+                admin.execute(f"CREATE DATABASE {db}")
+                with psycopg.connect(f"{base}/{db}", autocommit=True) as conn:
+                    conn.execute(f"CREATE SCHEMA {SCHEMA}")
+                open_store(store_url(f"{base}/{db}"), auto_migrate=True).close()
+                dump = f"{root}/{db}.dump"
+                statements = capture(f"{base}/{db}", name, args.warm, args.calls, dump, args.port)
+                admin.execute(f"CREATE DATABASE {replay}")
+                _as_pg(
+                    [
+                        f"{bindir}/pg_restore",
+                        "-h",
+                        "127.0.0.1",
+                        "-p",
+                        str(args.port),
+                        "-U",
+                        "postgres",
+                        "-d",
+                        replay,
+                        dump,
+                    ]
+                )
+                with psycopg.connect(f"{base}/{replay}", autocommit=True) as conn:
+                    conn.execute("ANALYZE")  # as autovacuum leaves a live store: plans by its statistics
+                replays.append((name, replay, statements))
+    finally:
+        _as_pg([f"{bindir}/pg_ctl", "-D", data, "-w", "-m", "fast", "stop"], stdout=subprocess.DEVNULL)
+    try:
+        for name, replay, statements in replays:
+            first = len(statements) // 3
+            # each run replays into the restored database as it was: copied afresh per run
+            counts = []
+            for k in (first, len(statements)):
+                copy = f"{root}/data_{k}"
+                _as_pg(["cp", "-a", data, copy])
+                counts.append(instructions(copy, replay, prepare, statements[:k], f"{root}/{replay}_{k}"))
+                _as_pg(["rm", "-rf", copy])
+            per = (counts[1] - counts[0]) / (len(statements) - first)
+            print(
+                f"== {name}: {per:,.0f} server instructions per commit statement ({len(statements) - first} calls)"
+            )
+            if args.keep:
+                os.makedirs(args.keep, exist_ok=True)
+                for k in (first, len(statements)):
+                    shutil.copy(f"{root}/{replay}_{k}.cg", f"{args.keep}/{replay}_{k}.cg")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
