@@ -99,6 +99,16 @@ class _SqliteTx(Tx):
         except sqlite3.Error as exc:
             raise _mapped(exc) from exc
 
+    def insert_one(self, sql: str, params: Sequence[Any], key: str) -> int | None:
+        # the row's rowid (``key`` is its alias), not RETURNING: SQLite buffers a RETURNING
+        # statement's rows in a temporary table it opens and closes for each run of the
+        # statement, ~43,000 instructions
+        try:
+            cursor = self.conn.execute(sql, params)
+        except sqlite3.Error as exc:
+            raise _mapped(exc) from exc
+        return cursor.lastrowid if cursor.rowcount == 1 else None
+
     def many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         try:
             if len(rows) == 1:  # (one row: the common case, and `execute` costs less)

@@ -23,6 +23,12 @@ class Tx(abc.ABC):
         rows = self.all(sql, params)
         return rows[0] if rows else None
 
+    def insert_one(self, sql: str, params: Sequence[Any], key: str) -> int | None:
+        """Run ``sql``, an INSERT of one row or none into a table whose ``key`` column is an
+        integer primary key; the inserted row's key, None when it inserted none."""
+        row = self.one(f"{sql} RETURNING {key}", params)
+        return None if row is None else int(row[0])
+
     def many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         """Execute one statement for each parameter row."""
         for params in rows:

@@ -784,13 +784,14 @@ class Writes(StoreCore):
             at = utc_now()
             # the checks ride with the transition's insert: no row comes back when one fails
             check, params = unmoved([*shared, *locked], claims)
-            inserted = tx.all(
-                f"INSERT INTO transitions (at, origin) SELECT ?, ? WHERE {check} RETURNING seq",
+            inserted = tx.insert_one(
+                f"INSERT INTO transitions (at, origin) SELECT ?, ? WHERE {check}",
                 (self._stored_time(at), encode_trusted(origin), *params),
+                "seq",
             )
-            if not inserted:
+            if inserted is None:
                 return None
-            seq = int(inserted[0][0])
+            seq = inserted
             with tx.batch(commit=True):
                 if claims:
                     tx.run(
@@ -810,12 +811,12 @@ class Writes(StoreCore):
 
     def _insert_transition(self, tx: Tx, at: str, origin: dict[str, Any]) -> Callable[[], int]:
         """Insert the transition row; return how to get its seq (maybe only after the batch)."""
-        row = tx.one(
-            "INSERT INTO transitions (at, origin) VALUES (?, ?) RETURNING seq",
+        seq = tx.insert_one(
+            "INSERT INTO transitions (at, origin) VALUES (?, ?)",
             (self._stored_time(at), encode_trusted(origin)),
+            "seq",
         )
-        assert row is not None
-        seq = int(row[0])
+        assert seq is not None
         return lambda: seq
 
     def _stage(self, tx: Tx, write: Write, entry: Loaded) -> Stage:
