@@ -30,7 +30,8 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager as ContextManager
+from contextlib import ExitStack, contextmanager, nullcontext
 from typing import Any
 
 from benchmarks.bench_langgraph_adapters import saver_cases, store_cases
@@ -44,36 +45,33 @@ CASES = ("saver put", "saver put_writes", "store put")
 
 
 @contextmanager
-def _no_queue() -> Iterator[None]:
-    acquire, release = WriterQueue.acquire, WriterQueue.release
-    WriterQueue.acquire = lambda self, timeout, limit=None: None  # type: ignore[method-assign]
-    WriterQueue.release = lambda self: None  # type: ignore[method-assign]
+def _replaced(owner: type, **methods: Any) -> Iterator[None]:
+    """``owner``'s ``methods`` replaced while inside, put back after."""
+    saved = {name: getattr(owner, name) for name in methods}
+    for name, method in methods.items():
+        setattr(owner, name, method)
     try:
         yield
     finally:
-        WriterQueue.acquire, WriterQueue.release = acquire, release  # type: ignore[method-assign]
+        for name, method in saved.items():
+            setattr(owner, name, method)
 
 
-@contextmanager
-def _no_transaction() -> Iterator[None]:
+def _no_queue() -> ContextManager[None]:
+    return _replaced(WriterQueue, acquire=lambda self, timeout, limit=None: None, release=lambda self: None)
+
+
+def _no_transaction() -> ContextManager[None]:
     seqs = itertools.count(10**9)
-    planned = SqliteStore._commit_planned
 
     def answered(self: SqliteStore, *args: Any) -> tuple[int, str]:
         self._unborn.clear()  # (the reserved ids it would have created: spent)
         return next(seqs), "2026-12-02T00:00:00.000000Z"
 
-    SqliteStore._commit_planned = answered  # type: ignore[method-assign,assignment]
-    try:
-        yield
-    finally:
-        SqliteStore._commit_planned = planned  # type: ignore[method-assign]
+    return _replaced(SqliteStore, _commit_planned=answered)
 
 
-@contextmanager
-def _adapter_only() -> Iterator[None]:
-    whole = SqliteStore.write_whole
-
+def _adapter_only() -> ContextManager[None]:
     def built(
         self: SqliteStore,
         key: DocKey,
@@ -86,29 +84,19 @@ def _adapter_only() -> Iterator[None]:
         build({k: known_k[1] for k in shared if (known_k := self._known(k))}, known and known[1])
         return True
 
-    SqliteStore.write_whole = built  # type: ignore[method-assign,assignment]
-    try:
-        yield
-    finally:
-        SqliteStore.write_whole = whole  # type: ignore[method-assign]
+    return _replaced(SqliteStore, write_whole=built)
 
 
 @contextmanager
-def _as_shipped() -> Iterator[None]:
-    yield
-
-
-@contextmanager
-def _chain(*layers: Callable[[], Any]) -> Iterator[None]:
-    if not layers:
-        yield
-        return
-    with layers[0](), _chain(*layers[1:]):
+def _chain(*layers: Callable[[], ContextManager[None]]) -> Iterator[None]:
+    with ExitStack() as stack:
+        for layer in layers:
+            stack.enter_context(layer())
         yield
 
 
-VARIANTS: dict[str, Callable[[], Any]] = {
-    "as shipped": _as_shipped,
+VARIANTS: dict[str, Callable[[], ContextManager[None]]] = {
+    "as shipped": nullcontext,
     "no writer queue": _no_queue,
     "no SQL transaction": lambda: _chain(_no_queue, _no_transaction),
     "adapter only": lambda: _chain(_no_queue, _no_transaction, _adapter_only),
