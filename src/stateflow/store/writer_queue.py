@@ -72,6 +72,7 @@ _yield: Callable[[], None] = getattr(os, "sched_yield", lambda: None)
 _COUNTER_LOCK = _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, 0, _COUNTER, 0)
 _COUNTER_UNLOCK = _FLOCK.pack(fcntl.F_UNLCK, os.SEEK_SET, 0, _COUNTER, 0)
 """the counter's lock and unlock, packed once (taken and let go on every turn)"""
+_pack = _FLOCK.pack
 
 
 def _lock(fd: int, start: int, length: int = 1, *, wait: bool = False) -> bool:
@@ -268,12 +269,16 @@ class WriterQueue:
     def _draw(self, fd: int, deadline: float, limit: float) -> int:
         """The next ticket, with its byte locked on ``fd``. The counter's lock is held only for
         a read and a write; a holder stopped inside them is waited for up to the deadline."""
-        pause = 0.00005
-        while not _lock(fd, 0, _COUNTER):
-            if time.monotonic() >= deadline:
-                raise self._busy(limit)
-            time.sleep(pause)
-            pause = min(pause * 2, 0.01)
+        assert _SET is not None
+        try:  # (the lock calls inline: a turn is a handful of system calls, each a Python call)
+            fcntl.fcntl(fd, _SET, _COUNTER_LOCK)
+        except BlockingIOError:
+            pause = 0.00005
+            while not _lock(fd, 0, _COUNTER):
+                if time.monotonic() >= deadline:
+                    raise self._busy(limit) from None
+                time.sleep(pause)
+                pause = min(pause * 2, 0.01)
         try:
             counter = self._counter
             if counter is None and not self._map_tried:
@@ -285,9 +290,10 @@ class WriterQueue:
                 raw = os.pread(fd, _COUNTER, 0)
                 ticket = int.from_bytes(raw, "little") if len(raw) == _COUNTER else 0
                 os.pwrite(fd, (ticket + 1).to_bytes(_COUNTER, "little"), 0)
-            _lock(fd, _COUNTER + ticket)  # before the counter is let go: the next one waits for it
+            # before the counter is let go: the next one waits for it
+            fcntl.fcntl(fd, _SET, _pack(fcntl.F_WRLCK, os.SEEK_SET, _COUNTER + ticket, 1, 0))
         finally:
-            _unlock(fd, 0, _COUNTER)
+            fcntl.fcntl(fd, _SET, _COUNTER_UNLOCK)
         return ticket
 
     def _mapped(self, fd: int) -> mmap.mmap | None:
@@ -313,7 +319,8 @@ class WriterQueue:
 
     def release(self) -> None:
         if self._ticket is not None and self._fd is not None:
-            _unlock(self._fd, _COUNTER + self._ticket)
+            assert _SET is not None
+            fcntl.fcntl(self._fd, _SET, _pack(fcntl.F_UNLCK, os.SEEK_SET, _COUNTER + self._ticket, 1, 0))
             # after the unlock: the next one finds it free. Nobody to wake when no ticket was
             # drawn after ours (one read; a datagram to nobody costs a failing send and an
             # exception); a writer drawing one from now on finds our byte free by itself.
