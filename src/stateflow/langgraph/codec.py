@@ -32,14 +32,25 @@ def is_plain(value: Any, depth: int = 0) -> bool:
         return math.isfinite(value)
     if kind is dict:
         for k, v in value.items():
-            # (text, flags and null inline: most values are leaves, a call each would double
-            # the walk's cost)
-            if type(k) is not str or not (type(v) is str or v is None or is_plain(v, depth + 1)):
+            # (text, integers and null inline: most values are leaves — a checkpoint's channel
+            # versions, steps and counters are integers — and a call each would double the
+            # walk's cost)
+            if type(k) is not str:
+                return False
+            leaf = type(v)
+            if leaf is int and depth < 64:  # (deeper: the call's depth limit refuses it)
+                if not -_MAX_INT <= v <= _MAX_INT:
+                    return False
+            elif not (leaf is str or v is None or is_plain(v, depth + 1)):
                 return False
         return True
     if kind is list:
-        for v in value:  # noqa: SIM110 (a loop: all() over a generator costs a call per element)
-            if not (type(v) is str or v is None or is_plain(v, depth + 1)):
+        for v in value:
+            leaf = type(v)
+            if leaf is int and depth < 64:
+                if not -_MAX_INT <= v <= _MAX_INT:
+                    return False
+            elif not (leaf is str or v is None or is_plain(v, depth + 1)):
                 return False
         return True
     return False

@@ -1,0 +1,109 @@
+"""The adapters' codec: which values a record keeps readable as JSON, and that every value
+comes back as the serializer gives it back, whichever form it took."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+from stateflow.langgraph import StateflowSaver
+from stateflow.langgraph.codec import Codec, is_plain
+
+
+def _nested(depth: int, leaf: Any) -> Any:
+    """``leaf`` under ``depth`` levels, alternating objects and lists."""
+    value = leaf
+    for level in range(depth):
+        value = {"k": value} if level % 2 else [value]
+    return value
+
+
+PLAIN: list[Any] = [
+    None,
+    True,
+    "text",
+    0,
+    2**53,
+    -(2**53),
+    1.5,
+    {"a": 1, "b": [1, 2, "x", None, False], "c": {"d": 2**53}},
+    [1, [2, [3]]],
+    _nested(64, 1),  # the deepest a value may go and stay readable
+    _nested(64, "s"),
+    _nested(63, {"n": 1}),
+]
+NOT_PLAIN: list[Any] = [
+    2**53 + 1,
+    -(2**53) - 1,
+    {"a": 2**53 + 1},
+    [1, -(2**53) - 1],
+    math.nan,
+    {"a": math.inf},
+    (1, 2),
+    {"a": (1,)},
+    {1: "a"},
+    b"bytes",
+    _nested(65, 1),  # an integer one level too deep, in a list and in an object
+    _nested(64, {"n": 1}),
+    _nested(65, [1]),
+]
+
+
+@pytest.mark.parametrize("value", PLAIN)
+def test_plain_json_is_kept_readable(value: Any) -> None:
+    assert is_plain(value)
+    assert Codec(JsonPlusSerializer()).encode(value) == {"json": value}
+
+
+@pytest.mark.parametrize("value", NOT_PLAIN)
+def test_anything_else_goes_through_the_serializer_and_comes_back(value: Any) -> None:
+    assert not is_plain(value)
+    serde = JsonPlusSerializer()
+    codec = Codec(serde)
+    stored = codec.encode(value)
+    assert set(stored) == {"type", "b64"}
+    back = codec.decode(stored)
+    if isinstance(value, float) and math.isnan(value):
+        assert math.isnan(back)
+    else:  # what the serializer itself gives back (a tuple comes back a list)
+        assert back == serde.loads_typed(serde.dumps_typed(value))
+
+
+def test_a_checkpoints_values_read_back_as_written(tmp_path: Path) -> None:
+    """Integer channel versions and values at every size a record may hold readable, and
+    beyond, through a real saver and a reopened store."""
+    values = {
+        "small": 7,
+        "edge": 2**53,
+        "big": 2**53 + 1,
+        "deep": _nested(64, 3),
+        "too deep": _nested(65, 3),
+        "mixed": {"n": [1, -(2**60), "x", None, True, 2.5]},
+    }
+    versions = {channel: n + 1 for n, channel in enumerate(values)}
+    checkpoint = {
+        "v": 4,
+        "id": "1",
+        "ts": "2026-01-01T00:00:00+00:00",
+        "channel_values": values,
+        "channel_versions": versions,
+        "versions_seen": {"node": dict(versions)},
+        "updated_channels": list(values),
+    }
+    config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    with StateflowSaver.open(tmp_path / "codec.db") as saver:
+        saver.put(config, checkpoint, {"source": "loop", "step": 2**53 + 2, "parents": {}}, versions)  # type: ignore[arg-type]
+    with StateflowSaver.open(tmp_path / "codec.db") as saver:
+        got = saver.get_tuple(config)  # type: ignore[arg-type]
+        assert got is not None
+        assert got.checkpoint["channel_values"] == values
+        assert got.checkpoint["channel_versions"] == versions
+        assert got.metadata["step"] == 2**53 + 2
+        stored = saver.records.store.get(saver.records.doc_key("checkpoint", saver._key("t", "", "1"))).body
+        assert stored is not None
+        held = stored["saved"]["channel_values"]
+        assert {c for c, v in held.items() if "json" in v} == {"small", "edge", "deep"}
