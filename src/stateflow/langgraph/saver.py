@@ -378,7 +378,8 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         for channel in missing:  # no checkpoint holds it at this version: keep it here
             if channel not in sources and channel in values:
                 inline[channel] = encode(values[channel])
-        bare = {k: v for k, v in checkpoint.items() if k != "channel_values"}
+        bare: dict[str, Any] = dict(checkpoint)  # (in its order, without the values)
+        del bare["channel_values"]
         full_metadata = get_serializable_checkpoint_metadata(config, metadata)
         run_id = full_metadata.get("run_id")
         names = {
@@ -426,9 +427,10 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
                 action="replace",
                 general=general,
             )
-        self._remember(
-            thread_id, ns, checkpoint_id, dict(versions), {**sources, **{c: checkpoint_id for c in inline}}
-        )
+        holders = dict(sources)
+        for channel in inline:
+            holders[channel] = checkpoint_id
+        self._remember(thread_id, ns, checkpoint_id, dict(versions), holders)
         self._hold(self.records.doc_key(CHECKPOINT, key), inline)
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}}
 
@@ -474,14 +476,18 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         # into the task's bucket member: a write rewrites that member (the writes of the tasks
         # sharing it), never the others, and adds no member name of its own
         bucket = _bucket(task_id)
+        encode = self.codec.encode
         entries = []
+        named = type(task_id) is str  # (and every channel: else the schema's refusal, below)
         for n, (channel, value) in enumerate(writes):
+            if type(channel) is not str:
+                named = False
             idx = WRITES_IDX_MAP.get(channel, n)
             entry = {
                 "task_id": task_id,
                 "idx": idx,
                 "channel": channel,
-                "value": self.codec.encode(value),
+                "value": encode(value),
                 "task_path": task_path,
             }
             entries.append((f"{task_id}:{idx}", entry))
@@ -499,7 +505,7 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
                 context=self.context,
             )
 
-        if type(task_id) is not str or not all(type(c) is str for c, _ in writes):
+        if not named:
             general()  # (the schema's refusal)
             return
         # valid by construction: the bucket ``w0``…``wf`` an object of write entries (task id
