@@ -1,0 +1,125 @@
+"""Instructions per write of the LangGraph adapters on SQLite, by layer: the writes of
+``bench_langgraph_adapters`` (saver ``put``, ``put_writes``, store ``put`` of an existing item,
+one caller, ``synchronous=off``) counted by callgrind, as shipped and with the layers of
+:mod:`benchmarks.profile_langgraph_layers` answered without their work. Instructions do not
+move with the machine's load, where process CPU does by factors of 2 and more.
+
+Each count runs in a process of its own under ``valgrind --tool=callgrind``: a store warmed by
+``--warm`` writes, then ``--ops`` writes counted — only inside the loop that makes them
+(``--toggle-collect`` on the loop's own iterator, which nothing else uses), so the
+interpreter's start, the imports and the warm-up are not counted. The collector's work is
+(amortized, as a caller pays it). ``--baseline-src DIR`` counts another source tree's
+``stateflow`` beside this one's.
+
+    python3 -m benchmarks.profile_langgraph_instructions [--ops 300] [--warm 300]
+        [--cases "saver put" ...] [--variants "as shipped" ...] [--baseline-src DIR] [--jobs 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import itertools
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from benchmarks.profile_langgraph_layers import CASES, VARIANTS
+
+_REPO = Path(__file__).resolve().parent.parent
+_COLLECTED = re.compile(r"Collected : (\d+)")
+
+
+def _work(case: str, variant: str, ops: int, warm: int) -> None:
+    """The counted process: warm a store as shipped, then ``ops`` writes under ``variant``."""
+    from benchmarks.bench_langgraph_adapters import saver_cases, store_cases
+    from stateflow.langgraph import StateflowSaver, StateflowStore
+    from stateflow.states import StatesService
+    from stateflow.store import open_store
+
+    with tempfile.TemporaryDirectory() as tmp:
+        service = StatesService(open_store(f"sqlite:///{tmp}/counted.db?synchronous=off", auto_migrate=True))
+        cases = {**saver_cases(StateflowSaver(service), "p"), **store_cases(StateflowStore(service), "p")}
+        for i in range(warm):  # checkpoints for put_writes, every item written once
+            cases["saver put"](i)
+            cases[case](i)
+        gc.collect()
+        gc.freeze()
+        write = cases[case]
+        with VARIANTS[variant]():
+            # counted: only while ``starmap`` makes the calls (its C iterator is the toggle)
+            for _ in itertools.starmap(write, ((i,) for i in range(10_000, 10_000 + ops))):
+                pass
+        service.close()
+        service.store.close()
+
+
+def _count(src: Path, case: str, variant: str, ops: int, warm: int) -> float:
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{_REPO}", "PYTHONHASHSEED": "0"}
+        done = subprocess.run(
+            [
+                "valgrind",
+                "--tool=callgrind",
+                "--toggle-collect=starmap_next",
+                f"--callgrind-out-file={tmp}/out",
+                sys.executable,
+                "-m",
+                "benchmarks.profile_langgraph_instructions",
+                "--work",
+                case,
+                variant,
+                str(ops),
+                str(warm),
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    found = _COLLECTED.search(done.stderr)
+    if found is None:
+        raise RuntimeError(f"callgrind printed no count:\n{done.stderr[-2000:]}")
+    return int(found.group(1)) / ops
+
+
+def main() -> None:
+    if len(sys.argv) == 6 and sys.argv[1] == "--work":
+        _work(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
+        return
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--ops", type=int, default=300)
+    parser.add_argument("--warm", type=int, default=300)
+    parser.add_argument("--cases", nargs="+", default=list(CASES), choices=CASES)
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--baseline-src", type=Path, default=None, help="another tree's src/, counted beside")
+    parser.add_argument("--jobs", type=int, default=3, help="counts run at once")
+    args = parser.parse_args()
+    trees = {"this tree": _REPO / "src"}
+    if args.baseline_src is not None:
+        trees["baseline"] = args.baseline_src.resolve()
+    runs = [(t, c, v) for c in args.cases for v in args.variants for t in trees]
+    with ThreadPoolExecutor(args.jobs) as pool:
+        counts = dict(
+            zip(
+                runs,
+                pool.map(lambda r: _count(trees[r[0]], r[1], r[2], args.ops, args.warm), runs),
+                strict=True,
+            )
+        )
+    for case in args.cases:
+        print(f"== {case}: instructions per write ({args.ops} counted after {args.warm} warm)")
+        for variant in args.variants:
+            line = f"  {variant:20s} {counts[('this tree', case, variant)]:>10,.0f}"
+            if "baseline" in trees:
+                base = counts[("baseline", case, variant)]
+                line += f"   baseline {base:>10,.0f}   {counts[('this tree', case, variant)] / base:.3f}×"
+            print(line)
+
+
+if __name__ == "__main__":
+    main()
