@@ -210,3 +210,32 @@ def test_mode_ro_serves_reads_and_refuses_writes(tmp_path: Path) -> None:
     out = sf(ro, "doc", "put", "notes", "n2", '{"a": 1}')
     assert out.returncode == 1 and out.stderr.startswith("error[store-read-only]: "), out.stderr
     assert path.read_bytes() == before
+
+
+def test_check_names_a_change_its_transition_does_not_list(tmp_path: Path) -> None:
+    """On SQLite the audit page finds a transition's changes through the keys its row lists
+    (``transitions.changed``): a change missing from that list, or naming no transition, is
+    named; a listed key whose change was pruned is not damage."""
+    import sqlite3
+
+    location = str(tmp_path / "s.db")
+    fill(location)
+    store = open_store(location)
+    try:
+        cut = store.transitions(after_seq=1, limit=1)[0].at
+        assert store.prune_history("notes", cut) == 1  # n0's first change: its key stays listed
+    finally:
+        store.close()
+    out = sf(location, "check", "--json")
+    assert out.returncode == 0 and json.loads(out.stdout)["problems"] == [], out.stdout
+    lite = sqlite3.connect(location)
+    with lite:
+        lite.execute("UPDATE transitions SET changed = '[]' WHERE seq = 3")
+        lite.execute("UPDATE changes SET seq = 99 WHERE seq = 4")
+    lite.close()
+    out = sf(location, "check", "--json")
+    assert out.returncode == 1
+    assert json.loads(out.stdout)["problems"] == [
+        "transitions: the change of document 1 at revision 3 names transition 3, which does not list it",
+        "transitions: the change of document 1 at revision 4 names transition 99, which is missing",
+    ]

@@ -23,6 +23,7 @@ import pytest
 from stateflow.errors import InvalidInput, StoreNotMigrated
 from stateflow.memory import Identity, MemoryView
 from stateflow.store import DocKey, SqlStore, Write, open_store
+from stateflow.store.check import check_store
 from stateflow.store.migrations import (
     CHANGE_ROW_MAX,
     POSTGRES,
@@ -705,3 +706,100 @@ def test_a_schema_14_store_upgrades_to_15_and_merges_patches_into_the_same_rows(
         with store._read_tx() as tx:
             stored, recounted = store.recount(tx)
             assert stored == recounted
+
+
+def _audit(store: SqlStore, limit: int) -> list[tuple[int, list[tuple[str, int]]]]:
+    """The audit pages of ``limit`` transitions each, walked to the end: each transition's seq
+    and its changes' keys and revisions, in page order."""
+    out: list[tuple[int, list[tuple[str, int]]]] = []
+    after = 0
+    while page := store.transitions(after_seq=after, limit=limit):
+        out += [(t.seq, [(str(c.key), c.revision) for c in t.changes]) for t in page]
+        after = page[-1].seq
+    return out
+
+
+def test_a_schema_15_store_upgrades_to_16_and_reads_audits_and_prunes_the_same(
+    backend: str, tmp_path: Path
+) -> None:
+    """Version 16 drops SQLite's ``changes_by_seq``: a transition's row lists its changes' keys
+    (``transitions.changed``, filled by the upgrade from the rows there) and ``changes`` loses
+    its foreign key to ``transitions``. The audit pages, history and as-of reads give what they
+    gave under 15 (the fixture's record, and the changes by seq read from the version-15 rows),
+    and pruning and purging delete the same transitions — the ones left without changes."""
+    _store_at(15, backend, tmp_path)
+    sqlite = not backend.startswith("postgresql://")
+    if sqlite:  # one change's paths kept apart, as version 15 keeps a long row's
+        with sqlite3.connect(backend) as lite:
+            lite.execute(
+                "INSERT INTO change_paths (doc_id, revision, paths) "
+                "SELECT doc_id, revision, paths FROM changes WHERE doc_id = 1 AND revision = 2"
+            )
+            lite.execute("UPDATE changes SET paths = NULL WHERE doc_id = 1 AND revision = 2")
+        lite.close()
+        before = _sqlite_rows(
+            backend,
+            "SELECT c.seq, d.state, d.subject, c.revision FROM changes c JOIN documents d "
+            "ON d.doc_id = c.doc_id ORDER BY c.seq, d.state, d.subject",
+        )
+    store = open_store(backend, auto_migrate=False)
+    try:
+        assert store.migrate() == (15, SCHEMA_VERSION)
+        _reads_back(store, _expected())
+        whole = _audit(store, 10_000)
+        assert [(s, k, r) for s, changes in whole for k, r in changes] == [
+            (t["seq"], c["key"], c["revision"]) for t in _expected()["transitions"] for c in t["changes"]
+        ]
+        assert _audit(store, 1) == _audit(store, 7) == whole  # the same by page
+        if sqlite:
+            assert [(s, str(DocKey(st, sub)), r) for s, st, sub, r in before] == [
+                (s, k, r) for s, changes in whole for k, r in changes
+            ]
+            assert (
+                _sqlite_rows(
+                    backend,
+                    "SELECT name FROM sqlite_master WHERE name LIKE '%_v15' OR name = 'changes_by_seq'",
+                )
+                == []
+            )
+            assert "transitions" not in {
+                r[2] for r in _sqlite_rows(backend, "PRAGMA foreign_key_list(changes)")
+            }
+            assert _sqlite_rows(backend, "PRAGMA foreign_key_check") == []
+            assert _sqlite_rows(backend, "SELECT changed FROM transitions WHERE seq = 16") == [
+                ("[[1,16],[2,1]]",)
+            ]
+            assert _sqlite_rows(backend, "SELECT doc_id, revision FROM change_paths") == [(1, 2)]
+        assert check_store(store).ok
+        # a new transition over two states: listed whole, then its purged half left out
+        notes, ticket = DocKey("notes", "a"), DocKey("tickets", '["agent","fixture","thread","t1"]')
+        old_notes, old_ticket = store.get(notes), store.get(ticket)
+        commit = store.commit(
+            [
+                Write.between(notes, old_notes.body, dict(old_notes.body or {}, late=1), old_notes.revision),
+                Write.between(ticket, old_ticket.body, {"closed": True}, old_ticket.revision),
+            ]
+        )
+        assert commit.seq is not None and commit.at is not None
+        [last] = store.transitions(after_seq=commit.seq - 1)
+        assert [(str(c.key), c.revision) for c in last.changes] == [
+            (str(notes), old_notes.revision + 1),
+            (str(ticket), old_ticket.revision + 1),
+        ]
+        # pruning: the transitions whose every change goes are deleted, as under 15
+        cut = next(t for t in store.transitions(limit=100) if t.seq == 10).at
+        assert store.prune_history("notes", cut) == 9
+        assert [s for s, _ in _audit(store, 5)] == [*range(10, 24), commit.seq]
+        assert store.history([notes], limit=100)[-1].revision == 10
+        assert store.read_at(notes, revision=9).body == _expected()["documents"]["notes/a"]["revisions"][9]
+        # purging: the transitions of the state's documents alone go, the shared one stays
+        assert store.purge("tickets") == 1
+        assert [s for s, _ in _audit(store, 5)] == [*range(10, 22), commit.seq]
+        [last] = store.transitions(after_seq=commit.seq - 1)
+        assert [(str(c.key), c.revision) for c in last.changes] == [(str(notes), old_notes.revision + 1)]
+        assert store.purge("notes") == 2
+        assert [s for s, _ in _audit(store, 5)] == [*range(18, 22), commit.seq]  # the newest stays
+        assert store.transitions(after_seq=commit.seq - 1)[0].changes == []
+        assert check_store(store).ok
+    finally:
+        store.close()

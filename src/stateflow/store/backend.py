@@ -57,6 +57,11 @@ class Backend(abc.ABC):
     bytes a row instead of the clock's 27-byte text); readers see the text either way
     (``clock.time_text``)."""
 
+    transition_keys: ClassVar[bool] = False
+    """Whether a transition's row lists the ``(doc_id, revision)`` keys of its changes
+    (``transitions.changed``, SQLite since schema 16, which has no index of changes by seq):
+    readers go from a transition to its changes through them."""
+
     change_row_max: ClassVar[int | None] = None
     """The most bytes of paths and inline edits a ``changes`` row holds (SQLite since schema 12,
     whose rows must not overflow their page: ``migrations.CHANGE_ROW_MAX``); longer paths go to
@@ -173,9 +178,12 @@ class Backend(abc.ABC):
         lock the others (portable: ``writes.Writes._claim``, one pipeline)."""
 
     @abc.abstractmethod
-    def _insert_transition(self, tx: Tx, at: str, origin: dict[str, Any]) -> Callable[[], int]:
-        """Insert the transition row; return how to get its seq, maybe only after the batch
-        (portable: ``writes.Writes._insert_transition``)."""
+    def _insert_transition(
+        self, tx: Tx, at: str, origin: dict[str, Any], changed: str | None
+    ) -> Callable[[], int]:
+        """Insert the transition row (``changed``: its changes' keys, see ``transition_keys``);
+        return how to get its seq, maybe only after the batch (portable:
+        ``writes.Writes._insert_transition``)."""
 
     @abc.abstractmethod
     def _emit(self, tx: Tx, plans: Sequence[WritePlan], seq: SeqRef) -> None:

@@ -159,14 +159,30 @@ def _revisions(store: SqlStore, report: CheckReport) -> None:
 
 
 def _transitions(store: SqlStore, report: CheckReport) -> None:
-    """Every transition's origin decodes (history pages show it)."""
+    """Every transition's origin decodes (history pages show it); where a transition's row
+    lists its changes' keys (``transition_keys``), every change's transition exists and lists
+    it (the audit page finds a transition's changes only through that list)."""
     after = 0
     while True:
         page = store.transitions(after_seq=after, limit=1000)
         if not page:
-            return
+            break
         report.count("transitions", len(page))
         after = page[-1].seq
+    if not store.transition_keys:
+        return
+    with store._read_tx() as tx:
+        unlisted = tx.all(
+            "SELECT c.doc_id, c.revision, c.seq, t.seq IS NULL FROM changes c "
+            "LEFT JOIN transitions t ON t.seq = c.seq WHERE t.seq IS NULL OR NOT json_valid(t.changed) OR NOT EXISTS ("
+            "SELECT 1 FROM json_each(t.changed) k WHERE k.value ->> 0 = c.doc_id AND k.value ->> 1 = c.revision) "
+            "ORDER BY c.seq, c.doc_id"
+        )
+    for doc_id, revision, seq, missing in unlisted:
+        why = "which is missing" if missing else "which does not list it"
+        report.problem(
+            f"transitions: the change of document {doc_id} at revision {revision} names transition {seq}, {why}"
+        )
 
 
 def _nodes(store: SqlStore, report: CheckReport) -> None:

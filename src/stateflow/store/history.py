@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, Final
 
 from stateflow.doc.canonical import JSON
 from stateflow.doc.diff import Edit, apply_edits
@@ -217,10 +217,7 @@ class History(StoreCore):
             if not heads:
                 return []
             rows = tx.all(
-                "SELECT c.seq, t.at, t.origin, c.doc_id, c.revision, c.paths, d.state, d.subject, c.edits "
-                "FROM changes c JOIN transitions t ON t.seq = c.seq "
-                "JOIN documents d ON d.doc_id = c.doc_id WHERE c.seq >= ? AND c.seq <= ? "
-                "ORDER BY c.seq, d.state, d.subject",
+                _TRANSITION_CHANGES_LISTED if self.transition_keys else _TRANSITION_CHANGES,
                 (heads[0][0], heads[-1][0]),
             )
             rows = _with_paths(tx, rows)
@@ -377,3 +374,22 @@ def snapshot_and_chain(
             rows.append((rev, seq, raw))
     after = 0 if snap is None else int(snap[0])
     return snap, whole_chain(key, rows, after, revision, snapshotted=snap is not None)
+
+
+_TRANSITION_CHANGES: Final = (
+    "SELECT c.seq, t.at, t.origin, c.doc_id, c.revision, c.paths, d.state, d.subject, c.edits "
+    "FROM changes c JOIN transitions t ON t.seq = c.seq "
+    "JOIN documents d ON d.doc_id = c.doc_id WHERE c.seq >= ? AND c.seq <= ? "
+    "ORDER BY c.seq, d.state, d.subject"
+)
+"""The changes of the transitions in a seq range, through the index of changes by seq."""
+
+_TRANSITION_CHANGES_LISTED: Final = (
+    "SELECT c.seq, t.at, t.origin, c.doc_id, c.revision, c.paths, d.state, d.subject, c.edits "
+    "FROM transitions t JOIN json_each(t.changed) k "
+    "JOIN changes c ON c.doc_id = k.value ->> 0 AND c.revision = k.value ->> 1 "
+    "JOIN documents d ON d.doc_id = c.doc_id WHERE t.seq >= ? AND t.seq <= ? "
+    "ORDER BY c.seq, d.state, d.subject"
+)
+"""The same through the keys each transition lists (``transition_keys``); a key whose change
+was pruned or purged since finds no row."""

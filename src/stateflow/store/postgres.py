@@ -426,7 +426,9 @@ class PostgresStore(SqlStore):
     keeps_bodies = True
     reads_before_locking = True
 
-    def _insert_transition(self, tx: Tx, at: str, origin: dict[str, Any]) -> Callable[[], int]:
+    def _insert_transition(
+        self, tx: Tx, at: str, origin: dict[str, Any], changed: str | None
+    ) -> Callable[[], int]:
         # The advisory lock (held to commit) makes seq values visible in commit order; taking it
         # in the same statement as the insert saves a round trip, and the rows that follow name
         # the seq by `currval`, so the value is only read back after the commit.

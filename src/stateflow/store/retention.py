@@ -117,11 +117,17 @@ class Retention(History):
         return len(stale)
 
     def _drop_orphan_transitions(self, tx: Tx, seqs: list[int]) -> None:
+        left = (  # (SQLite: through the keys the transition lists, as ``transitions`` reads them)
+            "SELECT 1 FROM json_each(transitions.changed) k "
+            "JOIN changes c ON c.doc_id = k.value ->> 0 AND c.revision = k.value ->> 1"
+            if self.transition_keys
+            else "SELECT 1 FROM changes c WHERE c.seq = transitions.seq"
+        )
         for start in range(0, len(seqs), 500):
             part = seqs[start : start + 500]
             tx.run(
                 f"DELETE FROM transitions WHERE seq IN ({','.join('?' * len(part))}) "
-                "AND NOT EXISTS (SELECT 1 FROM changes c WHERE c.seq = transitions.seq) "
+                f"AND NOT EXISTS ({left}) "
                 # the newest stays: SQLite numbers a new transition after the highest one left
                 "AND seq < (SELECT MAX(seq) FROM transitions)",
                 part,

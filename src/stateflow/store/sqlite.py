@@ -361,6 +361,7 @@ class _CommitWatch:
 class SqliteStore(SqlStore):
     holds_sql: ClassVar[str | None] = "instr(body, ?) > 0"
     times_as_micros: ClassVar[bool] = True
+    transition_keys: ClassVar[bool] = True
     change_row_max: ClassVar[int | None] = CHANGE_ROW_MAX
 
     def __init__(

@@ -455,13 +455,16 @@ class Writes(StoreCore):
         # The rest needs no answer before the commit: where the database can pipeline, the
         # transition, every row write and the COMMIT travel together.
         with tx.batch(commit=True):
-            seq_of, seq = self._transition(tx, at, origin)
+            # planned first (no statement): the transition's row lists its changes' keys
+            plans = [self._plan_doc(write, entry, stage, fresh) for write, entry, stage in staged]
+            seq_of, seq = self._transition(
+                tx, at, origin, changed_keys(plans) if self.transition_keys else None
+            )
             for scope, claimed in claims:
                 tx.run(
                     f"UPDATE applied_ops SET seq = {seq.sql} WHERE scope = ? AND op_id = ?",
                     (*seq.params, scope, claimed),
                 )
-            plans = [self._plan_doc(write, entry, stage, fresh) for write, entry, stage in staged]
             self._emit(tx, plans, seq)
         return _committed([w.key for w, _, _ in staged], plans, revisions, seq_of(), at, fresh)
 
@@ -784,11 +787,18 @@ class Writes(StoreCore):
             at = utc_now()
             # the checks ride with the transition's insert: no row comes back when one fails
             check, params = unmoved([*shared, *locked], claims)
-            inserted = tx.insert_one(
-                f"INSERT INTO transitions (at, origin) SELECT ?, ? WHERE {check}",
-                (self._stored_time(at), encode_trusted(origin), *params),
-                "seq",
-            )
+            if self.transition_keys:
+                inserted = tx.insert_one(
+                    f"INSERT INTO transitions (at, origin, changed) SELECT ?, ?, ? WHERE {check}",
+                    (self._stored_time(at), encode_trusted(origin), changed_keys(plans), *params),
+                    "seq",
+                )
+            else:
+                inserted = tx.insert_one(
+                    f"INSERT INTO transitions (at, origin) SELECT ?, ? WHERE {check}",
+                    (self._stored_time(at), encode_trusted(origin), *params),
+                    "seq",
+                )
             if inserted is None:
                 return None
             seq = inserted
@@ -802,20 +812,31 @@ class Writes(StoreCore):
                 self._emit(tx, plans, SeqRef("?", (seq,)))
             return seq, at
 
-    def _transition(self, tx: Tx, at: str, origin: dict[str, Any]) -> tuple[Callable[[], int], SeqRef]:
+    def _transition(
+        self, tx: Tx, at: str, origin: dict[str, Any], changed: str | None
+    ) -> tuple[Callable[[], int], SeqRef]:
         """Insert the transition row; return how to get its seq and how statements name it."""
-        seq_of = self._insert_transition(tx, at, origin)
+        seq_of = self._insert_transition(tx, at, origin, changed)
         if self.current_seq_sql is None:
             return seq_of, SeqRef("?", (seq_of(),))
         return seq_of, SeqRef(self.current_seq_sql, ())
 
-    def _insert_transition(self, tx: Tx, at: str, origin: dict[str, Any]) -> Callable[[], int]:
+    def _insert_transition(
+        self, tx: Tx, at: str, origin: dict[str, Any], changed: str | None
+    ) -> Callable[[], int]:
         """Insert the transition row; return how to get its seq (maybe only after the batch)."""
-        seq = tx.insert_one(
-            "INSERT INTO transitions (at, origin) VALUES (?, ?)",
-            (self._stored_time(at), encode_trusted(origin)),
-            "seq",
-        )
+        if self.transition_keys:
+            seq = tx.insert_one(
+                "INSERT INTO transitions (at, origin, changed) VALUES (?, ?, ?)",
+                (self._stored_time(at), encode_trusted(origin), changed),
+                "seq",
+            )
+        else:
+            seq = tx.insert_one(
+                "INSERT INTO transitions (at, origin) VALUES (?, ?)",
+                (self._stored_time(at), encode_trusted(origin)),
+                "seq",
+            )
         assert seq is not None
         return lambda: seq
 
@@ -1287,6 +1308,14 @@ _MEMBER_INSERT: Final = (
     "INSERT INTO members (doc_id, name, position, revision, size, outline, body, root) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
+
+
+def changed_keys(plans: Sequence[WritePlan]) -> str:
+    """``transitions.changed`` for these plans: the JSON ``[[doc_id, revision], …]`` of the
+    changes they write (see ``transition_keys``)."""
+    return "[" + ",".join([f"[{p.doc_id},{p.revision}]" for p in plans]) + "]"
+
+
 _CHANGE_INSERT: Final = "INSERT INTO changes (doc_id, revision, seq, paths, edits) VALUES (?, ?, {seq}, ?, ?)"
 _DOCUMENT_UPDATE: Final = (
     "UPDATE documents SET {setting}revision = ?, updated_seq = {seq}, snapshot_revision = ?, "
