@@ -14,7 +14,8 @@ a few hot keys. Durability as shipped (SQLite ``synchronous=FULL``, PostgreSQL f
 Cases: ``patch_state`` of a hot key; ``read_state`` of it now and 3 transitions back; a
 declared record's ``apply`` (a ``set`` op), ``replace`` of a new subject, ``read``; the audit
 trail's newest page of the record with the long history; a page of subjects; a search for a
-rare and for a common value (50 a page); ``stats``.
+rare and for a common value (50 a page); ``stats``; a page of 50 transitions of the store-wide
+audit (``transitions``), from a point that moves through the history.
 
     python3 -m benchmarks.bench_ab --baseline-src /path/to/other/src [--backend sqlite|postgres|both]
         [--rounds 10] [--iterations 40] [--records 2000] [--changes 500] [--postgres URL]
@@ -85,6 +86,8 @@ def step(case):
         states.read("records", subject(2 + n % (records - 2)))
     elif case == "audit trail page (long history)":
         states.writes("records", subject(0), limit=20)
+    elif case == "transitions page (store-wide audit, 50)":
+        store.transitions(after_seq=n * 50 % (records + changes), limit=50)
     elif case == "subjects page (50)":
         states.subjects("records", limit=50)
     elif case == "search, rare value":
@@ -117,6 +120,7 @@ CASES = (
     "record replace (new subject)",
     "record read",
     "audit trail page (long history)",
+    "transitions page (store-wide audit, 50)",
     "subjects page (50)",
     "search, rare value",
     "search, common value (page of 50)",

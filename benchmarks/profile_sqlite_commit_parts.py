@@ -8,8 +8,10 @@ the saver wrote last (the transition with its checks, the document's row, its me
 change with its edits inline), one transaction per checkpoint: what the store sends, without
 our Python. Each variant leaves one part out: the transition's checks that nothing moved, the
 counting triggers (or only the JSON parses of the subject that find its kind), the foreign
-keys, the ``changes_by_seq`` index, the change's edits (the first body, which the member row
-holds too), the whole change row. The WAL is not checkpointed while a variant runs (its frames
+keys, the ``changes_by_seq`` index (a store of schema 15 or before; since 16 the transition's
+row lists its changes' keys instead, and the variant adds the index back with its foreign key
+as 15 had them), the change's edits (the first body, which the member row holds too), the
+whole change row. The WAL is not checkpointed while a variant runs (its frames
 are counted from the file's growth). Variants alternate round by round, their order reversing;
 the report gives each one's median CPU per commit and its ratio to the commit as written.
 Two variants keep every part and count differently: ``state_counts`` rebuilt ``WITHOUT ROWID``
@@ -20,7 +22,12 @@ None of the variants is a valid store: each shows what a schema step that remove
 could save at most, not a change to make as it stands.
 
     python3 -m benchmarks.profile_sqlite_commit_parts [--commits 2000] [--rounds 3]
-        [--synchronous off|full]
+        [--synchronous off|full] [--filled FILE] [--keep FILE] [--variants NAME ...]
+
+To count instructions, fill once (``--keep``), then run one variant on that file under
+callgrind with two numbers of commits (``--filled FILE --rounds 1 --variants "as written"``)
+and divide the difference: the replay is the only part that grows. Run it with each tree's
+``src`` on ``PYTHONPATH`` to compare schemas (the replay writes what the file's schema has).
 """
 
 from __future__ import annotations
@@ -47,7 +54,7 @@ VARIANTS = (
     "no count triggers",
     "kind counted without JSON",
     "no foreign keys",
-    "no changes_by_seq",
+    "changes_by_seq toggled",
     "counts without rowid",
     "counts: update + insert",
     "change without its edits",
@@ -78,6 +85,11 @@ def fill(path: str, puts: int) -> Rows:
         put(i)
     service.close()
     service.store.close()
+    return last_rows(path)
+
+
+def last_rows(path: str) -> Rows:
+    """The rows of the last checkpoint in the filled store at ``path`` (its WAL emptied)."""
     conn = sqlite3.connect(path)
     try:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -134,6 +146,20 @@ def updated_then_inserted(conn: sqlite3.Connection) -> None:
     )
 
 
+def seq_key(conn: sqlite3.Connection) -> None:
+    """A schema-16 store given schema 15's ``changes_by_seq`` and foreign key from ``changes.seq``
+    to ``transitions`` (written into the table's SQL: the rows do not change)."""
+    conn.execute("CREATE INDEX changes_by_seq ON changes (seq)")
+    (version,) = conn.execute("PRAGMA schema_version").fetchone()
+    conn.execute("PRAGMA writable_schema = ON")
+    conn.execute(
+        "UPDATE sqlite_master SET sql = replace(sql, 'seq BIGINT NOT NULL,', "
+        "'seq BIGINT NOT NULL REFERENCES transitions (seq),') WHERE type = 'table' AND name = 'changes'"
+    )
+    conn.execute(f"PRAGMA schema_version = {version + 1}")
+    conn.execute("PRAGMA writable_schema = OFF")
+
+
 def replay(
     source: str, where: str, variant: str, rows: Rows, commits: int, synchronous: str
 ) -> tuple[float, float]:
@@ -162,8 +188,13 @@ def replay(
                 "BEGIN INSERT INTO state_counts (state, counter, name, n) VALUES (NEW.state, 'kind', "
                 "'checkpoint', 1) ON CONFLICT (state, counter, name) DO UPDATE SET n = n + 1; END"
             )
-        if variant == "no changes_by_seq":
+        indexed = bool(conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'changes_by_seq'").fetchall())
+        if variant == "changes_by_seq toggled" and indexed:
             conn.execute("DROP INDEX changes_by_seq")
+        elif variant == "changes_by_seq toggled":  # schema 15's index and foreign key, not the list
+            seq_key(conn)
+            indexed = True
+        listed = not indexed  # (schema 16: the transition lists its changes' keys)
         if variant == "counts without rowid":
             without_rowid(conn)
         if variant == "counts: update + insert":
@@ -183,14 +214,19 @@ def replay(
             subject = f"{rows.subject[:-2]}{i:08d}{rows.subject[-2:]}"
             at = 1_796_209_654_984_516 + i
             conn.execute("BEGIN IMMEDIATE")
+            columns, values, given = (
+                ("at, origin, changed", "?, ?, ?", (at, rows.origin, f"[[{doc_id},1]]"))
+                if listed
+                else ("at, origin", "?, ?", (at, rows.origin))
+            )
             if variant == "no transition checks":
                 inserted = conn.execute(
-                    "INSERT INTO transitions (at, origin) VALUES (?, ?) RETURNING seq", (at, rows.origin)
+                    f"INSERT INTO transitions ({columns}) VALUES ({values}) RETURNING seq", given
                 ).fetchall()
             else:
                 inserted = conn.execute(
-                    f"INSERT INTO transitions (at, origin) SELECT ?, ? WHERE {checks} RETURNING seq",
-                    (at, rows.origin, *rows.catalog, ALIASES, rows.state, rows.state, subject),
+                    f"INSERT INTO transitions ({columns}) SELECT {values} WHERE {checks} RETURNING seq",
+                    (*given, *rows.catalog, ALIASES, rows.state, rows.state, subject),
                 ).fetchall()
             seq = inserted[0][0]
             conn.execute(
@@ -224,14 +260,24 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--fill", type=int, default=2000, help="saver puts in the store first")
     parser.add_argument("--synchronous", default="off", choices=["off", "normal", "full"])
+    parser.add_argument("--filled", help="replay on a copy of this filled store instead of filling one")
+    parser.add_argument("--keep", help="copy the filled store here")
+    parser.add_argument("--variants", nargs="*", choices=VARIANTS, help="only these (default: all)")
     args = parser.parse_args()
+    variants = tuple(v for v in VARIANTS if not args.variants or v in args.variants)
     with tempfile.TemporaryDirectory() as tmp:
         source = os.path.join(tmp, "filled.db")
-        rows = fill(source, args.fill)
-        cpu: dict[str, list[float]] = {v: [] for v in VARIANTS}
-        frames: dict[str, list[float]] = {v: [] for v in VARIANTS}
+        if args.filled:
+            shutil.copy(args.filled, source)
+            rows = last_rows(source)
+        else:
+            rows = fill(source, args.fill)
+        if args.keep:
+            shutil.copy(source, args.keep)
+        cpu: dict[str, list[float]] = {v: [] for v in variants}
+        frames: dict[str, list[float]] = {v: [] for v in variants}
         for round_ in range(args.rounds):
-            for variant in VARIANTS if round_ % 2 == 0 else reversed(VARIANTS):
+            for variant in variants if round_ % 2 == 0 else reversed(variants):
                 spent, written = replay(source, tmp, variant, rows, args.commits, args.synchronous.upper())
                 cpu[variant].append(spent)
                 frames[variant].append(written)
@@ -240,8 +286,8 @@ def main() -> None:
             f"{args.commits} commits x {args.rounds} rounds (member {rows.member[1]} B, "
             f"change edits {len(rows.edits or b'')} B)"
         )
-        whole = statistics.median(cpu["as written"])
-        for variant in VARIANTS:
+        whole = statistics.median(cpu[variants[0]])
+        for variant in variants:
             median = statistics.median(cpu[variant])
             print(
                 f"  {variant:26s} CPU {median * 1e6:7.1f} µs per commit ({median / whole:4.2f}×, "
