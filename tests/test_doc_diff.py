@@ -1,6 +1,11 @@
+import dataclasses
+import pickle
+import random
+from typing import Any
+
 import pytest
 
-from stateflow.doc.diff import Edit, apply_edits, diff, to_patch
+from stateflow.doc.diff import Edit, apply_edits, diff, diff_paths, to_patch
 from stateflow.doc.select import MISSING
 from stateflow.errors import Conflict
 
@@ -67,3 +72,59 @@ def test_apply_is_copy_on_write() -> None:
     new = apply_edits(old, [Edit(("a", "b", 0), 9)])
     assert old == {"a": {"b": [1, 2]}, "c": {"d": 1}}
     assert new["c"] is old["c"]
+
+
+def _random_json(rng: random.Random, depth: int) -> Any:
+    """A small JSON value whose parts repeat often, so two draws share keys, kinds and values."""
+    pick = rng.random()
+    if depth <= 0 or pick < 0.35:
+        return rng.choice([0, 1, 1.0, True, False, None, "a", "b", "", 2**63])
+    if pick < 0.7:
+        keys = rng.sample(["a", "b", "c", "d", "[0]"], rng.randint(0, 4))
+        return {k: _random_json(rng, depth - 1) for k in keys}
+    return [_random_json(rng, depth - 1) for _ in range(rng.randint(0, 3))]
+
+
+def _mutated(rng: random.Random, value: Any, depth: int) -> Any:
+    """``value`` with a few random changes; untouched containers are shared, as a write's are."""
+    if rng.random() < 0.25:
+        return _random_json(rng, depth)
+    if type(value) is dict:
+        out = dict(value)
+        for key in list(out):
+            roll = rng.random()
+            if roll < 0.15:
+                del out[key]
+            elif roll < 0.5:
+                out[key] = _mutated(rng, out[key], depth - 1)
+        if rng.random() < 0.3:
+            out[rng.choice(["a", "e", "f"])] = _random_json(rng, depth - 1)
+        return out
+    if type(value) is list and value and rng.random() < 0.6:
+        copy = list(value)
+        i = rng.randrange(len(copy))
+        copy[i] = _mutated(rng, copy[i], depth - 1)
+        return copy
+    return value
+
+
+def test_diff_paths_are_the_diffs_edit_paths_in_order() -> None:
+    rng = random.Random(17)
+    for _ in range(3000):
+        old = _random_json(rng, 4) if rng.random() < 0.9 else MISSING
+        new = _mutated(rng, old, 4) if old is not MISSING and rng.random() < 0.8 else _random_json(rng, 4)
+        if rng.random() < 0.05:
+            new = MISSING
+        assert diff_paths(old, new) == [edit.path for edit in diff(old, new)]
+
+
+def test_an_edit_built_by_its_constructor_is_the_frozen_dataclass_it_was() -> None:
+    edit = Edit(("a", 1), {"x": [1]})
+    assert edit == Edit(path=("a", 1), value={"x": [1]}) and edit != Edit(("a", 1))
+    assert Edit(("a",)).value is MISSING and Edit(("a",)).is_delete
+    assert hash(Edit(("a", 1), 2)) == hash(Edit(("a", 1), 2))
+    assert repr(edit) == "Edit(path=('a', 1), value={'x': [1]})"
+    assert pickle.loads(pickle.dumps(edit)) == edit
+    assert dataclasses.replace(edit, value=3) == Edit(("a", 1), 3)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        edit.path = ()  # type: ignore[misc]

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from typing import Any, Final
 
 from stateflow.doc.canonical import JSON, encode_trusted
-from stateflow.doc.diff import diff
+from stateflow.doc.diff import diff_paths
 from stateflow.doc.merge import is_index_patch
 from stateflow.doc.paths import is_key
 from stateflow.doc.select import MISSING
@@ -81,7 +81,7 @@ def effective_entries(
     shown: dict[str, Any], accepted: dict[str, Any], authored: list[tuple[str | int, ...]]
 ) -> list[tuple[tuple[str | int, ...], Any]]:
     """``(path, value or MISSING)`` for every changed or authored path, none under another."""
-    paths = [edit.path for edit in diff(shown, accepted)]
+    paths = diff_paths(shown, accepted)
     paths += [p for p in authored if p]
     # each path at its last place in ``paths``; kept unless one of its ancestors is listed too
     # (a loop, not a sort by depth and a scan of the kept: this runs on every patch_state)
