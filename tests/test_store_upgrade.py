@@ -803,3 +803,68 @@ def test_a_schema_15_store_upgrades_to_16_and_reads_audits_and_prunes_the_same(
         assert check_store(store).ok
     finally:
         store.close()
+
+
+_REFERENCES_VERSION = 17
+"""The version whose PostgreSQL step drops ``members``' and ``changes``' foreign keys."""
+
+
+def _dependents(store: SqlStore, doc_id: int) -> tuple[int, int, int]:
+    """A document's member, change and change_edits rows, counted."""
+    with store._read_tx() as tx:
+        members, changes, edits = (
+            int(tx.all(f"SELECT COUNT(*) FROM {table} WHERE doc_id = ?", (doc_id,))[0][0])
+            for table in ("members", "changes", "change_edits")
+        )
+    return members, changes, edits
+
+
+def test_a_schema_15_store_upgrades_and_a_deleted_document_still_takes_its_rows(
+    backend: str, tmp_path: Path
+) -> None:
+    """The references step leaves PostgreSQL's ``members`` and ``changes`` without foreign keys
+    (the commit function locks every document it writes, so its rows always point at one) and
+    deletes a document's members and changes with it by a statement trigger, as their
+    ``ON DELETE CASCADE`` did (SQLite only records the version). After the upgrade new documents
+    count, large members keep edits apart, and deleting a document's row takes its members,
+    changes and edits on both backends."""
+    with _upgraded(_REFERENCES_VERSION - 1, backend, tmp_path) as store:
+        counted = store.count("notes")
+        kinds = store.kind_counts("notes").get("k", 0)
+        new = _created(store, 3)
+        big = new[0]
+        for n in range(2):
+            store.update(
+                [big],
+                lambda docs, n=n: ([Write.between(big, docs[big].body, {"i": n, "t": "y" * 2000})], None),
+            )
+        assert store.count("notes") == counted + 3
+        assert store.kind_counts("notes").get("k") == kinds + 3
+        with store._read_tx() as tx:
+            stored, recounted = store.recount(tx)
+            assert stored == recounted
+            ids = {
+                key: int(r[0])
+                for key in new
+                for r in tx.all(
+                    "SELECT doc_id FROM documents WHERE state = ? AND subject = ?", (key.state, key.subject)
+                )
+            }
+            if not isinstance(store, SqliteStore):
+                keys = tx.all(
+                    "SELECT conrelid::regclass::text FROM pg_constraint WHERE contype = 'f' "
+                    "AND connamespace = current_schema()::regnamespace ORDER BY 1"
+                )
+                assert [k[0] for k in keys] == ["change_edits", "snapshot_members", "snapshots"]
+        members, changes, edits = _dependents(store, ids[big])
+        assert members > 0 and changes == 3 and edits > 0
+        with store._write_tx() as tx:
+            tx.run("DELETE FROM documents WHERE doc_id IN (?, ?)", (ids[big], ids[new[1]]))
+        assert _dependents(store, ids[big]) == (0, 0, 0)
+        assert _dependents(store, ids[new[1]]) == (0, 0, 0)
+        assert _dependents(store, ids[new[2]]) == (1, 1, 0)
+        assert store.get(new[2]).body == {"i": 2}
+        assert store.purge("notes") > 0
+        with store._read_tx() as tx:
+            for table in ("members", "changes", "change_edits", "snapshots", "snapshot_members"):
+                assert tx.one(f"SELECT COUNT(*) FROM {table} WHERE doc_id = ?", (ids[new[2]],)) == (0,)
