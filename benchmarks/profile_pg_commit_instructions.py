@@ -4,7 +4,7 @@
 
 Wall clock and CPU time on a shared machine move with its load; instructions do not. For each
 case of ``profile_pg_writes`` (a LangGraph saver ``put``, ``put_writes``, a store ``put``, a
-states ``apply``), on a private PostgreSQL cluster of its own (same binaries, started here in a
+states ``apply``, a ``patch_state`` merged by the server as under contention), on a private PostgreSQL cluster of its own (same binaries, started here in a
 temporary directory, stopped after):
 
 1. a store of its own is migrated by this tree and warmed;
@@ -31,9 +31,12 @@ import subprocess
 import tempfile
 from typing import Any
 
+import psycopg
+
 from benchmarks.profile_pg_writes import SCHEMA, case_store, store_url
 
-CASES = ("saver put", "saver put_writes", "store put", "states apply")
+CASES = ("saver put", "saver put_writes", "store put", "states apply", "patch_state merged by the server")
+"""The last one's statement is the server merge (``stateflow_patch_commit``, as under contention)."""
 PORT = 55491
 
 
@@ -68,10 +71,17 @@ def capture(url: str, name: str, warm: int, calls: int, dump: str, port: int) ->
 
     recorded: list[list[Any]] = []
     real = pg._commit_alone
+    served = name.startswith("patch_state")
+    execute = psycopg.Connection.execute
 
     def recording(conn: Any, params: Any) -> Any:
         recorded.append(list(params))
         return real(conn, params)
+
+    def recording_merge(conn: Any, query: Any, params: Any = None, **kwargs: Any) -> Any:
+        if query == pg._PATCH_COMMIT:
+            recorded.append(list(params))
+        return execute(conn, query, params, **kwargs)
 
     with case_store(url, name) as call:
         for i in range(warm):
@@ -93,12 +103,16 @@ def capture(url: str, name: str, warm: int, calls: int, dump: str, port: int) ->
             ]
         )
         pg._commit_alone = recording
+        if served:
+            psycopg.Connection.execute = recording_merge  # type: ignore[method-assign,assignment]
         try:
             for i in range(warm, warm + calls):
                 call(i)
         finally:
             pg._commit_alone = real
-    return [f"EXECUTE c({', '.join(_literal(v) for v in params)})" for params in recorded]
+            psycopg.Connection.execute = execute  # type: ignore[method-assign]
+    prepared = "p" if served else "c"
+    return [f"EXECUTE {prepared}({', '.join(_literal(v) for v in params)})" for params in recorded]
 
 
 def instructions(data: str, db: str, prepare: str, statements: list[str], out: str) -> int:
@@ -140,10 +154,8 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=PORT, help="the private cluster's port")
     parser.add_argument("--keep", help="copy callgrind's outputs into this directory")
     args = parser.parse_args()
-    import psycopg
-
     from stateflow.store import open_store
-    from stateflow.store.postgres import _COMMIT_RAW
+    from stateflow.store.postgres import _COMMIT_RAW, _PATCH_COMMIT
 
     root = tempfile.mkdtemp(prefix="sf-pg-instr-")
     os.chmod(root, 0o777)
@@ -168,7 +180,14 @@ def main() -> None:
         stdout=subprocess.DEVNULL,
     )
     base = f"postgresql://postgres@127.0.0.1:{args.port}"
-    prepare = "PREPARE c AS " + re.sub(r"\s+", " ", _COMMIT_RAW)
+    merge = _PATCH_COMMIT.split("%s")
+    prepare = (
+        "PREPARE c AS "
+        + re.sub(r"\s+", " ", _COMMIT_RAW)
+        + "\nPREPARE p AS "
+        + merge[0]
+        + "".join(f"${n}{part}" for n, part in enumerate(merge[1:], 1))
+    )
     replays: list[tuple[str, str, list[str]]] = []
     try:
         with psycopg.connect(f"{base}/postgres", autocommit=True) as admin:
