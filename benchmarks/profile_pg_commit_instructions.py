@@ -4,7 +4,7 @@
 
 Wall clock and CPU time on a shared machine move with its load; instructions do not. For each
 case of ``profile_pg_writes`` (a LangGraph saver ``put``, ``put_writes``, a store ``put``, a
-states ``apply``, a ``patch_state`` merged by the server as under contention), on a private PostgreSQL cluster of its own (same binaries, started here in a
+states ``apply``, a ``patch_state`` committed alone and one merged by the server as under contention), on a private PostgreSQL cluster of its own (same binaries, started here in a
 temporary directory, stopped after):
 
 1. a store of its own is migrated by this tree and warmed;
@@ -35,8 +35,16 @@ import psycopg
 
 from benchmarks.profile_pg_writes import SCHEMA, case_store, store_url
 
-CASES = ("saver put", "saver put_writes", "store put", "states apply", "patch_state merged by the server")
-"""The last one's statement is the server merge (``stateflow_patch_commit``, as under contention)."""
+CASES = (
+    "saver put",
+    "saver put_writes",
+    "store put",
+    "states apply",
+    "patch_state",
+    "patch_state merged by the server",
+)
+"""The last one's statement is the server merge (``stateflow_patch_commit``, as under contention);
+the one before commits a patch computed by the client (as a lone writer does)."""
 PORT = 55491
 
 
@@ -71,7 +79,7 @@ def capture(url: str, name: str, warm: int, calls: int, dump: str, port: int) ->
 
     recorded: list[list[Any]] = []
     real = pg._commit_alone
-    served = name.startswith("patch_state")
+    served = "server" in name
     execute = psycopg.Connection.execute
 
     def recording(conn: Any, params: Any) -> Any:
