@@ -834,10 +834,11 @@ def test_a_schema_15_store_upgrades_and_a_deleted_document_still_takes_its_rows(
         new = _created(store, 3)
         big = new[0]
         for n in range(2):
-            store.update(
-                [big],
-                lambda docs, n=n: ([Write.between(big, docs[big].body, {"i": n, "t": "y" * 2000})], None),
-            )
+
+            def grown(docs: Any, n: int = n) -> tuple[list[Write], None]:
+                return [Write.between(big, docs[big].body, {"i": n, "t": "y" * 2000})], None
+
+            store.update([big], grown)
         assert store.count("notes") == counted + 3
         assert store.kind_counts("notes").get("k") == kinds + 3
         with store._read_tx() as tx:
