@@ -161,6 +161,10 @@ def main() -> None:
     parser.add_argument("--cases", nargs="*", help="only the cases whose names contain one of these words")
     parser.add_argument("--port", type=int, default=PORT, help="the private cluster's port")
     parser.add_argument("--keep", help="copy callgrind's outputs into this directory")
+    parser.add_argument(
+        "--setup",
+        help="an SQL file run in each replay database before the replay (a variant of a function to count)",
+    )
     args = parser.parse_args()
     from stateflow.store import open_store
     from stateflow.store.postgres import _COMMIT_RAW, _PATCH_COMMIT
@@ -226,6 +230,10 @@ def main() -> None:
                 )
                 with psycopg.connect(f"{base}/{replay}", autocommit=True) as conn:
                     conn.execute("ANALYZE")  # as autovacuum leaves a live store: plans by its statistics
+                    if args.setup:
+                        conn.execute(f"SET search_path = {SCHEMA}")
+                        with open(args.setup) as f:
+                            conn.execute(f.read().encode())
                 replays.append((name, replay, statements))
     finally:
         _as_pg([f"{bindir}/pg_ctl", "-D", data, "-w", "-m", "fast", "stop"], stdout=subprocess.DEVNULL)

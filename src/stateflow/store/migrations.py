@@ -180,7 +180,7 @@ from __future__ import annotations
 
 from typing import Final
 
-SCHEMA_VERSION: Final = 17
+SCHEMA_VERSION: Final = 18
 
 VALUE_INDEX_MAX: Final = 1024
 """Members up to this encoded size are in ``members_by_value`` (scalars only)."""
@@ -567,6 +567,7 @@ CREATE INDEX members_by_value ON members (name, {SQLITE_VALUE.format(m="")})
     15: "",
     16: _CHANGES_V16,
     17: "",
+    18: "",
 }
 
 INDEXABLE: Final = "m.size <= 1048576 AND position('\\x5c7530303030'::bytea IN m.body) = 0"
@@ -1384,6 +1385,333 @@ CREATE OR REPLACE FUNCTION stateflow_subject_kind(subject TEXT) RETURNS TEXT
 document's delete still takes its members and changes with it, by a statement trigger."""
 
 
+_PATCH_COMMIT_18: Final = (
+    r"""
+DROP FUNCTION stateflow_merge_object(TEXT, TEXT, TEXT, TEXT[], TEXT[]);
+CREATE OR REPLACE FUNCTION stateflow_merge_object(
+    p_old TEXT, p_patch TEXT, p_prefix TEXT, INOUT paths TEXT[], INOUT edits TEXT[],
+    OUT merged TEXT, OUT outline TEXT
+) LANGUAGE plpgsql IMMUTABLE AS $$
+-- The merge of p_patch (an object whose values are non-empty objects or strings, integers and
+-- booleans) into the object p_old, both compact JSON text, as the memory layer's merge patch
+-- makes it: the old keys in their order (a changed value in place), then the new keys in the
+-- patch's order; every value copied as its bytes are (json keeps them); outline: the merged
+-- object's keys and kinds, as the store's outline of a member. The edits, in the patch's order
+-- as the diff along its paths finds them, are appended: each one's encoded path to paths
+-- (p_prefix: the encoded segments above, each followed by a comma) and '[path,value]' to
+-- edits. A key that encoding would escape raises SF422: not this merge's case. (Kinds and
+-- objects are told by a value's first byte: canonical JSON has no leading space.)
+DECLARE
+    old_json JSON := p_old::json;
+    pk TEXT[];
+    pv TEXT[];
+    parts TEXT[];
+    kinds TEXT[];
+    k TEXT;
+    sub TEXT;
+    was TEXT;
+    i INT;
+    x RECORD;
+    escapes BOOLEAN := strpos(p_old, chr(92)) > 0;  -- a key to escape shows a backslash
+BEGIN
+    FOR k, sub IN SELECT e.key, e.value::text FROM json_each(p_patch::json) AS e LOOP
+        IF k ~ '[\x01-\x1f"\\]' THEN
+            RAISE EXCEPTION 'a key to escape' USING ERRCODE = 'SF422';
+        END IF;
+        was := (old_json -> k)::text;
+        IF left(sub, 1) = '{' AND left(was, 1) = '{' THEN
+            x := stateflow_merge_object(was, sub, p_prefix || '"' || k || '",', paths, edits);
+            paths := x.paths;
+            edits := x.edits;
+            sub := x.merged;
+        ELSIF was IS DISTINCT FROM sub THEN
+            paths := paths || ('[' || p_prefix || '"' || k || '"]');
+            edits := edits || ('[[' || p_prefix || '"' || k || '"],' || sub || ']');
+        END IF;
+        pk := pk || k;
+        pv := pv || sub;
+    END LOOP;
+    FOR k, was IN SELECT e.key, e.value::text FROM json_each(old_json) AS e LOOP
+        i := array_position(pk, k);
+        IF i IS NOT NULL THEN
+            was := pv[i];
+            pk[i] := NULL;
+        ELSIF escapes AND k ~ '[\x01-\x1f"\\]' THEN
+            RAISE EXCEPTION 'a key to escape' USING ERRCODE = 'SF422';
+        END IF;
+        parts := parts || ('"' || k || '":' || was);
+        kinds := kinds || ('"' || k || '":"' || CASE left(was, 1) WHEN '{' THEN 'object' WHEN '[' THEN 'array'
+            WHEN '"' THEN 'string' WHEN 't' THEN 'boolean' WHEN 'f' THEN 'boolean' WHEN 'n' THEN 'null'
+            ELSE 'number' END || '"');
+    END LOOP;
+    FOR i IN 1 .. coalesce(array_length(pk, 1), 0) LOOP
+        CONTINUE WHEN pk[i] IS NULL;
+        parts := parts || ('"' || pk[i] || '":' || pv[i]);
+        kinds := kinds || ('"' || pk[i] || '":"' || CASE left(pv[i], 1) WHEN '{' THEN 'object'
+            WHEN '"' THEN 'string' WHEN 't' THEN 'boolean' WHEN 'f' THEN 'boolean' ELSE 'number' END || '"');
+    END LOOP;
+    merged := '{' || coalesce(array_to_string(parts, ','), '') || '}';
+    outline := '{' || coalesce(array_to_string(kinds, ','), '') || '}';
+END
+$$;
+CREATE OR REPLACE FUNCTION stateflow_patch_commit(
+    p_state TEXT[], p_subject TEXT[], p_patch TEXT[], p_members TEXT[], p_outlines TEXT[],
+    p_at TEXT, p_origin BYTEA, p_seq_lock BIGINT
+) RETURNS TABLE (r_doc INT, r_name TEXT, r_a BIGINT, r_b BIGINT, r_c BIGINT, r_outline BYTEA, r_body BYTEA)
+LANGUAGE plpgsql AS $$
+-- A memory patch merged by the server (the client's ``patch_state`` computes the same write
+-- from the basis returned, after the commit). The documents p_state/p_subject (the view's, in
+-- the lock order) are locked as the locked path locks them; p_patch holds each one's merge
+-- patch ({member: object}) or NULL. Every document must have a row, a patched one must exist
+-- and its patched and returned members must be inline (else SF422: the caller takes the locked
+-- path; so does any other case this merge does not cover). Returned, before anything is
+-- written: per document (r_doc, from 1) a row with r_name NULL — r_a present, r_b revision,
+-- r_c updated_seq, r_outline the touched paths written (NULL: not written) — and its members
+-- p_members (r_a position, r_b revision, r_c size, r_outline outline, r_body body) and
+-- p_outlines (no body); last, when something was written, r_doc 0 with r_name the time and
+-- r_b the seq. The rows it writes are those the locked path writes for the same patch, in the
+-- same order. PL/pgSQL sets up every expression it evaluates once per transaction, and each
+-- call is a transaction of its own: so (since version 18) few expressions — a document's row
+-- kept whole (one array of rows, not one array per column), variables reset by entering a
+-- block, each member's edits joined by the merge as it finds them. Row by row where a row is
+-- found by key: a statement joining the arguments' arrays would be planned again every call.
+DECLARE
+    n INT := coalesce(array_length(p_state, 1), 0);
+    docs documents[];  -- as locked (the basis)
+    d documents;
+    written documents[];  -- the written documents' rows as they will be
+    w_paths BYTEA[];  -- per document, its touched paths (NULL: not written)
+    ch_paths BYTEA[];  -- per written document (as written), its change row's paths and edits
+    ch_edits BYTEA[];
+    upd_body BYTEA[];
+    upd_size BIGINT[];
+    upd_outline BYTEA[];
+    upd_doc BIGINT[];
+    upd_rev BIGINT[];
+    upd_name TEXT[];
+    ins_doc BIGINT[];
+    ins_name TEXT[];
+    ins_pos BIGINT[];
+    ins_rev BIGINT[];
+    ins_size BIGINT[];
+    ins_outline BYTEA[];
+    ins_body BYTEA[];
+    ed_doc BIGINT[];
+    ed_rev BIGINT[];
+    ed_member TEXT[];
+    ed_edits BYTEA[];
+    snap_doc BIGINT[];
+    snap_rev BIGINT[];
+    m TEXT;
+    mp TEXT;
+    v_root BYTEA;
+    v_at TEXT;
+    new_seq BIGINT;
+BEGIN
+    FOR i IN 1 .. n LOOP
+        SELECT * INTO d FROM documents
+        WHERE state = p_state[i] AND subject = p_subject[i] FOR NO KEY UPDATE;
+        IF NOT FOUND OR (p_patch[i] IS NOT NULL AND d.present <> 1) THEN
+            RAISE EXCEPTION 'a document without a row, or patched while absent' USING ERRCODE = 'SF422';
+        END IF;
+        docs[i] := d;
+    END LOOP;
+    FOR i IN 1 .. n LOOP
+        CONTINUE WHEN p_patch[i] IS NULL;
+        DECLARE  -- entered per document: every variable starts NULL
+            paths TEXT[];  -- the document's edits as the merge finds them: encoded paths, '[path,value]'
+            edits TEXT[];
+            g_member TEXT[];  -- per member written, in name order: its name, its edits, both
+            g_edits TEXT[];
+            g_items TEXT[];
+            x RECORD;
+            is_object BOOLEAN;
+            old_body BYTEA;
+            old_size BIGINT;
+            new_body BYTEA;
+            v_first INT;
+            v_group TEXT;
+            v_bytes BIGINT := 0;
+            j INT;
+        BEGIN
+            d := docs[i];
+            d.revision := d.revision + 1;
+            FOR m, mp IN SELECT e.key, e.value::text FROM json_each(p_patch[i]::json) AS e LOOP
+                IF m ~ '[\x01-\x1f"\\]' OR left(mp, 1) <> '{' THEN
+                    RAISE EXCEPTION 'a member this merge does not cover' USING ERRCODE = 'SF422';
+                END IF;
+                SELECT mm.body, mm.size, mm.root INTO old_body, old_size, v_root
+                FROM members mm WHERE mm.doc_id = d.doc_id AND mm.name = m;
+                IF v_root IS NOT NULL THEN
+                    RAISE EXCEPTION 'a member held as a tree' USING ERRCODE = 'SF422';
+                END IF;
+                v_first := coalesce(array_length(paths, 1), 0);
+                is_object := get_byte(old_body, 0) = 123;  -- '{'; NULL: no member
+                -- an object merged; else (no member, or not an object) set whole: merged into
+                -- '{}' for its text and outline, one edit at the member
+                x := stateflow_merge_object(CASE WHEN is_object THEN convert_from(old_body, 'UTF8') ELSE '{}' END,
+                    mp, '"' || m || '",', paths, edits);
+                IF is_object THEN
+                    CONTINUE WHEN coalesce(array_length(x.paths, 1), 0) = v_first;  -- as it was
+                    paths := x.paths;
+                    edits := x.edits;
+                ELSE
+                    paths := paths || ('["' || m || '"]');
+                    edits := edits || ('[["' || m || '"],' || mp || ']');
+                END IF;
+                new_body := convert_to(x.merged, 'UTF8');
+                IF octet_length(new_body) > 1048576 THEN
+                    RAISE EXCEPTION 'a member to hold as a tree' USING ERRCODE = 'SF422';
+                END IF;
+                IF old_body IS NOT NULL THEN
+                    upd_body := upd_body || new_body;
+                    upd_size := upd_size || octet_length(new_body)::bigint;
+                    upd_outline := upd_outline || convert_to(x.outline, 'UTF8');
+                    upd_doc := upd_doc || d.doc_id;
+                    upd_rev := upd_rev || d.revision;
+                    upd_name := upd_name || m;
+                    d.body_size := d.body_size + octet_length(new_body) - old_size;
+                ELSE
+                    ins_doc := ins_doc || d.doc_id;
+                    ins_name := ins_name || m;
+                    ins_pos := ins_pos || d.next_position;
+                    ins_rev := ins_rev || d.revision;
+                    ins_size := ins_size || octet_length(new_body)::bigint;
+                    ins_outline := ins_outline || convert_to(x.outline, 'UTF8');
+                    ins_body := ins_body || new_body;
+                    d.next_position := d.next_position + 1;
+                    d.body_size := d.body_size + octet_length(new_body);
+                END IF;
+                v_group := '[' || array_to_string(edits[v_first + 1:], ',') || ']';
+                v_bytes := v_bytes + octet_length(convert_to(v_group, 'UTF8'));
+                -- kept in member name order (code points: bytes of UTF-8), as the planner sorts them
+                j := coalesce(array_length(g_member, 1), 0) + 1;
+                g_member[j] := m;
+                g_edits[j] := v_group;
+                WHILE j > 1 AND g_member[j - 1] COLLATE "C" > m COLLATE "C" LOOP
+                    g_member[j] := g_member[j - 1];
+                    g_edits[j] := g_edits[j - 1];
+                    g_member[j - 1] := m;
+                    g_edits[j - 1] := v_group;
+                    j := j - 1;
+                END LOOP;
+            END LOOP;
+            CONTINUE WHEN g_member IS NULL;  -- nothing changed here
+            w_paths[i] := convert_to('[' || array_to_string(paths, ',') || ']', 'UTF8');
+            ch_paths := ch_paths || w_paths[i];
+            IF v_bytes <= 512 THEN  -- kept in the change row (plan.INLINE_EDITS_MAX)
+                FOR e IN 1 .. array_length(g_member, 1) LOOP
+                    g_items[e] := '["' || g_member[e] || '",' || g_edits[e] || ']';
+                END LOOP;
+                ch_edits := ch_edits || convert_to('[' || array_to_string(g_items, ',') || ']', 'UTF8');
+            ELSE
+                ch_edits := ch_edits || NULL::bytea;
+                FOR e IN 1 .. array_length(g_member, 1) LOOP
+                    ed_doc := ed_doc || d.doc_id;
+                    ed_rev := ed_rev || d.revision;
+                    ed_member := ed_member || g_member[e];
+                    ed_edits := ed_edits || convert_to(g_edits[e], 'UTF8');
+                END LOOP;
+            END IF;
+            d.bytes_since_snapshot := d.bytes_since_snapshot + v_bytes;
+            -- plan.SNAPSHOT_MAX_CHAIN, SNAPSHOT_MIN_BYTES, SNAPSHOT_LARGE_CHAIN and TREE_MIN
+            IF d.revision - d.snapshot_revision >= 256 OR d.bytes_since_snapshot >= greatest(d.body_size, 4096)
+                OR (d.revision - d.snapshot_revision >= 16 AND d.body_size >= 1048576) THEN
+                snap_doc := snap_doc || d.doc_id;
+                snap_rev := snap_rev || d.revision;
+                d.snapshot_revision := d.revision;
+                d.bytes_since_snapshot := 0;
+            END IF;
+            written := written || d;
+        END;
+    END LOOP;
+    -- the basis, as read under the locks (before the rows below are written)
+    FOR i IN 1 .. n LOOP
+        d := docs[i];
+        r_doc := i;
+        r_name := NULL;
+        r_a := d.present;
+        r_b := d.revision;
+        r_c := d.updated_seq;
+        r_outline := w_paths[i];
+        r_body := NULL;
+        RETURN NEXT;
+        CONTINUE WHEN d.present <> 1;
+        FOR r_name, r_a, r_b, r_c, r_outline, r_body, v_root IN
+            SELECT mm.name, mm.position, mm.revision, mm.size, mm.outline,
+                   CASE WHEN mm.name = ANY(p_members) THEN mm.body END,
+                   CASE WHEN mm.name = ANY(p_members) THEN mm.root END
+            FROM members mm
+            WHERE mm.doc_id = d.doc_id AND (mm.name = ANY(p_members) OR mm.name = ANY(p_outlines))
+        LOOP
+            IF v_root IS NOT NULL THEN
+                RAISE EXCEPTION 'a member held as a tree' USING ERRCODE = 'SF422';
+            END IF;
+            RETURN NEXT;
+        END LOOP;
+    END LOOP;
+    IF written IS NULL THEN
+        RETURN;
+    END IF;
+    -- the time after the row locks and before the seq lock, as the locked path takes it
+    v_at := coalesce(p_at, to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'));
+    PERFORM pg_advisory_xact_lock(p_seq_lock);  -- seq values become visible in commit order
+    INSERT INTO transitions (at, origin) VALUES (v_at, p_origin) RETURNING seq INTO new_seq;
+    -- the rows, written here as stateflow_commit writes them (a served patch deletes no member,
+    -- writes no node and no tree root), each document's row with its change row
+    FOR i IN 1 .. coalesce(array_length(upd_doc, 1), 0) LOOP
+        UPDATE members
+        SET body = upd_body[i], revision = upd_rev[i], size = upd_size[i], outline = upd_outline[i]
+        WHERE doc_id = upd_doc[i] AND name = upd_name[i];  -- (its root is NULL: checked above)
+    END LOOP;
+    IF ins_doc IS NOT NULL THEN
+        INSERT INTO members (doc_id, name, position, revision, size, outline, body)
+        SELECT * FROM unnest(ins_doc, ins_name, ins_pos, ins_rev, ins_size, ins_outline, ins_body);
+    END IF;
+    FOR i IN 1 .. array_length(written, 1) LOOP
+        d := written[i];
+        WITH w AS (
+            UPDATE documents
+            SET revision = d.revision, present = 1, updated_seq = new_seq,
+                snapshot_revision = d.snapshot_revision, bytes_since_snapshot = d.bytes_since_snapshot,
+                body_size = d.body_size, next_position = d.next_position
+            WHERE doc_id = d.doc_id
+        )
+        INSERT INTO changes (doc_id, revision, seq, paths, edits)
+        VALUES (d.doc_id, d.revision, new_seq, ch_paths[i], ch_edits[i]);
+    END LOOP;
+    IF ed_doc IS NOT NULL THEN
+        INSERT INTO change_edits (doc_id, revision, member, edits)
+        SELECT * FROM unnest(ed_doc, ed_rev, ed_member, ed_edits);
+    END IF;
+    FOR i IN 1 .. coalesce(array_length(snap_doc, 1), 0) LOOP
+        -- members unchanged since an earlier snapshot are there already: not copied again
+        INSERT INTO snapshot_members (doc_id, name, revision, body, root)
+        SELECT mm.doc_id, mm.name, mm.revision, mm.body, mm.root FROM members mm
+        WHERE mm.doc_id = snap_doc[i] AND NOT EXISTS (
+            SELECT 1 FROM snapshot_members s
+            WHERE s.doc_id = mm.doc_id AND s.name = mm.name AND s.revision = mm.revision);
+        INSERT INTO snapshots (doc_id, revision, body)
+        SELECT snap_doc[i], snap_rev[i], convert_to(coalesce(
+            json_agg(json_build_array(mm.name, mm.revision) ORDER BY mm.position)::text, '[]'), 'UTF8')
+        FROM members mm WHERE mm.doc_id = snap_doc[i];
+    END LOOP;
+    r_doc := 0;
+    r_name := v_at;
+    r_a := NULL;
+    r_b := new_seq;
+    r_c := NULL;
+    r_outline := NULL;
+    r_body := NULL;
+    RETURN NEXT;
+END
+$$;
+"""
+)
+"""Version 18, PostgreSQL: ``stateflow_patch_commit`` and ``stateflow_merge_object`` with fewer
+expressions set up per call (see the module's docstring); the same rows and answers."""
+
+
 POSTGRES: Final[dict[int, str]] = {
     1: _COMMON_V1.format(
         doc_pk="BIGSERIAL PRIMARY KEY",
@@ -2101,6 +2429,7 @@ $$;
     15: _PATCH_COMMIT_15,
     16: "",
     17: _CASCADE_BY_TRIGGER,
+    18: _PATCH_COMMIT_18,
 }
 
 
