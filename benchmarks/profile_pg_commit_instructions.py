@@ -1,6 +1,6 @@
 """The server's instructions per commit statement, by kind of write, counted by callgrind.
 
-    python3 -m benchmarks.profile_pg_commit_instructions [--calls 240] [--cases WORD ...]
+    python3 -m benchmarks.profile_pg_commit_instructions [--calls 240] [--cases WORD ...] [--setup FILE]
 
 Wall clock and CPU time on a shared machine move with its load; instructions do not. For each
 case of ``profile_pg_writes`` (a LangGraph saver ``put``, ``put_writes``, a store ``put``, a
@@ -17,7 +17,9 @@ temporary directory, stopped after):
    call is printed, so the backend's start and the first calls' planning are not counted.
 
 It compares nothing by itself: run it with each tree's ``src`` on ``PYTHONPATH`` (the store
-migrates the schema its tree has) and compare the numbers.
+migrates the schema its tree has) and compare the numbers. ``--setup FILE`` runs an SQL file in
+the restored database before the replay (a variant of a server function, counted on the same
+statements); a replay in which a statement failed is refused, not counted.
 """
 
 from __future__ import annotations
@@ -130,7 +132,7 @@ def instructions(data: str, db: str, prepare: str, statements: list[str], out: s
             f.write(s + "\n")
     os.chmod(f"{out}.sql", 0o644)
     with open(f"{out}.sql") as stdin:
-        _as_pg(
+        done = _as_pg(
             [
                 "valgrind",
                 "--tool=callgrind",
@@ -147,6 +149,10 @@ def instructions(data: str, db: str, prepare: str, statements: list[str], out: s
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
+    # a statement that failed did less work than the one counted: a count of nothing
+    failed = [line for line in done.stderr.decode(errors="replace").splitlines() if "ERROR:" in line]
+    if failed:
+        raise RuntimeError(f"{len(failed)} replayed statements failed, the first: {failed[0]}")
     with open(f"{out}.cg") as f:
         for line in f:
             if line.startswith("summary:") or line.startswith("totals:"):

@@ -869,3 +869,72 @@ def test_a_schema_15_store_upgrades_and_a_deleted_document_still_takes_its_rows(
         with store._read_tx() as tx:
             for table in ("members", "changes", "change_edits", "snapshots", "snapshot_members"):
                 assert tx.one(f"SELECT COUNT(*) FROM {table} WHERE doc_id = ?", (ids[new[2]],)) == (0,)
+
+
+_LEAN_MERGE_VERSION = 18
+
+
+def test_a_schema_17_store_upgrades_to_18_and_merges_patches_into_the_same_rows(
+    backend: str, tmp_path: Path
+) -> None:
+    """Version 18 rewrites PostgreSQL's server merge with fewer expressions per call (a locked
+    document's row kept whole, each member's edits joined by ``stateflow_merge_object`` as it
+    finds them; SQLite only records the version): after the upgrade, patches merged by the
+    server — a new member set whole, an update in place, a nested object, two members in one
+    call written in name order, a value as it was, edits kept apart from the change row, a
+    snapshot falling due — leave the same rows as the same patches through the locked path, and
+    a stored key that encoding escapes still falls back to it."""
+    with _upgraded(_LEAN_MERGE_VERSION - 1, backend, tmp_path) as store:
+        served = MemoryView(store, Identity.of("agent-a", "/tmp", "s1"))
+        locked = MemoryView(store, Identity.of("agent-b", "/tmp", "s1"))
+        patches: list[dict[str, Any]] = [
+            {"session": {"tactics": {"n": "1", "a": {"deep": True}}}},
+            {"session": {"tactics": {"n": "2", "b": 3}, "strategy": {"goal": "x"}}},
+            {"session": {"tactics": {"n": "2"}, "strategy": {"goal": "y", "é": {"z": 1}}}},
+            {"session": {"tactics": {"a": {"deep": False, "more": "y" * 600}}}},
+            *(
+                {"session": {"strategy": {"doc": "x" * (100 + 50 * i)}, "tactics": {"n": i}}}
+                for i in range(12)
+            ),
+            {"session": {"tactics": {"n": "3"}}},
+        ]
+        key = served.keys["session"]
+        for n, patch in enumerate(patches, 1):
+            if not isinstance(store, SqliteStore):
+                store._contended[key] = math.inf  # as another writer would leave it
+            served.patch_state(patch)
+            locked.patch_state(patch)
+            # every patch written; on PostgreSQL each one after the first (which creates the
+            # document's row) merged by the server
+            assert store.get(key).revision == n
+            merged = getattr(store, "_served_revisions", None)
+            assert merged is None if isinstance(store, SqliteStore) else merged == ({key: n} if n > 1 else {})
+        rows = _scope_rows(store, key)
+        assert rows == _scope_rows(store, locked.keys["session"])
+        assert any(len(row) == 3 and row[1] == "tactics" for row in rows)  # edits kept apart
+        with store._read_tx() as tx:
+            snapshots = [
+                tx.all(
+                    "SELECT s.revision, s.body FROM snapshots s JOIN documents d ON d.doc_id = s.doc_id "
+                    "WHERE d.state = ? AND d.subject = ? ORDER BY s.revision",
+                    (k.state, k.subject),
+                )
+                for k in (key, locked.keys["session"])
+            ]
+        assert snapshots[0] and [(r, bytes(b)) for r, b in snapshots[0]] == [
+            (r, bytes(b)) for r, b in snapshots[1]
+        ]
+        assert served.read_state({"path": "session.tactics"})["value"] == {
+            "n": "3",
+            "a": {"deep": False, "more": "y" * 600},
+            "b": 3,
+        }
+        # a stored key that encoding escapes: the server does not merge it, the locked path does
+        served.patch_state({"session": {"tactics": {'say "hi"': "1"}}})
+        if not isinstance(store, SqliteStore):
+            store._contended[key] = math.inf
+        served.patch_state({"session": {"tactics": {"n": "4"}}})
+        assert served.read_state({"path": "session.tactics.n"})["value"] == "4"
+        with store._read_tx() as tx:
+            stored, recounted = store.recount(tx)
+            assert stored == recounted

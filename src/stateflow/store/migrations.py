@@ -174,6 +174,17 @@ them) vouched for nothing more. Their ``ON DELETE CASCADE`` is kept by a stateme
 ``change_edits`` follow by their own key). ``stateflow_subject_kind`` tells a subject without a
 backslash by string functions (~20 K fewer instructions per new document than the pattern, the
 same answers). SQLite only records the version.
+
+Version 18, on PostgreSQL, makes the server merge (``stateflow_patch_commit``) cheaper again: the
+server sets up every PL/pgSQL expression a call evaluates once per transaction — and each merge
+is a transaction of its own — so its cost is mostly the expressions it runs, not the data. A
+locked document's row is kept whole (one array of rows instead of one array per column, its new
+values assigned to the row's fields), the per-document variables are reset by entering a block
+instead of by assignments, ``stateflow_merge_object`` (called as an expression, not a query)
+appends each edit's ``[path,value]`` text as it finds it (the caller joins a member's slice
+instead of building it edit by edit) and also gives the text and outline of a member set whole.
+The same rows, in the same order, and the same answers; 0.90× the server's instructions per
+merge. SQLite only records the version.
 """
 
 from __future__ import annotations
@@ -1385,8 +1396,7 @@ CREATE OR REPLACE FUNCTION stateflow_subject_kind(subject TEXT) RETURNS TEXT
 document's delete still takes its members and changes with it, by a statement trigger."""
 
 
-_PATCH_COMMIT_18: Final = (
-    r"""
+_PATCH_COMMIT_18: Final = r"""
 DROP FUNCTION stateflow_merge_object(TEXT, TEXT, TEXT, TEXT[], TEXT[]);
 CREATE OR REPLACE FUNCTION stateflow_merge_object(
     p_old TEXT, p_patch TEXT, p_prefix TEXT, INOUT paths TEXT[], INOUT edits TEXT[],
@@ -1707,7 +1717,6 @@ BEGIN
 END
 $$;
 """
-)
 """Version 18, PostgreSQL: ``stateflow_patch_commit`` and ``stateflow_merge_object`` with fewer
 expressions set up per call (see the module's docstring); the same rows and answers."""
 
