@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stateflow.doc.merge import is_index_patch, merge_patch, overlay, prune_value
+from stateflow.doc.diff import apply_edits, diff_within
+from stateflow.doc.merge import Emitted, is_index_patch, merge_patch, overlay, patch_within, prune_value
 from stateflow.doc.select import MISSING
 from stateflow.errors import PatchError
 from stateflow.store.spares import Spares
@@ -185,3 +186,59 @@ def test_a_pruning_merge_drops_what_it_leaves_empty_and_keeps_array_slots() -> N
     }
     assert merge_patch(doc, patch, prune=True) == {"t": {"l": [{}, 2]}}
     assert merge_patch(doc, {"t": {"v": [{"a": {}}, {}]}}, prune=True)["t"]["v"] == [{}, {}]
+
+
+# ------------------------------------------------------------------ the merge's own edits
+
+
+@settings(max_examples=800, deadline=None)
+@given(
+    st.dictionaries(PRUNE_KEYS, PRUNE_VALUES, max_size=4),
+    st.dictionaries(PRUNE_KEYS, PRUNE_PATCHES, min_size=1, max_size=3),
+    st.dictionaries(PRUNE_KEYS, PRUNE_PATCHES, max_size=2),
+)
+def test_the_edits_a_pruning_merge_lists_are_the_diff_along_its_patches(
+    doc: dict[str, Any], first: dict[str, Any], second: dict[str, Any]
+) -> None:
+    """Where a merge says its edits are exact, they are ``diff_within``'s along the patches'
+    trie, edit for edit and in order, over one patch or two merged in turn (as ``patch_state``
+    merges intents, then the other planes), the values' identity included."""
+    second = {k: v for k, v in second.items() if k not in first}  # two planes' patches: disjoint
+    edits = Emitted()
+    try:
+        got = merge_patch(doc, first, copies=Spares(min_elements=0), prune=True, edits=edits)
+        if second:
+            got = merge_patch(got, second, prune=True, edits=edits)
+    except PatchError:
+        return
+    where = patch_within(second, patch_within(first, {}))
+    expected = diff_within(doc, got, where)
+    if edits.exact:
+        assert list(edits) == expected
+        assert all(a.value is b.value for a, b in zip(edits, expected, strict=True))
+    assert apply_edits(doc, expected) == got
+
+
+def test_a_merge_lists_its_edits_unless_it_deletes_or_patches_elements() -> None:
+    doc = {"t": {"a": 1, "l": [1, 2], "o": {"x": 1}}, "s": "v"}
+    edits = Emitted()
+    merge_patch(
+        doc, {"t": {"a": 2, "o": {"y": [1]}, "n": {"m": {"k": 1}}}, "s": {"z": 1}}, prune=True, edits=edits
+    )
+    assert edits.exact
+    assert [(e.path, e.value) for e in edits] == [
+        (("t", "a"), 2),
+        (("t", "o", "y"), [1]),
+        (("t", "n"), {"m": {"k": 1}}),
+        (("s",), {"z": 1}),
+    ]
+    for patch in ({"t": {"a": None}}, {"t": {"l": {"[0]": 5}}}, {"t": {"o": {"x": {"gone": None}}}}):
+        edits = Emitted()
+        merge_patch(doc, patch, prune=True, edits=edits)
+        assert not edits.exact, patch
+    edits = Emitted()
+    merge_patch(
+        doc, {"t": {"a": 1, "gone": None}}, prune=True, edits=edits
+    )  # nothing deleted, nothing changed
+    assert edits.exact
+    assert not edits

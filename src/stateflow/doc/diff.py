@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from stateflow.doc.canonical import JSON, identical
 from stateflow.doc.select import MISSING
@@ -195,6 +195,10 @@ def _diff(old: JSON, new: JSON, path: PathT, out: list[Edit]) -> None:
         return
     if not identical(old, new):
         out.append(Edit(path, new))
+
+
+diff_into: Final = _diff
+"""``diff_into(old, new, path, out)``: :func:`diff` of the values at ``path``, added to ``out``."""
 
 
 def diff_paths(old: JSON, new: JSON) -> list[PathT]:

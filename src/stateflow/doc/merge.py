@@ -22,7 +22,7 @@ from typing import Any, Final
 
 from stateflow.doc.canonical import JSON
 from stateflow.doc.copies import DELETE, Copies, Step, list_copy, made
-from stateflow.doc.diff import Within
+from stateflow.doc.diff import Edit, Within, diff_into
 from stateflow.doc.select import MISSING
 from stateflow.errors import PatchError
 
@@ -36,6 +36,19 @@ def is_index_patch(patch: JSON) -> bool:
     return type(patch) is dict and bool(patch) and all(INDEX_KEY.match(k) for k in patch)
 
 
+class Emitted(list[Edit]):
+    """The edits a pruning merge made (``merge_patch(edits=...)``), in the order
+    ``doc.diff.diff_within`` lists them along the patch's trie; ``exact`` is False when the
+    merge cannot tell that order (it deleted something: a diff lists a level's deletions first;
+    it patched array elements: a diff lists them by index) and the diff must be taken."""
+
+    __slots__ = ("exact",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.exact = True
+
+
 def merge_patch(
     target: JSON,
     patch: JSON,
@@ -43,6 +56,7 @@ def merge_patch(
     missing_deletions: list[PathT] | None = None,
     copies: Copies | None = None,
     prune: bool = False,
+    edits: Emitted | None = None,
     _path: PathT = (),
 ) -> JSON:
     """Apply a semantic merge patch to ``target`` (which may be :data:`MISSING`).
@@ -52,12 +66,16 @@ def merge_patch(
     ``prune``: no empty object is kept along the patch (an object member the patch leaves
     empty goes; a value the patch sets is kept as :func:`prune_value` makes it; an array keeps
     its slots): memory never stores an empty object.
+    ``edits`` (with ``prune``): gets the edits from ``target`` to the result, as
+    :class:`Emitted` says; the merge visits every changed place already, so the diff need not.
     """
     if patch is None:
         return MISSING
     if type(patch) is not dict:
         return prune_value(patch) if prune else patch
     if type(target) is list and is_index_patch(patch):
+        if edits is not None:
+            edits.exact = False
         return _patch_indices(target, patch, missing_deletions, copies, _path, prune)
     base: dict[str, Any] = target if type(target) is dict else {}
     result: dict[str, Any] | None = None  # copied lazily: no change, no copy
@@ -75,16 +93,26 @@ def merge_patch(
                 result = dict(base) if spare is None else spare.dict_copy(base)
             del result[key]
             steps.append((key, DELETE))
+            if edits is not None:
+                edits.exact = False
             continue
+        whole = edits  # where this key's edits are found by a diff of its values (below)
         if type(sub) is not dict:  # a value set (no call: most of a patch's leaves)
             new = prune_value(sub) if prune and type(sub) is list else sub
         else:
+            if edits is not None:
+                tc = type(current)
+                if tc is dict:  # the merge below lists its own edits
+                    whole = None
+                elif tc is list:  # (array elements patched: a diff lists them by index)
+                    edits.exact = False
             new = merge_patch(
                 current,
                 sub,
                 missing_deletions=missing_deletions,
                 copies=copies,
                 prune=prune,
+                edits=None if whole is not None else edits,
                 _path=(*_path, key),
             )
             if prune and not new and type(new) is dict:  # left empty: it goes
@@ -93,11 +121,15 @@ def merge_patch(
                         result = dict(base) if spare is None else spare.dict_copy(base)
                     del result[key]
                     steps.append((key, DELETE))
+                    if edits is not None:
+                        edits.exact = False
                 continue
             if current is MISSING and sub and new == {}:
                 continue  # deletion-only patch through an absent ancestor: no empty parent
         if new is current:
             continue
+        if whole is not None:  # (what ``diff_within`` does at a leaf of the patch's trie)
+            diff_into(current, new, (*_path, key), whole)
         if result is None:
             result = dict(base) if spare is None else spare.dict_copy(base)
         result[key] = new

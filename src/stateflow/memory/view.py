@@ -15,7 +15,7 @@ from typing import Any, Final
 
 from stateflow.doc.canonical import JSON, detach, encode, encode_trusted, identical
 from stateflow.doc.diff import Edit, Within, diff, to_patch
-from stateflow.doc.merge import merge_patch, overlay, patch_within
+from stateflow.doc.merge import Emitted, merge_patch, overlay, patch_within
 from stateflow.doc.paths import Index, Key, PatchesPath, Range, ReadPath, Selector, parse
 from stateflow.doc.select import MISSING, select
 from stateflow.doc.select import keys as keys_projection
@@ -49,6 +49,7 @@ from stateflow.memory.refs import HINT_MESSAGE, HINT_TRUNCATED, Unread, anchor, 
 from stateflow.memory.scopes import SCOPES, Identity
 from stateflow.memory.served import served_case
 from stateflow.store import Change, Commit, DocKey, Document, Store, Write
+from stateflow.store.model import made_write
 from stateflow.store.spares import SPARES
 from stateflow.store.trail import End, KeysEnd, KeysForm, SliceEnd, SliceForm, Step, Trail
 
@@ -720,9 +721,14 @@ class MemoryView:
             missing: list[str] = []
             writes = []
             for scope, scope_patch in supplied.items():
-                where: Within = {}
-                new[scope] = self._stage(scope, basis[scope], scope_patch, cascaded, missing, where)
+                edits = Emitted()
+                new[scope], where = self._stage(scope, basis[scope], scope_patch, cascaded, missing, edits)
                 key = self.keys[scope]
+                if where is None:  # the merge listed its edits (as the diff would): no diff
+                    if edits:
+                        bodies = (basis[scope], new[scope])
+                        writes.append(made_write(key, edits, docs[key].revision, None, bodies))
+                    continue
                 write = Write.between(key, basis[scope], new[scope], docs[key].revision, where=where)
                 if write.edits:
                     writes.append(write)
@@ -856,39 +862,55 @@ class MemoryView:
         patch: dict[str, Any],
         cascaded: list[str],
         missing: list[str],
-        where: Within,
-    ) -> dict[str, Any]:
-        """The scope's new state: intents first, ownership cascade, then the other planes.
-        ``where`` gets the paths that may differ from ``state`` (the patches' leaves, a trie), in
-        that order: the diff lists its edits, and so the change its paths and new members their
-        positions, in the trie's order."""
+        edits: Emitted,
+    ) -> tuple[dict[str, Any], Within | None]:
+        """The scope's new state: intents first, ownership cascade, then the other planes; and
+        None when ``edits`` got the edits from ``state`` to it, else the paths that may differ
+        from ``state`` (the patches' leaves, a trie), in that order: the diff lists its edits,
+        and so the change its paths and new members their positions, in the trie's order. The
+        merges list their edits in that order too (``Emitted``) but for a deletion, an array's
+        elements patched, a cascade or artifacts' provenance."""
         found: list[tuple[str | int, ...]] = []
         current: dict[str, Any] = state
+        merged: list[dict[str, Any]] = []  # the patches merged, in order (for the trie)
         if "intents" in patch:
             intents_patch = {"intents": patch["intents"]}
-            current = merge_patch(current, intents_patch, missing_deletions=found, copies=SPARES, prune=True)
-            patch_within(intents_patch, where)
+            current = merge_patch(
+                current, intents_patch, missing_deletions=found, copies=SPARES, prune=True, edits=edits
+            )
+            merged.append(intents_patch)
             targets = cascade_targets(scope, state.get("intents"), current.get("intents"), current)
             if targets:
                 cleanup = deletion_patch(targets)
                 current = merge_patch(current, cleanup, copies=SPARES, prune=True)
-                patch_within(cleanup, where)
+                merged.append(cleanup)
+                edits.exact = False
                 cascaded.extend(self._show(scope, ".".join((plane, *keys))) for plane, keys in targets)
             rest = {k: v for k, v in patch.items() if k != "intents"}
         else:
             rest = patch
         if rest:
-            current = merge_patch(current, rest, missing_deletions=found, copies=SPARES, prune=True)
-            patch_within(rest, where)
+            current = merge_patch(
+                current, rest, missing_deletions=found, copies=SPARES, prune=True, edits=edits
+            )
+            merged.append(rest)
         if "artifacts" in patch:
-            where[RUNTIME] = None  # the cards' provenance
+            edits.exact = False
             check_artifacts(scope, current.get("artifacts"), patch["artifacts"])
             roots = self.config.knowledge_roots
             artifact_provenance.check_sources(patch["artifacts"], self.source_cwd, roots)
             current = artifact_provenance.record(current, patch["artifacts"], self.source_cwd, roots)
         check_extra_roots(scope, current, patch, self.planes)
-        missing.extend(f"{scope}\0" + "\0".join(str(p) for p in f) for f in found)
-        return current
+        if found:
+            missing.extend(f"{scope}\0" + "\0".join(str(p) for p in f) for f in found)
+        if edits.exact:
+            return current, None
+        where: Within = {}
+        for merged_patch in merged:
+            patch_within(merged_patch, where)
+        if "artifacts" in patch:
+            where[RUNTIME] = None  # the cards' provenance
+        return current, where
 
     def _missing_hint(self, encoded: str, basis: dict[str, Any]) -> dict[str, Any]:
         scope, *parts = encoded.split("\0")
