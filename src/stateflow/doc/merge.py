@@ -42,11 +42,7 @@ class Emitted(list[Edit]):
     merge cannot tell that order (it deleted something: a diff lists a level's deletions first;
     it patched array elements: a diff lists them by index) and the diff must be taken."""
 
-    __slots__ = ("exact",)
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.exact = True
+    exact: bool = True  # (a class default: no ``__init__`` of our own to call per merge)
 
 
 def merge_patch(
