@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import base64
 import math
-from typing import Any
+from typing import Any, Final
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
@@ -20,40 +20,66 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 _MAX_INT = 2**53
 
 
-def is_plain(value: Any, depth: int = 0) -> bool:
+class _NotPlain:
+    """What :func:`plain` answers for a value that is not plain JSON."""
+
+
+NOT_PLAIN: Final = _NotPlain()
+
+
+def plain(value: Any, depth: int = 0) -> Any:
+    """A copy of ``value`` if it is plain JSON (its objects and lists new, its leaves shared:
+    they are immutable), else :data:`NOT_PLAIN`. The copy is what decoding its JSON would
+    give (exact types, the same keys in the same order): the adapters hand it to the store,
+    whose caches keep it, so no caller's object ends up there — one walk that checks and
+    copies costs less than the check's walk and a copy through JSON."""
     if depth > 64:
-        return False
+        return NOT_PLAIN
     kind = type(value)
     if kind is str or kind is bool or value is None:
-        return True
+        return value
     if kind is int:
-        return bool(-_MAX_INT <= value <= _MAX_INT)
+        return value if -_MAX_INT <= value <= _MAX_INT else NOT_PLAIN
     if kind is float:
-        return math.isfinite(value)
+        return value if math.isfinite(value) else NOT_PLAIN
     if kind is dict:
+        copied: dict[str, Any] = {}
         for k, v in value.items():
             # (text, integers and null inline: most values are leaves — a checkpoint's channel
             # versions, steps and counters are integers — and a call each would double the
             # walk's cost)
             if type(k) is not str:
-                return False
+                return NOT_PLAIN
             leaf = type(v)
             if leaf is int and depth < 64:  # (deeper: the call's depth limit refuses it)
                 if not -_MAX_INT <= v <= _MAX_INT:
-                    return False
-            elif not (leaf is str or v is None or is_plain(v, depth + 1)):
-                return False
-        return True
+                    return NOT_PLAIN
+            elif not (leaf is str or v is None):
+                v = plain(v, depth + 1)
+                if v is NOT_PLAIN:
+                    return NOT_PLAIN
+            copied[k] = v
+        return copied
     if kind is list:
+        items: list[Any] = []
+        append = items.append
         for v in value:
             leaf = type(v)
             if leaf is int and depth < 64:
                 if not -_MAX_INT <= v <= _MAX_INT:
-                    return False
-            elif not (leaf is str or v is None or is_plain(v, depth + 1)):
-                return False
-        return True
-    return False
+                    return NOT_PLAIN
+            elif not (leaf is str or v is None):
+                v = plain(v, depth + 1)
+                if v is NOT_PLAIN:
+                    return NOT_PLAIN
+            append(v)
+        return items
+    return NOT_PLAIN
+
+
+def is_plain(value: Any) -> bool:
+    """Whether ``value`` is plain JSON (kept readable under ``{"json": value}``)."""
+    return plain(value) is not NOT_PLAIN
 
 
 class Codec:
@@ -62,8 +88,11 @@ class Codec:
         self.readable = type(serde) is JsonPlusSerializer
 
     def encode(self, value: Any) -> dict[str, Any]:
-        if self.readable and is_plain(value):
-            return {"json": value}
+        """``value`` as record JSON that shares no object but immutable leaves with it."""
+        if self.readable:
+            copied = plain(value)
+            if copied is not NOT_PLAIN:
+                return {"json": copied}
         kind, data = self.serde.dumps_typed(value)
         return {"type": kind, "b64": base64.b64encode(data).decode()}
 

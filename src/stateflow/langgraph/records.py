@@ -49,14 +49,16 @@ def invert(text: str) -> str:
     """An encoding of ``text`` whose bytewise order is the reverse of ``text``'s order: the
     hex digits of its UTF-8 bytes, each complemented, then ``g`` (above every hex digit, so a
     longer string sorts first, as it should in descending order)."""
-    return text.encode().hex().translate(_COMPLEMENT) + "g"
+    # (each byte flipped, then written in hex: the hex digits complemented, in one C pass each)
+    return text.encode().translate(_FLIP).hex() + "g"
 
 
 def uninvert(text: str) -> str:
-    return bytes.fromhex(text[:-1].translate(_COMPLEMENT)).decode()
+    return bytes.fromhex(text[:-1]).translate(_FLIP).decode()
 
 
-_COMPLEMENT = str.maketrans("0123456789abcdef", "fedcba9876543210")
+_FLIP = bytes(range(255, -1, -1))
+"""Each byte to 255 minus it: its hex digits are the complements of the byte's."""
 
 
 class OwnsStore:

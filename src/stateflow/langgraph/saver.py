@@ -365,9 +365,22 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         encode = self.codec.encode
         values = checkpoint["channel_values"]
         versions = checkpoint["channel_versions"]
-        inline = {c: encode(values[c]) for c in new_versions if c in values}
+        # the codec's values are copies (the caller's objects stay out of the store's caches);
+        # the channels' names are the records' keys: copied too unless exact strings (below)
+        inline: dict[str, Any] = {}
+        exact = True
+        for channel in new_versions:
+            if channel in values:
+                inline[channel] = encode(values[channel])
+                if type(channel) is not str:
+                    exact = False
         sources: dict[str, str] = {}
-        missing = [c for c in versions if c not in inline]
+        missing = []
+        for channel in versions:
+            if channel not in inline:
+                missing.append(channel)
+                if type(channel) is not str:
+                    exact = False
         if missing and parent_id:
             parent = self._parent(thread_id, ns, parent_id)
             if parent is not None:
@@ -387,7 +400,7 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
             "checkpoint_ns": ns,
             "checkpoint_id": checkpoint_id,
             "parent_checkpoint_id": parent_id,
-            "run_id": run_id if isinstance(run_id, str) else None,
+            "run_id": str(run_id) if isinstance(run_id, str) else None,  # (exact: cached)
         }
         saved = {
             "config": names,
@@ -412,12 +425,15 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
             general()  # (the schema's refusal)
         else:
             # valid by construction: the names are strings (run_id a string or None), the
-            # codec makes objects of plain JSON (JSON kept only where ``is_plain``, else
-            # base64 text), ``sources`` names checkpoint ids; one copy in C keeps the
-            # caller's objects out of what the store caches, and its bytes are the member's
-            # row and the change's edit (a new checkpoint: encoded once)
+            # codec makes objects of plain JSON (JSON kept only where ``plain``, else base64
+            # text), ``sources`` names checkpoint ids. Nothing in ``saved`` is the caller's
+            # but immutable leaves (the codec copies; the names are new strings), so the store
+            # may cache it as it is; its bytes are the member's row and the change's edit (a
+            # new checkpoint: encoded once)
             encoded = orjson.dumps(saved)
-            whole = Whole({"saved": orjson.loads(encoded)}, [[]], {"saved": encoded})
+            if not exact:  # a channel named by a subclass of str: keys as JSON gives them back
+                saved = orjson.loads(encoded)
+            whole = Whole({"saved": saved}, [[]], {"saved": encoded})
             self.records.write(
                 CHECKPOINT,
                 key,
@@ -509,12 +525,16 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
             general()  # (the schema's refusal)
             return
         # valid by construction: the bucket ``w0``…``wf`` an object of write entries (task id
-        # and channel strings, idx an int, the value the codec's plain JSON); one copy in C
-        # keeps the caller's objects out of the store's cache. No ``config`` member: the
-        # subject key names the checkpoint (and its record holds the names), and a new
-        # writes record of one member costs one member row, key entry and count fewer
-        encoded = orjson.dumps(dict(entries))
-        fresh = orjson.loads(encoded)
+        # and channel strings, idx an int, the value the codec's plain JSON). The entries are
+        # new objects holding the codec's copies and exact strings, so the store may cache
+        # them as they are (a task path of another type: copied through JSON, as it comes
+        # back). No ``config`` member: the subject key names the checkpoint (and its record
+        # holds the names), and a new writes record of one member costs one member row, key
+        # entry and count fewer
+        fresh = dict(entries)
+        encoded = orjson.dumps(fresh)
+        if type(task_path) is not str:
+            fresh = orjson.loads(encoded)
         paths = [[bucket, name] for name, _ in entries]
 
         def build(current: dict[str, Any] | None) -> Whole:
