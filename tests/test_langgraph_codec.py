@@ -12,6 +12,8 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from stateflow.langgraph import StateflowSaver
 from stateflow.langgraph.codec import Codec, is_plain
+from stateflow.states import StatesService
+from stateflow.store import open_store
 
 
 def _nested(depth: int, leaf: Any) -> Any:
@@ -107,3 +109,75 @@ def test_a_checkpoints_values_read_back_as_written(tmp_path: Path) -> None:
         assert stored is not None
         held = stored["saved"]["channel_values"]
         assert {c for c, v in held.items() if "json" in v} == {"small", "edge", "deep"}
+
+
+class _Name(str):
+    """A task path of a subclass of ``str``."""
+
+
+def _only_plain(value: Any, callers: list[Any]) -> None:
+    """``value`` is JSON of exact types and holds none of ``callers``' objects."""
+    assert all(value is not c for c in callers)
+    if type(value) is dict:
+        for k, v in value.items():
+            assert type(k) is str
+            _only_plain(v, callers)
+    elif type(value) is list:
+        for v in value:
+            _only_plain(v, callers)
+    else:
+        assert value is None or type(value) in (str, int, float, bool)
+
+
+def test_the_stored_records_keep_nothing_of_the_callers(backend: str) -> None:
+    """What the store keeps (and caches) of a checkpoint and of its writes is exact JSON made
+    of none of the caller's objects: changing them after ``put``/``put_writes`` changes
+    nothing read back, from this saver and from a reopened store (a task path of a subclass
+    of ``str`` too)."""
+    name = "messages"
+    messages = ["a", {"text": "b"}]
+    plan = {"next": [1, 2]}
+    versions = {name: 1, "plan": 1}
+    seen = {"node": {name: 1}}
+    checkpoint = {
+        "v": 4,
+        "id": "1",
+        "ts": "2026-01-01T00:00:00+00:00",
+        "channel_values": {name: messages, "plan": plan},
+        "channel_versions": versions,
+        "versions_seen": seen,
+        "updated_channels": [name],
+    }
+    metadata = {"source": "loop", "step": 1, "parents": {"": "0"}, "run_id": "run"}
+    reply = {"text": "reply", "parts": [1]}
+    config: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    callers = [messages, messages[1], plan, plan["next"], versions, seen, seen["node"], metadata, reply]
+
+    def read_back(saver: StateflowSaver) -> None:
+        got = saver.get_tuple(config)
+        assert got is not None
+        assert got.checkpoint["channel_values"] == {"messages": ["a", {"text": "b"}], "plan": {"next": [1, 2]}}
+        assert got.checkpoint["channel_versions"] == {"messages": 1, "plan": 1}
+        assert got.metadata == {"source": "loop", "step": 1, "parents": {"": "0"}, "run_id": "run"}
+        assert [(w[0], w[1], w[2]) for w in got.pending_writes or []] == [
+            ("task", "messages", {"text": "reply", "parts": [1]}),
+            ("task", "plan", "x"),
+        ]
+        for kind in ("checkpoint", "writes"):
+            body = saver.records.store.read([saver.records.doc_key(kind, saver._key("t", "", "1"))])
+            _only_plain(next(iter(body.values())).body, callers)
+
+    with open_store(backend, auto_migrate=True) as opened:
+        saver = StateflowSaver(StatesService(opened))
+        written = saver.put(config, checkpoint, metadata, {name: 1, "plan": 1})  # type: ignore[arg-type]
+        saver.put_writes(written, [(name, reply), ("plan", "x")], "task", _Name("path"))
+        messages.append("later")
+        messages[1]["text"] = "changed"
+        plan["next"].append(3)
+        versions[name] = 9
+        seen["node"][name] = 9
+        metadata["parents"] = {}
+        reply["parts"].append(2)
+        read_back(saver)
+    with open_store(backend, auto_migrate=True) as opened:
+        read_back(StateflowSaver(StatesService(opened)))

@@ -365,22 +365,9 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         encode = self.codec.encode
         values = checkpoint["channel_values"]
         versions = checkpoint["channel_versions"]
-        # the codec's values are copies (the caller's objects stay out of the store's caches);
-        # the channels' names are the records' keys: copied too unless exact strings (below)
-        inline: dict[str, Any] = {}
-        exact = True
-        for channel in new_versions:
-            if channel in values:
-                inline[channel] = encode(values[channel])
-                if type(channel) is not str:
-                    exact = False
+        inline = {c: encode(values[c]) for c in new_versions if c in values}
         sources: dict[str, str] = {}
-        missing = []
-        for channel in versions:
-            if channel not in inline:
-                missing.append(channel)
-                if type(channel) is not str:
-                    exact = False
+        missing = [c for c in versions if c not in inline]
         if missing and parent_id:
             parent = self._parent(thread_id, ns, parent_id)
             if parent is not None:
@@ -400,7 +387,7 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
             "checkpoint_ns": ns,
             "checkpoint_id": checkpoint_id,
             "parent_checkpoint_id": parent_id,
-            "run_id": str(run_id) if isinstance(run_id, str) else None,  # (exact: cached)
+            "run_id": run_id if isinstance(run_id, str) else None,  # (exact: LangGraph's copy)
         }
         saved = {
             "config": names,
@@ -427,12 +414,11 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
             # valid by construction: the names are strings (run_id a string or None), the
             # codec makes objects of plain JSON (JSON kept only where ``plain``, else base64
             # text), ``sources`` names checkpoint ids. Nothing in ``saved`` is the caller's
-            # but immutable leaves (the codec copies; the names are new strings), so the store
-            # may cache it as it is; its bytes are the member's row and the change's edit (a
-            # new checkpoint: encoded once)
+            # but immutable leaves (the codec copies, the names are exact strings, and
+            # ``orjson`` refuses a channel named by a subclass of ``str``), so the store may
+            # cache it as it is; its bytes are the member's row and the change's edit (a new
+            # checkpoint: encoded once)
             encoded = orjson.dumps(saved)
-            if not exact:  # a channel named by a subclass of str: keys as JSON gives them back
-                saved = orjson.loads(encoded)
             whole = Whole({"saved": saved}, [[]], {"saved": encoded})
             self.records.write(
                 CHECKPOINT,
