@@ -156,7 +156,10 @@ def test_the_stored_records_keep_nothing_of_the_callers(backend: str) -> None:
     def read_back(saver: StateflowSaver) -> None:
         got = saver.get_tuple(config)
         assert got is not None
-        assert got.checkpoint["channel_values"] == {"messages": ["a", {"text": "b"}], "plan": {"next": [1, 2]}}
+        assert got.checkpoint["channel_values"] == {
+            "messages": ["a", {"text": "b"}],
+            "plan": {"next": [1, 2]},
+        }
         assert got.checkpoint["channel_versions"] == {"messages": 1, "plan": 1}
         assert got.metadata == {"source": "loop", "step": 1, "parents": {"": "0"}, "run_id": "run"}
         assert [(w[0], w[1], w[2]) for w in got.pending_writes or []] == [

@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 import pytest
 from langgraph.store.base import (
+    BaseStore,
     GetOp,
     InvalidNamespaceError,
     Item,
     ListNamespacesOp,
     MatchCondition,
+    Op,
     PutOp,
+    Result,
     SearchOp,
 )
 
@@ -222,6 +226,49 @@ def test_bad_input_is_refused_and_writes_nothing(lg: StateflowStore) -> None:
     with pytest.raises(ValueError, match="must be a dict"):
         lg.batch([PutOp(("ok",), "k", ["not", "a", "dict"])])  # type: ignore[arg-type]
     assert lg.list_namespaces() == []
+
+
+def test_put_refuses_and_writes_as_langgraphs_put_through_batch(backend: str) -> None:
+    """``put`` writes without going through ``batch``: the same refusals as LangGraph's
+    ``BaseStore.put`` (empty namespace, the root label, bad labels, a value not a dict, each
+    writing nothing), the same item for a namespace given as a list and a key not a string,
+    the store's default TTL; a subclass's own ``batch`` still sees every put."""
+    refusals: list[tuple[type[Exception], tuple[Any, ...]]] = [
+        (InvalidNamespaceError, ((), "k", {"x": 1})),
+        (InvalidNamespaceError, (("langgraph", "a"), "k", {"x": 1})),
+        (InvalidNamespaceError, (("a", ""), "k", {"x": 1})),
+        (InvalidNamespaceError, (("a", 1), "k", {"x": 1})),
+        (InvalidNamespaceError, (("a", "b\x00"), "k", {"x": 1})),
+        (ValueError, (("a",), "k", ["not", "a", "dict"])),
+    ]
+    with StateflowStore.open(backend, ttl={"default_ttl": 5}) as store:
+        for error, args in refusals:
+            with pytest.raises(error) as ours:
+                store.put(*args)
+            with pytest.raises(error) as theirs:
+                BaseStore.put(store, *args)
+            assert str(ours.value) == str(theirs.value)
+        assert store.list_namespaces() == []
+        store.put(["users", "u1"], 7, {"x": 1})  # type: ignore[arg-type]
+        item = store.get(("users", "u1"), "7")
+        assert item is not None and item.namespace == ("users", "u1") and item.value == {"x": 1}
+        record = store.states.read(store.records.state, store.subject(("users", "u1"), "7"))
+        assert record is not None and record["data"]["ttl_minutes"] == 5
+        assert record["data"]["namespace"] == ["users", "u1"] and record["data"]["key"] == "7"
+
+    class Seen(StateflowStore):
+        seen: list[Op]
+
+        def batch(self, ops: Iterable[Op]) -> list[Result]:
+            ops = list(ops)
+            self.seen.extend(ops)
+            return super().batch(ops)
+
+    with Seen.open(backend) as seen:
+        seen.seen = []
+        seen.put(("a",), "k", {"x": 1})
+        assert seen.seen == [PutOp(("a",), "k", {"x": 1}, index=None, ttl=None)]
+        assert seen.get(("a",), "k") is not None
 
 
 def test_ttl_expiry_refresh_and_sweep(backend: str) -> None:

@@ -132,6 +132,8 @@ class Records:
         self._catalog_key = DocKey(CATALOG, state)
         self._doc_keys: dict[tuple[str, str], DocKey] = {}
         self._alias_key = DocKey(ALIASES, state)
+        self._shared = (self._alias_key, self._catalog_key)
+        """the documents a lean write checks did not move (the store only reads them)"""
 
     def subject(self, kind: str, key: str) -> dict[str, str]:
         return {"target_kind": "agent", "target_name": self.target_name, "kind": kind, "key": key}
@@ -235,18 +237,19 @@ class Records:
                 raise _NotLean
             return build(current)
 
-        def compute(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
-            current = docs[doc_key]
-            body, paths, _ = checked({k: docs[k].body for k in shared}, current.body)
-            return [
-                Write.between(doc_key, current.body, body, current.revision, changed=paths, paths=paths)
-            ], None
-
-        shared = [alias_key, catalog_key]
+        shared = self._shared
         stamped = self.states._origin(origin, context, action)
         try:
             # the documents as last seen here, else the store's general read-modify-write
             if not self.store.write_whole(doc_key, checked, stamped, shared=shared):
+
+                def compute(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
+                    current = docs[doc_key]
+                    body, paths, _ = checked({k: docs[k].body for k in shared}, current.body)
+                    return [
+                        Write.between(doc_key, current.body, body, current.revision, changed=paths, paths=paths)
+                    ], None
+
                 self.store.update([doc_key], compute, stamped, shared=shared, optimistic=True)
         except _NotLean as refused:
             if refused.args:  # (until the declaration changes: no lean attempt first)

@@ -365,9 +365,15 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         encode = self.codec.encode
         values = checkpoint["channel_values"]
         versions = checkpoint["channel_versions"]
-        inline = {c: encode(values[c]) for c in new_versions if c in values}
+        inline: dict[str, Any] = {}
+        for channel in new_versions:  # (loops, not comprehensions: each of those is a call)
+            if channel in values:
+                inline[channel] = encode(values[channel])
         sources: dict[str, str] = {}
-        missing = [c for c in versions if c not in inline]
+        missing = []
+        for channel in versions:
+            if channel not in inline:
+                missing.append(channel)
         if missing and parent_id:
             parent = self._parent(thread_id, ns, parent_id)
             if parent is not None:

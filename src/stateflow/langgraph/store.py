@@ -12,24 +12,28 @@ from __future__ import annotations
 
 import builtins
 import functools
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import orjson
 from langchain_core.runnables.config import var_child_runnable_config
 from langgraph.store.base import (
+    NOT_PROVIDED,
     BaseStore,
     GetOp,
     Item,
     ListNamespacesOp,
     MatchCondition,
+    NotProvided,
     Op,
     PutOp,
     Result,
     SearchItem,
     SearchOp,
     TTLConfig,
+    _ensure_ttl,
+    _validate_namespace,
     validate_op_namespace,
 )
 
@@ -134,6 +138,26 @@ class StateflowStore(OwnsStore, BaseStore):
         if puts:
             self._put(builtins.list(puts.values()), now)
         return results
+
+    def put(
+        self,
+        namespace: tuple[str, ...],
+        key: str,
+        value: Mapping[str, Any],
+        index: Literal[False] | builtins.list[str] | None = None,
+        *,
+        ttl: float | NotProvided | None = NOT_PROVIDED,
+    ) -> None:
+        """LangGraph's ``put`` — its checks, then what :meth:`batch` does with one put — without
+        the batch's generality (a list of ops told apart by kind, the labels checked again)."""
+        if type(self).batch is not StateflowStore.batch:  # a subclass's batch sees every op
+            BaseStore.put(self, namespace, key, value, index, ttl=ttl)
+            return
+        _validate_namespace(namespace)  # (what BaseStore.put checks; TTLs are supported)
+        op = PutOp(namespace, str(key), value, index=index, ttl=_ensure_ttl(self.ttl_config, ttl))
+        if type(namespace) is not tuple:
+            op = op._replace(namespace=tuple(namespace))
+        self._put([op], datetime.now(UTC))
 
     async def abatch(self, ops: Iterable[Op]) -> builtins.list[Result]:
         """``batch``, awaited: on the event loop over PostgreSQL's async pool (a store opened
