@@ -135,8 +135,9 @@ def test_the_stored_records_keep_nothing_of_the_callers(backend: str) -> None:
     nothing read back, from this saver and from a reopened store (a task path of a subclass
     of ``str`` too)."""
     name = "messages"
-    messages = ["a", {"text": "b"}]
-    plan = {"next": [1, 2]}
+    text: dict[str, str] = {"text": "b"}
+    messages: list[Any] = ["a", text]
+    plan: dict[str, list[int]] = {"next": [1, 2]}
     versions = {name: 1, "plan": 1}
     seen = {"node": {name: 1}}
     checkpoint = {
@@ -149,9 +150,10 @@ def test_the_stored_records_keep_nothing_of_the_callers(backend: str) -> None:
         "updated_channels": [name],
     }
     metadata = {"source": "loop", "step": 1, "parents": {"": "0"}, "run_id": "run"}
-    reply = {"text": "reply", "parts": [1]}
+    parts: list[int] = [1]
+    reply = {"text": "reply", "parts": parts}
     config: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
-    callers = [messages, messages[1], plan, plan["next"], versions, seen, seen["node"], metadata, reply]
+    callers = [messages, text, plan, plan["next"], versions, seen, seen["node"], metadata, reply, parts]
 
     def read_back(saver: StateflowSaver) -> None:
         got = saver.get_tuple(config)
@@ -175,12 +177,12 @@ def test_the_stored_records_keep_nothing_of_the_callers(backend: str) -> None:
         written = saver.put(config, checkpoint, metadata, {name: 1, "plan": 1})  # type: ignore[arg-type]
         saver.put_writes(written, [(name, reply), ("plan", "x")], "task", _Name("path"))
         messages.append("later")
-        messages[1]["text"] = "changed"
+        text["text"] = "changed"
         plan["next"].append(3)
         versions[name] = 9
         seen["node"][name] = 9
         metadata["parents"] = {}
-        reply["parts"].append(2)
+        parts.append(2)
         read_back(saver)
     with open_store(backend, auto_migrate=True) as opened:
         read_back(StateflowSaver(StatesService(opened)))

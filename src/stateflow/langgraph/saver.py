@@ -486,6 +486,7 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         bucket = _bucket(task_id)
         encode = self.codec.encode
         entries = []
+        paths = []
         named = type(task_id) is str  # (and every channel: else the schema's refusal, below)
         for n, (channel, value) in enumerate(writes):
             if type(channel) is not str:
@@ -498,7 +499,9 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
                 "value": encode(value),
                 "task_path": task_path,
             }
-            entries.append((f"{task_id}:{idx}", entry))
+            name = f"{task_id}:{idx}"
+            entries.append((name, entry))
+            paths.append([bucket, name])
         run_id = config["configurable"].get("run_id") or (config.get("metadata") or {}).get("run_id")
         origin = _origin(str(run_id) if run_id else None)
         key = self._key(thread_id, ns, checkpoint_id)
@@ -527,7 +530,6 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         encoded = orjson.dumps(fresh)
         if type(task_path) is not str:
             fresh = orjson.loads(encoded)
-        paths = [[bucket, name] for name, _ in entries]
 
         def build(current: dict[str, Any] | None) -> Whole:
             if not current:  # a new writes record: its one member's bytes are these
