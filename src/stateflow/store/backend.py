@@ -240,6 +240,12 @@ class Backend(abc.ABC):
         """Documents that may match a containment search (portable: every document, in
         ``listing.Listing._search_candidates``)."""
 
+    def _lock_state(self, tx: Tx, state: str) -> list[int]:
+        """The ids of ``state``'s documents, held for a purge: no writer may write one of them,
+        nor commit anything, until this transaction ends (portable: their ids — one writer at a
+        time holds the database)."""
+        return [int(r[0]) for r in tx.all("SELECT doc_id FROM documents WHERE state = ?", (state,))]
+
     def _lock_nodes(self, tx: Tx) -> None:  # noqa: B027 - optional hook, no-op by default
         """Keep other writers from adding nodes until this transaction ends, so a garbage
         collection's mark sees every root a node could be shared by (portable: nothing — one

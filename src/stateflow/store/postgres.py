@@ -792,6 +792,22 @@ class PostgresStore(SqlStore):
         )
         return {int(d): int(r) for d, r in rows}
 
+    def _lock_state(self, tx: Tx, state: str) -> list[int]:
+        # As a writer takes its locks: the documents' rows in the lock order, then the seq lock.
+        # A writer holding one of the rows finishes first; one that comes after waits, then finds
+        # the document gone. The seq lock keeps out a writer of a document created meanwhile (not
+        # in ``ids``, so not deleted): every writer takes it before it writes a row, counters
+        # included, so the purge's deletes and counters never wait for a writer holding it.
+        ids = [
+            int(r[0])
+            for r in tx.all(
+                f"SELECT d.doc_id FROM documents d WHERE d.state = ? ORDER BY {LOCK_ORDER_SQL} FOR UPDATE",
+                (state,),
+            )
+        ]
+        tx.all(f"SELECT pg_advisory_xact_lock({_SEQ_LOCK_KEY})", (_SEQ_LOCK,))
+        return ids
+
     def _lock_nodes(self, tx: Tx) -> None:
         # conflicts with the row-exclusive lock of every writer that inserts nodes
         tx.run("LOCK TABLE nodes IN SHARE ROW EXCLUSIVE MODE")

@@ -140,24 +140,28 @@ class Retention(History):
         """
         self.check_schema()
         with self._write_tx() as tx:
-            ids = [int(r[0]) for r in tx.all("SELECT doc_id FROM documents WHERE state = ?", (state,))]
-            seqs = sorted(
-                {
-                    int(r[0])
-                    for r in tx.all(
-                        "SELECT DISTINCT c.seq FROM changes c JOIN documents d ON d.doc_id = c.doc_id WHERE d.state = ?",
-                        (state,),
-                    )
-                }
-            )
-            for table in ("change_edits", "changes", "snapshot_members", "snapshots", "members"):
-                tx.run(
-                    f"DELETE FROM {table} WHERE doc_id IN (SELECT doc_id FROM documents WHERE state = ?)",
-                    (state,),
+            # Only the documents held here are deleted, each statement naming them by id: one
+            # created meanwhile is left whole (the purge came first), never half deleted with
+            # its counters left counting it.
+            ids = self._lock_state(tx, state)
+            seqs: set[int] = set()
+            for start in range(0, len(ids), 500):
+                part = ids[start : start + 500]
+                among = f"doc_id IN ({','.join('?' * len(part))})"
+                seqs.update(
+                    int(r[0]) for r in tx.all(f"SELECT DISTINCT seq FROM changes WHERE {among}", part)
                 )
-            tx.run("DELETE FROM documents WHERE state = ?", (state,))
+                for table in (
+                    "change_edits",
+                    "changes",
+                    "snapshot_members",
+                    "snapshots",
+                    "members",
+                    "documents",
+                ):
+                    tx.run(f"DELETE FROM {table} WHERE {among}", part)
             tx.run("DELETE FROM state_counts WHERE state = ? AND n = 0", (state,))
-            self._drop_orphan_transitions(tx, seqs)
+            self._drop_orphan_transitions(tx, sorted(seqs))
             tx.run("DELETE FROM applied_ops WHERE scope = ?", (state,))
             self._collect_nodes(tx)
         for key in list(self._rows_known):  # (a copy: other threads may add rows meanwhile)
