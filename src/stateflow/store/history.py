@@ -11,6 +11,8 @@ import functools
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Final
 
+import orjson
+
 from stateflow.doc.canonical import JSON
 from stateflow.doc.diff import Edit, apply_edits
 from stateflow.doc.select import MISSING
@@ -210,16 +212,20 @@ class History(StoreCore):
         """Transitions with seq > ``after_seq`` in seq order, each with all its changes."""
         self.check_schema()
         with self._read_tx() as tx:
-            heads = tx.all(
-                "SELECT seq, at, origin FROM transitions WHERE seq > ? ORDER BY seq LIMIT ?",
-                (after_seq, limit),
-            )
+            if self.transition_keys:
+                heads = tx.all(
+                    "SELECT seq, at, origin, changed FROM transitions WHERE seq > ? ORDER BY seq LIMIT ?",
+                    (after_seq, limit),
+                )
+                rows = listed_changes(tx, heads)
+            else:
+                heads = tx.all(
+                    "SELECT seq, at, origin FROM transitions WHERE seq > ? ORDER BY seq LIMIT ?",
+                    (after_seq, limit),
+                )
+                rows = tx.all(_TRANSITION_CHANGES, (heads[0][0], heads[-1][0])) if heads else []
             if not heads:
                 return []
-            rows = tx.all(
-                _TRANSITION_CHANGES_LISTED if self.transition_keys else _TRANSITION_CHANGES,
-                (heads[0][0], heads[-1][0]),
-            )
             rows = _with_paths(tx, rows)
             keys = {int(r[3]): DocKey(r[6], r[7]) for r in rows}
             edits = self._edits(tx, keys, [(int(r[3]), int(r[4]), r[8]) for r in rows], None)
@@ -227,8 +233,8 @@ class History(StoreCore):
             for r in rows:
                 by_seq.setdefault(int(r[0]), []).append(self._change(r, keys[int(r[3])], edits))
             return [
-                Transition(int(s), time_text(at), decode_origin(o, s), by_seq.get(int(s), []))
-                for s, at, o in heads
+                Transition(int(h[0]), time_text(h[1]), decode_origin(h[2], h[0]), by_seq.get(int(h[0]), []))
+                for h in heads
             ]
 
     def _edits(
@@ -384,12 +390,78 @@ _TRANSITION_CHANGES: Final = (
 )
 """The changes of the transitions in a seq range, through the index of changes by seq."""
 
-_TRANSITION_CHANGES_LISTED: Final = (
-    "SELECT c.seq, t.at, t.origin, c.doc_id, c.revision, c.paths, d.state, d.subject, c.edits "
-    "FROM transitions t JOIN json_each(t.changed) k "
-    "JOIN changes c ON c.doc_id = k.value ->> 0 AND c.revision = k.value ->> 1 "
-    "JOIN documents d ON d.doc_id = c.doc_id WHERE t.seq >= ? AND t.seq <= ? "
-    "ORDER BY c.seq, d.state, d.subject"
-)
-"""The same through the keys each transition lists (``transition_keys``); a key whose change
-was pruned or purged since finds no row."""
+
+def listed_changes(tx: Tx, heads: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """The change rows of ``_TRANSITION_CHANGES`` for a page of transitions that list their
+    changes' keys (``heads``: seq, at, origin and ``changed`` of every transition in a seq
+    range, in order; see ``transition_keys``).
+
+    The keys are decoded here, and each document's changes read as one range of its
+    ``(doc_id, revision)`` key, from the lowest revision the page lists to the highest: in one
+    document revision order is seq order, so every change in that range belongs to a
+    transition of the page (JSON read in SQL cost more per key than the old index of changes by
+    seq did per change). A key whose change was pruned or purged since finds no row."""
+    low: dict[int, int] = {}  # each document's first and last revision the page lists
+    high: dict[int, int] = {}
+    try:  # (one decode for the page: a call per transition cost more than the parse)
+        for keys in orjson.loads("[" + ",".join([h[3] for h in heads if h[3] is not None]) + "]"):
+            for doc_id, revision in keys:
+                low.setdefault(doc_id, revision)
+                high[doc_id] = revision  # (heads come in seq order, so revisions come in order)
+    except (orjson.JSONDecodeError, TypeError, ValueError) as exc:
+        raise _corrupt_keys(heads) from exc
+    found = {int(h[0]): h for h in heads}
+    listed = list(low)
+    rows: list[tuple[Any, ...]] = []
+    for start in range(0, len(listed), _SPANS_MAX):
+        part = listed[start : start + _SPANS_MAX]
+        size = _spans_size(len(part))
+        params: list[int] = []
+        for doc_id in part:
+            params += (doc_id, low[doc_id], high[doc_id])
+        params += (0, 1, 0) * (size - len(part))  # an empty range: the statement's text is one of a few
+        for seq, doc_id, revision, paths, state, subject, edits in tx.all(_spans_statement(size), params):
+            owner = found.get(seq)
+            if owner is not None:  # (a change whose transition is missing is damage: check names it)
+                rows.append((seq, owner[1], owner[2], doc_id, revision, paths, state, subject, edits))
+    if len(listed) > _SPANS_MAX:
+        rows.sort(key=lambda r: (r[0], r[6], r[7]))
+    return rows
+
+
+_SPANS_MAX: Final = 256
+"""Documents read by one statement of :func:`listed_changes` (three parameters each)."""
+
+
+def _spans_size(n: int) -> int:
+    """The number of ranges a statement for ``n`` takes: 4, a multiple of 8 up to 64, then the
+    next power of two (a dozen statement texts, each prepared once per connection)."""
+    if n <= 4:
+        return 4
+    return -(-n // 8) * 8 if n <= 64 else 1 << (n - 1).bit_length()
+
+
+def _corrupt_keys(heads: list[tuple[Any, ...]]) -> CorruptData:
+    """The damage :func:`listed_changes` met, naming the first transition whose keys are not
+    ``[[doc_id, revision], …]``."""
+    for head in heads:
+        try:
+            for doc_id, revision in orjson.loads(head[3] or "[]"):
+                if type(doc_id) is not int or type(revision) is not int:
+                    raise TypeError(doc_id, revision)
+        except (orjson.JSONDecodeError, TypeError, ValueError):
+            return CorruptData(f"transition {head[0]}: its changes' keys are corrupt: {head[3]!r}")
+    return CorruptData(f"transitions {heads[0][0]}–{heads[-1][0]}: their changes' keys are corrupt")
+
+
+@functools.lru_cache(maxsize=16)
+def _spans_statement(size: int) -> str:
+    """The changes (seq, doc_id, revision, paths, state, subject, edits) in ``size`` ranges of
+    revisions ``(doc_id, low, high)``, in transition order."""
+    ranges = ",".join(["(?, ?, ?)"] * size)
+    return (
+        "SELECT c.seq, c.doc_id, c.revision, c.paths, d.state, d.subject, c.edits "
+        f"FROM (VALUES {ranges}) k JOIN documents d ON d.doc_id = k.column1 "
+        "JOIN changes c ON c.doc_id = k.column1 AND c.revision BETWEEN k.column2 AND k.column3 "
+        "ORDER BY c.seq, d.state, d.subject"
+    )
