@@ -247,7 +247,9 @@ class Records:
                     current = docs[doc_key]
                     body, paths, _ = checked({k: docs[k].body for k in shared}, current.body)
                     return [
-                        Write.between(doc_key, current.body, body, current.revision, changed=paths, paths=paths)
+                        Write.between(
+                            doc_key, current.body, body, current.revision, changed=paths, paths=paths
+                        )
                     ], None
 
                 self.store.update([doc_key], compute, stamped, shared=shared, optimistic=True)
