@@ -289,6 +289,9 @@ def test_http_declared_state_tools_on_request_with_tenancy(served: str, backend:
     assert out["bob_after"].structured_content["result"]["data"] == {"text": "hi"}
 
 
+# A handshake-era client on purpose: ``resources/subscribe`` is that era's way to subscribe (the
+# SDK marks it deprecated because the 2026-07-28 era replaced it; the next test covers that era).
+@pytest.mark.filterwarnings("ignore::mcp.MCPDeprecationWarning")
 def test_stdio_resource_subscriptions_notify_every_context_change(tmp_path: Path) -> None:
     db = str(tmp_path / "m.db")
     base = ["--store", db]
@@ -351,6 +354,55 @@ def test_stdio_resource_subscriptions_notify_every_context_change(tmp_path: Path
     assert out["subscribe"] is True
     assert out["own"] == ["stateflow://memory/context"]
     assert out["other"] == ["stateflow://memory/context", "stateflow://memory/context"]
+    assert out["bad"].startswith("error[not-found]: no resource stateflow://memory/nope")
+
+
+def test_stdio_listen_streams_notify_a_2026_client_of_every_context_change(tmp_path: Path) -> None:
+    """A 2026-07-28 client has no ``resources/subscribe``: it opens a ``subscriptions/listen``
+    stream naming the resources, and hears of its own patches and of other processes' writes."""
+    from mcp import Client
+
+    db = str(tmp_path / "m.db")
+    base = ["--store", db]
+    uri = "stateflow://memory/context"
+
+    async def next_event(sub: Any) -> Any:
+        with anyio.fail_after(30):
+            async for event in sub:
+                return event
+
+    async def run() -> dict[str, Any]:
+        params = StdioServerParameters(
+            command="stateflow",
+            args=[*base, "mcp", "--cwd", str(tmp_path), "--session", "s"],
+            env=dict(os.environ),
+        )
+        out: dict[str, Any] = {}
+        async with Client(params) as client:
+            out["version"] = client.protocol_version
+            resources = client.server_capabilities.resources
+            out["subscribe"] = resources is not None and resources.subscribe
+            async with client.listen(resource_subscriptions=[uri]) as sub:
+                out["honored"] = sub.honored.resource_subscriptions
+                await client.call_tool("patch_state", {"session": {"tactics": {"next": "review"}}})
+                out["own"] = await next_event(sub)
+                write = ["tool", "patch_state", '{"cwd": {"strategy": {"db": "pg"}}}']
+                where = ["--session", "other", "--cwd", str(tmp_path)]
+                other = await anyio.run_process(["stateflow", *base, *write, *where], check=False)
+                assert other.returncode == 0, other.stderr
+                out["other"] = await next_event(sub)
+            try:
+                async with client.listen(resource_subscriptions=["stateflow://memory/nope"]):
+                    out["bad"] = "opened"
+            except MCPError as exc:
+                out["bad"] = exc.message
+        return out
+
+    out = anyio.run(run)
+    assert out["version"] == "2026-07-28"
+    assert out["subscribe"] is True
+    assert out["honored"] == [uri]
+    assert out["own"].uri == uri and out["other"].uri == uri
     assert out["bad"].startswith("error[not-found]: no resource stateflow://memory/nope")
 
 

@@ -185,6 +185,15 @@ def build_server(
         assert subscriptions is not None
         return await subscriptions.unsubscribe(ctx, params)
 
+    async def listen(
+        ctx: Any, params: types.SubscriptionsListenRequestParams
+    ) -> types.SubscriptionsListenResult:
+        assert subscriptions is not None
+        try:
+            return await subscriptions.listen(ctx, params)
+        except StateflowError as exc:
+            raise _refusal(exc) from exc
+
     return Server(
         "stateflow",
         version=__version__,
@@ -198,6 +207,7 @@ def build_server(
         on_get_prompt=get_prompt,
         on_subscribe_resource=subscribe if subscriptions is not None else None,
         on_unsubscribe_resource=unsubscribe if subscriptions is not None else None,
+        on_subscriptions_listen=listen if subscriptions is not None else None,
     )
 
 
