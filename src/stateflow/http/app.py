@@ -71,17 +71,41 @@ class MethodNotAllowed(StateflowError):
         self.allow = allow
 
 
+class _Answer(Response):
+    """A JSON answer with the headers ``Response`` gives it, in its order (the caller's, then
+    ``content-length``, then ``content-type``), set straight: ``Response.__init__`` renders the
+    body and passes over the headers in general, a cost on every request."""
+
+    media_type = "application/json"
+
+    def __init__(self, body: bytes, status_code: int, raw_headers: list[tuple[bytes, bytes]]) -> None:
+        self.status_code = status_code
+        self.background = None
+        self.body = body
+        if not (status_code < 200 or status_code in (204, 304)):
+            raw_headers.append((b"content-length", str(len(body)).encode("latin-1")))
+        raw_headers.append((b"content-type", b"application/json"))
+        self.raw_headers = raw_headers
+
+
 def _json(status: int, payload: Any, headers: dict[str, str] | None = None) -> Response:
     # Answers carry what the service returned: values checked as JSON on their way into the store
     # and views built from them, so they are encoded without walking them again.
-    return Response(
-        encode_trusted(payload), status_code=status, media_type="application/json", headers=headers
-    )
+    if headers is None:
+        return _Answer(encode_trusted(payload), status, [])
+    raw = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
+    if any(k in (b"content-length", b"content-type") for k, _ in raw):  # (none of ours do)
+        return Response(
+            encode_trusted(payload), status_code=status, media_type="application/json", headers=headers
+        )
+    return _Answer(encode_trusted(payload), status, raw)
 
 
 def _segment(raw: str) -> str:
     """One percent-decoded path segment; bytes that are not UTF-8 are refused, never replaced
     (so ``%C3%28`` and ``%FF%28`` can never name the same record)."""
+    if "%" not in raw and raw.isascii():
+        return raw  # nothing to decode: what the decoding would give
     try:
         return unquote_to_bytes(raw).decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -191,7 +215,7 @@ def origin_from(request: Request) -> WriteOrigin:
 def if_match(request: Request) -> int | None:
     """The revision an ``If-Match`` header names (``"N"``; ``*`` matches any), for a
     compare-and-set write."""
-    raw = request.headers.get("if-match")
+    raw = _header(request.scope, b"if-match")  # (the first, as ``Headers.get`` gives it)
     if raw is None or raw.strip() == "*":
         return None
     text = raw.strip()
@@ -322,7 +346,7 @@ def create_app(
         return request.method == "POST" and getattr(route_of(request), "name", None) in READING_POST_ROUTES
 
     def token_of(request: Request) -> Token:
-        token: Token = request.state.token
+        token: Token = request.scope["state"]["token"]  # set by Authenticate (``request.state``)
         return token
 
     def context_of(request: Request) -> DoorContext:
@@ -529,8 +553,8 @@ def create_app(
         token = token_of(request)
         if not token.allows_tenant(subject.tenant):
             raise Forbidden(f"this token may not use target {subject.target_kind}/{subject.target_name}")
-        ctx = context_of(request)
-        method = request.method
+        ctx = _api_context(token.principal)  # (context_of, with the token already at hand)
+        method = request.scope["method"]
         if name == MEMORY_STATE and method != "GET":
             raise ReadOnlyState(MEMORY_RECORD_REFUSAL)
         if not (len(suffix) == 2 and suffix[0] == "template-jq" and method == "GET"):
@@ -655,7 +679,6 @@ def create_app(
         name="record",
     )
     app.router.routes.append(record_route)
-    search_route = next(r for r in app.router.routes if getattr(r, "name", None) == "search_records")
 
     async def record_direct(scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
@@ -675,7 +698,8 @@ def create_app(
         if scope["method"] not in RECORD_METHODS or not scope["path"].startswith("/api/states/"):
             return None
         match, child = record_route.matches(scope)
-        if match != Match.FULL or search_route.matches(scope)[0] != Match.NONE:
+        # the search route's path is a record path whose rest is "search" (same name pattern)
+        if match != Match.FULL or child["path_params"]["rest"] == "search":
             return None
         scope.update(child)
         return record_direct

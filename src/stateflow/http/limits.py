@@ -31,8 +31,10 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        length = False
         for name, value in scope.get("headers", ()):
             if name == b"content-length":
+                length = True
                 try:
                     declared = int(value)
                 except ValueError:
@@ -40,7 +42,7 @@ class BodyLimit:
                 if declared > self.limit:
                     await self._refuse(send)
                     return
-        if any(name == b"content-length" for name, _ in scope.get("headers", ())):
+        if length:
             await self.app(scope, receive, send)  # the server delivers at most what it declared
             return
         # no declared length (chunked): buffer up to the limit before the route runs, so a
