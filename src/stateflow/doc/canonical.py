@@ -86,18 +86,36 @@ def _plain(node: JSON, depth: int) -> bool:
         return math.isfinite(node)
     if depth >= MAX_DEPTH and (t is dict or t is list):
         return False
+    # a container's scalars are answered in its own loop, as the first lines above answer
+    # them: a call per number was most of a small write's check
     if t is dict:
         for k, v in node.items():
             if type(k) is not str:
                 return False
             tv = type(v)
-            if not (tv is str or tv is bool or v is None) and not _plain(v, depth + 1):
+            if tv is str or tv is bool or v is None:
+                continue
+            if tv is int:
+                if not _INT_MIN <= v <= _INT_MAX:
+                    return False
+            elif tv is float:
+                if not math.isfinite(v):
+                    return False
+            elif not _plain(v, depth + 1):
                 return False
         return True
     if t is list:
         for v in node:
             tv = type(v)
-            if not (tv is str or tv is bool or v is None) and not _plain(v, depth + 1):
+            if tv is str or tv is bool or v is None:
+                continue
+            if tv is int:
+                if not _INT_MIN <= v <= _INT_MAX:
+                    return False
+            elif tv is float:
+                if not math.isfinite(v):
+                    return False
+            elif not _plain(v, depth + 1):
                 return False
         return True
     return False
