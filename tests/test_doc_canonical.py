@@ -89,3 +89,24 @@ def test_nesting_up_to_the_storage_limit_is_accepted_deeper_is_refused_by_place(
 def test_a_bad_value_deep_inside_is_named_by_its_full_path() -> None:
     with pytest.raises(InvalidJSON, match=r"^\$\.people\[1\]\.score: nan"):
         check({"people": [{"score": 1.0}, {"score": math.nan}], "ok": True})
+
+
+
+@pytest.mark.parametrize("bad", [2**64, -(2**63) - 1, math.nan, math.inf, -math.inf])
+@pytest.mark.parametrize(
+    ("value", "place"),
+    [
+        (lambda bad: {"a": bad}, "$.a"),
+        (lambda bad: [1, "s", bad], "$[2]"),
+        (lambda bad: {"x": [{"y": [0.5, bad]}]}, "$.x[0].y[1]"),
+    ],
+)
+def test_numbers_inside_containers_are_refused_by_place(bad: object, value: Any, place: str) -> None:
+    # a container's numbers are answered in its own loop, not by a call each: the same refusals
+    with pytest.raises(InvalidJSON) as refused:
+        check(value(bad))
+    assert refused.value.message.startswith(f"{place}: ")
+
+
+def test_numbers_at_the_bounds_inside_containers_are_accepted() -> None:
+    check({"a": 2**64 - 1, "b": [-(2**63), 1.5, -0.0, True, False, None, "s", 0], "c": {"d": 1e308}})

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import unquote_to_bytes
 
 import pytest
+from fastapi.responses import Response
 from fastapi.testclient import TestClient
 
 from stateflow.config import Config, RetentionConfig
+from stateflow.doc.canonical import encode
 from stateflow.errors import InvalidInput
-from stateflow.http.app import create_app
+from stateflow.http.app import BadRequest, _json, _segment, create_app
 from stateflow.http.auth import TokenSet, parse_token
 from stateflow.states import StatesService
 from stateflow.store import SqlStore
@@ -489,3 +492,43 @@ def test_an_unmigrated_store_answers_501_until_it_is_migrated(backend: str) -> N
             assert status == 200 and [d["name"] for d in payload["data"]] == ["memory"]
     finally:
         store.close()
+
+
+@pytest.mark.parametrize(
+    "raw",
+    ["t-1", "a.b_c~d", "caf%C3%A9", "conv%2Fwrites", "caf\u00c3\u00a9", "%41", "", "x+y", "x%"],
+)
+def test_a_path_segment_decodes_as_percent_decoding_gives_it(raw: str) -> None:
+    # a segment with nothing to decode is taken as it is: the same text the decoding gives
+    assert _segment(raw) == unquote_to_bytes(raw).decode("utf-8")
+
+
+def test_a_path_segment_that_is_not_utf8_is_refused() -> None:
+    for raw in ("%C3%28", "%FF%28", "%FF"):
+        with pytest.raises(BadRequest):
+            _segment(raw)
+
+
+@pytest.mark.parametrize("status", [200, 201, 204, 304, 404, 412, 500])
+@pytest.mark.parametrize(
+    "headers", [None, {"ETag": '"3"'}, {"Allow": "GET, PUT"}, {"Allow": "POST", "Retry-After": "2"}]
+)
+def test_a_json_answer_is_the_response_starlette_builds(status: int, headers: dict[str, str] | None) -> None:
+    payload = {"data": {"state": "tickets", "data": {"n": 1, "s": "é"}}}
+    answer = _json(status, payload, headers)
+    expected = Response(encode(payload), status_code=status, media_type="application/json", headers=headers)
+    assert answer.body == expected.body
+    assert answer.raw_headers == expected.raw_headers
+    assert answer.status_code == expected.status_code and answer.background is None
+    assert dict(answer.headers) == dict(expected.headers)
+
+
+def test_a_record_write_answers_its_etag_length_and_type(declared: Api) -> None:
+    r = declared.client.request(
+        "PUT", rec("t-headers"), json={"status": "open"}, headers={"Authorization": f"Bearer {ADMIN}"}
+    )
+    assert r.status_code == 200
+    assert r.headers["content-type"] == "application/json"
+    assert r.headers["etag"] == '"1"'
+    assert int(r.headers["content-length"]) == len(r.content)
+    assert r.json()["data"]["data"]["status"] == "open"
