@@ -91,7 +91,6 @@ def test_a_bad_value_deep_inside_is_named_by_its_full_path() -> None:
         check({"people": [{"score": 1.0}, {"score": math.nan}], "ok": True})
 
 
-
 @pytest.mark.parametrize("bad", [2**64, -(2**63) - 1, math.nan, math.inf, -math.inf])
 @pytest.mark.parametrize(
     ("value", "place"),
