@@ -181,10 +181,27 @@ def _diff(old: JSON, new: JSON, path: PathT, out: list[Edit]) -> None:
             if key not in new:
                 out.append(Edit((*path, key)))
         for key, value in new.items():
-            _diff(old.get(key, MISSING), value, (*path, key), out)
+            was = old.get(key, MISSING)
+            # the steps below for a value kept or a scalar of one type, without the call
+            # (most of a document's members): no edit, or one of the new value
+            if was is value:
+                continue
+            tv = type(value)
+            if tv is type(was) and tv is not dict and tv is not list:
+                if was != value:
+                    out.append(Edit((*path, key), value))
+                continue
+            _diff(was, value, (*path, key), out)
         return
     if to is list and tn is list and len(old) == len(new):
         for i, (a, b) in enumerate(zip(old, new, strict=True)):
+            if a is b:
+                continue
+            tb = type(b)
+            if tb is type(a) and tb is not dict and tb is not list:
+                if a != b:
+                    out.append(Edit((*path, i), b))
+                continue
             _diff(a, b, (*path, i), out)
         return
     if to is tn and to is not dict and to is not list:
@@ -226,10 +243,25 @@ def _diff_paths(old: JSON, new: JSON, path: PathT, out: list[PathT]) -> None:
             if key not in new:
                 out.append((*path, key))
         for key, value in new.items():
-            _diff_paths(old.get(key, MISSING), value, (*path, key), out)
+            was = old.get(key, MISSING)
+            if was is value:  # (as in ``_diff``: kept values and scalars without the call)
+                continue
+            tv = type(value)
+            if tv is type(was) and tv is not dict and tv is not list:
+                if was != value:
+                    out.append((*path, key))
+                continue
+            _diff_paths(was, value, (*path, key), out)
         return
     if to is list and tn is list and len(old) == len(new):
         for i, (a, b) in enumerate(zip(old, new, strict=True)):
+            if a is b:
+                continue
+            tb = type(b)
+            if tb is type(a) and tb is not dict and tb is not list:
+                if a != b:
+                    out.append((*path, i))
+                continue
             _diff_paths(a, b, (*path, i), out)
         return
     if to is tn and to is not dict and to is not list:
