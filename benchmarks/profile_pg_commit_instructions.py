@@ -166,7 +166,9 @@ def main() -> None:
     parser.add_argument("--warm", type=int, default=30)
     parser.add_argument("--cases", nargs="*", help="only the cases whose names contain one of these words")
     parser.add_argument("--port", type=int, default=PORT, help="the private cluster's port")
-    parser.add_argument("--keep", help="copy callgrind's outputs into this directory")
+    parser.add_argument(
+        "--keep", help="copy callgrind's outputs and the replayed statements into this directory"
+    )
     parser.add_argument(
         "--setup",
         help="an SQL file run in each replay database before the replay (a variant of a function to count)",
@@ -261,6 +263,7 @@ def main() -> None:
                 os.makedirs(args.keep, exist_ok=True)
                 for k in (first, len(statements)):
                     shutil.copy(f"{root}/{replay}_{k}.cg", f"{args.keep}/{replay}_{k}.cg")
+                    shutil.copy(f"{root}/{replay}_{k}.sql", f"{args.keep}/{replay}_{k}.sql")
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -33,6 +33,7 @@ from stateflow.store.migrations import (
     SQLITE_VALUE_WHERE,
     statements,
 )
+from stateflow.store.plan import TREE_MIN
 from stateflow.store.sqlite import SqliteStore
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -935,6 +936,92 @@ def test_a_schema_17_store_upgrades_to_18_and_merges_patches_into_the_same_rows(
             store._contended[key] = math.inf
         served.patch_state({"session": {"tactics": {"n": "4"}}})
         assert served.read_state({"path": "session.tactics.n"})["value"] == "4"
+        with store._read_tx() as tx:
+            stored, recounted = store.recount(tx)
+            assert stored == recounted
+
+
+_ONE_STATEMENT_MERGE_VERSION = 19
+
+
+def test_a_schema_18_store_upgrades_to_19_and_merges_patches_into_the_same_rows(
+    backend: str, tmp_path: Path
+) -> None:
+    """Version 19 gives PostgreSQL's server merge two statements fewer in the common case (one
+    document with one member updated: its member, document and change rows in one statement;
+    each document's returned members in the result by one query, which raises for a member held
+    as a tree; SQLite only records the version). After the upgrade, patches merged by the server
+    — one member in place again and again (edits kept apart, snapshots falling due), a new
+    member, two members, two documents in one call — leave the same rows as the same patches
+    through the locked path; a returned member held as a tree, or a stored key that encoding
+    escapes, sends the patch to the locked path, and the counters still equal a recount."""
+    with _upgraded(_ONE_STATEMENT_MERGE_VERSION - 1, backend, tmp_path) as store:
+        served = MemoryView(store, Identity.of("agent-a", "/tmp", "s1"))
+        locked = MemoryView(store, Identity.of("agent-b", "/tmp", "s1"))
+        patches: list[dict[str, Any]] = [
+            {"session": {"tactics": {"n": "0"}}},
+            *({"session": {"tactics": {"n": str(i), "pad": "p" * (40 * i)}}} for i in range(1, 14)),
+            {"session": {"tactics": {"a": {"deep": True}}}},
+            {"session": {"tactics": {"a": {"deep": False, "more": "y" * 600}}}},
+            {"session": {"strategy": {"goal": "x"}}},
+            {"session": {"tactics": {"n": "2"}, "strategy": {"goal": "y", "é": {"z": 1}}}},
+            {"cwd": {"tactics": {"here": False}}},
+            {"session": {"tactics": {"n": "3"}}, "cwd": {"tactics": {"here": True}}},
+            {"session": {"tactics": {"n": "4"}}},
+        ]
+        scopes = {served.keys["session"]: "session", served.keys["cwd"]: "cwd"}
+        keys = list(scopes)
+        merged = getattr(store, "_served_revisions", None)
+        for patch in patches:
+            if not isinstance(store, SqliteStore):
+                store._contended.update(dict.fromkeys(keys, math.inf))  # as another writer would leave it
+            before = {key: store.get(key).revision for key in keys}
+            served.patch_state(patch)
+            locked.patch_state(patch)
+            if merged is not None and all(before[key] > 0 for key in keys if scopes[key] in patch):
+                # merged by the server (a document's first write creates its row: not there)
+                assert all(merged[key] == before[key] + 1 for key in keys if scopes[key] in patch)
+        for scope in ("session", "cwd"):
+            assert _scope_rows(store, served.keys[scope]) == _scope_rows(store, locked.keys[scope])
+        rows = _scope_rows(store, keys[0])
+        assert any(len(row) == 3 and row[1] == "tactics" for row in rows)  # edits kept apart
+        with store._read_tx() as tx:
+            snapshots = [
+                tx.all(
+                    "SELECT s.revision, s.body FROM snapshots s JOIN documents d ON d.doc_id = s.doc_id "
+                    "WHERE d.state = ? AND d.subject = ? ORDER BY s.revision",
+                    (k.state, k.subject),
+                )
+                for k in (keys[0], locked.keys["session"])
+            ]
+        assert snapshots[0] and [(r, bytes(b)) for r, b in snapshots[0]] == [
+            (r, bytes(b)) for r, b in snapshots[1]
+        ]
+        assert served.read_state({"path": "session.tactics.n"})["value"] == "4"
+        assert served.read_state({"path": "cwd.tactics"})["value"] == {"here": True}
+        # a returned member held as a tree (larger than ``TREE_MIN``): the server
+        # merge refuses the call and the locked path writes the patch
+        served.patch_state({"session": {"strategy": {"doc": "t" * (TREE_MIN + 1000)}}})
+        if not isinstance(store, SqliteStore):
+            with store._read_tx() as tx:
+                assert tx.one(
+                    "SELECT m.root IS NOT NULL FROM members m JOIN documents d ON d.doc_id = m.doc_id "
+                    "WHERE d.state = ? AND d.subject = ? AND m.name = 'strategy'",
+                    (keys[0].state, keys[0].subject),
+                ) == (True,)
+            store._contended.update(dict.fromkeys(keys, math.inf))
+        revision = store.get(keys[0]).revision
+        served.patch_state({"session": {"tactics": {"n": "5"}}})
+        assert store.get(keys[0]).revision == revision + 1
+        assert merged is None or merged.get(keys[0]) != revision + 1  # not merged by the server
+        assert served.read_state({"path": "session.tactics.n"})["value"] == "5"
+        assert served.read_state({"path": "session.strategy.doc"})["value"] == "t" * (TREE_MIN + 1000)
+        # a stored key that encoding escapes: the locked path as well
+        served.patch_state({"session": {"tactics": {'say "hi"': "1"}}})
+        if not isinstance(store, SqliteStore):
+            store._contended.update(dict.fromkeys(keys, math.inf))
+        served.patch_state({"session": {"tactics": {"n": "6"}}})
+        assert served.read_state({"path": "session.tactics.n"})["value"] == "6"
         with store._read_tx() as tx:
             stored, recounted = store.recount(tx)
             assert stored == recounted
