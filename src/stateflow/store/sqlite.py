@@ -83,19 +83,28 @@ _bind_bytes_and_null_as_is()
 
 
 class _SqliteTx(Tx):
+    """Every statement of the transaction runs on one cursor. ``Connection.execute`` makes a
+    cursor per statement, and with it a weak reference the connection keeps in its list of
+    cursors: ~1,100 instructions a statement (an ``apply`` sends seven). Each statement's rows
+    are fetched, or its counts read, before the next one runs, so none needs a cursor of its
+    own."""
+
+    __slots__ = ("conn", "cursor")
+
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
+        self.cursor = conn.cursor()
 
     # try/except rather than a context manager: these run ~15 times per commit
     def all(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         try:
-            return self.conn.execute(sql, params).fetchall()
+            return self.cursor.execute(sql, params).fetchall()
         except sqlite3.Error as exc:
             raise _mapped(exc) from exc
 
     def run(self, sql: str, params: Sequence[Any] = ()) -> int:
         try:
-            return self.conn.execute(sql, params).rowcount
+            return self.cursor.execute(sql, params).rowcount
         except sqlite3.Error as exc:
             raise _mapped(exc) from exc
 
@@ -104,7 +113,7 @@ class _SqliteTx(Tx):
         # statement's rows in a temporary table it opens and closes for each run of the
         # statement, ~43,000 instructions
         try:
-            cursor = self.conn.execute(sql, params)
+            cursor = self.cursor.execute(sql, params)
         except sqlite3.Error as exc:
             raise _mapped(exc) from exc
         return cursor.lastrowid if cursor.rowcount == 1 else None
@@ -112,9 +121,9 @@ class _SqliteTx(Tx):
     def many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         try:
             if len(rows) == 1:  # (one row: the common case, and `execute` costs less)
-                self.conn.execute(sql, rows[0])
+                self.cursor.execute(sql, rows[0])
             else:
-                self.conn.executemany(sql, rows)
+                self.cursor.executemany(sql, rows)
         except sqlite3.Error as exc:
             raise _mapped(exc) from exc
 
@@ -186,8 +195,9 @@ class _Member:
             if first:
                 # other processes' writers: wait for our turn, not poll, and not forever
                 commit.queue.acquire(max(0.0, deadline - time.monotonic()), commit.wait)
+            tx = commit.tx(conn)
             try:  # (not `_mapped_errors()`: a context manager costs more than this statement's Python)
-                conn.execute("BEGIN IMMEDIATE" if first else "SAVEPOINT member")
+                tx.cursor.execute("BEGIN IMMEDIATE" if first else "SAVEPOINT member")
             except sqlite3.Error as exc:
                 raise _mapped(exc) from exc
         except BaseException:
@@ -196,7 +206,7 @@ class _Member:
         self._conn = conn
         if self._local is not None:
             self._local.writing = True
-        return _SqliteTx(conn)
+        return tx
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
         if self._local is not None:
@@ -214,7 +224,7 @@ class _Member:
                 return  # the exception goes on
             if not self._first:
                 with _mapped_errors():
-                    conn.execute("RELEASE member")
+                    commit.tx(conn).cursor.execute("RELEASE member")
             ok = True
             group.members += 1
         finally:
@@ -241,6 +251,7 @@ class _GroupCommit:
         self.queue = queue
         self._connect = connect
         self._conn: sqlite3.Connection | None = None
+        self._tx: _SqliteTx | None = None
         self._max = max(1, max_group)
         self._queued = 0
         self._queued_lock = threading.Lock()
@@ -249,6 +260,14 @@ class _GroupCommit:
         """groups committed so far (for tests and benchmarks)"""
         self.largest = 0
         """the most writers one committed group carried"""
+
+    def tx(self, conn: sqlite3.Connection) -> _SqliteTx:
+        """The writer connection's transaction facade, kept from one group to the next (its
+        cursor with it), for the thread whose turn it is."""
+        tx = self._tx
+        if tx is None or tx.conn is not conn:
+            tx = self._tx = _SqliteTx(conn)
+        return tx
 
     def member(self, local: threading.local | None = None) -> _Member:
         """A writer's place in the next group (a context manager giving its transaction);
@@ -283,7 +302,7 @@ class _GroupCommit:
             if group.members and not conn.in_transaction:
                 raise StoreUnavailable("SQLite rolled the shared write transaction back")
             if conn.in_transaction:
-                conn.execute("COMMIT")
+                self.tx(conn).cursor.execute("COMMIT")
                 self.commits += 1
                 self.largest = max(self.largest, group.members)
         except (sqlite3.Error, StateflowError) as exc:
@@ -478,13 +497,14 @@ class SqliteStore(SqlStore):
         if conn.in_transaction:  # nested use inside one of our transactions: join it
             yield _SqliteTx(conn)
             return
+        tx = _SqliteTx(conn)
         with _mapped_errors():
-            conn.execute("BEGIN")
+            tx.cursor.execute("BEGIN")
         try:
-            yield _SqliteTx(conn)
+            yield tx
         finally:
             with suppress(sqlite3.Error):  # a read transaction has nothing to keep
-                conn.execute("ROLLBACK")
+                tx.cursor.execute("ROLLBACK")
 
     def _write_tx(self) -> AbstractContextManager[Tx]:
         """A write joins the current group: its statements run in a savepoint of the shared
@@ -492,7 +512,7 @@ class SqliteStore(SqlStore):
         once that commit (and its fsync) is done. One fsync serves every writer that queued
         while the previous group was committing."""
         if getattr(self._local, "writing", False):  # nested inside our own write: join it
-            return nullcontext(_SqliteTx(self._writer()))
+            return nullcontext(self._group.tx(self._writer()))
         return self._group.member(self._local)
 
     def _writer(self) -> sqlite3.Connection:
@@ -678,7 +698,7 @@ class SqliteStore(SqlStore):
         with self._guard:
             conns, self._all = self._all, []
         with self._group.lock:  # no group is open while we hold it
-            self._writer_conn = self._shared = None
+            self._writer_conn = self._shared = self._group._tx = None
             for conn in conns:
                 conn.close()
             self._watch.close()  # after the connections: its close drops their -shm locks
