@@ -1,0 +1,92 @@
+"""The embedded store runs a transaction's statements on one cursor, and keeps the writer's from
+one group commit to the next: a statement that fails, a nested write, a rolled-back writer and
+a store closed and written again must leave that cursor as usable as a new one."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from stateflow.errors import StateflowError
+from stateflow.store import DocKey, Write
+from stateflow.store.sqlite import SqliteStore
+
+
+def _store(tmp_path: Path) -> SqliteStore:
+    return SqliteStore(tmp_path / "cursor.db", synchronous="off")
+
+
+def test_the_writer_keeps_one_cursor_between_commits(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    store.commit([Write.between(DocKey("s", "a"), None, {"n": 1})])
+    kept = store._group._tx
+    assert kept is not None and kept.conn is store._writer_conn
+    store.commit([Write.between(DocKey("s", "a"), {"n": 1}, {"n": 2}, expect=1)])
+    store.commit([Write.between(DocKey("s", "b"), None, {"n": 3})])
+    assert store._group._tx is kept
+    assert store.get(DocKey("s", "a")).body == {"n": 2}
+    assert store.get(DocKey("s", "b")).body == {"n": 3}
+    store.close()
+
+
+def test_a_failed_statement_leaves_the_cursor_usable(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    store.commit([Write.between(DocKey("s", "a"), None, {"n": 1})])
+    with pytest.raises(StateflowError), store._write_tx() as tx:
+        tx.run("INSERT INTO no_such_table VALUES (1)")
+    with pytest.raises(StateflowError), store._write_tx() as tx:
+        # a statement that wrote, then one that failed: the writer's part is rolled back
+        tx.run("UPDATE documents SET revision = revision + 100")
+        tx.run("INSERT INTO documents (doc_id, state, subject) VALUES (1, 'x', 'y')")
+    store.commit([Write.between(DocKey("s", "a"), {"n": 1}, {"n": 2}, expect=1)])
+    doc = store.get(DocKey("s", "a"))
+    assert (doc.revision, doc.body) == (2, {"n": 2})
+    with store._read_tx() as tx:
+        assert tx.all("SELECT count(*) FROM documents WHERE revision > 100") == [(0,)]
+    store.close()
+
+
+def test_a_nested_write_shares_the_writer_cursor(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    store.commit([Write.between(DocKey("s", "a"), None, {"n": 1})])
+    with store._write_tx() as outer:
+        before = outer.all("SELECT revision FROM documents WHERE subject = 'a'")
+        with store._write_tx() as inner:
+            assert inner is outer
+            inner.run("UPDATE documents SET bytes_since_snapshot = bytes_since_snapshot WHERE subject = 'a'")
+        # the outer statement's rows were fetched before the inner one ran
+        assert before == [(1,)]
+        assert outer.all("SELECT revision FROM documents WHERE subject = 'a'") == [(1,)]
+    store.close()
+
+
+def test_writers_of_many_threads_then_a_closed_store_written_again(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    errors: list[BaseException] = []
+
+    def writer(t: int) -> None:
+        try:
+            for i in range(20):
+                store.commit([Write.between(DocKey("s", f"t{t}-{i}"), None, {"t": t, "i": i})])
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(t,)) for t in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    old = store._group._tx
+    store.close()
+    assert store._group._tx is None
+    store.commit([Write.between(DocKey("s", "after"), None, {"n": 1})])
+    assert store._group._tx is not None and store._group._tx is not old
+    assert store._group._tx.conn is store._writer_conn
+    for t in range(4):
+        for i in range(20):
+            assert store.get(DocKey("s", f"t{t}-{i}")).body == {"t": t, "i": i}
+    assert store.get(DocKey("s", "after")).body == {"n": 1}
+    store.close()
