@@ -11,21 +11,26 @@ import pytest
 
 from stateflow.errors import StateflowError
 from stateflow.store import DocKey, Write
-from stateflow.store.sqlite import SqliteStore
+from stateflow.store.sqlite import SqliteStore, _SqliteTx
 
 
 def _store(tmp_path: Path) -> SqliteStore:
     return SqliteStore(tmp_path / "cursor.db", synchronous="off")
 
 
+def _kept(store: SqliteStore) -> _SqliteTx | None:
+    """The writer's transaction facade kept between group commits."""
+    return store._group._tx
+
+
 def test_the_writer_keeps_one_cursor_between_commits(tmp_path: Path) -> None:
     store = _store(tmp_path)
     store.commit([Write.between(DocKey("s", "a"), None, {"n": 1})])
-    kept = store._group._tx
+    kept = _kept(store)
     assert kept is not None and kept.conn is store._writer_conn
     store.commit([Write.between(DocKey("s", "a"), {"n": 1}, {"n": 2}, expect=1)])
     store.commit([Write.between(DocKey("s", "b"), None, {"n": 3})])
-    assert store._group._tx is kept
+    assert _kept(store) is kept
     assert store.get(DocKey("s", "a")).body == {"n": 2}
     assert store.get(DocKey("s", "b")).body == {"n": 3}
     store.close()
@@ -79,12 +84,13 @@ def test_writers_of_many_threads_then_a_closed_store_written_again(tmp_path: Pat
     for thread in threads:
         thread.join()
     assert errors == []
-    old = store._group._tx
+    old = _kept(store)
     store.close()
-    assert store._group._tx is None
+    assert _kept(store) is None
     store.commit([Write.between(DocKey("s", "after"), None, {"n": 1})])
-    assert store._group._tx is not None and store._group._tx is not old
-    assert store._group._tx.conn is store._writer_conn
+    new = _kept(store)
+    assert new is not None and new is not old
+    assert new.conn is store._writer_conn
     for t in range(4):
         for i in range(20):
             assert store.get(DocKey("s", f"t{t}-{i}")).body == {"t": t, "i": i}
