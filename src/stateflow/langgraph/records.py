@@ -190,13 +190,14 @@ class Records:
         self,
         kind: str,
         key: str,
-        build: Build,
+        build: Build | Whole,
         *,
         origin: WriteOrigin,
         context: DoorContext,
         action: str,
-        general: Callable[[], object],
-    ) -> None:
+        general: Callable[..., object],
+        args: tuple[Any, ...] = (),
+    ) -> DocKey:
         """Write one record of a shape the adapter builds itself, through the store's writes of
         a whole document (``Store.write_whole`` on the documents as last seen here, else
         ``Store.update``: the revision check, the change and history rows, the transition with
@@ -214,16 +215,18 @@ class Records:
           move either).
 
         Anything else (another declaration, a folded subject, an undeclared state) runs
-        ``general`` instead, which checks and refuses as every write does."""
+        ``general(*args)`` instead, which checks and refuses as every write does. ``build``: a
+        :class:`Whole` where the new body does not depend on the current one (no function
+        made per write). Returns the record's document key."""
+        doc_key = self.doc_key(kind, key)
         if not key.strip() or self.schema is None:
-            general()
-            return
+            general(*args)
+            return doc_key
         if self._refused is not None:  # the declaration was found not the adapter's own
             if self.store.get(self._catalog_key).body is self._refused:  # (a cached read)
-                general()
-                return
+                general(*args)
+                return doc_key
             self._refused = None
-        doc_key = self.doc_key(kind, key)
         catalog_key, alias_key = self._catalog_key, self._alias_key
 
         def checked(shared: dict[DocKey, Any], current: dict[str, Any] | None) -> Whole:
@@ -235,7 +238,7 @@ class Records:
             aliases = shared[alias_key]
             if aliases and doc_key.subject in aliases:
                 raise _NotLean
-            return build(current)
+            return build if type(build) is Whole else build(current)
 
         shared = self._shared
         stamped = self.states._origin(origin, context, action)
@@ -256,7 +259,8 @@ class Records:
         except _NotLean as refused:
             if refused.args:  # (until the declaration changes: no lean attempt first)
                 self._refused = refused.args[0]
-            general()
+            general(*args)
+        return doc_key
 
     def _is_own(self, declared: Any, kind: str) -> bool:
         """Whether a stored declaration is the adapter's own schema, unchanged and unextended."""

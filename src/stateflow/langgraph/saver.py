@@ -149,6 +149,12 @@ def _thread_part(thread_id: str, ns: str) -> str:
     return join([thread_id, ns])
 
 
+def _key_of(thread_id: str, ns: str, checkpoint_id: str) -> str:
+    """A checkpoint's subject key (``StateflowSaver._key`` keeps those read again; a new
+    checkpoint's is made here: its id is new, so the cache would only miss and evict)."""
+    return f"{_thread_part(thread_id, ns)}/{invert(checkpoint_id)}"
+
+
 _HELD_KEPT = 256
 """Checkpoints whose channel values are kept in memory (the holders of later checkpoints'
 unchanged channels)."""
@@ -187,10 +193,7 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
 
     # ------------------------------------------------------------------ keys
 
-    @staticmethod
-    @functools.lru_cache(maxsize=16384)
-    def _key(thread_id: str, ns: str, checkpoint_id: str) -> str:
-        return f"{_thread_part(thread_id, ns)}/{invert(checkpoint_id)}"
+    _key = staticmethod(functools.lru_cache(maxsize=16384)(_key_of))
 
     @staticmethod
     def _split(key: str) -> tuple[str, str, str]:
@@ -359,8 +362,9 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        thread_id, ns = self._where(config)
-        parent_id = get_checkpoint_id(config)
+        conf = config["configurable"]  # (``_where`` and ``get_checkpoint_id`` inline)
+        thread_id, ns = str(conf["thread_id"]), str(conf.get("checkpoint_ns", ""))
+        parent_id = conf.get("checkpoint_id")
         checkpoint_id = checkpoint["id"]
         encode = self.codec.encode
         values = checkpoint["channel_values"]
@@ -402,20 +406,11 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
             "channel_values": inline,
             "sources": sources,
         }
-        document = {"saved": saved}  # one member: one row, one key entry, one count
-        key = self._key(thread_id, ns, checkpoint_id)
-
-        def general() -> None:  # the same checks and audit row as replace, no record view back
-            self.states.replace_from(
-                self.records.state,
-                self.records.subject(CHECKPOINT, key),
-                lambda _: document,
-                origin=_origin(names["run_id"]),
-                context=self.context,
-            )
-
+        key = _key_of(thread_id, ns, checkpoint_id)
+        origin = _origin(names["run_id"])
         if type(checkpoint_id) is not str or not (parent_id is None or type(parent_id) is str):
-            general()  # (the schema's refusal)
+            self._put_general(key, saved, origin)  # (the schema's refusal)
+            doc_key = self.records.doc_key(CHECKPOINT, key)
         else:
             # valid by construction: the names are strings (run_id a string or None), the
             # codec makes objects of plain JSON (JSON kept only where ``plain``, else base64
@@ -424,23 +419,36 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
             # ``orjson`` refuses a channel named by a subclass of ``str``), so the store may
             # cache it as it is; its bytes are the member's row and the change's edit (a new
             # checkpoint: encoded once)
-            encoded = orjson.dumps(saved)
-            whole = Whole({"saved": saved}, [[]], {"saved": encoded})
-            self.records.write(
+            # (one member: one row, one key entry, one count)
+            whole = Whole({"saved": saved}, [[]], {"saved": orjson.dumps(saved)})
+            doc_key = self.records.write(
                 CHECKPOINT,
                 key,
-                lambda _: whole,
-                origin=_origin(names["run_id"]),
+                whole,
+                origin=origin,
                 context=self.context,
                 action="replace",
-                general=general,
+                general=self._put_general,
+                args=(key, saved, origin),
             )
         holders = dict(sources)
         for channel in inline:
             holders[channel] = checkpoint_id
         self._remember(thread_id, ns, checkpoint_id, dict(versions), holders)
-        self._hold(self.records.doc_key(CHECKPOINT, key), inline)
+        self._hold(doc_key, inline)
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}}
+
+    def _put_general(self, key: str, saved: dict[str, Any], origin: WriteOrigin) -> None:
+        """A checkpoint written with the same checks and audit row as ``replace`` (no record
+        view back): where the lean write does not apply."""
+        document = {"saved": saved}
+        self.states.replace_from(
+            self.records.state,
+            self.records.subject(CHECKPOINT, key),
+            lambda _: document,
+            origin=origin,
+            context=self.context,
+        )
 
     def _remember(
         self, thread_id: str, ns: str, checkpoint_id: str, versions: dict[str, Any], holders: dict[str, str]
@@ -479,8 +487,9 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
     ) -> None:
         if not writes:
             return
-        thread_id, ns = self._where(config)
-        checkpoint_id = str(config["configurable"]["checkpoint_id"])
+        conf = config["configurable"]  # (``_where`` inline)
+        thread_id, ns = str(conf["thread_id"]), str(conf.get("checkpoint_ns", ""))
+        checkpoint_id = str(conf["checkpoint_id"])
         # into the task's bucket member: a write rewrites that member (the writes of the tasks
         # sharing it), never the others, and adds no member name of its own
         bucket = _bucket(task_id)
@@ -502,22 +511,11 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
             name = f"{task_id}:{idx}"
             entries.append((name, entry))
             paths.append([bucket, name])
-        run_id = config["configurable"].get("run_id") or (config.get("metadata") or {}).get("run_id")
+        run_id = conf.get("run_id") or (config.get("metadata") or {}).get("run_id")
         origin = _origin(str(run_id) if run_id else None)
         key = self._key(thread_id, ns, checkpoint_id)
-
-        def general() -> None:
-            ops = [{"op": "set", "path": [bucket, name], "value": e} for name, e in entries]
-            self.states.apply(
-                self.records.state,
-                self.records.subject(WRITES, key),
-                ops,
-                origin=origin,
-                context=self.context,
-            )
-
         if not named:
-            general()  # (the schema's refusal)
+            self._writes_general(key, bucket, entries, origin)  # (the schema's refusal)
             return
         # valid by construction: the bucket ``w0``…``wf`` an object of write entries (task id
         # and channel strings, idx an int, the value the codec's plain JSON). The entries are
@@ -539,7 +537,28 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
             return Whole({**current, bucket: merged}, paths)
 
         self.records.write(
-            WRITES, key, build, origin=origin, context=self.context, action="apply", general=general
+            WRITES,
+            key,
+            build,
+            origin=origin,
+            context=self.context,
+            action="apply",
+            general=self._writes_general,
+            args=(key, bucket, entries, origin),
+        )
+
+    def _writes_general(
+        self, key: str, bucket: str, entries: Sequence[tuple[str, dict[str, Any]]], origin: WriteOrigin
+    ) -> None:
+        """Pending writes set with the same checks and audit row as ``apply``: where the lean
+        write does not apply."""
+        ops = [{"op": "set", "path": [bucket, name], "value": e} for name, e in entries]
+        self.states.apply(
+            self.records.state,
+            self.records.subject(WRITES, key),
+            ops,
+            origin=origin,
+            context=self.context,
         )
 
     # ------------------------------------------------------------------ thread maintenance

@@ -39,6 +39,7 @@ from langgraph.store.base import (
 
 from stateflow.aio import call
 from stateflow.doc.canonical import check, detach
+from stateflow.langgraph.codec import NOT_PLAIN, plain
 from stateflow.langgraph.records import OwnsStore, Records, join
 from stateflow.states import StatesService
 from stateflow.states.models import DoorContext, WriteOrigin
@@ -314,25 +315,20 @@ class StateflowStore(OwnsStore, BaseStore):
     def _put_one(self, op: PutOp, document: dict[str, Any], now: datetime, origin: WriteOrigin) -> None:
         """One item written whole, its creation time kept (``now`` for a new item: made text
         only then)."""
-
-        def general() -> None:  # the same checks and audit row as replace, no record view back
-            self.states.replace_from(
-                self.records.state,
-                self.subject(op.namespace, op.key),
-                functools.partial(_keep_created, document, now),
-                origin=origin,
-                context=self.context,
-            )
-
         if type(op.key) is not str:
-            general()  # (the schema's refusal)
+            self._put_general(op, document, now, origin)  # (the schema's refusal)
             return
         # valid by construction once plain: LangGraph checked the namespace's labels are
         # strings, the key is one, the value an object (above), the times text, the TTL a
-        # number or None; checked plain as every replace is (the same refusal), then one copy
-        # in C keeps the caller's objects out of what the store caches
-        check(document, "document")
-        owned = detach(document)
+        # number or None; checked plain as every replace is (the same refusal), and copied so
+        # that no caller's object ends up in what the store caches. The codec's walk checks
+        # and copies in one pass (what it accepts, ``check`` does: its integers and depth
+        # are narrower; its copy is the one a JSON round trip gives); else ``check`` refuses
+        # or passes it, and one copy in C
+        owned = plain(document)
+        if owned is NOT_PLAIN:
+            check(document, "document")
+            owned = detach(document)
         self.records.write(
             ITEM,
             self.subject_key(op.namespace, op.key),
@@ -340,7 +336,19 @@ class StateflowStore(OwnsStore, BaseStore):
             origin=origin,
             context=self.context,
             action="replace",
-            general=general,
+            general=self._put_general,
+            args=(op, document, now, origin),
+        )
+
+    def _put_general(self, op: PutOp, document: dict[str, Any], now: datetime, origin: WriteOrigin) -> None:
+        """An item written with the same checks and audit row as ``replace`` (no record view
+        back): where the lean write does not apply."""
+        self.states.replace_from(
+            self.records.state,
+            self.subject(op.namespace, op.key),
+            functools.partial(_keep_created, document, now),
+            origin=origin,
+            context=self.context,
         )
 
     def _refresh(self, refresh: dict[str, dict[str, Any]], now: datetime) -> None:
