@@ -3,15 +3,19 @@ comes back as the serializer gives it back, whichever form it took."""
 
 from __future__ import annotations
 
+import enum
 import math
+import random
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from stateflow.langgraph import StateflowSaver
-from stateflow.langgraph.codec import Codec, is_plain
+from stateflow.langgraph.codec import NOT_PLAIN as REFUSED
+from stateflow.langgraph.codec import Codec, is_plain, plain
 from stateflow.states import StatesService
 from stateflow.store import open_store
 
@@ -186,3 +190,98 @@ def test_the_stored_records_keep_nothing_of_the_callers(backend: str) -> None:
         read_back(saver)
     with open_store(backend, auto_migrate=True) as opened:
         read_back(StateflowSaver(StatesService(opened)))
+
+
+class _Text(str):
+    """A subclass of ``str``."""
+
+
+class _Level(enum.IntEnum):
+    LOW = 1
+
+
+def _plain_by_the_rules(value: Any, depth: int = 0) -> bool:
+    """What the codec keeps readable, spelled out: text and null anywhere; every other value
+    at most 64 levels down; integers within ±2^53, finite floats, objects with text keys."""
+    kind = type(value)
+    if kind is str or value is None:
+        return True
+    if depth > 64:
+        return False
+    if kind is bool:
+        return True
+    if kind is int:
+        return -(2**53) <= value <= 2**53
+    if kind is float:
+        return math.isfinite(value)
+    if kind is dict:
+        return all(type(k) is str and _plain_by_the_rules(v, depth + 1) for k, v in value.items())
+    if kind is list:
+        return all(_plain_by_the_rules(v, depth + 1) for v in value)
+    return False
+
+
+def _same_json(copy: Any, expected: Any, original: Any) -> None:
+    """``copy`` is ``expected`` in exact types and key order, and new wherever it is a container."""
+    assert type(copy) is type(expected)
+    if type(expected) is dict:
+        assert copy is not original and list(copy) == list(expected)
+        for (k, v), o in zip(copy.items(), original.values(), strict=True):
+            _same_json(v, expected[k], o)
+    elif type(expected) is list:
+        assert copy is not original and len(copy) == len(expected)
+        for v, e, o in zip(copy, expected, original, strict=True):
+            _same_json(v, e, o)
+    else:
+        assert copy == expected
+
+
+def test_plain_answers_by_the_rules_and_copies_as_json_does() -> None:
+    """``plain`` on random nests of objects and lists (leaves of every kind that is and is
+    not plain, down to the depth limit and past it): not plain exactly where the rules say,
+    else a copy equal in exact types and key order to what a JSON round trip gives, sharing
+    no container with the value."""
+    rng = random.Random(17)
+    leaves: list[Any] = [
+        "text",
+        "",
+        None,
+        True,
+        False,
+        0,
+        -7,
+        2**53,
+        -(2**53),
+        2**53 + 1,
+        -(2**60),
+        1.5,
+        -0.0,
+        math.nan,
+        math.inf,
+        (1, 2),
+        b"b",
+        _Text("t"),
+        _Level.LOW,
+        {1: "a"},
+        {_Text("k"): 1},
+    ]
+
+    def nest(depth: int) -> Any:
+        if depth <= 0 or rng.random() < 0.3:
+            return rng.choice(leaves)
+        if rng.random() < 0.5:
+            return {f"k{n}": nest(depth - 1) for n in range(rng.randint(0, 4))}
+        return [nest(depth - 1) for _ in range(rng.randint(0, 4))]
+
+    values = [nest(6) for _ in range(3000)]
+    for depth in (62, 63, 64, 65, 66):
+        for leaf in ("s", 1, True, 1.5, None, {}, []):
+            values += [_nested(depth, leaf), {"a": _nested(depth, leaf)}, [_nested(depth, leaf)]]
+    kept = 0
+    for value in values:
+        copy = plain(value)
+        assert (copy is not REFUSED) == _plain_by_the_rules(value), value
+        if copy is not REFUSED:
+            kept += 1
+            _same_json(copy, orjson.loads(orjson.dumps(value)), value)
+    assert 300 < kept < len(values) - 300  # both answers, many times

@@ -18,6 +18,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 _MAX_INT = 2**53
+_MIN_INT = -_MAX_INT
 
 
 class _NotPlain:
@@ -36,14 +37,12 @@ def plain(value: Any, depth: int = 0) -> Any:
     if depth > 64:
         return NOT_PLAIN
     kind = type(value)
-    if kind is str or kind is bool or value is None:
-        return value
-    if kind is int:
-        return value if -_MAX_INT <= value <= _MAX_INT else NOT_PLAIN
-    if kind is float:
-        return value if math.isfinite(value) else NOT_PLAIN
+    # (objects and lists first: the loops below check text, integer and null leaves inline,
+    # so most calls here are for a container)
     if kind is dict:
-        copied: dict[str, Any] = {}
+        # copied whole in C, the containers below replaced by their copies: the leaves are
+        # immutable, so the copy may share them
+        copied: dict[str, Any] = value.copy()
         for k, v in value.items():
             # (text, integers and null inline: most values are leaves — a checkpoint's channel
             # versions, steps and counters are integers — and a call each would double the
@@ -52,28 +51,33 @@ def plain(value: Any, depth: int = 0) -> Any:
                 return NOT_PLAIN
             leaf = type(v)
             if leaf is int and depth < 64:  # (deeper: the call's depth limit refuses it)
-                if not -_MAX_INT <= v <= _MAX_INT:
+                if not _MIN_INT <= v <= _MAX_INT:
                     return NOT_PLAIN
             elif not (leaf is str or v is None):
                 v = plain(v, depth + 1)
                 if v is NOT_PLAIN:
                     return NOT_PLAIN
-            copied[k] = v
+                copied[k] = v
         return copied
     if kind is list:
-        items: list[Any] = []
-        append = items.append
-        for v in value:
+        items: list[Any] = value.copy()
+        for n, v in enumerate(value):
             leaf = type(v)
             if leaf is int and depth < 64:
-                if not -_MAX_INT <= v <= _MAX_INT:
+                if not _MIN_INT <= v <= _MAX_INT:
                     return NOT_PLAIN
             elif not (leaf is str or v is None):
                 v = plain(v, depth + 1)
                 if v is NOT_PLAIN:
                     return NOT_PLAIN
-            append(v)
+                items[n] = v
         return items
+    if kind is str or kind is bool or value is None:
+        return value
+    if kind is int:
+        return value if _MIN_INT <= value <= _MAX_INT else NOT_PLAIN
+    if kind is float:
+        return value if math.isfinite(value) else NOT_PLAIN
     return NOT_PLAIN
 
 
