@@ -22,6 +22,7 @@ from langgraph.store.base import (
     SearchOp,
 )
 
+from stateflow.errors import InvalidJSON
 from stateflow.langgraph import StateflowStore
 from stateflow.states import StatesService
 from stateflow.store import DocKey, open_store
@@ -347,3 +348,37 @@ def test_async_methods(lg: StateflowStore) -> None:
         assert await lg.aget(("a",), "k") is None
 
     asyncio.run(run())
+
+
+def test_put_values_beyond_the_codecs_plain_json_are_checked_and_copied(lg: StateflowStore) -> None:
+    """A put's item is checked and copied in one walk where the codec calls it plain JSON;
+    values only the store's own check accepts (integers past 2^53, objects nested past 64
+    levels) are stored and read back the same, and what it refuses is refused with the same
+    message, writing nothing. Either way no caller's object is kept."""
+
+    def deep() -> Any:
+        value: Any = ["leaf"]
+        for _ in range(70):
+            value = {"d": value}
+        return value
+
+    def innermost(value: Any) -> list[Any]:
+        while type(value) is dict:
+            value = list(value.values())[-1]
+        assert type(value) is list
+        return value
+
+    for make in (
+        lambda: {"n": 2**60, "tags": ["a"]},
+        lambda: {"deep": deep()},
+        lambda: {"n": 1, "tags": ["a"]},
+    ):
+        value = make()
+        lg.put(("beyond",), "k", value)
+        innermost(value).append("later")  # the caller's object: what was stored does not change
+        item = lg.get(("beyond",), "k")
+        assert item is not None and item.value == make()
+    for refused in ({"x": float("nan")}, {"x": (1, 2)}, {"x": 2**64}):
+        with pytest.raises(InvalidJSON, match=r"document\.value\.x"):
+            lg.put(("refused",), "k", refused)
+    assert lg.get(("refused",), "k") is None
