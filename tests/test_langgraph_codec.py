@@ -211,7 +211,7 @@ def _plain_by_the_rules(value: Any, depth: int = 0) -> bool:
     if kind is bool:
         return True
     if kind is int:
-        return -(2**53) <= value <= 2**53
+        return bool(-(2**53) <= value <= 2**53)
     if kind is float:
         return math.isfinite(value)
     if kind is dict:
@@ -274,6 +274,7 @@ def test_plain_answers_by_the_rules_and_copies_as_json_does() -> None:
         return [nest(depth - 1) for _ in range(rng.randint(0, 4))]
 
     values = [nest(6) for _ in range(3000)]
+    leaf: Any
     for depth in (62, 63, 64, 65, 66):
         for leaf in ("s", 1, True, 1.5, None, {}, []):
             values += [_nested(depth, leaf), {"a": _nested(depth, leaf)}, [_nested(depth, leaf)]]

@@ -238,7 +238,7 @@ class Records:
             aliases = shared[alias_key]
             if aliases and doc_key.subject in aliases:
                 raise _NotLean
-            return build if type(build) is Whole else build(current)
+            return build if isinstance(build, Whole) else build(current)
 
         shared = self._shared
         stamped = self.states._origin(origin, context, action)
