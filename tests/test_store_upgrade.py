@@ -657,6 +657,17 @@ def _scope_rows(store: SqlStore, key: DocKey) -> list[tuple[Any, ...]]:
     ]
 
 
+def _snapshot_rows(store: SqlStore, key: DocKey) -> list[tuple[int, bytes]]:
+    """A document's snapshots: revision and stored bytes, oldest first."""
+    with store._read_tx() as tx:
+        rows = tx.all(
+            "SELECT s.revision, s.body FROM snapshots s JOIN documents d ON d.doc_id = s.doc_id "
+            "WHERE d.state = ? AND d.subject = ? ORDER BY s.revision",
+            (key.state, key.subject),
+        )
+    return [(int(r), bytes(b)) for r, b in rows]
+
+
 def test_a_schema_14_store_upgrades_to_15_and_merges_patches_into_the_same_rows(
     backend: str, tmp_path: Path
 ) -> None:
@@ -913,18 +924,8 @@ def test_a_schema_17_store_upgrades_to_18_and_merges_patches_into_the_same_rows(
         rows = _scope_rows(store, key)
         assert rows == _scope_rows(store, locked.keys["session"])
         assert any(len(row) == 3 and row[1] == "tactics" for row in rows)  # edits kept apart
-        with store._read_tx() as tx:
-            snapshots = [
-                tx.all(
-                    "SELECT s.revision, s.body FROM snapshots s JOIN documents d ON d.doc_id = s.doc_id "
-                    "WHERE d.state = ? AND d.subject = ? ORDER BY s.revision",
-                    (k.state, k.subject),
-                )
-                for k in (key, locked.keys["session"])
-            ]
-        assert snapshots[0] and [(r, bytes(b)) for r, b in snapshots[0]] == [
-            (r, bytes(b)) for r, b in snapshots[1]
-        ]
+        served_snapshots = _snapshot_rows(store, key)
+        assert served_snapshots and served_snapshots == _snapshot_rows(store, locked.keys["session"])
         assert served.read_state({"path": "session.tactics"})["value"] == {
             "n": "3",
             "a": {"deep": False, "more": "y" * 600},
@@ -985,18 +986,8 @@ def test_a_schema_18_store_upgrades_to_19_and_merges_patches_into_the_same_rows(
             assert _scope_rows(store, served.keys[scope]) == _scope_rows(store, locked.keys[scope])
         rows = _scope_rows(store, keys[0])
         assert any(len(row) == 3 and row[1] == "tactics" for row in rows)  # edits kept apart
-        with store._read_tx() as tx:
-            snapshots = [
-                tx.all(
-                    "SELECT s.revision, s.body FROM snapshots s JOIN documents d ON d.doc_id = s.doc_id "
-                    "WHERE d.state = ? AND d.subject = ? ORDER BY s.revision",
-                    (k.state, k.subject),
-                )
-                for k in (keys[0], locked.keys["session"])
-            ]
-        assert snapshots[0] and [(r, bytes(b)) for r, b in snapshots[0]] == [
-            (r, bytes(b)) for r, b in snapshots[1]
-        ]
+        served_snapshots = _snapshot_rows(store, keys[0])
+        assert served_snapshots and served_snapshots == _snapshot_rows(store, locked.keys["session"])
         assert served.read_state({"path": "session.tactics.n"})["value"] == "4"
         assert served.read_state({"path": "cwd.tactics"})["value"] == {"here": True}
         # a returned member held as a tree (larger than ``TREE_MIN``): the server
