@@ -170,6 +170,11 @@ def main() -> None:
         "--keep", help="copy callgrind's outputs and the replayed statements into this directory"
     )
     parser.add_argument(
+        "--fresh",
+        action="store_true",
+        help="replay into a database not analyzed (as a new store before autovacuum's first analyze)",
+    )
+    parser.add_argument(
         "--setup",
         help="an SQL file run in each replay database before the replay (a variant of a function to count)",
     )
@@ -237,7 +242,8 @@ def main() -> None:
                     ]
                 )
                 with psycopg.connect(f"{base}/{replay}", autocommit=True) as conn:
-                    conn.execute("ANALYZE")  # as autovacuum leaves a live store: plans by its statistics
+                    if not args.fresh:
+                        conn.execute("ANALYZE")  # as autovacuum leaves a live store: plans by its statistics
                     if args.setup:
                         conn.execute(f"SET search_path = {SCHEMA}")
                         with open(args.setup) as f:

@@ -195,13 +195,23 @@ one ``RETURN QUERY`` instead of a loop running two PL/pgSQL statements per row, 
 returned member held as a tree made by the query itself (``stateflow_not_covered`` raises
 ``SF422`` where it is reached, as the loop did). 0.976× the server's instructions per merge; the
 same rows and answers. SQLite only records the version.
+
+Version 20, on PostgreSQL, makes the member counters' triggers find each row's document by its
+primary key, never by reading the whole ``documents`` table. Their query joined the statement's
+member rows with ``documents``; PL/pgSQL plans it once per session, so a plan made while the
+table was small or not yet analyzed (a hash join over a sequential scan, chosen for any commit
+of two members or more) was kept as the table grew: a new document's commit read every
+document's row, more on every call, until an analyze replanned it. Each row's state is now a
+lookup by ``doc_id`` and the functions plan without sequential scans (``SET enable_seqscan =
+off``, theirs alone), so the plan is the same whatever the statistics; the same counts, taken in
+the same order. SQLite only records the version.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-SCHEMA_VERSION: Final = 19
+SCHEMA_VERSION: Final = 20
 
 VALUE_INDEX_MAX: Final = 1024
 """Members up to this encoded size are in ``members_by_value`` (scalars only)."""
@@ -590,6 +600,7 @@ CREATE INDEX members_by_value ON members (name, {SQLITE_VALUE.format(m="")})
     17: "",
     18: "",
     19: "",
+    20: "",
 }
 
 INDEXABLE: Final = "m.size <= 1048576 AND position('\\x5c7530303030'::bytea IN m.body) = 0"
@@ -1852,6 +1863,49 @@ _PATCH_COMMIT_19: Final = _NOT_COVERED + _replaced(
 case and no PL/pgSQL statement per returned member (see the module's docstring); the same rows
 and answers."""
 
+_COUNT_MEMBERS_BY_KEY: Final = r"""
+CREATE OR REPLACE FUNCTION stateflow_count_members_added() RETURNS TRIGGER LANGUAGE plpgsql
+-- planned once per session: without sequential scans, each row's document is found by its key
+-- however small or unanalyzed the table was when planned (a join chose to read it whole)
+SET enable_seqscan = off AS $$
+-- once per statement over the rows it inserted, each counter in the order of its key (as every
+-- writer takes them); updated in place where it exists, as stateflow_count_documents does. A
+-- row whose document has no row is not counted (as the join with documents left it out).
+DECLARE
+    r RECORD;
+BEGIN
+    FOR r IN SELECT a.state, a.name, COUNT(*) AS k
+             FROM (SELECT (SELECT d.state FROM documents d WHERE d.doc_id = x.doc_id) AS state, x.name
+                   FROM added x) a
+             GROUP BY a.state, a.name ORDER BY a.state, a.name LOOP
+        CONTINUE WHEN r.state IS NULL;
+        UPDATE state_counts SET n = n + r.k WHERE state = r.state AND counter = 'member' AND name = r.name;
+        IF NOT FOUND THEN
+            INSERT INTO state_counts (state, counter, name, n) VALUES (r.state, 'member', r.name, r.k)
+            ON CONFLICT (state, counter, name) DO UPDATE SET n = state_counts.n + excluded.n;
+        END IF;
+    END LOOP;
+    RETURN NULL;
+END
+$$;
+CREATE OR REPLACE FUNCTION stateflow_count_members_removed() RETURNS TRIGGER LANGUAGE plpgsql
+SET enable_seqscan = off AS $$
+-- (as stateflow_count_members_added finds each row's document)
+BEGIN
+    UPDATE state_counts c SET n = c.n - r.k
+    FROM (SELECT a.state, a.name, COUNT(*) AS k
+          FROM (SELECT (SELECT d.state FROM documents d WHERE d.doc_id = x.doc_id) AS state, x.name
+                FROM removed x) a
+          GROUP BY a.state, a.name) r
+    -- (a row whose document has no row has a NULL state here: not counted)
+    WHERE c.state = r.state AND c.counter = 'member' AND c.name = r.name;
+    RETURN NULL;
+END
+$$;
+"""
+"""Version 20, PostgreSQL: the member counters' triggers find each row's document by its key,
+whatever the statistics their plan was made with (see the module's docstring); the same counts."""
+
 POSTGRES: Final[dict[int, str]] = {
     1: _COMMON_V1.format(
         doc_pk="BIGSERIAL PRIMARY KEY",
@@ -2571,6 +2625,7 @@ $$;
     17: _CASCADE_BY_TRIGGER,
     18: _PATCH_COMMIT_18,
     19: _PATCH_COMMIT_19,
+    20: _COUNT_MEMBERS_BY_KEY,
 }
 
 
