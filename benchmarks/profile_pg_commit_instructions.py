@@ -1,6 +1,6 @@
 """The server's instructions per commit statement, by kind of write, counted by callgrind.
 
-    python3 -m benchmarks.profile_pg_commit_instructions [--calls 240] [--cases WORD ...] [--setup FILE]
+    python3 -m benchmarks.profile_pg_commit_instructions [--calls 240] [--cases WORD ...] [--setup FILE] [--fresh]
 
 Wall clock and CPU time on a shared machine move with its load; instructions do not. For each
 case of ``profile_pg_writes`` (a LangGraph saver ``put``, ``put_writes``, a store ``put``, a
@@ -10,7 +10,9 @@ temporary directory, stopped after):
 1. a store of its own is migrated by this tree and warmed;
 2. the database is dumped, and the next ``--calls`` calls run while every commit statement the
    store sends (``stateflow_commit`` and its parameters) is recorded;
-3. the dump is restored into a fresh database (analyzed, as autovacuum leaves a live one), and the recorded statements are replayed there
+3. the dump is restored into a fresh database (analyzed, as autovacuum leaves a live one; with
+   ``--fresh`` not, as a new store is before autovacuum's first analyze: a plan the session makes
+   then is kept as its tables grow), and the recorded statements are replayed there
    (prepared once, then executed, as the store sends them) by a single-user backend
    (``postgres --single``: each statement its own transaction) under
    ``valgrind --tool=callgrind``, twice — the first third of them, then all; the difference per
