@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import io
 import json
+import logging
 import subprocess
+import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from stateflow.http.auth import parse_token
 
@@ -116,3 +124,126 @@ def test_text_access_lines_carry_the_time_and_fingerprint_as_logging_formats_the
         expected = "token:" + hashlib.sha256(secret).hexdigest()[:12]
         assert access.fingerprint(b"Bearer " + secret) == expected
     assert access.fingerprint(b"Basic abc") == "-"
+
+
+@contextmanager
+def _configured(json_lines: bool) -> Iterator[tuple[io.StringIO, logging.StreamHandler[Any]]]:
+    """The log set up as ``stateflow serve`` sets it up, its lines into a string; the
+    ``stateflow`` logger's setup put back after."""
+    from stateflow.http import access
+
+    root = logging.getLogger("stateflow")
+    saved = (root.handlers[:], root.level, root.propagate)
+    try:
+        access.configure("info", json_lines=json_lines)
+        handler = root.handlers[0]
+        assert isinstance(handler, logging.StreamHandler)
+        stream = io.StringIO()
+        handler.setStream(stream)
+        yield stream, handler
+    finally:
+        root.handlers[:], root.level, root.propagate = saved
+
+
+CALLS: list[tuple[dict[str, Any], int, float, dict[bytes, bytes], str]] = [
+    (
+        {"method": "PUT", "path": "/api/states/s/records/a/b/c/k"},
+        200,
+        0.0012345,
+        {b"authorization": b"Bearer t-1"},
+        "r1",
+    ),
+    ({"method": "GET", "path": "/api/states/s/records/a/b/c/ü %"}, 404, 0.25, {}, "0123456789abcdef"),
+    ({"method": "DELETE", "path": "/x"}, 500, 12.0, {b"authorization": b"Basic abc"}, "r-3"),
+]
+
+
+@pytest.mark.parametrize("json_lines", [False, True])
+def test_access_lines_written_straight_read_as_the_logging_record_makes_them(
+    monkeypatch: pytest.MonkeyPatch, json_lines: bool
+) -> None:
+    """An access line is written without a ``logging`` record while nothing but the handler
+    ``configure`` installs would see the record; it reads as the record's line does. Anything
+    added to the setup (a filter, a handler, a record factory, a level) gets the record, as
+    before."""
+    from stateflow.http import access
+
+    # one instant for both paths (``logging.LogRecord`` reads the clock as the access log does)
+    monkeypatch.setattr(time, "time_ns", lambda: 1_700_000_000_123_456_789)
+    monkeypatch.setattr(time, "time", lambda: 1_700_000_000.123456789)
+    log = access.AccessLog(lambda *_: None, json_lines=json_lines)  # type: ignore[arg-type]
+
+    def admit(record: logging.LogRecord) -> bool:
+        return True
+
+    for call in CALLS:
+        with _configured(json_lines) as (stream, _):
+            assert access._straight() is not None
+            log._log(*call)
+            access.logger.addFilter(admit)  # the record path from here
+            try:
+                assert access._straight() is None
+                log._log(*call)
+            finally:
+                access.logger.removeFilter(admit)
+            straight, recorded = stream.getvalue().splitlines()
+            assert straight == recorded
+    with _configured(json_lines) as (stream, _):
+        log._log(*CALLS[0])
+        line = stream.getvalue()
+    if json_lines:
+        assert json.loads(line) == {
+            "time": json.loads(line)["time"],
+            "level": "info",
+            "logger": "stateflow.access",
+            "method": "PUT",
+            "path": "/api/states/s/records/a/b/c/k",
+            "status": 200,
+            "duration_ms": 1.23,
+            "token": access.fingerprint(b"Bearer t-1"),
+            "request_id": "r1",
+        }
+    else:
+        assert line.endswith(
+            f" INFO stateflow.access PUT /api/states/s/records/a/b/c/k 200 1.2ms {access.fingerprint(b'Bearer t-1')} r1\n"
+        )
+
+    # a handler of the access logger's own gets the record, and the line is written too
+    seen: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record)
+
+    extra = Keep()
+    with _configured(json_lines) as (stream, handler):
+        access.logger.addHandler(extra)
+        try:
+            log._log(*CALLS[1])
+        finally:
+            access.logger.removeHandler(extra)
+        assert [r.getMessage().split()[:3] for r in seen] == [["GET", "/api/states/s/records/a/b/c/ü", "%"]]
+        assert len(stream.getvalue().splitlines()) == 1
+        # a filter or a level on the handler leaves the line out, as it leaves the record out
+        handler.addFilter(lambda record: False)
+        log._log(*CALLS[0])
+        handler.filters.clear()
+        handler.setLevel(logging.WARNING)
+        log._log(*CALLS[0])
+        assert len(stream.getvalue().splitlines()) == 1
+    # a record factory sees every access record
+    made: list[str] = []
+    factory = logging.getLogRecordFactory()
+
+    def recording(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = factory(*args, **kwargs)
+        made.append(record.name)
+        return record
+
+    with _configured(json_lines) as (stream, _):
+        logging.setLogRecordFactory(recording)
+        try:
+            log._log(*CALLS[2])
+        finally:
+            logging.setLogRecordFactory(factory)
+        assert made == ["stateflow.access"] and len(stream.getvalue().splitlines()) == 1

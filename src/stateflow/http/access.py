@@ -15,7 +15,7 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
+from typing import Any, Final
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -77,34 +77,34 @@ class AccessLog:
                 self._log(scope, status, time.perf_counter() - started, headers, request_id)
 
     def _log(self, scope: Scope, status: int, seconds: float, headers: dict[bytes, bytes], rid: str) -> None:
-        fields = {
-            "method": scope["method"],
-            "path": scope["path"],
-            "status": status,
-            "duration_ms": round(seconds * 1000, 2),
-            "token": fingerprint(headers.get(b"authorization")),
-            "request_id": rid,
-        }
+        method, path, token = scope["method"], scope["path"], fingerprint(headers.get(b"authorization"))
+        duration_ms = round(seconds * 1000, 2)
+        lines = _straight()
+        msg: str
+        args: tuple[Any, ...]
+        extra: dict[str, Any] | None
+        if self.json_lines:
+            fields = {
+                "method": method,
+                "path": path,
+                "status": status,
+                "duration_ms": duration_ms,
+                "token": token,
+                "request_id": rid,
+            }
+            msg, args, extra = "%s %s %s", (method, path, status), {"fields": fields}
+        else:
+            msg, args, extra = _TEXT, (method, path, status, duration_ms, token, rid), None
+        if lines is not None and lines.write_access(msg, args, extra):
+            return
         # the record made and handled as ``logger.info`` would, but for where it was called from:
         # ``findCaller`` walks the stack on every line to find what is always this method
-        if self.json_lines:
-            record = logger.makeRecord(
-                logger.name,
-                logging.INFO,
-                _FILE,
-                _LINE,
-                "%s %s %s",
-                (fields["method"], fields["path"], status),
-                None,
-                "_log",
-                {"fields": fields},
-            )
-        else:
-            args = (fields["method"], fields["path"], status, fields["duration_ms"], fields["token"], rid)
-            record = logger.makeRecord(
-                logger.name, logging.INFO, _FILE, _LINE, "%s %s %s %.1fms %s %s", args, None, "_log"
-            )
-        logger.handle(record)
+        logger.handle(
+            logger.makeRecord(logger.name, logging.INFO, _FILE, _LINE, msg, args, None, "_log", extra)
+        )
+
+
+_TEXT: Final = "%s %s %s %.1fms %s %s"
 
 
 _FILE = __file__
@@ -113,15 +113,73 @@ _LINE = AccessLog._log.__code__.co_firstlineno
 
 def configure(level: str, *, json_lines: bool) -> None:
     """Send stateflow's log lines (the access log included) to stderr at ``level``."""
-    handler = logging.StreamHandler()
-    if json_lines:
-        handler.setFormatter(_JsonFormatter())
-    else:
-        handler.setFormatter(_Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
     root = logging.getLogger("stateflow")
-    root.handlers[:] = [handler]
+    root.handlers[:] = [_Lines(_JsonFormatter() if json_lines else _Formatter(_LAYOUT))]
     root.setLevel(level.upper())
     root.propagate = False
+
+
+_LAYOUT: Final = "%(asctime)s %(levelname)s %(name)s %(message)s"
+
+
+def _straight() -> _Lines | None:
+    """The handler an access line goes to when it alone would see the line's record: the
+    access logger without handlers or filters of its own, handing its records on to the
+    ``stateflow`` logger as :func:`configure` left it (our one handler, not propagating), and
+    records made by ``logging.LogRecord``. Anything else (a handler or filter added, a record
+    factory) is handed the record, as ``logger.info`` would."""
+    if logger.handlers or logger.filters or logger.disabled or not logger.propagate:
+        return None
+    parent = logger.parent
+    if parent is None or parent.propagate or len(parent.handlers) != 1:
+        return None
+    handler = parent.handlers[0]
+    if type(handler) is not _Lines or logging.getLogRecordFactory() is not logging.LogRecord:
+        return None
+    return handler
+
+
+class _Lines(logging.StreamHandler):  # type: ignore[type-arg]
+    """stderr with the formatter :func:`configure` gives it; it writes an access line itself,
+    without the ``logging`` record (made, filtered and formatted on every request, the larger
+    part of the access log's cost), when it can tell that the line would read the same."""
+
+    def __init__(self, formatter: _Formatter) -> None:
+        super().__init__()
+        self.setFormatter(formatter)
+        self._ours = formatter
+
+    def write_access(self, msg: str, args: tuple[Any, ...], extra: dict[str, Any] | None) -> bool:
+        """Write the line the access log's record (``msg % args``, ``extra`` its attributes)
+        would come to here; False, writing nothing, where this handler's filters, level or
+        formatter are no longer those it was made with."""
+        formatter = self._ours
+        if self.formatter is not formatter or self.filters or self.level > logging.INFO:
+            return False
+        now = time.time_ns()  # (as ``logging.LogRecord`` takes its time)
+        when = formatter.time_text(now / 1e9, (now % 1_000_000_000) // 1_000_000 + 0.0)
+        if when is None:
+            return False
+        level = logging.getLevelName(logging.INFO)
+        if type(formatter) is _JsonFormatter:
+            line = formatter.line(
+                when, level, logger.name, (extra or {}).get("fields") or {"message": msg % args}
+            )
+        else:
+            line = f"{when} {level} {logger.name} {msg % args}"
+        self.acquire()  # (as ``Handler.handle`` and ``StreamHandler.emit``)
+        try:
+            self.stream.write(line + self.terminator)
+            self.flush()
+        except RecursionError:
+            raise
+        except Exception:
+            self.handleError(
+                logger.makeRecord(logger.name, logging.INFO, _FILE, _LINE, msg, args, None, "_log", extra)
+            )
+        finally:
+            self.release()
+        return True
 
 
 class _Formatter(logging.Formatter):
@@ -131,24 +189,29 @@ class _Formatter(logging.Formatter):
     _second: tuple[int, str] = (-1, "")
 
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        if datefmt is None:
+            kept = self.time_text(record.created, record.msecs)
+            if kept is not None:
+                return kept
+        return super().formatTime(record, datefmt)
+
+    def time_text(self, created: float, msecs: float) -> str | None:
+        """``formatTime``'s text for a record made at ``created`` (``msecs`` its milliseconds)
+        without a ``datefmt``; None where ``logging.Formatter``'s settings were changed."""
         msec_format = self.default_msec_format
-        if datefmt is not None or msec_format is None or self.converter is not time.localtime:
-            return super().formatTime(record, datefmt)
-        second = int(record.created)
+        if msec_format is None or self.converter is not time.localtime or self.datefmt is not None:
+            return None
+        second = int(created)
         if self._second[0] != second:
             self._second = (second, time.strftime(self.default_time_format, time.localtime(second)))
-        return msec_format % (self._second[1], record.msecs)
+        return msec_format % (self._second[1], msecs)
 
 
 class _JsonFormatter(_Formatter):
     def format(self, record: logging.LogRecord) -> str:
         body = getattr(record, "fields", None) or {"message": record.getMessage()}
-        return json.dumps(
-            {
-                "time": self.formatTime(record),
-                "level": record.levelname.lower(),
-                "logger": record.name,
-                **body,
-            },
-            ensure_ascii=False,
-        )
+        return self.line(self.formatTime(record), record.levelname, record.name, body)
+
+    @staticmethod
+    def line(when: str, level: str, name: str, body: dict[str, Any]) -> str:
+        return json.dumps({"time": when, "level": level.lower(), "logger": name, **body}, ensure_ascii=False)

@@ -37,6 +37,7 @@ from stateflow.http.auth import Token, TokenSet
 from stateflow.http.docs import ASSETS_URL, mount_docs
 from stateflow.http.limits import BodyLimit
 from stateflow.http.openapi import document as openapi_document
+from stateflow.http.telemetry import quicken as quicken_telemetry
 from stateflow.memory.scopes import MEMORY_STATE
 from stateflow.states import DoorContext, StatesService
 from stateflow.states.models import StateSubject, WriteOrigin
@@ -305,6 +306,7 @@ def create_app(
         docs_url=None,  # served by mount_docs from the package's own assets
         redoc_url=None,
     )
+    quicken_telemetry(app)  # (FastAPI's check for an OpenTelemetry provider, on every request)
     mount_docs(app)
 
     def openapi() -> dict[str, Any]:
