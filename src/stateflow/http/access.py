@@ -169,8 +169,10 @@ class _Lines(logging.StreamHandler):  # type: ignore[type-arg]
             line = f"{when} {level} {logger.name} {msg % args}"
         self.acquire()  # (as ``Handler.handle`` and ``StreamHandler.emit``)
         try:
-            self.stream.write(line + self.terminator)
-            self.flush()
+            stream = self.stream
+            stream.write(line + self.terminator)
+            if stream and hasattr(stream, "flush"):  # ``flush``'s own steps: the lock is held
+                stream.flush()
         except RecursionError:
             raise
         except Exception:

@@ -1,0 +1,276 @@
+"""Instructions per HTTP record write on the server's side, by thread, and of the calls behind
+it (issue 17): counted by callgrind, which the machine's load does not move.
+
+The write is ``bench_http``'s: ``PUT`` of a small record (``{"count", "text"}``) of a declared
+state, through the app as ``stateflow serve`` builds it (``build_app``: the access log on at
+``info``, its lines to ``/dev/null``), driven in process by ASGI messages (no sockets, no
+uvicorn), SQLite at ``synchronous=off``. Cases:
+
+- ``put, loop thread``: the event loop's thread only (the HTTP layer: parsing of the path and
+  headers, the token, the access log, the answer; callgrind's toggle counts per thread);
+- ``put, server``: both threads, the worker's call behind the edge included (the difference
+  between a run of ``--ops`` writes and one of none, over ``--ops``);
+- ``replace``: the record ``replace`` the route calls, alone, as the worker runs it;
+- ``apply``: ``bench_commit_floor``'s op batch, one caller.
+
+Each count is a process of its own under ``valgrind --tool=callgrind`` (``PYTHONHASHSEED=0``):
+``--warm`` ops, then ``--ops`` counted, only inside the loop that makes them
+(``--toggle-collect`` on ``itertools.starmap``'s iterator). ``--baseline-src DIR`` counts
+another source tree's ``stateflow`` beside this one's. ``--bytecodes`` prints instead, with no
+callgrind, the Python bytecodes each function executes per op on the loop's thread (its own
+and with what it calls): where the instructions go, deterministically.
+
+    python3 -m benchmarks.profile_http_instructions [--ops 60] [--warm 200]
+        [--cases "put, loop thread" ...] [--baseline-src DIR] [--jobs 2] [--bytecodes CASE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import itertools
+import logging
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import orjson
+
+_REPO = Path(__file__).resolve().parent.parent
+_COLLECTED = re.compile(r"Collected : (\d+)")
+CASES = ("put, loop thread", "put, server", "replace", "apply")
+PREFIX = "/api/states/bench/records/agent/bench/thread/"
+
+
+@contextmanager
+def operation(case: str) -> Iterator[Callable[[range], None]]:
+    """``run(indexes)``: the case's ops, one per index, on a store of their own."""
+    from benchmarks.bench_http import DECLARATION, TOKEN
+    from stateflow.config import Config
+    from stateflow.http import access
+    from stateflow.http.server import build_app, service_for
+    from stateflow.store import open_store
+
+    with tempfile.TemporaryDirectory() as tmp:
+        store = open_store(f"sqlite:///{tmp}/counted.db?synchronous=off", auto_migrate=True)
+        config = Config()
+        service = service_for(store, config)
+        try:
+            if case.startswith("put"):
+                access.configure("info", json_lines=False)
+                handler = logging.getLogger("stateflow").handlers[0]
+                assert isinstance(handler, logging.StreamHandler)
+                handler.setStream(open(os.devnull, "w"))  # noqa: SIM115 (for the process's life)
+                app = build_app(service, config, [TOKEN])
+                loop = asyncio.new_event_loop()
+                authorization = (b"authorization", f"Bearer {TOKEN}".encode())
+
+                async def request(method: str, path: str, body: bytes) -> None:
+                    sent: list[dict[str, Any]] = []
+                    given = False
+
+                    async def receive() -> dict[str, Any]:
+                        nonlocal given
+                        if given:  # (the app reads one body message; a second means a disconnect)
+                            await asyncio.sleep(3600)
+                        given = True
+                        return {"type": "http.request", "body": body, "more_body": False}
+
+                    async def send(message: dict[str, Any]) -> None:
+                        sent.append(message)
+
+                    headers = [(b"host", b"127.0.0.1"), (b"content-length", str(len(body)).encode())]
+                    scope = {
+                        "type": "http",
+                        "asgi": {"version": "3.0", "spec_version": "2.3"},
+                        "http_version": "1.1",
+                        "server": ("127.0.0.1", 8000),
+                        "client": ("127.0.0.1", 50000),
+                        "scheme": "http",
+                        "method": method,
+                        "root_path": "",
+                        "path": path,
+                        "raw_path": path.encode(),
+                        "query_string": b"",
+                        "headers": [*headers, authorization],
+                        "state": {},
+                    }
+                    await app(scope, receive, send)
+                    if sent[0]["status"] != 200:
+                        raise RuntimeError(f"{method} {path}: {sent}")
+
+                async def puts(indexes: range) -> None:
+                    for i in indexes:
+                        body = orjson.dumps({"count": i, "text": f"client 0 write {i}"})
+                        await request("PUT", f"{PREFIX}c0-{i % 200}", body)
+
+                loop.run_until_complete(request("PUT", "/api/states/bench", orjson.dumps(DECLARATION)))
+                yield lambda indexes: loop.run_until_complete(puts(indexes))
+                loop.close()
+            elif case == "replace":
+                from stateflow.http.app import _api_context
+                from stateflow.states.models import StateSubject
+
+                service.declare("bench", DECLARATION)
+                context = _api_context("token:bench")
+                subjects = [
+                    StateSubject(target_kind="agent", target_name="bench", kind="thread", key=f"c0-{i}")
+                    for i in range(200)
+                ]
+
+                def replaces(indexes: range) -> None:
+                    for i in indexes:
+                        document = {"count": i, "text": f"client 0 write {i}"}
+                        service.replace("bench", subjects[i % 200], document, context=context)
+
+                yield replaces
+            else:
+                from benchmarks.bench_states_vs_langgraph import DECL, ops_for, subject
+
+                service.declare("bench", DECL)
+
+                def applies(indexes: range) -> None:
+                    for i in indexes:
+                        service.apply("bench", subject(i), ops_for(i))
+
+                yield applies
+        finally:
+            service.close()
+            store.close()
+
+
+def _work(case: str, ops: int, warm: int) -> None:
+    """The counted process: ``warm`` ops, then ``ops`` inside ``starmap`` (the toggle)."""
+    with operation(case) as run:
+        run(range(warm))
+        for _ in itertools.starmap(run, [(range(10_000, 10_000 + ops),)]):
+            pass
+
+
+def _callgrind(src: Path, case: str, ops: int, warm: int, *, toggled: bool) -> int:
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{_REPO}", "PYTHONHASHSEED": "0"}
+        collect = ["--toggle-collect=starmap_next"] if toggled else []
+        done = subprocess.run(
+            [
+                "valgrind",
+                "--tool=callgrind",
+                *collect,
+                f"--callgrind-out-file={tmp}/out",
+                sys.executable,
+                "-m",
+                "benchmarks.profile_http_instructions",
+                "--work",
+                case,
+                str(ops),
+                str(warm),
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    found = _COLLECTED.search(done.stderr)
+    if found is None:
+        raise RuntimeError(f"callgrind printed no count:\n{done.stderr[-2000:]}")
+    return int(found.group(1))
+
+
+def _count(src: Path, case: str, ops: int, warm: int) -> float:
+    if case != "put, server":
+        return _callgrind(src, case, ops, warm, toggled=True) / ops
+    # every thread: the process with the ops, less the same process without them
+    return (
+        _callgrind(src, case, ops, warm, toggled=False) - _callgrind(src, case, 0, warm, toggled=False)
+    ) / ops
+
+
+def bytecodes(case: str, ops: int, warm: int, top: int) -> None:
+    """Bytecodes per op by function on the calling thread (the loop's, for a ``put``)."""
+    own: collections.Counter[str] = collections.Counter()
+    total: collections.Counter[str] = collections.Counter()
+    calls: collections.Counter[str] = collections.Counter()
+
+    def name(frame: FrameType) -> str:
+        code = frame.f_code
+        where = code.co_filename.split("site-packages/")[-1].split("/src/")[-1]
+        return f"{where}:{code.co_name}:{code.co_firstlineno}"
+
+    def trace(frame: FrameType, event: str, arg: object) -> Any:
+        if event == "call":
+            frame.f_trace_opcodes = True
+            calls[name(frame)] += 1
+        elif event == "opcode":
+            own[name(frame)] += 1
+            seen: set[str] = set()
+            outer: FrameType | None = frame
+            while outer is not None:
+                seen.add(name(outer))
+                outer = outer.f_back
+            total.update(seen)
+        return trace
+
+    with operation(case) as run:
+        run(range(warm))
+        sys.settrace(trace)
+        try:
+            run(range(10_000, 10_000 + ops))
+        finally:
+            sys.settrace(None)
+    mine = name(sys._getframe())
+    print(
+        f"== {case}: {sum(own.values()) / ops:,.0f} bytecodes, {sum(calls.values()) / ops:,.0f} calls per op"
+    )
+    print(f"{'with callees':>12} {'own':>7} {'calls':>6}  function")
+    for function, count in total.most_common(top + 8):
+        if function == mine or any(
+            part in function for part in ("profile_http_instructions", "asyncio/", "runpy")
+        ):
+            continue
+        print(f"{count / ops:12,.0f} {own[function] / ops:7,.0f} {calls[function] / ops:6.1f}  {function}")
+
+
+def main() -> None:
+    if len(sys.argv) == 5 and sys.argv[1] == "--work":
+        _work(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+        return
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--ops", type=int, default=60)
+    parser.add_argument("--warm", type=int, default=200)
+    parser.add_argument("--cases", nargs="+", default=list(CASES), choices=CASES)
+    parser.add_argument("--baseline-src", type=Path, default=None, help="another tree's src/, counted beside")
+    parser.add_argument("--jobs", type=int, default=2, help="counts run at once")
+    parser.add_argument("--bytecodes", choices=CASES, default=None, help="bytecodes by function instead")
+    parser.add_argument("--top", type=int, default=40, help="functions --bytecodes prints")
+    args = parser.parse_args()
+    if args.bytecodes is not None:
+        bytecodes(args.bytecodes, args.ops, args.warm, args.top)
+        return
+    trees = {"this tree": _REPO / "src"}
+    if args.baseline_src is not None:
+        trees["baseline"] = args.baseline_src.resolve()
+    runs = [(t, c) for c in args.cases for t in trees]
+    with ThreadPoolExecutor(args.jobs) as pool:
+        counts = dict(
+            zip(runs, pool.map(lambda r: _count(trees[r[0]], r[1], args.ops, args.warm), runs), strict=True)
+        )
+    print(f"instructions per op ({args.ops} counted after {args.warm} warm)")
+    for case in args.cases:
+        line = f"  {case:20s} {counts[('this tree', case)]:>12,.0f}"
+        if "baseline" in trees:
+            base = counts[("baseline", case)]
+            line += f"   baseline {base:>12,.0f}   {counts[('this tree', case)] / base:.3f}×"
+        print(line)
+
+
+if __name__ == "__main__":
+    main()
