@@ -5,9 +5,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from stateflow.errors import HotBudgetExceeded
-from stateflow.memory.receipts import ECHO_LIMIT
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from stateflow.doc.merge import Emitted, merge_patch, overlay
+from stateflow.doc.select import MISSING
+from stateflow.errors import HotBudgetExceeded, PatchError
+from stateflow.memory.planes import PlaneSet, model_view
+from stateflow.memory.receipts import ECHO_LIMIT, authored_paths, effective_entries, within_authored
 from stateflow.store import SqlStore
+from stateflow.store.spares import SPARES
 from tests.memory_helpers import view
 
 
@@ -240,3 +247,78 @@ def test_a_value_is_repeated_up_to_the_echo_limit_of_its_encoded_bytes(store: Sq
         ("tactics", "over", "escaped"): ECHO_LIMIT + 6,
         ("tactics", "listed"): len(json.dumps(listed, separators=(",", ":"))),
     }
+
+
+# ------------------------------------------------------------------ a receipt without its diff
+
+RECEIPT_KEYS = st.sampled_from(["a", "b", "[0]"])
+RECEIPT_SCALARS = st.booleans() | st.integers(-2, 2) | st.sampled_from(["", "x", "y"])
+RECEIPT_VALUES = st.recursive(
+    RECEIPT_SCALARS,
+    lambda inner: st.lists(inner, max_size=2) | st.dictionaries(RECEIPT_KEYS, inner, max_size=2),
+    max_leaves=8,
+)
+RECEIPT_PATCHES: st.SearchStrategy[Any] = st.recursive(
+    st.none() | RECEIPT_SCALARS | st.lists(RECEIPT_VALUES, max_size=2) | st.just({}),
+    lambda inner: st.dictionaries(RECEIPT_KEYS, inner, max_size=2),
+    max_leaves=6,
+)
+RECEIPT_PLANES = st.sampled_from(["intents", "strategy", "tactics", "response", "lazy"])
+SCOPE_STATES = st.dictionaries(RECEIPT_PLANES, RECEIPT_VALUES, max_size=3)
+SCOPE_PATCHES = st.dictionaries(RECEIPT_PLANES, RECEIPT_PATCHES, max_size=3)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(st.lists(st.tuples(SCOPE_STATES, SCOPE_PATCHES), min_size=1, max_size=3), st.booleans())
+def test_a_receipt_skips_its_diff_only_where_the_diff_would_change_nothing(
+    scopes: list[tuple[dict[str, Any], dict[str, Any]]], active: bool
+) -> None:
+    """Where every scope's merge listed its edits and each lies at or under an authored path,
+    the entries are those of the diff of the hot views before and after, without it."""
+    planes = PlaneSet()
+
+    def hot_view(states: list[dict[str, Any]]) -> dict[str, Any]:
+        view = overlay(*(model_view(s, planes) for s in states))
+        view = {} if view is MISSING else dict(view)
+        if not active:
+            view.pop("response", None)
+        return view
+
+    basis, new, edited, authored = [], [], [], []
+    for state, patch in scopes:
+        edits = Emitted()
+        try:
+            merged = merge_patch(state, patch, copies=SPARES, prune=True, edits=edits)
+        except PatchError:
+            return
+        basis.append(state)
+        new.append(merged)
+        edited.append(edits)
+        if not edits.exact:
+            return  # the receipt takes the diff
+    before, after = hot_view(basis), hot_view(new)
+    for patch in (p for _, p in scopes):
+        authored += authored_paths(patch, planes.lazy, before)
+    hot = frozenset(planes.names).difference(planes.lazy)
+    if within_authored(edited, authored, hot):
+        assert effective_entries(before, after, authored, diffed=False) == effective_entries(
+            before, after, authored
+        )
+
+
+def test_a_receipt_takes_its_diff_where_an_edit_lies_above_what_the_patch_names() -> None:
+    planes = PlaneSet()
+    hot = frozenset(planes.names).difference(planes.lazy)
+    # an object patched onto a scalar is one edit of the whole object, above the authored leaf
+    edits = Emitted()
+    merge_patch({"tactics": {"next": "x"}}, {"tactics": {"next": {"step": 1}}}, prune=True, edits=edits)
+    assert edits.exact and within_authored([edits], [("tactics", "next", "step")], hot) is False
+    edits = Emitted()
+    merge_patch({"tactics": {}}, {"tactics": {"next": {"step": 1}}}, prune=True, edits=edits)
+    assert within_authored([edits], [("tactics", "next", "step")], hot) is False
+    # leaves set, and a plane the hot view does not show
+    edits = Emitted()
+    merge_patch(
+        {"tactics": {"next": "x"}, "lazy": {}}, {"tactics": {"next": "y"}, "lazy": {"k": 1}}, edits=edits
+    )
+    assert within_authored([edits], [("tactics", "next")], hot) is True

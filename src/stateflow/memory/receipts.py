@@ -15,11 +15,11 @@ compares against what ``stateflow context`` showed in another.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from typing import Any, Final
 
 from stateflow.doc.canonical import JSON, encode_trusted
-from stateflow.doc.diff import diff_paths
+from stateflow.doc.diff import Edit, diff_paths
 from stateflow.doc.merge import is_index_patch
 from stateflow.doc.paths import is_key
 from stateflow.doc.select import MISSING
@@ -77,11 +77,45 @@ def _at(value: Any, path: tuple[str | int, ...]) -> Any:
     return node
 
 
+def within_authored(
+    edited: Iterable[Iterable[Edit]], authored: list[tuple[str | int, ...]], hot: Container[str]
+) -> bool:
+    """Whether every edit of a plane in ``hot`` lies at or under an ``authored`` path.
+
+    When ``edited`` are all the edits of every scope (each the diff of its scope before and
+    after) and the view shown is the basis's own, the hot views before and after then differ
+    only at or under authored paths: an edit at ``e`` changes a scope at ``e`` and below only,
+    and each of its ancestors stays an object (or an array of one length) on both sides, which
+    the overlay of scopes keeps too. Every path of their diff is then an authored path or lies
+    under one, and ``effective_entries`` lists the same entries with ``diffed=False``."""
+    marks = set(authored)
+    for edits in edited:
+        for edit in edits:
+            path = edit.path
+            if path in marks:
+                continue  # (most edits: a leaf of the patch set)
+            if path and path[0] not in hot:
+                continue  # a plane the hot view does not show (lazy, the runtime's)
+            for n in range(1, len(path)):
+                if path[:n] in marks:
+                    break
+            else:
+                return False
+    return True
+
+
 def effective_entries(
-    shown: dict[str, Any], accepted: dict[str, Any], authored: list[tuple[str | int, ...]]
+    shown: dict[str, Any],
+    accepted: dict[str, Any],
+    authored: list[tuple[str | int, ...]],
+    *,
+    diffed: bool = True,
 ) -> list[tuple[tuple[str | int, ...], Any]]:
-    """``(path, value or MISSING)`` for every changed or authored path, none under another."""
-    paths = diff_paths(shown, accepted)
+    """``(path, value or MISSING)`` for every changed or authored path, none under another.
+    ``diffed=False``: the caller knows every changed path is authored or under an authored one
+    (``within_authored``), which makes the diff's paths change nothing in the result: each is
+    then dropped (an authored ancestor is listed) or kept at its authored place."""
+    paths = diff_paths(shown, accepted) if diffed else []
     paths += [p for p in authored if p]
     # each path at its last place in ``paths``; kept unless one of its ancestors is listed too
     # (a loop, not a sort by depth and a scan of the kept: this runs on every patch_state)

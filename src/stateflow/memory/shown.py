@@ -63,7 +63,8 @@ def default_dir() -> str:
 _lock = threading.Lock()
 # per store object (weakly: a closed, collected store takes its views along, and a new store at
 # the same address never inherits them), then per session view, least recently shown first
-_memory: weakref.WeakKeyDictionary[object, OrderedDict[Hashable, Shown]] = weakref.WeakKeyDictionary()
+Registry = OrderedDict[Hashable, Shown]
+_memory: weakref.WeakKeyDictionary[object, Registry] = weakref.WeakKeyDictionary()
 
 
 def _file(directory: str, url: str, key: Hashable) -> Path:
@@ -73,9 +74,20 @@ def _file(directory: str, url: str, key: Hashable) -> Path:
     return Path(directory) / "shown" / f"{name}.json"
 
 
-def remember(store: Any, key: Hashable, shown: Shown, directory: str | None) -> None:
+def registry(store: Any) -> Registry:
+    """``store``'s last-shown views in this process (made on first use): a caller that keeps
+    the store alive may keep this and hand it to :func:`remember` and :func:`recall`, which
+    then skip the lookup by store (a weak reference made per call)."""
     with _lock:
-        views = _memory.setdefault(store, OrderedDict())
+        return _memory.setdefault(store, OrderedDict())
+
+
+def remember(
+    store: Any, key: Hashable, shown: Shown, directory: str | None, views: Registry | None = None
+) -> None:
+    with _lock:
+        if views is None:
+            views = _memory.setdefault(store, OrderedDict())
         views[key] = shown
         views.move_to_end(key)
         while len(views) > MAX_REMEMBERED:
@@ -100,11 +112,12 @@ def remember(store: Any, key: Hashable, shown: Shown, directory: str | None) -> 
         pass  # an unwritable directory costs only receipt precision in the next process
 
 
-def recall(store: Any, key: Hashable, directory: str | None) -> Shown | None:
+def recall(store: Any, key: Hashable, directory: str | None, views: Registry | None = None) -> Shown | None:
     """The last view shown for ``key``: from disk when a directory is configured (another
     process may have shown a newer one), else from this process."""
     with _lock:
-        views = _memory.get(store)
+        if views is None:
+            views = _memory.get(store)
         local = None if views is None else views.get(key)
     if directory is None:
         return local

@@ -147,11 +147,21 @@ class MemoryView:
         self.config = config or MemoryConfig()
         self.planes = PlaneSet(self.config.extra_roots)
         self.single = self.scopes[0] if len(self.scopes) == 1 else None
+        self._hot_members: list[str] = sorted({*self.planes.hot, RUNTIME})
+        """the members a patch reads when it names no lazy plane (``patch_state``)"""
+        self._hot_planes = frozenset(self.planes.names).difference(self.planes.lazy)
+        """the planes a hot view shows (``_hot_view``)"""
+        self._projection_hash = hashlib.sha256(
+            f"{identity.agent}\0{identity.cwd}\0{identity.session}\0{self.config.mode}\0".encode()
+        )
+        """``projection_id``'s hash of what every projection of this view starts with"""
         self.keys = {s: identity.key(s) for s in self.scopes}
         # artifact sources resolve against the working directory only when it is on this machine
         self.source_cwd = identity.cwd if self.config.local_cwd else NO_LOCAL_CWD
         self._shown: shown_views.Shown | None = None
         """the last view this object remembered as shown (another object's may be newer)"""
+        self._key_shown = self._shown_key()
+        self._views: shown_views.Registry | None = None
 
     # ------------------------------------------------------------------------- helpers
 
@@ -187,11 +197,12 @@ class MemoryView:
         return {s: docs[self.keys[s]] for s in self.scopes}
 
     def projection_id(self, revisions: dict[str, int]) -> str:
-        ident = self.identity
-        text = f"{ident.agent}\0{ident.cwd}\0{ident.session}\0{self.config.mode}\0"
+        text = ""
         for s in self.scopes:  # (a loop, not a generator joined: this runs on every patch_state)
             text += f"{s[0]}{revisions.get(s, 0)}"
-        return "p" + hashlib.sha256(text.encode()).hexdigest()[:16]
+        digest = self._projection_hash.copy()  # (the identity and mode hashed once per view)
+        digest.update(text.encode())
+        return "p" + digest.hexdigest()[:16]
 
     def _effective(self, states: dict[str, Any], with_lazy: bool) -> dict[str, Any]:
         layers = [model_view(states.get(s), self.planes, with_lazy=with_lazy) for s in self.scopes]
@@ -705,13 +716,16 @@ class MemoryView:
         """Run one ``patch_state`` call: all supplied scopes as one transition, or nothing."""
         self._tools_on()
         supplied = self._patch_args(args)
-        members = {*self.planes.hot, RUNTIME}
+        members = self._hot_members  # (a set built and sorted only when a patch reads lazy too)
+        lazy = self.planes.lazy
         for scope_patch in supplied.values():
-            members |= set(scope_patch) & set(self.planes.lazy)
+            wanted = [name for name in lazy if name in scope_patch]
             intents = scope_patch.get("intents")
             if isinstance(intents, dict) and any(v is None for v in intents.values()):
-                members |= {"lazy"}  # a deleted intent may own lazy keys
-        outlines = list(self.planes.lazy)
+                wanted.append("lazy")  # a deleted intent may own lazy keys
+            if wanted:
+                members = sorted({*members, *wanted})
+        outlines = list(lazy)
         staged: dict[str, Any] = {}
 
         def compute(docs: dict[DocKey, Document]) -> tuple[list[Write], dict[str, Any]]:
@@ -720,6 +734,8 @@ class MemoryView:
             cascaded: list[str] = []
             missing: list[str] = []
             writes = []
+            # every scope's edits, when each merge listed them (the receipt may skip its diff)
+            edited: list[Emitted] | None = []
             for scope, scope_patch in supplied.items():
                 edits = Emitted()
                 new[scope], where = self._stage(scope, basis[scope], scope_patch, cascaded, missing, edits)
@@ -728,7 +744,10 @@ class MemoryView:
                     if edits:
                         bodies = (basis[scope], new[scope])
                         writes.append(made_write(key, edits, docs[key].revision, None, bodies))
+                        if edited is not None:
+                            edited.append(edits)
                     continue
+                edited = None
                 write = Write.between(key, basis[scope], new[scope], docs[key].revision, where=where)
                 if write.edits:
                     writes.append(write)
@@ -739,13 +758,14 @@ class MemoryView:
                 new=new,
                 cascaded=cascaded,
                 missing=missing,
+                edited=edited,
                 outlines={s: docs[k].outlines for s, k in self.keys.items()},
                 revisions={s: docs[k].revision for s, k in self.keys.items()},
                 lazy_loaded="lazy" in members,
             )
             return writes, staged
 
-        commit = self._commit_patch(supplied, compute, sorted(members), outlines, origin)
+        commit = self._commit_patch(supplied, compute, members, outlines, origin)
         changed: list[str] = [
             s
             for s in SCOPES
@@ -766,7 +786,7 @@ class MemoryView:
         ) or (staged["shown_navigation"] not in (None, basis_navigation))
         hints = [self._missing_hint(p, staged["basis"]) for p in staged["missing"]]
         revisions = {s: commit.revisions.get(self.keys[s], staged["revisions"][s]) for s in self.scopes}
-        updates = detach(self._state_updates(staged, revisions))  # values of the cached state
+        updates = self._state_updates(staged, revisions)
         if not changed:
             receipt = Receipt("State already current.", [], None, hints, None)
             if staged["cascaded"] or staged["drift"]:
@@ -936,6 +956,13 @@ class MemoryView:
         ident = self.identity
         return (ident.agent, ident.cwd, ident.session, self.scopes, self.config.mode)
 
+    def _shown_registry(self) -> shown_views.Registry:
+        """The store's last-shown views in this process (looked up once per view object)."""
+        views = self._views
+        if views is None:
+            views = self._views = shown_views.registry(self.store)
+        return views
+
     def _hot_view(self, states: dict[str, Any]) -> dict[str, Any]:
         """The hot effective state as the model is shown it (no response unless active)."""
         state = self._effective(states, with_lazy=False)
@@ -946,7 +973,8 @@ class MemoryView:
     def _recall_shown(self, staged: dict[str, Any]) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
         """The hot view and lazy navigation this session view was last shown, or ``(None, None)``
         when it is unknown (never shown, or no longer rebuildable exactly)."""
-        shown = shown_views.recall(self.store, self._shown_key(), self.config.runtime_dir)
+        directory = self.config.runtime_dir
+        shown = shown_views.recall(self.store, self._key_shown, directory, self._shown_registry())
         if shown is None:
             return None, None
         if shown.view is not None:
@@ -977,24 +1005,36 @@ class MemoryView:
             dict(revisions), shown_views.digest(view) if directory is not None else "", nav, view
         )
         self._shown = record
-        shown_views.remember(self.store, self._shown_key(), record, directory)
+        shown_views.remember(self.store, self._key_shown, record, directory, self._shown_registry())
 
     def _state_updates(self, staged: dict[str, Any], revisions: dict[str, int]) -> dict[str, Any]:
-        before = staged["shown"] if staged["shown"] is not None else self._hot_view(staged["basis"])
+        shown = staged["shown"]
+        before = shown if shown is not None else self._hot_view(staged["basis"])
         after = self._hot_view(staged["new"])
         authored = [
             path
             for scope_patch in staged["supplied"].values()
             for path in receipts.authored_paths(scope_patch, self.planes.lazy, before)
         ]
+        # the view compared against is the basis's own and every scope's edits are known: when
+        # each lies at or under an authored path, the views differ nowhere else (no diff needed)
+        edited = staged["edited"]
+        diffed = not (
+            edited is not None
+            and (shown is None or staged.get("shown_own"))
+            and receipts.within_authored(edited, authored, self._hot_planes)
+        )
         entries: list[dict[str, Any]] = []
-        for path, value in receipts.effective_entries(before, after, authored):
+        for path, value in receipts.effective_entries(before, after, authored, diffed=diffed):
             if value is MISSING:
                 entries.append({"path": list(path), "deleted": True})
                 continue
             for part, part_value, stand_in in receipts.echoed(path, value, "effective"):
                 if stand_in is None:
-                    entries.append({"path": list(part), "value": self._out(part_value)})
+                    shown_value = self._out(part_value)
+                    if type(shown_value) is dict or type(shown_value) is list:
+                        shown_value = detach(shown_value)  # a value of the cached state: a copy
+                    entries.append({"path": list(part), "value": shown_value})
                 else:
                     entries.append({"path": list(part), **stand_in})
         updates: dict[str, Any] = {"projection": self.projection_id(revisions), "effective": entries}
@@ -1007,7 +1047,7 @@ class MemoryView:
             else staged["basis_navigation"]
         )
         if nav_after != nav_before:
-            updates["lazy_navigation"] = nav_after
+            updates["lazy_navigation"] = detach(nav_after)  # (kept as shown too: a copy)
         self._remember_shown(revisions, after, nav_after)
         if staged["cascaded"]:
             updates["cascaded"] = staged["cascaded"]
