@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stateflow.doc.merge import Emitted, merge_patch, overlay
 from stateflow.doc.select import MISSING
 from stateflow.errors import HotBudgetExceeded, PatchError
-from stateflow.memory.planes import PlaneSet, model_view
+from stateflow.memory.planes import PlaneSet, effective_view, model_view
 from stateflow.memory.receipts import ECHO_LIMIT, authored_paths, effective_entries, within_authored
 from stateflow.store import SqlStore
 from stateflow.store.spares import SPARES
@@ -322,3 +323,15 @@ def test_a_receipt_takes_its_diff_where_an_edit_lies_above_what_the_patch_names(
         {"tactics": {"next": "x"}, "lazy": {}}, {"tactics": {"next": "y"}, "lazy": {"k": 1}}, edits=edits
     )
     assert within_authored([edits], [("tactics", "next")], hot) is True
+
+
+@settings(max_examples=800, deadline=None)
+@given(st.lists(st.none() | SCOPE_STATES, min_size=1, max_size=3), st.booleans())
+def test_the_effective_view_is_the_overlay_of_the_scopes_views(
+    states: list[dict[str, Any] | None], with_lazy: bool
+) -> None:
+    planes = PlaneSet()
+    whole = overlay(*(model_view(s, planes, with_lazy=with_lazy) for s in states))
+    expected = {name: whole[name] for name in planes.names if name in whole}
+    got = effective_view(states, planes, with_lazy=with_lazy)
+    assert orjson.dumps(got) == orjson.dumps(expected)  # key order too, at every level

@@ -10,12 +10,14 @@ Memory never stores ``null``.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from stateflow.doc.canonical import JSON, MAX_DEPTH, check, kind, plain_number
+from stateflow.doc.merge import overlay
 from stateflow.doc.paths import is_key
+from stateflow.doc.select import MISSING
 from stateflow.errors import InvalidInput, PatchError
 from stateflow.validators import compiled
 
@@ -271,6 +273,31 @@ def model_view(
         if name == "response" and value == "":
             continue
         out[name] = value
+    return out
+
+
+def effective_view(
+    states: Sequence[Mapping[str, Any] | None], planes: PlaneSet, *, with_lazy: bool = False
+) -> dict[str, Any]:
+    """The overlay of the scopes' ``model_view`` s (broadest first), its planes in intent-first
+    order: each plane's values overlaid in turn, as the overlay of the whole views overlays
+    them (a plane one scope holds is its value), without building each scope's view first
+    (every receipt builds one of these)."""
+    lazy = planes.lazy
+    out: dict[str, Any] = {}
+    for name in planes.names:
+        if not with_lazy and name in lazy:
+            continue
+        found: Any = MISSING
+        for state in states:
+            if not state or name not in state:
+                continue
+            value = state[name]
+            if name == "response" and value == "":
+                continue
+            found = value if found is MISSING else overlay(found, value)
+        if found is not MISSING:
+            out[name] = found
     return out
 
 

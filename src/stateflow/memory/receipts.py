@@ -59,7 +59,10 @@ def _walk(node: Any, path: tuple[str | int, ...], shown: dict[str, Any] | None, 
             return
         if not (len(path) == 2 and path[0] == "artifacts"):
             for k, v in node.items():
-                _walk(v, (*path, k), shown, out)
+                if type(v) is dict and v:
+                    _walk(v, (*path, k), shown, out)
+                else:  # (what the call makes of a leaf, without the call)
+                    out.append((*path, k))
             return
     out.append(path)  # a leaf, a deletion or a card
 

@@ -15,7 +15,7 @@ from typing import Any, Final
 
 from stateflow.doc.canonical import JSON, detach, encode, encode_trusted, identical
 from stateflow.doc.diff import Edit, Within, diff, to_patch
-from stateflow.doc.merge import Emitted, merge_patch, overlay, patch_within
+from stateflow.doc.merge import Emitted, merge_patch, patch_within
 from stateflow.doc.paths import Index, Key, PatchesPath, Range, ReadPath, Selector, parse
 from stateflow.doc.select import MISSING, select
 from stateflow.doc.select import keys as keys_projection
@@ -42,6 +42,7 @@ from stateflow.memory.planes import (
     check_extra_roots,
     check_scope_patch,
     child_kinds,
+    effective_view,
     model_view,
 )
 from stateflow.memory.protocol import protocol_text
@@ -205,11 +206,7 @@ class MemoryView:
         return "p" + digest.hexdigest()[:16]
 
     def _effective(self, states: dict[str, Any], with_lazy: bool) -> dict[str, Any]:
-        layers = [model_view(states.get(s), self.planes, with_lazy=with_lazy) for s in self.scopes]
-        result = overlay(*layers)
-        if result is MISSING:
-            return {}
-        return {name: result[name] for name in self.planes.names if name in result}  # intent-first
+        return effective_view([states.get(s) for s in self.scopes], self.planes, with_lazy=with_lazy)
 
     # ------------------------------------------------------------------------- read_state
 
@@ -920,7 +917,8 @@ class MemoryView:
             roots = self.config.knowledge_roots
             artifact_provenance.check_sources(patch["artifacts"], self.source_cwd, roots)
             current = artifact_provenance.record(current, patch["artifacts"], self.source_cwd, roots)
-        check_extra_roots(scope, current, patch, self.planes)
+        if self.planes.extra:  # (declared roots only: the built-in planes have no schema)
+            check_extra_roots(scope, current, patch, self.planes)
         if found:
             missing.extend(f"{scope}\0" + "\0".join(str(p) for p in f) for f in found)
         if edits.exact:
