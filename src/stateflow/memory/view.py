@@ -726,7 +726,12 @@ class MemoryView:
         staged: dict[str, Any] = {}
 
         def compute(docs: dict[DocKey, Document]) -> tuple[list[Write], dict[str, Any]]:
-            basis = {s: docs[k].body or {} for s, k in self.keys.items()}
+            basis: dict[str, Any] = {}
+            shapes: dict[str, dict[str, Any]] = {}
+            read: dict[str, int] = {}  # each scope's revision computed on
+            for s, k in self.keys.items():  # (one loop, not a comprehension for each)
+                doc = docs[k]
+                basis[s], shapes[s], read[s] = doc.body or {}, doc.outlines, doc.revision
             new = dict(basis)
             cascaded: list[str] = []
             missing: list[str] = []
@@ -740,12 +745,12 @@ class MemoryView:
                 if where is None:  # the merge listed its edits (as the diff would): no diff
                     if edits:
                         bodies = (basis[scope], new[scope])
-                        writes.append(made_write(key, edits, docs[key].revision, None, bodies))
+                        writes.append(made_write(key, edits, read[scope], None, bodies))
                         if edited is not None:
                             edited.append(edits)
                     continue
                 edited = None
-                write = Write.between(key, basis[scope], new[scope], docs[key].revision, where=where)
+                write = Write.between(key, basis[scope], new[scope], read[scope], where=where)
                 if write.edits:
                     writes.append(write)
             self._check_hot_budget(basis, new)
@@ -756,20 +761,21 @@ class MemoryView:
                 cascaded=cascaded,
                 missing=missing,
                 edited=edited,
-                outlines={s: docs[k].outlines for s, k in self.keys.items()},
-                revisions={s: docs[k].revision for s, k in self.keys.items()},
+                outlines=shapes,
+                revisions=read,
                 lazy_loaded="lazy" in members,
             )
             return writes, staged
 
         commit = self._commit_patch(supplied, compute, members, outlines, origin)
-        changed: list[str] = [
-            s
-            for s in SCOPES
-            if s in self.keys
-            and self.keys[s] in commit.revisions
-            and commit.revisions[self.keys[s]] != staged["revisions"][s]
-        ]
+        # each scope's revision now, and the scopes whose revision moved (in the scopes' order)
+        revisions: dict[str, int] = {}
+        changed: list[str] = []
+        committed = commit.revisions
+        for s, was in staged["revisions"].items():
+            revisions[s] = now = committed.get(self.keys[s], was)
+            if now != was:
+                changed.append(s)
         staged["shown"], staged["shown_navigation"] = self._recall_shown(staged)
         basis_navigation = staged["basis_navigation"] = self._navigation(
             self._lazy_outlines(staged["outlines"])
@@ -782,7 +788,6 @@ class MemoryView:
             and staged["shown"] != self._hot_view(staged["basis"])
         ) or (staged["shown_navigation"] not in (None, basis_navigation))
         hints = [self._missing_hint(p, staged["basis"]) for p in staged["missing"]]
-        revisions = {s: commit.revisions.get(self.keys[s], staged["revisions"][s]) for s in self.scopes}
         updates = self._state_updates(staged, revisions)
         if not changed:
             receipt = Receipt("State already current.", [], None, hints, None)
