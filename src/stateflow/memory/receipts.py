@@ -80,17 +80,22 @@ def _at(value: Any, path: tuple[str | int, ...]) -> Any:
     return node
 
 
-def within_authored(
-    edited: Iterable[Iterable[Edit]], authored: list[tuple[str | int, ...]], hot: Container[str]
-) -> bool:
-    """Whether every edit of a plane in ``hot`` lies at or under an ``authored`` path.
+def authored_entries(
+    edited: Iterable[Iterable[Edit]],
+    authored: list[tuple[str | int, ...]],
+    hot: Container[str],
+    accepted: dict[str, Any],
+) -> list[tuple[tuple[str | int, ...], Any]] | None:
+    """:func:`effective_entries` without the diff of the views, or None where that cannot be
+    told: when some edit of a plane in ``hot`` lies neither at nor under an authored path.
 
-    When ``edited`` are all the edits of every scope (each the diff of its scope before and
-    after) and the view shown is the basis's own, the hot views before and after then differ
-    only at or under authored paths: an edit at ``e`` changes a scope at ``e`` and below only,
-    and each of its ancestors stays an object (or an array of one length) on both sides, which
-    the overlay of scopes keeps too. Every path of their diff is then an authored path or lies
-    under one, and ``effective_entries`` lists the same entries with ``diffed=False``."""
+    ``edited`` must be all the edits of every scope (each the diff of its scope before and
+    after) and the view shown the basis's own. The hot views before and after then differ only
+    at or under the edits' paths: an edit at ``e`` changes its scope at ``e`` and below only,
+    and each ancestor of ``e`` stays an object (or an array of one length) on both sides, which
+    the overlay of the scopes keeps too. With every edit at or under an authored path, each
+    path of the views' diff is an authored path or lies under one: it adds no entry, and moves
+    none (an entry is kept at its path's last place, and the authored come last)."""
     marks = set(authored)
     for edits in edited:
         for edit in edits:
@@ -103,22 +108,25 @@ def within_authored(
                 if path[:n] in marks:
                     break
             else:
-                return False
-    return True
+                return None
+    if len(marks) != len(authored):  # a path authored twice (by two scopes): at its last place
+        authored = list(dict.fromkeys(reversed(authored)))[::-1]
+    out: list[tuple[tuple[str | int, ...], Any]] = []
+    for p in authored:
+        for n in range(1, len(p)):
+            if p[:n] in marks:
+                break  # under another authored path, which is listed
+        else:
+            if p:
+                out.append((p, _at(accepted, p)))
+    return out
 
 
 def effective_entries(
-    shown: dict[str, Any],
-    accepted: dict[str, Any],
-    authored: list[tuple[str | int, ...]],
-    *,
-    diffed: bool = True,
+    shown: dict[str, Any], accepted: dict[str, Any], authored: list[tuple[str | int, ...]]
 ) -> list[tuple[tuple[str | int, ...], Any]]:
-    """``(path, value or MISSING)`` for every changed or authored path, none under another.
-    ``diffed=False``: the caller knows every changed path is authored or under an authored one
-    (``within_authored``), which makes the diff's paths change nothing in the result: each is
-    then dropped (an authored ancestor is listed) or kept at its authored place."""
-    paths = diff_paths(shown, accepted) if diffed else []
+    """``(path, value or MISSING)`` for every changed or authored path, none under another."""
+    paths = diff_paths(shown, accepted)
     paths += [p for p in authored if p]
     # each path at its last place in ``paths``; kept unless one of its ancestors is listed too
     # (a loop, not a sort by depth and a scan of the kept: this runs on every patch_state)

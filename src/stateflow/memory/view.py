@@ -1022,13 +1022,13 @@ class MemoryView:
         # the view compared against is the basis's own and every scope's edits are known: when
         # each lies at or under an authored path, the views differ nowhere else (no diff needed)
         edited = staged["edited"]
-        diffed = not (
-            edited is not None
-            and (shown is None or staged.get("shown_own"))
-            and receipts.within_authored(edited, authored, self._hot_planes)
-        )
+        effective = None
+        if edited is not None and (shown is None or staged.get("shown_own")):
+            effective = receipts.authored_entries(edited, authored, self._hot_planes, after)
+        if effective is None:
+            effective = receipts.effective_entries(before, after, authored)
         entries: list[dict[str, Any]] = []
-        for path, value in receipts.effective_entries(before, after, authored, diffed=diffed):
+        for path, value in effective:
             if value is MISSING:
                 entries.append({"path": list(path), "deleted": True})
                 continue
