@@ -310,7 +310,8 @@ def test_a_receipt_takes_its_diff_where_an_edit_lies_above_what_the_patch_names(
     planes = PlaneSet()
     hot = frozenset(planes.names).difference(planes.lazy)
     # an object patched onto a scalar is one edit of the whole object, above the authored leaf
-    for state in ({"tactics": {"next": "x"}}, {"tactics": {}}):
+    states: list[dict[str, Any]] = [{"tactics": {"next": "x"}}, {"tactics": {}}]
+    for state in states:
         edits = Emitted()
         after = merge_patch(state, {"tactics": {"next": {"step": 1}}}, prune=True, edits=edits)
         assert edits.exact
@@ -321,7 +322,8 @@ def test_a_receipt_takes_its_diff_where_an_edit_lies_above_what_the_patch_names(
     after = merge_patch(
         {"tactics": {"next": "x"}, "lazy": {}}, {"tactics": {"next": "y"}, "lazy": {"k": 1}}, edits=edits
     )
-    authored = [("tactics", "next"), ("strategy",), ("strategy", "s"), ("tactics", "next")]
+    authored: list[tuple[str | int, ...]] = [("tactics", "next"), ("strategy",), ("strategy", "s")]
+    authored.append(("tactics", "next"))
     assert authored_entries([edits], authored, hot, after) == [
         (("strategy",), MISSING),
         (("tactics", "next"), "y"),
