@@ -269,6 +269,10 @@ class _GroupCommit:
             tx = self._tx = _SqliteTx(conn)
         return tx
 
+    def forget(self) -> None:
+        """Drop the kept transaction facade (its cursor with it): the connection is closing."""
+        self._tx = None
+
     def member(self, local: threading.local | None = None) -> _Member:
         """A writer's place in the next group (a context manager giving its transaction);
         ``local.writing`` is set while it is inside."""
@@ -698,7 +702,8 @@ class SqliteStore(SqlStore):
         with self._guard:
             conns, self._all = self._all, []
         with self._group.lock:  # no group is open while we hold it
-            self._writer_conn = self._shared = self._group._tx = None
+            self._writer_conn = self._shared = None
+            self._group.forget()
             for conn in conns:
                 conn.close()
             self._watch.close()  # after the connections: its close drops their -shm locks
