@@ -1,0 +1,220 @@
+"""What one write's commit writes on SQLite, by b-tree, and what a different index or key would
+save (issues 16, 17): WAL frames per write and instructions per write, for a declared-states
+``apply`` (``bench_commit_floor``'s three-op batch), a LangGraph saver ``put`` of a new
+checkpoint and a three-scope ``patch_state`` (``bench_memory``'s), one caller,
+``synchronous=off``.
+
+Frames: a store is filled by ``--fill`` writes, the variant is applied to the file, the WAL is
+checkpointed empty and the automatic checkpoint turned off, then ``--writes`` more are made;
+each frame header of the ``-wal`` file names its page, and ``dbstat`` names the page's b-tree.
+
+Instructions (``--count``): each variant in a process of its own under ``valgrind
+--tool=callgrind``, counted only while ``itertools.starmap`` makes the writes
+(``--toggle-collect=starmap_next``, as ``profile_langgraph_instructions`` does), after
+``--warm`` writes, the variant and 50 writes more; ``PYTHONHASHSEED=0``.
+
+The variants change the file under the store's feet and none is a valid store: each bounds what
+a schema step of that shape could save on the write, before the readers' side of it.
+
+- ``no value index``: ``members_by_value`` dropped (what any key for it costs at most).
+- ``value index on the raw body``: keyed by the member's stored bytes, no ``json_extract``.
+- ``value index: strings raw, numbers cast``: strings by their stored bytes, numbers by
+  ``CAST(body AS NUMERIC)`` (numbers still compared by value).
+- ``changes keyed by seq``: ``changes`` rebuilt ``WITHOUT ROWID`` on ``(seq, doc_id,
+  revision)``, so every change row appends at the tree's right edge instead of inside its
+  document's range (where a full leaf is rebalanced with its neighbours).
+- ``changes keyed by seq, doc index``: the same with the ``(doc_id, revision)`` index every
+  history and as-of read would need.
+
+    python3 -m benchmarks.profile_sqlite_commit_pages [--writes apply "saver put" patch_state]
+        [--variants NAME ...] [--fill 2000] [--ops 300] [--count] [--warm 300]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import gc
+import itertools
+import os
+import re
+import sqlite3
+import struct
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+_REPO = Path(__file__).resolve().parent.parent
+_COLLECTED = re.compile(r"Collected : (\d+)")
+WRITES = ("apply", "saver put", "patch_state")
+_SCALAR = "root IS NULL AND size <= 1024 AND (substr(body, 1, 1) BETWEEN x'2d' AND x'39' OR substr(body, 1, 1) = x'22')"
+_BY_SEQ = """
+PRAGMA foreign_keys = OFF;
+BEGIN;
+ALTER TABLE changes RENAME TO changes_before;
+CREATE TABLE changes (doc_id BIGINT NOT NULL, revision BIGINT NOT NULL, seq BIGINT NOT NULL, paths BLOB,
+    edits BLOB, PRIMARY KEY (seq, doc_id, revision)) WITHOUT ROWID;
+INSERT INTO changes SELECT doc_id, revision, seq, paths, edits FROM changes_before ORDER BY seq, doc_id;
+DROP TABLE changes_before;
+COMMIT;
+"""
+VARIANTS: dict[str, str] = {
+    "as written": "",
+    "no value index": "DROP INDEX members_by_value;",
+    "value index on the raw body": (
+        f"DROP INDEX members_by_value; CREATE INDEX members_by_value ON members (name, body) WHERE {_SCALAR};"
+    ),
+    "value index: strings raw, numbers cast": (
+        "DROP INDEX members_by_value; CREATE INDEX members_by_value ON members (name, CASE WHEN "
+        f"substr(body, 1, 1) = x'22' THEN body ELSE CAST(body AS NUMERIC) END) WHERE {_SCALAR};"
+    ),
+    "changes keyed by seq": _BY_SEQ,
+    "changes keyed by seq, doc index": _BY_SEQ + "CREATE INDEX changes_by_doc ON changes (doc_id, revision);",
+}
+FRAME = 4096 + 24
+"""Bytes of one WAL frame (the default page size and its header)."""
+
+
+def writer(kind: str, service: Any, tmp: str) -> Callable[[int], object]:
+    """The write of ``kind`` made with ``i``: each call a new value (and for a saver ``put`` a
+    new checkpoint)."""
+    if kind == "apply":
+        from benchmarks.bench_states_vs_langgraph import DECL, ops_for, subject
+
+        service.declare("bench", DECL)
+        return lambda i: service.apply("bench", subject(i), ops_for(i))
+    if kind == "saver put":
+        from benchmarks.bench_langgraph_adapters import saver_cases
+        from stateflow.langgraph import StateflowSaver
+
+        return saver_cases(StateflowSaver(service), "p")["saver put"]
+    from stateflow.memory import Identity, MemoryView
+
+    view = MemoryView(service.store, Identity.of("bench", tmp, "s"))
+    return lambda i: view.patch_state(
+        {
+            "global": {"strategy": {"style": f"v{i}"}},
+            "cwd": {"tactics": {"build": f"ok {i}"}},
+            "session": {"tactics": {"next": f"step {i}"}, "intents": {"ship": {"goal": f"release {i}"}}},
+        }
+    )
+
+
+def _service(tmp: str) -> Any:
+    from stateflow.states import StatesService
+    from stateflow.store import open_store
+
+    return StatesService(open_store(f"sqlite:///{tmp}/pages.db?synchronous=off", auto_migrate=True))
+
+
+def _vary(path: str, variant: str) -> None:
+    if VARIANTS[variant]:
+        conn = sqlite3.connect(path, isolation_level=None)
+        conn.executescript(VARIANTS[variant])
+        conn.close()
+
+
+def frames(kind: str, variant: str, fill: int, ops: int) -> tuple[float, collections.Counter[str]]:
+    """WAL frames per write of ``ops`` writes after ``fill``, and per write by b-tree."""
+    with tempfile.TemporaryDirectory() as tmp:
+        service = _service(tmp)
+        write = writer(kind, service, tmp)
+        for i in range(fill):
+            write(i)
+        path = f"{tmp}/pages.db"
+        _vary(path, variant)
+        conn = sqlite3.connect(path, isolation_level=None)
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        for own in service.store._all:
+            own.execute("PRAGMA wal_autocheckpoint = 0")
+        for i in range(fill, fill + ops):
+            write(i)
+        data = Path(f"{path}-wal").read_bytes()
+        pages = [struct.unpack(">I", data[at : at + 4])[0] for at in range(32, len(data) - FRAME + 1, FRAME)]
+        names = dict(conn.execute("SELECT pageno, name FROM dbstat"))
+        conn.close()
+        service.close()
+        service.store.close()
+    by_tree = collections.Counter(names.get(page, "(a page allocated since)") for page in pages)
+    return len(pages) / ops, by_tree
+
+
+def _work(kind: str, variant: str, ops: int, warm: int) -> None:
+    """The counted process: ``warm`` writes, the variant, 50 writes, then ``ops`` counted."""
+    with tempfile.TemporaryDirectory() as tmp:
+        service = _service(tmp)
+        write = writer(kind, service, tmp)
+        for i in range(warm):
+            write(i)
+        _vary(f"{tmp}/pages.db", variant)
+        for i in range(warm, warm + 50):
+            write(i)
+        gc.collect()
+        gc.freeze()
+        for _ in itertools.starmap(write, ((i,) for i in range(10_000, 10_000 + ops))):
+            pass
+        service.close()
+        service.store.close()
+
+
+def instructions(kind: str, variant: str, ops: int, warm: int) -> float:
+    """Instructions per write (callgrind, counted inside the loop only)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {**os.environ, "PYTHONHASHSEED": "0"}
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), str(_REPO)) if p)
+        done = subprocess.run(
+            [
+                "valgrind",
+                "--tool=callgrind",
+                "--toggle-collect=starmap_next",
+                f"--callgrind-out-file={tmp}/out",
+                sys.executable,
+                "-m",
+                "benchmarks.profile_sqlite_commit_pages",
+                "--work",
+                kind,
+                variant,
+                str(ops),
+                str(warm),
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    found = _COLLECTED.search(done.stderr)
+    if found is None:
+        raise RuntimeError(f"callgrind printed no count:\n{done.stderr[-2000:]}")
+    return int(found.group(1)) / ops
+
+
+def main() -> None:
+    if len(sys.argv) == 6 and sys.argv[1] == "--work":
+        _work(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
+        return
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--writes", nargs="+", default=list(WRITES), choices=WRITES)
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--fill", type=int, default=2000, help="writes before the frames are counted")
+    parser.add_argument("--ops", type=int, default=300, help="writes counted")
+    parser.add_argument("--count", action="store_true", help="also count instructions (callgrind)")
+    parser.add_argument("--warm", type=int, default=300, help="writes before instructions are counted")
+    args = parser.parse_args()
+    for kind in args.writes:
+        base: float | None = None
+        for variant in args.variants:
+            per_write, by_tree = frames(kind, variant, args.fill, args.ops)
+            trees = ", ".join(f"{name} {n / args.ops:.2f}" for name, n in by_tree.most_common())
+            line = f"{kind:12s} {variant:40s} WAL frames {per_write:5.2f} per write ({trees})"
+            if args.count:
+                counted = instructions(kind, variant, args.ops, args.warm)
+                base = counted if base is None else base
+                line += f"; {counted:,.0f} instructions ({counted / base:.3f}x the first variant)"
+            print(line, flush=True)
+
+
+if __name__ == "__main__":
+    main()
