@@ -20,6 +20,9 @@ a schema step of that shape could save on the write, before the readers' side of
 - ``value index on the raw body``: keyed by the member's stored bytes, no ``json_extract``.
 - ``value index: strings raw, numbers cast``: strings by their stored bytes, numbers by
   ``CAST(body AS NUMERIC)`` (numbers still compared by value).
+- ``value index: outline tested first``: the same entries, its ``WHERE`` testing ``outline IS
+  NULL`` first (an object member's outline is never NULL, a scalar's always is), so a write of
+  an object member skips the ``substr`` calls.
 - ``changes keyed by seq``: ``changes`` rebuilt ``WITHOUT ROWID`` on ``(seq, doc_id,
   revision)``, so every change row appends at the tree's right edge instead of inside its
   document's range (where a full leaf is rebalanced with its neighbours).
@@ -47,6 +50,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from stateflow.store.migrations import SQLITE_VALUE
+
 _REPO = Path(__file__).resolve().parent.parent
 _COLLECTED = re.compile(r"Collected : (\d+)")
 WRITES = ("apply", "saver put", "patch_state")
@@ -70,6 +75,10 @@ VARIANTS: dict[str, str] = {
     "value index: strings raw, numbers cast": (
         "DROP INDEX members_by_value; CREATE INDEX members_by_value ON members (name, CASE WHEN "
         f"substr(body, 1, 1) = x'22' THEN body ELSE CAST(body AS NUMERIC) END) WHERE {_SCALAR};"
+    ),
+    "value index: outline tested first": (
+        "DROP INDEX members_by_value; CREATE INDEX members_by_value ON members (name, "
+        f"{SQLITE_VALUE.format(m='')}) WHERE outline IS NULL AND {_SCALAR};"
     ),
     "changes keyed by seq": _BY_SEQ,
     "changes keyed by seq, doc index": _BY_SEQ + "CREATE INDEX changes_by_doc ON changes (doc_id, revision);",
