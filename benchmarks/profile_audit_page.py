@@ -19,15 +19,15 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
-import re
 import subprocess
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-_REPO = Path(__file__).resolve().parent.parent
-_COLLECTED = re.compile(r"Collected : (\d+)")
+from benchmarks import callgrind
+
+MODULE = "benchmarks.profile_audit_page"
 CASES = ("one document", "new documents")
 COMMITS = 1_500
 
@@ -70,31 +70,10 @@ def _work(location: str, pages: int, warm: int) -> None:
 
 def _count(src: Path, case: str, pages: int, warm: int) -> float:
     with tempfile.TemporaryDirectory() as tmp:
-        env = {**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{_REPO}", "PYTHONHASHSEED": "0"}
+        env = {**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{callgrind.REPO}", "PYTHONHASHSEED": "0"}
         location = f"sqlite:///{tmp}/audit.db?synchronous=off"
-        me = [sys.executable, "-m", "benchmarks.profile_audit_page"]
-        subprocess.run([*me, "--fill", case, location], env=env, check=True)
-        done = subprocess.run(
-            [
-                "valgrind",
-                "--tool=callgrind",
-                "--toggle-collect=starmap_next",
-                f"--callgrind-out-file={tmp}/out",
-                *me,
-                "--work",
-                location,
-                str(pages),
-                str(warm),
-            ],
-            env=env,
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-    found = _COLLECTED.search(done.stderr)
-    if found is None:
-        raise RuntimeError(f"callgrind printed no count:\n{done.stderr[-2000:]}")
-    return int(found.group(1)) / pages
+        subprocess.run([sys.executable, "-m", MODULE, "--fill", case, location], env=env, check=True)
+        return callgrind.count(MODULE, ["--work", location, str(pages), str(warm)], src=src) / pages
 
 
 def main() -> None:
@@ -111,7 +90,7 @@ def main() -> None:
     parser.add_argument("--baseline-src", type=Path, default=None, help="another tree's src/, counted beside")
     parser.add_argument("--jobs", type=int, default=2, help="counts run at once")
     args = parser.parse_args()
-    trees = {"this tree": _REPO / "src"}
+    trees = {"this tree": callgrind.REPO / "src"}
     if args.baseline_src is not None:
         trees["baseline"] = args.baseline_src.resolve()
     runs = [(t, c) for c in args.cases for t in trees]

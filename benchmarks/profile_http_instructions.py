@@ -32,8 +32,6 @@ import collections
 import itertools
 import logging
 import os
-import re
-import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
@@ -45,8 +43,9 @@ from typing import Any
 
 import orjson
 
-_REPO = Path(__file__).resolve().parent.parent
-_COLLECTED = re.compile(r"Collected : (\d+)")
+from benchmarks import callgrind
+
+MODULE = "benchmarks.profile_http_instructions"
 CASES = ("put, loop thread", "put, server", "replace", "apply")
 PREFIX = "/api/states/bench/records/agent/bench/thread/"
 
@@ -157,32 +156,8 @@ def _work(case: str, ops: int, warm: int) -> None:
 
 
 def _callgrind(src: Path, case: str, ops: int, warm: int, *, toggled: bool) -> int:
-    with tempfile.TemporaryDirectory() as tmp:
-        env = {**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{_REPO}", "PYTHONHASHSEED": "0"}
-        collect = ["--toggle-collect=starmap_next"] if toggled else []
-        done = subprocess.run(
-            [
-                "valgrind",
-                "--tool=callgrind",
-                *collect,
-                f"--callgrind-out-file={tmp}/out",
-                sys.executable,
-                "-m",
-                "benchmarks.profile_http_instructions",
-                "--work",
-                case,
-                str(ops),
-                str(warm),
-            ],
-            env=env,
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-    found = _COLLECTED.search(done.stderr)
-    if found is None:
-        raise RuntimeError(f"callgrind printed no count:\n{done.stderr[-2000:]}")
-    return int(found.group(1))
+    args = ["--work", case, str(ops), str(warm)]
+    return callgrind.count(MODULE, args, src=src, toggle=callgrind.STARMAP if toggled else None)
 
 
 def _count(src: Path, case: str, ops: int, warm: int) -> float:
@@ -255,7 +230,7 @@ def main() -> None:
     if args.bytecodes is not None:
         bytecodes(args.bytecodes, args.ops, args.warm, args.top)
         return
-    trees = {"this tree": _REPO / "src"}
+    trees = {"this tree": callgrind.REPO / "src"}
     if args.baseline_src is not None:
         trees["baseline"] = args.baseline_src.resolve()
     runs = [(t, c) for c in args.cases for t in trees]

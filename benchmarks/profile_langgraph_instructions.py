@@ -20,18 +20,15 @@ from __future__ import annotations
 import argparse
 import gc
 import itertools
-import os
-import re
-import subprocess
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from benchmarks import callgrind
 from benchmarks.profile_langgraph_layers import CASES, VARIANTS
 
-_REPO = Path(__file__).resolve().parent.parent
-_COLLECTED = re.compile(r"Collected : (\d+)")
+MODULE = "benchmarks.profile_langgraph_instructions"
 
 
 def _work(case: str, variant: str, ops: int, warm: int) -> None:
@@ -59,32 +56,7 @@ def _work(case: str, variant: str, ops: int, warm: int) -> None:
 
 
 def _count(src: Path, case: str, variant: str, ops: int, warm: int) -> float:
-    with tempfile.TemporaryDirectory() as tmp:
-        env = {**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{_REPO}", "PYTHONHASHSEED": "0"}
-        done = subprocess.run(
-            [
-                "valgrind",
-                "--tool=callgrind",
-                "--toggle-collect=starmap_next",
-                f"--callgrind-out-file={tmp}/out",
-                sys.executable,
-                "-m",
-                "benchmarks.profile_langgraph_instructions",
-                "--work",
-                case,
-                variant,
-                str(ops),
-                str(warm),
-            ],
-            env=env,
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-    found = _COLLECTED.search(done.stderr)
-    if found is None:
-        raise RuntimeError(f"callgrind printed no count:\n{done.stderr[-2000:]}")
-    return int(found.group(1)) / ops
+    return callgrind.count(MODULE, ["--work", case, variant, str(ops), str(warm)], src=src) / ops
 
 
 def main() -> None:
@@ -99,7 +71,7 @@ def main() -> None:
     parser.add_argument("--baseline-src", type=Path, default=None, help="another tree's src/, counted beside")
     parser.add_argument("--jobs", type=int, default=3, help="counts run at once")
     args = parser.parse_args()
-    trees = {"this tree": _REPO / "src"}
+    trees = {"this tree": callgrind.REPO / "src"}
     if args.baseline_src is not None:
         trees["baseline"] = args.baseline_src.resolve()
     runs = [(t, c, v) for c in args.cases for v in args.variants for t in trees]

@@ -39,21 +39,18 @@ import argparse
 import collections
 import gc
 import itertools
-import os
-import re
 import sqlite3
 import struct
-import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from benchmarks import callgrind
 from stateflow.store.migrations import SQLITE_VALUE
 
-_REPO = Path(__file__).resolve().parent.parent
-_COLLECTED = re.compile(r"Collected : (\d+)")
+MODULE = "benchmarks.profile_sqlite_commit_pages"
 WRITES = ("apply", "saver put", "patch_state")
 _SCALAR = "root IS NULL AND size <= 1024 AND (substr(body, 1, 1) BETWEEN x'2d' AND x'39' OR substr(body, 1, 1) = x'22')"
 _BY_SEQ = """
@@ -171,33 +168,7 @@ def _work(kind: str, variant: str, ops: int, warm: int) -> None:
 
 def instructions(kind: str, variant: str, ops: int, warm: int) -> float:
     """Instructions per write (callgrind, counted inside the loop only)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        env = {**os.environ, "PYTHONHASHSEED": "0"}
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), str(_REPO)) if p)
-        done = subprocess.run(
-            [
-                "valgrind",
-                "--tool=callgrind",
-                "--toggle-collect=starmap_next",
-                f"--callgrind-out-file={tmp}/out",
-                sys.executable,
-                "-m",
-                "benchmarks.profile_sqlite_commit_pages",
-                "--work",
-                kind,
-                variant,
-                str(ops),
-                str(warm),
-            ],
-            env=env,
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-    found = _COLLECTED.search(done.stderr)
-    if found is None:
-        raise RuntimeError(f"callgrind printed no count:\n{done.stderr[-2000:]}")
-    return int(found.group(1)) / ops
+    return callgrind.count(MODULE, ["--work", kind, variant, str(ops), str(warm)]) / ops
 
 
 def main() -> None:

@@ -1,0 +1,49 @@
+"""Instructions counted by callgrind for a profiler's worker process (``python -m <module>
+--work ...``), shared by the ``profile_*_instructions``-style scripts."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+STARMAP = "starmap_next"
+"""the function the workers run their counted loop through (``itertools.starmap``): counting
+only inside it leaves out start-up, filling and warm-up"""
+_COLLECTED = re.compile(r"Collected : (\d+)")
+
+
+def count(module: str, args: Sequence[str], *, src: Path | None = None, toggle: str | None = STARMAP) -> int:
+    """callgrind's instruction count for ``python -m module *args`` with ``PYTHONHASHSEED=0``,
+    only inside ``toggle``'s calls when given (else the whole process). ``src`` goes first on
+    the path (another tree's ``src/``); without it the caller's ``PYTHONPATH`` is kept."""
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    first = str(src) if src is not None else env.get("PYTHONPATH")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (first, str(REPO)) if p)
+    collect = [f"--toggle-collect={toggle}"] if toggle else []
+    with tempfile.TemporaryDirectory() as tmp:
+        done = subprocess.run(
+            [
+                "valgrind",
+                "--tool=callgrind",
+                *collect,
+                f"--callgrind-out-file={tmp}/out",
+                sys.executable,
+                "-m",
+                module,
+                *args,
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    found = _COLLECTED.search(done.stderr)
+    if found is None:
+        raise RuntimeError(f"callgrind printed no count:\n{done.stderr[-2000:]}")
+    return int(found.group(1))
