@@ -166,7 +166,7 @@ class _Lines(logging.StreamHandler):  # type: ignore[type-arg]
                 when, level, logger.name, (extra or {}).get("fields") or {"message": msg % args}
             )
         else:
-            line = f"{when} {level} {logger.name} {msg % args}"
+            line = _LAYOUT % {"asctime": when, "levelname": level, "name": logger.name, "message": msg % args}
         self.acquire()  # (as ``Handler.handle`` and ``StreamHandler.emit``)
         try:
             stream = self.stream
