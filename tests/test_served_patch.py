@@ -207,6 +207,80 @@ def test_edits_kept_apart_and_snapshots_are_written_the_same(schemas: tuple[str,
         locked_store.close()
 
 
+def test_values_replaced_in_the_text_or_merged_by_the_walk_store_the_same(schemas: tuple[str, str]) -> None:
+    """The server merge replaces a changed scalar of the same kind in the stored text and appends
+    new keys (schema 21) only where that cannot touch another value; a key or value found more
+    than once, a kind that changes, a nested object merged or a backslash in the text take the
+    walk. Every case stores what the locked path stores, and each patch is merged by the server."""
+    assert PG_URL
+    served_store = open_store(_with_schema(PG_URL, schemas[0]), auto_migrate=True)
+    locked_store = open_store(_with_schema(PG_URL, schemas[1]), auto_migrate=True)
+    assert isinstance(served_store, PostgresStore) and isinstance(locked_store, PostgresStore)
+    locked_store.served_patches = False
+    try:
+        ident = Identity.of("agent-a", "/tmp", "s1")
+        served, locked = MemoryView(served_store, ident), MemoryView(locked_store, ident)
+        key = served.keys["session"]
+        calls: list[dict[str, Any]] = [
+            {
+                "session": {"tactics": {"n": 1, "deep": {"n": 1}, "m": {"n": 12}, "s": "a", "b": True}},
+                "cwd": {"tactics": {"here": False}},
+            },
+            {"session": {"tactics": {"n": 2}}},  # '"n":1' twice (top and nested): the walk
+            {"session": {"tactics": {"n": 1}}},  # '"n":2' once; the nested '"n":12' untouched
+            {"session": {"tactics": {"n": 12}}},  # a prefix of nothing else
+            {"session": {"tactics": {"b": False, "s": "b", "n": -3}}},  # three in place
+            {"session": {"tactics": {"s": "b", "n": 4}}},  # one as it was, one in place
+            {"session": {"tactics": {"n": "4"}}},  # number to string: the walk
+            {"session": {"tactics": {"n": True}}},  # string to boolean: the walk
+            {"session": {"tactics": {"b": 1}}},  # boolean to number: the walk
+            {"session": {"tactics": {"s": {"x": 1}}}},  # string to object: the walk
+            {"session": {"tactics": {"s": "back"}}},  # object to string: the walk
+            {"session": {"tactics": {"new": "k", "é": {"ü": 1}, "x y": 2}}},  # appended
+            {"session": {"tactics": {"deep": {"n": 2}}}},  # a nested object merged: the walk
+            {"session": {"tactics": {"s": 'q"\n'}}},  # a backslash in the new value: the walk
+            {"session": {"tactics": {"s": "c"}}},  # a backslash in the text: the walk
+            {"session": {"tactics": {"x y": 3}}},  # (the backslash gone again)
+            {"session": {"tactics": {"last": 1}}},  # appended; then in place before '}'
+            {"session": {"tactics": {"last": 2}}},
+            {"session": {"tactics": {"pair": 2, "twin": 2}}},
+            {"session": {"tactics": {"pair": 3}}},  # '"pair":2' once (twin's is another key)
+            {"session": {"strategy": {"a": 1, "b": {"c": "d"}}}},  # a member set whole
+            {"session": {"strategy": {"a": 2}, "tactics": {"twin": 4}}},  # two members
+            {"session": {"strategy": {"goal": "h"}}, "cwd": {"tactics": {"here": True}}},
+        ]
+        for revision, patch in enumerate(calls, 1):
+            _contend(served_store, served)
+            _contend(locked_store, locked)
+            assert _outcome(served, patch) == _outcome(locked, patch), patch
+            if revision > 1:  # (the first write creates the document's row: not merged there)
+                assert served_store._served_revisions[key] == revision, patch
+        assert _rows(schemas[0]) == _rows(schemas[1])
+        assert _reads(served) == _reads(locked)
+        assert served.read_state({"path": "session.tactics"})["value"] == {
+            "n": True,
+            "deep": {"n": 2},
+            "m": {"n": 12},
+            "s": "c",
+            "b": 1,
+            "new": "k",
+            "é": {"ü": 1},
+            "x y": 3,
+            "last": 2,
+            "pair": 3,
+            "twin": 4,
+        }
+        assert served.read_state({"path": "session.strategy"})["value"] == {
+            "a": 2,
+            "b": {"c": "d"},
+            "goal": "h",
+        }
+        assert served.read_state({"path": "cwd.tactics"})["value"] == {"here": True}
+    finally:
+        served_store.close()
+        locked_store.close()
+
+
 def test_a_member_written_with_keys_the_merge_does_not_encode_falls_back(schemas: tuple[str, str]) -> None:
     assert PG_URL
     store = open_store(_with_schema(PG_URL, schemas[0]), auto_migrate=True)

@@ -211,7 +211,7 @@ from __future__ import annotations
 
 from typing import Final
 
-SCHEMA_VERSION: Final = 20
+SCHEMA_VERSION: Final = 21
 
 VALUE_INDEX_MAX: Final = 1024
 """Members up to this encoded size are in ``members_by_value`` (scalars only)."""
@@ -601,6 +601,7 @@ CREATE INDEX members_by_value ON members (name, {SQLITE_VALUE.format(m="")})
     18: "",
     19: "",
     20: "",
+    21: "",
 }
 
 INDEXABLE: Final = "m.size <= 1048576 AND position('\\x5c7530303030'::bytea IN m.body) = 0"
@@ -1906,6 +1907,207 @@ $$;
 """Version 20, PostgreSQL: the member counters' triggers find each row's document by its key,
 whatever the statistics their plan was made with (see the module's docstring); the same counts."""
 
+_MERGE_KEYS: Final = r"""
+CREATE FUNCTION stateflow_merge_keys(
+    p_old TEXT, p_outline TEXT, pk TEXT[], pv TEXT[], p_prefix TEXT, INOUT paths TEXT[],
+    INOUT edits TEXT[], OUT merged TEXT, OUT outline TEXT
+) LANGUAGE plpgsql IMMUTABLE AS $$
+-- stateflow_merge_object with its patch given walked by the client: the keys pk (which the
+-- client checked encoding does not escape) and their values' JSON text pv, in the patch's
+-- order; p_outline is p_old's outline as stored (NULL: not known). The same merge, edits and
+-- outline, without a query walking the patch's text; and, where every key the patch changes
+-- is new or holds a scalar that stays of its kind, none walking p_old's either (a query and
+-- several expressions per stored key): each new key is appended, each such value replaced in
+-- the text, and the outline kept or appended to. In compact JSON without a backslash every
+-- '"k":' is a key k (quotes only delimit strings), and '"k":v' followed by ',' or '}' a key k
+-- holding v whole: found once, it is the top-level key (which holds v), so the replace
+-- changes that value alone — else the walk below merges it.
+DECLARE
+    old_json JSON := p_old::json;
+    parts TEXT[];
+    kinds TEXT[];
+    k TEXT;
+    sub TEXT;
+    was TEXT;
+    i INT;
+    x RECORD;
+    escapes BOOLEAN := strpos(p_old, chr(92)) > 0;  -- a key to escape shows a backslash
+    fast BOOLEAN := NOT escapes AND p_outline IS NOT NULL;  -- merged without the walk, so far
+    spliced TEXT := p_old;
+    lined TEXT := p_outline;
+    needle TEXT;
+BEGIN
+    FOR i IN 1 .. array_length(pk, 1) LOOP
+        k := pk[i];
+        sub := pv[i];
+        was := (old_json -> k)::text;
+        IF left(sub, 1) = '{' AND left(was, 1) = '{' THEN
+            fast := false;
+            x := stateflow_merge_object(was, sub, p_prefix || '"' || k || '",', paths, edits);
+            paths := x.paths;
+            edits := x.edits;
+            pv[i] := x.merged;
+        ELSIF was IS DISTINCT FROM sub THEN
+            paths := paths || ('[' || p_prefix || '"' || k || '"]');
+            edits := edits || ('[[' || p_prefix || '"' || k || '"],' || sub || ']');
+            IF NOT fast THEN
+                NULL;
+            ELSIF strpos(sub, chr(92)) > 0 THEN
+                fast := false;
+            ELSIF was IS NULL THEN  -- a new key: last, in the patch's order (as the walk adds it)
+                spliced := left(spliced, -1) || CASE WHEN spliced = '{}' THEN '"' ELSE ',"' END || k || '":' || sub || '}';
+                lined := left(lined, -1) || CASE WHEN lined = '{}' THEN '"' ELSE ',"' END || k || '":"'
+                    || CASE left(sub, 1) WHEN '{' THEN 'object' WHEN '"' THEN 'string' WHEN 't' THEN 'boolean'
+                       WHEN 'f' THEN 'boolean' ELSE 'number' END || '"}';
+            ELSE  -- in place: a scalar of the same kind, '"k":was' delimited found once
+                needle := '"' || k || '":' || was;
+                fast := CASE WHEN left(sub, 1) = '"' THEN left(was, 1) = '"'
+                             WHEN left(sub, 1) IN ('t', 'f') THEN left(was, 1) IN ('t', 'f')
+                             WHEN left(sub, 1) IN ('-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9')
+                                 THEN left(was, 1) IN ('-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9')
+                             ELSE false END
+                    AND octet_length(spliced) - octet_length(replace(replace(spliced, needle || ',', ''), needle || '}', ''))
+                        = octet_length(needle) + 1;
+                IF fast THEN
+                    spliced := replace(replace(spliced, needle || ',', '"' || k || '":' || sub || ','),
+                        needle || '}', '"' || k || '":' || sub || '}');
+                END IF;
+            END IF;
+        END IF;
+    END LOOP;
+    IF fast THEN
+        merged := spliced;
+        outline := lined;
+        RETURN;
+    END IF;
+    FOR k, was IN SELECT e.key, e.value::text FROM json_each(old_json) AS e LOOP
+        i := array_position(pk, k);
+        IF i IS NOT NULL THEN
+            was := pv[i];
+            pk[i] := NULL;
+        ELSIF escapes AND k ~ '[\x01-\x1f"\\]' THEN
+            RAISE EXCEPTION 'a key to escape' USING ERRCODE = 'SF422';
+        END IF;
+        parts := parts || ('"' || k || '":' || was);
+        kinds := kinds || ('"' || k || '":"' || CASE left(was, 1) WHEN '{' THEN 'object' WHEN '[' THEN 'array'
+            WHEN '"' THEN 'string' WHEN 't' THEN 'boolean' WHEN 'f' THEN 'boolean' WHEN 'n' THEN 'null'
+            ELSE 'number' END || '"');
+    END LOOP;
+    FOR i IN 1 .. array_length(pk, 1) LOOP
+        CONTINUE WHEN pk[i] IS NULL;
+        parts := parts || ('"' || pk[i] || '":' || pv[i]);
+        kinds := kinds || ('"' || pk[i] || '":"' || CASE left(pv[i], 1) WHEN '{' THEN 'object'
+            WHEN '"' THEN 'string' WHEN 't' THEN 'boolean' WHEN 'f' THEN 'boolean' ELSE 'number' END || '"');
+    END LOOP;
+    merged := '{' || coalesce(array_to_string(parts, ','), '') || '}';
+    outline := '{' || coalesce(array_to_string(kinds, ','), '') || '}';
+END
+$$;
+"""
+"""Version 21, PostgreSQL: the merge of one member's patch given as the client walked it."""
+
+_PATCH_COMMIT_19_FUNCTION: Final = _PATCH_COMMIT_19[len(_NOT_COVERED) :]
+_PATCH_COMMIT_21_WALKED: Final = (
+    "DROP FUNCTION stateflow_patch_commit(TEXT[], TEXT[], TEXT[], TEXT[], TEXT[], TEXT, BYTEA, BIGINT);"
+    + _MERGE_KEYS
+    + _replaced(
+        _replaced(
+            _replaced(
+                _replaced(
+                    _replaced(
+                        _replaced(
+                            _replaced(
+                                _PATCH_COMMIT_19_FUNCTION,
+                                """CREATE OR REPLACE FUNCTION stateflow_patch_commit(
+    p_state TEXT[], p_subject TEXT[], p_patch TEXT[], p_members TEXT[], p_outlines TEXT[],
+    p_at TEXT, p_origin BYTEA, p_seq_lock BIGINT
+)""",
+                                """CREATE FUNCTION stateflow_patch_commit(
+    p_state TEXT[], p_subject TEXT[], p_doc INT[], p_member TEXT[], p_last INT[], p_key TEXT[],
+    p_value TEXT[], p_members TEXT[], p_outlines TEXT[], p_at TEXT, p_origin BYTEA, p_seq_lock BIGINT
+)""",
+                            ),
+                            """the lock order) are locked as the locked path locks them; p_patch holds each one's merge
+-- patch ({member: object}) or NULL. Every document""",
+                            """the lock order) are locked as the locked path locks them. The patch comes walked by the
+-- client (since version 21: no query walks its text here, under the locks): per member patched,
+-- in the patch's order, p_doc its document (ascending), p_member its name, p_last the last of
+-- its keys in p_key (their values' JSON text in p_value); the client checked that encoding
+-- escapes none of these names and keys, and that each member's patch is an object of one key
+-- or more. Every document""",
+                        ),
+                        """    m TEXT;
+    mp TEXT;
+    v_root BYTEA;""",
+                        """    m TEXT;
+    v_root BYTEA;
+    nm INT := coalesce(array_length(p_doc, 1), 0);
+    mi INT := 1;  -- the next member patched
+    k0 INT := 1;  -- its first key
+    k1 INT;""",
+                    ),
+                    "IF NOT FOUND OR (p_patch[i] IS NOT NULL AND d.present <> 1) THEN",
+                    "IF NOT FOUND OR (d.present <> 1 AND i = ANY(p_doc)) THEN",
+                ),
+                """        CONTINUE WHEN p_patch[i] IS NULL;""",
+                """        CONTINUE WHEN mi > nm OR p_doc[mi] <> i;""",
+            ),
+            """            FOR m, mp IN SELECT e.key, e.value::text FROM json_each(p_patch[i]::json) AS e LOOP
+                IF m ~ '[\\x01-\\x1f"\\\\]' OR left(mp, 1) <> '{' THEN
+                    RAISE EXCEPTION 'a member this merge does not cover' USING ERRCODE = 'SF422';
+                END IF;
+""",
+            """            WHILE mi <= nm AND p_doc[mi] = i LOOP
+                m := p_member[mi];
+                k1 := p_last[mi];
+                mi := mi + 1;
+""",
+        ),
+        """                x := stateflow_merge_object(CASE WHEN is_object THEN convert_from(old_body, 'UTF8') ELSE '{}' END,
+                    mp, '"' || m || '",', paths, edits);
+                IF is_object THEN
+                    CONTINUE WHEN coalesce(array_length(x.paths, 1), 0) = v_first;  -- as it was
+                    paths := x.paths;
+                    edits := x.edits;
+                ELSE
+                    paths := paths || ('["' || m || '"]');
+                    edits := edits || ('[["' || m || '"],' || mp || ']');
+                END IF;""",
+        """                x := stateflow_merge_keys(CASE WHEN is_object THEN convert_from(old_body, 'UTF8') ELSE '{}' END,
+                    CASE WHEN is_object THEN convert_from(old_outline, 'UTF8') ELSE '{}' END, p_key[k0:k1], p_value[k0:k1], '"' || m || '",', paths, edits);
+                k0 := k1 + 1;
+                IF is_object THEN
+                    CONTINUE WHEN coalesce(array_length(x.paths, 1), 0) = v_first;  -- as it was
+                    paths := x.paths;
+                    edits := x.edits;
+                ELSE  -- (merged into '{}', the patch is its own text)
+                    paths := paths || ('["' || m || '"]');
+                    edits := edits || ('[["' || m || '"],' || x.merged || ']');
+                END IF;""",
+    ).replace(
+        # a patched document is present (checked under its lock): present is left as it is, and
+        # the kind counter's trigger (on updates of present) is not even considered
+        "SET revision = d.revision, present = 1, updated_seq = new_seq,",
+        "SET revision = d.revision, updated_seq = new_seq,",
+    )
+)
+_PATCH_COMMIT_21: Final = _replaced(
+    _replaced(
+        _PATCH_COMMIT_21_WALKED,
+        """                SELECT mm.body, mm.size, mm.root INTO old_body, old_size, v_root
+                FROM members mm""",
+        """                SELECT mm.body, mm.size, mm.root, mm.outline INTO old_body, old_size, v_root, old_outline
+                FROM members mm""",
+    ),
+    """            old_body BYTEA;
+""",
+    """            old_body BYTEA;
+            old_outline BYTEA;
+""",
+)
+"""Version 21, PostgreSQL: ``stateflow_patch_commit`` taking the patch walked by the client (see
+the module's docstring); the same rows and answers."""
+
 POSTGRES: Final[dict[int, str]] = {
     1: _COMMON_V1.format(
         doc_pk="BIGSERIAL PRIMARY KEY",
@@ -2626,6 +2828,7 @@ $$;
     18: _PATCH_COMMIT_18,
     19: _PATCH_COMMIT_19,
     20: _COUNT_MEMBERS_BY_KEY,
+    21: _PATCH_COMMIT_21,
 }
 
 

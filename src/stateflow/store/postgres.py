@@ -598,11 +598,11 @@ class PostgresStore(SqlStore):
         if not self.contended(locked):
             return None
         self.check_schema()
-        states, subjects, texts = served_patch.arrays(locked, patches)
+        walked = served_patch.arrays(locked, patches)
+        if walked is None:
+            return None
         params = [
-            _array(states),
-            _array(subjects),
-            _array(texts),
+            *map(_array, walked),
             _array(members),
             _array(outlines),
             restored_at(),

@@ -14,10 +14,13 @@ a document without a row, a member held as a tree, a key that encoding would esc
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from stateflow.doc.canonical import decode, encode_trusted
+from stateflow.errors import InvalidJSON
 from stateflow.store.model import Commit, DocKey, Document
 from stateflow.store.rows import decode_stored
 
@@ -40,8 +43,8 @@ def statement(seq_lock_key: str) -> str:
     """The call, with the store's seq-lock key expression (``%s`` placeholders)."""
     return (
         "SELECT r_doc, r_name, r_a, r_b, r_c, r_outline, r_body FROM stateflow_patch_commit("
-        "%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text, %s::bytea, "
-        f"{seq_lock_key})"
+        "%s::text[], %s::text[], %s::int[], %s::text[], %s::int[], %s::text[], %s::text[], "
+        f"%s::text[], %s::text[], %s::text, %s::bytea, {seq_lock_key})"
     )
 
 
@@ -87,10 +90,47 @@ def served(rows: Sequence[tuple[Any, ...]], keys: Sequence[DocKey], outlines: Se
     return Served(commit, docs, paths)
 
 
-def arrays(keys: Sequence[DocKey], patches: Mapping[DocKey, bytes]) -> list[list[Any]]:
-    """The documents' states, subjects and patches (NULL where not written), as arrays."""
-    return [
-        [k.state for k in keys],
-        [k.subject for k in keys],
-        [patches[k].decode() if k in patches else None for k in keys],
-    ]
+def arrays(keys: Sequence[DocKey], patches: Mapping[DocKey, bytes]) -> list[list[Any]] | None:
+    """The function's arguments for the documents ``keys`` (in the lock order) and their patches:
+    the states and subjects, then the patches walked here — per member patched, its document's
+    position (from 1), its name and the position of its last key, and each key with its value's
+    JSON text (schema 21: the server walks no patch text under the locks). None where a patch is
+    not this merge's case (a document's or a member's patch that is not an object of one key or
+    more, a name or key that encoding escapes): nothing to send, the locked path writes it."""
+    docs: list[int] = []
+    names: list[str] = []
+    lasts: list[int] = []
+    walked: list[str] = []
+    values: list[str] = []
+    for position, key in enumerate(keys, 1):
+        raw = patches.get(key)
+        if raw is None:
+            continue
+        try:
+            patch = decode(raw)
+        except InvalidJSON:
+            return None
+        # each value's text is its encoding: the same bytes as its slice of the patch (checked)
+        if type(patch) is not dict or not patch or encode_trusted(patch) != bytes(raw):
+            return None
+        for name, member in patch.items():
+            if type(member) is not dict or not member or _escaped(name):
+                return None
+            for sub, value in member.items():
+                if _escaped(sub):
+                    return None
+                walked.append(sub)
+                values.append(encode_trusted(value).decode())
+            docs.append(position)
+            names.append(name)
+            lasts.append(len(walked))
+    return [[k.state for k in keys], [k.subject for k in keys], docs, names, lasts, walked, values]
+
+
+def _escaped(name: str) -> bool:
+    """Whether encoding escapes a character of ``name`` (a control character, a quote or a
+    backslash): the server merge writes names as they are, so it does not take such a patch."""
+    return _ESCAPED.search(name) is not None
+
+
+_ESCAPED: Final = re.compile(r'[\x00-\x1f"\\]')
