@@ -1132,3 +1132,88 @@ def test_a_schema_19_store_upgrades_to_20_and_counts_members_the_same(backend: s
                     "SELECT n FROM state_counts WHERE state = 'new' AND counter = 'member' AND name = 'b2'"
                 ).fetchone() == (1,)
                 conn.rollback()
+
+
+_WALKED_PATCH_VERSION = 21
+
+
+def test_a_schema_20_store_upgrades_to_21_and_merges_patches_into_the_same_rows(
+    backend: str, tmp_path: Path
+) -> None:
+    """Version 21 has PostgreSQL's server merge take the patch as the client walked it (no query
+    walks the patch's text under the row locks), replace a changed scalar of the same kind in
+    the stored text or append a new key without walking the stored object where that cannot
+    touch another value, and leave a patched document's ``present`` as it is (SQLite only
+    records the version). After the upgrade, patches merged by the server — values in place, a
+    key or value found twice, kinds changed, new keys, nested objects, a backslash in the text,
+    a member set whole, two members, two documents, edits kept apart and snapshots falling due —
+    leave the same rows as the same patches through the locked path; a stored key that encoding
+    escapes still sends the patch to the locked path; the counters equal a recount."""
+    with _upgraded(_WALKED_PATCH_VERSION - 1, backend, tmp_path) as store:
+        postgres = not isinstance(store, SqliteStore)
+        if postgres:
+            with store._read_tx() as tx:
+                # the version before's function (its patch as JSON text) is gone, the new one there
+                assert tx.all(
+                    "SELECT pg_get_function_identity_arguments(oid) FROM pg_proc "
+                    "WHERE proname = 'stateflow_patch_commit' AND pronamespace = current_schema()::regnamespace"
+                ) == [
+                    (
+                        "p_state text[], p_subject text[], p_doc integer[], p_member text[], p_last integer[], "
+                        "p_key text[], p_value text[], p_members text[], p_outlines text[], p_at text, "
+                        "p_origin bytea, p_seq_lock bigint",
+                    )
+                ]
+        served = MemoryView(store, Identity.of("agent-a", "/tmp", "s1"))
+        locked = MemoryView(store, Identity.of("agent-b", "/tmp", "s1"))
+        patches: list[dict[str, Any]] = [
+            {
+                "session": {"tactics": {"n": 1, "deep": {"n": 1}, "s": "a"}},
+                "cwd": {"tactics": {"here": False}},
+            },
+            {"session": {"tactics": {"n": 2}}},
+            *({"session": {"tactics": {"s": f"v{i}", "pad": "p" * (40 * i)}}} for i in range(1, 14)),
+            {"session": {"tactics": {"n": "2", "s": True}}},
+            {"session": {"tactics": {"deep": {"n": 2, "m": "x"}, "new": {"k": 1}}}},
+            {"session": {"tactics": {"s": 'q"\n'}}},
+            {"session": {"tactics": {"s": "plain"}}},
+            {"session": {"strategy": {"goal": "x", "é": {"z": 1}}}},
+            {"session": {"tactics": {"n": 3}, "strategy": {"goal": "y"}}},
+            {"session": {"tactics": {"n": 4}}, "cwd": {"tactics": {"here": True}}},
+        ]
+        scopes = {served.keys["session"]: "session", served.keys["cwd"]: "cwd"}
+        keys = list(scopes)
+        merged = getattr(store, "_served_revisions", None)
+        for patch in patches:
+            if postgres:
+                store._contended.update(dict.fromkeys(keys, math.inf))  # as another writer would leave it
+            before = {key: store.get(key).revision for key in keys}
+            served.patch_state(patch)
+            locked.patch_state(patch)
+            if merged is not None and all(before[key] > 0 for key in keys if scopes[key] in patch):
+                # merged by the server (a document's first write creates its row: not there)
+                assert all(merged[key] == before[key] + 1 for key in keys if scopes[key] in patch)
+        for scope in ("session", "cwd"):
+            assert _scope_rows(store, served.keys[scope]) == _scope_rows(store, locked.keys[scope])
+        rows = _scope_rows(store, keys[0])
+        assert any(len(row) == 3 and row[1] == "tactics" for row in rows)  # edits kept apart
+        served_snapshots = _snapshot_rows(store, keys[0])
+        assert served_snapshots and served_snapshots == _snapshot_rows(store, locked.keys["session"])
+        assert (
+            served.read_state({"path": "session.tactics"})["value"]
+            == locked.read_state({"path": "session.tactics"})["value"]
+        )
+        assert served.read_state({"path": "session.tactics.n"})["value"] == 4
+        assert served.read_state({"path": "cwd.tactics"})["value"] == {"here": True}
+        # a stored key that encoding escapes: the locked path
+        served.patch_state({"session": {"tactics": {'say "hi"': "1"}}})
+        if postgres:
+            store._contended.update(dict.fromkeys(keys, math.inf))
+        revision = store.get(keys[0]).revision
+        served.patch_state({"session": {"tactics": {"n": 5}}})
+        assert store.get(keys[0]).revision == revision + 1
+        assert merged is None or merged.get(keys[0]) != revision + 1  # not merged by the server
+        assert served.read_state({"path": "session.tactics.n"})["value"] == 5
+        with store._read_tx() as tx:
+            stored, recounted = store.recount(tx)
+            assert stored == recounted

@@ -205,6 +205,17 @@ document's row, more on every call, until an analyze replanned it. Each row's st
 lookup by ``doc_id`` and the functions plan without sequential scans (``SET enable_seqscan =
 off``, theirs alone), so the plan is the same whatever the statistics; the same counts, taken in
 the same order. SQLite only records the version.
+
+Version 21, on PostgreSQL, shortens the server merge's turn under the row locks again:
+``stateflow_patch_commit`` takes the patch as the client walked it — per member patched its
+document, name and last key; each key with its value's JSON text — so no query walks the patch's
+text while the locks are held (the client checks the names and keys encoding would escape, which
+the function checked before); ``stateflow_merge_keys`` merges a member's keys, and where every
+key the patch changes is new or holds a scalar that keeps its kind, and the stored text has no
+backslash and holds that ``"key":value`` once, it replaces the value in the text (or appends the
+key to the text and to the stored outline) instead of walking the stored object; and a patched
+document's row update leaves ``present`` (1, checked under its lock) as it is. The same rows and
+answers; 0.95× the server's instructions per merge. SQLite only records the version.
 """
 
 from __future__ import annotations
