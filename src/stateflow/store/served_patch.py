@@ -9,7 +9,9 @@ then computes the same write from that basis (for its receipt) and checks that i
 
 Only the common case is merged there (``memory.served``); anything else the function meets —
 a document without a row, a member held as a tree, a key that encoding would escape — raises
-``SF422`` before anything is written, and the caller takes the locked path.
+``SF422`` before anything is written, and the caller takes the locked path. Since schema 21 the
+patch is sent walked (:func:`arrays`), so the function walks no patch text under the row locks;
+a patch whose own names or keys encoding would escape is not sent at all (the locked path).
 """
 
 from __future__ import annotations
