@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable
 from typing import Any, Final, Generic, TypeVar
 
 DEFAULT_CACHE_BYTES: Final = 256 * 1024 * 1024
@@ -97,6 +97,26 @@ class RevisionCache(Generic[K, V]):
             while self._bytes > self.max_bytes:
                 _, (_, _, dropped) = self._entries.popitem(last=False)
                 self._bytes -= dropped
+
+    def put_many(self, entries: Iterable[tuple[K, int, V, int]]) -> None:
+        """:meth:`put` of each ``(key, revision, value, size)``, in order, under one lock (a
+        write caches every member it wrote)."""
+        largest, held = self.largest, self._entries
+        with self._lock:
+            for key, revision, value, size in entries:
+                if size > largest:
+                    continue
+                old = held.get(key)
+                if old is not None:
+                    if old[0] > revision:
+                        continue
+                    del held[key]
+                    self._bytes -= old[2]
+                held[key] = (revision, value, size)
+                self._bytes += size
+                while self._bytes > self.max_bytes:  # (as ``put`` does, entry by entry)
+                    _, (_, _, dropped) = held.popitem(last=False)
+                    self._bytes -= dropped
 
     def clear(self) -> None:
         with self._lock:

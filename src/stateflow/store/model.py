@@ -26,11 +26,15 @@ class DocKey(_Key):
     __slots__ = ()
 
     def __new__(cls, state: str, subject: str) -> DocKey:
+        # (the tuple made here, not by the named tuple's generated ``__new__``: every write
+        # names its documents, a call less each)
+        if type(state) is str and type(subject) is str and state and subject:
+            return _new_tuple(cls, (state, subject))
         if not isinstance(state, str) or not state:
             raise InvalidInput("a document key needs a non-empty state name")
         if not isinstance(subject, str) or not subject:
             raise InvalidInput("a document key needs a non-empty subject")
-        return super().__new__(cls, state, subject)
+        return _new_tuple(cls, (state, subject))
 
     def __str__(self) -> str:
         return f"{self.state}/{self.subject}"

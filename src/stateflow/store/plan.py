@@ -171,8 +171,9 @@ class WritePlan:
 class Fresh:
     """What a transaction wrote, for the caches once it has committed (never before)."""
 
-    members: list[tuple[int, str, int, Any, int]] = field(default_factory=list)
-    """(doc_id, name, revision, value, size) of each member value written"""
+    members: list[tuple[tuple[int, str], int, Any, int]] = field(default_factory=list)
+    """((doc_id, name), revision, value, size) of each member value written: the member
+    cache's entries (``RevisionCache.put_many``)"""
     heads: dict[int, tuple[int, list[MemberHead]]] = field(default_factory=dict)
     """doc_id → (revision, member heads) after the write, where the heads before it were known"""
     bodies: dict[int, tuple[int, dict[str, Any] | None, str, int]] = field(default_factory=dict)
@@ -246,6 +247,7 @@ def validate_writes(writes: Sequence[Write], origin: dict[str, Any] | None, *, v
         seen.add(write.key)
         if write.expect is not None and (type(write.expect) is not int or write.expect < 0):
             raise InvalidInput(f"{write.key}: expected revision must be an integer ≥ 0")
+        what = str(write.key) if values else ""  # (once per write, not per edit)
         for edit in write.edits:
             if not edit.path:
                 if edit.value is not MISSING and type(edit.value) is not dict:
@@ -253,7 +255,7 @@ def validate_writes(writes: Sequence[Write], origin: dict[str, Any] | None, *, v
             elif type(edit.path[0]) is not str:
                 raise InvalidInput(f"{write.key}: a document's top level is an object, not an array")
             if values and edit.value is not MISSING:  # (not a delete)
-                check(edit.value, f"{write.key}")
+                check(edit.value, what)
     if origin is not None:
         if type(origin) is not dict:
             raise InvalidInput("origin must be a JSON object")

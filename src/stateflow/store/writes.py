@@ -386,8 +386,7 @@ class Writes(StoreCore):
 
     def _remember(self, fresh: Fresh) -> None:
         """Cache members written by a transaction that has committed (never before)."""
-        for doc_id, name, revision, value, size in fresh.members:
-            self._cache.put((doc_id, name), revision, value, size)
+        self._cache.put_many(fresh.members)
         for doc_id, (revision, heads) in fresh.heads.items():
             self._heads.put(doc_id, revision, heads)
         for doc_id, (revision, body, members, size) in fresh.assembled.items():
@@ -846,56 +845,84 @@ class Writes(StoreCore):
         row = entry.row
         stage = Stage(row.present)
         key = write.key
-        whole_free = write.bodies is not None
+        # A member as the write's edits make it, when the write says so itself: it was computed
+        # from this very object (values are never mutated, so the same object is the same
+        # value) — then its result is taken, not the edits applied again. (A deleted member
+        # is MISSING there, and the deletion is applied: the same result.)
+        made_from: Mapping[str, Any] = {}
+        made_to: Mapping[str, Any] = {}
+        whole_free = False
+        if write.bodies is not None:
+            before, after_body = write.bodies
+            if after_body is not None:
+                made_from, made_to, whole_free = before, after_body, True
         made: set[str] = set()
+        # (the stage's fields as locals while the edits run, set back at the end)
+        values, touched, changed, present = stage.values, stage.touched, stage.changed, stage.present
+        members = entry.members
         if not all([e.path for e in write.edits]):  # (a list: cheaper than a generator for a few)
             whole_free = False
             self._load_members(tx, key, entry, None)
-            stage.values = {n: v for n, (v, _, _) in entry.members.items()}
-            stage.touched = dict.fromkeys(stage.values)
+            values = {n: v for n, (v, _, _) in members.items()}
+            touched = dict.fromkeys(values)
         for edit in write.edits:
-            if not edit.path:
-                if edit.value is MISSING:
-                    stage.values = dict.fromkeys(stage.values, MISSING)
-                    stage.present = False
+            path, value = edit.path, edit.value
+            if not path:
+                if value is MISSING:
+                    values = dict.fromkeys(values, MISSING)
+                    present = False
                 else:
-                    stage.values = {n: MISSING for n in stage.values} | dict(edit.value)
-                    stage.present = True
-                stage.touched.update(dict.fromkeys(stage.values))
-                stage.changed = {n: [((), False)] for n in stage.values}  # set whole
+                    values = {n: MISSING for n in values} | dict(value)
+                    present = True
+                touched.update(dict.fromkeys(values))
+                changed = {n: [((), False)] for n in values}  # set whole
                 continue
-            name = edit.path[0]
+            name = path[0]
             assert isinstance(name, str)
-            if name not in stage.values:
-                if row.present and name not in entry.members and not entry.complete:
+            if name not in values:
+                if row.present and name not in members and not entry.complete:
                     self._load_members(tx, key, entry, [name])
-                have = entry.members.get(name) if row.present else None
-                stage.values[name] = have[0] if have else MISSING
-            if not stage.present:
-                if edit.value is MISSING:
+                have = members.get(name) if row.present else None
+                values[name] = have[0] if have else MISSING
+            if not present:
+                if value is MISSING:
                     continue  # deleting inside an absent document: nothing to do
-                stage.present = True
+                present = True
             if name in made:
                 pass  # the write's own result already holds every edit of this member
-            elif whole_free and (after := _made(write, name, stage.values[name])) is not MISSING:
-                stage.values[name] = after
+            elif (
+                whole_free
+                and made_from.get(name, MISSING) is values[name]
+                and (after := made_to.get(name, MISSING)) is not MISSING
+            ):
+                values[name] = after
                 made.add(name)
             else:
                 try:
-                    stage.values[name] = apply_edits(stage.values[name], [Edit(edit.path[1:], edit.value)])
+                    values[name] = apply_edits(values[name], [Edit(path[1:], value)])
                 except Conflict as exc:
                     raise Conflict(f"{key}: {exc}") from exc
-            stage.touched[name] = None
-            stage.changed.setdefault(name, []).append((edit.path[1:], edit.value is MISSING))
-        self._stage_trees(tx, write.key, entry, stage)
+            touched[name] = None
+            edited = changed.get(name)
+            if edited is None:
+                changed[name] = [(path[1:], value is MISSING)]
+            else:
+                edited.append((path[1:], value is MISSING))
+        stage.values, stage.touched, stage.changed, stage.present = values, touched, changed, present
+        self._stage_trees(tx, key, entry, stage)
         return stage
 
     def _stage_trees(self, tx: Tx, key: DocKey, entry: Loaded, stage: Stage) -> None:
         """Update the trees of touched members held as trees, by path (the nodes to write)."""
+        if not entry.row.present or not stage.present:
+            return  # (no member held as a tree before: nothing to update)
+        members = entry.members
         for name in stage.touched:
+            old = members.get(name)
+            if old is None or old[2] <= TREE_MIN:
+                continue  # (most writes: every member small)
             value = stage.values.get(name, MISSING)
-            old = entry.members.get(name) if entry.row.present else None
-            if value is MISSING or not stage.present or old is None or old[2] <= TREE_MIN:
+            if value is MISSING:
                 continue
             what = f"{key} member {name!r}"
             where = tree_update.where_of(stage.changed.get(name, [((), False)]))
@@ -944,99 +971,120 @@ class Writes(StoreCore):
         if not row.present and len(edits) == 1 and not edits[0].path and not edits[0].is_delete:
             # a first body (or one after a delete) set whole: its rows straight from it
             return self._plan_new(row, stage.values, None, _paths_of(write), fresh)
+        doc_id = row.doc_id
         revision = row.revision + 1
         size = row.body_size
         position = row.next_position
         refs: dict[int, bytes] = {}  # subtrees of the members' new trees, by id() of the value
-        plan = WritePlan(row.doc_id, revision, stage.present, row.present)
+        present = stage.present
+        plan = WritePlan(doc_id, revision, present, row.present)
         # the member heads after this write follow from those before it, when they are known
-        before = self._heads.get(row.doc_id, row.revision) if row.present else []
+        before = self._heads.get(doc_id, row.revision) if row.present else []
         heads = None if before is None else {h[1]: h for h in before}
-        had = self._roots.get(row.doc_id)
+        had = self._roots.get(doc_id)
         # the roots of members held as trees after this write (a member not named: not known)
         roots = dict(had[1]) if had is not None and had[0] == row.revision and row.present else {}
+        # (the loop's lookups bound once: it runs for every member written)
+        values, trees, old_members = stage.values, stage.trees, entry.members if row.present else {}
+        cache, updates, inserts = fresh.members.append, plan.updates.append, plan.inserts.append
         for name in stage.touched:
-            value = stage.values[name]
-            old = entry.members.get(name) if row.present else None
-            if value is MISSING or not stage.present:
+            value = values[name]
+            old = old_members.get(name)
+            if value is MISSING or not present:
                 if old is not None:
-                    plan.deletes.append((row.doc_id, name))
+                    plan.deletes.append((doc_id, name))
                     size -= old[2]
                 if heads is not None:
                     heads.pop(name, None)
                 roots.pop(name, None)
                 continue
-            body, root, encoded = member_row(value, stage.trees.get(name), plan.nodes, refs)
+            tree = trees.get(name) if trees else None
+            if tree is None:  # (``member_row``'s common case inline: a small member, one row)
+                body = encode_trusted(value)
+                encoded = len(body)
+                root = None
+                if encoded > TREE_MIN:
+                    body, root, encoded = member_row(value, None, plan.nodes, refs, body)
+            else:
+                body, root, encoded = member_row(value, tree, plan.nodes, refs)
             if root is None:
-                roots.pop(name, None)
+                if roots:
+                    roots.pop(name, None)
             else:
                 roots[name] = root
-            if root is not None and name in stage.trees:
-                fresh.nodes.update(stage.trees[name].nodes)
+                if tree is not None:
+                    fresh.nodes.update(tree.nodes)
             outline = encode_trusted(outline_of(value)) if type(value) is dict else None
-            fresh.members.append((row.doc_id, name, revision, value, encoded))
+            cache(((doc_id, name), revision, value, encoded))
             if old is not None:
-                plan.updates.append((body, revision, encoded, outline, root, row.doc_id, name))
+                updates((body, revision, encoded, outline, root, doc_id, name))
                 size += encoded - old[2]
                 at = old[1]
             else:
-                plan.inserts.append((row.doc_id, name, position, revision, encoded, outline, body, root))
+                inserts((doc_id, name, position, revision, encoded, outline, body, root))
                 at = position
                 position += 1
                 size += encoded
             if heads is not None:
-                heads[name] = (row.doc_id, name, at, revision, encoded, outline)
-        if not stage.present:
+                heads[name] = (doc_id, name, at, revision, encoded, outline)
+        if not present:
             size = 0
             heads = {}
             roots = {}
         if roots or had is not None:  # (a document with no tree member never needs an entry)
-            fresh.roots[row.doc_id] = (revision, roots)
+            fresh.roots[doc_id] = (revision, roots)
         if heads is not None:
             after = sorted(heads.values(), key=_POSITION)
-            fresh.heads[row.doc_id] = (revision, after)
-            if not stage.present:
+            fresh.heads[doc_id] = (revision, after)
+            if not present:
                 if self.keeps_bodies:
-                    fresh.bodies[row.doc_id] = (revision, None, fresh.at, 0)
+                    fresh.bodies[doc_id] = (revision, None, fresh.at, 0)
             elif entry.complete or not row.present:
-                values, touched = stage.values, stage.touched
-                members = {
-                    h[1]: (values[h[1]] if h[1] in touched else entry.members[h[1]][0], h[2], h[4])
-                    for h in after
-                }
-                whole = {name: m[0] for name, m in members.items()}
+                touched = stage.touched
+                members: dict[str, tuple[Any, int, int]] = {}
+                whole: dict[str, Any] = {}
+                for h in after:  # (one loop, not two comprehensions: each of those is a call)
+                    name = h[1]
+                    value = values[name] if name in touched else old_members[name][0]
+                    members[name] = (value, h[2], h[4])
+                    whole[name] = value
                 if row.present:
                     # a document written again is likely written again: the next write finds it
                     # whole here instead of assembling it from the member caches (``_known``)
-                    fresh.assembled[row.doc_id] = (revision, whole, members, size)
+                    fresh.assembled[doc_id] = (revision, whole, members, size)
                 if self.keeps_bodies:
-                    fresh.bodies[row.doc_id] = (revision, whole, fresh.at, size)
+                    fresh.bodies[doc_id] = (revision, whole, fresh.at, size)
         plan.paths = _paths_of(write)
         room = self._change_room(plan)
         groups: dict[str, list[Any]] = {}
         held: dict[str, bytes] = {}
-        for edit in effective_edits(write.edits):
+        for edit in effective_edits(edits):
             path, value = edit.path, edit.value
             member = str(path[0]) if path else ""
             # (refs: only when a member is held as a tree, which few writes touch)
             ref = refs.get(id(value)) if refs and path and type(value) in (dict, list) else None
             if ref is None:  # (edit.to_json(), without the calls)
-                groups.setdefault(member, []).append(
-                    [list(path)] if value is MISSING else [list(path), value]
-                )
+                entry_json = [list(path)] if value is MISSING else [list(path), value]
+                group = groups.get(member)
+                if group is None:
+                    groups[member] = [entry_json]
+                else:
+                    group.append(entry_json)
             else:  # the value is a subtree of the member's new tree: stored as its ref
-                groups.setdefault(member, []).append([list(edit.path), None, ref.hex()])
+                groups.setdefault(member, []).append([list(path), None, ref.hex()])
                 held[member] = held.get(member, b"") + ref
-        plan.edits = [
-            (row.doc_id, revision, member, encode_trusted(group), held.get(member))
-            for member, group in sorted(groups.items())
-        ]
-        edit_bytes = sum([len(e[3]) for e in plan.edits])
-        whole_only = len(plan.edits) == 1 and plan.edits[0][2] == ""
+        planned = plan.edits
+        edit_bytes = 0
+        for member, group in sorted(groups.items()) if len(groups) > 1 else groups.items():
+            encoded_group = encode_trusted(group)
+            edit_bytes += len(encoded_group)
+            planned.append((doc_id, revision, member, encoded_group, held.get(member) if held else None))
+        whole_only = len(planned) == 1 and planned[0][2] == ""
         if not held and (edit_bytes <= INLINE_EDITS_MAX or (whole_only and edit_bytes <= WHOLE_INLINE_MAX)):
-            inline = (
-                b"[" + b",".join([b"[" + orjson.dumps(e[2]) + b"," + e[3] + b"]" for e in plan.edits]) + b"]"
-            )
+            parts = []
+            for e in planned:
+                parts.append(b"[" + orjson.dumps(e[2]) + b"," + e[3] + b"]")
+            inline = b"[" + b",".join(parts) + b"]"
             if room is None or len(inline) <= room:
                 plan.inline = inline
                 plan.edits = []
@@ -1137,7 +1185,7 @@ class Writes(StoreCore):
         if self._is_contended((key,)):
             return False
         seen = []
-        for other in sorted(shared, key=lock_order):
+        for other in _shared_in_order(shared):
             known = self._known(other)
             if known is None:
                 return False
@@ -1202,7 +1250,7 @@ class Writes(StoreCore):
             if root is not None:
                 roots[name] = root
             outline = encode_trusted(outline_of(value)) if type(value) is dict else None
-            cached.append((doc_id, name, revision, value, length))
+            cached.append(((doc_id, name), revision, value, length))
             inserts.append((doc_id, name, position, revision, length, outline, stored, root))
             heads.append((doc_id, name, position, revision, length, outline))
             parts.append(orjson.dumps(name) + b":" + data)
@@ -1352,16 +1400,23 @@ def _emit_together(tx: Tx, plans: Sequence[WritePlan], seq: SeqRef) -> None:
     tx.many(_DOCUMENT_UPDATE.format(setting="", seq=seq.sql), [_document_params(p.row, seq) for p in plans])
 
 
-def _made(write: Write, name: str, value: Any) -> Any:
-    """The member ``name`` as the write's edits make it from ``value``, when the write says so
-    itself: it was computed from this very object (values are never mutated, so the same
-    object is the same value). :data:`MISSING` when it cannot say (the edits are applied then);
-    a deleted member is :data:`MISSING` too, which applying the deletion gives as well."""
-    assert write.bodies is not None
-    before, after = write.bodies
-    if before.get(name, MISSING) is not value or after is None:
-        return MISSING
-    return after.get(name, MISSING)
+_SHARED_ORDERS: dict[tuple[DocKey, ...], list[DocKey]] = {}
+"""The shared documents of ``write_whole`` (a writer passes the same few tuples every time), in
+the lock order: sorted once each, not on every write."""
+
+
+def _shared_in_order(shared: Sequence[DocKey]) -> Sequence[DocKey]:
+    """``shared`` sorted by ``rows.lock_order``."""
+    if len(shared) < 2:
+        return shared
+    if type(shared) is not tuple:
+        return sorted(shared, key=lock_order)
+    ordered = _SHARED_ORDERS.get(shared)
+    if ordered is None:
+        if len(_SHARED_ORDERS) >= 256:
+            _SHARED_ORDERS.clear()  # bounded; a miss only sorts again
+        ordered = _SHARED_ORDERS[shared] = sorted(shared, key=lock_order)
+    return ordered
 
 
 def _in_lock_order(keys: set[DocKey]) -> list[DocKey]:
