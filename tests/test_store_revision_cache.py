@@ -25,3 +25,40 @@ def test_bytes_are_bounded_least_recently_used_first_and_huge_values_are_not_kep
     assert [cache.get(d, 1) for d in (0, 2, 7, 8)] == [0, 2, 7, 8]
     cache.put(9, 1, 9, 101)  # more than an eighth of the budget: not kept, nothing evicted
     assert cache.get(9, 1) is None and cache.get(2, 1) == 2
+
+
+def test_put_many_leaves_what_puts_one_by_one_leave() -> None:
+    """A write's members go in under one lock: the same entries, bytes, order and evictions as
+    the same puts made one at a time (a lagging revision, a replaced entry, a value too large,
+    evictions in the middle of the batch)."""
+    import random
+
+    rng = random.Random(7)
+    for _ in range(200):
+        one: RevisionCache[int, int] = RevisionCache(800)
+        many: RevisionCache[int, int] = RevisionCache(800)
+        for cache in (one, many):
+            for doc in range(6):
+                cache.put(doc, 5, doc, 100)
+        batch = [
+            (rng.randrange(10), rng.randrange(3, 8), rng.randrange(100), rng.choice([0, 50, 100, 250, 101]))
+            for _ in range(rng.randrange(8))
+        ]
+        for key, revision, value, size in batch:
+            one.put(key, revision, value, size)
+        many.put_many(batch)
+        assert list(one._entries.items()) == list(many._entries.items())
+        assert one._bytes == many._bytes
+
+
+def test_lookup_all_answers_what_lookups_one_by_one_answer() -> None:
+    cache: RevisionCache[int, str | None] = RevisionCache(1000)
+    for doc in range(4):
+        cache.put(doc, 2, f"d{doc}", 10)
+    cache.put(4, 2, None, 10)  # (a held None is a hit)
+    assert cache.lookup_all([(3, 2), (1, 2), (4, 2)]) == ["d3", "d1", None]
+    assert list(cache._entries) == [0, 2, 3, 1, 4]  # each hit is now the most recent
+    assert cache.lookup_all([(0, 2), (2, 3), (1, 2)]) is None  # one at another revision
+    assert cache.lookup_all([(0, 2), (9, 2)]) is None  # one not held
+    assert list(cache._entries)[-1] == 0  # (the hits before the miss count, as lookups do)
+    assert cache.lookup_all([]) == []

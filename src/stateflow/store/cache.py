@@ -77,6 +77,21 @@ class RevisionCache(Generic[K, V]):
     def get(self, key: K, revision: int) -> V | None:
         return self.lookup(key, revision)[1]
 
+    def lookup_all(self, keys: Iterable[tuple[K, int]]) -> list[V] | None:
+        """The values of every ``(key, revision)``, in order, under one lock (each a hit, as
+        :meth:`lookup` makes it); None as soon as one is not held (those before it count as
+        hits). A document assembled from its members' entries asks for them all."""
+        found = []
+        entries = self._entries
+        with self._lock:
+            for key, revision in keys:
+                entry = entries.get(key)
+                if entry is None or entry[0] != revision:
+                    return None
+                entries.move_to_end(key)
+                found.append(entry[1])
+        return found
+
     def latest(self, key: K) -> tuple[int, V] | None:
         """The newest revision held for ``key`` and its value."""
         entry = self._entries.get(key)

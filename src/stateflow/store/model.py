@@ -102,6 +102,7 @@ class Write:
         *,
         changed: Iterable[Sequence[Segment]] | None = None,
         where: Within | None = None,
+        paths: Sequence[Sequence[str | int]] | None = None,
         **kw: Any,
     ) -> Write:
         """The write that turns document body ``old`` into ``new``.
@@ -113,21 +114,27 @@ class Write:
         ``where``: the same paths as a trie already built (``doc.diff.within``'s), instead; a
         caller passing both is refused rather than one of them silently ignored.
         """
-        old, new = _absent(old), _absent(new)
+        if old is None:  # (no document: every write of a record comes here)
+            old = MISSING
+        if new is None:
+            new = MISSING
         if where is None:
             where = None if changed is None else within(changed)
         elif changed is not None:
             raise TypeError("Write.between takes the changed paths once: changed= or where=, not both")
         edits = diff(old, new) if where is None else diff_within(old, new, where)
-        if "bodies" in kw:
-            bodies = kw.pop("bodies")
-        elif type(old) is dict and (type(new) is dict or new is MISSING):
-            bodies = (old, None if new is MISSING else new)
+        if type(old) is dict and (type(new) is dict or new is MISSING):
+            bodies: tuple[dict[str, Any], dict[str, Any] | None] | None = (
+                old,
+                None if new is MISSING else new,
+            )
         else:
             bodies = None
-        if kw.keys() - {"paths"}:
-            return Write(key, edits, expect, bodies=bodies, **kw)
-        return made_write(key, edits, expect, kw.get("paths"), bodies)
+        if kw:  # ``bodies`` given, or another of ``Write``'s fields (which it refuses)
+            if "bodies" in kw:
+                bodies = kw.pop("bodies")
+            return Write(key, edits, expect, paths=paths, bodies=bodies, **kw)
+        return made_write(key, edits, expect, paths, bodies)
 
 
 class Whole(NamedTuple):
@@ -179,10 +186,6 @@ class Transition:
     at: str
     origin: dict[str, Any]
     changes: list[Change]
-
-
-def _absent(body: JSON) -> JSON:
-    return MISSING if body is None else body
 
 
 # Frozen dataclasses set each field through ``object.__setattr__`` in ``__init__``: several

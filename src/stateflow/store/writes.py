@@ -757,13 +757,16 @@ class Writes(StoreCore):
         heads = self._heads.get(row.doc_id, row.revision)
         if heads is None:
             return None
+        doc_id = row.doc_id
+        values = self._cache.lookup_all([((doc_id, h[1]), h[3]) for h in heads])
+        if values is None:
+            return None
         members: dict[str, tuple[Any, int, int]] = {}
-        for _, name, position, revision, size, _ in heads:
-            hit, value = self._cache.lookup((row.doc_id, name), revision)
-            if not hit:
-                return None
-            members[name] = (value, position, size)
-        body = {name: value for name, (value, _, _) in members.items()}
+        body: dict[str, Any] = {}
+        for head, value in zip(heads, values, strict=True):
+            name = head[1]
+            members[name] = (value, head[2], head[4])
+            body[name] = value
         # bodies and members are shared read-only, like every cached value
         self._assembled.put(row.doc_id, row.revision, (body, members), row.body_size)
         return row, body, members
