@@ -78,11 +78,17 @@ def test_every_revision_reads_back_as_written_whichever_way_it_was_written(
             assert new is not None
             whole = Whole(new, [[]])
             seen: list[Any] = []
-            if not store.write_whole(
-                KEY,
-                lambda _shared, current, whole=whole, seen=seen: seen.append(current) or whole,
-                {"door": "test"},
-            ):
+
+            def build(
+                _shared: dict[DocKey, Any],
+                current: dict[str, Any] | None,
+                whole: Whole = whole,
+                seen: list[Any] = seen,
+            ) -> Whole:
+                seen.append(current)
+                return whole
+
+            if not store.write_whole(KEY, build, {"door": "test"}):
                 store.update([KEY], compute, {"door": "test"}, optimistic=True)
             assert seen in ([], [body])
         else:

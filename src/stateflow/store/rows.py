@@ -105,11 +105,11 @@ def outline_of(value: dict[str, Any]) -> dict[str, str]:
     """An object member's outline: its immediate keys and their kinds (never their values)."""
     # kinds looked up by type in C, no Python step per key (every write of an object member
     # outlines it); a type not in the table goes through ``kind``, which names it or refuses it
-    outline = dict(zip(value, map(_KINDS.get, map(type, value.values())), strict=True))
+    outline: dict[str, str | None] = dict(zip(value, map(_KINDS.get, map(type, value.values())), strict=True))
     if None in outline.values():
         kinds = _KINDS
         return {k: kinds.get(type(v)) or kind(v) for k, v in value.items()}
-    return outline
+    return outline  # type: ignore[return-value]  # (no None in it: checked above)
 
 
 _KINDS: Final[dict[type, str]] = {
