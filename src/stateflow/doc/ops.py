@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple
 
 from stateflow.doc.canonical import JSON, check, detach, json_equal, kind
-from stateflow.doc.copies import APPEND_STEP, Copies, dict_copy, list_copy, made
+from stateflow.doc.copies import APPEND_STEP, Copies, list_copy, made
 from stateflow.doc.select import MISSING
 from stateflow.errors import InvalidJSON, OpError
 
@@ -97,17 +97,25 @@ def parse_op(raw: object) -> Op:
         raise OpError(f"op carries unknown keys {sorted(set(raw) - allowed)}")
     if "path" not in raw:
         raise OpError(f"a {name} op needs a 'path'")
-    keyed = name not in ("set", "remove")
-    path = _parse_path(raw["path"], allow_append=name == "set", what="path")
-    guard = _parse_guard(raw["guard"]) if "guard" in raw else None
-    body = {k: v for k, v in raw.items() if k != "guard"} if guard is not None else dict(raw)
-    if not keyed:
-        if name == "set":
-            if "value" not in raw:
-                raise OpError("a set op needs a 'value' (null is allowed)")
-            check(raw["value"], "value")
-        # values are copied: applied, they become part of a stored document the caller must not reach
-        return Op(name, path, body, detach(raw.get("value")), guard=guard)
+    path = _parse_path(raw["path"], name == "set", "path")
+    if "guard" in raw:
+        guard: Guard | None = _parse_guard(raw["guard"])
+        body = {k: v for k, v in raw.items() if k != "guard"}
+    else:
+        guard = None
+        body = dict(raw)
+    if name == "set":
+        if "value" not in raw:
+            raise OpError("a set op needs a 'value' (null is allowed)")
+        value = raw["value"]
+        t = type(value)
+        if t is not str and t is not bool and value is not None:  # (those are plain and immutable)
+            check(value, "value")
+            # values are copied: applied, they become part of a stored document the caller must not reach
+            value = detach(value)
+        return _new_op(Op, (name, path, body, value, "", (), guard))
+    if name == "remove":
+        return _new_op(Op, (name, path, body, None, "", (), guard))
     key_field = raw.get("key_field")
     if not isinstance(key_field, str) or not key_field:
         raise OpError(f"a {name} op needs 'key_field', a non-empty string")
@@ -119,15 +127,14 @@ def parse_op(raw: object) -> Op:
         for k in keys:
             _check_key(k, "key")
         _check_unique(keys, "key")
-        return Op(name, path, body, None, key_field, tuple(keys), guard)
+        return _new_op(Op, (name, path, body, None, key_field, tuple(keys), guard))
     if "value" not in raw:
         raise OpError(f"a {name} op needs a 'value'")
     value = raw["value"]
     check(value, "value")
     value = detach(value)
     if name == "set_by_key":
-        items = value if isinstance(value, list) else [value]
-        _check_items(items, key_field, "value")
+        _check_items(value if isinstance(value, list) else [value], key_field, "value")
     elif name == "merge_by_key":
         if not isinstance(value, list):
             raise OpError("merge_by_key takes a list of partial objects as 'value'")
@@ -144,17 +151,27 @@ def parse_op(raw: object) -> Op:
             if not isinstance(items, list):
                 raise OpError(f"value.{fan_key} must be a list of objects")
             _check_items(items, key_field, f"value.{fan_key}")
-    return Op(name, path, body, value, key_field, (), guard)
+    return _new_op(Op, (name, path, body, value, key_field, (), guard))
 
 
-def _parse_path(raw: object, *, allow_append: bool, what: str) -> Path:
+_new_op: Final = tuple.__new__
+"""``_new_op(Op, fields)``: the very tuple ``Op(...)`` makes, without the keyword-taking
+``__new__`` a named tuple is given (every op of every batch is built here)."""
+
+
+def _parse_path(raw: object, allow_append: bool, what: str) -> Path:
     if not isinstance(raw, list) or not raw:
         raise OpError(f"{what} must be a non-empty list of segments")
     if len(raw) > MAX_PATH_SEGMENTS:
         raise OpError(f"{what} has {len(raw)} segments — the cap is {MAX_PATH_SEGMENTS}")
     for seg in raw:
-        t = type(seg)  # exact types first: this runs for every op
-        if t is not str and t is not int and (isinstance(seg, bool) or not isinstance(seg, str | int)):
+        if type(seg) is str:  # (most segments: the checks below for a key, without the others)
+            if seg == "":
+                raise OpError(f"empty-string {what} segment")
+            if seg == APPEND and not allow_append:
+                raise OpError(f"'-' (append) is not allowed in this {what}")
+            continue
+        if type(seg) is not int and (isinstance(seg, bool) or not isinstance(seg, str | int)):
             raise OpError(f"{what} segment {seg!r} must be a string key or a list index")
         if isinstance(seg, int):
             if seg < 0:
@@ -170,7 +187,7 @@ def _parse_guard(raw: object) -> Guard:
     if not isinstance(raw, dict) or set(raw) != {"path", "expected"}:
         raise OpError('guard must be exactly {"path": [...], "expected": <JSON>}')
     check(raw["expected"], "guard.expected")
-    return Guard(_parse_path(raw["path"], allow_append=False, what="guard path"), raw["expected"])
+    return Guard(_parse_path(raw["path"], False, "guard path"), raw["expected"])
 
 
 def _check_count(items: Sequence[Any], what: str) -> None:
@@ -184,22 +201,38 @@ def _check_key(key: object, where: str) -> None:
 
 
 def _check_unique(keys: Sequence[Any], where: str) -> None:
+    # keys of exactly ``str`` or ``int`` are JSON-equal exactly when Python-equal (an int and
+    # a str never are): a set answers for them; any other key takes the pairwise loop
+    seen: set[Any] = set()
+    for k in keys:
+        t = type(k)
+        if t is not str and t is not int:
+            break
+        if k in seen:
+            raise OpError(f"duplicate {where} {k!r} in one payload")
+        seen.add(k)
+    else:
+        return
     for i, k in enumerate(keys):
         if any(json_equal(k, other) for other in keys[:i]):
             raise OpError(f"duplicate {where} {k!r} in one payload")
 
 
 def _check_items(items: Sequence[Any], key_field: str, where: str) -> None:
-    _check_count(items, "items")
+    if len(items) > MAX_KEYED_ITEMS:
+        raise OpError(f"{len(items)} items — the cap is {MAX_KEYED_ITEMS}")
     keys = []
     for i, item in enumerate(items):
         if not isinstance(item, dict):
             raise OpError(f"{where}[{i}] must be an object")
         if key_field not in item:
             raise OpError(f"{where}[{i}] has no key field {key_field!r}")
-        _check_key(item[key_field], f"{where}[{i}].{key_field}")
-        keys.append(item[key_field])
-    _check_unique(keys, f"{key_field}")
+        key = item[key_field]
+        t = type(key)
+        if t is not str and t is not int:  # (a key of exactly these types passes: no call)
+            _check_key(key, f"{where}[{i}].{key_field}")
+        keys.append(key)
+    _check_unique(keys, key_field)
 
 
 def _check_unset_entries(value: object, key_field: str) -> None:
@@ -312,9 +345,15 @@ def _set(node: JSON, path: Path, i: int, value: JSON, copies: Copies | None = No
     if type(node) is not dict:
         raise _mismatch(seg, node)
     child = value if last else _set(node.get(seg, MISSING), path, i + 1, value, copies)
-    obj = dict_copy(copies, node)
+    if copies is None or len(node) < copies.min_elements:
+        # what ``dict_copy`` and ``made`` do with a small object, without their calls and the
+        # step built for a copier that is not told (most objects a set copies)
+        obj = dict(node)
+        obj[seg] = child
+        return obj
+    obj = copies.dict_copy(node)
     obj[seg] = child
-    made(copies, obj, node, [(seg, child)])
+    copies.made(obj, node, [(seg, child)])
     return obj
 
 

@@ -1,0 +1,282 @@
+"""Instructions per ``patch_state`` and per ``apply`` (issue 17), counted by callgrind, which the
+machine's load does not move; or, with ``--bytecodes``, the Python bytecodes and calls each
+function makes per op (its own and with what it calls): where the instructions go.
+
+Cases, each on a SQLite store of its own at ``synchronous=off``, one caller:
+
+- ``patch``: ``bench_memory``'s three-scope ``patch_state`` (global strategy, cwd tactics,
+  session tactics and an intent);
+- ``apply``: ``bench_commit_floor``'s op batch (two ``set`` and a ``set_by_key``) through the
+  states service;
+- ``replace``: ``bench_http``'s small record ``replace`` through the states service.
+
+Each count is a process of its own under ``valgrind --tool=callgrind`` (``PYTHONHASHSEED=0``):
+``--warm`` ops, then ``--ops`` counted, only inside the loop that makes them
+(``--toggle-collect`` on ``itertools.starmap``'s iterator). ``--baseline-src DIR`` counts
+another source tree's ``stateflow`` beside this one's.
+
+    python3 -m benchmarks.profile_states_instructions [--ops 60] [--warm 200]
+        [--cases patch apply replace] [--baseline-src DIR] [--jobs 2] [--bytecodes CASE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import itertools
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from benchmarks import callgrind
+
+MODULE = "benchmarks.profile_states_instructions"
+CASES = ("patch", "apply", "replace")
+
+
+@contextmanager
+def operation(case: str) -> Iterator[Callable[[range], None]]:
+    """``run(indexes)``: the case's ops, one per index, on a store of their own."""
+    from stateflow.store import open_store
+
+    with tempfile.TemporaryDirectory() as tmp:
+        store = open_store(f"sqlite:///{tmp}/counted.db?synchronous=off", auto_migrate=True)
+        try:
+            if case == "patch":
+                from stateflow.memory import Identity, MemoryView
+
+                view = MemoryView(store, Identity.of("bench", tmp, "s"))
+
+                def patches(indexes: range) -> None:
+                    for i in indexes:
+                        view.patch_state(
+                            {
+                                "global": {"strategy": {"style": f"v{i}"}},
+                                "cwd": {"tactics": {"build": f"ok {i}"}},
+                                "session": {
+                                    "tactics": {"next": f"step {i}"},
+                                    "intents": {"ship": {"goal": f"release {i}"}},
+                                },
+                            }
+                        )
+
+                yield patches
+                return
+            from stateflow.config import Config
+            from stateflow.http.server import service_for
+
+            service = service_for(store, Config())
+            try:
+                if case == "replace":
+                    from benchmarks.bench_http import DECLARATION
+                    from stateflow.http.app import _api_context
+                    from stateflow.states.models import StateSubject
+
+                    service.declare("bench", DECLARATION)
+                    context = _api_context("token:bench")
+                    subjects = [
+                        StateSubject(target_kind="agent", target_name="bench", kind="thread", key=f"c0-{i}")
+                        for i in range(200)
+                    ]
+
+                    def replaces(indexes: range) -> None:
+                        for i in indexes:
+                            document = {"count": i, "text": f"client 0 write {i}"}
+                            service.replace("bench", subjects[i % 200], document, context=context)
+
+                    yield replaces
+                else:
+                    from benchmarks.bench_states_vs_langgraph import DECL, ops_for, subject
+
+                    service.declare("bench", DECL)
+
+                    def applies(indexes: range) -> None:
+                        for i in indexes:
+                            service.apply("bench", subject(i), ops_for(i))
+
+                    yield applies
+            finally:
+                service.close()
+        finally:
+            store.close()
+
+
+LAYERS = (
+    "compute",
+    "stateflow.states.service:parse_ops",
+    "stateflow.memory.view:MemoryView._patch_args",
+    "stateflow.memory.view:MemoryView._state_updates",
+    "stateflow.store.model:Write.between",
+    "stateflow.states.pipeline:apply_ops",
+    "stateflow.store.writes:validate_writes",
+    "stateflow.states.pipeline:_check_valid",
+)
+"""what ``--layers`` counts: each called twice per op (the first result dropped), so the
+instructions added are the layer's own (plus a wrapper's call, counted by ``noop``);
+``compute`` is the computation the store's ``update`` runs (kept no state between calls: an
+optimistic write may run it twice anyway)"""
+
+
+def _doubled(layer: str) -> None:
+    """Make ``layer`` run twice per call in this process (``noop``: a wrapper only)."""
+    import functools
+    import importlib
+
+    from stateflow.store.writes import Writes
+
+    def twice(fn: Callable[..., Any], again: bool) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if again:
+                fn(*args, **kwargs)
+            return fn(*args, **kwargs)
+
+        return wrapper
+
+    if layer in ("compute", "noop"):
+        update = Writes.update
+
+        def doubled_update(self: Writes, keys: Any, compute: Any, *args: Any, **kwargs: Any) -> Any:
+            return update(self, keys, twice(compute, layer == "compute"), *args, **kwargs)
+
+        Writes.update = doubled_update  # type: ignore[method-assign]
+        return
+    module_name, attr = layer.split(":")
+    owner: Any = importlib.import_module(module_name)
+    *outer, name = attr.split(".")
+    for part in outer:
+        owner = getattr(owner, part)
+    fn = owner.__dict__[name]
+    if isinstance(fn, staticmethod):
+        setattr(owner, name, staticmethod(twice(fn.__func__, True)))
+    else:
+        setattr(owner, name, twice(fn, True))
+
+
+def _work(case: str, ops: int, warm: int, layer: str = "") -> None:
+    """The counted process: ``warm`` ops, then ``ops`` inside ``starmap`` (the toggle)."""
+    if layer:
+        _doubled(layer)
+    with operation(case) as run:
+        run(range(warm))
+        for _ in itertools.starmap(run, [(range(10_000, 10_000 + ops),)]):
+            pass
+
+
+def _count(src: Path, case: str, ops: int, warm: int, layer: str = "") -> float:
+    args = ["--work", case, str(ops), str(warm), *([layer] if layer else [])]
+    return callgrind.count(MODULE, args, src=src) / ops
+
+
+def layers(case: str, ops: int, warm: int, jobs: int, chosen: list[str]) -> None:
+    """Instructions per op of each of ``chosen`` (``module:attribute``, or ``compute``), as the
+    count with it doubled less the count with a wrapper only (``noop``)."""
+    src = callgrind.REPO / "src"
+    names = ["noop", *chosen]
+    with ThreadPoolExecutor(jobs) as pool:
+        counts = dict(zip(names, pool.map(lambda n: _count(src, case, ops, warm, n), names), strict=True))
+    print(f"== {case}: instructions per op of each layer ({ops} counted after {warm} warm)")
+    print(f"  {'(with wrappers only)':50s} {counts['noop']:>12,.0f}")
+    for name in chosen:
+        print(f"  {name:50s} {counts[name] - counts['noop']:>12,.0f}")
+
+
+def bytecodes(case: str, ops: int, warm: int, top: int) -> None:
+    """Bytecodes and calls per op by function, own and with callees (a function counted once
+    per bytecode however deep it recurses)."""
+    own: collections.Counter[str] = collections.Counter()
+    total: collections.Counter[str] = collections.Counter()
+    calls: collections.Counter[str] = collections.Counter()
+    total_calls: collections.Counter[str] = collections.Counter()
+
+    def name(frame: FrameType) -> str:
+        code = frame.f_code
+        where = code.co_filename.split("site-packages/")[-1].split("/src/")[-1]
+        return f"{where}:{code.co_name}:{code.co_firstlineno}"
+
+    def outers(frame: FrameType) -> set[str]:
+        seen: set[str] = set()
+        outer: FrameType | None = frame
+        while outer is not None:
+            seen.add(name(outer))
+            outer = outer.f_back
+        return seen
+
+    def trace(frame: FrameType, event: str, arg: object) -> Any:
+        if event == "call":
+            frame.f_trace_opcodes = True
+            calls[name(frame)] += 1
+            total_calls.update(outers(frame))
+        elif event == "opcode":
+            own[name(frame)] += 1
+            total.update(outers(frame))
+        return trace
+
+    with operation(case) as run:
+        run(range(warm))
+        sys.settrace(trace)
+        try:
+            run(range(10_000, 10_000 + ops))
+        finally:
+            sys.settrace(None)
+    mine = name(sys._getframe())
+    print(
+        f"== {case}: {sum(own.values()) / ops:,.0f} bytecodes, {sum(calls.values()) / ops:,.0f} calls per op"
+    )
+    print(f"{'with callees':>12} {'own':>7} {'calls':>6} {'calls in':>8}  function")
+    for function, count in total.most_common(top + 6):
+        if function == mine or any(
+            part in function for part in ("profile_states_instructions", "contextlib")
+        ):
+            continue
+        print(
+            f"{count / ops:12,.0f} {own[function] / ops:7,.0f} {calls[function] / ops:6.1f}"
+            f" {total_calls[function] / ops:8.1f}  {function}"
+        )
+
+
+def main() -> None:
+    if len(sys.argv) in (5, 6) and sys.argv[1] == "--work":
+        _work(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), *sys.argv[5:])
+        return
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--ops", type=int, default=60)
+    parser.add_argument("--warm", type=int, default=200)
+    parser.add_argument("--cases", nargs="+", default=list(CASES), choices=CASES)
+    parser.add_argument("--baseline-src", type=Path, default=None, help="another tree's src/, counted beside")
+    parser.add_argument("--jobs", type=int, default=2, help="counts run at once")
+    parser.add_argument("--bytecodes", choices=CASES, default=None, help="bytecodes by function instead")
+    parser.add_argument("--top", type=int, default=60, help="functions --bytecodes prints")
+    parser.add_argument("--layers", choices=CASES, default=None, help="instructions by layer instead")
+    parser.add_argument("--layer-names", nargs="+", default=list(LAYERS), help="what --layers counts")
+    args = parser.parse_args()
+    if args.bytecodes is not None:
+        bytecodes(args.bytecodes, args.ops, args.warm, args.top)
+        return
+    if args.layers is not None:
+        layers(args.layers, args.ops, args.warm, args.jobs, args.layer_names)
+        return
+    trees = {"this tree": callgrind.REPO / "src"}
+    if args.baseline_src is not None:
+        trees["baseline"] = args.baseline_src.resolve()
+    runs = [(t, c) for c in args.cases for t in trees]
+    with ThreadPoolExecutor(args.jobs) as pool:
+        counts = dict(
+            zip(runs, pool.map(lambda r: _count(trees[r[0]], r[1], args.ops, args.warm), runs), strict=True)
+        )
+    print(f"instructions per op ({args.ops} counted after {args.warm} warm)")
+    for case in args.cases:
+        line = f"  {case:10s} {counts[('this tree', case)]:>12,.0f}"
+        if "baseline" in trees:
+            base = counts[("baseline", case)]
+            line += f"   baseline {base:>12,.0f}   {counts[('this tree', case)] / base:.3f}×"
+        print(line)
+
+
+if __name__ == "__main__":
+    main()
