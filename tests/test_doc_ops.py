@@ -1,11 +1,15 @@
 import copy
+import enum
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from stateflow.doc.ops import apply_ops, parse_ops
+from stateflow.doc.canonical import check, json_equal
+from stateflow.doc.ops import Guard, Op, apply_ops, parse_ops
 from stateflow.doc.select import MISSING
-from stateflow.errors import OpError
+from stateflow.errors import InvalidJSON, OpError
 
 
 def run(doc: Any, ops: list[dict[str, Any]]) -> Any:
@@ -305,3 +309,120 @@ def test_apply_never_mutates_its_input() -> None:
     )
     assert doc == before
     assert out == {"l": [{"id": 1, "v": [1], "w": 1}], "o": {"b": 2}}
+
+
+# ------------------------------------------------------------------------------ parsing, fast paths
+
+
+class _Number(enum.IntEnum):
+    ONE = 1
+
+
+class _Text(str):
+    pass
+
+
+def _pairwise_duplicate(keys: list[Any]) -> Any:
+    """The first key JSON-equal to an earlier one (the rule ``_check_unique`` keeps), or MISSING."""
+    for i, k in enumerate(keys):
+        if any(json_equal(k, other) for other in keys[:i]):
+            return k
+    return MISSING
+
+
+_KEY = st.one_of(
+    st.integers(-3, 3),
+    st.sampled_from(["a", "b", "1", "", "-"]),
+    st.sampled_from([_Number.ONE, _Text("a"), _Text("1")]),
+)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(st.lists(_KEY, max_size=6))
+def test_duplicate_keys_are_the_pairwise_json_equality_ones(keys: list[Any]) -> None:
+    """The set that answers for keys of exactly ``str`` or ``int`` finds the very duplicate
+    the pairwise JSON-equality loop finds; other keys (an ``IntEnum``, a ``str`` subclass) are
+    told by that loop, as before."""
+    expected = _pairwise_duplicate(keys)
+    raws: list[dict[str, Any]] = [{"op": "remove_by_key", "path": ["l"], "key_field": "id", "key": keys}]
+    if all(type(k) in (str, int) for k in keys):  # (a set_by_key's items are checked as JSON too)
+        raws.append(
+            {"op": "set_by_key", "path": ["l"], "key_field": "id", "value": [{"id": k} for k in keys]}
+        )
+    for raw in raws:
+        if expected is MISSING:
+            parse_ops([raw])
+            continue
+        where = "key" if raw["op"] == "remove_by_key" else "id"
+        with pytest.raises(OpError) as refused:
+            parse_ops([raw])
+        assert refused.value.message == f"ops[0]: duplicate {where} {expected!r} in one payload"
+
+
+def test_a_parsed_op_is_the_named_tuple_its_fields_make() -> None:
+    guard = {"path": ["g"], "expected": 1}
+    raws: list[dict[str, Any]] = [
+        {"op": "set", "path": ["a", 0, "-"], "value": {"x": [1]}},
+        {"op": "set", "path": ["a"], "value": "text", "guard": guard},
+        {"op": "set", "path": ["a"], "value": None},
+        {"op": "remove", "path": ["a", 1]},
+        {"op": "set_by_key", "path": ["l"], "key_field": "id", "value": {"id": 1}},
+        {"op": "remove_by_key", "path": ["l"], "key_field": "id", "key": ["a", 2]},
+    ]
+    parsed = parse_ops(raws)
+    made = [
+        Op("set", ("a", 0, "-"), raws[0], {"x": [1]}),
+        Op("set", ("a",), {"op": "set", "path": ["a"], "value": "text"}, "text", guard=Guard(("g",), 1)),
+        Op("set", ("a",), raws[2], None),
+        Op("remove", ("a", 1), raws[3]),
+        Op("set_by_key", ("l",), raws[4], {"id": 1}, "id"),
+        Op("remove_by_key", ("l",), raws[5], None, "id", ("a", 2)),
+    ]
+    assert parsed == made
+    for op, expected in zip(parsed, made, strict=True):
+        assert type(op) is Op
+        assert op._asdict() == expected._asdict()
+    # a container value is the caller's no more; a string is immutable and kept as given
+    assert parsed[0].value is not raws[0]["value"] and parsed[0].raw is not raws[0]
+    assert parsed[1].value is raws[1]["value"]
+
+
+@pytest.mark.parametrize("value", [float("nan"), (1, 2), _Text("a"), {1: "a"}, [[float("inf")]]])
+def test_a_set_value_that_is_not_plain_json_is_still_refused(value: Any) -> None:
+    with pytest.raises(InvalidJSON) as checked:
+        check(value, "value")
+    with pytest.raises(OpError) as refused:
+        parse_ops([{"op": "set", "path": ["a"], "value": value}])
+    assert refused.value.message == f"ops[0]: {checked.value.message}"
+
+
+def test_a_set_copies_small_and_large_objects_alike() -> None:
+    """A set copies each object on its path: plainly when small, through the copier when large
+    (which is told the step); the values are the same either way and the input is untouched."""
+    told: list[Any] = []
+
+    class Copier:
+        min_elements = 3
+
+        def list_copy(self, source: list[Any]) -> list[Any]:
+            return list(source)
+
+        def dict_copy(self, source: dict[str, Any]) -> dict[str, Any]:
+            return dict(source)
+
+        def made(self, new: Any, source: Any, steps: Any) -> None:
+            told.append((new, source, list(steps)))
+
+    doc = {"big": {"a": 1, "b": 2, "c": {"x": 1}}, "small": {"a": 1}}
+    before = copy.deepcopy(doc)
+    ops = parse_ops(
+        [
+            {"op": "set", "path": ["big", "c", "y"], "value": 2},
+            {"op": "set", "path": ["small", "b"], "value": 3},
+        ]
+    )
+    plain = apply_ops(doc, ops).document
+    copied = apply_ops(doc, ops, copies=Copier()).document
+    assert plain == copied == {"big": {"a": 1, "b": 2, "c": {"x": 1, "y": 2}}, "small": {"a": 1, "b": 3}}
+    assert doc == before
+    assert told == [(copied["big"], doc["big"], [("c", copied["big"]["c"])])]
