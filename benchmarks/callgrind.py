@@ -8,7 +8,8 @@ import re
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -47,3 +48,30 @@ def count(module: str, args: Sequence[str], *, src: Path | None = None, toggle: 
     if found is None:
         raise RuntimeError(f"callgrind printed no count:\n{done.stderr[-2000:]}")
     return int(found.group(1))
+
+
+def print_against_baseline(
+    title: str,
+    cases: Sequence[str],
+    count_case: Callable[[Path, str], float],
+    *,
+    baseline_src: Path | None,
+    jobs: int,
+    width: int,
+) -> None:
+    """Print ``title``, then each case's count in this tree (``count_case(src, case)``) and,
+    with ``baseline_src``, in that tree beside it with their ratio; ``jobs`` counts at once."""
+    trees = {"this tree": REPO / "src"}
+    if baseline_src is not None:
+        trees["baseline"] = baseline_src.resolve()
+    runs = [(tree, case) for case in cases for tree in trees]
+    with ThreadPoolExecutor(jobs) as pool:
+        counts = dict(zip(runs, pool.map(lambda run: count_case(trees[run[0]], run[1]), runs), strict=True))
+    print(title)
+    for case in cases:
+        ours = counts[("this tree", case)]
+        line = f"  {case:{width}s} {ours:>12,.0f}"
+        if baseline_src is not None:
+            base = counts[("baseline", case)]
+            line += f"   baseline {base:>12,.0f}   {ours / base:.3f}×"
+        print(line)

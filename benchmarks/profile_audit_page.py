@@ -22,7 +22,6 @@ import os
 import subprocess
 import sys
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from benchmarks import callgrind
@@ -90,21 +89,14 @@ def main() -> None:
     parser.add_argument("--baseline-src", type=Path, default=None, help="another tree's src/, counted beside")
     parser.add_argument("--jobs", type=int, default=2, help="counts run at once")
     args = parser.parse_args()
-    trees = {"this tree": callgrind.REPO / "src"}
-    if args.baseline_src is not None:
-        trees["baseline"] = args.baseline_src.resolve()
-    runs = [(t, c) for c in args.cases for t in trees]
-    with ThreadPoolExecutor(args.jobs) as pool:
-        counts = dict(
-            zip(runs, pool.map(lambda r: _count(trees[r[0]], r[1], args.pages, args.warm), runs), strict=True)
-        )
-    print(f"== instructions per page of 50 transitions ({args.pages} counted after {args.warm} warm)")
-    for case in args.cases:
-        line = f"  {case:16s} {counts[('this tree', case)]:>12,.0f}"
-        if "baseline" in trees:
-            base = counts[("baseline", case)]
-            line += f"   baseline {base:>12,.0f}   {counts[('this tree', case)] / base:.3f}×"
-        print(line)
+    callgrind.print_against_baseline(
+        f"== instructions per page of 50 transitions ({args.pages} counted after {args.warm} warm)",
+        args.cases,
+        lambda src, case: _count(src, case, args.pages, args.warm),
+        baseline_src=args.baseline_src,
+        jobs=args.jobs,
+        width=16,
+    )
 
 
 if __name__ == "__main__":

@@ -35,7 +35,6 @@ import os
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
@@ -43,7 +42,7 @@ from typing import Any
 
 import orjson
 
-from benchmarks import callgrind
+from benchmarks import callgrind, record_workloads
 
 MODULE = "benchmarks.profile_http_instructions"
 CASES = ("put, loop thread", "put, server", "replace", "apply")
@@ -115,33 +114,8 @@ def operation(case: str) -> Iterator[Callable[[range], None]]:
                 loop.run_until_complete(request("PUT", "/api/states/bench", orjson.dumps(DECLARATION)))
                 yield lambda indexes: loop.run_until_complete(puts(indexes))
                 loop.close()
-            elif case == "replace":
-                from stateflow.http.app import _api_context
-                from stateflow.states.models import StateSubject
-
-                service.declare("bench", DECLARATION)
-                context = _api_context("token:bench")
-                subjects = [
-                    StateSubject(target_kind="agent", target_name="bench", kind="thread", key=f"c0-{i}")
-                    for i in range(200)
-                ]
-
-                def replaces(indexes: range) -> None:
-                    for i in indexes:
-                        document = {"count": i, "text": f"client 0 write {i}"}
-                        service.replace("bench", subjects[i % 200], document, context=context)
-
-                yield replaces
             else:
-                from benchmarks.bench_states_vs_langgraph import DECL, ops_for, subject
-
-                service.declare("bench", DECL)
-
-                def applies(indexes: range) -> None:
-                    for i in indexes:
-                        service.apply("bench", subject(i), ops_for(i))
-
-                yield applies
+                yield (record_workloads.replaces if case == "replace" else record_workloads.applies)(service)
         finally:
             service.close()
             store.close()
@@ -230,21 +204,14 @@ def main() -> None:
     if args.bytecodes is not None:
         bytecodes(args.bytecodes, args.ops, args.warm, args.top)
         return
-    trees = {"this tree": callgrind.REPO / "src"}
-    if args.baseline_src is not None:
-        trees["baseline"] = args.baseline_src.resolve()
-    runs = [(t, c) for c in args.cases for t in trees]
-    with ThreadPoolExecutor(args.jobs) as pool:
-        counts = dict(
-            zip(runs, pool.map(lambda r: _count(trees[r[0]], r[1], args.ops, args.warm), runs), strict=True)
-        )
-    print(f"instructions per op ({args.ops} counted after {args.warm} warm)")
-    for case in args.cases:
-        line = f"  {case:20s} {counts[('this tree', case)]:>12,.0f}"
-        if "baseline" in trees:
-            base = counts[("baseline", case)]
-            line += f"   baseline {base:>12,.0f}   {counts[('this tree', case)] / base:.3f}×"
-        print(line)
+    callgrind.print_against_baseline(
+        f"instructions per op ({args.ops} counted after {args.warm} warm)",
+        args.cases,
+        lambda src, case: _count(src, case, args.ops, args.warm),
+        baseline_src=args.baseline_src,
+        jobs=args.jobs,
+        width=20,
+    )
 
 
 if __name__ == "__main__":

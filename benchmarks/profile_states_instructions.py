@@ -33,7 +33,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from benchmarks import callgrind
+from benchmarks import callgrind, record_workloads
 
 MODULE = "benchmarks.profile_states_instructions"
 CASES = ("patch", "apply", "replace")
@@ -72,34 +72,7 @@ def operation(case: str) -> Iterator[Callable[[range], None]]:
 
             service = service_for(store, Config())
             try:
-                if case == "replace":
-                    from benchmarks.bench_http import DECLARATION
-                    from stateflow.http.app import _api_context
-                    from stateflow.states.models import StateSubject
-
-                    service.declare("bench", DECLARATION)
-                    context = _api_context("token:bench")
-                    subjects = [
-                        StateSubject(target_kind="agent", target_name="bench", kind="thread", key=f"c0-{i}")
-                        for i in range(200)
-                    ]
-
-                    def replaces(indexes: range) -> None:
-                        for i in indexes:
-                            document = {"count": i, "text": f"client 0 write {i}"}
-                            service.replace("bench", subjects[i % 200], document, context=context)
-
-                    yield replaces
-                else:
-                    from benchmarks.bench_states_vs_langgraph import DECL, ops_for, subject
-
-                    service.declare("bench", DECL)
-
-                    def applies(indexes: range) -> None:
-                        for i in indexes:
-                            service.apply("bench", subject(i), ops_for(i))
-
-                    yield applies
+                yield (record_workloads.replaces if case == "replace" else record_workloads.applies)(service)
             finally:
                 service.close()
         finally:
@@ -260,21 +233,14 @@ def main() -> None:
     if args.layers is not None:
         layers(args.layers, args.ops, args.warm, args.jobs, args.layer_names)
         return
-    trees = {"this tree": callgrind.REPO / "src"}
-    if args.baseline_src is not None:
-        trees["baseline"] = args.baseline_src.resolve()
-    runs = [(t, c) for c in args.cases for t in trees]
-    with ThreadPoolExecutor(args.jobs) as pool:
-        counts = dict(
-            zip(runs, pool.map(lambda r: _count(trees[r[0]], r[1], args.ops, args.warm), runs), strict=True)
-        )
-    print(f"instructions per op ({args.ops} counted after {args.warm} warm)")
-    for case in args.cases:
-        line = f"  {case:10s} {counts[('this tree', case)]:>12,.0f}"
-        if "baseline" in trees:
-            base = counts[("baseline", case)]
-            line += f"   baseline {base:>12,.0f}   {counts[('this tree', case)] / base:.3f}×"
-        print(line)
+    callgrind.print_against_baseline(
+        f"instructions per op ({args.ops} counted after {args.warm} warm)",
+        args.cases,
+        lambda src, case: _count(src, case, args.ops, args.warm),
+        baseline_src=args.baseline_src,
+        jobs=args.jobs,
+        width=10,
+    )
 
 
 if __name__ == "__main__":
