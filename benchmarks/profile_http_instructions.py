@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import collections
 import itertools
 import logging
 import os
@@ -37,12 +36,12 @@ import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import orjson
 
 from benchmarks import callgrind, record_workloads
+from benchmarks.bytecodes import print_bytecodes
 
 MODULE = "benchmarks.profile_http_instructions"
 CASES = ("put, loop thread", "put, server", "replace", "apply")
@@ -145,47 +144,8 @@ def _count(src: Path, case: str, ops: int, warm: int) -> float:
 
 def bytecodes(case: str, ops: int, warm: int, top: int) -> None:
     """Bytecodes per op by function on the calling thread (the loop's, for a ``put``)."""
-    own: collections.Counter[str] = collections.Counter()
-    total: collections.Counter[str] = collections.Counter()
-    calls: collections.Counter[str] = collections.Counter()
-
-    def name(frame: FrameType) -> str:
-        code = frame.f_code
-        where = code.co_filename.split("site-packages/")[-1].split("/src/")[-1]
-        return f"{where}:{code.co_name}:{code.co_firstlineno}"
-
-    def trace(frame: FrameType, event: str, arg: object) -> Any:
-        if event == "call":
-            frame.f_trace_opcodes = True
-            calls[name(frame)] += 1
-        elif event == "opcode":
-            own[name(frame)] += 1
-            seen: set[str] = set()
-            outer: FrameType | None = frame
-            while outer is not None:
-                seen.add(name(outer))
-                outer = outer.f_back
-            total.update(seen)
-        return trace
-
     with operation(case) as run:
-        run(range(warm))
-        sys.settrace(trace)
-        try:
-            run(range(10_000, 10_000 + ops))
-        finally:
-            sys.settrace(None)
-    mine = name(sys._getframe())
-    print(
-        f"== {case}: {sum(own.values()) / ops:,.0f} bytecodes, {sum(calls.values()) / ops:,.0f} calls per op"
-    )
-    print(f"{'with callees':>12} {'own':>7} {'calls':>6}  function")
-    for function, count in total.most_common(top + 8):
-        if function == mine or any(
-            part in function for part in ("profile_http_instructions", "asyncio/", "runpy")
-        ):
-            continue
-        print(f"{count / ops:12,.0f} {own[function] / ops:7,.0f} {calls[function] / ops:6.1f}  {function}")
+        print_bytecodes(case, run, ops, warm, top, ("profile_http_instructions", "asyncio/"))
 
 
 def main() -> None:

@@ -22,7 +22,6 @@ another source tree's ``stateflow`` beside this one's.
 from __future__ import annotations
 
 import argparse
-import collections
 import itertools
 import sys
 import tempfile
@@ -30,10 +29,10 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from benchmarks import callgrind, record_workloads
+from benchmarks.bytecodes import print_bytecodes
 
 MODULE = "benchmarks.profile_states_instructions"
 CASES = ("patch", "apply", "replace")
@@ -161,55 +160,8 @@ def layers(case: str, ops: int, warm: int, jobs: int, chosen: list[str]) -> None
 def bytecodes(case: str, ops: int, warm: int, top: int) -> None:
     """Bytecodes and calls per op by function, own and with callees (a function counted once
     per bytecode however deep it recurses)."""
-    own: collections.Counter[str] = collections.Counter()
-    total: collections.Counter[str] = collections.Counter()
-    calls: collections.Counter[str] = collections.Counter()
-    total_calls: collections.Counter[str] = collections.Counter()
-
-    def name(frame: FrameType) -> str:
-        code = frame.f_code
-        where = code.co_filename.split("site-packages/")[-1].split("/src/")[-1]
-        return f"{where}:{code.co_name}:{code.co_firstlineno}"
-
-    def outers(frame: FrameType) -> set[str]:
-        seen: set[str] = set()
-        outer: FrameType | None = frame
-        while outer is not None:
-            seen.add(name(outer))
-            outer = outer.f_back
-        return seen
-
-    def trace(frame: FrameType, event: str, arg: object) -> Any:
-        if event == "call":
-            frame.f_trace_opcodes = True
-            calls[name(frame)] += 1
-            total_calls.update(outers(frame))
-        elif event == "opcode":
-            own[name(frame)] += 1
-            total.update(outers(frame))
-        return trace
-
     with operation(case) as run:
-        run(range(warm))
-        sys.settrace(trace)
-        try:
-            run(range(10_000, 10_000 + ops))
-        finally:
-            sys.settrace(None)
-    mine = name(sys._getframe())
-    print(
-        f"== {case}: {sum(own.values()) / ops:,.0f} bytecodes, {sum(calls.values()) / ops:,.0f} calls per op"
-    )
-    print(f"{'with callees':>12} {'own':>7} {'calls':>6} {'calls in':>8}  function")
-    for function, count in total.most_common(top + 6):
-        if function == mine or any(
-            part in function for part in ("profile_states_instructions", "contextlib")
-        ):
-            continue
-        print(
-            f"{count / ops:12,.0f} {own[function] / ops:7,.0f} {calls[function] / ops:6.1f}"
-            f" {total_calls[function] / ops:8.1f}  {function}"
-        )
+        print_bytecodes(case, run, ops, warm, top, ("profile_states_instructions",))
 
 
 def main() -> None:
