@@ -98,24 +98,13 @@ class RevisionCache(Generic[K, V]):
         return None if entry is None else (entry[0], entry[1])
 
     def put(self, key: K, revision: int, value: V, size: int) -> None:
-        if size > self.largest:
-            return
-        with self._lock:
-            old = self._entries.get(key)
-            if old is not None:
-                if old[0] > revision:
-                    return
-                del self._entries[key]
-                self._bytes -= old[2]
-            self._entries[key] = (revision, value, size)
-            self._bytes += size
-            while self._bytes > self.max_bytes:
-                _, (_, _, dropped) = self._entries.popitem(last=False)
-                self._bytes -= dropped
+        """Hold ``value`` for ``key`` at ``revision`` (unless a newer revision is held, or the
+        value is larger than ``largest``), evicting the least recently used past ``max_bytes``."""
+        self.put_many(((key, revision, value, size),))
 
     def put_many(self, entries: Iterable[tuple[K, int, V, int]]) -> None:
         """:meth:`put` of each ``(key, revision, value, size)``, in order, under one lock (a
-        write caches every member it wrote)."""
+        write caches every member it wrote); the one place entries are added and evicted."""
         largest, held = self.largest, self._entries
         with self._lock:
             for key, revision, value, size in entries:
@@ -129,7 +118,7 @@ class RevisionCache(Generic[K, V]):
                     self._bytes -= old[2]
                 held[key] = (revision, value, size)
                 self._bytes += size
-                while self._bytes > self.max_bytes:  # (as ``put`` does, entry by entry)
+                while self._bytes > self.max_bytes:  # (entry by entry)
                     _, (_, _, dropped) = held.popitem(last=False)
                     self._bytes -= dropped
 
