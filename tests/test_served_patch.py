@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import psycopg
 import pytest
@@ -276,6 +277,95 @@ def test_values_replaced_in_the_text_or_merged_by_the_walk_store_the_same(schema
             "goal": "h",
         }
         assert served.read_state({"path": "cwd.tactics"})["value"] == {"here": True}
+    finally:
+        served_store.close()
+        locked_store.close()
+
+
+def _merge_calls(schema: str, expected: int) -> int:
+    """Calls of ``stateflow_merge_keys`` in ``schema`` counted by the server (its statistics reach
+    other sessions a moment after the calling session went idle): waited for until ``expected``
+    or more are there, then read again once every session must have reported."""
+    assert PG_URL
+    sql = "SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions WHERE schemaname = %s AND funcname = %s"
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        deadline = time.monotonic() + 20
+        while True:
+            conn.execute("SELECT pg_stat_clear_snapshot()")
+            row = conn.execute(sql, (schema, "stateflow_merge_keys")).fetchone()
+            assert row is not None
+            if int(row[0]) >= expected or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        time.sleep(1.5)  # any later report (a session reports at most once a second)
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        row = conn.execute(sql, (schema, "stateflow_merge_keys")).fetchone()
+        assert row is not None
+        return int(row[0])
+
+
+def test_one_key_merged_at_once_or_by_the_loop_stores_the_same(schemas: tuple[str, str]) -> None:
+    """Schema 22 merges one key of one stored object in ``stateflow_patch_commit`` itself where
+    the merge function would take its fast path — a key appended (a scalar or an object), a scalar
+    replaced by one of its kind whose ``"key":value`` occurs once — and leaves everything else to
+    the general loop: a value found twice, a kind changed, a nested object merged, a value as it
+    was, a backslash in the value or the text, edits kept apart, a new member, two keys, two
+    members, two documents. Every case stores what the locked path stores, snapshots fall due
+    on both ways, and the server's own call counts say which way each took."""
+    assert PG_URL
+    served_store = open_store(
+        _with_schema(PG_URL, schemas[0]) + quote(" -ctrack_functions=pl"), auto_migrate=True
+    )
+    locked_store = open_store(_with_schema(PG_URL, schemas[1]), auto_migrate=True)
+    assert isinstance(served_store, PostgresStore) and isinstance(locked_store, PostgresStore)
+    locked_store.served_patches = False
+    try:
+        ident = Identity.of("agent-a", "/tmp", "s1")
+        served, locked = MemoryView(served_store, ident), MemoryView(locked_store, ident)
+        key = served.keys["session"]
+        # (each patch, and the calls of the merge function the general loop makes for it)
+        calls: list[tuple[dict[str, Any], int]] = [
+            (
+                {
+                    "session": {"tactics": {"n": 1, "deep": {"n": 1}, "s": "a", "b": True}},
+                    "cwd": {"tactics": {"here": False}},
+                },
+                0,
+            ),
+            ({"session": {"tactics": {"s": "b"}}}, 0),  # a string in place
+            ({"session": {"tactics": {"b": False}}}, 0),  # a boolean in place
+            ({"session": {"tactics": {"n": 2}}}, 1),  # '"n":1' twice (top and nested)
+            ({"session": {"tactics": {"n": 3}}}, 0),  # a number in place
+            ({"session": {"tactics": {"new": "k"}}}, 0),  # appended
+            ({"session": {"tactics": {"obj": {"a": 1, "é": "ü"}}}}, 0),  # an object appended
+            ({"session": {"tactics": {"s": "b"}}}, 1),  # as it was: nothing written
+            ({"session": {"tactics": {"s": 5}}}, 1),  # string to number
+            ({"session": {"tactics": {"obj": {"a": 2}}}}, 1),  # a nested object merged
+            ({"session": {"tactics": {"s": 'q"'}}}, 1),  # a backslash in the value
+            ({"session": {"tactics": {"s": "c"}}}, 1),  # a backslash in the text
+            ({"session": {"tactics": {"s": "d"}}}, 0),  # (gone again)
+            ({"cwd": {"tactics": {"here": True}}}, 0),  # the view's second document
+            ({"session": {"tactics": {"big": "x" * 600}}}, 1),  # edits kept apart
+            ({"session": {"tactics": {"big": "y" * 600}}}, 1),
+            ({"session": {"tactics": {"a": 1, "b": True}}}, 1),  # two keys
+            ({"session": {"strategy": {"goal": "x"}}}, 1),  # a new member
+            ({"session": {"strategy": {"goal": "y"}, "tactics": {"n": 4}}}, 2),  # two members
+            ({"session": {"tactics": {"n": 5}}, "cwd": {"tactics": {"here": False}}}, 2),  # two documents
+            *(({"session": {"tactics": {"pad": f"{i % 10}" * 300}}}, 0) for i in range(40)),  # snapshots due
+        ]
+        expected = 0
+        for patch, loop in calls:
+            _contend(served_store, served)
+            _contend(locked_store, locked)
+            before = served_store.get(key).revision
+            assert _outcome(served, patch) == _outcome(locked, patch), patch
+            expected += loop
+            if before and served_store.get(key).revision > before:
+                assert served_store._served_revisions[key] == before + 1, patch  # merged by the server
+        assert _rows(schemas[0]) == _rows(schemas[1])
+        assert _reads(served) == _reads(locked)
+        assert len(_rows(schemas[0])["snapshots"]) >= 3  # (two of them among the last 40 patches)
+        assert _merge_calls(schemas[0], expected) == expected
     finally:
         served_store.close()
         locked_store.close()

@@ -1217,3 +1217,73 @@ def test_a_schema_20_store_upgrades_to_21_and_merges_patches_into_the_same_rows(
         with store._read_tx() as tx:
             stored, recounted = store.recount(tx)
             assert stored == recounted
+
+
+_ONE_KEY_AT_ONCE_VERSION = 22
+
+
+def test_a_schema_21_store_upgrades_to_22_and_merges_one_key_into_the_same_rows(
+    backend: str, tmp_path: Path
+) -> None:
+    """Version 22 has PostgreSQL's server merge write one key of one stored object at once —
+    appended, or a scalar of the same kind replaced in the text — without the merge function's
+    call and the general loop, which still takes everything else (SQLite only records the
+    version). After the upgrade, patches merged by the server — keys in place and appended on
+    two documents, a value found twice, a kind changed, a value as it was, edits kept apart,
+    snapshots falling due, two keys, two members, a new member — leave the same rows as the same
+    patches through the locked path; the counters equal a recount."""
+    with _upgraded(_ONE_KEY_AT_ONCE_VERSION - 1, backend, tmp_path) as store:
+        postgres = not isinstance(store, SqliteStore)
+        if postgres:
+            with store._read_tx() as tx:
+                (source,) = tx.one(
+                    "SELECT prosrc FROM pg_proc WHERE proname = 'stateflow_patch_commit' "
+                    "AND pronamespace = current_schema()::regnamespace"
+                ) or ("",)
+                assert "u_body" in source  # the version's function replaced the one before
+        served = MemoryView(store, Identity.of("agent-a", "/tmp", "s1"))
+        locked = MemoryView(store, Identity.of("agent-b", "/tmp", "s1"))
+        patches: list[dict[str, Any]] = [
+            {
+                "session": {"tactics": {"n": 1, "deep": {"n": 1}, "s": "a"}},
+                "cwd": {"tactics": {"here": False}},
+            },
+            {"session": {"tactics": {"s": "b"}}},
+            {"session": {"tactics": {"n": 2}}},  # '"n":1' twice: the loop
+            {"session": {"tactics": {"new": {"k": 1}}}},
+            {"session": {"tactics": {"s": "b"}}},  # as it was
+            {"session": {"tactics": {"s": 3}}},  # a kind changed: the loop
+            {"cwd": {"tactics": {"here": True}}},
+            *({"session": {"tactics": {"pad": f"{i % 10}" * (40 * i)}}} for i in range(1, 16)),
+            {"session": {"tactics": {"a": 1, "b": True}}},
+            {"session": {"strategy": {"goal": "x"}}},  # a new member: the loop
+            {"session": {"strategy": {"goal": "y"}, "tactics": {"n": 4}}},
+        ]
+        scopes = {served.keys["session"]: "session", served.keys["cwd"]: "cwd"}
+        keys = list(scopes)
+        merged = getattr(store, "_served_revisions", None)
+        for patch in patches:
+            if postgres:
+                store._contended.update(dict.fromkeys(keys, math.inf))  # as another writer would leave it
+            before = {key: store.get(key).revision for key in keys}
+            served.patch_state(patch)
+            locked.patch_state(patch)
+            after = {key: store.get(key).revision for key in keys}
+            if merged is not None and all(before[key] > 0 for key in keys if scopes[key] in patch):
+                # merged by the server where it wrote (a document's first write creates its row)
+                assert all(merged[key] == after[key] for key in keys if after[key] != before[key])
+        for scope in ("session", "cwd"):
+            assert _scope_rows(store, served.keys[scope]) == _scope_rows(store, locked.keys[scope])
+        rows = _scope_rows(store, keys[0])
+        assert any(len(row) == 3 and row[1] == "tactics" for row in rows)  # edits kept apart
+        served_snapshots = _snapshot_rows(store, keys[0])
+        assert served_snapshots and served_snapshots == _snapshot_rows(store, locked.keys["session"])
+        assert (
+            served.read_state({"path": "session.tactics"})["value"]
+            == locked.read_state({"path": "session.tactics"})["value"]
+        )
+        assert served.read_state({"path": "session.tactics.n"})["value"] == 4
+        assert served.read_state({"path": "cwd.tactics"})["value"] == {"here": True}
+        with store._read_tx() as tx:
+            stored, recounted = store.recount(tx)
+            assert stored == recounted
