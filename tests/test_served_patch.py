@@ -30,6 +30,7 @@ from stateflow.memory import Identity, MemoryView
 from stateflow.memory.served import served_case
 from stateflow.store import DocKey, open_store
 from stateflow.store.postgres import PostgresStore
+from stateflow.store.writes import CONTENDED_SECONDS
 
 from .conftest import PG_URL, _with_schema, fresh_pg_schemas
 
@@ -448,12 +449,22 @@ def test_patch_on_server_is_not_taken_uncontended(schemas: tuple[str, str]) -> N
             view.patch_state({"session": {"tactics": {"n": str(i)}}})
         assert store._served_revisions == {}
         key: DocKey = view.keys["session"]
-        _contend(store, view)
+        store._contended[key] = math.inf  # another writer's commit beat this store's
         view.patch_state({"session": {"tactics": {"n": "x"}}})
-        _contend(store, view)
+        # merged by the server, its revision not seen before: contended for CONTENDED_SECONDS
+        assert store._served_revisions == {key: store.get(key).revision}
+        assert time.monotonic() < store._contended[key] <= time.monotonic() + CONTENDED_SECONDS
+        # (a window this test's load cannot outlast)
+        store._contended[key] = until = time.monotonic() + 60
         view.patch_state({"session": {"tactics": {"n": "y"}}})
         assert store._served_revisions == {key: store.get(key).revision}
-        # nobody else wrote since: no longer contended, the next patch goes the ordinary way
+        # nobody else wrote since: still contended until then, not longer
+        assert store._contended[key] == until
+        store._contended[key] = time.monotonic() - 1  # (then lapsed)
         assert not store._is_contended([key])
+        served = dict(store._served_revisions)
+        view.patch_state({"session": {"tactics": {"n": "z"}}})  # the ordinary way
+        assert store._served_revisions == served
+        assert view.read_state({"path": "session.tactics.n"})["value"] == "z"
     finally:
         store.close()

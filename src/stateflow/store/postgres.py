@@ -623,15 +623,17 @@ class PostgresStore(SqlStore):
             with _mapped_errors():
                 raise
         done = served_patch.served(rows, locked, outlines)
-        # still contended while another writer wrote a document since this store last did
+        # contended a while longer where another writer wrote a document since this store last
+        # did; where nobody did, left to lapse when it was due (not dropped at once: with several
+        # writers, one of them finding a turn nobody else took is common, and its next write
+        # would try without the lock, lose, and take the locked path — holding the row locks
+        # across its round trips and its own CPU, several server merges' turns)
         until = time.monotonic() + CONTENDED_SECONDS
         last = self._served_revisions
         if len(last) > KNOWN_ROWS_MAX:
             last.clear()
         for key, revision in done.commit.revisions.items():
-            if last.get(key) == done.docs[key].revision:
-                self._contended.pop(key, None)
-            else:
+            if last.get(key) != done.docs[key].revision:
                 self._contended[key] = until
             last[key] = revision
         return done
