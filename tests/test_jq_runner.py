@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
 from stateflow.jq import JqBusy, JqError, JqLimitExceeded, JqRunner
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 30) -> None:
+    """Wait for the runner to reach a state (instead of a fixed sleep a loaded machine outlasts)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "the runner never reached the state waited for"
+        time.sleep(0.005)
 
 
 @pytest.fixture
@@ -35,6 +43,9 @@ def test_compile_and_runtime_errors_are_clear(runner: JqRunner) -> None:
 
 
 def test_an_infinite_loop_is_stopped_at_the_time_limit(runner: JqRunner) -> None:
+    # A worker started first: the clock below measures the limit and the kill, not how long a
+    # loaded machine takes to start a Python process (seconds at load 15).
+    assert runner.run("1", None) == [1]
     start = time.monotonic()
     with pytest.raises(JqLimitExceeded, match=r"1\.5 s limit"):
         runner.run("def f: f; f", None)
@@ -109,12 +120,15 @@ def test_a_full_queue_refuses_at_once_and_a_waiter_gives_up_at_its_limit() -> No
             outcomes.append(exc)
 
     try:
+        # The worker started first, so the hostile program's limit runs from its call, not from a
+        # Python start-up that takes seconds on a loaded machine.
+        assert r.run("1", None) == [1]
         hostile = threading.Thread(target=loop)
         hostile.start()
-        time.sleep(0.5)  # the only worker is taken
+        wait_until(lambda: not r._idle)  # the only worker is taken
         waiter = threading.Thread(target=loop)
         waiter.start()
-        time.sleep(0.1)  # ... and the only queue place
+        wait_until(lambda: r._waiting == 1)  # ... and the only queue place
         start = time.monotonic()
         with pytest.raises(JqBusy, match="already waiting") as full:
             r.run("1", None)
@@ -141,7 +155,8 @@ def test_close_stops_a_running_program_at_once() -> None:
 
     hostile = threading.Thread(target=loop)
     hostile.start()
-    time.sleep(1.0)
+    wait_until(lambda: bool(r._all))  # its worker started (seconds on a loaded machine) ...
+    time.sleep(0.2)  # ... and runs the program
     start = time.monotonic()
     r.close()
     hostile.join(timeout=5)

@@ -136,7 +136,7 @@ def served(backend: str, tmp_path: Path) -> Iterator[str]:
         yield url + "/mcp"
     finally:
         proc.terminate()
-        proc.wait(timeout=10)
+        proc.wait(timeout=60)
 
 
 @asynccontextmanager
@@ -206,7 +206,8 @@ def test_http_mcp_needs_a_token(served: str) -> None:
         served, data=b"{}", method="POST", headers={"Content-Type": "application/json"}
     )
     with pytest.raises(urllib.error.HTTPError) as caught:
-        urllib.request.urlopen(request, timeout=10)
+        # the first /mcp request loads the MCP layer: seconds on a loaded machine
+        urllib.request.urlopen(request, timeout=60)
     assert caught.value.code == 401
     assert json.loads(caught.value.read())["code"] == "unauthorized"
 

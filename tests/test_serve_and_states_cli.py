@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from . import servers
 from .threads import run_threads
 
 DECL = '{"schema": {"type": "object", "properties": {"status": {"type": "string"}}}, "subject_kinds": ["thread"], "default_subject_kind": "thread"}'
@@ -60,15 +61,11 @@ def server(env: dict[str, str]) -> Iterator[tuple[str, str, subprocess.Popen[str
     assert "created an API token" in line, line
     token = line.rsplit(" ", 1)[-1].strip()
     url = f"http://127.0.0.1:{port}"
-    for _ in range(100):
-        try:
-            urllib.request.urlopen(url + "/api/health", timeout=1)
-            break
-        except OSError:
-            time.sleep(0.1)
+    # Until it answers, not a fixed 10 s: a loaded machine can take long to import the server.
+    servers.wait_ready(servers.Server(url, proc), timeout=120)
     yield url, token, proc
     proc.terminate()
-    proc.wait(timeout=10)
+    proc.wait(timeout=60)
 
 
 def test_serve_creates_a_token_once_and_the_cli_talks_to_it(
@@ -137,7 +134,7 @@ def test_the_kept_token_is_reused_and_not_printed_again(
 ) -> None:
     _url, token, proc = server
     proc.terminate()
-    proc.wait(timeout=10)
+    proc.wait(timeout=60)
     port = free_port()
     again = subprocess.Popen(
         ["stateflow", "serve", "--port", str(port)], env=env, stderr=subprocess.PIPE, text=True
@@ -148,7 +145,7 @@ def test_the_kept_token_is_reused_and_not_printed_again(
         assert token not in line and "kept in your data directory" in line
     finally:
         again.terminate()
-        again.wait(timeout=10)
+        again.wait(timeout=60)
 
 
 def test_states_cli_locally(env: dict[str, str]) -> None:

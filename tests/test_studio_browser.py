@@ -72,6 +72,9 @@ def browser() -> Iterator[Browser]:
         if os.environ.get("CI"):
             raise pytest.UsageError(f"no Chromium at {CHROMIUM}: .ci/run installs Debian's chromium")
         pytest.skip(f"no Chromium at {CHROMIUM}")
+    # Expectations wait up to 30 s, not Playwright's 5: rendering the docs page's large script
+    # took longer than 5 s on a loaded machine. A page that never shows the text still fails.
+    expect.set_options(timeout=30_000)
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
         yield b

@@ -425,12 +425,16 @@ def test_stateflow_serve_serves_the_studio_and_docs(tmp_path: Path) -> None:
         lines = [proc.stderr.readline() for _ in range(2)]
         assert any(f"http://127.0.0.1:{port}/studio" in line for line in lines), lines
         base = f"http://127.0.0.1:{port}"
-        with httpx.Client(base_url=base, timeout=10) as client:
-            for _ in range(100):
+        # Deadlines for a loaded machine (importing the server, the first asset), not the server's.
+        with httpx.Client(base_url=base, timeout=60) as client:
+            deadline = time.monotonic() + 120
+            while True:
                 try:
                     client.get("/api/health")
                     break
                 except (OSError, httpx.TransportError):  # httpx's connect errors are not OSErrors
+                    assert proc.poll() is None, "stateflow serve exited"
+                    assert time.monotonic() < deadline, "stateflow serve did not answer"
                     time.sleep(0.1)
             assert client.get("/docs/assets/swagger-ui-bundle.js").status_code == 200
             assert client.get("/studio/static/htmx.min.js").status_code == 200
@@ -439,7 +443,7 @@ def test_stateflow_serve_serves_the_studio_and_docs(tmp_path: Path) -> None:
             assert "memory" in client.get("/studio/states").text
     finally:
         proc.terminate()
-        proc.wait(timeout=10)
+        proc.wait(timeout=60)
 
 
 def test_document_text_is_escaped_everywhere_it_is_shown(seeded: tuple[TestClient, StatesService]) -> None:
