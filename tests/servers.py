@@ -80,8 +80,9 @@ def start(env: dict[str, str], *args: str, token: bool = True) -> Server:
     return server
 
 
-def wait_ready(server: Server, timeout: float = 30) -> None:
-    """Wait until ``server`` answers its liveness probe."""
+def wait_ready(server: Server, timeout: float = 120) -> None:
+    """Wait until ``server`` answers its liveness probe (a deadline for the machine: importing
+    the server took over 30 s at load 15; one that never answers or exits still fails)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if server.proc.poll() is not None:
