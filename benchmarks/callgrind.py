@@ -19,10 +19,18 @@ only inside it leaves out start-up, filling and warm-up"""
 _COLLECTED = re.compile(r"Collected : (\d+)")
 
 
-def count(module: str, args: Sequence[str], *, src: Path | None = None, toggle: str | None = STARMAP) -> int:
+def count(
+    module: str,
+    args: Sequence[str],
+    *,
+    src: Path | None = None,
+    toggle: str | None = STARMAP,
+    out: Path | None = None,
+) -> int:
     """callgrind's instruction count for ``python -m module *args`` with ``PYTHONHASHSEED=0``,
     only inside ``toggle``'s calls when given (else the whole process). ``src`` goes first on
-    the path (another tree's ``src/``); without it the caller's ``PYTHONPATH`` is kept."""
+    the path (another tree's ``src/``); without it the caller's ``PYTHONPATH`` is kept. ``out``
+    keeps callgrind's output file there (for ``annotate_inclusive``); without it, it is dropped."""
     env = {**os.environ, "PYTHONHASHSEED": "0"}
     first = str(src) if src is not None else env.get("PYTHONPATH")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (first, str(REPO)) if p)
@@ -33,7 +41,7 @@ def count(module: str, args: Sequence[str], *, src: Path | None = None, toggle: 
                 "valgrind",
                 "--tool=callgrind",
                 *collect,
-                f"--callgrind-out-file={tmp}/out",
+                f"--callgrind-out-file={out or Path(tmp) / 'out'}",
                 sys.executable,
                 "-m",
                 module,
@@ -48,6 +56,16 @@ def count(module: str, args: Sequence[str], *, src: Path | None = None, toggle: 
     if found is None:
         raise RuntimeError(f"callgrind printed no count:\n{done.stderr[-2000:]}")
     return int(found.group(1))
+
+
+def annotate_inclusive(out: Path) -> str:
+    """``callgrind_annotate``'s text of a kept output file, counts inclusive of callees."""
+    return subprocess.run(
+        ["callgrind_annotate", "--inclusive=yes", "--threshold=100", str(out)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
 
 
 def print_against_baseline(

@@ -19,10 +19,8 @@ from __future__ import annotations
 import argparse
 import gc
 import itertools
-import os
 import re
 import sqlite3
-import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
@@ -99,35 +97,10 @@ def _work(side: str, case: str, ops: int, warm: int) -> None:
 
 def _count(side: str, case: str, ops: int, warm: int) -> dict[str, float]:
     """Instructions per write: all, and each of ``_PARTS`` (inclusive)."""
-    env = {**os.environ, "PYTHONHASHSEED": "0"}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), str(callgrind.REPO)) if p)
     with tempfile.TemporaryDirectory() as tmp:
-        out = f"{tmp}/out"
-        subprocess.run(
-            [
-                "valgrind",
-                "--tool=callgrind",
-                f"--toggle-collect={callgrind.STARMAP}",
-                f"--callgrind-out-file={out}",
-                sys.executable,
-                "-m",
-                MODULE,
-                "--work",
-                side,
-                case,
-                str(ops),
-                str(warm),
-            ],
-            env=env,
-            capture_output=True,
-            check=True,
-        )
-        shown = subprocess.run(
-            ["callgrind_annotate", "--inclusive=yes", "--threshold=100", out],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
+        out = Path(tmp) / "out"
+        callgrind.count(MODULE, ["--work", side, case, str(ops), str(warm)], out=out)
+        shown = callgrind.annotate_inclusive(out)
     counts: dict[str, float] = {}
     total = re.search(r"([\d,]+) \(100\.0%\)\s+PROGRAM TOTALS", shown)
     if total is None:

@@ -30,9 +30,7 @@ import gc
 import importlib
 import itertools
 import operator
-import os
 import re
-import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
@@ -185,12 +183,7 @@ def by_object(out: Path) -> dict[str, int]:
 
 def _inclusive(out: Path, names: Sequence[str]) -> dict[str, int]:
     """Inclusive instructions of the C functions ``names`` (callgrind_annotate's answer)."""
-    text = subprocess.run(
-        ["callgrind_annotate", "--inclusive=yes", "--threshold=100", str(out)],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    text = callgrind.annotate_inclusive(out)
     found = {}
     for line in text.splitlines():
         parts = line.split()
@@ -206,36 +199,12 @@ def _run(
     src: Path, case: str, targets: list[str], ops: int, warm: int, out: Path
 ) -> tuple[int, dict[str, int]]:
     """The whole write's count and each target's (by its trampoline), per ``ops`` writes."""
-    env = {
-        **os.environ,
-        "PYTHONHASHSEED": "0",
-        "PYTHONPATH": os.pathsep.join((str(src), str(callgrind.REPO))),
-    }
-    done = subprocess.run(
-        [
-            "valgrind",
-            "--tool=callgrind",
-            f"--toggle-collect={callgrind.STARMAP}",
-            f"--callgrind-out-file={out}",
-            sys.executable,
-            "-m",
-            MODULE,
-            "--work",
-            case,
-            ",".join(targets),
-            str(ops),
-            str(warm),
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
+    whole = callgrind.count(
+        MODULE, ["--work", case, ",".join(targets), str(ops), str(warm)], src=src, out=out
     )
-    found = re.search(r"Collected : (\d+)", done.stderr)
-    assert found is not None, done.stderr[-2000:]
     trampolines = list(TRAMPOLINES)[: len(targets)]
     counts = _inclusive(out, trampolines)
-    return int(found.group(1)), {t: counts.get(tr, 0) for t, tr in zip(targets, trampolines, strict=False)}
+    return whole, {t: counts.get(tr, 0) for t, tr in zip(targets, trampolines, strict=False)}
 
 
 def main() -> None:
