@@ -468,3 +468,48 @@ def test_patch_on_server_is_not_taken_uncontended(schemas: tuple[str, str]) -> N
         assert view.read_state({"path": "session.tactics.n"})["value"] == "z"
     finally:
         store.close()
+
+
+def test_a_served_merge_is_flushed_before_its_call_returns(schemas: tuple[str, str]) -> None:
+    """Schema 23: the server merge commits without waiting for its WAL flush — its row locks and
+    the seq lock go to the next writer once its commit record is written — and the call returns
+    only once the WAL is flushed past that record (a transaction of its own, committed after it
+    on the same connection). The session's ``synchronous_commit`` is left as it was: every other
+    commit on that connection waits for its flush as before."""
+    assert PG_URL
+    store = PostgresStore(_with_schema(PG_URL, schemas[0]), max_size=1, auto_migrate=True)
+    try:
+        view = MemoryView(store, Identity.of("agent-a", "/tmp", "s1"))
+        view.patch_state({"session": {"tactics": {"n": "0"}}})
+        key = view.keys["session"]
+        with psycopg.connect(PG_URL, autocommit=True) as admin, admin.transaction(force_rollback=True):
+            # pg_walinspect for this check alone: created in this transaction, rolled back after
+            # it (a concurrent creation waits for ours), unless the database has it already
+            admin.execute(f"CREATE EXTENSION IF NOT EXISTS pg_walinspect SCHEMA {schemas[1]}")
+            (where,) = admin.execute(
+                "SELECT extnamespace::regnamespace::text FROM pg_extension WHERE extname = 'pg_walinspect'"
+            ).fetchone() or ("",)
+            for i in range(3):
+                (start,) = admin.execute("SELECT pg_current_wal_flush_lsn()").fetchone() or ("",)
+                _contend(store, view)
+                view.patch_state({"session": {"tactics": {"n": f"x{i}"}}})
+                # merged by the server
+                assert store._served_revisions == {key: store.get(key).revision}
+                (xid,) = admin.execute(
+                    f"SELECT xmin::text FROM {schemas[0]}.transitions ORDER BY seq DESC LIMIT 1"
+                ).fetchone() or ("",)
+                # its commit record is in the WAL flushed by the time the call returned (the
+                # function reads only flushed WAL)
+                found = admin.execute(
+                    f"SELECT end_lsn <= pg_current_wal_flush_lsn() FROM "
+                    f"{where}.pg_get_wal_records_info_till_end_of_wal(%s) "
+                    "WHERE xid::text = %s AND resource_manager = 'Transaction' AND record_type = 'COMMIT'",
+                    (start, xid),
+                ).fetchall()
+                assert found == [(True,)]
+            (default,) = admin.execute("SHOW synchronous_commit").fetchone() or ("",)
+        with store._pool.connection() as conn:  # the one connection the merges ran on
+            assert conn.execute("SHOW synchronous_commit").fetchone() == (default,)
+        assert view.read_state({"path": "session.tactics.n"})["value"] == "x2"
+    finally:
+        store.close()

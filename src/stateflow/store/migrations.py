@@ -222,13 +222,23 @@ where ``stateflow_merge_keys`` would append it or replace a scalar of the same k
 text — in ``stateflow_patch_commit`` itself, straight into its rows (one statement, as before),
 without calling the merge nor filling the per-member arrays of the general loop, which still
 merges everything else. The same rows and answers. SQLite only records the version.
+
+Version 23, on PostgreSQL, commits the server merge without waiting for its flush:
+``stateflow_patch_commit`` sets ``synchronous_commit`` off for its own transaction, so its row
+locks and the seq lock are released once its commit record is in the WAL, not once that record
+is on disk — a second writer of the same document no longer waits for the first one's flush,
+and the flushes of several writers' merges are shared. The client answers its caller only
+after a second statement on the same connection, a transaction of its own committed as the
+session commits (durably, by default), has flushed the WAL up to its commit record, which
+comes after the merge's (``PostgresStore.patch_on_server``). The same rows and answers. SQLite
+only records the version.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-SCHEMA_VERSION: Final = 22
+SCHEMA_VERSION: Final = 23
 
 VALUE_INDEX_MAX: Final = 1024
 """Members up to this encoded size are in ``members_by_value`` (scalars only)."""
@@ -620,6 +630,7 @@ CREATE INDEX members_by_value ON members (name, {SQLITE_VALUE.format(m="")})
     20: "",
     21: "",
     22: "",
+    23: "",
 }
 
 INDEXABLE: Final = "m.size <= 1048576 AND position('\\x5c7530303030'::bytea IN m.body) = 0"
@@ -2252,6 +2263,25 @@ BEGIN
 key of one member, the merge's fast path) at once (see the module's docstring); the same rows
 and answers."""
 
+_PATCH_COMMIT_23: Final = _replaced(
+    _PATCH_COMMIT_22,
+    """    u_edits BYTEA;
+BEGIN
+""",
+    """    u_edits BYTEA;
+BEGIN
+    -- Its commit does not wait for the WAL flush (version 23): the row locks and the seq lock
+    -- are released once the commit record is written to the WAL buffers, and the next writer of
+    -- these documents goes on meanwhile. The caller is answered only once a transaction of its
+    -- own, committed after this one on the same connection, has flushed the WAL past this
+    -- commit (PostgresStore.patch_on_server). Local: the session's setting is back after it.
+    PERFORM set_config('synchronous_commit', 'off', true);
+""",
+)
+"""Version 23: ``stateflow_patch_commit`` commits without waiting for its WAL flush (its caller
+waits for it after the locks are released; see the module's docstring)."""
+
+
 POSTGRES: Final[dict[int, str]] = {
     1: _COMMON_V1.format(
         doc_pk="BIGSERIAL PRIMARY KEY",
@@ -2974,6 +3004,7 @@ $$;
     20: _COUNT_MEMBERS_BY_KEY,
     21: _PATCH_COMMIT_21,
     22: _PATCH_COMMIT_22,
+    23: _PATCH_COMMIT_23,
 }
 
 

@@ -611,15 +611,24 @@ class PostgresStore(SqlStore):
         ]
         try:
             with self._pool.connection() as conn:
-                rows = conn.execute(_PATCH_COMMIT, params, prepare=True).fetchall()
+                try:
+                    rows = conn.execute(_PATCH_COMMIT, params, prepare=True).fetchall()
+                except psycopg.Error as exc:
+                    state = exc.sqlstate or ""
+                    # not the common case, a value json cannot take, or ended to break a lock
+                    # cycle: nothing was written, and the locked path decides
+                    if state in (served_patch.NOT_COVERED, _DEADLOCK, _SERIALIZATION) or state.startswith("22"):
+                        return None
+                    raise
+                # The merge committed without waiting for its flush (schema 23: its locks went
+                # to the next writer as soon as its commit record was in the WAL). A transaction
+                # of our own, committed as the session commits, flushes the WAL past that record
+                # before the caller is answered. Should it fail, the merge may be committed: the
+                # error says so, and no other path writes the patch again.
+                conn.execute(_FLUSHED, prepare=True)
         except PoolTimeout as exc:
             raise StoreUnavailable(f"no database connection available: {exc}") from exc
         except psycopg.Error as exc:
-            state = exc.sqlstate or ""
-            # not the common case, a value json cannot take, or ended to break a lock cycle:
-            # nothing was written, and the locked path decides
-            if state in (served_patch.NOT_COVERED, _DEADLOCK, _SERIALIZATION) or state.startswith("22"):
-                return None
             with _mapped_errors():
                 raise
         done = served_patch.served(rows, locked, outlines)
@@ -931,6 +940,13 @@ every call once it has more than 50 parameters (its query cache stops there), an
 57 — a regular expression over the whole statement on every commit."""
 _PATCH_COMMIT: Final = served_patch.statement(_SEQ_LOCK_KEY.replace("?", "%s"))
 """A memory patch merged by the server in one statement (``patch_on_server``)."""
+_FLUSHED: Final = "SELECT pg_logical_emit_message(true, 'stateflow', '')"
+"""A transaction of its own whose commit waits (at the session's ``synchronous_commit``, on by
+default) until the WAL is flushed past its commit record — and so past every commit this
+connection made before it (``patch_on_server``). It must write a record and take a transaction
+id for that: a commit that wrote nothing, or has no id, does not wait for a flush (a transactional
+logical message does both in one call: ~60 bytes of WAL, ignored by anything that does not
+decode messages prefixed ``stateflow``)."""
 _LOCK_GROUP: Final = "SELECT stateflow_lock_rows(%s, %s::text[], %s::text[])"
 """Locks some of a group's documents (given in lock order; exclusively or shared), before any
 commit of the group takes the seq lock. (A join of ``documents`` with the arrays was planned
