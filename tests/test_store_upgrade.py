@@ -1287,3 +1287,57 @@ def test_a_schema_21_store_upgrades_to_22_and_merges_one_key_into_the_same_rows(
         with store._read_tx() as tx:
             stored, recounted = store.recount(tx)
             assert stored == recounted
+
+
+_FLUSHED_APART_VERSION = 23
+
+
+def test_a_schema_22_store_upgrades_to_23_and_merges_without_waiting_for_its_flush(
+    backend: str, tmp_path: Path
+) -> None:
+    """Version 23 has PostgreSQL's server merge commit without waiting for its WAL flush (its
+    caller waits for the flush after the locks are released; SQLite only records the version).
+    After the upgrade, patches merged by the server leave the same rows as the same patches
+    through the locked path, the session's ``synchronous_commit`` on the connection they ran on
+    is as it was, and the counters equal a recount."""
+    with _upgraded(_FLUSHED_APART_VERSION - 1, backend, tmp_path) as store:
+        postgres = not isinstance(store, SqliteStore)
+        if postgres:
+            with store._read_tx() as tx:
+                (source,) = tx.one(
+                    "SELECT prosrc FROM pg_proc WHERE proname = 'stateflow_patch_commit' "
+                    "AND pronamespace = current_schema()::regnamespace"
+                ) or ("",)
+                # the version's function replaced the one before
+                assert "set_config('synchronous_commit', 'off', true)" in source
+        served = MemoryView(store, Identity.of("agent-a", "/tmp", "s1"))
+        locked = MemoryView(store, Identity.of("agent-b", "/tmp", "s1"))
+        patches: list[dict[str, Any]] = [
+            {"session": {"tactics": {"n": 1, "s": "a"}}, "cwd": {"tactics": {"here": False}}},
+            {"session": {"tactics": {"s": "b"}}},  # one key at once
+            {"session": {"tactics": {"new": {"k": 1}}}},  # the loop
+            {"cwd": {"tactics": {"here": True}}},
+            {"session": {"strategy": {"goal": "y"}, "tactics": {"n": 4}}},
+        ]
+        keys = [served.keys["session"], served.keys["cwd"]]
+        merged = getattr(store, "_served_revisions", None)
+        for patch in patches:
+            if postgres:
+                store._contended.update(dict.fromkeys(keys, math.inf))  # as another writer would leave it
+            served.patch_state(patch)
+            locked.patch_state(patch)
+        if merged is not None:
+            assert merged  # the server merged them
+        for scope in ("session", "cwd"):
+            assert _scope_rows(store, served.keys[scope]) == _scope_rows(store, locked.keys[scope])
+        assert served.read_state({"path": "session"})["value"] == locked.read_state({"path": "session"})["value"]
+        assert served.read_state({"path": "session.tactics.n"})["value"] == 4
+        if postgres:
+            with psycopg.connect(backend, autocommit=True) as fresh:
+                (default,) = fresh.execute("SHOW synchronous_commit").fetchone() or ("",)
+            for _ in range(2):  # (the pool's connections: the merges ran on one of them)
+                with store._pool.connection() as conn:  # type: ignore[attr-defined]
+                    assert conn.execute("SHOW synchronous_commit").fetchone() == (default,)
+        with store._read_tx() as tx:
+            stored, recounted = store.recount(tx)
+            assert stored == recounted
