@@ -1330,7 +1330,9 @@ def test_a_schema_22_store_upgrades_to_23_and_merges_without_waiting_for_its_flu
             assert merged  # the server merged them
         for scope in ("session", "cwd"):
             assert _scope_rows(store, served.keys[scope]) == _scope_rows(store, locked.keys[scope])
-        assert served.read_state({"path": "session"})["value"] == locked.read_state({"path": "session"})["value"]
+        assert (
+            served.read_state({"path": "session"})["value"] == locked.read_state({"path": "session"})["value"]
+        )
         assert served.read_state({"path": "session.tactics.n"})["value"] == 4
         if postgres:
             with psycopg.connect(backend, autocommit=True) as fresh:

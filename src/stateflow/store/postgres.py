@@ -617,18 +617,19 @@ class PostgresStore(SqlStore):
                     state = exc.sqlstate or ""
                     # not the common case, a value json cannot take, or ended to break a lock
                     # cycle: nothing was written, and the locked path decides
-                    if state in (served_patch.NOT_COVERED, _DEADLOCK, _SERIALIZATION) or state.startswith("22"):
+                    gave_up = state in (served_patch.NOT_COVERED, _DEADLOCK, _SERIALIZATION)
+                    if gave_up or state.startswith("22"):
                         return None
                     raise
                 # The merge committed without waiting for its flush (schema 23: its locks went
                 # to the next writer as soon as its commit record was in the WAL). A transaction
                 # of our own, committed as the session commits, flushes the WAL past that record
                 # before the caller is answered. Should it fail, the merge may be committed: the
-                # error says so, and no other path writes the patch again.
+                # call raises, and no other path writes the patch again.
                 conn.execute(_FLUSHED, prepare=True)
         except PoolTimeout as exc:
             raise StoreUnavailable(f"no database connection available: {exc}") from exc
-        except psycopg.Error as exc:
+        except psycopg.Error:
             with _mapped_errors():
                 raise
         done = served_patch.served(rows, locked, outlines)
