@@ -12,6 +12,8 @@ a document without a row, a member held as a tree, a key that encoding would esc
 ``SF422`` before anything is written, and the caller takes the locked path. Since schema 21 the
 patch is sent walked (:func:`arrays`), so the function walks no patch text under the row locks;
 a patch whose own names or keys encoding would escape is not sent at all (the locked path).
+Since schema 23 the statement's commit does not wait for its WAL flush (the next writer takes
+the locks meanwhile); the store answers its caller once a later commit has flushed past it.
 """
 
 from __future__ import annotations
