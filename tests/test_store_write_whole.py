@@ -7,6 +7,7 @@ write; ``update`` then decides.
 
 from __future__ import annotations
 
+import random
 import sqlite3
 from contextlib import closing
 from typing import Any
@@ -95,6 +96,8 @@ def _rows(backend: str, subject: str) -> dict[str, list[tuple[Any, ...]]]:
         "WHERE doc_id = (SELECT doc_id FROM documents d WHERE {doc}) ORDER BY revision, member",
         "snapshots": "SELECT revision, body FROM snapshots "
         "WHERE doc_id = (SELECT doc_id FROM documents d WHERE {doc}) ORDER BY revision",
+        "snapshot_members": "SELECT name, revision, body, root FROM snapshot_members "
+        "WHERE doc_id = (SELECT doc_id FROM documents d WHERE {doc}) ORDER BY name, revision",
     }
     out: dict[str, list[tuple[Any, ...]]] = {}
     if backend.startswith("postgres"):
@@ -181,3 +184,101 @@ def test_a_new_document_read_back_here_carries_its_commit(open_migrated: StoreFa
     assert mine.body == theirs.body == {"a": 1}
     assert theirs.seq is not None
     assert (mine.revision, mine.seq, mine.at) == (theirs.revision, theirs.seq, theirs.at)
+
+
+def _replaced(rng: random.Random, body: dict[str, Any]) -> tuple[dict[str, Any], list[list[str]]]:
+    """A body replaced whole, and the paths its writer names: ``[[]]``, or — when only one key
+    inside one object member changed — that key's path (as the saver's ``put_writes`` names
+    the entries it sets)."""
+    new = dict(body)
+    roll = rng.random()
+    objects = [name for name, value in body.items() if type(value) is dict]
+    if roll < 0.3 and objects:
+        name = rng.choice(objects)
+        inner = dict(body[name])
+        key = f"k{rng.randrange(4)}"
+        inner[key] = _value(rng)
+        new[name] = inner
+        return new, [[name, key]]
+    for _ in range(rng.randrange(1, 4)):
+        name = f"m{rng.randrange(7)}"
+        roll = rng.random()
+        if roll < 0.2:
+            new.pop(name, None)
+        elif roll < 0.3 and name in new:
+            new[name] = orjson.loads(orjson.dumps(new[name]))  # equal, not the same object
+        else:
+            new[name] = _value(rng)
+    if rng.random() < 0.1:
+        new = dict(reversed(list(new.items())))  # the same members in another order
+    return new, [[]]
+
+
+def _value(rng: random.Random) -> Any:
+    roll = rng.random()
+    if roll < 0.3:
+        return rng.randrange(-5, 5)
+    if roll < 0.45:
+        return "x" * rng.choice([1, 40, 700, 5000])  # inline edits, ``change_edits`` rows, a snapshot
+    if roll < 0.55:
+        return None
+    if roll < 0.8:
+        return {f"k{i}": rng.choice([rng.randrange(9), [1, 2], {"z": i}]) for i in range(rng.randrange(4))}
+    return [rng.randrange(9) for _ in range(rng.randrange(4))]
+
+
+def test_a_body_replaced_whole_has_the_rows_of_the_general_write(
+    open_migrated: StoreFactory, backend: str
+) -> None:
+    """``write_whole``'s rows for a present body (planned straight from the diff) are the rows
+    ``update`` writes for ``Write.between`` of the same bodies and paths: every member, change,
+    change edit, snapshot and document row, revision by revision; and every revision reads back
+    as written, here and from another store."""
+    store = open_migrated()
+    lean, general = DocKey("items", "lean"), DocKey("items", "general")
+    _replace(store, GUARD, {"v": 1})
+    store.read([GUARD])
+    rng = random.Random(20261203)
+    body: dict[str, Any] = {f"m{i}": _value(rng) for i in range(4)}
+    assert store.write_whole(lean, _whole(dict(body)), {"by": "test"}, shared=[GUARD])
+    _replace(store, general, body)
+    bodies = [body]
+    for _ in range(120):
+        new, paths = _replaced(rng, body)
+        mine = orjson.loads(orjson.dumps(new))  # (no object shared between the two documents)
+
+        def build(
+            shared: dict[DocKey, Any],
+            current: dict[str, Any] | None,
+            mine: Any = mine,
+            paths: Any = paths,
+            before: Any = body,
+        ) -> Whole:
+            assert current == before  # (as cached by the write before)
+            return Whole(mine, paths)
+
+        written = store.write_whole(lean, build, {"by": "test"}, shared=[GUARD])
+        assert written == (new != body), paths  # (nothing to write: update decides)
+
+        def compute(
+            docs: dict[DocKey, Document], new: Any = new, paths: Any = paths
+        ) -> tuple[list[Write], None]:
+            doc = docs[general]
+            return [Write.between(general, doc.body, new, doc.revision, changed=paths, paths=paths)], None
+
+        if written:
+            store.update([general], compute, {"by": "test"})
+            bodies.append(new)
+        body = new
+    assert len(bodies) > 100
+    assert _rows(backend, "lean") == _rows(backend, "general")
+    snapshots = _rows(backend, "lean")["snapshots"]
+    assert len(snapshots) > 1 and _rows(backend, "lean")["change_edits"]  # (both kinds of change met)
+    other = open_migrated()
+    for reader in (store, other):
+        for revision, want in enumerate(bodies, start=1):
+            assert reader.read_at(lean, revision=revision).body == want, revision
+        assert reader.get(lean).body == reader.get(general).body == body
+    assert [c.edits for c in other.history([lean], limit=500)] == [
+        c.edits for c in other.history([general], limit=500)
+    ]

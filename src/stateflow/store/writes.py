@@ -18,7 +18,7 @@ from typing import Any, Final, NamedTuple, TypeVar
 import orjson
 
 from stateflow.doc.canonical import encode_trusted
-from stateflow.doc.diff import Edit, apply_edits
+from stateflow.doc.diff import Edit, apply_edits, diff_within, within
 from stateflow.doc.select import MISSING
 from stateflow.errors import Conflict, InvalidInput, StateflowError, WriteAborted
 from stateflow.store import tree_update
@@ -1206,17 +1206,13 @@ class Writes(StoreCore):
         if not row.present:  # the first body (or one after a delete): rows straight from it
             plan = self._plan_new(row, whole.body, whole.encoded, encode_trusted(whole.paths), fresh)
             done = self._commit_plans([key], [plan], [(key, row)], shared_rows, [], origin, {}, fresh)
-        else:
-            write = Write.between(key, body, whole.body, row.revision, changed=whole.paths, paths=whole.paths)
-            if not write.edits:
+        else:  # a body replaced: its rows straight from the diff (``_plan_whole``)
+            assert body is not None
+            replaced = self._plan_whole(row, body, members, whole, fresh)
+            if replaced is None:
                 return False
-            loaded = Loaded(row, dict(members), complete=True)
-            try:
-                stage = self._stage(OFFLINE, write, loaded)
-            except StateflowError:  # a member held as a tree: the locked path stages it
-                return False
-            done = self._commit_staged(
-                [(write, loaded, stage)], [(key, row)], shared_rows, [], origin, {key: row.revision}, fresh
+            done = self._commit_plans(
+                [key], [replaced], [(key, row)], shared_rows, [], origin, {key: row.revision}, fresh
             )
         if done is None:
             return False
@@ -1272,6 +1268,119 @@ class Writes(StoreCore):
         else:
             plan.edits = [(doc_id, revision, "", edit, None)]
         self._document_after(plan, row, len(edit), size, position)
+        return plan
+
+    def _plan_whole(
+        self,
+        row: DocRow,
+        before: dict[str, Any],
+        members: Mapping[str, tuple[Any, int, int]],
+        whole: Whole,
+        fresh: Fresh,
+    ) -> WritePlan | None:
+        """The rows of a present document's body replaced whole (``before`` → ``whole.body``,
+        every member of both as last seen here): what :meth:`_stage` and :meth:`_plan_doc` make
+        of ``Write.between(before, whole.body, changed=whole.paths)``, the same rows, made
+        straight from the diff's edits — no ``Write``, ``Loaded`` or ``Stage``, no edit applied
+        (each member written is the new body's own), no tree step. None when nothing changed
+        or a member written is or becomes a tree (larger than ``TREE_MIN``): the general path
+        (``update``) writes that."""
+        after = whole.body
+        paths = whole.paths
+        edits = diff_within(before, after, within(paths))
+        if not edits:
+            return None
+        # the edits by member, in first-touched order (new members take positions in it); both
+        # bodies are objects, so every edit's path names a member
+        groups: dict[str, list[Any]] = {}
+        for edit in edits:
+            path, value = edit.path, edit.value
+            entry = [list(path)] if value is MISSING else [list(path), value]
+            name: str = path[0]  # type: ignore[assignment]
+            group = groups.get(name)
+            if group is None:
+                groups[name] = [entry]
+            else:
+                group.append(entry)
+        doc_id = row.doc_id
+        revision = row.revision + 1
+        size = row.body_size
+        position = row.next_position
+        plan = WritePlan(doc_id, revision, True, True)
+        had = self._heads.get(doc_id, row.revision)
+        heads = None if had is None else {h[1]: h for h in had}
+        cache, updates, inserts, deletes = (
+            fresh.members.append,
+            plan.updates.append,
+            plan.inserts.append,
+            plan.deletes,
+        )
+        for name in groups:
+            old = members.get(name)
+            if old is not None and old[2] > TREE_MIN:
+                return None  # (maybe a tree: its nodes are the locked path's)
+            value = after.get(name, MISSING)
+            if value is MISSING:  # (a delete edit names a member the document has)
+                assert old is not None
+                deletes.append((doc_id, name))
+                size -= old[2]
+                if heads is not None:
+                    heads.pop(name, None)
+                continue
+            body = encode_trusted(value)
+            encoded = len(body)
+            if encoded > TREE_MIN:
+                return None  # it becomes a tree
+            outline = encode_trusted(outline_of(value)) if type(value) is dict else None
+            cache(((doc_id, name), revision, value, encoded))
+            if old is not None:
+                updates((body, revision, encoded, outline, None, doc_id, name))
+                size += encoded - old[2]
+                at = old[1]
+            else:
+                inserts((doc_id, name, position, revision, encoded, outline, body, None))
+                at = position
+                position += 1
+                size += encoded
+            if heads is not None:
+                heads[name] = (doc_id, name, at, revision, encoded, outline)
+        roots = self._roots.get(doc_id)
+        if roots is not None:  # (a document that held a tree member: its roots after this write)
+            kept = dict(roots[1]) if roots[0] == row.revision else {}
+            for name in groups:
+                kept.pop(name, None)
+            fresh.roots[doc_id] = (revision, kept)
+        if heads is not None:
+            ordered = sorted(heads.values(), key=_POSITION)
+            fresh.heads[doc_id] = (revision, ordered)
+            assembled: dict[str, tuple[Any, int, int]] = {}
+            body_after: dict[str, Any] = {}
+            for h in ordered:
+                name = h[1]
+                value = after[name] if name in groups else members[name][0]
+                assembled[name] = (value, h[2], h[4])
+                body_after[name] = value
+            fresh.assembled[doc_id] = (revision, body_after, assembled, size)
+            if self.keeps_bodies:
+                fresh.bodies[doc_id] = (revision, body_after, fresh.at, size)
+        plan.paths = encode_trusted([list(p) for p in paths])
+        room = self._change_room(plan)
+        planned: list[tuple[int, int, str, bytes, bytes | None]] = []
+        edit_bytes = 0
+        for member, group in sorted(groups.items()) if len(groups) > 1 else groups.items():
+            encoded_group = encode_trusted(group)
+            edit_bytes += len(encoded_group)
+            planned.append((doc_id, revision, member, encoded_group, None))
+        inline = None
+        if edit_bytes <= INLINE_EDITS_MAX:
+            inline = (
+                b"[" + b",".join([b"[" + orjson.dumps(e[2]) + b"," + e[3] + b"]" for e in planned]) + b"]"
+            )
+        if inline is not None and (room is None or len(inline) <= room):
+            plan.inline = inline
+        else:
+            plan.edits = planned
+        self._document_after(plan, row, edit_bytes, size, position)
         return plan
 
     def _change_room(self, plan: WritePlan) -> int | None:
