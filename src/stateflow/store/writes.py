@@ -465,7 +465,10 @@ class Writes(StoreCore):
                     (*seq.params, scope, claimed),
                 )
             self._emit(tx, plans, seq)
-        return _committed([w.key for w, _, _ in staged], plans, revisions, seq_of(), at, fresh)
+        keys = [w.key for w, _, _ in staged]
+        seq_now = seq_of()
+        _stamp(keys, plans, seq_now, at, fresh)
+        return _committed(keys, plans, revisions, seq_now, at, fresh)
 
     def _optimistic(
         self,
@@ -706,33 +709,17 @@ class Writes(StoreCore):
         revisions: dict[DocKey, int],
         fresh: Fresh,
     ) -> Commit | None:
-        """Plan the staged writes and commit them (:meth:`_commit_plans`)."""
+        """The end of every write computed without row locks: plan the staged writes and commit
+        them if none of the ``locked`` and ``shared`` rows moved (None: nothing was written),
+        and the outcome (``revisions``: the written documents' current ones), with what
+        ``fresh`` holds for the caches stamped with the commit's seq and time."""
         plans = [self._plan_doc(w, e, stage, fresh) for w, e, stage in staged]
-        return self._commit_plans(
-            [w.key for w, _, _ in staged], plans, locked, shared, claims, origin, revisions, fresh
-        )
-
-    def _commit_plans(
-        self,
-        keys: Sequence[DocKey],
-        plans: Sequence[WritePlan],
-        locked: Sequence[tuple[DocKey, DocRow]],
-        shared: Sequence[tuple[DocKey, DocRow]],
-        claims: Sequence[tuple[str, str]],
-        origin: dict[str, Any],
-        revisions: dict[DocKey, int],
-        fresh: Fresh,
-    ) -> Commit | None:
-        """The end of every write computed without row locks: commit the plans (one per key
-        of ``keys``) if none of the ``locked`` and ``shared`` rows moved (None: nothing was
-        written), and the outcome (``revisions``: the written documents' current ones), with
-        what ``fresh`` holds for the caches stamped with the commit's seq and time."""
         committed = self._commit_planned(locked, shared, claims, origin, plans)
         if committed is None:
             return None
-        seq, at = committed
-        fresh.bodies = {d: (r, body, at, size) for d, (r, body, _, size) in fresh.bodies.items()}
-        return _committed(keys, plans, revisions, seq, at, fresh)
+        keys = [w.key for w, _, _ in staged]
+        _stamp(keys, plans, *committed, fresh)
+        return _committed(keys, plans, revisions, *committed, fresh)
 
     def _absent_rows(self, keys: Sequence[DocKey]) -> dict[DocKey, DocRow] | None:
         """Rows (absent, revision 0) for documents that have none, before an optimistic commit
@@ -1205,17 +1192,17 @@ class Writes(StoreCore):
         shared_rows = [(k, v[0]) for k, v in seen]
         if not row.present:  # the first body (or one after a delete): rows straight from it
             plan = self._plan_new(row, whole.body, whole.encoded, encode_trusted(whole.paths), fresh)
-            done = self._commit_plans([key], [plan], [(key, row)], shared_rows, [], origin, {}, fresh)
         else:  # a body replaced: its rows straight from the diff (``_plan_whole``)
             assert body is not None
             replaced = self._plan_whole(row, body, members, whole, fresh)
             if replaced is None:
                 return False
-            done = self._commit_plans(
-                [key], [replaced], [(key, row)], shared_rows, [], origin, {key: row.revision}, fresh
-            )
-        if done is None:
+            plan = replaced
+        plans = [plan]
+        committed = self._commit_planned([(key, row)], shared_rows, (), origin, plans)
+        if committed is None:
             return False
+        _stamp((key,), plans, *committed, fresh)
         self._remember(fresh)
         return True
 
@@ -1674,6 +1661,17 @@ def member_row(
     return b"", built.root, len(body)
 
 
+def _stamp(keys: Sequence[DocKey], plans: Sequence[WritePlan], seq: int, at: str, fresh: Fresh) -> None:
+    """``fresh`` stamped with the commit of ``plans`` (one per key of ``keys``): its seq and
+    time, the bodies it keeps with that time, and the documents' new rows."""
+    if fresh.bodies and fresh.at != at:  # (planned before the commit's time was known)
+        fresh.bodies = {d: (r, body, at, size) for d, (r, body, _, size) in fresh.bodies.items()}
+    fresh.seq, fresh.at = seq, at
+    rows = fresh.rows
+    for key, planned in zip(keys, plans, strict=True):
+        rows[key] = row_after(planned, seq, at)
+
+
 def _committed(
     keys: Sequence[DocKey],
     plans: Sequence[WritePlan],
@@ -1682,9 +1680,7 @@ def _committed(
     at: str,
     fresh: Fresh,
 ) -> Commit:
-    """The outcome of committed plans; their documents' new rows go to ``fresh`` for the caches."""
-    fresh.seq, fresh.at = seq, at
+    """The outcome of committed plans (``fresh`` stamped with it: :func:`_stamp`)."""
     for key, planned in zip(keys, plans, strict=True):
         revisions[key] = planned.revision
-        fresh.rows[key] = row_after(planned, seq, at)
     return made_commit(True, seq, at, revisions)
