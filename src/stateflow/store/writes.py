@@ -1295,7 +1295,12 @@ class Writes(StoreCore):
         position = row.next_position
         plan = WritePlan(doc_id, revision, True, True)
         had = self._heads.get(doc_id, row.revision)
+        # the heads, body and members after the write, where the heads before it are known:
+        # those before, in position order, each member written replaced in its place (a new
+        # one takes the next position, at the end) — no loop over the members not written
         heads = None if had is None else {h[1]: h for h in had}
+        body_after: dict[str, Any] = {} if had is None else dict(before)
+        assembled: dict[str, tuple[Any, int, int]] = {} if had is None else dict(members)
         cache, updates, inserts, deletes = (
             fresh.members.append,
             plan.updates.append,
@@ -1312,7 +1317,7 @@ class Writes(StoreCore):
                 deletes.append((doc_id, name))
                 size -= old[2]
                 if heads is not None:
-                    heads.pop(name, None)
+                    del heads[name], body_after[name], assembled[name]
                 continue
             body = encode_trusted(value)
             encoded = len(body)
@@ -1331,6 +1336,8 @@ class Writes(StoreCore):
                 size += encoded
             if heads is not None:
                 heads[name] = (doc_id, name, at, revision, encoded, outline)
+                body_after[name] = value
+                assembled[name] = (value, at, encoded)
         roots = self._roots.get(doc_id)
         if roots is not None:  # (a document that held a tree member: its roots after this write)
             kept = dict(roots[1]) if roots[0] == row.revision else {}
@@ -1338,15 +1345,7 @@ class Writes(StoreCore):
                 kept.pop(name, None)
             fresh.roots[doc_id] = (revision, kept)
         if heads is not None:
-            ordered = sorted(heads.values(), key=_POSITION)
-            fresh.heads[doc_id] = (revision, ordered)
-            assembled: dict[str, tuple[Any, int, int]] = {}
-            body_after: dict[str, Any] = {}
-            for h in ordered:
-                name = h[1]
-                value = after[name] if name in groups else members[name][0]
-                assembled[name] = (value, h[2], h[4])
-                body_after[name] = value
+            fresh.heads[doc_id] = (revision, list(heads.values()))
             fresh.assembled[doc_id] = (revision, body_after, assembled, size)
             if self.keeps_bodies:
                 fresh.bodies[doc_id] = (revision, body_after, fresh.at, size)
