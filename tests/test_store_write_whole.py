@@ -284,3 +284,29 @@ def test_a_body_replaced_whole_has_the_rows_of_the_general_write(
     assert [c.edits for c in other.history([lean], limit=500)] == [
         c.edits for c in other.history([general], limit=500)
     ]
+
+
+def test_a_shared_document_is_handed_as_it_is_now_after_it_moves(open_migrated: StoreFactory) -> None:
+    """The shared documents ``write_whole`` last read are handed again while their rows stay the
+    ones seen here; once one is written (here, or by another store: the commit finds it moved),
+    the next write is built on it as it is now."""
+    store, other = open_migrated(), open_migrated()
+    _replace(store, GUARD, {"v": 1})
+    store.read([GUARD])
+    seen: list[Any] = []
+
+    def build(shared: dict[DocKey, Any], current: dict[str, Any] | None) -> Whole:
+        seen.append(shared[GUARD])
+        return Whole({"n": len(seen)}, [[]])
+
+    store.write_whole(DocKey("items", "warm"), _whole({"x": 0}), {}, shared=[GUARD])  # (ids reserved)
+    assert store.write_whole(KEY, build, {}, shared=[GUARD])
+    assert store.write_whole(KEY, build, {}, shared=[GUARD])
+    _replace(store, GUARD, {"v": 2})  # written here
+    assert store.write_whole(KEY, build, {}, shared=[GUARD])
+    _replace(other, GUARD, {"v": 3})  # written elsewhere: unseen here, so the commit refuses
+    assert not store.write_whole(KEY, build, {}, shared=[GUARD])
+    _replace(store, GUARD, {"v": 4})  # (read under the lock, then written here)
+    assert store.write_whole(KEY, build, {}, shared=[GUARD])
+    assert seen == [{"v": 1}, {"v": 1}, {"v": 2}, {"v": 2}, {"v": 4}]
+    assert open_migrated().get(KEY).body == {"n": 5}

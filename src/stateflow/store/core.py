@@ -52,6 +52,8 @@ class StoreCore(Backend):
         self._rows_known: dict[DocKey, DocRow] = {}
         self._handed: dict[DocKey, Document] = {}
         """documents as an optimistic write last handed them to its computation (``Writes``)"""
+        self._shared_known: dict[DocKey, tuple[DocRow, dict[str, Any] | None, Mapping[str, Any]]] = {}
+        """the documents ``write_whole`` last read as shared, as ``_known`` gave them (``Writes``)"""
         """document rows as last read or written here (see ``update(optimistic=True)``)"""
         self._contended: dict[DocKey, float] = {}
         """documents an optimistic read lost to another writer, until when (monotonic) their

@@ -1172,12 +1172,23 @@ class Writes(StoreCore):
         self.check_schema()
         if self._is_contended((key,)):
             return False
-        seen = []
+        bodies: dict[DocKey, Any] = {}
+        shared_rows = []
+        held = self._shared_known
         for other in _shared_in_order(shared):
-            known = self._known(other)
-            if known is None:
-                return False
-            seen.append((other, known))
+            # a shared document (a declaration, say) is mostly where it was at this call's last
+            # write: its row, the very object, says so, without the member caches
+            row = self._rows_known.get(other)
+            known = held.get(other)
+            if known is None or known[0] is not row:
+                known = self._known(other)
+                if known is None:
+                    return False
+                if len(held) >= HANDED_MAX:
+                    held.clear()  # bounded; a miss only assembles it again
+                held[other] = known
+            bodies[other] = known[1]
+            shared_rows.append((other, known[0]))
         known = self._known(key)
         if known is None or known[0] is NO_ROW:
             if known is None and key in self._rows_known:
@@ -1187,9 +1198,8 @@ class Writes(StoreCore):
                 return False
             known = (created[key], None, {})
         row, body, members = known
-        whole = build({k: v[1] for k, v in seen}, body)
+        whole = build(bodies, body)
         fresh = Fresh()
-        shared_rows = [(k, v[0]) for k, v in seen]
         if not row.present:  # the first body (or one after a delete): rows straight from it
             plan = self._plan_new(row, whole.body, whole.encoded, encode_trusted(whole.paths), fresh)
         else:  # a body replaced: its rows straight from the diff (``_plan_whole``)
