@@ -310,3 +310,21 @@ def test_a_shared_document_is_handed_as_it_is_now_after_it_moves(open_migrated: 
     assert store.write_whole(KEY, build, {}, shared=[GUARD])
     assert seen == [{"v": 1}, {"v": 1}, {"v": 2}, {"v": 2}, {"v": 4}]
     assert open_migrated().get(KEY).body == {"n": 5}
+
+
+def test_a_member_that_becomes_a_tree_is_left_to_update(open_migrated: StoreFactory) -> None:
+    """A body replaced whole whose member grows past ``TREE_MIN`` (stored as a tree of nodes) is
+    not planned by ``write_whole``: nothing is written, and ``update`` writes it as a tree."""
+    store = open_migrated()
+    _replace(store, GUARD, {"v": 1})
+    store.read([GUARD])
+    _replace(store, KEY, {"a": 1, "big": "small"})
+    store.read([KEY])
+    large = {"a": 1, "big": ["x" * 1000] * 1200}  # (~1.2 MB: a tree)
+    assert store.write_whole(KEY, _whole({"a": 2, "big": "small"}), {}, shared=[GUARD])
+    assert not store.write_whole(KEY, _whole(large), {}, shared=[GUARD])
+    assert store.get(KEY).revision == 2
+    _replace(store, KEY, large)
+    fresh = open_migrated()
+    assert fresh.get(KEY).body == large and fresh.get(KEY).revision == 3
+    assert fresh.read_at(KEY, revision=2).body == {"a": 2, "big": "small"}
