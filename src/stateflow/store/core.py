@@ -50,11 +50,11 @@ class StoreCore(Backend):
         """decoded member values by (doc_id, name), at the revision that last wrote the member"""
         self._heads = HeadCache()
         self._rows_known: dict[DocKey, DocRow] = {}
+        """document rows as last read or written here (see ``update(optimistic=True)``)"""
         self._handed: dict[DocKey, Document] = {}
         """documents as an optimistic write last handed them to its computation (``Writes``)"""
         self._shared_known: dict[DocKey, tuple[DocRow, dict[str, Any] | None, Mapping[str, Any]]] = {}
         """the documents ``write_whole`` last read as shared, as ``_known`` gave them (``Writes``)"""
-        """document rows as last read or written here (see ``update(optimistic=True)``)"""
         self._contended: dict[DocKey, float] = {}
         """documents an optimistic read lost to another writer, until when (monotonic) their
         writes take the row locks first (see ``update(optimistic=True)``)"""

@@ -468,7 +468,7 @@ class Writes(StoreCore):
         keys = [w.key for w, _, _ in staged]
         seq_now = seq_of()
         _stamp(keys, plans, seq_now, at, fresh)
-        return _committed(keys, plans, revisions, seq_now, at, fresh)
+        return _committed(keys, plans, revisions, seq_now, at)
 
     def _optimistic(
         self,
@@ -719,7 +719,7 @@ class Writes(StoreCore):
             return None
         keys = [w.key for w, _, _ in staged]
         _stamp(keys, plans, *committed, fresh)
-        return _committed(keys, plans, revisions, *committed, fresh)
+        return _committed(keys, plans, revisions, *committed)
 
     def _absent_rows(self, keys: Sequence[DocKey]) -> dict[DocKey, DocRow] | None:
         """Rows (absent, revision 0) for documents that have none, before an optimistic commit
@@ -1682,14 +1682,9 @@ def _stamp(keys: Sequence[DocKey], plans: Sequence[WritePlan], seq: int, at: str
 
 
 def _committed(
-    keys: Sequence[DocKey],
-    plans: Sequence[WritePlan],
-    revisions: dict[DocKey, int],
-    seq: int,
-    at: str,
-    fresh: Fresh,
+    keys: Sequence[DocKey], plans: Sequence[WritePlan], revisions: dict[DocKey, int], seq: int, at: str
 ) -> Commit:
-    """The outcome of committed plans (``fresh`` stamped with it: :func:`_stamp`)."""
+    """The outcome of committed plans (what goes to the caches: :func:`_stamp`)."""
     for key, planned in zip(keys, plans, strict=True):
         revisions[key] = planned.revision
     return made_commit(True, seq, at, revisions)
