@@ -9,10 +9,12 @@ Each count runs in a process of its own under ``valgrind --tool=callgrind``: a s
 (``--toggle-collect`` on the loop's own iterator, which nothing else uses), so the
 interpreter's start, the imports and the warm-up are not counted. The collector's work is
 (amortized, as a caller pays it). ``--baseline-src DIR`` counts another source tree's
-``stateflow`` beside this one's.
+``stateflow`` beside this one's. ``--bytecodes CASE``: instead, the Python bytecodes and calls
+of each function per write of that case, as shipped (``benchmarks.bytecodes``; no valgrind).
 
     python3 -m benchmarks.profile_langgraph_instructions [--ops 300] [--warm 300]
         [--cases "saver put" ...] [--variants "as shipped" ...] [--baseline-src DIR] [--jobs 3]
+        [--bytecodes CASE [--top 60]]
 """
 
 from __future__ import annotations
@@ -22,17 +24,21 @@ import gc
 import itertools
 import sys
 import tempfile
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 from benchmarks import callgrind
+from benchmarks.bytecodes import print_bytecodes
 from benchmarks.profile_langgraph_layers import CASES, VARIANTS
 
 MODULE = "benchmarks.profile_langgraph_instructions"
 
 
-def _work(case: str, variant: str, ops: int, warm: int) -> None:
-    """The counted process: warm a store as shipped, then ``ops`` writes under ``variant``."""
+@contextmanager
+def _warmed(case: str, warm: int) -> Iterator[Callable[[int], object]]:
+    """``case``'s write on a new store as shipped, warmed by ``warm`` writes."""
     from benchmarks.bench_langgraph_adapters import saver_cases, store_cases
     from stateflow.langgraph import StateflowSaver, StateflowStore
     from stateflow.states import StatesService
@@ -46,13 +52,30 @@ def _work(case: str, variant: str, ops: int, warm: int) -> None:
             cases[case](i)
         gc.collect()
         gc.freeze()
-        write = cases[case]
-        with VARIANTS[variant]():
-            # counted: only while ``starmap`` makes the calls (its C iterator is the toggle)
-            for _ in itertools.starmap(write, ((i,) for i in range(10_000, 10_000 + ops))):
-                pass
-        service.close()
-        service.store.close()
+        try:
+            yield cases[case]
+        finally:
+            service.close()
+            service.store.close()
+
+
+def _work(case: str, variant: str, ops: int, warm: int) -> None:
+    """The counted process: warm a store as shipped, then ``ops`` writes under ``variant``."""
+    with _warmed(case, warm) as write, VARIANTS[variant]():
+        # counted: only while ``starmap`` makes the calls (its C iterator is the toggle)
+        for _ in itertools.starmap(write, ((i,) for i in range(10_000, 10_000 + ops))):
+            pass
+
+
+def bytecodes(case: str, ops: int, warm: int, top: int) -> None:
+    """Bytecodes and calls per write by function, own and with callees."""
+    with _warmed(case, warm) as write:
+
+        def run(numbers: range) -> None:
+            for i in numbers:
+                write(i)
+
+        print_bytecodes(case, run, ops, 0, top, ("profile_langgraph_instructions",))
 
 
 def _count(src: Path, case: str, variant: str, ops: int, warm: int) -> float:
@@ -70,7 +93,12 @@ def main() -> None:
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--baseline-src", type=Path, default=None, help="another tree's src/, counted beside")
     parser.add_argument("--jobs", type=int, default=3, help="counts run at once")
+    parser.add_argument("--bytecodes", choices=CASES, default=None, help="bytecodes by function instead")
+    parser.add_argument("--top", type=int, default=60, help="functions --bytecodes prints")
     args = parser.parse_args()
+    if args.bytecodes is not None:
+        bytecodes(args.bytecodes, args.ops, args.warm, args.top)
+        return
     trees = {"this tree": callgrind.REPO / "src"}
     if args.baseline_src is not None:
         trees["baseline"] = args.baseline_src.resolve()
