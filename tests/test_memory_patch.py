@@ -9,9 +9,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stateflow.doc.canonical import MAX_DEPTH, check
+from stateflow.doc.merge import is_index_patch
 from stateflow.errors import InvalidInput, InvalidJSON, InvalidPath, PatchError
 from stateflow.memory import MemoryView
-from stateflow.memory.planes import PlaneSet, _stored_null, check_scope_patch
+from stateflow.memory.planes import Authored, PlaneSet, _stored_null, check_scope_patch
+from stateflow.memory.receipts import authored_paths
 from stateflow.store import SqlStore
 
 from .conftest import StoreFactory
@@ -204,6 +206,81 @@ def test_a_patch_nested_to_the_depth_limit_is_refused_at_it() -> None:
         PatchError,
         "memory cannot store null (at session.tactics.l[0]); use null only to delete a key",
     )
+
+
+def _checked(patch: Any, authored: Authored | None) -> tuple[type, str] | None:
+    try:
+        check_scope_patch("session", patch, PlaneSet(), authored)
+    except (InvalidJSON, PatchError) as exc:
+        return type(exc), exc.message
+    return None
+
+
+def _index_object_at(node: Any, path: tuple[Any, ...]) -> bool:
+    """Whether a non-empty object of ``"[N]"`` keys lies at or under ``path`` (a card: not)."""
+    if type(node) is not dict or not node:
+        return False
+    if is_index_patch(node):
+        return True
+    if len(path) == 2 and path[0] == "artifacts":
+        return False
+    return any(_index_object_at(v, (*path, k)) for k, v in node.items())
+
+
+SHOWN_VIEWS = st.sampled_from(
+    [
+        None,
+        {},
+        {"tactics": {"a": [1, 2, 3], "[0]": {"b": [4]}}, "strategy": {"b": ["x"]}},
+        {"tactics": [1, 2], "strategy": {"a": {"b": [1, 2, 3, 4]}}},
+    ]
+)
+AUTHORED_KEYS = st.sampled_from(["a", "b", "[0]", "[1]", "[2]"])
+AUTHORED_PATCHES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=2) | st.lists(st.integers(), max_size=2),
+    lambda inner: st.dictionaries(AUTHORED_KEYS, inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(
+    st.dictionaries(
+        st.sampled_from(["intents", "strategy", "tactics", "artifacts", "lazy"]),
+        st.dictionaries(AUTHORED_KEYS, AUTHORED_PATCHES) | st.dictionaries(ODD_KEYS, ODD_VALUES),
+        min_size=1,
+    ),
+    SHOWN_VIEWS,
+)
+def test_a_patch_check_lists_the_paths_the_patch_authors(patch: dict[str, Any], shown: Any) -> None:
+    # the walk that checks a patch lists what the receipt's ``authored_paths`` would, or says
+    # it cannot (an object of "[N]" keys, whose paths depend on the view last shown); it
+    # refuses exactly what the check alone refuses, with the same error
+    authored = Authored()
+    refused = _checked(patch, authored)
+    assert refused == _checked(patch, None)
+    if refused is not None:
+        return
+    planes = PlaneSet()
+    indexed = any(_index_object_at(v, (p,)) for p, v in patch.items() if p not in planes.lazy)
+    assert authored.known is not indexed
+    if authored.known:
+        assert list(authored) == authored_paths(patch, planes.lazy, shown)
+
+
+def test_a_patch_check_lists_its_paths_to_the_depth_limit() -> None:
+    deep: Any = 1
+    for _ in range(MAX_DEPTH - 1):
+        deep = {"k": deep}
+    authored = Authored()
+    assert _checked({"tactics": deep}, authored) is None
+    assert authored.known and list(authored) == [("tactics", *["k"] * (MAX_DEPTH - 1))]
+    for patch in ({"tactics": {"k": deep}}, {"tactics": {"k": {"k": deep}}}, {"tactics": {"l": [None]}}):
+        assert _checked(patch, Authored()) == _checked(patch, None) is not None
+    empty: Any = {}
+    for _ in range(MAX_DEPTH - 1):
+        empty = {"k": empty}
+    assert _checked({"tactics": empty}, Authored()) == _checked({"tactics": empty}, None) is not None
 
 
 def test_a_scope_records_its_intents_first_whatever_the_patch_lists_first(store: SqlStore) -> None:

@@ -77,7 +77,7 @@ def merge_patch(
     result: dict[str, Any] | None = None  # copied lazily: no change, no copy
     # (decided once: most containers are small, copied plainly and reported to no one)
     spare = copies if copies is not None and len(base) >= copies.min_elements else None
-    steps: list[Step] = []
+    steps: list[Step] | None = None if spare is None else []  # (only a copier is told them)
     for key, sub in patch.items():
         current = base.get(key, MISSING)
         if sub is None:
@@ -88,7 +88,8 @@ def merge_patch(
             if result is None:
                 result = dict(base) if spare is None else spare.dict_copy(base)
             del result[key]
-            steps.append((key, DELETE))
+            if steps is not None:
+                steps.append((key, DELETE))
             if edits is not None:
                 edits.exact = False
             continue
@@ -116,7 +117,8 @@ def merge_patch(
                     if result is None:
                         result = dict(base) if spare is None else spare.dict_copy(base)
                     del result[key]
-                    steps.append((key, DELETE))
+                    if steps is not None:
+                        steps.append((key, DELETE))
                     if edits is not None:
                         edits.exact = False
                 continue
@@ -125,14 +127,20 @@ def merge_patch(
         if new is current:
             continue
         if whole is not None:  # (what ``diff_within`` does at a leaf of the patch's trie)
-            diff_into(current, new, (*_path, key), whole)
+            tn = type(new)
+            if tn is type(current) and tn is not dict and tn is not list:
+                if new != current:  # (``diff_into``'s step for two scalars of one type, inline)
+                    whole.append(Edit((*_path, key), new))
+            else:
+                diff_into(current, new, (*_path, key), whole)
         if result is None:
             result = dict(base) if spare is None else spare.dict_copy(base)
         result[key] = new
-        steps.append((key, new))
+        if steps is not None:
+            steps.append((key, new))
     if result is None:
         return base if type(target) is dict else {}
-    if spare is not None and type(target) is dict:
+    if spare is not None and steps is not None and type(target) is dict:
         spare.made(result, base, steps)
     return result
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from stateflow.doc.canonical import JSON, MAX_DEPTH, check, kind, plain_number
-from stateflow.doc.merge import overlay
+from stateflow.doc.merge import INDEX_KEY, overlay
 from stateflow.doc.paths import is_key
 from stateflow.doc.select import MISSING
 from stateflow.errors import InvalidInput, PatchError
@@ -91,8 +91,21 @@ class PlaneSet:
         return self._by_name.get(name)
 
 
-def check_scope_patch(scope: str, patch: object, planes: PlaneSet) -> dict[str, Any]:
-    """Validate one scope's patch object before anything is staged."""
+class Authored(list[tuple[str | int, ...]]):
+    """The paths a scope patch authored, as ``receipts.authored_paths`` lists them (lazy planes
+    skipped, an artifact card whole), listed by :func:`check_scope_patch` in the walk that
+    checks the patch. ``known`` is False when they depend on the view last shown — an object of
+    ``"[N]"`` keys names an array's elements when that view holds an array there — and the
+    receipt lists them with ``authored_paths`` then."""
+
+    known: bool = True  # (a class default: no ``__init__`` of our own to call per patch)
+
+
+def check_scope_patch(
+    scope: str, patch: object, planes: PlaneSet, authored: Authored | None = None
+) -> dict[str, Any]:
+    """Validate one scope's patch object before anything is staged; ``authored`` (when given)
+    gets the paths the patch authors, found by the same walk."""
     if not isinstance(patch, dict):
         raise InvalidInput(f"patch_state {scope} must be a semantic patch object")
     if not patch:
@@ -111,7 +124,8 @@ def check_scope_patch(scope: str, patch: object, planes: PlaneSet) -> dict[str, 
             raise InvalidInput(
                 f"{scope}.{name} must be a JSON object (a plane cannot be deleted or replaced)"
             )
-    if not _storable(patch, 0, True):  # (one walk for both checks; the errors come from each)
+    # (one walk for both checks and the authored paths; the errors come from each check)
+    if not (_storable(patch, 0, True) if authored is None else _storable_patch(patch, planes.lazy, authored)):
         check(patch, scope)
         _no_materialized_null(patch, scope)
     if "artifacts" in patch:
@@ -154,6 +168,62 @@ def _storable(node: JSON, depth: int, as_patch: bool) -> bool:
     if t is int or t is float:
         return plain_number(node)
     return False
+
+
+def _storable_patch(patch: dict[str, Any], lazy: tuple[str, ...], out: Authored) -> bool:
+    """``_storable(patch, 0, True)`` of a scope patch whose planes are objects, adding the
+    paths it authors to ``out`` on the way (``receipts.authored_paths``'s, ``lazy`` skipped)."""
+    if type(patch) is not dict:
+        return _storable(patch, 0, True)  # (a dict subclass: refused there)
+    for plane, value in patch.items():
+        if type(plane) is not str:
+            return False
+        if type(value) is not dict:
+            return _storable(patch, 0, True)  # (refused there: a plane is an object)
+        listing = None if plane in lazy else out
+        if value:
+            if not _listed(value, 1, (plane,), listing):
+                return False
+        elif listing is not None:
+            listing.append((plane,))
+    return True
+
+
+def _listed(node: dict[str, Any], depth: int, path: tuple[str | int, ...], out: Authored | None) -> bool:
+    """``_storable(node, depth, True)`` of a non-empty patch object at ``path``, adding the paths
+    it authors to ``out`` (None: nothing to list here, as inside a card) as
+    ``receipts.authored_paths`` walks them."""
+    if depth >= MAX_DEPTH:
+        return False
+    if out is not None:
+        first = next(iter(node))
+        # (``is_index_patch``, for keys not checked yet: a key that is no string is refused below)
+        if (
+            type(first) is str
+            and first[:1] == "["
+            and all(type(k) is str and INDEX_KEY.match(k) for k in node)
+        ):
+            out.known = False  # its elements or the whole: the view last shown decides
+            out = None
+        elif len(path) == 2 and path[0] == "artifacts":
+            out.append(path)  # a card, whole
+            out = None
+    for k, v in node.items():
+        if type(k) is not str:
+            return False
+        tv = type(v)
+        if tv is dict:
+            if v:
+                if not _listed(v, depth + 1, (*path, k), out):
+                    return False
+                continue
+            if depth + 1 >= MAX_DEPTH:
+                return False
+        elif not (tv is str or tv is bool or v is None or _storable(v, depth + 1, True)):
+            return False
+        if out is not None:
+            out.append((*path, k))  # a leaf: a value set, a deletion or an empty object
+    return True
 
 
 def _no_materialized_null(patch: JSON, where: str) -> None:

@@ -36,6 +36,7 @@ from stateflow.memory.ownership import cascade_targets, deletion_patch
 from stateflow.memory.path_select import overlay_steps, select_layers
 from stateflow.memory.planes import (
     RUNTIME,
+    Authored,
     ExtraRoot,
     PlaneSet,
     check_artifacts,
@@ -46,6 +47,7 @@ from stateflow.memory.planes import (
     model_view,
 )
 from stateflow.memory.protocol import protocol_text
+from stateflow.memory.receipts import ECHO_LIMIT
 from stateflow.memory.refs import HINT_MESSAGE, HINT_TRUNCATED, Unread, anchor, find_referrers, relativize
 from stateflow.memory.scopes import SCOPES, Identity
 from stateflow.memory.served import served_case
@@ -712,7 +714,8 @@ class MemoryView:
     def patch_state(self, args: object, origin: dict[str, Any] | None = None) -> Receipt:
         """Run one ``patch_state`` call: all supplied scopes as one transition, or nothing."""
         self._tools_on()
-        supplied = self._patch_args(args)
+        authored: dict[str, Authored] = {}  # each scope's authored paths, listed by its check
+        supplied = self._patch_args(args, authored)
         members = self._hot_members  # (a set built and sorted only when a patch reads lazy too)
         lazy = self.planes.lazy
         for scope_patch in supplied.values():
@@ -723,7 +726,7 @@ class MemoryView:
             if wanted:
                 members = sorted({*members, *wanted})
         outlines = list(lazy)
-        staged: dict[str, Any] = {}
+        staged: dict[str, Any] = {"authored": authored}
 
         def compute(docs: dict[DocKey, Document]) -> tuple[list[Write], dict[str, Any]]:
             basis: dict[str, Any] = {}
@@ -849,7 +852,11 @@ class MemoryView:
                 "intents/strategy/tactics/artifacts in the same patch), then read them with read_state"
             )
 
-    def _patch_args(self, args: object) -> dict[str, dict[str, Any]]:
+    def _patch_args(
+        self, args: object, authored: dict[str, Authored] | None = None
+    ) -> dict[str, dict[str, Any]]:
+        """The checked scope patches of ``args``, in scope order; ``authored`` (when given) gets
+        each scope's authored paths, listed by its check."""
         if not isinstance(args, dict):
             raise InvalidInput("patch_state requires an object")
         if self.single and args and all(k in self.planes.names for k in args):
@@ -871,7 +878,10 @@ class MemoryView:
             raise InvalidInput("patch_state requires at least one scope patch")
         for scope in SCOPES:
             if scope in args:
-                patch = check_scope_patch(scope, args[scope], self.planes)
+                listed = None
+                if authored is not None:
+                    listed = authored[scope] = Authored()
+                patch = check_scope_patch(scope, args[scope], self.planes, listed)
                 if self.single:
                     patch = anchor(patch, self.single, self.planes.names)
                 supplied[scope] = patch
@@ -1012,13 +1022,16 @@ class MemoryView:
 
     def _state_updates(self, staged: dict[str, Any], revisions: dict[str, int]) -> dict[str, Any]:
         shown = staged["shown"]
-        before = shown if shown is not None else self._hot_view(staged["basis"])
+        before = shown  # (the basis's view when none was shown: built only where needed)
         after = self._hot_view(staged["new"])
-        authored = [
-            path
-            for scope_patch in staged["supplied"].values()
-            for path in receipts.authored_paths(scope_patch, self.planes.lazy, before)
-        ]
+        authored: list[tuple[str | int, ...]] = []
+        for scope, listed in staged["authored"].items():
+            if listed.known:
+                authored += listed
+                continue
+            if before is None:
+                before = self._hot_view(staged["basis"])
+            authored += receipts.authored_paths(staged["supplied"][scope], self.planes.lazy, before)
         # the view compared against is the basis's own and every scope's edits are known: when
         # each lies at or under an authored path, the views differ nowhere else (no diff needed)
         edited = staged["edited"]
@@ -1026,11 +1039,19 @@ class MemoryView:
         if edited is not None and (shown is None or staged.get("shown_own")):
             effective = receipts.authored_entries(edited, authored, self._hot_planes, after)
         if effective is None:
+            if before is None:
+                before = self._hot_view(staged["basis"])
             effective = receipts.effective_entries(before, after, authored)
         entries: list[dict[str, Any]] = []
         for path, value in effective:
             if value is MISSING:
                 entries.append({"path": list(path), "deleted": True})
+                continue
+            t = type(value)
+            if t is not dict and t is not list and (t is not str or len(value) * 6 + 2 <= ECHO_LIMIT):
+                # a scalar that cannot reach the echo limit: one entry, as ``echoed`` makes it
+                # (and as ``_out`` shows it: only a ``$ref`` member of an object is projected)
+                entries.append({"path": list(path), "value": value})
                 continue
             for part, part_value, stand_in in receipts.echoed(path, value, "effective"):
                 if stand_in is None:
