@@ -380,6 +380,27 @@ def test_cascade_targets_are_cleared_before_authored_writes_recreate_them(store:
     ]
 
 
+@pytest.mark.parametrize(
+    "deletion",
+    [
+        {"ship": None},  # the intent deleted
+        {"ship": {"plan": None, "note": None}},  # every key of it deleted: pruned, so deleted too
+        {"ship": {"plan": None, "note": {}}},  # an empty object onto a scalar deletes its key
+    ],
+)
+def test_an_intent_deleted_by_pruning_clears_what_it_owned_in_lazy_too(
+    store: SqlStore, deletion: dict[str, Any]
+) -> None:
+    m = view(store)
+    ship = {"plan": {"$ref": "session.lazy.plan"}, "note": "text"}
+    m.patch_state({"session": {"lazy": {"plan": ["a"]}, "intents": {"ship": ship}}})
+    receipt = m.patch_state({"session": {"intents": deletion}})
+    assert state(m, "session.intents") is None
+    assert state(m, "session.lazy") is None
+    assert receipt.state_updates is not None
+    assert receipt.state_updates["cascaded"] == ["session.lazy.plan"]
+
+
 def test_ownership_never_crosses_scopes(store: SqlStore) -> None:
     m = view(store)
     m.patch_state(

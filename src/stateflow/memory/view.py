@@ -93,6 +93,16 @@ class MemoryConfig:
             raise InvalidInput(f"mode must be one of {', '.join(MODES)}")
 
 
+def _may_delete(patch: dict[str, Any]) -> bool:
+    """Whether merging ``patch`` may delete a key it names: a ``null`` deletes one, and so does
+    an empty object set onto a scalar, and an object a merge left empty is pruned in turn (an
+    intent deleted so cascades as one deleted by ``null``)."""
+    for value in patch.values():
+        if value is None or (type(value) is dict and (not value or _may_delete(value))):
+            return True
+    return False
+
+
 @dataclass
 class Receipt:
     """The outcome of ``patch_state``: what a model is told."""
@@ -721,7 +731,7 @@ class MemoryView:
         for scope_patch in supplied.values():
             wanted = [name for name in lazy if name in scope_patch]
             intents = scope_patch.get("intents")
-            if isinstance(intents, dict) and any(v is None for v in intents.values()):
+            if type(intents) is dict and _may_delete(intents):
                 wanted.append("lazy")  # a deleted intent may own lazy keys
             if wanted:
                 members = sorted({*members, *wanted})
