@@ -728,10 +728,12 @@ class MemoryView:
         supplied = self._patch_args(args, authored)
         members = self._hot_members  # (a set built and sorted only when a patch reads lazy too)
         lazy = self.planes.lazy
-        for scope_patch in supplied.values():
+        cascading: set[str] = set()  # the scopes whose patch may delete an intent
+        for scope, scope_patch in supplied.items():
             wanted = [name for name in lazy if name in scope_patch]
             intents = scope_patch.get("intents")
             if type(intents) is dict and _may_delete(intents):
+                cascading.add(scope)
                 wanted.append("lazy")  # a deleted intent may own lazy keys
             if wanted:
                 members = sorted({*members, *wanted})
@@ -753,7 +755,9 @@ class MemoryView:
             edited: list[Emitted] | None = []
             for scope, scope_patch in supplied.items():
                 edits = Emitted()
-                new[scope], where = self._stage(scope, basis[scope], scope_patch, cascaded, missing, edits)
+                new[scope], where = self._stage(
+                    scope, basis[scope], scope_patch, cascaded, missing, edits, scope in cascading
+                )
                 key = self.keys[scope]
                 if where is None:  # the merge listed its edits (as the diff would): no diff
                     if edits:
@@ -905,17 +909,24 @@ class MemoryView:
         cascaded: list[str],
         missing: list[str],
         edits: Emitted,
+        cascading: bool,
     ) -> tuple[dict[str, Any], Within | None]:
         """The scope's new state: intents first, ownership cascade, then the other planes; and
         None when ``edits`` got the edits from ``state`` to it, else the paths that may differ
         from ``state`` (the patches' leaves, a trie), in that order: the diff lists its edits,
         and so the change its paths and new members their positions, in the trie's order. The
         merges list their edits in that order too (``Emitted``) but for a deletion, an array's
-        elements patched, a cascade or artifacts' provenance."""
+        elements patched, a cascade or artifacts' provenance. ``cascading``: the patch may
+        delete an intent (``_may_delete``); else no cascade can come between the intents and
+        the other planes, which are merged in one pass, intents first."""
         found: list[tuple[str | int, ...]] = []
         current: dict[str, Any] = state
         merged: list[dict[str, Any]] = []  # the patches merged, in order (for the trie)
-        if "intents" in patch:
+        if "intents" in patch and not cascading:
+            if next(iter(patch)) != "intents":
+                patch = {"intents": patch["intents"], **patch}  # (keys kept, intents first)
+            rest = patch
+        elif "intents" in patch:
             intents_patch = {"intents": patch["intents"]}
             current = merge_patch(
                 current, intents_patch, missing_deletions=found, copies=SPARES, prune=True, edits=edits

@@ -589,7 +589,12 @@ class SqliteStore(SqlStore):
         plans: Sequence[WritePlan],
     ) -> tuple[int, str] | None:
         unborn = self._unborn
-        created = {row.doc_id: key for key, row in locked if unborn.pop(row.doc_id, None) is not None}
+        # (no id reserved ahead and not yet committed, as in most writes: nothing to look up)
+        created = (
+            {row.doc_id: key for key, row in locked if unborn.pop(row.doc_id, None) is not None}
+            if unborn
+            else None
+        )
         if created:
             # checked to have no row still (under the writer lock), then created by the emit
             locked = [(key, NO_ROW if row.doc_id in created else row) for key, row in locked]
