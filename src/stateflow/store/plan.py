@@ -209,6 +209,16 @@ class Fresh:
         self.at = ""
         self.seq = None
 
+    def clear(self) -> None:
+        """Back to empty: a plan given up before its commit leaves nothing for the caches."""
+        self.members.clear()
+        self.heads.clear()
+        self.bodies.clear()
+        self.assembled.clear()
+        self.rows.clear()
+        self.nodes.clear()
+        self.roots.clear()
+
 
 def row_after(plan: WritePlan, seq: int, at: str) -> DocRow:
     """A document's row as a committed plan left it."""

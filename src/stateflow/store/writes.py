@@ -529,6 +529,24 @@ class Writes(StoreCore):
             validate_writes(writes, origin, values=not checked)
         except Exception:  # maybe computed on documents that moved: the locked path decides
             return None
+        made = self._plan_made(writes, entries, shared, fresh)
+        if made is None:
+            fresh.clear()  # (what a plan given up half way left for the caches)
+        else:  # the common case: each document's rows straight from its edits
+            keys, plans = made
+            committed = self._commit_planned(
+                [(key, entries[key][0]) for key in locked],
+                [(key, entries[key][0]) for key in shared],
+                list(dict.fromkeys(claims)),
+                origin or {},
+                plans,
+            )
+            if committed is None:
+                return MOVED
+            _stamp(keys, plans, *committed, fresh)
+            return _committed(
+                keys, plans, {w.key: entries[w.key][0].revision for w in writes}, *committed
+            ), result
         # the written documents' members are staged on: each gets its own copy
         loaded = {key: Loaded(entries[key][0], dict(entries[key][2]), complete=True) for key in locked}
         plan = _offline_plan(writes, loaded)
@@ -552,6 +570,71 @@ class Writes(StoreCore):
         )
         return MOVED if done is None else (done, result)
 
+    def _plan_made(
+        self,
+        writes: Sequence[Write],
+        entries: Mapping[DocKey, tuple[DocRow, dict[str, Any] | None, Mapping[str, tuple[Any, int, int]]]],
+        shared: Sequence[DocKey],
+        fresh: Fresh,
+    ) -> tuple[list[DocKey], list[WritePlan]] | None:
+        """An optimistic write's plans in its common case, straight from each write's edits and
+        the body it says they make (``Write.bodies``, a patch's merge or a diff): what
+        :meth:`_stage` and :meth:`_plan_doc` make of them, the same rows, through
+        :meth:`_plan_groups` — no ``Loaded`` copy of the members, no ``Stage``, no edit applied.
+        The documents written and their plans, in key order; None where the general path must
+        decide (``fresh`` may then hold part of a plan: the caller clears it) — a write to a
+        shared, unseen or absent document, a failed compare-and-set, a whole-document edit, a
+        member the write was not computed on as held here, one deleted by more than its own
+        delete, one that is or becomes a tree, or nothing to write."""
+        keys: list[DocKey] = []
+        plans: list[WritePlan] = []
+        for write in writes if len(writes) < 2 else sorted(writes, key=_WRITE_KEY):
+            key = write.key
+            known = entries.get(key)
+            if known is None or key in shared:
+                return None
+            row, before, members = known
+            if write.expect is not None and write.expect != row.revision:
+                return None
+            if not write.edits:
+                continue
+            if write.bodies is None or before is None:
+                return None
+            made_from, made_to = write.bodies
+            if made_to is None:
+                return None
+            groups: dict[str, list[Any]] = {}
+            paths: list[list[Any]] = []  # (the change's paths by default: the edits')
+            for edit in write.edits:
+                path, value = edit.path, edit.value
+                if not path:
+                    return None
+                name: str = path[0]  # type: ignore[assignment]
+                listed = list(path)  # (one list for the edit's entry and its path: both only encoded)
+                paths.append(listed)
+                entry = [listed] if value is MISSING else [listed, value]
+                group = groups.get(name)
+                if group is not None:
+                    group.append(entry)
+                    continue
+                # computed on the very member held here (values are never mutated), as ``_stage``
+                # asks before it takes the write's own result
+                old = members.get(name)
+                if made_from.get(name, MISSING) is not (MISSING if old is None else old[0]):
+                    return None
+                groups[name] = [entry]
+            for name, group in groups.items():
+                # a member the write deletes: only by its own delete (else its edits would apply)
+                if name not in made_to and (name not in members or group != [[[name]]]):
+                    return None
+            encoded = encode_trusted(paths) if write.paths is None else _paths_of(write)
+            plan = self._plan_groups(row, before, members, made_to, groups, encoded, fresh)
+            if plan is None:
+                return None
+            keys.append(key)
+            plans.append(plan)
+        return (keys, plans) if plans else None
+
     def _named(
         self,
         key: DocKey,
@@ -568,11 +651,13 @@ class Writes(StoreCore):
             heads = self._heads.get(row.doc_id, row.revision)
             if heads is None:
                 return None
-            shapes = {
-                h[1]: None if h[5] is None else decode_stored(h[5], f"{key} outline of {h[1]!r}")
-                for h in heads
-                if h[1] in outline_names
-            }
+            for h in heads:  # (no message made per outline: one only for an outline that fails)
+                name, raw = h[1], h[5]
+                if name in outline_names:
+                    try:
+                        shapes[name] = None if raw is None else orjson.loads(raw)
+                    except (orjson.JSONDecodeError, TypeError):
+                        shapes[name] = decode_stored(raw, f"{key} outline of {name!r}")  # (raises)
         if names is not None:  # in the members' order, as the locked read gives them
             named = set(names)
             if not named.issuperset(body):  # (else the body is the named members already)
@@ -1299,6 +1384,27 @@ class Writes(StoreCore):
                 groups[name] = [entry]
             else:
                 group.append(entry)
+        return self._plan_groups(
+            row, before, members, after, groups, encode_trusted([list(p) for p in paths]), fresh
+        )
+
+    def _plan_groups(
+        self,
+        row: DocRow,
+        before: dict[str, Any],
+        members: Mapping[str, tuple[Any, int, int]],
+        after: Mapping[str, Any],
+        groups: dict[str, list[Any]],
+        paths: bytes,
+        fresh: Fresh,
+    ) -> WritePlan | None:
+        """The rows of a present document's write whose edits, grouped by member in
+        first-touched order (``groups``: each edit as its JSON, ``[path]`` or ``[path, value]``),
+        leave each member named in ``after`` (absent there: deleted) — ``before`` and
+        ``members``: every member as last seen here. The rows :meth:`_stage` and
+        :meth:`_plan_doc` make of those edits, without applying one (each member written is
+        ``after``'s own). None when a member written is or becomes a tree (larger than
+        ``TREE_MIN``): the general path writes that. ``paths``: the change's, encoded."""
         doc_id = row.doc_id
         revision = row.revision + 1
         size = row.body_size
@@ -1359,7 +1465,7 @@ class Writes(StoreCore):
             fresh.assembled[doc_id] = (revision, body_after, assembled, size)
             if self.keeps_bodies:
                 fresh.bodies[doc_id] = (revision, body_after, fresh.at, size)
-        plan.paths = encode_trusted([list(p) for p in paths])
+        plan.paths = paths
         room = self._change_room(plan)
         planned: list[tuple[int, int, str, bytes, bytes | None]] = []
         edit_bytes = 0
@@ -1429,6 +1535,10 @@ class Writes(StoreCore):
             "FROM (SELECT name, revision FROM members WHERE doc_id = ? ORDER BY position)",
             (doc_id, revision, doc_id),
         )
+
+
+_WRITE_KEY = operator.attrgetter("key")
+"""A write's key (C, not a lambda: a cohort of several writes is sorted on every commit)."""
 
 
 def _paths_of(write: Write) -> bytes:
