@@ -11,10 +11,13 @@ interpreter's start, the imports and the warm-up are not counted. The collector'
 (amortized, as a caller pays it). ``--baseline-src DIR`` counts another source tree's
 ``stateflow`` beside this one's. ``--bytecodes CASE``: instead, the Python bytecodes and calls
 of each function per write of that case, as shipped (``benchmarks.bytecodes``; no valgrind).
+``--postgres URL``: the writes on a PostgreSQL store (in a schema of its own, dropped after)
+instead of SQLite — the client's instructions and bytecodes only (the server's are
+``profile_pg_commit_instructions``'), at the session's ``synchronous_commit``.
 
     python3 -m benchmarks.profile_langgraph_instructions [--ops 300] [--warm 300]
         [--cases "saver put" ...] [--variants "as shipped" ...] [--baseline-src DIR] [--jobs 3]
-        [--bytecodes CASE [--top 60]]
+        [--bytecodes CASE [--top 60]] [--postgres URL]
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 import argparse
 import gc
 import itertools
+import os
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
@@ -37,15 +41,34 @@ MODULE = "benchmarks.profile_langgraph_instructions"
 
 
 @contextmanager
-def _warmed(case: str, warm: int) -> Iterator[Callable[[int], object]]:
+def _location(postgres: str | None) -> Iterator[str]:
+    """A new store's URL: a SQLite file, or a fresh schema of the PostgreSQL server at ``postgres``."""
+    if postgres is None:
+        with tempfile.TemporaryDirectory() as tmp:
+            yield f"sqlite:///{tmp}/counted.db?synchronous=off"
+        return
+    import psycopg
+
+    schema = f"profile_langgraph_{os.getpid()}"
+    with psycopg.connect(postgres, autocommit=True) as admin:
+        admin.execute(f"CREATE SCHEMA {schema}")
+        try:
+            sep = "&" if "?" in postgres else "?"
+            yield f"{postgres}{sep}options=-csearch_path%3D{schema}"
+        finally:
+            admin.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+@contextmanager
+def _warmed(case: str, warm: int, postgres: str | None = None) -> Iterator[Callable[[int], object]]:
     """``case``'s write on a new store as shipped, warmed by ``warm`` writes."""
     from benchmarks.bench_langgraph_adapters import saver_cases, store_cases
     from stateflow.langgraph import StateflowSaver, StateflowStore
     from stateflow.states import StatesService
     from stateflow.store import open_store
 
-    with tempfile.TemporaryDirectory() as tmp:
-        service = StatesService(open_store(f"sqlite:///{tmp}/counted.db?synchronous=off", auto_migrate=True))
+    with _location(postgres) as url:
+        service = StatesService(open_store(url, auto_migrate=True))
         cases = {**saver_cases(StateflowSaver(service), "p"), **store_cases(StateflowStore(service), "p")}
         for i in range(warm):  # checkpoints for put_writes, every item written once
             cases["saver put"](i)
@@ -59,17 +82,17 @@ def _warmed(case: str, warm: int) -> Iterator[Callable[[int], object]]:
             service.store.close()
 
 
-def _work(case: str, variant: str, ops: int, warm: int) -> None:
+def _work(case: str, variant: str, ops: int, warm: int, postgres: str | None = None) -> None:
     """The counted process: warm a store as shipped, then ``ops`` writes under ``variant``."""
-    with _warmed(case, warm) as write, VARIANTS[variant]():
+    with _warmed(case, warm, postgres) as write, VARIANTS[variant]():
         # counted: only while ``starmap`` makes the calls (its C iterator is the toggle)
         for _ in itertools.starmap(write, ((i,) for i in range(10_000, 10_000 + ops))):
             pass
 
 
-def bytecodes(case: str, ops: int, warm: int, top: int) -> None:
+def bytecodes(case: str, ops: int, warm: int, top: int, postgres: str | None = None) -> None:
     """Bytecodes and calls per write by function, own and with callees."""
-    with _warmed(case, warm) as write:
+    with _warmed(case, warm, postgres) as write:
 
         def run(numbers: range) -> None:
             for i in numbers:
@@ -78,13 +101,20 @@ def bytecodes(case: str, ops: int, warm: int, top: int) -> None:
         print_bytecodes(case, run, ops, 0, top, ("profile_langgraph_instructions",))
 
 
-def _count(src: Path, case: str, variant: str, ops: int, warm: int) -> float:
-    return callgrind.count(MODULE, ["--work", case, variant, str(ops), str(warm)], src=src) / ops
+def _count(src: Path, case: str, variant: str, ops: int, warm: int, postgres: str | None) -> float:
+    args = ["--work", case, variant, str(ops), str(warm), *([postgres] if postgres else [])]
+    return callgrind.count(MODULE, args, src=src) / ops
 
 
 def main() -> None:
-    if len(sys.argv) == 6 and sys.argv[1] == "--work":
-        _work(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
+    if len(sys.argv) in (6, 7) and sys.argv[1] == "--work":
+        _work(
+            sys.argv[2],
+            sys.argv[3],
+            int(sys.argv[4]),
+            int(sys.argv[5]),
+            sys.argv[6] if len(sys.argv) == 7 else None,
+        )
         return
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--ops", type=int, default=300)
@@ -95,9 +125,10 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=3, help="counts run at once")
     parser.add_argument("--bytecodes", choices=CASES, default=None, help="bytecodes by function instead")
     parser.add_argument("--top", type=int, default=60, help="functions --bytecodes prints")
+    parser.add_argument("--postgres", default=None, help="count the writes on this PostgreSQL server")
     args = parser.parse_args()
     if args.bytecodes is not None:
-        bytecodes(args.bytecodes, args.ops, args.warm, args.top)
+        bytecodes(args.bytecodes, args.ops, args.warm, args.top, args.postgres)
         return
     trees = {"this tree": callgrind.REPO / "src"}
     if args.baseline_src is not None:
@@ -107,7 +138,7 @@ def main() -> None:
         counts = dict(
             zip(
                 runs,
-                pool.map(lambda r: _count(trees[r[0]], r[1], r[2], args.ops, args.warm), runs),
+                pool.map(lambda r: _count(trees[r[0]], r[1], r[2], args.ops, args.warm, args.postgres), runs),
                 strict=True,
             )
         )

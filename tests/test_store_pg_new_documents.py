@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import orjson
 import psycopg
 import pytest
 
@@ -193,12 +194,18 @@ def test_new_documents_are_left_absent_and_uncounted_when_the_commit_is_refused(
         other.update([d], _set((d, {"n": 0})), optimistic=True)
         with psycopg.connect(pg_schema_url, autocommit=True) as conn:
             ids = store._reserve(2)
+            arrays = {
+                "new_doc": ids,
+                "new_state": ["s", "s"],
+                "new_subject": [c.subject, d.subject],
+                "lock_state": ["s", "s"],
+                "lock_subject": [c.subject, d.subject],
+                "lock_doc": ids,
+                "lock_rev": [0, 0],
+            }
             row = conn.execute(
-                "SELECT stateflow_commit("
-                + ", ".join(["'{}'"] * 39)
-                + ", '{}', '{}', 'now', '\\x7b7d'::bytea, 1, '{}', '{}', '{}', '{}', '{}', '{}', "
-                "%s::bigint[], %s::text[], %s::text[], %s::text[], %s::text[], %s::bigint[], %s::bigint[])",
-                (ids, ["s", "s"], [c.subject, d.subject], ["s", "s"], [c.subject, d.subject], ids, [0, 0]),
+                "SELECT stateflow_commit(%s::json, 'now', '\\x7b7d'::bytea, 1)",
+                (orjson.dumps(arrays).decode(),),
             ).fetchone()
             assert row == (None,)
             created = conn.execute(

@@ -20,6 +20,7 @@ import orjson
 import psycopg
 import pytest
 
+from stateflow.doc.select import MISSING
 from stateflow.errors import InvalidInput, StoreNotMigrated
 from stateflow.memory import Identity, MemoryView
 from stateflow.store import DocKey, SqlStore, Write, open_store
@@ -1343,3 +1344,78 @@ def test_a_schema_22_store_upgrades_to_23_and_merges_without_waiting_for_its_flu
         with store._read_tx() as tx:
             stored, recounted = store.recount(tx)
             assert stored == recounted
+
+
+_ROWS_AS_ONE_VERSION = 24
+_ODD = 'q"uo\\te {a,b} NULL ünï \U0001f600 \n\t'
+"""A name, subject and value that an array literal or JSON text must escape."""
+
+
+def test_a_schema_23_store_upgrades_to_24_and_commits_the_same_rows_by_either_path(
+    backend: str, tmp_path: Path
+) -> None:
+    """Version 24 has PostgreSQL's write functions take a commit's rows as one json object
+    (SQLite only records the version). After the upgrade, the same writes committed in one
+    statement (``stateflow_commit``) and on the locked path (``stateflow_write_rows``) leave
+    the same rows — names, subjects and values that need escaping, members added, rewritten and
+    deleted, a member held as a tree, snapshots, op claims, shared documents with and without a
+    row, a document deleted and written again — and read back as written by a store that has
+    cached nothing."""
+    with _upgraded(_ROWS_AS_ONE_VERSION - 1, backend, tmp_path) as store:
+        if not isinstance(store, SqliteStore):
+            with store._read_tx() as tx:
+                found = tx.all(
+                    "SELECT proname, pg_get_function_arguments(oid) FROM pg_proc "
+                    "WHERE proname IN ('stateflow_commit', 'stateflow_write_rows') "
+                    "AND pronamespace = current_schema()::regnamespace ORDER BY proname"
+                )
+            # the version's functions replaced the ones before
+            assert found == [
+                ("stateflow_commit", "p json, p_at text, p_origin bytea, p_seq_lock bigint"),
+                ("stateflow_write_rows", "p_seq bigint, p json"),
+            ]
+        declared, never = DocKey("decl", _ODD), DocKey("decl", "never written")
+        store.commit([Write.between(declared, None, {"schema": _ODD})])
+        big = "b" * (TREE_MIN + 100)
+        bodies: list[dict[str, Any] | None] = [
+            {_ODD: "v" + _ODD, "n": 1, "obj": {_ODD: [1, None, True, 1.5, "\\x00"]}},
+            {_ODD: "w", "n": 2, "obj": {_ODD: []}, "big": big},
+            {_ODD: "w", "obj": {"k": _ODD}, "big": big + "c"},
+            *({_ODD: "w", "filler": f"{n}" * 6000} for n in range(8)),
+            None,
+            {"again": _ODD},
+        ]
+        keys = {}
+        for path, optimistic in (("one", True), ("locked", False)):
+            key = keys[path] = DocKey("s" + _ODD, f'["agent","{path}","k","{_ODD}"]')
+            for n, body in enumerate(bodies):
+
+                def compute(
+                    docs: dict[DocKey, Any], key: DocKey = key, body: dict[str, Any] | None = body
+                ) -> tuple[list[Write], None]:
+                    assert docs[declared].body == {"schema": _ODD} and docs[never].body is None
+                    new = MISSING if body is None else body  # (None: the document deleted)
+                    return [Write.between(key, docs[key].value, new, docs[key].revision)], None
+
+                store.update(
+                    [key],
+                    compute,
+                    {"by": _ODD},
+                    shared=[declared, never],
+                    claims=[(_ODD, f"{path}-{n}")],
+                    optimistic=optimistic,
+                )
+        assert _scope_rows(store, keys["one"]) == _scope_rows(store, keys["locked"])
+        assert _snapshot_rows(store, keys["one"]) == _snapshot_rows(store, keys["locked"])
+        assert store.applied_op(_ODD, "one-11") is not False
+        with store._read_tx() as tx:
+            stored, recounted = store.recount(tx)
+            assert stored == recounted
+    fresh = open_store(backend, auto_migrate=False)
+    try:
+        for key in keys.values():
+            assert fresh.get(key).body == bodies[-1]
+            for revision, body in enumerate(bodies, 1):
+                assert fresh.read_at(key, revision=revision).body == body, (key, revision)
+    finally:
+        fresh.close()

@@ -18,6 +18,7 @@ from contextlib import AbstractContextManager, contextmanager, suppress
 from functools import lru_cache, partial
 from typing import Any, ClassVar, Final
 
+import orjson
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg import generators, pq
@@ -444,7 +445,7 @@ class PostgresStore(SqlStore):
         # Every row of every document in one call of the write function: the client's cost is
         # per statement (psycopg spends more CPU on a statement than the server does on these).
         assert not seq.params  # here seq is named by `currval`, never sent as a value
-        tx.run(_WRITE_ROWS.format(seq=seq.sql), _row_arrays(plans))
+        tx.run(_WRITE_ROWS.format(seq=seq.sql), (_payload(_rows(plans)),))
 
     def _absent_rows(self, keys: Sequence[DocKey]) -> dict[DocKey, DocRow]:
         # No round trip: the rows get ids taken from the sequence ahead (a block at a time) and
@@ -541,28 +542,35 @@ class PostgresStore(SqlStore):
             # lock keeps it out until this commit is done, as before.
             present = [(key, row) for key, row in shared if row.doc_id]
             absent = [key for key, row in shared if not row.doc_id]
+            fields = _rows(plans)
+            if absent:
+                fields["absent_state"] = [k.state for k in absent]
+                fields["absent_subject"] = [k.subject for k in absent]
+            if claims:
+                fields["claim_scope"], fields["claim_id"] = zip(*claims, strict=True)
+            if present:
+                (
+                    fields["share_state"],
+                    fields["share_subject"],
+                    fields["share_doc"],
+                    fields["share_rev"],
+                ) = _key_columns(present)
+            if creates:
+                fields["new_state"], fields["new_subject"], fields["new_doc"] = zip(
+                    *((key.state, key.subject, doc_id) for key, doc_id in creates), strict=True
+                )
+            if locked:
+                (
+                    fields["lock_state"],
+                    fields["lock_subject"],
+                    fields["lock_doc"],
+                    fields["lock_rev"],
+                ) = _key_columns(locked)
             return (
                 [key for key, _ in present],
                 [key for key, _ in locked],
-                [  # in the order of the statement's placeholders: the rows first
-                    *_row_arrays(plans),
-                    *(
-                        (_array(k.state for k in absent), _array(k.subject for k in absent))
-                        if absent
-                        else _NULLS[:2]
-                    ),
-                    at,
-                    encode_trusted(origin),
-                    _SEQ_LOCK,
-                    *(
-                        (_array(scope for scope, _ in claims), _array(op_id for _, op_id in claims))
-                        if claims
-                        else _NULLS[:2]
-                    ),
-                    *_key_arrays(present),
-                    *_create_arrays(creates),
-                    *_key_arrays(locked),
-                ],
+                # in the order of the statement's placeholders
+                [_payload(fields), at, encode_trusted(origin), _SEQ_LOCK],
             )
 
         # a commit creating rows writes only new documents and found no group on its way: alone
@@ -847,10 +855,9 @@ def _commit_alone(conn: Any, params: Sequence[Any]) -> int | None:
         return None if row is None or row[0] is None else int(row[0])
     # Straight through libpq, as a statement prepared once per connection under a name of our
     # own: a cursor's execute costs more client CPU than the rest of sending a commit (cursor
-    # set-up, its prepared-statement bookkeeping, adapting 57 parameters one by one, reading the
-    # result's description).
+    # set-up, its prepared-statement bookkeeping, adapting the parameters, reading the result's
+    # description).
     pgconn = conn.pgconn
-    # (nearly all of them array literals: text, encoded inline)
     values = [p.encode() if type(p) is str else _raw_param(p) for p in params]
     formats = [1 if type(p) is bytes else 0 for p in params]
     with conn.lock:
@@ -905,40 +912,19 @@ def _numbered(sql: str) -> str:
     return parts[0] + "".join(f"${n}{part}" for n, part in enumerate(parts[1:], 1))
 
 
-_WRITE_ROW_TYPES: Final = (
-    *("bigint[]", "text[]", "bigint[]"),  # member deletes (doc_id, name); documents losing all
-    *("bytea[]", "bigint[]", "bigint[]", "bytea[]", "bytea[]", "bigint[]", "text[]"),  # member updates
-    *("bigint[]", "text[]", "bigint[]", "bigint[]", "bigint[]", "bytea[]", "bytea[]", "bytea[]"),  # inserts
-    *("bytea[]", "bytea[]"),  # tree nodes
-    *("bigint[]", "bigint[]", "bytea[]", "bytea[]"),  # changes (with inline edits)
-    *("bigint[]", "bigint[]", "text[]", "bytea[]", "bytea[]"),  # change_edits
-    *("bigint[]", "smallint[]", "bigint[]", "bigint[]", "bigint[]", "bigint[]", "bigint[]"),  # documents
-    *("bigint[]", "bigint[]", "smallint[]"),  # snapshots
-)
-_ROW_ARGS: Final = ", ".join(f"?::{t}" for t in _WRITE_ROW_TYPES)
-_WRITE_ROWS: Final = "SELECT stateflow_write_rows({seq}, " + _ROW_ARGS + ")"
-"""A commit's document rows in one call of the write function (each column as an array)."""
+_WRITE_ROWS: Final = "SELECT stateflow_write_rows({seq}, ?::json)"
+"""A commit's document rows in one call of the write function (one payload: ``_rows``)."""
 
 
-_COMMIT: Final = (
-    "SELECT stateflow_commit("
-    + _ROW_ARGS
-    + ", ?::text[], ?::text[], ?::text, ?::bytea, "
-    + _SEQ_LOCK_KEY
-    + ", "
-    "?::text[], ?::text[], ?::text[], ?::text[], ?::bigint[], ?::bigint[], "
-    "?::bigint[], ?::text[], ?::text[], "
-    "?::text[], ?::text[], ?::bigint[], ?::bigint[])"
-)
+_COMMIT: Final = "SELECT stateflow_commit(?::json, ?::text, ?::bytea, " + _SEQ_LOCK_KEY + ")"
 """A commit computed against known revisions, in one statement (see ``update(optimistic=True)``):
 checks, locks (creating the rows of new documents before locking them), transition, claims and
-rows in one call of ``stateflow_commit``; its seq, or NULL (nothing written). It names no table,
-so one generic plan serves every commit (a join in it made its plan depend on the number of
-keys, and it was planned again on every call once a custom plan looked cheaper)."""
+rows in one call of ``stateflow_commit``; its seq, or NULL (nothing written). Its rows and keys
+travel as one payload (``_rows``, ``_payload``), the time, origin and seq lock beside. It names no
+table, so one generic plan serves every commit (a join in it made its plan depend on the number
+of keys, and it was planned again on every call once a custom plan looked cheaper)."""
 _COMMIT_RAW: Final = _numbered(_COMMIT)
-"""``_COMMIT`` sent through a raw cursor: psycopg parses a query's ``%s`` placeholders again on
-every call once it has more than 50 parameters (its query cache stops there), and this one has
-57 — a regular expression over the whole statement on every commit."""
+"""``_COMMIT`` as sent through libpq or a raw cursor (``_commit_alone``, ``_send_group``)."""
 _PATCH_COMMIT: Final = served_patch.statement(_SEQ_LOCK_KEY.replace("?", "%s"))
 """A memory patch merged by the server in one statement (``patch_on_server``)."""
 _FLUSHED: Final = "SELECT pg_logical_emit_message(true, 'stateflow', '')"
@@ -995,31 +981,21 @@ def _answer(member: Member[_Planned, int], send: Callable[[], int | None]) -> No
         member.failed(exc)
 
 
-def _key_arrays(rows: Sequence[tuple[DocKey, DocRow]]) -> list[str | None]:
+def _key_columns(rows: Sequence[tuple[DocKey, DocRow]]) -> Iterator[tuple[Any, ...]]:
     """States, subjects, doc ids and revisions, as the commit function checks them."""
-    if not rows:
-        return _NULLS[:4]
-    return [
-        _array(key.state for key, _ in rows),
-        _array(key.subject for key, _ in rows),
-        _array(row.doc_id for _, row in rows),
-        _array(row.revision for _, row in rows),
-    ]
+    return zip(*((key.state, key.subject, row.doc_id, row.revision) for key, row in rows), strict=True)
 
 
-def _row_arrays(plans: Sequence[WritePlan]) -> list[str | None]:
-    """The write function's arguments for these plans, in ``_WRITE_ROW_TYPES`` order (the
-    columns gathered in one pass over the plans, not a generator per column)."""
+def _rows(plans: Sequence[WritePlan]) -> dict[str, Any]:
+    """The rows of these plans as ``stateflow_rows``' fields: one column each, gathered in one
+    pass over the plans; a group without rows left out (the functions read it as empty)."""
     deletes: list[tuple[int, str]] = []
     gone: list[int] = []
     updates: list[tuple[Any, ...]] = []
     inserts: list[tuple[Any, ...]] = []
     nodes: list[tuple[bytes, bytes]] = []
     edits: list[tuple[Any, ...]] = []
-    ids: list[int] = []
-    revisions: list[int] = []
-    paths: list[bytes] = []
-    inline: list[bytes | None] = []
+    changes: list[tuple[Any, ...]] = []
     documents: list[tuple[int, ...]] = []
     snapshots: list[tuple[int, int, int]] = []
     for p in plans:
@@ -1032,10 +1008,7 @@ def _row_arrays(plans: Sequence[WritePlan]) -> list[str | None]:
         if p.nodes:
             nodes += p.nodes.items()
         edits += p.edits
-        ids.append(p.doc_id)
-        revisions.append(p.revision)
-        paths.append(p.paths)
-        inline.append(p.inline)
+        changes.append((p.doc_id, p.revision, p.paths, p.inline))
         d = p.row
         documents.append(
             (
@@ -1050,31 +1023,70 @@ def _row_arrays(plans: Sequence[WritePlan]) -> list[str | None]:
         )
         if p.snapshot:
             snapshots.append((p.doc_id, p.revision, 1 if p.present else 0))
-    return [
-        *_columns(deletes, 2),
-        _array(gone) if gone else None,
-        *_columns(updates, 7),
-        *_columns(inserts, 8),
-        *_columns(nodes, 2),
-        *((_array(ids), _array(revisions), _array(paths), _array(inline)) if ids else _NULLS[:4]),
-        *_columns(edits, 5),
-        *_columns(documents, 7),
-        *_columns(snapshots, 3),
-    ]
+    out: dict[str, Any] = {}
+    # (each column a tuple that zip makes in C; the payload's encoder writes it as an array)
+    if deletes:
+        out["del_doc"], out["del_name"] = zip(*deletes, strict=True)
+    if gone:
+        out["gone"] = gone
+    if updates:
+        (
+            out["upd_body"],
+            out["upd_rev"],
+            out["upd_size"],
+            out["upd_outline"],
+            out["upd_root"],
+            out["upd_doc"],
+            out["upd_name"],
+        ) = zip(*updates, strict=True)
+    if inserts:
+        (
+            out["ins_doc"],
+            out["ins_name"],
+            out["ins_pos"],
+            out["ins_rev"],
+            out["ins_size"],
+            out["ins_outline"],
+            out["ins_body"],
+            out["ins_root"],
+        ) = zip(*inserts, strict=True)
+    if nodes:
+        out["node_ids"], out["node_bodies"] = zip(*nodes, strict=True)
+    if changes:
+        out["ch_doc"], out["ch_rev"], out["ch_paths"], out["ch_edits"] = zip(*changes, strict=True)
+        (
+            out["doc_rev"],
+            out["doc_present"],
+            out["doc_snap"],
+            out["doc_since"],
+            out["doc_size"],
+            out["doc_pos"],
+            out["doc_ids"],
+        ) = zip(*documents, strict=True)
+    if edits:
+        out["ed_doc"], out["ed_rev"], out["ed_member"], out["ed_edits"], out["ed_roots"] = zip(
+            *edits, strict=True
+        )
+    if snapshots:
+        out["snap_doc"], out["snap_rev"], out["snap_present"] = zip(*snapshots, strict=True)
+    return out
 
 
-def _columns(rows: Sequence[Sequence[Any]], width: int) -> list[str | None]:
-    """Rows as ``width`` array literals, one per column (what an ``unnest`` takes); no rows as
-    NULLs (see ``_NULLS``)."""
-    if not rows:
-        return _NULLS[:width]
-    return [_array(column) for column in zip(*rows, strict=True)]
+def _payload(fields: dict[str, Any]) -> str:
+    """The write functions' one ``json`` argument (see ``stateflow_rows``): encoded in C, bytes
+    as ``bytea``'s hex text. (Each column was an array literal built element by element here,
+    ~40% of the client's Python per write.)"""
+    return orjson.dumps(fields, default=_bytea_text).decode()
 
 
-_NULLS: Final[list[str | None]] = [None] * 8
-"""Empty arrays are sent as NULL, which the write functions take as empty (``coalesce`` of
-their length, ``unnest``): 22–26 of a one-document commit's 57 parameters are empty arrays, and a
-NULL costs the server no array parse nor the client an encoding (~4 µs per commit)."""
+def _bytea_text(value: Any) -> str:
+    if type(value) is bytes:
+        return "\\x" + value.hex()
+    raise TypeError(f"no payload element for {type(value).__name__}")
+
+
+_NULLS: Final[list[str | None]] = [None] * 3
+"""No rows to create, as NULL arrays (``unnest`` of NULL gives no rows)."""
 
 
 def _array(values: Iterable[Any]) -> str:
