@@ -195,13 +195,9 @@ def test_new_documents_are_left_absent_and_uncounted_when_the_commit_is_refused(
         with psycopg.connect(pg_schema_url, autocommit=True) as conn:
             ids = store._reserve(2)
             arrays = {
-                "new_doc": ids,
-                "new_state": ["s", "s"],
-                "new_subject": [c.subject, d.subject],
-                "lock_state": ["s", "s"],
-                "lock_subject": [c.subject, d.subject],
-                "lock_doc": ids,
-                "lock_rev": [0, 0],
+                "doc_rows": [],
+                "new_keys": [("s", c.subject, ids[0]), ("s", d.subject, ids[1])],
+                "lock_keys": [("s", c.subject, ids[0], 0), ("s", d.subject, ids[1], 0)],
             }
             row = conn.execute(
                 "SELECT stateflow_commit(%s::json, 'now', '\\x7b7d'::bytea, 1)",

@@ -2294,24 +2294,23 @@ waits for it after the locks are released; see the module's docstring)."""
 
 _ROWS_AS_ONE: Final = r"""
 CREATE TYPE stateflow_rows AS (
-    -- a commit's rows, one array per column (what version 13's functions took as arguments)
-    del_doc BIGINT[], del_name TEXT[], gone BIGINT[],
-    upd_body BYTEA[], upd_rev BIGINT[], upd_size BIGINT[], upd_outline BYTEA[], upd_root BYTEA[],
-    upd_doc BIGINT[], upd_name TEXT[],
-    ins_doc BIGINT[], ins_name TEXT[], ins_pos BIGINT[], ins_rev BIGINT[], ins_size BIGINT[],
-    ins_outline BYTEA[], ins_body BYTEA[], ins_root BYTEA[],
-    node_ids BYTEA[], node_bodies BYTEA[],
-    ch_doc BIGINT[], ch_rev BIGINT[], ch_paths BYTEA[], ch_edits BYTEA[],
-    ed_doc BIGINT[], ed_rev BIGINT[], ed_member TEXT[], ed_edits BYTEA[], ed_roots BYTEA[],
-    doc_rev BIGINT[], doc_present SMALLINT[], doc_snap BIGINT[], doc_since BIGINT[],
-    doc_size BIGINT[], doc_pos BIGINT[], doc_ids BIGINT[],
-    snap_doc BIGINT[], snap_rev BIGINT[], snap_present SMALLINT[],
+    -- a commit's rows, one array row per table row (each value as text, cast where used):
+    del_rows TEXT[],  -- member rows deleted: doc_id, name
+    gone TEXT[],  -- documents whose member rows all go: doc_id (one dimension)
+    upd_rows TEXT[],  -- member rows rewritten: body, revision, size, outline, root, doc_id, name
+    ins_rows TEXT[],  -- member rows added: doc_id, name, position, revision, size, outline, body, root
+    node_rows TEXT[],  -- tree nodes: id, body
+    doc_rows TEXT[],  -- per document written, its change and its row: doc_id, revision, paths,
+    -- inline edits, then revision, present, snapshot_revision, bytes_since_snapshot, body_size,
+    -- next_position
+    ed_rows TEXT[],  -- change_edits: doc_id, revision, member, edits, roots
+    snap_rows TEXT[],  -- snapshots due: doc_id, revision, present (1 or 0)
     -- and, for stateflow_commit, the documents it checks, creates and locks, and its claims
-    absent_state TEXT[], absent_subject TEXT[],
-    claim_scope TEXT[], claim_id TEXT[],
-    share_state TEXT[], share_subject TEXT[], share_doc BIGINT[], share_rev BIGINT[],
-    new_doc BIGINT[], new_state TEXT[], new_subject TEXT[],
-    lock_state TEXT[], lock_subject TEXT[], lock_doc BIGINT[], lock_rev BIGINT[]
+    absent_keys TEXT[],  -- state, subject
+    claim_keys TEXT[],  -- scope, op_id
+    share_keys TEXT[],  -- state, subject, doc_id, revision
+    new_keys TEXT[],  -- state, subject, doc_id
+    lock_keys TEXT[]  -- state, subject, doc_id, revision
 );
 DROP FUNCTION stateflow_write_rows(
     BIGINT,
@@ -2322,58 +2321,68 @@ DROP FUNCTION stateflow_write_rows(
 );
 CREATE FUNCTION stateflow_write_rows(p_seq BIGINT, p JSON) RETURNS VOID LANGUAGE plpgsql AS $$
 -- A commit's rows on the locked path (its transaction holds the locks and inserted the
--- transition p_seq): the rows as version 5's function wrote them, from one json object whose
--- keys are stateflow_rows' fields (a key left out or null: an empty array), unpacked in C.
+-- transition p_seq), as stateflow_commit writes them, from one json object whose keys are
+-- stateflow_rows' fields, each an array of rows (a key left out: no rows), unpacked in C.
 DECLARE
     w stateflow_rows := json_populate_record(NULL::stateflow_rows, p);
 BEGIN
-    IF coalesce(array_length(w.node_ids, 1), 0) > 0 THEN
-        INSERT INTO nodes (id, body) SELECT * FROM unnest(w.node_ids, w.node_bodies) ON CONFLICT (id) DO NOTHING;
+    IF w.node_rows IS NOT NULL THEN
+        INSERT INTO nodes (id, body)
+        SELECT w.node_rows[i][1]::bytea, w.node_rows[i][2]::bytea FROM generate_subscripts(w.node_rows, 1) AS i
+        ON CONFLICT (id) DO NOTHING;
     END IF;
-    FOR i IN 1 .. coalesce(array_length(w.del_doc, 1), 0) LOOP
-        DELETE FROM members WHERE doc_id = w.del_doc[i] AND name = w.del_name[i];
+    FOR i IN 1 .. coalesce(array_length(w.del_rows, 1), 0) LOOP
+        DELETE FROM members WHERE doc_id = w.del_rows[i][1]::bigint AND name = w.del_rows[i][2];
     END LOOP;
     FOR i IN 1 .. coalesce(array_length(w.gone, 1), 0) LOOP
-        DELETE FROM members WHERE doc_id = w.gone[i];
+        DELETE FROM members WHERE doc_id = w.gone[i]::bigint;
     END LOOP;
-    FOR i IN 1 .. coalesce(array_length(w.upd_doc, 1), 0) LOOP
+    FOR i IN 1 .. coalesce(array_length(w.upd_rows, 1), 0) LOOP
         UPDATE members
-        SET body = w.upd_body[i], revision = w.upd_rev[i], size = w.upd_size[i], outline = w.upd_outline[i],
-            root = w.upd_root[i]
-        WHERE doc_id = w.upd_doc[i] AND name = w.upd_name[i];
+        SET body = w.upd_rows[i][1]::bytea, revision = w.upd_rows[i][2]::bigint, size = w.upd_rows[i][3]::bigint,
+            outline = w.upd_rows[i][4]::bytea, root = w.upd_rows[i][5]::bytea
+        WHERE doc_id = w.upd_rows[i][6]::bigint AND name = w.upd_rows[i][7];
     END LOOP;
-    IF coalesce(array_length(w.ins_doc, 1), 0) > 0 THEN
+    IF w.ins_rows IS NOT NULL THEN
         INSERT INTO members (doc_id, name, position, revision, size, outline, body, root)
-        SELECT * FROM unnest(w.ins_doc, w.ins_name, w.ins_pos, w.ins_rev, w.ins_size, w.ins_outline, w.ins_body, w.ins_root);
+        SELECT w.ins_rows[i][1]::bigint, w.ins_rows[i][2], w.ins_rows[i][3]::bigint, w.ins_rows[i][4]::bigint,
+            w.ins_rows[i][5]::bigint, w.ins_rows[i][6]::bytea, w.ins_rows[i][7]::bytea, w.ins_rows[i][8]::bytea
+        FROM generate_subscripts(w.ins_rows, 1) AS i;
     END IF;
-    INSERT INTO changes (doc_id, revision, seq, paths, edits)
-    SELECT x.d, x.r, p_seq, x.p, x.e FROM unnest(w.ch_doc, w.ch_rev, w.ch_paths, w.ch_edits) AS x(d, r, p, e);
-    IF coalesce(array_length(w.ed_doc, 1), 0) > 0 THEN
+    FOR i IN 1 .. coalesce(array_length(w.doc_rows, 1), 0) LOOP
+        WITH d AS (
+            UPDATE documents
+            SET revision = w.doc_rows[i][5]::bigint, present = w.doc_rows[i][6]::smallint, updated_seq = p_seq,
+                snapshot_revision = w.doc_rows[i][7]::bigint, bytes_since_snapshot = w.doc_rows[i][8]::bigint,
+                body_size = w.doc_rows[i][9]::bigint, next_position = w.doc_rows[i][10]::bigint
+            WHERE doc_id = w.doc_rows[i][1]::bigint
+        )
+        INSERT INTO changes (doc_id, revision, seq, paths, edits)
+        VALUES (w.doc_rows[i][1]::bigint, w.doc_rows[i][2]::bigint, p_seq, w.doc_rows[i][3]::bytea,
+                w.doc_rows[i][4]::bytea);
+    END LOOP;
+    IF w.ed_rows IS NOT NULL THEN
         INSERT INTO change_edits (doc_id, revision, member, edits, roots)
-        SELECT * FROM unnest(w.ed_doc, w.ed_rev, w.ed_member, w.ed_edits, w.ed_roots);
+        SELECT w.ed_rows[i][1]::bigint, w.ed_rows[i][2]::bigint, w.ed_rows[i][3], w.ed_rows[i][4]::bytea,
+            w.ed_rows[i][5]::bytea
+        FROM generate_subscripts(w.ed_rows, 1) AS i;
     END IF;
-    FOR i IN 1 .. coalesce(array_length(w.snap_doc, 1), 0) LOOP
-        IF w.snap_present[i] = 1 THEN
+    FOR i IN 1 .. coalesce(array_length(w.snap_rows, 1), 0) LOOP
+        IF w.snap_rows[i][3] = '1' THEN
             -- members unchanged since an earlier snapshot are there already: not copied again
             INSERT INTO snapshot_members (doc_id, name, revision, body, root)
             SELECT m.doc_id, m.name, m.revision, m.body, m.root FROM members m
-            WHERE m.doc_id = w.snap_doc[i] AND NOT EXISTS (
+            WHERE m.doc_id = w.snap_rows[i][1]::bigint AND NOT EXISTS (
                 SELECT 1 FROM snapshot_members s
                 WHERE s.doc_id = m.doc_id AND s.name = m.name AND s.revision = m.revision);
             INSERT INTO snapshots (doc_id, revision, body)
-            SELECT w.snap_doc[i], w.snap_rev[i], convert_to(coalesce(
+            SELECT w.snap_rows[i][1]::bigint, w.snap_rows[i][2]::bigint, convert_to(coalesce(
                 json_agg(json_build_array(m.name, m.revision) ORDER BY m.position)::text, '[]'), 'UTF8')
-            FROM members m WHERE m.doc_id = w.snap_doc[i];
+            FROM members m WHERE m.doc_id = w.snap_rows[i][1]::bigint;
         ELSE
-            INSERT INTO snapshots (doc_id, revision, body) VALUES (w.snap_doc[i], w.snap_rev[i], '\x6e756c6c'::bytea);
+            INSERT INTO snapshots (doc_id, revision, body)
+            VALUES (w.snap_rows[i][1]::bigint, w.snap_rows[i][2]::bigint, '\x6e756c6c'::bytea);
         END IF;
-    END LOOP;
-    FOR i IN 1 .. coalesce(array_length(w.doc_ids, 1), 0) LOOP
-        UPDATE documents
-        SET revision = w.doc_rev[i], present = w.doc_present[i], updated_seq = p_seq,
-            snapshot_revision = w.doc_snap[i], bytes_since_snapshot = w.doc_since[i],
-            body_size = w.doc_size[i], next_position = w.doc_pos[i]
-        WHERE doc_id = w.doc_ids[i];
     END LOOP;
 END
 $$;
@@ -2388,9 +2397,9 @@ DROP FUNCTION stateflow_commit(
 CREATE FUNCTION stateflow_commit(p JSON, p_at TEXT, p_origin BYTEA, p_seq_lock BIGINT)
 RETURNS BIGINT LANGUAGE plpgsql AS $$
 -- A commit computed against known revisions, whole, as version 13's function (which see): the
--- same checks, locks and rows in the same order, its arrays taken from one json object whose
--- keys are stateflow_rows' fields (a key left out or null: an empty array), unpacked in C —
--- the client sends one text it encodes in C instead of 54 array literals it built element by
+-- same checks, locks and rows in the same order, taken from one json object whose keys are
+-- stateflow_rows' fields, each an array of rows (a key left out: no rows), unpacked in C: the
+-- client sends one text it encodes in C instead of 54 array literals it built element by
 -- element in Python.
 DECLARE
     w stateflow_rows := json_populate_record(NULL::stateflow_rows, p);
@@ -2399,38 +2408,37 @@ DECLARE
     new_seq BIGINT;
     claimed BIGINT;
 BEGIN
-    FOR i IN 1 .. coalesce(array_length(w.absent_state, 1), 0) LOOP
-        IF EXISTS (SELECT 1 FROM documents WHERE state = w.absent_state[i] AND subject = w.absent_subject[i]) THEN
+    FOR i IN 1 .. coalesce(array_length(w.absent_keys, 1), 0) LOOP
+        IF EXISTS (SELECT 1 FROM documents WHERE state = w.absent_keys[i][1] AND subject = w.absent_keys[i][2]) THEN
             RETURN NULL;
         END IF;
     END LOOP;
-    FOR i IN 1 .. coalesce(array_length(w.claim_scope, 1), 0) LOOP
-        IF EXISTS (SELECT 1 FROM applied_ops WHERE scope = w.claim_scope[i] AND op_id = w.claim_id[i]) THEN
+    FOR i IN 1 .. coalesce(array_length(w.claim_keys, 1), 0) LOOP
+        IF EXISTS (SELECT 1 FROM applied_ops WHERE scope = w.claim_keys[i][1] AND op_id = w.claim_keys[i][2]) THEN
             RETURN NULL;
         END IF;
     END LOOP;
-    FOR i IN 1 .. coalesce(array_length(w.share_state, 1), 0) LOOP
+    FOR i IN 1 .. coalesce(array_length(w.share_keys, 1), 0) LOOP
         found_doc := NULL;
         found_rev := NULL;
         SELECT doc_id, revision INTO found_doc, found_rev FROM documents
-        WHERE state = w.share_state[i] AND subject = w.share_subject[i] FOR SHARE;
-        IF coalesce(found_doc, 0) <> w.share_doc[i] OR coalesce(found_rev, 0) <> w.share_rev[i] THEN
+        WHERE state = w.share_keys[i][1] AND subject = w.share_keys[i][2] FOR SHARE;
+        IF coalesce(found_doc, 0) <> w.share_keys[i][3]::bigint OR coalesce(found_rev, 0) <> w.share_keys[i][4]::bigint THEN
             RETURN NULL;
         END IF;
     END LOOP;
-    IF coalesce(array_length(w.new_doc, 1), 0) > 0 THEN
-        -- absent until the rows are written, after the seq lock: a row inserted present would
-        -- count its kind here, locking that counter before the seq lock, while the seq lock's
-        -- holder may be waiting for the same counter (a deadlock)
-        INSERT INTO documents (doc_id, state, subject) SELECT * FROM unnest(w.new_doc, w.new_state, w.new_subject)
+    IF w.new_keys IS NOT NULL THEN
+        -- absent until the rows are written, after the seq lock (see version 13)
+        INSERT INTO documents (doc_id, state, subject)
+        SELECT w.new_keys[i][3]::bigint, w.new_keys[i][1], w.new_keys[i][2] FROM generate_subscripts(w.new_keys, 1) AS i
         ON CONFLICT (state, subject) DO NOTHING;
     END IF;
-    FOR i IN 1 .. coalesce(array_length(w.lock_state, 1), 0) LOOP
+    FOR i IN 1 .. coalesce(array_length(w.lock_keys, 1), 0) LOOP
         found_doc := NULL;
         found_rev := NULL;
         SELECT doc_id, revision INTO found_doc, found_rev FROM documents
-        WHERE state = w.lock_state[i] AND subject = w.lock_subject[i] FOR UPDATE;
-        IF found_doc IS DISTINCT FROM w.lock_doc[i] OR found_rev IS DISTINCT FROM w.lock_rev[i] THEN
+        WHERE state = w.lock_keys[i][1] AND subject = w.lock_keys[i][2] FOR UPDATE;
+        IF found_doc IS DISTINCT FROM w.lock_keys[i][3]::bigint OR found_rev IS DISTINCT FROM w.lock_keys[i][4]::bigint THEN
             RETURN NULL;
         END IF;
     END LOOP;
@@ -2438,67 +2446,71 @@ BEGIN
     INSERT INTO transitions (at, origin)
     SELECT p_at, p_origin FROM (SELECT pg_advisory_xact_lock(p_seq_lock)) AS l
     RETURNING seq INTO new_seq;
-    IF coalesce(array_length(w.claim_scope, 1), 0) > 0 THEN
+    IF w.claim_keys IS NOT NULL THEN
         INSERT INTO applied_ops (scope, op_id, applied_at, seq)
-        SELECT c.scope, c.op_id, p_at, new_seq FROM unnest(w.claim_scope, w.claim_id) AS c(scope, op_id)
+        SELECT w.claim_keys[i][1], w.claim_keys[i][2], p_at, new_seq FROM generate_subscripts(w.claim_keys, 1) AS i
         ON CONFLICT (scope, op_id) DO NOTHING;
         GET DIAGNOSTICS claimed = ROW_COUNT;
-        IF claimed <> array_length(w.claim_scope, 1) THEN  -- claimed meanwhile: undo it all
+        IF claimed <> array_length(w.claim_keys, 1) THEN  -- claimed meanwhile: undo it all
             RAISE EXCEPTION 'an op id was claimed concurrently' USING ERRCODE = 'SF409';
         END IF;
     END IF;
-    -- the rows, as stateflow_write_rows writes them
-    IF coalesce(array_length(w.node_ids, 1), 0) > 0 THEN
-        INSERT INTO nodes (id, body) SELECT * FROM unnest(w.node_ids, w.node_bodies) ON CONFLICT (id) DO NOTHING;
+    IF w.node_rows IS NOT NULL THEN
+        INSERT INTO nodes (id, body)
+        SELECT w.node_rows[i][1]::bytea, w.node_rows[i][2]::bytea FROM generate_subscripts(w.node_rows, 1) AS i
+        ON CONFLICT (id) DO NOTHING;
     END IF;
-    FOR i IN 1 .. coalesce(array_length(w.del_doc, 1), 0) LOOP
-        DELETE FROM members WHERE doc_id = w.del_doc[i] AND name = w.del_name[i];
+    FOR i IN 1 .. coalesce(array_length(w.del_rows, 1), 0) LOOP
+        DELETE FROM members WHERE doc_id = w.del_rows[i][1]::bigint AND name = w.del_rows[i][2];
     END LOOP;
     FOR i IN 1 .. coalesce(array_length(w.gone, 1), 0) LOOP
-        DELETE FROM members WHERE doc_id = w.gone[i];
+        DELETE FROM members WHERE doc_id = w.gone[i]::bigint;
     END LOOP;
-    FOR i IN 1 .. coalesce(array_length(w.upd_doc, 1), 0) LOOP
+    FOR i IN 1 .. coalesce(array_length(w.upd_rows, 1), 0) LOOP
         UPDATE members
-        SET body = w.upd_body[i], revision = w.upd_rev[i], size = w.upd_size[i], outline = w.upd_outline[i],
-            root = w.upd_root[i]
-        WHERE doc_id = w.upd_doc[i] AND name = w.upd_name[i];
+        SET body = w.upd_rows[i][1]::bytea, revision = w.upd_rows[i][2]::bigint, size = w.upd_rows[i][3]::bigint,
+            outline = w.upd_rows[i][4]::bytea, root = w.upd_rows[i][5]::bytea
+        WHERE doc_id = w.upd_rows[i][6]::bigint AND name = w.upd_rows[i][7];
     END LOOP;
-    IF coalesce(array_length(w.ins_doc, 1), 0) > 0 THEN
+    IF w.ins_rows IS NOT NULL THEN
         INSERT INTO members (doc_id, name, position, revision, size, outline, body, root)
-        SELECT * FROM unnest(w.ins_doc, w.ins_name, w.ins_pos, w.ins_rev, w.ins_size, w.ins_outline, w.ins_body, w.ins_root);
+        SELECT w.ins_rows[i][1]::bigint, w.ins_rows[i][2], w.ins_rows[i][3]::bigint, w.ins_rows[i][4]::bigint,
+            w.ins_rows[i][5]::bigint, w.ins_rows[i][6]::bytea, w.ins_rows[i][7]::bytea, w.ins_rows[i][8]::bytea
+        FROM generate_subscripts(w.ins_rows, 1) AS i;
     END IF;
-    IF w.ch_doc IS DISTINCT FROM w.doc_ids THEN  -- (the client sends one change per document row, in order)
-        RAISE EXCEPTION 'stateflow_commit: changes and document rows differ';
-    END IF;
-    FOR i IN 1 .. coalesce(array_length(w.doc_ids, 1), 0) LOOP
+    FOR i IN 1 .. coalesce(array_length(w.doc_rows, 1), 0) LOOP
         WITH d AS (
             UPDATE documents
-            SET revision = w.doc_rev[i], present = w.doc_present[i], updated_seq = new_seq,
-                snapshot_revision = w.doc_snap[i], bytes_since_snapshot = w.doc_since[i],
-                body_size = w.doc_size[i], next_position = w.doc_pos[i]
-            WHERE doc_id = w.doc_ids[i]
+            SET revision = w.doc_rows[i][5]::bigint, present = w.doc_rows[i][6]::smallint, updated_seq = new_seq,
+                snapshot_revision = w.doc_rows[i][7]::bigint, bytes_since_snapshot = w.doc_rows[i][8]::bigint,
+                body_size = w.doc_rows[i][9]::bigint, next_position = w.doc_rows[i][10]::bigint
+            WHERE doc_id = w.doc_rows[i][1]::bigint
         )
         INSERT INTO changes (doc_id, revision, seq, paths, edits)
-        VALUES (w.ch_doc[i], w.ch_rev[i], new_seq, w.ch_paths[i], w.ch_edits[i]);
+        VALUES (w.doc_rows[i][1]::bigint, w.doc_rows[i][2]::bigint, new_seq, w.doc_rows[i][3]::bytea,
+                w.doc_rows[i][4]::bytea);
     END LOOP;
-    IF coalesce(array_length(w.ed_doc, 1), 0) > 0 THEN
+    IF w.ed_rows IS NOT NULL THEN
         INSERT INTO change_edits (doc_id, revision, member, edits, roots)
-        SELECT * FROM unnest(w.ed_doc, w.ed_rev, w.ed_member, w.ed_edits, w.ed_roots);
+        SELECT w.ed_rows[i][1]::bigint, w.ed_rows[i][2]::bigint, w.ed_rows[i][3], w.ed_rows[i][4]::bytea,
+            w.ed_rows[i][5]::bytea
+        FROM generate_subscripts(w.ed_rows, 1) AS i;
     END IF;
-    FOR i IN 1 .. coalesce(array_length(w.snap_doc, 1), 0) LOOP
-        IF w.snap_present[i] = 1 THEN
+    FOR i IN 1 .. coalesce(array_length(w.snap_rows, 1), 0) LOOP
+        IF w.snap_rows[i][3] = '1' THEN
             -- members unchanged since an earlier snapshot are there already: not copied again
             INSERT INTO snapshot_members (doc_id, name, revision, body, root)
             SELECT m.doc_id, m.name, m.revision, m.body, m.root FROM members m
-            WHERE m.doc_id = w.snap_doc[i] AND NOT EXISTS (
+            WHERE m.doc_id = w.snap_rows[i][1]::bigint AND NOT EXISTS (
                 SELECT 1 FROM snapshot_members s
                 WHERE s.doc_id = m.doc_id AND s.name = m.name AND s.revision = m.revision);
             INSERT INTO snapshots (doc_id, revision, body)
-            SELECT w.snap_doc[i], w.snap_rev[i], convert_to(coalesce(
+            SELECT w.snap_rows[i][1]::bigint, w.snap_rows[i][2]::bigint, convert_to(coalesce(
                 json_agg(json_build_array(m.name, m.revision) ORDER BY m.position)::text, '[]'), 'UTF8')
-            FROM members m WHERE m.doc_id = w.snap_doc[i];
+            FROM members m WHERE m.doc_id = w.snap_rows[i][1]::bigint;
         ELSE
-            INSERT INTO snapshots (doc_id, revision, body) VALUES (w.snap_doc[i], w.snap_rev[i], '\x6e756c6c'::bytea);
+            INSERT INTO snapshots (doc_id, revision, body)
+            VALUES (w.snap_rows[i][1]::bigint, w.snap_rows[i][2]::bigint, '\x6e756c6c'::bytea);
         END IF;
     END LOOP;
     RETURN new_seq;

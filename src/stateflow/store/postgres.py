@@ -544,28 +544,15 @@ class PostgresStore(SqlStore):
             absent = [key for key, row in shared if not row.doc_id]
             fields = _rows(plans)
             if absent:
-                fields["absent_state"] = [k.state for k in absent]
-                fields["absent_subject"] = [k.subject for k in absent]
+                fields["absent_keys"] = [(k.state, k.subject) for k in absent]
             if claims:
-                fields["claim_scope"], fields["claim_id"] = zip(*claims, strict=True)
+                fields["claim_keys"] = claims
             if present:
-                (
-                    fields["share_state"],
-                    fields["share_subject"],
-                    fields["share_doc"],
-                    fields["share_rev"],
-                ) = _key_columns(present)
+                fields["share_keys"] = [(k.state, k.subject, r.doc_id, r.revision) for k, r in present]
             if creates:
-                fields["new_state"], fields["new_subject"], fields["new_doc"] = zip(
-                    *((key.state, key.subject, doc_id) for key, doc_id in creates), strict=True
-                )
+                fields["new_keys"] = [(k.state, k.subject, doc_id) for k, doc_id in creates]
             if locked:
-                (
-                    fields["lock_state"],
-                    fields["lock_subject"],
-                    fields["lock_doc"],
-                    fields["lock_rev"],
-                ) = _key_columns(locked)
+                fields["lock_keys"] = [(k.state, k.subject, r.doc_id, r.revision) for k, r in locked]
             return (
                 [key for key, _ in present],
                 [key for key, _ in locked],
@@ -981,22 +968,17 @@ def _answer(member: Member[_Planned, int], send: Callable[[], int | None]) -> No
         member.failed(exc)
 
 
-def _key_columns(rows: Sequence[tuple[DocKey, DocRow]]) -> Iterator[tuple[Any, ...]]:
-    """States, subjects, doc ids and revisions, as the commit function checks them."""
-    return zip(*((key.state, key.subject, row.doc_id, row.revision) for key, row in rows), strict=True)
-
-
 def _rows(plans: Sequence[WritePlan]) -> dict[str, Any]:
-    """The rows of these plans as ``stateflow_rows``' fields: one column each, gathered in one
-    pass over the plans; a group without rows left out (the functions read it as empty)."""
+    """The rows of these plans as ``stateflow_rows``' fields: each a list of the rows as the
+    plans hold them (tuples, which the payload's encoder writes as arrays), gathered in one pass
+    over the plans; a table without rows left out."""
     deletes: list[tuple[int, str]] = []
     gone: list[int] = []
     updates: list[tuple[Any, ...]] = []
     inserts: list[tuple[Any, ...]] = []
     nodes: list[tuple[bytes, bytes]] = []
     edits: list[tuple[Any, ...]] = []
-    changes: list[tuple[Any, ...]] = []
-    documents: list[tuple[int, ...]] = []
+    documents: list[tuple[Any, ...]] = []
     snapshots: list[tuple[int, int, int]] = []
     for p in plans:
         if p.present:
@@ -1008,67 +990,38 @@ def _rows(plans: Sequence[WritePlan]) -> dict[str, Any]:
         if p.nodes:
             nodes += p.nodes.items()
         edits += p.edits
-        changes.append((p.doc_id, p.revision, p.paths, p.inline))
         d = p.row
-        documents.append(
+        documents.append(  # its change row, then its document row (the same document)
             (
+                p.doc_id,
+                p.revision,
+                p.paths,
+                p.inline,
                 d.revision,
                 int(d.present),
                 d.snapshot_revision,
                 d.bytes_since_snapshot,
                 d.body_size,
                 d.next_position,
-                d.doc_id,
             )
         )
         if p.snapshot:
             snapshots.append((p.doc_id, p.revision, 1 if p.present else 0))
-    out: dict[str, Any] = {}
-    # (each column a tuple that zip makes in C; the payload's encoder writes it as an array)
+    out: dict[str, Any] = {"doc_rows": documents}
     if deletes:
-        out["del_doc"], out["del_name"] = zip(*deletes, strict=True)
+        out["del_rows"] = deletes
     if gone:
         out["gone"] = gone
     if updates:
-        (
-            out["upd_body"],
-            out["upd_rev"],
-            out["upd_size"],
-            out["upd_outline"],
-            out["upd_root"],
-            out["upd_doc"],
-            out["upd_name"],
-        ) = zip(*updates, strict=True)
+        out["upd_rows"] = updates
     if inserts:
-        (
-            out["ins_doc"],
-            out["ins_name"],
-            out["ins_pos"],
-            out["ins_rev"],
-            out["ins_size"],
-            out["ins_outline"],
-            out["ins_body"],
-            out["ins_root"],
-        ) = zip(*inserts, strict=True)
+        out["ins_rows"] = inserts
     if nodes:
-        out["node_ids"], out["node_bodies"] = zip(*nodes, strict=True)
-    if changes:
-        out["ch_doc"], out["ch_rev"], out["ch_paths"], out["ch_edits"] = zip(*changes, strict=True)
-        (
-            out["doc_rev"],
-            out["doc_present"],
-            out["doc_snap"],
-            out["doc_since"],
-            out["doc_size"],
-            out["doc_pos"],
-            out["doc_ids"],
-        ) = zip(*documents, strict=True)
+        out["node_rows"] = nodes
     if edits:
-        out["ed_doc"], out["ed_rev"], out["ed_member"], out["ed_edits"], out["ed_roots"] = zip(
-            *edits, strict=True
-        )
+        out["ed_rows"] = edits
     if snapshots:
-        out["snap_doc"], out["snap_rev"], out["snap_present"] = zip(*snapshots, strict=True)
+        out["snap_rows"] = snapshots
     return out
 
 
