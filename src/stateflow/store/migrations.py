@@ -236,11 +236,14 @@ only records the version.
 Version 24, on PostgreSQL, has the write functions (``stateflow_commit``,
 ``stateflow_write_rows``) take a commit's rows — and the commit's checked, created and locked
 documents and claims — as one ``json`` object instead of one array argument per column (57
-arguments): its keys are the fields of the composite type ``stateflow_rows`` (a key left out
-or null reads as an empty array), which ``json_populate_record`` unpacks in C into the same
-arrays the functions read before. The client encodes the object in C (``orjson``, bytes as
-``bytea``'s hex text) instead of building ~25 array literals element by element in Python. The
-same checks, locks and rows in the same order. SQLite only records the version.
+arguments): its keys are the fields of the composite type ``stateflow_rows``, one per table
+(a key left out: no rows), each an array of rows as the client's plans hold them, which
+``json_populate_record`` unpacks in C into two-dimensional ``text`` arrays the functions cast
+where they use a value. The client encodes the object in C (``orjson``, bytes as ``bytea``'s
+hex text) instead of building ~25 array literals element by element in Python. (A field per
+column, 54 of them, cost the server more than the client saved: ``json_populate_record`` sets
+up every field's types on every call.) The same checks, locks and rows in the same order.
+SQLite only records the version.
 """
 
 from __future__ import annotations
