@@ -1044,9 +1044,8 @@ _NULLS: Final[list[str | None]] = [None] * 3
 
 def _array(values: Iterable[Any]) -> str:
     """A PostgreSQL array literal of ints, strings, bytes and NULLs. Sent as text and cast in
-    the statement: psycopg adapting a list inspects every element (~9 µs per list here), and a
-    commit sends two dozen of them. (One loop with the elements' cases inline: a function
-    call per element cost as much as the rest.)"""
+    the statement: psycopg adapting a list inspects every element (~9 µs per list here). (A
+    commit's rows travel as one payload instead: ``_payload``.)"""
     out = []
     for value in values:
         kind = type(value)
