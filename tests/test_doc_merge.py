@@ -242,3 +242,21 @@ def test_a_merge_lists_its_edits_unless_it_deletes_or_patches_elements() -> None
     )  # nothing deleted, nothing changed
     assert edits.exact
     assert not edits
+
+
+def test_a_merge_lists_nothing_once_its_edits_cannot_be_exact() -> None:
+    """Once a merge patched an array's elements or deleted something, the caller diffs along the
+    patch's trie instead: the merge lists no edit after that, so it never diffs a whole array
+    whose elements it patched (a large plane's ``big[5]`` walked every element for nothing)."""
+    doc = {"lazy": {"big": list(range(1000)), "o": {"x": 1}}, "s": "v"}
+    for patch in (
+        {"lazy": {"big": {"[5]": "y"}}},
+        {"lazy": {"big": {"[5]": "y"}, "o": {"x": 2}}, "s": "w"},
+        {"lazy": {"o": {"x": None}}, "s": "w"},
+    ):
+        edits = Emitted()
+        got = merge_patch(doc, patch, prune=True, edits=edits)
+        assert not edits.exact, patch
+        assert list(edits) == [], patch
+        where = patch_within(patch, {})
+        assert apply_edits(doc, diff_within(doc, got, where)) == got

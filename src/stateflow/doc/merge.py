@@ -126,7 +126,10 @@ def merge_patch(
                 continue  # deletion-only patch through an absent ancestor: no empty parent
         if new is current:
             continue
-        if whole is not None:  # (what ``diff_within`` does at a leaf of the patch's trie)
+        # (what ``diff_within`` does at a leaf of the patch's trie; none once the edits cannot
+        # be exact: the caller diffs along the trie then, and a diff here, of an array whose
+        # elements were patched, would walk the whole array for edits thrown away)
+        if whole is not None and whole.exact:
             tn = type(new)
             if tn is type(current) and tn is not dict and tn is not list:
                 if new != current:  # (``diff_into``'s step for two scalars of one type, inline)
