@@ -13,9 +13,10 @@ import orjson
 import pytest
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
+from stateflow.doc.diff import diff
 from stateflow.langgraph import StateflowSaver
 from stateflow.langgraph.codec import NOT_PLAIN as REFUSED
-from stateflow.langgraph.codec import Codec, is_plain, plain
+from stateflow.langgraph.codec import Codec, is_plain, plain, plain_edits
 from stateflow.states import StatesService
 from stateflow.store import open_store
 
@@ -286,3 +287,95 @@ def test_plain_answers_by_the_rules_and_copies_as_json_does() -> None:
             kept += 1
             _same_json(copy, orjson.loads(orjson.dumps(value)), value)
     assert 300 < kept < len(values) - 300  # both answers, many times
+
+
+_PLAIN_LEAVES: list[Any] = ["text", "", None, True, False, 0, 1, 1.0, -0.0, 2.5, 2**53, -(2**53)]
+_REFUSED_LEAVES: list[Any] = [2**53 + 1, math.nan, (1, 2), b"b", _Text("t"), _Level.LOW, {1: "a"}]
+
+
+def _grouped(before: dict[str, Any], after: dict[str, Any]) -> bytes:
+    """``diff(before, after)``'s edits grouped by top-level member in first-touched order, as
+    JSON text (exact number types, key order and edit order)."""
+    groups: dict[str, list[Any]] = {}
+    for edit in diff(before, after):
+        groups.setdefault(str(edit.path[0]), []).append(edit.to_json())
+    return orjson.dumps(groups)
+
+
+def test_plain_edits_walks_once_what_plain_and_the_diff_give() -> None:
+    """``plain_edits(new, old)`` on random bodies and random changes of them (number types
+    swapped — ``1``, ``1.0``, ``True`` —, keys added, deleted and reordered, lists grown and
+    shrunk, kinds changed, values refused anywhere, down to the depth limit and past it):
+    refused exactly where ``plain`` refuses, else ``plain``'s copy (exact types, key order, no
+    container of ``new``) and exactly the diff's edits of ``old`` into it, grouped by member
+    in first-touched order."""
+    rng = random.Random(1203)
+
+    def nest(depth: int, refused: float = 0.0) -> Any:
+        if depth <= 0 or rng.random() < 0.35:
+            return rng.choice(_REFUSED_LEAVES if rng.random() < refused else _PLAIN_LEAVES)
+        if rng.random() < 0.5:
+            return {f"k{n}": nest(depth - 1, refused) for n in range(rng.randint(0, 4))}
+        return [nest(depth - 1, refused) for _ in range(rng.randint(0, 4))]
+
+    def changed(value: Any, depth: int) -> Any:
+        """A new value made from ``value``: its containers new, some parts changed."""
+        roll = rng.random()
+        if roll < 0.1:
+            return nest(depth, 0.05)
+        if type(value) is dict:
+            items = [
+                (k, changed(v, depth - 1) if rng.random() < 0.5 else _copied(v)) for k, v in value.items()
+            ]
+            if items and rng.random() < 0.2:
+                del items[rng.randrange(len(items))]
+            if rng.random() < 0.2:
+                items.append((f"k{rng.randint(0, 6)}", nest(depth - 1, 0.05)))
+            if rng.random() < 0.1:
+                items.reverse()
+            return dict(items)
+        if type(value) is list:
+            out = [changed(v, depth - 1) if rng.random() < 0.5 else _copied(v) for v in value]
+            if rng.random() < 0.2:
+                out.append(nest(depth - 1, 0.05))
+            elif out and rng.random() < 0.1:
+                out.pop()
+            return out
+        if roll < 0.5:  # the same number as another type (``0 == 0.0 == False``), or another leaf
+            if type(value) is str:
+                return value + "x"
+            if type(value) in (int, float, bool) and value in (0, 1):
+                return rng.choice([[0, 0.0, False], [1, 1.0, True]][int(value)])
+            return rng.choice(_PLAIN_LEAVES)
+        return value
+
+    cases: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    for _ in range(3000):
+        old = {f"m{n}": nest(4) for n in range(rng.randint(0, 6))}
+        cases.append((changed(old, 5), old))
+    leaf: Any
+    for depth in (62, 63, 64, 65, 66):
+        for leaf in ("s", 1, True, 1.5, None, {}, []):
+            new = {"a": _nested(depth, leaf)}
+            for old_leaf in ("s", leaf):
+                cases.append((new, {"a": orjson.loads(orjson.dumps(_nested(depth, old_leaf)))}))
+            cases.append((new, {}))
+    kept = edited = 0
+    for new, old in cases:
+        if type(new) is not dict:
+            continue
+        copy = plain(new)
+        made = plain_edits(new, old)
+        assert (made is None) == (copy is REFUSED), (new, old)
+        if made is None:
+            continue
+        kept += 1
+        body, groups = made
+        _same_json(body, orjson.loads(orjson.dumps(new)), new)
+        assert orjson.dumps(groups) == _grouped(old, body), (new, old)
+        edited += bool(groups)
+    assert 1000 < kept < len(cases) - 300 and 500 < edited < kept  # every answer, many times
+
+
+def _copied(value: Any) -> Any:
+    return orjson.loads(orjson.dumps(value)) if type(value) in (dict, list) else value

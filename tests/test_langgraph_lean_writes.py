@@ -19,9 +19,11 @@ import textwrap
 import time
 from typing import Any
 
+import orjson
 import pytest
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 
+from stateflow.doc.diff import diff
 from stateflow.errors import InvalidJSON
 from stateflow.langgraph import StateflowSaver, StateflowStore
 from stateflow.langgraph.saver import DECLARATION as SAVER_DECLARATION
@@ -156,6 +158,43 @@ def test_a_lean_write_refuses_what_the_general_path_refuses(backend: str) -> Non
         saver.put_writes(config, [("messages", {1, 2})], "task")  # not JSON: kept serialized
         tup = saver.get_tuple(config)
         assert tup is None  # writes without their checkpoint are not a checkpoint
+
+
+_EXACT_VALUES: list[dict[str, Any]] = [
+    {"n": 1, "tags": ["a", "b"], "deep": {"x": 1, "y": [1, 2]}},
+    {"n": 1.0, "tags": ["a", "c"], "deep": {"x": 1, "y": [1, 2.0]}},
+    {"n": True, "tags": ["a", "c", True], "deep": {"x": 1.0, "y": [True, 2.0]}},
+    {"n": True, "tags": {"a": 1}, "deep": {"y": [True, 2.0], "z": None}},
+    {"n": 0, "tags": {"a": 1.0, "b": False}, "deep": {"y": [], "z": {"q": 1}}},
+    {"n": 0.0, "tags": {"b": 0, "a": 1.0}, "deep": {"y": [], "z": {"q": True}}, "new": "x"},
+    {"n": 2**53 + 1, "tags": {"b": 0}, "deep": {"y": [0.0]}},  # not the codec's plain JSON
+    {"n": False, "tags": {"b": 0.0}, "deep": {"y": [False]}, "new": None},
+]
+
+
+def test_an_items_changes_are_the_exact_diff_of_its_bodies(backend: str) -> None:
+    """A store ``put`` records the exact diff of the body it replaces (``1``, ``1.0`` and
+    ``True`` are three values: a changed number type is an edit, wherever it is), and every
+    revision reads back in exact types, here and from another store."""
+    with open_store(backend, auto_migrate=True) as opened:
+        store = StateflowStore(StatesService(opened))
+        for value in _EXACT_VALUES:
+            store.put(("users", "u 1"), "exact", value)
+        assert store.records._trusted and store.records._refused is None  # (the lean way)
+        key = store.records.doc_key("item", store.subject_key(("users", "u 1"), "exact"))
+        changes = opened.history([key], limit=50)[::-1]
+        assert [c.revision for c in changes] == list(range(1, len(_EXACT_VALUES) + 1))
+        with open_store(backend, auto_migrate=True) as other:
+            for reader in (opened, other):
+                bodies = [reader.read_at(key, revision=r).body for r in range(1, len(_EXACT_VALUES) + 1)]
+                assert [orjson.dumps(b["value"]) for b in bodies if b] == [
+                    orjson.dumps(v) for v in _EXACT_VALUES
+                ]
+                for change, before, after in zip(changes[1:], bodies, bodies[1:], strict=True):
+                    assert before is not None and after is not None
+                    assert orjson.dumps([e.to_json() for e in change.edits]) == orjson.dumps(
+                        [e.to_json() for e in diff(before, after)]
+                    )
 
 
 CHILD = textwrap.dedent(

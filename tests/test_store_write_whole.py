@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 import pytest
 
+from stateflow.langgraph.codec import plain_edits
 from stateflow.store import DocKey, Document, Whole, Write
 from tests.conftest import StoreFactory
 
@@ -227,13 +228,15 @@ def _value(rng: random.Random) -> Any:
     return [rng.randrange(9) for _ in range(rng.randrange(4))]
 
 
+@pytest.mark.parametrize("given_edits", [False, True], ids=["diffed", "edits given"])
 def test_a_body_replaced_whole_has_the_rows_of_the_general_write(
-    open_migrated: StoreFactory, backend: str
+    open_migrated: StoreFactory, backend: str, given_edits: bool
 ) -> None:
-    """``write_whole``'s rows for a present body (planned straight from the diff) are the rows
-    ``update`` writes for ``Write.between`` of the same bodies and paths: every member, change,
-    change edit, snapshot and document row, revision by revision; and every revision reads back
-    as written, here and from another store."""
+    """``write_whole``'s rows for a present body (planned straight from the diff, or from the
+    edits its writer gives with the body, ``Whole.edits``, as the LangGraph store's codec
+    makes them) are the rows ``update`` writes for ``Write.between`` of the same bodies and
+    paths: every member, change, change edit, snapshot and document row, revision by revision;
+    and every revision reads back as written, here and from another store."""
     store = open_migrated()
     lean, general = DocKey("items", "lean"), DocKey("items", "general")
     _replace(store, GUARD, {"v": 1})
@@ -258,6 +261,10 @@ def test_a_body_replaced_whole_has_the_rows_of_the_general_write(
             assert current == before  # (as cached by the write before)
             # …in the order of the members as stored (as another store reads them)
             assert current is not None and list(current) == list(other.get(lean).body or ())
+            if given_edits and paths == [[]]:
+                made = plain_edits(mine, current)
+                assert made is not None
+                return Whole(made[0], paths, None, made[1])
             return Whole(mine, paths)
 
         written = store.write_whole(lean, build, {"by": "test"}, shared=[GUARD])

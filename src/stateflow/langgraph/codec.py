@@ -17,6 +17,9 @@ from typing import Any, Final
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
+from stateflow.doc.canonical import identical
+from stateflow.doc.select import MISSING
+
 _MAX_INT = 2**53
 _MIN_INT = -_MAX_INT
 
@@ -79,6 +82,106 @@ def plain(value: Any, depth: int = 0) -> Any:
     if kind is float:
         return value if math.isfinite(value) else NOT_PLAIN
     return NOT_PLAIN
+
+
+def plain_edits(
+    new: dict[str, Any], old: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, list[Any]]] | None:
+    """:func:`plain` ``(new)`` and the edits ``diff(old, that copy)`` gives, in one walk: the
+    copy, and the edits grouped by top-level member in first-touched order (each as its JSON,
+    ``[path]`` or ``[path, value]``, a value the copy's own) — what ``Store.write_whole`` plans
+    a body replaced whole from (``Whole.edits``). None where :func:`plain` refuses.
+
+    The diff is :func:`stateflow.doc.diff.diff`'s, exactly (a changed number type or key set
+    is an edit: ``1``, ``1.0`` and ``True`` are three values): it follows ``new`` and ``old``
+    down where both are objects, or lists of one length, and wherever they part, the edit is
+    the copy made by :func:`plain`. A value of ``new`` that is ``old``'s own object (a stored
+    value, so plain) is kept by identity, unwalked, as the diff passes it."""
+    groups: dict[str, list[Any]] = {}
+    for key in old:
+        if key not in new:
+            groups[key] = [[[key]]]
+    copied = new.copy()
+    for key, v in new.items():
+        if type(key) is not str:
+            return None
+        was = old.get(key, MISSING)
+        leaf = type(v)
+        # (text, null and integers inline, as in ``plain``: most members are leaves)
+        if leaf is str or v is None:
+            if v is not was and (type(was) is not leaf or was != v):
+                groups[key] = [[[key], v]]
+        elif leaf is int:
+            if not _MIN_INT <= v <= _MAX_INT:
+                return None
+            if v is not was and (type(was) is not int or was != v):
+                groups[key] = [[[key], v]]
+        elif v is not was:
+            out: list[Any] = []
+            v = _walk(v, was, (key,), 1, out)
+            if v is NOT_PLAIN:
+                return None
+            copied[key] = v
+            if out:
+                groups[key] = out
+    return copied, groups
+
+
+def _walk(new: Any, old: Any, path: tuple[str | int, ...], depth: int, out: list[Any]) -> Any:
+    """:func:`plain` ``(new, depth)``, adding to ``out`` the edits that take ``old`` (at
+    ``path``; :data:`MISSING`: none) to the copy, as the diff lists them."""
+    if depth > 64:
+        return NOT_PLAIN
+    kind = type(new)
+    if kind is dict and type(old) is dict:
+        copied: dict[str, Any] = new.copy()
+        for k in old:
+            if k not in new:
+                out.append([[*path, k]])
+        for k, v in new.items():
+            if type(k) is not str:
+                return NOT_PLAIN
+            was = old.get(k, MISSING)
+            leaf = type(v)
+            if leaf is str or v is None:
+                if v is not was and (type(was) is not leaf or was != v):
+                    out.append([[*path, k], v])
+            elif leaf is int and depth < 64:
+                if not _MIN_INT <= v <= _MAX_INT:
+                    return NOT_PLAIN
+                if v is not was and (type(was) is not int or was != v):
+                    out.append([[*path, k], v])
+            elif v is not was or depth >= 64:  # (deeper: ``plain``'s depth limit refuses it)
+                v = _walk(v, was, (*path, k), depth + 1, out)
+                if v is NOT_PLAIN:
+                    return NOT_PLAIN
+                copied[k] = v
+        return copied
+    if kind is list and type(old) is list and len(old) == len(new):
+        items: list[Any] = new.copy()
+        for n, v in enumerate(new):
+            was = old[n]
+            leaf = type(v)
+            if leaf is str or v is None:
+                if v is not was and (type(was) is not leaf or was != v):
+                    out.append([[*path, n], v])
+            elif leaf is int and depth < 64:
+                if not _MIN_INT <= v <= _MAX_INT:
+                    return NOT_PLAIN
+                if v is not was and (type(was) is not int or was != v):
+                    out.append([[*path, n], v])
+            elif v is not was or depth >= 64:
+                v = _walk(v, was, (*path, n), depth + 1, out)
+                if v is NOT_PLAIN:
+                    return NOT_PLAIN
+                items[n] = v
+        return items
+    # nothing to follow both down (absent before, another kind, a list of another length, a
+    # scalar): the copy, an edit unless it is exactly the value before
+    copied_value = plain(new, depth)
+    if copied_value is not NOT_PLAIN and (old is MISSING or not identical(old, copied_value)):
+        out.append([list(path), copied_value])
+    return copied_value
 
 
 def is_plain(value: Any) -> bool:

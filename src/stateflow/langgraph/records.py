@@ -248,7 +248,8 @@ class Records:
 
                 def compute(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
                     current = docs[doc_key]
-                    body, paths, _ = checked({k: docs[k].body for k in shared}, current.body)
+                    whole = checked({k: docs[k].body for k in shared}, current.body)
+                    body, paths = whole.body, whole.paths
                     return [
                         Write.between(
                             doc_key, current.body, body, current.revision, changed=paths, paths=paths

@@ -39,7 +39,7 @@ from langgraph.store.base import (
 
 from stateflow.aio import call
 from stateflow.doc.canonical import check, detach
-from stateflow.langgraph.codec import NOT_PLAIN, plain
+from stateflow.langgraph.codec import NOT_PLAIN, plain, plain_edits
 from stateflow.langgraph.records import OwnsStore, Records, join
 from stateflow.states import StatesService
 from stateflow.states.models import DoorContext, WriteOrigin
@@ -321,18 +321,11 @@ class StateflowStore(OwnsStore, BaseStore):
         # valid by construction once plain: LangGraph checked the namespace's labels are
         # strings, the key is one, the value an object (above), the times text, the TTL a
         # number or None; checked plain as every replace is (the same refusal), and copied so
-        # that no caller's object ends up in what the store caches. The codec's walk checks
-        # and copies in one pass (what it accepts, ``check`` does: its integers and depth
-        # are narrower; its copy is the one a JSON round trip gives); else ``check`` refuses
-        # or passes it, and one copy in C
-        owned = plain(document)
-        if owned is NOT_PLAIN:
-            check(document, "document")
-            owned = detach(document)
+        # that no caller's object ends up in what the store caches (``_owned``)
         self.records.write(
             ITEM,
             self.subject_key(op.namespace, op.key),
-            lambda before: Whole(_keep_created(owned, now, before), [[]]),
+            functools.partial(_owned, document, now),
             origin=origin,
             context=self.context,
             action="replace",
@@ -397,6 +390,25 @@ def _graph_origin(run_id: str | None, thread_id: str | None, node: str | None) -
     the service takes as is)."""
     meta = {k: v for k, v in (("thread_id", thread_id), ("node", node)) if v is not None}
     return WriteOrigin(consumer="langgraph", run_id=run_id, meta=meta or None)
+
+
+def _owned(document: dict[str, Any], now: datetime, before: dict[str, Any] | None) -> Whole:
+    """An item's new body — ``document`` with its creation time kept (:func:`_keep_created`)
+    — as the store's own copy, with its edits against ``before`` where it has one. The codec's
+    walk checks, copies and diffs it in one pass (what it accepts, ``check`` does: its integers
+    and depth are narrower; its copy is the one a JSON round trip gives; its edits are the
+    diff's); else ``check`` refuses or passes it, and one copy in C (the store diffs that)."""
+    kept = _keep_created(document, now, before)
+    if before is None:
+        owned = plain(kept)
+        if owned is not NOT_PLAIN:
+            return Whole(owned, [[]])
+    else:
+        made = plain_edits(kept, before)
+        if made is not None:
+            return Whole(made[0], [[]], None, made[1])
+    check(document, "document")
+    return Whole(_keep_created(detach(document), now, before), [[]])
 
 
 def _keep_created(document: dict[str, Any], now: datetime, before: dict[str, Any] | None) -> dict[str, Any]:

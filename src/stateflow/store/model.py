@@ -142,11 +142,16 @@ class Whole(NamedTuple):
     ``paths`` the write records in history, and — when the writer has them — each member's
     encoding (``encoded``: name → the bytes ``orjson.dumps`` gives for ``body[name]``, which
     the writer vouches for). With them a new document's rows are made straight from the bytes:
-    no diff, no staging, no second encoding."""
+    no diff, no staging, no second encoding. ``edits``, when the writer has them: the edits
+    ``diff(current, body)`` gives against the current body ``build`` was handed, grouped by
+    top-level member in first-touched order, each as its JSON (``[path]`` or ``[path, value]``)
+    — a replaced body's rows are planned from them without a diff (the writer vouches for them
+    too, exactly: they are the change's history)."""
 
     body: dict[str, Any]
     paths: list[list[str]]
     encoded: dict[str, bytes] | None = None
+    edits: dict[str, list[Any]] | None = None
 
 
 @dataclass(frozen=True, slots=True)

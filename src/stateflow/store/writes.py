@@ -1364,26 +1364,28 @@ class Writes(StoreCore):
         every member of both as last seen here): what :meth:`_stage` and :meth:`_plan_doc` make
         of ``Write.between(before, whole.body, changed=whole.paths)``, the same rows, made
         straight from the diff's edits — no ``Write``, ``Loaded`` or ``Stage``, no edit applied
-        (each member written is the new body's own), no tree step. None when nothing changed
-        or a member written is or becomes a tree (larger than ``TREE_MIN``): the general path
-        (``update``) writes that."""
+        (each member written is the new body's own), no tree step; the edits are the writer's
+        where it made them with the body (``whole.edits``: no diff here). None when nothing
+        changed or a member written is or becomes a tree (larger than ``TREE_MIN``): the general
+        path (``update``) writes that."""
         after = whole.body
         paths = whole.paths
-        edits = diff_within(before, after, within(paths))
-        if not edits:
+        groups = whole.edits
+        if groups is None:
+            # the edits by member, in first-touched order (new members take positions in it);
+            # both bodies are objects, so every edit's path names a member
+            groups = {}
+            for edit in diff_within(before, after, within(paths)):
+                path, value = edit.path, edit.value
+                entry = [list(path)] if value is MISSING else [list(path), value]
+                name: str = path[0]  # type: ignore[assignment]
+                group = groups.get(name)
+                if group is None:
+                    groups[name] = [entry]
+                else:
+                    group.append(entry)
+        if not groups:
             return None
-        # the edits by member, in first-touched order (new members take positions in it); both
-        # bodies are objects, so every edit's path names a member
-        groups: dict[str, list[Any]] = {}
-        for edit in edits:
-            path, value = edit.path, edit.value
-            entry = [list(path)] if value is MISSING else [list(path), value]
-            name: str = path[0]  # type: ignore[assignment]
-            group = groups.get(name)
-            if group is None:
-                groups[name] = [entry]
-            else:
-                group.append(entry)
         return self._plan_groups(
             row, before, members, after, groups, encode_trusted([list(p) for p in paths]), fresh
         )
