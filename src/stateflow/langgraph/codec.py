@@ -96,27 +96,31 @@ def plain_edits(
     is an edit: ``1``, ``1.0`` and ``True`` are three values): it follows ``new`` and ``old``
     down where both are objects, or lists of one length, and wherever they part, the edit is
     the copy made by :func:`plain`. A value of ``new`` that is ``old``'s own object (a stored
-    value, so plain) is kept by identity, unwalked, as the diff passes it."""
+    value: taken as plain, as the store holds it) is kept by identity, unwalked, as the diff
+    passes it."""
     groups: dict[str, list[Any]] = {}
-    for key in old:
-        if key not in new:
-            groups[key] = [[[key]]]
+    if old.keys() != new.keys():  # (deletions first, as the diff lists them; the key sets in C)
+        for key in old:
+            if key not in new:
+                groups[key] = [[[key]]]
     copied = new.copy()
     for key, v in new.items():
+        was = old.get(key, MISSING)
+        if v is was:  # (``old``'s own: stored, so plain, and no edit)
+            continue
         if type(key) is not str:
             return None
-        was = old.get(key, MISSING)
         leaf = type(v)
         # (text, null and integers inline, as in ``plain``: most members are leaves)
         if leaf is str or v is None:
-            if v is not was and (type(was) is not leaf or was != v):
+            if type(was) is not leaf or was != v:
                 groups[key] = [[[key], v]]
         elif leaf is int:
             if not _MIN_INT <= v <= _MAX_INT:
                 return None
-            if v is not was and (type(was) is not int or was != v):
+            if type(was) is not int or was != v:
                 groups[key] = [[[key], v]]
-        elif v is not was:
+        else:
             out: list[Any] = []
             v = _walk(v, was, (key,), 1, out)
             if v is NOT_PLAIN:
@@ -135,23 +139,26 @@ def _walk(new: Any, old: Any, path: tuple[str | int, ...], depth: int, out: list
     kind = type(new)
     if kind is dict and type(old) is dict:
         copied: dict[str, Any] = new.copy()
-        for k in old:
-            if k not in new:
-                out.append([[*path, k]])
+        if old.keys() != new.keys():
+            for k in old:
+                if k not in new:
+                    out.append([[*path, k]])
         for k, v in new.items():
+            was = old.get(k, MISSING)
+            if v is was and depth < 64:  # (deeper: ``plain``'s depth limit may refuse it)
+                continue
             if type(k) is not str:
                 return NOT_PLAIN
-            was = old.get(k, MISSING)
             leaf = type(v)
             if leaf is str or v is None:
-                if v is not was and (type(was) is not leaf or was != v):
+                if type(was) is not leaf or was != v:
                     out.append([[*path, k], v])
             elif leaf is int and depth < 64:
                 if not _MIN_INT <= v <= _MAX_INT:
                     return NOT_PLAIN
-                if v is not was and (type(was) is not int or was != v):
+                if type(was) is not int or was != v:
                     out.append([[*path, k], v])
-            elif v is not was or depth >= 64:  # (deeper: ``plain``'s depth limit refuses it)
+            else:
                 v = _walk(v, was, (*path, k), depth + 1, out)
                 if v is NOT_PLAIN:
                     return NOT_PLAIN
@@ -161,16 +168,18 @@ def _walk(new: Any, old: Any, path: tuple[str | int, ...], depth: int, out: list
         items: list[Any] = new.copy()
         for n, v in enumerate(new):
             was = old[n]
+            if v is was and depth < 64:
+                continue
             leaf = type(v)
             if leaf is str or v is None:
-                if v is not was and (type(was) is not leaf or was != v):
+                if type(was) is not leaf or was != v:
                     out.append([[*path, n], v])
             elif leaf is int and depth < 64:
                 if not _MIN_INT <= v <= _MAX_INT:
                     return NOT_PLAIN
-                if v is not was and (type(was) is not int or was != v):
+                if type(was) is not int or was != v:
                     out.append([[*path, n], v])
-            elif v is not was or depth >= 64:
+            else:
                 v = _walk(v, was, (*path, n), depth + 1, out)
                 if v is NOT_PLAIN:
                     return NOT_PLAIN
