@@ -108,7 +108,7 @@ class OwnsStore:
 
 Build = Callable[[dict[str, Any] | None], Whole]
 """``current body or None → the new body whole`` (with the paths it wrote, and its members'
-encodings where the adapter has them); may run more than once, keeps no state, never mutates
+encodings or its edits against ``current`` where the adapter has them); may run more than once, keeps no state, never mutates
 ``current`` (the store's cached object)."""
 
 
