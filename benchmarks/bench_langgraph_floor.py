@@ -1,4 +1,4 @@
-"""The least write that keeps history and audit, by hand, next to LangGraph's and ours (SQLite).
+"""The least write that keeps history and audit, by hand, next to LangGraph's and ours.
 
 ``bench_langgraph_adapters`` asks our adapters' writes for at least 0.8× LangGraph's rate. This
 script measures what no implementation of the contract gets under: a checkpoint ``put`` and a
@@ -6,33 +6,50 @@ store ``put`` written by hand for these shapes — the record built in memory, c
 the state's JSON Schema, its members encoded, and, in one durable transaction, the audit row
 (transition with its origin), the document's row, its member rows and the history row (the
 change with its edits) — on minimal tables (no per-state counts, no value or state indexes, no
-checks that another writer moved anything, no generality). Beside it, LangGraph's
-``SqliteSaver.put`` / ``SqliteStore.put`` and our ``StateflowSaver.put`` / ``StateflowStore.put``
-through the same cases as ``bench_langgraph_adapters`` (one caller, WAL, ``synchronous=FULL``
-everywhere). Each round runs every side, the order rotating; the script prints each side's
-median wall time and CPU time per write and the rate ratio against LangGraph (its time / ours)
-with the spread of the rounds and how many rounds reached the issue's 0.8×, and ours against
-the floor by hand (its time / ours), round by round.
+checks that another writer moved anything, no generality). Beside it, LangGraph's saver ``put``
+and store ``put`` and our ``StateflowSaver.put`` / ``StateflowStore.put`` through the same cases
+as ``bench_langgraph_adapters`` (one caller).
 
-    python3 -m benchmarks.bench_langgraph_floor [--ops 400] [--rounds 6] (≥ 15 rounds to settle a ratio)
+- SQLite (the default): WAL, ``synchronous=FULL`` everywhere; the hand's transaction is
+  ``BEGIN IMMEDIATE``, one statement per row, ``COMMIT``. LangGraph: ``SqliteSaver`` /
+  ``SqliteStore``.
+- PostgreSQL (``--backend postgres``, ``--postgres URL`` or ``$STATEFLOW_TEST_POSTGRES``): the
+  same server for every side, each in a fresh schema, autocommit at the server's
+  ``synchronous_commit`` (every acknowledged write flushed, as LangGraph's ``PostgresSaver`` /
+  ``PostgresStore`` and ours). The hand's write is **one statement** (one round trip, prepared):
+  the transition's insert — taking the transaction's advisory lock that makes seqs visible in
+  commit order, as ours must — and the document's, members' and change's rows as data-modifying
+  CTEs; the server's CPU per write is each side's backends' (``/proc/<pid>/stat``, the server
+  on this machine), beside the client's.
+
+Each round runs every side, the order rotating; the script prints each side's median wall time
+and CPU time per write and the rate ratio against LangGraph (its time / ours) with the spread of
+the rounds and how many rounds reached the issue's 0.8×, and ours against the floor by hand (its
+time / ours), round by round.
+
+    python3 -m benchmarks.bench_langgraph_floor [--ops 400] [--rounds 6] [--backend sqlite|postgres]
+        (≥ 15 rounds to settle a ratio)
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sqlite3
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import jsonschema_rs
 import orjson
 
-from benchmarks.bench_langgraph_adapters import KEYS, Case, saver_cases, store_cases
+from benchmarks.bench_langgraph_adapters import KEYS, Case, postgres_schemas, saver_cases, store_cases
 from stateflow.langgraph import StateflowSaver, StateflowStore
 from stateflow.langgraph.saver import DECLARATION as SAVER_DECLARATION
 from stateflow.langgraph.store import DECLARATION as STORE_DECLARATION
@@ -52,30 +69,64 @@ CREATE TABLE changes (doc_id INTEGER NOT NULL, revision INTEGER NOT NULL, seq IN
     paths BLOB NOT NULL, edits BLOB NOT NULL, PRIMARY KEY (doc_id, revision));
 """
 
+_PG_TABLES = """
+CREATE TABLE transitions (seq bigserial PRIMARY KEY, at text NOT NULL, origin bytea NOT NULL);
+CREATE TABLE documents (doc_id bigserial PRIMARY KEY, state text NOT NULL, subject text NOT NULL,
+    revision bigint NOT NULL, updated_seq bigint, UNIQUE (state, subject));
+CREATE TABLE members (doc_id bigint NOT NULL, name text NOT NULL, revision bigint NOT NULL,
+    body bytea NOT NULL, PRIMARY KEY (doc_id, name));
+CREATE TABLE changes (doc_id bigint NOT NULL, revision bigint NOT NULL, seq bigint NOT NULL,
+    paths bytea NOT NULL, edits bytea NOT NULL, PRIMARY KEY (doc_id, revision));
+"""
+_PG_TRANSITION = (
+    "t AS (INSERT INTO transitions (at, origin) SELECT %(at)s::text, %(origin)s::bytea "
+    "FROM (SELECT pg_advisory_xact_lock(%(lock)s::bigint)) l RETURNING seq)"
+)
+_PG_NEW = (
+    f"WITH {_PG_TRANSITION}, "
+    "d AS (INSERT INTO documents (state, subject, revision, updated_seq) "
+    "SELECT %(state)s::text, %(subject)s::text, 1, seq FROM t RETURNING doc_id, updated_seq), "
+    "m AS (INSERT INTO members (doc_id, name, revision, body) "
+    "SELECT d.doc_id, x.n, 1, x.b FROM d, unnest(%(names)s::text[], %(bodies)s::bytea[]) AS x(n, b)) "
+    "INSERT INTO changes (doc_id, revision, seq, paths, edits) "
+    "SELECT doc_id, 1, updated_seq, %(paths)s::bytea, %(edits)s::bytea FROM d RETURNING doc_id"
+)
+"""A new document in one statement: transition, document, members, change."""
+_PG_REWRITE = (
+    f"WITH {_PG_TRANSITION}, "
+    "d AS (UPDATE documents SET revision = %(revision)s::bigint, updated_seq = (SELECT seq FROM t) "
+    "WHERE doc_id = %(doc_id)s::bigint), "
+    "m AS (UPDATE members SET revision = %(revision)s::bigint, body = %(body)s::bytea "
+    "WHERE doc_id = %(doc_id)s::bigint AND name = 'value') "
+    "INSERT INTO changes (doc_id, revision, seq, paths, edits) "
+    "SELECT %(doc_id)s::bigint, %(revision)s::bigint, seq, %(paths)s::bytea, %(edits)s::bytea FROM t"
+)
+"""One member of a document rewritten in one statement: transition, document, member, change."""
+
 
 def _micros() -> int:
     return int(datetime.now(UTC).timestamp() * 1e6)
 
 
 class ByHand:
-    """The least saver ``put`` and store ``put`` for the benchmark's shapes (see the module)."""
+    """The least saver ``put`` and store ``put`` for the benchmark's shapes (see the module); a
+    backend writes the rows (``_new``, ``_rewrite``)."""
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        conn.executescript(_TABLES)
-        self.conn = conn
+    def __init__(self) -> None:
         self.checkpoints = jsonschema_rs.validator_for(SAVER_DECLARATION["schema"])
         self.items = jsonschema_rs.validator_for(STORE_DECLARATION["schema"])
         self.origin = orjson.dumps({"consumer": "langgraph", "door": "api", "action": "replace"})
         self.held: dict[int, tuple[int, int, dict[str, Any]]] = {}  # item → doc id, revision, record
 
-    def _commit(self, rows: Callable[[int], None]) -> None:
-        conn = self.conn
-        conn.execute("BEGIN IMMEDIATE")
-        seq = conn.execute(
-            "INSERT INTO transitions (at, origin) VALUES (?, ?) RETURNING seq", (_micros(), self.origin)
-        ).fetchone()[0]
-        rows(seq)
-        conn.execute("COMMIT")
+    def _new(
+        self, state: str, subject: str, members: list[tuple[str, bytes]], paths: bytes, edits: bytes
+    ) -> int:
+        """A new document's rows in one durable transaction: its doc id."""
+        raise NotImplementedError
+
+    def _rewrite(self, doc_id: int, revision: int, body: bytes, edits: bytes) -> None:
+        """The ``value`` member rewritten, in one durable transaction."""
+        raise NotImplementedError
 
     def put(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
         """A checkpoint record (names, the checkpoint without its values, its metadata, the
@@ -101,21 +152,7 @@ class ByHand:
             raise ValueError(record)
         members = [(name, orjson.dumps(value)) for name, value in record.items()]
         subject = f"{conf['thread_id']}/{checkpoint['id']}"
-
-        def rows(seq: int) -> None:
-            doc_id = self.conn.execute(
-                "INSERT INTO documents (state, subject, revision, updated_seq) VALUES (?, ?, 1, ?) "
-                "RETURNING doc_id",
-                ("langgraph_checkpoints", subject, seq),
-            ).fetchone()[0]
-            self.conn.executemany(
-                "INSERT INTO members VALUES (?, ?, 1, ?)", [(doc_id, n, body) for n, body in members]
-            )
-            self.conn.execute(
-                "INSERT INTO changes VALUES (?, 1, ?, '[[]]', ?)", (doc_id, seq, orjson.dumps([[[], record]]))
-            )
-
-        self._commit(rows)
+        self._new("langgraph_checkpoints", subject, members, b"[[]]", orjson.dumps([[[], record]]))
         return {"configurable": {**conf, "checkpoint_id": checkpoint["id"]}}
 
     def store_put(self, namespace: tuple[str, ...], key: str, value: dict[str, Any]) -> None:
@@ -134,38 +171,107 @@ class ByHand:
         if not self.items.is_valid(record):
             raise ValueError(record)
         body = orjson.dumps(value)
-        revision = held[1] + 1 if held else 1
+        if held is None:
+            doc_id, revision = (
+                self._new(
+                    "langgraph_store",
+                    "/".join((*namespace, key)),
+                    [(n, orjson.dumps(v)) for n, v in record.items()],
+                    b'[["value"]]',
+                    orjson.dumps([[[], record]]),
+                ),
+                1,
+            )
+        else:
+            doc_id, revision = held[0], held[1] + 1
+            self._rewrite(doc_id, revision, body, b'[[["value"],' + body + b"]]")
+        self.held[item] = (doc_id, revision, record)
 
-        def rows(seq: int) -> None:
-            conn = self.conn
-            if held is None:
-                doc_id = conn.execute(
+
+class SqliteHand(ByHand):
+    """``BEGIN IMMEDIATE``, one statement per row, ``COMMIT``."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        super().__init__()
+        conn.executescript(_TABLES)
+        self.conn = conn
+
+    def _commit(self, rows: Callable[[int], Any]) -> Any:
+        conn = self.conn
+        conn.execute("BEGIN IMMEDIATE")
+        seq = conn.execute(
+            "INSERT INTO transitions (at, origin) VALUES (?, ?) RETURNING seq", (_micros(), self.origin)
+        ).fetchone()[0]
+        out = rows(seq)
+        conn.execute("COMMIT")
+        return out
+
+    def _new(
+        self, state: str, subject: str, members: list[tuple[str, bytes]], paths: bytes, edits: bytes
+    ) -> int:
+        def rows(seq: int) -> int:
+            doc_id = int(
+                self.conn.execute(
                     "INSERT INTO documents (state, subject, revision, updated_seq) VALUES (?, ?, 1, ?) "
                     "RETURNING doc_id",
-                    ("langgraph_store", "/".join((*namespace, key)), seq),
+                    (state, subject, seq),
                 ).fetchone()[0]
-                conn.executemany(
-                    "INSERT INTO members VALUES (?, ?, 1, ?)",
-                    [(doc_id, n, orjson.dumps(v)) for n, v in record.items()],
-                )
-                edits = orjson.dumps([[[], record]])
-            else:
-                doc_id = held[0]
-                conn.execute(
-                    "UPDATE members SET revision = ?, body = ? WHERE doc_id = ? AND name = 'value'",
-                    (revision, body, doc_id),
-                )
-                conn.execute(
-                    "UPDATE documents SET revision = ?, updated_seq = ? WHERE doc_id = ?",
-                    (revision, seq, doc_id),
-                )
-                edits = b'[[["value"],' + body + b"]]"
+            )
+            self.conn.executemany(
+                "INSERT INTO members VALUES (?, ?, 1, ?)", [(doc_id, n, body) for n, body in members]
+            )
+            self.conn.execute("INSERT INTO changes VALUES (?, 1, ?, ?, ?)", (doc_id, seq, paths, edits))
+            return doc_id
+
+        return int(self._commit(rows))
+
+    def _rewrite(self, doc_id: int, revision: int, body: bytes, edits: bytes) -> None:
+        def rows(seq: int) -> None:
+            conn = self.conn
+            conn.execute(
+                "UPDATE members SET revision = ?, body = ? WHERE doc_id = ? AND name = 'value'",
+                (revision, body, doc_id),
+            )
+            conn.execute(
+                "UPDATE documents SET revision = ?, updated_seq = ? WHERE doc_id = ?", (revision, seq, doc_id)
+            )
             conn.execute(
                 "INSERT INTO changes VALUES (?, ?, ?, ?, ?)", (doc_id, revision, seq, b'[["value"]]', edits)
             )
-            self.held[item] = (doc_id, revision, record)
 
         self._commit(rows)
+
+
+class PostgresHand(ByHand):
+    """One prepared statement per write on an autocommit connection (see the module)."""
+
+    def __init__(self, conn: Any) -> None:
+        super().__init__()
+        conn.execute(_PG_TABLES)
+        self.conn = conn
+
+    def _params(self) -> dict[str, Any]:
+        return {"at": datetime.now(UTC).isoformat(), "origin": self.origin, "lock": 0x5EF10}
+
+    def _new(
+        self, state: str, subject: str, members: list[tuple[str, bytes]], paths: bytes, edits: bytes
+    ) -> int:
+        params = self._params()
+        params.update(
+            state=state,
+            subject=subject,
+            names=[n for n, _ in members],
+            bodies=[b for _, b in members],
+            paths=paths,
+            edits=edits,
+        )
+        row = self.conn.execute(_PG_NEW, params, prepare=True).fetchone()
+        return int(row[0])
+
+    def _rewrite(self, doc_id: int, revision: int, body: bytes, edits: bytes) -> None:
+        params = self._params()
+        params.update(doc_id=doc_id, revision=revision, body=body, paths=b'[["value"]]', edits=edits)
+        self.conn.execute(_PG_REWRITE, params, prepare=True)
 
 
 class _Hand:
@@ -179,19 +285,86 @@ class _Hand:
         return (current or 0) + 1
 
 
-def _side(fn: Case, n: int, start: int) -> tuple[float, float]:
-    """Wall and CPU milliseconds per call of ``n`` calls."""
+Sides = dict[str, dict[str, Case]]
+ServerCpu = Callable[[str], float]
+"""A side's server CPU seconds so far (its backends'), or 0 where the server is not measured."""
+
+
+def _no_server() -> float:
+    return 0.0
+
+
+def _side(fn: Case, n: int, start: int, server: Callable[[], float]) -> tuple[float, float, float]:
+    """Wall, client CPU and server CPU milliseconds per call of ``n`` calls."""
+    served = server()
     wall, cpu = time.perf_counter(), time.process_time()
     for i in range(start, start + n):
         fn(i)
-    return (time.perf_counter() - wall) / n * 1e3, (time.process_time() - cpu) / n * 1e3
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    return wall / n * 1e3, cpu / n * 1e3, (server() - served) / n * 1e3
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
-    parser.add_argument("--ops", type=int, default=400)
-    parser.add_argument("--rounds", type=int, default=6)
-    args = parser.parse_args()
+def _compare(label: str, sides: Sides, ops: int, rounds: int, server: ServerCpu | None = None) -> None:
+    for case in ("saver put", "store put"):
+        for i in range(KEYS):  # warm: every store key written once, a chain started
+            for side in sides.values():
+                side[case](i)
+        measured: dict[str, list[tuple[float, float, float]]] = {name: [] for name in sides}
+        names = list(sides)
+        for r in range(rounds):
+            order = names[r % len(names) :] + names[: r % len(names)]
+            for name in order:
+                cpu_of = partial(server, name) if server else _no_server
+                measured[name].append(_side(sides[name][case], ops, 1000 + r * ops, cpu_of))
+        lg = measured["langgraph"]
+        for name in names:
+            walls = [w for w, _, _ in measured[name]]
+            cpus = [c for _, c, _ in measured[name]]
+            servers = [s for _, _, s in measured[name]]
+            ratios = [b[0] / m[0] for m, b in zip(measured[name], lg, strict=True)]
+            reached = sum(r >= TARGET for r in ratios)
+            on_server = f", server {statistics.median(servers):.3f} ms" if server else ""
+            print(
+                f"{label} {case:<10} {name:<10} {statistics.median(walls):6.3f} ms/write "
+                f"(CPU {statistics.median(cpus):.3f} ms{on_server})   rate vs LangGraph "
+                f"{statistics.median(ratios):4.2f}× ({min(ratios):.2f}–{max(ratios):.2f}×), "
+                f"{reached} of {len(ratios)} rounds ≥ {TARGET}×",
+                flush=True,
+            )
+            if name == "stateflow":  # ours against the floor by hand, round by round
+                floor = [h[0] / m[0] for m, h in zip(measured[name], measured["by hand"], strict=True)]
+                print(
+                    f"{label} {case:<10} stateflow ÷ by hand {statistics.median(floor):4.2f}× "
+                    f"({min(floor):.2f}–{max(floor):.2f}×)",
+                    flush=True,
+                )
+
+
+def _sides(lg_saver: Any, lg_store: Any, hand: ByHand, ours: StatesService) -> Sides:
+    def hand_store_put(i: int) -> None:
+        hand.store_put(
+            ("bench", "h", f"ns{i % 4}"),
+            f"k{i % KEYS}",
+            {"n": i, "text": "remember this", "tags": ["a", "b"]},
+        )
+
+    return {
+        "langgraph": {
+            "saver put": saver_cases(lg_saver, "l")["saver put"],
+            "store put": store_cases(lg_store, "l")["store put"],
+        },
+        "by hand": {
+            "saver put": saver_cases(_Hand(hand), "h")["saver put"],  # type: ignore[arg-type]
+            "store put": hand_store_put,
+        },
+        "stateflow": {
+            "saver put": saver_cases(StateflowSaver(ours), "s")["saver put"],
+            "store put": store_cases(StateflowStore(ours), "s")["store put"],
+        },
+    }
+
+
+def sqlite_main(args: argparse.Namespace) -> None:
     from langgraph.checkpoint.sqlite import SqliteSaver
     from langgraph.store.sqlite import SqliteStore
 
@@ -210,66 +383,73 @@ def main() -> None:
         lg_saver.setup()
         lg_store = SqliteStore(lg_store_conn)
         lg_store.setup()
-        hand = ByHand(hand_conn)
-
-        def hand_store_put(i: int) -> None:
-            hand.store_put(
-                ("bench", "h", f"ns{i % 4}"),
-                f"k{i % KEYS}",
-                {"n": i, "text": "remember this", "tags": ["a", "b"]},
-            )
-
-        sides: dict[str, dict[str, Case]] = {
-            "langgraph": {
-                "saver put": saver_cases(lg_saver, "l")["saver put"],
-                "store put": store_cases(lg_store, "l")["store put"],
-            },
-            "by hand": {
-                "saver put": saver_cases(_Hand(hand), "h")["saver put"],  # type: ignore[arg-type]
-                "store put": hand_store_put,
-            },
-            "stateflow": {
-                "saver put": saver_cases(StateflowSaver(ours), "s")["saver put"],
-                "store put": store_cases(StateflowStore(ours), "s")["store put"],
-            },
-        }
         try:
-            for case in ("saver put", "store put"):
-                for i in range(KEYS):  # warm: every store key written once, a chain started
-                    for side in sides.values():
-                        side[case](i)
-                measured: dict[str, list[tuple[float, float]]] = {name: [] for name in sides}
-                names = list(sides)
-                for r in range(args.rounds):
-                    order = names[r % len(names) :] + names[: r % len(names)]
-                    for name in order:
-                        measured[name].append(_side(sides[name][case], args.ops, 1000 + r * args.ops))
-                lg = measured["langgraph"]
-                for name in names:
-                    walls = [w for w, _ in measured[name]]
-                    cpus = [c for _, c in measured[name]]
-                    ratios = [b[0] / m[0] for m, b in zip(measured[name], lg, strict=True)]
-                    reached = sum(r >= TARGET for r in ratios)
-                    print(
-                        f"sqlite FULL {case:<10} {name:<10} {statistics.median(walls):6.3f} ms/write "
-                        f"(CPU {statistics.median(cpus):.3f} ms)   rate vs LangGraph "
-                        f"{statistics.median(ratios):4.2f}× ({min(ratios):.2f}–{max(ratios):.2f}×), "
-                        f"{reached} of {len(ratios)} rounds ≥ {TARGET}×",
-                        flush=True,
-                    )
-                    if name == "stateflow":  # ours against the floor by hand, round by round
-                        floor = [
-                            h[0] / m[0] for m, h in zip(measured[name], measured["by hand"], strict=True)
-                        ]
-                        print(
-                            f"sqlite FULL {case:<10} stateflow ÷ by hand {statistics.median(floor):4.2f}× "
-                            f"({min(floor):.2f}–{max(floor):.2f}×)",
-                            flush=True,
-                        )
+            _compare(
+                "sqlite FULL", _sides(lg_saver, lg_store, SqliteHand(hand_conn), ours), args.ops, args.rounds
+            )
         finally:
             ours.store.close()
             for conn in (hand_conn, lg_saver_conn, lg_store_conn):
                 conn.close()
+
+
+_SCHEMAS = {"langgraph": "bench_lgf_lg", "by hand": "bench_lgf_hand", "stateflow": "bench_lgf_sf"}
+"""Each side's schema; its backends are told by ``application_name``, the schema's name."""
+
+
+def _backend_cpu(admin: Any, application: str) -> float:
+    """CPU seconds so far of the server processes serving ``application`` (this machine's)."""
+    pids = [
+        r[0]
+        for r in admin.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s", (application,))
+    ]
+    ticks = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # (not on this machine, or gone)
+            continue
+        ticks += int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+@contextmanager
+def _postgres_sides(url: str) -> Iterator[tuple[Sides, ServerCpu]]:
+    import psycopg
+    from langgraph.checkpoint.postgres import PostgresSaver
+    from langgraph.store.postgres import PostgresStore
+
+    with ExitStack() as stack:
+        at = stack.enter_context(postgres_schemas(url, "bench_lgf_lg", "bench_lgf_hand", "bench_lgf_sf"))
+        urls = {side: f"{at[schema]}&application_name={schema}" for side, schema in _SCHEMAS.items()}
+        lg_store = stack.enter_context(PostgresStore.from_conn_string(urls["langgraph"]))
+        lg_store.setup()
+        lg_saver = stack.enter_context(PostgresSaver.from_conn_string(urls["langgraph"]))
+        lg_saver.setup()
+        hand_conn = stack.enter_context(psycopg.connect(urls["by hand"], autocommit=True))
+        ours = StatesService(open_store(urls["stateflow"], auto_migrate=True))
+        stack.callback(ours.store.close)
+        admin = stack.enter_context(psycopg.connect(url, autocommit=True))
+
+        def server(side: str) -> float:
+            return _backend_cpu(admin, _SCHEMAS[side])
+
+        yield _sides(lg_saver, lg_store, PostgresHand(hand_conn), ours), server
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--ops", type=int, default=400)
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--backend", choices=["sqlite", "postgres"], default="sqlite")
+    parser.add_argument("--postgres", default=os.environ.get("STATEFLOW_TEST_POSTGRES"))
+    args = parser.parse_args()
+    if args.backend == "sqlite":
+        return sqlite_main(args)
+    if not args.postgres:
+        parser.error("--backend postgres needs --postgres URL or $STATEFLOW_TEST_POSTGRES")
+    with _postgres_sides(args.postgres) as (sides, server):
+        _compare("postgresql", sides, args.ops, args.rounds, server)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """Instructions per saver ``put`` and store ``put`` on SQLite: ours, the least write by hand that
-keeps history and audit (``bench_langgraph_floor``'s ``ByHand``), and LangGraph's own
+keeps history and audit (``bench_langgraph_floor``'s ``SqliteHand``), and LangGraph's own
 ``SqliteSaver`` / ``SqliteStore`` — each split into the statements (every ``Cursor.execute``:
 binding, SQLite's work with its triggers, ``BEGIN`` and ``COMMIT``), of which SQLite's WAL
 frames, and everything outside the statements (the Python that builds and plans the rows, and
@@ -56,9 +56,9 @@ def _write(side: str, case: str, tmp: str) -> Callable[[int], Any]:
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute("PRAGMA synchronous = off")
     if side == "by hand":
-        from benchmarks.bench_langgraph_floor import ByHand, _Hand
+        from benchmarks.bench_langgraph_floor import SqliteHand, _Hand
 
-        hand = ByHand(conn)
+        hand = SqliteHand(conn)
         if case == "saver put":
             return saver_cases(_Hand(hand), "h")["saver put"]  # type: ignore[arg-type]
 

@@ -46,9 +46,14 @@ CASES = (
     "states apply",
     "patch_state",
     "patch_state merged by the server",
+    "saver put by hand",
+    "store put by hand",
 )
-"""The last one's statement is the server merge (``stateflow_patch_commit``, as under contention);
-the one before commits a patch computed by the client (as a lone writer does)."""
+"""``patch_state merged by the server``'s statement is the server merge (``stateflow_patch_commit``,
+as under contention); the one before commits a patch computed by the client (as a lone writer
+does). The two ``by hand`` cases replay ``bench_langgraph_floor``'s least write by hand (one
+statement a write on minimal tables) for the same writes: the floor the commit statements of
+``saver put`` and ``store put`` compare with."""
 PORT = 55491
 
 
@@ -65,6 +70,10 @@ def _as_pg(args: list[str], **kwargs: Any) -> subprocess.CompletedProcess[Any]:
 
 
 def _literal(value: Any) -> str:
+    if type(value) is list:
+        return (
+            "ARRAY[" + ", ".join(_literal(v) + ("::bytea" if type(v) is bytes else "") for v in value) + "]"
+        )
     if value is None:
         return "NULL"
     if type(value) is int:
@@ -125,6 +134,70 @@ def capture(url: str, name: str, warm: int, calls: int, dump: str, port: int) ->
             psycopg.Connection.execute = execute  # type: ignore[method-assign]
     prepared = "p" if served else "c"
     return [f"EXECUTE {prepared}({', '.join(_literal(v) for v in params)})" for params in recorded]
+
+
+def _named(sql: str) -> tuple[str, list[str]]:
+    """psycopg's ``%(name)s`` placeholders as ``$n`` (one number per name) and the names in order."""
+    names: list[str] = []
+
+    def number(match: re.Match[str]) -> str:
+        if match[1] not in names:
+            names.append(match[1])
+        return f"${names.index(match[1]) + 1}"
+
+    return re.sub(r"%\((\w+)\)s", number, sql), names
+
+
+def _hand_prepare() -> str:
+    from benchmarks.bench_langgraph_floor import _PG_NEW, _PG_REWRITE
+    from benchmarks.profile_pg_writes import HAND_SCHEMA
+
+    return (
+        f"SET search_path = {HAND_SCHEMA}\nPREPARE hn AS {_named(_PG_NEW)[0]}\n"
+        f"PREPARE hr AS {_named(_PG_REWRITE)[0]}"
+    )
+
+
+def capture_hand(url: str, name: str, warm: int, calls: int, dump: str, port: int) -> list[str]:
+    """``capture`` for a ``by hand`` case: the hand's statements (``PREPARE``d by ``_hand_prepare``)."""
+    from benchmarks.bench_langgraph_floor import _PG_NEW, _PG_REWRITE
+
+    recorded: list[str] = []
+    execute = psycopg.Connection.execute
+
+    def recording(conn: Any, query: Any, params: Any = None, **kwargs: Any) -> Any:
+        for prepared, sql in (("hn", _PG_NEW), ("hr", _PG_REWRITE)):
+            if query == sql:
+                values = [params[n] for n in _named(sql)[1]]
+                recorded.append(f"EXECUTE {prepared}({', '.join(_literal(v) for v in values)})")
+        return execute(conn, query, params, **kwargs)
+
+    with case_store(url, name) as call:
+        for i in range(warm):
+            call(i)
+        dbname = url.rsplit("/", 1)[1].split("?")[0]
+        _as_pg(
+            [
+                f"{_bin()}/pg_dump",
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(port),
+                "-U",
+                "postgres",
+                "-Fc",
+                "-f",
+                dump,
+                dbname,
+            ]
+        )
+        psycopg.Connection.execute = recording  # type: ignore[method-assign,assignment]
+        try:
+            for i in range(warm, warm + calls):
+                call(i)
+        finally:
+            psycopg.Connection.execute = execute  # type: ignore[method-assign]
+    return recorded
 
 
 def instructions(data: str, db: str, prepare: str, statements: list[str], out: str) -> int:
@@ -215,7 +288,7 @@ def main() -> None:
         + merge[0]
         + "".join(f"${n}{part}" for n, part in enumerate(merge[1:], 1))
     )
-    replays: list[tuple[str, str, list[str]]] = []
+    replays: list[tuple[str, str, list[str], str]] = []
     try:
         with psycopg.connect(f"{base}/postgres", autocommit=True) as admin:
             for n, name in enumerate(CASES):
@@ -225,9 +298,13 @@ def main() -> None:
                 admin.execute(f"CREATE DATABASE {db}")
                 with psycopg.connect(f"{base}/{db}", autocommit=True) as conn:
                     conn.execute(f"CREATE SCHEMA {SCHEMA}")
-                open_store(store_url(f"{base}/{db}"), auto_migrate=True).close()
                 dump = f"{root}/{db}.dump"
-                statements = capture(f"{base}/{db}", name, args.warm, args.calls, dump, args.port)
+                hand = name.endswith("by hand")
+                if not hand:
+                    open_store(store_url(f"{base}/{db}"), auto_migrate=True).close()
+                statements = (capture_hand if hand else capture)(
+                    f"{base}/{db}", name, args.warm, args.calls, dump, args.port
+                )
                 admin.execute(f"CREATE DATABASE {replay}")
                 _as_pg(
                     [
@@ -250,18 +327,18 @@ def main() -> None:
                         conn.execute(f"SET search_path = {SCHEMA}")
                         with open(args.setup) as f:
                             conn.execute(f.read().encode())
-                replays.append((name, replay, statements))
+                replays.append((name, replay, statements, _hand_prepare() if hand else prepare))
     finally:
         _as_pg([f"{bindir}/pg_ctl", "-D", data, "-w", "-m", "fast", "stop"], stdout=subprocess.DEVNULL)
     try:
-        for name, replay, statements in replays:
+        for name, replay, statements, prepared in replays:
             first = len(statements) // 3
             # each run replays into the restored database as it was: copied afresh per run
             counts = []
             for k in (first, len(statements)):
                 copy = f"{root}/data_{k}"
                 _as_pg(["cp", "-a", data, copy])
-                counts.append(instructions(copy, replay, prepare, statements[:k], f"{root}/{replay}_{k}"))
+                counts.append(instructions(copy, replay, prepared, statements[:k], f"{root}/{replay}_{k}"))
                 _as_pg(["rm", "-rf", copy])
             per = (counts[1] - counts[0]) / (len(statements) - first)
             print(

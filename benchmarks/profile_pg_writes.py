@@ -48,12 +48,17 @@ CASES = (
     "patch_state",
     "patch_state (merged by the server)",
     "bare upsert",
+    "saver put by hand",
+    "store put by hand",
 )
+"""The last two: ``bench_langgraph_floor``'s least write by hand that keeps history and audit (one
+statement per write, on minimal tables in a schema of its own)."""
+HAND_SCHEMA = "profile_pg_writes_hand"
 
 
-def store_url(url: str) -> str:
+def store_url(url: str, schema: str = SCHEMA) -> str:
     sep = "&" if "?" in url else "?"
-    return f"{url}{sep}application_name={APP}&options=-csearch_path%3D{SCHEMA}"
+    return f"{url}{sep}application_name={APP}&options=-csearch_path%3D{schema}"
 
 
 @contextmanager
@@ -71,6 +76,27 @@ def case_store(url: str, name: str) -> Iterator[Callable[[int], Any]]:
             conn.execute("CREATE TABLE IF NOT EXISTS bare (k integer PRIMARY KEY, v jsonb NOT NULL)")
             upsert = "INSERT INTO bare VALUES (%s, %s) ON CONFLICT (k) DO UPDATE SET v = excluded.v"
             yield lambda i: conn.execute(upsert, (i % 200, f'{{"count": {i}}}'))
+        return
+    if name.endswith("by hand"):
+        from benchmarks.bench_langgraph_adapters import KEYS
+        from benchmarks.bench_langgraph_floor import PostgresHand, _Hand
+
+        with psycopg.connect(url, autocommit=True) as admin:
+            admin.execute(f"DROP SCHEMA IF EXISTS {HAND_SCHEMA} CASCADE")
+            admin.execute(f"CREATE SCHEMA {HAND_SCHEMA}")
+            try:
+                with psycopg.connect(store_url(url, HAND_SCHEMA), autocommit=True) as conn:
+                    hand = PostgresHand(conn)
+                    if name.startswith("saver"):
+                        yield saver_cases(_Hand(hand), "h")["saver put"]  # type: ignore[arg-type]
+                    else:
+                        yield lambda i: hand.store_put(
+                            ("bench", "h", f"ns{i % 4}"),
+                            f"k{i % KEYS}",
+                            {"n": i, "text": "remember this", "tags": ["a", "b"]},
+                        )
+            finally:
+                admin.execute(f"DROP SCHEMA IF EXISTS {HAND_SCHEMA} CASCADE")
         return
     store = open_store(store_url(url))
     service = StatesService(store)

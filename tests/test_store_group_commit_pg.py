@@ -142,6 +142,34 @@ def test_a_failing_commit_fails_alone_and_the_rest_of_its_group_lands(
             assert fresh.get(key).revision == (1 if key == poisoned else 2)
 
 
+def test_a_failing_commit_alone_hands_the_sending_on_to_those_queued_behind_it(
+    pg: PostgresStore, pg_schema_url: str
+) -> None:
+    # the first commit goes alone (no group made) and fails once the seq lock lets it go; the
+    # five that queued meanwhile still go out, together, and land
+    with psycopg.connect(pg_schema_url, autocommit=True) as conn:
+        conn.execute(
+            "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+            "IF NEW.subject = 'd0' THEN RAISE EXCEPTION 'refused for the test'; END IF; "
+            "RETURN NEW; END $$"
+        )
+        conn.execute(
+            "CREATE TRIGGER refuse BEFORE UPDATE ON documents FOR EACH ROW EXECUTE FUNCTION refuse()"
+        )
+    calls = [partial(pg.update, [KEYS[i]], _set(i + 20), optimistic=True) for i in range(len(KEYS))]
+    outcomes = _grouped(pg, pg_schema_url, calls)
+    assert isinstance(outcomes[0], StoreError) and "refused for the test" in str(outcomes[0])
+    assert outcomes[1:] == [None] * (len(KEYS) - 1)
+    assert pg._groups is not None and pg._groups.largest == len(KEYS) - 1 and not pg._groups.busy
+    assert _transactions_of_last(pg_schema_url, len(KEYS) - 1) == 1
+    with open_store(pg_schema_url) as fresh:
+        assert [fresh.get(key).body for key in KEYS] == [{"n": 0}] + [
+            {"n": i + 20} for i in range(1, len(KEYS))
+        ]
+    pg.update([KEYS[1]], _set(99), optimistic=True)  # and the next commit goes alone again
+    assert pg.get(KEYS[1]).body == {"n": 99}
+
+
 def test_a_commit_alone_does_not_wait_for_a_group(pg: PostgresStore) -> None:
     assert pg._groups is not None
     before = pg._groups.groups

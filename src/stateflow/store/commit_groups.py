@@ -1,7 +1,7 @@
 """Group commit for callers of one process whose commits are ready at the same time.
 
 A caller hands its ready commit to :meth:`CommitGroups.submit`. When no group is on its way to
-the database the caller sends its own at once (alone: no wait, no extra cost); otherwise it
+the database the caller sends its own at once (alone: no wait, no group made); otherwise it
 waits, and the commits that gathered meanwhile go out together as the next group — one
 transaction, one flush — sent by the first of them. Each caller gets back its own answer or its
 own error, and only once the group's commit is done: the sender decides how a failing member is
@@ -55,8 +55,17 @@ class CommitGroups(Generic[P, A]):
     (``Member.answered`` or ``Member.failed``). At most ``max_group`` commits share one group, so a
     steady stream of callers cannot hold the first one's answer back for long."""
 
-    def __init__(self, send: Callable[[Sequence[Member[P, A]]], None], max_group: int = 64) -> None:
+    def __init__(
+        self,
+        send: Callable[[Sequence[Member[P, A]]], None],
+        max_group: int = 64,
+        *,
+        alone: Callable[[P], A | None],
+    ) -> None:
+        """``alone``: commit one commit by itself and return its answer (or raise its error) —
+        how a commit submitted while no group is on its way goes, with no ``Member`` made."""
         self._send = send
+        self._alone = alone
         self._max = max(1, max_group)
         self._lock = threading.Lock()
         self._pending: list[Member[P, A]] = []
@@ -75,20 +84,39 @@ class CommitGroups(Generic[P, A]):
         """Commit what ``build()`` returns (called under the group lock, so members are sent in
         the order they were built); return its answer, or raise its error."""
         with self._lock:
-            member: Member[P, A] = Member(build())
-            self._pending.append(member)
-            lead = not self._sending
-            self._sending = True
-        if not lead:
-            member.wait()
-            if not member.lead:
-                return _outcome(member)
-        self._send_next()
+            params = build()
+            alone = not self._sending  # nobody on the way: this commit goes at once, by itself
+            if alone:
+                self._sending = True
+                self.groups += 1
+                self.largest = max(self.largest, 1)
+            else:
+                member: Member[P, A] = Member(params)
+                self._pending.append(member)
+        if alone:
+            try:
+                return self._alone(params)
+            finally:
+                self._hand_on()
+        member.wait()
+        if member.lead:
+            self._send_next()
         return _outcome(member)
+
+    def _hand_on(self) -> None:
+        """Hand the sending on to the first caller that queued meanwhile, or stop."""
+        with self._lock:
+            following = self._pending[0] if self._pending else None
+            if following is not None:
+                following.lead = True
+            else:
+                self._sending = False
+        if following is not None:
+            following.wake()
 
     def _send_next(self) -> None:
         """Send the pending commits (this caller's first among them), then hand the sending on
-        to the first caller that queued meanwhile, or stop."""
+        (``_hand_on``)."""
         with self._lock:
             group = self._pending[: self._max]
             del self._pending[: self._max]
@@ -101,16 +129,9 @@ class CommitGroups(Generic[P, A]):
                 if not member.settled:
                     member.failed(exc)
         finally:
-            with self._lock:
-                following = self._pending[0] if self._pending else None
-                if following is not None:
-                    following.lead = True
-                else:
-                    self._sending = False
             for member in group[1:]:  # the first is this caller: it is not waiting
                 member.wake()
-            if following is not None:
-                following.wake()
+            self._hand_on()
 
 
 def _outcome(member: Member[P, A]) -> A | None:

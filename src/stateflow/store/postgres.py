@@ -232,7 +232,9 @@ class PostgresStore(SqlStore):
         self._pool = self._open_pool(url, min_size=min_size, max_size=max_size, timeout=wait, kwargs=kwargs)
         self._pool.open(wait=False)
         self._groups: CommitGroups[_Planned, int] | None = (
-            None if getattr(self, "runs_on_loop", False) else CommitGroups(self._send_group, max_group)
+            None
+            if getattr(self, "runs_on_loop", False)
+            else CommitGroups(self._send_group, max_group, alone=self._send_planned)
         )
         """group commit across this process's threads (the async store's callers are tasks of
         one loop, which must not block waiting for each other: they commit alone)"""
@@ -643,6 +645,9 @@ class PostgresStore(SqlStore):
             last[key] = revision
         return done
 
+    def _send_planned(self, planned: _Planned) -> int | None:
+        return self._send_alone(planned[2])
+
     def _send_alone(self, params: Sequence[Any]) -> int | None:
         """One planned commit in its own transaction: its seq, or None (nothing written)."""
         try:
@@ -1027,13 +1032,22 @@ def _rows(plans: Sequence[WritePlan]) -> dict[str, Any]:
 
 def _payload(fields: dict[str, Any]) -> str:
     """The write functions' one ``json`` argument (see ``stateflow_rows``): encoded in C, bytes
-    as ``bytea``'s hex text. (Each column was an array literal built element by element here,
-    ~40% of the client's Python per write.)"""
+    as ``bytea`` input text (``_bytea_text``). (Each column was an array literal built element by
+    element here, ~40% of the client's Python per write.)"""
     return orjson.dumps(fields, default=_bytea_text).decode()
 
 
 def _bytea_text(value: Any) -> str:
+    """Bytes as text the functions' ``::bytea`` casts read back to the same bytes: ASCII bytes —
+    every JSON body, path and edit the store writes, unless it holds a non-ASCII character — in
+    ``bytea``'s escape format (the text itself, each backslash doubled, NUL as ``\\000``: a text
+    cannot hold it), others in its hex format. The server's JSON parser reads the payload three
+    times (``json``'s check, the object, each field's array): a body travels as half the
+    characters it takes in hex. (Non-ASCII bytes as escape text would be converted to the
+    database's encoding on the way: only ASCII passes through every encoding unchanged.)"""
     if type(value) is bytes:
+        if value.isascii():
+            return value.decode("ascii").replace("\\", "\\\\").replace("\x00", "\\000")
         return "\\x" + value.hex()
     raise TypeError(f"no payload element for {type(value).__name__}")
 
