@@ -5,7 +5,8 @@ and client CPU, and WAL bytes by record type.
 
 Each case (a LangGraph saver ``put`` and ``put_writes``, a store ``put``, a states ``apply``, a
 memory ``patch_state``, a ``patch_state`` merged by the server as under contention, and the bare
-durable commit of ``bench_commit_floor``: one autocommit upsert of a small ``jsonb`` row) runs in
+durable commit of ``bench_commit_floor``: one autocommit upsert of a small ``jsonb`` row; and
+``bench_langgraph_floor``'s least saver ``put`` and store ``put`` by hand, on its own tables) runs in
 a store of its own (a new schema, its connections named by ``application_name``), warmed, then
 ``--calls`` times. Per call it prints:
 

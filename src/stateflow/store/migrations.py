@@ -240,7 +240,8 @@ arguments): its keys are the fields of the composite type ``stateflow_rows``, on
 (a key left out: no rows), each an array of rows as the client's plans hold them, which
 ``json_populate_record`` unpacks in C into two-dimensional ``text`` arrays the functions cast
 where they use a value. The client encodes the object in C (``orjson``, bytes as ``bytea``'s
-hex text) instead of building ~25 array literals element by element in Python. (A field per
+hex text; since then ASCII bytes in its escape format, ``postgres._bytea_text``: the functions'
+casts read either) instead of building ~25 array literals element by element in Python. (A field per
 column, 54 of them, cost the server more than the client saved: ``json_populate_record`` sets
 up every field's types on every call.) The same checks, locks and rows in the same order.
 SQLite only records the version.
