@@ -108,19 +108,20 @@ def _run(
     def compute(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
         return make(docs), None
 
-    store.update(keys, compute, {"by": "test"}, optimistic=True, checked=True, **kw)
+    store.update(keys, compute, {"by": "test"}, checked=True, **{"optimistic": True, **kw})
 
 
-@pytest.mark.parametrize("named", [False, True])
+@pytest.mark.parametrize(("named", "locked"), [(False, False), (True, False), (False, True), (True, True)])
 def test_writes_with_their_bodies_have_the_rows_of_the_general_write(
-    open_migrated: StoreFactory, backend: str, named: bool
+    open_migrated: StoreFactory, backend: str, named: bool, locked: bool
 ) -> None:
     """Random patches of two documents at a time (one commit, as ``patch_state`` of two
     scopes), through the lean path and the general one: every ``documents``, ``members``,
     ``changes``, ``change_edits``, ``snapshots`` and ``snapshot_members`` row the same after
     each commit, every revision read back the same here and from another store; ``named``:
     the members handed to the computation are some of them (as ``patch_state`` hands its hot
-    planes), the rest untouched."""
+    planes), the rest untouched; ``locked``: every write takes the locked path (as a
+    contended write does), whose common case is planned the same lean way under its locks."""
     store = open_migrated()
     pairs = [(_key("lean-a"), _key("general-a")), (_key("lean-b"), _key("general-b"))]
     every = [k for pair in pairs for k in pair]
@@ -139,9 +140,15 @@ def test_writes_with_their_bodies_have_the_rows_of_the_general_write(
             return lean
 
         before = staged[0]
-        _run(store, [k for k, _ in pairs], make, members=members)
+        _run(store, [k for k, _ in pairs], make, members=members, optimistic=not locked)
         assert staged[0] == before  # planned straight from the bodies: nothing staged
-        _run(store, [k for _, k in pairs], lambda docs: list(both), members=members)  # noqa: B023
+        _run(
+            store,
+            [k for _, k in pairs],
+            lambda docs: list(both),  # noqa: B023
+            members=members,
+            optimistic=not locked,
+        )
         assert staged[0] == before + len(both)  # (the general path, for the same writes)
         for mine, theirs in pairs:
             assert _rows(backend, mine.subject) == _rows(backend, theirs.subject), (round_, mine)
@@ -210,3 +217,37 @@ def test_a_member_that_becomes_a_tree_is_left_to_the_general_path(
     _written(store, lean, {"b": {"k": 2}})  # a small member beside the tree: lean again
     assert staged[0] == before
     assert (open_migrated().get(lean).body or {})["b"] == {"k": 2}
+
+
+def test_writers_taking_turns_on_one_document_keep_every_write(
+    open_migrated: StoreFactory, backend: str
+) -> None:
+    """Two stores (as two writer processes) patch one document in turn, each its own key of
+    one member, so every write finds the document moved by the other: every value kept, each
+    revision's change its own path. On SQLite such a write goes to the locked path (one turn
+    in the writers' queue), where it is planned from its merge as the unlocked one is:
+    nothing staged."""
+    first, second = open_migrated(), open_migrated()
+    key = _key("shared")
+    _run(first, [key], lambda docs: [Write.between(key, None, {"tactics": {}, "intents": {"a": 1}}, 0)])
+    for n in range(3):  # (each store reads the document and learns that it is contended)
+        for i, store in enumerate((first, second)):
+            _written(store, key, {"tactics": {f"w{i}": n}})
+    staged = [_counting(store, "_stage") for store in (first, second)]
+    queue = getattr(first, "_group", None)
+    drawn = queue.queue.drawn() if queue is not None else 0
+    for n in range(3, 23):
+        for i, store in enumerate((first, second)):
+            _written(store, key, {"tactics": {f"w{i}": n}})
+    reader = open_migrated()
+    doc = reader.get(key)
+    assert doc.body == {"tactics": {"w0": 22, "w1": 22}, "intents": {"a": 1}}
+    assert doc.revision == 1 + 2 * 23
+    changes = reader.history([key], limit=200)
+    assert [c.paths for c in changes[:4]] == [[["tactics", "w1"]], [["tactics", "w0"]]] * 2
+    for revision in (10, 25, 47):
+        n, i = divmod(revision - 2, 2)
+        assert (reader.read_at(key, revision=revision).body or {})["tactics"][f"w{i}"] == n
+    if queue is not None:  # (SQLite)
+        assert staged == [[0], [0]]  # planned from each merge under the lock
+        assert queue.queue.drawn() - drawn == 40  # one turn per write

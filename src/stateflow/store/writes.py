@@ -219,49 +219,70 @@ class Writes(StoreCore):
                     self._took_heads(locked_rows, heads[1], answers[0])
                 if seen:
                     self._still_contended(seen, locked_rows)
-                # an absent document has no member rows (they go with it): nothing to load
-                loaded = {key: Loaded(row, complete=not row.present) for key, row in locked_rows.items()}
                 fresh.rows.update({key: rows.get(key, NO_ROW) for key in shared_keys})
                 fresh.rows.update(locked_rows)
-                # then one member-head query for the documents whose heads are not cached
+                # then one member-head query for the documents whose heads are not cached (an
+                # absent document has no member rows: they go with it)
                 wanted: list[Wanted] = [
                     (k, rows[k].doc_id, rows[k].revision, None)
                     for k in shared_keys
                     if k in rows and rows[k].present
                 ]
-                wanted += [
-                    (k, e.row.doc_id, e.row.revision, names) for k, e in loaded.items() if e.row.present
-                ]
+                wanted += [(k, r.doc_id, r.revision, names) for k, r in locked_rows.items() if r.present]
                 fetched = self._fetch_many(tx, wanted, outline_names)
-                for key in shared_keys:
-                    row = rows.get(key)
-                    if row is None:
-                        docs[key] = Document(key, 0, None)
-                        continue
-                    body = {n: v for n, _, v, _ in fetched[row.doc_id][0]} if row.present else None
-                    docs[key] = Document(key, row.revision, body, row.updated_seq)
-                for key, entry in loaded.items():
-                    row = entry.row
-                    body = None
-                    shapes: dict[str, Any] = {}
-                    if row.present:
-                        members_of, shapes = fetched[row.doc_id]
-                        for name, position, value, size in members_of:
-                            entry.members[name] = (value, position, size)
-                        entry.complete = names is None
-                        body = {n: v for n, _, v, _ in members_of}
-                    docs[key] = Document(key, row.revision, body, row.updated_seq, shapes)
-                if computed is not None and computed.holds({**rows, **locked_rows}):
-                    writes, result = computed.writes, computed.result  # nothing moved since
+                in_turn: tuple[Commit, R] | None = None
+                if computed is None:
+                    # the common case planned as the unlocked attempt plans it, on the documents
+                    # held here brought up to the locked rows (what moved was read just now)
+                    made = self._locked_made(
+                        tx,
+                        shared_keys,
+                        locked,
+                        fresh,
+                        compute,
+                        origin,
+                        all_claims,
+                        names,
+                        outline_names,
+                        checked,
+                    )
+                    if isinstance(made, _Computed):
+                        computed = made  # computed, but for the general path to write
+                    else:
+                        in_turn = made
+                if in_turn is not None:
+                    commit, result = in_turn
                 else:
-                    writes, result = compute(docs)
-                validate_writes(writes, origin, values=not checked)
-                for write in writes:
-                    if write.key in shared_keys:
-                        raise InvalidInput(
-                            f"{write.key} was read as shared and cannot be written in this call"
-                        )
-                commit = self._commit_in(tx, writes, origin or {}, all_claims, loaded, fresh)
+                    loaded = {key: Loaded(row, complete=not row.present) for key, row in locked_rows.items()}
+                    for key in shared_keys:
+                        row = rows.get(key)
+                        if row is None:
+                            docs[key] = Document(key, 0, None)
+                            continue
+                        body = {n: v for n, _, v, _ in fetched[row.doc_id][0]} if row.present else None
+                        docs[key] = Document(key, row.revision, body, row.updated_seq)
+                    for key, entry in loaded.items():
+                        row = entry.row
+                        body = None
+                        shapes: dict[str, Any] = {}
+                        if row.present:
+                            members_of, shapes = fetched[row.doc_id]
+                            for name, position, value, size in members_of:
+                                entry.members[name] = (value, position, size)
+                            entry.complete = names is None
+                            body = {n: v for n, _, v, _ in members_of}
+                        docs[key] = Document(key, row.revision, body, row.updated_seq, shapes)
+                    if computed is not None and computed.holds({**rows, **locked_rows}):
+                        writes, result = computed.writes, computed.result  # nothing moved since
+                    else:
+                        writes, result = compute(docs)
+                    validate_writes(writes, origin, values=not checked)
+                    for write in writes:
+                        if write.key in shared_keys:
+                            raise InvalidInput(
+                                f"{write.key} was read as shared and cannot be written in this call"
+                            )
+                    commit = self._commit_in(tx, writes, origin or {}, all_claims, loaded, fresh)
         except OpIdTaken as taken:
             if replayed(taken, op_id, op_scope):
                 return Commit(applied=False), None
@@ -419,15 +440,7 @@ class Writes(StoreCore):
         fresh: Fresh,
     ) -> Commit:
         at = fresh.at = utc_now()
-        if claims:  # recorded first: a claim taken meanwhile ends the call before any write
-            taken = tx.all(
-                "INSERT INTO applied_ops (scope, op_id, applied_at) VALUES "
-                + ", ".join(["(?, ?, ?)"] * len(claims))
-                + " ON CONFLICT (scope, op_id) DO NOTHING RETURNING scope, op_id",
-                [v for scope, claimed in claims for v in (scope, claimed, at)],
-            )
-            if len(taken) != len(set(claims)):
-                raise OpIdTaken(set(claims) - {(r[0], r[1]) for r in taken})
+        self._record_claims(tx, claims, at)
         # Check every compare-and-set before touching anything.
         plan: list[tuple[Write, Loaded]] = []
         ordered = sorted(writes, key=lambda w: w.key)
@@ -451,11 +464,40 @@ class Writes(StoreCore):
             return Commit(applied=True, revisions={w.key: loaded[w.key].row.revision for w in writes})
         staged = [(w, e, self._stage(tx, w, e)) for w, e in plan]
         revisions = {w.key: loaded[w.key].row.revision for w in writes}
-        # The rest needs no answer before the commit: where the database can pipeline, the
-        # transition, every row write and the COMMIT travel together.
+        # planned first (no statement): the transition's row lists its changes' keys
+        plans = [self._plan_doc(write, entry, stage, fresh) for write, entry, stage in staged]
+        return self._commit_plans(tx, [w.key for w, _, _ in staged], plans, origin, claims, revisions, fresh)
+
+    @staticmethod
+    def _record_claims(tx: Tx, claims: Sequence[tuple[str, str]], at: str) -> None:
+        """Record the claimed op ids, first: a claim taken meanwhile ends the call before any
+        write (``OpIdTaken``). Their seq is set with the transition (``_commit_plans``)."""
+        if claims:
+            taken = tx.all(
+                "INSERT INTO applied_ops (scope, op_id, applied_at) VALUES "
+                + ", ".join(["(?, ?, ?)"] * len(claims))
+                + " ON CONFLICT (scope, op_id) DO NOTHING RETURNING scope, op_id",
+                [v for scope, claimed in claims for v in (scope, claimed, at)],
+            )
+            if len(taken) != len(set(claims)):
+                raise OpIdTaken(set(claims) - {(r[0], r[1]) for r in taken})
+
+    def _commit_plans(
+        self,
+        tx: Tx,
+        keys: Sequence[DocKey],
+        plans: Sequence[WritePlan],
+        origin: dict[str, Any],
+        claims: Sequence[tuple[str, str]],
+        revisions: dict[DocKey, int],
+        fresh: Fresh,
+    ) -> Commit:
+        """Write the plans of ``keys`` (one each) in ``tx``, whose locks hold every document
+        as planned on, at ``fresh.at``: the transition, the claims' seq (recorded already)
+        and the rows. The rest needs no answer before the commit: where the database can
+        pipeline, the transition, every row write and the COMMIT travel together."""
+        at = fresh.at
         with tx.batch(commit=True):
-            # planned first (no statement): the transition's row lists its changes' keys
-            plans = [self._plan_doc(write, entry, stage, fresh) for write, entry, stage in staged]
             seq_of, seq = self._transition(
                 tx, at, origin, changed_keys(plans) if self.transition_keys else None
             )
@@ -465,7 +507,6 @@ class Writes(StoreCore):
                     (*seq.params, scope, claimed),
                 )
             self._emit(tx, plans, seq)
-        keys = [w.key for w, _, _ in staged]
         seq_now = seq_of()
         _stamp(keys, plans, seq_now, at, fresh)
         return _committed(keys, plans, revisions, seq_now, at)
@@ -503,27 +544,9 @@ class Writes(StoreCore):
             if created is None or len(created) != len(new):
                 return None  # the backend creates rows in the locked path, or some existed already
             entries.update({key: (row, None, {}) for key, row in created.items()})
-        docs = {}
-        handed = self._handed
-        for key, (row, body, _) in entries.items():
-            if (names is not None or outline_names) and key not in shared and body is not None:
-                doc = self._named(key, row, body, names, outline_names)
-                if doc is None:
-                    return None  # the heads are not cached at this revision
-                docs[key] = doc
-                continue
-            doc = handed.get(key)
-            if (
-                doc is None
-                or doc.body is not body
-                or doc.revision != row.revision
-                or doc.seq != row.updated_seq
-            ):
-                doc = made_document(key, row.revision, body, row.updated_seq, {})
-                if len(handed) >= HANDED_MAX:
-                    handed.clear()  # bounded; a miss only builds the document again
-                handed[key] = doc
-            docs[key] = doc
+        docs = self._documents(entries, shared, names, outline_names)
+        if docs is None:
+            return None
         try:
             writes, result = compute(docs)
             validate_writes(writes, origin, values=not checked)
@@ -569,6 +592,86 @@ class Writes(StoreCore):
             fresh,
         )
         return MOVED if done is None else (done, result)
+
+    def _locked_made(
+        self,
+        tx: Tx,
+        shared: Sequence[DocKey],
+        locked: Sequence[DocKey],
+        fresh: Fresh,
+        compute: Callable[[dict[DocKey, Document]], tuple[Sequence[Write], R]],
+        origin: dict[str, Any] | None,
+        claims: Sequence[tuple[str, str]],
+        names: list[str] | None,
+        outline_names: Sequence[str],
+        checked: bool,
+    ) -> tuple[Commit, R] | _Computed | None:
+        """The locked path's common case, once its locks are held and what moved is read
+        (``fresh.rows``: every row as read under them; the member heads and named values
+        cached): ``compute`` on the documents as held here at those rows and the rows planned
+        by :meth:`_plan_made`, as the unlocked attempt does, then written in ``tx`` with no
+        check (nothing can move under these locks; the claims are recorded first, as
+        ``_commit_in`` records them). Several writers of one document take
+        this path on every write (each finds the document moved by the one before): it is
+        the time the others wait. ``_Computed``: computed, but the general path must write it
+        (``_plan_made`` declined); None: a document is not all held here (a member not read
+        and not cached at its revision), so the general path reads and computes."""
+        rows = fresh.rows
+        entries = {}
+        for key in (*shared, *locked):
+            known = self._known(key, rows[key])
+            if known is None:
+                return None
+            entries[key] = known
+        docs = self._documents(entries, shared, names, outline_names)
+        if docs is None:
+            return None
+        writes, result = compute(docs)  # (it raises under the locks: what it raises is the answer)
+        validate_writes(writes, origin, values=not checked)
+        read = dict(rows)
+        fresh.at = utc_now()
+        made = self._plan_made(writes, entries, shared, fresh)
+        if made is None:
+            fresh.clear()  # (what a plan given up half way left for the caches)
+            fresh.rows.update(read)
+            return _Computed(writes, result, {})
+        keys, plans = made
+        self._record_claims(tx, claims, fresh.at)
+        revisions = {w.key: entries[w.key][0].revision for w in writes}
+        return self._commit_plans(tx, keys, plans, origin or {}, claims, revisions, fresh), result
+
+    def _documents(
+        self,
+        entries: Mapping[DocKey, tuple[DocRow, dict[str, Any] | None, Mapping[str, tuple[Any, int, int]]]],
+        shared: Sequence[DocKey],
+        names: list[str] | None,
+        outline_names: Sequence[str],
+    ) -> dict[DocKey, Document] | None:
+        """The documents ``compute`` is handed, from those held here (``_known``): as the
+        locked read hands them (see ``_optimistic``); None when a named outline's heads are
+        not cached."""
+        docs = {}
+        handed = self._handed
+        for key, (row, body, _) in entries.items():
+            if (names is not None or outline_names) and key not in shared and body is not None:
+                doc = self._named(key, row, body, names, outline_names)
+                if doc is None:
+                    return None  # the heads are not cached at this revision
+                docs[key] = doc
+                continue
+            doc = handed.get(key)
+            if (
+                doc is None
+                or doc.body is not body
+                or doc.revision != row.revision
+                or doc.seq != row.updated_seq
+            ):
+                doc = made_document(key, row.revision, body, row.updated_seq, {})
+                if len(handed) >= HANDED_MAX:
+                    handed.clear()  # bounded; a miss only builds the document again
+                handed[key] = doc
+            docs[key] = doc
+        return docs
 
     def _plan_made(
         self,
@@ -814,13 +917,15 @@ class Writes(StoreCore):
         return None
 
     def _known(
-        self, key: DocKey
+        self, key: DocKey, row: DocRow | None = None
     ) -> tuple[DocRow, dict[str, Any] | None, Mapping[str, tuple[Any, int, int]]] | None:
         """A document as last seen here — its row, body and members (name → value, position,
-        size; shared, read-only) — if all of it is cached."""
-        row = self._rows_known.get(key)
+        size; shared, read-only) — if all of it is cached; at ``row`` where given (one read
+        under this write's locks), else at the row this store last saw."""
         if row is None:
-            return None
+            row = self._rows_known.get(key)
+            if row is None:
+                return None
         if not row.present:
             return row, None, {}
         assembled = self._assembled.get(row.doc_id, row.revision)
