@@ -10,38 +10,88 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Mapping
 from typing import Any, Final, Generic, TypeVar
+
+from stateflow.store.rows import MemberHead
 
 DEFAULT_CACHE_BYTES: Final = 256 * 1024 * 1024
 
 
 DEFAULT_HEAD_DOCS: Final = 100_000
+DEFAULT_KNOWN_BYTES: Final = 64 * 1024 * 1024
+
+Heads = Mapping[str, MemberHead]
+"""A document's member heads by name, in position order."""
+Known = tuple[dict[str, Any], dict[str, tuple[Any, int, int]]]
+"""A document's body and its members (name → value, position, size), assembled."""
 
 
 class HeadCache:
-    """Member heads (name, position, revision, size, outline — no body) per document, keyed
-    by the document revision they belong to. Every write bumps the revision, so an entry is
-    never stale; a hit saves the head query of a write or a partial read."""
+    """Per document, what this store last read or wrote of it at one revision: its member heads
+    (name, position, revision, size, outline — no body) and, where every member was known, the
+    body and members assembled (the next write's starting point: ``Writes._known``) — one entry,
+    filled once per write. Every write bumps the revision, so an entry is never stale; a hit
+    saves the head query of a write or a partial read. Bounded by documents and by the encoded
+    size of the bodies held (the members are shared with the member cache, so this bounds what
+    stays alive after it lets go); past either bound everything goes (a miss costs one head
+    query, or one assembly from the member cache)."""
 
-    def __init__(self, max_docs: int = DEFAULT_HEAD_DOCS) -> None:
+    def __init__(
+        self,
+        max_docs: int = DEFAULT_HEAD_DOCS,
+        max_bytes: int = DEFAULT_KNOWN_BYTES,
+        largest: int | None = None,
+    ) -> None:
         self.max_docs = max_docs
-        self._entries: dict[int, tuple[int, list[Any]]] = {}
+        self.max_bytes = max_bytes
+        self.largest = max_bytes // 8 if largest is None else largest
+        """bodies larger than this are not kept assembled"""
+        self._entries: dict[int, tuple[int, Heads, Known | None, int]] = {}
+        self._bytes = 0
+        self._lock = threading.Lock()
 
-    def get(self, doc_id: int, revision: int) -> list[Any] | None:
+    def get(self, doc_id: int, revision: int) -> Heads | None:
         entry = self._entries.get(doc_id)
         return entry[1] if entry is not None and entry[0] == revision else None
 
-    def put(self, doc_id: int, revision: int, heads: list[Any]) -> None:
-        if len(self._entries) >= self.max_docs:
-            self._entries.clear()  # crude but bounded; a miss only costs one head query
-        # a lagging writer must not replace a newer entry with an older one
-        current = self._entries.get(doc_id)
-        if current is None or current[0] <= revision:
-            self._entries[doc_id] = (revision, heads)
+    def entry(self, doc_id: int, revision: int) -> tuple[int, Heads, Known | None, int] | None:
+        """The whole entry — ``(revision, heads, known or None, size)`` — held at ``revision``."""
+        entry = self._entries.get(doc_id)
+        return entry if entry is not None and entry[0] == revision else None
+
+    def put(
+        self, doc_id: int, revision: int, heads: Heads, known: Known | None = None, size: int = 0
+    ) -> None:
+        """Hold ``heads`` (and ``known``, the body and members of ``size`` encoded bytes) at
+        ``revision``, unless a newer revision is held; heads alone at the revision held keep
+        what is assembled there."""
+        if known is not None and size > self.largest:
+            known = None
+        entries = self._entries
+        with self._lock:
+            current = entries.get(doc_id)
+            if current is not None:
+                # a lagging writer must not replace a newer entry with an older one
+                if current[0] > revision or (
+                    current[0] == revision and known is None and current[2] is not None
+                ):
+                    return
+                if current[2] is not None:
+                    self._bytes -= current[3]
+            if len(entries) >= self.max_docs or (known is not None and self._bytes + size > self.max_bytes):
+                entries.clear()  # crude but bounded; a miss only costs one head query
+                self._bytes = 0
+            if known is None:
+                entries[doc_id] = (revision, heads, None, 0)
+            else:
+                entries[doc_id] = (revision, heads, known, size)
+                self._bytes += size
 
     def clear(self) -> None:
-        self._entries.clear()
+        with self._lock:
+            self._entries.clear()
+            self._bytes = 0
 
 
 K = TypeVar("K", bound=Hashable)

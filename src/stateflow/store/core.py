@@ -8,7 +8,7 @@ from typing import Any, Final, Self, TypeVar
 
 from stateflow.errors import CorruptData, StoreNotMigrated, StoreTooNew
 from stateflow.store.backend import Backend
-from stateflow.store.cache import DEFAULT_CACHE_BYTES, HeadCache, RevisionCache
+from stateflow.store.cache import DEFAULT_CACHE_BYTES, HeadCache, Heads, RevisionCache
 from stateflow.store.clock import micros_of
 from stateflow.store.key_positions import Positions
 from stateflow.store.migrations import SCHEMA_VERSION, statements
@@ -32,9 +32,6 @@ R = TypeVar("R")
 
 KNOWN_ROWS_MAX: Final = 100_000
 """Document rows remembered as last read or written here, at most."""
-ASSEMBLED_BYTES: Final = 64 * 1024 * 1024
-"""Bodies of known documents kept assembled (by encoded size; members are shared with the
-member cache, so this bounds what stays alive after the member cache lets go)."""
 
 
 class StoreCore(Backend):
@@ -49,6 +46,7 @@ class StoreCore(Backend):
         self._cache: RevisionCache[tuple[int, str], Any] = RevisionCache(cache_bytes, largest=cache_bytes)
         """decoded member values by (doc_id, name), at the revision that last wrote the member"""
         self._heads = HeadCache()
+        """per document: its member heads at a revision and, where known, its body assembled"""
         self._rows_known: dict[DocKey, DocRow] = {}
         """document rows as last read or written here (see ``update(optimistic=True)``)"""
         self._handed: dict[DocKey, Document] = {}
@@ -58,10 +56,6 @@ class StoreCore(Backend):
         self._contended: dict[DocKey, float] = {}
         """documents an optimistic read lost to another writer, until when (monotonic) their
         writes take the row locks first (see ``update(optimistic=True)``)"""
-        self._assembled: RevisionCache[int, tuple[dict[str, Any], dict[str, tuple[Any, int, int]]]] = (
-            RevisionCache(ASSEMBLED_BYTES)
-        )
-        """(body, members) of documents as ``_known`` last assembled them"""
         self._node_cache = NodeCache()
         """decoded tree nodes by id, for path reads"""
         self._positions = Positions()
@@ -301,7 +295,7 @@ class StoreCore(Backend):
         cached at their revision, one body query for the member cache misses."""
         if not wanted:
             return {}
-        by_doc: dict[int, list[MemberHead]] = {}
+        by_doc: dict[int, Heads] = {}
         unknown: dict[int, int] = {}
         for _, doc_id, revision, _ in wanted:
             cached = self._heads.get(doc_id, revision)
@@ -311,23 +305,30 @@ class StoreCore(Backend):
                 by_doc[doc_id] = cached
         if unknown:
             ids = list(unknown)
+            read: dict[int, dict[str, MemberHead]] = {doc_id: {} for doc_id in ids}
             for h in tx.all(
                 "SELECT doc_id, name, position, revision, size, outline FROM members "
                 f"WHERE doc_id IN ({','.join('?' * len(ids))}) ORDER BY doc_id, position",
                 ids,
             ):
-                by_doc.setdefault(int(h[0]), []).append(
-                    (int(h[0]), h[1], int(h[2]), int(h[3]), int(h[4]), None if h[5] is None else bytes(h[5]))
+                read[int(h[0])][h[1]] = (
+                    int(h[0]),
+                    h[1],
+                    int(h[2]),
+                    int(h[3]),
+                    int(h[4]),
+                    None if h[5] is None else bytes(h[5]),
                 )
             for doc_id, revision in unknown.items():
-                self._heads.put(doc_id, revision, by_doc.setdefault(doc_id, []))
+                self._heads.put(doc_id, revision, read[doc_id])
+            by_doc.update(read)
         keys = {doc_id: key for key, doc_id, _, _ in wanted}
         names_of = {doc_id: (None if names is None else set(names)) for _, doc_id, _, names in wanted}
         values: dict[tuple[int, str], Any] = {}
         misses: list[tuple[int, str]] = []
         for doc_id, rows in by_doc.items():
             names = names_of[doc_id]
-            for _, name, _, revision, _, _ in rows:
+            for _, name, _, revision, _, _ in rows.values():
                 if names is not None and name not in names:
                     continue
                 hit, value = self._cache.lookup((doc_id, name), int(revision))
@@ -335,7 +336,7 @@ class StoreCore(Backend):
                     values[(doc_id, name)] = value
                 else:
                     misses.append((doc_id, name))
-        sizes = {(d, h[1]): int(h[4]) for d, rows in by_doc.items() for h in rows} if misses else {}
+        sizes = {(d, h[1]): int(h[4]) for d, rows in by_doc.items() for h in rows.values()} if misses else {}
         for start in range(0, len(misses), 200):
             part = misses[start : start + 200]
             where = " OR ".join(["(doc_id = ? AND name = ?)"] * len(part))
@@ -350,15 +351,15 @@ class StoreCore(Backend):
                 self._cache.put((int(doc_id), name), int(revision), value, weight)
         out: dict[int, tuple[list[tuple[str, int, Any, int]], dict[str, Any]]] = {}
         for _, doc_id, _, _ in wanted:
-            rows = by_doc.get(doc_id, [])
+            rows = by_doc.get(doc_id, {})
             shapes = {
                 n: None if o is None else decode_stored(o, f"{keys[doc_id]} outline of {n!r}")
-                for _, n, _, _, _, o in rows
+                for _, n, _, _, _, o in rows.values()
                 if n in outlines
             }
             members = [
                 (n, int(p), values[(doc_id, n)], int(size))
-                for _, n, p, _, size, _ in rows
+                for _, n, p, _, size, _ in rows.values()
                 if (doc_id, n) in values
             ]
             out[doc_id] = (members, shapes)

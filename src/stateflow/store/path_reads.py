@@ -403,7 +403,7 @@ class PathReads:
         wanted = set(names)
         lookup = self._store._cache.lookup
         values: dict[str, Any] = {}
-        for _, name, _, revision, size, _ in heads:
+        for _, name, _, revision, size, _ in heads.values():
             if name not in wanted:
                 continue
             if size > TREE_MIN:

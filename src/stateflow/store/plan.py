@@ -24,6 +24,7 @@ from stateflow.doc.canonical import JSON, check
 from stateflow.doc.diff import Edit
 from stateflow.doc.select import MISSING
 from stateflow.errors import InvalidInput
+from stateflow.store.cache import Known
 from stateflow.store.model import DocKey, Write
 from stateflow.store.rows import DocRow, MemberHead
 from stateflow.store.tree_update import Updated
@@ -174,16 +175,13 @@ class Fresh:
     members: list[tuple[tuple[int, str], int, Any, int]] = field(default_factory=list)
     """((doc_id, name), revision, value, size) of each member value written: the member
     cache's entries (``RevisionCache.put_many``)"""
-    heads: dict[int, tuple[int, list[MemberHead]]] = field(default_factory=dict)
-    """doc_id → (revision, member heads) after the write, where the heads before it were known"""
+    heads: dict[int, tuple[int, dict[str, MemberHead], Known | None, int]] = field(default_factory=dict)
+    """doc_id → (revision, member heads by name in position order, and the body and members
+    assembled with their encoded size where every member was known — ``None, 0`` where not)
+    after the write, where the heads before it were known: one entry of ``StoreCore._heads``"""
     bodies: dict[int, tuple[int, dict[str, Any] | None, str, int]] = field(default_factory=dict)
     """doc_id → (revision, body, at, encoded size) after the write, where every member was known
     (only for stores that keep whole bodies: ``keeps_bodies``)"""
-    assembled: dict[int, tuple[int, dict[str, Any], dict[str, tuple[Any, int, int]], int]] = field(
-        default_factory=dict
-    )
-    """doc_id → (revision, body, members: name → (value, position, size), encoded size) of a
-    present document written whole-known, for ``_known`` (``StoreCore._assembled``)"""
     rows: dict[DocKey, DocRow] = field(default_factory=dict)
     """document rows as this transaction read or left them (for writes computed optimistically)"""
     nodes: dict[bytes, bytes] = field(default_factory=dict)
@@ -202,7 +200,6 @@ class Fresh:
         self.members = []
         self.heads = {}
         self.bodies = {}
-        self.assembled = {}
         self.rows = {}
         self.nodes = {}
         self.roots = {}
@@ -214,7 +211,6 @@ class Fresh:
         self.members.clear()
         self.heads.clear()
         self.bodies.clear()
-        self.assembled.clear()
         self.rows.clear()
         self.nodes.clear()
         self.roots.clear()

@@ -384,20 +384,18 @@ class Writes(StoreCore):
         """Cache what :meth:`_heads_query` read under the locks: the heads at each document's
         locked revision and the member values not cached yet (``_fetch_many`` then finds them)."""
         revision_of = {r.doc_id: r.revision for r in locked.values() if r.present and r.doc_id in asked}
-        by_doc: dict[int, list[MemberHead]] = {doc_id: [] for doc_id in revision_of}
+        by_doc: dict[int, dict[str, MemberHead]] = {doc_id: {} for doc_id in revision_of}
         for doc_id, name, position, revision, size, outline, body in answer:
             doc_id = int(doc_id)
             if doc_id not in by_doc:
                 continue  # a document absent at its locked revision keeps no heads
-            by_doc[doc_id].append(
-                (
-                    doc_id,
-                    name,
-                    int(position),
-                    int(revision),
-                    int(size),
-                    None if outline is None else bytes(outline),
-                )
+            by_doc[doc_id][name] = (
+                doc_id,
+                name,
+                int(position),
+                int(revision),
+                int(size),
+                None if outline is None else bytes(outline),
             )
             if body is not None and not self._cache.lookup((doc_id, name), int(revision))[0]:
                 value = decode_stored(body, f"document {doc_id} member {name!r}")
@@ -408,10 +406,8 @@ class Writes(StoreCore):
     def _remember(self, fresh: Fresh) -> None:
         """Cache members written by a transaction that has committed (never before)."""
         self._cache.put_many(fresh.members)
-        for doc_id, (revision, heads) in fresh.heads.items():
-            self._heads.put(doc_id, revision, heads)
-        for doc_id, (revision, body, members, size) in fresh.assembled.items():
-            self._assembled.put(doc_id, revision, (body, members), size)
+        for doc_id, (revision, heads, assembled, size) in fresh.heads.items():
+            self._heads.put(doc_id, revision, heads, assembled, size)
         if fresh.nodes:
             self._node_cache.written(fresh.nodes)
         roots = self._roots
@@ -754,7 +750,7 @@ class Writes(StoreCore):
             heads = self._heads.get(row.doc_id, row.revision)
             if heads is None:
                 return None
-            for h in heads:  # (no message made per outline: one only for an outline that fails)
+            for h in heads.values():  # (no message made per outline: one only for one that fails)
                 name, raw = h[1], h[5]
                 if name in outline_names:
                     try:
@@ -928,24 +924,26 @@ class Writes(StoreCore):
                 return None
         if not row.present:
             return row, None, {}
-        assembled = self._assembled.get(row.doc_id, row.revision)
-        if assembled is not None:
-            return row, assembled[0], assembled[1]
-        heads = self._heads.get(row.doc_id, row.revision)
-        if heads is None:
+        # one entry per document: its heads at this revision and, mostly, its body assembled
+        entry = self._heads.entry(row.doc_id, row.revision)
+        if entry is None:
             return None
+        known = entry[2]
+        if known is not None:
+            return row, known[0], known[1]
+        heads = entry[1]
         doc_id = row.doc_id
-        values = self._cache.lookup_all([((doc_id, h[1]), h[3]) for h in heads])
+        values = self._cache.lookup_all([((doc_id, h[1]), h[3]) for h in heads.values()])
         if values is None:
             return None
         members: dict[str, tuple[Any, int, int]] = {}
         body: dict[str, Any] = {}
-        for head, value in zip(heads, values, strict=True):
+        for head, value in zip(heads.values(), values, strict=True):
             name = head[1]
             members[name] = (value, head[2], head[4])
             body[name] = value
         # bodies and members are shared read-only, like every cached value
-        self._assembled.put(row.doc_id, row.revision, (body, members), row.body_size)
+        self._heads.put(doc_id, row.revision, heads, (body, members), row.body_size)
         return row, body, members
 
     def _commit_planned(
@@ -1159,8 +1157,8 @@ class Writes(StoreCore):
         present = stage.present
         plan = WritePlan(doc_id, revision, present, row.present)
         # the member heads after this write follow from those before it, when they are known
-        before = self._heads.get(doc_id, row.revision) if row.present else []
-        heads = None if before is None else {h[1]: h for h in before}
+        before = self._heads.get(doc_id, row.revision) if row.present else {}
+        heads = None if before is None else dict(before)
         had = self._roots.get(doc_id)
         # the roots of members held as trees after this write (a member not named: not known)
         roots = dict(had[1]) if had is not None and had[0] == row.revision and row.present else {}
@@ -1214,8 +1212,8 @@ class Writes(StoreCore):
         if roots or had is not None:  # (a document with no tree member never needs an entry)
             fresh.roots[doc_id] = (revision, roots)
         if heads is not None:
-            after = sorted(heads.values(), key=_POSITION)
-            fresh.heads[doc_id] = (revision, after)
+            heads_after = {h[1]: h for h in sorted(heads.values(), key=_POSITION)}
+            fresh.heads[doc_id] = (revision, heads_after, None, 0)
             if not present:
                 if self.keeps_bodies:
                     fresh.bodies[doc_id] = (revision, None, fresh.at, 0)
@@ -1223,7 +1221,7 @@ class Writes(StoreCore):
                 touched = stage.touched
                 members: dict[str, tuple[Any, int, int]] = {}
                 whole: dict[str, Any] = {}
-                for h in after:  # (one loop, not two comprehensions: each of those is a call)
+                for h in heads_after.values():  # (one loop, not two comprehensions: each is a call)
                     name = h[1]
                     value = values[name] if name in touched else old_members[name][0]
                     members[name] = (value, h[2], h[4])
@@ -1231,7 +1229,7 @@ class Writes(StoreCore):
                 if row.present:
                     # a document written again is likely written again: the next write finds it
                     # whole here instead of assembling it from the member caches (``_known``)
-                    fresh.assembled[doc_id] = (revision, whole, members, size)
+                    fresh.heads[doc_id] = (revision, heads_after, (whole, members), size)
                 if self.keeps_bodies:
                     fresh.bodies[doc_id] = (revision, whole, fresh.at, size)
         plan.paths = _paths_of(write)
@@ -1425,7 +1423,7 @@ class Writes(StoreCore):
         size = 0
         plan = WritePlan(doc_id, revision, True, False)
         inserts, cached = plan.inserts, fresh.members
-        heads: list[MemberHead] = []
+        heads: dict[str, MemberHead] = {}
         roots: dict[str, bytes] = {}
         parts = []
         for name, value in body.items():
@@ -1436,13 +1434,13 @@ class Writes(StoreCore):
             outline = encode_trusted(outline_of(value)) if type(value) is dict else None
             cached.append(((doc_id, name), revision, value, length))
             inserts.append((doc_id, name, position, revision, length, outline, stored, root))
-            heads.append((doc_id, name, position, revision, length, outline))
+            heads[name] = (doc_id, name, position, revision, length, outline)
             parts.append(orjson.dumps(name) + b":" + data)
             position += 1
             size += length
         if roots or self._roots.get(doc_id) is not None:
             fresh.roots[doc_id] = (revision, roots)
-        fresh.heads[doc_id] = (revision, heads)
+        fresh.heads[doc_id] = (revision, heads, None, 0)
         if self.keeps_bodies:
             fresh.bodies[doc_id] = (revision, body, fresh.at, size)
         # the change: ``[[[], body]]`` (the whole body set), inline in its row when small
@@ -1521,7 +1519,7 @@ class Writes(StoreCore):
         # the heads, body and members after the write, where the heads before it are known:
         # those before, in position order, each member written replaced in its place (a new
         # one takes the next position, at the end) — no loop over the members not written
-        heads = None if had is None else {h[1]: h for h in had}
+        heads = None if had is None else dict(had)
         body_after: dict[str, Any] = {} if had is None else dict(before)
         assembled: dict[str, tuple[Any, int, int]] = {} if had is None else dict(members)
         cache, updates, inserts, deletes = (
@@ -1568,8 +1566,7 @@ class Writes(StoreCore):
                 kept.pop(name, None)
             fresh.roots[doc_id] = (revision, kept)
         if heads is not None:
-            fresh.heads[doc_id] = (revision, list(heads.values()))
-            fresh.assembled[doc_id] = (revision, body_after, assembled, size)
+            fresh.heads[doc_id] = (revision, heads, (body_after, assembled), size)
             if self.keeps_bodies:
                 fresh.bodies[doc_id] = (revision, body_after, fresh.at, size)
         plan.paths = paths
