@@ -66,27 +66,29 @@ class HeadCache:
         """Hold ``heads`` (and ``known``, the body and members of ``size`` encoded bytes) at
         ``revision``, unless a newer revision is held; heads alone at the revision held keep
         what is assembled there."""
-        if known is not None and size > self.largest:
-            known = None
         entries = self._entries
         with self._lock:
             current = entries.get(doc_id)
-            if current is not None:
+            if current is None:
+                if len(entries) >= self.max_docs:
+                    entries.clear()  # crude but bounded; a miss only costs one head query
+                    self._bytes = 0
+            else:
                 # a lagging writer must not replace a newer entry with an older one
                 if current[0] > revision or (
                     current[0] == revision and known is None and current[2] is not None
                 ):
                     return
-                if current[2] is not None:
-                    self._bytes -= current[3]
-            if len(entries) >= self.max_docs or (known is not None and self._bytes + size > self.max_bytes):
-                entries.clear()  # crude but bounded; a miss only costs one head query
-                self._bytes = 0
-            if known is None:
+                self._bytes -= current[3]  # (0 where nothing is assembled)
+            if known is None or size > self.largest:
                 entries[doc_id] = (revision, heads, None, 0)
-            else:
-                entries[doc_id] = (revision, heads, known, size)
-                self._bytes += size
+                return
+            held = self._bytes + size
+            if held > self.max_bytes:
+                entries.clear()  # (as above: a miss only assembles the body again)
+                held = size
+            self._bytes = held
+            entries[doc_id] = (revision, heads, known, size)
 
     def clear(self) -> None:
         with self._lock:

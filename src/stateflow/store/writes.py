@@ -410,13 +410,14 @@ class Writes(StoreCore):
             self._heads.put(doc_id, revision, heads, assembled, size)
         if fresh.nodes:
             self._node_cache.written(fresh.nodes)
-        roots = self._roots
-        if len(roots) + len(fresh.roots) > KNOWN_ROWS_MAX:
-            roots.clear()  # bounded; a miss only costs the root's query
-        for doc_id, (revision, held) in fresh.roots.items():
-            had = roots.get(doc_id)
-            if had is None or had[0] <= revision:  # never back to an older revision
-                roots[doc_id] = (revision, held)
+        if fresh.roots:  # (a document that holds or held a tree member)
+            roots = self._roots
+            if len(roots) + len(fresh.roots) > KNOWN_ROWS_MAX:
+                roots.clear()  # bounded; a miss only costs the root's query
+            for doc_id, (revision, held) in fresh.roots.items():
+                had = roots.get(doc_id)
+                if had is None or had[0] <= revision:  # never back to an older revision
+                    roots[doc_id] = (revision, held)
         known = self._rows_known
         if len(known) + len(fresh.rows) > KNOWN_ROWS_MAX:
             known.clear()  # bounded; a miss only means the locked path
