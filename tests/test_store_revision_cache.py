@@ -1,8 +1,11 @@
-"""The byte-bounded per-document cache behind known documents and PostgreSQL's whole bodies."""
+"""The byte-bounded caches: members and PostgreSQL's whole bodies (``RevisionCache``), and
+each document's heads with its body assembled (``HeadCache``)."""
 
 from __future__ import annotations
 
-from stateflow.store.cache import RevisionCache
+from typing import Any
+
+from stateflow.store.cache import HeadCache, RevisionCache
 
 
 def test_a_value_is_served_only_at_its_revision_and_never_replaced_by_an_older_one() -> None:
@@ -62,3 +65,70 @@ def test_lookup_all_answers_what_lookups_one_by_one_answer() -> None:
     assert cache.lookup_all([(0, 2), (9, 2)]) is None  # one not held
     assert list(cache._entries)[-1] == 0  # (the hits before the miss count, as lookups do)
     assert cache.lookup_all([]) == []
+
+
+def _heads(*names: str) -> dict[str, Any]:
+    return {n: (1, n, i, 1, 10, None) for i, n in enumerate(names)}
+
+
+def test_a_documents_entry_holds_its_heads_and_body_at_one_revision() -> None:
+    """One entry per document: heads alone (a reader's head query) or heads with the body
+    assembled (a write's). Heads alone at the revision held keep what is assembled there; a
+    newer revision replaces both; an older one (a lagging writer) changes nothing."""
+    cache = HeadCache()
+    known = {"a": 1}
+    cache.put(1, 3, _heads("a"), known, 10)
+    entry = cache.entry(1, 3)
+    assert entry is not None and entry[2] is known and cache.get(1, 3) == _heads("a")
+    assert cache.entry(1, 2) is None and cache.get(1, 4) is None
+    cache.put(1, 3, _heads("a"))  # a reader's heads at the same revision
+    entry = cache.entry(1, 3)
+    assert entry is not None and entry[2] is known
+    cache.put(1, 2, _heads("old"), {}, 1)  # a lagging writer
+    assert cache.get(1, 3) == _heads("a") and cache.get(1, 2) is None
+    cache.put(1, 4, _heads("a", "b"))  # newer, nothing assembled
+    entry = cache.entry(1, 4)
+    assert entry is not None and entry[2] is None and cache.get(1, 3) is None
+    assert cache._bytes == 0
+
+
+def test_a_documents_entry_is_bounded_by_documents_and_by_the_bytes_of_its_bodies() -> None:
+    cache = HeadCache(max_docs=12, max_bytes=800)
+    for doc in range(8):
+        cache.put(doc, 1, _heads("a"), {"a": doc}, 100)
+    assert cache._bytes == 800 and all(cache.entry(d, 1) is not None for d in range(8))
+    cache.put(9, 1, _heads("a"), {"a": 9}, 100)  # past the bytes: everything goes
+    assert [d for d in range(10) if cache.entry(d, 1) is not None] == [9] and cache._bytes == 100
+    cache.put(10, 1, _heads("a"), {}, 101)  # more than an eighth: heads kept, body not
+    entry = cache.entry(10, 1)
+    assert entry is not None and entry[2] is None and cache._bytes == 100
+    cache.put(9, 2, _heads("a"), {"a": 9}, 50)  # replaced: its bytes with it
+    assert cache._bytes == 50
+    for doc in range(11, 21):
+        cache.put(doc, 1, _heads("a"))
+    assert len(cache._entries) == 12
+    cache.put(21, 1, _heads("a"))  # past the documents: everything goes
+    assert list(cache._entries) == [21] and cache._bytes == 0
+
+
+def test_a_documents_entry_counts_exactly_the_bytes_it_holds_under_threads() -> None:
+    """Random puts from several threads (new documents, newer, older and equal revisions,
+    with and without a body) leave the byte count equal to the bodies held."""
+    import random
+    import threading
+
+    cache = HeadCache(max_docs=50, max_bytes=5_000)
+
+    def work(seed: int) -> None:
+        rng = random.Random(seed)
+        for _ in range(3_000):
+            known: dict[str, Any] | None = {} if rng.random() < 0.7 else None
+            cache.put(rng.randrange(60), rng.randrange(5), _heads("a"), known, rng.randrange(700))
+
+    threads = [threading.Thread(target=work, args=(seed,)) for seed in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert cache._bytes == sum(e[3] for e in cache._entries.values())
+    assert cache._bytes <= 5_000 and len(cache._entries) <= 50

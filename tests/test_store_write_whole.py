@@ -335,3 +335,39 @@ def test_a_member_that_becomes_a_tree_is_left_to_update(open_migrated: StoreFact
     fresh = open_migrated()
     assert fresh.get(KEY).body == large and fresh.get(KEY).revision == 3
     assert fresh.read_at(KEY, revision=2).body == {"a": 2, "big": "small"}
+
+
+def test_a_write_leaves_one_entry_per_document_and_writes_on_where_it_was_dropped(
+    open_migrated: StoreFactory,
+) -> None:
+    """A write leaves the document's heads and its body assembled in one entry at the new
+    revision (the next write's starting point); where the entry's bounds dropped it, or never
+    held the body (too large for them), the next write assembles the document again or leaves
+    it to ``update`` — the same rows and bodies as another store reads."""
+    from stateflow.store.cache import HeadCache
+
+    store, other = open_migrated(), open_migrated()
+    _replace(store, GUARD, {"v": 1})
+    _replace(store, KEY, {"a": 1, "b": [1, 2]})
+    assert store.write_whole(KEY, _whole({"a": 2, "b": [1, 2], "c": "x"}), {"by": "lean"}, shared=[GUARD])
+    row = store._rows_known[KEY]
+    entry = store._heads.entry(row.doc_id, row.revision)
+    assert entry is not None and entry[2] is not None
+    assert entry[2] == {"a": 2, "b": [1, 2], "c": "x"}
+    assert list(entry[1]) == ["a", "b", "c"] and [h[2] for h in entry[1].values()] == [0, 1, 2]
+    store._heads = HeadCache(max_docs=3, max_bytes=400)  # bounds small enough to drop entries
+    keys = [DocKey("items", f"k{i}") for i in range(4)]
+    rng = random.Random(11)
+    expected: dict[DocKey, dict[str, Any]] = {}
+    for step in range(60):
+        key = rng.choice(keys)
+        body = {"n": step, "pad": "x" * rng.choice([0, 10, 80, 200])}
+        if rng.random() < 0.3:
+            body["extra"] = [step]
+        if not store.write_whole(key, _whole(body), {"by": "lean"}, shared=[GUARD]):
+            _replace(store, key, body)
+        expected[key] = body
+        held = store._heads._entries
+        assert len(held) <= 3 and store._heads._bytes == sum(e[3] for e in held.values()) <= 400
+        assert other.get(key).body == body == store.get(key).body
+    assert {k: d.body for k, d in other.read(keys).items() if d.body is not None} == expected

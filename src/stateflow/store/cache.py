@@ -23,14 +23,14 @@ DEFAULT_KNOWN_BYTES: Final = 64 * 1024 * 1024
 
 Heads = Mapping[str, MemberHead]
 """A document's member heads by name, in position order."""
-Known = tuple[dict[str, Any], dict[str, tuple[Any, int, int]]]
-"""A document's body and its members (name → value, position, size), assembled."""
+Known = dict[str, Any]
+"""A document's body, assembled (its members' values by name, in position order)."""
 
 
 class HeadCache:
     """Per document, what this store last read or wrote of it at one revision: its member heads
     (name, position, revision, size, outline — no body) and, where every member was known, the
-    body and members assembled (the next write's starting point: ``Writes._known``) — one entry,
+    body assembled (the next write's starting point: ``Writes._known``) — one entry,
     filled once per write. Every write bumps the revision, so an entry is never stale; a hit
     saves the head query of a write or a partial read. Bounded by documents and by the encoded
     size of the bodies held (the members are shared with the member cache, so this bounds what
@@ -63,7 +63,7 @@ class HeadCache:
     def put(
         self, doc_id: int, revision: int, heads: Heads, known: Known | None = None, size: int = 0
     ) -> None:
-        """Hold ``heads`` (and ``known``, the body and members of ``size`` encoded bytes) at
+        """Hold ``heads`` (and ``known``, the body of ``size`` encoded bytes) at
         ``revision``, unless a newer revision is held; heads alone at the revision held keep
         what is assembled there."""
         entries = self._entries

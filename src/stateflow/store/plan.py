@@ -176,8 +176,8 @@ class Fresh:
     """((doc_id, name), revision, value, size) of each member value written: the member
     cache's entries (``RevisionCache.put_many``)"""
     heads: dict[int, tuple[int, dict[str, MemberHead], Known | None, int]] = field(default_factory=dict)
-    """doc_id → (revision, member heads by name in position order, and the body and members
-    assembled with their encoded size where every member was known — ``None, 0`` where not)
+    """doc_id → (revision, member heads by name in position order, and the body assembled with
+    its encoded size where every member was known — ``None, 0`` where not)
     after the write, where the heads before it were known: one entry of ``StoreCore._heads``"""
     bodies: dict[int, tuple[int, dict[str, Any] | None, str, int]] = field(default_factory=dict)
     """doc_id → (revision, body, at, encoded size) after the write, where every member was known

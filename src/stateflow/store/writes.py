@@ -22,6 +22,7 @@ from stateflow.doc.diff import Edit, apply_edits, diff_within, within
 from stateflow.doc.select import MISSING
 from stateflow.errors import Conflict, InvalidInput, StateflowError, WriteAborted
 from stateflow.store import tree_update
+from stateflow.store.cache import Heads
 from stateflow.store.clock import utc_now
 from stateflow.store.core import KNOWN_ROWS_MAX, StoreCore
 from stateflow.store.ledger import OpIdTaken, claims_query, replayed, unmoved, with_op_id
@@ -568,7 +569,7 @@ class Writes(StoreCore):
                 keys, plans, {w.key: entries[w.key][0].revision for w in writes}, *committed
             ), result
         # the written documents' members are staged on: each gets its own copy
-        loaded = {key: Loaded(entries[key][0], dict(entries[key][2]), complete=True) for key in locked}
+        loaded = {key: _loaded(*entries[key]) for key in locked}
         plan = _offline_plan(writes, loaded)
         if not plan:
             return None
@@ -639,7 +640,7 @@ class Writes(StoreCore):
 
     def _documents(
         self,
-        entries: Mapping[DocKey, tuple[DocRow, dict[str, Any] | None, Mapping[str, tuple[Any, int, int]]]],
+        entries: Mapping[DocKey, tuple[DocRow, dict[str, Any] | None, Heads]],
         shared: Sequence[DocKey],
         names: list[str] | None,
         outline_names: Sequence[str],
@@ -673,7 +674,7 @@ class Writes(StoreCore):
     def _plan_made(
         self,
         writes: Sequence[Write],
-        entries: Mapping[DocKey, tuple[DocRow, dict[str, Any] | None, Mapping[str, tuple[Any, int, int]]]],
+        entries: Mapping[DocKey, tuple[DocRow, dict[str, Any] | None, Heads]],
         shared: Sequence[DocKey],
         fresh: Fresh,
     ) -> tuple[list[DocKey], list[WritePlan]] | None:
@@ -693,7 +694,7 @@ class Writes(StoreCore):
             known = entries.get(key)
             if known is None or key in shared:
                 return None
-            row, before, members = known
+            row, before, heads = known
             if write.expect is not None and write.expect != row.revision:
                 return None
             if not write.edits:
@@ -719,16 +720,15 @@ class Writes(StoreCore):
                     continue
                 # computed on the very member held here (values are never mutated), as ``_stage``
                 # asks before it takes the write's own result
-                old = members.get(name)
-                if made_from.get(name, MISSING) is not (MISSING if old is None else old[0]):
+                if made_from.get(name, MISSING) is not before.get(name, MISSING):
                     return None
                 groups[name] = [entry]
             for name, group in groups.items():
                 # a member the write deletes: only by its own delete (else its edits would apply)
-                if name not in made_to and (name not in members or group != [[[name]]]):
+                if name not in made_to and (name not in before or group != [[[name]]]):
                     return None
             encoded = encode_trusted(paths) if write.paths is None else _paths_of(write)
-            plan = self._plan_groups(row, before, members, made_to, groups, encoded, fresh)
+            plan = self._plan_groups(row, before, heads, made_to, groups, encoded, fresh)
             if plan is None:
                 return None
             keys.append(key)
@@ -915,10 +915,10 @@ class Writes(StoreCore):
 
     def _known(
         self, key: DocKey, row: DocRow | None = None
-    ) -> tuple[DocRow, dict[str, Any] | None, Mapping[str, tuple[Any, int, int]]] | None:
-        """A document as last seen here — its row, body and members (name → value, position,
-        size; shared, read-only) — if all of it is cached; at ``row`` where given (one read
-        under this write's locks), else at the row this store last saw."""
+    ) -> tuple[DocRow, dict[str, Any] | None, Heads] | None:
+        """A document as last seen here — its row, body and member heads (shared, read-only) —
+        if all of it is cached; at ``row`` where given (one read under this write's locks), else
+        at the row this store last saw."""
         if row is None:
             row = self._rows_known.get(key)
             if row is None:
@@ -929,23 +929,17 @@ class Writes(StoreCore):
         entry = self._heads.entry(row.doc_id, row.revision)
         if entry is None:
             return None
-        known = entry[2]
-        if known is not None:
-            return row, known[0], known[1]
         heads = entry[1]
+        if entry[2] is not None:
+            return row, entry[2], heads
         doc_id = row.doc_id
-        values = self._cache.lookup_all([((doc_id, h[1]), h[3]) for h in heads.values()])
+        values = self._cache.lookup_all([((doc_id, name), h[3]) for name, h in heads.items()])
         if values is None:
             return None
-        members: dict[str, tuple[Any, int, int]] = {}
-        body: dict[str, Any] = {}
-        for head, value in zip(heads.values(), values, strict=True):
-            name = head[1]
-            members[name] = (value, head[2], head[4])
-            body[name] = value
-        # bodies and members are shared read-only, like every cached value
-        self._heads.put(doc_id, row.revision, heads, (body, members), row.body_size)
-        return row, body, members
+        body = dict(zip(heads, values, strict=True))
+        # bodies are shared read-only, like every cached value
+        self._heads.put(doc_id, row.revision, heads, body, row.body_size)
+        return row, body, heads
 
     def _commit_planned(
         self,
@@ -1220,17 +1214,11 @@ class Writes(StoreCore):
                     fresh.bodies[doc_id] = (revision, None, fresh.at, 0)
             elif entry.complete or not row.present:
                 touched = stage.touched
-                members: dict[str, tuple[Any, int, int]] = {}
-                whole: dict[str, Any] = {}
-                for h in heads_after.values():  # (one loop, not two comprehensions: each is a call)
-                    name = h[1]
-                    value = values[name] if name in touched else old_members[name][0]
-                    members[name] = (value, h[2], h[4])
-                    whole[name] = value
+                whole = {n: values[n] if n in touched else old_members[n][0] for n in heads_after}
                 if row.present:
                     # a document written again is likely written again: the next write finds it
                     # whole here instead of assembling it from the member caches (``_known``)
-                    fresh.heads[doc_id] = (revision, heads_after, (whole, members), size)
+                    fresh.heads[doc_id] = (revision, heads_after, whole, size)
                 if self.keeps_bodies:
                     fresh.bodies[doc_id] = (revision, whole, fresh.at, size)
         plan.paths = _paths_of(write)
@@ -1386,14 +1374,14 @@ class Writes(StoreCore):
             if not created:
                 return False
             known = (created[key], None, {})
-        row, body, members = known
+        row, body, heads = known
         whole = build(bodies, body)
         fresh = Fresh()
         if not row.present:  # the first body (or one after a delete): rows straight from it
             plan = self._plan_new(row, whole.body, whole.encoded, encode_trusted(whole.paths), fresh)
         else:  # a body replaced: its rows straight from the diff (``_plan_whole``)
             assert body is not None
-            replaced = self._plan_whole(row, body, members, whole, fresh)
+            replaced = self._plan_whole(row, body, heads, whole, fresh)
             if replaced is None:
                 return False
             plan = replaced
@@ -1441,7 +1429,8 @@ class Writes(StoreCore):
             size += length
         if roots or self._roots.get(doc_id) is not None:
             fresh.roots[doc_id] = (revision, roots)
-        fresh.heads[doc_id] = (revision, heads, None, 0)
+        # (the body as it is: the next write of this document starts from it, ``_known``)
+        fresh.heads[doc_id] = (revision, heads, body, size)
         if self.keeps_bodies:
             fresh.bodies[doc_id] = (revision, body, fresh.at, size)
         # the change: ``[[[], body]]`` (the whole body set), inline in its row when small
@@ -1460,7 +1449,7 @@ class Writes(StoreCore):
         self,
         row: DocRow,
         before: dict[str, Any],
-        members: Mapping[str, tuple[Any, int, int]],
+        heads: Heads,
         whole: Whole,
         fresh: Fresh,
     ) -> WritePlan | None:
@@ -1491,14 +1480,14 @@ class Writes(StoreCore):
         if not groups:
             return None
         return self._plan_groups(
-            row, before, members, after, groups, encode_trusted([list(p) for p in paths]), fresh
+            row, before, heads, after, groups, encode_trusted([list(p) for p in paths]), fresh
         )
 
     def _plan_groups(
         self,
         row: DocRow,
         before: dict[str, Any],
-        members: Mapping[str, tuple[Any, int, int]],
+        had: Heads,
         after: Mapping[str, Any],
         groups: dict[str, list[Any]],
         paths: bytes,
@@ -1507,7 +1496,7 @@ class Writes(StoreCore):
         """The rows of a present document's write whose edits, grouped by member in
         first-touched order (``groups``: each edit as its JSON, ``[path]`` or ``[path, value]``),
         leave each member named in ``after`` (absent there: deleted) — ``before`` and
-        ``members``: every member as last seen here. The rows :meth:`_stage` and
+        ``had``: every member's head as last seen here. The rows :meth:`_stage` and
         :meth:`_plan_doc` make of those edits, without applying one (each member written is
         ``after``'s own). None when a member written is or becomes a tree (larger than
         ``TREE_MIN``): the general path writes that. ``paths``: the change's, encoded."""
@@ -1516,13 +1505,11 @@ class Writes(StoreCore):
         size = row.body_size
         position = row.next_position
         plan = WritePlan(doc_id, revision, True, True)
-        had = self._heads.get(doc_id, row.revision)
-        # the heads, body and members after the write, where the heads before it are known:
-        # those before, in position order, each member written replaced in its place (a new
-        # one takes the next position, at the end) — no loop over the members not written
-        heads = None if had is None else dict(had)
-        body_after: dict[str, Any] = {} if had is None else dict(before)
-        assembled: dict[str, tuple[Any, int, int]] = {} if had is None else dict(members)
+        # the heads and body after the write: those before, in position order, each member
+        # written replaced in its place (a new one takes the next position, at the end) — no
+        # loop over the members not written
+        heads = dict(had)
+        body_after = dict(before)
         cache, updates, inserts, deletes = (
             fresh.members.append,
             plan.updates.append,
@@ -1530,16 +1517,15 @@ class Writes(StoreCore):
             plan.deletes,
         )
         for name in groups:
-            old = members.get(name)
-            if old is not None and old[2] > TREE_MIN:
+            old = had.get(name)
+            if old is not None and old[4] > TREE_MIN:
                 return None  # (maybe a tree: its nodes are the locked path's)
             value = after.get(name, MISSING)
             if value is MISSING:  # (a delete edit names a member the document has)
                 assert old is not None
                 deletes.append((doc_id, name))
-                size -= old[2]
-                if heads is not None:
-                    del heads[name], body_after[name], assembled[name]
+                size -= old[4]
+                del heads[name], body_after[name]
                 continue
             body = encode_trusted(value)
             encoded = len(body)
@@ -1549,27 +1535,24 @@ class Writes(StoreCore):
             cache(((doc_id, name), revision, value, encoded))
             if old is not None:
                 updates((body, revision, encoded, outline, None, doc_id, name))
-                size += encoded - old[2]
-                at = old[1]
+                size += encoded - old[4]
+                at = old[2]
             else:
                 inserts((doc_id, name, position, revision, encoded, outline, body, None))
                 at = position
                 position += 1
                 size += encoded
-            if heads is not None:
-                heads[name] = (doc_id, name, at, revision, encoded, outline)
-                body_after[name] = value
-                assembled[name] = (value, at, encoded)
+            heads[name] = (doc_id, name, at, revision, encoded, outline)
+            body_after[name] = value
         roots = self._roots.get(doc_id)
         if roots is not None:  # (a document that held a tree member: its roots after this write)
             kept = dict(roots[1]) if roots[0] == row.revision else {}
             for name in groups:
                 kept.pop(name, None)
             fresh.roots[doc_id] = (revision, kept)
-        if heads is not None:
-            fresh.heads[doc_id] = (revision, heads, (body_after, assembled), size)
-            if self.keeps_bodies:
-                fresh.bodies[doc_id] = (revision, body_after, fresh.at, size)
+        fresh.heads[doc_id] = (revision, heads, body_after, size)
+        if self.keeps_bodies:
+            fresh.bodies[doc_id] = (revision, body_after, fresh.at, size)
         plan.paths = paths
         room = self._change_room(plan)
         planned: list[tuple[int, int, str, bytes, bytes | None]] = []
@@ -1857,6 +1840,13 @@ class _Computed(Exception):
             if (now.doc_id, now.revision, now.present) != (was.doc_id, was.revision, was.present):
                 return False
         return True
+
+
+def _loaded(row: DocRow, body: dict[str, Any] | None, heads: Heads) -> Loaded:
+    """A document as ``_known`` gives it, as the general path stages it: its own members (name
+    → value, position, size), complete."""
+    members = {} if body is None else {n: (body[n], h[2], h[4]) for n, h in heads.items()}
+    return Loaded(row, members, complete=True)
 
 
 def member_row(
