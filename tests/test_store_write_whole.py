@@ -355,6 +355,11 @@ def test_a_write_leaves_one_entry_per_document_and_writes_on_where_it_was_droppe
     assert entry is not None and entry[2] is not None
     assert entry[2] == {"a": 2, "b": [1, 2], "c": "x"}
     assert list(entry[1]) == ["a", "b", "c"] and [h[2] for h in entry[1].values()] == [0, 1, 2]
+    new = DocKey("items", "new")
+    assert store.write_whole(new, _whole({"z": {"q": 1}, "y": 2}), {"by": "lean"}, shared=[GUARD])
+    row = store._rows_known[new]  # a new document's body is its next write's starting point
+    entry = store._heads.entry(row.doc_id, row.revision)
+    assert entry is not None and entry[2] == {"z": {"q": 1}, "y": 2} and list(entry[1]) == ["z", "y"]
     store._heads = HeadCache(max_docs=3, max_bytes=400)  # bounds small enough to drop entries
     keys = [DocKey("items", f"k{i}") for i in range(4)]
     rng = random.Random(11)

@@ -106,8 +106,7 @@ class RevisionCache(Generic[K, V]):
     (a lagging writer must not put back what a newer one replaced).
 
     Used for decoded member values (keyed by document and member; the revision is the one
-    that last wrote the member), assembled bodies of known documents and PostgreSQL's whole
-    bodies (keyed by document)."""
+    that last wrote the member) and PostgreSQL's whole bodies (keyed by document)."""
 
     def __init__(self, max_bytes: int, *, largest: int | None = None) -> None:
         self.max_bytes = max_bytes
