@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from stateflow.errors import InvalidInput
+from stateflow.errors import InvalidInput, StoreError
 from stateflow.store import DocKey, Document, Write, open_store
 from stateflow.store.sqlite import SqliteStore
 
@@ -136,6 +136,48 @@ def test_a_write_that_fails_to_commit_fails_every_writer_of_its_group(store: Sql
     outcomes = _run_group(store, [_set(0), breaks_the_transaction])
     assert all(o is not None for o in outcomes), outcomes
     assert store.read(KEYS[:2]) == {k: Document(k, 0, None) for k in KEYS[:2]}
+
+
+def test_a_writer_alone_commits_in_the_same_group_and_a_shared_group_gets_a_new_one(
+    store: SqliteStore,
+) -> None:
+    """A group only one writer ran in was seen by nobody else: it stays the next group (no lock
+    made and released per write alone); a group two writers shared is replaced, and each
+    writer still returns after its commit."""
+    commit = store._group
+    before = commit.commits
+    store.update([KEYS[0]], _set(0))
+    alone = commit._group
+    for i in (1, 2):
+        store.update([KEYS[i]], _set(i))
+        assert commit._group is alone and alone.attempts == alone.members == 0
+    assert commit.commits == before + 3 and commit.largest == 1
+    outcomes = _run_group(store, [_set(0), _fail])  # two writers in one group, one of them failing
+    assert outcomes[0] is None and isinstance(outcomes[1], InvalidInput)
+    shared = commit._group
+    assert shared is not alone and commit.largest == 1 and commit.commits == before + 4
+    store.update([KEYS[3]], _set(3))
+    assert commit._group is shared
+    with open_store(str(store.path)) as other:  # every write committed
+        assert [other.get(k).body for k in KEYS] == [{"v": i} for i in range(4)]
+
+
+def test_a_commit_refused_at_commit_time_fails_the_writer_alone_and_the_next_write_commits(
+    store: SqliteStore,
+) -> None:
+    """SQLite checks a deferred foreign key at ``COMMIT``: the lone writer whose ``COMMIT``
+    fails hears that error itself, nothing of its work stays, and the writer's turn is free."""
+    store.update([KEYS[0]], _set(0))
+    with pytest.raises(StoreError, match="FOREIGN KEY"), store._write_tx() as tx:
+        tx.run("PRAGMA defer_foreign_keys = ON")
+        tx.run("INSERT INTO changes (doc_id, revision, seq, paths) VALUES (-1, 1, -1, x'00')")
+    assert not store._writer().in_transaction
+    assert store._writer().execute("SELECT count(*) FROM changes WHERE doc_id = -1").fetchone() == (0,)
+    assert store._group.lock.acquire(False)  # the turn was handed back
+    store._group.lock.release()
+    store.update([KEYS[1]], _set(1))
+    with open_store(str(store.path)) as other:
+        assert [other.get(k).body for k in KEYS[:2]] == [{"v": 0}, {"v": 1}]
 
 
 def test_many_threads_lose_no_update_through_group_commit(store: SqliteStore) -> None:

@@ -175,26 +175,27 @@ class _Member:
 
     def __enter__(self) -> _SqliteTx:
         commit = self._commit
-        deadline = time.monotonic() + commit.wait
-        turn = commit.lock.acquire(False)  # free: nobody is in a turn, so nobody to tell we wait
-        if not turn:
+        left = wait = commit.wait  # (of the whole wait: what is left for the other processes')
+        if not commit.lock.acquire(False):  # free: nobody is in a turn, so nobody to tell we wait
+            deadline = time.monotonic() + wait
             with commit._queued_lock:
                 commit._queued += 1
-            turn = commit.lock.acquire(timeout=commit.wait)
+            turn = commit.lock.acquire(timeout=wait)
             with commit._queued_lock:
                 commit._queued -= 1
-        if not turn:
-            raise StoreBusy(
-                f"this process's writers held the store for over {commit.wait:g} s; nothing was written",
-                retry_after=max(1, round(commit.wait)),
-            )
+            if not turn:
+                raise StoreBusy(
+                    f"this process's writers held the store for over {wait:g} s; nothing was written",
+                    retry_after=max(1, round(wait)),
+                )
+            left = max(0.0, deadline - time.monotonic())
         group = self._group = commit._group
         try:
             conn = commit._conn = commit._connect()
             first = self._first = not conn.in_transaction  # the first of a group needs no savepoint
             if first:
                 # other processes' writers: wait for our turn, not poll, and not forever
-                commit.queue.acquire(max(0.0, deadline - time.monotonic()), commit.wait)
+                commit.queue.acquire(left, wait)
             tx = commit.tx(conn)
             try:  # (not `_mapped_errors()`: a context manager costs more than this statement's Python)
                 tx.cursor.execute("BEGIN IMMEDIATE" if first else "SAVEPOINT member")
@@ -228,10 +229,11 @@ class _Member:
             ok = True
             group.members += 1
         finally:
-            commit._leave(group, ok)
-        group.wait()
-        if group.error is not None:  # each waiter raises its own copy (own traceback)
-            raise copy.copy(group.error).with_traceback(None) from group.error
+            shared = commit._leave(group, ok)  # (a group of this writer alone: committed, or raised)
+        if shared:
+            group.wait()
+            if group.error is not None:  # each waiter raises its own copy (own traceback)
+                raise copy.copy(group.error).with_traceback(None) from group.error
 
 
 class _GroupCommit:
@@ -273,21 +275,20 @@ class _GroupCommit:
         """Drop the kept transaction facade (its cursor with it): the connection is closing."""
         self._tx = None
 
-    def member(self, local: threading.local | None = None) -> _Member:
-        """A writer's place in the next group (a context manager giving its transaction);
-        ``local.writing`` is set while it is inside."""
-        return _Member(self, local)
-
-    def _leave(self, group: _Group, ok: bool) -> None:
-        """A writer is done with its turn: its work stays in the group (``ok``) or not."""
+    def _leave(self, group: _Group, ok: bool) -> bool:
+        """A writer is done with its turn: its work stays in the group (``ok``) or not. True:
+        the writer waits for the group's commit (``group.wait``) and then reads its ``error``;
+        False: the group was this writer's alone and its commit is done (its error raised here,
+        to a writer whose work stayed)."""
         group.attempts += 1
         try:
-            self._settle(group, failed=not ok)
+            return self._settle(group, failed=not ok)
         finally:
             self.lock.release()
 
-    def _settle(self, group: _Group, *, failed: bool) -> None:
-        """Called under ``lock`` after each writer: commit the group unless more are queued.
+    def _settle(self, group: _Group, *, failed: bool) -> bool:
+        """Called under ``lock`` after each writer: commit the group unless more are queued
+        (then True: the writer waits for the group, see ``_leave``).
 
         A writer that failed while the group holds work commits it at once: the failure is most
         likely a conflict with that uncommitted work, and a retry must see it committed (else
@@ -298,8 +299,15 @@ class _GroupCommit:
         conn = self._conn
         joinable = conn is not None and (conn.in_transaction or group.members == 0)
         if more and group.attempts < self._max and joinable and not (failed and group.members):
-            return  # the next writer joins this group
-        self._group = _Group()
+            return True  # the next writer joins this group
+        # A group only this writer ran in (the common case of a writer alone) was seen by
+        # nobody else — a writer takes ``_group`` under ``lock`` and counts itself in before
+        # letting go — so it stays the next group's, with no lock made, released or waited on,
+        # and its error goes to this writer directly.
+        lone = group.attempts == 1
+        if not lone:
+            self._group = _Group()
+        error: StateflowError | None = None
         try:
             if conn is None:
                 raise StoreUnavailable("the writer connection could not be opened")
@@ -308,15 +316,26 @@ class _GroupCommit:
             if conn.in_transaction:
                 self.tx(conn).cursor.execute("COMMIT")
                 self.commits += 1
-                self.largest = max(self.largest, group.members)
+                if group.members > self.largest:
+                    self.largest = group.members
         except (sqlite3.Error, StateflowError) as exc:
             if conn is not None:
                 with suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
-            group.error = exc if isinstance(exc, StateflowError) else _mapped(exc)
+            error = exc if isinstance(exc, StateflowError) else _mapped(exc)
+            if lone and not failed:  # (a failed writer's own exception goes on instead)
+                if error is exc:
+                    raise
+                raise error from exc
         finally:
             self.queue.release()
+            if lone:
+                group.attempts = group.members = 0
+        if lone:
+            return False
+        group.error = error
         group.finish()
+        return True
 
 
 @dataclass
@@ -517,7 +536,7 @@ class SqliteStore(SqlStore):
         while the previous group was committing."""
         if getattr(self._local, "writing", False):  # nested inside our own write: join it
             return nullcontext(self._group.tx(self._writer()))
-        return self._group.member(self._local)
+        return _Member(self._group, self._local)  # (sets ``_local.writing`` while inside)
 
     def _writer(self) -> sqlite3.Connection:
         if self.read_only:
