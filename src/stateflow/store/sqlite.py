@@ -295,10 +295,14 @@ class _GroupCommit:
         retrying writers could keep the group open, and each other waiting, forever)."""
         # (read without its lock: a writer counting itself in just now is missed at worst, and
         # then begins the next group; a count going down needs ``lock``, which we hold)
-        more = self._queued > 0
         conn = self._conn
-        joinable = conn is not None and (conn.in_transaction or group.members == 0)
-        if more and group.attempts < self._max and joinable and not (failed and group.members):
+        if (
+            self._queued > 0
+            and group.attempts < self._max
+            and conn is not None
+            and (conn.in_transaction or not group.members)  # (the group can still be joined)
+            and not (failed and group.members)
+        ):
             return True  # the next writer joins this group
         # A group only this writer ran in (the common case of a writer alone) was seen by
         # nobody else — a writer takes ``_group`` under ``lock`` and counts itself in before

@@ -73,6 +73,10 @@ _COUNTER_LOCK = _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, 0, _COUNTER, 0)
 _COUNTER_UNLOCK = _FLOCK.pack(fcntl.F_UNLCK, os.SEEK_SET, 0, _COUNTER, 0)
 """the counter's lock and unlock, packed once (taken and let go on every turn)"""
 _pack = _FLOCK.pack
+_fcntl = fcntl.fcntl
+_SET_NOW: int = _SET if _SET is not None else -1
+"""``_SET`` for the paths of every turn, which only run where it exists"""
+_WRLCK, _UNLCK, _SEEK_SET = fcntl.F_WRLCK, fcntl.F_UNLCK, os.SEEK_SET
 
 
 def _lock(fd: int, start: int, length: int = 1, *, wait: bool = False) -> bool:
@@ -203,7 +207,29 @@ class WriterQueue:
         fd = self._fd
         deadline = time.monotonic() + timeout
         try:
-            ticket = self._draw(fd, deadline, limit if limit is not None else timeout)
+            # The next ticket, with its byte locked on ``fd`` (the draw inline: a turn is a
+            # handful of system calls, each a Python call). The counter's lock is held only
+            # for a read and a write; a holder stopped inside them is waited for up to the
+            # deadline.
+            try:
+                _fcntl(fd, _SET_NOW, _COUNTER_LOCK)
+            except BlockingIOError:
+                self._wait_for_counter(fd, deadline, limit if limit is not None else timeout)
+            try:
+                counter = self._counter
+                if counter is None and not self._map_tried:
+                    counter = self._mapped(fd)
+                if counter is not None:
+                    ticket = int.from_bytes(counter, "little")
+                    counter[:] = (ticket + 1).to_bytes(_COUNTER, "little")
+                else:
+                    raw = os.pread(fd, _COUNTER, 0)
+                    ticket = int.from_bytes(raw, "little") if len(raw) == _COUNTER else 0
+                    os.pwrite(fd, (ticket + 1).to_bytes(_COUNTER, "little"), 0)
+                # before the counter is let go: the next one waits for it
+                _fcntl(fd, _SET_NOW, _pack(_WRLCK, _SEEK_SET, _COUNTER + ticket, 1, 0))
+            finally:
+                _fcntl(fd, _SET_NOW, _COUNTER_UNLOCK)
             # the one before is done: no wait (our own last one is: released, no system call)
             if ticket == 0 or ticket - 1 == self._last or _free(fd, _COUNTER + ticket - 1):
                 self._ticket = ticket
@@ -266,35 +292,14 @@ class WriterQueue:
         except FileNotFoundError:
             return 0
 
-    def _draw(self, fd: int, deadline: float, limit: float) -> int:
-        """The next ticket, with its byte locked on ``fd``. The counter's lock is held only for
-        a read and a write; a holder stopped inside them is waited for up to the deadline."""
-        assert _SET is not None
-        try:  # (the lock calls inline: a turn is a handful of system calls, each a Python call)
-            fcntl.fcntl(fd, _SET, _COUNTER_LOCK)
-        except BlockingIOError:
-            pause = 0.00005
-            while not _lock(fd, 0, _COUNTER):
-                if time.monotonic() >= deadline:
-                    raise self._busy(limit) from None
-                time.sleep(pause)
-                pause = min(pause * 2, 0.01)
-        try:
-            counter = self._counter
-            if counter is None and not self._map_tried:
-                counter = self._mapped(fd)
-            if counter is not None:
-                ticket = int.from_bytes(counter, "little")
-                counter[:] = (ticket + 1).to_bytes(_COUNTER, "little")
-            else:
-                raw = os.pread(fd, _COUNTER, 0)
-                ticket = int.from_bytes(raw, "little") if len(raw) == _COUNTER else 0
-                os.pwrite(fd, (ticket + 1).to_bytes(_COUNTER, "little"), 0)
-            # before the counter is let go: the next one waits for it
-            fcntl.fcntl(fd, _SET, _pack(fcntl.F_WRLCK, os.SEEK_SET, _COUNTER + ticket, 1, 0))
-        finally:
-            fcntl.fcntl(fd, _SET, _COUNTER_UNLOCK)
-        return ticket
+    def _wait_for_counter(self, fd: int, deadline: float, limit: float) -> None:
+        """Take the counter's lock, found held, polling until the deadline."""
+        pause = 0.00005
+        while not _lock(fd, 0, _COUNTER):
+            if time.monotonic() >= deadline:
+                raise self._busy(limit) from None
+            time.sleep(pause)
+            pause = min(pause * 2, 0.01)
 
     def _mapped(self, fd: int) -> mmap.mmap | None:
         """The counter's bytes of ``fd``'s file mapped, once per file opened (None where that
@@ -318,21 +323,21 @@ class WriterQueue:
         )
 
     def release(self) -> None:
-        if self._ticket is not None and self._fd is not None:
-            assert _SET is not None
-            fcntl.fcntl(self._fd, _SET, _pack(fcntl.F_UNLCK, os.SEEK_SET, _COUNTER + self._ticket, 1, 0))
+        ticket, fd = self._ticket, self._fd
+        if ticket is not None and fd is not None:
+            _fcntl(fd, _SET_NOW, _pack(_UNLCK, _SEEK_SET, _COUNTER + ticket, 1, 0))
             # after the unlock: the next one finds it free. Nobody to wake when no ticket was
             # drawn after ours (one read; a datagram to nobody costs a failing send and an
             # exception); a writer drawing one from now on finds our byte free by itself.
             counter = self._counter
-            drawn = int.from_bytes(counter, "little") if counter is not None else self._drawn(self._fd)
-            if drawn > self._ticket + 1:
-                self._wake(self._ticket + 1)
+            drawn = int.from_bytes(counter, "little") if counter is not None else self._drawn(fd)
+            if drawn > ticket + 1:
+                self._wake(ticket + 1)
                 # The next writer can run now, but on a busy machine its wake-up waits for a CPU,
                 # and ours goes on to work that can wait (its caller's answer, its next call):
                 # give our CPU up, so the turn is taken at once rather than when we block.
                 _yield()
-            self._last = self._ticket
+            self._last = ticket
         self._ticket = None
 
     @staticmethod
