@@ -1420,3 +1420,65 @@ def test_a_schema_23_store_upgrades_to_24_and_commits_the_same_rows_by_either_pa
                 assert fresh.read_at(key, revision=revision).body == body, (key, revision)
     finally:
         fresh.close()
+
+
+_KEYS_AS_SCALARS_VERSION = 25
+
+
+def test_a_schema_24_store_upgrades_to_25_and_checks_its_keys_the_same(backend: str, tmp_path: Path) -> None:
+    """Version 25 has PostgreSQL's ``stateflow_commit`` copy each key it looks up into a scalar
+    before the lookup (SQLite only records the version). After the upgrade its checks decline
+    as before — a shared document moved or created, a written one moved, an op id taken, on a
+    table small enough to be scanned — and a commit that passes them writes its rows."""
+    with _upgraded(_KEYS_AS_SCALARS_VERSION - 1, backend, tmp_path) as store:
+        declared, item = DocKey("decl", _ODD), DocKey("s" + _ODD, f'["ns","k","{_ODD}"]')
+        absent = DocKey("decl", "alias " + _ODD)
+        store.commit([Write.between(declared, None, {"schema": _ODD})])
+        store.commit([Write.between(item, None, {"v": 1})])
+
+        def compute(docs: dict[DocKey, Any], n: int = 2) -> tuple[list[Write], None]:
+            assert docs[declared].body == {"schema": _ODD} and docs[absent].body is None
+            return [Write.between(item, docs[item].value, {"v": n}, docs[item].revision)], None
+
+        store.update(
+            [item], compute, {"by": _ODD}, shared=[declared, absent], claims=[(_ODD, "op 1")], optimistic=True
+        )
+        assert store.get(item).body == {"v": 2} and store.applied_op("op 1", _ODD) not in (False, None)
+        if isinstance(store, SqliteStore):
+            return
+        with store._pool.connection() as conn:  # type: ignore[attr-defined]
+            (source,) = conn.execute(
+                "SELECT prosrc FROM pg_proc WHERE proname = 'stateflow_commit' "
+                "AND pronamespace = current_schema()::regnamespace"
+            ).fetchone() or ("",)
+            # no key lookup compares a column with a subscript of the payload
+            assert "state = w." not in source and "scope = w." not in source and "k_subject" in source
+            rows = {
+                key: conn.execute(
+                    "SELECT doc_id, revision FROM documents WHERE state = %s AND subject = %s",
+                    (key.state, key.subject),
+                ).fetchone()
+                for key in (declared, item)
+            }
+            share = [declared.state, declared.subject, *rows[declared]]
+            lock = [item.state, item.subject, *rows[item]]
+
+            def commit(**fields: Any) -> Any:
+                payload = orjson.dumps({"doc_rows": [], **fields}).decode()
+                (seq,) = conn.execute(
+                    "SELECT stateflow_commit(%s::json, '', '\\x'::bytea, 0)", (payload,)
+                ).fetchone() or (None,)
+                return seq
+
+            stale = [*lock[:3], lock[3] - 1]
+            moved = [*share[:3], share[3] + 1]
+            assert commit(share_keys=[moved], lock_keys=[lock]) is None
+            assert commit(share_keys=[share], lock_keys=[stale]) is None
+            assert commit(absent_keys=[[declared.state, declared.subject]], lock_keys=[lock]) is None
+            assert commit(claim_keys=[[_ODD, "op 1"]], lock_keys=[lock]) is None
+            conn.rollback()
+        # nothing written by the declined calls; a commit after them passes every check
+        store.update(
+            [item], lambda docs: compute(docs, 3), {"by": _ODD}, shared=[declared, absent], optimistic=True
+        )
+        assert store.get(item).body == {"v": 3} and store.get(item).revision == 3

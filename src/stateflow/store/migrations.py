@@ -245,13 +245,19 @@ casts read either) instead of building ~25 array literals element by element in 
 column, 54 of them, cost the server more than the client saved: ``json_populate_record`` sets
 up every field's types on every call.) The same checks, locks and rows in the same order.
 SQLite only records the version.
+
+Version 25, on PostgreSQL, has ``stateflow_commit`` copy each key it looks up (the documents
+it checks absent, shares and locks, the claims it checks) into a scalar variable before the
+lookup: a subscript of the payload in a ``WHERE`` clause is an expression, which a sequential
+scan — the generic plan of a small ``documents`` table — evaluated again for every row it read.
+The same checks, locks and rows in the same order. SQLite only records the version.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-SCHEMA_VERSION: Final = 24
+SCHEMA_VERSION: Final = 25
 
 VALUE_INDEX_MAX: Final = 1024
 """Members up to this encoded size are in ``members_by_value`` (scalars only)."""
@@ -645,6 +651,7 @@ CREATE INDEX members_by_value ON members (name, {SQLITE_VALUE.format(m="")})
     22: "",
     23: "",
     24: "",
+    25: "",
 }
 
 INDEXABLE: Final = "m.size <= 1048576 AND position('\\x5c7530303030'::bytea IN m.body) = 0"
@@ -2523,6 +2530,56 @@ $$;
 """
 
 
+def _keys_as_scalars() -> str:
+    """Version 25's ``stateflow_commit``: version 24's, each key it looks up copied into a
+    scalar variable first."""
+    f = _ROWS_AS_ONE[_ROWS_AS_ONE.index("CREATE FUNCTION stateflow_commit(") :]
+    f = "CREATE OR REPLACE" + f[len("CREATE") :]
+    f = _replaced(
+        f,
+        "-- client sends one text it encodes in C instead of 54 array literals it built element by\n"
+        "-- element in Python.\n",
+        "-- client sends one text it encodes in C instead of 54 array literals it built element by\n"
+        "-- element in Python. Each key looked up (a document's state and subject, a claim's scope\n"
+        "-- and op id) is copied into k_state, k_subject first: a subscript of the payload in a WHERE\n"
+        "-- clause is an expression a sequential scan (a small table's generic plan) evaluates again\n"
+        "-- for every row it reads.\n",
+    )
+    f = _replaced(
+        f, "    claimed BIGINT;\nBEGIN", "    claimed BIGINT;\n    k_state TEXT;\n    k_subject TEXT;\nBEGIN"
+    )
+    f = _replaced(
+        f,
+        "        IF EXISTS (SELECT 1 FROM documents WHERE state = w.absent_keys[i][1] AND subject = w.absent_keys[i][2]) THEN",
+        "        k_state := w.absent_keys[i][1];\n"
+        "        k_subject := w.absent_keys[i][2];\n"
+        "        IF EXISTS (SELECT 1 FROM documents WHERE state = k_state AND subject = k_subject) THEN",
+    )
+    f = _replaced(
+        f,
+        "        IF EXISTS (SELECT 1 FROM applied_ops WHERE scope = w.claim_keys[i][1] AND op_id = w.claim_keys[i][2]) THEN",
+        "        k_state := w.claim_keys[i][1];  -- (the scope)\n"
+        "        k_subject := w.claim_keys[i][2];  -- (the op id)\n"
+        "        IF EXISTS (SELECT 1 FROM applied_ops WHERE scope = k_state AND op_id = k_subject) THEN",
+    )
+    for keys, mode in (("share_keys", "SHARE"), ("lock_keys", "UPDATE")):
+        # (SELECT INTO sets its targets to NULL when it finds no row: no reset needed)
+        f = _replaced(
+            f,
+            "        found_doc := NULL;\n        found_rev := NULL;\n"
+            "        SELECT doc_id, revision INTO found_doc, found_rev FROM documents\n"
+            f"        WHERE state = w.{keys}[i][1] AND subject = w.{keys}[i][2] FOR {mode};",
+            f"        k_state := w.{keys}[i][1];\n"
+            f"        k_subject := w.{keys}[i][2];\n"
+            "        SELECT doc_id, revision INTO found_doc, found_rev FROM documents\n"
+            f"        WHERE state = k_state AND subject = k_subject FOR {mode};",
+        )
+    return f
+
+
+_KEYS_AS_SCALARS: Final = _keys_as_scalars()
+
+
 POSTGRES: Final[dict[int, str]] = {
     1: _COMMON_V1.format(
         doc_pk="BIGSERIAL PRIMARY KEY",
@@ -3247,6 +3304,7 @@ $$;
     22: _PATCH_COMMIT_22,
     23: _PATCH_COMMIT_23,
     24: _ROWS_AS_ONE,
+    25: _KEYS_AS_SCALARS,
 }
 
 
