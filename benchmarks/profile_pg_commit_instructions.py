@@ -107,22 +107,7 @@ def capture(url: str, name: str, warm: int, calls: int, dump: str, port: int) ->
     with case_store(url, name) as call:
         for i in range(warm):
             call(i)
-        dbname = url.rsplit("/", 1)[1].split("?")[0]
-        _as_pg(
-            [
-                f"{_bin()}/pg_dump",
-                "-h",
-                "127.0.0.1",
-                "-p",
-                str(port),
-                "-U",
-                "postgres",
-                "-Fc",
-                "-f",
-                dump,
-                dbname,
-            ]
-        )
+        _dump(url, dump, port)
         pg._commit_alone = recording
         if served:
             psycopg.Connection.execute = recording_merge  # type: ignore[method-assign,assignment]
@@ -134,6 +119,14 @@ def capture(url: str, name: str, warm: int, calls: int, dump: str, port: int) ->
             psycopg.Connection.execute = execute  # type: ignore[method-assign]
     prepared = "p" if served else "c"
     return [f"EXECUTE {prepared}({', '.join(_literal(v) for v in params)})" for params in recorded]
+
+
+def _dump(url: str, dump: str, port: int) -> None:
+    """The warmed database of ``url`` into ``dump`` (``pg_dump``'s custom format), for the replay."""
+    dbname = url.rsplit("/", 1)[1].split("?")[0]
+    _as_pg(
+        [f"{_bin()}/pg_dump", "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "-Fc", "-f", dump, dbname]
+    )
 
 
 def _named(sql: str) -> tuple[str, list[str]]:
@@ -175,22 +168,7 @@ def capture_hand(url: str, name: str, warm: int, calls: int, dump: str, port: in
     with case_store(url, name) as call:
         for i in range(warm):
             call(i)
-        dbname = url.rsplit("/", 1)[1].split("?")[0]
-        _as_pg(
-            [
-                f"{_bin()}/pg_dump",
-                "-h",
-                "127.0.0.1",
-                "-p",
-                str(port),
-                "-U",
-                "postgres",
-                "-Fc",
-                "-f",
-                dump,
-                dbname,
-            ]
-        )
+        _dump(url, dump, port)
         psycopg.Connection.execute = recording  # type: ignore[method-assign,assignment]
         try:
             for i in range(warm, warm + calls):
