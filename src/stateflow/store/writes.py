@@ -1347,7 +1347,8 @@ class Writes(StoreCore):
         ``key`` nor a ``shared`` document moved. False when it cannot be done so (a document not
         cached here, one moved, nothing to write, a member held as a tree): nothing was
         written, and ``update`` decides."""
-        self.check_schema()
+        if not self._schema_checked:  # (once per store: no call per write)
+            self.check_schema()
         if self._contended and self._is_contended((key,)):  # (mostly none: no call)
             return False
         # the shared documents (a declaration, say) are mostly where they were at this
