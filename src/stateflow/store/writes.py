@@ -1430,7 +1430,11 @@ class Writes(StoreCore):
         parts = []
         for name, value in body.items():
             data = encode_trusted(value) if encoded is None else encoded[name]
-            stored, root, length = member_row(value, None, plan.nodes, {}, data)
+            length = len(data)
+            if length <= TREE_MIN:  # (inline, as ``member_row`` keeps it: no call)
+                stored, root = data, None
+            else:
+                stored, root, length = member_row(value, None, plan.nodes, {}, data)
             if root is not None:
                 roots[name] = root
             outline = encode_trusted(outline_of(value)) if type(value) is dict else None
