@@ -14,7 +14,9 @@ Each side runs in its own Python process importing ``stateflow`` from its tree (
 ``--baseline-src``), with a pool of writer processes doing ``bench_writers``' ``patch_state``
 loop on a fresh store. Rounds alternate the sides and swap which goes first; in each, a side
 runs 1 writer and then 8 (or 8, then 1). Printed: 8 writers' rate over 1 writer's per side
-(higher is better), and the medians of the turn and the hand-off with 8 writers.
+(higher is better), and the medians of the turn and the hand-off with 8 writers; and per call
+the turns' thread CPU and the commits (a turn may commit other processes' memory patches with
+its own, ``store/writer_requests.py``).
 
     python3 -m benchmarks.bench_writer_turn --baseline-src /path/to/other/src [--rounds 5] [--calls 800]
 """
@@ -42,8 +44,9 @@ Timed = tuple[dict[int, float], dict[int, tuple[float, float, float]], float, fl
 the process's first start and last end (``perf_counter``, shared by every process)"""
 
 
-def writer(args: tuple[str, int, float, int]) -> tuple[Timed, list[float]]:
-    """One process: ``calls`` patches after ``start``; its tickets' times and its turns' CPU."""
+def writer(args: tuple[str, int, float, int]) -> tuple[Timed, list[float], int]:
+    """One process: ``calls`` patches after ``start``; its tickets' times, its turns' CPU and its
+    commits (a turn that carried other processes' patches commits them too, ``writer_requests``)."""
     location, calls, start, index = args
     from stateflow.memory import Identity, MemoryView
     from stateflow.store import open_store, writer_queue
@@ -76,12 +79,14 @@ def writer(args: tuple[str, int, float, int]) -> tuple[Timed, list[float]]:
     released.clear()
     acquired.clear()
     cpu.clear()
+    commits = store._group.commits  # type: ignore[attr-defined]
     begin = time.perf_counter()
     for i in range(calls):
         view.patch_state({"session": {"tactics": {f"w{index}": f"step {i}"}}})
     end = time.perf_counter()
+    commits = store._group.commits - commits  # type: ignore[attr-defined]
     store.close()
-    return (released, acquired, begin, end), cpu
+    return (released, acquired, begin, end), cpu, commits
 
 
 def phase(pool: Any, location: str, writers: int, calls: int) -> dict[str, float]:
@@ -91,7 +96,7 @@ def phase(pool: Any, location: str, writers: int, calls: int) -> dict[str, float
     results = pool.map(writer, [(location, each, start, i) for i in range(writers)])
     released: dict[int, float] = {}
     acquired: dict[int, tuple[float, float, float]] = {}
-    for (rel, acq, _, _), _ in results:
+    for (rel, acq, _, _), _, _ in results:
         released.update(rel)
         acquired.update(acq)
     turns = [released[t] - acquired[t][1] for t in acquired if t in released]
@@ -105,7 +110,10 @@ def phase(pool: Any, location: str, writers: int, calls: int) -> dict[str, float
     return {
         "rate": writers * each / elapsed,
         "turn": statistics.median(turns),
-        "turn_cpu": statistics.median(c for _, cpu in results for c in cpu),
+        "turn_cpu": statistics.median(c for _, cpu, _ in results for c in cpu),
+        # every call's share of the turns' CPU and of the commits (fsyncs), with groups counted whole
+        "turn_cpu_per_call": sum(c for _, cpu, _ in results for c in cpu) / (writers * each),
+        "commits_per_call": sum(n for _, _, n in results) / (writers * each),
         "handoff": statistics.median(handoffs) if handoffs else 0.0,
     }
 
@@ -179,13 +187,15 @@ def main() -> None:
     for key, label in (
         ("rate", "rate (calls/s)"),
         ("turn_cpu", "turn, thread CPU (ms)"),
+        ("turn_cpu_per_call", "turns' thread CPU per call (ms)"),
+        ("commits_per_call", "commits per call"),
         ("turn", "turn, wall (ms)"),
         ("handoff", "hand-off (ms)"),
     ):
         for phase_name, count in (("many", n), ("one", 1)):
             if key == "handoff" and phase_name == "one":
                 continue
-            scale = 1.0 if key == "rate" else 1000.0
+            scale = 1.0 if key in ("rate", "commits_per_call") else 1000.0
             pair = Pair(
                 [v * scale for v in values("ours", phase_name, key)],
                 [v * scale for v in values("base", phase_name, key)],

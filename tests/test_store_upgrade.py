@@ -32,10 +32,10 @@ from stateflow.store.migrations import (
     SQLITE,
     SQLITE_VALUE,
     SQLITE_VALUE_WHERE,
-    WRITE_FUNCTIONS,
     statements,
 )
 from stateflow.store.plan import TREE_MIN
+from stateflow.store.postgres import PostgresStore
 from stateflow.store.sqlite import SqliteStore
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -410,6 +410,13 @@ def test_a_schema_9_store_upgrades_to_10_and_its_value_index_holds_the_same_memb
         store.close()
 
 
+def _server_merged(store: SqlStore) -> dict[DocKey, int] | None:
+    """The revisions PostgreSQL's server merge left (None on SQLite, whose merge of a contended
+    patch in the writers' turn these upgrades of the server functions do not concern)."""
+    assert isinstance(store, (SqliteStore, PostgresStore))
+    return None if isinstance(store, SqliteStore) else store._served_revisions
+
+
 def test_a_schema_10_store_upgrades_to_11_and_merges_memory_patches_in_the_server(
     backend: str, tmp_path: Path
 ) -> None:
@@ -423,15 +430,14 @@ def test_a_schema_10_store_upgrades_to_11_and_merges_memory_patches_in_the_serve
         store._contended[key] = math.inf  # as another writer's commit would leave it
         receipt = view.patch_state({"session": {"tactics": {"n": "2", "m": {"deep": True}}}})
         assert receipt.changed_scopes == ["session"]
-        served = getattr(store, "_served_revisions", None)
+        assert isinstance(store, (SqliteStore, PostgresStore))
+        served = store._served_revisions  # (SQLite too since the writers' turn merges it)
+        assert served == {key: 2}
         if isinstance(store, SqliteStore):
-            assert served is None
             with store._read_tx() as tx:
                 assert tx.one("SELECT value FROM stateflow_meta WHERE key = 'schema_version'") == (
                     str(SCHEMA_VERSION),
                 )
-        else:
-            assert served == {key: 2}
         assert view.read_state({"path": "session.tactics"})["value"] == {"n": "2", "m": {"deep": True}}
         [change] = store.history([key], limit=1)
         assert [e.to_json() for e in change.edits] == [
@@ -692,7 +698,7 @@ def test_a_schema_14_store_upgrades_to_15_and_merges_patches_into_the_same_rows(
                 store._contended[served.keys["session"]] = math.inf  # as another writer would leave it
             served.patch_state(patch)
             locked.patch_state(patch)
-        merged = getattr(store, "_served_revisions", None)
+        merged = _server_merged(store)
         if isinstance(store, SqliteStore):
             assert merged is None
         else:
@@ -921,7 +927,7 @@ def test_a_schema_17_store_upgrades_to_18_and_merges_patches_into_the_same_rows(
             # every patch written; on PostgreSQL each one after the first (which creates the
             # document's row) merged by the server
             assert store.get(key).revision == n
-            merged = getattr(store, "_served_revisions", None)
+            merged = _server_merged(store)
             assert merged is None if isinstance(store, SqliteStore) else merged == ({key: n} if n > 1 else {})
         rows = _scope_rows(store, key)
         assert rows == _scope_rows(store, locked.keys["session"])
@@ -974,7 +980,7 @@ def test_a_schema_18_store_upgrades_to_19_and_merges_patches_into_the_same_rows(
         ]
         scopes = {served.keys["session"]: "session", served.keys["cwd"]: "cwd"}
         keys = list(scopes)
-        merged = getattr(store, "_served_revisions", None)
+        merged = _server_merged(store)
         for patch in patches:
             if not isinstance(store, SqliteStore):
                 store._contended.update(dict.fromkeys(keys, math.inf))  # as another writer would leave it
@@ -1185,7 +1191,7 @@ def test_a_schema_20_store_upgrades_to_21_and_merges_patches_into_the_same_rows(
         ]
         scopes = {served.keys["session"]: "session", served.keys["cwd"]: "cwd"}
         keys = list(scopes)
-        merged = getattr(store, "_served_revisions", None)
+        merged = _server_merged(store)
         for patch in patches:
             if postgres:
                 store._contended.update(dict.fromkeys(keys, math.inf))  # as another writer would leave it
@@ -1263,7 +1269,7 @@ def test_a_schema_21_store_upgrades_to_22_and_merges_one_key_into_the_same_rows(
         ]
         scopes = {served.keys["session"]: "session", served.keys["cwd"]: "cwd"}
         keys = list(scopes)
-        merged = getattr(store, "_served_revisions", None)
+        merged = _server_merged(store)
         for patch in patches:
             if postgres:
                 store._contended.update(dict.fromkeys(keys, math.inf))  # as another writer would leave it
@@ -1322,7 +1328,7 @@ def test_a_schema_22_store_upgrades_to_23_and_merges_without_waiting_for_its_flu
             {"session": {"strategy": {"goal": "y"}, "tactics": {"n": 4}}},
         ]
         keys = [served.keys["session"], served.keys["cwd"]]
-        merged = getattr(store, "_served_revisions", None)
+        merged = _server_merged(store)
         for patch in patches:
             if postgres:
                 store._contended.update(dict.fromkeys(keys, math.inf))  # as another writer would leave it
@@ -1482,96 +1488,4 @@ def test_a_schema_24_store_upgrades_to_25_and_checks_its_keys_the_same(backend: 
         store.update(
             [item], lambda docs: compute(docs, 3), {"by": _ODD}, shared=[declared, absent], optimistic=True
         )
-        assert store.get(item).body == {"v": 3} and store.get(item).revision == 3
-
-
-_NO_SEQ_SCANS_VERSION = 26
-
-
-def test_a_schema_25_store_upgrades_to_26_and_finds_rows_by_their_keys(backend: str, tmp_path: Path) -> None:
-    """Version 26 has PostgreSQL's functions that find rows by key plan without sequential
-    scans (SQLite only records the version). After the upgrade, on a table small enough that a
-    scan looked as cheap as the key's index (analyzed), every lookup of a commit's checks, shared
-    and locked rows, of the group's row locks and of the locked path's rows takes an index — the
-    plans of their nested statements, as ``auto_explain`` reports them — and the same writes
-    commit and read back; a declined check still writes nothing."""
-    with _upgraded(_NO_SEQ_SCANS_VERSION - 1, backend, tmp_path) as store:
-        declared, item = DocKey("decl", _ODD), DocKey("s" + _ODD, f'["ns","k","{_ODD}"]')
-        absent = DocKey("decl", "alias " + _ODD)
-        store.commit([Write.between(declared, None, {"schema": _ODD})])
-        store.commit([Write.between(item, None, {"v": 1})])
-
-        def compute(docs: dict[DocKey, Any], n: int) -> tuple[list[Write], None]:
-            assert docs[declared].body == {"schema": _ODD} and docs[absent].body is None
-            return [Write.between(item, docs[item].value, {"v": n}, docs[item].revision)], None
-
-        store.update(
-            [item],
-            lambda d: compute(d, 2),
-            {},
-            shared=[declared, absent],
-            claims=[(_ODD, "a")],
-            optimistic=True,
-        )
-        assert store.get(item).body == {"v": 2}
-        if isinstance(store, SqliteStore):
-            return
-        with store._pool.connection() as conn:  # type: ignore[attr-defined]
-            conn.autocommit = True
-            for f in WRITE_FUNCTIONS:
-                (config,) = conn.execute(
-                    "SELECT proconfig FROM pg_proc WHERE oid = %s::regprocedure", (f,)
-                ).fetchone() or (None,)
-                assert config == ["enable_seqscan=off"], f
-            conn.execute("ANALYZE")  # a few rows: a scan costs the planner less than the index
-            rows = {
-                key: conn.execute(
-                    "SELECT doc_id, revision FROM documents WHERE state = %s AND subject = %s",
-                    (key.state, key.subject),
-                ).fetchone()
-                for key in (declared, item)
-            }
-            share = [declared.state, declared.subject, *rows[declared]]
-            lock = [item.state, item.subject, *rows[item]]
-            plans: list[str] = []
-            conn.add_notice_handler(lambda d: plans.append(d.message_primary or ""))
-            conn.execute("BEGIN")
-            conn.execute("LOAD 'auto_explain'")
-            for setting in ("log_min_duration = 0", "log_nested_statements = on", "log_level = notice"):
-                conn.execute(f"SET LOCAL auto_explain.{setting}")
-            payload = orjson.dumps(
-                {
-                    "doc_rows": [],
-                    "absent_keys": [[absent.state, absent.subject]],
-                    "claim_keys": [[_ODD, "b"]],
-                    "share_keys": [share],
-                    "lock_keys": [lock],
-                }
-            ).decode()
-            (seq,) = conn.execute(
-                "SELECT stateflow_commit(%s::json, '', '\\x'::bytea, 0)", (payload,)
-            ).fetchone() or (None,)
-            assert seq is not None  # every check passed
-            conn.execute(
-                "SELECT stateflow_lock_rows(true, %s::text[], %s::text[])", ([item.state], [item.subject])
-            )
-            doc_row = [rows[item][0], 3, "[]", None, 3, 1, 0, 0, 0, 1]
-            conn.execute(
-                "SELECT stateflow_write_rows(%s, %s::json)",
-                (seq, orjson.dumps({"doc_rows": [doc_row]}).decode()),
-            )
-            conn.execute("ROLLBACK")
-            nested = [p for p in plans if "documents" in p or "applied_ops" in p]
-            # the absence check, the claim check, the shared and locked rows, the group's lock and
-            # the locked path's document row: each through its table's index
-            assert len(nested) >= 6, plans
-            assert not [p for p in nested if "Seq Scan" in p], nested
-            # a declined check writes nothing, and a commit after it passes
-            moved = [*share[:3], share[3] + 1]
-            declined = orjson.dumps({"doc_rows": [], "share_keys": [moved], "lock_keys": [lock]}).decode()
-            (none,) = conn.execute(
-                "SELECT stateflow_commit(%s::json, '', '\\x'::bytea, 0)", (declined,)
-            ).fetchone() or (0,)
-            assert none is None
-        store.update([item], lambda d: compute(d, 3), {}, shared=[declared, absent], optimistic=True)
         assert store.get(item).body == {"v": 3} and store.get(item).revision == 3

@@ -21,11 +21,12 @@ import time
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar, Final, TypeVar, cast
 from urllib.parse import quote
 
-from stateflow.doc.canonical import encode_trusted
+from stateflow.doc.canonical import decode, encode_trusted
 from stateflow.errors import (
     CorruptStore,
     StateflowError,
@@ -38,7 +39,9 @@ from stateflow.errors import (
     StoreUnavailable,
     UnsupportedStore,
 )
+from stateflow.store import writer_requests
 from stateflow.store.base import SqlStore
+from stateflow.store.core import KNOWN_ROWS_MAX
 from stateflow.store.id_blocks import IdBlocks
 from stateflow.store.ledger import OpIdTaken, claims_query
 from stateflow.store.migrations import (
@@ -49,11 +52,14 @@ from stateflow.store.migrations import (
     SQLITE_VALUE_WHERE,
     VALUE_INDEX_MAX,
 )
-from stateflow.store.model import DocKey, Document, Listed
-from stateflow.store.plan import WritePlan
-from stateflow.store.rows import NO_ROW, DocRow
+from stateflow.store.model import Commit, DocKey, Document, Listed, Write
+from stateflow.store.plan import Fresh, WritePlan
+from stateflow.store.rows import NO_ROW, DocRow, lock_order, outline_of
+from stateflow.store.served_patch import Served
 from stateflow.store.tx import Tx
-from stateflow.store.writer_queue import WriterQueue
+from stateflow.store.writer_queue import Answered, RequestTaken, WriterQueue
+from stateflow.store.writer_requests import NotMerged, Request
+from stateflow.store.writes import CONTENDED_SECONDS
 
 R = TypeVar("R")
 SYNCHRONOUS_MODES: Final = ("full", "normal", "extra", "off")
@@ -168,6 +174,8 @@ class _Member:
     lines it would save.)"""
 
     __slots__ = ("_commit", "_conn", "_first", "_group", "_local")
+    _request: Request | None = None
+    """a memory patch to publish while waiting for the turn (``_Requesting``)"""
 
     def __init__(self, commit: _GroupCommit, local: threading.local | None) -> None:
         self._commit = commit
@@ -195,7 +203,8 @@ class _Member:
             first = self._first = not conn.in_transaction  # the first of a group needs no savepoint
             if first:
                 # other processes' writers: wait for our turn, not poll, and not forever
-                commit.queue.acquire(left, wait)
+                # (raises ``Answered`` where an earlier turn committed the request: no turn of ours)
+                commit.queue.acquire(left, wait, self._request)
             tx = commit.tx(conn)
             try:  # (not `_mapped_errors()`: a context manager costs more than this statement's Python)
                 tx.cursor.execute("BEGIN IMMEDIATE" if first else "SAVEPOINT member")
@@ -218,6 +227,7 @@ class _Member:
             if exc_type is not None:
                 with suppress(sqlite3.Error):  # the error may have ended the whole transaction
                     if self._first:
+                        commit.pending = None  # (what waited for this commit: rolled back)
                         conn.execute("ROLLBACK")
                     else:
                         conn.execute("ROLLBACK TO member")
@@ -234,6 +244,28 @@ class _Member:
             group.wait()
             if group.error is not None:  # each waiter raises its own copy (own traceback)
                 raise copy.copy(group.error).with_traceback(None) from group.error
+
+
+class _Requesting(_Member):
+    """The turn of a writer with a memory patch (``SqliteStore.patch_on_server``)."""
+
+    __slots__ = ("_request",)
+
+    def __init__(self, commit: _GroupCommit, local: threading.local | None, request: Request) -> None:
+        super().__init__(commit, local)
+        self._request = request
+
+
+class _Pending:
+    """What waits for a transaction's commit: answers to the requests of other processes it
+    wrote (ticket, answer), sent before the turn is let go; then what else waits (the caches
+    fed with what the requests wrote, their files removed). Dropped if it does not commit."""
+
+    __slots__ = ("after", "answers")
+
+    def __init__(self) -> None:
+        self.answers: list[tuple[int, bytes]] = []
+        self.after: list[Callable[[], None]] = []
 
 
 class _GroupCommit:
@@ -258,6 +290,8 @@ class _GroupCommit:
         self._queued = 0
         self._queued_lock = threading.Lock()
         self._group = _Group()
+        self.pending: _Pending | None = None
+        """what waits for the open transaction's commit (requests of other processes it wrote)"""
         self.commits = 0
         """groups committed so far (for tests and benchmarks)"""
         self.largest = 0
@@ -274,6 +308,27 @@ class _GroupCommit:
     def forget(self) -> None:
         """Drop the kept transaction facade (its cursor with it): the connection is closing."""
         self._tx = None
+
+    def waiting(self) -> _Pending:
+        """What waits for the open transaction's commit (made on first use)."""
+        pending = self.pending
+        if pending is None:
+            pending = self.pending = _Pending()
+        return pending
+
+    def _settled(self, pending: _Pending, committed: bool) -> None:
+        """Let the turn go, answering first and running what waited afterwards — only if the
+        transaction committed (else its requests' writers write them themselves)."""
+        self.pending = None
+        if committed:  # (before the turn goes: an answered writer then needs no turn)
+            # the last ticket first: an answered writer lets its ticket go at once, and the one
+            # behind it must find its own answer there by then, not only the wake-up
+            for ticket, answer in reversed(pending.answers):
+                self.queue.answer(ticket, answer)
+        self.queue.release()
+        if committed:
+            for then in pending.after:
+                then()
 
     def _leave(self, group: _Group, ok: bool) -> bool:
         """A writer is done with its turn: its work stays in the group (``ok``) or not. True:
@@ -332,7 +387,10 @@ class _GroupCommit:
                     raise
                 raise error from exc
         finally:
-            self.queue.release()
+            if self.pending is None:
+                self.queue.release()
+            else:  # (it waits on work in the transaction: committed if none is left open, unfailed)
+                self._settled(self.pending, error is None and conn is not None and not conn.in_transaction)
             if lone:
                 group.attempts = group.members = 0
         if lone:
@@ -440,6 +498,8 @@ class SqliteStore(SqlStore):
         self._watch = _CommitWatch(self.path)
         self._shared: _Snapshot | None = None
         self._group = _GroupCommit(self._writer, max_group, WriterQueue(self.path), busy_timeout_ms / 1000)
+        self._served_revisions: dict[DocKey, int] = {}
+        """each document's revision after this store's last served patch (``patch_on_server``)"""
         self._spare_ids = IdBlocks()
         """document ids reserved ahead (``_absent_rows``), for rows a commit creates"""
         self._unborn: dict[int, DocKey] = {}
@@ -624,6 +684,204 @@ class SqliteStore(SqlStore):
             for plan in plans:
                 plan.created = created.get(plan.doc_id)
         return super()._commit_planned(locked, shared, claims, origin, plans)
+
+    # ------------------------------------------------- memory patches merged by one turn for all
+
+    def contended(self, keys: Sequence[DocKey]) -> bool:
+        """Whether ``patch_on_server`` would take a patch of ``keys`` now: another writer's
+        commit beat one of this store's a moment ago, and the writer queue works here."""
+        return not self.read_only and not self._group.queue.unusable and self._is_contended(keys)
+
+    def patch_on_server(
+        self,
+        keys: Sequence[DocKey],
+        patches: Mapping[DocKey, bytes],
+        members: Sequence[str],
+        outlines: Sequence[str],
+        origin: dict[str, Any],
+    ) -> Served | None:
+        """A memory patch of ``memory.served``'s case, merged by the writer whose turn comes
+        first (``writer_requests``): published while this writer waits for its turn; answered
+        by an earlier turn that committed it, or written in this writer's own turn (taking the
+        requests queued right behind it into the same commit). None: not done so, nothing
+        written (the caller runs ``update``)."""
+        locked = sorted(set(keys), key=lock_order)
+        if not self.contended(locked) or getattr(self._local, "writing", False):
+            return None
+        self.check_schema()
+        request = Request.new(self.path, locked, patches, members, outlines, origin)
+        try:
+            member = _Requesting(self._group, self._local, request)
+            with member as tx:
+                done = self._in_turn(tx, request, member._first)
+        except Answered as answered:
+            done = None
+            decoded = writer_requests.answered(answered.answer, locked)
+            if decoded is not None:
+                seq, at, revisions, docs, paths = decoded
+                done = Served(Commit(applied=True, seq=seq, at=at, revisions=revisions), docs, paths)
+        except RequestTaken:
+            done = self._taken_outcome(request)
+        except NotMerged:  # not the common case after all: nothing written, the caller's ``update``
+            return None
+        if done is None:  # committed, with the basis too large to send: read back
+            done = self._read_back(request)
+        # contended a while longer where another writer wrote a document since this store last did
+        until = time.monotonic() + CONTENDED_SECONDS
+        last = self._served_revisions
+        if len(last) > KNOWN_ROWS_MAX:
+            last.clear()
+        for key, revision in done.commit.revisions.items():
+            if last.get(key) != done.docs[key].revision:
+                self._contended[key] = until
+            last[key] = revision
+        return done
+
+    def _in_turn(self, tx: _SqliteTx, request: Request, first: bool) -> Served | None:
+        """This writer's turn, with its request: taken by an earlier turn that committed it
+        (found claimed: None, read back), or written here; then the requests queued right behind
+        this turn written into the same transaction (``_take_behind``)."""
+        if not request.withdraw():  # taken: that turn's commit, if any, is in the database now
+            claimed = tx.one(
+                "SELECT 1 FROM applied_ops WHERE scope = ? AND op_id = ?", (writer_requests.SCOPE, request.id)
+            )
+            request.forget()
+            if claimed is not None:
+                return None
+        own = self._merge(
+            request.keys,
+            {k: decode(p) for k, p in request.patches.items()},
+            request.members,
+            request.outlines,
+            request.origin,
+            (),
+        )
+        if first:
+            self._take_behind(tx)
+        return own
+
+    def _merge(
+        self,
+        keys: list[DocKey],
+        patches: Mapping[DocKey, Any],
+        members: list[str],
+        outlines: list[str],
+        origin: dict[str, Any],
+        claims: Sequence[tuple[str, str]],
+    ) -> Served:
+        """One request written in the open transaction: its own transition."""
+        merged: list[tuple[dict[DocKey, Document], dict[DocKey, bytes]]] = []
+
+        def compute(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
+            writes, paths = writer_requests.merged(docs, patches)
+            merged[:] = [(docs, paths)]
+            return writes, None
+
+        # (swapped on this object, not checked on every write: one turn at a time holds it, and
+        # another thread's cache fill deferred meanwhile is only later, or dropped: a miss)
+        self._remember = self._after_commit  # type: ignore[method-assign]
+        try:
+            commit, _ = self.update(
+                keys, compute, origin, members=members, outlines=outlines, claims=claims, checked=True
+            )
+        finally:
+            del self._remember
+        [(docs, paths)] = merged
+        return Served(commit, docs, paths)
+
+    def _take_behind(self, tx: _SqliteTx) -> None:
+        """Write the requests published right behind this turn, each in a savepoint (a failing
+        one rolls back alone, gets no answer and is written by its own writer in its turn)."""
+        behind = self._group.queue.behind()
+        if behind is None or behind[1] <= behind[0] + 1:
+            return
+        commit = self._group
+        cursor = tx.cursor
+        for taken in writer_requests.take(self.path, *behind):
+            pending = commit.waiting()
+            after, answers = len(pending.after), len(pending.answers)
+            cursor.execute("SAVEPOINT request")
+            try:
+                served = self._merge(
+                    taken.keys,
+                    taken.patches,
+                    taken.members,
+                    taken.outlines,
+                    taken.origin,
+                    [(writer_requests.SCOPE, taken.id)],
+                )
+            except Exception:  # (whatever it is, it stays with the request: its writer writes it)
+                del pending.after[after:], pending.answers[answers:]
+                cursor.execute("ROLLBACK TO request")
+                cursor.execute("RELEASE request")
+                continue
+            cursor.execute("RELEASE request")
+            done = served.commit
+            pending.answers.append(
+                (
+                    taken.ticket,
+                    writer_requests.answer(
+                        taken.keys, served.docs, served.paths, done.seq, done.at, done.revisions
+                    ),
+                )
+            )
+            pending.after.append(partial(writer_requests.done, self.path, taken.ticket))
+
+    def _taken_outcome(self, request: Request) -> Served | None:
+        """The wait for the turn ran out after an earlier turn took this request: that turn's
+        transaction decides — once SQLite's write lock is free, the request is claimed
+        (committed: None, read back) or not (nothing written: ``StoreBusy``)."""
+        conn = self._connection()
+        with _mapped_errors():
+            conn.execute("BEGIN IMMEDIATE")  # waits for the holder's transaction to end
+            try:
+                claimed = conn.execute(
+                    "SELECT 1 FROM applied_ops WHERE scope = ? AND op_id = ?",
+                    (writer_requests.SCOPE, request.id),
+                ).fetchone()
+            finally:
+                conn.execute("ROLLBACK")
+        request.forget()
+        if claimed is None:
+            raise StoreBusy(
+                f"another process has held the write lock of {self.path.name} for over "
+                f"{self._group.wait:g} s; nothing was written",
+                retry_after=max(1, round(self._group.wait)),
+            )
+        return None
+
+    def _read_back(self, request: Request) -> Served:
+        """A request committed by another writer's turn, whose answer did not come whole: its
+        transition found by its claim, the basis read as of the transition before."""
+        with self._read_tx() as tx:
+            row = tx.one(
+                "SELECT seq FROM applied_ops WHERE scope = ? AND op_id = ?",
+                (writer_requests.SCOPE, request.id),
+            )
+        if row is None:
+            raise StoreError(f"request {request.id} was answered but is not recorded")
+        seq = int(row[0])
+        names = [*request.members, *(n for n in request.outlines if n not in request.members)]
+        docs: dict[DocKey, Document] = {}
+        for key in request.keys:
+            doc = self.read_at(key, seq=seq - 1, members=names)
+            body = doc.body
+            shapes = {}
+            if body is not None:
+                for name in request.outlines:
+                    if name in body:
+                        value = body[name]
+                        shapes[name] = outline_of(value) if type(value) is dict else None
+                body = {n: v for n, v in body.items() if n in request.members}
+            docs[key] = Document(key, doc.revision, body, doc.seq, shapes)
+        writes, paths = writer_requests.merged(docs, {k: decode(p) for k, p in request.patches.items()})
+        revisions = {w.key: docs[w.key].revision + 1 for w in writes}
+        return Served(Commit(applied=True, seq=seq if writes else None, revisions=revisions), docs, paths)
+
+    def _after_commit(self, fresh: Fresh) -> None:
+        """``_remember`` while a request is merged: the caches take only committed data, and
+        this transaction commits later, for every request it writes."""
+        self._group.waiting().after.append(partial(SqlStore._remember, self, fresh))
 
     # -------------------------------------------------------------- whole-document read cache
 

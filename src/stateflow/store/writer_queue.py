@@ -39,6 +39,7 @@ in the line and passes it on the moment its own turn comes. Where these locks do
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import mmap
 import os
@@ -51,6 +52,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from stateflow.errors import StoreBusy
+from stateflow.store.writer_requests import ANSWER_MAX, COMMITTED, Request
 
 _OPEN_FLAGS = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC
 _SET: int | None = getattr(fcntl, "F_OFD_SETLK", None)
@@ -109,6 +111,19 @@ def _unlock(fd: int, start: int, length: int = 1) -> None:
         else _FLOCK.pack(fcntl.F_UNLCK, os.SEEK_SET, start, length, 0)
     )
     fcntl.fcntl(fd, _SET, packed)
+
+
+class Answered(Exception):
+    """The writer's request was committed by an earlier turn while it waited: no turn of its own."""
+
+    def __init__(self, answer: bytes) -> None:
+        super().__init__()
+        self.answer = answer
+
+
+class RequestTaken(StoreBusy):
+    """The wait for the turn ran out after a holder took this writer's request: whether it
+    committed is decided by that holder's transaction (``SqliteStore`` looks it up)."""
 
 
 class _Turn:
@@ -186,10 +201,21 @@ class WriterQueue:
     def held(self) -> bool:
         return self._ticket is not None
 
-    def acquire(self, timeout: float, limit: float | None = None) -> None:
+    @property
+    def unusable(self) -> bool:
+        """Whether writers fall back on SQLite's busy timeout alone (no such locks here)."""
+        return self._unusable
+
+    def acquire(self, timeout: float, limit: float | None = None, request: Request | None = None) -> None:
         """Wait for this process's turn (a no-op while it already holds it); raise
         :class:`StoreBusy` when it has not come within ``timeout`` seconds. ``limit`` is the
-        caller's whole wait, named in that message (``timeout`` may be what is left of it)."""
+        caller's whole wait, named in that message (``timeout`` may be what is left of it).
+
+        ``request`` (a memory patch, ``writer_requests``): published for the holder of an
+        earlier turn if this writer has to wait; when that holder answers, :class:`Answered`
+        is raised with the answer (the ticket let go: the request is committed) instead of the
+        turn coming. A request that was taken when the wait runs out raises
+        :class:`RequestTaken`."""
         if self._ticket is not None or self._unusable:
             return
         if self._fd is None:
@@ -234,9 +260,14 @@ class WriterQueue:
             if ticket == 0 or ticket - 1 == self._last or _free(fd, _COUNTER + ticket - 1):
                 self._ticket = ticket
                 return
-            if _WAKES and self._misses < _MISSES and self._woken(fd, ticket, deadline):
-                self._ticket = ticket
-                return
+            if _WAKES and self._misses < _MISSES:
+                woken = self._woken(fd, ticket, deadline, request)
+                if woken is not False:
+                    self._ticket = ticket
+                    if woken is True:
+                        return
+                    self.release()  # answered: committed by the holder before us, nothing to hold
+                    raise Answered(woken)
         except OSError:  # no such locks on this file system: SQLite's wait alone
             self._unusable = True
             return
@@ -246,20 +277,27 @@ class WriterQueue:
             self._fd = fd
             self._ticket = ticket
             return
+        busy = self._busy(limit if limit is not None else timeout)
+        if request is not None and not request.withdraw():
+            raise RequestTaken(str(busy), busy.retry_after)
         if turn.failed:
             self._unusable = True
             return
-        raise self._busy(limit if limit is not None else timeout)
+        raise busy
 
-    def _woken(self, fd: int, ticket: int, deadline: float) -> bool:
-        """Sleep until the writer before ``ticket`` lets go (True) or the deadline (False)."""
+    def _woken(self, fd: int, ticket: int, deadline: float, request: Request | None) -> bool | bytes:
+        """Sleep until the writer before ``ticket`` lets go (True), the deadline (False) or an
+        answer to ``request`` (published here, once this writer can be told: the answer)."""
         before = _COUNTER + ticket - 1
+        size = 1
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as inbox:
             try:
                 inbox.bind(b"\0" + self._name + str(ticket).encode())
             except OSError:  # no abstract names here: the helper thread waits instead
                 self._misses = _MISSES
                 return False
+            if request is not None and request.publish(ticket, deadline):
+                size = ANSWER_MAX + 1
             woken: bool | None = None  # None: it never slept
             while not _free(fd, before):  # looked at after binding: a wake-up sent before is not lost
                 left = deadline - time.monotonic()
@@ -267,10 +305,48 @@ class WriterQueue:
                     return False
                 woken = bool(select.select([inbox], [], [], min(left, _LOOK_AGAIN))[0])
                 if woken:
-                    inbox.recv(1)
+                    got = inbox.recv(size)
+                    if got:
+                        self._misses = 0
+                        return got
+            if size > 1:  # an answer is sent before the turn before ours is let go: here by now
+                inbox.setblocking(False)
+                try:
+                    while True:  # (behind a wake-up, maybe)
+                        got = inbox.recv(size)
+                        if got:
+                            return got
+                except OSError:
+                    pass
         if woken is not None:
             self._misses = 0 if woken else self._misses + 1
         return True
+
+    def behind(self) -> tuple[int, int] | None:
+        """This process's ticket and how many have been drawn, while it holds its turn."""
+        ticket = self._ticket
+        if ticket is None or self._fd is None:
+            return None
+        counter = self._counter
+        return ticket, int.from_bytes(counter, "little") if counter is not None else self._drawn(self._fd)
+
+    def answer(self, ticket: int, payload: bytes) -> None:
+        """Send a request's answer to the writer holding ``ticket`` (see ``_woken``)."""
+        if not self._name:
+            return
+        try:
+            if self._waker is None:
+                self._waker = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+                self._waker.setblocking(False)
+            name = b"\0" + self._name + str(ticket).encode()
+            try:
+                self._waker.sendto(payload, name)
+            except OSError as exc:
+                if exc.errno != errno.EMSGSIZE:
+                    raise
+                self._waker.sendto(COMMITTED, name)  # too large: the basis is read back
+        except OSError:  # the requester is gone: its request committed all the same
+            pass
 
     def _wake(self, ticket: int) -> None:
         """Tell the writer holding ``ticket`` (if it is waiting) that its turn has come."""

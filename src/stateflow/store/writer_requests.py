@@ -1,0 +1,267 @@
+"""Memory patches handed to the SQLite writer whose turn comes first: a group commit across
+processes.
+
+With several processes writing one memory scope, every writer's turn re-reads the rows and the
+member the writer before it moved (on a cold page cache), merges its patch on them, plans and
+commits alone: the turn is several times a lone call's. A patch of ``memory.served``'s common
+case is plain data (the memory layer computes its receipt afterwards from the basis it was
+merged into, as on PostgreSQL), so a writer that has to wait for its turn **publishes** it: the
+file ``<database>-requests/r<ticket>`` (written aside, then renamed into place), named by its
+writer-queue ticket. The writer whose turn comes first (``SqliteStore.patch_on_server``) writes
+its own patch, then **takes** the requests of the tickets right behind its own, in ticket order
+and with no gap (renamed to ``t<ticket>``: taken once), at most :data:`TAKEN_MAX`, and merges
+each on the documents as the one before left them, in one transaction: each request in a
+savepoint of its own, its id recorded as a claim of its commit (``applied_ops``, scope
+:data:`SCOPE`: no schema of its own), one transition each, one ``COMMIT`` (one fsync) for all.
+After the commit, and before it lets its turn go, it sends each requester its answer (the basis
+its patch was merged into, the transition and the paths written) as a datagram to the name the
+requester waits on in the writer queue. A requester that is answered lets its ticket go at once
+and returns without a transaction of its own.
+
+A request's failure stays with it: its savepoint is rolled back, it gets no answer, and its
+writer, when its turn comes, finds its request taken but not claimed and writes it itself
+(raising its own error there). Crash safety rests on the claim: an answer is only sent after the
+commit; a requester that gets its turn without one looks its id up in ``applied_ops`` under the
+write lock — found (the holder died after its commit, or the answer was too large to send):
+the basis is read back as of the transition before; not found (the holder's transaction died
+with it, or the request failed): it writes the request itself. A request is never taken twice
+(a rename succeeds once) and a claimed id is never written again (``OpIdTaken``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from stateflow.doc.canonical import decode, encode_trusted
+from stateflow.doc.merge import Emitted, merge_patch
+from stateflow.errors import InvalidJSON
+from stateflow.store.model import DocKey, Document, Write, made_write
+from stateflow.store.spares import SPARES
+
+SCOPE: Final = "_writer_requests"
+"""The ``applied_ops`` scope of request ids (a reserved name: no state or memory scope)."""
+TAKEN_MAX: Final = 7
+"""Requests one turn takes behind its own write: with one lone turn's work each, the last of
+them is answered a few milliseconds after its turn would have come."""
+MARGIN: Final = 1.0
+"""Seconds before its requester's deadline that a request is no longer taken: a requester
+whose wait ends finds it untaken and withdraws it, unless a holder is stuck in its commit."""
+ANSWER_MAX: Final = 200_000
+"""The largest answer sent whole (a datagram); a larger one says only "committed", and the
+requester reads its basis back from the store."""
+COMMITTED: Final = b"c"
+"""The answer that says only that the request committed."""
+
+
+@dataclass(slots=True)
+class Request:
+    """One ``patch_on_server`` call of this process, as published."""
+
+    id: str
+    keys: list[DocKey]
+    patches: dict[DocKey, bytes]
+    members: list[str]
+    outlines: list[str]
+    origin: dict[str, Any]
+    folder: Path
+    ticket: int | None = None
+    """the ticket it was published under (None: not published)"""
+
+    @classmethod
+    def new(
+        cls,
+        database: Path,
+        keys: list[DocKey],
+        patches: Mapping[DocKey, bytes],
+        members: Sequence[str],
+        outlines: Sequence[str],
+        origin: dict[str, Any],
+    ) -> Request:
+        folder = Path(f"{database}-requests")
+        return cls(uuid.uuid4().hex, keys, dict(patches), list(members), list(outlines), origin, folder)
+
+    def publish(self, ticket: int, deadline: float) -> bool:
+        """Write the request where the holder of an earlier turn may take it (False: it could
+        not be written, and is not published). ``deadline``: ``time.monotonic`` value of the
+        requester's wait's end."""
+        parts = [
+            b'{"id":"',
+            self.id.encode(),
+            b'","until":',
+            str(time.time() + deadline - time.monotonic() - MARGIN).encode(),
+            b',"keys":',
+            encode_trusted([[k.state, k.subject] for k in self.keys]),
+            b',"patches":[',
+            b",".join(self.patches.get(k, b"null") for k in self.keys),
+            b'],"members":',
+            encode_trusted(self.members),
+            b',"outlines":',
+            encode_trusted(self.outlines),
+            b',"origin":',
+            encode_trusted(self.origin),
+            b"}",
+        ]
+        aside = self.folder / f"p{ticket}-{self.id}"
+        try:
+            try:
+                fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            except FileNotFoundError:
+                self.folder.mkdir(mode=0o700, exist_ok=True)
+                fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            try:
+                os.write(fd, b"".join(parts))
+            finally:
+                os.close(fd)
+            os.rename(aside, self.folder / f"r{ticket}")
+        except OSError:
+            return False
+        self.ticket = ticket
+        return True
+
+    def withdraw(self) -> bool:
+        """Take the request back before anyone took it: True if it was still there (or never
+        published); False: a holder took it."""
+        if self.ticket is None:
+            return True
+        try:
+            os.unlink(self.folder / f"r{self.ticket}")
+        except FileNotFoundError:
+            return False
+        except OSError:
+            return True  # (still there, but not takeable by us either: treat as withdrawn)
+        self.ticket = None
+        return True
+
+    def forget(self) -> None:
+        """Drop the taken file of this request (its holder may have died before doing so)."""
+        if self.ticket is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self.folder / f"t{self.ticket}")
+            self.ticket = None
+
+
+@dataclass(frozen=True, slots=True)
+class Taken:
+    """A published request another writer's turn took."""
+
+    ticket: int
+    id: str
+    keys: list[DocKey]
+    patches: dict[DocKey, Any]
+    members: list[str]
+    outlines: list[str]
+    origin: dict[str, Any]
+
+
+def take(database: Path, after: int, drawn: int) -> list[Taken]:
+    """The published requests of the tickets right after ``after`` (below ``drawn``), in ticket
+    order, each renamed as taken; up to the first ticket with none (no gap: a writer in between
+    keeps its place) and at most :data:`TAKEN_MAX`."""
+    folder = Path(f"{database}-requests")
+    taken: list[Taken] = []
+    now = time.time()
+    for ticket in range(after + 1, min(drawn, after + 1 + TAKEN_MAX)):
+        path = folder / f"t{ticket}"
+        try:
+            os.rename(folder / f"r{ticket}", path)
+            with open(path, "rb") as file:
+                raw = file.read()
+            request = decode(raw)
+        except (OSError, InvalidJSON):
+            break
+        try:
+            keys = [DocKey(state, subject) for state, subject in request["keys"]]
+            if float(request["until"]) < now:
+                raise ValueError("expired")
+            entry = Taken(
+                ticket,
+                str(request["id"]),
+                keys,
+                {k: p for k, p in zip(keys, request["patches"], strict=True) if p is not None},
+                list(request["members"]),
+                list(request["outlines"]),
+                dict(request["origin"]),
+            )
+        except (KeyError, TypeError, ValueError):
+            # not one this code can merge (or its requester's wait is ending): it stays taken and
+            # unanswered, and its requester writes it itself (or has given up: nothing written)
+            break
+        taken.append(entry)
+    return taken
+
+
+def done(database: Path, ticket: int) -> None:
+    """Remove a taken request's file once it is answered (or found unmergeable)."""
+    with contextlib.suppress(OSError):
+        os.unlink(Path(f"{database}-requests") / f"t{ticket}")
+
+
+class NotMerged(Exception):
+    """A request's merge is not the common case after all: nothing written for it."""
+
+
+def merged(
+    docs: Mapping[DocKey, Document], patches: Mapping[DocKey, Any]
+) -> tuple[list[Write], dict[DocKey, bytes]]:
+    """The writes of ``patches`` merged on ``docs`` — the merge ``patch_state`` makes of such a
+    patch (pruning, its edits listed by the merge) — and the paths each writes, encoded as the
+    memory layer's check compares them."""
+    writes: list[Write] = []
+    paths: dict[DocKey, bytes] = {}
+    for key, patch in patches.items():
+        doc = docs[key]
+        basis = doc.body or {}
+        edits = Emitted()
+        new = merge_patch(basis, patch, copies=SPARES, prune=True, edits=edits)
+        if not edits.exact or type(new) is not dict:
+            raise NotMerged(str(key))
+        if edits:
+            writes.append(made_write(key, edits, doc.revision, None, (basis, new)))
+            paths[key] = encode_trusted([list(e.path) for e in edits])
+    return writes, paths
+
+
+def answer(
+    keys: Sequence[DocKey],
+    docs: Mapping[DocKey, Document],
+    paths: Mapping[DocKey, bytes],
+    seq: int | None,
+    at: str | None,
+    revisions: Mapping[DocKey, int],
+) -> bytes:
+    """A committed request's answer: its transition, the basis of each document and the paths
+    written (as ``merged`` encoded them: spliced in, not decoded and encoded again)."""
+    head = encode_trusted(
+        {
+            "seq": seq,
+            "at": at,
+            "revisions": [revisions.get(k) for k in keys],
+            "docs": [[docs[k].revision, docs[k].seq, docs[k].body, docs[k].outlines] for k in keys],
+        }
+    )
+    body = b"".join((head[:-1], b',"paths":[', b",".join(paths.get(k, b"null") for k in keys), b"]}"))
+    return body if len(body) <= ANSWER_MAX else COMMITTED
+
+
+def answered(
+    raw: bytes, keys: Sequence[DocKey]
+) -> tuple[int | None, str | None, dict[DocKey, int], dict[DocKey, Document], dict[DocKey, bytes]] | None:
+    """An answer decoded: seq, time, revisions, basis documents and paths written; None: the
+    answer says only that the request committed (the basis is read back from the store)."""
+    if raw == COMMITTED:
+        return None
+    data = decode(raw)
+    revisions = {k: int(r) for k, r in zip(keys, data["revisions"], strict=True) if r is not None}
+    docs = {
+        k: Document(k, int(revision), body, seq, outlines or {})
+        for k, (revision, seq, body, outlines) in zip(keys, data["docs"], strict=True)
+    }
+    paths = {k: encode_trusted(p) for k, p in zip(keys, data["paths"], strict=True) if p is not None}
+    return data["seq"], data["at"], revisions, docs, paths
