@@ -197,6 +197,49 @@ def test_an_items_changes_are_the_exact_diff_of_its_bodies(backend: str) -> None
                     )
 
 
+def test_pending_writes_record_the_exact_diff_of_their_record(backend: str) -> None:
+    """``put_writes`` hands the store the edits of the entries it adds (a bucket new to the
+    record set whole, entries new to their bucket each set whole): every change of a writes
+    record is the exact diff of the bodies it joins — a task's entries written again (other
+    values, other number types), a channel whose index repeats inside one call, tasks sharing
+    a bucket — and reads back the same from another store."""
+    from stateflow.langgraph.saver import _bucket
+
+    with open_store(backend, auto_migrate=True) as opened:
+        saver = StateflowSaver(StatesService(opened))
+        config: Any = {"configurable": {"thread_id": "t 1", "checkpoint_ns": ""}}
+        config = saver.put(config, _CHECKPOINTS[0], generate_metadata(), {"messages": 1})
+        tasks = [f"task-{n}" for n in range(40)]
+        first = tasks[0]
+        sharing = [t for t in tasks[1:] if _bucket(t) == _bucket(first)][:2]  # (its bucket's)
+        assert sharing
+        calls: list[tuple[list[tuple[str, Any]], str]] = [
+            ([("messages", {"text": "a"}), ("count", 1)], first),
+            *[([("messages", n)], task) for n, task in enumerate(sharing)],
+            *[([("count", n), ("messages", [n, 1.0])], f"other-{n}") for n in range(6)],
+            ([("messages", {"text": "b"}), ("count", 1.0)], first),  # the task's entries again
+            ([("messages", {"text": "b"}), ("count", True)], first),
+            ([("__error__", "x"), ("__error__", "y")], "failing"),  # (one index, twice)
+            ([("__error__", "z")], "failing"),
+            ([("messages", None)], sharing[0]),
+        ]
+        for writes, task in calls:
+            saver.put_writes(config, writes, task)
+        assert saver.records._trusted and saver.records._refused is None  # (the lean way)
+        key = saver.records.doc_key("writes", saver._key("t 1", "", config["configurable"]["checkpoint_id"]))
+        changes = opened.history([key], limit=50)[::-1]
+        assert [c.revision for c in changes] == list(range(1, len(calls) + 1))
+        with open_store(backend, auto_migrate=True) as other:
+            for reader in (opened, other):
+                bodies = [reader.read_at(key, revision=r).body for r in range(1, len(calls) + 1)]
+                for change, before, after in zip(changes[1:], bodies[:-1], bodies[1:], strict=True):
+                    assert before is not None and after is not None
+                    assert orjson.dumps([e.to_json() for e in change.edits]) == orjson.dumps(
+                        [e.to_json() for e in diff(before, after)]
+                    )
+            assert orjson.dumps(other.get(key).body) == orjson.dumps(opened.get(key).body)
+
+
 CHILD = textwrap.dedent(
     """
     import sys, threading

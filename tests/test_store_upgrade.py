@@ -32,6 +32,7 @@ from stateflow.store.migrations import (
     SQLITE,
     SQLITE_VALUE,
     SQLITE_VALUE_WHERE,
+    WRITE_FUNCTIONS,
     statements,
 )
 from stateflow.store.plan import TREE_MIN
@@ -1488,4 +1489,96 @@ def test_a_schema_24_store_upgrades_to_25_and_checks_its_keys_the_same(backend: 
         store.update(
             [item], lambda docs: compute(docs, 3), {"by": _ODD}, shared=[declared, absent], optimistic=True
         )
+        assert store.get(item).body == {"v": 3} and store.get(item).revision == 3
+
+
+_NO_SEQ_SCANS_VERSION = 26
+
+
+def test_a_schema_25_store_upgrades_to_26_and_finds_rows_by_their_keys(backend: str, tmp_path: Path) -> None:
+    """Version 26 has PostgreSQL's functions that find rows by key plan without sequential
+    scans (SQLite only records the version). After the upgrade, on a table small enough that a
+    scan looked as cheap as the key's index (analyzed), every lookup of a commit's checks, shared
+    and locked rows, of the group's row locks and of the locked path's rows takes an index — the
+    plans of their nested statements, as ``auto_explain`` reports them — and the same writes
+    commit and read back; a declined check still writes nothing."""
+    with _upgraded(_NO_SEQ_SCANS_VERSION - 1, backend, tmp_path) as store:
+        declared, item = DocKey("decl", _ODD), DocKey("s" + _ODD, f'["ns","k","{_ODD}"]')
+        absent = DocKey("decl", "alias " + _ODD)
+        store.commit([Write.between(declared, None, {"schema": _ODD})])
+        store.commit([Write.between(item, None, {"v": 1})])
+
+        def compute(docs: dict[DocKey, Any], n: int) -> tuple[list[Write], None]:
+            assert docs[declared].body == {"schema": _ODD} and docs[absent].body is None
+            return [Write.between(item, docs[item].value, {"v": n}, docs[item].revision)], None
+
+        store.update(
+            [item],
+            lambda d: compute(d, 2),
+            {},
+            shared=[declared, absent],
+            claims=[(_ODD, "a")],
+            optimistic=True,
+        )
+        assert store.get(item).body == {"v": 2}
+        if isinstance(store, SqliteStore):
+            return
+        with store._pool.connection() as conn:  # type: ignore[attr-defined]
+            conn.autocommit = True
+            for f in WRITE_FUNCTIONS:
+                (config,) = conn.execute(
+                    "SELECT proconfig FROM pg_proc WHERE oid = %s::regprocedure", (f,)
+                ).fetchone() or (None,)
+                assert config == ["enable_seqscan=off"], f
+            conn.execute("ANALYZE")  # a few rows: a scan costs the planner less than the index
+            rows = {
+                key: conn.execute(
+                    "SELECT doc_id, revision FROM documents WHERE state = %s AND subject = %s",
+                    (key.state, key.subject),
+                ).fetchone()
+                for key in (declared, item)
+            }
+            share = [declared.state, declared.subject, *rows[declared]]
+            lock = [item.state, item.subject, *rows[item]]
+            plans: list[str] = []
+            conn.add_notice_handler(lambda d: plans.append(d.message_primary or ""))
+            conn.execute("BEGIN")
+            conn.execute("LOAD 'auto_explain'")
+            for setting in ("log_min_duration = 0", "log_nested_statements = on", "log_level = notice"):
+                conn.execute(f"SET LOCAL auto_explain.{setting}")
+            payload = orjson.dumps(
+                {
+                    "doc_rows": [],
+                    "absent_keys": [[absent.state, absent.subject]],
+                    "claim_keys": [[_ODD, "b"]],
+                    "share_keys": [share],
+                    "lock_keys": [lock],
+                }
+            ).decode()
+            (seq,) = conn.execute(
+                "SELECT stateflow_commit(%s::json, '', '\\x'::bytea, 0)", (payload,)
+            ).fetchone() or (None,)
+            assert seq is not None  # every check passed
+            conn.execute(
+                "SELECT stateflow_lock_rows(true, %s::text[], %s::text[])", ([item.state], [item.subject])
+            )
+            doc_row = [rows[item][0], 3, "[]", None, 3, 1, 0, 0, 0, 1]
+            conn.execute(
+                "SELECT stateflow_write_rows(%s, %s::json)",
+                (seq, orjson.dumps({"doc_rows": [doc_row]}).decode()),
+            )
+            conn.execute("ROLLBACK")
+            nested = [p for p in plans if "documents" in p or "applied_ops" in p]
+            # the absence check, the claim check, the shared and locked rows, the group's lock and
+            # the locked path's document row: each through its table's index
+            assert len(nested) >= 6, plans
+            assert not [p for p in nested if "Seq Scan" in p], nested
+            # a declined check writes nothing, and a commit after it passes
+            moved = [*share[:3], share[3] + 1]
+            declined = orjson.dumps({"doc_rows": [], "share_keys": [moved], "lock_keys": [lock]}).decode()
+            (none,) = conn.execute(
+                "SELECT stateflow_commit(%s::json, '', '\\x'::bytea, 0)", (declined,)
+            ).fetchone() or (0,)
+            assert none is None
+        store.update([item], lambda d: compute(d, 3), {}, shared=[declared, absent], optimistic=True)
         assert store.get(item).body == {"v": 3} and store.get(item).revision == 3

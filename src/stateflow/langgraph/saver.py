@@ -46,6 +46,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from stateflow.aio import call
+from stateflow.doc.select import MISSING
 from stateflow.langgraph.codec import Codec
 from stateflow.langgraph.records import OwnsStore, Records, invert, join, part, uninvert, unpart
 from stateflow.states import StatesService
@@ -532,9 +533,20 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         def build(current: dict[str, Any] | None) -> Whole:
             if not current:  # a new writes record: its one member's bytes are these
                 return Whole({bucket: fresh}, paths, {bucket: encoded})
-            held = current.get(bucket)
-            merged = {**held, **fresh} if type(held) is dict else fresh
-            return Whole({**current, bucket: merged}, paths)
+            # the edits the diff would give, where they are plain to see (the store then takes
+            # no diff): a bucket new to the record is set whole; entries new to their bucket
+            # (a task's first writes) are each set whole, in order
+            held = current.get(bucket, MISSING)
+            if held is MISSING:
+                return Whole({**current, bucket: fresh}, paths, None, {bucket: [[[bucket], fresh]]})
+            if type(held) is not dict:
+                return Whole({**current, bucket: fresh}, paths)
+            body = {**current, bucket: {**held, **fresh}}
+            if not held.keys().isdisjoint(fresh):  # (a task's entry written again: the diff)
+                return Whole(body, paths)
+            return Whole(
+                body, paths, None, {bucket: [[[bucket, name], entry] for name, entry in fresh.items()]}
+            )
 
         self.records.write(
             WRITES,

@@ -158,7 +158,11 @@ class StateflowStore(OwnsStore, BaseStore):
         op = PutOp(namespace, str(key), value, index=index, ttl=_ensure_ttl(self.ttl_config, ttl))
         if type(namespace) is not tuple:
             op = op._replace(namespace=tuple(namespace))
-        self._put([op], datetime.now(UTC))
+        now = datetime.now(UTC)
+        if isinstance(value, dict):  # one item written (``_put``'s one put, without its loop)
+            self._put_one(op, _document(op, now), now, self._run_origin())
+        else:  # (a delete, or the refusal)
+            self._put([op], now)
 
     async def abatch(self, ops: Iterable[Op]) -> builtins.list[Result]:
         """``batch``, awaited: on the event loop over PostgreSQL's async pool (a store opened
@@ -288,15 +292,7 @@ class StateflowStore(OwnsStore, BaseStore):
                 continue
             if not isinstance(op.value, dict):
                 raise ValueError(f"a store value must be a dict, got {type(op.value).__name__}")
-            ttl = op.ttl if isinstance(op.ttl, int | float) and not isinstance(op.ttl, bool) else None
-            document = {
-                "namespace": builtins.list(op.namespace),
-                "key": op.key,
-                "value": op.value,
-                "created_at": None,  # (set below: an item written again keeps its own)
-                "expires_at": utc_text(now + timedelta(minutes=ttl)) if ttl is not None else None,
-                "ttl_minutes": ttl,
-            }
+            document = _document(op, now)
             if current is None:  # one put: one write, the creation time kept inside it
                 self._put_one(op, document, now, origin)
             else:
@@ -382,6 +378,20 @@ class StateflowStore(OwnsStore, BaseStore):
 
     async def asweep_ttl(self) -> int:
         return await call(self.states.store, self.sweep_ttl)
+
+
+def _document(op: PutOp, now: datetime) -> dict[str, Any]:
+    """The record of a put's item (its value an object), its creation time not yet set: an
+    item written again keeps its own."""
+    ttl = op.ttl if isinstance(op.ttl, int | float) and not isinstance(op.ttl, bool) else None
+    return {
+        "namespace": builtins.list(op.namespace),
+        "key": op.key,
+        "value": op.value,
+        "created_at": None,
+        "expires_at": utc_text(now + timedelta(minutes=ttl)) if ttl is not None else None,
+        "ttl_minutes": ttl,
+    }
 
 
 @functools.lru_cache(maxsize=1024)

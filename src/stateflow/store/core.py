@@ -51,8 +51,9 @@ class StoreCore(Backend):
         """document rows as last read or written here (see ``update(optimistic=True)``)"""
         self._handed: dict[DocKey, Document] = {}
         """documents as an optimistic write last handed them to its computation (``Writes``)"""
-        self._shared_known: dict[DocKey, tuple[DocRow, dict[str, Any] | None, Mapping[str, Any]]] = {}
-        """the documents ``write_whole`` last read as shared, as ``_known`` gave them (``Writes``)"""
+        self._shared_known: dict[tuple[DocKey, ...], tuple[Any, ...]] = {}
+        """per tuple of documents ``write_whole`` last read as shared: them in the lock order,
+        their rows, bodies and (key, row) pairs as ``_known`` gave them (``Writes``)"""
         self._contended: dict[DocKey, float] = {}
         """documents an optimistic read lost to another writer, until when (monotonic) their
         writes take the row locks first (see ``update(optimistic=True)``)"""

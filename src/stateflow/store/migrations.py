@@ -251,13 +251,24 @@ it checks absent, shares and locks, the claims it checks) into a scalar variable
 lookup: a subscript of the payload in a ``WHERE`` clause is an expression, which a sequential
 scan — the generic plan of a small ``documents`` table — evaluated again for every row it read.
 The same checks, locks and rows in the same order. SQLite only records the version.
+
+Version 26, on PostgreSQL, has the write functions that find rows by key — ``stateflow_commit``,
+``stateflow_write_rows``, ``stateflow_patch_commit`` and ``stateflow_lock_rows`` — plan without
+sequential scans (``SET enable_seqscan = off``, theirs alone, as the member counters since
+version 20): on a ``documents`` table of a few pages, analyzed, a sequential scan costs the
+planner about what the key's index does, and its generic plan read every row of the table for
+each document a commit checks, shares or locks (about half of a LangGraph store ``put``'s server
+instructions with a few hundred documents). Their statements now take the key's index whatever
+the table's size or statistics; the same checks, locks and rows in the same order. A later
+version that replaces one of these functions (``CREATE OR REPLACE`` drops its ``SET``) gives it
+the clause again. SQLite only records the version.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-SCHEMA_VERSION: Final = 25
+SCHEMA_VERSION: Final = 26
 
 VALUE_INDEX_MAX: Final = 1024
 """Members up to this encoded size are in ``members_by_value`` (scalars only)."""
@@ -652,6 +663,7 @@ CREATE INDEX members_by_value ON members (name, {SQLITE_VALUE.format(m="")})
     23: "",
     24: "",
     25: "",
+    26: "",
 }
 
 INDEXABLE: Final = "m.size <= 1048576 AND position('\\x5c7530303030'::bytea IN m.body) = 0"
@@ -2580,6 +2592,17 @@ def _keys_as_scalars() -> str:
 _KEYS_AS_SCALARS: Final = _keys_as_scalars()
 
 
+WRITE_FUNCTIONS: Final = (
+    "stateflow_commit(JSON, TEXT, BYTEA, BIGINT)",
+    "stateflow_write_rows(BIGINT, JSON)",
+    "stateflow_patch_commit(TEXT[], TEXT[], INTEGER[], TEXT[], INTEGER[], TEXT[], TEXT[], TEXT[], TEXT[],"
+    " TEXT, BYTEA, BIGINT)",
+    "stateflow_lock_rows(BOOLEAN, TEXT[], TEXT[])",
+)
+"""PostgreSQL's functions that find rows by key, planned without sequential scans since version 26."""
+_NO_SEQ_SCANS: Final = "".join(f"ALTER FUNCTION {f} SET enable_seqscan = off;\n" for f in WRITE_FUNCTIONS)
+
+
 POSTGRES: Final[dict[int, str]] = {
     1: _COMMON_V1.format(
         doc_pk="BIGSERIAL PRIMARY KEY",
@@ -3305,6 +3328,7 @@ $$;
     23: _PATCH_COMMIT_23,
     24: _ROWS_AS_ONE,
     25: _KEYS_AS_SCALARS,
+    26: _NO_SEQ_SCANS,
 }
 
 

@@ -218,7 +218,8 @@ class Fresh:
 
 def row_after(plan: WritePlan, seq: int, at: str) -> DocRow:
     """A document's row as a committed plan left it."""
-    d = plan.row
+    d = plan.document  # (the field, not ``row``'s call: every write's rows pass here)
+    assert d is not None, "a plan's document row is set when it is planned"
     return DocRow(
         d.doc_id,
         d.revision,

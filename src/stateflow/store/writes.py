@@ -1320,12 +1320,13 @@ class Writes(StoreCore):
                 self._take_snapshot(tx, plan.doc_id, plan.revision, plan.present)
             if plan.created is not None:
                 continue
-            doc = plan.row
+            after = plan.document  # (the field, not ``row``'s call)
+            assert after is not None
             # `present` is indexed: setting it, even to the same value, rewrites an index page
             if plan.present != plan.was_present:
-                tx.run(sql.document_update_present, (int(doc.present), *_document_params(doc, seq)))
+                tx.run(sql.document_update_present, (int(after.present), *_document_params(after, seq)))
             else:
-                tx.run(sql.document_update, _document_params(doc, seq))
+                tx.run(sql.document_update, _document_params(after, seq))
 
     def write_whole(
         self,
@@ -1346,26 +1347,38 @@ class Writes(StoreCore):
         ``key`` nor a ``shared`` document moved. False when it cannot be done so (a document not
         cached here, one moved, nothing to write, a member held as a tree): nothing was
         written, and ``update`` decides."""
-        self.check_schema()
-        if self._is_contended((key,)):
+        if not self._schema_checked:  # (once per store: no call per write)
+            self.check_schema()
+        if self._contended and self._is_contended((key,)):  # (mostly none: no call)
             return False
-        bodies: dict[DocKey, Any] = {}
-        shared_rows = []
+        # the shared documents (a declaration, say) are mostly where they were at this
+        # caller's last write: their rows as last seen here, compared in C with those of the
+        # last write that handed them (identical, or equal: one state of each), say so,
+        # without the member caches
+        if type(shared) is not tuple:
+            shared = tuple(shared)
         held = self._shared_known
-        for other in _shared_in_order(shared):
-            # a shared document (a declaration, say) is mostly where it was at this call's last
-            # write: its row, the very object, says so, without the member caches
-            row = self._rows_known.get(other)
-            known = held.get(other)
-            if known is None or known[0] is not row:
-                known = self._known(other)
-                if known is None:
+        handed = held.get(shared)
+        rows = tuple(map(self._rows_known.get, handed[0] if handed is not None else shared))
+        if handed is None or handed[1] != rows:
+            bodies: dict[DocKey, Any] = {}
+            shared_rows = []
+            ordered = _shared_in_order(shared)
+            for other in ordered:
+                found = self._known(other)
+                if found is None:
                     return False
-                if len(held) >= HANDED_MAX:
-                    held.clear()  # bounded; a miss only assembles it again
-                held[other] = known
-            bodies[other] = known[1]
-            shared_rows.append((other, known[0]))
+                bodies[other] = found[1]
+                shared_rows.append((other, found[0]))
+            if len(held) >= HANDED_MAX:
+                held.clear()  # bounded; a miss only assembles them again
+            handed = held[shared] = (
+                tuple(ordered),
+                tuple(row for _, row in shared_rows),
+                bodies,
+                tuple(shared_rows),
+            )
+        bodies, shared_rows = handed[2], handed[3]
         known = self._known(key)
         if known is None or known[0] is NO_ROW:
             if known is None and key in self._rows_known:
@@ -1417,7 +1430,11 @@ class Writes(StoreCore):
         parts = []
         for name, value in body.items():
             data = encode_trusted(value) if encoded is None else encoded[name]
-            stored, root, length = member_row(value, None, plan.nodes, {}, data)
+            length = len(data)
+            if length <= TREE_MIN:  # (inline, as ``member_row`` keeps it: no call)
+                stored, root = data, None
+            else:
+                stored, root, length = member_row(value, None, plan.nodes, {}, data)
             if root is not None:
                 roots[name] = root
             outline = encode_trusted(outline_of(value)) if type(value) is dict else None
@@ -1479,9 +1496,8 @@ class Writes(StoreCore):
                     group.append(entry)
         if not groups:
             return None
-        return self._plan_groups(
-            row, before, heads, after, groups, encode_trusted([list(p) for p in paths]), fresh
-        )
+        # (``orjson`` writes a tuple path as the list it stands for)
+        return self._plan_groups(row, before, heads, after, groups, encode_trusted(paths), fresh)
 
     def _plan_groups(
         self,
@@ -1556,16 +1572,14 @@ class Writes(StoreCore):
         plan.paths = paths
         room = self._change_room(plan)
         planned: list[tuple[int, int, str, bytes, bytes | None]] = []
+        parts = []  # (each member's inline form, made beside its row: no second loop)
         edit_bytes = 0
         for member, group in sorted(groups.items()) if len(groups) > 1 else groups.items():
             encoded_group = encode_trusted(group)
             edit_bytes += len(encoded_group)
             planned.append((doc_id, revision, member, encoded_group, None))
-        inline = None
-        if edit_bytes <= INLINE_EDITS_MAX:
-            inline = (
-                b"[" + b",".join([b"[" + orjson.dumps(e[2]) + b"," + e[3] + b"]" for e in planned]) + b"]"
-            )
+            parts.append(b"[" + orjson.dumps(member) + b"," + encoded_group + b"]")
+        inline = b"[" + b",".join(parts) + b"]" if edit_bytes <= INLINE_EDITS_MAX else None
         if inline is not None and (room is None or len(inline) <= room):
             plan.inline = inline
         else:
@@ -1665,6 +1679,9 @@ _MEMBER_INSERT: Final = (
 def changed_keys(plans: Sequence[WritePlan]) -> str:
     """``transitions.changed`` for these plans: the JSON ``[[doc_id, revision], …]`` of the
     changes they write (see ``transition_keys``)."""
+    if len(plans) == 1:  # (most commits: one document, no list made)
+        plan = plans[0]
+        return f"[[{plan.doc_id},{plan.revision}]]"
     return "[" + ",".join([f"[{p.doc_id},{p.revision}]" for p in plans]) + "]"
 
 
