@@ -75,7 +75,15 @@ HOLDER = SETUP + textwrap.dedent(
         while not Path(location + "-go").exists():
             assert time.monotonic() < deadline, "never told to go on"
             time.sleep(0.01)
-        take_behind(self, tx)
+        if mode == "reads":  # the statements that read documents while the requests are written
+            statements = []
+            self._group._conn.set_trace_callback(statements.append)
+            take_behind(self, tx)
+            self._group._conn.set_trace_callback(None)
+            reads = [s for s in statements if "FROM documents" in s or "FROM members" in s]
+            print("reads", len(reads), "None", flush=True)
+        else:
+            take_behind(self, tx)
         if mode == "before-commit":
             os.kill(os.getpid(), signal.SIGKILL)
 
@@ -228,3 +236,24 @@ def test_a_request_the_holder_cannot_merge_stays_with_its_writer(tmp_path: Path)
     with open_store(db) as store:
         body = store.get(key).body
         assert body is not None and body["tactics"]["w0"] == "seed"
+
+
+def test_a_turn_merges_the_requests_it_takes_on_the_documents_as_held_without_reading_them(
+    tmp_path: Path,
+) -> None:
+    names = ["r1", "r2", "r3"]
+    db, key, holder, requesters = holder_and_requesters(tmp_path, "reads", names)
+    Path(f"{db}-go").touch()
+    own = acknowledged(holder)
+    assert [entry[:2] for entry in own] == [("reads", "0"), ("holder", "h")]  # read once: its own
+    acked = [entry for proc in requesters for entry in acknowledged(proc)]
+    assert sorted(name for name, _, _ in acked) == names
+    counts, seqs = written(db, key)
+    for name, value, seq in acked:  # each its own transition, right after the one before
+        assert counts[(name, value)] == 1
+        assert seqs[(name, value)] == seq
+    assert sorted(seq for _, _, seq in acked if seq is not None) == [own[1][2] + k for k in (1, 2, 3)]
+    assert claims(db) == 3
+    with open_store(db) as store:
+        body = store.get(key).body
+        assert body is not None and body["tactics"] == {"w0": "seed", "holder": "h", "r1": "x", "r2": "x", "r3": "x"}

@@ -41,6 +41,7 @@ from stateflow.errors import (
 )
 from stateflow.store import writer_requests
 from stateflow.store.base import SqlStore
+from stateflow.store.clock import utc_now
 from stateflow.store.core import KNOWN_ROWS_MAX
 from stateflow.store.id_blocks import IdBlocks
 from stateflow.store.ledger import OpIdTaken, claims_query
@@ -53,7 +54,7 @@ from stateflow.store.migrations import (
     VALUE_INDEX_MAX,
 )
 from stateflow.store.model import Commit, DocKey, Document, Listed, Write
-from stateflow.store.plan import Fresh, WritePlan
+from stateflow.store.plan import Fresh, WritePlan, validate_writes
 from stateflow.store.rows import NO_ROW, DocRow, lock_order, outline_of
 from stateflow.store.served_patch import Served
 from stateflow.store.tx import Tx
@@ -261,11 +262,13 @@ class _Pending:
     wrote (ticket, answer), sent before the turn is let go; then what else waits (the caches
     fed with what the requests wrote, their files removed). Dropped if it does not commit."""
 
-    __slots__ = ("after", "answers")
+    __slots__ = ("after", "answers", "held")
 
     def __init__(self) -> None:
         self.answers: list[tuple[int, bytes]] = []
         self.after: list[Callable[[], None]] = []
+        self.held: writer_requests.Held = {}
+        """the documents as the transaction has left them so far, where planned whole"""
 
 
 class _GroupCommit:
@@ -799,19 +802,16 @@ class SqliteStore(SqlStore):
         cursor = tx.cursor
         for taken in writer_requests.take(self.path, *behind):
             pending = commit.waiting()
-            after, answers = len(pending.after), len(pending.answers)
+            after, answers, held = len(pending.after), len(pending.answers), dict(pending.held)
+            claims = [(writer_requests.SCOPE, taken.id)]
             cursor.execute("SAVEPOINT request")
             try:
-                served = self._merge(
-                    taken.keys,
-                    taken.patches,
-                    taken.members,
-                    taken.outlines,
-                    taken.origin,
-                    [(writer_requests.SCOPE, taken.id)],
+                served = self._merge_held(tx, pending.held, taken, claims) or self._merge(
+                    taken.keys, taken.patches, taken.members, taken.outlines, taken.origin, claims
                 )
             except Exception:  # (whatever it is, it stays with the request: its writer writes it)
                 del pending.after[after:], pending.answers[answers:]
+                pending.held = held
                 cursor.execute("ROLLBACK TO request")
                 cursor.execute("RELEASE request")
                 continue
@@ -826,6 +826,40 @@ class SqliteStore(SqlStore):
                 )
             )
             pending.after.append(partial(writer_requests.done, self.path, taken.ticket))
+
+    def _merge_held(
+        self,
+        tx: _SqliteTx,
+        held: writer_requests.Held,
+        taken: writer_requests.Taken,
+        claims: Sequence[tuple[str, str]],
+    ) -> Served | None:
+        """A request merged on its documents as the writes before it in this transaction left
+        them (``held``: no read, no lock query — the turn holds SQLite's write lock) and planned
+        as the locked path's common case plans it (``_plan_made``): its claim, its own
+        transition. None where a document is not held so or the plan declines (nothing
+        written: the locked path, ``_merge``, decides)."""
+        entries = {}
+        for key in taken.keys:
+            entry = held.get(key)
+            if entry is None:
+                return None
+            entries[key] = entry
+        docs = writer_requests.handed(entries, taken.members, taken.outlines)
+        writes, paths = writer_requests.merged(docs, taken.patches)
+        validate_writes(writes, taken.origin, values=False)  # (values: plain JSON, decoded)
+        fresh = Fresh()
+        fresh.rows.update((key, entry[0]) for key, entry in entries.items())
+        fresh.at = utc_now()
+        made = self._plan_made(writes, entries, (), fresh)
+        if made is None:
+            return None
+        keys, plans = made
+        self._record_claims(tx, claims, fresh.at)
+        revisions = {w.key: entries[w.key][0].revision for w in writes}
+        commit = self._commit_plans(tx, keys, plans, taken.origin, claims, revisions, fresh)
+        self._after_commit(fresh)
+        return Served(commit, docs, paths)
 
     def _taken_outcome(self, request: Request) -> Served | None:
         """The wait for the turn ran out after an earlier turn took this request: that turn's
@@ -880,8 +914,26 @@ class SqliteStore(SqlStore):
 
     def _after_commit(self, fresh: Fresh) -> None:
         """``_remember`` while a request is merged: the caches take only committed data, and
-        this transaction commits later, for every request it writes."""
-        self._group.waiting().after.append(partial(SqlStore._remember, self, fresh))
+        this transaction commits later, for every request it writes. What it wrote is held for
+        the next request's merge (``_merge_held``) where planned whole; a document written
+        otherwise, or holding a tree, is not held (the locked path reads it)."""
+        pending = self._group.waiting()
+        pending.after.append(partial(SqlStore._remember, self, fresh))
+        held, heads = pending.held, fresh.heads
+        for key, row in fresh.rows.items():
+            if not row.present:  # (no members: nothing to read)
+                held[key] = (row, None, {})
+                continue
+            entry = heads.get(row.doc_id)
+            if entry is not None and entry[0] == row.revision and entry[2] is not None:
+                if row.doc_id in fresh.roots:
+                    held.pop(key, None)
+                else:
+                    held[key] = (row, entry[2], entry[1])
+                continue
+            was = held.get(key)
+            if was is None or was[0].doc_id != row.doc_id or was[0].revision != row.revision:
+                held.pop(key, None)  # (read only, at a revision held already: kept)
 
     # -------------------------------------------------------------- whole-document read cache
 

@@ -42,7 +42,9 @@ from typing import Any, Final
 from stateflow.doc.canonical import decode, encode_trusted
 from stateflow.doc.merge import Emitted, merge_patch
 from stateflow.errors import InvalidJSON
-from stateflow.store.model import DocKey, Document, Write, made_write
+from stateflow.store.cache import Heads
+from stateflow.store.model import DocKey, Document, Write, made_document, made_write
+from stateflow.store.rows import DocRow, decode_stored
 from stateflow.store.spares import SPARES
 
 SCOPE: Final = "_writer_requests"
@@ -226,6 +228,37 @@ def merged(
             writes.append(made_write(key, edits, doc.revision, None, (basis, new)))
             paths[key] = encode_trusted([list(e.path) for e in edits])
     return writes, paths
+
+
+Held = dict[DocKey, tuple[DocRow, dict[str, Any] | None, Heads]]
+"""The documents as a turn's transaction has left them so far (row, body, member heads), for
+the requests it writes next: what its writes planned (``Fresh``), not the caches (which take
+only committed data)."""
+
+
+def handed(
+    entries: Mapping[DocKey, tuple[DocRow, dict[str, Any] | None, Heads]],
+    members: Sequence[str],
+    outlines: Sequence[str],
+) -> dict[DocKey, Document]:
+    """The documents a request's merge is handed, from ``entries``: the named members and
+    outlines, as the locked read hands them (``Writes._documents``)."""
+    docs = {}
+    named = set(members)
+    for key, (row, body, heads) in entries.items():
+        shapes: dict[str, Any] = {}
+        if body is not None:
+            if outlines:
+                for head in heads.values():
+                    if head[1] in outlines:
+                        raw = head[5]
+                        shapes[head[1]] = (
+                            None if raw is None else decode_stored(raw, f"{key} outline of {head[1]!r}")
+                        )
+            if not named.issuperset(body):
+                body = {n: v for n, v in body.items() if n in named}
+        docs[key] = made_document(key, row.revision, body, row.updated_seq, shapes)
+    return docs
 
 
 def answer(
