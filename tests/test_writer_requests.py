@@ -252,8 +252,16 @@ def test_a_turn_merges_the_requests_it_takes_on_the_documents_as_held_without_re
     for name, value, seq in acked:  # each its own transition, right after the one before
         assert counts[(name, value)] == 1
         assert seqs[(name, value)] == seq
-    assert sorted(seq for _, _, seq in acked if seq is not None) == [own[1][2] + k for k in (1, 2, 3)]
+    first = own[1][2]
+    assert first is not None
+    assert sorted(seq for _, _, seq in acked if seq is not None) == [first + k for k in (1, 2, 3)]
     assert claims(db) == 3
     with open_store(db) as store:
         body = store.get(key).body
-        assert body is not None and body["tactics"] == {"w0": "seed", "holder": "h", "r1": "x", "r2": "x", "r3": "x"}
+        assert body is not None and body["tactics"] == {
+            "w0": "seed",
+            "holder": "h",
+            "r1": "x",
+            "r2": "x",
+            "r3": "x",
+        }
