@@ -166,13 +166,13 @@ def take(database: Path, after: int, drawn: int) -> list[Taken]:
     """The published requests of the tickets right after ``after`` (below ``drawn``), in ticket
     order, each renamed as taken; up to the first ticket with none (no gap: a writer in between
     keeps its place) and at most :data:`TAKEN_MAX`."""
-    folder = Path(f"{database}-requests")
+    folder = f"{database}-requests/"  # (strings, not ``Path``s: this runs in the turn)
     taken: list[Taken] = []
     now = time.time()
     for ticket in range(after + 1, min(drawn, after + 1 + TAKEN_MAX)):
-        path = folder / f"t{ticket}"
+        path = f"{folder}t{ticket}"
         try:
-            os.rename(folder / f"r{ticket}", path)
+            os.rename(f"{folder}r{ticket}", path)
             with open(path, "rb") as file:
                 raw = file.read()
             request = decode(raw)
@@ -202,7 +202,7 @@ def take(database: Path, after: int, drawn: int) -> list[Taken]:
 def done(database: Path, ticket: int) -> None:
     """Remove a taken request's file once it is answered (or found unmergeable)."""
     with contextlib.suppress(OSError):
-        os.unlink(Path(f"{database}-requests") / f"t{ticket}")
+        os.unlink(f"{database}-requests/t{ticket}")
 
 
 class NotMerged(Exception):
