@@ -12,8 +12,10 @@ as in ``bench_writers``; ``--baseline-src`` counts another tree beside (alternat
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -101,10 +103,12 @@ def turn(src: str, location: str, requests: int, traced: bool, index: int) -> di
     try:
         return _carried(holder, requesters, ticket, env, location, requests, index)
     finally:
-        for proc in (holder, *requesters):
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        for proc in [holder.pid, *(r.pid for r in requesters)]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc, signal.SIGKILL)
+        holder.wait()
+        for requester in requesters:
+            requester.wait()
 
 
 def _carried(
