@@ -82,7 +82,7 @@ HOLDER = SETUP + textwrap.dedent(
             self._group._conn.set_trace_callback(None)
             reads = [s for s in statements if "FROM documents" in s or "FROM members" in s]
             print("reads", len(reads), "None", flush=True)
-        else:
+        elif mode != "skip":  # (skip: takes none of them)
             take_behind(self, tx)
         if mode == "before-commit":
             os.kill(os.getpid(), signal.SIGKILL)
@@ -265,3 +265,18 @@ def test_a_turn_merges_the_requests_it_takes_on_the_documents_as_held_without_re
             "r2": "x",
             "r3": "x",
         }
+
+
+def test_a_request_left_by_a_writer_killed_after_publishing_is_swept_by_a_later_turn(
+    tmp_path: Path,
+) -> None:
+    names = ["r1", "r2"]
+    db, key, holder, requesters = holder_and_requesters(tmp_path, "skip", names)
+    requesters[0].send_signal(signal.SIGKILL)  # published, then killed; no turn takes it
+    requesters[0].wait(10)
+    Path(f"{db}-go").touch()
+    assert [entry[0] for entry in acknowledged(holder)] == ["holder"]
+    assert [entry[0] for entry in acknowledged(requesters[1])] == ["r2"]  # its own turn
+    assert not list(Path(f"{db}-requests").iterdir())  # r1's file too, swept by r2's turn
+    counts, _ = written(db, key)
+    assert counts[("r1", "x")] == 0 and counts[("r2", "x")] == 1

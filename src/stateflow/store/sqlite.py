@@ -502,6 +502,8 @@ class SqliteStore(SqlStore):
         self._shared: _Snapshot | None = None
         self._group = _GroupCommit(self._writer, max_group, WriterQueue(self.path), busy_timeout_ms / 1000)
         self._served_revisions: dict[DocKey, int] = {}
+        self._swept = -writer_requests.SWEEP_EVERY
+        """the ticket of this store's last sweep of request files left behind"""
         """each document's revision after this store's last served patch (``patch_on_server``)"""
         self._spare_ids = IdBlocks()
         """document ids reserved ahead (``_absent_rows``), for rows a commit creates"""
@@ -763,6 +765,13 @@ class SqliteStore(SqlStore):
             self._take_behind(tx)
         return own
 
+    def _sweep(self, ticket: int) -> None:
+        """Now and then (the first turn, then every ``SWEEP_EVERY`` tickets), in this store's
+        turn: the request files of earlier tickets, left behind by writers that died."""
+        if ticket >= self._swept + writer_requests.SWEEP_EVERY:
+            self._swept = ticket
+            writer_requests.sweep(self.path, ticket)
+
     def _merge(
         self,
         keys: list[DocKey],
@@ -796,7 +805,10 @@ class SqliteStore(SqlStore):
         """Write the requests published right behind this turn, each in a savepoint (a failing
         one rolls back alone, gets no answer and is written by its own writer in its turn)."""
         behind = self._group.queue.behind()
-        if behind is None or behind[1] <= behind[0] + 1:
+        if behind is None:
+            return
+        self._sweep(behind[0])
+        if behind[1] <= behind[0] + 1:
             return
         commit = self._group
         cursor = tx.cursor

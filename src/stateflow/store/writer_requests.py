@@ -205,6 +205,30 @@ def done(database: Path, ticket: int) -> None:
         os.unlink(f"{database}-requests/t{ticket}")
 
 
+SWEEP_EVERY: Final = 4096
+"""Tickets between two sweeps of one store's (:func:`sweep`): a file left behind costs only its
+few hundred bytes until then."""
+
+
+def sweep(database: Path, below: int) -> None:
+    """Remove the request files of tickets before ``below`` — the ticket whose turn it is: the
+    queue is first come, first served, so every writer before it has had its turn, given up or
+    died, and nobody takes, withdraws or answers those files any more (a writer that gave up
+    just now finds its request gone, as if taken, and its claim absent: nothing written). What
+    a requester killed after publishing leaves (``r``), or a holder killed before removing
+    (``t``), or a requester killed while writing it aside (``p``)."""
+    folder = f"{database}-requests/"
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        number = name[1:].split("-", 1)[0]
+        if name[:1] in ("r", "t", "p") and number.isdigit() and int(number) < below:
+            with contextlib.suppress(OSError):
+                os.unlink(folder + name)
+
+
 class NotMerged(Exception):
     """A request's merge is not the common case after all: nothing written for it."""
 
