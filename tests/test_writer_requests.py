@@ -86,6 +86,21 @@ HOLDER = SETUP + textwrap.dedent(
             take_behind(self, tx)
         if mode == "before-commit":
             os.kill(os.getpid(), signal.SIGKILL)
+        if mode == "during-commit":  # killed once the commit's first WAL frames are written
+            import threading
+            conn, wal = self._group._conn, location + "-wal"
+
+            def watch(size):
+                while os.stat(wal).st_size <= size:
+                    pass
+                os.kill(os.getpid(), signal.SIGKILL)
+
+            def traced(sql):
+                if sql == "COMMIT":
+                    print("committing", flush=True)
+                    threading.Thread(target=watch, args=(os.stat(wal).st_size,), daemon=True).start()
+
+            conn.set_trace_callback(traced)
 
     def dying(self, ticket, payload):  # after the commit, before any answer is sent
         os.kill(os.getpid(), signal.SIGKILL)
@@ -93,7 +108,8 @@ HOLDER = SETUP + textwrap.dedent(
     backend.SqliteStore._take_behind = holding
     if mode == "after-commit":
         WriterQueue.answer = dying
-    receipt = view.patch_state({"session": {"tactics": {"holder": "h"}}})
+    value = "h" * 400_000 if mode == "during-commit" else "h"  # (a long commit: many WAL frames)
+    receipt = view.patch_state({"session": {"tactics": {"holder": value}}})
     print("holder", "h", receipt.seq, flush=True)
     """
 )
@@ -139,6 +155,8 @@ def acknowledged(proc: subprocess.Popen[str], timeout: float = 120) -> list[tupl
     out, err = proc.communicate(timeout=timeout)
     acked = []
     for line in out.splitlines():
+        if line == "committing":
+            continue
         name, value, seq = line.split()
         acked.append((name, value, None if seq == "None" else int(seq)))
     assert proc.returncode in (0, -signal.SIGKILL), err
@@ -280,3 +298,21 @@ def test_a_request_left_by_a_writer_killed_after_publishing_is_swept_by_a_later_
     assert not list(Path(f"{db}-requests").iterdir())  # r1's file too, swept by r2's turn
     counts, _ = written(db, key)
     assert counts[("r1", "x")] == 0 and counts[("r2", "x")] == 1
+
+
+def test_a_turn_holder_killed_during_its_commit_loses_no_acknowledged_patch(tmp_path: Path) -> None:
+    names = ["r1", "r2", "r3", "r4", "r5", "r6", "r7"]
+    db, key, holder, requesters = holder_and_requesters(tmp_path, "during-commit", names)
+    Path(f"{db}-go").touch()
+    holder.wait(60)
+    assert holder.returncode == -signal.SIGKILL
+    assert holder.stdout is not None and holder.stdout.read().splitlines() == ["committing"]
+    acked = [entry for proc in requesters for entry in acknowledged(proc)]
+    assert sorted(name for name, _, _ in acked) == names  # each written: by the holder, or itself
+    counts, seqs = written(db, key)
+    for name, value, seq in acked:  # once, in the transition its call was answered with
+        assert counts[(name, value)] == 1
+        assert seqs[(name, value)] == seq
+    holders = counts[("holder", "h" * 400_000)]
+    assert holders <= 1 and claims(db) == 7 * holders  # the holder's commit whole, or none of it
+    assert not list(Path(f"{db}-requests").iterdir())
