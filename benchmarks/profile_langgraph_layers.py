@@ -58,7 +58,9 @@ def _replaced(owner: type, **methods: Any) -> Iterator[None]:
 
 
 def _no_queue() -> ContextManager[None]:
-    return _replaced(WriterQueue, acquire=lambda self, timeout, limit=None: None, release=lambda self: None)
+    return _replaced(
+        WriterQueue, acquire=lambda self, timeout, limit=None, request=None: None, release=lambda self: None
+    )
 
 
 def _no_transaction() -> ContextManager[None]:
