@@ -262,13 +262,17 @@ class _Pending:
     wrote (ticket, answer), sent before the turn is let go; then what else waits (the caches
     fed with what the requests wrote, their files removed). Dropped if it does not commit."""
 
-    __slots__ = ("after", "answers", "held")
+    __slots__ = ("after", "answers", "folded", "held", "written")
 
     def __init__(self) -> None:
         self.answers: list[tuple[int, bytes]] = []
         self.after: list[Callable[[], None]] = []
+        self.written: list[Fresh] = []
+        """what each write of the transaction left, in order"""
         self.held: writer_requests.Held = {}
-        """the documents as the transaction has left them so far, where planned whole"""
+        """the documents as the first ``folded`` of those writes left them, where planned whole
+        (built only once a request follows: ``SqliteStore._held``)"""
+        self.folded = 0
 
 
 class _GroupCommit:
@@ -766,11 +770,10 @@ class SqliteStore(SqlStore):
         return own
 
     def _sweep(self, ticket: int) -> None:
-        """Now and then (the first turn, then every ``SWEEP_EVERY`` tickets), in this store's
-        turn: the request files of earlier tickets, left behind by writers that died."""
-        if ticket >= self._swept + writer_requests.SWEEP_EVERY:
-            self._swept = ticket
-            writer_requests.sweep(self.path, ticket)
+        """In this store's turn, now and then (its first, then every ``SWEEP_EVERY`` tickets):
+        the request files of earlier tickets, left behind by writers that died."""
+        self._swept = ticket
+        writer_requests.sweep(self.path, ticket)
 
     def _merge(
         self,
@@ -807,23 +810,30 @@ class SqliteStore(SqlStore):
         behind = self._group.queue.behind()
         if behind is None:
             return
-        self._sweep(behind[0])
+        if behind[0] >= self._swept + writer_requests.SWEEP_EVERY:
+            self._sweep(behind[0])
         if behind[1] <= behind[0] + 1:
             return
         commit = self._group
         cursor = tx.cursor
         for taken in writer_requests.take(self.path, *behind):
             pending = commit.waiting()
-            after, answers, held = len(pending.after), len(pending.answers), dict(pending.held)
+            held = self._held(pending)
+            after, answers, written, kept = (
+                len(pending.after),
+                len(pending.answers),
+                pending.folded,
+                dict(held),
+            )
             claims = [(writer_requests.SCOPE, taken.id)]
             cursor.execute("SAVEPOINT request")
             try:
-                served = self._merge_held(tx, pending.held, taken, claims) or self._merge(
+                served = self._merge_held(tx, held, taken, claims) or self._merge(
                     taken.keys, taken.patches, taken.members, taken.outlines, taken.origin, claims
                 )
             except Exception:  # (whatever it is, it stays with the request: its writer writes it)
-                del pending.after[after:], pending.answers[answers:]
-                pending.held = held
+                del pending.after[after:], pending.answers[answers:], pending.written[written:]
+                pending.held = kept
                 cursor.execute("ROLLBACK TO request")
                 cursor.execute("RELEASE request")
                 continue
@@ -926,26 +936,35 @@ class SqliteStore(SqlStore):
 
     def _after_commit(self, fresh: Fresh) -> None:
         """``_remember`` while a request is merged: the caches take only committed data, and
-        this transaction commits later, for every request it writes. What it wrote is held for
-        the next request's merge (``_merge_held``) where planned whole; a document written
-        otherwise, or holding a tree, is not held (the locked path reads it)."""
+        this transaction commits later, for every request it writes."""
         pending = self._group.waiting()
         pending.after.append(partial(SqlStore._remember, self, fresh))
-        held, heads = pending.held, fresh.heads
-        for key, row in fresh.rows.items():
-            if not row.present:  # (no members: nothing to read)
-                held[key] = (row, None, {})
-                continue
-            entry = heads.get(row.doc_id)
-            if entry is not None and entry[0] == row.revision and entry[2] is not None:
-                if row.doc_id in fresh.roots:
-                    held.pop(key, None)
-                else:
-                    held[key] = (row, entry[2], entry[1])
-                continue
-            was = held.get(key)
-            if was is None or was[0].doc_id != row.doc_id or was[0].revision != row.revision:
-                held.pop(key, None)  # (read only, at a revision held already: kept)
+        pending.written.append(fresh)
+
+    @staticmethod
+    def _held(pending: _Pending) -> writer_requests.Held:
+        """The documents as the transaction's writes have left them, for the next request's
+        merge (``_merge_held``): each as the last write planned it whole; one written otherwise,
+        or holding a tree, is not held (the locked path reads it)."""
+        held, written = pending.held, pending.written
+        for fresh in written[pending.folded :]:
+            heads = fresh.heads
+            for key, row in fresh.rows.items():
+                if not row.present:  # (no members: nothing to read)
+                    held[key] = (row, None, {})
+                    continue
+                entry = heads.get(row.doc_id)
+                if entry is not None and entry[0] == row.revision and entry[2] is not None:
+                    if row.doc_id in fresh.roots:
+                        held.pop(key, None)
+                    else:
+                        held[key] = (row, entry[2], entry[1])
+                    continue
+                was = held.get(key)
+                if was is None or was[0].doc_id != row.doc_id or was[0].revision != row.revision:
+                    held.pop(key, None)  # (read only, at a revision held already: kept)
+        pending.folded = len(written)
+        return held
 
     # -------------------------------------------------------------- whole-document read cache
 
