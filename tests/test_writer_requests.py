@@ -45,6 +45,9 @@ WRITER = SETUP + textwrap.dedent(
 REQUESTER = SETUP + textwrap.dedent(
     """
     name = sys.argv[2]
+    if name.startswith("other"):  # a scope of its own: documents the turn has not written
+        view = MemoryView(store, Identity.of("t", "/t", "other"))
+        key = view.keys["session"]
     store._contended[key] = time.monotonic() + 3600  # as a writer that just lost to another
     if name.startswith("deleting"):  # not the common case: the holder cannot merge it
         done = store.patch_on_server([key], {key: b'{"tactics":{"w0":null}}'}, ["tactics"], [], {})
@@ -316,3 +319,25 @@ def test_a_turn_holder_killed_during_its_commit_loses_no_acknowledged_patch(tmp_
     holders = counts[("holder", "h" * 400_000)]
     assert holders <= 1 and claims(db) == 7 * holders  # the holder's commit whole, or none of it
     assert not list(Path(f"{db}-requests").iterdir())
+
+
+def test_a_request_on_documents_the_turn_has_not_written_reads_them_and_the_next_goes_on(
+    tmp_path: Path,
+) -> None:
+    names = ["r1", "other", "r3"]
+    db, key, holder, requesters = holder_and_requesters(tmp_path, "reads", names)
+    Path(f"{db}-go").touch()
+    own = acknowledged(holder)
+    assert own[0][0] == "reads" and int(own[0][1]) > 0  # the other scope's documents: read
+    acked = {name: seq for proc in requesters for name, _, seq in acknowledged(proc)}
+    first = own[1][2]
+    assert first is not None and [acked[n] for n in names] == [first + 1, first + 2, first + 3]
+    assert claims(db) == 3
+    with open_store(db) as store:
+        other = MemoryView(store, Identity.of("t", "/t", "other")).keys["session"]
+        body = store.get(key).body
+        assert body is not None and body["tactics"] == {"w0": "seed", "holder": "h", "r1": "x", "r3": "x"}
+        body = store.get(other).body
+        assert body is not None and body["tactics"] == {"other": "x"}
+    counts, seqs = written(db, key)
+    assert seqs[("r3", "x")] == acked["r3"] and counts[("r3", "x")] == 1
