@@ -80,7 +80,7 @@ HOLDER = SETUP + textwrap.dedent(
         counts.update(cpu_ms=cpu * 1000, statements=len(statements), reads=reads, answered=taken)
 
     backend.SqliteStore._take_behind = holding
-    view.patch_state({"session": {"tactics": {"holder": "h"}}})
+    view.patch_state({"session": {"tactics": {"holder": sys.argv[4]}}})  # (a new value: a write)
     print(json.dumps(counts), flush=True)
     store.close()
     """
@@ -90,7 +90,7 @@ HOLDER = SETUP + textwrap.dedent(
 def turn(src: str, location: str, requests: int, traced: bool, index: int) -> dict[str, float]:
     env = {**os.environ, "PYTHONPATH": src, "PYTHONHASHSEED": "0"}
     holder = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, location, str(requests), "traced" if traced else "timed"],
+        [sys.executable, "-c", HOLDER, location, str(requests), "traced" if traced else "timed", f"h{index}"],
         stdout=subprocess.PIPE,
         text=True,
         env=env,
