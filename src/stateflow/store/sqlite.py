@@ -506,9 +506,9 @@ class SqliteStore(SqlStore):
         self._shared: _Snapshot | None = None
         self._group = _GroupCommit(self._writer, max_group, WriterQueue(self.path), busy_timeout_ms / 1000)
         self._served_revisions: dict[DocKey, int] = {}
+        """each document's revision after this store's last served patch (``patch_on_server``)"""
         self._swept = -writer_requests.SWEEP_EVERY
         """the ticket of this store's last sweep of request files left behind"""
-        """each document's revision after this store's last served patch (``patch_on_server``)"""
         self._spare_ids = IdBlocks()
         """document ids reserved ahead (``_absent_rows``), for rows a commit creates"""
         self._unborn: dict[int, DocKey] = {}
