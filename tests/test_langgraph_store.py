@@ -272,6 +272,40 @@ def test_put_refuses_and_writes_as_langgraphs_put_through_batch(backend: str) ->
         assert seen.get(("a",), "k") is not None
 
 
+def test_put_checks_a_namespace_once_and_refuses_a_bad_one_every_time(
+    lg: StateflowStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``put`` remembers the namespaces of strings that passed LangGraph's checks (bounded): a
+    refused namespace is refused again on every put, before and after good ones; a label that
+    is no string — unhashable, too — is refused as LangGraph refuses it; a label of a ``str``
+    subclass passes LangGraph's checks, is not remembered, and the store refuses the item (not
+    plain JSON); past the bound the store forgets and checks again."""
+    import stateflow.langgraph.store as store_module
+
+    bad: list[tuple[Any, ...]] = [("a.b",), ("a", ""), ("a", ["b"]), ("a", 1), ("langgraph", "a"), ()]
+    for round_ in range(2):
+        lg.put(("a", "b"), "k", {"x": round_})
+        for namespace in bad:
+            with pytest.raises(InvalidNamespaceError):
+                lg.put(namespace, "k", {"x": 1})
+
+    class Label(str):
+        pass
+
+    for _ in range(2):
+        with pytest.raises(InvalidJSON):
+            lg.put(("a", Label("c")), "k", {"x": 3})
+    assert ("a", "c") not in lg._namespaces_checked
+    monkeypatch.setattr(store_module, "NAMESPACES_CHECKED_MAX", 3)
+    for n in range(10):
+        lg.put(("many", f"n{n}"), "k", {"n": n})
+        assert len(lg._namespaces_checked) <= 3
+    with pytest.raises(InvalidNamespaceError):
+        lg.put(("many", "n.9"), "k", {"x": 1})
+    assert [lg.get(("many", f"n{n}"), "k").value for n in range(10)] == [{"n": n} for n in range(10)]  # type: ignore[union-attr]
+    assert sorted(lg.list_namespaces()) == sorted([("a", "b"), *[("many", f"n{n}") for n in range(10)]])
+
+
 def test_ttl_expiry_refresh_and_sweep(backend: str) -> None:
     with StateflowStore.open(backend, ttl={"default_ttl": 60, "refresh_on_read": True}) as lg:
         lg.put(("s",), "short", {"v": 1}, ttl=0.001)  # 60 ms

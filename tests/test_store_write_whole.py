@@ -376,3 +376,28 @@ def test_a_write_leaves_one_entry_per_document_and_writes_on_where_it_was_droppe
         assert len(held) <= 3 and store._heads._bytes == sum(e[3] for e in held.values()) <= 400
         assert other.get(key).body == body == store.get(key).body
     assert {k: d.body for k, d in other.read(keys).items() if d.body is not None} == expected
+
+
+def test_the_transitions_check_names_each_document_and_claim_and_is_formatted_once() -> None:
+    """The optimistic commit's transition insert (SQLite): the condition's values in the
+    order of its documents (id and revision where one has a row, state and subject where none)
+    and claims; its text the same object for the same shape, so the connection's statement
+    cache finds it without hashing a new text."""
+    from stateflow.store.ledger import checked_transition, unmoved
+    from stateflow.store.rows import NO_ROW, DocRow
+
+    params: list[Any] = ["at", b"origin"]
+    given = [(DocKey("_aliases", "s"), NO_ROW), (DocKey("s", "a"), DocRow(7, 3, True, 1, 0, 0, 0, 0))]
+    shape = unmoved(given, params)
+    assert shape == "nr" and params == ["at", b"origin", "_aliases", "s", 7, 3]
+    text = checked_transition(False, shape, 1)
+    assert text == (
+        "INSERT INTO transitions (at, origin) SELECT ?, ? WHERE "
+        "NOT EXISTS (SELECT 1 FROM documents WHERE state = ? AND subject = ?) AND "
+        "EXISTS (SELECT 1 FROM documents WHERE doc_id = ? AND revision = ?) AND "
+        "NOT EXISTS (SELECT 1 FROM applied_ops WHERE scope = ? AND op_id = ?)"
+    )
+    assert checked_transition(False, "".join(["n", "r"]), 1) is text
+    assert checked_transition(True, "", 0) == (
+        "INSERT INTO transitions (at, origin, changed) SELECT ?, ?, ? WHERE 1 = 1"
+    )

@@ -67,6 +67,8 @@ DECLARATION: Final[dict[str, Any]] = {
 }
 _PAGE = 500
 _COMPARISONS: Final = ("$gt", "$gte", "$lt", "$lte")
+NAMESPACES_CHECKED_MAX: Final = 4096
+"""namespaces a store remembers LangGraph's checks passed for (then it forgets them all)"""
 
 
 class StateflowStore(OwnsStore, BaseStore):
@@ -95,6 +97,8 @@ class StateflowStore(OwnsStore, BaseStore):
         self.ttl_config = ttl
         self.context = DoorContext(door="api", actor="stateflow.langgraph")
         self._outside = WriteOrigin(consumer="langgraph")  # validated once: the service takes it as is
+        self._namespaces_checked: set[tuple[str, ...]] = set()
+        """namespaces of strings that passed LangGraph's checks (``put`` checks each once)"""
 
     # ------------------------------------------------------------------ subjects
 
@@ -154,7 +158,15 @@ class StateflowStore(OwnsStore, BaseStore):
         if type(self).batch is not StateflowStore.batch:  # a subclass's batch sees every op
             BaseStore.put(self, namespace, key, value, index, ttl=ttl)
             return
-        _validate_namespace(namespace)  # (what BaseStore.put checks; TTLs are supported)
+        # what BaseStore.put checks (TTLs are supported): once per namespace of strings, whose
+        # checks only read its labels' text (an unhashable label goes to the checks, refused)
+        try:
+            checked = namespace in self._namespaces_checked
+        except TypeError:
+            checked = False
+        if not checked:
+            _validate_namespace(namespace)
+            self._checked(namespace)
         op = PutOp(namespace, str(key), value, index=index, ttl=_ensure_ttl(self.ttl_config, ttl))
         if type(namespace) is not tuple:
             op = op._replace(namespace=tuple(namespace))
@@ -163,6 +175,14 @@ class StateflowStore(OwnsStore, BaseStore):
             self._put_one(op, _document(op, now), now, self._run_origin())
         else:  # (a delete, or the refusal)
             self._put([op], now)
+
+    def _checked(self, namespace: tuple[str, ...]) -> None:
+        """Remember that ``namespace`` passed LangGraph's checks, if it is a tuple of strings
+        (a subclass's text could change behind an equal hash), bounded."""
+        if type(namespace) is tuple and all(type(label) is str for label in namespace):
+            if len(self._namespaces_checked) >= NAMESPACES_CHECKED_MAX:
+                self._namespaces_checked.clear()
+            self._namespaces_checked.add(namespace)
 
     async def abatch(self, ops: Iterable[Op]) -> builtins.list[Result]:
         """``batch``, awaited: on the event loop over PostgreSQL's async pool (a store opened

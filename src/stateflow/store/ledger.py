@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
 from stateflow.errors import Conflict
 from stateflow.store.model import DocKey
@@ -30,25 +31,40 @@ def replayed(taken: OpIdTaken, op_id: str | None, scope: str) -> bool:
     return op_id is not None and (scope, op_id) in taken.taken
 
 
-def unmoved(
-    given: Sequence[tuple[DocKey, DocRow]], claims: Sequence[tuple[str, str]]
-) -> tuple[str, list[Any]]:
-    """A condition that holds while every document is still at the row given (``NO_ROW``:
-    has none) and no op id is claimed; doc ids are never reused, so an id and a revision name
-    one state of one document."""
-    parts: list[str] = []
-    params: list[Any] = []
+_AT_ROW: Final = "EXISTS (SELECT 1 FROM documents WHERE doc_id = ? AND revision = ?)"
+_NO_ROW: Final = "NOT EXISTS (SELECT 1 FROM documents WHERE state = ? AND subject = ?)"
+_UNCLAIMED: Final = "NOT EXISTS (SELECT 1 FROM applied_ops WHERE scope = ? AND op_id = ?)"
+
+
+def unmoved(given: Sequence[tuple[DocKey, DocRow]], params: list[Any]) -> str:
+    """The values of a condition that holds while every document is still at the row given
+    (``NO_ROW``: has none), appended to ``params``; returned: the condition's shape, a letter
+    per document (``r``: at its row, ``n``: none) for :func:`checked_transition`. Doc ids are
+    never reused, so an id and a revision name one state of one document."""
+    shape = ""
     for key, row in given:
         if row.doc_id:
-            parts.append("EXISTS (SELECT 1 FROM documents WHERE doc_id = ? AND revision = ?)")
             params += (row.doc_id, row.revision)
+            shape += "r"
         else:
-            parts.append("NOT EXISTS (SELECT 1 FROM documents WHERE state = ? AND subject = ?)")
             params += key
-    for claim in claims:
-        parts.append("NOT EXISTS (SELECT 1 FROM applied_ops WHERE scope = ? AND op_id = ?)")
-        params += claim
-    return " AND ".join(parts) or "1 = 1", params
+            shape += "n"
+    return shape
+
+
+@functools.lru_cache(maxsize=256)
+def checked_transition(changed: bool, shape: str, claims: int) -> str:
+    """The transition's insert that writes its row only while the documents of ``shape``
+    (:func:`unmoved`) have not moved and none of ``claims`` op ids is claimed — its values the
+    time, the origin, the changed keys where ``changed``, then the condition's. Formatted once
+    per shape: a commit sends the same text (the connection's statement cache finds it by
+    identity, not by hashing and comparing a new text of a few hundred characters)."""
+    parts = [_AT_ROW if part == "r" else _NO_ROW for part in shape]
+    parts += [_UNCLAIMED] * claims
+    check = " AND ".join(parts) or "1 = 1"
+    if changed:
+        return f"INSERT INTO transitions (at, origin, changed) SELECT ?, ?, ? WHERE {check}"
+    return f"INSERT INTO transitions (at, origin) SELECT ?, ? WHERE {check}"
 
 
 def claims_query(claims: Sequence[tuple[str, str]]) -> tuple[str, list[str]]:

@@ -25,7 +25,7 @@ from stateflow.store import tree_update
 from stateflow.store.cache import Heads
 from stateflow.store.clock import utc_now
 from stateflow.store.core import KNOWN_ROWS_MAX, StoreCore
-from stateflow.store.ledger import OpIdTaken, claims_query, replayed, unmoved, with_op_id
+from stateflow.store.ledger import OpIdTaken, checked_transition, claims_query, replayed, unmoved, with_op_id
 from stateflow.store.model import Commit, DocKey, Document, Whole, Write, made_commit, made_document
 from stateflow.store.nodes import NodeCache
 from stateflow.store.plan import (
@@ -958,19 +958,14 @@ class Writes(StoreCore):
         with self._write_tx() as tx:
             at = utc_now()
             # the checks ride with the transition's insert: no row comes back when one fails
-            check, params = unmoved([*shared, *locked], claims)
-            if self.transition_keys:
-                inserted = tx.insert_one(
-                    f"INSERT INTO transitions (at, origin, changed) SELECT ?, ?, ? WHERE {check}",
-                    (self._stored_time(at), encode_trusted(origin), changed_keys(plans), *params),
-                    "seq",
-                )
-            else:
-                inserted = tx.insert_one(
-                    f"INSERT INTO transitions (at, origin) SELECT ?, ? WHERE {check}",
-                    (self._stored_time(at), encode_trusted(origin), *params),
-                    "seq",
-                )
+            params: list[Any] = [self._stored_time(at), encode_trusted(origin)]
+            keys = self.transition_keys
+            if keys:
+                params.append(changed_keys(plans))
+            shape = unmoved((*shared, *locked), params)
+            for claim in claims:
+                params += claim
+            inserted = tx.insert_one(checked_transition(keys, shape, len(claims)), params, "seq")
             if inserted is None:
                 return None
             seq = inserted
