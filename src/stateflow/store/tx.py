@@ -38,7 +38,7 @@ class Tx(abc.ABC):
         """Statements whose results are not needed may be sent without waiting (PostgreSQL
         pipeline mode); a no-op elsewhere. ``commit``: the transaction may commit with the
         batch (the store's transaction then does not send its own COMMIT)."""
-        return nullcontext()
+        return _NO_BATCH
 
     def all_of(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> list[list[tuple[Any, ...]]]:
         """Several queries whose answers are needed together (one round trip where possible)."""
@@ -48,6 +48,11 @@ class Tx(abc.ABC):
         """Execute; the rows may be read only once the enclosing batch is done."""
         rows = self.all(sql, params)
         return lambda: rows
+
+
+_NO_BATCH: Final = nullcontext()
+"""``Tx.batch`` where statements are sent one by one: one shared context manager (it holds no
+state), not one made per commit."""
 
 
 class Offline(Tx):
