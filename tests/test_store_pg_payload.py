@@ -11,8 +11,8 @@ import orjson
 import psycopg
 
 from stateflow.store import DocKey, Document, Write, open_store
-from stateflow.store.plan import TREE_MIN
-from stateflow.store.postgres import _payload
+from stateflow.store.plan import TREE_MIN, DocumentRow, WritePlan
+from stateflow.store.postgres import _payload, _rows
 
 _AWKWARD = [
     b"",
@@ -78,3 +78,37 @@ def test_awkward_bodies_are_stored_exactly_by_either_write_path(pg_schema_url: s
             assert fresh.get(key).body == bodies[-1]
             for revision, body in enumerate(bodies, 1):
                 assert fresh.read_at(key, revision=revision).body == body, (key, revision)
+
+
+def _new_document_plan(members: dict[str, bytes], inline: bytes | None = None) -> WritePlan:
+    """A new document's plan as ``write_whole`` makes it: every member inserted, its change the
+    whole body set (inline)."""
+    plan = WritePlan(7, 1, True)
+    plan.inserts = [(7, name, i, 1, len(body), None, body, None) for i, (name, body) in enumerate(members.items())]
+    parts = [orjson.dumps(name) + b":" + body for name, body in members.items()]
+    plan.inline = b'[["",[[[],{' + b",".join(parts) + b"}]]]]" if inline is None else inline
+    plan.document = DocumentRow(7, 1, True, 0, 0, 0, 1)
+    return plan
+
+
+def test_a_new_documents_body_travels_once_where_the_server_builds_its_change() -> None:
+    """Schema 27: a document written whole where it had no body sends its body in its member
+    rows only, its change marked to be built from them (column 11); where the server's build
+    would not give the very bytes (a name ``to_json`` escapes, a member held as a tree, edits
+    that are not the whole body), the edits travel as they are, unmarked."""
+    body = b'{"k":"a \\"quoted\\" value \\u0000 \xc3\xbc"}'
+    sent = _rows([_new_document_plan({"saved": body, "\u00fcber": b"1"})])
+    (row,) = sent["doc_rows"]
+    assert row[3] is None and row[10] == 1
+    assert _payload(sent).count(body.hex()) == 1  # once: the member row's (hex: not ASCII)
+    for plan in (
+        _new_document_plan({'a"b': body}),
+        _new_document_plan({"a\nb": body}),
+        _new_document_plan({"saved": body}, inline=b'[["saved",[[["k"],"v"]]]]'),
+    ):
+        (row,) = _rows([plan])["doc_rows"]
+        assert row[3] == plan.inline and row[10] == 0
+    held = _new_document_plan({"saved": body})
+    held.inserts[0] = (*held.inserts[0][:7], b"\x01" * 16)  # its body a tree's root
+    (row,) = _rows([held])["doc_rows"]
+    assert row[3] == held.inline and row[10] == 0

@@ -23,7 +23,7 @@ import pytest
 from stateflow.doc.select import MISSING
 from stateflow.errors import InvalidInput, StoreNotMigrated
 from stateflow.memory import Identity, MemoryView
-from stateflow.store import DocKey, SqlStore, Write, open_store
+from stateflow.store import DocKey, SqlStore, Whole, Write, open_store
 from stateflow.store.check import check_store
 from stateflow.store.migrations import (
     CHANGE_ROW_MAX,
@@ -1582,3 +1582,54 @@ def test_a_schema_25_store_upgrades_to_26_and_finds_rows_by_their_keys(backend: 
             assert none is None
         store.update([item], lambda d: compute(d, 3), {}, shared=[declared, absent], optimistic=True)
         assert store.get(item).body == {"v": 3} and store.get(item).revision == 3
+
+
+_WHOLE_EDITS_VERSION = 27
+
+
+def test_a_schema_26_store_upgrades_to_27_and_builds_a_new_documents_change_from_its_members(
+    backend: str, tmp_path: Path
+) -> None:
+    """Version 27 has PostgreSQL's write functions build a new document's change — the whole
+    body set — from the member rows the commit inserts, where the client marks it (the body sent
+    once); SQLite only records the version. After the upgrade, documents written whole with
+    awkward names and bytes (one marked, one not: a name that needs an escape) store the very
+    change the client planned, on both write paths, and read back at their revision; the
+    functions keep their plans without sequential scans."""
+    with _upgraded(_WHOLE_EDITS_VERSION - 1, backend, tmp_path) as store:
+        guard = DocKey("_guard", "g")
+        store.commit([Write.between(guard, None, {"v": 1})])
+        store.read([guard])
+        bodies = {
+            DocKey("items", '["a","b","item","plain"]'): {"saved": {"s": 'q"\\ \u00fc \U0001f600 \x00'}, "\u00fcn": [1]},
+            DocKey("items", '["a","b","item","odd"]'): {_ODD: 1, "n": "v"},
+        }
+        for key, body in bodies.items():  # the optimistic commit (one statement)
+            assert store.write_whole(key, lambda s, c, body=body: Whole(body, [[]]), {"by": "t"}, shared=[guard])
+        locked = DocKey("items", '["a","b","item","locked"]')  # the locked path (write_rows)
+        bodies[locked] = {"saved": {"\u00e9": "x"}, "n": None}
+        store.commit([Write.between(locked, None, bodies[locked])])
+        with store._read_tx() as tx:
+            for key, body in bodies.items():
+                (edits,) = tx.one(
+                    "SELECT c.edits FROM changes c JOIN documents d ON d.doc_id = c.doc_id "
+                    "WHERE d.state = ? AND d.subject = ?",
+                    (key.state, key.subject),
+                ) or (None,)
+                assert bytes(edits) == b'[["",[[[],' + orjson.dumps(body) + b"]]]]", key
+        for key, body in bodies.items():
+            assert store.read_at(key, revision=1).body == body
+            assert store.get(key).body == body
+        if isinstance(store, SqliteStore):
+            return
+        with store._pool.connection() as conn:  # type: ignore[attr-defined]
+            for f in WRITE_FUNCTIONS:
+                (config,) = conn.execute(
+                    "SELECT proconfig FROM pg_proc WHERE oid = %s::regprocedure", (f,)
+                ).fetchone() or (None,)
+                assert config == ["enable_seqscan=off"], f
+            for f in WRITE_FUNCTIONS[:2]:
+                (source,) = conn.execute(
+                    "SELECT prosrc FROM pg_proc WHERE oid = %s::regprocedure", (f,)
+                ).fetchone() or ("",)
+                assert "w.doc_rows[i][11] = '1'" in source, f

@@ -262,13 +262,24 @@ instructions with a few hundred documents). Their statements now take the key's 
 the table's size or statistics; the same checks, locks and rows in the same order. A later
 version that replaces one of these functions (``CREATE OR REPLACE`` drops its ``SET``) gives it
 the clause again. SQLite only records the version.
+
+Version 27, on PostgreSQL, has the write functions (``stateflow_commit``,
+``stateflow_write_rows``) build a change's edits from the member rows the commit inserts where
+the client marks its document's row so (an 11th column, ``1``): a document written whole where
+it had no body (a LangGraph checkpoint, a new item) has for its change the whole body set,
+``[["",[[[],{…}]]]]``, made of the same bytes as its member rows — sent once, as the members'
+bodies, not twice (the member rows and the change's inline edits), and parsed once by the
+server's JSON parser instead of twice. The client marks a row only where the edits it would send
+are exactly the bytes the server builds (every member inline, each name written by ``to_json``
+as the client's encoder writes it); any other row carries its edits as before (``0``). The same
+rows, bytes, checks, locks and answers. SQLite only records the version.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-SCHEMA_VERSION: Final = 26
+SCHEMA_VERSION: Final = 27
 
 VALUE_INDEX_MAX: Final = 1024
 """Members up to this encoded size are in ``members_by_value`` (scalars only)."""
@@ -664,6 +675,7 @@ CREATE INDEX members_by_value ON members (name, {SQLITE_VALUE.format(m="")})
     24: "",
     25: "",
     26: "",
+    27: "",
 }
 
 INDEXABLE: Final = "m.size <= 1048576 AND position('\\x5c7530303030'::bytea IN m.body) = 0"
@@ -2603,6 +2615,49 @@ WRITE_FUNCTIONS: Final = (
 _NO_SEQ_SCANS: Final = "".join(f"ALTER FUNCTION {f} SET enable_seqscan = off;\n" for f in WRITE_FUNCTIONS)
 
 
+_WHOLE_EDIT_ANCHORS: Final = (
+    (
+        "    w stateflow_rows := json_populate_record(NULL::stateflow_rows, p);\n",
+        "    w stateflow_rows := json_populate_record(NULL::stateflow_rows, p);\n    doc_edits BYTEA;\n",
+    ),
+    (
+        "    FOR i IN 1 .. coalesce(array_length(w.doc_rows, 1), 0) LOOP\n        WITH d AS (\n",
+        "    FOR i IN 1 .. coalesce(array_length(w.doc_rows, 1), 0) LOOP\n"
+        "        IF w.doc_rows[i][11] = '1' THEN\n"
+        "            -- the whole body set, from the member rows this commit inserts (see version 27;\n"
+        "            -- a statement of its own: a subquery in the change's insert was planned again\n"
+        "            -- on every call)\n"
+        "            SELECT '\\x5b5b22222c5b5b5b5d2c7b'::bytea || string_agg(\n"
+        "                convert_to(to_json(w.ins_rows[j][2])::text, 'UTF8') || '\\x3a'::bytea\n"
+        "                || w.ins_rows[j][7]::bytea, '\\x2c'::bytea ORDER BY j) || '\\x7d5d5d5d5d'::bytea\n"
+        "            INTO doc_edits\n"
+        "            FROM generate_subscripts(w.ins_rows, 1) AS j WHERE w.ins_rows[j][1] = w.doc_rows[i][1];\n"
+        "        ELSE\n"
+        "            doc_edits := w.doc_rows[i][4]::bytea;\n"
+        "        END IF;\n"
+        "        WITH d AS (\n",
+    ),
+    ("                w.doc_rows[i][4]::bytea);", "                doc_edits);"),
+)
+
+
+def _whole_edits_once() -> str:
+    """Version 27's write functions: version 24's ``stateflow_write_rows`` and version 25's
+    ``stateflow_commit``, each change's edits built from the commit's member rows where its
+    document's row says so; ``CREATE OR REPLACE`` drops a function's ``SET``: given again."""
+    rows = _ROWS_AS_ONE[_ROWS_AS_ONE.index("CREATE FUNCTION stateflow_write_rows(") :]
+    rows = "CREATE OR REPLACE" + rows[len("CREATE") : rows.index("DROP FUNCTION stateflow_commit(")]
+    out = ""
+    for f in (rows, _KEYS_AS_SCALARS):
+        for old, new in _WHOLE_EDIT_ANCHORS:
+            f = _replaced(f, old, new)
+        out += f
+    return out + "".join(f"ALTER FUNCTION {f} SET enable_seqscan = off;\n" for f in WRITE_FUNCTIONS[:2])
+
+
+_WHOLE_EDITS_ONCE: Final = _whole_edits_once()
+
+
 POSTGRES: Final[dict[int, str]] = {
     1: _COMMON_V1.format(
         doc_pk="BIGSERIAL PRIMARY KEY",
@@ -3329,6 +3384,7 @@ $$;
     24: _ROWS_AS_ONE,
     25: _KEYS_AS_SCALARS,
     26: _NO_SEQ_SCANS,
+    27: _WHOLE_EDITS_ONCE,
 }
 
 

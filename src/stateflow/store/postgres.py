@@ -11,6 +11,7 @@ Reads run in ``REPEATABLE READ READ ONLY`` transactions: one snapshot per read.
 from __future__ import annotations
 
 import logging
+import re
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -996,18 +997,20 @@ def _rows(plans: Sequence[WritePlan]) -> dict[str, Any]:
             nodes += p.nodes.items()
         edits += p.edits
         d = p.row
+        whole = _whole_from_inserts(p)
         documents.append(  # its change row, then its document row (the same document)
             (
                 p.doc_id,
                 p.revision,
                 p.paths,
-                p.inline,
+                None if whole else p.inline,
                 d.revision,
                 int(d.present),
                 d.snapshot_revision,
                 d.bytes_since_snapshot,
                 d.body_size,
                 d.next_position,
+                whole,
             )
         )
         if p.snapshot:
@@ -1028,6 +1031,32 @@ def _rows(plans: Sequence[WritePlan]) -> dict[str, Any]:
     if snapshots:
         out["snap_rows"] = snapshots
     return out
+
+
+def _whole_from_inserts(p: WritePlan) -> int:
+    """1 where the plan's inline edits are the whole body set, made of exactly the bytes of the
+    member rows it inserts, in their order — as the write functions build them from those rows
+    (schema 27; each name by ``to_json``, here one that needs no escape, as both encoders write
+    it): the body then travels once, in the member rows, not again as the change's edits.
+    Else 0 (the edits travel as they are)."""
+    inline, inserts = p.inline, p.inserts
+    if inline is None or not inserts or p.deletes or p.updates or not inline.startswith(_WHOLE_HEAD):
+        return 0
+    parts = []
+    for ins in inserts:
+        name, body = ins[1], ins[6]
+        if ins[7] is not None or ins[0] != p.doc_id or not _PLAIN_NAME(name):
+            return 0
+        parts.append(b'"' + name.encode() + b'":' + body)
+    if inline != _WHOLE_HEAD + b",".join(parts) + _WHOLE_TAIL:
+        return 0
+    return 1
+
+
+_WHOLE_HEAD: Final = b'[["",[[[],{'
+_WHOLE_TAIL: Final = b"}]]]]"
+_PLAIN_NAME: Final = re.compile(r'[^"\\\x00-\x1f]*').fullmatch
+"""A name ``to_json`` and the store's encoder write alike, as its characters between quotes."""
 
 
 def _payload(fields: dict[str, Any]) -> str:
