@@ -84,7 +84,9 @@ def _new_document_plan(members: dict[str, bytes], inline: bytes | None = None) -
     """A new document's plan as ``write_whole`` makes it: every member inserted, its change the
     whole body set (inline)."""
     plan = WritePlan(7, 1, True)
-    plan.inserts = [(7, name, i, 1, len(body), None, body, None) for i, (name, body) in enumerate(members.items())]
+    plan.inserts = [
+        (7, name, i, 1, len(body), None, body, None) for i, (name, body) in enumerate(members.items())
+    ]
     parts = [orjson.dumps(name) + b":" + body for name, body in members.items()]
     plan.inline = b'[["",[[[],{' + b",".join(parts) + b"}]]]]" if inline is None else inline
     plan.document = DocumentRow(7, 1, True, 0, 0, 0, 1)

@@ -1587,6 +1587,13 @@ def test_a_schema_25_store_upgrades_to_26_and_finds_rows_by_their_keys(backend: 
 _WHOLE_EDITS_VERSION = 27
 
 
+def _whole_body(body: dict[str, Any]) -> Any:
+    def build(shared: dict[DocKey, Any], current: dict[str, Any] | None) -> Whole:
+        return Whole(body, [[]])
+
+    return build
+
+
 def test_a_schema_26_store_upgrades_to_27_and_builds_a_new_documents_change_from_its_members(
     backend: str, tmp_path: Path
 ) -> None:
@@ -1600,12 +1607,15 @@ def test_a_schema_26_store_upgrades_to_27_and_builds_a_new_documents_change_from
         guard = DocKey("_guard", "g")
         store.commit([Write.between(guard, None, {"v": 1})])
         store.read([guard])
-        bodies = {
-            DocKey("items", '["a","b","item","plain"]'): {"saved": {"s": 'q"\\ \u00fc \U0001f600 \x00'}, "\u00fcn": [1]},
+        bodies: dict[DocKey, dict[str, Any]] = {
+            DocKey("items", '["a","b","item","plain"]'): {
+                "saved": {"s": 'q"\\ \u00fc \U0001f600 \x00'},
+                "\u00fcn": [1],
+            },
             DocKey("items", '["a","b","item","odd"]'): {_ODD: 1, "n": "v"},
         }
         for key, body in bodies.items():  # the optimistic commit (one statement)
-            assert store.write_whole(key, lambda s, c, body=body: Whole(body, [[]]), {"by": "t"}, shared=[guard])
+            assert store.write_whole(key, _whole_body(body), {"by": "t"}, shared=[guard])
         locked = DocKey("items", '["a","b","item","locked"]')  # the locked path (write_rows)
         bodies[locked] = {"saved": {"\u00e9": "x"}, "n": None}
         store.commit([Write.between(locked, None, bodies[locked])])
