@@ -997,7 +997,7 @@ def _rows(plans: Sequence[WritePlan]) -> dict[str, Any]:
             nodes += p.nodes.items()
         edits += p.edits
         d = p.row
-        whole = _whole_from_inserts(p)
+        whole = _whole_from_inserts(p) if p.inserts and p.inline is not None else 0
         documents.append(  # its change row, then its document row (the same document)
             (
                 p.doc_id,
@@ -1038,9 +1038,9 @@ def _whole_from_inserts(p: WritePlan) -> int:
     member rows it inserts, in their order — as the write functions build them from those rows
     (schema 27; each name by ``to_json``, here one that needs no escape, as both encoders write
     it): the body then travels once, in the member rows, not again as the change's edits.
-    Else 0 (the edits travel as they are)."""
+    Else 0 (the edits travel as they are). Called for a plan that inserts and has inline edits."""
     inline, inserts = p.inline, p.inserts
-    if inline is None or not inserts or p.deletes or p.updates or not inline.startswith(_WHOLE_HEAD):
+    if inline is None or p.deletes or p.updates or not inline.startswith(_WHOLE_HEAD):
         return 0
     parts = []
     for ins in inserts:
