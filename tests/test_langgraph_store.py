@@ -20,6 +20,7 @@ from langgraph.store.base import (
     PutOp,
     Result,
     SearchOp,
+    _validate_namespace,
 )
 
 from stateflow.errors import InvalidJSON
@@ -275,35 +276,59 @@ def test_put_refuses_and_writes_as_langgraphs_put_through_batch(backend: str) ->
 def test_put_checks_a_namespace_once_and_refuses_a_bad_one_every_time(
     lg: StateflowStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``put`` remembers the namespaces of strings that passed LangGraph's checks (bounded): a
-    refused namespace is refused again on every put, before and after good ones; a label that
-    is no string — unhashable, too — is refused as LangGraph refuses it; a label of a ``str``
-    subclass passes LangGraph's checks, is not remembered, and the store refuses the item (not
-    plain JSON); past the bound the store forgets and checks again."""
+    """``put`` remembers the namespaces of strings that passed LangGraph's checks (bounded): over
+    many puts, LangGraph's check runs once per such namespace; a refused namespace is checked and
+    refused again on every put, before and after good ones; a label that is no string —
+    unhashable, too — is refused as LangGraph refuses it; a label of a ``str`` subclass passes
+    LangGraph's checks on every put, is not remembered, and the store refuses the item (not plain
+    JSON); past the bound the store forgets and checks again."""
     import stateflow.langgraph.store as store_module
 
+    checks: list[Any] = []  # every namespace LangGraph's check was called with, in order
+
+    def counted(namespace: tuple[str, ...]) -> None:  # the store's look-up of LangGraph's check
+        checks.append(namespace)
+        _validate_namespace(namespace)
+
+    monkeypatch.setattr(store_module, "_validate_namespace", counted)
+    good: list[tuple[str, ...]] = [("a", "b"), ("a", "c", "d"), ("\u00fc",)]
     bad: list[tuple[Any, ...]] = [("a.b",), ("a", ""), ("a", ["b"]), ("a", 1), ("langgraph", "a"), ()]
-    for round_ in range(2):
-        lg.put(("a", "b"), "k", {"x": round_})
+    rounds = 4
+    for round_ in range(rounds):
+        for namespace in good:
+            lg.put(namespace, "k", {"x": round_})
+            lg.put(namespace, f"k{round_}", {"x": round_})
         for namespace in bad:
             with pytest.raises(InvalidNamespaceError):
                 lg.put(namespace, "k", {"x": 1})
+    assert [checks.count(namespace) for namespace in good] == [1] * len(good)
+    assert [checks.count(namespace) for namespace in bad] == [rounds] * len(bad)
+    assert len(checks) == len(good) + rounds * len(bad)
+    assert [lg.get(namespace, "k").value for namespace in good] == [{"x": rounds - 1}] * len(good)  # type: ignore[union-attr]
 
     class Label(str):
         pass
 
+    checks.clear()
     for _ in range(2):
         with pytest.raises(InvalidJSON):
             lg.put(("a", Label("c")), "k", {"x": 3})
+    assert checks == [("a", "c")] * 2  # passed, not remembered
     assert ("a", "c") not in lg._namespaces_checked
     monkeypatch.setattr(store_module, "NAMESPACES_CHECKED_MAX", 3)
+    checks.clear()
     for n in range(10):
         lg.put(("many", f"n{n}"), "k", {"n": n})
+        lg.put(("many", f"n{n}"), "k", {"n": n})
         assert len(lg._namespaces_checked) <= 3
+    assert checks == [("many", f"n{n}") for n in range(10)]
+    lg.put(("many", "n0"), "k", {"n": 0})  # forgotten past the bound: checked again, then known
+    lg.put(("many", "n0"), "k", {"n": 0})
+    assert checks[10:] == [("many", "n0")]
     with pytest.raises(InvalidNamespaceError):
         lg.put(("many", "n.9"), "k", {"x": 1})
     assert [lg.get(("many", f"n{n}"), "k").value for n in range(10)] == [{"n": n} for n in range(10)]  # type: ignore[union-attr]
-    assert sorted(lg.list_namespaces()) == sorted([("a", "b"), *[("many", f"n{n}") for n in range(10)]])
+    assert sorted(lg.list_namespaces()) == sorted([*good, *[("many", f"n{n}") for n in range(10)]])
 
 
 def test_ttl_expiry_refresh_and_sweep(backend: str) -> None:
