@@ -997,7 +997,7 @@ def _rows(plans: Sequence[WritePlan]) -> dict[str, Any]:
             nodes += p.nodes.items()
         edits += p.edits
         d = p.row
-        whole = _whole_from_inserts(p) if p.inserts and p.inline is not None else 0
+        whole = _whole_from_inserts(p, p.inline) if p.inserts and p.inline is not None else 0
         documents.append(  # its change row, then its document row (the same document)
             (
                 p.doc_id,
@@ -1033,17 +1033,17 @@ def _rows(plans: Sequence[WritePlan]) -> dict[str, Any]:
     return out
 
 
-def _whole_from_inserts(p: WritePlan) -> int:
+def _whole_from_inserts(p: WritePlan, inline: bytes) -> int:
     """1 where the plan's inline edits are the whole body set, made of exactly the bytes of the
     member rows it inserts, in their order — as the write functions build them from those rows
     (schema 27; each name by ``to_json``, here one that needs no escape, as both encoders write
     it): the body then travels once, in the member rows, not again as the change's edits.
-    Else 0 (the edits travel as they are). Called for a plan that inserts and has inline edits."""
-    inline, inserts = p.inline, p.inserts
-    if inline is None or p.deletes or p.updates or not inline.startswith(_WHOLE_HEAD):
+    Else 0 (the edits travel as they are). Called for a plan that inserts, with its inline
+    edits (``p.inline``)."""
+    if p.deletes or p.updates or not inline.startswith(_WHOLE_HEAD):
         return 0
     parts = []
-    for ins in inserts:
+    for ins in p.inserts:
         name, body = ins[1], ins[6]
         if ins[7] is not None or ins[0] != p.doc_id or not _PLAIN_NAME(name):
             return 0
