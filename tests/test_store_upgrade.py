@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import shutil
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,7 @@ import pytest
 from stateflow.doc.select import MISSING
 from stateflow.errors import InvalidInput, StoreNotMigrated
 from stateflow.memory import Identity, MemoryView
-from stateflow.store import DocKey, SqlStore, Whole, Write, open_store
+from stateflow.store import DocKey, SqlStore, Whole, Write, open_store, postgres
 from stateflow.store.check import check_store
 from stateflow.store.migrations import (
     CHANGE_ROW_MAX,
@@ -35,7 +35,7 @@ from stateflow.store.migrations import (
     WRITE_FUNCTIONS,
     statements,
 )
-from stateflow.store.plan import TREE_MIN
+from stateflow.store.plan import TREE_MIN, WritePlan
 from stateflow.store.postgres import PostgresStore
 from stateflow.store.sqlite import SqliteStore
 
@@ -1595,41 +1595,91 @@ def _whole_body(body: dict[str, Any]) -> Any:
 
 
 def test_a_schema_26_store_upgrades_to_27_and_builds_a_new_documents_change_from_its_members(
-    backend: str, tmp_path: Path
+    backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Version 27 has PostgreSQL's write functions build a new document's change — the whole
     body set — from the member rows the commit inserts, where the client marks it (the body sent
-    once); SQLite only records the version. After the upgrade, documents written whole with
-    awkward names and bytes (one marked, one not: a name that needs an escape) store the very
-    change the client planned, on both write paths, and read back at their revision; the
-    functions keep their plans without sequential scans."""
+    once); SQLite only records the version. After the upgrade, on both write paths — the
+    optimistic commit (``write_whole``: ``stateflow_commit``) and the locked path (``commit``:
+    ``stateflow_write_rows``) — documents are written whole where they had no body, with awkward
+    bytes: plain member names (marked), a name that needs escapes, a member held as a tree; then
+    a member is added to a present one (edits that are not the whole body). On PostgreSQL each
+    payload's document row (column 11) is marked exactly for the plain new documents, whose edits
+    then travel as NULL; the others carry their edits as planned. Every stored change is the very
+    bytes the client planned — what an unmarked write sends and stores — and every document reads
+    back at each revision; the functions keep their plans without sequential scans."""
+    sent: list[tuple[WritePlan, tuple[Any, ...]]] = []  # each document row a payload carried
+    rows = postgres._rows
+
+    def carried(plans: Sequence[WritePlan]) -> dict[str, Any]:  # (either write path's payload)
+        fields = rows(plans)
+        sent.extend(zip(plans, fields["doc_rows"], strict=True))
+        return fields
+
+    monkeypatch.setattr(postgres, "_rows", carried)
     with _upgraded(_WHOLE_EDITS_VERSION - 1, backend, tmp_path) as store:
         guard = DocKey("_guard", "g")
         store.commit([Write.between(guard, None, {"v": 1})])
         store.read([guard])
-        bodies: dict[DocKey, dict[str, Any]] = {
-            DocKey("items", '["a","b","item","plain"]'): {
-                "saved": {"s": 'q"\\ \u00fc \U0001f600 \x00'},
-                "\u00fcn": [1],
-            },
-            DocKey("items", '["a","b","item","odd"]'): {_ODD: 1, "n": "v"},
+        new: dict[str, dict[str, Any]] = {
+            "plain": {"saved": {"s": 'q"\\ \u00fc \U0001f600 \x00'}, "\u00fcn": [1], "n": None},
+            "odd": {_ODD: 1, "n": "v"},  # a name to_json escapes: not marked
+            "tree": {"big": ["x" * 1024] * (TREE_MIN // 1024), "n": 1},  # held as a tree
         }
-        for key, body in bodies.items():  # the optimistic commit (one statement)
-            assert store.write_whole(key, _whole_body(body), {"by": "t"}, shared=[guard])
-        locked = DocKey("items", '["a","b","item","locked"]')  # the locked path (write_rows)
-        bodies[locked] = {"saved": {"\u00e9": "x"}, "n": None}
-        store.commit([Write.between(locked, None, bodies[locked])])
+        history: dict[DocKey, list[Any]] = {}  # each document's bodies by revision
+        payload: dict[tuple[DocKey, int], tuple[WritePlan, tuple[Any, ...]]] = {}
+
+        def write(key: DocKey, body: dict[str, Any], path: str) -> None:
+            bodies = history.setdefault(key, [None])
+            sent.clear()
+            if path == "optimistic":
+                assert store.write_whole(key, _whole_body(body), {"by": "t"}, shared=[guard])
+            else:
+                store.commit([Write.between(key, bodies[-1], body)])
+            bodies.append(body)
+            if isinstance(store, PostgresStore):
+                ((plan, row),) = sent
+                assert plan.revision == len(bodies) - 1
+                payload[key, plan.revision] = plan, row
+
+        for path in ("optimistic", "locked"):
+            for name, body in new.items():
+                write(DocKey("items", f'["a","b","{path}","{name}"]'), body, path)
+            grown = dict(new["plain"], added={"m": [1, 2]})  # a member added: its edits alone
+            write(DocKey("items", f'["a","b","{path}","plain"]'), grown, path)
         with store._read_tx() as tx:
-            for key, body in bodies.items():
-                (edits,) = tx.one(
+            stored = {
+                (key, revision): tx.one(
                     "SELECT c.edits FROM changes c JOIN documents d ON d.doc_id = c.doc_id "
-                    "WHERE d.state = ? AND d.subject = ?",
-                    (key.state, key.subject),
-                ) or (None,)
-                assert bytes(edits) == b'[["",[[[],' + orjson.dumps(body) + b"]]]]", key
-        for key, body in bodies.items():
-            assert store.read_at(key, revision=1).body == body
-            assert store.get(key).body == body
+                    "WHERE d.state = ? AND d.subject = ? AND c.revision = ?",
+                    (key.state, key.subject, revision),
+                )
+                for key, bodies in history.items()
+                for revision in range(1, len(bodies))
+            }
+        for (key, revision), found in stored.items():
+            assert found is not None
+            edits = None if found[0] is None else bytes(found[0])
+            body = history[key][revision]
+            if revision == 1:  # the whole body set (the tree's in rows of its own)
+                whole = b'[["",[[[],' + orjson.dumps(body) + b"]]]]"
+                assert edits == (None if "tree" in key.subject else whole), key
+            if (key, revision) not in payload:
+                continue  # (SQLite: no payload)
+            plan, row = payload[key, revision]
+            marked = revision == 1 and key.subject.endswith('plain"]')
+            assert row[10] == int(marked), (key, revision)
+            assert row[3] == (None if marked else plan.inline), (key, revision)
+            assert edits == plan.inline, (key, revision)  # as an unmarked write stores them
+            if "tree" in key.subject:
+                assert plan.inline is None and plan.inserts[0][7] is not None
+            else:  # each reached the check: inserts with inline edits
+                assert plan.inserts and plan.inline is not None, (key, revision)
+        assert len(payload) == (8 if isinstance(store, PostgresStore) else 0)
+        for key, bodies in history.items():
+            for revision, body in enumerate(bodies):
+                assert store.read_at(key, revision=revision).body == body, (key, revision)
+            assert store.get(key).body == bodies[-1]
         if isinstance(store, SqliteStore):
             return
         with store._pool.connection() as conn:  # type: ignore[attr-defined]
