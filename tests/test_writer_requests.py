@@ -27,7 +27,8 @@ from pathlib import Path
 from stateflow.memory import Identity, MemoryView
 from stateflow.store import open_store
 location = sys.argv[1]
-store = open_store(location)
+wait = float(os.environ.get("STATEFLOW_TEST_WAIT", "30"))
+store = open_store(location, wait_seconds=wait)
 view = MemoryView(store, Identity.of("t", "/t", "shared"))
 key = view.keys["session"]
 """
@@ -52,6 +53,22 @@ REQUESTER = SETUP + textwrap.dedent(
     if name.startswith("deleting"):  # not the common case: the holder cannot merge it
         done = store.patch_on_server([key], {key: b'{"tactics":{"w0":null}}'}, ["tactics"], [], {})
         print(name, "unmerged" if done is None else "merged", None, flush=True)
+    elif name.startswith("same"):  # re-sends the stored value: changes nothing
+        receipt = view.patch_state({"session": {"tactics": {"w0": "seed"}}})
+        print(name, "seed", receipt.seq, flush=True)
+    elif name.startswith("unknown"):  # its outcome may be decided after its wait ran out
+        from stateflow.errors import StateflowError
+        try:
+            receipt = view.patch_state({"session": {"tactics": {name: "x"}}})
+            print(name, "x", receipt.seq, flush=True)
+        except StateflowError as exc:
+            print(name, exc.code, None, flush=True)
+    elif name.startswith("huge"):  # grows the file by many pages
+        receipt = view.patch_state({"session": {"tactics": {name: "x" * 200_000}}})
+        print(name, "x", receipt.seq, flush=True)
+    elif name.startswith("big"):  # its own commits: none where the holder's answer came
+        receipt = view.patch_state({"session": {"tactics": {name: "x"}}})
+        print(name, f"commits{store._group.commits}", receipt.seq, flush=True)
     else:
         receipt = view.patch_state({"session": {"tactics": {name: "x"}}})
         print(name, "x", receipt.seq, flush=True)
@@ -85,8 +102,15 @@ HOLDER = SETUP + textwrap.dedent(
             self._group._conn.set_trace_callback(None)
             reads = [s for s in statements if "FROM documents" in s or "FROM members" in s]
             print("reads", len(reads), "None", flush=True)
+        elif mode == "full":  # no page more for the file: a request's growth ends the transaction
+            pages = self._group._conn.execute("PRAGMA page_count").fetchone()[0]
+            self._group._conn.execute(f"PRAGMA max_page_count = {pages}")
+            take_behind(self, tx)
         elif mode != "skip":  # (skip: takes none of them)
             take_behind(self, tx)
+        if mode == "stall":  # its requests taken, its commit only once told
+            while not Path(location + "-commit").exists():
+                time.sleep(0.01)
         if mode == "before-commit":
             os.kill(os.getpid(), signal.SIGKILL)
         if mode == "during-commit":  # killed once the commit's first WAL frames are written
@@ -105,23 +129,37 @@ HOLDER = SETUP + textwrap.dedent(
 
             conn.set_trace_callback(traced)
 
-    def dying(self, ticket, payload):  # after the commit, before any answer is sent
+    def dying(self, *args):  # after the commit, before any answer is sent
         os.kill(os.getpid(), signal.SIGKILL)
+
+    def locking(self, *args):  # after the commit: no answer, SQLite's lock held a while longer
+        import sqlite3
+        import threading
+        if getattr(self, "locked", None) is None:
+            self.locked = sqlite3.connect(location, isolation_level=None, check_same_thread=False)
+            self.locked.execute("BEGIN IMMEDIATE")
+            threading.Timer(4.5, self.locked.execute, ("ROLLBACK",)).start()
 
     backend.SqliteStore._take_behind = holding
     if mode == "after-commit":
         WriterQueue.answer = dying
+    if mode == "locked-after-commit":
+        WriterQueue.answer = locking
     value = "h" * 400_000 if mode == "during-commit" else "h"  # (a long commit: many WAL frames)
-    receipt = view.patch_state({"session": {"tactics": {"holder": value}}})
-    print("holder", "h", receipt.seq, flush=True)
+    try:
+        receipt = view.patch_state({"session": {"tactics": {"holder": value}}})
+    except Exception as exc:
+        print("holder", f"{type(exc).__name__}:{exc}".replace(" ", "_"), None, flush=True)
+    else:
+        print("holder", "h", receipt.seq, flush=True)
     """
 )
 
 
-def scope_key(location: str) -> DocKey:
+def scope_key(location: str, seed: str = "seed") -> DocKey:
     with open_store(location, auto_migrate=True) as store:
         view = MemoryView(store, Identity.of("t", "/t", "shared"))
-        view.patch_state({"session": {"tactics": {"w0": "seed"}}})  # the document exists
+        view.patch_state({"session": {"tactics": {"w0": seed}}})  # the document exists
         return view.keys["session"]
 
 
@@ -144,13 +182,13 @@ def claims(db: str) -> int:
         return int(conn.execute("SELECT count(*) FROM applied_ops WHERE scope = ?", (SCOPE,)).fetchone()[0])
 
 
-def start(script: str, *args: str) -> subprocess.Popen[str]:
+def start(script: str, *args: str, wait: float = 30) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-c", script, *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=os.environ,
+        env={**os.environ, "STATEFLOW_TEST_WAIT": str(wait)},
     )
 
 
@@ -182,17 +220,17 @@ def test_writer_processes_on_one_scope_commit_every_patch_exactly_once(backend: 
 
 
 def holder_and_requesters(
-    tmp_path: Path, mode: str, names: list[str]
+    tmp_path: Path, mode: str, names: list[str], wait: float = 30, seed: str = "seed"
 ) -> tuple[str, DocKey, subprocess.Popen[str], list[subprocess.Popen[str]]]:
     db = str(tmp_path / "store.db")
-    key = scope_key(db)
+    key = scope_key(db, seed)
     holder = start(HOLDER, db, mode, str(len(names)))
     assert holder.stdout is not None
     line = holder.stdout.readline()
     assert line.startswith("turn"), holder.stderr.read() if holder.stderr else line
     requesters = []
     for name in names:  # one at a time: their tickets in this order, right behind the holder's
-        requesters.append(start(REQUESTER, db, name))
+        requesters.append(start(REQUESTER, db, name, wait=wait))
         ticket = int(line.split()[1]) + len(requesters)
         deadline = time.monotonic() + 60
         while not Path(f"{db}-requests/r{ticket}").exists():
@@ -341,3 +379,147 @@ def test_a_request_on_documents_the_turn_has_not_written_reads_them_and_the_next
         assert body is not None and body["tactics"] == {"other": "x"}
     counts, seqs = written(db, key)
     assert seqs[("r3", "x")] == acked["r3"] and counts[("r3", "x")] == 1
+
+
+@pytest.mark.parametrize("mode", ["none", "after-commit"])
+def test_a_request_that_changes_nothing_gets_its_no_change_receipt_however_it_is_answered(
+    tmp_path: Path, mode: str
+) -> None:
+    names = ["same", "r2"]
+    db, key, holder, requesters = holder_and_requesters(tmp_path, mode, names)
+    Path(f"{db}-go").touch()
+    holder.wait(60)
+    acked = {name: (value, seq) for proc in requesters for name, value, seq in acknowledged(proc)}
+    assert acked["same"] == ("seed", None)  # applied, nothing changed: no transition
+    counts, seqs = written(db, key)
+    assert counts[("r2", "x")] == 1 and seqs[("r2", "x")] == acked["r2"][1]
+    assert counts[("w0", "seed")] == 0  # (the seed wrote the document whole)
+    assert claims(db) == 1  # r2's; none for a request that changes nothing
+
+
+def test_a_request_taken_by_a_turn_that_outlasts_its_wait_is_not_reported_unwritten(tmp_path: Path) -> None:
+    names = ["unknown"]
+    db, key, holder, requesters = holder_and_requesters(tmp_path, "stall", names, wait=3)
+    Path(f"{db}-go").touch()
+    [(name, code, _)] = acknowledged(requesters[0])  # its wait ran out while the holder held on
+    Path(f"{db}-commit").touch()
+    assert [entry[:2] for entry in acknowledged(holder)] == [("holder", "h")]
+    counts, _ = written(db, key)
+    assert counts[("unknown", "x")] == 1  # the holder committed it after all
+    assert code == "write-outcome-unknown"  # not store-busy's "nothing was written": no blind retry
+
+
+def test_large_answers_of_one_turn_all_reach_their_writers(tmp_path: Path) -> None:
+    names = [f"big{k}" for k in range(1, 8)]
+    db, key, holder, requesters = holder_and_requesters(tmp_path, "none", names, seed="s" * 60_000)
+    Path(f"{db}-go").touch()
+    assert [entry[0] for entry in acknowledged(holder)] == ["holder"]
+    acked = [entry for proc in requesters for entry in acknowledged(proc)]
+    # each answered (too large to send whole: "committed", its basis read back), none left to
+    # find its request committed in a turn of its own
+    assert sorted(value for _, value, _ in acked) == ["commits0"] * 7
+    counts, seqs = written(db, key)
+    for name, _, seq in acked:
+        assert counts[(name, "x")] == 1 and seqs[(name, "x")] == seq
+    assert claims(db) == 7
+
+
+def test_a_request_whose_failure_ends_the_transaction_raises_its_own_error_to_the_turn(
+    tmp_path: Path,
+) -> None:
+    names = ["huge"]
+    db, key, holder, requesters = holder_and_requesters(tmp_path, "full", names)
+    Path(f"{db}-go").touch()
+    (name, error, _), *_ = acknowledged(holder)
+    assert (name, error) == ("holder", "StoreUnavailable:SQLite_error:_database_or_disk_is_full")
+    acked = [entry for proc in requesters for entry in acknowledged(proc)]
+    assert [entry[0] for entry in acked] == ["huge"]  # written in its own turn
+
+
+HOLDS_TURN = """
+import sys, time
+from pathlib import Path
+from stateflow.store.writer_queue import WriterQueue
+queue = WriterQueue(Path(sys.argv[1]))
+queue.acquire(30)
+print("held", flush=True)
+while not Path(sys.argv[1] + "-go").exists():
+    time.sleep(0.01)
+queue.release()
+"""
+
+
+def test_a_writer_takes_only_an_answer_that_names_its_own_request(tmp_path: Path) -> None:
+    import socket
+    import threading
+
+    from stateflow.store.writer_queue import WriterQueue
+
+    db = tmp_path / "store.db"
+    holder = start(HOLDS_TURN, str(db))
+    assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+    stat = os.stat(f"{db}-writer")
+    name = f"\0stateflow-writer-{stat.st_dev:x}-{stat.st_ino:x}-1".encode()
+
+    def stray() -> None:  # an answer for another writer under this ticket's name, then the turn
+        time.sleep(0.3)
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sender:
+            sender.sendto(b"0" * 32 + b"c", name)
+        time.sleep(0.3)
+        Path(f"{db}-go").touch()
+
+    thread = threading.Thread(target=stray)
+    thread.start()
+    queue = WriterQueue(db)
+    try:
+        queue.acquire(30)  # a writer that published nothing: no answer is its, only the turn
+        assert queue.held
+    finally:
+        queue.close()
+        thread.join()
+    holder.communicate(timeout=30)
+    assert holder.returncode == 0
+
+
+def test_another_threads_write_is_remembered_at_once_while_a_turn_merges(tmp_path: Path) -> None:
+    import threading
+
+    from stateflow.store.plan import Fresh
+
+    db = str(tmp_path / "store.db")
+    key = scope_key(db)
+    seen: list[bool] = []
+    with open_store(db) as store:
+        view = MemoryView(store, Identity.of("t", "/t", "shared"))
+        store._contended[key] = time.monotonic() + 3600  # type: ignore[attr-defined]
+        other = Fresh()
+
+        def traced(sql: str) -> None:  # in the turn's merge: another thread's write is done
+            if not seen and "_remember" in vars(store):
+                thread = threading.Thread(target=store._remember, args=(other,))
+                thread.start()
+                thread.join()
+                pending = store._group.pending  # type: ignore[attr-defined]
+                seen.append(pending is not None and any(f is other for f in pending.written))
+
+        store._writer().set_trace_callback(traced)  # type: ignore[attr-defined]
+        receipt = view.patch_state({"session": {"tactics": {"t": "x"}}})
+        store._writer().set_trace_callback(None)  # type: ignore[attr-defined]
+        assert receipt.seq is not None
+        assert seen == [False]  # not deferred to (nor dropped with) the turn's commit
+        assert store._group.pending is None  # type: ignore[attr-defined]
+
+
+def test_a_request_committed_by_a_turn_when_its_own_turn_finds_sqlite_locked_is_answered_once(
+    tmp_path: Path,
+) -> None:
+    names = ["unknown"]
+    db, key, holder, requesters = holder_and_requesters(tmp_path, "locked-after-commit", names, wait=3)
+    Path(f"{db}-go").touch()
+    assert [entry[:2] for entry in acknowledged(holder)] == [("holder", "h")]
+    [(name, value, seq)] = acknowledged(requesters[0])
+    # its turn came with SQLite's lock held elsewhere past its wait: not "nothing was written"
+    # (it was); the lock waited for again, its claim found
+    assert (name, value) == ("unknown", "x")
+    counts, seqs = written(db, key)
+    assert counts[("unknown", "x")] == 1 and seqs[("unknown", "x")] == seq

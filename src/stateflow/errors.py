@@ -108,6 +108,15 @@ class WriteAborted(StoreBusy):
     deadlock detected, serialization failure); nothing was written, the call may be retried."""
 
 
+class WriteOutcomeUnknown(StoreUnavailable):
+    """The write was handed to another writer (SQLite: an earlier turn took a memory patch into
+    its group commit) that still held the write lock when this call's wait ran out: it may yet
+    be committed, or not. Not ``store-busy``: a blind retry could apply it twice; read the
+    state first."""
+
+    code = "write-outcome-unknown"
+
+
 class CorruptData(StoreError):
     """Stored bytes do not decode into what they must be; we fail closed instead of guessing."""
 

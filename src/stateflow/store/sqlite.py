@@ -38,6 +38,7 @@ from stateflow.errors import (
     StoreReadOnly,
     StoreUnavailable,
     UnsupportedStore,
+    WriteOutcomeUnknown,
 )
 from stateflow.store import writer_requests
 from stateflow.store.base import SqlStore
@@ -259,13 +260,14 @@ class _Requesting(_Member):
 
 class _Pending:
     """What waits for a transaction's commit: answers to the requests of other processes it
-    wrote (ticket, answer), sent before the turn is let go; then what else waits (the caches
+    wrote (ticket, request id, answer, the short answer sent where it does not fit — None: none
+    then), sent before the turn is let go; then what else waits (the caches
     fed with what the requests wrote, their files removed). Dropped if it does not commit."""
 
     __slots__ = ("after", "answers", "folded", "held", "written")
 
     def __init__(self) -> None:
-        self.answers: list[tuple[int, bytes]] = []
+        self.answers: list[tuple[int, str, bytes, bytes | None]] = []
         self.after: list[Callable[[], None]] = []
         self.written: list[Fresh] = []
         """what each write of the transaction left, in order"""
@@ -330,8 +332,8 @@ class _GroupCommit:
         if committed:  # (before the turn goes: an answered writer then needs no turn)
             # the last ticket first: an answered writer lets its ticket go at once, and the one
             # behind it must find its own answer there by then, not only the wake-up
-            for ticket, answer in reversed(pending.answers):
-                self.queue.answer(ticket, answer)
+            for ticket, request, answer, fallback in reversed(pending.answers):
+                self.queue.answer(ticket, request, answer, fallback)
         self.queue.release()
         if committed:
             for then in pending.after:
@@ -731,6 +733,12 @@ class SqliteStore(SqlStore):
                 done = Served(Commit(applied=True, seq=seq, at=at, revisions=revisions), docs, paths)
         except RequestTaken:
             done = self._taken_outcome(request)
+        except StoreBusy:
+            # (SQLite's write lock not had in this writer's turn) a request taken by an earlier
+            # turn is that turn's: committed or not, once its transaction is over
+            if request.withdraw():
+                raise
+            done = self._taken_outcome(request)
         except NotMerged:  # not the common case after all: nothing written, the caller's ``update``
             return None
         if done is None:  # committed, with the basis too large to send: read back
@@ -751,9 +759,7 @@ class SqliteStore(SqlStore):
         (found claimed: None, read back), or written here; then the requests queued right behind
         this turn written into the same transaction (``_take_behind``)."""
         if not request.withdraw():  # taken: that turn's commit, if any, is in the database now
-            claimed = tx.one(
-                "SELECT 1 FROM applied_ops WHERE scope = ? AND op_id = ?", (writer_requests.SCOPE, request.id)
-            )
+            claimed = _claim_of(tx, request)
             request.forget()
             if claimed is not None:
                 return None
@@ -792,8 +798,8 @@ class SqliteStore(SqlStore):
             merged[:] = [(docs, paths)]
             return writes, None
 
-        # (swapped on this object, not checked on every write: one turn at a time holds it, and
-        # another thread's cache fill deferred meanwhile is only later, or dropped: a miss)
+        # (swapped on this object, not checked on every write: one turn at a time holds it;
+        # another thread's cache fill meanwhile is told apart in ``_after_commit``)
         self._remember = self._after_commit  # type: ignore[method-assign]
         try:
             commit, _ = self.update(
@@ -819,32 +825,39 @@ class SqliteStore(SqlStore):
         for taken in writer_requests.take(self.path, *behind):
             pending = commit.waiting()
             held = self._held(pending)
-            after, answers, written, kept = (
-                len(pending.after),
-                len(pending.answers),
-                pending.folded,
-                dict(held),
-            )
+            after, answers, written = len(pending.after), len(pending.answers), pending.folded
             claims = [(writer_requests.SCOPE, taken.id)]
             cursor.execute("SAVEPOINT request")
             try:
                 served = self._merge_held(tx, held, taken, claims) or self._merge(
                     taken.keys, taken.patches, taken.members, taken.outlines, taken.origin, claims
                 )
-            except Exception:  # (whatever it is, it stays with the request: its writer writes it)
+            except Exception as exc:  # (whatever it is, it stays with the request: its writer writes it)
+                if not tx.conn.in_transaction:  # it ended the whole transaction (SQLITE_FULL, IOERR)
+                    if isinstance(exc, sqlite3.Error):
+                        raise _mapped(exc) from exc
+                    raise  # (the turn's own write is gone too: its caller gets the cause)
+                served = None
+            done = None if served is None else served.commit
+            if done is None or done.seq is None:
+                # failed, or it changes nothing: rolled back, claim and all (no transition to
+                # claim); its held documents folded again from what stays
                 del pending.after[after:], pending.answers[answers:], pending.written[written:]
-                pending.held = kept
+                pending.held, pending.folded = {}, 0
                 cursor.execute("ROLLBACK TO request")
-                cursor.execute("RELEASE request")
-                continue
             cursor.execute("RELEASE request")
-            done = served.commit
+            if served is None or done is None:
+                continue
+            # a request that changes nothing is answered whole or not at all (its writer then
+            # merges it in its own turn): it has no claim for a short answer to point to
             pending.answers.append(
                 (
                     taken.ticket,
+                    taken.id,
                     writer_requests.answer(
                         taken.keys, served.docs, served.paths, done.seq, done.at, done.revisions
                     ),
+                    None if done.seq is None else writer_requests.COMMITTED,
                 )
             )
             pending.after.append(partial(writer_requests.done, self.path, taken.ticket))
@@ -884,17 +897,25 @@ class SqliteStore(SqlStore):
         return Served(commit, docs, paths)
 
     def _taken_outcome(self, request: Request) -> Served | None:
-        """The wait for the turn ran out after an earlier turn took this request: that turn's
-        transaction decides — once SQLite's write lock is free, the request is claimed
-        (committed: None, read back) or not (nothing written: ``StoreBusy``)."""
+        """The turn did not come (or SQLite's write lock did not) after an earlier turn took
+        this request: that turn's transaction decides — once SQLite's write lock is free, the
+        request is claimed (committed: None, read back) or not (nothing written: ``StoreBusy``).
+        Still not free: :class:`WriteOutcomeUnknown` (that transaction may yet commit it)."""
         conn = self._connection()
-        with _mapped_errors():
+        try:
             conn.execute("BEGIN IMMEDIATE")  # waits for the holder's transaction to end
+        except sqlite3.Error as exc:
+            error = _mapped(exc)
+            if not isinstance(error, StoreBusy):
+                raise error from exc
+            raise WriteOutcomeUnknown(
+                f"another process's writer took this patch into its transaction and has held the "
+                f"write lock of {self.path.name} for over {self._group.wait:g} s since: whether "
+                "the patch is written is unknown — read the state before writing it again"
+            ) from exc
+        with _mapped_errors():
             try:
-                claimed = conn.execute(
-                    "SELECT 1 FROM applied_ops WHERE scope = ? AND op_id = ?",
-                    (writer_requests.SCOPE, request.id),
-                ).fetchone()
+                claimed = _claim_of(_SqliteTx(conn), request)
             finally:
                 conn.execute("ROLLBACK")
         request.forget()
@@ -910,11 +931,8 @@ class SqliteStore(SqlStore):
         """A request committed by another writer's turn, whose answer did not come whole: its
         transition found by its claim, the basis read as of the transition before."""
         with self._read_tx() as tx:
-            row = tx.one(
-                "SELECT seq FROM applied_ops WHERE scope = ? AND op_id = ?",
-                (writer_requests.SCOPE, request.id),
-            )
-        if row is None:
+            row = _claim_of(tx, request)
+        if row is None or row[0] is None:  # (a request that changes nothing is not claimed)
             raise StoreError(f"request {request.id} was answered but is not recorded")
         seq = int(row[0])
         names = [*request.members, *(n for n in request.outlines if n not in request.members)]
@@ -936,7 +954,11 @@ class SqliteStore(SqlStore):
 
     def _after_commit(self, fresh: Fresh) -> None:
         """``_remember`` while a request is merged: the caches take only committed data, and
-        this transaction commits later, for every request it writes."""
+        this transaction commits later, for every request it writes. (Swapped on the shared
+        store: another thread's write, committed already, is remembered at once.)"""
+        if not getattr(self._local, "writing", False):
+            SqlStore._remember(self, fresh)
+            return
         pending = self._group.waiting()
         pending.after.append(partial(SqlStore._remember, self, fresh))
         pending.written.append(fresh)
@@ -1078,6 +1100,13 @@ class SqliteStore(SqlStore):
             self._watch.close()  # after the connections: its close drops their -shm locks
             self._group.queue.close()
         self._local = threading.local()
+
+
+def _claim_of(tx: Tx, request: Request) -> tuple[Any, ...] | None:
+    """The claim of a request another writer's turn took (its seq), if that turn committed it."""
+    return tx.one(
+        "SELECT seq FROM applied_ops WHERE scope = ? AND op_id = ?", (writer_requests.SCOPE, request.id)
+    )
 
 
 @contextmanager

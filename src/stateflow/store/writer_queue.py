@@ -39,6 +39,7 @@ in the line and passes it on the moment its own turn comes. Where these locks do
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import mmap
@@ -52,7 +53,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from stateflow.errors import StoreBusy
-from stateflow.store.writer_requests import ANSWER_MAX, COMMITTED, Request
+from stateflow.store.writer_requests import ANSWER_MAX, TAKEN_MAX, Request
 
 _OPEN_FLAGS = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC
 _SET: int | None = getattr(fcntl, "F_OFD_SETLK", None)
@@ -67,6 +68,9 @@ _LOOK_AGAIN = 0.05
 _MISSES = 3
 """turns that came without a wake-up before a process stops relying on them"""
 _WAKES = hasattr(socket, "AF_UNIX") and _SET is not None
+_DATAGRAM_OVERHEAD = 4096
+"""bytes a datagram waiting to be read costs its sender's buffer beyond its own (its buffer
+head, its last page's rest), at most"""
 _yield: Callable[[], None] = getattr(os, "sched_yield", lambda: None)
 """gives this thread's CPU to a runnable process (the writer just woken), where there is one"""
 
@@ -189,6 +193,8 @@ class WriterQueue:
         self._name = b""
         """the file's identity in wake-up names (device and inode of ``FILE-writer``)"""
         self._waker: socket.socket | None = None
+        self._answer_max = 0
+        """the largest answer sent whole from ``_waker`` (set as it is made)"""
         self._misses = 0
         self._last: int | None = None
         """the ticket this process held last (on ``_fd``), whose byte it has let go"""
@@ -287,9 +293,13 @@ class WriterQueue:
 
     def _woken(self, fd: int, ticket: int, deadline: float, request: Request | None) -> bool | bytes:
         """Sleep until the writer before ``ticket`` lets go (True), the deadline (False) or an
-        answer to ``request`` (published here, once this writer can be told: the answer)."""
+        answer to ``request`` (published here, once this writer can be told: the answer). An
+        answer names its request (``answer``): a datagram naming another — sent to this name
+        for a writer of an earlier file of the same name, or of the same ticket before the
+        file was made again — is only a wake-up."""
         before = _COUNTER + ticket - 1
         size = 1
+        mine = b""
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as inbox:
             try:
                 inbox.bind(b"\0" + self._name + str(ticket).encode())
@@ -297,7 +307,8 @@ class WriterQueue:
                 self._misses = _MISSES
                 return False
             if request is not None and request.publish(ticket, deadline):
-                size = ANSWER_MAX + 1
+                mine = request.id.encode()
+                size = len(mine) + ANSWER_MAX + 1
             woken: bool | None = None  # None: it never slept
             while not _free(fd, before):  # looked at after binding: a wake-up sent before is not lost
                 left = deadline - time.monotonic()
@@ -306,16 +317,16 @@ class WriterQueue:
                 woken = bool(select.select([inbox], [], [], min(left, _LOOK_AGAIN))[0])
                 if woken:
                     got = inbox.recv(size)
-                    if got:
+                    if mine and got.startswith(mine):
                         self._misses = 0
-                        return got
-            if size > 1:  # an answer is sent before the turn before ours is let go: here by now
+                        return got[len(mine) :]
+            if mine:  # an answer is sent before the turn before ours is let go: here by now
                 inbox.setblocking(False)
                 try:
                     while True:  # (behind a wake-up, maybe)
                         got = inbox.recv(size)
-                        if got:
-                            return got
+                        if got.startswith(mine):
+                            return got[len(mine) :]
                 except OSError:
                     pass
         if woken is not None:
@@ -330,35 +341,55 @@ class WriterQueue:
         counter = self._counter
         return ticket, int.from_bytes(counter, "little") if counter is not None else self._drawn(self._fd)
 
-    def answer(self, ticket: int, payload: bytes) -> None:
-        """Send a request's answer to the writer holding ``ticket`` (see ``_woken``)."""
+    def answer(self, ticket: int, request: str, payload: bytes, fallback: bytes | None) -> None:
+        """Send the answer to ``request`` to the writer holding ``ticket`` (see ``_woken``), led
+        by the request's id. ``fallback`` (short) is sent instead where the answer does not fit:
+        larger than a datagram, or than this socket's share of its send buffer for a turn's
+        answers (each counts against it until its requester reads it: a full buffer refuses the
+        next); None: then nothing is sent, and the requester, its turn come, decides."""
         if not self._name:
             return
+        waker = self._waker_socket()
+        if waker is None:
+            return
+        name = b"\0" + self._name + str(ticket).encode()
+        head = request.encode()
+        if len(payload) > self._answer_max:
+            if fallback is None:
+                return
+            payload = fallback
         try:
-            if self._waker is None:
-                self._waker = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-                self._waker.setblocking(False)
-            name = b"\0" + self._name + str(ticket).encode()
+            waker.sendto(head + payload, name)
+        except OSError as exc:  # (a requester gone: its request committed all the same)
+            if fallback is None or payload is fallback or exc.errno not in (errno.EMSGSIZE, errno.EAGAIN):
+                return
+            with contextlib.suppress(OSError):  # (still refused: the requester's turn decides)
+                waker.sendto(head + fallback, name)
+
+    def _waker_socket(self) -> socket.socket | None:
+        """The socket answers and wake-ups are sent from (made on first use)."""
+        waker = self._waker
+        if waker is None:
             try:
-                self._waker.sendto(payload, name)
-            except OSError as exc:
-                if exc.errno != errno.EMSGSIZE:
-                    raise
-                self._waker.sendto(COMMITTED, name)  # too large: the basis is read back
-        except OSError:  # the requester is gone: its request committed all the same
-            pass
+                waker = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+                waker.setblocking(False)
+                buffer = waker.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
+            except OSError:
+                return None
+            self._waker = waker
+            # a whole turn's answers must fit together (each costs its size and a little more)
+            self._answer_max = min(ANSWER_MAX, buffer // (TAKEN_MAX + 1) - _DATAGRAM_OVERHEAD)
+        return waker
 
     def _wake(self, ticket: int) -> None:
         """Tell the writer holding ``ticket`` (if it is waiting) that its turn has come."""
         if not _WAKES or not self._name:
             return
-        try:
-            if self._waker is None:
-                self._waker = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-                self._waker.setblocking(False)
-            self._waker.sendto(b"", b"\0" + self._name + str(ticket).encode())
-        except OSError:  # nobody waiting under that name (yet): the lock tells them
-            pass
+        waker = self._waker_socket()
+        if waker is None:
+            return
+        with contextlib.suppress(OSError):  # nobody waiting under that name (yet): the lock tells them
+            waker.sendto(b"", b"\0" + self._name + str(ticket).encode())
 
     def drawn(self) -> int:
         """How many tickets have been drawn on this database so far (by every process)."""

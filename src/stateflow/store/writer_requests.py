@@ -56,8 +56,9 @@ MARGIN: Final = 1.0
 """Seconds before its requester's deadline that a request is no longer taken: a requester
 whose wait ends finds it untaken and withdraws it, unless a holder is stuck in its commit."""
 ANSWER_MAX: Final = 200_000
-"""The largest answer sent whole (a datagram); a larger one says only "committed", and the
-requester reads its basis back from the store."""
+"""The largest answer sent whole (a datagram), at most; a larger one says only "committed", and
+the requester reads its basis back from the store. (The writer queue sends less whole: a turn's
+answers must fit its socket's send buffer together.)"""
 COMMITTED: Final = b"c"
 """The answer that says only that the request committed."""
 
@@ -294,7 +295,9 @@ def answer(
     revisions: Mapping[DocKey, int],
 ) -> bytes:
     """A committed request's answer: its transition, the basis of each document and the paths
-    written (as ``merged`` encoded them: spliced in, not decoded and encoded again)."""
+    written (as ``merged`` encoded them: spliced in, not decoded and encoded again). Sent led
+    by the request's id (``WriterQueue.answer``); one too large to send whole is sent as
+    :data:`COMMITTED`."""
     head = encode_trusted(
         {
             "seq": seq,
@@ -303,8 +306,7 @@ def answer(
             "docs": [[docs[k].revision, docs[k].seq, docs[k].body, docs[k].outlines] for k in keys],
         }
     )
-    body = b"".join((head[:-1], b',"paths":[', b",".join(paths.get(k, b"null") for k in keys), b"]}"))
-    return body if len(body) <= ANSWER_MAX else COMMITTED
+    return b"".join((head[:-1], b',"paths":[', b",".join(paths.get(k, b"null") for k in keys), b"]}"))
 
 
 def answered(
