@@ -401,7 +401,7 @@ def test_a_request_taken_by_a_turn_that_outlasts_its_wait_is_not_reported_unwrit
     names = ["unknown"]
     db, key, holder, requesters = holder_and_requesters(tmp_path, "stall", names, wait=3)
     Path(f"{db}-go").touch()
-    [(name, code, _)] = acknowledged(requesters[0])  # its wait ran out while the holder held on
+    [(_, code, _)] = acknowledged(requesters[0])  # its wait ran out while the holder held on
     Path(f"{db}-commit").touch()
     assert [entry[:2] for entry in acknowledged(holder)] == [("holder", "h")]
     counts, _ = written(db, key)
@@ -428,7 +428,7 @@ def test_a_request_whose_failure_ends_the_transaction_raises_its_own_error_to_th
     tmp_path: Path,
 ) -> None:
     names = ["huge"]
-    db, key, holder, requesters = holder_and_requesters(tmp_path, "full", names)
+    db, _, holder, requesters = holder_and_requesters(tmp_path, "full", names)
     Path(f"{db}-go").touch()
     (name, error, _), *_ = acknowledged(holder)
     assert (name, error) == ("holder", "StoreUnavailable:SQLite_error:_database_or_disk_is_full")
