@@ -491,7 +491,7 @@ def test_another_threads_write_is_remembered_at_once_while_a_turn_merges(tmp_pat
     seen: list[bool] = []
     with open_store(db) as store:
         view = MemoryView(store, Identity.of("t", "/t", "shared"))
-        store._contended[key] = time.monotonic() + 3600  # type: ignore[attr-defined]
+        store._contended[key] = time.monotonic() + 3600
         other = Fresh()
 
         def traced(sql: str) -> None:  # in the turn's merge: another thread's write is done
