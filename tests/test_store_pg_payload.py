@@ -110,6 +110,14 @@ def test_a_new_documents_body_travels_once_where_the_server_builds_its_change() 
     ):
         (row,) = _rows([plan])["doc_rows"]
         assert row[3] == plan.inline and row[10] == 0
+    # a name whose raw bytes happen to spell the inline edits: equal bytes here, but ``to_json``
+    # on the server would escape its quotes (or control character) and store other bytes
+    for name, inline in (
+        ('a":1,"b', b'[["",[[[],{"a":1,"b":2}]]]]'),
+        ("a\x01", b'[["",[[[],{"a\x01":2}]]]]'),
+    ):
+        (row,) = _rows([_new_document_plan({name: b"2"}, inline=inline)])["doc_rows"]
+        assert row[3] == inline and row[10] == 0, name
     held = _new_document_plan({"saved": body})
     held.inserts[0] = (*held.inserts[0][:7], b"\x01" * 16)  # its body a tree's root
     (row,) = _rows([held])["doc_rows"]
