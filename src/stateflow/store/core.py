@@ -57,6 +57,9 @@ class StoreCore(Backend):
         self._contended: dict[DocKey, float] = {}
         """documents an optimistic read lost to another writer, until when (monotonic) their
         writes take the row locks first (see ``update(optimistic=True)``)"""
+        self._served_revisions: dict[DocKey, int] = {}
+        """each document's revision after this store's last memory patch merged for all
+        (``patch_on_server``; see ``Writes._served_contended``)"""
         self._node_cache = NodeCache()
         """decoded tree nodes by id, for path reads"""
         self._positions = Positions()

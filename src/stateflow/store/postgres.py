@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import re
-import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
@@ -41,7 +40,6 @@ from stateflow.store.base import SqlStore
 from stateflow.store.cache import RevisionCache
 from stateflow.store.clock import restored_at, utc_now
 from stateflow.store.commit_groups import CommitGroups, Member
-from stateflow.store.core import KNOWN_ROWS_MAX
 from stateflow.store.id_blocks import IdBlocks
 from stateflow.store.migrations import (
     INDEXABLE,
@@ -62,7 +60,6 @@ from stateflow.store.rows import (
     to_row,
 )
 from stateflow.store.tx import Tx
-from stateflow.store.writes import CONTENDED_SECONDS
 
 _SEQ_LOCK: Final = 0x5EF10  # advisory lock id that orders transition inserts
 _SEQ_LOCK_KEY: Final = "((?::bigint << 32) | (hashtext(current_schema())::bigint & 4294967295))"
@@ -209,8 +206,6 @@ class PostgresStore(SqlStore):
         """document ids taken from the sequence ahead, for rows a commit creates"""
         self._unborn: dict[int, DocKey] = {}
         """ids handed out by ``_absent_rows`` whose rows the commit writing them creates"""
-        self._served_revisions: dict[DocKey, int] = {}
-        """each document's revision after this store's last patch merged by the server"""
         wait = timeout if timeout is not None else DEFAULT_WAIT
         kwargs: dict[str, Any] = {"autocommit": True}
         try:
@@ -631,19 +626,7 @@ class PostgresStore(SqlStore):
             with _mapped_errors():
                 raise
         done = served_patch.served(rows, locked, outlines)
-        # contended a while longer where another writer wrote a document since this store last
-        # did; where nobody did, left to lapse when it was due (not dropped at once: with several
-        # writers, one of them finding a turn nobody else took is common, and its next write
-        # would try without the lock, lose, and take the locked path — holding the row locks
-        # across its round trips and its own CPU, several server merges' turns)
-        until = time.monotonic() + CONTENDED_SECONDS
-        last = self._served_revisions
-        if len(last) > KNOWN_ROWS_MAX:
-            last.clear()
-        for key, revision in done.commit.revisions.items():
-            if last.get(key) != done.docs[key].revision:
-                self._contended[key] = until
-            last[key] = revision
+        self._served_contended(done)
         return done
 
     def _send_planned(self, planned: _Planned) -> int | None:

@@ -43,7 +43,6 @@ from stateflow.errors import (
 from stateflow.store import writer_requests
 from stateflow.store.base import SqlStore
 from stateflow.store.clock import utc_now
-from stateflow.store.core import KNOWN_ROWS_MAX
 from stateflow.store.id_blocks import IdBlocks
 from stateflow.store.ledger import OpIdTaken, claims_query
 from stateflow.store.migrations import (
@@ -61,7 +60,6 @@ from stateflow.store.served_patch import Served
 from stateflow.store.tx import Tx
 from stateflow.store.writer_queue import Answered, RequestTaken, WriterQueue
 from stateflow.store.writer_requests import NotMerged, Request
-from stateflow.store.writes import CONTENDED_SECONDS
 
 R = TypeVar("R")
 SYNCHRONOUS_MODES: Final = ("full", "normal", "extra", "off")
@@ -507,8 +505,6 @@ class SqliteStore(SqlStore):
         self._watch = _CommitWatch(self.path)
         self._shared: _Snapshot | None = None
         self._group = _GroupCommit(self._writer, max_group, WriterQueue(self.path), busy_timeout_ms / 1000)
-        self._served_revisions: dict[DocKey, int] = {}
-        """each document's revision after this store's last served patch (``patch_on_server``)"""
         self._swept = -writer_requests.SWEEP_EVERY
         """the ticket of this store's last sweep of request files left behind"""
         self._spare_ids = IdBlocks()
@@ -743,15 +739,7 @@ class SqliteStore(SqlStore):
             return None
         if done is None:  # committed, with the basis too large to send: read back
             done = self._read_back(request)
-        # contended a while longer where another writer wrote a document since this store last did
-        until = time.monotonic() + CONTENDED_SECONDS
-        last = self._served_revisions
-        if len(last) > KNOWN_ROWS_MAX:
-            last.clear()
-        for key, revision in done.commit.revisions.items():
-            if last.get(key) != done.docs[key].revision:
-                self._contended[key] = until
-            last[key] = revision
+        self._served_contended(done)
         return done
 
     def _in_turn(self, tx: _SqliteTx, request: Request, first: bool) -> Served | None:

@@ -56,6 +56,7 @@ from stateflow.store.rows import (
     rows_by_key,
     to_row,
 )
+from stateflow.store.served_patch import Served
 from stateflow.store.tree import Builder
 from stateflow.store.tx import OFFLINE, Tx
 
@@ -790,6 +791,22 @@ class Writes(StoreCore):
         known = self._rows_known
         until = time.monotonic() + CONTENDED_SECONDS
         self._contended.update((key, until) for key in keys if known.get(key, NO_ROW).doc_id)
+
+    def _served_contended(self, done: Served) -> None:
+        """After a memory patch merged for all (``patch_on_server``: the server's merge, or the
+        SQLite turn that carried it): a document another writer wrote since this store's last
+        such patch stays contended a while longer; where nobody did, it is left to lapse when it
+        was due (not dropped at once: with several writers, one of them finding a turn nobody
+        else took is common, and its next write would try without the lock, lose, and take the
+        locked path — several merges' turns)."""
+        until = time.monotonic() + CONTENDED_SECONDS
+        last = self._served_revisions
+        if len(last) > KNOWN_ROWS_MAX:
+            last.clear()
+        for key, revision in done.commit.revisions.items():
+            if last.get(key) != done.docs[key].revision:
+                self._contended[key] = until
+            last[key] = revision
 
     def _is_contended(self, keys: Sequence[DocKey]) -> bool:
         """Whether an optimistic read of one of ``keys`` lost to another writer a moment ago."""
