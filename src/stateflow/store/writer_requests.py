@@ -44,8 +44,9 @@ from stateflow.doc.merge import Emitted, merge_patch
 from stateflow.errors import InvalidJSON
 from stateflow.store.cache import Heads
 from stateflow.store.model import DocKey, Document, Write, made_document, made_write
-from stateflow.store.rows import DocRow, decode_stored
+from stateflow.store.rows import DocRow
 from stateflow.store.spares import SPARES
+from stateflow.store.writes import named_document
 
 SCOPE: Final = "_writer_requests"
 """The ``applied_ops`` scope of request ids (a reserved name: no state or memory scope)."""
@@ -267,23 +268,13 @@ def handed(
     outlines: Sequence[str],
 ) -> dict[DocKey, Document]:
     """The documents a request's merge is handed, from ``entries``: the named members and
-    outlines, as the locked read hands them (``Writes._documents``)."""
-    docs = {}
-    named = set(members)
-    for key, (row, body, heads) in entries.items():
-        shapes: dict[str, Any] = {}
-        if body is not None:
-            if outlines:
-                for head in heads.values():
-                    if head[1] in outlines:
-                        raw = head[5]
-                        shapes[head[1]] = (
-                            None if raw is None else decode_stored(raw, f"{key} outline of {head[1]!r}")
-                        )
-            if not named.issuperset(body):
-                body = {n: v for n, v in body.items() if n in named}
-        docs[key] = made_document(key, row.revision, body, row.updated_seq, shapes)
-    return docs
+    outlines, as the locked read hands them (``writes.named_document``)."""
+    return {
+        key: made_document(key, row.revision, None, row.updated_seq, {})
+        if body is None
+        else named_document(key, row, body, heads, members, outlines)
+        for key, (row, body, heads) in entries.items()
+    }
 
 
 def answer(

@@ -653,10 +653,12 @@ class Writes(StoreCore):
         handed = self._handed
         for key, (row, body, _) in entries.items():
             if (names is not None or outline_names) and key not in shared and body is not None:
-                doc = self._named(key, row, body, names, outline_names)
-                if doc is None:
-                    return None  # the heads are not cached at this revision
-                docs[key] = doc
+                heads = None
+                if outline_names:
+                    heads = self._heads.get(row.doc_id, row.revision)
+                    if heads is None:
+                        return None  # the heads are not cached at this revision
+                docs[key] = named_document(key, row, body, heads, names, outline_names)
                 continue
             doc = handed.get(key)
             if (
@@ -735,35 +737,6 @@ class Writes(StoreCore):
             keys.append(key)
             plans.append(plan)
         return (keys, plans) if plans else None
-
-    def _named(
-        self,
-        key: DocKey,
-        row: DocRow,
-        body: dict[str, Any],
-        names: list[str] | None,
-        outline_names: Sequence[str],
-    ) -> Document | None:
-        """The document as the locked path hands it when members or outlines are named: the
-        named members of ``body`` and the named outlines from the cached heads (None: not
-        cached at the row's revision)."""
-        shapes: dict[str, Any] = {}
-        if outline_names:
-            heads = self._heads.get(row.doc_id, row.revision)
-            if heads is None:
-                return None
-            for h in heads.values():  # (no message made per outline: one only for one that fails)
-                name, raw = h[1], h[5]
-                if name in outline_names:
-                    try:
-                        shapes[name] = None if raw is None else orjson.loads(raw)
-                    except (orjson.JSONDecodeError, TypeError):
-                        shapes[name] = decode_stored(raw, f"{key} outline of {name!r}")  # (raises)
-        if names is not None:  # in the members' order, as the locked read gives them
-            named = set(names)
-            if not named.issuperset(body):  # (else the body is the named members already)
-                body = {n: v for n, v in body.items() if n in named}
-        return made_document(key, row.revision, body, row.updated_seq, shapes)
 
     def _still_contended(self, seen: Mapping[DocKey, DocRow | None], now: Mapping[DocKey, DocRow]) -> None:
         """Under the row locks: a document another writer wrote since this store last saw it
@@ -1812,6 +1785,34 @@ class _Moved:
 
 
 MOVED = _Moved()
+
+
+def named_document(
+    key: DocKey,
+    row: DocRow,
+    body: dict[str, Any],
+    heads: Heads | None,
+    names: Sequence[str] | None,
+    outline_names: Sequence[str],
+) -> Document:
+    """The document as the locked path hands it when members or outlines are named: the named
+    members of ``body`` and the named outlines from ``heads`` (its member heads at the row's
+    revision; None where no outline is named)."""
+    shapes: dict[str, Any] = {}
+    if outline_names and heads is not None:
+        for h in heads.values():  # (no message made per outline: one only for one that fails)
+            name, raw = h[1], h[5]
+            if name in outline_names:
+                try:
+                    shapes[name] = None if raw is None else orjson.loads(raw)
+                except (orjson.JSONDecodeError, TypeError):
+                    shapes[name] = decode_stored(raw, f"{key} outline of {name!r}")  # (raises)
+    if names is not None:  # in the members' order, as the locked read gives them
+        named = set(names)
+        if not named.issuperset(body):  # (else the body is the named members already)
+            body = {n: v for n, v in body.items() if n in named}
+    return made_document(key, row.revision, body, row.updated_seq, shapes)
+
 
 CONTENDED_SECONDS = 0.5
 """How long writes of a document whose optimistic read lost go straight to its row lock: with
