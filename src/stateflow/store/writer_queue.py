@@ -302,7 +302,7 @@ class WriterQueue:
         mine = b""
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as inbox:
             try:
-                inbox.bind(b"\0" + self._name + str(ticket).encode())
+                inbox.bind(self._inbox(ticket))
             except OSError:  # no abstract names here: the helper thread waits instead
                 self._misses = _MISSES
                 return False
@@ -352,7 +352,7 @@ class WriterQueue:
         waker = self._waker_socket()
         if waker is None:
             return
-        name = b"\0" + self._name + str(ticket).encode()
+        name = self._inbox(ticket)
         head = request.encode()
         if len(payload) > self._answer_max:
             if fallback is None:
@@ -365,6 +365,10 @@ class WriterQueue:
                 return
             with contextlib.suppress(OSError):  # (still refused: the requester's turn decides)
                 waker.sendto(head + fallback, name)
+
+    def _inbox(self, ticket: int) -> bytes:
+        """The abstract socket name the writer holding ``ticket`` waits on (wake-ups, answers)."""
+        return b"\0" + self._name + str(ticket).encode()
 
     def _waker_socket(self) -> socket.socket | None:
         """The socket answers and wake-ups are sent from (made on first use)."""
@@ -389,7 +393,7 @@ class WriterQueue:
         if waker is None:
             return
         with contextlib.suppress(OSError):  # nobody waiting under that name (yet): the lock tells them
-            waker.sendto(b"", b"\0" + self._name + str(ticket).encode())
+            waker.sendto(b"", self._inbox(ticket))
 
     def drawn(self) -> int:
         """How many tickets have been drawn on this database so far (by every process)."""
