@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from stateflow.doc.canonical import encode
 from stateflow.doc.select import MISSING
 from stateflow.memory import Identity, MemoryView
-from stateflow.store import DocKey, open_store
+from stateflow.store import DocKey, open_store, writer_requests
 from stateflow.store.writer_requests import SCOPE
 
 SETUP = """
@@ -523,3 +524,44 @@ def test_a_request_committed_by_a_turn_when_its_own_turn_finds_sqlite_locked_is_
     assert (name, value) == ("unknown", "x")
     counts, seqs = written(db, key)
     assert counts[("unknown", "x")] == 1 and seqs[("unknown", "x")] == seq
+
+
+def test_a_writers_request_files_are_reused_not_created_for_each_request(tmp_path: Path) -> None:
+    db = tmp_path / "store.db"
+    folder = Path(f"{db}-requests")
+    spares = writer_requests.Spares(db)
+    key = DocKey("memory", "s")
+    deadline = time.monotonic() + 60
+
+    def request(value: str) -> writer_requests.Request:
+        patch = encode({"tactics": {"w": value}})
+        return writer_requests.Request.new(spares, [key], {key: patch}, ["tactics"], [], {})
+
+    def taken(after: int) -> writer_requests.Taken:
+        [entry] = writer_requests.take(db, after, after + 2)
+        return entry
+
+    first = request("x" * 5_000)
+    assert first.publish(1, deadline)
+    inode = os.stat(folder / "r1").st_ino
+    assert taken(0).patches == {key: {"tactics": {"w": "x" * 5_000}}}
+    assert not first.withdraw()  # taken: its writer cannot take it back
+    first.forget()  # answered: its file is this writer's spare
+    assert [p.name for p in folder.iterdir()] == [f"p1-{first.id}"]
+    second = request("short")  # written into the spare, cut to its own length
+    assert second.publish(2, deadline)
+    assert os.stat(folder / "r2").st_ino == inode
+    assert taken(1).patches == {key: {"tactics": {"w": "short"}}}
+    second.forget()
+    third = request("withdrawn")
+    assert third.publish(3, deadline)
+    assert third.withdraw()  # untaken: back to a spare, as a take would rename it
+    assert os.stat(folder / f"p3-{third.id}").st_ino == inode
+    writer_requests.sweep(db, 10)  # a spare swept as a leftover by a later turn: a new file then
+    assert not list(folder.iterdir())
+    fourth = request("after the sweep")
+    assert fourth.publish(11, deadline)
+    assert taken(10).patches == {key: {"tactics": {"w": "after the sweep"}}}
+    fourth.forget()
+    spares.drop()  # the store closing, or its process exiting
+    assert not list(folder.iterdir())

@@ -18,6 +18,7 @@ import os
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from dataclasses import dataclass, field
@@ -505,6 +506,8 @@ class SqliteStore(SqlStore):
         self._watch = _CommitWatch(self.path)
         self._shared: _Snapshot | None = None
         self._group = _GroupCommit(self._writer, max_group, WriterQueue(self.path), busy_timeout_ms / 1000)
+        self._spares = writer_requests.Spares(self.path)
+        weakref.finalize(self, self._spares.drop)  # (at exit too: a store left open)
         self._swept = -writer_requests.SWEEP_EVERY
         """the ticket of this store's last sweep of request files left behind"""
         self._spare_ids = IdBlocks()
@@ -716,12 +719,13 @@ class SqliteStore(SqlStore):
         if not self.contended(locked) or getattr(self._local, "writing", False):
             return None
         self.check_schema()
-        request = Request.new(self.path, locked, patches, members, outlines, origin)
+        request = Request.new(self._spares, locked, patches, members, outlines, origin)
         try:
             member = _Requesting(self._group, self._local, request)
             with member as tx:
                 done = self._in_turn(tx, request, member._first)
         except Answered as answered:
+            request.forget()  # (its file: this writer's next spare)
             done = None
             decoded = writer_requests.answered(answered.answer, locked)
             if decoded is not None:
@@ -848,7 +852,6 @@ class SqliteStore(SqlStore):
                     None if done.seq is None else writer_requests.COMMITTED,
                 )
             )
-            pending.after.append(partial(writer_requests.done, self.path, taken.ticket))
 
     def _merge_held(
         self,
@@ -1087,6 +1090,7 @@ class SqliteStore(SqlStore):
                 conn.close()
             self._watch.close()  # after the connections: its close drops their -shm locks
             self._group.queue.close()
+            self._spares.drop()
         self._local = threading.local()
 
 
