@@ -200,19 +200,21 @@ class _Member:
             left = max(0.0, deadline - time.monotonic())
         group = self._group = commit._group
         try:
-            conn = commit._conn = commit._connect()
+            tx = commit._tx  # (kept with its connection from one group to the next)
+            if tx is None:  # the first write, or the first since a close: the connection opened
+                tx = commit.tx(commit._connect())
+            conn = commit._conn = tx.conn
             first = self._first = not conn.in_transaction  # the first of a group needs no savepoint
             if first:
                 # other processes' writers: wait for our turn, not poll, and not forever
                 # (raises ``Answered`` where an earlier turn committed the request: no turn of ours)
                 commit.queue.acquire(left, wait, self._request)
-            tx = commit.tx(conn)
             try:  # (not `_mapped_errors()`: a context manager costs more than this statement's Python)
                 tx.cursor.execute("BEGIN IMMEDIATE" if first else "SAVEPOINT member")
             except sqlite3.Error as exc:
                 raise _mapped(exc) from exc
         except BaseException:
-            commit._leave(group, ok=False)
+            commit._settle(group, False)
             raise
         self._conn = conn
         if self._local is not None:
@@ -240,7 +242,7 @@ class _Member:
             ok = True
             group.members += 1
         finally:
-            shared = commit._leave(group, ok)  # (a group of this writer alone: committed, or raised)
+            shared = commit._settle(group, ok)  # (a group of this writer alone: committed, or raised)
         if shared:
             group.wait()
             if group.error is not None:  # each waiter raises its own copy (own traceback)
@@ -315,7 +317,7 @@ class _GroupCommit:
 
     def forget(self) -> None:
         """Drop the kept transaction facade (its cursor with it): the connection is closing."""
-        self._tx = None
+        self._tx = self._conn = None
 
     def waiting(self) -> _Pending:
         """What waits for the open transaction's commit (made on first use)."""
@@ -338,74 +340,73 @@ class _GroupCommit:
             for then in pending.after:
                 then()
 
-    def _leave(self, group: _Group, ok: bool) -> bool:
-        """A writer is done with its turn: its work stays in the group (``ok``) or not. True:
-        the writer waits for the group's commit (``group.wait``) and then reads its ``error``;
+    def _settle(self, group: _Group, ok: bool) -> bool:
+        """A writer is done with its turn, its work kept in the group (``ok``) or not: called
+        under ``lock``, which it lets go. Commit the group unless more are queued. True: the
+        writer waits for the group's commit (``group.wait``) and then reads its ``error``;
         False: the group was this writer's alone and its commit is done (its error raised here,
-        to a writer whose work stayed)."""
-        group.attempts += 1
-        try:
-            return self._settle(group, failed=not ok)
-        finally:
-            self.lock.release()
-
-    def _settle(self, group: _Group, *, failed: bool) -> bool:
-        """Called under ``lock`` after each writer: commit the group unless more are queued
-        (then True: the writer waits for the group, see ``_leave``).
+        to a writer whose work stayed). (One method, not a second one that only counts and lets
+        ``lock`` go around it: this runs on every commit.)
 
         A writer that failed while the group holds work commits it at once: the failure is most
         likely a conflict with that uncommitted work, and a retry must see it committed (else
         retrying writers could keep the group open, and each other waiting, forever)."""
-        # (read without its lock: a writer counting itself in just now is missed at worst, and
-        # then begins the next group; a count going down needs ``lock``, which we hold)
-        conn = self._conn
-        if (
-            self._queued > 0
-            and group.attempts < self._max
-            and conn is not None
-            and (conn.in_transaction or not group.members)  # (the group can still be joined)
-            and not (failed and group.members)
-        ):
-            return True  # the next writer joins this group
-        # A group only this writer ran in (the common case of a writer alone) was seen by
-        # nobody else — a writer takes ``_group`` under ``lock`` and counts itself in before
-        # letting go — so it stays the next group's, with no lock made, released or waited on,
-        # and its error goes to this writer directly.
-        lone = group.attempts == 1
-        if not lone:
-            self._group = _Group()
-        error: StateflowError | None = None
+        group.attempts += 1
         try:
-            if conn is None:
-                raise StoreUnavailable("the writer connection could not be opened")
-            if group.members and not conn.in_transaction:
-                raise StoreUnavailable("SQLite rolled the shared write transaction back")
-            if conn.in_transaction:
-                self.tx(conn).cursor.execute("COMMIT")
-                self.commits += 1
-                if group.members > self.largest:
-                    self.largest = group.members
-        except (sqlite3.Error, StateflowError) as exc:
-            if conn is not None:
-                with suppress(sqlite3.Error):
-                    conn.execute("ROLLBACK")
-            error = exc if isinstance(exc, StateflowError) else _mapped(exc)
-            if lone and not failed:  # (a failed writer's own exception goes on instead)
-                if error is exc:
-                    raise
-                raise error from exc
-        finally:
-            if self.pending is None:
-                self.queue.release()
-            else:  # (it waits on work in the transaction: committed if none is left open, unfailed)
-                self._settled(self.pending, error is None and conn is not None and not conn.in_transaction)
+            # (read without its lock: a writer counting itself in just now is missed at worst, and
+            # then begins the next group; a count going down needs ``lock``, which we hold)
+            conn = self._conn
+            if (
+                self._queued > 0
+                and group.attempts < self._max
+                and conn is not None
+                and (conn.in_transaction or not group.members)  # (the group can still be joined)
+                and (ok or not group.members)  # (a failed writer commits what the group holds)
+            ):
+                return True  # the next writer joins this group
+            # A group only this writer ran in (the common case of a writer alone) was seen by
+            # nobody else — a writer takes ``_group`` under ``lock`` and counts itself in before
+            # letting go — so it stays the next group's, with no lock made, released or waited on,
+            # and its error goes to this writer directly.
+            lone = group.attempts == 1
+            if not lone:
+                self._group = _Group()
+            error: StateflowError | None = None
+            try:
+                if conn is None:
+                    raise StoreUnavailable("the writer connection could not be opened")
+                if group.members and not conn.in_transaction:
+                    raise StoreUnavailable("SQLite rolled the shared write transaction back")
+                if conn.in_transaction:
+                    (self._tx or self.tx(conn)).cursor.execute("COMMIT")
+                    self.commits += 1
+                    if group.members > self.largest:
+                        self.largest = group.members
+            except (sqlite3.Error, StateflowError) as exc:
+                if conn is not None:
+                    with suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
+                error = exc if isinstance(exc, StateflowError) else _mapped(exc)
+                if lone and ok:  # (a failed writer's own exception goes on instead)
+                    if error is exc:
+                        raise
+                    raise error from exc
+            finally:
+                if self.pending is None:
+                    self.queue.release()
+                else:  # (it waits on work in the transaction: committed if none is left open, unfailed)
+                    self._settled(
+                        self.pending, error is None and conn is not None and not conn.in_transaction
+                    )
+                if lone:
+                    group.attempts = group.members = 0
             if lone:
-                group.attempts = group.members = 0
-        if lone:
-            return False
-        group.error = error
-        group.finish()
-        return True
+                return False
+            group.error = error
+            group.finish()
+            return True
+        finally:
+            self.lock.release()
 
 
 @dataclass
