@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from stateflow.doc.canonical import JSON
 from stateflow.doc.ops import Op, apply_ops
@@ -36,6 +36,7 @@ from stateflow.errors import Conflict, InvalidInput
 from stateflow.states.models import StateSubject
 from stateflow.states.regimes import check_ops, effective_schema, stamp
 from stateflow.store import Commit, DocKey, Document, OpIdTaken, Write
+from stateflow.store.plan import validate_writes
 from stateflow.store.spares import SPARES
 
 if TYPE_CHECKING:
@@ -51,11 +52,14 @@ Path = list[str | int]
 @dataclass(frozen=True)
 class Change:
     """What an item does to its record: the new document (:data:`MISSING`: none) and the
-    paths it wrote (empty: nothing changed), with the ops its guards skipped."""
+    paths it wrote (empty: nothing changed), with the ops its guards skipped. ``checked``: the
+    transform vouches that the document is plain JSON as a whole (checked on its way in, or
+    read from the store, and not deepened since): its values are not walked again."""
 
     document: JSON
     paths: list[Path]
     skipped: list[dict[str, Any]] = field(default_factory=list)
+    checked: bool = False
 
 
 UNCHANGED: Final = Change(MISSING, [])
@@ -68,8 +72,9 @@ Redeclare = Callable[[dict[str, Any]], dict[str, Any]]
 """``stored declaration → new declaration`` written in the same transaction as the records."""
 
 
-@dataclass(frozen=True)
-class RecordWrite:
+class RecordWrite(NamedTuple):
+    """One item of a pipeline run (a tuple: made on every record write, and built in C)."""
+
     state: str
     subject: StateSubject
     transform: Transform
@@ -314,11 +319,12 @@ def run_one(service: StatesService, item: RecordWrite, origin: dict[str, Any]) -
             declared = service._declared(docs[catalog_key].body, state)
             aliases = docs[alias_key].body or {}
             service._admit(declared, subject)
-            now = resolve(aliases, subject)
+            now = resolve(aliases, subject) if aliases else subject  # (no folds: itself)
             if now is not resolved and now != resolved:  # (model equality is slow)
                 raise _AliasMoved({0: now})
             current = docs[key]
-            _check_expected(current, expect, resolved, state)
+            if expect is not None:
+                _check_expected(current, expect, resolved, state)
             change = item.transform(declared, current.value, stamped)
             data = current.value
             writes: list[Write] = []
@@ -329,9 +335,10 @@ def run_one(service: StatesService, item: RecordWrite, origin: dict[str, Any]) -
                         raise InvalidInput("a record document must be a JSON object")
                     _check_valid(service, declared, data, lambda: _record_name(key, False))
                 paths = list(change.paths)
-                writes.append(
-                    Write.between(key, current.body, data, current.revision, changed=paths, paths=paths)
-                )
+                write = Write.between(key, current.body, data, current.revision, changed=paths, paths=paths)
+                if not change.checked:  # the store's own check of the values set, made here
+                    validate_writes([write], None)
+                writes.append(write)
             written = Written(
                 canonical=resolved,
                 aliases=aliases,
@@ -351,6 +358,7 @@ def run_one(service: StatesService, item: RecordWrite, origin: dict[str, Any]) -
                 shared=[catalog_key, alias_key],
                 claims=claims,
                 optimistic=True,  # compute keeps no state between calls
+                checked=True,  # (compute checks the values a change does not vouch for)
             )
         except OpIdTaken as taken:
             if (state, op_id) in taken.taken:

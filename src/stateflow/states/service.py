@@ -923,7 +923,10 @@ class StatesService:
 
         def transform(decl: dict[str, Any], current: JSON, done: dict[str, Any]) -> Change:
             regimes.check_document_write(decl, current, document)
-            return Change(regimes.stamp_document(decl, current, document, done), [[]])
+            stamped = regimes.stamp_document(decl, current, document, done)
+            # checked by replace or read from the store; a `_trace` stamp puts origin values
+            # deeper than their own check saw them, so a stamped document is checked again
+            return Change(stamped, [[]], checked=stamped is document)
 
         written = self._write(
             name, subject, transform, stamped, context, action, expect_revision=expect_revision
