@@ -41,7 +41,7 @@ from stateflow.http.telemetry import quicken as quicken_telemetry
 from stateflow.memory.scopes import MEMORY_STATE
 from stateflow.states import DoorContext, StatesService
 from stateflow.states.models import StateSubject, WriteOrigin
-from stateflow.states.service import origin_of, subject_of
+from stateflow.states.service import origin_of, subject_from
 from stateflow.states.templates import unknown_keys
 from stateflow.store.migrations import SCHEMA_VERSION
 from stateflow.studio import mount_studio
@@ -231,6 +231,11 @@ def etag(revision: int) -> dict[str, str]:
     return {"ETag": f'"{revision}"'}
 
 
+def _etag_raw(revision: int) -> tuple[bytes, bytes]:
+    """:func:`etag`'s header as ``_json`` sends it (name lowered, latin-1)."""
+    return (b"etag", f'"{revision}"'.encode("latin-1"))
+
+
 def _query_int(request: Request, name: str) -> int | None:
     raw = request.query_params.get(name)
     if raw is None:
@@ -380,8 +385,9 @@ def create_app(
     async def call_record(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Response:
         """A record answer, with its revision as the ``ETag``."""
         result = await on_edge(store, fn, *args, **kwargs)  # (never blocking: no hop through run)
-        headers = etag(result["revision"]) if isinstance(result, dict) and "revision" in result else None
-        return _json(200, {"data": result}, headers)
+        if isinstance(result, dict) and "revision" in result:  # (the raw header ``etag`` makes)
+            return _Answer(encode_trusted({"data": result}), 200, [_etag_raw(result["revision"])])
+        return _json(200, {"data": result})
 
     @app.head("/api/health", include_in_schema=False)
     @app.get("/api/health")
@@ -559,7 +565,9 @@ def create_app(
         method = request.scope["method"]
         if name == MEMORY_STATE and method != "GET":
             raise ReadOnlyState(MEMORY_RECORD_REFUSAL)
-        if not (len(suffix) == 2 and suffix[0] == "template-jq" and method == "GET"):
+        if request.scope["query_string"] and not (
+            len(suffix) == 2 and suffix[0] == "template-jq" and method == "GET"
+        ):  # (``only`` passes a request without a query at once)
             only(request, *_query_names(suffix, method))
         origin, expect = (origin_from(request), if_match(request)) if method != "GET" else (None, None)
         if not suffix:
@@ -684,8 +692,9 @@ def create_app(
 
     async def record_direct(scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
+        params = scope["path_params"]  # (what ``request.path_params`` answers, as the endpoint reads it)
         try:
-            response = await record_endpoint(request)
+            response = await record(params["name"], params["rest"], request)
         except StateflowError as exc:
             response = _error(exc)
         await response(scope, receive, send)
@@ -767,4 +776,4 @@ def _api_context(principal: str) -> DoorContext:
 
 def _subject(parts: list[str]) -> StateSubject:
     tk, tn, kind, key = parts
-    return subject_of({"target_kind": tk, "target_name": tn, "kind": kind, "key": key})
+    return subject_from(tk, tn, kind, key)

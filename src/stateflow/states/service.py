@@ -251,7 +251,7 @@ def subject_of(raw: Any) -> StateSubject:
         return raw
     if type(raw) is dict and len(raw) == 4:
         try:
-            return _validated_subject(raw["target_kind"], raw["target_name"], raw["kind"], raw["key"])
+            return subject_from(raw["target_kind"], raw["target_name"], raw["kind"], raw["key"])
         except (KeyError, TypeError):
             pass  # not the four string fields: let the model say what is wrong
     try:
@@ -261,8 +261,9 @@ def subject_of(raw: Any) -> StateSubject:
 
 
 @functools.lru_cache(maxsize=4096)
-def _validated_subject(target_kind: str, target_name: str, kind: str, key: str) -> StateSubject:
-    """Subjects repeat across calls: validate each distinct one once (frozen, so shareable)."""
+def subject_from(target_kind: str, target_name: str, kind: str, key: str) -> StateSubject:
+    """The subject of four strings (what :func:`subject_of` makes of a dict of them). Subjects
+    repeat across calls: validate each distinct one once (frozen, so shareable)."""
     try:
         return StateSubject(target_kind=target_kind, target_name=target_name, kind=kind, key=key)  # type: ignore[arg-type]
     except ValidationError as exc:
