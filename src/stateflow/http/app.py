@@ -139,20 +139,9 @@ def _error(exc: StateflowError) -> Response:
 
 
 async def _body(request: Request, *, required: bool = True) -> Any:
-    raw = await _read_body(request)
-    if not raw:
-        if required:
-            raise BadRequest("the request body must be JSON")
-        return None
-    try:
-        return decode(raw)
-    except InvalidJSON as exc:
-        raise BadRequest(f"the request body is not valid JSON: {exc.message}") from exc
-
-
-async def _read_body(request: Request) -> bytes:
-    """The request's body, read from the server's messages directly: ``Request.body`` streams
-    it through an async generator, a cost on every write for a body that is one message."""
+    """The request's body as JSON, read from the server's messages directly: ``Request.body``
+    streams it through an async generator, a cost on every write for a body that is one
+    message."""
     chunks = []
     while True:
         message = await request.receive()
@@ -161,9 +150,16 @@ async def _read_body(request: Request) -> bytes:
         chunks.append(message.get("body", b""))
         if not message.get("more_body", False):
             break
-    body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-    request._body = body  # what Request.body answers from now on, as if it had read it
-    return body
+    raw = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    request._body = raw  # what Request.body answers from now on, as if it had read it
+    if not raw:
+        if required:
+            raise BadRequest("the request body must be JSON")
+        return None
+    try:
+        return decode(raw)
+    except InvalidJSON as exc:
+        raise BadRequest(f"the request body is not valid JSON: {exc.message}") from exc
 
 
 async def _object_body(request: Request) -> dict[str, Any]:
