@@ -1,6 +1,6 @@
 """A record write's values are checked as plain JSON once: a whole document checked on its way
-in (replace, revert) is vouched for to the store, anything else — a document a ``_trace`` stamp
-deepened, a merge, an op batch — is checked by the pipeline as the store would check it."""
+in (replace, revert) is vouched for to the store; one a ``_trace`` stamp deepened is checked by
+the pipeline as the store would check it; a merge's and an op batch's by the store."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def test_a_document_the_trace_stamp_deepens_past_the_limit_is_refused(service: S
     assert service.read("s", SUBJECT) == written
 
 
-def test_values_refused_by_the_pipeline_as_by_the_store(service: StatesService) -> None:
+def test_values_too_deep_in_the_record_are_refused_whoever_checks_them(service: StatesService) -> None:
     service.replace("s", SUBJECT, {"log": {"x": 1}, "n": 1})
     # values the pipeline checks (an op batch's, a merge's) and a document replace checks whole:
     # each too deep once it sits in the record, each refused, nothing written

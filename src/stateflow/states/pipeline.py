@@ -53,8 +53,8 @@ Path = list[str | int]
 class Change:
     """What an item does to its record: the new document (:data:`MISSING`: none) and the
     paths it wrote (empty: nothing changed), with the ops its guards skipped. ``checked``: the
-    transform vouches that the document is plain JSON as a whole (checked on its way in, or
-    read from the store, and not deepened since): its values are not walked again."""
+    document is still the whole document the item vouched for (:attr:`RecordWrite.checked`),
+    not deepened since (by a ``_trace`` stamp)."""
 
     document: JSON
     paths: list[Path]
@@ -80,6 +80,10 @@ class RecordWrite(NamedTuple):
     transform: Transform
     op_id: str | None = None
     expect_revision: int | None = None
+    checked: bool = False
+    """the transform writes a whole document checked as plain JSON on its way in (or read from
+    the store): the store is told not to walk its values again, and where the change says the
+    document is no longer that one (``Change.checked``) the pipeline checks the write itself"""
 
 
 @dataclass
@@ -305,6 +309,7 @@ def run_one(service: StatesService, item: RecordWrite, origin: dict[str, Any]) -
     single write takes this path. The same steps and refusals, without what only several items
     need (sorting, per-item maps, the working copies a later item reads)."""
     state, subject, op_id, expect = item.state, item.subject, item.op_id, item.expect_revision
+    vouched = item.checked
     catalog_key, alias_key = DocKey(CATALOG, state), DocKey(ALIASES, state)
     stamped = {**origin, "op_id": op_id} if op_id else origin
     claims = [(state, op_id)] if op_id is not None else []
@@ -336,7 +341,7 @@ def run_one(service: StatesService, item: RecordWrite, origin: dict[str, Any]) -
                     _check_valid(service, declared, data, lambda: _record_name(key, False))
                 paths = list(change.paths)
                 write = Write.between(key, current.body, data, current.revision, changed=paths, paths=paths)
-                if not change.checked:  # the store's own check of the values set, made here
+                if vouched and not change.checked:  # the store's own check, made here
                     validate_writes([write], None)
                 writes.append(write)
             written = Written(
@@ -358,7 +363,7 @@ def run_one(service: StatesService, item: RecordWrite, origin: dict[str, Any]) -
                 shared=[catalog_key, alias_key],
                 claims=claims,
                 optimistic=True,  # compute keeps no state between calls
-                checked=True,  # (compute checks the values a change does not vouch for)
+                checked=vouched,
             )
         except OpIdTaken as taken:
             if (state, op_id) in taken.taken:

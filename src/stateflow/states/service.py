@@ -838,12 +838,16 @@ class StatesService:
         *,
         op_id: str | None = None,
         expect_revision: int | None = None,
+        checked: bool = False,
     ) -> Written:
         """One record write: a one-item run of the record-write pipeline
         (:mod:`stateflow.states.pipeline`). ``expect_revision`` makes it a compare-and-set:
         the record (0: absent, never written) must be at that revision, else
-        :class:`RevisionMismatch` and nothing changes."""
-        item = RecordWrite(name, subject_of(subject), transform, op_id, check_revision(expect_revision))
+        :class:`RevisionMismatch` and nothing changes. ``checked``: ``transform`` writes a whole
+        document checked on its way in (:attr:`RecordWrite.checked`)."""
+        item = RecordWrite(
+            name, subject_of(subject), transform, op_id, check_revision(expect_revision), checked
+        )
         return pipeline.run_one(self, item, self._origin(origin, context, action))
 
     def _view(self, name: str, subject: Any, written: Written, *, detached: bool = True) -> Record | None:
@@ -930,7 +934,7 @@ class StatesService:
             return Change(stamped, [[]], checked=stamped is document)
 
         written = self._write(
-            name, subject, transform, stamped, context, action, expect_revision=expect_revision
+            name, subject, transform, stamped, context, action, expect_revision=expect_revision, checked=True
         )
         return self._view(name, subject, written)
 
