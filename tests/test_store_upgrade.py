@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import shutil
 import sqlite3
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -1693,3 +1694,132 @@ def test_a_schema_26_store_upgrades_to_27_and_builds_a_new_documents_change_from
                     "SELECT prosrc FROM pg_proc WHERE oid = %s::regprocedure", (f,)
                 ).fetchone() or ("",)
                 assert "w.doc_rows[i][11] = '1'" in source, f
+
+
+_CREATED_BY_INSERT_VERSION = 28
+
+
+def test_a_schema_27_store_upgrades_to_28_and_creates_new_documents_without_locking_them_again(
+    backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Version 28 has PostgreSQL's ``stateflow_commit`` check that it created every new
+    document's row by its insert's row count — the client sends no row locks for them — instead
+    of looking each up again to lock it, and both write functions unpack the payload onto a
+    record of no rows (SQLite only records the version). After the upgrade: a commit creating
+    documents carries ``new_keys`` and no ``lock_keys``; one whose row another writer created
+    meanwhile declines (NULL, nothing of it written) and lands through the locked path on that
+    row; writers racing to create the same documents, members added and dropped, a document
+    deleted and written again and a purge leave the counters equal to a recount, and the same
+    deterministic writes leave the same counters under version 27's functions (put back) as
+    under version 28's."""
+    sent: list[dict[str, Any]] = []  # each optimistic payload's fields
+    answers: list[int | None] = []  # each commit sent alone: its seq, or None (declined)
+    payload, alone = postgres._payload, PostgresStore._send_alone
+
+    def carried(fields: dict[str, Any]) -> str:
+        sent.append(fields)
+        return payload(fields)
+
+    def answered(self: PostgresStore, params: Sequence[Any]) -> int | None:
+        answers.append(alone(self, params))
+        return answers[-1]
+
+    monkeypatch.setattr(postgres, "_payload", carried)
+    monkeypatch.setattr(PostgresStore, "_send_alone", answered)
+    with _upgraded(_CREATED_BY_INSERT_VERSION - 1, backend, tmp_path) as store:
+        pg = isinstance(store, PostgresStore)
+        # a commit creating documents: created by the function, not locked again
+        sent.clear()
+        created = [DocKey("made", f'["agent","x","k","{_ODD}{i}"]') for i in range(2)]
+        store.update(
+            created, lambda d: ([Write.between(k, None, {"v": _ODD}) for k in created], None), optimistic=True
+        )
+        assert [bool(f.get("new_keys")) for f in sent] == ([True] if pg else [])
+        assert all("lock_keys" not in f for f in sent if f.get("new_keys"))
+        # a row created meanwhile by another writer: declined, then written on that row
+        raced = DocKey("made", '["agent","x","k","raced"]')
+        other = open_store(backend)
+        seen: list[Any] = []
+
+        def compute(docs: dict[DocKey, Any]) -> tuple[list[Write], None]:
+            if not seen:
+                other.commit([Write.between(raced, None, {"by": "other"})])
+            seen.append(docs[raced].body)
+            return [Write.between(raced, docs[raced].body, {"by": "us", "saw": docs[raced].body})], None
+
+        answers.clear()
+        try:
+            store.update([raced], compute, optimistic=True)
+        finally:
+            other.close()
+        assert seen[0] is None and seen[-1] == {"by": "other"}
+        assert answers[:1] == ([None] if pg else [])  # the function declined: nothing written
+        ours = {"by": "us", "saw": {"by": "other"}}
+        assert store.get(raced).body == ours
+        assert [store.read_at(raced, revision=r).body for r in (1, 2)] == [{"by": "other"}, ours]
+        with store._read_tx() as tx:  # one row, its two changes: the declined commit wrote none
+            assert tx.all(
+                "SELECT c.revision FROM changes c JOIN documents d ON d.doc_id = c.doc_id "
+                "WHERE d.state = ? AND d.subject = ? ORDER BY c.revision",
+                (raced.state, raced.subject),
+            ) == [(1,), (2,)]
+        # the same deterministic writes under version 27's functions and version 28's
+        counts = {}
+        for state, version in (("old", 27), ("new", 28)):
+            if pg:
+                with store._write_tx() as tx:
+                    for statement in statements(POSTGRES[version]):
+                        tx.run(statement)
+            _counted_writes(store, state)
+            counts[state] = _member_counts(store, state)
+        assert counts["new"] == counts["old"] and counts["new"]
+        # writers racing to create the same documents, then a purge of another state
+        racing = [DocKey("race", f'["agent","x","k","r{i}"]') for i in range(4)]
+
+        def writer(n: int) -> None:
+            w = open_store(backend)
+            try:
+                for _ in range(3):
+                    w.update(
+                        racing,
+                        lambda d: (
+                            [
+                                Write.between(
+                                    k, d[k].body, {"n": (d[k].body or {"n": 0})["n"] + 1, f"w{n}": 1}
+                                )
+                                for k in racing
+                            ],
+                            None,
+                        ),
+                        optimistic=True,
+                    )
+            finally:
+                w.close()
+
+        threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert [(store.get(k).body or {}).get("n") for k in racing] == [12] * 4
+        assert store.purge("old") > 0
+        with store._read_tx() as tx:
+            stored, recounted = store.recount(tx)
+        assert stored == recounted
+        assert all(n == 0 for k, n in stored.items() if k[0] == "old")
+        if not pg:
+            return
+        with store._pool.connection() as conn:  # type: ignore[attr-defined]
+            for f in WRITE_FUNCTIONS:
+                (config,) = conn.execute(
+                    "SELECT proconfig FROM pg_proc WHERE oid = %s::regprocedure", (f,)
+                ).fetchone() or (None,)
+                assert config == ["enable_seqscan=off"], f
+            for f in WRITE_FUNCTIONS[:2]:
+                (source,) = conn.execute(
+                    "SELECT prosrc FROM pg_proc WHERE oid = %s::regprocedure", (f,)
+                ).fetchone() or ("",)
+                assert "json_populate_record('(,,,,,,,,,,,,)'::stateflow_rows, p)" in source, f
+                assert ("GET DIAGNOSTICS created = ROW_COUNT" in source) == f.startswith(
+                    "stateflow_commit"
+                ), f

@@ -279,7 +279,7 @@ from __future__ import annotations
 
 from typing import Final
 
-SCHEMA_VERSION: Final = 27
+SCHEMA_VERSION: Final = 28
 
 VALUE_INDEX_MAX: Final = 1024
 """Members up to this encoded size are in ``members_by_value`` (scalars only)."""
@@ -676,6 +676,7 @@ CREATE INDEX members_by_value ON members (name, {SQLITE_VALUE.format(m="")})
     25: "",
     26: "",
     27: "",
+    28: "",
 }
 
 INDEXABLE: Final = "m.size <= 1048576 AND position('\\x5c7530303030'::bytea IN m.body) = 0"
@@ -2662,6 +2663,47 @@ def _whole_edits_once() -> str:
 _WHOLE_EDITS_ONCE: Final = _whole_edits_once()
 
 
+_NO_ROWS: Final = "'(" + "," * 12 + ")'::stateflow_rows"
+"""A ``stateflow_rows`` value, not NULL, every field NULL (no rows): ``json_populate_record``'s
+first argument since version 28."""
+
+
+def _absent_fields_skipped() -> str:
+    """Version 28's write functions: version 27's, the payload unpacked onto a record of no rows
+    (:data:`_NO_ROWS`) instead of onto NULL; ``stateflow_commit`` checks that it created every
+    new document's row by its insert's row count instead of looking each up again to lock it."""
+    both = _WHOLE_EDITS_ONCE[: _WHOLE_EDITS_ONCE.index("ALTER FUNCTION ")]
+    at = both.index("CREATE OR REPLACE FUNCTION stateflow_commit(")
+    out = ""
+    for f in (both[:at], both[at:]):  # stateflow_write_rows, stateflow_commit
+        out += _replaced(
+            f,
+            "    w stateflow_rows := json_populate_record(NULL::stateflow_rows, p);\n",
+            "    -- (onto a record of no rows, not NULL: a field the payload leaves out is then skipped\n"
+            "    -- instead of having its column's input set up on every call; see version 28)\n"
+            f"    w stateflow_rows := json_populate_record({_NO_ROWS}, p);\n",
+        )
+    out = _replaced(
+        out,
+        "        ON CONFLICT (state, subject) DO NOTHING;\n    END IF;\n    FOR i IN 1 .. coalesce(array_length(w.lock_keys",
+        "        ON CONFLICT (state, subject) DO NOTHING;\n"
+        "        -- each created here, or NULL: a key that has a row now (created meanwhile) is not\n"
+        "        -- this commit's to write. The rows created are locked by their insert: the client\n"
+        "        -- sends no lock_keys for them (a commit that creates rows creates all it writes).\n"
+        "        GET DIAGNOSTICS created = ROW_COUNT;\n"
+        "        IF created <> array_length(w.new_keys, 1) THEN\n"
+        "            RETURN NULL;\n"
+        "        END IF;\n"
+        "    END IF;\n"
+        "    FOR i IN 1 .. coalesce(array_length(w.lock_keys",
+    )
+    out = _replaced(out, "    claimed BIGINT;\n", "    claimed BIGINT;\n    created BIGINT;\n")
+    return out + "".join(f"ALTER FUNCTION {f} SET enable_seqscan = off;\n" for f in WRITE_FUNCTIONS[:2])
+
+
+_ABSENT_FIELDS_SKIPPED: Final = _absent_fields_skipped()
+
+
 POSTGRES: Final[dict[int, str]] = {
     1: _COMMON_V1.format(
         doc_pk="BIGSERIAL PRIMARY KEY",
@@ -3389,6 +3431,7 @@ $$;
     25: _KEYS_AS_SCALARS,
     26: _NO_SEQ_SCANS,
     27: _WHOLE_EDITS_ONCE,
+    28: _ABSENT_FIELDS_SKIPPED,
 }
 
 

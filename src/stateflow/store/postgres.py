@@ -547,9 +547,9 @@ class PostgresStore(SqlStore):
                 fields["claim_keys"] = claims
             if present:
                 fields["share_keys"] = [(k.state, k.subject, r.doc_id, r.revision) for k, r in present]
-            if creates:
+            if creates:  # then every row it writes: created by the function, locked by their insert
                 fields["new_keys"] = [(k.state, k.subject, doc_id) for k, doc_id in creates]
-            if locked:
+            elif locked:
                 fields["lock_keys"] = [(k.state, k.subject, r.doc_id, r.revision) for k, r in locked]
             return (
                 [key for key, _ in present],
