@@ -273,6 +273,16 @@ server's JSON parser instead of twice. The client marks a row only where the edi
 are exactly the bytes the server builds (every member inline, each name written by ``to_json``
 as the client's encoder writes it); any other row carries its edits as before (``0``). The same
 rows, bytes, checks, locks and answers. SQLite only records the version.
+
+Version 28, on PostgreSQL, has ``stateflow_commit`` check that it created every new document's
+row by its insert's row count instead of looking each up again to lock it (an index lookup, a
+row lock on a row the transaction has just inserted, and its WAL record, per new document): the
+client sends no ``lock_keys`` with ``new_keys`` — a commit that creates rows creates every row
+it writes — and a row created meanwhile (the insert's ``ON CONFLICT DO NOTHING`` left it out)
+returns NULL having written nothing, as the lookup's id check did. Both write functions unpack
+the payload onto a ``stateflow_rows`` value of no rows instead of NULL, so that
+``json_populate_record`` skips the fields a payload leaves out instead of setting up each one's
+input on every call. The same rows, checks and answers. SQLite only records the version.
 """
 
 from __future__ import annotations
