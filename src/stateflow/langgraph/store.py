@@ -172,7 +172,7 @@ class StateflowStore(OwnsStore, BaseStore):
             op = op._replace(namespace=tuple(namespace))
         now = datetime.now(UTC)
         if isinstance(value, dict):  # one item written (``_put``'s one put, without its loop)
-            self._put_one(op, _document(op, now), now, self._run_origin())
+            self._put_one(op, now, self._run_origin())
         else:  # (a delete, or the refusal)
             self._put([op], now)
 
@@ -312,12 +312,10 @@ class StateflowStore(OwnsStore, BaseStore):
                 continue
             if not isinstance(op.value, dict):
                 raise ValueError(f"a store value must be a dict, got {type(op.value).__name__}")
-            document = _document(op, now)
             if current is None:  # one put: one write, the creation time kept inside it
-                self._put_one(op, document, now, origin)
+                self._put_one(op, now, origin)
             else:
-                before = current[(op.namespace, op.key)]
-                document["created_at"] = before["created_at"] if before else utc_text(now)
+                document = _document(op, now, current[(op.namespace, op.key)])
                 items.append(
                     {
                         "state": self.records.state,
@@ -328,11 +326,11 @@ class StateflowStore(OwnsStore, BaseStore):
         if items:
             self.states.apply_batch(items, origin=origin, context=self.context)
 
-    def _put_one(self, op: PutOp, document: dict[str, Any], now: datetime, origin: WriteOrigin) -> None:
+    def _put_one(self, op: PutOp, now: datetime, origin: WriteOrigin) -> None:
         """One item written whole, its creation time kept (``now`` for a new item: made text
-        only then)."""
+        only then); its record built once, against the body it replaces (``_owned``)."""
         if type(op.key) is not str:
-            self._put_general(op, document, now, origin)  # (the schema's refusal)
+            self._put_general(op, now, origin)  # (the schema's refusal)
             return
         # valid by construction once plain: LangGraph checked the namespace's labels are
         # strings, the key is one, the value an object (above), the times text, the TTL a
@@ -341,21 +339,21 @@ class StateflowStore(OwnsStore, BaseStore):
         self.records.write(
             ITEM,
             self.subject_key(op.namespace, op.key),
-            functools.partial(_owned, document, now),
+            functools.partial(_owned, op, now),
             origin=origin,
             context=self.context,
             action="replace",
             general=self._put_general,
-            args=(op, document, now, origin),
+            args=(op, now, origin),
         )
 
-    def _put_general(self, op: PutOp, document: dict[str, Any], now: datetime, origin: WriteOrigin) -> None:
+    def _put_general(self, op: PutOp, now: datetime, origin: WriteOrigin) -> None:
         """An item written with the same checks and audit row as ``replace`` (no record view
         back): where the lean write does not apply."""
         self.states.replace_from(
             self.records.state,
             self.subject(op.namespace, op.key),
-            functools.partial(_keep_created, document, now),
+            functools.partial(_document, op, now),
             origin=origin,
             context=self.context,
         )
@@ -400,15 +398,31 @@ class StateflowStore(OwnsStore, BaseStore):
         return await call(self.states.store, self.sweep_ttl)
 
 
-def _document(op: PutOp, now: datetime) -> dict[str, Any]:
-    """The record of a put's item (its value an object), its creation time not yet set: an
-    item written again keeps its own."""
+def _document(op: PutOp, now: datetime, before: dict[str, Any] | None) -> dict[str, Any]:
+    """The record of a put's item (its value an object) with the creation time ``before``
+    holds, else ``now``.
+
+    An item written again names the namespace and key it had (its subject key encodes them):
+    where ``before`` holds equal ones, its own objects are kept, so the write's diff passes
+    them by identity instead of comparing them (a list of strings equal to another is
+    identical to it: a string equals only a string)."""
     ttl = op.ttl if isinstance(op.ttl, int | float) and not isinstance(op.ttl, bool) else None
+    namespace: list[str] = builtins.list(op.namespace)
+    key = op.key
+    if not before or "created_at" not in before:
+        created = utc_text(now)
+    else:
+        created = before["created_at"]
+        held = before.get("namespace")
+        if type(held) is list and held == namespace:
+            namespace = held
+        if before.get("key") == key:
+            key = before["key"]
     return {
-        "namespace": builtins.list(op.namespace),
-        "key": op.key,
+        "namespace": namespace,
+        "key": key,
         "value": op.value,
-        "created_at": None,
+        "created_at": created,
         "expires_at": utc_text(now + timedelta(minutes=ttl)) if ttl is not None else None,
         "ttl_minutes": ttl,
     }
@@ -422,13 +436,13 @@ def _graph_origin(run_id: str | None, thread_id: str | None, node: str | None) -
     return WriteOrigin(consumer="langgraph", run_id=run_id, meta=meta or None)
 
 
-def _owned(document: dict[str, Any], now: datetime, before: dict[str, Any] | None) -> Whole:
-    """An item's new body — ``document`` with its creation time kept (:func:`_keep_created`)
-    — as the store's own copy, with its edits against ``before`` where it has one. The codec's
-    walk checks, copies and diffs it in one pass (what it accepts, ``check`` does: its integers
-    and depth are narrower; its copy is the one a JSON round trip gives; its edits are the
-    diff's); else ``check`` refuses or passes it, and one copy in C (the store diffs that)."""
-    kept = _keep_created(document, now, before)
+def _owned(op: PutOp, now: datetime, before: dict[str, Any] | None) -> Whole:
+    """An item's new body — its record, the creation time kept (:func:`_document`, built once
+    here) — as the store's own copy, with its edits against ``before`` where it has one. The
+    codec's walk checks, copies and diffs it in one pass (what it accepts, ``check`` does: its
+    integers and depth are narrower; its copy is the one a JSON round trip gives; its edits are
+    the diff's); else ``check`` refuses or passes it, and one copy in C (the store diffs that)."""
+    kept = _document(op, now, before)
     if before is None:
         owned = plain(kept)
         if owned is not NOT_PLAIN:
@@ -437,26 +451,8 @@ def _owned(document: dict[str, Any], now: datetime, before: dict[str, Any] | Non
         made = plain_edits(kept, before)
         if made is not None:
             return Whole(made[0], [[]], None, made[1])
-    check(document, "document")
-    return Whole(_keep_created(detach(document), now, before), [[]])
-
-
-def _keep_created(document: dict[str, Any], now: datetime, before: dict[str, Any] | None) -> dict[str, Any]:
-    """``document`` with the creation time ``before`` holds, else ``now`` (in its place).
-
-    An item written again names the namespace and key it had (its subject key encodes them):
-    where ``before`` holds equal ones, its own objects are kept, so the write's diff passes
-    them by identity instead of comparing them (a list of strings equal to another is
-    identical to it: a string equals only a string)."""
-    if not before or "created_at" not in before:
-        return {**document, "created_at": utc_text(now)}
-    kept = {**document, "created_at": before["created_at"]}
-    namespace = before.get("namespace")
-    if type(namespace) is list and namespace == document["namespace"]:
-        kept["namespace"] = namespace
-    if before.get("key") == document["key"]:
-        kept["key"] = before["key"]
-    return kept
+    check(kept, "document")
+    return Whole(detach(kept), [[]])
 
 
 @functools.lru_cache(maxsize=16384)
