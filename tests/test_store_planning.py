@@ -1,4 +1,4 @@
-"""A write's rows as the planner makes them (``Writes._stage``, ``_plan_doc``, ``_plan_new``, ``_plan_whole``,
+"""A write's rows as the planner makes them (``Writes._stage``, ``_plan_doc``, ``_plan_new``, ``write_whole``'s edits,
 ``_plan_made``):
 random sequences of writes of one document — members set, added, deleted, edited inside,
 small and large edits, the whole body replaced, the document deleted and written again —

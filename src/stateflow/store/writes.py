@@ -1377,9 +1377,20 @@ class Writes(StoreCore):
         fresh = Fresh()
         if not row.present:  # the first body (or one after a delete): rows straight from it
             plan = self._plan_new(row, whole.body, whole.encoded, encode_trusted(whole.paths), fresh)
-        else:  # a body replaced: its rows straight from the diff (``_plan_whole``)
+        else:
+            # a body replaced: its rows straight from its edits — the writer's, made with the
+            # body (``whole.edits``), else the diff's — through the one planner, without a
+            # ``Write``, ``Loaded`` or ``Stage``, no edit applied (each member written is the new
+            # body's own), no tree step; nothing changed, or a member written that is or
+            # becomes a tree (larger than ``TREE_MIN``): the general path (``update``) writes it
             assert body is not None
-            replaced = self._plan_whole(row, body, heads, whole, fresh)
+            groups = whole.edits if whole.edits is not None else _edits_by_member(body, whole)
+            replaced = (
+                # (``orjson`` writes a tuple path as the list it stands for)
+                self._plan_groups(row, body, heads, whole.body, groups, encode_trusted(whole.paths), fresh)
+                if groups
+                else None
+            )
             if replaced is None:
                 return False
             plan = replaced
@@ -1446,43 +1457,6 @@ class Writes(StoreCore):
             plan.edits = [(doc_id, revision, "", edit, None)]
         self._document_after(plan, row, len(edit), size, position)
         return plan
-
-    def _plan_whole(
-        self,
-        row: DocRow,
-        before: dict[str, Any],
-        heads: Heads,
-        whole: Whole,
-        fresh: Fresh,
-    ) -> WritePlan | None:
-        """The rows of a present document's body replaced whole (``before`` → ``whole.body``,
-        every member of both as last seen here): what :meth:`_stage` and :meth:`_plan_doc` make
-        of ``Write.between(before, whole.body, changed=whole.paths)``, the same rows, made
-        straight from the diff's edits — no ``Write``, ``Loaded`` or ``Stage``, no edit applied
-        (each member written is the new body's own), no tree step; the edits are the writer's
-        where it made them with the body (``whole.edits``: no diff here). None when nothing
-        changed or a member written is or becomes a tree (larger than ``TREE_MIN``): the general
-        path (``update``) writes that."""
-        after = whole.body
-        paths = whole.paths
-        groups = whole.edits
-        if groups is None:
-            # the edits by member, in first-touched order (new members take positions in it);
-            # both bodies are objects, so every edit's path names a member
-            groups = {}
-            for edit in diff_within(before, after, within(paths)):
-                path, value = edit.path, edit.value
-                entry = [list(path)] if value is MISSING else [list(path), value]
-                name: str = path[0]  # type: ignore[assignment]
-                group = groups.get(name)
-                if group is None:
-                    groups[name] = [entry]
-                else:
-                    group.append(entry)
-        if not groups:
-            return None
-        # (``orjson`` writes a tuple path as the list it stands for)
-        return self._plan_groups(row, before, heads, after, groups, encode_trusted(paths), fresh)
 
     def _plan_groups(
         self,
@@ -1626,6 +1600,26 @@ class Writes(StoreCore):
 
 _WRITE_KEY = operator.attrgetter("key")
 """A write's key (C, not a lambda: a cohort of several writes is sorted on every commit)."""
+
+
+def _edits_by_member(before: dict[str, Any], whole: Whole) -> dict[str, list[Any]]:
+    """The edits taking ``before`` (a present body, every member as last seen here) to
+    ``whole.body`` along ``whole.paths``, grouped by member in first-touched order (new
+    members take positions in it), each as its JSON: what ``Write.between(before, whole.body,
+    changed=whole.paths)`` stages, for :meth:`Writes._plan_groups` (a writer that made its
+    edits with the body hands them instead, ``whole.edits``). Both bodies are objects, so
+    every edit's path names a member."""
+    groups: dict[str, list[Any]] = {}
+    for edit in diff_within(before, whole.body, within(whole.paths)):
+        path, value = edit.path, edit.value
+        entry = [list(path)] if value is MISSING else [list(path), value]
+        name: str = path[0]  # type: ignore[assignment]
+        group = groups.get(name)
+        if group is None:
+            groups[name] = [entry]
+        else:
+            group.append(entry)
+    return groups
 
 
 def _paths_of(write: Write) -> bytes:
