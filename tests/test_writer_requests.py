@@ -529,7 +529,7 @@ def test_a_request_committed_by_a_turn_when_its_own_turn_finds_sqlite_locked_is_
 def test_a_writers_request_files_are_reused_not_created_for_each_request(tmp_path: Path) -> None:
     db = tmp_path / "store.db"
     folder = Path(f"{db}-requests")
-    spares = writer_requests.Spares(db)
+    spares = writer_requests.SpareFiles(db)
     key = DocKey("memory", "s")
     deadline = time.monotonic() + 60
 

@@ -507,7 +507,7 @@ class SqliteStore(SqlStore):
         self._watch = _CommitWatch(self.path)
         self._shared: _Snapshot | None = None
         self._group = _GroupCommit(self._writer, max_group, WriterQueue(self.path), busy_timeout_ms / 1000)
-        self._spares = writer_requests.Spares(self.path)
+        self._spares = writer_requests.SpareFiles(self.path)
         weakref.finalize(self, self._spares.drop)  # (at exit too: a store left open)
         self._swept = -writer_requests.SWEEP_EVERY
         """the ticket of this store's last sweep of request files left behind"""

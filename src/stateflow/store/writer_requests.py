@@ -17,7 +17,7 @@ After the commit, and before it lets its turn go, it sends each requester its an
 its patch was merged into, the transition and the paths written) as a datagram to the name the
 requester waits on in the writer queue. A requester that is answered lets its ticket go at once
 and returns without a transaction of its own; it takes its request's file back as a spare for
-its next request (:class:`Spares`: a file created per request cost more than a lone turn).
+its next request (:class:`SpareFiles`: a file created per request cost more than a lone turn).
 
 A request's failure stays with it: its savepoint is rolled back, it gets no answer, and its
 writer, when its turn comes, finds its request taken but not claimed and writes it itself
@@ -67,7 +67,7 @@ COMMITTED: Final = b"c"
 """The answer that says only that the request committed."""
 
 
-class Spares:
+class SpareFiles:
     """Request files of this store that no request holds any more, for the next one to be
     written into: creating a file in the folder that 8 writer processes share costs ~0.1 ms of
     kernel time (more than a lone write's whole turn), renaming one a fiftieth of that. A taken
@@ -109,14 +109,14 @@ class Request:
     members: list[str]
     outlines: list[str]
     origin: dict[str, Any]
-    spares: Spares
+    spares: SpareFiles
     ticket: int | None = None
     """the ticket it was published under (None: not published)"""
 
     @classmethod
     def new(
         cls,
-        spares: Spares,
+        spares: SpareFiles,
         keys: list[DocKey],
         patches: Mapping[DocKey, bytes],
         members: Sequence[str],
