@@ -1496,6 +1496,12 @@ def test_a_schema_24_store_upgrades_to_25_and_checks_its_keys_the_same(backend: 
 _NO_SEQ_SCANS_VERSION = 26
 
 
+def _function_column(conn: Any, signature: str, column: str, missing: Any) -> Any:
+    """One column of ``pg_proc`` for the server function ``signature`` (``missing``: none)."""
+    row = conn.execute(f"SELECT {column} FROM pg_proc WHERE oid = %s::regprocedure", (signature,)).fetchone()
+    return row[0] if row else missing
+
+
 def test_a_schema_25_store_upgrades_to_26_and_finds_rows_by_their_keys(backend: str, tmp_path: Path) -> None:
     """Version 26 has PostgreSQL's functions that find rows by key plan without sequential
     scans (SQLite only records the version). After the upgrade, on a table small enough that a
@@ -1527,10 +1533,7 @@ def test_a_schema_25_store_upgrades_to_26_and_finds_rows_by_their_keys(backend: 
         with store._pool.connection() as conn:  # type: ignore[attr-defined]
             conn.autocommit = True
             for f in WRITE_FUNCTIONS:
-                (config,) = conn.execute(
-                    "SELECT proconfig FROM pg_proc WHERE oid = %s::regprocedure", (f,)
-                ).fetchone() or (None,)
-                assert config == ["enable_seqscan=off"], f
+                assert _function_column(conn, f, "proconfig", None) == ["enable_seqscan=off"], f
             conn.execute("ANALYZE")  # a few rows: a scan costs the planner less than the index
             rows = {
                 key: conn.execute(
@@ -1685,14 +1688,9 @@ def test_a_schema_26_store_upgrades_to_27_and_builds_a_new_documents_change_from
             return
         with store._pool.connection() as conn:  # type: ignore[attr-defined]
             for f in WRITE_FUNCTIONS:
-                (config,) = conn.execute(
-                    "SELECT proconfig FROM pg_proc WHERE oid = %s::regprocedure", (f,)
-                ).fetchone() or (None,)
-                assert config == ["enable_seqscan=off"], f
+                assert _function_column(conn, f, "proconfig", None) == ["enable_seqscan=off"], f
             for f in WRITE_FUNCTIONS[:2]:
-                (source,) = conn.execute(
-                    "SELECT prosrc FROM pg_proc WHERE oid = %s::regprocedure", (f,)
-                ).fetchone() or ("",)
+                source = _function_column(conn, f, "prosrc", "")
                 assert "w.doc_rows[i][11] = '1'" in source, f
 
 
@@ -1811,14 +1809,9 @@ def test_a_schema_27_store_upgrades_to_28_and_creates_new_documents_without_lock
             return
         with store._pool.connection() as conn:  # type: ignore[attr-defined]
             for f in WRITE_FUNCTIONS:
-                (config,) = conn.execute(
-                    "SELECT proconfig FROM pg_proc WHERE oid = %s::regprocedure", (f,)
-                ).fetchone() or (None,)
-                assert config == ["enable_seqscan=off"], f
+                assert _function_column(conn, f, "proconfig", None) == ["enable_seqscan=off"], f
             for f in WRITE_FUNCTIONS[:2]:
-                (source,) = conn.execute(
-                    "SELECT prosrc FROM pg_proc WHERE oid = %s::regprocedure", (f,)
-                ).fetchone() or ("",)
+                source = _function_column(conn, f, "prosrc", "")
                 assert "json_populate_record('(,,,,,,,,,,,,)'::stateflow_rows, p)" in source, f
                 assert ("GET DIAGNOSTICS created = ROW_COUNT" in source) == f.startswith(
                     "stateflow_commit"
