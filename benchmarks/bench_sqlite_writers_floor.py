@@ -48,6 +48,24 @@ def connect(path: str) -> sqlite3.Connection:
     return conn
 
 
+def write(conn: sqlite3.Connection, key: str, value: str, queue: Any | None) -> None:
+    """One write by hand, durable and audited: the key set in the document, in a transaction
+    of its own (under an exclusive ``flock`` of ``queue`` where one is given)."""
+    patch = json.dumps({"session": {"tactics": {key: value}}})
+    if queue is not None:
+        fcntl.flock(queue, fcntl.LOCK_EX)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        body = json.loads(conn.execute("SELECT body FROM doc WHERE id = 1").fetchone()[0])
+        body["session"]["tactics"][key] = value
+        conn.execute("UPDATE doc SET body = ? WHERE id = 1", (json.dumps(body),))
+        conn.execute("INSERT INTO audit (at, patch) VALUES (?, ?)", (time.time(), patch))
+        conn.execute("COMMIT")
+    finally:
+        if queue is not None:
+            fcntl.flock(queue, fcntl.LOCK_UN)
+
+
 def writer(args: tuple[str, str, int, float, int]) -> tuple[float, float]:
     """One process: ``calls`` writes of its own key after ``start``; (first start, last end)."""
     path, how, calls, start, index = args
@@ -57,22 +75,10 @@ def writer(args: tuple[str, str, int, float, int]) -> tuple[float, float]:
     conn.execute("SELECT body FROM doc WHERE id = 1").fetchone()  # open before the clock
     while time.perf_counter() < start:
         time.sleep(0.001)
+    held = queue if how == "flock queue" else None
     begin = time.perf_counter()
     for i in range(calls):
-        value = f"step {i}"
-        patch = json.dumps({"session": {"tactics": {key: value}}})
-        if how == "flock queue":
-            fcntl.flock(queue, fcntl.LOCK_EX)
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            body = json.loads(conn.execute("SELECT body FROM doc WHERE id = 1").fetchone()[0])
-            body["session"]["tactics"][key] = value
-            conn.execute("UPDATE doc SET body = ? WHERE id = 1", (json.dumps(body),))
-            conn.execute("INSERT INTO audit (at, patch) VALUES (?, ?)", (time.time(), patch))
-            conn.execute("COMMIT")
-        finally:
-            if how == "flock queue":
-                fcntl.flock(queue, fcntl.LOCK_UN)
+        write(conn, key, f"step {i}", held)
     end = time.perf_counter()
     conn.close()
     queue.close()

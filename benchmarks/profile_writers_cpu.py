@@ -20,7 +20,6 @@ than wall time, but it does move (caches, frequency): compare the trees within o
 from __future__ import annotations
 
 import argparse
-import fcntl
 import json
 import os
 import resource
@@ -97,7 +96,7 @@ def ours(path: str, calls: int, index: int, start: float, acc: Acc | None) -> No
 
 
 def floor(path: str, calls: int, index: int, start: float, acc: Acc | None) -> None:
-    from benchmarks.bench_sqlite_writers_floor import connect
+    from benchmarks.bench_sqlite_writers_floor import connect, write
 
     key = f"w{index}"
     conn = connect(path)
@@ -106,18 +105,7 @@ def floor(path: str, calls: int, index: int, start: float, acc: Acc | None) -> N
         _until(start)
         used = _usage()
         for i in range(calls):
-            value = f"step {i}"
-            patch = json.dumps({"session": {"tactics": {key: value}}})
-            fcntl.flock(queue, fcntl.LOCK_EX)
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-                body = json.loads(conn.execute("SELECT body FROM doc WHERE id = 1").fetchone()[0])
-                body["session"]["tactics"][key] = value
-                conn.execute("UPDATE doc SET body = ? WHERE id = 1", (json.dumps(body),))
-                conn.execute("INSERT INTO audit (at, patch) VALUES (?, ?)", (time.time(), patch))
-                conn.execute("COMMIT")
-            finally:
-                fcntl.flock(queue, fcntl.LOCK_UN)
+            write(conn, key, f"step {i}", queue)
         _report(used, None)
     conn.close()
 
