@@ -12,9 +12,11 @@ scheduler as much as the server; CPU per request is what the server itself costs
 the event loop's thread — the HTTP layer — and the worker threads — the call behind it. Then
 the writes again against the floor for our contract: the same minimal app doing the least
 durable, versioned and audited write by hand (schema check, audit row, head revision, change
-row; ``PUT /floor/records/…``).
+row; ``PUT /floor/records/…``). ``--fair`` instead: that floor with the writers served in
+arrival order and a group commit by hand (``PUT /fair/records/…``) against the minimal app's
+upsert, then ours against it — whether a fair order can reach the minimal app's p50 at all.
 
-    python3 -m benchmarks.bench_http [--rounds 5] [--requests 400] [--floor-only]
+    python3 -m benchmarks.bench_http [--rounds 5] [--requests 400] [--floor-only | --fair]
 """
 
 from __future__ import annotations
@@ -217,36 +219,28 @@ def measure(
             report(f"{what}:   of which the call behind it (worker threads)", behind, "ms")
 
 
-def against_floor(
-    pool: multiprocessing.pool.Pool, ours: Side, floor: Side, rounds: int, requests: int
+def writes_against(
+    pool: multiprocessing.pool.Pool, ours: Side, other: Side, versus: str, rounds: int, requests: int
 ) -> None:
-    """Writes against the minimal app's least durable, versioned and audited write by hand
-    (``PUT /floor/records/…`` in ``http_baseline.py``): what our contract costs at the least,
-    with the same HTTP stack as the baseline."""
+    """Writes of ``ours`` against ``other`` at 1 and 8 clients: throughput, p50, mean and p99
+    latency, server CPU per write. Against the floor (``PUT /floor/records/…`` in
+    ``http_baseline.py``): what our contract costs at the least, with the same HTTP stack as the
+    baseline; the fair floor against the minimal app: what the fair order costs at the least."""
     for clients in (1, 8):
-        mine, theirs = rounds_of(pool, (ours, floor), "PUT", clients, rounds, requests)
+        mine, theirs = rounds_of(pool, (ours, other), "PUT", clients, rounds, requests)
         report(
-            f"write throughput vs floor, {clients} client(s) (req/s)",
+            f"write throughput vs {versus}, {clients} client(s) (req/s)",
             Pair([m[0] for m in mine], [m[0] for m in theirs], higher_better=True),
             "/s",
         )
+        for name, at in (("p50", 1), ("mean", 4), ("p99", 5)):
+            report(
+                f"write {name} latency vs {versus}, {clients} client(s)",
+                Pair([m[at] for m in mine], [m[at] for m in theirs]),
+                "ms",
+            )
         report(
-            f"write p50 latency vs floor, {clients} client(s)",
-            Pair([m[1] for m in mine], [m[1] for m in theirs]),
-            "ms",
-        )
-        report(
-            f"write mean latency vs floor, {clients} client(s)",
-            Pair([m[4] for m in mine], [m[4] for m in theirs]),
-            "ms",
-        )
-        report(
-            f"write p99 latency vs floor, {clients} client(s)",
-            Pair([m[5] for m in mine], [m[5] for m in theirs]),
-            "ms",
-        )
-        report(
-            f"write: server CPU per request vs floor, {clients} client(s)",
+            f"write: server CPU per request vs {versus}, {clients} client(s)",
             Pair([m[2] for m in mine], [m[2] for m in theirs]),
             "ms",
         )
@@ -273,6 +267,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--requests", type=int, default=400, help="requests per round and side")
     parser.add_argument("--floor-only", action="store_true", help="only the writes against the floor")
+    parser.add_argument(
+        "--fair",
+        action="store_true",
+        help="only the fair floor by hand: against the minimal app's upsert, then ours against it",
+    )
     args = parser.parse_args()
     env = dict(os.environ)
     env.pop("PYTHONDONTWRITEBYTECODE", None)
@@ -296,13 +295,21 @@ def main() -> None:
             base = Side(base_port, base_pid, "/records/")
             for side in (ours, base):  # create every record, warm both servers
                 load(pool, side, "PUT", 8, 200)
+            if args.fair:
+                fair = Side(base_port, base_pid, "/fair/records/")
+                load(pool, fair, "PUT", 8, 200)
+                print(f"{'case':<58} {'fair floor':>15}    {'baseline':>15}")
+                writes_against(pool, fair, base, "baseline", args.rounds, args.requests)
+                print(f"{'case':<58} {'stateflow':>15}    {'fair floor':>15}")
+                writes_against(pool, ours, fair, "fair floor", args.rounds, args.requests)
+                return
             if not args.floor_only:
                 print(f"{'case':<58} {'stateflow':>15}    {'baseline':>15}")
                 measure(pool, ours, base, args.rounds, args.requests, targets=True)
             floor = Side(base_port, base_pid, "/floor/records/")
             load(pool, floor, "PUT", 8, 200)
             print(f"{'case':<58} {'stateflow':>15}    {'floor':>15}")
-            against_floor(pool, ours, floor, args.rounds, args.requests)
+            writes_against(pool, ours, floor, "floor", args.rounds, args.requests)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,13 @@ as ``uvicorn benchmarks.http_baseline:app`` with ``BENCH_HTTP_DB`` and ``BENCH_H
 audited write of a record, by hand — the body checked against the state's JSON Schema, then in
 one transaction an audit row (when, by what door), the head's revision moved on (``RETURNING``
 it), and a change row holding the revision's body; answered ``{"data": …, "revision": N}``.
+
+``PUT /fair/records/{key}`` is the same write with the writers served in arrival order and
+committed in groups by hand — the least fair server: the writer that finds no commit on its way
+leads, committing in one transaction (one flush) every write queued when it begins; the writers
+that arrive meanwhile queue, and the first of them leads the next group once that commit is
+done, while the rest are answered by it (the leader/follower pattern). Each write keeps its own
+audit row and revision, as on the floor.
 """
 
 from __future__ import annotations
@@ -85,6 +92,89 @@ def get_record(key: str, request: Request) -> Response:
     if row is None:
         return _json(404, {"error": "not found"})
     return _json(200, {"data": orjson.loads(row[0])})
+
+
+class _Fair:
+    """One write queued for the fair route: its key and body, then its revision or error."""
+
+    __slots__ = ("body", "done", "error", "key", "lead", "revision")
+
+    def __init__(self, key: str, body: bytes) -> None:
+        self.key, self.body = key, body
+        self.revision = 0
+        self.error: BaseException | None = None
+        self.lead = False
+        self.done = threading.Lock()  # held until answered or made the next leader
+        self.done.acquire()
+
+
+_fair_lock = threading.Lock()
+_fair_queue: list[_Fair] = []
+_fair_leading = False
+
+
+def _fair_commit(group: list[_Fair]) -> None:
+    """Every write of ``group`` in one transaction: one flush."""
+    conn = connection()
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for write in group:
+            seq = conn.execute(
+                "INSERT INTO audit (at, origin) VALUES (?, ?) RETURNING seq", (time.time(), ORIGIN)
+            ).fetchone()[0]
+            write.revision = conn.execute(
+                "INSERT INTO heads VALUES (?, 1, ?) ON CONFLICT (key) "
+                "DO UPDATE SET revision = revision + 1, seq = excluded.seq RETURNING revision",
+                (write.key, seq),
+            ).fetchone()[0]
+            conn.execute(
+                "INSERT INTO changes VALUES (?, ?, ?, ?)", (write.key, write.revision, seq, write.body)
+            )
+        conn.execute("COMMIT")
+    except BaseException as exc:
+        conn.execute("ROLLBACK")
+        for write in group:
+            write.error = exc
+
+
+def fair_write(key: str, body: bytes) -> int:
+    """Queue the write; lead a group if no commit is on its way (or when handed the lead), else
+    wait for the answer. Returns the write's revision."""
+    global _fair_leading
+    me = _Fair(key, body)
+    with _fair_lock:
+        _fair_queue.append(me)
+        lead = not _fair_leading
+        _fair_leading = True
+    if not lead:
+        me.done.acquire()
+    if lead or me.lead:
+        with _fair_lock:
+            group = _fair_queue[:]
+            _fair_queue.clear()
+        _fair_commit(group)
+        with _fair_lock:  # the lead goes to the first writer queued during the commit
+            following = _fair_queue[0] if _fair_queue else None
+            if following is None:
+                _fair_leading = False
+            else:
+                following.lead = True
+        if following is not None:
+            following.done.release()
+        for write in group[1:]:  # (the first is this writer)
+            write.done.release()
+    if me.error is not None:
+        raise me.error
+    return me.revision
+
+
+@app.put("/fair/records/{key}")
+def put_fair(key: str, request: Request, body: dict[str, object]) -> Response:
+    if not authorized(request):
+        return _json(401, {"error": "unauthorized"})
+    if not VALIDATOR.is_valid(body):
+        return _json(422, {"error": "does not match the schema"})
+    return _json(200, {"data": body, "revision": fair_write(key, orjson.dumps(body))})
 
 
 @app.put("/floor/records/{key}")
