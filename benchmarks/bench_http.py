@@ -36,6 +36,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -248,6 +249,183 @@ def writes_against(
         report("write:   of which the call behind it (worker threads)", behind, "ms")
 
 
+PROBE_ENV = "BENCH_HTTP_PROBE"
+
+
+def probe() -> None:
+    """In ``stateflow serve``'s process (``--cycle``), before it starts: stamp every record write's
+    way through the server — its arrival and its answer on the loop, the call on its worker, the
+    SQLite turn asked for, held and let go, each group's commit — with the monotonic clock and
+    the thread's CPU clock, written as JSON to ``$BENCH_HTTP_PROBE`` when the server stops.
+    Benchmark-only: the wrappers are put on the classes here, not on the path."""
+    import contextvars
+    import threading as _threading
+
+    from stateflow.http import server as _server
+    from stateflow.states.service import StatesService
+    from stateflow.store import sqlite as _sqlite
+
+    events: list[tuple[str, int, int, int, int]] = []
+    now, cpu, ident = time.perf_counter_ns, time.thread_time_ns, _threading.get_ident
+    request = contextvars.ContextVar("request", default=-1)  # (the worker runs in a copy of it)
+    arrived = iter(range(1 << 62))
+
+    def stamp(what: str) -> None:
+        events.append((what, now(), cpu(), ident(), request.get()))
+
+    def around(cls: type, name: str, before: str, after: str) -> None:
+        inner = getattr(cls, name)
+
+        def wrapped(*args: object, **kwargs: object) -> object:
+            stamp(before)
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                stamp(after)
+
+        setattr(cls, name, wrapped)
+
+    around(StatesService, "replace", "call", "called")
+    around(_sqlite._Member, "__enter__", "ask", "turn")
+    around(_sqlite._Member, "__exit__", "done", "answered")
+    settle = _sqlite._GroupCommit._settle
+
+    def settled(self: _sqlite._GroupCommit, group: object, ok: bool) -> bool:
+        commits, start, start_cpu = self.commits, now(), cpu()
+        try:
+            return settle(self, group, ok)  # type: ignore[arg-type]
+        finally:
+            if self.commits != commits:  # this writer committed the group
+                events.append(("flush", start, start_cpu, ident(), request.get()))
+                stamp("flushed")
+
+    _sqlite._GroupCommit._settle = settled  # type: ignore[method-assign]
+    wrap = _server.wrap
+
+    def stamped(app: object, **kwargs: object) -> object:
+        served = wrap(app, **kwargs)  # type: ignore[arg-type]
+
+        async def edge(scope: dict[str, Any], receive: Any, send: Any) -> None:
+            if scope["type"] != "http" or scope["method"] != "PUT":
+                return await served(scope, receive, send)  # type: ignore[no-any-return]
+            request.set(next(arrived))
+            stamp("arrive")
+
+            async def sending(message: dict[str, Any]) -> None:
+                if message["type"] == "http.response.body":
+                    stamp("answer")
+                await send(message)
+
+            await served(scope, receive, sending)
+
+        return edge
+
+    _server.wrap = stamped
+
+    stop = _server._Server.handle_exit
+
+    def dump(self: _server._Server, sig: int, frame: object) -> None:
+        # (on the stop signal: uvicorn ends the process by raising it again, past ``atexit``)
+        Path(os.environ[PROBE_ENV]).write_bytes(orjson.dumps(events))
+        stop(self, sig, frame)  # type: ignore[arg-type]
+
+    _server._Server.handle_exit = dump  # type: ignore[method-assign]
+
+
+def cycle_report(path: Path, skip: int) -> None:
+    """Where the wall time of ``stateflow serve``'s write pipeline goes, from ``probe``'s stamps:
+    per write, each stage's median; over the whole run, the share of time the SQLite write turn
+    was flushing, held by a writer, handed on (free with a writer waiting for it) or idle (free,
+    nobody waiting: the writers elsewhere — on the loop, in the hop, computing before their
+    turn); per commit, the writers it answered."""
+    events = orjson.loads(path.read_bytes())
+    stages: dict[str, list[float]] = {}
+    cpu_stages: dict[str, list[float]] = {}
+
+    def add(name: str, wall: int, clock: int | None = None) -> None:
+        stages.setdefault(name, []).append(wall / 1e6)
+        if clock is not None:
+            cpu_stages.setdefault(name, []).append(clock / 1e6)
+
+    held: list[tuple[int, int]] = []  # (turn, let go) of every writer's turn
+    waits: list[tuple[int, int, int, int]] = []  # (asked, turn, arrived, called)
+    flushes: list[tuple[int, int]] = []
+    by_request: dict[int, dict[str, tuple[int, int]]] = {}
+    for what, at, clock, _thread, rid in events:
+        marks = by_request.setdefault(rid, {})
+        if what == "flushed" and rid >= skip:
+            flushes.append((marks["flush"][0], at))
+        elif what in ("ask", "turn", "done", "answered") and what in marks:
+            continue  # (a second turn of one call: its first counts)
+        marks[what] = (at, clock)
+    for rid, marks in by_request.items():
+        names = ("arrive", "call", "ask", "turn", "done", "answered", "called", "answer")
+        if rid < skip or any(name not in marks for name in names):
+            continue
+        arrive, call, ask, turn, done, answered, called, answer = (marks[name] for name in names)
+        add("loop: arrival to the call on its worker", call[0] - arrive[0])
+        add("worker: before asking for the turn", ask[0] - call[0], ask[1] - call[1])
+        add("worker: waiting for the turn", turn[0] - ask[0], turn[1] - ask[1])
+        add("worker: in the turn (statements)", done[0] - turn[0], done[1] - turn[1])
+        add("worker: turn let go until answered", answered[0] - done[0], answered[1] - done[1])
+        add("worker: after the answer", called[0] - answered[0], called[1] - answered[1])
+        add("loop: call returned to the answer sent", answer[0] - called[0])
+        add("server: arrival to answer", answer[0] - arrive[0])
+        held.append((turn[0], done[0]))
+        waits.append((ask[0], turn[0], arrive[0], call[0]))
+    for name, values in stages.items():
+        clock = cpu_stages.get(name)
+        extra = f"   CPU {statistics.median(clock):7.3f} ms" if clock else ""
+        print(
+            f"{name:<48} median {statistics.median(values):7.3f} ms   mean {statistics.fmean(values):7.3f} ms{extra}"
+        )
+    # the turn's timeline: flushing, held by a writer, handed on, or idle
+    start = min(t for t, _ in held)
+    marks_on: list[tuple[int, int, str]] = []
+    for a, b in flushes:
+        marks_on.append((a, b, "flush"))
+    for a, b in held:
+        marks_on.append((a, b, "held"))
+    marks_on.sort()
+    idle = (
+        "idle: the next writer not arrived yet",
+        "idle: the next writer on the loop",
+        "idle: the next writer computing",
+    )
+    after_flush, in_group = "handed on to a new group (after a commit)", "handed on within a group"
+    busy: dict[str, int] = {"flush": 0, "held": 0, after_flush: 0, in_group: 0} | dict.fromkeys(idle, 0)
+    handoffs: dict[str, list[int]] = {after_flush: [], in_group: []}
+    cursor, last = start, "held"
+    waits.sort()
+    for a, b, kind in marks_on:
+        if a > cursor and kind == "flush":  # (the committing writer's own way from its statements)
+            busy["held"] += a - cursor
+        elif a > cursor:  # the turn free from cursor to a: who asked for it first, and when?
+            asked, _, came, hopped = min(w for w in waits if w[0] < a and w[1] >= a)
+            first = max(asked, cursor)
+            # until it asked: where that writer was (its times clipped to the free span)
+            bounds = [cursor, min(max(came, cursor), first), min(max(hopped, cursor), first), first]
+            for name, lo, hi in zip(idle, bounds, bounds[1:], strict=False):
+                busy[name] += hi - lo
+            handed = after_flush if last == "flush" else in_group
+            busy[handed] += a - first
+            handoffs[handed].append(a - first)
+        busy[kind] += max(0, b - max(a, cursor))
+        cursor, last = max(cursor, b), kind
+    total = sum(busy.values())
+    for handed, spans in handoffs.items():
+        if spans:
+            print(
+                f"{handed:<48} median {statistics.median(spans) / 1e6:7.3f} ms ({len(spans)} with a writer waiting)"
+            )
+    for kind, spent in busy.items():
+        print(f"the turn: {kind:<44} {spent / total:6.1%} of {total / 1e9:.3f} s")
+    print(
+        f"writes {len(held)}, commits {len(flushes)} ({len(held) / max(1, len(flushes)):.2f} writes a commit), "
+        f"flush median {statistics.median((b - a) / 1e6 for a, b in flushes):.3f} ms"
+    )
+
+
 def declare(port: int) -> None:
     conn = http.client.HTTPConnection("127.0.0.1", port)
     conn.request(
@@ -262,11 +440,41 @@ def declare(port: int) -> None:
         raise RuntimeError(f"declare: {response.status}")
 
 
+def cycle(env: dict[str, str], requests: int) -> None:
+    """``--cycle``: ``stateflow serve`` with ``probe``'s stamps, one server per client count
+    (warmed, then ``requests`` writes counted), and ``cycle_report`` on each."""
+    pool_context = multiprocessing.get_context("fork")
+    for clients in (1, 8):
+        with tempfile.TemporaryDirectory() as tmp, pool_context.Pool(8) as pool:
+            port = free_port()
+            stamps = Path(tmp) / "stamps.json"
+            env = {**env, PROBE_ENV: str(stamps)}
+            code = "from benchmarks.bench_http import probe; probe(); " + CLI
+            argv = [sys.executable, "-c", code, "--store", str(Path(tmp) / "stateflow.db")]
+            argv += ["serve", "--port", str(port), "--token", TOKEN]
+            with server(argv, port, env) as pid:
+                declare(port)
+                side = Side(port, pid, "/api/states/bench/records/agent/bench/thread/")
+                load(pool, side, "PUT", 8, 400)  # create every record, warm the server
+                rate, p50, per_write, on_loop, mean, p99 = load(pool, side, "PUT", clients, requests)
+            print(
+                f"{clients} client(s): {rate:.0f} writes/s, p50 {p50:.3f} ms, mean {mean:.3f} ms, "
+                f"p99 {p99:.3f} ms, server CPU {per_write:.3f} ms a write, {on_loop:.3f} on the loop's "
+                "thread (stamps on)"
+            )
+            cycle_report(stamps, skip=401)  # (the declaration and the 400 warming writes)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--requests", type=int, default=400, help="requests per round and side")
     parser.add_argument("--floor-only", action="store_true", help="only the writes against the floor")
+    parser.add_argument(
+        "--cycle",
+        action="store_true",
+        help="only where a write's wall time goes in stateflow serve (a probe's stamps), 1 and 8 clients",
+    )
     parser.add_argument(
         "--fair",
         action="store_true",
@@ -277,6 +485,9 @@ def main() -> None:
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     root = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), root) if p)
+    if args.cycle:
+        cycle(env, args.requests)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         ours_port, base_port = free_port(), free_port()
         env["BENCH_HTTP_DB"] = str(Path(tmp) / "baseline.db")
