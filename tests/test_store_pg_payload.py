@@ -119,6 +119,6 @@ def test_a_new_documents_body_travels_once_where_the_server_builds_its_change() 
         (row,) = _rows([_new_document_plan({name: b"2"}, inline=inline)])["doc_rows"]
         assert row[3] == inline and row[10] == 0, name
     held = _new_document_plan({"saved": body})
-    held.inserts[0] = (*held.inserts[0][:7], b"\x01" * 16)  # its body a tree's root
+    held.inserts = [(*held.inserts[0][:7], b"\x01" * 16)]  # its body a tree's root
     (row,) = _rows([held])["doc_rows"]
     assert row[3] == held.inline and row[10] == 0

@@ -66,6 +66,12 @@ class HeadCache:
         """Hold ``heads`` (and ``known``, the body of ``size`` encoded bytes) at
         ``revision``, unless a newer revision is held; heads alone at the revision held keep
         what is assembled there."""
+        self.hold(doc_id, (revision, heads, known, size))
+
+    def hold(self, doc_id: int, entry: tuple[int, Heads, Known | None, int]) -> None:
+        """:meth:`put` of an entry as :meth:`entry` gives it back — ``(revision, heads, known
+        or None, size)`` —, held as it is (a write's entry, made once by its plan)."""
+        revision, _, known, size = entry
         entries = self._entries
         with self._lock:
             current = entries.get(doc_id)
@@ -81,14 +87,14 @@ class HeadCache:
                     return
                 self._bytes -= current[3]  # (0 where nothing is assembled)
             if known is None or size > self.largest:
-                entries[doc_id] = (revision, heads, None, 0)
+                entries[doc_id] = entry if known is None and size == 0 else (revision, entry[1], None, 0)
                 return
             held = self._bytes + size
             if held > self.max_bytes:
                 entries.clear()  # (as above: a miss only assembles the body again)
                 held = size
             self._bytes = held
-            entries[doc_id] = (revision, heads, known, size)
+            entries[doc_id] = entry
 
     def clear(self) -> None:
         with self._lock:
@@ -112,7 +118,8 @@ class RevisionCache(Generic[K, V]):
         self.max_bytes = max_bytes
         self.largest = max_bytes // 8 if largest is None else largest
         """values larger than this are not kept (one huge value must not flush everything)"""
-        self._entries: OrderedDict[K, tuple[int, V, int]] = OrderedDict()
+        self._entries: OrderedDict[K, tuple[K, int, V, int]] = OrderedDict()
+        """key → ``(key, revision, value, size)``: the tuple ``put_many`` was given, held as it is"""
         self._bytes = 0
         self._lock = threading.Lock()
 
@@ -120,10 +127,10 @@ class RevisionCache(Generic[K, V]):
         """``(True, value)`` when ``key`` is held at ``revision`` (the value may be None)."""
         with self._lock:
             entry = self._entries.get(key)
-            if entry is None or entry[0] != revision:
+            if entry is None or entry[1] != revision:
                 return False, None
             self._entries.move_to_end(key)
-            return True, entry[1]
+            return True, entry[2]
 
     def get(self, key: K, revision: int) -> V | None:
         return self.lookup(key, revision)[1]
@@ -137,16 +144,16 @@ class RevisionCache(Generic[K, V]):
         with self._lock:
             for key, revision in keys:
                 entry = entries.get(key)
-                if entry is None or entry[0] != revision:
+                if entry is None or entry[1] != revision:
                     return None
                 entries.move_to_end(key)
-                found.append(entry[1])
+                found.append(entry[2])
         return found
 
     def latest(self, key: K) -> tuple[int, V] | None:
         """The newest revision held for ``key`` and its value."""
         entry = self._entries.get(key)
-        return None if entry is None else (entry[0], entry[1])
+        return None if entry is None else (entry[1], entry[2])
 
     def put(self, key: K, revision: int, value: V, size: int) -> None:
         """Hold ``value`` for ``key`` at ``revision`` (unless a newer revision is held, or the
@@ -155,22 +162,24 @@ class RevisionCache(Generic[K, V]):
 
     def put_many(self, entries: Iterable[tuple[K, int, V, int]]) -> None:
         """:meth:`put` of each ``(key, revision, value, size)``, in order, under one lock (a
-        write caches every member it wrote); the one place entries are added and evicted."""
+        write caches every member it wrote); the one place entries are added and evicted. Each
+        tuple is held as it is (a write's member entry, made once by its plan)."""
         largest, held = self.largest, self._entries
         with self._lock:
-            for key, revision, value, size in entries:
+            for entry in entries:
+                key, revision, _, size = entry
                 if size > largest:
                     continue
                 old = held.get(key)
                 if old is not None:
-                    if old[0] > revision:
+                    if old[1] > revision:
                         continue
                     del held[key]
-                    self._bytes -= old[2]
-                held[key] = (revision, value, size)
+                    self._bytes -= old[3]
+                held[key] = entry
                 self._bytes += size
                 while self._bytes > self.max_bytes:  # (entry by entry)
-                    _, (_, _, dropped) = held.popitem(last=False)
+                    _, (_, _, _, dropped) = held.popitem(last=False)
                     self._bytes -= dropped
 
     def clear(self) -> None:

@@ -16,8 +16,9 @@ transaction wrote reaches the caches only once it has committed (:class:`Fresh`)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Final, NamedTuple
 
 from stateflow.doc.canonical import JSON, check
@@ -38,6 +39,10 @@ SNAPSHOT_LARGE_CHAIN: Final = 16
 copies only the members changed since the last one (a member held as a tree: its root), never
 the body, so the body's weight would let an as-of read of it replay up to
 ``SNAPSHOT_MAX_CHAIN`` changes for nothing."""
+NONE: Final[Mapping[Any, Any]] = MappingProxyType({})
+"""What a plan or a ``Fresh`` holds where a write leaves a table or cache empty: one shared
+read-only mapping, not a container made and freed per write (a one-document write fills few)."""
+
 TREE_MIN: Final = 1 << 20
 """A member whose encoding exceeds this many bytes is stored as a tree of nodes (``tree.py``):
 a change inside it writes the nodes that differ, not the value. Smaller members stay one row
@@ -117,46 +122,48 @@ class WritePlan:
     revision: int
     present: bool
     """whether the document exists after the write (if not, every member row goes)"""
-    was_present: bool = False
-    deletes: list[tuple[int, str]] = field(default_factory=list)
+    was_present: bool
+    deletes: Sequence[tuple[int, str]]
     """member rows to delete: (doc_id, name)"""
-    updates: list[tuple[Any, ...]] = field(default_factory=list)
+    updates: Sequence[tuple[Any, ...]]
     """member rows to rewrite: (body, revision, size, outline, root, doc_id, name)"""
-    inserts: list[tuple[Any, ...]] = field(default_factory=list)
+    inserts: Sequence[tuple[Any, ...]]
     """member rows to add: (doc_id, name, position, revision, size, outline, body, root)"""
-    nodes: dict[bytes, bytes] = field(default_factory=dict)
+    nodes: Mapping[bytes, bytes]
     """tree nodes the members' new roots need (id → body; some may be stored already)"""
-    paths: bytes = b"[]"
+    paths: bytes
     """the change's touched paths, encoded"""
-    paths_apart: bool = False
+    paths_apart: bool
     """the paths go to ``change_paths``, not the change row (``Backend.change_row_max``)"""
-    edits: list[tuple[int, int, str, bytes, bytes | None]] = field(default_factory=list)
+    edits: Sequence[tuple[int, int, str, bytes, bytes | None]]
     """change_edits rows: (doc_id, revision, member, edits, roots: the tree ids its edits
     refer to, 16 bytes each)"""
-    inline: bytes | None = None
+    inline: bytes | None
     """the edits in the change row instead, as ``[[member, edits], …]`` (small changes)"""
-    snapshot: bool = False
+    snapshot: bool
     """take a snapshot of the body as written"""
-    document: DocumentRow | None = None
+    document: DocumentRow | None
     """the document's row after the write (set last, once the sizes are known)"""
-    created: DocKey | None = None
+    created: DocKey | None
     """set by a backend whose commit creates the document's row (inserted whole, before its
     members, instead of updated): the key it is created under"""
 
     def __init__(self, doc_id: int, revision: int, present: bool, was_present: bool = False) -> None:
         # (by hand, as ``Fresh``: every document written builds one, and the generated
-        # ``__init__`` tests each of the thirteen fields for a given value first)
+        # ``__init__`` tests each of the thirteen fields for a given value first). The rows
+        # start as shared empties: the planner sets the lists it fills (a store ``put``
+        # updates one member: one list, not five containers)
         self.doc_id = doc_id
         self.revision = revision
         self.present = present
         self.was_present = was_present
-        self.deletes = []
-        self.updates = []
-        self.inserts = []
-        self.nodes = {}
+        self.deletes = ()
+        self.updates = ()
+        self.inserts = ()
+        self.nodes = NONE
         self.paths = b"[]"
         self.paths_apart = False
-        self.edits = []
+        self.edits = ()
         self.inline = None
         self.snapshot = False
         self.document = None
@@ -172,48 +179,72 @@ class WritePlan:
 class Fresh:
     """What a transaction wrote, for the caches once it has committed (never before)."""
 
-    members: list[tuple[tuple[int, str], int, Any, int]] = field(default_factory=list)
+    members: list[tuple[tuple[int, str], int, Any, int]]
     """((doc_id, name), revision, value, size) of each member value written: the member
     cache's entries (``RevisionCache.put_many``)"""
-    heads: dict[int, tuple[int, dict[str, MemberHead], Known | None, int]] = field(default_factory=dict)
+    heads: dict[int, tuple[int, dict[str, MemberHead], Known | None, int]]
     """doc_id → (revision, member heads by name in position order, and the body assembled with
     its encoded size where every member was known — ``None, 0`` where not)
     after the write, where the heads before it were known: one entry of ``StoreCore._heads``"""
-    bodies: dict[int, tuple[int, dict[str, Any] | None, str, int]] = field(default_factory=dict)
+    bodies: Mapping[int, tuple[int, dict[str, Any] | None, str, int]]
     """doc_id → (revision, body, at, encoded size) after the write, where every member was known
-    (only for stores that keep whole bodies: ``keeps_bodies``)"""
-    rows: dict[DocKey, DocRow] = field(default_factory=dict)
+    (only for stores that keep whole bodies: ``keeps_bodies``; :meth:`keep_body`)"""
+    rows: dict[DocKey, DocRow]
     """document rows as this transaction read or left them (for writes computed optimistically)"""
-    nodes: dict[bytes, bytes] = field(default_factory=dict)
-    """tree nodes written by a tree update (id → bytes), for the node cache"""
-    roots: dict[int, tuple[int, dict[str, bytes]]] = field(default_factory=dict)
+    nodes: Mapping[bytes, bytes]
+    """tree nodes written by a tree update (id → bytes), for the node cache (:meth:`keep_nodes`)"""
+    roots: Mapping[int, tuple[int, dict[str, bytes]]]
     """doc_id → (revision, tree roots of members held as trees) after the write, as far as
-    they are known (a member not named: not known)"""
-    at: str = ""
+    they are known (a member not named: not known; :meth:`keep_roots`)"""
+    at: str
     """The transaction's time."""
-    seq: int | None = None
+    seq: int | None
     """The transaction's seq, once known."""
 
     def __init__(self) -> None:
         # (by hand: every write builds one, and the generated ``__init__`` tests each field
-        # for a given value first)
+        # for a given value first; what most writes leave empty starts as the shared ``NONE``)
         self.members = []
         self.heads = {}
-        self.bodies = {}
+        self.bodies = NONE
         self.rows = {}
-        self.nodes = {}
-        self.roots = {}
+        self.nodes = NONE
+        self.roots = NONE
         self.at = ""
         self.seq = None
+
+    def keep_body(self, doc_id: int, entry: tuple[int, dict[str, Any] | None, str, int]) -> None:
+        """``bodies[doc_id] = entry``."""
+        bodies = self.bodies
+        if isinstance(bodies, dict):
+            bodies[doc_id] = entry
+        else:
+            self.bodies = {doc_id: entry}
+
+    def keep_roots(self, doc_id: int, entry: tuple[int, dict[str, bytes]]) -> None:
+        """``roots[doc_id] = entry``."""
+        roots = self.roots
+        if isinstance(roots, dict):
+            roots[doc_id] = entry
+        else:
+            self.roots = {doc_id: entry}
+
+    def keep_nodes(self, nodes: Mapping[bytes, bytes]) -> None:
+        """``nodes.update(nodes)``."""
+        held = self.nodes
+        if isinstance(held, dict):
+            held.update(nodes)
+        else:
+            self.nodes = dict(nodes)
 
     def clear(self) -> None:
         """Back to empty: a plan given up before its commit leaves nothing for the caches."""
         self.members.clear()
         self.heads.clear()
-        self.bodies.clear()
+        self.bodies = NONE
         self.rows.clear()
-        self.nodes.clear()
-        self.roots.clear()
+        self.nodes = NONE
+        self.roots = NONE
 
 
 def row_after(plan: WritePlan, seq: int, at: str) -> DocRow:

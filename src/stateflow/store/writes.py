@@ -407,9 +407,10 @@ class Writes(StoreCore):
 
     def _remember(self, fresh: Fresh) -> None:
         """Cache members written by a transaction that has committed (never before)."""
-        self._cache.put_many(fresh.members)
-        for doc_id, (revision, heads, assembled, size) in fresh.heads.items():
-            self._heads.put(doc_id, revision, heads, assembled, size)
+        self._cache.put_many(fresh.members)  # (each entry held as the plan made it)
+        hold = self._heads.hold
+        for doc_id, entry in fresh.heads.items():
+            hold(doc_id, entry)
         if fresh.nodes:
             self._node_cache.written(fresh.nodes)
         if fresh.roots:  # (a document that holds or held a tree member)
@@ -1144,13 +1145,17 @@ class Writes(StoreCore):
         roots = dict(had[1]) if had is not None and had[0] == row.revision and row.present else {}
         # (the loop's lookups bound once: it runs for every member written)
         values, trees, old_members = stage.values, stage.trees, entry.members if row.present else {}
-        cache, updates, inserts = fresh.members.append, plan.updates.append, plan.inserts.append
+        deletes: list[tuple[int, str]] = []
+        update_rows: list[tuple[Any, ...]] = []
+        insert_rows: list[tuple[Any, ...]] = []
+        nodes: dict[bytes, bytes] = {}
+        cache, updates, inserts = fresh.members.append, update_rows.append, insert_rows.append
         for name in stage.touched:
             value = values[name]
             old = old_members.get(name)
             if value is MISSING or not present:
                 if old is not None:
-                    plan.deletes.append((doc_id, name))
+                    deletes.append((doc_id, name))
                     size -= old[2]
                 if heads is not None:
                     heads.pop(name, None)
@@ -1162,16 +1167,16 @@ class Writes(StoreCore):
                 encoded = len(body)
                 root = None
                 if encoded > TREE_MIN:
-                    body, root, encoded = member_row(value, None, plan.nodes, refs, body)
+                    body, root, encoded = member_row(value, None, nodes, refs, body)
             else:
-                body, root, encoded = member_row(value, tree, plan.nodes, refs)
+                body, root, encoded = member_row(value, tree, nodes, refs)
             if root is None:
                 if roots:
                     roots.pop(name, None)
             else:
                 roots[name] = root
                 if tree is not None:
-                    fresh.nodes.update(tree.nodes)
+                    fresh.keep_nodes(tree.nodes)
             outline = encode_trusted(outline_of(value)) if type(value) is dict else None
             cache(((doc_id, name), revision, value, encoded))
             if old is not None:
@@ -1185,18 +1190,26 @@ class Writes(StoreCore):
                 size += encoded
             if heads is not None:
                 heads[name] = (doc_id, name, at, revision, encoded, outline)
+        if deletes:
+            plan.deletes = deletes
+        if update_rows:
+            plan.updates = update_rows
+        if insert_rows:
+            plan.inserts = insert_rows
+        if nodes:
+            plan.nodes = nodes
         if not present:
             size = 0
             heads = {}
             roots = {}
         if roots or had is not None:  # (a document with no tree member never needs an entry)
-            fresh.roots[doc_id] = (revision, roots)
+            fresh.keep_roots(doc_id, (revision, roots))
         if heads is not None:
             heads_after = {h[1]: h for h in sorted(heads.values(), key=_POSITION)}
             fresh.heads[doc_id] = (revision, heads_after, None, 0)
             if not present:
                 if self.keeps_bodies:
-                    fresh.bodies[doc_id] = (revision, None, fresh.at, 0)
+                    fresh.keep_body(doc_id, (revision, None, fresh.at, 0))
             elif entry.complete or not row.present:
                 touched = stage.touched
                 whole = {n: values[n] if n in touched else old_members[n][0] for n in heads_after}
@@ -1205,7 +1218,7 @@ class Writes(StoreCore):
                     # whole here instead of assembling it from the member caches (``_known``)
                     fresh.heads[doc_id] = (revision, heads_after, whole, size)
                 if self.keeps_bodies:
-                    fresh.bodies[doc_id] = (revision, whole, fresh.at, size)
+                    fresh.keep_body(doc_id, (revision, whole, fresh.at, size))
         plan.paths = _paths_of(write)
         room = self._change_room(plan)
         groups: dict[str, list[Any]] = {}
@@ -1225,7 +1238,7 @@ class Writes(StoreCore):
             else:  # the value is a subtree of the member's new tree: stored as its ref
                 groups.setdefault(member, []).append([list(path), None, ref.hex()])
                 held[member] = held.get(member, b"") + ref
-        planned = plan.edits
+        planned: list[tuple[int, int, str, bytes, bytes | None]] = []
         edit_bytes = 0
         for member, group in sorted(groups.items()) if len(groups) > 1 else groups.items():
             encoded_group = encode_trusted(group)
@@ -1239,7 +1252,9 @@ class Writes(StoreCore):
             inline = b"[" + b",".join(parts) + b"]"
             if room is None or len(inline) <= room:
                 plan.inline = inline
-                plan.edits = []
+                planned = []
+        if planned:
+            plan.edits = planned
         self._document_after(plan, row, edit_bytes, size, position)
         return plan
 
@@ -1420,7 +1435,8 @@ class Writes(StoreCore):
         position = row.next_position
         size = 0
         plan = WritePlan(doc_id, revision, True, False)
-        inserts, cached = plan.inserts, fresh.members
+        inserts: list[tuple[Any, ...]] = []
+        cached = fresh.members
         heads: dict[str, MemberHead] = {}
         roots: dict[str, bytes] = {}
         parts = []
@@ -1430,7 +1446,10 @@ class Writes(StoreCore):
             if length <= TREE_MIN:  # (inline, as ``member_row`` keeps it: no call)
                 stored, root = data, None
             else:
-                stored, root, length = member_row(value, None, plan.nodes, {}, data)
+                nodes = plan.nodes if isinstance(plan.nodes, dict) else {}
+                stored, root, length = member_row(value, None, nodes, {}, data)
+                if nodes:
+                    plan.nodes = nodes
             if root is not None:
                 roots[name] = root
             outline = encode_trusted(outline_of(value)) if type(value) is dict else None
@@ -1440,12 +1459,13 @@ class Writes(StoreCore):
             parts.append(orjson.dumps(name) + b":" + data)
             position += 1
             size += length
+        plan.inserts = inserts
         if roots or self._roots.get(doc_id) is not None:
-            fresh.roots[doc_id] = (revision, roots)
+            fresh.keep_roots(doc_id, (revision, roots))
         # (the body as it is: the next write of this document starts from it, ``_known``)
         fresh.heads[doc_id] = (revision, heads, body, size)
         if self.keeps_bodies:
-            fresh.bodies[doc_id] = (revision, body, fresh.at, size)
+            fresh.keep_body(doc_id, (revision, body, fresh.at, size))
         # the change: ``[[[], body]]`` (the whole body set), inline in its row when small
         edit = b"[[[],{" + b",".join(parts) + b"}]]"
         plan.paths = paths
@@ -1485,12 +1505,11 @@ class Writes(StoreCore):
         # loop over the members not written
         heads = dict(had)
         body_after = dict(before)
-        cache, updates, inserts, deletes = (
-            fresh.members.append,
-            plan.updates.append,
-            plan.inserts.append,
-            plan.deletes,
-        )
+        cache = fresh.members.append
+        # (each list of rows made by its first row: most writes only update)
+        updates: list[tuple[Any, ...]] | None = None
+        inserts: list[tuple[Any, ...]] | None = None
+        deletes: list[tuple[int, str]] | None = None
         for name in groups:
             old = had.get(name)
             if old is not None and old[4] > TREE_MIN:
@@ -1498,6 +1517,8 @@ class Writes(StoreCore):
             value = after.get(name, MISSING)
             if value is MISSING:  # (a delete edit names a member the document has)
                 assert old is not None
+                if deletes is None:
+                    deletes = plan.deletes = []
                 deletes.append((doc_id, name))
                 size -= old[4]
                 del heads[name], body_after[name]
@@ -1509,11 +1530,15 @@ class Writes(StoreCore):
             outline = encode_trusted(outline_of(value)) if type(value) is dict else None
             cache(((doc_id, name), revision, value, encoded))
             if old is not None:
-                updates((body, revision, encoded, outline, None, doc_id, name))
+                if updates is None:
+                    updates = plan.updates = []
+                updates.append((body, revision, encoded, outline, None, doc_id, name))
                 size += encoded - old[4]
                 at = old[2]
             else:
-                inserts((doc_id, name, position, revision, encoded, outline, body, None))
+                if inserts is None:
+                    inserts = plan.inserts = []
+                inserts.append((doc_id, name, position, revision, encoded, outline, body, None))
                 at = position
                 position += 1
                 size += encoded
@@ -1524,10 +1549,10 @@ class Writes(StoreCore):
             kept = dict(roots[1]) if roots[0] == row.revision else {}
             for name in groups:
                 kept.pop(name, None)
-            fresh.roots[doc_id] = (revision, kept)
+            fresh.keep_roots(doc_id, (revision, kept))
         fresh.heads[doc_id] = (revision, heads, body_after, size)
         if self.keeps_bodies:
-            fresh.bodies[doc_id] = (revision, body_after, fresh.at, size)
+            fresh.keep_body(doc_id, (revision, body_after, fresh.at, size))
         plan.paths = paths
         room = self._change_room(plan)
         planned: list[tuple[int, int, str, bytes, bytes | None]] = []
