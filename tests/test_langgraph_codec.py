@@ -306,8 +306,8 @@ def test_plain_edits_walks_once_what_plain_and_the_diff_give() -> None:
     """``plain_edits(new, old)`` on random bodies and random changes of them (number types
     swapped — ``1``, ``1.0``, ``True`` —, keys added, deleted and reordered, lists grown and
     shrunk, kinds changed, values refused anywhere, down to the depth limit and past it):
-    refused exactly where ``plain`` refuses, else ``plain``'s copy (exact types, key order, no
-    container of ``new``) and exactly the diff's edits of ``old`` into it, grouped by member
+    refused exactly where ``plain`` refuses, else ``plain``'s copy — the record handed, filled
+    in place (exact types, key order, no container of ``new``) — and exactly the diff's edits of ``old`` into it, grouped by member
     in first-touched order."""
     rng = random.Random(1203)
 
@@ -365,12 +365,14 @@ def test_plain_edits_walks_once_what_plain_and_the_diff_give() -> None:
         if type(new) is not dict:
             continue
         copy = plain(new)
-        made = plain_edits(new, old)
+        record = dict(new)  # (the record a write makes for the item: filled in place)
+        made = plain_edits(record, old)
         assert (made is None) == (copy is REFUSED), (new, old)
         if made is None:
             continue
         kept += 1
         body, groups = made
+        assert body is record
         _same_json(body, orjson.loads(orjson.dumps(new)), new)
         assert orjson.dumps(groups) == _grouped(old, body), (new, old)
         edited += bool(groups)

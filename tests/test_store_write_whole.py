@@ -262,7 +262,7 @@ def test_a_body_replaced_whole_has_the_rows_of_the_general_write(
             # …in the order of the members as stored (as another store reads them)
             assert current is not None and list(current) == list(other.get(lean).body or ())
             if given_edits and paths == [[]]:
-                made = plain_edits(mine, current)
+                made = plain_edits(dict(mine), current)
                 assert made is not None
                 return Whole(made[0], paths, None, made[1])
             return Whole(mine, paths)

@@ -97,13 +97,18 @@ def plain_edits(
     down where both are objects, or lists of one length, and wherever they part, the edit is
     the copy made by :func:`plain`. A value of ``new`` that is ``old``'s own object (a stored
     value: taken as plain, as the store holds it) is kept by identity, unwalked, as the diff
-    passes it."""
+    passes it.
+
+    ``new`` is a dict made for this write (the caller's record; its values may be anybody's):
+    it becomes the copy, each member walked replaced in place by its own copy — the record is
+    not copied again. Where :func:`plain` refuses, some members may be copies already (equal,
+    of the same types)."""
     groups: dict[str, list[Any]] = {}
     if old.keys() != new.keys():  # (deletions first, as the diff lists them; the key sets in C)
         for key in old:
             if key not in new:
                 groups[key] = [[[key]]]
-    copied = new.copy()
+    copied = new  # (a member replaced while iterating: the dict's size never changes)
     for key, v in new.items():
         was = old.get(key, MISSING)
         if v is was:  # (``old``'s own: stored, so plain, and no edit)

@@ -441,7 +441,8 @@ def _owned(op: PutOp, now: datetime, before: dict[str, Any] | None) -> Whole:
     here) — as the store's own copy, with its edits against ``before`` where it has one. The
     codec's walk checks, copies and diffs it in one pass (what it accepts, ``check`` does: its
     integers and depth are narrower; its copy is the one a JSON round trip gives; its edits are
-    the diff's); else ``check`` refuses or passes it, and one copy in C (the store diffs that)."""
+    the diff's; the record is the copy, filled in place); else ``check`` refuses or passes it,
+    and one copy in C (the store diffs that)."""
     kept = _document(op, now, before)
     if before is None:
         owned = plain(kept)
