@@ -11,8 +11,9 @@ import orjson
 import psycopg
 
 from stateflow.store import DocKey, Document, Write, open_store
-from stateflow.store.plan import TREE_MIN, DocumentRow, WritePlan
+from stateflow.store.plan import TREE_MIN, WritePlan
 from stateflow.store.postgres import _payload, _rows
+from stateflow.store.rows import DocRow
 
 _AWKWARD = [
     b"",
@@ -89,7 +90,7 @@ def _new_document_plan(members: dict[str, bytes], inline: bytes | None = None) -
     ]
     parts = [orjson.dumps(name) + b":" + body for name, body in members.items()]
     plan.inline = b'[["",[[[],{' + b",".join(parts) + b"}]]]]" if inline is None else inline
-    plan.document = DocumentRow(7, 1, True, 0, 0, 0, 1)
+    plan.document = DocRow(7, 1, True, None, 0, 0, 0, 1)
     return plan
 
 

@@ -6,8 +6,8 @@ A cohort's write goes through three steps, each with its own structure:
    (or, on the optimistic path, as last seen here);
 2. **stage** (:class:`Stage`): the write's edits applied to those members — nothing written;
 3. **plan** (:class:`WritePlan`): the rows that follow — member deletes, updates and inserts,
-   the change and its edits, a snapshot when due, and the document's new row
-   (:class:`DocumentRow`).
+   the change and its edits, a snapshot when due, and the document's new row (a
+   :class:`DocRow` whose ``updated_seq`` and ``at`` the commit stamps: :func:`stamp_row`).
 
 A backend emits the plans of one commit in whatever form is cheapest for it (SQLite:
 statements; PostgreSQL: one call of its write function, one array per column). What a
@@ -98,22 +98,6 @@ class SeqRef(NamedTuple):
     params: tuple[int, ...]
 
 
-@dataclass(slots=True)
-class DocumentRow:
-    """A document's ``documents`` row as a write leaves it (``updated_seq`` is the commit's)."""
-
-    doc_id: int
-    revision: int
-    present: bool
-    snapshot_revision: int
-    bytes_since_snapshot: int
-    """encoded edit bytes written since the last snapshot (decides when the next one is due)"""
-    body_size: int
-    """encoded size of the body: the sum of its member sizes"""
-    next_position: int
-    """position the next new member gets (members keep their insertion order)"""
-
-
 @dataclass(slots=True, init=False)
 class WritePlan:
     """One document's write as rows (see ``Writes._plan_doc``), emitted by ``Backend._emit``."""
@@ -142,8 +126,10 @@ class WritePlan:
     """the edits in the change row instead, as ``[[member, edits], …]`` (small changes)"""
     snapshot: bool
     """take a snapshot of the body as written"""
-    document: DocumentRow | None
-    """the document's row after the write (set last, once the sizes are known)"""
+    document: DocRow | None
+    """the document's row after the write (set last, once the sizes are known); its
+    ``updated_seq`` and ``at`` are the commit's, stamped on it once known (:func:`stamp_row`):
+    the same object then goes to the caches"""
     created: DocKey | None
     """set by a backend whose commit creates the document's row (inserted whole, before its
     members, instead of updated): the key it is created under"""
@@ -170,7 +156,7 @@ class WritePlan:
         self.created = None
 
     @property
-    def row(self) -> DocumentRow:
+    def row(self) -> DocRow:
         assert self.document is not None, "a plan's document row is set when it is planned"
         return self.document
 
@@ -247,21 +233,14 @@ class Fresh:
         self.roots = NONE
 
 
-def row_after(plan: WritePlan, seq: int, at: str) -> DocRow:
-    """A document's row as a committed plan left it."""
+def stamp_row(plan: WritePlan, seq: int, at: str) -> DocRow:
+    """A document's row as a committed plan left it: the plan's own, stamped with the commit's
+    seq and time (no second row made)."""
     d = plan.document  # (the field, not ``row``'s call: every write's rows pass here)
     assert d is not None, "a plan's document row is set when it is planned"
-    return DocRow(
-        d.doc_id,
-        d.revision,
-        d.present,
-        seq,
-        d.snapshot_revision,
-        d.bytes_since_snapshot,
-        d.body_size,
-        d.next_position,
-        at,
-    )
+    d.updated_seq = seq
+    d.at = at
+    return d
 
 
 def effective_edits(edits: Sequence[Edit]) -> Sequence[Edit]:

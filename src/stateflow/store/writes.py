@@ -35,14 +35,13 @@ from stateflow.store.plan import (
     SNAPSHOT_MIN_BYTES,
     TREE_MIN,
     WHOLE_INLINE_MAX,
-    DocumentRow,
     Fresh,
     Loaded,
     SeqRef,
     Stage,
     WritePlan,
     effective_edits,
-    row_after,
+    stamp_row,
     validate_writes,
 )
 from stateflow.store.rows import (
@@ -1596,8 +1595,16 @@ class Writes(StoreCore):
         ):
             plan.snapshot = True
             snapshot_revision, since = revision, 0
-        plan.document = DocumentRow(  # (positional: keywords cost a third of the call)
-            row.doc_id, revision, plan.present, snapshot_revision, since, size, position
+        plan.document = DocRow(  # (positional: keywords cost a third of the call; the seq and
+            # time are the commit's, ``stamp_row``)
+            row.doc_id,
+            revision,
+            plan.present,
+            None,
+            snapshot_revision,
+            since,
+            size,
+            position,
         )
 
     def _take_snapshot(self, tx: Tx, doc_id: int, revision: int, present: bool) -> None:
@@ -1729,7 +1736,7 @@ def _statements_for(seq_sql: str) -> _SeqStatements:
     return made
 
 
-def _document_params(doc: DocumentRow, seq: SeqRef) -> tuple[Any, ...]:
+def _document_params(doc: DocRow, seq: SeqRef) -> tuple[Any, ...]:
     """``_DOCUMENT_UPDATE``'s parameters after ``setting``'s."""
     return (
         doc.revision,
@@ -1932,7 +1939,7 @@ def _stamp(keys: Sequence[DocKey], plans: Sequence[WritePlan], seq: int, at: str
     fresh.seq, fresh.at = seq, at
     rows = fresh.rows
     for key, planned in zip(keys, plans, strict=True):
-        rows[key] = row_after(planned, seq, at)
+        rows[key] = stamp_row(planned, seq, at)
 
 
 def _committed(
