@@ -132,3 +132,27 @@ def test_a_documents_entry_counts_exactly_the_bytes_it_holds_under_threads() -> 
         t.join()
     assert cache._bytes == sum(e[3] for e in cache._entries.values())
     assert cache._bytes <= 5_000 and len(cache._entries) <= 50
+
+
+def test_a_writes_entries_are_held_as_its_plan_made_them() -> None:
+    """A write's member entries and its document's entry are held as the very tuples its plan
+    made (no second tuple per write), and still never replace a newer revision; an entry whose
+    body is too large to keep is held as heads alone."""
+    members: RevisionCache[tuple[int, str], Any] = RevisionCache(1000)
+    entry = ((7, "a"), 3, {"v": 1}, 10)
+    members.put_many([entry])
+    assert members._entries[(7, "a")] is entry and members.get((7, "a"), 3) == {"v": 1}
+    members.put_many([((7, "a"), 2, "older", 10)])
+    assert members._entries[(7, "a")] is entry and members.latest((7, "a")) == (3, {"v": 1})
+
+    heads = HeadCache(max_bytes=800)
+    head: Any = (7, "a", 0, 3, 10, None)
+    made = (3, {"a": head}, {"a": {"v": 1}}, 10)
+    heads.hold(7, made)
+    assert heads.entry(7, 3) is made
+    heads.hold(7, (2, {}, None, 0))  # a lagging writer
+    assert heads.entry(7, 3) is made
+    large = (4, {"a": head}, {"a": "x" * 200}, 200)  # over an eighth of the bytes: heads only
+    heads.hold(7, large)
+    held = heads.entry(7, 4)
+    assert held is not None and held[1] is large[1] and held[2] is None and held[3] == 0
