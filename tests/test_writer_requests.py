@@ -462,6 +462,23 @@ queue.release()
 """
 
 
+def slot(db: Path, ticket: int) -> tuple[int, bytes]:
+    """The slot of ``ticket`` in the writer queue's file: the ticket waiting, its inbox's name."""
+    with open(f"{db}-writer", "rb") as file:
+        file.seek(4096 + (ticket % 256) * 16)
+        raw = file.read(16)
+    return int.from_bytes(raw[:8], "little"), b"\0stateflow-writer-inbox-" + raw[8:].hex().encode()
+
+
+def waiting_on(db: Path, ticket: int) -> bytes:
+    """The inbox ``ticket``'s writer waits on, once its slot names it."""
+    deadline = time.monotonic() + 30
+    while (found := slot(db, ticket))[0] != ticket:
+        assert time.monotonic() < deadline, "the writer never waited"
+        time.sleep(0.01)
+    return found[1]
+
+
 def test_a_writer_takes_only_an_answer_that_names_its_own_request(tmp_path: Path) -> None:
     import socket
     import threading
@@ -471,11 +488,9 @@ def test_a_writer_takes_only_an_answer_that_names_its_own_request(tmp_path: Path
     db = tmp_path / "store.db"
     holder = start(HOLDS_TURN, str(db))
     assert holder.stdout is not None and holder.stdout.readline() == "held\n"
-    stat = os.stat(f"{db}-writer")
-    name = f"\0stateflow-writer-{stat.st_dev:x}-{stat.st_ino:x}-1".encode()
 
-    def stray() -> None:  # an answer for another writer under this ticket's name, then the turn
-        time.sleep(0.3)
+    def stray() -> None:  # an answer for another writer to the inbox ticket 1 waits on, then the turn
+        name = waiting_on(db, 1)
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sender:
             sender.sendto(b"0" * 32 + b"c", name)
         time.sleep(0.3)
@@ -490,6 +505,74 @@ def test_a_writer_takes_only_an_answer_that_names_its_own_request(tmp_path: Path
     finally:
         queue.close()
         thread.join()
+    holder.communicate(timeout=30)
+    assert holder.returncode == 0
+
+
+HOLDS_TURNS = """
+import sys, time
+from pathlib import Path
+from stateflow.store.writer_queue import WriterQueue
+queue = WriterQueue(Path(sys.argv[1]))
+for k in range(int(sys.argv[2])):
+    queue.acquire(30)
+    print("held", flush=True)
+    while not Path(f"{sys.argv[1]}-go{k}").exists():
+        time.sleep(0.01)
+    queue.release()
+    while not Path(f"{sys.argv[1]}-again{k}").exists():
+        time.sleep(0.01)
+"""
+
+
+def test_a_waiting_writer_binds_its_inbox_once_and_a_forked_child_binds_its_own(tmp_path: Path) -> None:
+    import socket
+    import threading
+
+    from stateflow.store.writer_queue import WriterQueue
+
+    db = tmp_path / "store.db"
+    holder = start(HOLDS_TURNS, str(db), "3")
+    assert holder.stdout is not None
+    queue = WriterQueue(db)
+    names: list[bytes] = []
+
+    def wait(k: int, ticket: int, waiter: WriterQueue) -> None:  # the holder's turn k, then ours
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+
+        def go() -> None:
+            names.append(waiting_on(db, ticket))
+            Path(f"{db}-go{k}").touch()
+
+        thread = threading.Thread(target=go)
+        thread.start()
+        waiter.acquire(30)
+        thread.join()
+        assert waiter.held and slot(db, ticket)[0] == 0  # its turn: the slot cleared
+        waiter.release()
+        Path(f"{db}-again{k}").touch()
+
+    try:
+        wait(0, 1, queue)
+        wait(1, 3, queue)
+        assert names[0] == names[1]  # one inbox for both waits
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sender:
+            sender.sendto(b"", names[0])  # still bound between waits
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child: its own inbox, not its parent's
+            try:
+                wait(2, 5, queue)
+                os._exit(0 if names[2] != names[0] else 1)
+            except BaseException:
+                os._exit(2)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sender:
+            sender.sendto(b"", names[0])  # the parent's inbox: still bound after the child's wait
+    finally:
+        queue.close()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sender, pytest.raises(ConnectionRefusedError):
+        sender.sendto(b"", names[0])  # gone with the queue's close
     holder.communicate(timeout=30)
     assert holder.returncode == 0
 

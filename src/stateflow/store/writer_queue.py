@@ -18,14 +18,17 @@ and a process that dies lets go of its byte with it.
 
 Waiting in a helper thread costs a second wake-up at every hand-off (the kernel wakes the
 helper, the helper wakes the writer), and on a busy machine each wake-up may wait for a CPU. So
-a waiting writer sleeps in ``select`` on a datagram socket of its own, named in the abstract
-namespace after the file and its ticket; a writer letting go of its turn unlocks its byte and
-then, if a later ticket was drawn, sends one empty datagram to the next ticket's name: one
-wake-up, of the writer itself. It then yields its CPU (``sched_yield``): the woken writer
+a waiting writer sleeps in ``select`` on a datagram socket of its own (its **inbox**, bound once
+per queue and process under a random name in the abstract namespace, and reused by every wait:
+a socket made and bound per wait cost three system calls each time), and while it waits it
+writes its ticket and its inbox's name into the ticket's **slot** in the file (slot
+``t % 256`` of a table mapped at offset 4096), clearing it when the wait ends; a writer letting
+go of its turn unlocks its byte and then, if a later ticket was drawn and its slot names that
+ticket, sends one empty datagram to the inbox it names: one wake-up, of the writer itself. It then yields its CPU (``sched_yield``): the woken writer
 would otherwise wait for a CPU until ours blocks, on a busy machine for as long as the
 caller's own work after its commit, while every writer behind it waits too.
-The lock stays the truth — a waiter checks it after binding its name and after every wake, and
-looks again every 50 ms, so a wake-up lost (a writer that died, another network namespace)
+The lock stays the truth — a waiter checks it after writing its slot and after every wake (a
+datagram left from an earlier wait is one wake more), and looks again every 50 ms, so a wake-up lost (a writer that died, another network namespace)
 costs time, never order; a process whose wake-ups keep not arriving waits in the helper thread
 instead.
 
@@ -51,6 +54,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Final
 
 from stateflow.errors import StoreBusy
 from stateflow.store.writer_requests import ANSWER_MAX, TAKEN_MAX, Request
@@ -68,6 +72,16 @@ _LOOK_AGAIN = 0.05
 _MISSES = 3
 """turns that came without a wake-up before a process stops relying on them"""
 _WAKES = hasattr(socket, "AF_UNIX") and _SET is not None
+_SLOTS_AT = mmap.ALLOCATIONGRANULARITY
+"""where the slots begin in the file (a mapping's offset: a multiple of this)"""
+_SLOTS: Final = 256
+_SLOT: Final = 16
+"""each slot: the ticket that waits (8 bytes) and its inbox's token (8 bytes); ticket 0 never
+waits, so 0 is an empty slot"""
+_EMPTY = bytes(8)
+_INBOX = b"\0stateflow-writer-inbox-"
+"""an inbox's abstract name is this and its token in hex (not the file's identity: one inbox
+serves a queue whatever file it has open)"""
 _DATAGRAM_OVERHEAD = 4096
 """bytes a datagram waiting to be read costs its sender's buffer beyond its own (its buffer
 head, its last page's rest), at most"""
@@ -201,7 +215,13 @@ class WriterQueue:
         self._counter: mmap.mmap | None = None
         """the counter's 8 bytes mapped (of the file ``_fd`` was opened on): read and bumped
         under its lock as memory, not by a ``pread`` and a ``pwrite`` on every turn"""
+        self._slots: mmap.mmap | None = None
+        """the waiting tickets' slots mapped (of the same file; None: no wake-ups here)"""
         self._map_tried = False
+        self._inbox: socket.socket | None = None
+        """the socket this queue's waits sleep on, bound once (in ``_pid``)"""
+        self._token = b""
+        self._pid = 0
 
     @property
     def held(self) -> bool:
@@ -232,10 +252,7 @@ class WriterQueue:
                 self._unusable = True
                 return
             self._name = f"stateflow-writer-{stat.st_dev:x}-{stat.st_ino:x}-".encode()
-            if self._counter is not None:  # (of the file a previous descriptor was opened on)
-                self._counter.close()
-                self._counter = None
-            self._map_tried = False
+            self._unmap()  # (of the file a previous descriptor was opened on)
         fd = self._fd
         deadline = time.monotonic() + timeout
         try:
@@ -294,23 +311,25 @@ class WriterQueue:
     def _woken(self, fd: int, ticket: int, deadline: float, request: Request | None) -> bool | bytes:
         """Sleep until the writer before ``ticket`` lets go (True), the deadline (False) or an
         answer to ``request`` (published here, once this writer can be told: the answer). An
-        answer names its request (``answer``): a datagram naming another — sent to this name
-        for a writer of an earlier file of the same name, or of the same ticket before the
-        file was made again — is only a wake-up."""
+        answer names its request (``answer``): a datagram naming another — left in the inbox
+        from an earlier wait of this queue, or sent after a slot of a file made again since —
+        is only a wake-up."""
         before = _COUNTER + ticket - 1
         size = 1
         mine = b""
-        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as inbox:
-            try:
-                inbox.bind(self._inbox(ticket))
-            except OSError:  # no abstract names here: the helper thread waits instead
-                self._misses = _MISSES
-                return False
+        inbox, slots = self._inbox if self._pid == os.getpid() else self._bound(), self._slots
+        if inbox is None or slots is None:  # no abstract names (or no slots) here: the helper thread waits
+            self._misses = _MISSES
+            return False
+        at = (ticket % _SLOTS) * _SLOT
+        slots[at + 8 : at + _SLOT] = self._token  # (the token first: a reader takes the ticket as the seal)
+        own = slots[at : at + 8] = ticket.to_bytes(8, "little")
+        try:
             if request is not None and request.publish(ticket, deadline):
                 mine = request.id.encode()
                 size = len(mine) + ANSWER_MAX + 1
             woken: bool | None = None  # None: it never slept
-            while not _free(fd, before):  # looked at after binding: a wake-up sent before is not lost
+            while not _free(fd, before):  # looked at after the slot: a wake-up sent before is not lost
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
@@ -321,7 +340,6 @@ class WriterQueue:
                         self._misses = 0
                         return got[len(mine) :]
             if mine:  # an answer is sent before the turn before ours is let go: here by now
-                inbox.setblocking(False)
                 try:
                     while True:  # (behind a wake-up, maybe)
                         got = inbox.recv(size)
@@ -329,6 +347,10 @@ class WriterQueue:
                             return got[len(mine) :]
                 except OSError:
                     pass
+        finally:  # nobody is to be woken under this slot any more (unless a later ticket took it)
+            with contextlib.suppress(ValueError):  # (the queue closed meanwhile)
+                if slots[at : at + 8] == own:
+                    slots[at : at + 8] = _EMPTY
         if woken is not None:
             self._misses = 0 if woken else self._misses + 1
         return True
@@ -349,10 +371,12 @@ class WriterQueue:
         next); None: then nothing is sent, and the requester, its turn come, decides."""
         if not self._name:
             return
+        name = self._waiting(ticket)
+        if name is None:  # (not waiting, or not here: its turn decides)
+            return
         waker = self._waker_socket()
         if waker is None:
             return
-        name = self._inbox(ticket)
         head = request.encode()
         if len(payload) > self._answer_max:
             if fallback is None:
@@ -366,9 +390,42 @@ class WriterQueue:
             with contextlib.suppress(OSError):  # (still refused: the requester's turn decides)
                 waker.sendto(head + fallback, name)
 
-    def _inbox(self, ticket: int) -> bytes:
-        """The abstract socket name the writer holding ``ticket`` waits on (wake-ups, answers)."""
-        return b"\0" + self._name + str(ticket).encode()
+    def _waiting(self, ticket: int) -> bytes | None:
+        """The inbox the writer holding ``ticket`` waits on (wake-ups, answers), as its slot
+        names it; None: its slot names no such wait."""
+        slots = self._slots
+        if slots is None:
+            return None
+        at = (ticket % _SLOTS) * _SLOT
+        try:
+            entry = slots[at : at + _SLOT]
+        except ValueError:  # (closed meanwhile)
+            return None
+        if int.from_bytes(entry[:8], "little") != ticket:
+            return None
+        return _INBOX + entry[8:].hex().encode()
+
+    def _bound(self) -> socket.socket | None:
+        """This queue's inbox, made and bound now: the first wait of this queue in this process
+        (a child of a fork makes its own: the inherited socket is its parent's). None: no
+        abstract names here."""
+        inherited, self._inbox = self._inbox, None
+        if inherited is not None:
+            inherited.close()  # (this process's copy only: the parent's stays bound)
+        self._pid = os.getpid()
+        try:
+            inbox = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        except OSError:
+            return None
+        token = os.urandom(8)
+        try:
+            inbox.bind(_INBOX + token.hex().encode())
+            inbox.setblocking(False)  # (it sleeps in ``select``; what is read was waiting)
+        except OSError:
+            inbox.close()
+            return None
+        self._inbox, self._token = inbox, token
+        return inbox
 
     def _waker_socket(self) -> socket.socket | None:
         """The socket answers and wake-ups are sent from (made on first use)."""
@@ -389,11 +446,14 @@ class WriterQueue:
         """Tell the writer holding ``ticket`` (if it is waiting) that its turn has come."""
         if not _WAKES or not self._name:
             return
+        name = self._waiting(ticket)
+        if name is None:  # not waiting (yet: it looks at the lock after writing its slot)
+            return
         waker = self._waker_socket()
         if waker is None:
             return
-        with contextlib.suppress(OSError):  # nobody waiting under that name (yet): the lock tells them
-            waker.sendto(b"", self._inbox(ticket))
+        with contextlib.suppress(OSError):  # (its wait just ended: the lock told it)
+            waker.sendto(b"", name)
 
     def drawn(self) -> int:
         """How many tickets have been drawn on this database so far (by every process)."""
@@ -419,12 +479,21 @@ class WriterQueue:
         lock), so extending it loses nothing."""
         self._map_tried = True
         try:
-            if os.fstat(fd).st_size < _COUNTER:
-                os.ftruncate(fd, _COUNTER)
+            if os.fstat(fd).st_size < _SLOTS_AT + _SLOTS * _SLOT:  # (zeros: no slot holds a wait)
+                os.ftruncate(fd, _SLOTS_AT + _SLOTS * _SLOT)
             self._counter = mmap.mmap(fd, _COUNTER)
+            self._slots = mmap.mmap(fd, _SLOTS * _SLOT, offset=_SLOTS_AT)
         except (OSError, ValueError):
-            self._counter = None
+            self._unmap()
+            self._map_tried = True
         return self._counter
+
+    def _unmap(self) -> None:
+        for mapped in (self._counter, self._slots):
+            if mapped is not None:
+                mapped.close()
+        self._counter = self._slots = None
+        self._map_tried = False
 
     def _busy(self, limit: float) -> StoreBusy:
         return StoreBusy(
@@ -458,9 +527,11 @@ class WriterQueue:
 
     def close(self) -> None:
         self.release()
-        if self._counter is not None:
-            self._counter.close()
-            self._counter = None
+        self._unmap()
+        if self._inbox is not None:  # (an inherited one too: this process's copy)
+            self._inbox.close()
+            self._inbox = None
+        self._pid = 0
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
