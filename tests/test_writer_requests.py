@@ -577,6 +577,57 @@ def test_a_waiting_writer_binds_its_inbox_once_and_a_forked_child_binds_its_own(
     assert holder.returncode == 0
 
 
+ANSWERED = """
+import sys
+from pathlib import Path
+from stateflow.store import DocKey
+from stateflow.store.writer_queue import Answered, WriterQueue
+from stateflow.store.writer_requests import Request, SpareFiles
+db = Path(sys.argv[1])
+queue = WriterQueue(db)
+key = DocKey("memory", "s")
+request = Request.new(SpareFiles(db), [key], {key: b'{"tactics":{"w":"x"}}'}, ["tactics"], [], {})
+print(request.id, flush=True)
+try:
+    queue.acquire(30, request=request)
+    print("turn", flush=True)
+except Answered as answered:
+    left = []  # what else its inbox holds once the answer is read
+    try:
+        while True:
+            left.append(queue._inbox.recv(100))
+    except BlockingIOError:
+        pass
+    print("answered", answered.answer.decode(), len(left), flush=True)
+queue.close()
+"""
+
+
+def test_a_turn_sends_no_wake_up_to_the_writer_behind_it_that_it_answered(tmp_path: Path) -> None:
+    from stateflow.store.writer_queue import WriterQueue
+
+    db = tmp_path / "store.db"
+    holder = WriterQueue(db)
+    holder.acquire(30)  # ticket 0
+    try:
+        requester = start(ANSWERED, str(db))
+        assert requester.stdout is not None
+        request = requester.stdout.readline().strip()
+        waiting_on(db, 1)
+        deadline = time.monotonic() + 30
+        while not Path(f"{db}-requests/r1").exists():  # (published after its slot is written)
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        requester.send_signal(signal.SIGSTOP)  # asleep: whatever is sent waits in its inbox
+        holder.answer(1, request, b"c", None)
+        holder.release()  # the next ticket, answered: its answer woke it, nothing more is sent
+        requester.send_signal(signal.SIGCONT)
+    finally:
+        holder.close()
+    out, err = requester.communicate(timeout=30)
+    assert out.splitlines() == ["answered c 0"], (out, err, requester.returncode)
+
+
 def test_another_threads_write_is_remembered_at_once_while_a_turn_merges(tmp_path: Path) -> None:
     import threading
 

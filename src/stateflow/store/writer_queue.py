@@ -52,6 +52,7 @@ import socket
 import struct
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Final
@@ -219,9 +220,11 @@ class WriterQueue:
         """the waiting tickets' slots mapped (of the same file; None: no wake-ups here)"""
         self._map_tried = False
         self._inbox: socket.socket | None = None
-        """the socket this queue's waits sleep on, bound once (in ``_pid``)"""
+        """the socket this queue's waits sleep on, bound once (dropped in a forked child)"""
         self._token = b""
-        self._pid = 0
+        self._answered = -1
+        """the ticket after this turn's, if this turn answered it (``answer``)"""
+        _QUEUES.add(self)
 
     @property
     def held(self) -> bool:
@@ -317,7 +320,7 @@ class WriterQueue:
         before = _COUNTER + ticket - 1
         size = 1
         mine = b""
-        inbox, slots = self._inbox if self._pid == os.getpid() else self._bound(), self._slots
+        inbox, slots = self._inbox or self._bound(), self._slots
         if inbox is None or slots is None:  # no abstract names (or no slots) here: the helper thread waits
             self._misses = _MISSES
             return False
@@ -387,8 +390,11 @@ class WriterQueue:
         except OSError as exc:  # (a requester gone: its request committed all the same)
             if fallback is None or payload is fallback or exc.errno not in (errno.EMSGSIZE, errno.EAGAIN):
                 return
-            with contextlib.suppress(OSError):  # (still refused: the requester's turn decides)
+            try:
                 waker.sendto(head + fallback, name)
+            except OSError:  # (still refused: the requester's turn decides)
+                return
+        self._answered = ticket  # (the answer wakes its writer: no wake-up to it at ``release``)
 
     def _waiting(self, ticket: int) -> bytes | None:
         """The inbox the writer holding ``ticket`` waits on (wake-ups, answers), as its slot
@@ -407,12 +413,7 @@ class WriterQueue:
 
     def _bound(self) -> socket.socket | None:
         """This queue's inbox, made and bound now: the first wait of this queue in this process
-        (a child of a fork makes its own: the inherited socket is its parent's). None: no
-        abstract names here."""
-        inherited, self._inbox = self._inbox, None
-        if inherited is not None:
-            inherited.close()  # (this process's copy only: the parent's stays bound)
-        self._pid = os.getpid()
+        (a child of a fork makes its own: ``_forked``). None: no abstract names here."""
         try:
             inbox = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         except OSError:
@@ -512,7 +513,9 @@ class WriterQueue:
             counter = self._counter
             drawn = int.from_bytes(counter, "little") if counter is not None else self._drawn(fd)
             if drawn > ticket + 1:
-                self._wake(ticket + 1)
+                if self._answered != ticket + 1:  # (else its answer woke it: nothing to send)
+                    self._wake(ticket + 1)
+                self._answered = -1
                 # The next writer can run now, but on a busy machine its wake-up waits for a CPU,
                 # and ours goes on to work that can wait (its caller's answer, its next call):
                 # give our CPU up, so the turn is taken at once rather than when we block.
@@ -525,16 +528,35 @@ class WriterQueue:
         raw = os.pread(fd, _COUNTER, 0)
         return int.from_bytes(raw, "little") if len(raw) == _COUNTER else 0
 
+    def _forked(self) -> None:
+        """In a forked child: the inherited inbox is its parent's (closed here: this process's
+        copy only, the parent's stays bound); the child's first wait binds its own."""
+        inbox, self._inbox = self._inbox, None
+        if inbox is not None:
+            inbox.close()
+
     def close(self) -> None:
         self.release()
         self._unmap()
-        if self._inbox is not None:  # (an inherited one too: this process's copy)
+        if self._inbox is not None:
             self._inbox.close()
             self._inbox = None
-        self._pid = 0
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
         if self._waker is not None:
             self._waker.close()
             self._waker = None
+
+
+_QUEUES: weakref.WeakSet[WriterQueue] = weakref.WeakSet()
+"""every queue of this process, for ``_after_fork``"""
+
+
+def _after_fork() -> None:
+    for queue in list(_QUEUES):
+        queue._forked()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
