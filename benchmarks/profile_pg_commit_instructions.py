@@ -31,6 +31,7 @@ import glob
 import os
 import re
 import shutil
+import struct
 import subprocess
 import tempfile
 from typing import Any
@@ -70,6 +71,9 @@ def _as_pg(args: list[str], **kwargs: Any) -> subprocess.CompletedProcess[Any]:
 
 
 def _literal(value: Any) -> str:
+    # a binary bytea[] (schema 29: the bytes a commit writes), by name: an older tree has none
+    if type(value).__name__ == "_ByteaArray":
+        return _literal(_elements(value)) + "::bytea[]"
     if type(value) is list:
         return (
             "ARRAY[" + ", ".join(_literal(v) + ("::bytea" if type(v) is bytes else "") for v in value) + "]"
@@ -84,6 +88,19 @@ def _literal(value: Any) -> str:
     if "\n" in text or "\r" in text:
         raise ValueError("a parameter with a line break cannot be replayed line by line")
     return "'" + text.replace("'", "''") + "'"
+
+
+def _elements(data: bytes) -> list[bytes | None]:
+    """A one-dimensional binary ``bytea[]``'s elements."""
+    (n,) = struct.unpack_from("!i", data, 12)
+    out: list[bytes | None] = []
+    at = 20
+    for _ in range(n):
+        (size,) = struct.unpack_from("!i", data, at)
+        at += 4
+        out.append(None if size < 0 else data[at : at + size])
+        at += max(size, 0)
+    return out
 
 
 def capture(url: str, name: str, warm: int, calls: int, dump: str, port: int) -> list[str]:

@@ -200,7 +200,7 @@ def test_new_documents_are_left_absent_and_uncounted_when_the_commit_is_refused(
                 "lock_keys": [("s", c.subject, ids[0], 0), ("s", d.subject, ids[1], 0)],
             }
             row = conn.execute(
-                "SELECT stateflow_commit(%s::json, 'now', '\\x7b7d'::bytea, 1)",
+                "SELECT stateflow_commit(%s::json, 'now', '\\x7b7d'::bytea, 1, NULL, NULL, NULL)",
                 (orjson.dumps(arrays).decode(),),
             ).fetchone()
             assert row == (None,)

@@ -5,6 +5,7 @@ get the very bytes the client planned."""
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 import orjson
@@ -12,7 +13,7 @@ import psycopg
 
 from stateflow.store import DocKey, Document, Write, open_store
 from stateflow.store.plan import TREE_MIN, WritePlan
-from stateflow.store.postgres import _payload, _rows
+from stateflow.store.postgres import _bytea_array, _payload, _rows
 from stateflow.store.rows import DocRow
 
 _AWKWARD = [
@@ -45,6 +46,18 @@ def test_bytes_in_a_payload_reach_the_write_functions_as_the_same_bytes(pg_schem
             (payload,),
         ).fetchall()
     assert [(bytes(a), bytes(b)) for a, b in rows] == [(v, v) for v in _AWKWARD]
+
+
+def test_bytes_beside_a_payload_reach_the_server_as_the_same_bytes(pg_schema_url: str) -> None:
+    """Schema 29: the bodies and edits a commit writes travel as binary ``bytea[]`` parameters,
+    read by the server's ``array_recv`` as the very bytes (NULL elements kept; none at all: NULL)."""
+    values: list[bytes | None] = [*_AWKWARD, None, b"last"]
+    sent = _bytea_array(values)
+    assert _elements(sent) == values and _bytea_array([None, None]) is None and _bytea_array([]) is None
+    with psycopg.connect(pg_schema_url, autocommit=True) as conn:
+        (got,) = conn.execute("SELECT %s::bytea[]", (sent,)).fetchone() or (None,)
+        raw = psycopg.RawCursor(conn).execute("SELECT $1::bytea[]", [sent]).fetchone()
+    assert got == values and raw == (values,)
 
 
 def test_an_ascii_body_travels_as_its_own_text_not_as_hex() -> None:
@@ -100,26 +113,45 @@ def test_a_new_documents_body_travels_once_where_the_server_builds_its_change() 
     would not give the very bytes (a name ``to_json`` escapes, a member held as a tree, edits
     that are not the whole body), the edits travel as they are, unmarked."""
     body = b'{"k":"a \\"quoted\\" value \\u0000 \xc3\xbc"}'
-    sent = _rows([_new_document_plan({"saved": body, "\u00fcber": b"1"})])
+    sent, (ins, upd, edits) = _rows([_new_document_plan({"saved": body, "\u00fcber": b"1"})])
     (row,) = sent["doc_rows"]
     assert row[3] is None and row[10] == 1
-    assert _payload(sent).count(body.hex()) == 1  # once: the member row's (hex: not ASCII)
+    # once: the member row's, beside the payload (schema 29), not in it
+    assert _elements(ins) == [body, b"1"] and upd is None and edits is None
+    assert body.hex() not in _payload(sent) and [r[6] for r in sent["ins_rows"]] == [None, None]
     for plan in (
         _new_document_plan({'a"b': body}),
         _new_document_plan({"a\nb": body}),
         _new_document_plan({"saved": body}, inline=b'[["saved",[[["k"],"v"]]]]'),
     ):
-        (row,) = _rows([plan])["doc_rows"]
-        assert row[3] == plan.inline and row[10] == 0
+        sent, (_, _, edits) = _rows([plan])
+        (row,) = sent["doc_rows"]
+        assert row[3] is None and _elements(edits) == [plan.inline] and row[10] == 0
     # a name whose raw bytes happen to spell the inline edits: equal bytes here, but ``to_json``
     # on the server would escape its quotes (or control character) and store other bytes
     for name, inline in (
         ('a":1,"b', b'[["",[[[],{"a":1,"b":2}]]]]'),
         ("a\x01", b'[["",[[[],{"a\x01":2}]]]]'),
     ):
-        (row,) = _rows([_new_document_plan({name: b"2"}, inline=inline)])["doc_rows"]
-        assert row[3] == inline and row[10] == 0, name
+        sent, (_, _, edits) = _rows([_new_document_plan({name: b"2"}, inline=inline)])
+        (row,) = sent["doc_rows"]
+        assert _elements(edits) == [inline] and row[10] == 0, name
     held = _new_document_plan({"saved": body})
     held.inserts = [(*held.inserts[0][:7], b"\x01" * 16)]  # its body a tree's root
-    (row,) = _rows([held])["doc_rows"]
-    assert row[3] == held.inline and row[10] == 0
+    sent, (_, _, edits) = _rows([held])
+    (row,) = sent["doc_rows"]
+    assert _elements(edits) == [held.inline] and row[10] == 0
+
+
+def _elements(data: bytes | None) -> list[bytes | None]:
+    """A one-dimensional binary ``bytea[]``'s elements (its header, then each length and bytes;
+    the server reads the same, below)."""
+    assert data is not None
+    (n,) = struct.unpack_from("!i", data, 12)
+    out: list[bytes | None] = []
+    at = 20
+    for _ in range(n):
+        (size,) = struct.unpack_from("!i", data, at)
+        out.append(None if size < 0 else data[at + 4 : at + 4 + size])
+        at += 4 + max(size, 0)
+    return out

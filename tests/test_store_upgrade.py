@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import shutil
 import sqlite3
+import struct
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -1378,8 +1379,9 @@ def test_a_schema_23_store_upgrades_to_24_and_commits_the_same_rows_by_either_pa
                     "WHERE proname IN ('stateflow_commit', 'stateflow_write_rows') "
                     "AND pronamespace = current_schema()::regnamespace ORDER BY proname"
                 )
-            # the version's functions replaced the ones before
-            assert found == [
+            # the version's functions replaced the ones before (one of each; version 29 added
+            # the bytes beside the payload as their last parameters)
+            assert [(name, args.split(", p_ins")[0]) for name, args in found] == [
                 ("stateflow_commit", "p json, p_at text, p_origin bytea, p_seq_lock bigint"),
                 ("stateflow_write_rows", "p_seq bigint, p json"),
             ]
@@ -1475,7 +1477,7 @@ def test_a_schema_24_store_upgrades_to_25_and_checks_its_keys_the_same(backend: 
             def commit(**fields: Any) -> Any:
                 payload = orjson.dumps({"doc_rows": [], **fields}).decode()
                 (seq,) = conn.execute(
-                    "SELECT stateflow_commit(%s::json, '', '\\x'::bytea, 0)", (payload,)
+                    "SELECT stateflow_commit(%s::json, '', '\\x'::bytea, 0, NULL, NULL, NULL)", (payload,)
                 ).fetchone() or (None,)
                 return seq
 
@@ -1560,7 +1562,7 @@ def test_a_schema_25_store_upgrades_to_26_and_finds_rows_by_their_keys(backend: 
                 }
             ).decode()
             (seq,) = conn.execute(
-                "SELECT stateflow_commit(%s::json, '', '\\x'::bytea, 0)", (payload,)
+                "SELECT stateflow_commit(%s::json, '', '\\x'::bytea, 0, NULL, NULL, NULL)", (payload,)
             ).fetchone() or (None,)
             assert seq is not None  # every check passed
             conn.execute(
@@ -1568,7 +1570,7 @@ def test_a_schema_25_store_upgrades_to_26_and_finds_rows_by_their_keys(backend: 
             )
             doc_row = [rows[item][0], 3, "[]", None, 3, 1, 0, 0, 0, 1]
             conn.execute(
-                "SELECT stateflow_write_rows(%s, %s::json)",
+                "SELECT stateflow_write_rows(%s, %s::json, NULL, NULL, NULL)",
                 (seq, orjson.dumps({"doc_rows": [doc_row]}).decode()),
             )
             conn.execute("ROLLBACK")
@@ -1581,7 +1583,7 @@ def test_a_schema_25_store_upgrades_to_26_and_finds_rows_by_their_keys(backend: 
             moved = [*share[:3], share[3] + 1]
             declined = orjson.dumps({"doc_rows": [], "share_keys": [moved], "lock_keys": [lock]}).decode()
             (none,) = conn.execute(
-                "SELECT stateflow_commit(%s::json, '', '\\x'::bytea, 0)", (declined,)
+                "SELECT stateflow_commit(%s::json, '', '\\x'::bytea, 0, NULL, NULL, NULL)", (declined,)
             ).fetchone() or (0,)
             assert none is None
         store.update([item], lambda d: compute(d, 3), {}, shared=[declared, absent], optimistic=True)
@@ -1615,10 +1617,13 @@ def test_a_schema_26_store_upgrades_to_27_and_builds_a_new_documents_change_from
     sent: list[tuple[WritePlan, tuple[Any, ...]]] = []  # each document row a payload carried
     rows = postgres._rows
 
-    def carried(plans: Sequence[WritePlan]) -> dict[str, Any]:  # (either write path's payload)
-        fields = rows(plans)
-        sent.extend(zip(plans, fields["doc_rows"], strict=True))
-        return fields
+    def carried(plans: Sequence[WritePlan]) -> Any:  # (either write path's payload)
+        fields, beside = rows(plans)
+        # its inline edits beside it since version 29: put back in the row's column 4
+        edits = _bytea_elements(beside[2]) or [None] * len(plans)
+        doc_rows = [(*r[:3], e, *r[4:]) for r, e in zip(fields["doc_rows"], edits, strict=True)]
+        sent.extend(zip(plans, doc_rows, strict=True))
+        return fields, beside
 
     monkeypatch.setattr(postgres, "_rows", carried)
     with _upgraded(_WHOLE_EDITS_VERSION - 1, backend, tmp_path) as store:
@@ -1816,3 +1821,158 @@ def test_a_schema_27_store_upgrades_to_28_and_creates_new_documents_without_lock
                 assert ("GET DIAGNOSTICS created = ROW_COUNT" in source) == f.startswith(
                     "stateflow_commit"
                 ), f
+
+
+_BYTES_BESIDE_VERSION = 29
+
+
+def _bytea_elements(data: bytes | None) -> list[bytes | None] | None:
+    """A one-dimensional binary ``bytea[]``'s elements (its header, then each length and
+    bytes); None for NULL."""
+    if data is None:
+        return None
+    (n,) = struct.unpack_from("!i", data, 12)
+    out: list[bytes | None] = []
+    at = 20
+    for _ in range(n):
+        (size,) = struct.unpack_from("!i", data, at)
+        out.append(None if size < 0 else data[at + 4 : at + 4 + size])
+        at += 4 + max(size, 0)
+    return out
+
+
+def test_a_schema_28_store_upgrades_to_29_and_sends_bodies_and_edits_beside_the_payload(
+    backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Version 29 has PostgreSQL's write functions take each inserted and rewritten member's
+    body and each change's inline edits from three ``bytea[]`` parameters beside the payload,
+    sent in binary (SQLite only records the version). After the upgrade, on both write paths
+    (the optimistic commit, ``stateflow_commit``, and the locked path, ``stateflow_write_rows``):
+    documents created (awkward bytes: quotes, backslashes, a NUL, non-ASCII), members rewritten,
+    added and dropped, a member held as a tree, a document deleted and written again — every
+    payload carries no body and no inline edits, the arrays beside it carry exactly the planned
+    bytes in row order, and every stored member body and change is those very bytes (each
+    document reads back at every revision); writers racing on the same documents, the same writes
+    as the counters' tests make and a purge leave every counter equal to a recount; the functions
+    keep their plans without sequential scans."""
+    sent: list[tuple[list[WritePlan], dict[str, Any], list[Any]]] = []  # each payload and its arrays
+    rows = postgres._rows
+
+    def carried(plans: Sequence[WritePlan]) -> tuple[dict[str, Any], list[Any]]:
+        fields, beside = rows(plans)
+        sent.append((list(plans), fields, beside))
+        return fields, beside
+
+    monkeypatch.setattr(postgres, "_rows", carried)
+    with _upgraded(_BYTES_BESIDE_VERSION - 1, backend, tmp_path) as store:
+        pg = isinstance(store, PostgresStore)
+        history: dict[DocKey, list[Any]] = {}
+        big = ["x" * 1024] * (TREE_MIN // 1024)
+        bodies = [
+            {"saved": {"s": 'q"\\ \u00fc \U0001f600 \x00'}, _ODD: 1, "n": None},  # created
+            {"saved": {"s": 'x\\"y'}, _ODD: 1, "n": None, "added": [1]},  # rewritten, added
+            {"added": [1, 2], "big": big},  # dropped, rewritten, a tree
+            None,  # deleted
+            {"again": "\\u0000 \u00e9", "n": 2},  # written again
+        ]
+        updated = 0  # member rows rewritten (their bodies through p_upd)
+        for path in ("optimistic", "locked"):
+            key = DocKey("items", f'["a","b","{path}","{_ODD}"]')
+            for body in bodies:
+                before = history.setdefault(key, [None])[-1]
+                if path == "optimistic":
+
+                    def compute(
+                        d: dict[DocKey, Any], k: DocKey = key, b: Any = body
+                    ) -> tuple[list[Write], None]:
+                        return [Write.between(k, d[k].body, b)], None
+
+                    store.update([key], compute, optimistic=True)
+                else:
+                    store.commit([Write.between(key, before, body)])
+                history[key].append(body)
+                if pg:  # each member row written by this write holds the very bytes sent
+                    ((plans, _, _),) = sent[-1:]
+                    with store._read_tx() as tx:
+                        found = {
+                            (d, n): None if b is None else bytes(b)
+                            for d, n, b in tx.all("SELECT doc_id, name, body FROM members")
+                        }
+                    written = [(i[0], i[1], i[6]) for p in plans for i in p.inserts]
+                    written += [(u[5], u[6], u[0]) for p in plans for u in p.updates]
+                    assert written or body is None
+                    for d, n, b in written:
+                        assert found[d, n] == b, (d, n)
+                    updated += sum(len(p.updates) for p in plans)
+        for key, revisions in history.items():
+            for revision, body in enumerate(revisions):
+                assert store.read_at(key, revision=revision).body == body, (key, revision)
+            assert store.get(key).body == revisions[-1]
+        if pg:
+            planned_edits: dict[tuple[int, int], bytes | None] = {}
+            for plans, fields, (ins, upd, edits) in sent:
+                inserts = [i for p in plans for i in p.inserts]
+                updates = [u for p in plans for u in p.updates]
+                assert all(r[6] is None for r in fields.get("ins_rows", []))
+                assert all(r[0] is None for r in fields.get("upd_rows", []))
+                assert all(r[3] is None for r in fields["doc_rows"])
+                assert _bytea_elements(ins) == ([i[6] for i in inserts] or None)
+                assert _bytea_elements(upd) == ([u[0] for u in updates] or None)
+                inline = [None if r[10] else p.inline for p, r in zip(plans, fields["doc_rows"], strict=True)]
+                assert _bytea_elements(edits) == (inline if any(e is not None for e in inline) else None)
+                for p in plans:
+                    planned_edits[p.doc_id, p.revision] = p.inline
+            assert updated >= 4 and any(e for _, _, (_, _, e) in sent if e)
+            with store._read_tx() as tx:
+                changes = tx.all("SELECT doc_id, revision, edits FROM changes")
+            checked = 0
+            for d, r, e in changes:
+                if planned_edits.get((d, r)) is not None:
+                    assert bytes(e) == planned_edits[d, r], (d, r)
+                    checked += 1
+            assert checked >= 6
+        # the counters: the same writes as the counters' tests, writers racing, a purge
+        _counted_writes(store, "counted")
+        racing = [DocKey("race", f'["agent","x","k","r{i}"]') for i in range(4)]
+
+        def writer(n: int) -> None:
+            w = open_store(backend)
+            try:
+                for _ in range(3):
+                    w.update(
+                        racing,
+                        lambda d: (
+                            [
+                                Write.between(
+                                    k, d[k].body, {"n": (d[k].body or {"n": 0})["n"] + 1, f"w{n}": 1}
+                                )
+                                for k in racing
+                            ],
+                            None,
+                        ),
+                        optimistic=True,
+                    )
+            finally:
+                w.close()
+
+        threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert [(store.get(k).body or {}).get("n") for k in racing] == [12] * 4
+        assert store.purge("counted") > 0
+        with store._read_tx() as tx:
+            stored_counts, recounted = store.recount(tx)
+        assert stored_counts == recounted
+        assert all(n == 0 for k, n in stored_counts.items() if k[0] == "counted")
+        assert any(n for k, n in stored_counts.items() if k[0] == "race")
+        if not pg:
+            return
+        with store._pool.connection() as conn:  # type: ignore[attr-defined]
+            for f in WRITE_FUNCTIONS:
+                assert _function_column(conn, f, "proconfig", None) == ["enable_seqscan=off"], f
+            for f in WRITE_FUNCTIONS[:2]:
+                source = _function_column(conn, f, "prosrc", "")
+                assert "p_ins[i]" in source and "SET body = p_upd[i]" in source, f
+                assert "doc_edits := p_edits[i];" in source and "w.ins_rows[j][7]" not in source, f
