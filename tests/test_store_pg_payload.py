@@ -50,10 +50,12 @@ def test_bytes_in_a_payload_reach_the_write_functions_as_the_same_bytes(pg_schem
 
 def test_bytes_beside_a_payload_reach_the_server_as_the_same_bytes(pg_schema_url: str) -> None:
     """Schema 29: the bodies and edits a commit writes travel as binary ``bytea[]`` parameters,
-    read by the server's ``array_recv`` as the very bytes (NULL elements kept; none at all: NULL)."""
+    read by the server's ``array_recv`` as the very bytes (NULL elements kept; no elements: NULL)."""
     values: list[bytes | None] = [*_AWKWARD, None, b"last"]
     sent = _bytea_array(values)
-    assert _elements(sent) == values and _bytea_array([None, None]) is None and _bytea_array([]) is None
+    assert (
+        _elements(sent) == values and _elements(_bytea_array([None])) == [None] and _bytea_array([]) is None
+    )
     with psycopg.connect(pg_schema_url, autocommit=True) as conn:
         (got,) = conn.execute("SELECT %s::bytea[]", (sent,)).fetchone() or (None,)
         raw = psycopg.RawCursor(conn).execute("SELECT $1::bytea[]", [sent]).fetchone()

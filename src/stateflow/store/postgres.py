@@ -837,7 +837,8 @@ def _commit_alone(conn: Any, params: Sequence[Any]) -> int | None:
     # set-up, its prepared-statement bookkeeping, adapting the parameters, reading the result's
     # description).
     pgconn = conn.pgconn
-    values = [p.encode() if type(p) is str else _raw_param(p) for p in params]
+    # (text as text; an int as its text; bytes — a bytea, a _ByteaArray — and NULL as they are)
+    values = [p.encode() if type(p) is str else str(p).encode() if type(p) is int else p for p in params]
     formats = [1 if isinstance(p, bytes) else 0 for p in params]
     with conn.lock:
         for attempt in range(2):
@@ -866,16 +867,6 @@ _NO_SUCH_STATEMENT: Final = b"26000"
 _COMMIT_PREPARED: Final[weakref.WeakSet[psycopg.Connection[Any]]] = weakref.WeakSet()
 """Connections on which ``_COMMIT_NAME`` is prepared (a connection the pool replaces is a new
 object: it prepares it again)."""
-
-
-def _raw_param(value: Any) -> bytes | None:
-    """A parameter as libpq takes it: text, or bytes sent in binary (a ``bytea``, or a
-    :class:`_ByteaArray`)."""
-    if type(value) is str:
-        return value.encode()
-    if isinstance(value, bytes) or value is None:
-        return value
-    return str(value).encode()
 
 
 def _result_of(conn: psycopg.Connection[Any], results: Sequence[Any]) -> Any:
@@ -1035,7 +1026,8 @@ def _rows(plans: Sequence[WritePlan]) -> tuple[dict[str, Any], list[_ByteaArray 
         out["ed_rows"] = edits
     if snapshots:
         out["snap_rows"] = snapshots
-    return out, [_bytea_array(ins_bodies), _bytea_array(upd_bodies), _bytea_array(inline)]
+    beside = _bytea_array(inline) if inline.count(None) < len(inline) else None  # (all whole: none)
+    return out, [_bytea_array(ins_bodies), _bytea_array(upd_bodies), beside]
 
 
 class _ByteaArray(bytes):
@@ -1052,7 +1044,7 @@ class _ByteaArrayDumper(Dumper):
 
 psycopg.adapters.register_dumper(_ByteaArray, _ByteaArrayDumper)
 
-_ARRAY_HEAD: Final = struct.Struct("!iiIii")
+_ARRAY_HEAD: Final = struct.Struct("!iiIii").pack
 """A one-dimensional array's header: dimensions, flags, element type, length, lower bound."""
 _BYTEA_OID: Final = 17
 _LENGTH: Final = struct.Struct("!i").pack
@@ -1060,17 +1052,11 @@ _NULL_ELEMENT: Final = _LENGTH(-1)
 
 
 def _bytea_array(values: Sequence[bytes | None]) -> _ByteaArray | None:
-    """``values`` as one binary ``bytea[]`` parameter; None (NULL) where none is non-NULL."""
-    if not any(v is not None for v in values):
+    """``values`` as one binary ``bytea[]`` parameter; None (NULL) where there are none."""
+    if not values:
         return None
-    parts = [_ARRAY_HEAD.pack(1, 0, _BYTEA_OID, len(values), 1)]
-    for v in values:
-        if v is None:
-            parts.append(_NULL_ELEMENT)
-        else:
-            parts.append(_LENGTH(len(v)))
-            parts.append(v)
-    return _ByteaArray(b"".join(parts))
+    head = _ARRAY_HEAD(1, 0, _BYTEA_OID, len(values), 1)
+    return _ByteaArray(head + b"".join([_NULL_ELEMENT if v is None else _LENGTH(len(v)) + v for v in values]))
 
 
 def _whole_from_inserts(p: WritePlan, inline: bytes) -> int:
