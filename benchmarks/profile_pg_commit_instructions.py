@@ -22,6 +22,14 @@ It compares nothing by itself: run it with each tree's ``src`` on ``PYTHONPATH``
 migrates the schema its tree has) and compare the numbers. ``--setup FILE`` runs an SQL file in
 the restored database before the replay (a variant of a server function, counted on the same
 statements); a replay in which a statement failed is refused, not counted.
+
+Every parameter is replayed as a literal, which the backend's SQL scanner reads and then
+evaluates — work a client's bind does not do. The binary ``bytea[]`` parameters of schema 29 (the
+bodies and edits a commit writes) become ``ARRAY['\\x…'::bytea, …]`` literals, twice their bytes
+in hex: a tree that sends them is charged tens of thousands of instructions per statement that
+the live server, which copies them, does not spend. Compare such trees by the statement's
+execution (``--keep``, then ``ExecuteQuery``'s inclusive count less its parameters' evaluation,
+plus the payload's ``json_in``), as the journal's section on schema 29 does.
 """
 
 from __future__ import annotations
