@@ -8,7 +8,9 @@ schema built by the version 1–3 migration scripts, as a schema-3 server holds 
 
 from __future__ import annotations
 
+import itertools
 import math
+import random
 import shutil
 import sqlite3
 import struct
@@ -40,6 +42,7 @@ from stateflow.store.migrations import (
 from stateflow.store.plan import TREE_MIN, WritePlan
 from stateflow.store.postgres import PostgresStore
 from stateflow.store.sqlite import SqliteStore
+from stateflow.subjects import encode_subject
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 SQLITE_WHERE = SQLITE_VALUE_WHERE.format(m="")
@@ -1976,3 +1979,104 @@ def test_a_schema_28_store_upgrades_to_29_and_sends_bodies_and_edits_beside_the_
                 source = _function_column(conn, f, "prosrc", "")
                 assert "p_ins[i]" in source and "SET body = p_upd[i]" in source, f
                 assert "doc_edits := p_edits[i];" in source and "w.ins_rows[j][7]" not in source, f
+
+
+_KIND_BY_LIKE_VERSION = 30
+_KIND_PATTERN = r'^\["(?:[^"\\]|\\.)*","(?:[^"\\]|\\.)*","([^"\\]*)","(?:[^"\\]|\\.)*"\]$'
+"""The subject pattern ``stateflow_subject_kind`` answers for (version 13's, kind captured)."""
+
+
+def test_a_schema_29_store_upgrades_to_30_and_tells_subject_kinds_the_same(
+    backend: str, tmp_path: Path
+) -> None:
+    """Version 30 has PostgreSQL's ``stateflow_subject_kind`` tell a subject without a backslash
+    by one ``LIKE`` and a count of its quotes (SQLite only records the version). After the
+    upgrade it answers as the pattern for every subject built of awkward parts — empty, a lone
+    comma (which forms a '","' with its neighbours' quotes), quotes, escapes, non-ASCII — and
+    random ones; and the kind counters of new documents, deleted ones, ones written again,
+    writers racing to create and delete the same documents and a purge equal the kinds
+    written, and a recount."""
+    with _upgraded(_KIND_BY_LIKE_VERSION - 1, backend, tmp_path) as store:
+        pg = isinstance(store, PostgresStore)
+        if pg:
+            parts = [
+                "",
+                ",",
+                "a",
+                ",,",
+                ',"',
+                '","',
+                '\\"',
+                "\\\\",
+                "\\",
+                '"',
+                "é😀",
+                '["',
+                '"]',
+                "x,y",
+                _ODD,
+            ]
+            subjects = ['["' + '","'.join(p) + '"]' for p in itertools.product(parts, repeat=4)]
+            rnd = random.Random(30)
+            alphabet = '[]",a\\é'
+            subjects += [
+                "".join(rnd.choice(alphabet) for _ in range(rnd.randint(0, 16))) for _ in range(3000)
+            ]
+            subjects += [
+                '["' + "".join(rnd.choice(alphabet) for _ in range(rnd.randint(0, 14))) + '"]'
+                for _ in range(3000)
+            ]
+            with store._read_tx() as tx:
+                rows = tx.all(
+                    "SELECT s, stateflow_subject_kind(s), coalesce((regexp_match(s, ?))[1], '') "
+                    "FROM unnest(?::text[]) AS s",
+                    (_KIND_PATTERN, subjects),
+                )
+                source = tx.one("SELECT pg_get_functiondef('stateflow_subject_kind(text)'::regprocedure)")
+            assert [r for r in rows if r[1] != r[2]] == []
+            assert sum(1 for r in rows if r[1]) > 1000  # most built subjects match: kinds told
+            assert source is not None and "~~" in source[0]  # (LIKE, as the server prints it)
+        # the kind counters through every write that moves them
+        kinds = ["x", "y", "a,b", ",", "", "é😀", 'q"t', "\\"]
+        keys = [DocKey("kinds", encode_subject("agent", ",", kind, f"k{i}")) for i, kind in enumerate(kinds)]
+        store.commit([Write.between(k, None, {"n": 1}) for k in keys])
+        store.commit([Write.between(keys[0], {"n": 1}, None), Write.between(keys[3], {"n": 1}, None)])
+        store.commit([Write.between(keys[0], None, {"n": 2})])
+        # a kind holding a quote or a backslash is escaped in its subject: PostgreSQL's pattern
+        # counts it under None with the empty kind, SQLite's decoded subject under its own name
+        expected: dict[str | None, int] = {"x": 1, "y": 1, "a,b": 1, "é😀": 1}
+        expected.update({None: 3} if pg else {None: 1, 'q"t': 1, "\\": 1})
+        assert store.kind_counts("kinds") == expected
+        racing = [DocKey("race", encode_subject("agent", "a", f"r{i % 2}", f"k{i}")) for i in range(4)]
+
+        def writer(n: int) -> None:
+            w = open_store(backend)
+            try:
+                for round_ in range(4):
+
+                    def flip(d: dict[DocKey, Any], r: int = round_) -> tuple[list[Write], None]:
+                        # deleted on odd turns where present, written again on the others
+                        delete = (r + n) % 2
+                        return [
+                            Write.between(
+                                k, d[k].body, None if d[k].body is not None and delete else {"w": n, "r": r}
+                            )
+                            for k in racing
+                        ], None
+
+                    w.update(racing, flip, optimistic=True)
+            finally:
+                w.close()
+
+        threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        present = sum(1 for k in racing if store.get(k).body is not None)
+        assert sum(store.kind_counts("race").values()) == present
+        assert store.purge("kinds") > 0
+        assert store.kind_counts("kinds") == {}
+        with store._read_tx() as tx:
+            stored, recounted = store.recount(tx)
+        assert stored == recounted

@@ -292,13 +292,21 @@ binary, so the server copies them instead of reading them through the JSON parse
 body, itself JSON with every quote escaped in the payload, was read three times (the ``json``
 input check, the object, the field's array) and de-escaped a character at a time. The same
 rows, bytes, checks, locks and answers. SQLite only records the version.
+
+Version 30, on PostgreSQL, has ``stateflow_subject_kind`` tell a subject without a backslash by
+one ``LIKE`` and a count of its quotes instead of six string functions: it matches the pattern
+iff it is ``["``, four strings joined by ``","``, then ``"]`` with no quote but those eight (the
+``LIKE`` places eight; a ninth would be inside a part), and its kind is then the text between
+its fifth and sixth quotes. The guards version 17 needed where a subject's first or last quote
+could be read as part of a ``","`` go with the ``","`` count. The same answers; ~24 K fewer server instructions per new or
+deleted document (each moves its kind counter). SQLite only records the version.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-SCHEMA_VERSION: Final = 29
+SCHEMA_VERSION: Final = 30
 
 VALUE_INDEX_MAX: Final = 1024
 """Members up to this encoded size are in ``members_by_value`` (scalars only)."""
@@ -697,6 +705,7 @@ CREATE INDEX members_by_value ON members (name, {SQLITE_VALUE.format(m="")})
     27: "",
     28: "",
     29: "",
+    30: "",
 }
 
 INDEXABLE: Final = "m.size <= 1048576 AND position('\\x5c7530303030'::bytea IN m.body) = 0"
@@ -2779,6 +2788,28 @@ def _bytes_beside() -> str:
 _BYTES_BESIDE: Final = _bytes_beside()
 
 
+_KIND_BY_LIKE: Final = r"""
+CREATE OR REPLACE FUNCTION stateflow_subject_kind(subject TEXT) RETURNS TEXT
+    LANGUAGE SQL IMMUTABLE PARALLEL SAFE
+    -- A subject without a backslash matches the pattern iff the LIKE places its eight quotes
+    -- ('["', three '","', '"]') and it has no other: each part is then quote-free and the kind
+    -- is the text between its fifth and sixth quotes (split on the quote, not on '","', which
+    -- a part that is a lone comma forms with its neighbours' quotes). Fewer calls than version
+    -- 17's string functions, the pattern for the rest. (LIKE's percent signs spelled E'\045':
+    -- the migration runner's driver reads a percent sign as a placeholder's.)
+    RETURN CASE
+        WHEN strpos(subject, '\') > 0
+            THEN coalesce((regexp_match(subject, replace(
+                '^\["(~:[^"\\]|\\.)*","(~:[^"\\]|\\.)*","([^"\\]*)","(~:[^"\\]|\\.)*"\]$', '~', E'\077')))[1], '')
+        WHEN subject LIKE E'["\045","\045","\045","\045"]'
+            AND octet_length(subject) - octet_length(replace(subject, '"', '')) = 8
+            THEN split_part(subject, '"', 6)
+        ELSE '' END;
+"""
+"""Version 30, PostgreSQL: ``stateflow_subject_kind`` by one ``LIKE`` and a count of quotes (see
+the module's docstring); the same answers."""
+
+
 POSTGRES: Final[dict[int, str]] = {
     1: _COMMON_V1.format(
         doc_pk="BIGSERIAL PRIMARY KEY",
@@ -3508,6 +3539,7 @@ $$;
     27: _WHOLE_EDITS_ONCE,
     28: _ABSENT_FIELDS_SKIPPED,
     29: _BYTES_BESIDE,
+    30: _KIND_BY_LIKE,
 }
 
 
