@@ -5,7 +5,6 @@ get the very bytes the client planned."""
 
 from __future__ import annotations
 
-import struct
 from typing import Any
 
 import orjson
@@ -15,6 +14,8 @@ from stateflow.store import DocKey, Document, Write, open_store
 from stateflow.store.plan import TREE_MIN, WritePlan
 from stateflow.store.postgres import _bytea_array, _payload, _rows
 from stateflow.store.rows import DocRow
+
+from .pg_helpers import bytea_elements
 
 _AWKWARD = [
     b"",
@@ -54,7 +55,9 @@ def test_bytes_beside_a_payload_reach_the_server_as_the_same_bytes(pg_schema_url
     values: list[bytes | None] = [*_AWKWARD, None, b"last"]
     sent = _bytea_array(values)
     assert (
-        _elements(sent) == values and _elements(_bytea_array([None])) == [None] and _bytea_array([]) is None
+        bytea_elements(sent) == values
+        and bytea_elements(_bytea_array([None])) == [None]
+        and _bytea_array([]) is None
     )
     with psycopg.connect(pg_schema_url, autocommit=True) as conn:
         (got,) = conn.execute("SELECT %s::bytea[]", (sent,)).fetchone() or (None,)
@@ -119,7 +122,7 @@ def test_a_new_documents_body_travels_once_where_the_server_builds_its_change() 
     (row,) = sent["doc_rows"]
     assert row[3] is None and row[10] == 1
     # once: the member row's, beside the payload (schema 29), not in it
-    assert _elements(ins) == [body, b"1"] and upd is None and edits is None
+    assert bytea_elements(ins) == [body, b"1"] and upd is None and edits is None
     assert body.hex() not in _payload(sent) and [r[6] for r in sent["ins_rows"]] == [None, None]
     for plan in (
         _new_document_plan({'a"b': body}),
@@ -128,7 +131,7 @@ def test_a_new_documents_body_travels_once_where_the_server_builds_its_change() 
     ):
         sent, (_, _, edits) = _rows([plan])
         (row,) = sent["doc_rows"]
-        assert row[3] is None and _elements(edits) == [plan.inline] and row[10] == 0
+        assert row[3] is None and bytea_elements(edits) == [plan.inline] and row[10] == 0
     # a name whose raw bytes happen to spell the inline edits: equal bytes here, but ``to_json``
     # on the server would escape its quotes (or control character) and store other bytes
     for name, inline in (
@@ -137,23 +140,9 @@ def test_a_new_documents_body_travels_once_where_the_server_builds_its_change() 
     ):
         sent, (_, _, edits) = _rows([_new_document_plan({name: b"2"}, inline=inline)])
         (row,) = sent["doc_rows"]
-        assert _elements(edits) == [inline] and row[10] == 0, name
+        assert bytea_elements(edits) == [inline] and row[10] == 0, name
     held = _new_document_plan({"saved": body})
     held.inserts = [(*held.inserts[0][:7], b"\x01" * 16)]  # its body a tree's root
     sent, (_, _, edits) = _rows([held])
     (row,) = sent["doc_rows"]
-    assert _elements(edits) == [held.inline] and row[10] == 0
-
-
-def _elements(data: bytes | None) -> list[bytes | None]:
-    """A one-dimensional binary ``bytea[]``'s elements (its header, then each length and bytes;
-    the server reads the same, below)."""
-    assert data is not None
-    (n,) = struct.unpack_from("!i", data, 12)
-    out: list[bytes | None] = []
-    at = 20
-    for _ in range(n):
-        (size,) = struct.unpack_from("!i", data, at)
-        out.append(None if size < 0 else data[at + 4 : at + 4 + size])
-        at += 4 + max(size, 0)
-    return out
+    assert bytea_elements(edits) == [held.inline] and row[10] == 0

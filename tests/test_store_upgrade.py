@@ -13,9 +13,8 @@ import math
 import random
 import shutil
 import sqlite3
-import struct
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -43,6 +42,8 @@ from stateflow.store.plan import TREE_MIN, WritePlan
 from stateflow.store.postgres import PostgresStore
 from stateflow.store.sqlite import SqliteStore
 from stateflow.subjects import encode_subject
+
+from .pg_helpers import bytea_elements
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 SQLITE_WHERE = SQLITE_VALUE_WHERE.format(m="")
@@ -1623,7 +1624,7 @@ def test_a_schema_26_store_upgrades_to_27_and_builds_a_new_documents_change_from
     def carried(plans: Sequence[WritePlan]) -> Any:  # (either write path's payload)
         fields, beside = rows(plans)
         # its inline edits beside it since version 29: put back in the row's column 4
-        edits = _bytea_elements(beside[2]) or [None] * len(plans)
+        edits = bytea_elements(beside[2]) or [None] * len(plans)
         doc_rows = [(*r[:3], e, *r[4:]) for r, e in zip(fields["doc_rows"], edits, strict=True)]
         sent.extend(zip(plans, doc_rows, strict=True))
         return fields, beside
@@ -1705,6 +1706,38 @@ def test_a_schema_26_store_upgrades_to_27_and_builds_a_new_documents_change_from
 _CREATED_BY_INSERT_VERSION = 28
 
 
+def _race(
+    backend: str, keys: list[DocKey], rounds: int, edit: Callable[[int, int, dict[DocKey, Any]], list[Write]]
+) -> None:
+    """Four writers, each on a store of its own, run ``rounds`` optimistic updates of ``keys``
+    at once; ``edit(n, round, documents)`` gives writer ``n``'s writes."""
+
+    def writer(n: int) -> None:
+        w = open_store(backend)
+        try:
+            for r in range(rounds):
+
+                def turn(d: dict[DocKey, Any], r: int = r) -> tuple[list[Write], None]:
+                    return edit(n, r, d), None
+
+                w.update(keys, turn, optimistic=True)
+        finally:
+            w.close()
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def _increment(n: int, r: int, d: dict[DocKey, Any]) -> list[Write]:
+    """Writer ``n``'s turn of a race: each document's ``n`` one up, and the writer's mark."""
+    return [
+        Write.between(k, doc.body, {"n": (doc.body or {"n": 0})["n"] + 1, f"w{n}": 1}) for k, doc in d.items()
+    ]
+
+
 def test_a_schema_27_store_upgrades_to_28_and_creates_new_documents_without_locking_them_again(
     backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -1781,32 +1814,7 @@ def test_a_schema_27_store_upgrades_to_28_and_creates_new_documents_without_lock
         assert counts["new"] == counts["old"] and counts["new"]
         # writers racing to create the same documents, then a purge of another state
         racing = [DocKey("race", f'["agent","x","k","r{i}"]') for i in range(4)]
-
-        def writer(n: int) -> None:
-            w = open_store(backend)
-            try:
-                for _ in range(3):
-                    w.update(
-                        racing,
-                        lambda d: (
-                            [
-                                Write.between(
-                                    k, d[k].body, {"n": (d[k].body or {"n": 0})["n"] + 1, f"w{n}": 1}
-                                )
-                                for k in racing
-                            ],
-                            None,
-                        ),
-                        optimistic=True,
-                    )
-            finally:
-                w.close()
-
-        threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        _race(backend, racing, 3, _increment)
         assert [(store.get(k).body or {}).get("n") for k in racing] == [12] * 4
         assert store.purge("old") > 0
         with store._read_tx() as tx:
@@ -1827,21 +1835,6 @@ def test_a_schema_27_store_upgrades_to_28_and_creates_new_documents_without_lock
 
 
 _BYTES_BESIDE_VERSION = 29
-
-
-def _bytea_elements(data: bytes | None) -> list[bytes | None] | None:
-    """A one-dimensional binary ``bytea[]``'s elements (its header, then each length and
-    bytes); None for NULL."""
-    if data is None:
-        return None
-    (n,) = struct.unpack_from("!i", data, 12)
-    out: list[bytes | None] = []
-    at = 20
-    for _ in range(n):
-        (size,) = struct.unpack_from("!i", data, at)
-        out.append(None if size < 0 else data[at + 4 : at + 4 + size])
-        at += 4 + max(size, 0)
-    return out
 
 
 def test_a_schema_28_store_upgrades_to_29_and_sends_bodies_and_edits_beside_the_payload(
@@ -1919,10 +1912,10 @@ def test_a_schema_28_store_upgrades_to_29_and_sends_bodies_and_edits_beside_the_
                 assert all(r[6] is None for r in fields.get("ins_rows", []))
                 assert all(r[0] is None for r in fields.get("upd_rows", []))
                 assert all(r[3] is None for r in fields["doc_rows"])
-                assert _bytea_elements(ins) == ([i[6] for i in inserts] or None)
-                assert _bytea_elements(upd) == ([u[0] for u in updates] or None)
+                assert bytea_elements(ins) == ([i[6] for i in inserts] or None)
+                assert bytea_elements(upd) == ([u[0] for u in updates] or None)
                 inline = [None if r[10] else p.inline for p, r in zip(plans, fields["doc_rows"], strict=True)]
-                assert _bytea_elements(edits) == (inline if any(e is not None for e in inline) else None)
+                assert bytea_elements(edits) == (inline if any(e is not None for e in inline) else None)
                 for p in plans:
                     planned_edits[p.doc_id, p.revision] = p.inline
             assert updated >= 4 and any(e for _, _, (_, _, e) in sent if e)
@@ -1937,32 +1930,7 @@ def test_a_schema_28_store_upgrades_to_29_and_sends_bodies_and_edits_beside_the_
         # the counters: the same writes as the counters' tests, writers racing, a purge
         _counted_writes(store, "counted")
         racing = [DocKey("race", f'["agent","x","k","r{i}"]') for i in range(4)]
-
-        def writer(n: int) -> None:
-            w = open_store(backend)
-            try:
-                for _ in range(3):
-                    w.update(
-                        racing,
-                        lambda d: (
-                            [
-                                Write.between(
-                                    k, d[k].body, {"n": (d[k].body or {"n": 0})["n"] + 1, f"w{n}": 1}
-                                )
-                                for k in racing
-                            ],
-                            None,
-                        ),
-                        optimistic=True,
-                    )
-            finally:
-                w.close()
-
-        threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        _race(backend, racing, 3, _increment)
         assert [(store.get(k).body or {}).get("n") for k in racing] == [12] * 4
         assert store.purge("counted") > 0
         with store._read_tx() as tx:
@@ -2049,30 +2017,15 @@ def test_a_schema_29_store_upgrades_to_30_and_tells_subject_kinds_the_same(
         assert store.kind_counts("kinds") == expected
         racing = [DocKey("race", encode_subject("agent", "a", f"r{i % 2}", f"k{i}")) for i in range(4)]
 
-        def writer(n: int) -> None:
-            w = open_store(backend)
-            try:
-                for round_ in range(4):
+        def flip(n: int, r: int, d: dict[DocKey, Any]) -> list[Write]:
+            # deleted on odd turns where present, written again on the others
+            delete = (r + n) % 2
+            return [
+                Write.between(k, d[k].body, None if d[k].body is not None and delete else {"w": n, "r": r})
+                for k in racing
+            ]
 
-                    def flip(d: dict[DocKey, Any], r: int = round_) -> tuple[list[Write], None]:
-                        # deleted on odd turns where present, written again on the others
-                        delete = (r + n) % 2
-                        return [
-                            Write.between(
-                                k, d[k].body, None if d[k].body is not None and delete else {"w": n, "r": r}
-                            )
-                            for k in racing
-                        ], None
-
-                    w.update(racing, flip, optimistic=True)
-            finally:
-                w.close()
-
-        threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        _race(backend, racing, 4, flip)
         present = sum(1 for k in racing if store.get(k).body is not None)
         assert sum(store.kind_counts("race").values()) == present
         assert store.purge("kinds") > 0
