@@ -1738,6 +1738,20 @@ def _increment(n: int, r: int, d: dict[DocKey, Any]) -> list[Write]:
     ]
 
 
+def _race_and_purge(store: Any, backend: str, purged: str) -> dict[Any, int]:
+    """Four writers race to create and count up the same four documents, then the state
+    ``purged`` is purged: every stored counter equals a recount (returned), ``purged``'s all 0."""
+    racing = [DocKey("race", f'["agent","x","k","r{i}"]') for i in range(4)]
+    _race(backend, racing, 3, _increment)
+    assert [(store.get(k).body or {}).get("n") for k in racing] == [12] * 4
+    assert store.purge(purged) > 0
+    with store._read_tx() as tx:
+        stored, recounted = store.recount(tx)
+    assert stored == recounted
+    assert all(n == 0 for k, n in stored.items() if k[0] == purged)
+    return dict(stored)
+
+
 def test_a_schema_27_store_upgrades_to_28_and_creates_new_documents_without_locking_them_again(
     backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -1813,14 +1827,7 @@ def test_a_schema_27_store_upgrades_to_28_and_creates_new_documents_without_lock
             counts[state] = _member_counts(store, state)
         assert counts["new"] == counts["old"] and counts["new"]
         # writers racing to create the same documents, then a purge of another state
-        racing = [DocKey("race", f'["agent","x","k","r{i}"]') for i in range(4)]
-        _race(backend, racing, 3, _increment)
-        assert [(store.get(k).body or {}).get("n") for k in racing] == [12] * 4
-        assert store.purge("old") > 0
-        with store._read_tx() as tx:
-            stored, recounted = store.recount(tx)
-        assert stored == recounted
-        assert all(n == 0 for k, n in stored.items() if k[0] == "old")
+        _race_and_purge(store, backend, "old")
         if not pg:
             return
         with store._pool.connection() as conn:  # type: ignore[attr-defined]
@@ -1929,14 +1936,7 @@ def test_a_schema_28_store_upgrades_to_29_and_sends_bodies_and_edits_beside_the_
             assert checked >= 6
         # the counters: the same writes as the counters' tests, writers racing, a purge
         _counted_writes(store, "counted")
-        racing = [DocKey("race", f'["agent","x","k","r{i}"]') for i in range(4)]
-        _race(backend, racing, 3, _increment)
-        assert [(store.get(k).body or {}).get("n") for k in racing] == [12] * 4
-        assert store.purge("counted") > 0
-        with store._read_tx() as tx:
-            stored_counts, recounted = store.recount(tx)
-        assert stored_counts == recounted
-        assert all(n == 0 for k, n in stored_counts.items() if k[0] == "counted")
+        stored_counts = _race_and_purge(store, backend, "counted")
         assert any(n for k, n in stored_counts.items() if k[0] == "race")
         if not pg:
             return
