@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 from stateflow.config import Config, RetentionConfig
 from stateflow.doc.canonical import encode
 from stateflow.errors import InvalidInput
-from stateflow.http.app import BadRequest, _etag_raw, _json, _segment, create_app, etag
+from stateflow.http.app import BadRequest, _json, _segment, create_app
 from stateflow.http.auth import TokenSet, parse_token
 from stateflow.states import StatesService
 from stateflow.store import SqlStore
@@ -532,10 +532,7 @@ def test_a_record_write_answers_its_etag_length_and_type(declared: Api) -> None:
     assert r.headers["etag"] == '"1"'
     assert int(r.headers["content-length"]) == len(r.content)
     assert r.json()["data"]["data"]["status"] == "open"
-    # the ETag made raw for a record answer is the header the general answer makes of etag()
     assert [k for k, _ in r.headers.raw] == [b"etag", b"content-length", b"content-type"]
-    for revision in (0, 1, 12345678901):
-        assert _etag_raw(revision) == _json(200, {}, etag(revision)).raw_headers[0]
     g = declared.client.get(rec("t-headers"), headers={"Authorization": f"Bearer {ADMIN}"})
     assert [(k, v) for k, v in g.headers.raw][:1] == [(b"etag", b'"1"')]
     assert [k for k, _ in g.headers.raw] == [b"etag", b"content-length", b"content-type"]

@@ -223,12 +223,8 @@ def if_match(request: Request) -> int | None:
     return int(text)
 
 
-def etag(revision: int) -> dict[str, str]:
-    return {"ETag": f'"{revision}"'}
-
-
-def _etag_raw(revision: int) -> tuple[bytes, bytes]:
-    """:func:`etag`'s header as ``_json`` sends it (name lowered, latin-1)."""
+def _etag(revision: int) -> tuple[bytes, bytes]:
+    """A record answer's ``ETag`` header, raw as ``_Answer`` sends it: its revision, quoted."""
     return (b"etag", f'"{revision}"'.encode("latin-1"))
 
 
@@ -381,8 +377,8 @@ def create_app(
     async def call_record(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Response:
         """A record answer, with its revision as the ``ETag``."""
         result = await on_edge(store, fn, *args, **kwargs)  # (never blocking: no hop through run)
-        if isinstance(result, dict) and "revision" in result:  # (the raw header ``etag`` makes)
-            return _Answer(encode_trusted({"data": result}), 200, [_etag_raw(result["revision"])])
+        if isinstance(result, dict) and "revision" in result:
+            return _Answer(encode_trusted({"data": result}), 200, [_etag(result["revision"])])
         return _json(200, {"data": result})
 
     @app.head("/api/health", include_in_schema=False)
@@ -624,8 +620,8 @@ def create_app(
                 context=ctx,
                 expect_revision=expect,
             )
-            headers = etag(result.revision) if result.revision is not None else None
-            return _json(200, {"data": result.to_json()}, headers)
+            tag = [_etag(result.revision)] if result.revision is not None else []
+            return _Answer(encode_trusted({"data": result.to_json()}), 200, tag)
         elif suffix == ["fold"] and method == "POST":
             body = await _body(request)
             if not isinstance(body, dict) or set(body) != {"into", "mode"}:
