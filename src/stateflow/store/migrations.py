@@ -304,6 +304,7 @@ deleted document (each moves its kind counter). SQLite only records the version.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Final
 
 SCHEMA_VERSION: Final = 30
@@ -2649,7 +2650,15 @@ WRITE_FUNCTIONS: Final = (
     *_WRITE_FUNCTIONS_26[2:],
 )
 """PostgreSQL's functions that find rows by key, each planned without sequential scans."""
-_NO_SEQ_SCANS: Final = "".join(f"ALTER FUNCTION {f} SET enable_seqscan = off;\n" for f in _WRITE_FUNCTIONS_26)
+
+
+def _without_seq_scans(functions: Sequence[str]) -> str:
+    """``ALTER FUNCTION … SET enable_seqscan = off`` for each of ``functions``: given again by
+    every step that replaces one (``CREATE OR REPLACE`` drops a function's ``SET``)."""
+    return "".join(f"ALTER FUNCTION {f} SET enable_seqscan = off;\n" for f in functions)
+
+
+_NO_SEQ_SCANS: Final = _without_seq_scans(_WRITE_FUNCTIONS_26)
 
 
 _WHOLE_EDIT_ANCHORS: Final = (
@@ -2693,7 +2702,7 @@ def _whole_edits_once() -> str:
         for old, new in _WHOLE_EDIT_ANCHORS:
             f = _replaced(f, old, new)
         out += f
-    return out + "".join(f"ALTER FUNCTION {f} SET enable_seqscan = off;\n" for f in _WRITE_FUNCTIONS_26[:2])
+    return out + _without_seq_scans(_WRITE_FUNCTIONS_26[:2])
 
 
 _WHOLE_EDITS_ONCE: Final = _whole_edits_once()
@@ -2734,7 +2743,7 @@ def _absent_fields_skipped() -> str:
         "    FOR i IN 1 .. coalesce(array_length(w.lock_keys",
     )
     out = _replaced(out, "    claimed BIGINT;\n", "    claimed BIGINT;\n    created BIGINT;\n")
-    return out + "".join(f"ALTER FUNCTION {f} SET enable_seqscan = off;\n" for f in _WRITE_FUNCTIONS_26[:2])
+    return out + _without_seq_scans(_WRITE_FUNCTIONS_26[:2])
 
 
 _ABSENT_FIELDS_SKIPPED: Final = _absent_fields_skipped()
@@ -2782,7 +2791,7 @@ def _bytes_beside() -> str:
         "-- stateflow_rows' fields, each an array of rows (a key left out: no rows), unpacked in C;\n"
         "-- the bodies and edits beside it, as bytea arrays (see version 29).\n",
     )
-    return out + "".join(f"ALTER FUNCTION {f} SET enable_seqscan = off;\n" for f in WRITE_FUNCTIONS[:2])
+    return out + _without_seq_scans(WRITE_FUNCTIONS[:2])
 
 
 _BYTES_BESIDE: Final = _bytes_beside()
