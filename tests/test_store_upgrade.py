@@ -1502,6 +1502,15 @@ def test_a_schema_24_store_upgrades_to_25_and_checks_its_keys_the_same(backend: 
 _NO_SEQ_SCANS_VERSION = 26
 
 
+def _write_function_sources(store: Any) -> list[tuple[str, str]]:
+    """Every write function of a PostgreSQL store checked to plan without sequential scans,
+    then the source of the two write functions (``stateflow_commit``, ``stateflow_write_rows``)."""
+    with store._pool.connection() as conn:
+        for f in WRITE_FUNCTIONS:
+            assert _function_column(conn, f, "proconfig", None) == ["enable_seqscan=off"], f
+        return [(f, _function_column(conn, f, "prosrc", "")) for f in WRITE_FUNCTIONS[:2]]
+
+
 def _function_column(conn: Any, signature: str, column: str, missing: Any) -> Any:
     """One column of ``pg_proc`` for the server function ``signature`` (``missing``: none)."""
     row = conn.execute(f"SELECT {column} FROM pg_proc WHERE oid = %s::regprocedure", (signature,)).fetchone()
@@ -1695,12 +1704,8 @@ def test_a_schema_26_store_upgrades_to_27_and_builds_a_new_documents_change_from
             assert store.get(key).body == bodies[-1]
         if isinstance(store, SqliteStore):
             return
-        with store._pool.connection() as conn:  # type: ignore[attr-defined]
-            for f in WRITE_FUNCTIONS:
-                assert _function_column(conn, f, "proconfig", None) == ["enable_seqscan=off"], f
-            for f in WRITE_FUNCTIONS[:2]:
-                source = _function_column(conn, f, "prosrc", "")
-                assert "w.doc_rows[i][11] = '1'" in source, f
+        for f, source in _write_function_sources(store):
+            assert "w.doc_rows[i][11] = '1'" in source, f
 
 
 _CREATED_BY_INSERT_VERSION = 28
@@ -1830,15 +1835,9 @@ def test_a_schema_27_store_upgrades_to_28_and_creates_new_documents_without_lock
         _race_and_purge(store, backend, "old")
         if not pg:
             return
-        with store._pool.connection() as conn:  # type: ignore[attr-defined]
-            for f in WRITE_FUNCTIONS:
-                assert _function_column(conn, f, "proconfig", None) == ["enable_seqscan=off"], f
-            for f in WRITE_FUNCTIONS[:2]:
-                source = _function_column(conn, f, "prosrc", "")
-                assert "json_populate_record('(,,,,,,,,,,,,)'::stateflow_rows, p)" in source, f
-                assert ("GET DIAGNOSTICS created = ROW_COUNT" in source) == f.startswith(
-                    "stateflow_commit"
-                ), f
+        for f, source in _write_function_sources(store):
+            assert "json_populate_record('(,,,,,,,,,,,,)'::stateflow_rows, p)" in source, f
+            assert ("GET DIAGNOSTICS created = ROW_COUNT" in source) == f.startswith("stateflow_commit"), f
 
 
 _BYTES_BESIDE_VERSION = 29
@@ -1940,13 +1939,9 @@ def test_a_schema_28_store_upgrades_to_29_and_sends_bodies_and_edits_beside_the_
         assert any(n for k, n in stored_counts.items() if k[0] == "race")
         if not pg:
             return
-        with store._pool.connection() as conn:  # type: ignore[attr-defined]
-            for f in WRITE_FUNCTIONS:
-                assert _function_column(conn, f, "proconfig", None) == ["enable_seqscan=off"], f
-            for f in WRITE_FUNCTIONS[:2]:
-                source = _function_column(conn, f, "prosrc", "")
-                assert "p_ins[i]" in source and "SET body = p_upd[i]" in source, f
-                assert "doc_edits := p_edits[i];" in source and "w.ins_rows[j][7]" not in source, f
+        for f, source in _write_function_sources(store):
+            assert "p_ins[i]" in source and "SET body = p_upd[i]" in source, f
+            assert "doc_edits := p_edits[i];" in source and "w.ins_rows[j][7]" not in source, f
 
 
 _KIND_BY_LIKE_VERSION = 30
