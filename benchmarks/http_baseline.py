@@ -94,6 +94,21 @@ def get_record(key: str, request: Request) -> Response:
     return _json(200, {"data": orjson.loads(row[0])})
 
 
+def floor_rows(conn: sqlite3.Connection, key: str, body: bytes) -> int:
+    """The floor's write inside a transaction: an audit row, the record's head revision one up,
+    its change row. Returns the revision."""
+    seq = conn.execute(
+        "INSERT INTO audit (at, origin) VALUES (?, ?) RETURNING seq", (time.time(), ORIGIN)
+    ).fetchone()[0]
+    revision: int = conn.execute(
+        "INSERT INTO heads VALUES (?, 1, ?) ON CONFLICT (key) "
+        "DO UPDATE SET revision = revision + 1, seq = excluded.seq RETURNING revision",
+        (key, seq),
+    ).fetchone()[0]
+    conn.execute("INSERT INTO changes VALUES (?, ?, ?, ?)", (key, revision, seq, body))
+    return revision
+
+
 class _Fair:
     """One write queued for the fair route: its key and body, then its revision or error."""
 
@@ -119,17 +134,7 @@ def _fair_commit(group: list[_Fair]) -> None:
     conn.execute("BEGIN IMMEDIATE")
     try:
         for write in group:
-            seq = conn.execute(
-                "INSERT INTO audit (at, origin) VALUES (?, ?) RETURNING seq", (time.time(), ORIGIN)
-            ).fetchone()[0]
-            write.revision = conn.execute(
-                "INSERT INTO heads VALUES (?, 1, ?) ON CONFLICT (key) "
-                "DO UPDATE SET revision = revision + 1, seq = excluded.seq RETURNING revision",
-                (write.key, seq),
-            ).fetchone()[0]
-            conn.execute(
-                "INSERT INTO changes VALUES (?, ?, ?, ?)", (write.key, write.revision, seq, write.body)
-            )
+            write.revision = floor_rows(conn, write.key, write.body)
         conn.execute("COMMIT")
     except BaseException as exc:
         conn.execute("ROLLBACK")
@@ -186,15 +191,7 @@ def put_floor(key: str, request: Request, body: dict[str, object]) -> Response:
     conn = connection()
     conn.execute("BEGIN IMMEDIATE")
     try:
-        seq = conn.execute(
-            "INSERT INTO audit (at, origin) VALUES (?, ?) RETURNING seq", (time.time(), ORIGIN)
-        ).fetchone()[0]
-        revision = conn.execute(
-            "INSERT INTO heads VALUES (?, 1, ?) ON CONFLICT (key) "
-            "DO UPDATE SET revision = revision + 1, seq = excluded.seq RETURNING revision",
-            (key, seq),
-        ).fetchone()[0]
-        conn.execute("INSERT INTO changes VALUES (?, ?, ?, ?)", (key, revision, seq, orjson.dumps(body)))
+        revision = floor_rows(conn, key, orjson.dumps(body))
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
