@@ -1,14 +1,20 @@
 """The least write that keeps history and audit, by hand, next to LangGraph's and ours.
 
 ``bench_langgraph_adapters`` asks our adapters' writes for at least 0.8× LangGraph's rate. This
-script measures what no implementation of the contract gets under: a checkpoint ``put`` and a
-store ``put`` written by hand for these shapes — the record built in memory, checked against
-the state's JSON Schema, its members encoded, and, in one durable transaction, the audit row
-(transition with its origin), the document's row, its member rows and the history row (the
-change with its edits) — on minimal tables (no per-state counts, no value or state indexes, no
-checks that another writer moved anything, no generality). Beside it, LangGraph's saver ``put``
-and store ``put`` and our ``StateflowSaver.put`` / ``StateflowStore.put`` through the same cases
-as ``bench_langgraph_adapters`` (one caller).
+script measures what no implementation of the contract gets under: a checkpoint ``put``, a
+checkpoint's ``put_writes`` and a store ``put`` written by hand for these shapes — the record
+built in memory, checked against the state's JSON Schema, its members encoded, and, in one
+durable transaction, the audit row (transition with its origin), the document's row, its member
+rows and the history row (the change with its edits) — on minimal tables (no per-state counts,
+no value or state indexes, no checks that another writer moved anything, no generality).
+``put_writes`` keeps a checkpoint's pending writes as ours does: one writes record per
+checkpoint, a task's entries in the bucket member its id hashes to (the record new: one member;
+a bucket new to it: a member row added; else the bucket's row rewritten whole), the change
+holding the entries' edits, so each pending write is readable at every revision. Beside it,
+LangGraph's saver ``put`` and ``put_writes`` and store ``put`` and ours (``StateflowSaver`` /
+``StateflowStore``) through the same cases as ``bench_langgraph_adapters`` (one caller;
+``put_writes``: two writes of a new task per call, calls 0…ops-1 every round as there, so most
+add to a checkpoint's existing writes record).
 
 - SQLite (the default): WAL, ``synchronous=FULL`` everywhere; the hand's transaction is
   ``BEGIN IMMEDIATE``, one statement per row, ``COMMIT``. LangGraph: ``SqliteSaver`` /
@@ -28,7 +34,8 @@ the rounds and how many rounds reached the issue's 0.8×, and ours against the f
 time / ours), round by round.
 
     python3 -m benchmarks.bench_langgraph_floor [--ops 400] [--rounds 6] [--backend sqlite|postgres]
-        (≥ 15 rounds to settle a ratio)
+        [--cases "saver put" "saver put_writes" "store put"]   (≥ 15 rounds to settle a ratio;
+        ``saver put_writes`` alone writes onto the 200 checkpoints of the warm-up's puts)
 """
 
 from __future__ import annotations
@@ -48,10 +55,12 @@ from typing import Any
 
 import jsonschema_rs
 import orjson
+from langgraph.checkpoint.base import WRITES_IDX_MAP
 
 from benchmarks.bench_langgraph_adapters import KEYS, Case, postgres_schemas, saver_cases, store_cases
 from stateflow.langgraph import StateflowSaver, StateflowStore
 from stateflow.langgraph.saver import DECLARATION as SAVER_DECLARATION
+from stateflow.langgraph.saver import STATE, _bucket
 from stateflow.langgraph.store import DECLARATION as STORE_DECLARATION
 from stateflow.states import StatesService
 from stateflow.store import open_store
@@ -68,6 +77,9 @@ CREATE TABLE members (doc_id INTEGER NOT NULL, name TEXT NOT NULL, revision INTE
 CREATE TABLE changes (doc_id INTEGER NOT NULL, revision INTEGER NOT NULL, seq INTEGER NOT NULL,
     paths BLOB NOT NULL, edits BLOB NOT NULL, PRIMARY KEY (doc_id, revision));
 """
+
+_SET_MEMBER = "UPDATE members SET revision = ?, body = ? WHERE doc_id = ? AND name = ?"
+_ADD_MEMBER = "INSERT INTO members (revision, body, doc_id, name) VALUES (?, ?, ?, ?)"
 
 _PG_TABLES = """
 CREATE TABLE transitions (seq bigserial PRIMARY KEY, at text NOT NULL, origin bytea NOT NULL);
@@ -92,16 +104,23 @@ _PG_NEW = (
     "SELECT doc_id, 1, updated_seq, %(paths)s::bytea, %(edits)s::bytea FROM d RETURNING doc_id"
 )
 """A new document in one statement: transition, document, members, change."""
-_PG_REWRITE = (
+_PG_MEMBER = (
     f"WITH {_PG_TRANSITION}, "
     "d AS (UPDATE documents SET revision = %(revision)s::bigint, updated_seq = (SELECT seq FROM t) "
-    "WHERE doc_id = %(doc_id)s::bigint), "
-    "m AS (UPDATE members SET revision = %(revision)s::bigint, body = %(body)s::bytea "
-    "WHERE doc_id = %(doc_id)s::bigint AND name = 'value') "
+    "WHERE doc_id = %(doc_id)s::bigint), m AS ({member}) "
     "INSERT INTO changes (doc_id, revision, seq, paths, edits) "
     "SELECT %(doc_id)s::bigint, %(revision)s::bigint, seq, %(paths)s::bytea, %(edits)s::bytea FROM t"
 )
+_PG_REWRITE = _PG_MEMBER.format(
+    member="UPDATE members SET revision = %(revision)s::bigint, body = %(body)s::bytea "
+    "WHERE doc_id = %(doc_id)s::bigint AND name = %(name)s::text"
+)
 """One member of a document rewritten in one statement: transition, document, member, change."""
+_PG_ADD = _PG_MEMBER.format(
+    member="INSERT INTO members (doc_id, name, revision, body) "
+    "VALUES (%(doc_id)s::bigint, %(name)s::text, %(revision)s::bigint, %(body)s::bytea)"
+)
+"""``_PG_REWRITE`` with the member added to the document."""
 
 
 def _micros() -> int:
@@ -109,14 +128,18 @@ def _micros() -> int:
 
 
 class ByHand:
-    """The least saver ``put`` and store ``put`` for the benchmark's shapes (see the module); a
-    backend writes the rows (``_new``, ``_rewrite``)."""
+    """The least saver ``put`` and ``put_writes`` and store ``put`` for the benchmark's shapes
+    (see the module); a backend writes the rows (``_new``, ``_rewrite``) on its connection."""
+
+    conn: Any
 
     def __init__(self) -> None:
         self.checkpoints = jsonschema_rs.validator_for(SAVER_DECLARATION["schema"])
         self.items = jsonschema_rs.validator_for(STORE_DECLARATION["schema"])
         self.origin = orjson.dumps({"consumer": "langgraph", "door": "api", "action": "replace"})
         self.held: dict[int, tuple[int, int, dict[str, Any]]] = {}  # item → doc id, revision, record
+        # a writes record's subject → its doc id, revision and buckets
+        self.pending: dict[str, tuple[int, int, dict[str, dict[str, Any]]]] = {}
 
     def _new(
         self, state: str, subject: str, members: list[tuple[str, bytes]], paths: bytes, edits: bytes
@@ -124,8 +147,10 @@ class ByHand:
         """A new document's rows in one durable transaction: its doc id."""
         raise NotImplementedError
 
-    def _rewrite(self, doc_id: int, revision: int, body: bytes, edits: bytes) -> None:
-        """The ``value`` member rewritten, in one durable transaction."""
+    def _rewrite(
+        self, doc_id: int, revision: int, name: str, body: bytes, paths: bytes, edits: bytes, added: bool
+    ) -> None:
+        """Member ``name`` rewritten (or ``added``), in one durable transaction."""
         raise NotImplementedError
 
     def put(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
@@ -152,7 +177,7 @@ class ByHand:
             raise ValueError(record)
         members = [(name, orjson.dumps(value)) for name, value in record.items()]
         subject = f"{conf['thread_id']}/{checkpoint['id']}"
-        self._new("langgraph_checkpoints", subject, members, b"[[]]", orjson.dumps([[[], record]]))
+        self._new(STATE, subject, members, b"[[]]", orjson.dumps([[[], record]]))
         return {"configurable": {**conf, "checkpoint_id": checkpoint["id"]}}
 
     def store_put(self, namespace: tuple[str, ...], key: str, value: dict[str, Any]) -> None:
@@ -184,8 +209,53 @@ class ByHand:
             )
         else:
             doc_id, revision = held[0], held[1] + 1
-            self._rewrite(doc_id, revision, body, b'[[["value"],' + body + b"]]")
+            self._rewrite(
+                doc_id, revision, "value", body, b'[["value"]]', b'[[["value"],' + body + b"]]", False
+            )
         self.held[item] = (doc_id, revision, record)
+
+    def put_writes(
+        self, config: Any, writes: list[tuple[str, Any]], task_id: str, task_path: str = ""
+    ) -> None:
+        """A task's pending writes into its checkpoint's writes record, in the bucket member its
+        id hashes to, as ours keeps them: the record new (one document, one member, one change),
+        the bucket new to it (a member row added) or the bucket rewritten whole with the task's
+        entries (its member row); one change with the entries' edits."""
+        conf = config["configurable"]
+        bucket = _bucket(task_id)
+        fresh = {}
+        paths = []
+        for n, (channel, value) in enumerate(writes):
+            idx = WRITES_IDX_MAP.get(channel, n)
+            name = f"{task_id}:{idx}"
+            fresh[name] = {
+                "task_id": task_id,
+                "idx": idx,
+                "channel": channel,
+                "value": {"json": value},
+                "task_path": task_path,
+            }
+            paths.append([bucket, name])
+        if not self.checkpoints.is_valid({bucket: fresh}):  # (the bucket's other entries were)
+            raise ValueError(fresh)
+        subject = f"writes/{conf['thread_id']}/{conf.get('checkpoint_ns', '')}/{conf['checkpoint_id']}"
+        held = self.pending.get(subject)
+        if held is None:
+            edits = orjson.dumps([[[], {bucket: fresh}]])
+            doc_id = self._new(STATE, subject, [(bucket, orjson.dumps(fresh))], orjson.dumps(paths), edits)
+            self.pending[subject] = (doc_id, 1, {bucket: fresh})
+            return
+        doc_id, revision, buckets = held
+        current = buckets.get(bucket)
+        if current is None:  # the bucket set whole
+            merged, edits = fresh, orjson.dumps([[[bucket], fresh]])
+        else:  # the task's entries set each
+            merged, edits = {**current, **fresh}, orjson.dumps([[p, fresh[p[1]]] for p in paths])
+        buckets[bucket] = merged
+        self._rewrite(
+            doc_id, revision + 1, bucket, orjson.dumps(merged), orjson.dumps(paths), edits, current is None
+        )
+        self.pending[subject] = (doc_id, revision + 1, buckets)
 
 
 class SqliteHand(ByHand):
@@ -225,19 +295,16 @@ class SqliteHand(ByHand):
 
         return int(self._commit(rows))
 
-    def _rewrite(self, doc_id: int, revision: int, body: bytes, edits: bytes) -> None:
+    def _rewrite(
+        self, doc_id: int, revision: int, name: str, body: bytes, paths: bytes, edits: bytes, added: bool
+    ) -> None:
         def rows(seq: int) -> None:
             conn = self.conn
-            conn.execute(
-                "UPDATE members SET revision = ?, body = ? WHERE doc_id = ? AND name = 'value'",
-                (revision, body, doc_id),
-            )
+            conn.execute(_ADD_MEMBER if added else _SET_MEMBER, (revision, body, doc_id, name))
             conn.execute(
                 "UPDATE documents SET revision = ?, updated_seq = ? WHERE doc_id = ?", (revision, seq, doc_id)
             )
-            conn.execute(
-                "INSERT INTO changes VALUES (?, ?, ?, ?, ?)", (doc_id, revision, seq, b'[["value"]]', edits)
-            )
+            conn.execute("INSERT INTO changes VALUES (?, ?, ?, ?, ?)", (doc_id, revision, seq, paths, edits))
 
         self._commit(rows)
 
@@ -268,10 +335,12 @@ class PostgresHand(ByHand):
         row = self.conn.execute(_PG_NEW, params, prepare=True).fetchone()
         return int(row[0])
 
-    def _rewrite(self, doc_id: int, revision: int, body: bytes, edits: bytes) -> None:
+    def _rewrite(
+        self, doc_id: int, revision: int, name: str, body: bytes, paths: bytes, edits: bytes, added: bool
+    ) -> None:
         params = self._params()
-        params.update(doc_id=doc_id, revision=revision, body=body, paths=b'[["value"]]', edits=edits)
-        self.conn.execute(_PG_REWRITE, params, prepare=True)
+        params.update(doc_id=doc_id, revision=revision, name=name, body=body, paths=paths, edits=edits)
+        self.conn.execute(_PG_ADD if added else _PG_REWRITE, params, prepare=True)
 
 
 class _Hand:
@@ -279,6 +348,7 @@ class _Hand:
 
     def __init__(self, hand: ByHand) -> None:
         self.put = hand.put
+        self.put_writes = hand.put_writes
         self.hand = hand
 
     def get_next_version(self, current: Any, channel: Any) -> Any:
@@ -304,18 +374,32 @@ def _side(fn: Case, n: int, start: int, server: Callable[[], float]) -> tuple[fl
     return wall / n * 1e3, cpu / n * 1e3, (server() - served) / n * 1e3
 
 
-def _compare(label: str, sides: Sides, ops: int, rounds: int, server: ServerCpu | None = None) -> None:
-    for case in ("saver put", "store put"):
-        for i in range(KEYS):  # warm: every store key written once, a chain started
+CASES = ("saver put", "saver put_writes", "store put")
+"""Every case, in the order measured (``saver put_writes`` writes onto the checkpoints of the
+``saver put`` before it)."""
+
+
+def _compare(
+    label: str, sides: Sides, ops: int, rounds: int, cases: list[str], server: ServerCpu | None = None
+) -> None:
+    if "saver put_writes" in cases and "saver put" not in cases:  # (its checkpoints: 200 puts)
+        for i in range(KEYS):
+            for side in sides.values():
+                side["saver put"](i)
+    for case in [c for c in CASES if c in cases]:
+        for i in range(KEYS):  # warm: every store key written once, a chain started, its writes
             for side in sides.values():
                 side[case](i)
         measured: dict[str, list[tuple[float, float, float]]] = {name: [] for name in sides}
         names = list(sides)
         for r in range(rounds):
             order = names[r % len(names) :] + names[: r % len(names)]
+            # put_writes as ``bench_langgraph_adapters`` runs it: calls 0…ops-1 every round, so
+            # each round adds a task's writes to the same checkpoints' writes records
+            start = 0 if case == "saver put_writes" else 1000 + r * ops
             for name in order:
                 cpu_of = partial(server, name) if server else _no_server
-                measured[name].append(_side(sides[name][case], ops, 1000 + r * ops, cpu_of))
+                measured[name].append(_side(sides[name][case], ops, start, cpu_of))
         lg = measured["langgraph"]
         for name in names:
             walls = [w for w, _, _ in measured[name]]
@@ -325,7 +409,7 @@ def _compare(label: str, sides: Sides, ops: int, rounds: int, server: ServerCpu 
             reached = sum(r >= TARGET for r in ratios)
             on_server = f", server {statistics.median(servers):.3f} ms" if server else ""
             print(
-                f"{label} {case:<10} {name:<10} {statistics.median(walls):6.3f} ms/write "
+                f"{label} {case:<16} {name:<10} {statistics.median(walls):6.3f} ms/write "
                 f"(CPU {statistics.median(cpus):.3f} ms{on_server})   rate vs LangGraph "
                 f"{statistics.median(ratios):4.2f}× ({min(ratios):.2f}–{max(ratios):.2f}×), "
                 f"{reached} of {len(ratios)} rounds ≥ {TARGET}×",
@@ -334,7 +418,7 @@ def _compare(label: str, sides: Sides, ops: int, rounds: int, server: ServerCpu 
             if name == "stateflow":  # ours against the floor by hand, round by round
                 floor = [h[0] / m[0] for m, h in zip(measured[name], measured["by hand"], strict=True)]
                 print(
-                    f"{label} {case:<10} stateflow ÷ by hand {statistics.median(floor):4.2f}× "
+                    f"{label} {case:<16} stateflow ÷ by hand {statistics.median(floor):4.2f}× "
                     f"({min(floor):.2f}–{max(floor):.2f}×)",
                     flush=True,
                 )
@@ -348,17 +432,17 @@ def _sides(lg_saver: Any, lg_store: Any, hand: ByHand, ours: StatesService) -> S
             {"n": i, "text": "remember this", "tags": ["a", "b"]},
         )
 
+    def saver(cases: dict[str, Case]) -> dict[str, Case]:
+        return {case: cases[case] for case in ("saver put", "saver put_writes")}
+
     return {
         "langgraph": {
-            "saver put": saver_cases(lg_saver, "l")["saver put"],
+            **saver(saver_cases(lg_saver, "l")),
             "store put": store_cases(lg_store, "l")["store put"],
         },
-        "by hand": {
-            "saver put": saver_cases(_Hand(hand), "h")["saver put"],  # type: ignore[arg-type]
-            "store put": hand_store_put,
-        },
+        "by hand": {**saver(saver_cases(_Hand(hand), "h")), "store put": hand_store_put},  # type: ignore[arg-type]
         "stateflow": {
-            "saver put": saver_cases(StateflowSaver(ours), "s")["saver put"],
+            **saver(saver_cases(StateflowSaver(ours), "s")),
             "store put": store_cases(StateflowStore(ours), "s")["store put"],
         },
     }
@@ -384,9 +468,8 @@ def sqlite_main(args: argparse.Namespace) -> None:
         lg_store = SqliteStore(lg_store_conn)
         lg_store.setup()
         try:
-            _compare(
-                "sqlite FULL", _sides(lg_saver, lg_store, SqliteHand(hand_conn), ours), args.ops, args.rounds
-            )
+            sides = _sides(lg_saver, lg_store, SqliteHand(hand_conn), ours)
+            _compare("sqlite FULL", sides, args.ops, args.rounds, args.cases)
         finally:
             ours.store.close()
             for conn in (hand_conn, lg_saver_conn, lg_store_conn):
@@ -443,13 +526,21 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--backend", choices=["sqlite", "postgres"], default="sqlite")
     parser.add_argument("--postgres", default=os.environ.get("STATEFLOW_TEST_POSTGRES"))
+    parser.add_argument(
+        "--cases",
+        nargs="+",
+        choices=CASES,
+        default=list(CASES),
+        metavar="CASE",
+        help=f"of {', '.join(CASES)}",
+    )
     args = parser.parse_args()
     if args.backend == "sqlite":
         return sqlite_main(args)
     if not args.postgres:
         parser.error("--backend postgres needs --postgres URL or $STATEFLOW_TEST_POSTGRES")
     with _postgres_sides(args.postgres) as (sides, server):
-        _compare("postgresql", sides, args.ops, args.rounds, server)
+        _compare("postgresql", sides, args.ops, args.rounds, args.cases, server)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,108 @@
+"""The least writes by hand of ``benchmarks/bench_langgraph_floor.py`` must keep what ours keeps —
+every revision of every record readable (from its changes, the last one equal to its member
+rows), one audit row per write, one change row per document written — or the floor compares
+ours against a write that loses history. The saver's ``put`` and ``put_writes`` and the store's
+``put``, each through the by-hand side, on a real SQLite file and on PostgreSQL."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+import psycopg
+import pytest
+from benchmarks.bench_langgraph_floor import ByHand, PostgresHand, SqliteHand
+
+
+@pytest.fixture
+def hand(backend: str) -> Iterator[ByHand]:
+    if backend.startswith("postgresql"):
+        with psycopg.connect(backend, autocommit=True) as conn:
+            yield PostgresHand(conn)
+        return
+    lite = sqlite3.connect(backend, isolation_level=None)
+    lite.execute("PRAGMA journal_mode = WAL")
+    lite.execute("PRAGMA synchronous = FULL")
+    try:
+        yield SqliteHand(lite)
+    finally:
+        lite.close()
+
+
+def _set(body: Any, path: list[str], value: Any) -> Any:
+    if not path:
+        return value
+    at = body
+    for name in path[:-1]:
+        at = at[name]
+    at[path[-1]] = value
+    return body
+
+
+def _revisions(hand: ByHand, subject: str) -> list[dict[str, Any]]:
+    """Every revision of ``subject``'s record rebuilt from its change rows, checking each
+    change's audit row, the document's row and that its member rows hold the newest."""
+    conn = hand.conn
+    ((doc_id, revision, updated_seq),) = conn.execute(
+        f"SELECT doc_id, revision, updated_seq FROM documents WHERE subject = '{subject}'"
+    ).fetchall()
+    changes = conn.execute(
+        f"SELECT revision, seq, edits FROM changes WHERE doc_id = {doc_id} ORDER BY revision"
+    ).fetchall()
+    assert [r for r, _, _ in changes] == list(range(1, revision + 1))  # one change per revision
+    assert changes[-1][1] == updated_seq
+    seqs = {seq for (seq,) in conn.execute("SELECT seq FROM transitions").fetchall()}
+    assert {seq for _, seq, _ in changes} <= seqs  # each change's audit row
+    bodies: list[dict[str, Any]] = []
+    body: Any = None
+    for _, _, edits in changes:
+        for path, value in orjson.loads(bytes(edits)):
+            body = _set(body, path, value)
+        bodies.append(orjson.loads(orjson.dumps(body)))
+    members = {
+        name: orjson.loads(bytes(b))
+        for name, b in conn.execute(f"SELECT name, body FROM members WHERE doc_id = {doc_id}").fetchall()
+    }
+    assert members == bodies[-1]  # the newest revision is what the member rows hold
+    return bodies
+
+
+def test_by_hand_writes_keep_every_revision_an_audit_row_and_a_change(hand: ByHand) -> None:
+    heads = []
+    for n in range(2):  # two new checkpoints
+        checkpoint = {"v": 4, "id": f"c{n}", "ts": "t", "channel_values": {"step": n}, "channel_versions": {}}
+        config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+        heads.append(hand.put(config, checkpoint, {"step": n}, {"step": 1}))
+    made: dict[str, list[tuple[str, int, str, Any]]] = {"c0": [], "c1": []}
+    for task in range(40):  # 20 tasks a checkpoint: some share a bucket (16), some add one
+        head = heads[task % 2]
+        writes = [("messages", f"reply {task}"), ("step", task)]
+        hand.put_writes(head, writes, f"task-{task}")
+        made[head["configurable"]["checkpoint_id"]] += [
+            (f"task-{task}", i, c, v) for i, (c, v) in enumerate(writes)
+        ]
+    for n in range(5):  # an item written five times
+        hand.store_put(("ns",), "k", {"n": n})
+    transitions = hand.conn.execute("SELECT count(*) FROM transitions").fetchone()[0]
+    assert transitions == 2 + 40 + 5  # one audit row per write
+
+    for n in range(2):
+        (saved,) = _revisions(hand, f"t/c{n}")
+        assert saved["config"]["checkpoint_id"] == f"c{n}"
+        assert saved["saved"]["channel_values"] == {"step": {"json": n}}
+    added = rewritten = 0
+    for checkpoint_id, wrote in made.items():
+        bodies = _revisions(hand, f"writes/t//{checkpoint_id}")
+        assert len(bodies) == 20  # a revision per call
+        for k, body in enumerate(bodies):  # revision k+1 holds exactly the first k+1 calls' writes
+            entries = [e for bucket in body.values() for e in bucket.values()]
+            held = sorted((e["task_id"], e["idx"], e["channel"], e["value"]["json"]) for e in entries)
+            assert held == sorted(wrote[: 2 * (k + 1)])
+            if k:
+                added += len(body) > len(bodies[k - 1])
+                rewritten += len(body) == len(bodies[k - 1])
+    assert added and rewritten  # both ways of writing onto an existing record ran
+    bodies = _revisions(hand, "ns/k")
+    assert [b["value"] for b in bodies] == [{"n": n} for n in range(5)]
