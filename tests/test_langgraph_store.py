@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -441,3 +442,30 @@ def test_put_values_beyond_the_codecs_plain_json_are_checked_and_copied(lg: Stat
         with pytest.raises(InvalidJSON, match=r"document\.value\.x"):
             lg.put(("refused",), "k", refused)
     assert lg.get(("refused",), "k") is None
+
+
+def test_a_put_stamps_the_creation_and_expiry_times_it_holds_and_no_other(lg: StateflowStore) -> None:
+    def data() -> dict[str, Any]:
+        record = lg.states.read(lg.records.state, lg.subject(("t",), "k"))
+        assert record is not None
+        found: dict[str, Any] = record["data"]
+        return found
+
+    def now() -> str:
+        return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+    started = now()
+    lg.put(("t",), "k", {"v": 1})  # new: its creation time taken by this put
+    created = data()["created_at"]
+    assert started <= created <= now()
+    assert data()["expires_at"] is None
+    lg.put(("t",), "k", {"v": 2})  # replaced, no TTL: the creation time kept, no expiry
+    assert data()["created_at"] == created and data()["expires_at"] is None
+    before = datetime.now(UTC)
+    lg.put(("t",), "k", {"v": 3}, ttl=1.0)  # replaced with a TTL: expires a minute from now
+    after = datetime.now(UTC)
+    expires = datetime.fromisoformat(data()["expires_at"])
+    assert before + timedelta(minutes=1) <= expires <= after + timedelta(minutes=1)
+    assert data()["created_at"] == created and data()["ttl_minutes"] == 1.0
+    item = lg.get(("t",), "k")
+    assert item is not None and item.value == {"v": 3} and item.created_at.isoformat() > "2000"

@@ -14,6 +14,7 @@ from stateflow.doc.diff import Edit
 from stateflow.errors import Conflict, InvalidInput, InvalidJSON, NotFound
 from stateflow.store import HEAD, DocKey, Document, OpIdTaken, SqlStore, Write
 from stateflow.store.plan import SNAPSHOT_MAX_CHAIN
+from stateflow.store.rows import outline_of
 
 A = DocKey("notes", "a")
 B = DocKey("notes", "b")
@@ -474,3 +475,25 @@ def test_a_first_write_of_a_very_large_document_completes_with_its_snapshot(stor
     assert outcome and not isinstance(outcome[0], BaseException), outcome or "the write hung"
     got = store.read_at(key, revision=1).body
     assert got is not None and len(got["blob"]) == 30_000_000 and got["items"][-1] == 99_999
+
+
+def test_an_outline_names_each_kind_in_the_members_order_and_refuses_what_json_cannot_hold() -> None:
+    value = {"o": {}, "a": [1], "s": "x", "b": True, "i": 1, "f": 1.0, "n": None}
+    outline = outline_of(value)
+    assert list(outline.items()) == [
+        ("o", "object"),
+        ("a", "array"),
+        ("s", "string"),
+        ("b", "boolean"),
+        ("i", "number"),
+        ("f", "number"),
+        ("n", "null"),
+    ]
+    assert outline_of({}) == {}
+
+    class Label(str):
+        pass
+
+    for odd in (Label("x"), (1,), b"x", {1, 2}):  # a subclass or a type JSON has not: refused
+        with pytest.raises(InvalidJSON):
+            outline_of({"ok": 1, "odd": odd})

@@ -8,6 +8,7 @@ under a key prefix is one keyset scan.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Self
 from urllib.parse import quote, unquote
@@ -227,41 +228,56 @@ class Records:
                 general(*args)
                 return doc_key
             self._refused = None
-        catalog_key, alias_key = self._catalog_key, self._alias_key
-
-        def checked(shared: dict[DocKey, Any], current: dict[str, Any] | None) -> Whole:
-            declared = shared[catalog_key]
-            if self._trusted.get(kind) is not declared:
-                if not self._is_own(declared, kind):
-                    raise _NotLean(declared)
-                self._trusted[kind] = declared
-            aliases = shared[alias_key]
-            if aliases and doc_key.subject in aliases:
-                raise _NotLean
-            return build if isinstance(build, Whole) else build(current)
-
+        # (the checks and the fallback as partials of methods, not closures: a closure made
+        # per write makes a cell for each name it shares with this frame)
+        checked = functools.partial(self._checked, kind, doc_key, build)
         shared = self._shared
         stamped = self.states._origin(origin, context, action)
         try:
             # the documents as last seen here, else the store's general read-modify-write
             if not self.store.write_whole(doc_key, checked, stamped, shared=shared):
-
-                def compute(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
-                    current = docs[doc_key]
-                    whole = checked({k: docs[k].body for k in shared}, current.body)
-                    body, paths = whole.body, whole.paths
-                    return [
-                        Write.between(
-                            doc_key, current.body, body, current.revision, changed=paths, paths=paths
-                        )
-                    ], None
-
-                self.store.update([doc_key], compute, stamped, shared=shared, optimistic=True)
+                self.store.update(
+                    [doc_key],
+                    functools.partial(self._compute, doc_key, checked),
+                    stamped,
+                    shared=shared,
+                    optimistic=True,
+                )
         except _NotLean as refused:
             if refused.args:  # (until the declaration changes: no lean attempt first)
                 self._refused = refused.args[0]
             general(*args)
         return doc_key
+
+    def _checked(
+        self, kind: str, doc_key: DocKey, build: Build | Whole, shared: dict[DocKey, Any], current: Any
+    ) -> Whole:
+        """``build``'s body for :meth:`write`, once the shared documents say a lean write holds:
+        the declaration is the adapter's own (checked once per stored declaration object) and
+        the subject is not folded (else :class:`_NotLean`)."""
+        declared = shared[self._catalog_key]
+        if self._trusted.get(kind) is not declared:
+            if not self._is_own(declared, kind):
+                raise _NotLean(declared)
+            self._trusted[kind] = declared
+        aliases = shared[self._alias_key]
+        if aliases and doc_key.subject in aliases:
+            raise _NotLean
+        return build if isinstance(build, Whole) else build(current)
+
+    def _compute(
+        self,
+        doc_key: DocKey,
+        checked: Callable[[dict[DocKey, Any], Any], Whole],
+        docs: dict[DocKey, Document],
+    ) -> tuple[list[Write], None]:
+        """:meth:`write`'s general read-modify-write (``Store.update``'s ``compute``)."""
+        current = docs[doc_key]
+        whole = checked({k: docs[k].body for k in self._shared}, current.body)
+        body, paths = whole.body, whole.paths
+        return [
+            Write.between(doc_key, current.body, body, current.revision, changed=paths, paths=paths)
+        ], None
 
     def _is_own(self, declared: Any, kind: str) -> bool:
         """Whether a stored declaration is the adapter's own schema, unchanged and unextended."""

@@ -170,11 +170,12 @@ class StateflowStore(OwnsStore, BaseStore):
         op = PutOp(namespace, str(key), value, index=index, ttl=_ensure_ttl(self.ttl_config, ttl))
         if type(namespace) is not tuple:
             op = op._replace(namespace=tuple(namespace))
-        now = datetime.now(UTC)
         if isinstance(value, dict):  # one item written (``_put``'s one put, without its loop)
-            self._put_one(op, now, self._run_origin())
+            # (no time taken: ``_document`` takes it only for what it stamps, a new item's
+            # creation or an expiry — an item replaced without a TTL needs none)
+            self._put_one(op, None, self._run_origin())
         else:  # (a delete, or the refusal)
-            self._put([op], now)
+            self._put([op], datetime.now(UTC))
 
     def _checked(self, namespace: tuple[str, ...]) -> None:
         """Remember that ``namespace`` passed LangGraph's checks, if it is a tuple of strings
@@ -326,7 +327,7 @@ class StateflowStore(OwnsStore, BaseStore):
         if items:
             self.states.apply_batch(items, origin=origin, context=self.context)
 
-    def _put_one(self, op: PutOp, now: datetime, origin: WriteOrigin) -> None:
+    def _put_one(self, op: PutOp, now: datetime | None, origin: WriteOrigin) -> None:
         """One item written whole, its creation time kept (``now`` for a new item: made text
         only then); its record built once, against the body it replaces (``_owned``)."""
         if type(op.key) is not str:
@@ -347,7 +348,7 @@ class StateflowStore(OwnsStore, BaseStore):
             args=(op, now, origin),
         )
 
-    def _put_general(self, op: PutOp, now: datetime, origin: WriteOrigin) -> None:
+    def _put_general(self, op: PutOp, now: datetime | None, origin: WriteOrigin) -> None:
         """An item written with the same checks and audit row as ``replace`` (no record view
         back): where the lean write does not apply."""
         self.states.replace_from(
@@ -398,9 +399,9 @@ class StateflowStore(OwnsStore, BaseStore):
         return await call(self.states.store, self.sweep_ttl)
 
 
-def _document(op: PutOp, now: datetime, before: dict[str, Any] | None) -> dict[str, Any]:
+def _document(op: PutOp, now: datetime | None, before: dict[str, Any] | None) -> dict[str, Any]:
     """The record of a put's item (its value an object) with the creation time ``before``
-    holds, else ``now``.
+    holds, else ``now`` (None: the time is taken here, only where the record stamps one).
 
     An item written again names the namespace and key it had (its subject key encodes them):
     where ``before`` holds equal ones, its own objects are kept, so the write's diff passes
@@ -410,6 +411,8 @@ def _document(op: PutOp, now: datetime, before: dict[str, Any] | None) -> dict[s
     namespace: list[str] = builtins.list(op.namespace)
     key = op.key
     if not before or "created_at" not in before:
+        if now is None:
+            now = datetime.now(UTC)
         created = utc_text(now)
     else:
         created = before["created_at"]
@@ -423,7 +426,9 @@ def _document(op: PutOp, now: datetime, before: dict[str, Any] | None) -> dict[s
         "key": key,
         "value": op.value,
         "created_at": created,
-        "expires_at": utc_text(now + timedelta(minutes=ttl)) if ttl is not None else None,
+        "expires_at": utc_text((now or datetime.now(UTC)) + timedelta(minutes=ttl))
+        if ttl is not None
+        else None,
         "ttl_minutes": ttl,
     }
 
@@ -436,7 +441,7 @@ def _graph_origin(run_id: str | None, thread_id: str | None, node: str | None) -
     return WriteOrigin(consumer="langgraph", run_id=run_id, meta=meta or None)
 
 
-def _owned(op: PutOp, now: datetime, before: dict[str, Any] | None) -> Whole:
+def _owned(op: PutOp, now: datetime | None, before: dict[str, Any] | None) -> Whole:
     """An item's new body — its record, the creation time kept (:func:`_document`, built once
     here) — as the store's own copy, with its edits against ``before`` where it has one. The
     codec's walk checks, copies and diffs it in one pass (what it accepts, ``check`` does: its

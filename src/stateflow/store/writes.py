@@ -1938,7 +1938,8 @@ def _stamp(keys: Sequence[DocKey], plans: Sequence[WritePlan], seq: int, at: str
         fresh.bodies = {d: (r, body, at, size) for d, (r, body, _, size) in fresh.bodies.items()}
     fresh.seq, fresh.at = seq, at
     rows = fresh.rows
-    for key, planned in zip(keys, plans, strict=True):
+    # (one plan per key by construction: ``strict=True`` would make a keyword call per commit)
+    for key, planned in zip(keys, plans):  # noqa: B905
         rows[key] = stamp_row(planned, seq, at)
 
 
@@ -1946,6 +1947,6 @@ def _committed(
     keys: Sequence[DocKey], plans: Sequence[WritePlan], revisions: dict[DocKey, int], seq: int, at: str
 ) -> Commit:
     """The outcome of committed plans (what goes to the caches: :func:`_stamp`)."""
-    for key, planned in zip(keys, plans, strict=True):
+    for key, planned in zip(keys, plans):  # noqa: B905 (as in ``_stamp``)
         revisions[key] = planned.revision
     return made_commit(True, seq, at, revisions)
