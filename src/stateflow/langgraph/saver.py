@@ -530,28 +530,11 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         if type(task_path) is not str:
             fresh = orjson.loads(encoded)
 
-        def build(current: dict[str, Any] | None) -> Whole:
-            if not current:  # a new writes record: its one member's bytes are these
-                return Whole({bucket: fresh}, paths, {bucket: encoded})
-            # the edits the diff would give, where they are plain to see (the store then takes
-            # no diff): a bucket new to the record is set whole; entries new to their bucket
-            # (a task's first writes) are each set whole, in order
-            held = current.get(bucket, MISSING)
-            if held is MISSING:
-                return Whole({**current, bucket: fresh}, paths, None, {bucket: [[[bucket], fresh]]})
-            if type(held) is not dict:
-                return Whole({**current, bucket: fresh}, paths)
-            body = {**current, bucket: {**held, **fresh}}
-            if not held.keys().isdisjoint(fresh):  # (a task's entry written again: the diff)
-                return Whole(body, paths)
-            return Whole(
-                body, paths, None, {bucket: [[[bucket, name], entry] for name, entry in fresh.items()]}
-            )
-
         self.records.write(
             WRITES,
             key,
-            build,
+            # (a partial, not a closure: no cell per name it reads)
+            functools.partial(_writes_whole, bucket, fresh, paths, encoded),
             origin=origin,
             context=self.context,
             action="apply",
@@ -754,3 +737,31 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         await call(self.states.store, self.prune, thread_ids, strategy=strategy)
+
+
+def _writes_whole(
+    bucket: str,
+    fresh: dict[str, Any],
+    paths: list[list[str]],
+    encoded: bytes,
+    current: dict[str, Any] | None,
+) -> Whole:
+    """A writes record with a task's entries ``fresh`` (``encoded``: their bytes) put in its
+    ``bucket`` member, against the record as it is (``current``)."""
+    if not current:  # a new writes record: its one member's bytes are these
+        return Whole({bucket: fresh}, paths, {bucket: encoded})
+    # the edits the diff would give, where they are plain to see (the store then takes
+    # no diff): a bucket new to the record is set whole; entries new to their bucket
+    # (a task's first writes) are each set whole, in order
+    held = current.get(bucket, MISSING)
+    if held is MISSING:
+        return Whole({**current, bucket: fresh}, paths, None, {bucket: [[[bucket], fresh]]})
+    if type(held) is not dict:
+        return Whole({**current, bucket: fresh}, paths)
+    body = {**current, bucket: {**held, **fresh}}
+    if not held.keys().isdisjoint(fresh):  # (a task's entry written again: the diff)
+        return Whole(body, paths)
+    edits = []  # (a loop, not a comprehension: that would make ``bucket`` a cell on every call)
+    for name, entry in fresh.items():
+        edits.append([[bucket, name], entry])
+    return Whole(body, paths, None, {bucket: edits})

@@ -167,7 +167,8 @@ class StateflowStore(OwnsStore, BaseStore):
         if not checked:
             _validate_namespace(namespace)
             self._checked(namespace)
-        op = PutOp(namespace, str(key), value, index=index, ttl=_ensure_ttl(self.ttl_config, ttl))
+        # (its fields by position: keywords to a named tuple's class make a dict per call)
+        op = PutOp(namespace, str(key), value, index, _ensure_ttl(self.ttl_config, ttl))
         if type(namespace) is not tuple:
             op = op._replace(namespace=tuple(namespace))
         if isinstance(value, dict):  # one item written (``_put``'s one put, without its loop)
@@ -407,7 +408,9 @@ def _document(op: PutOp, now: datetime | None, before: dict[str, Any] | None) ->
     where ``before`` holds equal ones, its own objects are kept, so the write's diff passes
     them by identity instead of comparing them (a list of strings equal to another is
     identical to it: a string equals only a string)."""
-    ttl = op.ttl if isinstance(op.ttl, int | float) and not isinstance(op.ttl, bool) else None
+    ttl = op.ttl
+    if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int | float)):
+        ttl = None  # (tested only when given: ``int | float`` is a union made per call)
     namespace: list[str] = builtins.list(op.namespace)
     key = op.key
     if not before or "created_at" not in before:

@@ -107,11 +107,11 @@ def outline_of(value: dict[str, Any]) -> dict[str, str]:
     # type costs less than ``dict(zip(…, map(…)))`` in C (a pair made per key, and ``zip``'s
     # keyword a dict per call) and needs no scan for a kind not found; a type not in the table
     # goes through ``kind``, which names it or refuses it
-    kinds = _KINDS
+    # (the table read as a global: a local the comprehension reads would be a cell made per call)
     try:
-        return {k: kinds[type(v)] for k, v in value.items()}
+        return {k: _KINDS[type(v)] for k, v in value.items()}
     except KeyError:
-        return {k: kinds.get(type(v)) or kind(v) for k, v in value.items()}
+        return {k: _KINDS.get(type(v)) or kind(v) for k, v in value.items()}
 
 
 _KINDS: Final[dict[type, str]] = {

@@ -1590,7 +1590,8 @@ class Writes(StoreCore):
         chain = revision - snapshot_revision
         if (
             chain >= SNAPSHOT_MAX_CHAIN
-            or since >= max(size, SNAPSHOT_MIN_BYTES)
+            # (not ``max``: a call of it makes an argument tuple, ~770 instructions a write)
+            or since >= (size if size > SNAPSHOT_MIN_BYTES else SNAPSHOT_MIN_BYTES)
             or (chain >= SNAPSHOT_LARGE_CHAIN and size >= TREE_MIN)
         ):
             plan.snapshot = True
