@@ -1,0 +1,319 @@
+"""The critical path of SQLite writer processes on one memory scope: every turn of the writer
+queue timed — the requests it carried, the time it was held (split by part) and the gap from
+the turn before it to its start.
+
+With several writers on one scope, the rate is bounded by the serial part of the work: the
+time a turn is held (its reads, the merge of its own patch and of each request it carries,
+statements, ``COMMIT`` and its fsync, the answers) and the hand-off between turns (the next
+holder woken, and scheduled). Each writer process (``bench_writers``' ``patch_state`` loop)
+stamps the entry and exit of the turn's parts on the clock all processes share
+(``perf_counter``: ``CLOCK_MONOTONIC``); the stamps are put together by ticket afterwards.
+Only this benchmark wraps those functions: nothing is added to the path itself.
+
+Ticket ``t``'s turn starts when its writer's ``acquire`` returns and ends when it lets its
+ticket go (``release``); an answered writer (its request committed by an earlier turn) holds
+its ticket only from its answer to its ``release`` inside ``acquire``. The **gap** before a
+turn is from the release of the ticket before it (the holder's, or the last answered writer's)
+to the turn's start; the **hand-on** is from the holder's last answer sent (or its unlock) to
+that release (the answered writer woken to let its ticket go).
+
+    python3 -m benchmarks.profile_writer_turns [--writers 8] [--calls 2400] [--rounds 2] [--baseline-src DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+Event = tuple[str, float, int]
+"""(what, when, a number: the ticket or a count)"""
+
+
+def _install(events: list[Event]) -> None:
+    from stateflow.store import sqlite, writer_queue, writer_requests
+
+    clock = time.perf_counter
+    queue = writer_queue.WriterQueue
+
+    def around(owner: Any, name: str, tag: str, arg: Callable[..., int] | None = None) -> None:
+        original = getattr(owner, name, None)
+        if original is None:
+            return
+
+        def stamped(*args: Any, **kwargs: Any) -> Any:
+            events.append((tag + "0", clock(), arg(*args) if arg is not None else 0))
+            try:
+                result = original(*args, **kwargs)
+            finally:
+                events.append((tag + "1", clock(), 0))
+            return result
+
+        setattr(owner, name, stamped)
+
+    acquire = queue.acquire
+
+    def acquired(self: Any, *args: Any, **kwargs: Any) -> Any:
+        events.append(("acq0", clock(), 0))
+        try:
+            result = acquire(self, *args, **kwargs)
+        except writer_queue.Answered:
+            events.append(("answered", clock(), 0))
+            raise
+        if self._ticket is not None:
+            events.append(("turn", clock(), self._ticket))
+        return result
+
+    queue.acquire = acquired  # type: ignore[method-assign]
+    release = queue.release
+
+    def released(self: Any) -> None:
+        ticket = self._ticket
+        if ticket is not None:
+            events.append(("rel", clock(), ticket))
+        release(self)
+        if ticket is not None:
+            events.append(("rel1", clock(), ticket))
+
+    queue.release = released  # type: ignore[method-assign]
+    around(queue, "answer", "ans", lambda self, ticket, *a: ticket)
+    around(writer_requests.Request, "publish", "pub")
+    take = writer_requests.take
+
+    def taken(*args: Any) -> Any:
+        events.append(("take0", clock(), 0))
+        got = take(*args)
+        events.append(("take1", clock(), len(got)))
+        return got
+
+    writer_requests.take = taken
+    store = sqlite.SqliteStore
+    around(store, "_in_turn", "in")
+    around(store, "_take_behind", "tb")
+    around(store, "_merge_held", "mh")
+    around(sqlite._GroupCommit, "_settle", "set")
+    around(sqlite._GroupCommit, "_settled", "sd")
+
+
+def writer(path: str, calls: int, index: int, start: float, out: int) -> None:
+    events: list[Event] = []
+    _install(events)
+    from stateflow.memory import Identity, MemoryView
+    from stateflow.store import open_store
+
+    store = open_store(path)
+    view = MemoryView(store, Identity.of("bench", "/bench", "shared"))
+    view.read_state({"path": "session"})  # connect before the clock starts
+    while time.perf_counter() < start:
+        time.sleep(0.001)
+    events.clear()
+    ends: list[float] = []
+    for i in range(calls):
+        events.append(("call0", time.perf_counter(), 0))
+        view.patch_state({"session": {"tactics": {f"w{index}": f"step {i}"}}})
+        ends.append(time.perf_counter())
+    store.close()
+    os.write(out, (json.dumps({"events": events, "end": ends[-1]}) + "\n").encode())
+
+
+def run_phase(path: str, writers: int, calls: int) -> dict[str, Any]:
+    each = max(1, calls // writers)
+    start = time.perf_counter() + 0.3
+    pids = []
+    outs = [f"{path}.events{i}" for i in range(writers)]
+    for i in range(writers):
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            try:
+                out = os.open(outs[i], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                writer(path, each, i, start, out)
+            finally:
+                os._exit(0)
+        pids.append(pid)
+    for pid in pids:
+        os.waitpid(pid, 0)
+    got = []
+    for name in outs:
+        with open(name) as file:
+            got.append(json.loads(file.read()))
+        os.unlink(name)
+    return {"start": start, "calls": each * writers, "procs": got}
+
+
+def turns(phase: dict[str, Any]) -> dict[str, Any]:
+    """Per turn (ticket held by a writer that merged): carried, held and its parts; per ticket:
+    its release; gaps before each turn."""
+    held: dict[int, dict[str, float]] = {}
+    released: dict[int, float] = {}
+    answer_sent: dict[int, float] = {}
+    for proc in phase["procs"]:
+        current: dict[str, float] | None = None
+        ticket = -1
+        for what, when, n in proc["events"]:
+            if what == "turn":
+                ticket, current = n, {"turn": when, "carried": 0.0, "mh": 0.0}
+                continue
+            if what == "rel":
+                released[n] = when
+                if current is not None and n == ticket:
+                    current["rel"] = when
+                    held[ticket] = current
+                current = None
+                continue
+            if what == "ans0":
+                answer_sent[n] = when
+            if current is None:
+                continue
+            if what == "take1":
+                current["carried"] = float(n)
+                current["take"] = when - current["take0"]
+            elif what == "mh1":
+                current["mh"] += when - current.pop("mh0")
+            elif what == "ans1":
+                current["ans_last"] = when
+            elif what not in current:
+                current[what] = when
+    rows = []
+    for ticket, t in sorted(held.items()):
+        if "set0" not in t:
+            continue
+        own_end = t.get("tb0", t.get("in1", t["set0"]))
+        commit_end = t.get("sd0", t["rel"])
+        row = {
+            "ticket": ticket,
+            "carried": t["carried"],
+            "held": t["rel"] - t["turn"],
+            "begin": t.get("in0", t["turn"]) - t["turn"],
+            "own": own_end - t.get("in0", t["turn"]),
+            "carry": (t["tb1"] - t["tb0"]) if "tb1" in t else 0.0,
+            "take": t.get("take", 0.0),
+            "exit": t["set0"] - t.get("tb1", t.get("in1", t["set0"])),
+            "commit": commit_end - t["set0"],
+            "answers": t["rel"] - commit_end,
+        }
+        before = released.get(ticket - 1)
+        if before is not None:
+            row["gap"] = t["turn"] - before
+            if ticket - 1 not in held and ticket - 1 in answer_sent:
+                row["hand_on"] = before - answer_sent[ticket - 1]
+        # the critical path: the turn's work, its commit, then the hand-off to the next
+        # holder, from the first answer sent (the last ticket carried: it gates the next turn)
+        # or the holder's own release
+        row["served"] = t.get("ans0", t["rel"])
+        row["start"] = t["turn"]
+        rows.append(row)
+    for row, after in itertools.pairwise(rows):
+        row["hand_off"] = after["start"] - row["served"]
+        row["cycle"] = after["start"] - row["start"]
+    end = max(p["end"] for p in phase["procs"])
+    return {"rows": rows, "wall": end - phase["start"], "calls": phase["calls"]}
+
+
+def summary(result: dict[str, Any]) -> dict[str, float]:
+    rows = result["rows"]
+    calls = result["calls"]
+    wall = result["wall"]
+    out: dict[str, float] = {
+        "rate": calls / wall,
+        "turns": len(rows),
+        "calls per turn": calls / max(1, len(rows)),
+    }
+    for key in (
+        "carried",
+        "cycle",
+        "held",
+        "begin",
+        "own",
+        "carry",
+        "take",
+        "exit",
+        "commit",
+        "answers",
+        "hand_off",
+        "hand_on",
+        "gap",
+    ):
+        values = [r[key] for r in rows if key in r]
+        if not values:
+            continue
+        out[f"{key} median"] = statistics.median(values)
+        out[f"{key} per call"] = sum(values) / calls
+    out["held share"] = sum(r["held"] for r in rows) / wall
+    out["gap share"] = sum(r.get("gap", 0.0) for r in rows) / wall
+    return out
+
+
+def side(calls: int, writers: int) -> None:
+    import stateflow.memory  # noqa: F401 - imported once, before the forks
+    from stateflow.store import open_store
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = str(Path(tmp) / "writers.db")
+        open_store(path).close()
+        run_phase(path, writers, 80)  # warm up
+        result = turns(run_phase(path, writers, calls))
+        one = run_phase(path, 1, calls // 4)
+    print(
+        json.dumps(
+            {
+                "many": summary(result),
+                "one rate": one["calls"] / (max(p["end"] for p in one["procs"]) - one["start"]),
+            }
+        )
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--baseline-src", help="the other tree's src directory")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--calls", type=int, default=2400)
+    parser.add_argument("--writers", type=int, default=8)
+    parser.add_argument("--side", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.side:
+        side(args.calls, args.writers)
+        return
+    trees = {"this tree": str(ROOT / "src")}
+    if args.baseline_src:
+        trees["baseline"] = args.baseline_src
+    got: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
+    for r in range(args.rounds):
+        for name in list(trees) if r % 2 == 0 else list(reversed(trees)):
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join([trees[name], str(ROOT)])}
+            command = [sys.executable, "-m", "benchmarks.profile_writer_turns", "--side"]
+            command += ["--calls", str(args.calls), "--writers", str(args.writers)]
+            done = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, check=True)
+            got[name].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    print(f"{args.writers} writers, {args.calls} calls a round; ms (medians over rounds of each figure)")
+    keys = list(got[next(iter(trees))][0]["many"])
+    print(f"{'':24s}" + "".join(f"{name:>14s}" for name in trees))
+    for key in keys:
+        cells = []
+        for name in trees:
+            value = statistics.median(g["many"].get(key, 0.0) for g in got[name])
+            scale = (
+                1.0
+                if key in ("rate", "turns", "calls per turn", "carried median", "carried per call")
+                or "share" in key
+                else 1000.0
+            )
+            cells.append(f"{value * scale:14.3f}")
+        print(f"{key:24s}" + "".join(cells))
+    cells = [f"{statistics.median(g['one rate'] for g in got[name]):14.1f}" for name in trees]
+    print(f"{'1 writer: rate':24s}" + "".join(cells))
+
+
+if __name__ == "__main__":
+    main()
