@@ -88,6 +88,7 @@ def _install(events: list[Event]) -> None:
 
     queue.release = released  # type: ignore[method-assign]
     around(queue, "answer", "ans", lambda self, ticket, *a: ticket)
+    around(queue, "pass_on", "pass", lambda self, ticket: ticket)
     around(writer_requests.Request, "publish", "pub")
     take = writer_requests.take
 
@@ -97,7 +98,7 @@ def _install(events: list[Event]) -> None:
         events.append(("take1", clock(), len(got)))
         return got
 
-    writer_requests.take = taken
+    writer_requests.take = taken  # type: ignore[assignment]
     store = sqlite.SqliteStore
     around(store, "_in_turn", "in")
     around(store, "_take_behind", "tb")
@@ -175,9 +176,11 @@ def turns(phase: dict[str, Any]) -> dict[str, Any]:
                 answer_sent[n] = when
             if current is None:
                 continue
-            if what == "take1":
-                current["carried"] = float(n)
-                current["take"] = when - current["take0"]
+            if what == "take1":  # (a turn may take more than once)
+                if "take" in current:
+                    current["retaken"] = current.get("retaken", 0.0) + n
+                current["carried"] += float(n)
+                current["take"] = current.get("take", 0.0) + when - current.pop("take0")
             elif what == "mh1":
                 current["mh"] += when - current.pop("mh0")
             elif what == "ans1":
@@ -193,6 +196,7 @@ def turns(phase: dict[str, Any]) -> dict[str, Any]:
         row = {
             "ticket": ticket,
             "carried": t["carried"],
+            "retaken": t.get("retaken", 0.0),
             "held": t["rel"] - t["turn"],
             "begin": t.get("in0", t["turn"]) - t["turn"],
             "own": own_end - t.get("in0", t["turn"]),
@@ -210,7 +214,7 @@ def turns(phase: dict[str, Any]) -> dict[str, Any]:
         # the critical path: the turn's work, its commit, then the hand-off to the next
         # holder, from the first answer sent (the last ticket carried: it gates the next turn)
         # or the holder's own release
-        row["served"] = t.get("ans0", t["rel"])
+        row["served"] = t.get("pass0", t.get("ans0", t["rel"]))
         row["start"] = t["turn"]
         rows.append(row)
     for row, after in itertools.pairwise(rows):
@@ -231,6 +235,7 @@ def summary(result: dict[str, Any]) -> dict[str, float]:
     }
     for key in (
         "carried",
+        "retaken",
         "cycle",
         "held",
         "begin",
@@ -305,7 +310,7 @@ def main() -> None:
             value = statistics.median(g["many"].get(key, 0.0) for g in got[name])
             scale = (
                 1.0
-                if key in ("rate", "turns", "calls per turn", "carried median", "carried per call")
+                if key in ("rate", "turns", "calls per turn", "carried median", "carried per call", "retaken per call")
                 or "share" in key
                 else 1000.0
             )
