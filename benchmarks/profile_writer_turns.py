@@ -1,6 +1,6 @@
 """The critical path of SQLite writer processes on one memory scope: every turn of the writer
-queue timed — the requests it carried, the time it was held (split by part) and the gap from
-the turn before it to its start.
+queue timed — the requests it carried, the time it was held (split by part) and the hand-off
+from it to the next turn.
 
 With several writers on one scope, the rate is bounded by the serial part of the work: the
 time a turn is held (its reads, the merge of its own patch and of each request it carries,
@@ -11,13 +11,17 @@ stamps the entry and exit of the turn's parts on the clock all processes share
 Only this benchmark wraps those functions: nothing is added to the path itself.
 
 Ticket ``t``'s turn starts when its writer's ``acquire`` returns and ends when it lets its
-ticket go (``release``); an answered writer (its request committed by an earlier turn) holds
-its ticket only from its answer to its ``release`` inside ``acquire``. The **gap** before a
-turn is from the release of the ticket before it (the holder's, or the last answered writer's)
-to the turn's start; the **hand-on** is from the holder's last answer sent (or its unlock) to
-that release (the answered writer woken to let its ticket go).
+ticket go (``release``); a turn's parts: ``BEGIN`` (begin), its own patch (own), the requests
+it carried (carry; of it the files taken, take), ``COMMIT`` and its fsync (commit), the
+answers and the unlock (answers). The **hand-off** after a turn is from the moment its
+successor may begin — its unlock; where it carried requests, its first answer sent, or its
+pass-on where the tree has one (the writer behind the last answered ticket woken at the
+commit) — to the next turn's start; **cycle** is from one turn's start to the next's. A
+``--folder`` on a tmpfs makes fsync free: the CPU and the hand-offs alone, as on a machine
+whose fsync is fast.
 
-    python3 -m benchmarks.profile_writer_turns [--writers 8] [--calls 2400] [--rounds 2] [--baseline-src DIR]
+    python3 -m benchmarks.profile_writer_turns [--writers 8] [--calls 2400] [--rounds 2]
+        [--baseline-src DIR] [--folder DIR]
 """
 
 from __future__ import annotations
@@ -153,11 +157,9 @@ def run_phase(path: str, writers: int, calls: int) -> dict[str, Any]:
 
 
 def turns(phase: dict[str, Any]) -> dict[str, Any]:
-    """Per turn (ticket held by a writer that merged): carried, held and its parts; per ticket:
-    its release; gaps before each turn."""
+    """Per turn (a ticket held by a writer that merged): carried, held and its parts, and the
+    hand-off to the next turn."""
     held: dict[int, dict[str, float]] = {}
-    released: dict[int, float] = {}
-    answer_sent: dict[int, float] = {}
     for proc in phase["procs"]:
         current: dict[str, float] | None = None
         ticket = -1
@@ -166,19 +168,14 @@ def turns(phase: dict[str, Any]) -> dict[str, Any]:
                 ticket, current = n, {"turn": when, "carried": 0.0, "mh": 0.0}
                 continue
             if what == "rel":
-                released[n] = when
                 if current is not None and n == ticket:
                     current["rel"] = when
                     held[ticket] = current
                 current = None
                 continue
-            if what == "ans0":
-                answer_sent[n] = when
             if current is None:
                 continue
             if what == "take1":  # (a turn may take more than once)
-                if "take" in current:
-                    current["retaken"] = current.get("retaken", 0.0) + n
                 current["carried"] += float(n)
                 current["take"] = current.get("take", 0.0) + when - current.pop("take0")
             elif what == "mh1":
@@ -196,7 +193,6 @@ def turns(phase: dict[str, Any]) -> dict[str, Any]:
         row = {
             "ticket": ticket,
             "carried": t["carried"],
-            "retaken": t.get("retaken", 0.0),
             "held": t["rel"] - t["turn"],
             "begin": t.get("in0", t["turn"]) - t["turn"],
             "own": own_end - t.get("in0", t["turn"]),
@@ -206,11 +202,6 @@ def turns(phase: dict[str, Any]) -> dict[str, Any]:
             "commit": commit_end - t["set0"],
             "answers": t["rel"] - commit_end,
         }
-        before = released.get(ticket - 1)
-        if before is not None:
-            row["gap"] = t["turn"] - before
-            if ticket - 1 not in held and ticket - 1 in answer_sent:
-                row["hand_on"] = before - answer_sent[ticket - 1]
         # the critical path: the turn's work, its commit, then the hand-off to the next
         # holder, from the first answer sent (the last ticket carried: it gates the next turn)
         # or the holder's own release
@@ -235,7 +226,6 @@ def summary(result: dict[str, Any]) -> dict[str, float]:
     }
     for key in (
         "carried",
-        "retaken",
         "cycle",
         "held",
         "begin",
@@ -246,24 +236,33 @@ def summary(result: dict[str, Any]) -> dict[str, float]:
         "commit",
         "answers",
         "hand_off",
-        "hand_on",
-        "gap",
     ):
         values = [r[key] for r in rows if key in r]
         if not values:
             continue
         out[f"{key} median"] = statistics.median(values)
         out[f"{key} per call"] = sum(values) / calls
+    # the hand-off after a turn that carried requests (the next holder's wait on the last one
+    # answered) apart from one after a turn of its own patch alone, and its spread
+    for name, part in (
+        ("after carrying", [r for r in rows if r["carried"] and "hand_off" in r]),
+        ("after its own alone", [r for r in rows if not r["carried"] and "hand_off" in r]),
+    ):
+        values = sorted(r["hand_off"] for r in part)
+        if values:
+            out[f"hand_off {name}: turns"] = len(values)
+            out[f"hand_off {name}: median"] = statistics.median(values)
+            out[f"hand_off {name}: p90"] = values[int(len(values) * 0.9)]
+            out[f"hand_off {name}: mean"] = sum(values) / len(values)
     out["held share"] = sum(r["held"] for r in rows) / wall
-    out["gap share"] = sum(r.get("gap", 0.0) for r in rows) / wall
     return out
 
 
-def side(calls: int, writers: int) -> None:
+def side(calls: int, writers: int, folder: str | None) -> None:
     import stateflow.memory  # noqa: F401 - imported once, before the forks
     from stateflow.store import open_store
 
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(dir=folder) as tmp:
         path = str(Path(tmp) / "writers.db")
         open_store(path).close()
         run_phase(path, writers, 80)  # warm up
@@ -285,10 +284,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--calls", type=int, default=2400)
     parser.add_argument("--writers", type=int, default=8)
+    parser.add_argument(
+        "--folder", help="where the database is made (a tmpfs: fsync free, the CPU and hand-offs alone)"
+    )
     parser.add_argument("--side", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.side:
-        side(args.calls, args.writers)
+        side(args.calls, args.writers, args.folder)
         return
     trees = {"this tree": str(ROOT / "src")}
     if args.baseline_src:
@@ -299,6 +301,7 @@ def main() -> None:
             env = {**os.environ, "PYTHONPATH": os.pathsep.join([trees[name], str(ROOT)])}
             command = [sys.executable, "-m", "benchmarks.profile_writer_turns", "--side"]
             command += ["--calls", str(args.calls), "--writers", str(args.writers)]
+            command += ["--folder", args.folder] if args.folder else []
             done = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, check=True)
             got[name].append(json.loads(done.stdout.strip().splitlines()[-1]))
     print(f"{args.writers} writers, {args.calls} calls a round; ms (medians over rounds of each figure)")
@@ -310,7 +313,16 @@ def main() -> None:
             value = statistics.median(g["many"].get(key, 0.0) for g in got[name])
             scale = (
                 1.0
-                if key in ("rate", "turns", "calls per turn", "carried median", "carried per call", "retaken per call")
+                if key
+                in (
+                    "rate",
+                    "turns",
+                    "calls per turn",
+                    "carried median",
+                    "carried per call",
+                    "hand_off after carrying: turns",
+                    "hand_off after its own alone: turns",
+                )
                 or "share" in key
                 else 1000.0
             )

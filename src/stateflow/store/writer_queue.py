@@ -30,7 +30,10 @@ caller's own work after its commit, while every writer behind it waits too.
 The lock stays the truth — a waiter checks it after writing its slot and after every wake (a
 datagram left from an earlier wait is one wake more), and looks again every 50 ms, so a wake-up lost (a writer that died, another network namespace)
 costs time, never order; a process whose wake-ups keep not arriving waits in the helper thread
-instead.
+instead. A turn that committed other writers' requests (``writer_requests``) **passes the turn
+on** past the last one it answers (``pass_on``: a mark in a second table of the file, which a
+waiter looks at beside the lock), so the writer behind begins without waiting for that
+answered writer to be scheduled and let its byte go.
 
 A blocking lock has no timeout, and a writer that hangs holding its turn (stopped, or stuck in
 its transaction) must not hold every other writer forever. So a writer whose predecessor is
