@@ -14,9 +14,9 @@ Ticket ``t``'s turn starts when its writer's ``acquire`` returns and ends when i
 ticket go (``release``); a turn's parts: ``BEGIN`` (begin), its own patch (own), the requests
 it carried (carry; of it the files taken, take), ``COMMIT`` and its fsync (commit), the
 answers and the unlock (answers). The **hand-off** after a turn is from the moment its
-successor may begin — its unlock; where it carried requests, its first answer sent, or its
-pass-on where the tree has one (the writer behind the last answered ticket woken at the
-commit) — to the next turn's start; **cycle** is from one turn's start to the next's. A
+successor may begin — its unlock, or, where it carried requests, its first answer sent (to
+the last ticket it carried, whose writer lets its ticket go once woken by it) — to the next
+turn's start; **cycle** is from one turn's start to the next's. A
 ``--folder`` on a tmpfs makes fsync free: the CPU and the hand-offs alone, as on a machine
 whose fsync is fast.
 
@@ -92,7 +92,6 @@ def _install(events: list[Event]) -> None:
 
     queue.release = released  # type: ignore[method-assign]
     around(queue, "answer", "ans", lambda self, ticket, *a: ticket)
-    around(queue, "pass_on", "pass", lambda self, ticket: ticket)
     around(writer_requests.Request, "publish", "pub")
     take = writer_requests.take
 
@@ -205,7 +204,7 @@ def turns(phase: dict[str, Any]) -> dict[str, Any]:
         # the critical path: the turn's work, its commit, then the hand-off to the next
         # holder, from the first answer sent (the last ticket carried: it gates the next turn)
         # or the holder's own release
-        row["served"] = t.get("pass0", t.get("ans0", t["rel"]))
+        row["served"] = t.get("ans0", t["rel"])
         row["start"] = t["turn"]
         rows.append(row)
     for row, after in itertools.pairwise(rows):

@@ -331,12 +331,9 @@ class _GroupCommit:
         transaction committed (else its requests' writers write them themselves)."""
         self.pending = None
         if committed:  # (before the turn goes: an answered writer then needs no turn)
-            answers = pending.answers
-            if answers:  # the writer behind the last one answered begins now, not after the answers
-                self.queue.pass_on(answers[-1][0])
             # the last ticket first: an answered writer lets its ticket go at once, and the one
             # behind it must find its own answer there by then, not only the wake-up
-            for ticket, request, answer, fallback in reversed(answers):
+            for ticket, request, answer, fallback in reversed(pending.answers):
                 self.queue.answer(ticket, request, answer, fallback)
         self.queue.release()
         if committed:

@@ -30,10 +30,7 @@ caller's own work after its commit, while every writer behind it waits too.
 The lock stays the truth — a waiter checks it after writing its slot and after every wake (a
 datagram left from an earlier wait is one wake more), and looks again every 50 ms, so a wake-up lost (a writer that died, another network namespace)
 costs time, never order; a process whose wake-ups keep not arriving waits in the helper thread
-instead. A turn that committed other writers' requests (``writer_requests``) **passes the turn
-on** past the last one it answers (``pass_on``: a mark in a second table of the file, which a
-waiter looks at beside the lock), so the writer behind begins without waiting for that
-answered writer to be scheduled and let its byte go.
+instead.
 
 A blocking lock has no timeout, and a writer that hangs holding its turn (stopped, or stuck in
 its transaction) must not hold every other writer forever. So a writer whose predecessor is
@@ -83,11 +80,6 @@ _SLOT: Final = 16
 """each slot: the ticket that waits (8 bytes) and its inbox's token (8 bytes); ticket 0 never
 waits, so 0 is an empty slot"""
 _EMPTY = bytes(8)
-_PASSED: Final = _SLOTS * _SLOT
-"""where, in the same mapping, the table of tickets **passed on** begins: entry ``t % 256`` (8
-bytes) holds ``t + 1`` once the turn that answered ticket ``t`` has committed it and let the
-writer behind it begin (``pass_on``); 0 is an empty entry"""
-_MAPPED: Final = _PASSED + _SLOTS * 8
 _INBOX = b"\0stateflow-writer-inbox-"
 """an inbox's abstract name is this and its token in hex (not the file's identity: one inbox
 serves a queue whatever file it has open)"""
@@ -291,12 +283,7 @@ class WriterQueue:
             finally:
                 _fcntl(fd, _SET_NOW, _COUNTER_UNLOCK)
             # the one before is done: no wait (our own last one is: released, no system call)
-            if (
-                ticket == 0
-                or ticket - 1 == self._last
-                or self._passed(ticket - 1)
-                or _free(fd, _COUNTER + ticket - 1)
-            ):
+            if ticket == 0 or ticket - 1 == self._last or _free(fd, _COUNTER + ticket - 1):
                 self._ticket = ticket
                 return
             if _WAKES and self._misses < _MISSES:
@@ -345,9 +332,7 @@ class WriterQueue:
                 mine = request.id.encode()
                 size = len(mine) + ANSWER_MAX + 1
             woken: bool | None = None  # None: it never slept
-            # looked at after the slot: a wake-up sent before is not lost (the lock's, or a
-            # turn's that answered the ticket before ours and passed the turn on to us)
-            while not (self._passed(ticket - 1) or _free(fd, before)):
+            while not _free(fd, before):  # looked at after the slot: a wake-up sent before is not lost
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
@@ -410,35 +395,6 @@ class WriterQueue:
             except OSError:  # (still refused: the requester's turn decides)
                 return
         self._answered = ticket  # (the answer wakes its writer: no wake-up to it at ``release``)
-
-    def pass_on(self, ticket: int) -> None:
-        """Let the writer behind ``ticket`` begin its turn now: this turn has committed the
-        request of ``ticket`` (the last it answers) and is about to answer it. That writer waits
-        for ``ticket``'s byte, which its own writer lets go only once woken by its answer and
-        given a CPU: a second hand-off in series on every turn that answers requests. So the
-        ticket is marked passed on (which that writer's wait looks at beside the lock) and it is
-        woken at once, before the answers are sent. The lock stays the fallback: the answered
-        writer still lets its byte go and wakes the writer behind it, as before."""
-        slots = self._slots
-        if slots is None:
-            return
-        at = _PASSED + (ticket % _SLOTS) * 8
-        try:
-            slots[at : at + 8] = (ticket + 1).to_bytes(8, "little")
-        except ValueError:  # (closed meanwhile)
-            return
-        self._wake(ticket + 1)
-
-    def _passed(self, ticket: int) -> bool:
-        """Whether the turn that answered ``ticket`` has passed the turn on (``pass_on``)."""
-        slots = self._slots
-        if slots is None:
-            return False
-        at = _PASSED + (ticket % _SLOTS) * 8
-        try:
-            return int.from_bytes(slots[at : at + 8], "little") == ticket + 1
-        except ValueError:  # (closed meanwhile)
-            return False
 
     def _waiting(self, ticket: int) -> bytes | None:
         """The inbox the writer holding ``ticket`` waits on (wake-ups, answers), as its slot
@@ -524,10 +480,10 @@ class WriterQueue:
         lock), so extending it loses nothing."""
         self._map_tried = True
         try:
-            if os.fstat(fd).st_size < _SLOTS_AT + _MAPPED:  # (zeros: no slot holds a wait)
-                os.ftruncate(fd, _SLOTS_AT + _MAPPED)
+            if os.fstat(fd).st_size < _SLOTS_AT + _SLOTS * _SLOT:  # (zeros: no slot holds a wait)
+                os.ftruncate(fd, _SLOTS_AT + _SLOTS * _SLOT)
             self._counter = mmap.mmap(fd, _COUNTER)
-            self._slots = mmap.mmap(fd, _MAPPED, offset=_SLOTS_AT)
+            self._slots = mmap.mmap(fd, _SLOTS * _SLOT, offset=_SLOTS_AT)
         except (OSError, ValueError):
             self._unmap()
             self._map_tried = True
