@@ -96,7 +96,7 @@ def _install(events: list[Event]) -> None:
     take = writer_requests.take
 
     def taken(*args: Any) -> Any:
-        events.append(("take0", clock(), 0))
+        events.append(("take0", clock(), args[2] - args[1] - 1))  # (tickets drawn behind the turn)
         got = take(*args)
         events.append(("take1", clock(), len(got)))
         return got
@@ -174,6 +174,8 @@ def turns(phase: dict[str, Any]) -> dict[str, Any]:
                 continue
             if current is None:
                 continue
+            if what == "take0":
+                current["behind"] = current.get("behind", 0.0) + n
             if what == "take1":  # (a turn may take more than once)
                 current["carried"] += float(n)
                 current["take"] = current.get("take", 0.0) + when - current.pop("take0")
@@ -192,6 +194,7 @@ def turns(phase: dict[str, Any]) -> dict[str, Any]:
         row = {
             "ticket": ticket,
             "carried": t["carried"],
+            "behind": t.get("behind", 0.0),
             "held": t["rel"] - t["turn"],
             "begin": t.get("in0", t["turn"]) - t["turn"],
             "own": own_end - t.get("in0", t["turn"]),
@@ -225,6 +228,7 @@ def summary(result: dict[str, Any]) -> dict[str, float]:
     }
     for key in (
         "carried",
+        "behind",
         "cycle",
         "held",
         "begin",
@@ -319,6 +323,8 @@ def main() -> None:
                     "calls per turn",
                     "carried median",
                     "carried per call",
+                    "behind median",
+                    "behind per call",
                     "hand_off after carrying: turns",
                     "hand_off after its own alone: turns",
                 )
