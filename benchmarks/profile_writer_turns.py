@@ -69,12 +69,7 @@ def _install(events: list[Event]) -> None:
     acquire = queue.acquire
 
     def acquired(self: Any, *args: Any, **kwargs: Any) -> Any:
-        events.append(("acq0", clock(), 0))
-        try:
-            result = acquire(self, *args, **kwargs)
-        except writer_queue.Answered:
-            events.append(("answered", clock(), 0))
-            raise
+        result = acquire(self, *args, **kwargs)  # (``Answered``: no turn of its own)
         if self._ticket is not None:
             events.append(("turn", clock(), self._ticket))
         return result
@@ -87,12 +82,9 @@ def _install(events: list[Event]) -> None:
         if ticket is not None:
             events.append(("rel", clock(), ticket))
         release(self)
-        if ticket is not None:
-            events.append(("rel1", clock(), ticket))
 
     queue.release = released  # type: ignore[method-assign]
     around(queue, "answer", "ans", lambda self, ticket, *a: ticket)
-    around(writer_requests.Request, "publish", "pub")
     take = writer_requests.take
 
     def taken(*args: Any) -> Any:
@@ -105,7 +97,6 @@ def _install(events: list[Event]) -> None:
     store = sqlite.SqliteStore
     around(store, "_in_turn", "in")
     around(store, "_take_behind", "tb")
-    around(store, "_merge_held", "mh")
     around(sqlite._GroupCommit, "_settle", "set")
     around(sqlite._GroupCommit, "_settled", "sd")
 
@@ -124,7 +115,6 @@ def writer(path: str, calls: int, index: int, start: float, out: int) -> None:
     events.clear()
     ends: list[float] = []
     for i in range(calls):
-        events.append(("call0", time.perf_counter(), 0))
         view.patch_state({"session": {"tactics": {f"w{index}": f"step {i}"}}})
         ends.append(time.perf_counter())
     store.close()
@@ -164,7 +154,7 @@ def turns(phase: dict[str, Any]) -> dict[str, Any]:
         ticket = -1
         for what, when, n in proc["events"]:
             if what == "turn":
-                ticket, current = n, {"turn": when, "carried": 0.0, "mh": 0.0}
+                ticket, current = n, {"turn": when, "carried": 0.0}
                 continue
             if what == "rel":
                 if current is not None and n == ticket:
@@ -179,11 +169,7 @@ def turns(phase: dict[str, Any]) -> dict[str, Any]:
             if what == "take1":  # (a turn may take more than once)
                 current["carried"] += float(n)
                 current["take"] = current.get("take", 0.0) + when - current.pop("take0")
-            elif what == "mh1":
-                current["mh"] += when - current.pop("mh0")
-            elif what == "ans1":
-                current["ans_last"] = when
-            elif what not in current:
+            elif what not in current:  # (the first of each: ``ans0``, the first answer sent)
                 current[what] = when
     rows = []
     for ticket, t in sorted(held.items()):
