@@ -5,6 +5,7 @@ get the very bytes the client planned."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import orjson
@@ -12,7 +13,7 @@ import psycopg
 
 from stateflow.store import DocKey, Document, Write, open_store
 from stateflow.store.plan import TREE_MIN, WritePlan
-from stateflow.store.postgres import _bytea_array, _payload, _rows
+from stateflow.store.postgres import _COMMIT_FORMATS, _COMMIT_RAW, _bytea_array, _payload, _rows
 from stateflow.store.rows import DocRow
 
 from .pg_helpers import bytea_elements
@@ -63,6 +64,14 @@ def test_bytes_beside_a_payload_reach_the_server_as_the_same_bytes(pg_schema_url
         (got,) = conn.execute("SELECT %s::bytea[]", (sent,)).fetchone() or (None,)
         raw = psycopg.RawCursor(conn).execute("SELECT $1::bytea[]", [sent]).fetchone()
     assert got == values and raw == (values,)
+
+
+def test_the_one_statement_commit_sends_each_parameter_in_the_format_its_place_takes() -> None:
+    # _commit_alone sends its parameters by place, not by type: binary exactly where the
+    # statement reads a bytea (the origin and the three arrays), text elsewhere
+    types = re.findall(r"\$(\d+)::(\w+(?:\[\])?)", _COMMIT_RAW)
+    assert [int(n) for n, _ in types] == list(range(1, len(_COMMIT_FORMATS) + 1))
+    assert [1 if t.startswith("bytea") else 0 for _, t in types] == list(_COMMIT_FORMATS)
 
 
 def test_an_ascii_body_travels_as_its_own_text_not_as_hex() -> None:

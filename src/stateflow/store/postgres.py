@@ -837,16 +837,18 @@ def _commit_alone(conn: Any, params: Sequence[Any]) -> int | None:
     # set-up, its prepared-statement bookkeeping, adapting the parameters, reading the result's
     # description).
     pgconn = conn.pgconn
-    # (text as text; an int as its text; bytes — a bytea, a _ByteaArray — and NULL as they are)
-    values = [p.encode() if type(p) is str else str(p).encode() if type(p) is int else p for p in params]
-    formats = [1 if isinstance(p, bytes) else 0 for p in params]
+    # each parameter's wire value by its place in ``_COMMIT``: the payload and the time as text,
+    # the seq lock's id (always ``_SEQ_LOCK``) as its text, the origin and the arrays — bytes, or
+    # NULL — as they are, in binary (``_COMMIT_FORMATS``); not told apart by type, value by value
+    payload, at, origin, _, *beside = params
+    values = [payload.encode(), at.encode(), origin, _SEQ_LOCK_TEXT, *beside]
     with conn.lock:
         for attempt in range(2):
             if conn not in _COMMIT_PREPARED:
                 pgconn.send_prepare(_COMMIT_NAME, _COMMIT_RAW.encode(), None)
                 _result_of(conn, conn.wait(generators.execute(pgconn)))
                 _COMMIT_PREPARED.add(conn)
-            pgconn.send_query_prepared(_COMMIT_NAME, values, formats)
+            pgconn.send_query_prepared(_COMMIT_NAME, values, _COMMIT_FORMATS)
             results = conn.wait(generators.execute(pgconn))
             # psycopg deallocates every prepared statement of a connection after a ROLLBACK or
             # a DROP it ran (ours too): prepared again, and sent again (it never ran)
@@ -862,6 +864,10 @@ def _commit_alone(conn: Any, params: Sequence[Any]) -> int | None:
 
 
 _COMMIT_NAME: Final = b"stateflow_commit"
+_COMMIT_FORMATS: Final = (0, 0, 1, 0, 1, 1, 1)
+"""``_COMMIT``'s parameters' formats on the wire, in order: text (the payload, the time, the seq
+lock's id) or binary (the origin, the three ``bytea[]``; a NULL's format is not read)."""
+_SEQ_LOCK_TEXT: Final = str(_SEQ_LOCK).encode()
 _SQLSTATE: Final = pq.DiagnosticField.SQLSTATE
 _NO_SUCH_STATEMENT: Final = b"26000"
 _COMMIT_PREPARED: Final[weakref.WeakSet[psycopg.Connection[Any]]] = weakref.WeakSet()
