@@ -243,15 +243,16 @@ def postgres_costs(url: str, n: int) -> None:
 
 
 def _counting(pool: Any) -> Callable[[], int]:
-    """Count the connections taken from ``pool`` from now on (each use is one round trip)."""
+    """Count the connections taken from ``pool`` from now on (each use is one round trip): every
+    one is taken by ``getconn``, through the pool's context manager or not."""
     taken = [0]
-    real = pool.__class__.connection
+    real = pool.__class__.getconn
 
     def counting(*args: Any, **kwargs: Any) -> Any:
         taken[0] += 1
         return real(pool, *args, **kwargs)
 
-    pool.connection = counting
+    pool.getconn = counting
     return lambda: taken[0]
 
 

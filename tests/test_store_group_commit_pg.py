@@ -202,3 +202,23 @@ def test_a_commit_alone_survives_its_prepared_statement_being_deallocated(pg_sch
 
 def _refuse(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
     raise ValueError("refused")
+
+
+def test_a_commit_alone_gives_its_connection_back_whatever_its_answer(pg_schema_url: str) -> None:
+    # One connection, a short wait for it: a commit alone that lands, one the server refuses
+    # (an error) and one that writes nothing (a stale revision) each give the connection back
+    # to the pool, so every call after them still gets it.
+    store = PostgresStore(pg_schema_url, max_size=1, timeout=2, auto_migrate=True)
+    try:
+        key = KEYS[0]
+        store.commit([Write.between(key, None, {"n": 0})])
+        store.update([key], _set(1), optimistic=True)
+        with pytest.raises(StoreError):
+            store._send_alone(["not json", "", b"{}", _SEQ_LOCK, None, None, None])
+        params = ['{"doc_rows":[],"lock_keys":[["g","d0",1,0]]}', "", b"{}", _SEQ_LOCK, None, None, None]
+        assert store._send_alone(params) is None  # (the document is past revision 0)
+        store.update([key], _set(2), optimistic=True)
+        doc = store.get(key)
+        assert doc.body == {"n": 2} and doc.revision == 3
+    finally:
+        store.close()

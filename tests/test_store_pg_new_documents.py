@@ -35,20 +35,21 @@ def _set(
 
 @contextmanager
 def _counted(store: PostgresStore) -> Iterator[list[int]]:
-    """Count the connections the store takes from its pool (each use here is one round trip)."""
+    """Count the connections the store takes from its pool (each use here is one round trip):
+    every one is taken by ``getconn``, through the pool's context manager or not."""
     taken: list[int] = []
     pool = store._pool
-    real = pool.connection
+    real = pool.getconn
 
     def counting(*args: Any, **kwargs: Any) -> Any:
         taken.append(1)
         return real(*args, **kwargs)
 
-    pool.connection = counting
+    pool.getconn = counting
     try:
         yield taken
     finally:
-        pool.connection = real
+        pool.getconn = real
 
 
 def test_a_new_document_is_created_and_written_in_one_round_trip(pg_schema_url: str) -> None:
