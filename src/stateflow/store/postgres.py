@@ -653,8 +653,12 @@ class PostgresStore(SqlStore):
     def _commit_pooled(self, params: Sequence[Any]) -> int | None:
         """``_commit_alone`` on a connection of the pool, taken and given back without the pool's
         context manager: on an autocommit connection its ``with`` commits no transaction, and
-        the pool's usage timing is read by nothing here (~120 bytecodes a commit)."""
+        the pool's usage timing is read by nothing here (~120 bytecodes a commit). The async
+        store's bridge pool lends its connections only through its context manager."""
         pool = self._pool
+        if getattr(self, "runs_on_loop", False):
+            with pool.connection() as conn:
+                return _commit_alone(conn, params)
         conn = pool.getconn()
         try:
             return _commit_alone(conn, params)

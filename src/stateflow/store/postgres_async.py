@@ -10,13 +10,12 @@ awaited on the event loop. Open it with ``await AsyncPostgresStore.connect(url)`
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
 from typing import Any, Final
 
 import psycopg
 
 from stateflow.store.async_bridge import Pool, spawn, wait_for
-from stateflow.store.postgres import PostgresStore, _commit_alone
+from stateflow.store.postgres import PostgresStore
 
 
 class AsyncPostgresStore(PostgresStore):
@@ -45,8 +44,3 @@ class AsyncPostgresStore(PostgresStore):
 
     def _open_pool(self, url: str, **options: Any) -> Pool:
         return Pool(self.loop, url, **options)
-
-    def _commit_pooled(self, params: Sequence[Any]) -> int | None:
-        # (the bridge's pool lends its connections only through its context manager)
-        with self._pool.connection() as conn:
-            return _commit_alone(conn, params)
