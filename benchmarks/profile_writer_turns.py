@@ -268,7 +268,7 @@ def side(calls: int, writers: int, folder: str | None) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0].replace("\n", " "))
     parser.add_argument("--baseline-src", help="the other tree's src directory")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--calls", type=int, default=2400)
