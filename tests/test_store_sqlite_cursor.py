@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -64,6 +65,36 @@ def test_a_nested_write_shares_the_writer_cursor(tmp_path: Path) -> None:
         # the outer statement's rows were fetched before the inner one ran
         assert before == [(1,)]
         assert outer.all("SELECT revision FROM documents WHERE subject = 'a'") == [(1,)]
+    store.close()
+
+
+def test_only_the_thread_in_its_turn_joins_the_write_another_reads_apart_and_waits(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    store.commit([Write.between(DocKey("s", "a"), None, {"n": 1})])
+    seen: list[object] = []
+    read = threading.Event()
+
+    def other() -> None:
+        with store._read_tx() as tx:  # its own connection: the turn's uncommitted work unseen
+            apart = cast(_SqliteTx, tx).conn is not store._writer_conn
+            seen.append((apart, tx.all("SELECT max(revision) FROM documents")))
+        read.set()
+        store.commit([Write.between(DocKey("s", "b"), None, {"n": 2})])  # waits for the turn
+        seen.append("wrote")
+
+    with store._write_tx() as outer:
+        outer.run("UPDATE documents SET revision = revision + 100")
+        with store._read_tx() as inner:  # this thread, inside its turn: the writer's transaction
+            assert inner.all("SELECT max(revision) FROM documents") == [(101,)]
+        thread = threading.Thread(target=other)
+        thread.start()
+        assert read.wait(10)
+        thread.join(0.3)  # (a write that joined this turn would be done by now)
+        assert seen == [(True, [(1,)])]  # read apart; its write waits for the next turn
+        outer.run("UPDATE documents SET revision = revision - 100")
+    thread.join(10)
+    assert seen[1:] == ["wrote"]
+    assert store.get(DocKey("s", "b")).body == {"n": 2}
     store.close()
 
 

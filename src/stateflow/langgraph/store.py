@@ -340,7 +340,7 @@ class StateflowStore(OwnsStore, BaseStore):
         # that no caller's object ends up in what the store caches (``_owned``)
         self.records.write(
             ITEM,
-            self.subject_key(op.namespace, op.key),
+            _subject_key(op.namespace, op.key),  # (a tuple already: ``put`` and ``batch`` made it one)
             functools.partial(_owned, op, now),
             origin=origin,
             context=self.context,

@@ -72,8 +72,9 @@ class HeadCache:
         """:meth:`put` of an entry as :meth:`entry` gives it back — ``(revision, heads, known
         or None, size)`` —, held as it is (a write's entry, made once by its plan)."""
         revision, _, known, size = entry
-        entries = self._entries
-        with self._lock:
+        entries, lock = self._entries, self._lock
+        lock.acquire()  # (not ``with``: on every write, and its ``__exit__`` takes an argument tuple)
+        try:
             current = entries.get(doc_id)
             if current is None:
                 if len(entries) >= self.max_docs:
@@ -95,6 +96,8 @@ class HeadCache:
                 held = size
             self._bytes = held
             entries[doc_id] = entry
+        finally:
+            lock.release()
 
     def clear(self) -> None:
         with self._lock:
@@ -164,8 +167,9 @@ class RevisionCache(Generic[K, V]):
         """:meth:`put` of each ``(key, revision, value, size)``, in order, under one lock (a
         write caches every member it wrote); the one place entries are added and evicted. Each
         tuple is held as it is (a write's member entry, made once by its plan)."""
-        largest, held = self.largest, self._entries
-        with self._lock:
+        largest, held, lock = self.largest, self._entries, self._lock
+        lock.acquire()  # (as ``HeadCache.hold``: not ``with``, on every write)
+        try:
             for entry in entries:
                 key, revision, _, size = entry
                 if size > largest:
@@ -181,6 +185,8 @@ class RevisionCache(Generic[K, V]):
                 while self._bytes > self.max_bytes:  # (entry by entry)
                     _, (_, _, _, dropped) = held.popitem(last=False)
                     self._bytes -= dropped
+        finally:
+            lock.release()
 
     def clear(self) -> None:
         with self._lock:

@@ -63,6 +63,7 @@ from stateflow.store.writer_queue import Answered, RequestTaken, WriterQueue
 from stateflow.store.writer_requests import NotMerged, Request
 
 R = TypeVar("R")
+_get_ident: Final = threading.get_ident  # (a global: a turn sets and every write reads it)
 SYNCHRONOUS_MODES: Final = ("full", "normal", "extra", "off")
 DEFAULT_BUSY_TIMEOUT_MS: Final = 30_000
 UNBORN_MAX: Final = 4096
@@ -174,13 +175,12 @@ class _Member:
     context manager: this runs on every commit, and ``contextlib`` costs more than the few
     lines it would save.)"""
 
-    __slots__ = ("_commit", "_conn", "_first", "_group", "_local")
+    __slots__ = ("_commit", "_conn", "_first", "_group")
     _request: Request | None = None
     """a memory patch to publish while waiting for the turn (``_Requesting``)"""
 
-    def __init__(self, commit: _GroupCommit, local: threading.local | None) -> None:
+    def __init__(self, commit: _GroupCommit) -> None:
         self._commit = commit
-        self._local = local
 
     def __enter__(self) -> _SqliteTx:
         commit = self._commit
@@ -217,14 +217,12 @@ class _Member:
             commit._settle(group, False)
             raise
         self._conn = conn
-        if self._local is not None:
-            self._local.writing = True
+        commit.holder = _get_ident()
         return tx
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
-        if self._local is not None:
-            self._local.writing = False
         commit, group, conn = self._commit, self._group, self._conn
+        commit.holder = None  # (still in the turn: only its holder writes this)
         ok = False
         try:
             if exc_type is not None:
@@ -254,8 +252,8 @@ class _Requesting(_Member):
 
     __slots__ = ("_request",)
 
-    def __init__(self, commit: _GroupCommit, local: threading.local | None, request: Request) -> None:
-        super().__init__(commit, local)
+    def __init__(self, commit: _GroupCommit, request: Request) -> None:
+        super().__init__(commit)
         self._request = request
 
 
@@ -300,6 +298,10 @@ class _GroupCommit:
         self._queued = 0
         self._queued_lock = threading.Lock()
         self._group = _Group()
+        self.holder: int | None = None
+        """the thread whose turn it is, from its transaction's begin to its ``__exit__`` (a
+        thread inside one of our writes: ``holder == _get_ident()``; a plain attribute, not a
+        ``threading.local``'s, whose every set and get looks up the thread's dict)"""
         self.pending: _Pending | None = None
         """what waits for the open transaction's commit (requests of other processes it wrote)"""
         self.commits = 0
@@ -522,7 +524,7 @@ class SqliteStore(SqlStore):
 
     def _connection(self) -> sqlite3.Connection:
         """This thread's connection — or the writer's, inside one of our write transactions."""
-        if getattr(self._local, "writing", False):
+        if self._group.holder == _get_ident():
             return self._writer()
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
@@ -609,9 +611,9 @@ class SqliteStore(SqlStore):
         writer transaction; the last writer of a group commits it, and every writer returns
         once that commit (and its fsync) is done. One fsync serves every writer that queued
         while the previous group was committing."""
-        if getattr(self._local, "writing", False):  # nested inside our own write: join it
+        if self._group.holder == _get_ident():  # nested inside our own write: join it
             return nullcontext(self._group.tx(self._writer()))
-        return _Member(self._group, self._local)  # (sets ``_local.writing`` while inside)
+        return _Member(self._group)  # (the group's ``holder`` while inside)
 
     def _writer(self) -> sqlite3.Connection:
         if self.read_only:
@@ -646,7 +648,7 @@ class SqliteStore(SqlStore):
         # The rows get ids from a block reserved ahead and are created whole by the commit that
         # writes them (``_commit_planned``): no statement reads or creates them first, and the
         # row is written once (present, at its revision) instead of inserted, then updated.
-        if getattr(self._local, "writing", False):
+        if self._group.holder == _get_ident():
             return None  # inside a write of our own: its row locks decide (the locked path)
         ids = self._reserve(len(keys))
         if ids is None:
@@ -717,12 +719,12 @@ class SqliteStore(SqlStore):
         requests queued right behind it into the same commit). None: not done so, nothing
         written (the caller runs ``update``)."""
         locked = sorted(set(keys), key=lock_order)
-        if not self.contended(locked) or getattr(self._local, "writing", False):
+        if not self.contended(locked) or self._group.holder == _get_ident():
             return None
         self.check_schema()
         request = Request.new(self._spares, locked, patches, members, outlines, origin)
         try:
-            member = _Requesting(self._group, self._local, request)
+            member = _Requesting(self._group, request)
             with member as tx:
                 done = self._in_turn(tx, request, member._first)
         except Answered as answered:
@@ -948,7 +950,7 @@ class SqliteStore(SqlStore):
         """``_remember`` while a request is merged: the caches take only committed data, and
         this transaction commits later, for every request it writes. (Swapped on the shared
         store: another thread's write, committed already, is remembered at once.)"""
-        if not getattr(self._local, "writing", False):
+        if self._group.holder != _get_ident():
             SqlStore._remember(self, fresh)
             return
         pending = self._group.waiting()
