@@ -300,6 +300,15 @@ iff it is ``["``, four strings joined by ``","``, then ``"]`` with no quote but 
 its fifth and sixth quotes. The guards version 17 needed where a subject's first or last quote
 could be read as part of a ``","`` go with the ``","`` count. The same answers; ~24 K fewer server instructions per new or
 deleted document (each moves its kind counter). SQLite only records the version.
+
+Version 31, on PostgreSQL, keeps only scalar members in ``members_json``, the containment index
+(:data:`CONTAINMENT_WHERE`): an object or array pattern's check is ``NOT (indexable) OR
+(indexable AND body @> pattern)``, which no index answers, so only a scalar pattern's check —
+which also asks the member's ``jsonb`` type to be the pattern's, so only a scalar member can
+match it — ever reads the index; its entries for objects and arrays (most of a LangGraph
+checkpoint's bytes) were parsed and written by every member write for no read. A scalar's check
+names the new predicate, so its plans are the same. The same answers. SQLite only records the
+version (it never had the index).
 """
 
 from __future__ import annotations
@@ -307,7 +316,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
-SCHEMA_VERSION: Final = 30
+SCHEMA_VERSION: Final = 31
 
 VALUE_INDEX_MAX: Final = 1024
 """Members up to this encoded size are in ``members_by_value`` (scalars only)."""
@@ -707,11 +716,21 @@ CREATE INDEX members_by_value ON members (name, {SQLITE_VALUE.format(m="")})
     28: "",
     29: "",
     30: "",
+    31: "",
 }
 
 INDEXABLE: Final = "m.size <= 1048576 AND position('\\x5c7530303030'::bytea IN m.body) = 0"
-"""Members in PostgreSQL's containment index: up to 1 MiB and without an escaped NUL (which
-jsonb cannot hold). Search checks the others in Python, so it means the same on both backends."""
+"""Members PostgreSQL's search checks as ``jsonb``: up to 1 MiB and without an escaped NUL (which
+jsonb cannot hold); until version 31 the containment index's members. Search checks the others in
+Python, so it means the same on both backends."""
+
+CONTAINMENT_WHERE: Final = (
+    "{m}size <= 1048576 AND position('\\x5c7530303030'::bytea IN {m}body) = 0 "
+    "AND substring({m}body FROM 1 FOR 1) NOT IN ('\\x5b', '\\x7b')"
+)
+"""PostgreSQL: the members in ``members_json`` since version 31 — those jsonb can hold
+(:data:`INDEXABLE`) that are scalars (a canonical body's first byte is not ``[`` or ``{``): only a
+scalar pattern's check, which names this predicate, reads the index."""
 
 _PATCH_COMMIT: Final = r"""
 CREATE FUNCTION stateflow_merge_object(
@@ -2818,6 +2837,14 @@ CREATE OR REPLACE FUNCTION stateflow_subject_kind(subject TEXT) RETURNS TEXT
 """Version 30, PostgreSQL: ``stateflow_subject_kind`` by one ``LIKE`` and a count of quotes (see
 the module's docstring); the same answers."""
 
+_SCALAR_CONTAINMENT: Final = f"""
+DROP INDEX members_json;
+CREATE INDEX members_json ON members USING GIN (stateflow_jsonb(body) jsonb_path_ops)
+    WHERE {CONTAINMENT_WHERE.format(m="")};
+"""
+"""Version 31, PostgreSQL: the containment index holds scalar members only (see the module's
+docstring)."""
+
 
 POSTGRES: Final[dict[int, str]] = {
     1: _COMMON_V1.format(
@@ -3549,6 +3576,7 @@ $$;
     28: _ABSENT_FIELDS_SKIPPED,
     29: _BYTES_BESIDE,
     30: _KIND_BY_LIKE,
+    31: _SCALAR_CONTAINMENT,
 }
 
 

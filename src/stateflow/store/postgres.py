@@ -44,6 +44,7 @@ from stateflow.store.clock import restored_at, utc_now
 from stateflow.store.commit_groups import CommitGroups, Member
 from stateflow.store.id_blocks import IdBlocks
 from stateflow.store.migrations import (
+    CONTAINMENT_WHERE,
     INDEXABLE,
     POSTGRES,
     POSTGRES_VALUE_KEY,
@@ -63,6 +64,7 @@ from stateflow.store.rows import (
 )
 from stateflow.store.tx import Tx
 
+_SCALAR_INDEXABLE: Final = CONTAINMENT_WHERE.format(m="m.")  # the members in the containment index
 _SEQ_LOCK: Final = 0x5EF10  # advisory lock id that orders transition inserts
 _SEQ_LOCK_KEY: Final = "((?::bigint << 32) | (hashtext(current_schema())::bigint & 4294967295))"
 """The seq lock's key for the store in the session's schema: advisory locks are per database,
@@ -732,10 +734,11 @@ class PostgresStore(SqlStore):
     def _search_candidates(
         self, tx: Tx, state: str, filters: dict[str, Any], after: str | None, limit: int
     ) -> list[Listed]:
-        # One EXISTS per filter member, answered by the GIN index for indexable members; other
-        # members (and patterns jsonb cannot hold) pass here and are checked by _verify — except
-        # where the pattern is a small scalar, which no unindexable member can equal. The member
-        # the search starts from (``via``) holds the value already.
+        # One EXISTS per filter member, answered by the GIN index (scalar members) for a scalar
+        # pattern and checked on the member found by its key for others, for members jsonb can
+        # hold (``INDEXABLE``); other members (and patterns jsonb cannot hold) pass here and are
+        # checked by _verify — except where the pattern is a small scalar, which no unindexable
+        # member can equal. The member the search starts from (``via``) holds the value already.
         via = self._selective(tx, filters)
         clauses, params = [], []
         for name, pattern in filters.items():
@@ -747,9 +750,12 @@ class PostgresStore(SqlStore):
                 " AND jsonb_typeof(stateflow_jsonb(m.body)) = jsonb_typeof(?::jsonb)" if typed else ""
             )
             unindexed = "" if self._value_match(name, pattern) else f"NOT ({INDEXABLE}) OR "
+            # a scalar pattern matches only a scalar member: the containment index's predicate
+            # (its members), so that the index can answer it
+            indexed = _SCALAR_INDEXABLE if typed else INDEXABLE
             clauses.append(
                 "AND EXISTS (SELECT 1 FROM members m WHERE m.doc_id = d.doc_id AND m.name = ? AND "
-                f"({unindexed}(({INDEXABLE}) AND {check})))"
+                f"({unindexed}(({indexed}) AND {check})))"
             )
             params.extend([name, raw, raw] if typed else [name, raw])
         return self._scan(tx, state, after, limit, " ".join(clauses), params, via)
@@ -783,7 +789,7 @@ class PostgresStore(SqlStore):
     def _unchecked_many(
         self, tx: Tx, doc_ids: Sequence[int], filters: dict[str, Any]
     ) -> dict[int, list[str]]:
-        # one query for a page of candidates: which filter members are outside the GIN index
+        # one query for a page of candidates: which filter members SQL could not check as jsonb
         names = list(filters)
         rows = tx.all(
             "SELECT m.doc_id, m.name FROM members m WHERE m.doc_id = ANY(?::bigint[]) "
