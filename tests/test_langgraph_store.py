@@ -469,3 +469,12 @@ def test_a_put_stamps_the_creation_and_expiry_times_it_holds_and_no_other(lg: St
     assert data()["created_at"] == created and data()["ttl_minutes"] == 1.0
     item = lg.get(("t",), "k")
     assert item is not None and item.value == {"v": 3} and item.created_at.isoformat() > "2000"
+
+
+def test_a_batch_of_more_puts_than_one_states_transaction_takes_writes_them_all(lg: StateflowStore) -> None:
+    # LangGraph's batch takes any number of puts; the states service at most 100 records a call
+    lg.put(("many",), "k0", {"v": -1})  # one that exists: the batch's puts go the batch way
+    ops: list[Op] = [PutOp(("many",), f"k{i}", {"v": i}) for i in range(250)]
+    assert lg.batch(ops) == [None] * 250
+    found = lg.search(("many",), limit=1000)
+    assert sorted((i.key, i.value["v"]) for i in found) == sorted((f"k{i}", i) for i in range(250))

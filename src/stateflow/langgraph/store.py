@@ -42,6 +42,7 @@ from stateflow.doc.canonical import check, detach
 from stateflow.langgraph.codec import NOT_PLAIN, plain, plain_edits
 from stateflow.langgraph.records import OwnsStore, Records, join
 from stateflow.states import StatesService
+from stateflow.states.batch import MAX_BATCH_ITEMS
 from stateflow.states.models import DoorContext, WriteOrigin
 from stateflow.store import Whole
 from stateflow.store.base import utc_text
@@ -325,8 +326,12 @@ class StateflowStore(OwnsStore, BaseStore):
                         "ops": [{"op": "set", "path": [k], "value": v} for k, v in document.items()],
                     }
                 )
-        if items:
-            self.states.apply_batch(items, origin=origin, context=self.context)
+        # (a LangGraph batch may hold any number of puts; the states service takes at most
+        # ``MAX_BATCH_ITEMS`` records a transaction: a larger batch is written that many at a time)
+        for start in range(0, len(items), MAX_BATCH_ITEMS):
+            self.states.apply_batch(
+                items[start : start + MAX_BATCH_ITEMS], origin=origin, context=self.context
+            )
 
     def _put_one(self, op: PutOp, now: datetime | None, origin: WriteOrigin) -> None:
         """One item written whole, its creation time kept (``now`` for a new item: made text
