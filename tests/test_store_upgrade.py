@@ -2122,3 +2122,46 @@ def test_a_schema_30_store_upgrades_to_31_and_searches_the_same_with_scalars_alo
         for name, value in next(iter(notes.values())).items():
             want = sorted(k for k, b in notes.items() if json_contains(b, {name: value}))
             assert [x.key.subject for x in store.search("notes", {name: value})] == want, name
+
+
+_MEMBERS_ONCE_VERSION = 32
+
+
+def test_a_schema_31_store_upgrades_to_32_and_a_commit_of_many_new_documents_keeps_each_ones_change(
+    backend: str, tmp_path: Path
+) -> None:
+    """Version 32 has PostgreSQL's write functions build the changes of a commit's new
+    documents in one pass over its inserted member rows (a cursor), where version 27's loop
+    scanned every inserted row for each new document; SQLite only records the version. After
+    the upgrade, one commit of 150 new documents — with, between them, a document written
+    again that gains members (inserted rows of a document whose change is not built from them,
+    which the cursor passes over) — leaves each new document's first revision, rebuilt from its
+    change once the document is written again, equal to what was written, and the document written again its own."""
+    with _upgraded(_MEMBERS_ONCE_VERSION - 1, backend, tmp_path) as store:
+        if isinstance(store, PostgresStore):
+            with store._read_tx() as tx:
+                functions = tx.all(
+                    "SELECT p.proname, pg_get_functiondef(p.oid), p.proconfig FROM pg_proc p "
+                    "JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = current_schema() "
+                    "AND p.proname IN ('stateflow_commit', 'stateflow_write_rows')"
+                )
+            assert sorted(name for name, _, _ in functions) == ["stateflow_commit", "stateflow_write_rows"]
+            for _, source, config in functions:
+                assert "at_ins := at_ins + 1;" in source and "FOR j IN" not in source
+                assert config == ["enable_seqscan=off"]  # (CREATE OR REPLACE dropped it: given again)
+        middle = DocKey("many", "n074z")  # (a commit writes its documents in key order)
+        before: dict[str, Any] = {"title": "old", "n": -1}
+        store.commit([Write.between(middle, None, before)])
+        again = dict(before, gained={"x": [1, 2]}, more="text")
+        bodies = {
+            f"n{i:03d}": {"title": f"t{i}", "n": i, "tags": {"a": i, "b": ["x", i]}} for i in range(150)
+        }
+        writes = [Write.between(DocKey("many", k), None, b) for k, b in bodies.items()]
+        store.commit([*writes, Write.between(middle, before, again)])
+        # each written again: its first revision is then rebuilt from its first change
+        store.commit([Write.between(DocKey("many", k), b, dict(b, title="x")) for k, b in bodies.items()])
+        for k, body in bodies.items():
+            assert store.read_at(DocKey("many", k), revision=1).body == body
+        assert store.get(middle).body == again
+        assert store.read_at(middle, revision=2).body == again
+        assert store.read_at(middle, revision=1).body == before
