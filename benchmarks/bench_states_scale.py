@@ -85,7 +85,8 @@ def stats_by_rows(store: SqlStore, state: str) -> tuple[object, object]:
 def search_by_walking(store: SqlStore, state: str, filters: dict[str, object], limit: int) -> int:
     """The first page of the rare search found by walking the state in subject order, the value
     checked per record in SQL (the way before the value index; SQLite's EXISTS per record,
-    PostgreSQL's GIN-probed EXISTS per record)."""
+    PostgreSQL's EXISTS per record, GIN-probed for a scalar value — since schema 31
+    the containment index holds scalar members only)."""
     selective = store._selective
     store._selective = lambda tx, filters: None  # type: ignore[method-assign]
     try:
