@@ -178,6 +178,9 @@ class PostgresStore(SqlStore):
     # (in the lock order every writer follows, shared or exclusive: see ``rows.lock_order``)
     share_clause = f" ORDER BY {LOCK_ORDER_SQL} FOR SHARE OF d"
     holds_sql: ClassVar[str | None] = "position(? IN body) > 0"
+    runs_on_loop: ClassVar[bool] = False
+    """whether the store runs on an event loop (the async store: its callers commit alone, through
+    its pool's context manager; see ``stateflow.aio.runs_on_loop``)"""
 
     def __init__(
         self,
@@ -232,9 +235,7 @@ class PostgresStore(SqlStore):
         self._pool = self._open_pool(url, min_size=min_size, max_size=max_size, timeout=wait, kwargs=kwargs)
         self._pool.open(wait=False)
         self._groups: CommitGroups[_Planned, int] | None = (
-            None
-            if getattr(self, "runs_on_loop", False)
-            else CommitGroups(self._send_group, max_group, alone=self._send_planned)
+            None if self.runs_on_loop else CommitGroups(self._send_group, max_group, alone=self._send_planned)
         )
         """group commit across this process's threads (the async store's callers are tasks of
         one loop, which must not block waiting for each other: they commit alone)"""
@@ -573,10 +574,7 @@ class PostgresStore(SqlStore):
         commit beat one of this store's a moment ago (a read-only store never: ``update`` says
         so where it would write; nor the async store, whose callers must not block)."""
         return (
-            not self.read_only
-            and self.served_patches
-            and not getattr(self, "runs_on_loop", False)
-            and self._is_contended(keys)
+            not self.read_only and self.served_patches and not self.runs_on_loop and self._is_contended(keys)
         )
 
     def patch_on_server(
@@ -658,7 +656,7 @@ class PostgresStore(SqlStore):
         the pool's usage timing is read by nothing here (~120 bytecodes a commit). The async
         store's bridge pool lends its connections only through its context manager."""
         pool = self._pool
-        if getattr(self, "runs_on_loop", False):
+        if self.runs_on_loop:
             with pool.connection() as conn:
                 return _commit_alone(conn, params)
         conn = pool.getconn()

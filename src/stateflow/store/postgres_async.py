@@ -10,7 +10,7 @@ awaited on the event loop. Open it with ``await AsyncPostgresStore.connect(url)`
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Final
+from typing import Any, ClassVar
 
 import psycopg
 
@@ -23,7 +23,7 @@ class AsyncPostgresStore(PostgresStore):
     it. Its methods run inside :func:`~stateflow.store.async_bridge.spawn` on that loop, or
     from other threads while the loop runs."""
 
-    runs_on_loop: Final = True
+    runs_on_loop: ClassVar[bool] = True
 
     def __init__(self, url: str, **options: Any) -> None:
         self.loop = asyncio.get_running_loop()  # constructed inside spawn(), on the loop's thread
