@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.bench_writers import shared_view
 from benchmarks.rounds import Pair, report
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,8 +49,7 @@ def writer(args: tuple[str, int, float, int]) -> tuple[Timed, list[float], int]:
     """One process: ``calls`` patches after ``start``; its tickets' times, its turns' CPU and its
     commits (a turn that carried other processes' patches commits them too, ``writer_requests``)."""
     location, calls, start, index = args
-    from stateflow.memory import Identity, MemoryView
-    from stateflow.store import open_store, writer_queue
+    from stateflow.store import writer_queue
 
     released: dict[int, float] = {}
     acquired: dict[int, tuple[float, float, float]] = {}
@@ -71,11 +71,7 @@ def writer(args: tuple[str, int, float, int]) -> tuple[Timed, list[float], int]:
         release(self)
 
     queue.acquire, queue.release = timed_acquire, timed_release  # type: ignore[method-assign]
-    store = open_store(location)
-    view = MemoryView(store, Identity.of("bench", "/bench", "shared"))
-    view.read_state({"path": "session"})  # connect before the clock starts
-    while time.perf_counter() < start:
-        time.sleep(0.001)
+    store, view = shared_view(location, start)
     released.clear()
     acquired.clear()
     cpu.clear()

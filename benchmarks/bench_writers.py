@@ -24,17 +24,23 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from benchmarks.rounds import Pair, report
+
+if TYPE_CHECKING:
+    from stateflow.memory import MemoryView
+    from stateflow.store import SqlStore
 
 Call = tuple[int, float, float]
 """(writer, start, end) of one call, on the clock all processes share (``perf_counter``)."""
 
 
-def writer(args: tuple[str, int, float, int]) -> tuple[float, float, list[Call]]:
-    """One process: ``calls`` patches after ``start``; (first start, last end, its calls)."""
-    location, calls, start, index = args
+def shared_view(location: str, start: float) -> tuple[SqlStore, MemoryView]:
+    """A writer process's store at ``location`` and its view of the one memory scope every
+    writer patches, connected, returned once the clock all processes share reaches ``start``.
+    (stateflow imported here: a process may wrap parts of it first.)"""
     from stateflow.memory import Identity, MemoryView
     from stateflow.store import open_store
 
@@ -43,6 +49,13 @@ def writer(args: tuple[str, int, float, int]) -> tuple[float, float, list[Call]]
     view.read_state({"path": "session"})  # connect before the clock starts
     while time.perf_counter() < start:
         time.sleep(0.001)
+    return store, view
+
+
+def writer(args: tuple[str, int, float, int]) -> tuple[float, float, list[Call]]:
+    """One process: ``calls`` patches after ``start``; (first start, last end, its calls)."""
+    location, calls, start, index = args
+    store, view = shared_view(location, start)
     timed: list[Call] = []
     begin = time.perf_counter()
     for i in range(calls):

@@ -39,6 +39,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from benchmarks.bench_writers import shared_view
+
 ROOT = Path(__file__).resolve().parent.parent
 
 Event = tuple[str, float, int]
@@ -104,14 +106,7 @@ def _install(events: list[Event]) -> None:
 def writer(path: str, calls: int, index: int, start: float, out: int) -> None:
     events: list[Event] = []
     _install(events)
-    from stateflow.memory import Identity, MemoryView
-    from stateflow.store import open_store
-
-    store = open_store(path)
-    view = MemoryView(store, Identity.of("bench", "/bench", "shared"))
-    view.read_state({"path": "session"})  # connect before the clock starts
-    while time.perf_counter() < start:
-        time.sleep(0.001)
+    store, view = shared_view(path, start)
     events.clear()
     ends: list[float] = []
     for i in range(calls):

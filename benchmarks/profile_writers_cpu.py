@@ -32,6 +32,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from benchmarks.bench_writers import shared_view
+
 ROOT = Path(__file__).resolve().parent.parent
 
 PHASES = (
@@ -79,13 +81,7 @@ def _install(acc: Acc) -> None:
 def ours(path: str, calls: int, index: int, start: float, acc: Acc | None) -> None:
     if acc is not None:
         _install(acc)
-    from stateflow.memory import Identity, MemoryView
-    from stateflow.store import open_store
-
-    store = open_store(path)
-    view = MemoryView(store, Identity.of("bench", "/bench", "shared"))
-    view.read_state({"path": "session"})  # connect before the clock starts
-    _until(start)
+    store, view = shared_view(path, start)
     if acc is not None:
         acc.clear()
     used = _usage()
