@@ -727,15 +727,13 @@ CREATE INDEX members_by_value ON members (name, {SQLITE_VALUE.format(m="")})
     32: "",
 }
 
-INDEXABLE: Final = "m.size <= 1048576 AND position('\\x5c7530303030'::bytea IN m.body) = 0"
+_JSONB_CAN_HOLD: Final = "{m}size <= 1048576 AND position('\\x5c7530303030'::bytea IN {m}body) = 0"
+INDEXABLE: Final = _JSONB_CAN_HOLD.format(m="m.")
 """Members PostgreSQL's search checks as ``jsonb``: up to 1 MiB and without an escaped NUL (which
 jsonb cannot hold); until version 31 the containment index's members. Search checks the others in
 Python, so it means the same on both backends."""
 
-CONTAINMENT_WHERE: Final = (
-    "{m}size <= 1048576 AND position('\\x5c7530303030'::bytea IN {m}body) = 0 "
-    "AND substring({m}body FROM 1 FOR 1) NOT IN ('\\x5b', '\\x7b')"
-)
+CONTAINMENT_WHERE: Final = _JSONB_CAN_HOLD + " AND substring({m}body FROM 1 FOR 1) NOT IN ('\\x5b', '\\x7b')"
 """PostgreSQL: the members in ``members_json`` since version 31 — those jsonb can hold
 (:data:`INDEXABLE`) that are scalars (a canonical body's first byte is not ``[`` or ``{``): only a
 scalar pattern's check, which names this predicate, reads the index."""
