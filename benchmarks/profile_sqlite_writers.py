@@ -34,6 +34,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
@@ -43,6 +44,9 @@ from benchmarks import callgrind
 
 MODULE = "benchmarks.profile_sqlite_writers"
 MODES = ("alone", "contended")
+PRICED = ("shared", "shared-locked")
+"""Modes that price a cache of the committed state shared across processes (``--modes``): the
+same round robin, with every store's caches fed whatever any of them commits (``calls``)."""
 PHASES = ("before", "inside", "after")
 _MARKS = {-11: "inside", -12: "after", -13: "before"}
 """``os.getpgid(pid)`` of these negative pids (an error, one system call each) marks where a
@@ -58,12 +62,35 @@ def calls(mode: str, writers: int, tmp: str) -> tuple[Callable[[int], object], l
     location = f"sqlite:///{tmp}/writers.db?synchronous=off"
     stores = [open_store(location, auto_migrate=True) for _ in range(1 if mode == "alone" else writers)]
     views = [MemoryView(s, Identity.of("bench", "/bench", "shared")) for s in stores]
+    if mode in PRICED:
+        _shared_caches(stores)
+    key = views[0].keys["session"]
 
     def call(i: int) -> object:
         n = i % len(views)
+        if mode == "shared-locked":  # (the turn's locked path, as 8 processes take it)
+            stores[n]._contended[key] = time.monotonic() + 3600
         return views[n].patch_state({"session": {"tactics": {f"w{n}": f"step {i}"}}})
 
     return call, stores
+
+
+def _shared_caches(stores: list[Any]) -> None:
+    """Every store's caches fed what any of them commits, at once: the most a cache of the
+    committed state shared by the writer processes could give (its own upkeep aside: the
+    feeding runs outside the turn, once per store, and is counted there). ``shared``: each call
+    then finds its caches current and writes as a writer alone does (computed before its turn,
+    checked in it); ``shared-locked``: the contended mark held, each call's turn takes the locked
+    path with the caches current (only the rows read again)."""
+    from stateflow.store.base import SqlStore
+
+    remember = SqlStore._remember
+
+    def everyone(self: Any, fresh: Any) -> None:
+        for store in stores:
+            remember(store, fresh)
+
+    SqlStore._remember = everyone  # type: ignore[method-assign]
 
 
 def _marking(mark: Callable[[str], None]) -> None:
@@ -254,14 +281,17 @@ def main() -> None:
     parser.add_argument("--baseline-src", type=Path, default=None)
     parser.add_argument("--what", nargs="+", default=["instructions", "bytecodes", "syscalls"])
     parser.add_argument("--top", type=int, default=25, help="functions listed inside the turn")
+    parser.add_argument(
+        "--modes", nargs="+", choices=MODES + PRICED, default=list(MODES), help="priced: " + ", ".join(PRICED)
+    )
     args = parser.parse_args()
     trees = {"this tree": callgrind.REPO / "src"}
     if args.baseline_src is not None:
         trees["baseline"] = args.baseline_src.resolve()
     per = args.ops
     for tree, src in trees.items():
-        for mode in MODES:
-            label = f"[{tree}] {mode}" + (f" ({args.writers} stores)" if mode == "contended" else "")
+        for mode in args.modes:
+            label = f"[{tree}] {mode}" + (f" ({args.writers} stores)" if mode != "alone" else "")
             if "instructions" in args.what:
                 n = callgrind.count(
                     MODULE, _args(mode, args.writers, args.ops, args.warm, "instructions"), src=src
