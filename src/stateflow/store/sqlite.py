@@ -16,6 +16,7 @@ import math
 import mmap
 import os
 import sqlite3
+import sys
 import threading
 import time
 import weakref
@@ -41,7 +42,7 @@ from stateflow.errors import (
     UnsupportedStore,
     WriteOutcomeUnknown,
 )
-from stateflow.store import writer_requests
+from stateflow.store import writer_queue, writer_requests
 from stateflow.store.base import SqlStore
 from stateflow.store.clock import utc_now
 from stateflow.store.id_blocks import IdBlocks
@@ -263,9 +264,11 @@ class _Pending:
     then), sent before the turn is let go; then what else waits (the caches
     fed with what the requests wrote, their files removed). Dropped if it does not commit."""
 
-    __slots__ = ("after", "answers", "folded", "held", "written")
+    __slots__ = ("after", "answers", "folded", "header", "held", "written")
 
     def __init__(self) -> None:
+        self.header: bytes | None = None
+        """the WAL-index header the commit left, where it is that commit's (``_settle``)"""
         self.answers: list[tuple[int, str, bytes, bytes | None]] = []
         self.after: list[Callable[[], None]] = []
         self.written: list[Fresh] = []
@@ -304,6 +307,9 @@ class _GroupCommit:
         ``threading.local``'s, whose every set and get looks up the thread's dict)"""
         self.pending: _Pending | None = None
         """what waits for the open transaction's commit (requests of other processes it wrote)"""
+        self.watch: _CommitWatch | None = None
+        """the database's WAL-index header (``SqliteStore`` sets it): what a turn hands on is
+        current while it stays the one the turn's commit left"""
         self.commits = 0
         """groups committed so far (for tests and benchmarks)"""
         self.largest = 0
@@ -337,6 +343,12 @@ class _GroupCommit:
             # behind it must find its own answer there by then, not only the wake-up
             for ticket, request, answer, fallback in reversed(pending.answers):
                 self.queue.answer(ticket, request, answer, fallback)
+            # the documents as the commit left them, for the next turn's own patch (no read)
+            header = pending.header
+            data = None
+            if header is not None:
+                data = writer_requests.handed_on(SqliteStore._held(pending), writer_queue.HANDED_MAX)
+            self.queue.hand_on(None if data is None else header, data or b"")
         self.queue.release()
         if committed:
             for then in pending.after:
@@ -380,7 +392,14 @@ class _GroupCommit:
                 if group.members and not conn.in_transaction:
                     raise StoreUnavailable("SQLite rolled the shared write transaction back")
                 if conn.in_transaction:
+                    # handed on only from a turn that ran alone in its group: what other
+                    # writers of this process wrote in it is not among its written documents
+                    pending = self.pending
+                    watch = self.watch if lone and pending is not None and pending.written else None
+                    before = None if watch is None else watch.version()
                     (self._tx or self.tx(conn)).cursor.execute("COMMIT")
+                    if before is not None and pending is not None and watch is not None:
+                        pending.header = _after(before, watch.version())
                     self.commits += 1
                     if group.members > self.largest:
                         self.largest = group.members
@@ -409,6 +428,17 @@ class _GroupCommit:
             return True
         finally:
             self.lock.release()
+
+
+def _after(before: bytes, after: bytes | None) -> bytes | None:
+    """``after``, the WAL-index header read just after a commit, if it is that commit's: its
+    change counter (``iChange``, bytes 8–11 in the machine's order, bumped by every commit and
+    nothing else) one past ``before``'s, read under the write lock just before it — not
+    another process's commit that came in between."""
+    if after is None:
+        return None
+    counted = int.from_bytes(before[8:12], sys.byteorder)
+    return after if int.from_bytes(after[8:12], sys.byteorder) == (counted + 1) & 0xFFFFFFFF else None
 
 
 @dataclass
@@ -509,6 +539,7 @@ class SqliteStore(SqlStore):
         self._watch = _CommitWatch(self.path)
         self._shared: _Snapshot | None = None
         self._group = _GroupCommit(self._writer, max_group, WriterQueue(self.path), busy_timeout_ms / 1000)
+        self._group.watch = self._watch
         self._spares = writer_requests.SpareFiles(self.path)
         weakref.finalize(self, self._spares.drop)  # (at exit too: a store left open)
         self._swept = -writer_requests.SWEEP_EVERY
@@ -758,14 +789,20 @@ class SqliteStore(SqlStore):
             request.forget()
             if claimed is not None:
                 return None
-        own = self._merge(
-            request.keys,
-            {k: decode(p) for k, p in request.patches.items()},
-            request.members,
-            request.outlines,
-            request.origin,
-            (),
-        )
+        patches = {k: decode(p) for k, p in request.patches.items()}
+        own = None
+        data = self._group.queue.handed(self._watch.version()) if first else None
+        if data is not None:  # nothing committed since the turn before handed its documents on
+            own = self._merge_held(
+                tx,
+                writer_requests.held_of(data),
+                writer_requests.Taken(
+                    -1, "", request.keys, patches, request.members, request.outlines, request.origin
+                ),
+                (),
+            )
+        if own is None:
+            own = self._merge(request.keys, patches, request.members, request.outlines, request.origin, ())
         if first:
             self._take_behind(tx)
         return own

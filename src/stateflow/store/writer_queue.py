@@ -80,6 +80,15 @@ _SLOT: Final = 16
 """each slot: the ticket that waits (8 bytes) and its inbox's token (8 bytes); ticket 0 never
 waits, so 0 is an empty slot"""
 _EMPTY = bytes(8)
+_HANDED_AT: Final = _SLOTS_AT + mmap.ALLOCATIONGRANULARITY
+"""where the documents a turn hands on begin in the file (``hand_on``): after the slots"""
+_HANDED: Final = 65_536
+"""bytes of the file that hold them: the WAL-index header they are current at (48 bytes, zeros:
+none), the length of what follows (4 bytes) and that (the rest)"""
+_HEADER: Final = 48
+HANDED_MAX: Final = _HANDED - _HEADER - 4
+"""the most bytes a turn hands on"""
+_NONE = bytes(_HEADER)
 _INBOX = b"\0stateflow-writer-inbox-"
 """an inbox's abstract name is this and its token in hex (not the file's identity: one inbox
 serves a queue whatever file it has open)"""
@@ -218,6 +227,8 @@ class WriterQueue:
         under its lock as memory, not by a ``pread`` and a ``pwrite`` on every turn"""
         self._slots: mmap.mmap | None = None
         """the waiting tickets' slots mapped (of the same file; None: no wake-ups here)"""
+        self._handed: mmap.mmap | None = None
+        """what the last turn handed on (``hand_on``), mapped (of the same file)"""
         self._map_tried = False
         self._inbox: socket.socket | None = None
         """the socket this queue's waits sleep on, bound once (dropped in a forked child)"""
@@ -456,6 +467,30 @@ class WriterQueue:
         with contextlib.suppress(OSError):  # (its wait just ended: the lock told it)
             waker.sendto(b"", name)
 
+    def hand_on(self, header: bytes | None, payload: bytes = b"") -> None:
+        """While this process holds its turn: leave ``payload`` (what its commit left, see
+        ``SqliteStore._hand_on``) for the turns after it, current while the database's WAL-index
+        header is ``header``; None: leave nothing. Only a turn writes or reads it (``handed``):
+        the header goes in last, so a holder that dies midway leaves nothing."""
+        handed = self._handed
+        if handed is None or self._ticket is None:
+            return
+        handed[:_HEADER] = _NONE
+        if header is None or len(header) != _HEADER or len(payload) > HANDED_MAX:
+            return
+        end = _HEADER + 4 + len(payload)
+        handed[_HEADER:end] = len(payload).to_bytes(4, "little") + payload
+        handed[:_HEADER] = header
+
+    def handed(self, header: bytes | None) -> bytes | None:
+        """While this process holds its turn: what an earlier turn handed on, if the WAL-index
+        header is still the one it was left at (``header``: no commit since); else None."""
+        handed = self._handed
+        if handed is None or self._ticket is None or header is None or handed[:_HEADER] != header:
+            return None
+        size = int.from_bytes(handed[_HEADER : _HEADER + 4], "little")
+        return handed[_HEADER + 4 : _HEADER + 4 + size] if size <= HANDED_MAX else None
+
     def drawn(self) -> int:
         """How many tickets have been drawn on this database so far (by every process)."""
         try:
@@ -480,20 +515,21 @@ class WriterQueue:
         lock), so extending it loses nothing."""
         self._map_tried = True
         try:
-            if os.fstat(fd).st_size < _SLOTS_AT + _SLOTS * _SLOT:  # (zeros: no slot holds a wait)
-                os.ftruncate(fd, _SLOTS_AT + _SLOTS * _SLOT)
+            if os.fstat(fd).st_size < _HANDED_AT + _HANDED:  # (zeros: no slot holds a wait, none handed)
+                os.ftruncate(fd, _HANDED_AT + _HANDED)
             self._counter = mmap.mmap(fd, _COUNTER)
             self._slots = mmap.mmap(fd, _SLOTS * _SLOT, offset=_SLOTS_AT)
+            self._handed = mmap.mmap(fd, _HANDED, offset=_HANDED_AT)
         except (OSError, ValueError):
             self._unmap()
             self._map_tried = True
         return self._counter
 
     def _unmap(self) -> None:
-        for mapped in (self._counter, self._slots):
+        for mapped in (self._counter, self._slots, self._handed):
             if mapped is not None:
                 mapped.close()
-        self._counter = self._slots = None
+        self._counter = self._slots = self._handed = None
         self._map_tried = False
 
     def _busy(self, limit: float) -> StoreBusy:

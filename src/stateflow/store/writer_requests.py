@@ -313,6 +313,64 @@ the requests it writes next: what its writes planned (``Fresh``), not the caches
 only committed data)."""
 
 
+def handed_on(held: Held, most: int) -> bytes | None:
+    """``held`` encoded for the next turn (``WriterQueue.hand_on``): each document's key, row,
+    body and member heads in position order; None where a body alone may take more than
+    ``most`` bytes (its row's size says so before anything is encoded) or the whole does."""
+    out = []
+    for key, (row, body, heads) in held.items():
+        if row.body_size > most:
+            return None
+        listed = []
+        for head in heads.values():
+            outline = head[5]  # (the stored outline's JSON text, as bytes, or None)
+            if outline is not None:
+                if type(outline) is not bytes:
+                    return None
+                try:
+                    outline = outline.decode()
+                except UnicodeDecodeError:
+                    return None
+            listed.append([*head[:5], outline])
+        out.append(
+            [
+                key.state,
+                key.subject,
+                [
+                    row.doc_id,
+                    row.revision,
+                    row.present,
+                    row.updated_seq,
+                    row.snapshot_revision,
+                    row.bytes_since_snapshot,
+                    row.body_size,
+                    row.next_position,
+                    row.at,
+                ],
+                body,
+                listed,
+            ]
+        )
+    try:
+        data = encode_trusted(out)
+    except InvalidJSON:  # (a value orjson cannot write, e.g. an integer past 64 bits)
+        return None
+    return data if len(data) <= most else None
+
+
+def held_of(data: bytes) -> Held:
+    """What ``handed_on`` encoded, as it was: rows, bodies and heads (each head a tuple again,
+    its outline bytes)."""
+    held: Held = {}
+    for state, subject, row, body, heads in decode(data):
+        held[DocKey(state, subject)] = (
+            DocRow(*row),
+            body,
+            {h[1]: (h[0], h[1], h[2], h[3], h[4], None if h[5] is None else h[5].encode()) for h in heads},
+        )
+    return held
+
+
 def handed(
     entries: Mapping[DocKey, tuple[DocRow, dict[str, Any] | None, Heads]],
     members: Sequence[str],

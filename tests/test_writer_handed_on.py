@@ -1,0 +1,129 @@
+"""A SQLite writer's turn hands the documents its commit left on to the next turn
+(``WriterQueue.hand_on``): the next writer's own memory patch is merged on them without reading
+them, only while the database's WAL-index header shows no commit since — the rows written are
+those the locked path writes, and a commit in between (by any other path) makes it read again.
+
+Each store object here has its own connection and writer-queue ticket, as separate processes
+have; the contended mark makes every patch take its turn (``patch_on_server``)."""
+
+from __future__ import annotations
+
+import sqlite3
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stateflow.memory import Identity, MemoryView
+from stateflow.store import DocKey, open_store
+from stateflow.store import sqlite as backend
+from stateflow.store.writer_queue import WriterQueue
+from tests.test_store_write_rows import _TABLES, _plain
+
+
+def _reads(statements: list[str]) -> int:
+    return sum(1 for s in statements if "FROM documents" in s or "FROM members" in s)
+
+
+def _patched(store: Any, view: MemoryView, key: DocKey, name: str, value: str) -> tuple[int | None, int]:
+    """One contended patch of ``name``; its transition and the documents' and members' reads
+    its turn made."""
+    statements: list[str] = []
+    store._contended[key] = time.monotonic() + 3600  # as a writer that just lost to another
+    store._writer().set_trace_callback(statements.append)
+    try:
+        receipt = view.patch_state({"session": {"tactics": {name: value}}})
+    finally:
+        store._writer().set_trace_callback(None)
+    return receipt.seq, _reads(statements)
+
+
+def _drive(db: Path) -> tuple[list[int], dict[str, Any]]:
+    """Three writers patching one scope in turn, twice round; each turn's reads and the body."""
+    stores = [open_store(db) for _ in range(3)]
+    try:
+        views = [MemoryView(s, Identity.of("t", "/t", "shared")) for s in stores]
+        key = views[0].keys["session"]
+        views[0].patch_state({"session": {"tactics": {"seed": "s"}}})  # (a plain write: nothing handed on)
+        reads: list[int] = []
+        seqs: list[int | None] = []
+        for i in range(6):
+            seq, n = _patched(stores[i % 3], views[i % 3], key, f"w{i % 3}", f"v{i}")
+            reads.append(n)
+            seqs.append(seq)
+        first = seqs[0]
+        assert first is not None and seqs == list(range(first, first + 6))  # one transition each, in turn
+        body = stores[0].get(key).body
+        assert body is not None
+        return reads, body
+    finally:
+        for store in stores:
+            store.close()
+
+
+def _rows(db: Path) -> dict[str, list[list[Any]]]:
+    conn = sqlite3.connect(db)
+    try:
+        tables = {**_TABLES, "transitions": "seq, origin, changed", "change_paths": "*", "state_counts": "*"}
+        return {
+            table: [
+                [_plain(v) for v in row] for row in conn.execute(f"SELECT {cols} FROM {table} ORDER BY 1, 2")
+            ]
+            for table, cols in tables.items()
+        }
+    finally:
+        conn.close()
+
+
+def test_a_turns_own_patch_is_merged_on_the_documents_the_turn_before_handed_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reads, body = _drive(tmp_path / "handed.db")
+    # the first contended turn follows a plain write (nothing handed on): it reads; every later
+    # one finds what the turn before it left, and reads no document or member
+    assert reads[0] > 0
+    assert reads[1:] == [0] * 5
+    assert body["tactics"] == {"seed": "s", "w0": "v3", "w1": "v4", "w2": "v5"}
+    # the very rows the locked path writes, each write read under the lock instead
+    monkeypatch.setattr(WriterQueue, "handed", lambda self, header: None)
+    locked_reads, locked_body = _drive(tmp_path / "locked.db")
+    assert all(n > 0 for n in locked_reads)
+    assert locked_body == body
+    assert _rows(tmp_path / "handed.db") == _rows(tmp_path / "locked.db")
+
+
+def test_a_commit_since_the_documents_were_handed_on_makes_the_next_turn_read_them(tmp_path: Path) -> None:
+    db = tmp_path / "store.db"
+    stores = [open_store(db) for _ in range(3)]
+    try:
+        views = [MemoryView(s, Identity.of("t", "/t", "shared")) for s in stores]
+        key = views[0].keys["session"]
+        views[0].patch_state({"session": {"tactics": {"seed": "s"}}})
+        _patched(stores[0], views[0], key, "a", "1")  # reads: nothing handed on yet
+        _, reads = _patched(stores[1], views[1], key, "b", "1")  # on what the turn before left
+        assert reads == 0
+        # a write by another path commits without handing anything on: what was handed on is
+        # no longer the committed state, and a turn merging on it would lose this write
+        stores[2]._contended.clear()
+        views[2].patch_state({"session": {"tactics": {"c": "1"}}})
+        _, reads = _patched(stores[0], views[0], key, "a", "2")
+        assert reads > 0
+        _, reads = _patched(stores[1], views[1], key, "b", "2")  # (handed on again since)
+        assert reads == 0
+        body = stores[2].get(key).body
+        assert body is not None and body["tactics"] == {"seed": "s", "a": "2", "b": "2", "c": "1"}
+    finally:
+        for store in stores:
+            store.close()
+
+
+def test_a_header_read_after_a_commit_is_handed_on_only_if_it_is_that_commits() -> None:
+    def header(count: int) -> bytes:
+        return bytes(8) + count.to_bytes(4, sys.byteorder) + bytes(36)
+
+    assert backend._after(header(7), header(8)) == header(8)
+    assert backend._after(header(7), header(9)) is None  # another commit came in between
+    assert backend._after(header(0xFFFFFFFF), header(0)) == header(0)  # (the counter wraps)
+    assert backend._after(header(7), None) is None
