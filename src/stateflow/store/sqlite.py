@@ -339,16 +339,18 @@ class _GroupCommit:
         transaction committed (else its requests' writers write them themselves)."""
         self.pending = None
         if committed:  # (before the turn goes: an answered writer then needs no turn)
-            # the last ticket first: an answered writer lets its ticket go at once, and the one
-            # behind it must find its own answer there by then, not only the wake-up
-            for ticket, request, answer, fallback in reversed(pending.answers):
-                self.queue.answer(ticket, request, answer, fallback)
-            # the documents as the commit left them, for the next turn's own patch (no read)
+            # the documents as the commit left them, for the next turn's own patch (no read):
+            # before the answers, while no other turn can begin (an answered writer lets its
+            # ticket go at once, and the queue goes on past this turn's)
             header = pending.header
             data = None
             if header is not None:
                 data = writer_requests.handed_on(SqliteStore._held(pending), writer_queue.HANDED_MAX)
             self.queue.hand_on(None if data is None else header, data or b"")
+            # the last ticket first: an answered writer lets its ticket go at once, and the one
+            # behind it must find its own answer there by then, not only the wake-up
+            for ticket, request, answer, fallback in reversed(pending.answers):
+                self.queue.answer(ticket, request, answer, fallback)
         self.queue.release()
         if committed:
             for then in pending.after:

@@ -84,9 +84,10 @@ _HANDED_AT: Final = _SLOTS_AT + mmap.ALLOCATIONGRANULARITY
 """where the documents a turn hands on begin in the file (``hand_on``): after the slots"""
 _HANDED: Final = 65_536
 """bytes of the file that hold them: the WAL-index header they are current at (48 bytes, zeros:
-none), the length of what follows (4 bytes) and that (the rest)"""
+none), the length of what follows (4 bytes), that, and the header again (a record put together
+from two turns' writes, were they ever to overlap, has two headers that differ)"""
 _HEADER: Final = 48
-HANDED_MAX: Final = _HANDED - _HEADER - 4
+HANDED_MAX: Final = _HANDED - 2 * _HEADER - 4
 """the most bytes a turn hands on"""
 _NONE = bytes(_HEADER)
 _INBOX = b"\0stateflow-writer-inbox-"
@@ -468,10 +469,12 @@ class WriterQueue:
             waker.sendto(b"", name)
 
     def hand_on(self, header: bytes | None, payload: bytes = b"") -> None:
-        """While this process holds its turn: leave ``payload`` (what its commit left, see
-        ``SqliteStore._hand_on``) for the turns after it, current while the database's WAL-index
-        header is ``header``; None: leave nothing. Only a turn writes or reads it (``handed``):
-        the header goes in last, so a holder that dies midway leaves nothing."""
+        """While this process holds its turn: leave ``payload`` (the documents its commit left,
+        ``writer_requests.handed_on``) for the turns after it, current while the database's
+        WAL-index header is ``header``; None: leave nothing. Only a turn writes it — after its
+        commit and before it answers anyone (an answered writer lets the queue go on) — or
+        reads it (``handed``); the header goes in last, so a holder that dies midway leaves
+        nothing."""
         handed = self._handed
         if handed is None or self._ticket is None:
             return
@@ -479,7 +482,7 @@ class WriterQueue:
         if header is None or len(header) != _HEADER or len(payload) > HANDED_MAX:
             return
         end = _HEADER + 4 + len(payload)
-        handed[_HEADER:end] = len(payload).to_bytes(4, "little") + payload
+        handed[_HEADER : end + _HEADER] = len(payload).to_bytes(4, "little") + payload + header
         handed[:_HEADER] = header
 
     def handed(self, header: bytes | None) -> bytes | None:
@@ -489,7 +492,10 @@ class WriterQueue:
         if handed is None or self._ticket is None or header is None or handed[:_HEADER] != header:
             return None
         size = int.from_bytes(handed[_HEADER : _HEADER + 4], "little")
-        return handed[_HEADER + 4 : _HEADER + 4 + size] if size <= HANDED_MAX else None
+        if size > HANDED_MAX:
+            return None
+        record = handed[_HEADER + 4 : _HEADER + 4 + size + _HEADER]  # (one copy, checked whole)
+        return record[:size] if record[size:] == header else None
 
     def drawn(self) -> int:
         """How many tickets have been drawn on this database so far (by every process)."""
