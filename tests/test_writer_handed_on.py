@@ -21,6 +21,7 @@ from stateflow.store import DocKey, open_store
 from stateflow.store import sqlite as backend
 from stateflow.store.writer_queue import WriterQueue
 from tests.test_store_write_rows import _TABLES, _plain
+from tests.test_writer_requests import acknowledged, holder_and_requesters
 
 
 def _reads(statements: list[str]) -> int:
@@ -127,3 +128,49 @@ def test_a_header_read_after_a_commit_is_handed_on_only_if_it_is_that_commits() 
     assert backend._after(header(7), header(9)) is None  # another commit came in between
     assert backend._after(header(0xFFFFFFFF), header(0)) == header(0)  # (the counter wraps)
     assert backend._after(header(7), None) is None
+
+
+def test_a_turn_that_carried_other_processes_requests_hands_their_writes_on_too(tmp_path: Path) -> None:
+    names = ["r1", "r2", "r3"]
+    db, key, holder, requesters = holder_and_requesters(tmp_path, "reads", names)
+    # (connected before they finish: the last connection to close would remove the WAL index,
+    # and a new one's header is no earlier commit's)
+    with open_store(db) as store:
+        view = MemoryView(store, Identity.of("t", "/t", "shared"))
+        view.read_state({"path": "session"})
+        Path(f"{db}-go").touch()
+        assert [entry[:2] for entry in acknowledged(holder)] == [("reads", "0"), ("holder", "h")]
+        acked = [entry for proc in requesters for entry in acknowledged(proc)]
+        assert sorted(name for name, _, _ in acked) == names
+        _, reads = _patched(store, view, key, "next", "y")
+        assert reads == 0  # the documents as the holder's commit left them, its requests' writes in
+        body = store.get(key).body
+        assert body is not None and body["tactics"] == {
+            "w0": "seed",
+            "holder": "h",
+            "r1": "x",
+            "r2": "x",
+            "r3": "x",
+            "next": "y",
+        }
+
+
+def test_a_record_whose_two_headers_differ_is_not_taken(tmp_path: Path) -> None:
+    db = tmp_path / "store.db"
+    stores = [open_store(db) for _ in range(2)]
+    try:
+        views = [MemoryView(s, Identity.of("t", "/t", "shared")) for s in stores]
+        key = views[0].keys["session"]
+        views[0].patch_state({"session": {"tactics": {"seed": "s"}}})
+        _patched(stores[0], views[0], key, "a", "1")
+        handed = stores[0]._group.queue._handed  # type: ignore[attr-defined]
+        size = int.from_bytes(handed[48:52], "little")
+        assert size > 0 and handed[52 + size : 100 + size] == handed[:48]
+        handed[52 + size] ^= 0xFF  # (as a record put together from two turns' writes)
+        _, reads = _patched(stores[1], views[1], key, "b", "1")
+        assert reads > 0
+        body = stores[1].get(key).body
+        assert body is not None and body["tactics"] == {"seed": "s", "a": "1", "b": "1"}
+    finally:
+        for store in stores:
+            store.close()
