@@ -264,11 +264,12 @@ class _Pending:
     then), sent before the turn is let go; then what else waits (the caches
     fed with what the requests wrote, their files removed). Dropped if it does not commit."""
 
-    __slots__ = ("after", "answers", "folded", "header", "held", "written")
+    __slots__ = ("after", "answers", "before", "folded", "held", "written")
 
     def __init__(self) -> None:
-        self.header: bytes | None = None
-        """the WAL-index header the commit left, where it is that commit's (``_settle``)"""
+        self.before: bytes | None = None
+        """the WAL-index header under the write lock, before the commit, where a requesting
+        turn's documents are to be handed on (``SqliteStore._in_turn``)"""
         self.answers: list[tuple[int, str, bytes, bytes | None]] = []
         self.after: list[Callable[[], None]] = []
         self.written: list[Fresh] = []
@@ -334,17 +335,18 @@ class _GroupCommit:
             pending = self.pending = _Pending()
         return pending
 
-    def _settled(self, pending: _Pending, committed: bool) -> None:
+    def _settled(self, pending: _Pending, committed: bool, lone: bool) -> None:
         """Let the turn go, answering first and running what waited afterwards — only if the
         transaction committed (else its requests' writers write them themselves)."""
         self.pending = None
         if committed:  # (before the turn goes: an answered writer then needs no turn)
             # the documents as the commit left them, for the next turn's own patch (no read):
             # before the answers, while no other turn can begin (an answered writer lets its
-            # ticket go at once, and the queue goes on past this turn's)
-            header = pending.header
-            data = None
-            if header is not None:
+            # ticket go at once, and the queue goes on past this turn's); only from a turn alone
+            # in its group (what other writers of this process wrote is not among its written)
+            before, watch, data = pending.before, self.watch, None
+            header = None if before is None or watch is None or not lone else _after(before, watch.version())
+            if header is not None and pending.written:
                 data = writer_requests.handed_on(SqliteStore._held(pending), writer_queue.HANDED_MAX)
             self.queue.hand_on(None if data is None else header, data or b"")
             # the last ticket first: an answered writer lets its ticket go at once, and the one
@@ -394,14 +396,7 @@ class _GroupCommit:
                 if group.members and not conn.in_transaction:
                     raise StoreUnavailable("SQLite rolled the shared write transaction back")
                 if conn.in_transaction:
-                    # handed on only from a turn that ran alone in its group: what other
-                    # writers of this process wrote in it is not among its written documents
-                    pending = self.pending
-                    watch = self.watch if lone and pending is not None and pending.written else None
-                    before = None if watch is None else watch.version()
                     (self._tx or self.tx(conn)).cursor.execute("COMMIT")
-                    if before is not None and pending is not None and watch is not None:
-                        pending.header = _after(before, watch.version())
                     self.commits += 1
                     if group.members > self.largest:
                         self.largest = group.members
@@ -419,7 +414,7 @@ class _GroupCommit:
                     self.queue.release()
                 else:  # (it waits on work in the transaction: committed if none is left open, unfailed)
                     self._settled(
-                        self.pending, error is None and conn is not None and not conn.in_transaction
+                        self.pending, error is None and conn is not None and not conn.in_transaction, lone
                     )
                 if lone:
                     group.attempts = group.members = 0
@@ -807,6 +802,9 @@ class SqliteStore(SqlStore):
             own = self._merge(request.keys, patches, request.members, request.outlines, request.origin, ())
         if first:
             self._take_behind(tx)
+            pending = self._group.pending
+            if pending is not None:  # (under the write lock: the header until this commit)
+                pending.before = self._watch.version()
         return own
 
     def _sweep(self, ticket: int) -> None:
