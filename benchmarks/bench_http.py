@@ -15,8 +15,11 @@ durable, versioned and audited write by hand (schema check, audit row, head revi
 row; ``PUT /floor/records/…``). ``--fair`` instead: that floor with the writers served in
 arrival order and a group commit by hand (``PUT /fair/records/…``) against the minimal app's
 upsert, then ours against it — whether a fair order can reach the minimal app's p50 at all.
+``--baseline-src DIR`` instead: this tree's ``stateflow serve`` against another tree's (``DIR``,
+its ``src/``), writes at 1 and 8 clients — a change measured against the tree before it.
 
-    python3 -m benchmarks.bench_http [--rounds 5] [--requests 400] [--floor-only | --fair]
+    python3 -m benchmarks.bench_http [--rounds 5] [--requests 400]
+        [--floor-only | --fair | --baseline-src DIR]
 """
 
 from __future__ import annotations
@@ -465,6 +468,38 @@ def cycle(env: dict[str, str], requests: int) -> None:
             cycle_report(stamps, skip=401)  # (the declaration and the 400 warming writes)
 
 
+def against_tree(env: dict[str, str], baseline_src: Path, root: str, rounds: int, requests: int) -> None:
+    """``--baseline-src``: this tree's ``stateflow serve`` against another tree's, both as
+    served (their own store files), writes at 1 and 8 clients in alternating rounds — a change's
+    gain in the same minutes, where a ratio against the minimal app moves with the phase."""
+    theirs_env = {**env, "PYTHONPATH": os.pathsep.join((str(baseline_src), root))}
+    with tempfile.TemporaryDirectory() as tmp, multiprocessing.get_context("fork").Pool(8) as pool:
+        ports = free_port(), free_port()
+        argv = [
+            [
+                sys.executable,
+                "-c",
+                CLI,
+                "--store",
+                str(Path(tmp) / f"{side}.db"),
+                "serve",
+                "--port",
+                str(port),
+            ]
+            for side, port in zip(("ours", "theirs"), ports, strict=True)
+        ]
+        for args in argv:
+            args += ["--token", TOKEN]
+        with server(argv[0], ports[0], env) as ours_pid, server(argv[1], ports[1], theirs_env) as theirs_pid:
+            prefix = "/api/states/bench/records/agent/bench/thread/"
+            sides = [Side(port, pid, prefix) for port, pid in zip(ports, (ours_pid, theirs_pid), strict=True)]
+            for side in sides:  # create every record, warm both servers
+                declare(side.port)
+                load(pool, side, "PUT", 8, 200)
+            print(f"{'case':<58} {'this tree':>15}    {'baseline tree':>15}")
+            writes_against(pool, sides[0], sides[1], "baseline tree", rounds, requests)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
@@ -480,6 +515,12 @@ def main() -> None:
         action="store_true",
         help="only the fair floor by hand: against the minimal app's upsert, then ours against it",
     )
+    parser.add_argument(
+        "--baseline-src",
+        type=Path,
+        default=None,
+        help="only this tree's stateflow serve against another tree's (its src/), alternating rounds",
+    )
     args = parser.parse_args()
     env = dict(os.environ)
     env.pop("PYTHONDONTWRITEBYTECODE", None)
@@ -487,6 +528,9 @@ def main() -> None:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), root) if p)
     if args.cycle:
         cycle(env, args.requests)
+        return
+    if args.baseline_src is not None:
+        against_tree(env, args.baseline_src.resolve(), root, args.rounds, args.requests)
         return
     with tempfile.TemporaryDirectory() as tmp:
         ours_port, base_port = free_port(), free_port()
