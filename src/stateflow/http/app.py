@@ -296,14 +296,14 @@ def create_app(
     """The API app. ``loaded`` is called (on the event loop) once what the app loads in the
     background after it starts — the MCP SDK — has loaded."""
     http = http or service.config.http
-    app = FastAPI(
+    app = _Api(
         title="stateflow",
         version=__version__,
         description="Declared JSON states with an audit trail. Send `Authorization: Bearer <token>`.",
         docs_url=None,  # served by mount_docs from the package's own assets
         redoc_url=None,
     )
-    quicken_telemetry(app)  # (FastAPI's check for an OpenTelemetry provider, on every request)
+    quick = quicken_telemetry(app)  # (FastAPI's check for an OpenTelemetry provider, on every request)
     mount_docs(app)
 
     def openapi() -> dict[str, Any]:
@@ -689,6 +689,12 @@ def create_app(
             response = await record(params["name"], params["rest"], request)
         except StateflowError as exc:
             response = _error(exc)
+        except Exception:
+            # answered as FastAPI's server-error layer answers (the request may have come past
+            # it, see ``_Api``; where it did not, that layer sees the answer started), then
+            # raised for the server to log; nothing was sent: ``record`` only returns answers
+            await _internal_error()(scope, receive, send)
+            raise
         await response(scope, receive, send)
 
     def shortcut(scope: Scope) -> ASGIApp | None:
@@ -698,13 +704,22 @@ def create_app(
         endpoint does not do itself (it answers a refusal as the handler would; an unexpected
         error still reaches the server-error handler). Anything else (the search route, a
         method the record routes do not take) goes the usual way."""
-        if scope["method"] not in RECORD_METHODS or not scope["path"].startswith("/api/states/"):
+        path: str = scope["path"]
+        if scope["method"] not in RECORD_METHODS or not path.startswith("/api/states/"):
             return None
-        match, child = record_route.matches(scope)
+        if scope.get("root_path"):  # (the route's own match strips it)
+            match, child = record_route.matches(scope)
+            if match != Match.FULL:
+                return None
+            params = child["path_params"]
+        else:
+            params = _record_params(path, scope)
+            if params is None:
+                return None
         # the search route's path is a record path whose rest is "search" (same name pattern)
-        if match != Match.FULL or child["path_params"]["rest"] == "search":
+        if params["rest"] == "search":
             return None
-        scope.update(child)
+        scope["endpoint"], scope["path_params"] = record_endpoint, params
         return record_direct
 
     mount_studio(app, service, tokens)
@@ -727,10 +742,82 @@ def create_app(
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> Response:
-        return JSONResponse({"error": "internal error", "code": "internal"}, status_code=500)
+        return _internal_error()
 
     app.add_middleware(BodyLimit, max_body_bytes=http.max_body_bytes)
+    if quick:  # (FastAPI's telemetry check understood: see ``_Api``)
+        app.front = shortcut
+        app.front_stack = BodyLimit(Authenticate(record_direct, tokens, admit), http.max_body_bytes)
+        app.own_middleware = len(app.user_middleware)
     return app
+
+
+def _internal_error() -> Response:
+    """The answer to an unexpected error (the server logs the error itself)."""
+    return JSONResponse({"error": "internal error", "code": "internal"}, status_code=500)
+
+
+class _Api(FastAPI):
+    """FastAPI, with a record route's request taken from the server straight to the body limit,
+    the token check and the record handler (``front_stack``: instances of their own) where
+    FastAPI's own layers — the server-error answer, telemetry, its body limit — would only hand
+    it on: the app neither debug nor under a root path, without a body limit of FastAPI's or
+    middleware beyond ours, no telemetry provider configured (asked on every request, as FastAPI
+    asks), and not inside another FastAPI app's request. Those layers were ~7% of a record
+    write's Python on the event loop's thread. The record handler answers an unexpected error
+    with the server-error layer's own answer (``record_direct``); anything else, and every
+    request while the stack is not built yet, goes the usual way."""
+
+    front: Callable[[Scope], ASGIApp | None] | None = None
+    """which requests take the front stack (the record routes' shortcut), once ``create_app``
+    has understood FastAPI's telemetry check; None: none does"""
+    front_stack: ASGIApp | None = None
+    own_middleware = 0
+    """``user_middleware``'s length when ``create_app`` returned: one added later turns the
+    front off (it would not be on the front stack)"""
+    _front_open = False
+
+    def build_middleware_stack(self) -> ASGIApp:
+        stack = super().build_middleware_stack()
+        # (once, as Starlette builds the stack it keeps for the app's life)
+        self._front_open = (
+            self.front is not None
+            and not self.debug
+            and not self.root_path
+            and getattr(self, "max_body_size", None) is None
+            and len(self.user_middleware) == self.own_middleware
+        )
+        return stack
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (
+            self._front_open
+            and scope["type"] == "http"
+            and "starlette.max_body_size" not in scope  # (a parent app's limit: FastAPI's layer)
+            and "fastapi.telemetry" not in scope
+            and not self._native_telemetry.enabled()
+        ):
+            assert self.front is not None and self.front_stack is not None
+            if self.front(scope) is not None:
+                scope["app"] = self  # (as Starlette sets it)
+                await self.front_stack(scope, receive, send)
+                return
+        await super().__call__(scope, receive, send)
+
+
+def _record_params(path: str, scope: Scope) -> dict[str, Any] | None:
+    """The record route's path parameters for ``path`` (``/api/states/`` and more), as its
+    pattern ``^/api/states/(?P<name>[^/]+)/records/(?P<rest>.*)$`` would match them, told by
+    string methods rather than the route's regular expression, a cost on every request; None
+    where it does not match — or where a line break makes ``.*`` and ``$`` subtle: the router
+    then decides, by the pattern itself."""
+    name, _, after = path[12:].partition("/")
+    if not name or not after.startswith("records/"):
+        return None
+    rest = after[8:]
+    if "\n" in rest:
+        return None
+    return {**scope.get("path_params", {}), "name": name, "rest": rest}
 
 
 def _query_names(suffix: list[str], method: str) -> tuple[str, ...]:
