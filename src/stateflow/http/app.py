@@ -188,32 +188,39 @@ ORIGIN_HEADERS: Final = {
 }
 
 
-def origin_from(request: Request) -> WriteOrigin:
-    """The consumer half of a write's origin from ``X-Stateflow-Consumer``, ``X-Stateflow-Run-Id``
-    and ``X-Stateflow-Meta`` (a JSON object); door and actor are stamped from the token."""
+def write_headers(request: Request) -> tuple[WriteOrigin, int | None]:
+    """What a write's headers say, read in one pass over them: the consumer half of its origin
+    — from ``X-Stateflow-Consumer``, ``X-Stateflow-Run-Id`` and ``X-Stateflow-Meta`` (a JSON
+    object); door and actor are stamped from the token — and the revision an ``If-Match`` header
+    names (``"N"``; ``*`` matches any), for a compare-and-set write."""
     raw: dict[str, Any] = {}
-    for name, given in request.scope["headers"]:  # one pass; most requests carry none of them
-        if not name.startswith(b"x-stateflow-"):
-            continue
-        key = ORIGIN_HEADERS.get(name.decode("latin-1"))
-        if key is None or key in raw:  # the first of repeated headers, as Headers.get gives it
-            continue
-        value = given.decode("latin-1")
-        if key == "meta":
-            try:
-                raw[key] = decode(value)
-            except InvalidJSON as exc:
-                raise BadRequest(f"X-Stateflow-Meta must be a JSON object: {exc.message}") from exc
-        else:
-            raw[key] = value
-    return origin_of(raw) if raw else origin_of(None)
+    match: bytes | None = None
+    for name, given in request.scope["headers"]:  # most requests carry none of them
+        if name == b"if-match":
+            if match is None:  # (the first, as ``Headers.get`` gives it)
+                match = given
+        elif name.startswith(b"x-stateflow-"):
+            _origin_header(raw, name, given)
+    origin = origin_of(raw) if raw else origin_of(None)
+    return origin, (None if match is None else _revision_matched(match.decode("latin-1")))
 
 
-def if_match(request: Request) -> int | None:
-    """The revision an ``If-Match`` header names (``"N"``; ``*`` matches any), for a
-    compare-and-set write."""
-    raw = _header(request.scope, b"if-match")  # (the first, as ``Headers.get`` gives it)
-    if raw is None or raw.strip() == "*":
+def _origin_header(raw: dict[str, Any], name: bytes, given: bytes) -> None:
+    key = ORIGIN_HEADERS.get(name.decode("latin-1"))
+    if key is None or key in raw:  # the first of repeated headers, as Headers.get gives it
+        return
+    value = given.decode("latin-1")
+    if key == "meta":
+        try:
+            raw[key] = decode(value)
+        except InvalidJSON as exc:
+            raise BadRequest(f"X-Stateflow-Meta must be a JSON object: {exc.message}") from exc
+    else:
+        raw[key] = value
+
+
+def _revision_matched(raw: str) -> int | None:
+    if raw.strip() == "*":
         return None
     text = raw.strip()
     if text.startswith('"') and text.endswith('"') and len(text) >= 2:
@@ -543,9 +550,11 @@ def create_app(
 
     async def record(name: str, rest: str, request: Request) -> Response:
         raw_path: bytes = request.scope.get("raw_path") or request.url.path.encode()
-        segments = raw_path.decode("latin-1").split("?")[0].split("/")
+        text = raw_path.decode("latin-1").split("?")[0]
         # ["", "api", "states", name, "records", tk, tn, kind, key, *suffix]
-        parts = [_segment(s) for s in segments[5:]]
+        segments = text.split("/")[5:]
+        # (``_segment`` of each, where none has anything to decode: themselves)
+        parts = segments if "%" not in text and text.isascii() else [_segment(s) for s in segments]
         if len(parts) < 4:
             raise BadRequest("a record path is /records/{target_kind}/{target_name}/{kind}/{key}")
         subject = _subject(parts[:4])
@@ -561,7 +570,7 @@ def create_app(
             len(suffix) == 2 and suffix[0] == "template-jq" and method == "GET"
         ):  # (``only`` passes a request without a query at once)
             only(request, *_query_names(suffix, method))
-        origin, expect = (origin_from(request), if_match(request)) if method != "GET" else (None, None)
+        origin, expect = write_headers(request) if method != "GET" else (None, None)
         if not suffix:
             if method == "GET":
                 return await call_record(
