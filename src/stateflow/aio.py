@@ -55,11 +55,19 @@ async def on_edge(store: Store, fn: Callable[..., R], *args: Any, **kwargs: Any)
     :mod:`stateflow.offload` (anyio's contract at a third of its cost per hop). Code that waits
     on anything but the database (the jq workers) must not run on the loop: the edges keep it
     on a worker thread."""
+    result: R = await edge_runner(store)(fn, *args, **kwargs)
+    return result
+
+
+def edge_runner(store: Store) -> Callable[..., Awaitable[Any]]:
+    """What :func:`on_edge` awaits ``store``'s calls through, told once: an edge that makes a
+    call per request keeps it and awaits it straight (a coroutine's layer fewer per call, its
+    arguments not packed again)."""
     if runs_on_loop(store):
         from stateflow.store.async_bridge import spawn
 
-        return await spawn(fn, *args, **kwargs)
-    return await run_sync(fn, *args, **kwargs)
+        return spawn
+    return run_sync
 
 
 async def open_store_async(

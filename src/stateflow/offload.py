@@ -218,7 +218,6 @@ class Offload:
 
 _pool = Offload()
 
-
-async def run_sync(fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
-    """``fn(*args, **kwargs)`` on a worker thread of the process's pool, awaited."""
-    return await _pool.run(fn, *args, **kwargs)
+run_sync = _pool.run
+"""``run_sync(fn, *args, **kwargs)``: ``fn(*args, **kwargs)`` on a worker thread of the
+process's pool, awaited (the pool's own method: no coroutine's layer of its own around it)."""
