@@ -711,8 +711,9 @@ def create_app(
         """The record routes' requests — nearly all an agent's or service's traffic — go to
         the record endpoint straight from the token check: the router would try every other
         route first, and the exception middleware and route wrappers between add nothing the
-        endpoint does not do itself (it answers a refusal as the handler would; an unexpected
-        error still reaches the server-error handler). Anything else (the search route, a
+        endpoint does not do itself (it answers a refusal as the handler would, and an
+        unexpected error with the server-error layer's answer, raising it on for the server).
+        Before FastAPI's stack the app asks it too (``_Api``). Anything else (the search route, a
         method the record routes do not take) goes the usual way."""
         path: str = scope["path"]
         if scope["method"] not in RECORD_METHODS or not path.startswith("/api/states/"):
