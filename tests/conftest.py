@@ -1,14 +1,17 @@
 """Shared fixtures: a real SQLite file and a real PostgreSQL schema per test.
 
-PostgreSQL comes from ``STATEFLOW_TEST_POSTGRES`` (``.ci/postgres.sh`` starts one on loopback).
+PostgreSQL comes from ``STATEFLOW_TEST_POSTGRES`` (``scripts/test-postgres.sh`` starts one on loopback).
 Under CI (``CI`` set) a missing server is an error, never a skip.
 """
 
 from __future__ import annotations
 
+import atexit
 import glob
 import os
+import shutil
 import subprocess
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -23,6 +26,12 @@ from hypothesis import HealthCheck, settings
 from stateflow.store import SqlStore, open_store
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# The suite never touches the user's own data folder (the default store file, the API token): a
+# test that names no store of its own gets an empty folder of this run's, removed at exit.
+_DATA_HOME = tempfile.mkdtemp(prefix="stateflow-test-data-")
+os.environ["XDG_DATA_HOME"] = _DATA_HOME
+atexit.register(shutil.rmtree, _DATA_HOME, True)
 
 
 def _start_postgres() -> str | None:

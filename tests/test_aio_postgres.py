@@ -120,6 +120,12 @@ def test_the_async_examples_of_the_docs_run_on_postgresql(
     monkeypatch.setenv("STATEFLOW_STORE", pg_schema_url)
     for code in examples:
         exec(compile(code, "<doc example>", "exec"), {"__name__": "__doc_example__"})
+    # both examples wrote to this PostgreSQL schema, not to a default file
+    with open_store(pg_schema_url) as store:
+        states = StatesService(store)
+        ticket, note = states.read("tickets", subject("t-7")), states.read("notes", subject("n-1"))
+        assert ticket is not None and ticket["data"] == {"status": "open"}
+        assert note is not None and note["data"] == {"text": "hi"}
 
 
 class Notes(TypedDict):
