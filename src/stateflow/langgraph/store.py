@@ -343,9 +343,12 @@ class StateflowStore(OwnsStore, BaseStore):
         # strings, the key is one, the value an object (above), the times text, the TTL a
         # number or None; checked plain as every replace is (the same refusal), and copied so
         # that no caller's object ends up in what the store caches (``_owned``)
+        # (the namespace a tuple already: ``put`` and ``batch`` made it one; the kept subject key
+        # read here, without a call: a C cache's call makes an argument tuple and hashes it)
+        subject = _SUBJECT_KEYS.get((op.namespace, op.key))
         self.records.write(
             ITEM,
-            _subject_key(op.namespace, op.key),  # (a tuple already: ``put`` and ``batch`` made it one)
+            _subject_key(op.namespace, op.key) if subject is None else subject,
             functools.partial(_owned, op, now),
             origin=origin,
             context=self.context,
@@ -469,9 +472,21 @@ def _owned(op: PutOp, now: datetime | None, before: dict[str, Any] | None) -> Wh
     return Whole(detach(kept), [[]])
 
 
-@functools.lru_cache(maxsize=16384)
+SUBJECT_KEYS_KEPT: Final = 16384
+"""Subject keys ``_subject_key`` keeps encoded, at most (then it forgets them all)."""
+_SUBJECT_KEYS: dict[tuple[tuple[str, ...], str], str] = {}
+
+
 def _subject_key(namespace: tuple[str, ...], key: str) -> str:
-    return join([*namespace, key])  # items are read again and again: encode each once
+    """An item's subject key, kept encoded (items are read and written again and again)."""
+    where = (namespace, key)
+    made = _SUBJECT_KEYS.get(where)
+    if made is None:
+        made = join([*namespace, key])
+        if len(_SUBJECT_KEYS) >= SUBJECT_KEYS_KEPT:
+            _SUBJECT_KEYS.clear()  # bounded; a miss only encodes the key again
+        _SUBJECT_KEYS[where] = made
+    return made
 
 
 # ---------------------------------------------------------------------- filters

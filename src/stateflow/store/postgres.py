@@ -395,10 +395,16 @@ class PostgresStore(SqlStore):
 
     def _remember(self, fresh: Fresh) -> None:
         super()._remember(fresh)
-        written = {row.doc_id: key for key, row in fresh.rows.items()}
+        written = None  # (the keys by doc id, made only for a body this cache has not held)
         for doc_id, (revision, body, at, size) in fresh.bodies.items():
             known = self._bodies.latest(doc_id)
-            key = known[1].key if known is not None else written.get(doc_id)
+            key: DocKey | None
+            if known is not None:
+                key = known[1].key
+            else:
+                if written is None:
+                    written = {row.doc_id: k for k, row in fresh.rows.items()}
+                key = written.get(doc_id)
             if key is not None:  # (a write's next read — a saver's newest checkpoint — is near)
                 self._keep(doc_id, Document(key, revision, body, fresh.seq, {}, at), size)
                 if len(self._seen) >= SEEN_KEYS_MAX:

@@ -1389,8 +1389,10 @@ class Writes(StoreCore):
         row, body, heads = known
         whole = build(bodies, body)
         fresh = Fresh()
+        # (the whole body set, as most adapters' writes are: those paths' encoding is known)
+        paths = _ROOT_ENCODED if whole.paths == _ROOT_PATHS else encode_trusted(whole.paths)
         if not row.present:  # the first body (or one after a delete): rows straight from it
-            plan = self._plan_new(row, whole.body, whole.encoded, encode_trusted(whole.paths), fresh)
+            plan = self._plan_new(row, whole.body, whole.encoded, paths, fresh)
         else:
             # a body replaced: its rows straight from its edits — the writer's, made with the
             # body (``whole.edits``), else the diff's — through the one planner, without a
@@ -1400,10 +1402,7 @@ class Writes(StoreCore):
             assert body is not None
             groups = whole.edits if whole.edits is not None else _edits_by_member(body, whole)
             replaced = (
-                # (``orjson`` writes a tuple path as the list it stands for)
-                self._plan_groups(row, body, heads, whole.body, groups, encode_trusted(whole.paths), fresh)
-                if groups
-                else None
+                self._plan_groups(row, body, heads, whole.body, groups, paths, fresh) if groups else None
             )
             if replaced is None:
                 return False
@@ -1630,6 +1629,11 @@ class Writes(StoreCore):
             (doc_id, revision, doc_id),
         )
 
+
+_ROOT_PATHS: Final[list[list[str]]] = [[]]
+"""The paths of a write that sets the whole body (``Whole.paths``)."""
+_ROOT_ENCODED: Final = b"[[]]"
+"""``encode_trusted(_ROOT_PATHS)``."""
 
 _WRITE_KEY = operator.attrgetter("key")
 """A write's key (C, not a lambda: a cohort of several writes is sorted on every commit)."""
