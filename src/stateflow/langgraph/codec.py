@@ -104,15 +104,14 @@ def plain_edits(
     not copied again. Where :func:`plain` refuses, some members may be copies already (equal,
     of the same types)."""
     groups: dict[str, list[Any]] = {}
-    if old.keys() != new.keys():  # (deletions first, as the diff lists them; the key sets in C)
-        for key in old:
-            if key not in new:
-                groups[key] = [[[key]]]
+    added = 0  # (members ``old`` lacks: with them, whether ``old`` has any ``new`` lacks)
     copied = new  # (a member replaced while iterating: the dict's size never changes)
     for key, v in new.items():
         was = old.get(key, MISSING)
         if v is was:  # (``old``'s own: stored, so plain, and no edit)
             continue
+        if was is MISSING:
+            added += 1
         if type(key) is not str:
             return None
         leaf = type(v)
@@ -133,6 +132,14 @@ def plain_edits(
             copied[key] = v
             if out:
                 groups[key] = out
+    if len(old) > len(new) - added:  # (deletions first, as the diff lists them)
+        # (loops, not comprehensions: one would make ``new`` a cell on every call)
+        deleted: dict[str, list[Any]] = {}
+        for key in old:
+            if key not in new:
+                deleted[key] = [[[key]]]
+        deleted.update(groups)
+        groups = deleted
     return copied, groups
 
 
@@ -144,14 +151,15 @@ def _walk(new: Any, old: Any, path: tuple[str | int, ...], depth: int, out: list
     kind = type(new)
     if kind is dict and type(old) is dict:
         copied: dict[str, Any] = new.copy()
-        if old.keys() != new.keys():
-            for k in old:
-                if k not in new:
-                    out.append([[*path, k]])
+        # (the key sets compared by what the loop finds, not as views: ``old`` lacks ``added``
+        # of ``new``'s keys, so it has keys ``new`` lacks where it is longer than the rest)
+        start, added = len(out), 0
         for k, v in new.items():
             was = old.get(k, MISSING)
             if v is was and depth < 64:  # (deeper: ``plain``'s depth limit may refuse it)
                 continue
+            if was is MISSING:
+                added += 1
             if type(k) is not str:
                 return NOT_PLAIN
             leaf = type(v)
@@ -168,10 +176,18 @@ def _walk(new: Any, old: Any, path: tuple[str | int, ...], depth: int, out: list
                 if v is NOT_PLAIN:
                     return NOT_PLAIN
                 copied[k] = v
+        if len(old) > len(new) - added:  # (deletions before this object's other edits)
+            gone = []
+            for k in old:
+                if k not in new:
+                    gone.append([[*path, k]])
+            out[start:start] = gone
         return copied
     if kind is list and type(old) is list and len(old) == len(new):
         items: list[Any] = new.copy()
-        for n, v in enumerate(new):
+        n = -1  # (an index counted by hand: no ``enumerate`` object and its pairs per list)
+        for v in new:
+            n += 1
             was = old[n]
             if v is was and depth < 64:
                 continue
