@@ -332,6 +332,37 @@ def test_put_checks_a_namespace_once_and_refuses_a_bad_one_every_time(
     assert sorted(lg.list_namespaces()) == sorted([*good, *[("many", f"n{n}") for n in range(10)]])
 
 
+def test_items_keep_their_own_subjects_while_the_kept_subject_keys_are_forgotten(
+    lg: StateflowStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The subject keys a put reads without encoding them again are bounded: past the bound
+    they are all forgotten and made again, and every item — put once, then replaced after its
+    key was forgotten — is written and read under its own subject, the one ``subject_key``
+    gives, with its own history."""
+    import stateflow.langgraph.store as store_module
+
+    monkeypatch.setattr(store_module, "SUBJECT_KEYS_KEPT", 3)
+    store_module._SUBJECT_KEYS.clear()
+    items = [(("kept", f"n{n % 4}", "x/y z"), f"k{n}") for n in range(10)]
+    for round_ in range(2):
+        for n, (namespace, key) in enumerate(items):
+            lg.put(namespace, key, {"n": n, "round": round_})
+            assert len(store_module._SUBJECT_KEYS) <= 3
+    for n, (namespace, key) in enumerate(items):
+        item = lg.get(namespace, key)
+        assert item is not None and item.value == {"n": n, "round": 1}
+        assert (item.namespace, item.key) == (namespace, key)
+        subject = lg.subject(namespace, key)
+        assert subject["key"] == "/".join(
+            part.replace("/", "%2F").replace(" ", "%20") for part in (*namespace, key)
+        )
+        record = lg.states.read(lg.records.state, subject)
+        assert record is not None and record["data"]["value"] == {"n": n, "round": 1}
+        trail = lg.states.writes(lg.records.state, subject)["items"]
+        assert [w["revision"] for w in trail] == [2, 1]
+    assert store_module._SUBJECT_KEYS.get((("kept", "n1", "x/y z"), "k9")) == "kept/n1/x%2Fy%20z/k9"
+
+
 def test_ttl_expiry_refresh_and_sweep(backend: str) -> None:
     with StateflowStore.open(backend, ttl={"default_ttl": 60, "refresh_on_read": True}) as lg:
         lg.put(("s",), "short", {"v": 1}, ttl=0.001)  # 60 ms

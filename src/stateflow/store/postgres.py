@@ -529,7 +529,12 @@ class PostgresStore(SqlStore):
         self._writable()
         at = ""
         unborn = self._unborn
-        creates = [(key, row.doc_id) for key, row in locked if unborn.pop(row.doc_id, None) is not None]
+        # (no id taken ahead and not yet committed, as in most writes: nothing to look up)
+        creates = (
+            [(key, row.doc_id) for key, row in locked if unborn.pop(row.doc_id, None) is not None]
+            if unborn
+            else []
+        )
         if creates and (len(creates) < len(locked) or (self._groups is not None and self._groups.busy)):
             # created first, in a transaction of their own: a commit that creates rows and
             # then waits for other rows' locks could deadlock with a writer holding those and
@@ -539,7 +544,8 @@ class PostgresStore(SqlStore):
         # the rows of new documents are created by the commit function (``stateflow_commit``)
         # after it locks the shared rows and before it locks the written ones: in the lock order
         # (``rows.lock_order``), as a new row's insert waits for whoever is creating the same row
-        creates.sort(key=lambda c: lock_order(c[0]))
+        if len(creates) > 1:
+            creates.sort(key=lambda c: lock_order(c[0]))
 
         def build() -> _Planned:
             nonlocal at
@@ -550,22 +556,36 @@ class PostgresStore(SqlStore):
             # waited for an earlier row — would be locked out of order. Where its creator also
             # locks another shared row (a fold creating the aliases locks the declaration), that
             # lock keeps it out until this commit is done, as before.
-            present = [(key, row) for key, row in shared if row.doc_id]
-            absent = [key for key, row in shared if not row.doc_id]
+            # (the keys in one loop over each list, not a comprehension per field: a commit
+            # names a few documents, and each comprehension is a call)
+            present: list[DocKey] = []
+            share_keys: list[tuple[str, str, int, int]] = []
+            absent_keys: list[tuple[str, str]] = []
+            for key, row in shared:
+                if row.doc_id:
+                    present.append(key)
+                    share_keys.append((key.state, key.subject, row.doc_id, row.revision))
+                else:
+                    absent_keys.append((key.state, key.subject))
+            written: list[DocKey] = []
+            lock_keys: list[tuple[str, str, int, int]] = []
+            for key, row in locked:
+                written.append(key)
+                lock_keys.append((key.state, key.subject, row.doc_id, row.revision))
             fields, beside = _rows(plans)
-            if absent:
-                fields["absent_keys"] = [(k.state, k.subject) for k in absent]
+            if absent_keys:
+                fields["absent_keys"] = absent_keys
             if claims:
                 fields["claim_keys"] = claims
-            if present:
-                fields["share_keys"] = [(k.state, k.subject, r.doc_id, r.revision) for k, r in present]
+            if share_keys:
+                fields["share_keys"] = share_keys
             if creates:  # then every row it writes: created by the function, locked by their insert
                 fields["new_keys"] = [(k.state, k.subject, doc_id) for k, doc_id in creates]
-            elif locked:
-                fields["lock_keys"] = [(k.state, k.subject, r.doc_id, r.revision) for k, r in locked]
+            elif lock_keys:
+                fields["lock_keys"] = lock_keys
             return (
-                [key for key, _ in present],
-                [key for key, _ in locked],
+                present,
+                written,
                 # in the order of the statement's placeholders
                 [_payload(fields), at, encode_trusted(origin), _SEQ_LOCK, *beside],
             )
@@ -1021,7 +1041,8 @@ def _rows(plans: Sequence[WritePlan]) -> tuple[dict[str, Any], list[_ByteaArray 
         if p.nodes:
             nodes += p.nodes.items()
         edits += p.edits
-        d = p.row
+        d = p.document  # (the field, not ``row``'s call)
+        assert d is not None
         whole = _whole_from_inserts(p, p.inline) if p.inserts and p.inline is not None else 0
         inline.append(None if whole else p.inline)
         documents.append(  # its change row (its edits beside), then its document row
