@@ -1052,7 +1052,9 @@ def _rows(plans: Sequence[WritePlan]) -> tuple[dict[str, Any], list[_ByteaArray 
                 p.paths,
                 None,
                 d.revision,
-                int(d.present),
+                # NULL where it does not move: the function's update then leaves the column
+                # out, and its counter's trigger is not even considered (schema 33)
+                None if p.present == p.was_present else int(d.present),
                 d.snapshot_revision,
                 d.bytes_since_snapshot,
                 d.body_size,
