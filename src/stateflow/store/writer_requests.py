@@ -36,7 +36,7 @@ import os
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Final
 
@@ -313,6 +313,11 @@ the requests it writes next: what its writes planned (``Fresh``), not the caches
 only committed data)."""
 
 
+_ROW_FIELDS: Final = tuple(f.name for f in fields(DocRow))
+"""A document row's fields in order, as ``handed_on`` lists them and ``DocRow(*row)`` takes them
+back (every field: one added to the row travels with it)."""
+
+
 def handed_on(held: Held, most: int) -> bytes | None:
     """``held`` encoded for the next turn (``WriterQueue.hand_on``): each document's key, row,
     body and member heads in position order; None where a body alone may take more than
@@ -336,17 +341,7 @@ def handed_on(held: Held, most: int) -> bytes | None:
             [
                 key.state,
                 key.subject,
-                [
-                    row.doc_id,
-                    row.revision,
-                    row.present,
-                    row.updated_seq,
-                    row.snapshot_revision,
-                    row.bytes_since_snapshot,
-                    row.body_size,
-                    row.next_position,
-                    row.at,
-                ],
+                [getattr(row, name) for name in _ROW_FIELDS],
                 body,
                 listed,
             ]
