@@ -2139,16 +2139,12 @@ def test_a_schema_31_store_upgrades_to_32_and_a_commit_of_many_new_documents_kee
     change once the document is written again, equal to what was written, and the document written again its own."""
     with _upgraded(_MEMBERS_ONCE_VERSION - 1, backend, tmp_path) as store:
         if isinstance(store, PostgresStore):
-            with store._read_tx() as tx:
-                functions = tx.all(
-                    "SELECT p.proname, pg_get_functiondef(p.oid), p.proconfig FROM pg_proc p "
-                    "JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = current_schema() "
-                    "AND p.proname IN ('stateflow_commit', 'stateflow_write_rows')"
-                )
-            assert sorted(name for name, _, _ in functions) == ["stateflow_commit", "stateflow_write_rows"]
-            for _, source, config in functions:
-                assert "at_ins := at_ins + 1;" in source and "FOR j IN" not in source
-                assert "enable_seqscan=off" in config  # (CREATE OR REPLACE dropped it: given again)
+            with store._pool.connection() as conn:
+                for f in WRITE_FUNCTIONS[:2]:  # (stateflow_commit, stateflow_write_rows)
+                    source = _function_column(conn, f, "prosrc", "")
+                    assert "at_ins := at_ins + 1;" in source and "FOR j IN" not in source, f
+                    # (CREATE OR REPLACE dropped it: given again)
+                    assert "enable_seqscan=off" in _function_column(conn, f, "proconfig", []), f
         middle = DocKey("many", "n074z")  # (a commit writes its documents in key order)
         before: dict[str, Any] = {"title": "old", "n": -1}
         store.commit([Write.between(middle, None, before)])
@@ -2186,13 +2182,14 @@ def test_a_schema_32_store_upgrades_to_33_and_commits_many_documents_through_exp
     them — equal a recount."""
     with _upgraded(_ROWS_EXPANDED_VERSION - 1, backend, tmp_path) as store:
         if isinstance(store, PostgresStore):
-            with store._read_tx() as tx:
-                functions = tx.all(
-                    "SELECT p.proname, p.prosrc, p.proconfig FROM pg_proc p "
-                    "JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = current_schema() "
-                    "AND p.proname IN ('stateflow_commit', 'stateflow_write_rows')"
-                )
-            found = {name: (source, sorted(config)) for name, source, config in functions}
+            with store._pool.connection() as conn:
+                found = {
+                    f.split("(")[0]: (
+                        _function_column(conn, f, "prosrc", ""),
+                        sorted(_function_column(conn, f, "proconfig", [])),
+                    )
+                    for f in WRITE_FUNCTIONS[:2]
+                }
             source, config = found["stateflow_write_rows"]
             assert config == ["enable_seqscan=off", "plan_cache_mode=force_generic_plan"]
             assert "ins_rows TEXT[] := w.ins_rows;" in source and "w.ins_rows[" not in source

@@ -11,6 +11,8 @@ from __future__ import annotations
 import sqlite3
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -41,13 +43,24 @@ def _patched(store: Any, view: MemoryView, key: DocKey, name: str, value: str) -
     return receipt.seq, _reads(statements)
 
 
-def _drive(db: Path) -> tuple[list[int], dict[str, Any]]:
-    """Three writers patching one scope in turn, twice round; each turn's reads and the body."""
-    stores = [open_store(db) for _ in range(3)]
+@contextmanager
+def _writers(db: Path, n: int) -> Iterator[tuple[list[Any], list[MemoryView], DocKey]]:
+    """``n`` store objects on ``db`` (each as a process of its own), a view of one shared scope
+    in each, and the scope's key; the scope seeded by a plain write (nothing handed on)."""
+    stores = [open_store(db) for _ in range(n)]
     try:
         views = [MemoryView(s, Identity.of("t", "/t", "shared")) for s in stores]
         key = views[0].keys["session"]
-        views[0].patch_state({"session": {"tactics": {"seed": "s"}}})  # (a plain write: nothing handed on)
+        views[0].patch_state({"session": {"tactics": {"seed": "s"}}})
+        yield stores, views, key
+    finally:
+        for store in stores:
+            store.close()
+
+
+def _drive(db: Path) -> tuple[list[int], dict[str, Any]]:
+    """Three writers patching one scope in turn, twice round; each turn's reads and the body."""
+    with _writers(db, 3) as (stores, views, key):
         reads: list[int] = []
         seqs: list[int | None] = []
         for i in range(6):
@@ -59,9 +72,6 @@ def _drive(db: Path) -> tuple[list[int], dict[str, Any]]:
         body = stores[0].get(key).body
         assert body is not None
         return reads, body
-    finally:
-        for store in stores:
-            store.close()
 
 
 def _rows(db: Path) -> dict[str, list[list[Any]]]:
@@ -97,11 +107,7 @@ def test_a_turns_own_patch_is_merged_on_the_documents_the_turn_before_handed_on(
 
 def test_a_commit_since_the_documents_were_handed_on_makes_the_next_turn_read_them(tmp_path: Path) -> None:
     db = tmp_path / "store.db"
-    stores = [open_store(db) for _ in range(3)]
-    try:
-        views = [MemoryView(s, Identity.of("t", "/t", "shared")) for s in stores]
-        key = views[0].keys["session"]
-        views[0].patch_state({"session": {"tactics": {"seed": "s"}}})
+    with _writers(db, 3) as (stores, views, key):
         _patched(stores[0], views[0], key, "a", "1")  # reads: nothing handed on yet
         _, reads = _patched(stores[1], views[1], key, "b", "1")  # on what the turn before left
         assert reads == 0
@@ -115,9 +121,6 @@ def test_a_commit_since_the_documents_were_handed_on_makes_the_next_turn_read_th
         assert reads == 0
         body = stores[2].get(key).body
         assert body is not None and body["tactics"] == {"seed": "s", "a": "2", "b": "2", "c": "1"}
-    finally:
-        for store in stores:
-            store.close()
 
 
 def test_a_header_read_after_a_commit_is_handed_on_only_if_it_is_that_commits() -> None:
@@ -157,13 +160,9 @@ def test_a_turn_that_carried_other_processes_requests_hands_their_writes_on_too(
 
 def test_a_record_whose_two_headers_differ_is_not_taken(tmp_path: Path) -> None:
     db = tmp_path / "store.db"
-    stores = [open_store(db) for _ in range(2)]
-    try:
-        views = [MemoryView(s, Identity.of("t", "/t", "shared")) for s in stores]
-        key = views[0].keys["session"]
-        views[0].patch_state({"session": {"tactics": {"seed": "s"}}})
+    with _writers(db, 2) as (stores, views, key):
         _patched(stores[0], views[0], key, "a", "1")
-        handed = stores[0]._group.queue._handed  # type: ignore[attr-defined]
+        handed = stores[0]._group.queue._handed
         size = int.from_bytes(handed[48:52], "little")
         assert size > 0 and handed[52 + size : 100 + size] == handed[:48]
         handed[52 + size] ^= 0xFF  # (as a record put together from two turns' writes)
@@ -171,6 +170,3 @@ def test_a_record_whose_two_headers_differ_is_not_taken(tmp_path: Path) -> None:
         assert reads > 0
         body = stores[1].get(key).body
         assert body is not None and body["tactics"] == {"seed": "s", "a": "1", "b": "1"}
-    finally:
-        for store in stores:
-            store.close()
