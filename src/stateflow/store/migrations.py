@@ -2920,7 +2920,7 @@ def _rows_expanded() -> str:
     declared = f"    w stateflow_rows := json_populate_record({_NO_ROWS}, p);\n"
     rows = _replaced(
         re.sub(r"\bw\.(\w+)", r"\1", rows),
-        declared.replace("(w.", "("),
+        declared,
         declared
         + "    -- each field it reads, held expanded: a subscript finds its element by index\n"
         + "".join(f"    {name} TEXT[] := w.{name};\n" for name in fields),
