@@ -29,6 +29,7 @@ from stateflow.errors import InvalidInput, StoreNotMigrated
 from stateflow.memory import Identity, MemoryView
 from stateflow.store import DocKey, SqlStore, Whole, Write, open_store, postgres
 from stateflow.store.check import check_store
+from stateflow.store.ledger import OpIdTaken
 from stateflow.store.migrations import (
     CHANGE_ROW_MAX,
     INDEXABLE,
@@ -2211,3 +2212,77 @@ def test_a_schema_32_store_upgrades_to_33_and_commits_many_documents_through_exp
         with store._read_tx() as tx:
             stored, recounted = store.recount(tx)
         assert stored == recounted and stored[("bulk", "member", "o")] == 2000 - 3
+
+
+_FEWER_SET_UPS_VERSION = 34
+_RARE_FIELDS = {"claim_keys", "node_rows", "del_rows", "gone", "ed_rows", "snap_rows"}
+"""The payload's fields version 34's ``stateflow_commit`` tells by one flag."""
+
+
+def test_a_schema_33_store_upgrades_to_34_and_commits_and_counts_the_same_with_fewer_set_ups(
+    backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Version 34 has PostgreSQL's ``stateflow_commit`` tell the payload's rarely sent fields by
+    one flag and cast a written member's and a document's key once, and the kinds' counter's
+    trigger on ``present`` gate a ``present`` that does not move in its function instead of by
+    a ``WHEN``; SQLite only records the version. After the upgrade, optimistic commits (each one
+    ``stateflow_commit``) that send every one of those fields — an op id claimed, members
+    dropped, a member held as a tree, a change's edits apart, snapshots, a document deleted and
+    written again — and others that send none of them read back at every revision; a claim taken
+    again is refused and writes nothing; an update setting ``present`` to what it is, the
+    counters' writes, writers racing and a purge leave every counter equal to a recount."""
+    sent: list[set[str]] = []  # the fields of each payload stateflow_commit took
+    alone = postgres._commit_alone
+
+    def recorded(conn: Any, params: Sequence[Any]) -> int | None:
+        sent.append(set(orjson.loads(params[0])))
+        return alone(conn, params)
+
+    monkeypatch.setattr(postgres, "_commit_alone", recorded)
+    with _upgraded(_FEWER_SET_UPS_VERSION - 1, backend, tmp_path) as store:
+        pg = isinstance(store, PostgresStore)
+        if isinstance(store, PostgresStore):
+            with store._pool.connection() as conn:
+                source = _function_column(conn, WRITE_FUNCTIONS[0], "prosrc", "")
+                config = _function_column(conn, WRITE_FUNCTIONS[0], "proconfig", [])
+                gated = conn.execute(
+                    "SELECT tgqual IS NULL FROM pg_trigger "
+                    "WHERE tgrelid = 'documents'::regclass AND tgname = 'count_documents_present'"
+                ).fetchone()
+            assert config == ["enable_seqscan=off"] and source.count("IF rare THEN") == 3
+            assert (
+                "WHERE doc_id = k_doc AND name = k_subject;" in source
+                and "w.upd_rows[i][6]::bigint AND" not in source
+            )
+            assert gated == (True,)  # (no WHEN: the function tells a present that does not move)
+        key = DocKey("items", '["a","b","rare","d"]')
+        history: list[Any] = [None]
+
+        def write(body: Any, claims: Sequence[tuple[str, str]] = ()) -> None:
+            def compute(d: dict[DocKey, Any]) -> tuple[list[Write], None]:
+                return [Write.between(key, d[key].body, body)], None
+
+            store.update([key], compute, optimistic=True, claims=claims)
+            history.append(body)
+
+        big = [f"{i:04d}" + "x" * 1020 for i in range(TREE_MIN // 1024)]
+        write({"a": 1, "b": [1], "c": {"d": 1}})
+        write({"a": 2, "b": [2], "c": {"d": 2}}, claims=[("scope", "op-1")])  # a claim
+        write({"a": 3, "big": big})  # members dropped, a tree
+        for i in range(24):  # its members' edits apart, snapshots
+            write({"a": 4 + i, "big": [f"{i}" * 1024, *big[1:]], "s": "y" * 3000 * (i % 2)})
+        write(None)  # deleted
+        write({"again": "\\u0000", "n": 1})  # written again
+        with pytest.raises(OpIdTaken):  # (refused: nothing written, nothing added to history)
+            write({"taken": True}, claims=[("scope", "op-1")])
+        for revision, body in enumerate(history):
+            assert store.read_at(key, revision=revision).body == body, revision
+        assert store.get(key).body == history[-1]
+        if pg:
+            assert set().union(*sent) >= _RARE_FIELDS  # each rare field went through the function
+            assert any(not fields & _RARE_FIELDS for fields in sent)
+            with store._write_tx() as tx:  # present set to what it is: counts nothing
+                tx.run("UPDATE documents SET present = present WHERE state = 'items'")
+        _counted_writes(store, "counted")
+        stored = _race_and_purge(store, backend, "counted")
+        assert stored[("items", "kind", "rare")] == 1

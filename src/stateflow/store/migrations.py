@@ -330,6 +330,16 @@ update a document's row without ``present`` where the write does not move it (th
 ``present`` is then NULL), as the portable writes do: a statement that sets the column has its
 counter's trigger considered — its ``WHEN`` read and prepared — even where it does not fire.
 The same rows. SQLite only records the version.
+
+Version 34, on PostgreSQL, has ``stateflow_commit`` set up fewer expressions per call (PL/pgSQL
+sets up each expression it evaluates again in every transaction, and each commit statement is
+one): the payload's fields most commits leave out — claims, nodes, deleted members, edits
+beside, snapshots — are told by one flag computed once instead of each by a condition or a
+loop's bounds of its own, and a written member's and a document's key are cast once into a
+variable instead of in every statement that names them. The kinds' counter's trigger on
+``present`` has no ``WHEN`` (read from its node text and prepared in every statement that sets
+the column, since version 33 only where it moves): its function tells a ``present`` that does
+not move. The same rows and counts. SQLite only records the version.
 """
 
 from __future__ import annotations
@@ -338,7 +348,7 @@ import re
 from collections.abc import Sequence
 from typing import Final
 
-SCHEMA_VERSION: Final = 33
+SCHEMA_VERSION: Final = 34
 
 VALUE_INDEX_MAX: Final = 1024
 """Members up to this encoded size are in ``members_by_value`` (scalars only)."""
@@ -741,6 +751,7 @@ CREATE INDEX members_by_value ON members (name, {SQLITE_VALUE.format(m="")})
     31: "",
     32: "",
     33: "",
+    34: "",
 }
 
 _JSONB_CAN_HOLD: Final = "{m}size <= 1048576 AND position('\\x5c7530303030'::bytea IN {m}body) = 0"
@@ -2936,6 +2947,111 @@ def _rows_expanded() -> str:
 _ROWS_EXPANDED: Final = _rows_expanded()
 
 
+def _fewer_set_ups() -> str:
+    """Version 34's ``stateflow_commit``: version 33's, with fewer expressions set up per call —
+    PL/pgSQL sets up each expression it evaluates again in every transaction, and every commit
+    statement is one. The payload's fields most commits leave out (claims, nodes, deleted
+    members, edits beside, snapshots) are told by one flag computed once, not each by a
+    condition or a loop's bounds of its own; a written member's and a document's key are cast
+    once into a variable, not in each statement that names it (an index scan's keys and its
+    recheck set up each cast again). And the counter of present documents' kinds gates a
+    ``present`` that does not move inside its function instead of by its trigger's ``WHEN``,
+    which is read from its node text and prepared in every statement that sets ``present`` —
+    since version 33 only where it moves."""
+    both = _ROWS_EXPANDED
+    f = both[both.index("CREATE OR REPLACE FUNCTION stateflow_commit(") : both.index("ALTER FUNCTION ")]
+    f = _replaced(
+        f,
+        "    k_subject TEXT;\n",
+        "    k_subject TEXT;\n"
+        "    k_doc BIGINT;\n"
+        "    -- (the fields most commits leave out, told once: each condition or loop bound is an\n"
+        "    -- expression set up again in every transaction; see version 34)\n"
+        "    rare BOOLEAN := w.claim_keys IS NOT NULL OR w.node_rows IS NOT NULL OR w.del_rows IS NOT NULL\n"
+        "        OR w.gone IS NOT NULL OR w.ed_rows IS NOT NULL OR w.snap_rows IS NOT NULL;\n",
+    )
+    for start, end in (
+        (
+            "    FOR i IN 1 .. coalesce(array_length(w.claim_keys, 1), 0) LOOP\n",
+            "    FOR i IN 1 .. coalesce(array_length(w.share_keys, 1)",
+        ),
+        ("    IF w.claim_keys IS NOT NULL THEN\n", "    FOR i IN 1 .. coalesce(array_length(w.upd_rows, 1)"),
+        ("    IF w.ed_rows IS NOT NULL THEN\n", "    RETURN new_seq;\n"),
+    ):
+        at = f.index(start)
+        to = f.index(end, at)
+        f = (
+            f[:at]
+            + "    IF rare THEN\n"
+            + "".join(f"    {line}\n" for line in f[at:to].splitlines())
+            + "    END IF;\n"
+            + f[to:]
+        )
+    f = _replaced(
+        f,
+        "        UPDATE members\n",
+        "        k_doc := w.upd_rows[i][6]::bigint;  -- (cast once: not in the scan's keys and recheck)\n"
+        "        k_subject := w.upd_rows[i][7];  -- (the member's name)\n"
+        "        UPDATE members\n",
+    )
+    f = _replaced(
+        f,
+        "        WHERE doc_id = w.upd_rows[i][6]::bigint AND name = w.upd_rows[i][7];\n",
+        "        WHERE doc_id = k_doc AND name = k_subject;\n",
+    )
+    f = _replaced(
+        f,
+        "        -- (present NULL where it does not move",
+        "        k_doc := w.doc_rows[i][1]::bigint;\n        -- (present NULL where it does not move",
+    )
+    if f.count("WHERE doc_id = w.doc_rows[i][1]::bigint\n") != 2:
+        raise RuntimeError("a migration's anchor is not there twice: the document's update")
+    f = f.replace("WHERE doc_id = w.doc_rows[i][1]::bigint\n", "WHERE doc_id = k_doc\n")
+    f = f.replace("VALUES (w.doc_rows[i][1]::bigint, w.doc_rows[i][2]", "VALUES (k_doc, w.doc_rows[i][2]")
+    if f.count("VALUES (k_doc, ") != 2:
+        raise RuntimeError("a migration's anchor is not there twice: the change's insert")
+    return f + _COUNT_KINDS_MOVED + f"ALTER FUNCTION {WRITE_FUNCTIONS[0]} SET enable_seqscan = off;\n"
+
+
+_COUNT_KINDS_MOVED: Final = r"""
+CREATE OR REPLACE FUNCTION stateflow_count_documents() RETURNS TRIGGER LANGUAGE plpgsql AS $$
+-- the counter's row updated in place where it exists (the common case), created where not: an
+-- upsert that finds its row locks it first, one more WAL record per counter
+DECLARE
+    kind TEXT;
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        UPDATE state_counts SET n = n - 1
+        WHERE state = OLD.state AND counter = 'kind' AND name = stateflow_subject_kind(OLD.subject);
+        RETURN NULL;
+    END IF;
+    -- (an update whose present does not move counts nothing: told here, not by a WHEN, which
+    -- is read and prepared in every statement that sets present; see version 34)
+    IF TG_OP = 'UPDATE' AND OLD.present = NEW.present THEN
+        RETURN NULL;
+    END IF;
+    kind := stateflow_subject_kind(NEW.subject);
+    UPDATE state_counts SET n = n + CASE WHEN NEW.present = 1 THEN 1 ELSE -1 END
+    WHERE state = NEW.state AND counter = 'kind' AND name = kind;
+    IF NOT FOUND THEN
+        INSERT INTO state_counts (state, counter, name, n)
+        VALUES (NEW.state, 'kind', kind, CASE WHEN NEW.present = 1 THEN 1 ELSE -1 END)
+        ON CONFLICT (state, counter, name) DO UPDATE SET n = state_counts.n + excluded.n;
+    END IF;
+    RETURN NULL;
+END
+$$;
+DROP TRIGGER count_documents_present ON documents;
+CREATE TRIGGER count_documents_present AFTER UPDATE OF present ON documents
+    FOR EACH ROW EXECUTE FUNCTION stateflow_count_documents();
+"""
+"""Version 34, PostgreSQL: the kind counter's trigger on ``present`` without its ``WHEN`` (the
+function tells a ``present`` that does not move); the same counts."""
+
+
+_FEWER_SET_UPS: Final = _fewer_set_ups()
+
+
 _KIND_BY_LIKE: Final = r"""
 CREATE OR REPLACE FUNCTION stateflow_subject_kind(subject TEXT) RETURNS TEXT
     LANGUAGE SQL IMMUTABLE PARALLEL SAFE
@@ -3699,6 +3815,7 @@ $$;
     31: _SCALAR_CONTAINMENT,
     32: _MEMBERS_ONCE,
     33: _ROWS_EXPANDED,
+    34: _FEWER_SET_UPS,
 }
 
 
