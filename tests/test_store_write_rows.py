@@ -162,8 +162,8 @@ def test_what_a_write_leaves_empty_is_one_shared_read_only_empty(open_migrated: 
     assert one.roots is NONE and one.nodes is NONE and one.bodies is NONE
     one.keep_roots(1, (2, {"a": b"r"}))
     one.keep_nodes({b"n": b"{}"})
-    one.keep_body(1, (2, {"a": 1}, "", 7))
-    assert one.roots == {1: (2, {"a": b"r"})} and one.nodes == {b"n": b"{}"} and one.bodies[1][3] == 7
+    one.keep_body(1, (2, {"a": 1}, 7))
+    assert one.roots == {1: (2, {"a": b"r"})} and one.nodes == {b"n": b"{}"} and one.bodies[1][2] == 7
     assert other.roots is NONE and other.nodes is NONE and other.bodies is NONE and dict(NONE) == {}
     one.clear()
     assert one.roots is NONE and one.nodes is NONE and one.bodies is NONE

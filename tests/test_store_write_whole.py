@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 import sqlite3
+from collections.abc import Callable
 from contextlib import closing
 from typing import Any
 
@@ -185,6 +186,34 @@ def test_a_new_document_read_back_here_carries_its_commit(open_migrated: StoreFa
     assert mine.body == theirs.body == {"a": 1}
     assert theirs.seq is not None
     assert (mine.revision, mine.seq, mine.at) == (theirs.revision, theirs.seq, theirs.at)
+
+
+def test_every_body_read_back_here_carries_the_commit_that_wrote_it(open_migrated: StoreFactory) -> None:
+    """Whatever way a body is written — replaced whole on what this store saw, by the general
+    ``update``, deleted, written again — the document read back here (PostgreSQL: from the
+    bodies its writes keep) has the seq and time the database holds for that commit."""
+    store = open_migrated()
+    _replace(store, GUARD, {"v": 1})
+    store.read([GUARD])
+    assert store.write_whole(KEY, _whole({"a": 1}), {"by": "lean"}, shared=[GUARD])
+
+    def delete(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
+        return [Write.between(KEY, docs[KEY].body, None, docs[KEY].revision)], None
+
+    writes: list[Callable[[], object]] = [
+        lambda: store.write_whole(KEY, _whole({"a": 2, "b": [1]}), {"by": "lean"}, shared=[GUARD]),
+        lambda: _replace(store, KEY, {"a": 3}),
+        lambda: store.update([KEY], delete, {"by": "delete"}),
+        lambda: _replace(store, KEY, {"c": 4}),
+        lambda: store.write_whole(KEY, _whole({"c": 5}), {"by": "lean"}, shared=[GUARD]),
+    ]
+    for n, write in enumerate(writes, start=2):
+        write()
+        mine = store.read([KEY])[KEY]
+        theirs = open_migrated().read([KEY])[KEY]
+        assert mine.revision == theirs.revision == n
+        assert (mine.body, mine.seq, mine.at) == (theirs.body, theirs.seq, theirs.at)
+        assert theirs.seq is not None and theirs.at is not None
 
 
 def _replaced(rng: random.Random, body: dict[str, Any]) -> tuple[dict[str, Any], list[list[str]]]:

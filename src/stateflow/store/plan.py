@@ -172,9 +172,11 @@ class Fresh:
     """doc_id → (revision, member heads by name in position order, and the body assembled with
     its encoded size where every member was known — ``None, 0`` where not)
     after the write, where the heads before it were known: one entry of ``StoreCore._heads``"""
-    bodies: Mapping[int, tuple[int, dict[str, Any] | None, str, int]]
-    """doc_id → (revision, body, at, encoded size) after the write, where every member was known
-    (only for stores that keep whole bodies: ``keeps_bodies``; :meth:`keep_body`)"""
+    bodies: Mapping[int, tuple[int, dict[str, Any] | None, int]]
+    """doc_id → (revision, body, encoded size) after the write, where every member was known
+    (only for stores that keep whole bodies: ``keeps_bodies``; :meth:`keep_body`); their time
+    is :attr:`at` once the commit is stamped (the commit's: not kept per body, so a body planned
+    before that time was known is not made again with it)"""
     rows: dict[DocKey, DocRow]
     """document rows as this transaction read or left them (for writes computed optimistically)"""
     nodes: Mapping[bytes, bytes]
@@ -199,7 +201,7 @@ class Fresh:
         self.at = ""
         self.seq = None
 
-    def keep_body(self, doc_id: int, entry: tuple[int, dict[str, Any] | None, str, int]) -> None:
+    def keep_body(self, doc_id: int, entry: tuple[int, dict[str, Any] | None, int]) -> None:
         """``bodies[doc_id] = entry``."""
         bodies = self.bodies
         if isinstance(bodies, dict):

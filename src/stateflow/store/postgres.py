@@ -396,7 +396,8 @@ class PostgresStore(SqlStore):
     def _remember(self, fresh: Fresh) -> None:
         super()._remember(fresh)
         written = None  # (the keys by doc id, made only for a body this cache has not held)
-        for doc_id, (revision, body, at, size) in fresh.bodies.items():
+        at = fresh.at  # (the commit's: every body's)
+        for doc_id, (revision, body, size) in fresh.bodies.items():
             known = self._bodies.latest(doc_id)
             key: DocKey | None
             if known is not None:
@@ -406,7 +407,10 @@ class PostgresStore(SqlStore):
                     written = {row.doc_id: k for k, row in fresh.rows.items()}
                 key = written.get(doc_id)
             if key is not None:  # (a write's next read — a saver's newest checkpoint — is near)
-                self._keep(doc_id, Document(key, revision, body, fresh.seq, {}, at), size)
+                # (the cache's entry made here: ``_keep`` and ``put`` would be two calls per write)
+                self._bodies.put_many(
+                    ((doc_id, revision, Document(key, revision, body, fresh.seq, {}, at), size),)
+                )
                 if len(self._seen) >= SEEN_KEYS_MAX:
                     self._seen.clear()
                 self._seen.setdefault(key, None)

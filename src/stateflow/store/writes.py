@@ -1208,7 +1208,7 @@ class Writes(StoreCore):
             fresh.heads[doc_id] = (revision, heads_after, None, 0)
             if not present:
                 if self.keeps_bodies:
-                    fresh.keep_body(doc_id, (revision, None, fresh.at, 0))
+                    fresh.keep_body(doc_id, (revision, None, 0))
             elif entry.complete or not row.present:
                 touched = stage.touched
                 whole = {n: values[n] if n in touched else old_members[n][0] for n in heads_after}
@@ -1217,7 +1217,7 @@ class Writes(StoreCore):
                     # whole here instead of assembling it from the member caches (``_known``)
                     fresh.heads[doc_id] = (revision, heads_after, whole, size)
                 if self.keeps_bodies:
-                    fresh.keep_body(doc_id, (revision, whole, fresh.at, size))
+                    fresh.keep_body(doc_id, (revision, whole, size))
         plan.paths = _paths_of(write)
         room = self._change_room(plan)
         groups: dict[str, list[Any]] = {}
@@ -1463,7 +1463,7 @@ class Writes(StoreCore):
         # (the body as it is: the next write of this document starts from it, ``_known``)
         fresh.heads[doc_id] = (revision, heads, body, size)
         if self.keeps_bodies:
-            fresh.keep_body(doc_id, (revision, body, fresh.at, size))
+            fresh.keep_body(doc_id, (revision, body, size))
         # the change: ``[[[], body]]`` (the whole body set), inline in its row when small
         edit = b"[[[],{" + b",".join(parts) + b"}]]"
         plan.paths = paths
@@ -1550,7 +1550,7 @@ class Writes(StoreCore):
             fresh.keep_roots(doc_id, (revision, kept))
         fresh.heads[doc_id] = (revision, heads, body_after, size)
         if self.keeps_bodies:
-            fresh.keep_body(doc_id, (revision, body_after, fresh.at, size))
+            fresh.keep_body(doc_id, (revision, body_after, size))
         plan.paths = paths
         room = self._change_room(plan)
         planned: list[tuple[int, int, str, bytes, bytes | None]] = []
@@ -1938,9 +1938,7 @@ def member_row(
 
 def _stamp(keys: Sequence[DocKey], plans: Sequence[WritePlan], seq: int, at: str, fresh: Fresh) -> None:
     """``fresh`` stamped with the commit of ``plans`` (one per key of ``keys``): its seq and
-    time, the bodies it keeps with that time, and the documents' new rows."""
-    if fresh.bodies and fresh.at != at:  # (planned before the commit's time was known)
-        fresh.bodies = {d: (r, body, at, size) for d, (r, body, _, size) in fresh.bodies.items()}
+    time (that of the bodies it keeps, ``Fresh.bodies``) and the documents' new rows."""
     fresh.seq, fresh.at = seq, at
     rows = fresh.rows
     # (one plan per key by construction: ``strict=True`` would make a keyword call per commit)
