@@ -89,7 +89,8 @@ class CommitGroups(Generic[P, A]):
             if alone:
                 self._sending = True
                 self.groups += 1
-                self.largest = max(self.largest, 1)
+                if not self.largest:  # (not ``max``: a call of it makes an argument tuple)
+                    self.largest = 1
             else:
                 member: Member[P, A] = Member(params)
                 self._pending.append(member)
