@@ -18,6 +18,7 @@ import pytest
 
 from stateflow.langgraph.codec import plain_edits
 from stateflow.store import DocKey, Document, Whole, Write
+from stateflow.store.model import made_document
 from tests.conftest import StoreFactory
 
 KEY = DocKey("items", '["agent","a","item","k"]')
@@ -186,6 +187,24 @@ def test_a_new_document_read_back_here_carries_its_commit(open_migrated: StoreFa
     assert mine.body == theirs.body == {"a": 1}
     assert theirs.seq is not None
     assert (mine.revision, mine.seq, mine.at) == (theirs.revision, theirs.seq, theirs.at)
+
+
+def test_a_made_document_is_the_document_its_class_builds() -> None:
+    """``made_document`` (the frozen ``__init__`` passed by, for the documents a write hands
+    on or keeps) builds what ``Document(...)`` builds — every field, its time too — and the
+    result stays frozen."""
+    key = DocKey("items", "k")
+    for args in (
+        (key, 3, {"a": [1]}, 7, {"a": None}, "2026-12-04T21:40:00.000000Z"),
+        (key, 0, None, None, {}),
+    ):
+        made, built = made_document(*args), Document(*args)
+        assert made == built and type(made) is Document
+        assert [getattr(made, f) for f in ("key", "revision", "body", "seq", "outlines", "at")] == [
+            getattr(built, f) for f in ("key", "revision", "body", "seq", "outlines", "at")
+        ]
+        with pytest.raises(AttributeError):
+            made.at = "later"  # type: ignore[misc]
 
 
 def test_every_body_read_back_here_carries_the_commit_that_wrote_it(open_migrated: StoreFactory) -> None:

@@ -51,7 +51,7 @@ from stateflow.store.migrations import (
     POSTGRES_VALUE_WHERE,
     VALUE_INDEX_MAX,
 )
-from stateflow.store.model import DocKey, Document, Listed
+from stateflow.store.model import DocKey, Document, Listed, made_document
 from stateflow.store.plan import Fresh, SeqRef, WritePlan
 from stateflow.store.rows import (
     LOCK_ORDER_SQL,
@@ -409,7 +409,7 @@ class PostgresStore(SqlStore):
             if key is not None:  # (a write's next read — a saver's newest checkpoint — is near)
                 # (the cache's entry made here: ``_keep`` and ``put`` would be two calls per write)
                 self._bodies.put_many(
-                    ((doc_id, revision, Document(key, revision, body, fresh.seq, {}, at), size),)
+                    ((doc_id, revision, made_document(key, revision, body, fresh.seq, {}, at), size),)
                 )
                 if len(self._seen) >= SEEN_KEYS_MAX:
                     self._seen.clear()
