@@ -194,6 +194,7 @@ def test_a_made_document_is_the_document_its_class_builds() -> None:
     on or keeps) builds what ``Document(...)`` builds — every field, its time too — and the
     result stays frozen."""
     key = DocKey("items", "k")
+    args: tuple[Any, ...]
     for args in (
         (key, 3, {"a": [1]}, 7, {"a": None}, "2026-12-04T21:40:00.000000Z"),
         (key, 0, None, None, {}),
