@@ -16,7 +16,7 @@ row; ``PUT /floor/records/…``). ``--fair`` instead: that floor with the writer
 arrival order and a group commit by hand (``PUT /fair/records/…``) against the minimal app's
 upsert, then ours against it — whether a fair order can reach the minimal app's p50 at all.
 ``--baseline-src DIR`` instead: this tree's ``stateflow serve`` against another tree's (``DIR``,
-its ``src/``), writes at 1 and 8 clients — a change measured against the tree before it.
+its ``src/``), writes and reads at 1 and 8 clients — a change measured against the tree before it.
 
     python3 -m benchmarks.bench_http [--rounds 5] [--requests 400]
         [--floor-only | --fair | --baseline-src DIR]
@@ -470,8 +470,9 @@ def cycle(env: dict[str, str], requests: int) -> None:
 
 def against_tree(env: dict[str, str], baseline_src: Path, root: str, rounds: int, requests: int) -> None:
     """``--baseline-src``: this tree's ``stateflow serve`` against another tree's, both as
-    served (their own store files), writes at 1 and 8 clients in alternating rounds — a change's
-    gain in the same minutes, where a ratio against the minimal app moves with the phase."""
+    served (their own store files), writes then reads at 1 and 8 clients in alternating rounds —
+    a change's gain in the same minutes, where a ratio against the minimal app moves with the
+    phase (reads too: a change to where the record calls run moves their latency)."""
     theirs_env = {**env, "PYTHONPATH": os.pathsep.join((str(baseline_src), root))}
     with tempfile.TemporaryDirectory() as tmp, multiprocessing.get_context("fork").Pool(8) as pool:
         ports = free_port(), free_port()
@@ -497,7 +498,7 @@ def against_tree(env: dict[str, str], baseline_src: Path, root: str, rounds: int
                 declare(side.port)
                 load(pool, side, "PUT", 8, 200)
             print(f"{'case':<58} {'this tree':>15}    {'baseline tree':>15}")
-            writes_against(pool, sides[0], sides[1], "baseline tree", rounds, requests)
+            measure(pool, sides[0], sides[1], rounds, requests, targets=False)
 
 
 def main() -> None:

@@ -1,23 +1,40 @@
 """The record routes' requests go from the server straight to the body limit, the token check and
 the record handler, past FastAPI's own layers, where those layers would only hand them on: every
 answer the same as through them — an unexpected error's 500, a refusal, a middleware added
-later, a path the route's pattern does or does not match."""
+later, a path the route's pattern does or does not match. A record call runs on the event loop's
+thread when it is the only call in flight, else on a worker thread: writes acknowledged durable
+and in order, and a read answered, either way — on a real server, with real clients."""
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import http.client
+import json
+import socket
+import sqlite3
+import threading
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
+import uvicorn
 from fastapi.testclient import TestClient
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from stateflow import aio
+from stateflow.aio import EdgeCalls
+from stateflow.errors import Conflict
 from stateflow.http.app import create_app
 from stateflow.http.auth import TokenSet, parse_token
 from stateflow.states import StatesService
-from stateflow.store import SqlStore
+from stateflow.store import SqlStore, open_store
+
+from .conftest import StoreFactory
 
 ADMIN = "admin-secret-0123456789"
 DECL: dict[str, Any] = {
@@ -150,3 +167,201 @@ def test_a_request_under_a_root_path_reaches_the_record_route(service: StatesSer
         r = client.put(f"{REC}/t1", json={"status": "open"})
         assert r.status_code == 200 and r.json()["data"]["revision"] == 1
     assert service.read("tickets", SUBJECT)["data"] == {"status": "open"}  # type: ignore[index]
+
+
+WHO: contextvars.ContextVar[str] = contextvars.ContextVar("who", default="nobody")
+
+
+def test_a_lone_record_call_runs_on_the_loop_and_calls_in_flight_together_take_worker_threads(
+    service: StatesService, open_migrated: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = EdgeCalls(service.store)
+
+    def replace(key: str, n: int, expect: int | None = None) -> tuple[int, int, str]:
+        seen = WHO.get()
+        WHO.set("changed in the call")  # a copy: the caller's context keeps its value
+        subject = {**SUBJECT, "key": key}
+        record = service.replace("tickets", subject, {"status": str(n)}, expect_revision=expect)
+        return threading.get_ident(), record["revision"], seen
+
+    async def main() -> None:
+        loop_thread = threading.get_ident()
+        WHO.set("caller")
+        assert await calls.short(replace, "t1", 1) == (loop_thread, 1, "caller")
+        assert WHO.get() == "caller"
+        with pytest.raises(Conflict):  # an error comes back as from a worker thread
+            await calls.short(replace, "t1", 9, 7)
+        # eight at once, as requests read in one loop pass: none runs on the loop
+        together = await asyncio.gather(*(calls.short(replace, f"t{i}", i) for i in range(2, 10)))
+        assert [(revision, seen) for _, revision, seen in together] == [(1, "caller")] * 8
+        assert loop_thread not in {ident for ident, _, _ in together}
+        # beside a call in flight (counted by run), a lone record call takes a worker thread too
+        release = threading.Event()
+        running = asyncio.ensure_future(calls.run(asyncio.to_thread(release.wait, 20)))
+        await asyncio.sleep(0)
+        beside = asyncio.ensure_future(calls.short(replace, "t1", 2))
+        await asyncio.sleep(0.05)
+        release.set()
+        ident, revision, _ = await beside
+        assert ident != loop_thread and revision == 2
+        await running
+        # having seen calls together, the edge keeps the hop for a while; then a lone call is
+        # back on the loop
+        monkeypatch.setattr(aio, "SHARED_SECONDS", 60.0)
+        await asyncio.gather(calls.short(replace, "t2", 2), calls.short(replace, "t3", 2))
+        ident, revision, _ = await calls.short(replace, "t1", 3)
+        assert ident != loop_thread and revision == 3
+        monkeypatch.setattr(aio, "SHARED_SECONDS", 0.0)
+        await asyncio.gather(calls.short(replace, "t2", 3), calls.short(replace, "t3", 3))
+        assert (await calls.short(replace, "t1", 4))[:2] == (loop_thread, 4)
+
+    asyncio.run(main())
+    fresh = StatesService(open_migrated())  # durable: read afresh
+    assert fresh.read("tickets", SUBJECT)["revision"] == 4  # type: ignore[index]
+    for i in range(2, 10):
+        record = fresh.read("tickets", {**SUBJECT, "key": f"t{i}"})
+        assert record is not None and record["data"] == {"status": str(3 if i in (2, 3) else i)}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def _serving(service: StatesService) -> Iterator[int]:
+    """The app under uvicorn on its own thread and event loop; its port."""
+    port = _free_port()
+    app = create_app(service, TokenSet([parse_token(ADMIN)]))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not server.started:
+            assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
+            time.sleep(0.02)
+        yield port
+    finally:
+        server.should_exit = True
+        thread.join(30)
+
+
+def _request(
+    port: int, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
+) -> tuple[int, Any]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        conn.request(
+            method,
+            path,
+            body=None if body is None else json.dumps(body),
+            headers={
+                "Authorization": f"Bearer {ADMIN}",
+                "Content-Type": "application/json",
+                **(headers or {}),
+            },
+        )
+        response = conn.getresponse()
+        return response.status, json.loads(response.read())
+    finally:
+        conn.close()
+
+
+def test_a_write_on_the_loop_and_the_requests_that_came_during_it_answered_in_order(tmp_path: Path) -> None:
+    """A lone write held behind another connection's SQLite write lock, so it is still running
+    when a second write (expecting the first's revision) and a read arrive: the first write
+    acknowledged, then the second in its order, the read answered; all durable."""
+    path = tmp_path / "store.db"
+    store = open_store(str(path), auto_migrate=True)
+    service = StatesService(store)
+    try:
+        service.install_builtins()
+        service.declare("tickets", DECL)
+        answers: dict[str, tuple[int, Any]] = {}
+
+        def send(
+            name: str, port: int, method: str, body: Any = None, revision: int | None = None
+        ) -> threading.Thread:
+            headers = {} if revision is None else {"If-Match": f'"{revision}"'}
+            thread = threading.Thread(
+                target=lambda: answers.__setitem__(name, _request(port, method, f"{REC}/t1", body, headers))
+            )
+            thread.start()
+            return thread
+
+        with _serving(service) as port:
+            assert _request(port, "PUT", f"{REC}/t1", {"status": "new"})[0] == 200
+            holder = sqlite3.connect(path, isolation_level=None)
+            holder.execute("BEGIN IMMEDIATE")  # the file's write lock, held by another connection
+            try:
+                first = send("first", port, "PUT", {"status": "first"}, revision=1)
+                time.sleep(0.3)
+                threads = [
+                    send("second", port, "PUT", {"status": "second"}, revision=2),
+                    send("read", port, "GET"),
+                ]
+                time.sleep(0.3)
+            finally:
+                holder.execute("COMMIT")
+                holder.close()
+            for thread in (first, *threads):
+                thread.join(60)
+        assert answers["first"][0] == 200 and answers["first"][1]["data"]["revision"] == 2
+        assert answers["second"][0] == 200, answers["second"]
+        assert answers["second"][1]["data"]["revision"] == 3
+        assert answers["read"][0] == 200 and answers["read"][1]["data"]["revision"] in (1, 2, 3)
+    finally:
+        service.close()
+        store.close()
+    fresh = open_store(str(path))
+    try:
+        record = StatesService(fresh).read("tickets", SUBJECT)
+        assert record is not None and (record["revision"], record["data"]) == (3, {"status": "second"})
+    finally:
+        fresh.close()
+
+
+def test_one_writer_then_many_writers_and_readers_over_http_all_acknowledged_durable(
+    service: StatesService, open_migrated: StoreFactory
+) -> None:
+    """Requests alone (on the loop) and side by side (on worker threads), and the turns between:
+    every write acknowledged in its order (each expects the revision before it), every read
+    answered with a revision acknowledged, every write read back from a store opened afresh."""
+    writes = 12
+    with _serving(service) as port:
+        for n in range(1, writes + 1):  # one writer alone
+            status, body = _request(
+                port, "PUT", f"{REC}/solo", {"status": str(n)}, {"If-Match": f'"{n - 1}"'} if n > 1 else None
+            )
+            assert status == 200 and body["data"]["revision"] == n
+        failures: list[str] = []
+
+        def writer(key: str) -> None:
+            for n in range(1, writes + 1):
+                headers = {"If-Match": f'"{n - 1}"'} if n > 1 else None
+                status, body = _request(port, "PUT", f"{REC}/{key}", {"status": str(n)}, headers)
+                if status != 200 or body["data"]["revision"] != n:
+                    failures.append(f"{key} write {n}: {status} {body}")
+
+        def reader() -> None:
+            for _ in range(writes):
+                status, body = _request(port, "GET", f"{REC}/solo")
+                if status != 200 or body["data"]["revision"] != writes:
+                    failures.append(f"read: {status} {body}")
+
+        threads = [threading.Thread(target=writer, args=(f"w{i}",)) for i in range(6)]
+        threads += [threading.Thread(target=reader) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+        assert failures == []
+    fresh = StatesService(open_migrated())
+    for key in ("solo", *(f"w{i}" for i in range(6))):
+        record = fresh.read("tickets", {**SUBJECT, "key": key})
+        assert record is not None and (record["revision"], record["data"]) == (
+            writes,
+            {"status": str(writes)},
+        )

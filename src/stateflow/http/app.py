@@ -22,7 +22,7 @@ from starlette.routing import BaseRoute, Match, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from stateflow import __version__
-from stateflow.aio import edge_runner
+from stateflow.aio import EdgeCalls, edge_runner
 from stateflow.config import HttpConfig
 from stateflow.doc.canonical import decode, encode_trusted
 from stateflow.errors import (
@@ -367,16 +367,18 @@ def create_app(
     # Built-in declarations are the composition root's to install (`stateflow.api.states_service`:
     # at once, or — on a store not migrated yet — when the store is first found migrated).
     # On an async PostgreSQL store a call runs on the event loop, its round trips awaited
-    # there (stateflow.aio.on_edge, told once for the store: edge_runner); on SQLite it runs on
-    # a worker thread. Calls that may run jq (template programs, attach checks and reconciles)
-    # wait on the jq workers, which must not stall the loop: they always take a thread
-    # (`blocking=True`).
+    # there (stateflow.aio.on_edge, told once for the store: edge_runner); else on a worker
+    # thread — or, a call on one record, on the loop when it is the only call in flight
+    # (EdgeCalls.short). Calls that may run jq (template programs, attach checks and
+    # reconciles) wait on the jq workers, which must not stall the loop: they always take a
+    # thread (`blocking=True`). Every call is counted in flight.
+    calls = EdgeCalls(service.store)
     edge = edge_runner(service.store)
 
     async def run(fn: Callable[..., Any], *args: Any, blocking: bool = False, **kwargs: Any) -> Any:
         if blocking:
-            return await run_in_threadpool(fn, *args, **kwargs)
-        return await edge(fn, *args, **kwargs)
+            return await calls.run(run_in_threadpool(fn, *args, **kwargs))
+        return await calls.run(edge(fn, *args, **kwargs))
 
     async def call(fn: Callable[..., Any], *args: Any, blocking: bool = False, **kwargs: Any) -> Response:
         result = await run(fn, *args, blocking=blocking, **kwargs)
@@ -384,7 +386,7 @@ def create_app(
 
     async def call_record(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Response:
         """A record answer, with its revision as the ``ETag``."""
-        result = await edge(fn, *args, **kwargs)  # (never blocking: no hop through run)
+        result = await calls.short(fn, *args, **kwargs)  # (never blocking: not through run)
         if isinstance(result, dict) and "revision" in result:
             return _Answer(encode_trusted({"data": result}), 200, [_etag(result["revision"])])
         return _json(200, {"data": result})
