@@ -182,6 +182,7 @@ def test_a_lone_record_call_runs_on_the_loop_and_calls_in_flight_together_take_w
         WHO.set("changed in the call")  # a copy: the caller's context keeps its value
         subject = {**SUBJECT, "key": key}
         record = service.replace("tickets", subject, {"status": str(n)}, expect_revision=expect)
+        assert record is not None
         return threading.get_ident(), record["revision"], seen
 
     async def main() -> None:
