@@ -80,24 +80,24 @@ class EdgeCalls:
     """An edge's calls on ``store``, counted while in flight in this process (one event loop).
 
     :meth:`run` awaits a call as :func:`on_edge` does. :meth:`short` — a call on one record —
-    runs on the loop's own thread when it is the only call in flight and none has shared the
-    loop for :data:`SHARED_SECONDS`: a lone caller then has no thread hop to pay (each way a
-    wake-up of another thread). Whenever a second call may come while one runs, it takes the
-    hop as :meth:`run` does: a SQLite write on the loop commits and flushes with the loop
+    runs on the loop's own thread when it is the only call in flight and no two calls have been
+    in flight together for :data:`SHARED_SECONDS`: a lone caller then pays no thread hop (each
+    way a wake-up of another thread). Whenever a second call may come while one runs, it takes
+    the hop as :meth:`run` does: a SQLite write on the loop commits and flushes with the loop
     blocked, so the writes behind it could not gather into one group commit — with eight
-    callers that read 0.58× the throughput. A request that arrives during a call on the loop
-    waits in its socket until that call returns, then is read and served as any other (the
-    loop serves requests in arrival order; none waits behind more than the one call). Other
-    processes serving the same store are not seen: a call on the loop may wait there for their
-    commit, as a worker thread would. On an async PostgreSQL store every call runs on the loop
-    already, its round trips awaited."""
+    callers every write on the loop read 0.58× the throughput. A request that arrives during a
+    call on the loop waits in its socket until that call returns, then is read and served as
+    any other, in its order; none waits behind more than the one call. Only this object's calls
+    are counted: other processes on the same store (and the MCP endpoint's calls) are not seen,
+    and a call on the loop may wait there for their commit, as a worker thread would. On an
+    async PostgreSQL store every call runs on the loop already, its round trips awaited."""
 
-    __slots__ = ("_active", "_hop", "_on_loop", "_shared_until")
+    __slots__ = ("_active", "_hop", "_hops", "_shared_until")
 
     def __init__(self, store: Store) -> None:
         self._hop = edge_runner(store)
-        self._on_loop = not runs_on_loop(store)
-        """a call may run on the loop's thread (else the hop runs it there already)"""
+        self._hops = not runs_on_loop(store)
+        """the hop takes a worker thread (else it runs the call on the loop already)"""
         self._active = 0
         """calls begun and not yet returned"""
         self._shared_until = 0.0
@@ -115,7 +115,7 @@ class EdgeCalls:
         else as :meth:`run` (see the class)."""
         self._active += 1
         try:
-            if self._on_loop and self._active == 1 and monotonic() >= self._shared_until:
+            if self._hops and self._active == 1 and monotonic() >= self._shared_until:
                 # Requests read with this one in the same loop pass reach their calls first.
                 await asyncio.sleep(0)
                 if self._active == 1:
