@@ -11,6 +11,7 @@ import asyncio
 import contextvars
 import http.client
 import json
+import math
 import socket
 import sqlite3
 import threading
@@ -185,9 +186,17 @@ def test_a_lone_record_call_runs_on_the_loop_and_calls_in_flight_together_take_w
         assert record is not None
         return threading.get_ident(), record["revision"], seen
 
+    def where() -> int:
+        return threading.get_ident()
+
     async def main() -> None:
         loop_thread = threading.get_ident()
         WHO.set("caller")
+        # the loop's thread asked at every call how long it waited for a CPU, and told it has
+        # CPU to spare whatever it waited; the first ask has nothing to compare: a worker thread
+        monkeypatch.setattr(aio, "SAMPLE_SECONDS", 0.0)
+        monkeypatch.setattr(aio, "CONTENDED_SHARE", math.inf)
+        assert await calls.short(where) != loop_thread
         assert await calls.short(replace, "t1", 1) == (loop_thread, 1, "caller")
         assert WHO.get() == "caller"
         with pytest.raises(Conflict):  # an error comes back as from a worker thread
@@ -215,6 +224,11 @@ def test_a_lone_record_call_runs_on_the_loop_and_calls_in_flight_together_take_w
         monkeypatch.setattr(aio, "SHARED_SECONDS", 0.0)
         await asyncio.gather(calls.short(replace, "t2", 3), calls.short(replace, "t3", 3))
         assert (await calls.short(replace, "t1", 4))[:2] == (loop_thread, 4)
+        # a machine without CPU to spare (any wait for a CPU is too much): a worker thread
+        monkeypatch.setattr(aio, "CONTENDED_SHARE", -1.0)
+        assert await calls.short(where) != loop_thread
+        monkeypatch.setattr(aio, "CONTENDED_SHARE", math.inf)
+        assert await calls.short(where) == loop_thread
 
     asyncio.run(main())
     fresh = StatesService(open_migrated())  # durable: read afresh

@@ -18,6 +18,7 @@ import asyncio
 import contextvars
 import functools
 import os
+import threading
 from collections.abc import Awaitable, Callable, Sequence
 from time import monotonic
 from typing import Any, Final, Generic, TypeVar
@@ -75,24 +76,50 @@ def edge_runner(store: Store) -> Callable[..., Awaitable[Any]]:
 SHARED_SECONDS: Final = 0.1
 """How long an edge keeps every call off its loop after it last saw two calls in flight at once."""
 
+SAMPLE_SECONDS: Final = 0.25
+"""How often an edge asks how long its loop's thread waited for a CPU."""
+
+CONTENDED_SHARE: Final = 0.05
+"""The share of the time since the last sample that the loop's thread spent waiting for a CPU
+above which the machine has no CPU to spare: the edge's calls then take worker threads. (Here,
+at load 6–8 on 2 cores, the loop's thread waited 0.11–0.25 of the time with the hop and
+0.71–0.79 with every write on it.)"""
+
+SCHEDSTAT: Final = "/proc/thread-self/schedstat"
+
+
+def _waited_ns() -> int | None:
+    """Nanoseconds the calling thread has spent runnable but waiting for a CPU (Linux's
+    schedstat: on CPU, waiting, slices); None where the system does not say."""
+    try:
+        with open(SCHEDSTAT, "rb") as stat:
+            return int(stat.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
 
 class EdgeCalls:
     """An edge's calls on ``store``, counted while in flight in this process (one event loop).
 
     :meth:`run` awaits a call as :func:`on_edge` does. :meth:`short` — a call on one record —
-    runs on the loop's own thread when it is the only call in flight and no two calls have been
-    in flight together for :data:`SHARED_SECONDS`: a lone caller then pays no thread hop (each
-    way a wake-up of another thread). Whenever a second call may come while one runs, it takes
-    the hop as :meth:`run` does: a SQLite write on the loop commits and flushes with the loop
-    blocked, so the writes behind it could not gather into one group commit — with eight
-    callers every write on the loop read 0.58× the throughput. A request that arrives during a
+    runs on the loop's own thread when it is the only call in flight, no two calls have been
+    in flight together for :data:`SHARED_SECONDS`, and the machine has CPU to spare: a lone
+    caller then pays no thread hop (each way a wake-up of another thread). Whenever a second
+    call may come while one runs, it takes the hop as :meth:`run` does: a SQLite write on the
+    loop commits and flushes with the loop blocked, so the writes behind it could not gather
+    into one group commit — with eight callers every write on the loop read 0.58× the
+    throughput. On a machine without CPU to spare (the loop's thread waited for a CPU more than
+    :data:`CONTENDED_SHARE` of the last sample's time) the hop is kept too: the scheduler gives
+    each thread its share, and a write's whole CPU on one thread waited ~2 ms a write for it
+    where the loop's and a worker's halves waited ~0.3 ms (one writer 0.50–0.56× the
+    throughput at load 7–9, against 1.17–1.31× on a quiet machine). A request that arrives during a
     call on the loop waits in its socket until that call returns, then is read and served as
     any other, in its order; none waits behind more than the one call. Only this object's calls
     are counted: other processes on the same store (and the MCP endpoint's calls) are not seen,
     and a call on the loop may wait there for their commit, as a worker thread would. On an
     async PostgreSQL store every call runs on the loop already, its round trips awaited."""
 
-    __slots__ = ("_active", "_hop", "_hops", "_shared_until")
+    __slots__ = ("_active", "_hop", "_hops", "_sample", "_shared_until", "_spare")
 
     def __init__(self, store: Store) -> None:
         self._hop = edge_runner(store)
@@ -101,6 +128,10 @@ class EdgeCalls:
         self._active = 0
         """calls begun and not yet returned"""
         self._shared_until = 0.0
+        self._sample: tuple[float, int, int] | None = None
+        """when the loop's thread was last asked, which thread it was, how long it had waited"""
+        self._spare = False
+        """the machine had CPU to spare at the last sample"""
 
     async def run(self, call: Awaitable[R]) -> R:
         """``call`` awaited, counted in flight (a call that is not :meth:`short`'s)."""
@@ -115,7 +146,8 @@ class EdgeCalls:
         else as :meth:`run` (see the class)."""
         self._active += 1
         try:
-            if self._hops and self._active == 1 and monotonic() >= self._shared_until:
+            now = monotonic()
+            if self._hops and self._active == 1 and now >= self._shared_until and self._cpu_to_spare(now):
                 # Requests read with this one in the same loop pass reach their calls first.
                 await asyncio.sleep(0)
                 if self._active == 1:
@@ -126,6 +158,26 @@ class EdgeCalls:
             return result
         finally:
             self._active -= 1
+
+    def _cpu_to_spare(self, now: float) -> bool:
+        """Whether the loop's thread waited for a CPU under :data:`CONTENDED_SHARE` of the time
+        since the last sample (asked at most every :data:`SAMPLE_SECONDS`: a read of the
+        thread's schedstat costs ~20–90 µs here). Unknown — no schedstat, or a sample from
+        another thread — is no."""
+        sample = self._sample
+        if sample is not None and now < sample[0] + SAMPLE_SECONDS:
+            return self._spare
+        waited, thread = _waited_ns(), threading.get_ident()
+        if waited is None:
+            self._sample, self._spare = None, False
+            return False
+        self._spare = (
+            sample is not None
+            and sample[1] == thread
+            and waited - sample[2] <= CONTENDED_SHARE * (now - sample[0]) * 1e9
+        )
+        self._sample = (now, thread, waited)
+        return self._spare
 
 
 async def open_store_async(
