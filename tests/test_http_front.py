@@ -238,6 +238,30 @@ def test_a_lone_record_call_runs_on_the_loop_and_calls_in_flight_together_take_w
         assert record is not None and record["data"] == {"status": str(3 if i in (2, 3) else i)}
 
 
+def test_without_schedstat_calls_take_worker_threads_and_the_file_is_asked_once_a_sample_time(
+    service: StatesService, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = EdgeCalls(service.store)
+    stat = tmp_path / "schedstat"  # absent: the system does not say
+    monkeypatch.setattr(aio, "SCHEDSTAT", str(stat))
+    monkeypatch.setattr(aio, "CONTENDED_SHARE", math.inf)
+
+    def where() -> int:
+        return threading.get_ident()
+
+    async def main() -> None:
+        loop_thread = threading.get_ident()
+        monkeypatch.setattr(aio, "SAMPLE_SECONDS", 60.0)
+        assert await calls.short(where) != loop_thread
+        stat.write_text("1000 0 1\n")  # now it says, but the unknown answer is kept a sample time
+        assert await calls.short(where) != loop_thread
+        monkeypatch.setattr(aio, "SAMPLE_SECONDS", 0.0)
+        assert await calls.short(where) != loop_thread  # asked again: the first of a series
+        assert await calls.short(where) == loop_thread  # compared with it: CPU to spare
+
+    asyncio.run(main())
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -169,7 +169,9 @@ class EdgeCalls:
             return self._spare
         waited, thread = _waited_ns(), threading.get_ident()
         if waited is None:
-            self._sample, self._spare = None, False
+            # Asked again only after SAMPLE_SECONDS (thread 0 is no thread's: that next sample
+            # can only be the first of a series), not by every call where the file is missing.
+            self._sample, self._spare = (now, 0, 0), False
             return False
         self._spare = (
             sample is not None
