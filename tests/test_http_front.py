@@ -262,6 +262,35 @@ def test_without_schedstat_calls_take_worker_threads_and_the_file_is_asked_once_
     asyncio.run(main())
 
 
+def test_a_call_that_held_the_loop_long_sends_the_calls_after_it_to_worker_threads_for_a_while(
+    service: StatesService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = EdgeCalls(service.store)
+    monkeypatch.setattr(aio, "SAMPLE_SECONDS", 0.0)
+    monkeypatch.setattr(aio, "CONTENDED_SHARE", math.inf)
+
+    def where() -> int:
+        return threading.get_ident()
+
+    def slow() -> int:
+        time.sleep(0.03)  # as a large record's write, or a wait for another process's turn
+        return threading.get_ident()
+
+    async def main() -> None:
+        loop_thread = threading.get_ident()
+        assert await calls.short(where) != loop_thread  # the first sample: nothing to compare
+        monkeypatch.setattr(aio, "LONG_HOLD_SECONDS", 60.0)
+        monkeypatch.setattr(aio, "LONG_SECONDS", 60.0)  # not long by this measure
+        assert await calls.short(slow) == loop_thread
+        assert await calls.short(where) == loop_thread
+        monkeypatch.setattr(aio, "LONG_SECONDS", 0.01)  # long by this one: the hop for a while
+        assert await calls.short(slow) == loop_thread
+        assert await calls.short(where) != loop_thread
+        assert await calls.short(slow) != loop_thread
+
+    asyncio.run(main())
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -76,6 +76,14 @@ def edge_runner(store: Store) -> Callable[..., Awaitable[Any]]:
 SHARED_SECONDS: Final = 0.1
 """How long an edge keeps every call off its loop after it last saw two calls in flight at once."""
 
+LONG_SECONDS: Final = 0.01
+"""How long a call on the loop's thread may hold it before the edge keeps its calls off the loop
+for :data:`LONG_HOLD_SECONDS` (a lone write takes ~0.5–1.5 ms there, its fsync included)."""
+
+LONG_HOLD_SECONDS: Final = 1.0
+"""How long an edge keeps every call off its loop after one held the loop over
+:data:`LONG_SECONDS`: requests that arrive meanwhile are read and answered beside such a call."""
+
 SAMPLE_SECONDS: Final = 0.25
 """How often an edge asks how long its loop's thread waited for a CPU."""
 
@@ -114,7 +122,9 @@ class EdgeCalls:
     where the loop's and a worker's halves waited ~0.3 ms (one writer 0.50–0.56× the
     throughput at load 7–9, against 1.17–1.31× on a quiet machine). A request that arrives during a
     call on the loop waits in its socket until that call returns, then is read and served as
-    any other, in its order; none waits behind more than the one call. Only this object's calls
+    any other, in its order; none waits behind more than the one call, and a call that held the
+    loop over :data:`LONG_SECONDS` (a large record, another process's turn) sends the calls
+    after it to worker threads for :data:`LONG_HOLD_SECONDS`. Only this object's calls
     are counted: other processes on the same store (and the MCP endpoint's calls) are not seen,
     and a call on the loop may wait there for their commit, as a worker thread would. On an
     async PostgreSQL store every call runs on the loop already, its round trips awaited."""
@@ -151,7 +161,14 @@ class EdgeCalls:
                 # Requests read with this one in the same loop pass reach their calls first.
                 await asyncio.sleep(0)
                 if self._active == 1:
-                    return contextvars.copy_context().run(fn, *args, **kwargs)
+                    began = monotonic()
+                    try:
+                        return contextvars.copy_context().run(fn, *args, **kwargs)
+                    finally:
+                        # A call that held the loop long (a large record, another process's
+                        # write turn waited for) may come again: the hop for a while.
+                        if monotonic() - began > LONG_SECONDS:
+                            self._shared_until = monotonic() + LONG_HOLD_SECONDS
             if self._active > 1:
                 self._shared_until = monotonic() + SHARED_SECONDS
             result: R = await self._hop(fn, *args, **kwargs)
