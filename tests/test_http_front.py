@@ -287,6 +287,10 @@ def test_a_call_that_held_the_loop_long_sends_the_calls_after_it_to_worker_threa
         assert await calls.short(slow) == loop_thread
         assert await calls.short(where) != loop_thread
         assert await calls.short(slow) != loop_thread
+        # calls seen together meanwhile, with no window of their own, do not shorten the hold
+        monkeypatch.setattr(aio, "SHARED_SECONDS", 0.0)
+        await asyncio.gather(calls.short(where), calls.short(where))
+        assert await calls.short(where) != loop_thread
 
     asyncio.run(main())
 

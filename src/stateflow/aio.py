@@ -129,7 +129,7 @@ class EdgeCalls:
     and a call on the loop may wait there for their commit, as a worker thread would. On an
     async PostgreSQL store every call runs on the loop already, its round trips awaited."""
 
-    __slots__ = ("_active", "_hop", "_hops", "_sample", "_shared_until", "_spare")
+    __slots__ = ("_active", "_held_until", "_hop", "_hops", "_sample", "_shared_until", "_spare")
 
     def __init__(self, store: Store) -> None:
         self._hop = edge_runner(store)
@@ -138,6 +138,10 @@ class EdgeCalls:
         self._active = 0
         """calls begun and not yet returned"""
         self._shared_until = 0.0
+        """until when every call takes the hop, having seen calls in flight together"""
+        self._held_until = 0.0
+        """until when every call takes the hop, one having held the loop long (apart from
+        ``_shared_until``, which calls seen together then would otherwise shorten)"""
         self._sample: tuple[float, int, int] | None = None
         """when the loop's thread was last asked, which thread it was, how long it had waited"""
         self._spare = False
@@ -157,7 +161,13 @@ class EdgeCalls:
         self._active += 1
         try:
             now = monotonic()
-            if self._hops and self._active == 1 and now >= self._shared_until and self._cpu_to_spare(now):
+            if (
+                self._hops
+                and self._active == 1
+                and now >= self._shared_until
+                and now >= self._held_until
+                and self._cpu_to_spare(now)
+            ):
                 # Requests read with this one in the same loop pass reach their calls first.
                 await asyncio.sleep(0)
                 if self._active == 1:
@@ -168,7 +178,7 @@ class EdgeCalls:
                         # A call that held the loop long (a large record, another process's
                         # write turn waited for) may come again: the hop for a while.
                         if monotonic() - began > LONG_SECONDS:
-                            self._shared_until = monotonic() + LONG_HOLD_SECONDS
+                            self._held_until = monotonic() + LONG_HOLD_SECONDS
             if self._active > 1:
                 self._shared_until = monotonic() + SHARED_SECONDS
             result: R = await self._hop(fn, *args, **kwargs)
