@@ -129,10 +129,11 @@ class EdgeCalls:
     and a call on the loop may wait there for their commit, as a worker thread would. On an
     async PostgreSQL store every call runs on the loop already, its round trips awaited."""
 
-    __slots__ = ("_active", "_held_until", "_hop", "_hops", "_sample", "_shared_until", "_spare")
+    __slots__ = ("_active", "_held_until", "_hops", "_sample", "_shared_until", "_spare", "hop")
 
     def __init__(self, store: Store) -> None:
-        self._hop = edge_runner(store)
+        self.hop = edge_runner(store)
+        """what a call not on the loop's thread is awaited through (:func:`on_edge`'s way)"""
         self._hops = not runs_on_loop(store)
         """the hop takes a worker thread (else it runs the call on the loop already)"""
         self._active = 0
@@ -181,7 +182,7 @@ class EdgeCalls:
                             self._held_until = monotonic() + LONG_HOLD_SECONDS
             if self._active > 1:
                 self._shared_until = monotonic() + SHARED_SECONDS
-            result: R = await self._hop(fn, *args, **kwargs)
+            result: R = await self.hop(fn, *args, **kwargs)
             return result
         finally:
             self._active -= 1

@@ -22,7 +22,7 @@ from starlette.routing import BaseRoute, Match, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from stateflow import __version__
-from stateflow.aio import EdgeCalls, edge_runner
+from stateflow.aio import EdgeCalls
 from stateflow.config import HttpConfig
 from stateflow.doc.canonical import decode, encode_trusted
 from stateflow.errors import (
@@ -367,13 +367,13 @@ def create_app(
     # Built-in declarations are the composition root's to install (`stateflow.api.states_service`:
     # at once, or — on a store not migrated yet — when the store is first found migrated).
     # On an async PostgreSQL store a call runs on the event loop, its round trips awaited
-    # there (stateflow.aio.on_edge, told once for the store: edge_runner); else on a worker
+    # there (stateflow.aio.on_edge, told once for the store: EdgeCalls.hop); else on a worker
     # thread — or, a call on one record, on the loop when it is the only call in flight
     # (EdgeCalls.short). Calls that may run jq (template programs, attach checks and
     # reconciles) wait on the jq workers, which must not stall the loop: they always take a
     # thread (`blocking=True`). Every call is counted in flight.
     calls = EdgeCalls(service.store)
-    edge = edge_runner(service.store)
+    edge = calls.hop
 
     async def run(fn: Callable[..., Any], *args: Any, blocking: bool = False, **kwargs: Any) -> Any:
         if blocking:
