@@ -44,11 +44,11 @@ from stateflow.store.clock import restored_at, utc_now
 from stateflow.store.commit_groups import CommitGroups, Member
 from stateflow.store.id_blocks import IdBlocks
 from stateflow.store.migrations import (
-    CONTAINMENT_WHERE,
     INDEXABLE,
     POSTGRES,
-    POSTGRES_VALUE_KEY,
-    POSTGRES_VALUE_WHERE,
+    POSTGRES_SCALAR_VALUE_KEY,
+    POSTGRES_SCALAR_VALUE_WHERE,
+    SCALAR_CONTAINMENT_WHERE,
     VALUE_INDEX_MAX,
 )
 from stateflow.store.model import DocKey, Document, Listed, made_document
@@ -64,7 +64,7 @@ from stateflow.store.rows import (
 )
 from stateflow.store.tx import Tx
 
-_SCALAR_INDEXABLE: Final = CONTAINMENT_WHERE.format(m="m.")  # the members in the containment index
+_SCALAR_INDEXABLE: Final = SCALAR_CONTAINMENT_WHERE.format(m="m.")  # the members in the containment index
 _SEQ_LOCK: Final = 0x5EF10  # advisory lock id that orders transition inserts
 _SEQ_LOCK_KEY: Final = "((?::bigint << 32) | (hashtext(current_schema())::bigint & 4294967295))"
 """The seq lock's key for the store in the session's schema: advisory locks are per database,
@@ -774,8 +774,12 @@ class PostgresStore(SqlStore):
             if not _jsonb_safe(raw) or (via is not None and via[0] == name):
                 continue
             typed = type(pattern) not in (dict, list)
-            check = "stateflow_jsonb(m.body) @> ?::jsonb" + (
-                " AND jsonb_typeof(stateflow_jsonb(m.body)) = jsonb_typeof(?::jsonb)" if typed else ""
+            # a scalar's check reads ``scalar`` (the body of a member the index holds), as the
+            # index's expression does, so that the index can answer it
+            check = (
+                "stateflow_jsonb(m.scalar) @> ?::jsonb AND jsonb_typeof(stateflow_jsonb(m.scalar)) = jsonb_typeof(?::jsonb)"
+                if typed
+                else "stateflow_jsonb(m.body) @> ?::jsonb"
             )
             unindexed = "" if self._value_match(name, pattern) else f"NOT ({INDEXABLE}) OR "
             # a scalar pattern matches only a scalar member: the containment index's predicate
@@ -802,9 +806,9 @@ class PostgresStore(SqlStore):
         # by its bytes first (the store writes one encoding, so a match is nearly always equal
         # bytes), parsing it as jsonb only when they differ (1.0 for 1, a hash collision)
         return (
-            f"{POSTGRES_VALUE_KEY.format(m='m.')} = jsonb_hash_extended(?::jsonb, hashtext(?)) "
-            f"AND {POSTGRES_VALUE_WHERE.format(m='m.')} AND m.name = ? "
-            "AND CASE WHEN m.body = ? THEN true ELSE stateflow_jsonb(m.body) = ?::jsonb END",
+            f"{POSTGRES_SCALAR_VALUE_KEY.format(m='m.')} = jsonb_hash_extended(?::jsonb, hashtext(?)) "
+            f"AND {POSTGRES_SCALAR_VALUE_WHERE.format(m='m.')} AND m.name = ? "
+            "AND CASE WHEN m.scalar = ? THEN true ELSE stateflow_jsonb(m.scalar) = ?::jsonb END",
             [raw, name, name, raw.encode(), raw],
         )
 
