@@ -32,8 +32,11 @@ from stateflow.store.check import check_store
 from stateflow.store.ledger import OpIdTaken
 from stateflow.store.migrations import (
     CHANGE_ROW_MAX,
+    CONTAINMENT_WHERE,
     INDEXABLE,
     POSTGRES,
+    POSTGRES_SCALAR_VALUE_WHERE,
+    POSTGRES_VALUE_WHERE,
     SCHEMA_VERSION,
     SQLITE,
     SQLITE_VALUE,
@@ -2066,10 +2069,11 @@ def test_a_schema_30_store_upgrades_to_31_and_searches_the_same_with_scalars_alo
                     )
                 )
             assert sorted(indexes) == ["members_by_value", "members_json", "members_pkey"]
-            assert "SUBSTRING(body FROM 1 FOR 1) <> ALL" in indexes["members_json"]
+            # (since version 35 told by the generated column ``scalar``: NULL for objects and arrays)
+            assert "WHERE (scalar IS NOT NULL)" in indexes["members_json"]
             scalar = (
                 "SELECT m.doc_id FROM members m WHERE m.name = ? AND "
-                f"({postgres._SCALAR_INDEXABLE}) AND stateflow_jsonb(m.body) @> ?::jsonb"
+                f"({postgres._SCALAR_INDEXABLE}) AND stateflow_jsonb(m.scalar) @> ?::jsonb"
             )
             assert "members_json" in _plan(store, scalar, ("title", '"t1"'))
             with store._read_tx() as tx:
@@ -2286,3 +2290,145 @@ def test_a_schema_33_store_upgrades_to_34_and_commits_and_counts_the_same_with_f
         _counted_writes(store, "counted")
         stored = _race_and_purge(store, backend, "counted")
         assert stored[("items", "kind", "rare")] == 1
+
+
+_SCALAR_COLUMN_VERSION = 35
+
+
+def test_a_schema_34_store_upgrades_to_35_and_rewrites_an_object_member_as_a_hot_update(
+    backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Version 35 has PostgreSQL's value indexes read ``members.scalar`` alone — a generated
+    column, a member's body where the member is a scalar jsonb can hold, else NULL — so a commit
+    that rewrites an object member (``scalar`` NULL before and after) updates its row as a HOT
+    update: no index entry; SQLite only records the version. After the upgrade every member the
+    old predicates put in an index is in the new one, a commit rewriting an object member makes
+    a HOT update and one rewriting a scalar does not, and every search — scalars common, rare,
+    long or holding a NUL, objects, arrays, a member turned from scalar to object and back, held
+    as a tree — over the fixture's documents and new ones answers as containment checked in
+    Python, through the indexes."""
+    updates: list[tuple[int, int]] = []  # (members updated, of them HOT) by each commit
+    alone = postgres._commit_alone
+
+    def counted(conn: Any, params: Sequence[Any]) -> int | None:
+        if not isinstance(conn, psycopg.Connection):
+            return alone(conn, params)
+        # the commit statement in a transaction whose counts are read before and after it (a
+        # backend's counts also hold its earlier transactions' until it reports them)
+        counts = (
+            "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_xact_user_tables WHERE relid = 'members'::regclass"
+        )
+        conn.execute("BEGIN")
+        try:
+            before = conn.execute(counts).fetchone()
+            seq = alone(conn, params)
+            after = conn.execute(counts).fetchone()
+        finally:
+            conn.execute("COMMIT")
+        assert before is not None and after is not None
+        updates.append((after[0] - before[0], after[1] - before[1]))
+        return seq
+
+    monkeypatch.setattr(postgres, "_commit_alone", counted)
+    with _upgraded(_SCALAR_COLUMN_VERSION - 1, backend, tmp_path) as store:
+        pg = isinstance(store, PostgresStore)
+        if isinstance(store, PostgresStore):
+            with store._read_tx() as tx:
+                indexes = dict(
+                    tx.all(
+                        "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = current_schema() "
+                        "AND tablename = 'members'"
+                    )
+                )
+                old_value = POSTGRES_VALUE_WHERE.format(m="")
+                old_json = CONTAINMENT_WHERE.format(m="")
+                # the members each index holds, by the old predicates and by the new ones
+                held = tx.one(
+                    f"SELECT COUNT(*) FILTER (WHERE {old_value}), "
+                    f"COUNT(*) FILTER (WHERE {POSTGRES_SCALAR_VALUE_WHERE.format(m='')}), "
+                    f"COUNT(*) FILTER (WHERE {old_json}), COUNT(*) FILTER (WHERE scalar IS NOT NULL), "
+                    f"COUNT(*) FILTER (WHERE ({old_value}) <> coalesce(octet_length(scalar) <= 1024, false) "
+                    f"OR ({old_json}) <> (scalar IS NOT NULL) OR scalar <> body) FROM members"
+                )
+            assert sorted(indexes) == ["members_by_value", "members_json", "members_pkey"]
+            assert all(
+                "body" not in indexes[i] and "scalar" in indexes[i]
+                for i in ("members_by_value", "members_json")
+            )
+            assert (
+                held is not None and held[0] == held[1] > 0 and held[2] == held[3] > held[0] and held[4] == 0
+            )
+            match = store._value_match("n", 99)
+            assert match is not None
+            assert "members_by_value" in _plan(
+                store, f"SELECT m.doc_id FROM members m WHERE {match[0]}", tuple(match[1])
+            )
+            scalar = (
+                "SELECT m.doc_id FROM members m WHERE m.name = ? AND "
+                f"({postgres._SCALAR_INDEXABLE}) AND stateflow_jsonb(m.scalar) @> ?::jsonb"
+            )
+            assert "members_json" in _plan(store, scalar, ("title", '"t1"'))
+        bodies = {f"s{i:03d}": _searched(i) for i in range(120)}
+        store.commit([Write.between(DocKey("found", k), None, b) for k, b in bodies.items()])
+        key = DocKey("found", "s007")
+
+        def rewrite(**members: Any) -> None:
+            def compute(d: dict[DocKey, Any]) -> tuple[list[Write], None]:
+                return [Write.between(key, d[key].body, dict(d[key].body, **members))], None
+
+            updates.clear()
+            store.update([key], compute, optimistic=True)
+            bodies[key.subject] = dict(bodies[key.subject], **members)
+
+        rewrite(tags={"a": 5, "b": ["x9"]})  # an object member rewritten: scalar NULL before and after
+        assert not pg or updates == [(1, 1)]
+        rewrite(title="t8")  # a scalar rewritten: its index entries move
+        assert not pg or updates == [(1, 0)]
+        rewrite(title={"was": "t8"})  # a scalar turned object, and back
+        assert not pg or updates == [(1, 0)]
+        assert store.search("found", {"title": "t8"}) == []
+        rewrite(title="t8")
+        rewrite(big=[f"{i:04d}" + "x" * 1020 for i in range(TREE_MIN // 1024)])  # held as a tree
+        rewrite(list={"now": "an object"}, nul="x\u0000y")
+        for k in ("s003", "s050"):  # rewritten: members changed, added and dropped
+            new = dict(bodies[k], title="t9", tags={"a": 99}, extra=[1, {"z": "q"}])
+            del new["list"]
+            store.commit([Write.between(DocKey("found", k), bodies[k], new)])
+            bodies[k] = new
+        store.commit([Write.between(DocKey("found", "s004"), bodies.pop("s004"), None)])
+        filters: list[dict[str, Any]] = [
+            {"title": "t1"},
+            {"title": "t8"},
+            {"title": "t9"},
+            {"title": {"was": "t8"}},
+            {"n": 17},
+            {"f": 2.5},
+            {"flag": True},
+            {"none": None},
+            {"tags": {"a": 5}},
+            {"tags": {"b": ["x9"]}},
+            {"tags": {"a": 99}},
+            {"list": [3]},
+            {"list": {"now": "an object"}},
+            {"nul": "a\u0000b"},
+            {"nul": "x\u0000y"},
+            {"nul": "ab"},
+            {"long": "L" * 300 + "1"},
+            {"deep": {"k": [{"v": 5}]}},
+            {"extra": [{"z": "q"}]},
+            {"big": ["0001" + "x" * 1020]},
+            {"title": "t2", "tags": {"a": 2}, "flag": False},
+            {"n": 999},
+        ]
+        for f in filters:
+            want = sorted(k for k, b in bodies.items() if json_contains(b, f))
+            assert [x.key.subject for x in store.search("found", f)] == want, f
+        assert [x.key.subject for x in store.search("found", {"title": "t8"})] == ["s007"]
+        notes = {
+            d["subject"]: d["revisions"][-1]
+            for d in _expected()["documents"].values()
+            if d["state"] == "notes" and d["revisions"][-1] is not None
+        }
+        for name, value in next(iter(notes.values())).items():
+            want = sorted(k for k, b in notes.items() if json_contains(b, {name: value}))
+            assert [x.key.subject for x in store.search("notes", {name: value})] == want, name
