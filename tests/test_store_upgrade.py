@@ -2295,6 +2295,23 @@ def test_a_schema_33_store_upgrades_to_34_and_commits_and_counts_the_same_with_f
 _SCALAR_COLUMN_VERSION = 35
 
 
+def _indexed_as_before(store: SqlStore) -> tuple[int, ...]:
+    """PostgreSQL: how many members the value index holds by its predicate before version 35
+    and by its own, the same for the containment index, and how many members one of the new
+    predicates tells otherwise than the old one, or whose ``scalar`` is not its body."""
+    old_value, old_json = POSTGRES_VALUE_WHERE.format(m=""), CONTAINMENT_WHERE.format(m="")
+    with store._read_tx() as tx:
+        row = tx.one(
+            f"SELECT COUNT(*) FILTER (WHERE {old_value}), "
+            f"COUNT(*) FILTER (WHERE {POSTGRES_SCALAR_VALUE_WHERE.format(m='')}), "
+            f"COUNT(*) FILTER (WHERE {old_json}), COUNT(*) FILTER (WHERE scalar IS NOT NULL), "
+            f"COUNT(*) FILTER (WHERE ({old_value}) <> coalesce(octet_length(scalar) <= 1024, false) "
+            f"OR ({old_json}) <> (scalar IS NOT NULL) OR scalar <> body) FROM members"
+        )
+    assert row is not None
+    return tuple(int(n) for n in row)
+
+
 def test_a_schema_34_store_upgrades_to_35_and_rewrites_an_object_member_as_a_hot_update(
     backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -2340,16 +2357,7 @@ def test_a_schema_34_store_upgrades_to_35_and_rewrites_an_object_member_as_a_hot
                         "AND tablename = 'members'"
                     )
                 )
-                old_value = POSTGRES_VALUE_WHERE.format(m="")
-                old_json = CONTAINMENT_WHERE.format(m="")
-                # the members each index holds, by the old predicates and by the new ones
-                held = tx.one(
-                    f"SELECT COUNT(*) FILTER (WHERE {old_value}), "
-                    f"COUNT(*) FILTER (WHERE {POSTGRES_SCALAR_VALUE_WHERE.format(m='')}), "
-                    f"COUNT(*) FILTER (WHERE {old_json}), COUNT(*) FILTER (WHERE scalar IS NOT NULL), "
-                    f"COUNT(*) FILTER (WHERE ({old_value}) <> coalesce(octet_length(scalar) <= 1024, false) "
-                    f"OR ({old_json}) <> (scalar IS NOT NULL) OR scalar <> body) FROM members"
-                )
+            held = _indexed_as_before(store)
             assert sorted(indexes) == ["members_by_value", "members_json", "members_pkey"]
             assert all(
                 "body" not in indexes[i] and "scalar" in indexes[i]
@@ -2424,6 +2432,8 @@ def test_a_schema_34_store_upgrades_to_35_and_rewrites_an_object_member_as_a_hot
             want = sorted(k for k, b in bodies.items() if json_contains(b, f))
             assert [x.key.subject for x in store.search("found", f)] == want, f
         assert [x.key.subject for x in store.search("found", {"title": "t8"})] == ["s007"]
+        if pg:  # the members written since (a tree, NULs, kinds changed) too
+            assert _indexed_as_before(store)[4] == 0
         notes = {
             d["subject"]: d["revisions"][-1]
             for d in _expected()["documents"].values()

@@ -340,6 +340,19 @@ variable instead of in every statement that names them. The kinds' counter's tri
 ``present`` has no ``WHEN`` (read from its node text and prepared in every statement that sets
 the column, since version 33 only where it moves): its function tells a ``present`` that does
 not move. The same rows and counts. SQLite only records the version.
+
+Version 35, on PostgreSQL, gives ``members`` a stored generated column ``scalar`` — the body of a
+member that is a scalar jsonb can hold (inline, up to 1 MiB, no escaped NUL), else NULL, computed
+by ``stateflow_scalar`` — and rebuilds ``members_by_value`` and ``members_json`` on it alone
+(:data:`POSTGRES_SCALAR_VALUE_KEY`, :data:`POSTGRES_SCALAR_VALUE_WHERE`,
+:data:`SCALAR_CONTAINMENT_WHERE`): the same members under the same keys. PostgreSQL makes an
+update HOT (no index entry, no index predicate prepared) only when no column an index reads
+changes value; both indexes read ``body``, so every rewrite of a member — a LangGraph item's
+``value``, a writes bucket, a memory plane: objects, which neither index holds — wrote a
+primary-key entry and prepared both predicates. Now such a rewrite leaves ``scalar`` NULL and is
+HOT where its page has room. Searches read ``scalar`` where they are answered by an index, so
+their plans are the same. Each scalar member's body is stored twice. SQLite only records the
+version.
 """
 
 from __future__ import annotations
