@@ -53,7 +53,8 @@ def _counted(store: PostgresStore) -> Iterator[list[int]]:
 
 
 def test_a_new_document_is_created_and_written_in_one_round_trip(pg_schema_url: str) -> None:
-    store = open_store(pg_schema_url, auto_migrate=True)
+    # (a pool of two keeps no connection for commits sent alone: each commit takes one)
+    store = PostgresStore(pg_schema_url, max_size=2, auto_migrate=True)
     other = open_store(pg_schema_url, auto_migrate=True)
     try:
         assert isinstance(store, PostgresStore)
@@ -224,9 +225,9 @@ def test_a_write_after_a_read_keeps_the_shared_rows_it_read(pg_schema_url: str) 
     shared catalog; a second shared document has no row) keeps the shared rows it read, the
     missing one too: its next write of the document is one statement, with no read first."""
     other = open_store(pg_schema_url, auto_migrate=True)
-    store = open_store(pg_schema_url, auto_migrate=True)
+    # (a pool of two keeps no connection for commits sent alone: each statement takes one)
+    store = PostgresStore(pg_schema_url, max_size=2, auto_migrate=True)
     try:
-        assert isinstance(store, PostgresStore)
         catalog, absent, doc = DocKey("_cat", "c"), DocKey("_cat", "none"), DocKey("s", "d")
         other.update([catalog, doc], _set((catalog, {"v": 1}), (doc, {"n": 0})), optimistic=True)
         store.get(doc)  # (a read leaves the shared rows unknown)

@@ -13,10 +13,12 @@ from __future__ import annotations
 import logging
 import re
 import struct
+import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
 from functools import lru_cache, partial
+from time import monotonic
 from typing import Any, ClassVar, Final
 
 import orjson
@@ -90,6 +92,13 @@ SEEN_KEYS_MAX: Final = 10_000
 """Keys remembered as read before (see ``read``), at most."""
 BODY_CACHE_BYTES: Final = 64 * 1024 * 1024
 """Whole bodies kept by revision, by encoded size."""
+KEPT_FOR: Final = 1.0
+"""Seconds a connection taken from the pool for commits sent alone is kept before it goes back
+(at the next such commit): the pool's own checks on a returned connection — its lifetime, a
+broken one replaced — apply to it that often."""
+KEEP_FROM_POOL_SIZE: Final = 3
+"""The least ``max_size`` at which commits sent alone keep a connection of the pool: the pool
+then lends the others at least two while one is kept (a smaller pool is left to them whole)."""
 
 
 class _PgTx(Tx):
@@ -234,6 +243,12 @@ class PostgresStore(SqlStore):
         # autocommit: a lone statement needs no BEGIN/COMMIT round trips; transactions are explicit
         self._pool = self._open_pool(url, min_size=min_size, max_size=max_size, timeout=wait, kwargs=kwargs)
         self._pool.open(wait=False)
+        self._keeps = not self.runs_on_loop and max_size >= KEEP_FROM_POOL_SIZE
+        """commits sent alone keep a connection of the pool (``_commit_kept``)"""
+        self._kept: psycopg.Connection[Any] | None = None
+        self._kept_until = 0.0
+        self._kept_lock = threading.Lock()
+        """held by the commit using ``_kept``; a commit finding it held takes one from the pool"""
         self._groups: CommitGroups[_Planned, int] | None = (
             None if self.runs_on_loop else CommitGroups(self._send_group, max_group, alone=self._send_planned)
         )
@@ -689,11 +704,37 @@ class PostgresStore(SqlStore):
         if self.runs_on_loop:
             with pool.connection() as conn:
                 return _commit_alone(conn, params)
+        if self._keeps and self._kept_lock.acquire(False):  # (another thread's commit uses it: the pool)
+            try:
+                return self._commit_kept(params)
+            finally:
+                self._kept_lock.release()
         conn = pool.getconn()
         try:
             return _commit_alone(conn, params)
         finally:
             pool.putconn(conn)
+
+    def _commit_kept(self, params: Sequence[Any]) -> int | None:
+        """``_commit_alone`` on the connection kept for commits sent alone (under ``_kept_lock``):
+        taken from the pool once and given back every ``KEPT_FOR`` seconds, and at once after a
+        failed commit (the pool replaces it if broken) — not taken and given back on every commit
+        (the pool's ``getconn`` and ``putconn``, ~350 bytecodes and three log calls a commit).
+        The pool's bound holds: the kept connection is one of its own."""
+        pool = self._pool
+        conn = self._kept
+        if conn is None or monotonic() >= self._kept_until:
+            if conn is not None:
+                self._kept = None
+                pool.putconn(conn)
+            conn = pool.getconn()
+            self._kept, self._kept_until = conn, monotonic() + KEPT_FOR
+        try:
+            return _commit_alone(conn, params)
+        except BaseException:
+            self._kept = None
+            pool.putconn(conn)
+            raise
 
     def _send_group(self, group: Sequence[Member[_Planned, int]]) -> None:
         """Commit a group of planned commits in one transaction (one round trip, one flush);
@@ -868,6 +909,11 @@ class PostgresStore(SqlStore):
         tx.all("SELECT pg_advisory_xact_lock(?)", (_SEQ_LOCK + 1,))
 
     def close(self) -> None:
+        with self._kept_lock:  # (after a commit on it ends) the kept connection back to its pool
+            self._keeps = False
+            conn, self._kept = self._kept, None
+            if conn is not None:
+                self._pool.putconn(conn)
         self._pool.close()
 
 

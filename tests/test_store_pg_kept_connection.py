@@ -1,0 +1,149 @@
+"""PostgreSQL: commits sent alone keep one connection of the pool instead of taking one and
+giving it back on every commit — a broken one given back and replaced, the pool's bound kept,
+the kept one given back when the store closes."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+import pytest
+
+from stateflow.errors import StoreError
+from stateflow.store import DocKey, Document, Write, open_store, postgres
+from stateflow.store.postgres import PostgresStore
+
+KEY = DocKey("k", "doc")
+
+
+def _set(n: int) -> Callable[[dict[DocKey, Document]], tuple[list[Write], None]]:
+    def compute(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
+        ((key, doc),) = docs.items()
+        return [Write.between(key, doc.value, {"n": n}, doc.revision)], None
+
+    return compute
+
+
+@contextmanager
+def _taken(store: PostgresStore) -> Iterator[list[int]]:
+    """Count the connections the store takes from its pool (every one goes through
+    ``getconn``, through the pool's context manager or not)."""
+    taken: list[int] = []
+    pool = store._pool
+    real = pool.getconn
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        taken.append(1)
+        return real(*args, **kwargs)
+
+    pool.getconn = counting
+    try:
+        yield taken
+    finally:
+        pool.getconn = real
+
+
+def _backends(url: str, app: str) -> list[int]:
+    with psycopg.connect(url, autocommit=True) as admin:
+        return [
+            r[0]
+            for r in admin.execute(
+                "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (app,)
+            ).fetchall()
+        ]
+
+
+@pytest.fixture
+def app() -> str:
+    return f"kept-{uuid.uuid4().hex[:8]}"
+
+
+def _opened(url: str, app: str, **options: Any) -> PostgresStore:
+    store = PostgresStore(f"{url}&application_name={app}", auto_migrate=True, **options)
+    store.commit([Write.between(KEY, None, {"n": 0})])
+    for n in (-1, 0):  # known here: the next writes are optimistic, sent alone
+        store.update([KEY], _set(n), optimistic=True)
+    return store
+
+
+def test_a_lone_callers_commits_keep_one_connection(
+    pg_schema_url: str, app: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(postgres, "KEPT_FOR", 60.0)  # (no hand-back within the test)
+    store = _opened(pg_schema_url, app)
+    other = open_store(pg_schema_url)
+    try:
+        with _taken(store) as taken:
+            for n in range(1, 21):
+                store.update([KEY], _set(n), optimistic=True)
+        assert taken == []  # the connection kept since the warm-up's commit: none taken
+        doc = other.get(KEY)
+        assert doc.body == {"n": 20} and doc.revision == 23
+        assert [c.revision for c in other.history([KEY])][:3] == [23, 22, 21]
+        # a pool too small to keep one from the others lends one per commit, as before
+        small = _opened(pg_schema_url, f"{app}-small", max_size=2)
+        try:
+            with _taken(small) as taken:
+                for n in range(30, 33):
+                    small.update([KEY], _set(n), optimistic=True)
+            assert len(taken) == 3
+        finally:
+            small.close()
+    finally:
+        store.close()
+        other.close()
+
+
+def test_the_kept_connection_goes_back_to_the_pool_every_so_often(
+    pg_schema_url: str, app: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(postgres, "KEPT_FOR", 0.0)  # given back at every commit
+    store = _opened(pg_schema_url, app)
+    try:
+        with _taken(store) as taken:
+            for n in range(1, 4):
+                store.update([KEY], _set(n), optimistic=True)
+        assert len(taken) == 3  # each commit gave the kept one back (the pool's checks) and took one
+        assert store.get(KEY).body == {"n": 3}
+    finally:
+        store.close()
+
+
+def test_a_broken_kept_connection_is_given_back_and_replaced(
+    pg_schema_url: str, app: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(postgres, "KEPT_FOR", 60.0)
+    store = _opened(pg_schema_url, app, max_size=3)
+    other = open_store(pg_schema_url)
+    try:
+        kept = store._kept
+        assert kept is not None
+        with psycopg.connect(pg_schema_url, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (kept.info.backend_pid,))
+        with pytest.raises(StoreError):  # its commit never reached the server
+            store.update([KEY], _set(1), optimistic=True)
+        assert other.get(KEY).body == {"n": 0} and other.get(KEY).revision == 3
+        assert kept.closed  # given back: the pool closed it and opens another
+        for n in range(2, 5):
+            store.update([KEY], _set(n), optimistic=True)
+        assert other.get(KEY).body == {"n": 4} and other.get(KEY).revision == 6
+        assert store._kept is not None and store._kept is not kept
+        assert len(_backends(pg_schema_url, app)) <= 3  # the pool's bound holds
+    finally:
+        store.close()
+        other.close()
+
+
+def test_closing_the_store_closes_its_kept_connection(pg_schema_url: str, app: str) -> None:
+    store = _opened(pg_schema_url, app)
+    store.update([KEY], _set(1), optimistic=True)
+    assert store._kept is not None
+    store.close()
+    deadline = time.monotonic() + 10
+    while _backends(pg_schema_url, app) and time.monotonic() < deadline:
+        time.sleep(0.05)  # (a backend ends a moment after its client closes)
+    assert _backends(pg_schema_url, app) == []
