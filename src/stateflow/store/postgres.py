@@ -696,17 +696,19 @@ class PostgresStore(SqlStore):
         return seq
 
     def _commit_pooled(self, params: Sequence[Any]) -> int | None:
-        """``_commit_alone`` on a connection of the pool, taken and given back without the pool's
-        context manager: on an autocommit connection its ``with`` commits no transaction, and
-        the pool's usage timing is read by nothing here (~120 bytecodes a commit). The async
-        store's bridge pool lends its connections only through its context manager."""
+        """``_commit_alone`` on the connection kept for commits sent alone (``_commit_kept``), else
+        on one of the pool taken and given back without the pool's context manager: on an
+        autocommit connection its ``with`` commits no transaction, and the pool's usage timing is
+        read by nothing here (~120 bytecodes a commit). The async store's bridge pool lends its
+        connections only through its context manager."""
         pool = self._pool
         if self.runs_on_loop:
             with pool.connection() as conn:
                 return _commit_alone(conn, params)
         if self._keeps and self._kept_lock.acquire(False):  # (another thread's commit uses it: the pool)
             try:
-                return self._commit_kept(params)
+                if self._keeps:  # (still: ``close`` clears it under the lock, then closes the pool)
+                    return self._commit_kept(params)
             finally:
                 self._kept_lock.release()
         conn = pool.getconn()
