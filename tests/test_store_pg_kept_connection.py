@@ -122,8 +122,12 @@ def test_a_broken_kept_connection_is_given_back_and_replaced(
     try:
         kept = store._kept
         assert kept is not None
+        pid = kept.info.backend_pid
         with psycopg.connect(pg_schema_url, autocommit=True) as admin:
-            admin.execute("SELECT pg_terminate_backend(%s)", (kept.info.backend_pid,))
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        deadline = time.monotonic() + 10
+        while pid in _backends(pg_schema_url, app) and time.monotonic() < deadline:
+            time.sleep(0.05)  # (the backend ends a moment after it is told to)
         with pytest.raises(StoreError):  # its commit never reached the server
             store.update([KEY], _set(1), optimistic=True)
         assert other.get(KEY).body == {"n": 0} and other.get(KEY).revision == 3
