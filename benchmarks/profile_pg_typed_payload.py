@@ -1,7 +1,7 @@
 """Prices ``stateflow_commit``'s common fields as typed arrays in place of its ``json`` payload,
 on the live server and in the client, before building it.
 
-    python3 -m benchmarks.profile_pg_typed_payload [--cases WORD ...] [--calls 120] [--client-only]
+    python3 -m benchmarks.profile_pg_typed_payload [--cases WORD ...] [--kinds binary text lean] [--calls 120] [--port N]
 
 **Server.** ``profile_pg_commit_instructions`` replays statements with their parameters as
 literals, which charges a tree the parsing of text a client's binary bind does not send. Here,
@@ -11,7 +11,8 @@ into one database per run, and then runs under ``valgrind --tool=callgrind`` (th
 and every backend it forks): each run's backend executes the recorded statements as the client
 sends them (prepared once, then bound through libpq in the formats ``_commit_alone`` uses) —
 once the first third of them and once all, in two databases restored alike; the difference per
-call is printed, so start-up and the first calls' planning are not counted. Three kinds per case:
+call is printed, so start-up and the first calls' planning are not counted. The kinds (``--kinds``
+chooses among the variants; ``json`` is always counted):
 
 - ``json``: this tree's function and statements, as recorded;
 - ``binary``: a variant of this tree's ``stateflow_commit`` (its text, each common field's
@@ -20,17 +21,20 @@ call is printed, so start-up and the first calls' planning are not counted. Thre
   paths as ``bytea[]``, each key kind's texts and ids apart — in PostgreSQL's binary format; the
   rarely sent fields stay in the ``json`` (NULL when there are none);
 - ``text``: the same function, its ``bigint[]`` and ``text[]`` parameters as array literals
-  made by ``orjson`` (in C) and the ``bytea[]`` in binary.
+  made by ``orjson`` (in C) and the ``bytea[]`` in binary;
+- ``lean``: three arrays for a whole commit — every number (a head of counts and offsets
+  first) and every text as one literal each, every nullable byte string as one binary
+  ``bytea[]`` — taken by :func:`lean_sql`'s variant, each element found by its kind's offset.
 
 Each run's rows are compared (a digest per table) with the ``json`` run's: the variants write
 exactly what this tree writes, or the run fails.
 
 **Client.** The same calls' payload fields (``_rows`` and the keys, as ``_payload`` receives
 them) packed by each kind, counted by callgrind in a child Python (``--per`` loops, less a
-sixth as many): ``json`` is ``_payload`` and its encoding; ``binary`` and ``text`` the packing of
-the arrays only (from flat lists a gathering pass would make in place of the payload's tuples);
-``lean`` three arrays for a whole commit (every number, every text as one literal each, every
-nullable byte string as one binary ``bytea[]``) — priced on the client only.
+sixth as many): ``json`` is ``_payload`` and its encoding; each variant its packing from flat
+lists made beforehand (which a gathering pass over the plans would make in place of the
+payload's tuples), with the regrouping its arrays need (``text``'s rows, ``lean``'s three lists
+and head).
 """
 
 from __future__ import annotations
