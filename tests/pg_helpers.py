@@ -1,8 +1,11 @@
-"""Reading what the PostgreSQL store sends, for the tests that check it."""
+"""Reading what the PostgreSQL store sends and takes, for the tests that check it."""
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 
 def bytea_elements(data: bytes | None) -> list[bytes | None] | None:
@@ -18,3 +21,22 @@ def bytea_elements(data: bytes | None) -> list[bytes | None] | None:
         out.append(None if size < 0 else data[at + 4 : at + 4 + size])
         at += 4 + max(size, 0)
     return out
+
+
+@contextmanager
+def connections_taken(store: Any) -> Iterator[list[int]]:
+    """Count the connections a PostgreSQL store takes from its pool: every one is taken by
+    ``getconn``, through the pool's context manager or not."""
+    taken: list[int] = []
+    pool = store._pool
+    real = pool.getconn
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        taken.append(1)
+        return real(*args, **kwargs)
+
+    pool.getconn = counting
+    try:
+        yield taken
+    finally:
+        pool.getconn = real

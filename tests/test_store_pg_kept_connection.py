@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -16,6 +15,7 @@ import pytest
 from stateflow.errors import StoreError
 from stateflow.store import DocKey, Document, Write, open_store, postgres
 from stateflow.store.postgres import PostgresStore
+from tests.pg_helpers import connections_taken
 
 KEY = DocKey("k", "doc")
 
@@ -26,25 +26,6 @@ def _set(n: int) -> Callable[[dict[DocKey, Document]], tuple[list[Write], None]]
         return [Write.between(key, doc.value, {"n": n}, doc.revision)], None
 
     return compute
-
-
-@contextmanager
-def _taken(store: PostgresStore) -> Iterator[list[int]]:
-    """Count the connections the store takes from its pool (every one goes through
-    ``getconn``, through the pool's context manager or not)."""
-    taken: list[int] = []
-    pool = store._pool
-    real = pool.getconn
-
-    def counting(*args: Any, **kwargs: Any) -> Any:
-        taken.append(1)
-        return real(*args, **kwargs)
-
-    pool.getconn = counting
-    try:
-        yield taken
-    finally:
-        pool.getconn = real
 
 
 def _backends(url: str, app: str) -> list[int]:
@@ -77,7 +58,7 @@ def test_a_lone_callers_commits_keep_one_connection(
     store = _opened(pg_schema_url, app)
     other = open_store(pg_schema_url)
     try:
-        with _taken(store) as taken:
+        with connections_taken(store) as taken:
             for n in range(1, 21):
                 store.update([KEY], _set(n), optimistic=True)
         assert taken == []  # the connection kept since the warm-up's commit: none taken
@@ -87,7 +68,7 @@ def test_a_lone_callers_commits_keep_one_connection(
         # a pool too small to keep one from the others lends one per commit, as before
         small = _opened(pg_schema_url, f"{app}-small", max_size=2)
         try:
-            with _taken(small) as taken:
+            with connections_taken(small) as taken:
                 for n in range(30, 33):
                     small.update([KEY], _set(n), optimistic=True)
             assert len(taken) == 3
@@ -104,7 +85,7 @@ def test_the_kept_connection_goes_back_to_the_pool_every_so_often(
     monkeypatch.setattr(postgres, "KEPT_FOR", 0.0)  # given back at every commit
     store = _opened(pg_schema_url, app)
     try:
-        with _taken(store) as taken:
+        with connections_taken(store) as taken:
             for n in range(1, 4):
                 store.update([KEY], _set(n), optimistic=True)
         assert len(taken) == 3  # each commit gave the kept one back (the pool's checks) and took one

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -22,6 +21,7 @@ from stateflow.errors import StoreError
 from stateflow.store import DocKey, Document, Write, open_store
 from stateflow.store.id_blocks import RESERVED_IDS
 from stateflow.store.postgres import PostgresStore
+from tests.pg_helpers import connections_taken
 
 
 def _set(
@@ -33,25 +33,6 @@ def _set(
     return compute
 
 
-@contextmanager
-def _counted(store: PostgresStore) -> Iterator[list[int]]:
-    """Count the connections the store takes from its pool (each use here is one round trip):
-    every one is taken by ``getconn``, through the pool's context manager or not."""
-    taken: list[int] = []
-    pool = store._pool
-    real = pool.getconn
-
-    def counting(*args: Any, **kwargs: Any) -> Any:
-        taken.append(1)
-        return real(*args, **kwargs)
-
-    pool.getconn = counting
-    try:
-        yield taken
-    finally:
-        pool.getconn = real
-
-
 def test_a_new_document_is_created_and_written_in_one_round_trip(pg_schema_url: str) -> None:
     # (a pool of two keeps no connection for commits sent alone: each commit takes one)
     store = PostgresStore(pg_schema_url, max_size=2, auto_migrate=True)
@@ -59,7 +40,7 @@ def test_a_new_document_is_created_and_written_in_one_round_trip(pg_schema_url: 
     try:
         assert isinstance(store, PostgresStore)
         store.update([DocKey("s", "warm")], _set((DocKey("s", "warm"), {"n": 0})), optimistic=True)
-        with _counted(store) as taken:
+        with connections_taken(store) as taken:
             for n in range(5):
                 key = DocKey("s", f"new-{n}")
                 commit, _ = store.update([key], _set((key, {"n": n})), optimistic=True)
@@ -183,7 +164,7 @@ def test_new_documents_are_left_absent_and_uncounted_when_the_commit_is_refused(
         assert isinstance(store, PostgresStore) and isinstance(other, PostgresStore)
         a, b = DocKey("s", '["agent","x","k1","a"]'), DocKey("s", '["agent","x","k1","b"]')
         other.update([b], _set((b, {"n": 0, "by": "other"})), optimistic=True)
-        with _counted(store) as taken:
+        with connections_taken(store) as taken:
             commit, _ = store.update([a, b], _set((a, {"n": 1}), (b, {"n": 2})), optimistic=True)
         assert len(taken) > 1  # the one-statement commit was refused: the write went another way
         assert commit.revisions == {a: 1, b: 2}
@@ -243,7 +224,7 @@ def test_a_write_after_a_read_keeps_the_shared_rows_it_read(pg_schema_url: str) 
             return bump(docs)
 
         store.update([doc], before, shared=[catalog, absent], optimistic=True)
-        with _counted(store) as taken:
+        with connections_taken(store) as taken:
             for _ in range(3):
                 store.update([doc], before, shared=[catalog, absent], optimistic=True)
         assert len(taken) == 3  # one statement each
@@ -257,7 +238,7 @@ def test_a_write_after_a_read_keeps_the_shared_rows_it_read(pg_schema_url: str) 
             return bump(docs)
 
         store.update([doc], check, shared=[catalog, absent], optimistic=True)
-        with _counted(store) as taken:
+        with connections_taken(store) as taken:
             store.update([doc], check, shared=[catalog, absent], optimistic=True)
         assert len(taken) == 1
         assert other.get(doc).body == {"n": 6}
