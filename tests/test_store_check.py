@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import time
+from contextlib import closing
 from pathlib import Path
 
 import psycopg
 import pytest
 
 from stateflow.store import DocKey, Write, open_store
+from stateflow.store.migrations import SCHEMA_VERSION
 
 
 def sf(store: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -239,3 +242,52 @@ def test_check_names_a_change_its_transition_does_not_list(tmp_path: Path) -> No
         "transitions: the change of document 1 at revision 3 names transition 3, which does not list it",
         "transitions: the change of document 1 at revision 4 names transition 99, which is missing",
     ]
+
+
+def test_check_refuses_a_store_of_another_schema_version_with_what_to_do_not_as_damage(
+    backend: str, tmp_path: Path
+) -> None:
+    """A store an older stateflow left (a lower schema version) is not damaged: `check` says to
+    migrate it, and one a newer stateflow left says to upgrade — neither lists every revision as
+    damaged nor sends the operator to a backup. It reads only: the version stays as it was."""
+    fill(backend)
+    pg = backend.startswith("postgresql://")
+    # SQLite opened writable migrates itself on open: a read-only URL keeps it at its version
+    location = backend if pg else f"sqlite://{backend}?mode=ro"
+
+    def set_version(version: int) -> None:
+        if pg:
+            with psycopg.connect(backend, autocommit=True) as conn:
+                conn.execute(
+                    "UPDATE stateflow_meta SET value = %s WHERE key = 'schema_version'", (str(version),)
+                )
+        else:
+            with closing(sqlite3.connect(backend)) as lite, lite:
+                lite.execute(
+                    "UPDATE stateflow_meta SET value = ? WHERE key = 'schema_version'", (str(version),)
+                )
+
+    def version_now() -> int:
+        store = open_store(location, auto_migrate=False)
+        try:
+            return int(store.schema_version() or 0)
+        finally:
+            store.close()
+
+    set_version(SCHEMA_VERSION - 1)
+    out = sf(location, "check")
+    assert out.returncode == 1
+    assert "error[store-not-migrated]" in out.stderr
+    assert f"is not migrated (schema version {SCHEMA_VERSION - 1}, need {SCHEMA_VERSION})" in out.stderr
+    assert "migrate`" in out.stderr
+    assert "damaged" not in out.stdout and "corrupt-store" not in out.stderr and "backup" not in out.stderr
+    assert version_now() == SCHEMA_VERSION - 1
+
+    set_version(SCHEMA_VERSION + 1)
+    out = sf(location, "check", "--json")
+    assert out.returncode == 1 and out.stdout == ""
+    assert "error[store-too-new]" in out.stderr and "upgrade stateflow" in out.stderr
+    assert version_now() == SCHEMA_VERSION + 1
+
+    set_version(SCHEMA_VERSION)
+    assert sf(location, "check").returncode == 0

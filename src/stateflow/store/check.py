@@ -67,13 +67,16 @@ def register(name: str, check: Check) -> None:
 
 def check_store(store: SqlStore) -> CheckReport:
     """Run every registered check; a check that cannot run at all is itself a problem (but a
-    store that is missing or unreachable is an error, not damage)."""
+    store that is missing or unreachable, or at another schema version than this stateflow's, is
+    an error to act on — find it, migrate it, upgrade stateflow —, not damage)."""
     report = CheckReport(store.url)
     for name, check in CHECKS:
         try:
             check(store, report)
         except (StoreNotFound, StoreUnavailable):
             raise
+        except _OtherVersion as exc:
+            raise exc.refusal from None
         except StateflowError as exc:
             report.problem(f"{name}: {exc.code}: {exc.message}")
             if name == "schema":
@@ -126,7 +129,21 @@ def _schema(store: SqlStore, report: CheckReport) -> None:
     version = store.schema_version()
     report.checked["schema_version"] = version or 0
     if version != SCHEMA_VERSION:
+        try:
+            store.check_schema()
+        except StateflowError as exc:
+            raise _OtherVersion(exc) from exc
         report.problem(f"schema: version {version or 0}, this stateflow needs {SCHEMA_VERSION}")
+
+
+class _OtherVersion(Exception):
+    """The store is at another schema version than this stateflow's (not migrated yet, or
+    newer): ``check_store`` refuses it as such — run ``migrate``, upgrade stateflow — rather than
+    reading every row against the wrong schema and calling what it finds damage."""
+
+    def __init__(self, refusal: StateflowError) -> None:
+        super().__init__(refusal.message)
+        self.refusal = refusal
 
 
 def _revisions(store: SqlStore, report: CheckReport) -> None:
