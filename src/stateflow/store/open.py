@@ -79,6 +79,8 @@ def open_store(
                 f"unsupported store {url!r}: use a file path, sqlite:///path or postgresql://…"
             )
         path = unquote(parts.path)
+        if path.startswith("//"):  # sqlite:////abs/path, the form the store names itself by
+            path = "/" + path.lstrip("/")
         if parts.netloc:
             raise UnsupportedStore(f"sqlite URL {url!r} must look like sqlite:///absolute/path")
         query = parse_qs(parts.query)
