@@ -2049,6 +2049,53 @@ def _searched(i: int) -> dict[str, Any]:
     }
 
 
+_SCALAR_CONTAINS = (
+    "SELECT m.doc_id FROM members m WHERE m.name = ? AND "
+    f"({postgres._SCALAR_INDEXABLE}) AND stateflow_jsonb(m.scalar) @> ?::jsonb"
+)
+"""PostgreSQL: a scalar pattern's containment check, as the store's search spells it."""
+
+
+def _member_indexes(store: SqlStore) -> dict[str, str]:
+    """PostgreSQL: the indexes on ``members`` by name, with their definitions."""
+    with store._read_tx() as tx:
+        return dict(
+            tx.all(
+                "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = current_schema() "
+                "AND tablename = 'members'"
+            )
+        )
+
+
+def _rewrite_and_delete_some(store: SqlStore, bodies: dict[str, dict[str, Any]]) -> None:
+    """Two of the ``found`` documents rewritten (members changed, added and dropped) and one
+    deleted, ``bodies`` kept as they now are."""
+    for k in ("s003", "s050"):
+        new = dict(bodies[k], title="t9", tags={"a": 99}, extra=[1, {"z": "q"}])
+        del new["list"]
+        store.commit([Write.between(DocKey("found", k), bodies[k], new)])
+        bodies[k] = new
+    store.commit([Write.between(DocKey("found", "s004"), bodies.pop("s004"), None)])
+
+
+def _searches_find_what_contains(
+    store: SqlStore, bodies: dict[str, dict[str, Any]], filters: list[dict[str, Any]]
+) -> None:
+    """Every filter's search of ``found`` answers the documents of ``bodies`` that contain it
+    (checked in Python), and so does a search of the fixture's ``notes`` by each member of one."""
+    for f in filters:
+        want = sorted(k for k, b in bodies.items() if json_contains(b, f))
+        assert [x.key.subject for x in store.search("found", f)] == want, f
+    notes = {
+        d["subject"]: d["revisions"][-1]
+        for d in _expected()["documents"].values()
+        if d["state"] == "notes" and d["revisions"][-1] is not None
+    }
+    for name, value in next(iter(notes.values())).items():
+        want = sorted(k for k, b in notes.items() if json_contains(b, {name: value}))
+        assert [x.key.subject for x in store.search("notes", {name: value})] == want, name
+
+
 def test_a_schema_30_store_upgrades_to_31_and_searches_the_same_with_scalars_alone_in_the_containment_index(
     backend: str, tmp_path: Path
 ) -> None:
@@ -2061,21 +2108,11 @@ def test_a_schema_30_store_upgrades_to_31_and_searches_the_same_with_scalars_alo
     document."""
     with _upgraded(_SCALAR_CONTAINMENT_VERSION - 1, backend, tmp_path) as store:
         if isinstance(store, PostgresStore):
-            with store._read_tx() as tx:
-                indexes = dict(
-                    tx.all(
-                        "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = current_schema() "
-                        "AND tablename = 'members'"
-                    )
-                )
+            indexes = _member_indexes(store)
             assert sorted(indexes) == ["members_by_value", "members_json", "members_pkey"]
             # (since version 35 told by the generated column ``scalar``: NULL for objects and arrays)
             assert "WHERE (scalar IS NOT NULL)" in indexes["members_json"]
-            scalar = (
-                "SELECT m.doc_id FROM members m WHERE m.name = ? AND "
-                f"({postgres._SCALAR_INDEXABLE}) AND stateflow_jsonb(m.scalar) @> ?::jsonb"
-            )
-            assert "members_json" in _plan(store, scalar, ("title", '"t1"'))
+            assert "members_json" in _plan(store, _SCALAR_CONTAINS, ("title", '"t1"'))
             with store._read_tx() as tx:
                 objects = tx.one(
                     f"SELECT COUNT(*) FROM members m WHERE {INDEXABLE} "
@@ -2084,12 +2121,7 @@ def test_a_schema_30_store_upgrades_to_31_and_searches_the_same_with_scalars_alo
             assert objects is not None and objects[0] > 0  # members the index now leaves out
         bodies = {f"s{i:03d}": _searched(i) for i in range(120)}
         store.commit([Write.between(DocKey("found", k), None, b) for k, b in bodies.items()])
-        for k in ("s003", "s050"):  # rewritten: members changed, added and dropped
-            new = dict(bodies[k], title="t9", tags={"a": 99}, extra=[1, {"z": "q"}])
-            del new["list"]
-            store.commit([Write.between(DocKey("found", k), bodies[k], new)])
-            bodies[k] = new
-        store.commit([Write.between(DocKey("found", "s004"), bodies.pop("s004"), None)])
+        _rewrite_and_delete_some(store, bodies)
         filters: list[dict[str, Any]] = [
             {"title": "t1"},
             {"title": "t9"},
@@ -2113,20 +2145,10 @@ def test_a_schema_30_store_upgrades_to_31_and_searches_the_same_with_scalars_alo
             {"title": "t2", "tags": {"a": 2}, "flag": False},
             {"n": 999},
         ]
-        for f in filters:
-            want = sorted(k for k, b in bodies.items() if json_contains(b, f))
-            assert [x.key.subject for x in store.search("found", f)] == want, f
+        _searches_find_what_contains(store, bodies, filters)
         assert [x.key.subject for x in store.search("found", {"title": "t1"}, limit=7)] == sorted(
             k for k, b in bodies.items() if b["title"] == "t1"
         )[:7]
-        notes = {
-            d["subject"]: d["revisions"][-1]
-            for d in _expected()["documents"].values()
-            if d["state"] == "notes" and d["revisions"][-1] is not None
-        }
-        for name, value in next(iter(notes.values())).items():
-            want = sorted(k for k, b in notes.items() if json_contains(b, {name: value}))
-            assert [x.key.subject for x in store.search("notes", {name: value})] == want, name
 
 
 _MEMBERS_ONCE_VERSION = 32
@@ -2350,13 +2372,7 @@ def test_a_schema_34_store_upgrades_to_35_and_rewrites_an_object_member_as_a_hot
     with _upgraded(_SCALAR_COLUMN_VERSION - 1, backend, tmp_path) as store:
         pg = isinstance(store, PostgresStore)
         if isinstance(store, PostgresStore):
-            with store._read_tx() as tx:
-                indexes = dict(
-                    tx.all(
-                        "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = current_schema() "
-                        "AND tablename = 'members'"
-                    )
-                )
+            indexes = _member_indexes(store)
             held = _indexed_as_before(store)
             assert sorted(indexes) == ["members_by_value", "members_json", "members_pkey"]
             assert all(
@@ -2371,11 +2387,7 @@ def test_a_schema_34_store_upgrades_to_35_and_rewrites_an_object_member_as_a_hot
             assert "members_by_value" in _plan(
                 store, f"SELECT m.doc_id FROM members m WHERE {match[0]}", tuple(match[1])
             )
-            scalar = (
-                "SELECT m.doc_id FROM members m WHERE m.name = ? AND "
-                f"({postgres._SCALAR_INDEXABLE}) AND stateflow_jsonb(m.scalar) @> ?::jsonb"
-            )
-            assert "members_json" in _plan(store, scalar, ("title", '"t1"'))
+            assert "members_json" in _plan(store, _SCALAR_CONTAINS, ("title", '"t1"'))
         bodies = {f"s{i:03d}": _searched(i) for i in range(120)}
         store.commit([Write.between(DocKey("found", k), None, b) for k, b in bodies.items()])
         key = DocKey("found", "s007")
@@ -2398,12 +2410,7 @@ def test_a_schema_34_store_upgrades_to_35_and_rewrites_an_object_member_as_a_hot
         rewrite(title="t8")
         rewrite(big=[f"{i:04d}" + "x" * 1020 for i in range(TREE_MIN // 1024)])  # held as a tree
         rewrite(list={"now": "an object"}, nul="x\u0000y")
-        for k in ("s003", "s050"):  # rewritten: members changed, added and dropped
-            new = dict(bodies[k], title="t9", tags={"a": 99}, extra=[1, {"z": "q"}])
-            del new["list"]
-            store.commit([Write.between(DocKey("found", k), bodies[k], new)])
-            bodies[k] = new
-        store.commit([Write.between(DocKey("found", "s004"), bodies.pop("s004"), None)])
+        _rewrite_and_delete_some(store, bodies)
         filters: list[dict[str, Any]] = [
             {"title": "t1"},
             {"title": "t8"},
@@ -2428,17 +2435,7 @@ def test_a_schema_34_store_upgrades_to_35_and_rewrites_an_object_member_as_a_hot
             {"title": "t2", "tags": {"a": 2}, "flag": False},
             {"n": 999},
         ]
-        for f in filters:
-            want = sorted(k for k, b in bodies.items() if json_contains(b, f))
-            assert [x.key.subject for x in store.search("found", f)] == want, f
+        _searches_find_what_contains(store, bodies, filters)
         assert [x.key.subject for x in store.search("found", {"title": "t8"})] == ["s007"]
         if pg:  # the members written since (a tree, NULs, kinds changed) too
             assert _indexed_as_before(store)[4] == 0
-        notes = {
-            d["subject"]: d["revisions"][-1]
-            for d in _expected()["documents"].values()
-            if d["state"] == "notes" and d["revisions"][-1] is not None
-        }
-        for name, value in next(iter(notes.values())).items():
-            want = sorted(k for k, b in notes.items() if json_contains(b, {name: value}))
-            assert [x.key.subject for x in store.search("notes", {name: value})] == want, name
