@@ -144,21 +144,21 @@ _OLD_SIGNATURE = (
 )
 
 
-def variant_sql() -> str:
-    """This tree's ``stateflow_commit`` (schema 34's text) taking the common fields as typed
-    parameters (``_TYPES``, after its seven), under the same name."""
+def _typed_commit(params: str, head: str, columns: dict[str, dict[int, str]]) -> str:
+    """Schema 34's ``stateflow_commit`` under the same name taking ``params`` after its seven:
+    ``head`` declared first, the JSON payload parsed only when it carries rare fields, and
+    every common field's element ``w.<field>[i][k]`` read from ``columns`` instead."""
     from stateflow.store.migrations import _FEWER_SET_UPS, _NO_ROWS, WRITE_FUNCTIONS, _replaced
 
     f = _FEWER_SET_UPS[: _FEWER_SET_UPS.index("CREATE OR REPLACE FUNCTION stateflow_count_documents(")]
-    typed = ", ".join(f"{name} {kind}" for name, kind in _TYPES)
     f = _replaced(
         f,
         _OLD_SIGNATURE,
-        f"DROP FUNCTION {WRITE_FUNCTIONS[0]};\n" + _OLD_SIGNATURE.replace("[]\n)", f"[],\n    {typed}\n)"),
+        f"DROP FUNCTION {WRITE_FUNCTIONS[0]};\n" + _OLD_SIGNATURE.replace("[]\n)", f"[],\n    {params}\n)"),
     )
     f = f.replace("CREATE OR REPLACE FUNCTION stateflow_commit(", "CREATE FUNCTION stateflow_commit(")
     f = _replaced(
-        f, f"    w stateflow_rows := json_populate_record({_NO_ROWS}, p);\n", "    w stateflow_rows;\n"
+        f, f"    w stateflow_rows := json_populate_record({_NO_ROWS}, p);\n", "    w stateflow_rows;\n" + head
     )
     f = _replaced(
         f,
@@ -168,18 +168,34 @@ def variant_sql() -> str:
     )
 
     def element(m: re.Match[str]) -> str:
-        out = _COLUMNS[m[1]][int(m[3])].format(i=m[2])
+        out = columns[m[1]][int(m[3])].format(i=m[2])
         return out + ("::smallint" if m[4] == "smallint" else "")
 
-    f = re.sub(r"\bw\.(" + "|".join(_COLUMNS) + r")\[(\w+)\]\[(\d+)\](?:::(\w+))?", element, f)
-    f = re.sub(r"\bw\.(" + "|".join(_WHOLE) + r")\b", lambda m: _WHOLE[m[1]], f)
-    f = _replaced(f, "IF p_docs[i][9] = '1' THEN", "IF p_docs[i][9] = 1 THEN")
-    f = _replaced(f, "IF p_docs[i][4] IS NULL THEN", "IF p_docs[i][4] < 0 THEN")
+    return re.sub(r"\bw\.(" + "|".join(columns) + r")\[(\w+)\]\[(\d+)\](?:::(\w+))?", element, f)
+
+
+def _finished(f: str, kinds: str) -> str:
+    """The variant's text once no common field is left in it, with the function's setting
+    (its added parameters' ``kinds``)."""
+    from stateflow.store.migrations import WRITE_FUNCTIONS
+
     left = set(re.findall(r"\bw\.(\w+)", f)) - set(RARE)
     if left:
         raise RuntimeError(f"common fields left in the variant: {sorted(left)}")
-    arguments = WRITE_FUNCTIONS[0][:-1] + ", " + ", ".join(kind for _, kind in _TYPES) + ")"
+    arguments = WRITE_FUNCTIONS[0][:-1] + ", " + kinds + ")"
     return f + f"ALTER FUNCTION {arguments} SET enable_seqscan = off;\n"
+
+
+def variant_sql() -> str:
+    """This tree's ``stateflow_commit`` (schema 34's text) taking the common fields as typed
+    parameters (``_TYPES``, after its seven), under the same name."""
+    from stateflow.store.migrations import _replaced
+
+    f = _typed_commit(", ".join(f"{name} {kind}" for name, kind in _TYPES), "", _COLUMNS)
+    f = re.sub(r"\bw\.(" + "|".join(_WHOLE) + r")\b", lambda m: _WHOLE[m[1]], f)
+    f = _replaced(f, "IF p_docs[i][9] = '1' THEN", "IF p_docs[i][9] = 1 THEN")
+    f = _replaced(f, "IF p_docs[i][4] IS NULL THEN", "IF p_docs[i][4] < 0 THEN")
+    return _finished(f, ", ".join(kind for _, kind in _TYPES))
 
 
 VARIANT_STATEMENT = (
@@ -426,32 +442,10 @@ _LEAN_COUNTS = {
 def lean_sql() -> str:
     """:func:`variant_sql` for :func:`pack_lean`'s three arrays: each element found by its
     kind's offset (read once from the head into a variable), bounds by the head's counts."""
-    from stateflow.store.migrations import _FEWER_SET_UPS, _NO_ROWS, WRITE_FUNCTIONS, _replaced
+    from stateflow.store.migrations import _replaced
 
-    f = _FEWER_SET_UPS[: _FEWER_SET_UPS.index("CREATE OR REPLACE FUNCTION stateflow_count_documents(")]
-    f = _replaced(
-        f,
-        _OLD_SIGNATURE,
-        f"DROP FUNCTION {WRITE_FUNCTIONS[0]};\n"
-        + _OLD_SIGNATURE.replace("[]\n)", "[],\n    p_n BIGINT[], p_t TEXT[], p_b BYTEA[]\n)"),
-    )
-    f = f.replace("CREATE OR REPLACE FUNCTION stateflow_commit(", "CREATE FUNCTION stateflow_commit(")
     head = "".join(f"    {name} INT := p_n[{k}];\n" for k, name in enumerate(_LEAN_NAMES, 1))
-    f = _replaced(
-        f, f"    w stateflow_rows := json_populate_record({_NO_ROWS}, p);\n", "    w stateflow_rows;\n" + head
-    )
-    f = _replaced(
-        f,
-        "    rare BOOLEAN := w.claim_keys IS NOT NULL OR w.node_rows IS NOT NULL OR w.del_rows IS NOT NULL\n"
-        "        OR w.gone IS NOT NULL OR w.ed_rows IS NOT NULL OR w.snap_rows IS NOT NULL;\nBEGIN\n",
-        f"    rare BOOLEAN := p IS NOT NULL;\nBEGIN\n    IF rare THEN\n        w := json_populate_record({_NO_ROWS}, p);\n    END IF;\n",
-    )
-
-    def element(m: re.Match[str]) -> str:
-        out = _LEAN_COLUMNS[m[1]][int(m[3])].format(i=m[2])
-        return out + ("::smallint" if m[4] == "smallint" else "")
-
-    f = re.sub(r"\bw\.(" + "|".join(_LEAN_COLUMNS) + r")\[(\w+)\]\[(\d+)\](?:::(\w+))?", element, f)
+    f = _typed_commit("p_n BIGINT[], p_t TEXT[], p_b BYTEA[]", head, _LEAN_COLUMNS)
     for field, count in _LEAN_COUNTS.items():
         f = f.replace(f"coalesce(array_length(w.{field}, 1), 0)", count)
         f = f.replace(f"array_length(w.{field}, 1)", count)
@@ -459,11 +453,7 @@ def lean_sql() -> str:
         f = f.replace(f"w.{field} IS NOT NULL", f"{count} > 0")
     f = _replaced(f, "IF p_n[9 * i + 21] = '1' THEN", "IF p_n[9 * i + 21] = 1 THEN")
     f = _replaced(f, "IF p_n[9 * i + 16] IS NULL THEN", "IF p_n[9 * i + 16] < 0 THEN")
-    left = set(re.findall(r"\bw\.(\w+)", f)) - set(RARE)
-    if left:
-        raise RuntimeError(f"common fields left in the variant: {sorted(left)}")
-    arguments = WRITE_FUNCTIONS[0][:-1] + ", BIGINT[], TEXT[], BYTEA[])"
-    return f + f"ALTER FUNCTION {arguments} SET enable_seqscan = off;\n"
+    return _finished(f, "BIGINT[], TEXT[], BYTEA[]")
 
 
 LEAN_STATEMENT = (
