@@ -26,7 +26,7 @@ import tempfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from benchmarks import callgrind
 
@@ -39,8 +39,16 @@ _PARTS = {
 }
 
 
-def _write(side: str, case: str, tmp: str) -> Callable[[int], Any]:
-    """The write ``case`` of ``side``, on a new store in ``tmp``."""
+class Side(NamedTuple):
+    """One side's write on a new SQLite file, with the file and the connections that write it."""
+
+    write: Callable[[int], Any]
+    path: Path
+    connections: list[sqlite3.Connection]
+
+
+def open_side(side: str, case: str, tmp: str, synchronous: str = "off") -> Side:
+    """The write ``case`` of ``side``, on a new WAL file in ``tmp`` at ``synchronous``."""
     from benchmarks.bench_langgraph_adapters import KEYS, saver_cases, store_cases
 
     if side == "stateflow":
@@ -48,19 +56,22 @@ def _write(side: str, case: str, tmp: str) -> Callable[[int], Any]:
         from stateflow.states import StatesService
         from stateflow.store import open_store
 
-        service = StatesService(open_store(f"sqlite:///{tmp}/ours.db?synchronous=off", auto_migrate=True))
+        path = Path(tmp) / "ours.db"
+        service = StatesService(open_store(f"sqlite:///{path}?synchronous={synchronous}", auto_migrate=True))
+        ours = service.store._all  # type: ignore[attr-defined]  # (its connections, opened as used)
         if case == "saver put":
-            return saver_cases(StateflowSaver(service), "s")["saver put"]
-        return store_cases(StateflowStore(service), "s")["store put"]
-    conn = sqlite3.connect(Path(tmp) / f"{side}.db", isolation_level=None, check_same_thread=False)
+            return Side(saver_cases(StateflowSaver(service), "s")["saver put"], path, ours)
+        return Side(store_cases(StateflowStore(service), "s")["store put"], path, ours)
+    path = Path(tmp) / f"{side}.db"
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute("PRAGMA synchronous = off")
+    conn.execute(f"PRAGMA synchronous = {synchronous}")
     if side == "by hand":
         from benchmarks.bench_langgraph_floor import SqliteHand, _Hand
 
         hand = SqliteHand(conn)
         if case == "saver put":
-            return saver_cases(_Hand(hand), "h")["saver put"]  # type: ignore[arg-type]
+            return Side(saver_cases(_Hand(hand), "h")["saver put"], path, [conn])  # type: ignore[arg-type]
 
         def store_put(i: int) -> None:
             hand.store_put(
@@ -69,24 +80,24 @@ def _write(side: str, case: str, tmp: str) -> Callable[[int], Any]:
                 {"n": i, "text": "remember this", "tags": ["a", "b"]},
             )
 
-        return store_put
+        return Side(store_put, path, [conn])
     if case == "saver put":
         from langgraph.checkpoint.sqlite import SqliteSaver
 
         saver = SqliteSaver(conn)
         saver.setup()
-        return saver_cases(saver, "l")["saver put"]
+        return Side(saver_cases(saver, "l")["saver put"], path, [conn])
     from langgraph.store.sqlite import SqliteStore
 
     store = SqliteStore(conn)
     store.setup()
-    return store_cases(store, "l")["store put"]
+    return Side(store_cases(store, "l")["store put"], path, [conn])
 
 
 def _work(side: str, case: str, ops: int, warm: int) -> None:
     """The counted process: ``warm`` writes, then ``ops`` counted."""
     with tempfile.TemporaryDirectory() as tmp:
-        write = _write(side, case, tmp)
+        write = open_side(side, case, tmp).write
         for i in range(warm):
             write(i)
         gc.collect()

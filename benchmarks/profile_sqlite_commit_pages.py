@@ -84,6 +84,13 @@ FRAME = 4096 + 24
 """Bytes of one WAL frame (the default page size and its header)."""
 
 
+def wal_pages(path: str | Path) -> list[int]:
+    """The page number of every frame in ``path``'s ``-wal`` file, in the order written (a frame
+    is a 24-byte header, whose first four bytes name the page, and the page)."""
+    data = Path(f"{path}-wal").read_bytes()
+    return [struct.unpack(">I", data[at : at + 4])[0] for at in range(32, len(data) - FRAME + 1, FRAME)]
+
+
 def writer(kind: str, service: Any, tmp: str) -> Callable[[int], object]:
     """The write of ``kind`` made with ``i``: each call a new value (and for a saver ``put`` a
     new checkpoint)."""
@@ -138,8 +145,7 @@ def frames(kind: str, variant: str, fill: int, ops: int) -> tuple[float, collect
             own.execute("PRAGMA wal_autocheckpoint = 0")
         for i in range(fill, fill + ops):
             write(i)
-        data = Path(f"{path}-wal").read_bytes()
-        pages = [struct.unpack(">I", data[at : at + 4])[0] for at in range(32, len(data) - FRAME + 1, FRAME)]
+        pages = wal_pages(path)
         names = dict(conn.execute("SELECT pageno, name FROM dbstat"))
         conn.close()
         service.close()
