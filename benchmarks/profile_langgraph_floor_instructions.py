@@ -40,11 +40,13 @@ _PARTS = {
 
 
 class Side(NamedTuple):
-    """One side's write on a new SQLite file, with the file and the connections that write it."""
+    """One side's write on a new SQLite file, with the file, the connections that write it and
+    what closes them."""
 
     write: Callable[[int], Any]
     path: Path
     connections: list[sqlite3.Connection]
+    close: Callable[[], None]
 
 
 def open_side(side: str, case: str, tmp: str, synchronous: str = "off") -> Side:
@@ -60,8 +62,10 @@ def open_side(side: str, case: str, tmp: str, synchronous: str = "off") -> Side:
         service = StatesService(open_store(f"sqlite:///{path}?synchronous={synchronous}", auto_migrate=True))
         ours = service.store._all  # type: ignore[attr-defined]  # (its connections, opened as used)
         if case == "saver put":
-            return Side(saver_cases(StateflowSaver(service), "s")["saver put"], path, ours)
-        return Side(store_cases(StateflowStore(service), "s")["store put"], path, ours)
+            return Side(
+                saver_cases(StateflowSaver(service), "s")["saver put"], path, ours, service.store.close
+            )
+        return Side(store_cases(StateflowStore(service), "s")["store put"], path, ours, service.store.close)
     path = Path(tmp) / f"{side}.db"
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     conn.execute("PRAGMA journal_mode = WAL")
@@ -71,7 +75,7 @@ def open_side(side: str, case: str, tmp: str, synchronous: str = "off") -> Side:
 
         hand = SqliteHand(conn)
         if case == "saver put":
-            return Side(saver_cases(_Hand(hand), "h")["saver put"], path, [conn])  # type: ignore[arg-type]
+            return Side(saver_cases(_Hand(hand), "h")["saver put"], path, [conn], conn.close)  # type: ignore[arg-type]
 
         def store_put(i: int) -> None:
             hand.store_put(
@@ -80,18 +84,18 @@ def open_side(side: str, case: str, tmp: str, synchronous: str = "off") -> Side:
                 {"n": i, "text": "remember this", "tags": ["a", "b"]},
             )
 
-        return Side(store_put, path, [conn])
+        return Side(store_put, path, [conn], conn.close)
     if case == "saver put":
         from langgraph.checkpoint.sqlite import SqliteSaver
 
         saver = SqliteSaver(conn)
         saver.setup()
-        return Side(saver_cases(saver, "l")["saver put"], path, [conn])
+        return Side(saver_cases(saver, "l")["saver put"], path, [conn], conn.close)
     from langgraph.store.sqlite import SqliteStore
 
     store = SqliteStore(conn)
     store.setup()
-    return Side(store_cases(store, "l")["store put"], path, [conn])
+    return Side(store_cases(store, "l")["store put"], path, [conn], conn.close)
 
 
 def _work(side: str, case: str, ops: int, warm: int) -> None:

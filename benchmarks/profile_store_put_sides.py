@@ -57,6 +57,7 @@ def frames(side: str, fill: int, ops: int) -> tuple[float, collections.Counter[s
         pages = wal_pages(made.path)
         names = dict(conn.execute("SELECT pageno, name FROM dbstat"))
         conn.close()
+        made.close()
     by_tree = collections.Counter(names.get(page, "(a page allocated since)") for page in pages)
     return len(pages) / ops, by_tree
 
@@ -64,11 +65,12 @@ def frames(side: str, fill: int, ops: int) -> tuple[float, collections.Counter[s
 def _work(side: str, fill: int, ops: int) -> None:
     """The traced process: ``fill`` writes, then ``ops``."""
     with tempfile.TemporaryDirectory() as tmp:
-        write = open_side(side, CASE, tmp, SYNCHRONOUS).write
+        made = open_side(side, CASE, tmp, SYNCHRONOUS)
         for i in range(fill):
-            write(i)
+            made.write(i)
         for i in range(10_000, 10_000 + ops):
-            write(i)
+            made.write(i)
+        made.close()
 
 
 def _traced(side: str, fill: int, ops: int) -> collections.Counter[str]:
@@ -109,13 +111,15 @@ def times(fill: int, ops: int, rounds: int) -> dict[str, list[tuple[float, float
     """Each side's (wall, user, system) per write, round by round, the order rotating."""
     measured: dict[str, list[tuple[float, float, float]]] = {side: [] for side in SIDES}
     with tempfile.TemporaryDirectory() as tmp:
-        writes = {side: open_side(side, CASE, tmp, SYNCHRONOUS).write for side in SIDES}
+        made = {side: open_side(side, CASE, tmp, SYNCHRONOUS) for side in SIDES}
         for side in SIDES:
             for i in range(fill):
-                writes[side](i)
+                made[side].write(i)
         for r in range(rounds):
             for side in SIDES[r % len(SIDES) :] + SIDES[: r % len(SIDES)]:
-                measured[side].append(_round(writes[side], 10_000 + r * ops, ops))
+                measured[side].append(_round(made[side].write, 10_000 + r * ops, ops))
+        for side in SIDES:
+            made[side].close()
     return measured
 
 
