@@ -98,6 +98,15 @@ def _literal(value: Any) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
+def _wire_literal(value: bytes | None, fmt: int) -> str:
+    """A fast statement's parameter as sent (text, or binary ``bytea``) as a literal."""
+    if value is None:
+        return "NULL"
+    if fmt:
+        return "'\\x" + value.hex() + "'"
+    return _literal(value.decode())
+
+
 def _elements(data: bytes) -> list[bytes | None]:
     """A one-dimensional binary ``bytea[]``'s elements."""
     (n,) = struct.unpack_from("!i", data, 12)
@@ -115,18 +124,26 @@ def capture(url: str, name: str, warm: int, calls: int, dump: str, port: int) ->
     """The commit statements of ``calls`` calls of the case, after ``warm`` calls and a dump."""
     import stateflow.store.postgres as pg
 
-    recorded: list[list[Any]] = []
+    executed: list[str] = []
     real = pg._commit_alone
     served = "server" in name
     execute = psycopg.Connection.execute
 
+    fast: dict[str, str] = {}  # the fast statements seen: name → text
+
     def recording(conn: Any, params: Any) -> Any:
-        recorded.append(list(params))
+        if type(params).__name__ == "FastCommit":  # (a tree with fast statements: ``pg_fast``)
+            name, sql, formats = pg.fast_statement(params.shape)
+            fast[name.decode()] = sql.decode()
+            literals = [_wire_literal(v, f) for v, f in zip(params.values, formats, strict=True)]
+            executed.append(f"EXECUTE {name.decode()}({', '.join(literals)})")
+        else:
+            executed.append(f"EXECUTE {'p' if served else 'c'}({', '.join(_literal(v) for v in params)})")
         return real(conn, params)
 
     def recording_merge(conn: Any, query: Any, params: Any = None, **kwargs: Any) -> Any:
         if query == pg._PATCH_COMMIT:
-            recorded.append(list(params))
+            executed.append(f"EXECUTE p({', '.join(_literal(v) for v in params)})")
         return execute(conn, query, params, **kwargs)
 
     with case_store(url, name) as call:
@@ -142,8 +159,9 @@ def capture(url: str, name: str, warm: int, calls: int, dump: str, port: int) ->
         finally:
             pg._commit_alone = real
             psycopg.Connection.execute = execute  # type: ignore[method-assign]
-    prepared = "p" if served else "c"
-    return [f"EXECUTE {prepared}({', '.join(_literal(v) for v in params)})" for params in recorded]
+    # the fast statements prepared first, planning as the connection sending them does
+    head = ["SET enable_seqscan = off", *(f"PREPARE {name} AS {sql}" for name, sql in fast.items())]
+    return (head if fast else []) + executed
 
 
 def _dump(url: str, dump: str, port: int) -> None:
@@ -335,21 +353,27 @@ def main() -> None:
         _as_pg([f"{bindir}/pg_ctl", "-D", data, "-w", "-m", "fast", "stop"], stdout=subprocess.DEVNULL)
     try:
         for name, replay, statements, prepared in replays:
-            first = len(statements) // 3
+            # (a fast statement's PREPARE lines go with the prepared statements, not the calls)
+            head = [s for s in statements if not s.startswith("EXECUTE")]
+            calls = statements[len(head) :]
+            prepared = "\n".join([prepared, *head])
+            first = len(calls) // 3
             # each run replays into the restored database as it was: copied afresh per run
             counts = []
-            for k in (first, len(statements)):
+            for k in (first, len(calls)):
                 copy = f"{root}/data_{k}"
                 _as_pg(["cp", "-a", data, copy])
-                counts.append(instructions(copy, replay, prepared, statements[:k], f"{root}/{replay}_{k}"))
+                counts.append(instructions(copy, replay, prepared, calls[:k], f"{root}/{replay}_{k}"))
                 _as_pg(["rm", "-rf", copy])
-            per = (counts[1] - counts[0]) / (len(statements) - first)
+            per = (counts[1] - counts[0]) / (len(calls) - first)
+            fast = sum(1 for c in calls[first:] if c.startswith("EXECUTE stateflow_fast_"))
             print(
-                f"== {name}: {per:,.0f} server instructions per commit statement ({len(statements) - first} calls)"
+                f"== {name}: {per:,.0f} server instructions per commit statement ({len(calls) - first} calls, "
+                f"{fast} of them fast statements)"
             )
             if args.keep:
                 os.makedirs(args.keep, exist_ok=True)
-                for k in (first, len(statements)):
+                for k in (first, len(calls)):
                     shutil.copy(f"{root}/{replay}_{k}.cg", f"{args.keep}/{replay}_{k}.cg")
                     shutil.copy(f"{root}/{replay}_{k}.sql", f"{args.keep}/{replay}_{k}.sql")
     finally:

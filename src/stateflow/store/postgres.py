@@ -54,6 +54,8 @@ from stateflow.store.migrations import (
     VALUE_INDEX_MAX,
 )
 from stateflow.store.model import DocKey, Document, Listed, made_document
+from stateflow.store.pg_fast import FastCommit, fast_values
+from stateflow.store.pg_fast import statement as fast_statement
 from stateflow.store.plan import Fresh, SeqRef, WritePlan
 from stateflow.store.rows import (
     LOCK_ORDER_SQL,
@@ -569,6 +571,29 @@ class PostgresStore(SqlStore):
         def build() -> _Planned:
             nonlocal at
             at = utc_now()  # taken in the order commits join groups: times follow seq
+            encoded_origin = encode_trusted(origin)
+            # the common shapes as one plain statement of their own (``pg_fast``), the rest
+            # through the commit function; decided here, once per commit
+            fast = (
+                None
+                if creates or claims
+                else fast_values(locked, shared, plans, at, encoded_origin, _SEQ_LOCK_TEXT)
+            )
+            if fast is None:
+                return function_params(at, encoded_origin)
+            when = at
+
+            def slow() -> list[Any]:
+                return function_params(when, encoded_origin)[2]
+
+            return (
+                [key for key, row in shared if row.doc_id],
+                [key for key, _ in locked],
+                FastCommit(*fast, slow),
+            )
+
+        def function_params(at: str, encoded_origin: bytes) -> tuple[list[DocKey], list[DocKey], list[Any]]:
+            """The commit as the commit function's call (``_COMMIT``)."""
             # A shared document without a row when computed on is checked to have none still,
             # with no lock (there is no row to lock): found by the locking function instead, a
             # row created meanwhile — after a group took its locks, or while the function
@@ -606,7 +631,7 @@ class PostgresStore(SqlStore):
                 present,
                 written,
                 # in the order of the statement's placeholders
-                [_payload(fields), at, encode_trusted(origin), _SEQ_LOCK, *beside],
+                [_payload(fields), at, encoded_origin, _SEQ_LOCK, *beside],
             )
 
         # a commit creating rows writes only new documents and found no group on its way: alone
@@ -680,7 +705,7 @@ class PostgresStore(SqlStore):
     def _send_planned(self, planned: _Planned) -> int | None:
         return self._send_alone(planned[2])
 
-    def _send_alone(self, params: Sequence[Any]) -> int | None:
+    def _send_alone(self, params: Sequence[Any] | FastCommit) -> int | None:
         """One planned commit in its own transaction: its seq, or None (nothing written)."""
         try:
             seq = self._commit_pooled(params)
@@ -695,7 +720,7 @@ class PostgresStore(SqlStore):
                 raise
         return seq
 
-    def _commit_pooled(self, params: Sequence[Any]) -> int | None:
+    def _commit_pooled(self, params: Sequence[Any] | FastCommit) -> int | None:
         """``_commit_alone`` on the connection kept for commits sent alone (``_commit_kept``), else
         on one of the pool taken and given back without the pool's context manager: on an
         autocommit connection its ``with`` commits no transaction, and the pool's usage timing is
@@ -704,7 +729,7 @@ class PostgresStore(SqlStore):
         pool = self._pool
         if self.runs_on_loop:
             with pool.connection() as conn:
-                return _commit_alone(conn, params)
+                return _commit_alone(conn, _function_params(params))
         if self._keeps and self._kept_lock.acquire(False):  # (another thread's commit uses it: the pool)
             try:
                 if self._keeps:  # (still: ``close`` clears it under the lock, then closes the pool)
@@ -713,29 +738,42 @@ class PostgresStore(SqlStore):
                 self._kept_lock.release()
         conn = pool.getconn()
         try:
-            return _commit_alone(conn, params)
+            # (a fast statement only on the kept connection: its plans are made without
+            # sequential scans, see ``_commit_kept``)
+            return _commit_alone(conn, _function_params(params))
         finally:
             pool.putconn(conn)
 
-    def _commit_kept(self, params: Sequence[Any]) -> int | None:
+    def _commit_kept(self, params: Sequence[Any] | FastCommit) -> int | None:
         """``_commit_alone`` on the connection kept for commits sent alone (under ``_kept_lock``):
         taken from the pool once and given back every ``KEPT_FOR`` seconds, and at once after a
         failed commit (the pool replaces it if broken) — not taken and given back on every commit
         (the pool's ``getconn`` and ``putconn``, ~350 bytecodes and three log calls a commit).
-        The pool's bound holds: the kept connection is one of its own."""
+        The pool's bound holds: the kept connection is one of its own.
+
+        While kept, the connection plans with ``enable_seqscan`` off, as the commit function
+        does: the fast statements (``pg_fast``) are plain statements whose generic plans it
+        keeps, and on a small analyzed table a plan of sequential scans looks cheapest — kept
+        until the table's statistics change, however large it grew meanwhile. Every row they
+        look up has its unique index. Reset before the connection goes back to the pool."""
         pool = self._pool
         conn = self._kept
         if conn is None or monotonic() >= self._kept_until:
             if conn is not None:
                 self._kept = None
-                pool.putconn(conn)
+                _give_back(pool, conn)
             conn = pool.getconn()
+            try:
+                conn.execute(_NO_SEQSCAN)
+            except BaseException:
+                pool.putconn(conn)
+                raise
             self._kept, self._kept_until = conn, monotonic() + KEPT_FOR
         try:
             return _commit_alone(conn, params)
         except BaseException:
             self._kept = None
-            pool.putconn(conn)
+            _give_back(pool, conn)
             raise
 
     def _send_group(self, group: Sequence[Member[_Planned, int]]) -> None:
@@ -772,7 +810,10 @@ class PostgresStore(SqlStore):
                                 _LOCK_GROUP,
                                 (exclusive, _array(k.state for k in run), _array(k.subject for k in run)),
                             )
-                        cursors = [_execute_raw(conn, _COMMIT_RAW, m.params[2]) for m in group]
+                        # (through the commit function: a group's statements are sent unprepared)
+                        cursors = [
+                            _execute_raw(conn, _COMMIT_RAW, _function_params(m.params[2])) for m in group
+                        ]
                         conn.execute("COMMIT")
                     rows = [cur.fetchone() for cur in cursors]
                 except psycopg.Error:
@@ -915,8 +956,19 @@ class PostgresStore(SqlStore):
             self._keeps = False
             conn, self._kept = self._kept, None
             if conn is not None:
-                self._pool.putconn(conn)
+                _give_back(self._pool, conn)
         self._pool.close()
+
+
+def _give_back(pool: ConnectionPool[Any], conn: psycopg.Connection[Any]) -> None:
+    """The kept connection back to the pool, planning as the pool's others do (``_commit_kept``);
+    a connection that cannot take the reset is closed (the pool replaces it)."""
+    if not conn.closed:
+        try:
+            conn.execute(_PLAN_AS_POOL)
+        except psycopg.Error:
+            conn.close()
+    pool.putconn(conn)
 
 
 def _execute_raw(conn: Any, sql: str, params: Sequence[Any]) -> Any:
@@ -927,33 +979,48 @@ def _execute_raw(conn: Any, sql: str, params: Sequence[Any]) -> Any:
     return conn.execute_raw(sql, params)
 
 
-def _commit_alone(conn: Any, params: Sequence[Any]) -> int | None:
-    """Run ``_COMMIT`` on an idle autocommit connection: its seq, or None (nothing written)."""
+def _function_params(params: Sequence[Any] | FastCommit) -> Sequence[Any]:
+    """The commit as ``_COMMIT``'s parameters (a fast commit's, made now)."""
+    return params.slow() if isinstance(params, FastCommit) else params
+
+
+def _commit_alone(conn: Any, params: Sequence[Any] | FastCommit) -> int | None:
+    """Run the commit — its fast statement (``pg_fast``), or ``_COMMIT`` — on an idle autocommit
+    connection: its seq, or None (nothing written)."""
     if not isinstance(conn, psycopg.Connection):  # (the async bridge's connection)
-        row = conn.execute_raw(_COMMIT_RAW, params).fetchone()
+        row = conn.execute_raw(_COMMIT_RAW, _function_params(params)).fetchone()
         return None if row is None or row[0] is None else int(row[0])
     # Straight through libpq, as a statement prepared once per connection under a name of our
     # own: a cursor's execute costs more client CPU than the rest of sending a commit (cursor
     # set-up, its prepared-statement bookkeeping, adapting the parameters, reading the result's
     # description).
     pgconn = conn.pgconn
-    # each parameter's wire value by its place in ``_COMMIT``: the payload and the time as text,
-    # the seq lock's id (always ``_SEQ_LOCK``) as its text, the origin and the arrays — bytes, or
-    # NULL — as they are, in binary (``_COMMIT_FORMATS``); not told apart by type, value by value
-    payload, at, origin, _, *beside = params
-    values = [payload.encode(), at.encode(), origin, _SEQ_LOCK_TEXT, *beside]
+    if isinstance(params, FastCommit):
+        name, sql, formats = fast_statement(params.shape)
+        values = params.values
+    else:
+        # each parameter's wire value by its place in ``_COMMIT``: the payload and the time as
+        # text, the seq lock's id (always ``_SEQ_LOCK``) as its text, the origin and the arrays —
+        # bytes, or NULL — as they are, in binary (``_COMMIT_FORMATS``); not told apart by type,
+        # value by value
+        payload, at, origin, _, *beside = params
+        name, sql, formats = _COMMIT_NAME, _COMMIT_RAW_BYTES, _COMMIT_FORMATS
+        values = [payload.encode(), at.encode(), origin, _SEQ_LOCK_TEXT, *beside]
     with conn.lock:
+        prepared = _PREPARED.get(conn)
+        if prepared is None:
+            prepared = _PREPARED[conn] = set()
         for attempt in range(2):
-            if conn not in _COMMIT_PREPARED:
-                pgconn.send_prepare(_COMMIT_NAME, _COMMIT_RAW.encode(), None)
+            if name not in prepared:
+                pgconn.send_prepare(name, sql, None)
                 _result_of(conn, conn.wait(generators.execute(pgconn)))
-                _COMMIT_PREPARED.add(conn)
-            pgconn.send_query_prepared(_COMMIT_NAME, values, _COMMIT_FORMATS)
+                prepared.add(name)
+            pgconn.send_query_prepared(name, values, formats)
             results = conn.wait(generators.execute(pgconn))
             # psycopg deallocates every prepared statement of a connection after a ROLLBACK or
             # a DROP it ran (ours too): prepared again, and sent again (it never ran)
             if attempt == 0 and results[-1].error_field(_SQLSTATE) == _NO_SUCH_STATEMENT:
-                _COMMIT_PREPARED.discard(conn)
+                prepared.clear()
                 continue
             result = _result_of(conn, results)
             break
@@ -970,9 +1037,9 @@ lock's id) or binary (the origin, the three ``bytea[]``; a NULL's format is not 
 _SEQ_LOCK_TEXT: Final = str(_SEQ_LOCK).encode()
 _SQLSTATE: Final = pq.DiagnosticField.SQLSTATE
 _NO_SUCH_STATEMENT: Final = b"26000"
-_COMMIT_PREPARED: Final[weakref.WeakSet[psycopg.Connection[Any]]] = weakref.WeakSet()
-"""Connections on which ``_COMMIT_NAME`` is prepared (a connection the pool replaces is a new
-object: it prepares it again)."""
+_PREPARED: Final[weakref.WeakKeyDictionary[psycopg.Connection[Any], set[bytes]]] = weakref.WeakKeyDictionary()
+"""The names of the commit statements prepared on each connection (``_COMMIT_NAME`` and the fast
+statements': a connection the pool replaces is a new object, and prepares them again)."""
 
 
 def _result_of(conn: psycopg.Connection[Any], results: Sequence[Any]) -> Any:
@@ -1008,6 +1075,9 @@ table, so one generic plan serves every commit (a join in it made its plan depen
 of keys, and it was planned again on every call once a custom plan looked cheaper)."""
 _COMMIT_RAW: Final = _numbered(_COMMIT)
 """``_COMMIT`` as sent through libpq or a raw cursor (``_commit_alone``, ``_send_group``)."""
+_COMMIT_RAW_BYTES: Final = _COMMIT_RAW.encode()
+_NO_SEQSCAN: Final = "SET enable_seqscan = off"
+_PLAN_AS_POOL: Final = "RESET enable_seqscan"
 _PATCH_COMMIT: Final = served_patch.statement(_SEQ_LOCK_KEY.replace("?", "%s"))
 """A memory patch merged by the server in one statement (``patch_on_server``)."""
 _FLUSHED: Final = "SELECT pg_logical_emit_message(true, 'stateflow', '')"
@@ -1048,7 +1118,7 @@ def _create_arrays(creates: Sequence[tuple[DocKey, int]]) -> list[str | None]:
     ]
 
 
-_Planned = tuple[list[DocKey], list[DocKey], list[Any]]
+_Planned = tuple[list[DocKey], list[DocKey], list[Any] | FastCommit]
 """A planned commit: the documents it shares and those it writes (in a group, locked first), and
 its statement's parameters."""
 _CLAIMED_MEANWHILE: Final = "SF409"

@@ -1,0 +1,267 @@
+"""PostgreSQL: the common optimistic commits sent as one prepared plain statement per shape
+(``store.pg_fast``) write what the commit function writes, check what it checks, and fall back
+as it does."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import stateflow.store.postgres as pg
+from stateflow.langgraph import StateflowStore
+from stateflow.states import StatesService
+from stateflow.store import DocKey, Document, Write, open_store
+from stateflow.store.pg_fast import FastCommit
+from stateflow.store.postgres import PostgresStore
+from tests.conftest import PG_URL, _with_schema, fresh_pg_schemas
+from tests.test_store_write_rows import _drive, _rows
+
+
+@pytest.fixture
+def two_urls() -> Iterator[tuple[str, str]]:
+    with fresh_pg_schemas(2) as (a, b):
+        assert PG_URL
+        yield _with_schema(PG_URL, a), _with_schema(PG_URL, b)
+
+
+def _open(url: str) -> PostgresStore:
+    store = open_store(url, auto_migrate=True)
+    assert isinstance(store, PostgresStore)
+    return store
+
+
+def _sent(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The commits sent alone from now on, as they were sent (fast or the function's call)."""
+    sent: list[Any] = []
+    real = pg._commit_alone
+
+    def recording(conn: Any, params: Any) -> Any:
+        sent.append(params)
+        return real(conn, params)
+
+    monkeypatch.setattr(pg, "_commit_alone", recording)
+    return sent
+
+
+def _setting(key: DocKey, body: dict[str, Any] | None) -> Any:
+    def compute(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
+        doc = docs[key]
+        return [Write.between(key, doc.body, body, doc.revision)], None
+
+    return compute
+
+
+def _both(keys: list[DocKey], bodies: list[dict[str, Any] | None]) -> Any:
+    def compute(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
+        return [
+            Write.between(k, docs[k].body, b, docs[k].revision) for k, b in zip(keys, bodies, strict=True)
+        ], None
+
+    return compute
+
+
+def _more(store: PostgresStore) -> None:
+    """Optimistic writes of the other shapes: two documents in one commit, a member added and
+    rewritten, a document deleted and written again (its ``present`` moves)."""
+    a, b = DocKey("notes", "a"), DocKey("notes", "b")
+    store.commit([Write.between(a, None, {"x": 1}), Write.between(b, None, {"y": [1]})])
+    for bodies in (
+        [{"x": 2}, {"y": [1, 2]}],
+        [{"x": 2, "z": "new"}, {"y": [1, 2], "w": {"k": 1}}],
+        [{"x": 3, "z": "new"}, {"y": [], "w": {"k": 2}}],
+        [None, {"y": [], "w": {"k": 2}, "v": True}],
+        [{"x": 4, "z": "back"}, {"y": [3], "w": {"k": 2}, "v": False}],
+    ):
+        store.update([a, b], _both([a, b], bodies), {"by": "test"}, optimistic=True)
+
+
+def test_the_fast_statements_write_the_rows_the_commit_function_writes(
+    two_urls: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The same writes on two new stores, one with the fast statements and one without (every
+    # commit through the function): every row of every table the same, counters included.
+    sent = _sent(monkeypatch)
+    fast = _open(two_urls[0])
+    try:
+        _drive(fast)
+        _more(fast)
+        rows = _rows(fast, False)
+        with fast._read_tx() as tx:
+            counters, recounted = fast.recount(tx)
+    finally:
+        fast.close()
+    shapes = {p.shape for p in sent if isinstance(p, FastCommit)}
+    # a store put, put_writes adding a bucket and rewriting one, updates of one and of two
+    # documents, one of them written again after its delete
+    assert len(shapes) >= 5, shapes
+    assert any(any(moves) for *_, moves in shapes)
+    assert any(len(moves) == 2 for *_, moves in shapes)
+    monkeypatch.setattr(pg, "fast_values", lambda *args: None)
+    sent.clear()
+    slow = _open(two_urls[1])
+    try:
+        _drive(slow)
+        _more(slow)
+        assert _rows(slow, False) == rows
+        with slow._read_tx() as tx:
+            assert slow.recount(tx) == (counters, recounted)
+    finally:
+        slow.close()
+    assert sent and not any(isinstance(p, FastCommit) for p in sent)
+    assert counters == recounted
+
+
+def test_a_failed_check_writes_nothing_and_the_write_lands_by_the_locked_path(
+    pg_schema_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = _open(pg_schema_url)
+    try:
+        items = StateflowStore(StatesService(store))
+        items.put(("users", "u1"), "prefs", {"n": 0})
+        items.put(("users", "u1"), "prefs", {"n": 1})
+        before = _rows(store, False)
+        real = pg._commit_alone
+        tried: list[FastCommit] = []
+
+        def first_the_failing_variants(conn: Any, params: Any) -> Any:
+            # the commit as it goes out, first with each check made to fail: nothing written
+            assert isinstance(params, FastCommit)
+            absent, share, lock = params.shape[:3]
+            assert (absent, share, lock) == (1, 1, 1)  # the aliases absent, the declaration shared
+            shared_rev = 3 + 2 * absent + 3  # (the parameters' places: ``fast_values``)
+            lock_rev = shared_rev + 4
+            for at, value in ((shared_rev, b"999"), (lock_rev, b"999"), (4, b"langgraph_store")):
+                values = list(params.values)
+                values[at] = value
+                if at == 4:  # an absent key's subject that has a row: the declaration's
+                    values[3] = b"_states"
+                assert real(conn, FastCommit(params.shape, values, params.slow)) is None
+                assert _rows(store, False) == before
+            tried.append(params)
+            return real(conn, params)  # as it is: it lands
+
+        monkeypatch.setattr(pg, "_commit_alone", first_the_failing_variants)
+        items.put(("users", "u1"), "prefs", {"n": 2})
+        monkeypatch.setattr(pg, "_commit_alone", real)
+        (commit,) = tried
+        after = _rows(store, False)
+        assert after != before
+        assert store._send_alone(commit) is None  # again: its written row has moved on
+        assert _rows(store, False) == after
+        sent = _sent(monkeypatch)
+        # a store that did not see the last writes commits against a stale revision: the fast
+        # statement writes nothing, and the write lands through the locked path
+        other = _open(pg_schema_url)
+        try:
+            behind = StateflowStore(StatesService(other))
+            assert behind.get(("users", "u1"), "prefs") is not None
+            items.put(("users", "u1"), "prefs", {"n": 3})
+            sent.clear()
+            behind.put(("users", "u1"), "prefs", {"n": 4})
+            assert any(isinstance(p, FastCommit) for p in sent)
+        finally:
+            other.close()
+        item = items.get(("users", "u1"), "prefs")
+        assert item is not None and item.value == {"n": 4}
+    finally:
+        store.close()
+
+
+def test_racing_writers_of_one_document_all_land_in_seq_order(pg_schema_url: str) -> None:
+    # Four stores (a connection each) add to one counter, each from the revision it last saw:
+    # the fast statement's revision check turns a lost race into the locked path's retry, so
+    # every increment lands, each revision once, their seq in revision order.
+    key = DocKey("race", "counter")
+    stores = [_open(pg_schema_url) for _ in range(4)]
+    try:
+        stores[0].commit([Write.between(key, None, {"n": 0})])
+        errors: list[BaseException] = []
+
+        def add(store: PostgresStore) -> None:
+            def compute(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
+                doc = docs[key]
+                return [Write.between(key, doc.body, {"n": doc.body["n"] + 1}, doc.revision)], None
+
+            try:
+                for _ in range(15):
+                    store.update([key], compute, {"by": "race"}, optimistic=True)
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=add, args=(s,)) for s in stores]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors
+        doc = stores[0].get(key)
+        assert doc.body == {"n": 60} and doc.revision == 61
+        with stores[0]._read_tx() as tx:
+            rows = tx.all(
+                "SELECT c.revision, c.seq FROM changes c JOIN documents d USING (doc_id) "
+                "WHERE d.state = 'race' ORDER BY c.revision"
+            )
+            assert [r[0] for r in rows] == list(range(1, 62))
+            assert [r[1] for r in rows] == sorted(r[1] for r in rows)
+            stored, recounted = stores[0].recount(tx)
+        assert stored == recounted
+    finally:
+        for s in stores:
+            s.close()
+
+
+def test_a_kept_connections_fast_statements_survive_their_deallocation(pg_schema_url: str) -> None:
+    # psycopg runs DEALLOCATE ALL on a connection after a ROLLBACK: the fast statement prepared
+    # there is prepared again, and the commit lands once.
+    store = _open(pg_schema_url)
+    key = DocKey("d", "one")
+    try:
+        store.commit([Write.between(key, None, {"n": 0})])
+        store.update([key], _setting(key, {"n": 1}), optimistic=True)
+        kept = store._kept
+        assert kept is not None
+        names = {r[0] for r in kept.execute("SELECT name FROM pg_prepared_statements").fetchall()}
+        assert any(n.startswith("stateflow_fast_") for n in names), names
+        kept.execute("DEALLOCATE ALL")
+        store.update([key], _setting(key, {"n": 2}), optimistic=True)
+        assert store._kept is kept  # (the same connection: the commit did not fail)
+        doc = store.get(key)
+        assert doc.body == {"n": 2} and doc.revision == 3
+    finally:
+        store.close()
+
+
+def test_the_fast_statements_plan_no_sequential_scan_on_a_small_analyzed_store(pg_schema_url: str) -> None:
+    # On a small table with statistics a sequential scan looks cheapest, and a generic plan is
+    # kept as the table grows: the kept connection plans without them, as the commit function
+    # does, and goes back to the pool planning as the others do.
+    store = _open(pg_schema_url)
+    keys = [DocKey("d", f"k{i}") for i in range(3)]
+    try:
+        store.commit([Write.between(k, None, {"n": 0}) for k in keys])
+        with store._pool.connection() as conn:
+            conn.execute("ANALYZE documents")
+            conn.execute("ANALYZE members")
+        store.update(keys[:1], _setting(keys[0], {"n": 1}), optimistic=True)
+        store.update(keys[:1], _setting(keys[0], {"n": 1, "m": 2}), optimistic=True)
+        kept = store._kept
+        assert kept is not None
+        kept.execute("SET plan_cache_mode = force_generic_plan")
+        prepared = kept.execute(
+            "SELECT name, cardinality(parameter_types) FROM pg_prepared_statements WHERE name LIKE 'stateflow_fast_%'"
+        ).fetchall()
+        assert len(prepared) == 2
+        for name, count in prepared:
+            plan = "\n".join(
+                r[0] for r in kept.execute(f"EXPLAIN EXECUTE {name}({', '.join(['NULL'] * count)})")
+            )
+            assert "Index Scan" in plan and "Seq Scan" not in plan, plan
+        kept.execute("RESET plan_cache_mode")
+        pg._give_back(store._pool, kept)
+        store._kept = None
+        assert kept.execute("SHOW enable_seqscan").fetchone() == ("on",)
+    finally:
+        store.close()
