@@ -9,7 +9,10 @@ temporary directory, stopped after):
 
 1. a store of its own is migrated by this tree and warmed;
 2. the database is dumped, and the next ``--calls`` calls run while every commit statement the
-   store sends (``stateflow_commit`` and its parameters) is recorded;
+   store sends (``stateflow_commit`` and its parameters, or a fast statement of
+   ``store.pg_fast`` and its parameters — the statement prepared in the replay as the store
+   prepares it, on a session planning with ``enable_seqscan`` off as the kept connection does)
+   is recorded;
 3. the dump is restored into a fresh database (analyzed, as autovacuum leaves a live one; with
    ``--fresh`` not, as a new store is before autovacuum's first analyze: a plan the session makes
    then is kept as its tables grow), and the recorded statements are replayed there
@@ -133,7 +136,9 @@ def capture(url: str, name: str, warm: int, calls: int, dump: str, port: int) ->
 
     def recording(conn: Any, params: Any) -> Any:
         if type(params).__name__ == "FastCommit":  # (a tree with fast statements: ``pg_fast``)
-            name, sql, formats = pg.fast_statement(params.shape)
+            from stateflow.store.pg_fast import statement
+
+            name, sql, formats = statement(params.shape)
             fast[name.decode()] = sql.decode()
             literals = [_wire_literal(v, f) for v, f in zip(params.values, formats, strict=True)]
             executed.append(f"EXECUTE {name.decode()}({', '.join(literals)})")

@@ -68,13 +68,14 @@ def _more(store: PostgresStore) -> None:
     rewritten, a document deleted and written again (its ``present`` moves)."""
     a, b = DocKey("notes", "a"), DocKey("notes", "b")
     store.commit([Write.between(a, None, {"x": 1}), Write.between(b, None, {"y": [1]})])
-    for bodies in (
+    steps: list[list[dict[str, Any] | None]] = [
         [{"x": 2}, {"y": [1, 2]}],
         [{"x": 2, "z": "new"}, {"y": [1, 2], "w": {"k": 1}}],
         [{"x": 3, "z": "new"}, {"y": [], "w": {"k": 2}}],
         [None, {"y": [], "w": {"k": 2}, "v": True}],
         [{"x": 4, "z": "back"}, {"y": [3], "w": {"k": 2}, "v": False}],
-    ):
+    ]
+    for bodies in steps:
         store.update([a, b], _both([a, b], bodies), {"by": "test"}, optimistic=True)
 
 
@@ -183,6 +184,7 @@ def test_racing_writers_of_one_document_all_land_in_seq_order(pg_schema_url: str
         def add(store: PostgresStore) -> None:
             def compute(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
                 doc = docs[key]
+                assert doc.body is not None
                 return [Write.between(key, doc.body, {"n": doc.body["n"] + 1}, doc.revision)], None
 
             try:

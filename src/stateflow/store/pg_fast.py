@@ -29,7 +29,7 @@ from stateflow.store.model import DocKey
 from stateflow.store.plan import WritePlan
 from stateflow.store.rows import DocRow
 
-MAX_ROWS: Final = 8
+MAX_ROWS: Final = 4
 """The most keys of one kind, or member rows, or documents a fast statement takes (more: the
 function): a statement is prepared per shape on each connection, so shapes stay few."""
 
