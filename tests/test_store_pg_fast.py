@@ -267,3 +267,60 @@ def test_the_fast_statements_plan_no_sequential_scan_on_a_small_analyzed_store(p
         assert kept.execute("SHOW enable_seqscan").fetchone() == ("on",)
     finally:
         store.close()
+
+
+def test_puts_racing_on_one_item_while_its_state_is_declared_again_all_land(pg_schema_url: str) -> None:
+    # Three stores put one item while a fourth declares its state again and again: a put whose
+    # shared declaration moved on writes nothing by its fast statement and lands by the locked
+    # path; every put and every declaration lands, none deadlocks, the counters stay exact.
+    from stateflow.langgraph.store import DECLARATION
+
+    stores = [_open(pg_schema_url) for _ in range(4)]
+    try:
+        items = [StateflowStore(StatesService(s)) for s in stores[:3]]
+        items[0].put(("users", "u1"), "prefs", {"by": -1, "i": 0})
+        for each in items[1:]:
+            assert each.get(("users", "u1"), "prefs") is not None
+        declaring = StatesService(stores[3])
+        errors: list[BaseException] = []
+
+        def put(n: int) -> None:
+            try:
+                for i in range(12):
+                    items[n].put(("users", "u1"), "prefs", {"by": n, "i": i})
+            except BaseException as exc:
+                errors.append(exc)
+
+        def declare() -> None:
+            try:
+                for i in range(6):
+                    declaring.declare("langgraph_store", {**DECLARATION, "description": f"again {i}"})
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=put, args=(n,)) for n in range(3)]
+        threads.append(threading.Thread(target=declare))
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors
+        with stores[0]._read_tx() as tx:
+            (revision,) = tx.all(
+                "SELECT max(c.revision) FROM changes c JOIN documents d USING (doc_id) "
+                "WHERE d.state = 'langgraph_store'"
+            )[0]
+            seqs = [
+                r[0]
+                for r in tx.all(
+                    "SELECT c.seq FROM changes c JOIN documents d USING (doc_id) "
+                    "WHERE d.state = 'langgraph_store' ORDER BY c.revision"
+                )
+            ]
+            stored, recounted = stores[0].recount(tx)
+        assert revision == 1 + 36 and seqs == sorted(seqs) and len(seqs) == 37
+        assert stored == recounted
+        assert StatesService(stores[0]).get_declaration("langgraph_store")["description"] == "again 5"
+    finally:
+        for s in stores:
+            s.close()
