@@ -572,11 +572,11 @@ class PostgresStore(SqlStore):
             nonlocal at
             at = utc_now()  # taken in the order commits join groups: times follow seq
             encoded_origin = encode_trusted(origin)
-            # the common shapes as one plain statement of their own (``pg_fast``), the rest
-            # through the commit function; decided here, once per commit
+            # the common shapes as one plain statement of their own (``pg_fast``: sent on the
+            # kept connection only), the rest through the commit function; decided here, once
             fast = (
                 None
-                if creates or claims
+                if creates or claims or not self._keeps
                 else fast_values(locked, shared, plans, at, encoded_origin, _SEQ_LOCK_TEXT)
             )
             if fast is None:
