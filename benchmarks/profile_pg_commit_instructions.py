@@ -136,12 +136,21 @@ def capture(url: str, name: str, warm: int, calls: int, dump: str, port: int) ->
 
     def recording(conn: Any, params: Any) -> Any:
         if type(params).__name__ == "FastCommit":  # (a tree with fast statements: ``pg_fast``)
-            from stateflow.store.pg_fast import statement
+            import stateflow.store.pg_fast as pg_fast
 
-            name, sql, formats = statement(params.shape)
-            fast[name.decode()] = sql.decode()
-            literals = [_wire_literal(v, f) for v, f in zip(params.values, formats, strict=True)]
-            executed.append(f"EXECUTE {name.decode()}({', '.join(literals)})")
+            if hasattr(pg_fast, "statements"):  # (a tree whose commits creating rows are two)
+                sent = pg_fast.statements(params.shape)
+                split = params.split or len(params.values)
+                parts = [params.values[:split], params.values[split:]]
+            else:
+                sent, parts = (getattr(pg_fast, "statement")(params.shape),), [params.values]  # noqa: B009
+            # two statements on one line: one implicit transaction, as the pipeline's one Sync
+            calls = []
+            for (name, sql, formats), values in zip(sent, parts, strict=False):
+                fast[name.decode()] = sql.decode()
+                literals = [_wire_literal(v, f) for v, f in zip(values, formats, strict=True)]
+                calls.append(f"EXECUTE {name.decode()}({', '.join(literals)})")
+            executed.append("; ".join(calls))
         else:
             executed.append(f"EXECUTE {'p' if served else 'c'}({', '.join(_literal(v) for v in params)})")
         return real(conn, params)

@@ -54,8 +54,8 @@ from stateflow.store.migrations import (
     VALUE_INDEX_MAX,
 )
 from stateflow.store.model import DocKey, Document, Listed, made_document
-from stateflow.store.pg_fast import FastCommit, fast_values
-from stateflow.store.pg_fast import statement as fast_statement
+from stateflow.store.pg_fast import FastCommit, Prepared, fast_values
+from stateflow.store.pg_fast import statements as fast_statements
 from stateflow.store.plan import Fresh, SeqRef, WritePlan
 from stateflow.store.rows import (
     LOCK_ORDER_SQL,
@@ -576,8 +576,8 @@ class PostgresStore(SqlStore):
             # kept connection only), the rest through the commit function; decided here, once
             fast = (
                 None
-                if creates or claims or not self._keeps
-                else fast_values(locked, shared, plans, at, encoded_origin, _SEQ_LOCK_TEXT)
+                if claims or not self._keeps
+                else fast_values(locked, shared, plans, at, encoded_origin, _SEQ_LOCK_TEXT, creates)
             )
             if fast is None:
                 return function_params(at, encoded_origin)
@@ -586,10 +586,11 @@ class PostgresStore(SqlStore):
             def slow() -> list[Any]:
                 return function_params(when, encoded_origin)[2]
 
+            shape, values, split = fast
             return (
                 [key for key, row in shared if row.doc_id],
                 [key for key, _ in locked],
-                FastCommit(*fast, slow),
+                FastCommit(shape, values, slow, split),
             )
 
         def function_params(at: str, encoded_origin: bytes) -> tuple[list[DocKey], list[DocKey], list[Any]]:
@@ -996,8 +997,11 @@ def _commit_alone(conn: Any, params: Sequence[Any] | FastCommit) -> int | None:
     # description).
     pgconn = conn.pgconn
     if isinstance(params, FastCommit):
-        name, sql, formats = fast_statement(params.shape)
+        sent = fast_statements(params.shape)
         values = params.values
+        if params.split:
+            return _commit_pair(conn, sent, values[: params.split], values[params.split :])
+        ((name, sql, formats),) = sent
     else:
         # each parameter's wire value by its place in ``_COMMIT``: the payload and the time as
         # text, the seq lock's id (always ``_SEQ_LOCK``) as its text, the origin and the arrays —
@@ -1007,14 +1011,9 @@ def _commit_alone(conn: Any, params: Sequence[Any] | FastCommit) -> int | None:
         name, sql, formats = _COMMIT_NAME, _COMMIT_RAW_BYTES, _COMMIT_FORMATS
         values = [payload.encode(), at.encode(), origin, _SEQ_LOCK_TEXT, *beside]
     with conn.lock:
-        prepared = _PREPARED.get(conn)
-        if prepared is None:
-            prepared = _PREPARED[conn] = set()
+        prepared = _prepared(conn)
         for attempt in range(2):
-            if name not in prepared:
-                pgconn.send_prepare(name, sql, None)
-                _result_of(conn, conn.wait(generators.execute(pgconn)))
-                prepared.add(name)
+            _prepare(conn, prepared, ((name, sql, formats),))
             pgconn.send_query_prepared(name, values, formats)
             results = conn.wait(generators.execute(pgconn))
             # psycopg deallocates every prepared statement of a connection after a ROLLBACK or
@@ -1024,6 +1023,65 @@ def _commit_alone(conn: Any, params: Sequence[Any] | FastCommit) -> int | None:
                 continue
             result = _result_of(conn, results)
             break
+    return _seq_of(result)
+
+
+def _commit_pair(
+    conn: psycopg.Connection[Any], sent: Sequence[Prepared], first: list[Any], second: list[Any]
+) -> int | None:
+    """A commit creating rows (``pg_fast``): its two statements in one transaction, sent in one
+    round trip — libpq's pipeline mode, both sent, then one Sync: they commit together there, and
+    an error in either ends both. The connection leaves pipeline mode before it is used again (or
+    is closed, if it cannot: the pool replaces it)."""
+    pgconn = conn.pgconn
+    (name_a, _, formats_a), (name_b, _, formats_b) = sent
+    with conn.lock:
+        prepared = _prepared(conn)
+        for attempt in range(2):
+            _prepare(conn, prepared, sent)
+            try:
+                pgconn.enter_pipeline_mode()
+                pgconn.send_query_prepared(name_a, first, formats_a)
+                pgconn.send_query_prepared(name_b, second, formats_b)
+                pgconn.pipeline_sync()
+                results = conn.wait(generators.execute(pgconn))  # (sends all: the first's results)
+                results += conn.wait(generators.fetch_many(pgconn))  # the second's
+                conn.wait(generators.fetch_many(pgconn))  # the Sync's: the transaction ended
+                pgconn.exit_pipeline_mode()
+            except BaseException:
+                if pgconn.pipeline_status != pq.PipelineStatus.OFF:
+                    conn.close()
+                raise
+            # (the second's result, when the first failed, says only that it was not run)
+            failed = next((r for r in results if r.status == pq.ExecStatus.FATAL_ERROR), None)
+            if failed is None:
+                return _seq_of(results[-1])
+            if attempt == 0 and failed.error_field(_SQLSTATE) == _NO_SUCH_STATEMENT:
+                prepared.clear()  # (deallocated: as ``_commit_alone``; the transaction ran nothing)
+                continue
+            raise pg_errors.error_from_result(failed, encoding=conn.info.encoding)
+    raise AssertionError("unreachable")
+
+
+def _prepared(conn: psycopg.Connection[Any]) -> set[bytes]:
+    """The names of our statements prepared on ``conn``."""
+    prepared = _PREPARED.get(conn)
+    if prepared is None:
+        prepared = _PREPARED[conn] = set()
+    return prepared
+
+
+def _prepare(conn: psycopg.Connection[Any], prepared: set[bytes], sent: Sequence[Prepared]) -> None:
+    """Prepare those of ``sent`` not yet prepared on ``conn`` (a round trip each, once)."""
+    for name, sql, _ in sent:
+        if name not in prepared:
+            conn.pgconn.send_prepare(name, sql, None)
+            _result_of(conn, conn.wait(generators.execute(conn.pgconn)))
+            prepared.add(name)
+
+
+def _seq_of(result: Any) -> int | None:
+    """The commit's seq from its statement's result: None where it returned none."""
     if result.ntuples == 0:
         return None
     seq = result.get_value(0, 0)

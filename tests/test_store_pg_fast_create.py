@@ -1,0 +1,224 @@
+"""PostgreSQL: commits that create their documents' rows sent as the fast statements' pair
+(``store.pg_fast``: the new rows inserted by the first statement, the writes gated on them by the
+second, one transaction in one round trip) write what the commit function writes, write nothing
+more where a new key was created meanwhile, and leave the kept connection usable."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import pq
+
+import stateflow.store.postgres as pg
+from stateflow.store import DocKey, Document, Write
+from stateflow.store.pg_fast import FastCommit
+from stateflow.store.postgres import PostgresStore
+from tests.conftest import PG_URL, _with_schema, fresh_pg_schemas
+from tests.test_store_pg_fast import _open, _sent
+from tests.test_store_write_rows import _drive, _rows
+
+
+@pytest.fixture
+def two_urls() -> Iterator[tuple[str, str]]:
+    with fresh_pg_schemas(2) as (a, b):
+        assert PG_URL
+        yield _with_schema(PG_URL, a), _with_schema(PG_URL, b)
+
+
+def _creating(keys: list[DocKey], bodies: list[dict[str, Any]]) -> Any:
+    def compute(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
+        return [
+            Write.between(k, docs[k].body, b, docs[k].revision) for k, b in zip(keys, bodies, strict=True)
+        ], None
+
+    return compute
+
+
+def _new_docs(store: PostgresStore) -> None:
+    """Two new documents in one optimistic commit, then one more alone."""
+    a, b, c = DocKey("notes", "a"), DocKey("notes", "b"), DocKey("notes", "c")
+    store.update([a, b], _creating([a, b], [{"x": 1, "s": "t"}, {"y": [1]}]), {"by": "test"}, optimistic=True)
+    store.update([c], _creating([c], [{"z": {"k": None}}]), {"by": "test"}, optimistic=True)
+
+
+def _pairs(sent: list[Any]) -> list[FastCommit]:
+    return [p for p in sent if isinstance(p, FastCommit) and p.split]
+
+
+def test_creating_commits_write_the_rows_the_commit_function_writes(
+    two_urls: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The same writes on two new stores, one sending its creating commits as the pair and one
+    # through the function: every row of every table the same, counters equal to a recount.
+    sent = _sent(monkeypatch)
+    fast = _open(two_urls[0])
+    try:
+        _drive(fast)
+        _new_docs(fast)
+        rows = _rows(fast, False)
+        with fast._read_tx() as tx:
+            counters, recounted = fast.recount(tx)
+    finally:
+        fast.close()
+    # (absent, shared, written, new, rewritten, added, moves)
+    shapes = {p.shape for p in _pairs(sent)}
+    assert any(s[3] == 1 and s[5] == 6 for s in shapes), shapes  # a new store item
+    assert any(s[3] == 1 and s[5] == 1 and s[:2] == (1, 1) for s in shapes), shapes  # a checkpoint
+    assert any(s[3] == 2 and len(s[6]) == 2 for s in shapes), shapes  # two new documents
+    assert any(s[3] == 1 and s[:2] == (0, 0) for s in shapes), shapes  # a plain new document
+    states = {v.decode() for p in _pairs(sent) for v in p.values[p.split - 2 : p.split - 1] if v}
+    assert {"langgraph_checkpoints", "langgraph_store", "notes"} <= states, states
+    assert counters == recounted
+    monkeypatch.setattr(pg, "fast_values", lambda *args: None)
+    sent.clear()
+    slow = _open(two_urls[1])
+    try:
+        _drive(slow)
+        _new_docs(slow)
+        assert _rows(slow, False) == rows
+        with slow._read_tx() as tx:
+            assert slow.recount(tx) == (counters, recounted)
+    finally:
+        slow.close()
+    assert sent and not any(isinstance(p, FastCommit) for p in sent)
+
+
+def test_a_key_created_meanwhile_writes_nothing_more_and_the_write_lands_by_the_locked_path(
+    pg_schema_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, other = _open(pg_schema_url), _open(pg_schema_url)
+    key = DocKey("notes", "raced")
+    try:
+        real = pg._commit_alone
+        tried: list[int | None] = []
+
+        def another_writer_first(conn: Any, params: Any) -> Any:
+            # the commit as it goes out, after another store created the same key: its pair
+            # writes nothing (no transition, no row under the id reserved for it)
+            if isinstance(params, FastCommit) and params.split and not tried:
+                tried.append(-1)  # (the other store's commit goes through here too)
+                other.commit([Write.between(key, None, {"by": "other"})])
+                before = _rows(store, False)
+                tried[0] = real(conn, params)
+                assert _rows(store, False) == before
+                doc_id = params.values[params.split - 3]
+                with store._read_tx() as tx:
+                    assert tx.all("SELECT count(*) FROM documents WHERE doc_id = ?", (int(doc_id or 0),)) == [
+                        (0,)
+                    ]
+                return tried[0]
+            return real(conn, params)
+
+        monkeypatch.setattr(pg, "_commit_alone", another_writer_first)
+        store.update([key], _creating([key], [{"by": "store"}]), {"by": "test"}, optimistic=True)
+        assert tried == [None]
+        doc = store.get(key)
+        assert doc.body == {"by": "store"} and doc.revision == 2  # on top of the other's, locked
+        with store._read_tx() as tx:
+            stored, recounted = store.recount(tx)
+        assert stored == recounted
+    finally:
+        store.close()
+        other.close()
+
+
+def _race(stores: list[PostgresStore], key: DocKey) -> list[float]:
+    """Each store creates ``key`` at once (a thread each): the seconds each took."""
+    barrier = threading.Barrier(len(stores))
+    errors: list[BaseException] = []
+    took: list[float] = []
+
+    def create(store: PostgresStore, n: int) -> None:
+        try:
+            barrier.wait()
+            start = time.monotonic()
+            store.update([key], _creating([key], [{"by": n}]), {"by": "race"}, optimistic=True)
+            took.append(time.monotonic() - start)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=create, args=(s, n)) for n, s in enumerate(stores)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    return took
+
+
+def test_two_stores_creating_one_key_at_once_both_land_without_a_deadlock_wait(pg_schema_url: str) -> None:
+    # Each store's pair inserts the key's row before the seq lock; the second waits for the
+    # first's insert, finds the key taken, writes nothing more and lands by the locked path —
+    # no lock cycle (a deadlock would be found only after deadlock_timeout, 1 s by default).
+    stores = [_open(pg_schema_url) for _ in range(2)]
+    try:
+        for round_ in range(4):
+            key = DocKey("notes", f"both{round_}")
+            took = _race(stores, key)
+            assert max(took) < 0.9, took
+            doc = stores[0].get(key)
+            assert doc.revision == 2 and doc.body in ({"by": 0}, {"by": 1})
+            with stores[0]._read_tx() as tx:
+                seqs = tx.all(
+                    "SELECT c.revision, c.seq FROM changes c JOIN documents d USING (doc_id) "
+                    "WHERE d.state = 'notes' AND d.subject = ? ORDER BY c.revision",
+                    (key.subject,),
+                )
+            assert [r[0] for r in seqs] == [1, 2] and seqs[0][1] < seqs[1][1]
+        with stores[0]._read_tx() as tx:
+            stored, recounted = stores[0].recount(tx)
+        assert stored == recounted
+    finally:
+        for s in stores:
+            s.close()
+
+
+def test_the_kept_connection_recovers_from_a_failed_pair(
+    pg_schema_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A pair whose first statement fails ends both (nothing written) and leaves the connection
+    # out of pipeline mode, idle; one whose statements were deallocated is prepared again and
+    # lands once; the next commits on the kept connection land.
+    store = _open(pg_schema_url)
+    try:
+        store.commit([Write.between(DocKey("notes", "first"), None, {"n": 0})])
+        kept: list[Any] = []
+        real = pg._commit_alone
+
+        def failing_once(conn: Any, params: Any) -> Any:
+            if isinstance(params, FastCommit) and params.split and not kept:
+                kept.append(conn)
+                bad = list(params.values)
+                bad[params.split - 3] = b"not a number"  # (the new row's id)
+                before = _rows(store, False)
+                with pytest.raises(psycopg.Error):
+                    real(conn, FastCommit(params.shape, bad, params.slow, params.split))
+                assert conn.pgconn.pipeline_status == pq.PipelineStatus.OFF
+                assert conn.pgconn.transaction_status == pq.TransactionStatus.IDLE
+                assert _rows(store, False) == before
+            return real(conn, params)
+
+        monkeypatch.setattr(pg, "_commit_alone", failing_once)
+        key = DocKey("notes", "after")
+        store.update([key], _creating([key], [{"n": 1}]), optimistic=True)
+        assert kept
+        conn: psycopg.Connection[Any] = kept[0]
+        assert store._kept is conn
+        assert store.get(key).revision == 1
+        conn.execute("DEALLOCATE ALL")
+        again = DocKey("notes", "again")
+        store.update([again], _creating([again], [{"n": 2}]), optimistic=True)
+        store.update([again], _creating([again], [{"n": 3}]), optimistic=True)
+        assert store._kept is conn
+        doc = store.get(again)
+        assert doc.body == {"n": 3} and doc.revision == 2
+        with store._read_tx() as tx:
+            (count,) = tx.all("SELECT count(*) FROM changes")[0]
+        assert count == 4
+    finally:
+        store.close()
