@@ -6,8 +6,8 @@ adding members, checked against shared and absent keys — the same checks, lock
 one statement of data-modifying CTEs instead, its parameters typed (no ``json`` to parse, no
 PL/pgSQL expressions to set up, one plan instead of six statements' start-ups). The shape (the
 counts of each kind of key and row, and which documents' ``present`` moves) names the
-statement; every other commit (claims, tree nodes, deletes, documents gone, edits apart,
-snapshots, rows to create, more rows than ``MAX_ROWS``) goes through the function.
+statement (or two: rows to create, below); every other commit (claims, tree nodes, deletes,
+documents gone, edits apart, snapshots, more rows than ``MAX_ROWS``) goes through the function.
 
 Order, as the function's: the absent keys checked (no lock), the shared rows locked ``FOR
 SHARE`` with their revision, the written rows ``FOR UPDATE`` with theirs (both in the order the

@@ -562,8 +562,8 @@ class PostgresStore(SqlStore):
             # creating the same row; and a group locks its rows before any member's commit
             self._create(creates)
             creates = []
-        # the rows of new documents are created by the commit function (``stateflow_commit``)
-        # after it locks the shared rows and before it locks the written ones: in the lock order
+        # the rows of new documents are created by the commit function (``stateflow_commit``), or
+        # the first of the fast statements' pair (``pg_fast``), after it locks the shared rows and before it locks the written ones: in the lock order
         # (``rows.lock_order``), as a new row's insert waits for whoever is creating the same row
         if len(creates) > 1:
             creates.sort(key=lambda c: lock_order(c[0]))
