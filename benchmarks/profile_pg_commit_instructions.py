@@ -11,7 +11,8 @@ temporary directory, stopped after):
 2. the database is dumped, and the next ``--calls`` calls run while every commit statement the
    store sends (``stateflow_commit`` and its parameters, or a fast statement of
    ``store.pg_fast`` and its parameters — the statement prepared in the replay as the store
-   prepares it, on a session planning with ``enable_seqscan`` off as the kept connection does)
+   prepares it, on a session planning with ``enable_seqscan`` off as the kept connection does;
+   a commit creating rows, the pair of statements as one line: one transaction, as its Sync)
    is recorded;
 3. the dump is restored into a fresh database (analyzed, as autovacuum leaves a live one; with
    ``--fresh`` not, as a new store is before autovacuum's first analyze: a plan the session makes
