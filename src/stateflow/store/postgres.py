@@ -563,8 +563,9 @@ class PostgresStore(SqlStore):
             self._create(creates)
             creates = []
         # the rows of new documents are created by the commit function (``stateflow_commit``), or
-        # the first of the fast statements' pair (``pg_fast``), after it locks the shared rows and before it locks the written ones: in the lock order
-        # (``rows.lock_order``), as a new row's insert waits for whoever is creating the same row
+        # by the first of the fast statements' pair (``pg_fast``), after the shared rows are
+        # locked and before the written ones are: in the lock order (``rows.lock_order``), as a
+        # new row's insert waits for whoever is creating the same row
         if len(creates) > 1:
             creates.sort(key=lambda c: lock_order(c[0]))
 
