@@ -98,6 +98,14 @@ def pg_schema_url() -> Iterator[str]:
         yield _with_schema(PG_URL, schema)
 
 
+@pytest.fixture
+def two_pg_schema_urls() -> Iterator[tuple[str, str]]:
+    """Two such URLs, each its own fresh schema (two stores on one server, compared)."""
+    with fresh_pg_schemas(2) as (a, b):
+        assert PG_URL
+        yield _with_schema(PG_URL, a), _with_schema(PG_URL, b)
+
+
 @pytest.fixture(autouse=True)
 def _runtime_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every test (and every CLI it runs) keeps last-shown views in its own directory."""

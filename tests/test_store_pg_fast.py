@@ -5,7 +5,7 @@ as it does."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -16,15 +16,7 @@ from stateflow.states import StatesService
 from stateflow.store import DocKey, Document, Write, open_store
 from stateflow.store.pg_fast import FastCommit
 from stateflow.store.postgres import PostgresStore
-from tests.conftest import PG_URL, _with_schema, fresh_pg_schemas
 from tests.test_store_write_rows import _drive, _rows
-
-
-@pytest.fixture
-def two_urls() -> Iterator[tuple[str, str]]:
-    with fresh_pg_schemas(2) as (a, b):
-        assert PG_URL
-        yield _with_schema(PG_URL, a), _with_schema(PG_URL, b)
 
 
 def _open(url: str) -> PostgresStore:
@@ -44,6 +36,37 @@ def _sent(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
 
     monkeypatch.setattr(pg, "_commit_alone", recording)
     return sent
+
+
+def same_rows_without_them(
+    urls: tuple[str, str], drive: Callable[[PostgresStore], None], monkeypatch: pytest.MonkeyPatch
+) -> list[Any]:
+    """``drive`` on a new store with the fast statements, then on another without them (every
+    commit through the function): asserts every row of every table the same, and the counters
+    the same and equal to a recount. The commits the first store sent, as sent."""
+    sent = _sent(monkeypatch)
+    fast = _open(urls[0])
+    try:
+        drive(fast)
+        rows = _rows(fast, False)
+        with fast._read_tx() as tx:
+            counters, recounted = fast.recount(tx)
+    finally:
+        fast.close()
+    made = list(sent)
+    monkeypatch.setattr(pg, "fast_values", lambda *args: None)
+    sent.clear()
+    slow = _open(urls[1])
+    try:
+        drive(slow)
+        assert _rows(slow, False) == rows
+        with slow._read_tx() as tx:
+            assert slow.recount(tx) == (counters, recounted)
+    finally:
+        slow.close()
+    assert sent and not any(isinstance(p, FastCommit) for p in sent)
+    assert counters == recounted
+    return made
 
 
 def _setting(key: DocKey, body: dict[str, Any] | None) -> Any:
@@ -80,39 +103,21 @@ def _more(store: PostgresStore) -> None:
 
 
 def test_the_fast_statements_write_the_rows_the_commit_function_writes(
-    two_urls: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+    two_pg_schema_urls: tuple[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The same writes on two new stores, one with the fast statements and one without (every
     # commit through the function): every row of every table the same, counters included.
-    sent = _sent(monkeypatch)
-    fast = _open(two_urls[0])
-    try:
-        _drive(fast)
-        _more(fast)
-        rows = _rows(fast, False)
-        with fast._read_tx() as tx:
-            counters, recounted = fast.recount(tx)
-    finally:
-        fast.close()
+    def drive(store: PostgresStore) -> None:
+        _drive(store)
+        _more(store)
+
+    sent = same_rows_without_them(two_pg_schema_urls, drive, monkeypatch)
     shapes = {p.shape for p in sent if isinstance(p, FastCommit)}
     # a store put, put_writes adding a bucket and rewriting one, updates of one and of two
     # documents, one of them written again after its delete
     assert len(shapes) >= 5, shapes
     assert any(any(moves) for *_, moves in shapes)
     assert any(len(moves) == 2 for *_, moves in shapes)
-    monkeypatch.setattr(pg, "fast_values", lambda *args: None)
-    sent.clear()
-    slow = _open(two_urls[1])
-    try:
-        _drive(slow)
-        _more(slow)
-        assert _rows(slow, False) == rows
-        with slow._read_tx() as tx:
-            assert slow.recount(tx) == (counters, recounted)
-    finally:
-        slow.close()
-    assert sent and not any(isinstance(p, FastCommit) for p in sent)
-    assert counters == recounted
 
 
 def test_a_failed_check_writes_nothing_and_the_write_lands_by_the_locked_path(
