@@ -141,7 +141,7 @@ def capture(url: str, name: str, warm: int, calls: int, dump: str, port: int) ->
 
             if hasattr(pg_fast, "statements"):  # (a tree whose commits creating rows are two)
                 sent = pg_fast.statements(params.shape)
-                split = params.split or len(params.values)
+                split = getattr(params, "split", 0) or len(params.values)
                 parts = [params.values[:split], params.values[split:]]
             else:
                 sent, parts = (getattr(pg_fast, "statement")(params.shape),), [params.values]  # noqa: B009

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -37,8 +38,13 @@ def _new_docs(store: PostgresStore) -> None:
     store.update([c], _creating([c], [{"z": {"k": None}}]), {"by": "test"}, optimistic=True)
 
 
-def _pairs(sent: list[Any]) -> list[FastCommit]:
-    return [p for p in sent if isinstance(p, FastCommit) and p.split]
+def _creating_sent(sent: list[Any]) -> list[FastCommit]:
+    return [p for p in sent if isinstance(p, FastCommit) and p.shape[3]]
+
+
+def _new_row(params: FastCommit) -> int:
+    """Where the first new row's values (id, state, subject, …) start in ``params.values``."""
+    return 2 * params.shape[0] + 4 * params.shape[1] + 3
 
 
 def test_creating_commits_write_the_rows_the_commit_function_writes(
@@ -52,46 +58,56 @@ def test_creating_commits_write_the_rows_the_commit_function_writes(
 
     sent = same_rows_without_them(two_pg_schema_urls, drive, monkeypatch)
     # (absent, shared, written, new, rewritten, added, moves)
-    shapes = {p.shape for p in _pairs(sent)}
+    shapes = {p.shape for p in _creating_sent(sent)}
     assert any(s[3] == 1 and s[5] == 6 for s in shapes), shapes  # a new store item
     assert any(s[3] == 1 and s[5] == 1 and s[:2] == (1, 1) for s in shapes), shapes  # a checkpoint
     assert any(s[3] == 2 and len(s[6]) == 2 for s in shapes), shapes  # two new documents
     assert any(s[3] == 1 and s[:2] == (0, 0) for s in shapes), shapes  # a plain new document
-    states = {v.decode() for p in _pairs(sent) for v in p.values[p.split - 2 : p.split - 1] if v}
+    states = {(p.values[_new_row(p) + 1] or b"").decode() for p in _creating_sent(sent)}
     assert {"langgraph_checkpoints", "langgraph_store", "notes"} <= states, states
 
 
-def test_a_key_created_meanwhile_writes_nothing_more_and_the_write_lands_by_the_locked_path(
-    pg_schema_url: str, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("created", [1, 2])
+def test_a_key_created_meanwhile_writes_nothing_and_the_write_lands_by_the_locked_path(
+    pg_schema_url: str, monkeypatch: pytest.MonkeyPatch, created: int
 ) -> None:
+    # One new key, created by another store just before the statement goes out: it inserts
+    # nothing, None. Two, of which the other created the second: the first's row is inserted,
+    # then the statement fails on purpose and takes it back. Either way no transition, member,
+    # change or row under a reserved id, and the write lands by the locked path.
     store, other = _open(pg_schema_url), _open(pg_schema_url)
-    key = DocKey("notes", "raced")
+    keys = [DocKey("notes", f"raced{n}") for n in range(created)]
     try:
         real = pg._commit_alone
-        tried: list[int | None] = []
+        tried: list[object] = []
 
         def another_writer_first(conn: Any, params: Any) -> Any:
-            # the commit as it goes out, after another store created the same key: its pair
-            # writes nothing (no transition, no row under the id reserved for it)
-            if isinstance(params, FastCommit) and params.split and not tried:
+            if isinstance(params, FastCommit) and params.shape[3] and not tried:
                 tried.append(-1)  # (the other store's commit goes through here too)
-                other.commit([Write.between(key, None, {"by": "other"})])
+                other.commit([Write.between(keys[-1], None, {"by": "other"})])
                 before = _rows(store, False)
-                tried[0] = real(conn, params)
-                assert _rows(store, False) == before
-                doc_id = params.values[params.split - 3]
-                with store._read_tx() as tx:
-                    assert tx.all("SELECT count(*) FROM documents WHERE doc_id = ?", (int(doc_id or 0),)) == [
-                        (0,)
-                    ]
+                try:
+                    tried[0] = real(conn, params)
+                except psycopg.Error as exc:
+                    tried[0] = exc.sqlstate
+                    raise
+                finally:
+                    assert _rows(store, False) == before
+                    ids = [int(params.values[_new_row(params) + 8 * n] or 0) for n in range(created)]
+                    with store._read_tx() as tx:
+                        assert tx.all("SELECT count(*) FROM documents WHERE doc_id = ANY(?)", (ids,)) == [
+                            (0,)
+                        ]
                 return tried[0]
             return real(conn, params)
 
         monkeypatch.setattr(pg, "_commit_alone", another_writer_first)
-        store.update([key], _creating([key], [{"by": "store"}]), {"by": "test"}, optimistic=True)
-        assert tried == [None]
-        doc = store.get(key)
-        assert doc.body == {"by": "store"} and doc.revision == 2  # on top of the other's, locked
+        store.update(keys, _creating(keys, [{"by": "store"}] * created), {"by": "test"}, optimistic=True)
+        assert tried == [None if created == 1 else pg.TAKEN_MEANWHILE]
+        for n, key in enumerate(keys):
+            doc = store.get(key)
+            # the last on top of the other's, by the locked path
+            assert doc.body == {"by": "store"} and doc.revision == (2 if n == created - 1 else 1)
         with store._read_tx() as tx:
             stored, recounted = store.recount(tx)
         assert stored == recounted
@@ -164,13 +180,13 @@ def test_the_kept_connection_recovers_from_a_failed_pair(
         real = pg._commit_alone
 
         def failing_once(conn: Any, params: Any) -> Any:
-            if isinstance(params, FastCommit) and params.split and not kept:
+            if isinstance(params, FastCommit) and params.shape[3] and not kept:
                 kept.append(conn)
                 bad = list(params.values)
-                bad[params.split - 3] = b"not a number"  # (the new row's id)
+                bad[_new_row(params)] = b"not a number"  # (the new row's id)
                 before = _rows(store, False)
                 with pytest.raises(psycopg.Error):
-                    real(conn, FastCommit(params.shape, bad, params.slow, params.split))
+                    real(conn, FastCommit(params.shape, bad, params.slow))
                 assert conn.pgconn.pipeline_status == pq.PipelineStatus.OFF
                 assert conn.pgconn.transaction_status == pq.TransactionStatus.IDLE
                 assert _rows(store, False) == before
@@ -195,3 +211,90 @@ def test_the_kept_connection_recovers_from_a_failed_pair(
         assert count == 4
     finally:
         store.close()
+
+
+def _seq_lock_waiters(conn: psycopg.Connection[Any]) -> int:
+    """How many backends wait for this schema's seq lock."""
+    row = conn.execute(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
+        "AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+        "AND classid = %s::bigint::oid AND objid = (hashtext(current_schema())::bigint & 4294967295)::oid",
+        (pg._SEQ_LOCK,),
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _until(check: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + 10
+    while not check():
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+
+
+def test_a_new_key_held_by_the_commit_function_waiting_for_the_seq_lock_ends_at_once(
+    pg_schema_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The creating statement holds the seq lock when it inserts its key; the commit function of
+    # another store inserted the same key before queueing for the seq lock, and has not
+    # committed: a lock cycle. The statement gives up after its short lock timeout (nothing
+    # written), the function's commit lands, and the statement's write lands on top by the
+    # locked path — both well under the deadlock check's second.
+    fast, slow = _open(pg_schema_url), _open(pg_schema_url)
+    key = DocKey("notes", "held")
+    gave_up: list[str | None] = []
+    real = pg._commit_alone
+
+    def watched(conn: Any, params: Any) -> Any:
+        try:
+            return real(conn, params)
+        except psycopg.Error as exc:
+            gave_up.append(exc.sqlstate)
+            raise
+
+    monkeypatch.setattr(pg, "_commit_alone", watched)
+    took: dict[str, float] = {}
+    errors: list[BaseException] = []
+
+    def create(store: PostgresStore, by: str) -> None:
+        try:
+            start = time.monotonic()
+            store.update([key], _creating([key], [{"by": by}]), {"by": by}, optimistic=True)
+            took[by] = time.monotonic() - start
+        except BaseException as exc:
+            errors.append(exc)
+
+    try:
+        fast.commit([Write.between(DocKey("notes", "warm"), None, {"n": 0})])  # (statements prepared)
+        with psycopg.connect(pg_schema_url, autocommit=True) as holder:
+            with holder.transaction():
+                holder.execute(
+                    f"SELECT pg_advisory_xact_lock({pg._SEQ_LOCK_KEY.replace('?', '%s')})", (pg._SEQ_LOCK,)
+                )
+                first = threading.Thread(target=create, args=(fast, "fast"))
+                first.start()  # its statement waits for the seq lock
+                _until(lambda: _seq_lock_waiters(holder) == 1)
+                # the other store's commit through the function: it inserts the row, then queues
+                monkeypatch.setattr(pg, "fast_values", lambda *args: None)
+                second = threading.Thread(target=create, args=(slow, "function"))
+                second.start()
+                _until(lambda: _seq_lock_waiters(holder) == 2)
+            first.join()
+            second.join()
+        assert not errors
+        assert gave_up == [pg.LOCK_NOT_AVAILABLE]
+        assert max(took.values()) < 0.9, took
+        doc = fast.get(key)
+        assert doc.body == {"by": "fast"} and doc.revision == 2
+        with fast._read_tx() as tx:
+            seqs = tx.all(
+                "SELECT c.revision, c.seq FROM changes c JOIN documents d USING (doc_id) "
+                "WHERE d.state = 'notes' AND d.subject = ? ORDER BY c.revision",
+                (key.subject,),
+            )
+            stored, recounted = fast.recount(tx)
+        assert [r[0] for r in seqs] == [1, 2] and seqs[0][1] < seqs[1][1]
+        assert stored == recounted
+    finally:
+        fast.close()
+        slow.close()

@@ -6,7 +6,7 @@ adding members, checked against shared and absent keys — the same checks, lock
 one statement of data-modifying CTEs instead, its parameters typed (no ``json`` to parse, no
 PL/pgSQL expressions to set up, one plan instead of six statements' start-ups). The shape (the
 counts of each kind of key and row, and which documents' ``present`` moves) names the
-statement (or two: rows to create, below); every other commit (claims, tree nodes, deletes,
+statement; every other commit (claims, tree nodes, deletes,
 documents gone, edits apart, snapshots, more rows than ``MAX_ROWS``) goes through the function.
 
 Order, as the function's: the absent keys checked (no lock), the shared rows locked ``FOR
@@ -18,16 +18,18 @@ None, as the function's NULL). A revision is in its lock's WHERE: under READ COM
 changed meanwhile is re-checked on its newest version (EvalPlanQual) and found wanting. The
 writes all join the transition's CTE: none runs without it.
 
-A commit that creates its documents' rows (a LangGraph checkpoint, a new item or subject) is two
-statements in one transaction, sent in one round trip (libpq's pipeline mode, one Sync after
-both: they commit together). In one statement a CTE's inserted rows are invisible to the others,
-and the function creates the rows before the seq lock while the rows' ``updated_seq`` needs the
-seq. The first checks the absent keys, locks the shared rows and inserts the new rows ``ON
-CONFLICT (state, subject) DO NOTHING``, as the function does; the second is gated on every new
-row's id now existing — ids reserved for this commit, which only it inserts, so a key created
-meanwhile by another writer (its row under another id) leaves one missing — then takes the seq
-lock and writes as the one statement does. A gate that fails writes nothing more (the rows the
-first inserted stay, empty, as the function's ``RETURN NULL`` leaves them).
+A commit whose documents are all new (a LangGraph checkpoint, a new item or subject) inserts
+their rows with their final values, so only after the seq lock (``updated_seq`` is the seq):
+the absent keys checked and the shared rows locked as above, then the seq lock, then the seq
+(``nextval``), then the rows inserted ``ON CONFLICT (state, subject) DO NOTHING``, and the
+transition, members and changes gated on every row inserted. A key committed meanwhile by
+another writer inserts nothing: no transition, no row (the seq taken stays unused — a gap, as
+after any rolled-back commit; nothing reads seqs as dense), None. Some keys of several: an error
+on purpose (``TAKEN_MEANWHILE``), the rows inserted rolled back with it. The function inserts
+new rows before it takes the seq lock: a key it holds uncommitted while it waits for the seq
+lock this statement holds is a lock cycle, which ``lock_timeout`` — set only once the seq lock
+is held — ends after ``NEW_KEY_WAIT``, not the deadlock check after ``deadlock_timeout``. The
+caller's None either way; the locked path decides.
 """
 
 from __future__ import annotations
@@ -56,20 +58,16 @@ _B: Final = 1  # (binary: bytea)
 
 
 class FastCommit:
-    """A commit as its shape's statements (``statements``) and their parameters (the first
-    ``split`` values the first statement's where there are two, the rest the second's);
-    ``slow()`` gives the same commit as the commit function's parameters (where the fast
-    statement is not sent: a group's transaction, the async store's bridge)."""
+    """A commit as its shape's statement (``statements``) and its parameters; ``slow()`` gives
+    the same commit as the commit function's parameters (where the fast statement is not sent: a
+    group's transaction, the async store's bridge)."""
 
-    __slots__ = ("shape", "slow", "split", "values")
+    __slots__ = ("shape", "slow", "values")
 
-    def __init__(
-        self, shape: Shape, values: list[bytes | None], slow: Callable[[], list[Any]], split: int = 0
-    ) -> None:
+    def __init__(self, shape: Shape, values: list[bytes | None], slow: Callable[[], list[Any]]) -> None:
         self.shape = shape
         self.values = values
         self.slow = slow
-        self.split = split
 
 
 def fast_values(
@@ -80,11 +78,10 @@ def fast_values(
     origin: bytes,
     seq_lock: bytes,
     created: Sequence[tuple[DocKey, int]] = (),
-) -> tuple[Shape, list[bytes | None], int] | None:
-    """The commit's shape, its statements' parameters (text or bytes, as ``statements``'
-    formats say) and how many of them are the first statement's where it has two (``created``:
-    the rows it creates, in the lock order, then every row it writes; else 0), or None where the
-    commit is not one of the fast shapes."""
+) -> tuple[Shape, list[bytes | None]] | None:
+    """The commit's shape and its statement's parameters (text or bytes, as ``statements``'
+    formats say), or None where the commit is not one of the fast shapes. ``created``: the rows
+    it creates, in the lock order — then every row it writes."""
     absent: list[bytes | None] = []
     share: list[bytes | None] = []
     for key, row in shared:
@@ -93,13 +90,7 @@ def fast_values(
         else:
             absent += (key.state.encode(), key.subject.encode())
     lock: list[bytes | None] = []
-    new: list[bytes | None] = []
-    ids: list[bytes | None] = []
-    if created:
-        for key, doc_id in created:
-            new += (b"%d" % doc_id, key.state.encode(), key.subject.encode())
-            ids.append(b"%d" % doc_id)
-    else:
+    if not created:
         for key, row in locked:
             lock += (key.state.encode(), key.subject.encode(), b"%d" % row.doc_id, b"%d" % row.revision)
     upd: list[bytes | None] = []
@@ -138,17 +129,54 @@ def fast_values(
         len(absent) // 2,
         len(share) // 4,
         len(lock) // 4,
-        len(ids),
+        len(created),
         len(upd) // 7,
         len(ins) // 8,
         tuple(moves),
     )
-    if not moves or not (lock or ids) or max(shape[:6]) > MAX_ROWS or len(moves) > MAX_ROWS:
+    if not moves or not (lock or created) or max(shape[:6]) > MAX_ROWS or len(moves) > MAX_ROWS:
         return None
-    if ids:
-        first = [*absent, *share, *new]
-        return shape, [*first, at.encode(), origin, seq_lock, *ids, *upd, *ins, *docs], len(first)
-    return shape, [at.encode(), origin, seq_lock, *absent, *share, *lock, *upd, *ins, *docs], 0
+    if created:
+        return _creating_values(absent, share, created, plans, ins, at, origin, seq_lock, shape)
+    return shape, [at.encode(), origin, seq_lock, *absent, *share, *lock, *upd, *ins, *docs]
+
+
+def _creating_values(
+    absent: list[bytes | None],
+    share: list[bytes | None],
+    created: Sequence[tuple[DocKey, int]],
+    plans: Sequence[WritePlan],
+    ins: list[bytes | None],
+    at: str,
+    origin: bytes,
+    seq_lock: bytes,
+    shape: Shape,
+) -> tuple[Shape, list[bytes | None]] | None:
+    """A creating commit's parameters: each new row with its final values, in the lock order,
+    then the members and each document's change."""
+    by_id = {p.doc_id: p for p in plans}
+    if len(by_id) != len(created) or shape[4]:  # (a new document has no member to rewrite)
+        return None
+    rows: list[bytes | None] = []
+    for key, doc_id in created:
+        p = by_id.get(doc_id)
+        d = p.document if p is not None else None
+        if d is None:
+            return None
+        rows += (
+            b"%d" % doc_id,
+            key.state.encode(),
+            key.subject.encode(),
+            b"%d" % d.revision,
+            b"%d" % d.snapshot_revision,
+            b"%d" % d.bytes_since_snapshot,
+            b"%d" % d.body_size,
+            b"%d" % d.next_position,
+        )
+    changes: list[bytes | None] = []
+    for p in plans:
+        changes += (b"%d" % p.doc_id, b"%d" % p.revision, p.paths, p.inline)
+    return shape, [*absent, *share, at.encode(), origin, seq_lock, *rows, *ins, *changes]
 
 
 class _Params:
@@ -164,34 +192,19 @@ class _Params:
 
 @lru_cache(maxsize=256)
 def statements(shape: Shape) -> tuple[Prepared, ...]:
-    """The prepared statements for ``shape``: one, or two (rows created) sent in one transaction."""
+    """The prepared statement for ``shape`` (a one-tuple)."""
     n_absent, n_share, n_lock, n_new, n_upd, n_ins, moves = shape
     name = "stateflow_fast_" + "_".join(map(str, shape[:6])) + "_" + "".join("1" if m else "0" for m in moves)
     p = _Params()
     ctes: list[str] = []
-    gate = ""  # the condition that the checks so far passed (an uncorrelated EXISTS)
     if n_new:
-        # the first statement: checks, shared locks and the new rows (locked by their insert)
         gate = _checks(p, ctes, n_absent, n_share, 0)
-        rows = ", ".join(f"({p('bigint')}, {p('text')}, {p('text')})" for _ in range(n_new))
-        with_ = "WITH " + ", ".join(ctes) + " " if ctes else ""
-        first = (
-            f"{with_}INSERT INTO documents (doc_id, state, subject) SELECT v.* FROM (VALUES {rows}) AS v "
-            f"WHERE true{gate} ON CONFLICT (state, subject) DO NOTHING"
-        )
-        head: tuple[Prepared, ...] = ((f"{name}_a".encode(), first.encode(), tuple(p.formats)),)
-        p, ctes = _Params(), []
-        at, origin, seq_lock = p("text"), p("bytea", _B), p("bigint")
-        # every new row is there: each id was reserved for this commit, and inserted by nobody else
-        gate = "".join(
-            f" AND EXISTS (SELECT FROM documents WHERE doc_id = {p('bigint')})" for _ in range(n_new)
-        )
+        sql = _creating(p, ctes, gate, n_new, n_ins, len(moves))
     else:
-        head = ()
         at, origin, seq_lock = p("text"), p("bytea", _B), p("bigint")
         gate = _checks(p, ctes, n_absent, n_share, n_lock)
-    sql = _writes(p, ctes, gate, at, origin, seq_lock, n_upd, n_ins, moves)
-    return (*head, (name.encode(), sql.encode(), tuple(p.formats)))
+        sql = _writes(p, ctes, gate, at, origin, seq_lock, n_upd, n_ins, moves)
+    return ((name.encode(), sql.encode(), tuple(p.formats)),)
 
 
 def _checks(p: _Params, ctes: list[str], n_absent: int, n_share: int, n_lock: int) -> str:
@@ -215,6 +228,85 @@ def _checks(p: _Params, ctes: list[str], n_absent: int, n_share: int, n_lock: in
             )
             gate = f" AND EXISTS (SELECT FROM {name})"
     return gate
+
+
+NEW_KEY_WAIT: Final = "50ms"
+"""How long a creating statement waits, holding the seq lock, for a new row's key that another
+writer inserted and has not committed (``lock_timeout``, set for the statement's transaction
+only after the seq lock is held): that writer — the commit function, a group — inserted it
+before taking the seq lock and now waits for it, a lock cycle the deadlock check would find
+only after ``deadlock_timeout``. The statement fails instead (``LOCK_NOT_AVAILABLE``), nothing
+written, and the locked path lands the write after the other."""
+LOCK_NOT_AVAILABLE: Final = "55P03"
+TAKEN_MEANWHILE: Final = "22012"
+"""A creating statement of several rows found some of their keys created meanwhile by another
+writer (``division_by_zero``, raised on purpose: the rows it did insert are rolled back with it)."""
+
+
+def _creating(p: _Params, ctes: list[str], gate: str, n_new: int, n_ins: int, n_docs: int) -> str:
+    """A commit whose documents are all new, after ``gate``'s checks: the seq lock, then the new
+    rows inserted with their final values, the writes gated on every one of them inserted."""
+    at, origin, seq_lock = p("text"), p("bytea", _B), p("bigint")
+    # The seq lock, then the seq and ``lock_timeout``: evaluated on the locking subquery's row,
+    # so only once the seq lock is held (the wait for it stays unbounded). Where the gate fails,
+    # no seq is taken.
+    ctes.append(
+        f"q AS MATERIALIZED (SELECT nextval('transitions_seq_seq'::regclass) AS seq, "
+        f"set_config('lock_timeout', '{NEW_KEY_WAIT}', true) FROM (SELECT pg_advisory_xact_lock("
+        f"({seq_lock} << 32) | (hashtext(current_schema())::bigint & 4294967295)) WHERE true{gate}) AS x)"
+    )
+    rows = ", ".join(
+        f"({p('bigint')}, {p('text')}, {p('text')}, {p('bigint')}, {p('bigint')}, {p('bigint')}, "
+        f"{p('bigint')}, {p('bigint')})"
+        for _ in range(n_new)
+    )
+    # inserted with ``present`` 1: its counter's insert trigger counts the document; a key that
+    # exists (committed by another writer since the client looked) inserts nothing
+    ctes.append(
+        "n AS (INSERT INTO documents (doc_id, state, subject, revision, present, updated_seq, "
+        "snapshot_revision, bytes_since_snapshot, body_size, next_position) "
+        "SELECT v.id, v.st, v.su, v.r, 1, q.seq, v.sr, v.bs, v.sz, v.np "
+        f"FROM q, (VALUES {rows}) AS v(id, st, su, r, sr, bs, sz, np) "
+        "ON CONFLICT (state, subject) DO NOTHING RETURNING updated_seq)"
+    )
+    # the transition only where every row was inserted; none inserted: nothing written (the
+    # caller's None); some of several: an error, so the ones inserted go too
+    seq, gated = (
+        ("n.updated_seq", "FROM n")  # (one row: the transition on it, no count to set up)
+        if n_new == 1
+        else (
+            "q.seq",
+            f"FROM q WHERE (SELECT CASE count(*) WHEN {n_new} THEN true WHEN 0 THEN false "
+            "ELSE count(*) / 0 = 0 END FROM n)",
+        )
+    )
+    ctes.append(
+        f"t AS (INSERT INTO transitions (seq, at, origin) SELECT {seq}, {at}, {origin} {gated} RETURNING seq)"
+    )
+    if n_ins:
+        _member_inserts(p, ctes, n_ins)
+    changes = [
+        f"SELECT {p('bigint')}, {p('bigint')}, t.seq, {p('bytea', _B)}, {p('bytea', _B)} FROM t"
+        for _ in range(n_docs)
+    ]
+    ctes.append(
+        f"c AS (INSERT INTO changes (doc_id, revision, seq, paths, edits) {' UNION ALL '.join(changes)})"
+    )
+    return "WITH " + ", ".join(ctes) + " SELECT seq FROM t"
+
+
+def _member_inserts(p: _Params, ctes: list[str], n_ins: int) -> None:
+    """The members added, in one insert after the transition's (its counter's statement trigger
+    runs once, as the function's)."""
+    rows = ", ".join(
+        f"({p('bigint')}, {p('text')}, {p('bigint')}, {p('bigint')}, {p('bigint')}, {p('bytea', _B)}, "
+        f"{p('bytea', _B)}, {p('bytea', _B)})"
+        for _ in range(n_ins)
+    )
+    ctes.append(
+        "i AS (INSERT INTO members (doc_id, name, position, revision, size, outline, body, root) "
+        f"SELECT v.* FROM t, (VALUES {rows}) AS v)"
+    )
 
 
 def _writes(
@@ -248,16 +340,7 @@ def _writes(
             f"root = {root} FROM t WHERE doc_id = {p('bigint')} AND name = {p('text')})"
         )
     if n_ins:
-        # one insert: its counter's statement trigger runs once, as the function's
-        rows = ", ".join(
-            f"({p('bigint')}, {p('text')}, {p('bigint')}, {p('bigint')}, {p('bigint')}, {p('bytea', _B)}, "
-            f"{p('bytea', _B)}, {p('bytea', _B)})"
-            for _ in range(n_ins)
-        )
-        ctes.append(
-            "i AS (INSERT INTO members (doc_id, name, position, revision, size, outline, body, root) "
-            f"SELECT v.* FROM t, (VALUES {rows}) AS v)"
-        )
+        _member_inserts(p, ctes, n_ins)
     changes = []
     for i, moved in enumerate(moves):
         doc, change_rev, paths, edits, rev = (

@@ -54,7 +54,7 @@ from stateflow.store.migrations import (
     VALUE_INDEX_MAX,
 )
 from stateflow.store.model import DocKey, Document, Listed, made_document
-from stateflow.store.pg_fast import FastCommit, Prepared, fast_values
+from stateflow.store.pg_fast import LOCK_NOT_AVAILABLE, TAKEN_MEANWHILE, FastCommit, Prepared, fast_values
 from stateflow.store.pg_fast import statements as fast_statements
 from stateflow.store.plan import Fresh, SeqRef, WritePlan
 from stateflow.store.rows import (
@@ -587,11 +587,11 @@ class PostgresStore(SqlStore):
             def slow() -> list[Any]:
                 return function_params(when, encoded_origin)[2]
 
-            shape, values, split = fast
+            shape, values = fast
             return (
                 [key for key, row in shared if row.doc_id],
                 [key for key, _ in locked],
-                FastCommit(shape, values, slow, split),
+                FastCommit(shape, values, slow),
             )
 
         def function_params(at: str, encoded_origin: bytes) -> tuple[list[DocKey], list[DocKey], list[Any]]:
@@ -715,8 +715,11 @@ class PostgresStore(SqlStore):
             raise StoreUnavailable(f"no database connection available: {exc}") from exc
         except psycopg.Error as exc:
             # claimed meanwhile, or ended to break a lock cycle: nothing was written either way,
-            # and the locked path decides
+            # and the locked path decides; so too a creating statement that found a new key held
+            # by another writer, or some of its keys created meanwhile (``pg_fast``)
             if exc.sqlstate in (_CLAIMED_MEANWHILE, _DEADLOCK, _SERIALIZATION):
+                return None
+            if isinstance(params, FastCommit) and params.shape[3] and exc.sqlstate in _CREATING_GAVE_UP:
                 return None
             with _mapped_errors():
                 raise
@@ -998,11 +1001,8 @@ def _commit_alone(conn: Any, params: Sequence[Any] | FastCommit) -> int | None:
     # description).
     pgconn = conn.pgconn
     if isinstance(params, FastCommit):
-        sent = fast_statements(params.shape)
+        ((name, sql, formats),) = fast_statements(params.shape)
         values = params.values
-        if params.split:
-            return _commit_pair(conn, sent, values[: params.split], values[params.split :])
-        ((name, sql, formats),) = sent
     else:
         # each parameter's wire value by its place in ``_COMMIT``: the payload and the time as
         # text, the seq lock's id (always ``_SEQ_LOCK``) as its text, the origin and the arrays —
@@ -1025,43 +1025,6 @@ def _commit_alone(conn: Any, params: Sequence[Any] | FastCommit) -> int | None:
             result = _result_of(conn, results)
             break
     return _seq_of(result)
-
-
-def _commit_pair(
-    conn: psycopg.Connection[Any], sent: Sequence[Prepared], first: list[Any], second: list[Any]
-) -> int | None:
-    """A commit creating rows (``pg_fast``): its two statements in one transaction, sent in one
-    round trip — libpq's pipeline mode, both sent, then one Sync: they commit together there, and
-    an error in either ends both. The connection leaves pipeline mode before it is used again (or
-    is closed, if it cannot: the pool replaces it)."""
-    pgconn = conn.pgconn
-    (name_a, _, formats_a), (name_b, _, formats_b) = sent
-    with conn.lock:
-        prepared = _prepared(conn)
-        for attempt in range(2):
-            _prepare(conn, prepared, sent)
-            try:
-                pgconn.enter_pipeline_mode()
-                pgconn.send_query_prepared(name_a, first, formats_a)
-                pgconn.send_query_prepared(name_b, second, formats_b)
-                pgconn.pipeline_sync()
-                results = conn.wait(generators.execute(pgconn))  # (sends all: the first's results)
-                results += conn.wait(generators.fetch_many(pgconn))  # the second's
-                conn.wait(generators.fetch_many(pgconn))  # the Sync's: the transaction ended
-                pgconn.exit_pipeline_mode()
-            except BaseException:
-                if pgconn.pipeline_status != pq.PipelineStatus.OFF:
-                    conn.close()
-                raise
-            # (the second's result, when the first failed, says only that it was not run)
-            failed = next((r for r in results if r.status == pq.ExecStatus.FATAL_ERROR), None)
-            if failed is None:
-                return _seq_of(results[-1])
-            if attempt == 0 and failed.error_field(_SQLSTATE) == _NO_SUCH_STATEMENT:
-                prepared.clear()  # (deallocated: as ``_commit_alone``; the transaction ran nothing)
-                continue
-            raise pg_errors.error_from_result(failed, encoding=conn.info.encoding)
-    raise AssertionError("unreachable")
 
 
 def _prepared(conn: psycopg.Connection[Any]) -> set[bytes]:
@@ -1184,6 +1147,7 @@ _CLAIMED_MEANWHILE: Final = "SF409"
 """Raised by ``stateflow_commit`` when an op id was claimed between its check and its insert."""
 _DEADLOCK: Final = "40P01"
 _SERIALIZATION: Final = "40001"
+_CREATING_GAVE_UP: Final = (LOCK_NOT_AVAILABLE, TAKEN_MEANWHILE)
 
 
 def _answer(member: Member[_Planned, int], send: Callable[[], int | None]) -> None:
