@@ -14,6 +14,7 @@ import psycopg
 import pytest
 from psycopg import pq
 
+import stateflow.store.pg_fast as pg_fast
 import stateflow.store.postgres as pg
 from stateflow.store import DocKey, Document, Write
 from stateflow.store.pg_fast import FastCommit
@@ -103,7 +104,7 @@ def test_a_key_created_meanwhile_writes_nothing_and_the_write_lands_by_the_locke
 
         monkeypatch.setattr(pg, "_commit_alone", another_writer_first)
         store.update(keys, _creating(keys, [{"by": "store"}] * created), {"by": "test"}, optimistic=True)
-        assert tried == [None if created == 1 else pg.TAKEN_MEANWHILE]
+        assert tried == [None if created == 1 else pg_fast.TAKEN_MEANWHILE]
         for n, key in enumerate(keys):
             doc = store.get(key)
             # the last on top of the other's, by the locked path
@@ -282,7 +283,7 @@ def test_a_new_key_held_by_the_commit_function_waiting_for_the_seq_lock_ends_at_
             first.join()
             second.join()
         assert not errors
-        assert gave_up == [pg.LOCK_NOT_AVAILABLE]
+        assert gave_up == [pg_fast.LOCK_NOT_AVAILABLE]
         assert max(took.values()) < 0.9, took
         doc = fast.get(key)
         assert doc.body == {"by": "fast"} and doc.revision == 2
