@@ -1,7 +1,7 @@
-"""PostgreSQL: commits that create their documents' rows sent as the fast statements' pair
-(``store.pg_fast``: the new rows inserted by the first statement, the writes gated on them by the
-second, one transaction in one round trip) write what the commit function writes, write nothing
-more where a new key was created meanwhile, and leave the kept connection usable."""
+"""PostgreSQL: commits that create their documents' rows sent as one fast statement
+(``store.pg_fast``: the seq lock, then the new rows inserted with their final values, the writes
+gated on them) write what the commit function writes, write nothing where a new key was created
+or is held meanwhile, and leave the kept connection usable."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def _new_row(params: FastCommit) -> int:
 def test_creating_commits_write_the_rows_the_commit_function_writes(
     two_pg_schema_urls: tuple[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The same writes on two new stores, one sending its creating commits as the pair and one
+    # The same writes on two new stores, one sending its creating commits as the fast statement and one
     # through the function: every row of every table the same, counters equal to a recount.
     def drive(store: PostgresStore) -> None:
         _drive(store)
@@ -142,9 +142,9 @@ def _race(stores: list[PostgresStore], key: DocKey) -> list[float]:
 
 
 def test_two_stores_creating_one_key_at_once_both_land_without_a_deadlock_wait(pg_schema_url: str) -> None:
-    # Each store's pair inserts the key's row before the seq lock; the second waits for the
-    # first's insert, finds the key taken, writes nothing more and lands by the locked path —
-    # no lock cycle (a deadlock would be found only after deadlock_timeout, 1 s by default).
+    # Each store's statement inserts the key's row after the seq lock; the second waits for the
+    # seq lock, finds the key committed, writes nothing and lands by the locked path — no lock
+    # cycle (a deadlock would be found only after deadlock_timeout, 1 s by default).
     stores = [_open(pg_schema_url) for _ in range(2)]
     try:
         for round_ in range(4):
@@ -168,12 +168,12 @@ def test_two_stores_creating_one_key_at_once_both_land_without_a_deadlock_wait(p
             s.close()
 
 
-def test_the_kept_connection_recovers_from_a_failed_pair(
+def test_the_kept_connection_recovers_from_a_failed_creating_statement(
     pg_schema_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A pair whose first statement fails ends both (nothing written) and leaves the connection
-    # out of pipeline mode, idle; one whose statements were deallocated is prepared again and
-    # lands once; the next commits on the kept connection land.
+    # A creating statement that fails writes nothing and leaves the connection idle; one whose
+    # statement was deallocated is prepared again and lands once; the next commits on the kept
+    # connection land.
     store = _open(pg_schema_url)
     try:
         store.commit([Write.between(DocKey("notes", "first"), None, {"n": 0})])
@@ -188,7 +188,6 @@ def test_the_kept_connection_recovers_from_a_failed_pair(
                 before = _rows(store, False)
                 with pytest.raises(psycopg.Error):
                     real(conn, FastCommit(params.shape, bad, params.slow))
-                assert conn.pgconn.pipeline_status == pq.PipelineStatus.OFF
                 assert conn.pgconn.transaction_status == pq.TransactionStatus.IDLE
                 assert _rows(store, False) == before
             return real(conn, params)

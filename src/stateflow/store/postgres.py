@@ -562,10 +562,10 @@ class PostgresStore(SqlStore):
             # creating the same row; and a group locks its rows before any member's commit
             self._create(creates)
             creates = []
-        # the rows of new documents are created by the commit function (``stateflow_commit``), or
-        # by the first of the fast statements' pair (``pg_fast``), after the shared rows are
-        # locked and before the written ones are: in the lock order (``rows.lock_order``), as a
-        # new row's insert waits for whoever is creating the same row
+        # the rows of new documents are created by the commit function (``stateflow_commit``)
+        # after the shared rows are locked and before the written ones are: in the lock order
+        # (``rows.lock_order``), as a new row's insert waits for whoever is creating the same
+        # row (the fast statement's, after the seq lock, waits only briefly: ``pg_fast``)
         if len(creates) > 1:
             creates.sort(key=lambda c: lock_order(c[0]))
 
