@@ -233,7 +233,7 @@ def _checks(p: _Params, ctes: list[str], n_absent: int, n_share: int, n_lock: in
 NEW_KEY_WAIT: Final = "50ms"
 """How long a creating statement waits, holding the seq lock, for a new row's key that another
 writer inserted and has not committed (``lock_timeout``, set for the statement's transaction
-only after the seq lock is held): that writer — the commit function, a group — inserted it
+only after the seq lock is held): that writer — the commit function, the locked path — inserted it
 before taking the seq lock and now waits for it, a lock cycle the deadlock check would find
 only after ``deadlock_timeout``. The statement fails instead (``LOCK_NOT_AVAILABLE``), nothing
 written, and the locked path lands the write after the other."""
