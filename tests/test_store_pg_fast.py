@@ -4,6 +4,7 @@ as it does."""
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -137,8 +138,8 @@ def test_a_failed_check_writes_nothing_and_the_write_lands_by_the_locked_path(
             assert isinstance(params, FastCommit)
             absent, share, lock = params.shape[:3]
             assert (absent, share, lock) == (1, 1, 1)  # the aliases absent, the declaration shared
-            shared_rev = 3 + 2 * absent + 3  # (the parameters' places: ``fast_values``)
-            lock_rev = shared_rev + 4
+            shared_rev = 3 + 2 * absent + 1  # (the parameters' places: ``fast_values``)
+            lock_rev = shared_rev + 2
             for at, value in ((shared_rev, b"999"), (lock_rev, b"999"), (4, b"langgraph_store")):
                 values = list(params.values)
                 values[at] = value
@@ -270,6 +271,85 @@ def test_the_fast_statements_plan_no_sequential_scan_on_a_small_analyzed_store(p
         pg._give_back(store._pool, kept)
         store._kept = None
         assert kept.execute("SHOW enable_seqscan").fetchone() == ("on",)
+    finally:
+        store.close()
+
+
+def test_a_statement_for_documents_that_exist_checks_by_id_in_one_filter_in_the_lock_order(
+    pg_schema_url: str,
+) -> None:
+    # The rows it locks are found by id (the primary key: an id never names another key), and
+    # every check is one one-time filter of the seq lock — the absent key, the shared row, the
+    # written row, in that order — not a chain of CTEs each gated on the one before it.
+    store = _open(pg_schema_url)
+    try:
+        items = StateflowStore(StatesService(store))
+        items.put(("users", "u1"), "prefs", {"n": 0})
+        items.put(("users", "u1"), "prefs", {"n": 1})
+        kept = store._kept
+        assert kept is not None
+        ((name, count),) = kept.execute(
+            "SELECT name, cardinality(parameter_types) FROM pg_prepared_statements "
+            "WHERE name LIKE 'stateflow_fast_1_1_1_%'"
+        ).fetchall()
+        kept.execute("SET plan_cache_mode = force_generic_plan")
+        lines = [r[0] for r in kept.execute(f"EXPLAIN EXECUTE {name}({', '.join(['NULL'] * count)})")]
+        kept.execute("RESET plan_cache_mode")
+        plan = "\n".join(lines)
+        filters = [line.split(": ", 1)[1] for line in lines if "One-Time Filter" in line]
+        assert len(filters) == 1, plan
+        # each InitPlan's value in the filter, named by what it scans
+        scans: dict[str, str] = {}
+        for at, line in enumerate(lines):
+            returns = re.search(r"InitPlan \d+ \(returns (\$\d+)\)", line)
+            if returns:
+                scanned = re.search(r"CTE Scan on (\w+)|Index Only Scan using (\w+)", lines[at + 1])
+                assert scanned is not None, plan
+                scans[returns[1]] = scanned[1] or scanned[2]
+        order = [scans[param] for param in re.findall(r"\$\d+", filters[0])]
+        assert order == ["documents_state_subject_key", "s0", "l0"], plan
+        assert plan.count("Index Scan using documents_pkey") == 3, plan  # the shared, the written, its update
+    finally:
+        store.close()
+
+
+def test_a_failed_check_stops_the_checks_before_a_later_rows_lock(
+    pg_schema_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # With the written row held FOR UPDATE by another transaction, a commit whose shared row
+    # moved on, or whose absent key has a row, returns at once and writes nothing: the filter
+    # stops at the failed check and never waits for the later row's lock.
+    store = _open(pg_schema_url)
+    try:
+        items = StateflowStore(StatesService(store))
+        items.put(("users", "u1"), "prefs", {"n": 0})
+        sent = _sent(monkeypatch)
+        items.put(("users", "u1"), "prefs", {"n": 1})
+        (commit,) = [p for p in sent if isinstance(p, FastCommit)]
+        assert commit.shape[:3] == (1, 1, 1)
+        shared_rev, written_id = 3 + 2 + 1, 3 + 2 + 2  # (the parameters' places: ``fast_values``)
+        before = _rows(store, False)
+        with store._pool.connection() as holder, holder.transaction():
+            held = holder.execute(
+                "SELECT doc_id FROM documents WHERE doc_id = %s FOR UPDATE",
+                (int(commit.values[written_id] or b""),),
+            ).fetchall()
+            assert len(held) == 1
+            for changes in ({shared_rev: b"999"}, {3: b"_states", 4: b"langgraph_store"}):
+                values = list(commit.values)
+                for at, value in changes.items():
+                    values[at] = value
+                answers: list[int | None] = []
+                sending = threading.Thread(
+                    target=lambda v=values, out=answers: out.append(
+                        store._send_alone(FastCommit(commit.shape, v, commit.slow))
+                    )
+                )
+                sending.start()
+                sending.join(5)
+                assert not sending.is_alive(), "waited for the held row's lock"
+                assert answers == [None]
+        assert _rows(store, False) == before
     finally:
         store.close()
 

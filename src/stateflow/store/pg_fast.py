@@ -11,12 +11,19 @@ documents gone, edits apart, snapshots, more rows than ``MAX_ROWS``) goes throug
 
 Order, as the function's: the absent keys checked (no lock), the shared rows locked ``FOR
 SHARE`` with their revision, the written rows ``FOR UPDATE`` with theirs (both in the order the
-client gives, ``rows.lock_order``), then the seq lock, then the writes. Each CTE is gated on the
-one before it by an uncorrelated ``EXISTS`` — a one-time filter, evaluated before its own scan —
-so a failed check stops the chain: no transition, no row written, no seq returned (the caller's
-None, as the function's NULL). A revision is in its lock's WHERE: under READ COMMITTED a row
-changed meanwhile is re-checked on its newest version (EvalPlanQual) and found wanting. The
-writes all join the transition's CTE: none runs without it.
+client gives, ``rows.lock_order``), then the seq lock, then the writes. The checks are one
+conjunction in the seq lock's ``WHERE`` — ``NOT EXISTS`` per absent key, then ``EXISTS`` over
+each locking CTE, in that order: uncorrelated, so each is an InitPlan of the same cost, and the
+planner keeps them in the order written as one one-time filter, evaluated left to right before
+the lock; a locking CTE runs (and locks its row) only when the checks before it passed — so a
+failed check stops them: no transition, no row written, no seq returned (the caller's None, as
+the function's NULL; the creating statement, below, chains its checks CTE to CTE instead,
+``_checks``). A locked row is found by its id (the primary key): a document's id never names
+another key (ids come from a sequence, no writer moves a row's key, a key deleted and created
+again has a new id), so the id and the revision check what the key would, without the key's
+text index and parameters. A revision is in its lock's WHERE: under READ COMMITTED a row changed
+meanwhile is re-checked on its newest version (EvalPlanQual) and found wanting. The writes all
+join the transition's CTE: none runs without it.
 
 A commit whose documents are all new (a LangGraph checkpoint, a new item or subject) inserts
 their rows with their final values, so only after the seq lock (``updated_seq`` is the seq):
@@ -84,15 +91,18 @@ def fast_values(
     it creates, in the lock order — then every row it writes."""
     absent: list[bytes | None] = []
     share: list[bytes | None] = []
+    width = 4 if created else 2  # (a shared row's key, id and revision where rows are created; else by id)
     for key, row in shared:
-        if row.doc_id:
+        if not row.doc_id:
+            absent += (key.state.encode(), key.subject.encode())
+        elif created:
             share += (key.state.encode(), key.subject.encode(), b"%d" % row.doc_id, b"%d" % row.revision)
         else:
-            absent += (key.state.encode(), key.subject.encode())
-    lock: list[bytes | None] = []
+            share += (b"%d" % row.doc_id, b"%d" % row.revision)
+    lock: list[bytes | None] = []  # (rows of documents that exist: found by id, with the revision)
     if not created:
-        for key, row in locked:
-            lock += (key.state.encode(), key.subject.encode(), b"%d" % row.doc_id, b"%d" % row.revision)
+        for _key, row in locked:
+            lock += (b"%d" % row.doc_id, b"%d" % row.revision)
     upd: list[bytes | None] = []
     ins: list[bytes | None] = []
     docs: list[bytes | None] = []
@@ -127,8 +137,8 @@ def fast_values(
         )
     shape = (
         len(absent) // 2,
-        len(share) // 4,
-        len(lock) // 4,
+        len(share) // width,
+        len(lock) // 2,
         len(created),
         len(upd) // 7,
         len(ins) // 8,
@@ -202,7 +212,7 @@ def statements(shape: Shape) -> tuple[Prepared, ...]:
         sql = _creating(p, ctes, gate, n_new, n_ins, len(moves))
     else:
         at, origin, seq_lock = p("text"), p("bytea", _B), p("bigint")
-        gate = _checks(p, ctes, n_absent, n_share, n_lock)
+        gate = _locks(p, ctes, n_absent, n_share, n_lock)
         sql = _writes(p, ctes, gate, at, origin, seq_lock, n_upd, n_ins, moves)
     return ((name.encode(), sql.encode(), tuple(p.formats)),)
 
@@ -227,6 +237,25 @@ def _checks(p: _Params, ctes: list[str], n_absent: int, n_share: int, n_lock: in
                 f"{gate} FOR {mode})"
             )
             gate = f" AND EXISTS (SELECT FROM {name})"
+    return gate
+
+
+def _locks(p: _Params, ctes: list[str], n_absent: int, n_share: int, n_lock: int) -> str:
+    """For documents that exist: the rows to lock as CTEs found by id and revision, and the
+    conjunction of every check in the lock order (the seq lock's one-time filter). Not chained
+    CTE to CTE as ``_checks``: each link was a gate's node, a CTE scan and an InitPlan more to
+    start; one filter evaluated left to right stops at the first failed check all the same."""
+    gate = "".join(
+        f" AND NOT EXISTS (SELECT FROM documents WHERE state = {p('text')} AND subject = {p('text')})"
+        for _ in range(n_absent)
+    )
+    for kind, n, mode in (("s", n_share, "SHARE"), ("l", n_lock, "UPDATE")):
+        for i in range(n):
+            ctes.append(
+                f"{kind}{i} AS MATERIALIZED (SELECT 1 FROM documents WHERE doc_id = {p('bigint')} "
+                f"AND revision = {p('bigint')} FOR {mode})"
+            )
+            gate += f" AND EXISTS (SELECT FROM {kind}{i})"
     return gate
 
 
