@@ -45,7 +45,8 @@ def _creating_sent(sent: list[Any]) -> list[FastCommit]:
 
 def _new_row(params: FastCommit) -> int:
     """Where the first new row's values (id, state, subject, …) start in ``params.values``."""
-    return 2 * params.shape[0] + 4 * params.shape[1] + 3
+    checked = params.shape[3] if params.shape[3] > 1 else 0  # (several new keys: checked absent too)
+    return 2 * (params.shape[0] + checked) + 4 * params.shape[1] + 3
 
 
 def test_creating_commits_write_the_rows_the_commit_function_writes(
@@ -73,9 +74,9 @@ def test_a_key_created_meanwhile_writes_nothing_and_the_write_lands_by_the_locke
     pg_schema_url: str, monkeypatch: pytest.MonkeyPatch, created: int
 ) -> None:
     # One new key, created by another store just before the statement goes out: it inserts
-    # nothing, None. Two, of which the other created the second: the first's row is inserted,
-    # then the statement fails on purpose and takes it back. Either way no transition, member,
-    # change or row under a reserved id, and the write lands by the locked path.
+    # nothing, None. Two, of which the other created the second: the check of the new keys
+    # before the seq lock fails, None, no seq taken. Either way no transition, member, change or
+    # row under a reserved id, and the write lands by the locked path.
     store, other = _open(pg_schema_url), _open(pg_schema_url)
     keys = [DocKey("notes", f"raced{n}") for n in range(created)]
     try:
@@ -103,8 +104,18 @@ def test_a_key_created_meanwhile_writes_nothing_and_the_write_lands_by_the_locke
             return real(conn, params)
 
         monkeypatch.setattr(pg, "_commit_alone", another_writer_first)
+        with store._read_tx() as tx:
+            ((seq_before,),) = tx.all("SELECT COALESCE(MAX(seq), 0) FROM transitions")
         store.update(keys, _creating(keys, [{"by": "store"}] * created), {"by": "test"}, optimistic=True)
-        assert tried == [None if created == 1 else pg_fast.TAKEN_MEANWHILE]
+        # one key: its insert found it, None; several: their check before the seq lock failed
+        assert tried == [None]
+        if created > 1:  # no seq taken for nothing
+            with store._read_tx() as tx:
+                seqs = [
+                    r[0]
+                    for r in tx.all("SELECT seq FROM transitions WHERE seq > ? ORDER BY seq", (seq_before,))
+                ]
+            assert seqs == list(range(seq_before + 1, seq_before + 3)), seqs  # the other's, then ours
         for n, key in enumerate(keys):
             doc = store.get(key)
             # the last on top of the other's, by the locked path
@@ -298,3 +309,60 @@ def test_a_new_key_held_by_the_commit_function_waiting_for_the_seq_lock_ends_at_
     finally:
         fast.close()
         slow.close()
+
+
+@pytest.mark.parametrize("created", [1, 2])
+def test_a_key_committed_while_the_statement_waits_for_the_seq_lock_writes_nothing(
+    pg_schema_url: str, monkeypatch: pytest.MonkeyPatch, created: int
+) -> None:
+    # The statement's checks pass, then it waits for the seq lock; meanwhile another writer
+    # creates the (last) key's row and commits. The insert finds it: one key, nothing written
+    # (None); some of several, the error on purpose, the rows inserted rolled back. The write
+    # lands by the locked path either way.
+    store = _open(pg_schema_url)
+    keys = [DocKey("notes", f"late{n}") for n in range(created)]
+    answers: list[object] = []
+    real = pg._commit_alone
+
+    def watched(conn: Any, params: Any) -> Any:
+        try:
+            answers.append(real(conn, params))
+        except psycopg.Error as exc:
+            answers.append(exc.sqlstate)
+            raise
+        return answers[-1]
+
+    errors: list[BaseException] = []
+
+    def create() -> None:
+        try:
+            store.update(keys, _creating(keys, [{"by": "store"}] * created), {"by": "test"}, optimistic=True)
+        except BaseException as exc:
+            errors.append(exc)
+
+    try:
+        store.commit([Write.between(DocKey("notes", "warm"), None, {"n": 0})])
+        monkeypatch.setattr(pg, "_commit_alone", watched)
+        with psycopg.connect(pg_schema_url, autocommit=True) as holder:
+            with holder.transaction():
+                holder.execute(
+                    f"SELECT pg_advisory_xact_lock({pg._SEQ_LOCK_KEY.replace('?', '%s')})", (pg._SEQ_LOCK,)
+                )
+                writing = threading.Thread(target=create)
+                writing.start()
+                _until(lambda: _seq_lock_waiters(holder) == 1)  # (its checks passed)
+                holder.execute(
+                    "INSERT INTO documents (state, subject) VALUES (%s, %s)",
+                    (keys[-1].state, keys[-1].subject),
+                )
+            writing.join()
+        assert not errors
+        assert answers[0] == (None if created == 1 else pg_fast.TAKEN_MEANWHILE), answers
+        for key in keys:
+            doc = store.get(key)
+            assert doc.body == {"by": "store"} and doc.revision == 1
+        with store._read_tx() as tx:
+            stored, recounted = store.recount(tx)
+        assert stored == recounted
+    finally:
+        store.close()

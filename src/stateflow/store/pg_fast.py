@@ -21,20 +21,24 @@ the function's NULL; the creating statement, below, chains its checks CTE to CTE
 ``_checks``). A locked row is found by its id (the primary key): a document's id never names
 another key (ids come from a sequence, no writer moves a row's key, a key deleted and created
 again has a new id), so the id and the revision check what the key would, without the key's
-text index and parameters. A revision is in its lock's WHERE: under READ COMMITTED a row changed
+text index and parameters — as long as the database is not put back under a running store (a
+restore or a failover that rewinds the ids' sequence: restart every store process then,
+``docs/operations.md``). A revision is in its lock's WHERE: under READ COMMITTED a row changed
 meanwhile is re-checked on its newest version (EvalPlanQual) and found wanting. The writes all
 join the transition's CTE: none runs without it.
 
 A commit whose documents are all new (a LangGraph checkpoint, a new item or subject) inserts
 their rows with their final values, so only after the seq lock (``updated_seq`` is the seq):
-the absent keys checked and the shared rows locked as above, then the seq lock, then the seq
-(``nextval``), then the rows inserted ``ON CONFLICT (state, subject) DO NOTHING``, and the
-transition, members and changes gated on every row inserted. A key committed meanwhile by
-another writer inserts nothing: no transition, no row (the seq taken stays unused — a gap, as
-after any rolled-back commit; nothing reads seqs as dense), None. Some keys of several: an error
-on purpose (``TAKEN_MEANWHILE``), the rows inserted rolled back with it. The function inserts
-new rows before it takes the seq lock: a key it holds uncommitted while it waits for the seq
-lock this statement holds is a lock cycle, which ``lock_timeout`` — set only once the seq lock
+the absent keys checked (with several new rows, their keys among them) and the shared rows
+locked as above, then the seq lock, then the seq (``nextval``), then the rows inserted ``ON
+CONFLICT (state, subject) DO NOTHING``, and the transition, members and changes gated on every
+row inserted. A key committed by another writer since this one looked inserts nothing: no
+transition, no row (the seq taken stays unused — a gap, as after any rolled-back commit;
+nothing reads seqs as dense), None; with several new rows such a key fails the check before
+the seq lock instead. Some keys of several committed while the statement waited for the seq
+lock: an error on purpose (``TAKEN_MEANWHILE``), the rows inserted rolled back with it. The
+function inserts new rows before it takes the seq lock: a key it holds uncommitted while it
+waits for the seq lock this statement holds is a lock cycle, which ``lock_timeout`` — set only once the seq lock
 is held — ends after ``NEW_KEY_WAIT``, not the deadlock check after ``deadlock_timeout``. The
 caller's None either way; the locked path decides.
 """
@@ -91,7 +95,6 @@ def fast_values(
     it creates, in the lock order — then every row it writes."""
     absent: list[bytes | None] = []
     share: list[bytes | None] = []
-    width = 4 if created else 2  # (a shared row's key, id and revision where rows are created; else by id)
     for key, row in shared:
         if not row.doc_id:
             absent += (key.state.encode(), key.subject.encode())
@@ -99,7 +102,13 @@ def fast_values(
             share += (key.state.encode(), key.subject.encode(), b"%d" % row.doc_id, b"%d" % row.revision)
         else:
             share += (b"%d" % row.doc_id, b"%d" % row.revision)
-    lock: list[bytes | None] = []  # (rows of documents that exist: found by id, with the revision)
+    # several new rows' keys are checked absent before the seq lock too: a key another process
+    # created since this one looked ends the commit there, not in the error on purpose after the
+    # seq lock (``_creating``); one new row's conflict is a plain None there, not worth the probe
+    checked = created if len(created) > 1 else ()
+    for key, _doc_id in checked:
+        absent += (key.state.encode(), key.subject.encode())
+    lock: list[bytes | None] = []  # (rows of documents that exist: key, id and revision)
     if not created:
         for _key, row in locked:
             lock += (b"%d" % row.doc_id, b"%d" % row.revision)
@@ -136,8 +145,8 @@ def fast_values(
             b"%d" % d.next_position,
         )
     shape = (
-        len(absent) // 2,
-        len(share) // width,
+        len(absent) // 2 - len(checked),
+        len(share) // (4 if created else 2),
         len(lock) // 2,
         len(created),
         len(upd) // 7,
@@ -208,7 +217,7 @@ def statements(shape: Shape) -> tuple[Prepared, ...]:
     p = _Params()
     ctes: list[str] = []
     if n_new:
-        gate = _checks(p, ctes, n_absent, n_share, 0)
+        gate = _checks(p, ctes, n_absent + (n_new if n_new > 1 else 0), n_share)
         sql = _creating(p, ctes, gate, n_new, n_ins, len(moves))
     else:
         at, origin, seq_lock = p("text"), p("bytea", _B), p("bigint")
@@ -217,9 +226,9 @@ def statements(shape: Shape) -> tuple[Prepared, ...]:
     return ((name.encode(), sql.encode(), tuple(p.formats)),)
 
 
-def _checks(p: _Params, ctes: list[str], n_absent: int, n_share: int, n_lock: int) -> str:
-    """The checks and locks before the seq lock, as CTEs each gated on the one before it; the
-    gate that says they all passed."""
+def _checks(p: _Params, ctes: list[str], n_absent: int, n_share: int) -> str:
+    """A creating commit's checks and shared locks before the seq lock, as CTEs each gated on
+    the one before it; the gate that says they all passed."""
     gate = ""
     if n_absent:
         absent = " AND ".join(
@@ -228,15 +237,13 @@ def _checks(p: _Params, ctes: list[str], n_absent: int, n_share: int, n_lock: in
         )
         ctes.append(f"a AS MATERIALIZED (SELECT 1 WHERE {absent})")
         gate = " AND EXISTS (SELECT FROM a)"
-    for kind, n, mode in (("s", n_share, "SHARE"), ("l", n_lock, "UPDATE")):
-        for i in range(n):
-            name = f"{kind}{i}"
-            ctes.append(
-                f"{name} AS MATERIALIZED (SELECT 1 FROM documents WHERE state = {p('text')} "
-                f"AND subject = {p('text')} AND doc_id = {p('bigint')} AND revision = {p('bigint')}"
-                f"{gate} FOR {mode})"
-            )
-            gate = f" AND EXISTS (SELECT FROM {name})"
+    for i in range(n_share):
+        ctes.append(
+            f"s{i} AS MATERIALIZED (SELECT 1 FROM documents WHERE state = {p('text')} "
+            f"AND subject = {p('text')} AND doc_id = {p('bigint')} AND revision = {p('bigint')}"
+            f"{gate} FOR SHARE)"
+        )
+        gate = f" AND EXISTS (SELECT FROM s{i})"
     return gate
 
 
