@@ -139,12 +139,12 @@ def capture(url: str, name: str, warm: int, calls: int, dump: str, port: int) ->
         if type(params).__name__ == "FastCommit":  # (a tree with fast statements: ``pg_fast``)
             import stateflow.store.pg_fast as pg_fast
 
-            if hasattr(pg_fast, "statements"):  # (a tree whose commits creating rows are two)
-                sent = pg_fast.statements(params.shape)
+            if hasattr(pg_fast, "statements"):  # (an older tree: a statement's tuple, two where it made rows)
+                sent = getattr(pg_fast, "statements")(params.shape)  # noqa: B009
                 split = getattr(params, "split", 0) or len(params.values)
                 parts = [params.values[:split], params.values[split:]]
             else:
-                sent, parts = (getattr(pg_fast, "statement")(params.shape),), [params.values]  # noqa: B009
+                sent, parts = (pg_fast.statement(params.shape),), [params.values]
             # two statements on one line: one implicit transaction, as the pipeline's one Sync
             calls = []
             for (name, sql, formats), values in zip(sent, parts, strict=False):

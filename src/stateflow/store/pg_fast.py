@@ -69,7 +69,7 @@ _B: Final = 1  # (binary: bytea)
 
 
 class FastCommit:
-    """A commit as its shape's statement (``statements``) and its parameters; ``slow()`` gives
+    """A commit as its shape's statement (``statement``) and its parameters; ``slow()`` gives
     the same commit as the commit function's parameters (where the fast statement is not sent: a
     group's transaction, the async store's bridge)."""
 
@@ -210,8 +210,8 @@ class _Params:
 
 
 @lru_cache(maxsize=256)
-def statements(shape: Shape) -> tuple[Prepared, ...]:
-    """The prepared statement for ``shape`` (a one-tuple)."""
+def statement(shape: Shape) -> Prepared:
+    """The prepared statement for ``shape``."""
     n_absent, n_share, n_lock, n_new, n_upd, n_ins, moves = shape
     name = "stateflow_fast_" + "_".join(map(str, shape[:6])) + "_" + "".join("1" if m else "0" for m in moves)
     p = _Params()
@@ -223,7 +223,7 @@ def statements(shape: Shape) -> tuple[Prepared, ...]:
         at, origin, seq_lock = p("text"), p("bytea", _B), p("bigint")
         gate = _locks(p, ctes, n_absent, n_share, n_lock)
         sql = _writes(p, ctes, gate, at, origin, seq_lock, n_upd, n_ins, moves)
-    return ((name.encode(), sql.encode(), tuple(p.formats)),)
+    return name.encode(), sql.encode(), tuple(p.formats)
 
 
 def _checks(p: _Params, ctes: list[str], n_absent: int, n_share: int) -> str:

@@ -54,8 +54,8 @@ from stateflow.store.migrations import (
     VALUE_INDEX_MAX,
 )
 from stateflow.store.model import DocKey, Document, Listed, made_document
-from stateflow.store.pg_fast import LOCK_NOT_AVAILABLE, TAKEN_MEANWHILE, FastCommit, Prepared, fast_values
-from stateflow.store.pg_fast import statements as fast_statements
+from stateflow.store.pg_fast import LOCK_NOT_AVAILABLE, TAKEN_MEANWHILE, FastCommit, fast_values
+from stateflow.store.pg_fast import statement as fast_statement
 from stateflow.store.plan import Fresh, SeqRef, WritePlan
 from stateflow.store.rows import (
     LOCK_ORDER_SQL,
@@ -1001,7 +1001,7 @@ def _commit_alone(conn: Any, params: Sequence[Any] | FastCommit) -> int | None:
     # description).
     pgconn = conn.pgconn
     if isinstance(params, FastCommit):
-        ((name, sql, formats),) = fast_statements(params.shape)
+        name, sql, formats = fast_statement(params.shape)
         values = params.values
     else:
         # each parameter's wire value by its place in ``_COMMIT``: the payload and the time as
@@ -1014,7 +1014,7 @@ def _commit_alone(conn: Any, params: Sequence[Any] | FastCommit) -> int | None:
     with conn.lock:
         prepared = _prepared(conn)
         for attempt in range(2):
-            _prepare(conn, prepared, ((name, sql, formats),))
+            _prepare(conn, prepared, name, sql)
             pgconn.send_query_prepared(name, values, formats)
             results = conn.wait(generators.execute(pgconn))
             # psycopg deallocates every prepared statement of a connection after a ROLLBACK or
@@ -1035,13 +1035,12 @@ def _prepared(conn: psycopg.Connection[Any]) -> set[bytes]:
     return prepared
 
 
-def _prepare(conn: psycopg.Connection[Any], prepared: set[bytes], sent: Sequence[Prepared]) -> None:
-    """Prepare those of ``sent`` not yet prepared on ``conn`` (a round trip each, once)."""
-    for name, sql, _ in sent:
-        if name not in prepared:
-            conn.pgconn.send_prepare(name, sql, None)
-            _result_of(conn, conn.wait(generators.execute(conn.pgconn)))
-            prepared.add(name)
+def _prepare(conn: psycopg.Connection[Any], prepared: set[bytes], name: bytes, sql: bytes) -> None:
+    """Prepare ``sql`` as ``name`` on ``conn`` unless it is (a round trip, once)."""
+    if name not in prepared:
+        conn.pgconn.send_prepare(name, sql, None)
+        _result_of(conn, conn.wait(generators.execute(conn.pgconn)))
+        prepared.add(name)
 
 
 def _seq_of(result: Any) -> int | None:
