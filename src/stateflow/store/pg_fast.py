@@ -17,8 +17,7 @@ each locking CTE, in that order: uncorrelated, so each is an InitPlan of the sam
 planner keeps them in the order written as one one-time filter, evaluated left to right before
 the lock; a locking CTE runs (and locks its row) only when the checks before it passed — so a
 failed check stops them: no transition, no row written, no seq returned (the caller's None, as
-the function's NULL; the creating statement, below, chains its checks CTE to CTE instead,
-``_checks``). A locked row is found by its id (the primary key): a document's id never names
+the function's NULL; the creating statement, below, takes them the same way). A locked row is found by its id (the primary key): a document's id never names
 another key (ids come from a sequence, no writer moves a row's key, a key deleted and created
 again has a new id), so the id and the revision check what the key would, without the key's
 text index and parameters — as long as the database is not put back under a running store (a
@@ -90,7 +89,7 @@ def fast_values(
     seq_lock: bytes,
     created: Sequence[tuple[DocKey, int]] = (),
 ) -> tuple[Shape, list[bytes | None]] | None:
-    """The commit's shape and its statement's parameters (text or bytes, as ``statements``'
+    """The commit's shape and its statement's parameters (text or bytes, as ``statement``'s
     formats say), or None where the commit is not one of the fast shapes. ``created``: the rows
     it creates, in the lock order — then every row it writes."""
     absent: list[bytes | None] = []
@@ -98,8 +97,6 @@ def fast_values(
     for key, row in shared:
         if not row.doc_id:
             absent += (key.state.encode(), key.subject.encode())
-        elif created:
-            share += (key.state.encode(), key.subject.encode(), b"%d" % row.doc_id, b"%d" % row.revision)
         else:
             share += (b"%d" % row.doc_id, b"%d" % row.revision)
     # several new rows' keys are checked absent before the seq lock too: a key another process
@@ -146,7 +143,7 @@ def fast_values(
         )
     shape = (
         len(absent) // 2 - len(checked),
-        len(share) // (4 if created else 2),
+        len(share) // 2,
         len(lock) // 2,
         len(created),
         len(upd) // 7,
@@ -217,7 +214,7 @@ def statement(shape: Shape) -> Prepared:
     p = _Params()
     ctes: list[str] = []
     if n_new:
-        gate = _checks(p, ctes, n_absent + (n_new if n_new > 1 else 0), n_share)
+        gate = _locks(p, ctes, n_absent + (n_new if n_new > 1 else 0), n_share, 0)
         sql = _creating(p, ctes, gate, n_new, n_ins, len(moves))
     else:
         at, origin, seq_lock = p("text"), p("bytea", _B), p("bigint")
@@ -226,32 +223,11 @@ def statement(shape: Shape) -> Prepared:
     return name.encode(), sql.encode(), tuple(p.formats)
 
 
-def _checks(p: _Params, ctes: list[str], n_absent: int, n_share: int) -> str:
-    """A creating commit's checks and shared locks before the seq lock, as CTEs each gated on
-    the one before it; the gate that says they all passed."""
-    gate = ""
-    if n_absent:
-        absent = " AND ".join(
-            f"NOT EXISTS (SELECT FROM documents WHERE state = {p('text')} AND subject = {p('text')})"
-            for _ in range(n_absent)
-        )
-        ctes.append(f"a AS MATERIALIZED (SELECT 1 WHERE {absent})")
-        gate = " AND EXISTS (SELECT FROM a)"
-    for i in range(n_share):
-        ctes.append(
-            f"s{i} AS MATERIALIZED (SELECT 1 FROM documents WHERE state = {p('text')} "
-            f"AND subject = {p('text')} AND doc_id = {p('bigint')} AND revision = {p('bigint')}"
-            f"{gate} FOR SHARE)"
-        )
-        gate = f" AND EXISTS (SELECT FROM s{i})"
-    return gate
-
-
 def _locks(p: _Params, ctes: list[str], n_absent: int, n_share: int, n_lock: int) -> str:
-    """For documents that exist: the rows to lock as CTEs found by id and revision, and the
-    conjunction of every check in the lock order (the seq lock's one-time filter). Not chained
-    CTE to CTE as ``_checks``: each link was a gate's node, a CTE scan and an InitPlan more to
-    start; one filter evaluated left to right stops at the first failed check all the same."""
+    """The rows to lock as CTEs found by id and revision, and the conjunction of every check in
+    the lock order (the seq lock's one-time filter). Not chained CTE to CTE: each link was a
+    gate's node, a CTE scan and an InitPlan more to start; one filter evaluated left to right
+    stops at the first failed check all the same."""
     gate = "".join(
         f" AND NOT EXISTS (SELECT FROM documents WHERE state = {p('text')} AND subject = {p('text')})"
         for _ in range(n_absent)
