@@ -24,7 +24,7 @@ from typing import Any, ClassVar, Final
 import orjson
 import psycopg
 from psycopg import errors as pg_errors
-from psycopg import generators, pq
+from psycopg import pq
 from psycopg.adapt import Dumper
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
@@ -998,7 +998,11 @@ def _commit_alone(conn: Any, params: Sequence[Any] | FastCommit) -> int | None:
     # Straight through libpq, as a statement prepared once per connection under a name of our
     # own: a cursor's execute costs more client CPU than the rest of sending a commit (cursor
     # set-up, its prepared-statement bookkeeping, adapting the parameters, reading the result's
-    # description).
+    # description). Sent and answered by libpq's blocking call, which lets go of the GIL while
+    # it waits, as psycopg's wait loop does: that loop's generators, polls and result list cost
+    # ~10,000 instructions a commit. (It also lets a Ctrl-C cancel the statement; a commit's
+    # interruption lands instead when its one statement returns — written or not, as an
+    # interruption that comes as its answer is on its way.)
     pgconn = conn.pgconn
     if isinstance(params, FastCommit):
         name, sql, formats = fast_statement(params.shape)
@@ -1013,18 +1017,23 @@ def _commit_alone(conn: Any, params: Sequence[Any] | FastCommit) -> int | None:
         values = [payload.encode(), at.encode(), origin, _SEQ_LOCK_TEXT, *beside]
     with conn.lock:
         prepared = _prepared(conn)
-        for attempt in range(2):
+        if name not in prepared:
             _prepare(conn, prepared, name, sql)
-            pgconn.send_query_prepared(name, values, formats)
-            results = conn.wait(generators.execute(pgconn))
+        # (a None is sent as NULL by both of psycopg's libpq wrappers, as ``send_query_prepared``
+        # declares; ``exec_prepared``'s stub leaves it out)
+        result = pgconn.exec_prepared(name, values, formats)  # type: ignore[arg-type]
+        if result.status == _FAILED:
             # psycopg deallocates every prepared statement of a connection after a ROLLBACK or
             # a DROP it ran (ours too): prepared again, and sent again (it never ran)
-            if attempt == 0 and results[-1].error_field(_SQLSTATE) == _NO_SUCH_STATEMENT:
+            if result.error_field(_SQLSTATE) == _NO_SUCH_STATEMENT:
                 prepared.clear()
-                continue
-            result = _result_of(conn, results)
-            break
-    return _seq_of(result)
+                _prepare(conn, prepared, name, sql)
+                result = pgconn.exec_prepared(name, values, formats)  # type: ignore[arg-type]
+            _raise_failed(conn, result)
+    if result.ntuples == 0:  # (the commit's seq: None where it returned none)
+        return None
+    seq = result.get_value(0, 0)
+    return None if seq is None else int(seq)
 
 
 def _prepared(conn: psycopg.Connection[Any]) -> set[bytes]:
@@ -1036,19 +1045,9 @@ def _prepared(conn: psycopg.Connection[Any]) -> set[bytes]:
 
 
 def _prepare(conn: psycopg.Connection[Any], prepared: set[bytes], name: bytes, sql: bytes) -> None:
-    """Prepare ``sql`` as ``name`` on ``conn`` unless it is (a round trip, once)."""
-    if name not in prepared:
-        conn.pgconn.send_prepare(name, sql, None)
-        _result_of(conn, conn.wait(generators.execute(conn.pgconn)))
-        prepared.add(name)
-
-
-def _seq_of(result: Any) -> int | None:
-    """The commit's seq from its statement's result: None where it returned none."""
-    if result.ntuples == 0:
-        return None
-    seq = result.get_value(0, 0)
-    return None if seq is None else int(seq)
+    """Prepare ``sql`` as ``name`` on ``conn`` (a round trip, once per connection)."""
+    _raise_failed(conn, conn.pgconn.prepare(name, sql, None))
+    prepared.add(name)
 
 
 _COMMIT_NAME: Final = b"stateflow_commit"
@@ -1063,12 +1062,13 @@ _PREPARED: Final[weakref.WeakKeyDictionary[psycopg.Connection[Any], set[bytes]]]
 statements': a connection the pool replaces is a new object, and prepares them again)."""
 
 
-def _result_of(conn: psycopg.Connection[Any], results: Sequence[Any]) -> Any:
-    """The statement's result, or its error raised as psycopg raises it."""
-    result = results[-1]
-    if result.status == pq.ExecStatus.FATAL_ERROR:
+_FAILED: Final = pq.ExecStatus.FATAL_ERROR
+
+
+def _raise_failed(conn: psycopg.Connection[Any], result: Any) -> None:
+    """A statement's failed result raised as psycopg raises it."""
+    if result.status == _FAILED:
         raise pg_errors.error_from_result(result, encoding=conn.info.encoding)
-    return result
 
 
 def _numbered(sql: str) -> str:
