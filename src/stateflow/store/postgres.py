@@ -216,7 +216,8 @@ class PostgresStore(SqlStore):
         super().__init__()
         self.read_only = read_only
         self._bodies: RevisionCache[int, Document] = RevisionCache(BODY_CACHE_BYTES)
-        """whole documents as read or written here, by doc_id and revision"""
+        """whole documents as read here, by doc_id and revision (a body written here is made one
+        when it is first read: ``_held``)"""
         self._seen: dict[DocKey, None] = {}
         """keys read here before (present, deleted or never written)"""
         self.url = _safe(url)
@@ -321,8 +322,17 @@ class PostgresStore(SqlStore):
         where, params = key_filter(keys)
         if all(key in self._seen for key in keys):
             out = {key: Document(key, 0, None) for key in keys}
+            ids: dict[int, DocKey] | None = None  # (the keys by the ids of their rows known here)
             for doc_id, revision in self._query(_REVISIONS.format(where=where), params):
                 known = self._bodies.get(doc_id, revision)
+                if known is None:
+                    if ids is None:
+                        ids = {}
+                        for key in keys:
+                            row = self._rows_known.get(key)
+                            if row is not None:
+                                ids[row.doc_id] = key
+                    known = self._held(doc_id, revision, ids.get(doc_id))
                 if known is None:
                     break
                 out[known.key] = known
@@ -360,10 +370,10 @@ class PostgresStore(SqlStore):
             + ("" if limit is None else f" LIMIT {int(limit)}"),
             params,
         )
-        listed = [
-            (DocKey(state, subject), self._bodies.get(doc_id, revision))
-            for doc_id, revision, subject in found
-        ]
+        listed = []
+        for doc_id, revision, subject in found:
+            key = DocKey(state, subject)
+            listed.append((key, self._held(doc_id, revision, key)))
         missing = [key for key, doc in listed if doc is None]
         read = self.read(missing) if missing else {}
         docs = [doc if doc is not None else read[key] for key, doc in listed]
@@ -386,10 +396,10 @@ class PostgresStore(SqlStore):
                 f"(SELECT {n}, d.doc_id, d.revision, d.subject FROM documents d WHERE {where} "
                 "ORDER BY d.subject LIMIT 1)"
             )
-        found = {
-            int(n): (DocKey(state, subject), self._bodies.get(doc_id, revision))
-            for n, doc_id, revision, subject in self._query(" UNION ALL ".join(parts), params)
-        }
+        found: dict[int, tuple[DocKey, Document | None]] = {}
+        for n, doc_id, revision, subject in self._query(" UNION ALL ".join(parts), params):
+            listed = DocKey(state, subject)
+            found[int(n)] = (listed, self._held(doc_id, revision, listed))
         missing = [key for key, doc in found.values() if doc is None]
         read = self.read(missing) if missing else {}
         out: list[Document | None] = []
@@ -412,25 +422,42 @@ class PostgresStore(SqlStore):
 
     def _remember(self, fresh: Fresh) -> None:
         super()._remember(fresh)
-        written = None  # (the keys by doc id, made only for a body this cache has not held)
-        at = fresh.at  # (the commit's: every body's)
-        for doc_id, (revision, body, size) in fresh.bodies.items():
-            known = self._bodies.latest(doc_id)
-            key: DocKey | None
-            if known is not None:
-                key = known[1].key
-            else:
-                if written is None:
-                    written = {row.doc_id: k for k, row in fresh.rows.items()}
-                key = written.get(doc_id)
-            if key is not None:  # (a write's next read — a saver's newest checkpoint — is near)
-                # (the cache's entry made here: ``_keep`` and ``put`` would be two calls per write)
-                self._bodies.put_many(
-                    ((doc_id, revision, made_document(key, revision, body, fresh.seq, {}, at), size),)
-                )
-                if len(self._seen) >= SEEN_KEYS_MAX:
-                    self._seen.clear()
-                self._seen.setdefault(key, None)
+        # a body kept whole is read back from memory (a saver's newest checkpoint, say): the head
+        # cache holds it, and the row this write left its seq and time — made into a
+        # ``Document`` by its first read (``_held``), not by every write (most are written
+        # again before they are read: ~15,000 client instructions a write)
+        bodies = fresh.bodies
+        if bodies:
+            seen = self._seen
+            for key, row in fresh.rows.items():
+                if row.doc_id in bodies:
+                    if len(seen) >= SEEN_KEYS_MAX:
+                        seen.clear()
+                    seen.setdefault(key, None)
+
+    def _held(self, doc_id: int, revision: int, key: DocKey | None) -> Document | None:
+        """Document ``doc_id`` (``key``, where known) at ``revision`` as held here, else None: as
+        read before (``_bodies``), or as a write here left it — its body the head cache's, its seq
+        and time those of the row it stamped (``_remember``), kept in ``_bodies`` from then on."""
+        doc = self._bodies.get(doc_id, revision)
+        if doc is not None or key is None:
+            return doc
+        row = self._rows_known.get(key)
+        if (
+            row is None
+            or row.doc_id != doc_id
+            or row.revision != revision
+            or row.updated_seq is None
+            or row.at is None
+        ):
+            return None
+        body, size = None, 0
+        if row.present:
+            entry = self._heads.entry(doc_id, revision)
+            if entry is None or entry[2] is None:  # (not held assembled)
+                return None
+            body, size = entry[2], entry[3]
+        return self._keep(doc_id, made_document(key, revision, body, row.updated_seq, {}, row.at), size)
 
     def _read_tx(self) -> AbstractContextManager[Tx]:
         return self._tx(True)
