@@ -217,7 +217,7 @@ class PostgresStore(SqlStore):
         self.read_only = read_only
         self._bodies: RevisionCache[int, Document] = RevisionCache(BODY_CACHE_BYTES)
         """whole documents as read here, by doc_id and revision (a body written here is made one
-        when it is first read: ``_held``)"""
+        when it is first read: ``_written``)"""
         self._seen: dict[DocKey, None] = {}
         """keys read here before (present, deleted or never written)"""
         self.url = _safe(url)
@@ -332,7 +332,7 @@ class PostgresStore(SqlStore):
                             row = self._rows_known.get(key)
                             if row is not None:
                                 ids[row.doc_id] = key
-                    known = self._held(doc_id, revision, ids.get(doc_id))
+                    known = self._written(doc_id, revision, ids.get(doc_id))
                 if known is None:
                     break
                 out[known.key] = known
@@ -373,7 +373,8 @@ class PostgresStore(SqlStore):
         listed = []
         for doc_id, revision, subject in found:
             key = DocKey(state, subject)
-            listed.append((key, self._held(doc_id, revision, key)))
+            doc = self._bodies.get(doc_id, revision)
+            listed.append((key, doc if doc is not None else self._written(doc_id, revision, key)))
         missing = [key for key, doc in listed if doc is None]
         read = self.read(missing) if missing else {}
         docs = [doc if doc is not None else read[key] for key, doc in listed]
@@ -399,7 +400,8 @@ class PostgresStore(SqlStore):
         found: dict[int, tuple[DocKey, Document | None]] = {}
         for n, doc_id, revision, subject in self._query(" UNION ALL ".join(parts), params):
             listed = DocKey(state, subject)
-            found[int(n)] = (listed, self._held(doc_id, revision, listed))
+            doc = self._bodies.get(doc_id, revision)
+            found[int(n)] = (listed, doc if doc is not None else self._written(doc_id, revision, listed))
         missing = [key for key, doc in found.values() if doc is None]
         read = self.read(missing) if missing else {}
         out: list[Document | None] = []
@@ -424,7 +426,7 @@ class PostgresStore(SqlStore):
         super()._remember(fresh)
         # a body kept whole is read back from memory (a saver's newest checkpoint, say): the head
         # cache holds it, and the row this write left its seq and time — made into a
-        # ``Document`` by its first read (``_held``), not by every write (most are written
+        # ``Document`` by its first read (``_written``), not by every write (most are written
         # again before they are read: ~15,000 client instructions a write)
         bodies = fresh.bodies
         if bodies:
@@ -435,13 +437,12 @@ class PostgresStore(SqlStore):
                         seen.clear()
                     seen.setdefault(key, None)
 
-    def _held(self, doc_id: int, revision: int, key: DocKey | None) -> Document | None:
-        """Document ``doc_id`` (``key``, where known) at ``revision`` as held here, else None: as
-        read before (``_bodies``), or as a write here left it — its body the head cache's, its seq
-        and time those of the row it stamped (``_remember``), kept in ``_bodies`` from then on."""
-        doc = self._bodies.get(doc_id, revision)
-        if doc is not None or key is None:
-            return doc
+    def _written(self, doc_id: int, revision: int, key: DocKey | None) -> Document | None:
+        """Document ``doc_id`` (``key``, where known) at ``revision`` as a write here left it,
+        else None (for a body not in ``_bodies``): its body the head cache's, its seq and time
+        those of the row the write stamped (``_remember``) — kept in ``_bodies`` from then on."""
+        if key is None:
+            return None
         row = self._rows_known.get(key)
         if (
             row is None
@@ -457,7 +458,9 @@ class PostgresStore(SqlStore):
             if entry is None or entry[2] is None:  # (not held assembled)
                 return None
             body, size = entry[2], entry[3]
-        return self._keep(doc_id, made_document(key, revision, body, row.updated_seq, {}, row.at), size)
+        doc = made_document(key, revision, body, row.updated_seq, {}, row.at)
+        self._bodies.put_many(((doc_id, revision, doc, size),))
+        return doc
 
     def _read_tx(self) -> AbstractContextManager[Tx]:
         return self._tx(True)
