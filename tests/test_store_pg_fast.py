@@ -275,40 +275,86 @@ def test_the_fast_statements_plan_no_sequential_scan_on_a_small_analyzed_store(p
         store.close()
 
 
+def _generic_plan(store: PostgresStore, name_like: str) -> list[str]:
+    """The generic plan of the one fast statement prepared on the kept connection under a name
+    like ``name_like``, line by line."""
+    kept = store._kept
+    assert kept is not None
+    ((name, count),) = kept.execute(
+        "SELECT name, cardinality(parameter_types) FROM pg_prepared_statements WHERE name LIKE %s",
+        (name_like,),
+    ).fetchall()
+    kept.execute("SET plan_cache_mode = force_generic_plan")
+    lines = [r[0] for r in kept.execute(f"EXPLAIN EXECUTE {name}({', '.join(['NULL'] * count)})")]
+    kept.execute("RESET plan_cache_mode")
+    return lines
+
+
+def _checks_in_order(lines: list[str]) -> list[str]:
+    """The one one-time filter's checks in the order evaluated, each named by what its InitPlan
+    scans: a key's index, or the parameter of the id a locking sublink finds its row by."""
+    plan = "\n".join(lines)
+    filters = [line.split(": ", 1)[1] for line in lines if "One-Time Filter" in line]
+    assert len(filters) == 1, plan
+    scans: dict[str, str] = {}
+    for at, line in enumerate(lines):
+        returns = re.search(r"InitPlan \d+ \(returns (\$\d+)\)", line)
+        if returns:
+            if "LockRows" in lines[at + 1]:
+                assert "Index Scan using documents_pkey" in lines[at + 2], plan
+                found = re.search(r"Index Cond: \(doc_id = (\$\d+)\)", lines[at + 3])
+                assert found is not None, plan
+                scans[returns[1]] = f"locked by {found[1]}"
+            else:
+                scanned = re.search(r"Index Only Scan using (\w+)", lines[at + 1])
+                assert scanned is not None, plan
+                scans[returns[1]] = scanned[1]
+    return [scans[param] for param in re.findall(r"\$\d+", filters[0])]
+
+
 def test_a_statement_for_documents_that_exist_checks_by_id_in_one_filter_in_the_lock_order(
     pg_schema_url: str,
 ) -> None:
     # The rows it locks are found by id (the primary key: an id never names another key), and
     # every check is one one-time filter of the seq lock — the absent key, the shared row, the
-    # written row, in that order — not a chain of CTEs each gated on the one before it.
+    # written row, in that order —, each row locked by a sublink of its own: no chain of CTEs
+    # each gated on the one before it, no CTE per row to set up and scan.
     store = _open(pg_schema_url)
     try:
         items = StateflowStore(StatesService(store))
         items.put(("users", "u1"), "prefs", {"n": 0})
         items.put(("users", "u1"), "prefs", {"n": 1})
-        kept = store._kept
-        assert kept is not None
-        ((name, count),) = kept.execute(
-            "SELECT name, cardinality(parameter_types) FROM pg_prepared_statements "
-            "WHERE name LIKE 'stateflow_fast_1_1_1_%'"
-        ).fetchall()
-        kept.execute("SET plan_cache_mode = force_generic_plan")
-        lines = [r[0] for r in kept.execute(f"EXPLAIN EXECUTE {name}({', '.join(['NULL'] * count)})")]
-        kept.execute("RESET plan_cache_mode")
+        lines = _generic_plan(store, "stateflow_fast_1_1_1_%")
         plan = "\n".join(lines)
-        filters = [line.split(": ", 1)[1] for line in lines if "One-Time Filter" in line]
-        assert len(filters) == 1, plan
-        # each InitPlan's value in the filter, named by what it scans
-        scans: dict[str, str] = {}
-        for at, line in enumerate(lines):
-            returns = re.search(r"InitPlan \d+ \(returns (\$\d+)\)", line)
-            if returns:
-                scanned = re.search(r"CTE Scan on (\w+)|Index Only Scan using (\w+)", lines[at + 1])
-                assert scanned is not None, plan
-                scans[returns[1]] = scanned[1] or scanned[2]
-        order = [scans[param] for param in re.findall(r"\$\d+", filters[0])]
-        assert order == ["documents_state_subject_key", "s0", "l0"], plan
+        # (the parameters: time, origin, seq lock, the absent key's two, then the shared row's
+        # id and revision, then the written row's)
+        checks = _checks_in_order(lines)
+        assert checks == ["documents_state_subject_key", "locked by $6", "locked by $8"], plan
         assert plan.count("Index Scan using documents_pkey") == 3, plan  # the shared, the written, its update
+        assert "CTE Scan on s0" not in plan and "CTE Scan on l0" not in plan, plan
+    finally:
+        store.close()
+
+
+def test_a_creating_statement_of_one_new_row_hangs_every_write_on_that_rows_insert(
+    pg_schema_url: str,
+) -> None:
+    # A new item: its row inserted after the checks (the absent key, then the shared row's
+    # lock, in one filter) and the seq lock; the transition's insert is the statement itself,
+    # and it, the members and the change all read the new row's insert (none inserted: none
+    # of them writes) — no transition CTE to set up and scan again, no CTE for the shared row.
+    store = _open(pg_schema_url)
+    try:
+        items = StateflowStore(StatesService(store))
+        items.put(("users", "u1"), "prefs", {"n": 0})  # (the state declared)
+        items.put(("users", "u2"), "prefs", {"n": 0, "m": "x"})
+        lines = _generic_plan(store, "stateflow_fast_%_%_0_1_%")
+        plan = "\n".join(lines)
+        assert lines[0].startswith("Insert on transitions"), plan
+        assert "CTE t" not in plan and "CTE s0" not in plan, plan
+        assert plan.count("CTE Scan on n") == 3, plan  # the transition, the members, the change
+        assert _checks_in_order(lines) == ["documents_state_subject_key", "locked by $3"], plan
+        assert items.get(("users", "u2"), "prefs").value == {"n": 0, "m": "x"}  # type: ignore[union-attr]
     finally:
         store.close()
 

@@ -12,19 +12,21 @@ documents gone, edits apart, snapshots, more rows than ``MAX_ROWS``) goes throug
 Order, as the function's: the absent keys checked (no lock), the shared rows locked ``FOR
 SHARE`` with their revision, the written rows ``FOR UPDATE`` with theirs (both in the order the
 client gives, ``rows.lock_order``), then the seq lock, then the writes. The checks are one
-conjunction in the seq lock's ``WHERE`` — ``NOT EXISTS`` per absent key, then ``EXISTS`` over
-each locking CTE, in that order: uncorrelated, so each is an InitPlan of the same cost, and the
-planner keeps them in the order written as one one-time filter, evaluated left to right before
-the lock; a locking CTE runs (and locks its row) only when the checks before it passed — so a
-failed check stops them: no transition, no row written, no seq returned (the caller's None, as
-the function's NULL; the creating statement, below, takes them the same way). A locked row is found by its id (the primary key): a document's id never names
-another key (ids come from a sequence, no writer moves a row's key, a key deleted and created
+conjunction in the seq lock's ``WHERE`` — ``NOT EXISTS`` per absent key, then ``EXISTS`` of
+each row locked (a sublink ``FOR SHARE`` or ``FOR UPDATE``), in that order: uncorrelated, so
+each is an InitPlan of the same cost, and the planner keeps them in the order written as one
+one-time filter, evaluated left to right before the lock; a row's sublink runs (and locks it)
+only when the checks before it passed — so a failed check stops them: no transition, no row
+written, no seq returned (the caller's None, as the function's NULL; the creating statement,
+below, takes them the same way). A locked row is found by its id (the primary key): a
+document's id never names another key (ids come from a sequence, no writer moves a row's key, a key deleted and created
 again has a new id), so the id and the revision check what the key would, without the key's
 text index and parameters — as long as the database is not put back under a running store (a
 restore or a failover that rewinds the ids' sequence: restart every store process then,
 ``docs/operations.md``). A revision is in its lock's WHERE: under READ COMMITTED a row changed
 meanwhile is re-checked on its newest version (EvalPlanQual) and found wanting. The writes all
-join the transition's CTE: none runs without it.
+join the transition's CTE: none runs without it (the creating statement's, below, of one new
+row: that row's insert, as the transition's own).
 
 A commit whose documents are all new (a LangGraph checkpoint, a new item or subject) inserts
 their rows with their final values, so only after the seq lock (``updated_seq`` is the seq):
@@ -214,31 +216,32 @@ def statement(shape: Shape) -> Prepared:
     p = _Params()
     ctes: list[str] = []
     if n_new:
-        gate = _locks(p, ctes, n_absent + (n_new if n_new > 1 else 0), n_share, 0)
+        gate = _locks(p, n_absent + (n_new if n_new > 1 else 0), n_share, 0)
         sql = _creating(p, ctes, gate, n_new, n_ins, len(moves))
     else:
         at, origin, seq_lock = p("text"), p("bytea", _B), p("bigint")
-        gate = _locks(p, ctes, n_absent, n_share, n_lock)
+        gate = _locks(p, n_absent, n_share, n_lock)
         sql = _writes(p, ctes, gate, at, origin, seq_lock, n_upd, n_ins, moves)
     return name.encode(), sql.encode(), tuple(p.formats)
 
 
-def _locks(p: _Params, ctes: list[str], n_absent: int, n_share: int, n_lock: int) -> str:
-    """The rows to lock as CTEs found by id and revision, and the conjunction of every check in
-    the lock order (the seq lock's one-time filter). Not chained CTE to CTE: each link was a
-    gate's node, a CTE scan and an InitPlan more to start; one filter evaluated left to right
-    stops at the first failed check all the same."""
+def _locks(p: _Params, n_absent: int, n_share: int, n_lock: int) -> str:
+    """Every check in the lock order as one conjunction (the seq lock's one-time filter): each
+    absent key's ``NOT EXISTS``, then each row to lock found by id and revision, ``EXISTS``
+    over its locking sublink. Uncorrelated, each is an InitPlan of the same (zero) cost: the
+    planner keeps the order written, and the filter, evaluated left to right, stops at the first
+    failed check — a row is locked only when every check before it passed. Neither a CTE per
+    row nor a chain of them: each was a tuplestore and a scan more to set up per execution."""
     gate = "".join(
         f" AND NOT EXISTS (SELECT FROM documents WHERE state = {p('text')} AND subject = {p('text')})"
         for _ in range(n_absent)
     )
-    for kind, n, mode in (("s", n_share, "SHARE"), ("l", n_lock, "UPDATE")):
-        for i in range(n):
-            ctes.append(
-                f"{kind}{i} AS MATERIALIZED (SELECT 1 FROM documents WHERE doc_id = {p('bigint')} "
+    for n, mode in ((n_share, "SHARE"), (n_lock, "UPDATE")):
+        for _ in range(n):
+            gate += (
+                f" AND EXISTS (SELECT FROM documents WHERE doc_id = {p('bigint')} "
                 f"AND revision = {p('bigint')} FOR {mode})"
             )
-            gate += f" AND EXISTS (SELECT FROM {kind}{i})"
     return gate
 
 
@@ -283,33 +286,34 @@ def _creating(p: _Params, ctes: list[str], gate: str, n_new: int, n_ins: int, n_
     )
     # the transition only where every row was inserted; none inserted: nothing written (the
     # caller's None); some of several: an error, so the ones inserted go too
-    seq, gated = (
-        ("n.updated_seq", "FROM n")  # (one row: the transition on it, no count to set up)
-        if n_new == 1
-        else (
-            "q.seq",
-            f"FROM q WHERE (SELECT CASE count(*) WHEN {n_new} THEN true WHEN 0 THEN false "
-            "ELSE count(*) / 0 = 0 END FROM n)",
+    if n_new == 1:
+        # one row: the transition, members and change on the insert's row (every write joins
+        # ``rows_of``), the transition's insert the statement itself (no count, no CTE of its
+        # own to set up and scan again)
+        rows_of, seq = "n", "n.updated_seq"
+        last = f"INSERT INTO transitions (seq, at, origin) SELECT n.updated_seq, {at}, {origin} FROM n RETURNING seq"
+    else:
+        rows_of, seq, last = "t", "t.seq", "SELECT seq FROM t"
+        ctes.append(
+            f"t AS (INSERT INTO transitions (seq, at, origin) SELECT q.seq, {at}, {origin} FROM q WHERE (SELECT "
+            f"CASE count(*) WHEN {n_new} THEN true WHEN 0 THEN false ELSE count(*) / 0 = 0 END FROM n) RETURNING seq)"
         )
-    )
-    ctes.append(
-        f"t AS (INSERT INTO transitions (seq, at, origin) SELECT {seq}, {at}, {origin} {gated} RETURNING seq)"
-    )
     if n_ins:
-        _member_inserts(p, ctes, n_ins)
+        _member_inserts(p, ctes, n_ins, rows_of)
     changes = [
-        f"SELECT {p('bigint')}, {p('bigint')}, t.seq, {p('bytea', _B)}, {p('bytea', _B)} FROM t"
+        f"SELECT {p('bigint')}, {p('bigint')}, {seq}, {p('bytea', _B)}, {p('bytea', _B)} FROM {rows_of}"
         for _ in range(n_docs)
     ]
     ctes.append(
         f"c AS (INSERT INTO changes (doc_id, revision, seq, paths, edits) {' UNION ALL '.join(changes)})"
     )
-    return "WITH " + ", ".join(ctes) + " SELECT seq FROM t"
+    return "WITH " + ", ".join(ctes) + " " + last
 
 
-def _member_inserts(p: _Params, ctes: list[str], n_ins: int) -> None:
-    """The members added, in one insert after the transition's (its counter's statement trigger
-    runs once, as the function's)."""
+def _member_inserts(p: _Params, ctes: list[str], n_ins: int, rows_of: str) -> None:
+    """The members added, in one insert joined to ``rows_of`` (the transition's, or one new
+    document's row: none, none added; its counter's statement trigger runs once, as the
+    function's)."""
     rows = ", ".join(
         f"({p('bigint')}, {p('text')}, {p('bigint')}, {p('bigint')}, {p('bigint')}, {p('bytea', _B)}, "
         f"{p('bytea', _B)}, {p('bytea', _B)})"
@@ -317,7 +321,7 @@ def _member_inserts(p: _Params, ctes: list[str], n_ins: int) -> None:
     )
     ctes.append(
         "i AS (INSERT INTO members (doc_id, name, position, revision, size, outline, body, root) "
-        f"SELECT v.* FROM t, (VALUES {rows}) AS v)"
+        f"SELECT v.* FROM {rows_of}, (VALUES {rows}) AS v)"
     )
 
 
@@ -352,7 +356,7 @@ def _writes(
             f"root = {root} FROM t WHERE doc_id = {p('bigint')} AND name = {p('text')})"
         )
     if n_ins:
-        _member_inserts(p, ctes, n_ins)
+        _member_inserts(p, ctes, n_ins, "t")
     changes = []
     for i, moved in enumerate(moves):
         doc, change_rev, paths, edits, rev = (
