@@ -246,6 +246,10 @@ class Backend(abc.ABC):
         time holds the database)."""
         return [int(r[0]) for r in tx.all("SELECT doc_id FROM documents WHERE state = ?", (state,))]
 
+    def _fold_counts(self, tx: Tx) -> None:  # noqa: B027 - optional hook, no-op by default
+        """Fold the counters' deltas into their rows in ``tx`` (``counting``), unless another
+        fold is under way (portable: nothing — SQLite's triggers update the rows in place)."""
+
     def _lock_nodes(self, tx: Tx) -> None:  # noqa: B027 - optional hook, no-op by default
         """Keep other writers from adding nodes until this transaction ends, so a garbage
         collection's mark sees every root a node could be shared by (portable: nothing — one
@@ -277,5 +281,5 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def _kind_sql(self) -> str:
         """SQL naming the subject kind of a ``documents`` row — the third element of its
-        encoded subject, '' for a subject that is not one; the same expression the counting
-        triggers use (``listing.Listing.recount``)."""
+        encoded subject, '' for a subject that is not one; the rule the counters are kept by
+        (``listing.Listing.recount``)."""

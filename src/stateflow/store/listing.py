@@ -9,6 +9,7 @@ from stateflow.doc.canonical import check, json_contains
 from stateflow.errors import InvalidInput
 from stateflow.store.clock import time_text
 from stateflow.store.core import StoreCore
+from stateflow.store.counting import ALL_COUNTERS, COUNTERS
 from stateflow.store.model import DocKey, Document, Listed, listed_row
 from stateflow.store.tx import Tx
 
@@ -118,10 +119,7 @@ class Listing(StoreCore):
     def _counters(self, state: str, counter: str) -> dict[str, int]:
         self.check_schema()
         with self._read_tx() as tx:
-            rows = tx.all(
-                "SELECT name, n FROM state_counts WHERE state = ? AND counter = ? AND n <> 0",
-                (state, counter),
-            )
+            rows = tx.all(COUNTERS, (state, counter, state, counter))
         return {r[0]: int(r[1]) for r in rows}
 
     def recount(self, tx: Tx) -> tuple[dict[tuple[str, str, str], int], dict[tuple[str, str, str], int]]:
@@ -129,7 +127,7 @@ class Listing(StoreCore):
         name), zeros left out (``stateflow check`` compares them)."""
         stored = {
             (r[0], r[1], r[2]): int(r[3])
-            for r in tx.all("SELECT state, counter, name, n FROM state_counts WHERE n <> 0")
+            for r in tx.all(ALL_COUNTERS)
         }
         kinds = tx.all(
             f"SELECT state, {self._kind_sql()}, COUNT(*) FROM documents WHERE present = 1 GROUP BY 1, 2"

@@ -361,7 +361,7 @@ import re
 from collections.abc import Sequence
 from typing import Final
 
-SCHEMA_VERSION: Final = 35
+SCHEMA_VERSION: Final = 36
 
 VALUE_INDEX_MAX: Final = 1024
 """Members up to this encoded size are in ``members_by_value`` (scalars only)."""
@@ -504,6 +504,17 @@ INSERT INTO state_counts (state, counter, name, n)
     SELECT d.state, 'member', m.name, COUNT(*) FROM members m JOIN documents d ON d.doc_id = m.doc_id
     WHERE d.present = 1 GROUP BY 1, 3;
 """
+
+_COUNT_DELTAS: Final = """
+CREATE TABLE count_deltas (
+    state {text_c} NOT NULL,
+    counter TEXT NOT NULL,
+    name {text_c} NOT NULL,
+    delta BIGINT NOT NULL
+);
+"""
+"""Version 36: the counters' deltas, appended by each writer and folded into ``state_counts``
+(no key, no index: readers and the fold read it whole, and folds keep it small)."""
 
 _NODES: Final = """
 CREATE TABLE nodes (
@@ -766,6 +777,7 @@ CREATE INDEX members_by_value ON members (name, {SQLITE_VALUE.format(m="")})
     33: "",
     34: "",
     35: "",
+    36: _COUNT_DELTAS.format(text_c="TEXT"),
 }
 
 _JSONB_CAN_HOLD: Final = "{m}size <= 1048576 AND position('\\x5c7530303030'::bytea IN {m}body) = 0"
@@ -3136,6 +3148,87 @@ docstring), so a rewrite of an object or array member — ``scalar`` NULL before
 update where its page has room."""
 
 
+_COUNTED_INSERTS: Final = (
+    "        -- (counted by the writer, as every writer counts what it writes: version 36)\n"
+    "        INSERT INTO count_deltas (state, counter, name, delta)\n"
+    "        SELECT c.state, 'member', x.name, count(*)\n"
+    "        FROM (SELECT {rows}[i][1]::bigint AS doc_id, {rows}[i][2] AS name\n"
+    "              FROM generate_subscripts({rows}, 1) AS i) x\n"
+    "        JOIN documents c ON c.doc_id = x.doc_id GROUP BY c.state, x.name;\n"
+)
+_COUNTED_PRESENT: Final = (
+    "            -- (read on the row this commit holds locked, before it moves)\n"
+    "            INSERT INTO count_deltas (state, counter, name, delta)\n"
+    "            SELECT c.state, 'kind', stateflow_subject_kind(c.subject), CASE WHEN c.present = 1 THEN -1 ELSE 1 END\n"
+    "            FROM documents c WHERE c.doc_id = {doc} AND c.present <> {rows}[i][6]::smallint;\n"
+)
+
+
+def _counted_by_writers() -> str:
+    """Version 36, PostgreSQL: the counting triggers on inserts and on ``present`` dropped; each
+    write function appends the deltas of the members it inserts and of each ``present`` it moves
+    (the fast statements theirs, ``pg_fast``); the triggers on deletes append deltas too."""
+    rows = _ROWS_EXPANDED[: _ROWS_EXPANDED.index("CREATE OR REPLACE FUNCTION stateflow_commit(")]
+    commit = _FEWER_SET_UPS[: _FEWER_SET_UPS.index(_COUNT_KINDS_MOVED)]
+    out = []
+    for f, w, doc in ((rows, "ins_rows", "doc_rows[i][1]::bigint"), (commit, "w.ins_rows", "k_doc")):
+        end = f"        FROM generate_subscripts({w}, 1) AS i;\n    END IF;\n"
+        f = _replaced(f, end, end[: -len("    END IF;\n")] + _COUNTED_INSERTS.format(rows=w) + "    END IF;\n")
+        moved = "        ELSE\n            WITH d AS (\n"
+        f = _replaced(f, moved, "        ELSE\n" + _COUNTED_PRESENT.format(doc=doc, rows=w[:-8] + "doc_rows") + moved[len("        ELSE\n") :])
+        out.append(f)
+    inserted = "            SELECT * FROM unnest(ins_doc, ins_name, ins_pos, ins_rev, ins_size, ins_outline, ins_body);\n"
+    out.append(
+        _replaced(
+            _PATCH_COMMIT_23,
+            inserted,
+            inserted
+            + "            INSERT INTO count_deltas (state, counter, name, delta)  -- (version 36)\n"
+            + "            SELECT c.state, 'member', added.name, count(*) FROM unnest(ins_doc, ins_name) AS added(doc_id, name)\n"
+            + "            JOIN documents c ON c.doc_id = added.doc_id GROUP BY c.state, added.name;\n",
+        )
+    )
+    return (
+        _COUNT_DELTAS.format(text_c='TEXT COLLATE "C"')
+        + _COUNTING_ON_DELETE
+        + "".join(out)
+        + f"ALTER FUNCTION {WRITE_FUNCTIONS[0]} SET enable_seqscan = off;\n"
+        + f"ALTER FUNCTION {WRITE_FUNCTIONS[1]} SET enable_seqscan = off SET plan_cache_mode = force_generic_plan;\n"
+        + f"ALTER FUNCTION {WRITE_FUNCTIONS[2]} SET enable_seqscan = off;\n"
+    )
+
+
+_COUNTING_ON_DELETE: Final = r"""
+DROP TRIGGER count_documents_insert ON documents;
+DROP TRIGGER count_documents_present ON documents;
+DROP TRIGGER count_members_insert ON members;
+DROP FUNCTION stateflow_count_members_added();
+CREATE OR REPLACE FUNCTION stateflow_count_documents() RETURNS TRIGGER LANGUAGE plpgsql AS $$
+-- a present document deleted (its trigger's WHEN): its kind's delta (no statement that
+-- inserts or updates a row fires this any more: version 36)
+BEGIN
+    INSERT INTO count_deltas (state, counter, name, delta)
+    VALUES (OLD.state, 'kind', stateflow_subject_kind(OLD.subject), -1);
+    RETURN NULL;
+END
+$$;
+CREATE OR REPLACE FUNCTION stateflow_count_members_removed() RETURNS TRIGGER LANGUAGE plpgsql
+SET enable_seqscan = off AS $$
+-- once per statement over the rows it deleted, each row's document found by its key (a row
+-- whose document is gone has a NULL state here: not counted, as before)
+BEGIN
+    INSERT INTO count_deltas (state, counter, name, delta)
+    SELECT a.state, 'member', a.name, -count(*)
+    FROM (SELECT (SELECT d.state FROM documents d WHERE d.doc_id = x.doc_id) AS state, x.name
+          FROM removed x) a
+    WHERE a.state IS NOT NULL GROUP BY a.state, a.name;
+    RETURN NULL;
+END
+$$;
+"""
+_COUNTED_BY_WRITERS: Final = _counted_by_writers()
+
+
 POSTGRES: Final[dict[int, str]] = {
     1: _COMMON_V1.format(
         doc_pk="BIGSERIAL PRIMARY KEY",
@@ -3871,6 +3964,7 @@ $$;
     33: _ROWS_EXPANDED,
     34: _FEWER_SET_UPS,
     35: _SCALAR_COLUMN,
+    36: _COUNTED_BY_WRITERS,
 }
 
 

@@ -50,6 +50,7 @@ from collections.abc import Callable, Sequence
 from functools import lru_cache
 from typing import Any, Final
 
+from stateflow.store.counting import subject_kind
 from stateflow.store.model import DocKey
 from stateflow.store.plan import WritePlan
 from stateflow.store.rows import DocRow
@@ -111,6 +112,8 @@ def fast_values(
     if not created:
         for _key, row in locked:
             lock += (b"%d" % row.doc_id, b"%d" % row.revision)
+    kinds: list[bytes | None] = []  # (the counters' deltas: state and kind, state and member name)
+    names: list[bytes | None] = []
     upd: list[bytes | None] = []
     ins: list[bytes | None] = []
     docs: list[bytes | None] = []
@@ -119,6 +122,15 @@ def fast_values(
         d = p.document
         if not p.present or p.deletes or p.nodes or p.edits or p.inline is None or p.snapshot or d is None:
             return None
+        moved = p.present != p.was_present
+        state = b""
+        if moved or p.inserts:  # (counted: a document made present — new, or 0 -> 1 — and members added)
+            written = _key_of(p.doc_id, locked, created)
+            if written is None:
+                return None
+            state = written.state.encode()
+            if moved:
+                kinds += (state, subject_kind(written.subject).encode())
         for body, revision, size, outline, root, doc_id, name in p.updates:
             upd += (body, b"%d" % revision, b"%d" % size, outline, root, b"%d" % doc_id, name.encode())
         for doc_id, name, position, revision, size, outline, body, root in p.inserts:
@@ -132,8 +144,8 @@ def fast_values(
                 body,
                 root,
             )
+            names += (state, name.encode())
         docs += (b"%d" % p.doc_id, b"%d" % p.revision, p.paths, p.inline, b"%d" % d.revision)
-        moved = p.present != p.was_present
         if moved:
             docs.append(b"1" if d.present else b"0")
         moves.append(moved)
@@ -155,8 +167,23 @@ def fast_values(
     if not moves or not (lock or created) or max(shape[:6]) > MAX_ROWS or len(moves) > MAX_ROWS:
         return None
     if created:
-        return _creating_values(absent, share, created, plans, ins, at, origin, seq_lock, shape)
-    return shape, [at.encode(), origin, seq_lock, *absent, *share, *lock, *upd, *ins, *docs]
+        made = _creating_values(absent, share, created, plans, ins, at, origin, seq_lock, shape)
+        return None if made is None else (shape, [*made[1], *kinds, *names])
+    return shape, [at.encode(), origin, seq_lock, *absent, *share, *lock, *upd, *ins, *docs, *kinds, *names]
+
+
+def _key_of(
+    doc_id: int, locked: Sequence[tuple[DocKey, DocRow]], created: Sequence[tuple[DocKey, int]]
+) -> DocKey | None:
+    """The key of the written document ``doc_id`` (a few of them: looked up only for a commit
+    that moves a counter)."""
+    for key, made in created:
+        if made == doc_id:
+            return key
+    for key, row in locked:
+        if row.doc_id == doc_id:
+            return key
+    return None
 
 
 def _creating_values(
@@ -275,7 +302,7 @@ def _creating(p: _Params, ctes: list[str], gate: str, n_new: int, n_ins: int, n_
         f"{p('bigint')}, {p('bigint')})"
         for _ in range(n_new)
     )
-    # inserted with ``present`` 1: its counter's insert trigger counts the document; a key that
+    # inserted with ``present`` 1 (counted by ``_counted``, on the row inserted); a key that
     # exists (committed by another writer since the client looked) inserts nothing
     ctes.append(
         "n AS (INSERT INTO documents (doc_id, state, subject, revision, present, updated_seq, "
@@ -307,13 +334,13 @@ def _creating(p: _Params, ctes: list[str], gate: str, n_new: int, n_ins: int, n_
     ctes.append(
         f"c AS (INSERT INTO changes (doc_id, revision, seq, paths, edits) {' UNION ALL '.join(changes)})"
     )
+    _counted(p, ctes, rows_of, n_docs, n_ins)  # (every new document is made present)
     return "WITH " + ", ".join(ctes) + " " + last
 
 
 def _member_inserts(p: _Params, ctes: list[str], n_ins: int, rows_of: str) -> None:
     """The members added, in one insert joined to ``rows_of`` (the transition's, or one new
-    document's row: none, none added; its counter's statement trigger runs once, as the
-    function's)."""
+    document's row: none, none added)."""
     rows = ", ".join(
         f"({p('bigint')}, {p('text')}, {p('bigint')}, {p('bigint')}, {p('bigint')}, {p('bytea', _B)}, "
         f"{p('bytea', _B)}, {p('bytea', _B)})"
@@ -366,7 +393,7 @@ def _writes(
             p("bytea", _B),
             p("bigint"),
         )
-        # (present set only where it moves: else its counter's trigger is not even considered)
+        # (present set only where it moves: a column set is one more to write and check)
         present = f"present = {p('smallint')}, " if moved else ""
         ctes.append(
             f"d{i} AS (UPDATE documents SET revision = {rev}, {present}updated_seq = t.seq, "
@@ -377,4 +404,20 @@ def _writes(
     ctes.append(
         f"c AS (INSERT INTO changes (doc_id, revision, seq, paths, edits) {' UNION ALL '.join(changes)})"
     )
+    _counted(p, ctes, "t", sum(moves), n_ins)
     return "WITH " + ", ".join(ctes) + " SELECT seq FROM t"
+
+
+def _counted(p: _Params, ctes: list[str], rows_of: str, n_kinds: int, n_names: int) -> None:
+    """The counters' deltas, a CTE joined to ``rows_of`` (the transition's, or one new document's
+    row: none where nothing is written) and its parameters after every other: +1 the kind of
+    each document made present (a new one, or one whose ``present`` moves: always to 1 here),
+    +1 each member added (no fast shape deletes one). Rows of ``count_deltas``, not the counters'
+    rows updated: no counter row locked, no trigger (schema 36, ``counting``)."""
+    rows = [f"({p('text')}, 'kind', {p('text')}, 1)" for _ in range(n_kinds)]
+    rows += [f"({p('text')}, 'member', {p('text')}, 1)" for _ in range(n_names)]
+    if rows:
+        ctes.append(
+            "k AS (INSERT INTO count_deltas (state, counter, name, delta) "
+            f"SELECT v.* FROM {rows_of}, (VALUES {', '.join(rows)}) AS v)"
+        )

@@ -44,6 +44,7 @@ from stateflow.store.base import SqlStore
 from stateflow.store.cache import RevisionCache
 from stateflow.store.clock import restored_at, utc_now
 from stateflow.store.commit_groups import CommitGroups, Member
+from stateflow.store.counting import FOLD, FOLD_EVERY
 from stateflow.store.id_blocks import IdBlocks
 from stateflow.store.migrations import (
     INDEXABLE,
@@ -71,6 +72,7 @@ from stateflow.store.tx import Tx
 _SCALAR_INDEXABLE: Final = SCALAR_CONTAINMENT_WHERE.format(m="m.")  # the members in the containment index
 _SEQ_LOCK: Final = 0x5EF10  # advisory lock id that orders transition inserts
 _SEQ_LOCK_KEY: Final = "((?::bigint << 32) | (hashtext(current_schema())::bigint & 4294967295))"
+_FOLD_LOCK: Final = _SEQ_LOCK + 2  # advisory lock id a fold of the counters' deltas takes (tried)
 """The seq lock's key for the store in the session's schema: advisory locks are per database,
 so a constant key would queue the writers of every store (schema) of a database behind each
 other; only one store's transitions need commit order."""
@@ -252,6 +254,8 @@ class PostgresStore(SqlStore):
         self._kept_until = 0.0
         self._kept_lock = threading.Lock()
         """held by the commit using ``_kept``; a commit finding it held takes one from the pool"""
+        self._unfolded = 0
+        """fast commits sent on ``_kept`` since its last fold of the counters' deltas"""
         self._groups: CommitGroups[_Planned, int] | None = (
             None if self.runs_on_loop else CommitGroups(self._send_group, max_group, alone=self._send_planned)
         )
@@ -805,7 +809,13 @@ class PostgresStore(SqlStore):
                 raise
             self._kept, self._kept_until = conn, monotonic() + KEPT_FOR
         try:
-            return _commit_alone(conn, params)
+            seq = _commit_alone(conn, params)
+            if seq is not None and isinstance(params, FastCommit):
+                self._unfolded += 1
+                if self._unfolded >= FOLD_EVERY:
+                    self._unfolded = 0
+                    conn.execute(_FOLD_AFTER_COMMITS, (_FOLD_LOCK,))
+            return seq
         except BaseException:
             self._kept = None
             _give_back(pool, conn)
@@ -978,6 +988,9 @@ class PostgresStore(SqlStore):
         tx.all(f"SELECT pg_advisory_xact_lock({_SEQ_LOCK_KEY})", (_SEQ_LOCK,))
         return ids
 
+    def _fold_counts(self, tx: Tx) -> None:
+        tx.run(_FOLD_IN_TX, (_FOLD_LOCK,))
+
     def _lock_nodes(self, tx: Tx) -> None:
         # conflicts with the row-exclusive lock of every writer that inserts nodes
         tx.run("LOCK TABLE nodes IN SHARE ROW EXCLUSIVE MODE")
@@ -1128,6 +1141,13 @@ _COMMIT_RAW: Final = _numbered(_COMMIT)
 """``_COMMIT`` as sent through libpq or a raw cursor (``_commit_alone``, ``_send_group``)."""
 _COMMIT_RAW_BYTES: Final = _COMMIT_RAW.encode()
 _NO_SEQSCAN: Final = "SET enable_seqscan = off"
+_FOLD_IN_TX: Final = FOLD.format(key=_SEQ_LOCK_KEY, options="")
+_FOLD_AFTER_COMMITS: Final = FOLD.format(
+    key=_SEQ_LOCK_KEY.replace("?", "%s"), options=", set_config('synchronous_commit', 'off', true)"
+)
+"""The fold a store sends after every ``FOLD_EVERY`` fast commits, alone on the kept connection
+(its own transaction, after the commit it follows: off the seq lock). Committed without waiting
+for its flush: lost in a crash, it is lost whole — its deltas are then still there to fold."""
 _PLAN_AS_POOL: Final = "RESET enable_seqscan"
 _PATCH_COMMIT: Final = served_patch.statement(_SEQ_LOCK_KEY.replace("?", "%s"))
 """A memory patch merged by the server in one statement (``patch_on_server``)."""

@@ -160,6 +160,7 @@ class Retention(History):
                     "documents",
                 ):
                     tx.run(f"DELETE FROM {table} WHERE {among}", part)
+            self._fold_counts(tx)  # (the deltas of its deletes too: the state's rows then at zero)
             tx.run("DELETE FROM state_counts WHERE state = ? AND n = 0", (state,))
             self._drop_orphan_transitions(tx, sorted(seqs))
             tx.run("DELETE FROM applied_ops WHERE scope = ?", (state,))
