@@ -2417,3 +2417,51 @@ def test_a_schema_34_store_upgrades_to_35_and_rewrites_an_object_member_as_a_hot
         assert [x.key.subject for x in store.search("found", {"title": "t8"})] == ["s007"]
         if pg:  # the members written since (a tree, NULs, kinds changed) too
             assert _indexed_as_before(store)[4] == 0
+
+
+_COUNTED_BY_WRITERS_VERSION = 36
+
+
+def test_a_schema_35_store_upgrades_to_36_and_its_writers_count_what_the_triggers_counted(
+    backend: str, tmp_path: Path
+) -> None:
+    """Version 36 gives both backends ``count_deltas`` (empty: the counters' rows are kept as
+    they are) and has PostgreSQL's writers append their counters' deltas instead of the
+    counting triggers on inserts and on ``present`` (dropped; the triggers on deletes append
+    deltas too); SQLite keeps its triggers. After the upgrade the counters read what version
+    35's rows held, equal to a recount; writes of every kind, writers racing and a purge keep
+    them so."""
+    _store_at(_COUNTED_BY_WRITERS_VERSION - 1, backend, tmp_path)
+    query = "SELECT state, counter, name, n FROM state_counts WHERE n <> 0"
+    if backend.startswith("postgresql://"):
+        with psycopg.connect(backend) as conn:
+            rows = conn.execute(query).fetchall()
+    else:
+        rows = _sqlite_rows(backend, query)
+    before = {(s, c, n): int(k) for s, c, n, k in rows}
+    assert before
+    store = open_store(backend, auto_migrate=False)
+    try:
+        assert store.migrate() == (_COUNTED_BY_WRITERS_VERSION - 1, SCHEMA_VERSION)
+        _reads_back(store, _expected())
+        with store._read_tx() as tx:
+            stored, counted = store.recount(tx)
+            assert tx.all("SELECT * FROM count_deltas") == []
+        assert stored == counted == before
+        if isinstance(store, PostgresStore):
+            with store._read_tx() as tx:
+                triggers = tx.all(
+                    "SELECT tgname FROM pg_trigger WHERE tgrelid IN ('documents'::regclass, 'members'::regclass) "
+                    "AND NOT tgisinternal ORDER BY 1"
+                )
+                functions = tx.all("SELECT to_regproc('stateflow_count_members_added')")
+            assert [t for (t,) in triggers] == [
+                "count_documents_delete",
+                "count_members_delete",
+                "documents_delete_dependents",
+            ]
+            assert functions == [(None,)]
+        _counted_writes(store, "after")
+        _race_and_purge(store, backend, "after")
+    finally:
+        store.close()
