@@ -135,7 +135,10 @@ def test_check_names_a_counter_that_drifted(backend: str, service: StatesService
     assert json.loads(ok.stdout)["checked"]["counters"] > 0
     # (a delta of 2 nobody wrote: a counter is its row plus its deltas, on both backends — a
     # PostgreSQL store's counters live in deltas until a fold)
-    _sql(backend, "INSERT INTO count_deltas (state, counter, name, delta) VALUES ('tickets', 'kind', 'thread', 2)")
+    _sql(
+        backend,
+        "INSERT INTO count_deltas (state, counter, name, delta) VALUES ('tickets', 'kind', 'thread', 2)",
+    )
     out = subprocess.run(
         ["stateflow", "check", "--json"],
         capture_output=True,

@@ -70,6 +70,11 @@ def sent(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     return out
 
 
+def fast(commits: list[Any]) -> bool:
+    """Whether the last commit sent was a fast statement (``pg_fast``)."""
+    return isinstance(commits[-1], FastCommit)
+
+
 def setting(key: DocKey, body: Any) -> Any:
     def compute(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
         return [Write.between(key, docs[key].body, body, docs[key].revision)], None
@@ -84,7 +89,7 @@ def test_each_fast_shape_appends_its_deltas_and_the_counters_stay_exact(
     thread = DocKey("notes", encode_subject("agent", "a", "thread", "t1"))
     # creating, one document: +1 its kind, +1 each member
     store.update([thread], setting(thread, {"a": 1, "b": [2]}), optimistic=True)
-    assert isinstance(commits[-1], FastCommit) and commits[-1].shape[3] == 1
+    assert fast(commits) and commits[-1].shape[3] == 1
     assert deltas(store) == [
         ("notes", "kind", "thread", 1),
         ("notes", "member", "a", 1),
@@ -93,17 +98,17 @@ def test_each_fast_shape_appends_its_deltas_and_the_counters_stay_exact(
     exact(store)
     # documents that exist: a member rewritten (nothing to count), a member added (+1)
     store.update([thread], setting(thread, {"a": 2, "b": [2]}), optimistic=True)
-    assert isinstance(commits[-1], FastCommit) and len(deltas(store)) == 3
+    assert fast(commits) and len(deltas(store)) == 3
     store.update([thread], setting(thread, {"a": 2, "b": [2], "c": "new"}), optimistic=True)
-    assert isinstance(commits[-1], FastCommit) and ("notes", "member", "c", 1) in deltas(store)
+    assert fast(commits) and ("notes", "member", "c", 1) in deltas(store)
     exact(store)
     # the document gone (the function: its kind and members -1), then written again by a fast
     # statement whose present moves 0 -> 1
     store.update([thread], setting(thread, None), optimistic=True)
-    assert not isinstance(commits[-1], FastCommit)
+    assert not fast(commits)
     assert exact(store) == {}
     store.update([thread], setting(thread, {"z": 1}), optimistic=True)
-    assert isinstance(commits[-1], FastCommit) and any(commits[-1].shape[6])
+    assert fast(commits) and any(commits[-1].shape[6])
     assert exact(store) == {("notes", "kind", "thread"): 1, ("notes", "member", "z"): 1}
     # creating several documents, one of them not an encoded subject (kind '')
     made = [DocKey("notes", encode_subject("agent", "a", "user", "u")), DocKey("notes", "plain")]
@@ -112,7 +117,7 @@ def test_each_fast_shape_appends_its_deltas_and_the_counters_stay_exact(
         return [Write.between(k, None, {"k": i}) for i, k in enumerate(made)], None
 
     store.update(made, both, optimistic=True)
-    assert isinstance(commits[-1], FastCommit) and commits[-1].shape[3] == 2
+    assert fast(commits) and commits[-1].shape[3] == 2
     assert store.kind_counts("notes") == {"thread": 1, "user": 1, None: 1}
     assert store.member_counts("notes") == {"z": 1, "k": 2}
     exact(store)
@@ -278,7 +283,7 @@ def test_folds_racing_each_other_and_writers_keep_the_counters_exact(pg_schema_u
             s.close()
 
 
-def test_a_store_folds_after_every_so_many_fast_commits(
+def test_a_store_folds_after_every_so_many_commits(
     store: PostgresStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(pg, "FOLD_EVERY", 3)

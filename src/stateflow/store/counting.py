@@ -29,7 +29,7 @@ ALL_COUNTERS: Final = (
 """Every counter, none at zero."""
 
 FOLD_EVERY: Final = 1000
-"""Fast commits a PostgreSQL store sends on its kept connection between folds: a read costs
+"""Commits a PostgreSQL store sends on its kept connection between folds: a read costs
 ~0.2 µs an unfolded delta of its state, a fold ~1.5 µs a delta and ~1 ms once."""
 
 FOLD: Final = (

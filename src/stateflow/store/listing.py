@@ -125,10 +125,7 @@ class Listing(StoreCore):
     def recount(self, tx: Tx) -> tuple[dict[tuple[str, str, str], int], dict[tuple[str, str, str], int]]:
         """The counters as stored and as counted from the rows now, keyed by (state, counter,
         name), zeros left out (``stateflow check`` compares them)."""
-        stored = {
-            (r[0], r[1], r[2]): int(r[3])
-            for r in tx.all(ALL_COUNTERS)
-        }
+        stored = {(r[0], r[1], r[2]): int(r[3]) for r in tx.all(ALL_COUNTERS)}
         kinds = tx.all(
             f"SELECT state, {self._kind_sql()}, COUNT(*) FROM documents WHERE present = 1 GROUP BY 1, 2"
         )

@@ -353,6 +353,17 @@ primary-key entry and prepared both predicates. Now such a rewrite leaves ``scal
 HOT where its page has room. Searches read ``scalar`` where they are answered by an index, so
 their plans are the same. Each scalar member's body is stored twice. SQLite only records the
 version.
+
+Version 36 adds ``count_deltas`` (state, counter, name, delta; no key, no index) on both
+backends: a counter is its ``state_counts`` row plus its deltas' sum, read in one statement
+(``counting``). On PostgreSQL the counting triggers on inserted documents and members and on
+``present`` and ``stateflow_count_members_added`` are dropped: each writer appends the deltas of
+what it writes in its own transaction — the fast statements theirs (``pg_fast``), the write
+functions (``stateflow_commit``, ``stateflow_write_rows``, ``stateflow_patch_commit``) one
+``INSERT … SELECT`` after their member insert and one per ``present`` they move (read on the row
+they hold locked) — instead of updating counter rows under the seq lock; the triggers on deleted
+documents and members append deltas instead of updating rows. ``state_counts`` is kept as it is
+(nothing to fold). SQLite keeps its triggers; its ``count_deltas`` stays empty.
 """
 
 from __future__ import annotations
@@ -3173,9 +3184,17 @@ def _counted_by_writers() -> str:
     out = []
     for f, w, doc in ((rows, "ins_rows", "doc_rows[i][1]::bigint"), (commit, "w.ins_rows", "k_doc")):
         end = f"        FROM generate_subscripts({w}, 1) AS i;\n    END IF;\n"
-        f = _replaced(f, end, end[: -len("    END IF;\n")] + _COUNTED_INSERTS.format(rows=w) + "    END IF;\n")
+        f = _replaced(
+            f, end, end[: -len("    END IF;\n")] + _COUNTED_INSERTS.format(rows=w) + "    END IF;\n"
+        )
         moved = "        ELSE\n            WITH d AS (\n"
-        f = _replaced(f, moved, "        ELSE\n" + _COUNTED_PRESENT.format(doc=doc, rows=w[:-8] + "doc_rows") + moved[len("        ELSE\n") :])
+        f = _replaced(
+            f,
+            moved,
+            "        ELSE\n"
+            + _COUNTED_PRESENT.format(doc=doc, rows=w[:-8] + "doc_rows")
+            + moved[len("        ELSE\n") :],
+        )
         out.append(f)
     inserted = "            SELECT * FROM unnest(ins_doc, ins_name, ins_pos, ins_rev, ins_size, ins_outline, ins_body);\n"
     out.append(

@@ -255,7 +255,7 @@ class PostgresStore(SqlStore):
         self._kept_lock = threading.Lock()
         """held by the commit using ``_kept``; a commit finding it held takes one from the pool"""
         self._unfolded = 0
-        """fast commits sent on ``_kept`` since its last fold of the counters' deltas"""
+        """commits sent on ``_kept`` since its last fold of the counters' deltas"""
         self._groups: CommitGroups[_Planned, int] | None = (
             None if self.runs_on_loop else CommitGroups(self._send_group, max_group, alone=self._send_planned)
         )
@@ -810,16 +810,20 @@ class PostgresStore(SqlStore):
             self._kept, self._kept_until = conn, monotonic() + KEPT_FOR
         try:
             seq = _commit_alone(conn, params)
-            if seq is not None and isinstance(params, FastCommit):
-                self._unfolded += 1
-                if self._unfolded >= FOLD_EVERY:
-                    self._unfolded = 0
-                    conn.execute(_FOLD_AFTER_COMMITS, (_FOLD_LOCK,))
-            return seq
         except BaseException:
             self._kept = None
             _give_back(pool, conn)
             raise
+        # a fold of the counters' deltas after every so many commits on it (written or not)
+        self._unfolded += 1
+        if self._unfolded >= FOLD_EVERY:
+            self._unfolded = 0
+            try:
+                conn.execute(_FOLD_AFTER_COMMITS, (_FOLD_LOCK,))
+            except psycopg.Error:  # (the commit stands; its deltas wait for the next fold)
+                self._kept = None
+                _give_back(pool, conn)
+        return seq
 
     def _send_group(self, group: Sequence[Member[_Planned, int]]) -> None:
         """Commit a group of planned commits in one transaction (one round trip, one flush);
@@ -1145,7 +1149,7 @@ _FOLD_IN_TX: Final = FOLD.format(key=_SEQ_LOCK_KEY, options="")
 _FOLD_AFTER_COMMITS: Final = FOLD.format(
     key=_SEQ_LOCK_KEY.replace("?", "%s"), options=", set_config('synchronous_commit', 'off', true)"
 )
-"""The fold a store sends after every ``FOLD_EVERY`` fast commits, alone on the kept connection
+"""The fold a store sends after every ``FOLD_EVERY`` commits, alone on the kept connection
 (its own transaction, after the commit it follows: off the seq lock). Committed without waiting
 for its flush: lost in a crash, it is lost whole — its deltas are then still there to fold."""
 _PLAN_AS_POOL: Final = "RESET enable_seqscan"
