@@ -55,9 +55,8 @@ def subject_kind(subject: str) -> str:
     if "\\" in subject:
         found = _ESCAPED.fullmatch(subject)
         return found.group(1) if found else ""
-    # (no backslash: eight quotes, as '["' + three '","' + '"]' place them)
-    if subject.startswith('["') and subject.endswith('"]') and subject.count('"') == 8:
-        parts = subject[2:-2].split('","')
-        if len(parts) == 4:
-            return parts[2]
+    # (no backslash: eight quotes, no other, as '["', three '","' and '"]' place them)
+    parts = subject.split('"')
+    if len(parts) == 9 and parts[0] == "[" and parts[8] == "]" and parts[2] == parts[4] == parts[6] == ",":
+        return parts[5]
     return ""
