@@ -283,15 +283,15 @@ def test_folds_racing_each_other_and_writers_keep_the_counters_exact(pg_schema_u
             s.close()
 
 
-def test_a_store_folds_after_every_so_many_commits(
+def test_a_store_folds_after_every_so_many_deltas(
     store: PostgresStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(pg, "FOLD_EVERY", 3)
+    monkeypatch.setattr(pg, "FOLD_EVERY", 4)
     key = DocKey("notes", encode_subject("agent", "a", "thread", "t"))
-    store.update([key], setting(key, {"a": 1}), optimistic=True)
-    store.update([key], setting(key, {"a": 1, "b": 1}), optimistic=True)
+    store.update([key], setting(key, {"a": 1}), optimistic=True)  # its kind and a member: 2
+    store.update([key], setting(key, {"a": 1, "b": 1}), optimistic=True)  # a member: 3
     assert len(deltas(store)) == 3
-    store.update([key], setting(key, {"a": 1, "b": 1, "c": 1}), optimistic=True)  # the third: folded
+    store.update([key], setting(key, {"a": 1, "b": 1, "c": 1}), optimistic=True)  # 4: folded
     assert deltas(store) == []
     assert exact(store) == {
         ("notes", "kind", "thread"): 1,

@@ -29,8 +29,9 @@ ALL_COUNTERS: Final = (
 """Every counter, none at zero."""
 
 FOLD_EVERY: Final = 1000
-"""Commits a PostgreSQL store sends on its kept connection between folds: a read costs
-~0.2 µs an unfolded delta of its state, a fold ~1.5 µs a delta and ~1 ms once."""
+"""Deltas a PostgreSQL store's commits on its kept connection append between its folds (about:
+counted by the client): a read scans every unfolded delta, a fold costs ~1.5 µs a delta and
+~1 ms once."""
 
 FOLD: Final = (
     "WITH l AS MATERIALIZED (SELECT pg_try_advisory_xact_lock({key}) AS held{options}), "

@@ -255,7 +255,7 @@ class PostgresStore(SqlStore):
         self._kept_lock = threading.Lock()
         """held by the commit using ``_kept``; a commit finding it held takes one from the pool"""
         self._unfolded = 0
-        """commits sent on ``_kept`` since its last fold of the counters' deltas"""
+        """the counters' deltas commits on ``_kept`` appended since its last fold (about)"""
         self._groups: CommitGroups[_Planned, int] | None = (
             None if self.runs_on_loop else CommitGroups(self._send_group, max_group, alone=self._send_planned)
         )
@@ -814,8 +814,12 @@ class PostgresStore(SqlStore):
             self._kept = None
             _give_back(pool, conn)
             raise
-        # a fold of the counters' deltas after every so many commits on it (written or not)
-        self._unfolded += 1
+        # a fold of the counters' deltas after every so many appended on it: a fast statement's
+        # (its shape's members added and documents made present; written or not), one for a
+        # commit function's call (a few documents, mostly)
+        self._unfolded += (
+            params.shape[5] + params.shape[6].count(True) if isinstance(params, FastCommit) else 1
+        )
         if self._unfolded >= FOLD_EVERY:
             self._unfolded = 0
             try:
@@ -1149,7 +1153,7 @@ _FOLD_IN_TX: Final = FOLD.format(key=_SEQ_LOCK_KEY, options="")
 _FOLD_AFTER_COMMITS: Final = FOLD.format(
     key=_SEQ_LOCK_KEY.replace("?", "%s"), options=", set_config('synchronous_commit', 'off', true)"
 )
-"""The fold a store sends after every ``FOLD_EVERY`` commits, alone on the kept connection
+"""The fold a store sends after about every ``FOLD_EVERY`` deltas, alone on the kept connection
 (its own transaction, after the commit it follows: off the seq lock). Committed without waiting
 for its flush: lost in a crash, it is lost whole — its deltas are then still there to fold."""
 _PLAN_AS_POOL: Final = "RESET enable_seqscan"
