@@ -15,14 +15,15 @@ import re
 from typing import Final
 
 COUNTERS: Final = (
-    "SELECT name, sum(n) FROM (SELECT name, n FROM state_counts WHERE state = ? AND counter = ? "
+    "SELECT name, CAST(sum(n) AS BIGINT) FROM (SELECT name, n FROM state_counts WHERE state = ? AND counter = ? "
     "UNION ALL SELECT name, delta FROM count_deltas WHERE state = ? AND counter = ?) u "
     "GROUP BY name HAVING sum(n) <> 0"
 )
-"""One state's counters of one kind (``?``: the state and counter, twice), none at zero."""
+"""One state's counters of one kind (``?``: the state and counter, twice), none at zero (the sum
+cast: PostgreSQL's ``sum`` of ``bigint`` is a ``numeric``, a ``Decimal`` to the client)."""
 
 ALL_COUNTERS: Final = (
-    "SELECT state, counter, name, sum(n) FROM (SELECT state, counter, name, n FROM state_counts "
+    "SELECT state, counter, name, CAST(sum(n) AS BIGINT) FROM (SELECT state, counter, name, n FROM state_counts "
     "UNION ALL SELECT state, counter, name, delta FROM count_deltas) u "
     "GROUP BY state, counter, name HAVING sum(n) <> 0"
 )
