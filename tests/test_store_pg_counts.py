@@ -252,7 +252,7 @@ def test_folds_racing_each_other_and_writers_keep_the_counters_exact(pg_schema_u
         try:
             with psycopg.connect(pg_schema_url, autocommit=True) as conn:
                 while not stop.is_set():
-                    conn.execute(pg._FOLD_AFTER_COMMITS, (pg._FOLD_LOCK,))
+                    conn.execute(pg._FOLD_AFTER_COMMITS)
         except BaseException as exc:  # (reported below)
             failures.append(exc)
 
@@ -273,8 +273,8 @@ def test_folds_racing_each_other_and_writers_keep_the_counters_exact(pg_schema_u
         assert counts
         # two folds at once: the second skips (its lock tried, not waited for), neither counts twice
         with psycopg.connect(pg_schema_url) as a, psycopg.connect(pg_schema_url) as b:
-            a.execute(pg._FOLD_AFTER_COMMITS, (pg._FOLD_LOCK,))
-            b.execute(pg._FOLD_AFTER_COMMITS, (pg._FOLD_LOCK,))
+            a.execute(pg._FOLD_IN_TX)  # (a's transaction holds the fold's lock until its commit)
+            b.execute(pg._FOLD_IN_TX)
             a.commit()
             b.commit()
         assert deltas(store) == [] and exact(store) == counts
@@ -293,6 +293,8 @@ def test_a_store_folds_after_every_so_many_deltas(
     assert len(deltas(store)) == 3
     store.update([key], setting(key, {"a": 1, "b": 1, "c": 1}), optimistic=True)  # 4: folded
     assert deltas(store) == []
+    kept = store._kept  # (the fold planned with sequential scans on, the connection's own setting kept)
+    assert kept is not None and kept.execute("SHOW enable_seqscan").fetchone() == ("off",)
     assert exact(store) == {
         ("notes", "kind", "thread"): 1,
         ("notes", "member", "a"): 1,

@@ -35,7 +35,7 @@ counted by the client): a read scans every unfolded delta, a fold costs ~1.5 µs
 ~1 ms once."""
 
 FOLD: Final = (
-    "WITH l AS MATERIALIZED (SELECT pg_try_advisory_xact_lock({key}) AS held{options}), "
+    "WITH l AS MATERIALIZED (SELECT pg_try_advisory_xact_lock({key}) AS held), "
     "d AS (DELETE FROM count_deltas WHERE (SELECT held FROM l) RETURNING state, counter, name, delta) "
     "INSERT INTO state_counts (state, counter, name, n) "
     "SELECT state, counter, name, sum(delta) FROM d GROUP BY state, counter, name "
@@ -45,7 +45,7 @@ FOLD: Final = (
 )
 """PostgreSQL: the deltas summed into ``state_counts`` and deleted, in one statement, where its
 transaction takes the fold's advisory lock (``{key}``): a second folder skips instead of
-queueing on the rows. ``{options}``: more columns of ``l`` (a setting made for the transaction)."""
+queueing on the rows."""
 
 _ESCAPED: Final = re.compile(r'\["(?:[^"\\]|\\.)*","(?:[^"\\]|\\.)*","([^"\\]*)","(?:[^"\\]|\\.)*"\]', re.S)
 

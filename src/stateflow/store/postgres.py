@@ -823,7 +823,7 @@ class PostgresStore(SqlStore):
         if self._unfolded >= FOLD_EVERY:
             self._unfolded = 0
             try:
-                conn.execute(_FOLD_AFTER_COMMITS, (_FOLD_LOCK,))
+                conn.execute(_FOLD_AFTER_COMMITS)
             except psycopg.Error:  # (the commit stands; its deltas wait for the next fold)
                 self._kept = None
                 _give_back(pool, conn)
@@ -997,7 +997,7 @@ class PostgresStore(SqlStore):
         return ids
 
     def _fold_counts(self, tx: Tx) -> None:
-        tx.run(_FOLD_IN_TX, (_FOLD_LOCK,))
+        tx.run(_FOLD_IN_TX)
 
     def _lock_nodes(self, tx: Tx) -> None:
         # conflicts with the row-exclusive lock of every writer that inserts nodes
@@ -1149,13 +1149,17 @@ _COMMIT_RAW: Final = _numbered(_COMMIT)
 """``_COMMIT`` as sent through libpq or a raw cursor (``_commit_alone``, ``_send_group``)."""
 _COMMIT_RAW_BYTES: Final = _COMMIT_RAW.encode()
 _NO_SEQSCAN: Final = "SET enable_seqscan = off"
-_FOLD_IN_TX: Final = FOLD.format(key=_SEQ_LOCK_KEY, options="")
-_FOLD_AFTER_COMMITS: Final = FOLD.format(
-    key=_SEQ_LOCK_KEY.replace("?", "%s"), options=", set_config('synchronous_commit', 'off', true)"
+_FOLD_IN_TX: Final = FOLD.format(key=_SEQ_LOCK_KEY.replace("?", str(_FOLD_LOCK)))
+_FOLD_AFTER_COMMITS: Final = (
+    "BEGIN; SET LOCAL enable_seqscan = on; SET LOCAL jit = off; SET LOCAL synchronous_commit = off; "
+    f"{_FOLD_IN_TX}; COMMIT"
 )
-"""The fold a store sends after about every ``FOLD_EVERY`` deltas, alone on the kept connection
-(its own transaction, after the commit it follows: off the seq lock). Committed without waiting
-for its flush: lost in a crash, it is lost whole — its deltas are then still there to fold."""
+"""The fold a store sends after about every ``FOLD_EVERY`` deltas on the kept connection, in a
+transaction of its own (one simple query: one round trip), after the commit it follows: off the
+seq lock. With the connection's ``enable_seqscan`` back on and no JIT: the kept connection plans
+with sequential scans off, which prices the scan of ``count_deltas`` (a table with no index) so
+high that the fold was compiled, ~200 ms a fold. Committed without waiting for its flush: lost in
+a crash, it is lost whole — its deltas are then still there to fold."""
 _PLAN_AS_POOL: Final = "RESET enable_seqscan"
 _PATCH_COMMIT: Final = served_patch.statement(_SEQ_LOCK_KEY.replace("?", "%s"))
 """A memory patch merged by the server in one statement (``patch_on_server``)."""
