@@ -341,8 +341,8 @@ def test_a_creating_statement_of_one_new_row_hangs_every_write_on_that_rows_inse
 ) -> None:
     # A new item: its row inserted after the checks (the absent key, then the shared row's
     # lock, in one filter) and the seq lock; the transition's insert is the statement itself,
-    # and it, the members and the change all read the new row's insert (none inserted: none
-    # of them writes) — no transition CTE to set up and scan again, no CTE for the shared row.
+    # and it, the members, the change and the counters' deltas all read the new row's insert
+    # (none inserted: none of them writes) — no transition CTE to set up and scan again, no CTE for the shared row.
     store = _open(pg_schema_url)
     try:
         items = StateflowStore(StatesService(store))
@@ -352,7 +352,8 @@ def test_a_creating_statement_of_one_new_row_hangs_every_write_on_that_rows_inse
         plan = "\n".join(lines)
         assert lines[0].startswith("Insert on transitions"), plan
         assert "CTE t" not in plan and "CTE s0" not in plan, plan
-        assert plan.count("CTE Scan on n") == 3, plan  # the transition, the members, the change
+        # the transition, the members, the change and the counters' deltas (schema 36)
+        assert plan.count("CTE Scan on n") == 4, plan
         assert _checks_in_order(lines) == ["documents_state_subject_key", "locked by $3"], plan
         assert items.get(("users", "u2"), "prefs").value == {"n": 0, "m": "x"}  # type: ignore[union-attr]
     finally:
