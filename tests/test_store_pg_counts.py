@@ -283,24 +283,29 @@ def test_folds_racing_each_other_and_writers_keep_the_counters_exact(pg_schema_u
             s.close()
 
 
-def test_a_store_folds_after_every_so_many_deltas(
+def test_one_commit_in_every_so_many_folds_whichever_path_wrote_it(
     store: PostgresStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(pg, "FOLD_EVERY", 4)
+    # the commit whose seq is a multiple of FOLD_EVERY folds, locked or sent alone: a store
+    # whose writes all take one path (the locked one, a group, the async store) still folds
+    monkeypatch.setattr(pg, "FOLD_EVERY", 3)
     key = DocKey("notes", encode_subject("agent", "a", "thread", "t"))
-    store.update([key], setting(key, {"a": 1}), optimistic=True)  # its kind and a member: 2
-    store.update([key], setting(key, {"a": 1, "b": 1}), optimistic=True)  # a member: 3
-    assert len(deltas(store)) == 3
-    store.update([key], setting(key, {"a": 1, "b": 1, "c": 1}), optimistic=True)  # 4: folded
-    assert deltas(store) == []
-    kept = store._kept  # (the fold planned with sequential scans on, the connection's own setting kept)
+    folded_by = set()
+    for i in range(6):  # (six seqs in a row: two multiples of 3, one on each path)
+        optimistic = i % 2 == 0
+        commit, _ = store.update([key], setting(key, {f"m{i}": i}), optimistic=optimistic)
+        assert commit.seq is not None
+        left = deltas(store)
+        if commit.seq % 3 == 0:
+            assert left == []
+            folded_by.add(optimistic)
+        else:
+            assert left  # (each commit adds a member: a delta, not folded yet)
+        exact(store)
+    assert folded_by == {True, False}
+    assert exact(store) == {("notes", "kind", "thread"): 1, ("notes", "member", "m5"): 1}
+    kept = store._kept  # (the fold planned with sequential scans on, the kept connection's own setting kept)
     assert kept is not None and kept.execute("SHOW enable_seqscan").fetchone() == ("off",)
-    assert exact(store) == {
-        ("notes", "kind", "thread"): 1,
-        ("notes", "member", "a"): 1,
-        ("notes", "member", "b"): 1,
-        ("notes", "member", "c"): 1,
-    }
 
 
 _TRICKY = [

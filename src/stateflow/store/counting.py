@@ -5,7 +5,7 @@ one statement (one snapshot: a fold deletes its deltas and adds them to the rows
 transaction, so a reader sees either, never both nor neither). On PostgreSQL (schema 36) every
 writer appends the deltas of what it writes in its own transaction — a fast statement from the
 client's values (``pg_fast``), the write functions and the delete triggers from their rows —
-and a fold moves them into ``state_counts`` now and then (``FOLD``). SQLite's triggers still
+and a fold moves them into ``state_counts`` after every ``FOLD_EVERY``-th seq (``FOLD``). SQLite's triggers still
 update ``state_counts`` in place: its ``count_deltas`` stays empty, read by the same statements.
 """
 
@@ -30,9 +30,9 @@ ALL_COUNTERS: Final = (
 """Every counter, none at zero."""
 
 FOLD_EVERY: Final = 1000
-"""Deltas a PostgreSQL store's commits on its kept connection append between its folds (about:
-counted by the client): a read scans every unfolded delta, a fold costs ~1.5 µs a delta and
-~1 ms once."""
+"""A PostgreSQL commit whose seq is a multiple of this folds, after it commits: one commit in
+every so many, whichever process and path wrote it (a read scans every unfolded delta, a
+commit appends a few; a fold costs ~1.5 µs a delta and ~1 ms once)."""
 
 FOLD: Final = (
     "WITH l AS MATERIALIZED (SELECT pg_try_advisory_xact_lock({key}) AS held), "

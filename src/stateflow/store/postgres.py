@@ -254,8 +254,6 @@ class PostgresStore(SqlStore):
         self._kept_until = 0.0
         self._kept_lock = threading.Lock()
         """held by the commit using ``_kept``; a commit finding it held takes one from the pool"""
-        self._unfolded = 0
-        """the counters' deltas commits on ``_kept`` appended since its last fold (about)"""
         self._groups: CommitGroups[_Planned, int] | None = (
             None if self.runs_on_loop else CommitGroups(self._send_group, max_group, alone=self._send_planned)
         )
@@ -428,6 +426,8 @@ class PostgresStore(SqlStore):
 
     def _remember(self, fresh: Fresh) -> None:
         super()._remember(fresh)
+        if fresh.seq is not None:  # (every write's, once committed: locked, alone, in a group)
+            self._fold_after(fresh.seq)
         # a body kept whole is read back from memory (a saver's newest checkpoint, say): the head
         # cache holds it, and the row this write left its seq and time — made into a
         # ``Document`` by its first read (``_written``), not by every write (most are written
@@ -675,6 +675,22 @@ class PostgresStore(SqlStore):
         seq = self._send_alone(build()[2]) if creates or groups is None else groups.submit(build)
         return None if seq is None else (seq, at)
 
+    def _fold_after(self, seq: int) -> None:
+        """Fold the counters' deltas after a commit whose seq is a multiple of ``FOLD_EVERY``:
+        each seq is one commit's, so whatever writes — this process or others, locked or alone,
+        in groups, merged by the server, from the async store — one commit in every
+        ``FOLD_EVERY`` folds
+        (a seq left unused skips one), and the deltas stay a few per commit times that. In a
+        transaction of its own, after the commit (off the seq lock); a failed fold leaves the
+        commit standing and its deltas to the next."""
+        if seq % FOLD_EVERY:
+            return
+        try:
+            with self._pool.connection() as conn:
+                conn.execute(_FOLD_AFTER_COMMITS)
+        except (psycopg.Error, PoolTimeout):
+            pass
+
     def contended(self, keys: Sequence[DocKey]) -> bool:
         """Whether ``patch_on_server`` would merge a patch of ``keys`` now: another writer's
         commit beat one of this store's a moment ago (a read-only store never: ``update`` says
@@ -736,6 +752,8 @@ class PostgresStore(SqlStore):
                 raise
         done = served_patch.served(rows, locked, outlines)
         self._served_contended(done)
+        if done is not None and done.commit.seq is not None:
+            self._fold_after(done.commit.seq)
         return done
 
     def _send_planned(self, planned: _Planned) -> int | None:
@@ -809,25 +827,11 @@ class PostgresStore(SqlStore):
                 raise
             self._kept, self._kept_until = conn, monotonic() + KEPT_FOR
         try:
-            seq = _commit_alone(conn, params)
+            return _commit_alone(conn, params)
         except BaseException:
             self._kept = None
             _give_back(pool, conn)
             raise
-        # a fold of the counters' deltas after every so many appended on it: a fast statement's
-        # (its shape's members added and documents made present; written or not), one for a
-        # commit function's call (a few documents, mostly)
-        self._unfolded += (
-            params.shape[5] + params.shape[6].count(True) if isinstance(params, FastCommit) else 1
-        )
-        if self._unfolded >= FOLD_EVERY:
-            self._unfolded = 0
-            try:
-                conn.execute(_FOLD_AFTER_COMMITS)
-            except psycopg.Error:  # (the commit stands; its deltas wait for the next fold)
-                self._kept = None
-                _give_back(pool, conn)
-        return seq
 
     def _send_group(self, group: Sequence[Member[_Planned, int]]) -> None:
         """Commit a group of planned commits in one transaction (one round trip, one flush);
