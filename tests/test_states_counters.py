@@ -196,3 +196,16 @@ def test_a_value_held_by_many_members_is_found_by_walking(service: StatesService
     page = service.search("tickets", {"status": "common"}, limit=3)
     assert [m["subject"]["key"] for m in page["matches"]] == ["k00000", "k00001", "k00002"]
     assert service.stats("tickets")["records"] == PROBE + 5
+
+
+def test_a_states_counters_read_together_as_each_alone(service: StatesService, store: SqlStore) -> None:
+    service.replace("tickets", subj("thread", "a"), {"status": "open", "n": 1})
+    service.replace("tickets", subj("user", "b"), {"status": "open"})
+    other = DocKey("tickets", "not an encoded subject")
+    store.commit([Write.between(other, None, {"status": "x"}, 0)])
+    both = store.counts("tickets")
+    assert both.members == store.member_counts("tickets") == {"status": 3, "n": 1}
+    assert both.kinds == store.kind_counts("tickets") == {"thread": 1, "user": 1, None: 1}
+    stats = service.stats("tickets")  # (a subject that is not an encoded one counts as no kind)
+    assert stats["records"] == 2 and stats["per_kind"] == {"thread": 1, "user": 1}
+    assert stats["per_field"] == {"status": 3, "n": 1, "owner": 0, "extra": 0}

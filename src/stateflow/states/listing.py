@@ -290,8 +290,9 @@ class Listing:
 
     def stats(self, name: str) -> Stats:
         decl = self.svc.get_declaration(name)
-        fields = self.svc.store.member_counts(name)
-        per_kind = self.kind_counts(name)
+        counted = self.svc.store.counts(name)  # (both counters in one read)
+        fields = counted.members
+        per_kind = {k: n for k, n in counted.kinds.items() if k is not None}  # (as ``kind_counts``)
         return {
             "records": sum(per_kind.values()),
             "per_field": {p: fields.get(p, 0) for p in decl["schema"].get("properties", {})},

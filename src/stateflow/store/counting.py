@@ -15,12 +15,13 @@ import re
 from typing import Final
 
 COUNTERS: Final = (
-    "SELECT name, CAST(sum(n) AS BIGINT) FROM (SELECT name, n FROM state_counts WHERE state = ? AND counter = ? "
-    "UNION ALL SELECT name, delta FROM count_deltas WHERE state = ? AND counter = ?) u "
-    "GROUP BY name HAVING sum(n) <> 0"
+    "SELECT counter, name, CAST(sum(n) AS BIGINT) FROM (SELECT counter, name, n FROM state_counts WHERE state = ? "
+    "UNION ALL SELECT counter, name, delta FROM count_deltas WHERE state = ?) u "
+    "GROUP BY counter, name HAVING sum(n) <> 0"
 )
-"""One state's counters of one kind (``?``: the state and counter, twice), none at zero (the sum
-cast: PostgreSQL's ``sum`` of ``bigint`` is a ``numeric``, a ``Decimal`` to the client)."""
+"""One state's counters, members' and kinds' together (``?``: the state, twice; a state's stats
+read both: one statement, not two), none at zero (the sum cast: PostgreSQL's ``sum`` of
+``bigint`` is a ``numeric``, a ``Decimal`` to the client)."""
 
 ALL_COUNTERS: Final = (
     "SELECT state, counter, name, CAST(sum(n) AS BIGINT) FROM (SELECT state, counter, name, n FROM state_counts "
@@ -29,7 +30,7 @@ ALL_COUNTERS: Final = (
 )
 """Every counter, none at zero."""
 
-FOLD_EVERY: Final = 1000
+FOLD_EVERY: Final = 250
 """A PostgreSQL commit whose seq is a multiple of this folds, after it commits: one commit in
 every so many, whichever process and path wrote it (a read scans every unfolded delta, a
 commit appends a few; a fold costs ~1.5 µs a delta and ~1 ms once)."""

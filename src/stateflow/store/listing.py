@@ -10,7 +10,7 @@ from stateflow.errors import InvalidInput
 from stateflow.store.clock import time_text
 from stateflow.store.core import StoreCore
 from stateflow.store.counting import ALL_COUNTERS, COUNTERS
-from stateflow.store.model import DocKey, Document, Listed, listed_row
+from stateflow.store.model import DocKey, Document, Listed, StateCounts, listed_row
 from stateflow.store.tx import Tx
 
 PROBE: Final = 4096
@@ -106,21 +106,28 @@ class Listing(StoreCore):
         return int(row[0]) if row else 0
 
     def member_counts(self, state: str) -> dict[str, int]:
-        """How many present documents of ``state`` have each top-level member (maintained
-        counters: a read of a few rows, whatever the state's size)."""
-        return {name: n for name, n in self._counters(state, "member").items()}
+        """How many present documents of ``state`` have each top-level member."""
+        return self.counts(state).members
 
     def kind_counts(self, state: str) -> dict[str | None, int]:
-        """How many present documents of ``state`` have each subject kind (the third element of
-        the encoded subject, see :func:`stateflow.subjects.encode_subject`; maintained counters);
-        subjects that are not encoded subjects count under None."""
-        return {name or None: n for name, n in self._counters(state, "kind").items()}
+        """How many present documents of ``state`` have each subject kind."""
+        return self.counts(state).kinds
 
-    def _counters(self, state: str, counter: str) -> dict[str, int]:
+    def counts(self, state: str) -> StateCounts:
+        """``state``'s maintained counters (a read of a few rows, whatever the state's size):
+        its members' and its subject kinds' (the third element of the encoded subject, see
+        :func:`stateflow.subjects.encode_subject`; subjects that are not encoded subjects count
+        under None)."""
         self.check_schema()
         with self._read_tx() as tx:
-            rows = tx.all(COUNTERS, (state, counter, state, counter))
-        return {r[0]: int(r[1]) for r in rows}
+            rows = tx.all(COUNTERS, (state, state))
+        counted = StateCounts({}, {})
+        for counter, name, n in rows:
+            if counter == "member":
+                counted.members[name] = int(n)
+            else:
+                counted.kinds[name or None] = int(n)
+        return counted
 
     def recount(self, tx: Tx) -> tuple[dict[tuple[str, str, str], int], dict[tuple[str, str, str], int]]:
         """The counters as stored and as counted from the rows now, keyed by (state, counter,

@@ -255,6 +255,15 @@ def made_commit(applied: bool, seq: int | None, at: str | None, revisions: dict[
     return commit
 
 
+class StateCounts(NamedTuple):
+    """A state's maintained counters, read together (one statement, one snapshot)."""
+
+    members: dict[str, int]
+    """How many present documents have each top-level member."""
+    kinds: dict[str | None, int]
+    """How many present documents have each subject kind (None: not an encoded subject)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Listed:
     """A present document in a listing: its key, revision and last write."""

@@ -11,7 +11,17 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, Self, TypeVar
 
-from stateflow.store.model import Change, Commit, DocKey, Document, Listed, Transition, Whole, Write
+from stateflow.store.model import (
+    Change,
+    Commit,
+    DocKey,
+    Document,
+    Listed,
+    StateCounts,
+    Transition,
+    Whole,
+    Write,
+)
 from stateflow.store.path_reads import Children, PathsRead
 from stateflow.store.served_patch import Served
 from stateflow.store.trail import End, PathT
@@ -177,6 +187,8 @@ class Store(Protocol):
     def member_counts(self, state: str) -> dict[str, int]: ...
 
     def kind_counts(self, state: str) -> dict[str | None, int]: ...
+
+    def counts(self, state: str) -> StateCounts: ...
 
     def search(
         self, state: str, filters: dict[str, Any], *, after: str | None = None, limit: int = 200
