@@ -80,7 +80,7 @@ class Listing:
         self.svc = svc
 
     def kind_counts(self, state: str) -> dict[str, int]:
-        return {k: n for k, n in self.svc.store.kind_counts(state).items() if k is not None}
+        return _declared_kinds(self.svc.store.kind_counts(state))
 
     def writes(self, name: str, subject: Any, *, limit: Any = None, cursor: str | None = None) -> WritesPage:
         """The record's audit trail, newest first, keyset-paginated."""
@@ -291,11 +291,16 @@ class Listing:
     def stats(self, name: str) -> Stats:
         decl = self.svc.get_declaration(name)
         counted = self.svc.store.counts(name)  # (both counters in one read)
-        fields = counted.members
-        per_kind = {k: n for k, n in counted.kinds.items() if k is not None}  # (as ``kind_counts``)
+        fields, per_kind = counted.members, _declared_kinds(counted.kinds)
         return {
             "records": sum(per_kind.values()),
             "per_field": {p: fields.get(p, 0) for p in decl["schema"].get("properties", {})},
             "per_kind": {k: per_kind.get(k, 0) for k in decl["subject_kinds"]},
             "consumers": len([r for r in self.svc.consumers(name) if not r.get("unavailable")]),
         }
+
+
+def _declared_kinds(kinds: dict[str | None, int]) -> dict[str, int]:
+    """The kinds' counters of encoded subjects only (a subject that is not one counts under
+    None in the store: no kind a state declares)."""
+    return {k: n for k, n in kinds.items() if k is not None}

@@ -679,10 +679,9 @@ class PostgresStore(SqlStore):
         """Fold the counters' deltas after a commit whose seq is a multiple of ``FOLD_EVERY``:
         each seq is one commit's, so whatever writes — this process or others, locked or alone,
         in groups, merged by the server, from the async store — one commit in every
-        ``FOLD_EVERY`` folds
-        (a seq left unused skips one), and the deltas stay a few per commit times that. In a
-        transaction of its own, after the commit (off the seq lock); a failed fold leaves the
-        commit standing and its deltas to the next."""
+        ``FOLD_EVERY`` folds (a seq left unused skips one), and the deltas stay a few per commit
+        times that. In a transaction of its own, after the commit (off the seq lock); a failed
+        fold leaves the commit standing and its deltas to the next."""
         if seq % FOLD_EVERY:
             return
         try:
@@ -1158,12 +1157,12 @@ _FOLD_AFTER_COMMITS: Final = (
     "BEGIN; SET LOCAL enable_seqscan = on; SET LOCAL jit = off; SET LOCAL synchronous_commit = off; "
     f"{_FOLD_IN_TX}; COMMIT"
 )
-"""The fold a store sends after about every ``FOLD_EVERY`` deltas on the kept connection, in a
-transaction of its own (one simple query: one round trip), after the commit it follows: off the
-seq lock. With the connection's ``enable_seqscan`` back on and no JIT: the kept connection plans
-with sequential scans off, which prices the scan of ``count_deltas`` (a table with no index) so
-high that the fold was compiled, ~200 ms a fold. Committed without waiting for its flush: lost in
-a crash, it is lost whole — its deltas are then still there to fold."""
+"""The fold sent after a commit whose seq is a multiple of ``FOLD_EVERY`` (``_fold_after``), in a
+transaction of its own (one simple query: one round trip), off the seq lock. With sequential
+scans on and no JIT, whatever the connection's own settings: planned with sequential scans off
+(as the kept connection plans), the scan of ``count_deltas`` (a table with no index) was priced
+so high that the fold was compiled, ~200 ms a fold. Committed without waiting for its flush:
+lost in a crash, it is lost whole — its deltas are then still there to fold."""
 _PLAN_AS_POOL: Final = "RESET enable_seqscan"
 _PATCH_COMMIT: Final = served_patch.statement(_SEQ_LOCK_KEY.replace("?", "%s"))
 """A memory patch merged by the server in one statement (``patch_on_server``)."""
