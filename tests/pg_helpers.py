@@ -7,6 +7,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import stateflow.store.postgres as pg
+
 
 def bytea_elements(data: bytes | None) -> list[bytes | None] | None:
     """A one-dimensional binary ``bytea[]``'s elements (its header, then each element's length
@@ -40,3 +42,17 @@ def connections_taken(store: Any) -> Iterator[list[int]]:
         yield taken
     finally:
         pool.getconn = real
+
+
+def commits_sent(monkeypatch: Any) -> list[Any]:
+    """The commits a PostgreSQL store sends alone from now on, as sent (a fast statement's
+    ``FastCommit`` or the commit function's parameters)."""
+    sent: list[Any] = []
+    real = pg._commit_alone
+
+    def recording(conn: Any, params: Any) -> Any:
+        sent.append(params)
+        return real(conn, params)
+
+    monkeypatch.setattr(pg, "_commit_alone", recording)
+    return sent

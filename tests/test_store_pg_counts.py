@@ -25,6 +25,7 @@ from stateflow.store.counting import subject_kind
 from stateflow.store.pg_fast import FastCommit
 from stateflow.store.postgres import PostgresStore
 from stateflow.subjects import encode_subject
+from tests.pg_helpers import commits_sent
 
 Counts = dict[tuple[str, str, str], int]
 
@@ -57,19 +58,6 @@ def fold(store: PostgresStore) -> None:
         store._fold_counts(tx)
 
 
-def sent(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    """The commits sent alone from now on, as sent (a fast statement or the function's call)."""
-    out: list[Any] = []
-    real = pg._commit_alone
-
-    def recording(conn: Any, params: Any) -> Any:
-        out.append(params)
-        return real(conn, params)
-
-    monkeypatch.setattr(pg, "_commit_alone", recording)
-    return out
-
-
 def fast(commits: list[Any]) -> bool:
     """Whether the last commit sent was a fast statement (``pg_fast``)."""
     return isinstance(commits[-1], FastCommit)
@@ -85,7 +73,7 @@ def setting(key: DocKey, body: Any) -> Any:
 def test_each_fast_shape_appends_its_deltas_and_the_counters_stay_exact(
     store: PostgresStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    commits = sent(monkeypatch)
+    commits = commits_sent(monkeypatch)
     thread = DocKey("notes", encode_subject("agent", "a", "thread", "t1"))
     # creating, one document: +1 its kind, +1 each member
     store.update([thread], setting(thread, {"a": 1, "b": [2]}), optimistic=True)

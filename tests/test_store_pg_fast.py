@@ -17,6 +17,7 @@ from stateflow.states import StatesService
 from stateflow.store import DocKey, Document, Write, open_store
 from stateflow.store.pg_fast import FastCommit
 from stateflow.store.postgres import PostgresStore
+from tests.pg_helpers import commits_sent
 from tests.test_store_write_rows import _drive, _rows
 
 
@@ -26,26 +27,13 @@ def _open(url: str) -> PostgresStore:
     return store
 
 
-def _sent(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    """The commits sent alone from now on, as they were sent (fast or the function's call)."""
-    sent: list[Any] = []
-    real = pg._commit_alone
-
-    def recording(conn: Any, params: Any) -> Any:
-        sent.append(params)
-        return real(conn, params)
-
-    monkeypatch.setattr(pg, "_commit_alone", recording)
-    return sent
-
-
 def same_rows_without_them(
     urls: tuple[str, str], drive: Callable[[PostgresStore], None], monkeypatch: pytest.MonkeyPatch
 ) -> list[Any]:
     """``drive`` on a new store with the fast statements, then on another without them (every
     commit through the function): asserts every row of every table the same, and the counters
     the same and equal to a recount. The commits the first store sent, as sent."""
-    sent = _sent(monkeypatch)
+    sent = commits_sent(monkeypatch)
     fast = _open(urls[0])
     try:
         drive(fast)
@@ -158,7 +146,7 @@ def test_a_failed_check_writes_nothing_and_the_write_lands_by_the_locked_path(
         assert after != before
         assert store._send_alone(commit) is None  # again: its written row has moved on
         assert _rows(store, False) == after
-        sent = _sent(monkeypatch)
+        sent = commits_sent(monkeypatch)
         # a store that did not see the last writes commits against a stale revision: the fast
         # statement writes nothing, and the write lands through the locked path
         other = _open(pg_schema_url)
@@ -370,7 +358,7 @@ def test_a_failed_check_stops_the_checks_before_a_later_rows_lock(
     try:
         items = StateflowStore(StatesService(store))
         items.put(("users", "u1"), "prefs", {"n": 0})
-        sent = _sent(monkeypatch)
+        sent = commits_sent(monkeypatch)
         items.put(("users", "u1"), "prefs", {"n": 1})
         (commit,) = [p for p in sent if isinstance(p, FastCommit)]
         assert commit.shape[:3] == (1, 1, 1)
