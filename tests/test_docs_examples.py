@@ -64,9 +64,44 @@ def test_shell_examples_run_in_order(page: str, tmp_path: Path) -> None:
         assert out.returncode == 0, f"{command}\n{out.stderr}"
 
 
+CURL = re.compile(r"curl -s(?: -X (\w+))? localhost:8765(\S+)[^\n]*?(?: -d '([^']*)')?$", re.MULTILINE)
+
+
+def _curl_calls(page: Path) -> list[tuple[str, str, str | None]]:
+    """The README's ``curl`` calls against ``stateflow serve``: method, path and body."""
+    text = page.read_text().replace("\\\n", " ")  # (continued lines joined)
+    return [(method or "GET", path, body or None) for method, path, body in CURL.findall(text)]
+
+
+def _serve_readme_calls(location: Path) -> None:
+    """The README's server example, on the real HTTP app over the store at ``location``."""
+    from fastapi.testclient import TestClient
+
+    from stateflow.api import states_service
+    from stateflow.http.app import create_app
+    from stateflow.http.auth import TokenSet, parse_token
+    from stateflow.store import open_store
+
+    token = "readme-token-0123456789"
+    store = open_store(location)
+    try:
+        app = create_app(states_service(store), TokenSet([parse_token(token)]))
+        with TestClient(app, headers={"Authorization": f"Bearer {token}"}) as http:
+            calls = _curl_calls(ROOT / "README.md")
+            assert len(calls) >= 3
+            for method, path, body in calls:
+                answer = http.request(method, path, content=body)
+                assert answer.status_code == 200, f"{method} {path}: {answer.text}"
+    finally:
+        store.close()
+
+
 def test_readme_quick_start_commands_run(tmp_path: Path) -> None:
+    """The README's server example, then its commands, in order on one store (as a user who
+    tries them all on the default store)."""
     import subprocess
 
+    _serve_readme_calls(tmp_path / "readme.db")
     env = dict(os.environ, STATEFLOW_STORE=str(tmp_path / "readme.db"))
     commands = _commands(ROOT / "README.md")
     assert commands

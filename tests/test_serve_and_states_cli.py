@@ -127,6 +127,18 @@ def test_serve_creates_a_token_once_and_the_cli_talks_to_it(
     # the same store, read locally (operator door) — the server's writes are there
     local = json.loads(sf("states", "read", "tickets", "--target-name", "bot", "--key", key, env=env).stdout)
     assert local["data"] == {"status": "closed"}
+    # --url/--token after the subcommand too, as --store: the server's door, not the operator's
+    after = sf(
+        *("states", "merge", "tickets", "--target-name", "bot", "--key", key),
+        *("--data", '{"status": "reopened"}', "--url", url, "--token", token),
+        env=env,
+    )
+    assert after.returncode == 0, after.stderr
+    trail = json.loads(sf(*remote, "writes", "tickets", "--target-name", "bot", "--key", key, env=env).stdout)
+    assert trail["items"][0]["origin"]["door"] == "api"
+    # … and override the group's: a wrong token after the subcommand is refused
+    overridden = sf(*remote, "list", "--token", "nope-nope-nope-nope", env=env)
+    assert overridden.returncode == 1 and "error[unauthorized]" in overridden.stderr
 
 
 def test_the_kept_token_is_reused_and_not_printed_again(

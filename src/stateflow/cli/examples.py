@@ -64,7 +64,8 @@ EXAMPLES: Final = {
     "states subjects": "stateflow states subjects tickets --kind thread --limit 50",
     "states template-jq apply": f'stateflow states template-jq apply tickets {R} checklist.add --input \'{{"id": "a"}}\'',
     "states template-jq eval": f"stateflow states template-jq eval tickets {R} checklist.size",
-    "states update-attachment": 'stateflow states update-attachment tickets checklist --declarations \'{"kinds": ["bug"]}\'',
+    # (a template whose document has a ``declarations`` section: ``labels``, not ``checklist``)
+    "states update-attachment": 'stateflow states update-attachment tickets labels --declarations \'{"kinds": ["bug"]}\'',
     "states writes": f"stateflow states writes tickets {R} --limit 20 --table",
     "tool": 'stateflow tool read_state \'{"path": "effective.tactics"}\'',
 }

@@ -52,6 +52,32 @@ def remote_options(fn: Any) -> Any:
     )(group)
 
 
+def _set_remote(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    """``--url``/``--token`` given after a subcommand: they override the group's (or its
+    environment variables'), which ran first."""
+    if value is not None:
+        url, token = ctx.meta.get("states_remote", (None, None))
+        ctx.meta["states_remote"] = (value, token) if param.name == "url" else (url, value)
+
+
+def remote_on_each(command: click.Command) -> None:
+    """Accept ``--url``/``--token`` after every subcommand of a group too, as ``--store`` is."""
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            remote_on_each(sub)
+        return
+    for flag, what in (("--url", "URL"), ("--token", "SECRET")):
+        command.params.append(
+            click.Option(
+                [flag],
+                metavar=what,
+                expose_value=False,
+                callback=_set_remote,
+                help=f"As `{flag}` before the subcommand; accepted here too.",
+            )
+        )
+
+
 @click.group("states")
 @remote_options
 def states() -> None:
@@ -712,5 +738,7 @@ LISTINGS = frozenset(
 )
 decorate(states, "states", LISTINGS)
 decorate(state_templates, "state-templates", LISTINGS)
+remote_on_each(states)
+remote_on_each(state_templates)
 
 __all__ = ["state_templates", "states"]
