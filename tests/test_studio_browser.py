@@ -241,6 +241,59 @@ def test_read_only_and_tenant_limited_tokens(server: str, browser: Browser) -> N
     assert ticket("T-1001")["target_name"] == "triage"
 
 
+def test_a_refused_jq_run_shows_its_error_and_clears_the_previous_result(
+    server: str, browser: Browser
+) -> None:
+    context = browser.new_context(viewport={"width": 1360, "height": 900})
+    page = context.new_page()
+    sign_in(page, server, ADMIN)
+    page.goto(f"{server}/studio/states/tickets/record?tk=agent&tn=triage&kind=ticket&key=T-1002")
+    add = page.locator(".program-box", has_text="checklist.add")
+    add.locator("input[name=input]").fill('{"id": "call back"}')
+    add.locator("button").click()
+    expect(add.locator(".jq-result")).to_contain_text("Applied: yes")
+    add.locator("input[name=input]").fill('{"id": ')  # refused (422): the page must say so
+    add.locator("button").click()
+    expect(add.locator(".jq-result .alert-error")).to_contain_text("input is not valid JSON")
+    expect(add.locator(".jq-result")).not_to_contain_text("Applied")
+    context.close()
+
+
+def test_signing_in_again_returns_to_the_page_the_person_was_on(server: str, browser: Browser) -> None:
+    """The session ends (signed out in another tab) while a record page is open: "Older
+    revisions" (an htmx request) and Save (a form POST) lead to sign-in and, after it, back to
+    the record page — not a bare fragment, not a JSON 405."""
+    context = browser.new_context(viewport={"width": 1360, "height": 900})
+    page, other = context.new_page(), context.new_page()
+    record = f"{server}/studio/states/tickets/record?tk=agent&tn=triage&kind=ticket&key=T-1012"
+
+    def end_session_elsewhere() -> None:
+        other.goto(server + "/studio/states")
+        other.click("#sign-out")
+        expect(other).to_have_url(re.compile(r"/studio/login"))
+
+    def sign_in_again() -> None:
+        expect(page).to_have_url(re.compile(r"/studio/login"))
+        page.fill("#token", ADMIN)
+        page.click("#sign-in")
+        expect(page).to_have_url(record)
+        expect(page.locator("h1")).to_have_text("T-1012")
+        expect(page.locator("#history-rows tr.hrow")).to_have_count(25)
+
+    sign_in(page, server, ADMIN)
+    page.goto(record)
+    end_session_elsewhere()
+    page.click("#history-more a")
+    sign_in_again()
+
+    page.fill("#edit textarea", '{"title": "typed before the session ended"}')
+    end_session_elsewhere()
+    page.click("#save")
+    sign_in_again()
+    expect(page.locator("#revision")).to_have_text("31")  # nothing was written
+    context.close()
+
+
 def test_docs_render_offline_with_an_authorize_button(server: str, browser: Browser) -> None:
     context = browser.new_context(viewport={"width": 1360, "height": 900})
     outside: list[str] = []

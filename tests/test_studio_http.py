@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import httpx
 import orjson
@@ -461,3 +462,115 @@ def test_document_text_is_escaped_everywhere_it_is_shown(seeded: tuple[TestClien
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page.text and "&lt;b&gt;k&lt;/b&gt;" in page.text
     listing = client.get("/studio/states/profiles").text
     assert "<i>x</i>" not in listing and "&lt;i&gt;x&lt;/i&gt;" in listing
+
+
+def test_an_unchanged_save_says_no_change_not_a_new_revision(
+    seeded: tuple[TestClient, StatesService],
+) -> None:
+    client, service = seeded
+    sign_in(client, ADMIN)
+    page = client.get("/studio/states/tickets/record", params=EDITED)
+    before = service.read("tickets", ticket("T-1004"))
+    assert before is not None
+    r = client.post(
+        "/studio/states/tickets/record/edit",
+        data={
+            **EDITED,
+            "revision": str(before["revision"]),
+            "document": orjson.dumps(before["data"]).decode(),
+            "csrf": csrf_of(page.text),
+        },
+    )
+    assert r.status_code == 200
+    assert f"No change: the record is already at revision {before['revision']}." in r.text
+    assert "Saved as revision" not in r.text
+    assert service.read("tickets", ticket("T-1004")) == before
+
+
+def test_signing_in_again_returns_to_the_page_not_a_fragment_or_a_form_action(
+    seeded: tuple[TestClient, StatesService],
+) -> None:
+    """After a session ends, an htmx request comes back to the page it was sent from and a
+    form to the page the form is on; never to the fragment's URL or the POST-only action."""
+    client, _ = seeded
+    history = RECORD.replace("/record?", "/record/history?") + "&cursor=abc"
+    r = client.get(
+        history,
+        headers={"HX-Request": "true", "HX-Current-URL": "http://127.0.0.1" + RECORD + "&rev=2"},
+        follow_redirects=False,
+    )
+    assert r.headers["HX-Redirect"] == "/studio/login?" + urlencode({"next": RECORD + "&rev=2"})
+    # a page elsewhere is not a place to come back to
+    for elsewhere in (
+        "http://evil.example/phish",
+        "http://evil.example/studio/states/tickets",
+        "http://127.0.0.1/api/states",
+        "",
+    ):
+        r = client.get(history, headers={"HX-Request": "true", "HX-Current-URL": elsewhere})
+        assert r.headers["HX-Redirect"] == "/studio/login?next=%2Fstudio%2Fstates"
+    r = client.post(
+        "/studio/states/tickets/record/edit",
+        data={**SUBJECT, "revision": "6", "document": "{}", "csrf": "x"},
+        follow_redirects=False,
+    )
+    assert r.status_code == 303
+    assert r.headers["location"] == "/studio/login?" + urlencode({"next": RECORD})
+    r = client.post("/studio/states/tickets/record/jq", data={"program": "x"}, follow_redirects=False)
+    assert r.headers["location"] == "/studio/login?next=%2Fstudio%2Fstates"  # no record named
+    # and the sign-in form sends the person there
+    form = client.get("/studio/login", params={"next": RECORD})
+    nonce = re.search(r'name="login_csrf" value="([^"]+)"', form.text)
+    assert nonce is not None
+    r = client.post(
+        "/studio/login",
+        data={"token": ADMIN, "login_csrf": nonce[1], "next": RECORD},
+        follow_redirects=False,
+    )
+    assert r.status_code == 303 and r.headers["location"] == RECORD
+
+
+def test_unknown_studio_urls_answer_a_studio_page(seeded: tuple[TestClient, StatesService]) -> None:
+    client, _ = seeded
+    r = client.get("/studio/nowhere", follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"] == "/studio/login?next=%2Fstudio%2Fnowhere"
+    sign_in(client, ADMIN)
+    for path in ("/studio/nowhere", "/studio/states/tickets/record/edit", "/studio/states/tickets/x/y"):
+        r = client.get(path)
+        assert r.status_code == 404 and r.headers["content-type"].startswith("text/html"), path
+        assert f"the studio has no page {path}" in r.text
+        assert 'id="back"' in r.text and 'href="/studio/states"' in r.text
+    assert client.get("/api/nowhere").headers["content-type"].startswith("application/json")
+
+
+def test_timeline_rows_show_whole_document_writes_and_every_origin_field(
+    seeded: tuple[TestClient, StatesService],
+) -> None:
+    client, _ = seeded
+    sign_in(client, ADMIN)
+    rows = client.get(RECORD).text.split('id="history-rows"')[1].split("</tbody>")[0]
+    first = rows.split('<tr class="hrow">')[-1]  # revision 1: the replace that created it
+    assert "replace" in first and "(whole document)" in first
+    scope = "/studio/states/memory/record?tk=agent&tn=triage&kind=session&key=s-2041"
+    rows = client.get(scope).text.split('id="history-rows"')[1].split("</tbody>")[0]
+    newest = rows.split('<tr class="hrow">')[1]
+    assert '<span class="chip chip-action">patch_state</span>' in newest
+    assert '<span class="k">tool</span> <span class="mono">patch_state</span>' in newest
+
+
+def test_json_refusals_name_the_field_once(seeded: tuple[TestClient, StatesService]) -> None:
+    client, _ = seeded
+    sign_in(client, ADMIN)
+    page = client.get(RECORD)
+    r = client.post(
+        "/studio/states/tickets/record/jq",
+        data={**SUBJECT, "program": "checklist.add", "input": "{nope", "csrf": csrf_of(page.text)},
+        headers={"HX-Request": "true"},
+    )
+    assert r.status_code == 422 and "input is not valid JSON: unexpected character" in r.text
+    assert "invalid JSON" not in r.text
+    r = client.get(
+        "/studio/memory/triage/lazy?scope=session&key=s-2041&plane=lazy&path=%5B",
+        headers={"HX-Request": "true"},
+    )
+    assert r.status_code == 422 and "path is not valid JSON: " in r.text and "invalid JSON" not in r.text

@@ -11,12 +11,12 @@ from fastapi import FastAPI, Request
 from fastapi.responses import RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from stateflow.errors import StateflowError
+from stateflow.errors import NotFound, StateflowError
 from stateflow.http.auth import TokenSet
 from stateflow.states import StatesService
 from stateflow.studio import memory_pages, states_pages
-from stateflow.studio.session import COOKIE, LOGIN_COOKIE
-from stateflow.studio.web import PREFIX, STATIC, SignInNeeded, Studio, read_form, url
+from stateflow.studio.session import COOKIE, LOGIN_COOKIE, Session
+from stateflow.studio.web import PREFIX, STATIC, SignInNeeded, Studio, page, read_form, safe_next, url
 
 __all__ = ["mount_studio"]
 
@@ -30,13 +30,6 @@ def _cookie(response: Response, request: Request, name: str, value: str) -> None
         samesite="strict",
         secure=request.url.scheme == "https",
     )
-
-
-def _safe_next(raw: str | None) -> str:
-    """Only a studio page of this server: never an open redirect."""
-    if raw and raw.startswith(PREFIX + "/") and not raw.startswith("//") and "\\" not in raw:
-        return raw
-    return url("/states")
 
 
 def mount_studio(app: FastAPI, service: StatesService, tokens: TokenSet) -> Studio:
@@ -55,7 +48,7 @@ def mount_studio(app: FastAPI, service: StatesService, tokens: TokenSet) -> Stud
     @app.get(PREFIX + "/login", include_in_schema=False)
     async def login_form(request: Request) -> Response:
         if studio.sessions.get(request.cookies.get(COOKIE)) is not None:
-            return RedirectResponse(_safe_next(request.query_params.get("next")), status_code=303)
+            return RedirectResponse(safe_next(request.query_params.get("next")), status_code=303)
         return _login_page(request, None, 200)
 
     def _login_page(request: Request, error: str | None, status: int) -> Response:
@@ -66,7 +59,7 @@ def mount_studio(app: FastAPI, service: StatesService, tokens: TokenSet) -> Stud
             status=status,
             error=error,
             login_csrf=nonce,
-            next=_safe_next(request.query_params.get("next")),
+            next=safe_next(request.query_params.get("next")),
         )
         _cookie(response, request, LOGIN_COOKIE, nonce)
         return response
@@ -85,7 +78,7 @@ def mount_studio(app: FastAPI, service: StatesService, tokens: TokenSet) -> Stud
             token = tokens.authenticate("Bearer " + form.get("token", "").strip())
         except StateflowError:
             return _login_page(request, "That token is not one this server accepts.", 401)
-        response = RedirectResponse(_safe_next(form.get("next")), status_code=303)
+        response = RedirectResponse(safe_next(form.get("next")), status_code=303)
         _cookie(response, request, COOKIE, studio.sessions.open(token))
         response.delete_cookie(LOGIN_COOKIE, path=PREFIX)
         return response
@@ -107,4 +100,13 @@ def mount_studio(app: FastAPI, service: StatesService, tokens: TokenSet) -> Stud
 
     states_pages.register(app, studio)
     memory_pages.register(app, studio)
+
+    def unknown(studio: Studio, request: Request, session: Session) -> Response:
+        raise NotFound(f"the studio has no page {request.url.path}")
+
+    # last: any other /studio/... URL (a mistyped link, a GET of a form's action) is answered
+    # with a studio page that links back, not the API's JSON 404 or 405
+    app.add_api_route(
+        PREFIX + "/{rest:path}", page(studio, unknown), methods=["GET"], include_in_schema=False
+    )
     return studio

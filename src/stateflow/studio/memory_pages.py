@@ -14,10 +14,9 @@ import orjson
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
-from stateflow.doc.canonical import decode
 from stateflow.doc.diff import to_patch
 from stateflow.doc.select import MISSING
-from stateflow.errors import InvalidInput, InvalidJSON, NotFound
+from stateflow.errors import InvalidInput, NotFound
 from stateflow.memory import MemoryConfig, MemoryView
 from stateflow.memory.planes import RUNTIME, PlaneSet
 from stateflow.memory.scopes import MEMORY_STATE, SCOPES, Identity
@@ -25,7 +24,7 @@ from stateflow.memory.view import MODES
 from stateflow.store import DocKey
 from stateflow.studio.session import Session
 from stateflow.studio.tree import MAX_CHILDREN, lazy_node
-from stateflow.studio.web import PREFIX, Studio, int_param, page, url
+from stateflow.studio.web import PREFIX, Studio, int_param, json_field, page, url
 from stateflow.subjects import Subject, encode_subject
 
 AGENTS_PAGE: Final = 50
@@ -225,10 +224,7 @@ def lazy_children(studio: Studio, request: Request, session: Session) -> Respons
     plane = q.get("plane", "lazy")
     if plane not in PLANES.lazy and plane not in _extra_planes(studio.store, doc_key)[1]:
         raise InvalidInput(f"{plane!r} is not a lazy plane (nor a large extra one) of this scope")
-    try:
-        path = decode(q.get("path") or "[]")
-    except InvalidJSON as exc:
-        raise InvalidInput(f"path must be a JSON array: {exc.message}") from exc
+    path = json_field(q.get("path") or "[]", "path")
     if not isinstance(path, list) or not all(
         isinstance(s, str | int) and not isinstance(s, bool) for s in path
     ):

@@ -10,10 +10,10 @@ import orjson
 from fastapi import FastAPI, Request
 from fastapi.responses import RedirectResponse, Response
 
-from stateflow.doc.canonical import JSON, decode
+from stateflow.doc.canonical import JSON
 from stateflow.doc.diff import diff
 from stateflow.doc.select import MISSING
-from stateflow.errors import InvalidInput, InvalidJSON, StateflowError
+from stateflow.errors import InvalidInput, StateflowError
 from stateflow.memory.planes import RUNTIME, PlaneSet
 from stateflow.memory.scopes import MEMORY_STATE
 from stateflow.states.models import StateSubject
@@ -21,7 +21,17 @@ from stateflow.states.service import RevisionMismatch
 from stateflow.store import DocKey
 from stateflow.studio.session import Session
 from stateflow.studio.tree import diff_rows
-from stateflow.studio.web import PREFIX, Studio, form_page, int_param, page, subject_from, subject_params, url
+from stateflow.studio.web import (
+    PREFIX,
+    Studio,
+    form_page,
+    int_param,
+    json_field,
+    page,
+    subject_from,
+    subject_params,
+    url,
+)
 
 RECORDS_PAGE: Final = 50
 HISTORY_PAGE: Final = 25
@@ -30,13 +40,6 @@ PLANES: Final = PlaneSet()
 
 def pretty(value: JSON) -> str:
     return orjson.dumps(value, option=orjson.OPT_INDENT_2).decode()
-
-
-def _json_field(raw: str | None, what: str) -> JSON:
-    try:
-        return decode(raw or "")
-    except InvalidJSON as exc:
-        raise InvalidInput(f"{what} is not valid JSON: {exc.message}") from exc
 
 
 # ---------------------------------------------------------------------- catalog
@@ -61,7 +64,7 @@ def state(studio: Studio, request: Request, session: Session) -> Response:
     next_cursor = None
     try:
         if filters_text:
-            filters = _json_field(filters_text, "the filter")
+            filters = json_field(filters_text, "the filter")
             found = service.search(
                 name, filters, limit=RECORDS_PAGE, cursor=cursor, tenants=tenants, kind=kind
             )
@@ -166,7 +169,7 @@ def _record_values(studio: Studio, name: str, q: Mapping[str, str], session: Ses
         "edit_text": "" if rec.data is MISSING or rec.memory else pretty(rec.data),
         "edit_error": None,
         "edit_conflict": False,
-        "saved": q.get("saved") == "1",
+        "saved": q.get("saved"),  # "1" after a save, "unchanged" after one that wrote nothing
         "asof": None,
         "diff": None,
     }
@@ -218,9 +221,9 @@ def record_edit(studio: Studio, request: Request, session: Session, form: dict[s
     if edited is None:
         raise InvalidInput("the edit names no revision of the record; reload the page and edit again")
     try:
-        document = _json_field(text, "the document")
+        document = json_field(text, "the document")
         # compare-and-set: the write lands only on the revision the person was looking at
-        studio.service.replace(
+        written = studio.service.replace(
             name, subject, document, context=studio.context(session), expect_revision=edited
         )
     except (InvalidInput, RevisionMismatch) as exc:  # shown inline, nothing written
@@ -235,8 +238,11 @@ def record_edit(studio: Studio, request: Request, session: Session, form: dict[s
             )
         values.update(edit_text=text, edit_error=message, edit_conflict=isinstance(exc, RevisionMismatch))
         return studio.html("record.html", session=session, status=exc.http_status, **values)
+    # the same document again writes nothing: the revision stays the one edited
+    applied = written is None or written["revision"] != edited
     return RedirectResponse(
-        url(f"/states/{name}/record", **subject_params(subject), saved=1), status_code=303
+        url(f"/states/{name}/record", **subject_params(subject), saved=1 if applied else "unchanged"),
+        status_code=303,
     )
 
 
@@ -251,13 +257,13 @@ def record_jq(studio: Studio, request: Request, session: Session, form: dict[str
     try:
         purpose = service.template_jq_purpose(name, program)
         if purpose == "input":
-            params = _json_field(raw_input, "params") if raw_input else {}
+            params = json_field(raw_input, "params") if raw_input else {}
             if not isinstance(params, dict):
                 raise InvalidInput("params must be a JSON object")
             result: Any = service.template_jq_input(name, subject, program, params)
         else:
             studio.check_writer(session.token)
-            value = _json_field(raw_input, "input") if raw_input else None
+            value = json_field(raw_input, "input") if raw_input else None
             result = service.template_jq_update(
                 name, subject, program, value, context=studio.context(session)
             )
@@ -279,5 +285,10 @@ def register(app: FastAPI, studio: Studio) -> None:
     posts = {"/states/{name}/record/edit": record_edit, "/states/{name}/record/jq": record_jq}
     for path, form_fn in posts.items():
         app.add_api_route(
-            PREFIX + path, form_page(studio, form_fn), methods=["POST"], include_in_schema=False
+            PREFIX + path, form_page(studio, form_fn, _record_home), methods=["POST"], include_in_schema=False
         )
+
+
+def _record_home(request: Request, form: dict[str, str]) -> str:
+    """The record page both record forms are on."""
+    return url(f"/states/{request.path_params['name']}/record", **subject_params(subject_from(form)))

@@ -29,7 +29,28 @@ def path_text(path: Sequence[str | int]) -> str:
             out += f".{seg}" if out else seg
         else:
             out += "[" + encode(seg).decode() + "]"
-    return out or "(document)"
+    return out or "(whole document)"
+
+
+ORIGIN_FIELDS: Final = {
+    "actor": "actor",
+    "consumer": "consumer",
+    "tool": "tool",
+    "op_id": "op id",
+    "run_id": "run",
+    "turn_id": "turn",
+    "inbound_id": "inbound id",
+}
+"""An origin's fields as a timeline row names them, in the order people look for them (the
+door comes first on its own line, ``meta`` last as a tree)."""
+
+
+def origin_fields(origin: dict[str, Any]) -> list[tuple[str, Any]]:
+    """(label, value) for every field ``origin`` sets besides its door and meta: the known
+    ones in order, then any other a writer recorded — nothing an origin says is dropped."""
+    known = [(label, origin[k]) for k, label in ORIGIN_FIELDS.items() if origin.get(k) is not None]
+    other = sorted(k for k in origin if k not in ORIGIN_FIELDS and k not in ("door", "meta"))
+    return known + [(k.replace("_", " "), origin[k]) for k in other if origin[k] is not None]
 
 
 def scalar(value: JSON) -> Markup:

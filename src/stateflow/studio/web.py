@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Final
-from urllib.parse import parse_qsl, urlencode
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from fastapi import Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
@@ -13,13 +13,14 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.concurrency import run_in_threadpool
 
 from stateflow import __version__
-from stateflow.errors import InvalidInput, StateflowError
+from stateflow.doc.canonical import JSON, decode
+from stateflow.errors import InvalidInput, InvalidJSON, StateflowError
 from stateflow.http.auth import Forbidden, Token, TokenSet
 from stateflow.states import DoorContext, StatesService
 from stateflow.states.models import StateSubject
 from stateflow.states.service import subject_of
 from stateflow.studio.session import COOKIE, Session, Sessions
-from stateflow.studio.tree import lazy_node, path_text, scalar, tree
+from stateflow.studio.tree import lazy_node, origin_fields, path_text, scalar, tree
 
 PREFIX: Final = "/studio"
 TEMPLATES: Final = Path(__file__).with_name("templates")
@@ -55,6 +56,16 @@ def subject_from(params: Any) -> StateSubject:
     return subject_of(raw)
 
 
+def json_field(raw: str | None, what: str) -> JSON:
+    """``raw`` parsed as JSON, or a refusal that names the field once (the parser's own
+    message already starts with "invalid JSON")."""
+    try:
+        return decode(raw or "")
+    except InvalidJSON as exc:
+        detail = exc.message.removeprefix("invalid JSON: ")
+        raise InvalidInput(f"{what} is not valid JSON: {detail}") from exc
+
+
 def int_param(params: Any, name: str) -> int | None:
     raw = params.get(name)
     if raw in (None, ""):
@@ -84,6 +95,7 @@ class Studio:
             scalar=scalar,
             lazy_node=lazy_node,
             path_text=path_text,
+            origin_fields=origin_fields,
             subject_params=subject_params,
             version=__version__,
         )
@@ -146,6 +158,8 @@ _NO_STORE: Final = {
 
 Page = Callable[[Studio, Request, Session], Response]
 FormPage = Callable[[Studio, Request, Session, dict[str, str]], Response]
+FormHome = Callable[[Request, dict[str, str]], str]
+"""The studio page a form is on, from the form posted (where to come back after signing in)."""
 
 
 def page(studio: Studio, fn: Page) -> Callable[[Request], Awaitable[Response]]:
@@ -156,7 +170,8 @@ def page(studio: Studio, fn: Page) -> Callable[[Request], Awaitable[Response]]:
         try:
             session = studio.session_of(request)
         except SignInNeeded:
-            return _to_login(request, fragment)
+            here = request.url.path + ("?" + request.url.query if request.url.query else "")
+            return _to_login(request, fragment, None if fragment else here)
         try:
             return await run_in_threadpool(studio.run, fn, studio, request, session)
         except StateflowError as exc:
@@ -167,7 +182,7 @@ def page(studio: Studio, fn: Page) -> Callable[[Request], Awaitable[Response]]:
     return handler
 
 
-def form_page(studio: Studio, fn: FormPage) -> Callable[[Request], Awaitable[Response]]:
+def form_page(studio: Studio, fn: FormPage, home: FormHome) -> Callable[[Request], Awaitable[Response]]:
     """A POST: signed in, the form's CSRF secret checked before anything runs."""
 
     async def handler(request: Request) -> Response:
@@ -175,7 +190,13 @@ def form_page(studio: Studio, fn: FormPage) -> Callable[[Request], Awaitable[Res
         try:
             session = studio.session_of(request)
         except SignInNeeded:
-            return _to_login(request, fragment)
+            back = None
+            if not fragment:
+                try:
+                    back = home(request, await read_form(request))
+                except (StateflowError, KeyError):
+                    back = None  # a form that names no page: the catalog after signing in
+            return _to_login(request, fragment, back)
         try:
             form = await read_form(request)
             session.check_csrf(form.get("csrf") or request.headers.get("x-csrf-token"))
@@ -197,8 +218,22 @@ async def read_form(request: Request) -> dict[str, str]:
     return dict(parse_qsl(raw.decode("utf-8", "replace"), keep_blank_values=True))
 
 
-def _to_login(request: Request, fragment: bool) -> Response:
-    target = url("/login", next=request.url.path + ("?" + request.url.query if request.url.query else ""))
+def safe_next(raw: str | None) -> str:
+    """Only a studio page of this server: never an open redirect."""
+    if raw and raw.startswith(PREFIX + "/") and not raw.startswith("//") and "\\" not in raw:
+        return raw
+    return url("/states")
+
+
+def _to_login(request: Request, fragment: bool, back: str | None) -> Response:
+    """Sign in, then back to a page — never to a fragment or a POST-only URL, which would show
+    a bare piece of HTML or a 405. ``back`` is the page asked for (a GET) or the page a form is
+    on; an htmx request comes back to the page it was sent from (``HX-Current-URL``)."""
+    if fragment:
+        current = urlsplit(request.headers.get("hx-current-url") or "")
+        ours = current.netloc == request.headers.get("host")
+        back = current.path + ("?" + current.query if current.query else "") if ours else None
+    target = url("/login", next=safe_next(back))
     if fragment:  # htmx follows HX-Redirect with a full page load
         return Response(status_code=200, headers={"HX-Redirect": target})
     return RedirectResponse(target, status_code=303)
