@@ -567,7 +567,10 @@ def writes(api: StatesAPI, name: str, subject: Subject, limit: int | None, curso
 @states.command("prune")
 @api_command()
 def prune(api: StatesAPI) -> None:
-    """Delete expired records and expired op_id keys (retention)."""
+    """Delete expired records and expired op_id keys (retention).
+
+    A record expires after its state's retention_days, else STATEFLOW_DEFAULT_RETENTION_DAYS;
+    the default never applies to agent memory (the built-in memory state)."""
     if not isinstance(api, StatesService) or not sys.stderr.isatty():
         echo_json(api.prune())
         return

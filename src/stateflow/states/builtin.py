@@ -6,6 +6,10 @@ from typing import Any, Final
 
 _OBJECT: Final = {"type": "object"}
 
+BUILTIN_STATES: Final = ("memory",)
+"""States every store has: never deleted, re-declared only additively, and outside the
+deployment's default retention."""
+
 MEMORY_DECLARATION: Final[dict[str, Any]] = {
     "description": (
         "Agent memory scopes (State Flow): one record per agent and scope — global, cwd (keyed by "

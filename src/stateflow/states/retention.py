@@ -1,12 +1,16 @@
 """Retention: expired records (per-state ``retention_days`` or the configured default), expired
-``op_id`` keys and, when configured, old audit rows."""
+``op_id`` keys and, when configured, old audit rows.
+
+The deployment default applies to declared states only: the built-in ``memory`` state is agents'
+durable memory, swept only when its own declaration carries a ``retention_days``."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from stateflow.states.builtin import BUILTIN_STATES
 from stateflow.states.listing import PAGE_MAX
 from stateflow.states.models import DoorContext, StateSubject
 from stateflow.states.results import PruneReport
@@ -16,6 +20,15 @@ if TYPE_CHECKING:
     from stateflow.states.service import StatesService
 
 
+def retention_days(decl: Mapping[str, Any], default_days: int | None) -> int | None:
+    """The days ``decl``'s records are kept: its own ``retention_days``, else the deployment
+    default — never for a built-in state (memory is not erased by a setting meant for records)."""
+    own: int | None = decl.get("retention_days")
+    if own or decl["name"] in BUILTIN_STATES:
+        return own
+    return default_days
+
+
 def prune(
     svc: StatesService,
     *,
@@ -23,7 +36,7 @@ def prune(
     now: datetime | None = None,
     progress: Callable[[str, int], None] | None = None,
 ) -> PruneReport:
-    """Delete expired records (per-state ``retention_days`` or the configured default),
+    """Delete expired records (per-state ``retention_days`` or, for declared states, the configured default),
     expired op_id keys and, when audit retention is configured, audit rows older than that.
 
     ``progress(state, records erased so far)`` is called as the sweep goes (each erase is
@@ -34,7 +47,7 @@ def prune(
     pruned: dict[str, int] = {}
     ctx = context or DoorContext(door="operator", actor="retention")
     for decl in svc.list_declarations():
-        days = decl.get("retention_days") or default_days
+        days = retention_days(decl, default_days)
         if not days:
             continue
         cutoff = utc_text(now - timedelta(days=days))

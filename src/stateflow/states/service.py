@@ -31,6 +31,7 @@ from stateflow.states.attachments import (
     AttachValidator,
     DetachReferee,
 )
+from stateflow.states.builtin import BUILTIN_STATES
 from stateflow.states.listing import PAGE_MAX, Listing, _plain
 from stateflow.states.models import Declaration, DoorContext, StateSubject, WriteOrigin
 from stateflow.states.pipeline import (
@@ -104,9 +105,6 @@ class BuiltinState(Conflict):
     re-declare may only add to it."""
 
     code = "builtin-state"
-
-
-BUILTIN_STATES: Final = ("memory",)
 
 
 def catalog_row(name: str, body: Any) -> dict[str, Any]:
@@ -491,8 +489,16 @@ class StatesService:
                 and current["schema"] != MEMORY_DECLARATION["schema"]
                 and not narrowing(current["schema"], MEMORY_DECLARATION["schema"])
             ):
+                # an operator's retention for memory survives this version's re-declare
+                kept = (
+                    {"retention_days": current["retention_days"]}
+                    if current and current.get("retention_days")
+                    else {}
+                )
                 self.declare(
-                    "memory", MEMORY_DECLARATION, context=DoorContext(door="operator", actor="stateflow")
+                    "memory",
+                    {**MEMORY_DECLARATION, **kept},
+                    context=DoorContext(door="operator", actor="stateflow"),
                 )
             self.install_seeds()
         except StoreReadOnly:

@@ -1,0 +1,56 @@
+"""Retention and agent memory: the deployment default sweeps declared states only (both backends)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from stateflow.config import Config, RetentionConfig
+from stateflow.states.service import StatesService
+from stateflow.store import SqlStore
+
+from .memory_helpers import view
+
+NOTES = {
+    "schema": {"type": "object", "properties": {"text": {"type": "string"}}},
+    "subject_kinds": ["thread"],
+    "default_subject_kind": "thread",
+}
+LATER = datetime.now(UTC) + timedelta(days=400)
+
+
+def _service(store: SqlStore, default_days: int | None) -> StatesService:
+    service = StatesService(store, Config(retention=RetentionConfig(default_days=default_days)))
+    service.install_builtins()
+    service.declare("notes", NOTES)
+    service.replace(
+        "notes", {"target_kind": "agent", "target_name": "a", "kind": "thread", "key": "t1"}, {"text": "old"}
+    )
+    return service
+
+
+def test_the_default_retention_never_erases_memory(store: SqlStore) -> None:
+    service = _service(store, default_days=30)
+    m = view(store)
+    m.patch_state({"session": {"intents": {"goal": {"text": "ship"}}}, "global": {"strategy": {"k": 1}}})
+    before = m.read_state({"path": "session"})
+
+    report = service.prune(now=LATER)
+
+    assert report["pruned"]["notes"] == 1  # a declared state without retention_days: swept
+    assert "memory" not in report["pruned"]
+    assert m.read_state({"path": "session"}) == before
+    assert m.read_state({"path": "effective.strategy.k"})["value"] == 1
+
+
+def test_memory_declared_with_its_own_retention_is_swept(store: SqlStore) -> None:
+    service = _service(store, default_days=None)
+    m = view(store)
+    m.patch_state({"session": {"tactics": {"k": 1}}})
+    memory = service.get_declaration("memory")
+    declaration = {k: memory[k] for k in ("description", "schema", "subject_kinds", "default_subject_kind")}
+    service.declare("memory", {**declaration, "retention_days": 30})
+
+    report = service.prune(now=LATER)
+
+    assert report["pruned"] == {"memory": 1}  # notes: no retention at all, not listed
+    assert m.read_state({"path": "session"})["value"] == {}
