@@ -169,3 +169,24 @@ def test_mcp_server_with_a_real_client(db: str, tmp_path: Path) -> None:
         ).stdout
         == '{"value":"mcp"}\n'
     )
+
+
+def test_tool_patch_state_refuses_a_reserved_index_key_on_both_backends(
+    backend: str, open_migrated: Any, tmp_path: Path
+) -> None:
+    open_migrated()  # (migrated: a PostgreSQL store is not migrated by the CLI)
+    set_steps = '{"session": {"tactics": {"steps": ["a", "b", "c"]}}}'
+    assert sf("--store", backend, "tool", "patch_state", set_steps, cwd=tmp_path).returncode == 0
+    for patch, message in (
+        ('{"session": {"tactics": {"steps": {"[-1]": "z"}}}}', "'[-1]' at $.tactics.steps is not a valid"),
+        ('{"session": {"tactics": {"steps": {"[1]": "B", "note": "x"}}}}', "beside the object key 'note'"),
+        (
+            '{"session": {"tactics": {"new": {"[0]": "z"}}}}',
+            "'[0]' at $.tactics.new: the value there is absent",
+        ),
+    ):
+        out = sf("--store", backend, "tool", "patch_state", patch, cwd=tmp_path)
+        assert (out.returncode, out.stdout) == (1, "")
+        assert out.stderr.startswith("error[invalid-patch]: index key ") and message in out.stderr
+    read = sf("--store", backend, "tool", "read_state", '{"path": "session.tactics"}', cwd=tmp_path)
+    assert read.stdout == '{"value":{"steps":["a","b","c"]}}\n'

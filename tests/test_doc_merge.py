@@ -55,14 +55,36 @@ def test_an_element_cannot_be_deleted() -> None:
         merge_patch({"m": [1, 2]}, {"m": {"[0]": None}})
 
 
-def test_index_keys_are_literal_against_objects_and_absent_values() -> None:
-    assert merge_patch({"m": {"x": 1}}, {"m": {"[0]": "v"}}) == {"m": {"x": 1, "[0]": "v"}}
-    assert merge_patch({}, {"m": {"[0]": "v"}}) == {"m": {"[0]": "v"}}
+@pytest.mark.parametrize(
+    ("target", "patch", "message"),
+    [
+        ({"m": {"x": 1}}, {"m": {"[0]": "v"}}, r"index key '\[0\]' at \$\.m: the value there is an object"),
+        ({}, {"m": {"[0]": "v"}}, r"index key '\[0\]' at \$\.m: the value there is absent"),
+        ({"m": 3}, {"m": {"[ 1]": "v"}}, r"index key '\[ 1\]' at \$\.m: the value there is a number"),
+        ({"m": [1, 2]}, {"m": {"[-1]": "v"}}, r"index key '\[-1\]' at \$\.m is not a valid array index"),
+        ({"m": [1, 2]}, {"m": {"[01]": "v"}}, r"index key '\[01\]' at \$\.m is not a valid array index"),
+        (
+            {"m": [1, 2]},
+            {"m": {"[0]": 1, "x": 2}},
+            r"index key '\[0\]' at \$\.m is beside the object key 'x'",
+        ),
+        (
+            {"m": [1, 2]},
+            {"m": {"x": 2, "[0]": None}},
+            r"index key '\[0\]' at \$\.m is beside the object key 'x'",
+        ),
+    ],
+)
+def test_index_keys_are_reserved_never_literal_keys(target: Any, patch: Any, message: str) -> None:
+    # index syntax addresses existing array elements only (seed 000, "patch_state and arrays")
+    with pytest.raises(PatchError, match=message):
+        merge_patch(target, patch)
 
 
-def test_mixed_keys_against_an_array_replace_it_with_an_object() -> None:
+def test_ordinary_keys_against_an_array_replace_it_with_an_object() -> None:
     assert not is_index_patch({"[0]": 1, "x": 2})
-    assert merge_patch({"m": [1]}, {"m": {"[0]": 1, "x": 2}}) == {"m": {"[0]": 1, "x": 2}}
+    assert merge_patch({"m": [1]}, {"m": {"x": 2}}) == {"m": {"x": 2}}
+    assert merge_patch({"m": [1]}, {"m": {"[note]": 2}}) == {"m": {"[note]": 2}}  # not index form
 
 
 def test_leading_zero_index_is_not_an_index_selector() -> None:

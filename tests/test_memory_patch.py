@@ -70,10 +70,34 @@ def test_an_invalid_index_fails_the_whole_call_and_publishes_nothing(store: SqlS
     assert state(m, "cwd.lazy.memory") == ["a", "b"]
 
 
-def test_literal_index_keys_against_objects(store: SqlStore) -> None:
+@pytest.mark.parametrize(
+    ("patch", "message"),
+    [
+        ({"steps": {"[-1]": "z"}}, r"index key '\[-1\]' at \$\.tactics\.steps is not a valid array index"),
+        ({"steps": {"[01]": "B"}}, r"index key '\[01\]' at \$\.tactics\.steps is not a valid array index"),
+        (
+            {"steps": {"[1]": "B", "note": "x"}},
+            r"'\[1\]' at \$\.tactics\.steps is beside the object key 'note'",
+        ),
+        ({"new": {"[0]": "z"}}, r"'\[0\]' at \$\.tactics\.new: the value there is absent"),
+        ({"obj": {"[0]": "z"}}, r"'\[0\]' at \$\.tactics\.obj: the value there is an object"),
+        ({"n": {"[ 1]": "z"}}, r"'\[ 1\]' at \$\.tactics\.n: the value there is a number"),
+    ],
+)
+def test_index_keys_are_reserved_and_a_bad_one_writes_nothing(
+    store: SqlStore, patch: dict[str, Any], message: str
+) -> None:
+    # seed 000: index syntax is reserved, distinct from an ordinary key; a bad index fails the call
     m = view(store)
-    m.patch_state({"session": {"tactics": {"obj": {"[0]": "literal"}}}})
-    assert m.read_state({"path": "session.tactics.obj", "projection": "keys"})["keys"] == {"[0]": "string"}
+    m.patch_state({"session": {"tactics": {"steps": ["a", "b", "c"], "obj": {"k": 1}, "n": 1}}})
+    before, tactics = transitions(store), state(m, "session.tactics")
+    with pytest.raises(PatchError, match=message):
+        m.patch_state({"cwd": {"strategy": {"x": 1}}, "session": {"tactics": patch}})
+    assert transitions(store) == before
+    assert state(m, "session.tactics") == tactics
+    assert state(m, "cwd.strategy") is None
+    m.patch_state({"session": {"tactics": {"steps": {"note": "x"}}}})  # ordinary keys: replaced
+    assert state(m, "session.tactics.steps") == {"note": "x"}
 
 
 def test_all_scopes_commit_as_one_transition(store: SqlStore) -> None:

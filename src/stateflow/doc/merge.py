@@ -7,7 +7,10 @@ Merge rules:
 - ``null`` deletes an object key (a no-op when absent, reported through ``missing_deletions``);
 - an object whose keys are all ``"[N]"`` patches the *existing* elements of an array target:
   the index must exist, an element cannot be deleted, object values patch the element
-  recursively (nesting allowed). Against an object or an absent value ``"[N]"`` is a literal key;
+  recursively (nesting allowed). Index syntax is reserved: a key of index form (bracketed
+  digits, ``"[1]"``, ``"[-1]"``, ``"[01]"``, ``"[ 1]"``) is never a literal key — one that is
+  not a canonical ``"[N]"``, one beside ordinary keys, or one against anything but an array is
+  a :class:`PatchError` (an object of ordinary keys onto an array replaces it, as below);
 - an object onto a non-object starts from ``{}``; a patch that only deletes through absent
   ancestors creates no empty parents.
 
@@ -18,7 +21,7 @@ subtrees are shared.
 from __future__ import annotations
 
 import re
-from typing import Any, Final
+from typing import Any, Final, NoReturn
 
 from stateflow.doc.canonical import JSON
 from stateflow.doc.copies import DELETE, Copies, Step, list_copy, made
@@ -27,6 +30,8 @@ from stateflow.doc.select import MISSING
 from stateflow.errors import PatchError
 
 INDEX_KEY: Final = re.compile(r"\[(0|[1-9][0-9]*)\]\Z")
+INDEX_FORM: Final = re.compile(r"\[\s*[+-]?\s*[0-9]+\s*\]\Z")
+"""A key written as an array index, canonical or not: reserved, never stored as a key."""
 
 PathT = tuple[str | int, ...]
 
@@ -79,6 +84,8 @@ def merge_patch(
     spare = copies if copies is not None and len(base) >= copies.min_elements else None
     steps: list[Step] | None = None if spare is None else []  # (only a copier is told them)
     for key, sub in patch.items():
+        if key[:1] == "[" and INDEX_FORM.match(key):
+            _refuse_index_key(target, patch, key, _path)
         current = base.get(key, MISSING)
         if sub is None:
             if current is MISSING:
@@ -175,6 +182,39 @@ def patch_within(patch: dict[str, Any], where: Within) -> Within:
         else:
             where[key] = None
     return where
+
+
+def _refuse_index_key(target: JSON, patch: dict[str, Any], key: str, path: PathT) -> NoReturn:
+    """Refuse ``patch``'s ``key`` of index form (a patch whose keys all address elements of an
+    array went to ``_patch_indices``): index syntax is never a literal key."""
+    where = _show(path)
+    if type(target) is not list:
+        kind = "absent" if target is MISSING else _kind(target)
+        raise PatchError(
+            f"index key {key!r} at {where}: the value there is {kind}, not an array; index "
+            "keys address existing array elements and are never stored as object keys"
+        )
+    if not INDEX_KEY.match(key):
+        raise PatchError(
+            f"index key {key!r} at {where} is not a valid array index: write a zero-based "
+            'decimal index without sign, spaces or leading zeros, such as "[0]" or "[12]"'
+        )
+    other = next(k for k in patch if not INDEX_KEY.match(k))
+    raise PatchError(
+        f"index key {key!r} at {where} is beside the object key {other!r}: an object patch onto "
+        "an array holds index keys only (or ordinary keys only, which replace the array)"
+    )
+
+
+def _kind(value: JSON) -> str:
+    t = type(value)
+    if t is dict:
+        return "an object"
+    if t is bool:
+        return "a boolean"
+    if t is str:
+        return "a string"
+    return "a number"
 
 
 def _patch_indices(
