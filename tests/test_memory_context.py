@@ -191,3 +191,16 @@ def test_passive_recent_transitions_omit_the_response_like_the_state(store: SqlS
         {"strategy": {"s": 1}},
         {"tactics": {"a": 2}},
     ]
+
+
+def test_an_extra_root_that_is_no_object_is_refused_when_built(store: SqlStore) -> None:
+    # a plane is an object: an array root used to be accepted, then refused every write
+    with pytest.raises(
+        InvalidInput, match=r"extra root 'notes' declares type 'array': an extra root is a plane"
+    ):
+        ExtraRoot("notes", {"type": "array"})
+    with pytest.raises(InvalidInput, match=r"declares type \['string', 'null'\]"):
+        ExtraRoot("notes", {"type": ["string", "null"]})
+    m = view(store, extra_roots=(ExtraRoot("notes", {"type": ["object", "null"]}),))
+    m.patch_state({"session": {"notes": {"k": 1}}})
+    assert m.read_state({"path": "session.notes"}) == {"value": {"k": 1}}

@@ -10,6 +10,7 @@ Memory never stores ``null``.
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -44,11 +45,25 @@ ARTIFACT_RUNTIME_FIELDS: Final = frozenset(
 
 @dataclass(frozen=True, slots=True)
 class ExtraRoot:
-    """A module-declared top-level root: validated by a JSON Schema, hot or lazy."""
+    """A module-declared top-level root: validated by a JSON Schema, hot or lazy. Like every
+    plane it holds a JSON object, so a schema whose ``type`` excludes objects is refused here,
+    where the root is built, not at each write it would refuse."""
 
     name: str
     schema: Mapping[str, Any]
     lazy: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.schema, Mapping):
+            raise InvalidInput(f"extra root {self.name!r}: its schema must be a JSON Schema object")
+        declared = self.schema.get("type", "object")
+        types = declared if isinstance(declared, list) else [declared]
+        if "object" not in types:
+            raise InvalidInput(
+                f"extra root {self.name!r} declares type {declared!r}: an extra root is a plane, "
+                'always a JSON object — put the value under a key, e.g. {"type": "object", '
+                f'"properties": {{"items": {{"type": {json.dumps(declared)}}}}}}}'
+            )
 
 
 @dataclass(frozen=True)
