@@ -83,7 +83,7 @@ def test_state_tools_are_limited_to_the_served_states(store: SqlStore) -> None:
     assert schema["properties"]["state"]["enum"] == ["notes"]
     assert not limited.call("state_merge", {"state": "notes", "patch": {"a": 1}}).is_error
     refused = limited.call("state_merge", {"state": "secrets", "patch": {"a": 1}})
-    assert refused.is_error and refused.code == "not-found" and "served: notes" in refused.text
+    assert refused.is_error and refused.code == "state-not-found" and "served: notes" in refused.text
     assert [d.name for d in ToolHost(view(store)).definitions()] == ["read_state", "patch_state"]
     states.close()
 
@@ -205,7 +205,11 @@ def test_mcp_serves_the_two_memory_tools_by_default_and_state_tools_only_when_as
     assert not results[5].is_error
     assert results[6].content[0].text == '{"value":{"tactics":{"a":1}}}'
     limited = _mcp(db, tmp_path, "--states", "notes", calls=[MEMORY_WRITES[0]])
-    assert limited["results"][0].content[0].text.startswith("error[not-found]: state 'memory' is not served")
+    assert (
+        limited["results"][0]
+        .content[0]
+        .text.startswith("error[state-not-found]: state 'memory' is not served")
+    )
     unknown = sf("--store", db, "mcp", "--states", "nope", cwd=tmp_path)
     assert unknown.returncode == 1 and "error[state-not-found]" in unknown.stderr
 

@@ -278,7 +278,9 @@ def test_http_declared_state_tools_on_request_with_tenancy(served: str, backend:
     assert out["enum"] == ["notes"]
     assert not out["merge"].is_error, out["merge"].content[0].text
     assert out["read"].structured_content["result"]["data"] == {"text": "hi"}
-    assert out["memory_write"].content[0].text.startswith("error[not-found]: state 'memory' is not served")
+    assert (
+        out["memory_write"].content[0].text.startswith("error[state-not-found]: state 'memory' is not served")
+    )
     assert not out["alice_own"].is_error, out["alice_own"].content[0].text
     for refused in (out["alice_bobs"], out["alice_write_bobs"]):
         assert (

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from stateflow.doc.canonical import encode
-from stateflow.errors import Forbidden, NotFound, StateflowError
+from stateflow.errors import Forbidden, StateflowError
 from stateflow.memory import MemoryView
 
 if TYPE_CHECKING:  # the states layer loads only with a StatesService: memory tools never need it
@@ -202,8 +202,11 @@ class ToolHost:
     def _check_served(self, args: Any) -> None:
         state = args.get("state") if isinstance(args, dict) else None
         if self.state_names is not None and isinstance(state, str) and state not in self.state_names:
+            from stateflow.states.service import StateNotFound  # (loaded: these tools hold a service)
+
             served = ", ".join(self.state_names) or "none"
-            raise NotFound(f"state {state!r} is not served by these tools (served: {served})")
+            # the code an undeclared state gets with every state served: one code at every door
+            raise StateNotFound(f"state {state!r} is not served by these tools (served: {served})")
         subject = args.get("subject") if isinstance(args, dict) else None
         if self.allows_target is not None and isinstance(subject, dict):
             kind, name = subject.get("target_kind"), subject.get("target_name")
