@@ -455,6 +455,11 @@ def test_http_never_looks_at_the_servers_files_under_a_clients_cwd(tmp_path: Pat
         server.stop()
     for refused in out["probes"]:
         assert refused.is_error and refused.content[0].text.startswith("error[outside-roots]:"), refused
+        # the rule of this door: the client's cwd is no directory here, only knowledge roots admit
+        assert refused.content[0].text.endswith(
+            "this door's working directory is the client's, not a directory of this machine, so sources "
+            f"must lie inside one of the server's knowledge roots (STATEFLOW_KNOWLEDGE_ROOTS) ({notes})"
+        ), refused
     assert not out["card"].is_error
     assert "changed" in out["head"]["state"]["artifacts"][str(notes / "db.md")]["hint"]
     assert out["head"]["knowledge_sources"][0]["root"] == str(notes)

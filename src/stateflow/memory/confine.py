@@ -30,11 +30,17 @@ def _inside(path: str, roots: Sequence[str]) -> str | None:
     return None
 
 
-def _refuse(source: str, roots: Sequence[str], why: str) -> OutsideRoots:
-    return OutsideRoots(
-        f"artifact source {source!r} {why}; sources must stay inside the working directory or a "
-        f"configured knowledge root ({', '.join(roots) or 'none here'})"
-    )
+def _refuse(source: str, roots: Sequence[str], why: str, local: bool) -> OutsideRoots:
+    """The refusal, saying this door's rule: a door without a local working directory admits
+    sources in the server's knowledge roots only (the client's cwd names a scope, no directory)."""
+    if local:
+        rule = "sources must stay inside the working directory or a configured knowledge root"
+    else:
+        rule = (
+            "this door's working directory is the client's, not a directory of this machine, so "
+            "sources must lie inside one of the server's knowledge roots (STATEFLOW_KNOWLEDGE_ROOTS)"
+        )
+    return OutsideRoots(f"artifact source {source!r} {why}; {rule} ({', '.join(roots) or 'none configured'})")
 
 
 def confine(source: str, cwd: str, roots: Sequence[str] = ()) -> str:
@@ -46,16 +52,14 @@ def confine(source: str, cwd: str, roots: Sequence[str] = ()) -> str:
     """
     allowed = [os.path.normpath(r) for r in ((cwd, *roots) if cwd else roots)]
     if "\0" in source:
-        raise _refuse(source, allowed, "contains a NUL byte")
+        raise _refuse(source, allowed, "contains a NUL byte", bool(cwd))
     if not cwd and not os.path.isabs(source):
-        raise _refuse(
-            source, allowed, "is relative, and this door's working directory is not on this machine"
-        )
+        raise _refuse(source, allowed, "is relative", False)
     joined = source if os.path.isabs(source) else os.path.join(cwd, source)
     path = os.path.normpath(joined)
     root = _inside(path, allowed)
     if root is None:
-        raise _refuse(source, allowed, "resolves outside them")
+        raise _refuse(source, allowed, "resolves outside them", bool(cwd))
     hops = 0
     done = root
     pending = list(PurePath(path).relative_to(root).parts)
@@ -70,12 +74,14 @@ def confine(source: str, cwd: str, roots: Sequence[str] = ()) -> str:
             continue
         hops += 1
         if hops > MAX_LINKS:
-            raise _refuse(source, allowed, "follows too many symbolic links")
+            raise _refuse(source, allowed, "follows too many symbolic links", bool(cwd))
         target = os.readlink(candidate)
         resolved = os.path.normpath(os.path.join(os.path.dirname(candidate), target, *pending))
         root = _inside(resolved, allowed)
         if root is None:
-            raise _refuse(source, allowed, "follows a symbolic link that leaves them")
+            raise _refuse(
+                source, allowed, "follows a symbolic link that leaves them", bool(cwd)
+            )
         done = root
         pending = list(PurePath(resolved).relative_to(root).parts)
     return done
