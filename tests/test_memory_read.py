@@ -223,6 +223,31 @@ def test_dangling_reference_hint_for_one_missing_value_path(store) -> None:  # t
             m.read_state(args)
 
 
+def test_the_hint_matches_the_spellings_of_one_address_exactly(store) -> None:  # type: ignore[no-untyped-def]
+    # seed 000: exact structured $ref and textual $path matches; a bare path is the effective one
+    m = view(store)
+    m.patch_state({"session": {"tactics": {"a": {"$ref": "lazy.q"}, "b": {"$ref": "session.lazy.q"}}}})
+    for asked in ("lazy.q", "effective.lazy.q"):  # either spelling finds refs of the other
+        assert m.read_state({"path": asked})["hint"][0]["paths"] == ["session.tactics.a"]
+    assert m.read_state({"path": "session.lazy.q"})["hint"][0]["paths"] == ["session.tactics.b"]
+    for other in ("effective.lazy.q.x", "cwd.lazy.q"):
+        with pytest.raises(SelectionError):  # below or beside a referenced path: no hint
+            m.read_state({"path": other})
+
+
+def test_a_whole_scope_read_is_the_hot_view_and_lazy_is_read_by_name(store) -> None:  # type: ignore[no-untyped-def]
+    m = view(store)
+    m.patch_state({"session": {"tactics": {"a": 1}, "lazy": {"x": [1, 2]}}})
+    for root in ("session", "effective"):
+        assert m.read_state({"path": root}) == {"value": {"tactics": {"a": 1}}}
+        assert m.read_state({"path": root, "projection": "keys"})["keys"] == {"tactics": "object"}
+        assert m.read_state({"path": f"{root}.lazy"}) == {"value": {"x": [1, 2]}}
+    assert m.read_state({"path": "session.lazy.x", "projection": "keys"}) == {
+        "meta": {"type": "array", "length": 2},
+        "keys": [],
+    }
+
+
 def test_hint_lists_at_most_three_owners_and_says_when_more_may_exist(store) -> None:  # type: ignore[no-untyped-def]
     m = view(store)
     m.patch_state({"session": {"tactics": {f"n{i}": {"$ref": "lazy.gone"} for i in range(5)}}})

@@ -673,11 +673,18 @@ class MemoryView:
     # ------------------------------------------------------------------------- hints
 
     def _dangling_hint(self, path: ReadPath, current: dict[str, Document]) -> dict[str, Any] | None:
+        # the spellings of this one address, each matched exactly: a bare path is the effective
+        # one (either way round), and with one wanted scope the effective path is that scope's
         candidates = [path.text]
+        bare = None
         if path.implicit:
-            candidates.append(f"effective.{path.text}")
-            if self.single:
-                candidates.append(f"{self.single}.{path.text}")
+            bare = path.text
+            candidates.append(f"effective.{bare}")
+        elif path.root == "effective" and path.text.startswith("effective."):
+            bare = path.text[len("effective.") :]
+            candidates.append(bare)
+        if bare is not None and self.single:
+            candidates.append(f"{self.single}.{bare}")
         scan = ("artifacts", "strategy", "tactics", "intents", "lazy", *(r.name for r in self.planes.extra))
         hot = self._read(self.planes.hot)
         scopes = []
