@@ -79,9 +79,7 @@ def confine(source: str, cwd: str, roots: Sequence[str] = ()) -> str:
         resolved = os.path.normpath(os.path.join(os.path.dirname(candidate), target, *pending))
         root = _inside(resolved, allowed)
         if root is None:
-            raise _refuse(
-                source, allowed, "follows a symbolic link that leaves them", bool(cwd)
-            )
+            raise _refuse(source, allowed, "follows a symbolic link that leaves them", bool(cwd))
         done = root
         pending = list(PurePath(resolved).relative_to(root).parts)
     return done
