@@ -84,7 +84,7 @@ def merge_patch(
     spare = copies if copies is not None and len(base) >= copies.min_elements else None
     steps: list[Step] | None = None if spare is None else []  # (only a copier is told them)
     for key, sub in patch.items():
-        if key[:1] == "[" and INDEX_FORM.match(key):
+        if "[" in key and INDEX_FORM.match(key):  # (a substring test: the cheapest per key)
             _refuse_index_key(target, patch, key, _path)
         current = base.get(key, MISSING)
         if sub is None:
