@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 from datetime import UTC, datetime, timedelta
 
 from stateflow.config import Config, RetentionConfig
-from stateflow.states.service import StatesService
+from stateflow.states.builtin import MEMORY_DECLARATION
+from stateflow.states.service import CATALOG, StatesService
 from stateflow.store import SqlStore
+from stateflow.store.model import DocKey, Write
 
 from .memory_helpers import view
 
@@ -54,3 +57,19 @@ def test_memory_declared_with_its_own_retention_is_swept(store: SqlStore) -> Non
 
     assert report["pruned"] == {"memory": 1}  # notes: no retention at all, not listed
     assert m.read_state({"path": "session"})["value"] == {}
+
+
+def test_a_memory_retention_survives_a_newer_versions_redeclare(store: SqlStore) -> None:
+    # a store declared by an older version (its memory schema without `lazy`), given a retention
+    old = copy.deepcopy(MEMORY_DECLARATION)
+    del old["schema"]["properties"]["lazy"]
+    old = {**old, "name": "memory", "retention_days": 30}
+    key = DocKey(CATALOG, "memory")
+    store.update([key], lambda docs: ([Write.between(key, docs[key].body, old, docs[key].revision)], None))
+
+    service = StatesService(store, Config())
+    service.install_builtins()  # this version's schema adds `lazy`: memory is re-declared
+
+    memory = service.get_declaration("memory")
+    assert "lazy" in memory["schema"]["properties"]
+    assert memory["retention_days"] == 30
