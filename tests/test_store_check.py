@@ -183,6 +183,9 @@ def test_read_commands_never_create_a_store(tmp_path: Path) -> None:
         ["states", "subjects", "memory"],
         ["states", "search", "memory", "--filters", "{}"],
         ["states", "template-jq", "eval", "memory", *subject, "t.p"],
+        ["tool", "read_state", '{"path": "tactics"}'],
+        ["tool", "state_read", '{"state": "memory"}'],
+        ["knowledge", "status", "--knowledge-root", str(tmp_path)],
     ):
         out = sf(str(typo), *args)
         assert out.returncode == 1, args
@@ -191,16 +194,41 @@ def test_read_commands_never_create_a_store(tmp_path: Path) -> None:
 
 
 def test_store_files_are_private_to_their_owner(tmp_path: Path) -> None:
-    path = tmp_path / "new" / "s.db"
+    tmp_path.chmod(0o755)
+    path = tmp_path / "new" / "sub" / "s.db"
     assert sf(str(path), "doc", "put", "notes", "n1", '{"a": 1}').returncode == 0
     store = open_store(str(path))  # keeps the WAL and its index open
     try:
         store.get(DocKey("notes", "n1"))
         for name in ("s.db", "s.db-wal", "s.db-shm"):
             assert oct((path.parent / name).stat().st_mode & 0o777) == "0o600", name
+        # every folder the store created is private, the one that was there is left alone
         assert oct(path.parent.stat().st_mode & 0o777) == "0o700"
+        assert oct(path.parent.parent.stat().st_mode & 0o777) == "0o700"
+        assert oct(tmp_path.stat().st_mode & 0o777) == "0o755"
     finally:
         store.close()
+
+
+def test_tool_calls_that_only_read_never_create_the_default_store(tmp_path: Path) -> None:
+    """With no --store, a read answers store-not-found; the first write creates the default
+    store, each folder of the data directory it makes private (0700)."""
+    data = tmp_path / "data"
+    env = {k: v for k, v in os.environ.items() if k != "STATEFLOW_STORE"}
+    env["XDG_DATA_HOME"] = str(data)
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["stateflow", *args], capture_output=True, text=True, timeout=60, env=env)
+
+    for name, arguments in (("read_state", '{"path": "tactics"}'), ("state_read", '{"state": "memory"}')):
+        out = run("tool", name, arguments)
+        assert out.returncode == 1 and out.stderr.startswith("error[store-not-found]: "), out.stderr
+        assert not data.exists()
+    out = run("tool", "patch_state", '{"session": {"tactics": {"next": "review"}}}')
+    assert out.returncode == 0, out.stderr
+    assert run("tool", "read_state", '{"path": "session.tactics"}').stdout == '{"value":{"next":"review"}}\n'
+    for folder in (data, data / "stateflow"):
+        assert oct(folder.stat().st_mode & 0o777) == "0o700", folder
 
 
 def test_mode_ro_serves_reads_and_refuses_writes(tmp_path: Path) -> None:

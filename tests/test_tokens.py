@@ -86,6 +86,8 @@ def test_token_create_show_revoke_manage_what_serve_accepts(tmp_path: Path) -> N
     secret = created.stdout.strip()
     assert secret.startswith("sf_") and len(secret) > 16
     assert oct(kept.stat().st_mode & 0o777) == "0o600"
+    for folder in (tmp_path / "data", kept.parent):  # each folder it created is private
+        assert oct(folder.stat().st_mode & 0o777) == "0o700", folder
     shown = sf(env, "token", "show")
     assert secret not in shown.stdout  # fingerprints only unless asked
     (line,) = shown.stdout.strip().splitlines()

@@ -102,6 +102,12 @@ TITLES: dict[str, str] = {
 }
 
 
+def writes(name: str) -> bool:
+    """Whether the tool called ``name`` may write (all but ``read_state`` and ``state_read``):
+    what a read-only token may not call, and what may create a store where there is none."""
+    return name == "patch_state" or (name.startswith("state_") and name != "state_read")
+
+
 @dataclass(frozen=True)
 class ToolDefinition:
     name: str
@@ -216,9 +222,7 @@ class ToolHost:
     def call(self, name: str, args: Any) -> ToolResult:
         """Run a tool; a refusal becomes an error result with a concise message, never an exception."""
         try:
-            if self.read_only and (
-                name == "patch_state" or (name.startswith("state_") and name != "state_read")
-            ):
+            if self.read_only and writes(name):
                 raise Forbidden(f"{name} writes, and this token is read-only")
             if name == "read_state":
                 value = self.view.read_state(args)

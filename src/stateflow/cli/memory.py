@@ -18,7 +18,7 @@ from stateflow.errors import InvalidInput
 from stateflow.extras import needs_extra
 from stateflow.memory import Identity, MemoryConfig, MemoryView, parse_scopes, shown
 from stateflow.memory.scopes import DEFAULT_SESSION, SESSION_ENV
-from stateflow.tools import ToolHost
+from stateflow.tools import ToolHost, writes
 
 KNOWLEDGE_ENV = "STATEFLOW_KNOWLEDGE_ROOTS"
 HOT_BUDGET_ENV = "STATEFLOW_HOT_BUDGET"
@@ -145,10 +145,13 @@ def tool_host(view: MemoryView, state_names: Sequence[str] | None = None) -> Too
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="Read the arguments from a file.",
 )
-@with_view
-def tool(view: MemoryView, name: str, arguments: str | None, file: Path | None) -> None:
+@memory_options
+@pass_context
+@refusals
+def tool(ctx: Context, /, name: str, arguments: str | None, file: Path | None, **kw: Any) -> None:
     """Call an LLM tool with ARGUMENTS (JSON; '-' reads stdin) and print exactly its result."""
     args = read_json_arg(arguments, file, "ARGUMENTS")
+    view = make_view(ctx, kw, reads=not writes(name))  # a read never creates a store
     host = tool_host(view) if name.startswith("state_") else ToolHost(view)
     result = host.call(name, args)
     if result.is_error:

@@ -22,6 +22,7 @@ import platformdirs
 
 from stateflow.errors import Forbidden as Forbidden  # re-exported: the API's callers import it here
 from stateflow.errors import InvalidInput, StateflowError
+from stateflow.files import make_private_dirs
 
 ENV_TOKENS = "STATEFLOW_TOKENS"
 
@@ -125,8 +126,8 @@ def new_secret() -> str:
 
 
 def write_token_file(path: Path, specs: list[str]) -> None:
-    """Replace the token file (0600, in a 0700 directory when it creates one) atomically."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    """Replace the token file (0600; each folder it creates 0700) atomically."""
+    make_private_dirs(path.parent)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as fh:

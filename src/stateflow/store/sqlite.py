@@ -42,6 +42,7 @@ from stateflow.errors import (
     UnsupportedStore,
     WriteOutcomeUnknown,
 )
+from stateflow.files import make_private_dirs
 from stateflow.store import writer_queue, writer_requests
 from stateflow.store.base import SqlStore
 from stateflow.store.clock import utc_now
@@ -1172,7 +1173,6 @@ def _mapped(exc: sqlite3.Error) -> StateflowError:
 
 
 FILE_MODE: Final = 0o600
-DIR_MODE: Final = 0o700
 
 
 def preflight(path: Path) -> bool:
@@ -1201,10 +1201,10 @@ def preflight(path: Path) -> bool:
 
 
 def _create(path: Path) -> None:
-    """The store file and its directory, private to the owner (SQLite gives the -wal and -shm
-    files the mode of the database file)."""
+    """The store file and each folder it needs, private to the owner (SQLite gives the -wal and
+    -shm files the mode of the database file)."""
     try:
-        path.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+        make_private_dirs(path.parent)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT, FILE_MODE)
         os.close(fd)
     except PermissionError:
