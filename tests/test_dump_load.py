@@ -142,3 +142,71 @@ def test_load_refuses_a_store_with_data_and_a_file_that_is_not_a_dump(tmp_path: 
     target = str(tmp_path / "docs.db")
     assert sf(target, "load", str(no_history)).returncode == 0
     assert json.loads(sf(target, "doc", "get", "notes", "a").stdout) == {"x": 1}
+
+
+def test_a_refused_load_creates_nothing_and_changes_nothing(tmp_path: Path) -> None:
+    """The whole dump is checked before a store is opened: a file that is not a dump, or one
+    whose lines a replay would trip over, leaves a missing store missing and an empty store as
+    it was; a dump refused part way through its replay takes back the store the load created."""
+    source = str(tmp_path / "s.db")
+    for value in (1, 2):
+        assert sf(source, "doc", "put", "notes", "a", json.dumps({"x": value})).returncode == 0
+    dump = tmp_path / "d.jsonl"
+    assert sf(source, "dump", str(dump)).returncode == 0
+    items = lines(dump)
+    assert [item.get("kind") for item in items] == [None, "transition", "transition", "document"]
+
+    def variant(name: str, index: int, change: dict[str, Any]) -> Path:
+        edited = [dict(item) for item in items]
+        edited[index] = {**edited[index], **change}
+        path = tmp_path / name
+        path.write_text("".join(json.dumps(item) + "\n" for item in edited))
+        return path
+
+    second = items[2]["changes"][0]
+    refused = {
+        "not a dump": Path("/etc/hostname")
+        if Path("/etc/hostname").exists()
+        else variant("n.jsonl", 0, {"a": 1}),
+        "truncated": tmp_path / "cut.jsonl",
+        "document without body": variant("nobody.jsonl", 3, {"body": "text"}),
+        "revision skipped": variant("skip.jsonl", 2, {"changes": [{**second, "revision": 5}]}),
+        "unknown line": variant("kind.jsonl", 3, {"kind": "blob"}),
+    }
+    refused["truncated"].write_bytes(dump.read_bytes()[:-20])
+    # a dump whose edit does not apply passes the check: only its replay refuses it
+    bad_edit = {**second, "edits": [[["x", "deeper"], 1]]}
+    halfway = variant("halfway.jsonl", 2, {"changes": [bad_edit]})
+
+    for why, path in [*refused.items(), ("edit does not apply", halfway)]:
+        target = tmp_path / "new" / "copy.db"
+        out = sf(str(target), "load", str(path))
+        assert out.returncode == 1 and out.stderr.startswith("error[invalid-dump]: "), (why, out.stderr)
+        assert not (tmp_path / "new").exists(), why  # no file, no folder
+
+    empty = tmp_path / "empty.db"
+    assert sf(str(empty), "migrate").returncode == 0
+    files = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.name.startswith("empty.db")}
+    for why, path in refused.items():
+        out = sf(str(empty), "load", str(path))
+        assert out.returncode == 1 and out.stderr.startswith("error[invalid-dump]: "), (why, out.stderr)
+        assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.name.startswith("empty.db")} == files
+    assert sf(str(empty), "load", str(dump)).returncode == 0
+    assert json.loads(sf(str(empty), "doc", "get", "notes", "a").stdout) == {"x": 2}
+
+
+def test_a_refused_dump_leaves_its_target_as_it_was(tmp_path: Path) -> None:
+    kept = tmp_path / "kept.jsonl"
+    kept.write_text("an earlier dump\n")
+    for target in (kept, tmp_path / "new.jsonl"):
+        out = sf(str(tmp_path / "typo.db"), "dump", str(target))
+        assert out.returncode == 1 and out.stderr.startswith("error[store-not-found]: "), out.stderr
+    assert kept.read_text() == "an earlier dump\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.jsonl"]
+    source = str(tmp_path / "s.db")
+    assert sf(source, "doc", "put", "notes", "a", '{"x": 1}').returncode == 0
+    out = sf(source, "dump", str(tmp_path / "no-such-dir" / "d.jsonl"))
+    assert out.returncode == 1, out.stderr
+    assert out.stderr.startswith("error[store-unavailable]: cannot write "), out.stderr
+    assert sf(source, "dump", str(kept)).returncode == 0
+    assert lines(kept)[-1]["body"] == {"x": 1} and oct(kept.stat().st_mode & 0o777) == "0o600"

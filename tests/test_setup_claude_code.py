@@ -30,6 +30,9 @@ def test_setup_merges_is_idempotent_and_its_hook_and_server_work(tmp_path: Path)
             }
         )
     )
+    typo = tmp_path / "projekt"
+    out = sf("--store", db, "setup", "claude-code", "--project", str(typo), cwd=tmp_path)
+    assert out.returncode == 2 and "does not exist" in out.stderr and not typo.exists()
     dry = sf("--store", db, "setup", "claude-code", "--project", str(project), "--dry-run", cwd=tmp_path)
     assert dry.returncode == 0, dry.stderr
     assert '"other"' in dry.stdout and json.loads((project / ".mcp.json").read_text()) == {

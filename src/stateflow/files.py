@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Final
 
+from stateflow.errors import StoreUnavailable
+
 DIR_MODE: Final = 0o700
+FILE_MODE: Final = 0o600
 
 
 def make_private_dirs(directory: Path) -> None:
@@ -25,3 +30,22 @@ def make_private_dirs(directory: Path) -> None:
         except FileExistsError:
             if not level.is_dir():
                 raise
+
+
+def write_private(path: Path, chunks: Iterable[bytes]) -> None:
+    """Write ``chunks`` to ``path`` (0600) whole or not at all: into a file beside it that
+    replaces ``path`` once every chunk is written and on disk. A refusal while the chunks are
+    made (a missing store, damage) leaves no file, and an existing ``path`` as it was."""
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    try:
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+        with os.fdopen(fd, "wb") as out:
+            for chunk in chunks:
+                out.write(chunk)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(partial, path)
+    except OSError as exc:
+        raise StoreUnavailable(f"cannot write {path}: {exc.strerror or exc}") from exc
+    finally:
+        partial.unlink(missing_ok=True)

@@ -76,8 +76,9 @@ class Context:
         return self._store
 
     def close(self) -> None:
-        if self._store is not None:
-            self._store.close()
+        store, self._store = self._store, None
+        if store is not None:
+            store.close()
 
 
 pass_context = click.make_pass_decorator(Context)

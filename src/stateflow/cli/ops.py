@@ -10,7 +10,9 @@ import click
 from stateflow.cli.common import Context, echo_json, pass_context, refusals
 from stateflow.cli.examples import decorate
 from stateflow.errors import CorruptStore, UnsupportedStore
+from stateflow.files import write_private
 from stateflow.store import SqlStore, resolve_store_url
+from stateflow.store.open import sqlite_file
 
 
 @click.command("check")
@@ -24,10 +26,10 @@ def check(ctx: Context, as_json: bool) -> None:
     from stateflow.store.check import CheckReport, check_store, sqlite_file_integrity
 
     location = resolve_store_url(ctx.store_location)
-    path = _sqlite_path(location)
+    path = sqlite_file(location)
     report = CheckReport(location)
-    if path is not None and Path(path).expanduser().exists():
-        sqlite_file_integrity(str(Path(path).expanduser()), report)
+    if path is not None and path.exists():
+        sqlite_file_integrity(str(path), report)
     if report.ok:  # a file that failed its own check is not opened
         try:
             full = check_store(_sql(ctx.reader()))
@@ -60,16 +62,6 @@ def _sql(store: object) -> SqlStore:
     return store
 
 
-def _sqlite_path(location: str) -> str | None:
-    if location.startswith(("postgresql://", "postgres://")):
-        return None
-    if location.startswith("sqlite://"):
-        from urllib.parse import unquote, urlsplit
-
-        return unquote(urlsplit(location).path)
-    return location
-
-
 @click.command("backup")
 @click.argument("target", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--force", is_flag=True, help="Replace TARGET when it exists.")
@@ -81,13 +73,13 @@ def backup(ctx: Context, target: Path, force: bool) -> None:
     from stateflow.store.backup import sqlite_backup
 
     location = resolve_store_url(ctx.store_location)
-    path = _sqlite_path(location)
+    path = sqlite_file(location)
     if path is None:
         raise UnsupportedStore(
             "stateflow backup copies SQLite files; back PostgreSQL up with pg_dump "
             "(or `stateflow dump` for a portable copy)"
         )
-    pages = sqlite_backup(Path(path).expanduser(), target, replace=force)
+    pages = sqlite_backup(path, target, replace=force)
     click.echo(f"backed up {location} to {target} ({pages} pages, checked)", err=True)
 
 
@@ -124,12 +116,7 @@ def dump(ctx: Context, target: Path | None, no_history: bool) -> None:
         for line in lines:
             out.write(line)
         return
-    import os
-
-    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as fh:
-        for line in lines:
-            fh.write(line)
+    write_private(target, lines)  # whole or not at all: a refused dump leaves TARGET as it was
 
 
 @click.command("load")
@@ -137,11 +124,27 @@ def dump(ctx: Context, target: Path | None, no_history: bool) -> None:
 @pass_context
 @refusals
 def load(ctx: Context, source: Path) -> None:
-    """Load a dump into an empty store (run `stateflow migrate` first on PostgreSQL)."""
+    """Load a dump into an empty store (run `stateflow migrate` first on PostgreSQL).
+
+    The whole file is checked before the store is opened: a file that is not a dump creates
+    and changes nothing. A SQLite store the load created is removed if the load is refused."""
+    from stateflow.store.portable import check as check_dump
     from stateflow.store.portable import load as load_store
+    from stateflow.store.sqlite import first_missing_folder, remove_created
 
     with source.open("rb") as fh:
-        counts = load_store(_sql(ctx.store()), fh)
+        check_dump(fh)
+        fh.seek(0)
+        path = sqlite_file(ctx.store_location)
+        created = path is not None and not path.exists()
+        top = first_missing_folder(path) if path is not None else None
+        try:
+            counts = load_store(_sql(ctx.store()), fh)
+        except BaseException:
+            if created and path is not None:
+                ctx.close()
+                remove_created(path, top)
+            raise
     echo_json(counts)
 
 

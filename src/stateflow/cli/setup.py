@@ -97,7 +97,7 @@ def setup() -> None:
 @setup.command("claude-code")
 @click.option(
     "--project",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=click.Path(exists=True, file_okay=False, path_type=Path),  # a typo creates no tree
     default=".",
     show_default=True,
     help="The project directory (where .mcp.json and .claude/ live).",

@@ -69,6 +69,28 @@ def open_store(
         )
     from stateflow.store.sqlite import DEFAULT_BUSY_TIMEOUT_MS, SqliteStore
 
+    path, synchronous, read_only = _sqlite_location(url)
+    return SqliteStore(
+        path,
+        synchronous=synchronous,
+        busy_timeout_ms=DEFAULT_BUSY_TIMEOUT_MS if wait_seconds is None else round(wait_seconds * 1000),
+        auto_migrate=(create or Path(path).expanduser().exists()) if auto_migrate is None else auto_migrate,
+        create=create,
+        read_only=read_only,
+    )
+
+
+def sqlite_file(store: StoreLocation | None = None) -> Path | None:
+    """The file of the SQLite store at ``store`` (None for PostgreSQL), read by the rules
+    :func:`open_store` follows."""
+    url = resolve_store_url(store)
+    if url.startswith(("postgresql://", "postgres://")):
+        return None
+    return Path(_sqlite_location(url)[0]).expanduser()
+
+
+def _sqlite_location(url: str) -> tuple[str, str, bool]:
+    """A SQLite location's file path, ``synchronous`` setting and read-only flag."""
     synchronous = "full"
     read_only = False
     path = url
@@ -97,14 +119,7 @@ def open_store(
         raise UnsupportedStore("empty store path")
     if "://" not in url:
         refuse_query_path(path)
-    return SqliteStore(
-        path,
-        synchronous=synchronous,
-        busy_timeout_ms=DEFAULT_BUSY_TIMEOUT_MS if wait_seconds is None else round(wait_seconds * 1000),
-        auto_migrate=(create or Path(path).expanduser().exists()) if auto_migrate is None else auto_migrate,
-        create=create,
-        read_only=read_only,
-    )
+    return path, synchronous, read_only
 
 
 _OPTIONS: Final = re.compile(r"\?[A-Za-z_][A-Za-z0-9_.-]*=")

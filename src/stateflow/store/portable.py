@@ -19,7 +19,7 @@ loaded.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Final
 
 import orjson
@@ -102,19 +102,27 @@ def _ops(store: SqlStore) -> Iterator[bytes]:
         )
 
 
+def check(lines: Iterable[bytes]) -> dict[str, Any]:
+    """Read a whole dump and check every line's shape (what :func:`load` checks as it goes),
+    without a store: a file that is not a whole dump is refused before any store is opened or
+    created, so nothing is written. Returns the header."""
+    items = _items(lines)
+    header = next(items)
+    for _ in items:
+        pass
+    return header
+
+
 def load(store: SqlStore, lines: Iterable[bytes]) -> dict[str, int]:
-    """Load a dump into ``store``, which must hold no transition yet; returns counts."""
+    """Load a dump into ``store``, which must hold no transition yet; returns counts. A line
+    refused here has the loaded lines before it written: :func:`check` the dump first."""
     store.check_schema()
     with store._read_tx() as tx:
         has_ops = tx.one("SELECT 1 FROM applied_ops LIMIT 1") is not None
     if has_ops or store.transitions(limit=1):
         raise Conflict(f"{store.url} already holds data; load into an empty store")
-    items = iter(_parsed(lines))
-    header = next(items, None)
-    if not isinstance(header, dict) or header.get("format") != FORMAT:
-        raise InvalidDump("not a stateflow dump (the first line must be its header)")
-    if header.get("version") != VERSION:
-        raise InvalidDump(f"dump version {header.get('version')!r} is not supported ({VERSION} is)")
+    items = _items(lines)
+    header = next(items)
     transitions = documents = 0
     expected: dict[DocKey, tuple[int, Any]] = {}
     seqs: dict[int, int] = {}
@@ -123,7 +131,7 @@ def load(store: SqlStore, lines: Iterable[bytes]) -> dict[str, int]:
     batch: dict[DocKey, Any] = {}
     """documents of a dump without history, written :data:`PAGE` to a commit"""
     for item in items:
-        kind = item.get("kind") if isinstance(item, dict) else None
+        kind = item["kind"]
         if kind == "transition":
             seqs[int(item["seq"])] = _replay(store, item)
             transitions += 1
@@ -141,8 +149,6 @@ def load(store: SqlStore, lines: Iterable[bytes]) -> dict[str, int]:
                 if len(batch) == PAGE:
                     _write_batch(store, batch)
             documents += 1
-        else:
-            raise InvalidDump(f"unknown dump line {str(item)[:80]!r}")
     _write_batch(store, batch)
     if ops:
         with store._write_tx() as tx:
@@ -175,8 +181,11 @@ def _replay(store: SqlStore, item: dict[str, Any]) -> int:
         )
         for c in item["changes"]
     ]
-    with restoring_time(item["at"]):
-        commit = store.commit(writes, item["origin"])
+    try:
+        with restoring_time(item["at"]):
+            commit = store.commit(writes, item["origin"])
+    except (Conflict, InvalidInput) as exc:  # a damaged dump, not a concurrent writer
+        raise InvalidDump(f"transition {item['seq']} does not replay: {exc.message}") from None
     if commit.seq is None:
         raise InvalidDump(f"transition {item['seq']} changed nothing when replayed")
     return commit.seq
@@ -197,11 +206,126 @@ def _line(value: Any) -> bytes:
     return orjson.dumps(value) + b"\n"
 
 
-def _parsed(lines: Iterable[bytes]) -> Iterator[Any]:
+def _items(lines: Iterable[bytes]) -> Iterator[dict[str, Any]]:
+    """The header, then every other line, each refused by number unless it has the fields (and
+    their types) its kind needs and, in a dump with history, the revisions a replay needs: a
+    load never stops on a line it cannot read."""
+    header: dict[str, Any] | None = None
+    revisions: dict[tuple[str, str], int] = {}
+    """each document's revision after the transitions read so far"""
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
-            yield orjson.loads(line)
+            item = orjson.loads(line)
         except orjson.JSONDecodeError as exc:
             raise InvalidDump(f"line {number} is not JSON: {exc}") from None
+        if header is None:
+            _check_header(item)
+            header = item
+        else:
+            _check_line(number, item)
+            if header.get("history"):
+                _check_revisions(number, item, revisions)
+        yield item
+    if header is None:
+        raise InvalidDump("the dump is empty (the first line must be its header)")
+
+
+def _check_revisions(number: int, item: dict[str, Any], revisions: dict[tuple[str, str], int]) -> None:
+    """Each change takes its document one revision further, from 1, and each document line
+    stands where the transitions leave it: what a replay needs."""
+    pruned = " (history pruned before the dump? dump the store with --no-history)"
+    if item["kind"] == "transition":
+        for change in item["changes"]:
+            key = (change["state"], change["subject"])
+            before = revisions.get(key, 0)
+            if change["revision"] != before + 1:
+                raise InvalidDump(
+                    f"line {number}: transition {item['seq']} takes {key[0]}/{key[1]} to revision "
+                    f"{change['revision']}, but the transitions before it leave it at revision {before}"
+                    + (pruned if before == 0 else "")
+                )
+            revisions[key] = before + 1
+    elif item["kind"] == "document":
+        key = (item["state"], item["subject"])
+        after = revisions.get(key, 0)
+        if item["revision"] != after:
+            raise InvalidDump(
+                f"line {number}: document {key[0]}/{key[1]} is at revision {item['revision']}, but the "
+                f"transitions take it to revision {after}" + (pruned if after == 0 else "")
+            )
+
+
+def _check_header(item: Any) -> None:
+    if not isinstance(item, dict) or item.get("format") != FORMAT:
+        raise InvalidDump("not a stateflow dump (the first line must be its header)")
+    if item.get("version") != VERSION:
+        raise InvalidDump(f"dump version {item.get('version')!r} is not supported ({VERSION} is)")
+
+
+def _is_int(value: Any) -> bool:
+    return type(value) is int
+
+
+def _is_str(value: Any) -> bool:
+    return type(value) is str
+
+
+def _is_paths(value: Any) -> bool:
+    return type(value) is list and all(type(path) is list for path in value)
+
+
+_FIELDS: Final[dict[str, dict[str, Callable[[Any], bool]]]] = {
+    "transition": {
+        "seq": _is_int,
+        "at": _is_str,
+        "origin": lambda v: type(v) is dict,
+        "changes": lambda v: type(v) is list and bool(v),
+    },
+    "op": {
+        "scope": _is_str,
+        "op_id": _is_str,
+        "applied_at": _is_str,
+        "seq": lambda v: v is None or _is_int(v),
+    },
+    "document": {
+        "state": _is_str,
+        "subject": _is_str,
+        "revision": _is_int,
+        "body": lambda v: v is None or type(v) is dict,
+    },
+}
+_CHANGE: Final[dict[str, Callable[[Any], bool]]] = {
+    "state": _is_str,
+    "subject": _is_str,
+    "revision": lambda v: _is_int(v) and v >= 1,
+    "edits": lambda v: type(v) is list,
+    "paths": _is_paths,
+}
+
+
+def _check_line(number: int, item: Any) -> None:
+    if not isinstance(item, dict) or item.get("kind") not in _FIELDS:
+        raise InvalidDump(f"line {number}: unknown dump line {str(item)[:80]!r}")
+    kind: str = item["kind"]
+    _check_fields(number, kind, item, _FIELDS[kind])
+    for change in item["changes"] if kind == "transition" else ():
+        if type(change) is not dict:
+            raise InvalidDump(f"line {number}: a transition's change must be an object")
+        _check_fields(number, "change", change, _CHANGE)
+        for edit in change["edits"]:
+            try:
+                Edit.from_json(edit)
+            except InvalidInput as exc:
+                raise InvalidDump(f"line {number}: {exc.message}") from None
+
+
+def _check_fields(
+    number: int, kind: str, item: dict[str, Any], fields: Mapping[str, Callable[[Any], bool]]
+) -> None:
+    for name, valid in fields.items():
+        if name not in item:
+            raise InvalidDump(f"line {number}: {kind} without {name!r}")
+        if not valid(item[name]):
+            raise InvalidDump(f"line {number}: {kind} field {name!r} is not valid: {str(item[name])[:80]!r}")

@@ -15,6 +15,7 @@ import copy
 import math
 import mmap
 import os
+import shutil
 import sqlite3
 import sys
 import threading
@@ -1211,6 +1212,35 @@ def _create(path: Path) -> None:
         raise StorePermissionDenied(f"permission denied: cannot create {path}") from None
     except OSError as exc:
         raise StoreUnavailable(f"cannot create {path}: {exc.strerror or exc}") from None
+
+
+def first_missing_folder(path: Path) -> Path | None:
+    """The topmost folder above the store file ``path`` that does not exist yet (None: its
+    folder exists): the folders creating the store there would make."""
+    top = None
+    folder = path.parent
+    while not folder.is_dir() and folder.parent != folder:
+        top, folder = folder, folder.parent
+    return top
+
+
+def remove_created(path: Path, top: Path | None) -> None:
+    """Take back a store this command created and closed (a refused load): the file, its -wal,
+    -shm and -writer files, its request folder, and the folders made for it up to ``top``
+    (each only when empty)."""
+    for name in (str(path), f"{path}-wal", f"{path}-shm", f"{path}-writer"):
+        with suppress(FileNotFoundError):
+            os.unlink(name)
+    shutil.rmtree(f"{path}-requests", ignore_errors=True)
+    folder = path.parent
+    while top is not None:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
+        if folder == top:
+            return
+        folder = folder.parent
 
 
 def no_wal_index(exc: sqlite3.OperationalError) -> bool:
