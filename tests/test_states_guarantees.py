@@ -89,8 +89,78 @@ def test_etag_and_if_match_over_http(http: TestClient, service: StatesService) -
     assert http.put(REC, json={}, headers={"If-Match": "yesterday"}).status_code == 400
     assert http.delete(REC, headers={"If-Match": "*"}).status_code == 200
     # 0 = absent: create-only
-    assert http.put(REC, json={"status": "new"}, headers={"If-Match": '"4"'}).status_code == 200
-    assert http.put(REC, json={"status": "again"}, headers={"If-Match": '"4"'}).status_code == 412
+    assert http.put(REC, json={"status": "new"}, headers={"If-Match": '"0"'}).status_code == 200
+    assert http.put(REC, json={"status": "again"}, headers={"If-Match": '"0"'}).status_code == 412
+
+
+def test_an_erased_record_is_absent_to_compare_and_set_over_http(
+    http: TestClient, service: StatesService
+) -> None:
+    """Erased, a record is at revision 0 to a compare-and-set (its ETag says so), as one never
+    written is: "0" creates it again, its old revision is refused, and its history keeps
+    counting (the erase is a revision of its own)."""
+    r = http.get(REC)
+    assert r.json() == {"data": None} and r.headers["etag"] == '"0"'  # never written
+    http.put(REC, json={"status": "open"})
+    http.patch(REC, json={"n": 1})
+    r = http.delete(REC, headers={"If-Match": '"2"'})
+    assert r.status_code == 200 and r.json() == {"data": {"erased": True}} and r.headers["etag"] == '"0"'
+    r = http.get(REC)
+    assert r.json() == {"data": None} and r.headers["etag"] == '"0"'
+    for method, path, body in (
+        ("PUT", REC, {"status": "lost"}),
+        ("PATCH", REC, {"status": "lost"}),
+        ("POST", REC + "/deltas", {"ops": [{"op": "set", "path": ["status"], "value": "lost"}]}),
+        ("POST", REC + "/revert", {"revision": 1}),
+        ("DELETE", REC, None),
+    ):
+        for stale in ('"2"', '"3"'):  # its revision before the erase, and the erase's own
+            r = http.request(method, path, json=body, headers={"If-Match": stale})
+            assert r.status_code == 412, (method, stale, r.text)
+            assert f"does not exist (revision 0), not {stale[1]}" in r.json()["error"]
+    assert len(service.writes("tickets", T1)["items"]) == 3  # nothing was written
+    assert http.delete(REC, headers={"If-Match": '"0"'}).status_code == 200  # absent already: a no-op
+    r = http.put(REC, json={"status": "back"}, headers={"If-Match": '"0"'})
+    assert r.status_code == 200 and r.headers["etag"] == '"4"' and r.json()["data"]["revision"] == 4
+    r = http.put(REC, json={"status": "twice"}, headers={"If-Match": '"0"'})
+    assert r.status_code == 412 and "is at revision 4, not 0" in r.json()["error"]
+    # reverting to a revision where it did not exist erases it: absent, "0"
+    r = http.post(REC + "/revert", json={"revision": 0}, headers={"If-Match": '"4"'})
+    assert r.json() == {"data": None} and r.headers["etag"] == '"0"'
+    assert http.patch(REC, json={"n": 2}, headers={"If-Match": '"0"'}).json()["data"]["revision"] == 6
+    assert [w["revision"] for w in service.writes("tickets", T1)["items"]] == [6, 5, 4, 3, 2, 1]
+
+
+def test_an_erased_record_is_absent_to_python_the_tools_and_the_cli(
+    backend: str, service: StatesService
+) -> None:
+    service.replace("tickets", T1, {"status": "a"})
+    service.erase("tickets", T1, expect_revision=1)
+    for stale in (1, 2):
+        with pytest.raises(RevisionMismatch, match=f"does not exist \\(revision 0\\), not {stale}"):
+            service.merge("tickets", T1, {"n": 1}, expect_revision=stale)
+        with pytest.raises(RevisionMismatch):
+            service.apply("tickets", T1, [{"op": "set", "path": ["n"], "value": 1}], expect_revision=stale)
+        with pytest.raises(RevisionMismatch):
+            service.erase("tickets", T1, expect_revision=stale)
+    assert service.merge("tickets", T1, {"n": 1}, expect_revision=0)["revision"] == 3  # type: ignore[index]
+    service.erase("tickets", T1)
+    from stateflow.memory import Identity, MemoryView
+
+    host = ToolHost(MemoryView(service.store, Identity.of("alice", "/tmp", "s1")), service)
+    call = {"state": "tickets", "subject": "t1", "data": {"status": "t"}}
+    result = host.call("state_replace", {**call, "expect_revision": 4})
+    assert result.is_error and result.code == "revision-mismatch"
+    result = host.call("state_replace", {**call, "expect_revision": 0})
+    assert not result.is_error and json.loads(result.text)["result"]["revision"] == 5
+    who = ["--target-name", "alice", "--key", "t1"]
+    done = sf("states", "erase", "tickets", *who, "--expect-revision", "5", store=backend)
+    assert done.returncode == 0, done.stderr
+    done = sf("states", "replace", "tickets", *who, "--data", "{}", "--expect-revision", "6", store=backend)
+    assert done.returncode == 1 and "does not exist (revision 0), not 6" in done.stderr
+    done = sf("states", "replace", "tickets", *who, "--data", "{}", "--expect-revision", "0", store=backend)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["revision"] == 7
 
 
 def test_expect_revision_in_python_and_tools(service: StatesService) -> None:
@@ -401,6 +471,12 @@ def test_the_http_client_and_the_cli_over_a_real_server(server: str, backend: st
     assert [m["subject"]["key"] for m in client.search("tickets", {"status": {"$eq": "a"}})["matches"]] == [
         "t1"
     ]
+    gone = {**T1, "key": "gone"}
+    client.replace("tickets", gone, {})
+    client.erase("tickets", gone, expect_revision=1)
+    assert client.last_etag == '"0"'
+    assert client.read("tickets", gone) is None and client.last_etag == '"0"'
+    assert client.replace("tickets", gone, {}, expect_revision=0)["revision"] == 3  # type: ignore[index]
     remote = ["states", "--url", server, "--token", ADMIN]
     who = ["--target-name", "alice", "--key", "t1"]
     done = sf(

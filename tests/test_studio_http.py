@@ -179,6 +179,38 @@ def test_an_edit_of_a_record_changed_meanwhile_is_refused_with_the_current_revis
     assert service.read("tickets", ticket("T-1004")) == after
 
 
+def test_an_erased_record_can_be_compared_and_created_again(
+    seeded: tuple[TestClient, StatesService],
+) -> None:
+    """An erased record shows revision 0 (absent) — the revision an edit expects to create it
+    again — while Compare reaches back to the newest revision its history keeps."""
+    client, service = seeded
+    erased = {**EDITED, "key": "T-ERASED"}
+    data = service.read("tickets", ticket("T-1004"))["data"]  # type: ignore[index]
+    service.replace("tickets", ticket("T-ERASED"), data)
+    service.merge("tickets", ticket("T-ERASED"), {"title": "second"})
+    service.erase("tickets", ticket("T-ERASED"))
+    sign_in(client, ADMIN)
+    page = client.get("/studio/states/tickets/record", params=erased)
+    assert page.status_code == 200 and '<dd id="revision">0</dd>' in page.text
+    compare = page.text.split('id="diff"')[1].split("</form>")[0]
+    # revisions 1, 2 and the erase, 3 (where it reads as absent)
+    assert compare.count('max="3"') == 2 and 'name="b" min="0" max="3" value="3"' in compare
+    r = client.post(
+        "/studio/states/tickets/record/edit",
+        data={
+            **erased,
+            "revision": re.search(r'name="revision" value="(\d+)"', page.text)[1],  # type: ignore[index]
+            "document": orjson.dumps(dict(data, title="back")).decode(),
+            "csrf": csrf_of(page.text),
+        },
+        follow_redirects=False,
+    )
+    assert r.status_code == 303, r.text
+    again = service.read("tickets", ticket("T-ERASED"))
+    assert again is not None and again["revision"] == 4 and again["data"]["title"] == "back"
+
+
 def test_history_pages_as_of_and_diff(seeded: tuple[TestClient, StatesService]) -> None:
     client, _ = seeded
     sign_in(client, ADMIN)

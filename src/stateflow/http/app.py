@@ -385,11 +385,12 @@ def create_app(
         return _json(200, {"data": result})
 
     async def call_record(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Response:
-        """A record answer, with its revision as the ``ETag``."""
+        """A record answer, with its revision as the ``ETag``: an absent record's is "0", what
+        a create-only write's ``If-Match`` names (the service's ``expected_revision``)."""
         result = await calls.short(fn, *args, **kwargs)  # (never blocking: not through run)
-        if isinstance(result, dict) and "revision" in result:
-            return _Answer(encode_trusted({"data": result}), 200, [_etag(result["revision"])])
-        return _json(200, {"data": result})
+        if result is None:
+            return _Answer(encode_trusted({"data": None}), 200, [_etag(0)])
+        return _Answer(encode_trusted({"data": result}), 200, [_etag(result["revision"])])
 
     @app.head("/api/health", include_in_schema=False)
     @app.get("/api/health")
@@ -594,9 +595,11 @@ def create_app(
                     service.merge, name, subject, body, origin=origin, context=ctx, expect_revision=expect
                 )
             if method == "DELETE":
-                return await call(
+                erased = await run(
                     service.erase, name, subject, origin=origin, context=ctx, expect_revision=expect
                 )
+                # an erased record is absent: the ETag a read of it answers from now on
+                return _Answer(encode_trusted({"data": erased}), 200, [_etag(0)])
         elif suffix == ["diff"] and method == "GET":
             return await call(
                 service.diff, name, subject, _query_int(request, "from"), _query_int(request, "to")

@@ -238,7 +238,7 @@ IF_MATCH = {
     "in": "header",
     "required": False,
     "schema": {"type": "string", "pattern": '^"[0-9]+"$'},
-    "description": 'Compare-and-set: "N", the revision from the record\'s ETag (0: absent).',
+    "description": 'Compare-and-set: "N", the revision from the record\'s ETag (0: absent — never written or erased).',
 }
 ORIGIN_HEADERS = [
     {"name": "X-Stateflow-Consumer", "in": "header", "required": False, "schema": STRING},
@@ -266,7 +266,9 @@ def _op(
 ) -> dict[str, Any]:
     ok: dict[str, Any] = {"description": "OK", "content": _json(data)}
     if etag:
-        ok["headers"] = {"ETag": {"schema": STRING, "description": 'The record\'s revision, "N"'}}
+        ok["headers"] = {
+            "ETag": {"schema": STRING, "description": 'The record\'s revision, "N" ("0": absent or erased)'}
+        }
     responses: dict[str, Any] = {"200": ok}
     for status, why in {**FAILURES, **(CAS if cas else {})}.items():
         responses[status] = {"description": why, "content": _json(_ref(Error))}
@@ -378,7 +380,7 @@ def paths() -> dict[str, dict[str, Any]]:
             ),
             "put": _op("Replace a record", record, body=OBJECT, cas=True, write=True, etag=True),
             "patch": _op("Shallow-merge into a record", record, body=OBJECT, cas=True, write=True, etag=True),
-            "delete": _op("Erase a record", _data(OBJECT), cas=True, write=True),
+            "delete": _op("Erase a record", _data(OBJECT), cas=True, write=True, etag=True),
         },
         RECORD + "/deltas": {
             "post": _op(

@@ -122,12 +122,24 @@ def resolve(aliases: Mapping[str, Any], subject: StateSubject) -> StateSubject:
     return StateSubject.decode(entry["canonical"]) if entry else subject
 
 
-def _check_expected(current: Document, expect: int | None, subject: StateSubject, state: str) -> None:
-    """The compare-and-set check of an item's ``expect_revision``."""
-    if expect is not None and current.revision != expect:
+def expected_revision(current: Document) -> int:
+    """The revision a compare-and-set names ``current`` by (``expect_revision``, ``If-Match``,
+    the ``ETag`` of a read): its revision while it exists, 0 while it is absent — never written
+    or erased. The stored counter of an erased record keeps counting (its history stays), but
+    the revision a reader can see of it is 0, so "0" is create-only either way."""
+    return current.revision if current.body is not None else 0
+
+
+def check_expected(current: Document, expect: int | None, subject: StateSubject, state: str) -> None:
+    """The compare-and-set check of every record write (the pipeline's items, erase)."""
+    if expect is None:
+        return
+    now = expected_revision(current)
+    if now != expect:
+        where = f"is at revision {now}" if now else "does not exist (revision 0)"
         raise RevisionMismatch(
-            f"record {subject.kind}/{subject.key} of state {state!r} is at "
-            f"revision {current.revision}, not {expect}; read it again and retry"
+            f"record {subject.kind}/{subject.key} of state {state!r} {where}, not {expect}; "
+            "read it again and retry"
         )
 
 
@@ -235,7 +247,7 @@ def run(
             for i in order:
                 it, key = items[i], keys[i]
                 current = docs[key]
-                _check_expected(current, it.expect_revision, resolved[i], it.state)
+                check_expected(current, it.expect_revision, resolved[i], it.state)
                 stamped = {**origin, "op_id": it.op_id} if it.op_id else origin
                 try:
                     change = it.transform(declarations[it.state], working[key], stamped)
@@ -329,7 +341,7 @@ def run_one(service: StatesService, item: RecordWrite, origin: dict[str, Any]) -
                 raise _AliasMoved({0: now})
             current = docs[key]
             if expect is not None:
-                _check_expected(current, expect, resolved, state)
+                check_expected(current, expect, resolved, state)
             change = item.transform(declared, current.value, stamped)
             data = current.value
             writes: list[Write] = []

@@ -848,7 +848,7 @@ class StatesService:
     ) -> Written:
         """One record write: a one-item run of the record-write pipeline
         (:mod:`stateflow.states.pipeline`). ``expect_revision`` makes it a compare-and-set:
-        the record (0: absent, never written) must be at that revision, else
+        the record (0: absent — never written, or erased) must be at that revision, else
         :class:`RevisionMismatch` and nothing changes. ``checked``: ``transform`` writes a whole
         document checked on its way in (:attr:`RecordWrite.checked`)."""
         item = RecordWrite(
@@ -1084,11 +1084,7 @@ class StatesService:
         def compute(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
             declaration = self._declaration(docs, name)
             self._admit(declaration, subject)
-            if expect_revision is not None and docs[key].revision != expect_revision:
-                raise RevisionMismatch(
-                    f"record {canonical.kind}/{canonical.key} of state {name!r} is at revision "
-                    f"{docs[key].revision}, not {expect_revision}; read it again and retry"
-                )
+            pipeline.check_expected(docs[key], expect_revision, canonical, name)
             writes = []
             if docs[key].body is not None:
                 writes.append(Write.between(key, docs[key].body, None, docs[key].revision, paths=[[]]))

@@ -129,6 +129,9 @@ class _Record:
             self.updated_at = None if rec is None else rec["updated_at"]
             self.folded_from = [] if rec is None else rec["folded_from"]
         self.key = DocKey(name, self.canonical.encode())
+        # the newest revision in its history, which an erased record keeps (its own revision,
+        # what an edit expects, is 0): the revisions the page can compare
+        self.newest = self.revision or studio.store.get(self.key, members=()).revision
 
     def at_revision(self, studio: Studio, revision: int) -> JSON:
         body = studio.store.read_at(self.key, revision=revision, members=self.members).body
