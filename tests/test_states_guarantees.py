@@ -246,6 +246,31 @@ def test_expect_revision_history_diff_revert_on_the_cli(backend: str, service: S
     assert done.returncode == 1 and done.stderr.startswith("error[not-found]: ")
 
 
+def test_a_write_that_changes_nothing_answers_the_records_stored_time(
+    backend: str, http: TestClient, service: StatesService
+) -> None:
+    """A replace or merge that leaves the document as it was writes nothing and answers the
+    record as a read does: its revision and the time that revision was written."""
+    http.put(REC, json={"status": "open", "n": 1})
+    read = http.get(REC).json()["data"]
+    assert read["updated_at"] and read["revision"] == 1
+    for method, body in (("PUT", {"status": "open", "n": 1}), ("PATCH", {"n": 1}), ("PATCH", {})):
+        r = http.request(method, REC, json=body)
+        assert r.status_code == 200 and r.headers["etag"] == '"1"'
+        assert r.json()["data"] == read, (method, body)
+    assert service.replace("tickets", T1, {"status": "open", "n": 1}) == read
+    assert service.merge("tickets", T1, {"status": "open"}) == read
+    from stateflow.memory import Identity, MemoryView
+
+    host = ToolHost(MemoryView(service.store, Identity.of("alice", "/tmp", "s1")), service)
+    result = host.call("state_merge", {"state": "tickets", "subject": "t1", "patch": {"n": 1}})
+    assert json.loads(result.text)["result"]["updated_at"] == read["updated_at"]
+    who = ["--target-name", "alice", "--key", "t1"]
+    done = sf("states", "merge", "tickets", *who, "--data", '{"n": 1}', store=backend)
+    assert json.loads(done.stdout)["updated_at"] == read["updated_at"], done.stderr
+    assert len(service.writes("tickets", T1)["items"]) == 1
+
+
 # ---------------------------------------------------------------------- as-of reads, diff, revert
 
 

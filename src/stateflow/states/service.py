@@ -762,11 +762,16 @@ class StatesService:
         canonical = self._resolve(aliases, subject)
         key = DocKey(name, canonical.encode())
         doc = self.store.read_at(key, revision=revision, seq=seq)
-        at = None
-        if doc.body is not None and doc.seq is not None:
-            changes = self.store.history([key], limit=1, before_seq=doc.seq + 1, members=())
-            at = changes[0].at if changes else None
+        at = self._written_at(key, doc.seq) if doc.body is not None else None
         return self._record(name, subject, canonical, aliases, doc.body, doc.seq, doc.revision, at)
+
+    def _written_at(self, key: DocKey, seq: int | None) -> str | None:
+        """When the record ``key`` took the revision transition ``seq`` wrote (None where its
+        audit row was pruned)."""
+        if seq is None:
+            return None
+        changes = self.store.history([key], limit=1, before_seq=seq + 1, members=())
+        return changes[0].at if changes else None
 
     def diff(self, name: str, subject: Any, from_revision: Any, to_revision: Any = None) -> Diff:
         """What changed in a record between two of its revisions (``to`` defaults to the
@@ -861,6 +866,9 @@ class StatesService:
         the store now caches; ``detached=False``: not copied, for a result that copies it)."""
         if written.replayed or written.canonical is None or written.data is MISSING:
             return None
+        at = written.at
+        if at is None and not written.written:  # it changed nothing: the record's time, as a read
+            at = self._written_at(DocKey(name, written.canonical.encode()), written.seq)
         # the rest of the view is built fresh here: only the data is the store's
         return self._record(
             name,
@@ -870,7 +878,7 @@ class StatesService:
             detach(written.data) if detached else written.data,
             written.seq,
             written.revision,
-            written.at,
+            at,
         )
 
     def replace(
