@@ -4,12 +4,14 @@ real CLI, the real HTTP app and Python, on both backends."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from starlette.routing import Route
 
 from stateflow.config import Config, HttpConfig
 from stateflow.errors import CorruptStore, StateflowError
@@ -206,6 +208,40 @@ def test_405_carries_allow(client: TestClient) -> None:
     r = client.post("/api/states")
     assert r.status_code == 405 and r.headers["allow"] == "GET"
     assert client.put(f"{REC}/t1/writes", json={}).headers["allow"] == "GET"
+
+
+PROBED = ("GET", "PUT", "PATCH", "DELETE", "POST")
+EXAMPLE = {"name": "tickets", "template": "checklist", "program": "p", "target_kind": "agent"}
+RECORD_PATH = "/api/states/{name}/records/{target_kind}/{target_name}/{kind}/{key}"
+
+
+def test_a_method_no_route_of_a_path_takes_answers_405_with_all_of_the_paths_methods(
+    client: TestClient,
+) -> None:
+    """Walk every route of the app: a path's methods may be spread over several routes (a
+    declaration's GET, PUT and DELETE are three), and a 405 names them all. The record route
+    is one catch-all: its sub-paths are walked as the API description names them."""
+    app: Any = client.app
+    methods: dict[str, set[str]] = {}
+    for route in app.routes:
+        if isinstance(route, Route) and route.name != "record":
+            methods.setdefault(route.path, set()).update(route.methods or ())
+    for path, item in app.openapi()["paths"].items():
+        if path.startswith(RECORD_PATH):
+            methods[path] = {m.upper() for m in item}
+    assert {"/api/states/{name}", "/api/states/{name}/records/search", RECORD_PATH} <= set(methods)
+    probed = 0
+    for path, allowed in methods.items():
+        url = re.sub(r"\{([a-z_]+)(:path)?\}", lambda m: EXAMPLE.get(m[1], "x"), path)
+        for method in PROBED:
+            if method in allowed:
+                continue
+            r = client.request(method, url)
+            assert r.status_code == 405, (method, url, r.text)
+            assert r.headers["allow"] == ", ".join(sorted(allowed)), (method, url)
+            assert r.json()["code"] == "method-not-allowed"
+            probed += 1
+    assert probed > 40
 
 
 def test_unknown_keys_in_template_and_attach_bodies_are_named(client: TestClient) -> None:

@@ -560,6 +560,9 @@ def create_app(
         # (``_segment`` of each, where none has anything to decode: themselves)
         parts = segments if "%" not in text and text.isascii() else [_segment(s) for s in segments]
         if len(parts) < 4:
+            allow = allowed(request.scope)  # another route's path (the search route's)
+            if allow:
+                raise MethodNotAllowed(f"{request.method} is not allowed on {request.url.path}", allow)
             raise BadRequest("a record path is /records/{target_kind}/{target_name}/{kind}/{key}")
         subject = _subject(parts[:4])
         suffix = parts[4:]
@@ -747,13 +750,28 @@ def create_app(
     async def _not_found(request: Request, exc: Exception) -> Response:
         return _json(404, {"error": f"no route for {request.method} {request.url.path}", "code": "not-found"})
 
+    def allowed(scope: Scope) -> list[str]:
+        """Every method of every route whose path matches the request's — the record routes
+        aside, which name their own (``_allowed``). Starlette's 405 names the first such
+        route's methods only, where a path's methods are spread over several routes."""
+        methods: set[str] = set()
+        for route in app.router.routes:
+            if (
+                isinstance(route, Route)
+                and route is not record_route
+                and route.methods
+                and route.matches(scope)[0] != Match.NONE
+            ):
+                methods |= route.methods
+        return sorted(methods)
+
     @app.exception_handler(405)
     async def _not_allowed(request: Request, exc: Exception) -> Response:
-        allow = (getattr(exc, "headers", None) or {}).get("Allow")
+        allow = allowed(request.scope) or _header_allow(exc)
         return _json(
             405,
             {"error": f"{request.method} is not allowed on {request.url.path}", "code": "method-not-allowed"},
-            {"Allow": allow} if allow else None,
+            {"Allow": ", ".join(allow)} if allow else None,
         )
 
     @app.exception_handler(Exception)
@@ -766,6 +784,12 @@ def create_app(
         app.front_stack = BodyLimit(Authenticate(record_direct, tokens, admit), http.max_body_bytes)
         app.own_middleware = len(app.user_middleware)
     return app
+
+
+def _header_allow(exc: Exception) -> list[str]:
+    """The methods a 405 raised by Starlette names (a route outside the API's list: a mount's)."""
+    allow = (getattr(exc, "headers", None) or {}).get("Allow")
+    return [m.strip() for m in allow.split(",")] if allow else []
 
 
 def _internal_error() -> Response:
