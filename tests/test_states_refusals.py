@@ -244,6 +244,26 @@ def test_a_method_no_route_of_a_path_takes_answers_405_with_all_of_the_paths_met
     assert probed > 40
 
 
+def test_unknown_query_parameters_are_refused_but_on_the_open_paths_and_template_jq_inputs(
+    client: TestClient,
+) -> None:
+    """What docs/states.md says of the query: refused (422) on the API's routes; the open
+    paths (probes, the API description) answer whatever it holds; a template jq input
+    program takes its params from it, as the API description declares."""
+    assert client.get("/api/states?x=1").status_code == 422
+    assert client.get(f"{REC}/t1?x=1").status_code == 422
+    for path in ("/api/health", "/api/ready", "/openapi.json"):
+        r = client.get(path + "?x=1", headers={"Authorization": ""})
+        assert r.status_code == 200, (path, r.text)
+    app: Any = client.app
+    jq = app.openapi()["paths"][RECORD_PATH + "/template-jq/{program}"]
+    query = [p for p in jq["get"]["parameters"] if p["in"] == "query"]
+    assert [(p["name"], p["style"], p["explode"], p["schema"]["type"]) for p in query] == [
+        ("params", "form", True, "object")
+    ]
+    assert not [p for p in jq["post"].get("parameters", []) if p["in"] == "query"]
+
+
 def test_unknown_keys_in_template_and_attach_bodies_are_named(client: TestClient) -> None:
     template = {
         "schema": {"type": "object", "properties": {"n": {"type": "integer"}}},

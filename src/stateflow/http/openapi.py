@@ -240,6 +240,17 @@ IF_MATCH = {
     "schema": {"type": "string", "pattern": '^"[0-9]+"$'},
     "description": 'Compare-and-set: "N", the revision from the record\'s ETag (0: absent — never written or erased).',
 }
+JQ_PARAMS = {
+    "name": "params",
+    "in": "query",
+    "required": False,
+    "style": "form",
+    "explode": True,
+    "schema": {"type": "object", "additionalProperties": True},
+    "description": "The program's params, one query parameter each, its value JSON "
+    "(`?min=1&who=%22ann%22`): exactly the params the program declares (a missing or an "
+    "undeclared one is 422; a value that is not JSON, 400).",
+}
 ORIGIN_HEADERS = [
     {"name": "X-Stateflow-Consumer", "in": "header", "required": False, "schema": STRING},
     {"name": "X-Stateflow-Run-Id", "in": "header", "required": False, "schema": STRING},
@@ -423,7 +434,11 @@ def paths() -> dict[str, dict[str, Any]]:
             )
         },
         RECORD + "/template-jq/{program}": {
-            "get": _op("Run an input program (query = its params as JSON)", _data(_ref(TemplateJqValue))),
+            "get": _op(
+                "Run an input program (query = its params as JSON)",
+                _data(_ref(TemplateJqValue)),
+                query=[JQ_PARAMS],
+            ),
             "post": _op(
                 "Run an update program and apply its ops",
                 _data(_ref(TemplateJqUpdate)),
