@@ -6,14 +6,17 @@ docs/studio.md; without it the same steps run and nothing is written.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import socket
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import uvicorn
@@ -315,3 +318,35 @@ def test_docs_render_offline_with_an_authorize_button(server: str, browser: Brow
     expect(page.locator("#sign-in")).to_be_visible()
     assert outside == []
     context.close()
+
+
+def test_an_erased_record_is_compared_and_written_again_in_the_browser(server: str, browser: Browser) -> None:
+    """An erased record's page: revision 0 (absent), Compare reaching the newest revision
+    its history keeps (the browser refuses a value over an input's max), and an edit that
+    writes it again."""
+    api = f"{server}/api/states/tickets/records/agent/triage/ticket/"
+    auth = {"Authorization": f"Bearer {ADMIN}"}
+    data = _call("GET", api + "T-1004", auth)["data"]["data"]
+    _call("PUT", api + "T-GONE", auth, data)
+    _call("DELETE", api + "T-GONE", auth)
+    context = browser.new_context(viewport={"width": 1360, "height": 900})
+    page = context.new_page()
+    sign_in(page, server, ADMIN)
+    page.goto(server + "/studio/states/tickets/record?tk=agent&tn=triage&kind=ticket&key=T-GONE")
+    expect(page.locator("#revision")).to_have_text("0")
+    page.fill("#diff input[name=a]", "1")
+    page.fill("#diff input[name=b]", "2")  # the erase
+    page.click("#compare")
+    expect(page.locator("#diff table")).to_contain_text("removed")
+    page.fill("#edit textarea", json.dumps(data))
+    page.click("#save")
+    expect(page.locator(".alert-ok")).to_contain_text("revision 3")
+    context.close()
+
+
+def _call(method: str, url: str, headers: dict[str, str], body: object = None) -> dict[str, Any]:
+    raw = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, raw, {**headers, "Content-Type": "application/json"}, method=method)
+    with urllib.request.urlopen(request, timeout=60) as response:
+        answer: dict[str, Any] = json.loads(response.read())
+        return answer
