@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -12,7 +13,7 @@ from stateflow.doc.canonical import MAX_DEPTH, check
 from stateflow.doc.merge import is_index_patch
 from stateflow.errors import InvalidInput, InvalidJSON, InvalidPath, PatchError
 from stateflow.memory import MemoryView
-from stateflow.memory.planes import Authored, PlaneSet, _stored_null, check_scope_patch
+from stateflow.memory.planes import Authored, PlaneSet, _stored_index_key, _stored_null, check_scope_patch
 from stateflow.memory.receipts import authored_paths
 from stateflow.store import SqlStore
 
@@ -98,6 +99,23 @@ def test_index_keys_are_reserved_and_a_bad_one_writes_nothing(
     assert state(m, "cwd.strategy") is None
     m.patch_state({"session": {"tactics": {"steps": {"note": "x"}}}})  # ordinary keys: replaced
     assert state(m, "session.tactics.steps") == {"note": "x"}
+
+
+def test_an_object_inside_an_array_value_holds_no_index_key(store: SqlStore) -> None:
+    # such an object is stored as written, not merged: the reserved syntax is refused there too
+    m = view(store)
+    before = transitions(store)
+    for patch, at in (
+        ({"tactics": {"x": [{"[0]": 1}]}}, "session.tactics.x[0]['[0]']"),
+        ({"lazy": {"x": [1, [{"a": {"[-1]": 2}}]]}}, "session.lazy.x[1][0].a['[-1]']"),
+    ):
+        with pytest.raises(
+            PatchError, match=re.escape(f"memory cannot store an index key as an object key (at {at})")
+        ):
+            m.patch_state({"session": patch})
+    assert transitions(store) == before
+    m.patch_state({"session": {"tactics": {"x": [{"[note]": 1}]}}})  # not index form: a key
+    assert state(m, "session.tactics.x") == [{"[note]": 1}]
 
 
 def test_all_scopes_commit_as_one_transition(store: SqlStore) -> None:
@@ -204,15 +222,22 @@ def _refusal(patch: Any) -> tuple[type, str] | None:
     )
 )
 def test_a_patch_is_refused_as_its_two_value_checks_refuse_it(patch: dict[str, Any]) -> None:
-    # one walk checks both (plain JSON, no stored null); the error is the first check's that fails
+    # one walk checks all (plain JSON, no stored null or index key); the error is the first check's that fails
     expected: tuple[type, str] | None = None
     try:
         check(patch, "session")
         at = _stored_null(patch, True)
+        key_at = _stored_index_key(patch, True)
         if at is not None:
             expected = (
                 PatchError,
                 f"memory cannot store null (at session{at}); use null only to delete a key",
+            )
+        elif key_at is not None:
+            expected = (
+                PatchError,
+                f"memory cannot store an index key as an object key (at session{key_at}); index keys "
+                "address existing array elements only",
             )
     except InvalidJSON as exc:
         expected = (InvalidJSON, exc.message)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from stateflow.doc.canonical import JSON, MAX_DEPTH, check, kind, plain_number
-from stateflow.doc.merge import INDEX_KEY, overlay
+from stateflow.doc.merge import INDEX_FORM, INDEX_KEY, overlay
 from stateflow.doc.paths import is_key
 from stateflow.doc.select import MISSING
 from stateflow.errors import InvalidInput, PatchError
@@ -143,20 +143,24 @@ def check_scope_patch(
     if not (_storable(patch, 0, True) if authored is None else _storable_patch(patch, planes.lazy, authored)):
         check(patch, scope)
         _no_materialized_null(patch, scope)
+        _no_stored_index_key(patch, scope)
     if "artifacts" in patch:
         _check_artifact_patch(scope, patch["artifacts"])
     return patch
 
 
 def _storable(node: JSON, depth: int, as_patch: bool) -> bool:
-    """Whether ``node`` is plain JSON (``doc.canonical.check``) holding no ``null`` that would
-    be stored (``_stored_null``): both checks in one walk, building no path text."""
+    """Whether ``node`` is plain JSON (``doc.canonical.check``) holding no ``null`` and no key
+    of index form that would be stored (``_stored_null``, ``_stored_index_key``): the checks in
+    one walk, building no path text."""
     t = type(node)
     if t is dict:
         if depth >= MAX_DEPTH:
             return False
         for k, v in node.items():
             if type(k) is not str:
+                return False
+            if not as_patch and "[" in k and INDEX_FORM.match(k):
                 return False
             tv = type(v)
             if tv is str or tv is bool:
@@ -246,6 +250,38 @@ def _no_materialized_null(patch: JSON, where: str) -> None:
     at = _stored_null(patch, True)
     if at is not None:
         raise PatchError(f"memory cannot store null (at {where}{at}); use null only to delete a key")
+
+
+def _no_stored_index_key(patch: JSON, where: str) -> None:
+    """A key of index form is reserved (seed 000): an object inside an array value, which is
+    stored as written rather than merged, may not hold one either (``doc.merge`` refuses it in
+    the patch's own objects)."""
+    at = _stored_index_key(patch, True)
+    if at is not None:
+        raise PatchError(
+            f"memory cannot store an index key as an object key (at {where}{at}); index keys "
+            "address existing array elements only"
+        )
+
+
+def _stored_index_key(node: JSON, as_patch: bool) -> str | None:
+    """Where an object stored as written (inside an array) holds a key of index form, as a path
+    suffix ending at that key, or None."""
+    if type(node) is dict:
+        for k, v in node.items():
+            if not as_patch and INDEX_FORM.match(k):
+                return f"[{k!r}]"
+            if type(v) is dict or type(v) is list:
+                at = _stored_index_key(v, as_patch)
+                if at is not None:
+                    return f".{k}{at}"
+    elif type(node) is list:
+        for i, v in enumerate(node):
+            if type(v) is dict or type(v) is list:
+                at = _stored_index_key(v, False)
+                if at is not None:
+                    return f"[{i}]{at}"
+    return None
 
 
 def _stored_null(node: JSON, as_patch: bool) -> str | None:
