@@ -109,3 +109,14 @@ def test_an_unknown_or_damaged_layout_is_refused_and_nothing_is_written(
     assert out.returncode == 1
     assert out.stderr.startswith("error[unsupported-format]: "), out.stderr
     assert not store.exists()  # nothing written, not even an empty store
+
+
+def test_a_patch_writing_a_reserved_index_key_is_refused_naming_it(tmp_path: Path) -> None:
+    # the published State Flow stored such a key literally; memory reserves index syntax (seed 000)
+    root = tmp_path / "state-flow"
+    write_scope(root, {"strategy": {"s": 1}}, [{"tactics": {"a": 1}}, {"tactics": {"obj": {"[0]": "x"}}}])
+    store = tmp_path / "memory.db"
+    out = sf(str(store), tmp_path, "import-state-flow", str(root))
+    assert out.returncode == 1
+    assert out.stderr.startswith(f"error[invalid-patch]: {root / 'patches.jsonl'}, patch 2: index key '[0]'")
+    assert not store.exists()  # nothing written

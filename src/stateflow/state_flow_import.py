@@ -150,8 +150,11 @@ def _scope(folder: Path, scope: str) -> ScopeTree | None:
             raise UnsupportedFormat(f"{folder / 'meta.json'}: a cwd scope needs owner.cwd (an absolute path)")
         tree.cwd = cwd
     state: Any = tree.checkpoint
-    for patch in patches:  # every patch must replay before anything is written
-        state = merge_patch(state, patch)
+    for n, patch in enumerate(patches, 1):  # every patch must replay before anything is written
+        try:
+            state = merge_patch(state, patch)
+        except StateflowError as exc:  # (e.g. a literal "[N]" key, which memory reserves for indexes)
+            raise type(exc)(f"{folder / 'patches.jsonl'}, patch {n}: {exc.message}") from exc
         if state is MISSING:
             state = {}
     return tree
