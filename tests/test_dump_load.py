@@ -210,3 +210,10 @@ def test_a_refused_dump_leaves_its_target_as_it_was(tmp_path: Path) -> None:
     assert out.stderr.startswith("error[store-unavailable]: cannot write "), out.stderr
     assert sf(source, "dump", str(kept)).returncode == 0
     assert lines(kept)[-1]["body"] == {"x": 1} and oct(kept.stat().st_mode & 0o777) == "0o600"
+    # a dump over the store's own files would replace the store with its dump
+    for own in ("s.db", "s.db-wal", "./s.db-writer"):
+        out = subprocess.run(
+            ["stateflow", "--store", "s.db", "dump", own], capture_output=True, text=True, cwd=tmp_path
+        )
+        assert out.returncode == 1 and out.stderr.startswith("error[invalid-input]: "), (own, out.stderr)
+    assert json.loads(sf(source, "doc", "get", "notes", "a").stdout) == {"x": 1}

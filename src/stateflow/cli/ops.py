@@ -9,7 +9,7 @@ import click
 
 from stateflow.cli.common import Context, echo_json, pass_context, refusals
 from stateflow.cli.examples import decorate
-from stateflow.errors import CorruptStore, UnsupportedStore
+from stateflow.errors import CorruptStore, InvalidInput, UnsupportedStore
 from stateflow.files import write_private
 from stateflow.store import SqlStore, resolve_store_url
 from stateflow.store.open import sqlite_file
@@ -116,7 +116,22 @@ def dump(ctx: Context, target: Path | None, no_history: bool) -> None:
         for line in lines:
             out.write(line)
         return
+    _refuse_store_file(ctx.store_location, target)
     write_private(target, lines)  # whole or not at all: a refused dump leaves TARGET as it was
+
+
+def _refuse_store_file(location: str | None, target: Path) -> None:
+    """A dump written over the store's own file (or its -wal, -shm or -writer file) would
+    replace the store with its dump."""
+    path = sqlite_file(location)
+    if path is None:
+        return
+    store = path.resolve()
+    if target.expanduser().resolve() in {
+        store,
+        *(Path(f"{store}{end}") for end in ("-wal", "-shm", "-writer")),
+    }:
+        raise InvalidInput(f"{target} is a file of the store being dumped; dump to another file")
 
 
 @click.command("load")
