@@ -65,5 +65,16 @@ def test_backup_refuses_to_overwrite_and_names_pg_dump_for_postgresql(
     assert out.returncode == 1 and out.stderr.startswith("error[invalid-input]: ") and "--force" in out.stderr
     assert target.read_text() == "precious"
     assert sf(env, "backup", "--force", str(target)).returncode == 0
+
+    # the store's own files are never a backup's target, --force or not
+    def files() -> dict[str, bytes]:
+        return {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.name.startswith("s.db")}
+
+    before = files()
+    for own in (path, Path(f"{path}-wal"), Path(f"{path}-writer")):
+        out = sf(env, "backup", "--force", str(own))
+        assert out.returncode == 1 and out.stderr.startswith("error[invalid-input]: "), (own, out.stderr)
+    assert files() == before
+    assert sf(env, "doc", "get", "notes", "a").stdout.strip() == '{"x":1}'
     out = sf(dict(env, STATEFLOW_STORE=pg_schema_url), "backup", str(tmp_path / "pg.db"))
     assert out.returncode == 1 and "pg_dump" in out.stderr and not (tmp_path / "pg.db").exists()

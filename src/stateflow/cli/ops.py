@@ -123,14 +123,10 @@ def dump(ctx: Context, target: Path | None, no_history: bool) -> None:
 def _refuse_store_file(location: str | None, target: Path) -> None:
     """A dump written over the store's own file (or its -wal, -shm or -writer file) would
     replace the store with its dump."""
+    from stateflow.store.sqlite import store_files
+
     path = sqlite_file(location)
-    if path is None:
-        return
-    store = path.resolve()
-    if target.expanduser().resolve() in {
-        store,
-        *(Path(f"{store}{end}") for end in ("-wal", "-shm", "-writer")),
-    }:
+    if path is not None and target.expanduser().resolve() in store_files(path.resolve()):
         raise InvalidInput(f"{target} is a file of the store being dumped; dump to another file")
 
 

@@ -7,7 +7,7 @@ import sqlite3
 from pathlib import Path
 
 from stateflow.errors import CorruptStore, InvalidInput, StoreNotFound, StoreUnavailable
-from stateflow.store.sqlite import FILE_MODE, preflight
+from stateflow.store.sqlite import FILE_MODE, preflight, store_files
 
 
 def sqlite_backup(source: Path, target: Path, *, replace: bool = False) -> int:
@@ -18,8 +18,8 @@ def sqlite_backup(source: Path, target: Path, *, replace: bool = False) -> int:
         raise StoreNotFound(f"no store at {source}")
     if target.exists() and not replace:
         raise InvalidInput(f"{target} exists; pass --force to replace it")
-    if target.resolve() == source.resolve():
-        raise InvalidInput("the backup must go to another file")
+    if target.resolve() in store_files(source.resolve()):
+        raise InvalidInput("the backup must go to another file than the store's own")
     partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
     try:
         fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)

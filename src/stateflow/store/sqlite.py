@@ -1224,11 +1224,16 @@ def first_missing_folder(path: Path) -> Path | None:
     return top
 
 
+def store_files(path: Path) -> list[Path]:
+    """The store file ``path`` and the files SQLite and the writer queue keep beside it."""
+    return [path, *(Path(f"{path}{end}") for end in ("-wal", "-shm", "-writer"))]
+
+
 def remove_created(path: Path, top: Path | None) -> None:
     """Take back a store this command created and closed (a refused load): the file, its -wal,
     -shm and -writer files, its request folder, and the folders made for it up to ``top``
     (each only when empty)."""
-    for name in (str(path), f"{path}-wal", f"{path}-shm", f"{path}-writer"):
+    for name in store_files(path):
         with suppress(FileNotFoundError):
             os.unlink(name)
     shutil.rmtree(f"{path}-requests", ignore_errors=True)
