@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from typing import Any, Final, NoReturn
 
-from stateflow.doc.canonical import JSON
+from stateflow.doc.canonical import JSON, kind
 from stateflow.doc.copies import DELETE, Copies, Step, list_copy, made
 from stateflow.doc.diff import Edit, Within, diff_into
 from stateflow.doc.select import MISSING
@@ -189,9 +189,9 @@ def _refuse_index_key(target: JSON, patch: dict[str, Any], key: str, path: PathT
     array went to ``_patch_indices``): index syntax is never a literal key."""
     where = _show(path)
     if type(target) is not list:
-        kind = "absent" if target is MISSING else _kind(target)
+        what = "absent" if target is MISSING else _kind(target)
         raise PatchError(
-            f"index key {key!r} at {where}: the value there is {kind}, not an array; index "
+            f"index key {key!r} at {where}: the value there is {what}, not an array; index "
             "keys address existing array elements and are never stored as object keys"
         )
     if not INDEX_KEY.match(key):
@@ -207,14 +207,9 @@ def _refuse_index_key(target: JSON, patch: dict[str, Any], key: str, path: PathT
 
 
 def _kind(value: JSON) -> str:
-    t = type(value)
-    if t is dict:
-        return "an object"
-    if t is bool:
-        return "a boolean"
-    if t is str:
-        return "a string"
-    return "a number"
+    """``canonical.kind`` with its article, for a message ("an object", "a string")."""
+    name = kind(value)
+    return ("an " if name[0] in "aeiou" else "a ") + name
 
 
 def _patch_indices(
