@@ -334,6 +334,20 @@ def paths() -> dict[str, dict[str, Any]]:
                 "responses": {"200": {"description": "OK", "content": _json(_data(OBJECT))}},
             }
         },
+        "/api/ready": {
+            "get": {
+                "summary": "Readiness: the store answers and is migrated to this version (no token needed)",
+                "security": [],
+                "responses": {
+                    "200": {"description": "Ready", "content": _json(_data(OBJECT))},
+                    "503": {
+                        "description": "Not ready: the store does not answer, or is not at this "
+                        "server's schema version (`code` says which)",
+                        "content": _json(OBJECT),
+                    },
+                },
+            }
+        },
         "/api/states": {"get": _op("List declared states", _data(_list(Declaration)))},
         "/api/states/{name}": {
             "get": _op("Read a declaration", declaration),
