@@ -23,10 +23,10 @@ from pathlib import Path
 from fastapi.testclient import TestClient
 
 from benchmarks.rounds import alternate, report
+from stateflow.api import states_service
 from stateflow.http.app import create_app
 from stateflow.http.auth import TokenSet, parse_token
 from stateflow.memory import Identity, MemoryView
-from stateflow.states import StatesService
 from stateflow.store import SqlStore, open_store
 
 TOKEN = "bench-studio-token-0001"
@@ -38,9 +38,10 @@ def build(store: SqlStore, revisions: int, lazy_mb: int, cwd: str) -> None:
     big = MemoryView(store, Identity(AGENT, cwd, "big"))
     small = MemoryView(store, Identity(AGENT, cwd, "small"))
     start = time.perf_counter()
+    every = max(1, revisions // 20)  # (small: 20 hot writes whatever --revisions says)
     for i in range(revisions):
         big.patch_state({"session": {"tactics": {"next": f"step {i}"}, "intents": {"goal": {"n": i}}}})
-        if i % 500 == 0:
+        if i % every == 0:
             small.patch_state({"session": {"tactics": {"next": f"step {i}"}}})
         if i and i % 2000 == 0:
             print(f"  … {i:,} revisions written ({time.perf_counter() - start:.0f} s)", flush=True)
@@ -93,7 +94,7 @@ def main() -> None:
 
         # a fresh store: nothing cached, as after a restart
         store = open_store(url)
-        service = StatesService(store)
+        service = states_service(store)  # (the built-in memory state installed, as a server has it)
         with TestClient(create_app(service, TokenSet([parse_token(TOKEN)]))) as client:
             signed_in(client)
 
@@ -147,7 +148,7 @@ def main() -> None:
         service.close()
         store.close()
         store = open_store(url)  # cold again, as after a restart: no node of the plane cached
-        service = StatesService(store)
+        service = states_service(store)  # (the built-in memory state installed, as a server has it)
         with TestClient(create_app(service, TokenSet([parse_token(TOKEN)]))) as client:
             signed_in(client)
             timed(client, scope("small"))

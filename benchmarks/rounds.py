@@ -9,6 +9,7 @@ median of each side, the median ratio and the spread of the per-round ratios.
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -25,16 +26,25 @@ class Pair:
 
     @property
     def ratios(self) -> list[float]:
-        """ours / base per round: a time ratio (lower is better) or a rate ratio (higher is better)."""
-        return [o / b for o, b in zip(self.ours, self.base, strict=True)]
+        """ours / base per round: a time ratio (lower is better) or a rate ratio (higher is better).
+        A round whose base measured 0 has none (a quantity under its clock's resolution — CPU
+        time is read in 10 ms ticks — over a short round) and is left out."""
+        return [o / b for o, b in zip(self.ours, self.base, strict=True) if b]
 
     @property
     def ratio(self) -> float:
-        return statistics.median(self.ratios)
+        """The median ratio; NaN when no round had a measurable base."""
+        rs = self.ratios
+        return statistics.median(rs) if rs else math.nan
 
     def spread(self) -> str:
         rs = self.ratios
-        return f"{min(rs):.2f}–{max(rs):.2f}×"
+        if not rs:
+            return "none measurable: make the rounds longer"
+        left = len(self.ours) - len(rs)
+        return f"{min(rs):.2f}–{max(rs):.2f}×" + (
+            f", {left} round(s) without a measurable base" if left else ""
+        )
 
     def meets(self, target: float) -> bool:
         """Whether the median ratio meets the target (≤ for times, ≥ for rates)."""
