@@ -4,13 +4,22 @@ ratio, instead of stopping the whole run with a division by zero."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from benchmarks.rounds import Pair, alternate
 
 
 def test_rounds_alternate_and_give_per_round_ratios() -> None:
     order: list[str] = []
-    pair = alternate(lambda r: order.append("ours") or 2.0, lambda r: order.append("base") or 1.0, 4)
+
+    def side(name: str, value: float) -> Callable[[int], float]:
+        def run(_round: int) -> float:
+            order.append(name)
+            return value
+
+        return run
+
+    pair = alternate(side("ours", 2.0), side("base", 1.0), 4)
     assert order == ["ours", "base", "base", "ours", "ours", "base", "base", "ours"]
     assert pair.ratios == [2.0] * 4 and pair.ratio == 2.0 and pair.spread() == "2.00–2.00×"
 
