@@ -178,11 +178,14 @@ def test_tool_patch_state_refuses_a_reserved_index_key_on_both_backends(
     set_steps = '{"session": {"tactics": {"steps": ["a", "b", "c"]}}}'
     assert sf("--store", backend, "tool", "patch_state", set_steps, cwd=tmp_path).returncode == 0
     for patch, message in (
-        ('{"session": {"tactics": {"steps": {"[-1]": "z"}}}}', "'[-1]' at $.tactics.steps is not a valid"),
+        (
+            '{"session": {"tactics": {"steps": {"[-1]": "z"}}}}',
+            "'[-1]' at session.tactics.steps is not a valid",
+        ),
         ('{"session": {"tactics": {"steps": {"[1]": "B", "note": "x"}}}}', "beside the object key 'note'"),
         (
             '{"session": {"tactics": {"new": {"[0]": "z"}}}}',
-            "'[0]' at $.tactics.new: the value there is absent",
+            "'[0]' at session.tactics.new: the value there is absent",
         ),
     ):
         out = sf("--store", backend, "tool", "patch_state", patch, cwd=tmp_path)

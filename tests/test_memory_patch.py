@@ -74,15 +74,21 @@ def test_an_invalid_index_fails_the_whole_call_and_publishes_nothing(store: SqlS
 @pytest.mark.parametrize(
     ("patch", "message"),
     [
-        ({"steps": {"[-1]": "z"}}, r"index key '\[-1\]' at \$\.tactics\.steps is not a valid array index"),
-        ({"steps": {"[01]": "B"}}, r"index key '\[01\]' at \$\.tactics\.steps is not a valid array index"),
+        (
+            {"steps": {"[-1]": "z"}},
+            r"index key '\[-1\]' at session\.tactics\.steps is not a valid array index",
+        ),
+        (
+            {"steps": {"[01]": "B"}},
+            r"index key '\[01\]' at session\.tactics\.steps is not a valid array index",
+        ),
         (
             {"steps": {"[1]": "B", "note": "x"}},
-            r"'\[1\]' at \$\.tactics\.steps is beside the object key 'note'",
+            r"'\[1\]' at session\.tactics\.steps is beside the object key 'note'",
         ),
-        ({"new": {"[0]": "z"}}, r"'\[0\]' at \$\.tactics\.new: the value there is absent"),
-        ({"obj": {"[0]": "z"}}, r"'\[0\]' at \$\.tactics\.obj: the value there is an object"),
-        ({"n": {"[ 1]": "z"}}, r"'\[ 1\]' at \$\.tactics\.n: the value there is a number"),
+        ({"new": {"[0]": "z"}}, r"'\[0\]' at session\.tactics\.new: the value there is absent"),
+        ({"obj": {"[0]": "z"}}, r"'\[0\]' at session\.tactics\.obj: the value there is an object"),
+        ({"n": {"[ 1]": "z"}}, r"'\[ 1\]' at session\.tactics\.n: the value there is a number"),
     ],
 )
 def test_index_keys_are_reserved_and_a_bad_one_writes_nothing(

@@ -58,6 +58,7 @@ def merge_patch(
     copies: Copies | None = None,
     prune: bool = False,
     edits: Emitted | None = None,
+    root: str = "$",
     _path: PathT = (),
 ) -> JSON:
     """Apply a semantic merge patch to ``target`` (which may be :data:`MISSING`).
@@ -69,6 +70,7 @@ def merge_patch(
     its slots): memory never stores an empty object.
     ``edits`` (with ``prune``): gets the edits from ``target`` to the result, as
     :class:`Emitted` says; the merge visits every changed place already, so the diff need not.
+    ``root``: how a refusal names the place ``target`` is at (``$``; memory names its scope).
     """
     if patch is None:
         return MISSING
@@ -77,7 +79,7 @@ def merge_patch(
     if type(target) is list and is_index_patch(patch):
         if edits is not None:
             edits.exact = False
-        return _patch_indices(target, patch, missing_deletions, copies, _path, prune)
+        return _patch_indices(target, patch, missing_deletions, copies, _path, prune, root)
     base: dict[str, Any] = target if type(target) is dict else {}
     result: dict[str, Any] | None = None  # copied lazily: no change, no copy
     # (decided once: most containers are small, copied plainly and reported to no one)
@@ -85,7 +87,7 @@ def merge_patch(
     steps: list[Step] | None = None if spare is None else []  # (only a copier is told them)
     for key, sub in patch.items():
         if "[" in key and INDEX_FORM.match(key):  # (a substring test: the cheapest per key)
-            _refuse_index_key(target, patch, key, _path)
+            _refuse_index_key(target, patch, key, _path, root)
         current = base.get(key, MISSING)
         if sub is None:
             if current is MISSING:
@@ -117,6 +119,7 @@ def merge_patch(
                 copies=copies,
                 prune=prune,
                 edits=None if whole is not None else edits,
+                root=root,
                 _path=(*_path, key),
             )
             if prune and not new and type(new) is dict:  # left empty: it goes
@@ -184,10 +187,10 @@ def patch_within(patch: dict[str, Any], where: Within) -> Within:
     return where
 
 
-def _refuse_index_key(target: JSON, patch: dict[str, Any], key: str, path: PathT) -> NoReturn:
+def _refuse_index_key(target: JSON, patch: dict[str, Any], key: str, path: PathT, root: str) -> NoReturn:
     """Refuse ``patch``'s ``key`` of index form (a patch whose keys all address elements of an
     array went to ``_patch_indices``): index syntax is never a literal key."""
-    where = _show(path)
+    where = _show(path, root)
     if type(target) is not list:
         what = "absent" if target is MISSING else _kind(target)
         raise PatchError(
@@ -219,16 +222,19 @@ def _patch_indices(
     copies: Copies | None,
     path: PathT,
     prune: bool,
+    root: str,
 ) -> list[Any]:
     result = list_copy(copies, target)
     steps: list[Step] = []
     for key, sub in patch.items():
         index = int(key[1:-1])
         if index >= len(target):
-            raise PatchError(f"array index {key} is out of bounds for length {len(target)} at {_show(path)}")
+            raise PatchError(
+                f"array index {key} is out of bounds for length {len(target)} at {_show(path, root)}"
+            )
         if sub is None:
             raise PatchError(
-                f"array index {key} at {_show(path)} cannot be deleted; replace the whole array instead"
+                f"array index {key} at {_show(path, root)} cannot be deleted; replace the whole array instead"
             )
         result[index] = merge_patch(  # (an element left empty stays: slots are kept)
             target[index],
@@ -236,6 +242,7 @@ def _patch_indices(
             missing_deletions=missing_deletions,
             copies=copies,
             prune=prune,
+            root=root,
             _path=(*path, index),
         )
         steps.append((index, result[index]))
@@ -278,8 +285,8 @@ def overlay(*layers: JSON) -> JSON:
     return result
 
 
-def _show(path: PathT) -> str:
-    out = "$"
+def _show(path: PathT, root: str = "$") -> str:
+    out = root
     for seg in path:
         out += f"[{seg}]" if isinstance(seg, int) else f".{seg}"
     return out

@@ -936,7 +936,13 @@ class MemoryView:
         elif "intents" in patch:
             intents_patch = {"intents": patch["intents"]}
             current = merge_patch(
-                current, intents_patch, missing_deletions=found, copies=SPARES, prune=True, edits=edits
+                current,
+                intents_patch,
+                missing_deletions=found,
+                copies=SPARES,
+                prune=True,
+                edits=edits,
+                root=scope,  # (a refusal names the scope's path, as memory's reads do)
             )
             merged.append(intents_patch)
             targets = cascade_targets(scope, state.get("intents"), current.get("intents"), current)
@@ -951,7 +957,7 @@ class MemoryView:
             rest = patch
         if rest:
             current = merge_patch(
-                current, rest, missing_deletions=found, copies=SPARES, prune=True, edits=edits
+                current, rest, missing_deletions=found, copies=SPARES, prune=True, edits=edits, root=scope
             )
             merged.append(rest)
         if "artifacts" in patch:
