@@ -13,10 +13,9 @@ DIR_MODE: Final = 0o700
 FILE_MODE: Final = 0o600
 
 
-def make_private_dirs(directory: Path) -> None:
-    """Create ``directory`` and each missing folder above it, every one 0700. (``Path.mkdir``
-    with ``parents=True`` gives the folders above the umask's mode, so a private store would sit
-    in a folder any user may list.) Folders that already exist are left as they are."""
+def missing_folders(directory: Path) -> list[Path]:
+    """``directory`` and the folders above it that do not exist yet, deepest first (empty: it
+    exists)."""
     missing: list[Path] = []
     level = directory
     while not level.is_dir():
@@ -24,7 +23,14 @@ def make_private_dirs(directory: Path) -> None:
         if level.parent == level:
             break
         level = level.parent
-    for level in reversed(missing):
+    return missing
+
+
+def make_private_dirs(directory: Path) -> None:
+    """Create ``directory`` and each missing folder above it, every one 0700. (``Path.mkdir``
+    with ``parents=True`` gives the folders above the umask's mode, so a private store would sit
+    in a folder any user may list.) Folders that already exist are left as they are."""
+    for level in reversed(missing_folders(directory)):
         try:
             level.mkdir(mode=DIR_MODE)
         except FileExistsError:
@@ -32,10 +38,10 @@ def make_private_dirs(directory: Path) -> None:
                 raise
 
 
-def write_private(path: Path, chunks: Iterable[bytes]) -> None:
+def replace_private(path: Path, chunks: Iterable[bytes]) -> None:
     """Write ``chunks`` to ``path`` (0600) whole or not at all: into a file beside it that
     replaces ``path`` once every chunk is written and on disk. A refusal while the chunks are
-    made (a missing store, damage) leaves no file, and an existing ``path`` as it was."""
+    made leaves no file, and an existing ``path`` as it was (an ``OSError`` passes through)."""
     partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
     try:
         fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
@@ -45,7 +51,14 @@ def write_private(path: Path, chunks: Iterable[bytes]) -> None:
             out.flush()
             os.fsync(out.fileno())
         os.replace(partial, path)
-    except OSError as exc:
-        raise StoreUnavailable(f"cannot write {path}: {exc.strerror or exc}") from exc
     finally:
         partial.unlink(missing_ok=True)
+
+
+def write_private(path: Path, chunks: Iterable[bytes]) -> None:
+    """:func:`replace_private` for a command's output file (a dump): a file that cannot be
+    written is ``store-unavailable`` naming it."""
+    try:
+        replace_private(path, chunks)
+    except OSError as exc:
+        raise StoreUnavailable(f"cannot write {path}: {exc.strerror or exc}") from exc

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import hmac
+import locale
 import os
 import secrets
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ import platformdirs
 
 from stateflow.errors import Forbidden as Forbidden  # re-exported: the API's callers import it here
 from stateflow.errors import InvalidInput, StateflowError
-from stateflow.files import make_private_dirs
+from stateflow.files import make_private_dirs, replace_private
 
 ENV_TOKENS = "STATEFLOW_TOKENS"
 
@@ -128,13 +129,9 @@ def new_secret() -> str:
 def write_token_file(path: Path, specs: list[str]) -> None:
     """Replace the token file (0600; each folder it creates 0700) atomically."""
     make_private_dirs(path.parent)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write("".join(spec + "\n" for spec in specs))
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(temporary, path)
+    # (in the encoding ``read_token_file``'s ``read_text`` reads, as text mode wrote it)
+    text = "".join(spec + "\n" for spec in specs)
+    replace_private(path, [text.encode(locale.getpreferredencoding(False))])
 
 
 def default_token_file() -> Path:

@@ -43,7 +43,7 @@ from stateflow.errors import (
     UnsupportedStore,
     WriteOutcomeUnknown,
 )
-from stateflow.files import make_private_dirs
+from stateflow.files import make_private_dirs, missing_folders
 from stateflow.store import writer_queue, writer_requests
 from stateflow.store.base import SqlStore
 from stateflow.store.clock import utc_now
@@ -1217,11 +1217,8 @@ def _create(path: Path) -> None:
 def first_missing_folder(path: Path) -> Path | None:
     """The topmost folder above the store file ``path`` that does not exist yet (None: its
     folder exists): the folders creating the store there would make."""
-    top = None
-    folder = path.parent
-    while not folder.is_dir() and folder.parent != folder:
-        top, folder = folder, folder.parent
-    return top
+    missing = missing_folders(path.parent)
+    return missing[-1] if missing else None
 
 
 def store_files(path: Path) -> list[Path]:
