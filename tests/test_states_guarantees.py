@@ -127,7 +127,15 @@ def test_an_erased_record_is_absent_to_compare_and_set_over_http(
     # reverting to a revision where it did not exist erases it: absent, "0"
     r = http.post(REC + "/revert", json={"revision": 0}, headers={"If-Match": '"4"'})
     assert r.json() == {"data": None} and r.headers["etag"] == '"0"'
+    # ops that leave it absent (all guard-skipped), or no ops at all, answer the ETag of an
+    # absent record too
+    skipped = {"op": "set", "path": ["status"], "value": "x", "guard": {"path": ["status"], "expected": "y"}}
+    for ops in ([skipped], []):
+        r = http.post(REC + "/deltas", json={"ops": ops}, headers={"If-Match": '"0"'})
+        assert r.status_code == 200 and r.json()["data"]["data"] is None and r.headers["etag"] == '"0"'
     assert http.patch(REC, json={"n": 2}, headers={"If-Match": '"0"'}).json()["data"]["revision"] == 6
+    r = http.post(REC + "/deltas", json={"ops": []})
+    assert r.status_code == 200 and r.headers["etag"] == '"6"'  # no ops: the record as it is
     assert [w["revision"] for w in service.writes("tickets", T1)["items"]] == [6, 5, 4, 3, 2, 1]
 
 

@@ -185,7 +185,9 @@ class ApplyResult:
         self.replayed = replayed
         self.replayed_seq = replayed_seq
         self.written = written
-        self.revision = revision  # the record's revision after the batch (an HTTP ETag), not serialized
+        self.revision = revision
+        """the record's revision after the batch, 0 if absent (an HTTP ETag; not serialized);
+        None for a replay, which reads nothing"""
 
     @property
     def data(self) -> dict[str, Any] | None:
@@ -1027,7 +1029,7 @@ class StatesService:
                     "apply",
                     expect_revision=expect_revision,
                 )  # raises the mismatch
-            return ApplyResult(False, None, None, [])
+            return ApplyResult(False, None, None, [], revision=current["revision"] if current else 0)
         written = self._write(
             name,
             subject,
@@ -1048,7 +1050,7 @@ class StatesService:
             written.seq if there else None,
             written.skipped,
             written=written.written,
-            revision=written.revision if there else None,
+            revision=written.revision if there else 0,  # absent: 0, as a read of it answers
             shared=True,  # copied if and when the caller reads it
         )
 
