@@ -224,6 +224,12 @@ def test_history_pages_as_of_and_diff(seeded: tuple[TestClient, StatesService]) 
     # a page of the timeline as htmx asks for it
     frag = client.get(RECORD.replace("/record?", "/record/history?"), headers={"HX-Request": "true"})
     assert frag.status_code == 200 and "<html" not in frag.text and "sync-T-1001" in frag.text
+    # a page that cannot be read comes back as the row it replaces, saying why
+    frag = client.get(
+        RECORD.replace("/record?", "/record/history?") + "&cursor=abc", headers={"HX-Request": "true"}
+    )
+    assert frag.status_code == 422 and frag.text.startswith('<tr id="history-more"><td colspan="4">')
+    assert "invalid-input" in frag.text and "cursor" in frag.text
 
 
 def test_read_only_token_sees_no_write_controls_and_cannot_write(

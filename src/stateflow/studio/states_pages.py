@@ -200,9 +200,20 @@ def record_history(studio: Studio, request: Request, session: Session) -> Respon
     name = request.path_params["name"]
     subject = subject_from(request.query_params)
     studio.check_tenant(session.token, subject)
-    history = studio.service.writes(
-        name, subject, limit=HISTORY_PAGE, cursor=request.query_params.get("cursor")
-    )
+    try:
+        history = studio.service.writes(
+            name, subject, limit=HISTORY_PAGE, cursor=request.query_params.get("cursor")
+        )
+    except StateflowError as exc:
+        # in place of the "Older revisions" row it replaces, as a row: a bare alert there
+        # would be squeezed into the table's first column
+        return studio.html(
+            "_history_rows.html",
+            session=session,
+            status=exc.http_status,
+            history_error=exc.message,
+            history_code=exc.code,
+        )
     return studio.html(
         "_history_rows.html",
         session=session,
