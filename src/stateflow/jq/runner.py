@@ -1,9 +1,11 @@
 """Run jq programs in worker processes with a wall-clock limit and a memory limit.
 
 A worker that does not answer in time is killed (SIGKILL) and replaced: a runaway program stops
-burning CPU the moment its limit passes. Workers run with an address-space limit, so a program
-that tries to build a huge value fails there, inside its own process, instead of taking the
-server down. A pool of workers lets other evaluations proceed meanwhile.
+burning CPU the moment its limit passes. The limit runs from a started worker: a new one says when
+it is ready, and its start-up (seconds on a loaded machine) is not counted against the program.
+Workers run with an address-space limit, so a program that tries to build a huge value fails
+there, inside its own process, instead of taking the server down. A pool of workers lets other
+evaluations proceed meanwhile.
 
 The queue in front of the pool is bounded: a call that cannot get a worker within the time limit,
 or that finds the queue full, is refused with :class:`JqBusy` at once instead of holding a server
@@ -34,6 +36,10 @@ _HEADER: Final = struct.Struct("!I")
 DEFAULT_TIMEOUT: Final = 10.0
 DEFAULT_MEMORY: Final = 512 * 1024 * 1024
 DEFAULT_MAX_OUTPUT: Final = 16 * 1024 * 1024
+START_SECONDS: Final = 60.0
+"""How long a new worker may take to start (a Python start-up and jq's import: ~0.1 s on a quiet
+machine, seconds on a loaded one) before the call is refused busy; apart from the program's own
+time limit, which a loaded machine's start-up would otherwise eat."""
 
 
 class JqError(InvalidInput):
@@ -158,18 +164,29 @@ class JqRunner:
         check(variables, "variables")
         worker = self._acquire()
         try:
+            fresh = False
             if worker is None or worker.proc.poll() is not None:
-                worker = self._start()
+                worker, fresh = self._start(), True
             request = {"program": program, "vars": variables, "input": value, "max": self.max_output}
+            answer = None
             try:
-                worker.send(request)
-                answer = worker.receive(time.monotonic() + self.timeout)
+                # a new worker's start-up is not the program's: its limit runs once it is ready
+                ready = not fresh or worker.receive(time.monotonic() + START_SECONDS) is not None
+                if ready:
+                    worker.send(request)
+                    answer = worker.receive(time.monotonic() + self.timeout)
             except (EOFError, BrokenPipeError):
                 self._retire(worker)
                 worker = None
                 if self._closed:
                     raise self._shutting_down() from None
                 raise JqLimitExceeded("the jq program exceeded its memory limit and was stopped") from None
+            if not ready:
+                self._retire(worker)
+                worker = None
+                raise JqBusy(
+                    f"a jq worker did not start within {START_SECONDS:g} s; retry later", self.retry_after
+                )
             if answer is None:
                 self._retire(worker)
                 worker = None

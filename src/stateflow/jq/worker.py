@@ -74,6 +74,8 @@ def main() -> None:
 
     cache: OrderedDict[tuple[str, tuple[str, ...]], Any] = OrderedDict()
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    # Started: a program's time limit runs from here, not from the interpreter's start-up.
+    _write(stdout, {"ready": True})
     while True:
         request = _read(stdin)
         if request is None:
