@@ -114,6 +114,18 @@ def descendants(pid: int) -> set[int]:
     return found
 
 
+def jq_workers(pid: int) -> set[int]:
+    """The jq worker processes below ``pid`` (one that ends while looked at is not listed)."""
+    found = set()
+    for child in descendants(pid):
+        try:
+            if b"stateflow.jq.worker" in Path(f"/proc/{child}/cmdline").read_bytes():
+                found.add(child)
+        except OSError:
+            continue
+    return found
+
+
 def alive(pid: int) -> bool:
     """Running (a zombie waiting to be reaped counts as gone)."""
     try:

@@ -52,7 +52,8 @@ def spinning_server(tmp_path: Path, limit: str) -> Iterator[Server]:
 
 @pytest.fixture
 def spinning(tmp_path: Path) -> Iterator[Server]:
-    with spinning_server(tmp_path, "2") as server:
+    # a limit a loaded machine's slow plain request stays inside (2 s was within its reach)
+    with spinning_server(tmp_path, "5") as server:
         yield server
 
 
@@ -65,11 +66,7 @@ def spinning_long(tmp_path: Path) -> Iterator[Server]:
 
 
 def jq_workers(server: Server) -> set[int]:
-    return {
-        pid
-        for pid in servers.descendants(server.proc.pid)
-        if b"stateflow.jq.worker" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    }
+    return servers.jq_workers(server.proc.pid)
 
 
 def start_spin(server: Server) -> tuple[threading.Thread, list[int]]:
@@ -83,8 +80,9 @@ def start_spin(server: Server) -> tuple[threading.Thread, list[int]]:
 
     thread = threading.Thread(target=call)
     thread.start()
-    deadline = time.monotonic() + 10
-    while not jq_workers(server) and time.monotonic() < deadline:
+    deadline = time.monotonic() + 60  # (a worker's start takes seconds on a loaded machine)
+    while not jq_workers(server):
+        assert time.monotonic() < deadline and thread.is_alive(), "no jq worker started"
         time.sleep(0.05)
     time.sleep(0.3)  # the program is running inside the worker now
     return thread, statuses
@@ -109,7 +107,8 @@ def test_runaway_programs_get_a_bounded_queue_and_plain_requests_never_wait(spin
     status, body, _ = spinning.call("GET", RECORD)
     plain = time.monotonic() - before
     assert status == 200 and body["data"]["data"]["x"] == 1
-    assert plain < 1.5, f"a plain read waited {plain:.1f} s behind jq"
+    with lock:  # answered before any program ran to its 5 s limit: it waited behind none
+        assert all(code != 422 for code, _, _ in results), f"a plain read waited {plain:.1f} s behind jq"
     for t in threads:
         t.join(timeout=60)
     assert len(results) == 45
@@ -117,9 +116,11 @@ def test_runaway_programs_get_a_bounded_queue_and_plain_requests_never_wait(spin
     assert set(codes) <= {422, 503}, codes
     busy = [headers for status, headers, _ in results if status == 503]
     assert busy, "a full queue must refuse calls"
-    assert all(h.get("retry-after") == "2" for h in busy)
+    assert all(h.get("retry-after") == "5" for h in busy)
+    # bounded: a waiter waits at most one limit, then runs at most one (5 + 5 s and two worker
+    # starts, against the ~110 s of 45 calls queued without bound behind two workers)
     slowest = max(elapsed for _, _, elapsed in results)
-    assert slowest < 15, f"the last jq call returned after {slowest:.1f} s"
+    assert slowest < 60, f"the last jq call returned after {slowest:.1f} s"
 
 
 @pytest.mark.slow
@@ -129,11 +130,12 @@ def test_sigterm_stops_the_server_promptly_while_a_program_runs(spinning_long: S
     assert workers
     began = time.monotonic()
     spinning_long.proc.send_signal(signal.SIGTERM)
-    spinning_long.proc.wait(timeout=45)
-    assert time.monotonic() - began < 20, "the server waited for the runaway program"
+    spinning_long.proc.wait(timeout=90)
+    # (a bound for the machine: 9 s were seen at load 15; one that waited would take 60 s)
+    assert time.monotonic() - began < 40, "the server waited for the runaway program"
     thread.join(timeout=30)
     assert statuses == [503]  # the caller was told, not left hanging
-    assert not servers.wait_gone(workers, 5)
+    assert not servers.wait_gone(workers, 60)  # (one left would spin for its 60 s limit and more)
 
 
 @pytest.mark.slow
@@ -148,8 +150,9 @@ def test_a_killed_server_leaves_no_jq_worker_behind(tmp_path: Path) -> None:
         assert workers and all(servers.alive(p) for p in workers)
         server.proc.kill()
         server.proc.wait()
-        assert not servers.wait_gone(workers, 5), "a jq worker outlived its server"
-        thread.join(timeout=10)
+        # (a bound for the machine: a worker left behind spins for its 600 s limit)
+        assert not servers.wait_gone(workers, 60), "a jq worker outlived its server"
+        thread.join(timeout=60)
     finally:
         server.stop()
 

@@ -510,7 +510,10 @@ def test_a_busy_jq_pool_answers_503_with_retry_after() -> None:
     spinning = threading.Thread(target=spin)
     spinning.start()
     try:
-        time.sleep(0.5)  # the only worker is taken, and no caller may wait
+        deadline = time.monotonic() + 60  # (a deadline for the machine, not a fixed sleep it may outlast)
+        while busy._idle:  # the only worker is taken, and no caller may wait
+            assert time.monotonic() < deadline and spinning.is_alive()
+            time.sleep(0.005)
         with pytest.raises(JqBusy) as info:
             busy.run("1", None)
         response = _error(info.value)
