@@ -71,7 +71,11 @@ def test_at_most_max_threads_calls_run_at_once() -> None:
 
     async def main() -> list[int]:
         calls = [asyncio.ensure_future(pool.run(work, i)) for i in range(5)]
-        await asyncio.sleep(0.2)
+        deadline = time.monotonic() + 60  # two running, however long their threads take to start
+        while running[0] < 2:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.2)  # (time for a third to start, were it let)
         release.set()
         return list(await asyncio.gather(*calls))
 
@@ -144,7 +148,7 @@ def test_the_answer_wakes_its_caller_in_the_pass_that_brought_it() -> None:
 
         def hold() -> None:  # the answer arrives while the loop is busy in this callback
             handed.set()
-            deadline = time.monotonic() + 20
+            deadline = time.monotonic() + 60
             while not loop._ready and time.monotonic() < deadline:  # type: ignore[attr-defined]
                 time.sleep(0.001)
             loop.call_soon(order.append, "after")

@@ -31,7 +31,7 @@ SEQ_KEY = _SEQ_LOCK_KEY.replace("?", "%s")
 APP = f"lock-order-{uuid.uuid4().hex[:8]}"
 
 
-def _wait_for(what: str, predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+def _wait_for(what: str, predicate: Callable[[], bool], timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         assert time.monotonic() < deadline, f"never happened: {what}"

@@ -48,12 +48,12 @@ def test_a_held_seq_lock_queues_its_own_store_only(two_schemas: tuple[str, str])
         # the other store commits at once (it waited here before the lock was keyed by schema)
         done = threading.Thread(target=_write, args=(free, key, 2), daemon=True)
         done.start()
-        done.join(10)
+        done.join(60)  # (one that waits for the busy store's lock waits until the rollback)
         assert not done.is_alive(), "a store in another schema waited for the busy store's lock"
     finally:
         holder.rollback()
         holder.close()
-    queued.join(10)
+    queued.join(60)
     assert not queued.is_alive()
     for url, value in ((busy, 1), (free, 2)):
         store = open_store(url)

@@ -290,7 +290,7 @@ def _merge_calls(schema: str, expected: int) -> int:
     assert PG_URL
     sql = "SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions WHERE schemaname = %s AND funcname = %s"
     with psycopg.connect(PG_URL, autocommit=True) as conn:
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 60
         while True:
             conn.execute("SELECT pg_stat_clear_snapshot()")
             row = conn.execute(sql, (schema, "stateflow_merge_keys")).fetchone()

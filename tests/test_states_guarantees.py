@@ -8,8 +8,6 @@ import json
 import os
 import socket
 import subprocess
-import time
-import urllib.request
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -24,6 +22,8 @@ from stateflow.states import StatesService
 from stateflow.states.service import RevisionMismatch
 from stateflow.store import SqlStore
 from stateflow.tools import ToolHost
+
+from . import servers
 
 ADMIN = "admin-secret-0123456789"
 DECL: dict[str, Any] = {
@@ -470,19 +470,17 @@ def server(backend: str, service: StatesService) -> Iterator[str]:
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        text=True,
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(300):
-            try:
-                urllib.request.urlopen(url + "/api/health", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.1)
+        # until it answers (importing the server took over 30 s at load 15), not a loop that
+        # went on silently after ~30 s; one that exits or never answers fails here
+        servers.wait_ready(servers.Server(url, proc), timeout=120)
         yield url
     finally:
         proc.terminate()
-        proc.wait(timeout=10)
+        proc.wait(timeout=60)
 
 
 def test_the_http_client_and_the_cli_over_a_real_server(server: str, backend: str) -> None:

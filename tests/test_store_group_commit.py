@@ -27,7 +27,7 @@ def _queued(store: SqliteStore) -> int:
     return store._group._queued
 
 
-def _wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+def _wait_for(predicate: Callable[[], bool], timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         assert time.monotonic() < deadline, "writers never queued"
@@ -55,7 +55,7 @@ def _run_group(
 
     threads = [threading.Thread(target=run, args=(0,))]
     threads[0].start()
-    assert first_inside.wait(10)
+    assert first_inside.wait(60)
     threads += [threading.Thread(target=run, args=(i,)) for i in range(1, len(computes))]
     for t in threads[1:]:
         t.start()

@@ -84,7 +84,7 @@ def _waiting_for_seq_lock(conn: psycopg.Connection[Any]) -> int:
     return int(row[0]) if row else 0
 
 
-def _wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+def _wait_for(predicate: Callable[[], bool], timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         assert time.monotonic() < deadline, "the commits never queued"

@@ -381,7 +381,7 @@ def test_a_failed_check_stops_the_checks_before_a_later_rows_lock(
                     )
                 )
                 sending.start()
-                sending.join(5)
+                sending.join(30)  # (one that waits for the held row waits until the end)
                 assert not sending.is_alive(), "waited for the held row's lock"
                 assert answers == [None]
         assert _rows(store, False) == before

@@ -237,7 +237,7 @@ def _seq_lock_waiters(conn: psycopg.Connection[Any]) -> int:
 
 
 def _until(check: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60  # (a safety net: a loaded machine takes its time)
     while not check():
         assert time.monotonic() < deadline
         time.sleep(0.005)

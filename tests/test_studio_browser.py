@@ -60,13 +60,13 @@ def _serve(service: StatesService) -> Iterator[str]:
     srv = uvicorn.Server(config)
     thread = threading.Thread(target=srv.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 60
     while not srv.started:
-        assert time.monotonic() < deadline, "the studio server did not start"
+        assert time.monotonic() < deadline and thread.is_alive(), "the studio server did not start"
         time.sleep(0.02)
     yield f"http://127.0.0.1:{config.port}"
     srv.should_exit = True
-    thread.join(10)
+    thread.join(60)
 
 
 @pytest.fixture(scope="module")
