@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import socket
 import subprocess
 import time
@@ -17,7 +18,24 @@ TOKEN = "ops-test-token-0123456789"
 
 
 def free_port() -> int:
-    with socket.socket() as s:
+    """A loopback port free now, for a server that binds it later (seconds later on a loaded
+    machine). It is drawn below the kernel's ephemeral range, where no connection's own port is
+    ever taken: one from that range (the kernel's ``bind`` to port 0) could meanwhile become the
+    local port of any of the suite's outgoing connections, and the server then failed to start."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    draw = random.SystemRandom()
+    for _ in range(200):
+        port = draw.randrange(10_000, max(low, 10_001))
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:  # (in use: another draw)
+                continue
+            return port
+    with socket.socket() as s:  # (no free port drawn: the kernel's choice)
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 

@@ -6,7 +6,6 @@ builds it, served by uvicorn on loopback, called by real HTTP and MCP clients.""
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -22,6 +21,8 @@ from stateflow.aio import open_store_async, runs_on_loop
 from stateflow.config import Config
 from stateflow.http.server import build_app, service_for
 from stateflow.store.async_bridge import spawn
+
+from . import servers
 
 TOKEN = "async-edge-token-0123456789"
 HEADERS = {"Authorization": f"Bearer {TOKEN}"}
@@ -51,12 +52,6 @@ def worker_threads() -> set[int]:
     return {t.ident or 0 for t in threading.enumerate() if t.name in WORKER_THREADS}
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @asynccontextmanager
 async def served(backend: str) -> AsyncIterator[tuple[str, Any]]:
     """The app as ``stateflow serve`` builds it, on a store opened on this loop, under uvicorn."""
@@ -64,7 +59,7 @@ async def served(backend: str) -> AsyncIterator[tuple[str, Any]]:
     service = (
         await spawn(service_for, store, Config()) if runs_on_loop(store) else service_for(store, Config())
     )
-    port = free_port()
+    port = servers.free_port()
     server = uvicorn.Server(
         uvicorn.Config(build_app(service, Config(), [TOKEN]), host="127.0.0.1", port=port, log_level="error")
     )

@@ -12,7 +12,6 @@ import contextvars
 import http.client
 import json
 import math
-import socket
 import sqlite3
 import threading
 import time
@@ -35,6 +34,7 @@ from stateflow.http.auth import TokenSet, parse_token
 from stateflow.states import StatesService
 from stateflow.store import SqlStore, open_store
 
+from . import servers
 from .conftest import StoreFactory
 
 ADMIN = "admin-secret-0123456789"
@@ -298,16 +298,10 @@ def test_a_call_that_held_the_loop_long_sends_the_calls_after_it_to_worker_threa
     asyncio.run(main())
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextmanager
 def _serving(service: StatesService) -> Iterator[int]:
     """The app under uvicorn on its own thread and event loop; its port."""
-    port = _free_port()
+    port = servers.free_port()
     app = create_app(service, TokenSet([parse_token(ADMIN)]))
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
     thread = threading.Thread(target=server.run, daemon=True)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import time
 import urllib.error
@@ -24,6 +23,8 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from stateflow.store import SqlStore, open_store
+
+from . import servers
 
 
 async def exercise(client: ClientSession) -> dict[str, Any]:
@@ -103,18 +104,12 @@ def test_stdio_server_through_the_sdk_client(backend: str, store: SqlStore, tmp_
 FULL, ALICE, READER = "full-access-token-0001", "alice-only-token-0001", "read-only-token-00001"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def served(backend: str, tmp_path: Path) -> Iterator[str]:
     """A real ``stateflow serve`` on loopback with three tokens; yields its /mcp URL."""
     env = dict(os.environ, STATEFLOW_STORE=backend, XDG_DATA_HOME=str(tmp_path / "data"), STATEFLOW_TOKENS="")
     assert subprocess.run(["stateflow", "migrate"], env=env, capture_output=True, timeout=60).returncode == 0
-    port = _free_port()
+    port = servers.free_port()
     tokens = ["--token", FULL, "--token", f"{ALICE}@agent/alice", "--token", f"{READER}:read"]
     proc = subprocess.Popen(
         ["stateflow", "serve", "--host", "127.0.0.1", "--port", str(port), *tokens],

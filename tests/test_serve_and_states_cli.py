@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import time
 import urllib.error
@@ -27,12 +26,6 @@ def sf(*args: str, env: dict[str, str], stdin: str | None = None) -> subprocess.
     )
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def env(tmp_path: Path) -> dict[str, str]:
     return dict(
@@ -49,7 +42,7 @@ def env(tmp_path: Path) -> dict[str, str]:
 
 @pytest.fixture
 def server(env: dict[str, str]) -> Iterator[tuple[str, str, subprocess.Popen[str]]]:
-    port = free_port()
+    port = servers.free_port()
     proc = subprocess.Popen(
         ["stateflow", "serve", "--port", str(port)],
         env=env,
@@ -148,7 +141,7 @@ def test_the_kept_token_is_reused_and_not_printed_again(
     _url, token, proc = server
     proc.terminate()
     proc.wait(timeout=60)
-    port = free_port()
+    port = servers.free_port()
     again = subprocess.Popen(
         ["stateflow", "serve", "--port", str(port)], env=env, stderr=subprocess.PIPE, text=True
     )

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -455,15 +454,9 @@ def test_search_operators_sort_and_include_data(service: StatesService, http: Te
 # ---------------------------------------------------------------------- the public HTTP client
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture
 def server(backend: str, service: StatesService) -> Iterator[str]:
-    port = _free_port()
+    port = servers.free_port()
     env = dict(os.environ, STATEFLOW_TOKENS=ADMIN, STATEFLOW_URL="", STATEFLOW_TOKEN="")
     proc = subprocess.Popen(
         ["stateflow", "--store", backend, "serve", "--port", str(port)],

@@ -105,7 +105,8 @@ def test_a_hung_writer_process_holds_others_only_up_to_their_wait_limit(tmp_path
         with pytest.raises(StoreBusy) as refused:
             store.update([KEY], bump)
         waited = time.monotonic() - started
-        assert 0.4 <= waited < 5.0
+        # its limit, not the holder's 600 s (a bound for the machine: seconds at load 15)
+        assert 0.4 <= waited < 60
         assert refused.value.code == "store-busy"
         assert "nothing was written" in refused.value.message
         assert "for over 0.5 s" in refused.value.message
@@ -121,7 +122,9 @@ def test_a_hung_writer_process_holds_others_only_up_to_their_wait_limit(tmp_path
 
 def test_threads_of_one_process_each_wait_their_own_limit(tmp_path: Path) -> None:
     db = tmp_path / "q.db"
-    store = open_store(str(db), wait_seconds=0.5)
+    # a limit long enough that four of them one after the other (16 s) stand apart from one
+    # (4 s) however loaded the machine
+    store = open_store(str(db), wait_seconds=4)
     store.update([KEY], bump)
     errors: list[BaseException] = []
 
@@ -138,10 +141,10 @@ def test_threads_of_one_process_each_wait_their_own_limit(tmp_path: Path) -> Non
             w.start()
         for w in writers:
             w.join(timeout=30)
-        assert time.monotonic() - started < 5.0  # not four limits one after the other
+        assert time.monotonic() - started < 12  # not four limits one after the other
     assert [e.code for e in errors if isinstance(e, StoreBusy)] == ["store-busy"] * 4
     # each names the configured limit, not what was left of it after waiting behind the others
-    assert all("for over 0.5 s" in e.message for e in errors if isinstance(e, StoreBusy))
+    assert all("for over 4 s" in e.message for e in errors if isinstance(e, StoreBusy))
     assert store.get(KEY).body == {"n": 1}
     store.close()
 

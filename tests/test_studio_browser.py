@@ -10,7 +10,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import threading
 import time
 import urllib.request
@@ -26,6 +25,7 @@ from stateflow.http.app import create_app
 from stateflow.http.auth import TokenSet, parse_token
 from stateflow.states import StatesService
 
+from . import servers
 from .studio_seed import seeded_store, ticket
 
 ADMIN = "studio-admin-token-0001"
@@ -33,13 +33,6 @@ READER = "studio-reader-token-001"
 BILLING = "studio-billing-token-01"
 CHROMIUM = os.environ.get("STATEFLOW_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 SHOTS = os.environ.get("STATEFLOW_STUDIO_SCREENSHOTS")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +48,7 @@ def _serve(service: StatesService) -> Iterator[str]:
         [parse_token(ADMIN), parse_token(READER + ":read"), parse_token(BILLING + "@agent/billing")]
     )
     config = uvicorn.Config(
-        create_app(service, tokens), host="127.0.0.1", port=_free_port(), log_level="warning"
+        create_app(service, tokens), host="127.0.0.1", port=servers.free_port(), log_level="warning"
     )
     srv = uvicorn.Server(config)
     thread = threading.Thread(target=srv.run, daemon=True)
