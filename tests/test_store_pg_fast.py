@@ -21,6 +21,14 @@ from tests.pg_helpers import commits_sent
 from tests.test_store_write_rows import _drive, _rows
 
 
+@pytest.fixture(autouse=True)
+def _one_kept_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kept connection stays kept through a test: it goes back to the pool at the first
+    commit KEPT_FOR (1 s) after it was taken, and a loaded machine's pause between two commits
+    swapped it under tests that follow one connection (its prepared statements, its settings)."""
+    monkeypatch.setattr(pg, "KEPT_FOR", 60.0)
+
+
 def _open(url: str) -> PostgresStore:
     store = open_store(url, auto_migrate=True)
     assert isinstance(store, PostgresStore)
