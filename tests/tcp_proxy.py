@@ -7,13 +7,15 @@ import contextlib
 import socket
 import threading
 
+from .servers import free_port
+
 
 class Proxy:
     def __init__(self, target_host: str, target_port: int) -> None:
         self.target = (target_host, target_port)
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = int(probe.getsockname()[1])
+        # (outside the ephemeral range: while the proxy is stopped, an outgoing connection of
+        # the suite could otherwise take its port, and it could not start again)
+        self.port = free_port()
         self._listener: socket.socket | None = None
         self._open: set[socket.socket] = set()
         self._lock = threading.Lock()
