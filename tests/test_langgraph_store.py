@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterable, Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
 import pytest
@@ -383,15 +383,30 @@ def test_ttl_expiry_refresh_and_sweep(backend: str) -> None:
         assert lg.states.read(lg.records.state, lg.subject(("s",), "short")) is None
 
 
-def test_list_namespaces_hides_namespaces_whose_items_all_expired(backend: str) -> None:
+def test_list_namespaces_hides_namespaces_whose_items_all_expired(
+    backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The store's clock stands still until the test moves it past the short items' 3 s: before,
+    # the first listing had to come within 3 s of the first put, which a loaded machine missed.
+    moved = [timedelta(0)]
+    frozen = datetime.now(UTC)
+
+    class Clock(datetime):
+        @classmethod
+        def now(cls, tz: tzinfo | None = None) -> Clock:
+            return cls.fromtimestamp((frozen + moved[0]).timestamp(), tz)
+
+    import stateflow.langgraph.store as store_module
+
+    monkeypatch.setattr(store_module, "datetime", Clock)
     with StateflowStore.open(backend) as lg:
-        started = time.monotonic()
         lg.put(("gone", "soon"), "k", {"v": 1}, ttl=0.05)  # 3 s
         lg.put(("kept",), "k", {"v": 2})
         lg.put(("mixed",), "short", {"v": 3}, ttl=0.05)
         lg.put(("mixed",), "long", {"v": 4}, ttl=60)
+        moved[0] = timedelta(seconds=2.9)
         assert lg.list_namespaces() == [("gone", "soon"), ("kept",), ("mixed",)]
-        time.sleep(max(0.0, started + 3.1 - time.monotonic()))
+        moved[0] = timedelta(seconds=3.1)
         # expired items read as absent, before any sweep: so do namespaces that hold only those
         assert lg.list_namespaces() == [("kept",), ("mixed",)]
         assert lg.list_namespaces(prefix=("gone",)) == []
