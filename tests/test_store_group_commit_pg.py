@@ -205,10 +205,11 @@ def _refuse(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
 
 
 def test_a_commit_alone_gives_its_connection_back_whatever_its_answer(pg_schema_url: str) -> None:
-    # One connection, a short wait for it: a commit alone that lands, one the server refuses
-    # (an error) and one that writes nothing (a stale revision) each give the connection back
-    # to the pool, so every call after them still gets it.
-    store = PostgresStore(pg_schema_url, max_size=1, timeout=2, auto_migrate=True)
+    # One connection: a commit alone that lands, one the server refuses (an error) and one that
+    # writes nothing (a stale revision) each give the connection back to the pool, so every call
+    # after them still gets it (one kept would fail the next call after the pool's wait: 30 s, so
+    # that a loaded machine's slow reconnect is not mistaken for it).
+    store = PostgresStore(pg_schema_url, max_size=1, timeout=30, auto_migrate=True)
     try:
         key = KEYS[0]
         store.commit([Write.between(key, None, {"n": 0})])
