@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from stateflow.errors import InvalidInput
-from stateflow.store import DocKey, Document, Write, open_store
+from stateflow.store import DocKey, Document, Write, open_store, writes
 from stateflow.store.postgres import PostgresStore
 from stateflow.store.sqlite import SqliteStore
 
@@ -161,12 +161,15 @@ def test_a_write_sharing_documents_reads_one_another_store_moved_without_the_loc
 
 
 def test_a_document_written_by_another_store_while_contended_stays_contended(
-    open_migrated: StoreFactory,
+    open_migrated: StoreFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Under the row lock (SQLite: the writers' turn) a store sees whether anyone else wrote the
     document since it last did: if so its next write waits for the lock again (with several
     writers on one document an unlocked attempt would lose); if not, the next write tries
     without the lock again."""
+    # (a store remembers a lost race for CONTENDED_SECONDS, 0.5 s: long enough here for a loaded
+    # machine's pause between two writes, which is not this test's subject)
+    monkeypatch.setattr(writes, "CONTENDED_SECONDS", 60.0)
     one, two = open_migrated(), open_migrated()
     one.update([DOC], _bump(), optimistic=True)
     answers = _count_one_statement_commits(one)
@@ -185,12 +188,15 @@ def test_a_document_written_by_another_store_while_contended_stays_contended(
 
 
 def test_on_sqlite_an_unlocked_attempt_that_lost_sends_the_next_writes_to_the_writers_turn(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """SQLite: an unlocked commit that finds the document moved wrote nothing and costs its
     caller a second turn in the writers' queue (the locked path). So its writes of that document
     go to the locked path at once while other writers keep writing it: one turn, one compute —
     until a locked write finds nobody else wrote since, and the next one tries unlocked again."""
+    # (a store remembers a lost race for CONTENDED_SECONDS, 0.5 s: long enough here for a loaded
+    # machine's pause between two writes, which is not this test's subject)
+    monkeypatch.setattr(writes, "CONTENDED_SECONDS", 60.0)
     url = f"sqlite:///{tmp_path / 'contended.db'}"
     one, two = open_store(url), open_store(url)
     assert isinstance(one, SqliteStore)

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from stateflow.doc.merge import Emitted, merge_patch
-from stateflow.store import DocKey, Document, Write
+from stateflow.store import DocKey, Document, Write, writes
 from stateflow.store.model import made_write
 from stateflow.store.plan import TREE_MIN
 from tests.conftest import StoreFactory
@@ -220,13 +220,16 @@ def test_a_member_that_becomes_a_tree_is_left_to_the_general_path(
 
 
 def test_writers_taking_turns_on_one_document_keep_every_write(
-    open_migrated: StoreFactory, backend: str
+    open_migrated: StoreFactory, backend: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Two stores (as two writer processes) patch one document in turn, each its own key of
     one member, so every write finds the document moved by the other: every value kept, each
     revision's change its own path. On SQLite such a write goes to the locked path (one turn
     in the writers' queue), where it is planned from its merge as the unlocked one is:
     nothing staged."""
+    # (a store remembers a lost race for CONTENDED_SECONDS, 0.5 s: long enough here for a loaded
+    # machine's pause between two writes, which is not this test's subject)
+    monkeypatch.setattr(writes, "CONTENDED_SECONDS", 60.0)
     first, second = open_migrated(), open_migrated()
     key = _key("shared")
     _run(first, [key], lambda docs: [Write.between(key, None, {"tactics": {}, "intents": {"a": 1}}, 0)])
