@@ -16,11 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-import orjson
-
+from stateflow.doc.canonical import decode
 from stateflow.doc.merge import merge_patch
 from stateflow.doc.select import MISSING
-from stateflow.errors import Conflict, InvalidInput, StateflowError
+from stateflow.errors import Conflict, InvalidInput, InvalidJSON, StateflowError
 from stateflow.store import Store
 
 
@@ -99,8 +98,8 @@ def _has_files(folder: Path) -> bool:
 
 def _json(path: Path, what: str) -> Any:
     try:
-        return orjson.loads(path.read_bytes())
-    except orjson.JSONDecodeError as exc:
+        return decode(path.read_bytes())
+    except InvalidJSON as exc:
         raise UnsupportedFormat(f"{path}: {what} is not JSON ({exc})") from None
 
 
@@ -121,8 +120,8 @@ def _scope(folder: Path, scope: str) -> ScopeTree | None:
         if not line.strip():
             continue
         try:
-            patch = orjson.loads(line)
-        except orjson.JSONDecodeError as exc:
+            patch = decode(line)
+        except InvalidJSON as exc:
             raise UnsupportedFormat(f"{folder / 'patches.jsonl'} line {number} is not JSON ({exc})") from None
         if not isinstance(patch, dict):
             raise UnsupportedFormat(f"{folder / 'patches.jsonl'} line {number} is not a JSON object")

@@ -32,6 +32,9 @@ from stateflow.store.rows import (
 from stateflow.store.trail import TreeRef
 from stateflow.store.tx import Tx
 
+SQL_INT_MAX: Final = 2**63 - 1
+"""The largest integer either database binds (a seq, a revision, a ``LIMIT`` are at most this)."""
+
 
 class History(StoreCore):
     """As-of reads, history pages and transitions."""
@@ -147,6 +150,7 @@ class History(StoreCore):
         keys = list(keys)
         if limit <= 0 or not keys:
             return []
+        limit = min(limit, SQL_INT_MAX)  # (no document has more changes; SQL binds no more)
         names = None if members is None else set(members)
         with self._read_tx() as tx:
             ids = {}

@@ -24,8 +24,9 @@ from typing import Any, Final
 
 import orjson
 
+from stateflow.doc.canonical import decode
 from stateflow.doc.diff import Edit
-from stateflow.errors import Conflict, InvalidInput
+from stateflow.errors import Conflict, InvalidInput, InvalidJSON
 from stateflow.store.base import SqlStore
 from stateflow.store.clock import restoring_time
 from stateflow.store.model import DocKey, Write
@@ -217,8 +218,8 @@ def _items(lines: Iterable[bytes]) -> Iterator[dict[str, Any]]:
         if not line.strip():
             continue
         try:
-            item = orjson.loads(line)
-        except orjson.JSONDecodeError as exc:
+            item = decode(line)
+        except InvalidJSON as exc:
             raise InvalidDump(f"line {number} is not JSON: {exc}") from None
         if header is None:
             _check_header(item)

@@ -29,7 +29,7 @@ from psycopg.adapt import Dumper
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from stateflow.doc.canonical import encode_trusted
+from stateflow.doc.canonical import encode_trusted, plain_number
 from stateflow.errors import (
     CorruptData,
     StoreError,
@@ -45,6 +45,7 @@ from stateflow.store.cache import RevisionCache
 from stateflow.store.clock import restored_at, utc_now
 from stateflow.store.commit_groups import CommitGroups, Member
 from stateflow.store.counting import FOLD, FOLD_EVERY
+from stateflow.store.history import SQL_INT_MAX
 from stateflow.store.id_blocks import IdBlocks
 from stateflow.store.migrations import (
     INDEXABLE,
@@ -908,12 +909,21 @@ class PostgresStore(SqlStore):
         # checked by _verify — except where the pattern is a small scalar, which no unindexable
         # member can equal. The member the search starts from (``via``) holds the value already.
         via = self._selective(tx, filters)
-        clauses, params = [], []
+        clauses: list[str] = []
+        params: list[Any] = []
         for name, pattern in filters.items():
             raw = encode_trusted(pattern).decode()
             if not _jsonb_safe(raw) or (via is not None and via[0] == name):
                 continue
             typed = type(pattern) not in (dict, list)
+            if not _numbers_exact(pattern):  # matched in SQL as a superset, checked in Python
+                match = self._value_match(name, pattern) if typed else None
+                if match is not None:
+                    clauses.append(
+                        f"AND EXISTS (SELECT 1 FROM members m WHERE m.doc_id = d.doc_id AND {match[0]})"
+                    )
+                    params.extend(match[1])
+                continue
             # a scalar's check reads ``scalar`` (the body of a member the index holds), as the
             # index's expression does, so that the index can answer it
             check = (
@@ -933,23 +943,31 @@ class PostgresStore(SqlStore):
         return self._scan(tx, state, after, limit, " ".join(clauses), params, via)
 
     def _checked_in_sql(self, filters: dict[str, Any]) -> bool:
-        return all(self._value_match(name, pattern) is not None for name, pattern in filters.items())
+        return all(
+            _numbers_exact(pattern) and self._value_match(name, pattern) is not None
+            for name, pattern in filters.items()
+        )
 
     def _value_match(self, name: str, pattern: Any) -> tuple[str, Sequence[Any]] | None:
         # jsonb equality is typed (a string never equals a number) and compares numbers by value
         if type(pattern) not in (str, int, float, bool) and pattern is not None:
             return None
-        raw = encode_trusted(pattern).decode()
-        if not _jsonb_safe(raw) or 6 * len(raw.encode()) > VALUE_INDEX_MAX:
+        texts = [encode_trusted(v).decode() for v in _equal_numbers(pattern)]
+        if not _jsonb_safe(texts[0]) or 6 * len(texts[0].encode()) > VALUE_INDEX_MAX:
             return None
         # the index finds the members by the hash of name and value; the row rechecks both —
         # by its bytes first (the store writes one encoding, so a match is nearly always equal
         # bytes), parsing it as jsonb only when they differ (1.0 for 1, a hash collision)
-        return (
+        one = (
             f"{POSTGRES_SCALAR_VALUE_KEY.format(m='m.')} = jsonb_hash_extended(?::jsonb, hashtext(?)) "
             f"AND {POSTGRES_SCALAR_VALUE_WHERE.format(m='m.')} AND m.name = ? "
-            "AND CASE WHEN m.scalar = ? THEN true ELSE stateflow_jsonb(m.scalar) = ?::jsonb END",
-            [raw, name, name, raw.encode(), raw],
+            "AND CASE WHEN m.scalar = ? THEN true ELSE stateflow_jsonb(m.scalar) = ?::jsonb END"
+        )
+        if len(texts) == 1:
+            return one, [texts[0], name, name, texts[0].encode(), texts[0]]
+        return (
+            "(" + " OR ".join(f"({one})" for _ in texts) + ")",
+            [p for raw in texts for p in (raw, name, name, raw.encode(), raw)],
         )
 
     def _kind_sql(self) -> str:
@@ -968,18 +986,23 @@ class PostgresStore(SqlStore):
             f"AND m.name IN ({','.join('?' * len(names))}) AND NOT ({INDEXABLE})",
             (_array(doc_ids), *names),
         )
-        skipped = {n for n, p in filters.items() if not _jsonb_safe(encode_trusted(p).decode())}
+        skipped = {
+            n
+            for n, p in filters.items()
+            if not _jsonb_safe(encode_trusted(p).decode()) or not _numbers_exact(p)
+        }
         out: dict[int, set[str]] = {doc_id: set(skipped) for doc_id in doc_ids}
         for doc_id, name in rows:
             out[int(doc_id)].add(name)
         return {doc_id: sorted(found) for doc_id, found in out.items()}
 
     def _revisions_before(self, tx: Tx, tops: dict[int, int], before_seq: int) -> dict[int, int]:
-        # the same binary search, server-side: one round trip instead of one per probe
+        # the same binary search, server-side: one round trip instead of one per probe (a seq
+        # past bigint's range is past every seq: the function takes a bigint)
         rows = tx.all(
             "SELECT x.d, stateflow_revision_before(x.d, x.t, ?) "
             "FROM unnest(?::bigint[], ?::bigint[]) AS x(d, t)",
-            (before_seq, _array(tops), _array(tops.values())),
+            (min(before_seq, SQL_INT_MAX), _array(tops), _array(tops.values())),
         )
         return {int(d): int(r) for d, r in rows}
 
@@ -1413,6 +1436,39 @@ def _pg(sql: str) -> str:
 def _jsonb_safe(raw: str) -> bool:
     """jsonb cannot hold an escaped NUL character."""
     return "\\u0000" not in raw
+
+
+_EXACT_BELOW: Final = 2**53
+"""jsonb compares numbers as decimals, the store as the numbers JSON holds (a float by its binary
+value): 2**60 and the float 2.0**60 (written 1.152921504606847e+18) are equal, and that float and
+1152921504606847000 are not. Below this magnitude every integral float's text is the integer's."""
+
+
+def _numbers_exact(pattern: Any) -> bool:
+    """Whether jsonb compares every number in ``pattern`` as the store does (:data:`_EXACT_BELOW`);
+    a pattern with a larger one is checked in Python, on members SQL found as a superset."""
+    t = type(pattern)
+    if t is int or t is float:
+        return bool(-_EXACT_BELOW < pattern < _EXACT_BELOW)
+    if t is dict:
+        return all(_numbers_exact(v) for v in pattern.values())
+    if t is list:
+        return all(_numbers_exact(v) for v in pattern)
+    return True
+
+
+def _equal_numbers(pattern: Any) -> list[Any]:
+    """``pattern`` and, for a number :func:`_numbers_exact` refuses, its other spelling that a
+    member equal to it can be stored as (the integer of an integral float, the float an integer
+    is exactly): every member equal to it has one of their texts."""
+    t = type(pattern)
+    if (t is not int and t is not float) or _numbers_exact(pattern):
+        return [pattern]
+    if t is float:
+        whole = int(pattern) if pattern.is_integer() else None
+        return [pattern] if whole is None or not plain_number(whole) else [pattern, whole]
+    other = float(pattern)
+    return [pattern, other] if other == pattern else [pattern]
 
 
 DEFAULT_WAIT: Final = 10.0

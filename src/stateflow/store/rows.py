@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Final
 
-from stateflow.doc.canonical import decode, kind
+from stateflow.doc.canonical import decode_trusted, kind
 from stateflow.doc.diff import Edit
 from stateflow.errors import CorruptData, InvalidInput, InvalidJSON
 from stateflow.store.clock import time_text
@@ -128,7 +128,7 @@ _KINDS: Final[dict[type, str]] = {
 def decode_stored(raw: Any, what: str) -> Any:
     """Stored JSON bytes, or ``CorruptData`` naming ``what``."""
     try:
-        return decode(bytes(raw))
+        return decode_trusted(bytes(raw))
     except (InvalidJSON, TypeError, ValueError) as exc:
         raise CorruptData(f"stored {what} is corrupt: {exc}") from exc
 

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from stateflow.doc.canonical import decode, encode_trusted
+from stateflow.doc.canonical import decode_trusted, encode_trusted
 from stateflow.errors import InvalidJSON
 from stateflow.store.model import Commit, DocKey, Document
 from stateflow.store.rows import decode_stored
@@ -111,7 +111,7 @@ def arrays(keys: Sequence[DocKey], patches: Mapping[DocKey, bytes]) -> list[list
         if raw is None:
             continue
         try:
-            patch = decode(raw)
+            patch = decode_trusted(raw)
         except InvalidJSON:
             return None
         # each value's text is its encoding: the same bytes as its slice of the patch (checked)

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Final, TypeVar, cast
 from urllib.parse import quote
 
-from stateflow.doc.canonical import decode, encode_trusted
+from stateflow.doc.canonical import decode_trusted, encode_trusted
 from stateflow.errors import (
     CorruptStore,
     StateflowError,
@@ -788,7 +788,7 @@ class SqliteStore(SqlStore):
             request.forget()
             if claimed is not None:
                 return None
-        patches = {k: decode(p) for k, p in request.patches.items()}
+        patches = {k: decode_trusted(p) for k, p in request.patches.items()}
         own = None
         data = self._group.queue.handed(self._watch.version()) if first else None
         if data is not None:  # nothing committed since the turn before handed its documents on
@@ -981,7 +981,9 @@ class SqliteStore(SqlStore):
                         shapes[name] = outline_of(value) if type(value) is dict else None
                 body = {n: v for n, v in body.items() if n in request.members}
             docs[key] = Document(key, doc.revision, body, doc.seq, shapes)
-        writes, paths = writer_requests.merged(docs, {k: decode(p) for k, p in request.patches.items()})
+        writes, paths = writer_requests.merged(
+            docs, {k: decode_trusted(p) for k, p in request.patches.items()}
+        )
         revisions = {w.key: docs[w.key].revision + 1 for w in writes}
         return Served(Commit(applied=True, seq=seq if writes else None, revisions=revisions), docs, paths)
 
@@ -1100,17 +1102,17 @@ class SqliteStore(SqlStore):
         return self._scan(tx, state, after, limit, " ".join(clauses), params, via)
 
     def _checked_in_sql(self, filters: dict[str, Any]) -> bool:
-        return all(_scalar_check(pattern) is not None for pattern in filters.values())
+        return all(_decided_in_sql(pattern) for pattern in filters.values())
 
     def _unchecked(self, tx: Tx, doc_id: int, filters: dict[str, Any]) -> list[str]:
-        return [name for name, pattern in filters.items() if _scalar_check(pattern) is None]
+        return [name for name, pattern in filters.items() if not _decided_in_sql(pattern)]
 
     def _value_match(self, name: str, pattern: Any) -> tuple[str, Sequence[Any]] | None:
-        if not _indexed_scalar(pattern) or (isinstance(pattern, str) and "\x00" in pattern):
+        if not _indexed_scalar(pattern) or (isinstance(pattern, str) and not _text_checkable(pattern)):
             return None
         return (
             f"m.name = ? AND {SQLITE_VALUE_WHERE.format(m='m.')} AND {SQLITE_VALUE.format(m='m.')} = ?",
-            [name, pattern],
+            [name, _bound(pattern)],
         )
 
     def _kind_sql(self) -> str:
@@ -1273,9 +1275,9 @@ def _denied(path: Path) -> StorePermissionDenied | None:
 def _indexed_scalar(pattern: Any) -> bool:
     """Whether every member equal to ``pattern`` is in the value index: a string or a number
     (not a boolean) whose encoding, even with every character escaped (6×), fits the index's
-    size bound; integers within SQLite's 64 bits."""
+    size bound."""
     if type(pattern) is int:
-        return -(2**63) <= pattern < 2**63
+        return True  # (bound as the double the index holds from 2**63 up: ``_bound``)
     if type(pattern) is float:
         return math.isfinite(pattern)
     return type(pattern) is str and 6 * len(encode_trusted(pattern)) <= VALUE_INDEX_MAX
@@ -1284,22 +1286,53 @@ def _indexed_scalar(pattern: Any) -> bool:
 def _scalar_check(pattern: Any) -> tuple[str, list[Any]] | None:
     """SQL that holds when a member equals the scalar ``pattern``, by JSON equality (numbers by
     value: 1 matches 1.0; strings by their decoded text, whatever escapes the stored text uses),
-    with its parameters; None for objects and arrays. A member held as a tree (``root``; only
-    objects and arrays are) has no inline body and never equals a scalar: each step is a CASE so
-    no JSON function sees anything but an inline body."""
+    with its parameters; None for objects and arrays, and for strings the stored text cannot be
+    told apart by (``_text_checkable``). A number from 2**63 up also matches members that only
+    round to it (``_bound``): :func:`_decided_in_sql` is false for it, and Python checks each
+    match. A member held as a tree (``root``; only objects and arrays are) has no inline body and
+    never equals a scalar: each step is a CASE so no JSON function sees anything but an inline
+    body."""
     body = "CAST(m.body AS TEXT)"
     kind = f"CASE WHEN m.root IS NULL THEN json_type({body}) END"
     if pattern is None:
         return f"{kind} = 'null'", []
     if pattern is True or pattern is False:
         return f"{kind} = ?", ["true" if pattern else "false"]
-    if isinstance(pattern, str) and "\x00" not in pattern:  # SQLite text ends at a NUL
-        # a stored string with a NUL (escaped \u0000 in the text) never equals one without
+    if isinstance(pattern, str) and _text_checkable(pattern):
+        # a stored string whose text holds \u0000 has a NUL or those six characters: the pattern
+        # has neither, so it equals no such string
         value = (
             f"CASE WHEN {kind} = 'text' AND instr({body}, '\\u0000') = 0 THEN json_extract({body}, '$') END"
         )
         return f"{value} = ?", [pattern]
     if isinstance(pattern, int | float):
         value = f"CASE WHEN {kind} IN ('integer', 'real') THEN json_extract({body}, '$') END"
-        return f"{value} = ?", [pattern]
+        return f"{value} = ?", [_bound(pattern)]
     return None
+
+
+_ROUNDED_FROM: Final = 2**63
+"""SQLite reads a stored integer from here up as the nearest double: comparing one in SQL can
+find numbers that only round to the pattern (2**64 - 1 for 1.8446744073709552e19)."""
+
+
+def _bound(pattern: Any) -> Any:
+    """``pattern`` as SQL compares it: a number from 2**63 up as the double SQLite reads such
+    integers as (an integer there cannot be bound at all), which every equal member reads as."""
+    if type(pattern) in (int, float) and pattern >= _ROUNDED_FROM:
+        return float(pattern)
+    return pattern
+
+
+def _decided_in_sql(pattern: Any) -> bool:
+    """Whether :func:`_scalar_check`'s SQL decides ``pattern`` alone, with no check in Python."""
+    if type(pattern) in (int, float):
+        return bool(pattern < _ROUNDED_FROM)
+    return _scalar_check(pattern) is not None
+
+
+def _text_checkable(pattern: str) -> bool:
+    """Whether SQL can compare a stored string with ``pattern``: SQLite text ends at a NUL, and
+    a stored string whose text holds the six characters ``\\u0000`` (a NUL escaped, or a
+    backslash before ``u0000``) is left out of the string checks and the value index alike."""
+    return "\x00" not in pattern and "\\u0000" not in pattern

@@ -40,7 +40,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Final
 
-from stateflow.doc.canonical import decode, encode_trusted
+from stateflow.doc.canonical import decode_trusted, encode_trusted
 from stateflow.doc.merge import Emitted, merge_patch
 from stateflow.errors import InvalidJSON
 from stateflow.store.cache import Heads
@@ -233,7 +233,7 @@ def take(database: Path, after: int, drawn: int) -> list[Taken]:
                     raw += chunk
             finally:
                 os.close(fd)
-            request = decode(raw)
+            request = decode_trusted(raw)
         except (OSError, InvalidJSON):
             break
         try:
@@ -357,7 +357,7 @@ def held_of(data: bytes) -> Held:
     """What ``handed_on`` encoded, as it was: rows, bodies and heads (each head a tuple again,
     its outline bytes)."""
     held: Held = {}
-    for state, subject, row, body, heads in decode(data):
+    for state, subject, row, body, heads in decode_trusted(data):
         held[DocKey(state, subject)] = (
             DocRow(*row),
             body,
@@ -411,7 +411,7 @@ def answered(
     answer says only that the request committed (the basis is read back from the store)."""
     if raw == COMMITTED:
         return None
-    data = decode(raw)
+    data = decode_trusted(raw)
     revisions = {k: int(r) for k, r in zip(keys, data["revisions"], strict=True) if r is not None}
     docs = {
         k: Document(k, int(revision), body, seq, outlines or {})

@@ -1,0 +1,225 @@
+"""Numbers at the edges of what JSON stores and search by value: through the real doors (the
+HTTP app, the CLI as a process) on both backends."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from stateflow.doc.canonical import decode
+from stateflow.errors import InvalidJSON, NotFound
+from stateflow.http.app import create_app
+from stateflow.http.auth import TokenSet, parse_token
+from stateflow.states import StatesService
+from stateflow.store import SqlStore
+
+ADMIN = "admin-secret-0123456789"
+DECL: dict[str, Any] = {
+    "schema": {"type": "object", "properties": {"n": {"type": "integer"}, "v": {}}},
+    "subject_kinds": ["thread"],
+    "default_subject_kind": "thread",
+}
+BIG = 18446744073709551616  # 2**64: one past the largest integer stored
+BELOW = -9223372036854775809  # -2**63 - 1
+
+
+def subject(key: str) -> dict[str, str]:
+    return {"target_kind": "agent", "target_name": "bot", "kind": "thread", "key": key}
+
+
+def data(states: StatesService, key: str, **at: int) -> Any:
+    record = states.read("t", subject(key), **at)
+    assert record is not None
+    return record["data"]
+
+
+def sf(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["stateflow", *args], capture_output=True, text=True, timeout=120, cwd=cwd)
+
+
+@pytest.fixture
+def states(store: SqlStore) -> StatesService:
+    service = StatesService(store)
+    service.install_builtins()
+    service.declare("t", DECL)
+    return service
+
+
+@pytest.fixture
+def client(states: StatesService) -> Iterator[TestClient]:
+    app = create_app(states, TokenSet([parse_token(ADMIN)]))
+    with TestClient(app, headers={"Authorization": f"Bearer {ADMIN}"}) as client:
+        yield client
+
+
+def keys(found: Any) -> list[str]:
+    return sorted(m["subject"]["key"] for m in found["matches"])
+
+
+# -------------------------------------------------- integers beyond 64 bits in JSON text
+
+
+def test_decode_refuses_an_integer_it_would_round_and_keeps_every_other_number_exact() -> None:
+    for text, place in (
+        (f'{{"n": {BIG}}}', "$.n"),
+        (f'{{"a": [1, {BELOW}]}}', "$.a[1]"),
+        (f'{{"a": "x", "b": {{"c": {BIG * 10**9}}}}}', "$.b.c"),
+    ):
+        for given in (text, text.encode(), memoryview(text.encode())):
+            with pytest.raises(InvalidJSON) as refused:
+                decode(given)
+            assert refused.value.message.startswith(f"{place}: integer ")
+            assert refused.value.message.endswith(" is outside the 64-bit range JSON stores")
+    edge = f'[{2**64 - 1}, {-(2**63)}, 1e19, 1.8446744073709552e19, "{"9" * 40}", 0.{"1" * 30}]'
+    value = decode(edge)
+    assert value[:2] == [2**64 - 1, -(2**63)] and type(value[0]) is int and type(value[1]) is int
+    assert value[2:5] == [1e19, 1.8446744073709552e19, "9" * 40] and type(value[2]) is float
+
+
+def test_http_put_of_an_integer_beyond_64_bits_is_refused_and_writes_nothing(
+    client: TestClient, states: StatesService
+) -> None:
+    path = "/api/states/t/records/agent/bot/thread/k"
+    for n in (BIG, BELOW):
+        r = client.put(path, content=f'{{"n": {n}}}'.encode(), headers={"Content-Type": "application/json"})
+        assert r.status_code == 400, r.text
+        assert f"$.n: integer {n} is outside the 64-bit range JSON stores" in r.json()["error"]
+    assert states.read("t", subject("k")) is None
+    # a search filter of such an integer is refused as well (it was read as a float)
+    r = client.post("/api/states/t/records/search", content=f'{{"filters": {{"n": {BIG}}}}}'.encode())
+    assert r.status_code == 400 and "outside the 64-bit range" in r.json()["error"]
+    # the largest integers stored go in and come back exact
+    r = client.put(
+        path, content=f'{{"n": {2**64 - 1}}}'.encode(), headers={"Content-Type": "application/json"}
+    )
+    assert r.status_code == 200 and data(states, "k") == {"n": 2**64 - 1}
+
+
+def test_cli_refuses_an_integer_beyond_64_bits_as_the_python_door_does(
+    backend: str, store: SqlStore, tmp_path: Path
+) -> None:
+    states = StatesService(store)
+    states.install_builtins()
+    states.declare("t", DECL)
+    base = ["--store", backend]
+    for n in (BIG, BELOW):
+        out = sf(
+            *base,
+            "states",
+            "replace",
+            "t",
+            "--target-name",
+            "bot",
+            "--key",
+            "k",
+            "--data",
+            f'{{"n": {n}}}',
+            cwd=tmp_path,
+        )
+        assert (out.returncode, out.stdout) == (1, "")
+        assert (
+            out.stderr == f"error[invalid-json]: $.n: integer {n} is outside the 64-bit range JSON stores\n"
+        )
+    with pytest.raises(InvalidJSON) as python_door:
+        states.replace("t", subject("k"), {"n": BIG})
+    assert python_door.value.message.endswith(f"n: integer {BIG} is outside the 64-bit range JSON stores")
+    out = sf(*base, "tool", "patch_state", f'{{"session": {{"tactics": {{"x": {BIG}}}}}}}', cwd=tmp_path)
+    assert (out.returncode, out.stdout) == (1, "")
+    assert out.stderr.startswith(f"error[invalid-json]: $.session.tactics.x: integer {BIG} is outside")
+    assert states.read("t", subject("k")) is None  # nothing written by any of them
+    read = sf(*base, "tool", "read_state", '{"path": "session.tactics"}', cwd=tmp_path)
+    assert (read.returncode, read.stdout) == (0, '{"value":null}\n')
+
+
+# -------------------------------------------------- search by value
+
+
+def test_search_finds_a_string_holding_the_six_characters_backslash_u0000(states: StatesService) -> None:
+    text = "\\u0000"  # backslash, u, four zeros: not a NUL
+    states.replace("t", subject("e"), {"v": text})
+    states.replace("t", subject("n"), {"v": "\x00"})
+    states.replace("t", subject("x"), {"v": "\\u0000\x00"})
+    for pattern, expected in ((text, ["e"]), ("\x00", ["n"]), ("\\u0000\x00", ["x"]), ("\\u0041", [])):
+        assert keys(states.search("t", {"v": pattern})) == expected, pattern
+        assert keys(states.search("t", {"v": {"$eq": pattern}})) == expected, pattern
+
+
+VALUES: dict[str, int | float] = {
+    "e": 9.223372036854776e18,  # the float that is exactly 2**63
+    "i": 2**63,
+    "f": 2**64 - 1,
+    "g": 2**64 - 2,
+    "h": 1.8446744073709552e19,  # the float that is exactly 2**64
+    "j": -(2**63),
+    "k": -9.223372036854776e18,
+    "p": 2**60,
+    "q": float(2**60),  # written 1.152921504606847e+18
+    "r": 1152921504606847000,  # equal to that text as a decimal, not to the float
+    "s": 2**53 + 1,
+    "t": 1,
+    "u": 1.0,
+}
+
+
+def test_search_compares_numbers_by_exact_value_as_eq_does(states: StatesService) -> None:
+    for key, value in VALUES.items():
+        states.replace("t", subject(key), {"v": value})
+    for query in (*VALUES.values(), 2**53, float(2**53 + 2), 1152921504606846977):
+        truth = sorted(k for k, v in VALUES.items() if v == query)
+        plain = keys(states.search("t", {"v": query}))
+        nested = keys(states.search("t", {"v": [query]}))  # a scalar in an array contains nothing
+        eq = keys(states.search("t", {"v": {"$eq": query}}))
+        assert plain == eq == truth and nested == [], (query, plain, eq, truth)
+    states.replace("t", subject("box"), {"v": {"id": 2**64 - 1, "list": [2**63]}})
+    assert keys(states.search("t", {"v": {"id": 2**64 - 1}})) == ["box"]
+    assert keys(states.search("t", {"v": {"id": 1.8446744073709552e19}})) == []
+    assert keys(states.search("t", {"v": {"list": [9.223372036854776e18]}})) == ["box"]
+
+
+def test_search_by_an_integer_from_2_63_up_answers_over_http(
+    client: TestClient, states: StatesService
+) -> None:
+    states.replace("t", subject("k"), {"n": 2**63})
+    states.replace("t", subject("m"), {"n": 2**63 + 1})
+    for body in (f'{{"filters": {{"n": {2**63}}}}}', f'{{"filters": {{"n": {{"$in": [{2**63}]}}}}}}'):
+        r = client.post("/api/states/t/records/search", content=body.encode())
+        assert r.status_code == 200, r.text
+        assert [m["subject"]["key"] for m in r.json()["data"]["matches"]] == ["k"]
+
+
+# -------------------------------------------------- huge seq and history offsets
+
+
+def test_a_read_as_of_a_seq_past_64_bits_answers_the_current_record(
+    client: TestClient, states: StatesService
+) -> None:
+    states.replace("t", subject("k"), {"v": 1})
+    states.replace("t", subject("k"), {"v": 2})
+    for seq in (2**63 - 1, 2**63, 2**64, 10**20):
+        assert data(states, "k", seq=seq) == {"v": 2}
+        r = client.get(f"/api/states/t/records/agent/bot/thread/k?seq={seq}")
+        assert r.status_code == 200 and r.json()["data"]["data"] == {"v": 2}, r.text
+        with pytest.raises(NotFound):
+            states.read("t", subject("k"), revision=seq)
+
+
+def test_history_offsets_past_64_bits_are_not_found_on_both_backends(
+    backend: str, open_migrated: Any, tmp_path: Path
+) -> None:
+    open_migrated()
+    base = ["--store", backend]
+    assert (
+        sf(*base, "tool", "patch_state", '{"session": {"tactics": {"x": 1}}}', cwd=tmp_path).returncode == 0
+    )
+    for offset in ("9999999999", str(2**63 - 1), str(2**64)):
+        for command in ("show", "diff"):
+            out = sf(*base, "history", command, offset, cwd=tmp_path)
+            assert (out.returncode, out.stdout) == (1, "")
+            assert out.stderr.startswith(
+                f"error[not-found]: requested history offset {offset} predates the retained history"
+            ), out.stderr
