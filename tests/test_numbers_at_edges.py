@@ -1,8 +1,9 @@
-"""Numbers at the edges of what JSON stores and search by value: through the real doors (the
-HTTP app, the CLI as a process) on both backends."""
+"""Numbers at the edges of what JSON stores, search by value, and odd input that must be refused
+cleanly: through the real doors (the HTTP app, the CLI as a process) on both backends."""
 
 from __future__ import annotations
 
+import base64
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,10 +13,12 @@ import pytest
 from fastapi.testclient import TestClient
 
 from stateflow.doc.canonical import decode
-from stateflow.errors import InvalidJSON, NotFound
+from stateflow.errors import InvalidInput, InvalidJSON, NotFound, OpError
 from stateflow.http.app import create_app
 from stateflow.http.auth import TokenSet, parse_token
 from stateflow.states import StatesService
+from stateflow.states.schema import SchemaInvalid
+from stateflow.states.service import SubjectRefused
 from stateflow.store import SqlStore
 
 ADMIN = "admin-secret-0123456789"
@@ -223,3 +226,90 @@ def test_history_offsets_past_64_bits_are_not_found_on_both_backends(
             assert out.stderr.startswith(
                 f"error[not-found]: requested history offset {offset} predates the retained history"
             ), out.stderr
+
+
+# -------------------------------------------------- odd input refused cleanly
+
+
+def test_a_subject_key_with_a_lone_surrogate_is_refused_as_a_subject(
+    states: StatesService, tmp_path: Path, backend: str
+) -> None:
+    for call in (
+        lambda: states.read("t", subject("a\ud800b")),
+        lambda: states.replace("t", subject("a\udcffb"), {"v": 1}),
+        lambda: states.apply("t", subject("a\ud800b"), []),
+    ):
+        with pytest.raises(SubjectRefused) as refused:
+            call()
+        assert "subject key must be Unicode text" in refused.value.message
+    # a byte that is not UTF-8 in a shell argument (a lone surrogate once decoded)
+    out = subprocess.run(
+        [
+            b"stateflow",
+            b"--store",
+            backend.encode(),
+            b"states",
+            b"read",
+            b"t",
+            b"--target-name",
+            b"bot",
+            b"--key",
+            b"a\xffb",
+        ],
+        capture_output=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert (out.returncode, out.stdout) == (1, b"")
+    assert out.stderr.startswith(
+        b"error[subject-refused]: invalid subject: key: subject key must be Unicode text"
+    )
+
+
+def test_cursors_of_non_ascii_digits_are_malformed(client: TestClient, states: StatesService) -> None:
+    states.replace("t", subject("k"), {"v": 1})
+    superscript = base64.urlsafe_b64encode("²".encode()).decode().rstrip("=")
+    with pytest.raises(InvalidInput, match="writes cursor is malformed"):
+        states.writes("t", subject("k"), cursor=superscript)
+    r = client.get(f"/api/states/t/records/agent/bot/thread/k/writes?cursor={superscript}")
+    assert r.status_code == 422 and r.json()["code"] == "invalid-input", r.text
+    for offset in ("²", "٣"):  # a sorted search's cursor: an offset after its marker
+        cursor = base64.urlsafe_b64encode(f"\x00sorted:{offset}".encode()).decode().rstrip("=")
+        with pytest.raises(InvalidInput, match="cursor is malformed"):
+            states.search("t", {"v": 1}, sort=[{"path": ["v"], "order": "asc"}], cursor=cursor)
+
+
+def test_a_schema_ref_with_a_non_ascii_digit_does_not_resolve(
+    client: TestClient, states: StatesService
+) -> None:
+    for segment in ("²", "٠"):
+        decl = {
+            "schema": {
+                "type": "object",
+                "properties": {"v": {"$ref": f"#/$defs/l/{segment}"}},
+                "$defs": {"l": [{"type": "string"}]},
+            },
+            "subject_kinds": ["thread"],
+            "default_subject_kind": "thread",
+        }
+        with pytest.raises(SchemaInvalid, match="does not resolve inside the schema"):
+            states.declare("r", decl)
+        r = client.put("/api/states/r", json=decl)
+        assert r.status_code == 422 and r.json()["code"] == "invalid-schema", r.text
+    assert client.get("/api/states/r").status_code == 404
+
+
+def test_an_op_value_nested_too_deep_is_named_by_its_op(states: StatesService) -> None:
+    deep: Any = 1
+    for _ in range(254):
+        deep = [deep]
+    with pytest.raises(OpError) as refused:
+        states.apply("t", subject("k"), [{"op": "set", "path": ["v"], "value": deep}])
+    message = refused.value.message
+    assert message.startswith("ops[0]: value[0][0]") and "nested deeper than 254 levels" in message
+    assert '["agent"' not in message
+    assert states.read("t", subject("k")) is None
+    # one level less fits, as the same value does through replace
+    states.apply("t", subject("k"), [{"op": "set", "path": ["v"], "value": deep[0]}])
+    record = states.read("t", subject("k"))
+    assert record is not None and record["revision"] == 1

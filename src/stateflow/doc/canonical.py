@@ -99,10 +99,12 @@ def _copy_containers(value: Any) -> Any:
     return value
 
 
-def check(value: JSON, where: str = "$") -> None:
-    """Raise InvalidJSON unless ``value`` is plain JSON: no NaN/Infinity, string keys only."""
-    if not _plain(value, 0):
-        _explain(value, where)
+def check(value: JSON, where: str = "$", depth: int = 0) -> None:
+    """Raise InvalidJSON unless ``value`` is plain JSON: no NaN/Infinity, string keys only,
+    nested no deeper than :data:`MAX_DEPTH` counted from a document's top, where ``value``
+    sits ``depth`` levels down."""
+    if not _plain(value, depth):
+        _explain(value, where, depth)
 
 
 def _plain(node: JSON, depth: int) -> bool:
@@ -159,9 +161,9 @@ def plain_number(value: int | float) -> bool:
     return math.isfinite(value)
 
 
-def _explain(value: JSON, where: str) -> None:
+def _explain(value: JSON, where: str, depth: int = 0) -> None:
     """Raise InvalidJSON naming the first place in ``value`` that is not plain JSON."""
-    stack: list[tuple[JSON, str, int]] = [(value, where, 0)]
+    stack: list[tuple[JSON, str, int]] = [(value, where, depth)]
     while stack:
         node, at, depth = stack.pop()
         t = type(node)
@@ -184,6 +186,13 @@ def _explain(value: JSON, where: str) -> None:
             stack.extend((v, f"{at}[{i}]", depth + 1) for i, v in enumerate(node))
         else:
             raise InvalidJSON(f"{at}: {t.__name__} is not a JSON type")
+
+
+def ascii_digits(text: str) -> bool:
+    """Whether ``text`` is one or more ASCII digits: what an index, a count or a cursor is
+    written with. (``str.isdigit`` also holds for "²", which ``int`` refuses, and for other
+    scripts' digits, which it reads.)"""
+    return text.isascii() and text.isdigit()
 
 
 def kind(value: JSON) -> str:

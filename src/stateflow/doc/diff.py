@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from stateflow.doc.canonical import JSON, identical
+from stateflow.doc.canonical import JSON, ascii_digits, identical
 from stateflow.doc.select import MISSING
 from stateflow.errors import Conflict, InvalidInput
 
@@ -160,7 +160,7 @@ def _indices(where: Within, length: int) -> list[tuple[int | None, Within | None
 
 
 def _index_key(seg: Segment) -> int | None:
-    if type(seg) is str and len(seg) > 2 and seg[0] == "[" and seg[-1] == "]" and seg[1:-1].isdigit():
+    if type(seg) is str and len(seg) > 2 and seg[0] == "[" and seg[-1] == "]" and ascii_digits(seg[1:-1]):
         return int(seg[1:-1])
     return None
 

@@ -110,7 +110,7 @@ def parse_op(raw: object) -> Op:
         value = raw["value"]
         t = type(value)
         if t is not str and t is not bool and value is not None:  # (those are plain and immutable)
-            check(value, "value")
+            check(value, "value", len(path))  # (as deep in the document as its path goes)
             # values are copied: applied, they become part of a stored document the caller must not reach
             value = detach(value)
         return _new_op(Op, (name, path, body, value, "", (), guard))
@@ -131,7 +131,7 @@ def parse_op(raw: object) -> Op:
     if "value" not in raw:
         raise OpError(f"a {name} op needs a 'value'")
     value = raw["value"]
-    check(value, "value")
+    check(value, "value", len(path))
     value = detach(value)
     if name == "set_by_key":
         _check_items(value if isinstance(value, list) else [value], key_field, "value")

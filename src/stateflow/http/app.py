@@ -24,7 +24,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from stateflow import __version__
 from stateflow.aio import EdgeCalls
 from stateflow.config import HttpConfig
-from stateflow.doc.canonical import decode, encode_trusted
+from stateflow.doc.canonical import ascii_digits, decode, encode_trusted
 from stateflow.errors import (
     Forbidden,
     InvalidInput,
@@ -225,7 +225,7 @@ def _revision_matched(raw: str) -> int | None:
     text = raw.strip()
     if text.startswith('"') and text.endswith('"') and len(text) >= 2:
         text = text[1:-1]
-    if not text.isdigit():
+    if not ascii_digits(text):
         raise BadRequest(f'If-Match must be a record revision as its ETag gives it ("N"), got {raw!r}')
     return int(text)
 

@@ -26,6 +26,7 @@ from starlette.requests import Request
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from stateflow.doc.canonical import ascii_digits
 from stateflow.errors import Forbidden, InvalidInput
 from stateflow.http.auth import TokenSet
 from stateflow.memory import Identity, MemoryConfig, MemoryView, parse_scopes, shown
@@ -78,7 +79,7 @@ def config_from_env(env: Mapping[str, str] | None = None) -> MemoryConfig:
     against what the model was shown whichever worker process (or local hook) showed it."""
     env = os.environ if env is None else env
     budget = env.get("STATEFLOW_HOT_BUDGET") or None
-    if budget is not None and not budget.isdigit():
+    if budget is not None and not ascii_digits(budget):
         raise InvalidInput(f"STATEFLOW_HOT_BUDGET must be a positive number of bytes, not {budget!r}")
     roots = [r for r in (env.get("STATEFLOW_KNOWLEDGE_ROOTS") or "").split(os.pathsep) if r]
     return MemoryConfig(

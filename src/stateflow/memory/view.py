@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from stateflow.doc.canonical import JSON, detach, encode, encode_trusted, identical
+from stateflow.doc.canonical import JSON, ascii_digits, detach, encode, encode_trusted, identical
 from stateflow.doc.diff import Edit, Within, diff, to_patch
 from stateflow.doc.merge import Emitted, merge_patch, patch_within
 from stateflow.doc.paths import Index, Key, PatchesPath, Range, ReadPath, Selector, parse
@@ -1397,7 +1397,7 @@ def _walk_patch(
                     for k, v in node.items()
                     if k.startswith("[")
                     and k.endswith("]")
-                    and k[1:-1].isdigit()
+                    and ascii_digits(k[1:-1])
                     and sel.start <= int(k[1:-1]) < sel.end
                 }
             return {}
@@ -1409,4 +1409,4 @@ def _walk_patch(
 
 def _index_key(name: str) -> bool:
     """Whether an object key reads like a patch's array index (``"[N]"``)."""
-    return len(name) > 2 and name[0] == "[" and name[-1] == "]" and name[1:-1].isdigit()
+    return len(name) > 2 and name[0] == "[" and name[-1] == "]" and ascii_digits(name[1:-1])

@@ -11,6 +11,7 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
+from stateflow.doc.canonical import ascii_digits
 from stateflow.errors import InvalidInput
 from stateflow.states.models import StateSubject
 from stateflow.states.results import (
@@ -93,7 +94,7 @@ class Listing:
         before = None
         if cursor:
             raw = _decode_cursor(cursor)
-            if raw is None or not raw.isdigit():
+            if raw is None or not ascii_digits(raw):
                 raise InvalidInput("writes cursor is malformed; use only a cursor returned by a prior page")
             before = int(raw)
         # one change more than the page: a cursor only when another page exists (not after an
@@ -208,7 +209,7 @@ class Listing:
         offset = 0
         text = _decode_cursor(cursor)
         if text is not None:
-            if not text.startswith(_SORTED) or not text[len(_SORTED) :].isdigit():
+            if not text.startswith(_SORTED) or not ascii_digits(text[len(_SORTED) :]):
                 raise InvalidInput("cursor is malformed; use only a cursor returned by a prior page")
             offset = int(text[len(_SORTED) :])
         found: list[tuple[tuple[Any, ...], str, SubjectRow]] = []

@@ -21,6 +21,15 @@ TargetKind = Literal["agent", "tool"]
 Door = Literal["api", "operator", "tool", "conversation", "hook", "schedule", "studio"]
 
 
+def _unicode_text(text: str) -> bool:
+    """Whether ``text`` has no lone surrogate: one cannot be encoded (as UTF-8, or in JSON)."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -46,6 +55,11 @@ class StateSubject(_Model):
         v = v.strip()
         if not v:
             raise ValueError("subject key must be non-blank")
+        if not _unicode_text(v):
+            raise ValueError(
+                "subject key must be Unicode text: it holds a lone surrogate (such as a byte that "
+                "is not UTF-8 in a command-line argument)"
+            )
         if len(v) > KEY_MAX_CHARS:
             raise ValueError(f"subject key must be at most {KEY_MAX_CHARS} characters after trimming")
         return v

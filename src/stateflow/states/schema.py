@@ -9,6 +9,7 @@ from urllib.parse import unquote
 import jsonschema_rs
 import orjson
 
+from stateflow.doc.canonical import ascii_digits
 from stateflow.errors import InvalidInput
 from stateflow.validators import compiled
 
@@ -73,7 +74,7 @@ def _resolves(schema: Any, pointer: str) -> bool:
         part = raw.replace("~1", "/").replace("~0", "~")
         if isinstance(node, dict) and part in node:
             node = node[part]
-        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+        elif isinstance(node, list) and ascii_digits(part) and int(part) < len(node):
             node = node[int(part)]
         else:
             return False

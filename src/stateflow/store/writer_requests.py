@@ -40,7 +40,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Final
 
-from stateflow.doc.canonical import decode_trusted, encode_trusted
+from stateflow.doc.canonical import ascii_digits, decode_trusted, encode_trusted
 from stateflow.doc.merge import Emitted, merge_patch
 from stateflow.errors import InvalidJSON
 from stateflow.store.cache import Heads
@@ -277,7 +277,7 @@ def sweep(database: Path, below: int) -> None:
         return
     for name in names:
         number = name[1:].split("-", 1)[0]
-        if name[:1] in ("r", "t", "p") and number.isdigit() and int(number) < below:
+        if name[:1] in ("r", "t", "p") and ascii_digits(number) and int(number) < below:
             with contextlib.suppress(OSError):
                 os.unlink(folder + name)
 

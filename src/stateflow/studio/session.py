@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass
 from typing import Final
 
+from stateflow.doc.canonical import ascii_digits
 from stateflow.errors import StateflowError
 from stateflow.http.auth import Token, TokenSet
 
@@ -88,7 +89,7 @@ class Sessions:
         """The session a cookie names, or None: malformed, forged, expired, signed out, or its
         token is no longer accepted here."""
         parts = (cookie or "").split(".")
-        if len(parts) != 4 or not parts[1].isdigit():
+        if len(parts) != 4 or not ascii_digits(parts[1]):
             return None
         fingerprint, issued, nonce, mac = parts
         expires = int(issued) + self.lifetime_seconds
