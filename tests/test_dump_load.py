@@ -207,7 +207,7 @@ def test_a_refused_dump_leaves_its_target_as_it_was(tmp_path: Path) -> None:
     assert sf(source, "doc", "put", "notes", "a", '{"x": 1}').returncode == 0
     out = sf(source, "dump", str(tmp_path / "no-such-dir" / "d.jsonl"))
     assert out.returncode == 1, out.stderr
-    assert out.stderr.startswith("error[store-unavailable]: cannot write "), out.stderr
+    assert out.stderr.startswith("error[target-unwritable]: cannot write "), out.stderr
     assert sf(source, "dump", str(kept)).returncode == 0
     assert lines(kept)[-1]["body"] == {"x": 1} and oct(kept.stat().st_mode & 0o777) == "0o600"
     # a dump over the store's own files would replace the store with its dump

@@ -158,3 +158,25 @@ def test_a_server_on_a_read_only_medium_answers_reads(medium: Path, tmp_path: Pa
     finally:
         server.stop()
     assert snapshot(medium) == before
+
+
+def test_a_store_on_a_read_only_medium_is_backed_up_as_it_reads(medium: Path, tmp_path: Path) -> None:
+    # reads open the file alone where no -shm can be made; the backup opens it the same way
+    medium.mkdir()
+    path = medium / "s.db"
+    fill(path)
+    _read_only(medium)
+    before = snapshot(medium)
+    out_dir = Path(tempfile.mkdtemp(prefix="stateflow-copy-"))
+    out_dir.chmod(0o777)
+    try:
+        out = sf(path, "backup", str(out_dir / "copy.db"))
+        assert out.returncode == 0, out.stderr
+        copy = open_store(str(out_dir / "copy.db"))
+        try:
+            assert copy.get(DocKey("notes", "n2")).body == {"n": 2}
+        finally:
+            copy.close()
+    finally:
+        shutil.rmtree(out_dir)
+    assert snapshot(medium) == before

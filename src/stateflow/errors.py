@@ -154,6 +154,15 @@ class StorePermissionDenied(StoreUnavailable):
     http_status = 503
 
 
+class TargetUnwritable(StateflowError):
+    """A command's output file (a dump's or a backup's TARGET) cannot be written: a missing
+    folder, no permission, a full disk or a read-only file system. The store is not at fault
+    and nothing was written there."""
+
+    code = "target-unwritable"
+    http_status = 500
+
+
 class UnsupportedStore(StoreError):
     code = "unsupported-store"
     http_status = 400

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Final
 
-from stateflow.errors import StoreUnavailable
+from stateflow.errors import TargetUnwritable
 
 DIR_MODE: Final = 0o700
 FILE_MODE: Final = 0o600
@@ -57,8 +57,13 @@ def replace_private(path: Path, chunks: Iterable[bytes]) -> None:
 
 def write_private(path: Path, chunks: Iterable[bytes]) -> None:
     """:func:`replace_private` for a command's output file (a dump): a file that cannot be
-    written is ``store-unavailable`` naming it."""
+    written is ``target-unwritable`` naming it and why (the store is not at fault)."""
     try:
         replace_private(path, chunks)
     except OSError as exc:
-        raise StoreUnavailable(f"cannot write {path}: {exc.strerror or exc}") from exc
+        raise unwritable(path, exc) from exc
+
+
+def unwritable(path: Path, exc: OSError) -> TargetUnwritable:
+    """The refusal of an output file the operating system would not let us write."""
+    return TargetUnwritable(f"cannot write {path}: {exc.strerror or exc}")

@@ -50,7 +50,7 @@ def check(ctx: Context, as_json: bool) -> None:
     if not report.ok:
         click.echo(
             f"error[corrupt-store]: {len(report.problems) + report.more_problems} problem(s) found; "
-            "restore from a backup (stateflow backup) or export what still reads (stateflow dump)",
+            "restore the store from a backup that passes `stateflow check` (make them with `stateflow backup`)",
             err=True,
         )
         sys.exit(1)

@@ -7,13 +7,16 @@ import sqlite3
 from pathlib import Path
 
 from stateflow.errors import CorruptStore, InvalidInput, StoreNotFound, StoreUnavailable
-from stateflow.store.sqlite import FILE_MODE, preflight, store_files
+from stateflow.files import unwritable
+from stateflow.store.sqlite import FILE_MODE, store_files
+from stateflow.store.sqlite_file import connect_read_only, holding, preflight
 
 
 def sqlite_backup(source: Path, target: Path, *, replace: bool = False) -> int:
     """Copy ``source`` to ``target`` (0600) page by page, in steps, so writers are never held
     up for long; the copy is checked (``quick_check``) before it replaces ``target``. Returns
-    the number of pages copied."""
+    the number of pages copied. The source is opened as every read-only open is (a file on a
+    read-only medium is read alone when its WAL holds nothing)."""
     if not preflight(source):
         raise StoreNotFound(f"no store at {source}")
     if target.exists() and not replace:
@@ -24,23 +27,37 @@ def sqlite_backup(source: Path, target: Path, *, replace: bool = False) -> int:
     try:
         fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
         os.close(fd)
-        src = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
-        dst = sqlite3.connect(partial)
-        try:
-            src.backup(dst, pages=1024)
-            dst.execute("PRAGMA journal_mode = DELETE")  # one self-contained file
-            (verdict,) = dst.execute("PRAGMA quick_check").fetchone()
-            pages = int(dst.execute("PRAGMA page_count").fetchone()[0])
-        finally:
-            dst.close()
-            src.close()
+    except OSError as exc:
+        raise unwritable(target, exc) from exc
+    try:
+        with holding(source):
+            src = connect_read_only(source, timeout=30)
+            try:
+                dst = sqlite3.connect(partial)
+                try:
+                    src.backup(dst, pages=1024)
+                    dst.execute("PRAGMA journal_mode = DELETE")  # one self-contained file
+                    (verdict,) = dst.execute("PRAGMA quick_check").fetchone()
+                    pages = int(dst.execute("PRAGMA page_count").fetchone()[0])
+                finally:
+                    dst.close()
+            finally:
+                src.close()
         if verdict != "ok":
             raise CorruptStore(f"the copy of {source} does not pass its check: {verdict}")
         os.replace(partial, target)
     except sqlite3.DatabaseError as exc:
+        if _target_full(exc):
+            raise unwritable(target, OSError(str(exc))) from exc
         raise StoreUnavailable(f"backup of {source} failed: {exc}") from exc
     except OSError as exc:
-        raise StoreUnavailable(f"cannot write {target}: {exc.strerror or exc}") from exc
+        raise unwritable(target, exc) from exc
     finally:
         partial.unlink(missing_ok=True)
     return pages
+
+
+def _target_full(exc: sqlite3.DatabaseError) -> bool:
+    """Whether SQLite failed writing the copy (the source is only read): a full disk, or an I/O
+    error of the copy's file system."""
+    return getattr(exc, "sqlite_errorname", "") in ("SQLITE_FULL", "SQLITE_IOERR_WRITE", "SQLITE_IOERR_FSYNC")

@@ -12,9 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
-from stateflow.errors import StateflowError, StoreNotFound, StoreUnavailable
+from stateflow.errors import CorruptStore, StateflowError, StoreNotFound, StoreUnavailable
 from stateflow.store.base import SqlStore
 from stateflow.store.migrations import SCHEMA_VERSION
 from stateflow.store.model import DocKey
@@ -86,43 +85,31 @@ def check_store(store: SqlStore) -> CheckReport:
 
 def sqlite_file_integrity(path: str, report: CheckReport) -> None:
     """SQLite's own integrity check of every page and index, read-only (runs before the store
-    is opened: a damaged file may not open at all)."""
-    from stateflow.store.sqlite import no_wal_index, preflight, wal_has_data
+    is opened: a damaged file may not open at all). A file that cannot be read here at all (no
+    WAL index in a read-only place while its WAL holds commits) is refused, not called damaged."""
+    from stateflow.store.sqlite_file import connect_read_only, holding, preflight
 
+    file = Path(path)
     try:
-        preflight(Path(path))
-    except StateflowError as exc:
+        preflight(file)
+    except CorruptStore as exc:
         report.problem(f"file: {exc.message}")
         return
     try:
-        rows, pages = _integrity(path, immutable=False)
-    except sqlite3.OperationalError as exc:
-        if not (no_wal_index(exc) and not wal_has_data(Path(path))):
-            report.problem(f"file: {exc}")
-            return
-        # a read-only directory without the WAL index: the file alone is the store
-        try:
-            rows, pages = _integrity(path, immutable=True)
-        except sqlite3.Error as again:
-            report.problem(f"file: {again}")
-            return
+        with holding(file):
+            conn = connect_read_only(file, timeout=5)
+            try:
+                rows = conn.execute("PRAGMA integrity_check(100)").fetchall()
+                pages = int(conn.execute("PRAGMA page_count").fetchone()[0])
+            finally:
+                conn.close()
     except sqlite3.Error as exc:
         report.problem(f"file: {exc}")
         return
-    report.count("pages", int(pages))
+    report.count("pages", pages)
     for (line,) in rows:
         if line != "ok":
             report.problem(f"file: {line}")
-
-
-def _integrity(path: str, *, immutable: bool) -> tuple[list[tuple[str]], int]:
-    where = quote(str(Path(path).absolute()))
-    conn = sqlite3.connect(f"file://{where}?mode=ro" + ("&immutable=1" if immutable else ""), uri=True)
-    try:
-        rows = conn.execute("PRAGMA integrity_check(100)").fetchall()
-        return rows, int(conn.execute("PRAGMA page_count").fetchone()[0])
-    finally:
-        conn.close()
 
 
 def _schema(store: SqlStore, report: CheckReport) -> None:

@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar, Final, TypeVar, cast
-from urllib.parse import quote
 
 from stateflow.doc.canonical import decode_trusted, encode_trusted
 from stateflow.errors import (
@@ -61,6 +60,7 @@ from stateflow.store.model import Commit, DocKey, Document, Listed, Write
 from stateflow.store.plan import Fresh, WritePlan, validate_writes
 from stateflow.store.rows import NO_ROW, DocRow, lock_order, outline_of
 from stateflow.store.served_patch import Served
+from stateflow.store.sqlite_file import connect_read_only, hold, preflight, release
 from stateflow.store.tx import Tx
 from stateflow.store.writer_queue import Answered, RequestTaken, WriterQueue
 from stateflow.store.writer_requests import NotMerged, Request
@@ -547,6 +547,8 @@ class SqliteStore(SqlStore):
         """document ids reserved ahead (``_absent_rows``), for rows a commit creates"""
         self._unborn: dict[int, DocKey] = {}
         """ids handed out by ``_absent_rows`` whose rows the commit writing them creates"""
+        self._file_hold: tuple[int, int] | None = None
+        """the file as marked held by this process's connections (``sqlite_file.hold``)"""
         self.create = create and not read_only
         self.read_only = read_only
         if auto_migrate and not read_only and (not self.path.exists() or _writable(self.path)):
@@ -567,35 +569,24 @@ class SqliteStore(SqlStore):
             raise StoreNotFound(f"no store at {self.path} (nothing was created; check --store)")
         if not exists:
             _create(self.path)
+        if self._file_hold is None:  # before the first connection takes its locks (``preflight``)
+            self._file_hold = hold(self.path)
         read_only = self.read_only or not _writable(self.path)
-        conn = self._connect(read_only=read_only, immutable=False)
         with _mapped_errors():
-            try:
-                conn.execute("PRAGMA schema_version").fetchone()  # reads the header: damage shows here
-            except sqlite3.OperationalError as exc:
-                if not read_only or not no_wal_index(exc):
-                    raise
-                # A read-only directory without the WAL index (-shm) file, which SQLite cannot
-                # create here. With no WAL holding data the file alone is the whole store: read
-                # it as immutable (no locks, no index). A WAL with data cannot be read without its
-                # index, so that is refused rather than served stale.
-                conn.close()
-                if wal_has_data(self.path):
-                    raise StoreReadOnly(
-                        f"{self.path} is read-only and its -wal file holds commits that cannot be "
-                        "read without a -shm file: open it once where it is writable (which "
-                        "checkpoints the WAL), or copy it with `stateflow backup`"
-                    ) from exc
-                conn = self._connect(read_only=True, immutable=True)
-                conn.execute("PRAGMA schema_version").fetchone()
-            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
             if read_only:
+                try:
+                    conn = connect_read_only(self.path, timeout=self.busy_timeout_ms / 1000)
+                except sqlite3.OperationalError as exc:
+                    raise _denied(self.path) or _mapped(exc) from exc
                 self.read_only = True
             else:
+                conn = self._connect()
+                conn.execute("PRAGMA schema_version").fetchone()  # reads the header: damage shows here
                 mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
                 if str(mode).lower() != "wal":
                     raise StoreUnavailable(f"{self.path}: cannot switch to WAL mode (got {mode})")
                 conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
             conn.execute("PRAGMA foreign_keys = ON")
             # each b-tree page's cells are checked as the page is read, so a write that runs into
             # mid-file damage fails (corrupt-store) instead of building on it; costs a few
@@ -605,15 +596,10 @@ class SqliteStore(SqlStore):
             self._all.append(conn)
         return conn
 
-    def _connect(self, *, read_only: bool, immutable: bool) -> sqlite3.Connection:
-        target: str | Path = self.path
-        if read_only:
-            where = ("//" if self.path.is_absolute() else "") + quote(str(self.path))
-            target = f"file:{where}?mode=ro" + ("&immutable=1" if immutable else "")
+    def _connect(self) -> sqlite3.Connection:
         try:
             return sqlite3.connect(
-                target,
-                uri=read_only,
+                self.path,
                 isolation_level=None,
                 timeout=self.busy_timeout_ms / 1000,
                 check_same_thread=False,  # the writer is shared; the group lock serializes it
@@ -1135,6 +1121,8 @@ class SqliteStore(SqlStore):
             self._watch.close()  # after the connections: its close drops their -shm locks
             self._group.queue.close()
             self._spares.drop()
+            release(self._file_hold)
+            self._file_hold = None
         self._local = threading.local()
 
 
@@ -1176,31 +1164,6 @@ def _mapped(exc: sqlite3.Error) -> StateflowError:
 
 
 FILE_MODE: Final = 0o600
-
-
-def preflight(path: Path) -> bool:
-    """Whether the store file exists; refuses at once (no lock wait) an empty file next to a WAL
-    that holds data. Only looks at sizes: never opens the file."""
-    try:
-        size = path.stat().st_size
-    except FileNotFoundError:
-        return False
-    except PermissionError:
-        raise StorePermissionDenied(f"permission denied: cannot look at {path}") from None
-    wal = Path(f"{path}-wal")
-    if size == 0:
-        # a file we create holds its header before anything goes to the WAL: an empty file next
-        # to a WAL was truncated or replaced, and replaying that WAL would resurrect stale pages
-        if wal.exists() and wal.stat().st_size > 0:
-            raise CorruptStore(
-                f"{path} is empty but {wal.name} holds data: the file was truncated or replaced; "
-                "restore it from a backup (or move the -wal and -shm files away to start empty)"
-            )
-        return True
-    # The header itself is SQLite's to read: opening and closing the file here would drop the
-    # POSIX locks this process's connections hold on it (another process could then take this
-    # one's WAL away). A file that is not a database fails the connection's first statement.
-    return True
 
 
 def _create(path: Path) -> None:
@@ -1245,20 +1208,6 @@ def remove_created(path: Path, top: Path | None) -> None:
         if folder == top:
             return
         folder = folder.parent
-
-
-def no_wal_index(exc: sqlite3.OperationalError) -> bool:
-    """Whether a read-only open failed only for want of the WAL index file: SQLite says "unable
-    to open" or, when the -shm file cannot be created, SQLITE_READONLY_CANTINIT."""
-    text = str(exc)
-    return "unable to open" in text or "readonly" in text or "read-only" in text
-
-
-def wal_has_data(path: Path) -> bool:
-    try:
-        return Path(f"{path}-wal").stat().st_size > 0
-    except OSError:
-        return False
 
 
 def _writable(path: Path) -> bool:

@@ -1,0 +1,116 @@
+"""Backups name exactly the store they copy, and a backup put back under the old store's
+write-ahead log is refused before anything reads or writes it (through the CLI)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from stateflow.store import DocKey, Write, open_store
+
+
+def sf(cwd: Path, store: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, STATEFLOW_STORE=store)
+    return subprocess.run(["stateflow", *args], capture_output=True, text=True, timeout=120, env=env, cwd=cwd)
+
+
+def test_a_backup_copies_the_store_named_even_with_percent_or_hash_in_its_name(tmp_path: Path) -> None:
+    # 'one%41.db' is not 'oneA.db' and 'r#1.db' is not 'r': a URI built from the name unquoted
+    # would read those other files (or create an empty one) and report the copy good
+    for name, other in (("one%41.db", "oneA.db"), ("r#1.db", None)):
+        assert sf(tmp_path, name, "doc", "put", "notes", "who", json.dumps({"who": name})).returncode == 0
+        if other is not None:
+            assert sf(tmp_path, other, "doc", "put", "notes", "who", '{"who": "other"}').returncode == 0
+        target = f"copy-of-{name.replace('%', 'pct').replace('#', 'hash')}"
+        out = sf(tmp_path, name, "backup", target)
+        assert out.returncode == 0, out.stderr
+        got = sf(tmp_path, target, "doc", "get", "notes", "who")
+        assert got.returncode == 0 and json.loads(got.stdout) == {"who": name}, got.stdout + got.stderr
+    assert not (tmp_path / "r").exists()  # no stray file named after the part before '#'
+    assert sf(tmp_path, "r#1.db", "check").returncode == 0
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.name.startswith("live.db")}
+
+
+def test_a_backup_restored_under_the_old_wal_is_refused_and_left_as_it_is(tmp_path: Path) -> None:
+    live = tmp_path / "live.db"
+    assert sf(tmp_path, str(live), "doc", "put", "notes", "v", '{"v": "backed up"}').returncode == 0
+    assert sf(tmp_path, str(live), "backup", "bk.db").returncode == 0
+    # the store carries on; its WAL (and index) as a crash leaves them, commits not yet in the file
+    store = open_store(str(live))
+    try:
+        for i in range(20):
+            key = DocKey("notes", "v")
+            store.commit([Write.between(key, store.get(key).body, {"v": f"after {i}"}, i + 1)], {"door": "t"})
+        wal, shm = Path(f"{live}-wal").read_bytes(), Path(f"{live}-shm").read_bytes()
+    finally:
+        store.close()
+    assert len(wal) > 0
+    # the operator restores the backup over the file, forgetting its -wal and -shm
+    shutil.copy(tmp_path / "bk.db", live)
+    Path(f"{live}-wal").write_bytes(wal)
+    Path(f"{live}-shm").write_bytes(shm)
+    before = _files(tmp_path)
+
+    for args in (
+        ("doc", "get", "notes", "v"),
+        ("tool", "read_state", '{"path": "session"}'),
+        ("doc", "put", "notes", "v", '{"v": "written on a stale log"}'),
+        ("dump",),
+        ("backup", "again.db"),
+    ):
+        out = sf(tmp_path, str(live), *args)
+        assert out.returncode == 1, (args, out.stdout)
+        assert (
+            out.stderr.startswith("error[corrupt-store]: ")
+            and "replaced under its write-ahead log" in out.stderr
+        )
+        assert "live.db-wal" in out.stderr, out.stderr
+    out = sf(tmp_path, str(live), "check")
+    assert out.returncode == 1 and "replaced under its write-ahead log" in out.stdout, out.stdout
+    assert _files(tmp_path) == before  # nothing read the stale log into the file
+    assert not (tmp_path / "again.db").exists()
+
+    # the fix the refusal names: the old log goes, and the backup is the store
+    Path(f"{live}-wal").unlink()
+    Path(f"{live}-shm").unlink()
+    out = sf(tmp_path, str(live), "doc", "get", "notes", "v")
+    assert out.returncode == 0 and json.loads(out.stdout) == {"v": "backed up"}, out.stderr
+    assert sf(tmp_path, str(live), "check").returncode == 0
+
+
+def test_an_output_that_cannot_be_written_is_the_targets_fault_not_the_stores(tmp_path: Path) -> None:
+    store = str(tmp_path / "ok.db")
+    assert sf(tmp_path, store, "doc", "put", "notes", "a", '{"x": 1}').returncode == 0
+    for args in (("dump", "missing/x.jsonl"), ("backup", "missing/x.db")):
+        out = sf(tmp_path, store, *args)
+        assert out.returncode == 1
+        assert out.stderr.startswith("error[target-unwritable]: cannot write missing/x."), out.stderr
+        assert "No such file or directory" in out.stderr
+    assert not (tmp_path / "missing").exists()
+    assert sf(tmp_path, store, "check").returncode == 0
+
+
+def test_checks_advice_on_a_damaged_file_is_one_that_works(tmp_path: Path) -> None:
+    # `dump` refuses a damaged file: the advice must not send the operator there
+    store = str(tmp_path / "d.db")
+    s = open_store(store)
+    try:
+        for i in range(300):
+            s.commit([Write.between(DocKey("notes", f"k{i}"), None, {"pad": "p" * 300}, 0)], {"door": "t"})
+    finally:
+        s.close()
+    with open(store, "r+b") as fh:
+        for page in range(10, 100, 10):
+            fh.seek(4096 * page + 100)
+            fh.write(b"\xff" * 200)
+    out = sf(tmp_path, store, "check")
+    assert out.returncode == 1 and "damaged: " in out.stdout
+    assert out.stderr.startswith("error[corrupt-store]: ") and "restore the store from a backup" in out.stderr
+    assert "dump" not in out.stderr, out.stderr
+    assert sf(tmp_path, store, "dump", "out.jsonl").returncode == 1
