@@ -217,3 +217,48 @@ def test_a_refused_dump_leaves_its_target_as_it_was(tmp_path: Path) -> None:
         )
         assert out.returncode == 1 and out.stderr.startswith("error[invalid-input]: "), (own, out.stderr)
     assert json.loads(sf(source, "doc", "get", "notes", "a").stdout) == {"x": 1}
+
+
+def test_a_store_whose_history_was_pruned_dumps_only_what_loads(backend: str, tmp_path: Path) -> None:
+    """Retention pruned a document's first revisions: a dump with history could never replay
+    it, so the dump is refused up front, naming the document and --no-history; a transition left
+    without changes (its documents purged) is not a line a load refuses."""
+    from datetime import UTC, datetime, timedelta
+
+    from stateflow.config import Config, RetentionConfig
+
+    store = open_store(backend, auto_migrate=True)
+    service = StatesService(store, Config(retention=RetentionConfig(audit_days=1)))
+    try:
+        service.install_builtins()
+        service.declare("tickets", STATE)
+        service.declare("scratch", {**STATE, "subject_kinds": ["thread"]})
+        other = {**SUBJECT, "key": "t2"}
+        service.replace("tickets", other, {"title": "kept whole"})
+        service.replace("scratch", SUBJECT, {"title": "purged"})  # the newest transition
+        store.purge("scratch")  # its transition stays (the newest), without changes
+        out = tmp_path / "purged.jsonl"
+        assert sf(backend, "dump", str(out)).returncode == 0
+        assert all(item["changes"] for item in lines(out) if item.get("kind") == "transition")
+        loaded = sf(str(tmp_path / "purged.db"), "load", str(out))
+        assert loaded.returncode == 0, loaded.stderr
+
+        for n in range(3):
+            service.replace("tickets", SUBJECT, {"title": f"v{n}", "n": n})
+        service.prune(now=datetime.now(UTC) + timedelta(days=3))
+        service.replace("tickets", SUBJECT, {"title": "after the prune", "n": 9})
+    finally:
+        service.close()
+        store.close()
+    target = tmp_path / "all.jsonl"
+    out_run = sf(backend, "dump", str(target))
+    assert out_run.returncode == 1 and out_run.stderr.startswith("error[invalid-input]: "), out_run.stderr
+    assert "pruned" in out_run.stderr and "--no-history" in out_run.stderr
+    assert "tickets/" in out_run.stderr, out_run.stderr
+    assert not target.exists()
+    assert sf(backend, "dump", "--no-history", str(target)).returncode == 0
+    copy = str(tmp_path / "copy.db")
+    loaded = sf(copy, "load", str(target))
+    assert loaded.returncode == 0, loaded.stderr
+    got = sf(copy, "states", "read", "tickets", "--target-name", "alice", "--kind", "thread", "--key", "t1")
+    assert got.returncode == 0 and json.loads(got.stdout)["data"]["title"] == "after the prune", got.stdout

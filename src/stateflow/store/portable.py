@@ -41,13 +41,19 @@ class InvalidDump(InvalidInput):
 
 
 def dump(store: SqlStore, *, history: bool = True) -> Iterator[bytes]:
-    """The store as JSON Lines (each item one line, newline included)."""
+    """The store as JSON Lines (each item one line, newline included). With history, a store
+    whose retention pruned a document's early revisions is refused before the first line: a
+    replay starts every document at revision 1 (dump it with ``history=False``)."""
     store.check_schema()
+    if history:
+        _refuse_pruned(store)
     yield _line({"format": FORMAT, "version": VERSION, "history": history})
     if history:
         after = 0
         while page := store.transitions(after_seq=after, limit=PAGE):
             for t in page:
+                if not t.changes:
+                    continue  # its changes were pruned or purged: nothing to replay
                 changes = [
                     {
                         "state": c.key.state,
@@ -81,6 +87,24 @@ def dump(store: SqlStore, *, history: bool = True) -> Iterator[bytes]:
                     "body": doc.body,
                 }
             )
+
+
+def _refuse_pruned(store: SqlStore) -> None:
+    """Refuse a dump with history of a store whose history no longer starts every document at
+    revision 1 (retention pruned it): such a dump could never be loaded."""
+    with store._read_tx() as tx:
+        row = tx.one(
+            "SELECT d.state, d.subject, d.revision FROM documents d WHERE d.revision > 0 AND NOT EXISTS "
+            "(SELECT 1 FROM changes c WHERE c.doc_id = d.doc_id AND c.revision = 1) "
+            "ORDER BY d.state, d.subject LIMIT 1"
+        )
+    if row is not None:
+        state, subject, revision = row
+        raise InvalidInput(
+            f"the history of {state}/{subject} (revision {int(revision)}) was pruned by retention: a "
+            "dump with history replays every document from revision 1, so it could not be loaded; "
+            "dump the store with --no-history (documents only)"
+        )
 
 
 def _ops(store: SqlStore) -> Iterator[bytes]:
@@ -134,8 +158,9 @@ def load(store: SqlStore, lines: Iterable[bytes]) -> dict[str, int]:
     for item in items:
         kind = item["kind"]
         if kind == "transition":
-            seqs[int(item["seq"])] = _replay(store, item)
-            transitions += 1
+            if item["changes"]:  # (an earlier dump's transition whose changes were pruned: nothing)
+                seqs[int(item["seq"])] = _replay(store, item)
+                transitions += 1
         elif kind == "op":
             seq = item.get("seq")
             # without history (or once retention dropped it) the transition is not here: the
@@ -282,7 +307,7 @@ _FIELDS: Final[dict[str, dict[str, Callable[[Any], bool]]]] = {
         "seq": _is_int,
         "at": _is_str,
         "origin": lambda v: type(v) is dict,
-        "changes": lambda v: type(v) is list and bool(v),
+        "changes": lambda v: type(v) is list,
     },
     "op": {
         "scope": _is_str,
