@@ -8,12 +8,14 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 
 from stateflow.errors import StoreReadOnly
 from stateflow.store import DocKey, Write, open_store
 from stateflow.store.base import SqlStore
+from tests.servers import TOKEN, Server, base_env, free_port, wait_ready
 
 
 def sf(store: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -78,3 +80,40 @@ def test_postgresql_sessions_are_read_only_on_the_server(pg_schema_url: str) -> 
             assert tx.all("SELECT key FROM stateflow_meta WHERE key = 'sneaked'") == []
     finally:
         writable.close()
+
+
+def test_a_read_only_store_written_only_by_memory_tools_has_the_memory_state(
+    backend: str, tmp_path: Path
+) -> None:
+    """Agent memory scopes are records of the built-in state ``memory``; a store written only
+    through ``patch_state`` holds no row declaring it, which a read-only open cannot write: the
+    states doors still know it (they answered state-not-found)."""
+    assert sf(backend, "migrate").returncode == 0
+    out = sf(backend, "tool", "patch_state", '{"session": {"tactics": {"a": 1}}}')
+    assert out.returncode == 0, out.stderr
+    assert sf(backend, "doc", "get", "_states", "memory").stdout.strip() == "null"  # no row
+    ro = read_only(backend)
+    subject = ("--target-name", "default", "--kind", "session", "--key", "default")
+    out = sf(ro, "states", "read", "memory", *subject)
+    assert out.returncode == 0 and json.loads(out.stdout)["data"] == {"tactics": {"a": 1}}, out.stderr
+    out = sf(ro, "states", "list", "--json")
+    assert out.returncode == 0 and [d["name"] for d in json.loads(out.stdout)] == ["memory"], out.stderr
+    out = sf(ro, "states", "get", "memory")
+    assert out.returncode == 0 and json.loads(out.stdout)["subject_kinds"] == ["global", "cwd", "session"]
+
+    port = free_port()
+    proc = subprocess.Popen(
+        ["stateflow", "serve", "--port", str(port), "--token", TOKEN],
+        env=base_env(tmp_path, ro),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    server = Server(f"http://127.0.0.1:{port}", proc)
+    try:
+        wait_ready(server)
+        status, body, _ = server.call("GET", "/api/states/memory/records/agent/default/session/default")
+        assert status == 200 and body["data"]["data"] == {"tactics": {"a": 1}}, body
+    finally:
+        server.stop()
+    assert sf(backend, "doc", "get", "_states", "memory").stdout.strip() == "null"  # nothing written

@@ -325,6 +325,9 @@ class StatesService:
         self.programs = TemplateJq(self)
         self.listing = Listing(self)
         self._builtins_installed = False
+        self._unstored: dict[str, dict[str, Any]] = {}
+        """built-in declarations a read-only store does not hold, served as this version declares
+        them (shared with the ``acting_as`` copies: filled in place)"""
         self._last_declaration: tuple[Any, str, dict[str, Any]] | None = None
         self._last_origin: tuple[WriteOrigin, DoorContext, str, dict[str, Any]] | None = None
 
@@ -504,7 +507,11 @@ class StatesService:
                 )
             self.install_seeds()
         except StoreReadOnly:
-            pass  # a read-only store (medium or ?mode=ro) serves the declarations it holds
+            # a read-only store (medium or ?mode=ro) serves the declarations it holds; one
+            # written only through memory tools holds no row for memory, which is still there
+            if current is None:
+                built_in = Declaration.model_validate({**MEMORY_DECLARATION, "name": "memory"})
+                self._unstored["memory"] = built_in.stored()
         self._builtins_installed = True
 
     def _declaration_view(self, body: dict[str, Any], revision: int, at: str | None) -> DeclarationView:
@@ -540,12 +547,14 @@ class StatesService:
                         self._declaration_view(catalog_row(item.key.subject, body), item.revision, item.at)
                     )
             after = page[-1].key.subject
-        return out
+        listed = {view["name"] for view in out}
+        missing = [self.get_declaration(name) for name in self._unstored if name not in listed]
+        return sorted([*out, *missing], key=lambda view: view["name"]) if missing else out
 
     def get_declaration(self, name: str) -> DeclarationView:
         doc = self.store.get(DocKey(CATALOG, name))
         if doc.body is None:
-            raise StateNotFound(f"no state declared as {name!r}")
+            return self._declaration_view(self._declared(None, name), 0, None)
         return self._declaration_view(catalog_row(name, doc.body), doc.revision, doc.at)
 
     def declare(self, name: str, raw: Any, *, context: DoorContext | None = None) -> DeclarationView:
@@ -646,7 +655,9 @@ class StatesService:
         """A declaration as stored (``body``; None: not declared), checked once per object: a
         stored body is one shared, never-mutated object until its declaration changes."""
         if body is None:
-            raise StateNotFound(f"no state declared as {name!r}")
+            body = self._unstored.get(name)
+            if body is None:
+                raise StateNotFound(f"no state declared as {name!r}")
         last = self._last_declaration
         if last is not None and last[0] is body and last[1] == name:
             return last[2]
@@ -830,10 +841,7 @@ class StatesService:
         encoded = subject.encode()
         decl_key, alias_key, key = DocKey(CATALOG, name), DocKey(ALIASES, name), DocKey(name, encoded)
         docs = self.store.read([decl_key, alias_key, key])
-        decl = docs[decl_key].body
-        if decl is None:
-            raise StateNotFound(f"no state declared as {name!r}")
-        self._admit(catalog_row(name, decl), subject)
+        self._admit(self._declared(docs[decl_key].body, name), subject)
         aliases = docs[alias_key].body or {}
         entry = aliases.get(encoded)
         canonical = StateSubject.decode(entry["canonical"]) if entry else subject
