@@ -280,8 +280,7 @@ def test_check_refuses_a_store_of_another_schema_version_with_what_to_do_not_as_
     damaged nor sends the operator to a backup. It reads only: the version stays as it was."""
     fill(backend)
     pg = backend.startswith("postgresql://")
-    # SQLite opened writable migrates itself on open: a read-only URL keeps it at its version
-    location = backend if pg else f"sqlite://{backend}?mode=ro"
+    location = backend  # (a SQLite file as named: a command that only reads never upgrades it)
 
     def set_version(version: int) -> None:
         if pg:

@@ -4,7 +4,10 @@
   ``stateflow migrate`` once, or pass ``auto_migrate=True``); ``?mode=ro`` makes every session
   read-only (``default_transaction_read_only``): the server itself refuses writes;
 - ``sqlite:///path/to/file.db?synchronous=normal`` or a plain file path → SQLite, migrated
-  automatically; ``?mode=ro`` opens it read-only (never created, migrated or written);
+  automatically when opened to write (``create=True``, the default): a store opened by a command
+  that only reads (``create=False``) is never upgraded in place — an older one answers
+  ``store-not-migrated`` until ``stateflow migrate`` or a write upgrades it; ``?mode=ro`` opens
+  it read-only (never created, migrated or written);
 - nothing → ``stateflow.db`` in the user's data directory (platformdirs).
 
 A plain path holding URL options (``?options=…`` without ``postgresql://``, ``x.db?mode=ro``)
@@ -50,7 +53,9 @@ def open_store(
     connect_timeout: float | None = None,
 ) -> SqlStore:
     """Open the store at ``store`` (path or URL; see the module docs). ``create=False`` (what
-    commands that only read pass) refuses a missing SQLite file instead of creating it.
+    commands that only read pass) refuses a missing SQLite file instead of creating it, and
+    does not upgrade an older one (``auto_migrate`` unset: a SQLite store is migrated on open
+    only when opened to write).
     ``wait_seconds`` bounds a call's wait for the store: on PostgreSQL for a connection during an
     outage (default 10 s), on SQLite a writer's wait for its turn at the write lock (default
     30 s). PostgreSQL: ``connect_timeout`` bounds one connection attempt (default 5 s)."""
@@ -74,7 +79,7 @@ def open_store(
         path,
         synchronous=synchronous,
         busy_timeout_ms=DEFAULT_BUSY_TIMEOUT_MS if wait_seconds is None else round(wait_seconds * 1000),
-        auto_migrate=(create or Path(path).expanduser().exists()) if auto_migrate is None else auto_migrate,
+        auto_migrate=create if auto_migrate is None else auto_migrate,
         create=create,
         read_only=read_only,
     )
