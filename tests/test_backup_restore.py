@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 from pathlib import Path
 
@@ -114,3 +115,26 @@ def test_checks_advice_on_a_damaged_file_is_one_that_works(tmp_path: Path) -> No
     assert out.stderr.startswith("error[corrupt-store]: ") and "restore the store from a backup" in out.stderr
     assert "dump" not in out.stderr, out.stderr
     assert sf(tmp_path, store, "dump", "out.jsonl").returncode == 1
+
+
+def test_a_file_of_another_page_size_under_a_wal_is_refused(tmp_path: Path) -> None:
+    # a store file in WAL mode, but not the one the log beside it was written for
+    live = tmp_path / "live.db"
+    store = open_store(str(live))
+    try:
+        store.commit([Write.between(DocKey("notes", "v"), None, {"v": 1}, 0)], {"door": "t"})
+        wal = Path(f"{live}-wal").read_bytes()
+    finally:
+        store.close()
+    live.unlink()
+    other = sqlite3.connect(live)
+    other.execute("PRAGMA page_size = 8192")
+    other.execute("PRAGMA journal_mode = WAL")
+    other.execute("CREATE TABLE t (x)")
+    other.close()
+    Path(f"{live}-wal").write_bytes(wal)
+    before = _files(tmp_path)
+    out = sf(tmp_path, str(live), "doc", "get", "notes", "v")
+    assert out.returncode == 1 and out.stderr.startswith("error[corrupt-store]: "), out.stderr
+    assert "its pages are 8192 bytes, the log's 4096" in out.stderr, out.stderr
+    assert _files(tmp_path) == before
