@@ -8,8 +8,9 @@ reaches only their memory; a read-only token gets ``read_state`` and the context
 states, as ``stateflow mcp --states`` does; a record of a target the token is not limited to is
 refused, and agent memory stays read-only through them. The transport is stateless (every POST
 stands alone), so identity and token are checked on every request, not once per connection.
-The cwd header keys the cwd scope only: it is the client's directory, not one of this machine,
-so artifact sources must lie in the server's knowledge roots.
+The cwd header keys the cwd scope only: it is the client's directory, not one of this machine
+(UTF-8, absolute, normalized as text and never looked up here), so artifact sources must lie in
+the server's knowledge roots.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ def identity_of(request: Request) -> tuple[Identity, tuple[str, ...]]:
     Without a cwd header there is no cwd scope (the server's own directory is nobody's project).
     """
     headers = request.headers
-    cwd = headers.get(CWD_HEADER)
+    cwd = _utf8(headers.get(CWD_HEADER))
     if cwd is not None and not cwd.startswith("/"):
         raise InvalidInput(f"{CWD_HEADER} must be an absolute path")
     wanted = headers.get(SCOPES_HEADER)
@@ -69,8 +70,20 @@ def identity_of(request: Request) -> tuple[Identity, tuple[str, ...]]:
     )
     if "cwd" in scopes and cwd is None:
         raise InvalidInput(f"the cwd scope needs the {CWD_HEADER} header")
-    identity = Identity.of(headers.get(AGENT_HEADER), cwd or "/", headers.get(SESSION_HEADER) or "default")
+    # the client's directory, on its machine: normalized as text, never looked up here
+    identity = Identity.claimed(headers.get(AGENT_HEADER), cwd or "/", headers.get(SESSION_HEADER))
     return identity, scopes
+
+
+def _utf8(value: str | None) -> str | None:
+    """A header's text as the UTF-8 its bytes are (HTTP hands them over as Latin-1), so a
+    directory keys the same cwd scope over HTTP as over the CLI and stdio."""
+    if value is None:
+        return None
+    try:
+        return value.encode("latin-1").decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidInput(f"{CWD_HEADER} must be UTF-8 (a path's own bytes, not percent-encoded)") from None
 
 
 def config_from_env(env: Mapping[str, str] | None = None) -> MemoryConfig:

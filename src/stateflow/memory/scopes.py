@@ -2,12 +2,14 @@
 
 Memory scopes are records of the built-in declared state ``memory``: target ``("agent", <agent>)``,
 subject kinds ``global`` (key ``global``), ``cwd`` (key: the absolute, resolved working directory)
-and ``session`` (key: the session id).
+and ``session`` (key: the session id). A cwd longer than a subject key may be (512 characters) is
+refused where the cwd scope is used: stored, it would be a record no door can name.
 """
 
 from __future__ import annotations
 
 import os
+import posixpath
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +27,8 @@ SESSION_ENV: Final = "STATEFLOW_SESSION"
 
 _SESSION_RE: Final = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._:-]{0,254}[A-Za-z0-9])?\Z")
 _AGENT_RE: Final = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,126}[A-Za-z0-9])?\Z")
+CWD_MAX_CHARS: Final = 512
+"""A cwd is the key of a ``cwd`` subject: at most as long as a declared state's subject key."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +41,16 @@ class Identity:
     def of(
         agent: str | None = None, cwd: str | os.PathLike[str] | None = None, session: str | None = None
     ) -> Identity:
-        """Validate and normalize: the cwd is made absolute and resolved (symlinks followed)."""
+        """Validate and normalize: the cwd is made absolute and resolved (symlinks followed) on
+        this machine — the caller's own directory."""
+        resolved = str(Path(cwd if cwd is not None else os.getcwd()).expanduser().resolve())
+        return Identity.claimed(agent, resolved, session)
+
+    @staticmethod
+    def claimed(agent: str | None, cwd: str, session: str | None) -> Identity:
+        """Validate and normalize an identity a client claims about its own machine (the MCP HTTP
+        headers): the cwd must be absolute and is normalized by its text alone (``.``, ``..`` and
+        repeated slashes collapsed), never looked up here — it names no file of this machine."""
         agent = agent or DEFAULT_AGENT
         if not _AGENT_RE.match(agent):
             raise InvalidInput(
@@ -49,10 +62,18 @@ class Identity:
                 f"session id {session!r} must be 1-256 characters of letters, digits, '.', '_', ':' "
                 "or '-', starting and ending with a letter or digit"
             )
-        resolved = str(Path(cwd if cwd is not None else os.getcwd()).expanduser().resolve())
-        return Identity(agent, resolved, session)
+        if not cwd.startswith("/"):
+            raise InvalidInput(f"the working directory {cwd[:80]!r} must be an absolute path")
+        # POSIX keeps a leading "//" apart; a cwd key has one root
+        return Identity(agent, "/" + posixpath.normpath(cwd).lstrip("/"), session)
 
     def subject(self, scope: str) -> Subject:
+        if scope == "cwd" and len(self.cwd) > CWD_MAX_CHARS:
+            # refused where the cwd scope is used: the global and session scopes still serve
+            raise InvalidInput(
+                f"the working directory is {len(self.cwd)} characters long; a cwd scope's key is at "
+                f"most {CWD_MAX_CHARS}: work from a shorter path, or leave the cwd scope out"
+            )
         key = {"global": "global", "cwd": self.cwd, "session": self.session}[scope]
         return Subject("agent", self.agent, scope, key)
 

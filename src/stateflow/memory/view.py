@@ -1287,7 +1287,7 @@ class MemoryView:
         body = self._session_at(offset)
         child = MemoryView(
             self.store,
-            Identity.of(self.identity.agent, self.identity.cwd, new_session),
+            Identity.claimed(self.identity.agent, self.identity.cwd, new_session),  # (normalized)
             self.scopes,
             self.config,
         )

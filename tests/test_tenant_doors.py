@@ -1,0 +1,181 @@
+"""Tenants and identities at the doors: cwd keys, op_id ledgers per tenant, conditional
+requests, CORS and the messages of refusals — through the real CLI, HTTP app and MCP client."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+from fastapi.testclient import TestClient
+from mcp.client.session import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+
+from stateflow.http.app import create_app
+from stateflow.http.auth import TokenSet, parse_token
+from stateflow.states import StatesService
+from stateflow.store import DocKey, SqlStore, Write, open_store
+from stateflow.subjects import Subject
+
+from .test_mcp import FULL, served  # noqa: F401 (the served fixture)
+
+ADMIN = "admin-secret-0123456789"
+ALICE = "alice-secret-0123456789"
+READER = "reader-secret-0123456789"
+DECL: dict[str, Any] = {
+    "schema": {"type": "object", "properties": {"paid": {"type": "boolean"}, "n": {"type": "integer"}}},
+    "subject_kinds": ["thread"],
+    "default_subject_kind": "thread",
+}
+
+
+def sf(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["stateflow", *args], capture_output=True, text=True, timeout=60, cwd=cwd)
+
+
+class Api:
+    def __init__(self, client: TestClient) -> None:
+        self.client = client
+
+    def __call__(
+        self, method: str, path: str, body: Any = None, token: str | None = ADMIN, **kw: Any
+    ) -> tuple[int, Any]:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        headers.update(kw.pop("headers", {}))
+        r = self.client.request(method, path, json=body, headers=headers, **kw)
+        return r.status_code, r.json()
+
+
+@pytest.fixture
+def api(store: SqlStore) -> Iterator[Api]:
+    service = StatesService(store)
+    service.install_builtins()
+    tokens = TokenSet(
+        [parse_token(ADMIN), parse_token(READER + ":read"), parse_token(ALICE + "@agent/alice")]
+    )
+    with TestClient(create_app(service, tokens)) as client:
+        yield Api(client)
+
+
+def _long_dir(root: Path) -> Path:
+    """A real directory whose absolute path is longer than a subject key may be (512)."""
+    deep = root.joinpath(*["d" * 100] * 6)
+    deep.mkdir(parents=True)
+    assert len(str(deep)) > 512
+    return deep
+
+
+# ------------------------------------------------------------------ 1. a cwd longer than a key
+
+
+def test_a_cwd_longer_than_a_key_is_refused_and_writes_nothing(tmp_path: Path) -> None:
+    db = str(tmp_path / "s.db")
+    deep = _long_dir(tmp_path)
+    patch = sf("--store", db, "tool", "patch_state", '{"cwd": {"strategy": {"db": "sqlite"}}}', cwd=deep)
+    assert patch.returncode == 1
+    assert "error[invalid-input]: the working directory is" in patch.stderr
+    assert "at most 512" in patch.stderr and "Traceback" not in patch.stderr
+    # the global and session scopes still serve from there
+    ok = sf(
+        "--store", db, "tool", "patch_state", '{"session": {"tactics": {"a": 1}}}', "--scopes", "global,session",
+        cwd=deep,
+    )  # fmt: skip
+    assert ok.returncode == 0, ok.stderr
+    listed = sf("--store", db, "states", "subjects", "memory", "--kind", "cwd")
+    assert listed.returncode == 0, listed.stderr
+    assert json.loads(listed.stdout)["subjects"] == []
+
+
+def _plant_long_key(store: SqlStore) -> str:
+    """A memory record under an overlong cwd key, as a store written before the refusal holds."""
+    key = "/" + "b" * 600
+    doc = DocKey("memory", Subject("agent", "alice", "cwd", key).encode())
+    store.commit([Write.between(doc, {}, {"strategy": {"x": 1}}, 0)])
+    return key
+
+
+def test_a_stored_overlong_key_does_not_break_listings(api: Api, store: SqlStore) -> None:
+    key = _plant_long_key(store)
+    status, body = api("GET", "/api/states/memory/subjects")
+    assert status == 200, body
+    assert [s["subject"]["key"] for s in body["data"]["subjects"]] == [key]
+    status, body = api("POST", "/api/states/memory/records/search", {"filters": {"strategy": {"x": 1}}})
+    assert status == 200, body
+    assert [m["subject"]["key"] for m in body["data"]["matches"]] == [key]
+    status, body = api(
+        "POST",
+        "/api/states/memory/records/search",
+        {"filters": {"strategy": {"x": 1}}, "sort": {"path": ["strategy", "x"]}},
+    )
+    assert status == 200 and len(body["data"]["matches"]) == 1, body
+    page = api.client.get("/studio/states/memory", headers={"Authorization": f"Bearer {ADMIN}"})
+    assert page.status_code == 200 and "text/html" in page.headers["content-type"]
+
+
+def test_the_cli_lists_a_stored_overlong_key(tmp_path: Path) -> None:
+    db = str(tmp_path / "s.db")
+    assert sf("--store", db, "migrate").returncode == 0
+    store = open_store(db)
+    try:
+        key = _plant_long_key(store)
+    finally:
+        store.close()
+    listed = sf("--store", db, "states", "subjects", "memory", "--kind", "cwd")
+    assert listed.returncode == 0, listed.stderr
+    assert [s["subject"]["key"] for s in json.loads(listed.stdout)["subjects"]] == [key]
+
+
+# --------------------------------------------- 1, 6, 7. the cwd header of MCP over HTTP
+
+
+def _http_patch_and_keys(served: str, cwd: str | bytes) -> tuple[str, list[str]]:  # noqa: F811
+    """patch_state over MCP HTTP with ``cwd`` as the header's bytes; the answer, and the cwd
+    keys the REST listing then shows for the agent."""
+
+    async def call() -> tuple[str, list[str]]:
+        headers = {
+            b"Authorization": f"Bearer {FULL}".encode(),
+            b"X-Stateflow-Agent": b"eve",
+            b"X-Stateflow-Cwd": cwd if isinstance(cwd, bytes) else cwd.encode(),
+        }
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=60) as http,
+            streamable_http_client(served, http_client=http) as (read, write),
+            ClientSession(read, write) as client,
+        ):
+            await client.initialize()
+            result = await client.call_tool("patch_state", {"cwd": {"strategy": {"x": 1}}})
+            text = " ".join(getattr(c, "text", "") for c in result.content)
+            answer = ("error " if result.is_error else "ok ") + text
+        subjects = served.removesuffix("/mcp") + "/api/states/memory/subjects?kind=cwd"
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {FULL}"}, timeout=60) as http:
+            listed = (await http.get(subjects)).json()["data"]["subjects"]
+        return answer, [s["subject"]["key"] for s in listed if s["subject"]["target_name"] == "eve"]
+
+    return anyio.run(call)
+
+
+def test_mcp_http_cwd_is_text_never_looked_up_on_the_server(served: str) -> None:  # noqa: F811
+    answer, keys = _http_patch_and_keys(served, "/proc/self/cwd")
+    assert answer.startswith("ok "), answer
+    answer, _ = _http_patch_and_keys(served, "/proc/self/fd/../fd/0/./")
+    assert answer.startswith("ok "), answer
+    answer, keys = _http_patch_and_keys(served, "//work//proj/sub/../")
+    assert answer.startswith("ok "), answer
+    assert sorted(keys) == ["/proc/self/cwd", "/proc/self/fd/0", "/work/proj"]
+
+
+def test_mcp_http_cwd_is_utf8_and_a_long_one_is_refused(served: str) -> None:  # noqa: F811
+    answer, keys = _http_patch_and_keys(served, "/tmp/projé".encode())
+    assert answer.startswith("ok "), answer
+    assert keys == ["/tmp/projé"]
+    answer, _ = _http_patch_and_keys(served, "/tmp/caf\xe9".encode("latin-1"))
+    assert answer.startswith("error error[invalid-input]: x-stateflow-cwd must be UTF-8"), answer
+    answer, keys = _http_patch_and_keys(served, "/" + "b" * 600)
+    assert answer.startswith("error error[invalid-input]: the working directory is 601 characters"), answer
+    assert keys == ["/tmp/projé"]
