@@ -105,14 +105,17 @@ def test_sqlite_to_postgresql_to_sqlite_is_identical(tmp_path: Path, pg_schema_u
     # the idempotency ledger travelled: each op id still names the transition it produced, and
     # a retried call is a replay that changes nothing
     ops = [item for item in original if item.get("kind") == "op"]
-    assert [(o["scope"], o["op_id"]) for o in ops] == [("tickets", "set-7"), ("tickets", "set-7-again")]
+    assert [(o["scope"], o["op_id"]) for o in ops] == [
+        ("tickets@agent/alice", "set-7"),
+        ("tickets@agent/alice", "set-7-again"),
+    ]
     assert ops[1]["seq"] is None
     for location in (pg_schema_url, last):
         store = open_store(location)
         service = StatesService(store)
         try:
-            seq = store.applied_op("set-7", "tickets")
-            assert isinstance(seq, int) and store.applied_op("set-7-again", "tickets") is None
+            seq = store.applied_op("set-7", "tickets@agent/alice")
+            assert isinstance(seq, int) and store.applied_op("set-7-again", "tickets@agent/alice") is None
             (transition,) = store.transitions(after_seq=seq - 1, limit=1)
             assert transition.seq == seq and transition.origin["op_id"] == "set-7"
             before = service.read("tickets", SUBJECT)

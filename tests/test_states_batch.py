@@ -104,7 +104,7 @@ def test_any_refusal_writes_nothing(service: StatesService) -> None:
             service.apply_batch(items)
     assert data(service, "tickets", subj("t1")) == {"n": 1}
     assert data(service, "tickets", subj("t2")) is None
-    assert service.store.applied_op("a", "tickets") is False  # the refused batches kept "a" unused
+    assert service.store.applied_op("a", "tickets@agent/a") is False  # the refused batches kept "a" unused
 
 
 @pytest.mark.parametrize(
@@ -146,7 +146,7 @@ def test_each_item_op_id_is_its_own_idempotency_key(service: StatesService) -> N
     assert first[0].applied and not again[0].applied and again[1].applied
     assert data(service, "tickets", subj("t1")) == {"n": 1}
     assert data(service, "tickets", subj("t2")) == {"n": 2}
-    assert service.store.applied_op("two", "tickets") == again[1].seq
+    assert service.store.applied_op("two", "tickets@agent/a") == again[1].seq
     # the single-record door shares the same keys
     assert not service.apply("tickets", subj("t2"), set_n(3), op_id="two").applied
 

@@ -57,7 +57,7 @@ def test_staged_writes_are_read_through_and_committed_together(service: StatesSe
     assert ran == ["after"]
     seqs = {w["seq"] for key in "ab" for w in service.writes("s", subj(key))["items"][:1]}
     assert len(seqs) == 1  # one transaction
-    assert service.store.applied_op("b-2", "s") is not False
+    assert service.store.applied_op("b-2", "s@agent/a") is not False
 
 
 def test_an_exception_in_the_block_writes_nothing(service: StatesService) -> None:

@@ -179,3 +179,93 @@ def test_mcp_http_cwd_is_utf8_and_a_long_one_is_refused(served: str) -> None:  #
     answer, keys = _http_patch_and_keys(served, "/" + "b" * 600)
     assert answer.startswith("error error[invalid-input]: the working directory is 601 characters"), answer
     assert keys == ["/tmp/projé"]
+
+
+# ------------------------------------------------------------------ 2. op_id is a tenant's own
+
+
+def _deltas(api: Api, tenant: str, token: str, op_id: str, value: int) -> tuple[int, Any]:
+    ops = [{"op": "set", "path": ["n"], "value": value}]
+    path = f"/api/states/bills/records/agent/{tenant}/thread/invoice-1/deltas"
+    return api("POST", path, {"ops": ops, "op_id": op_id}, token=token)
+
+
+def _n(api: Api, tenant: str) -> Any:
+    status, body = api("GET", f"/api/states/bills/records/agent/{tenant}/thread/invoice-1")
+    assert status == 200, body
+    data = body["data"]["data"]
+    return None if data is None else data.get("n")
+
+
+def test_an_op_id_is_one_tenants_own(api: Api) -> None:
+    assert api("PUT", "/api/states/bills", DECL)[0] == 200
+    status, bob = _deltas(api, "bob", ADMIN, "pay-invoice-1", 1)
+    assert status == 200 and bob["data"]["applied"] is True, bob
+    # alice's own write with the same id is hers: applied, and nothing of bob's shows
+    status, alice = _deltas(api, "alice", ALICE, "pay-invoice-1", 2)
+    assert status == 200, alice
+    assert alice["data"]["applied"] is True and not alice["data"].get("replayed"), alice
+    assert _n(api, "alice") == 2 and _n(api, "bob") == 1
+    # each tenant's retry is a replay of its own write, with its own seq
+    status, again = _deltas(api, "alice", ALICE, "pay-invoice-1", 3)
+    assert again["data"]["replayed"] is True and again["data"]["replayed_seq"] == alice["data"]["seq"]
+    status, again = _deltas(api, "bob", ADMIN, "pay-invoice-1", 3)
+    assert again["data"]["replayed"] is True and again["data"]["replayed_seq"] == bob["data"]["seq"]
+    assert _n(api, "alice") == 2 and _n(api, "bob") == 1
+
+
+def test_an_op_id_claimed_per_state_is_still_its_tenants_replay(
+    backend: str, api: Api, store: SqlStore
+) -> None:
+    """A claim recorded while ids were scoped by the state alone (rewritten here to that form,
+    by another process, before this one writes) replays for the tenant whose record it
+    changed, and only for it."""
+    assert api("PUT", "/api/states/bills", DECL)[0] == 200
+    ops = json.dumps([{"op": "set", "path": ["n"], "value": 1}])
+    out = sf("--store", backend, "states", "apply", "bills", "--target-name", "bob", "--key", "invoice-1",
+             "--data", ops, "--op-id", "pay-1")  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    seq = json.loads(out.stdout)["seq"]
+    with store._write_tx() as tx:
+        assert tx.run("UPDATE applied_ops SET scope = 'bills' WHERE op_id = 'pay-1'", ()) == 1
+    _, again = _deltas(api, "bob", ADMIN, "pay-1", 5)
+    assert again["data"]["replayed"] is True and again["data"]["replayed_seq"] == seq, again
+    _, alice = _deltas(api, "alice", ALICE, "pay-1", 2)
+    assert alice["data"]["applied"] is True and not alice["data"].get("replayed"), alice
+    assert _n(api, "alice") == 2 and _n(api, "bob") == 1
+    # a batch item takes the same path
+    bob = {"target_kind": "agent", "target_name": "bob", "kind": "thread", "key": "invoice-1"}
+    item = {
+        "state": "bills",
+        "subject": bob,
+        "ops": [{"op": "set", "path": ["n"], "value": 9}],
+        "op_id": "pay-1",
+    }
+    (result,) = StatesService(store).apply_batch([item])
+    assert result.replayed and result.replayed_seq == seq
+    assert _n(api, "bob") == 1
+
+
+def test_a_purge_forgets_the_states_op_ids(store: SqlStore) -> None:
+    service = StatesService(store)
+    service.install_builtins()
+    subject = {"target_kind": "agent", "target_name": "bob", "kind": "thread", "key": "t"}
+    service.declare("bills", DECL)
+    ops = [{"op": "set", "path": ["n"], "value": 1}]
+    assert service.apply("bills", subject, ops, op_id="x").applied
+    service.delete_declaration("bills")
+    service.declare("bills", DECL)
+    again = service.apply("bills", subject, ops, op_id="x")
+    assert again.applied and not again.replayed
+
+
+def test_the_cli_keeps_tenants_op_ids_apart(backend: str, store: SqlStore) -> None:
+    del store  # (migrated)
+    assert sf("--store", backend, "states", "put", "bills", "--data", json.dumps(DECL)).returncode == 0
+    ops = json.dumps([{"op": "set", "path": ["n"], "value": 1}])
+    for who in ("bob", "alice"):
+        out = sf("--store", backend, "states", "apply", "bills", "--target-name", who, "--key", "i-1",
+                 "--data", ops, "--op-id", "pay-1")  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        answer = json.loads(out.stdout)
+        assert answer["applied"] is True and not answer.get("replayed"), answer

@@ -17,13 +17,14 @@ item, in turn:
 
 then every changed record must be an object valid against its declaration's effective schema,
 and the writes commit together or not at all. Idempotency is one mechanism: each item's
-``op_id`` is a claim in the same commit; an item whose claim was already recorded is a replay —
-it applies nothing (the others go again without it) and reports the seq its original write
-produced.
+``op_id`` is a claim in the same commit, scoped by the state and the record's tenant; an item
+whose claim was already recorded is a replay — it applies nothing (the others go again without
+it) and reports the seq its original write produced.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -35,7 +36,8 @@ from stateflow.doc.select import MISSING
 from stateflow.errors import Conflict, InvalidInput
 from stateflow.states.models import StateSubject
 from stateflow.states.regimes import check_ops, effective_schema, stamp
-from stateflow.store import Commit, DocKey, Document, OpIdTaken, Write
+from stateflow.store import Commit, DocKey, Document, OpIdTaken, Store, Write
+from stateflow.store.ledger import scope_in
 from stateflow.store.plan import validate_writes
 from stateflow.store.spares import SPARES
 
@@ -158,9 +160,43 @@ def _record_name(key: DocKey, with_state: bool) -> str:
     return f"record {subject.kind}/{subject.key}" + (f" of state {key.state!r}" if with_state else "")
 
 
-def _replayed(service: StatesService, state: str, op_id: str | None) -> Written:
+def op_scope(state: str, subject: StateSubject) -> str:
+    """The ledger scope of an item's ``op_id``: its state and its record's tenant. Nothing crosses
+    a tenant: another tenant's write with the same id is its own, not a replay of this one."""
+    return scope_in(state, f"{subject.target_kind}/{subject.target_name}")
+
+
+def _replayed(service: StatesService, scope: str, op_id: str | None) -> Written:
     """An item whose ``op_id`` was already applied: the seq its original write produced."""
-    original = service.store.applied_op(op_id or "", state)
+    original = service.store.applied_op(op_id or "", scope)
+    return Written(replayed=True, replayed_seq=original if type(original) is int else None)
+
+
+_UNSCOPED: weakref.WeakKeyDictionary[Store, dict[str, bool]] = weakref.WeakKeyDictionary()
+"""Per store, whether a state held claims scoped by the state alone when first asked: none is
+made any more, so a state found without them (they expire with retention) is not asked again."""
+
+
+def _unscoped_replay(service: StatesService, state: str, subject: StateSubject, op_id: str) -> Written | None:
+    """A replay of an id claimed while claims were scoped by the state alone, for the tenant whose
+    record that write changed (another tenant's write with the id goes ahead). A claim whose write
+    changed nothing, or whose transition is pruned, names no tenant: it stays a replay for all."""
+    known = _UNSCOPED.setdefault(service.store, {})
+    if state not in known:
+        known[state] = service.store.claims_in(state)
+    if not known[state]:
+        return None
+    original = service.store.applied_op(op_id, state)
+    if original is False:
+        return None
+    if type(original) is int:
+        found = service.store.transitions(after_seq=original - 1, limit=1)
+        if found and found[0].seq == original:
+            tenants = {
+                StateSubject.decode(c.key.subject).tenant for c in found[0].changes if c.key.state == state
+            }
+            if tenants and subject.tenant not in tenants:
+                return None
     return Written(replayed=True, replayed_seq=original if type(original) is int else None)
 
 
@@ -196,6 +232,11 @@ def run(
     results: list[Written | None] = [None] * len(items)
     resolved = list(canonical) if canonical is not None else [it.subject for it in items]
     replayed: set[int] = set()
+    scopes = [op_scope(it.state, it.subject) for it in items]
+    for i, it in enumerate(items):
+        if it.op_id is not None and (legacy := _unscoped_replay(service, it.state, it.subject, it.op_id)):
+            replayed.add(i)
+            results[i] = legacy
     moves = 0
     commit_origin = {**origin, "op_id": items[0].op_id} if len(items) == 1 and items[0].op_id else origin
     while True:
@@ -293,14 +334,14 @@ def run(
                 compute,
                 commit_origin,
                 shared=[k for k in catalog if k not in rewritten] + list(alias_keys.values()),
-                claims=[(items[i].state, op) for i in live if (op := items[i].op_id) is not None],
+                claims=[(scopes[i], op) for i in live if (op := items[i].op_id) is not None],
                 optimistic=not rewritten,  # compute keeps no state between calls
             )
         except OpIdTaken as taken:
             for i in live:
-                if (items[i].state, items[i].op_id) in taken.taken:
+                if (scopes[i], items[i].op_id) in taken.taken:
                     replayed.add(i)
-                    results[i] = _replayed(service, items[i].state, items[i].op_id)
+                    results[i] = _replayed(service, scopes[i], items[i].op_id)
             continue
         except _AliasMoved as exc:
             moves = _moved_again(moves)
@@ -324,7 +365,10 @@ def run_one(service: StatesService, item: RecordWrite, origin: dict[str, Any]) -
     vouched = item.checked
     catalog_key, alias_key = DocKey(CATALOG, state), DocKey(ALIASES, state)
     stamped = {**origin, "op_id": op_id} if op_id else origin
-    claims = [(state, op_id)] if op_id is not None else []
+    scope = op_scope(state, subject)
+    claims = [(scope, op_id)] if op_id is not None else []
+    if op_id is not None and (legacy := _unscoped_replay(service, state, subject, op_id)):
+        return legacy
     resolved = subject
     moves = 0
     while True:
@@ -378,8 +422,8 @@ def run_one(service: StatesService, item: RecordWrite, origin: dict[str, Any]) -
                 checked=vouched,
             )
         except OpIdTaken as taken:
-            if (state, op_id) in taken.taken:
-                return _replayed(service, state, op_id)
+            if (scope, op_id) in taken.taken:
+                return _replayed(service, scope, op_id)
             continue
         except _AliasMoved as exc:
             moves = _moved_again(moves)

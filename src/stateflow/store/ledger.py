@@ -21,6 +21,16 @@ class OpIdTaken(Conflict):
         self.taken = frozenset(taken)
 
 
+SCOPE_PART: Final = "@"
+"""Between a claim scope's state and what within the state an id is unique to (no state name
+holds it): a purge of the state forgets every scope that starts with its name and this."""
+
+
+def scope_in(state: str, within: str) -> str:
+    """The scope of op ids unique within a part of ``state`` (the declared states: a tenant)."""
+    return f"{state}{SCOPE_PART}{within}"
+
+
 def with_op_id(claims: Sequence[tuple[str, str]], op_id: str | None, scope: str) -> list[tuple[str, str]]:
     """The claims of a call, its own ``op_id`` among them."""
     return [*claims, (scope, op_id)] if op_id is not None else list(claims)

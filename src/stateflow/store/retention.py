@@ -10,6 +10,7 @@ from stateflow.doc.canonical import encode_trusted
 from stateflow.errors import InvalidInput
 from stateflow.store.clock import micros_cutoff
 from stateflow.store.history import History
+from stateflow.store.ledger import scope_in
 from stateflow.store.model import DocKey
 from stateflow.store.nodes import BATCH, all_roots, walk
 from stateflow.store.rows import decode_stored, directory_of
@@ -163,7 +164,12 @@ class Retention(History):
             self._fold_counts(tx)  # (the deltas of its deletes too: the state's rows then at zero)
             tx.run("DELETE FROM state_counts WHERE state = ? AND n = 0", (state,))
             self._drop_orphan_transitions(tx, sorted(seqs))
-            tx.run("DELETE FROM applied_ops WHERE scope = ?", (state,))
+            # the state's claims: scoped by the state alone (before ids were a tenant's) or within it
+            prefix = scope_in(state, "")
+            tx.run(
+                "DELETE FROM applied_ops WHERE scope = ? OR substr(scope, 1, ?) = ?",
+                (state, len(prefix), prefix),
+            )
             self._collect_nodes(tx)
         for key in list(self._rows_known):  # (a copy: other threads may add rows meanwhile)
             if key.state == state:
@@ -178,6 +184,12 @@ class Retention(History):
         if row is None:
             return False
         return None if row[0] is None else int(row[0])
+
+    def claims_in(self, scope: str) -> bool:
+        """Whether any op id is claimed in ``scope``."""
+        self.check_schema()
+        with self._read_tx() as tx:
+            return tx.one("SELECT 1 FROM applied_ops WHERE scope = ? LIMIT 1", (scope,)) is not None
 
     def prune_ops(self, older_than: str) -> int:
         """Forget idempotency keys applied before ``older_than`` (ISO-8601 UTC); return count."""
