@@ -13,6 +13,7 @@ from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.conformance.capabilities import Capability
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 
+from stateflow.errors import CorruptStore
 from stateflow.langgraph import StateflowSaver
 from stateflow.states import StatesService
 from stateflow.store import open_store
@@ -378,5 +379,44 @@ def test_a_store_with_two_member_checkpoints_opens_and_keeps_working(backend: st
         record = states.read(state, saver.records.subject("checkpoint", saver._key("t", "", child["id"])))
         assert record is not None and set(record["data"]) == {"saved"}  # the new one: one member
         assert [t.config for t in saver.list({"configurable": {"thread_id": "t"}})] == [made, tup.config]
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize(
+    ("stored", "why"),
+    [({"type": "msgpack", "b64": "!!notbase64!!"}, "base64"), ({"json": {"v": 4}}, "channel_versions")],
+)
+def test_a_checkpoint_replaced_through_another_door_with_one_that_does_not_decode_is_named(
+    backend: str, stored: dict[str, Any], why: str
+) -> None:
+    """The schema checks a checkpoint record's shape, not that LangGraph can read it back: one
+    replaced through the states service (as HTTP and the CLI write) is refused by name on
+    every read, never a raw decoding error from inside the saver or LangGraph."""
+    store = open_store(backend, auto_migrate=True)
+    try:
+        states = StatesService(store)
+        saver = StateflowSaver(states)
+        config = saver.put(
+            {"configurable": {"thread_id": "t-bad", "checkpoint_ns": ""}},
+            generate_checkpoint(channel_values={"m": ["hi"]}, channel_versions={"m": 1}),
+            generate_metadata(),
+            {"m": 1},
+        )
+        subject = saver.records.subject(
+            "checkpoint", saver._key("t-bad", "", config["configurable"]["checkpoint_id"])
+        )
+        record = states.read("langgraph_checkpoints", subject)
+        assert record is not None
+        saved = {**record["data"]["saved"], "checkpoint": stored}
+        states.replace("langgraph_checkpoints", subject, {**record["data"], "saved": saved})
+        for read in (
+            lambda: saver.get_tuple({"configurable": {"thread_id": "t-bad"}}),
+            lambda: saver.get_tuple(config),
+            lambda: list(saver.list({"configurable": {"thread_id": "t-bad"}})),
+        ):
+            with pytest.raises(CorruptStore, match=f"thread 't-bad'.*{why}") as refused:
+                read()
+            assert refused.value.code == "corrupt-store"
     finally:
         store.close()

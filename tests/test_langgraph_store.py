@@ -4,6 +4,7 @@ LangGraph's own store tests expect, plus what stateflow adds (history, audit, as
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime, timedelta, tzinfo
@@ -24,7 +25,7 @@ from langgraph.store.base import (
     _validate_namespace,
 )
 
-from stateflow.errors import InvalidJSON
+from stateflow.errors import CorruptStore, InvalidJSON
 from stateflow.langgraph import StateflowStore
 from stateflow.states import StatesService
 from stateflow.store import DocKey, open_store
@@ -524,3 +525,71 @@ def test_a_batch_of_more_puts_than_one_states_transaction_takes_writes_them_all(
     assert lg.batch(ops) == [None] * 250
     found = lg.search(("many",), limit=1000)
     assert sorted((i.key, i.value["v"]) for i in found) == sorted((f"k{i}", i) for i in range(250))
+
+
+def test_records_written_out_of_shape_through_another_door_are_named_not_a_crash(
+    lg: StateflowStore,
+) -> None:
+    """The schema checks types only: a record written through the states service (as HTTP and
+    the CLI write) with a time that does not parse, or naming another item than its subject
+    key addresses, is left out of searches and listings and named, and a get of it is refused
+    by name — the namespace's other items still read."""
+    ns = ("memories", "ada")
+    lg.put(ns, "tea", {"fact": "likes tea"})
+    when = "2026-01-01T00:00:00+00:00"
+    rest = {"expires_at": None, "ttl_minutes": None}
+    written = {
+        (ns, "bad"): {"namespace": list(ns), "key": "bad", "value": {"f": 1}, "created_at": "yesterday", **rest},
+        (ns, "soon"): {"namespace": list(ns), "key": "soon", "value": {"f": 1}, "created_at": when,
+                       "expires_at": "soon", "ttl_minutes": 5},
+        (("m",), "k2"): {"namespace": ["zz"], "key": "other", "value": {"f": 2}, "created_at": when, **rest},
+    }  # fmt: skip
+    for (where, key), data in written.items():
+        lg.states.replace("langgraph_store", lg.subject(where, key), data)
+    seen: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())  # type: ignore[method-assign]
+    logger = logging.getLogger("stateflow.langgraph")
+    logger.addHandler(handler)
+    try:
+        assert [i.key for i in lg.search(ns)] == ["tea"]
+        assert [(i.namespace, i.key) for i in lg.search(())] == [(ns, "tea")]
+        assert lg.search(("zz",)) == [] and lg.search(("m",)) == []
+        assert lg.list_namespaces() == [ns]
+        assert lg.sweep_ttl() == 0
+    finally:
+        logger.removeHandler(handler)
+    assert any("item/memories/ada/bad" in line and '"yesterday"' in line for line in seen)
+    assert any("item/memories/ada/soon" in line and "expires_at" in line for line in seen)
+    assert any("item/m/k2" in line and "subject key" in line for line in seen)
+    for (where, key), why in zip(written, ("created_at", "expires_at", "subject key"), strict=True):
+        with pytest.raises(CorruptStore, match=why) as refused:
+            lg.get(where, key)
+        assert refused.value.code == "corrupt-store"
+    got = lg.get(ns, "tea")
+    assert got is not None and got.value == {"fact": "likes tea"}
+
+
+def test_search_limit_zero_answers_nothing_and_a_negative_page_is_refused(lg: StateflowStore) -> None:
+    for n in range(3):
+        lg.put(("log",), f"k{n}", {"n": n})
+    assert lg.search(("log",), limit=0) == []
+    assert [i.key for i in lg.search(("log",), limit=1)] == ["k2"]
+    for page in ({"limit": -1}, {"offset": -1}):
+        with pytest.raises(ValueError, match="at least 0"):
+            lg.search(("log",), **page)  # type: ignore[arg-type]
+
+
+def test_eq_and_ne_with_an_object_operand_compare_whole_objects(lg: StateflowStore) -> None:
+    """``$eq``/``$ne`` are JSON equality, as LangGraph's in-memory store has them; containment
+    is only for a nested object given as a plain filter value."""
+    lg.put(("o",), "a", {"meta": {"lang": "en", "deep": 1}, "tags": ["x", "y"]})
+    lg.put(("o",), "b", {"meta": {"lang": "en"}, "tags": ["x"]})
+
+    def keys(**filters: object) -> list[str]:
+        return sorted(i.key for i in lg.search(("o",), filter=dict(filters)))
+
+    assert keys(meta={"$eq": {"lang": "en"}}) == ["b"]
+    assert keys(meta={"$ne": {"lang": "en"}}) == ["a"]
+    assert keys(tags={"$eq": ["x"]}) == ["b"] and keys(tags={"$ne": ["x"]}) == ["a"]
+    assert keys(meta={"lang": "en"}) == ["a", "b"]  # a plain nested object: containment

@@ -47,6 +47,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from stateflow.aio import call
 from stateflow.doc.select import MISSING
+from stateflow.errors import CorruptStore
 from stateflow.langgraph.codec import Codec
 from stateflow.langgraph.records import OwnsStore, Records, invert, join, part, uninvert, unpart
 from stateflow.states import StatesService
@@ -100,6 +101,8 @@ DECLARATION: Final[dict[str, Any]] = {
     "default_subject_kind": CHECKPOINT,
 }
 _PARENTS_KEPT = 1024
+_CHECKPOINT_KEYS: Final = frozenset(("id", "channel_versions", "versions_seen"))
+"""What LangGraph reads of every checkpoint it is given back."""
 _BUCKETS: Final = 16
 """A writes record keeps its writes in at most this many members, ``w0`` … ``wf``, a task's in
 the one its id hashes to: a member's name is one of a few, not the task's own (the store counts
@@ -250,9 +253,13 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         holders: dict[DocKey, dict[str, Any]] = {}
         sourced: list[DocKey] = []
         for body in bodies:
-            names = _config(body)
-            thread_id, ns = names["thread_id"], names["checkpoint_ns"]
-            for source in set(_saved(body).get("sources", {}).values()):
+            try:
+                names = _config(body)
+                thread_id, ns = names["thread_id"], names["checkpoint_ns"]
+                sources = set(_saved(body).get("sources", {}).values())
+            except (KeyError, TypeError, AttributeError) as exc:
+                raise self._unreadable(body, exc) from exc
+            for source in sources:
                 doc_key = records.doc_key(CHECKPOINT, self._key(thread_id, ns, source))
                 if doc_key in holders:
                     continue
@@ -268,9 +275,27 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
                     holders[doc_key] = _saved(found).get("channel_values", {})
                     self._hold(doc_key, holders[doc_key])
         for body in bodies:
+            # (a record replaced through another door passes the schema, which checks shapes
+            # only: one whose checkpoint does not decode is refused by name, never a raw crash)
+            try:
+                names = _config(body)
+                key = self._key(names["thread_id"], names["checkpoint_ns"], names["checkpoint_id"])
+                made = self._tuple(body, writes.get(key), holders)
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                raise self._unreadable(body, exc) from exc
+            yield made
+
+    def _unreadable(self, body: Any, exc: Exception) -> CorruptStore:
+        try:
             names = _config(body)
-            key = self._key(names["thread_id"], names["checkpoint_ns"], names["checkpoint_id"])
-            yield self._tuple(body, writes.get(key), holders)
+            where = f"of thread {names['thread_id']!r}, checkpoint {names['checkpoint_id']!r} "
+        except (KeyError, TypeError, AttributeError):
+            where = ""
+        return CorruptStore(
+            f"a checkpoint record {where}of state {self.records.state!r} does not decode "
+            f"({type(exc).__name__}: {exc}); it was not written by this saver: erase the thread's "
+            "records or write the record back as it was (its audit trail keeps every revision)"
+        )
 
     def _hold(self, doc_key: DocKey, channel_values: dict[str, Any]) -> None:
         self._held[doc_key] = channel_values
@@ -285,6 +310,8 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         thread_id, ns, checkpoint_id = names["thread_id"], names["checkpoint_ns"], names["checkpoint_id"]
         saved = _saved(body)
         checkpoint: Checkpoint = decode(saved["checkpoint"])
+        if type(checkpoint) is not dict or not _CHECKPOINT_KEYS <= checkpoint.keys():
+            raise ValueError(f"its checkpoint lacks {sorted(_CHECKPOINT_KEYS)}")
         values = {c: decode(v) for c, v in saved["channel_values"].items()}
         for channel, source in saved.get("sources", {}).items():
             held = holders.get(self.records.doc_key(CHECKPOINT, self._key(thread_id, ns, source)))

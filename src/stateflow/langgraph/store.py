@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import builtins
 import functools
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Literal
@@ -39,6 +40,7 @@ from langgraph.store.base import (
 
 from stateflow.aio import call
 from stateflow.doc.canonical import check, detach
+from stateflow.errors import CorruptStore, InvalidInput
 from stateflow.langgraph.codec import NOT_PLAIN, plain, plain_edits
 from stateflow.langgraph.records import OwnsStore, Records, join
 from stateflow.states import StatesService
@@ -67,6 +69,7 @@ DECLARATION: Final[dict[str, Any]] = {
     "default_subject_kind": ITEM,
 }
 _PAGE = 500
+_log = logging.getLogger("stateflow.langgraph")
 _COMPARISONS: Final = ("$gt", "$gte", "$lt", "$lte")
 NAMESPACES_CHECKED_MAX: Final = 4096
 """namespaces a store remembers LangGraph's checks passed for (then it forgets them all)"""
@@ -197,6 +200,7 @@ class StateflowStore(OwnsStore, BaseStore):
 
     @staticmethod
     def _live(data: dict[str, Any], now: datetime) -> bool:
+        # (only on records ``_malformed`` passed: their times parse)
         expires = data.get("expires_at")
         return expires is None or datetime.fromisoformat(expires) > now
 
@@ -214,10 +218,16 @@ class StateflowStore(OwnsStore, BaseStore):
         return Item(value=value, key=data["key"], namespace=namespace, created_at=created, updated_at=updated)
 
     def _get(self, op: GetOp, now: datetime, refresh: dict[str, dict[str, Any]]) -> Item | None:
+        subject_key = self.subject_key(op.namespace, op.key)
         record = self.states.read(self.records.state, self.subject(op.namespace, op.key))
-        if record is None or not self._live(record["data"], now):
+        if record is None:
             return None
         data = record["data"]
+        why = _malformed(data, subject_key)
+        if why is not None:
+            raise CorruptStore(_refusal(self.records.state, subject_key, why))
+        if not self._live(data, now):
+            return None
         if op.refresh_ttl and data.get("ttl_minutes") is not None:
             refresh[self.subject_key(op.namespace, op.key)] = data
         item: Item = self._item(data, record["updated_at"], own=True)  # states.read copied it
@@ -226,9 +236,15 @@ class StateflowStore(OwnsStore, BaseStore):
     def _search(
         self, op: SearchOp, now: datetime, refresh: dict[str, dict[str, Any]]
     ) -> builtins.list[SearchItem]:
+        if op.limit < 0 or op.offset < 0:
+            raise ValueError(
+                f"search limit and offset are at least 0, got limit={op.limit} offset={op.offset}"
+            )
         prefix = f"{join(op.namespace_prefix)}/" if op.namespace_prefix else ""
         wanted = op.offset + op.limit
         page: builtins.list[tuple[dict[str, Any], str | None]] = []
+        if op.limit == 0:
+            return []
         for data, at in self._newest_first(prefix):
             if self._live(data, now) and (not op.filter or matches(data["value"], op.filter)):
                 page.append((data, at))
@@ -246,7 +262,17 @@ class StateflowStore(OwnsStore, BaseStore):
         order a search) — kept until anything commits, on stores that can tell."""
 
         def build() -> tuple[tuple[dict[str, Any], str | None], ...]:
-            found = [(doc.body, doc.at) for doc in self.records.documents(ITEM, prefix) if doc.body]
+            found = []
+            for doc in self.records.documents(ITEM, prefix):
+                if not doc.body:
+                    continue
+                # a record another door wrote out of shape is left out and named, once per
+                # listing (kept until anything commits), not a crash of every reader
+                why = _malformed(doc.body, self.records.key_of(doc.key))
+                if why is not None:
+                    _log.warning("%s", _refusal(self.records.state, self.records.key_of(doc.key), why))
+                    continue
+                found.append((doc.body, doc.at))
             found.sort(key=lambda x: x[1] or x[0]["created_at"], reverse=True)
             return tuple(found)
 
@@ -391,9 +417,9 @@ class StateflowStore(OwnsStore, BaseStore):
         """Erase every expired item (the audit trail stays); return how many."""
         now = datetime.now(UTC)
         expired = [
-            (tuple(doc.body["namespace"]), doc.body["key"])
-            for doc in self.records.documents(ITEM, "")
-            if doc.body and not self._live(doc.body, now)
+            (tuple(data["namespace"]), data["key"])
+            for data, _ in self._newest_first("")
+            if not self._live(data, now)
         ]
         for namespace, key in expired:
             self.states.erase(
@@ -489,6 +515,42 @@ def _subject_key(namespace: tuple[str, ...], key: str) -> str:
     return made
 
 
+def _malformed(data: Any, subject_key: str) -> str | None:
+    """Why a stored record is not an item this store can answer (None when it is): its times
+    must parse and its namespace and key must be the ones its subject key encodes. The schema
+    checks types only, so a record written through another door (HTTP, the CLI, the states
+    service) may hold ``"created_at": "yesterday"``, or name another item than its address."""
+    if type(data) is not dict:
+        return "it is not an object"
+    namespace, key = data.get("namespace"), data.get("key")
+    if type(namespace) is not list or not all(type(p) is str for p in namespace) or type(key) is not str:
+        return "its namespace is not a list of strings or its key not a string"
+    if not isinstance(data.get("value"), dict):
+        return "its value is not an object"
+    for name in ("created_at", "expires_at"):
+        text = data.get(name)
+        if text is None and name == "expires_at":
+            continue
+        try:
+            datetime.fromisoformat(text)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            return f"its {name} {orjson.dumps(text).decode()} is not an ISO 8601 time"
+    try:
+        encoded = _subject_key(tuple(namespace), key)
+    except InvalidInput:
+        encoded = None
+    if encoded != subject_key:
+        return f"it names namespace {namespace} and key {key!r}, not the item its subject key addresses"
+    return None
+
+
+def _refusal(state: str, subject_key: str, why: str) -> str:
+    return (
+        f"record item/{subject_key} of state {state!r} does not hold a LangGraph item: {why} "
+        "(write it again with the item's own namespace, key and ISO 8601 times, or erase it)"
+    )
+
+
 # ---------------------------------------------------------------------- filters
 
 _MISSING: Final = object()
@@ -525,10 +587,23 @@ def _compare(actual: Any, op: str, expected: Any) -> bool:
     return bool(actual <= expected)
 
 
-def _equal(actual: Any, expected: Any) -> bool:
+def _contains(actual: Any, expected: Any) -> bool:
+    """A plain filter value: a nested object matches when it holds every key given, as the
+    in-memory store does; anything else by :func:`_equal`."""
     if isinstance(expected, dict) and isinstance(actual, dict):
-        # a nested object matches when it holds every key given, as the in-memory store does
-        return all(k in actual and _equal(actual[k], v) for k, v in expected.items())
+        return all(k in actual and _contains(actual[k], v) for k, v in expected.items())
+    return _equal(actual, expected)
+
+
+def _equal(actual: Any, expected: Any) -> bool:
+    """JSON equality (``$eq``/``$ne``: an object equals only an object with the same keys);
+    a boolean equals only a boolean (Python's ``True == 1`` is not JSON's)."""
+    if isinstance(expected, dict) and isinstance(actual, dict):
+        return actual.keys() == expected.keys() and all(_equal(actual[k], v) for k, v in expected.items())
+    if isinstance(expected, list) and isinstance(actual, list):
+        return len(actual) == len(expected) and all(
+            _equal(a, e) for a, e in zip(actual, expected, strict=True)
+        )
     if isinstance(actual, bool) or isinstance(expected, bool):
         return type(actual) is type(expected) and actual == expected
     return bool(actual == expected)
@@ -543,7 +618,7 @@ def matches(value: dict[str, Any], filter: dict[str, Any]) -> bool:
         if isinstance(condition, dict) and condition and all(str(k).startswith("$") for k in condition):
             if not all(_compare(actual, op, operand) for op, operand in condition.items()):
                 return False
-        elif actual is _MISSING or not _equal(actual, condition):
+        elif actual is _MISSING or not _contains(actual, condition):
             return False
     return True
 
