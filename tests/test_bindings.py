@@ -187,3 +187,129 @@ def test_async_callable_and_langgraph_node(states: StatesService) -> None:
     assert graph.invoke({"thread": "t-6"})["reply"] == "seen 1"
     record = states.read("tickets", subject("t-6"))
     assert record is not None and record["data"]["book"]["notes"] == ["async 0", "seen 1"]
+
+
+def test_a_node_bound_on_its_config_and_a_pydantic_state_sees_their_json_parts(states: StatesService) -> None:
+    """jq sees every input's JSON form: a LangGraph ``config`` (whose callbacks and internals
+    have none) by its ``configurable.thread_id``, a pydantic state by its fields."""
+    from langchain_core.runnables import RunnableConfig
+    from langgraph.graph import START, StateGraph
+    from pydantic import BaseModel
+
+    class Chat(BaseModel):
+        thread: str
+        reply: str = ""
+
+    by_config = Binding(
+        "tickets",
+        ".config.configurable.thread_id",
+        updates=[{"template_jq": "add", "adapter": '{note: "cfg"}'}],
+    )
+    by_state = Binding(
+        "tickets", ".state.thread", updates=[{"template_jq": "add", "adapter": '{note: "st"}'}]
+    )
+
+    @bound(states, by_config, by_state, target=("agent", "helpdesk"))
+    def respond(state: Chat, config: RunnableConfig) -> dict[str, str]:
+        return {"reply": config["configurable"]["thread_id"]}
+
+    graph = StateGraph(Chat).add_node("respond", respond).add_edge(START, "respond").compile()
+    assert graph.invoke(Chat(thread="t-8"), {"configurable": {"thread_id": "chat-1"}})["reply"] == "chat-1"
+    by_thread = states.read("tickets", subject("chat-1"))
+    assert by_thread is not None and by_thread["data"]["book"]["notes"] == ["cfg"]
+    by_field = states.read("tickets", subject("t-8"))
+    assert by_field is not None and by_field["data"]["book"]["notes"] == ["st"]
+
+    class Opaque:
+        pass
+
+    @bound(states, Binding("tickets", ".thing.id"), target=("agent", "helpdesk"))
+    def nothing(thing: Any, other: Any) -> None:
+        raise AssertionError("not run")
+
+    with pytest.raises(
+        BindingRefused, match=r"got null from '\.thing\.id' \(the inputs it read: \.thing \{name\}; \.other \{\}\)"
+    ):
+        nothing({"name": "x", "hook": Opaque()}, {"hook": Opaque()})
+
+
+def test_a_dotted_injection_sets_one_field_of_a_dataclass_or_pydantic_state(states: StatesService) -> None:
+    import dataclasses
+
+    from pydantic import BaseModel
+
+    states.replace("tickets", subject("t-9"), {"book": {"notes": ["one", "two"]}})
+
+    @dataclasses.dataclass(frozen=True)
+    class Plain:
+        thread: str
+        notes: tuple[str, ...] = ()
+        answer: str = "kept"
+
+    class Model(BaseModel):
+        thread: str
+        notes: list[str] = []
+        answer: str = "kept"
+
+    binding = Binding("tickets", ".state.thread", inputs={"state.notes": {"template_jq": "recent"}})
+    seen: list[Any] = []
+
+    @bound(states, binding, target=("agent", "helpdesk"))
+    def node(state: Any) -> None:
+        seen.append(state)
+
+    original = Plain("t-9")
+    node(original)
+    node(Model(thread="t-9"))
+    assert seen == [Plain("t-9", ["one", "two"], "kept"), Model(thread="t-9", notes=["one", "two"])]  # type: ignore[arg-type]
+    assert original.notes == ()  # a copy was set, not the caller's object
+
+    @bound(
+        states,
+        Binding("tickets", ".state.thread", inputs={"state.nope": {"template_jq": "recent"}}),
+        target=("agent", "helpdesk"),
+    )
+    def missing(state: Any) -> None:
+        raise AssertionError("not run")
+
+    with pytest.raises(BindingRefused, match="Plain has no field 'nope'"):
+        missing(Plain("t-9"))
+
+    @bound(
+        states,
+        Binding("tickets", ".id", inputs={"state.notes": {"template_jq": "recent"}}),
+        target=("agent", "helpdesk"),
+    )
+    def scalar(id: str, state: Any) -> None:
+        raise AssertionError("not run")
+
+    with pytest.raises(BindingRefused, match="is a str, which takes no field"):
+        scalar("t-9", "text")
+    assert len(states.writes("tickets", subject("t-9"))["items"]) == 1  # nothing written by the refusals
+
+
+@pytest.mark.parametrize("inputs", [["notes"], "notes"])
+def test_a_binding_whose_inputs_are_not_an_object_is_invalid(inputs: Any) -> None:
+    with pytest.raises(BindingInvalid, match="inputs is an object"):
+        Binding.parse({"state": "tickets", "subject_expr": ".k", "inputs": inputs})
+    with pytest.raises(BindingInvalid, match="updates is a list"):
+        Binding.parse({"state": "tickets", "subject_expr": ".k", "updates": "add"})
+
+
+def test_a_runs_update_programs_are_named_in_its_origin_meta(states: StatesService) -> None:
+    """As ``template_jq_update`` names its program in the write's origin, so does a bound run
+    (its updates commit in the run's one transaction)."""
+    states.template_jq_update("tickets", subject("t-10"), "add", {"note": "direct"})
+
+    @bound(
+        states,
+        Binding("tickets", ".k", updates=[{"template_jq": "add", "adapter": "{note: .output}"}]),
+        target=("agent", "helpdesk"),
+    )
+    def answer(k: str) -> str:
+        return "bound"
+
+    answer("t-10")
+    trail = states.writes("tickets", subject("t-10"))["items"]
+    assert [w["origin"]["meta"] for w in trail] == [{"template_jq": "add"}] * 2
+    assert trail[0]["origin"]["consumer"] == answer.__qualname__ and trail[0]["origin"]["run_id"]

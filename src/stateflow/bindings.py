@@ -27,15 +27,17 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import dataclasses
 import functools
 import inspect
 import uuid
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, ParamSpec, TypeVar, cast
+from typing import Any, Final, ParamSpec, TypeVar, cast
 
 import orjson
+from pydantic import BaseModel
 
 from stateflow.errors import InvalidInput
 from stateflow.states import StatesService
@@ -79,6 +81,16 @@ class Binding:
             not isinstance(self.scope_expr, str) or not self.scope_expr.strip()
         ):
             raise BindingInvalid(f"{where}: scope_expr, when given, is a non-empty jq program")
+        if not isinstance(self.inputs, Mapping):
+            raise BindingInvalid(
+                f"{where}: inputs is an object {{argument: {{'template_jq': program, 'params': {{...}}}}}}, "
+                f"got {type(self.inputs).__name__}"
+            )
+        if isinstance(self.updates, str | bytes | Mapping) or not isinstance(self.updates, Sequence):
+            raise BindingInvalid(
+                f"{where}: updates is a list of {{'template_jq': program, 'adapter': jq}}, "
+                f"got {type(self.updates).__name__}"
+            )
         for name, spec in self.inputs.items():
             if not name or not isinstance(spec, Mapping) or not isinstance(spec.get("template_jq"), str):
                 raise BindingInvalid(
@@ -132,16 +144,59 @@ def current_run() -> Run:
     return found
 
 
+_DEPTH: Final = 64
+"""How deep :func:`_jsonable` walks an input that is not plain JSON (deeper parts are left out)."""
+_LEFT_OUT: Final = object()
+
+
 def _json_view(inputs: Mapping[str, Any]) -> dict[str, Any]:
-    """What jq sees of the inputs: the JSON-representable ones (a LangGraph config's callbacks,
-    say, are left out)."""
+    """What jq sees of the inputs: each as JSON, pydantic models and dataclasses as their
+    fields, and only the parts that have no JSON form left out (a LangGraph config's
+    callbacks, say: its ``configurable.thread_id`` stays visible)."""
     out = {}
     for name, value in inputs.items():
         try:
-            out[name] = orjson.loads(orjson.dumps(value))
-        except TypeError:
+            out[name] = orjson.loads(orjson.dumps(value))  # (the common case: plain JSON)
             continue
+        except TypeError:
+            pass
+        made = _jsonable(value, 0)
+        if made is not _LEFT_OUT:
+            out[name] = made
     return out
+
+
+def _jsonable(value: Any, depth: int) -> Any:
+    """``value``'s JSON form with what has none left out (an object's member dropped, an
+    array's element made null, so that the other elements keep their indexes)."""
+    if value is None or type(value) in (str, bool, float):
+        return value
+    if type(value) is int:
+        return value if -(2**63) <= value < 2**64 else _LEFT_OUT
+    if depth >= _DEPTH:
+        return _LEFT_OUT
+    if isinstance(value, BaseModel):
+        value = {name: getattr(value, name) for name in type(value).model_fields}
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        members = ((k, _jsonable(v, depth + 1)) for k, v in value.items() if type(k) is str)
+        return {k: v for k, v in members if v is not _LEFT_OUT}
+    if isinstance(value, list | tuple):
+        return [None if (v := _jsonable(e, depth + 1)) is _LEFT_OUT else v for e in value]
+    try:  # another scalar orjson writes (a str or int subclass, an enum, a datetime, a UUID)
+        return orjson.loads(orjson.dumps(value))
+    except TypeError:
+        return _LEFT_OUT
+
+
+def _shape(view: dict[str, Any]) -> str:
+    """The inputs jq saw, for a refusal: their names and top-level keys."""
+    parts = []
+    for name, value in view.items():
+        keys = f" {{{', '.join(sorted(value)[:12])}}}" if isinstance(value, dict) else ""
+        parts.append(f".{name}{keys}")
+    return "; ".join(parts) or "no input with a JSON form"
 
 
 def _resolve(
@@ -169,7 +224,8 @@ def _resolve(
         subject = found
     else:
         raise BindingRefused(
-            f"{where}: subject_expr must yield a subject object or a key string, got {orjson.dumps(found).decode()}"
+            f"{where}: subject_expr must yield a subject object or a key string, got "
+            f"{orjson.dumps(found).decode()[:200]} from {binding.subject_expr!r} (the inputs it read: {_shape(view)})"
         )
     try:
         resolved = subject_of(subject).model_dump()
@@ -184,14 +240,41 @@ def _resolve(
 
 
 def _inject(inputs: dict[str, Any], name: str, value: Any) -> None:
-    path = name.split(".")
-    node = inputs
-    for part in path[:-1]:
-        child = node.get(part)
-        child = dict(child) if isinstance(child, Mapping) else {}
-        node[part] = child
-        node = child
-    node[path[-1]] = value
+    """Set ``name`` (dotted: a field inside an argument) to ``value`` in ``inputs``. What the
+    path goes through is copied, never changed in place: a mapping as a dict, a dataclass by
+    ``dataclasses.replace``, a pydantic model by ``model_copy`` — each keeps its type and its
+    other fields."""
+    head, *rest = name.split(".")
+    inputs[head] = _set(inputs.get(head), rest, value, name) if rest else value
+
+
+def _set(container: Any, path: list[str], value: Any, name: str) -> Any:
+    """A copy of ``container`` with ``path`` set to ``value`` (None: a new object)."""
+    field_name, rest = path[0], path[1:]
+    if container is None or isinstance(container, Mapping):
+        current = None if container is None else container.get(field_name)
+        made = dict(container or {})
+        made[field_name] = _set(current, rest, value, name) if rest else value
+        return made
+    if isinstance(container, BaseModel):
+        if field_name not in type(container).model_fields:
+            raise BindingRefused(
+                f"cannot inject {name!r}: {type(container).__name__} has no field {field_name!r}"
+            )
+        new = _set(getattr(container, field_name), rest, value, name) if rest else value
+        return container.model_copy(update={field_name: new})
+    if dataclasses.is_dataclass(container) and not isinstance(container, type):
+        fields = {f.name: f for f in dataclasses.fields(container)}
+        if field_name not in fields or not fields[field_name].init:
+            raise BindingRefused(
+                f"cannot inject {name!r}: {type(container).__name__} has no field {field_name!r} set at init"
+            )
+        new = _set(getattr(container, field_name), rest, value, name) if rest else value
+        return dataclasses.replace(container, **{field_name: new})
+    raise BindingRefused(
+        f"cannot inject {name!r}: the value at {field_name!r}'s parent is a {type(container).__name__}, "
+        "which takes no field (a mapping, a dataclass or a pydantic model does)"
+    )
 
 
 def _prepare(
@@ -215,10 +298,16 @@ def _prepare(
             )
             _inject(injected, name, value["value"])
     run_id = run_id or uuid.uuid4().hex
+    origin: dict[str, Any] = {"consumer": consumer, "run_id": run_id}
+    # the update programs' ops commit in the run's one transaction, so its origin names them
+    # as a lone template_jq_update's names its program (one name, or the list of several)
+    programs = list(dict.fromkeys(spec["template_jq"] for b, _ in active for spec in b.updates))
+    if programs:
+        origin["meta"] = {"template_jq": programs[0] if len(programs) == 1 else programs}
     the_run = Run(
         run_id=run_id,
         inputs=injected,
-        unit=states.unit(origin={"consumer": consumer, "run_id": run_id}, context=context),
+        unit=states.unit(origin=origin, context=context),
         subjects={b.state: s for b, s in active},
     )
     return the_run, active
