@@ -145,7 +145,11 @@ def broken(**changes: Any) -> dict[str, Any]:
                     "b": {"purpose": "input", "jq": {"content": "tjq_a({})"}},
                 }
             ),
-            "does not compile",
+            "call each other in a cycle: tjq_a → tjq_b → tjq_a",
+        ),
+        (  # jq compiles a program calling itself, which then runs until its limit
+            broken(template_jq={"a": {"purpose": "input", "jq": {"content": "tjq_a({})"}}}),
+            "call each other in a cycle: tjq_a → tjq_a",
         ),
         (broken(template_jq={"p": {"purpose": "input", "jq": {"id": "stored-program"}}}), "by-id"),
         (broken(reconcile={"orphans": {"content": "[]"}}), "exactly the programs"),

@@ -327,18 +327,54 @@ def _check_programs(programs: Any, fragment: dict[str, Any]) -> None:
 # ------------------------------------------------------------------------------ jq prelude
 
 
+def _calls(programs: dict[str, Any]) -> dict[str, set[str]]:
+    """Each input program's calls of input programs (``tjq_<name>``), itself included."""
+    inputs = {n: s for n, s in programs.items() if s["purpose"] == "input"}
+    return {
+        n: {
+            m
+            for m in re.findall(r"(?<![A-Za-z0-9_])tjq_([a-z][a-z0-9_]*)", s["jq"]["content"])
+            if m in inputs
+        }
+        for n, s in inputs.items()
+    }
+
+
+def input_cycle(programs: dict[str, Any]) -> list[str] | None:
+    """A cycle of input programs calling each other (``[x, y, x]``; ``[x, x]``: one calling
+    itself), or None. jq compiles a recursive definition, which then runs until its limit."""
+    calls = _calls(programs)
+    done: set[str] = set()
+    for start in sorted(calls):
+        path: list[str] = []
+        on_path: set[str] = set()
+        # depth-first, iteratively: (program, its callees not yet walked)
+        stack: list[tuple[str, list[str]]] = [(start, sorted(calls[start]))]
+        path.append(start)
+        on_path.add(start)
+        while stack:
+            node, todo = stack[-1]
+            if not todo:
+                stack.pop()
+                path.pop()
+                on_path.discard(node)
+                done.add(node)
+                continue
+            nxt = todo.pop()
+            if nxt in on_path:
+                return [*path[path.index(nxt) :], nxt]
+            if nxt not in done:
+                stack.append((nxt, sorted(calls[nxt])))
+                path.append(nxt)
+                on_path.add(nxt)
+    return None
+
+
 def input_order(programs: dict[str, Any]) -> list[str]:
     """Input programs in dependency-first order (smallest name first among ready ones); names
     left in a cycle come last, sorted, so compiling them fails loudly."""
     inputs = {n: s for n, s in programs.items() if s["purpose"] == "input"}
-    deps = {
-        n: {
-            m
-            for m in re.findall(r"(?<![A-Za-z0-9_])tjq_([a-z][a-z0-9_]*)", s["jq"]["content"])
-            if m in inputs and m != n
-        }
-        for n, s in inputs.items()
-    }
+    deps = {n: called - {n} for n, called in _calls(programs).items()}
     waiting = {n: set(d) for n, d in deps.items()}
     ready = [n for n, d in waiting.items() if not d]
     heapq.heapify(ready)
@@ -355,7 +391,15 @@ def input_order(programs: dict[str, Any]) -> list[str]:
 
 
 def build_prelude(programs: dict[str, Any]) -> str:
-    """Every input program as ``def tjq_<name>($params): <body>;`` in dependency order."""
+    """Every input program as ``def tjq_<name>($params): <body>;`` in dependency order; a
+    cycle is refused (on upload, and for a template stored before cycles through a program
+    itself were: at once, not after running to its limit)."""
+    cycle = input_cycle(programs)
+    if cycle:
+        raise TemplateInvalid(
+            f"template_jq input programs call each other in a cycle: {' → '.join(f'tjq_{n}' for n in cycle)} "
+            "(a program may call its siblings, never itself, directly or through others)"
+        )
     return "".join(f"def tjq_{n}($params): {programs[n]['jq']['content']};\n" for n in input_order(programs))
 
 
