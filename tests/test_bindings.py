@@ -10,6 +10,7 @@ from typing import Any, TypedDict
 import pytest
 
 from stateflow.bindings import Binding, BindingInvalid, BindingRefused, bound, current_run, run
+from stateflow.errors import InvalidInput
 from stateflow.states import StatesService
 from stateflow.store import open_store
 
@@ -228,7 +229,8 @@ def test_a_node_bound_on_its_config_and_a_pydantic_state_sees_their_json_parts(s
         raise AssertionError("not run")
 
     with pytest.raises(
-        BindingRefused, match=r"got null from '\.thing\.id' \(the inputs it read: \.thing \{name\}; \.other \{\}\)"
+        BindingRefused,
+        match=r"got null from '\.thing\.id' \(the inputs it read: \.thing \{name\}; \.other \{\}\)",
     ):
         nothing({"name": "x", "hook": Opaque()}, {"hook": Opaque()})
 
@@ -313,3 +315,49 @@ def test_a_runs_update_programs_are_named_in_its_origin_meta(states: StatesServi
     trail = states.writes("tickets", subject("t-10"))["items"]
     assert [w["origin"]["meta"] for w in trail] == [{"template_jq": "add"}] * 2
     assert trail[0]["origin"]["consumer"] == answer.__qualname__ and trail[0]["origin"]["run_id"]
+
+
+def test_an_async_callables_own_writes_join_its_unit_on_an_async_store(backend: str) -> None:
+    """On every store — PostgreSQL's async pool too (``open_store_async``), whose reads cannot
+    wait on the loop's thread — an async callable stages its own writes with ``await
+    unit.aapply(...)``; the sync ``apply`` there is refused saying so, and nothing is written."""
+    from stateflow.aio import call, open_store_async
+
+    async def main() -> None:
+        store = await open_store_async(backend, auto_migrate=True)
+        service = StatesService(store)
+        try:
+            await call(store, service.put_template, "notebook", NOTEBOOK)
+            await call(store, service.declare, "tickets", {
+                "schema": {"type": "object", "properties": {"status": {"type": "string"}}},
+                "subject_kinds": ["thread"], "default_subject_kind": "thread",
+            })  # fmt: skip
+            await call(store, service.attach, "tickets", "notebook", {"path": ["book"]})
+            binding = Binding("tickets", ".k", updates=[{"template_jq": "add", "adapter": "{note: .output}"}])
+
+            @bound(service, binding, target=("agent", "helpdesk"))
+            async def node(k: str, sync: bool = False) -> str:
+                unit = current_run().unit
+                ops = [{"op": "set", "path": ["status"], "value": "seen"}]
+                if sync:
+                    unit.apply("tickets", current_run().subjects["tickets"], ops)
+                else:
+                    staged = await unit.aapply("tickets", current_run().subjects["tickets"], ops)
+                    assert staged.data == {"status": "seen"}
+                    read = await unit.aread("tickets", current_run().subjects["tickets"])
+                    assert read is not None and read["staged"] == 1
+                return "done"
+
+            assert await node("t-11") == "done"
+            record = await call(store, service.read, "tickets", subject("t-11"))
+            assert record is not None and record["data"] == {"status": "seen", "book": {"notes": ["done"]}}
+            assert getattr(store, "runs_on_loop", False) is backend.startswith("postgres")
+            if backend.startswith("postgres"):
+                with pytest.raises(InvalidInput, match=r"await unit\.aapply"):
+                    await node("t-12", sync=True)
+                assert await call(store, service.read, "tickets", subject("t-12")) is None
+        finally:
+            await call(store, service.close)
+            await call(store, store.close)
+
+    asyncio.run(main())

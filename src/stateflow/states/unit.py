@@ -53,6 +53,7 @@ class Unit:
         at the end), and staged reads carry the ``_trace`` stamps the commit writes (their
         ``at`` is the commit's own)."""
         self._check_open()
+        self._check_not_on_loop("apply")
         subj = subject_of(subject)
         parsed = parse_ops(ops)
         before = self._project(state, subj.model_dump(), self._service.read(state, subj))
@@ -72,6 +73,7 @@ class Unit:
     def read(self, state: str, subject: Any) -> dict[str, Any] | None:
         """The record as the staged batches would leave it (``None``: no record)."""
         self._check_open()
+        self._check_not_on_loop("read")
         subj = subject_of(subject)
         record = self._service.read(state, subj)
         data = self._project(state, subj.model_dump(), record)
@@ -79,6 +81,20 @@ class Unit:
             return None
         view = dict(record) if record is not None else {"state": state, "subject": subj.model_dump()}
         return {**view, "data": data, "staged": self._staged_on(state, subj.model_dump())}
+
+    async def aapply(self, state: str, subject: Any, ops: Any, *, op_id: str | None = None) -> ApplyResult:
+        """:meth:`apply` for async code (an async bound callable): its reads awaited — on the
+        event loop for an async PostgreSQL store (``open_store_async``), else on a worker
+        thread. The batch is staged as :meth:`apply` stages it."""
+        from stateflow.aio import call
+
+        return await call(self._service.store, self.apply, state, subject, ops, op_id=op_id)
+
+    async def aread(self, state: str, subject: Any) -> dict[str, Any] | None:
+        """:meth:`read` for async code (as :meth:`aapply`)."""
+        from stateflow.aio import call
+
+        return await call(self._service.store, self.read, state, subject)
 
     def defer(self, call: Callable[[], object]) -> None:
         """Run ``call`` after a successful commit (in staging order); dropped on discard."""
@@ -128,6 +144,18 @@ class Unit:
             self.discard()
 
     # ------------------------------------------------------------------ helpers
+
+    def _check_not_on_loop(self, what: str) -> None:
+        """An async PostgreSQL store's reads cannot wait on its event loop's thread: say what
+        to call instead of the bridge's generic refusal."""
+        if getattr(self._service.store, "runs_on_loop", False):
+            from stateflow.store.async_bridge import would_block
+
+            if would_block():
+                raise InvalidInput(
+                    f"this unit's store is async (open_store_async): from async code call "
+                    f"`await unit.a{what}(...)`, which awaits the reads {what} makes; nothing was staged"
+                )
 
     def _check_open(self) -> None:
         if not self._open:

@@ -71,6 +71,18 @@ def wait_for(awaitable: Awaitable[T], loop: asyncio.AbstractEventLoop) -> T:
     )
 
 
+def would_block() -> bool:
+    """Whether an async store's database call made here would wait on the thread of a running
+    event loop outside :func:`spawn` — refused by :func:`wait_for` (it would block the loop)."""
+    if isinstance(greenlet.getcurrent(), _Bridged):
+        return False
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
 async def _awaited(awaitable: Awaitable[T]) -> T:
     return await awaitable
 
