@@ -6,6 +6,9 @@ import asyncio
 import threading
 from typing import Any
 
+import pytest
+
+import stateflow.aio
 from stateflow.aio import AsyncStateflow, AsyncStatesService
 from stateflow.states import StatesService
 from stateflow.store import open_store
@@ -68,3 +71,48 @@ def test_calls_leave_the_event_loop_thread(backend: str) -> None:
         asyncio.run(main())
     finally:
         store.close()
+
+
+async def under_way(tasks: list[asyncio.Task[Any]]) -> None:
+    """Until every task has started and waits on a database call (or is done)."""
+    while not all(t.done() or getattr(t, "_fut_waiter", None) is not None for t in tasks):
+        await asyncio.sleep(0)
+
+
+def test_closing_waits_for_the_calls_in_flight_then_refuses_by_name(backend: str) -> None:
+    """Closing an async adapter or connection while calls are in flight lets them finish, on
+    either backend (PostgreSQL's async pool waited for none: psycopg's PoolClosed escaped), and
+    a call made after the close is refused as ``StoreUnavailable`` there."""
+    from stateflow.errors import StoreUnavailable
+    from stateflow.langgraph import StateflowStore
+
+    async def main() -> None:
+        store = await StateflowStore.aopen(backend)
+        await store.aput(("warm",), "k", {"i": 0})
+        puts = [asyncio.create_task(store.aput(("cl",), f"k{i}", {"i": i})) for i in range(30)]
+        await under_way(puts)
+        await store.aclose()
+        assert await asyncio.gather(*puts, return_exceptions=True) == [None] * 30
+        if backend.startswith("postgres"):
+            with pytest.raises(StoreUnavailable, match="closed"):
+                await store.aput(("cl",), "late", {"i": -1})
+        again = await StateflowStore.aopen(backend)
+        assert len(await again.asearch(("cl",), limit=100)) == 30
+        await again.aclose()
+
+        async with await stateflow.aio.connect(backend) as sf:
+            await sf.states.declare("cx", {
+                "schema": {"type": "object", "properties": {"a": {"type": "integer"}}},
+                "subject_kinds": ["thread"], "default_subject_kind": "thread",
+            })  # fmt: skip
+
+            async def apply(i: int) -> Any:
+                where = {"target_kind": "agent", "target_name": "b", "kind": "thread", "key": f"k{i}"}
+                return await sf.states.apply("cx", where, [{"op": "set", "path": ["a"], "value": i}])
+
+            applies = [asyncio.create_task(apply(i)) for i in range(20)]
+            await under_way(applies)
+        results = await asyncio.gather(*applies, return_exceptions=True)
+        assert all(getattr(r, "applied", False) for r in results), results
+
+    asyncio.run(main())

@@ -310,7 +310,7 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         thread_id, ns, checkpoint_id = names["thread_id"], names["checkpoint_ns"], names["checkpoint_id"]
         saved = _saved(body)
         checkpoint: Checkpoint = decode(saved["checkpoint"])
-        if type(checkpoint) is not dict or not _CHECKPOINT_KEYS <= checkpoint.keys():
+        if type(checkpoint) is not dict or not checkpoint.keys() >= _CHECKPOINT_KEYS:
             raise ValueError(f"its checkpoint lacks {sorted(_CHECKPOINT_KEYS)}")
         values = {c: decode(v) for c, v in saved["channel_values"].items()}
         for channel, source in saved.get("sources", {}).items():

@@ -16,13 +16,17 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import sys
+import threading
+import weakref
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import greenlet
 from psycopg import AsyncConnection, AsyncCursor, AsyncPipeline, AsyncRawCursor
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, PoolClosed
+
+from stateflow.errors import StoreUnavailable
 
 T = TypeVar("T")
 
@@ -141,13 +145,29 @@ class Connection:
         wait_for(self._conn.close(), self._loop)
 
 
+CLOSE_WAIT_SECONDS: Final = 30.0
+"""How long :meth:`Pool.close` waits at most for the calls in flight to end (then it closes)."""
+
+
 class Pool:
     """The part of ``psycopg_pool.ConnectionPool`` the PostgreSQL store uses, over an
-    ``AsyncConnectionPool`` (created, opened and closed on ``loop``)."""
+    ``AsyncConnectionPool`` (created, opened and closed on ``loop``).
+
+    Closing waits for the calls in flight — those that had taken a connection by then — to
+    end (at most ``CLOSE_WAIT_SECONDS``; their later transactions are served meanwhile), as a
+    SQLite store's close waits for its writers, and refuses other calls with
+    ``StoreUnavailable``: psycopg's pool would fail the waiting ones, and those between two
+    transactions, with its own ``PoolClosed``."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, conninfo: str, **options: Any) -> None:
         self._loop = loop
         self._pool: AsyncConnectionPool[Any] = AsyncConnectionPool(conninfo, open=False, **options)
+        self._using = 0  # connections held or waited for (threads too: counted under the lock)
+        self._lock = threading.Lock()
+        self._callers: weakref.WeakSet[greenlet.greenlet] = weakref.WeakSet()
+        """the greenlets (a bridged call's, or a thread's) that took a connection"""
+        self._draining: set[greenlet.greenlet] | None = None
+        """while closing, the callers still served; then empty: every call is refused"""
 
     @property
     def timeout(self) -> float:
@@ -158,11 +178,40 @@ class Pool:
 
     @contextmanager
     def connection(self) -> Iterator[Connection]:
-        with _entered(self._pool.connection(), self._loop) as conn:
-            yield Connection(conn, self._loop)
+        me = greenlet.getcurrent()
+        with self._lock:
+            if self._draining is not None and me not in self._draining:
+                raise StoreUnavailable("the store was closed: open it again to use it")
+            self._using += 1
+            self._callers.add(me)
+        try:
+            with _entered(self._pool.connection(), self._loop) as conn:
+                yield Connection(conn, self._loop)
+        except PoolClosed as exc:  # (closed by psycopg itself, past the wait)
+            raise StoreUnavailable("the store was closed while this call waited for a connection") from exc
+        finally:
+            with self._lock:
+                self._using -= 1
 
     def close(self) -> None:
-        wait_for(self._pool.close(), self._loop)
+        with self._lock:
+            if self._draining is None:
+                self._draining = set(self._callers) - {greenlet.getcurrent()}
+        wait_for(self._drained_then_closed(), self._loop)
+
+    async def _drained_then_closed(self) -> None:
+        deadline = self._loop.time() + CLOSE_WAIT_SECONDS
+        while self._in_flight() and self._loop.time() < deadline:
+            await asyncio.sleep(0.005)  # (the calls in flight run on this loop meanwhile)
+        with self._lock:
+            self._draining = set()
+        await self._pool.close()
+
+    def _in_flight(self) -> bool:
+        """A connection is in use, or a bridged call that had one has not returned yet."""
+        return self._using > 0 or any(
+            isinstance(caller, _Bridged) and not caller.dead for caller in self._draining or ()
+        )
 
 
 @contextmanager
