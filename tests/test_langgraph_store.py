@@ -568,6 +568,12 @@ def test_records_written_out_of_shape_through_another_door_are_named_not_a_crash
         assert refused.value.code == "corrupt-store"
     got = lg.get(ns, "tea")
     assert got is not None and got.value == {"fact": "likes tea"}
+    for where, key in written:  # a put through the adapter writes each back in shape
+        lg.put(where, key, {"f": 3})
+        again = lg.get(where, key)
+        assert again is not None and again.value == {"f": 3} and again.namespace == where
+    assert sorted(i.key for i in lg.search(ns)) == ["bad", "soon", "tea"]
+    assert [i.key for i in lg.search(("m",))] == ["k2"]
 
 
 def test_search_limit_zero_answers_nothing_and_a_negative_page_is_refused(lg: StateflowStore) -> None:

@@ -453,6 +453,10 @@ def _document(op: PutOp, now: datetime | None, before: dict[str, Any] | None) ->
         created = utc_text(now)
     else:
         created = before["created_at"]
+        try:  # (one written out of shape through another door is repaired)
+            _from_iso(created)
+        except (TypeError, ValueError):
+            created = utc_text(now or datetime.now(UTC))
         held = before.get("namespace")
         if type(held) is list and held == namespace:
             namespace = held
@@ -529,11 +533,7 @@ def _malformed(data: Any, subject_key: str) -> str | None:
         return "its value is not an object"
     for name in ("created_at", "expires_at"):
         text = data.get(name)
-        if text is None and name == "expires_at":
-            continue
-        try:
-            datetime.fromisoformat(text)  # type: ignore[arg-type]
-        except (TypeError, ValueError):
+        if (text is not None or name == "created_at") and not _is_time(text):
             return f"its {name} {orjson.dumps(text).decode()} is not an ISO 8601 time"
     try:
         encoded = _subject_key(tuple(namespace), key)
@@ -544,10 +544,21 @@ def _malformed(data: Any, subject_key: str) -> str | None:
     return None
 
 
+_from_iso: Final = datetime.fromisoformat
+
+
+def _is_time(text: Any) -> bool:
+    try:
+        datetime.fromisoformat(text)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
 def _refusal(state: str, subject_key: str, why: str) -> str:
     return (
         f"record item/{subject_key} of state {state!r} does not hold a LangGraph item: {why} "
-        "(write it again with the item's own namespace, key and ISO 8601 times, or erase it)"
+        "(put the item again through the store, which writes it back in shape, or erase the record)"
     )
 
 
