@@ -52,8 +52,9 @@ def spinning_server(tmp_path: Path, limit: str) -> Iterator[Server]:
 
 @pytest.fixture
 def spinning(tmp_path: Path) -> Iterator[Server]:
-    # a limit a loaded machine's slow plain request stays inside (2 s was within its reach)
-    with spinning_server(tmp_path, "5") as server:
+    # a limit a loaded machine's slow plain request stays inside (2.6 s seen at load 16; the 2 s
+    # limit was within its reach)
+    with spinning_server(tmp_path, "8") as server:
         yield server
 
 
@@ -107,20 +108,20 @@ def test_runaway_programs_get_a_bounded_queue_and_plain_requests_never_wait(spin
     status, body, _ = spinning.call("GET", RECORD)
     plain = time.monotonic() - before
     assert status == 200 and body["data"]["data"]["x"] == 1
-    with lock:  # answered before any program ran to its 5 s limit: it waited behind none
+    with lock:  # answered before any program ran to its 8 s limit: it waited behind none
         assert all(code != 422 for code, _, _ in results), f"a plain read waited {plain:.1f} s behind jq"
     for t in threads:
-        t.join(timeout=60)
+        t.join(timeout=120)
     assert len(results) == 45
     codes = sorted({status for status, _, _ in results})
     assert set(codes) <= {422, 503}, codes
     busy = [headers for status, headers, _ in results if status == 503]
     assert busy, "a full queue must refuse calls"
-    assert all(h.get("retry-after") == "5" for h in busy)
-    # bounded: a waiter waits at most one limit, then runs at most one (5 + 5 s and two worker
-    # starts, against the ~110 s of 45 calls queued without bound behind two workers)
+    assert all(h.get("retry-after") == "8" for h in busy)
+    # bounded: a waiter waits at most one limit, then runs at most one (8 + 8 s and two worker
+    # starts, against the ~180 s of 45 calls queued without bound behind two workers)
     slowest = max(elapsed for _, _, elapsed in results)
-    assert slowest < 60, f"the last jq call returned after {slowest:.1f} s"
+    assert slowest < 90, f"the last jq call returned after {slowest:.1f} s"
 
 
 @pytest.mark.slow
