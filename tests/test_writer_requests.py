@@ -90,7 +90,7 @@ HOLDER = SETUP + textwrap.dedent(
     def holding(self, tx):
         ticket = self._group.queue.behind()[0]
         print("turn", ticket, flush=True)
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 300  # (the requesters' start-ups, one after the other)
         while not all((folder / f"r{ticket + k}").exists() for k in range(1, wanted + 1)):
             assert time.monotonic() < deadline, "the requests never came"
             time.sleep(0.01)
@@ -185,7 +185,13 @@ def claims(db: str) -> int:
         return int(conn.execute("SELECT count(*) FROM applied_ops WHERE scope = ?", (SCOPE,)).fetchone()[0])
 
 
-def start(script: str, *args: str, wait: float = 30) -> subprocess.Popen[str]:
+WAIT = 300.0
+"""A writer's wait for its turn or its answer where the test is not about that wait running out:
+requesters are started one at a time, each waiting meanwhile, and seven Python start-ups one
+after the other outlasted a 30 s wait on a loaded machine."""
+
+
+def start(script: str, *args: str, wait: float = WAIT) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-c", script, *args],
         stdout=subprocess.PIPE,
@@ -195,7 +201,7 @@ def start(script: str, *args: str, wait: float = 30) -> subprocess.Popen[str]:
     )
 
 
-def acknowledged(proc: subprocess.Popen[str], timeout: float = 120) -> list[tuple[str, str, int | None]]:
+def acknowledged(proc: subprocess.Popen[str], timeout: float = 300) -> list[tuple[str, str, int | None]]:
     out, err = proc.communicate(timeout=timeout)
     acked = []
     for line in out.splitlines():
@@ -233,7 +239,7 @@ def test_writer_processes_on_one_scope_commit_every_patch_exactly_once(backend: 
 
 
 def holder_and_requesters(
-    tmp_path: Path, mode: str, names: list[str], wait: float = 30, seed: str = "seed"
+    tmp_path: Path, mode: str, names: list[str], wait: float = WAIT, seed: str = "seed"
 ) -> tuple[str, DocKey, subprocess.Popen[str], list[subprocess.Popen[str]]]:
     db = str(tmp_path / "store.db")
     key = scope_key(db, seed)
