@@ -180,7 +180,9 @@ import sys
 from stateflow.store import DocKey, Write, open_store
 
 key = DocKey("order", "q")
-store = open_store(sys.argv[1])
+# (its turn comes once all five are in line, started one at a time: five Python start-ups on a
+# loaded machine can outlast the default 30 s wait)
+store = open_store(sys.argv[1], wait_seconds=300)
 
 def arrive(docs):
     doc = docs[key]
