@@ -269,3 +269,105 @@ def test_the_cli_keeps_tenants_op_ids_apart(backend: str, store: SqlStore) -> No
         assert out.returncode == 0, out.stderr
         answer = json.loads(out.stdout)
         assert answer["applied"] is True and not answer.get("replayed"), answer
+
+
+# ------------------------------------------------------------------ 8. conditional requests
+
+
+def _put(api: Api, key: str, body: dict[str, Any], **headers: str) -> tuple[int, Any]:
+    return api("PUT", f"/api/states/bills/records/agent/alice/thread/{key}", body, headers=headers)
+
+
+def test_if_match_star_needs_the_record_and_if_none_match_star_is_create_only(api: Api) -> None:
+    assert api("PUT", "/api/states/bills", DECL)[0] == 200
+    status, body = _put(api, "absent", {"n": 1}, **{"If-Match": "*"})
+    assert status == 412 and body["code"] == "revision-mismatch", body
+    assert "does not exist" in body["error"]
+    assert api("GET", "/api/states/bills/records/agent/alice/thread/absent")[1]["data"] is None
+    status, body = _put(api, "k", {"n": 1}, **{"If-None-Match": "*"})  # create-only
+    assert status == 200 and body["data"]["revision"] == 1, body
+    status, body = _put(api, "k", {"n": 2}, **{"If-None-Match": "*"})
+    assert status == 412 and body["code"] == "revision-mismatch", body
+    status, body = _put(api, "k", {"n": 3}, **{"If-Match": "*"})
+    assert status == 200 and body["data"]["data"] == {"n": 3}, body
+    status, body = api(
+        "POST", "/api/states/bills/records/agent/alice/thread/k/deltas",
+        {"ops": [{"op": "set", "path": ["n"], "value": 4}]}, headers={"If-None-Match": "*"},
+    )  # fmt: skip
+    assert status == 412, body
+    status, body = _put(api, "k", {"n": 5}, **{"If-None-Match": '"2"'})
+    assert status == 400 and "If-None-Match on a write must be *" in body["error"], body
+    status, body = _put(api, "k", {"n": 5}, **{"If-None-Match": "*", "If-Match": '"2"'})
+    assert status == 400 and "not both" in body["error"], body
+    status, body = api(
+        "DELETE", "/api/states/bills/records/agent/alice/thread/gone", headers={"If-Match": "*"}
+    )
+    assert status == 412, body
+    assert api("GET", "/api/states/bills/records/agent/alice/thread/k")[1]["data"]["data"] == {"n": 3}
+
+
+def test_python_expect_revision_star(store: SqlStore) -> None:
+    from stateflow.states.pipeline import RevisionMismatch
+
+    service = StatesService(store)
+    service.install_builtins()
+    service.declare("bills", DECL)
+    subject = {"target_kind": "agent", "target_name": "a", "kind": "thread", "key": "t"}
+    with pytest.raises(RevisionMismatch):
+        service.replace("bills", subject, {"n": 1}, expect_revision="*")
+    with pytest.raises(RevisionMismatch):
+        service.apply("bills", subject, [], expect_revision="*")
+    service.replace("bills", subject, {"n": 1})
+    merged = service.merge("bills", subject, {"n": 2}, expect_revision="*")
+    assert merged is not None and merged["data"] == {"n": 2}
+
+
+# ------------------------------------------------------------------ 9. CORS
+
+
+def test_an_allowed_origin_may_send_every_documented_header(store: SqlStore) -> None:
+    from stateflow.http.server import wrap
+
+    service = StatesService(store)
+    service.install_builtins()
+    app = wrap(create_app(service, TokenSet([parse_token(ADMIN)])), access_log=False, json_lines=False,
+               cors_origins=["https://app.example.com"])  # fmt: skip
+    sent = (
+        "authorization,content-type,if-match,if-none-match,x-stateflow-run-id,x-stateflow-meta,"
+        "x-stateflow-consumer,x-stateflow-agent,x-stateflow-cwd,x-stateflow-session,x-stateflow-scopes,"
+        "x-stateflow-states,mcp-session-id,mcp-protocol-version,last-event-id,x-request-id"
+    )
+    with TestClient(app) as client:
+        r = client.options(
+            "/api/states/bills/records/agent/a/thread/k",
+            headers={"Origin": "https://app.example.com", "Access-Control-Request-Method": "PUT",
+                     "Access-Control-Request-Headers": sent},
+        )  # fmt: skip
+        assert r.status_code == 200, r.text
+        r = client.get("/api/states", headers={"Origin": "https://app.example.com",
+                                                "Authorization": f"Bearer {ADMIN}"})  # fmt: skip
+        exposed = r.headers["access-control-expose-headers"].lower()
+        assert "etag" in exposed and "mcp-session-id" in exposed
+
+
+# ------------------------------------------------------------------ 10. messages
+
+
+def test_refusals_say_what_they_refuse(api: Api) -> None:
+    status, body = api("GET", "/api/states/memory/stats", token=ALICE)
+    assert status == 403 and "stats count every target's records" in body["error"], body
+    assert "catalog changes" not in body["error"]
+    assert api("PUT", "/api/states/bills", DECL)[0] == 200
+    path = "/api/states/bills/records/agent/alice/thread/k"
+    auth = {"Authorization": f"Bearer {ADMIN}"}
+    r = api.client.put(path, content='{"n": "caf\xe9"}'.encode("latin-1"),
+                       headers={**auth, "Content-Type": "application/json; charset=latin-1"})  # fmt: skip
+    assert r.status_code == 400, r.text
+    assert r.json()["error"].startswith("the request body must be UTF-8 JSON")
+    assert "charset 'latin-1'" in r.json()["error"] and "surrogates" not in r.json()["error"]
+    import gzip
+
+    r = api.client.put(path, content=gzip.compress(b'{"n": 1}'),
+                       headers={**auth, "Content-Type": "application/json", "Content-Encoding": "gzip"})  # fmt: skip
+    assert r.status_code == 400 and "Content-Encoding 'gzip' is not supported" in r.json()["error"], r.text
+    assert api("GET", path)[1]["data"] is None

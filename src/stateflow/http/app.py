@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, Literal
 from urllib.parse import unquote_to_bytes
 
 from fastapi import FastAPI, Request
@@ -156,10 +156,36 @@ async def _body(request: Request, *, required: bool = True) -> Any:
         if required:
             raise BadRequest("the request body must be JSON")
         return None
+    encoding = request.headers.get("content-encoding")
+    if encoding is not None and encoding.strip().lower() != "identity":
+        raise BadRequest(f"Content-Encoding {encoding!r} is not supported: send the body as plain UTF-8 JSON")
     try:
         return decode(raw)
     except InvalidJSON as exc:
+        if _not_utf8(raw):
+            raise BadRequest(
+                "the request body must be UTF-8 JSON (RFC 8259); it is not UTF-8"
+                + _charset_named(request.headers.get("content-type"))
+            ) from exc
         raise BadRequest(f"the request body is not valid JSON: {exc.message}") from exc
+
+
+def _not_utf8(raw: bytes) -> bool:
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return True
+    return False
+
+
+def _charset_named(content_type: str | None) -> str:
+    """What the request said its body's charset was, when it named one other than UTF-8."""
+    for part in (content_type or "").split(";")[1:]:
+        key, _, value = part.strip().partition("=")
+        charset = value.strip().strip('"')
+        if key.strip().lower() == "charset" and charset.lower() not in ("utf-8", "utf8"):
+            return f" (its Content-Type names charset {charset!r}, which is not read)"
+    return ""
 
 
 async def _object_body(request: Request) -> dict[str, Any]:
@@ -188,20 +214,34 @@ ORIGIN_HEADERS: Final = {
 }
 
 
-def write_headers(request: Request) -> tuple[WriteOrigin, int | None]:
+def write_headers(request: Request) -> tuple[WriteOrigin, int | Literal["*"] | None]:
     """What a write's headers say, read in one pass over them: the consumer half of its origin
     — from ``X-Stateflow-Consumer``, ``X-Stateflow-Run-Id`` and ``X-Stateflow-Meta`` (a JSON
-    object); door and actor are stamped from the token — and the revision an ``If-Match`` header
-    names (``"N"``; ``*`` matches any), for a compare-and-set write."""
+    object); door and actor are stamped from the token — and the compare-and-set its
+    preconditions name: ``If-Match: "N"`` (at revision N), ``If-Match: *`` (exists, at any
+    revision) or ``If-None-Match: *`` (absent: create-only, as ``If-Match: "0"``)."""
     raw: dict[str, Any] = {}
     match: bytes | None = None
+    none_match: bytes | None = None
     for name, given in request.scope["headers"]:  # most requests carry none of them
         if name == b"if-match":
             if match is None:  # (the first, as ``Headers.get`` gives it)
                 match = given
+        elif name == b"if-none-match":
+            if none_match is None:
+                none_match = given
         elif name.startswith(b"x-stateflow-"):
             _origin_header(raw, name, given)
     origin = origin_of(raw) if raw else origin_of(None)
+    if none_match is not None:
+        if match is not None:
+            raise BadRequest("send one of If-Match and If-None-Match, not both")
+        if none_match.strip() != b"*":
+            raise BadRequest(
+                f"If-None-Match on a write must be * (create-only: refused when the record exists), "
+                f'got {none_match.decode("latin-1")!r}; to write at a known revision send If-Match: "N"'
+            )
+        return origin, 0
     return origin, (None if match is None else _revision_matched(match.decode("latin-1")))
 
 
@@ -219,9 +259,9 @@ def _origin_header(raw: dict[str, Any], name: bytes, given: bytes) -> None:
         raw[key] = value
 
 
-def _revision_matched(raw: str) -> int | None:
+def _revision_matched(raw: str) -> int | Literal["*"]:
     if raw.strip() == "*":
-        return None
+        return "*"
     text = raw.strip()
     if text.startswith('"') and text.endswith('"') and len(text) >= 2:
         text = text[1:-1]
@@ -358,11 +398,10 @@ def create_app(
     def context_of(request: Request) -> DoorContext:
         return _api_context(token_of(request).principal)
 
-    def unrestricted(request: Request) -> None:
+    def unrestricted(request: Request, what: str = "catalog changes need") -> None:
+        """Refuse a target-limited token, saying why: ``what`` needs every target."""
         if token_of(request).targets is not None:
-            raise Forbidden(
-                "this token is limited to some targets; catalog changes need an unrestricted token"
-            )
+            raise Forbidden(f"this token is limited to some targets; {what} an unrestricted token")
 
     # Built-in declarations are the composition root's to install (`stateflow.api.states_service`:
     # at once, or — on a store not migrated yet — when the store is first found migrated).
@@ -481,7 +520,7 @@ def create_app(
 
     @app.post("/api/state-retention/prune")
     async def prune(request: Request) -> Response:
-        unrestricted(request)
+        unrestricted(request, "retention pruning spans every target and needs")
         return await call(service.prune, context=context_of(request))
 
     @app.get("/api/states")
@@ -505,7 +544,7 @@ def create_app(
 
     @app.get("/api/states/{name}/stats")
     async def stats(name: str, request: Request) -> Response:
-        unrestricted(request)
+        unrestricted(request, "a state's stats count every target's records and need")
         return await call(service.stats, name)
 
     @app.get("/api/states/{name}/consumers")

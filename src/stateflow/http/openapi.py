@@ -206,7 +206,7 @@ FAILURES = {
     "501": "The store is not migrated (states-not-configured)",
     "503": "The store is unreachable",
 }
-CAS = {"412": "If-Match named a revision the record is not at; nothing changed"}
+CAS = {"412": "If-Match or If-None-Match named a revision the record is not at; nothing changed"}
 
 
 def _ref(model: type[BaseModel]) -> dict[str, Any]:
@@ -237,8 +237,16 @@ IF_MATCH = {
     "name": "If-Match",
     "in": "header",
     "required": False,
-    "schema": {"type": "string", "pattern": '^"[0-9]+"$'},
-    "description": 'Compare-and-set: "N", the revision from the record\'s ETag (0: absent — never written or erased).',
+    "schema": {"type": "string", "pattern": '^("[0-9]+"|\\*)$'},
+    "description": 'Compare-and-set: "N", the revision from the record\'s ETag (0: absent — never written or erased); '
+    "* : the record exists, at any revision.",
+}
+IF_NONE_MATCH = {
+    "name": "If-None-Match",
+    "in": "header",
+    "required": False,
+    "schema": {"type": "string", "enum": ["*"]},
+    "description": 'Create-only: * (as If-Match: "0"); with If-Match, or any other value, 400.',
 }
 JQ_PARAMS = {
     "name": "params",
@@ -286,7 +294,7 @@ def _op(
     op: dict[str, Any] = {"summary": summary, "responses": responses}
     params = list(query or [])
     if cas:
-        params.append(IF_MATCH)
+        params += (IF_MATCH, IF_NONE_MATCH)
     if write:
         params.extend(ORIGIN_HEADERS)
     if params:

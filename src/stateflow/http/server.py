@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import uvicorn
 
@@ -107,6 +107,23 @@ class _Server(uvicorn.Server):
             threading.Thread(target=self._on_stop, name="stop", daemon=True).start()
 
 
+CORS_ALLOW_HEADERS: Final = [
+    "Authorization",
+    "Content-Type",
+    "X-Request-ID",
+    "If-Match",
+    "If-None-Match",
+    *(
+        f"X-Stateflow-{h}"
+        for h in ("Consumer", "Run-Id", "Meta", "Agent", "Cwd", "Session", "Scopes", "States")
+    ),
+    "Mcp-Session-Id",
+    "MCP-Protocol-Version",
+    "Last-Event-ID",
+]
+"""Every request header the API and ``/mcp`` document: an allowed origin may send them all."""
+
+
 def wrap(app: Any, *, access_log: bool, json_lines: bool, cors_origins: list[str]) -> Any:
     """The app as served: CORS (only when origins are configured) inside the access log."""
     if cors_origins:
@@ -116,8 +133,8 @@ def wrap(app: Any, *, access_log: bool, json_lines: bool, cors_origins: list[str
             app,
             allow_origins=cors_origins,
             allow_methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"],
-            allow_headers=["Authorization", "Content-Type", "X-Request-ID"],
-            expose_headers=["X-Request-ID", "Retry-After", "ETag"],
+            allow_headers=CORS_ALLOW_HEADERS,
+            expose_headers=["X-Request-ID", "Retry-After", "ETag", "Mcp-Session-Id"],
             max_age=600,
         )
     if access_log:

@@ -132,11 +132,23 @@ def expected_revision(current: Document) -> int:
     return current.revision if current.body is not None else 0
 
 
+ANY_REVISION: Final = -1
+"""The checked ``expect_revision`` of ``"*"`` (HTTP ``If-Match: *``): the record must exist, at
+any revision (RFC 9110: ``*`` is false when there is no current representation)."""
+
+
 def check_expected(current: Document, expect: int | None, subject: StateSubject, state: str) -> None:
     """The compare-and-set check of every record write (the pipeline's items, erase)."""
     if expect is None:
         return
     now = expected_revision(current)
+    if expect == ANY_REVISION:
+        if not now:
+            raise RevisionMismatch(
+                f"record {subject.kind}/{subject.key} of state {state!r} does not exist (revision 0), "
+                'and "*" needs a current record; write it without the condition, or create-only with 0'
+            )
+        return
     if now != expect:
         where = f"is at revision {now}" if now else "does not exist (revision 0)"
         raise RevisionMismatch(

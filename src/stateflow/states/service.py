@@ -14,7 +14,7 @@ import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Final, cast
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias, cast
 
 from pydantic import ValidationError
 
@@ -285,9 +285,16 @@ def origin_of(raw: Any) -> WriteOrigin:
         raise InvalidInput(str(_invalid(exc, "origin"))) from exc
 
 
+Expect: TypeAlias = int | Literal["*"] | None
+"""A compare-and-set's ``expect_revision``: the revision N (0: absent), ``"*"`` (it exists, at
+any revision) or None (no check)."""
+
+
 def check_revision(value: Any, what: str = "expect_revision") -> int | None:
     if value is None:
         return None
+    if value == "*" and what == "expect_revision":
+        return pipeline.ANY_REVISION
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise InvalidInput(f"{what} must be a non-negative integer, got {value!r}")
     return value
@@ -820,7 +827,7 @@ class StatesService:
         *,
         origin: Any = None,
         context: DoorContext | None = None,
-        expect_revision: int | None = None,
+        expect_revision: Expect = None,
     ) -> Record | None:
         """Make the record what it was at ``revision`` again, as a new transition (action
         ``revert``) through the same checks as a replace (today's schema decides); reverting to
@@ -858,7 +865,7 @@ class StatesService:
         action: str,
         *,
         op_id: str | None = None,
-        expect_revision: int | None = None,
+        expect_revision: Expect = None,
         checked: bool = False,
     ) -> Written:
         """One record write: a one-item run of the record-write pipeline
@@ -899,7 +906,7 @@ class StatesService:
         *,
         origin: Any = None,
         context: DoorContext | None = None,
-        expect_revision: int | None = None,
+        expect_revision: Expect = None,
     ) -> Record | None:
         if not isinstance(document, dict):
             raise InvalidInput("a record document must be a JSON object")
@@ -943,7 +950,7 @@ class StatesService:
         context: DoorContext | None,
         action: str,
         *,
-        expect_revision: int | None,
+        expect_revision: Expect,
     ) -> Record | None:
         """Write ``document`` as the record's whole new body (replace, revert): the same checks
         and ``_trace`` stamp either way, recorded under ``action``."""
@@ -970,7 +977,7 @@ class StatesService:
         *,
         origin: Any = None,
         context: DoorContext | None = None,
-        expect_revision: int | None = None,
+        expect_revision: Expect = None,
     ) -> Record | None:
         """Shallow merge: each top-level key is set (``null`` is stored, not a deletion)."""
         if not isinstance(patch, dict):
@@ -1016,7 +1023,7 @@ class StatesService:
         op_id: str | None = None,
         origin: Any = None,
         context: DoorContext | None = None,
-        expect_revision: int | None = None,
+        expect_revision: Expect = None,
     ) -> ApplyResult:
         """An op batch; guard-skipped ops are reported; a replayed ``op_id`` changes nothing
         and says so (``replayed``)."""
@@ -1087,7 +1094,7 @@ class StatesService:
         *,
         origin: Any = None,
         context: DoorContext | None = None,
-        expect_revision: int | None = None,
+        expect_revision: Expect = None,
     ) -> Erased:
         """Delete the record and every alias pointing at it; the audit trail stays."""
         subject = subject_of(subject)
