@@ -371,3 +371,27 @@ def test_refusals_say_what_they_refuse(api: Api) -> None:
                        headers={**auth, "Content-Type": "application/json", "Content-Encoding": "gzip"})  # fmt: skip
     assert r.status_code == 400 and "Content-Encoding 'gzip' is not supported" in r.json()["error"], r.text
     assert api("GET", path)[1]["data"] is None
+
+
+# ------------------------------------------------- 5. U+0000 in a top-level member name
+
+
+def test_a_nul_in_a_top_level_member_name_is_refused_alike_on_both_backends(
+    backend: str, store: SqlStore
+) -> None:
+    del store  # (migrated)
+    decl = {**DECL, "schema": {"type": "object", "properties": {"n": {}}}}
+    assert sf("--store", backend, "states", "put", "bills", "--data", json.dumps(decl)).returncode == 0
+    where = ("--target-name", "a", "--key", "k")
+    nested = sf("--store", backend, "states", "replace", "bills", *where, "--data", '{"n": {"x\\u0000": 1}}')
+    assert nested.returncode == 0, nested.stderr  # a deeper name may hold it
+    for command, data in (
+        ("replace", '{"x\\u0000": 1}'),
+        ("merge", '{"y\\u0000": 1}'),
+        ("apply", '[{"op": "set", "path": ["z\\u0000"], "value": 1}]'),
+    ):
+        out = sf("--store", backend, "states", command, "bills", *where, "--data", data)
+        assert out.returncode == 1, out.stdout
+        assert out.stderr.startswith("error[invalid-json]: ") and "holds U+0000" in out.stderr, out.stderr
+    read = sf("--store", backend, "states", "read", "bills", *where)
+    assert json.loads(read.stdout)["data"] == {"n": {"x\x00": 1}}

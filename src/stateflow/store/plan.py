@@ -24,7 +24,7 @@ from typing import Any, Final, NamedTuple
 from stateflow.doc.canonical import JSON, check
 from stateflow.doc.diff import Edit
 from stateflow.doc.select import MISSING
-from stateflow.errors import InvalidInput
+from stateflow.errors import InvalidInput, InvalidJSON
 from stateflow.store.cache import Known
 from stateflow.store.model import DocKey, Write
 from stateflow.store.rows import DocRow, MemberHead
@@ -254,6 +254,15 @@ def effective_edits(edits: Sequence[Edit]) -> Sequence[Edit]:
     return edits
 
 
+def _nul_member(key: DocKey, name: str) -> InvalidJSON:
+    """A top-level member name is a row's text, which PostgreSQL cannot hold with U+0000: refused
+    on every backend alike (deeper names live in the member's JSON and may hold it)."""
+    return InvalidJSON(
+        f"{key}: the top-level member name {name!r} holds U+0000, which a document's top-level "
+        "member names may not (deeper names may); rename it"
+    )
+
+
 def validate_writes(writes: Sequence[Write], origin: dict[str, Any] | None, *, values: bool = True) -> None:
     """Refuse malformed writes before any database work; ``values=False`` when the caller
     vouches that every value set is plain JSON already (``update(checked=True)``)."""
@@ -269,10 +278,16 @@ def validate_writes(writes: Sequence[Write], origin: dict[str, Any] | None, *, v
         what = str(write.key) if values else ""  # (once per write, not per edit)
         for edit in write.edits:
             if not edit.path:
-                if edit.value is not MISSING and type(edit.value) is not dict:
-                    raise InvalidInput(f"{write.key}: a document must be a JSON object")
+                if edit.value is not MISSING:
+                    if type(edit.value) is not dict:
+                        raise InvalidInput(f"{write.key}: a document must be a JSON object")
+                    for name in edit.value:
+                        if type(name) is str and "\x00" in name:
+                            raise _nul_member(write.key, name)
             elif type(edit.path[0]) is not str:
                 raise InvalidInput(f"{write.key}: a document's top level is an object, not an array")
+            elif "\x00" in edit.path[0]:
+                raise _nul_member(write.key, edit.path[0])
             if values and edit.value is not MISSING:  # (not a delete)
                 check(edit.value, what)
     if origin is not None:
