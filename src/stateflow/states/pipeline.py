@@ -40,6 +40,7 @@ from stateflow.store import Commit, DocKey, Document, OpIdTaken, Store, Write
 from stateflow.store.ledger import scope_in
 from stateflow.store.plan import validate_writes
 from stateflow.store.spares import SPARES
+from stateflow.subjects import Subject
 
 if TYPE_CHECKING:
     from stateflow.states.service import StatesService
@@ -204,8 +205,10 @@ def _unscoped_replay(service: StatesService, state: str, subject: StateSubject, 
     if type(original) is int:
         found = service.store.transitions(after_seq=original - 1, limit=1)
         if found and found[0].seq == original:
-            tenants = {
-                StateSubject.decode(c.key.subject).tenant for c in found[0].changes if c.key.state == state
+            tenants = {  # (as stored: a subject the model now refuses still names its tenant)
+                (s.target_kind, s.target_name)
+                for c in found[0].changes
+                if c.key.state == state and (s := Subject.decode(c.key.subject))
             }
             if tenants and subject.tenant not in tenants:
                 return None
