@@ -90,12 +90,18 @@ def test_http_put_of_an_integer_beyond_64_bits_is_refused_and_writes_nothing(
     path = "/api/states/t/records/agent/bot/thread/k"
     for n in (BIG, BELOW):
         r = client.put(path, content=f'{{"n": {n}}}'.encode(), headers={"Content-Type": "application/json"})
-        assert r.status_code == 400, r.text
-        assert f"$.n: integer {n} is outside the 64-bit range JSON stores" in r.json()["error"]
+        assert (r.status_code, r.json()) == (
+            422,
+            {"error": f"$.n: integer {n} is outside the 64-bit range JSON stores", "code": "invalid-json"},
+        )
     assert states.read("t", subject("k")) is None
     # a search filter of such an integer is refused as well (it was read as a float)
     r = client.post("/api/states/t/records/search", content=f'{{"filters": {{"n": {BIG}}}}}'.encode())
-    assert r.status_code == 400 and "outside the 64-bit range" in r.json()["error"]
+    assert r.status_code == 422 and r.json()["code"] == "invalid-json"
+    assert r.json()["error"] == f"$.filters.n: integer {BIG} is outside the 64-bit range JSON stores"
+    # text that is not JSON stays a malformed request
+    r = client.put(path, content=b'{"n": 1', headers={"Content-Type": "application/json"})
+    assert r.status_code == 400 and r.json()["code"] == "bad-request"
     # the largest integers stored go in and come back exact
     r = client.put(
         path, content=f'{{"n": {2**64 - 1}}}'.encode(), headers={"Content-Type": "application/json"}

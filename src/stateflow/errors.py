@@ -35,6 +35,11 @@ class InvalidJSON(InvalidInput):
     code = "invalid-json"
 
 
+class NotJSON(InvalidJSON):
+    """Text that does not parse as JSON at all (a door may answer it as a malformed request,
+    where JSON that parses to a value no document can hold is refused as that value is)."""
+
+
 class InvalidPath(InvalidInput):
     """A path string or path list does not follow its grammar."""
 

@@ -8,7 +8,7 @@ from typing import Any, Final
 
 import orjson
 
-from stateflow.errors import InvalidJSON
+from stateflow.errors import InvalidJSON, NotJSON
 
 JSON = Any
 """A JSON value as plain Python: dict[str, JSON] | list[JSON] | str | int | float | bool | None."""
@@ -41,7 +41,7 @@ def decode(data: bytes | bytearray | memoryview | str) -> JSON:
     try:
         value = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
-        raise InvalidJSON(f"invalid JSON: {exc}") from exc
+        raise NotJSON(f"invalid JSON: {exc}") from exc
     # orjson reads an integer beyond 64 bits as the nearest float: stored, it would be another
     # number. Such a literal is a run of 20 digits (19 after a minus sign); text without one,
     # nearly all text, costs one table pass in C, not a walk of the value

@@ -29,6 +29,7 @@ from stateflow.errors import (
     Forbidden,
     InvalidInput,
     InvalidJSON,
+    NotJSON,
     ReadOnlyState,
     StateflowError,
     StoreNotMigrated,
@@ -161,7 +162,7 @@ async def _body(request: Request, *, required: bool = True) -> Any:
         raise BadRequest(f"Content-Encoding {encoding!r} is not supported: send the body as plain UTF-8 JSON")
     try:
         return decode(raw)
-    except InvalidJSON as exc:
+    except NotJSON as exc:  # (a value no document holds is refused as a write of it is: 422)
         if _not_utf8(raw):
             raise BadRequest(
                 "the request body must be UTF-8 JSON (RFC 8259); it is not UTF-8"
