@@ -10,6 +10,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -82,12 +83,12 @@ class Server:
                 self.proc.wait()
 
 
-def start(env: dict[str, str], *args: str, token: bool = True) -> Server:
+def start(env: dict[str, str], *args: str, token: bool = True, prefix: Sequence[str] = ()) -> Server:
     """``stateflow serve`` on a free loopback port (with the test token unless ``token`` is
-    false); waits until it answers."""
+    false; run under ``prefix``, a command such as another user's); waits until it answers."""
     port = free_port()
     proc = subprocess.Popen(
-        ["stateflow", "serve", "--port", str(port), *(["--token", TOKEN] if token else []), *args],
+        [*prefix, "stateflow", "serve", "--port", str(port), *(["--token", TOKEN] if token else []), *args],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

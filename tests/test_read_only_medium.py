@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from stateflow.store import DocKey, Write, open_store
-from tests.servers import TOKEN, Server, base_env, free_port, wait_ready
+from tests.servers import base_env, start
 
 UNPRIVILEGED = (
     ["setpriv", "--bounding-set=-dac_override,-dac_read_search,-fowner,-linux_immutable", "--"]
@@ -137,18 +137,8 @@ def test_a_server_on_a_read_only_medium_answers_reads(medium: Path, tmp_path: Pa
     _read_only(medium)
     before = snapshot(medium)
 
-    port = free_port()
-    env = base_env(tmp_path, str(path))
-    proc = subprocess.Popen(
-        [*UNPRIVILEGED, "stateflow", "serve", "--port", str(port), "--token", TOKEN],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    server = Server(f"http://127.0.0.1:{port}", proc)
+    server = start(base_env(tmp_path, str(path)), prefix=UNPRIVILEGED)
     try:
-        wait_ready(server)
         status, body, _ = server.call("GET", "/api/ready")
         assert status == 200, body
         status, body, _ = server.call("GET", "/api/states/notes/records/agent/a/note/k")

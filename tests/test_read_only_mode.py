@@ -15,7 +15,7 @@ import pytest
 from stateflow.errors import StoreReadOnly
 from stateflow.store import DocKey, Write, open_store
 from stateflow.store.base import SqlStore
-from tests.servers import TOKEN, Server, base_env, free_port, wait_ready
+from tests.servers import base_env, start
 
 
 def sf(store: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -101,17 +101,8 @@ def test_a_read_only_store_written_only_by_memory_tools_has_the_memory_state(
     out = sf(ro, "states", "get", "memory")
     assert out.returncode == 0 and json.loads(out.stdout)["subject_kinds"] == ["global", "cwd", "session"]
 
-    port = free_port()
-    proc = subprocess.Popen(
-        ["stateflow", "serve", "--port", str(port), "--token", TOKEN],
-        env=base_env(tmp_path, ro),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    server = Server(f"http://127.0.0.1:{port}", proc)
+    server = start(base_env(tmp_path, ro))
     try:
-        wait_ready(server)
         status, body, _ = server.call("GET", "/api/states/memory/records/agent/default/session/default")
         assert status == 200 and body["data"]["data"] == {"tactics": {"a": 1}}, body
     finally:

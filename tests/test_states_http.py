@@ -17,12 +17,10 @@ from stateflow.http.app import BadRequest, _json, _segment, create_app
 from stateflow.http.auth import TokenSet, parse_token
 from stateflow.states import StatesService
 from stateflow.store import SqlStore
+from tests.http_api import ADMIN, ALICE, READER, Api, tenant_api
 
 from .threads import run_threads
 
-ADMIN = "admin-secret-0123456789"
-READER = "reader-secret-0123456789"
-ALICE = "alice-secret-0123456789"
 SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
@@ -39,27 +37,10 @@ DECL: dict[str, Any] = {
 }
 
 
-class Api:
-    def __init__(self, client: TestClient) -> None:
-        self.client = client
-
-    def __call__(
-        self, method: str, path: str, body: Any = None, token: str | None = ADMIN, **kw: Any
-    ) -> tuple[int, Any]:
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        r = self.client.request(method, path, json=body, headers=headers, **kw)
-        return r.status_code, r.json()
-
-
 @pytest.fixture
 def api(store: SqlStore) -> Iterator[Api]:
-    service = StatesService(store)
-    service.install_builtins()
-    tokens = TokenSet(
-        [parse_token(ADMIN), parse_token(READER + ":read"), parse_token(ALICE + "@agent/alice")]
-    )
-    with TestClient(create_app(service, tokens)) as client:
-        yield Api(client)
+    with tenant_api(store) as api:
+        yield api
 
 
 def rec(key: str, tn: str = "alice", kind: str = "thread") -> str:

@@ -21,12 +21,10 @@ from stateflow.http.auth import TokenSet, parse_token
 from stateflow.states import StatesService
 from stateflow.store import DocKey, SqlStore, Write, open_store
 from stateflow.subjects import Subject
+from tests.http_api import ADMIN, ALICE, Api, tenant_api
 
 from .test_mcp import FULL, served  # noqa: F401 (the served fixture)
 
-ADMIN = "admin-secret-0123456789"
-ALICE = "alice-secret-0123456789"
-READER = "reader-secret-0123456789"
 DECL: dict[str, Any] = {
     "schema": {"type": "object", "properties": {"paid": {"type": "boolean"}, "n": {"type": "integer"}}},
     "subject_kinds": ["thread"],
@@ -38,28 +36,10 @@ def sf(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["stateflow", *args], capture_output=True, text=True, timeout=60, cwd=cwd)
 
 
-class Api:
-    def __init__(self, client: TestClient) -> None:
-        self.client = client
-
-    def __call__(
-        self, method: str, path: str, body: Any = None, token: str | None = ADMIN, **kw: Any
-    ) -> tuple[int, Any]:
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        headers.update(kw.pop("headers", {}))
-        r = self.client.request(method, path, json=body, headers=headers, **kw)
-        return r.status_code, r.json()
-
-
 @pytest.fixture
 def api(store: SqlStore) -> Iterator[Api]:
-    service = StatesService(store)
-    service.install_builtins()
-    tokens = TokenSet(
-        [parse_token(ADMIN), parse_token(READER + ":read"), parse_token(ALICE + "@agent/alice")]
-    )
-    with TestClient(create_app(service, tokens)) as client:
-        yield Api(client)
+    with tenant_api(store) as api:
+        yield api
 
 
 def _long_dir(root: Path) -> Path:
