@@ -380,7 +380,7 @@ def run_one(service: StatesService, item: RecordWrite, origin: dict[str, Any]) -
     vouched = item.checked
     catalog_key, alias_key = DocKey(CATALOG, state), DocKey(ALIASES, state)
     stamped = {**origin, "op_id": op_id} if op_id else origin
-    scope = op_scope(state, subject)
+    scope = op_scope(state, subject) if op_id is not None else ""  # (named only for a claim)
     claims = [(scope, op_id)] if op_id is not None else []
     if op_id is not None and (legacy := _unscoped_replay(service, state, subject, op_id)):
         return legacy
