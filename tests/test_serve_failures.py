@@ -161,7 +161,7 @@ def test_a_killed_server_leaves_no_jq_worker_behind(tmp_path: Path) -> None:
 def test_a_worker_stops_itself_at_its_cpu_limit_when_nobody_kills_it() -> None:
     import orjson
 
-    from stateflow.jq.runner import _HEADER
+    from stateflow.workers import HEADER as _HEADER
 
     # memory 0 (no limit), 1 s of CPU, no parent check
     proc = subprocess.Popen(

@@ -200,8 +200,8 @@ def build_app(service: StatesService, config: Config, token_specs: list[str]) ->
 def _worker(sock: socket.socket, config: Config, store_location: str | None, token_specs: list[str]) -> None:
     """One server process of several: its own store connections, jq pool and event loop."""
     from stateflow.http import access
-    from stateflow.jq.worker import die_with_parent
     from stateflow.store import open_store
+    from stateflow.workers import die_with_parent
 
     die_with_parent(0, signal.SIGTERM)
     access.configure(config.server.log_level, json_lines=config.server.log_format == "json")

@@ -17,29 +17,20 @@ limit as a backstop; :meth:`JqRunner.close` kills running programs, so a server 
 from __future__ import annotations
 
 import math
-import os
-import select
-import struct
-import subprocess
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Final
-
-import orjson
+from typing import Final
 
 from stateflow.doc.canonical import JSON, check
 from stateflow.errors import InvalidInput, StateflowError
+from stateflow.workers import START_SECONDS, WorkerProcess, cpu_backstop
 
-_HEADER: Final = struct.Struct("!I")
+_MODULE: Final = "stateflow.jq.worker"
+
 DEFAULT_TIMEOUT: Final = 10.0
 DEFAULT_MEMORY: Final = 512 * 1024 * 1024
 DEFAULT_MAX_OUTPUT: Final = 16 * 1024 * 1024
-START_SECONDS: Final = 60.0
-"""How long a new worker may take to start (a Python start-up and jq's import: ~0.1 s on a quiet
-machine, seconds on a loaded one) before the call is refused busy; apart from the program's own
-time limit, which a loaded machine's start-up would otherwise eat."""
 
 
 class JqError(InvalidInput):
@@ -64,58 +55,6 @@ class JqBusy(StateflowError):
     def __init__(self, message: str, retry_after: int) -> None:
         super().__init__(message)
         self.retry_after = retry_after
-
-
-_WORKER_ENV: Final = ("PATH", "PYTHONPATH", "LANG", "LC_ALL", "VIRTUAL_ENV")
-"""The only environment a worker sees: jq's ``$ENV`` and ``env`` must not reveal the server's
-secrets (tokens, database URLs)."""
-
-
-class _Worker:
-    def __init__(self, memory: int, cpu_seconds: int) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "stateflow.jq.worker", str(memory), str(cpu_seconds), str(os.getpid())],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            env={k: os.environ[k] for k in _WORKER_ENV if k in os.environ},
-        )
-
-    def send(self, payload: Any) -> None:
-        assert self.proc.stdin is not None
-        data = orjson.dumps(payload)
-        self.proc.stdin.write(_HEADER.pack(len(data)) + data)
-        self.proc.stdin.flush()
-
-    def receive(self, deadline: float) -> Any:
-        """The answer, or None when the deadline passed; raises EOFError when the worker died."""
-        assert self.proc.stdout is not None
-        fd = self.proc.stdout.fileno()
-        buffer = b""
-        need = _HEADER.size
-        size = None
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return None
-            ready, _, _ = select.select([fd], [], [], remaining)
-            if not ready:
-                return None
-            chunk = os.read(fd, max(need - len(buffer), 65536) if size is None else need - len(buffer))
-            if not chunk:
-                raise EOFError
-            buffer += chunk
-            if size is None and len(buffer) >= _HEADER.size:
-                (size,) = _HEADER.unpack(buffer[: _HEADER.size])
-                buffer = buffer[_HEADER.size :]
-                need = size
-            if size is not None and len(buffer) >= size:
-                return orjson.loads(buffer[:size])
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
 
 
 class JqRunner:
@@ -144,10 +83,10 @@ class JqRunner:
         self.wait = timeout if wait is None else wait
         self.retry_after = max(1, math.ceil(timeout))
         self._cond = threading.Condition()
-        self._idle: list[_Worker | None] = [None] * workers  # None: a slot whose worker starts lazily
+        self._idle: list[WorkerProcess | None] = [None] * workers  # None: a slot whose worker starts lazily
         self._waiting = 0
         self._closed = False
-        self._all: list[_Worker] = []
+        self._all: list[WorkerProcess] = []
         # The parent-death signal fires when the *thread* that started a worker exits, so every
         # worker is started from this one thread, which lives as long as the runner.
         self._spawner = ThreadPoolExecutor(1, thread_name_prefix="jq-spawner")
@@ -165,7 +104,7 @@ class JqRunner:
         worker = self._acquire()
         try:
             fresh = False
-            if worker is None or worker.proc.poll() is not None:
+            if worker is None or not worker.alive():
                 worker, fresh = self._start(), True
             request = {"program": program, "vars": variables, "input": value, "max": self.max_output}
             answer = None
@@ -209,7 +148,7 @@ class JqRunner:
     def _shutting_down(self) -> JqBusy:
         return JqBusy("jq is stopping with the server; the program was not run to its end", self.retry_after)
 
-    def _acquire(self) -> _Worker | None:
+    def _acquire(self) -> WorkerProcess | None:
         deadline = time.monotonic() + self.wait
         with self._cond:
             if self._closed:
@@ -234,23 +173,23 @@ class JqRunner:
             finally:
                 self._waiting -= 1
 
-    def _release(self, worker: _Worker | None) -> None:
+    def _release(self, worker: WorkerProcess | None) -> None:
         with self._cond:
             self._idle.append(worker)
             self._cond.notify()
 
-    def _start(self) -> _Worker:
+    def _start(self) -> WorkerProcess:
         # The CPU limit is a backstop for a worker whose parent is gone: the parent kills it at the
         # wall-clock limit long before; the worker renews the limit before each program.
-        cpu = max(2, math.ceil(self.timeout * 2) + 1)
+        cpu = cpu_backstop(self.timeout)
         with self._cond:
             if self._closed:
                 raise self._shutting_down()
-            worker = self._spawner.submit(_Worker, self.memory, cpu).result()
+            worker = self._spawner.submit(WorkerProcess, _MODULE, self.memory, cpu).result()
             self._all.append(worker)
         return worker
 
-    def _retire(self, worker: _Worker) -> None:
+    def _retire(self, worker: WorkerProcess) -> None:
         worker.kill()
         with self._cond:
             if worker in self._all:

@@ -20,7 +20,7 @@ from stateflow.doc.merge import INDEX_FORM, INDEX_KEY, overlay
 from stateflow.doc.paths import is_key
 from stateflow.doc.select import MISSING
 from stateflow.errors import InvalidInput, PatchError
-from stateflow.validators import compiled
+from stateflow.validators import UNEXPLAINED, compiled, first_error
 
 HOT_PLANES: Final = ("intents", "strategy", "tactics", "artifacts")
 PLANES: Final = ("intents", "strategy", "tactics", "artifacts", "response", "lazy")
@@ -370,9 +370,10 @@ def check_extra_roots(
         validator = compiled(root.schema)  # the process-wide cache the states service uses too
         if validator.is_valid(state[name]):
             continue
-        first = sorted(validator.iter_errors(state[name]), key=lambda e: [str(p) for p in e.instance_path])[0]
-        at = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in first.instance_path)
-        raise PatchError(f"{scope}.{name}{at} does not match its declared schema: {first.message}")
+        first = first_error(root.schema, state[name])
+        if first is None:
+            raise PatchError(f"{scope}.{name} does not match its declared schema ({UNEXPLAINED})")
+        raise PatchError(f"{scope}.{name}{first.at()} does not match its declared schema: {first.message}")
 
 
 # ------------------------------------------------------------------------------ projection

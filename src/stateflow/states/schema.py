@@ -11,7 +11,7 @@ import orjson
 
 from stateflow.doc.canonical import ascii_digits
 from stateflow.errors import InvalidInput
-from stateflow.validators import compiled
+from stateflow.validators import UNEXPLAINED, compiled, first_error
 
 
 class SchemaInvalid(InvalidInput):
@@ -134,7 +134,7 @@ class ValidatorCache:
         validator = self.get(schema)
         if validator.is_valid(document):
             return
-        errors = sorted(validator.iter_errors(document), key=lambda e: [str(p) for p in e.instance_path])
-        first = errors[0]
-        where = "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in first.instance_path)
-        raise DocumentInvalid(f"{what} is invalid under the state schema at {where}: {first.message}")
+        first = first_error(schema, document)
+        if first is None:
+            raise DocumentInvalid(f"{what} is invalid under the state schema ({UNEXPLAINED})")
+        raise DocumentInvalid(f"{what} is invalid under the state schema at ${first.at()}: {first.message}")

@@ -1,0 +1,146 @@
+"""Worker processes that run untrusted or unbounded work (jq programs, schema error reports) with
+a wall-clock limit, a memory limit and a CPU-time backstop, speaking length-prefixed JSON on their
+standard streams.
+
+A worker that does not answer in time is killed (SIGKILL), never waited for: the work may hold the
+GIL or run in native code, which nothing in its own process can interrupt. The parent side is
+:class:`WorkerProcess`; the child's side is the functions at the end of this module.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+import resource
+import select
+import signal
+import struct
+import subprocess
+import sys
+import time
+from typing import Any, Final
+
+import orjson
+
+HEADER: Final = struct.Struct("!I")
+START_SECONDS: Final = 60.0
+"""How long a new worker may take to start (a Python start-up and its imports: ~0.1 s on a quiet
+machine, seconds on a loaded one) before the call gives up on it; apart from the work's own time
+limit, which a loaded machine's start-up would otherwise eat."""
+
+_WORKER_ENV: Final = ("PATH", "PYTHONPATH", "LANG", "LC_ALL", "VIRTUAL_ENV")
+"""The only environment a worker sees: jq's ``$ENV`` and ``env`` must not reveal the server's
+secrets (tokens, database URLs)."""
+
+
+class WorkerProcess:
+    """One child ``python -m <module> <memory> <cpu_seconds> <parent pid>``; it answers
+    ``{"ready": true}`` once started, then one answer per request."""
+
+    def __init__(self, module: str, memory: int, cpu_seconds: int) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", module, str(memory), str(cpu_seconds), str(os.getpid())],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env={k: os.environ[k] for k in _WORKER_ENV if k in os.environ},
+        )
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def send(self, payload: Any) -> None:
+        assert self.proc.stdin is not None
+        data = orjson.dumps(payload)
+        self.proc.stdin.write(HEADER.pack(len(data)) + data)
+        self.proc.stdin.flush()
+
+    def receive(self, deadline: float) -> Any:
+        """The answer, or None when the deadline passed; raises EOFError when the worker died."""
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        buffer = b""
+        need = HEADER.size
+        size = None
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            ready, _, _ = select.select([fd], [], [], remaining)
+            if not ready:
+                return None
+            chunk = os.read(fd, max(need - len(buffer), 65536) if size is None else need - len(buffer))
+            if not chunk:
+                raise EOFError
+            buffer += chunk
+            if size is None and len(buffer) >= HEADER.size:
+                (size,) = HEADER.unpack(buffer[: HEADER.size])
+                buffer = buffer[HEADER.size :]
+                need = size
+            if size is not None and len(buffer) >= size:
+                return orjson.loads(buffer[:size])
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+
+def cpu_backstop(timeout: float) -> int:
+    """The CPU seconds a worker may spend on one request: a backstop for a worker whose parent is
+    gone (the parent kills it at the wall-clock limit long before)."""
+    return max(2, math.ceil(timeout * 2) + 1)
+
+
+# ------------------------------------------------------------------------------ the child's side
+
+
+def read_request(stream: Any) -> Any:
+    """The next request, or None when the parent closed the stream."""
+    header = stream.read(HEADER.size)
+    if len(header) < HEADER.size:
+        return None
+    (size,) = HEADER.unpack(header)
+    return orjson.loads(stream.read(size))
+
+
+def write_answer(stream: Any, payload: Any) -> None:
+    data = orjson.dumps(payload)
+    stream.write(HEADER.pack(len(data)) + data)
+    stream.flush()
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent: int, sig: int = signal.SIGKILL) -> None:
+    """Have the kernel send ``sig`` to this process when its parent dies (Linux); exit now if
+    the parent (when given) is already gone."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
+    if parent and os.getppid() != parent:
+        os._exit(0)
+
+
+def start_child() -> tuple[int, Any, Any]:
+    """A worker's set-up from its arguments (memory, CPU seconds, parent pid): dies with its parent,
+    limits its address space; returns the CPU seconds per request and its standard streams."""
+    memory = int(sys.argv[1]) if len(sys.argv) > 1 else 0
+    cpu_seconds = int(sys.argv[2]) if len(sys.argv) > 2 else 0
+    die_with_parent(int(sys.argv[3]) if len(sys.argv) > 3 else 0)
+    if memory > 0:
+        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    return cpu_seconds, sys.stdin.buffer, sys.stdout.buffer
+
+
+def limit_cpu(seconds: int) -> None:
+    """Allow ``seconds`` more CPU time from now; past it the kernel stops the process (SIGXCPU)."""
+    if seconds <= 0:
+        return
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    used = math.ceil(usage.ru_utime + usage.ru_stime)
+    _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    soft = used + seconds if hard == resource.RLIM_INFINITY else min(used + seconds, hard)
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
