@@ -286,6 +286,35 @@ def test_if_match_star_needs_the_record_and_if_none_match_star_is_create_only(ap
     assert api("GET", "/api/states/bills/records/agent/alice/thread/k")[1]["data"]["data"] == {"n": 3}
 
 
+def test_a_record_read_naming_the_etag_it_would_answer_is_304_without_a_body(api: Api) -> None:
+    assert api("PUT", "/api/states/bills", DECL)[0] == 200
+    path = "/api/states/bills/records/agent/alice/thread/polled"
+    auth = {"Authorization": f"Bearer {ADMIN}"}
+
+    def read(tag: str, query: str = "") -> Any:
+        return api.client.get(path + query, headers={**auth, "If-None-Match": tag})
+
+    absent = read('"1"')
+    assert absent.status_code == 200 and absent.headers["etag"] == '"0"' and absent.json()["data"] is None
+    assert read('"0"').status_code == 304 and read("*").status_code == 200  # * needs a record
+    _put(api, "polled", {"n": 1})
+    _put(api, "polled", {"n": 2})
+    held = read('"2"')
+    assert held.status_code == 304 and held.headers["etag"] == '"2"' and held.content == b""
+    assert read('W/"2"').status_code == 304 and read('"7", "2"').status_code == 304
+    assert read("*").status_code == 304
+    moved = read('"1"')
+    assert (
+        moved.status_code == 200
+        and moved.headers["etag"] == '"2"'
+        and moved.json()["data"]["data"] == {"n": 2}
+    )
+    # as of a revision: its own ETag
+    assert read('"1"', "?revision=1").status_code == 304
+    assert read('"2"', "?revision=1").json()["data"]["data"] == {"n": 1}
+    assert api.client.get(path, headers=auth).status_code == 200  # no condition, a body
+
+
 def test_python_expect_revision_star(store: SqlStore) -> None:
     from stateflow.states.pipeline import RevisionMismatch
 

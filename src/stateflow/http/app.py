@@ -246,6 +246,21 @@ def write_headers(request: Request) -> tuple[WriteOrigin, int | Literal["*"] | N
     return origin, (None if match is None else _revision_matched(match.decode("latin-1")))
 
 
+def _not_modified(request: Request, answer: Response) -> Response | None:
+    """A 304 in place of a record read whose ETag the request's ``If-None-Match`` already names
+    (RFC 9110: weak comparison, ``W/"N"`` matches ``"N"``; ``*`` matches a record that exists):
+    a client polling a record gets its body only when the record changed."""
+    given = next((v for k, v in request.scope["headers"] if k == b"if-none-match"), None)
+    if given is None:
+        return None
+    tag = answer.raw_headers[0][1]  # (the ETag, first of a record answer's headers)
+    for candidate in given.split(b","):
+        candidate = candidate.strip().removeprefix(b"W/")
+        if candidate == tag or (candidate == b"*" and tag != b'"0"'):
+            return _Answer(b"", 304, [(b"etag", tag)])
+    return None
+
+
 def _origin_header(raw: dict[str, Any], name: bytes, given: bytes) -> None:
     key = ORIGIN_HEADERS.get(name.decode("latin-1"))
     if key is None or key in raw:  # the first of repeated headers, as Headers.get gives it
@@ -620,13 +635,14 @@ def create_app(
         origin, expect = write_headers(request) if method != "GET" else (None, None)
         if not suffix:
             if method == "GET":
-                return await call_record(
+                answer = await call_record(
                     service.read,
                     name,
                     subject,
                     revision=_query_int(request, "revision"),
                     seq=_query_int(request, "seq"),
                 )
+                return _not_modified(request, answer) or answer
             if method == "PUT":
                 body = await _object_body(request)
                 return await call_record(

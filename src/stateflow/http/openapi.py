@@ -241,6 +241,14 @@ IF_MATCH = {
     "description": 'Compare-and-set: "N", the revision from the record\'s ETag (0: absent — never written or erased); '
     "* : the record exists, at any revision.",
 }
+IF_NONE_MATCH_READ = {
+    "name": "If-None-Match",
+    "in": "header",
+    "required": False,
+    "schema": STRING,
+    "description": 'ETags already held ("N", W/"N", comma-separated, or * for any existing revision): '
+    "304 without a body when the read would answer one of them.",
+}
 IF_NONE_MATCH = {
     "name": "If-None-Match",
     "in": "header",
@@ -282,6 +290,7 @@ def _op(
     cas: bool = False,
     write: bool = False,
     etag: bool = False,
+    not_modified: bool = False,
 ) -> dict[str, Any]:
     ok: dict[str, Any] = {"description": "OK", "content": _json(data)}
     if etag:
@@ -293,6 +302,12 @@ def _op(
         responses[status] = {"description": why, "content": _json(_ref(Error))}
     op: dict[str, Any] = {"summary": summary, "responses": responses}
     params = list(query or [])
+    if not_modified:
+        responses["304"] = {
+            "description": "If-None-Match named the ETag this read would answer: no body",
+            "headers": ok["headers"],
+        }
+        params.append(IF_NONE_MATCH_READ)
     if cas:
         params += (IF_MATCH, IF_NONE_MATCH)
     if write:
@@ -410,6 +425,7 @@ def paths() -> dict[str, dict[str, Any]]:
                     _query("seq", INT0, "read it as of this transition"),
                 ],
                 etag=True,
+                not_modified=True,
             ),
             "put": _op("Replace a record", record, body=OBJECT, cas=True, write=True, etag=True),
             "patch": _op("Shallow-merge into a record", record, body=OBJECT, cas=True, write=True, etag=True),
