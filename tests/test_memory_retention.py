@@ -73,3 +73,25 @@ def test_a_memory_retention_survives_a_newer_versions_redeclare(store: SqlStore)
     memory = service.get_declaration("memory")
     assert "lazy" in memory["schema"]["properties"]
     assert memory["retention_days"] == 30
+
+
+def test_a_record_written_during_the_sweep_is_kept(store: SqlStore) -> None:
+    service = _service(store, default_days=30)  # notes/t1, expired at LATER
+    thread = {"target_kind": "agent", "target_name": "a", "kind": "thread"}
+    service.replace("notes", {**thread, "key": "t2"}, {"text": "old"})
+    service.replace("notes", {**thread, "key": "t3"}, {"text": "old"})
+
+    def meanwhile(state: str, erased: int) -> None:
+        # after t1's erase, while t2 and t3 are already listed as expired: another writer
+        # writes t2 and erases t3
+        if erased == 1:
+            service.replace("notes", {**thread, "key": "t2"}, {"text": "written during the sweep"})
+            service.erase("notes", {**thread, "key": "t3"})
+
+    report = service.prune(now=LATER, progress=meanwhile)
+
+    assert report["pruned"] == {"notes": 1}  # t1 only: t2 changed since it was listed, t3 was gone
+    assert service.read("notes", {**thread, "key": "t1"}) is None
+    kept = service.read("notes", {**thread, "key": "t2"})
+    assert kept is not None and kept["data"] == {"text": "written during the sweep"}
+    assert service.read("notes", {**thread, "key": "t3"}) is None

@@ -56,12 +56,16 @@ def prune(
         while page := svc.store.scan(decl["name"], after=after, limit=PAGE_MAX):
             expired = [x for x in page if x.at is not None and x.at < cutoff]
             for item in expired:
-                svc.erase(
+                # conditional on the revision listed: a record written (or folded) since the
+                # listing is no longer expired, and is kept
+                if not svc.erase_unchanged(
                     decl["name"],
                     StateSubject.decode(item.key.subject),
+                    item.revision,
                     origin={"consumer": "retention"},
                     context=ctx,
-                )
+                ):
+                    continue
                 count += 1
                 if progress is not None:
                     progress(decl["name"], count)

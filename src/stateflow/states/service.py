@@ -1100,16 +1100,55 @@ class StatesService:
         subject = subject_of(subject)
         expect_revision = check_revision(expect_revision)
         canonical = self._canonical(name, subject)
+
+        def check(current: Document) -> bool:
+            pipeline.check_expected(current, expect_revision, canonical, name)
+            return True
+
+        self._erase(name, subject, canonical, check, origin, context)
+        return {"erased": True}
+
+    def erase_unchanged(
+        self,
+        name: str,
+        record: StateSubject,
+        revision: int,
+        *,
+        origin: Any = None,
+        context: DoorContext | None = None,
+    ) -> bool:
+        """Erase the record stored under ``record`` (a record's own subject, not resolved through
+        the aliases) only while it is still at ``revision``; False, and nothing changes, when it
+        was written, erased or folded since. Retention decides from a listing read before the
+        erase: a record written in between is no longer expired and must survive."""
+
+        def check(current: Document) -> bool:
+            return current.body is not None and current.revision == revision
+
+        return self._erase(name, record, record, check, origin, context)
+
+    def _erase(
+        self,
+        name: str,
+        subject: StateSubject,
+        canonical: StateSubject,
+        check: Callable[[Document], bool],
+        origin: Any,
+        context: DoorContext | None,
+    ) -> bool:
+        """The one erase path: the record of ``canonical`` and its aliases, in one transaction,
+        when ``check`` passes on the locked record (it raises to refuse, or answers False to skip)."""
         key, alias_key, decl_key = (
             DocKey(name, canonical.encode()),
             DocKey(ALIASES, name),
             DocKey(CATALOG, name),
         )
 
-        def compute(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
+        def compute(docs: dict[DocKey, Document]) -> tuple[list[Write], bool]:
             declaration = self._declaration(docs, name)
             self._admit(declaration, subject)
-            pipeline.check_expected(docs[key], expect_revision, canonical, name)
+            if not check(docs[key]):
+                return [], False
             writes = []
             if docs[key].body is not None:
                 writes.append(Write.between(key, docs[key].body, None, docs[key].revision, paths=[[]]))
@@ -1117,12 +1156,12 @@ class StatesService:
             gone = [a for a, e in aliases.items() if e.get("canonical") == canonical.encode()]
             if gone:
                 writes.append(Write(alias_key, [Edit((a,)) for a in gone], docs[alias_key].revision))
-            return writes, None
+            return writes, True
 
-        self.store.update(
+        _, done = self.store.update(
             [decl_key, alias_key, key], compute, self._origin(origin_of(origin), context, "erase")
         )
-        return {"erased": True}
+        return bool(done)
 
     def fold(
         self,
