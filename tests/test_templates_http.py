@@ -495,6 +495,42 @@ def test_regime_matching_uses_the_longest_rule() -> None:
         assert not paths_overlap(a, b)
 
 
+def test_a_longer_single_or_free_rule_under_a_composing_one_governs_its_writes(api: Api) -> None:
+    nested = {
+        "schema": {
+            "type": "object",
+            "properties": {
+                "m": {"type": "object", "properties": {"b": {"type": "string"}, "c": {"type": "array"}}},
+                "w": {"type": "object", "additionalProperties": {"type": "object"}},
+            },
+        },
+        "regimes": [
+            {"path": ["m"], "regime": "composing"},
+            {"path": ["m", "b"], "regime": "single"},
+            {"path": ["w", "*"], "regime": "composing"},
+            {"path": ["w", "free1"], "regime": "free"},
+        ],
+    }
+    assert api("PUT", "/api/state-templates/nested", nested)[0] == 200
+    api("PUT", "/api/states/tickets", STATE)
+    assert api("PUT", "/api/states/tickets/attachments/nested", {"path": ["tx"]})[0] == 200
+    for path, value in ((["tx", "m", "b"], "owner-A"), (["tx", "w", "free1"], {"k": 1})):
+        status, body = api("POST", REC + "/deltas", {"ops": [{"op": "set", "path": path, "value": value}]})
+        assert status == 200, (path, body)
+    for ops in (
+        [{"op": "set", "path": ["tx", "m", "c"], "value": []}],  # governed by [m]: composing
+        [{"op": "set", "path": ["tx", "m"], "value": {"b": "x"}}],
+        [{"op": "set", "path": ["tx", "w", "other"], "value": {}}],  # governed by [w, *]
+        [{"op": "remove", "path": ["tx", "w"]}],  # replaces the composing paths below it
+    ):
+        status, body = api("POST", REC + "/deltas", {"ops": ops})
+        assert status == 422 and body["code"] == "regime-violation", ops
+    record = api("GET", REC)[1]["data"]["data"]
+    record["tx"]["m"]["b"] = "owner-B"
+    assert api("PUT", REC, record)[0] == 200  # replace: only the single path changed
+    assert api("PATCH", REC, {"tx": {**record["tx"], "m": {"b": "x", "c": [1]}}})[0] == 422
+
+
 def test_a_busy_jq_pool_answers_503_with_retry_after() -> None:
     import threading
     import time

@@ -14,7 +14,7 @@ from stateflow.doc.diff import diff
 from stateflow.doc.ops import Op
 from stateflow.doc.select import MISSING
 from stateflow.errors import InvalidInput
-from stateflow.states.templates import paths_overlap
+from stateflow.states.templates import governing_rule, paths_overlap
 from stateflow.store.clock import utc_now
 
 KEYED_OPS: Final = frozenset(
@@ -49,33 +49,54 @@ def traced(declaration: dict[str, Any]) -> list[list[str]]:
     return list(effective["traced"]) if effective else []
 
 
+def refusing_rule(declaration: dict[str, Any], path: list[Any]) -> dict[str, Any] | None:
+    """The ``composing`` rule a write at ``path`` would break, ``None`` where it breaks none.
+
+    ``path`` is governed by its longest matching rule (a ``single`` or ``free`` rule under a
+    ``composing`` one wins); a write above a ``composing`` path replaces it wholesale, so every
+    ``composing`` rule below ``path`` refuses it as well.
+    """
+    effective = declaration.get("effective")
+    rules: list[dict[str, Any]] = effective["regimes"] if effective else []
+    if not rules:
+        return None
+    governing = governing_rule(rules, path)
+    if governing is not None and governing["regime"] == "composing":
+        return governing
+    for rule in rules:
+        if (
+            rule["regime"] == "composing"
+            and len(rule["path"]) > len(path)
+            and paths_overlap(path, rule["path"])
+        ):
+            return rule
+    return None
+
+
 def check_ops(declaration: dict[str, Any], ops: list[Op]) -> None:
     """``composing`` paths admit only keyed ops or an append ``set`` (path ending ``-``)."""
-    for rule in composing(declaration):
-        for op in ops:
-            if op.kind in KEYED_OPS or (op.kind == "set" and op.path and op.path[-1] == "-"):
-                continue
-            if paths_overlap(list(op.path), rule["path"]):
-                raise RegimeViolation(
-                    f"composing path {rule['path']} of template {rule['template']!r} admits only keyed ops or an "
-                    f"append set (path ending '-'); this write uses {op.kind!r} at {list(op.path)}"
-                )
+    for op in ops:
+        if op.kind in KEYED_OPS or (op.kind == "set" and op.path and op.path[-1] == "-"):
+            continue
+        rule = refusing_rule(declaration, list(op.path))
+        if rule is not None:
+            raise RegimeViolation(
+                f"composing path {rule['path']} of template {rule['template']!r} admits only keyed ops or an "
+                f"append set (path ending '-'); this write uses {op.kind!r} at {list(op.path)}"
+            )
 
 
 def check_document_write(declaration: dict[str, Any], old: JSON, new: JSON) -> None:
     """Replace and merge may not change anything under a ``composing`` path."""
-    rules = composing(declaration)
-    if not rules:
+    if not composing(declaration):
         return
     for edit in diff(old, new):
-        for rule in rules:
-            if paths_overlap(list(edit.path), rule["path"]):
-                before, after = value_at(old, rule["path"]), value_at(new, rule["path"])
-                if not json_equal(before, after):
-                    raise RegimeViolation(
-                        f"composing path {rule['path']} of template {rule['template']!r} admits only keyed ops or an "
-                        "append set; replace and merge may not change it — use an op batch"
-                    )
+        rule = refusing_rule(declaration, list(edit.path))
+        if rule is not None and not json_equal(value_at(old, rule["path"]), value_at(new, rule["path"])):
+            raise RegimeViolation(
+                f"composing path {rule['path']} of template {rule['template']!r} admits only keyed ops or an "
+                "append set; replace and merge may not change it — use an op batch"
+            )
 
 
 def stamp(declaration: dict[str, Any], ops: list[Op], origin: dict[str, Any]) -> list[Op]:

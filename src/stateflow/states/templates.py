@@ -503,16 +503,22 @@ def served_regimes(attachments: list[tuple[dict[str, Any], list[str]]]) -> list[
 
 def regime_for(rules: list[dict[str, Any]], path: list[str]) -> str:
     """The regime of the longest rule path matching a prefix of ``path`` (``*`` = any segment)."""
-    best, regime = -1, "free"
+    rule = governing_rule(rules, path)
+    return "free" if rule is None else str(rule["regime"])
+
+
+def governing_rule(rules: list[dict[str, Any]], path: list[Any]) -> dict[str, Any] | None:
+    """The rule that governs ``path``: the longest rule path matching a prefix of it (``*`` = any
+    segment; at equal length a literal segment beats a wildcard), ``None`` where none matches."""
+    best: dict[str, Any] | None = None
+    best_rank = (-1, 0)
     for rule in rules:
         rp = rule["path"]
-        if (
-            len(rp) <= len(path)
-            and all(r == "*" or r == p for r, p in zip(rp, path, strict=False))
-            and len(rp) > best
-        ):
-            best, regime = len(rp), rule["regime"]
-    return regime
+        if len(rp) <= len(path) and all(r == "*" or r == p for r, p in zip(rp, path, strict=False)):
+            rank = (len(rp), -rp.count("*"))
+            if rank > best_rank:
+                best, best_rank = rule, rank
+    return best
 
 
 def paths_overlap(a: list[Any], b: list[Any]) -> bool:
