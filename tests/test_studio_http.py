@@ -525,6 +525,37 @@ def test_an_unchanged_save_says_no_change_not_a_new_revision(
     assert service.read("tickets", ticket("T-1004")) == before
 
 
+def test_a_save_confirms_the_revision_it_wrote_not_a_later_one(
+    seeded: tuple[TestClient, StatesService],
+) -> None:
+    """Another writer may move the record on between the save and the page shown after it:
+    the confirmation names the save's own revision, the page's facts the current one."""
+    client, service = seeded
+    sign_in(client, ADMIN)
+    page = client.get("/studio/states/tickets/record", params=EDITED)
+    before = service.read("tickets", ticket("T-1004"))
+    assert before is not None
+    r = client.post(
+        "/studio/states/tickets/record/edit",
+        data={
+            **EDITED,
+            "revision": str(before["revision"]),
+            "document": orjson.dumps(dict(before["data"], title="saved in the studio")).decode(),
+            "csrf": csrf_of(page.text),
+        },
+        follow_redirects=False,
+    )
+    assert r.status_code == 303
+    mine = before["revision"] + 1
+    service.replace("tickets", ticket("T-1004"), dict(before["data"], title="another writer"))
+    shown = client.get(r.headers["location"]).text
+    assert f"Saved as revision {mine}." in shown
+    assert f'id="revision">{mine + 1}<' in shown
+    # a confirmation is only a message: a value that is no revision shows none
+    odd = client.get("/studio/states/tickets/record", params={**EDITED, "saved": "x<b>"})
+    assert odd.status_code == 200 and "Saved as" not in odd.text
+
+
 def test_signing_in_again_returns_to_the_page_not_a_fragment_or_a_form_action(
     seeded: tuple[TestClient, StatesService],
 ) -> None:

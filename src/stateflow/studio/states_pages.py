@@ -172,7 +172,9 @@ def _record_values(studio: Studio, name: str, q: Mapping[str, str], session: Ses
         "edit_text": "" if rec.data is MISSING or rec.memory else pretty(rec.data),
         "edit_error": None,
         "edit_conflict": False,
-        "saved": q.get("saved"),  # "1" after a save, "unchanged" after one that wrote nothing
+        # after a save: the revision it wrote, or the one it left as it was (it changed nothing)
+        "saved": _revision_shown(q, "saved"),
+        "unchanged": _revision_shown(q, "unchanged"),
         "asof": None,
         "diff": None,
     }
@@ -183,6 +185,13 @@ def _record_values(studio: Studio, name: str, q: Mapping[str, str], session: Ses
     if a is not None and b is not None:
         values["diff"] = _diff(studio, rec, a, b)
     return values
+
+
+def _revision_shown(q: Mapping[str, str], name: str) -> int | None:
+    """A revision number a save's redirect carries for its confirmation; anything else shows
+    no confirmation (it is only a message, never read as a request)."""
+    raw = q.get(name) or ""
+    return int(raw) if raw.isascii() and raw.isdigit() and len(raw) < 20 else None
 
 
 def _diff(studio: Studio, rec: _Record, a: int, b: int) -> dict[str, Any]:
@@ -252,11 +261,13 @@ def record_edit(studio: Studio, request: Request, session: Session, form: dict[s
             )
         values.update(edit_text=text, edit_error=message, edit_conflict=isinstance(exc, RevisionMismatch))
         return studio.html("record.html", session=session, status=exc.http_status, **values)
-    # the same document again writes nothing: the revision stays the one edited
-    applied = written is None or written["revision"] != edited
+    # the revision this save wrote, from the write's own answer: the page shown after the
+    # redirect may already be at a later revision another writer made meanwhile. The same
+    # document again writes nothing: the revision stays the one edited.
+    revision = None if written is None else written["revision"]
+    outcome = {"unchanged": revision} if revision == edited else {"saved": revision}
     return RedirectResponse(
-        url(f"/states/{name}/record", **subject_params(subject), saved=1 if applied else "unchanged"),
-        status_code=303,
+        url(f"/states/{name}/record", **subject_params(subject), **outcome), status_code=303
     )
 
 
