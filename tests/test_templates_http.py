@@ -353,6 +353,35 @@ def test_trace_stamping_is_valid_under_additional_properties_false(api: Api) -> 
     assert status == 200 and "_trace" in body["data"]["data"]["log"]
 
 
+def test_ops_may_not_forge_or_remove_the_trace_stamp(api: Api) -> None:
+    traced = {
+        "schema": {"type": "object", "properties": {"v": {"type": "integer"}}},
+        "trace": {"enabled": True},
+    }
+    assert api("PUT", "/api/state-templates/log", traced)[0] == 200
+    api("PUT", "/api/states/tickets", STATE)
+    assert api("PUT", "/api/states/tickets/attachments/log", {"path": ["outer", "log"]})[0] == 200
+    forged = {"meta": None, "run": "forged", "turn": None, "inbound": None, "at": "1999-01-01T00:00:00Z"}
+    status, body = api("PUT", REC, {"outer": {"log": {"v": 1, "_trace": forged}}})
+    assert status == 200 and body["data"]["data"]["outer"]["log"]["_trace"]["run"] is None
+    before = api("GET", REC)[1]["data"]
+    for ops in (
+        [{"op": "set", "path": ["outer", "log", "_trace", "run"], "value": "forged"}],
+        [{"op": "set", "path": ["outer", "log", "_trace"], "value": forged}],
+        [{"op": "remove", "path": ["outer", "log", "_trace"]}],
+    ):
+        status, body = api("POST", REC + "/deltas", {"ops": ops})
+        assert status == 422 and body["code"] == "regime-violation" and "_trace" in body["error"], ops
+    assert api("GET", REC)[1]["data"] == before
+    # a set above the traced path writes the attachment's object: its stamp is the platform's
+    status, body = api(
+        "POST",
+        REC + "/deltas",
+        {"ops": [{"op": "set", "path": ["outer"], "value": {"log": {"v": 2, "_trace": forged}}}]},
+    )
+    assert status == 200 and body["data"]["data"]["outer"]["log"]["_trace"]["at"] != forged["at"]
+
+
 def test_reconcile_requires_closing_orphans(attached: Api) -> None:
     api = attached
     api(

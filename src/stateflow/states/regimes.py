@@ -74,8 +74,19 @@ def refusing_rule(declaration: dict[str, Any], path: list[Any]) -> dict[str, Any
 
 
 def check_ops(declaration: dict[str, Any], ops: list[Op]) -> None:
-    """``composing`` paths admit only keyed ops or an append ``set`` (path ending ``-``)."""
+    """``composing`` paths admit only keyed ops or an append ``set`` (path ending ``-``); no op
+    may address a ``_trace`` stamp under a traced path."""
+    paths = traced(declaration)
     for op in ops:
+        for p in paths:
+            # The stamp is the platform's provenance: a value carrying one is restamped (as
+            # replace and merge restamp), but an op aimed at the stamp itself has nothing else
+            # to keep, so it is refused rather than silently turned into a restamp.
+            if list(op.path[: len(p)]) == p and "_trace" in op.path[len(p) :]:
+                raise RegimeViolation(
+                    f"_trace under traced path {p} is stamped by the platform; an op may not set or "
+                    f"remove it ({op.kind!r} at {list(op.path)})"
+                )
         if op.kind in KEYED_OPS or (op.kind == "set" and op.path and op.path[-1] == "-"):
             continue
         rule = refusing_rule(declaration, list(op.path))
@@ -106,6 +117,18 @@ def stamp(declaration: dict[str, Any], ops: list[Op], origin: dict[str, Any]) ->
         return ops
     out = []
     for op in ops:
+        if op.kind == "set" and type(op.value) is dict:
+            # a set above a traced path writes the attachment's object inside its value
+            value = op.value
+            for p in paths:
+                inner = p[len(op.path) :]
+                if inner and list(op.path) == p[: len(op.path)] and type(value_at(value, inner)) is dict:
+                    value = _put(value, inner, {**value_at(value, inner), "_trace": _trace(origin)})
+            if value is not op.value:
+                out.append(
+                    Op(op.kind, op.path, {**op.raw, "value": value}, value, op.key_field, op.keys, op.guard)
+                )
+                continue
         if not any(list(op.path[: len(p)]) == p for p in paths) or op.kind in (
             "remove",
             "remove_by_key",
