@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from stateflow.doc.canonical import JSON, json_equal
+from stateflow.doc.canonical import JSON, check, json_equal
 from stateflow.errors import InvalidInput
 
 OPERATORS: Final = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$exists")
@@ -30,6 +30,9 @@ def split_filters(filters: Any) -> tuple[dict[str, Any], list[Predicate]]:
     """``(containment document, operator predicates)``; refuses malformed operators."""
     if not isinstance(filters, dict) or not filters:
         raise InvalidInput("search needs a non-empty filters object (a containment document)")
+    # a filter is held to what a document may be (plain JSON, 254 levels from its top): one
+    # deeper could never match a stored record, and every walk of it is bounded by that depth
+    check(filters, "filters")
     predicates: list[Predicate] = []
     containment = _split(filters, (), predicates)
     return containment, predicates
