@@ -21,7 +21,7 @@ from fastapi.testclient import TestClient
 from stateflow.http.app import create_app
 from stateflow.http.auth import TokenSet, parse_token
 from stateflow.memory import ExtraRoot, Identity, MemoryConfig, MemoryView
-from stateflow.states import StatesService
+from stateflow.states import DoorContext, StatesService
 from stateflow.store import SqlStore
 
 from .studio_seed import seeded_store, ticket
@@ -278,8 +278,8 @@ def test_tenant_limited_token_sees_only_its_tenants(seeded: tuple[TestClient, St
     )
     agents = client.get("/studio/memory")
     assert "triage" not in agents.text and "docs-writer" not in agents.text
-    assert client.get("/studio/memory/triage").status_code == 404
-    assert client.get("/studio/memory/triage/scope?scope=session&key=s-2041").status_code == 404
+    assert client.get("/studio/memory/agent?agent=triage").status_code == 404
+    assert client.get("/studio/memory/scope?agent=triage&scope=session&key=s-2041").status_code == 404
 
 
 def test_memory_pages_send_lazy_children_only_when_asked(seeded: tuple[TestClient, StatesService]) -> None:
@@ -287,22 +287,63 @@ def test_memory_pages_send_lazy_children_only_when_asked(seeded: tuple[TestClien
     sign_in(client, ADMIN)
     agents = client.get("/studio/memory").text
     assert "triage" in agents and "docs-writer" in agents
-    scopes = client.get("/studio/memory/triage").text
+    scopes = client.get("/studio/memory/agent?agent=triage").text
     assert "s-2041" in scopes and "s-2042" in scopes and "/srv/helpdesk" in scopes
-    scope = client.get("/studio/memory/triage/scope?scope=session&key=s-2041").text
+    scope = client.get("/studio/memory/scope?agent=triage&scope=session&key=s-2041").text
     assert "notes" in scope and "observation 7" not in scope and "step 12" not in scope
     assert "patches[2]" in scope
-    notes = client.get('/studio/memory/triage/lazy?scope=session&key=s-2041&plane=lazy&path=["notes"]')
+    notes = client.get('/studio/memory/lazy?agent=triage&scope=session&key=s-2041&plane=lazy&path=["notes"]')
     assert notes.status_code == 200 and "note-7" in notes.text and "observation" not in notes.text
-    log = client.get('/studio/memory/triage/lazy?scope=session&key=s-2041&plane=lazy&path=["log"]').text
+    log = client.get('/studio/memory/lazy?agent=triage&scope=session&key=s-2041&plane=lazy&path=["log"]').text
     assert "step 199" in log and "step 200" not in log and "100 more" in log  # a page of children
-    more = client.get('/studio/memory/triage/lazy?scope=session&key=s-2041&plane=lazy&path=["log"]&start=200')
+    more = client.get(
+        '/studio/memory/lazy?agent=triage&scope=session&key=s-2041&plane=lazy&path=["log"]&start=200'
+    )
     assert "step 299" in more.text
-    bad = client.get('/studio/memory/triage/lazy?scope=session&key=s-2041&plane=intents&path=["x"]')
+    bad = client.get('/studio/memory/lazy?agent=triage&scope=session&key=s-2041&plane=intents&path=["x"]')
     assert bad.status_code == 422
-    context = client.get("/studio/memory/triage/context?cwd=/srv/helpdesk&session=s-2041").text
+    context = client.get("/studio/memory/context?agent=triage&cwd=/srv/helpdesk&session=s-2041").text
     assert "State Flow runtime context" in context and "patch the exporter" in context
     assert "observation 7" not in context
+
+
+def test_memory_pages_list_agents_once_and_reach_any_agent_name(
+    seeded: tuple[TestClient, StatesService],
+) -> None:
+    """The operator's door writes memory records the agents' tools refuse: a tool's (no agent's
+    memory: not listed among the agents, and the list still ends) and an agent name with
+    characters a URL path reserves (every link to it percent-encoded, its pages reachable)."""
+    client, service = seeded
+    operator = DoorContext(door="operator", actor="alice")
+    odd = "we ird/a?#%&x=1"
+    for kind, name in (("tool", "toolbot"), ("agent", odd)):
+        subject = {"target_kind": kind, "target_name": name, "kind": "global", "key": "global"}
+        service.replace("memory", subject, {"tactics": {"a": 1}}, context=operator)
+    sign_in(client, ADMIN)
+    listing = client.get("/studio/memory").text
+    names = re.findall(r'<span class="strong">([^<]*)</span>', listing)
+    assert len(names) == len(set(names)) and "toolbot" not in names
+    assert "memory/agent?agent=triage" in listing and "More agents" not in listing
+    assert 'id="other-targets"' in listing  # the tool's record: with the memory state's records
+    tile = next(h for h in re.findall(r'class="tile" href="([^"]*)"', listing) if "we+ird" in h)
+    assert "/" not in tile.split("?", 1)[1] and "#" not in tile
+    agent = client.get(tile.replace("&amp;", "&"))
+    assert agent.status_code == 200 and "we ird/a?#%&amp;x=1" in agent.text
+    scope_link = re.search(r'href="(/studio/memory/scope\?[^"]*)"', agent.text)
+    assert scope_link is not None
+    scope = client.get(scope_link[1].replace("&amp;", "&"))
+    assert scope.status_code == 200 and "tactics" in scope.text
+    record = client.get(
+        "/studio/states/memory/record", params={"tk": "agent", "tn": odd, "kind": "global", "key": "global"}
+    ).text
+    back = re.search(r'href="(/studio/memory/scope\?[^"]*)">scope page', record)
+    assert back is not None and client.get(back[1].replace("&amp;", "&")).status_code == 200
+    tool_record = client.get(
+        "/studio/states/memory/record",
+        params={"tk": "tool", "tn": "toolbot", "kind": "global", "key": "global"},
+    ).text
+    assert "tactics" in tool_record and "/studio/memory/scope" not in tool_record
+    assert client.get("/studio/memory/agent").status_code == 422  # no agent named
 
 
 def test_a_large_lazy_plane_is_browsed_node_by_node(seeded: tuple[TestClient, StatesService]) -> None:
@@ -313,7 +354,7 @@ def test_a_large_lazy_plane_is_browsed_node_by_node(seeded: tuple[TestClient, St
     shelves = {f"shelf{k}": [f"item {k}-{i} " + "x" * 100 for i in range(3_000)] for k in range(4)}
     view.patch_state({"session": {"lazy": {"shelves": shelves, "note": "kept small"}}})
     sign_in(client, ADMIN)
-    base = "/studio/memory/archivist/lazy?scope=session&key=a-1&plane=lazy"
+    base = "/studio/memory/lazy?agent=archivist&scope=session&key=a-1&plane=lazy"
     top = client.get(base + "&path=[]")
     assert top.status_code == 200 and "shelves" in top.text and "kept small" in top.text
     shelf_list = client.get(base + '&path=["shelves"]').text
@@ -341,16 +382,20 @@ def test_extra_planes_are_shown_small_ones_whole_large_ones_lazily(
     archive = {f"entry-{i:03}": f"archived text {i} " + "x" * 300 for i in range(300)}
     view.patch_state({"session": {"board": {"todo": ["write the plan"]}, "archive": archive}})
     sign_in(client, ADMIN)
-    page = client.get("/studio/memory/planner/scope?scope=session&key=p-1")
+    page = client.get("/studio/memory/scope?agent=planner&scope=session&key=p-1")
     assert page.status_code == 200
     assert "board" in page.text and "write the plan" in page.text  # small: shown whole
     assert "archive" in page.text and "entry-000" in page.text  # large: its outline
     assert "archived text" not in page.text  # … but none of its values
-    top = client.get("/studio/memory/planner/lazy?scope=session&key=p-1&plane=archive&path=[]&start=200")
+    top = client.get(
+        "/studio/memory/lazy?agent=planner&scope=session&key=p-1&plane=archive&path=[]&start=200"
+    )
     assert top.status_code == 200 and "entry-299" in top.text and "archived text 299" in top.text
     # a plane shown whole is not browsed through the lazy route
     assert (
-        client.get('/studio/memory/planner/lazy?scope=session&key=p-1&plane=board&path=["todo"]').status_code
+        client.get(
+            '/studio/memory/lazy?agent=planner&scope=session&key=p-1&plane=board&path=["todo"]'
+        ).status_code
         == 422
     )
 
@@ -639,7 +684,7 @@ def test_json_refusals_name_the_field_once(seeded: tuple[TestClient, StatesServi
     assert r.status_code == 422 and "input is not valid JSON: unexpected character" in r.text
     assert "invalid JSON" not in r.text
     r = client.get(
-        "/studio/memory/triage/lazy?scope=session&key=s-2041&plane=lazy&path=%5B",
+        "/studio/memory/lazy?agent=triage&scope=session&key=s-2041&plane=lazy&path=%5B",
         headers={"HX-Request": "true"},
     )
     assert r.status_code == 422 and "path is not valid JSON: " in r.text and "invalid JSON" not in r.text

@@ -57,9 +57,22 @@ def _past(agent: str) -> str:
     return _prefix(agent) + "#"
 
 
-def _check_agent(session: Session, agent: str) -> None:
+AGENTS_FROM: Final = '["agent",'
+AGENTS_END: Final = '["agent"-'
+"""Every agent's subjects sort after ``AGENTS_FROM`` and before ``AGENTS_END`` (``-`` follows
+the prefix's comma); the memory state's other targets (tools, which the operator's door may
+write) sort after it and are no agent's memory."""
+
+
+def _agent(request: Request, session: Session) -> str:
+    """The page's agent: a query parameter, so that any name (a '/', '?', '#' or '%' in it)
+    travels percent-encoded and reaches its page."""
+    agent = request.query_params.get("agent")
+    if not agent:
+        raise InvalidInput("a memory page is named by its agent (agent=…)")
     if not session.token.allows_tenant(("agent", agent)):
         raise NotFound(f"no agent {agent!r} for this token")
+    return agent
 
 
 def agents(studio: Studio, request: Request, session: Session) -> Response:
@@ -77,19 +90,28 @@ def agents(studio: Studio, request: Request, session: Session) -> Response:
                     break
                 found.append(n)
     else:
-        cursor = _past(after) if after else None
+        cursor = _past(after) if after else AGENTS_FROM
         while True:
             listed = store.scan(MEMORY_STATE, after=cursor, limit=1)
             if not listed:
                 break
             subject = Subject.decode(listed[0].key.subject)
+            if subject.target_kind != "agent":  # past the agents' range: the end of the list
+                break
             if len(found) == AGENTS_PAGE:
                 more = True
                 break
             found.append(subject.target_name)
             cursor = _past(subject.target_name)
+    # memory records of other targets are listed with the memory state's records (one probe)
+    others = targets is None and bool(store.scan(MEMORY_STATE, after=AGENTS_END, limit=1))
     return studio.html(
-        "memory.html", session=session, nav="memory", agents=found, next_after=found[-1] if more else None
+        "memory.html",
+        session=session,
+        nav="memory",
+        agents=found,
+        next_after=found[-1] if more else None,
+        others=others,
     )
 
 
@@ -99,8 +121,7 @@ def _owned(store: Any, agent: str) -> bool:
 
 
 def agent_page(studio: Studio, request: Request, session: Session) -> Response:
-    agent = request.path_params["agent"]
-    _check_agent(session, agent)
+    agent = _agent(request, session)
     rows: list[dict[str, Any]] = []
     cursor: str | None = request.query_params.get("after") or _prefix(agent)
     more = False
@@ -149,8 +170,7 @@ def _scope_key(agent: str, scope: str, key: str) -> DocKey:
 
 
 def scope_page(studio: Studio, request: Request, session: Session) -> Response:
-    agent = request.path_params["agent"]
-    _check_agent(session, agent)
+    agent = _agent(request, session)
     q = request.query_params
     scope, key = q.get("scope", ""), q.get("key", "")
     doc_key = _scope_key(agent, scope, key)
@@ -217,8 +237,7 @@ def _outline_rows(outline: dict[str, str]) -> dict[str, Any]:
 
 def lazy_children(studio: Studio, request: Request, session: Session) -> Response:
     """The children of one lazy node (an htmx fragment), a page at a time."""
-    agent = request.path_params["agent"]
-    _check_agent(session, agent)
+    agent = _agent(request, session)
     q = request.query_params
     doc_key = _scope_key(agent, q.get("scope", ""), q.get("key", ""))
     plane = q.get("plane", "lazy")
@@ -240,7 +259,13 @@ def lazy_children(studio: Studio, request: Request, session: Session) -> Respons
 
     def href(at_path: list[Any], **more: Any) -> str:
         return url(
-            f"/memory/{agent}/lazy", scope=q_scope, key=q_key, plane=plane, path=_path_text(at_path), **more
+            "/memory/lazy",
+            agent=agent,
+            scope=q_scope,
+            key=q_key,
+            plane=plane,
+            path=_path_text(at_path),
+            **more,
         )
 
     nodes = [
@@ -268,8 +293,7 @@ def _path_text(path: list[Any]) -> str:
 
 
 def context_page(studio: Studio, request: Request, session: Session) -> Response:
-    agent = request.path_params["agent"]
-    _check_agent(session, agent)
+    agent = _agent(request, session)
     q = request.query_params
     cwd, sid, mode = q.get("cwd") or "/", q.get("session") or "default", q.get("mode") or "active"
     identity = Identity(agent, cwd, sid)  # the stored keys as they are: no path resolution here
@@ -292,9 +316,9 @@ def context_page(studio: Studio, request: Request, session: Session) -> Response
 def register(app: FastAPI, studio: Studio) -> None:
     for path, fn in {
         "/memory": agents,
-        "/memory/{agent}": agent_page,
-        "/memory/{agent}/scope": scope_page,
-        "/memory/{agent}/lazy": lazy_children,
-        "/memory/{agent}/context": context_page,
+        "/memory/agent": agent_page,
+        "/memory/scope": scope_page,
+        "/memory/lazy": lazy_children,
+        "/memory/context": context_page,
     }.items():
         app.add_api_route(PREFIX + path, page(studio, fn), methods=["GET"], include_in_schema=False)

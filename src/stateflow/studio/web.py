@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Final
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
 from fastapi import Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
@@ -33,9 +33,11 @@ class SignInNeeded(Exception):
 
 
 def url(where: str, /, **params: Any) -> str:
-    """A studio URL: ``where`` under the studio prefix, with the non-empty ``params``."""
+    """A studio URL: ``where`` under the studio prefix, with the non-empty ``params``. Every
+    studio link is built here, and names chosen by writers (a record's subject, an agent) go
+    in ``params``, percent-encoded: a path segment could not carry a '/' in a name."""
     query = urlencode({k: v for k, v in params.items() if v is not None and v != ""})
-    return PREFIX + where + ("?" + query if query else "")
+    return PREFIX + quote(where, safe="/") + ("?" + query if query else "")
 
 
 def subject_params(subject: Any) -> dict[str, str]:
