@@ -14,9 +14,9 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar, Final, Self
-from urllib.parse import urlsplit, urlunsplit
 
 from stateflow.errors import InvalidInput
+from stateflow.store.open import display_location
 
 MAX_DAYS: Final = 2_147_483_647
 DEFAULT_MAX_BODY_BYTES: Final = 10 * 1024 * 1024
@@ -177,7 +177,7 @@ class Config:
         if not secrets:
             out["server"]["tokens"] = [_mask_spec(s) for s in self.server.tokens]
             if self.store.url:
-                out["store"]["url"] = _mask_url(self.store.url)
+                out["store"]["url"] = display_location(self.store.url)
         return out
 
 
@@ -230,14 +230,6 @@ def _mask_spec(spec: str) -> str:
     secret, sep, rest = spec.partition("@")
     head, colon, access = secret.partition(":")
     return f"{head[:3]}…{colon}{access}{sep}{rest}"
-
-
-def _mask_url(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.password:
-        netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-        return urlunsplit(parts._replace(netloc=netloc))
-    return url
 
 
 def _int(env: Mapping[str, str], name: str, default: int | None, low: int, high: int) -> int | None:

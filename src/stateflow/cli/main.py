@@ -16,7 +16,8 @@ from stateflow.doc.canonical import JSON
 from stateflow.doc.merge import merge_patch
 from stateflow.doc.select import MISSING
 from stateflow.errors import Conflict, InvalidInput
-from stateflow.store import DocKey, Document, Write, open_store, resolve_store_url
+from stateflow.store import DocKey, Document, Write, open_store
+from stateflow.store.open import display_location
 
 # Commands whose modules load heavy layers (the HTTP server, the states layer) import on use:
 # a memory command must start as fast as the interpreter allows.
@@ -76,7 +77,7 @@ def migrate(ctx: Context) -> None:
         before, after = store.migrate()
     finally:
         store.close()
-    where = resolve_store_url(ctx.store_location)
+    where = display_location(ctx.store_location)
     if before == after:
         click.echo(f"{where}: schema is current (version {after})")
     else:

@@ -12,7 +12,7 @@ from stateflow.cli.examples import decorate
 from stateflow.errors import CorruptStore, InvalidInput, UnsupportedStore
 from stateflow.files import write_private
 from stateflow.store import SqlStore, resolve_store_url
-from stateflow.store.open import sqlite_file
+from stateflow.store.open import display_location, sqlite_file
 
 
 @click.command("check")
@@ -27,7 +27,7 @@ def check(ctx: Context, as_json: bool) -> None:
 
     location = resolve_store_url(ctx.store_location)
     path = sqlite_file(location)
-    report = CheckReport(location)
+    report = CheckReport(display_location(location))
     if path is not None and path.exists():
         sqlite_file_integrity(str(path), report)
     if report.ok:  # a file that failed its own check is not opened
@@ -80,7 +80,7 @@ def backup(ctx: Context, target: Path, force: bool) -> None:
             "(or `stateflow dump` for a portable copy)"
         )
     pages = sqlite_backup(path, target, replace=force)
-    click.echo(f"backed up {location} to {target} ({pages} pages, checked)", err=True)
+    click.echo(f"backed up {display_location(location)} to {target} ({pages} pages, checked)", err=True)
 
 
 @click.command("import-state-flow")

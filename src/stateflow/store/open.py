@@ -44,6 +44,34 @@ def resolve_store_url(store: StoreLocation | None = None) -> str:
     return os.fspath(store) if store else str(default_store_path())
 
 
+_SECRET_PARAMS: Final = frozenset({"password", "sslpassword"})
+"""libpq URI parameters that carry a secret (``passfile`` names a file, not a secret)"""
+
+
+def display_location(store: StoreLocation | None = None) -> str:
+    """The store location as messages, listings and logs show it: a PostgreSQL password masked
+    wherever the URL carries one (``user:***@``, ``?password=***``), anything else as given.
+    The one rendering of a store location for people: whatever prints a location goes through
+    here, so no door shows a secret another one hides."""
+    url = resolve_store_url(store)
+    if not url.startswith(("postgresql://", "postgres://")):
+        return url
+    parts = urlsplit(url)
+    cred, _, host = parts.netloc.rpartition("@")
+    user, colon, password = cred.partition(":")
+    netloc = f"{user}:***@{host}" if colon and password else parts.netloc
+    return urlunsplit(parts._replace(netloc=netloc, query=_masked_query(parts.query)))
+
+
+def _masked_query(query: str) -> str:
+    """``query`` with the values of secret parameters masked, the rest kept as written."""
+    return "&".join(
+        f"{name}=***" if unquote(name) in _SECRET_PARAMS else piece
+        for piece in query.split("&")
+        for name in [piece.partition("=")[0]]
+    )
+
+
 def open_store(
     store: StoreLocation | None = None,
     *,
@@ -103,7 +131,7 @@ def _sqlite_location(url: str) -> tuple[str, str, bool]:
         parts = urlsplit(url)
         if parts.scheme != "sqlite":
             raise UnsupportedStore(
-                f"unsupported store {url!r}: use a file path, sqlite:///path or postgresql://…"
+                f"unsupported store {display_location(url)!r}: use a file path, sqlite:///path or postgresql://…"
             )
         path = unquote(parts.path)
         if path.startswith("//"):  # sqlite:////abs/path, the form the store names itself by
@@ -135,8 +163,9 @@ def refuse_query_path(path: str) -> None:
     belong to a URL (``postgresql://…?options=…``, ``sqlite:///path?mode=ro``), and opening the
     path as given would create a SQLite file named after them."""
     if _OPTIONS.search(path) is not None:
+        head, _, query = path.partition("?")
         raise UnsupportedStore(
-            f"store location {path!r} holds URL options but no scheme; give a URL: "
+            f"store location {head + '?' + _masked_query(query)!r} holds URL options but no scheme; give a URL: "
             "postgresql://user@host/db?options=… for PostgreSQL, sqlite:///path/to/file.db?mode=ro "
             "for SQLite options"
         )

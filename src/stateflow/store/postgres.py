@@ -56,6 +56,7 @@ from stateflow.store.migrations import (
     VALUE_INDEX_MAX,
 )
 from stateflow.store.model import DocKey, Document, Listed, made_document
+from stateflow.store.open import display_location
 from stateflow.store.pg_fast import LOCK_NOT_AVAILABLE, TAKEN_MEANWHILE, FastCommit, fast_values
 from stateflow.store.pg_fast import statement as fast_statement
 from stateflow.store.plan import Fresh, SeqRef, WritePlan
@@ -223,7 +224,7 @@ class PostgresStore(SqlStore):
         when it is first read: ``_written``)"""
         self._seen: dict[DocKey, None] = {}
         """keys read here before (present, deleted or never written)"""
-        self.url = _safe(url)
+        self.url = display_location(url)
         self._spare_ids = IdBlocks()
         """document ids taken from the sequence ahead, for rows a commit creates"""
         self._unborn: dict[int, DocKey] = {}
@@ -1486,15 +1487,6 @@ def _quiet_pool_log() -> None:
 def _one_line(exc: Exception) -> str:
     """libpq's multi-line message as one line (its hint lines included)."""
     return " ".join(str(exc).split())
-
-
-def _safe(url: str) -> str:
-    """The URL without its password, for messages."""
-    if "@" in url and "://" in url:
-        scheme, rest = url.split("://", 1)
-        cred, host = rest.rsplit("@", 1)
-        return f"{scheme}://{cred.split(':', 1)[0]}@{host}"
-    return url
 
 
 @contextmanager
