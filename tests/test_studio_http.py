@@ -601,6 +601,41 @@ def test_a_save_confirms_the_revision_it_wrote_not_a_later_one(
     assert odd.status_code == 200 and "Saved as" not in odd.text
 
 
+def test_a_large_record_page_stays_small_its_editor_offers_the_json_and_a_compare_is_cut(
+    seeded: tuple[TestClient, StatesService],
+) -> None:
+    """The tree was cut, but the editor carried the whole document and a compare rendered every
+    changed path: a 20 MB record gave a 20 MB page a browser needed about a minute for."""
+    client, service = seeded
+    big = ticket("T-big")
+    document = {"title": "big", "status": "open", "tags": ["y" * 1000] * 2000}
+    service.replace("tickets", big, document)
+    sign_in(client, ADMIN)
+    params = {"tk": "agent", "tn": "triage", "kind": "ticket", "key": "T-big"}
+    page = client.get("/studio/states/tickets/record", params=params)
+    assert page.status_code == 200 and len(page.content) < 400_000
+    assert 'id="edit-too-large"' in page.text and 'name="document"' not in page.text
+    link = re.search(r'href="(/studio/states/tickets/record/json\?[^"]*)"', page.text)
+    assert link is not None
+    download = client.get(link[1].replace("&amp;", "&"))
+    assert download.status_code == 200 and download.headers["content-type"] == "application/json"
+    assert "attachment" in download.headers["content-disposition"]
+    assert orjson.loads(download.content) == document
+    # a document the editor takes is still edited in the page
+    small = client.get("/studio/states/tickets/record", params=EDITED).text
+    assert 'name="document"' in small and 'id="edit-too-large"' not in small
+    # a compare of two revisions that differ in 5,000 places shows a page of them
+    wide = ticket("T-wide")
+    service.replace("tickets", wide, {"title": "w", "status": "open", "tags": [f"a{i}" for i in range(5000)]})
+    service.replace("tickets", wide, {"title": "w", "status": "open", "tags": [f"b{i}" for i in range(5000)]})
+    compare = client.get(
+        "/studio/states/tickets/record", params={**params, "key": "T-wide", "a": "1", "b": "2"}
+    )
+    assert compare.status_code == 200 and len(compare.content) < 400_000
+    shown = compare.text.count('<td class="before">')
+    assert 0 < shown <= 500 and f"and {5000 - shown} more changed paths" in compare.text
+
+
 def test_signing_in_again_returns_to_the_page_not_a_fragment_or_a_form_action(
     seeded: tuple[TestClient, StatesService],
 ) -> None:

@@ -13,7 +13,7 @@ from fastapi.responses import RedirectResponse, Response
 from stateflow.doc.canonical import JSON
 from stateflow.doc.diff import diff
 from stateflow.doc.select import MISSING
-from stateflow.errors import InvalidInput, StateflowError
+from stateflow.errors import InvalidInput, NotFound, StateflowError
 from stateflow.memory.planes import RUNTIME, PlaneSet
 from stateflow.memory.scopes import MEMORY_STATE
 from stateflow.states.models import StateSubject
@@ -22,6 +22,7 @@ from stateflow.store import DocKey
 from stateflow.studio.session import Session
 from stateflow.studio.tree import diff_rows
 from stateflow.studio.web import (
+    NO_STORE,
     PREFIX,
     Studio,
     form_page,
@@ -34,6 +35,10 @@ from stateflow.studio.web import (
 )
 
 RECORDS_PAGE: Final = 50
+EDIT_INLINE_CHARS: Final = 1024 * 1024
+"""The largest document (as the editor's indented JSON) the record page puts in its editor: a
+browser takes tens of seconds to lay out a textarea of tens of MB. A larger one is offered as
+a JSON download, to write back through the API or the CLI."""
 HISTORY_PAGE: Final = 25
 PLANES: Final = PlaneSet()
 
@@ -169,7 +174,8 @@ def _record_values(studio: Studio, name: str, q: Mapping[str, str], session: Ses
         "history": history,
         "programs": [] if rec.memory else _jq_programs(studio, decl),
         "editable": not rec.memory,
-        "edit_text": "" if rec.data is MISSING or rec.memory else pretty(rec.data),
+        "edit_text": "",
+        "edit_too_large": None,  # the document's size when it is too large for the editor
         "edit_error": None,
         "edit_conflict": False,
         # after a save: the revision it wrote, or the one it left as it was (it changed nothing)
@@ -178,6 +184,12 @@ def _record_values(studio: Studio, name: str, q: Mapping[str, str], session: Ses
         "asof": None,
         "diff": None,
     }
+    if rec.data is not MISSING and not rec.memory:
+        text = pretty(rec.data)
+        if len(text) > EDIT_INLINE_CHARS:
+            values["edit_too_large"] = len(text)
+        else:
+            values["edit_text"] = text
     rev = int_param(q, "rev")
     if rev is not None:
         values["asof"] = {"revision": rev, "value": rec.at_revision(studio, rev)}
@@ -196,12 +208,33 @@ def _revision_shown(q: Mapping[str, str], name: str) -> int | None:
 
 def _diff(studio: Studio, rec: _Record, a: int, b: int) -> dict[str, Any]:
     old, new = rec.at_revision(studio, a), rec.at_revision(studio, b)
-    return {"a": a, "b": b, "rows": diff_rows(old, diff(old, new))}
+    rows, more = diff_rows(old, diff(old, new))
+    return {"a": a, "b": b, "rows": rows, "more": more}
 
 
 def record(studio: Studio, request: Request, session: Session) -> Response:
     values = _record_values(studio, request.path_params["name"], request.query_params, session)
     return studio.html("record.html", session=session, **values)
+
+
+def record_json(studio: Studio, request: Request, session: Session) -> Response:
+    """The record's document as a JSON file: how a person gets one too large for the editor."""
+    name = request.path_params["name"]
+    if name == MEMORY_STATE:
+        raise InvalidInput("memory scopes are browsed on their scope page, not downloaded here")
+    subject = subject_from(request.query_params)
+    studio.check_tenant(session.token, subject)
+    rec = _Record(studio, name, subject)
+    if rec.data is MISSING:
+        raise NotFound(f"state {name!r} has no record for this subject")
+    return Response(
+        orjson.dumps(rec.data, option=orjson.OPT_INDENT_2),
+        media_type="application/json",
+        headers={
+            **NO_STORE,
+            "Content-Disposition": f'attachment; filename="{name}-revision-{rec.revision}.json"',
+        },
+    )
 
 
 def record_history(studio: Studio, request: Request, session: Session) -> Response:
@@ -303,6 +336,7 @@ def register(app: FastAPI, studio: Studio) -> None:
         "/states/{name}": state,
         "/states/{name}/record": record,
         "/states/{name}/record/history": record_history,
+        "/states/{name}/record/json": record_json,
         "/templates": templates_page,
     }
     for path, fn in gets.items():

@@ -17,6 +17,10 @@ MAX_CHILDREN: Final = 200
 MAX_NODES: Final = 4000
 """Nodes rendered per tree: a huge document is cut, never sent whole."""
 MAX_TEXT: Final = 400
+MAX_DIFF_ROWS: Final = 500
+"""Changed paths a compare shows (its rows also share one budget of :data:`MAX_NODES`): two
+very different revisions are compared in a page, the rest of their changes counted."""
+DIFF_TREE_NODES: Final = 400
 
 
 def path_text(path: Sequence[str | int]) -> str:
@@ -81,8 +85,13 @@ class _Budget:
 
 def tree(value: JSON, *, open_depth: int = 2, max_nodes: int = MAX_NODES) -> Markup:
     """A collapsible tree of ``value``: containers down to ``open_depth`` start open."""
+    return _tree(value, open_depth, max_nodes)[0]
+
+
+def _tree(value: JSON, open_depth: int, max_nodes: int) -> tuple[Markup, int]:
+    """The tree and the nodes it rendered."""
     if value is MISSING:
-        return Markup('<p class="muted">(no document)</p>')
+        return Markup('<p class="muted">(no document)</p>'), 0
     budget = _Budget(max_nodes)
     body = _node(None, value, 0, open_depth, budget)
     cut = (
@@ -90,7 +99,7 @@ def tree(value: JSON, *, open_depth: int = 2, max_nodes: int = MAX_NODES) -> Mar
         if budget.left >= 0
         else Markup('<p class="muted">The tree was cut to keep the page fast.</p>')
     )
-    return Markup('<ul class="tree">%s</ul>%s') % (body, cut)
+    return Markup('<ul class="tree">%s</ul>%s') % (body, cut), min(max_nodes, max_nodes - budget.left)
 
 
 def _label(key: str | int | None) -> Markup:
@@ -138,19 +147,25 @@ def at(value: JSON, path: Sequence[str | int]) -> JSON:
     return node
 
 
-def diff_rows(old: JSON, edits: Sequence[Edit]) -> list[dict[str, Any]]:
-    """Per edit: the path, the value before and the value after (``None`` markup when absent)."""
-    rows = []
+def diff_rows(old: JSON, edits: Sequence[Edit]) -> tuple[list[dict[str, Any]], int]:
+    """Per edit: the path, the value before and the value after (``None`` markup when absent);
+    and how many edits were left out. A compare is cut like a huge tree: at most
+    :data:`MAX_DIFF_ROWS` rows, whose values share :data:`MAX_NODES` nodes."""
+    rows: list[dict[str, Any]] = []
+    left = MAX_NODES
     for edit in edits:
-        before = at(old, edit.path)
-        rows.append(
-            {
-                "path": path_text(edit.path),
-                "before": None if before is MISSING else tree(before, open_depth=1, max_nodes=400),
-                "after": None if edit.is_delete else tree(edit.value, open_depth=1, max_nodes=400),
-            }
-        )
-    return rows
+        if len(rows) == MAX_DIFF_ROWS or left <= 0:
+            break
+        sides: list[Markup | None] = []
+        for value in (at(old, edit.path), MISSING if edit.is_delete else edit.value):
+            if value is MISSING:
+                sides.append(None)
+                continue
+            shown, used = _tree(value, 1, min(DIFF_TREE_NODES, max(left, 1)))
+            left -= used
+            sides.append(shown)
+        rows.append({"path": path_text(edit.path), "before": sides[0], "after": sides[1]})
+    return rows, len(edits) - len(rows)
 
 
 def lazy_node(

@@ -141,14 +141,14 @@ class Studio:
             csrf=session.csrf if session else "",
             **values,
         )
-        return HTMLResponse(page, status_code=status, headers=_NO_STORE)
+        return HTMLResponse(page, status_code=status, headers=NO_STORE)
 
     def error(self, exc: StateflowError, session: Session | None, fragment: bool) -> HTMLResponse:
         template = "_error.html" if fragment else "error.html"
         return self.html(template, session=session, status=exc.http_status, error=exc.message, code=exc.code)
 
 
-_NO_STORE: Final = {
+NO_STORE: Final = {
     "Cache-Control": "no-store",
     "X-Frame-Options": "DENY",
     "Referrer-Policy": "same-origin",
