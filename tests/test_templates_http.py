@@ -86,8 +86,11 @@ class Api:
     def __init__(self, client: TestClient) -> None:
         self.client = client
 
-    def __call__(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        r = self.client.request(method, path, json=body, headers={"Authorization": f"Bearer {TOKEN}"})
+    def __call__(
+        self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
+    ) -> tuple[int, Any]:
+        sent = {"Authorization": f"Bearer {TOKEN}", **(headers or {})}
+        r = self.client.request(method, path, json=body, headers=sent)
         return r.status_code, r.json()
 
 
@@ -312,6 +315,31 @@ def test_template_jq_input_and_update(attached: Api) -> None:
     status, body = api("GET", REC + "/template-jq/ids")
     assert status == 422 and "qualify it as <template>.ids" in body["error"]
     assert api("GET", REC + "/template-jq/box2.ids")[1]["data"]["value"] == []
+
+
+def test_an_update_program_writes_as_the_caller_and_under_its_if_match(attached: Api) -> None:
+    api = attached
+    origin = {
+        "X-Stateflow-Consumer": "billing",
+        "X-Stateflow-Run-Id": "run-7",
+        "X-Stateflow-Meta": '{"ticket": 42}',
+    }
+    add = REC + "/template-jq/add"
+    status, body = api("POST", add, {"input": {"id": "a"}}, headers=origin)
+    assert status == 200 and body["data"]["applied"] is True
+    written = api("GET", REC + "/writes")[1]["data"]["items"][0]["origin"]
+    assert (written["consumer"], written["run_id"]) == ("billing", "run-7")
+    assert written["meta"] == {
+        "ticket": 42,
+        "template_jq": "add",
+    }  # the program is named beside the caller's keys
+
+    stale = api("POST", add, {"input": {"id": "b"}}, headers={"If-Match": '"7"'})
+    assert stale[0] == 412 and stale[1]["code"] == "revision-mismatch"
+    assert api("POST", add, {"input": {"id": "b"}}, headers={"If-None-Match": "*"})[0] == 412
+    assert api("POST", add, {"input": {"id": "b"}}, headers={"If-Match": '"1"'})[0] == 200
+    items = api("GET", REC)[1]["data"]["data"]["box"]["items"]
+    assert [i["id"] for i in items] == ["a", "b"]  # the refused calls wrote nothing
 
 
 def test_trace_stamping_is_valid_under_additional_properties_false(api: Api) -> None:

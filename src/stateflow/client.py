@@ -378,10 +378,12 @@ class StatesClient:
         /,
         *,
         op_id: str | None = None,
+        origin: Any = None,
+        expect_revision: int | None = None,
     ) -> JqUpdate:
         body: Json = {"input": input_value, **({"op_id": op_id} if op_id else {})}
         path = self._record(name, subject) + f"/template-jq/{_q(reference)}"
-        result: JqUpdate = self._call("POST", path, body)
+        result: JqUpdate = self._call("POST", path, body, origin=origin, expect_revision=expect_revision)
         return result
 
 

@@ -673,14 +673,27 @@ def template_jq_eval(
 @click.argument("program")
 @click.option("--input", "value", default=None, help="The program's $input (JSON).")
 @click.option("--op-id", default=None)
+@write_options
 @api_command()
 def template_jq_apply(
-    api: StatesAPI, name: str, subject: Subject, program: str, value: str | None, op_id: str | None
+    api: StatesAPI,
+    name: str,
+    subject: Subject,
+    program: str,
+    value: str | None,
+    op_id: str | None,
+    write: Write,
 ) -> None:
     """Run an update PROGRAM and apply the op batch it returns."""
     echo_json(
         api.template_jq_update(
-            name, subject.of(api, name), program, None if value is None else decode(value), op_id=op_id
+            name,
+            subject.of(api, name),
+            program,
+            None if value is None else decode(value),
+            op_id=op_id,
+            origin=write.origin(),
+            expect_revision=write.expect_revision,
         )
     )
 

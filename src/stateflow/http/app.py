@@ -726,7 +726,9 @@ def create_app(
                 suffix[1],
                 body.get("input"),
                 op_id=body.get("op_id"),
+                origin=origin,
                 context=ctx,
+                expect_revision=expect,
                 blocking=True,
             )
         elif suffix == ["writes"] and method == "GET":

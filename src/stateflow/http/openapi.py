@@ -482,6 +482,8 @@ def paths() -> dict[str, dict[str, Any]]:
                 _data(_ref(TemplateJqUpdate)),
                 body=_ref(TemplateJqBody),
                 body_required=False,
+                cas=True,
+                write=True,
             ),
         },
     }

@@ -135,5 +135,14 @@ class StatesAPI(Protocol):
         self, name: str, subject: Any, reference: str, params: dict[str, Any], /
     ) -> JqInput: ...
     def template_jq_update(
-        self, name: str, subject: Any, reference: str, input_value: Any = None, /, *, op_id: str | None = None
+        self,
+        name: str,
+        subject: Any,
+        reference: str,
+        input_value: Any = None,
+        /,
+        *,
+        op_id: str | None = None,
+        origin: Any = None,
+        expect_revision: int | None = None,
     ) -> JqUpdate: ...

@@ -455,10 +455,22 @@ class StatesService:
         input_value: Any = None,
         *,
         op_id: str | None = None,
+        origin: Any = None,
         context: DoorContext | None = None,
+        expect_revision: Expect = None,
     ) -> JqUpdate:
-        """Evaluate an ``update`` program and apply the op batch it returns."""
-        return self.programs.update(name, subject, reference, input_value, op_id=op_id, context=context)
+        """Evaluate an ``update`` program and apply the op batch it returns, as the writer's
+        ``origin`` (its meta carries ``template_jq``: the program) and under its compare-and-set."""
+        return self.programs.update(
+            name,
+            subject,
+            reference,
+            input_value,
+            op_id=op_id,
+            origin=origin_of(origin),
+            context=context,
+            expect_revision=expect_revision,
+        )
 
     def template_jq_ops(self, name: str, subject: Any, reference: str, input_value: Any = None) -> Any:
         """The op batch an ``update`` program returns for the record (nothing is applied)."""

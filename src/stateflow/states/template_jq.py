@@ -4,11 +4,11 @@ is rebased under the attachment path and applied through the record-write pipeli
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from stateflow.doc.canonical import JSON
 from stateflow.errors import InvalidInput, NotFound
-from stateflow.states.models import DoorContext
+from stateflow.states.models import DoorContext, WriteOrigin
 from stateflow.states.results import AttachmentRow, JqInput, JqUpdate
 from stateflow.states.templates import TemplateInvalid, build_prelude
 
@@ -144,13 +144,25 @@ class TemplateJq:
         input_value: Any = None,
         *,
         op_id: str | None = None,
+        origin: WriteOrigin | None = None,
         context: DoorContext | None = None,
+        expect_revision: int | Literal["*"] | None = None,
     ) -> JqUpdate:
         """Evaluate an ``update`` program and apply the op batch it returns (rebased under the
-        attachment path, guard paths included) through the ordinary apply door."""
+        attachment path, guard paths included) through the ordinary apply door: as the writer's
+        ``origin``, its meta naming the program, and under its ``expect_revision`` (checked in
+        the write's transaction, as every write's)."""
         rebased = self.ops(name, subject, reference, input_value)
+        given = origin.model_dump(exclude_none=True) if origin is not None else {}
+        stamped = {**given, "meta": {**given.get("meta", {}), "template_jq": reference}}
         result = self.svc.apply(
-            name, subject, rebased, op_id=op_id, origin={"meta": {"template_jq": reference}}, context=context
+            name,
+            subject,
+            rebased,
+            op_id=op_id,
+            origin=stamped,
+            context=context,
+            expect_revision=expect_revision,
         )
         return {"name": reference, **result.to_json()}
 

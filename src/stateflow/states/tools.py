@@ -218,7 +218,13 @@ def call_state_tool(
                 raise InvalidInput("params must be an object")
             return service.template_jq_input(state, subject, program, params)
         return service.template_jq_update(
-            state, subject, program, args.get("input"), op_id=args.get("op_id"), context=context
+            state,
+            subject,
+            program,
+            args.get("input"),
+            op_id=args.get("op_id"),
+            origin=origin,
+            context=context,
         )
     return service.apply(
         state,
