@@ -479,6 +479,51 @@ def test_detach_recomposes_and_keeps_records(attached: Api) -> None:
     assert api("DELETE", "/api/state-templates/box")[0] == 200
 
 
+def test_schema_changes_that_would_strand_existing_records_are_refused(attached: Api) -> None:
+    api = attached
+    four = [{"id": i, "label": i} for i in "abcd"]
+    item = {"op": "set_by_key", "path": ["box", "items"], "key_field": "id", "value": four}
+    assert api("POST", REC + "/deltas", {"ops": [item]})[0] == 200
+    # replace: a lower default for the limit the attach did not supply narrows maxItems to 3
+    narrower = broken()
+    narrower["parameters"]["limit"]["default"] = 3
+    status, body = api("PUT", "/api/state-templates/box?replace=true", narrower)
+    assert status == 409 and body["code"] == "records-invalid", body
+    assert "record agent/bot/thread/t1 is invalid" in body["error"] and "$.box.items" in body["error"]
+    assert api("GET", "/api/state-templates/box")[1]["data"]["parameters"]["limit"]["default"] == 8
+    assert api("PUT", "/api/state-templates/box?replace=true", broken(description="same shape"))[0] == 200
+    # an additive re-declare whose new property a record already holds with a refused value
+    assert api("PATCH", REC, {"legacy": 5})[0] == 200
+    grown: dict[str, Any] = copy.deepcopy(STATE)
+    grown["schema"]["properties"]["legacy"] = {"type": "string"}
+    status, body = api("PUT", "/api/states/tickets", grown)
+    assert status == 409 and body["code"] == "records-invalid" and "$.legacy" in body["error"], body
+    grown["schema"]["properties"]["legacy"] = {"type": "integer"}
+    assert api("PUT", "/api/states/tickets", grown)[0] == 200
+    # detach under a strict base schema, and attach over data the template refuses
+    strict: dict[str, Any] = copy.deepcopy(STATE)
+    strict["schema"]["additionalProperties"] = False
+    assert api("PUT", "/api/states/strict", strict)[0] == 200
+    assert (
+        api("PUT", "/api/states/strict/attachments/box", {"path": ["box"], "parameters": {"label": {}}})[0]
+        == 200
+    )
+    strict_rec = "/api/states/strict/records/agent/bot/thread/s1"
+    assert api("PATCH", strict_rec, {"box": {"note": "n"}})[0] == 200
+    status, body = api("DELETE", "/api/states/strict/attachments/box")
+    assert status == 409 and body["code"] == "records-invalid" and "agent/bot/thread/s1" in body["error"], (
+        body
+    )
+    assert api("PATCH", strict_rec, {"title": "still writable"})[0] == 200
+    assert api("PUT", "/api/states/loose", STATE)[0] == 200
+    assert api("PATCH", "/api/states/loose/records/agent/bot/thread/l1", {"box": {"items": "x"}})[0] == 200
+    status, body = api(
+        "PUT", "/api/states/loose/attachments/box", {"path": ["box"], "parameters": {"label": {}}}
+    )
+    assert status == 409 and body["code"] == "records-invalid" and "$.box.items" in body["error"], body
+    assert api("GET", "/api/states/loose")[1]["data"]["attachments"] == []
+
+
 def test_detach_referees_can_refuse(store: SqlStore) -> None:
     service = StatesService(store)
     service.put_template("box", BOX)

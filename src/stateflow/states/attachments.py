@@ -17,6 +17,8 @@ from stateflow.errors import Conflict, InvalidInput, NotFound
 from stateflow.states import pipeline
 from stateflow.states.models import DoorContext, StateSubject, WriteOrigin
 from stateflow.states.pipeline import RecordWrite, ops_transform
+from stateflow.states.recheck import check_records
+from stateflow.states.regimes import effective_schema
 from stateflow.states.results import Attached, AttachmentUpdated, Detached, StateAttachment
 from stateflow.states.schema import SchemaInvalid, check_base_schema
 from stateflow.states.template_jq import _rebase, _subtree
@@ -183,6 +185,13 @@ class Attachments:
             for validator in self.validators:
                 validator(name, doc, declarations, effective["schema"])
             new = {**decl, "attachments": attachments, "effective": effective}
+            check_records(
+                svc,
+                name,
+                effective_schema(decl),
+                effective["schema"],
+                f"attaching template {template!r} at {path}",
+            )
             return [Write.between(key, decl, new, docs[key].revision)], None
 
         svc.store.update([key], compute, svc._origin(WriteOrigin(), context, "attach"))
@@ -353,6 +362,9 @@ class Attachments:
             if attachments:
                 new["attachments"] = attachments
                 new["effective"] = self.effective(decl["schema"], attachments)
+            check_records(
+                svc, name, effective_schema(decl), effective_schema(new), f"detaching template {template!r}"
+            )
             return [Write.between(key, decl, new, docs[key].revision)], None
 
         svc.store.update([key], compute, svc._origin(WriteOrigin(), context, "detach"))

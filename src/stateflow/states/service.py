@@ -43,6 +43,7 @@ from stateflow.states.pipeline import (
     Written,
     ops_transform,
 )
+from stateflow.states.recheck import check_records
 from stateflow.states.results import (
     ApplyAnswer,
     Attached,
@@ -608,6 +609,7 @@ class StatesService:
                         f"state {name!r} is built in: a re-declare may only add to it "
                         f"({why or (f'removes subject kinds {removed}' if removed else 'changes default_subject_kind')})"
                     )
+            kinds: dict[str, int] = {}
             if old is not None:
                 kinds = self._kind_counts(name)
                 if sum(kinds.values()):
@@ -629,6 +631,15 @@ class StatesService:
             if old is not None and old.get("attachments"):
                 body["attachments"] = old["attachments"]
                 body["effective"] = self.attaching.effective(stored["schema"], old["attachments"])
+            if old is not None and any(kinds.values()):
+                # additive, yet a record may already hold a new property with a value it refuses
+                check_records(
+                    self,
+                    name,
+                    regimes.effective_schema(old),
+                    regimes.effective_schema(body),
+                    f"re-declaring state {name!r}",
+                )
             return [Write.between(key, old, body, docs[key].revision)], body
 
         commit, body = self.store.update([key], compute, self._origin(WriteOrigin(), context, "declare"))

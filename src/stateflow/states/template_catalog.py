@@ -14,6 +14,8 @@ import orjson
 
 from stateflow.errors import Conflict, InvalidInput, NotFound
 from stateflow.states.models import DoorContext, WriteOrigin
+from stateflow.states.recheck import check_records
+from stateflow.states.regimes import effective_schema
 from stateflow.states.results import Deleted, Template, TemplateRow
 from stateflow.states.schema import SchemaInvalid
 from stateflow.states.templates import AttachConflict, TemplateInvalid, defaults, validate_template
@@ -129,6 +131,13 @@ class TemplateCatalog:
                         f"template {name!r} cannot be replaced: its attach on state {ck.subject!r} no longer validates: {exc.message}"
                     ) from exc
                 new = {**decl, "attachments": attachments, "effective": effective}
+                check_records(
+                    svc,
+                    ck.subject,
+                    effective_schema(decl),
+                    effective["schema"],
+                    f"replacing template {name!r} (attached on state {ck.subject!r})",
+                )
                 writes.append(Write.between(ck, decl, new, docs[ck].revision))
             return writes, None
 
