@@ -281,7 +281,8 @@ def test_fold_switch_and_merge(declared: Api) -> None:
     status, body = api("POST", rec("x") + "/fold", {"into": other, "mode": "switch"})
     assert status == 409 and "across targets" in body["error"]
     assert api("POST", rec("new") + "/fold", {"into": {**into, "key": "old"}, "mode": "switch"})[0] == 409
-    assert api("POST", rec("x") + "/fold", {"into": into, "mode": "eat"})[0] == 409
+    status, body = api("POST", rec("x") + "/fold", {"into": into, "mode": "eat"})
+    assert status == 422 and body["code"] == "invalid-input" and "unknown fold mode 'eat'" in body["error"]
     # erase the survivor: its aliases go too
     api("DELETE", rec("new"))
     assert api("GET", rec("old"))[1]["data"] is None

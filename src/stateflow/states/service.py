@@ -1197,8 +1197,8 @@ class StatesService:
         context: DoorContext | None = None,
     ) -> FoldReport:
         """Fold ``subject`` into ``into``: later reads and writes of it land on the survivor."""
-        if mode not in ("switch", "merge"):
-            raise FoldRefused(f"unknown fold mode {mode!r} (supported: merge, switch)")
+        if mode not in ("switch", "merge"):  # a malformed request (422), not a conflict (409)
+            raise InvalidInput(f"unknown fold mode {mode!r} (supported: merge, switch)")
         source, target = subject_of(subject), subject_of(into)
         if source.tenant != target.tenant:
             raise FoldRefused(
