@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from stateflow.memory import knowledge
-from stateflow.memory.confine import confine, confined
+from stateflow.memory.confine import anchored, check_anchored, confine, confined
 from stateflow.memory.planes import RUNTIME
 
 
@@ -38,11 +38,13 @@ def fingerprint(source: str, cwd: str, roots: Sequence[str] = ()) -> dict[str, i
     return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
-def check_sources(artifacts_patch: dict[str, Any], cwd: str, roots: Sequence[str] = ()) -> None:
-    """Refuse a written card whose source leaves the roots (deleting such a card stays possible)."""
+def check_sources(scope: str, artifacts_patch: dict[str, Any], cwd: str, roots: Sequence[str] = ()) -> None:
+    """Refuse a written card whose source leaves the roots, or is relative outside the cwd scope
+    (deleting such a card stays possible)."""
     for source, card in artifacts_patch.items():
         if card is not None:
             confine(source, cwd, roots)
+            check_anchored(scope, source, cwd)
 
 
 def record(
@@ -84,7 +86,9 @@ def stale_hints(
         cards = state.get("artifacts") or {}
         known = (state.get(RUNTIME) or {}).get("artifacts") or {}
         for source in cards:
-            if source not in known:
+            if source not in known or not anchored(scope, source):
+                # (a relative source outside the cwd scope, recorded before such cards were
+                # refused, may name another directory's file: its freshness is unknown here)
                 hints.pop(source, None)
                 continue
             if confined(source, cwd, roots) is None:

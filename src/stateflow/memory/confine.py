@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import PurePath
 from typing import Final
 
-from stateflow.errors import OutsideRoots
+from stateflow.errors import InvalidInput, OutsideRoots
 
 MAX_LINKS: Final = 40  # as the kernel's own symlink-hop limit (ELOOP)
 NO_LOCAL_CWD: Final = ""
@@ -83,6 +83,24 @@ def confine(source: str, cwd: str, roots: Sequence[str] = ()) -> str:
         done = root
         pending = list(PurePath(resolved).relative_to(root).parts)
     return done
+
+
+def anchored(scope: str, source: str) -> bool:
+    """Whether ``source`` names the same file wherever ``scope`` is seen. A relative source is
+    resolved against the viewer's working directory, and only the cwd scope is tied to one: the
+    global scope is seen from every directory, and a session may be resumed from another."""
+    return scope == "cwd" or os.path.isabs(source)
+
+
+def check_anchored(scope: str, source: str, cwd: str) -> None:
+    """Refuse a card in ``scope`` whose source would mean another file from another directory."""
+    if not anchored(scope, source):
+        where = "every working directory" if scope == "global" else "other working directories"
+        raise InvalidInput(
+            f"artifact source {source!r} is relative, and the {scope} scope is seen from {where}: "
+            f"name it by its absolute path ({os.path.normpath(os.path.join(cwd, source))!r}) "
+            "or write the card in the cwd scope"
+        )
 
 
 def confined(source: str, cwd: str, roots: Sequence[str] = ()) -> str | None:

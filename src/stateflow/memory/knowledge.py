@@ -19,7 +19,7 @@ import stat
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from stateflow.memory.confine import confined
+from stateflow.memory.confine import anchored, confined
 from stateflow.memory.planes import RUNTIME
 from stateflow.store import DocKey, Document, Write
 
@@ -130,7 +130,7 @@ def _cards(view: MemoryView, states: dict[str, Any]) -> dict[str, str]:
     for scope in view.scopes:
         for source in (states.get(scope) or {}).get("artifacts") or {}:
             path = confined(source, view.source_cwd, view.config.knowledge_roots)
-            if path is not None:
+            if path is not None and anchored(scope, source):
                 out[path] = scope
     return out
 
@@ -164,7 +164,9 @@ def status(
                 source: path
                 for scope in view.scopes
                 for source in (states.get(scope) or {}).get("artifacts") or {}
-                if (path := confined(source, cwd, roots)) is not None and _root_of(path, [root]) is not None
+                if anchored(scope, source)
+                and (path := confined(source, cwd, roots)) is not None
+                and _root_of(path, [root]) is not None
             }
             entry["missing"] = sorted(s for s in mine if confirmed_missing(s, cwd, roots))
             entry["stale"] = sorted(s for s in mine if s in stale and s not in entry["missing"])
@@ -184,7 +186,7 @@ def prune(view: MemoryView) -> list[dict[str, str]]:
         for scope, key in view.keys.items():
             body = docs[key].body or {}
             cards = body.get("artifacts") or {}
-            gone = [source for source in cards if confirmed_missing(source, cwd, roots)]
+            gone = [s for s in cards if anchored(scope, s) and confirmed_missing(s, cwd, roots)]
             if not gone:
                 continue
             new = dict(body)

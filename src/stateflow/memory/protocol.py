@@ -10,7 +10,7 @@ PLANES (every plane is optional; absent stays absent):
 - intents: the queue of chosen, active commitments. Work from intents.
 - strategy: durable requirements, decisions, rejected approaches, constraints, interfaces.
 - tactics: temporary context of the intents: verified facts, results, failures, uncertainties, next action.
-- artifacts: cards keyed by exact source path; each needs a non-empty "description" routing a reader.
+- artifacts: cards keyed by exact source path (absolute, except in cwd); each needs a non-empty "description".
 - response: the latest accepted answer; written by the runtime, never by you.
 - lazy: durable detail that is never shown automatically. lazy_navigation lists its keys, not its bodies."""
 

@@ -964,7 +964,7 @@ class MemoryView:
             edits.exact = False
             check_artifacts(scope, current.get("artifacts"), patch["artifacts"])
             roots = self.config.knowledge_roots
-            artifact_provenance.check_sources(patch["artifacts"], self.source_cwd, roots)
+            artifact_provenance.check_sources(scope, patch["artifacts"], self.source_cwd, roots)
             current = artifact_provenance.record(current, patch["artifacts"], self.source_cwd, roots)
         if self.planes.extra:  # (declared roots only: the built-in planes have no schema)
             check_extra_roots(scope, current, patch, self.planes)

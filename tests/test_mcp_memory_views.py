@@ -1,0 +1,104 @@
+"""What the MCP door tells a model about its memory view, through the official SDK client over stdio:
+artifact sources by scope, modes, the scopes a view has, projections and the state_* op schema."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+from stateflow.memory import Identity
+from stateflow.memory.planes import RUNTIME
+from stateflow.store import DocKey, Document, SqlStore, Write
+
+
+@asynccontextmanager
+async def stdio(backend: str, cwd: Path, *args: str) -> AsyncIterator[tuple[ClientSession, Any]]:
+    """A ``stateflow mcp`` server over stdio and an initialized client: ``(client, initialize result)``."""
+    params = StdioServerParameters(
+        command="stateflow",
+        args=["--store", backend, "mcp", "--cwd", str(cwd), *args],
+        env=dict(os.environ),  # the SDK passes only a few variables by default
+    )
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as client:
+        yield client, await client.initialize()
+
+
+def text(result: Any) -> str:
+    return str(result.content[0].text)
+
+
+async def context_head(client: ClientSession) -> dict[str, Any]:
+    contents = (await client.read_resource("stateflow://memory/context.json")).contents[0]
+    return dict(json.loads(contents.text)["head"])  # type: ignore[union-attr]
+
+
+# ------------------------------------------------------------------------------ artifact sources
+
+
+def test_a_relative_artifact_source_is_refused_outside_the_cwd_scope(
+    backend: str, store: SqlStore, tmp_path: Path
+) -> None:
+    # the global scope is seen from every directory and a session may be resumed from another:
+    # a relative source there would name another file elsewhere, and be called missing or changed
+    proj_a, proj_b = tmp_path / "projA", tmp_path / "projB"
+    for project in (proj_a, proj_b):
+        project.mkdir()
+        (project / "notes.md").write_text(f"# {project.name}\n")
+    card = {"description": "projA notes"}
+    absolute = str(proj_a / "notes.md")
+
+    async def run() -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        async with stdio(backend, proj_a, "--session", "s") as (client, _):
+            for scope in ("global", "session"):
+                out[scope] = await client.call_tool("patch_state", {scope: {"artifacts": {"notes.md": card}}})
+            out["cwd"] = await client.call_tool("patch_state", {"cwd": {"artifacts": {"notes.md": card}}})
+            out["absolute"] = await client.call_tool(
+                "patch_state", {"global": {"artifacts": {absolute: card}}}
+            )
+        async with stdio(backend, proj_b, "--session", "s") as (client, _):
+            out["elsewhere"] = await context_head(client)
+        return out
+
+    out = anyio.run(run)
+    assert text(out["global"]) == (
+        "error[invalid-input]: artifact source 'notes.md' is relative, and the global scope is seen "
+        f"from every working directory: name it by its absolute path ({absolute!r}) or write the "
+        "card in the cwd scope"
+    )
+    assert out["session"].is_error and "the session scope is seen from other working" in text(out["session"])
+    assert not out["cwd"].is_error and not out["absolute"].is_error
+    # from projB (same session): projA's cwd card is not in view, the absolute card is fresh
+    assert out["elsewhere"]["state"]["artifacts"] == {absolute: card}
+
+
+def test_a_stored_relative_global_card_gets_no_freshness_hint(
+    backend: str, store: SqlStore, tmp_path: Path
+) -> None:
+    # a card stored before relative sources were refused outside the cwd scope: its freshness is
+    # unknown from any directory, so it is shown as it is, never as missing or changed
+    (tmp_path / "notes.md").write_text("# here, but not the file the card was written for\n")
+    key: DocKey = Identity.of(None, tmp_path, "s").key("global")
+    body = {
+        "artifacts": {"notes.md": {"description": "another project's notes"}},
+        RUNTIME: {"artifacts": {"notes.md": {"size": 1, "mtime_ns": 1}}},
+    }
+
+    def compute(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
+        return [Write.between(key, docs[key].body, body, docs[key].revision)], None
+
+    store.update([key], compute, {"door": "test"}, members=["artifacts", RUNTIME])
+
+    async def run() -> dict[str, Any]:
+        async with stdio(backend, tmp_path, "--session", "s") as (client, _):
+            return await context_head(client)
+
+    assert anyio.run(run)["state"]["artifacts"] == {"notes.md": {"description": "another project's notes"}}
