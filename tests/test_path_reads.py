@@ -458,6 +458,19 @@ def test_children_lists_a_page_without_reading_grandchildren(store: SqlStore) ->
     assert store.children(key, ("lazy", "nope")) is None
 
 
+def test_a_negative_index_reaches_nothing_in_either_form(store: SqlStore) -> None:
+    """An index counts from the start only: a small member (stored inline) read -1 as Python
+    does, the last item, while a large one (a tree) found nothing there."""
+    key = DocKey("paths", "doc")
+    body = {"lazy": plane(12_000), "hot": {"list": ["a", "b"]}}
+    store.commit([Write.between(key, {}, body, 0)])
+    for path in (("hot", "list", -1), ("lazy", "big", -1)):
+        [trail] = store.read_paths({key: [path]})[key].trails
+        assert trail.value is MISSING, path
+        assert store.children(key, path) is None, path
+    assert probe_json(["a", "b"], [-1])[1] is MISSING
+
+
 def test_read_state_by_path_equals_the_whole_read_at_every_offset(open_migrated: StoreFactory) -> None:
     store = open_migrated()
     rng = random.Random(5)

@@ -346,6 +346,33 @@ def test_memory_pages_list_agents_once_and_reach_any_agent_name(
     assert client.get("/studio/memory/agent").status_code == 422  # no agent named
 
 
+def test_negative_positions_offsets_and_revisions_are_refused(
+    seeded: tuple[TestClient, StatesService],
+) -> None:
+    """A negative start, offset, revision or path index was used as given: a lazy page counted
+    "260 more" of 250, an offset named a revision after the current one, history offsets ran
+    [-5] [-4] …, and an index -1 read the last item."""
+    client, _ = seeded
+    sign_in(client, ADMIN)
+    lazy = "/studio/memory/lazy?agent=triage&scope=session&key=s-2041&plane=lazy&path="
+    scope = "/studio/memory/scope?agent=triage&scope=session&key=s-2041"
+    asked = {
+        lazy + '["log"]&start=-10': "start must be a non-negative integer",
+        lazy + '["log",-1]': "path must be a JSON array of keys and non-negative indices",
+        scope + "&offset=-1": "offset must be a non-negative integer",
+        scope + "&start=-5": "start must be a non-negative integer",
+        scope + "&before=-1": "before must be a non-negative integer",
+        RECORD + "&rev=-1": "rev must be a non-negative integer",
+        RECORD + "&a=-1&b=2": "a must be a non-negative integer",
+        RECORD + "&a=x&b=2": "a must be a non-negative integer",
+    }
+    for address, message in asked.items():
+        r = client.get(address, headers={"HX-Request": "true"} if address.startswith(lazy) else {})
+        assert r.status_code == 422 and message in r.text, address
+    assert client.get(lazy + '["log"]&start=0').status_code == 200
+    assert client.get(scope + "&offset=0").status_code == 200
+
+
 def test_a_large_lazy_plane_is_browsed_node_by_node(seeded: tuple[TestClient, StatesService]) -> None:
     """A plane above the tree threshold: each open lists a page of one node's children from the
     nodes that hold them; a child that is itself large shows its kind and size unread."""

@@ -221,7 +221,7 @@ def probe(value: JSON, path: PathT) -> tuple[list[Step], JSON]:
             if type(node) is not dict:
                 return steps, MISSING
             node = node.get(seg, MISSING)
-        elif type(node) is not list or seg >= len(node):
+        elif type(node) is not list or not 0 <= seg < len(node):  # as the tree form: no index from the end
             return steps, MISSING
         else:
             node = node[seg]

@@ -244,10 +244,8 @@ def lazy_children(studio: Studio, request: Request, session: Session) -> Respons
     if plane not in PLANES.lazy and plane not in _extra_planes(studio.store, doc_key)[1]:
         raise InvalidInput(f"{plane!r} is not a lazy plane (nor a large extra one) of this scope")
     path = json_field(q.get("path") or "[]", "path")
-    if not isinstance(path, list) or not all(
-        isinstance(s, str | int) and not isinstance(s, bool) for s in path
-    ):
-        raise InvalidInput("path must be a JSON array of keys and indices")
+    if not isinstance(path, list) or not all(isinstance(s, str) or (type(s) is int and s >= 0) for s in path):
+        raise InvalidInput("path must be a JSON array of keys and non-negative indices")
     start = int_param(q, "start") or 0
     # the store reads the nodes down to this page of children (and one node per child that
     # is a subtree, for its kind and size): never the plane, never a grandchild's subtree

@@ -69,13 +69,19 @@ def json_field(raw: str | None, what: str) -> JSON:
 
 
 def int_param(params: Any, name: str) -> int | None:
+    """An integer parameter of a studio page or form. Every one is a revision, an offset, a
+    position or a sequence number, never below 0: a negative one is refused here (it would be
+    counted from the wrong end, or name a revision nobody asked for)."""
     raw = params.get(name)
     if raw in (None, ""):
         return None
     try:
-        return int(raw)
-    except ValueError as exc:
-        raise InvalidInput(f"{name} must be an integer") from exc
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise InvalidInput(f"{name} must be a non-negative integer")
+    return value
 
 
 class Studio:
