@@ -468,7 +468,7 @@ def test_a_negative_index_reaches_nothing_in_either_form(store: SqlStore) -> Non
         [trail] = store.read_paths({key: [path]})[key].trails
         assert trail.value is MISSING, path
         assert store.children(key, path) is None, path
-    assert probe_json(["a", "b"], [-1])[1] is MISSING
+    assert probe_json(["a", "b"], (-1,))[1] is MISSING
 
 
 def test_read_state_by_path_equals_the_whole_read_at_every_offset(open_migrated: StoreFactory) -> None:
