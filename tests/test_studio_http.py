@@ -706,6 +706,36 @@ def test_signing_in_again_returns_to_the_page_not_a_fragment_or_a_form_action(
     assert r.status_code == 303 and r.headers["location"] == RECORD
 
 
+def test_signing_in_never_leaves_the_studio_through_dot_segments(
+    seeded: tuple[TestClient, StatesService],
+) -> None:
+    """``/studio/../api/states`` starts with the studio's prefix, and a browser resolves it to
+    ``/api/states``: a path that resolves out of the studio is replaced by the catalog."""
+    client, _ = seeded
+    outside = [
+        "/studio/../api/states",
+        "/studio/%2e%2e/api/states",
+        "/studio/.%2E/api/states",
+        "/studio/..%2fapi/states",
+        "/studio/states/./../../docs",
+        "/studio/\t../api/states",
+        "/studio/.\n./api/states",
+    ]
+    inside = RECORD.replace("T-1001", "a/../b%2F..")  # dots in a key travel in the query: kept
+    for wanted in [*outside, inside]:
+        form = client.get("/studio/login")
+        nonce = re.search(r'name="login_csrf" value="([^"]+)"', form.text)
+        assert nonce is not None
+        r = client.post(
+            "/studio/login",
+            data={"token": ADMIN, "login_csrf": nonce[1], "next": wanted},
+            follow_redirects=False,
+        )
+        assert r.status_code == 303
+        assert r.headers["location"] == (inside if wanted == inside else "/studio/states"), wanted
+        client.cookies.clear()
+
+
 def test_unknown_studio_urls_answer_a_studio_page(seeded: tuple[TestClient, StatesService]) -> None:
     client, _ = seeded
     r = client.get("/studio/nowhere", follow_redirects=False)

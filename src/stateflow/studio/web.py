@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Final
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
 from fastapi import Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
@@ -227,9 +227,13 @@ async def read_form(request: Request) -> dict[str, str]:
 
 
 def safe_next(raw: str | None) -> str:
-    """Only a studio page of this server: never an open redirect."""
+    """Only a studio page of this server: never an open redirect, and never a path a browser
+    resolves out of the studio — a '.' or '..' segment (also percent-encoded, or split by an
+    encoded '/') or a control character (which browsers drop) is refused, not normalised."""
     if raw and raw.startswith(PREFIX + "/") and not raw.startswith("//") and "\\" not in raw:
-        return raw
+        segments = unquote(urlsplit(raw).path).split("/")
+        if not any(s in (".", "..") for s in segments) and raw.isprintable() and " " not in raw:
+            return raw
     return url("/states")
 
 
