@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -102,3 +103,55 @@ def test_a_stored_relative_global_card_gets_no_freshness_hint(
             return await context_head(client)
 
     assert anyio.run(run)["state"]["artifacts"] == {"notes.md": {"description": "another project's notes"}}
+
+
+# ------------------------------------------------------------------------------ modes
+
+
+def memory_cli(backend: str, cwd: Path, *args: str) -> None:
+    done = subprocess.run(
+        ["stateflow", "--store", backend, *args, "--cwd", str(cwd), "--session", "s"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_passive_reads_omit_the_response_as_the_context_does(
+    backend: str, store: SqlStore, tmp_path: Path
+) -> None:
+    memory_cli(backend, tmp_path, "tool", "patch_state", '{"session": {"tactics": {"n": 1}}}')
+    memory_cli(backend, tmp_path, "respond", "the previous answer")
+    reads = [
+        {"path": "effective"},
+        {"path": "session"},
+        {"path": "response"},
+        {"path": "session.response"},
+        {"path": "session", "projection": "keys"},
+        {"path": "session[0]", "projection": "patch"},
+        {"path": "session.patches[0]"},
+    ]
+
+    async def run(mode: str) -> dict[str, Any]:
+        async with stdio(backend, tmp_path, "--session", "s", "--mode", mode) as (client, _):
+            head = await context_head(client)
+            return {
+                "context": head["state"],
+                "reads": [(await client.call_tool("read_state", r)).structured_content for r in reads],
+            }
+
+    passive = anyio.run(run, "passive")
+    assert passive["context"] == {"tactics": {"n": 1}}
+    assert passive["reads"] == [
+        {"value": {"tactics": {"n": 1}}},
+        {"value": {"tactics": {"n": 1}}},
+        {"value": None},
+        {"value": None},
+        {"meta": {"type": "object", "size": 1}, "keys": {"tactics": "object"}},
+        {"patch": {}},
+        {"patch": {}},
+    ]
+    active = anyio.run(run, "active")
+    assert active["context"]["response"] == active["reads"][2]["value"] == "the previous answer"
+    assert active["reads"][5] == {"patch": {"response": "the previous answer"}}

@@ -422,8 +422,15 @@ class MemoryView:
 
     def _root(self, root: str, states: dict[str, Any], with_lazy: bool) -> dict[str, Any]:
         if root == "effective":
-            return self._effective(states, with_lazy)
-        return model_view(states.get(root), self.planes, with_lazy=with_lazy)
+            return self._moded(self._effective(states, with_lazy))
+        return self._moded(model_view(states.get(root), self.planes, with_lazy=with_lazy))
+
+    def _moded(self, view: dict[str, Any]) -> dict[str, Any]:
+        """A scope, effective state or patch as this mode shows it: only active mode shows a
+        ``response`` (passive omits it), so every read agrees with the context."""
+        if self.config.mode == "active" or "response" not in view:
+            return view
+        return {k: v for k, v in view.items() if k != "response"}
 
     # ------------------------------------------------------------------------- history
 
@@ -633,7 +640,7 @@ class MemoryView:
             if name not in self.planes.names or (name in self.planes.lazy and not with_lazy):
                 continue
             out[name] = None if name == "response" and value == "" else value
-        return out
+        return self._moded(out)
 
     def _window(self, members: Sequence[str] | None = ()) -> list[Change]:
         """The changes of the view's newest ``history_limit`` transitions (offsets 0 … limit−1
@@ -1012,10 +1019,7 @@ class MemoryView:
 
     def _hot_view(self, states: dict[str, Any]) -> dict[str, Any]:
         """The hot effective state as the model is shown it (no response unless active)."""
-        state = self._effective(states, with_lazy=False)
-        if self.config.mode != "active":
-            state.pop("response", None)
-        return state
+        return self._moded(self._effective(states, with_lazy=False))
 
     def _recall_shown(self, staged: dict[str, Any]) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
         """The hot view and lazy navigation this session view was last shown, or ``(None, None)``
@@ -1196,8 +1200,6 @@ class MemoryView:
             offsets.setdefault(change.seq, len(offsets))  # the view's history offset after it
             scope = scope_of[change.key]
             patch = self._project_patch(to_patch(change.edits), with_lazy=False)
-            if self.config.mode != "active" and type(patch) is dict and "response" in patch:
-                patch = {k: v for k, v in patch.items() if k != "response"}  # as the state omits it
             if patch in ({}, None):
                 continue  # a lazy-only (or runtime- or, passive, response-only) change disappears
             entry = by_seq.setdefault(change.seq, {"transition": change.seq, "at": change.at, "changes": []})
