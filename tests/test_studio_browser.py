@@ -290,6 +290,56 @@ def test_signing_in_again_returns_to_the_page_the_person_was_on(server: str, bro
     context.close()
 
 
+def test_in_page_actions_say_when_the_server_does_not_answer_and_can_retry(
+    server: str, browser: Browser
+) -> None:
+    """A request that gets no answer (the browser aborts it, as when the server is down): a lazy
+    node, "Older revisions" and a jq run each show it where their result would go; once
+    requests go through again, the same controls work — a lazy node reopened loads."""
+    context = browser.new_context(viewport={"width": 1360, "height": 900})
+    page = context.new_page()
+    sign_in(page, server, ADMIN)
+    down = ["**/studio/memory/lazy*", "**/record/history*", "**/record/jq"]
+    for pattern in down:
+        page.route(pattern, lambda route: route.abort())
+
+    page.goto(server + "/studio/memory/scope?agent=triage&scope=session&key=s-2041")
+    lazy = page.locator("#lazy")
+    notes = lazy.locator("summary", has_text="notes")
+    node = notes.locator("xpath=..")  # its <details>
+    notes.click()
+    expect(node.locator(".net-error")).to_contain_text("did not answer")
+    expect(node).not_to_contain_text("loading")
+
+    record = page.context.new_page()
+    record.goto(f"{server}/studio/states/tickets/record?tk=agent&tn=triage&kind=ticket&key=T-1012")
+    for pattern in down:
+        record.route(pattern, lambda route: route.abort())
+    record.click("#history-more a")
+    expect(record.locator("#history-more .net-error")).to_contain_text("did not answer")
+    program = record.locator(".program-box", has_text="checklist.open")
+    program.locator("button").click()
+    expect(program.locator(".jq-result .net-error")).to_contain_text("did not answer")
+
+    for pattern in down:
+        page.unroute(pattern)
+        record.unroute(pattern)
+    notes.click()  # closed
+    notes.click()  # opened again: loads now
+    expect(lazy).to_contain_text("note-7")
+    expect(lazy.locator(".net-error")).to_have_count(0)
+    notes.click()
+    notes.click()  # loaded once: kept, not loaded again
+    expect(lazy).to_contain_text("note-7")
+    record.click("#history-more a")
+    expect(record.locator("#history-rows tr.hrow")).to_have_count(31)
+    expect(record.locator("#timeline .net-error")).to_have_count(0)
+    program.locator("button").click()
+    expect(program.locator(".jq-result")).to_contain_text("result")
+    expect(record.locator(".net-error")).to_have_count(0)
+    context.close()
+
+
 def test_docs_render_offline_with_an_authorize_button(server: str, browser: Browser) -> None:
     context = browser.new_context(viewport={"width": 1360, "height": 900})
     outside: list[str] = []

@@ -1,6 +1,6 @@
 """The studio: server-rendered pages under ``/studio`` for people who look at (and fix) what
 agents remember and services wrote. Sign-in is by API token; pages call the same services as
-the HTTP API; every asset ships in the package (htmx is the only script)."""
+the HTTP API; every asset ships in the package (htmx and the studio's own small script)."""
 
 from __future__ import annotations
 

@@ -171,8 +171,9 @@ def diff_rows(old: JSON, edits: Sequence[Edit]) -> tuple[list[dict[str, Any]], i
 def lazy_node(
     key: str | int, node_kind: str, href: str, *, size: int | None = None, value: JSON = MISSING
 ) -> Markup:
-    """One node of a lazy tree: a container loads its children from ``href`` when first opened
-    (htmx); a scalar shows its value when known, else its kind."""
+    """One node of a lazy tree: a container loads its children from ``href`` when opened until
+    a load succeeds (htmx; static/studio.js skips the request when it is closed or loaded, and
+    so retries one that got no answer); a scalar shows its value when known, else its kind."""
     label = _label(key)
     if node_kind in ("object", "array"):
         if size is None:
@@ -182,7 +183,7 @@ def lazy_node(
         else:
             meta = "[" + _count(size, "item") + "]"
         return Markup(
-            '<li class="lazy-node"><details hx-get="%s" hx-trigger="toggle once" hx-target="find ul" '
+            '<li class="lazy-node"><details class="lazy-load" hx-get="%s" hx-trigger="toggle" hx-target="find ul" '
             'hx-swap="innerHTML"><summary>%s<span class="j-meta">%s</span></summary>'
             '<ul><li class="muted loading">loading…</li></ul></details></li>'
         ) % (href, label, meta)
