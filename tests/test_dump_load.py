@@ -83,7 +83,7 @@ def test_sqlite_to_postgresql_to_sqlite_is_identical(tmp_path: Path, pg_schema_u
 
     original = lines(dumps[0])
     kinds = {item.get("kind") for item in original[1:]}
-    assert kinds == {"transition", "op", "document"}
+    assert kinds == {"transition", "op", "document", "end"}
     states = {item["state"] for item in original if item.get("kind") == "document"}
     assert {"_states", "_templates", "tickets", "memory"} <= states  # catalog, templates, records, memory
     for other in dumps[1:]:
@@ -157,7 +157,7 @@ def test_a_refused_load_creates_nothing_and_changes_nothing(tmp_path: Path) -> N
     dump = tmp_path / "d.jsonl"
     assert sf(source, "dump", str(dump)).returncode == 0
     items = lines(dump)
-    assert [item.get("kind") for item in items] == [None, "transition", "transition", "document"]
+    assert [item.get("kind") for item in items] == [None, "transition", "transition", "document", "end"]
 
     def variant(name: str, index: int, change: dict[str, Any]) -> Path:
         edited = [dict(item) for item in items]
@@ -212,7 +212,7 @@ def test_a_refused_dump_leaves_its_target_as_it_was(tmp_path: Path) -> None:
     assert out.returncode == 1, out.stderr
     assert out.stderr.startswith("error[target-unwritable]: cannot write "), out.stderr
     assert sf(source, "dump", str(kept)).returncode == 0
-    assert lines(kept)[-1]["body"] == {"x": 1} and oct(kept.stat().st_mode & 0o777) == "0o600"
+    assert lines(kept)[-2]["body"] == {"x": 1} and oct(kept.stat().st_mode & 0o777) == "0o600"
     # a dump over the store's own files would replace the store with its dump
     for own in ("s.db", "s.db-wal", "./s.db-writer"):
         out = subprocess.run(
@@ -265,3 +265,99 @@ def test_a_store_whose_history_was_pruned_dumps_only_what_loads(backend: str, tm
     assert loaded.returncode == 0, loaded.stderr
     got = sf(copy, "states", "read", "tickets", "--target-name", "alice", "--kind", "thread", "--key", "t1")
     assert got.returncode == 0 and json.loads(got.stdout)["data"]["title"] == "after the prune", got.stdout
+
+
+def test_a_dump_cut_short_is_refused_whole(tmp_path: Path) -> None:
+    """A dump ends with a line counting the others: one cut at any line boundary (a copy
+    interrupted, a full disk) or missing a line in the middle is refused before any store is
+    created, rather than loaded as a smaller store that `check` would call whole."""
+    source = str(tmp_path / "s.db")
+    for key in ("a", "b", "c"):
+        assert sf(source, "doc", "put", "notes", key, '{"x": 1}').returncode == 0
+    assert sf(source, "doc", "patch", "notes", "a", '{"x": 2}').returncode == 0
+    for flags in ([], ["--no-history"]):
+        dump = tmp_path / "d.jsonl"
+        out = sf(source, "dump", *flags, str(dump))
+        assert out.returncode == 0, out.stderr
+        whole = dump.read_text().splitlines(keepends=True)
+        end = json.loads(whole[-1])
+        assert (
+            end["kind"] == "end"
+            and end["documents"] == len(lines(dump)) - 2 - end["transitions"] - end["ops"]
+        )
+        assert out.stderr == (
+            f"dumped {end['transitions']} transitions, {end['ops']} op ids and {end['documents']} documents to {dump}\n"
+        )
+        damaged = {f"first {n} lines": whole[:n] for n in range(1, len(whole))}
+        damaged["a line lost"] = whole[:2] + whole[3:]
+        for why, kept in damaged.items():
+            cut = tmp_path / "cut.jsonl"
+            cut.write_text("".join(kept))
+            target = tmp_path / "new" / "copy.db"
+            loaded = sf(str(target), "load", str(cut))
+            assert loaded.returncode == 1, (flags, why, loaded.stdout)
+            assert loaded.stderr.startswith("error[invalid-dump]: "), (flags, why, loaded.stderr)
+            assert not (tmp_path / "new").exists(), (flags, why)
+        copy = tmp_path / f"copy{len(flags)}.db"
+        loaded = sf(str(copy), "load", str(dump))
+        assert loaded.returncode == 0 and loaded.stderr == "", loaded.stderr
+        assert json.loads(loaded.stdout)["documents"] == end["documents"]
+
+
+def test_an_earlier_dump_without_an_end_line_loads_with_a_warning(tmp_path: Path) -> None:
+    """A dump written before the end line existed (version 1) still loads, with a warning that
+    its completeness cannot be fully checked; with history, one that lost document lines is
+    still refused (the transitions name documents the dump no longer has)."""
+    source = str(tmp_path / "s.db")
+    for key in ("a", "b"):
+        assert sf(source, "doc", "put", "notes", key, '{"x": 1}').returncode == 0
+    for flags in ([], ["--no-history"]):
+        dump = tmp_path / "d.jsonl"
+        assert sf(source, "dump", *flags, str(dump)).returncode == 0
+        items = lines(dump)[:-1]
+        items[0]["version"] = 1
+        old = tmp_path / "old.jsonl"
+        old.write_text("".join(json.dumps(item) + "\n" for item in items))
+        copy = str(tmp_path / f"old{len(flags)}.db")
+        loaded = sf(copy, "load", str(old))
+        assert loaded.returncode == 0, loaded.stderr
+        assert loaded.stderr.startswith(
+            f"warning: {old} was written by an earlier stateflow, without an end line"
+        )
+        assert json.loads(sf(copy, "doc", "get", "notes", "b").stdout) == {"x": 1}
+    history = tmp_path / "h.jsonl"
+    assert sf(source, "dump", str(history)).returncode == 0
+    items = lines(history)[:-2]  # the end line and the last document line lost
+    items[0]["version"] = 1
+    history.write_text("".join(json.dumps(item) + "\n" for item in items))
+    loaded = sf(str(tmp_path / "cut.db"), "load", str(history))
+    assert loaded.returncode == 1 and "cut short" in loaded.stderr and "notes/b" in loaded.stderr, (
+        loaded.stderr
+    )
+    assert not (tmp_path / "cut.db").exists()
+
+
+def test_check_names_a_store_a_load_left_unfinished(backend: str, tmp_path: Path) -> None:
+    """A load refused part way into an existing store keeps what it loaded before the refusal:
+    `check` says the store holds only part of a dump, instead of calling it whole."""
+    source = str(tmp_path / "s.db")
+    for value in (1, 2):
+        assert sf(source, "doc", "put", "notes", "a", json.dumps({"x": value})).returncode == 0
+    assert sf(source, "doc", "put", "notes", "b", '{"x": 1}').returncode == 0
+    dump = tmp_path / "d.jsonl"
+    assert sf(source, "dump", str(dump)).returncode == 0
+    items = lines(dump)
+    second = items[2]["changes"][0]
+    items[2]["changes"] = [{**second, "edits": [[["x", "deeper"], 1]]}]  # passes the check, does not replay
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("".join(json.dumps(item) + "\n" for item in items))
+    assert sf(backend, "migrate").returncode == 0
+    loaded = sf(backend, "load", str(bad))
+    assert loaded.returncode == 1 and loaded.stderr.startswith("error[invalid-dump]: "), loaded.stderr
+    checked = sf(backend, "check", "--json")
+    assert checked.returncode == 1, checked.stdout
+    (problem,) = json.loads(checked.stdout)["problems"]
+    assert problem.startswith("load: a load started at ") and "holds only part of its dump" in problem
+    whole = str(tmp_path / "whole.db")
+    assert sf(whole, "load", str(dump)).returncode == 0
+    assert sf(whole, "check").returncode == 0

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import click
 
+from stateflow.cli import progress as progress_
 from stateflow.cli.common import Context, echo_json, pass_context, refusals
 from stateflow.cli.examples import decorate
 from stateflow.errors import CorruptStore, InvalidInput, UnsupportedStore
@@ -17,10 +19,12 @@ from stateflow.store.open import display_location, sqlite_file
 
 @click.command("check")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@progress_.option
 @pass_context
 @refusals
-def check(ctx: Context, as_json: bool) -> None:
-    """Check the store: the file's integrity (SQLite), the schema, every revision it keeps.
+def check(ctx: Context, as_json: bool, progress: bool | None) -> None:
+    """Check the store: the file's integrity (SQLite), the schema, every revision it keeps,
+    and that no load into it was left unfinished.
 
     Reads only. Exit status 0 when the store is whole, 1 when anything is damaged."""
     from stateflow.store.check import CheckReport, check_store, sqlite_file_integrity
@@ -28,16 +32,19 @@ def check(ctx: Context, as_json: bool) -> None:
     location = resolve_store_url(ctx.store_location)
     path = sqlite_file(location)
     report = CheckReport(display_location(location))
-    if path is not None and path.exists():
-        sqlite_file_integrity(str(path), report)
-    if report.ok:  # a file that failed its own check is not opened
-        try:
-            full = check_store(_sql(ctx.reader()))
-        except CorruptStore as exc:
-            report.problem(f"open: {exc.message}")
-        else:
-            full.checked = {**report.checked, **full.checked}
-            report = full
+    with progress_.reporting("check", progress) as reporter:
+        if path is not None and path.exists():
+            reporter.phase("the file's pages")
+            sqlite_file_integrity(str(path), report)
+        if report.ok:  # a file that failed its own check is not opened
+            reporter.phase("the store")
+            try:
+                full = check_store(_sql(ctx.reader()), progress=reporter)
+            except CorruptStore as exc:
+                report.problem(f"open: {exc.message}")
+            else:
+                full.checked = {**report.checked, **full.checked}
+                report = full
     if as_json:
         echo_json(report.to_json())
     else:
@@ -64,10 +71,11 @@ def _sql(store: object) -> SqlStore:
 
 @click.command("backup")
 @click.argument("target", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--force", is_flag=True, help="Replace TARGET when it exists.")
+@click.option("--force", is_flag=True, help="Replace TARGET when it exists (never the store's own file).")
+@progress_.option
 @pass_context
 @refusals
-def backup(ctx: Context, target: Path, force: bool) -> None:
+def backup(ctx: Context, target: Path, force: bool, progress: bool | None) -> None:
     """Copy a live SQLite store to TARGET: a consistent snapshot, taken with SQLite's online
     backup while writers carry on. (PostgreSQL: use pg_dump, or `stateflow dump`.)"""
     from stateflow.store.backup import sqlite_backup
@@ -79,7 +87,9 @@ def backup(ctx: Context, target: Path, force: bool) -> None:
             "stateflow backup copies SQLite files; back PostgreSQL up with pg_dump "
             "(or `stateflow dump` for a portable copy)"
         )
-    pages = sqlite_backup(path, target, replace=force)
+    with progress_.reporting("backup", progress) as reporter:
+        reporter.phase("copying")
+        pages = sqlite_backup(path, target, replace=force, progress=reporter)
     click.echo(f"backed up {display_location(location)} to {target} ({pages} pages, checked)", err=True)
 
 
@@ -103,21 +113,31 @@ def import_state_flow(ctx: Context, root: Path, agent: str | None) -> None:
 @click.command("dump")
 @click.argument("target", required=False, type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--no-history", is_flag=True, help="Documents only (a load then starts them at revision 1).")
+@progress_.option
 @pass_context
 @refusals
-def dump(ctx: Context, target: Path | None, no_history: bool) -> None:
+def dump(ctx: Context, target: Path | None, no_history: bool, progress: bool | None) -> None:
     """Write the store as JSON Lines to TARGET (default stdout): catalog, templates, attachments,
-    records, memory and, unless --no-history, every transition."""
+    records, memory and, unless --no-history, every transition; the last line counts the others,
+    so a copy cut short is refused by `load`. With TARGET, a summary goes to stderr."""
     from stateflow.store.portable import dump as dump_store
 
-    lines = dump_store(_sql(ctx.reader()), history=not no_history)
-    if target is None:
-        out = click.get_binary_stream("stdout")
-        for line in lines:
-            out.write(line)
-        return
-    _refuse_store_file(ctx.store_location, target)
-    write_private(target, lines)  # whole or not at all: a refused dump leaves TARGET as it was
+    if target is not None:
+        _refuse_store_file(ctx.store_location, target)
+    with progress_.reporting("dump", progress) as reporter:
+        lines = dump_store(_sql(ctx.reader()), history=not no_history, progress=reporter)
+        if target is None:
+            out = click.get_binary_stream("stdout")
+            for line in lines:
+                out.write(line)
+            return
+        write_private(target, lines)  # whole or not at all: a refused dump leaves TARGET as it was
+    n = reporter.counts
+    click.echo(
+        f"dumped {n.get('transitions', 0)} transitions, {n.get('ops', 0)} op ids and "
+        f"{n.get('documents', 0)} documents to {target}",
+        err=True,
+    )
 
 
 def _refuse_store_file(location: str | None, target: Path) -> None:
@@ -132,31 +152,48 @@ def _refuse_store_file(location: str | None, target: Path) -> None:
 
 @click.command("load")
 @click.argument("source", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@progress_.option
 @pass_context
 @refusals
-def load(ctx: Context, source: Path) -> None:
+def load(ctx: Context, source: Path, progress: bool | None) -> None:
     """Load a dump into an empty store (run `stateflow migrate` first on PostgreSQL).
 
-    The whole file is checked before the store is opened: a file that is not a dump creates
-    and changes nothing. A SQLite store the load created is removed if the load is refused."""
+    The whole file is checked before the store is opened: a file that is not a whole dump (one
+    cut short included) creates and changes nothing. A SQLite store the load created is removed
+    if the load is refused; an existing one keeps a mark that `stateflow check` reports."""
     from stateflow.store.portable import check as check_dump
     from stateflow.store.portable import load as load_store
     from stateflow.store.sqlite import first_missing_folder, remove_created
 
-    with source.open("rb") as fh:
-        check_dump(fh)
+    size = source.stat().st_size
+    with source.open("rb") as fh, progress_.reporting("load", progress) as reporter:
+        reporter.phase("checking the dump", size)
+        checked = check_dump(_read(fh, reporter))
+        if not checked.complete:
+            click.echo(
+                f"warning: {source} was written by an earlier stateflow, without an end line: whether it "
+                "is complete cannot be fully checked; compare the loaded store with its source",
+                err=True,
+            )
         fh.seek(0)
         path = sqlite_file(ctx.store_location)
         created = path is not None and not path.exists()
         top = first_missing_folder(path) if path is not None else None
         try:
-            counts = load_store(_sql(ctx.store()), fh)
+            reporter.phase("loading", size)
+            counts = load_store(_sql(ctx.store()), _read(fh, reporter))
         except BaseException:
             if created and path is not None:
                 ctx.close()
                 remove_created(path, top)
             raise
     echo_json(counts)
+
+
+def _read(lines: Iterable[bytes], reporter: progress_.Reporter) -> Iterator[bytes]:
+    for line in lines:
+        reporter("bytes", len(line))
+        yield line
 
 
 decorate(check, "check")

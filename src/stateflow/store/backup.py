@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 
 from stateflow.errors import CorruptStore, InvalidInput, StoreNotFound, StoreUnavailable
@@ -12,17 +13,31 @@ from stateflow.store.sqlite import FILE_MODE, store_files
 from stateflow.store.sqlite_file import connect_read_only, holding, preflight
 
 
-def sqlite_backup(source: Path, target: Path, *, replace: bool = False) -> int:
+def sqlite_backup(
+    source: Path, target: Path, *, replace: bool = False, progress: Callable[[str, int], None] | None = None
+) -> int:
     """Copy ``source`` to ``target`` (0600) page by page, in steps, so writers are never held
     up for long; the copy is checked (``quick_check``) before it replaces ``target``. Returns
-    the number of pages copied. The source is opened as every read-only open is (a file on a
-    read-only medium is read alone when its WAL holds nothing)."""
+    the number of pages copied; ``progress`` is told ``("pages", n)`` after each step. The
+    source is opened as every read-only open is (a file on a read-only medium is read alone
+    when its WAL holds nothing)."""
     if not preflight(source):
         raise StoreNotFound(f"no store at {source}")
+    # the store's own files first: --force would not help there, so it must not be suggested
+    if target.expanduser().resolve() in store_files(source.resolve()):
+        raise InvalidInput(
+            f"{target} is a file of the store being backed up; the backup must go to another file"
+        )
     if target.exists() and not replace:
         raise InvalidInput(f"{target} exists; pass --force to replace it")
-    if target.resolve() in store_files(source.resolve()):
-        raise InvalidInput("the backup must go to another file than the store's own")
+    copied = 0
+
+    def step(status: int, remaining: int, total: int) -> None:
+        nonlocal copied
+        if progress is not None:
+            progress("pages", total - remaining - copied)
+        copied = total - remaining
+
     partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
     try:
         fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
@@ -35,7 +50,7 @@ def sqlite_backup(source: Path, target: Path, *, replace: bool = False) -> int:
             try:
                 dst = sqlite3.connect(partial)
                 try:
-                    src.backup(dst, pages=1024)
+                    src.backup(dst, pages=1024, progress=step)
                     dst.execute("PRAGMA journal_mode = DELETE")  # one self-contained file
                     (verdict,) = dst.execute("PRAGMA quick_check").fetchone()
                     pages = int(dst.execute("PRAGMA page_count").fetchone()[0])

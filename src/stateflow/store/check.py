@@ -18,6 +18,7 @@ from stateflow.store.base import SqlStore
 from stateflow.store.migrations import SCHEMA_VERSION
 from stateflow.store.model import DocKey
 from stateflow.store.nodes import all_roots, walk
+from stateflow.store.portable import unfinished_load
 
 MAX_PROBLEMS = 100
 """A damaged store can have thousands of bad rows; the report names the first ones."""
@@ -30,6 +31,8 @@ class CheckReport:
     """what was looked at, by kind (``documents``, ``revisions``, ``pages`` …)"""
     problems: list[str] = field(default_factory=list)
     more_problems: int = 0
+    progress: Callable[[str, int], None] | None = field(default=None, repr=False, compare=False)
+    """told each count as it is made (a long check shows how far it got)"""
 
     @property
     def ok(self) -> bool:
@@ -37,6 +40,8 @@ class CheckReport:
 
     def count(self, what: str, n: int = 1) -> None:
         self.checked[what] = self.checked.get(what, 0) + n
+        if self.progress is not None:
+            self.progress(what, n)
 
     def problem(self, message: str) -> None:
         if len(self.problems) < MAX_PROBLEMS:
@@ -64,11 +69,11 @@ def register(name: str, check: Check) -> None:
         CHECKS.append((name, check))
 
 
-def check_store(store: SqlStore) -> CheckReport:
+def check_store(store: SqlStore, progress: Callable[[str, int], None] | None = None) -> CheckReport:
     """Run every registered check; a check that cannot run at all is itself a problem (but a
     store that is missing or unreachable, or at another schema version than this stateflow's, is
     an error to act on — find it, migrate it, upgrade stateflow —, not damage)."""
-    report = CheckReport(store.url)
+    report = CheckReport(store.url, progress=progress)
     for name, check in CHECKS:
         try:
             check(store, report)
@@ -212,7 +217,19 @@ def _counters(store: SqlStore, report: CheckReport) -> None:
     report.count("counters", len(stored))
 
 
+def _load(store: SqlStore, report: CheckReport) -> None:
+    """A load that started and did not finish (refused part way, interrupted) left the store
+    holding only part of its dump, however consistent each part is."""
+    started = unfinished_load(store)
+    if started is not None:
+        report.problem(
+            f"load: a load started at {started} did not finish, so the store holds only part of its "
+            "dump; load the dump again into an empty store"
+        )
+
+
 register("schema", _schema)
+register("load", _load)
 register("nodes", _nodes)
 register("revisions", _revisions)
 register("transitions", _transitions)

@@ -3,7 +3,9 @@
 A dump is a header line, then (with history) every transition in seq order — its time, origin
 and each document's change (revision, edits, touched paths) — then the idempotency ledger (each
 op id with its scope, time and transition), then every document as it is now (state, subject,
-revision, body; ``null`` for a deleted one). The catalog (``_states``, whose
+revision, body; ``null`` for a deleted one), then an end line with the number of transition, op
+and document lines: a dump cut short (a copy interrupted, a full disk) lacks it or its counts
+disagree, and is refused whole rather than loaded as a smaller store. The catalog (``_states``, whose
 declarations carry their attachments), the templates (``_templates``), agent memory and every
 state's records are all documents, so all travel.
 
@@ -14,12 +16,14 @@ history, each document is written once (revision 1), :data:`PAGE` documents to a
 bulk path: a million small records load in batched commits, checked batch by batch. Op ids are kept either way (pointing at
 their transition's new seq when history was loaded), so a call retried against the loaded
 store is still recognised as a replay. The document lines are then compared with what was
-loaded.
+loaded. While a load runs the store carries a mark (``stateflow_meta``) that only a finished
+load removes, so ``stateflow check`` names a store a load left half filled.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import orjson
@@ -28,25 +32,42 @@ from stateflow.doc.canonical import decode
 from stateflow.doc.diff import Edit
 from stateflow.errors import Conflict, InvalidInput, InvalidJSON
 from stateflow.store.base import SqlStore
-from stateflow.store.clock import restoring_time
+from stateflow.store.clock import restoring_time, utc_now
 from stateflow.store.model import DocKey, Write
 
 FORMAT: Final = "stateflow-dump"
-VERSION: Final = 1
+VERSION: Final = 2
+"""Version 2 ends with an end line; version 1 (no end line) is still read, but a version-1 dump
+cut short at a line boundary can only partly be told from a whole one."""
+READABLE: Final = (1, 2)
 PAGE: Final = 500
+LOADING: Final = "load_unfinished"
+"""The ``stateflow_meta`` key a load sets before its first commit and removes after its last."""
+
+Progress = Callable[[str, int], None]
+"""Told ``(what, n)`` as a dump or a load gets ``n`` more of ``what`` done."""
 
 
 class InvalidDump(InvalidInput):
     code = "invalid-dump"
 
 
-def dump(store: SqlStore, *, history: bool = True) -> Iterator[bytes]:
-    """The store as JSON Lines (each item one line, newline included). With history, a store
-    whose retention pruned a document's early revisions is refused before the first line: a
-    replay starts every document at revision 1 (dump it with ``history=False``)."""
+def dump(store: SqlStore, *, history: bool = True, progress: Progress | None = None) -> Iterator[bytes]:
+    """The store as JSON Lines (each item one line, newline included), ending with the end line
+    that counts the others. With history, a store whose retention pruned a document's early
+    revisions is refused before the first line: a replay starts every document at revision 1
+    (dump it with ``history=False``)."""
     store.check_schema()
     if history:
         _refuse_pruned(store)
+    counts = dict.fromkeys(_COUNTED.values(), 0)
+
+    def counted(kind: str, line: bytes) -> bytes:
+        counts[_COUNTED[kind]] += 1
+        if progress is not None:
+            progress(_COUNTED[kind], 1)
+        return line
+
     yield _line({"format": FORMAT, "version": VERSION, "history": history})
     if history:
         after = 0
@@ -64,11 +85,21 @@ def dump(store: SqlStore, *, history: bool = True) -> Iterator[bytes]:
                     }
                     for c in t.changes
                 ]
-                yield _line(
-                    {"kind": "transition", "seq": t.seq, "at": t.at, "origin": t.origin, "changes": changes}
+                yield counted(
+                    "transition",
+                    _line(
+                        {
+                            "kind": "transition",
+                            "seq": t.seq,
+                            "at": t.at,
+                            "origin": t.origin,
+                            "changes": changes,
+                        }
+                    ),
                 )
             after = page[-1].seq
-    yield from _ops(store)
+    for line in _ops(store):
+        yield counted("op", line)
     with store._read_tx() as tx:
         rows = tx.all(
             "SELECT state, subject, revision FROM documents WHERE revision > 0 ORDER BY state, subject"
@@ -78,15 +109,23 @@ def dump(store: SqlStore, *, history: bool = True) -> Iterator[bytes]:
         docs = store.read([DocKey(state, subject) for state, subject, _ in batch])
         for state, subject, _ in batch:
             doc = docs[DocKey(state, subject)]
-            yield _line(
-                {
-                    "kind": "document",
-                    "state": state,
-                    "subject": subject,
-                    "revision": doc.revision,
-                    "body": doc.body,
-                }
+            yield counted(
+                "document",
+                _line(
+                    {
+                        "kind": "document",
+                        "state": state,
+                        "subject": subject,
+                        "revision": doc.revision,
+                        "body": doc.body,
+                    }
+                ),
             )
+    yield _line({"kind": "end", **counts})  # last: a dump without it was cut short
+
+
+_COUNTED: Final = {"transition": "transitions", "op": "ops", "document": "documents"}
+"""Each counted line kind and its field in the end line."""
 
 
 def _refuse_pruned(store: SqlStore) -> None:
@@ -127,27 +166,45 @@ def _ops(store: SqlStore) -> Iterator[bytes]:
         )
 
 
-def check(lines: Iterable[bytes]) -> dict[str, Any]:
-    """Read a whole dump and check every line's shape (what :func:`load` checks as it goes),
-    without a store: a file that is not a whole dump is refused before any store is opened or
-    created, so nothing is written. Returns the header."""
-    items = _items(lines)
-    header = next(items)
-    for _ in items:
+@dataclass
+class Checked:
+    """What :func:`check` read: the header, the lines of each kind, and whether the dump ended
+    with an end line that counts them (a version-1 dump has none)."""
+
+    header: dict[str, Any] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(_COUNTED.values(), 0))
+    ended: bool = False
+
+    @property
+    def complete(self) -> bool:
+        """Whether the dump is known to be whole (version 2 always is once checked)."""
+        return self.ended
+
+
+def check(lines: Iterable[bytes]) -> Checked:
+    """Read a whole dump and check every line's shape (what :func:`load` checks as it goes) and
+    that it is whole (its end line and counts), without a store: a file that is not a whole dump
+    is refused before any store is opened or created, so nothing is written."""
+    seen = Checked()
+    for _ in _items(lines, seen):
         pass
-    return header
+    return seen
 
 
 def load(store: SqlStore, lines: Iterable[bytes]) -> dict[str, int]:
     """Load a dump into ``store``, which must hold no transition yet; returns counts. A line
-    refused here has the loaded lines before it written: :func:`check` the dump first."""
+    refused here (or a missing end line, seen only at the end) has the loaded lines before it
+    written, and the store keeps the mark that ``stateflow check`` reports: :func:`check` the
+    dump first."""
     store.check_schema()
     with store._read_tx() as tx:
         has_ops = tx.one("SELECT 1 FROM applied_ops LIMIT 1") is not None
     if has_ops or store.transitions(limit=1):
         raise Conflict(f"{store.url} already holds data; load into an empty store")
-    items = _items(lines)
+    seen = Checked()
+    items = _items(lines, seen)
     header = next(items)
+    _mark_loading(store, utc_now())
     transitions = documents = 0
     expected: dict[DocKey, tuple[int, Any]] = {}
     seqs: dict[int, int] = {}
@@ -184,7 +241,24 @@ def load(store: SqlStore, lines: Iterable[bytes]) -> dict[str, int]:
                     ops[start : start + PAGE],
                 )
     _verify(store, expected, bool(header.get("history")))
+    _mark_loading(store, None)
     return {"transitions": transitions, "documents": documents, "ops": len(ops)}
+
+
+def _mark_loading(store: SqlStore, started: str | None) -> None:
+    """Set (with the time the load started) or clear the store's unfinished-load mark."""
+    with store._write_tx() as tx:
+        tx.run("DELETE FROM stateflow_meta WHERE key = ?", (LOADING,))
+        if started is not None:
+            tx.run("INSERT INTO stateflow_meta (key, value) VALUES (?, ?)", (LOADING, started))
+
+
+def unfinished_load(store: SqlStore) -> str | None:
+    """When a load into ``store`` started that did not finish (the store holds only part of its
+    dump), else None."""
+    with store._read_tx() as tx:
+        row = tx.one("SELECT value FROM stateflow_meta WHERE key = ?", (LOADING,))
+    return None if row is None else str(row[0])
 
 
 def _write_batch(store: SqlStore, batch: dict[DocKey, Any]) -> None:
@@ -232,13 +306,16 @@ def _line(value: Any) -> bytes:
     return orjson.dumps(value) + b"\n"
 
 
-def _items(lines: Iterable[bytes]) -> Iterator[dict[str, Any]]:
-    """The header, then every other line, each refused by number unless it has the fields (and
-    their types) its kind needs and, in a dump with history, the revisions a replay needs: a
-    load never stops on a line it cannot read."""
+def _items(lines: Iterable[bytes], seen: Checked) -> Iterator[dict[str, Any]]:
+    """The header, then every other line but the end line, each refused by number unless it has
+    the fields (and their types) its kind needs and, in a dump with history, the revisions a
+    replay needs; then the dump is refused unless it is whole: a load never stops on a line it
+    cannot read. ``seen`` gathers the header and the counts."""
     header: dict[str, Any] | None = None
     revisions: dict[tuple[str, str], int] = {}
     """each document's revision after the transitions read so far"""
+    documents: set[tuple[str, str]] = set()
+    number = 0
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -246,16 +323,48 @@ def _items(lines: Iterable[bytes]) -> Iterator[dict[str, Any]]:
             item = decode(line)
         except InvalidJSON as exc:
             raise InvalidDump(f"line {number} is not JSON: {exc}") from None
+        if seen.ended:
+            raise InvalidDump(f"line {number}: a line after the dump's end line")
         if header is None:
             _check_header(item)
-            header = item
+            header = seen.header = item
         else:
+            if isinstance(item, dict) and item.get("kind") == "end" and header["version"] >= 2:
+                _check_end(number, item, seen.counts)
+                seen.ended = True
+                continue
             _check_line(number, item)
+            seen.counts[_COUNTED[item["kind"]]] += 1
             if header.get("history"):
                 _check_revisions(number, item, revisions)
+                if item["kind"] == "document":
+                    documents.add((item["state"], item["subject"]))
         yield item
     if header is None:
         raise InvalidDump("the dump is empty (the first line must be its header)")
+    cut = f"the dump is cut short after line {number}"
+    if header["version"] >= 2 and not seen.ended:
+        raise InvalidDump(
+            f"{cut}: it has no end line (a copy interrupted, a full disk?); dump the store again"
+        )
+    missing = next((key for key in revisions if key not in documents), None)
+    if missing is not None:  # the document lines come last: the first cut loses some
+        raise InvalidDump(
+            f"{cut}: the transitions change {missing[0]}/{missing[1]}, which has no document line"
+        )
+
+
+def _check_end(number: int, item: dict[str, Any], counts: dict[str, int]) -> None:
+    """The end line counts the lines before it; a dump that lost lines in the middle (or gained
+    some) disagrees with it."""
+    for name, n in counts.items():
+        if not _is_int(item.get(name)):
+            raise InvalidDump(f"line {number}: end line without a count of {name}")
+        if item[name] != n:
+            raise InvalidDump(
+                f"line {number}: the end line counts {item[name]} {name}, the dump holds {n}; "
+                "the dump is damaged, dump the store again"
+            )
 
 
 def _check_revisions(number: int, item: dict[str, Any], revisions: dict[tuple[str, str], int]) -> None:
@@ -286,8 +395,9 @@ def _check_revisions(number: int, item: dict[str, Any], revisions: dict[tuple[st
 def _check_header(item: Any) -> None:
     if not isinstance(item, dict) or item.get("format") != FORMAT:
         raise InvalidDump("not a stateflow dump (the first line must be its header)")
-    if item.get("version") != VERSION:
-        raise InvalidDump(f"dump version {item.get('version')!r} is not supported ({VERSION} is)")
+    if item.get("version") not in READABLE or not _is_int(item.get("version")):
+        readable = " and ".join(str(v) for v in READABLE)
+        raise InvalidDump(f"dump version {item.get('version')!r} is not supported ({readable} are)")
 
 
 def _is_int(value: Any) -> bool:

@@ -1,0 +1,93 @@
+"""Long operator commands (`check`, `dump`, `load`, `backup`) report progress on stderr — live
+on a terminal, plain lines when asked — and never on stdout, which stays the command's answer."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import subprocess
+from pathlib import Path
+
+import pytest
+
+
+def sf(store: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, STATEFLOW_STORE=store)
+    return subprocess.run(["stateflow", *args], capture_output=True, text=True, timeout=120, env=env)
+
+
+def filled(tmp_path: Path) -> str:
+    store = str(tmp_path / "s.db")
+    for key in ("a", "b", "c"):
+        assert sf(store, "doc", "put", "notes", key, '{"x": 1}').returncode == 0
+    return store
+
+
+def test_progress_when_asked_goes_to_stderr_and_stdout_stays_the_answer(tmp_path: Path) -> None:
+    store = filled(tmp_path)
+    checked = sf(store, "check", "--json", "--progress")
+    assert checked.returncode == 0, checked.stderr
+    assert json.loads(checked.stdout)["ok"] is True
+    last = checked.stderr.splitlines()[-1]
+    assert last.startswith("check: the store: ") and ", 3 documents, " in last and last.endswith(" (done)")
+
+    dump = tmp_path / "d.jsonl"
+    dumped = sf(store, "dump", "--progress", str(dump))
+    assert dumped.returncode == 0 and dumped.stdout == "", dumped.stderr
+    end = json.loads(dump.read_text().splitlines()[-1])
+    documents, transitions = end["documents"], end["transitions"]
+    assert dumped.stderr.splitlines()[-2:] == [
+        f"dump: {transitions} transitions, {documents} documents (done)",
+        f"dumped {transitions} transitions, 0 op ids and {documents} documents to {dump}",
+    ]
+    loaded = sf(str(tmp_path / "copy.db"), "load", "--progress", str(dump))
+    assert loaded.returncode == 0, loaded.stderr
+    assert json.loads(loaded.stdout) == {"transitions": transitions, "documents": documents, "ops": 0}
+    assert loaded.stderr.splitlines()[-1] == "load: loading: 100% (done)"
+
+    backed = sf(store, "backup", "--progress", str(tmp_path / "b.db"))
+    assert backed.returncode == 0, backed.stderr
+    progress, summary = backed.stderr.splitlines()[-2:]
+    assert progress.startswith("backup: copying: ") and progress.endswith(" pages (done)"), progress
+    assert summary.startswith("backed up ")
+
+
+def test_no_progress_off_a_terminal_unless_asked(tmp_path: Path) -> None:
+    store = filled(tmp_path)
+    checked = sf(store, "check")
+    assert checked.returncode == 0 and checked.stderr == ""
+    loaded = sf(str(tmp_path / "copy.db"), "load", "--no-progress", str(_dump(store, tmp_path)))
+    assert loaded.returncode == 0 and loaded.stderr == ""
+
+
+def _dump(store: str, tmp_path: Path) -> Path:
+    dump = tmp_path / "d.jsonl"
+    assert sf(store, "dump", str(dump)).returncode == 0
+    return dump
+
+
+@pytest.mark.parametrize("command", [["check", "--json"], ["dump"]])
+def test_on_a_terminal_the_live_line_stays_off_stdout(tmp_path: Path, command: list[str]) -> None:
+    """stderr a terminal, stdout a pipe (`stateflow dump | gzip`): the live line goes to the
+    terminal only, and stdout is exactly the answer."""
+    store = filled(tmp_path)
+    main, side = pty.openpty()
+    try:
+        out = subprocess.run(
+            ["stateflow", *command],
+            stdout=subprocess.PIPE,
+            stderr=side,
+            timeout=120,
+            env=dict(os.environ, STATEFLOW_STORE=store),
+        )
+    finally:
+        os.close(side)
+        os.close(main)
+    assert out.returncode == 0
+    answer = out.stdout.decode()
+    if command[0] == "check":
+        assert json.loads(answer)["ok"] is True
+    else:
+        items = [json.loads(line) for line in answer.splitlines()]
+        assert items[0]["format"] == "stateflow-dump" and items[-1]["kind"] == "end"
