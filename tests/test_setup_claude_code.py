@@ -159,3 +159,32 @@ def test_setup_gives_the_server_and_hooks_a_hot_budget(tmp_path: Path) -> None:
     )
     context = json.loads(hook.stdout)["hookSpecificOutput"]["additionalContext"]
     assert "bytes of a 3000-byte budget" in context and len(context) < 10_000
+
+
+def test_a_relative_store_is_written_as_the_store_it_names_here(tmp_path: Path) -> None:
+    """Claude Code starts the server and the hooks in the project: a relative --store given to
+    setup elsewhere is written as the absolute path of the store it named there."""
+    project = tmp_path / "proj"
+    project.mkdir()
+    wrote = sf(
+        "--store", "./team.db", "tool", "patch_state", '{"cwd": {"tactics": {"next": "from-user"}}}',
+        "--agent", "claude-code", "--cwd", str(project), cwd=tmp_path,
+    )  # fmt: skip
+    assert wrote.returncode == 0, wrote.stderr
+    out = sf("--store", "./team.db", "setup", "claude-code", "--project", "proj", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    entry = json.loads((project / ".mcp.json").read_text())["mcpServers"]["stateflow"]
+    assert entry["args"][:2] == ["--store", str(tmp_path / "team.db")]
+    settings = json.loads((project / ".claude" / "settings.json").read_text())
+    hook = subprocess.run(
+        ["bash", "-c", settings["hooks"]["SessionStart"][0]["hooks"][0]["command"]],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=project,
+        env=dict(os.environ, CLAUDE_PROJECT_DIR=str(project)),
+        input='{"session_id": "s", "hook_event_name": "SessionStart"}',
+    )
+    assert hook.returncode == 0, hook.stderr
+    assert "from-user" in json.loads(hook.stdout)["hookSpecificOutput"]["additionalContext"]
+    assert not (project / "team.db").exists()

@@ -21,6 +21,7 @@ import click
 from stateflow.cli.common import refusals
 from stateflow.cli.examples import decorate
 from stateflow.errors import InvalidInput
+from stateflow.store.open import absolute_location
 
 SERVER = "stateflow"
 HOOK_EVENTS = ("SessionStart", "UserPromptSubmit")
@@ -125,7 +126,9 @@ def claude_code(
     """Add the MCP server and the context hooks to a Claude Code project (.mcp.json, .claude/settings.json)."""
     project = project.expanduser().resolve()
     store = getattr(obj, "store_location", None)
-    files = plan(project, agent, session, store, hot_budget)
+    # Claude Code starts the server and the hooks in the project: a path relative to here would
+    # name another (new, empty) store there
+    files = plan(project, agent, session, absolute_location(store) if store else None, hot_budget)
     for path, content in files.items():
         text = json.dumps(content, indent=2) + "\n"
         if dry_run:

@@ -44,6 +44,17 @@ def resolve_store_url(store: StoreLocation | None = None) -> str:
     return os.fspath(store) if store else str(default_store_path())
 
 
+def absolute_location(store: StoreLocation, base: Path | None = None) -> str:
+    """``store`` named so that it opens the same store from any working directory: a relative
+    SQLite path made absolute against ``base`` (default: the working directory); a URL (absolute
+    by its form) as given."""
+    location = os.fspath(store)
+    if "://" in location:
+        return location
+    path = Path(location).expanduser()
+    return os.path.abspath(path if base is None else base / path)
+
+
 _SECRET_PARAMS: Final = frozenset({"password", "sslpassword"})
 """libpq URI parameters that carry a secret (``passfile`` names a file, not a secret)"""
 
