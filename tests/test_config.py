@@ -45,7 +45,11 @@ def test_flags_beat_the_environment_which_beats_the_file(tmp_path: Path) -> None
     (tmp_path / "stateflow.toml").write_text(FILE)
     shown = json.loads(sf(tmp_path, "config", "show").stdout)
     assert shown["file"] == str(tmp_path / "stateflow.toml")
-    assert shown["store"] == {"url": "from-file.db", "wait_seconds": 3.0, "connect_timeout_seconds": 5.0}
+    assert shown["store"] == {
+        "url": str(tmp_path / "from-file.db"),  # (read against the file's folder)
+        "wait_seconds": 3.0,
+        "connect_timeout_seconds": 5.0,
+    }
     assert shown["server"]["log_level"] == "warning" and shown["jq"]["timeout_seconds"] == 4.0
     assert shown["server"]["tokens"] == ["fil…@agent/alice,tool/crm"]  # masked
     assert "file-secret" not in sf(tmp_path, "config", "show").stdout
@@ -98,6 +102,29 @@ def test_serve_takes_its_settings_from_the_file_and_its_flags_win(tmp_path: Path
         servers.wait_ready(server)  # the flag's port, not the file's
     finally:
         server.stop()
+
+
+def test_relative_paths_in_the_file_are_read_against_the_file_s_folder(tmp_path: Path) -> None:
+    """One file names one store (and one token file) from whichever directory reads it."""
+    conf, a, b = tmp_path / "conf", tmp_path / "a", tmp_path / "b"
+    for folder in (conf, a, b):
+        folder.mkdir()
+    (conf / "stateflow.toml").write_text('[store]\nurl = "team.db"\n[server]\ntoken_file = "sub/tokens"\n')
+    config = str(conf / "stateflow.toml")
+    wrote = sf(a, "--config", config, "doc", "put", "notes", "n1", '{"from": "a"}')
+    assert wrote.returncode == 0, wrote.stderr
+    assert (conf / "team.db").exists() and not (a / "team.db").exists()
+    read = sf(b, "doc", "get", "notes", "n1", STATEFLOW_CONFIG=config)
+    assert read.returncode == 0 and json.loads(read.stdout) == {"from": "a"}, read.stderr
+    shown = json.loads(sf(b, "--config", config, "config", "show").stdout)
+    assert shown["store"]["url"] == str(conf / "team.db")
+    assert shown["server"]["token_file"] == str(conf / "sub" / "tokens")
+    # a URL and an absolute path are taken as written; the flag and the environment keep the cwd
+    (conf / "stateflow.toml").write_text(f'[store]\nurl = "sqlite:///{tmp_path}/x.db?mode=ro"\n')
+    shown = json.loads(sf(b, "--config", config, "config", "show").stdout)
+    assert shown["store"]["url"] == f"sqlite:///{tmp_path}/x.db?mode=ro"
+    shown = json.loads(sf(b, "--config", config, "config", "show", STATEFLOW_STORE="env.db").stdout)
+    assert shown["store"]["url"] == "env.db"
 
 
 def test_bad_configuration_is_refused_naming_the_key_and_the_source(tmp_path: Path) -> None:

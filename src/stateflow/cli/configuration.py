@@ -3,6 +3,8 @@
 Precedence: flags > environment > file > defaults. The file is ``--config PATH`` (or
 ``STATEFLOW_CONFIG``), else ``stateflow.toml`` in the working directory, else in the data
 directory; a named file that does not exist is refused, a file found by looking is optional.
+A relative path in the file is read against the file's folder (flags and the environment: the
+working directory).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import click
 
 from stateflow.cli.examples import decorate
 from stateflow.config import Config, InvalidConfig
+from stateflow.store.open import absolute_location
 
 FILE_NAME = "stateflow.toml"
 ENV_CONFIG = "STATEFLOW_CONFIG"
@@ -60,11 +63,24 @@ def _file_layer(path: Path) -> dict[str, Any]:
 
     try:
         with path.open("rb") as fh:
-            return tomllib.load(fh)
+            layer = tomllib.load(fh)
     except tomllib.TOMLDecodeError as exc:
         raise InvalidConfig(f"{path} is not valid TOML: {exc}") from None
     except OSError as exc:
         raise InvalidConfig(f"cannot read {path}: {exc.strerror or exc}") from None
+    return _anchored(layer, path.parent.absolute())
+
+
+def _anchored(layer: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """The file's relative paths (``[store] url``, ``[server] token_file``) read against the
+    file's own folder: one file names one store and one token file, whatever the working
+    directory of the command that reads it."""
+    store, server = layer.get("store"), layer.get("server")
+    if isinstance(store, dict) and isinstance(store.get("url"), str) and store["url"]:
+        store["url"] = absolute_location(store["url"], folder)
+    if isinstance(server, dict) and isinstance(server.get("token_file"), str) and server["token_file"]:
+        server["token_file"] = os.path.abspath(folder / Path(server["token_file"]).expanduser())
+    return layer
 
 
 def _env_layer(environ: Mapping[str, str]) -> dict[str, dict[str, Any]]:
