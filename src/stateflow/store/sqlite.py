@@ -528,7 +528,8 @@ class SqliteStore(SqlStore):
                 f"synchronous={synchronous!r} is not supported; use one of {SYNCHRONOUS_MODES}"
             )
         self.path = Path(path).expanduser()
-        self.url = f"sqlite:///{self.path}"
+        # absolute: ``sqlite:///team.db`` would name /team.db, not the file opened here
+        self.url = f"sqlite:///{os.path.abspath(self.path)}"
         self.synchronous = synchronous.upper()
         self.busy_timeout_ms = busy_timeout_ms
         self._local = threading.local()
