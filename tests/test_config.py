@@ -139,8 +139,20 @@ def test_bad_configuration_is_refused_naming_the_key_and_the_source(tmp_path: Pa
     out = sf(tmp_path, "--config", str(tmp_path / "missing.toml"), "doc", "get", "a", "b")
     assert out.returncode == 1 and "missing.toml does not exist" in out.stderr
     (tmp_path / "stateflow.toml").unlink()
+    # a value from the environment is refused naming its variable, a range check included
     out = sf(tmp_path, "config", "show", STATEFLOW_JQ_WORKERS="many")
-    assert out.returncode == 1 and "jq.workers" in out.stderr and "environment" in out.stderr
+    assert out.returncode == 1
+    assert out.stderr == "error[invalid-config]: STATEFLOW_JQ_WORKERS: 'many' is not a valid int\n"
+    out = sf(tmp_path, "doc", "get", "a", "b", STATEFLOW_JQ_WORKERS="0")
+    assert out.returncode == 1
+    assert out.stderr == "error[invalid-config]: STATEFLOW_JQ_WORKERS: jq.workers must be at least 1\n"
+    (tmp_path / "stateflow.toml").write_text("[retention]\nop_days = 0\n")
+    out = sf(tmp_path, "config", "show")
+    assert out.returncode == 1
+    assert (
+        out.stderr
+        == f"error[invalid-config]: {tmp_path / 'stateflow.toml'}: retention.op_days must be from 1 to 2147483647\n"
+    )
 
 
 def test_the_config_object_validates_values() -> None:

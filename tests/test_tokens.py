@@ -113,3 +113,29 @@ def test_token_create_show_revoke_manage_what_serve_accepts(tmp_path: Path) -> N
         assert server.call("GET", RECORD.format(name="alice"), token=second)[0] == 200
     finally:
         server.stop()
+
+
+def test_a_token_file_flag_beats_tokens_in_the_environment(tmp_path: Path) -> None:
+    """Flags, then the environment, then the file: --token-file replaces STATEFLOW_TOKENS (the
+    two are one setting in two forms), and the banner says which source is in effect."""
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"{ALICE}@agent/alice\n")
+    env = servers.base_env(tmp_path, str(tmp_path / "s.db"), STATEFLOW_TOKENS=f"{READER}\n")
+    port = servers.free_port()
+    log = tmp_path / "serve.log"
+    with log.open("w") as err:
+        proc = subprocess.Popen(
+            ["stateflow", "serve", "--port", str(port), "--token-file", str(tokens)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            text=True,
+        )
+        server = servers.Server(f"http://127.0.0.1:{port}", proc)
+        try:
+            servers.wait_ready(server)
+            assert server.call("GET", RECORD.format(name="alice"), token=ALICE)[0] == 200
+            assert server.call("GET", RECORD.format(name="alice"), token=READER)[0] == 401
+        finally:
+            server.stop()
+    assert f"using the API tokens in {tokens} (--token-file)" in log.read_text()

@@ -11,7 +11,7 @@ defaults). :meth:`Config.from_env` reads the documented ``STATEFLOW_*`` variable
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar, Final, Self
 
@@ -88,6 +88,10 @@ class Config:
     retention: RetentionConfig = field(default_factory=RetentionConfig)
     http: HttpConfig = field(default_factory=HttpConfig)
 
+    sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+    """``section.key`` → where the value in effect came from, as that source names it
+    (``STATEFLOW_TOKENS``, ``--token-file``, a file's path); unset: the default"""
+
     SECTIONS: ClassVar[tuple[str, ...]] = ("store", "server", "jq", "retention", "http")
 
     def with_store(self, store: str | None) -> Config:
@@ -122,10 +126,25 @@ class Config:
         )
 
     @classmethod
-    def from_layers(cls, *layers: tuple[str, Mapping[str, Any]]) -> Self:
-        """Merge ``(source name, {section: {key: value}})`` layers, later ones winning."""
+    def from_layers(
+        cls, *layers: tuple[str, Mapping[str, Any]], labels: Mapping[str, Mapping[str, str]] | None = None
+    ) -> Self:
+        """Merge ``(source name, {section: {key: value}})`` layers, later ones winning.
+        ``labels`` names a source's settings as that source spells them (``{"environment":
+        {"jq.workers": "STATEFLOW_JQ_WORKERS"}}``): a refusal names where the bad value came from.
+
+        The API tokens are one setting given in two forms (``tokens``, ``token_file``): a layer
+        that gives either replaces what lower layers gave in either form (within one layer the
+        specs win). ``sources`` keeps which source set each setting."""
         config = cls()
+        origin: dict[str, str] = {}
+        """``section.key`` → the source that set it, as that source names it"""
         for source, layer in layers:
+            names = (labels or {}).get(source, {})
+
+            def label(key: str, source: str = source, names: Mapping[str, str] = names) -> str:
+                return names.get(key) or f"{source}: {key}"
+
             for section, values in layer.items():
                 if section not in cls.SECTIONS:
                     raise InvalidConfig(
@@ -134,39 +153,51 @@ class Config:
                 if not isinstance(values, Mapping):
                     raise InvalidConfig(f"{source}: [{section}] must be a table of settings")
                 current = getattr(config, section)
-                config = replace(config, **{section: _merged(current, values, f"{source}: {section}")})
-        config._validate()
-        return config
+                if section == "server" and {"tokens", "token_file"} & set(values):
+                    current = replace(current, tokens=(), token_file=None)
+                config = replace(config, **{section: _merged(current, values, f"{source}: {section}", label)})
+                origin.update({f"{section}.{key}": names.get(f"{section}.{key}") or source for key in values})
+        config._validate(origin)
+        return replace(config, sources=origin)
 
-    def _validate(self) -> None:
+    def _validate(self, origin: Mapping[str, str] | None = None) -> None:
+        """Refuse a value out of range, naming the source that gave it (``origin``)."""
         checks = [
-            (self.server.log_level in LOG_LEVELS, f"server.log_level must be one of {', '.join(LOG_LEVELS)}"),
+            (
+                self.server.log_level in LOG_LEVELS,
+                "server.log_level",
+                f"must be one of {', '.join(LOG_LEVELS)}",
+            ),
             (
                 self.server.log_format in LOG_FORMATS,
-                f"server.log_format must be one of {', '.join(LOG_FORMATS)}",
+                "server.log_format",
+                f"must be one of {', '.join(LOG_FORMATS)}",
             ),
-            (1 <= self.server.port <= 65535, "server.port must be 1..65535"),
-            (self.server.workers >= 1, "server.workers must be at least 1"),
-            (self.jq.workers >= 1, "jq.workers must be at least 1"),
-            (self.jq.timeout_seconds > 0, "jq.timeout_seconds must be positive"),
-            (16 <= self.jq.memory_mb <= 1 << 20, "jq.memory_mb must be from 16 to 1048576"),
+            (1 <= self.server.port <= 65535, "server.port", "must be 1..65535"),
+            (self.server.workers >= 1, "server.workers", "must be at least 1"),
+            (self.jq.workers >= 1, "jq.workers", "must be at least 1"),
+            (self.jq.timeout_seconds > 0, "jq.timeout_seconds", "must be positive"),
+            (16 <= self.jq.memory_mb <= 1 << 20, "jq.memory_mb", "must be from 16 to 1048576"),
             (
                 self.retention.default_days is None or 1 <= self.retention.default_days <= MAX_DAYS,
-                f"retention.default_days must be from 1 to {MAX_DAYS} or unset",
+                "retention.default_days",
+                f"must be from 1 to {MAX_DAYS} or unset",
             ),
-            (1 <= self.retention.op_days <= MAX_DAYS, f"retention.op_days must be from 1 to {MAX_DAYS}"),
+            (1 <= self.retention.op_days <= MAX_DAYS, "retention.op_days", f"must be from 1 to {MAX_DAYS}"),
             (
                 self.retention.audit_days is None or 1 <= self.retention.audit_days <= MAX_DAYS,
-                f"retention.audit_days must be from 1 to {MAX_DAYS} or unset",
+                "retention.audit_days",
+                f"must be from 1 to {MAX_DAYS} or unset",
             ),
-            (self.http.max_body_bytes >= 1024, "http.max_body_bytes must be at least 1024"),
-            (self.jq.queue is None or self.jq.queue >= 0, "jq.queue must be 0 or more"),
-            (self.store.wait_seconds > 0, "store.wait_seconds must be positive"),
-            (self.store.connect_timeout_seconds > 0, "store.connect_timeout_seconds must be positive"),
+            (self.http.max_body_bytes >= 1024, "http.max_body_bytes", "must be at least 1024"),
+            (self.jq.queue is None or self.jq.queue >= 0, "jq.queue", "must be 0 or more"),
+            (self.store.wait_seconds > 0, "store.wait_seconds", "must be positive"),
+            (self.store.connect_timeout_seconds > 0, "store.connect_timeout_seconds", "must be positive"),
         ]
-        for ok, message in checks:
+        for ok, key, rule in checks:
             if not ok:
-                raise InvalidConfig(message)
+                source = (origin or {}).get(key)
+                raise InvalidConfig(f"{source}: {key} {rule}" if source else f"{key} {rule}")
 
     def to_json(self, *, secrets: bool = False) -> dict[str, Any]:
         """Every setting; secrets (token specs, a password in the store URL) masked unless asked."""
@@ -181,18 +212,21 @@ class Config:
         return out
 
 
-def _merged(current: Any, values: Mapping[str, Any], where: str) -> Any:
+def _merged(current: Any, values: Mapping[str, Any], where: str, label: Callable[[str], str]) -> Any:
+    """``current`` with ``values`` set; ``where`` names the section, ``label`` a setting, in refusals."""
     known = {f.name: f for f in fields(current)}
     changes: dict[str, Any] = {}
+    section = where.rpartition(": ")[2]
     for key, value in values.items():
         if key not in known:
             raise InvalidConfig(f"{where}: unknown setting {key!r} (known: {', '.join(known)})")
-        changes[key] = _typed(value, getattr(current, key), known[key].type, f"{where}.{key}")
+        changes[key] = _typed(value, known[key].type, label(f"{section}.{key}"), words=key == "cors_origins")
     return replace(current, **changes)
 
 
-def _typed(value: Any, default: Any, annotation: Any, where: str) -> Any:
-    """``value`` as the setting's type (strings from the environment are converted)."""
+def _typed(value: Any, annotation: Any, where: str, *, words: bool = False) -> Any:
+    """``value`` as the setting's type (strings from the environment are converted; a tuple's
+    string is split into lines, or into words at spaces and commas when ``words``)."""
     kind = str(annotation)
     if value is None and "None" in kind:
         return None
@@ -201,7 +235,7 @@ def _typed(value: Any, default: Any, annotation: Any, where: str) -> Any:
             if isinstance(value, str):
                 return (
                     tuple(v for v in value.replace(",", " ").split() if v)
-                    if "origins" in where
+                    if words
                     else (tuple(line.strip() for line in value.splitlines() if line.strip()))
                 )
             if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):

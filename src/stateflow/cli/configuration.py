@@ -43,6 +43,20 @@ ENVIRONMENT: dict[str, tuple[str, str]] = {
 }
 
 
+FLAGS: dict[str, str] = {
+    "store.url": "--store",
+    "server.host": "--host",
+    "server.port": "--port",
+    "server.workers": "--workers",
+    "server.tokens": "--token",
+    "server.token_file": "--token-file",
+    "server.log_level": "--log-level",
+    "server.log_format": "--log-format",
+    "server.cors_origins": "--cors-origin",
+}
+"""the command-line flag of each setting that has one, for refusals naming what was given"""
+
+
 def config_file(explicit: Path | None) -> Path | None:
     if explicit is None and os.environ.get(ENV_CONFIG):
         explicit = Path(os.environ[ENV_CONFIG])
@@ -101,7 +115,11 @@ def load(explicit: Path | None, flags: Mapping[str, Mapping[str, Any]]) -> tuple
     layers.append(("environment", _env_layer(os.environ)))
     given = {s: {k: v for k, v in values.items() if v is not None} for s, values in flags.items()}
     layers.append(("command line", {s: v for s, v in given.items() if v}))
-    return Config.from_layers(*layers), path
+    labels = {
+        "environment": {f"{section}.{key}": name for name, (section, key) in ENVIRONMENT.items()},
+        "command line": FLAGS,
+    }
+    return Config.from_layers(*layers, labels=labels), path
 
 
 @click.group("config")

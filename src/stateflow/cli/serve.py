@@ -35,8 +35,8 @@ if TYPE_CHECKING:
 @click.option(
     "--token-file",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="A file of token specs, one per line [env STATEFLOW_TOKEN_FILE; env STATEFLOW_TOKENS "
-    "holds specs one per line].",
+    help="A file of token specs, one per line; it replaces tokens given in the environment "
+    "[env STATEFLOW_TOKEN_FILE; env STATEFLOW_TOKENS holds specs one per line].",
 )
 @click.option(
     "--workers",
@@ -123,11 +123,16 @@ def _token_specs(config: Config) -> tuple[list[str], str | None]:
     """The token specs in effect (validated), and a line to tell the operator, if any."""
     from stateflow.http.auth import load_or_create_token, parse_token, read_token_file
 
+    # flags beat the environment, which beats the file (one token setting, in either form: see
+    # Config.from_layers); the operator is told which source is in effect
     specs = list(config.server.tokens)
     if specs:
-        return [parse_token(s).spec for s in specs], None
+        source = config.sources.get("server.tokens", "the configuration")
+        return [parse_token(s).spec for s in specs], f"using the API tokens given by {source}"
     if config.server.token_file:
-        return [t.spec for t in read_token_file(Path(config.server.token_file))], None
+        source = config.sources.get("server.token_file", "the configuration")
+        where = config.server.token_file
+        return [t.spec for t in read_token_file(Path(where))], f"using the API tokens in {where} ({source})"
     kept, created = load_or_create_token()
     if created:
         return [kept[0].spec], f"created an API token (kept in your data directory): {kept[0].secret}"
