@@ -576,6 +576,53 @@ def test_a_failing_reconcile_write_rolls_the_declarations_change_back(store: Sql
     service.close()
 
 
+def test_attach_runs_the_reconcile_flow_and_the_reconcilers_in_its_transaction(attached: Api) -> None:
+    api = attached
+    items = [{"id": "i1", "kind": "bug"}, {"id": "i2", "kind": "task"}]
+    item = {"op": "set_by_key", "path": ["box", "items"], "key_field": "id", "value": items}
+    assert api("POST", REC + "/deltas", {"ops": [item]})[0] == 200
+    assert api("DELETE", "/api/states/tickets/attachments/box")[0] == 200
+    again = {"path": ["box"], "parameters": {"label": {}}, "declarations": {"kinds": ["bug"]}}
+    status, body = api("PUT", "/api/states/tickets/attachments/box", again)
+    assert status == 422 and body["orphans"] == [
+        {"subject": "t1", "kind": "thread", "id": "i2", "label": "i2"}
+    ]
+    assert api("GET", "/api/states/tickets")[1]["data"]["attachments"] == []
+    closing = {**again, "options": {"orphans": "close", "resolution": "abandoned"}}
+    assert api("PUT", "/api/states/tickets/attachments/box", closing)[0] == 200
+    after = api("GET", REC)[1]["data"]["data"]["box"]["items"]
+    assert [i.get("closed") for i in after] == [None, "abandoned"]
+
+
+def test_attach_reconcilers_see_the_attach_and_commit_with_it(store: SqlStore) -> None:
+    from stateflow.errors import InvalidInput
+    from stateflow.states.models import StateSubject
+
+    service = StatesService(store)
+    service.put_template("box", BOX)
+    service.declare("tickets", STATE)
+    subject = {"target_kind": "agent", "target_name": "bot", "kind": "thread", "key": "t1"}
+    service.apply("tickets", subject, [{"op": "set", "path": ["title"], "value": "x"}])
+    seen: list[tuple[str, Any, Any]] = []
+    title: list[Any] = ["attached"]
+
+    def reconciler(state, template, operation, previous, new, options):  # type: ignore[no-untyped-def]
+        seen.append((operation, previous, options))
+        return [(StateSubject.model_validate(subject), [{"op": "set", "path": ["title"], "value": title[0]}])]
+
+    service.register_attach_reconciler(reconciler)
+    title[0] = 5  # the state schema refuses it: the attach must not commit either
+    with pytest.raises(InvalidInput, match="invalid under the state schema"):
+        service.attach("tickets", "box", {"path": ["box"], "parameters": {"label": {}}, "options": {"o": 1}})
+    assert service.attachments("tickets") == []
+    title[0] = "attached"
+    service.attach("tickets", "box", {"path": ["box"], "parameters": {"label": {}}, "options": {"o": 1}})
+    assert seen == [("attach", None, {"o": 1}), ("attach", None, {"o": 1})]
+    assert service.read("tickets", subject)["data"]["title"] == "attached"  # type: ignore[index]
+    assert [a["template"] for a in service.attachments("tickets")] == ["box"]
+    service.close()
+
+
 def test_regime_matching_uses_the_longest_rule() -> None:
     from stateflow.states.templates import paths_overlap, regime_for
 

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 AttachValidator = Callable[[str, dict[str, Any], dict[str, Any], dict[str, Any]], None]
 DetachReferee = Callable[[str, str], list[str]]
 AttachReconciler = Callable[
-    [str, dict[str, Any], str, dict[str, Any], dict[str, Any], dict[str, Any]],
+    [str, dict[str, Any], str, dict[str, Any] | None, dict[str, Any], dict[str, Any]],
     list[tuple[StateSubject, list[Any]]],
 ]
 
@@ -160,20 +160,34 @@ class Attachments:
             )
         if not isinstance(supplied, dict) or not isinstance(declarations, dict):
             raise InvalidInput("attach parameters and declarations must be objects")
+        options = body.get("options") or {}
+        if not isinstance(options, dict):
+            raise InvalidInput("options must be an object")
         svc = self.svc
-        svc.get_declaration(name)
+        if any(a["template"] == template for a in svc.get_declaration(name)["attachments"]):
+            raise self._attached_already(name, template)
         doc = self.svc.templates.docs([template])[template]
         parameters = {**defaults(doc), **supplied}
         self.check_values(doc, parameters, declarations)
-        key = DocKey("_states", name)
+        # Records may already hold data at the path (a template attached again after a detach):
+        # the reconcile flow and the registered reconcilers see the attach as they see a
+        # declarations update, with no previous declarations.
+        closes = self.reconcile(name, doc, {"path": path, "declarations": None}, declarations, options)
+        for reconciler in self.reconcilers:
+            closes.extend(reconciler(name, doc, "attach", None, declarations, options))
+        origin = svc._origin(
+            WriteOrigin(consumer="attach-reconcile", meta={"origin": "reconcile"})
+            if closes
+            else WriteOrigin(),
+            context,
+            "attach",
+        )
+        reconciled = {subject.encode() for subject, _ in closes}
 
-        def compute(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
-            decl = svc._declaration(docs, name)
+        def redeclared(decl: dict[str, Any]) -> dict[str, Any]:
             attachments = dict(decl.get("attachments", {}))
             if template in attachments:
-                raise Conflict(
-                    f"template {template!r} is already attached on state {name!r} — detach it to change path/parameters"
-                )
+                raise self._attached_already(name, template)
             attachments[template] = {
                 "path": path,
                 "parameters": parameters,
@@ -184,18 +198,31 @@ class Attachments:
             effective = self.effective(decl["schema"], attachments, {template: doc})
             for validator in self.validators:
                 validator(name, doc, declarations, effective["schema"])
-            new = {**decl, "attachments": attachments, "effective": effective}
             check_records(
                 svc,
                 name,
                 effective_schema(decl),
                 effective["schema"],
                 f"attaching template {template!r} at {path}",
+                reconciled,
             )
-            return [Write.between(key, decl, new, docs[key].revision)], None
+            return {**decl, "attachments": attachments, "effective": effective}
 
-        svc.store.update([key], compute, svc._origin(WriteOrigin(), context, "attach"))
+        # The declaration and every reconciled record commit together, or not at all.
+        pipeline.run(
+            svc,
+            [RecordWrite(name, subject, ops_transform(parse_ops(ops))) for subject, ops in closes],
+            origin,
+            redeclare={name: redeclared},
+            canonical=[subject for subject, _ in closes],
+        )
         return {"attached": True, "state": name, "template": template}
+
+    @staticmethod
+    def _attached_already(name: str, template: str) -> Conflict:
+        return Conflict(
+            f"template {template!r} is already attached on state {name!r} — detach it to change path/parameters"
+        )
 
     def update(
         self, name: str, template: str, body: Any, *, context: DoorContext | None = None
@@ -264,6 +291,8 @@ class Attachments:
         if programs is None:
             return []
         svc = self.svc
+        if current["path"] and not svc.store.member_counts(name).get(current["path"][0]):
+            return []  # no record holds data at the path: nothing to orphan, no scan
         orphans: list[dict[str, Any]] = []
         after = None
         while page := svc.store.scan(name, after=after, limit=200):
@@ -342,7 +371,8 @@ class Attachments:
 
     def register_attach_reconciler(self, reconciler: AttachReconciler) -> None:
         """``reconciler(state, template, operation, previous, new, options)`` returns
-        ``[(subject, ops)]`` to apply in the same transaction as the declarations change."""
+        ``[(subject, ops)]`` to apply in the same transaction as the declarations change;
+        ``operation`` is ``"attach"`` (``previous`` is None) or ``"update_declarations"``."""
         self.reconcilers.append(reconciler)
 
     def detach(self, name: str, template: str, *, context: DoorContext | None = None) -> Detached:

@@ -10,6 +10,7 @@ state where no record holds one is answered without a scan.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -28,13 +29,19 @@ class RecordsInvalid(Conflict):
 
 
 def check_records(
-    svc: StatesService, state: str, old_schema: dict[str, Any], new_schema: dict[str, Any], change: str
+    svc: StatesService,
+    state: str,
+    old_schema: dict[str, Any],
+    new_schema: dict[str, Any],
+    change: str,
+    rewritten: Collection[str] = (),
 ) -> None:
     """Refuse ``change`` (409 ``records-invalid``, naming the first such record) when a record of
     ``state`` is valid under ``old_schema`` but not under ``new_schema``.
 
     Run it inside the transaction that writes the declaration: record writes lock the
-    declaration, so none lands between the check and the change.
+    declaration, so none lands between the check and the change. Records ``rewritten`` in that
+    transaction (encoded subjects) are skipped: their new documents are validated as written.
     """
     if old_schema is new_schema:
         return
@@ -52,7 +59,11 @@ def check_records(
         docs = svc.store.read([item.key for item in page])
         for item in page:
             body = docs[item.key].body
-            if type(body) is not dict or (members is not None and members.isdisjoint(body)):
+            if (
+                type(body) is not dict
+                or (members is not None and members.isdisjoint(body))
+                or item.key.subject in rewritten
+            ):
                 continue
             # a record the old schema refused already (a raw repair write) is not this change's doing
             if new_valid(body) or not old_valid(body):

@@ -437,7 +437,8 @@ class StatesService:
 
     def register_attach_reconciler(self, reconciler: AttachReconciler) -> None:
         """``reconciler(state, template, operation, previous, new, options)`` returns
-        ``[(subject, ops)]`` to apply in the same transaction as the declarations change."""
+        ``[(subject, ops)]`` to apply in the same transaction as the attach or declarations
+        change; ``operation`` is ``"attach"`` (``previous`` is None) or ``"update_declarations"``."""
         self.attaching.register_attach_reconciler(reconciler)
 
     def template_jq_purpose(self, name: str, reference: str) -> str:
