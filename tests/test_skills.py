@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 from stateflow.skills import HERE, render, write
@@ -29,3 +31,23 @@ def test_each_skill_has_agent_skills_front_matter(tmp_path: Path) -> None:
         assert name_line.startswith("name: ") and description_line.startswith("description: ")
         assert front["name"] == path.parent.name
         assert 0 < len(front["description"]) <= 1024
+
+
+def test_help_prints_usage_and_writes_nothing(tmp_path: Path) -> None:
+    """`--help` is not a directory name: it prints the usage and leaves the directory empty; an
+    unknown option is refused the same way, and a directory argument still gets the skills."""
+    for flag in ("--help", "-h"):
+        out = subprocess.run(
+            [sys.executable, "-m", "stateflow.skills", flag], capture_output=True, text=True, cwd=tmp_path
+        )
+        assert out.returncode == 0 and out.stdout.startswith("usage: python3 -m stateflow.skills"), out
+        assert "python3 -m stateflow.skills .claude/skills" in out.stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "stateflow.skills", "--into"], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert out.returncode == 2 and "unrecognized arguments: --into" in out.stderr
+    assert list(tmp_path.iterdir()) == []
+    out = subprocess.run(
+        [sys.executable, "-m", "stateflow.skills", "skills"], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert out.returncode == 0 and (tmp_path / "skills" / "state-flow-memory" / "SKILL.md").is_file()

@@ -1,9 +1,26 @@
-"""``python -m stateflow.skills [DIRECTORY]``: write the skills (default: into this package)."""
+"""``python -m stateflow.skills [DIRECTORY]``: write the skills (default: into this package).
 
-import sys
+Parsed with argparse so that ``--help`` (or any other option) prints usage instead of being
+taken for a directory name and written into."""
+
+import argparse
 from pathlib import Path
 
 from stateflow.skills import HERE, write
 
-for written in write(Path(sys.argv[1]) if len(sys.argv) > 1 else HERE):
+parser = argparse.ArgumentParser(
+    prog="python3 -m stateflow.skills",
+    description="Write the packaged Agent Skills as DIRECTORY/<name>/SKILL.md "
+    "(state-flow-memory, state-flow-curation) and print each file written.",
+    epilog="Example: python3 -m stateflow.skills .claude/skills",
+)
+parser.add_argument(
+    "directory",
+    nargs="?",
+    type=Path,
+    default=HERE,
+    metavar="DIRECTORY",
+    help="where to write them, created if missing (default: the installed package's own copies)",
+)
+for written in write(parser.parse_args().directory):
     print(written)
