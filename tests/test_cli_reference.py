@@ -42,7 +42,56 @@ def test_every_command_is_documented_and_shows_an_example(path: str) -> None:
     result = click.testing.CliRunner().invoke(cli, [*path.split(), "--help"])
     assert result.exit_code == 0, result.output
     assert re.search(r"Example:\n\s+stateflow ", result.output), f"`stateflow {path} --help` shows no example"
+    assert result.output.count("Example:") == 1, f"`stateflow {path} --help` shows its example twice"
     assert "--store PATH|URL" in result.output
+
+
+def test_help_texts_read_whole(tmp_path: Path) -> None:
+    """Summaries in `stateflow --help` are whole sentences (click cuts one at "e.g."), every
+    memory command describes --mode, the token revoke example names a fingerprint in the form
+    `token show` lists, and a payload given twice gets a sentence that says so."""
+    ctx = click.Context(cli)
+    assert isinstance(cli, click.Group)
+    for name in cli.list_commands(ctx):
+        command = cli.get_command(ctx, name)
+        assert command is not None
+        summary = command.get_short_help_str(limit=500)
+        assert summary.count("(") == summary.count(")") and not summary.endswith("e.g."), (name, summary)
+    runner = click.testing.CliRunner()
+    for path in ("context", "tool", "respond", "mcp", "hook claude-code"):
+        mode = next(p for p in cli_command(path).params if p.name == "mode")
+        assert isinstance(mode, click.Option) and mode.help and "passive" in mode.help, path
+    revoke = runner.invoke(cli, ["token", "revoke", "--help"]).output
+    assert re.search(r"stateflow token revoke token:[0-9a-f]{12}\b", revoke), revoke
+    both = subprocess.run(
+        [
+            "stateflow",
+            "--store",
+            str(tmp_path / "s.db"),
+            "states",
+            "put",
+            "t",
+            "--data",
+            "{}",
+            "--file",
+            __file__,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (
+        both.returncode == 2 and "Error: give the payload with --data or with --file, not both" in both.stderr
+    )
+
+
+def cli_command(path: str) -> click.Command:
+    command: click.Command | None = cli
+    for name in path.split():
+        assert isinstance(command, click.Group)
+        command = command.get_command(click.Context(cli), name)
+    assert command is not None
+    return command
 
 
 def test_store_after_the_subcommand_and_the_output_switch(tmp_path: Path) -> None:

@@ -98,10 +98,11 @@ def refusals(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def read_json_arg(text: str | None, file: Path | None, what: str) -> JSON:
-    """JSON from an argument, ``--file PATH``, or stdin when the argument is ``-``."""
+def read_json_arg(text: str | None, file: Path | None, what: str, given: str = "as an argument") -> JSON:
+    """JSON from an argument (``given``: how the command takes it), ``--file PATH``, or stdin
+    when the argument is ``-``."""
     if text is not None and file is not None:
-        raise click.UsageError(f"give {what} as an argument or with --file, not both")
+        raise click.UsageError(f"give {what} {given} or with --file, not both")
     if file is not None:
         raw: str | bytes = file.read_bytes()
     elif text == "-":

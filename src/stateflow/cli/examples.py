@@ -28,7 +28,7 @@ EXAMPLES: Final = {
     "import-state-flow": "stateflow import-state-flow ~/.state-flow --agent coder",
     "load": "stateflow --store postgresql://localhost/stateflow load store.jsonl",
     "token create": "stateflow token create --read --target agent/alice",
-    "token revoke": "stateflow token revoke 1a2b3c4d",
+    "token revoke": "stateflow token revoke token:1a2b3c4d5e6f  # a fingerprint as `stateflow token show` lists it",
     "token show": "stateflow token show",
     "mcp": "stateflow mcp --agent coder",
     "migrate": "stateflow --store postgresql://localhost/stateflow migrate",

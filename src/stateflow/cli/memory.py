@@ -49,7 +49,11 @@ def memory_options(fn: Callable[..., Any]) -> Callable[..., Any]:
             help="Model-facing history depth.",
         ),
         click.option(
-            "--mode", type=click.Choice(["active", "passive", "off"]), default="active", show_default=True
+            "--mode",
+            type=click.Choice(["active", "passive", "off"]),
+            default="active",
+            show_default=True,
+            help="active: responses recorded and shown; passive: tools on, responses neither; off: tools refused.",
         ),
         click.option(
             "--hot-budget",

@@ -93,7 +93,7 @@ def backup(ctx: Context, target: Path, force: bool, progress: bool | None) -> No
     click.echo(f"backed up {display_location(location)} to {target} ({pages} pages, checked)", err=True)
 
 
-@click.command("import-state-flow")
+@click.command("import-state-flow", short_help="Import a State Flow store into agent memory.")
 @click.argument("root", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--agent", default=None, help="Whose memory receives the scopes [default: 'default'].")
 @pass_context

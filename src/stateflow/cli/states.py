@@ -222,7 +222,7 @@ class Payload:
     def read(self) -> Any:
         """The JSON payload (read and decoded here, inside the refusals)."""
         data = "-" if self.data is None and self.file is None else self.data
-        return read_json_arg(data, self.file, "the payload (--data, --file or stdin)")
+        return read_json_arg(data, self.file, "the payload", "with --data")
 
 
 def data_options(fn: Any) -> Any:
@@ -391,12 +391,7 @@ def search(
     sort: str | None,
     include_data: bool,
 ) -> None:
-    """Records whose document contains FILTERS (with $eq $ne $gt $gte $lt $lte $in $exists).
-
-    \b
-    Example:
-      stateflow states search tickets --filters '{"priority": {"$gte": 2}}' --include-data
-    """
+    """Records whose document contains FILTERS (with $eq $ne $gt $gte $lt $lte $in $exists)."""
     page = api.search(
         name,
         decode(filters),
@@ -535,7 +530,12 @@ def erase(api: StatesAPI, name: str, subject: Subject, write: Write) -> None:
 @click.option(
     "--into", "into", required=True, help='The survivor: {"target_kind", "target_name", "kind", "key"}.'
 )
-@click.option("--mode", type=click.Choice(["switch", "merge"]), required=True)
+@click.option(
+    "--mode",
+    type=click.Choice(["switch", "merge"]),
+    required=True,
+    help="switch: the survivor's record wins; merge: this record is merged into it.",
+)
 @api_command()
 def fold(api: StatesAPI, name: str, subject: Subject, into: str, mode: str) -> None:
     """Fold this subject into another: its reads and writes land on the survivor."""
