@@ -3,7 +3,17 @@ from typing import Any
 
 import pytest
 
-from stateflow.doc.canonical import check, decode, encode, identical, json_equal, kind, text_length
+from stateflow.doc.canonical import (
+    check,
+    decode,
+    encode,
+    encode_indented,
+    encode_trusted,
+    identical,
+    json_equal,
+    kind,
+    text_length,
+)
 from stateflow.errors import InvalidJSON
 
 
@@ -80,6 +90,12 @@ def _nested(depth: int) -> object:
 
 def test_nesting_up_to_the_storage_limit_is_accepted_deeper_is_refused_by_place() -> None:
     assert encode(_nested(254)).startswith(b"[[")
+    # a document that deep inside an answer's envelope: past orjson's limit, the same JSON
+    enveloped = {"data": {"data": _nested(254), "n": 1e16}}
+    assert decode(encode_trusted(enveloped)) == enveloped
+    assert decode(encode_indented(enveloped)) == enveloped and encode_indented(enveloped).startswith(
+        b'{\n  "data"'
+    )
     for depth in (255, 5_000):  # 5,000 is deeper than Python itself recurses
         with pytest.raises(InvalidJSON, match="nested deeper than 254 levels") as info:
             check(_nested(depth), "value")

@@ -36,6 +36,43 @@ def api(store: SqlStore) -> Iterator[Api]:
         yield api
 
 
+DEEPEST = 253  # lists under "a": with the record's own object, the 254 levels a document may nest
+
+
+def test_a_record_as_deep_as_a_document_may_nest_is_written_and_answered(api: Api) -> None:
+    # answers carry the record in an envelope ({"data": {"data": …}}) two or more levels deeper
+    # than the encoder's own limit: 252 and 253 levels were stored, then answered 422 invalid-json
+    # "Recursion limit reached" (the write had landed), and could not be read back
+    for levels in (DEEPEST - 1, DEEPEST):
+        status, body = api("PUT", f"{RECORD}/p{levels}", {"a": nested(levels)})
+        assert status == 200 and body["data"]["data"] == {"a": nested(levels)}
+        ops = [{"op": "set", "path": ["a"], "value": nested(levels)}]
+        status, body = api("POST", f"{RECORD}/d{levels}/deltas", {"ops": ops})
+        assert status == 200 and body["data"]["data"] == {"a": nested(levels)}
+    assert api("GET", f"{RECORD}/p{DEEPEST}")[1]["data"]["data"] == {"a": nested(DEEPEST)}
+    assert api("GET", f"{RECORD}/p{DEEPEST}?revision=1")[1]["data"]["data"] == {"a": nested(DEEPEST)}
+    status, body = api("GET", f"{RECORD}/p{DEEPEST}/diff?from=0&to=1")
+    assert status == 200, body
+    # a change to a record that exists: its audit entry holds the value two levels deeper still
+    status, body = api("PATCH", f"{RECORD}/p{DEEPEST}", {"a": [nested(DEEPEST - 1), 2]})
+    assert status == 200 and body["data"]["revision"] == 2, body
+    assert api("GET", f"{RECORD}/p{DEEPEST}/diff?from=1&to=2")[0] == 200
+    assert api("GET", f"{RECORD}/p{DEEPEST}?revision=1")[1]["data"]["data"] == {"a": nested(DEEPEST)}
+    assert len(api("GET", f"{RECORD}/p{DEEPEST}/writes")[1]["data"]["items"]) == 2
+    search = {"filters": {"a": nested(DEEPEST)}, "include_data": True}
+    status, body = api("POST", "/api/states/deep/records/search", search)
+    assert status == 200 and [m["subject"]["key"] for m in body["data"]["matches"]] == ["d253", "p253"]
+
+    # one level more: refused as documented, and nothing is written
+    ops = [{"op": "set", "path": ["a"], "value": nested(DEEPEST + 1)}]
+    status, body = api("POST", f"{RECORD}/x/deltas", {"ops": ops})
+    assert status == 422 and body["code"] == "invalid-ops"
+    assert body["error"].startswith("ops[0]: value[0]") and "nested deeper than 254 levels" in body["error"]
+    status, body = api("PUT", f"{RECORD}/x", {"a": nested(DEEPEST + 1)})
+    assert status == 422 and "nested deeper than 254 levels" in body["error"]
+    assert api("GET", f"{RECORD}/x")[1]["data"] is None
+
+
 def test_a_search_filter_as_deep_as_the_record_finds_it(api: Api) -> None:
     # the containment walk took three interpreter frames a level on SQLite: 500 at 200 levels
     assert api("PUT", f"{RECORD}/k", {"a": nested(200)})[0] == 200
@@ -55,7 +92,7 @@ def test_a_filter_deeper_than_a_document_may_nest_is_refused(api: Api) -> None:
     assert status == 422 and "nested deeper than 254 levels" in body["error"]
 
 
-def test_the_cli_search_refuses_a_too_deep_filter_with_a_message_and_exit_1(tmp_path: Path) -> None:
+def test_the_cli_searches_and_reads_the_deepest_records_and_refuses_a_deeper_filter(tmp_path: Path) -> None:
     env = dict(os.environ, STATEFLOW_STORE=str(tmp_path / "s.db"), STATEFLOW_URL="", STATEFLOW_TOKEN="")
 
     def sf(*args: str) -> subprocess.CompletedProcess[str]:
@@ -66,6 +103,15 @@ def test_the_cli_search_refuses_a_too_deep_filter_with_a_message_and_exit_1(tmp_
     assert sf("states", "replace", "deep", *record, "--data", json.dumps({"a": nested(200)})).returncode == 0
     found = sf("states", "search", "deep", "--filters", json.dumps({"a": nested(200)}))
     assert found.returncode == 0 and json.loads(found.stdout)["matches"][0]["subject"]["key"] == "k"
+    deepest = ("--target-name", "bot", "--key", "deepest")
+    assert (
+        sf("states", "replace", "deep", *deepest, "--data", json.dumps({"a": nested(DEEPEST)})).returncode
+        == 0
+    )
+    read = sf(
+        "states", "read", "deep", *deepest
+    )  # (its answer's envelope is deeper than the encoder's limit)
+    assert read.returncode == 0 and json.loads(read.stdout)["data"] == {"a": nested(DEEPEST)}
     refused = sf("states", "search", "deep", "--filters", json.dumps({"a": nested(254)}))
     assert refused.returncode == 1 and "Traceback" not in refused.stderr
     assert refused.stderr.startswith("error[invalid-json]: filters.a[0]")

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from stateflow.errors import InvalidJSON
+from stateflow.errors import InvalidJSON, OpError
 from stateflow.states import StatesService
 from stateflow.store import SqlStore
 
@@ -53,10 +53,10 @@ def test_values_too_deep_in_the_record_are_refused_whoever_checks_them(service: 
     service.replace("s", SUBJECT, {"log": {"x": 1}, "n": 1})
     # values the pipeline checks (an op batch's, a merge's) and a document replace checks whole:
     # each too deep once it sits in the record, each refused, nothing written
-    with pytest.raises(InvalidJSON):
-        service.apply("s", SUBJECT, [{"op": "set", "path": ["deep"], "value": nested(253)}])
-    with pytest.raises(InvalidJSON):
-        service.merge("s", SUBJECT, {"deep": nested(253)})
+    with pytest.raises(OpError, match=r"^ops\[0\]: value.*nested deeper than 254 levels"):
+        service.apply("s", SUBJECT, [{"op": "set", "path": ["deep"], "value": nested(254)}])
+    with pytest.raises(InvalidJSON, match="nested deeper than 254 levels"):
+        service.merge("s", SUBJECT, {"deep": nested(254)})
     with pytest.raises(InvalidJSON, match="nested deeper than 254 levels"):
         service.replace("s", SUBJECT, {"deep": nested(254)})
     with pytest.raises(InvalidJSON, match=r"^document\.n: nan is not a JSON number"):

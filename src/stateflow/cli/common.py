@@ -9,10 +9,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
-import orjson
 
 from stateflow.config import Config
-from stateflow.doc.canonical import JSON, decode
+from stateflow.doc.canonical import JSON, decode, encode_indented, encode_trusted
 from stateflow.errors import StateflowError
 from stateflow.store import Store, open_store
 
@@ -118,5 +117,4 @@ def echo_json(value: JSON, *, pretty: bool | None = None) -> None:
     """JSON on stdout: indented on a terminal, compact when piped."""
     if pretty is None:
         pretty = sys.stdout.isatty()
-    option = orjson.OPT_INDENT_2 if pretty else 0
-    sys.stdout.write(orjson.dumps(value, option=option).decode() + "\n")
+    sys.stdout.write((encode_indented(value) if pretty else encode_trusted(value)).decode() + "\n")

@@ -18,7 +18,11 @@ KINDS: Final = ("object", "array", "string", "number", "boolean", "null")
 _INT_MIN: Final = -(2**63)
 _INT_MAX: Final = 2**64 - 1
 MAX_DEPTH: Final = 254
-"""Containers nest at most this deep (the encoder's limit): deeper values cannot be stored."""
+"""Containers nest at most this deep (orjson's limit): deeper values cannot be stored. A value
+inside an envelope (an answer's ``{"data": …}``, a diff's ops) may sit deeper than that: its
+encoding falls back to the standard library's encoder (see :func:`encode_trusted`)."""
+
+_ORJSON_TOO_DEEP: Final = "Recursion limit reached"
 
 
 def encode(value: JSON) -> bytes:
@@ -28,10 +32,38 @@ def encode(value: JSON) -> bytes:
 
 
 def encode_trusted(value: JSON) -> bytes:
-    """Encode a value already known to be valid JSON (checked on its way in)."""
+    """Encode a value already known to be valid JSON (checked on its way in).
+
+    A document may nest :data:`MAX_DEPTH` levels, which is all orjson encodes: one carried in
+    an envelope (a record in an answer) is deeper, and is encoded by the standard library
+    instead, so that everything stored can be answered (the same JSON; only a float's exponent
+    may be spelled otherwise, ``1e+16`` for ``1e16``)."""
     try:
         return orjson.dumps(value)
     except TypeError as exc:  # a value slipped past the checks: refuse rather than store junk
+        if str(exc) == _ORJSON_TOO_DEEP:
+            return _encode_deep(value, None)
+        raise InvalidJSON(f"value is not JSON: {exc}") from exc
+
+
+def encode_indented(value: JSON) -> bytes:
+    """:func:`encode_trusted` indented by two spaces (what a terminal shows)."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_INDENT_2)
+    except TypeError as exc:
+        if str(exc) == _ORJSON_TOO_DEEP:
+            return _encode_deep(value, 2)
+        raise InvalidJSON(f"value is not JSON: {exc}") from exc
+
+
+def _encode_deep(value: JSON, indent: int | None) -> bytes:
+    """A value nested deeper than orjson encodes, by the standard library's encoder (its depth
+    is bounded by the interpreter's recursion limit, four times orjson's)."""
+    separators = (",", ": ") if indent else (",", ":")
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False, indent=indent, separators=separators)
+        return text.encode()
+    except (TypeError, ValueError, RecursionError) as exc:  # (UnicodeEncodeError is a ValueError)
         raise InvalidJSON(f"value is not JSON: {exc}") from exc
 
 
