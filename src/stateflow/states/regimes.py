@@ -49,17 +49,14 @@ def traced(declaration: dict[str, Any]) -> list[list[str]]:
     return list(effective["traced"]) if effective else []
 
 
-def refusing_rule(declaration: dict[str, Any], path: list[Any]) -> dict[str, Any] | None:
-    """The ``composing`` rule a write at ``path`` would break, ``None`` where it breaks none.
+def refusing_rule(rules: list[dict[str, Any]], path: list[Any]) -> dict[str, Any] | None:
+    """The ``composing`` rule of ``rules`` (served regimes) a write at ``path`` would break,
+    ``None`` where it breaks none.
 
     ``path`` is governed by its longest matching rule (a ``single`` or ``free`` rule under a
     ``composing`` one wins); a write above a ``composing`` path replaces it wholesale, so every
     ``composing`` rule below ``path`` refuses it as well.
     """
-    effective = declaration.get("effective")
-    rules: list[dict[str, Any]] = effective["regimes"] if effective else []
-    if not rules:
-        return None
     governing = governing_rule(rules, path)
     if governing is not None and governing["regime"] == "composing":
         return governing
@@ -76,7 +73,13 @@ def refusing_rule(declaration: dict[str, Any], path: list[Any]) -> dict[str, Any
 def check_ops(declaration: dict[str, Any], ops: list[Op]) -> None:
     """``composing`` paths admit only keyed ops or an append ``set`` (path ending ``-``); no op
     may address a ``_trace`` stamp under a traced path."""
-    paths = traced(declaration)
+    effective = declaration.get("effective")
+    if not effective:
+        return  # (no attachment: the common case pays one lookup, not one per op)
+    rules = effective["regimes"] if composing(declaration) else []
+    paths = effective["traced"]
+    if not rules and not paths:
+        return
     for op in ops:
         for p in paths:
             # The stamp is the platform's provenance: a value carrying one is restamped (as
@@ -87,9 +90,9 @@ def check_ops(declaration: dict[str, Any], ops: list[Op]) -> None:
                     f"_trace under traced path {p} is stamped by the platform; an op may not set or "
                     f"remove it ({op.kind!r} at {list(op.path)})"
                 )
-        if op.kind in KEYED_OPS or (op.kind == "set" and op.path and op.path[-1] == "-"):
+        if not rules or op.kind in KEYED_OPS or (op.kind == "set" and op.path and op.path[-1] == "-"):
             continue
-        rule = refusing_rule(declaration, list(op.path))
+        rule = refusing_rule(rules, list(op.path))
         if rule is not None:
             raise RegimeViolation(
                 f"composing path {rule['path']} of template {rule['template']!r} admits only keyed ops or an "
@@ -101,8 +104,9 @@ def check_document_write(declaration: dict[str, Any], old: JSON, new: JSON) -> N
     """Replace and merge may not change anything under a ``composing`` path."""
     if not composing(declaration):
         return
+    rules = declaration["effective"]["regimes"]
     for edit in diff(old, new):
-        rule = refusing_rule(declaration, list(edit.path))
+        rule = refusing_rule(rules, list(edit.path))
         if rule is not None and not json_equal(value_at(old, rule["path"]), value_at(new, rule["path"])):
             raise RegimeViolation(
                 f"composing path {rule['path']} of template {rule['template']!r} admits only keyed ops or an "
