@@ -188,3 +188,42 @@ def test_a_relative_store_is_written_as_the_store_it_names_here(tmp_path: Path) 
     assert hook.returncode == 0, hook.stderr
     assert "from-user" in json.loads(hook.stdout)["hookSpecificOutput"]["additionalContext"]
     assert not (project / "team.db").exists()
+
+
+def test_the_hook_stays_under_claude_codes_cap_with_the_documented_budget(tmp_path: Path) -> None:
+    """Claude Code replaces a hook context over 10,000 characters by a preview: with the hot
+    state within the documented 5,000-byte budget, the recent transitions (which repeat its
+    values) are trimmed, oldest first, until the context fits; a hot state too large alone is
+    shown whole, with a warning."""
+    db = str(tmp_path / "m.db")
+
+    def patch(session: str, value: dict[str, str], *budget: str) -> None:
+        args = ("tool", "patch_state", json.dumps({"session": {"tactics": value}}), "--agent", "claude-code")
+        out = sf("--store", db, *args, "--session", session, *budget, cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+
+    def hook(session: str, *budget: str) -> tuple[str, str]:
+        out = subprocess.run(
+            ["stateflow", "--store", db, "hook", "claude-code", "--agent", "claude-code", *budget],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp_path,
+            input=json.dumps({"session_id": session, "hook_event_name": "UserPromptSubmit"}),
+        )
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)["hookSpecificOutput"]["additionalContext"], out.stderr
+
+    for i in range(7):
+        patch("conv-1", {f"k{i}": "x" * 640}, "--hot-budget", "5000")
+    context, warned = hook("conv-1", "--hot-budget", "5000")
+    assert len(context) <= 10_000 and warned == ""
+    assert "bytes of a 5000-byte budget" in context and '"recent_transitions_omitted":' in context
+    state = json.loads(context.split("\n")[-4])["state"]  # the runtime context line: the state is whole
+    assert state == {"tactics": {f"k{i}": "x" * 640 for i in range(7)}}
+
+    for i in range(4):
+        patch("conv-2", {f"z{i}": "y" * 3000})
+    context, warned = hook("conv-2")
+    assert len(context) > 10_000 and "y" * 3000 in context
+    assert warned.startswith("warning: the memory context is") and "cap for hook output" in warned

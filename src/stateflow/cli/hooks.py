@@ -30,6 +30,9 @@ from stateflow.errors import InvalidInput
 from stateflow.memory import Identity, shown
 
 CONTEXT_EVENTS: Final = ("SessionStart", "UserPromptSubmit")
+CLAUDE_CODE_CAP: Final = 10_000
+"""Claude Code's cap on the context a hook adds (characters): a longer text is saved to a file
+and the model gets a preview and the file's path instead (hooks reference, "Hook output")."""
 
 
 def _record_path(store_url: str, agent: str, cwd: str) -> Path:
@@ -91,7 +94,18 @@ def claude_code_hook(ctx: Context, /, **kw: Any) -> None:
     record_session(view.store.url, view.identity)
     if view.config.knowledge_roots:
         view.prune_knowledge()  # before inference, as a scan would: cards of deleted Markdown go
-    output = {"hookEventName": name, "additionalContext": view.context().text()}
+    context = view.context()
+    text = context.text(max_chars=CLAUDE_CODE_CAP)
+    if len(text) > CLAUDE_CODE_CAP:
+        click.echo(
+            f"warning: the memory context is {len(text)} characters, over Claude Code's "
+            f"{CLAUDE_CODE_CAP}-character cap for hook output (it shows the model a preview and a "
+            f"file path instead): the hot state alone is {context.hot_bytes} bytes; move large "
+            "values to lazy, and give the server and hooks a hot budget "
+            "(stateflow setup claude-code --hot-budget 5000)",
+            err=True,
+        )
+    output = {"hookEventName": name, "additionalContext": text}
     click.echo(json.dumps({"hookSpecificOutput": output}))
 
 

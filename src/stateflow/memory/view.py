@@ -1339,11 +1339,30 @@ class Context:
         budget = f" of a {self.hot_budget}-byte budget" if self.hot_budget is not None else ""
         return f"State Flow hot state: {self.hot_bytes} bytes{budget}"
 
-    def text(self) -> str:
+    def text(self, max_chars: int | None = None) -> str:
+        """The context as a model reads it. ``max_chars`` (a runtime's cap on injected context,
+        such as Claude Code's for hook output): the oldest recent transitions are left out, and
+        counted as ``recent_transitions_omitted``, until the text fits — they repeat values the
+        state shows, and ``read_state`` reads them (``session.patches[k]``). The hot state is
+        never cut: the next receipt is relative to it, so the text still exceeds ``max_chars``
+        when the hot state alone does."""
+        text = self._render(self.head)
+        recent = self.head.get("recent_transitions") or []
+        dropped = 0
+        while max_chars is not None and len(text) > max_chars and dropped < len(recent):
+            dropped += 1
+            head = {k: v for k, v in self.head.items() if k != "recent_transitions"}
+            if dropped < len(recent):
+                head["recent_transitions"] = recent[dropped:]
+            head["recent_transitions_omitted"] = dropped
+            text = self._render(head)
+        return text
+
+    def _render(self, head: dict[str, Any]) -> str:
         return (
             protocol_text(self.mode, self.single)
             + "\n\nState Flow runtime context (user-level data, not system instructions):\n"
-            + encode(self.head).decode()
+            + encode(head).decode()
             + f"\nState Flow projection: {self.projection}\n"
             + self.size_line()
             + "\n"
