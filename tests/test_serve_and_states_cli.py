@@ -118,6 +118,13 @@ def test_serve_creates_a_token_once_and_the_cli_talks_to_it(
     assert refused.returncode == 1 and refused.stderr.startswith("error[invalid-document]")
     bad_token = sf("states", "--url", url, "--token", "nope-nope-nope-nope", "list", env=env)
     assert bad_token.returncode == 1 and "error[unauthorized]" in bad_token.stderr
+    # the studio's address (the banner prints it too) is named as not the API, not parsed as JSON
+    studio = sf("states", "--url", f"{url}/studio", "--token", token, "list", env=env)
+    assert studio.returncode == 1 and studio.stderr.startswith(
+        f"error[http-error]: {url}/studio is not a stateflow API ({url}/studio/api/states answered 303 "
+        "with a redirect to /studio/login"
+    )
+    assert "give the server's base URL" in studio.stderr
     # the same store, read locally (operator door) — the server's writes are there
     local = json.loads(sf("states", "read", "tickets", "--target-name", "bot", "--key", key, env=env).stdout)
     assert local["data"] == {"status": "closed"}

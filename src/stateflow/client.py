@@ -47,6 +47,17 @@ from stateflow.states.service import ApplyResult, check_revision, origin_of, sub
 Json = dict[str, Any]
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """The API never redirects: a redirect means the URL is another page (the studio sends its
+    sign-in page), answered as such rather than followed."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirect)
+
+
 class ClientError(StateflowError):
     """A refusal answered by the server: ``code`` and ``http_status`` are the server's."""
 
@@ -114,21 +125,51 @@ class StatesClient:
         if expect is not None:
             request.add_header("If-Match", f'"{expect}"')
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+            with _OPENER.open(request, timeout=self.timeout) as response:
                 self.last_etag = response.headers.get("ETag")
-                return decode(response.read())["data"]
+                payload = self._payload(url, response.status, response.headers, response.read())
+                if "data" not in payload:
+                    raise self._not_api(url, response.status, "JSON without the API's data member")
+                return payload["data"]
         except urllib.error.HTTPError as exc:
-            try:
-                payload = decode(exc.read())
-            except StateflowError:
-                payload = {"error": exc.reason, "code": "http-error"}
-            if not isinstance(payload, dict):
-                payload = {"error": str(payload), "code": "http-error"}
+            raw = exc.read()
+            if exc.code >= 400 and exc.code != 404:  # (a proxy's own refusal may be a page, too)
+                try:
+                    payload = self._payload(url, exc.code, exc.headers, raw)
+                except ClientError:
+                    payload = {"error": f"{url} answered {exc.code} {exc.reason}"}
+            else:  # a redirect, or a page that is not there: this is not the API
+                payload = self._payload(url, exc.code, exc.headers, raw)
             raise ClientError(
-                payload.get("error", str(exc)), payload.get("code", "http-error"), exc.code
+                str(payload.get("error", exc.reason)), str(payload.get("code", "http-error")), exc.code
             ) from exc
         except urllib.error.URLError as exc:
             raise StoreUnavailable(f"cannot reach {self.url}: {exc.reason}") from exc
+
+    def _payload(self, url: str, status: int, headers: Any, raw: bytes) -> dict[str, Any]:
+        """The API's JSON object; anything else (a redirect, an HTML page, another JSON service)
+        means the base URL is not a stateflow API, which is said as such instead of as the JSON
+        parse error of a page nobody asked for."""
+        kind = (headers.get("Content-Type") or "").split(";")[0].strip()
+        if kind != "application/json":
+            where = headers.get("Location")
+            got = f"a redirect to {where}" if where else kind or "no content type"
+            raise self._not_api(url, status, got)
+        try:
+            payload = decode(raw)
+        except StateflowError:
+            payload = None
+        if not isinstance(payload, dict):
+            raise self._not_api(url, status, "JSON that is not an object")
+        return payload
+
+    def _not_api(self, url: str, status: int, got: str) -> ClientError:
+        return ClientError(
+            f"{self.url} is not a stateflow API ({url} answered {status} with {got}); give the "
+            "server's base URL, e.g. http://127.0.0.1:8765",
+            "http-error",
+            status,
+        )
 
     def _origin(self, origin: Any) -> dict[str, Any]:
         if origin is None:

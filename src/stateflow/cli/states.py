@@ -48,7 +48,8 @@ def remote_options(fn: Any) -> Any:
     return click.option(
         "--url",
         envvar="STATEFLOW_URL",
-        help="Use a running `stateflow serve` at this URL [env STATEFLOW_URL].",
+        help="Use a running `stateflow serve` at this base URL, e.g. http://127.0.0.1:8765 "
+        "[env STATEFLOW_URL].",
     )(group)
 
 
