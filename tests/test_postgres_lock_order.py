@@ -71,8 +71,7 @@ def test_a_group_commit_and_a_fold_do_not_deadlock_over_aliases_created_meanwhil
     store: PostgresStore, url: str
 ) -> None:
     service = StatesService(store)
-    for state in ("s", "t"):
-        service.declare(state, DECL)
+    _declare_as_before(url, "s", "t")
     for k in range(4):  # each record written twice here: the next writes are optimistic
         for n in range(2):
             _apply(service, "s", k, f"setup-{k}-{n}")
@@ -150,6 +149,24 @@ def test_a_group_commit_and_a_fold_do_not_deadlock_over_aliases_created_meanwhil
         assert {"id": f"g-{k}"} in record["data"]["seen"]
 
 
+def _declare_as_before(url: str, *states: str) -> None:
+    """Declare ``states`` as a store of an earlier version did: without a row for their aliases
+    until their first fold (declared from another store, which the tests' store has not seen)."""
+    other = open_store(url)
+    try:
+        for state in states:
+            StatesService(other).declare(state, DECL)
+    finally:
+        other.close()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "DELETE FROM documents WHERE state = '_aliases' AND subject = ANY(%s) AND present = 0",
+            (list(states),),
+        )
+        left = conn.execute("SELECT count(*) FROM documents WHERE state = '_aliases'").fetchone()
+        assert left == (0,)
+
+
 def _encoded(k: int) -> str:
     return subject_of(subject(k)).encode()
 
@@ -158,3 +175,64 @@ def _lock_statement(key: DocKey) -> tuple[str, tuple[str, ...]]:
     """The statement the store locks (creating if needed) a document's row with."""
     sql, params = PostgresStore._lock_query(key)
     return sql.replace("?", "%s"), params
+
+
+@pytest.mark.parametrize("declared_by", ["this version", "an earlier version"])
+def test_a_write_that_waits_for_a_fold_lands_on_the_survivor(
+    store: PostgresStore, url: str, declared_by: str
+) -> None:
+    """A write of a subject that a fold in another process folds meanwhile: the write's commit
+    waits for the locks the fold holds, then must go through the new alias to the survivor — not
+    onto the folded subject's own record, which every read then resolves past. (Before: the
+    state's aliases had no row until its first fold, so the write's commit, having found none,
+    could not see the fold's once it had waited for the declaration, and wrote the folded
+    record: acknowledged, and never read again.)"""
+    service = StatesService(store)
+    if declared_by == "an earlier version":
+        _declare_as_before(url, "s")
+    else:
+        service.declare("s", DECL)
+    service.replace("s", subject(7), {"n": 0})
+    assert service.read("s", subject(6)) is None  # (k6 has no record: the fold moves none of it)
+    folder = open_store(f"{url}&application_name={APP}-fold", auto_migrate=False)
+    outcomes: dict[str, BaseException | None] = {}
+
+    def run(name: str, call: Callable[[], object]) -> threading.Thread:
+        def target() -> None:
+            try:
+                call()
+                outcomes[name] = None
+            except BaseException as exc:
+                outcomes[name] = exc
+
+        thread = threading.Thread(target=target, daemon=True)
+        thread.start()
+        return thread
+
+    try:
+        with psycopg.connect(url, autocommit=True) as watch:
+            watch_pid = watch.info.backend_pid
+            # the fold holds its locks (declaration, aliases) while it waits for the seq lock
+            watch.execute(f"SELECT pg_advisory_lock({SEQ_KEY})", (_SEQ_LOCK,))
+            fold = run("fold", lambda: StatesService(folder).fold("s", subject(6), subject(7), "merge"))
+            _wait_for(
+                "the fold waits for the seq lock",
+                lambda: _blocked(watch, "h.pid = %s", "w.application_name = %s", (watch_pid, f"{APP}-fold")),
+            )
+            write = run("write", lambda: _apply(service, "s", 6, "late"))
+            _wait_for(
+                "the write waits for the fold",
+                lambda: _blocked(
+                    watch, "h.application_name = %s", "w.application_name = %s", (f"{APP}-fold", APP)
+                ),
+            )
+            watch.execute(f"SELECT pg_advisory_unlock({SEQ_KEY})", (_SEQ_LOCK,))
+            fold.join(30)
+            write.join(30)
+    finally:
+        folder.close()
+    assert outcomes == {"fold": None, "write": None}
+    for k in (6, 7):  # the folded subject reads as the survivor, which holds the write
+        record = service.read("s", subject(k))
+        assert record is not None
+        assert record["data"]["seen"] == [{"id": "late"}], f"k{k}: {record}"

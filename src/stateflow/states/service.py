@@ -643,7 +643,12 @@ class StatesService:
                 )
             return [Write.between(key, old, body, docs[key].revision)], body
 
-        commit, body = self.store.update([key], compute, self._origin(WriteOrigin(), context, "declare"))
+        # the aliases document's row is made with the declaration (locked, so created if it has
+        # none): every write shares it, and a row that exists is one a fold can hold a write on
+        # (see ``fold``)
+        commit, body = self.store.update(
+            [key, DocKey(ALIASES, name)], compute, self._origin(WriteOrigin(), context, "declare")
+        )
         if not commit.changed or body is None:
             return self.get_declaration(name)
         return self._declaration_view(body, commit.revisions[key], commit.at)
@@ -1272,6 +1277,15 @@ class StatesService:
             )
             return writes, None
 
+        # A write shares the declaration and the aliases and commits only if neither moved, but
+        # a document with no row cannot be locked: on PostgreSQL a write whose statement saw no
+        # aliases row, then waited for the declaration this fold holds, would not see the
+        # aliases this fold created and would land on the folded record, hidden by its alias.
+        # So both rows exist, committed, before the fold takes its locks (a declaration makes
+        # them; a state declared by an earlier version, or built in, may have none): a write
+        # then holds the aliases row shared and either commits before the fold (and is folded)
+        # or finds their revision moved and goes again, through the alias.
+        self.store.update([decl_key, alias_key], _nothing)
         self.store.update([decl_key, alias_key], compute, self._origin(origin_of(origin), context, "fold"))
         order = ["mode", "from", "into", "already", "flattened", "merged_members"]
         return cast(FoldReport, {k: report[k] for k in order if k in report})
@@ -1332,6 +1346,12 @@ class StatesService:
     ) -> PruneReport:
         """Delete expired records, op_id keys and audit rows (see :func:`stateflow.states.retention.prune`)."""
         return retention.prune(self, context=context, now=now, progress=progress)
+
+
+def _nothing(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
+    """A read-modify-write that writes nothing: its locks create the rows of documents that had
+    none, and its commit keeps them."""
+    return [], None
 
 
 def _short(subject: StateSubject) -> dict[str, str]:

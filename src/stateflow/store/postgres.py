@@ -635,9 +635,10 @@ class PostgresStore(SqlStore):
             # A shared document without a row when computed on is checked to have none still,
             # with no lock (there is no row to lock): found by the locking function instead, a
             # row created meanwhile — after a group took its locks, or while the function
-            # waited for an earlier row — would be locked out of order. Where its creator also
-            # locks another shared row (a fold creating the aliases locks the declaration), that
-            # lock keeps it out until this commit is done, as before.
+            # waited for an earlier row — would be locked out of order. The check is made on the
+            # statement's snapshot: a row committed while the statement waits for a shared lock
+            # is not seen, so a writer that must hold its readers back makes the row first, in a
+            # commit of its own (a fold, the states' aliases: ``StatesService.fold``).
             # (the keys in one loop over each list, not a comprehension per field: a commit
             # names a few documents, and each comprehension is a call)
             present: list[DocKey] = []
