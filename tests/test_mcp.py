@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -194,6 +195,35 @@ def test_http_tenancy_and_read_only_tokens(served: str) -> None:
     assert out["reader_read"].structured_content == {"value": "bob's"}
     assert out["reader_patch"].content[0].text.startswith("error[forbidden]: patch_state writes")
     assert out["bob_after"].structured_content == {"value": "bob's"}
+
+
+def test_http_a_view_without_a_cwd_header_is_never_told_about_cwd(served: str, tmp_path: Path) -> None:
+    # the instructions are one text for every request (their view is named per request by its
+    # headers): they name no scope to write; the tools and the context name the request's own
+    async def run(**cwd: str) -> dict[str, Any]:
+        headers = {f"X-Stateflow-{k.capitalize()}": v for k, v in {"session": "s", **cwd}.items()}
+        async with (
+            httpx2.AsyncClient(headers={**headers, "Authorization": f"Bearer {FULL}"}, timeout=30) as http,
+            streamable_http_client(served, http_client=http) as (read, write),
+            ClientSession(read, write) as client,
+        ):
+            init = await client.initialize()
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            context = (await client.read_resource("stateflow://memory/context")).contents[0]
+            return {
+                "instructions": init.instructions,
+                "read_description": tools["read_state"].description,
+                "context": context.text.split("\n\nState Flow runtime context")[0],  # type: ignore[union-attr]
+            }
+
+    default = anyio.run(run)
+    assert "cwd" not in default["context"] and "cwd" not in default["read_description"]
+    assert 'WRITE with patch_state {"session": {...}, "global": {...}}' in default["context"]
+    assert (
+        'WRITE with patch_state {"session": {...}, "cwd": {...}, "global": {...}}'
+        in anyio.run(functools.partial(run, cwd=str(tmp_path)))["context"]
+    )
+    assert "write only those patch_state's input schema lists" in " ".join(default["instructions"].split())
 
 
 def test_http_mcp_needs_a_token(served: str) -> None:

@@ -155,3 +155,59 @@ def test_passive_reads_omit_the_response_as_the_context_does(
     active = anyio.run(run, "active")
     assert active["context"]["response"] == active["reads"][2]["value"] == "the previous answer"
     assert active["reads"][5] == {"patch": {"response": "the previous answer"}}
+
+
+def test_mode_off_offers_no_memory_tools_and_says_memory_is_off(
+    backend: str, store: SqlStore, tmp_path: Path
+) -> None:
+    async def run() -> dict[str, Any]:
+        async with stdio(backend, tmp_path, "--session", "s", "--mode", "off") as (client, init):
+            return {
+                "instructions": init.instructions,
+                "tools": (await client.list_tools()).tools,
+                "read": await client.call_tool("read_state", {"path": "effective"}),
+            }
+
+    out = anyio.run(run)
+    assert out["instructions"] == "State Flow memory is off for this session: there are no memory tools.\n"
+    assert out["tools"] == []
+    assert text(out["read"]) == "error[invalid-input]: memory tools are off for this session (mode off)"
+
+
+# ------------------------------------------------------------------------------ the view's scopes
+
+
+def protocol_part(context_text: str) -> str:
+    """The protocol of a context text (the runtime context that follows it is data)."""
+    return context_text.split("\n\nState Flow runtime context")[0]
+
+
+def test_a_view_without_the_cwd_scope_is_never_told_about_cwd(
+    backend: str, store: SqlStore, tmp_path: Path
+) -> None:
+    async def run(scopes: str) -> dict[str, Any]:
+        async with stdio(backend, tmp_path, "--session", "s", "--scopes", scopes) as (client, init):
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            context = (await client.read_resource("stateflow://memory/context")).contents[0]
+            prompt = (await client.get_prompt("memory_context")).messages[0].content
+            return {
+                "instructions": protocol_part(str(init.instructions)),
+                "context": protocol_part(context.text),  # type: ignore[union-attr]
+                "prompt": protocol_part(prompt.text),  # type: ignore[union-attr]
+                "read_description": tools["read_state"].description,
+                "patch_scopes": list(tools["patch_state"].input_schema["properties"]),
+                "written": await client.call_tool(
+                    "patch_state", {"session": {"tactics": {"a": 1}}, "global": {"strategy": {"b": 2}}}
+                ),
+            }
+
+    two = anyio.run(run, "global,session")
+    assert two["instructions"] == two["context"] == two["prompt"]
+    assert "cwd" not in two["instructions"] and "cwd" not in two["read_description"]
+    assert 'WRITE with patch_state {"session": {...}, "global": {...}}' in two["instructions"]
+    assert "effective = global overlaid by session:" in " ".join(two["instructions"].split())
+    assert "session.lazy.memory[4]" in two["read_description"]
+    assert two["patch_scopes"] == ["global", "session"] and not two["written"].is_error
+    three = anyio.run(run, "global,cwd,session")
+    assert 'WRITE with patch_state {"session": {...}, "cwd": {...}, "global": {...}}' in three["instructions"]
+    assert "cwd.lazy.memory[4]" in three["read_description"]

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from stateflow.doc.canonical import encode
 from stateflow.errors import Forbidden, StateflowError
 from stateflow.memory import MemoryView
+from stateflow.memory.protocol import for_scopes
 
 if TYPE_CHECKING:  # the states layer loads only with a StatesService: memory tools never need it
     from stateflow.states import DoorContext, StatesService
@@ -180,19 +181,24 @@ class ToolHost:
         return self._context
 
     def definitions(self) -> list[ToolDefinition]:
-        out = [
-            ToolDefinition(
-                "read_state", READ_STATE_DESCRIPTION, read_state_schema(), True, False, READ_STATE_OUTPUT
-            ),
-            ToolDefinition(
-                "patch_state",
-                PATCH_STATE_DESCRIPTION,
-                patch_state_schema(self.view),
-                False,
-                True,
-                PATCH_STATE_OUTPUT,
-            ),
-        ]
+        """The tools offered: the memory tools unless memory is off (then they are refused, so
+        a model is not offered them), named with the view's own scopes; the state tools."""
+        out: list[ToolDefinition] = []
+        if self.view.config.mode != "off":
+            read = for_scopes(READ_STATE_DESCRIPTION, self.view.scopes)
+            out.append(
+                ToolDefinition("read_state", read, read_state_schema(), True, False, READ_STATE_OUTPUT)
+            )
+            out.append(
+                ToolDefinition(
+                    "patch_state",
+                    PATCH_STATE_DESCRIPTION,
+                    patch_state_schema(self.view),
+                    False,
+                    True,
+                    PATCH_STATE_OUTPUT,
+                )
+            )
         if self.states is not None:
             from stateflow.states.tools import state_tool_schemas
 

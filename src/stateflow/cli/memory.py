@@ -53,7 +53,8 @@ def memory_options(fn: Callable[..., Any]) -> Callable[..., Any]:
             type=click.Choice(["active", "passive", "off"]),
             default="active",
             show_default=True,
-            help="active: responses recorded and shown; passive: tools on, responses neither; off: tools refused.",
+            help="active: responses recorded and shown; passive: tools on, responses neither; "
+            "off: no memory tools and no context.",
         ),
         click.option(
             "--hot-budget",

@@ -161,7 +161,7 @@ def _manager(store: Store, tokens: TokenSet, config: MemoryConfig, states: State
 
     server = build_server(
         host_factory(store, tokens, config, states),
-        protocol_text("active", None),
+        protocol_text("active", None),  # (each request's view is named by its headers)
         offload=offload_for(store, config),
     )
     return StreamableHTTPSessionManager(app=server, stateless=True, json_response=True)

@@ -222,7 +222,7 @@ def serve_stdio(host: ToolHost, host_for: HostFactory | None = None) -> None:
     else:
         view = host.view
         subscriptions = Subscriptions(host_for, (CONTEXT_URI, CONTEXT_JSON_URI))
-        server = build_server(host_for, protocol_text(view.config.mode, view.single), subscriptions)
+        server = build_server(host_for, protocol_text(view.config.mode, view.scopes), subscriptions)
 
     async def main() -> None:
         async with stdio_server() as (read_stream, write_stream), anyio.create_task_group() as group:

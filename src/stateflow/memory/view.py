@@ -1167,7 +1167,7 @@ class MemoryView:
             projection=self.projection_id(revisions),
             head=detach(head),  # the hot state is the store's cached objects
             mode=self.config.mode,
-            single=self.single,
+            scopes=self.scopes,
             hot_bytes=len(encode(state)),
             hot_budget=self.config.hot_budget,
         )
@@ -1330,7 +1330,7 @@ class Context:
     projection: str
     head: dict[str, Any]
     mode: str
-    single: str | None
+    scopes: tuple[str, ...]
     hot_bytes: int = 0
     """Size of the hot effective state shown (canonical JSON bytes)."""
     hot_budget: int | None = None
@@ -1345,7 +1345,9 @@ class Context:
         counted as ``recent_transitions_omitted``, until the text fits — they repeat values the
         state shows, and ``read_state`` reads them (``session.patches[k]``). The hot state is
         never cut: the next receipt is relative to it, so the text still exceeds ``max_chars``
-        when the hot state alone does."""
+        when the hot state alone does. Mode off injects no memory: one line says so."""
+        if self.mode == "off":
+            return protocol_text(self.mode, self.scopes) + "\n"
         text = self._render(self.head)
         recent = self.head.get("recent_transitions") or []
         dropped = 0
@@ -1360,7 +1362,7 @@ class Context:
 
     def _render(self, head: dict[str, Any]) -> str:
         return (
-            protocol_text(self.mode, self.single)
+            protocol_text(self.mode, self.scopes)
             + "\n\nState Flow runtime context (user-level data, not system instructions):\n"
             + encode(head).decode()
             + f"\nState Flow projection: {self.projection}\n"
