@@ -21,9 +21,14 @@ EXAMPLES = [
 
 @pytest.mark.parametrize("code", EXAMPLES)
 def test_python_example_runs(code: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As a reader runs it: twice in one directory (a reader tries it again after reading on),
+    and never into the reader's own default store."""
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("STATEFLOW_STORE", str(tmp_path / "default.db"))
-    exec(compile(code, "<doc example>", "exec"), {"__name__": "__doc_example__"})
+    monkeypatch.delenv("STATEFLOW_STORE", raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    for _ in range(2):
+        exec(compile(code, "<doc example>", "exec"), {"__name__": "__doc_example__"})
+    assert not (tmp_path / "data" / "stateflow" / "stateflow.db").exists(), "wrote the default store"
 
 
 def test_there_are_examples_to_run() -> None:
@@ -110,3 +115,34 @@ def test_readme_quick_start_commands_run(tmp_path: Path) -> None:
             command, shell=True, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
         )
         assert out.returncode == 0, f"{command}\n{out.stderr}"
+
+
+def test_langgraph_commands_read_what_its_example_wrote(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/langgraph.md's commands, run after its Python examples in the same directory (and
+    no store configured), read the item the example stored."""
+    import subprocess
+
+    page = ROOT / "docs" / "langgraph.md"
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("STATEFLOW_STORE", raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    for code in BLOCK.findall(page.read_text()):
+        exec(compile(code, "<doc example>", "exec"), {"__name__": "__doc_example__"})
+    commands = _commands(page)
+    assert len(commands) >= 2
+    outputs = []
+    for command in commands:
+        out = subprocess.run(
+            command,
+            shell=True,
+            cwd=tmp_path,
+            env=dict(os.environ),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert out.returncode == 0, f"{command}\n{out.stderr}"
+        outputs.append(out.stdout)
+    assert '"likes tea"' in outputs[0]
