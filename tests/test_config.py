@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -162,3 +163,21 @@ def test_the_config_object_validates_values() -> None:
         Config.from_layers(("test", {"servr": {}}))
     config = Config.from_layers(("a", {"server": {"port": 1}}), ("b", {"server": {"port": "2"}}))
     assert config.server.port == 2
+
+
+def test_the_documented_settings_live_in_the_file_or_are_documented_as_environment_only() -> None:
+    """docs/operations.md lists the STATEFLOW_* variables and says which have no key in
+    stateflow.toml; every other one has a key (the environment layer maps it to one)."""
+    from stateflow.cli.configuration import ENVIRONMENT
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "operations.md").read_text()
+    table = text.split("## Where state lives", 1)[1].split("These are parsed once", 1)[0]
+    listed = set(re.findall(r"`(STATEFLOW_[A-Z_]+)`", table))
+    file_section = text.split("## Configuration file", 1)[1].split("```toml", 1)[0]
+    without_key = set(
+        re.findall(
+            r"`(STATEFLOW_[A-Z_]+)`", file_section.split("have no key in the file", 1)[1].split(" — ", 1)[0]
+        )
+    )
+    assert without_key == {"STATEFLOW_SESSION", "STATEFLOW_URL", "STATEFLOW_TOKEN"}
+    assert listed - without_key <= set(ENVIRONMENT), listed - without_key - set(ENVIRONMENT)
