@@ -21,7 +21,7 @@ import psycopg
 import pytest
 
 from stateflow.states import StatesService
-from stateflow.states.service import subject_of
+from stateflow.states.service import StateNotFound, subject_of
 from stateflow.store import DocKey, open_store
 from stateflow.store.postgres import _SEQ_LOCK, _SEQ_LOCK_KEY, PostgresStore
 
@@ -236,3 +236,64 @@ def test_a_write_that_waits_for_a_fold_lands_on_the_survivor(
         record = service.read("s", subject(k))
         assert record is not None
         assert record["data"]["seen"] == [{"id": "late"}], f"k{k}: {record}"
+
+
+def test_a_write_racing_a_state_delete_is_deleted_with_it_or_refused(store: PostgresStore, url: str) -> None:
+    """A state deleted while another process writes to it: the write either committed before
+    the delete, and its record goes with the others, or finds the state gone. (Before: the
+    records were purged in one transaction and the declaration deleted in the next; a write
+    that committed in between stayed, a record of an undeclared state, and came back with the
+    state's next declaration.) The delete is held in place by a session holding the seq lock,
+    which the delete and every commit take last."""
+    service = StatesService(store)
+    service.declare("s", DECL)
+    _apply(service, "s", 0, "before")
+    writer = open_store(f"{url}&application_name={APP}-w")
+    writing = StatesService(writer)
+    _apply(writing, "s", 1, "warm")  # (the writer has seen the state)
+    outcomes: dict[str, BaseException | None] = {}
+
+    def run(name: str, call: Callable[[], object]) -> threading.Thread:
+        def target() -> None:
+            try:
+                call()
+                outcomes[name] = None
+            except BaseException as exc:
+                outcomes[name] = exc
+
+        thread = threading.Thread(target=target, daemon=True)
+        thread.start()
+        return thread
+
+    try:
+        with psycopg.connect(url, autocommit=True) as watch, psycopg.connect(url, autocommit=True) as holder:
+            holder_pid = holder.info.backend_pid
+            holder.execute(f"SELECT pg_advisory_lock({SEQ_KEY})", (_SEQ_LOCK,))
+            delete = run("delete", lambda: service.delete_declaration("s"))
+            _wait_for(
+                "the delete waits for the seq lock",
+                lambda: _blocked(watch, "h.pid = %s", "w.application_name = %s", (holder_pid, APP)),
+            )
+            # a write of a new record: it waits for the delete, or (before) for the seq lock,
+            # behind the delete's purge
+            write = run("write", lambda: _apply(writing, "s", 2, "during"))
+            _wait_for(
+                "the write waits",
+                lambda: _blocked(
+                    watch,
+                    "(h.pid = %s OR h.application_name = %s)",
+                    "w.application_name = %s",
+                    (holder_pid, APP, f"{APP}-w"),
+                ),
+            )
+            holder.execute(f"SELECT pg_advisory_unlock({SEQ_KEY})", (_SEQ_LOCK,))
+            delete.join(30)
+            write.join(30)
+    finally:
+        writer.close()
+    assert outcomes["delete"] is None
+    assert isinstance(outcomes["write"], StateNotFound), outcomes
+    service.declare("s", DECL)  # a new state of the same name starts empty
+    assert [service.read("s", subject(k)) for k in range(3)] == [None, None, None]
+    with psycopg.connect(url, autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) FROM documents WHERE state = 's'").fetchone() == (0,)

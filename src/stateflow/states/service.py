@@ -663,17 +663,13 @@ class StatesService:
         if blocking:
             names = ", ".join(f"{r['kind']}:{r.get('name', '?')}" for r in blocking)
             raise DeclarationInUse(f"state {name!r} is still bound by {names} — remove the binding(s) first")
-        self.store.purge(name)
-        key, alias_key = DocKey(CATALOG, name), DocKey(ALIASES, name)
-
-        def compute(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
-            return [
-                Write.between(k, docs[k].body, None, docs[k].revision)
-                for k in (key, alias_key)
-                if docs[k].body is not None
-            ], None
-
-        self.store.update([key, alias_key], compute, self._origin(WriteOrigin(), context, "delete-state"))
+        # the records go with the declaration and the aliases, in one transaction: a write
+        # either committed before (and its record goes too) or finds the state gone
+        self.store.purge(
+            name,
+            erase=[DocKey(CATALOG, name), DocKey(ALIASES, name)],
+            origin=self._origin(WriteOrigin(), context, "delete-state"),
+        )
         return {"deleted": True, "name": name}
 
     def consumers(self, name: str) -> list[Consumer]:

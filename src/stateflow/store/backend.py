@@ -224,6 +224,11 @@ class Backend(abc.ABC):
         for the revisions, the bodies from memory)."""
 
     @abc.abstractmethod
+    def _erase_held(self, tx: Tx, held: dict[DocKey, DocRow], origin: dict[str, Any], fresh: Fresh) -> None:
+        """Erase documents locked in ``tx`` as one transition, committing ``tx`` (portable:
+        ``writes.Writes._erase_held``)."""
+
+    @abc.abstractmethod
     def _remember(self, fresh: Fresh) -> None:
         """Feed the caches with what a transaction wrote, once it has committed (portable:
         ``writes.Writes._remember``)."""

@@ -6,6 +6,9 @@ forgotten revision before the changes up to it go.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from stateflow.doc.canonical import encode_trusted
 from stateflow.errors import InvalidInput
 from stateflow.store.clock import micros_cutoff
@@ -13,7 +16,8 @@ from stateflow.store.history import History
 from stateflow.store.ledger import scope_in
 from stateflow.store.model import DocKey
 from stateflow.store.nodes import BATCH, all_roots, walk
-from stateflow.store.rows import decode_stored, directory_of
+from stateflow.store.plan import Fresh
+from stateflow.store.rows import decode_stored, directory_of, lock_order
 from stateflow.store.tx import Tx
 from stateflow.store.writes import member_row
 
@@ -134,13 +138,20 @@ class Retention(History):
                 part,
             )
 
-    def purge(self, state: str) -> int:
+    def purge(self, state: str, *, erase: Sequence[DocKey] = (), origin: dict[str, Any] | None = None) -> int:
         """Delete every document of ``state`` with its history (no audit survives); return how many.
 
-        Transitions left without any change are deleted too.
+        Transitions left without any change are deleted too. ``erase``: documents of other
+        states (the catalog entries that declare ``state``) erased in the same transaction, as
+        one transition with ``origin``. They are locked first, so a writer that shares them
+        (every record write shares its declaration) either committed before the purge, and its
+        record goes with the others, or waits and finds them erased: nothing written meanwhile
+        is left behind, and the purge and the erase happen together or not at all.
         """
         self.check_schema()
+        fresh = Fresh()
         with self._write_tx() as tx:
+            held = self._claim(tx, (), sorted(set(erase), key=lock_order))[1] if erase else {}
             # Only the documents held here are deleted, each statement naming them by id: one
             # created meanwhile is left whole (the purge came first), never half deleted with
             # its counters left counting it.
@@ -171,6 +182,9 @@ class Retention(History):
                 (state, len(prefix), prefix),
             )
             self._collect_nodes(tx)
+            if held:  # last: the commit ends the transaction
+                self._erase_held(tx, held, origin or {}, fresh)
+        self._remember(fresh)
         for key in list(self._rows_known):  # (a copy: other threads may add rows meanwhile)
             if key.state == state:
                 self._rows_known.pop(key, None)

@@ -467,6 +467,22 @@ class Writes(StoreCore):
         plans = [self._plan_doc(write, entry, stage, fresh) for write, entry, stage in staged]
         return self._commit_plans(tx, [w.key for w, _, _ in staged], plans, origin, claims, revisions, fresh)
 
+    def _erase_held(self, tx: Tx, held: dict[DocKey, DocRow], origin: dict[str, Any], fresh: Fresh) -> None:
+        """Erase the documents of ``held`` (locked in ``tx``) as one transition, committing ``tx``."""
+        present = {key: row for key, row in held.items() if row.present}
+        fetched = self._fetch_many(tx, [(k, r.doc_id, r.revision, None) for k, r in present.items()])
+        loaded = {key: Loaded(row, complete=not row.present) for key, row in held.items()}
+        writes = []
+        for key, row in present.items():
+            members = fetched[row.doc_id][0]
+            entry = loaded[key]
+            for name, position, value, size in members:
+                entry.members[name] = (value, position, size)
+            entry.complete = True
+            body = {name: value for name, _, value, _ in members}
+            writes.append(Write.between(key, body, None, row.revision, paths=[[]]))
+        self._commit_in(tx, writes, origin, (), loaded, fresh)
+
     @staticmethod
     def _record_claims(tx: Tx, claims: Sequence[tuple[str, str]], at: str) -> None:
         """Record the claimed op ids, first: a claim taken meanwhile ends the call before any
