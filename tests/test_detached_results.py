@@ -27,7 +27,7 @@ def test_editing_a_read_result_changes_neither_later_reads_nor_history(
     fresh = view(open_migrated())  # a new connection: what was stored, not what was cached
     assert fresh.read_state({"path": "session.tactics"}) == {"value": {"a": {"b": 1}, "c": 3}}
     assert fresh.read_state({"path": "session[1].tactics"}) == {"value": {"a": {"b": 1}}}
-    assert fresh.read_state({"path": "session.patches[0]"}) == {"patch": {"tactics": {"c": 3}}}
+    assert fresh.read_state({"path": "session.patches[0]"}) == {"value": {"tactics": {"c": 3}}}
 
 
 def test_every_memory_result_is_detached(store: SqlStore) -> None:
@@ -59,7 +59,7 @@ def test_every_memory_result_is_detached(store: SqlStore) -> None:
     assert m.read_state({"path": "session.lazy.notes"}) == {"value": [{"n": 1}, {"n": 2}]}
     assert m.context().head["state"] == expected["value"]
     assert m.read_state({"path": "session.patches[1]"}) == {
-        "patch": {"tactics": {"a": {"b": 1}}, "lazy": {"notes": [{"n": 1}, {"n": 2}]}}
+        "value": {"tactics": {"a": {"b": 1}}, "lazy": {"notes": [{"n": 1}, {"n": 2}]}}
     }
 
 

@@ -130,7 +130,7 @@ def test_passive_reads_omit_the_response_as_the_context_does(
         {"path": "session.response"},
         {"path": "session", "projection": "keys"},
         {"path": "session[0]", "projection": "patch"},
-        {"path": "session.patches[0]"},
+        {"path": "session.patches[0]", "projection": "patch"},
     ]
 
     async def run(mode: str) -> dict[str, Any]:
@@ -211,3 +211,28 @@ def test_a_view_without_the_cwd_scope_is_never_told_about_cwd(
     three = anyio.run(run, "global,cwd,session")
     assert 'WRITE with patch_state {"session": {...}, "cwd": {...}, "global": {...}}' in three["instructions"]
     assert "cwd.lazy.memory[4]" in three["read_description"]
+
+
+# ------------------------------------------------------------------------------ projections
+
+
+def test_a_scope_patch_path_answers_under_each_projections_key(
+    backend: str, store: SqlStore, tmp_path: Path
+) -> None:
+    async def run() -> list[Any]:
+        async with stdio(backend, tmp_path, "--session", "s") as (client, _):
+            await client.call_tool("patch_state", {"session": {"tactics": {"n": 1}}})
+            reads = [
+                {"path": "session.patches[0]"},
+                {"path": "session.patches[0]", "projection": "value"},
+                {"path": "session.patches[0]", "projection": "patch"},
+                {"path": "session.patches[0]", "projection": "keys"},
+            ]
+            return [(await client.call_tool("read_state", r)).structured_content for r in reads]
+
+    assert anyio.run(run) == [
+        {"value": {"tactics": {"n": 1}}},
+        {"value": {"tactics": {"n": 1}}},
+        {"patch": {"tactics": {"n": 1}}},
+        {"meta": {"type": "object", "size": 1}, "keys": {"tactics": "object"}},
+    ]

@@ -188,12 +188,16 @@ def test_scope_patch_history(store) -> None:  # type: ignore[no-untyped-def]
     m.patch_state({"cwd": {"tactics": {"a": 1}}})
     m.patch_state({"session": {"tactics": {"b": 1}}})
     m.patch_state({"cwd": {"tactics": {"a": 2, "c": 3}}})
-    assert m.read_state({"path": "cwd.patches"}) == {"patch": {"tactics": {"a": 2, "c": 3}}}
-    assert m.read_state({"path": "cwd.patches[1]"}) == {"patch": {"tactics": {"a": 1}}}
+    # the path names a change: each projection answers under its own key
+    assert m.read_state({"path": "cwd.patches"}) == {"value": {"tactics": {"a": 2, "c": 3}}}
+    assert m.read_state({"path": "cwd.patches[1]"}) == {"value": {"tactics": {"a": 1}}}
+    assert m.read_state({"path": "cwd.patches[1]", "projection": "patch"}) == {"patch": {"tactics": {"a": 1}}}
+    assert m.read_state({"path": "cwd.patches", "projection": "keys"}) == {
+        "meta": {"type": "object", "size": 1},
+        "keys": {"tactics": "object"},
+    }
     with pytest.raises(NotFound, match="predates"):
         m.read_state({"path": "cwd.patches[2]"})
-    with pytest.raises(InvalidInput, match="only the value projection"):
-        m.read_state({"path": "cwd.patches", "projection": "keys"})
     with pytest.raises(InvalidInput, match="only path"):
         m.read_state({"paths": ["cwd.patches", "cwd"]})
 
@@ -267,7 +271,7 @@ def test_scope_patches_are_served_only_inside_the_hot_window(store) -> None:  # 
     three = view(store, session="s3", history_limit=3)
     for i in range(6):
         three.patch_state({"session": {"tactics": {"i": i}}})
-    assert three.read_state({"path": "session.patches[2]"}) == {"patch": {"tactics": {"i": 3}}}
+    assert three.read_state({"path": "session.patches[2]"}) == {"value": {"tactics": {"i": 3}}}
     with pytest.raises(NotFound, match="predates the retained history"):
         three.read_state({"path": "session.patches[3]"})  # the 4th newest transition
 
@@ -276,7 +280,7 @@ def test_scope_patches_are_served_only_inside_the_hot_window(store) -> None:  # 
     two.patch_state({"cwd": {"tactics": {"a": 2}}})
     two.patch_state({"session": {"tactics": {"b": 1}}})
     two.patch_state({"cwd": {"tactics": {"a": 3}}})
-    assert two.read_state({"path": "cwd.patches[0]"}) == {"patch": {"tactics": {"a": 3}}}
+    assert two.read_state({"path": "cwd.patches[0]"}) == {"value": {"tactics": {"a": 3}}}
     with pytest.raises(NotFound, match="predates the retained history"):
         two.read_state({"path": "cwd.patches[1]"})
 
@@ -290,7 +294,7 @@ def test_a_scope_patch_older_than_the_views_last_limit_transitions_is_refused(st
     with pytest.raises(NotFound, match="predates the retained history"):
         m.read_state({"path": "global.patches[0]"})  # its transition is the 8th newest
     m.patch_state({"global": {"strategy": {"g": 2}}})
-    assert m.read_state({"path": "global.patches[0]"}) == {"patch": {"strategy": {"g": 2}}}
+    assert m.read_state({"path": "global.patches[0]"}) == {"value": {"strategy": {"g": 2}}}
     with pytest.raises(NotFound, match="predates the retained history"):
         m.read_state({"path": "global.patches[1]"})
 

@@ -238,9 +238,10 @@ class MemoryView:
         if patches:
             if len(paths) != 1:
                 raise InvalidInput("a scope patch path (scope.patches[k]) must be the only path of its read")
-            if projection != "value":
-                raise InvalidInput("scope patch paths support only the value projection")
-            return {"patch": self._scope_patch(patches[0])}
+            # the path names a change: its value is that patch, and so is its patch projection;
+            # each projection answers under its own key ("keys" navigates the patch)
+            change = self._scope_patch(patches[0])
+            return keys_projection(change) if projection == "keys" else {projection: change}
         value_paths = [p for p in paths if isinstance(p, ReadPath)]
         # a path into a plane is read along the path (a large plane is never read whole), a
         # patch from the changes and the values at the path; the rest (whole scopes) from the
