@@ -175,6 +175,20 @@ def test_the_cli_refuses_with_store_busy_while_a_writer_hangs(tmp_path: Path) ->
     assert get.stdout.strip() == "null"  # nothing was written
 
 
+def test_migrate_waits_for_the_write_lock_as_configured(tmp_path: Path) -> None:
+    # ``migrate`` opens the store as every command does: it waits [store] wait_seconds for its
+    # turn (it waited the Python default of 30 s whatever was configured), and says so
+    db = tmp_path / "q.db"
+    open_store(str(db)).close()
+    env = {**os.environ, "STATEFLOW_STORE_WAIT_SECONDS": "0.5"}
+    with hung_writer(db):
+        migrate = subprocess.run(
+            ["stateflow", "--store", str(db), "migrate"], capture_output=True, text=True, timeout=120, env=env
+        )
+    assert migrate.returncode == 1
+    assert "error[store-busy]" in migrate.stderr and "for over 0.5 s" in migrate.stderr, migrate.stderr
+
+
 ARRIVING_WRITER = """
 import sys
 from stateflow.store import DocKey, Write, open_store

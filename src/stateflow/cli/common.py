@@ -53,11 +53,14 @@ class Context:
         self._store_flag = value
         self._config = None
 
-    def _open(self, *, create: bool) -> Store:
+    def _open(self, *, create: bool, auto_migrate: bool | None = None) -> Store:
+        # every command opens its store here, so each waits as configured ([store] wait_seconds,
+        # connect_timeout_seconds; their environment variables and flags)
         settings = self.settings()[0].store
         return open_store(
             self.store_location,
             create=create,
+            auto_migrate=auto_migrate,
             wait_seconds=settings.wait_seconds,
             connect_timeout=settings.connect_timeout_seconds,
         )
@@ -72,6 +75,13 @@ class Context:
         refused with ``store-not-found``, never created."""
         if self._store is None:
             self._store = self._open(create=False)
+        return self._store
+
+    def unmigrated(self) -> Store:
+        """The store for ``migrate``: opened to write (a missing SQLite file is created), its
+        schema left as it is for the command to upgrade."""
+        if self._store is None:
+            self._store = self._open(create=True, auto_migrate=False)
         return self._store
 
     def close(self) -> None:

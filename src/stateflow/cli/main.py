@@ -16,7 +16,7 @@ from stateflow.doc.canonical import JSON
 from stateflow.doc.merge import merge_patch
 from stateflow.doc.select import MISSING
 from stateflow.errors import Conflict, InvalidInput
-from stateflow.store import DocKey, Document, Write, open_store
+from stateflow.store import DocKey, Document, Write
 from stateflow.store.open import display_location
 
 # Commands whose modules load heavy layers (the HTTP server, the states layer) import on use:
@@ -72,11 +72,7 @@ def cli(ctx: click.Context, store: str | None, config_path: Path | None) -> None
 @refusals
 def migrate(ctx: Context) -> None:
     """Create or upgrade the store schema (idempotent)."""
-    store = open_store(ctx.store_location, auto_migrate=False)
-    try:
-        before, after = store.migrate()
-    finally:
-        store.close()
+    before, after = ctx.unmigrated().migrate()
     where = display_location(ctx.store_location)
     if before == after:
         click.echo(f"{where}: schema is current (version {after})")
