@@ -13,6 +13,7 @@ an unreachable server raises ``StoreUnavailable``. Standard library only (``urll
 
 from __future__ import annotations
 
+import http.client
 import urllib.error
 import urllib.request
 from typing import TYPE_CHECKING, Any
@@ -145,6 +146,19 @@ class StatesClient:
             ) from exc
         except urllib.error.URLError as exc:
             raise StoreUnavailable(f"cannot reach {self.url}: {exc.reason}") from exc
+        except (http.client.HTTPException, OSError) as exc:
+            # reached, then no whole answer: the server (or a proxy) closed the connection — it
+            # died, or was stopped — or it did not answer in time. A write sent may have landed.
+            if isinstance(exc, TimeoutError):
+                what = f"did not answer within {self.timeout:g} s"
+            else:
+                what = f"closed the connection without a whole answer ({exc or type(exc).__name__})"
+            unknown = (
+                ""
+                if method == "GET"
+                else "; the write may or may not have been applied: read it back before sending it again"
+            )
+            raise StoreUnavailable(f"{self.url} {what}{unknown}") from exc
 
     def _payload(self, url: str, status: int, headers: Any, raw: bytes) -> dict[str, Any]:
         """The API's JSON object; anything else (a redirect, an HTML page, another JSON service)

@@ -1,0 +1,122 @@
+"""The HTTP client (``stateflow states --url``, ``StatesClient``) when the server is reached and
+then gives no whole answer — it dies mid-request (the connection closed, or reset), cuts its
+answer short, or never answers: a ``store-unavailable`` refusal that says a write's outcome is
+unknown, never a traceback."""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+import subprocess
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from stateflow.client import StatesClient
+from stateflow.errors import StoreUnavailable
+
+SUBJECT = ["--target-name", "bot", "--kind", "c", "--key", "k1"]
+
+
+@contextmanager
+def peer(respond: Callable[[socket.socket], None]) -> Iterator[str]:
+    """A listener on a free loopback port that reads one whole request, then ``respond``s on the
+    connection, as a server that died or hangs would; its base URL."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    done = threading.Event()
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            received = b""
+            while b"\r\n\r\n" not in received or len(received) < _request_length(received):
+                chunk = conn.recv(65536)
+                if not chunk:
+                    return
+                received += chunk
+            respond(conn)
+            done.wait(60)  # (held open until the client is done: a hung server's connection)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        done.set()
+        thread.join(10)
+        listener.close()
+
+
+def _request_length(received: bytes) -> int:
+    """The length of a request whose head is in ``received``: the head and its body."""
+    head, _, _ = received.partition(b"\r\n\r\n")
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            return len(head) + 4 + int(value)
+    return len(head) + 4
+
+
+def closed(conn: socket.socket) -> None:
+    conn.shutdown(socket.SHUT_RDWR)
+
+
+def reset(conn: socket.socket) -> None:
+    conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    conn.close()
+
+
+def cut_short(conn: socket.socket) -> None:
+    conn.sendall(b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"da')
+    conn.shutdown(socket.SHUT_RDWR)
+
+
+def cli(url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "STATEFLOW_URL": "", "STATEFLOW_TOKEN": ""}
+    return subprocess.run(
+        ["stateflow", "states", "--url", url, "--token", "t" * 24, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+
+
+@pytest.mark.parametrize("respond", [closed, reset, cut_short], ids=["closed", "reset", "cut-short"])
+def test_a_write_the_server_leaves_unanswered_is_refused_with_its_outcome_unknown(
+    respond: Callable[[socket.socket], None],
+) -> None:
+    with peer(respond) as url:
+        done = cli(url, "apply", "ctr", *SUBJECT, "--data", '[{"op": "set", "path": ["n"], "value": 1}]')
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    (line,) = done.stderr.splitlines()
+    assert line.startswith(f"error[store-unavailable]: {url} closed the connection without a whole answer"), (
+        line
+    )
+    assert line.endswith("the write may or may not have been applied: read it back before sending it again")
+
+
+def test_a_read_the_server_leaves_unanswered_is_refused_as_such() -> None:
+    with peer(closed) as url:
+        done = cli(url, "read", "ctr", *SUBJECT)
+    assert done.returncode == 1
+    (line,) = done.stderr.splitlines()
+    assert line.startswith(f"error[store-unavailable]: {url} closed the connection"), line
+    assert "write" not in line
+
+
+def test_a_server_that_never_answers_is_refused_after_the_clients_timeout() -> None:
+    with peer(lambda conn: None) as url:
+        client = StatesClient(url, "t" * 24, timeout=0.5)
+        with pytest.raises(StoreUnavailable) as refused:
+            client.merge(
+                "ctr", {"target_kind": "agent", "target_name": "bot", "kind": "c", "key": "k1"}, {"n": 1}
+            )
+    assert refused.value.message == (
+        f"{url} did not answer within 0.5 s; the write may or may not have been applied: read it back "
+        "before sending it again"
+    )
