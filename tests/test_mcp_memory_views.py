@@ -12,9 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import jsonschema_rs
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
+from stateflow.doc.ops import OP_KINDS
 from stateflow.memory import Identity
 from stateflow.memory.planes import RUNTIME
 from stateflow.store import DocKey, Document, SqlStore, Write
@@ -236,3 +238,71 @@ def test_a_scope_patch_path_answers_under_each_projections_key(
         {"patch": {"tactics": {"n": 1}}},
         {"meta": {"type": "object", "size": 1}, "keys": {"tactics": "object"}},
     ]
+
+
+# ------------------------------------------------------------------------------ the state_* tools
+
+
+def test_state_apply_input_schema_gives_each_op_its_shape(
+    backend: str, store: SqlStore, tmp_path: Path
+) -> None:
+    # generated from the op engine's own field lists: a model that follows it writes valid ops
+    declaration = {
+        "schema": {"type": "object", "properties": {"todo": {"type": "object"}}},
+        "subject_kinds": ["session"],
+        "default_subject_kind": "session",
+    }
+    done = subprocess.run(
+        ["stateflow", "--store", backend, "states", "put", "notes", "--data", json.dumps(declaration)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    ops = [
+        {"op": "set", "path": ["todo"], "value": {"items": []}},
+        {"op": "set_by_key", "path": ["todo", "items"], "key_field": "id", "value": [{"id": "a", "n": 1}]},
+        {"op": "merge_by_key", "path": ["todo", "items"], "key_field": "id", "value": [{"id": "a", "n": 2}]},
+        {
+            "op": "set",
+            "path": ["todo", "items", 0, "done"],
+            "value": True,
+            "guard": {"path": ["todo"], "expected": None},
+        },
+    ]
+
+    async def run() -> tuple[Any, Any, Any]:
+        async with stdio(backend, tmp_path, "--session", "s", "--states", "notes") as (client, _):
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            applied = await client.call_tool("state_apply", {"state": "notes", "ops": ops})
+            dotted = {"op": "set", "path": "todo.n", "value": 1}
+            refused = await client.call_tool("state_apply", {"state": "notes", "ops": [dotted]})
+            return tools["state_apply"], applied, refused
+
+    tool, applied, refused = anyio.run(run)
+    assert not applied.is_error, text(applied)
+    # the op engine checks each op, as at every door: its code, and a message that shows the shape
+    assert text(refused) == (
+        'error[invalid-ops]: ops[0]: path must be a non-empty list of segments, such as ["todo", "items", 0]'
+    )
+    assert applied.structured_content["result"]["data"] == {
+        "todo": {"items": [{"id": "a", "n": 2, "done": True}]}
+    }
+    kinds = [
+        alt["properties"]["op"]["const"] for alt in tool.input_schema["properties"]["ops"]["items"]["oneOf"]
+    ]
+    assert kinds == list(OP_KINDS)
+    assert ", ".join(OP_KINDS) in str(tool.description) and '"path": ["todo", "items", 0, "done"]' in str(
+        tool.description
+    )
+    validator = jsonschema_rs.Draft202012Validator(tool.input_schema)
+    assert validator.is_valid({"state": "notes", "ops": ops})
+    for guess in (
+        {"op": "set", "path": "/text", "value": "v"},  # a JSON Pointer
+        {"op": "set", "path": "text", "value": "v"},  # a dotted path
+        {"op": "set", "path": ["text"]},  # no value
+        {"op": "remove", "path": ["text"], "value": 1},  # a field the kind does not take
+        {"op": "insert", "path": ["text"], "value": 1},  # no such op
+        {"op": "remove_by_key", "path": ["items"], "key_field": "id"},  # no key
+    ):
+        assert not validator.is_valid({"state": "notes", "ops": [guess]}), guess

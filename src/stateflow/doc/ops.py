@@ -32,6 +32,69 @@ _KEYS: Final[dict[str, frozenset[str]]] = {
 }
 OP_KINDS: Final = tuple(_KEYS)
 
+_VALUES: Final[dict[str, str]] = {
+    "set": "the JSON value stored at path (null allowed); a last path segment '-' appends to a list",
+    "set_by_key": "an object, or a list of objects, each holding key_field: it replaces the list item "
+    "with the same key, or is appended",
+    "merge_by_key": "a list of partial objects, each holding key_field: merged into the item with "
+    "the same key (null fields are ignored; an absent key changes nothing)",
+    "unset_by_key": 'a list of {"<key_field>": key, "fields": [field names]}: those fields are '
+    "removed from the item with that key",
+    "set_by_key_each": '{"<fan-out key>": [objects holding key_field]}: set_by_key into the list at '
+    "path + [fan-out key] (created when absent)",
+}
+
+
+def op_schema() -> dict[str, Any]:
+    """The JSON Schema of one op, one alternative per kind, generated from the fields each kind
+    takes (``_KEYS``) so that a tool's input schema cannot drift from what ``parse_op`` accepts."""
+    segments = {
+        "type": "array",
+        "items": {"type": ["string", "integer"]},
+        "minItems": 1,
+        "maxItems": MAX_PATH_SEGMENTS,
+        "description": "segments from the document's root: object keys (strings) and list indices "
+        '(integers >= 0), e.g. ["todo", "items", 0] — never a "/a/b" or "a.b" string',
+    }
+    fields: dict[str, dict[str, Any]] = {
+        "path": segments,
+        "key_field": {
+            "type": "string",
+            "minLength": 1,
+            "description": "the field that identifies the items of the list at path",
+        },
+        "key": {
+            "type": ["string", "integer", "array"],
+            "items": {"type": ["string", "integer"]},
+            "description": "the key of the item to remove, or a list of keys",
+        },
+        "guard": {
+            "type": "object",
+            "properties": {"path": segments, "expected": {}},
+            "required": ["path", "expected"],
+            "additionalProperties": False,
+            "description": "apply the op only if the value at guard.path, before the batch, equals "
+            "expected (otherwise it is skipped and reported)",
+        },
+    }
+    alternatives = []
+    for name, allowed in _KEYS.items():
+        properties: dict[str, Any] = {"op": {"const": name}}
+        for field_name in ("path", "key_field", "key", "value", "guard"):
+            if field_name in allowed:
+                value = {"description": _VALUES[name]} if field_name == "value" else fields[field_name]
+                properties[field_name] = value
+        alternatives.append(
+            {
+                "type": "object",
+                "properties": properties,
+                "required": [f for f in properties if f != "guard"],
+                "additionalProperties": False,
+            }
+        )
+    return {"oneOf": alternatives}
+
+
 Path = tuple[str | int, ...]
 
 
@@ -161,7 +224,7 @@ _new_op: Final = tuple.__new__
 
 def _parse_path(raw: object, allow_append: bool, what: str) -> Path:
     if not isinstance(raw, list) or not raw:
-        raise OpError(f"{what} must be a non-empty list of segments")
+        raise OpError(f'{what} must be a non-empty list of segments, such as ["todo", "items", 0]')
     if len(raw) > MAX_PATH_SEGMENTS:
         raise OpError(f"{what} has {len(raw)} segments — the cap is {MAX_PATH_SEGMENTS}")
     for seg in raw:

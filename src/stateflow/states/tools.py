@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Final
 
+from stateflow.doc.ops import MAX_OPS_PER_BATCH, OP_KINDS, op_schema
 from stateflow.errors import InvalidInput, ReadOnlyState, StateflowError
 from stateflow.states.models import DoorContext, StateSubject, WriteOrigin
 from stateflow.states.service import StatesService, SubjectRefused, subject_of
@@ -88,11 +89,12 @@ def state_tool_schemas() -> dict[str, tuple[str, dict[str, Any], bool, bool]]:
             True,
         ),
         "state_apply": (
-            "Apply an op batch (set, remove, set_by_key, merge_by_key, unset_by_key, remove_by_key, "
-            "set_by_key_each; optional guards). Pass op_id to make a retry safe.",
+            f"Apply an op batch, in order, all or nothing ({', '.join(OP_KINDS)}; optional guards). "
+            'A path is a list of segments: {"op": "set", "path": ["todo", "items", 0, "done"], '
+            '"value": true}. Pass op_id to make a retry safe.',
             obj(
                 {
-                    "ops": {"type": "array", "items": {"type": "object"}},
+                    "ops": {"type": "array", "items": op_schema(), "maxItems": MAX_OPS_PER_BATCH},
                     "op_id": {"type": "string"},
                     **expect,
                 },
@@ -146,7 +148,13 @@ def _argument_validator(name: str) -> Any:
     # jsonschema-rs, the one JSON Schema library the package depends on (imported on first use).
     import jsonschema_rs
 
-    return jsonschema_rs.Draft202012Validator(state_tool_schemas()[name][1])
+    schema = state_tool_schemas()[name][1]
+    if name == "state_apply":
+        # each op is checked by the op engine, as at every other door (its messages and the
+        # invalid-ops code): the published op shapes describe it, they do not replace it
+        ops = {"type": "array", "items": {"type": "object"}}
+        schema = {**schema, "properties": {**schema["properties"], "ops": ops}}
+    return jsonschema_rs.Draft202012Validator(schema)
 
 
 def _most_telling(errors: list[Any]) -> Any:
