@@ -306,3 +306,29 @@ def test_state_apply_input_schema_gives_each_op_its_shape(
         {"op": "remove_by_key", "path": ["items"], "key_field": "id"},  # no key
     ):
         assert not validator.is_valid({"state": "notes", "ops": [guess]}), guess
+
+
+def test_an_unknown_read_state_field_gets_advice_that_fits_it(
+    backend: str, store: SqlStore, tmp_path: Path
+) -> None:
+    async def run() -> list[str]:
+        async with stdio(backend, tmp_path, "--session", "s") as (client, _):
+            reads: list[dict[str, Any]] = [
+                {"path": "session", "limit": 10},
+                {"path": "session", "cursor": "x"},
+                {"path": "cwd", "offset": 1},
+            ]
+            return [text(await client.call_tool("read_state", r)) for r in reads]
+
+    limit, cursor, offset = anyio.run(run)
+    assert limit == (
+        "error[invalid-input]: read_state does not accept limit (it takes path or paths, and projection); "
+        "a read returns exactly what it selects, never a page: select a range such as lazy.notes[0:10], "
+        "or a deeper path"
+    )
+    assert cursor.startswith("error[invalid-input]: read_state does not accept cursor (it takes")
+    assert "never a page" in cursor
+    assert offset == (
+        "error[invalid-input]: read_state does not accept offset (it takes path or paths, and projection); "
+        "history and scope belong in the path (e.g. cwd[1].lazy.memory)"
+    )

@@ -1377,9 +1377,19 @@ def _read_args(args: object) -> tuple[list[str], str, bool]:
         raise InvalidInput("read_state requires an object")
     unknown = sorted(set(args) - {"path", "paths", "projection"})
     if unknown:
+        # the advice fits what the field was for: history and scope are spelled in the path;
+        # anything else (limit, cursor, …) reads as paging, and a read is exact instead
+        advice = []
+        if {"offset", "scope"} & set(unknown):
+            advice.append("history and scope belong in the path (e.g. cwd[1].lazy.memory)")
+        if set(unknown) - {"offset", "scope"}:
+            advice.append(
+                "a read returns exactly what it selects, never a page: select a range such as "
+                "lazy.notes[0:10], or a deeper path"
+            )
         raise InvalidInput(
-            f"read_state does not accept {', '.join(unknown)}; history and scope belong in the path "
-            "(e.g. cwd[1].lazy.memory)"
+            f"read_state does not accept {', '.join(unknown)} (it takes path or paths, and projection); "
+            + "; ".join(advice)
         )
     projection = args.get("projection", "value")
     if projection not in PROJECTIONS:
