@@ -340,6 +340,40 @@ def test_in_page_actions_say_when_the_server_does_not_answer_and_can_retry(
     context.close()
 
 
+def test_pages_fit_their_window_a_phone_and_a_long_key(server: str, browser: Browser) -> None:
+    """At phone width the top bar wraps (Sign out and the navigation were off-screen) and a
+    wide table scrolls inside itself; at desktop width a long record key wraps in its cell
+    instead of pushing the records table under the cards beside it."""
+    key = "k" * 120
+    api = f"{server}/api/states/profiles/records/agent/triage/customer/{key}"
+    _call("PUT", api, {"Authorization": f"Bearer {ADMIN}"}, {"tone": "brief"})
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    sign_in(page, server, ADMIN)
+    page.goto(server + "/studio/states/profiles")
+    expect(page.locator("#records")).to_contain_text("kkkk")
+    table, side = page.locator("#records").bounding_box(), page.locator(".side-col").bounding_box()
+    assert table is not None and side is not None
+    assert table["x"] + table["width"] <= side["x"]
+    context.close()
+
+    context = browser.new_context(viewport={"width": 375, "height": 800})
+    page = context.new_page()
+    sign_in(page, server, ADMIN)
+    for address in (
+        "/studio/states",
+        "/studio/states/tickets",
+        "/studio/states/tickets/record?tk=agent&tn=triage&kind=ticket&key=T-1001",
+        "/studio/memory",
+    ):
+        page.goto(server + address)
+        assert page.evaluate("document.documentElement.scrollWidth") <= 375, address
+        for control in ("#sign-out", "nav >> text=API docs"):
+            box = page.locator(control).bounding_box()
+            assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 375, (address, control)
+    context.close()
+
+
 def test_docs_render_offline_with_an_authorize_button(server: str, browser: Browser) -> None:
     context = browser.new_context(viewport={"width": 1360, "height": 900})
     outside: list[str] = []
