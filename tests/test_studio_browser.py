@@ -374,6 +374,22 @@ def test_pages_fit_their_window_a_phone_and_a_long_key(server: str, browser: Bro
     context.close()
 
 
+def test_older_revisions_by_keyboard_keeps_the_focus_in_the_timeline(server: str, browser: Browser) -> None:
+    """The button is replaced by the page it loads: the focus moves to that page's first row
+    (it fell to <body>, and the next Tab went to the top of the page)."""
+    context = browser.new_context(viewport={"width": 1360, "height": 900})
+    page = context.new_page()
+    sign_in(page, server, ADMIN)
+    page.goto(f"{server}/studio/states/tickets/record?tk=agent&tn=triage&kind=ticket&key=T-1012")
+    page.focus("#history-more a")
+    page.keyboard.press("Enter")
+    rows = page.locator("#history-rows tr.hrow")
+    expect(rows.nth(25)).to_be_focused()
+    page.keyboard.press("Tab")
+    expect(rows.nth(25).locator("a", has_text="view")).to_be_focused()
+    context.close()
+
+
 def test_docs_render_offline_with_an_authorize_button(server: str, browser: Browser) -> None:
     context = browser.new_context(viewport={"width": 1360, "height": 900})
     outside: list[str] = []

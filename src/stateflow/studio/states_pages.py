@@ -262,6 +262,7 @@ def record_history(studio: Studio, request: Request, session: Session) -> Respon
         history=history,
         decl={"name": name},
         sp=subject_params(subject),
+        more_page=True,
     )
 
 
