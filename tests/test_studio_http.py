@@ -741,7 +741,13 @@ def test_unknown_studio_urls_answer_a_studio_page(seeded: tuple[TestClient, Stat
     r = client.get("/studio/nowhere", follow_redirects=False)
     assert r.status_code == 303 and r.headers["location"] == "/studio/login?next=%2Fstudio%2Fnowhere"
     sign_in(client, ADMIN)
-    for path in ("/studio/nowhere", "/studio/states/tickets/record/edit", "/studio/states/tickets/x/y"):
+    assert client.get("/studio/static/studio.js").headers["content-type"].startswith("text/javascript")
+    for path in (
+        "/studio/nowhere",
+        "/studio/states/tickets/record/edit",
+        "/studio/states/tickets/x/y",
+        "/studio/static/nope.css",  # under the studio's files, too
+    ):
         r = client.get(path)
         assert r.status_code == 404 and r.headers["content-type"].startswith("text/html"), path
         assert f"the studio has no page {path}" in r.text

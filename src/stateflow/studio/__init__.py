@@ -10,6 +10,8 @@ import secrets
 from fastapi import FastAPI, Request
 from fastapi.responses import RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException
+from starlette.types import Scope
 
 from stateflow.errors import NotFound, StateflowError
 from stateflow.http.auth import TokenSet
@@ -32,9 +34,30 @@ def _cookie(response: Response, request: Request, name: str, value: str) -> None
     )
 
 
+def _unknown(studio: Studio, request: Request, session: Session) -> Response:
+    raise NotFound(f"the studio has no page {request.url.path}")
+
+
+class _Static(StaticFiles):
+    """The studio's files; an address under them that names none is answered like any other
+    address the studio does not have (a studio page), not with the API's JSON 404."""
+
+    def __init__(self, studio: Studio) -> None:
+        super().__init__(directory=STATIC)
+        self._missing = page(studio, _unknown)
+
+    async def get_response(self, path: str, scope: Scope) -> Response:
+        try:
+            return await super().get_response(path, scope)
+        except HTTPException as exc:
+            if exc.status_code != 404:
+                raise
+            return await self._missing(Request(scope))
+
+
 def mount_studio(app: FastAPI, service: StatesService, tokens: TokenSet) -> Studio:
     studio = Studio(service, tokens)
-    app.mount(PREFIX + "/static", StaticFiles(directory=STATIC), name="studio-static")
+    app.mount(PREFIX + "/static", _Static(studio), name="studio-static")
 
     @app.get(PREFIX, include_in_schema=False)
     @app.get(PREFIX + "/", include_in_schema=False)
@@ -101,12 +124,9 @@ def mount_studio(app: FastAPI, service: StatesService, tokens: TokenSet) -> Stud
     states_pages.register(app, studio)
     memory_pages.register(app, studio)
 
-    def unknown(studio: Studio, request: Request, session: Session) -> Response:
-        raise NotFound(f"the studio has no page {request.url.path}")
-
     # last: any other /studio/... URL (a mistyped link, a GET of a form's action) is answered
     # with a studio page that links back, not the API's JSON 404 or 405
     app.add_api_route(
-        PREFIX + "/{rest:path}", page(studio, unknown), methods=["GET"], include_in_schema=False
+        PREFIX + "/{rest:path}", page(studio, _unknown), methods=["GET"], include_in_schema=False
     )
     return studio
