@@ -663,6 +663,21 @@ def test_a_large_record_page_stays_small_its_editor_offers_the_json_and_a_compar
     assert 0 < shown <= 500 and f"and {5000 - shown} more changed paths" in compare.text
 
 
+def test_a_huge_key_is_cut_like_a_huge_value(seeded: tuple[TestClient, StatesService]) -> None:
+    """Values were cut at 400 characters, keys sent and drawn whole (a 100,000-character key:
+    about fifty screens); in the tree and in the timeline's touched paths alike."""
+    client, service = seeded
+    huge = "K" * 100_000
+    subject = ticket("T-keys")
+    service.replace("tickets", subject, {"title": "keys", "status": "open", "extra": {huge: "v"}})
+    service.merge("tickets", subject, {"extra": {huge: "w"}})
+    sign_in(client, ADMIN)
+    page = client.get("/studio/states/tickets/record", params={**EDITED, "key": "T-keys"}).text
+    shown = page.split('id="edit"')[0] + page.split("</textarea>")[1]  # (the editor holds it whole)
+    assert max(len(run) for run in re.findall("K+", shown)) == 400
+    assert 'title="100000 characters"' in shown
+
+
 def test_signing_in_again_returns_to_the_page_not_a_fragment_or_a_form_action(
     seeded: tuple[TestClient, StatesService],
 ) -> None:

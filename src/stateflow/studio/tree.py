@@ -24,9 +24,12 @@ DIFF_TREE_NODES: Final = 400
 
 
 def path_text(path: Sequence[str | int]) -> str:
-    """``a.b[2]["odd key"]``: how the studio names a place in a document."""
+    """``a.b[2]["odd key"]``: how the studio names a place in a document (a key longer than
+    :data:`MAX_TEXT` cut, as a tree cuts it)."""
     out = ""
     for seg in path:
+        if isinstance(seg, str) and len(seg) > MAX_TEXT:
+            seg = seg[:MAX_TEXT] + "…"
         if isinstance(seg, int):
             out += f"[{seg}]"
         elif seg.isidentifier():
@@ -107,6 +110,8 @@ def _label(key: str | int | None) -> Markup:
         return Markup("")
     if isinstance(key, int):
         return Markup('<span class="j-index">%s</span>') % key
+    if len(key) > MAX_TEXT:  # cut as a value is: a huge key is not sent whole either
+        return Markup('<span class="j-key" title="%s characters">%s…</span>') % (len(key), key[:MAX_TEXT])
     return Markup('<span class="j-key">%s</span>') % key
 
 
