@@ -91,6 +91,30 @@ def test_pages_need_a_session_and_sign_in_sets_an_http_only_strict_cookie(
     assert client.get("/api/states").status_code == 401
 
 
+def test_sign_in_forms_open_in_several_tabs_all_work(seeded: tuple[TestClient, StatesService]) -> None:
+    """Each showing of the sign-in form replaced the browser's one nonce: the first of two tabs
+    then failed with "the sign-in form expired", and its failure expired the second's form."""
+    client, _ = seeded
+
+    def form() -> str:
+        page = client.get("/studio/login")
+        nonce = re.search(r'name="login_csrf" value="([^"]+)"', page.text)
+        assert nonce is not None
+        return nonce[1]
+
+    first, second = form(), form()
+    r = client.post(
+        "/studio/login", data={"token": "not-one-we-know", "login_csrf": first}, follow_redirects=False
+    )
+    assert r.status_code == 401 and "not one this server accepts" in r.text
+    r = client.post("/studio/login", data={"token": ADMIN, "login_csrf": second}, follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"] == "/studio/states"
+    # a third tab opened before signing in still signs in (another token, say)
+    r = client.post("/studio/login", data={"token": READER, "login_csrf": first}, follow_redirects=False)
+    assert r.status_code == 303
+    assert client.get("/studio/states").text.count("read-only") >= 1
+
+
 def test_edit_checks_csrf_and_schema_and_writes_only_valid_documents(
     seeded: tuple[TestClient, StatesService],
 ) -> None:

@@ -5,7 +5,9 @@ the HTTP API; every asset ships in the package (htmx and the studio's own small 
 from __future__ import annotations
 
 import hmac
+import re
 import secrets
+from typing import Final
 
 from fastapi import FastAPI, Request
 from fastapi.responses import RedirectResponse, Response
@@ -21,6 +23,9 @@ from stateflow.studio.session import COOKIE, LOGIN_COOKIE, Session
 from stateflow.studio.web import PREFIX, STATIC, SignInNeeded, Studio, page, read_form, safe_next, url
 
 __all__ = ["mount_studio"]
+
+_NONCE: Final = re.compile(r"[A-Za-z0-9_-]{32}")
+"""A sign-in nonce as ``_login_page`` makes them (``secrets.token_urlsafe(24)``)."""
 
 
 def _cookie(response: Response, request: Request, name: str, value: str) -> None:
@@ -75,7 +80,13 @@ def mount_studio(app: FastAPI, service: StatesService, tokens: TokenSet) -> Stud
         return _login_page(request, None, 200)
 
     def _login_page(request: Request, error: str | None, status: int) -> Response:
-        nonce = secrets.token_urlsafe(24)
+        # One nonce a browser, kept until the browser ends: a new one on every showing of the
+        # form made each sign-in tab (and each failed attempt) expire the forms of the others.
+        # The form and the cookie carry it (double submit); another site can read neither.
+        nonce = request.cookies.get(LOGIN_COOKIE) or ""
+        fresh = not _NONCE.fullmatch(nonce)
+        if fresh:
+            nonce = secrets.token_urlsafe(24)
         response = studio.html(
             "login.html",
             session=None,
@@ -84,7 +95,8 @@ def mount_studio(app: FastAPI, service: StatesService, tokens: TokenSet) -> Stud
             login_csrf=nonce,
             next=safe_next(request.query_params.get("next")),
         )
-        _cookie(response, request, LOGIN_COOKIE, nonce)
+        if fresh:
+            _cookie(response, request, LOGIN_COOKIE, nonce)
         return response
 
     @app.post(PREFIX + "/login", include_in_schema=False)
@@ -103,7 +115,6 @@ def mount_studio(app: FastAPI, service: StatesService, tokens: TokenSet) -> Stud
             return _login_page(request, "That token is not one this server accepts.", 401)
         response = RedirectResponse(safe_next(form.get("next")), status_code=303)
         _cookie(response, request, COOKIE, studio.sessions.open(token))
-        response.delete_cookie(LOGIN_COOKIE, path=PREFIX)
         return response
 
     @app.post(PREFIX + "/logout", include_in_schema=False)
