@@ -557,8 +557,10 @@ def test_stateflow_serve_serves_the_studio_and_docs(tmp_path: Path) -> None:
     )
     try:
         assert proc.stderr is not None
-        lines = [proc.stderr.readline() for _ in range(2)]
-        assert any(f"http://127.0.0.1:{port}/studio" in line for line in lines), lines
+        lines: list[str] = []
+        while not any(f"http://127.0.0.1:{port}/studio" in line for line in lines):
+            lines.append(proc.stderr.readline())  # (which tokens, the API, then the studio)
+            assert len(lines) <= 5 and lines[-1], lines
         base = f"http://127.0.0.1:{port}"
         # Deadlines for a loaded machine (importing the server, the first asset), not the server's.
         with httpx.Client(base_url=base, timeout=60) as client:
