@@ -310,3 +310,16 @@ def test_one_validator_cache_serves_both_services(store: SqlStore) -> None:
     view = MemoryView(store, Identity.of("alice", "/tmp", "s1"), config=MemoryConfig(extra_roots=roots))
     view.patch_state({"session": {"levels": {"level": 2}}})
     assert compiled(schema) is states_validator  # compiled once, for both
+
+
+def test_a_fold_of_a_state_not_declared_is_refused_and_leaves_no_row(
+    service: StatesService, store: SqlStore
+) -> None:
+    subject = {"target_kind": "agent", "target_name": "a", "kind": "c", "key": "k"}
+    with store._read_tx() as tx:
+        before = tx.all("SELECT state, subject FROM documents ORDER BY doc_id")
+    with pytest.raises(StateflowError) as refused:
+        service.fold("nope", subject, {**subject, "key": "k2"}, "merge")
+    assert refused.value.code == "state-not-found"
+    with store._read_tx() as tx:
+        assert tx.all("SELECT state, subject FROM documents ORDER BY doc_id") == before

@@ -1281,10 +1281,17 @@ class StatesService:
         # them; a state declared by an earlier version, or built in, may have none): a write
         # then holds the aliases row shared and either commits before the fold (and is folded)
         # or finds their revision moved and goes again, through the alias.
-        self.store.update([decl_key, alias_key], _nothing)
+        self.store.update([decl_key, alias_key], functools.partial(self._rows_of_declared, name))
         self.store.update([decl_key, alias_key], compute, self._origin(origin_of(origin), context, "fold"))
         order = ["mode", "from", "into", "already", "flattened", "merged_members"]
         return cast(FoldReport, {k: report[k] for k in order if k in report})
+
+    def _rows_of_declared(self, name: str, docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
+        """A read-modify-write that writes nothing: its locks create the rows of the documents
+        it names that had none, and its commit keeps them — for a declared state only (an
+        unknown one is refused, and the rollback keeps no row)."""
+        self._declaration(docs, name)
+        return [], None
 
     # ------------------------------------------------------------------ listings and retention
 
@@ -1342,12 +1349,6 @@ class StatesService:
     ) -> PruneReport:
         """Delete expired records, op_id keys and audit rows (see :func:`stateflow.states.retention.prune`)."""
         return retention.prune(self, context=context, now=now, progress=progress)
-
-
-def _nothing(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
-    """A read-modify-write that writes nothing: its locks create the rows of documents that had
-    none, and its commit keeps them."""
-    return [], None
 
 
 def _short(subject: StateSubject) -> dict[str, str]:
