@@ -9,12 +9,14 @@ import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import anyio
 import jsonschema_rs
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.shared.exceptions import MCPError
+from mcp_types.jsonrpc import PARSE_ERROR
 
 from stateflow.doc.ops import OP_KINDS
 from stateflow.memory import Identity
@@ -332,3 +334,85 @@ def test_an_unknown_read_state_field_gets_advice_that_fits_it(
         "error[invalid-input]: read_state does not accept offset (it takes path or paths, and projection); "
         "history and scope belong in the path (e.g. cwd[1].lazy.memory)"
     )
+
+
+# ------------------------------------------------------------------------------ the stdio transport
+
+DEEP: Final = 230
+"""Deeper than the SDK's JSON parser takes (about 200 levels), shallower than its client writes
+(about 255) and than a value may be (254)."""
+
+
+def test_stdio_answers_a_request_the_transport_cannot_parse(
+    backend: str, store: SqlStore, tmp_path: Path
+) -> None:
+    # the SDK's parser refuses the line before the server sees it: the request is answered with
+    # a parse error for its id (the client's call fails at once instead of waiting forever)
+    deep: Any = 1
+    for _ in range(DEEP):
+        deep = {"a": deep}
+
+    async def run() -> tuple[Any, Any]:
+        async with stdio(backend, tmp_path, "--session", "s") as (client, _):
+            try:
+                # (a bound on a regression, which would leave the call unanswered: not a wait)
+                await client.call_tool("patch_state", {"session": {"tactics": {"d": deep}}}, 60)
+            except MCPError as exc:
+                refused: Any = exc
+            after = await client.call_tool("read_state", {"path": "session"})
+            return refused, after
+
+    refused, after = anyio.run(run)
+    assert refused.code == PARSE_ERROR and refused.message.startswith("Parse error: ")
+    assert after.structured_content == {"value": {}}  # nothing written, and the session goes on
+
+
+def test_stdio_answers_unparsable_lines_by_id_and_logs_them(
+    backend: str, store: SqlStore, tmp_path: Path
+) -> None:
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "0"},
+        },
+    }
+    deep = '{"a":' * DEEP + "1" + "}" * DEEP
+    lines = [
+        json.dumps(initialize),
+        '{"jsonrpc": "2.0", "method": "notifications/initialized"}',
+        '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"patch_state","arguments":'
+        + '{"session":{"tactics":{"d":'
+        + deep
+        + "}}}}}",
+        '{"jsonrpc":"2.0","id":"three","method":"tools/call","params":{"name":"read_state","arguments":'
+        '{"path":"tactics.\\ud800"}}}',
+        "not json at all",
+        '{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"read_state","arguments":{"path":"session"}}}',
+    ]
+    server = subprocess.Popen(
+        ["stateflow", "--store", backend, "mcp", "--cwd", str(tmp_path), "--session", "s"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert server.stdin is not None and server.stdout is not None
+    server.stdin.write("".join(line + "\n" for line in lines))
+    server.stdin.flush()
+    answers: dict[Any, Any] = {}
+    while 4 not in answers:  # (the lines are answered in order; stdin stays open until then)
+        line = server.stdout.readline()
+        assert line, "the server stopped before answering the last request"
+        message = json.loads(line)
+        answers[message.get("id")] = message
+    _, stderr = server.communicate(timeout=120)
+    for rid in (2, "three", None):
+        assert answers[rid]["error"]["code"] == PARSE_ERROR, answers
+    assert "recursion limit" in answers[2]["error"]["message"]
+    assert answers[4]["result"]["structuredContent"] == {"value": {}}
+    assert "stateflow mcp: unparsable message (id 2)" in stderr
+    assert "stateflow mcp: unparsable message (id None)" in stderr

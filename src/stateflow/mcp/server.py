@@ -26,6 +26,7 @@ from stateflow import __version__
 from stateflow.doc.canonical import encode
 from stateflow.errors import NotFound, StateflowError
 from stateflow.mcp.subscriptions import Subscriptions
+from stateflow.mcp.unparsed import AnsweringUnparsed
 from stateflow.memory.protocol import protocol_text
 from stateflow.memory.view import Context
 from stateflow.tools import ToolHost, ToolResult
@@ -227,7 +228,8 @@ def serve_stdio(host: ToolHost, host_for: HostFactory | None = None) -> None:
     async def main() -> None:
         async with stdio_server() as (read_stream, write_stream), anyio.create_task_group() as group:
             group.start_soon(subscriptions.watch)
-            await server.run(read_stream, write_stream, server.create_initialization_options())
+            answering = AnsweringUnparsed(read_stream, write_stream)  # (the SDK drops them unanswered)
+            await server.run(answering, write_stream, server.create_initialization_options())
             group.cancel_scope.cancel()
 
     anyio.run(main)

@@ -1,0 +1,104 @@
+"""Answer the stdio lines the MCP SDK cannot parse, instead of leaving their requests unanswered.
+
+The SDK's stdio transport hands a line it cannot parse (JSON nested deeper than its parser's
+limit of about 200 levels, a lone surrogate escape, text that is not JSON) to the server as an
+exception, and the server drops it: the client's request is never answered and its call waits
+until it times out. This read stream, between the transport and the server, answers such a line
+with a JSON-RPC parse error (-32700) for the request's id when the line names one (read by a
+more tolerant parser, or from its leading members), ``null`` otherwise, and logs it to stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from types import TracebackType
+from typing import Any, Final
+
+import anyio
+import mcp_types as types
+from mcp.shared.message import SessionMessage
+from mcp_types.jsonrpc import PARSE_ERROR
+from pydantic import ValidationError
+
+_LEADING_ID: Final = re.compile(
+    r'\s*\{(?:\s*"(?:jsonrpc|method)"\s*:\s*"(?:[^"\\]|\\.)*"\s*,)*\s*"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")'
+)
+"""A request's id among its first members, as JSON-RPC clients write them (``jsonrpc``,
+``method``, then ``id``): read when the whole line cannot be parsed at all."""
+
+
+def unparsed_line(exc: Exception) -> tuple[str, str] | None:
+    """``(line, reason)`` when ``exc`` is the transport's refusal of a line that is not valid JSON."""
+    if not isinstance(exc, ValidationError):
+        return None
+    errors = exc.errors()
+    if len(errors) != 1 or errors[0].get("type") != "json_invalid":
+        return None
+    line = errors[0].get("input")
+    return (line, str(errors[0].get("msg"))) if isinstance(line, str) else None
+
+
+def request_id(line: str) -> int | str | None:
+    """The id of the request ``line`` carries, if it can be told (None: a notification, or not
+    a request at all)."""
+    try:
+        message = json.loads(line)  # (deeper nesting and lone surrogates are accepted here)
+    except (ValueError, RecursionError):
+        match = _LEADING_ID.match(line)
+        if match is None:
+            return None
+        try:
+            found = json.loads(match.group(1))
+        except ValueError:
+            return None
+        return found if isinstance(found, int | str) else None
+    if not isinstance(message, dict) or "method" not in message:
+        return None  # a response or a notification: nothing waits for an answer
+    found = message.get("id")
+    return found if isinstance(found, int | str) and not isinstance(found, bool) else None
+
+
+class AnsweringUnparsed:
+    """The transport's read stream, answering the lines it could not parse (see the module)."""
+
+    def __init__(self, inner: Any, write_stream: Any) -> None:
+        self._inner = inner
+        self._write = write_stream
+
+    @property
+    def last_context(self) -> Any:
+        return getattr(self._inner, "last_context", None)
+
+    async def receive(self) -> SessionMessage | Exception:
+        while True:
+            item = await self._inner.receive()
+            unparsed = unparsed_line(item) if isinstance(item, Exception) else None
+            if unparsed is None:
+                return item  # type: ignore[no-any-return]
+            line, reason = unparsed
+            rid = request_id(line)
+            print(f"stateflow mcp: unparsable message (id {rid!r}): {reason}", file=sys.stderr, flush=True)
+            error = types.ErrorData(code=PARSE_ERROR, message=f"Parse error: {reason}")
+            await self._write.send(SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=rid, error=error)))
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    def __aiter__(self) -> AnsweringUnparsed:
+        return self
+
+    async def __anext__(self) -> SessionMessage | Exception:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def __aenter__(self) -> AnsweringUnparsed:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
