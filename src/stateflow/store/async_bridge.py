@@ -27,6 +27,7 @@ from psycopg import AsyncConnection, AsyncCursor, AsyncPipeline, AsyncRawCursor
 from psycopg_pool import AsyncConnectionPool, PoolClosed
 
 from stateflow.errors import StoreUnavailable
+from stateflow.store.pg_pool import CheckedAsyncPool
 
 T = TypeVar("T")
 
@@ -161,7 +162,7 @@ class Pool:
 
     def __init__(self, loop: asyncio.AbstractEventLoop, conninfo: str, **options: Any) -> None:
         self._loop = loop
-        self._pool: AsyncConnectionPool[Any] = AsyncConnectionPool(conninfo, open=False, **options)
+        self._pool: AsyncConnectionPool[Any] = CheckedAsyncPool(conninfo, open=False, **options)
         self._using = 0  # connections held or waited for (threads too: counted under the lock)
         self._lock = threading.Lock()
         self._callers: weakref.WeakSet[greenlet.greenlet] = weakref.WeakSet()

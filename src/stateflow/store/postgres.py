@@ -59,6 +59,7 @@ from stateflow.store.model import DocKey, Document, Listed, made_document
 from stateflow.store.open import display_location
 from stateflow.store.pg_fast import LOCK_NOT_AVAILABLE, TAKEN_MEANWHILE, FastCommit, fast_values
 from stateflow.store.pg_fast import statement as fast_statement
+from stateflow.store.pg_pool import CheckedPool, ended
 from stateflow.store.plan import Fresh, SeqRef, WritePlan
 from stateflow.store.rows import (
     LOCK_ORDER_SQL,
@@ -268,8 +269,9 @@ class PostgresStore(SqlStore):
         psycopg.connect(url, **kwargs).close()
 
     def _open_pool(self, url: str, **options: Any) -> Any:
-        """The connection pool (``store.postgres_async`` gives an async one)."""
-        return ConnectionPool(url, open=False, **options)
+        """The connection pool (``store.postgres_async`` gives an async one): one that lends no
+        connection the server has ended (``store.pg_pool``)."""
+        return CheckedPool(url, open=False, **options)
 
     @contextmanager
     def _tx(self, read_only: bool) -> Iterator[Tx]:
@@ -817,7 +819,9 @@ class PostgresStore(SqlStore):
         look up has its unique index. Reset before the connection goes back to the pool."""
         pool = self._pool
         conn = self._kept
-        if conn is None or monotonic() >= self._kept_until:
+        # a kept connection the server ended meanwhile is given back (closed: the pool replaces
+        # it) before anything is sent on it, as the pool skips one (``pg_pool``): one poll
+        if conn is None or monotonic() >= self._kept_until or ended(conn):
             if conn is not None:
                 self._kept = None
                 _give_back(pool, conn)

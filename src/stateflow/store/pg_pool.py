@@ -1,0 +1,92 @@
+"""PostgreSQL connection pools that never lend a connection the server has ended.
+
+A restart, a failover, an idle-session timeout or ``pg_terminate_backend`` ends the server's side
+of every pooled connection while it sits idle in the pool; psycopg's pool would lend each one
+once more, and the call using it would fail (``store-unavailable``) before the pool noticed and
+replaced it. The pool's own ``check`` callback costs a round trip on every checkout and, on a
+failed check, waits a second or more before trying the next connection.
+
+Here every connection leaves the pool through ``getconn`` (its ``connection()`` too) and is
+looked at first without a round trip: an idle connection the server still serves has nothing to
+read, while an ended one has the server's last message or the end of the stream waiting. Only a
+socket with something to read gets a real check (an empty statement: a notice or a parameter
+report would also be waiting), and a connection that fails it is closed and given back — the pool
+opens another in its place — and the next one is taken. Nothing was sent on an ended connection,
+so nothing a caller asked for is lost or done twice; a connection that ends while in use still
+fails its call, as before.
+"""
+
+from __future__ import annotations
+
+import select
+from typing import Any
+
+import psycopg
+from psycopg.pq import ConnStatus
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+OK = ConnStatus.OK
+_POLLER = "_stateflow_poller"
+
+
+def _waiting(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
+    """Whether the server sent something (or closed the stream) on this idle connection: one
+    ``poll`` of its socket, no round trip. True for a connection already closed or broken."""
+    pgconn = conn.pgconn
+    if pgconn.status != OK:
+        return True
+    poller = conn.__dict__.get(_POLLER)  # made once a connection: its socket stays the same
+    if poller is None:
+        poller = select.poll()
+        poller.register(pgconn.socket, select.POLLIN)
+        setattr(conn, _POLLER, poller)
+    return bool(poller.poll(0))
+
+
+def ended(conn: psycopg.Connection[Any]) -> bool:
+    """Whether the server has ended this idle (autocommit) connection; an ended one is closed."""
+    if not _waiting(conn):
+        return False
+    try:
+        conn.execute("")
+    except psycopg.Error:
+        conn.close()
+        return True
+    return False
+
+
+async def ended_async(conn: psycopg.AsyncConnection[Any]) -> bool:
+    """:func:`ended` for an async connection."""
+    if not _waiting(conn):
+        return False
+    try:
+        await conn.execute("")
+    except psycopg.Error:
+        await conn.close()
+        return True
+    return False
+
+
+class CheckedPool(ConnectionPool[Any]):
+    """A ``ConnectionPool`` whose ``getconn`` skips (and replaces) connections the server ended."""
+
+    def getconn(self, timeout: float | None = None) -> Any:
+        # at most as many ended connections as the pool holds: then a fresh one
+        for _ in range(self.max_size):
+            conn = super().getconn(timeout)
+            if not ended(conn):
+                return conn
+            self.putconn(conn)  # closed: the pool opens another in its place
+        return super().getconn(timeout)
+
+
+class CheckedAsyncPool(AsyncConnectionPool[Any]):
+    """:class:`CheckedPool` over psycopg's async pool."""
+
+    async def getconn(self, timeout: float | None = None) -> Any:
+        for _ in range(self.max_size):
+            conn = await super().getconn(timeout)
+            if not await ended_async(conn):
+                return conn
+            await self.putconn(conn)
+        return await super().getconn(timeout)
