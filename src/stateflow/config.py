@@ -155,7 +155,9 @@ class Config:
                 current = getattr(config, section)
                 if section == "server" and {"tokens", "token_file"} & set(values):
                     current = replace(current, tokens=(), token_file=None)
-                config = replace(config, **{section: _merged(current, values, f"{source}: {section}", label)})
+                    origin.pop("server.tokens", None)
+                    origin.pop("server.token_file", None)
+                config = replace(config, **{section: _merged(current, values, source, section, label)})
                 origin.update({f"{section}.{key}": names.get(f"{section}.{key}") or source for key in values})
         config._validate(origin)
         return replace(config, sources=origin)
@@ -212,14 +214,15 @@ class Config:
         return out
 
 
-def _merged(current: Any, values: Mapping[str, Any], where: str, label: Callable[[str], str]) -> Any:
-    """``current`` with ``values`` set; ``where`` names the section, ``label`` a setting, in refusals."""
+def _merged(
+    current: Any, values: Mapping[str, Any], source: str, section: str, label: Callable[[str], str]
+) -> Any:
+    """``current`` with ``values`` set; ``label`` names a setting as ``source`` spells it, in refusals."""
     known = {f.name: f for f in fields(current)}
     changes: dict[str, Any] = {}
-    section = where.rpartition(": ")[2]
     for key, value in values.items():
         if key not in known:
-            raise InvalidConfig(f"{where}: unknown setting {key!r} (known: {', '.join(known)})")
+            raise InvalidConfig(f"{source}: {section}: unknown setting {key!r} (known: {', '.join(known)})")
         changes[key] = _typed(value, known[key].type, label(f"{section}.{key}"), words=key == "cors_origins")
     return replace(current, **changes)
 
