@@ -113,12 +113,16 @@ def test_the_async_examples_of_the_docs_run_on_postgresql(
 ) -> None:
     page = (ROOT / "docs" / "async.md").read_text()
     examples = re.findall(r"```python\n(.*?)```", page, re.DOTALL)
-    assert len(examples) == 2 and "stateflow.aio.connect()" in examples[0]
+    # each example opens a fresh file; the same code given a postgresql:// URL takes the async pool
+    fresh = 'f"{tempfile.mkdtemp()}/async-example.db"'
+    assert len(examples) == 2 and all(fresh in code for code in examples)
+    assert "stateflow.aio.connect(" in examples[0]
     with open_store(pg_schema_url, auto_migrate=True):
         pass  # connect() does not migrate PostgreSQL: `stateflow migrate` did, once
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("STATEFLOW_STORE", pg_schema_url)
+    monkeypatch.delenv("STATEFLOW_STORE", raising=False)
     for code in examples:
+        code = code.replace(fresh, repr(pg_schema_url))
         exec(compile(code, "<doc example>", "exec"), {"__name__": "__doc_example__"})
     # both examples wrote to this PostgreSQL schema, not to a default file
     with open_store(pg_schema_url) as store:
