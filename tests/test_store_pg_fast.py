@@ -9,6 +9,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import psycopg
 import pytest
 
 import stateflow.store.postgres as pg
@@ -66,6 +67,22 @@ def same_rows_without_them(
     return made
 
 
+def _of_an_earlier_version(url: str) -> tuple[PostgresStore, StateflowStore]:
+    """A store and its LangGraph items whose state was declared by an earlier version, with no
+    row for its aliases until a fold: its writes check that key absent in their statements
+    (declared now, a state's aliases have a row, shared as the declaration is)."""
+    first = _open(url)
+    try:
+        StateflowStore(StatesService(first))
+    finally:
+        first.close()
+    with psycopg.connect(url, autocommit=True) as conn:
+        gone = conn.execute("DELETE FROM documents WHERE state = '_aliases' AND present = 0")
+        assert gone.rowcount == 1
+    store = _open(url)
+    return store, StateflowStore(StatesService(store))
+
+
 def _setting(key: DocKey, body: dict[str, Any] | None) -> Any:
     def compute(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
         doc = docs[key]
@@ -120,9 +137,8 @@ def test_the_fast_statements_write_the_rows_the_commit_function_writes(
 def test_a_failed_check_writes_nothing_and_the_write_lands_by_the_locked_path(
     pg_schema_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store = _open(pg_schema_url)
+    store, items = _of_an_earlier_version(pg_schema_url)
     try:
-        items = StateflowStore(StatesService(store))
         items.put(("users", "u1"), "prefs", {"n": 0})
         items.put(("users", "u1"), "prefs", {"n": 1})
         before = _rows(store, False)
@@ -315,9 +331,8 @@ def test_a_statement_for_documents_that_exist_checks_by_id_in_one_filter_in_the_
     # every check is one one-time filter of the seq lock — the absent key, the shared row, the
     # written row, in that order —, each row locked by a sublink of its own: no chain of CTEs
     # each gated on the one before it, no CTE per row to set up and scan.
-    store = _open(pg_schema_url)
+    store, items = _of_an_earlier_version(pg_schema_url)
     try:
-        items = StateflowStore(StatesService(store))
         items.put(("users", "u1"), "prefs", {"n": 0})
         items.put(("users", "u1"), "prefs", {"n": 1})
         lines = _generic_plan(store, "stateflow_fast_1_1_1_%")
@@ -339,9 +354,8 @@ def test_a_creating_statement_of_one_new_row_hangs_every_write_on_that_rows_inse
     # lock, in one filter) and the seq lock; the transition's insert is the statement itself,
     # and it, the members, the change and the counters' deltas all read the new row's insert
     # (none inserted: none of them writes) — no transition CTE to set up and scan again, no CTE for the shared row.
-    store = _open(pg_schema_url)
+    store, items = _of_an_earlier_version(pg_schema_url)
     try:
-        items = StateflowStore(StatesService(store))
         items.put(("users", "u1"), "prefs", {"n": 0})  # (the state declared)
         items.put(("users", "u2"), "prefs", {"n": 0, "m": "x"})
         lines = _generic_plan(store, "stateflow_fast_%_%_0_1_%")
@@ -362,9 +376,8 @@ def test_a_failed_check_stops_the_checks_before_a_later_rows_lock(
     # With the written row held FOR UPDATE by another transaction, a commit whose shared row
     # moved on, or whose absent key has a row, returns at once and writes nothing: the filter
     # stops at the failed check and never waits for the later row's lock.
-    store = _open(pg_schema_url)
+    store, items = _of_an_earlier_version(pg_schema_url)
     try:
-        items = StateflowStore(StatesService(store))
         items.put(("users", "u1"), "prefs", {"n": 0})
         sent = commits_sent(monkeypatch)
         items.put(("users", "u1"), "prefs", {"n": 1})

@@ -643,7 +643,12 @@ class StatesService:
                 )
             return [Write.between(key, old, body, docs[key].revision)], body
 
-        commit, body = self.store.update([key], compute, self._origin(WriteOrigin(), context, "declare"))
+        # the aliases document's row is made with the declaration (locked, so created if it has
+        # none): every write shares it, and a row that exists is one a fold can hold a write on
+        # (see ``fold``)
+        commit, body = self.store.update(
+            [key, DocKey(ALIASES, name)], compute, self._origin(WriteOrigin(), context, "declare")
+        )
         if not commit.changed or body is None:
             return self.get_declaration(name)
         return self._declaration_view(body, commit.revisions[key], commit.at)
@@ -1272,10 +1277,10 @@ class StatesService:
         # a document with no row cannot be locked: on PostgreSQL a write whose statement saw no
         # aliases row, then waited for the declaration this fold holds, would not see the
         # aliases this fold created and would land on the folded record, hidden by its alias.
-        # So both rows exist, committed, before the fold takes its locks (made here, by the
-        # first fold of a state: a state never folded keeps no aliases row, and its writes lock
-        # none): a write then holds the aliases row shared and either commits before the fold
-        # (and is folded) or finds their revision moved and goes again, through the alias.
+        # So both rows exist, committed, before the fold takes its locks (a declaration makes
+        # them; a state declared by an earlier version, or built in, may have none): a write
+        # then holds the aliases row shared and either commits before the fold (and is folded)
+        # or finds their revision moved and goes again, through the alias.
         self.store.update([decl_key, alias_key], functools.partial(self._rows_of_declared, name))
         self.store.update([decl_key, alias_key], compute, self._origin(origin_of(origin), context, "fold"))
         order = ["mode", "from", "into", "already", "flattened", "merged_members"]
