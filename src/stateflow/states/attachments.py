@@ -208,14 +208,7 @@ class Attachments:
             )
             return {**decl, "attachments": attachments, "effective": effective}
 
-        # The declaration and every reconciled record commit together, or not at all.
-        pipeline.run(
-            svc,
-            [RecordWrite(name, subject, ops_transform(parse_ops(ops))) for subject, ops in closes],
-            origin,
-            redeclare={name: redeclared},
-            canonical=[subject for subject, _ in closes],
-        )
+        self._commit_reconciled(name, closes, origin, redeclared)
         return {"attached": True, "state": name, "template": template}
 
     @staticmethod
@@ -267,16 +260,25 @@ class Attachments:
                 validator(name, doc, new_declarations, effective["schema"])
             return {**decl, "attachments": attachments, "effective": effective}
 
-        # The declaration and every reconciled record commit together, or not at all; the
-        # records answer to the new declaration (its regimes, stamps and schema).
+        self._commit_reconciled(name, closes, origin, redeclared)
+        return {"updated": True, "state": name, "template": template, "closed": len(closes)}
+
+    def _commit_reconciled(
+        self,
+        name: str,
+        closes: list[tuple[StateSubject, list[Any]]],
+        origin: Any,
+        redeclared: Callable[[dict[str, Any]], dict[str, Any]],
+    ) -> None:
+        """The new declaration and every reconciled record, committed together or not at all;
+        the records answer to the new declaration (its regimes, stamps and schema)."""
         pipeline.run(
-            svc,
+            self.svc,
             [RecordWrite(name, subject, ops_transform(parse_ops(ops))) for subject, ops in closes],
             origin,
             redeclare={name: redeclared},
             canonical=[subject for subject, _ in closes],
         )
-        return {"updated": True, "state": name, "template": template, "closed": len(closes)}
 
     def reconcile(
         self,
