@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import psycopg
+
 import stateflow.store.postgres as pg
+from stateflow.store import DocKey, Document, Write
 
 
 def bytea_elements(data: bytes | None) -> list[bytes | None] | None:
@@ -56,3 +59,20 @@ def commits_sent(monkeypatch: Any) -> list[Any]:
 
     monkeypatch.setattr(pg, "_commit_alone", recording)
     return sent
+
+
+def set_n(n: int) -> Callable[[dict[DocKey, Document]], tuple[list[Write], None]]:
+    """A read-modify-write of one document that sets it to ``{"n": n}``."""
+
+    def compute(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
+        ((key, doc),) = docs.items()
+        return [Write.between(key, doc.value, {"n": n}, doc.revision)], None
+
+    return compute
+
+
+def backends_of(url: str, app: str) -> list[int]:
+    """The server processes serving connections named ``app``."""
+    with psycopg.connect(url, autocommit=True) as admin:
+        query = "SELECT pid FROM pg_stat_activity WHERE application_name = %s"
+        return [r[0] for r in admin.execute(query, (app,)).fetchall()]

@@ -13,26 +13,13 @@ from collections.abc import Callable
 import psycopg
 import pytest
 
-from stateflow.store import DocKey, Document, Write
+from stateflow.store import DocKey, Write
 from stateflow.store.async_bridge import spawn
 from stateflow.store.postgres import PostgresStore
 from stateflow.store.postgres_async import AsyncPostgresStore
+from tests.pg_helpers import backends_of, set_n
 
 KEY = DocKey("k", "doc")
-
-
-def _set(n: int) -> Callable[[dict[DocKey, Document]], tuple[list[Write], None]]:
-    def compute(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
-        ((key, doc),) = docs.items()
-        return [Write.between(key, doc.value, {"n": n}, doc.revision)], None
-
-    return compute
-
-
-def _backends(url: str, app: str) -> list[int]:
-    with psycopg.connect(url, autocommit=True) as admin:
-        query = "SELECT pid FROM pg_stat_activity WHERE application_name = %s"
-        return [r[0] for r in admin.execute(query, (app,)).fetchall()]
 
 
 def _until(condition: Callable[[], bool]) -> None:
@@ -44,12 +31,12 @@ def _until(condition: Callable[[], bool]) -> None:
 
 def _end_every_connection(url: str, app: str, at_least: int) -> None:
     """What a restart does to the store's connections, while PostgreSQL itself stays up."""
-    _until(lambda: len(_backends(url, app)) >= at_least)
-    pids = _backends(url, app)
+    _until(lambda: len(backends_of(url, app)) >= at_least)
+    pids = backends_of(url, app)
     with psycopg.connect(url, autocommit=True) as admin:
         for pid in pids:
             admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
-    _until(lambda: not set(pids) & set(_backends(url, app)))
+    _until(lambda: not set(pids) & set(backends_of(url, app)))
 
 
 @pytest.fixture
@@ -68,11 +55,11 @@ def test_reads_and_writes_after_the_server_ended_the_pooled_connections(pg_schem
             assert [c.revision for c in store.history([KEY])] == [1]
         _end_every_connection(pg_schema_url, app, at_least=1)
         for n in range(1, 4):  # a commit sent alone, on the connection kept for them
-            store.update([KEY], _set(n), optimistic=True)
+            store.update([KEY], set_n(n), optimistic=True)
         _end_every_connection(pg_schema_url, app, at_least=1)
-        store.update([KEY], _set(4), optimistic=True)  # the kept one ended too
+        store.update([KEY], set_n(4), optimistic=True)  # the kept one ended too
         assert store.get(KEY).body == {"n": 4} and store.get(KEY).revision == 5
-        assert len(_backends(pg_schema_url, app)) <= 4  # the pool's bound holds
+        assert len(backends_of(pg_schema_url, app)) <= 4  # the pool's bound holds
     finally:
         store.close()
 
@@ -87,7 +74,7 @@ def test_the_async_store_skips_ended_connections_too(pg_schema_url: str, app: st
             await asyncio.to_thread(_end_every_connection, pg_schema_url, app, 3)
             for _ in range(5):
                 assert (await spawn(store.get, KEY)).body == {"n": 0}
-            await spawn(store.update, [KEY], _set(1))
+            await spawn(store.update, [KEY], set_n(1))
             assert (await spawn(store.get, KEY)).revision == 2
         finally:
             await spawn(store.close)

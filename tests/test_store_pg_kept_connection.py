@@ -6,35 +6,16 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 import psycopg
 import pytest
 
-from stateflow.store import DocKey, Document, Write, open_store, postgres
+from stateflow.store import DocKey, Write, open_store, postgres
 from stateflow.store.postgres import PostgresStore
-from tests.pg_helpers import connections_taken
+from tests.pg_helpers import backends_of, connections_taken, set_n
 
 KEY = DocKey("k", "doc")
-
-
-def _set(n: int) -> Callable[[dict[DocKey, Document]], tuple[list[Write], None]]:
-    def compute(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
-        ((key, doc),) = docs.items()
-        return [Write.between(key, doc.value, {"n": n}, doc.revision)], None
-
-    return compute
-
-
-def _backends(url: str, app: str) -> list[int]:
-    with psycopg.connect(url, autocommit=True) as admin:
-        return [
-            r[0]
-            for r in admin.execute(
-                "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (app,)
-            ).fetchall()
-        ]
 
 
 @pytest.fixture
@@ -46,7 +27,7 @@ def _opened(url: str, app: str, **options: Any) -> PostgresStore:
     store = PostgresStore(f"{url}&application_name={app}", auto_migrate=True, **options)
     store.commit([Write.between(KEY, None, {"n": 0})])
     for n in (-1, 0):  # known here: the next writes are optimistic, sent alone
-        store.update([KEY], _set(n), optimistic=True)
+        store.update([KEY], set_n(n), optimistic=True)
     return store
 
 
@@ -59,7 +40,7 @@ def test_a_lone_callers_commits_keep_one_connection(
     try:
         with connections_taken(store) as taken:
             for n in range(1, 21):
-                store.update([KEY], _set(n), optimistic=True)
+                store.update([KEY], set_n(n), optimistic=True)
         assert taken == []  # the connection kept since the warm-up's commit: none taken
         doc = other.get(KEY)
         assert doc.body == {"n": 20} and doc.revision == 23
@@ -69,7 +50,7 @@ def test_a_lone_callers_commits_keep_one_connection(
         try:
             with connections_taken(small) as taken:
                 for n in range(30, 33):
-                    small.update([KEY], _set(n), optimistic=True)
+                    small.update([KEY], set_n(n), optimistic=True)
             assert len(taken) == 3
         finally:
             small.close()
@@ -86,7 +67,7 @@ def test_the_kept_connection_goes_back_to_the_pool_every_so_often(
     try:
         with connections_taken(store) as taken:
             for n in range(1, 4):
-                store.update([KEY], _set(n), optimistic=True)
+                store.update([KEY], set_n(n), optimistic=True)
         assert len(taken) == 3  # each commit gave the kept one back (the pool's checks) and took one
         assert store.get(KEY).body == {"n": 3}
     finally:
@@ -106,18 +87,18 @@ def test_a_broken_kept_connection_is_given_back_and_replaced(
         with psycopg.connect(pg_schema_url, autocommit=True) as admin:
             admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
         deadline = time.monotonic() + 60
-        while pid in _backends(pg_schema_url, app) and time.monotonic() < deadline:
+        while pid in backends_of(pg_schema_url, app) and time.monotonic() < deadline:
             time.sleep(0.05)  # (the backend ends a moment after it is told to)
         # seen ended before anything is sent on it: given back (closed, the pool opens another)
         # and the commit sent on a fresh connection
-        store.update([KEY], _set(1), optimistic=True)
+        store.update([KEY], set_n(1), optimistic=True)
         assert kept.closed
         assert other.get(KEY).body == {"n": 1} and other.get(KEY).revision == 4
         for n in range(2, 5):
-            store.update([KEY], _set(n), optimistic=True)
+            store.update([KEY], set_n(n), optimistic=True)
         assert other.get(KEY).body == {"n": 4} and other.get(KEY).revision == 7
         assert store._kept is not None and store._kept is not kept
-        assert len(_backends(pg_schema_url, app)) <= 3  # the pool's bound holds
+        assert len(backends_of(pg_schema_url, app)) <= 3  # the pool's bound holds
     finally:
         store.close()
         other.close()
@@ -125,10 +106,10 @@ def test_a_broken_kept_connection_is_given_back_and_replaced(
 
 def test_closing_the_store_closes_its_kept_connection(pg_schema_url: str, app: str) -> None:
     store = _opened(pg_schema_url, app)
-    store.update([KEY], _set(1), optimistic=True)
+    store.update([KEY], set_n(1), optimistic=True)
     assert store._kept is not None
     store.close()
     deadline = time.monotonic() + 60
-    while _backends(pg_schema_url, app) and time.monotonic() < deadline:
+    while backends_of(pg_schema_url, app) and time.monotonic() < deadline:
         time.sleep(0.05)  # (a backend ends a moment after its client closes)
-    assert _backends(pg_schema_url, app) == []
+    assert backends_of(pg_schema_url, app) == []
