@@ -19,10 +19,12 @@ import contextvars
 import functools
 import os
 import threading
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from time import monotonic
 from typing import Any, Final, Generic, TypeVar
 
+from stateflow.errors import StoreUnavailable
 from stateflow.extras import needs_extra
 from stateflow.memory import SCOPES, Identity, MemoryConfig, MemoryView
 from stateflow.memory.scopes import SESSION_ENV
@@ -41,6 +43,20 @@ def runs_on_loop(store: Store) -> bool:
     return bool(getattr(store, "runs_on_loop", False))
 
 
+class _Offloaded:
+    """A store's calls on worker threads not yet done (:func:`call`), and whether an async
+    close began: :func:`close` waits for the ones in flight and refuses later ones."""
+
+    __slots__ = ("__weakref__", "closing", "pending")
+
+    def __init__(self) -> None:
+        self.pending: set[asyncio.Future[Any]] = set()
+        self.closing = False
+
+
+_offloaded: weakref.WeakKeyDictionary[Store, _Offloaded] = weakref.WeakKeyDictionary()
+
+
 async def call(store: Store, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
     """``fn(*args, **kwargs)`` — synchronous code working on ``store`` — awaited: on the loop
     for an async PostgreSQL store, else on a worker thread."""
@@ -48,7 +64,36 @@ async def call(store: Store, fn: Callable[..., R], *args: Any, **kwargs: Any) ->
         from stateflow.store.async_bridge import spawn
 
         return await spawn(fn, *args, **kwargs)
-    return await asyncio.to_thread(fn, *args, **kwargs)
+    calls = _offloaded.get(store)
+    if calls is None:
+        calls = _offloaded.setdefault(store, _Offloaded())
+    if calls.closing:
+        raise StoreUnavailable("the store was closed: open it again to use it")
+    # (what asyncio.to_thread does, with the future kept until done: a close waits for it)
+    run = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
+    future = asyncio.get_running_loop().run_in_executor(None, run)
+    calls.pending.add(future)
+    future.add_done_callback(calls.pending.discard)
+    return await future
+
+
+async def close(store: Store, closing: Callable[[], None] | None = None) -> None:
+    """Close ``store`` — or run ``closing``, which closes it — once the calls in flight on it
+    are done; a call made through :func:`call` from here on is refused (``StoreUnavailable``).
+    On SQLite a call awaited before the close may still wait for a worker thread: it is in
+    flight all the same, and runs. (An async PostgreSQL pool waits for its calls itself.)"""
+    finish = closing or store.close
+    if runs_on_loop(store):
+        await call(store, finish)
+        return
+    calls = _offloaded.get(store)
+    if calls is None:
+        calls = _offloaded.setdefault(store, _Offloaded())
+    calls.closing = True
+    loop = asyncio.get_running_loop()
+    while mine := [f for f in calls.pending if f.get_loop() is loop]:
+        await asyncio.wait(mine)
+    await asyncio.to_thread(finish)
 
 
 async def on_edge(store: Store, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
@@ -268,6 +313,10 @@ class AsyncStore(Offloaded[Store]):
     def __init__(self, store: Store) -> None:
         super().__init__(store, store)
 
+    async def close(self) -> None:
+        """Close the store once the calls in flight on it are done (:func:`close`)."""
+        await close(self.sync)
+
 
 class AsyncStatesService(Offloaded[StatesService]):
     """The declared-states service (``declare``, ``read``, ``replace``, ``merge``, ``apply``,
@@ -310,8 +359,14 @@ class AsyncStateflow:
         return AsyncMemoryView(view)
 
     async def close(self) -> None:
-        self.states.sync.close()
-        await call(self.store.sync, self.store.sync.close)
+        """Once the calls in flight are done (:func:`close`), the service and the store."""
+        service = self.states.sync
+
+        def closing() -> None:
+            service.close()
+            service.store.close()
+
+        await close(self.store.sync, closing)
 
     async def __aenter__(self) -> AsyncStateflow:
         return self

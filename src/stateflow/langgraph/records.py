@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Self
 from urllib.parse import quote, unquote
 
 from stateflow.aio import call, open_store_async
+from stateflow.aio import close as close_store  # (``close`` is the adapters' own method)
 from stateflow.errors import InvalidInput
 from stateflow.states import StatesService
 from stateflow.states.models import DoorContext, WriteOrigin
@@ -98,7 +99,9 @@ class OwnsStore:
             self.states.store.close()
 
     async def aclose(self) -> None:
-        await call(self.states.store, self.close)
+        """:meth:`close` once the calls in flight on the store are done (``stateflow.aio.close``)."""
+        if self._owned:
+            await close_store(self.states.store, self.close)
 
     def __enter__(self) -> Self:
         return self

@@ -330,6 +330,22 @@ class _GroupCommit:
         """Drop the kept transaction facade (its cursor with it): the connection is closing."""
         self._tx = self._conn = None
 
+    def take_last_turn(self) -> None:
+        """Take the turn and keep it (a store closing). A group left open for writers queued
+        behind it — its members' work uncommitted, each waiting for a later writer to commit it —
+        is committed for them first: closing its connection would roll back writes that their
+        writers are then told were made."""
+        while True:
+            self.lock.acquire()
+            conn = self._conn
+            if conn is None or not conn.in_transaction:
+                return
+            if not self._group.members:  # (no writer's work in it: nothing to keep)
+                with suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                return
+            self._settle(self._group, False)  # commits what the group holds, lets the lock go
+
     def waiting(self) -> _Pending:
         """What waits for the open transaction's commit (made on first use)."""
         pending = self.pending
@@ -550,6 +566,8 @@ class SqliteStore(SqlStore):
         """ids handed out by ``_absent_rows`` whose rows the commit writing them creates"""
         self._file_hold: tuple[int, int] | None = None
         """the file as marked held by this process's connections (``sqlite_file.hold``)"""
+        self._closed = False
+        """set by :meth:`close`: no connection is opened again"""
         self.create = create and not read_only
         self.read_only = read_only
         if auto_migrate and not read_only and (not self.path.exists() or _writable(self.path)):
@@ -565,6 +583,8 @@ class SqliteStore(SqlStore):
         return conn
 
     def _open(self) -> sqlite3.Connection:
+        if self._closed:
+            raise StoreUnavailable(f"the store at {self.path} was closed: open it again to use it")
         exists = preflight(self.path)
         if not exists and not self.create:
             raise StoreNotFound(f"no store at {self.path} (nothing was created; check --store)")
@@ -1112,9 +1132,18 @@ class SqliteStore(SqlStore):
         return {r[0] for r in tx.all("SELECT name FROM sqlite_master WHERE type = 'table'")}
 
     def close(self) -> None:
-        with self._guard:
-            conns, self._all = self._all, []
-        with self._group.lock:  # no group is open while we hold it
+        """Let the calls in flight finish, then close; a call made once the close began is
+        refused (``StoreUnavailable``). Writers are waited for through their turns (an open
+        group is committed for its members); a read transaction under way is waited for up to
+        the busy timeout."""
+        self._closed = True  # (before the wait: nothing opens a connection from here on)
+        self._group.take_last_turn()
+        try:
+            deadline = time.monotonic() + self.busy_timeout_ms / 1000
+            with self._guard:
+                conns, self._all = self._all, []
+            while any(conn.in_transaction for conn in conns) and time.monotonic() < deadline:
+                time.sleep(0.001)  # (a read under way; ours ends its transaction within a call)
             self._writer_conn = self._shared = None
             self._group.forget()
             for conn in conns:
@@ -1124,6 +1153,8 @@ class SqliteStore(SqlStore):
             self._spares.drop()
             release(self._file_hold)
             self._file_hold = None
+        finally:
+            self._group.lock.release()
         self._local = threading.local()
 
 
