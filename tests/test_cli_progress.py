@@ -91,3 +91,12 @@ def test_on_a_terminal_the_live_line_stays_off_stdout(tmp_path: Path, command: l
     else:
         items = [json.loads(line) for line in answer.splitlines()]
         assert items[0]["format"] == "stateflow-dump" and items[-1]["kind"] == "end"
+
+
+def test_the_dump_summary_counts_in_words(tmp_path: Path) -> None:
+    """One of a thing is one thing (it said "1 documents")."""
+    store = str(tmp_path / "one.db")
+    assert sf(store, "doc", "put", "notes", "a", '{"x": 1}').returncode == 0
+    dump = tmp_path / "d.jsonl"
+    dumped = sf(store, "dump", str(dump))
+    assert dumped.stderr == f"dumped 1 transition, 0 op ids and 1 document to {dump}\n"

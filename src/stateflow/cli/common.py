@@ -128,3 +128,8 @@ def echo_json(value: JSON, *, pretty: bool | None = None) -> None:
     if pretty is None:
         pretty = sys.stdout.isatty()
     sys.stdout.write((encode_indented(value) if pretty else encode_trusted(value)).decode() + "\n")
+
+
+def counted(n: int, noun: str, nouns: str | None = None) -> str:
+    """``1 document``, ``2 documents`` (``nouns``: the plural where it is not ``noun + 's'``)."""
+    return f"{n:,} {noun if n == 1 else nouns or noun + 's'}"

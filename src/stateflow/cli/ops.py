@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from stateflow.cli import progress as progress_
-from stateflow.cli.common import Context, echo_json, pass_context, refusals
+from stateflow.cli.common import Context, counted, echo_json, pass_context, refusals
 from stateflow.cli.examples import decorate
 from stateflow.errors import CorruptStore, InvalidInput, UnsupportedStore
 from stateflow.files import write_private
@@ -134,8 +134,8 @@ def dump(ctx: Context, target: Path | None, no_history: bool, progress: bool | N
         write_private(target, lines)  # whole or not at all: a refused dump leaves TARGET as it was
     n = reporter.counts
     click.echo(
-        f"dumped {n.get('transitions', 0)} transitions, {n.get('ops', 0)} op ids and "
-        f"{n.get('documents', 0)} documents to {target}",
+        f"dumped {counted(n.get('transitions', 0), 'transition')}, {counted(n.get('ops', 0), 'op id')} "
+        f"and {counted(n.get('documents', 0), 'document')} to {target}",
         err=True,
     )
 
