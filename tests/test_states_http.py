@@ -288,6 +288,27 @@ def test_fold_switch_and_merge(declared: Api) -> None:
     assert api("GET", rec("old"))[1]["data"] is None
 
 
+def test_fold_honours_if_match_on_the_folded_record(declared: Api) -> None:
+    """A fold sent with ``If-Match`` happens only while the record is at that revision (it was
+    ignored: a record written since the sender read it was folded all the same)."""
+    api = declared
+    api("PUT", rec("a"), {"status": "one"})
+    api("PUT", rec("a"), {"status": "two"})  # revision 2: someone wrote after the sender read it
+    api("PUT", rec("b"), {"status": "b"})
+    into = {"target_kind": "agent", "target_name": "alice", "kind": "thread", "key": "b"}
+    status, body = api(
+        "POST", rec("a") + "/fold", {"into": into, "mode": "merge"}, headers={"If-Match": '"1"'}
+    )
+    assert status == 412 and body["code"] == "revision-mismatch", body
+    assert "is at revision 2, not 1" in body["error"]
+    assert api("GET", rec("a"))[1]["data"]["canonical_subject"]["key"] == "a"  # nothing folded
+    status, body = api(
+        "POST", rec("a") + "/fold", {"into": into, "mode": "merge"}, headers={"If-Match": '"2"'}
+    )
+    assert status == 200 and body["data"]["already"] is False
+    assert api("GET", rec("a"))[1]["data"]["canonical_subject"]["key"] == "b"
+
+
 def test_subjects_search_stats_pagination(declared: Api) -> None:
     api = declared
     for i in range(5):

@@ -332,9 +332,25 @@ class StatesClient:
         )
         return result
 
-    def fold(self, name: str, subject: Any, into: Any, mode: Any, /, *, origin: Any = None) -> FoldReport:
+    def fold(
+        self,
+        name: str,
+        subject: Any,
+        into: Any,
+        mode: Any,
+        /,
+        *,
+        origin: Any = None,
+        expect_revision: int | None = None,
+    ) -> FoldReport:
         body = {"into": into, "mode": mode}
-        result: FoldReport = self._call("POST", self._record(name, subject) + "/fold", body, origin=origin)
+        result: FoldReport = self._call(
+            "POST",
+            self._record(name, subject) + "/fold",
+            body,
+            origin=origin,
+            expect_revision=expect_revision,
+        )
         return result
 
     def writes(

@@ -537,10 +537,20 @@ def erase(api: StatesAPI, name: str, subject: Subject, write: Write) -> None:
     required=True,
     help="switch: the survivor's record wins; merge: this record is merged into it.",
 )
+@write_options
 @api_command()
-def fold(api: StatesAPI, name: str, subject: Subject, into: str, mode: str) -> None:
+def fold(api: StatesAPI, name: str, subject: Subject, into: str, mode: str, write: Write) -> None:
     """Fold this subject into another: its reads and writes land on the survivor."""
-    echo_json(api.fold(name, subject.of(api, name), decode(into), mode))
+    echo_json(
+        api.fold(
+            name,
+            subject.of(api, name),
+            decode(into),
+            mode,
+            origin=write.origin(),
+            expect_revision=write.expect_revision,
+        )
+    )
 
 
 @states.command("writes")

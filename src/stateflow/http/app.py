@@ -703,7 +703,14 @@ def create_app(
                     'body must be {"into": {target_kind, target_name, kind, key}, "mode": "switch"|"merge"}'
                 )
             return await call(
-                service.fold, name, subject, body["into"], body["mode"], origin=origin, context=ctx
+                service.fold,
+                name,
+                subject,
+                body["into"],
+                body["mode"],
+                origin=origin,
+                context=ctx,
+                expect_revision=expect,
             )
         elif len(suffix) == 2 and suffix[0] == "template-jq" and method == "GET":
             params: dict[str, Any] = {}

@@ -442,7 +442,13 @@ def paths() -> dict[str, dict[str, Any]]:
             )
         },
         RECORD + "/fold": {
-            "post": _op("Fold into another subject", _data(OBJECT), body=_ref(FoldBody), write=True)
+            "post": _op(
+                "Fold into another subject (If-Match: only while this record is at that revision)",
+                _data(OBJECT),
+                body=_ref(FoldBody),
+                write=True,
+                cas=True,
+            )
         },
         RECORD + "/writes": {
             "get": _op(

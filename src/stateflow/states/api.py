@@ -102,7 +102,17 @@ class StatesAPI(Protocol):
     def erase(
         self, name: str, subject: Any, /, *, origin: Any = None, expect_revision: int | None = None
     ) -> Erased: ...
-    def fold(self, name: str, subject: Any, into: Any, mode: Any, /, *, origin: Any = None) -> FoldReport: ...
+    def fold(
+        self,
+        name: str,
+        subject: Any,
+        into: Any,
+        mode: Any,
+        /,
+        *,
+        origin: Any = None,
+        expect_revision: int | None = None,
+    ) -> FoldReport: ...
     def writes(
         self, name: str, subject: Any, /, *, limit: Any = None, cursor: str | None = None
     ) -> WritesPage: ...

@@ -1197,8 +1197,11 @@ class StatesService:
         *,
         origin: Any = None,
         context: DoorContext | None = None,
+        expect_revision: Expect = None,
     ) -> FoldReport:
-        """Fold ``subject`` into ``into``: later reads and writes of it land on the survivor."""
+        """Fold ``subject`` into ``into``: later reads and writes of it land on the survivor;
+        ``expect_revision``: only while ``subject``'s record is at that revision (0: absent)."""
+        expect = check_revision(expect_revision)
         if mode not in ("switch", "merge"):  # a malformed request (422), not a conflict (409)
             raise InvalidInput(f"unknown fold mode {mode!r} (supported: merge, switch)")
         source, target = subject_of(subject), subject_of(into)
@@ -1240,6 +1243,7 @@ class StatesService:
             src_key, dst_key = DocKey(name, source.encode()), DocKey(name, canonical.encode())
             loaded = self.store.read([src_key, dst_key])
             src, dst = loaded[src_key], loaded[dst_key]
+            pipeline.check_expected(src, expect, source, name)
             writes: list[Write] = []
             if mode == "merge":
                 members: list[str] = []
