@@ -227,3 +227,34 @@ def test_the_hook_stays_under_claude_codes_cap_with_the_documented_budget(tmp_pa
     context, warned = hook("conv-2")
     assert len(context) > 10_000 and "y" * 3000 in context
     assert warned.startswith("warning: the memory context is") and "cap for hook output" in warned
+
+
+def test_setup_keeps_the_users_own_hooks_that_share_a_group_with_ours(tmp_path: Path) -> None:
+    """A hook group may hold several hooks and a matcher: setup takes out only its own hooks
+    (this version's, or an earlier one's `stateflow context`), keeps the user's ones and the
+    group's matcher, and drops a group only when nothing of the user's is left in it."""
+    ours = 'stateflow hook claude-code --agent claude-code --session claude-code --cwd "$CLAUDE_PROJECT_DIR"'
+    audit = {"type": "command", "command": "/usr/local/bin/my-own-audit-hook"}
+    keep = {"type": "command", "command": "echo keep-me", "timeout": 5}
+    earlier = {"type": "command", "command": "stateflow context --agent old"}
+    (tmp_path / ".claude").mkdir()
+    (tmp_path / ".claude" / "settings.json").write_text(
+        json.dumps(
+            {
+                "hooks": {
+                    "UserPromptSubmit": [{"hooks": [{"type": "command", "command": ours}, audit]}],
+                    "SessionStart": [
+                        {"matcher": "startup", "hooks": [earlier, keep]},
+                        {"matcher": "resume", "hooks": [earlier]},
+                    ],
+                }
+            }
+        )
+    )
+    for _ in range(2):
+        out = sf("setup", "claude-code", cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+        hooks = json.loads((tmp_path / ".claude" / "settings.json").read_text())["hooks"]
+        own = {"hooks": [{"type": "command", "command": ours}]}
+        assert hooks["UserPromptSubmit"] == [{"hooks": [audit]}, own]
+        assert hooks["SessionStart"] == [{"matcher": "startup", "hooks": [keep]}, own]

@@ -39,11 +39,6 @@ def _load(path: Path) -> dict[str, Any]:
     return value
 
 
-def _ours(group: Any, command: str) -> bool:
-    hooks = group.get("hooks") if isinstance(group, dict) else None
-    return isinstance(hooks, list) and any(isinstance(h, dict) and h.get("command") == command for h in hooks)
-
-
 def plan(
     project: Path, agent: str, session: str, store: str | None, hot_budget: int | None = None
 ) -> dict[Path, dict[str, Any]]:
@@ -74,20 +69,31 @@ def plan(
         groups = hooks.get(event) or []
         if not isinstance(groups, list):
             raise InvalidInput(f"{settings_path}: hooks.{event} must be a list")
-        previous = [g for g in groups if not _ours(g, command) and not _stateflow_context(g)]
+        previous = [kept for g in groups if (kept := _without_ours(g, command)) is not None]
         hooks[event] = [*previous, {"hooks": [{"type": "command", "command": command}]}]
     return {mcp_path: mcp, settings_path: settings}
 
 
-def _stateflow_context(group: Any) -> bool:
-    """A hook group an earlier setup wrote (any agent or session): replaced, never duplicated."""
-    hooks = group.get("hooks") if isinstance(group, dict) else None
-    return isinstance(hooks, list) and any(
-        isinstance(h, dict)
-        and str(h.get("command", "")).startswith("stateflow ")
-        and any(part in str(h.get("command")) for part in (" context ", " hook claude-code "))
-        for h in hooks
+def _ours(hook: Any, command: str) -> bool:
+    """A hook this or an earlier setup wrote (any agent, session or store): replaced, never
+    duplicated."""
+    if not isinstance(hook, dict):
+        return False
+    text = str(hook.get("command", ""))
+    return text == command or (
+        text.startswith("stateflow ")
+        and any(part in f"{text} " for part in (" context ", " hook claude-code "))
     )
+
+
+def _without_ours(group: Any, command: str) -> Any:
+    """``group`` without our hooks: a group holds several hooks (and a ``matcher``), and the
+    user's own ones in it stay where they are; None when only ours were in it."""
+    hooks = group.get("hooks") if isinstance(group, dict) else None
+    if not isinstance(hooks, list) or not any(_ours(h, command) for h in hooks):
+        return group
+    kept = [h for h in hooks if not _ours(h, command)]
+    return {**group, "hooks": kept} if kept else None
 
 
 @click.group("setup")
