@@ -129,6 +129,17 @@ def test_context_history_respond_and_session_commands(db: str, tmp_path: Path) -
     assert child.stdout == '{"value":1}\n'
 
 
+def test_respond_is_refused_by_a_view_without_the_session_scope(db: str, tmp_path: Path) -> None:
+    base = ["--store", db]
+    refused = sf(*base, "respond", "secret answer", "--scopes", "global,cwd", cwd=tmp_path)
+    assert refused.returncode != 0
+    assert refused.stderr == (
+        "error[invalid-input]: responses are recorded in the session scope: this view selects global, cwd\n"
+    )
+    read = sf(*base, "tool", "read_state", '{"path": "session.response"}', cwd=tmp_path)
+    assert read.stdout == '{"value":null}\n'
+
+
 def test_mcp_server_with_a_real_client(db: str, tmp_path: Path) -> None:
     async def session() -> dict[str, Any]:
         params = StdioServerParameters(

@@ -508,6 +508,16 @@ def test_response_recording_follows_the_mode(store: SqlStore) -> None:
         off.read_state({"path": "effective"})
 
 
+@pytest.mark.parametrize("mode", ["active", "passive"])
+def test_a_view_without_the_session_scope_cannot_record_a_response(store: SqlStore, mode: str) -> None:
+    shared = view(store, scopes=("global", "cwd"), mode=mode)
+    before = transitions(store)
+    with pytest.raises(InvalidInput, match="session scope: this view selects global, cwd"):
+        shared.record_response("an answer nobody asked this view for")
+    assert transitions(store) == before
+    assert state(view(store), "session.response") is None
+
+
 def test_memory_scopes_are_records_of_the_memory_state(store: SqlStore) -> None:
     from stateflow.subjects import Subject
 

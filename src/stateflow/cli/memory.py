@@ -181,7 +181,10 @@ def context(view: MemoryView, as_json: bool) -> None:
 @click.argument("text")
 @with_view
 def respond(view: MemoryView, text: str) -> None:
-    """Record TEXT as the session's latest accepted answer ('-' reads stdin)."""
+    """Record TEXT as the session's latest accepted answer ('-' reads stdin).
+
+    Refused when --scopes leaves out the session scope.
+    """
     if text == "-":
         text = sys.stdin.read()
     changed = view.record_response(text)

@@ -1220,9 +1220,15 @@ class MemoryView:
         """Record the assistant's final answer in the session (active mode only).
 
         Returns True when a transition was recorded. An empty answer clears a previous one.
+        A view that does not select the session scope is refused: answers are written only by
+        the participating session, and this view does not participate in it.
         """
         if self.config.mode == "off":
             raise InvalidInput("memory is off for this session; responses are not recorded")
+        if "session" not in self.scopes:
+            raise InvalidInput(
+                f"responses are recorded in the session scope: this view selects {', '.join(self.scopes)}"
+            )
         if self.config.mode != "active":
             return False
         if not isinstance(text, str):
