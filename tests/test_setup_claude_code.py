@@ -258,3 +258,17 @@ def test_setup_keeps_the_users_own_hooks_that_share_a_group_with_ours(tmp_path: 
         own = {"hooks": [{"type": "command", "command": ours}]}
         assert hooks["UserPromptSubmit"] == [{"hooks": [audit]}, own]
         assert hooks["SessionStart"] == [{"matcher": "startup", "hooks": [keep]}, own]
+
+
+def test_setup_checks_both_files_can_be_written_before_writing_either(tmp_path: Path) -> None:
+    """`.claude` a file (or settings.json a directory): one error line, and `.mcp.json` is not
+    written — the server is never wired without the hooks."""
+    claude_is_a_file, settings_is_a_dir = tmp_path / "a", tmp_path / "b"
+    claude_is_a_file.mkdir()
+    (claude_is_a_file / ".claude").touch()
+    (settings_is_a_dir / ".claude" / "settings.json").mkdir(parents=True)
+    for project in (claude_is_a_file, settings_is_a_dir):
+        out = sf("setup", "claude-code", "--project", str(project), cwd=tmp_path)
+        assert out.returncode == 1 and out.stderr.startswith("error[target-unwritable]: cannot write "), out
+        assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
+        assert not (project / ".mcp.json").exists()

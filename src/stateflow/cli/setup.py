@@ -12,6 +12,7 @@ again is harmless.
 from __future__ import annotations
 
 import json
+import os
 import shlex
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,8 @@ import click
 
 from stateflow.cli.common import refusals
 from stateflow.cli.examples import decorate
-from stateflow.errors import InvalidInput
+from stateflow.errors import InvalidInput, TargetUnwritable
+from stateflow.files import unwritable
 from stateflow.store.open import absolute_location
 
 SERVER = "stateflow"
@@ -32,11 +34,29 @@ def _load(path: Path) -> dict[str, Any]:
         return {}
     try:
         value = json.loads(path.read_text())
+    except OSError as exc:  # a directory, or no permission: setup could not write it either
+        raise unwritable(path, exc) from exc
     except ValueError as exc:
         raise InvalidInput(f"{path} is not valid JSON ({exc}); fix or move it, then run setup again") from exc
     if not isinstance(value, dict):
         raise InvalidInput(f"{path} must hold a JSON object")
     return value
+
+
+def _check_writable(path: Path) -> None:
+    """Refuse ``path`` as the operating system would, before anything is written: setup writes
+    two files, and one refused half-way would wire the server without the hooks."""
+    level = path.parent
+    while not os.path.lexists(level):  # the folders setup would create
+        level = level.parent
+    if not level.is_dir():
+        raise TargetUnwritable(
+            f"cannot write {path}: {level} is not a directory; move it, then run setup again"
+        )
+    if path.is_dir():
+        raise TargetUnwritable(f"cannot write {path}: it is a directory")
+    if not os.access(path, os.W_OK) if path.exists() else not os.access(level, os.W_OK | os.X_OK):
+        raise TargetUnwritable(f"cannot write {path}: permission denied")
 
 
 def plan(
@@ -135,14 +155,20 @@ def claude_code(
     # Claude Code starts the server and the hooks in the project: a path relative to here would
     # name another (new, empty) store there
     files = plan(project, agent, session, absolute_location(store) if store else None, hot_budget)
+    if not dry_run:
+        for path in files:
+            _check_writable(path)
     for path, content in files.items():
         text = json.dumps(content, indent=2) + "\n"
         if dry_run:
             click.echo(f"# {path}")
             click.echo(text, nl=False)
             continue
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+        except OSError as exc:  # checked above: only a full disk or a race gets here
+            raise unwritable(path, exc) from exc
         click.echo(f"wrote {path}", err=True)
 
 
