@@ -237,6 +237,10 @@ def test_the_hint_matches_the_spellings_of_one_address_exactly(store) -> None:  
     for other in ("effective.lazy.q.x", "cwd.lazy.q"):
         with pytest.raises(SelectionError):  # below or beside a referenced path: no hint
             m.read_state({"path": other})
+    # the two forms are the only ones: an object keyed "$path" is ordinary data, not a reference
+    m.patch_state({"session": {"tactics": {"c": {"$path": "session.lazy.r"}}}})
+    with pytest.raises(SelectionError):
+        m.read_state({"path": "session.lazy.r"})
 
 
 def test_a_whole_scope_read_is_the_hot_view_and_lazy_is_read_by_name(store) -> None:  # type: ignore[no-untyped-def]
