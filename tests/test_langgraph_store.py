@@ -25,7 +25,7 @@ from langgraph.store.base import (
     _validate_namespace,
 )
 
-from stateflow.errors import CorruptStore, InvalidJSON
+from stateflow.errors import CorruptStore, InvalidInput, InvalidJSON
 from stateflow.langgraph import StateflowStore
 from stateflow.states import StatesService
 from stateflow.store import DocKey, open_store
@@ -525,6 +525,30 @@ def test_a_batch_of_more_puts_than_one_states_transaction_takes_writes_them_all(
     assert lg.batch(ops) == [None] * 250
     found = lg.search(("many",), limit=1000)
     assert sorted((i.key, i.value["v"]) for i in found) == sorted((f"k{i}", i) for i in range(250))
+
+
+def test_a_refused_put_of_a_large_batch_writes_nothing_and_is_named_by_its_index(lg: StateflowStore) -> None:
+    # the batch commits 100 records at a time: a put the write would refuse is refused before
+    # the first hundred commits, named by its index in the caller's ops
+    lg.put(("many",), "k0", {"v": -1})
+    refusals: list[tuple[Any, Any, type[Exception], str]] = [
+        ("k150", {"v": float("nan")}, InvalidJSON, r"ops\[150\]: value\.v: nan is not a JSON number"),
+        ("k150", {"v": 2**70}, InvalidJSON, r"ops\[150\]: value\.v: integer \d+ is outside"),
+        ("k150", {"v": {1: 2}}, InvalidJSON, r"ops\[150\]: value\.v: object key 1 is not a string"),
+        ("k150", ["v"], ValueError, r"ops\[150\]: a store value must be a dict, got list"),
+        ("k" * 600, {"v": 1}, InvalidInput, r"ops\[150\]: the encoded subject key is 605 characters"),
+        (150, {"v": 1}, ValueError, r"ops\[150\]: a store key must be a string, got int"),
+    ]
+    for key, value, error, message in refusals:
+        ops: list[Op] = [PutOp(("many",), f"k{i}", {"v": i}) for i in range(250)]
+        ops[150] = PutOp(("many",), key, value)
+        with pytest.raises(error, match=message):
+            lg.batch(ops)
+    ops = [PutOp(("many",), f"k{i}", {"v": i}) for i in range(250)]
+    ops[249] = PutOp(("many",), "k249", {"v": float("inf")})
+    with pytest.raises(InvalidJSON, match=r"ops\[249\]: value\.v: inf"):
+        asyncio.run(lg.abatch(ops))
+    assert [(i.key, i.value) for i in lg.search(("many",), limit=1000)] == [("k0", {"v": -1})]
 
 
 def test_records_written_out_of_shape_through_another_door_are_named_not_a_crash(

@@ -119,10 +119,14 @@ class StateflowStore(OwnsStore, BaseStore):
 
     def batch(self, ops: Iterable[Op]) -> builtins.list[Result]:
         """Reads first (as LangGraph's SQL stores do), then the puts — the last put of a
-        (namespace, key) wins — in one transaction."""
+        (namespace, key) wins — in one transaction (``MAX_BATCH_ITEMS`` records at a time: every
+        put is checked before any is written, a refused one named by its index in ``ops``)."""
         ops = builtins.list(ops)
-        for op in ops:
+        several = len(ops) > 1
+        for n, op in enumerate(ops):
             validate_op_namespace(op)
+            if isinstance(op, PutOp):
+                _check_put(op, f"ops[{n}]" if several else None)
         results: builtins.list[Result] = [None] * len(ops)
         puts: dict[tuple[tuple[str, ...], str], PutOp] = {}
         refresh: dict[str, dict[str, Any]] = {}
@@ -432,6 +436,26 @@ class StateflowStore(OwnsStore, BaseStore):
 
     async def asweep_ttl(self) -> int:
         return await call(self.states.store, self.sweep_ttl)
+
+
+def _check_put(op: PutOp, where: str | None) -> None:
+    """Refuse a put of a batch its write would refuse, before any put is written: a larger batch
+    commits ``MAX_BATCH_ITEMS`` records at a time, so a refusal met while writing would leave the
+    earlier hundreds written. ``where`` (``ops[150]``) prefixes the refusal; None — a batch of
+    one put, written in one transaction — leaves its value to the write's own check."""
+    try:
+        if type(op.key) is not str:
+            raise ValueError(f"a store key must be a string, got {type(op.key).__name__}")
+        _subject_key(tuple(op.namespace), op.key)  # its encoded length (kept for the write)
+        if op.value is not None:
+            if not isinstance(op.value, dict):
+                raise ValueError(f"a store value must be a dict, got {type(op.value).__name__}")
+            if where is not None:
+                check(op.value, "value", 1)  # (where the record holds it: one level down)
+    except (ValueError, InvalidInput) as exc:
+        if where is None:
+            raise
+        raise type(exc)(f"{where}: {exc}") from exc
 
 
 def _document(op: PutOp, now: datetime | None, before: dict[str, Any] | None) -> dict[str, Any]:
