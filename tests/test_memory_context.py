@@ -58,6 +58,16 @@ def test_navigation_keys_are_bounded(store: SqlStore) -> None:
     assert other.read_state({"path": "lazy", "projection": "keys"})["meta"] == {"type": "object", "size": 1}
 
 
+def test_the_navigation_bound_counts_characters_not_bytes(store: SqlStore) -> None:
+    # {"<key>":"number"} is 13 characters around the key: 1,011 "é" make exactly 1,024
+    # characters (2,035 UTF-8 bytes), one more goes over
+    m = view(store, scopes=("session",))
+    m.patch_state({"lazy": {"é" * 1011: 1}})
+    assert m.context().head["lazy_navigation"]["keys"] == {"é" * 1011: "number"}
+    m.patch_state({"lazy": {"é" * 1011: None, "é" * 1012: 1}})
+    assert "keys" not in m.context().head["lazy_navigation"]
+
+
 def test_effective_navigation_overlays_scopes(store: SqlStore) -> None:
     m = view(store)
     m.patch_state({"global": {"lazy": {"a": [1], "b": 1}}, "session": {"lazy": {"a": {"x": 1}}}})

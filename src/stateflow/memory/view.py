@@ -1137,7 +1137,8 @@ class MemoryView:
         for scope in self.scopes:  # broadest first: a narrower scope's kind wins
             merged.update(per_scope.get(scope) or {})
         nav: dict[str, Any] = {"available": bool(merged), "path": "effective.lazy"}
-        if merged and len(merged) <= NAV_MAX_KEYS and len(encode(merged)) <= NAV_MAX_CHARS:
+        # the bound is in characters of the canonical text, not its UTF-8 bytes (non-ASCII keys)
+        if merged and len(merged) <= NAV_MAX_KEYS and len(encode(merged).decode()) <= NAV_MAX_CHARS:
             nav["keys"] = merged
         return nav
 
