@@ -272,3 +272,45 @@ def test_setup_checks_both_files_can_be_written_before_writing_either(tmp_path: 
         assert out.returncode == 1 and out.stderr.startswith("error[target-unwritable]: cannot write "), out
         assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
         assert not (project / ".mcp.json").exists()
+
+
+def test_setup_never_writes_a_store_password_into_the_files(tmp_path: Path) -> None:
+    """Both files are meant to be committed: a store URL holding a password (from stateflow.toml,
+    STATEFLOW_STORE or --store; `user:PASSWORD@` or `?sslpassword=`) is refused, masked, dry run
+    included, naming the safer ways; with --no-store the server and hooks name no store and read
+    the configured one when Claude Code runs them."""
+    project = tmp_path / "p"
+    project.mkdir()
+    (project / "stateflow.toml").write_text('[store]\nurl = "postgresql://app:s3cret@127.0.0.1:1/x"\n')
+    for args in ((), ("--dry-run",)):
+        out = sf("setup", "claude-code", *args, cwd=project)
+        assert out.returncode == 1 and out.stdout == "", out
+        assert out.stderr.startswith(
+            "error[invalid-input]: the store postgresql://app:***@127.0.0.1:1/x holds a"
+        )
+        assert "~/.pgpass" in out.stderr and "PGPASSWORD" in out.stderr and "--no-store" in out.stderr
+        assert "s3cret" not in out.stderr
+    out = sf("--store", "postgresql://app@127.0.0.1:1/x?sslpassword=k3y", "setup", "claude-code", cwd=project)
+    assert out.returncode == 1 and "?sslpassword=***" in out.stderr and "k3y" not in out.stderr
+    assert not (project / ".mcp.json").exists() and not (project / ".claude").exists()
+    dry = sf("setup", "claude-code", "--no-store", "--dry-run", cwd=project)
+    assert dry.returncode == 0 and "s3cret" not in dry.stdout and "--store" not in dry.stdout, dry
+
+    (project / "stateflow.toml").write_text(f'[store]\nurl = "{tmp_path / "m.db"}"\n')
+    patch = '{"cwd": {"tactics": {"next": "from-config"}}}'
+    wrote = sf("tool", "patch_state", patch, "--agent", "claude-code", "--cwd", str(project), cwd=project)
+    assert wrote.returncode == 0, wrote.stderr
+    assert sf("setup", "claude-code", "--no-store", cwd=project).returncode == 0
+    assert "--store" not in (project / ".mcp.json").read_text()
+    command = json.loads((project / ".claude" / "settings.json").read_text())["hooks"]["SessionStart"][0]
+    hook = subprocess.run(
+        ["bash", "-c", command["hooks"][0]["command"]],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=project,
+        env=dict(os.environ, CLAUDE_PROJECT_DIR=str(project)),
+        input='{"session_id": "s", "hook_event_name": "SessionStart"}',
+    )
+    assert hook.returncode == 0, hook.stderr
+    assert "from-config" in json.loads(hook.stdout)["hookSpecificOutput"]["additionalContext"]

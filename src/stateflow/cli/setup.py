@@ -6,7 +6,8 @@ the memory context of Claude Code's own conversation (``stateflow hook claude-co
 ``session_id`` from the hook input) to the model's context; the server follows the session the
 hooks name (formats: https://code.claude.com/docs/en/mcp and https://code.claude.com/docs/en/hooks).
 Existing entries of other servers and hooks are kept; our own entries are replaced, so running it
-again is harmless.
+again is harmless. A store URL holding a password is refused (both files are meant to be
+committed); both files are checked before either is written.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from stateflow.cli.common import refusals
 from stateflow.cli.examples import decorate
 from stateflow.errors import InvalidInput, TargetUnwritable
 from stateflow.files import unwritable
-from stateflow.store.open import absolute_location
+from stateflow.store.open import absolute_location, display_location, holds_secret
 
 SERVER = "stateflow"
 HOOK_EVENTS = ("SessionStart", "UserPromptSubmit")
@@ -63,12 +64,22 @@ def plan(
     project: Path, agent: str, session: str, store: str | None, hot_budget: int | None = None
 ) -> dict[Path, dict[str, Any]]:
     """The two files' new contents (existing content merged)."""
+    mcp_path, settings_path = project / ".mcp.json", project / ".claude" / "settings.json"
+    if store and holds_secret(store):
+        # both files are meant to be committed, and the store would sit on every command line
+        raise InvalidInput(
+            f"the store {display_location(store)} holds a password, which setup would copy into "
+            f"{mcp_path} and {settings_path} (files meant to be committed) and onto the command line "
+            "of the server and every hook; nothing was written. Take it out of the URL (libpq reads "
+            "it from ~/.pgpass, or from PGPASSWORD in the environment Claude Code runs in) and run "
+            "setup again, or run setup with --no-store: the server and hooks then use the store "
+            "STATEFLOW_STORE or stateflow.toml names when Claude Code starts them"
+        )
     common = ["--agent", agent, "--session", session]
     if hot_budget is not None:
         common += ["--hot-budget", str(hot_budget)]
     if store:
         common = ["--store", store, *common]
-    mcp_path, settings_path = project / ".mcp.json", project / ".claude" / "settings.json"
     mcp = _load(mcp_path)
     servers = mcp.setdefault("mcpServers", {})
     if not isinstance(servers, dict):
@@ -143,15 +154,28 @@ def setup() -> None:
     help="Give the server a hot budget (bytes): Claude Code cuts a hook's context at 10,000 "
     "characters, so keep the hot state well below.",
 )
+@click.option(
+    "--no-store",
+    is_flag=True,
+    help="Pass no store to the server and hooks: they use the one STATEFLOW_STORE or "
+    "stateflow.toml names when Claude Code starts them (a store whose URL holds a password is "
+    "never written into the files).",
+)
 @click.option("--dry-run", is_flag=True, help="Print the files instead of writing them.")
 @click.pass_obj
 @refusals
 def claude_code(
-    obj: Any, project: Path, agent: str, session: str, hot_budget: int | None, dry_run: bool
+    obj: Any,
+    project: Path,
+    agent: str,
+    session: str,
+    hot_budget: int | None,
+    no_store: bool,
+    dry_run: bool,
 ) -> None:
     """Add the MCP server and the context hooks to a Claude Code project (.mcp.json, .claude/settings.json)."""
     project = project.expanduser().resolve()
-    store = getattr(obj, "store_location", None)
+    store = None if no_store else getattr(obj, "store_location", None)
     # Claude Code starts the server and the hooks in the project: a path relative to here would
     # name another (new, empty) store there
     files = plan(project, agent, session, absolute_location(store) if store else None, hot_budget)

@@ -74,6 +74,12 @@ def display_location(store: StoreLocation | None = None) -> str:
     return urlunsplit(parts._replace(netloc=netloc, query=_masked_query(parts.query)))
 
 
+def holds_secret(store: StoreLocation) -> bool:
+    """Whether ``store`` carries a PostgreSQL password: exactly what :func:`display_location`
+    masks, so the two never disagree on what a secret is."""
+    return display_location(store) != resolve_store_url(store)
+
+
 def _masked_query(query: str) -> str:
     """``query`` with the values of secret parameters masked, the rest kept as written."""
     return "&".join(
