@@ -27,8 +27,10 @@ from langgraph.store.base import (
 
 from stateflow.errors import CorruptStore, InvalidInput, InvalidJSON
 from stateflow.langgraph import StateflowStore
+from stateflow.langgraph.store import MAX_TTL_MINUTES
 from stateflow.states import StatesService
 from stateflow.store import DocKey, open_store
+from stateflow.store.base import utc_text
 
 
 @pytest.fixture
@@ -382,6 +384,42 @@ def test_ttl_expiry_refresh_and_sweep(backend: str) -> None:
         assert lg.sweep_ttl() == 1
         assert lg.list_namespaces() == [("s",)]
         assert lg.states.read(lg.records.state, lg.subject(("s",), "short")) is None
+
+
+def test_a_ttl_that_cannot_be_honoured_is_refused_before_anything_is_written(backend: str) -> None:
+    # LangGraph's SQL stores take True as one minute and 0 or less as an item expired at once,
+    # and fail on a string, infinity or NaN in their time arithmetic; this store took a string
+    # as no TTL at all (an item kept forever that was meant to expire)
+    configs: list[tuple[Any, str]] = [
+        ({"default_ttl": -5}, r"^ttl\['default_ttl'\] is a number of minutes more than 0"),
+        ({"default_ttl": "10"}, r"^ttl\['default_ttl'\] is a number of minutes .* got a str"),
+        ({"default_tll": 10}, r"^ttl holds unknown keys \['default_tll'\]"),
+        ({"refresh_on_read": "no"}, r"^ttl\['refresh_on_read'\] is true or false"),
+        ({"sweep_interval_minutes": 0}, r"^ttl\['sweep_interval_minutes'\] is a number of minutes"),
+        (60, r"^ttl is a TTLConfig \(a dict\) or None, got a int"),
+    ]
+    for config, message in configs:
+        with pytest.raises(ValueError, match=message):
+            StateflowStore.open(backend, ttl=config)
+        with pytest.raises(ValueError, match=message):
+            asyncio.run(StateflowStore.aopen(backend, ttl=config))
+    store = open_store(backend, auto_migrate=True)
+    try:  # nothing written, not even the state's declaration
+        assert [d["name"] for d in StatesService(store).list_declarations()] == []
+    finally:
+        store.close()
+    bad: list[Any] = ["10", True, [1], float("inf"), float("nan"), 1e12, MAX_TTL_MINUTES + 1, -5, 0]
+    with StateflowStore.open(backend) as lg:
+        for ttl in bad:
+            with pytest.raises(ValueError, match=r"^ttl is a number of minutes more than 0"):
+                lg.put(("t",), "k", {"v": 1}, ttl=ttl)
+            with pytest.raises(ValueError, match=r"^ops\[1\]: ttl is a number of minutes"):
+                lg.batch([PutOp(("t",), "a", {"v": 1}), PutOp(("t",), "k", {"v": 1}, ttl=ttl)])
+        assert lg.list_namespaces() == []
+        lg.put(("t",), "k", {"v": 1}, ttl=MAX_TTL_MINUTES)  # the longest: its expiry is a time
+        record = lg.states.read(lg.records.state, lg.subject(("t",), "k"))
+        assert record is not None and record["data"]["ttl_minutes"] == MAX_TTL_MINUTES
+        assert record["data"]["expires_at"] > utc_text(datetime.now(UTC) + timedelta(days=36500))
 
 
 def test_list_namespaces_hides_namespaces_whose_items_all_expired(

@@ -80,7 +80,12 @@ class OwnsStore:
     def open(cls, location: StoreLocation, **options: Any) -> Self:
         """An instance on the store at ``location`` (a file path or ``postgresql://`` URL),
         closed by :meth:`close`."""
-        made = cls(StatesService(open_store(location, auto_migrate=True)), **options)
+        store = open_store(location, auto_migrate=True)
+        try:
+            made = cls(StatesService(store), **options)
+        except BaseException:  # (options refused: the store opened here is closed again)
+            store.close()
+            raise
         made._owned = True
         return made
 
@@ -89,7 +94,11 @@ class OwnsStore:
         """:meth:`open` for async code: a PostgreSQL store runs on psycopg's async pool (the
         async methods never leave the event loop's thread); closed by :meth:`aclose`."""
         opened = await open_store_async(location, auto_migrate=True)
-        made = await call(opened, lambda: cls(StatesService(opened), **options))
+        try:
+            made = await call(opened, lambda: cls(StatesService(opened), **options))
+        except BaseException:  # (options refused: the store opened here is closed again)
+            await close_store(opened)
+            raise
         made._owned = True
         return made
 

@@ -15,7 +15,7 @@ import functools
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, cast
 
 import orjson
 from langchain_core.runnables.config import var_child_runnable_config
@@ -80,8 +80,8 @@ class StateflowStore(OwnsStore, BaseStore):
 
     ``StateflowStore.open("./agent.db")`` (or a PostgreSQL URL) opens and migrates a store; or
     pass a :class:`~stateflow.states.StatesService`. ``ttl`` takes LangGraph's ``TTLConfig``
-    (``default_ttl`` and ``refresh_on_read``; expired items read as absent, and
-    :meth:`sweep_ttl` erases them). Semantic search (``index``) is not offered: ``query`` is
+    (``default_ttl`` and ``refresh_on_read``, checked here; expired items read as absent, and
+    :meth:`sweep_ttl` erases them); a TTL is None or minutes in ``(0, MAX_TTL_MINUTES]``. Semantic search (``index``) is not offered: ``query`` is
     ignored, as LangGraph's stores do without an index.
     """
 
@@ -95,10 +95,10 @@ class StateflowStore(OwnsStore, BaseStore):
         target_name: str = "langgraph",
         ttl: TTLConfig | None = None,
     ) -> None:
+        self.ttl_config = _checked_config(ttl)  # (refused before the declaration is written)
         self.states = states
         self.records = Records(states, state, target_name)
         self.records.ensure_declared(DECLARATION)
-        self.ttl_config = ttl
         self.context = DoorContext(door="api", actor="stateflow.langgraph")
         self._outside = WriteOrigin(consumer="langgraph")  # validated once: the service takes it as is
         self._namespaces_checked: set[tuple[str, ...]] = set()
@@ -176,7 +176,7 @@ class StateflowStore(OwnsStore, BaseStore):
             _validate_namespace(namespace)
             self._checked(namespace)
         # (its fields by position: keywords to a named tuple's class make a dict per call)
-        op = PutOp(namespace, str(key), value, index, _ensure_ttl(self.ttl_config, ttl))
+        op = PutOp(namespace, str(key), value, index, _checked_ttl(_ensure_ttl(self.ttl_config, ttl)))
         if type(namespace) is not tuple:
             op = op._replace(namespace=tuple(namespace))
         if isinstance(value, dict):  # one item written (``_put``'s one put, without its loop)
@@ -438,6 +438,50 @@ class StateflowStore(OwnsStore, BaseStore):
         return await call(self.states.store, self.sweep_ttl)
 
 
+MAX_TTL_MINUTES: Final = 52_596_000
+"""The longest TTL an item takes, in minutes (100 years): its expiry stays a time."""
+_TTL_KEYS: Final = ("default_ttl", "refresh_on_read", "omit_expired", "sweep_interval_minutes")
+
+
+def _checked_ttl(ttl: Any, what: str = "ttl") -> float | None:
+    """``ttl`` if it is None (no expiry) or a number of minutes more than 0 and at most
+    :data:`MAX_TTL_MINUTES`, else ``ValueError``: a TTL that could not be honoured was dropped
+    (a string — the item kept forever), failed in the time arithmetic, or wrote an item
+    expired at once."""
+    if ttl is None:
+        return None
+    if type(ttl) is bool or not isinstance(ttl, int | float) or not 0 < ttl <= MAX_TTL_MINUTES:
+        shown = repr(ttl) if isinstance(ttl, int | float) else f"a {type(ttl).__name__}"
+        raise ValueError(
+            f"{what} is a number of minutes more than 0 and at most {MAX_TTL_MINUTES} "
+            f"(100 years), or None for no expiry; got {shown}"
+        )
+    return ttl if type(ttl) is int or type(ttl) is float else float(ttl)  # (a subclass: plain JSON)
+
+
+def _checked_config(config: Any) -> TTLConfig | None:
+    """A store's ``TTLConfig``, checked when the store is made (its ``default_ttl`` as a put's
+    TTL; a misspelt key would be silently ignored, so it is refused)."""
+    if config is None:
+        return None
+    if not isinstance(config, Mapping):
+        raise ValueError(f"ttl is a TTLConfig (a dict) or None, got a {type(config).__name__}")
+    unknown = sorted(str(k) for k in config if k not in _TTL_KEYS)
+    if unknown:
+        raise ValueError(f"ttl holds unknown keys {unknown} (known: {', '.join(_TTL_KEYS)})")
+    _checked_ttl(config.get("default_ttl"), "ttl['default_ttl']")
+    for flag in ("refresh_on_read", "omit_expired"):
+        if flag in config and type(config[flag]) is not bool:
+            raise ValueError(f"ttl[{flag!r}] is true or false, got {config[flag]!r}")
+    sweep = config.get("sweep_interval_minutes")
+    if sweep is not None and (type(sweep) is bool or not isinstance(sweep, int | float) or not sweep > 0):
+        raise ValueError(f"ttl['sweep_interval_minutes'] is a number of minutes more than 0, got {sweep!r}")
+    checked = cast(TTLConfig, dict(config))  # (the store's own copy: its keys checked above)
+    if "default_ttl" in checked:
+        checked["default_ttl"] = _checked_ttl(checked["default_ttl"])
+    return checked
+
+
 def _check_put(op: PutOp, where: str | None) -> None:
     """Refuse a put of a batch its write would refuse, before any put is written: a larger batch
     commits ``MAX_BATCH_ITEMS`` records at a time, so a refusal met while writing would leave the
@@ -447,6 +491,7 @@ def _check_put(op: PutOp, where: str | None) -> None:
         if type(op.key) is not str:
             raise ValueError(f"a store key must be a string, got {type(op.key).__name__}")
         _subject_key(tuple(op.namespace), op.key)  # its encoded length (kept for the write)
+        _checked_ttl(op.ttl)
         if op.value is not None:
             if not isinstance(op.value, dict):
                 raise ValueError(f"a store value must be a dict, got {type(op.value).__name__}")
@@ -466,9 +511,7 @@ def _document(op: PutOp, now: datetime | None, before: dict[str, Any] | None) ->
     where ``before`` holds equal ones, its own objects are kept, so the write's diff passes
     them by identity instead of comparing them (a list of strings equal to another is
     identical to it: a string equals only a string)."""
-    ttl = op.ttl
-    if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int | float)):
-        ttl = None  # (tested only when given: ``int | float`` is a union made per call)
+    ttl = op.ttl  # (checked by ``put`` and ``batch``: a number of minutes, or None)
     namespace: list[str] = builtins.list(op.namespace)
     key = op.key
     if not before or "created_at" not in before:
