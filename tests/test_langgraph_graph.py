@@ -1,16 +1,24 @@
 """A real LangGraph graph on both adapters, on both backends: memory kept across threads by the
-store, a paused thread resumed by a freshly opened graph through the saver."""
+store, a paused thread resumed by a freshly opened graph through the saver, and the saver ending
+where LangGraph's own ``InMemorySaver`` ends (a failed superstep resumed, time travel), sync and
+async."""
 
 from __future__ import annotations
 
+import asyncio
+import copy
 import operator
+import threading
 from typing import Annotated, Any, TypedDict
 
+import pytest
 from langchain_core.runnables import RunnableConfig
-from langgraph.graph import START, StateGraph
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.store.base import BaseStore
-from langgraph.types import Command, interrupt
+from langgraph.types import Command, Send, interrupt
 
 from stateflow.langgraph import StateflowSaver, StateflowStore
 from stateflow.states import StatesService
@@ -75,3 +83,188 @@ def test_memory_across_threads_and_resume_after_reopen(backend: str) -> None:
         assert sum(s["subject"]["key"].startswith("chat-2/") for s in subjects) == len(history)
     finally:
         states.store.close()
+
+
+class Items(TypedDict):
+    items: Annotated[list[str], operator.add]
+
+
+def _superstep_with_a_failure(
+    checkpointer: BaseCheckpointSaver[Any], failing: list[bool], *, aio: bool = False
+) -> Any:
+    """``start``, then ``flaky`` beside ``par`` in one superstep: while ``failing[0]``, ``flaky``
+    raises once ``par`` is done (else LangGraph may cancel ``par`` first: nothing to resume)."""
+    done = threading.Event()
+    adone = asyncio.Event()
+
+    def par(state: Items) -> dict[str, list[str]]:
+        done.set()
+        return {"items": ["par"]}
+
+    def flaky(state: Items) -> dict[str, list[str]]:
+        if failing[0]:
+            done.wait(30)  # (bounded: were the two ever run one after the other)
+            raise RuntimeError("boom")
+        return {"items": ["flaky"]}
+
+    async def apar(state: Items) -> dict[str, list[str]]:
+        adone.set()
+        return {"items": ["par"]}
+
+    async def aflaky(state: Items) -> dict[str, list[str]]:
+        if failing[0]:
+            await adone.wait()
+            raise RuntimeError("boom")
+        return {"items": ["flaky"]}
+
+    return (
+        StateGraph(Items)
+        .add_node("start", lambda s: {"items": ["start"]})
+        .add_node("flaky", aflaky if aio else flaky)
+        .add_node("par", apar if aio else par)
+        .add_edge(START, "start")
+        .add_edge("start", "flaky")
+        .add_edge("start", "par")
+        .add_edge("flaky", END)
+        .add_edge("par", END)
+        .compile(checkpointer=checkpointer)
+    )
+
+
+def _time_travel(checkpointer: BaseCheckpointSaver[Any]) -> Any:
+    def fan(state: Items) -> list[Send]:
+        return [Send("worker", {"items": [f"w{i}"]}) for i in range(2)]
+
+    def last(state: Items) -> dict[str, list[str]]:
+        return {"items": [f"last:{interrupt('ok?')}"]}
+
+    return (
+        StateGraph(Items)
+        .add_node("first", lambda s: {"items": ["first"]})
+        .add_node("worker", lambda s: {"items": [f"done-{s['items'][-1]}"]})
+        .add_node("last", last)
+        .add_edge(START, "first")
+        .add_conditional_edges("first", fan, ["worker"])
+        .add_edge("worker", "last")
+        .add_edge("last", END)
+        .compile(checkpointer=checkpointer)
+    )
+
+
+def _failed_and_resumed(checkpointer: BaseCheckpointSaver[Any]) -> tuple[Any, ...]:
+    """A superstep where one node fails beside one that succeeds, the state read (as an app
+    showing the error does: LangGraph applies the pending writes to the tuple it is given),
+    then resumed."""
+    failing = [True]
+    graph = _superstep_with_a_failure(checkpointer, failing)
+    config: RunnableConfig = {"configurable": {"thread_id": "t"}}
+    with pytest.raises(RuntimeError, match="boom"):
+        graph.invoke({"items": []}, config)
+    tasks = [(t.name, t.error is not None, t.result) for t in graph.get_state(config).tasks]
+    failing[0] = False
+    return tasks, graph.invoke(None, config)["items"], len(list(graph.get_state_history(config)))
+
+
+async def _afailed_and_resumed(checkpointer: BaseCheckpointSaver[Any]) -> tuple[Any, ...]:
+    failing = [True]
+    graph = _superstep_with_a_failure(checkpointer, failing, aio=True)
+    config: RunnableConfig = {"configurable": {"thread_id": "t"}}
+    with pytest.raises(RuntimeError, match="boom"):
+        await graph.ainvoke({"items": []}, config)
+    tasks = [(t.name, t.error is not None, t.result) for t in (await graph.aget_state(config)).tasks]
+    failing[0] = False
+    values = [v async for v in graph.astream(None, config, stream_mode="values")]
+    return tasks, values[-1]["items"], len([h async for h in graph.aget_state_history(config)])
+
+
+def _travelled(checkpointer: BaseCheckpointSaver[Any]) -> tuple[Any, ...]:
+    """Run to the end, go back to the checkpoint before ``last``, edit it and run on from there."""
+    graph = _time_travel(checkpointer)
+    config: RunnableConfig = {"configurable": {"thread_id": "tt"}}
+    graph.invoke({"items": []}, config)
+    graph.get_state(config)  # (the pending interrupt, as a UI shows it)
+    graph.invoke(Command(resume="yes"), config)
+    old = next(h for h in graph.get_state_history(config) if h.next == ("last",))
+    edited = graph.update_state(old.config, {"items": ["edited"]})
+    after = graph.get_state(edited).next
+    final = graph.invoke(Command(resume="again"), edited)["items"]
+    return after, final, len(list(graph.get_state_history(config)))
+
+
+async def _atravelled(checkpointer: BaseCheckpointSaver[Any]) -> tuple[Any, ...]:
+    graph = _time_travel(checkpointer)
+    config: RunnableConfig = {"configurable": {"thread_id": "tt"}}
+    await graph.ainvoke({"items": []}, config)
+    await graph.aget_state(config)
+    await graph.ainvoke(Command(resume="yes"), config)
+    history = [h async for h in graph.aget_state_history(config)]
+    old = next(h for h in history if h.next == ("last",))
+    edited = await graph.aupdate_state(old.config, {"items": ["edited"]})
+    after = (await graph.aget_state(edited)).next
+    final = (await graph.ainvoke(Command(resume="again"), edited))["items"]
+    return after, final, len([h async for h in graph.aget_state_history(config)])
+
+
+def test_a_failed_superstep_resumes_and_time_travels_as_in_memory(backend: str) -> None:
+    """What the saver hands LangGraph is LangGraph's to change (``get_state`` applies pending
+    writes to it): the next read must not see that, or the resumed run takes the parallel
+    node's write as applied already and loses it, and an edited old checkpoint replays
+    nothing."""
+    expected = _failed_and_resumed(InMemorySaver())
+    assert expected[:2] == (
+        [("flaky", True, None), ("par", False, {"items": ["par"]})],
+        ["start", "flaky", "par"],
+    )
+    with StateflowSaver.open(backend) as saver:
+        assert _failed_and_resumed(saver) == expected
+        travelled = _travelled(saver)
+    assert travelled == _travelled(InMemorySaver())
+    assert travelled[0] == ("worker", "worker")  # the edited checkpoint runs its workers again
+
+
+def test_a_failed_superstep_resumes_and_time_travels_as_in_memory_async(backend: str) -> None:
+    async def both() -> tuple[Any, ...]:
+        saver = await StateflowSaver.aopen(backend)
+        try:
+            return await _afailed_and_resumed(saver), await _atravelled(saver)
+        finally:
+            await saver.aclose()
+
+    failed, travelled = asyncio.run(both())
+    assert failed == asyncio.run(_afailed_and_resumed(InMemorySaver()))
+    assert failed[1] == ["start", "flaky", "par"]
+    assert travelled == asyncio.run(_atravelled(InMemorySaver()))
+
+
+def test_what_a_read_hands_out_is_the_callers_own(backend: str) -> None:
+    """Changing a tuple from ``get_tuple`` or ``list`` — its checkpoint, values, metadata and
+    pending writes — changes nothing the next read gives."""
+    with StateflowSaver.open(backend) as saver:
+        head: RunnableConfig = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+        for step, channel in enumerate(["a", "b"]):  # ``a`` then held by the first checkpoint
+            checkpoint: Any = {
+                "v": 4,
+                "id": f"0000000{step}",
+                "ts": "2026-01-01T00:00:00+00:00",
+                "channel_values": {"a": [1], "b": {"n": [step]}},
+                "channel_versions": {"a": 1, "b": step + 1},
+                "versions_seen": {"node": {"a": 1}},
+                "updated_channels": [channel],
+            }
+            head = saver.put(head, checkpoint, {"step": step, "parents": {}}, {channel: 1})
+        saver.put_writes(head, [("a", {"w": [1]})], "task")
+
+        def read() -> Any:
+            tup = saver.get_tuple(head)
+            assert tup is not None
+            return tup.checkpoint, tup.metadata, tup.pending_writes
+
+        before = copy.deepcopy(read())  # (a copy: a shared read would change too)
+        for tup in (saver.get_tuple({"configurable": {"thread_id": "t"}}), next(saver.list(head))):
+            assert tup is not None and tup.pending_writes is not None
+            tup.checkpoint["versions_seen"]["node"]["a"] = "changed"
+            tup.checkpoint["channel_values"]["a"].append(2)  # held by the other checkpoint
+            tup.checkpoint["channel_values"]["b"]["n"].append(2)
+            tup.metadata["parents"]["x"] = "changed"
+            tup.pending_writes[0][2]["w"].append(2)
+            assert read() == before

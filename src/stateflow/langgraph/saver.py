@@ -308,6 +308,8 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         decode = self.codec.decode
         names = _config(body)
         thread_id, ns, checkpoint_id = names["thread_id"], names["checkpoint_ns"], names["checkpoint_id"]
+        # (every value decoded afresh, the caller's own: LangGraph changes the checkpoint, its
+        # values and its writes, and ``saved`` is the store's cached body — ``Codec.decode``)
         saved = _saved(body)
         checkpoint: Checkpoint = decode(saved["checkpoint"])
         if type(checkpoint) is not dict or not checkpoint.keys() >= _CHECKPOINT_KEYS:
@@ -318,7 +320,7 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
             stored = held.get(channel) if held is not None else None
             if stored is not None:
                 values[channel] = decode(stored)
-        checkpoint = {**checkpoint, "channel_values": values}
+        checkpoint["channel_values"] = values
         pending = sorted(
             _pending(writes or {}),
             key=lambda w: writes_sort_key(w["task_path"], w["task_id"], w["idx"]),
