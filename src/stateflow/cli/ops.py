@@ -102,10 +102,13 @@ def import_state_flow(ctx: Context, root: Path, agent: str | None) -> None:
     """Import a State Flow store (ROOT, e.g. ~/.pi/agent/state-flow) into agent memory: its
     global, cwd and session scopes, checkpoint then every patch in order as history.
 
-    The whole tree is checked first; an unknown layout is refused and nothing is written."""
-    from stateflow.state_flow_import import import_tree, read_tree
+    The whole tree is checked first, every patch against memory's rules: an unknown layout, a
+    patch memory refuses or two scopes that are one memory scope is refused and nothing is
+    written. A run cut short is finished by running it again."""
+    from stateflow.state_flow_import import check_tree, import_tree, read_tree
 
     scopes = read_tree(root.expanduser())
+    check_tree(scopes, agent or "default")  # before the store is opened (or created)
     results = import_tree(ctx.store(), scopes, agent or "default")
     echo_json(results)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -144,15 +144,15 @@ class _Timeline:
         return min(after) - 1 if after else now
 
 
-class MemoryView:
+class Staging:
+    """The rules ``patch_state`` applies to a patch — its checks, the merge, the ownership
+    cascade, artifacts' provenance — for one agent's wanted scopes, with no store: a
+    :class:`MemoryView` stages each patch through them, and :meth:`dry_run` applies one to
+    given states (an import checks a whole history this way before writing any of it)."""
+
     def __init__(
-        self,
-        store: Store,
-        identity: Identity,
-        scopes: Sequence[str] = SCOPES,
-        config: MemoryConfig | None = None,
+        self, identity: Identity, scopes: Sequence[str] = SCOPES, config: MemoryConfig | None = None
     ) -> None:
-        self.store = store
         self.identity = identity
         self.scopes = tuple(s for s in SCOPES if s in scopes)
         if not self.scopes or len(self.scopes) != len(tuple(scopes)):
@@ -160,6 +160,143 @@ class MemoryView:
         self.config = config or MemoryConfig()
         self.planes = PlaneSet(self.config.extra_roots)
         self.single = self.scopes[0] if len(self.scopes) == 1 else None
+        # artifact sources resolve against the working directory only when it is on this machine
+        self.source_cwd = identity.cwd if self.config.local_cwd else NO_LOCAL_CWD
+
+    def dry_run(
+        self, states: Mapping[str, dict[str, Any]], args: object, *, cascade: bool = True
+    ) -> dict[str, dict[str, Any]]:
+        """Each scope's state after ``patch_state(args)`` on ``states``, or the refusal it would
+        raise (every rule but the hot budget, which is the view's); reads and writes nothing.
+        ``cascade=False`` applies each scope's patch as the net patch it is, as a replay of
+        accepted history must (ownership is never derived again)."""
+        new = dict(states)
+        for scope, patch in self._patch_args(args).items():
+            intents = patch.get("intents")
+            cascading = cascade and type(intents) is dict and _may_delete(intents)
+            new[scope], _ = self._stage(scope, states.get(scope) or {}, patch, [], [], Emitted(), cascading)
+        return new
+
+    def _show(self, scope: str, rest: str) -> str:
+        return rest if self.single else f"{scope}.{rest}"
+
+    def _patch_args(
+        self, args: object, authored: dict[str, Authored] | None = None
+    ) -> dict[str, dict[str, Any]]:
+        """The checked scope patches of ``args``, in scope order; ``authored`` (when given) gets
+        each scope's authored paths, listed by its check."""
+        if not isinstance(args, dict):
+            raise InvalidInput("patch_state requires an object")
+        if self.single and args and all(k in self.planes.names for k in args):
+            args = {self.single: args}  # single-owner mode: flat planes belong to the sole owner
+        supplied: dict[str, dict[str, Any]] = {}
+        for name in args:
+            if name in self.planes.names and self.single is None:
+                raise InvalidInput(
+                    f"patch_state takes scope objects ({', '.join(self.scopes)}), not the plane {name!r} "
+                    "at the top level"
+                )
+            if name not in SCOPES:
+                raise InvalidInput(f"patch_state does not accept field {name}")
+            if name not in self.scopes:
+                raise InvalidInput(
+                    f"patch_state cannot write the {name} scope: this view selects {', '.join(self.scopes)}"
+                )
+        if not args:
+            raise InvalidInput("patch_state requires at least one scope patch")
+        for scope in SCOPES:
+            if scope in args:
+                listed = None
+                if authored is not None:
+                    listed = authored[scope] = Authored()
+                patch = check_scope_patch(scope, args[scope], self.planes, listed)
+                if self.single:
+                    patch = anchor(patch, self.single, self.planes.names)
+                supplied[scope] = patch
+        return supplied
+
+    def _stage(
+        self,
+        scope: str,
+        state: dict[str, Any],
+        patch: dict[str, Any],
+        cascaded: list[str],
+        missing: list[str],
+        edits: Emitted,
+        cascading: bool,
+    ) -> tuple[dict[str, Any], Within | None]:
+        """The scope's new state: intents first, ownership cascade, then the other planes; and
+        None when ``edits`` got the edits from ``state`` to it, else the paths that may differ
+        from ``state`` (the patches' leaves, a trie), in that order: the diff lists its edits,
+        and so the change its paths and new members their positions, in the trie's order. The
+        merges list their edits in that order too (``Emitted``) but for a deletion, an array's
+        elements patched, a cascade or artifacts' provenance. ``cascading``: the patch may
+        delete an intent (``_may_delete``); else no cascade can come between the intents and
+        the other planes, which are merged in one pass, intents first."""
+        found: list[tuple[str | int, ...]] = []
+        current: dict[str, Any] = state
+        merged: list[dict[str, Any]] = []  # the patches merged, in order (for the trie)
+        if "intents" in patch and not cascading:
+            if next(iter(patch)) != "intents":
+                patch = {"intents": patch["intents"], **patch}  # (keys kept, intents first)
+            rest = patch
+        elif "intents" in patch:
+            intents_patch = {"intents": patch["intents"]}
+            current = merge_patch(
+                current,
+                intents_patch,
+                missing_deletions=found,
+                copies=SPARES,
+                prune=True,
+                edits=edits,
+                root=scope,  # (a refusal names the scope's path, as memory's reads do)
+            )
+            merged.append(intents_patch)
+            targets = cascade_targets(scope, state.get("intents"), current.get("intents"), current)
+            if targets:
+                cleanup = deletion_patch(targets)
+                current = merge_patch(current, cleanup, copies=SPARES, prune=True)
+                merged.append(cleanup)
+                edits.exact = False
+                cascaded.extend(self._show(scope, ".".join((plane, *keys))) for plane, keys in targets)
+            rest = {k: v for k, v in patch.items() if k != "intents"}
+        else:
+            rest = patch
+        if rest:
+            current = merge_patch(
+                current, rest, missing_deletions=found, copies=SPARES, prune=True, edits=edits, root=scope
+            )
+            merged.append(rest)
+        if "artifacts" in patch:
+            edits.exact = False
+            check_artifacts(scope, current.get("artifacts"), patch["artifacts"])
+            roots = self.config.knowledge_roots
+            artifact_provenance.check_sources(scope, patch["artifacts"], self.source_cwd, roots)
+            current = artifact_provenance.record(current, patch["artifacts"], self.source_cwd, roots)
+        if self.planes.extra:  # (declared roots only: the built-in planes have no schema)
+            check_extra_roots(scope, current, patch, self.planes)
+        if found:
+            missing.extend(f"{scope}\0" + "\0".join(str(p) for p in f) for f in found)
+        if edits.exact:
+            return current, None
+        where: Within = {}
+        for merged_patch in merged:
+            patch_within(merged_patch, where)
+        if "artifacts" in patch:
+            where[RUNTIME] = None  # the cards' provenance
+        return current, where
+
+
+class MemoryView(Staging):
+    def __init__(
+        self,
+        store: Store,
+        identity: Identity,
+        scopes: Sequence[str] = SCOPES,
+        config: MemoryConfig | None = None,
+    ) -> None:
+        super().__init__(identity, scopes, config)
+        self.store = store
         self._hot_members: list[str] = sorted({*self.planes.hot, RUNTIME})
         """the members a patch reads when it names no lazy plane (``patch_state``)"""
         self._hot_planes = frozenset(self.planes.names).difference(self.planes.lazy)
@@ -169,8 +306,6 @@ class MemoryView:
         )
         """``projection_id``'s hash of what every projection of this view starts with"""
         self.keys = {s: identity.key(s) for s in self.scopes}
-        # artifact sources resolve against the working directory only when it is on this machine
-        self.source_cwd = identity.cwd if self.config.local_cwd else NO_LOCAL_CWD
         self._shown: shown_views.Shown | None = None
         """the last view this object remembered as shown (another object's may be newer)"""
         self._key_shown = self._shown_key()
@@ -185,9 +320,6 @@ class MemoryView:
     def _label(self, scope: str) -> str:
         """How a scope prefixes paths shown to the model (nothing in single-owner mode)."""
         return "" if self.single else scope
-
-    def _show(self, scope: str, rest: str) -> str:
-        return rest if self.single else f"{scope}.{rest}"
 
     def _out(self, value: JSON) -> JSON:
         """Project stored refs for the model (relative in single-owner mode)."""
@@ -880,112 +1012,6 @@ class MemoryView:
                 'move large values to lazy (write them under {"lazy": {...}} and delete them from '
                 "intents/strategy/tactics/artifacts in the same patch), then read them with read_state"
             )
-
-    def _patch_args(
-        self, args: object, authored: dict[str, Authored] | None = None
-    ) -> dict[str, dict[str, Any]]:
-        """The checked scope patches of ``args``, in scope order; ``authored`` (when given) gets
-        each scope's authored paths, listed by its check."""
-        if not isinstance(args, dict):
-            raise InvalidInput("patch_state requires an object")
-        if self.single and args and all(k in self.planes.names for k in args):
-            args = {self.single: args}  # single-owner mode: flat planes belong to the sole owner
-        supplied: dict[str, dict[str, Any]] = {}
-        for name in args:
-            if name in self.planes.names and self.single is None:
-                raise InvalidInput(
-                    f"patch_state takes scope objects ({', '.join(self.scopes)}), not the plane {name!r} "
-                    "at the top level"
-                )
-            if name not in SCOPES:
-                raise InvalidInput(f"patch_state does not accept field {name}")
-            if name not in self.scopes:
-                raise InvalidInput(
-                    f"patch_state cannot write the {name} scope: this view selects {', '.join(self.scopes)}"
-                )
-        if not args:
-            raise InvalidInput("patch_state requires at least one scope patch")
-        for scope in SCOPES:
-            if scope in args:
-                listed = None
-                if authored is not None:
-                    listed = authored[scope] = Authored()
-                patch = check_scope_patch(scope, args[scope], self.planes, listed)
-                if self.single:
-                    patch = anchor(patch, self.single, self.planes.names)
-                supplied[scope] = patch
-        return supplied
-
-    def _stage(
-        self,
-        scope: str,
-        state: dict[str, Any],
-        patch: dict[str, Any],
-        cascaded: list[str],
-        missing: list[str],
-        edits: Emitted,
-        cascading: bool,
-    ) -> tuple[dict[str, Any], Within | None]:
-        """The scope's new state: intents first, ownership cascade, then the other planes; and
-        None when ``edits`` got the edits from ``state`` to it, else the paths that may differ
-        from ``state`` (the patches' leaves, a trie), in that order: the diff lists its edits,
-        and so the change its paths and new members their positions, in the trie's order. The
-        merges list their edits in that order too (``Emitted``) but for a deletion, an array's
-        elements patched, a cascade or artifacts' provenance. ``cascading``: the patch may
-        delete an intent (``_may_delete``); else no cascade can come between the intents and
-        the other planes, which are merged in one pass, intents first."""
-        found: list[tuple[str | int, ...]] = []
-        current: dict[str, Any] = state
-        merged: list[dict[str, Any]] = []  # the patches merged, in order (for the trie)
-        if "intents" in patch and not cascading:
-            if next(iter(patch)) != "intents":
-                patch = {"intents": patch["intents"], **patch}  # (keys kept, intents first)
-            rest = patch
-        elif "intents" in patch:
-            intents_patch = {"intents": patch["intents"]}
-            current = merge_patch(
-                current,
-                intents_patch,
-                missing_deletions=found,
-                copies=SPARES,
-                prune=True,
-                edits=edits,
-                root=scope,  # (a refusal names the scope's path, as memory's reads do)
-            )
-            merged.append(intents_patch)
-            targets = cascade_targets(scope, state.get("intents"), current.get("intents"), current)
-            if targets:
-                cleanup = deletion_patch(targets)
-                current = merge_patch(current, cleanup, copies=SPARES, prune=True)
-                merged.append(cleanup)
-                edits.exact = False
-                cascaded.extend(self._show(scope, ".".join((plane, *keys))) for plane, keys in targets)
-            rest = {k: v for k, v in patch.items() if k != "intents"}
-        else:
-            rest = patch
-        if rest:
-            current = merge_patch(
-                current, rest, missing_deletions=found, copies=SPARES, prune=True, edits=edits, root=scope
-            )
-            merged.append(rest)
-        if "artifacts" in patch:
-            edits.exact = False
-            check_artifacts(scope, current.get("artifacts"), patch["artifacts"])
-            roots = self.config.knowledge_roots
-            artifact_provenance.check_sources(scope, patch["artifacts"], self.source_cwd, roots)
-            current = artifact_provenance.record(current, patch["artifacts"], self.source_cwd, roots)
-        if self.planes.extra:  # (declared roots only: the built-in planes have no schema)
-            check_extra_roots(scope, current, patch, self.planes)
-        if found:
-            missing.extend(f"{scope}\0" + "\0".join(str(p) for p in f) for f in found)
-        if edits.exact:
-            return current, None
-        where: Within = {}
-        for merged_patch in merged:
-            patch_within(merged_patch, where)
-        if "artifacts" in patch:
-            where[RUNTIME] = None  # the cards' provenance
-        return current, where
 
     def _missing_hint(self, encoded: str, basis: dict[str, Any]) -> dict[str, Any]:
         scope, *parts = encoded.split("\0")
