@@ -323,6 +323,33 @@ def test_a_card_recorded_before_confinement_is_never_examined(store: SqlStore, t
     assert "artifacts" not in narrower.context().head["state"]
 
 
+@pytest.mark.parametrize("swapped", ["notes.md", "sub"])
+def test_a_source_swapped_for_a_link_leaving_the_roots_gets_a_hint_untouched(
+    store: SqlStore, tmp_path: Path, touched: list[str], swapped: str
+) -> None:
+    """The card's file was inside the cwd; the source itself, or a directory on its path, is
+    replaced by a link out of it: the card says so, and the outside target is never examined."""
+    work, outside = _layout(tmp_path)
+    (work / "sub").mkdir()
+    (work / "sub" / "notes.md").write_text("notes")
+    (outside / "notes.md").write_text("something else")
+    source = "notes.md" if swapped == "notes.md" else "sub/notes.md"
+    m = view(store, cwd=str(work))
+    m.patch_state({"cwd": {"artifacts": {source: {"description": "my notes"}}}})
+    assert "hint" not in m.context().head["state"]["artifacts"][source]
+    if swapped == "notes.md":
+        (work / "notes.md").unlink()
+        (work / "notes.md").symlink_to(outside / "notes.md")
+    else:
+        (work / "sub" / "notes.md").unlink()
+        (work / "sub").rmdir()
+        (work / "sub").symlink_to(outside)
+    touched.clear()
+    card = m.context().head["state"]["artifacts"][source]
+    assert card["hint"].startswith("the source now leads outside the working directory")
+    assert all(p == str(work) or p.startswith(str(work) + os.sep) for p in touched), touched
+
+
 def test_the_cli_refuses_an_escaping_artifact(tmp_path: Path) -> None:
     work, _ = _layout(tmp_path)
     db = str(tmp_path / "m.db")

@@ -16,16 +16,22 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
 from stateflow.memory import knowledge
-from stateflow.memory.confine import anchored, check_anchored, confine, confined
+from stateflow.memory.confine import anchored, check_anchored, confine, confined, inside
 from stateflow.memory.planes import RUNTIME
 
+LEFT_THE_ROOTS: Final = (
+    "the source now leads outside the working directory and knowledge roots, so it is not "
+    "examined; re-check it and update or delete this card"
+)
 
-def fingerprint(source: str, cwd: str, roots: Sequence[str] = ()) -> dict[str, int] | None:
-    """``{size, mtime_ns}`` of the confined source file, or None when it is not a regular file
-    (or lies outside the roots, which is then never examined)."""
+
+def fingerprint(source: str, cwd: str, roots: Sequence[str] = ()) -> dict[str, Any] | None:
+    """``{size, mtime_ns, path}`` of the confined source file (``path``: where it was found, links
+    followed), or None when it is not a regular file (or lies outside the roots, which is then
+    never examined)."""
     path = confined(source, cwd, roots)
     if path is None:
         return None
@@ -35,7 +41,7 @@ def fingerprint(source: str, cwd: str, roots: Sequence[str] = ()) -> dict[str, i
         return None
     if not stat.S_ISREG(st.st_mode):
         return None
-    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "path": path}
 
 
 def check_sources(scope: str, artifacts_patch: dict[str, Any], cwd: str, roots: Sequence[str] = ()) -> None:
@@ -92,7 +98,14 @@ def stale_hints(
                 hints.pop(source, None)
                 continue
             if confined(source, cwd, roots) is None:
-                hints.pop(source, None)  # recorded before sources were confined: never examined now
+                if _was_inside(source, known[source], cwd, roots):
+                    # the file was found inside the roots these views examine, and the path now
+                    # leads out of them (a link swapped in): the card no longer describes it
+                    hints[source] = LEFT_THE_ROOTS
+                else:
+                    # recorded before sources were confined, or through a view with other roots:
+                    # never examined here, its freshness is unknown
+                    hints.pop(source, None)
                 continue
             if knowledge.root_unavailable(source, cwd, roots):
                 hints.pop(source, None)  # freshness unknown: the root may only be unmounted
@@ -107,6 +120,14 @@ def stale_hints(
             else:
                 hints.pop(source, None)
     return hints
+
+
+def _was_inside(source: str, recorded: Any, cwd: str, roots: Sequence[str]) -> bool:
+    """Whether ``source`` is named inside ``cwd`` or ``roots`` and was found inside them when its
+    card was written: lexical tests of the name and the recorded path, examining nothing."""
+    path = recorded.get("path") if isinstance(recorded, dict) else None
+    named = source if os.path.isabs(source) or not cwd else os.path.join(cwd, source)
+    return isinstance(path, str) and inside(path, cwd, roots) and inside(named, cwd, roots)
 
 
 def _changed(source: str, recorded: Any, now: dict[str, int], cwd: str, roots: Sequence[str]) -> bool:

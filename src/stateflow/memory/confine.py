@@ -103,6 +103,13 @@ def check_anchored(scope: str, source: str, cwd: str) -> None:
         )
 
 
+def inside(path: str, cwd: str, roots: Sequence[str] = ()) -> bool:
+    """Whether the absolute ``path`` lies lexically inside ``cwd`` or ``roots`` (nothing is
+    examined on disk)."""
+    allowed = [os.path.normpath(r) for r in ((cwd, *roots) if cwd else roots)]
+    return os.path.isabs(path) and _inside(os.path.normpath(path), allowed) is not None
+
+
 def confined(source: str, cwd: str, roots: Sequence[str] = ()) -> str | None:
     """``confine`` for stored cards: None (look at nothing) instead of a refusal."""
     try:
