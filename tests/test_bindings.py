@@ -4,6 +4,7 @@ the run, updates after it, one unit of work with the run's origin."""
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Iterator
 from typing import Any, TypedDict
 
@@ -121,6 +122,39 @@ def test_refusals_run_nothing_and_write_nothing(states: StatesService) -> None:
     with pytest.raises(BindingInvalid, match="does not take"):
         bound(states, Binding("tickets", ".k", inputs={"memo": {"template_jq": "recent"}}))(lambda k: k)
     assert states.read("tickets", subject("t-3")) is None
+
+
+def test_a_scope_or_subject_expr_that_yields_nothing_or_fails_is_refused_naming_the_binding(
+    states: StatesService,
+) -> None:
+    calls: list[str] = []
+    cases = [
+        ("scope_expr", 'select(.channel == "x") | true', "the jq program produced no output"),
+        ("scope_expr", ".ticket_id.x", "Cannot index string"),
+        ("subject_expr", '.ticket_id | select(startswith("z"))', "the jq program produced no output"),
+        ("subject_expr", ".ticket_id.x", "Cannot index string"),
+    ]
+    for name, program, why in cases:
+        binding = Binding.parse({"state": "tickets", "subject_expr": ".ticket_id", name: program})
+
+        @bound(states, binding, target=("agent", "helpdesk"))
+        def answer(ticket_id: str, channel: str = "support") -> None:
+            calls.append("ran")
+
+        @bound(states, binding, target=("agent", "helpdesk"))
+        async def answer_async(ticket_id: str, channel: str = "support") -> None:
+            calls.append("ran")
+
+        expected = (
+            rf"^binding of state 'tickets': {name} '{re.escape(program)}' gave no value: .*{why}.*"
+            r"\(the inputs it read: \.ticket_id; \.channel\)$"
+        )
+        with pytest.raises(BindingRefused, match=expected):
+            answer("t-4")
+        with pytest.raises(BindingRefused, match=expected):
+            asyncio.run(answer_async("t-4"))
+    assert calls == []
+    assert states.read("tickets", subject("t-4")) is None
 
 
 def test_full_subject_and_own_writes_commit_in_one_unit(states: StatesService) -> None:
@@ -290,12 +324,23 @@ def test_a_dotted_injection_sets_one_field_of_a_dataclass_or_pydantic_state(stat
     assert len(states.writes("tickets", subject("t-9"))["items"]) == 1  # nothing written by the refusals
 
 
-@pytest.mark.parametrize("inputs", [["notes"], "notes"])
-def test_a_binding_whose_inputs_are_not_an_object_is_invalid(inputs: Any) -> None:
-    with pytest.raises(BindingInvalid, match="inputs is an object"):
-        Binding.parse({"state": "tickets", "subject_expr": ".k", "inputs": inputs})
-    with pytest.raises(BindingInvalid, match="updates is a list"):
-        Binding.parse({"state": "tickets", "subject_expr": ".k", "updates": "add"})
+NOT_AN_OBJECT: list[Any] = [["notes"], "notes", [], "", 0, False]
+NOT_A_LIST: list[Any] = ["add", {}, "", 0, False]
+
+
+@pytest.mark.parametrize(
+    ("member", "value"), [*(("inputs", v) for v in NOT_AN_OBJECT), *(("updates", v) for v in NOT_A_LIST)]
+)
+def test_a_binding_whose_inputs_are_not_an_object_or_updates_not_a_list_is_invalid(
+    member: str, value: Any
+) -> None:
+    # an empty or false value of another type is not "none" (it was taken as none)
+    expected = "inputs is an object" if member == "inputs" else "updates is a list"
+    with pytest.raises(BindingInvalid, match=expected):
+        Binding.parse({"state": "tickets", "subject_expr": ".k", member: value})
+    none = Binding.parse({"state": "tickets", "subject_expr": ".k", member: None})
+    assert none == Binding.parse({"state": "tickets", "subject_expr": ".k"})
+    assert none.inputs == {} and none.updates == ()
 
 
 def test_a_runs_update_programs_are_named_in_its_origin_meta(states: StatesService) -> None:

@@ -8,7 +8,7 @@ A :class:`Binding` names a state and
   state's default subject kind and the run's ambient target;
 - ``scope_expr`` (optional jq over the run's inputs, evaluated first): ``true`` engages the
   binding, ``false`` skips the state for this run (no injections, no updates); anything else
-  is refused. No expression means engaged;
+  — no output at all, or a jq error, included — is refused. No expression means engaged;
 - ``inputs``: ``{argument: {"template_jq": program, "params": {...}}}`` — before the run, the
   template's ``input`` program is evaluated on the record and its value given to the run as
   that argument (a dotted argument such as ``"state.memory"`` sets a field inside one);
@@ -40,6 +40,7 @@ import orjson
 from pydantic import BaseModel
 
 from stateflow.errors import InvalidInput
+from stateflow.jq.runner import JqError
 from stateflow.states import StatesService
 from stateflow.states.models import DoorContext
 from stateflow.states.service import subject_of
@@ -116,8 +117,10 @@ class Binding:
             state=raw.get("state", ""),
             subject_expr=raw.get("subject_expr", ""),
             scope_expr=raw.get("scope_expr"),
-            inputs=raw.get("inputs") or {},
-            updates=raw.get("updates") or (),
+            # only an absent or null member means none: a falsy value of another type ([] for
+            # inputs, {} for updates, "", 0, false) is refused as any other wrong type is
+            inputs={} if raw.get("inputs") is None else raw["inputs"],
+            updates=() if raw.get("updates") is None else raw["updates"],
         )
 
 
@@ -199,21 +202,34 @@ def _shape(view: dict[str, Any]) -> str:
     return "; ".join(parts) or "no input with a JSON form"
 
 
+def _first(states: StatesService, binding: Binding, name: str, program: str, view: dict[str, Any]) -> Any:
+    """The first output of a binding's ``scope_expr`` or ``subject_expr``: one that yields
+    nothing or fails (or does not compile) is the binding's refusal, naming its state, the
+    expression and the inputs it read — a bare jq error names none of them."""
+    try:
+        return states.jq().first(program, view)
+    except JqError as exc:
+        raise BindingRefused(
+            f"binding of state {binding.state!r}: {name} {program!r} gave no value: {exc.message} "
+            f"(the inputs it read: {_shape(view)})"
+        ) from exc
+
+
 def _resolve(
     states: StatesService, binding: Binding, view: dict[str, Any], target: tuple[str, str]
 ) -> dict[str, str] | None:
     """The binding's subject for this run, or None when its scope says skip."""
-    jq = states.jq()
     where = f"binding of state {binding.state!r}"
     if binding.scope_expr is not None:
-        engaged = jq.first(binding.scope_expr, view)
+        engaged = _first(states, binding, "scope_expr", binding.scope_expr, view)
         if type(engaged) is not bool:
             raise BindingRefused(
-                f"{where}: scope_expr must yield true or false, got {orjson.dumps(engaged).decode()}"
+                f"{where}: scope_expr must yield true or false, got {orjson.dumps(engaged).decode()[:200]} "
+                f"from {binding.scope_expr!r} (the inputs it read: {_shape(view)})"
             )
         if not engaged:
             return None
-    found = jq.first(binding.subject_expr, view)
+    found = _first(states, binding, "subject_expr", binding.subject_expr, view)
     declaration = states.get_declaration(binding.state)
     if isinstance(found, str):
         if not found.strip():
