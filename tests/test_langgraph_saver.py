@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from stateflow.errors import CorruptStore
 from stateflow.langgraph import StateflowSaver
 from stateflow.states import StatesService
 from stateflow.store import open_store
+from stateflow.store.clock import restoring_time
 from tests.langgraph_helpers import fresh_locations
 
 
@@ -418,5 +420,57 @@ def test_a_checkpoint_replaced_through_another_door_with_one_that_does_not_decod
             with pytest.raises(CorruptStore, match=f"thread 't-bad'.*{why}") as refused:
                 read()
             assert refused.value.code == "corrupt-store"
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("door", ["erase", "retention"])
+def test_a_checkpoint_whose_values_lived_in_an_erased_one_is_refused_by_name(backend: str, door: str) -> None:
+    """A checkpoint keeps a channel it did not write in the checkpoint holding it (``sources``):
+    with that record erased other than by the saver — through a door, or by the retention
+    sweep, which erases records by age — the newest checkpoint is refused by name, never
+    answered without the channel."""
+    store = open_store(backend, auto_migrate=True)
+    try:
+        states = StatesService(store)
+        saver = StateflowSaver(states)
+        # three checkpoints, writing a, b, a: the first two in an old session
+        configs: list[Any] = []
+        head: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+        versions = {"a": 0, "b": 0}
+        for step, channel in enumerate(["a", "b", "a"]):
+            versions[channel] += 1
+            checkpoint = generate_checkpoint(
+                channel_values={"a": f"a{versions['a']}", "b": f"b{versions['b']}"},
+                channel_versions=dict(versions),
+            )
+            with restoring_time("2020-01-01T00:00:00.000000Z") if step < 2 else contextlib.nullcontext():
+                head = saver.put(head, checkpoint, generate_metadata(step=step), {channel: versions[channel]})
+            configs.append(head)
+        # the newest checkpoint (a) keeps ``b`` in the second one, which keeps ``a`` in the first
+        second = configs[1]["configurable"]["checkpoint_id"]
+        subject = saver.records.subject("checkpoint", saver._key("t", "", second))
+        if door == "erase":
+            states.erase("langgraph_checkpoints", subject)
+        else:
+            declared = states.get_declaration("langgraph_checkpoints")
+            states.declare(
+                "langgraph_checkpoints",
+                {k: declared[k] for k in ("schema", "subject_kinds", "default_subject_kind")}
+                | {"retention_days": 1},
+            )
+            assert states.prune()["pruned"]["langgraph_checkpoints"] == 2
+        assert states.read("langgraph_checkpoints", subject) is None
+        newest = configs[2]["configurable"]["checkpoint_id"]
+        fresh = StateflowSaver(StatesService(store))  # (nothing held in memory)
+        for read in (
+            lambda: fresh.get_tuple({"configurable": {"thread_id": "t"}}),
+            lambda: list(fresh.list({"configurable": {"thread_id": "t"}})),
+        ):
+            with pytest.raises(
+                CorruptStore,
+                match=f"checkpoint '{newest}' of thread 't'.*channel 'b' in checkpoint '{second}'",
+            ):
+                read()
     finally:
         store.close()

@@ -297,6 +297,18 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
             "records or write the record back as it was (its audit trail keeps every revision)"
         )
 
+    def _lost(self, thread_id: str, ns: str, checkpoint_id: str, channel: str, source: str) -> CorruptStore:
+        where = f"namespace {ns!r}, " if ns else ""
+        return CorruptStore(
+            f"checkpoint {checkpoint_id!r} of thread {thread_id!r} ({where}state "
+            f"{self.records.state!r}) keeps channel {channel!r} in checkpoint {source!r}, whose "
+            "record is gone or no longer holds it (erased or replaced other than by the saver: by "
+            "the retention sweep or through another door); the checkpoint cannot be read whole. "
+            "Restore that record from its audit trail, or delete the thread. Trim checkpoints "
+            "with the saver's prune or delete_for_runs, which first write the values of the "
+            "checkpoints kept inline"
+        )
+
     def _hold(self, doc_key: DocKey, channel_values: dict[str, Any]) -> None:
         self._held[doc_key] = channel_values
         if len(self._held) > _HELD_KEPT:
@@ -318,8 +330,11 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         for channel, source in saved.get("sources", {}).items():
             held = holders.get(self.records.doc_key(CHECKPOINT, self._key(thread_id, ns, source)))
             stored = held.get(channel) if held is not None else None
-            if stored is not None:
-                values[channel] = decode(stored)
+            if stored is None:
+                # (its record erased other than through the saver — the retention sweep, a
+                # door's erase: never a checkpoint answered without the channel)
+                raise self._lost(thread_id, ns, checkpoint_id, channel, source)
+            values[channel] = decode(stored)
         checkpoint["channel_values"] = values
         pending = sorted(
             _pending(writes or {}),
