@@ -117,6 +117,36 @@ def test_the_hook_refuses_an_event_that_cannot_add_context(tmp_path: Path) -> No
     assert not (tmp_path / "m.db").exists()
 
 
+def test_the_hook_still_gives_the_context_when_it_cannot_record_the_session(tmp_path: Path) -> None:
+    """A runtime directory that cannot be made (a file in its way) costs only the record the
+    server follows: the turn still gets its memory, and stderr says why in one line."""
+    db = str(tmp_path / "m.db")
+    wrote = sf(
+        "--store",
+        db,
+        "tool",
+        "patch_state",
+        '{"session": {"tactics": {"n": 1}}}',
+        "--session",
+        "c1",
+        cwd=tmp_path,
+    )
+    assert wrote.returncode == 0, wrote.stderr
+    (tmp_path / "a-file").touch()
+    out = subprocess.run(
+        ["stateflow", "--store", db, "hook", "claude-code"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env=dict(os.environ, STATEFLOW_RUNTIME_DIR=str(tmp_path / "a-file" / "runtime")),
+        input='{"session_id": "c1", "hook_event_name": "UserPromptSubmit"}',
+    )
+    assert out.returncode == 0, out.stderr
+    assert '"tactics":{"n":1}' in json.loads(out.stdout)["hookSpecificOutput"]["additionalContext"]
+    assert out.stderr.startswith("warning: cannot record the session in ") and out.stderr.count("\n") == 1
+
+
 def test_setup_refuses_a_broken_settings_file(tmp_path: Path) -> None:
     (tmp_path / ".claude").mkdir()
     (tmp_path / ".claude" / "settings.json").write_text("{broken")

@@ -41,13 +41,27 @@ def _record_path(store_url: str, agent: str, cwd: str) -> Path:
 
 
 def record_session(store_url: str, identity: Identity) -> None:
-    """Remember ``identity.session`` as the current conversation of this agent and project."""
+    """Remember ``identity.session`` as the current conversation of this agent and project.
+
+    A runtime directory that cannot be written costs only that record: the hook warns and still
+    gives the turn its context (without it the model would see no memory at all)."""
     path = _record_path(store_url, identity.agent, identity.cwd)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".session-")
-    with os.fdopen(fd, "w") as out:
-        json.dump({"session": identity.session}, out)
-    os.replace(tmp, path)
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".session-")
+        with os.fdopen(fd, "w") as out:
+            json.dump({"session": identity.session}, out)
+        os.replace(tmp, path)
+    except OSError as exc:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        click.echo(
+            f"warning: cannot record the session in {path.parent} ({exc.strerror or exc}), so "
+            f"stateflow mcp --follow-hook-session cannot follow it; set {shown.DIR_ENV} to a "
+            "writable directory",
+            err=True,
+        )
 
 
 def hook_session(store_url: str, agent: str, cwd: str) -> str | None:
