@@ -51,3 +51,15 @@ def test_help_prints_usage_and_writes_nothing(tmp_path: Path) -> None:
         [sys.executable, "-m", "stateflow.skills", "skills"], capture_output=True, text=True, cwd=tmp_path
     )
     assert out.returncode == 0 and (tmp_path / "skills" / "state-flow-memory" / "SKILL.md").is_file()
+
+
+def test_a_directory_that_cannot_be_written_is_one_error_line(tmp_path: Path) -> None:
+    (tmp_path / "a-file").touch()
+    out = subprocess.run(
+        [sys.executable, "-m", "stateflow.skills", "a-file"], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert out.returncode == 1 and out.stdout == ""
+    assert out.stderr.startswith(
+        "python3 -m stateflow.skills: error: cannot write a-file/state-flow-memory: "
+    )
+    assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr

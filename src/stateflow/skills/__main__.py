@@ -22,5 +22,9 @@ parser.add_argument(
     metavar="DIRECTORY",
     help="where to write them, created if missing (default: the installed package's own copies)",
 )
-for written in write(parser.parse_args().directory):
-    print(written)
+directory = parser.parse_args().directory
+try:
+    for written in write(directory):
+        print(written)
+except OSError as exc:  # a file in the way, no permission, a read-only file system
+    parser.exit(1, f"{parser.prog}: error: cannot write {exc.filename or directory}: {exc.strerror or exc}\n")
