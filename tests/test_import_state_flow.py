@@ -157,9 +157,9 @@ REFUSED_IN_A_SESSION: dict[str, tuple[str, list[dict[str, object]]]] = {
     "unknown plane": ("invalid-input", [{"notes": {"x": 1}}]),
     "plane not an object": ("invalid-input", [{"tactics": "text"}]),
     "card without description": ("invalid-patch", [{"artifacts": {"/etc/hostname": {"kind": "doc"}}}]),
-    "relative artifact in a session": (
-        "invalid-input",
-        [{"artifacts": {"src/app.py": {"description": "entry"}}}],
+    "artifact source leaving the directory": (
+        "outside-roots",
+        [{"artifacts": {"../elsewhere.txt": {"description": "d"}}}],
     ),
     "response not a string": ("invalid-patch", [{"response": 3}]),
 }
@@ -189,6 +189,41 @@ def test_a_response_is_imported_as_the_scopes_response(tmp_path: Path, backend: 
     out = imported(backend, tmp_path, root)
     assert out.returncode == 0, out.stderr
     assert read(backend, project, "session.response", "session.tactics") == ["Shipped.", {"next": "x"}]
+
+
+def test_a_sessions_relative_artifact_source_becomes_absolute_in_its_directory(
+    tmp_path: Path, backend: str
+) -> None:
+    # State Flow resolves it against the session's one directory; memory's session scope is
+    # seen from others, so it keeps the absolute path
+    root, project = tmp_path / "state-flow", tmp_path / "proj"
+    (project / "src").mkdir(parents=True)
+    (project / "src" / "app.py").write_text("print()\n")
+    sessions_store(root, project, {}, [{"artifacts": {"src/app.py": {"description": "entry point"}}}])
+    out = imported(backend, tmp_path, root)
+    assert out.returncode == 0, out.stderr
+    assert read(backend, project, "session.artifacts") == [
+        {str(project / "src" / "app.py"): {"description": "entry point"}}
+    ]
+
+
+def test_a_card_of_a_source_outside_the_directory_needs_its_knowledge_root(
+    tmp_path: Path, backend: str
+) -> None:
+    root, project, skills = tmp_path / "state-flow", tmp_path / "proj", tmp_path / "skills"
+    project.mkdir()
+    skills.mkdir()
+    (skills / "SKILL.md").write_text("# skill\n")
+    card = {str(skills / "SKILL.md"): {"description": "a skill", "kind": "skill"}}
+    sessions_store(root, project, {}, [])
+    write_scope(root / cwd_key(str(project)), {"artifacts": card}, [], owner={"cwd": str(project)})
+    refused = imported(backend, tmp_path, root)
+    assert refused.returncode == 1 and refused.stderr.startswith("error[outside-roots]: "), refused.stderr
+    out = sf(
+        backend, tmp_path, "import-state-flow", str(root), "--agent", "a", "--knowledge-root", str(skills)
+    )
+    assert out.returncode == 0, out.stderr
+    assert read(backend, project, "cwd.artifacts") == [card]
 
 
 def test_replay_applies_the_recorded_net_patches_and_never_reruns_the_cascade(

@@ -18,12 +18,15 @@ All or nothing, in three steps:
    short (a lost connection, a killed process) is finished by running the same import again.
 
 A State Flow ``response`` (the latest answer, written by the runtime) is kept as memory's
-``response`` of the same scope; ``""`` clears it, as an empty answer does.
+``response`` of the same scope; ``""`` clears it, as an empty answer does. A session's relative
+artifact source is made absolute in the session's working directory.
 """
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -207,11 +210,12 @@ def _new_plane(match: re.Match[str]) -> str:
     return match[1] + RENAMED[match[2]]
 
 
-def check_tree(scopes: list[ScopeTree], agent: str) -> None:
+def check_tree(scopes: list[ScopeTree], agent: str, knowledge_roots: Sequence[str] = ()) -> None:
     """Replay every scope's history through memory's own rules, in memory (no store is read or
     written): a step memory would refuse is refused here, naming its file and the patch's number;
     two scopes that become one memory scope (one directory spelt two ways) are refused with
-    ``conflict``. Each scope's memory after each step is kept for :func:`import_tree`."""
+    ``conflict``. Each scope's memory after each step is kept for :func:`import_tree`.
+    ``knowledge_roots``: where artifact sources may live besides a scope's working directory."""
     from stateflow.memory import Identity, MemoryConfig
     from stateflow.memory.view import Staging
 
@@ -225,12 +229,16 @@ def check_tree(scopes: list[ScopeTree], agent: str) -> None:
                 f"{other.directory} and {tree.directory} both become the {_where(tree, identity.cwd)} "
                 f"memory of agent {agent!r}; nothing was imported"
             )
-        staging = Staging(identity, (tree.scope,), MemoryConfig(mode="active"))
+        staging = Staging(
+            identity, (tree.scope,), MemoryConfig(mode="active", knowledge_roots=tuple(knowledge_roots))
+        )
         state: dict[str, Any] = {}
         steps = [(0, tree.checkpoint)] if tree.checkpoint else []
         tree.states = []
         for n, step in [*steps, *enumerate(tree.patches, 1)]:
             try:
+                if tree.scope == "session":
+                    step = _anchored_artifacts(step, identity.cwd)
                 state = _replayed(staging, tree.scope, state, step)
             except StateflowError as exc:
                 at = (
@@ -244,6 +252,24 @@ def check_tree(scopes: list[ScopeTree], agent: str) -> None:
 
 def _where(tree: ScopeTree, cwd: str) -> str:
     return {"global": "global", "cwd": f"cwd ({cwd})", "session": f"session ({tree.session})"}[tree.scope]
+
+
+def _anchored_artifacts(step: dict[str, Any], cwd: str) -> dict[str, Any]:
+    """A session step with its relative artifact sources made absolute in its working directory:
+    State Flow resolves them against the one directory a session belongs to, while memory's
+    session scope may be seen from another (and so takes absolute sources only)."""
+    from stateflow.memory.confine import anchored
+
+    cards = step.get("artifacts")
+    if type(cards) is not dict or all(anchored("session", source) for source in cards):
+        return step
+    out: dict[str, Any] = {}
+    for source, card in cards.items():
+        absolute = source if anchored("session", source) else os.path.normpath(os.path.join(cwd, source))
+        if absolute in out:
+            raise PatchError(f"artifact sources {source!r} and {absolute!r} name one file in {cwd}")
+        out[absolute] = card
+    return {**step, "artifacts": out}
 
 
 def _replayed(staging: Staging, scope: str, state: dict[str, Any], step: dict[str, Any]) -> dict[str, Any]:
@@ -264,13 +290,15 @@ def _replayed(staging: Staging, scope: str, state: dict[str, Any], step: dict[st
     return state
 
 
-def import_tree(store: Store, scopes: list[ScopeTree], agent: str) -> list[dict[str, Any]]:
+def import_tree(
+    store: Store, scopes: list[ScopeTree], agent: str, knowledge_roots: Sequence[str] = ()
+) -> list[dict[str, Any]]:
     """Write ``scopes`` into ``agent``'s memory (checked with :func:`check_tree` first, when not
     yet). A target scope that already holds memory is refused with ``conflict`` before anything
     is written — unless what it holds is exactly this import of this source up to one of its
     steps (a run cut short): the import then continues after that step."""
     if any(tree.key is None for tree in scopes):
-        check_tree(scopes, agent)
+        check_tree(scopes, agent, knowledge_roots)
     keys = [tree.key for tree in scopes if tree.key is not None]
     docs = store.read(keys)
     starts = [_start(store, tree, docs[key], agent) for tree, key in zip(scopes, keys, strict=True)]

@@ -96,9 +96,18 @@ def backup(ctx: Context, target: Path, force: bool, progress: bool | None) -> No
 @click.command("import-state-flow", short_help="Import a State Flow store into agent memory.")
 @click.argument("root", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--agent", default=None, help="Whose memory receives the scopes [default: 'default'].")
+@click.option(
+    "--knowledge-root",
+    "knowledge_roots",
+    multiple=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    envvar="STATEFLOW_KNOWLEDGE_ROOTS",
+    help="A directory artifact sources may live in besides a scope's working directory "
+    "(repeatable) [env STATEFLOW_KNOWLEDGE_ROOTS].",
+)
 @pass_context
 @refusals
-def import_state_flow(ctx: Context, root: Path, agent: str | None) -> None:
+def import_state_flow(ctx: Context, root: Path, agent: str | None, knowledge_roots: tuple[Path, ...]) -> None:
     """Import a State Flow store (ROOT, e.g. ~/.pi/agent/state-flow) into agent memory: its
     global, cwd and session scopes, checkpoint then every patch in order as history.
 
@@ -108,7 +117,8 @@ def import_state_flow(ctx: Context, root: Path, agent: str | None) -> None:
     from stateflow.state_flow_import import check_tree, import_tree, read_tree
 
     scopes = read_tree(root.expanduser())
-    check_tree(scopes, agent or "default")  # before the store is opened (or created)
+    roots = tuple(str(p.expanduser().resolve()) for p in knowledge_roots)
+    check_tree(scopes, agent or "default", roots)  # before the store is opened (or created)
     results = import_tree(ctx.store(), scopes, agent or "default")
     echo_json(results)
 
