@@ -200,9 +200,10 @@ def test_an_items_changes_are_the_exact_diff_of_its_bodies(backend: str) -> None
 def test_pending_writes_record_the_exact_diff_of_their_record(backend: str) -> None:
     """``put_writes`` hands the store the edits of the entries it adds (a bucket new to the
     record set whole, entries new to their bucket each set whole): every change of a writes
-    record is the exact diff of the bodies it joins — a task's entries written again (other
-    values, other number types), a channel whose index repeats inside one call, tasks sharing
-    a bucket — and reads back the same from another store."""
+    record is the exact diff of the bodies it joins — a special channel's entry written again,
+    a channel whose index repeats inside one call, tasks sharing a bucket — and reads back the
+    same from another store. A task's regular entries written again are kept as they are, as
+    LangGraph's savers keep them: no change."""
     from stateflow.langgraph.saver import _bucket
 
     with open_store(backend, auto_migrate=True) as opened:
@@ -228,10 +229,16 @@ def test_pending_writes_record_the_exact_diff_of_their_record(backend: str) -> N
         assert saver.records._trusted and saver.records._refused is None  # (the lean way)
         key = saver.records.doc_key("writes", saver._key("t 1", "", config["configurable"]["checkpoint_id"]))
         changes = opened.history([key], limit=50)[::-1]
-        assert [c.revision for c in changes] == list(range(1, len(calls) + 1))
+        written = len(calls) - 3  # (the three regular entries written again change nothing)
+        assert [c.revision for c in changes] == list(range(1, written + 1))
+        tup = saver.get_tuple(config)
+        assert tup is not None and tup.pending_writes is not None
+        entries = {(w[0], w[1]): w[2] for w in tup.pending_writes}
+        assert entries[(first, "messages")] == {"text": "a"} and type(entries[(first, "count")]) is int
+        assert entries[(sharing[0], "messages")] == 0 and entries[("failing", "__error__")] == "z"
         with open_store(backend, auto_migrate=True) as other:
             for reader in (opened, other):
-                bodies = [reader.read_at(key, revision=r).body for r in range(1, len(calls) + 1)]
+                bodies = [reader.read_at(key, revision=r).body for r in range(1, written + 1)]
                 for change, before, after in zip(changes[1:], bodies[:-1], bodies[1:], strict=True):
                     assert before is not None and after is not None
                     assert orjson.dumps([e.to_json() for e in change.edits]) == orjson.dumps(

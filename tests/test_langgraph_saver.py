@@ -13,6 +13,7 @@ import pytest
 from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.conformance.capabilities import Capability
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
+from langgraph.checkpoint.memory import InMemorySaver
 
 from stateflow.errors import CorruptStore
 from stateflow.langgraph import StateflowSaver
@@ -472,5 +473,50 @@ def test_a_checkpoint_whose_values_lived_in_an_erased_one_is_refused_by_name(bac
                 match=f"checkpoint '{newest}' of thread 't'.*channel 'b' in checkpoint '{second}'",
             ):
                 read()
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("way", ["lean", "general"])
+def test_a_regular_write_already_held_is_kept_a_special_one_replaced(backend: str, way: str) -> None:
+    """As LangGraph's savers do (``InMemorySaver`` here): a task's write to a regular channel at
+    an index already held is kept (the first one stands), a special channel's (an error, an
+    interrupt) is replaced — on the lean way and through the states pipeline (a re-declared
+    state) alike."""
+
+    def written(saver: Any) -> Any:
+        config = saver.put(
+            {"configurable": {"thread_id": "t", "checkpoint_ns": ""}},
+            generate_checkpoint(channel_values={}, channel_versions={}),
+            generate_metadata(),
+            {},
+        )
+        saver.put_writes(config, [("a", 1), ("b", 1)], "task1")
+        saver.put_writes(config, [("a", 2), ("c", 2)], "task1")  # idx 0 held: kept; idx 1 held
+        saver.put_writes(config, [("a", 3), ("b", 3), ("d", 3)], "task1")  # idx 2: new
+        saver.put_writes(config, [("__error__", "e1")], "task2")
+        saver.put_writes(config, [("__error__", "e2")], "task2")  # special: replaced
+        return saver.get_tuple(config).pending_writes
+
+    store = open_store(backend, auto_migrate=True)
+    try:
+        states = StatesService(store)
+        saver = StateflowSaver(states)
+        if way == "general":
+            declared = states.get_declaration("langgraph_checkpoints")
+            schema = {**declared["schema"], "title": "re-declared"}
+            states.declare(
+                "langgraph_checkpoints",
+                {k: declared[k] for k in ("subject_kinds", "default_subject_kind")} | {"schema": schema},
+            )
+        expected = written(InMemorySaver())
+        assert expected == [
+            ("task1", "a", 1),
+            ("task1", "b", 1),
+            ("task1", "d", 3),
+            ("task2", "__error__", "e2"),
+        ]
+        assert written(saver) == expected
+        assert (saver.records._refused is not None) == (way == "general")
     finally:
         store.close()

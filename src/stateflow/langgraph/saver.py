@@ -591,7 +591,18 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
     ) -> None:
         """Pending writes set with the same checks and audit row as ``apply``: where the lean
         write does not apply."""
-        ops = [{"op": "set", "path": [bucket, name], "value": e} for name, e in entries]
+        # (a regular write already held is kept, as in ``_writes_whole``: set only where absent)
+        ops = [
+            {"op": "set", "path": [bucket, name], "value": e}
+            if type(e["idx"]) is int and e["idx"] < 0
+            else {
+                "op": "set",
+                "path": [bucket, name],
+                "value": e,
+                "guard": {"path": [bucket, name], "expected": None},
+            }
+            for name, e in entries
+        ]
         self.states.apply(
             self.records.state,
             self.records.subject(WRITES, key),
@@ -802,9 +813,15 @@ def _writes_whole(
         return Whole({**current, bucket: fresh}, paths, None, {bucket: [[[bucket], fresh]]})
     if type(held) is not dict:
         return Whole({**current, bucket: fresh}, paths)
-    body = {**current, bucket: {**held, **fresh}}
     if not held.keys().isdisjoint(fresh):  # (a task's entry written again: the diff)
-        return Whole(body, paths)
+        # a regular write (idx 0 and up) already held is kept, as LangGraph's savers keep the
+        # first; only a special channel's (a negative idx: an error, an interrupt) is replaced
+        merged = dict(held)
+        for name, entry in fresh.items():
+            if name not in held or entry["idx"] < 0:
+                merged[name] = entry
+        return Whole({**current, bucket: merged}, paths)
+    body = {**current, bucket: {**held, **fresh}}
     edits = []  # (a loop, not a comprehension: that would make ``bucket`` a cell on every call)
     for name, entry in fresh.items():
         edits.append([[bucket, name], entry])
