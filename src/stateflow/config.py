@@ -75,9 +75,12 @@ class RetentionConfig:
 
 @dataclass(frozen=True)
 class HttpConfig:
-    """``max_body_bytes``: a larger request body is refused with 413 before it is parsed."""
+    """``max_body_bytes``: a larger request body is refused with 413 before it is parsed.
+    ``body_timeout_seconds``: a request body not all in by then (from the route's first read of
+    it) is refused with 408, so a slow or stalled client does not hold a connection for ever."""
 
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    body_timeout_seconds: float = 60.0
 
 
 @dataclass(frozen=True)
@@ -121,7 +124,10 @@ class Config:
                 max_body_bytes=_int(
                     env, "STATEFLOW_MAX_BODY_BYTES", defaults.http.max_body_bytes, 1024, 1 << 40
                 )
-                or defaults.http.max_body_bytes
+                or defaults.http.max_body_bytes,
+                body_timeout_seconds=_float(
+                    env, "STATEFLOW_BODY_TIMEOUT_SECONDS", defaults.http.body_timeout_seconds
+                ),
             ),
         )
 
@@ -192,6 +198,7 @@ class Config:
                 f"must be from 1 to {MAX_DAYS} or unset",
             ),
             (self.http.max_body_bytes >= 1024, "http.max_body_bytes", "must be at least 1024"),
+            (self.http.body_timeout_seconds > 0, "http.body_timeout_seconds", "must be positive"),
             (self.jq.queue is None or self.jq.queue >= 0, "jq.queue", "must be 0 or more"),
             (self.store.wait_seconds > 0, "store.wait_seconds", "must be positive"),
             (self.store.connect_timeout_seconds > 0, "store.connect_timeout_seconds", "must be positive"),

@@ -40,6 +40,7 @@ ENVIRONMENT: dict[str, tuple[str, str]] = {
     "STATEFLOW_OP_RETENTION_DAYS": ("retention", "op_days"),
     "STATEFLOW_AUDIT_RETENTION_DAYS": ("retention", "audit_days"),
     "STATEFLOW_MAX_BODY_BYTES": ("http", "max_body_bytes"),
+    "STATEFLOW_BODY_TIMEOUT_SECONDS": ("http", "body_timeout_seconds"),
 }
 
 

@@ -772,6 +772,8 @@ def create_app(
             response = await record(params["name"], params["rest"], request)
         except StateflowError as exc:
             response = _error(exc)
+        except ClientDisconnect:
+            raise  # nobody to answer: BodyLimit drops the request quietly
         except Exception:
             # answered as FastAPI's server-error layer answers (the request may have come past
             # it, see ``_Api``; where it did not, that layer sees the answer started), then
@@ -843,10 +845,12 @@ def create_app(
     async def _unexpected(request: Request, exc: Exception) -> Response:
         return _internal_error()
 
-    app.add_middleware(BodyLimit, max_body_bytes=http.max_body_bytes)
+    app.add_middleware(BodyLimit, max_body_bytes=http.max_body_bytes, timeout=http.body_timeout_seconds)
     if quick:  # (FastAPI's telemetry check understood: see ``_Api``)
         app.front = shortcut
-        app.front_stack = BodyLimit(Authenticate(record_direct, tokens, admit), http.max_body_bytes)
+        app.front_stack = BodyLimit(
+            Authenticate(record_direct, tokens, admit), http.max_body_bytes, http.body_timeout_seconds
+        )
         app.own_middleware = len(app.user_middleware)
     return app
 

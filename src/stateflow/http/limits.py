@@ -1,17 +1,31 @@
-"""Request body size limit: a larger body is refused with 413 before the route reads it.
+"""Request body limits: size (413) and time (408), counted as the route reads the body.
 
-A declared ``Content-Length`` over the limit is refused at once; a body sent without one
-(chunked) is buffered up to the limit and refused as soon as it passes it.
+A declared ``Content-Length`` over the size limit is refused at once. Otherwise nothing is read
+ahead: the bytes are counted as the route asks for them, so a request the route refuses first — a
+missing or wrong token above all — is answered before any of its body is read, and a body sent
+without a length (chunked) is refused as soon as it passes the limit. The whole body must arrive
+within ``timeout`` seconds of the route's first read: a body trickled in, or never sent, does not
+hold a connection (and a route waiting on it) for ever; uvicorn has no such limit of its own.
+
+A client that goes away before its body is read has nothing to answer: the request is dropped
+with one info line, not logged as a server error.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from typing import Any
 
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from stateflow.doc.canonical import encode
 from stateflow.errors import StateflowError
+
+logger = logging.getLogger("stateflow.http")
+
+_DISCONNECT: Message = {"type": "http.disconnect"}
 
 
 class PayloadTooLarge(StateflowError):
@@ -22,57 +36,103 @@ class PayloadTooLarge(StateflowError):
         super().__init__(f"the request body is larger than the limit of {limit} bytes")
 
 
+class BodyTimeout(StateflowError):
+    code = "request-timeout"
+    http_status = 408
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"the request body did not arrive within {seconds:g} seconds")
+
+
 class BodyLimit:
-    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_body_bytes: int, timeout: float = 60.0) -> None:
         self.app = app
         self.limit = max_body_bytes
+        self.timeout = timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        length = False
+        counted = True
+        sent = False  # a body comes: chunked, or a declared length above 0
         for name, value in scope.get("headers", ()):
             if name == b"content-length":
-                length = True
+                counted = False  # the server delivers at most what it declared
                 try:
                     declared = int(value)
                 except ValueError:
                     declared = -1
                 if declared > self.limit:
-                    await self._refuse(send)
+                    await _refuse(send, PayloadTooLarge(self.limit))
                     return
-        if length:
-            await self.app(scope, receive, send)  # the server delivers at most what it declared
-            return
-        # no declared length (chunked): buffer up to the limit before the route runs, so a
-        # refused body never reaches it
-        messages: list[Message] = []
+                sent = declared != 0
+            elif name == b"transfer-encoding":
+                sent = True
         seen = 0
-        while True:
-            message = await receive()
-            messages.append(message)
+        deadline: float | None = None
+        arrived = False  # the whole body is in: later reads (a wait for a disconnect) are not timed
+        refused = False  # answered here: the route's own answer goes nowhere
+        answering = False  # the route has started its answer: too late for one of ours
+
+        async def receiving() -> Message:
+            nonlocal seen, deadline, refused, arrived
+            if refused:
+                return _DISCONNECT
+            if arrived:
+                return await receive()
+            if deadline is None:
+                deadline = asyncio.get_running_loop().time() + self.timeout
+            try:
+                async with asyncio.timeout_at(deadline):
+                    message = await receive()
+            except TimeoutError:
+                return await refuse(BodyTimeout(self.timeout))
             if message["type"] != "http.request":
-                break
-            seen += len(message.get("body", b""))
-            if seen > self.limit:
-                await self._refuse(send)
+                arrived = True
+            else:
+                if counted:
+                    seen += len(message.get("body", b""))
+                    if seen > self.limit:
+                        return await refuse(PayloadTooLarge(self.limit))
+                arrived = not message.get("more_body", False)
+            return message
+
+        async def refuse(exc: StateflowError) -> Message:
+            nonlocal refused
+            if not answering:
+                refused = True
+                await _refuse(send, exc)
+            return _DISCONNECT  # what the route sees: the body ends here
+
+        async def sending(message: Message) -> None:
+            nonlocal answering
+            if refused:
                 return
-            if not message.get("more_body", False):
-                break
+            if not answering and sent and not arrived:
+                # answered without reading the body (a refused token, an unknown route): close
+                # the connection after the answer, so the client cannot keep trickling it in
+                message["headers"] = [*message.get("headers", ()), (b"connection", b"close")]
+            answering = True
+            await send(message)
 
-        async def replay() -> Message:
-            return messages.pop(0) if messages else await receive()
+        try:
+            await self.app(scope, receiving, sending)
+        except ClientDisconnect:
+            if not refused:
+                logger.info(
+                    "%s %s: the client went away before its request body was read",
+                    scope["method"],
+                    scope["path"],
+                )
 
-        await self.app(scope, replay, send)
 
-    async def _refuse(self, send: Send) -> None:
-        exc = PayloadTooLarge(self.limit)
-        body = encode({"error": exc.message, "code": exc.code})
-        headers: list[Any] = [
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(body)).encode()),
-            (b"connection", b"close"),
-        ]
-        await send({"type": "http.response.start", "status": 413, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+async def _refuse(send: Send, exc: StateflowError) -> None:
+    body = encode({"error": exc.message, "code": exc.code})
+    headers: list[Any] = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"connection", b"close"),  # the rest of the body is never read
+    ]
+    await send({"type": "http.response.start", "status": exc.http_status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

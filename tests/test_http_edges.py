@@ -1,0 +1,109 @@
+"""The HTTP server at its edges: bodies not read before the token is checked, bodies that never
+arrive, clients that go away, and the request id — against a real `stateflow serve`."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from . import servers
+
+PUT = b"PUT /api/states/tickets/records/agent/alice/thread/t1 HTTP/1.1\r\nHost: x\r\n"
+
+
+@pytest.fixture
+def logged(tmp_path: Path) -> Iterator[tuple[servers.Server, Path]]:
+    """A server at log level info, on SQLite, its stderr kept; one state declared."""
+    env = servers.base_env(tmp_path, str(tmp_path / "s.db"), STATEFLOW_BODY_TIMEOUT_SECONDS="1")
+    log = tmp_path / "server.log"
+    port = servers.free_port()
+    with log.open("w") as stderr:
+        proc = subprocess.Popen(
+            ["stateflow", "serve", "--port", str(port), "--token", servers.TOKEN, "--log-level", "info"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            text=True,
+        )
+    server = servers.Server(f"http://127.0.0.1:{port}", proc)
+    try:
+        servers.wait_ready(server)
+        status, said, _ = server.call(
+            "PUT",
+            "/api/states/tickets",
+            {
+                "schema": {"type": "object", "properties": {"status": {"type": "string"}}},
+                "subject_kinds": ["thread"],
+                "default_subject_kind": "thread",
+            },
+        )
+        assert status == 200, said
+        yield server, log
+    finally:
+        server.stop()
+
+
+def _exchange(server: servers.Server, raw: bytes) -> tuple[bytes, bool]:
+    """Send ``raw`` and read what comes back until the server closes the connection (True), or
+    until a minute passes without it (False: the server still holds it)."""
+    host, port = server.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port))) as sock:
+        sock.settimeout(60)
+        sock.sendall(raw)
+        answer = b""
+        try:
+            while chunk := sock.recv(65536):
+                answer += chunk
+        except TimeoutError:
+            return answer, False
+        return answer, True
+
+
+def test_a_request_without_a_token_is_refused_before_its_body_is_read(
+    logged: tuple[servers.Server, Path],
+) -> None:
+    server, _ = logged
+    # a chunked body announced but never sent: the 401 comes at once, and the connection is
+    # closed after it (the client cannot go on sending the body)
+    answer, closed = _exchange(server, PUT + b"Transfer-Encoding: chunked\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 401 ") and closed, answer
+    answer, closed = _exchange(server, PUT + b"Content-Length: 5000000\r\n\r\n" + b"x" * 1000)
+    assert answer.startswith(b"HTTP/1.1 401 ") and closed, answer
+
+
+def test_a_body_that_does_not_arrive_in_time_is_408_and_the_connection_closed(
+    logged: tuple[servers.Server, Path],
+) -> None:
+    server, _ = logged
+    auth = f"Authorization: Bearer {servers.TOKEN}\r\n".encode()
+    answer, closed = _exchange(server, PUT + auth + b"Content-Length: 100\r\n\r\n{")
+    assert answer.startswith(b"HTTP/1.1 408 ") and closed, answer
+    assert b'"code":"request-timeout"' in answer
+    answer, closed = _exchange(server, PUT + auth + b"Transfer-Encoding: chunked\r\n\r\n1\r\n{\r\n")
+    assert answer.startswith(b"HTTP/1.1 408 ") and closed, answer
+    status, body, _ = server.call("GET", "/api/states/tickets/records/agent/alice/thread/t1")
+    assert status == 200 and body["data"] is None  # nothing written
+
+
+def test_a_client_going_away_mid_body_is_one_info_line_not_a_traceback(
+    logged: tuple[servers.Server, Path],
+) -> None:
+    server, log = logged
+    auth = f"Authorization: Bearer {servers.TOKEN}\r\n".encode()
+    host, port = server.url.removeprefix("http://").split(":")
+    for request in (PUT, b"PUT /api/states/other HTTP/1.1\r\nHost: x\r\n"):  # a record route, and another
+        with socket.create_connection((host, int(port))) as sock:
+            sock.sendall(request + auth + b"Content-Length: 100\r\n\r\n{")
+    deadline = time.monotonic() + 60
+    while log.read_text().count("went away before its request body was read") < 2:
+        assert time.monotonic() < deadline, log.read_text()
+        time.sleep(0.05)
+    text = log.read_text()
+    assert "Traceback" not in text and "ERROR" not in text and "ClientDisconnect" not in text, text
+    status, body, _ = server.call("GET", "/api/states/tickets/records/agent/alice/thread/t1")
+    assert status == 200 and body["data"] is None
