@@ -10,7 +10,7 @@ from typing import cast
 
 import pytest
 
-from stateflow.errors import StateflowError
+from stateflow.errors import StateflowError, StoreUnavailable
 from stateflow.store import DocKey, Write
 from stateflow.store.sqlite import SqliteStore, _SqliteTx
 
@@ -98,7 +98,9 @@ def test_only_the_thread_in_its_turn_joins_the_write_another_reads_apart_and_wai
     store.close()
 
 
-def test_writers_of_many_threads_then_a_closed_store_written_again(tmp_path: Path) -> None:
+def test_writers_of_many_threads_then_a_closed_store_refuses_and_a_new_one_writes(tmp_path: Path) -> None:
+    """The kept writer transaction goes with the close; a closed store opens nothing again (a
+    write is refused "was closed"), and a store opened anew on the file keeps a new one."""
     store = _store(tmp_path)
     errors: list[BaseException] = []
 
@@ -118,12 +120,16 @@ def test_writers_of_many_threads_then_a_closed_store_written_again(tmp_path: Pat
     old = _kept(store)
     store.close()
     assert _kept(store) is None
-    store.commit([Write.between(DocKey("s", "after"), None, {"n": 1})])
-    new = _kept(store)
+    with pytest.raises(StoreUnavailable, match="was closed"):
+        store.commit([Write.between(DocKey("s", "after"), None, {"n": 1})])
+    assert _kept(store) is None
+    again = _store(tmp_path)
+    again.commit([Write.between(DocKey("s", "after"), None, {"n": 1})])
+    new = _kept(again)
     assert new is not None and new is not old
-    assert new.conn is store._writer_conn
+    assert new.conn is again._writer_conn
     for t in range(4):
         for i in range(20):
-            assert store.get(DocKey("s", f"t{t}-{i}")).body == {"t": t, "i": i}
-    assert store.get(DocKey("s", "after")).body == {"n": 1}
-    store.close()
+            assert again.get(DocKey("s", f"t{t}-{i}")).body == {"t": t, "i": i}
+    assert again.get(DocKey("s", "after")).body == {"n": 1}
+    again.close()
