@@ -387,15 +387,21 @@ def test_a_store_with_two_member_checkpoints_opens_and_keeps_working(backend: st
 
 
 @pytest.mark.parametrize(
-    ("stored", "why"),
-    [({"type": "msgpack", "b64": "!!notbase64!!"}, "base64"), ({"json": {"v": 4}}, "channel_versions")],
+    ("member", "stored", "why"),
+    [
+        ("checkpoint", {"type": "msgpack", "b64": "!!notbase64!!"}, "base64"),
+        ("checkpoint", {"json": {"v": 4}}, "channel_versions"),
+        ("metadata", {"type": "zzz", "b64": "AAAA"}, "NotImplementedError: Unknown serialization type"),
+        ("write", {"type": "zzz", "b64": "AAAA"}, "pending writes.*NotImplementedError"),
+    ],
 )
 def test_a_checkpoint_replaced_through_another_door_with_one_that_does_not_decode_is_named(
-    backend: str, stored: dict[str, Any], why: str
+    backend: str, member: str, stored: dict[str, Any], why: str
 ) -> None:
     """The schema checks a checkpoint record's shape, not that LangGraph can read it back: one
-    replaced through the states service (as HTTP and the CLI write) is refused by name on
-    every read, never a raw decoding error from inside the saver or LangGraph."""
+    replaced through the states service (as HTTP and the CLI write) — its checkpoint, its
+    metadata or a pending write's value — is refused by name on every read, never a raw
+    decoding error from inside the saver, LangGraph or its serializer."""
     store = open_store(backend, auto_migrate=True)
     try:
         states = StatesService(store)
@@ -406,13 +412,21 @@ def test_a_checkpoint_replaced_through_another_door_with_one_that_does_not_decod
             generate_metadata(),
             {"m": 1},
         )
-        subject = saver.records.subject(
-            "checkpoint", saver._key("t-bad", "", config["configurable"]["checkpoint_id"])
-        )
-        record = states.read("langgraph_checkpoints", subject)
-        assert record is not None
-        saved = {**record["data"]["saved"], "checkpoint": stored}
-        states.replace("langgraph_checkpoints", subject, {**record["data"], "saved": saved})
+        saver.put_writes(config, [("m", ["there"])], "task")
+        key = saver._key("t-bad", "", config["configurable"]["checkpoint_id"])
+        if member == "write":
+            subject = saver.records.subject("writes", key)
+            record = states.read("langgraph_checkpoints", subject)
+            assert record is not None
+            (bucket,) = record["data"]
+            entry = {**record["data"][bucket]["task:0"], "value": stored}
+            states.replace("langgraph_checkpoints", subject, {bucket: {"task:0": entry}})
+        else:
+            subject = saver.records.subject("checkpoint", key)
+            record = states.read("langgraph_checkpoints", subject)
+            assert record is not None
+            saved = {**record["data"]["saved"], member: stored}
+            states.replace("langgraph_checkpoints", subject, {**record["data"], "saved": saved})
         for read in (
             lambda: saver.get_tuple({"configurable": {"thread_id": "t-bad"}}),
             lambda: saver.get_tuple(config),

@@ -276,12 +276,16 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
                     self._hold(doc_key, holders[doc_key])
         for body in bodies:
             # (a record replaced through another door passes the schema, which checks shapes
-            # only: one whose checkpoint does not decode is refused by name, never a raw crash)
+            # only: one whose checkpoint, metadata, values or pending writes do not decode is
+            # refused by name, never a raw crash — whatever the serializer raises: LangGraph's
+            # raises NotImplementedError for a type it does not know)
             try:
                 names = _config(body)
                 key = self._key(names["thread_id"], names["checkpoint_ns"], names["checkpoint_id"])
                 made = self._tuple(body, writes.get(key), holders)
-            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            except CorruptStore:
+                raise
+            except Exception as exc:
                 raise self._unreadable(body, exc) from exc
             yield made
 
@@ -292,7 +296,8 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         except (KeyError, TypeError, AttributeError):
             where = ""
         return CorruptStore(
-            f"a checkpoint record {where}of state {self.records.state!r} does not decode "
+            f"a checkpoint record {where}of state {self.records.state!r}, or its pending writes, "
+            "does not decode "
             f"({type(exc).__name__}: {exc}); it was not written by this saver: erase the thread's "
             "records or write the record back as it was (its audit trail keeps every revision)"
         )
