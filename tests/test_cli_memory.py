@@ -129,6 +129,19 @@ def test_context_history_respond_and_session_commands(db: str, tmp_path: Path) -
     assert child.stdout == '{"value":1}\n'
 
 
+def test_history_diff_and_show_include_lazy_planes_unless_a_path_is_given(db: str, tmp_path: Path) -> None:
+    base = ["--store", db]
+    patch = '{"session": {"lazy": {"plan": ["a", "b"]}, "tactics": {"n": 1}}}'
+    assert sf(*base, "tool", "patch_state", patch, cwd=tmp_path).returncode == 0
+    indexed = '{"session": {"lazy": {"plan": {"[0]": "A"}}}}'
+    assert sf(*base, "tool", "patch_state", indexed, cwd=tmp_path).returncode == 0
+    assert sf(*base, "history", "diff", "1", cwd=tmp_path).stdout == '{"lazy":{"plan":{"[0]":"A"}}}\n'
+    hot = sf(*base, "history", "diff", "1", "--path", "effective", cwd=tmp_path)
+    assert hot.stdout == "{}\n"  # an explicit path reads as read_state does: effective is the hot view
+    shown = json.loads(sf(*base, "history", "show", "1", cwd=tmp_path).stdout)
+    assert shown == {"tactics": {"n": 1}, "lazy": {"plan": ["a", "b"]}}
+
+
 def test_respond_is_refused_by_a_view_without_the_session_scope(db: str, tmp_path: Path) -> None:
     base = ["--store", db]
     refused = sf(*base, "respond", "secret answer", "--scopes", "global,cwd", cwd=tmp_path)

@@ -163,6 +163,17 @@ def test_history_limit_bounds_model_offsets(store) -> None:  # type: ignore[no-u
     assert m.as_of(3, "session.tactics.i") == 0  # operators may go deeper
 
 
+def test_the_operators_whole_state_includes_the_lazy_planes_when_asked(store) -> None:  # type: ignore[no-untyped-def]
+    m = view(store)
+    m.patch_state({"session": {"lazy": {"plan": ["a", "b"]}, "tactics": {"n": 1}}})
+    m.patch_state({"session": {"lazy": {"plan": {"[0]": "A"}}}})
+    for root in ("effective", "session"):
+        assert m.as_of(1, root) == m.as_of(0, root) == {"tactics": {"n": 1}}  # the hot view
+        assert m.as_of(1, root, lazy=True) == {"tactics": {"n": 1}, "lazy": {"plan": ["a", "b"]}}
+        assert m.as_of(0, root, lazy=True) == {"tactics": {"n": 1}, "lazy": {"plan": ["A", "b"]}}
+    assert m.as_of(1, "session.tactics", lazy=True) == {"n": 1}  # a deeper path reads as it is
+
+
 def test_patch_projection_distinguishes_unchanged_deleted_indexed_and_replaced(store) -> None:  # type: ignore[no-untyped-def]
     m = view(store)
     m.patch_state({"cwd": {"lazy": {"memory": ["a", "b", "c"], "gone": {"x": 1}, "same": 1}}})

@@ -204,25 +204,34 @@ def history_list(view: MemoryView, limit: int) -> None:
     echo_json(view.transitions(limit))
 
 
+# Without --path the operator commands answer the whole effective state, lazy planes included
+# (a lazy-only change would otherwise diff as {}, "unchanged"); a path reads as read_state does.
+_WHOLE_STATE = (
+    "A read_state path (no history offset); `effective` is the hot view, as read_state answers "
+    "it. [default: the whole effective state, lazy planes included]"
+)
+
+
 @history.command("show")
 @click.argument("offset", type=click.IntRange(0))
-@click.option("--path", default="effective", show_default=True, help="A read_state path (no history offset).")
+@click.option("--path", default=None, help=_WHOLE_STATE)
 @reading_view
-def history_show(view: MemoryView, offset: int, path: str) -> None:
+def history_show(view: MemoryView, offset: int, path: str | None) -> None:
     """The value at PATH as it was OFFSET transitions ago (any retained depth)."""
-    echo_json(view.as_of(offset, path))
+    echo_json(view.as_of(offset, path or "effective", lazy=path is None))
 
 
 @history.command("diff")
 @click.argument("older", type=click.IntRange(0))
 @click.argument("newer", type=click.IntRange(0), default=0)
-@click.option("--path", default="effective", show_default=True)
+@click.option("--path", default=None, help=_WHOLE_STATE)
 @reading_view
-def history_diff(view: MemoryView, older: int, newer: int, path: str) -> None:
+def history_diff(view: MemoryView, older: int, newer: int, path: str | None) -> None:
     """The semantic patch from OLDER to NEWER offsets (default: now) at PATH."""
     if older < newer:
         raise InvalidInput("OLDER must be an offset at least as deep as NEWER")
-    echo_json(to_patch(diff(view.as_of(older, path), view.as_of(newer, path))))
+    at, lazy = path or "effective", path is None
+    echo_json(to_patch(diff(view.as_of(older, at, lazy=lazy), view.as_of(newer, at, lazy=lazy))))
 
 
 @click.group("session")

@@ -1278,8 +1278,12 @@ class MemoryView(Staging):
 
     # ------------------------------------------------------------------------- operators
 
-    def as_of(self, offset: int, path: str = "effective") -> JSON:
-        """The value at ``path`` ``offset`` transitions ago, at any retained depth (operators)."""
+    def as_of(self, offset: int, path: str = "effective", *, lazy: bool = False) -> JSON:
+        """The value at ``path`` ``offset`` transitions ago, at any retained depth (operators).
+
+        A whole view (``effective`` or a scope) is the hot one, as ``read_state`` answers it;
+        ``lazy=True`` adds its lazy planes (the operator's whole state).
+        """
         parsed = self._bind(parse(path, self.planes.names))
         if not isinstance(parsed, ReadPath) or parsed.offset:
             raise InvalidInput("give the depth as the offset argument and a path without [n] or .patches")
@@ -1288,7 +1292,9 @@ class MemoryView(Staging):
         timeline = self._timeline(cap, depth=offset) if offset else None
         states = self._states_at(offset, current, timeline, None)
         sel = parsed.selectors
-        with_lazy = bool(sel) and isinstance(sel[0], Key) and sel[0].name in self.planes.lazy
+        with_lazy = (lazy and not sel) or (
+            bool(sel) and isinstance(sel[0], Key) and sel[0].name in self.planes.lazy
+        )
         return detach(self._out(select(self._root(parsed.root, states, with_lazy), sel, path)))
 
     def transitions(self, limit: int = 20) -> list[dict[str, Any]]:
