@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -117,3 +118,44 @@ def test_closing_waits_for_the_calls_in_flight_then_refuses_by_name(backend: str
         assert all(getattr(r, "applied", False) for r in results), results
 
     asyncio.run(main())
+
+
+def test_a_cancelled_sqlite_call_runs_to_its_end_and_a_close_waits_for_it(tmp_path: Path) -> None:
+    """On SQLite a call runs on a worker thread, which cannot be stopped midway: cancelling the
+    caller cancels the caller alone, the call runs to its end (its write commits) and a close
+    waits for it. (The close forgot a cancelled call and closed the store under it: its write
+    was refused or failed on a closed connection, or the process crashed.)"""
+    path = str(tmp_path / "cancelled.db")
+    where = {"target_kind": "agent", "target_name": "bot", "kind": "thread", "key": "c"}
+
+    async def main() -> None:
+        sf = await stateflow.aio.connect(path)
+        await sf.states.declare("counters", DECL)
+        started, go = threading.Event(), threading.Event()
+
+        def write() -> Any:
+            started.set()
+            go.wait(60)
+            return sf.states.sync.apply("counters", where, [{"op": "set", "path": ["n"], "value": 7}])
+
+        call = asyncio.create_task(stateflow.aio.call(sf.store.sync, write))
+        try:
+            await asyncio.to_thread(started.wait, 60)
+            call.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await call
+            closing = asyncio.create_task(sf.close())
+            # (a close that did not wait for the call would be done by then; one that does cannot be)
+            done, _ = await asyncio.wait({closing}, timeout=0.5)
+            assert not done
+        finally:
+            go.set()
+        await closing
+
+    asyncio.run(main())
+    store = open_store(path)
+    try:
+        record = StatesService(store).read("counters", where)
+        assert record is not None and record["data"] == {"n": 7}
+    finally:
+        store.close()

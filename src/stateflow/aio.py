@@ -5,7 +5,8 @@ arguments. On PostgreSQL (:func:`connect` with a ``postgresql://`` URL) the stor
 psycopg's ``AsyncConnectionPool``: the call runs on the event loop's thread and each of its
 round trips is awaited there (:mod:`stateflow.store.async_bridge`), so many calls share one
 thread and no call waits for a free worker. On SQLite the call runs on a worker thread
-(``asyncio.to_thread``): SQLite has no async I/O, and the loop must not wait on its fsync.
+(as ``asyncio.to_thread`` runs it): SQLite has no async I/O, and the loop must not wait on its
+fsync; a call made runs to its end there even when its caller is cancelled (:func:`call`).
 
     async with await stateflow.aio.connect("./agent.db") as sf:
         await sf.states.declare(...)
@@ -59,7 +60,8 @@ _offloaded: weakref.WeakKeyDictionary[Store, _Offloaded] = weakref.WeakKeyDictio
 
 async def call(store: Store, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
     """``fn(*args, **kwargs)`` — synchronous code working on ``store`` — awaited: on the loop
-    for an async PostgreSQL store, else on a worker thread."""
+    for an async PostgreSQL store (a cancelled caller stops it at its next round trip, its
+    open transaction rolled back), else on a worker thread (where it runs to its end)."""
     if runs_on_loop(store):
         from stateflow.store.async_bridge import spawn
 
@@ -73,8 +75,19 @@ async def call(store: Store, fn: Callable[..., R], *args: Any, **kwargs: Any) ->
     run = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
     future = asyncio.get_running_loop().run_in_executor(None, run)
     calls.pending.add(future)
-    future.add_done_callback(calls.pending.discard)
-    return await future
+    future.add_done_callback(functools.partial(_settled, calls.pending))
+    # A call made is not cancelled with its caller: SQLite cannot stop a call midway, so the
+    # call runs to its end (its writes commit) and stays in flight until it has, so that a
+    # close waits for it; the caller alone is cancelled.
+    return await asyncio.shield(future)
+
+
+def _settled(pending: set[asyncio.Future[Any]], future: asyncio.Future[Any]) -> None:
+    """A worker thread's call is done: no longer in flight, and its error taken (a cancelled
+    caller no longer awaits it: else asyncio would log it as never retrieved)."""
+    pending.discard(future)
+    if not future.cancelled():
+        future.exception()
 
 
 async def close(store: Store, closing: Callable[[], None] | None = None) -> None:
