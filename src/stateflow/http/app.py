@@ -34,7 +34,7 @@ from stateflow.errors import (
     StateflowError,
     StoreNotMigrated,
 )
-from stateflow.http.auth import Token, TokenSet
+from stateflow.http.auth import Token, TokenSet, Unauthorized
 from stateflow.http.docs import ASSETS_URL, mount_docs
 from stateflow.http.limits import BodyLimit
 from stateflow.http.openapi import document as openapi_document
@@ -136,6 +136,8 @@ def _error(exc: StateflowError) -> Response:
     retry_after = getattr(exc, "retry_after", None)  # jq-busy: when to try again
     if retry_after is not None:
         headers = {**(headers or {}), "Retry-After": str(retry_after)}
+    if isinstance(exc, Unauthorized):
+        headers = {**(headers or {}), "WWW-Authenticate": exc.challenge}
     return _json(status, body, headers)
 
 
@@ -200,11 +202,24 @@ def only(request: Request, *names: str) -> None:
     """Refuse query parameters the route does not take (never silently ignore one)."""
     if not request.scope["query_string"]:
         return
+    once(request)
     unknown = sorted(set(request.query_params) - set(names))
     if unknown:
         takes = f"it takes {', '.join(names)}" if names else "it takes none"
         raise InvalidInput(
             f"unknown query parameter(s) {unknown} for {request.method} {request.url.path}; {takes}"
+        )
+
+
+def once(request: Request) -> None:
+    """Refuse a query parameter given more than once: which value was meant is not for the
+    server to guess (reading one would silently ignore the others)."""
+    keys = [key for key, _ in request.query_params.multi_items()]
+    if len(keys) != len(set(keys)):
+        repeated = sorted({key for key in keys if keys.count(key) > 1})
+        raise InvalidInput(
+            f"query parameter(s) {repeated} given more than once for {request.method} {request.url.path}; "
+            "give each once"
         )
 
 
@@ -537,6 +552,9 @@ def create_app(
     @app.post("/api/state-retention/prune")
     async def prune(request: Request) -> Response:
         unrestricted(request, "retention pruning spans every target and needs")
+        body = await _body(request, required=False)
+        if body is not None and body != {}:  # (a {"dry_run": true} must not run the real sweep)
+            raise BadRequest("prune takes no parameters: send no body, or {}" + unknown_keys(body, set()))
         return await call(service.prune, context=context_of(request))
 
     @app.get("/api/states")
@@ -713,6 +731,7 @@ def create_app(
                 expect_revision=expect,
             )
         elif len(suffix) == 2 and suffix[0] == "template-jq" and method == "GET":
+            once(request)  # (its parameters are the program's own: any name, each once)
             params: dict[str, Any] = {}
             for k, v in request.query_params.items():
                 try:

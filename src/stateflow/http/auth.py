@@ -32,6 +32,11 @@ class Unauthorized(StateflowError):
     code = "unauthorized"
     http_status = 401
 
+    def __init__(self, message: str, *, invalid: bool = False) -> None:
+        super().__init__(message)
+        # the WWW-Authenticate challenge every 401 carries (RFC 9110 §11.6.1, RFC 6750 §3)
+        self.challenge = 'Bearer realm="stateflow"' + (', error="invalid_token"' if invalid else "")
+
 
 @dataclass(frozen=True)
 class Token:
@@ -162,4 +167,4 @@ class TokenSet:
         for token in self.tokens:
             if hmac.compare_digest(given.encode(), token.secret.encode()):
                 return token
-        raise Unauthorized("unknown token")
+        raise Unauthorized("unknown token", invalid=True)

@@ -199,9 +199,10 @@ FAILURES = {
     "403": "The token may not do this (read-only, or limited to other targets)",
     "404": "Unknown state, record revision, template or route",
     "405": "Method not allowed (the Allow header lists the allowed ones)",
+    "408": "The request body did not arrive whole in time (request-timeout)",
     "409": "Conflict (non-additive re-declare, in use, fold refused, built-in state)",
     "413": "The request body is over the configured limit",
-    "422": "Refused input (schema, subject, ops, unknown query parameter …); nothing changed",
+    "422": "Refused input (schema, subject, ops, unknown or repeated query parameter …); nothing changed",
     "500": "Corrupt store row or internal error",
     "501": "The store is not migrated (states-not-configured)",
     "503": "The store is unreachable",
@@ -300,6 +301,9 @@ def _op(
     responses: dict[str, Any] = {"200": ok}
     for status, why in {**FAILURES, **(CAS if cas else {})}.items():
         responses[status] = {"description": why, "content": _json(_ref(Error))}
+    responses["401"]["headers"] = {
+        "WWW-Authenticate": {"schema": STRING, "description": 'Bearer realm="stateflow"'}
+    }
     op: dict[str, Any] = {"summary": summary, "responses": responses}
     params = list(query or [])
     if not_modified:
@@ -415,7 +419,14 @@ def paths() -> dict[str, dict[str, Any]]:
             ),
             "delete": _op("Delete a template", _data(OBJECT)),
         },
-        "/api/state-retention/prune": {"post": _op("Retention sweep", _data(OBJECT))},
+        "/api/state-retention/prune": {
+            "post": _op(
+                "Retention sweep (no parameters: no body, or {})",
+                _data(OBJECT),
+                body={"type": "object", "maxProperties": 0},
+                body_required=False,
+            )
+        },
         RECORD: {
             "get": _op(
                 "Read a record (now, or as of a revision or seq)",

@@ -1,0 +1,69 @@
+"""Small parts of the HTTP contract, over the real HTTP app on both backends: inputs refused
+rather than ignored, the 401 challenge, and one answer for each thing a request can get wrong."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from stateflow.store import SqlStore
+from tests.http_api import ADMIN, Api, tenant_api
+
+DECL: dict[str, Any] = {
+    "schema": {"type": "object", "properties": {"status": {"type": "string"}}},
+    "subject_kinds": ["thread"],
+    "default_subject_kind": "thread",
+}
+REC = "/api/states/tickets/records/agent/alice/thread/t1"
+
+
+@pytest.fixture
+def api(store: SqlStore) -> Iterator[Api]:
+    with tenant_api(store) as api:
+        status, body = api("PUT", "/api/states/tickets", DECL)
+        assert status == 200, body
+        yield api
+
+
+def test_prune_refuses_a_body_it_does_not_take(api: Api) -> None:
+    api("PUT", "/api/states/tickets", {**DECL, "retention_days": 1})
+    status, body = api("POST", "/api/state-retention/prune", {"dry_run": True})
+    assert status == 400 and body["code"] == "bad-request" and "dry_run" in body["error"], body
+    r = api.client.post(
+        "/api/state-retention/prune", content=b"not json", headers={"Authorization": f"Bearer {ADMIN}"}
+    )
+    assert r.status_code == 400 and r.json()["code"] == "bad-request"
+    assert api("POST", "/api/state-retention/prune", {})[1]["data"]["pruned"] == {"tickets": 0}
+    assert api("POST", "/api/state-retention/prune")[1]["data"]["pruned"] == {"tickets": 0}
+
+
+def test_a_query_parameter_given_twice_is_refused_naming_it(api: Api) -> None:
+    api("PUT", REC, {"status": "one"})
+    api("PUT", REC, {"status": "two"})
+    for path in (
+        f"{REC}?revision=1&revision=2",
+        f"{REC}/writes?limit=2&limit=1",
+        "/api/states/tickets/subjects?limit=1&kind=thread&limit=2",
+        f"{REC}/template-jq/count?x=1&x=2",
+    ):
+        status, body = api("GET", path)
+        assert status == 422 and body["code"] == "invalid-input", (path, body)
+        assert "given more than once" in body["error"]
+    status, body = api("GET", f"{REC}?revision=1&revision=2")
+    assert "['revision']" in body["error"]
+    assert api("GET", f"{REC}?revision=1")[1]["data"]["data"] == {"status": "one"}
+
+
+def test_every_401_carries_a_bearer_challenge(api: Api) -> None:
+    for token, challenge in (
+        (None, 'Bearer realm="stateflow"'),
+        ("wrong-token-000000000", 'Bearer realm="stateflow", error="invalid_token"'),
+    ):
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        for method, path in (("GET", "/api/states"), ("PUT", REC), ("POST", "/mcp")):
+            r = api.client.request(method, path, headers=headers, json={})
+            assert r.status_code == 401, (method, path, r.text)
+            assert r.headers["www-authenticate"] == challenge
+            assert r.json()["code"] == "unauthorized"
