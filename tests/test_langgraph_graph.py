@@ -9,6 +9,7 @@ import asyncio
 import copy
 import operator
 import threading
+import uuid
 from typing import Annotated, Any, TypedDict
 
 import pytest
@@ -268,3 +269,38 @@ def test_what_a_read_hands_out_is_the_callers_own(backend: str) -> None:
             tup.metadata["parents"]["x"] = "changed"
             tup.pending_writes[0][2]["w"].append(2)
             assert read() == before
+
+
+def test_checkpoint_audit_rows_carry_the_invocations_run_id(backend: str) -> None:
+    """A run id given the LangChain way (``config["run_id"]``) is the run named in the audit
+    rows of the checkpoints and pending writes it makes; one in the metadata (or the
+    configurable) is the checkpoint's own and wins, as ``delete_for_runs`` matches it."""
+    run = uuid.uuid4()
+    with StateflowSaver.open(backend) as saver:
+        graph = (
+            StateGraph(Items)
+            .add_node("n", lambda s: {"items": ["x"]})
+            .add_edge(START, "n")
+            .compile(checkpointer=saver)
+        )
+        graph.invoke({"items": []}, {"configurable": {"thread_id": "by-config"}, "run_id": run})
+        graph.invoke(
+            {"items": []},
+            {"configurable": {"thread_id": "by-metadata"}, "metadata": {"run_id": "named"}, "run_id": run},
+        )
+        states = saver.states
+
+        def audited(thread: str, kind: str) -> set[str | None]:
+            found = states.subjects("langgraph_checkpoints", kind=kind)["subjects"]
+            subjects = [s["subject"] for s in found if s["subject"]["key"].startswith(f"{thread}/")]
+            assert subjects
+            return {
+                w["origin"]["run_id"]
+                for s in subjects
+                for w in states.writes("langgraph_checkpoints", s)["items"]
+            }
+
+        assert audited("by-config", "checkpoint") == audited("by-config", "writes") == {str(run)}
+        assert audited("by-metadata", "checkpoint") == audited("by-metadata", "writes") == {"named"}
+        tup = saver.get_tuple({"configurable": {"thread_id": "by-config"}})
+        assert tup is not None and "run_id" not in tup.metadata  # (LangGraph's metadata, as given)

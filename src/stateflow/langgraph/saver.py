@@ -146,6 +146,15 @@ def _origin(run_id: str | None) -> WriteOrigin:
     return WriteOrigin(consumer="langgraph", run_id=run_id)
 
 
+def _invocation(config: RunnableConfig) -> str | None:
+    """The run id LangChain gives the invocation (``config["run_id"]``, what its callbacks and
+    tracing name the run): a write's audit row carries it where the checkpoint's metadata names
+    no run. (Not the checkpoint's ``run_id``: ``delete_for_runs`` matches the metadata's, as
+    LangGraph's savers do.)"""
+    run_id = config.get("run_id")
+    return str(run_id) if run_id else None
+
+
 @functools.lru_cache(maxsize=1024)
 def _thread_part(thread_id: str, ns: str) -> str:
     """A key's ``<thread_id>/<checkpoint_ns>``, encoded once per thread (every new checkpoint's
@@ -457,7 +466,7 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
             "sources": sources,
         }
         key = _key_of(thread_id, ns, checkpoint_id)
-        origin = _origin(names["run_id"])
+        origin = _origin(names["run_id"] or _invocation(config))
         if type(checkpoint_id) is not str or not (parent_id is None or type(parent_id) is str):
             self._put_general(key, saved, origin)  # (the schema's refusal)
             doc_key = self.records.doc_key(CHECKPOINT, key)
@@ -562,7 +571,7 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
             entries.append((name, entry))
             paths.append([bucket, name])
         run_id = conf.get("run_id") or (config.get("metadata") or {}).get("run_id")
-        origin = _origin(str(run_id) if run_id else None)
+        origin = _origin(str(run_id) if run_id else _invocation(config))
         key = self._key(thread_id, ns, checkpoint_id)
         if not named:
             self._writes_general(key, bucket, entries, origin)  # (the schema's refusal)
