@@ -605,6 +605,8 @@ def test_records_written_out_of_shape_through_another_door_are_named_not_a_crash
         (ns, "soon"): {"namespace": list(ns), "key": "soon", "value": {"f": 1}, "created_at": when,
                        "expires_at": "soon", "ttl_minutes": 5},
         (("m",), "k2"): {"namespace": ["zz"], "key": "other", "value": {"f": 2}, "created_at": when, **rest},
+        (ns, "long"): {"namespace": list(ns), "key": "long", "value": {"f": 1}, "created_at": when,
+                       "expires_at": "2100-01-01T00:00:00+00:00", "ttl_minutes": 1e12},  # no refresh adds it
     }  # fmt: skip
     for (where, key), data in written.items():
         lg.states.replace("langgraph_store", lg.subject(where, key), data)
@@ -624,7 +626,9 @@ def test_records_written_out_of_shape_through_another_door_are_named_not_a_crash
     assert any("item/memories/ada/bad" in line and '"yesterday"' in line for line in seen)
     assert any("item/memories/ada/soon" in line and "expires_at" in line for line in seen)
     assert any("item/m/k2" in line and "subject key" in line for line in seen)
-    for (where, key), why in zip(written, ("created_at", "expires_at", "subject key"), strict=True):
+    assert any("item/memories/ada/long" in line and "ttl_minutes" in line for line in seen)
+    whys = ("created_at", "expires_at", "subject key", "ttl_minutes 1000000000000.0 is not a number")
+    for (where, key), why in zip(written, whys, strict=True):
         with pytest.raises(CorruptStore, match=why) as refused:
             lg.get(where, key)
         assert refused.value.code == "corrupt-store"
@@ -634,7 +638,7 @@ def test_records_written_out_of_shape_through_another_door_are_named_not_a_crash
         lg.put(where, key, {"f": 3})
         again = lg.get(where, key)
         assert again is not None and again.value == {"f": 3} and again.namespace == where
-    assert sorted(i.key for i in lg.search(ns)) == ["bad", "soon", "tea"]
+    assert sorted(i.key for i in lg.search(ns)) == ["bad", "long", "soon", "tea"]
     assert [i.key for i in lg.search(("m",))] == ["k2"]
 
 

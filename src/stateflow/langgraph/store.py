@@ -602,6 +602,14 @@ def _malformed(data: Any, subject_key: str) -> str | None:
         text = data.get(name)
         if (text is not None or name == "created_at") and not _is_time(text):
             return f"its {name} {orjson.dumps(text).decode()} is not an ISO 8601 time"
+    ttl = data.get("ttl_minutes")
+    if ttl is not None and (type(ttl) not in (int, float) or abs(ttl) > MAX_TTL_MINUTES):
+        # a refresh adds it to the time: beyond what a put takes, that fails (0 or less, which
+        # older puts took, passes: such an item expired at once, and is swept as any other)
+        return (
+            f"its ttl_minutes {orjson.dumps(ttl).decode()} is not a number of minutes a TTL holds "
+            f"(at most {MAX_TTL_MINUTES})"
+        )
     try:
         encoded = _subject_key(tuple(namespace), key)
     except InvalidInput:
