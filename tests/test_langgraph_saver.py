@@ -17,6 +17,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 from stateflow.errors import CorruptStore
 from stateflow.langgraph import StateflowSaver
+from stateflow.langgraph.saver import _EARLIER, DECLARATION, STATE
 from stateflow.states import StatesService
 from stateflow.store import open_store
 from stateflow.store.clock import restoring_time
@@ -176,14 +177,16 @@ def test_records_written_in_earlier_shapes_still_read(backend: str, shape: str) 
     namespace, ids, run at the top of the record), checkpoint records written before ``saved``
     held the checkpoint, metadata, values and sources (those four at the top, beside
     ``config``), and before ``config`` moved into ``saved`` (two members), read, list, copy and
-    delete as before."""
+    delete as before — in a store that still has the declaration the version writing them made
+    (a saver's re-declare over it keeps what it had: records exist, so dropping it is refused)."""
     names_at_top = shape == "names at the top"
     store = open_store(backend, auto_migrate=True)
     try:
         states = StatesService(store)
-        saver = StateflowSaver(states)
+        earlier = {"names at the top": 1, "config beside the four": 2, "config beside saved": 3}[shape]
+        states.declare(STATE, {**DECLARATION, "schema": _EARLIER[earlier]})
         checkpoint = generate_checkpoint(channel_values={"a": "one"}, channel_versions={"a": 1})
-        key = saver._key("t", "", checkpoint["id"])
+        key = StateflowSaver._key("t", "", checkpoint["id"])
         bare = {k: v for k, v in checkpoint.items() if k != "channel_values"}
         names = {
             "thread_id": "t",
@@ -203,11 +206,14 @@ def test_records_written_in_earlier_shapes_still_read(backend: str, shape: str) 
             if shape == "config beside saved"
             else {**(names if names_at_top else {"config": names}), **four}
         )
-        states.replace(saver.records.state, saver.records.subject("checkpoint", key), old)
+        subject = {"target_kind": "agent", "target_name": "langgraph", "key": key}
+        states.replace(STATE, {**subject, "kind": "checkpoint"}, old)
         writes: dict[str, Any] = {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": checkpoint["id"]}
         writes = writes if names_at_top else {"config": writes}
         entry = {"task_id": "x", "idx": 0, "channel": "a", "value": {"json": 2}, "task_path": ""}
-        states.replace(saver.records.state, saver.records.subject("writes", key), {**writes, "w:x:0": entry})
+        states.replace(STATE, {**subject, "kind": "writes"}, {**writes, "w:x:0": entry})
+        saver = StateflowSaver(states)  # (over the earlier declaration, with its records)
+        assert StateflowSaver(states).records.schema == saver.records.schema  # (and once widened)
         tup = saver.get_tuple({"configurable": {"thread_id": "t", "checkpoint_ns": ""}})
         assert tup is not None and tup.config["configurable"]["checkpoint_id"] == checkpoint["id"]
         assert tup.checkpoint["channel_values"] == {"a": "one"} and tup.pending_writes == [("x", "a", 2)]

@@ -63,6 +63,13 @@ _FLIP = bytes(range(255, -1, -1))
 """Each byte to 255 minus it: its hex digits are the complements of the byte's."""
 
 
+def widened(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """``new`` as an additive change of ``old``: ``new``'s properties plus ``old``'s (``old``'s
+    kept where both name one), with ``old``'s other keywords (a re-declare keeps those as they are)."""
+    properties = {**new.get("properties", {}), **old.get("properties", {})}
+    return {**{k: v for k, v in old.items() if k != "properties"}, "properties": properties}
+
+
 class OwnsStore:
     """Opening and closing shared by the store and the saver, whose constructors take a
     :class:`~stateflow.states.StatesService` first: :meth:`open`/:meth:`aopen` open (and
@@ -301,13 +308,25 @@ class Records:
         subject_of(self.subject(kind, "x"))
         return True
 
-    def ensure_declared(self, declaration: dict[str, Any]) -> None:
-        """Declare the state unless it already is, with this schema (a re-declare writes)."""
-        self.schema = declaration["schema"]
+    def ensure_declared(self, declaration: dict[str, Any], earlier: Sequence[dict[str, Any]] = ()) -> None:
+        """Declare the state unless it already is, with this schema (a re-declare writes).
+
+        ``earlier``: the schemas earlier versions of the adapter declared. Over one of those,
+        the schema declared keeps what that one had beside its own properties: the records it
+        allowed may still be there, and a re-declare that drops or changes anything is refused
+        while records exist (the adapter still reads those records, and builds its own valid
+        under either)."""
         try:
             current = self.states.get_declaration(self.state)
         except StateNotFound:
             current = None
+        if current is not None:
+            for before in earlier:  # (the stored one is that schema, or was widened over it)
+                over = widened(before, declaration["schema"])
+                if current.get("schema") in (before, over):
+                    declaration = {**declaration, "schema": over}
+                    break
+        self.schema = declaration["schema"]
         if current is not None and all(current.get(k) == v for k, v in declaration.items()):
             return
         self.states.declare(

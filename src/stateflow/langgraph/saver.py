@@ -100,6 +100,30 @@ DECLARATION: Final[dict[str, Any]] = {
     "subject_kinds": [CHECKPOINT, WRITES],
     "default_subject_kind": CHECKPOINT,
 }
+_FOUR: Final[dict[str, Any]] = {
+    k: DECLARATION["schema"]["properties"][k] for k in ("checkpoint", "metadata", "channel_values", "sources")
+}
+_EARLIER: Final[list[dict[str, Any]]] = [
+    # names and the four at the top, pending writes in an array; then a member per write
+    {
+        "type": "object",
+        "properties": {
+            **_NAMES["properties"],
+            **_FOUR,
+            "writes": {"type": "array", "items": {"type": "object"}},
+        },
+    },
+    {"type": "object", "properties": {**_NAMES["properties"], **_FOUR}, "patternProperties": {"^w:": _WRITE}},
+    # the names under ``config``; then the four under ``saved`` too
+    {"type": "object", "properties": {"config": _NAMES, **_FOUR}, "patternProperties": {"^w:": _WRITE}},
+    {
+        "type": "object",
+        "properties": {"config": _NAMES, "saved": DECLARATION["schema"]["properties"]["saved"], **_FOUR},
+        "patternProperties": {"^w:": _WRITE},
+    },
+]
+"""The schemas earlier versions declared: over one, the saver declares its own widened by what
+that one had (a store keeps the records they allowed, which the saver still reads)."""
 _PARENTS_KEPT = 1024
 _CHECKPOINT_KEYS: Final = frozenset(("id", "channel_versions", "versions_seen"))
 """What LangGraph reads of every checkpoint it is given back."""
@@ -193,7 +217,7 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         BaseCheckpointSaver.__init__(self, serde=serde)
         self.states = states
         self.records = Records(states, state, target_name)
-        self.records.ensure_declared(DECLARATION)
+        self.records.ensure_declared(DECLARATION, _EARLIER)
         self.codec = Codec(self.serde)
         self.context = DoorContext(door="api", actor="stateflow.langgraph")
         # what a put needs of its parent (channel versions, where each value lives), by
