@@ -14,7 +14,7 @@ from stateflow.doc.canonical import (
     kind,
     text_length,
 )
-from stateflow.errors import InvalidJSON
+from stateflow.errors import InvalidJSON, NotJSON
 
 
 def test_encode_is_compact_and_keeps_key_order() -> None:
@@ -100,6 +100,26 @@ def test_nesting_up_to_the_storage_limit_is_accepted_deeper_is_refused_by_place(
         with pytest.raises(InvalidJSON, match="nested deeper than 254 levels") as info:
             check(_nested(depth), "value")
         assert str(info.value).startswith("value[0][0]")
+
+
+def test_text_deeper_than_the_parser_reads_is_refused_as_a_value_that_deep_is() -> None:
+    """Past orjson's own limit (1024) the text cannot be parsed at all: refused as the value
+    it holds is from 255 levels on (invalid-json, the same place), not as text that is not JSON."""
+    deep = "[" * 2_000 + "1" + "]" * 2_000
+    for value, text in (
+        (_nested(1_100), "[" * 1_100 + "1" + "]" * 1_100),
+        ({"a": [1, {'b"c': _nested(2_000)}]}, '{"a": [1, {"b\\"c": ' + deep + "}]}"),
+    ):
+        with pytest.raises(InvalidJSON) as checked:
+            check(value)
+        with pytest.raises(InvalidJSON) as decoded:
+            decode(text)
+        assert not isinstance(decoded.value, NotJSON)
+        assert str(decoded.value) == str(checked.value)
+        assert "nested deeper than 254 levels" in str(decoded.value)
+        with pytest.raises(InvalidJSON) as from_bytes:
+            decode(text.encode())
+        assert str(from_bytes.value) == str(checked.value)
 
 
 def test_a_bad_value_deep_inside_is_named_by_its_full_path() -> None:

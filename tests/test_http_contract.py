@@ -67,3 +67,16 @@ def test_every_401_carries_a_bearer_challenge(api: Api) -> None:
             assert r.status_code == 401, (method, path, r.text)
             assert r.headers["www-authenticate"] == challenge
             assert r.json()["code"] == "unauthorized"
+
+
+@pytest.mark.parametrize("depth", [300, 1_100, 50_000])
+def test_a_body_too_deep_is_one_answer_at_any_depth(api: Api, depth: int) -> None:
+    """Deeper than a document may nest (254) and deeper than the parser reads (about 1,000):
+    the same 422 invalid-json naming the place, never 400 "not valid JSON"."""
+    value = "[" * depth + "1" + "]" * depth
+    headers = {"Authorization": f"Bearer {ADMIN}", "Content-Type": "application/json"}
+    r = api.client.put(REC, content=f'{{"status": {value}}}', headers=headers)
+    assert r.status_code == 422 and r.json()["code"] == "invalid-json", r.text[:300]
+    assert r.json()["error"].endswith(": nested deeper than 254 levels, which JSON storage refuses")
+    assert ".status[0][0][0]" in r.json()["error"]  # (the place: in the document, or in the body)
+    assert api("GET", REC)[1]["data"] is None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any, Final
 
 import orjson
@@ -73,6 +74,12 @@ def decode(data: bytes | bytearray | memoryview | str) -> JSON:
     try:
         value = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
+        if str(exc).startswith("depth limit exceeded"):
+            # JSON nested past the parser's own limit (1024) is, first of all, deeper than a
+            # document may be: refused as the value is from 255 levels on, not as unparseable
+            raise InvalidJSON(
+                f"{_too_deep_at(data)}: nested deeper than {MAX_DEPTH} levels, which JSON storage refuses"
+            ) from exc
         raise NotJSON(f"invalid JSON: {exc}") from exc
     # orjson reads an integer beyond 64 bits as the nearest float: stored, it would be another
     # number. Such a literal is a run of 20 digits, or a minus sign and 19: text without one,
@@ -83,6 +90,47 @@ def decode(data: bytes | bytearray | memoryview | str) -> JSON:
         if raw.translate(_DIGITS).find(_RUN) != -1:
             _refuse_rounded(raw, value)
     return value
+
+
+_TOKEN: Final = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{},]')
+
+
+def _too_deep_at(data: bytes | bytearray | memoryview | str) -> str:
+    """Where the text ``data`` opens its first container deeper than :data:`MAX_DEPTH` (``$``,
+    then a step per level, as :func:`check` names a place), found by scanning its brackets:
+    the text is too deep to parse."""
+    text = data if isinstance(data, str) else bytes(data).decode("utf-8", "replace")
+    steps: list[str] = []  # per open container, the step to the child being read
+    objects: list[bool] = []
+    indexes: list[int] = []
+    key_next = False
+    for token in _TOKEN.finditer(text):
+        t = token.group()
+        if t[0] == '"':
+            if key_next:
+                try:
+                    steps[-1] = f".{json.loads(t)}"
+                except ValueError:
+                    steps[-1] = f".{t[1:-1]}"
+                key_next = False
+        elif t in "[{":
+            if len(objects) >= MAX_DEPTH:
+                break
+            objects.append(t == "{")
+            indexes.append(0)
+            steps.append("" if t == "{" else "[0]")
+            key_next = t == "{"
+        elif t in "]}":
+            if objects:
+                objects.pop(), indexes.pop(), steps.pop()
+            key_next = False
+        elif objects:  # a comma: the next member, or the next item
+            if objects[-1]:
+                key_next = True
+            else:
+                indexes[-1] += 1
+                steps[-1] = f"[{indexes[-1]}]"
+    return "$" + "".join(steps)
 
 
 def decode_trusted(data: bytes | bytearray | memoryview) -> JSON:
