@@ -361,3 +361,42 @@ def test_check_names_a_store_a_load_left_unfinished(backend: str, tmp_path: Path
     whole = str(tmp_path / "whole.db")
     assert sf(whole, "load", str(dump)).returncode == 0
     assert sf(whole, "check").returncode == 0
+
+
+def test_a_dump_is_one_snapshot_while_writers_carry_on(backend: str, tmp_path: Path) -> None:
+    """Writes committed while a dump runs — after it read the transitions, before it read the
+    documents — are not in it: every line comes from one snapshot, so the dump loads (document
+    lines ahead of the transition lines were refused by ``load``)."""
+    from stateflow.store import DocKey, Write
+    from stateflow.store.portable import dump
+
+    store = open_store(backend, auto_migrate=True)
+    writer = open_store(backend)  # (another handle: its own connections, as another process)
+    try:
+        for part in range(2):  # more documents than one page of document lines
+            store.commit(
+                [Write.between(DocKey("bulk", f"d{part}-{i}"), None, {"i": i}, expect=0) for i in range(400)]
+            )
+        lines_out = dump(store)
+        taken = [next(lines_out), next(lines_out)]  # the header, then the first transition
+        assert json.loads(taken[1])["kind"] == "transition"
+        writer.commit(
+            [
+                Write.between(DocKey("bulk", f"d{p}-{i}"), {"i": i}, {"i": -i}, expect=1)
+                for p in range(2)
+                for i in range(0, 400, 7)
+            ]
+        )
+        writer.commit([Write.between(DocKey("bulk", "new"), None, {"i": 0}, expect=0)])
+        taken.extend(lines_out)
+    finally:
+        writer.close()
+        store.close()
+    out = tmp_path / "live.jsonl"
+    out.write_bytes(b"".join(taken))
+    items = lines(out)
+    assert items[-1] == {"kind": "end", "transitions": 2, "ops": 0, "documents": 800}
+    assert {(d["revision"], d["body"]["i"] >= 0) for d in items if d.get("kind") == "document"} == {(1, True)}
+    copy = str(tmp_path / "copy.db")
+    loaded = sf(copy, "load", str(out))
+    assert loaded.returncode == 0, loaded.stderr

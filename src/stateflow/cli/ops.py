@@ -132,7 +132,8 @@ def import_state_flow(ctx: Context, root: Path, agent: str | None, knowledge_roo
 def dump(ctx: Context, target: Path | None, no_history: bool, progress: bool | None) -> None:
     """Write the store as JSON Lines to TARGET (default stdout): catalog, templates, attachments,
     records, memory and, unless --no-history, every transition; the last line counts the others,
-    so a copy cut short is refused by `load`. With TARGET, a summary goes to stderr."""
+    so a copy cut short is refused by `load`. Read from one snapshot: writers may carry on. With
+    TARGET, a summary goes to stderr."""
     from stateflow.store.portable import dump as dump_store
 
     if target is not None:

@@ -105,6 +105,13 @@ class Backend(abc.ABC):
     def _read_tx(self) -> AbstractContextManager[Tx]:
         """A read-only transaction over one consistent snapshot."""
 
+    def snapshot(self) -> AbstractContextManager[Any]:
+        """Inside it, every read this thread makes sees one consistent snapshot, whatever
+        commits meanwhile (a dump's lines agree with each other). Portable: one read
+        transaction, which the reads inside join (a backend whose reads do not join an open
+        one overrides this)."""
+        return self._read_tx()
+
     def _statement_tx(self) -> AbstractContextManager[Tx]:
         """Statements for a read whose first statement reads everything that must be consistent
         (see ``statement_snapshots``; portable: :meth:`_read_tx`)."""

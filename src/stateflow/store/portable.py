@@ -56,72 +56,76 @@ def dump(store: SqlStore, *, history: bool = True, progress: Progress | None = N
     """The store as JSON Lines (each item one line, newline included), ending with the end line
     that counts the others. With history, a store whose retention pruned a document's early
     revisions is refused before the first line: a replay starts every document at revision 1
-    (dump it with ``history=False``)."""
-    store.check_schema()
-    if history:
-        _refuse_pruned(store)
-    counts = dict.fromkeys(_COUNTED.values(), 0)
+    (dump it with ``history=False``). Every line comes from one snapshot (``Backend.snapshot``):
+    what commits while the dump runs is not in it."""
+    # one snapshot for every line: transitions, ops and documents read while writers carry on
+    # would otherwise disagree (a document at a revision no transition line reaches)
+    with store.snapshot():
+        store.check_schema()
+        if history:
+            _refuse_pruned(store)
+        counts = dict.fromkeys(_COUNTED.values(), 0)
 
-    def counted(kind: str, line: bytes) -> bytes:
-        counts[_COUNTED[kind]] += 1
-        if progress is not None:
-            progress(_COUNTED[kind], 1)
-        return line
+        def counted(kind: str, line: bytes) -> bytes:
+            counts[_COUNTED[kind]] += 1
+            if progress is not None:
+                progress(_COUNTED[kind], 1)
+            return line
 
-    yield _line({"format": FORMAT, "version": VERSION, "history": history})
-    if history:
-        after = 0
-        while page := store.transitions(after_seq=after, limit=PAGE):
-            for t in page:
-                if not t.changes:
-                    continue  # its changes were pruned or purged: nothing to replay
-                changes = [
-                    {
-                        "state": c.key.state,
-                        "subject": c.key.subject,
-                        "revision": c.revision,
-                        "edits": [e.to_json() for e in c.edits],
-                        "paths": c.paths,
-                    }
-                    for c in t.changes
-                ]
+        yield _line({"format": FORMAT, "version": VERSION, "history": history})
+        if history:
+            after = 0
+            while page := store.transitions(after_seq=after, limit=PAGE):
+                for t in page:
+                    if not t.changes:
+                        continue  # its changes were pruned or purged: nothing to replay
+                    changes = [
+                        {
+                            "state": c.key.state,
+                            "subject": c.key.subject,
+                            "revision": c.revision,
+                            "edits": [e.to_json() for e in c.edits],
+                            "paths": c.paths,
+                        }
+                        for c in t.changes
+                    ]
+                    yield counted(
+                        "transition",
+                        _line(
+                            {
+                                "kind": "transition",
+                                "seq": t.seq,
+                                "at": t.at,
+                                "origin": t.origin,
+                                "changes": changes,
+                            }
+                        ),
+                    )
+                after = page[-1].seq
+        for line in _ops(store):
+            yield counted("op", line)
+        with store._read_tx() as tx:
+            rows = tx.all(
+                "SELECT state, subject, revision FROM documents WHERE revision > 0 ORDER BY state, subject"
+            )
+        for start in range(0, len(rows), PAGE):
+            batch = rows[start : start + PAGE]
+            docs = store.read([DocKey(state, subject) for state, subject, _ in batch])
+            for state, subject, _ in batch:
+                doc = docs[DocKey(state, subject)]
                 yield counted(
-                    "transition",
+                    "document",
                     _line(
                         {
-                            "kind": "transition",
-                            "seq": t.seq,
-                            "at": t.at,
-                            "origin": t.origin,
-                            "changes": changes,
+                            "kind": "document",
+                            "state": state,
+                            "subject": subject,
+                            "revision": doc.revision,
+                            "body": doc.body,
                         }
                     ),
                 )
-            after = page[-1].seq
-    for line in _ops(store):
-        yield counted("op", line)
-    with store._read_tx() as tx:
-        rows = tx.all(
-            "SELECT state, subject, revision FROM documents WHERE revision > 0 ORDER BY state, subject"
-        )
-    for start in range(0, len(rows), PAGE):
-        batch = rows[start : start + PAGE]
-        docs = store.read([DocKey(state, subject) for state, subject, _ in batch])
-        for state, subject, _ in batch:
-            doc = docs[DocKey(state, subject)]
-            yield counted(
-                "document",
-                _line(
-                    {
-                        "kind": "document",
-                        "state": state,
-                        "subject": subject,
-                        "revision": doc.revision,
-                        "body": doc.body,
-                    }
-                ),
-            )
-    yield _line({"kind": "end", **counts})  # last: a dump without it was cut short
+        yield _line({"kind": "end", **counts})  # last: a dump without it was cut short
 
 
 _COUNTED: Final = {"transition": "transitions", "op": "ops", "document": "documents"}

@@ -16,7 +16,7 @@ import struct
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from functools import lru_cache, partial
 from time import monotonic
 from typing import Any, ClassVar, Final
@@ -256,6 +256,8 @@ class PostgresStore(SqlStore):
         self._kept: psycopg.Connection[Any] | None = None
         self._kept_until = 0.0
         self._kept_lock = threading.Lock()
+        self._pinned = threading.local()
+        """``tx``: the read transaction of this thread's ``snapshot``, if it is inside one"""
         """held by the commit using ``_kept``; a commit finding it held takes one from the pool"""
         self._groups: CommitGroups[_Planned, int] | None = (
             None if self.runs_on_loop else CommitGroups(self._send_group, max_group, alone=self._send_planned)
@@ -418,6 +420,9 @@ class PostgresStore(SqlStore):
         return out
 
     def _query(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        pinned: Tx | None = getattr(self._pinned, "tx", None)
+        if pinned is not None:  # (inside ``snapshot``)
+            return pinned.all(sql, params)
         try:
             with self._pool.connection() as conn:
                 return _PgTx(conn).all(sql, params)
@@ -471,12 +476,31 @@ class PostgresStore(SqlStore):
         return doc
 
     def _read_tx(self) -> AbstractContextManager[Tx]:
-        return self._tx(True)
+        pinned: Tx | None = getattr(self._pinned, "tx", None)
+        return self._tx(True) if pinned is None else nullcontext(pinned)
+
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        # each read is a transaction (or a statement) of its own, from the pool: inside, this
+        # thread's reads all go through one REPEATABLE READ READ ONLY transaction instead
+        if getattr(self._pinned, "tx", None) is not None:
+            yield
+            return
+        with self._tx(True) as tx:
+            self._pinned.tx = tx
+            try:
+                yield
+            finally:
+                self._pinned.tx = None
 
     statement_snapshots = True
 
     @contextmanager
     def _statement_tx(self) -> Iterator[Tx]:
+        pinned: Tx | None = getattr(self._pinned, "tx", None)
+        if pinned is not None:  # (inside ``snapshot``)
+            yield pinned
+            return
         # autocommit: each statement reads a snapshot of its own, with no BEGIN and COMMIT
         with self._connection() as conn:
             yield _PgTx(conn)
