@@ -10,10 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stateflow.doc.canonical import MAX_DEPTH, check
-from stateflow.doc.merge import is_index_patch
+from stateflow.doc.merge import is_index_patch, stored_index_key, stored_null
 from stateflow.errors import InvalidInput, InvalidJSON, InvalidPath, PatchError
 from stateflow.memory import MemoryView
-from stateflow.memory.planes import Authored, PlaneSet, _stored_index_key, _stored_null, check_scope_patch
+from stateflow.memory.planes import Authored, PlaneSet, check_scope_patch
 from stateflow.memory.receipts import authored_paths
 from stateflow.store import SqlStore
 
@@ -232,8 +232,8 @@ def test_a_patch_is_refused_as_its_two_value_checks_refuse_it(patch: dict[str, A
     expected: tuple[type, str] | None = None
     try:
         check(patch, "session")
-        at = _stored_null(patch, True)
-        key_at = _stored_index_key(patch, True)
+        at = stored_null(patch, True)
+        key_at = stored_index_key(patch, True)
         if at is not None:
             expected = (
                 PatchError,

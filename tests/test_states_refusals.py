@@ -17,6 +17,7 @@ from stateflow.config import Config, HttpConfig
 from stateflow.errors import CorruptStore, StateflowError
 from stateflow.http.app import create_app
 from stateflow.http.auth import TokenSet, parse_token
+from stateflow.memory import Identity, MemoryConfig, MemoryView
 from stateflow.states import StatesService
 from stateflow.states.builtin import MEMORY_DECLARATION
 from stateflow.store import DocKey, SqlStore, Write
@@ -152,6 +153,52 @@ def test_memory_state_cannot_be_deleted_or_narrowed(
     fresh = StatesService(service.store)
     fresh.install_builtins()
     assert "notes" in fresh.get_declaration("memory")["schema"]["properties"]
+
+
+@pytest.mark.parametrize(
+    ("write", "says"),
+    [
+        (lambda s, who: s.replace("memory", who, {"tactics": {"a": None}}), r"null \(at tactics\.a\)"),
+        (lambda s, who: s.merge("memory", who, {"lazy": {"x": [1, None]}}), r"null \(at lazy\.x\[1\]\)"),
+        (
+            lambda s, who: s.apply("memory", who, [{"op": "set", "path": ["tactics", "a"], "value": None}]),
+            r"null \(at tactics\.a\)",
+        ),
+        (
+            lambda s, who: s.replace("memory", who, {"tactics": {"[0]": 1}}),
+            r"an index key as an object key \(at tactics\['\[0\]'\]\)",
+        ),
+        (
+            lambda s, who: s.merge("memory", who, {"lazy": {"l": [{"[1]": 1}]}}),
+            r"an index key .*\(at lazy\.l\[0\]\['\[1\]'\]\)",
+        ),
+    ],
+)
+def test_a_memory_record_memory_could_not_hold_is_refused_by_the_states_door(
+    service: StatesService, write: Any, says: str
+) -> None:
+    """Memory never stores null and reserves index keys; the operator's states door writes whole
+    records, and refuses one memory would then serve as it is."""
+    memory = MemoryView(service.store, Identity.of("alice", "/tmp", "s1"), ("session",), MemoryConfig())
+    memory.patch_state({"tactics": {"a": 1}})
+    who = {"target_kind": "agent", "target_name": "alice", "kind": "session", "key": "s1"}
+    before = service.read("memory", who)
+    with pytest.raises(StateflowError, match=r"record session/s1 is refused: memory cannot store " + says):
+        write(service, who)
+    assert service.read("memory", who) == before
+    assert memory.read_state({"path": "tactics"}) == {"value": {"a": 1}}
+    service.replace("memory", who, {"tactics": {"a": 2}})  # a record memory can hold is written
+    assert memory.read_state({"path": "tactics.a"}) == {"value": 2}
+
+
+def test_the_cli_states_door_refuses_a_null_in_a_memory_record(service: StatesService, backend: str) -> None:
+    where = ["--target-name", "alice", "--kind", "session", "--key", "s1"]
+    done = sf("states", "replace", "memory", *where, "--data", '{"tactics": {"a": null}}', store=backend)
+    assert done.returncode == 1
+    assert done.stderr == (
+        "error[invalid-document]: record session/s1 is refused: memory cannot store null "
+        "(at tactics.a); leave the key out instead\n"
+    )
 
 
 # ---------------------------------------------------------------------- HTTP edge

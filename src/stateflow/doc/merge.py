@@ -290,3 +290,47 @@ def _show(path: PathT, root: str = "$") -> str:
     for seg in path:
         out += f"[{seg}]" if isinstance(seg, int) else f".{seg}"
     return out
+
+
+def stored_index_key(node: JSON, as_patch: bool) -> str | None:
+    """Where an object stored as written (inside an array) holds a key of index form, as a path
+    suffix ending at that key, or None."""
+    if type(node) is dict:
+        for k, v in node.items():
+            if not as_patch and INDEX_FORM.match(k):
+                return f"[{k!r}]"
+            if type(v) is dict or type(v) is list:
+                at = stored_index_key(v, as_patch)
+                if at is not None:
+                    return f".{k}{at}"
+    elif type(node) is list:
+        for i, v in enumerate(node):
+            if type(v) is dict or type(v) is list:
+                at = stored_index_key(v, False)
+                if at is not None:
+                    return f"[{i}]{at}"
+    return None
+
+
+def stored_null(node: JSON, as_patch: bool) -> str | None:
+    """Where ``node`` holds a ``null`` that would be stored (one outside a patch's keys), as a
+    path suffix (``.k[2]``), or None. The text is built only on the way out of a find, so the
+    common case (no such null) builds none."""
+    if type(node) is dict:
+        for k, v in node.items():
+            if v is None:
+                if not as_patch:
+                    return f".{k}"
+            elif type(v) is dict or type(v) is list:
+                at = stored_null(v, as_patch)
+                if at is not None:
+                    return f".{k}{at}"
+    elif type(node) is list:
+        for i, v in enumerate(node):
+            if v is None:
+                return f"[{i}]"
+            if type(v) is dict or type(v) is list:
+                at = stored_null(v, False)
+                if at is not None:
+                    return f"[{i}]{at}"
+    return None

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from stateflow.doc.canonical import JSON, MAX_DEPTH, check, kind, plain_number
-from stateflow.doc.merge import INDEX_FORM, INDEX_KEY, overlay
+from stateflow.doc.merge import INDEX_FORM, INDEX_KEY, overlay, stored_index_key, stored_null
 from stateflow.doc.paths import is_key
 from stateflow.doc.select import MISSING
 from stateflow.errors import InvalidInput, PatchError
@@ -151,8 +151,8 @@ def check_scope_patch(
 
 def _storable(node: JSON, depth: int, as_patch: bool) -> bool:
     """Whether ``node`` is plain JSON (``doc.canonical.check``) holding no ``null`` and no key
-    of index form that would be stored (``_stored_null``, ``_stored_index_key``): the checks in
-    one walk, building no path text."""
+    of index form that would be stored (``doc.merge.stored_null``, ``stored_index_key``): the
+    checks in one walk, building no path text."""
     t = type(node)
     if t is dict:
         if depth >= MAX_DEPTH:
@@ -247,7 +247,7 @@ def _listed(node: dict[str, Any], depth: int, path: tuple[str | int, ...], out: 
 
 def _no_materialized_null(patch: JSON, where: str) -> None:
     """``null`` is allowed only as an object-key deletion marker, never inside stored values."""
-    at = _stored_null(patch, True)
+    at = stored_null(patch, True)
     if at is not None:
         raise PatchError(f"memory cannot store null (at {where}{at}); use null only to delete a key")
 
@@ -256,56 +256,12 @@ def _no_stored_index_key(patch: JSON, where: str) -> None:
     """A key of index form is reserved (seed 000): an object inside an array value, which is
     stored as written rather than merged, may not hold one either (``doc.merge`` refuses it in
     the patch's own objects)."""
-    at = _stored_index_key(patch, True)
+    at = stored_index_key(patch, True)
     if at is not None:
         raise PatchError(
             f"memory cannot store an index key as an object key (at {where}{at}); index keys "
             "address existing array elements only"
         )
-
-
-def _stored_index_key(node: JSON, as_patch: bool) -> str | None:
-    """Where an object stored as written (inside an array) holds a key of index form, as a path
-    suffix ending at that key, or None."""
-    if type(node) is dict:
-        for k, v in node.items():
-            if not as_patch and INDEX_FORM.match(k):
-                return f"[{k!r}]"
-            if type(v) is dict or type(v) is list:
-                at = _stored_index_key(v, as_patch)
-                if at is not None:
-                    return f".{k}{at}"
-    elif type(node) is list:
-        for i, v in enumerate(node):
-            if type(v) is dict or type(v) is list:
-                at = _stored_index_key(v, False)
-                if at is not None:
-                    return f"[{i}]{at}"
-    return None
-
-
-def _stored_null(node: JSON, as_patch: bool) -> str | None:
-    """Where ``node`` holds a ``null`` that would be stored (one outside a patch's keys), as a
-    path suffix (``.k[2]``), or None. The text is built only on the way out of a find, so the
-    common case (no such null) builds none."""
-    if type(node) is dict:
-        for k, v in node.items():
-            if v is None:
-                if not as_patch:
-                    return f".{k}"
-            elif type(v) is dict or type(v) is list:
-                at = _stored_null(v, as_patch)
-                if at is not None:
-                    return f".{k}{at}"
-    elif type(node) is list:
-        for i, v in enumerate(node):
-            if v is None:
-                return f"[{i}]"
-            if type(v) is dict or type(v) is list:
-                at = _stored_null(v, False)
-                if at is not None:
-                    return f"[{i}]{at}"
-    return None
 
 
 def _check_artifact_patch(scope: str, artifacts: dict[str, Any]) -> None:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Final
+
+from stateflow.doc.canonical import JSON
+from stateflow.doc.merge import stored_index_key, stored_null
 
 _OBJECT: Final = {"type": "object"}
 
@@ -37,3 +41,20 @@ MEMORY_DECLARATION: Final[dict[str, Any]] = {
     "subject_kinds": ["global", "cwd", "session"],
     "default_subject_kind": "session",
 }
+
+
+def memory_record_refusal(record: JSON) -> str | None:
+    """Why memory cannot hold ``record`` as a whole, by the rules its JSON Schema does not say
+    (``patch_state`` refuses the same in a patch), or None: a stored ``null`` reads as an absent
+    value and shows as a deletion in a patch, and a key of index form is reserved."""
+    at = stored_null(record, False)
+    if at is not None:
+        return f"memory cannot store null (at {at.lstrip('.')}); leave the key out instead"
+    at = stored_index_key(record, False)
+    if at is not None:
+        return f"memory cannot store an index key as an object key (at {at.lstrip('.')})"
+    return None
+
+
+RECORD_RULES: Final[dict[str, Callable[[JSON], str | None]]] = {"memory": memory_record_refusal}
+"""A built-in state's rules for a whole record beyond its schema, checked on every record write."""

@@ -34,8 +34,10 @@ from stateflow.doc.canonical import JSON
 from stateflow.doc.ops import Op, apply_ops
 from stateflow.doc.select import MISSING
 from stateflow.errors import Conflict, InvalidInput
+from stateflow.states.builtin import RECORD_RULES
 from stateflow.states.models import StateSubject
 from stateflow.states.regimes import check_ops, effective_schema, stamp
+from stateflow.states.schema import DocumentInvalid
 from stateflow.store import Commit, DocKey, Document, OpIdTaken, Store, Write
 from stateflow.store.ledger import scope_in
 from stateflow.store.plan import validate_writes
@@ -159,13 +161,20 @@ def check_expected(current: Document, expect: int | None, subject: StateSubject,
 
 
 def _check_valid(
-    service: StatesService, declared: dict[str, Any], data: JSON, name: Callable[[], str]
+    service: StatesService, state: str, declared: dict[str, Any], data: JSON, name: Callable[[], str]
 ) -> None:
-    """A changed record against its declaration's effective schema; ``name`` names it in the
-    refusal (built only then: it decodes the subject)."""
+    """A changed record against its declaration's effective schema, and a built-in state's
+    record against its own rules too; ``name`` names it in the refusal (built only then: it
+    decodes the subject)."""
+    if data is MISSING:
+        return
     schema = effective_schema(declared)
-    if data is not MISSING and not service.validators.valid(schema, data):
+    if not service.validators.valid(schema, data):
         service.validators.validate(schema, data, name())
+    rule = RECORD_RULES.get(state)
+    why = None if rule is None else rule(data)
+    if why is not None:
+        raise DocumentInvalid(f"{name()} is refused: {why}")
 
 
 def _record_name(key: DocKey, with_state: bool) -> str:
@@ -332,6 +341,7 @@ def run(
                 new = working[key]
                 _check_valid(
                     service,
+                    key.state,
                     declarations[key.state],
                     new,
                     partial(_record_name, key, labels is not None),
@@ -409,7 +419,7 @@ def run_one(service: StatesService, item: RecordWrite, origin: dict[str, Any]) -
                 if data is not MISSING:
                     if type(data) is not dict:
                         raise InvalidInput("a record document must be a JSON object")
-                    _check_valid(service, declared, data, lambda: _record_name(key, False))
+                    _check_valid(service, state, declared, data, lambda: _record_name(key, False))
                 paths = list(change.paths)
                 write = Write.between(key, current.body, data, current.revision, changed=paths, paths=paths)
                 if vouched and not change.checked:  # the store's own check, made here
