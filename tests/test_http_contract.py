@@ -80,3 +80,25 @@ def test_a_body_too_deep_is_one_answer_at_any_depth(api: Api, depth: int) -> Non
     assert r.json()["error"].endswith(": nested deeper than 254 levels, which JSON storage refuses")
     assert ".status[0][0][0]" in r.json()["error"]  # (the place: in the document, or in the body)
     assert api("GET", REC)[1]["data"] is None
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/api/states/%FF"),
+        ("PUT", "/api/states/%FF"),
+        ("GET", "/api/states/%C3%28/stats"),
+        ("POST", "/api/states/%FF/records/search"),
+        ("GET", "/api/states/%FF/records/agent/alice/thread/t1"),
+        ("GET", "/api/state-templates/%FF"),
+        ("GET", "/api/states/tickets/attachments/ok%80"),
+        ("GET", "/api/states/tickets/records/agent/alice/thread/t1/template-jq/%FF"),
+    ],
+)
+def test_every_name_segment_that_is_not_utf8_is_400(api: Api, method: str, path: str) -> None:
+    status, body = api(
+        method, path, {"filters": {}} if method == "POST" else DECL if method == "PUT" else None
+    )
+    assert status == 400 and body["code"] == "bad-request", body
+    assert "does not percent-decode to UTF-8" in body["error"]
+    assert [row["name"] for row in api("GET", "/api/states")[1]["data"]] == ["memory", "tickets"]

@@ -114,6 +114,15 @@ def _segment(raw: str) -> str:
         raise BadRequest(f"path segment {raw!r} does not percent-decode to UTF-8 text") from exc
 
 
+def _utf8_segments(raw_path: bytes) -> None:
+    """Refuse a path with a segment that does not percent-decode to UTF-8 (400), on every route
+    alike: the router's own decoding would turn the bad bytes into U+FFFD, and the request
+    would then name a state, template or attachment that is not the one it sent."""
+    for raw in raw_path.split(b"?", 1)[0].split(b"/"):
+        if b"%" in raw:
+            _segment(raw.decode("latin-1"))
+
+
 # Query parameters each (non-record) route takes; any other is refused (422), never ignored.
 ROUTE_QUERY: Final = {
     "put_template": ("replace",),
@@ -343,6 +352,9 @@ class Authenticate:
             return
         try:
             token = self.tokens.authenticate(_header(scope, b"authorization"))
+            raw_path: bytes | None = scope.get("raw_path")
+            if raw_path is not None and b"%" in raw_path:
+                _utf8_segments(raw_path)
             self.admit(scope, token)
         except StateflowError as exc:
             await _error(exc)(scope, receive, send)
