@@ -95,3 +95,21 @@ def test_a_record_written_during_the_sweep_is_kept(store: SqlStore) -> None:
     kept = service.read("notes", {**thread, "key": "t2"})
     assert kept is not None and kept["data"] == {"text": "written during the sweep"}
     assert service.read("notes", {**thread, "key": "t3"}) is None
+
+
+def test_a_retention_longer_than_the_calendar_keeps_everything(store: SqlStore) -> None:
+    """A retention is accepted up to 2^31 - 1 days; one reaching before the calendar's first day
+    failed the whole sweep (OverflowError, every state left unswept) instead of keeping all."""
+    service = StatesService(
+        store, Config(retention=RetentionConfig(default_days=30, op_days=1_000_000, audit_days=2_147_483_647))
+    )
+    service.install_builtins()
+    service.declare("notes", NOTES)
+    service.declare("kept", {**NOTES, "retention_days": 2_147_483_647})
+    subject = {"target_kind": "agent", "target_name": "a", "kind": "thread", "key": "t1"}
+    service.replace("notes", subject, {"text": "old"})
+    service.replace("kept", subject, {"text": "old"})
+    report = service.prune(now=LATER)
+    assert report["pruned"] == {"notes": 1, "kept": 0} and report["op_ids"] == 0
+    kept = service.read("kept", subject)
+    assert kept is not None and kept["data"] == {"text": "old"}

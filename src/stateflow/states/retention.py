@@ -50,10 +50,10 @@ def prune(
         days = retention_days(decl, default_days)
         if not days:
             continue
-        cutoff = utc_text(now - timedelta(days=days))
+        cutoff = _cutoff(now, days)
         count = 0
         after = None
-        while page := svc.store.scan(decl["name"], after=after, limit=PAGE_MAX):
+        while cutoff is not None and (page := svc.store.scan(decl["name"], after=after, limit=PAGE_MAX)):
             expired = [x for x in page if x.at is not None and x.at < cutoff]
             for item in expired:
                 # conditional on the revision listed: a record written (or folded) since the
@@ -71,11 +71,20 @@ def prune(
                     progress(decl["name"], count)
             after = page[-1].key.subject
         pruned[decl["name"]] = count
-    op_cutoff = utc_text(now - timedelta(days=op_days))
-    ops = svc.store.prune_ops(op_cutoff)
+    op_cutoff = _cutoff(now, op_days)
+    ops = 0 if op_cutoff is None else svc.store.prune_ops(op_cutoff)
     audit: dict[str, int] = {}
-    if audit_days:
-        audit_cutoff = utc_text(now - timedelta(days=audit_days))
+    audit_cutoff = _cutoff(now, audit_days) if audit_days else None
+    if audit_cutoff is not None:
         for decl in svc.list_declarations():
             audit[decl["name"]] = svc.store.prune_history(decl["name"], audit_cutoff)
     return {"pruned": pruned, "op_ids": ops, "audit_rows": audit}
+
+
+def _cutoff(now: datetime, days: int) -> str | None:
+    """The time ``days`` before ``now``; None where that is before the calendar's first day —
+    nothing is that old (a retention of up to 2^31 - 1 days is accepted)."""
+    try:
+        return utc_text(now - timedelta(days=days))
+    except OverflowError:
+        return None
