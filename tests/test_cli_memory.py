@@ -217,3 +217,26 @@ def test_tool_patch_state_refuses_a_reserved_index_key_on_both_backends(
         assert out.stderr.startswith("error[invalid-patch]: index key ") and message in out.stderr
     read = sf("--store", backend, "tool", "read_state", '{"path": "session.tactics"}', cwd=tmp_path)
     assert read.stdout == '{"value":{"steps":["a","b","c"]}}\n'
+
+
+def test_history_show_and_diff_read_an_absent_plane_as_null_as_read_state_does(
+    backend: str, open_migrated: Any, tmp_path: Path
+) -> None:
+    open_migrated()
+    base = ["--store", backend]
+    assert (
+        sf(*base, "tool", "patch_state", '{"session": {"tactics": {"n": 1}}}', cwd=tmp_path).returncode == 0
+    )
+    assert sf(*base, "tool", "read_state", '{"path": "strategy"}', cwd=tmp_path).stdout == '{"value":null}\n'
+    for args in (("show", "0", "--path", "strategy"), ("show", "0", "--path", "session.lazy"), ("show", "1")):
+        shown = sf(*base, "history", *args, cwd=tmp_path)
+        assert (shown.returncode, shown.stdout) == (0, "null\n" if "--path" in args else "{}\n"), shown.stderr
+    # the diff from before the plane existed is its addition, not an error
+    diffed = sf(*base, "history", "diff", "1", "--path", "tactics", cwd=tmp_path)
+    assert (diffed.returncode, diffed.stdout) == (0, '{"n":1}\n'), diffed.stderr
+    # passive mode reads a response path as null there too
+    assert sf(*base, "respond", "done", cwd=tmp_path).returncode == 0
+    passive = sf(*base, "history", "show", "0", "--path", "response", "--mode", "passive", cwd=tmp_path)
+    assert (passive.returncode, passive.stdout) == (0, "null\n"), passive.stderr
+    below = sf(*base, "history", "show", "0", "--path", "strategy.x", cwd=tmp_path)
+    assert below.returncode == 1 and below.stderr.startswith("error[path-not-found]")

@@ -541,17 +541,17 @@ class MemoryView(Staging):
             self._check_offset(path.offset, timeline)
         states = self._states_at(path.offset, current, timeline, members)
         root = self._root(path.root, states, with_lazy)
-        sel = path.selectors
-        if (
-            projection == "value"
-            and len(sel) == 1
-            and isinstance(sel[0], Key)
-            and sel[0].name in self.planes.names
-            and sel[0].name not in root
-        ):
-            return None  # an absent documented plane reads as null
-        value = select(root, sel, path.text)
-        return keys_projection(value) if projection == "keys" else value
+        if projection == "value":
+            return self._value(root, path.selectors, path.text)
+        return keys_projection(select(root, path.selectors, path.text))
+
+    def _value(self, root: dict[str, Any], sel: Sequence[Selector], text: str) -> JSON:
+        """The value at ``sel`` in a scope or effective view; an absent documented plane reads as
+        null (one rule for read_state and the operator's as-of reads)."""
+        plane = sel[0].name if len(sel) == 1 and isinstance(sel[0], Key) else None
+        if plane in self.planes.names and plane not in root:
+            return None
+        return select(root, sel, text)
 
     def _root(self, root: str, states: dict[str, Any], with_lazy: bool) -> dict[str, Any]:
         if root == "effective":
@@ -1295,7 +1295,7 @@ class MemoryView(Staging):
         with_lazy = (lazy and not sel) or (
             bool(sel) and isinstance(sel[0], Key) and sel[0].name in self.planes.lazy
         )
-        return detach(self._out(select(self._root(parsed.root, states, with_lazy), sel, path)))
+        return detach(self._out(self._value(self._root(parsed.root, states, with_lazy), sel, path)))
 
     def transitions(self, limit: int = 20) -> list[dict[str, Any]]:
         """The view's transitions, newest first, with each scope's full patch and the origin."""
