@@ -84,3 +84,40 @@ def test_backup_refuses_to_overwrite_and_names_pg_dump_for_postgresql(
     assert sf(env, "doc", "get", "notes", "a").stdout.strip() == '{"x":1}'
     out = sf(dict(env, STATEFLOW_STORE=pg_schema_url), "backup", str(tmp_path / "pg.db"))
     assert out.returncode == 1 and "pg_dump" in out.stderr and not (tmp_path / "pg.db").exists()
+
+
+def test_backup_copies_one_snapshot_once_while_every_step_meets_a_commit(tmp_path: Path) -> None:
+    """A commit by another connection between every two steps of the copy: the copy still goes
+    through the store's pages once (steps restarting from the first page at each commit never
+    finished while writes kept coming), its progress adds up to its pages, and it holds the
+    store as it was when the copy began."""
+    from stateflow.store import DocKey, Write
+    from stateflow.store.backup import sqlite_backup
+
+    path = tmp_path / "live.db"
+    store = open_store(str(path), auto_migrate=True)
+    try:
+        for part in range(4):  # a few thousand pages: several steps of 1024
+            store.commit(
+                [
+                    Write.between(DocKey("bulk", f"d{part}-{i}"), None, {"t": "x" * 900}, expect=0)
+                    for i in range(1500)
+                ]
+            )
+        reported: list[int] = []
+
+        def progress(what: str, n: int) -> None:
+            assert len(reported) < 50, "the copy keeps starting over"
+            reported.append(n)
+            store.commit([Write.between(DocKey("live", f"k{len(reported)}"), None, {"n": 1}, expect=0)])
+
+        pages = sqlite_backup(path, tmp_path / "copy.db", progress=progress)
+    finally:
+        store.close()
+    assert pages > 3 * 1024 and len(reported) == -(-pages // 1024) and sum(reported) == pages
+    copy = open_store(str(tmp_path / "copy.db"))
+    try:
+        assert copy.get(DocKey("bulk", "d3-1499")).revision == 1
+        assert copy.get(DocKey("live", "k1")).revision == 0  # committed after the copy began
+    finally:
+        copy.close()

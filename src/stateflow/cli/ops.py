@@ -76,8 +76,9 @@ def _sql(store: object) -> SqlStore:
 @pass_context
 @refusals
 def backup(ctx: Context, target: Path, force: bool, progress: bool | None) -> None:
-    """Copy a live SQLite store to TARGET: a consistent snapshot, taken with SQLite's online
-    backup while writers carry on. (PostgreSQL: use pg_dump, or `stateflow dump`.)"""
+    """Copy a live SQLite store to TARGET: a consistent snapshot (the store as the copy began),
+    taken with SQLite's online backup while writers carry on. (PostgreSQL: use pg_dump, or
+    `stateflow dump`.)"""
     from stateflow.store.backup import sqlite_backup
 
     location = resolve_store_url(ctx.store_location)

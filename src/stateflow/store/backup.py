@@ -16,8 +16,8 @@ from stateflow.store.sqlite_file import connect_read_only, holding, preflight
 def sqlite_backup(
     source: Path, target: Path, *, replace: bool = False, progress: Callable[[str, int], None] | None = None
 ) -> int:
-    """Copy ``source`` to ``target`` (0600) page by page, in steps, so writers are never held
-    up for long; the copy is checked (``quick_check``) before it replaces ``target``. Returns
+    """Copy ``source`` to ``target`` (0600) page by page, in steps, from one read snapshot (the
+    writers carry on: they never wait for the copy, nor restart it); the copy is checked (``quick_check``) before it replaces ``target``. Returns
     the number of pages copied; ``progress`` is told ``("pages", n)`` after each step. The
     source is opened as every read-only open is (a file on a read-only medium is read alone
     when its WAL holds nothing)."""
@@ -50,7 +50,14 @@ def sqlite_backup(
             try:
                 dst = sqlite3.connect(partial)
                 try:
+                    # one read transaction across every step: the copy is that one snapshot, and
+                    # writers carry on (WAL). Between steps taken outside one, each commit by
+                    # another connection restarts the copy from its first page, so under steady
+                    # writes it never finished
+                    src.execute("BEGIN")
+                    src.execute("SELECT 1 FROM sqlite_schema LIMIT 1").fetchall()
                     src.backup(dst, pages=1024, progress=step)
+                    src.execute("ROLLBACK")
                     dst.execute("PRAGMA journal_mode = DELETE")  # one self-contained file
                     (verdict,) = dst.execute("PRAGMA quick_check").fetchone()
                     pages = int(dst.execute("PRAGMA page_count").fetchone()[0])
