@@ -113,7 +113,7 @@ def test_an_unexpected_error_is_the_internal_500_and_raised_for_the_server(servi
     # a refusal of ours is answered, not raised
     scope = _scope("PUT", f"{REC}/t1", [(b"content-length", b"6")])
     sent, raised = _asgi(app, scope, [{"type": "http.request", "body": b"[1, 2]"}])
-    assert raised is None and sent[0]["status"] == 400
+    assert raised is None and sent[0]["status"] == 422
     assert service.read("tickets", SUBJECT) is None
 
 

@@ -14,7 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from stateflow.client import ClientError, StatesClient
-from stateflow.errors import InvalidInput
+from stateflow.errors import InvalidInput, StateflowError
 from stateflow.http.app import create_app
 from stateflow.http.auth import TokenSet, parse_token
 from stateflow.states import StatesService
@@ -527,3 +527,59 @@ def test_the_http_client_and_the_cli_over_a_real_server(server: str, backend: st
     assert json.loads(sf(*remote, "diff", "tickets", *who, "--from", "3", store=backend).stdout)["patch"] == {
         "n": 9
     }
+
+
+def test_the_http_client_answers_and_refuses_as_the_local_service(
+    server: str, service: StatesService
+) -> None:
+    """One ``StatesAPI``, two sides: the same calls give the same results and the same refusals
+    (code and message) from the local service and through a real server."""
+
+    def outcome(api: Any, call: Any, key: str) -> Any:
+        try:
+            return ("ok", call(api))
+        except StateflowError as exc:  # (the client's InvalidInput …: refused before sending)
+            return (exc.code, str(exc).replace(key, "KEY"))
+
+    def calls(key: str) -> list[tuple[str, Any]]:
+        s = {**T1, "key": key}
+        ops = [{"op": "set", "path": ["n"], "value": 1}]
+        again = [{"op": "set", "path": ["n"], "value": 2}]
+        return [
+            ("replace", lambda api: api.replace("tickets", s, {"status": "open"})["revision"]),
+            ("merge *", lambda api: api.merge("tickets", s, {"n": 0}, expect_revision="*")["revision"]),
+            ("apply revision", lambda api: api.apply("tickets", s, ops, expect_revision="*").revision),
+            ("replayed", lambda api: api.apply("tickets", s, again, op_id=f"op-{key}").revision),
+            ("replay", lambda api: api.apply("tickets", s, again, op_id=f"op-{key}").revision),
+            ("read revision text", lambda api: api.read("tickets", s, revision="1")),
+            ("read both", lambda api: api.read("tickets", s, revision=1, seq=1)),
+            ("writes limit text", lambda api: api.writes("tickets", s, limit="2")),
+            ("writes cursor int", lambda api: api.writes("tickets", s, cursor=5)),
+            ("diff from text", lambda api: api.diff("tickets", s, "1")),
+            ("diff no from", lambda api: api.diff("tickets", s, None)),
+            ("subjects limit text", lambda api: api.subjects("tickets", limit="1")),
+            ("subjects limit bool", lambda api: api.subjects("tickets", limit=True)),
+            ("search include_data", lambda api: api.search("tickets", {}, include_data="yes")),
+            ("search limit text", lambda api: api.search("tickets", {}, limit="3")),
+            ("search cursor int", lambda api: api.search("tickets", {}, cursor=3)),
+            ("apply op_id int", lambda api: api.apply("tickets", s, [], op_id=5)),
+            ("apply ops text", lambda api: api.apply("tickets", s, "x")),
+            ("replace list", lambda api: api.replace("tickets", s, [1])),
+            ("merge list", lambda api: api.merge("tickets", s, [1])),
+            ("declare list", lambda api: api.declare("other", [1])),
+            ("revert *", lambda api: api.revert("tickets", s, 1, expect_revision="*")["revision"]),
+            ("erase *", lambda api: api.erase("tickets", s, expect_revision="*")),
+            ("erase * absent", lambda api: api.erase("tickets", s, expect_revision="*")),
+        ]
+
+    remote = StatesClient(server, ADMIN)
+    local = [(label, outcome(service, call, "local")) for label, call in calls("local")]
+    over_http = [(label, outcome(remote, call, "remote")) for label, call in calls("remote")]
+    assert over_http == local
+    answers = dict(local)
+    assert answers["merge *"] == ("ok", 2) and answers["apply revision"] == ("ok", 3)
+    assert answers["replayed"] == ("ok", 4) and answers["replay"] == ("ok", None)  # a replay reads nothing
+    assert (
+        answers["erase *"] == ("ok", {"erased": True}) and answers["erase * absent"][0] == "revision-mismatch"
+    )
+    assert answers["replace list"] == ("invalid-input", "a record document must be a JSON object")

@@ -8,7 +8,10 @@
     states.merge("tickets", record["subject"], {"status": "closed"}, expect_revision=record["revision"])
 
 A refusal raises :class:`ClientError` with the server's ``code``, ``message`` and HTTP ``status``;
-an unreachable server raises ``StoreUnavailable``. Standard library only (``urllib``).
+an unreachable server raises ``StoreUnavailable``. Arguments a query string would turn into text
+(revisions, limits, cursors) and op batches are checked here first, by the service's own checks,
+so a bad one is refused as the local service refuses it (``InvalidInput`` …), nothing sent.
+Standard library only (``urllib``).
 """
 
 from __future__ import annotations
@@ -20,7 +23,10 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
 from stateflow.doc.canonical import decode, encode
+from stateflow.doc.ops import parse_ops
 from stateflow.errors import StateflowError, StoreUnavailable
+from stateflow.states.listing import check_cursor, page_limit
+from stateflow.states.pipeline import ANY_REVISION
 from stateflow.states.results import (
     Attached,
     AttachmentUpdated,
@@ -43,7 +49,15 @@ from stateflow.states.results import (
     TemplateRow,
     WritesPage,
 )
-from stateflow.states.service import ApplyResult, check_revision, origin_of, subject_of
+from stateflow.states.service import (
+    ApplyResult,
+    Expect,
+    check_as_of,
+    check_revision,
+    check_span,
+    origin_of,
+    subject_of,
+)
 
 Json = dict[str, Any]
 
@@ -104,7 +118,7 @@ class StatesClient:
         query: dict[str, Any] | None = None,
         *,
         origin: Any = None,
-        expect_revision: int | None = None,
+        expect_revision: Expect = None,
     ) -> Any:
         url = self.url + path
         params = {k: v for k, v in (query or {}).items() if v is not None}
@@ -123,8 +137,8 @@ class StatesClient:
                 elif key == "meta":
                     request.add_header("X-Stateflow-Meta", encode(value).decode())
         expect = check_revision(expect_revision)
-        if expect is not None:
-            request.add_header("If-Match", f'"{expect}"')
+        if expect is not None:  # "*": the record exists, at any revision
+            request.add_header("If-Match", "*" if expect == ANY_REVISION else f'"{expect}"')
         try:
             with _OPENER.open(request, timeout=self.timeout) as response:
                 self.last_etag = response.headers.get("ETag")
@@ -231,7 +245,8 @@ class StatesClient:
     def subjects(
         self, name: str, /, *, kind: str | None = None, limit: Any = None, cursor: str | None = None
     ) -> SubjectsPage:
-        query = {"kind": kind, "limit": limit, "cursor": cursor}
+        page_limit(limit)
+        query = {"kind": kind, "limit": limit, "cursor": check_cursor(cursor)}
         result: SubjectsPage = self._call("GET", self._state(name) + "/subjects", query=query)
         return result
 
@@ -250,8 +265,8 @@ class StatesClient:
         for key, value in (("limit", limit), ("cursor", cursor), ("sort", sort)):
             if value is not None:
                 body[key] = value
-        if include_data:
-            body["include_data"] = True
+        if include_data is not False:  # (anything else the service's check refuses)
+            body["include_data"] = include_data
         result: SearchPage = self._call("POST", self._state(name) + "/records/search", body)
         return result
 
@@ -260,9 +275,9 @@ class StatesClient:
     def read(
         self, name: str, subject: Any, /, *, revision: int | None = None, seq: int | None = None
     ) -> Record | None:
-        result: Record | None = self._call(
-            "GET", self._record(name, subject), query={"revision": revision, "seq": seq}
-        )
+        path = self._record(name, subject)
+        revision, seq = check_as_of(revision, seq)
+        result: Record | None = self._call("GET", path, query={"revision": revision, "seq": seq})
         return result
 
     def replace(
@@ -273,7 +288,7 @@ class StatesClient:
         /,
         *,
         origin: Any = None,
-        expect_revision: int | None = None,
+        expect_revision: Expect = None,
     ) -> Record | None:
         result: Record | None = self._call(
             "PUT", self._record(name, subject), document, origin=origin, expect_revision=expect_revision
@@ -288,7 +303,7 @@ class StatesClient:
         /,
         *,
         origin: Any = None,
-        expect_revision: int | None = None,
+        expect_revision: Expect = None,
     ) -> Record | None:
         result: Record | None = self._call(
             "PATCH", self._record(name, subject), patch, origin=origin, expect_revision=expect_revision
@@ -304,8 +319,11 @@ class StatesClient:
         *,
         op_id: str | None = None,
         origin: Any = None,
-        expect_revision: int | None = None,
+        expect_revision: Expect = None,
     ) -> ApplyResult:
+        # the service's check of the batch, so a bad one is refused as locally (over HTTP alone,
+        # an `ops` that is not a list keeps its published 400)
+        parse_ops(ops)
         body: Json = {"ops": ops, **({"op_id": op_id} if op_id is not None else {})}
         data = self._call(
             "POST",
@@ -322,10 +340,11 @@ class StatesClient:
             replayed=bool(data.get("replayed")),
             replayed_seq=data.get("replayed_seq"),
             written=data.get("written", True),
+            revision=None if self.last_etag is None else int(self.last_etag.strip('"')),
         )
 
     def erase(
-        self, name: str, subject: Any, /, *, origin: Any = None, expect_revision: int | None = None
+        self, name: str, subject: Any, /, *, origin: Any = None, expect_revision: Expect = None
     ) -> Erased:
         result: Erased = self._call(
             "DELETE", self._record(name, subject), origin=origin, expect_revision=expect_revision
@@ -341,7 +360,7 @@ class StatesClient:
         /,
         *,
         origin: Any = None,
-        expect_revision: int | None = None,
+        expect_revision: Expect = None,
     ) -> FoldReport:
         body = {"into": into, "mode": mode}
         result: FoldReport = self._call(
@@ -356,13 +375,15 @@ class StatesClient:
     def writes(
         self, name: str, subject: Any, /, *, limit: Any = None, cursor: str | None = None
     ) -> WritesPage:
-        query = {"limit": limit, "cursor": cursor}
+        page_limit(limit)
+        query = {"limit": limit, "cursor": check_cursor(cursor)}
         result: WritesPage = self._call("GET", self._record(name, subject) + "/writes", query=query)
         return result
 
     def diff(self, name: str, subject: Any, from_revision: Any, to_revision: Any = None, /) -> Diff:
-        query = {"from": from_revision, "to": to_revision}
-        result: Diff = self._call("GET", self._record(name, subject) + "/diff", query=query)
+        path = self._record(name, subject) + "/diff"
+        low, high = check_span(from_revision, to_revision)
+        result: Diff = self._call("GET", path, query={"from": low, "to": high})
         return result
 
     def revert(
@@ -373,7 +394,7 @@ class StatesClient:
         /,
         *,
         origin: Any = None,
-        expect_revision: int | None = None,
+        expect_revision: Expect = None,
     ) -> Record | None:
         result: Record | None = self._call(
             "POST",
@@ -450,9 +471,9 @@ class StatesClient:
         *,
         op_id: str | None = None,
         origin: Any = None,
-        expect_revision: int | None = None,
+        expect_revision: Expect = None,
     ) -> JqUpdate:
-        body: Json = {"input": input_value, **({"op_id": op_id} if op_id else {})}
+        body: Json = {"input": input_value, **({"op_id": op_id} if op_id is not None else {})}
         path = self._record(name, subject) + f"/template-jq/{_q(reference)}"
         result: JqUpdate = self._call("POST", path, body, origin=origin, expect_revision=expect_revision)
         return result

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
         TemplateRow,
         WritesPage,
     )
-    from stateflow.states.service import ApplyResult
+    from stateflow.states.service import ApplyResult, Expect
 
 Json = dict[str, Any]
 
@@ -76,7 +76,7 @@ class StatesAPI(Protocol):
         /,
         *,
         origin: Any = None,
-        expect_revision: int | None = None,
+        expect_revision: Expect = None,
     ) -> Record | None: ...
     def merge(
         self,
@@ -86,7 +86,7 @@ class StatesAPI(Protocol):
         /,
         *,
         origin: Any = None,
-        expect_revision: int | None = None,
+        expect_revision: Expect = None,
     ) -> Record | None: ...
     def apply(
         self,
@@ -97,10 +97,10 @@ class StatesAPI(Protocol):
         *,
         op_id: str | None = None,
         origin: Any = None,
-        expect_revision: int | None = None,
+        expect_revision: Expect = None,
     ) -> ApplyResult: ...
     def erase(
-        self, name: str, subject: Any, /, *, origin: Any = None, expect_revision: int | None = None
+        self, name: str, subject: Any, /, *, origin: Any = None, expect_revision: Expect = None
     ) -> Erased: ...
     def fold(
         self,
@@ -111,7 +111,7 @@ class StatesAPI(Protocol):
         /,
         *,
         origin: Any = None,
-        expect_revision: int | None = None,
+        expect_revision: Expect = None,
     ) -> FoldReport: ...
     def writes(
         self, name: str, subject: Any, /, *, limit: Any = None, cursor: str | None = None
@@ -125,7 +125,7 @@ class StatesAPI(Protocol):
         /,
         *,
         origin: Any = None,
-        expect_revision: int | None = None,
+        expect_revision: Expect = None,
     ) -> Record | None: ...
 
     # retention
@@ -154,5 +154,5 @@ class StatesAPI(Protocol):
         *,
         op_id: str | None = None,
         origin: Any = None,
-        expect_revision: int | None = None,
+        expect_revision: Expect = None,
     ) -> JqUpdate: ...

@@ -53,7 +53,16 @@ def _encode_cursor(text: str) -> str:
     return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
 
 
-def _decode_cursor(cursor: str | None) -> str | None:
+def check_cursor(cursor: Any) -> str | None:
+    """A page cursor's type: text a prior page returned, or None (checked by the listings and,
+    before a query string would turn anything into text, by the HTTP client)."""
+    if cursor is not None and not isinstance(cursor, str):
+        raise InvalidInput("cursor is malformed; use only a cursor returned by a prior page")
+    return cursor
+
+
+def _decode_cursor(given: str | None) -> str | None:
+    cursor = check_cursor(given)
     if cursor is None or cursor == "":
         return None
     malformed = InvalidInput("cursor is malformed; use only a cursor returned by a prior page")
@@ -107,7 +116,7 @@ class Listing:
         canonical = self.svc._canonical(name, subject)
         n = page_limit(limit)
         before = None
-        if cursor:
+        if check_cursor(cursor):
             raw = _decode_cursor(cursor)
             if raw is None or not ascii_digits(raw):
                 raise InvalidInput("writes cursor is malformed; use only a cursor returned by a prior page")

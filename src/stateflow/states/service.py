@@ -301,6 +301,22 @@ def check_revision(value: Any, what: str = "expect_revision") -> int | None:
     return value
 
 
+def check_as_of(revision: Any, seq: Any) -> tuple[int | None, int | None]:
+    """An as-of read's ``revision`` or ``seq`` (at most one), checked: by the read and, before
+    anything is sent (a query string would turn ``"1"`` into 1), by the HTTP client."""
+    if revision is not None and seq is not None:
+        raise InvalidInput("give revision or seq, not both")
+    return check_revision(revision, "revision"), check_revision(seq, "seq")
+
+
+def check_span(from_revision: Any, to_revision: Any) -> tuple[int, int | None]:
+    """A diff's ``from`` (required) and ``to`` revisions, checked (by the diff and the HTTP client)."""
+    low = check_revision(from_revision, "from")
+    if low is None:
+        raise InvalidInput("diff needs the revision to compare from")
+    return low, check_revision(to_revision, "to")
+
+
 class StatesService:
     """The declared-states service: a thin facade over its parts.
 
@@ -797,9 +813,7 @@ class StatesService:
         return record
 
     def _read_at(self, name: str, subject: StateSubject, revision: Any, seq: Any) -> Record | None:
-        if revision is not None and seq is not None:
-            raise InvalidInput("give revision or seq, not both")
-        revision, seq = check_revision(revision, "revision"), check_revision(seq, "seq")
+        revision, seq = check_as_of(revision, seq)
         decl_key, alias_key = DocKey(CATALOG, name), DocKey(ALIASES, name)
         docs = self.store.read([decl_key, alias_key])
         self._admit(self._declaration(docs, name), subject)
@@ -824,10 +838,7 @@ class StatesService:
         trail shows them (a missing value is a deletion), ``patch`` the same as one merge patch
         (objects merge, null deletes) where it can be expressed as one."""
         subject = subject_of(subject)
-        low = check_revision(from_revision, "from")
-        if low is None:
-            raise InvalidInput("diff needs the revision to compare from")
-        high = check_revision(to_revision, "to")
+        low, high = check_span(from_revision, to_revision)
         if high is None:
             current = self.read(name, subject)
             high = current["revision"] if current else self._revision_of(name, subject)
