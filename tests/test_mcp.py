@@ -242,16 +242,29 @@ NOTES = {
     "subject_kinds": ["session"],
     "default_subject_kind": "session",
 }
+# an input program (a read) and an update program (a write) over the record's "todo" list
+TODO = {
+    "schema": {"type": "object", "properties": {"items": {"type": "array"}}},
+    "template_jq": {
+        "count": {"purpose": "input", "jq": {"content": ".items | length"}},
+        "add": {
+            "purpose": "update",
+            "jq": {"content": '[{"op": "set", "path": ["items"], "value": [$input]}]'},
+        },
+    },
+}
 
 
 def test_http_declared_state_tools_on_request_with_tenancy(served: str, backend: str) -> None:
-    put = subprocess.run(
-        ["stateflow", "--store", backend, "states", "put", "notes", "--data", json.dumps(NOTES)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert put.returncode == 0, put.stderr
+    for setup in (
+        ["states", "put", "notes", "--data", json.dumps(NOTES)],
+        ["state-templates", "put", "todo", "--data", json.dumps(TODO)],
+        ["states", "attach", "notes", "todo", "--data", '{"path": ["todo"]}'],
+    ):
+        done = subprocess.run(
+            ["stateflow", "--store", backend, *setup], capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 0, done.stderr
     bobs = {"target_kind": "agent", "target_name": "bob", "kind": "session", "key": "s"}
 
     async def run() -> dict[str, Any]:
@@ -263,6 +276,9 @@ def test_http_declared_state_tools_on_request_with_tenancy(served: str, backend:
             out["tools"] = list(tools)
             out["enum"] = tools["state_merge"].input_schema["properties"]["state"]["enum"]
             out["merge"] = await bob.call_tool("state_merge", {"state": "notes", "patch": {"text": "hi"}})
+            out["add"] = await bob.call_tool(
+                "state_template_jq", {"state": "notes", "program": "add", "input": 1}
+            )
             out["read"] = await bob.call_tool("state_read", {"state": "notes"})
             out["memory_write"] = await bob.call_tool(
                 "state_merge", {"state": "memory", "patch": {"tactics": {"x": 1}}}
@@ -280,6 +296,15 @@ def test_http_declared_state_tools_on_request_with_tenancy(served: str, backend:
             out["reader_merge"] = await reader.call_tool(
                 "state_merge", {"state": "notes", "patch": {"text": "x"}}
             )
+            # an input program reads (as GET …/template-jq/count does for this token); an
+            # update program writes; a tool that does not exist is unknown, not a write
+            out["reader_count"] = await reader.call_tool(
+                "state_template_jq", {"state": "notes", "program": "count"}
+            )
+            out["reader_add"] = await reader.call_tool(
+                "state_template_jq", {"state": "notes", "program": "add", "input": 2}
+            )
+            out["reader_search"] = await reader.call_tool("state_search", {"state": "notes"})
         async with http_client(served, FULL, agent="bob", session="s", states="nope") as unknown:
             try:
                 await unknown.list_tools()
@@ -302,7 +327,8 @@ def test_http_declared_state_tools_on_request_with_tenancy(served: str, backend:
     }
     assert out["enum"] == ["notes"]
     assert not out["merge"].is_error, out["merge"].content[0].text
-    assert out["read"].structured_content["result"]["data"] == {"text": "hi"}
+    assert not out["add"].is_error, out["add"].content[0].text
+    assert out["read"].structured_content["result"]["data"] == {"text": "hi", "todo": {"items": [1]}}
     assert (
         out["memory_write"].content[0].text.startswith("error[state-not-found]: state 'memory' is not served")
     )
@@ -311,10 +337,15 @@ def test_http_declared_state_tools_on_request_with_tenancy(served: str, backend:
         assert (
             refused.content[0].text == "error[forbidden]: this token may not use the records of agent 'bob'"
         )
-    assert out["reader_tools"] == ["read_state", "state_read"]
+    assert out["reader_tools"] == ["read_state", "state_read", "state_template_jq"]
     assert out["reader_merge"].content[0].text.startswith("error[forbidden]: state_merge writes")
+    assert out["reader_count"].structured_content["result"]["value"] == 1, out["reader_count"].content[0].text
+    assert out["reader_add"].content[0].text == (
+        "error[forbidden]: template_jq 'add' is an update program: it writes, and this token is read-only"
+    )
+    assert out["reader_search"].content[0].text.startswith("error[unknown-tool]: unknown tool 'state_search'")
     assert out["unknown"].startswith("error[state-not-found]:")
-    assert out["bob_after"].structured_content["result"]["data"] == {"text": "hi"}
+    assert out["bob_after"].structured_content["result"]["data"] == {"text": "hi", "todo": {"items": [1]}}
 
 
 # A handshake-era client on purpose: ``resources/subscribe`` is that era's way to subscribe (the

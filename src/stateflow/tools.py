@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Final
 
 from stateflow.doc.canonical import encode
 from stateflow.errors import Forbidden, StateflowError
@@ -105,8 +105,13 @@ TITLES: dict[str, str] = {
 
 def writes(name: str) -> bool:
     """Whether the tool called ``name`` may write (all but ``read_state`` and ``state_read``):
-    what a read-only token may not call, and what may create a store where there is none."""
+    what may create a store where there is none."""
     return name == "patch_state" or (name.startswith("state_") and name != "state_read")
+
+
+READ_ONLY_OFFERS: Final = frozenset(("read_state", "state_read", "state_template_jq"))
+"""The tools a read-only host offers: those that never write, and ``state_template_jq``, whose
+``input`` programs only read (an ``update`` program is refused when called, as over HTTP)."""
 
 
 @dataclass(frozen=True)
@@ -143,7 +148,8 @@ class ToolHost:
     the view's scopes as subject candidates (so ``state_read {"state": "memory"}`` reads the
     session scope). They never write agent memory: that changes only through ``patch_state``.
     ``state_names`` limits them to those declared states (None: every state). A read-only host
-    (a read-only API token) offers and runs only the tools that never write.
+    (a read-only API token) offers and runs only what never writes: the reading tools, and
+    ``state_template_jq`` for ``input`` programs.
     """
 
     def __init__(
@@ -209,7 +215,10 @@ class ToolHost:
                 out.append(
                     ToolDefinition(name, description, schema, read_only, destructive, STATE_TOOL_OUTPUT)
                 )
-        return [d for d in out if d.read_only] if self.read_only else out
+        if not self.read_only:
+            return out
+        # here state_template_jq only reads: annotated as such
+        return [replace(d, read_only=True, destructive=False) for d in out if d.name in READ_ONLY_OFFERS]
 
     def _check_served(self, args: Any) -> None:
         state = args.get("state") if isinstance(args, dict) else None
@@ -228,12 +237,12 @@ class ToolHost:
     def call(self, name: str, args: Any) -> ToolResult:
         """Run a tool; a refusal becomes an error result with a concise message, never an exception."""
         try:
-            if self.read_only and writes(name):
-                raise Forbidden(f"{name} writes, and this token is read-only")
             if name == "read_state":
                 value = self.view.read_state(args)
                 return ToolResult(encode(value).decode(), structured=value)
             if name == "patch_state":
+                if self.read_only:
+                    raise Forbidden(f"{name} writes, and this token is read-only")
                 receipt = self.view.patch_state(args)
                 return ToolResult(
                     receipt.text(), structured={"message": receipt.message, **receipt.to_json()}
@@ -241,10 +250,17 @@ class ToolHost:
             if self.states is not None and name.startswith("state_"):
                 from stateflow.states.tools import STATE_TOOLS, call_state_tool
 
-                if name not in STATE_TOOLS:
+                if name not in STATE_TOOLS:  # unknown-tool, whatever the token may do
                     return self._unknown(name)
                 self._check_served(args)
-                result = call_state_tool(self.states, name, args, self.context, self.view.identity.session)
+                result = call_state_tool(
+                    self.states,
+                    name,
+                    args,
+                    self.context,
+                    self.view.identity.session,
+                    read_only=self.read_only,
+                )
                 return ToolResult(encode({"result": result}).decode(), structured={"result": result})
         except StateflowError as exc:
             return ToolResult(exc.message, is_error=True, code=exc.code)

@@ -6,11 +6,14 @@ import functools
 from typing import Any, Final
 
 from stateflow.doc.ops import MAX_OPS_PER_BATCH, OP_KINDS, op_schema
-from stateflow.errors import InvalidInput, ReadOnlyState, StateflowError
+from stateflow.errors import Forbidden, InvalidInput, ReadOnlyState, StateflowError
 from stateflow.states.models import DoorContext, StateSubject, WriteOrigin
 from stateflow.states.service import StatesService, SubjectRefused, subject_of
 
 STATE_TOOLS: Final = ("state_read", "state_replace", "state_merge", "state_apply", "state_template_jq")
+WRITING_TOOLS: Final = frozenset(("state_replace", "state_merge", "state_apply"))
+"""The state tools that always write; ``state_template_jq`` writes only for an ``update`` program
+(an ``input`` program reads, as ``GET …/template-jq/{program}`` does)."""
 MEMORY_STATE: Final = "memory"
 MEMORY_WRITE_REFUSAL: Final = (
     "agent memory is never written through the state tools: change it with patch_state "
@@ -186,8 +189,18 @@ def check_tool_arguments(name: str, args: Any) -> None:
 
 
 def call_state_tool(
-    service: StatesService, name: str, args: Any, context: DoorContext | None, run_id: str | None
+    service: StatesService,
+    name: str,
+    args: Any,
+    context: DoorContext | None,
+    run_id: str | None,
+    *,
+    read_only: bool = False,
 ) -> Any:
+    """Run the state tool ``name``; ``read_only`` (a read-only token) refuses every write: the
+    writing tools at once, ``state_template_jq`` once its program is known to be an update."""
+    if read_only and name in WRITING_TOOLS:
+        raise Forbidden(f"{name} writes, and this token is read-only")
     check_tool_arguments(name, args)
     state = args["state"]
     if state == MEMORY_STATE and _writes(service, name, args):
@@ -225,6 +238,10 @@ def call_state_tool(
             if not isinstance(params, dict):
                 raise InvalidInput("params must be an object")
             return service.template_jq_input(state, subject, program, params)
+        if read_only:
+            raise Forbidden(
+                f"template_jq {program!r} is an update program: it writes, and this token is read-only"
+            )
         return service.template_jq_update(
             state,
             subject,
