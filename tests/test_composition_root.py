@@ -11,8 +11,10 @@ import pytest
 import stateflow
 from stateflow.api import states_service
 from stateflow.memory import Identity
-from stateflow.store import default_store_path, resolve_store_url
+from stateflow.store import default_store_path, open_store, resolve_store_url
 from stateflow.store.base import SqlStore
+
+from .conftest import StoreFactory
 
 
 def test_nothing_below_the_edges_reads_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -100,3 +102,47 @@ def test_built_ins_arrive_once_when_a_store_is_migrated_after_the_service_was_ma
     finally:
         store.close()
         migrator.close()
+
+
+def test_a_store_declared_by_an_earlier_version_gets_its_aliases_rows_when_opened(
+    backend: str, open_migrated: StoreFactory
+) -> None:
+    """A state declared by an earlier version — ``memory`` too — has no row for its aliases
+    until its first fold, and a write that finds none can miss a fold that makes it (PostgreSQL:
+    ``tests/test_postgres_lock_order.py``). The composition root makes the missing rows when it
+    opens the store for writing: once, writing no transition; a store opened read-only is left
+    as it is and still serves its states."""
+    decl = {
+        "schema": {"type": "object", "properties": {"n": {"type": "integer"}}},
+        "subject_kinds": ["thread"],
+        "default_subject_kind": "thread",
+    }
+    subject = {"target_kind": "agent", "target_name": "a", "kind": "thread", "key": "k1"}
+    first = open_migrated()
+    states_service(first).declare("s", decl)
+    states_service(first).replace("s", subject, {"n": 1})
+    with first._write_tx() as tx:  # as an earlier version left them
+        tx.run("DELETE FROM documents WHERE state = '_aliases' AND present = 0")
+    seq = first.transitions(limit=1000)[-1].seq
+
+    def alias_rows() -> list[str]:
+        with first._read_tx() as tx:
+            return [r[0] for r in tx.all("SELECT subject FROM documents WHERE state = '_aliases' ORDER BY 1")]
+
+    assert first.missing_rows("_aliases", "_states") == ["memory", "s"]
+    read_only = open_store(f"{backend}&mode=ro" if "?" in backend else f"sqlite:///{backend}?mode=ro")
+    try:
+        assert states_service(read_only).read("s", subject)["data"] == {"n": 1}  # type: ignore[index]
+    finally:
+        read_only.close()
+    assert alias_rows() == []
+
+    service = states_service(open_migrated())
+    assert alias_rows() == ["memory", "s"]
+    assert first.missing_rows("_aliases", "_states") == []
+    assert first.transitions(after_seq=seq) == []  # rows made, nothing written
+    states_service(open_migrated())  # (nothing left to make)
+    assert first.transitions(after_seq=seq) == []
+    service.fold("s", subject, {**subject, "key": "k2"}, "switch")
+    service.merge("s", subject, {"n": 2})
+    assert service.read("s", {**subject, "key": "k2"})["data"] == {"n": 2}  # type: ignore[index]

@@ -20,6 +20,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from stateflow.api import states_service
 from stateflow.states import StatesService
 from stateflow.states.service import StateNotFound, subject_of
 from stateflow.store import DocKey, open_store
@@ -236,6 +237,62 @@ def test_a_write_that_waits_for_a_fold_lands_on_the_survivor(
         record = service.read("s", subject(k))
         assert record is not None
         assert record["data"]["seen"] == [{"id": "late"}], f"k{k}: {record}"
+
+
+def test_a_write_that_found_no_aliases_row_before_a_fold_made_it_lands_on_the_survivor(
+    store: PostgresStore, url: str
+) -> None:
+    """A state declared by an earlier version (no row for its aliases), then the store opened
+    by this one: a write whose statement began before a fold made that row, and reached the
+    declaration's lock only after the fold committed, must still go through the new alias. The
+    write is a batch whose first shared row (another state's aliases) a session holds, so it
+    stalls past its look at the aliases of "s" while the fold of "s" runs whole. (Before: the
+    row was made by the fold itself, after the write had found none; the write then saw the
+    declaration unmoved and wrote the folded record, hidden by its alias.)"""
+    _declare_as_before(url, "s")
+    service = states_service(store)  # opened as every door opens it
+    service.declare("a", DECL)  # (declared by this version: its aliases have a row)
+    service.replace("s", subject(7), {"n": 0})
+    folder = open_store(f"{url}&application_name={APP}-fold", auto_migrate=False)
+    outcomes: dict[str, BaseException | None] = {}
+
+    def run(name: str, call: Callable[[], object]) -> threading.Thread:
+        def target() -> None:
+            try:
+                call()
+                outcomes[name] = None
+            except BaseException as exc:
+                outcomes[name] = exc
+
+        thread = threading.Thread(target=target, daemon=True)
+        thread.start()
+        return thread
+
+    ops = [{"op": "set_by_key", "path": ["seen"], "key_field": "id", "value": {"id": "late"}}]
+    batch = [
+        {"state": "a", "subject": subject(0), "ops": ops, "op_id": "op-a"},
+        {"state": "s", "subject": subject(6), "ops": ops, "op_id": "op-s"},
+    ]
+    try:
+        with psycopg.connect(url, autocommit=True) as watch, psycopg.connect(url) as holder:
+            holder_pid = holder.info.backend_pid
+            holder.execute("SELECT 1 FROM documents WHERE state = '_aliases' AND subject = 'a' FOR UPDATE")
+            write = run("write", lambda: service.apply_batch(batch))
+            _wait_for(
+                "the write waits for the aliases of 'a'",
+                lambda: _blocked(watch, "h.pid = %s", "w.application_name = %s", (holder_pid, APP)),
+            )
+            fold = run("fold", lambda: StatesService(folder).fold("s", subject(6), subject(7), "switch"))
+            fold.join(30)
+            holder.commit()
+            write.join(30)
+    finally:
+        folder.close()
+    assert outcomes == {"fold": None, "write": None}
+    for k in (6, 7):  # the folded subject reads as the survivor, which holds the write
+        record = service.read("s", subject(k))
+        assert record is not None
+        assert record["data"].get("seen") == [{"id": "late"}], f"k{k}: {record}"
 
 
 def test_a_write_racing_a_state_delete_is_deleted_with_it_or_refused(store: PostgresStore, url: str) -> None:

@@ -543,6 +543,7 @@ class StatesService:
                     context=DoorContext(door="operator", actor="stateflow"),
                 )
             self.install_seeds()
+            self._give_aliases_rows()
         except StoreReadOnly:
             # a read-only store (medium or ?mode=ro) serves the declarations it holds; one
             # written only through memory tools holds no row for memory, which is still there
@@ -550,6 +551,16 @@ class StatesService:
                 built_in = Declaration.model_validate({**MEMORY_DECLARATION, "name": "memory"})
                 self._unstored["memory"] = built_in.stored()
         self._builtins_installed = True
+
+    def _give_aliases_rows(self) -> None:
+        """Make the row of every declared state's aliases document that has none — a state
+        declared by an earlier version, which made it at the state's first fold, or ``memory``
+        declared by one — before this process writes: a write shares that row, and one that
+        found none could miss a fold that made it meanwhile (see ``fold``). Once per store
+        (then one query finding none), an absent document's row only: no transition."""
+        missing = self.store.missing_rows(ALIASES, CATALOG)
+        if missing:
+            self.store.update([DocKey(ALIASES, name) for name in missing], _no_writes)
 
     def _declaration_view(self, body: dict[str, Any], revision: int, at: str | None) -> DeclarationView:
         """The caller's own copy of a declaration (``body`` is the store's cached object)."""
@@ -1292,10 +1303,13 @@ class StatesService:
         # a document with no row cannot be locked: on PostgreSQL a write whose statement saw no
         # aliases row, then waited for the declaration this fold holds, would not see the
         # aliases this fold created and would land on the folded record, hidden by its alias.
-        # So both rows exist, committed, before the fold takes its locks (a declaration makes
-        # them; a state declared by an earlier version, or built in, may have none): a write
-        # then holds the aliases row shared and either commits before the fold (and is folded)
-        # or finds their revision moved and goes again, through the alias.
+        # So both rows exist before any write could race a fold: a declaration makes them, and
+        # opening the store for writing makes those of states an earlier version declared
+        # (``install_builtins``). A write then holds the aliases row shared and either commits
+        # before the fold (and is folded) or finds their revision moved and goes again, through
+        # the alias. A service that skipped that step still gets the rows made here, committed
+        # before the fold takes its locks (only a write whose statement began before this
+        # commit, and reached the declaration after the fold, could then miss it).
         self.store.update([decl_key, alias_key], functools.partial(self._rows_of_declared, name))
         self.store.update([decl_key, alias_key], compute, self._origin(origin_of(origin), context, "fold"))
         order = ["mode", "from", "into", "already", "flattened", "merged_members"]
@@ -1364,6 +1378,12 @@ class StatesService:
     ) -> PruneReport:
         """Delete expired records, op_id keys and audit rows (see :func:`stateflow.states.retention.prune`)."""
         return retention.prune(self, context=context, now=now, progress=progress)
+
+
+def _no_writes(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
+    """A read-modify-write that writes nothing: its locks make the rows of the keys it names
+    that had none, and its commit keeps them."""
+    return [], None
 
 
 def _short(subject: StateSubject) -> dict[str, str]:

@@ -105,6 +105,20 @@ class Listing(StoreCore):
             row = tx.one("SELECT COUNT(*) FROM documents WHERE state = ? AND present = 1", (state,))
         return int(row[0]) if row else 0
 
+    def missing_rows(self, state: str, beside: str) -> list[str]:
+        """The subjects of ``beside``'s present documents for which ``state`` has no row — not
+        even an absent document's, which a lock leaves (``update`` on a key makes its row). A
+        service whose writers share a document of ``state`` beside each of ``beside``'s finds
+        here those no lock can hold yet. One statement; subject order."""
+        self.check_schema()
+        with self._statement_tx() as tx:
+            rows = tx.all(
+                "SELECT d.subject FROM documents d WHERE d.state = ? AND d.present = 1 AND NOT EXISTS "
+                "(SELECT 1 FROM documents r WHERE r.state = ? AND r.subject = d.subject) ORDER BY d.subject",
+                (beside, state),
+            )
+        return [str(r[0]) for r in rows]
+
     def member_counts(self, state: str) -> dict[str, int]:
         """How many present documents of ``state`` have each top-level member."""
         return self.counts(state).members

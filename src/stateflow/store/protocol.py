@@ -184,6 +184,10 @@ class Store(Protocol):
 
     def count(self, state: str) -> int: ...
 
+    def missing_rows(self, state: str, beside: str) -> list[str]:
+        """The subjects of ``beside``'s present documents for which ``state`` has no row (not
+        even an absent document's): the documents no lock can hold until something makes it."""
+
     def member_counts(self, state: str) -> dict[str, int]: ...
 
     def kind_counts(self, state: str) -> dict[str | None, int]: ...
