@@ -342,6 +342,28 @@ def test_an_update_program_writes_as_the_caller_and_under_its_if_match(attached:
     assert [i["id"] for i in items] == ["a", "b"]  # the refused calls wrote nothing
 
 
+def test_an_update_program_answers_the_records_etag_as_deltas_do(attached: Api) -> None:
+    api = attached
+    add = REC + "/template-jq/add"
+    first = api.client.post(add, json={"input": {"id": "a"}, "op_id": "once"}, headers=_admin())
+    assert first.status_code == 200 and first.headers["etag"] == '"1"'
+    assert first.json()["data"]["name"] == "add" and first.json()["data"]["applied"] is True
+    # the ETag is the next write's If-Match
+    second = api.client.post(
+        add, json={"input": {"id": "b"}}, headers={**_admin(), "If-Match": first.headers["etag"]}
+    )
+    assert second.status_code == 200 and second.headers["etag"] == '"2"'
+    assert api.client.get(REC, headers=_admin()).headers["etag"] == '"2"'
+    # a replay reads nothing and answers no ETag, as a replayed …/deltas
+    replay = api.client.post(add, json={"input": {"id": "a"}, "op_id": "once"}, headers=_admin())
+    assert replay.status_code == 200 and replay.json()["data"]["replayed"] is True
+    assert "etag" not in replay.headers
+
+
+def _admin() -> dict[str, str]:
+    return {"Authorization": f"Bearer {TOKEN}"}
+
+
 def test_trace_stamping_is_valid_under_additional_properties_false(api: Api) -> None:
     traced = broken(
         schema={

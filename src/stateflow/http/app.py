@@ -752,8 +752,8 @@ def create_app(
             body = await _body(request, required=False) or {}
             if not isinstance(body, dict) or set(body) - {"input", "op_id"}:
                 raise BadRequest('body must be {"input"?: <JSON>, "op_id"?: string}')
-            return await call(
-                service.template_jq_update,
+            applied = await run(
+                service.template_jq_apply,
                 name,
                 subject,
                 suffix[1],
@@ -764,6 +764,9 @@ def create_app(
                 expect_revision=expect,
                 blocking=True,
             )
+            # the answer template_jq_update gives, with the record's ETag as …/deltas answers it
+            tag = [_etag(applied.revision)] if applied.revision is not None else []
+            return _Answer(encode_trusted({"data": {"name": suffix[1], **applied.to_json()}}), 200, tag)
         elif suffix == ["writes"] and method == "GET":
             return await call(
                 service.writes,

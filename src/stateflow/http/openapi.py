@@ -501,6 +501,7 @@ def paths() -> dict[str, dict[str, Any]]:
                 body_required=False,
                 cas=True,
                 write=True,
+                etag=True,
             ),
         },
     }

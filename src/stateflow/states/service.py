@@ -490,6 +490,31 @@ class StatesService:
             expect_revision=expect_revision,
         )
 
+    def template_jq_apply(
+        self,
+        name: str,
+        subject: Any,
+        reference: str,
+        input_value: Any = None,
+        *,
+        op_id: str | None = None,
+        origin: Any = None,
+        context: DoorContext | None = None,
+        expect_revision: Expect = None,
+    ) -> ApplyResult:
+        """:meth:`template_jq_update`, answering the batch's :class:`ApplyResult` (with the
+        record's ``revision``, which the HTTP route answers as its ETag, as ``…/deltas`` does)."""
+        return self.programs.apply(
+            name,
+            subject,
+            reference,
+            input_value,
+            op_id=op_id,
+            origin=origin_of(origin),
+            context=context,
+            expect_revision=expect_revision,
+        )
+
     def template_jq_ops(self, name: str, subject: Any, reference: str, input_value: Any = None) -> Any:
         """The op batch an ``update`` program returns for the record (nothing is applied)."""
         return self.programs.ops(name, subject, reference, input_value)

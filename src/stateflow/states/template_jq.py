@@ -14,7 +14,7 @@ from stateflow.states.templates import TemplateInvalid, build_prelude
 
 if TYPE_CHECKING:
     from stateflow.jq import JqRunner
-    from stateflow.states.service import StatesService
+    from stateflow.states.service import ApplyResult, StatesService
 
 
 class TemplateJq:
@@ -152,10 +152,36 @@ class TemplateJq:
         attachment path, guard paths included) through the ordinary apply door: as the writer's
         ``origin``, its meta naming the program, and under its ``expect_revision`` (checked in
         the write's transaction, as every write's)."""
+        result = self.apply(
+            name,
+            subject,
+            reference,
+            input_value,
+            op_id=op_id,
+            origin=origin,
+            context=context,
+            expect_revision=expect_revision,
+        )
+        return {"name": reference, **result.to_json()}
+
+    def apply(
+        self,
+        name: str,
+        subject: Any,
+        reference: str,
+        input_value: Any = None,
+        *,
+        op_id: str | None = None,
+        origin: WriteOrigin | None = None,
+        context: DoorContext | None = None,
+        expect_revision: int | Literal["*"] | None = None,
+    ) -> ApplyResult:
+        """:meth:`update`, answering the batch's result itself (its ``revision`` is the
+        record's, what a door's ETag names)."""
         rebased = self.ops(name, subject, reference, input_value)
         given = origin.model_dump(exclude_none=True) if origin is not None else {}
         stamped = {**given, "meta": {**given.get("meta", {}), "template_jq": reference}}
-        result = self.svc.apply(
+        return self.svc.apply(
             name,
             subject,
             rebased,
@@ -164,7 +190,6 @@ class TemplateJq:
             context=context,
             expect_revision=expect_revision,
         )
-        return {"name": reference, **result.to_json()}
 
     def ops(self, name: str, subject: Any, reference: str, input_value: Any = None) -> Any:
         """The op batch an ``update`` program returns for the record, rebased under the
