@@ -406,3 +406,51 @@ def test_an_async_callables_own_writes_join_its_unit_on_an_async_store(backend: 
             await call(store, store.close)
 
     asyncio.run(main())
+
+
+def test_an_async_close_waits_for_bound_runs_committing_their_updates(backend: str) -> None:
+    """Bound async runs whose updates are on their way when the store is closed: the close waits
+    for them (they ran on worker threads the close did not know of, and on SQLite it closed the
+    store under them), and each run's update is there for a store opened afterwards."""
+    import stateflow.aio
+
+    async def main() -> None:
+        store = await stateflow.aio.open_store_async(backend, auto_migrate=True)
+        service = StatesService(store)
+        await stateflow.aio.call(store, service.put_template, "notebook", NOTEBOOK)
+        await stateflow.aio.call(store, service.declare, "tickets", {
+            "schema": {"type": "object", "properties": {"status": {"type": "string"}}},
+            "subject_kinds": ["thread"], "default_subject_kind": "thread",
+        })  # fmt: skip
+        await stateflow.aio.call(store, service.attach, "tickets", "notebook", {"path": ["book"]})
+        binding = Binding("tickets", ".k", updates=[{"template_jq": "add", "adapter": "{note: .output}"}])
+        gate, returned = asyncio.Event(), []
+
+        @bound(service, binding, target=("agent", "helpdesk"))
+        async def node(k: str) -> str:
+            await gate.wait()
+            returned.append(k)
+            return f"note {k}"
+
+        runs = [asyncio.create_task(node(f"c{i}")) for i in range(12)]
+        while not gate.is_set():
+            await asyncio.sleep(0)
+            if all(getattr(t, "_fut_waiter", None) is not None for t in runs):
+                gate.set()
+        while len(returned) < len(runs):  # each run's update handed on (in the step it returned)
+            await asyncio.sleep(0)
+
+        def closing() -> None:
+            service.close()
+            store.close()
+
+        await stateflow.aio.close(store, closing)
+        assert await asyncio.gather(*runs, return_exceptions=True) == [f"note c{i}" for i in range(12)]
+
+    asyncio.run(main())
+    with open_store(backend, auto_migrate=True) as again:
+        service = StatesService(again)
+        for i in range(12):
+            record = service.read("tickets", subject(f"c{i}"))
+            assert record is not None and record["data"]["book"]["notes"] == [f"note c{i}"]
+        service.close()

@@ -66,6 +66,13 @@ async def call(store: Store, fn: Callable[..., R], *args: Any, **kwargs: Any) ->
         from stateflow.store.async_bridge import spawn
 
         return await spawn(fn, *args, **kwargs)
+    return await on_thread(store, fn, *args, **kwargs)
+
+
+async def on_thread(store: Store, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
+    """``fn(*args, **kwargs)`` on a worker thread whatever the store — code that waits on more
+    than the database (jq workers) must not run on the loop — counted in flight on ``store``,
+    so that an async :func:`close` waits for it (and refuses it once the close began)."""
     calls = _offloaded.get(store)
     if calls is None:
         calls = _offloaded.setdefault(store, _Offloaded())
@@ -93,12 +100,10 @@ def _settled(pending: set[asyncio.Future[Any]], future: asyncio.Future[Any]) -> 
 async def close(store: Store, closing: Callable[[], None] | None = None) -> None:
     """Close ``store`` — or run ``closing``, which closes it — once the calls in flight on it
     are done; a call made through :func:`call` from here on is refused (``StoreUnavailable``).
-    On SQLite a call awaited before the close may still wait for a worker thread: it is in
-    flight all the same, and runs. (An async PostgreSQL pool waits for its calls itself.)"""
+    A call on a worker thread (:func:`on_thread`; every call on SQLite) awaited before the
+    close may still wait for a thread: it is in flight all the same, and runs. (An async
+    PostgreSQL pool waits itself for the calls on the loop that hold a connection.)"""
     finish = closing or store.close
-    if runs_on_loop(store):
-        await call(store, finish)
-        return
     calls = _offloaded.get(store)
     if calls is None:
         calls = _offloaded.setdefault(store, _Offloaded())
@@ -106,7 +111,12 @@ async def close(store: Store, closing: Callable[[], None] | None = None) -> None
     loop = asyncio.get_running_loop()
     while mine := [f for f in calls.pending if f.get_loop() is loop]:
         await asyncio.wait(mine)
-    await asyncio.to_thread(finish)
+    if runs_on_loop(store):
+        from stateflow.store.async_bridge import spawn
+
+        await spawn(finish)
+    else:
+        await asyncio.to_thread(finish)
 
 
 async def on_edge(store: Store, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:

@@ -25,7 +25,6 @@ raises, writes nothing.
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import dataclasses
 import functools
@@ -39,6 +38,7 @@ from typing import Any, Final, ParamSpec, TypeVar, cast
 import orjson
 from pydantic import BaseModel
 
+from stateflow.aio import on_thread
 from stateflow.errors import InvalidInput
 from stateflow.jq.runner import JqError
 from stateflow.states import StatesService
@@ -409,8 +409,8 @@ def bound(
             async def call_async(*args: Any, **kwargs: Any) -> Any:
                 call = arguments(args, kwargs)
                 # the states work runs on a worker thread: the event loop keeps going meanwhile
-                the_run, active = await asyncio.to_thread(
-                    _prepare, states, bindings, call.arguments, target, consumer, None, context
+                the_run, active = await on_thread(
+                    states.store, _prepare, states, bindings, call.arguments, target, consumer, None, context
                 )
                 token = _CURRENT.set(the_run)
                 try:
@@ -421,7 +421,7 @@ def bound(
                         the_run.unit.discard()
                         raise
                     the_run.output = result
-                    await asyncio.to_thread(_finish, states, the_run, active)
+                    await on_thread(states.store, _finish, states, the_run, active)
                 finally:
                     _CURRENT.reset(token)
                 return result
