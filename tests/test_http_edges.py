@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -107,3 +108,19 @@ def test_a_client_going_away_mid_body_is_one_info_line_not_a_traceback(
     assert "Traceback" not in text and "ERROR" not in text and "ClientDisconnect" not in text, text
     status, body, _ = server.call("GET", "/api/states/tickets/records/agent/alice/thread/t1")
     assert status == 200 and body["data"] is None
+
+
+@pytest.mark.parametrize("level", ["warning", "error"])
+def test_the_request_id_is_answered_whatever_the_log_level(tmp_path: Path, level: str) -> None:
+    server = servers.start(servers.base_env(tmp_path, str(tmp_path / "s.db")), "--log-level", level)
+    try:
+        request = urllib.request.Request(
+            server.url + "/api/states",
+            headers={"Authorization": f"Bearer {servers.TOKEN}", "X-Request-ID": "req-42"},
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            assert response.headers["X-Request-ID"] == "req-42"
+        _, _, headers = server.call("GET", "/api/states/nothing")  # (a refusal, an id of its own)
+        assert len(headers["x-request-id"]) == 16
+    finally:
+        server.stop()

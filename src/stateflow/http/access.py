@@ -1,10 +1,11 @@
-"""The access log: one line per request — method, path, status, duration, token fingerprint,
-request id — as text or JSON, on the ``stateflow.access`` logger.
+"""The request id and the access log: one line per request — method, path, status, duration,
+token fingerprint, request id — as text or JSON, on the ``stateflow.access`` logger.
 
-A pure ASGI wrapper (no per-request objects beyond the line): it reads the ``Authorization``
-header only to print the fingerprint the audit trail uses (``token:<12 hex>``), never the
-secret. The request id is the caller's ``X-Request-ID`` when it is a short printable string,
-else a new one; either way the response carries it back.
+Pure ASGI wrappers (no per-request objects beyond the line). The request id is the caller's
+``X-Request-ID`` when it is a short printable string, else a new one; either way the response
+carries it back, whatever the log level (:class:`RequestId`, always installed: a client matches
+its calls to the server's by it). The access log reads the ``Authorization`` header only to
+print the fingerprint the audit trail uses (``token:<12 hex>``), never the secret.
 """
 
 from __future__ import annotations
@@ -49,6 +50,36 @@ def _request_id(given: bytes | None) -> str:
     return os.urandom(8).hex()  # 16 hex digits, as a uuid4's first 16 (without building one)
 
 
+REQUEST_ID: Final = "stateflow.request_id"
+"""The scope key :class:`RequestId` keeps a request's id under (for the access log)."""
+
+
+class RequestId:
+    """Gives every request its id and answers it in ``X-Request-ID``."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        given = None
+        for name, value in scope.get("headers") or ():
+            if name == b"x-request-id":
+                given = value
+                break
+        request_id = scope[REQUEST_ID] = _request_id(given)
+        header = (b"x-request-id", request_id.encode())
+
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), header]
+            await send(message)
+
+        await self.app(scope, receive, sending)
+
+
 class AccessLog:
     def __init__(self, app: ASGIApp, *, json_lines: bool = False) -> None:
         self.app = app
@@ -60,14 +91,13 @@ class AccessLog:
             return
         started = time.perf_counter()
         headers = dict(scope.get("headers") or [])
-        request_id = _request_id(headers.get(b"x-request-id"))
+        request_id = scope.get(REQUEST_ID) or _request_id(headers.get(b"x-request-id"))
         status = 500  # what the client sees when the app fails before answering
 
         async def sending(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = int(message["status"])
-                message["headers"] = [*message.get("headers", []), (b"x-request-id", request_id.encode())]
             await send(message)
 
         try:

@@ -125,7 +125,8 @@ CORS_ALLOW_HEADERS: Final = [
 
 
 def wrap(app: Any, *, access_log: bool, json_lines: bool, cors_origins: list[str]) -> Any:
-    """The app as served: CORS (only when origins are configured) inside the access log."""
+    """The app as served: CORS (only when origins are configured) inside the access log (only
+    at log level debug or info), inside the request id (always)."""
     if cors_origins:
         from starlette.middleware.cors import CORSMiddleware
 
@@ -141,7 +142,9 @@ def wrap(app: Any, *, access_log: bool, json_lines: bool, cors_origins: list[str
         from stateflow.http.access import AccessLog
 
         app = AccessLog(app, json_lines=json_lines)
-    return app
+    from stateflow.http.access import RequestId
+
+    return RequestId(app)
 
 
 def run(
