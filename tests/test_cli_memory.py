@@ -240,3 +240,54 @@ def test_history_show_and_diff_read_an_absent_plane_as_null_as_read_state_does(
     assert (passive.returncode, passive.stdout) == (0, "null\n"), passive.stderr
     below = sf(*base, "history", "show", "0", "--path", "strategy.x", cwd=tmp_path)
     assert below.returncode == 1 and below.stderr.startswith("error[path-not-found]")
+
+
+def test_session_fork_and_restore_reach_beyond_the_model_history_window(
+    backend: str, open_migrated: Any, tmp_path: Path
+) -> None:
+    open_migrated()
+    base = ["--store", backend]
+    for n in range(1, 11):  # ten transitions; the model's window (--history-limit) is 7
+        patch = f'{{"session": {{"tactics": {{"n": {n}}}}}}}'
+        assert sf(*base, "tool", "patch_state", patch, cwd=tmp_path).returncode == 0
+    assert sf(*base, "history", "show", "9", "--path", "tactics.n", cwd=tmp_path).stdout == "1\n"
+    forked = sf(*base, "session", "fork", "early", "--at", "9", cwd=tmp_path)
+    assert forked.returncode == 0, forked.stderr
+    early = sf(*base, "tool", "read_state", '{"path": "tactics.n"}', "--session", "early", cwd=tmp_path)
+    assert early.stdout == '{"value":1}\n'
+    restored = sf(*base, "session", "restore", "8", cwd=tmp_path)
+    assert restored.returncode == 0, restored.stderr
+    assert sf(*base, "tool", "read_state", '{"path": "tactics.n"}', cwd=tmp_path).stdout == '{"value":2}\n'
+    too_deep = sf(*base, "session", "restore", "12", cwd=tmp_path)  # eleven transitions now
+    assert too_deep.returncode == 1
+    assert too_deep.stderr.startswith("error[not-found]: requested history offset 12 predates the retained")
+
+
+def test_session_fork_of_a_session_without_memory_is_refused(
+    backend: str, open_migrated: Any, tmp_path: Path
+) -> None:
+    open_migrated()
+    base = ["--store", backend]
+    assert (
+        sf(*base, "tool", "patch_state", '{"session": {"tactics": {"n": 1}}}', cwd=tmp_path).returncode == 0
+    )
+    typo = sf(*base, "session", "fork", "copy", "--session", "defualt", cwd=tmp_path)
+    assert (typo.returncode, typo.stderr) == (
+        1,
+        "error[invalid-input]: session 'defualt' has no memory: nothing to fork\n",
+    )
+    origin = sf(*base, "session", "fork", "copy", "--at", "1", cwd=tmp_path)
+    assert (
+        origin.stderr
+        == "error[invalid-input]: session 'default' had no memory 1 transition(s) ago: nothing to fork\n"
+    )
+    assert (
+        sf(*base, "history", "list", "--session", "copy", "--scopes", "session", cwd=tmp_path).stdout
+        == "[]\n"
+    )
+    # an empty session id means the default session, and the refusal names it so
+    same = sf(*base, "session", "fork", "", cwd=tmp_path)
+    assert (
+        same.stderr
+        == "error[invalid-input]: session 'default' already has memory; fork into a new session id\n"
+    )

@@ -242,7 +242,12 @@ def session() -> None:
 @session.command("fork")
 @click.argument("new_session")
 @click.option(
-    "--at", "offset", type=click.IntRange(0), default=0, show_default=True, help="History offset to copy."
+    "--at",
+    "offset",
+    type=click.IntRange(0),
+    default=0,
+    show_default=True,
+    help="History offset to copy (any retained depth).",
 )
 @with_view
 def session_fork(view: MemoryView, new_session: str, offset: int) -> None:
@@ -255,7 +260,8 @@ def session_fork(view: MemoryView, new_session: str, offset: int) -> None:
 @click.argument("offset", type=click.IntRange(1))
 @with_view
 def session_restore(view: MemoryView, offset: int) -> None:
-    """Set the session back to its state OFFSET transitions ago (as a new transition)."""
+    """Set the session back to its state OFFSET transitions ago, at any retained depth (as a new
+    transition)."""
     changed = view.restore(offset)
     click.echo("restored" if changed else "already at that state", err=True)
 

@@ -1315,10 +1315,11 @@ class MemoryView(Staging):
     # ------------------------------------------------------------------------- fork and restore
 
     def _session_at(self, offset: int) -> dict[str, Any]:
+        """The session as it was ``offset`` transitions ago, at any retained depth: fork and
+        restore are operator acts, as ``as_of`` is, not bound by the model's history window."""
         current = self._read(None)
-        timeline = self._timeline(max((d.seq or 0 for d in current.values()), default=0))
-        if offset:
-            self._check_offset(offset, timeline)
+        cap = max((d.seq or 0 for d in current.values()), default=0)
+        timeline = self._timeline(cap, depth=offset) if offset else None
         states = self._states_at(offset, current, timeline, None)
         return states.get("session") or {}
 
@@ -1327,6 +1328,9 @@ class MemoryView(Staging):
         if "session" not in self.scopes:
             raise InvalidInput("fork needs a view that selects the session scope")
         body = self._session_at(offset)
+        if not body:  # a mistyped session id would otherwise "fork" into an empty session
+            when = "has no memory" if offset == 0 else f"had no memory {offset} transition(s) ago"
+            raise InvalidInput(f"session {self.identity.session!r} {when}: nothing to fork")
         child = MemoryView(
             self.store,
             Identity.claimed(self.identity.agent, self.identity.cwd, new_session),  # (normalized)
@@ -1334,11 +1338,12 @@ class MemoryView(Staging):
             self.config,
         )
         key = child.identity.key("session")
+        name = child.identity.session
 
         def compute(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
             doc = docs[key]
             if doc.body:
-                raise InvalidInput(f"session {new_session!r} already has memory; fork into a new session id")
+                raise InvalidInput(f"session {name!r} already has memory; fork into a new session id")
             return [Write.between(key, doc.body or {}, body, doc.revision)], None
 
         self.store.update(
