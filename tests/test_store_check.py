@@ -77,6 +77,38 @@ def test_check_names_a_revision_that_no_longer_replays(backend: str) -> None:
     assert "notes/n0" not in out.stdout and "notes/n2" not in out.stdout  # the others are whole
 
 
+_N1 = "(SELECT doc_id FROM documents WHERE subject = 'n1')"
+
+
+@pytest.mark.parametrize(
+    ("damage", "named"),
+    [
+        (f"DELETE FROM members WHERE doc_id = {_N1} AND name = 'text'", "members missing ['text']"),
+        (f"DELETE FROM changes WHERE doc_id = {_N1} AND revision = 4", "notes/n1 revision 4"),
+        (f"UPDATE documents SET revision = 5 WHERE doc_id = {_N1}", "notes/n1 revision 5"),
+    ],
+    ids=["lost member row", "lost newest change", "revision past the history"],
+)
+def test_check_compares_the_current_body_with_what_the_history_builds(
+    backend: str, damage: str, named: str
+) -> None:
+    """Damage to the head that every revision before it survives: a member row gone (the record
+    silently lost a field), the newest change gone (the audit trail lost its last write), a
+    revision the history never reached. Each reads as a sound document, so each is found by
+    building the current revision from the history and comparing."""
+    fill(backend)
+    if backend.startswith("postgres"):
+        with psycopg.connect(backend, autocommit=True) as pg:
+            pg.execute(damage)
+    else:
+        with closing(sqlite3.connect(backend)) as lite, lite:
+            lite.execute(damage)
+    out = sf(backend, "check")
+    assert out.returncode == 1, out.stdout
+    assert named in out.stdout and "notes/n1" in out.stdout, out.stdout
+    assert "notes/n0" not in out.stdout and "notes/n2" not in out.stdout  # the others are whole
+
+
 def test_check_finds_damaged_pages_of_a_sqlite_file(tmp_path: Path) -> None:
     path = tmp_path / "s.db"
     fill(str(path))

@@ -16,9 +16,10 @@ from typing import Any
 from stateflow.errors import CorruptStore, StateflowError, StoreNotFound, StoreUnavailable
 from stateflow.store.base import SqlStore
 from stateflow.store.migrations import SCHEMA_VERSION
-from stateflow.store.model import DocKey
+from stateflow.store.model import DocKey, Document
 from stateflow.store.nodes import all_roots, walk
 from stateflow.store.portable import unfinished_load
+from stateflow.store.tx import Tx
 
 MAX_PROBLEMS = 100
 """A damaged store can have thousands of bad rows; the report names the first ones."""
@@ -138,33 +139,72 @@ class _OtherVersion(Exception):
         self.refusal = refusal
 
 
+def _oldest(tx: Tx) -> dict[int, int]:
+    """Each document's oldest revision its history still rebuilds (retention prunes below it)."""
+    return {
+        int(doc_id): int(revision)
+        for doc_id, revision in tx.all(
+            "SELECT doc_id, min(revision) FROM ("
+            "SELECT doc_id, revision FROM snapshots UNION ALL "
+            "SELECT doc_id, revision - 1 FROM changes) AS kept GROUP BY doc_id"
+        )
+    }
+
+
 def _revisions(store: SqlStore, report: CheckReport) -> None:
     """Every document's current body and every revision its history still reaches decode and
-    replay (revisions older than the retained history are skipped, not counted as damage)."""
+    replay (revisions older than the retained history are skipped, not counted as damage), and
+    the current body is what the history builds at the document's revision: a lost member row,
+    a lost newest change or a revision the history never reached would otherwise read as a
+    sound document."""
     with store._read_tx() as tx:
         docs = tx.all("SELECT doc_id, state, subject, revision FROM documents ORDER BY doc_id")
-        oldest = dict(
-            tx.all(
-                "SELECT doc_id, min(revision) FROM ("
-                "SELECT doc_id, revision FROM snapshots UNION ALL "
-                "SELECT doc_id, revision - 1 FROM changes) AS kept GROUP BY doc_id"
-            )
-        )
+        oldest = _oldest(tx)
     for doc_id, state, subject, revision in docs:
         key = DocKey(state, subject)
         report.count("documents")
-        first = max(1, int(oldest.get(doc_id, revision)))
+        first = max(1, oldest.get(doc_id, int(revision)))
+        built: Document | None = None
         for r in range(first, int(revision) + 1):
             try:
-                store.read_at(key, revision=r)
+                if r < revision:
+                    store.read_at(key, revision=r)
+                else:  # (``read_at`` answers the current revision from the current body)
+                    with store._read_tx() as tx:
+                        built = store._rebuild(tx, key, int(doc_id), r, None)
             except StateflowError as exc:
                 report.problem(f"revisions: {key} revision {r}: {exc.code}: {exc.message}")
                 break  # later revisions replay through this one
             report.count("revisions")
         try:
-            store.get(key)
+            current = store.get(key)
         except StateflowError as exc:
             report.problem(f"documents: {key} current body: {exc.code}: {exc.message}")
+            continue
+        if built is not None and built.body != current.body:
+            report.problem(
+                f"documents: {key} current body (revision {revision}) is not what its history builds "
+                f"at that revision ({_difference(built.body, current.body)})"
+            )
+
+
+def _difference(built: Any, current: Any) -> str:
+    """What differs between the body the history builds and the current one, by member."""
+    if type(built) is not dict or type(current) is not dict:
+        return (
+            "the history builds "
+            + ("no body" if built is None else "a body")
+            + (", the current body is missing" if current is None else "")
+        )
+    missing = [n for n in built if n not in current]
+    extra = [n for n in current if n not in built]
+    changed = [n for n in built if n in current and built[n] != current[n]]
+    parts = [
+        f"{what} {names}"
+        for what, names in (("missing", missing), ("extra", extra), ("changed", changed))
+        if names
+    ]
+    return "members " + ", ".join(parts)
 
 
 def _transitions(store: SqlStore, report: CheckReport) -> None:
@@ -187,11 +227,26 @@ def _transitions(store: SqlStore, report: CheckReport) -> None:
             "SELECT 1 FROM json_each(t.changed) k WHERE k.value ->> 0 = c.doc_id AND k.value ->> 1 = c.revision) "
             "ORDER BY c.seq, c.doc_id"
         )
+        # the other way: each key a transition lists is a change row of a document, unless
+        # retention pruned it (below the document's oldest kept revision) or the document went
+        listed = tx.all(
+            "SELECT t.seq, k.value ->> 0, k.value ->> 1 FROM transitions t, json_each(t.changed) k "
+            "WHERE json_valid(t.changed) AND EXISTS (SELECT 1 FROM documents d WHERE d.doc_id = k.value ->> 0) "
+            "AND NOT EXISTS (SELECT 1 FROM changes c WHERE c.doc_id = k.value ->> 0 AND c.revision = k.value ->> 1) "
+            "ORDER BY t.seq"
+        )
+        oldest = _oldest(tx) if listed else {}
     for doc_id, revision, seq, missing in unlisted:
         why = "which is missing" if missing else "which does not list it"
         report.problem(
             f"transitions: the change of document {doc_id} at revision {revision} names transition {seq}, {why}"
         )
+    for seq, doc_id, revision in listed:
+        if int(revision) > oldest.get(int(doc_id), 0):
+            report.problem(
+                f"transitions: transition {seq} lists the change of document {doc_id} at revision "
+                f"{revision}, which is missing"
+            )
 
 
 def _nodes(store: SqlStore, report: CheckReport) -> None:
