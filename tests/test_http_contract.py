@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from stateflow.store import SqlStore
-from tests.http_api import ADMIN, Api, tenant_api
+from tests.http_api import ADMIN, READER, Api, tenant_api
 
 DECL: dict[str, Any] = {
     "schema": {"type": "object", "properties": {"status": {"type": "string"}}},
@@ -102,3 +102,31 @@ def test_every_name_segment_that_is_not_utf8_is_400(api: Api, method: str, path:
     assert status == 400 and body["code"] == "bad-request", body
     assert "does not percent-decode to UTF-8" in body["error"]
     assert [row["name"] for row in api("GET", "/api/states")[1]["data"]] == ["memory", "tickets"]
+
+
+def test_head_is_answered_wherever_get_is_as_the_get_without_its_body(api: Api) -> None:
+    api("PUT", REC, {"status": "open"})
+    for path in (
+        "/api/states",
+        "/api/states/tickets",
+        REC,
+        f"{REC}?revision=1",
+        f"{REC}/writes",
+        "/api/states/tickets/subjects",
+        "/api/state-templates",
+        "/api/health",
+        "/openapi.json",
+    ):
+        got = api.client.get(path, headers={"Authorization": f"Bearer {READER}"})
+        head = api.client.head(path, headers={"Authorization": f"Bearer {READER}"})
+        assert head.status_code == got.status_code == 200, (path, head.text)
+        assert head.content == b"" and head.headers["content-length"] == got.headers["content-length"]
+        assert head.headers.get("etag") == got.headers.get("etag")
+    assert api.client.head(REC, headers={"Authorization": f"Bearer {ADMIN}"}).headers["etag"] == '"1"'
+    held = {"Authorization": f"Bearer {ADMIN}", "If-None-Match": '"1"'}
+    assert api.client.head(REC, headers=held).status_code == 304
+    missing = api.client.head("/api/states/nothing", headers={"Authorization": f"Bearer {ADMIN}"})
+    assert missing.status_code == 404 and missing.content == b""
+    assert api.client.head("/api/states").status_code == 401  # (the token is checked as for the GET)
+    refused = api.client.head(f"{REC}/deltas", headers={"Authorization": f"Bearer {ADMIN}"})
+    assert refused.status_code == 405 and refused.headers["allow"] == "POST"

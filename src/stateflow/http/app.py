@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
 from starlette.routing import BaseRoute, Match, Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from stateflow import __version__
 from stateflow.aio import EdgeCalls
@@ -859,6 +859,8 @@ def create_app(
                 and route.matches(scope)[0] != Match.NONE
             ):
                 methods |= route.methods
+        if "GET" in methods:
+            methods.add("HEAD")  # (answered as the GET: see ``_Api``)
         return sorted(methods)
 
     @app.exception_handler(405)
@@ -895,6 +897,19 @@ def _internal_error() -> Response:
     return JSONResponse({"error": "internal error", "code": "internal"}, status_code=500)
 
 
+HEAD_PATHS: Final = ("/api/", "/openapi.json", "/docs")
+"""Where a HEAD is answered as the GET, without its body."""
+
+
+def _bodiless(send: Send) -> Send:
+    async def sending(message: Message) -> None:
+        if message["type"] == "http.response.body" and message.get("body"):
+            message = {**message, "body": b""}
+        await send(message)
+
+    return sending
+
+
 class _Api(FastAPI):
     """FastAPI, with a record route's request taken from the server straight to the body limit,
     the token check and the record handler (``front_stack``: instances of their own) where
@@ -928,6 +943,11 @@ class _Api(FastAPI):
         return stack
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "HEAD" and scope["path"].startswith(HEAD_PATHS):
+            # HEAD wherever GET is served (RFC 9110 §9.3.2): the GET's answer, headers and all
+            # (a record's ETag), without its body. (Not /mcp: its GET is an endless event stream.)
+            scope = {**scope, "method": "GET"}
+            send = _bodiless(send)
         if (
             self._front_open
             and scope["type"] == "http"
@@ -974,13 +994,13 @@ def _query_names(suffix: list[str], method: str) -> tuple[str, ...]:
 def _allowed(suffix: list[str]) -> list[str]:
     """The methods a record sub-route answers (for a 405's ``Allow``); empty for no route."""
     if not suffix:
-        return ["DELETE", "GET", "PATCH", "PUT"]
+        return ["DELETE", "GET", "HEAD", "PATCH", "PUT"]
     if suffix in (["deltas"], ["fold"], ["revert"]):
         return ["POST"]
     if suffix in (["writes"], ["diff"]):
-        return ["GET"]
+        return ["GET", "HEAD"]
     if len(suffix) == 2 and suffix[0] == "template-jq":
-        return ["GET", "POST"]
+        return ["GET", "HEAD", "POST"]
     return []
 
 
