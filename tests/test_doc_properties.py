@@ -7,7 +7,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from stateflow.doc.canonical import decode, encode, identical
+from stateflow.doc.canonical import decode, encode, equality_key, identical, json_equal
 from stateflow.doc.diff import Edit, apply_edits, diff, to_patch
 from stateflow.doc.merge import merge_patch, overlay
 from stateflow.doc.ops import apply_ops, parse_ops
@@ -141,3 +141,19 @@ def test_object_only_patches_associate(doc: dict[str, Any], p: dict[str, Any]) -
     q = {k: v for k, v in p.items() if type(v) is dict}
     combined = merge_patch(p, q)
     assert merge_patch(merge_patch(doc, p), q) == merge_patch(doc, combined)
+
+
+small_scalars = st.none() | st.booleans() | st.sampled_from([0, 1, 1.0, -0.0, 2, 2.5, "1", "a", ""])
+small_values = st.recursive(
+    small_scalars,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from("ab"), inner, max_size=2),
+    max_leaves=6,
+)
+
+
+@given(small_values, small_values)
+def test_equality_keys_agree_with_json_equality(a: Any, b: Any) -> None:
+    """``equality_key`` matches values by one hash lookup: equal keys exactly for JSON-equal
+    values (``1`` and ``1.0`` alike, ``true`` and ``1`` apart, key order ignored)."""
+    assert (equality_key(a) == equality_key(b)) is json_equal(a, b)
+    assert json_equal(a, b) <= (hash(equality_key(a)) == hash(equality_key(b)))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Hashable
 from typing import Any, Final
 
 import orjson
@@ -311,6 +312,21 @@ def json_equal(a: JSON, b: JSON) -> bool:
     if ta in (int, float):
         return tb in (int, float) and a == b
     return bool(ta is tb and a == b)
+
+
+def equality_key(value: JSON) -> Hashable:
+    """A hashable form of ``value``, equal for two values exactly when :func:`json_equal` says
+    they are: values are matched against many others by one set lookup each, not compared
+    pairwise."""
+    kind = type(value)
+    if kind is dict:
+        return (1, tuple(sorted((k, equality_key(v)) for k, v in value.items())))
+    if kind is list:
+        return (0, tuple(equality_key(v) for v in value))
+    if kind is bool:
+        return (2, value)  # (True == 1 in Python; JSON keeps them apart)
+    scalar: Hashable = value  # (a number: 1 == 1.0 and their hashes agree; a string; null)
+    return scalar
 
 
 def identical(a: JSON, b: JSON) -> bool:

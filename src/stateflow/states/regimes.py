@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from stateflow.doc.canonical import JSON, json_equal
+from stateflow.doc.canonical import JSON, equality_key, json_equal
 from stateflow.doc.diff import diff
 from stateflow.doc.ops import Op
 from stateflow.doc.select import MISSING
@@ -115,47 +115,115 @@ def check_document_write(declaration: dict[str, Any], old: JSON, new: JSON) -> N
 
 
 def stamp(declaration: dict[str, Any], ops: list[Op], origin: dict[str, Any]) -> list[Op]:
-    """Stamp ``_trace`` into the objects written under traced attachment paths."""
+    """Stamp ``_trace`` into what ops write under traced attachment paths: a ``set``'s object
+    value, each object item of a keyed op's value or of an array a ``set`` writes, and the
+    attachment's object a ``set`` above its path writes (see :func:`_restamped` for what lies
+    deeper)."""
     paths = traced(declaration)
     if not paths:
         return ops
     out = []
     for op in ops:
-        if op.kind == "set" and type(op.value) is dict:
-            # a set above a traced path writes the attachment's object inside its value
-            value = op.value
-            for p in paths:
-                inner = p[len(op.path) :]
-                if inner and list(op.path) == p[: len(op.path)] and type(value_at(value, inner)) is dict:
-                    value = _put(value, inner, {**value_at(value, inner), "_trace": _trace(origin)})
-            if value is not op.value:
-                out.append(
-                    Op(op.kind, op.path, {**op.raw, "value": value}, value, op.key_field, op.keys, op.guard)
-                )
-                continue
-        if not any(list(op.path[: len(p)]) == p for p in paths) or op.kind in (
-            "remove",
-            "remove_by_key",
-            "unset_by_key",
-        ):
+        value = _stamped_value(op, paths, origin)
+        if value is op.value:
             out.append(op)
-            continue
-        value = _stamped(op.value, op.kind, origin)
-        raw = {**op.raw, "value": value}
-        out.append(Op(op.kind, op.path, raw, value, op.key_field, op.keys, op.guard))
+        else:
+            out.append(
+                Op(op.kind, op.path, {**op.raw, "value": value}, value, op.key_field, op.keys, op.guard)
+            )
     return out
 
 
+def _stamped_value(op: Op, paths: list[list[str]], origin: dict[str, Any]) -> Any:
+    if op.kind in ("remove", "remove_by_key", "unset_by_key"):
+        return op.value
+    value = op.value
+    where = list(op.path)
+    for p in paths:
+        if op.kind == "set" and len(where) < len(p) and where == p[: len(where)]:
+            # a set above a traced path writes the attachment's object inside its value
+            inner = p[len(where) :]
+            attached = value_at(value, inner)
+            if type(attached) is dict:
+                value = _put(value, inner, _restamped(attached, MISSING, origin, stamp=True, in_item=False))
+            continue
+        if where[: len(p)] != p:
+            continue
+        # written inside an array's item (an index or '-' below the traced path): arrays there
+        # are not the traced object's own
+        in_item = any(type(seg) is int or seg == "-" for seg in where[len(p) :])
+        if op.kind == "set":
+            if type(value) is dict or type(value) is list:
+                value = _restamped(value, MISSING, origin, stamp=type(value) is dict, in_item=in_item)
+        elif op.kind in ("set_by_key", "merge_by_key"):
+            value = [_item(v, origin) for v in value] if type(value) is list else _item(value, origin)
+        elif op.kind == "set_by_key_each":
+            value = {k: [_item(v, origin) for v in items] for k, items in value.items()}
+        break  # (attachments do not overlap: one traced path holds the op)
+    return value
+
+
+def _item(value: Any, origin: dict[str, Any]) -> Any:
+    """A keyed op's item as written: an object stamped."""
+    if type(value) is dict:
+        return _restamped(value, MISSING, origin, stamp=True, in_item=True)
+    return value
+
+
 def stamp_document(declaration: dict[str, Any], old: JSON, new: JSON, origin: dict[str, Any]) -> JSON:
-    """Stamp ``_trace`` into the traced objects a whole-document write changes."""
+    """Stamp ``_trace`` where a whole-document write (replace, merge, revert) changes what lies
+    under a traced path: the attachment's object, and each object item of its arrays that is
+    not one of the stored array's items (see :func:`_restamped`)."""
     paths = traced(declaration)
     if not paths or type(new) is not dict:
         return new
     for path in paths:
         value = value_at(new, path)
-        if type(value) is dict and not json_equal(value, value_at(old, path)):
-            new = _put(new, path, {**value, "_trace": _trace(origin)})
+        if type(value) is dict:
+            stamped = _restamped(value, value_at(old, path), origin, stamp=True, in_item=False)
+            if stamped is not value:
+                new = _put(new, path, stamped)
     return new
+
+
+def _restamped(value: JSON, old: Any, origin: dict[str, Any], *, stamp: bool, in_item: bool) -> JSON:
+    """``value`` written under a traced path where ``old`` was (:data:`MISSING`: nothing).
+
+    Whatever equals ``old`` is kept as stored, stamps included. Where it differs: an object gets
+    the platform's stamp if it is a stamp position (``stamp``: the attachment's object, a keyed
+    op's item, a ``set``'s object value) or if it carries a ``_trace`` (never kept as supplied);
+    an array's object items that are not among ``old``'s items (matched by JSON equality, one
+    set lookup each) are stamp positions — as keyed ops stamp them — unless the array lies
+    inside an item (``in_item``), where only the ``_trace`` they carry is replaced."""
+    kind = type(value)
+    if kind is dict:
+        if old is not MISSING and json_equal(value, old):
+            return value
+        prior = old if type(old) is dict else {}
+        out: dict[str, Any] = {}
+        for key, member in value.items():
+            if key == "_trace":
+                out[key] = _trace(origin)
+            elif type(member) is dict or type(member) is list:
+                out[key] = _restamped(member, prior.get(key, MISSING), origin, stamp=False, in_item=in_item)
+            else:
+                out[key] = member
+        if stamp and "_trace" not in out:
+            out["_trace"] = _trace(origin)
+        return out
+    if kind is list:
+        kept = {equality_key(item) for item in old} if type(old) is list and old else None
+        items: list[JSON] = []
+        for item in value:
+            if (type(item) is dict or type(item) is list) and (
+                kept is None or equality_key(item) not in kept
+            ):
+                is_position = type(item) is dict and not in_item
+                items.append(_restamped(item, MISSING, origin, stamp=is_position, in_item=True))
+            else:
+                items.append(item)
+        return items
+    return value
 
 
 def value_at(doc: JSON, path: list[Any]) -> JSON:
@@ -184,16 +252,3 @@ def _trace(origin: dict[str, Any]) -> dict[str, Any]:
         "inbound": origin.get("inbound_id"),
         "at": utc_now(),
     }
-
-
-def _stamped(value: Any, kind: str, origin: dict[str, Any]) -> Any:
-    def stamp_one(item: Any) -> Any:
-        return {**item, "_trace": _trace(origin)} if type(item) is dict else item
-
-    if kind == "set":
-        return stamp_one(value)
-    if kind in ("set_by_key", "merge_by_key"):
-        return [stamp_one(v) for v in value] if type(value) is list else stamp_one(value)
-    if kind == "set_by_key_each":
-        return {k: [stamp_one(v) for v in items] for k, items in value.items()}
-    return value
