@@ -291,3 +291,24 @@ def test_session_fork_of_a_session_without_memory_is_refused(
         same.stderr
         == "error[invalid-input]: session 'default' already has memory; fork into a new session id\n"
     )
+
+
+def test_respond_says_when_it_clears_and_refuses_text_that_is_not_unicode(db: str, tmp_path: Path) -> None:
+    base = ["--store", db]
+    assert sf(*base, "respond", "the answer", cwd=tmp_path).stderr == "response recorded\n"
+    for encoding in ("", "utf-8"):  # the locale's stdin, and a strict UTF-8 one
+        not_utf8 = subprocess.run(
+            ["stateflow", *base, "respond", "-"],
+            input=b"caf\xe9",
+            capture_output=True,
+            timeout=60,
+            cwd=tmp_path,
+            env={**os.environ, "PYTHONIOENCODING": encoding},
+        )
+        assert not_utf8.returncode == 1
+        assert not_utf8.stderr.decode().startswith("error[invalid-input]: a response must be Unicode text")
+    read = sf(*base, "tool", "read_state", '{"path": "response"}', cwd=tmp_path)
+    assert read.stdout == '{"value":"the answer"}\n'
+    assert sf(*base, "respond", "", cwd=tmp_path).stderr == "response cleared\n"
+    assert sf(*base, "tool", "read_state", '{"path": "response"}', cwd=tmp_path).stdout == '{"value":null}\n'
+    assert sf(*base, "respond", "", cwd=tmp_path).stderr == "response unchanged\n"

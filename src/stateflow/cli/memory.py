@@ -181,14 +181,16 @@ def context(view: MemoryView, as_json: bool) -> None:
 @click.argument("text")
 @with_view
 def respond(view: MemoryView, text: str) -> None:
-    """Record TEXT as the session's latest accepted answer ('-' reads stdin).
+    """Record TEXT as the session's latest accepted answer ('-' reads stdin); an empty TEXT
+    clears it.
 
     Refused when --scopes leaves out the session scope.
     """
-    if text == "-":
-        text = sys.stdin.read()
+    if text == "-":  # bytes that are not UTF-8 kept as surrogates, as in an argument: refused by name
+        text = sys.stdin.buffer.read().decode("utf-8", "surrogateescape")
     changed = view.record_response(text)
-    click.echo("response recorded" if changed else "response unchanged", err=True)
+    said = "response unchanged" if not changed else "response recorded" if text else "response cleared"
+    click.echo(said, err=True)
 
 
 @click.group("history")

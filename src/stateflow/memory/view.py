@@ -1260,6 +1260,13 @@ class MemoryView(Staging):
             return False
         if not isinstance(text, str):
             raise InvalidInput("a response is a string")
+        try:
+            text.encode()
+        except UnicodeEncodeError:  # named here, not as the store's "value is not JSON"
+            raise InvalidInput(
+                "a response must be Unicode text: it holds a lone surrogate (such as a byte that is "
+                "not UTF-8 in a command-line argument or on standard input)"
+            ) from None
         key = self.identity.key("session")
 
         def compute(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
