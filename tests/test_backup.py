@@ -4,6 +4,7 @@ writer in another process keeps committing."""
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -121,3 +122,38 @@ def test_backup_copies_one_snapshot_once_while_every_step_meets_a_commit(tmp_pat
         assert copy.get(DocKey("live", "k1")).revision == 0  # committed after the copy began
     finally:
         copy.close()
+
+
+def test_a_backup_leaves_out_the_pages_deletes_freed(tmp_path: Path) -> None:
+    """The store keeps the pages a purge freed (its file does not shrink); its backup is
+    rebuilt without them and still holds every record left."""
+    from stateflow.store import DocKey, Write
+
+    path = tmp_path / "live.db"
+    store = open_store(str(path), auto_migrate=True)
+    try:
+        store.commit(
+            [Write.between(DocKey("big", f"k{i}"), None, {"t": "x" * 20000}, expect=0) for i in range(200)]
+        )
+        store.commit([Write.between(DocKey("kept", "one"), None, {"n": 1}, expect=0)])
+        store.purge("big")
+    finally:
+        store.close()
+    out = sf(dict(os.environ, STATEFLOW_STORE=str(path)), "backup", str(tmp_path / "copy.db"))
+    assert out.returncode == 0, out.stderr
+    copy = tmp_path / "copy.db"
+    assert copy.stat().st_size * 10 < path.stat().st_size
+    conn = sqlite3.connect(copy)
+    try:
+        assert (
+            conn.execute("PRAGMA freelist_count").fetchone()[0] * 4
+            < conn.execute("PRAGMA page_count").fetchone()[0]
+        )
+    finally:
+        conn.close()
+    restored = open_store(str(copy))
+    try:
+        assert restored.get(DocKey("kept", "one")).body == {"n": 1}
+        assert restored.get(DocKey("big", "k1")).body is None
+    finally:
+        restored.close()

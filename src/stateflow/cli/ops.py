@@ -77,8 +77,8 @@ def _sql(store: object) -> SqlStore:
 @refusals
 def backup(ctx: Context, target: Path, force: bool, progress: bool | None) -> None:
     """Copy a live SQLite store to TARGET: a consistent snapshot (the store as the copy began),
-    taken with SQLite's online backup while writers carry on. (PostgreSQL: use pg_dump, or
-    `stateflow dump`.)"""
+    taken with SQLite's online backup while writers carry on, without the free pages deletes
+    left when they are more than a quarter of it. (PostgreSQL: use pg_dump, or `stateflow dump`.)"""
     from stateflow.store.backup import sqlite_backup
 
     location = resolve_store_url(ctx.store_location)

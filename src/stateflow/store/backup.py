@@ -12,15 +12,19 @@ from stateflow.files import unwritable
 from stateflow.store.sqlite import FILE_MODE, store_files
 from stateflow.store.sqlite_file import connect_read_only, holding, preflight
 
+COMPACT_SHARE = 4
+"""A copy whose free pages are more than one in this many is compacted (``VACUUM``)."""
+
 
 def sqlite_backup(
     source: Path, target: Path, *, replace: bool = False, progress: Callable[[str, int], None] | None = None
 ) -> int:
     """Copy ``source`` to ``target`` (0600) page by page, in steps, from one read snapshot (the
-    writers carry on: they never wait for the copy, nor restart it); the copy is checked (``quick_check``) before it replaces ``target``. Returns
-    the number of pages copied; ``progress`` is told ``("pages", n)`` after each step. The
-    source is opened as every read-only open is (a file on a read-only medium is read alone
-    when its WAL holds nothing)."""
+    writers carry on: they never wait for the copy, nor restart it), compacted when more than a
+    quarter of it is free pages; the copy is checked (``quick_check``) before it replaces
+    ``target``. Returns the number of pages of the copy; ``progress`` is told ``("pages", n)``
+    after each step. The source is opened as every read-only open is (a file on a read-only
+    medium is read alone when its WAL holds nothing)."""
     if not preflight(source):
         raise StoreNotFound(f"no store at {source}")
     # the store's own files first: --force would not help there, so it must not be suggested
@@ -59,6 +63,12 @@ def sqlite_backup(
                     src.backup(dst, pages=1024, progress=step)
                     src.execute("ROLLBACK")
                     dst.execute("PRAGMA journal_mode = DELETE")  # one self-contained file
+                    # a store keeps the pages deletes, erasures and pruning freed (for its next
+                    # writes); where they are a good part of the copy, the copy is rebuilt
+                    # without them (it is private: nothing waits for it)
+                    free = int(dst.execute("PRAGMA freelist_count").fetchone()[0])
+                    if free * COMPACT_SHARE > int(dst.execute("PRAGMA page_count").fetchone()[0]):
+                        dst.execute("VACUUM")
                     (verdict,) = dst.execute("PRAGMA quick_check").fetchone()
                     pages = int(dst.execute("PRAGMA page_count").fetchone()[0])
                 finally:
