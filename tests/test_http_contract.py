@@ -130,3 +130,29 @@ def test_head_is_answered_wherever_get_is_as_the_get_without_its_body(api: Api) 
     assert api.client.head("/api/states").status_code == 401  # (the token is checked as for the GET)
     refused = api.client.head(f"{REC}/deltas", headers={"Authorization": f"Bearer {ADMIN}"})
     assert refused.status_code == 405 and refused.headers["allow"] == "POST"
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/states/",
+        "/api/states/tickets/",
+        f"{REC}/",
+        f"{REC}/writes/",
+        "/api/state-templates/",
+        "/docs/",
+    ],
+)
+def test_a_trailing_slash_is_a_json_404_never_a_redirect(api: Api, path: str) -> None:
+    r = api.client.get(
+        path,
+        headers={"Authorization": f"Bearer {ADMIN}", "Host": "evil.example"},
+        follow_redirects=False,
+    )
+    assert r.status_code == 404 and "location" not in r.headers, (path, r.headers)
+    assert r.json() == {
+        "error": f"no route for GET {path} (paths take no trailing slash: {path.rstrip('/')})",
+        "code": "not-found",
+    }
+    r = api.client.get("/api/states/tickets/records", headers={"Authorization": f"Bearer {ADMIN}"})
+    assert r.status_code == 404 and "location" not in r.headers

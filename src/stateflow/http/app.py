@@ -392,6 +392,9 @@ def create_app(
         description="Declared JSON states with an audit trail. Send `Authorization: Bearer <token>`.",
         docs_url=None,  # served by mount_docs from the package's own assets
         redoc_url=None,
+        # a trailing slash is a 404 like any other unknown path: Starlette's redirect would be
+        # a bodiless 307 to an absolute URL built from the request's Host header
+        redirect_slashes=False,
     )
     quick = quicken_telemetry(app)  # (FastAPI's check for an OpenTelemetry provider, on every request)
     mount_docs(app)
@@ -778,7 +781,7 @@ def create_app(
         allow = _allowed(suffix)
         if allow:
             raise MethodNotAllowed(f"{method} is not allowed on {request.url.path}", allow)
-        return _json(404, {"error": f"no route for {method} {request.url.path}", "code": "not-found"})
+        return _json(404, {"error": _no_route(request), "code": "not-found"})
 
     async def record_endpoint(request: Request) -> Response:
         params = request.path_params
@@ -844,7 +847,7 @@ def create_app(
 
     @app.exception_handler(404)
     async def _not_found(request: Request, exc: Exception) -> Response:
-        return _json(404, {"error": f"no route for {request.method} {request.url.path}", "code": "not-found"})
+        return _json(404, {"error": _no_route(request), "code": "not-found"})
 
     def allowed(scope: Scope) -> list[str]:
         """Every method of every route whose path matches the request's — the record routes
@@ -884,6 +887,14 @@ def create_app(
         )
         app.own_middleware = len(app.user_middleware)
     return app
+
+
+def _no_route(request: Request) -> str:
+    path: str = request.url.path
+    said = f"no route for {request.method} {path}"
+    if path.endswith("/") and path != "/":
+        said += f" (paths take no trailing slash: {path.rstrip('/')})"
+    return said
 
 
 def _header_allow(exc: Exception) -> list[str]:
