@@ -312,3 +312,18 @@ def test_respond_says_when_it_clears_and_refuses_text_that_is_not_unicode(db: st
     assert sf(*base, "respond", "", cwd=tmp_path).stderr == "response cleared\n"
     assert sf(*base, "tool", "read_state", '{"path": "response"}', cwd=tmp_path).stdout == '{"value":null}\n'
     assert sf(*base, "respond", "", cwd=tmp_path).stderr == "response unchanged\n"
+
+
+def test_context_in_mode_off_shows_no_memory_as_text_or_json(db: str, tmp_path: Path) -> None:
+    base = ["--store", db]
+    assert (
+        sf(
+            *base, "tool", "patch_state", '{"session": {"tactics": {"secret": "kept"}}}', cwd=tmp_path
+        ).returncode
+        == 0
+    )
+    text = sf(*base, "context", "--mode", "off", cwd=tmp_path)
+    assert text.stdout == "State Flow memory is off for this session: there are no memory tools.\n"
+    shown = sf(*base, "context", "--mode", "off", "--json", cwd=tmp_path)
+    assert shown.returncode == 0 and "kept" not in shown.stdout
+    assert json.loads(shown.stdout)["head"] == {} and json.loads(shown.stdout)["hot_bytes"] == 0

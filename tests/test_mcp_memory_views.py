@@ -170,11 +170,14 @@ def test_mode_off_offers_no_memory_tools_and_says_memory_is_off(
                 "instructions": init.instructions,
                 "tools": (await client.list_tools()).tools,
                 "read": await client.call_tool("read_state", {"path": "effective"}),
+                "json": (await client.read_resource("stateflow://memory/context.json")).contents[0],
             }
 
+    memory_cli(backend, tmp_path, "tool", "patch_state", '{"session": {"tactics": {"secret": "kept"}}}')
     out = anyio.run(run)
     assert out["instructions"] == "State Flow memory is off for this session: there are no memory tools.\n"
     assert out["tools"] == []
+    assert json.loads(out["json"].text)["head"] == {}  # no memory shown, as the text shows none
     assert text(out["read"]) == "error[invalid-input]: memory tools are off for this session (mode off)"
 
 

@@ -1169,7 +1169,10 @@ class MemoryView(Staging):
         return nav
 
     def context(self) -> Context:
-        """What a model sees at the start of a turn (no lazy bodies), byte-stable per state."""
+        """What a model sees at the start of a turn (no lazy bodies), byte-stable per state.
+        Mode off shows no memory: the head is empty on every door (text, JSON, MCP resource)."""
+        if self.config.mode == "off":
+            return Context(projection=self.current_projection(), head={}, mode="off", scopes=self.scopes)
         docs = self._read([*self.planes.hot, RUNTIME], outlines=["lazy"])
         states = {s: d.body for s, d in docs.items()}
         state = self._hot_view(states)
