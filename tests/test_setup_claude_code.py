@@ -117,6 +117,21 @@ def test_the_hook_refuses_an_event_that_cannot_add_context(tmp_path: Path) -> No
     assert not (tmp_path / "m.db").exists()
 
 
+def test_the_hook_refuses_input_that_is_not_utf8_whatever_the_locale(tmp_path: Path) -> None:
+    for encoding in ("", "utf-8"):  # the locale's stdin, and a strict UTF-8 one
+        out = subprocess.run(
+            ["stateflow", "--store", str(tmp_path / "m.db"), "hook", "claude-code"],
+            capture_output=True,
+            timeout=60,
+            cwd=tmp_path,
+            input=b'{"session_id": "caf\xe9", "hook_event_name": "SessionStart"}',
+            env={**os.environ, "PYTHONIOENCODING": encoding},
+        )
+        assert out.returncode == 1
+        assert out.stderr.decode().startswith("error[invalid-input]: the hook input on stdin is not JSON (")
+        assert b"Traceback" not in out.stderr
+
+
 def test_the_hook_still_gives_the_context_when_it_cannot_record_the_session(tmp_path: Path) -> None:
     """A runtime directory that cannot be made (a file in its way) costs only the record the
     server follows: the turn still gets its memory, and stderr says why in one line."""

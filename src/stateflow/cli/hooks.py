@@ -74,10 +74,10 @@ def hook_session(store_url: str, agent: str, cwd: str) -> str | None:
 
 
 def _hook_input() -> dict[str, Any]:
-    text = sys.stdin.read()
+    text = sys.stdin.buffer.read()  # bytes: a text stream may fail to decode them before json can refuse
     try:
         value = json.loads(text) if text.strip() else {}
-    except ValueError as exc:
+    except ValueError as exc:  # (UnicodeDecodeError included)
         raise InvalidInput(f"the hook input on stdin is not JSON ({exc})") from exc
     if not isinstance(value, dict):
         raise InvalidInput("the hook input on stdin must be a JSON object")
