@@ -10,6 +10,7 @@ import copy
 import operator
 import threading
 import uuid
+from datetime import UTC, datetime
 from typing import Annotated, Any, TypedDict
 
 import pytest
@@ -21,9 +22,11 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.store.base import BaseStore
 from langgraph.types import Command, Send, interrupt
 
+from stateflow.config import Config, RetentionConfig
 from stateflow.langgraph import StateflowSaver, StateflowStore
 from stateflow.states import StatesService
 from stateflow.store import open_store
+from stateflow.store.clock import restoring_time
 
 
 class State(TypedDict):
@@ -304,3 +307,46 @@ def test_checkpoint_audit_rows_carry_the_invocations_run_id(backend: str) -> Non
         assert audited("by-metadata", "checkpoint") == audited("by-metadata", "writes") == {"named"}
         tup = saver.get_tuple({"configurable": {"thread_id": "by-config"}})
         assert tup is not None and "run_id" not in tup.metadata  # (LangGraph's metadata, as given)
+
+
+class Topic(TypedDict):
+    topic: str
+    notes: Annotated[list[str], operator.add]
+
+
+def test_the_default_retention_sweeps_the_store_never_a_threads_checkpoints(backend: str) -> None:
+    """``STATEFLOW_DEFAULT_RETENTION_DAYS`` sweeps the store's items by age (they are independent)
+    but never the saver's records: a checkpoint keeps a channel it did not write in an earlier
+    checkpoint's record, so a thread's old checkpoints erased by age would leave its newest
+    unreadable. After the sweep the thread reads whole, its history too."""
+    states = StatesService(
+        open_store(backend, auto_migrate=True), Config(retention=RetentionConfig(default_days=30))
+    )
+    try:
+        memories = StateflowStore(states)
+        graph = (
+            StateGraph(Topic)
+            .add_node("note", lambda s: {"notes": [f"{s['topic']} {len(s['notes'])}"]})
+            .add_edge(START, "note")
+            .compile(checkpointer=StateflowSaver(states), store=memories)
+        )
+        thread: RunnableConfig = {"configurable": {"thread_id": "chat"}}
+        with restoring_time("2020-01-01T00:00:00.000000Z"):  # a session long ago
+            graph.invoke({"topic": "tea", "notes": []}, thread, durability="sync")
+            memories.put(("memories", "ada"), "old", {"fact": "likes tea"})
+        today: Any = {"notes": []}  # (``topic`` unwritten: kept in the old session's checkpoint)
+        graph.invoke(today, thread, durability="sync")
+        memories.put(("memories", "ada"), "new", {"fact": "plays chess"})
+        before = list(graph.get_state_history(thread))
+        assert before[0].values == {"topic": "tea", "notes": ["tea 0", "tea 1"]}
+        subjects = states.subjects("langgraph_checkpoints", kind="checkpoint")["subjects"]
+        assert len(subjects) == len(before) >= 4
+
+        report = states.prune(now=datetime.now(UTC))
+
+        assert report["pruned"] == {"langgraph_store": 1}  # the checkpoints' state is exempt
+        assert [i.key for i in memories.search(("memories", "ada"))] == ["new"]
+        assert graph.get_state(thread).values == {"topic": "tea", "notes": ["tea 0", "tea 1"]}
+        assert [h.values for h in graph.get_state_history(thread)] == [h.values for h in before]
+    finally:
+        states.store.close()

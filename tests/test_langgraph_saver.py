@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncGenerator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,8 @@ from langgraph.checkpoint.conformance.capabilities import Capability
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 from langgraph.checkpoint.memory import InMemorySaver
 
-from stateflow.errors import CorruptStore
+from stateflow.config import Config, RetentionConfig
+from stateflow.errors import CorruptStore, InvalidInput
 from stateflow.langgraph import StateflowSaver
 from stateflow.langgraph.saver import _EARLIER, DECLARATION, STATE
 from stateflow.states import StatesService
@@ -449,8 +451,8 @@ def test_a_checkpoint_replaced_through_another_door_with_one_that_does_not_decod
 def test_a_checkpoint_whose_values_lived_in_an_erased_one_is_refused_by_name(backend: str, door: str) -> None:
     """A checkpoint keeps a channel it did not write in the checkpoint holding it (``sources``):
     with that record erased other than by the saver — through a door, or by the retention
-    sweep, which erases records by age — the newest checkpoint is refused by name, never
-    answered without the channel."""
+    sweep on a state an operator declared not exempt — the newest checkpoint is refused by
+    name, never answered without the channel."""
     store = open_store(backend, auto_migrate=True)
     try:
         states = StatesService(store)
@@ -478,7 +480,7 @@ def test_a_checkpoint_whose_values_lived_in_an_erased_one_is_refused_by_name(bac
             states.declare(
                 "langgraph_checkpoints",
                 {k: declared[k] for k in ("schema", "subject_kinds", "default_subject_kind")}
-                | {"retention_days": 1},
+                | {"retention_exempt": False, "retention_days": 1},
             )
             assert states.prune()["pruned"]["langgraph_checkpoints"] == 2
         assert states.read("langgraph_checkpoints", subject) is None
@@ -493,6 +495,48 @@ def test_a_checkpoint_whose_values_lived_in_an_erased_one_is_refused_by_name(bac
                 match=f"checkpoint '{newest}' of thread 't'.*channel 'b' in checkpoint '{second}'",
             ):
                 read()
+    finally:
+        store.close()
+
+
+def test_the_checkpoint_state_is_retention_exempt_even_over_an_earlier_declaration(backend: str) -> None:
+    """The saver declares its state ``retention_exempt`` (under any name): over one an earlier
+    version declared, which an operator gave a ``retention_days``, the saver's declaration
+    wins; a re-declare that does not name the field keeps it, and one combining it with a
+    retention is refused — the sweep never erases a thread's checkpoints by age."""
+    store = open_store(backend, auto_migrate=True)
+    try:
+        states = StatesService(store)
+        earlier = {k: v for k, v in DECLARATION.items() if k != "retention_exempt"}
+        states.declare("threads", {**earlier, "schema": _EARLIER[-1], "retention_days": 7})
+        assert states.get_declaration("threads")["retention_exempt"] is False
+
+        saver = StateflowSaver(states, state="threads")
+        declared = states.get_declaration("threads")
+        assert (declared["retention_exempt"], declared["retention_days"]) == (True, None)
+        saver.put(
+            {"configurable": {"thread_id": "t", "checkpoint_ns": ""}},
+            generate_checkpoint(channel_values={"a": 1}, channel_versions={"a": 1}),
+            generate_metadata(),
+            {"a": 1},
+        )
+        as_declared = {k: declared[k] for k in ("schema", "subject_kinds", "default_subject_kind")}
+        states.declare("threads", {**as_declared, "description": "renamed"})  # (field not named)
+        assert states.get_declaration("threads")["retention_exempt"] is True
+        for contradicting in ({"retention_days": 1}, {"retention_days": 1, "retention_exempt": True}):
+            with pytest.raises(InvalidInput, match="retention_exempt and retention_days contradict"):
+                states.declare("threads", {**as_declared, **contradicting})
+        with pytest.raises(InvalidInput, match="retention_exempt must be true or false"):
+            states.declare("threads", {**as_declared, "retention_exempt": "yes"})
+        assert states.get_declaration("threads")["retention_exempt"] is True
+        later = datetime.now(UTC) + timedelta(days=10_000)
+        assert (
+            "threads"
+            not in StatesService(store, Config(retention=RetentionConfig(default_days=1))).prune(now=later)[
+                "pruned"
+            ]
+        )
+        assert saver.get_tuple({"configurable": {"thread_id": "t"}}) is not None
     finally:
         store.close()
 

@@ -63,6 +63,16 @@ def test_declare_list_get_and_computed_fields(api: Api) -> None:
     assert [d["name"] for d in body["data"]] == ["memory", "tickets"]
     status, body = api("GET", "/api/states/tickets")
     assert body["data"]["effective_schema"] == SCHEMA and body["data"]["updated_at"]
+    assert body["data"]["retention_exempt"] is False
+    # exempt from the retention sweep: shown, kept by a re-declare not naming it, never with a retention
+    assert api("PUT", "/api/states/tickets", {**DECL, "retention_exempt": True})[1]["data"][
+        "retention_exempt"
+    ]
+    assert api("PUT", "/api/states/tickets", {**DECL, "description": "d"})[1]["data"]["retention_exempt"]
+    status, body = api("PUT", "/api/states/tickets", {**DECL, "retention_days": 9})
+    assert status == 422 and "is retention-exempt" in body["error"]
+    status, body = api("PUT", "/api/states/tickets", {**DECL, "retention_exempt": False, "retention_days": 9})
+    assert status == 200 and (body["data"]["retention_exempt"], body["data"]["retention_days"]) == (False, 9)
     for field in ("effective_schema", "regimes", "updated_at"):
         status, body = api(
             "PUT", "/api/states/tickets", {**DECL, field: {} if field != "updated_at" else "x"}
@@ -85,6 +95,8 @@ def test_declare_list_get_and_computed_fields(api: Api) -> None:
         ({**DECL, "subject_kinds": ["Thread"]}, "kind"),
         ({**DECL, "default_subject_kind": "person2"}, "default_subject_kind"),
         ({**DECL, "retention_days": 0}, "retention_days"),
+        ({**DECL, "retention_exempt": 1}, "retention_exempt must be true or false"),
+        ({**DECL, "retention_exempt": True, "retention_days": 5}, "contradict"),
         ({**DECL, "unknown": 1}, "unknown"),
     ],
 )

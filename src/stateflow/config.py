@@ -65,7 +65,8 @@ class JqSettings:
 @dataclass(frozen=True)
 class RetentionConfig:
     """``default_days``: records of declared states without ``retention_days`` (None keeps them
-    forever; never the built-in ``memory`` state, which only its own ``retention_days`` sweeps);
+    forever; never the built-in ``memory`` state, which only its own ``retention_days`` sweeps,
+    nor a ``retention_exempt`` one);
     ``op_days``: how long ``op_id`` keys are remembered; ``audit_days``: audit rows (None: forever)."""
 
     default_days: int | None = None

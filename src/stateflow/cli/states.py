@@ -296,7 +296,7 @@ def list_states(api: StatesAPI) -> None:
         {
             "name": d["name"],
             "kinds": ",".join(d["subject_kinds"]),
-            "retention_days": d.get("retention_days"),
+            "retention_days": "exempt" if d.get("retention_exempt") else d.get("retention_days"),
             "updated_at": d.get("updated_at"),
             "description": _short(d.get("description", "")),
         }
@@ -581,7 +581,8 @@ def prune(api: StatesAPI) -> None:
     """Delete expired records and expired op_id keys (retention).
 
     A record expires after its state's retention_days, else STATEFLOW_DEFAULT_RETENTION_DAYS;
-    the default never applies to agent memory (the built-in memory state)."""
+    the default never applies to agent memory (the built-in memory state), and a
+    retention_exempt state (the LangGraph saver's checkpoints) is never swept."""
     if not isinstance(api, StatesService) or not sys.stderr.isatty():
         echo_json(api.prune())
         return

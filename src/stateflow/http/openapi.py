@@ -54,6 +54,7 @@ class Declaration(_Open):
     subject_kinds: list[str]
     default_subject_kind: str
     retention_days: int | None = None
+    retention_exempt: bool = False
     effective_schema: dict[str, Any] | None = None
     regimes: list[dict[str, Any]] | None = None
     attachments: list[Attachment] = []

@@ -99,6 +99,9 @@ DECLARATION: Final[dict[str, Any]] = {
     },
     "subject_kinds": [CHECKPOINT, WRITES],
     "default_subject_kind": CHECKPOINT,
+    # a checkpoint keeps the channels it did not write in an earlier one's record (``sources``):
+    # only the saver trims a thread (prune, delete_for_runs, delete_thread), never the sweep by age
+    "retention_exempt": True,
 }
 _FOUR: Final[dict[str, Any]] = {
     k: DECLARATION["schema"]["properties"][k] for k in ("checkpoint", "metadata", "channel_values", "sources")

@@ -15,6 +15,11 @@ NAME_RE: Final = re.compile(r"[a-z0-9][a-z0-9_-]*\Z")
 KIND_RE: Final = re.compile(r"[a-z][a-z0-9_-]{0,62}\Z")
 KEY_MAX_CHARS: Final = 512
 MAX_RETENTION_DAYS: Final = 2_147_483_647
+EXEMPT_WITH_DAYS: Final = (
+    "retention_exempt and retention_days contradict each other: an exempt state's records are "
+    "trimmed by the code that writes them, never by age (declare retention_exempt: false to "
+    "let the sweep erase them)"
+)
 META_MAX_BYTES: Final = 4096
 DOORS: Final = ("api", "operator", "tool", "conversation", "hook", "schedule", "studio")
 TargetKind = Literal["agent", "tool"]
@@ -87,6 +92,9 @@ class Declaration(_Model):
     subject_kinds: list[str] = Field(min_length=1)
     default_subject_kind: str
     retention_days: int | None = Field(default=None, gt=0, le=MAX_RETENTION_DAYS)
+    # records trimmed by the code that writes them (they hold values for each other): never
+    # erased by the sweep by age; None: as declared before (a re-declare keeps it)
+    retention_exempt: bool | None = None
     effective_schema: dict[str, Any] | None = None
     regimes: list[dict[str, Any]] | None = None
     updated_at: str | None = None
@@ -115,12 +123,21 @@ class Declaration(_Model):
             raise ValueError("retention_days must be an integer")
         return v
 
+    @field_validator("retention_exempt", mode="before")
+    @classmethod
+    def _exempt(cls, v: Any) -> Any:
+        if v is not None and not isinstance(v, bool):
+            raise ValueError("retention_exempt must be true or false")
+        return v
+
     @model_validator(mode="after")
     def _default_kind(self) -> Declaration:
         if self.default_subject_kind not in self.subject_kinds:
             raise ValueError(
                 f"default_subject_kind {self.default_subject_kind!r} must be one of subject_kinds {self.subject_kinds}"
             )
+        if self.retention_exempt and self.retention_days:
+            raise ValueError(EXEMPT_WITH_DAYS)
         return self
 
     def stored(self) -> dict[str, Any]:
@@ -132,6 +149,7 @@ class Declaration(_Model):
             "subject_kinds": list(self.subject_kinds),
             "default_subject_kind": self.default_subject_kind,
             "retention_days": self.retention_days,
+            "retention_exempt": bool(self.retention_exempt),
         }
 
 

@@ -105,6 +105,7 @@ class DeclarationView(TypedDict):
     subject_kinds: list[str]
     default_subject_kind: str
     retention_days: int | None
+    retention_exempt: bool
     effective_schema: dict[str, Any]
     regimes: list[Regime]
     attachments: list[AttachmentRow]

@@ -2,7 +2,8 @@
 ``op_id`` keys and, when configured, old audit rows.
 
 The deployment default applies to declared states only: the built-in ``memory`` state is agents'
-durable memory, swept only when its own declaration carries a ``retention_days``."""
+durable memory, swept only when its own declaration carries a ``retention_days``; a
+``retention_exempt`` state is never swept by age."""
 
 from __future__ import annotations
 
@@ -22,7 +23,12 @@ if TYPE_CHECKING:
 
 def retention_days(decl: Mapping[str, Any], default_days: int | None) -> int | None:
     """The days ``decl``'s records are kept: its own ``retention_days``, else the deployment
-    default — never for a built-in state (memory is not erased by a setting meant for records)."""
+    default — never for a built-in state (memory is not erased by a setting meant for records),
+    nor for a ``retention_exempt`` one (records that hold values for each other, such as the
+    LangGraph saver's checkpoints: erased one by one by age, a kept record would lose values
+    an erased one held; their owner trims them)."""
+    if decl.get("retention_exempt"):
+        return None
     own: int | None = decl.get("retention_days")
     if own or decl["name"] in BUILTIN_STATES:
         return own

@@ -33,7 +33,7 @@ from stateflow.states.attachments import (
 )
 from stateflow.states.builtin import BUILTIN_STATES
 from stateflow.states.listing import PAGE_MAX, Listing, _plain
-from stateflow.states.models import Declaration, DoorContext, StateSubject, WriteOrigin
+from stateflow.states.models import EXEMPT_WITH_DAYS, Declaration, DoorContext, StateSubject, WriteOrigin
 from stateflow.states.pipeline import (
     UNCHANGED,
     Change,
@@ -590,6 +590,7 @@ class StatesService:
     def _declaration_view(self, body: dict[str, Any], revision: int, at: str | None) -> DeclarationView:
         """The caller's own copy of a declaration (``body`` is the store's cached object)."""
         view = {k: v for k, v in body.items() if k not in ("attachments", "effective")}
+        view.setdefault("retention_exempt", False)  # (declarations stored before it existed)
         out: DeclarationView = detach(
             {
                 **view,
@@ -681,6 +682,12 @@ class StatesService:
                         "erase them before removing the kind(s)"
                     )
             body = dict(stored)
+            if decl.retention_exempt is None and old is not None and old.get("retention_exempt"):
+                # kept unless declared false: a re-declare that does not name it (a changed
+                # description, a full PUT) never exposes records their owner trims to the sweep
+                if stored["retention_days"]:
+                    raise InvalidInput(f"state {name!r} is retention-exempt: {EXEMPT_WITH_DAYS}")
+                body["retention_exempt"] = True
             if old is not None and old.get("attachments"):
                 body["attachments"] = old["attachments"]
                 body["effective"] = self.attaching.effective(stored["schema"], old["attachments"])
