@@ -277,3 +277,13 @@ def test_table_cells_cut_long_descriptions_at_a_word() -> None:
     assert len(cut) <= 60 and cut.endswith("…") and text.startswith(cut[:-1])
     assert cut == "Agent memory scopes (State Flow): one record per agent and…"
     assert _short("x" * 80) == "x" * 59 + "…"  # one long word: cut where it must be
+
+
+def test_putting_an_existing_template_names_the_clis_replace_flag(env: dict[str, str]) -> None:
+    template = '{"schema": {"type": "object", "properties": {"items": {"type": "array"}}}}'
+    assert sf("state-templates", "put", "checklist", "--data", template, env=env).returncode == 0
+    again = sf("state-templates", "put", "checklist", "--data", template, env=env)
+    assert again.returncode == 1
+    assert again.stderr.startswith("error[conflict]: template 'checklist' already exists")
+    assert "stateflow state-templates put --replace" in again.stderr
+    assert sf("state-templates", "put", "checklist", "--data", template, "--replace", env=env).returncode == 0

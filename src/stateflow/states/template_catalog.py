@@ -106,7 +106,10 @@ class TemplateCatalog:
         key = DocKey(TEMPLATES, name)
         existing = svc.store.get(key).body
         if existing is not None and not replace:
-            raise Conflict(f"template {name!r} already exists — upload with replace=true to overwrite it")
+            raise Conflict(  # every door's spelling: each caller reads this one message
+                f"template {name!r} already exists — to overwrite it, upload it with replace "
+                "(stateflow state-templates put --replace; ?replace=true over HTTP; replace=True in Python)"
+            )
         states = self.attached_states(name) if existing is not None else []
         catalog = [DocKey("_states", s) for s in states]
         stored = {**doc, **({"_shipped_hash": _hash(doc)} if shipped else {})}
