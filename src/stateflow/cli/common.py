@@ -77,6 +77,15 @@ class Context:
             self._store = self._open(create=False)
         return self._store
 
+    def existing(self) -> Store:
+        """The store for a command that changes what is already there (a fork, a restore, a
+        prune): opened to write as :meth:`store`, but a missing SQLite file is refused with
+        ``store-not-found`` as by :meth:`reader` — a mistyped path creates nothing."""
+        from stateflow.store.open import sqlite_file
+
+        path = sqlite_file(self.store_location)
+        return self.reader() if path is not None and not path.exists() else self.store()
+
     def unmigrated(self) -> Store:
         """The store for ``migrate``: opened to write (a missing SQLite file is created), its
         schema left as it is for the command to upgrade."""

@@ -78,7 +78,7 @@ def memory_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     return fn
 
 
-def make_view(ctx: Context, kw: dict[str, Any], *, reads: bool = False) -> MemoryView:
+def make_view(ctx: Context, kw: dict[str, Any], *, reads: bool = False, existing: bool = False) -> MemoryView:
     identity = Identity.of(kw.pop("agent"), kw.pop("cwd"), kw.pop("session"))
     roots = tuple(str(p.expanduser().resolve()) for p in kw.pop("knowledge_roots"))
     config = MemoryConfig(
@@ -88,7 +88,7 @@ def make_view(ctx: Context, kw: dict[str, Any], *, reads: bool = False) -> Memor
         hot_budget=kw.pop("hot_budget"),
         runtime_dir=shown.default_dir(),  # one process shows the context, another takes the patch
     )
-    store = ctx.reader() if reads else ctx.store()
+    store = ctx.reader() if reads else ctx.existing() if existing else ctx.store()
     return MemoryView(store, identity, parse_scopes(kw.pop("scopes")), config)
 
 
@@ -104,20 +104,25 @@ _VIEW_OPTIONS = (
 )
 
 
-def with_view(fn: Callable[..., Any], *, reads: bool = False) -> Callable[..., Any]:
+def with_view(fn: Callable[..., Any], *, reads: bool = False, existing: bool = False) -> Callable[..., Any]:
     """Turn ``fn(view, **own_options)`` into a command taking the memory options (``reads``:
-    the command only reads, so a missing store is refused, not created)."""
+    the command only reads, ``existing``: it changes memory already there — either way a
+    missing store is refused, not created)."""
 
     @functools.wraps(fn)
     def wrapper(ctx: Context, **kw: Any) -> Any:
         own = {k: kw.pop(k) for k in list(kw) if k not in _VIEW_OPTIONS}
-        return fn(make_view(ctx, kw, reads=reads), **own)
+        return fn(make_view(ctx, kw, reads=reads, existing=existing), **own)
 
     return memory_options(pass_context(cast(Callable[..., Any], refusals(wrapper))))
 
 
 def reading_view(fn: Callable[..., Any]) -> Callable[..., Any]:
     return with_view(fn, reads=True)
+
+
+def changing_view(fn: Callable[..., Any]) -> Callable[..., Any]:
+    return with_view(fn, existing=True)
 
 
 TOOL_NAMES = [
@@ -251,7 +256,7 @@ def session() -> None:
     show_default=True,
     help="History offset to copy (any retained depth).",
 )
-@with_view
+@changing_view
 def session_fork(view: MemoryView, new_session: str, offset: int) -> None:
     """Start NEW_SESSION with this session's memory as of --at."""
     view.fork(new_session, offset)
@@ -260,7 +265,7 @@ def session_fork(view: MemoryView, new_session: str, offset: int) -> None:
 
 @session.command("restore")
 @click.argument("offset", type=click.IntRange(1))
-@with_view
+@changing_view
 def session_restore(view: MemoryView, offset: int) -> None:
     """Set the session back to its state OFFSET transitions ago, at any retained depth (as a new
     transition)."""
@@ -348,7 +353,7 @@ def knowledge_status(view: MemoryView) -> None:
 
 
 @knowledge.command("scan")
-@with_view
+@changing_view
 def knowledge_scan(view: MemoryView) -> None:
     """Prune the cards whose Markdown source inside an available root is confirmed missing (one
     transition; an unavailable root prunes nothing), then print the status."""
