@@ -49,6 +49,8 @@ def test_mode_ro_serves_reads_and_refuses_every_write(backend: str) -> None:
         out = sf(ro, *args)
         assert out.returncode == 1, (args, out.stdout)
         assert out.stderr.startswith("error[store-read-only]: "), (args, out.stderr)
+        # refused by our own check, before anything is sent: not the server's own refusal
+        assert "is open read-only" in out.stderr, (args, out.stderr)
 
     store = open_store(backend)
     try:

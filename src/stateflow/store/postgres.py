@@ -562,6 +562,7 @@ class PostgresStore(SqlStore):
         return ids
 
     def _reserve_block(self, size: int) -> list[int]:
+        self._writable()  # ids for new rows are a write's first step: refused before it is sent
         with self._pool.connection() as conn, _mapped_errors():
             return [int(r[0]) for r in conn.execute(_RESERVE_IDS, (size,)).fetchall()]
 
