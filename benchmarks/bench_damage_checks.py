@@ -56,7 +56,9 @@ def workload(directory: Path, check: bool, commits: int) -> float:
     assert isinstance(store, SqlStore)
     try:
         writer = store._writer()  # type: ignore[attr-defined]
-        for conn in [writer, store._connection()]:  # type: ignore[attr-defined]
+        reader = store._enter()  # type: ignore[attr-defined]
+        store._leave(reader)  # type: ignore[attr-defined]
+        for conn in [writer, reader.conn]:
             conn.execute(f"PRAGMA cell_size_check = {'ON' if check else 'OFF'}")
         start = time.perf_counter()
         for i in range(commits):

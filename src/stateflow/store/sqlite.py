@@ -518,6 +518,22 @@ class _CommitWatch:
             self._fd = None
 
 
+class _Reader:
+    """A thread's reading connection, and how many of that thread's calls are using it now.
+
+    Only the owning thread changes ``busy`` (no lock on the read path); :meth:`SqliteStore.close`
+    reads it: closing a connection while another thread runs a statement on it crashes
+    CPython's ``sqlite3`` module.
+    """
+
+    __slots__ = ("busy", "conn", "thread")
+
+    def __init__(self, conn: sqlite3.Connection, busy: int = 0) -> None:
+        self.conn = conn
+        self.busy = busy
+        self.thread = _get_ident()
+
+
 class SqliteStore(SqlStore):
     holds_sql: ClassVar[str | None] = "instr(body, ?) > 0"
     times_as_micros: ClassVar[bool] = True
@@ -550,6 +566,11 @@ class SqliteStore(SqlStore):
         self.busy_timeout_ms = busy_timeout_ms
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
+        self._readers: list[_Reader] = []
+        """every thread's reading connection (``_enter``), for :meth:`close` to wait for"""
+        self._kept: list[_Reader] = []
+        """readers still in a call when :meth:`close` stopped waiting: each call closes its
+        connection as it ends (``_left``), the last one the files' holds"""
         self._guard = threading.Lock()
         self._writer_conn: sqlite3.Connection | None = None
         self._watch = _CommitWatch(self.path)
@@ -573,18 +594,46 @@ class SqliteStore(SqlStore):
         if auto_migrate and not read_only and (not self.path.exists() or _writable(self.path)):
             self._auto_migrate()
 
-    def _connection(self) -> sqlite3.Connection:
-        """This thread's connection — or the writer's, inside one of our write transactions."""
+    def _enter(self) -> _Reader:
+        """This thread's connection, marked in use until :meth:`_leave` (which every caller
+        runs in a ``finally``) — or the writer's, inside one of our write transactions (the
+        turn keeps :meth:`close` away from it). Refused once the store is closing: marked
+        first, then checked, so a close that found the mark unset finds no call using the
+        connection after."""
         if self._group.holder == _get_ident():
-            return self._writer()
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = self._local.conn = self._open()
-        return conn
+            return _Reader(self._writer(), 1)
+        reader: _Reader | None = getattr(self._local, "reader", None)
+        if reader is None:
+            reader = self._local.reader = self._new_reader()
+        reader.busy += 1
+        if self._closed:
+            self._leave(reader)
+            raise self._closed_error()
+        return reader
+
+    def _leave(self, reader: _Reader) -> None:
+        reader.busy -= 1
+        if self._closed:  # (a close began: it may have left this connection to this call)
+            self._left(reader)
+
+    def _new_reader(self) -> _Reader:
+        reader = _Reader(self._open())
+        with self._guard:
+            if self._closed:  # (a close under way did not see it: nothing uses it)
+                reader.conn.close()
+                raise self._closed_error()
+            self._readers.append(reader)
+        return reader
+
+    def _closed_error(self) -> StoreUnavailable:
+        return StoreUnavailable(f"the store at {self.path} was closed: open it again to use it")
+
+    def _refuse_if_closed(self) -> None:
+        if self._closed:
+            raise self._closed_error()
 
     def _open(self) -> sqlite3.Connection:
-        if self._closed:
-            raise StoreUnavailable(f"the store at {self.path} was closed: open it again to use it")
+        self._refuse_if_closed()
         exists = preflight(self.path)
         if not exists and not self.create:
             raise StoreNotFound(f"no store at {self.path} (nothing was created; check --store)")
@@ -614,6 +663,9 @@ class SqliteStore(SqlStore):
             # percent at most (benchmarks/bench_damage_checks.py), unlike a whole-file check
             conn.execute("PRAGMA cell_size_check = ON")
         with self._guard:
+            if self._closed:  # (a close under way did not see it: nothing uses it)
+                conn.close()
+                raise self._closed_error()
             self._all.append(conn)
         return conn
 
@@ -630,18 +682,24 @@ class SqliteStore(SqlStore):
 
     @contextmanager
     def _read_tx(self) -> Iterator[Tx]:
-        conn = self._connection()
-        if conn.in_transaction:  # nested use inside one of our transactions: join it
-            yield _SqliteTx(conn)
-            return
-        tx = _SqliteTx(conn)
-        with _mapped_errors():
-            tx.cursor.execute("BEGIN")
+        reader = self._enter()
         try:
-            yield tx
+            conn = reader.conn
+            if conn.in_transaction:  # nested use inside one of our transactions: join it
+                yield _SqliteTx(conn)
+                return
+            tx = _SqliteTx(conn)
+            with _mapped_errors():
+                tx.cursor.execute("BEGIN")
+            try:
+                yield tx
+            finally:
+                with suppress(sqlite3.Error):  # a read transaction has nothing to keep
+                    tx.cursor.execute("ROLLBACK")
         finally:
-            with suppress(sqlite3.Error):  # a read transaction has nothing to keep
-                tx.cursor.execute("ROLLBACK")
+            reader.busy -= 1  # (``_leave``, inline: the read path is hot)
+            if self._closed:
+                self._left(reader)
 
     def _write_tx(self) -> AbstractContextManager[Tx]:
         """A write joins the current group: its statements run in a savepoint of the shared
@@ -941,23 +999,29 @@ class SqliteStore(SqlStore):
         this request: that turn's transaction decides — once SQLite's write lock is free, the
         request is claimed (committed: None, read back) or not (nothing written: ``StoreBusy``).
         Still not free: :class:`WriteOutcomeUnknown` (that transaction may yet commit it)."""
-        conn = self._connection()
+        reader = self._enter()
         try:
-            conn.execute("BEGIN IMMEDIATE")  # waits for the holder's transaction to end
-        except sqlite3.Error as exc:
-            error = _mapped(exc)
-            if not isinstance(error, StoreBusy):
-                raise error from exc
-            raise WriteOutcomeUnknown(
-                f"another process's writer took this patch into its transaction and has held the "
-                f"write lock of {self.path.name} for over {self._group.wait:g} s since: whether "
-                "the patch is written is unknown — read the state before writing it again"
-            ) from exc
-        with _mapped_errors():
+            conn = reader.conn
             try:
-                claimed = _claim_of(_SqliteTx(conn), request)
-            finally:
-                conn.execute("ROLLBACK")
+                conn.execute("BEGIN IMMEDIATE")  # waits for the holder's transaction to end
+            except sqlite3.Error as exc:
+                error = _mapped(exc)
+                if not isinstance(error, StoreBusy):
+                    raise error from exc
+                raise WriteOutcomeUnknown(
+                    f"another process's writer took this patch into its transaction and has held "
+                    f"the write lock of {self.path.name} for over {self._group.wait:g} s since: "
+                    "whether the patch is written is unknown — read the state before writing it again"
+                ) from exc
+            with _mapped_errors():
+                try:
+                    claimed = _claim_of(_SqliteTx(conn), request)
+                finally:
+                    conn.execute("ROLLBACK")
+        finally:
+            reader.busy -= 1  # (``_leave``, inline: the read path is hot)
+            if self._closed:
+                self._left(reader)
         request.forget()
         if claimed is None:
             raise StoreBusy(
@@ -1045,35 +1109,47 @@ class SqliteStore(SqlStore):
         outline_names = list(outlines)
         if members is not None or outline_names:
             return super().read(keys, members, outlines=outline_names)
-        conn = self._connection()
-        if conn.in_transaction:
-            return super().read(keys)
-        snapshot = self._snapshot(conn)
-        missing = [k for k in keys if k not in snapshot.docs]
-        if missing:
-            fresh = super().read(missing)
-            if (
-                self._snapshot(conn) is not snapshot
-            ):  # something committed meanwhile: one more consistent read
+        reader = self._enter()
+        try:
+            conn = reader.conn
+            if conn.in_transaction:
                 return super().read(keys)
-            snapshot.docs.update(fresh)
-        return {k: snapshot.docs[k] for k in keys}
+            snapshot = self._snapshot(conn)
+            missing = [k for k in keys if k not in snapshot.docs]
+            if missing:
+                fresh = super().read(missing)
+                if (
+                    self._snapshot(conn) is not snapshot
+                ):  # something committed meanwhile: one more consistent read
+                    return super().read(keys)
+                snapshot.docs.update(fresh)
+            return {k: snapshot.docs[k] for k in keys}
+        finally:
+            reader.busy -= 1  # (``_leave``, inline: the read path is hot)
+            if self._closed:
+                self._left(reader)
 
     def cached(self, key: Hashable, build: Callable[[], R]) -> R:
         """Values derived from the data are kept with the whole-document cache and dropped with
         it, as soon as anything commits."""
-        conn = self._connection()
-        if conn.in_transaction:
-            return build()
-        snapshot = self._snapshot(conn)
+        reader = self._enter()
         try:
-            return cast(R, snapshot.derived[key])
-        except KeyError:
-            pass
-        value = build()
-        # had something committed meanwhile, `snapshot` is already retired: storing is harmless
-        snapshot.derived[key] = value
-        return value
+            conn = reader.conn
+            if conn.in_transaction:
+                return build()
+            snapshot = self._snapshot(conn)
+            try:
+                return cast(R, snapshot.derived[key])
+            except KeyError:
+                pass
+            value = build()
+            # had something committed meanwhile, `snapshot` is already retired: storing is harmless
+            snapshot.derived[key] = value
+            return value
+        finally:
+            reader.busy -= 1  # (``_leave``, inline: the read path is hot)
+            if self._closed:
+                self._left(reader)
 
     def _snapshot(self, conn: sqlite3.Connection) -> _Snapshot:
         """The cache for the data as committed now: shared by every thread while the WAL-index
@@ -1134,28 +1210,54 @@ class SqliteStore(SqlStore):
     def close(self) -> None:
         """Let the calls in flight finish, then close; a call made once the close began is
         refused (``StoreUnavailable``). Writers are waited for through their turns (an open
-        group is committed for its members); a read transaction under way is waited for up to
-        the busy timeout."""
-        self._closed = True  # (before the wait: nothing opens a connection from here on)
+        group is committed for its members); other threads' reads under way are waited for up
+        to the busy timeout. A read still under way then (a slow query, a dump not read to its
+        end) keeps its connection, which that call closes as it ends — the last such call
+        lets the store's file go; this thread's own reads, not running a statement while it
+        closes, are closed under it (they fail ``store-unavailable``)."""
+        self._closed = True  # (before the wait: a call that enters from here on is refused)
         self._group.take_last_turn()
         try:
             deadline = time.monotonic() + self.busy_timeout_ms / 1000
+            me = _get_ident()
             with self._guard:
                 conns, self._all = self._all, []
-            while any(conn.in_transaction for conn in conns) and time.monotonic() < deadline:
-                time.sleep(0.001)  # (a read under way; ours ends its transaction within a call)
+                readers, self._readers = self._readers, []
+            while any(r.busy and r.thread != me for r in readers) and time.monotonic() < deadline:
+                time.sleep(0.001)  # (a read under way: ours leave their connections within a call)
             self._writer_conn = self._shared = None
             self._group.forget()
-            for conn in conns:
-                conn.close()
-            self._watch.close()  # after the connections: its close drops their -shm locks
+            with self._guard:  # (against ``_left``: each connection is closed once, when unused)
+                self._kept += [r for r in readers if r.busy and r.thread != me]
+                kept = {id(r.conn) for r in self._kept}
+                for conn in conns:
+                    if id(conn) not in kept:
+                        conn.close()
+                if not self._kept:
+                    self._let_files_go()
             self._group.queue.close()
             self._spares.drop()
-            release(self._file_hold)
-            self._file_hold = None
         finally:
             self._group.lock.release()
         self._local = threading.local()
+
+    def _left(self, reader: _Reader) -> None:
+        """A call ended after a close began: a connection the close left to it is closed once
+        unused — then, the last of them gone, the files."""
+        with self._guard:
+            if reader.busy or reader not in self._kept:
+                return
+            self._kept.remove(reader)
+            reader.conn.close()
+            if not self._kept:
+                self._let_files_go()
+
+    def _let_files_go(self) -> None:
+        """Once every connection is closed: closing the ``-shm`` descriptor drops every lock
+        this process holds on that file, so it comes after them."""
+        self._watch.close()
+        release(self._file_hold)
+        self._file_hold = None
 
 
 def _claim_of(tx: Tx, request: Request) -> tuple[Any, ...] | None:
@@ -1188,6 +1290,9 @@ def _mapped(exc: sqlite3.Error) -> StateflowError:
         if "readonly" in text or "read-only" in text:
             return StoreReadOnly(f"the store is read-only here: {text}")
         return StoreUnavailable(f"SQLite error: {text}")
+    if isinstance(exc, sqlite3.ProgrammingError) and "closed database" in text:
+        # (a read of the thread that closed the store, resumed after: ``SqliteStore.close``)
+        return StoreUnavailable("the store was closed: open it again to use it")
     if isinstance(exc, sqlite3.IntegrityError):
         return StoreError(f"SQLite integrity error: {text}")
     if isinstance(exc, sqlite3.DatabaseError):
