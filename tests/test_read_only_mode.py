@@ -110,3 +110,41 @@ def test_a_read_only_store_written_only_by_memory_tools_has_the_memory_state(
     finally:
         server.stop()
     assert sf(backend, "doc", "get", "_states", "memory").stdout.strip() == "null"  # nothing written
+
+
+def test_knowledge_scan_and_the_hook_with_nothing_to_prune_answer_on_a_read_only_store(
+    backend: str, tmp_path: Path
+) -> None:
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "db.md").write_text("# Databases\n")
+    assert sf(backend, "migrate").returncode == 0
+    card = json.dumps({"global": {"artifacts": {str(notes / "db.md"): {"description": "databases"}}}})
+    out = sf(backend, "tool", "patch_state", card, "--knowledge-root", str(notes))
+    assert out.returncode == 0, out.stderr
+    ro = read_only(backend)
+    scan = sf(ro, "knowledge", "scan", "--knowledge-root", str(notes))
+    assert scan.returncode == 0 and json.loads(scan.stdout)["pruned"] == [], scan.stderr
+    hook = subprocess.run(
+        [
+            "stateflow",
+            "--store",
+            ro,
+            "hook",
+            "claude-code",
+            "--knowledge-root",
+            str(notes),
+            "--cwd",
+            str(tmp_path),
+        ],
+        input='{"session_id": "s1", "hook_event_name": "SessionStart"}',
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "STATEFLOW_RUNTIME_DIR": str(tmp_path / "runtime")},
+    )
+    assert hook.returncode == 0, hook.stderr
+    assert "databases" in json.loads(hook.stdout)["hookSpecificOutput"]["additionalContext"]
+    (notes / "db.md").unlink()  # now there is a card to prune: a write, refused
+    refused = sf(ro, "knowledge", "scan", "--knowledge-root", str(notes))
+    assert refused.returncode == 1 and refused.stderr.startswith("error[store-read-only]: "), refused.stderr

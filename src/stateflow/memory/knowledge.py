@@ -209,7 +209,12 @@ def prune(view: MemoryView) -> list[dict[str, str]]:
             pruned.extend({"scope": scope, "source": source} for source in gone)
         return writes, pruned
 
+    members = ["artifacts", RUNTIME]
+    # look first without a write: with nothing to prune (the common case, before every hook
+    # context) no write is begun, so a read-only store answers too
+    if not compute(view.store.read(keys, members))[0]:
+        return []
     _, pruned = view.store.update(
-        keys, compute, {"door": "runtime", "action": "knowledge-prune"}, members=["artifacts", RUNTIME]
+        keys, compute, {"door": "runtime", "action": "knowledge-prune"}, members=members
     )
     return pruned or []
