@@ -11,6 +11,7 @@ locks taken from other sessions, so it happens in this order every run.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 import uuid
@@ -68,6 +69,24 @@ def _apply(service: StatesService, state: str, k: int, item: str) -> None:
     assert service.apply(state, subject(k), ops, op_id=f"op-{item}").applied
 
 
+def _started(
+    outcomes: dict[str, BaseException | None], name: str, call: Callable[[], object]
+) -> threading.Thread:
+    """``call`` on a thread of its own, started; what it raised (or None) lands in
+    ``outcomes[name]``."""
+
+    def target() -> None:
+        try:
+            call()
+            outcomes[name] = None
+        except BaseException as exc:
+            outcomes[name] = exc
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    return thread
+
+
 def test_a_group_commit_and_a_fold_do_not_deadlock_over_aliases_created_meanwhile(
     store: PostgresStore, url: str
 ) -> None:
@@ -87,18 +106,7 @@ def test_a_group_commit_and_a_fold_do_not_deadlock_over_aliases_created_meanwhil
 
     assert store._groups is not None
     outcomes: dict[str, BaseException | None] = {}
-
-    def run(name: str, call: Callable[[], object]) -> threading.Thread:
-        def target() -> None:
-            try:
-                call()
-                outcomes[name] = None
-            except BaseException as exc:
-                outcomes[name] = exc
-
-        thread = threading.Thread(target=target, daemon=True)
-        thread.start()
-        return thread
+    run = functools.partial(_started, outcomes)
 
     threads = []
     with (
@@ -197,18 +205,7 @@ def test_a_write_that_waits_for_a_fold_lands_on_the_survivor(
     assert service.read("s", subject(6)) is None  # (k6 has no record: the fold moves none of it)
     folder = open_store(f"{url}&application_name={APP}-fold", auto_migrate=False)
     outcomes: dict[str, BaseException | None] = {}
-
-    def run(name: str, call: Callable[[], object]) -> threading.Thread:
-        def target() -> None:
-            try:
-                call()
-                outcomes[name] = None
-            except BaseException as exc:
-                outcomes[name] = exc
-
-        thread = threading.Thread(target=target, daemon=True)
-        thread.start()
-        return thread
+    run = functools.partial(_started, outcomes)
 
     try:
         with psycopg.connect(url, autocommit=True) as watch:
@@ -255,18 +252,7 @@ def test_a_write_that_found_no_aliases_row_before_a_fold_made_it_lands_on_the_su
     service.replace("s", subject(7), {"n": 0})
     folder = open_store(f"{url}&application_name={APP}-fold", auto_migrate=False)
     outcomes: dict[str, BaseException | None] = {}
-
-    def run(name: str, call: Callable[[], object]) -> threading.Thread:
-        def target() -> None:
-            try:
-                call()
-                outcomes[name] = None
-            except BaseException as exc:
-                outcomes[name] = exc
-
-        thread = threading.Thread(target=target, daemon=True)
-        thread.start()
-        return thread
+    run = functools.partial(_started, outcomes)
 
     ops = [{"op": "set_by_key", "path": ["seen"], "key_field": "id", "value": {"id": "late"}}]
     batch = [
@@ -309,18 +295,7 @@ def test_a_write_racing_a_state_delete_is_deleted_with_it_or_refused(store: Post
     writing = StatesService(writer)
     _apply(writing, "s", 1, "warm")  # (the writer has seen the state)
     outcomes: dict[str, BaseException | None] = {}
-
-    def run(name: str, call: Callable[[], object]) -> threading.Thread:
-        def target() -> None:
-            try:
-                call()
-                outcomes[name] = None
-            except BaseException as exc:
-                outcomes[name] = exc
-
-        thread = threading.Thread(target=target, daemon=True)
-        thread.start()
-        return thread
+    run = functools.partial(_started, outcomes)
 
     try:
         with psycopg.connect(url, autocommit=True) as watch, psycopg.connect(url, autocommit=True) as holder:
