@@ -342,3 +342,21 @@ def test_fork_restore_and_scan_refuse_a_missing_store_and_create_nothing(tmp_pat
             f"error[store-not-found]: no store at {missing} (nothing was created; check --store)\n",
         )
         assert not missing.parent.exists()
+
+
+def test_an_empty_entry_in_the_knowledge_roots_variable_names_no_root(db: str, tmp_path: Path) -> None:
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    env = {**os.environ, "STATEFLOW_KNOWLEDGE_ROOTS": f"{notes}{os.pathsep}"}  # a stray separator
+    out = sf(
+        "--store", db, "tool", "patch_state", '{"session": {"tactics": {"a": 1}}}', cwd=tmp_path, env=env
+    )
+    assert out.returncode == 0, out.stderr
+    status = sf("--store", db, "knowledge", "status", cwd=tmp_path, env=env)
+    assert [r["root"] for r in json.loads(status.stdout)] == [str(notes)]  # not the working directory too
+    only = sf(
+        "--store", db, "knowledge", "status", cwd=tmp_path, env={**env, "STATEFLOW_KNOWLEDGE_ROOTS": ":"}
+    )
+    assert only.returncode == 1 and only.stderr.startswith(
+        "error[invalid-input]: no knowledge root is configured"
+    )

@@ -24,6 +24,15 @@ KNOWLEDGE_ENV = "STATEFLOW_KNOWLEDGE_ROOTS"
 HOT_BUDGET_ENV = "STATEFLOW_HOT_BUDGET"
 
 
+class RootsPath(click.Path):
+    """A knowledge root directory; in ``$STATEFLOW_KNOWLEDGE_ROOTS`` an empty entry (a stray
+    separator, ``notes:``) names no root, as ``/mcp`` reads the variable — click would make it
+    the current directory, which would silently widen the roots."""
+
+    def split_envvar_value(self, rv: str) -> Sequence[str]:
+        return [root for root in rv.split(os.pathsep) if root]
+
+
 def memory_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """The options that pick a memory view: agent, cwd, session, scopes, limits, mode."""
     options = [
@@ -67,7 +76,7 @@ def memory_options(fn: Callable[..., Any]) -> Callable[..., Any]:
             "--knowledge-root",
             "knowledge_roots",
             multiple=True,
-            type=click.Path(file_okay=False, path_type=Path),
+            type=RootsPath(file_okay=False, path_type=Path),
             envvar=KNOWLEDGE_ENV,
             help=f"A directory of Markdown knowledge; artifact sources may live there or in the cwd "
             f"(repeatable) [env {KNOWLEDGE_ENV}, {os.pathsep}-separated].",

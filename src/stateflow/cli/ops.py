@@ -11,6 +11,7 @@ import click
 from stateflow.cli import progress as progress_
 from stateflow.cli.common import Context, counted, echo_json, pass_context, refusals
 from stateflow.cli.examples import decorate
+from stateflow.cli.memory import RootsPath
 from stateflow.errors import CorruptStore, InvalidInput, UnsupportedStore
 from stateflow.files import write_private
 from stateflow.store import SqlStore, resolve_store_url
@@ -101,7 +102,7 @@ def backup(ctx: Context, target: Path, force: bool, progress: bool | None) -> No
     "--knowledge-root",
     "knowledge_roots",
     multiple=True,
-    type=click.Path(file_okay=False, path_type=Path),
+    type=RootsPath(file_okay=False, path_type=Path),
     envvar="STATEFLOW_KNOWLEDGE_ROOTS",
     help="A directory artifact sources may live in besides a scope's working directory "
     "(repeatable) [env STATEFLOW_KNOWLEDGE_ROOTS].",
