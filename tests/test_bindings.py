@@ -157,6 +157,37 @@ def test_a_scope_or_subject_expr_that_yields_nothing_or_fails_is_refused_naming_
     assert states.read("tickets", subject("t-4")) is None
 
 
+def test_an_update_adapter_that_yields_nothing_or_fails_is_refused_naming_the_binding(
+    states: StatesService,
+) -> None:
+    """An update's ``adapter`` runs after the callable: one that yields nothing or fails was a
+    bare ``jq-error`` naming neither the binding nor the update; it is refused as the binding's
+    other expressions are, and the run writes nothing (its own writes neither)."""
+    for adapter, why in (
+        ("select(.output.x) | {note: .output.reply}", "produced no output"),
+        (".output.reply.x", "Cannot index"),
+    ):
+        binding = Binding.parse({
+            "state": "tickets", "subject_expr": ".ticket_id",
+            "updates": [{"template_jq": "add", "adapter": adapter}],
+        })  # fmt: skip
+
+        @bound(states, binding, target=("agent", "helpdesk"))
+        def answer(ticket_id: str) -> dict[str, str]:
+            current_run().unit.apply("tickets", current_run().subjects["tickets"], [
+                {"op": "set", "path": ["status"], "value": "answered"}
+            ])  # fmt: skip
+            return {"reply": "done"}
+
+        expected = (
+            rf"^binding of state 'tickets': the adapter of update 'add' '{re.escape(adapter)}' gave no value: "
+            rf".*{why}.*\(the inputs it read: \.input \{{ticket_id\}}; \.output \{{reply\}}\)$"
+        )
+        with pytest.raises(BindingRefused, match=expected):
+            answer("t-9")
+    assert states.read("tickets", subject("t-9")) is None
+
+
 def test_full_subject_and_own_writes_commit_in_one_unit(states: StatesService) -> None:
     binding = Binding.parse(
         {

@@ -57,7 +57,8 @@ class BindingInvalid(InvalidInput):
 
 
 class BindingRefused(InvalidInput):
-    """A binding's expression gave what the run cannot use (nothing was run or written)."""
+    """A binding's expression gave what the run cannot use: nothing is written (the callable
+    does not run, unless it is an update's adapter that failed after it)."""
 
     code = "binding-refused"
 
@@ -203,9 +204,10 @@ def _shape(view: dict[str, Any]) -> str:
 
 
 def _first(states: StatesService, binding: Binding, name: str, program: str, view: dict[str, Any]) -> Any:
-    """The first output of a binding's ``scope_expr`` or ``subject_expr``: one that yields
-    nothing or fails (or does not compile) is the binding's refusal, naming its state, the
-    expression and the inputs it read — a bare jq error names none of them."""
+    """The first output of a binding's ``scope_expr``, ``subject_expr`` or an update's
+    ``adapter``: one that yields nothing or fails (or does not compile) is the binding's
+    refusal, naming its state, the expression and the inputs it read — a bare jq error names
+    none of them."""
     try:
         return states.jq().first(program, view)
     except JqError as exc:
@@ -335,7 +337,10 @@ def _finish(states: StatesService, the_run: Run, active: list[tuple[Binding, dic
         after = {"input": _json_view(the_run.inputs), "output": _json_view({"o": the_run.output}).get("o")}
         for binding, subject in active:
             for spec in binding.updates:
-                update_input = states.jq().first(spec.get("adapter", ".output"), after)
+                adapter = spec.get("adapter", ".output")
+                update_input = _first(
+                    states, binding, f"the adapter of update {spec['template_jq']!r}", adapter, after
+                )
                 ops = states.template_jq_ops(binding.state, subject, spec["template_jq"], update_input)
                 the_run.unit.apply(binding.state, subject, ops)
 
