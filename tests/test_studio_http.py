@@ -827,3 +827,32 @@ def test_json_refusals_name_the_field_once(seeded: tuple[TestClient, StatesServi
         headers={"HX-Request": "true"},
     )
     assert r.status_code == 422 and "path is not valid JSON: " in r.text and "invalid JSON" not in r.text
+
+
+def test_the_retention_shown_is_the_one_the_sweep_applies(store: SqlStore) -> None:
+    """A state without ``retention_days`` of its own was shown "kept" even where the deployment
+    default sweeps it; the studio now names that default, and keeps "kept" for what no sweep
+    erases (the built-in memory, a state exempt from retention)."""
+    from stateflow.config import Config, RetentionConfig
+
+    service = StatesService(store, Config(retention=RetentionConfig(default_days=30)))
+    service.install_builtins()
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}}
+    decl = {"schema": schema, "subject_kinds": ["thread"], "default_subject_kind": "thread"}
+    service.declare("by_default", decl)
+    service.declare("own", {**decl, "retention_days": 7})
+    service.declare("exempt", {**decl, "retention_exempt": True})
+    with TestClient(
+        create_app(service, TokenSet([parse_token(ADMIN)])), base_url="http://127.0.0.1"
+    ) as client:
+        sign_in(client, ADMIN)
+        listing = client.get("/studio/states").text
+        page = {
+            name: client.get(f"/studio/states/{name}").text
+            for name in ("by_default", "own", "exempt", "memory")
+        }
+    assert "30 days (the deployment default)" in page["by_default"]
+    assert "<dd>7 days</dd>" in page["own"]
+    assert "exempt: trimmed by the code that writes it" in page["exempt"]
+    assert "<dd>kept until erased</dd>" in page["memory"]
+    assert "<td>30 days (the deployment default)</td>" in listing and "<td>exempt</td>" in listing

@@ -17,6 +17,7 @@ from stateflow.errors import InvalidInput, NotFound, StateflowError
 from stateflow.memory.planes import RUNTIME, PlaneSet
 from stateflow.memory.scopes import MEMORY_STATE
 from stateflow.states.models import StateSubject
+from stateflow.states.retention import retention_days
 from stateflow.states.service import RevisionMismatch
 from stateflow.store import DocKey
 from stateflow.studio.session import Session
@@ -50,9 +51,22 @@ def pretty(value: JSON) -> str:
 # ---------------------------------------------------------------------- catalog
 
 
+def retention_text(studio: Studio, decl: Mapping[str, Any], *, long: bool = False) -> str:
+    """How long ``decl``'s records are kept, as the sweep will keep them: the deployment
+    default named where it is what applies (a state without ``retention_days`` of its own is
+    swept by it, unless built in or exempt)."""
+    if decl.get("retention_exempt"):
+        return "exempt: trimmed by the code that writes it, never by age" if long else "exempt"
+    days = retention_days(decl, studio.service.config.retention.default_days)
+    if days is None:
+        return "kept until erased" if long else "kept"
+    return f"{days} days" if decl.get("retention_days") else f"{days} days (the deployment default)"
+
+
 def catalog(studio: Studio, request: Request, session: Session) -> Response:
     states = studio.service.list_declarations()
-    return studio.html("states.html", session=session, states=states, nav="states")
+    retention = {s["name"]: retention_text(studio, s) for s in states}
+    return studio.html("states.html", session=session, states=states, retention=retention, nav="states")
 
 
 def state(studio: Studio, request: Request, session: Session) -> Response:
@@ -86,6 +100,7 @@ def state(studio: Studio, request: Request, session: Session) -> Response:
         session=session,
         nav="states",
         decl=decl,
+        retention=retention_text(studio, decl, long=True),
         stats=stats,
         rows=rows,
         kind=kind,
