@@ -479,16 +479,17 @@ class StatesService:
     ) -> JqUpdate:
         """Evaluate an ``update`` program and apply the op batch it returns, as the writer's
         ``origin`` (its meta carries ``template_jq``: the program) and under its compare-and-set."""
-        return self.programs.update(
+        result = self.template_jq_apply(
             name,
             subject,
             reference,
             input_value,
             op_id=op_id,
-            origin=origin_of(origin),
+            origin=origin,
             context=context,
             expect_revision=expect_revision,
         )
+        return {"name": reference, **result.to_json()}
 
     def template_jq_apply(
         self,

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from stateflow.doc.canonical import JSON
 from stateflow.errors import InvalidInput, NotFound
 from stateflow.states.models import DoorContext, WriteOrigin
-from stateflow.states.results import AttachmentRow, JqInput, JqUpdate
+from stateflow.states.results import AttachmentRow, JqInput
 from stateflow.states.templates import TemplateInvalid, build_prelude
 
 if TYPE_CHECKING:
@@ -136,34 +136,6 @@ class TemplateJq:
             f"template_jq {reference!r} on template {template['name']!r}",
         )
 
-    def update(
-        self,
-        name: str,
-        subject: Any,
-        reference: str,
-        input_value: Any = None,
-        *,
-        op_id: str | None = None,
-        origin: WriteOrigin | None = None,
-        context: DoorContext | None = None,
-        expect_revision: int | Literal["*"] | None = None,
-    ) -> JqUpdate:
-        """Evaluate an ``update`` program and apply the op batch it returns (rebased under the
-        attachment path, guard paths included) through the ordinary apply door: as the writer's
-        ``origin``, its meta naming the program, and under its ``expect_revision`` (checked in
-        the write's transaction, as every write's)."""
-        result = self.apply(
-            name,
-            subject,
-            reference,
-            input_value,
-            op_id=op_id,
-            origin=origin,
-            context=context,
-            expect_revision=expect_revision,
-        )
-        return {"name": reference, **result.to_json()}
-
     def apply(
         self,
         name: str,
@@ -176,7 +148,10 @@ class TemplateJq:
         context: DoorContext | None = None,
         expect_revision: int | Literal["*"] | None = None,
     ) -> ApplyResult:
-        """:meth:`update`, answering the batch's result itself (its ``revision`` is the
+        """Evaluate an ``update`` program and apply the op batch it returns (rebased under the
+        attachment path, guard paths included) through the ordinary apply door: as the writer's
+        ``origin``, its meta naming the program, and under its ``expect_revision`` (checked in
+        the write's transaction, as every write's); the batch's result (its ``revision`` is the
         record's, what a door's ETag names)."""
         rebased = self.ops(name, subject, reference, input_value)
         given = origin.model_dump(exclude_none=True) if origin is not None else {}
