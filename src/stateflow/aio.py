@@ -48,7 +48,7 @@ class _Offloaded:
     """A store's calls on worker threads not yet done (:func:`call`), and whether an async
     close began: :func:`close` waits for the ones in flight and refuses later ones."""
 
-    __slots__ = ("__weakref__", "closing", "pending")
+    __slots__ = ("closing", "pending")
 
     def __init__(self) -> None:
         self.pending: set[asyncio.Future[Any]] = set()
@@ -56,6 +56,11 @@ class _Offloaded:
 
 
 _offloaded: weakref.WeakKeyDictionary[Store, _Offloaded] = weakref.WeakKeyDictionary()
+
+
+def _offloaded_of(store: Store) -> _Offloaded:
+    calls = _offloaded.get(store)
+    return _offloaded.setdefault(store, _Offloaded()) if calls is None else calls
 
 
 async def call(store: Store, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
@@ -73,9 +78,7 @@ async def on_thread(store: Store, fn: Callable[..., R], *args: Any, **kwargs: An
     """``fn(*args, **kwargs)`` on a worker thread whatever the store — code that waits on more
     than the database (jq workers) must not run on the loop — counted in flight on ``store``,
     so that an async :func:`close` waits for it (and refuses it once the close began)."""
-    calls = _offloaded.get(store)
-    if calls is None:
-        calls = _offloaded.setdefault(store, _Offloaded())
+    calls = _offloaded_of(store)
     if calls.closing:
         raise StoreUnavailable("the store was closed: open it again to use it")
     # (what asyncio.to_thread does, with the future kept until done: a close waits for it)
@@ -104,19 +107,15 @@ async def close(store: Store, closing: Callable[[], None] | None = None) -> None
     close may still wait for a thread: it is in flight all the same, and runs. (An async
     PostgreSQL pool waits itself for the calls on the loop that hold a connection.)"""
     finish = closing or store.close
-    calls = _offloaded.get(store)
-    if calls is None:
-        calls = _offloaded.setdefault(store, _Offloaded())
+    calls = _offloaded_of(store)
     calls.closing = True
     loop = asyncio.get_running_loop()
     while mine := [f for f in calls.pending if f.get_loop() is loop]:
         await asyncio.wait(mine)
     if runs_on_loop(store):
-        from stateflow.store.async_bridge import spawn
-
-        await spawn(finish)
+        await call(store, finish)  # (on the loop: nothing of it waits for a worker thread)
     else:
-        await asyncio.to_thread(finish)
+        await asyncio.to_thread(finish)  # (not ``on_thread``: it refuses once closing)
 
 
 async def on_edge(store: Store, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
