@@ -287,3 +287,16 @@ def test_putting_an_existing_template_names_the_clis_replace_flag(env: dict[str,
     assert again.stderr.startswith("error[conflict]: template 'checklist' already exists")
     assert "stateflow state-templates put --replace" in again.stderr
     assert sf("state-templates", "put", "checklist", "--data", template, "--replace", env=env).returncode == 0
+
+
+def test_a_template_document_naming_another_template_is_refused_by_the_cli(env: dict[str, str]) -> None:
+    schema = '"schema": {"type": "object", "properties": {"items": {"type": "array"}}}'
+    template = '{"name": "crate", ' + schema + "}"
+    refused = sf("state-templates", "put", "checklist", "--data", template, env=env)
+    assert refused.returncode == 1
+    assert refused.stderr.startswith("error[invalid-template]: the document's name 'crate' differs")
+    assert "'checklist'" in refused.stderr
+    listed = sf("state-templates", "list", "--json", env=env)
+    assert listed.returncode == 0 and json.loads(listed.stdout) == [], listed.stderr
+    same = '{"name": "checklist", ' + schema + "}"
+    assert sf("state-templates", "put", "checklist", "--data", same, env=env).returncode == 0

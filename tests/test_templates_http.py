@@ -184,6 +184,19 @@ def test_template_crud_and_replace_rules(attached: Api) -> None:
     assert status == 409 and "detach it first" in body["error"]
 
 
+def test_a_document_naming_another_template_is_refused_and_writes_nothing(api: Api) -> None:
+    status, body = api("PUT", "/api/state-templates/box", broken(name="crate"))
+    assert status == 422 and body["code"] == "invalid-template", body
+    assert "'crate' differs from the template name 'box'" in body["error"]
+    assert api("GET", "/api/state-templates/box")[0] == 404
+    assert api("GET", "/api/state-templates/crate")[0] == 404
+    assert api("PUT", "/api/state-templates/box", broken(name="box"))[0] == 200  # the same name: fine
+    status, body = api("PUT", "/api/state-templates/box?replace=true", broken(name="crate", description="v2"))
+    assert status == 422 and "differs from the template name 'box'" in body["error"]
+    assert api("GET", "/api/state-templates/box")[1]["data"]["description"] == BOX["description"]
+    assert [t["name"] for t in api("GET", "/api/state-templates")[1]["data"]] == ["box"]
+
+
 def test_attach_serves_regimes_effective_schema_and_refuses_conflicts(attached: Api) -> None:
     api = attached
     decl = api("GET", "/api/states/tickets")[1]["data"]

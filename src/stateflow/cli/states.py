@@ -749,7 +749,7 @@ def templates_get(api: StatesAPI, name: str) -> None:
 )
 @api_command()
 def templates_put(api: StatesAPI, name: str, payload: Payload, replace: bool) -> None:
-    """Upload a template document."""
+    """Upload a template document as NAME (a `name` in the document must be NAME)."""
     echo_json(api.put_template(name, payload.read(), replace=replace))
 
 
