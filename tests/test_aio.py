@@ -23,7 +23,7 @@ DECL = {
 
 def test_concurrent_writes_reads_and_memory(backend: str) -> None:
     async def main() -> None:
-        sf = AsyncStateflow(open_store(backend, auto_migrate=True))
+        sf = await AsyncStateflow.on(open_store(backend, auto_migrate=True))
         async with sf:
             await sf.states.declare("counters", DECL)
             subject = {"target_kind": "agent", "target_name": "bot", "kind": "thread", "key": "c"}

@@ -39,7 +39,7 @@ def test_calls_stay_on_the_loop_thread_and_run_concurrently(pg_schema_url: str) 
     async def main() -> None:
         store = await open_store_async(pg_schema_url, auto_migrate=True)
         assert isinstance(store, AsyncPostgresStore)
-        sf = AsyncStateflow(store)
+        sf = await AsyncStateflow.on(store)
         threads: set[int] = set()
         original = sf.states.sync.apply
 
@@ -79,7 +79,7 @@ def test_calls_stay_on_the_loop_thread_and_run_concurrently(pg_schema_url: str) 
 
 def test_a_failed_write_rolls_back_and_the_pool_stays_usable(pg_schema_url: str) -> None:
     async def main() -> None:
-        async with AsyncStateflow(await open_store_async(pg_schema_url, auto_migrate=True)) as sf:
+        async with await AsyncStateflow.on(await open_store_async(pg_schema_url, auto_migrate=True)) as sf:
             await sf.states.declare("counters", DECL)
             with pytest.raises(Exception, match="n"):
                 await sf.states.replace("counters", subject("x"), {"n": "not a number"})

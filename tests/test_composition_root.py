@@ -146,3 +146,63 @@ def test_a_store_declared_by_an_earlier_version_gets_its_aliases_rows_when_opene
     service.fold("s", subject, {**subject, "key": "k2"}, "switch")
     service.merge("s", subject, {"n": 2})
     assert service.read("s", {**subject, "key": "k2"})["data"] == {"n": 2}  # type: ignore[index]
+
+
+async def _through_aio(location: str) -> None:
+    from stateflow import aio
+
+    async with await aio.connect(location) as sf:
+        assert (await sf.states.get_declaration("s"))["name"] == "s"
+
+
+async def _through_aopen(adapter: str, location: str) -> None:
+    from stateflow.langgraph import StateflowSaver, StateflowStore
+
+    opened = await (StateflowStore if adapter == "store" else StateflowSaver).aopen(location)
+    await opened.aclose()
+
+
+def _through_open(adapter: str, location: str) -> None:
+    from stateflow.langgraph import StateflowSaver, StateflowStore
+
+    (StateflowStore if adapter == "store" else StateflowSaver).open(location).close()
+
+
+@pytest.mark.parametrize(
+    "opener",
+    [
+        "aio.connect",
+        "StateflowStore.open",
+        "StateflowStore.aopen",
+        "StateflowSaver.open",
+        "StateflowSaver.aopen",
+    ],
+)
+def test_every_opener_gives_the_aliases_rows_of_states_an_earlier_version_declared(
+    backend: str, open_migrated: StoreFactory, opener: str
+) -> None:
+    """The async API and the LangGraph adapters' openers put their service together where the
+    synchronous ones do (``states_service``): a store opened through any of them for writing
+    gets the aliases rows an earlier version left out, before the opener's first write."""
+    import asyncio
+
+    first = open_migrated()
+    states_service(first).declare(
+        "s",
+        {
+            "schema": {"type": "object", "properties": {"n": {}}},
+            "subject_kinds": ["thread"],
+            "default_subject_kind": "thread",
+        },
+    )
+    with first._write_tx() as tx:  # as an earlier version left them
+        tx.run("DELETE FROM documents WHERE state = '_aliases' AND present = 0")
+    assert first.missing_rows("_aliases", "_states") == ["memory", "s"]
+
+    if opener == "aio.connect":
+        asyncio.run(_through_aio(backend))
+    elif opener.endswith(".aopen"):
+        asyncio.run(_through_aopen("store" if opener.startswith("StateflowStore") else "saver", backend))
+    else:
+        _through_open("store" if opener.startswith("StateflowStore") else "saver", backend)
+    assert first.missing_rows("_aliases", "_states") == []

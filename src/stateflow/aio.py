@@ -360,13 +360,30 @@ class AsyncMemoryView(Offloaded[MemoryView]):
 
 
 class AsyncStateflow:
-    """A store and its services, awaitable. ``async with`` closes it."""
+    """A store and its services, awaitable: :func:`connect` opens one, :meth:`on` makes one on
+    a store already open. ``async with`` closes it."""
 
-    def __init__(self, store: Store, *, session: str | None = None) -> None:
-        self.store = AsyncStore(store)
-        self.states = AsyncStatesService(StatesService(store))
+    def __init__(self, states: StatesService, *, session: str | None = None) -> None:
+        """``states``: a service made by ``stateflow.api.states_service`` (the built-ins
+        installed) — which :meth:`on` does."""
+        if not isinstance(states, StatesService):
+            raise TypeError("AsyncStateflow takes a states service: use `await AsyncStateflow.on(store)`")
+        self.store = AsyncStore(states.store)
+        self.states = AsyncStatesService(states)
         self.session = session
         """the default session of memory views (None: ``default``)"""
+
+    @classmethod
+    async def on(cls, store: Store, *, session: str | None = None) -> AsyncStateflow:
+        """An instance on ``store`` (closed with it), its service put together where the
+        synchronous API's is (``states_service``: the built-ins installed, so a store an
+        earlier version wrote is brought up to date before this one writes). A store not
+        migrated yet gets them when it is first found migrated; until then its calls raise
+        ``StoreNotMigrated``."""
+        from stateflow.api import states_service
+
+        service = await call(store, states_service, store, unmigrated=_installed_when_migrated)
+        return cls(service, session=session)
 
     def memory(
         self,
@@ -403,4 +420,13 @@ async def connect(store: StoreLocation | None = None, *, session: str | None = N
     views' default session. The environment is read here, once."""
     location = store or os.environ.get(STORE_ENV) or None
     opened = await open_store_async(location)
-    return AsyncStateflow(opened, session=session or os.environ.get(SESSION_ENV) or None)
+    try:
+        return await AsyncStateflow.on(opened, session=session or os.environ.get(SESSION_ENV) or None)
+    except BaseException:
+        await close(opened)
+        raise
+
+
+def _installed_when_migrated(_: Exception) -> None:
+    """(``states_service`` installs the built-ins once the store is migrated; the store's
+    calls raise ``StoreNotMigrated`` until then, as they would have at connect.)"""

@@ -15,6 +15,7 @@ from urllib.parse import quote, unquote
 
 from stateflow.aio import call, open_store_async
 from stateflow.aio import close as close_store  # (``close`` is the adapters' own method)
+from stateflow.api import states_service
 from stateflow.errors import InvalidInput
 from stateflow.states import StatesService
 from stateflow.states.models import DoorContext, WriteOrigin
@@ -73,8 +74,9 @@ def widened(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
 class OwnsStore:
     """Opening and closing shared by the store and the saver, whose constructors take a
     :class:`~stateflow.states.StatesService` first: :meth:`open`/:meth:`aopen` open (and
-    migrate) a store that :meth:`close`/:meth:`aclose` then close; one built on a service
-    you pass leaves that service open."""
+    migrate) a store that :meth:`close`/:meth:`aclose` then close, its service put together
+    where every opener's is (``stateflow.api.states_service``: the built-ins installed); one
+    built on a service you pass leaves that service open."""
 
     states: StatesService
     _owned: bool = False
@@ -89,7 +91,7 @@ class OwnsStore:
         closed by :meth:`close`."""
         store = open_store(location, auto_migrate=True)
         try:
-            made = cls(StatesService(store), **options)
+            made = cls(states_service(store), **options)
         except BaseException:  # (options refused: the store opened here is closed again)
             store.close()
             raise
@@ -102,7 +104,7 @@ class OwnsStore:
         async methods never leave the event loop's thread); closed by :meth:`aclose`."""
         opened = await open_store_async(location, auto_migrate=True)
         try:
-            made = await call(opened, lambda: cls(StatesService(opened), **options))
+            made = await call(opened, lambda: cls(states_service(opened), **options))
         except BaseException:  # (options refused: the store opened here is closed again)
             await close_store(opened)
             raise
