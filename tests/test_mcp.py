@@ -237,6 +237,38 @@ def test_http_mcp_needs_a_token(served: str) -> None:
     assert json.loads(caught.value.read())["code"] == "unauthorized"
 
 
+def test_http_mcp_with_a_trailing_slash_is_served_as_mcp(served: str) -> None:
+    # clients are often configured with ".../mcp/": the same door, the same token rules
+    slashed = served + "/"
+
+    async def run() -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        async with http_client(slashed, FULL, agent="bob", session="s") as bob:
+            out["patch"] = await bob.call_tool("patch_state", {"global": {"strategy": {"tone": "dry"}}})
+        async with http_client(slashed, READER, agent="bob", session="s") as reader:
+            out["reader_tools"] = [t.name for t in (await reader.list_tools()).tools]
+            out["reader_read"] = await reader.call_tool("read_state", {"path": "global.strategy.tone"})
+            out["reader_patch"] = await reader.call_tool(
+                "patch_state", {"global": {"strategy": {"tone": None}}}
+            )
+        async with http_client(slashed, ALICE, agent="bob", session="s") as intruder:
+            out["intruder_read"] = await intruder.call_tool("read_state", {"path": "global.strategy"})
+        return out
+
+    out = anyio.run(run)
+    assert not out["patch"].is_error
+    assert out["reader_tools"] == ["read_state"]
+    assert out["reader_read"].structured_content == {"value": "dry"}
+    assert out["reader_patch"].content[0].text.startswith("error[forbidden]: patch_state writes")
+    assert out["intruder_read"].content[0].text.startswith("error[forbidden]: this token may not use")
+    request = urllib.request.Request(
+        slashed, data=b"{}", method="POST", headers={"Content-Type": "application/json"}
+    )
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(request, timeout=60)
+    assert caught.value.code == 401 and json.loads(caught.value.read())["code"] == "unauthorized"
+
+
 NOTES = {
     "schema": {"type": "object", "properties": {"text": {"type": "string"}}},
     "subject_kinds": ["session"],

@@ -50,6 +50,7 @@ from stateflow.studio import mount_studio
 OWN_AUTH = (ASSETS_URL + "/", "/studio/")
 
 MCP_PATH = "/mcp"
+MCP_SLASHED: Final = MCP_PATH + "/"
 
 # Agent memory changes only through patch_state (intent ownership, no forged response): the
 # record routes read it but never write it, as the state tools and the studio do not.
@@ -954,6 +955,11 @@ class _Api(FastAPI):
         return stack
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] == MCP_SLASHED:
+            # MCP clients are often configured with ".../mcp/": served as /mcp from here on, so
+            # the token, its read-only rule and the route see the one path (no redirect: see
+            # ``redirect_slashes``)
+            scope = {**scope, "path": MCP_PATH, "raw_path": MCP_PATH.encode()}
         if scope["type"] == "http" and scope["method"] == "HEAD" and scope["path"].startswith(HEAD_PATHS):
             # HEAD wherever GET is served (RFC 9110 §9.3.2): the GET's answer, headers and all
             # (a record's ETag), without its body. (Not /mcp: its GET is an endless event stream.)
