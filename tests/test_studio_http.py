@@ -77,7 +77,7 @@ def test_pages_need_a_session_and_sign_in_sets_an_http_only_strict_cookie(
 
     # an unknown token, and a sign-in form posted without its own nonce, are refused
     r = sign_in(client, "this-token-is-not-configured")
-    assert r.status_code == 401 and "not one this server accepts" in r.text
+    assert r.status_code == 403 and "not one this server accepts" in r.text
     r = client.post("/studio/login", data={"token": ADMIN, "login_csrf": "forged"}, follow_redirects=False)
     assert r.status_code == 403 and "stateflow_studio=" not in r.headers.get("set-cookie", "")
 
@@ -89,6 +89,22 @@ def test_pages_need_a_session_and_sign_in_sets_an_http_only_strict_cookie(
     assert client.get("/studio/states").status_code == 200
     # the session cookie is not an API credential
     assert client.get("/api/states").status_code == 401
+
+
+def test_a_refused_sign_in_is_403_with_the_form_kept(seeded: tuple[TestClient, StatesService]) -> None:
+    """A 401 must carry a WWW-Authenticate challenge naming a scheme the URL accepts; the
+    sign-in form takes its token in the form, so a refused one is 403 (given and refused)."""
+    client, _ = seeded
+    for token in ("this-token-is-not-configured", ""):
+        r = sign_in(client, token)
+        assert r.status_code == 403 and "www-authenticate" not in r.headers, r.headers
+        assert "not one this server accepts" in r.text and 'name="token"' in r.text
+        kept = re.search(r'name="login_csrf" value="([^"]+)"', r.text)
+        assert kept is not None and kept[1] == client.cookies.get("stateflow_studio_login")
+        assert "stateflow_studio=" not in r.headers.get("set-cookie", "")
+    assert client.get("/studio/states", follow_redirects=False).status_code == 303  # not signed in
+    r = client.get("/api/states")  # the API's 401 still challenges
+    assert r.status_code == 401 and r.headers["www-authenticate"] == 'Bearer realm="stateflow"'
 
 
 def test_sign_in_forms_open_in_several_tabs_all_work(seeded: tuple[TestClient, StatesService]) -> None:
@@ -106,7 +122,7 @@ def test_sign_in_forms_open_in_several_tabs_all_work(seeded: tuple[TestClient, S
     r = client.post(
         "/studio/login", data={"token": "not-one-we-know", "login_csrf": first}, follow_redirects=False
     )
-    assert r.status_code == 401 and "not one this server accepts" in r.text
+    assert r.status_code == 403 and "not one this server accepts" in r.text
     r = client.post("/studio/login", data={"token": ADMIN, "login_csrf": second}, follow_redirects=False)
     assert r.status_code == 303 and r.headers["location"] == "/studio/states"
     # a third tab opened before signing in still signs in (another token, say)

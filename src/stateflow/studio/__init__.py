@@ -112,7 +112,9 @@ def mount_studio(app: FastAPI, service: StatesService, tokens: TokenSet) -> Stud
         try:
             token = tokens.authenticate("Bearer " + form.get("token", "").strip())
         except StateflowError:
-            return _login_page(request, "That token is not one this server accepts.", 401)
+            # 403, not 401: the credentials were given (in the form) and refused (RFC 9110
+            # §15.5.4); a 401 must challenge with a scheme this URL accepts, and it takes none
+            return _login_page(request, "That token is not one this server accepts.", 403)
         response = RedirectResponse(safe_next(form.get("next")), status_code=303)
         _cookie(response, request, COOKIE, studio.sessions.open(token))
         return response
