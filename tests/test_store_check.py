@@ -350,3 +350,61 @@ def test_check_refuses_a_store_of_another_schema_version_with_what_to_do_not_as_
 
     set_version(SCHEMA_VERSION)
     assert sf(location, "check").returncode == 0
+
+
+def test_check_names_memory_records_its_record_rule_refuses(backend: str) -> None:
+    """Memory records holding a ``null`` or a key of index form, written whole through the
+    operator's door before memory's record rule refused them, are named by check — record and
+    path, exit 1, not damage — and pass once rewritten as the report says."""
+    from stateflow.api import states_service
+    from stateflow.memory import Identity
+
+    store = open_store(backend, auto_migrate=True)
+    try:
+        states_service(store)
+        written = {
+            Identity.of("a", "/", "s1").key("global"): {"tactics": {"x": None, "ok": 1}},
+            Identity.of("a", "/", "s1").key("session"): {"strategy": {"plan": {"[0]": "first"}}},
+            Identity.of("b", "/", "s1").key("global"): {"tactics": {"fine": True}},
+        }
+        for doc_key, body in written.items():  # (the store layer: what the door let through then)
+            old = store.get(doc_key)
+            store.commit([Write.between(doc_key, old.value, body, old.revision)], {"door": "operator"})
+    finally:
+        store.close()
+
+    out = sf(backend, "check", "--json")
+    assert out.returncode == 1, out.stderr
+    report = json.loads(out.stdout)
+    assert report["problems"] == [] and report["ok"] is False
+    assert report["refused_records"] == [
+        "memory record global/global of agent 'a': memory cannot store null (at tactics.x); "
+        "leave the key out instead",
+        "memory record session/s1 of agent 'a': memory cannot store an index key as an object key "
+        "(at strategy.plan['[0]'])",
+    ]
+    text = sf(backend, "check")
+    assert text.returncode == 1
+    assert "refused record: memory record global/global of agent 'a'" in text.stdout
+    assert "error[invalid-document]: 2 record(s)" in text.stderr and "damaged" not in text.stdout
+
+    for kind, key, data in (
+        ("global", "global", '{"tactics": {"ok": 1}}'),
+        ("session", "s1", '{"strategy": {}}'),
+    ):
+        rewritten = sf(
+            backend,
+            "states",
+            "replace",
+            "memory",
+            "--target-name",
+            "a",
+            "--kind",
+            kind,
+            "--key",
+            key,
+            "--data",
+            data,
+        )
+        assert rewritten.returncode == 0, rewritten.stderr
+    assert sf(backend, "check").returncode == 0

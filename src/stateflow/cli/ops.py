@@ -25,9 +25,12 @@ from stateflow.store.open import display_location, sqlite_file
 @refusals
 def check(ctx: Context, as_json: bool, progress: bool | None) -> None:
     """Check the store: the file's integrity (SQLite), the schema, every revision it keeps,
-    and that no load into it was left unfinished.
+    that no load into it was left unfinished, and that every memory record keeps memory's
+    record rule (one an earlier version let through holding a null or an index-form key is
+    named: rewrite it with `stateflow states replace`).
 
-    Reads only. Exit status 0 when the store is whole, 1 when anything is damaged."""
+    Reads only. Exit status 0 when the store is whole, 1 when anything is damaged or refused."""
+    import stateflow.states.checks  # noqa: F401  (registers the states layer's checks)
     from stateflow.store.check import CheckReport, check_store, sqlite_file_integrity
 
     location = resolve_store_url(ctx.store_location)
@@ -55,12 +58,25 @@ def check(ctx: Context, as_json: bool, progress: bool | None) -> None:
             click.echo(f"  damaged: {problem}")
         if report.more_problems:
             click.echo(f"  … and {report.more_problems} more")
-    if not report.ok:
+        for refused in report.refused_records:
+            click.echo(f"  refused record: {refused}")
+        if report.more_refused_records:
+            click.echo(f"  … and {report.more_refused_records} more refused records")
+    if report.problems:
         click.echo(
             f"error[corrupt-store]: {len(report.problems) + report.more_problems} problem(s) found; "
             "restore the store from a backup that passes `stateflow check` (make them with `stateflow backup`)",
             err=True,
         )
+    if report.refused_records:
+        # not damage: a record an earlier version accepted, which its state refuses now
+        click.echo(
+            f"error[invalid-document]: {len(report.refused_records) + report.more_refused_records} record(s) "
+            "hold what their state refuses now (written by an earlier version); rewrite each without it: "
+            "`stateflow states read` it, then `stateflow states replace` it",
+            err=True,
+        )
+    if not report.ok:
         sys.exit(1)
 
 

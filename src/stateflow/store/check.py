@@ -32,12 +32,16 @@ class CheckReport:
     """what was looked at, by kind (``documents``, ``revisions``, ``pages`` …)"""
     problems: list[str] = field(default_factory=list)
     more_problems: int = 0
+    refused_records: list[str] = field(default_factory=list)
+    """records a state's record rule refuses (:func:`refused_record`): sound, not damage —
+    written before the rule, they are to be rewritten, not restored"""
+    more_refused_records: int = 0
     progress: Callable[[str, int], None] | None = field(default=None, repr=False, compare=False)
     """told each count as it is made (a long check shows how far it got)"""
 
     @property
     def ok(self) -> bool:
-        return not self.problems
+        return not self.problems and not self.refused_records
 
     def count(self, what: str, n: int = 1) -> None:
         self.checked[what] = self.checked.get(what, 0) + n
@@ -50,6 +54,12 @@ class CheckReport:
         else:
             self.more_problems += 1
 
+    def refused_record(self, message: str) -> None:
+        if len(self.refused_records) < MAX_PROBLEMS:
+            self.refused_records.append(message)
+        else:
+            self.more_refused_records += 1
+
     def to_json(self) -> dict[str, Any]:
         return {
             "store": self.store,
@@ -57,6 +67,8 @@ class CheckReport:
             "checked": self.checked,
             "problems": self.problems,
             "more_problems": self.more_problems,
+            "refused_records": self.refused_records,
+            "more_refused_records": self.more_refused_records,
         }
 
 
