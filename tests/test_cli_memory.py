@@ -242,6 +242,32 @@ def test_history_show_and_diff_read_an_absent_plane_as_null_as_read_state_does(
     assert below.returncode == 1 and below.stderr.startswith("error[path-not-found]")
 
 
+def test_history_list_in_passive_mode_leaves_a_response_out_as_every_passive_read_does(
+    backend: str, open_migrated: Any, tmp_path: Path
+) -> None:
+    open_migrated()
+    base = ["--store", backend]
+    assert (
+        sf(*base, "tool", "patch_state", '{"session": {"tactics": {"n": 1}}}', cwd=tmp_path).returncode == 0
+    )
+    assert sf(*base, "respond", "done", cwd=tmp_path).returncode == 0
+
+    def listed(*mode: str) -> list[tuple[Any, Any]]:
+        out = sf(*base, "history", "list", *mode, cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+        return [(t["origin"].get("action"), t["changes"]) for t in json.loads(out.stdout)]
+
+    active = [("response", {"session": {"response": "done"}}), (None, {"session": {"tactics": {"n": 1}}})]
+    assert listed() == active
+    # passive: the response shows nowhere, so the transition shows no change (not an empty
+    # session patch); it keeps its place, so a position is still the offset `history show` takes
+    assert listed("--mode", "passive") == [("response", {}), active[1]]
+    diffed = sf(*base, "history", "diff", "1", "--mode", "passive", cwd=tmp_path)
+    assert (diffed.returncode, diffed.stdout) == (0, "{}\n"), diffed.stderr
+    shown = sf(*base, "history", "show", "1", "--path", "tactics", "--mode", "passive", cwd=tmp_path)
+    assert (shown.returncode, shown.stdout) == (0, '{"n":1}\n'), shown.stderr
+
+
 def test_session_fork_and_restore_reach_beyond_the_model_history_window(
     backend: str, open_migrated: Any, tmp_path: Path
 ) -> None:

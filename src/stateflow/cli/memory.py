@@ -216,7 +216,9 @@ def history() -> None:
 @click.option("--limit", type=click.IntRange(1, 10_000), default=20, show_default=True)
 @reading_view
 def history_list(view: MemoryView, limit: int) -> None:
-    """Transitions that changed the selected scopes, newest first, with their patches."""
+    """Transitions that changed the selected scopes, newest first, with their patches as the
+    view shows them (passive mode leaves a response out). The transition at position N (from 0)
+    leads from offset N+1 to offset N of `history show`."""
     echo_json(view.transitions(limit))
 
 

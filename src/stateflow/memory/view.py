@@ -1308,7 +1308,8 @@ class MemoryView(Staging):
         return detach(self._out(self._value(self._root(parsed.root, states, with_lazy), sel, path)))
 
     def transitions(self, limit: int = 20) -> list[dict[str, Any]]:
-        """The view's transitions, newest first, with each scope's full patch and the origin."""
+        """The view's transitions, newest first, with each scope's full patch (what the view
+        shows of it: a change showing nothing is left out) and the origin."""
         changes = self.store.history(list(self.keys.values()), limit=len(self.scopes) * limit)
         scope_of = {k: s for s, k in self.keys.items()}
         out: list[dict[str, Any]] = []
@@ -1318,6 +1319,11 @@ class MemoryView(Staging):
                     break
                 out.append({"seq": change.seq, "at": change.at, "origin": change.origin, "changes": {}})
             patch = self._project_patch(to_patch(change.edits), with_lazy=True)
+            if patch == {}:
+                # nothing of this change shows in the view (passive mode's response): the scope is
+                # left out, as every read leaves it out; the transition keeps its place, so a
+                # position in the list stays the offset history reads take
+                continue
             out[-1]["changes"][scope_of[change.key]] = self._out(patch)
         detached: list[dict[str, Any]] = detach(out)  # origins and patches come from the history cache
         return detached
