@@ -142,6 +142,42 @@ def test_serve_creates_a_token_once_and_the_cli_talks_to_it(
     assert overridden.returncode == 1 and "error[unauthorized]" in overridden.stderr
 
 
+def test_a_store_on_the_command_line_outranks_the_environments_server(
+    server: tuple[str, str, subprocess.Popen[str]], env: dict[str, str], tmp_path: Path
+) -> None:
+    url, token, _ = server
+    exported = dict(env, STATEFLOW_URL=url, STATEFLOW_TOKEN=token)
+    local = str(tmp_path / "local.db")
+    # flags before the environment: a typed --store (before or after the subcommand) is the store
+    # written, whatever server STATEFLOW_URL names
+    assert sf("--store", local, "states", "put", "tickets", "--data", DECL, env=exported).returncode == 0
+    subject = ["--target-name", "bot", "--key", "t-1"]
+    written = sf(
+        "states",
+        "replace",
+        "tickets",
+        *subject,
+        "--data",
+        '{"status": "local"}',
+        "--store",
+        local,
+        env=exported,
+    )
+    assert written.returncode == 0, written.stderr
+    read = sf("--store", local, "states", "read", "tickets", *subject, env=exported)
+    assert json.loads(read.stdout)["data"] == {"status": "local"}
+    # without a typed --store, STATEFLOW_URL still names the server (it outranks STATEFLOW_STORE):
+    # the server never saw the declaration
+    assert [d["name"] for d in json.loads(sf("states", "list", env=exported).stdout)] == ["memory"]
+    # --url and --store on one command line: ambiguous, refused as a usage error
+    for both in (
+        ["--store", local, "states", "--url", url, "list"],
+        ["states", "list", "--url", url, "--store", local],
+    ):
+        refused = sf(*both, env=env)
+        assert refused.returncode == 2 and "give --url (a running server) or --store" in refused.stderr
+
+
 def test_the_kept_token_is_reused_and_not_printed_again(
     server: tuple[str, str, subprocess.Popen[str]], env: dict[str, str]
 ) -> None:

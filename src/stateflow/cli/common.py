@@ -22,8 +22,13 @@ class Context:
     """What the global options set: where the store is (opened on first use), which
     configuration file to read (loaded on first use)."""
 
-    def __init__(self, store: str | None, config_path: Path | None = None) -> None:
+    def __init__(
+        self, store: str | None, config_path: Path | None = None, *, store_given: bool = False
+    ) -> None:
         self._store_flag = store
+        # ``--store`` was typed on the command line (not taken from STATEFLOW_STORE): it then
+        # outranks a server address from the environment (see ``states`` commands' target)
+        self.store_given = store_given
         self.config_path = config_path
         self._config: tuple[Config, Path | None] | None = None
         self._store: Store | None = None
@@ -51,6 +56,7 @@ class Context:
     def store_location(self, value: str | None) -> None:
         """``--store`` given after the subcommand: it wins like the global flag."""
         self._store_flag = value
+        self.store_given = True
         self._config = None
 
     def _open(self, *, create: bool, auto_migrate: bool | None = None) -> Store:

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
 from stateflow import __version__
 from stateflow.cli.common import Context, echo_json, pass_context, read_json_arg, refusals
@@ -62,7 +63,8 @@ LAZY_COMMANDS = {
 @click.pass_context
 def cli(ctx: click.Context, store: str | None, config_path: Path | None) -> None:
     """Durable, versioned, schema-aware JSON state for LLM agents."""
-    obj = Context(store, config_path)
+    given = ctx.get_parameter_source("store") == ParameterSource.COMMANDLINE
+    obj = Context(store, config_path, store_given=given)
     ctx.obj = obj
     ctx.call_on_close(obj.close)
 

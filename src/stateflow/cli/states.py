@@ -6,6 +6,7 @@ Commands work on the configured store directly, or with ``--url`` against a runn
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from stateflow.api import states_service
 from stateflow.cli.common import Context, echo_json, pass_context, read_json_arg, refusals
@@ -40,7 +42,8 @@ def remote_options(fn: Any) -> Any:
     @click.pass_context
     @functools.wraps(fn)
     def group(click_ctx: click.Context, url: str | None, token: str | None) -> None:
-        click_ctx.meta["states_remote"] = (url, token)
+        typed = click_ctx.get_parameter_source("url") == ParameterSource.COMMANDLINE
+        click_ctx.meta["states_remote"] = Remote(url, token, typed)
 
     group = click.option(
         "--token", envvar="STATEFLOW_TOKEN", help="Bearer token for --url [env STATEFLOW_TOKEN]."
@@ -49,16 +52,29 @@ def remote_options(fn: Any) -> Any:
         "--url",
         envvar="STATEFLOW_URL",
         help="Use a running `stateflow serve` at this base URL, e.g. http://127.0.0.1:8765 "
-        "[env STATEFLOW_URL].",
+        "[env STATEFLOW_URL; a --store on the command line outranks it, --url with --store is refused].",
     )(group)
+
+
+@dataclass(frozen=True)
+class Remote:
+    """The server ``--url``/``--token`` name; ``typed``: the URL was given on the command line
+    (not taken from STATEFLOW_URL)."""
+
+    url: str | None = None
+    token: str | None = None
+    typed: bool = False
 
 
 def _set_remote(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
     """``--url``/``--token`` given after a subcommand: they override the group's (or its
     environment variables'), which ran first."""
     if value is not None:
-        url, token = ctx.meta.get("states_remote", (None, None))
-        ctx.meta["states_remote"] = (value, token) if param.name == "url" else (url, value)
+        remote = ctx.meta.get("states_remote", Remote())
+        if param.name == "url":
+            ctx.meta["states_remote"] = dataclasses.replace(remote, url=value, typed=True)
+        else:
+            ctx.meta["states_remote"] = dataclasses.replace(remote, token=value)
 
 
 def remote_on_each(command: click.Command) -> None:
@@ -88,10 +104,17 @@ def states() -> None:
 def client(ctx: Context, *, reads: bool = False) -> StatesAPI:
     """The service on the configured store (as the ``operator`` door, actor = your user name),
     or the HTTP client of a running server: one API either way. ``reads``: the command only
-    reads, so a missing store is refused (``store-not-found``), never created."""
-    url, token = click.get_current_context().meta.get("states_remote", (None, None))
-    if url:
-        return StatesClient(url, token)
+    reads, so a missing store is refused (``store-not-found``), never created.
+
+    Which one follows the configuration's precedence (flags, then the environment): a typed
+    ``--url`` or, without a typed ``--store``, STATEFLOW_URL names the server; a typed ``--store``
+    outranks STATEFLOW_URL, so a shell that exports it never sends a command meant for a local
+    store to the server; ``--url`` with ``--store`` on one command line is refused as ambiguous."""
+    remote: Remote = click.get_current_context().meta.get("states_remote", Remote())
+    if remote.url and remote.typed and ctx.store_given:
+        raise click.UsageError("give --url (a running server) or --store (a store), not both")
+    if remote.url and not ctx.store_given:
+        return StatesClient(remote.url, remote.token)
     service = states_service(ctx.reader() if reads else ctx.store(), ctx.config)
     return service.acting_as(DoorContext(door="operator", actor=_whoami()))
 
