@@ -162,7 +162,7 @@ class Listing(StoreCore):
         self, state: str, filters: dict[str, Any], *, after: str | None = None, limit: int = 200
     ) -> list[Listed]:
         """Present documents of ``state`` that contain ``filters`` (``jsonb @>`` semantics), in
-        subject order after ``after``."""
+        subject order after ``after``: ``limit`` of them, fewer only when no more match."""
         self.check_schema()
         if type(filters) is not dict or not filters:
             raise InvalidInput("search needs a non-empty filters object (a containment document)")
@@ -176,10 +176,13 @@ class Listing(StoreCore):
                 if not page:
                     break
                 cursor = page[-1].key.subject
+                candidates = len(page)
                 if not self._checked_in_sql(filters):
                     page = self._verify(tx, page, filters)
                 out.extend(page[: limit - len(out)])
-                if len(page) < size:  # the candidates ran out
+                # a short page of candidates is their end; a page the check in Python shrank
+                # is not (the caller reads a short answer as the last matches there are)
+                if candidates < size:
                     break
         return out
 
