@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -10,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from stateflow.jq import JqBusy, JqError, JqLimitExceeded, JqRunner
+from stateflow.jq import JqBusy, JqError, JqLimitExceeded, JqRunner, JqUnavailable
 from stateflow.jq import runner as runner_module
 
 
@@ -201,3 +203,62 @@ def test_close_stops_a_running_program_at_once() -> None:
     assert len(outcome) == 1 and "stopping" in str(outcome[0])
     with pytest.raises(JqBusy):
         r.run("1", None)
+
+
+def test_a_jq_py_in_the_working_directory_is_never_imported_by_a_worker(tmp_path: Path) -> None:
+    # the CLI started where an operator keeps a script named like a library the worker imports
+    from stateflow.states import StatesService
+    from stateflow.store import open_store
+
+    store = tmp_path / "r.db"
+    svc = StatesService(open_store(str(store), auto_migrate=True))
+    svc.install_builtins()
+    svc.put_template(
+        "t",
+        {
+            "description": "d",
+            "schema": {"type": "object", "properties": {"n": {"type": "integer"}}},
+            "template_jq": {"get": {"purpose": "input", "jq": {"content": ".n + 1"}}},
+        },
+    )
+    svc.declare(
+        "st",
+        {
+            "description": "d",
+            "schema": {"type": "object", "properties": {"x": {"type": "integer"}}},
+            "subject_kinds": ["k"],
+            "default_subject_kind": "k",
+        },
+    )
+    svc.attach("st", "t", {"path": ["t"]})
+    svc.replace("st", {"target_kind": "agent", "target_name": "a", "kind": "k", "key": "1"}, {"t": {"n": 5}})
+    svc.close()
+    svc.store.close()
+    for module in ("jq", "orjson"):
+        (tmp_path / f"{module}.py").write_text(f"open({module!r} + '-imported', 'w').close()\n")
+    done = subprocess.run(
+        [
+            *("stateflow", "--store", str(store), "states", "template-jq", "eval", "st", "t.get"),
+            *("--target-name", "a", "--key", "1"),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["value"] == 6
+    assert not list(tmp_path.glob("*-imported"))
+
+
+def test_a_worker_that_cannot_start_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # (a module path the operator set is kept: here it holds a jq that will not import)
+    (tmp_path / "jq.py").write_text("raise ImportError('this jq is broken')\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    r = JqRunner(workers=1, timeout=300)
+    try:
+        with pytest.raises(JqUnavailable, match="could not start: ImportError: this jq is broken"):
+            r.run("1", None)
+        assert not r._all  # the dead worker is not kept
+    finally:
+        r.close()

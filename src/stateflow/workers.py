@@ -18,6 +18,7 @@ import signal
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Any, Final
 
@@ -34,18 +35,44 @@ _WORKER_ENV: Final = ("PATH", "PYTHONPATH", "LANG", "LC_ALL", "VIRTUAL_ENV")
 secrets (tokens, database URLs)."""
 
 
+def _worker_env() -> dict[str, str]:
+    """The environment a worker starts with: :data:`_WORKER_ENV`, with ``PYTHONPATH``'s entries
+    made absolute and its empty ones (each one names the working directory) left out."""
+    env = {k: os.environ[k] for k in _WORKER_ENV if k in os.environ}
+    if "PYTHONPATH" in env:
+        entries = [os.path.abspath(p) for p in env["PYTHONPATH"].split(os.pathsep) if p]
+        env["PYTHONPATH"] = os.pathsep.join(entries)
+    return env
+
+
 class WorkerProcess:
-    """One child ``python -m <module> <memory> <cpu_seconds> <parent pid>``; it answers
-    ``{"ready": true}`` once started, then one answer per request."""
+    """One child ``python -P -m <module> <memory> <cpu_seconds> <parent pid>``; it answers
+    ``{"ready": true}`` once started, then one answer per request.
+
+    ``-P``: the working directory (where the server or the CLI was started) is not on the
+    worker's module path, so a file there named like a module it imports (``jq.py``,
+    ``orjson.py``) is never imported in place of it."""
 
     def __init__(self, module: str, memory: int, cpu_seconds: int) -> None:
+        # what the worker says before it dies (a start that fails: a module that will not
+        # import), kept in a file, which no unread output can fill up as it would a pipe
+        self.errors = tempfile.TemporaryFile()  # noqa: SIM115 (closed by last_words or with the object)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", module, str(memory), str(cpu_seconds), str(os.getpid())],
+            [sys.executable, "-P", "-m", module, str(memory), str(cpu_seconds), str(os.getpid())],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            env={k: os.environ[k] for k in _WORKER_ENV if k in os.environ},
+            stderr=self.errors,
+            env=_worker_env(),
         )
+
+    def last_words(self) -> str:
+        """The last line the worker wrote to its standard error (a dead worker's reason), or
+        its exit status when it wrote none."""
+        self.kill()
+        with self.errors:
+            self.errors.seek(max(0, self.errors.seek(0, os.SEEK_END) - 4096))
+            lines = self.errors.read().decode(errors="replace").strip().splitlines()
+        return lines[-1].strip() if lines else f"exit status {self.proc.returncode}"
 
     def alive(self) -> bool:
         return self.proc.poll() is None

@@ -57,6 +57,14 @@ class JqBusy(StateflowError):
         self.retry_after = retry_after
 
 
+class JqUnavailable(StateflowError):
+    """A jq worker process died before it was ready (its interpreter or the jq library would not
+    start): the server cannot run jq until that is fixed."""
+
+    code = "jq-unavailable"
+    http_status = 503
+
+
 class JqRunner:
     """A pool of jq worker processes. Thread-safe; workers start on first use.
 
@@ -108,19 +116,24 @@ class JqRunner:
                 worker, fresh = self._start(), True
             request = {"program": program, "vars": variables, "input": value, "max": self.max_output}
             answer = None
+            started = not fresh
             try:
                 # a new worker's start-up is not the program's: its limit runs once it is ready
-                ready = not fresh or worker.receive(time.monotonic() + START_SECONDS) is not None
-                if ready:
+                started = started or worker.receive(time.monotonic() + START_SECONDS) is not None
+                if started:
                     worker.send(request)
                     answer = worker.receive(time.monotonic() + self.timeout)
             except (EOFError, BrokenPipeError):
+                # a new worker that died before it was ready ran no program: its start failed
+                failed = None if started else worker.last_words()
                 self._retire(worker)
                 worker = None
                 if self._closed:
                     raise self._shutting_down() from None
+                if failed is not None:
+                    raise JqUnavailable(f"a jq worker could not start: {failed}") from None
                 raise JqLimitExceeded("the jq program exceeded its memory limit and was stopped") from None
-            if not ready:
+            if not started:
                 self._retire(worker)
                 worker = None
                 raise JqBusy(
