@@ -345,6 +345,42 @@ def test_origin_headers_are_recorded_and_door_actor_stay_server_stamped(
     assert http.put(REC, json={"status": "x"}, headers={"X-Stateflow-Meta": "{"}).status_code == 400
 
 
+def test_origin_texts_and_op_ids_are_bounded_at_every_door(
+    backend: str, http: TestClient, service: StatesService, store: SqlStore
+) -> None:
+    # the audit trail keeps consumer and run_id on every row, the ledger every op id: bounded
+    # as meta is, refused before anything is written, naming the field and the limit
+    from stateflow.memory import Identity, MemoryView
+
+    long = "c" * 257
+    ops = [{"op": "set", "path": ["n"], "value": 1}]
+    service.replace("tickets", T1, {"status": "a"}, origin={"consumer": "c" * 256, "run_id": "r" * 256})
+    before = len(store.transitions(limit=10_000))
+    for field in ("consumer", "run_id"):
+        with pytest.raises(InvalidInput, match=f"{field}: {field} is 257 characters; the limit is 256"):
+            service.replace("tickets", T1, {"status": "b"}, origin={field: long})
+    with pytest.raises(InvalidInput, match=r"^op_id is 257 characters; the limit is 256$"):
+        service.apply("tickets", T1, ops, op_id=long)
+    with pytest.raises(InvalidInput, match=r"^items\[0\]: op_id is 257 characters; the limit is 256$"):
+        service.apply_batch([{"state": "tickets", "subject": T1, "ops": ops, "op_id": long}])
+    for header in ("X-Stateflow-Consumer", "X-Stateflow-Run-Id"):
+        r = http.put(REC, json={"status": "b"}, headers={header: long})
+        assert r.status_code == 422 and "is 257 characters; the limit is 256" in r.json()["error"], r.text
+    r = http.post(REC + "/deltas", json={"ops": ops, "op_id": long})
+    assert r.status_code == 422 and r.json()["error"] == "op_id is 257 characters; the limit is 256"
+    host = ToolHost(MemoryView(service.store, Identity.of("alice", "/tmp", "s1")), service)
+    result = host.call("state_apply", {"state": "tickets", "subject": "t1", "ops": ops, "op_id": long})
+    assert result.is_error and result.code == "invalid-input", result.text
+    assert result.text == "op_id is 257 characters; the limit is 256"
+    who = ["--target-name", "alice", "--key", "t1"]
+    done = sf("states", "replace", "tickets", *who, "--data", "{}", "--consumer", long, store=backend)
+    assert done.returncode == 1 and "consumer is 257 characters; the limit is 256" in done.stderr
+    done = sf("states", "apply", "tickets", *who, "--data", json.dumps(ops), "--op-id", long, store=backend)
+    assert done.returncode == 1 and "op_id is 257 characters; the limit is 256" in done.stderr
+    assert len(store.transitions(limit=10_000)) == before  # nothing was written
+    assert not service.store.applied_op(long, "tickets@agent/alice")
+
+
 def test_an_origin_is_stored_without_its_unset_fields_and_the_trail_still_shows_them(
     http: TestClient, service: StatesService, store: SqlStore
 ) -> None:

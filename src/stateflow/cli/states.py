@@ -186,9 +186,13 @@ def write_options(fn: Any) -> Any:
                 help="Write only if the record is at this revision (0: absent); else refused, nothing changes.",
             ),
             click.option(
-                "--consumer", default=None, help="Who writes (recorded in the audit trail's origin)."
+                "--consumer",
+                default=None,
+                help="Who writes (recorded in the audit trail's origin; ≤ 256 characters).",
             ),
-            click.option("--run-id", default=None, help="The run this write belongs to (origin)."),
+            click.option(
+                "--run-id", default=None, help="The run this write belongs to (origin; ≤ 256 characters)."
+            ),
             click.option("--meta", default=None, help="A JSON object recorded with the origin (≤ 4 KiB)."),
         ],
     )
@@ -512,7 +516,7 @@ def merge(api: StatesAPI, name: str, subject: Subject, payload: Payload, write: 
 @click.argument("name")
 @subject_options
 @data_options
-@click.option("--op-id", default=None, help="Idempotency key (a payload op_id wins).")
+@click.option("--op-id", default=None, help="Idempotency key, ≤ 256 characters (a payload op_id wins).")
 @write_options
 @api_command()
 def apply(

@@ -13,6 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from stateflow.states.models import META_MAX_BYTES, ORIGIN_TEXT_MAX_CHARS
+
 # ---------------------------------------------------------------------- typed models
 
 
@@ -146,7 +148,7 @@ class SearchBody(BaseModel):
 class DeltasBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     ops: list[dict[str, Any]]
-    op_id: str | None = None
+    op_id: str | None = Field(default=None, min_length=1, max_length=ORIGIN_TEXT_MAX_CHARS)
 
 
 class FoldBody(BaseModel):
@@ -163,7 +165,7 @@ class RevertBody(BaseModel):
 class TemplateJqBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     input: Any = None
-    op_id: str | None = None
+    op_id: str | None = Field(default=None, min_length=1, max_length=ORIGIN_TEXT_MAX_CHARS)
 
 
 MODELS: tuple[type[BaseModel], ...] = (
@@ -269,15 +271,17 @@ JQ_PARAMS = {
     "(`?min=1&who=%22ann%22`): exactly the params the program declares (a missing or an "
     "undeclared one is 422; a value that is not JSON, 400).",
 }
+ORIGIN_TEXT = {"type": "string", "maxLength": ORIGIN_TEXT_MAX_CHARS}
 ORIGIN_HEADERS = [
-    {"name": "X-Stateflow-Consumer", "in": "header", "required": False, "schema": STRING},
-    {"name": "X-Stateflow-Run-Id", "in": "header", "required": False, "schema": STRING},
+    {"name": "X-Stateflow-Consumer", "in": "header", "required": False, "schema": ORIGIN_TEXT},
+    {"name": "X-Stateflow-Run-Id", "in": "header", "required": False, "schema": ORIGIN_TEXT},
     {
         "name": "X-Stateflow-Meta",
         "in": "header",
         "required": False,
         "schema": {"type": "string", "pattern": "^\\{.*\\}$"},
-        "description": "A JSON object recorded with the write's origin.",
+        "description": f"A JSON object recorded with the write's origin (at most {META_MAX_BYTES} "
+        "bytes serialized).",
     },
 ]
 

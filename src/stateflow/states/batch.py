@@ -17,7 +17,7 @@ from stateflow.doc.ops import Op, parse_ops
 from stateflow.doc.select import MISSING
 from stateflow.errors import InvalidInput
 from stateflow.states import pipeline
-from stateflow.states.models import DoorContext
+from stateflow.states.models import DoorContext, op_id_problem
 from stateflow.states.pipeline import RecordWrite, ops_transform
 from stateflow.states.service import ApplyResult, StatesService, origin_of, subject_of
 
@@ -76,8 +76,8 @@ def _parse(service: StatesService, index: int, raw: Any) -> tuple[RecordWrite, l
     if "input" in raw and "template_jq" not in raw:
         raise InvalidInput(f"{where}: 'input' goes only with 'template_jq'")
     op_id = raw.get("op_id")
-    if op_id is not None and (not isinstance(op_id, str) or not op_id):
-        raise InvalidInput(f"{where}: op_id must be a non-empty string")
+    if op_id is not None and (why := op_id_problem(op_id)):
+        raise InvalidInput(f"{where}: {why}")
     subject = subject_of(raw.get("subject"))
     if "template_jq" in raw:
         reference = raw["template_jq"]

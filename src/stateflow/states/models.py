@@ -7,7 +7,7 @@ import re
 from typing import Any, Final, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from stateflow.subjects import Subject, encode_subject
 
@@ -21,6 +21,10 @@ EXEMPT_WITH_DAYS: Final = (
     "let the sweep erase them)"
 )
 META_MAX_BYTES: Final = 4096
+ORIGIN_TEXT_MAX_CHARS: Final = 256
+"""The bound on an origin's ``consumer`` and ``run_id`` and on a write's ``op_id``: every audit
+row carries the first two (and every ``writes`` page serves them), the ledger keeps the op id
+for retention's span; bounded as ``meta`` is, so no writer can bloat what others read."""
 DOORS: Final = ("api", "operator", "tool", "conversation", "hook", "schedule", "studio")
 TargetKind = Literal["agent", "tool"]
 Door = Literal["api", "operator", "tool", "conversation", "hook", "schedule", "studio"]
@@ -33,6 +37,21 @@ def _unicode_text(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+def origin_text_problem(name: str, value: str) -> str | None:
+    """Why ``value`` cannot be the origin's ``name`` (``consumer``, ``run_id``, ``op_id``), or None:
+    the one length rule of every door (the service, HTTP headers, the CLI, tools)."""
+    if len(value) > ORIGIN_TEXT_MAX_CHARS:
+        return f"{name} is {len(value)} characters; the limit is {ORIGIN_TEXT_MAX_CHARS}"
+    return None
+
+
+def op_id_problem(op_id: object) -> str | None:
+    """Why ``op_id`` cannot name a write (the ledger's key of a retry), or None."""
+    if not isinstance(op_id, str) or not op_id:
+        return "op_id must be a non-empty string"
+    return origin_text_problem("op_id", op_id)
 
 
 class _Model(BaseModel):
@@ -160,6 +179,14 @@ class WriteOrigin(_Model):
     meta: dict[str, Any] | None = None
     run_id: str | None = None
     op_id: str | None = None
+
+    @field_validator("consumer", "run_id", "op_id")
+    @classmethod
+    def _text(cls, v: str | None, info: ValidationInfo) -> str | None:
+        why = None if v is None else origin_text_problem(info.field_name or "", v)
+        if why is not None:
+            raise ValueError(why)
+        return v
 
     @field_validator("meta")
     @classmethod

@@ -33,7 +33,14 @@ from stateflow.states.attachments import (
 )
 from stateflow.states.builtin import BUILTIN_STATES
 from stateflow.states.listing import PAGE_MAX, Listing, _plain
-from stateflow.states.models import EXEMPT_WITH_DAYS, Declaration, DoorContext, StateSubject, WriteOrigin
+from stateflow.states.models import (
+    EXEMPT_WITH_DAYS,
+    Declaration,
+    DoorContext,
+    StateSubject,
+    WriteOrigin,
+    op_id_problem,
+)
 from stateflow.states.pipeline import (
     UNCHANGED,
     Change,
@@ -1108,8 +1115,8 @@ class StatesService:
         """An op batch; guard-skipped ops are reported; a replayed ``op_id`` changes nothing
         and says so (``replayed``)."""
         parsed = parse_ops(ops)
-        if op_id is not None and (not isinstance(op_id, str) or not op_id):
-            raise InvalidInput("op_id must be a non-empty string")
+        if op_id is not None and (why := op_id_problem(op_id)):
+            raise InvalidInput(why)
         check_revision(expect_revision)
         subject = subject_of(subject)  # once: the write and the view after it both name it
         if not parsed:  # nothing to write, but an unknown state or refused subject still says so

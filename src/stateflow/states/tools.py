@@ -7,8 +7,8 @@ from typing import Any, Final
 
 from stateflow.doc.ops import MAX_OPS_PER_BATCH, OP_KINDS, op_schema
 from stateflow.errors import Forbidden, InvalidInput, ReadOnlyState, StateflowError
-from stateflow.states.models import DoorContext, StateSubject, WriteOrigin
-from stateflow.states.service import StatesService, SubjectRefused, subject_of
+from stateflow.states.models import DoorContext, StateSubject
+from stateflow.states.service import StatesService, SubjectRefused, origin_of, subject_of
 
 STATE_TOOLS: Final = ("state_read", "state_replace", "state_merge", "state_apply", "state_template_jq")
 WRITING_TOOLS: Final = frozenset(("state_replace", "state_merge", "state_apply"))
@@ -206,9 +206,9 @@ def call_state_tool(
     if state == MEMORY_STATE and _writes(service, name, args):
         raise ReadOnlyState(MEMORY_WRITE_REFUSAL)
     subject = resolve_subject(service, state, args.get("subject"), context)
-    origin = WriteOrigin(
-        consumer=name, run_id=run_id, op_id=args.get("op_id") if name == "state_apply" else None
-    )
+    # (the run id comes from the caller: checked as every door's origin is; an op id is the
+    # write's own, checked and stamped into the origin by the write)
+    origin = origin_of({"consumer": name, "run_id": run_id})
     if name == "state_read":
         return service.read(state, subject)
     if name == "state_replace":
