@@ -386,3 +386,18 @@ def test_an_empty_entry_in_the_knowledge_roots_variable_names_no_root(db: str, t
     assert only.returncode == 1 and only.stderr.startswith(
         "error[invalid-input]: no knowledge root is configured"
     )
+
+
+def test_tool_patch_projection_below_an_object_replaced_by_a_scalar_reads_null(
+    backend: str, open_migrated: Any, tmp_path: Path
+) -> None:
+    open_migrated()
+    base = ["--store", backend, "tool"]
+    for patch in (
+        '{"session": {"strategy": {"db": {"engine": "pg"}}}}',
+        '{"session": {"strategy": {"db": "sqlite"}}}',
+    ):
+        assert sf(*base, "patch_state", patch, cwd=tmp_path).returncode == 0
+    for path, printed in (("session[0].strategy.db.engine", "null"), ("effective[0].strategy.db.port", "{}")):
+        read = sf(*base, "read_state", json.dumps({"path": path, "projection": "patch"}), cwd=tmp_path)
+        assert (read.returncode, read.stdout) == (0, '{"patch":' + printed + "}\n"), read.stderr

@@ -334,3 +334,36 @@ def test_the_patch_at_the_oldest_boundary_is_outside_the_window(store) -> None: 
     none.patch_state({"tactics": {"i": 0}})
     with pytest.raises(NotFound, match="outside the retained window"):
         none.read_state({"path": "tactics", "projection": "patch"})
+
+
+def test_patch_projection_below_a_value_replaced_by_a_scalar_or_a_shorter_array(store) -> None:  # type: ignore[no-untyped-def]
+    m = view(store)
+    m.patch_state(
+        {
+            "cwd": {"strategy": {"db": {"engine": "pg"}}},
+            "session": {
+                "strategy": {"db": {"engine": "pg", "port": 5432}},
+                "lazy": {"list": ["a", "b", "c"]},
+            },
+        }
+    )
+    m.patch_state({"session": {"strategy": {"db": "sqlite"}, "lazy": {"list": ["x"]}}})
+
+    def patch(path: str) -> Any:
+        return m.read_state({"path": path, "projection": "patch"})
+
+    # a key that lay in the replaced object was deleted with it; one never there is unchanged
+    for root in ("session", "effective"):
+        assert patch(f"{root}[0].strategy.db.engine") == {"patch": None}
+        assert patch(f"{root}[0].strategy.db.host") == {"patch": {}}
+        assert patch(f"{root}[0].strategy.db") == {"patch": "sqlite"}
+        # an element the new, shorter array does not reach was deleted; one it reaches is new
+        assert patch(f"{root}[0].lazy.list[2]") == {"patch": None}
+        assert patch(f"{root}[0].lazy.list[0]") == {"patch": "x"}
+        assert patch(f"{root}[0].lazy.list[5]") == {"patch": {}}
+    assert patch("cwd[0].strategy.db.engine") == {"patch": {}}  # cwd did not change
+    # the whole view's patch walks to the same answers
+    assert m.read_state({"path": "session[0]", "projection": "patch"}) == {
+        "patch": {"strategy": {"db": "sqlite"}}
+    }
+    assert transitions(store) == 2

@@ -17,11 +17,12 @@ from hypothesis import strategies as st
 
 from stateflow.doc.diff import Edit, apply_edits, diff, to_patch
 from stateflow.doc.paths import ReadPath, parse
-from stateflow.doc.select import MISSING, select
+from stateflow.doc.select import MISSING
 from stateflow.doc.select import keys as keys_projection
 from stateflow.errors import Conflict, CorruptData, InvalidInput, NotFound, SelectionError
 from stateflow.memory import Identity, MemoryView
 from stateflow.memory.view import MemoryConfig
+from stateflow.memory.view import _resolves as resolves
 from stateflow.memory.view import _walk_patch as walk_patch
 from stateflow.store import DocKey, SqlStore, Write
 from stateflow.store.nodes import fetch_bodies
@@ -915,7 +916,9 @@ def test_read_state_patches_by_path_equal_the_whole_patch_at_every_offset(
                         patch,
                         parsed.selectors,
                         text,
-                        select_at=partial(select, whole(n, root, plane_name), parsed.selectors, text),
+                        existed_before=partial(
+                            resolves, whole(n + 1, root, plane_name), parsed.selectors, text
+                        ),
                     )
                 }
             except Exception as exc:

@@ -489,9 +489,7 @@ class MemoryView(Staging):
         assert window is None or isinstance(window, Range)
         selectors = path.selectors[:cut]
         rest = path.selectors[cut + 1 :] if cut is not None else []
-        target = tuple(
-            s.name if isinstance(s, Key) else s.index for s in selectors if not isinstance(s, Range)
-        )
+        target = _target(selectors)
         end: End | None = (
             SliceEnd(window.start, window.end) if window else KeysEnd() if projection == "keys" else None
         )
@@ -637,32 +635,31 @@ class MemoryView(Staging):
         if n == len(timeline.seqs):
             return {}  # the origin changed nothing
         self._check_patch_window(n)
+        before: dict[str, Any] | None = None
         if path.root == "effective":
             before = self._root("effective", self._states_at(n + 1, current, timeline, members), with_lazy)
-            after_states = self._states_at(n, current, timeline, members)
-            after = self._root("effective", after_states, with_lazy)
+            after = self._root("effective", self._states_at(n, current, timeline, members), with_lazy)
             patch = to_patch(diff(before, after))
         else:
             edits = timeline.changes[timeline.seqs[n]].get(path.root)
             if edits is None:
                 return {}
             patch = self._project_patch(to_patch(edits), with_lazy=True)
-            after_states = self._states_at(n, current, timeline, members)
-        return _walk_patch(
-            patch,
-            path.selectors,
-            path.text,
-            select_at=lambda: select(
-                self._root(path.root, after_states, with_lazy), path.selectors, path.text
-            ),
-        )
+
+        def existed_before() -> bool:  # (a scope's state before is read only when asked)
+            root = before
+            if root is None:
+                root = self._root(path.root, self._states_at(n + 1, current, timeline, members), with_lazy)
+            return _resolves(root, path.selectors, path.text)
+
+        return _walk_patch(patch, path.selectors, path.text, existed_before=existed_before)
 
     def _patch_by_path(
         self, path: ReadPath, timeline: _Timeline, current: dict[str, Document], cap: int, members: list[str]
     ) -> JSON:
         """The patch at ``path`` of transition ``path.offset``, as :meth:`_patch_at` gives it,
         reading only what lies on the path: a scope's own stored change walked along it (the
-        value at the path read by path when the walk meets a replaced scalar); the effective
+        path as it was before, read by path, when the walk meets a replaced value); the effective
         state's change as the diff of the values at the path before and after, when every
         prefix on the way is an object or absent on both sides, or an array of the same length
         on both (an array whose length changed is replaced whole: the patch is the value at the
@@ -688,13 +685,11 @@ class MemoryView(Staging):
                 patch,
                 path.selectors,
                 path.text,
-                select_at=lambda: self._evaluate_path(path, "value", current, timeline),
+                existed_before=lambda: self._exists_at(path, n + 1, current, timeline),
             )
-        self._check_offset(n + 1, timeline, internal=True)
         selectors = path.selectors
-        target = tuple(
-            s.name if isinstance(s, Key) else s.index for s in selectors if not isinstance(s, Range)
-        )
+        target = _target(selectors)
+        self._check_offset(n + 1, timeline, internal=True)
         before = self._trails_at(path, target, n + 1, current, timeline)
         after = self._trails_at(path, target, n, current, timeline)
         steps_before, steps_after = overlay_steps(before, len(target)), overlay_steps(after, len(target))
@@ -710,14 +705,15 @@ class MemoryView(Staging):
                     continue  # arrays of one length: the diff recurses by index
                 if not _index_key(str(selectors[depth].name)):  # type: ignore[union-attr]
                     return {}  # a key of such an array: its patch has only "[N]" keys
+            existed = steps_before[-1].kind != "missing"
             if now.kind == "array" and (was.kind != "array" or was.length != now.length):
-                # the diff replaces the array whole: the patch is the value at the path after
-                value = select_layers(after, selectors, path.text)
-                if value is MISSING:
-                    raise SelectionError(f"read path does not exist: {path.text}")
-                return value
+                # the diff replaces the array whole: the patch is the value at the path after;
+                # a path the new array does not reach was deleted with the old value, if it was there
+                if steps_after[-1].kind == "missing":
+                    return None if existed else {}
+                return select_layers(after, selectors, path.text)
             if now.kind not in ("object", "array"):  # a scalar or null on the way
-                return self._patch_below_scalar(path, target[:depth], was, now, after, current, timeline)
+                return self._patch_below_scalar(path, target[:depth], was, now, existed, current, timeline)
             # a key of an array below another, or an index of an object: read whole
             whole = {s: self.store.read_at(self.keys[s], seq=cap, members=members) for s in self.scopes}
             with_lazy = target[0] in self.planes.lazy
@@ -726,21 +722,30 @@ class MemoryView(Staging):
         new = MISSING if steps_after[-1].kind == "missing" else select_layers(after, selectors, path.text)
         return to_patch(diff(old, new))
 
+    def _exists_at(
+        self, path: ReadPath, offset: int, current: dict[str, Document], timeline: _Timeline
+    ) -> bool:
+        """Whether ``path`` (keys and indices) resolves as the view's transition ``offset`` left it."""
+        self._check_offset(offset, timeline, internal=True)
+        target = _target(path.selectors)
+        trails = self._trails_at(path, target, offset, current, timeline)
+        return overlay_steps(trails, len(target))[-1].kind != "missing"
+
     def _patch_below_scalar(
         self,
         path: ReadPath,
         prefix: tuple[str | int, ...],
         was: Step,
         now: Step,
-        after: list[Trail],
+        existed: bool,
         current: dict[str, Document],
         timeline: _Timeline,
     ) -> JSON:
         """The effective patch at ``path`` whose ``prefix`` holds a scalar or null after the
         transition (the diff reached the prefix, or replaced an ancestor: ``was`` missing):
         unchanged there, nothing below changed (``{}``); replaced by null, the patch says so
-        (``None``); replaced by another scalar, the path below it does not exist after, as a
-        whole read finds."""
+        (``None``); replaced by another scalar, the path below it is gone: deleted with what it
+        lay in when it ``existed`` before (``None``), else never there (``{}``)."""
         if was.kind != "missing":
             sel = path.selectors[: len(prefix)]
             values = [
@@ -749,10 +754,7 @@ class MemoryView(Staging):
             ]
             if identical(values[0], values[1]):
                 return {}
-        if now.kind == "null":
-            return None
-        value = select_layers(after, path.selectors, path.text)  # raises: a path below a scalar
-        raise SelectionError(f"read path does not exist: {path.text} ({value!r} found)")
+        return None if now.kind == "null" or existed else {}
 
     def _check_patch_window(self, n: int) -> None:
         limit = self.config.history_limit
@@ -1471,11 +1473,12 @@ def _read_args(args: object) -> tuple[list[str], str, bool]:
 
 
 def _walk_patch(
-    patch: JSON, selectors: tuple[Selector, ...], text: str, *, select_at: Callable[[], JSON]
+    patch: JSON, selectors: tuple[Selector, ...], text: str, *, existed_before: Callable[[], bool]
 ) -> JSON:
-    """Follow a read path through a semantic patch: ``{}`` unchanged, ``null`` deleted
-    (``select_at``: the value at the whole path after the change, for a path below a value
-    the change replaced)."""
+    """Follow a read path through a semantic patch: ``{}`` unchanged, ``null`` deleted.
+    Below a value the change replaced, the path is the replacement's (an array's element) or
+    gone: deleted with what it lay in when it resolved before the change (``existed_before``),
+    else never there (``{}``) — as a deleted ancestor gives ``null`` and an absent one ``{}``."""
     node = patch
     for i, sel in enumerate(selectors):
         if node is None:
@@ -1496,9 +1499,26 @@ def _walk_patch(
                 }
             return {}
         if type(node) is list:
-            return select(node, selectors[i:], text)
-        return select_at()  # below a replaced scalar: the value at that boundary
+            try:
+                return select(node, selectors[i:], text)
+            except SelectionError:
+                pass
+        return None if existed_before() else {}  # below a replaced scalar, or out of the new array
     return node
+
+
+def _target(selectors: Sequence[Selector]) -> tuple[str | int, ...]:
+    """A path's keys and indices, as a document path (ranges left out)."""
+    return tuple(s.name if isinstance(s, Key) else s.index for s in selectors if not isinstance(s, Range))
+
+
+def _resolves(root: JSON, selectors: Sequence[Selector], text: str) -> bool:
+    """Whether ``selectors`` select a value in ``root``."""
+    try:
+        select(root, selectors, text)
+    except SelectionError:
+        return False
+    return True
 
 
 def _index_key(name: str) -> bool:
