@@ -102,3 +102,24 @@ def test_a_store_location_with_url_options_but_no_scheme_is_refused_and_creates_
     with pytest.raises(UnsupportedStore, match="holds URL options but no scheme"):
         open_store(str(tmp_path / location))
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_call_refused_for_its_arguments_alone_creates_no_store(tmp_path: Path) -> None:
+    subject = ["--target-name", "bot", "--key", "t-1"]
+    calls = {
+        "declaration": ["states", "put", "tickets", "--data", "{}"],
+        "payload": ["states", "attach", "tickets", "checklist", "--data", "{bad"],
+        "meta": ["states", "merge", "tickets", *subject, "--data", "{}", "--meta", "{"],
+        "scope": ["tool", "patch_state", '{"sesion": {"tactics": {"a": 1}}}'],
+        "cwd": ["tool", "patch_state", '{"cwd": {"tactics": {"a": 1}}}', "--cwd", "/" + "x" * 600],
+        "respond": ["respond", "hi", "--scopes", "global"],
+    }
+    for name, call in calls.items():
+        store = tmp_path / f"{name}.db"
+        refused = sf("--store", str(store), *call)
+        assert refused.returncode == 1 and refused.stderr.startswith("error[invalid-"), (name, refused.stderr)
+        assert list(tmp_path.iterdir()) == [], name  # no store file, no -writer beside it
+    # the same calls with good arguments create the store they write
+    ok = str(tmp_path / "ok.db")
+    assert sf("--store", ok, "tool", "patch_state", '{"session": {"tactics": {"a": 1}}}').returncode == 0
+    assert sf("--store", ok, "respond", "hi").returncode == 0

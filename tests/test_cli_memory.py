@@ -149,8 +149,11 @@ def test_respond_is_refused_by_a_view_without_the_session_scope(db: str, tmp_pat
     assert refused.stderr == (
         "error[invalid-input]: responses are recorded in the session scope: this view selects global, cwd\n"
     )
+    assert not Path(db).exists()  # refused for its arguments: not even the store is created
+    assert sf(*base, "tool", "patch_state", '{"global": {"tactics": {"a": 1}}}', cwd=tmp_path).returncode == 0
+    refused = sf(*base, "respond", "secret answer", "--scopes", "global,cwd", cwd=tmp_path)
     read = sf(*base, "tool", "read_state", '{"path": "session.response"}', cwd=tmp_path)
-    assert read.stdout == '{"value":null}\n'
+    assert refused.returncode == 1 and read.stdout == '{"value":null}\n'
 
 
 def test_mcp_server_with_a_real_client(db: str, tmp_path: Path) -> None:

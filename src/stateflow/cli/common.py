@@ -6,7 +6,7 @@ import sys
 from collections.abc import Callable, Mapping
 from functools import wraps
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import click
 
@@ -76,6 +76,12 @@ class Context:
             self._store = self._open(create=True)
         return self._store
 
+    def deferred(self) -> Store:
+        """The store of :meth:`store`, opened (or created) when first used rather than now: a
+        call refused for its own arguments — checked before anything touches the store —
+        leaves no new store behind."""
+        return self._store if self._store is not None else cast(Store, _OnFirstUse(self.store))
+
     def reader(self) -> Store:
         """The store for a command that only reads: a missing SQLite file (or its directory) is
         refused with ``store-not-found``, never created."""
@@ -103,6 +109,16 @@ class Context:
         store, self._store = self._store, None
         if store is not None:
             store.close()
+
+
+class _OnFirstUse:
+    """Stands for a store until something is asked of it, then opens it (see ``deferred``)."""
+
+    def __init__(self, opener: Callable[[], Store]) -> None:
+        self._opener = opener
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._opener(), name)
 
 
 pass_context = click.make_pass_decorator(Context)

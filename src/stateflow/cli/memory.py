@@ -87,7 +87,12 @@ def memory_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     return fn
 
 
-def make_view(ctx: Context, kw: dict[str, Any], *, reads: bool = False, existing: bool = False) -> MemoryView:
+def make_view(
+    ctx: Context, kw: dict[str, Any], *, reads: bool = False, existing: bool = False, deferred: bool = False
+) -> MemoryView:
+    """The memory view the options pick: on a store only read (``reads``), one that must exist
+    already (``existing``), or one created if missing — when first used if ``deferred``, so a
+    call refused for its arguments creates no store."""
     identity = Identity.of(kw.pop("agent"), kw.pop("cwd"), kw.pop("session"))
     roots = tuple(str(p.expanduser().resolve()) for p in kw.pop("knowledge_roots"))
     config = MemoryConfig(
@@ -97,7 +102,10 @@ def make_view(ctx: Context, kw: dict[str, Any], *, reads: bool = False, existing
         hot_budget=kw.pop("hot_budget"),
         runtime_dir=shown.default_dir(),  # one process shows the context, another takes the patch
     )
-    store = ctx.reader() if reads else ctx.existing() if existing else ctx.store()
+    if reads:
+        store = ctx.reader()
+    else:
+        store = ctx.existing() if existing else ctx.deferred() if deferred else ctx.store()
     return MemoryView(store, identity, parse_scopes(kw.pop("scopes")), config)
 
 
@@ -113,15 +121,17 @@ _VIEW_OPTIONS = (
 )
 
 
-def with_view(fn: Callable[..., Any], *, reads: bool = False, existing: bool = False) -> Callable[..., Any]:
+def with_view(
+    fn: Callable[..., Any], *, reads: bool = False, existing: bool = False, deferred: bool = False
+) -> Callable[..., Any]:
     """Turn ``fn(view, **own_options)`` into a command taking the memory options (``reads``:
     the command only reads, ``existing``: it changes memory already there — either way a
-    missing store is refused, not created)."""
+    missing store is refused, not created; ``deferred``: see :func:`make_view`)."""
 
     @functools.wraps(fn)
     def wrapper(ctx: Context, **kw: Any) -> Any:
         own = {k: kw.pop(k) for k in list(kw) if k not in _VIEW_OPTIONS}
-        return fn(make_view(ctx, kw, reads=reads, existing=existing), **own)
+        return fn(make_view(ctx, kw, reads=reads, existing=existing, deferred=deferred), **own)
 
     return memory_options(pass_context(cast(Callable[..., Any], refusals(wrapper))))
 
@@ -170,7 +180,8 @@ def tool_host(view: MemoryView, state_names: Sequence[str] | None = None) -> Too
 def tool(ctx: Context, /, name: str, arguments: str | None, file: Path | None, **kw: Any) -> None:
     """Call an LLM tool with ARGUMENTS (JSON; '-' reads stdin) and print exactly its result."""
     args = read_json_arg(arguments, file, "ARGUMENTS")
-    view = make_view(ctx, kw, reads=not writes(name))  # a read never creates a store
+    # a read never creates a store, nor does a write its own arguments refuse
+    view = make_view(ctx, kw, reads=not writes(name), deferred=True)
     host = tool_host(view) if name.startswith("state_") else ToolHost(view)
     result = host.call(name, args)
     if result.is_error:
@@ -193,7 +204,7 @@ def context(view: MemoryView, as_json: bool) -> None:
 
 @click.command("respond")
 @click.argument("text")
-@with_view
+@functools.partial(with_view, deferred=True)
 def respond(view: MemoryView, text: str) -> None:
     """Record TEXT as the session's latest accepted answer ('-' reads stdin); an empty TEXT
     clears it.

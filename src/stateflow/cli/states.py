@@ -25,6 +25,7 @@ from stateflow.doc.canonical import decode, encode
 from stateflow.errors import InvalidInput
 from stateflow.states import DoorContext, StatesService
 from stateflow.states.api import StatesAPI
+from stateflow.states.service import parse_declaration
 
 
 def _whoami() -> str:
@@ -128,6 +129,11 @@ def api_command(*, reads: bool = False) -> Callable[[Any], Any]:
         @refusals
         @functools.wraps(fn)
         def command(ctx: Context, *args: Any, **kwargs: Any) -> Any:
+            for given in kwargs.values():  # decoded (or refused) before the store is opened or created
+                if isinstance(given, Payload):
+                    given.read()
+                elif isinstance(given, Write):
+                    given.origin()
             return fn(client(ctx, reads=reads), *args, **kwargs)
 
         return command
@@ -152,6 +158,10 @@ class Write:
 
     def origin(self) -> dict[str, Any] | None:
         """The consumer half of the origin (``--meta`` decoded here, inside the refusals)."""
+        return self._origin
+
+    @functools.cached_property
+    def _origin(self) -> dict[str, Any] | None:
         origin = {
             "consumer": self.consumer,
             "run_id": self.run_id,
@@ -248,7 +258,11 @@ class Payload:
     file: Path | None
 
     def read(self) -> Any:
-        """The JSON payload (read and decoded here, inside the refusals)."""
+        """The JSON payload (read and decoded here, inside the refusals; stdin once)."""
+        return self._value
+
+    @functools.cached_property
+    def _value(self) -> Any:
         data = "-" if self.data is None and self.file is None else self.data
         return read_json_arg(data, self.file, "the payload", "with --data")
 
@@ -343,10 +357,13 @@ def get_state(api: StatesAPI, name: str) -> None:
 @states.command("put")
 @click.argument("name")
 @data_options
-@api_command()
-def put_state(api: StatesAPI, name: str, payload: Payload) -> None:
+@pass_context
+@refusals
+def put_state(ctx: Context, name: str, payload: Payload) -> None:
     """Declare (or additively re-declare) a state."""
-    echo_json(api.declare(name, payload.read()))
+    declaration = payload.read()
+    parse_declaration(name, declaration)  # its shape is refused before the store is opened (or created)
+    echo_json(client(ctx).declare(name, declaration))
 
 
 @states.command("delete")

@@ -254,6 +254,26 @@ def _invalid(exc: ValidationError, what: str) -> InvalidInput:
     return InvalidInput(f"invalid {what}: {details}")
 
 
+def parse_declaration(name: str, raw: Any) -> Declaration:
+    """``raw`` as the declaration of ``name``, or the refusal its shape alone earns: it reads
+    nothing, so a door may check a declaration before it opens a store."""
+    if not isinstance(raw, dict):
+        raise InvalidInput("a declaration must be a JSON object")
+    for computed, what in (
+        ("effective_schema", "effective_schema is computed by the platform"),
+        ("regimes", "regimes are computed by the platform"),
+        ("updated_at", "updated_at is set by the platform"),
+    ):
+        if raw.get(computed) is not None:
+            raise InvalidInput(what)
+    try:
+        decl = Declaration.model_validate({**raw, "name": name})
+    except ValidationError as exc:
+        raise InvalidInput(str(_invalid(exc, "declaration"))) from exc
+    check_base_schema(decl.schema_)
+    return decl
+
+
 def subject_of(raw: Any) -> StateSubject:
     if isinstance(raw, StateSubject):
         return raw
@@ -642,20 +662,7 @@ class StatesService:
     def declare(self, name: str, raw: Any, *, context: DoorContext | None = None) -> DeclarationView:
         """Create or re-declare a state. Re-declaring is additive-only while records exist (and
         always, for the built-in ``memory`` state). Answers the declaration as a read does."""
-        if not isinstance(raw, dict):
-            raise InvalidInput("a declaration must be a JSON object")
-        for computed, what in (
-            ("effective_schema", "effective_schema is computed by the platform"),
-            ("regimes", "regimes are computed by the platform"),
-            ("updated_at", "updated_at is set by the platform"),
-        ):
-            if raw.get(computed) is not None:
-                raise InvalidInput(what)
-        try:
-            decl = Declaration.model_validate({**raw, "name": name})
-        except ValidationError as exc:
-            raise InvalidInput(str(_invalid(exc, "declaration"))) from exc
-        check_base_schema(decl.schema_)
+        decl = parse_declaration(name, raw)
         stored = decl.stored()
         key = DocKey(CATALOG, name)
 
