@@ -27,9 +27,9 @@ from langgraph.store.base import (
 
 from stateflow.errors import CorruptStore, InvalidInput, InvalidJSON
 from stateflow.langgraph import StateflowStore
-from stateflow.langgraph.store import MAX_TTL_MINUTES
-from stateflow.states import StatesService
-from stateflow.store import DocKey, open_store
+from stateflow.langgraph.items import MAX_TTL_MINUTES
+from stateflow.states import StatesService, StateSubject
+from stateflow.store import DocKey, Write, open_store
 from stateflow.store.base import utc_text
 
 
@@ -119,15 +119,17 @@ def test_puts_keep_creation_times_alone_and_in_a_batch(lg: StateflowStore) -> No
 
 def test_put_over_a_record_edited_elsewhere_writes_its_own_namespace_and_key(lg: StateflowStore) -> None:
     """A put keeps the stored namespace and key objects only where they equal its own: a record
-    edited through the states API to hold others gets the put's back, and its history shows it."""
+    edited elsewhere to hold others (an earlier version's states door let that through; it is
+    refused now) gets the put's back, and its history shows it."""
     ns = ("t", "edited")
     lg.put(ns, "k", {"v": 1})
     subject = lg.subject(ns, "k")
     stored = lg.states.read("langgraph_store", subject)
     assert stored is not None
-    lg.states.replace(
-        "langgraph_store", subject, {**stored["data"], "namespace": ["t", "other"], "key": "other"}
-    )
+    doc_key = DocKey("langgraph_store", StateSubject(**subject).encode())  # type: ignore[arg-type]
+    edited = {**stored["data"], "namespace": ["t", "other"], "key": "other"}
+    old = lg.states.store.get(doc_key)
+    lg.states.store.commit([Write.between(doc_key, old.value, edited, old.revision)], {"door": "operator"})
     lg.put(ns, "k", {"v": 2})
     record = lg.states.read("langgraph_store", subject)
     assert record is not None
@@ -342,15 +344,15 @@ def test_items_keep_their_own_subjects_while_the_kept_subject_keys_are_forgotten
     they are all forgotten and made again, and every item — put once, then replaced after its
     key was forgotten — is written and read under its own subject, the one ``subject_key``
     gives, with its own history."""
-    import stateflow.langgraph.store as store_module
+    import stateflow.langgraph.items as items_module
 
-    monkeypatch.setattr(store_module, "SUBJECT_KEYS_KEPT", 3)
-    store_module._SUBJECT_KEYS.clear()
+    monkeypatch.setattr(items_module, "SUBJECT_KEYS_KEPT", 3)
+    items_module.KEPT_SUBJECT_KEYS.clear()
     items = [(("kept", f"n{n % 4}", "x/y z"), f"k{n}") for n in range(10)]
     for round_ in range(2):
         for n, (namespace, key) in enumerate(items):
             lg.put(namespace, key, {"n": n, "round": round_})
-            assert len(store_module._SUBJECT_KEYS) <= 3
+            assert len(items_module.KEPT_SUBJECT_KEYS) <= 3
     for n, (namespace, key) in enumerate(items):
         item = lg.get(namespace, key)
         assert item is not None and item.value == {"n": n, "round": 1}
@@ -363,7 +365,7 @@ def test_items_keep_their_own_subjects_while_the_kept_subject_keys_are_forgotten
         assert record is not None and record["data"]["value"] == {"n": n, "round": 1}
         trail = lg.states.writes(lg.records.state, subject)["items"]
         assert [w["revision"] for w in trail] == [2, 1]
-    assert store_module._SUBJECT_KEYS.get((("kept", "n1", "x/y z"), "k9")) == "kept/n1/x%2Fy%20z/k9"
+    assert items_module.KEPT_SUBJECT_KEYS.get((("kept", "n1", "x/y z"), "k9")) == "kept/n1/x%2Fy%20z/k9"
 
 
 def test_ttl_expiry_refresh_and_sweep(backend: str) -> None:
@@ -593,10 +595,10 @@ def test_a_refused_put_of_a_large_batch_writes_nothing_and_is_named_by_its_index
 def test_records_written_out_of_shape_through_another_door_are_named_not_a_crash(
     lg: StateflowStore,
 ) -> None:
-    """The schema checks types only: a record written through the states service (as HTTP and
-    the CLI write) with a time that does not parse, or naming another item than its subject
-    key addresses, is left out of searches and listings and named, and a get of it is refused
-    by name — the namespace's other items still read."""
+    """A record an earlier version let through another door (the states door now refuses it:
+    the adapter's item rule) with a time that does not parse, or naming another item than its
+    subject key addresses, is left out of searches and listings and named, and a get of it is
+    refused by name — the namespace's other items still read."""
     ns = ("memories", "ada")
     lg.put(ns, "tea", {"fact": "likes tea"})
     when = "2026-01-01T00:00:00+00:00"
@@ -609,8 +611,10 @@ def test_records_written_out_of_shape_through_another_door_are_named_not_a_crash
         (ns, "long"): {"namespace": list(ns), "key": "long", "value": {"f": 1}, "created_at": when,
                        "expires_at": "2100-01-01T00:00:00+00:00", "ttl_minutes": 1e12},  # no refresh adds it
     }  # fmt: skip
-    for (where, key), data in written.items():
-        lg.states.replace("langgraph_store", lg.subject(where, key), data)
+    for (where, key), data in written.items():  # (the store layer: what the door let through then)
+        doc_key = DocKey("langgraph_store", StateSubject(**lg.subject(where, key)).encode())  # type: ignore[arg-type]
+        old = lg.states.store.get(doc_key)
+        lg.states.store.commit([Write.between(doc_key, old.value, data, old.revision)], {"door": "operator"})
     seen: list[str] = []
     handler = logging.Handler()
     handler.emit = lambda record: seen.append(record.getMessage())  # type: ignore[method-assign]
@@ -666,3 +670,70 @@ def test_eq_and_ne_with_an_object_operand_compare_whole_objects(lg: StateflowSto
     assert keys(meta={"$ne": {"lang": "en"}}) == ["a"]
     assert keys(tags={"$eq": ["x"]}) == ["b"] and keys(tags={"$ne": ["x"]}) == ["a"]
     assert keys(meta={"lang": "en"}) == ["a", "b"]  # a plain nested object: containment
+
+
+def test_the_doors_refuse_a_record_the_store_could_not_read_back(backend: str) -> None:
+    """The CLI's and HTTP's record writes to the store's state apply the adapter's own item rule
+    (``stateflow.langgraph.items``): a record whose time does not parse, that names another item
+    than its address or holds a TTL no refresh can add is refused ``invalid-document`` naming
+    the record and why, and nothing is written; the item still reads, gets and searches."""
+    import json
+    import os
+    import subprocess
+
+    from tests.http_api import tenant_api
+
+    with StateflowStore.open(backend) as lg:
+        lg.put(("notes",), "k", {"text": "hi"})
+    when = "2026-01-01T00:00:00+00:00"
+    refused = [
+        (
+            {"namespace": ["notes"], "key": "k", "value": {}, "created_at": "yesterday"},
+            '"yesterday" is not an ISO',
+        ),
+        (
+            {"namespace": ["zz"], "key": "k", "value": {}, "created_at": when},
+            "not the item its subject key addresses",
+        ),
+        (
+            {"namespace": ["notes"], "key": "k", "value": {}, "created_at": when, "ttl_minutes": 1e12},
+            "ttl_minutes",
+        ),
+    ]
+    env = dict(os.environ, STATEFLOW_STORE=backend)
+    address = ["--target-name", "langgraph", "--kind", "item", "--key", "notes/k"]
+    writes = [(["replace", "--data", json.dumps(data)], why) for data, why in refused]
+    writes.append(
+        (
+            ["apply", "--data", json.dumps([{"op": "set", "path": ["expires_at"], "value": "soon"}])],
+            "its expires_at",
+        )
+    )
+    for (verb, *args), why in writes:
+        out = subprocess.run(
+            ["stateflow", "states", verb, "langgraph_store", *address, *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
+        assert out.returncode == 1, out.stdout
+        assert out.stderr.startswith("error[invalid-document]: record item/notes/k is refused: "), out.stderr
+        assert why in out.stderr
+
+    store = open_store(backend)
+    try:
+        with tenant_api(store) as api:
+            path = "/api/states/langgraph_store/records/agent/langgraph/item/notes%2Fk"
+            for data, why in refused:
+                status, body = api("PUT", path, data)
+                assert (status, body["code"]) == (422, "invalid-document"), body
+                assert "record item/notes/k is refused" in body["error"] and why in body["error"]
+            status, body = api("PATCH", path, {"value": {"text": "bye"}})  # (a sound write passes)
+            assert status == 200, body
+    finally:
+        store.close()
+    with StateflowStore.open(backend) as lg:
+        item = lg.get(("notes",), "k")
+        assert item is not None and item.value == {"text": "bye"}
+        assert [(i.namespace, i.key) for i in lg.search(("notes",))] == [(("notes",), "k")]

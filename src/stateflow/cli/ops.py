@@ -25,9 +25,10 @@ from stateflow.store.open import display_location, sqlite_file
 @refusals
 def check(ctx: Context, as_json: bool, progress: bool | None) -> None:
     """Check the store: the file's integrity (SQLite), the schema, every revision it keeps,
-    that no load into it was left unfinished, and that every memory record keeps memory's
-    record rule (one an earlier version let through holding a null or an index-form key is
-    named: rewrite it with `stateflow states replace`).
+    that no load into it was left unfinished, and that every record of memory and of the
+    LangGraph store keeps its state's record rule (one an earlier version let through — a null
+    or an index-form key in memory, an item the LangGraph store cannot read back — is named:
+    rewrite it with `stateflow states replace`).
 
     Reads only. Exit status 0 when the store is whole, 1 when anything is damaged or refused."""
     import stateflow.states.checks  # noqa: F401  (registers the states layer's checks)

@@ -11,12 +11,10 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Self
-from urllib.parse import quote, unquote
 
 from stateflow.aio import call, open_store_async
 from stateflow.aio import close as close_store  # (``close`` is the adapters' own method)
 from stateflow.api import states_service
-from stateflow.errors import InvalidInput
 from stateflow.states import StatesService
 from stateflow.states.models import DoorContext, WriteOrigin
 from stateflow.states.pipeline import ALIASES, CATALOG
@@ -25,27 +23,8 @@ from stateflow.store import DocKey, Document, StoreLocation, Whole, Write, open_
 from stateflow.subjects import encode_subject
 
 SCAN_PAGE = 500
-MAX_KEY = 512
 DOC_KEYS_KEPT = 16384
 """Document keys ``Records.doc_key`` keeps built, at most."""
-
-
-def part(text: str) -> str:
-    return quote(text, safe="")
-
-
-def unpart(text: str) -> str:
-    return unquote(text)
-
-
-def join(parts: Sequence[str]) -> str:
-    key = "/".join(part(p) for p in parts)
-    if len(key) > MAX_KEY:
-        raise InvalidInput(
-            f"the encoded subject key is {len(key)} characters long (at most {MAX_KEY}): "
-            "use shorter namespaces, keys or thread ids"
-        )
-    return key
 
 
 def invert(text: str) -> str:

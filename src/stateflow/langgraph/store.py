@@ -42,14 +42,21 @@ from stateflow.aio import call
 from stateflow.doc.canonical import check, detach
 from stateflow.errors import CorruptStore, InvalidInput
 from stateflow.langgraph.codec import NOT_PLAIN, plain, plain_edits
-from stateflow.langgraph.records import OwnsStore, Records, join
+from stateflow.langgraph.items import (
+    KEPT_SUBJECT_KEYS,
+    MAX_TTL_MINUTES,
+    STATE,
+    item_refusal,
+    join,
+    subject_key,
+)
+from stateflow.langgraph.records import OwnsStore, Records
 from stateflow.states import StatesService
 from stateflow.states.batch import MAX_BATCH_ITEMS
 from stateflow.states.models import DoorContext, WriteOrigin
 from stateflow.store import Whole
 from stateflow.store.base import utc_text
 
-STATE: Final = "langgraph_store"
 ITEM: Final = "item"
 DECLARATION: Final[dict[str, Any]] = {
     "description": "LangGraph store items: one record per namespace and key",
@@ -109,7 +116,7 @@ class StateflowStore(OwnsStore, BaseStore):
     @staticmethod
     def subject_key(namespace: tuple[str, ...], key: str) -> str:
         """The subject key of an item: its namespace labels and key, percent-encoded, ``/``-joined."""
-        return _subject_key(tuple(namespace), key)
+        return subject_key(tuple(namespace), key)
 
     def subject(self, namespace: tuple[str, ...], key: str) -> dict[str, str]:
         """The full stateflow subject of an item (for the states API, HTTP, CLI)."""
@@ -204,7 +211,7 @@ class StateflowStore(OwnsStore, BaseStore):
 
     @staticmethod
     def _live(data: dict[str, Any], now: datetime) -> bool:
-        # (only on records ``_malformed`` passed: their times parse)
+        # (only on records ``item_refusal`` passed: their times parse)
         expires = data.get("expires_at")
         return expires is None or datetime.fromisoformat(expires) > now
 
@@ -227,7 +234,7 @@ class StateflowStore(OwnsStore, BaseStore):
         if record is None:
             return None
         data = record["data"]
-        why = _malformed(data, subject_key)
+        why = item_refusal(data, subject_key)
         if why is not None:
             raise CorruptStore(_refusal(self.records.state, subject_key, why))
         if not self._live(data, now):
@@ -272,7 +279,7 @@ class StateflowStore(OwnsStore, BaseStore):
                     continue
                 # a record another door wrote out of shape is left out and named, once per
                 # listing (kept until anything commits), not a crash of every reader
-                why = _malformed(doc.body, self.records.key_of(doc.key))
+                why = item_refusal(doc.body, self.records.key_of(doc.key))
                 if why is not None:
                     _log.warning("%s", _refusal(self.records.state, self.records.key_of(doc.key), why))
                     continue
@@ -375,10 +382,10 @@ class StateflowStore(OwnsStore, BaseStore):
         # that no caller's object ends up in what the store caches (``_owned``)
         # (the namespace a tuple already: ``put`` and ``batch`` made it one; the kept subject key
         # read here, without a call: a C cache's call makes an argument tuple and hashes it)
-        subject = _SUBJECT_KEYS.get((op.namespace, op.key))
+        subject = KEPT_SUBJECT_KEYS.get((op.namespace, op.key))
         self.records.write(
             ITEM,
-            _subject_key(op.namespace, op.key) if subject is None else subject,
+            subject_key(op.namespace, op.key) if subject is None else subject,
             functools.partial(_owned, op, now),
             origin=origin,
             context=self.context,
@@ -438,8 +445,6 @@ class StateflowStore(OwnsStore, BaseStore):
         return await call(self.states.store, self.sweep_ttl)
 
 
-MAX_TTL_MINUTES: Final = 52_596_000
-"""The longest TTL an item takes, in minutes (100 years): its expiry stays a time."""
 _TTL_KEYS: Final = ("default_ttl", "refresh_on_read", "omit_expired", "sweep_interval_minutes")
 
 
@@ -490,7 +495,7 @@ def _check_put(op: PutOp, where: str | None) -> None:
     try:
         if type(op.key) is not str:
             raise ValueError(f"a store key must be a string, got {type(op.key).__name__}")
-        _subject_key(tuple(op.namespace), op.key)  # its encoded length (kept for the write)
+        subject_key(tuple(op.namespace), op.key)  # its encoded length (kept for the write)
         _checked_ttl(op.ttl)
         if op.value is not None:
             if not isinstance(op.value, dict):
@@ -569,65 +574,7 @@ def _owned(op: PutOp, now: datetime | None, before: dict[str, Any] | None) -> Wh
     return Whole(detach(kept), [[]])
 
 
-SUBJECT_KEYS_KEPT: Final = 16384
-"""Subject keys ``_subject_key`` keeps encoded, at most (then it forgets them all)."""
-_SUBJECT_KEYS: dict[tuple[tuple[str, ...], str], str] = {}
-
-
-def _subject_key(namespace: tuple[str, ...], key: str) -> str:
-    """An item's subject key, kept encoded (items are read and written again and again)."""
-    where = (namespace, key)
-    made = _SUBJECT_KEYS.get(where)
-    if made is None:
-        made = join([*namespace, key])
-        if len(_SUBJECT_KEYS) >= SUBJECT_KEYS_KEPT:
-            _SUBJECT_KEYS.clear()  # bounded; a miss only encodes the key again
-        _SUBJECT_KEYS[where] = made
-    return made
-
-
-def _malformed(data: Any, subject_key: str) -> str | None:
-    """Why a stored record is not an item this store can answer (None when it is): its times
-    must parse and its namespace and key must be the ones its subject key encodes. The schema
-    checks types only, so a record written through another door (HTTP, the CLI, the states
-    service) may hold ``"created_at": "yesterday"``, or name another item than its address."""
-    if type(data) is not dict:
-        return "it is not an object"
-    namespace, key = data.get("namespace"), data.get("key")
-    if type(namespace) is not list or not all(type(p) is str for p in namespace) or type(key) is not str:
-        return "its namespace is not a list of strings or its key not a string"
-    if not isinstance(data.get("value"), dict):
-        return "its value is not an object"
-    for name in ("created_at", "expires_at"):
-        text = data.get(name)
-        if (text is not None or name == "created_at") and not _is_time(text):
-            return f"its {name} {orjson.dumps(text).decode()} is not an ISO 8601 time"
-    ttl = data.get("ttl_minutes")
-    if ttl is not None and (type(ttl) not in (int, float) or abs(ttl) > MAX_TTL_MINUTES):
-        # a refresh adds it to the time: beyond what a put takes, that fails (0 or less, which
-        # older puts took, passes: such an item expired at once, and is swept as any other)
-        return (
-            f"its ttl_minutes {orjson.dumps(ttl).decode()} is not a number of minutes a TTL holds "
-            f"(at most {MAX_TTL_MINUTES})"
-        )
-    try:
-        encoded = _subject_key(tuple(namespace), key)
-    except InvalidInput:
-        encoded = None
-    if encoded != subject_key:
-        return f"it names namespace {namespace} and key {key!r}, not the item its subject key addresses"
-    return None
-
-
 _from_iso: Final = datetime.fromisoformat
-
-
-def _is_time(text: Any) -> bool:
-    try:
-        datetime.fromisoformat(text)
-    except (TypeError, ValueError):
-        return False
-    return True
 
 
 def _refusal(state: str, subject_key: str, why: str) -> str:

@@ -7,6 +7,8 @@ from typing import Any, Final
 
 from stateflow.doc.canonical import JSON
 from stateflow.doc.merge import stored_index_key, stored_null
+from stateflow.langgraph.items import STATE as ITEMS_STATE
+from stateflow.langgraph.items import item_refusal
 
 _OBJECT: Final = {"type": "object"}
 
@@ -43,10 +45,11 @@ MEMORY_DECLARATION: Final[dict[str, Any]] = {
 }
 
 
-def memory_record_refusal(record: JSON) -> str | None:
+def memory_record_refusal(record: JSON, address: str = "") -> str | None:
     """Why memory cannot hold ``record`` as a whole, by the rules its JSON Schema does not say
     (``patch_state`` refuses the same in a patch), or None: a stored ``null`` reads as an absent
-    value and shows as a deletion in a patch, and a key of index form is reserved."""
+    value and shows as a deletion in a patch, and a key of index form is reserved. (``address``,
+    the record's subject key, plays no part.)"""
     at = stored_null(record, False)
     if at is not None:
         return f"memory cannot store null (at {at.lstrip('.')}); leave the key out instead"
@@ -56,5 +59,12 @@ def memory_record_refusal(record: JSON) -> str | None:
     return None
 
 
-RECORD_RULES: Final[dict[str, Callable[[JSON], str | None]]] = {"memory": memory_record_refusal}
-"""A built-in state's rules for a whole record beyond its schema, checked on every record write."""
+RecordRule = Callable[[JSON, str], str | None]
+"""``(record, its subject key) → why the state cannot hold it, or None``."""
+
+RECORD_RULES: Final[dict[str, RecordRule]] = {"memory": memory_record_refusal, ITEMS_STATE: item_refusal}
+"""A state's rules for a whole record beyond its schema, checked on every record write through
+the states door (and by ``stateflow check`` on the records held): built-in memory's, and the
+LangGraph store's — whose records the adapter must read back as items: the rule is the adapter's
+own (:mod:`stateflow.langgraph.items`, which needs no LangGraph). A store adapter given another
+state name is not known here: its records get the schema's checks only."""

@@ -14,8 +14,9 @@ PAGE = 500
 def _records(store: SqlStore, report: CheckReport) -> None:
     """Every current record of a state with a record rule (``RECORD_RULES``) keeps it: one an
     earlier version let through the operator's door before the rule existed — a ``null`` or a
-    key of index form in memory — is named with the rule's reason, which gives the path. It is
-    not damage: its reads work; the operator rewrites it (``stateflow states replace``)."""
+    key of index form in memory, an item the LangGraph store cannot read back — is named with
+    the rule's reason, which gives the path. It is not damage: the operator rewrites it
+    (``stateflow states replace``)."""
     for state, rule in RECORD_RULES.items():
         after = None
         while page := store.scan(state, after=after, limit=PAGE):
@@ -23,9 +24,9 @@ def _records(store: SqlStore, report: CheckReport) -> None:
             docs = store.read([item.key for item in page])
             for item in page:
                 body = docs[item.key].body
-                why = None if body is None else rule(body)
+                subject = StateSubject.decode(item.key.subject)
+                why = None if body is None else rule(body, subject.key)
                 if why is not None:
-                    subject = StateSubject.decode(item.key.subject)
                     report.refused_record(
                         f"{state} record {subject.kind}/{subject.key} of {subject.target_kind} "
                         f"{subject.target_name!r}: {why}"

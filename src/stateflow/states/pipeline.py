@@ -27,7 +27,6 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from stateflow.doc.canonical import JSON
@@ -161,20 +160,20 @@ def check_expected(current: Document, expect: int | None, subject: StateSubject,
 
 
 def _check_valid(
-    service: StatesService, state: str, declared: dict[str, Any], data: JSON, name: Callable[[], str]
+    service: StatesService, key: DocKey, declared: dict[str, Any], data: JSON, with_state: bool
 ) -> None:
-    """A changed record against its declaration's effective schema, and a built-in state's
-    record against its own rules too; ``name`` names it in the refusal (built only then: it
-    decodes the subject)."""
+    """A changed record against its declaration's effective schema, and against its state's
+    record rule too (``RECORD_RULES``); a refusal names the record (``with_state``: and its
+    state), its subject decoded only then or for a rule."""
     if data is MISSING:
         return
     schema = effective_schema(declared)
     if not service.validators.valid(schema, data):
-        service.validators.validate(schema, data, name())
-    rule = RECORD_RULES.get(state)
-    why = None if rule is None else rule(data)
+        service.validators.validate(schema, data, _record_name(key, with_state))
+    rule = RECORD_RULES.get(key.state)
+    why = None if rule is None else rule(data, StateSubject.decode(key.subject).key)
     if why is not None:
-        raise DocumentInvalid(f"{name()} is refused: {why}")
+        raise DocumentInvalid(f"{_record_name(key, with_state)} is refused: {why}")
 
 
 def _record_name(key: DocKey, with_state: bool) -> str:
@@ -339,13 +338,7 @@ def run(
                 if not paths[key]:
                     continue
                 new = working[key]
-                _check_valid(
-                    service,
-                    key.state,
-                    declarations[key.state],
-                    new,
-                    partial(_record_name, key, labels is not None),
-                )
+                _check_valid(service, key, declarations[key.state], new, labels is not None)
                 writes.append(
                     Write.between(
                         key, docs[key].body, new, docs[key].revision, changed=paths[key], paths=paths[key]
@@ -419,7 +412,7 @@ def run_one(service: StatesService, item: RecordWrite, origin: dict[str, Any]) -
                 if data is not MISSING:
                     if type(data) is not dict:
                         raise InvalidInput("a record document must be a JSON object")
-                    _check_valid(service, state, declared, data, lambda: _record_name(key, False))
+                    _check_valid(service, key, declared, data, False)
                 paths = list(change.paths)
                 write = Write.between(key, current.body, data, current.revision, changed=paths, paths=paths)
                 if vouched and not change.checked:  # the store's own check, made here
