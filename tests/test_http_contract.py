@@ -35,8 +35,28 @@ def test_prune_refuses_a_body_it_does_not_take(api: Api) -> None:
         "/api/state-retention/prune", content=b"not json", headers={"Authorization": f"Bearer {ADMIN}"}
     )
     assert r.status_code == 400 and r.json()["code"] == "bad-request"
+    for raw in (b"null", b"false", b"[]", b"0"):  # a body, and not {}: refused, no sweep runs
+        r = api.client.post(
+            "/api/state-retention/prune",
+            content=raw,
+            headers={"Authorization": f"Bearer {ADMIN}", "Content-Type": "application/json"},
+        )
+        assert r.status_code == 400 and r.json()["code"] == "bad-request", (raw, r.text)
+        assert "prune takes no parameters" in r.json()["error"]
     assert api("POST", "/api/state-retention/prune", {})[1]["data"]["pruned"] == {"tickets": 0}
     assert api("POST", "/api/state-retention/prune")[1]["data"]["pruned"] == {"tickets": 0}
+
+
+def test_an_optional_body_of_null_is_a_body_not_its_absence(api: Api) -> None:
+    # only a request without a body means "no parameters"; null, false or [] are refused as
+    # the body they are, never read as {}
+    headers = {"Authorization": f"Bearer {ADMIN}", "Content-Type": "application/json"}
+    for raw in (b"null", b"false", b"[]"):
+        r = api.client.post(f"{REC}/template-jq/count", content=raw, headers=headers)
+        assert r.status_code == 400 and "body must be" in r.json()["error"], (raw, r.text)
+        r = api.client.put("/api/states/tickets/attachments/none", content=raw, headers=headers)
+        assert r.status_code == 422 and r.json()["code"] == "invalid-input", (raw, r.text)
+    assert api("GET", REC)[1]["data"] is None  # nothing was written
 
 
 def test_a_query_parameter_given_twice_is_refused_naming_it(api: Api) -> None:

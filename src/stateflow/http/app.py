@@ -154,7 +154,8 @@ def _error(exc: StateflowError) -> Response:
 async def _body(request: Request, *, required: bool = True) -> Any:
     """The request's body as JSON, read from the server's messages directly: ``Request.body``
     streams it through an async generator, a cost on every write for a body that is one
-    message."""
+    message. ``required=False``: no body at all reads as ``{}`` (no parameters); a body of
+    ``null`` is a body, answered as None for the route to refuse (it never means "none")."""
     chunks = []
     while True:
         message = await request.receive()
@@ -168,7 +169,7 @@ async def _body(request: Request, *, required: bool = True) -> Any:
     if not raw:
         if required:
             raise BadRequest("the request body must be JSON")
-        return None
+        return {}
     encoding = request.headers.get("content-encoding")
     if encoding is not None and encoding.strip().lower() != "identity":
         raise BadRequest(f"Content-Encoding {encoding!r} is not supported: send the body as plain UTF-8 JSON")
@@ -545,7 +546,7 @@ def create_app(
             service.attach,
             name,
             template,
-            {} if body is None else body,
+            body,
             context=context_of(request),
             blocking=True,
         )
@@ -569,7 +570,7 @@ def create_app(
     async def prune(request: Request) -> Response:
         unrestricted(request, "retention pruning spans every target and needs")
         body = await _body(request, required=False)
-        if body is not None and body != {}:  # (a {"dry_run": true} must not run the real sweep)
+        if body != {}:  # (a {"dry_run": true} or a null must not run the real sweep)
             raise BadRequest("prune takes no parameters: send no body, or {}" + unknown_keys(body, set()))
         return await call(service.prune, context=context_of(request))
 
@@ -753,7 +754,7 @@ def create_app(
                     raise BadRequest(f"template_jq param {k!r} must be a JSON value: {exc.message}") from exc
             return await call(service.template_jq_input, name, subject, suffix[1], params, blocking=True)
         elif len(suffix) == 2 and suffix[0] == "template-jq" and method == "POST":
-            body = await _body(request, required=False) or {}
+            body = await _body(request, required=False)
             if not isinstance(body, dict) or set(body) - {"input", "op_id"}:
                 raise BadRequest('body must be {"input"?: <JSON>, "op_id"?: string}')
             applied = await run(
