@@ -327,6 +327,45 @@ def test_fold_honours_if_match_on_the_folded_record(declared: Api) -> None:
     assert api("GET", rec("a"))[1]["data"]["canonical_subject"]["key"] == "b"
 
 
+def test_a_folds_rows_and_the_folded_records_revisions_stay_in_the_audit_trail(declared: Api) -> None:
+    """Every read of a folded subject resolves to the survivor, so its own trail (its revisions
+    and the fold that erased it) is listed in the survivor's, each row naming that subject."""
+    api = declared
+    api("PUT", rec("a"), {"status": "a1"})
+    api("PATCH", rec("a"), {"status": "a2"})
+    api("PUT", rec("b"), {"status": "b1"})
+    api("PUT", rec("c"), {"count": 3})
+    into = {"target_kind": "agent", "target_name": "alice", "kind": "thread", "key": "b"}
+    assert api("POST", rec("a") + "/fold", {"into": into, "mode": "switch"})[0] == 200
+    assert api("POST", rec("c") + "/fold", {"into": into, "mode": "merge"})[0] == 200
+
+    def rows(key: str, limit: int = 50) -> list[tuple[str | None, int, str]]:
+        out, cursor = [], ""
+        while True:
+            page = api("GET", rec(key) + f"/writes?limit={limit}" + (f"&cursor={cursor}" if cursor else ""))
+            assert page[0] == 200, page
+            items = page[1]["data"]["items"]
+            out += [(i.get("folded_from", {}).get("key"), i["revision"], i["action"]) for i in items]
+            cursor = page[1]["data"]["next_cursor"]
+            if not cursor:
+                return out
+
+    trail = [
+        (None, 2, "fold"),  # the merge into b and the erase of c: one transition
+        ("c", 2, "fold"),
+        ("a", 3, "fold"),  # a switch writes only the folded record's erase
+        ("c", 1, "replace"),
+        (None, 1, "replace"),
+        ("a", 2, "merge"),
+        ("a", 1, "replace"),
+    ]
+    for key in ("a", "b", "c"):
+        assert rows(key) == trail, key
+    assert rows("b", limit=1) == trail  # a page of one keeps a transition's two rows together
+    page = api("GET", rec("b") + "/writes")[1]["data"]["items"]
+    assert page[2]["folded_from"] == {**into, "key": "a"} and page[2]["origin"]["door"]
+
+
 def test_subjects_search_stats_pagination(declared: Api) -> None:
     api = declared
     for i in range(5):

@@ -827,6 +827,30 @@ def test_timeline_rows_show_whole_document_writes_and_every_origin_field(
     assert '<span class="k">tool</span> <span class="mono">patch_state</span>' in newest
 
 
+def test_a_survivors_timeline_shows_the_fold_and_the_folded_records_writes(
+    seeded: tuple[TestClient, StatesService],
+) -> None:
+    client, service = seeded
+    sign_in(client, ADMIN)
+    service.replace("tickets", ticket("FOLDED-SRC"), {"title": "src", "status": "open"})
+    service.replace("tickets", ticket("FOLDED-DST"), {"title": "dst", "status": "open"})
+    service.fold(
+        "tickets",
+        ticket("FOLDED-SRC"),
+        ticket("FOLDED-DST"),
+        "switch",
+        context=DoorContext(door="operator", actor="alice"),
+    )
+    for key in ("FOLDED-SRC", "FOLDED-DST"):
+        page = client.get(RECORD.replace("T-1001", key)).text
+        rows = page.split('id="history-rows"')[1].split("</tbody>")[0].split('<tr class="hrow">')[1:]
+        fold = rows[0]  # the newest: the fold, which erased the folded record
+        assert '<span class="chip chip-action">fold</span>' in fold and "alice" in fold
+        assert ">ticket/FOLDED-SRC</span>" in fold and "view</a>" not in fold  # not this record's
+        assert ">ticket/FOLDED-SRC</span>" not in rows[1] and "view</a>" in rows[1]  # the survivor's
+        assert ">ticket/FOLDED-SRC</span>" in rows[2]  # the folded record's own revision 1
+
+
 def test_json_refusals_name_the_field_once(seeded: tuple[TestClient, StatesService]) -> None:
     client, _ = seeded
     sign_in(client, ADMIN)

@@ -108,6 +108,7 @@ class WriteEntry(_Open):
     action: str | None
     paths: list[list[str | int]]
     revision: int
+    folded_from: Subject | None = None
 
 
 class WritesPage(_Open):

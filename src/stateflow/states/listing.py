@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from stateflow.doc.canonical import ascii_digits
 from stateflow.errors import InvalidInput
 from stateflow.states.models import StateSubject
+from stateflow.states.pipeline import ALIASES, resolve
 from stateflow.states.results import (
     SearchPage,
     Stats,
@@ -108,12 +109,18 @@ class Listing:
         return _declared_kinds(self.svc.store.kind_counts(state))
 
     def writes(self, name: str, subject: Any, *, limit: Any = None, cursor: str | None = None) -> WritesPage:
-        """The record's audit trail, newest first, keyset-paginated."""
+        """The record's audit trail, newest first, keyset-paginated: the revisions of the
+        record the subject resolves to, and those of every subject folded into it (up to and
+        including the fold that erased it), each such row naming that subject in
+        ``folded_from``. A transition's rows are never split across pages."""
         from stateflow.states.service import subject_of  # the service builds on this module
 
         self.svc.get_declaration(name)
         subject = subject_of(subject)
-        canonical = self.svc._canonical(name, subject)
+        aliases = self.svc.store.get(DocKey(ALIASES, name)).body or {}
+        canonical = resolve(aliases, subject).encode()
+        folded = sorted(a for a, e in aliases.items() if e.get("canonical") == canonical)
+        keys = [DocKey(name, s) for s in (canonical, *folded)]
         n = page_limit(limit)
         before = None
         if check_cursor(cursor):
@@ -121,15 +128,26 @@ class Listing:
             if raw is None or not ascii_digits(raw):
                 raise InvalidInput("writes cursor is malformed; use only a cursor returned by a prior page")
             before = int(raw)
+        history = self.svc.store.history
         # one change more than the page: a cursor only when another page exists (not after an
         # exactly full last page, which would lead to an empty one)
-        changes = self.svc.store.history(
-            [DocKey(name, canonical.encode())], limit=n + 1, before_seq=before, members=()
-        )
+        changes = history(keys, limit=n + 1, before_seq=before, members=())
         more = len(changes) > n
-        changes = changes[:n]
-        items: list[WriteEntry] = [
-            {
+        if more and changes[n].seq == changes[n - 1].seq:
+            # a transition that wrote the record and a folded subject (a fold by merge): the
+            # cursor is a seq, so its rows end this page together or start the next one
+            cut = changes[n].seq
+            changes = [c for c in changes[:n] if c.seq != cut]
+            if not changes:  # (the page is that one transition: all of its rows)
+                changes = [
+                    c for c in history(keys, limit=len(keys), before_seq=cut + 1, members=()) if c.seq == cut
+                ]
+                more = bool(history(keys, limit=1, before_seq=cut, members=()))
+        else:
+            changes = changes[:n]
+        items: list[WriteEntry] = []
+        for c in changes:
+            entry: WriteEntry = {
                 "seq": c.seq,
                 "at": c.at,
                 "origin": {**ORIGIN_FIELDS, **{k: v for k, v in c.origin.items() if k != "action"}},
@@ -137,9 +155,10 @@ class Listing:
                 "paths": c.paths,
                 "revision": c.revision,
             }
-            for c in changes
-        ]
-        next_cursor = _encode_cursor(str(changes[-1].seq)) if more else None
+            if c.key.subject != canonical:
+                entry["folded_from"] = _plain(_stored(c.key.subject))
+            items.append(entry)
+        next_cursor = _encode_cursor(str(changes[-1].seq)) if more and changes else None
         return {"items": items, "next_cursor": next_cursor}
 
     def subjects(

@@ -36,7 +36,8 @@ class Record(TypedDict):
 
 
 class WriteEntry(TypedDict):
-    """One transition in a record's audit trail."""
+    """One transition in a record's audit trail. ``folded_from``, only on the rows of a subject
+    folded into the record: that subject (``revision`` is then its record's revision)."""
 
     seq: int
     at: str
@@ -44,6 +45,7 @@ class WriteEntry(TypedDict):
     action: str | None
     paths: list[list[str | int]]
     revision: int
+    folded_from: NotRequired[SubjectRef]
 
 
 class Page(TypedDict, Generic[T]):
