@@ -125,6 +125,13 @@ def test_serve_creates_a_token_once_and_the_cli_talks_to_it(
         "with a redirect to /studio/login"
     )
     assert "give the server's base URL" in studio.stderr
+    # … as is its /api/states address: the server's 404 for the doubled path is not a missing record
+    api = sf("states", "--url", f"{url}/api/states", "--token", token, "get", "tickets", env=env)
+    assert api.returncode == 1 and api.stderr.startswith(
+        f"error[http-error]: {url}/api/states is not a stateflow API ({url}/api/states/api/states/tickets "
+        "answered 404"
+    )
+    assert "give the server's base URL" in api.stderr
     # the same store, read locally (operator door) — the server's writes are there
     local = json.loads(sf("states", "read", "tickets", "--target-name", "bot", "--key", key, env=env).stdout)
     assert local["data"] == {"status": "closed"}

@@ -20,11 +20,11 @@ import http.client
 import urllib.error
 import urllib.request
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, urlencode, urlsplit
 
 from stateflow.doc.canonical import decode, encode
 from stateflow.doc.ops import parse_ops
-from stateflow.errors import StateflowError, StoreUnavailable
+from stateflow.errors import NO_ROUTE, StateflowError, StoreUnavailable
 from stateflow.states.listing import check_cursor, page_limit
 from stateflow.states.pipeline import ANY_REVISION
 from stateflow.states.results import (
@@ -101,6 +101,8 @@ class StatesClient:
         timeout: float = 60.0,
     ) -> None:
         self.url = url.rstrip("/")
+        self.prefixed = bool(urlsplit(self.url).path)
+        """the base URL has a path (a proxy's prefix, or by mistake one of the server's own addresses)"""
         self.token = token
         self.timeout = timeout
         self.default_origin = {
@@ -155,6 +157,10 @@ class StatesClient:
                     payload = {"error": f"{url} answered {exc.code} {exc.reason}"}
             else:  # a redirect, or a page that is not there: this is not the API
                 payload = self._payload(url, exc.code, exc.headers, raw)
+                if self.prefixed and str(payload.get("error", "")).startswith(NO_ROUTE):
+                    # the server, reached through a base URL with a path (the banner's
+                    # /api/states address): a doubled path, not a route this client lacks
+                    raise self._not_api(url, exc.code, f"{payload['error']!r}") from exc
             raise ClientError(
                 str(payload.get("error", exc.reason)), str(payload.get("code", "http-error")), exc.code
             ) from exc

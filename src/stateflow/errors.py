@@ -64,6 +64,11 @@ class OpError(InvalidInput):
     code = "invalid-ops"
 
 
+NO_ROUTE = "no route for "
+"""how the HTTP API's 404 for an address it does not serve begins (a client tells it from a
+missing record by it)"""
+
+
 class NotFound(StateflowError):
     code = "not-found"
     http_status = 404

@@ -26,6 +26,7 @@ from stateflow.aio import EdgeCalls
 from stateflow.config import HttpConfig
 from stateflow.doc.canonical import ascii_digits, decode, encode_trusted
 from stateflow.errors import (
+    NO_ROUTE,
     Forbidden,
     InvalidInput,
     InvalidJSON,
@@ -893,7 +894,7 @@ def create_app(
 
 def _no_route(request: Request) -> str:
     path: str = request.url.path
-    said = f"no route for {request.method} {path}"
+    said = f"{NO_ROUTE}{request.method} {path}"
     if path.endswith("/") and path != "/":
         said += f" (paths take no trailing slash: {path.rstrip('/')})"
     return said
