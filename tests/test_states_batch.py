@@ -242,3 +242,22 @@ def test_each_write_validates_against_its_own_states_current_schema(service: Sta
         service.apply("people", subj("p1", "user"), [{"op": "set", "path": ["extra"], "value": 1}])
     service.apply("tickets", subj("t1"), [{"op": "set", "path": ["extra"], "value": 1}])  # not declared there
     assert service.read("people", subj("p1", "user"))["data"] == {"n": 2}  # type: ignore[index]
+
+
+def test_one_op_id_in_one_batch_is_each_tenants_own(service: StatesService) -> None:
+    """An ``op_id`` is scoped by the state and the record's tenant: two tenants' items with the
+    same id in one batch are two writes, as two applies are; each replays on its own after."""
+    alice = {**subj("t1"), "target_name": "alice"}
+    bob = {**subj("t1"), "target_name": "bob"}
+    items = [
+        {"state": "tickets", "subject": alice, "ops": set_n(1), "op_id": "pay-1"},
+        {"state": "tickets", "subject": bob, "ops": set_n(2), "op_id": "pay-1"},
+    ]
+    first = service.apply_batch(items)
+    assert [(r.applied, r.replayed) for r in first] == [(True, False), (True, False)]
+    assert data(service, "tickets", alice) == {"n": 1} and data(service, "tickets", bob) == {"n": 2}
+    again = service.apply_batch([{**items[0], "ops": set_n(5)}, {**items[1], "ops": set_n(6)}])
+    assert [(r.replayed, r.replayed_seq) for r in again] == [(True, first[0].seq), (True, first[1].seq)]
+    assert data(service, "tickets", alice) == {"n": 1} and data(service, "tickets", bob) == {"n": 2}
+    with pytest.raises(InvalidInput, match="same op_id for the same state and tenant"):
+        service.apply_batch([items[0], {**items[0], "subject": {**alice, "key": "t2"}}])

@@ -5,8 +5,8 @@ template-jq ``update`` program that produces one) for one record. The items run 
 record-write pipeline (:mod:`stateflow.states.pipeline`) as one call: records lock in
 ``(state, subject)`` order, several items on one record apply one after another, every changed
 record is validated whole, and anything refused rolls the whole batch back. Results come back
-in input order. Each item's ``op_id`` is its own idempotency key: a replayed item applies
-nothing (and says ``replayed``) while the others apply.
+in input order. Each item's ``op_id`` is its own idempotency key, scoped by its state and its
+record's tenant: a replayed item applies nothing (and says ``replayed``) while the others apply.
 """
 
 from __future__ import annotations
@@ -37,9 +37,11 @@ def apply_batch(
     if len(items) > MAX_BATCH_ITEMS:
         raise InvalidInput(f"a batch holds at most {MAX_BATCH_ITEMS} items, got {len(items)}")
     parsed = [_parse(service, i, raw) for i, raw in enumerate(items)]
-    ids = [(it.state, it.op_id) for it, _ in parsed if it.op_id is not None]
+    # an op_id is claimed per state and tenant (``pipeline.op_scope``): two tenants' items may
+    # share one, as two applies may; one claim twice in a commit is refused
+    ids = [(pipeline.op_scope(it.state, it.subject), it.op_id) for it, _ in parsed if it.op_id is not None]
     if len(ids) != len(set(ids)):
-        raise InvalidInput("two items of one batch carry the same op_id for the same state")
+        raise InvalidInput("two items of one batch carry the same op_id for the same state and tenant")
     results: list[ApplyResult] = [ApplyResult(False, None, None, []) for _ in parsed]
     live = [i for i, (_, ops) in enumerate(parsed) if ops]  # an empty batch applies nothing
     if not live:
