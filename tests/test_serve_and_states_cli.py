@@ -343,3 +343,25 @@ def test_a_template_document_naming_another_template_is_refused_by_the_cli(env: 
     assert listed.returncode == 0 and json.loads(listed.stdout) == [], listed.stderr
     same = '{"name": "checklist", ' + schema + "}"
     assert sf("state-templates", "put", "checklist", "--data", same, env=env).returncode == 0
+
+
+def test_a_paged_table_says_how_to_get_the_next_page(env: dict[str, str]) -> None:
+    assert sf("states", "put", "tickets", "--data", DECL, env=env).returncode == 0
+    for key in ("a", "b"):
+        data = ["--data", '{"status": "open"}']
+        assert (
+            sf("states", "merge", "tickets", "--target-name", "bot", "--key", key, *data, env=env).returncode
+            == 0
+        )
+    subject = ["--target-name", "bot", "--key", "a"]
+    assert sf("states", "merge", "tickets", *subject, "--data", '{"status": "x"}', env=env).returncode == 0
+    for listing in (
+        ["subjects", "tickets"],
+        ["search", "tickets", "--filters", '{"status": {"$exists": true}}'],
+        ["writes", "tickets", *subject],
+    ):
+        page = json.loads(sf("states", *listing, "--limit", "1", env=env).stdout)
+        table = sf("states", *listing, "--limit", "1", "--table", env=env)
+        assert table.returncode == 0 and table.stderr == f"more: --cursor {page['next_cursor']}\n", listing
+        last = sf("states", *listing, "--cursor", page["next_cursor"], "--table", env=env)
+        assert last.returncode == 0 and last.stderr == "", listing

@@ -324,6 +324,8 @@ def _out(value: Any, rows: list[dict[str, Any]] | None = None, columns: list[str
     table = mode == "table" or (mode is None and sys.stdout.isatty())
     if rows is not None and columns is not None and table:
         _table(rows, columns)
+        if isinstance(value, dict) and value.get("next_cursor"):  # a page's JSON carries it; a table says so
+            click.echo(f"more: --cursor {value['next_cursor']}", err=True)
     else:
         echo_json(value)
 
@@ -410,8 +412,6 @@ def subjects(api: StatesAPI, name: str, kind: str | None, limit: int | None, cur
     """Subjects that have a record (keyset-paginated)."""
     page = api.subjects(name, kind=kind, limit=limit, cursor=cursor)
     _out(page, _subject_rows(page["subjects"]), SUBJECT_COLUMNS)
-    if page.get("next_cursor") and sys.stdout.isatty():
-        click.echo(f"more: --cursor {page['next_cursor']}", err=True)
 
 
 @states.command("search")
