@@ -254,6 +254,65 @@ def test_a_kept_connections_fast_statements_survive_their_deallocation(pg_schema
         store.close()
 
 
+def _fast_names(conn: psycopg.Connection[Any]) -> set[str]:
+    query = "SELECT name FROM pg_prepared_statements WHERE name LIKE 'stateflow_fast_%'"
+    return {r[0] for r in conn.execute(query).fetchall()}
+
+
+def test_fast_statements_prepared_since_a_deallocation_are_not_prepared_again(pg_schema_url: str) -> None:
+    # After a deallocation, the first statement found gone is prepared again; one prepared since
+    # then (another shape) is still on the server, and its next commit uses it: it was forgotten
+    # with every other name and prepared again, failing as "already exists" (nothing written).
+    store = _open(pg_schema_url)
+    keys = [DocKey("d", f"k{i}") for i in range(3)]
+    try:
+        store.commit([Write.between(k, None, {"n": 0}) for k in keys])
+        store.update(keys[:1], _both(keys[:1], [{"n": 1}]), optimistic=True)
+        kept = store._kept
+        assert kept is not None
+        (one,) = _fast_names(kept)
+        kept.execute("DEALLOCATE ALL")
+        store.update(keys, _both(keys, [{"n": 2}] * 3), optimistic=True)  # another shape: new
+        (three,) = _fast_names(kept)
+        store.update(keys[:1], _both(keys[:1], [{"n": 3}]), optimistic=True)  # gone: again
+        store.update(keys, _both(keys, [{"n": 4}] * 3), optimistic=True)  # still there: used
+        assert store._kept is kept  # (no commit failed)
+        assert _fast_names(kept) == {one, three}
+        written = [(d.body, d.revision) for d in map(store.get, keys)]
+        assert written == [({"n": 4}, 5), ({"n": 4}, 3), ({"n": 4}, 3)]
+    finally:
+        store.close()
+
+
+def test_a_fast_statement_already_on_the_server_under_its_name_is_used(pg_schema_url: str) -> None:
+    # A statement of ours on the connection that its record does not know of (here prepared by
+    # hand, with the text the store prepares under that name) is used, not a raw "already exists".
+    key = DocKey("d", "one")
+    first = _open(pg_schema_url)
+    try:
+        first.commit([Write.between(key, None, {"n": 0})])
+        first.update([key], _setting(key, {"n": 1}), optimistic=True)
+        assert first._kept is not None
+        query = "SELECT name, statement FROM pg_prepared_statements WHERE name LIKE 'stateflow_fast_%'"
+        ((name, text),) = first._kept.execute(query).fetchall()
+    finally:
+        first.close()
+    store = _open(pg_schema_url)
+    other = DocKey("d", "other")
+    try:
+        store.commit([Write.between(other, None, {"n": 0})])
+        store.update([other, key], _both([other, key], [{"n": 1}, {"n": 2}]), optimistic=True)
+        kept = store._kept
+        assert kept is not None and name not in _fast_names(kept)
+        kept.execute(f"PREPARE {name} AS {text}")
+        store.update([key], _setting(key, {"n": 3}), optimistic=True)
+        assert store._kept is kept  # (the commit did not fail)
+        doc = store.get(key)
+        assert doc.body == {"n": 3} and doc.revision == 4
+    finally:
+        store.close()
+
+
 def test_the_fast_statements_plan_no_sequential_scan_on_a_small_analyzed_store(pg_schema_url: str) -> None:
     # On a small table with statistics a sequential scan looks cheapest, and a generic plan is
     # kept as the table grows: the kept connection plans without them, as the commit function

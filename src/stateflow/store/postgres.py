@@ -1132,9 +1132,11 @@ def _commit_alone(conn: Any, params: Sequence[Any] | FastCommit) -> int | None:
         result = pgconn.exec_prepared(name, values, formats)  # type: ignore[arg-type]
         if result.status == _FAILED:
             # psycopg deallocates every prepared statement of a connection after a ROLLBACK or
-            # a DROP it ran (ours too): prepared again, and sent again (it never ran)
+            # a DROP it ran (ours too): prepared again, and sent again (it never ran). Only this
+            # name is known gone: ours prepared since the deallocation are still on the server,
+            # and each other one gone answers the same when next sent.
             if result.error_field(_SQLSTATE) == _NO_SUCH_STATEMENT:
-                prepared.clear()
+                prepared.discard(name)
                 _prepare(conn, prepared, name, sql)
                 result = pgconn.exec_prepared(name, values, formats)  # type: ignore[arg-type]
             _raise_failed(conn, result)
@@ -1154,7 +1156,11 @@ def _prepared(conn: psycopg.Connection[Any]) -> set[bytes]:
 
 def _prepare(conn: psycopg.Connection[Any], prepared: set[bytes], name: bytes, sql: bytes) -> None:
     """Prepare ``sql`` as ``name`` on ``conn`` (a round trip, once per connection)."""
-    _raise_failed(conn, conn.pgconn.prepare(name, sql, None))
+    result = conn.pgconn.prepare(name, sql, None)
+    # already there: ours, with this text (a name stands for one text), which the record missed
+    # (e.g. an interruption between the prepare and its recording): used as it is
+    if result.error_field(_SQLSTATE) != _ALREADY_PREPARED:
+        _raise_failed(conn, result)
     prepared.add(name)
 
 
@@ -1165,9 +1171,13 @@ lock's id) or binary (the origin, the three ``bytea[]``; a NULL's format is not 
 _SEQ_LOCK_TEXT: Final = str(_SEQ_LOCK).encode()
 _SQLSTATE: Final = pq.DiagnosticField.SQLSTATE
 _NO_SUCH_STATEMENT: Final = b"26000"
+_ALREADY_PREPARED: Final = b"42P05"
 _PREPARED: Final[weakref.WeakKeyDictionary[psycopg.Connection[Any], set[bytes]]] = weakref.WeakKeyDictionary()
 """The names of the commit statements prepared on each connection (``_COMMIT_NAME`` and the fast
-statements': a connection the pool replaces is a new object, and prepares them again)."""
+statements': a connection the pool replaces is a new object, and prepares them again). A name
+leaves it only when the server answers that it has no such statement (``_commit_alone``): a
+deallocation the record did not see is found name by name, and a name the record lost is
+prepared on top of itself harmlessly (``_prepare``)."""
 
 
 _FAILED: Final = pq.ExecStatus.FATAL_ERROR
