@@ -12,6 +12,7 @@ import re
 import shutil
 import threading
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -447,3 +448,41 @@ def _call(method: str, url: str, headers: dict[str, str], body: object = None) -
     with urllib.request.urlopen(request, timeout=60) as response:
         answer: dict[str, Any] = json.loads(response.read())
         return answer
+
+
+def test_bidi_controls_in_keys_and_values_are_shown_escaped(server: str, browser: Browser) -> None:
+    """A right-to-left override in a value reversed the rest of its line on the page, its closing
+    quote included ("\u202egnp.exe" read as ""exe.png); it is shown as its escape, everywhere a
+    record's text is drawn, and the editor's JSON escapes it too (the same value)."""
+    key = "spoof\u202eRTL"
+    api = f"{server}/api/states/tickets/records/agent/triage/ticket/spoof%E2%80%AERTL"
+    auth = {"Authorization": f"Bearer {ADMIN}"}
+    _call("PUT", api, auth, {"title": "\u202egnp.exe", "status": "open", "owner": "עברית"})
+    context = browser.new_context(viewport={"width": 1360, "height": 900})
+    page = context.new_page()
+    sign_in(page, server, ADMIN)
+    page.goto(
+        server
+        + "/studio/states/tickets/record?"
+        + urllib.parse.urlencode({"tk": "agent", "tn": "triage", "kind": "ticket", "key": key})
+    )
+    leaf = page.locator("#document li.leaf", has_text="gnp.exe")
+    expect(leaf.locator(".j-string")).to_have_text('"\\u202egnp.exe"')
+    # the closing quote is drawn last, at the right end of the value
+    ends = leaf.locator(".j-string").evaluate(
+        """e => { const r = document.createRange(); r.selectNodeContents(e);
+            const last = e.lastChild; const q = document.createRange();
+            q.setStart(last, last.length - 1); q.setEnd(last, last.length);
+            return [Math.round(q.getBoundingClientRect().right), Math.round(r.getBoundingClientRect().right)]; }"""
+    )
+    assert ends[0] == ends[1], ends
+    expect(page.locator("h1")).to_have_text("spoof\\u202eRTL")
+    assert "\u202e" not in page.locator("body").inner_text()
+    expect(page.locator("#document")).to_contain_text("עברית")  # right-to-left text itself is kept
+    shot(page, "bidi")
+    text = page.locator("#edit textarea").input_value()
+    assert "\\u202egnp.exe" in text and "\u202e" not in text
+    page.click("#save")  # the escaped JSON is the same document
+    expect(page.locator(".alert-ok")).to_contain_text("No change")
+    assert _call("GET", api, auth)["data"]["data"]["title"] == "\u202egnp.exe"
+    context.close()

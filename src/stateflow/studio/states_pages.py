@@ -21,7 +21,7 @@ from stateflow.states.retention import retention_days
 from stateflow.states.service import RevisionMismatch
 from stateflow.store import DocKey
 from stateflow.studio.session import Session
-from stateflow.studio.tree import diff_rows
+from stateflow.studio.tree import diff_rows, json_text
 from stateflow.studio.web import (
     NO_STORE,
     PREFIX,
@@ -45,7 +45,8 @@ PLANES: Final = PlaneSet()
 
 
 def pretty(value: JSON) -> str:
-    return orjson.dumps(value, option=orjson.OPT_INDENT_2).decode()
+    """The editor's text of ``value`` (hidden characters escaped: the same JSON, drawn as it is)."""
+    return json_text(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode())
 
 
 # ---------------------------------------------------------------------- catalog

@@ -3,10 +3,11 @@ of a diff, and the children of a lazy node. Every string is escaped here."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any, Final
 
-from markupsafe import Markup
+from markupsafe import Markup, escape
 
 from stateflow.doc.canonical import JSON, encode, kind
 from stateflow.doc.diff import Edit
@@ -21,6 +22,47 @@ MAX_DIFF_ROWS: Final = 500
 """Changed paths a compare shows (its rows also share one budget of :data:`MAX_NODES`): two
 very different revisions are compared in a page, the rest of their changes counted."""
 DIFF_TREE_NODES: Final = 400
+
+
+HIDDEN: Final = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u115f\u1160\u180e\u200b\u200e\u200f"
+    "\u2028-\u202e\u2060-\u2064\u2066-\u2069\u3164\ufeff\ufff9-\ufffb]"
+)
+"""Characters a page must not draw as they are: controls (tab and newline aside: white space),
+bidirectional controls — an override inside a value would reverse the characters after it,
+its closing quote and key included — and characters that take no space. Joiners (ZWJ, ZWNJ)
+are left: scripts and emoji sequences need them."""
+
+
+def _escape_code(match: re.Match[str]) -> str:
+    return f"\\u{ord(match[0]):04x}"
+
+
+def visible(text: Any, mark: bool = True) -> Markup:
+    """``text`` for a page, escaped, each :data:`HIDDEN` character shown as its ``\\u202e``
+    escape: marked (``<span class="esc">``, told apart from those six characters typed) unless
+    ``mark`` is false, for text that cannot hold markup (a page title). Every key, value and
+    name from a record goes through here (the ``visible`` filter in the templates)."""
+    text = str(text)
+    if not mark:
+        return escape(HIDDEN.sub(_escape_code, text))
+    out: list[str] = []
+    last = 0
+    for found in HIDDEN.finditer(text):
+        code = ord(found[0])
+        out.append(escape(text[last : found.start()]))
+        out.append(Markup(f'<span class="esc" title="U+{code:04X}">\\u{code:04x}</span>'))
+        last = found.end()
+    out.append(escape(text[last:]))
+    return Markup("").join(out)
+
+
+def json_text(text: str) -> str:
+    """JSON text with each :data:`HIDDEN` character inside its strings written as its ``\\u``
+    escape (the same JSON value): an editor shows the escape, not a reordered line. (Outside
+    strings JSON text holds none of them: its white space is tab, newline, return and space,
+    and a return is escaped in a string.)"""
+    return HIDDEN.sub(_escape_code, text)
 
 
 def path_text(path: Sequence[str | int]) -> str:
@@ -72,9 +114,9 @@ def scalar(value: JSON) -> Markup:
         return Markup('<span class="j-%s" title="%s characters">%s…</span>') % (
             k,
             len(text),
-            text[:MAX_TEXT],
+            visible(text[:MAX_TEXT]),
         )
-    return Markup('<span class="j-%s">%s</span>') % (k, text)
+    return Markup('<span class="j-%s">%s</span>') % (k, visible(text))
 
 
 def _count(n: int, noun: str) -> str:
@@ -111,8 +153,11 @@ def _label(key: str | int | None) -> Markup:
     if isinstance(key, int):
         return Markup('<span class="j-index">%s</span>') % key
     if len(key) > MAX_TEXT:  # cut as a value is: a huge key is not sent whole either
-        return Markup('<span class="j-key" title="%s characters">%s…</span>') % (len(key), key[:MAX_TEXT])
-    return Markup('<span class="j-key">%s</span>') % key
+        return Markup('<span class="j-key" title="%s characters">%s…</span>') % (
+            len(key),
+            visible(key[:MAX_TEXT]),
+        )
+    return Markup('<span class="j-key">%s</span>') % visible(key)
 
 
 def _node(key: str | int | None, value: JSON, depth: int, open_depth: int, budget: _Budget) -> Markup:

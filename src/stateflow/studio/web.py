@@ -20,7 +20,7 @@ from stateflow.states import DoorContext, StatesService
 from stateflow.states.models import StateSubject
 from stateflow.states.service import subject_of
 from stateflow.studio.session import COOKIE, Session, Sessions
-from stateflow.studio.tree import lazy_node, origin_fields, path_text, scalar, tree
+from stateflow.studio.tree import lazy_node, origin_fields, path_text, scalar, tree, visible
 
 PREFIX: Final = "/studio"
 TEMPLATES: Final = Path(__file__).with_name("templates")
@@ -107,6 +107,7 @@ class Studio:
             subject_params=subject_params,
             version=__version__,
         )
+        self.env.filters["visible"] = visible
 
     def run(self, fn: Callable[..., Response], *args: Any) -> Response:
         return fn(*args)
