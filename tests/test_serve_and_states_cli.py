@@ -332,7 +332,7 @@ def test_putting_an_existing_template_names_the_clis_replace_flag(env: dict[str,
     assert sf("state-templates", "put", "checklist", "--data", template, "--replace", env=env).returncode == 0
 
 
-def test_a_template_document_naming_another_template_is_refused_by_the_cli(env: dict[str, str]) -> None:
+def test_a_template_or_state_naming_another_is_refused_by_the_cli(env: dict[str, str]) -> None:
     schema = '"schema": {"type": "object", "properties": {"items": {"type": "array"}}}'
     template = '{"name": "crate", ' + schema + "}"
     refused = sf("state-templates", "put", "checklist", "--data", template, env=env)
@@ -343,6 +343,11 @@ def test_a_template_document_naming_another_template_is_refused_by_the_cli(env: 
     assert listed.returncode == 0 and json.loads(listed.stdout) == [], listed.stderr
     same = '{"name": "checklist", ' + schema + "}"
     assert sf("state-templates", "put", "checklist", "--data", same, env=env).returncode == 0
+    # a state's declaration, the same way
+    refused = sf("states", "put", "tickets", "--data", DECL[:-1] + ', "name": "queues"}', env=env)
+    assert refused.returncode == 1
+    assert refused.stderr.startswith("error[invalid-input]: the document's name 'queues' differs")
+    assert "tickets" not in [s["name"] for s in json.loads(sf("states", "list", "--json", env=env).stdout)]
 
 
 def test_a_paged_table_says_how_to_get_the_next_page(env: dict[str, str]) -> None:

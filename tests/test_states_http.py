@@ -116,6 +116,16 @@ def test_bad_state_names_and_bodies(api: Api) -> None:
     assert r.status_code == 400 and r.json()["code"] == "bad-request"
 
 
+def test_a_declaration_naming_another_state_is_refused_and_writes_nothing(api: Api) -> None:
+    status, body = api("PUT", "/api/states/tickets", {**DECL, "name": "queues"})
+    assert (status, body["code"]) == (422, "invalid-input"), body
+    assert "'queues' differs from the state name 'tickets'" in body["error"]
+    assert api("GET", "/api/states/tickets")[0] == 404 and api("GET", "/api/states/queues")[0] == 404
+    assert api("PUT", "/api/states/tickets", {**DECL, "name": "tickets"})[0] == 200  # the same: fine
+    status, body = api("PUT", "/api/states/tickets", {**DECL, "name": "queues", "description": "v2"})
+    assert status == 422 and api("GET", "/api/states/tickets")[1]["data"]["description"] == ""
+
+
 def test_redeclare_is_additive_while_records_exist(declared: Api) -> None:
     api = declared
     assert api("PUT", rec("t1"), {"status": "open"})[0] == 200

@@ -362,7 +362,7 @@ def get_state(api: StatesAPI, name: str) -> None:
 @pass_context
 @refusals
 def put_state(ctx: Context, name: str, payload: Payload) -> None:
-    """Declare (or additively re-declare) a state."""
+    """Declare (or additively re-declare) a state as NAME (a `name` in the declaration must be NAME)."""
     declaration = payload.read()
     parse_declaration(name, declaration)  # its shape is refused before the store is opened (or created)
     echo_json(client(ctx).declare(name, declaration))

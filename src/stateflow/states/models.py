@@ -30,6 +30,18 @@ TargetKind = Literal["agent", "tool"]
 Door = Literal["api", "operator", "tool", "conversation", "hook", "schedule", "studio"]
 
 
+def renamed(raw: dict[str, Any], name: str, what: str) -> str | None:
+    """Why a document naming another ``what`` than the ``name`` it is put under (the URL's, the
+    argument's: the one stored) is refused, or None (no ``name``, or the same one): storing it
+    under the other name would silently drop what it says."""
+    if "name" not in raw or raw["name"] == name:
+        return None
+    return (
+        f"the document's name {raw['name']!r} differs from the {what} name {name!r} it is put "
+        "under: drop the document's name or make the two equal"
+    )
+
+
 def _unicode_text(text: str) -> bool:
     """Whether ``text`` has no lone surrogate: one cannot be encoded (as UTF-8, or in JSON)."""
     try:

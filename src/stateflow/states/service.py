@@ -40,6 +40,7 @@ from stateflow.states.models import (
     StateSubject,
     WriteOrigin,
     op_id_problem,
+    renamed,
 )
 from stateflow.states.pipeline import (
     UNCHANGED,
@@ -259,6 +260,8 @@ def parse_declaration(name: str, raw: Any) -> Declaration:
     nothing, so a door may check a declaration before it opens a store."""
     if not isinstance(raw, dict):
         raise InvalidInput("a declaration must be a JSON object")
+    if said := renamed(raw, name, "state"):
+        raise InvalidInput(said)
     for computed, what in (
         ("effective_schema", "effective_schema is computed by the platform"),
         ("regimes", "regimes are computed by the platform"),

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any, Final
 
 from stateflow.errors import Conflict, InvalidInput
+from stateflow.states.models import renamed
 from stateflow.states.schema import SchemaInvalid, check_base_schema
 
 TEMPLATE_NAME: Final = re.compile(r"[a-z](?:[a-z0-9]|-(?=[a-z0-9])){0,62}\Z")
@@ -134,13 +135,8 @@ def validate_template(name: str, raw: Any) -> dict[str, Any]:
         raise TemplateInvalid(f"invalid template document: unknown keys {unknown}")
     if raw.get("kind", "state-template") != "state-template":
         raise TemplateInvalid(f"template kind must be 'state-template', got {raw.get('kind')!r}")
-    if "name" in raw and raw["name"] != name:
-        # the name the template is put under (URL, argument) is the one stored: a document naming
-        # another template is refused rather than silently renamed
-        raise TemplateInvalid(
-            f"the document's name {raw['name']!r} differs from the template name {name!r} it is "
-            "put under: drop the document's name or make the two equal"
-        )
+    if said := renamed(raw, name, "template"):
+        raise TemplateInvalid(said)
     if not TEMPLATE_NAME.match(name):
         raise TemplateInvalid(
             "a template name is a slug: lowercase letters, digits and single hyphens, starting with a letter, ≤ 63 characters"
