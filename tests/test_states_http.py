@@ -12,8 +12,8 @@ from fastapi.testclient import TestClient
 
 from stateflow.config import Config, RetentionConfig
 from stateflow.doc.canonical import encode
-from stateflow.errors import InvalidInput
-from stateflow.http.app import BadRequest, _json, _segment, create_app
+from stateflow.errors import BadRequest, InvalidInput
+from stateflow.http.app import _json, _segment, create_app
 from stateflow.http.auth import TokenSet, parse_token
 from stateflow.states import StatesService
 from stateflow.store import SqlStore

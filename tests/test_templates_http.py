@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import subprocess
 from collections.abc import Iterator
 from typing import Any
 
@@ -328,6 +329,36 @@ def test_template_jq_input_and_update(attached: Api) -> None:
     status, body = api("GET", REC + "/template-jq/ids")
     assert status == 422 and "qualify it as <template>.ids" in body["error"]
     assert api("GET", REC + "/template-jq/box2.ids")[1]["data"]["value"] == []
+
+
+def test_a_param_that_is_not_json_is_refused_alike_over_http_and_on_the_cli(
+    attached: Api, backend: str
+) -> None:
+    # one refusal, naming the parameter (of several), with one code, whichever door
+    expected = "template_jq param 'min' must be a JSON value: invalid JSON: "
+    status, body = attached("GET", REC + "/template-jq/at_least?min=notjson")
+    assert status == 400 and body["code"] == "bad-request" and body["error"].startswith(expected), body
+    who = ["--target-name", "bot", "--key", "t1"]
+    params = ["--param", "max=3", "--param", "min=notjson"]
+    done = subprocess.run(
+        [
+            "stateflow",
+            "--store",
+            backend,
+            "states",
+            "template-jq",
+            "eval",
+            "tickets",
+            *who,
+            "at_least",
+            *params,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1 and done.stderr.startswith(f"error[bad-request]: {expected}"), done.stderr
+    assert done.stderr.strip() == f"error[bad-request]: {body['error']}"
 
 
 def test_an_update_program_writes_as_the_caller_and_under_its_if_match(attached: Api) -> None:

@@ -29,6 +29,14 @@ class InvalidInput(StateflowError):
     http_status = 422
 
 
+class BadRequest(StateflowError):
+    """A request the caller sent malformed, before any rule could be checked (a parameter that
+    should be JSON text and is not, a body of the wrong shape); nothing was changed."""
+
+    code = "bad-request"
+    http_status = 400
+
+
 class InvalidJSON(InvalidInput):
     """A value is not canonical JSON (NaN, Infinity, non-string keys, huge integers …)."""
 

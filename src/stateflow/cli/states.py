@@ -26,6 +26,7 @@ from stateflow.errors import InvalidInput
 from stateflow.states import DoorContext, StatesService
 from stateflow.states.api import StatesAPI
 from stateflow.states.service import parse_declaration
+from stateflow.states.template_jq import template_jq_params
 
 
 def _whoami() -> str:
@@ -714,12 +715,13 @@ def template_jq_eval(
     api: StatesAPI, name: str, subject: Subject, program: str, params: tuple[str, ...]
 ) -> None:
     """Run an input PROGRAM (template.program or program) and print its value."""
-    values: dict[str, Any] = {}
+    pairs = []
     for item in params:
         k, sep, raw = item.partition("=")
         if not sep:
             raise click.UsageError(f"--param {item!r} must be key=<JSON value>")
-        values[k] = decode(raw)
+        pairs.append((k, raw))
+    values = template_jq_params(pairs)  # (refused as the HTTP route refuses a query parameter)
     echo_json(api.template_jq_input(name, subject.of(api, name), program, values))
 
 

@@ -27,6 +27,7 @@ from stateflow.config import HttpConfig
 from stateflow.doc.canonical import ascii_digits, decode, encode_trusted
 from stateflow.errors import (
     NO_ROUTE,
+    BadRequest,
     Forbidden,
     InvalidInput,
     InvalidJSON,
@@ -44,6 +45,7 @@ from stateflow.memory.scopes import MEMORY_STATE
 from stateflow.states import DoorContext, StatesService
 from stateflow.states.models import StateSubject, WriteOrigin
 from stateflow.states.service import origin_of, subject_from
+from stateflow.states.template_jq import template_jq_params
 from stateflow.states.templates import unknown_keys
 from stateflow.store.migrations import SCHEMA_VERSION
 from stateflow.studio import mount_studio
@@ -59,11 +61,6 @@ MEMORY_RECORD_REFUSAL: Final = (
     "agent memory is never written through the record routes: the agent changes it with patch_state "
     f"(MCP at {MCP_PATH}); the response plane is written by the runtime only"
 )
-
-
-class BadRequest(StateflowError):
-    code = "bad-request"
-    http_status = 400
 
 
 class MethodNotAllowed(StateflowError):
@@ -747,12 +744,7 @@ def create_app(
             )
         elif len(suffix) == 2 and suffix[0] == "template-jq" and method == "GET":
             once(request)  # (its parameters are the program's own: any name, each once)
-            params: dict[str, Any] = {}
-            for k, v in request.query_params.items():
-                try:
-                    params[k] = decode(v)
-                except InvalidJSON as exc:
-                    raise BadRequest(f"template_jq param {k!r} must be a JSON value: {exc.message}") from exc
+            params = template_jq_params(request.query_params.items())
             return await call(service.template_jq_input, name, subject, suffix[1], params, blocking=True)
         elif len(suffix) == 2 and suffix[0] == "template-jq" and method == "POST":
             body = await _body(request, required=False)

@@ -4,10 +4,11 @@ is rebased under the attachment path and applied through the record-write pipeli
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Literal
 
-from stateflow.doc.canonical import JSON
-from stateflow.errors import InvalidInput, NotFound
+from stateflow.doc.canonical import JSON, decode
+from stateflow.errors import BadRequest, InvalidInput, InvalidJSON, NotFound
 from stateflow.states.models import DoorContext, WriteOrigin
 from stateflow.states.results import AttachmentRow, JqInput
 from stateflow.states.templates import TemplateInvalid, build_prelude
@@ -15,6 +16,19 @@ from stateflow.states.templates import TemplateInvalid, build_prelude
 if TYPE_CHECKING:
     from stateflow.jq import JqRunner
     from stateflow.states.service import ApplyResult, StatesService
+
+
+def template_jq_params(given: Iterable[tuple[str, str]]) -> dict[str, Any]:
+    """An input program's params as a door receives them, ``(name, JSON text)`` each (HTTP query
+    parameters, the CLI's ``--param name=JSON``): one refusal for a value that is not JSON,
+    naming the parameter, whichever door it came through."""
+    params: dict[str, Any] = {}
+    for name, raw in given:
+        try:
+            params[name] = decode(raw)
+        except InvalidJSON as exc:
+            raise BadRequest(f"template_jq param {name!r} must be a JSON value: {exc.message}") from exc
+    return params
 
 
 class TemplateJq:
