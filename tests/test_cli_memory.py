@@ -343,6 +343,26 @@ def test_respond_says_when_it_clears_and_refuses_text_that_is_not_unicode(db: st
     assert sf(*base, "respond", "", cwd=tmp_path).stderr == "response unchanged\n"
 
 
+def test_respond_in_passive_mode_says_it_records_nothing(db: str, tmp_path: Path) -> None:
+    base = ["--store", db]
+    assert sf(*base, "respond", "first answer", cwd=tmp_path).returncode == 0
+    passive = sf(*base, "respond", "second answer", "--mode", "passive", cwd=tmp_path)
+    assert passive.returncode == 0
+    assert passive.stderr == "response not recorded: passive mode records no responses\n"
+    # a text that is not Unicode is refused in passive mode too, not passed over
+    not_utf8 = subprocess.run(
+        ["stateflow", *base, "respond", "-", "--mode", "passive"],
+        input=b"caf\xe9",
+        capture_output=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert not_utf8.returncode == 1
+    assert not_utf8.stderr.decode().startswith("error[invalid-input]: a response must be Unicode text")
+    read = sf(*base, "tool", "read_state", '{"path": "response"}', cwd=tmp_path)
+    assert read.stdout == '{"value":"first answer"}\n'
+
+
 def test_context_in_mode_off_shows_no_memory_as_text_or_json(db: str, tmp_path: Path) -> None:
     base = ["--store", db]
     assert (

@@ -209,12 +209,16 @@ def respond(view: MemoryView, text: str) -> None:
     """Record TEXT as the session's latest accepted answer ('-' reads stdin); an empty TEXT
     clears it.
 
-    Refused when --scopes leaves out the session scope.
+    Refused when --scopes leaves out the session scope, or with --mode off; with --mode
+    passive nothing is recorded, and it says so.
     """
     if text == "-":  # bytes that are not UTF-8 kept as surrogates, as in an argument: refused by name
         text = sys.stdin.buffer.read().decode("utf-8", "surrogateescape")
     changed = view.record_response(text)
-    said = "response unchanged" if not changed else "response recorded" if text else "response cleared"
+    if view.config.mode == "passive":
+        said = "response not recorded: passive mode records no responses"
+    else:
+        said = "response unchanged" if not changed else "response recorded" if text else "response cleared"
     click.echo(said, err=True)
 
 

@@ -1251,7 +1251,8 @@ class MemoryView(Staging):
     def record_response(self, text: str) -> bool:
         """Record the assistant's final answer in the session (active mode only).
 
-        Returns True when a transition was recorded. An empty answer clears a previous one.
+        Returns True when a transition was recorded (never in passive mode, which records no
+        response). An empty answer clears a previous one.
         A view that does not select the session scope is refused: answers are written only by
         the participating session, and this view does not participate in it.
         """
@@ -1261,8 +1262,6 @@ class MemoryView(Staging):
             raise InvalidInput(
                 f"responses are recorded in the session scope: this view selects {', '.join(self.scopes)}"
             )
-        if self.config.mode != "active":
-            return False
         if not isinstance(text, str):
             raise InvalidInput("a response is a string")
         try:
@@ -1272,6 +1271,8 @@ class MemoryView(Staging):
                 "a response must be Unicode text: it holds a lone surrogate (such as a byte that is "
                 "not UTF-8 in a command-line argument or on standard input)"
             ) from None
+        if self.config.mode != "active":  # (after the checks: a bad text is refused in every mode)
+            return False
         key = self.identity.key("session")
 
         def compute(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
