@@ -486,3 +486,36 @@ def test_bidi_controls_in_keys_and_values_are_shown_escaped(server: str, browser
     expect(page.locator(".alert-ok")).to_contain_text("No change")
     assert _call("GET", api, auth)["data"]["data"]["title"] == "\u202egnp.exe"
     context.close()
+
+
+def test_a_refused_save_leaves_the_page_at_the_records_address(server: str, browser: Browser) -> None:
+    """A refused save answered the form's POST in place, at the POST-only address of the form:
+    Back came to "Confirm Form Resubmission" (ERR_CACHE_MISS), reload resubmitted, and the address
+    opened again was a 404. The page now stands at the record's own address."""
+    record = server + "/studio/states/tickets/record?tk=agent&tn=triage&kind=ticket&key=T-1002"
+    context = browser.new_context(viewport={"width": 1360, "height": 900})
+    page = context.new_page()
+    sign_in(page, server, ADMIN)
+    page.goto(record)
+    revision = page.locator("#revision").inner_text()
+    page.fill("#edit textarea", '{"title": ')
+    page.click("#save")
+    expect(page.locator("#edit-error")).to_contain_text("not valid JSON")
+    expect(page.locator("#edit textarea")).to_have_value('{"title": ')  # the text is kept
+    expect(page).to_have_url(record + "#edit")
+    shot(page, "refused-save")
+    page.reload()  # the record page again: no form resubmitted
+    expect(page.locator("h1")).to_have_text("T-1002")
+    expect(page.locator("#edit-error")).to_have_count(0)
+    page.fill("#edit textarea", '{"title": ')
+    page.click("#save")
+    expect(page.locator("#edit-error")).to_be_visible()
+    page.goto(server + "/studio/states")
+    page.go_back()
+    expect(page.locator("h1")).to_have_text("T-1002")
+    expect(page.locator("#revision")).to_have_text(revision)  # nothing was written
+    # the form's own address, opened as a page, is the record
+    page.goto(server + "/studio/states/tickets/record/edit?tk=agent&tn=triage&kind=ticket&key=T-1002")
+    expect(page).to_have_url(record)
+    expect(page.locator("h1")).to_have_text("T-1002")
+    context.close()

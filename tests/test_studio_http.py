@@ -801,7 +801,6 @@ def test_unknown_studio_urls_answer_a_studio_page(seeded: tuple[TestClient, Stat
     assert client.get("/studio/static/studio.js").headers["content-type"].startswith("text/javascript")
     for path in (
         "/studio/nowhere",
-        "/studio/states/tickets/record/edit",
         "/studio/states/tickets/x/y",
         "/studio/static/nope.css",  # under the studio's files, too
     ):
@@ -849,6 +848,29 @@ def test_a_survivors_timeline_shows_the_fold_and_the_folded_records_writes(
         assert ">ticket/FOLDED-SRC</span>" in fold and "view</a>" not in fold  # not this record's
         assert ">ticket/FOLDED-SRC</span>" not in rows[1] and "view</a>" in rows[1]  # the survivor's
         assert ">ticket/FOLDED-SRC</span>" in rows[2]  # the folded record's own revision 1
+
+
+def test_a_record_forms_address_leads_to_the_record_and_refusals_name_it(
+    seeded: tuple[TestClient, StatesService],
+) -> None:
+    client, _ = seeded
+    r = sign_in(client, ADMIN)
+    for form in ("edit", "jq"):
+        r = client.get(RECORD.replace("/record?", f"/record/{form}?"), follow_redirects=False)
+        assert r.status_code == 303 and r.headers["location"] == RECORD, (form, r.headers)
+        # (the address a page from before the subject was in it posted to: the state's records)
+        r = client.get(f"/studio/states/tickets/record/{form}", follow_redirects=False)
+        assert r.status_code == 303 and r.headers["location"] == "/studio/states/tickets"
+    page = client.get(RECORD).text
+    assert f'action="{RECORD.replace("/record?", "/record/edit?").replace("&", "&amp;")}"' in page
+    # a refused save, and a refused form, stand at the record's address (the page's data-address)
+    r = client.post(
+        "/studio/states/tickets/record/edit",
+        data={**SUBJECT, "csrf": csrf_of(page), "revision": "1", "document": "{"},
+    )
+    assert r.status_code == 422 and f'data-address="{RECORD.replace("&", "&amp;")}#edit"' in r.text
+    r = client.post("/studio/states/tickets/record/edit", data={**SUBJECT, "csrf": "stale", "document": "{}"})
+    assert r.status_code == 403 and f'data-address="{RECORD.replace("&", "&amp;")}"' in r.text
 
 
 def test_json_refusals_name_the_field_once(seeded: tuple[TestClient, StatesService]) -> None:

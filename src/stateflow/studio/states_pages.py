@@ -310,7 +310,10 @@ def record_edit(studio: Studio, request: Request, session: Session, form: dict[s
                 "current document and save again."
             )
         values.update(edit_text=text, edit_error=message, edit_conflict=isinstance(exc, RevisionMismatch))
-        return studio.html("record.html", session=session, status=exc.http_status, **values)
+        # the answer to a POST: the page takes the record page's address (base.html), so that
+        # reload and Back load the record, never resubmit the form or open a POST-only URL
+        address = url(f"/states/{name}/record", **subject_params(subject)) + "#edit"
+        return studio.html("record.html", session=session, status=exc.http_status, address=address, **values)
     # the revision this save wrote, from the write's own answer: the page shown after the
     # redirect may already be at a later revision another writer made meanwhile. The same
     # document again writes nothing: the revision stays the one edited.
@@ -347,6 +350,16 @@ def record_jq(studio: Studio, request: Request, session: Session, form: dict[str
     return studio.html("_jq_result.html", session=session, result=result, purpose=purpose, error=None)
 
 
+def record_form_address(studio: Studio, request: Request, session: Session) -> Response:
+    """A record form's own address opened as a page (pasted, a restored tab): the record — or,
+    from a page older than the address naming it, the state's records."""
+    name = request.path_params["name"]
+    if not {"tk", "tn", "kind", "key"} <= set(request.query_params):
+        return RedirectResponse(url(f"/states/{name}"), status_code=303)
+    subject = subject_from(request.query_params)
+    return RedirectResponse(url(f"/states/{name}/record", **subject_params(subject)), status_code=303)
+
+
 def register(app: FastAPI, studio: Studio) -> None:
     gets = {
         "/states": catalog,
@@ -354,6 +367,8 @@ def register(app: FastAPI, studio: Studio) -> None:
         "/states/{name}/record": record,
         "/states/{name}/record/history": record_history,
         "/states/{name}/record/json": record_json,
+        "/states/{name}/record/edit": record_form_address,
+        "/states/{name}/record/jq": record_form_address,
         "/templates": templates_page,
     }
     for path, fn in gets.items():

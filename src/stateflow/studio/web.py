@@ -150,9 +150,19 @@ class Studio:
         )
         return HTMLResponse(page, status_code=status, headers=NO_STORE)
 
-    def error(self, exc: StateflowError, session: Session | None, fragment: bool) -> HTMLResponse:
+    def error(
+        self, exc: StateflowError, session: Session | None, fragment: bool, address: str | None = None
+    ) -> HTMLResponse:
+        """The error as a page (``address``: see ``base.html``) or, for htmx, a fragment."""
         template = "_error.html" if fragment else "error.html"
-        return self.html(template, session=session, status=exc.http_status, error=exc.message, code=exc.code)
+        return self.html(
+            template,
+            session=session,
+            status=exc.http_status,
+            error=exc.message,
+            code=exc.code,
+            address=address,
+        )
 
 
 NO_STORE: Final = {
@@ -206,16 +216,25 @@ def form_page(studio: Studio, fn: FormPage, home: FormHome) -> Callable[[Request
                 except (StateflowError, KeyError):
                     back = None  # a form that names no page: the catalog after signing in
             return _to_login(request, fragment, back)
+        form: dict[str, str] | None = None
         try:
             form = await read_form(request)
             session.check_csrf(form.get("csrf") or request.headers.get("x-csrf-token"))
             return await run_in_threadpool(studio.run, fn, studio, request, session, form)
         except StateflowError as exc:
-            return studio.error(exc, session, fragment)
+            return studio.error(exc, session, fragment, None if fragment else _address(home, request, form))
 
     # not functools.wraps: FastAPI would read the wrapped function's parameters as query fields
     handler.__name__ = fn.__name__
     return handler
+
+
+def _address(home: FormHome, request: Request, form: dict[str, str] | None) -> str | None:
+    """The page a form's refusal stands for: the page the form is on, when it names one."""
+    try:
+        return None if form is None else home(request, form)
+    except (StateflowError, KeyError):
+        return None
 
 
 async def read_form(request: Request) -> dict[str, str]:

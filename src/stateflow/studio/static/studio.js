@@ -4,6 +4,11 @@
    tried again; htmx alone leaves the page as it was, a lazy node "loading…" forever. */
 (function () {
   "use strict";
+  // a page answering a form's POST (a refused save) names the page it stands for: with that
+  // address in the bar, reload and Back load the page, not the form again or a POST-only URL
+  var address = document.body && document.body.dataset.address;
+  if (address && window.history.replaceState) window.history.replaceState(null, "", address);
+
   var NO_ANSWER = "The server did not answer (stopped, restarting or unreachable).";
 
   function isLazy(elt) {
