@@ -30,8 +30,12 @@ def test_round_trip_put_patch_get_history(db: str) -> None:
     put = sf("--store", db, "doc", "put", "notes", "demo", '{"title": "hello", "tags": ["a", "b"]}')
     assert put.returncode == 0, put.stderr
     assert "revision 1" in put.stderr
+    assert json.loads(put.stdout) == {"revision": 1, "seq": 1}
     patch = sf("--store", db, "doc", "patch", "notes", "demo", '{"tags": {"[1]": "B"}, "done": false}')
     assert patch.returncode == 0, patch.stderr
+    assert json.loads(patch.stdout) == {"revision": 2, "seq": 2}
+    same = sf("--store", db, "doc", "patch", "notes", "demo", '{"done": false}')
+    assert json.loads(same.stdout) == {"revision": 2, "seq": None}  # nothing changed: no transition
     got = sf("--store", db, "doc", "get", "notes", "demo")
     assert json.loads(got.stdout) == {"title": "hello", "tags": ["a", "B"], "done": False}
     old = sf("--store", db, "doc", "get", "notes", "demo", "--revision", "1")

@@ -146,7 +146,8 @@ def _refuse_declared(ctx: Context, key: DocKey, raw: bool) -> None:
 
 
 def _write(ctx: Context, key: DocKey, transform: Callable[[JSON], JSON], expect: int | None) -> None:
-    """Read-modify-write one document under lock; report the new revision on stderr."""
+    """Read-modify-write one document under lock; print ``{revision, seq}`` on stdout (seq
+    null when nothing changed) and say it on stderr."""
 
     def compute(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
         current = docs[key]
@@ -156,6 +157,7 @@ def _write(ctx: Context, key: DocKey, transform: Callable[[JSON], JSON], expect:
         return [Write.between(key, current.value, new, current.revision)], None
 
     commit, _ = ctx.store().update([key], compute, {"door": "operator"})
+    echo_json({"revision": commit.revisions[key], "seq": commit.seq})
     if commit.changed:
         click.echo(f"{key}: revision {commit.revisions[key]} (seq {commit.seq})", err=True)
     else:
