@@ -4,6 +4,7 @@ cleanly: through the real doors (the HTTP app, the CLI as a process) on both bac
 from __future__ import annotations
 
 import base64
+import json
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,10 +17,12 @@ from stateflow.doc.canonical import decode
 from stateflow.errors import InvalidInput, InvalidJSON, NotFound, OpError
 from stateflow.http.app import create_app
 from stateflow.http.auth import TokenSet, parse_token
+from stateflow.memory import Identity, MemoryView
 from stateflow.states import StatesService
 from stateflow.states.schema import SchemaInvalid
 from stateflow.states.service import SubjectRefused
 from stateflow.store import SqlStore
+from stateflow.tools import ToolHost
 
 ADMIN = "admin-secret-0123456789"
 DECL: dict[str, Any] = {
@@ -109,6 +112,32 @@ def test_http_put_of_an_integer_beyond_64_bits_is_refused_and_writes_nothing(
     assert r.status_code == 200 and data(states, "k") == {"n": 2**64 - 1}
 
 
+def test_the_service_the_http_route_and_the_tools_name_a_refused_integer_alike(
+    client: TestClient, states: StatesService
+) -> None:
+    # one refusal, one message: the place is named from the document's (the body's) root
+    path = "/api/states/t/records/agent/bot/thread/k"
+    host = ToolHost(MemoryView(states.store, Identity.of("bot", "/tmp", "s1")), states)
+    for document, place in (({"n": BIG}, "$.n"), ({"v": [{"n": BIG}]}, "$.v[0].n")):
+        expected = f"{place}: integer {BIG} is outside the 64-bit range JSON stores"
+        body = encode_big(document)
+        for method, write in (("PUT", states.replace), ("PATCH", states.merge)):
+            with pytest.raises(InvalidJSON) as refused:
+                write("t", subject("k"), document)
+            assert refused.value.message == expected
+            r = client.request(method, path, content=body, headers={"Content-Type": "application/json"})
+            assert (r.status_code, r.json()) == (422, {"error": expected, "code": "invalid-json"})
+        for tool, key in (("state_replace", "data"), ("state_merge", "patch")):
+            result = host.call(tool, {"state": "t", "subject": "k", key: document})
+            assert (result.code, result.text) == ("invalid-json", expected)
+    assert states.read("t", subject("k")) is None
+
+
+def encode_big(value: Any) -> bytes:
+    """JSON text of ``value``, whose integers may be beyond 64 bits (orjson refuses to write them)."""
+    return json.dumps(value).encode()
+
+
 def test_cli_refuses_an_integer_beyond_64_bits_as_the_python_door_does(
     backend: str, store: SqlStore, tmp_path: Path
 ) -> None:
@@ -136,7 +165,7 @@ def test_cli_refuses_an_integer_beyond_64_bits_as_the_python_door_does(
         )
     with pytest.raises(InvalidJSON) as python_door:
         states.replace("t", subject("k"), {"n": BIG})
-    assert python_door.value.message.endswith(f"n: integer {BIG} is outside the 64-bit range JSON stores")
+    assert python_door.value.message == f"$.n: integer {BIG} is outside the 64-bit range JSON stores"
     out = sf(*base, "tool", "patch_state", f'{{"session": {{"tactics": {{"x": {BIG}}}}}}}', cwd=tmp_path)
     assert (out.returncode, out.stdout) == (1, "")
     assert out.stderr.startswith(f"error[invalid-json]: $.session.tactics.x: integer {BIG} is outside")

@@ -59,7 +59,7 @@ def test_values_too_deep_in_the_record_are_refused_whoever_checks_them(service: 
         service.merge("s", SUBJECT, {"deep": nested(254)})
     with pytest.raises(InvalidJSON, match="nested deeper than 254 levels"):
         service.replace("s", SUBJECT, {"deep": nested(254)})
-    with pytest.raises(InvalidJSON, match=r"^document\.n: nan is not a JSON number"):
+    with pytest.raises(InvalidJSON, match=r"^\$\.n: nan is not a JSON number"):
         service.replace("s", SUBJECT, {"n": float("nan")})
     record = service.read("s", SUBJECT)
     assert record is not None and record["data"]["n"] == 1 and "deep" not in record["data"]

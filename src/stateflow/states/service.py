@@ -1007,7 +1007,9 @@ class StatesService:
     ) -> Record | None:
         if not isinstance(document, dict):
             raise InvalidInput("a record document must be a JSON object")
-        check(document, "document")
+        # the place named from the document's root, "$.n": as the HTTP route (whose body it is),
+        # the HTTP client and the CLI's --data name it, so each door gives the same refusal
+        check(document, "$")
         document = detach(document)  # the store caches what it writes: keep the caller's object out
         return self._write_whole(
             name, subject, document, origin, context, "replace", expect_revision=expect_revision
@@ -1031,7 +1033,7 @@ class StatesService:
             document = build(current if type(current) is dict else None)
             if not isinstance(document, dict):
                 raise InvalidInput("a record document must be a JSON object")
-            check(document, "document")
+            check(document, "$")  # (as replace names it)
             document = detach(document)
             regimes.check_document_write(decl, current, document)
             return Change(regimes.stamp_document(decl, current, document, done), [[]])
@@ -1079,7 +1081,7 @@ class StatesService:
         """Shallow merge: each top-level key is set (``null`` is stored, not a deletion)."""
         if not isinstance(patch, dict):
             raise InvalidInput("a merge patch must be a JSON object")
-        check(patch, "patch")
+        check(patch, "$")  # (as replace names it: the patch is a PATCH request's body)
         patch = detach(patch)  # the store caches what it writes: keep the caller's object out
 
         def transform(decl: dict[str, Any], current: JSON, done: dict[str, Any]) -> Change:
