@@ -50,6 +50,7 @@ from stateflow.store.sqlite import SqliteStore
 from stateflow.subjects import encode_subject
 
 from .pg_helpers import bytea_elements
+from .test_store_key_order import writes_keep_member_order
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 SQLITE_WHERE = SQLITE_VALUE_WHERE.format(m="")
@@ -2465,3 +2466,19 @@ def test_a_schema_35_store_upgrades_to_36_and_its_writers_count_what_the_trigger
         _race_and_purge(store, backend, "after")
     finally:
         store.close()
+
+
+_EDITS_ORD_VERSION = 37
+
+
+def test_a_schema_36_store_upgrades_to_37_and_its_changes_keep_their_members_order(
+    backend: str, tmp_path: Path
+) -> None:
+    """Version 37 adds ``change_edits.ord``: the rows written before read 0 — in member name
+    order, as they did: the fixture reads back as it was — and every write path since
+    (PostgreSQL's write functions and server merge replaced) records each change's members in
+    the order written, which a read as of a revision gives back."""
+    with _upgraded(_EDITS_ORD_VERSION - 1, backend, tmp_path) as store:
+        with store._read_tx() as tx:
+            assert tx.all("SELECT DISTINCT ord FROM change_edits") == [(0,)]
+        writes_keep_member_order(store)

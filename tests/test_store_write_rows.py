@@ -32,16 +32,17 @@ _TABLES = {
     "bytes_since_snapshot, body_size, next_position",
     "members": "doc_id, name, position, revision, size, outline, body, root",
     "changes": "doc_id, revision, seq, paths, edits",
-    "change_edits": "doc_id, revision, member, edits, roots",
+    "change_edits": "doc_id, revision, member, edits, roots, ord",
     "snapshots": "doc_id, revision, body",
     "snapshot_members": "doc_id, name, revision, body, root",
 }
 
 _EXPECTED = {  # (the write paths as they were before: the same digests; since a declaration makes its
     # aliases' row, one more documents row; since declarations keep ``retention_exempt``, one more
-    # member in each of the two adapters' declarations)
-    "sqlite": "eb97cde8bd24e5eebe6c07ccc80a6d0729f31474703c2995df0d720039ade518",
-    "postgres": "c00aef37419bad1b2e14c015add8ebc5a7f4a53e7eb1dbc025ef592db1bcd22c",
+    # member in each of the two adapters' declarations; since schema 37, ``change_edits.ord``
+    # pinned too — 0 in every row here: each change kept apart holds one member's edits)
+    "sqlite": "c6a05b90fa8969a797075dc5ad7e834db763618887c7a8e3844c199e88b6f527",
+    "postgres": "89dd1976473a299e6d730e3ab51d26d186e1ed57b0af30ecd90a08d38ae23b5f",
 }
 
 _TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d)?")

@@ -296,7 +296,9 @@ class History(StoreCore):
 
 def _apart_rows(tx: Tx, apart: list[tuple[int, int]], names: set[str] | None) -> Iterator[tuple[Any, ...]]:
     """The ``change_edits`` rows ``(doc_id, revision, member, edits)`` of the changes ``apart``
-    (``(doc_id, revision)``), whole-document edits first, only ``names``' where given."""
+    (``(doc_id, revision)``), only ``names``' where given, each change's in the order written
+    (``ord``: whole-document edits first, then the members as first touched, which is the order
+    a replay must add new members in; rows from before schema 37 all 0: by name)."""
     for start in range(0, len(apart), 200):  # bounded statement size
         part = apart[start : start + 200]
         where = " OR ".join("(doc_id = ? AND revision = ?)" for _ in part)
@@ -306,7 +308,7 @@ def _apart_rows(tx: Tx, apart: list[tuple[int, int]], names: set[str] | None) ->
             params.extend(sorted(names))
         yield from tx.all(
             f"SELECT doc_id, revision, member, edits FROM change_edits WHERE {where} "
-            "ORDER BY doc_id, revision, member",
+            "ORDER BY doc_id, revision, ord, member",
             params,
         )
 

@@ -364,6 +364,17 @@ functions (``stateflow_commit``, ``stateflow_write_rows``, ``stateflow_patch_com
 they hold locked) — instead of updating counter rows under the seq lock; the triggers on deleted
 documents and members append deltas instead of updating rows. ``state_counts`` is kept as it is
 (nothing to fold). SQLite keeps its triggers; its ``count_deltas`` stays empty.
+
+Version 37 adds ``change_edits.ord`` on both backends: a member's place among its change's
+member edits, in the order the write first touched them — whole-document edits first, then each
+member — which is the order the change's new members take in the document (``members.position``).
+History used to keep a change's member edits in member name order, inline and in
+``change_edits``, so a rebuilt revision (an as-of read, a dump replayed by a load) put the
+members a change added in name order where the current read gives them in write order. Now the
+planner, the write functions and the server merge keep the order — inline in the list's order,
+apart in ``ord`` (the same statements write it: no statement more) — and readers take the rows by
+``ord``. Rows written before stay as they were: their ``ord`` is 0, so they read in name order
+as before (which order their members were written in is not recorded anywhere to fill it from).
 """
 
 from __future__ import annotations
@@ -372,7 +383,7 @@ import re
 from collections.abc import Sequence
 from typing import Final
 
-SCHEMA_VERSION: Final = 36
+SCHEMA_VERSION: Final = 37
 
 VALUE_INDEX_MAX: Final = 1024
 """Members up to this encoded size are in ``members_by_value`` (scalars only)."""
@@ -659,6 +670,11 @@ dropped, ``changes`` rebuilt without its foreign key to ``transitions`` (and ``c
 and ``change_paths`` with it: renaming a table rewrites the foreign keys that name it, and
 dropping it would delete their rows)."""
 
+_EDITS_ORD: Final = "ALTER TABLE change_edits ADD COLUMN ord INTEGER NOT NULL DEFAULT 0;\n"
+"""Version 37, both backends: ``change_edits.ord`` (see the module's docstring). A constant
+default: neither backend rewrites the table, and the rows before read as 0."""
+
+
 SQLITE: Final[dict[int, str]] = {
     1: _COMMON_V1.format(
         doc_pk="INTEGER PRIMARY KEY AUTOINCREMENT",  # ids are never reused: they key the member cache
@@ -789,6 +805,7 @@ CREATE INDEX members_by_value ON members (name, {SQLITE_VALUE.format(m="")})
     34: "",
     35: "",
     36: _COUNT_DELTAS.format(text_c="TEXT"),
+    37: _EDITS_ORD,
 }
 
 _JSONB_CAN_HOLD: Final = "{m}size <= 1048576 AND position('\\x5c7530303030'::bytea IN {m}body) = 0"
@@ -3248,6 +3265,67 @@ $$;
 _COUNTED_BY_WRITERS: Final = _counted_by_writers()
 
 
+def _edits_in_order() -> str:
+    """Version 37, PostgreSQL: :data:`_EDITS_ORD`, and version 36's write functions writing it —
+    ``stateflow_write_rows`` and ``stateflow_commit`` from each ``change_edits`` row's sixth
+    field (the planner's), ``stateflow_patch_commit`` keeping a document's member edits in the
+    order the patch names its members (each member once), not sorting them by name."""
+    both = _COUNTED_BY_WRITERS
+    out = both[both.index("CREATE OR REPLACE FUNCTION stateflow_write_rows(") : both.index("ALTER FUNCTION ")]
+    for w, pad in (("", ""), ("w.", "    ")):
+        out = _replaced(
+            out,
+            f"{pad}        INSERT INTO change_edits (doc_id, revision, member, edits, roots)\n"
+            f"{pad}        SELECT {w}ed_rows[i][1]::bigint, {w}ed_rows[i][2]::bigint, {w}ed_rows[i][3], {w}ed_rows[i][4]::bytea,\n"
+            f"{pad}            {w}ed_rows[i][5]::bytea\n",
+            f"{pad}        INSERT INTO change_edits (doc_id, revision, member, edits, roots, ord)\n"
+            f"{pad}        SELECT {w}ed_rows[i][1]::bigint, {w}ed_rows[i][2]::bigint, {w}ed_rows[i][3], {w}ed_rows[i][4]::bytea,\n"
+            f"{pad}            {w}ed_rows[i][5]::bytea, {w}ed_rows[i][6]::int\n",
+        )
+    out = _replaced(
+        out,
+        "            g_member TEXT[];  -- per member written, in name order: its name, its edits, both\n",
+        "            g_member TEXT[];  -- per member written, in the patch's order: its name, its edits, both\n",
+    )
+    out = _replaced(
+        out,
+        "                -- kept in member name order (code points: bytes of UTF-8), as the planner sorts them\n"
+        "                j := coalesce(array_length(g_member, 1), 0) + 1;\n"
+        "                g_member[j] := m;\n"
+        "                g_edits[j] := v_group;\n"
+        '                WHILE j > 1 AND g_member[j - 1] COLLATE "C" > m COLLATE "C" LOOP\n'
+        "                    g_member[j] := g_member[j - 1];\n"
+        "                    g_edits[j] := g_edits[j - 1];\n"
+        "                    g_member[j - 1] := m;\n"
+        "                    g_edits[j - 1] := v_group;\n"
+        "                    j := j - 1;\n"
+        "                END LOOP;\n",
+        "                -- in the order written, as the planner keeps them: the order a replay adds\n"
+        "                -- the new ones in (see version 37)\n"
+        "                j := coalesce(array_length(g_member, 1), 0) + 1;\n"
+        "                g_member[j] := m;\n"
+        "                g_edits[j] := v_group;\n",
+    )
+    out = _replaced(out, "    ed_edits BYTEA[];\n", "    ed_edits BYTEA[];\n    ed_ord INT[];\n")
+    out = _replaced(
+        out,
+        "                    ed_edits := ed_edits || convert_to(g_edits[e], 'UTF8');\n",
+        "                    ed_edits := ed_edits || convert_to(g_edits[e], 'UTF8');\n"
+        "                    ed_ord := ed_ord || (e - 1);\n",
+    )
+    out = _replaced(
+        out,
+        "        INSERT INTO change_edits (doc_id, revision, member, edits)\n"
+        "        SELECT * FROM unnest(ed_doc, ed_rev, ed_member, ed_edits);\n",
+        "        INSERT INTO change_edits (doc_id, revision, member, edits, ord)\n"
+        "        SELECT * FROM unnest(ed_doc, ed_rev, ed_member, ed_edits, ed_ord);\n",
+    )
+    return _EDITS_ORD + out + both[both.index("ALTER FUNCTION ") :]
+
+
+_EDITS_IN_ORDER: Final = _edits_in_order()
+
+
 POSTGRES: Final[dict[int, str]] = {
     1: _COMMON_V1.format(
         doc_pk="BIGSERIAL PRIMARY KEY",
@@ -3984,6 +4062,7 @@ $$;
     34: _FEWER_SET_UPS,
     35: _SCALAR_COLUMN,
     36: _COUNTED_BY_WRITERS,
+    37: _EDITS_IN_ORDER,
 }
 
 

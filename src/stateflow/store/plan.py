@@ -119,11 +119,13 @@ class WritePlan:
     """the change's touched paths, encoded"""
     paths_apart: bool
     """the paths go to ``change_paths``, not the change row (``Backend.change_row_max``)"""
-    edits: Sequence[tuple[int, int, str, bytes, bytes | None]]
+    edits: Sequence[tuple[int, int, str, bytes, bytes | None, int]]
     """change_edits rows: (doc_id, revision, member, edits, roots: the tree ids its edits
-    refer to, 16 bytes each)"""
+    refer to, 16 bytes each, ord: the member's place among the change's, see ``inline``)"""
     inline: bytes | None
-    """the edits in the change row instead, as ``[[member, edits], …]`` (small changes)"""
+    """the edits in the change row instead, as ``[[member, edits], …]`` (small changes); in
+    either form whole-document edits first, then each member's in the order the write first
+    touched it — the order its new members take in the document, which a replay keeps"""
     snapshot: bool
     """take a snapshot of the body as written"""
     document: DocRow | None

@@ -1253,12 +1253,14 @@ class Writes(StoreCore):
             else:  # the value is a subtree of the member's new tree: stored as its ref
                 groups.setdefault(member, []).append([list(path), None, ref.hex()])
                 held[member] = held.get(member, b"") + ref
-        planned: list[tuple[int, int, str, bytes, bytes | None]] = []
+        planned: list[tuple[int, int, str, bytes, bytes | None, int]] = []
         edit_bytes = 0
-        for member, group in sorted(groups.items()) if len(groups) > 1 else groups.items():
+        # in first-touched order (whole-document edits, if any, first): new members are
+        # appended in it, and a replay of the change must append them the same way
+        for at, (member, group) in enumerate(groups.items()):
             encoded_group = encode_trusted(group)
             edit_bytes += len(encoded_group)
-            planned.append((doc_id, revision, member, encoded_group, held.get(member) if held else None))
+            planned.append((doc_id, revision, member, encoded_group, held.get(member) if held else None, at))
         whole_only = len(planned) == 1 and planned[0][2] == ""
         if not held and (edit_bytes <= INLINE_EDITS_MAX or (whole_only and edit_bytes <= WHOLE_INLINE_MAX)):
             parts = []
@@ -1328,7 +1330,7 @@ class Writes(StoreCore):
                 )
             if plan.edits:
                 tx.many(
-                    "INSERT INTO change_edits (doc_id, revision, member, edits, roots) VALUES (?, ?, ?, ?, ?)",
+                    "INSERT INTO change_edits (doc_id, revision, member, edits, roots, ord) VALUES (?, ?, ?, ?, ?, ?)",
                     plan.edits,
                 )
             if plan.snapshot:
@@ -1488,7 +1490,7 @@ class Writes(StoreCore):
         if inline is not None and (room is None or len(inline) <= room):
             plan.inline = inline
         else:
-            plan.edits = [(doc_id, revision, "", edit, None)]
+            plan.edits = [(doc_id, revision, "", edit, None, 0)]
         self._document_after(plan, row, len(edit), size, position)
         return plan
 
@@ -1569,13 +1571,13 @@ class Writes(StoreCore):
             fresh.keep_body(doc_id, (revision, body_after, size))
         plan.paths = paths
         room = self._change_room(plan)
-        planned: list[tuple[int, int, str, bytes, bytes | None]] = []
+        planned: list[tuple[int, int, str, bytes, bytes | None, int]] = []
         parts = []  # (each member's inline form, made beside its row: no second loop)
         edit_bytes = 0
-        for member, group in sorted(groups.items()) if len(groups) > 1 else groups.items():
+        for at, (member, group) in enumerate(groups.items()):  # (first-touched, as ``_plan_doc``)
             encoded_group = encode_trusted(group)
             edit_bytes += len(encoded_group)
-            planned.append((doc_id, revision, member, encoded_group, None))
+            planned.append((doc_id, revision, member, encoded_group, None, at))
             parts.append(b"[" + orjson.dumps(member) + b"," + encoded_group + b"]")
         inline = b"[" + b",".join(parts) + b"]" if edit_bytes <= INLINE_EDITS_MAX else None
         if inline is not None and (room is None or len(inline) <= room):
