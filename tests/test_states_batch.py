@@ -129,6 +129,24 @@ def test_malformed_batches_are_refused_before_anything_runs(
         service.apply_batch(items)
 
 
+def test_the_batch_limit_is_the_documented_one(service: StatesService) -> None:
+    # 100 items commit together; one more is refused whole, with the limit the docs state
+    from pathlib import Path
+
+    from stateflow.states.batch import MAX_BATCH_ITEMS
+
+    docs = (Path(__file__).resolve().parent.parent / "docs" / "states.md").read_text()
+    assert f"A batch holds at most {MAX_BATCH_ITEMS} items" in docs
+    items = [{"state": "tickets", "subject": subj(f"t{i}"), "ops": set_n(i)} for i in range(MAX_BATCH_ITEMS)]
+    assert len({r.seq for r in service.apply_batch(items)}) == 1
+    more = [*items, {"state": "tickets", "subject": subj("extra"), "ops": set_n(0)}]
+    message = f"a batch holds at most {MAX_BATCH_ITEMS} items, got {MAX_BATCH_ITEMS + 1}"
+    assert f"`invalid-input: {message}`" in docs
+    with pytest.raises(InvalidInput, match=f"^{message}$"):
+        service.apply_batch(more)
+    assert data(service, "tickets", subj("extra")) is None
+
+
 def test_an_empty_batch_returns_an_empty_list(service: StatesService) -> None:
     assert service.apply_batch([]) == []
 

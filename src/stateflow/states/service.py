@@ -1173,7 +1173,8 @@ class StatesService:
     ) -> list[ApplyResult]:
         """Op batches on several records in one transaction (see :mod:`stateflow.states.batch`):
         ``[{"state", "subject", "ops" | "template_jq" (+ "input"), "op_id"?}, …]`` → one
-        :class:`ApplyResult` per item, in input order; any refusal writes nothing."""
+        :class:`ApplyResult` per item, in input order; any refusal writes nothing. At most
+        ``batch.MAX_BATCH_ITEMS`` (100) items: a longer batch is refused whole."""
         from stateflow.states.batch import apply_batch  # batch builds on this module
 
         return apply_batch(self, items, origin=origin, context=context)
