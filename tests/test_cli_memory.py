@@ -424,3 +424,17 @@ def test_tool_patch_projection_below_an_object_replaced_by_a_scalar_reads_null(
     for path, printed in (("session[0].strategy.db.engine", "null"), ("effective[0].strategy.db.port", "{}")):
         read = sf(*base, "read_state", json.dumps({"path": path, "projection": "patch"}), cwd=tmp_path)
         assert (read.returncode, read.stdout) == (0, '{"patch":' + printed + "}\n"), read.stderr
+
+
+def test_tool_hint_names_paths_read_state_reads(backend: str, open_migrated: Any, tmp_path: Path) -> None:
+    open_migrated()
+    base = ["--store", backend, "tool"]
+    source = tmp_path / "notes.md"
+    source.write_text("hi\n")
+    patch = {"cwd": {"artifacts": {str(source): {"description": "details: see $cwd.lazy.gone."}}}}
+    assert sf(*base, "patch_state", json.dumps(patch), cwd=tmp_path).returncode == 0
+    read = sf(*base, "read_state", '{"path": "cwd.lazy.gone"}', cwd=tmp_path)
+    assert read.returncode == 0, read.stderr
+    assert json.loads(read.stdout)["hint"][0]["paths"] == ["cwd.artifacts"]
+    owner = sf(*base, "read_state", '{"path": "cwd.artifacts"}', cwd=tmp_path)
+    assert owner.returncode == 0 and str(source) in json.loads(owner.stdout)["value"], owner.stderr

@@ -367,3 +367,64 @@ def test_patch_projection_below_a_value_replaced_by_a_scalar_or_a_shorter_array(
         "patch": {"strategy": {"db": "sqlite"}}
     }
     assert transitions(store) == 2
+
+
+def test_a_mention_ending_a_sentence_or_a_clause_is_a_reference(store) -> None:  # type: ignore[no-untyped-def]
+    m = view(store)
+    m.patch_state(
+        {
+            "session": {
+                "tactics": {
+                    "a": "For the rollout, see $session.lazy.plan.",
+                    "b": "Two sources: $session.lazy.spec: and more",
+                    "c": "Not these: $session.lazy.other.x, $session.lazy.other[1], $session.lazy.other:x.",
+                }
+            }
+        }
+    )
+    assert m.read_state({"path": "session.lazy.plan"})["hint"][0]["paths"] == ["session.tactics.a"]
+    assert m.read_state({"path": "session.lazy.spec"})["hint"][0]["paths"] == ["session.tactics.b"]
+    with pytest.raises(SelectionError):  # each of those mentions a longer path
+        m.read_state({"path": "session.lazy.other"})
+
+
+def test_the_hint_scan_reads_keys_named_response_below_a_plane(store) -> None:  # type: ignore[no-untyped-def]
+    m = view(store)
+    m.patch_state(
+        {"session": {"tactics": {"response": {"$ref": "session.lazy.x"}, "deep": {"response": "$lazy.y"}}}}
+    )
+    assert m.read_state({"path": "session.lazy.x"})["hint"][0]["paths"] == ["session.tactics.response"]
+    assert m.read_state({"path": "lazy.y"})["hint"][0]["paths"] == ["session.tactics.deep.response"]
+
+
+def test_hint_paths_are_readable_and_name_an_unspellable_key_by_its_ancestor(store, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    source = tmp_path / "notes.md"
+    source.write_text("hi\n")
+    m = view(store, cwd=str(tmp_path))
+    m.patch_state(
+        {
+            "cwd": {"artifacts": {str(source): {"description": "details in $cwd.lazy.gone"}}},
+            "session": {
+                "tactics": {"my note": "see $cwd.lazy.gone", "it's": {"$ref": "cwd.lazy.gone"}},
+                "strategy": {"list": [{"a b": ["x", {"c": "$cwd.lazy.gone"}]}]},
+            },
+        }
+    )
+    [hint] = m.read_state({"path": "cwd.lazy.gone"})["hint"]
+    # each owner once (the two tactics keys share their object), and each one read_state reads
+    assert hint["paths"] == ["session.tactics", "cwd.artifacts", "session.strategy.list[0]"]
+    for path in hint["paths"]:
+        assert "value" in m.read_state({"path": path})
+
+
+def test_a_single_scope_view_finds_a_reference_by_any_spelling_of_its_address(store) -> None:  # type: ignore[no-untyped-def]
+    one = view(store, scopes=("session",))
+    one.patch_state({"tactics": {"text": "use $lazy.u", "scoped": "use $session.lazy.v"}})
+    for path in ("lazy.u", "effective.lazy.u", "session.lazy.u"):
+        assert one.read_state({"path": path})["hint"][0]["paths"] == ["tactics.text"], path
+    for path in ("lazy.v", "effective.lazy.v", "session.lazy.v"):
+        assert one.read_state({"path": path})["hint"][0]["paths"] == ["tactics.scoped"], path
+    # with several scopes, session.lazy.u is not the effective address: no hint
+    both = view(store)
+    with pytest.raises(SelectionError):
+        both.read_state({"path": "session.lazy.u"})

@@ -937,14 +937,10 @@ def referrers_whole(
     scopes: list[tuple[str, dict[str, Any]]], candidates: list[str], scan: tuple[str, ...]
 ) -> tuple[list[str], bool]:
     """The referrer scan as it was over whole decoded states (a stack of nodes to visit)."""
-    import re
+    from stateflow.doc.paths import is_key
+    from stateflow.memory.refs import MAX_REFERRERS, NODE_BUDGET, REF, text_ref
 
-    from stateflow.doc.paths import KEY_PATTERN
-    from stateflow.memory.refs import _BOUNDARY, MAX_REFERRERS, NODE_BUDGET, REF
-
-    text_res = [
-        re.compile(rf"(?<![{_BOUNDARY}])\$" + re.escape(c) + rf"(?![{_BOUNDARY}])") for c in candidates
-    ]
+    text_res = [text_ref(c) for c in candidates]
     structured: list[str] = []
     textual: list[str] = []
     visited, truncated = 0, False
@@ -952,27 +948,32 @@ def referrers_whole(
         for plane_name in scan:
             if plane_name not in state or plane_name == "response":
                 continue
-            stack: list[tuple[Any, str]] = [
-                (state[plane_name], f"{label}.{plane_name}" if label else plane_name)
+            stack: list[tuple[Any, str, bool]] = [
+                (state[plane_name], f"{label}.{plane_name}" if label else plane_name, True)
             ]
             while stack:
                 if len(structured) + len(textual) >= MAX_REFERRERS or visited >= NODE_BUDGET:
                     truncated = True
                     break
-                node, at = stack.pop()
+                node, at, exact = stack.pop()
                 visited += 1
                 if type(node) is dict:
                     if type(node.get(REF)) is str and node[REF] in candidates:
-                        structured.append(at)
+                        if at not in structured + textual:
+                            structured.append(at)
                         continue
                     for k in sorted(node, reverse=True):
-                        if k != "response":
-                            stack.append(
-                                (node[k], f"{at}.{k}" if re.fullmatch(KEY_PATTERN, k) else f"{at}[{k!r}]")
-                            )
+                        named = exact and is_key(k)
+                        stack.append((node[k], f"{at}.{k}" if named else at, named))
                 elif type(node) is list:
-                    stack.extend((node[i], f"{at}[{i}]") for i in range(len(node) - 1, -1, -1))
-                elif type(node) is str and "$" in node and any(r.search(node) for r in text_res):
+                    stack.extend(
+                        (node[i], f"{at}[{i}]" if exact else at, exact) for i in range(len(node) - 1, -1, -1)
+                    )
+                elif (
+                    type(node) is str
+                    and any(r.search(node) for r in text_res)
+                    and at not in structured + textual
+                ):
                     textual.append(at)
             if truncated:
                 break

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from stateflow.doc.canonical import JSON
-from stateflow.doc.paths import KEY_PATTERN, ReadPath, parse
+from stateflow.doc.paths import KEY_PATTERN, ReadPath, is_key, parse
 from stateflow.errors import InvalidPath
 
 REF: Final = "$ref"
@@ -28,6 +28,7 @@ HINT_MESSAGE: Final = (
 )
 HINT_TRUNCATED: Final = "; additional reference owners may exist beyond the bounded scan."
 _BOUNDARY: Final = r"A-Za-z0-9_$.\[\]:-"
+_PATH_CHAR: Final = r"A-Za-z0-9_$\[\]-"
 OWNERSHIP_REF: Final = re.compile(
     rf"(global|cwd|session)\.(strategy|tactics|lazy)((?:\.{KEY_PATTERN})+)\Z", re.ASCII
 )
@@ -120,18 +121,28 @@ PAGE: Final = 256
 """Array elements an :class:`Unread` array is read by, as the scan reaches them."""
 
 
+def text_ref(candidate: str) -> re.Pattern[str]:
+    """A ``$candidate`` mention in text: not inside a longer path-like word on either side. A
+    ``.`` or ``:`` right after it ends a sentence or a clause unless a path character follows
+    (``$lazy.plan.`` mentions ``lazy.plan``; ``$lazy.plan.x`` and ``$lazy.plan[1]`` do not)."""
+    return re.compile(rf"(?<![{_BOUNDARY}])\${re.escape(candidate)}(?![{_PATH_CHAR}])(?![.:][{_PATH_CHAR}])")
+
+
 def find_referrers(
     scopes: list[tuple[str, dict[str, Any]]], candidates: list[str], scan_planes: tuple[str, ...]
 ) -> tuple[list[str], bool]:
     """Bounded reverse lookup of current references to any of ``candidates``.
 
-    Scans each ``(scope label, state)`` in order, planes in ``scan_planes`` order, object keys
-    sorted, arrays in order; skips ``response``. Returns up to 3 owner paths (structured matches
-    first, then textual) and whether the scan ended early. A value may be :class:`Unread`: an
-    object of it is listed when the scan visits it, an array a page at a time, so the scan reads
-    no more of a large plane than its budget reaches.
+    Scans each ``(scope label, state)`` in order, planes in ``scan_planes`` order (never a
+    ``response`` plane), object keys sorted, arrays in order. Returns up to 3 owner paths
+    (structured matches first, then textual) and whether the scan ended early. Each path is one
+    ``read_state`` reads: a value below a key the read grammar cannot spell (an artifact card's
+    file path, a key with a space) is named by its nearest readable ancestor, which holds it,
+    and a path is listed once. A value may be :class:`Unread`: an object of it is listed when
+    the scan visits it, an array a page at a time, so the scan reads no more of a large plane
+    than its budget reaches.
     """
-    text_res = [re.compile(rf"(?<![{_BOUNDARY}])\${re.escape(c)}(?![{_BOUNDARY}])") for c in candidates]
+    text_res = [text_ref(c) for c in candidates]
     wanted = set(candidates)
     structured: list[str] = []
     textual: list[str] = []
@@ -141,13 +152,18 @@ def find_referrers(
     def full() -> bool:
         return len(structured) + len(textual) >= MAX_REFERRERS
 
+    def found_at(found: list[str], at: str) -> None:
+        if at not in structured and at not in textual:
+            found.append(at)
+
     for label, state in scopes:
         for plane in scan_planes:
             if plane not in state or plane == "response":
                 continue
-            # depth first, children in order: a stack of the children still to visit
-            stack: list[Iterator[tuple[Any, str]]] = [
-                iter([(state[plane], f"{label}.{plane}" if label else plane)])
+            # depth first, children in order: a stack of the children still to visit, each with
+            # the path that names it (``exact``: its own, else an ancestor's)
+            stack: list[Iterator[tuple[Any, str, bool]]] = [
+                iter([(state[plane], f"{label}.{plane}" if label else plane, True)])
             ]
             while stack:
                 step = next(stack[-1], None)
@@ -157,24 +173,24 @@ def find_referrers(
                 if full() or visited >= NODE_BUDGET:
                     truncated = True
                     break
-                node, at = step
+                node, at, exact = step
                 visited += 1
                 if isinstance(node, Unread):
                     if node.kind == "object":
                         node = dict(node.page(0, node.size))
                     else:
-                        stack.append(_elements(node, at))
+                        stack.append(_elements(node, at, exact))
                         continue
                 if type(node) is dict:
                     ref = node.get(REF)
                     if type(ref) is str and ref in wanted:
-                        structured.append(at)
+                        found_at(structured, at)
                         continue
-                    stack.append(_members(node, at))
+                    stack.append(_members(node, at, exact))
                 elif type(node) is list:
-                    stack.append(_items(node, at))
+                    stack.append(_items(node, at, exact))
                 elif type(node) is str and "$" in node and any(r.search(node) for r in text_res):
-                    textual.append(at)
+                    found_at(textual, at)
             if truncated:
                 break
         if truncated:
@@ -183,18 +199,20 @@ def find_referrers(
     return found, truncated
 
 
-def _members(node: dict[str, Any], at: str) -> Iterator[tuple[Any, str]]:
+def _members(node: dict[str, Any], at: str, exact: bool) -> Iterator[tuple[Any, str, bool]]:
     for k in sorted(node):
-        if k != "response":
-            yield node[k], f"{at}.{k}" if re.fullmatch(KEY_PATTERN, k) else f"{at}[{k!r}]"
+        if exact and is_key(k):
+            yield node[k], f"{at}.{k}", True
+        else:
+            yield node[k], at, False  # (no read path spells this key: its object names it)
 
 
-def _items(node: list[Any], at: str) -> Iterator[tuple[Any, str]]:
+def _items(node: list[Any], at: str, exact: bool) -> Iterator[tuple[Any, str, bool]]:
     for index, value in enumerate(node):
-        yield value, f"{at}[{index}]"
+        yield value, f"{at}[{index}]" if exact else at, exact
 
 
-def _elements(node: Unread, at: str) -> Iterator[tuple[Any, str]]:
+def _elements(node: Unread, at: str, exact: bool) -> Iterator[tuple[Any, str, bool]]:
     for first in range(0, node.size, PAGE):
         for index, value in node.page(first, PAGE):
-            yield value, f"{at}[{index}]"
+            yield value, f"{at}[{index}]" if exact else at, exact

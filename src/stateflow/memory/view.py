@@ -817,16 +817,18 @@ class MemoryView(Staging):
     def _dangling_hint(self, path: ReadPath, current: dict[str, Document]) -> dict[str, Any] | None:
         # the spellings of this one address, each matched exactly: a bare path is the effective
         # one (either way round), and with one wanted scope the effective path is that scope's
-        candidates = [path.text]
+        # (any of the three spellings finds the other two)
         bare = None
         if path.implicit:
             bare = path.text
-            candidates.append(f"effective.{bare}")
         elif path.root == "effective" and path.text.startswith("effective."):
             bare = path.text[len("effective.") :]
-            candidates.append(bare)
-        if bare is not None and self.single:
-            candidates.append(f"{self.single}.{bare}")
+        elif self.single and path.text.startswith(f"{self.single}."):
+            bare = path.text[len(self.single) + 1 :]
+        candidates = [path.text]
+        if bare is not None:
+            spellings = [bare, f"effective.{bare}", *([f"{self.single}.{bare}"] if self.single else [])]
+            candidates += [c for c in spellings if c != path.text]
         scan = ("artifacts", "strategy", "tactics", "intents", "lazy", *(r.name for r in self.planes.extra))
         hot = self._read(self.planes.hot)
         scopes = []
