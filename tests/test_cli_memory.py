@@ -438,3 +438,10 @@ def test_tool_hint_names_paths_read_state_reads(backend: str, open_migrated: Any
     assert json.loads(read.stdout)["hint"][0]["paths"] == ["cwd.artifacts"]
     owner = sf(*base, "read_state", '{"path": "cwd.artifacts"}', cwd=tmp_path)
     assert owner.returncode == 0 and str(source) in json.loads(owner.stdout)["value"], owner.stderr
+
+
+def test_tool_read_state_refuses_an_index_with_a_leading_zero(db: str, tmp_path: Path) -> None:
+    sf("--store", db, "tool", "patch_state", '{"session": {"lazy": {"m": ["a", "b"]}}}', cwd=tmp_path)
+    read = sf("--store", db, "tool", "read_state", '{"path": "session.lazy.m[01]"}', cwd=tmp_path)
+    assert (read.returncode, read.stdout) == (1, "")
+    assert read.stderr.startswith("error[invalid-path]: ") and "'01' has a leading zero" in read.stderr

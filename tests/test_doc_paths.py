@@ -38,6 +38,12 @@ def test_keys_may_use_dollar_underscore_and_dash() -> None:
     assert p.selectors[-2:] == (Key("$ref_x-1"), Key("A9"))
 
 
+def test_zero_and_numbers_without_leading_zeros_are_canonical() -> None:
+    assert parse("cwd[0].lazy.m[0][10:100]") == ReadPath(
+        "cwd", 0, (Key("lazy"), Key("m"), Index(0), Range(10, 100)), "cwd[0].lazy.m[0][10:100]"
+    )
+
+
 def test_scope_patches_paths() -> None:
     assert parse("cwd.patches") == PatchesPath("cwd", 0, "cwd.patches")
     assert parse("global.patches[4]") == PatchesPath("global", 4, "global.patches[4]")
@@ -69,6 +75,12 @@ def test_scope_patches_paths() -> None:
         ("global[1].patches", "index patches after .patches"),
         ("global.patches.x", "ends at .patches"),
         ("cwd.lazy.m[ 1]", "invalid selector"),
+        ("cwd.lazy.m[01]", "'01' has a leading zero"),
+        ("cwd.lazy.m[00:02]", "'00' has a leading zero"),
+        ("cwd.lazy.m[0..010]", "'010' has a leading zero"),
+        ("lazy[00]", "'00' has a leading zero"),
+        ("session[01].lazy", "'01' has a leading zero"),
+        ("cwd.patches[01]", "'01' has a leading zero"),
     ],
 )
 def test_everything_else_is_rejected_clearly(text: str, message: str) -> None:

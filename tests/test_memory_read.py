@@ -428,3 +428,17 @@ def test_a_single_scope_view_finds_a_reference_by_any_spelling_of_its_address(st
     both = view(store)
     with pytest.raises(SelectionError):
         both.read_state({"path": "session.lazy.u"})
+
+
+def test_read_paths_refuse_leading_zeros_as_patches_do(store) -> None:  # type: ignore[no-untyped-def]
+    m = view(store)
+    m.patch_state({"session": {"lazy": {"m": ["a", "b", "c"]}}})
+    for path in ("session.lazy.m[01]", "session.lazy.m[00:02]", "session.lazy.m[0..02]", "session[01].lazy"):
+        for projection in ("value", "keys", "patch"):
+            with pytest.raises(InvalidPath, match="leading zero"):
+                m.read_state({"path": path, "projection": projection})
+    with pytest.raises(InvalidInput, match="leading zeros"):  # (the patch's own refusal)
+        m.patch_state({"session": {"lazy": {"m": {"[01]": "B"}}}})
+    assert m.read_state({"path": "session.lazy.m[1]"}) == {"value": "b"}
+    assert m.read_state({"path": "session[0].lazy.m[0:2]"}) == {"value": ["a", "b"]}
+

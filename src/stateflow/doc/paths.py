@@ -10,9 +10,10 @@
     selector      := "." KEY | "[" DIGITS "]" | "[" DIGITS ":" DIGITS "]" | "[" DIGITS ".." DIGITS "]"
     KEY           := [A-Za-z_$][A-Za-z0-9_$-]*          (ASCII only)
     patches-path  := ("global" | "cwd" | "session") ".patches" ("[" DIGITS "]")?
+    DIGITS        := "0" | [1-9][0-9]*                  (a patch's "[N]" keys take the same)
 
-Everything else (negative indices, open ranges, steps, wildcards, unions, quoted members,
-non-ASCII keys, keys starting with a digit) is refused with :class:`InvalidPath`.
+Everything else (negative indices, leading zeros, open ranges, steps, wildcards, unions, quoted
+members, non-ASCII keys, keys starting with a digit) is refused with :class:`InvalidPath`.
 """
 
 from __future__ import annotations
@@ -120,7 +121,7 @@ def parse(text: object, planes: tuple[str, ...] = PLANES) -> ReadPath | PatchesP
         )
     m = _PATCHES_RE.match(text)
     if m:
-        return PatchesPath(m["scope"], int(m["index"] or 0), text)
+        return PatchesPath(m["scope"], _number(m["index"] or "0", text), text)
     root = _ROOT_RE.match(text)
     if root is None or (root["name"] not in ROOTS and root["name"] not in planes):
         raise InvalidPath(
@@ -130,7 +131,7 @@ def parse(text: object, planes: tuple[str, ...] = PLANES) -> ReadPath | PatchesP
     name, pos = root["name"], root.end()
     selectors: list[Selector] = []
     if name in ROOTS:
-        offset = int(root["offset"]) if root["offset"] is not None else 0
+        offset = _number(root["offset"], text) if root["offset"] is not None else 0
         if pos < len(text) and text[pos] != ".":
             raise InvalidPath(f"read path {text!r}: a root may be followed only by '.' or the end")
         if _PATCHES_WORD_RE.match(text, pos):
@@ -156,11 +157,22 @@ def parse(text: object, planes: tuple[str, ...] = PLANES) -> ReadPath | PatchesP
         if tok["key"] is not None:
             selectors.append(Key(tok["key"]))
         elif tok["end"] is None:
-            selectors.append(Index(int(tok["start"])))
+            selectors.append(Index(_number(tok["start"], text)))
         else:
-            start, end = int(tok["start"]), int(tok["end"])
+            start, end = _number(tok["start"], text), _number(tok["end"], text)
             if start > end:
                 raise InvalidPath(f"read path {text!r}: range [{start}:{end}] ends before it starts")
             selectors.append(Range(start, end))
         pos = tok.end()
     return ReadPath(name, offset, tuple(selectors), text, implicit)
+
+
+def _number(digits: str, text: str) -> int:
+    """An index, offset or range bound: canonical decimal, as a patch's ``"[N]"`` key must be
+    (one grammar for reading and writing: ``[01]`` is refused on both sides, not read as 1)."""
+    if len(digits) > 1 and digits[0] == "0":
+        raise InvalidPath(
+            f"read path {text!r}: {digits!r} has a leading zero; write a zero-based decimal without "
+            f"leading zeros, such as [{int(digits)}]"
+        )
+    return int(digits)
