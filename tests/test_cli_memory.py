@@ -445,3 +445,14 @@ def test_tool_read_state_refuses_an_index_with_a_leading_zero(db: str, tmp_path:
     read = sf("--store", db, "tool", "read_state", '{"path": "session.lazy.m[01]"}', cwd=tmp_path)
     assert (read.returncode, read.stdout) == (1, "")
     assert read.stderr.startswith("error[invalid-path]: ") and "'01' has a leading zero" in read.stderr
+
+
+def test_tool_keys_of_an_absent_plane_in_a_batch_over_scopes(db: str, tmp_path: Path) -> None:
+    sf("--store", db, "tool", "patch_state", '{"session": {"lazy": {"a": 1}}}', cwd=tmp_path)
+    args = '{"paths": ["session.lazy", "global.lazy"], "projection": "keys"}'
+    read = sf("--store", db, "tool", "read_state", args, cwd=tmp_path)
+    assert (read.returncode, read.stderr) == (0, "")
+    assert json.loads(read.stdout) == {
+        "meta": [{"type": "object", "size": 1}, {"type": "null"}],
+        "keys": [{"a": "number"}, []],
+    }

@@ -442,3 +442,17 @@ def test_read_paths_refuse_leading_zeros_as_patches_do(store) -> None:  # type: 
     assert m.read_state({"path": "session.lazy.m[1]"}) == {"value": "b"}
     assert m.read_state({"path": "session[0].lazy.m[0:2]"}) == {"value": ["a", "b"]}
 
+
+def test_keys_of_an_absent_plane_read_it_as_null_as_value_does(store) -> None:  # type: ignore[no-untyped-def]
+    m = view(store)
+    m.patch_state({"session": {"lazy": {"a": 1}}})
+    null_keys = {"meta": {"type": "null"}, "keys": []}
+    for path in ("global.lazy", "response", "effective.intents", "session[1].lazy", "cwd.tactics"):
+        assert m.read_state({"path": path}) == {"value": None}, path
+        assert m.read_state({"path": path, "projection": "keys"}) == null_keys, path
+    assert m.read_state({"paths": ["session.lazy", "global.lazy"], "projection": "keys"}) == {
+        "meta": [{"type": "object", "size": 1}, {"type": "null"}],
+        "keys": [{"a": "number"}, []],
+    }
+    with pytest.raises(SelectionError):  # below an absent plane, the path does not exist
+        m.read_state({"path": "global.lazy.a", "projection": "keys"})

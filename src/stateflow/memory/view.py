@@ -501,8 +501,8 @@ class MemoryView(Staging):
         trails = self._trails_at(path, target, path.offset, current, timeline, end)
         value = select_layers(trails, selectors, path.text)
         if value is MISSING:
-            if projection == "value" and len(path.selectors) == 1:
-                return None  # an absent documented plane reads as null
+            if len(path.selectors) == 1:  # an absent documented plane reads as null, keys too
+                return None if projection == "value" else keys_projection(None)
             raise SelectionError(f"read path does not exist: {path.text}")
         if window is not None:
             assert isinstance(value, SliceForm)
@@ -541,11 +541,11 @@ class MemoryView(Staging):
         root = self._root(path.root, states, with_lazy)
         if projection == "value":
             return self._value(root, path.selectors, path.text)
-        return keys_projection(select(root, path.selectors, path.text))
+        return keys_projection(self._value(root, path.selectors, path.text))
 
     def _value(self, root: dict[str, Any], sel: Sequence[Selector], text: str) -> JSON:
         """The value at ``sel`` in a scope or effective view; an absent documented plane reads as
-        null (one rule for read_state and the operator's as-of reads)."""
+        null (one rule for read_state's value and keys and the operator's as-of reads)."""
         plane = sel[0].name if len(sel) == 1 and isinstance(sel[0], Key) else None
         if plane in self.planes.names and plane not in root:
             return None
