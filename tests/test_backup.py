@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from stateflow.store import open_store
+from stateflow.store.backup import sqlite_backup
 
 from .conftest import ROOT
 from .workers import A, B
@@ -157,3 +158,18 @@ def test_a_backup_leaves_out_the_pages_deletes_freed(tmp_path: Path) -> None:
         assert restored.get(DocKey("big", "k1")).body is None
     finally:
         restored.close()
+
+
+def test_a_backup_is_never_written_through_a_file_planted_beside_it(tmp_path: Path) -> None:
+    # a link planted at the partial copy's name (by another user who may write in the folder)
+    # must neither receive the copy nor become the backup
+    source = tmp_path / "s.db"
+    open_store(str(source)).close()
+    planted = tmp_path / "planted"
+    planted.write_bytes(b"")
+    target = tmp_path / "copy.db"
+    os.symlink(planted, tmp_path / f".{target.name}.{os.getpid()}.partial")
+    assert sqlite_backup(source, target) > 0
+    assert planted.read_bytes() == b""
+    assert not target.is_symlink() and oct(target.stat().st_mode & 0o777) == "0o600"
+    assert sqlite3.connect(target).execute("PRAGMA quick_check").fetchone() == ("ok",)

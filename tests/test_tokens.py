@@ -3,10 +3,11 @@ STATEFLOW_TOKENS one spec per line, and `stateflow token show|create|revoke` (re
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
-from stateflow.http.auth import token_specs
+from stateflow.http.auth import token_specs, write_token_file
 
 from . import servers
 
@@ -139,3 +140,22 @@ def test_a_token_file_flag_beats_tokens_in_the_environment(tmp_path: Path) -> No
         finally:
             server.stop()
     assert f"using the API tokens in {tokens} (--token-file)" in log.read_text()
+
+
+def test_a_token_file_is_never_written_through_a_file_planted_beside_it(tmp_path: Path) -> None:
+    # Another user who may write in the directory plants a link (here: to a file they own, which
+    # anyone may write) at each name the partial file could take; the secret must not reach it.
+    planted = tmp_path / "planted"
+    planted.write_text("")
+    planted.chmod(0o666)
+    target = tmp_path / "api-token"
+    os.symlink(planted, tmp_path / f".{target.name}.{os.getpid()}.partial")
+    write_token_file(target, [f"{ALICE}:read"])
+    assert planted.read_text() == ""
+    assert not target.is_symlink() and oct(target.stat().st_mode & 0o777) == "0o600"
+    assert target.read_text() == f"{ALICE}:read\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        f".{target.name}.{os.getpid()}.partial",
+        "api-token",
+        "planted",
+    ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Final
@@ -38,13 +39,22 @@ def make_private_dirs(directory: Path) -> None:
                 raise
 
 
+def private_beside(path: Path) -> tuple[int, Path]:
+    """A new, empty file (0600) beside ``path`` that is to replace it, and its open descriptor.
+
+    Its name is random and it is created exclusively, never through a link: at a name anyone
+    could guess, another user who may write in the directory could plant a link there (or a
+    file of their own), and the secret or dump written into it would land in their file."""
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+    return fd, Path(name)
+
+
 def replace_private(path: Path, chunks: Iterable[bytes]) -> None:
     """Write ``chunks`` to ``path`` (0600) whole or not at all: into a file beside it that
     replaces ``path`` once every chunk is written and on disk. A refusal while the chunks are
     made leaves no file, and an existing ``path`` as it was (an ``OSError`` passes through)."""
-    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    fd, partial = private_beside(path)
     try:
-        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
         with os.fdopen(fd, "wb") as out:
             for chunk in chunks:
                 out.write(chunk)

@@ -8,8 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from stateflow.errors import CorruptStore, InvalidInput, StoreNotFound, StoreUnavailable
-from stateflow.files import unwritable
-from stateflow.store.sqlite import FILE_MODE, store_files
+from stateflow.files import private_beside, unwritable
+from stateflow.store.sqlite import store_files
 from stateflow.store.sqlite_file import connect_read_only, holding, preflight
 
 COMPACT_SHARE = 4
@@ -42,9 +42,8 @@ def sqlite_backup(
             progress("pages", total - remaining - copied)
         copied = total - remaining
 
-    partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
     try:
-        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+        fd, partial = private_beside(target)
         os.close(fd)
     except OSError as exc:
         raise unwritable(target, exc) from exc
