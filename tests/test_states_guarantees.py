@@ -14,10 +14,12 @@ import pytest
 from fastapi.testclient import TestClient
 
 from stateflow.client import ClientError, StatesClient
+from stateflow.doc.canonical import json_contains
 from stateflow.errors import InvalidInput, StateflowError
 from stateflow.http.app import create_app
 from stateflow.http.auth import TokenSet, parse_token
 from stateflow.states import StatesService
+from stateflow.states.search import matches, split_filters
 from stateflow.states.service import RevisionMismatch
 from stateflow.store import SqlStore
 from stateflow.tools import ToolHost
@@ -519,6 +521,47 @@ def test_search_checked_in_python_finds_every_match_page_after_page(service: Sta
             if cursor is None:
                 break
         assert found == want, filters
+
+
+def test_eq_and_in_filters_found_by_the_value_index_match_as_checked(service: StatesService) -> None:
+    # $eq and $in of scalars are searched by containment of each value (the value index), not
+    # checked on every record: what they find is exactly what the operators match
+    values: list[Any] = [1, 2.0, 2, True, False, None, "a", "b", "1", 3, [1], {"x": 1}]
+    docs: dict[str, dict[str, Any]] = {}
+    items: list[dict[str, Any]] = []
+    for i in range(120):
+        v = values[i % len(values)]
+        doc = {"n": i, "status": "open" if i % 2 else "closed", "meta": {"v": v}, "x": v}
+        docs[f"k{i:03d}"] = doc
+        ops = [{"op": "set", "path": [k], "value": x} for k, x in doc.items()]
+        items.append({"state": "tickets", "subject": {**T1, "key": f"k{i:03d}"}, "ops": ops})
+    for start in range(0, len(items), 100):
+        service.apply_batch(items[start : start + 100])
+    cases: list[dict[str, Any]] = [
+        {"x": {"$eq": 2}},  # 2 and 2.0, never True
+        {"x": {"$eq": True}},
+        {"x": {"$eq": None}},
+        {"x": {"$in": [1, "a", None]}},
+        {"meta": {"v": {"$in": [2, "b", False]}}, "status": "open"},
+        {"meta": {"v": {"$eq": "1"}}, "n": {"$lt": 60}},
+        {"x": {"$in": []}},
+        {"x": {"$in": [[1], 3]}},  # (an array among the values: every record is checked)
+        {"x": {"$in": [1, 3], "$ne": 3}, "meta": {"v": {"$eq": 1}}},
+    ]
+    for filters in cases:
+        want = [k for k, d in docs.items() if matches(d, split_filters(filters)[1])]
+        containment = split_filters(filters)[0]
+        want = [k for k in want if json_contains(docs[k], containment)]
+        found: list[str] = []
+        cursor = None
+        while True:
+            page = service.search("tickets", filters, limit=7, cursor=cursor)
+            found += _keys(page)
+            cursor = page["next_cursor"]
+            if cursor is None:
+                break
+        assert found == want, filters
+        assert found or filters == {"x": {"$in": []}}, filters
 
 
 # ---------------------------------------------------------------------- the public HTTP client

@@ -26,7 +26,14 @@ from stateflow.states.results import (
     WriteEntry,
     WritesPage,
 )
-from stateflow.states.search import SORT_MAX, matches, parse_sort, sort_key, split_filters
+from stateflow.states.search import (
+    SORT_MAX,
+    candidate_filters,
+    matches,
+    parse_sort,
+    sort_key,
+    split_filters,
+)
 from stateflow.store import DocKey, Listed
 from stateflow.subjects import Subject
 
@@ -205,11 +212,25 @@ class Listing:
         bodies: dict[str, Any] = {}
         with_bodies = bool(predicates or order or include_data)
 
+        candidates = candidate_filters(containment, predicates)
+
         def fetch(after: str | None, size: int) -> list[Listed]:
-            if containment:
-                page = self.svc.store.search(name, containment, after=after, limit=size)
+            store = self.svc.store
+            if len(candidates) > 1:
+                # the union of keyset pages is the union's keyset page: the first ``size`` of
+                # them all hold its first ``size``, and it is short only when every one is
+                found = {
+                    x.key.subject: x
+                    for c in candidates
+                    for x in store.search(name, c, after=after, limit=size)
+                }
+                page = [found[k] for k in sorted(found)[:size]]
+            elif candidates and candidates[0]:
+                page = store.search(name, candidates[0], after=after, limit=size)
+            elif candidates:
+                page = store.scan(name, after=after, limit=size)
             else:
-                page = self.svc.store.scan(name, after=after, limit=size)
+                page = []
             bodies.clear()
             if with_bodies and page:
                 docs = self.svc.store.read([x.key for x in page])

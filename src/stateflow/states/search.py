@@ -7,15 +7,17 @@ object whose keys all start with ``$`` is an operator expression on that path in
     {"priority": {"$gte": 2}, "owner": {"$in": ["ana", "bo"]}, "closed_at": {"$exists": false}}
 
 ``$eq $ne $gt $gte $lt $lte $in $exists`` (the LangGraph store's set plus ``$in`` and
-``$exists``). The containment part still runs in the store (indexed); operators are checked on
-the candidates. An unknown operator, or an object mixing ``$`` keys with field names, is refused.
+``$exists``). The containment part still runs in the store (indexed), with each ``$eq`` and
+``$in`` of scalars added as the containment it implies (:func:`candidate_filters`); operators are
+checked on the candidates. An unknown operator, or an object mixing ``$`` keys with field names,
+is refused.
 """
 
 from __future__ import annotations
 
 from typing import Any, Final
 
-from stateflow.doc.canonical import JSON, check, json_equal
+from stateflow.doc.canonical import JSON, check, equality_key, json_equal
 from stateflow.errors import InvalidInput
 
 OPERATORS: Final = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$exists")
@@ -74,6 +76,50 @@ def _operators(expr: dict[str, Any], path: Path) -> list[Predicate]:
             raise InvalidInput(f"{op} at {where!r} takes a number or a string")
         out.append((path, op, operand))
     return out
+
+
+IN_UNION_MAX: Final = 32
+"""The most values of an ``$in`` the store is searched for one by one (a union of containment
+searches, each by the value index); an ``$in`` of more is checked on every record."""
+
+
+def candidate_filters(containment: dict[str, Any], predicates: list[Predicate]) -> list[dict[str, Any]]:
+    """Containment documents whose matches together hold every match of the filters: an
+    ``$eq`` (or an ``$in``) of a scalar implies that the document contains the scalar at its
+    path (containment of a scalar is JSON equality), which the store finds by its value index
+    instead of every record being checked here. Each ``$eq`` is added to ``containment``; the
+    ``$in`` of fewest scalars (at most :data:`IN_UNION_MAX`) makes one document per value. The
+    predicates are still checked on what these find. No document: nothing can match (``$in``
+    of nothing); one empty document: every record is a candidate."""
+    base: dict[str, Any] = dict(containment)
+    best: tuple[Path, list[Any]] | None = None
+    for path, op, operand in predicates:
+        if op == "$eq" and _scalar(operand):
+            base = _implied(base, path, operand)
+        elif op == "$in" and all(_scalar(v) for v in operand):
+            values = list({equality_key(v): v for v in operand}.values())
+            if len(values) <= IN_UNION_MAX and (best is None or len(values) < len(best[1])):
+                best = (path, values)
+    if best is None:
+        return [base]
+    path, values = best
+    return [_implied(base, path, v) for v in values]
+
+
+def _scalar(value: Any) -> bool:
+    return value is None or isinstance(value, str | int | float)
+
+
+def _implied(doc: dict[str, Any], path: Path, value: Any) -> dict[str, Any]:
+    """``doc`` also containing ``value`` at ``path``; ``doc`` as it is where it already has
+    something else there (a pattern of its own: still a superset of the matches)."""
+    head, rest = path[0], path[1:]
+    if not rest:
+        return doc if head in doc else {**doc, head: value}
+    inner = doc.get(head, {})
+    if type(inner) is not dict:
+        return doc
+    return {**doc, head: _implied(inner, rest, value)}
 
 
 def _orderable(value: Any) -> bool:
