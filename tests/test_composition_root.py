@@ -155,6 +155,15 @@ async def _through_aio(location: str) -> None:
         assert (await sf.states.get_declaration("s"))["name"] == "s"
 
 
+async def _through_constructor(location: str) -> None:
+    # a store given to the constructor, as before ``AsyncStateflow.on``: its service is made
+    # there, and the built-ins installed by its first call (a constructor cannot wait)
+    from stateflow import aio
+
+    async with aio.AsyncStateflow(await aio.open_store_async(location, auto_migrate=True)) as sf:
+        assert (await sf.states.get_declaration("s"))["name"] == "s"
+
+
 async def _through_aopen(adapter: str, location: str) -> None:
     from stateflow.langgraph import StateflowSaver, StateflowStore
 
@@ -172,6 +181,7 @@ def _through_open(adapter: str, location: str) -> None:
     "opener",
     [
         "aio.connect",
+        "AsyncStateflow(store)",
         "StateflowStore.open",
         "StateflowStore.aopen",
         "StateflowSaver.open",
@@ -201,6 +211,8 @@ def test_every_opener_gives_the_aliases_rows_of_states_an_earlier_version_declar
 
     if opener == "aio.connect":
         asyncio.run(_through_aio(backend))
+    elif opener == "AsyncStateflow(store)":
+        asyncio.run(_through_constructor(backend))
     elif opener.endswith(".aopen"):
         asyncio.run(_through_aopen("store" if opener.startswith("StateflowStore") else "saver", backend))
     else:

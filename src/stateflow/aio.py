@@ -344,8 +344,25 @@ class AsyncStatesService(Offloaded[StatesService]):
     """The declared-states service (``declare``, ``read``, ``replace``, ``merge``, ``apply``,
     ``apply_batch``, ``writes``, ``search``, ``template_jq_update``, …)."""
 
-    def __init__(self, service: StatesService) -> None:
+    def __init__(self, service: StatesService, *, install: bool = False) -> None:
+        """``install``: ``service`` was made on a bare store, so its built-ins are installed (as
+        ``stateflow.api.states_service`` installs them) before its first call runs."""
         super().__init__(service, service.store)
+        self._installed = not install
+
+    def __getattr__(self, name: str) -> Callable[..., Awaitable[Any]]:
+        method = super().__getattr__(name)
+        if self._installed:
+            return method
+
+        @functools.wraps(method)
+        async def installed_first(*args: Any, **kwargs: Any) -> Any:
+            if not self._installed:  # (idempotent: two first calls at once both may run it)
+                await call(self._store, self.sync.install_builtins)
+                self._installed = True
+            return await method(*args, **kwargs)
+
+        return installed_first
 
 
 class AsyncMemoryView(Offloaded[MemoryView]):
@@ -363,13 +380,16 @@ class AsyncStateflow:
     """A store and its services, awaitable: :func:`connect` opens one, :meth:`on` makes one on
     a store already open. ``async with`` closes it."""
 
-    def __init__(self, states: StatesService, *, session: str | None = None) -> None:
+    def __init__(self, states: StatesService | Store, *, session: str | None = None) -> None:
         """``states``: a service made by ``stateflow.api.states_service`` (the built-ins
-        installed) — which :meth:`on` does."""
-        if not isinstance(states, StatesService):
-            raise TypeError("AsyncStateflow takes a states service: use `await AsyncStateflow.on(store)`")
-        self.store = AsyncStore(states.store)
-        self.states = AsyncStatesService(states)
+        installed) — which :meth:`on` does —, or a store: its service is made here and its
+        built-ins installed on the service's first call, as ``stateflow.Stateflow(store)``
+        installs them on first use (a constructor cannot wait for the store)."""
+        if isinstance(states, StatesService):
+            self.states = AsyncStatesService(states)
+        else:
+            self.states = AsyncStatesService(StatesService(states), install=True)
+        self.store = AsyncStore(self.states.sync.store)
         self.session = session
         """the default session of memory views (None: ``default``)"""
 
