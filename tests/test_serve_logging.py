@@ -8,6 +8,7 @@ import logging
 import subprocess
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -75,6 +76,22 @@ def test_log_level_warning_silences_the_access_log(tmp_path: Path) -> None:
     finally:
         server.stop()
     assert "stateflow.access" not in log.read_text()
+
+
+def test_a_path_cannot_write_lines_into_the_text_log(tmp_path: Path) -> None:
+    """A request's path is the client's, percent-decoded: a line break, an ESC or a bidi control
+    in it is written escaped, so a caller (without a token) cannot forge the server's lines."""
+    server, log = serve_logged(tmp_path)
+    forged = "2026-01-01 00:00:00,000 INFO stateflow.access DELETE /api/states/prod 200 1.0ms"
+    try:
+        path = "/api/x%0A" + urllib.parse.quote(forged) + "%1B%5B2J%E2%80%AE"
+        assert server.call("GET", path, token="wrong-token-0123456789")[0] == 401
+    finally:
+        server.stop()
+    text = log.read_text()
+    assert not any(line.startswith(forged) for line in text.splitlines())
+    (line,) = [line for line in text.splitlines() if "/api/x" in line]
+    assert f" INFO stateflow.access GET /api/x\\n{forged}\\x1b[2J\\u202e 401 " in line
 
 
 def _preflight(server: servers.Server, origin: str) -> dict[str, str]:

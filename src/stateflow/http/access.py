@@ -44,6 +44,16 @@ def fingerprint(authorization: bytes | None) -> str:
     return known
 
 
+def printable(text: str) -> str:
+    """``text`` for a line of a text log: each character that is not printable (a line break,
+    an escape sequence's ESC, a bidi control) as its Python escape. A request's path is the
+    client's, percent-decoded: as is, ``%0a`` would end the line and let any caller, without a
+    token, write lines that read as the server's own."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
 def _request_id(given: bytes | None) -> str:
     if given and len(given) <= 128 and given.isascii() and given.decode().isprintable() and b" " not in given:
         return given.decode()
@@ -124,7 +134,7 @@ class AccessLog:
             }
             msg, args, extra = "%s %s %s", (method, path, status), {"fields": fields}
         else:
-            msg, args, extra = _TEXT, (method, path, status, duration_ms, token, rid), None
+            msg, args, extra = _TEXT, (method, printable(path), status, duration_ms, token, rid), None
         if lines is not None and lines.write_access(msg, args, extra):
             return
         # the record made and handled as ``logger.info`` would, but for where it was called from:

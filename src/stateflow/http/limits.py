@@ -22,6 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from stateflow.doc.canonical import encode
 from stateflow.errors import StateflowError
+from stateflow.http.access import printable
 
 logger = logging.getLogger("stateflow.http")
 
@@ -123,7 +124,7 @@ class BodyLimit:
                 logger.info(
                     "%s %s: the client went away before its request body was read",
                     scope["method"],
-                    scope["path"],
+                    printable(scope["path"]),
                 )
 
 
