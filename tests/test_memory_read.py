@@ -86,8 +86,10 @@ def test_one_bad_path_fails_the_whole_batch(v) -> None:  # type: ignore[no-untyp
 def test_absent_documented_plane_reads_null_and_the_root_omits_it(v) -> None:  # type: ignore[no-untyped-def]
     assert v.read_state({"path": "response"}) == {"value": None}
     assert v.read_state({"path": "global.intents"}) == {"value": None}
-    with pytest.raises(SelectionError):
-        v.read_state({"path": "global.intents", "projection": "keys"})
+    assert v.read_state({"path": "global.intents", "projection": "keys"}) == {
+        "meta": {"type": "null"},
+        "keys": [],
+    }
     assert v.read_state({"path": "effective"}) == {
         "value": {"tactics": {"nextAction": "Implement progressive reads."}}
     }
