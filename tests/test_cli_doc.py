@@ -82,6 +82,29 @@ def test_migrate_reports_versions(db: str, pg_schema_url: str) -> None:
     assert unmigrated.returncode == 0
 
 
+def test_messages_name_a_sqlite_store_by_the_url_of_its_absolute_path(tmp_path: Path) -> None:
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["stateflow", *args], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+
+    url = f"sqlite:///{tmp_path.resolve()}"  # (the working directory as the process sees it)
+    assert run("--store", "./team.db", "migrate").stdout.startswith(
+        f"{url}/team.db: migrated schema version 0"
+    )
+    assert (
+        run("--store", "./team.db", "migrate").stdout
+        == f"{url}/team.db: schema is current (version {SCHEMA_VERSION})\n"
+    )
+    missing = run("--store", "other.db", "doc", "get", "notes", "a")
+    assert (
+        missing.stderr
+        == f"error[store-not-found]: no store at {url}/other.db (nothing was created; check --store)\n"
+    )
+    no_source = run("--store", "other.db", "backup", "copy.db")
+    assert no_source.stderr == f"error[store-not-found]: no store at {url}/other.db\n"
+    (tmp_path / "damaged.db").write_bytes(b"not a database")
+    assert run("--store", "damaged.db", "check").stdout.startswith(f"{url}/damaged.db: checked nothing")
+
+
 def test_a_postgres_store_that_is_not_migrated_says_how_to_fix_it(pg_schema_url: str) -> None:
     out = sf("--store", pg_schema_url, "doc", "get", "s", "k")
     assert out.returncode == 1

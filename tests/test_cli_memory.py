@@ -379,16 +379,16 @@ def test_context_in_mode_off_shows_no_memory_as_text_or_json(db: str, tmp_path: 
 
 
 def test_fork_restore_and_scan_refuse_a_missing_store_and_create_nothing(tmp_path: Path) -> None:
-    missing = tmp_path / "typo" / "memory.db"
+    missing = tmp_path.resolve() / "typo" / "memory.db"
     for args in (
         ("session", "fork", "copy"),
         ("session", "restore", "1"),
         ("knowledge", "scan", "--knowledge-root", str(tmp_path)),
     ):
-        out = sf("--store", str(missing), *args, cwd=tmp_path)
+        out = sf("--store", "typo/memory.db", *args, cwd=tmp_path)  # named by its absolute URL
         assert (out.returncode, out.stderr) == (
             1,
-            f"error[store-not-found]: no store at {missing} (nothing was created; check --store)\n",
+            f"error[store-not-found]: no store at sqlite:///{missing} (nothing was created; check --store)\n",
         )
         assert not missing.parent.exists()
 

@@ -75,7 +75,7 @@ def cli(ctx: click.Context, store: str | None, config_path: Path | None) -> None
 def migrate(ctx: Context) -> None:
     """Create or upgrade the store schema (idempotent)."""
     before, after = ctx.unmigrated().migrate()
-    where = display_location(ctx.store_location)
+    where = display_location(ctx.store_location, absolute=True)
     if before == after:
         click.echo(f"{where}: schema is current (version {after})")
     else:

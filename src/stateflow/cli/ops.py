@@ -36,7 +36,7 @@ def check(ctx: Context, as_json: bool, progress: bool | None) -> None:
 
     location = resolve_store_url(ctx.store_location)
     path = sqlite_file(location)
-    report = CheckReport(display_location(location))
+    report = CheckReport(display_location(location, absolute=True))
     with progress_.reporting("check", progress) as reporter:
         if path is not None and path.exists():
             reporter.phase("the file's pages")
@@ -109,7 +109,10 @@ def backup(ctx: Context, target: Path, force: bool, progress: bool | None) -> No
     with progress_.reporting("backup", progress) as reporter:
         reporter.phase("copying")
         pages = sqlite_backup(path, target, replace=force, progress=reporter)
-    click.echo(f"backed up {display_location(location)} to {target} ({pages} pages, checked)", err=True)
+    click.echo(
+        f"backed up {display_location(location, absolute=True)} to {target} ({pages} pages, checked)",
+        err=True,
+    )
 
 
 @click.command("import-state-flow", short_help="Import a State Flow store into agent memory.")

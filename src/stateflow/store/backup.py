@@ -9,6 +9,7 @@ from pathlib import Path
 
 from stateflow.errors import CorruptStore, InvalidInput, StoreNotFound, StoreUnavailable
 from stateflow.files import private_beside, unwritable
+from stateflow.store.open import display_location
 from stateflow.store.sqlite import store_files
 from stateflow.store.sqlite_file import connect_read_only, holding, preflight
 
@@ -26,7 +27,7 @@ def sqlite_backup(
     after each step. The source is opened as every read-only open is (a file on a read-only
     medium is read alone when its WAL holds nothing)."""
     if not preflight(source):
-        raise StoreNotFound(f"no store at {source}")
+        raise StoreNotFound(f"no store at {display_location(source, absolute=True)}")
     # the store's own files first: --force would not help there, so it must not be suggested
     if target.expanduser().resolve() in store_files(source.resolve()):
         raise InvalidInput(

@@ -59,12 +59,16 @@ _SECRET_PARAMS: Final = frozenset({"password", "sslpassword"})
 """libpq URI parameters that carry a secret (``passfile`` names a file, not a secret)"""
 
 
-def display_location(store: StoreLocation | None = None) -> str:
+def display_location(store: StoreLocation | None = None, *, absolute: bool = False) -> str:
     """The store location as messages, listings and logs show it: a PostgreSQL password masked
-    wherever the URL carries one (``user:***@``, ``?password=***``), anything else as given.
-    The one rendering of a store location for people: whatever prints a location goes through
-    here, so no door shows a secret another one hides."""
+    wherever the URL carries one (``user:***@``, ``?password=***``), anything else as given —
+    or, ``absolute``, a SQLite path as the URL of its absolute path (``sqlite:////home/me/x.db``
+    for ``./x.db``: the name a store gives itself, as messages name it, which opens the same
+    file from any directory). The one rendering of a store location for people: whatever
+    prints a location goes through here, so no door shows a secret another one hides."""
     url = resolve_store_url(store)
+    if absolute and "://" not in url and _OPTIONS.search(url) is None:
+        return f"sqlite:///{os.path.abspath(Path(url).expanduser())}"
     if not url.startswith(("postgresql://", "postgres://")):
         return url
     parts = urlsplit(url)

@@ -636,7 +636,7 @@ class SqliteStore(SqlStore):
         self._refuse_if_closed()
         exists = preflight(self.path)
         if not exists and not self.create:
-            raise StoreNotFound(f"no store at {self.path} (nothing was created; check --store)")
+            raise StoreNotFound(f"no store at {self.url} (nothing was created; check --store)")
         if not exists:
             _create(self.path)
         if self._file_hold is None:  # before the first connection takes its locks (``preflight``)
