@@ -17,6 +17,7 @@ from stateflow.http.app import _json, _segment, create_app
 from stateflow.http.auth import TokenSet, parse_token
 from stateflow.states import StatesService
 from stateflow.store import SqlStore
+from stateflow.store.sqlite import SqliteStore
 from tests.http_api import ADMIN, ALICE, READER, Api, tenant_api
 
 from .threads import run_threads
@@ -374,6 +375,36 @@ def test_a_folds_rows_and_the_folded_records_revisions_stay_in_the_audit_trail(d
     assert rows("b", limit=1) == trail  # a page of one keeps a transition's two rows together
     page = api("GET", rec("b") + "/writes")[1]["data"]["items"]
     assert page[2]["folded_from"] == {**into, "key": "a"} and page[2]["origin"]["door"]
+
+
+def test_a_listing_by_a_kind_no_record_has_reads_no_records(declared: Api, store: SqlStore) -> None:
+    # the per-kind counter answers "none of that kind" in a read of a few rows: neither
+    # subjects nor search scans the state for it, and both answer as before
+    api = declared
+    for i in range(3):
+        api("PUT", rec(f"k{i}"), {"status": "open"})
+    service = StatesService(store)
+    assert len(service.subjects("tickets")["subjects"]) == 3  # (this thread's reader is open)
+    statements: list[str] = []
+    traced = list(store._all) if isinstance(store, SqliteStore) else []
+    for conn in traced:
+        conn.set_trace_callback(statements.append)
+    try:
+        page = service.subjects("tickets", kind="person")
+        found = service.search("tickets", {"status": "open"}, kind="person", sort=[{"path": ["status"]}])
+    finally:
+        for conn in traced:
+            conn.set_trace_callback(None)
+    assert page == {"subjects": [], "next_cursor": None}
+    assert found == {"matches": [], "next_cursor": None}
+    assert not [s for s in statements if "FROM documents" in s]  # (SQLite: traced)
+    assert api("GET", "/api/states/tickets/subjects?kind=person")[1]["data"] == page
+    assert api("GET", "/api/states/tickets/subjects?kind=person&cursor=%25%25%25")[0] == 422
+    api("PUT", rec("p1", kind="person"), {"status": "open"})
+    page = api("GET", "/api/states/tickets/subjects?kind=person")[1]["data"]
+    assert [s["subject"]["key"] for s in page["subjects"]] == ["p1"]
+    api("DELETE", rec("p1", kind="person"))
+    assert api("GET", "/api/states/tickets/subjects?kind=person")[1]["data"]["subjects"] == []
 
 
 def test_subjects_search_stats_pagination(declared: Api) -> None:

@@ -115,6 +115,12 @@ class Listing:
     def kind_counts(self, state: str) -> dict[str, int]:
         return _declared_kinds(self.svc.store.kind_counts(state))
 
+    def _none_of(self, state: str, kind: str | None) -> bool:
+        """Whether ``state`` holds no record of ``kind`` (a listing by kind then reads nothing):
+        subjects are ordered by tenant first, so a scan for a kind walks the whole state, and
+        the maintained per-kind counter answers for an absent kind in a read of a few rows."""
+        return kind is not None and not self.svc.store.kind_counts(state).get(kind)
+
     def writes(self, name: str, subject: Any, *, limit: Any = None, cursor: str | None = None) -> WritesPage:
         """The record's audit trail, newest first, keyset-paginated: the revisions of the
         record the subject resolves to, and those of every subject folded into it (up to and
@@ -178,8 +184,9 @@ class Listing:
         tenants: set[tuple[str, str]] | None = None,
     ) -> SubjectsPage:
         self.svc.get_declaration(name)
+        none = self._none_of(name, kind)
         items, next_cursor = self.page(
-            lambda after, size: self.svc.store.scan(name, after=after, limit=size),
+            lambda after, size: [] if none else self.svc.store.scan(name, after=after, limit=size),
             lambda subj, _item: (
                 (kind is None or subj.kind == kind) and (tenants is None or subj.tenant in tenants)
             ),
@@ -211,10 +218,13 @@ class Listing:
             raise InvalidInput("include_data must be true or false")
         bodies: dict[str, Any] = {}
         with_bodies = bool(predicates or order or include_data)
+        none = self._none_of(name, kind)
 
         candidates = candidate_filters(containment, predicates)
 
         def fetch(after: str | None, size: int) -> list[Listed]:
+            if none:
+                return []
             store = self.svc.store
             if len(candidates) > 1:
                 # the union of keyset pages is the union's keyset page: the first ``size`` of
