@@ -150,3 +150,22 @@ def test_a_call_refused_for_its_arguments_alone_creates_no_store(tmp_path: Path)
     ok = str(tmp_path / "ok.db")
     assert sf("--store", ok, "tool", "patch_state", '{"session": {"tactics": {"a": 1}}}').returncode == 0
     assert sf("--store", ok, "respond", "hi").returncode == 0
+
+
+def test_a_store_location_naming_a_folder_is_refused_and_creates_nothing(tmp_path: Path) -> None:
+    (tmp_path / "existing").mkdir()
+    for location, folder in (("./existing", "./existing"), ("./data/", "./data")):
+        out = subprocess.run(
+            ["stateflow", "--store", location, "doc", "put", "notes", "a", "{}"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp_path,
+        )
+        assert (out.returncode, out.stderr) == (
+            1,
+            f"error[unsupported-store]: store location {location!r} names a folder; a SQLite store is a "
+            f"file in it, e.g. {folder}/stateflow.db\n",
+        )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["existing"]  # no file named data
+    assert list((tmp_path / "existing").iterdir()) == []

@@ -173,6 +173,12 @@ def _sqlite_location(url: str) -> tuple[str, str, bool]:
         raise UnsupportedStore("empty store path")
     if "://" not in url:
         refuse_query_path(path)
+    if path.endswith("/") or os.path.isdir(os.path.expanduser(path)):
+        # a folder: SQLite cannot open it, and a trailing slash would create a file of its name
+        raise UnsupportedStore(
+            f"store location {path!r} names a folder; a SQLite store is a file in it, e.g. "
+            f"{path.rstrip('/')}/stateflow.db"
+        )
     return path, synchronous, read_only
 
 
