@@ -138,9 +138,9 @@ def floor_cases(states: StatesService, tag: str) -> dict[str, Case]:
     it makes (schema check, audit row with origin, history) called directly, and the store's
     bare versioned write of the document (transition, change and member rows; no states
     pipeline)."""
-    from stateflow.langgraph.items import STATE
     from stateflow.langgraph.records import Records
     from stateflow.langgraph.store import ITEM
+    from stateflow.states.langgraph_items import STATE
     from stateflow.store import DocKey, Document, Write
 
     records = Records(states, STATE, "langgraph")

@@ -51,6 +51,16 @@ def test_connect_loads_no_heavy_layer(tmp_path: Path) -> None:
     assert heavy_modules(imported) == []
 
 
+def test_the_states_layer_loads_no_edge_above_it() -> None:
+    # imports point down only: the states door's record rules (the LangGraph store's item rule
+    # among them) load nothing of the LangGraph adapters, nor of another edge
+    code = "import stateflow.states.service, stateflow.states.batch, stateflow.states.checks"
+    imported = imports([sys.executable, "-c", code], environment())
+    assert "stateflow.states.builtin" in imported
+    edges = ("stateflow.langgraph", "stateflow.cli", "stateflow.http", "stateflow.mcp", "stateflow.studio")
+    assert [m for m in imported if m.startswith(edges)] == []
+
+
 def test_state_tools_still_load_the_states_layer_when_called(store: str) -> None:
     argv = [sys.executable, "-c", CLI, "--store", store, "tool", "state_read", '{"state": "memory"}']
     imported = imports(argv, environment())

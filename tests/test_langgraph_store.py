@@ -27,8 +27,8 @@ from langgraph.store.base import (
 
 from stateflow.errors import CorruptStore, InvalidInput, InvalidJSON
 from stateflow.langgraph import StateflowStore
-from stateflow.langgraph.items import MAX_TTL_MINUTES
 from stateflow.states import StatesService, StateSubject
+from stateflow.states.langgraph_items import MAX_TTL_MINUTES
 from stateflow.store import DocKey, Write, open_store
 from stateflow.store.base import utc_text
 
@@ -344,7 +344,7 @@ def test_items_keep_their_own_subjects_while_the_kept_subject_keys_are_forgotten
     they are all forgotten and made again, and every item — put once, then replaced after its
     key was forgotten — is written and read under its own subject, the one ``subject_key``
     gives, with its own history."""
-    import stateflow.langgraph.items as items_module
+    import stateflow.states.langgraph_items as items_module
 
     monkeypatch.setattr(items_module, "SUBJECT_KEYS_KEPT", 3)
     items_module.KEPT_SUBJECT_KEYS.clear()
@@ -674,7 +674,7 @@ def test_eq_and_ne_with_an_object_operand_compare_whole_objects(lg: StateflowSto
 
 def test_the_doors_refuse_a_record_the_store_could_not_read_back(backend: str) -> None:
     """The CLI's and HTTP's record writes to the store's state apply the adapter's own item rule
-    (``stateflow.langgraph.items``): a record whose time does not parse, that names another item
+    (``stateflow.states.langgraph_items``): a record whose time does not parse, that names another item
     than its address or holds a TTL no refresh can add is refused ``invalid-document`` naming
     the record and why, and nothing is written; the item still reads, gets and searches."""
     import json

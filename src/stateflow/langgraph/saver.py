@@ -49,9 +49,9 @@ from stateflow.aio import call
 from stateflow.doc.select import MISSING
 from stateflow.errors import CorruptStore
 from stateflow.langgraph.codec import Codec
-from stateflow.langgraph.items import join, part, unpart
 from stateflow.langgraph.records import OwnsStore, Records, invert, uninvert
 from stateflow.states import StatesService
+from stateflow.states.langgraph_items import join, part, unpart
 from stateflow.states.models import DoorContext, WriteOrigin
 from stateflow.store import DocKey, Whole
 

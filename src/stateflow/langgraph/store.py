@@ -42,7 +42,10 @@ from stateflow.aio import call
 from stateflow.doc.canonical import check, detach
 from stateflow.errors import CorruptStore, InvalidInput
 from stateflow.langgraph.codec import NOT_PLAIN, plain, plain_edits
-from stateflow.langgraph.items import (
+from stateflow.langgraph.records import OwnsStore, Records
+from stateflow.states import StatesService
+from stateflow.states.batch import MAX_BATCH_ITEMS
+from stateflow.states.langgraph_items import (
     KEPT_SUBJECT_KEYS,
     MAX_TTL_MINUTES,
     STATE,
@@ -50,9 +53,6 @@ from stateflow.langgraph.items import (
     join,
     subject_key,
 )
-from stateflow.langgraph.records import OwnsStore, Records
-from stateflow.states import StatesService
-from stateflow.states.batch import MAX_BATCH_ITEMS
 from stateflow.states.models import DoorContext, WriteOrigin
 from stateflow.store import Whole
 from stateflow.store.base import utc_text

@@ -7,8 +7,8 @@ from typing import Any, Final
 
 from stateflow.doc.canonical import JSON
 from stateflow.doc.merge import stored_index_key, stored_null
-from stateflow.langgraph.items import STATE as ITEMS_STATE
-from stateflow.langgraph.items import item_refusal
+from stateflow.states.langgraph_items import STATE as ITEMS_STATE
+from stateflow.states.langgraph_items import item_refusal
 
 _OBJECT: Final = {"type": "object"}
 
@@ -66,5 +66,5 @@ RECORD_RULES: Final[dict[str, RecordRule]] = {"memory": memory_record_refusal, I
 """A state's rules for a whole record beyond its schema, checked on every record write through
 the states door (and by ``stateflow check`` on the records held): built-in memory's, and the
 LangGraph store's — whose records the adapter must read back as items: the rule is the adapter's
-own (:mod:`stateflow.langgraph.items`, which needs no LangGraph). A store adapter given another
+own (:mod:`stateflow.states.langgraph_items`, which needs no LangGraph). A store adapter given another
 state name is not known here: its records get the schema's checks only."""

@@ -1,7 +1,8 @@
 """What a record of the LangGraph store's state must hold to be an item, and how an item's
 address is spelt — needing no LangGraph: the states door applies :func:`item_refusal` to every
 write of that state (``stateflow.states.builtin.RECORD_RULES``) in processes that never load
-the adapter (the CLI, the API server)."""
+the adapter (the CLI, the API server). It lives in the states layer, which the adapter
+(``stateflow.langgraph``, an edge above it) imports: imports point down only."""
 
 from __future__ import annotations
 
