@@ -370,3 +370,24 @@ def test_a_paged_table_says_how_to_get_the_next_page(env: dict[str, str]) -> Non
         assert table.returncode == 0 and table.stderr == f"more: --cursor {page['next_cursor']}\n", listing
         last = sf("states", *listing, "--cursor", page["next_cursor"], "--table", env=env)
         assert last.returncode == 0 and last.stderr == "", listing
+
+
+def test_a_malformed_json_option_is_named_in_the_refusal(env: dict[str, str]) -> None:
+    assert sf("states", "put", "tickets", "--data", DECL, env=env).returncode == 0
+    subject = ["--target-name", "bot", "--key", "a"]
+    good = '{"status": "x"}'
+    for option, call in {
+        "--data": ["merge", "tickets", *subject, "--data", "{status: 'x'}", "--meta", '{"k": 1}'],
+        "--meta": ["merge", "tickets", *subject, "--data", good, "--meta", "{k: 1}"],
+        "--filters": ["search", "tickets", "--filters", "{status: x}", "--sort", "[]"],
+        "--sort": ["search", "tickets", "--filters", good, "--sort", "[{path: 1}]"],
+        "--into": ["fold", "tickets", *subject, "--into", "{kind: thread}", "--mode", "merge"],
+        "--data (stdin)": ["replace", "tickets", *subject],
+    }.items():
+        out = sf("states", *call, env=env, stdin="{status")
+        assert out.returncode == 1 and out.stderr.startswith(
+            f"error[invalid-json]: {option}: invalid JSON: "
+        ), (
+            option,
+            out.stderr,
+        )

@@ -12,7 +12,7 @@ import click
 
 from stateflow.config import Config
 from stateflow.doc.canonical import JSON, decode, encode_indented, encode_trusted
-from stateflow.errors import StateflowError
+from stateflow.errors import NotJSON, StateflowError
 from stateflow.store import Store, open_store
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -138,20 +138,35 @@ def refusals(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def read_json_arg(text: str | None, file: Path | None, what: str, given: str = "as an argument") -> JSON:
-    """JSON from an argument (``given``: how the command takes it), ``--file PATH``, or stdin
-    when the argument is ``-``."""
+def decode_arg(raw: str | bytes, name: str) -> JSON:
+    """``raw`` decoded; text that does not parse is refused naming the argument it came in
+    (``--meta: invalid JSON …``), so a command taking several can be told which one to fix (a
+    value JSON cannot hold is named by its own path, ``$.n: …``, as at every door)."""
+    try:
+        return decode(raw)
+    except NotJSON as exc:
+        raise NotJSON(f"{name}: {exc.message}") from None
+
+
+def read_json_arg(
+    text: str | None, file: Path | None, what: str, given: str = "as an argument", option: str | None = None
+) -> JSON:
+    """JSON from an argument (``given``: how the command takes it; ``option``: its option, if
+    it is one), ``--file PATH``, or stdin when the argument is ``-``."""
     if text is not None and file is not None:
         raise click.UsageError(f"give {what} {given} or with --file, not both")
     if file is not None:
         raw: str | bytes = file.read_bytes()
+        name = f"--file {file}"
     elif text == "-":
         raw = sys.stdin.buffer.read()
+        name = f"{option or what} (stdin)"
     elif text is not None:
         raw = text
+        name = option or what
     else:
         raise click.UsageError(f"{what} is required (an argument, --file PATH, or - for stdin)")
-    return decode(raw)
+    return decode_arg(raw, name)
 
 
 def echo_json(value: JSON, *, pretty: bool | None = None) -> None:

@@ -18,10 +18,10 @@ import click
 from click.core import ParameterSource
 
 from stateflow.api import states_service
-from stateflow.cli.common import Context, echo_json, pass_context, read_json_arg, refusals
+from stateflow.cli.common import Context, decode_arg, echo_json, pass_context, read_json_arg, refusals
 from stateflow.cli.examples import decorate, output_mode
 from stateflow.client import StatesClient
-from stateflow.doc.canonical import decode, encode
+from stateflow.doc.canonical import encode
 from stateflow.errors import InvalidInput
 from stateflow.states import DoorContext, StatesService
 from stateflow.states.api import StatesAPI
@@ -166,7 +166,7 @@ class Write:
         origin = {
             "consumer": self.consumer,
             "run_id": self.run_id,
-            "meta": None if self.meta is None else decode(self.meta),
+            "meta": None if self.meta is None else decode_arg(self.meta, "--meta"),
         }
         kept = {k: v for k, v in origin.items() if v is not None}
         return kept or None
@@ -265,7 +265,7 @@ class Payload:
     @functools.cached_property
     def _value(self) -> Any:
         data = "-" if self.data is None and self.file is None else self.data
-        return read_json_arg(data, self.file, "the payload", "with --data")
+        return read_json_arg(data, self.file, "the payload", "with --data", "--data")
 
 
 def data_options(fn: Any) -> Any:
@@ -440,10 +440,10 @@ def search(
     """Records whose document contains FILTERS (with $eq $ne $gt $gte $lt $lte $in $exists)."""
     page = api.search(
         name,
-        decode(filters),
+        decode_arg(filters, "--filters"),
         limit=limit,
         cursor=cursor,
-        sort=None if sort is None else decode(sort),
+        sort=None if sort is None else decode_arg(sort, "--sort"),
         include_data=include_data,
     )
     _out(page, _subject_rows(page["matches"]), SUBJECT_COLUMNS)
@@ -590,7 +590,7 @@ def fold(api: StatesAPI, name: str, subject: Subject, into: str, mode: str, writ
         api.fold(
             name,
             subject.of(api, name),
-            decode(into),
+            decode_arg(into, "--into"),
             mode,
             origin=write.origin(),
             expect_revision=write.expect_revision,
@@ -685,9 +685,9 @@ def update_attachment(
     api: StatesAPI, name: str, template: str, declarations: str, options: str | None
 ) -> None:
     """Change an attachment's declarations (running the template's reconcile)."""
-    body: dict[str, Any] = {"declarations": decode(declarations)}
+    body: dict[str, Any] = {"declarations": decode_arg(declarations, "--declarations")}
     if options:
-        body["options"] = decode(options)
+        body["options"] = decode_arg(options, "--options")
     echo_json(api.update_attachment(name, template, body))
 
 
@@ -748,7 +748,7 @@ def template_jq_apply(
             name,
             subject.of(api, name),
             program,
-            None if value is None else decode(value),
+            None if value is None else decode_arg(value, "--input"),
             op_id=op_id,
             origin=write.origin(),
             expect_revision=write.expect_revision,
