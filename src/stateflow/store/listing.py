@@ -17,6 +17,10 @@ PROBE: Final = 4096
 """A search starts from the members holding a filter's value when fewer than this many do
 (counted from the value index, stopping at this many); else it walks the state in subject
 order, where a value that common fills a page soon."""
+SQL_FILTER_MEMBERS: Final = 16
+"""The most filter members a search's candidate query checks; the others are checked on its
+candidates here. Each is one ``EXISTS`` in that query, whose planning grows much faster than
+their number (PostgreSQL: 200 of them, minutes), and SQLite refuses an expression ~1,000 deep."""
 
 Match = tuple[str, Sequence[Any]]
 """SQL over ``members m`` selecting the members that equal a filter's value, and its parameters."""
@@ -167,18 +171,23 @@ class Listing(StoreCore):
         if type(filters) is not dict or not filters:
             raise InvalidInput("search needs a non-empty filters object (a containment document)")
         check(filters, "filters")
+        in_sql = (
+            filters
+            if len(filters) <= SQL_FILTER_MEMBERS
+            else dict(list(filters.items())[:SQL_FILTER_MEMBERS])
+        )
         out: list[Listed] = []
         with self._read_tx() as tx:
             cursor = after
             size = max(limit, 200)
             while len(out) < limit:
-                page = self._search_candidates(tx, state, filters, cursor, size)
+                page = self._search_candidates(tx, state, in_sql, cursor, size)
                 if not page:
                     break
                 cursor = page[-1].key.subject
                 candidates = len(page)
-                if not self._checked_in_sql(filters):
-                    page = self._verify(tx, page, filters)
+                if in_sql is not filters or not self._checked_in_sql(filters):
+                    page = self._verify(tx, page, filters, in_sql)
                 out.extend(page[: limit - len(out)])
                 # a short page of candidates is their end; a page the check in Python shrank
                 # is not (the caller reads a short answer as the last matches there are)
@@ -220,12 +229,18 @@ class Listing(StoreCore):
         index, or None (the portable version: no index)."""
         return None
 
-    def _verify(self, tx: Tx, page: list[Listed], filters: dict[str, Any]) -> list[Listed]:
-        """Check containment in Python for members the backend could not check itself — for
-        the whole page at once: one query for the rows, one for what is unchecked, one fetch
-        of the members to compare."""
+    def _verify(
+        self, tx: Tx, page: list[Listed], filters: dict[str, Any], in_sql: dict[str, Any]
+    ) -> list[Listed]:
+        """Check containment in Python for members the backend could not check itself, and for
+        those left out of the candidate query (``filters`` beyond ``in_sql``) — for the whole
+        page at once: one query for the rows, one for what is unchecked, one fetch of the
+        members to compare."""
         rows = self._rows(tx, [item.key for item in page])
-        unchecked = self._unchecked_many(tx, [row.doc_id for row in rows.values()], filters)
+        unchecked = self._unchecked_many(tx, [row.doc_id for row in rows.values()], in_sql)
+        if in_sql is not filters:
+            rest = [name for name in filters if name not in in_sql]
+            unchecked = {row.doc_id: [*unchecked.get(row.doc_id, ()), *rest] for row in rows.values()}
         wanted = [
             (key, row.doc_id, row.revision, unchecked[row.doc_id])
             for key, row in rows.items()
