@@ -15,6 +15,8 @@ from stateflow.errors import InvalidInput
 from stateflow.states import StatesService
 from stateflow.store import open_store
 
+from .threads import run_threads
+
 NOTEBOOK = {
     "description": "notes kept per subject",
     "schema": {"type": "object", "properties": {"notes": {"type": "array", "items": {"type": "string"}}}},
@@ -211,6 +213,53 @@ def test_full_subject_and_own_writes_commit_in_one_unit(states: StatesService) -
     assert record is not None and record["data"] == {"status": "closed", "book": {"notes": ["closed by t-4"]}}
     trail = states.writes("tickets", subject("t-4", "ops"))["items"]
     assert len(trail) == 1 and trail[0]["origin"]["consumer"] == close.__qualname__  # one write, one unit
+
+
+def test_an_update_program_builds_on_the_runs_own_writes_and_on_writes_committed_meanwhile(
+    states: StatesService,
+) -> None:
+    """A run's update programs run at its commit, over the record as its own staged writes and
+    every write committed since leave it: an update that counts never loses a count."""
+    states.put_template(
+        "counter",
+        {
+            "schema": {"type": "object", "properties": {"n": {"type": "integer"}}},
+            "template_jq": {
+                "bump": {
+                    "purpose": "update",
+                    "jq": {"content": '[{"op": "set", "path": ["n"], "value": ((.n // 0) + 1)}]'},
+                }
+            },
+        },
+    )
+    states.attach("tickets", "counter", {"path": ["counter"]})
+    counting = Binding.parse(
+        {
+            "state": "tickets",
+            "subject_expr": ".ticket_id",
+            "updates": [{"template_jq": "bump", "adapter": "null"}],
+        }
+    )
+
+    @bound(states, counting, target=("agent", "helpdesk"))
+    def reset(ticket_id: str) -> None:
+        current_run().unit.apply(
+            "tickets",
+            current_run().subjects["tickets"],
+            [{"op": "set", "path": ["counter", "n"], "value": 5}],
+        )
+
+    reset("t-8")
+    record = states.read("tickets", subject("t-8"))
+    assert record is not None and record["data"] == {"counter": {"n": 6}}  # 5, then the update's +1
+
+    @bound(states, counting, target=("agent", "helpdesk"))
+    def count(ticket_id: str) -> None:
+        return None
+
+    assert run_threads(lambda i: [count("t-9") for _ in range(10)], 4) == []
+    record = states.read("tickets", subject("t-9"))
+    assert record is not None and record["data"] == {"counter": {"n": 40}}  # none lost
 
 
 def test_a_failing_run_writes_nothing(states: StatesService) -> None:

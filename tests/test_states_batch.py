@@ -226,6 +226,48 @@ def test_template_jq_items_run_their_update_program(service: StatesService) -> N
     service.close()
 
 
+def test_a_template_jq_update_builds_on_what_is_written_before_it_not_what_was_read(
+    service: StatesService,
+) -> None:
+    """An update program runs inside the write's transaction, over the record as the write finds
+    it: after the batch's earlier items, and after every write another caller committed — a
+    read-then-write would apply ops computed over a stale record and lose those writes."""
+    service.put_template(
+        "counter",
+        {
+            "schema": {"type": "object", "properties": {"n": {"type": "integer"}}},
+            "template_jq": {
+                "bump": {
+                    "purpose": "update",
+                    "jq": {"content": '[{"op": "set", "path": ["n"], "value": ((.n // 0) + 1)}]'},
+                }
+            },
+        },
+    )
+    service.attach("tickets", "counter", {"path": ["counter"]})
+    counted = [{"op": "set", "path": ["counter", "n"], "value": 5}]
+    results = service.apply_batch(
+        [
+            {"state": "tickets", "subject": subj("t1"), "ops": counted},
+            {"state": "tickets", "subject": subj("t1"), "template_jq": "bump"},
+        ]
+    )
+    assert results[1].data == {"counter": {"n": 6}} and data(service, "tickets", subj("t1")) == {
+        "counter": {"n": 6}
+    }
+
+    def bump(i: int) -> None:
+        for _ in range(10):
+            if i % 2:
+                service.template_jq_update("tickets", subj("t2"), "bump")
+            else:
+                service.apply_batch([{"state": "tickets", "subject": subj("t2"), "template_jq": "bump"}])
+
+    assert run_threads(bump, 4) == []
+    assert data(service, "tickets", subj("t2")) == {"counter": {"n": 40}}  # none lost
+    service.close()
+
+
 def test_racing_batches_apply_a_shared_op_id_once(service: StatesService) -> None:
     outcomes: dict[int, list[bool]] = {}
 

@@ -341,8 +341,9 @@ def _finish(states: StatesService, the_run: Run, active: list[tuple[Binding, dic
                 update_input = _first(
                     states, binding, f"the adapter of update {spec['template_jq']!r}", adapter, after
                 )
-                ops = states.template_jq_ops(binding.state, subject, spec["template_jq"], update_input)
-                the_run.unit.apply(binding.state, subject, ops)
+                # run at commit, inside its transaction: over the record as the callable's own
+                # staged writes and any write committed since the run began leave it
+                the_run.unit.template_jq(binding.state, subject, spec["template_jq"], update_input)
 
 
 @contextmanager

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from stateflow.doc.ops import Op, parse_ops
+from stateflow.doc.ops import parse_ops
 from stateflow.doc.select import MISSING
 from stateflow.errors import InvalidInput
 from stateflow.states import pipeline
@@ -43,7 +43,7 @@ def apply_batch(
     if len(ids) != len(set(ids)):
         raise InvalidInput("two items of one batch carry the same op_id for the same state and tenant")
     results: list[ApplyResult] = [ApplyResult(False, None, None, []) for _ in parsed]
-    live = [i for i, (_, ops) in enumerate(parsed) if ops]  # an empty batch applies nothing
+    live = [i for i, (_, writes) in enumerate(parsed) if writes]  # an empty batch applies nothing
     if not live:
         return results
     # subjects resolved up front: a batch of folded subjects needs no second attempt
@@ -63,7 +63,8 @@ def apply_batch(
     return results
 
 
-def _parse(service: StatesService, index: int, raw: Any) -> tuple[RecordWrite, list[Op]]:
+def _parse(service: StatesService, index: int, raw: Any) -> tuple[RecordWrite, bool]:
+    """The item's pipeline write, and whether it may write anything (an empty op batch does not)."""
     where = f"items[{index}]"
     if not isinstance(raw, dict):
         raise InvalidInput(f"{where} must be an object")
@@ -85,11 +86,13 @@ def _parse(service: StatesService, index: int, raw: Any) -> tuple[RecordWrite, l
         reference = raw["template_jq"]
         if not isinstance(reference, str) or not reference:
             raise InvalidInput(f"{where}: template_jq names a program ('template.name')")
-        ops = service.template_jq_ops(state, subject, reference, raw.get("input"))
-    else:
-        ops = raw["ops"]
+        # the program runs inside the transaction, over the record as the items before left it
+        # (evaluated here, a write committed meanwhile would be overwritten by its ops)
+        change = service.programs.transform(state, reference, raw.get("input"))
+        return RecordWrite(state, subject, change, op_id), True
+    ops = raw["ops"]
     try:
         parsed = parse_ops(ops)
     except InvalidInput as exc:
         raise type(exc)(f"{where}: {exc.message}") from exc
-    return RecordWrite(state, subject, ops_transform(parsed), op_id), parsed
+    return RecordWrite(state, subject, ops_transform(parsed), op_id), bool(parsed)

@@ -1154,19 +1154,34 @@ class StatesService:
             op_id=op_id,
             expect_revision=expect_revision,
         )
-        if written.replayed:
-            return ApplyResult(False, None, None, [], replayed=True, replayed_seq=written.replayed_seq)
-        # the record view's data, seq and revision, without building the view (``_view``)
-        there = written.canonical is not None and written.data is not MISSING
-        return ApplyResult(
-            True,
-            written.data if there else None,
-            written.seq if there else None,
-            written.skipped,
-            written=written.written,
-            revision=written.revision if there else 0,  # absent: 0, as a read of it answers
-            shared=True,  # copied if and when the caller reads it
+        return _applied(written)
+
+    def apply_change(
+        self,
+        name: str,
+        subject: Any,
+        change: Transform,
+        *,
+        op_id: str | None = None,
+        origin: Any = None,
+        context: DoorContext | None = None,
+        expect_revision: Expect = None,
+    ) -> ApplyResult:
+        """:meth:`apply` of a change computed inside the write, from the record as the write's
+        transaction finds it (a template update program's: ``TemplateJq.transform``)."""
+        if op_id is not None and (why := op_id_problem(op_id)):
+            raise InvalidInput(why)
+        written = self._write(
+            name,
+            subject,
+            change,
+            origin_of(origin),
+            context,
+            "apply",
+            op_id=op_id,
+            expect_revision=expect_revision,
         )
+        return _applied(written)
 
     def apply_batch(
         self, items: Any, *, origin: Any = None, context: DoorContext | None = None
@@ -1441,6 +1456,23 @@ def _no_writes(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
 
 def _short(subject: StateSubject) -> dict[str, str]:
     return {"kind": subject.kind, "key": subject.key}
+
+
+def _applied(written: Written) -> ApplyResult:
+    """An op batch's result from its pipeline write: the record view's data, seq and revision,
+    without building the view (``_view``)."""
+    if written.replayed:
+        return ApplyResult(False, None, None, [], replayed=True, replayed_seq=written.replayed_seq)
+    there = written.canonical is not None and written.data is not MISSING
+    return ApplyResult(
+        True,
+        written.data if there else None,
+        written.seq if there else None,
+        written.skipped,
+        written=written.written,
+        revision=written.revision if there else 0,  # absent: 0, as a read of it answers
+        shared=True,  # copied if and when the caller reads it
+    )
 
 
 __all__: Sequence[str] = ["ApplyResult", "ConsumerRow", "RevisionMismatch", "StatesService"]

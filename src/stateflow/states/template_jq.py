@@ -4,12 +4,15 @@ is rebased under the attachment path and applied through the record-write pipeli
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Literal
 
 from stateflow.doc.canonical import JSON, decode
+from stateflow.doc.ops import parse_ops
+from stateflow.doc.select import MISSING
 from stateflow.errors import BadRequest, InvalidInput, InvalidJSON, NotFound
 from stateflow.states.models import DoorContext, WriteOrigin
+from stateflow.states.pipeline import Change, Transform, ops_transform
 from stateflow.states.results import AttachmentRow, JqInput
 from stateflow.states.templates import TemplateInvalid, build_prelude
 
@@ -163,17 +166,16 @@ class TemplateJq:
         expect_revision: int | Literal["*"] | None = None,
     ) -> ApplyResult:
         """Evaluate an ``update`` program and apply the op batch it returns (rebased under the
-        attachment path, guard paths included) through the ordinary apply door: as the writer's
+        attachment path, guard paths included) as one record write: as the writer's
         ``origin``, its meta naming the program, and under its ``expect_revision`` (checked in
         the write's transaction, as every write's); the batch's result (its ``revision`` is the
         record's, what a door's ETag names)."""
-        rebased = self.ops(name, subject, reference, input_value)
         given = origin.model_dump(exclude_none=True) if origin is not None else {}
         stamped = {**given, "meta": {**given.get("meta", {}), "template_jq": reference}}
-        return self.svc.apply(
+        return self.svc.apply_change(
             name,
             subject,
-            rebased,
+            self.transform(name, reference, input_value),
             op_id=op_id,
             origin=stamped,
             context=context,
@@ -181,8 +183,15 @@ class TemplateJq:
         )
 
     def ops(self, name: str, subject: Any, reference: str, input_value: Any = None) -> Any:
-        """The op batch an ``update`` program returns for the record, rebased under the
-        attachment path (guard paths included); nothing is applied."""
+        """The op batch an ``update`` program returns for the record as it is now, rebased under
+        the attachment path (guard paths included); nothing is applied. (A write evaluates the
+        program again inside its transaction: :meth:`transform`.)"""
+        record = self.svc.read(name, subject)
+        return self.program_ops(name, reference, input_value)(record["data"] if record else None)
+
+    def program_ops(self, name: str, reference: str, input_value: Any = None) -> Callable[[JSON], list[Any]]:
+        """``record data (None: no record) → the rebased op batch`` of an ``update`` program;
+        the program is looked up and its params checked here, once."""
         template, attachment, program = self.program(name, reference, "update")
         declared = program.get("params", [])
         if declared:
@@ -198,10 +207,33 @@ class TemplateJq:
                 raise InvalidInput(
                     f"template_jq {reference!r} input missing {missing}, has undeclared {extra}"
                 )
-        ops = self.run_program(
-            name, subject, template, attachment, program, reference, {"input": input_value}
-        )
-        return _rebase(ops, attachment["path"], f"template_jq {reference!r}")
+        source = build_prelude(template["template_jq"]) + program["jq"]["content"]
+        variables = {
+            "parameters": attachment["parameters"],
+            "declarations": attachment["declarations"],
+            "input": input_value,
+        }
+        what = f"template_jq {reference!r} on template {template['name']!r}"
+        path = attachment["path"]
+
+        def ops_for(data: JSON) -> list[Any]:
+            return _rebase(
+                self.eval(source, _subtree(data, path), variables, what), path, f"template_jq {reference!r}"
+            )
+
+        return ops_for
+
+    def transform(self, name: str, reference: str, input_value: Any = None) -> Transform:
+        """An ``update`` program as a record write's change: the program runs inside the write,
+        over the record as the write's transaction finds it (after the batch's earlier items),
+        so a write committed between a read and this one is built on, never overwritten."""
+        ops_for = self.program_ops(name, reference, input_value)
+
+        def change(declaration: dict[str, Any], current: JSON, origin: dict[str, Any]) -> Change:
+            ops = parse_ops(ops_for(None if current is MISSING else current))
+            return ops_transform(ops)(declaration, current, origin)
+
+        return change
 
 
 def _subtree(data: JSON, path: list[str]) -> JSON:

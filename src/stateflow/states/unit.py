@@ -1,6 +1,8 @@
 """A unit of work: stage op batches, read through them, commit them as one transaction.
 
-``with states.unit() as unit:`` stages ``unit.apply(...)`` calls instead of writing; reads
+``with states.unit() as unit:`` stages ``unit.apply(...)`` calls (and template update programs,
+``unit.template_jq(...)``, run again at commit over the record as the transaction finds it)
+instead of writing; reads
 through the unit see the records as the staged batches would leave them; leaving the block
 commits everything with :func:`~stateflow.states.batch.apply_batch` (one transaction, all or
 nothing) and then runs the calls deferred with ``unit.defer``. An exception inside the block —
@@ -57,15 +59,31 @@ class Unit:
         subj = subject_of(subject)
         parsed = parse_ops(ops)
         before = self._project(state, subj.model_dump(), self._service.read(state, subj))
-        service = self._service
+        item: dict[str, Any] = {"state": state, "subject": subj.model_dump(), "ops": ops}
+        if op_id is not None:
+            item["op_id"] = op_id
+        return self._stage(item, before, parsed, op_id)
+
+    def template_jq(self, state: str, subject: Any, reference: str, input_value: Any = None) -> ApplyResult:
+        """Stage a template ``update`` program: the commit runs it inside its transaction, over
+        the record as it then is with the batches staged before applied (a write another
+        caller commits meanwhile is built on, not overwritten); the result, as :meth:`apply`'s,
+        is its op batch over the record as staged so far."""
+        self._check_open()
+        self._check_not_on_loop("template_jq")
+        subj = subject_of(subject)
+        before = self._project(state, subj.model_dump(), self._service.read(state, subj))
+        parsed = parse_ops(self._service.programs.program_ops(state, reference, input_value)(before))
+        item = {"state": state, "subject": subj.model_dump(), "template_jq": reference, "input": input_value}
+        return self._stage(item, before, parsed, None)
+
+    def _stage(self, item: dict[str, Any], before: Any, parsed: list[Op], op_id: str | None) -> ApplyResult:
+        service, state = self._service, item["state"]
         declaration = service._declaration(service.store.read([DocKey(CATALOG, state)]), state)
         service.check_ops(declaration, parsed)
         origin = service._origin(origin_of(self._origin), self._context, "apply-batch")
         stamped = service.stamp(declaration, parsed, {**origin, "op_id": op_id})
         result = apply_ops(MISSING if before is None else before, stamped)
-        item: dict[str, Any] = {"state": state, "subject": subj.model_dump(), "ops": ops}
-        if op_id is not None:
-            item["op_id"] = op_id
         self._items.append((item, stamped))
         data = result.document if result.applied else before
         return ApplyResult(True, None if data is MISSING else data, None, list(result.skipped))
