@@ -169,3 +169,17 @@ def test_a_store_location_naming_a_folder_is_refused_and_creates_nothing(tmp_pat
         )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["existing"]  # no file named data
     assert list((tmp_path / "existing").iterdir()) == []
+
+
+def test_a_reserved_name_is_refused_for_what_it_is(db: str) -> None:
+    catalog = sf("--store", db, "doc", "put", "_states", "x", "{}")
+    assert catalog.returncode == 1 and catalog.stderr.startswith(
+        "error[declared-state]: '_states' is a reserved catalog; its documents are written by `stateflow states`"
+    )
+    scratch = sf("--store", db, "doc", "patch", "_scratch", "x", "{}")
+    assert (scratch.returncode, scratch.stderr) == (
+        1,
+        "error[declared-state]: '_scratch': state names starting with '_' are reserved for the store's own "
+        "catalogs; pick another name (or pass --raw to write it anyway)\n",
+    )
+    assert sf("--store", db, "doc", "put", "_scratch", "x", "{}", "--raw").returncode == 0

@@ -128,14 +128,23 @@ RAW_HELP = (
 )
 
 
+CATALOGS = ("_states", "_aliases", "_templates")
+"""the catalogs the states layer keeps (named here: a doc command does not load that layer)"""
+
+
 def _refuse_declared(ctx: Context, key: DocKey, raw: bool) -> None:
     """Low-level writes bypass every rule of a declared state; they need ``--raw``."""
     if raw:
         return
-    if key.state.startswith("_"):
+    if key.state in CATALOGS:
         raise DeclaredDocument(
             f"{key.state!r} is a reserved catalog; its documents are written by `stateflow states` "
             "commands (pass --raw to write it anyway, skipping every check)"
+        )
+    if key.state.startswith("_"):
+        raise DeclaredDocument(
+            f"{key.state!r}: state names starting with '_' are reserved for the store's own catalogs; "
+            "pick another name (or pass --raw to write it anyway)"
         )
     if ctx.store().get(DocKey("_states", key.state)).body is not None:
         raise DeclaredDocument(
