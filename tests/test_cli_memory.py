@@ -456,3 +456,15 @@ def test_tool_keys_of_an_absent_plane_in_a_batch_over_scopes(db: str, tmp_path: 
         "meta": [{"type": "object", "size": 1}, {"type": "null"}],
         "keys": [{"a": "number"}, []],
     }
+
+
+def test_tool_patch_state_deletes_a_plane_by_null(backend: str, open_migrated: Any, tmp_path: Path) -> None:
+    open_migrated()
+    base = ["--store", backend, "tool"]
+    assert sf(*base, "patch_state", '{"session": {"lazy": {"a": 1, "b": 2}}}', cwd=tmp_path).returncode == 0
+    deleted = sf(*base, "patch_state", '{"session": {"lazy": null}}', cwd=tmp_path)
+    assert deleted.returncode == 0 and deleted.stdout.startswith("State materialized"), deleted.stderr
+    read = sf(*base, "read_state", '{"path": "session.lazy"}', cwd=tmp_path)
+    assert read.stdout == '{"value":null}\n'
+    replaced = sf(*base, "patch_state", '{"session": {"lazy": [1]}}', cwd=tmp_path)
+    assert replaced.returncode == 1 and "or null to delete the plane" in replaced.stderr

@@ -175,7 +175,7 @@ def test_missing_deletion_hints_are_non_fatal(store: SqlStore) -> None:
         ({"session": {"response": "hi"}}, InvalidInput, "written by the runtime"),
         ({"session": {"meta": {}}}, InvalidInput, 'unknown patch key "meta"'),
         ({"session": {"lazy": [1]}}, InvalidInput, "must be a JSON object"),
-        ({"session": {"tactics": None}}, InvalidInput, "must be a JSON object"),
+        ({"session": {"tactics": "x"}}, InvalidInput, "must be a JSON object, or null to delete the plane"),
         ({"session": {"tactics": {"l": [1, None]}}}, PatchError, "cannot store null"),
         ({"session": {"artifacts": {"/a.md": {"kind": "doc"}}}}, PatchError, "needs a non-empty description"),
         (
@@ -302,7 +302,7 @@ AUTHORED_PATCHES = st.recursive(
 @given(
     st.dictionaries(
         st.sampled_from(["intents", "strategy", "tactics", "artifacts", "lazy"]),
-        st.dictionaries(AUTHORED_KEYS, AUTHORED_PATCHES) | st.dictionaries(ODD_KEYS, ODD_VALUES),
+        st.dictionaries(AUTHORED_KEYS, AUTHORED_PATCHES) | st.dictionaries(ODD_KEYS, ODD_VALUES) | st.none(),
         min_size=1,
     ),
     SHOWN_VIEWS,
@@ -570,3 +570,45 @@ def test_concurrent_patches_of_one_scope_lose_nothing(store: SqlStore) -> None:
     assert len(state(m, "cwd.tactics")) == 40
     assert state(m, "session.lazy") == {f"n{n}": 9 for n in range(4)}
     assert transitions(store) == 40
+
+
+def test_null_deletes_a_whole_plane_as_deleting_each_of_its_keys_does(store: SqlStore, tmp_path: Any) -> None:
+    source = tmp_path / "notes.md"
+    source.write_text("hi\n")
+    m = view(store, cwd=str(tmp_path))
+    m.patch_state(
+        {
+            "cwd": {"artifacts": {str(source): {"description": "notes"}}, "tactics": {"t": "cwd"}},
+            "session": {
+                "intents": {"release": {"goal": "ship", "plan": {"$ref": "session.lazy.plan"}}},
+                "lazy": {"plan": ["a"], "keep": 1},
+                "tactics": {"t": "session"},
+            },
+        }
+    )
+    receipt = m.patch_state({"cwd": {"artifacts": None}, "session": {"intents": None, "tactics": None}})
+    assert receipt.state_updates is not None
+    # deleting the intents plane deletes every intent: what they owned is cleared
+    assert receipt.state_updates["cascaded"] == ["session.lazy.plan"]
+    assert receipt.state_updates["effective"] == [
+        {"path": ["artifacts"], "deleted": True},
+        {"path": ["intents"], "deleted": True},
+        {"path": ["tactics"], "value": {"t": "cwd"}},  # the broader value is revealed
+    ]
+    assert state(m, "effective") == {"tactics": {"t": "cwd"}}
+    assert state(m, "session.lazy") == {"keep": 1}
+    cwd_key = m.keys["cwd"]
+    assert store.read([cwd_key])[cwd_key].body == {"tactics": {"t": "cwd"}}  # the cards' provenance went too
+    # the recorded change is the patch that would make it, and it can be sent again
+    assert m.read_state({"path": "cwd.patches[0]"}) == {"value": {"artifacts": None}}
+    m.patch_state({"session": {"lazy": None}})
+    assert state(m, "session.lazy") is None
+    before = transitions(store)
+    again = m.patch_state({"session": {"lazy": None}})  # an absent plane: nothing to delete
+    assert again.message == "State already current." and transitions(store) == before
+    assert again.hints == [
+        {"type": "missing-deletion", "target": "/session/lazy", "unavailable": "/session/lazy"}
+    ]
+    one = view(store, scopes=("cwd",), cwd=str(tmp_path))
+    assert one.patch_state({"tactics": None}).changed_scopes == ["cwd"]
+    assert state(one, "tactics") is None

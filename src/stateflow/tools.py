@@ -48,7 +48,7 @@ def read_state_schema() -> dict[str, Any]:
 
 
 def patch_state_schema(view: MemoryView) -> dict[str, Any]:
-    plane = {"type": "object", "description": "A semantic patch of this plane."}
+    plane = {"type": ["object", "null"], "description": "A semantic patch of this plane; null deletes it."}
     planes = {name: plane for name in view.planes.patchable}
     scope_patch = {"type": "object", "properties": planes, "additionalProperties": False, "minProperties": 1}
     if view.single is not None:

@@ -135,16 +135,17 @@ def check_scope_patch(
             raise InvalidInput(
                 f'unknown patch key "{name}" in {scope}; expected one of: {", ".join(planes.patchable)}'
             )
-        if not isinstance(value, dict):
+        if value is not None and not isinstance(value, dict):
             raise InvalidInput(
-                f"{scope}.{name} must be a JSON object (a plane cannot be deleted or replaced)"
+                f"{scope}.{name} must be a JSON object, or null to delete the plane (a plane cannot "
+                "be replaced by another value)"
             )
     # (one walk for both checks and the authored paths; the errors come from each check)
     if not (_storable(patch, 0, True) if authored is None else _storable_patch(patch, planes.lazy, authored)):
         check(patch, scope)
         _no_materialized_null(patch, scope)
         _no_stored_index_key(patch, scope)
-    if "artifacts" in patch:
+    if patch.get("artifacts") is not None:
         _check_artifact_patch(scope, patch["artifacts"])
     return patch
 
@@ -190,16 +191,20 @@ def _storable(node: JSON, depth: int, as_patch: bool) -> bool:
 
 
 def _storable_patch(patch: dict[str, Any], lazy: tuple[str, ...], out: Authored) -> bool:
-    """``_storable(patch, 0, True)`` of a scope patch whose planes are objects, adding the
+    """``_storable(patch, 0, True)`` of a scope patch whose planes are objects or null, adding the
     paths it authors to ``out`` on the way (``receipts.authored_paths``'s, ``lazy`` skipped)."""
     if type(patch) is not dict:
         return _storable(patch, 0, True)  # (a dict subclass: refused there)
     for plane, value in patch.items():
         if type(plane) is not str:
             return False
+        listing = None if plane in lazy else out
+        if value is None:  # the plane deleted
+            if listing is not None:
+                listing.append((plane,))
+            continue
         if type(value) is not dict:
             return _storable(patch, 0, True)  # (refused there: a plane is an object)
-        listing = None if plane in lazy else out
         if value:
             if not _listed(value, 1, (plane,), listing):
                 return False

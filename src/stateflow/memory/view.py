@@ -93,6 +93,15 @@ class MemoryConfig:
             raise InvalidInput(f"mode must be one of {', '.join(MODES)}")
 
 
+def _may_delete_intent(scope_patch: dict[str, Any]) -> bool:
+    """Whether a scope patch may delete an intent: it deletes the intents plane (``null``), or
+    its intents patch may delete a key (:func:`_may_delete`)."""
+    if "intents" not in scope_patch:
+        return False
+    intents = scope_patch["intents"]
+    return intents is None or (type(intents) is dict and _may_delete(intents))
+
+
 def _may_delete(patch: dict[str, Any]) -> bool:
     """Whether merging ``patch`` may delete a key it names: a ``null`` deletes one, and so does
     an empty object set onto a scalar, and an object a merge left empty is pruned in turn (an
@@ -172,8 +181,7 @@ class Staging:
         accepted history must (ownership is never derived again)."""
         new = dict(states)
         for scope, patch in self._patch_args(args).items():
-            intents = patch.get("intents")
-            cascading = cascade and type(intents) is dict and _may_delete(intents)
+            cascading = cascade and _may_delete_intent(patch)
             new[scope], _ = self._stage(scope, states.get(scope) or {}, patch, [], [], Emitted(), cascading)
         return new
 
@@ -269,10 +277,13 @@ class Staging:
             merged.append(rest)
         if "artifacts" in patch:
             edits.exact = False
-            check_artifacts(scope, current.get("artifacts"), patch["artifacts"])
+            touched = patch["artifacts"]
+            if touched is None:  # the plane deleted: every card it held (their provenance goes)
+                touched = dict.fromkeys(state.get("artifacts") or {})
+            check_artifacts(scope, current.get("artifacts"), touched)
             roots = self.config.knowledge_roots
-            artifact_provenance.check_sources(scope, patch["artifacts"], self.source_cwd, roots)
-            current = artifact_provenance.record(current, patch["artifacts"], self.source_cwd, roots)
+            artifact_provenance.check_sources(scope, touched, self.source_cwd, roots)
+            current = artifact_provenance.record(current, touched, self.source_cwd, roots)
         if self.planes.extra:  # (declared roots only: the built-in planes have no schema)
             check_extra_roots(scope, current, patch, self.planes)
         if found:
@@ -882,8 +893,7 @@ class MemoryView(Staging):
         cascading: set[str] = set()  # the scopes whose patch may delete an intent
         for scope, scope_patch in supplied.items():
             wanted = [name for name in lazy if name in scope_patch]
-            intents = scope_patch.get("intents")
-            if type(intents) is dict and _may_delete(intents):
+            if _may_delete_intent(scope_patch):
                 cascading.add(scope)
                 wanted.append("lazy")  # a deleted intent may own lazy keys
             if wanted:
