@@ -183,3 +183,11 @@ def test_a_reserved_name_is_refused_for_what_it_is(db: str) -> None:
         "catalogs; pick another name (or pass --raw to write it anyway)\n",
     )
     assert sf("--store", db, "doc", "put", "_scratch", "x", "{}", "--raw").returncode == 0
+
+
+def test_a_misspelt_command_gets_a_suggestion_whether_or_not_it_loads_lazily() -> None:
+    for typo, meant in (("migrat", "migrate"), ("serv", "serve"), ("dum", "dump"), ("chek", "check")):
+        out = sf(typo)
+        assert out.returncode == 2 and f"No such command '{typo}'. Did you mean '{meant}'?" in out.stderr, (
+            out.stderr
+        )

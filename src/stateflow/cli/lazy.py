@@ -32,3 +32,13 @@ class LazyGroup(click.Group):
         if not isinstance(command, click.Command):
             raise TypeError(f"{target} is not a click command")
         return command
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        try:
+            return super().resolve_command(ctx, args)
+        except click.exceptions.NoSuchCommand as exc:
+            # click suggests from the commands loaded; the lazy ones count too (by name: none loads)
+            names = [*self.commands, *self.lazy_commands]
+            raise click.exceptions.NoSuchCommand(exc.command_name, possibilities=names, ctx=ctx) from None
