@@ -4,6 +4,7 @@ the run, updates after it, one unit of work with the run's origin."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 from collections.abc import Iterator
 from typing import Any, TypedDict
@@ -260,6 +261,53 @@ def test_an_update_program_builds_on_the_runs_own_writes_and_on_writes_committed
     assert run_threads(lambda i: [count("t-9") for _ in range(10)], 4) == []
     record = states.read("tickets", subject("t-9"))
     assert record is not None and record["data"] == {"counter": {"n": 40}}  # none lost
+
+
+def test_a_bound_call_inside_a_bound_run_commits_with_it_or_not_at_all(states: StatesService) -> None:
+    """A bound tool called by a bound node is part of the node's run: its writes commit in the
+    outer run's one transaction, under its origin — none of it when the outer run raises, and
+    only its own dropped when it raises and the outer run goes on."""
+    noting = Binding.parse(
+        {
+            "state": "tickets",
+            "subject_expr": ".ticket_id",
+            "updates": [{"template_jq": "add", "adapter": "{note: .output}"}],
+        }
+    )
+
+    @bound(states, noting, target=("agent", "helpdesk"))
+    def tool(ticket_id: str, fail: bool = False) -> str:
+        current_run().unit.apply(
+            "tickets", current_run().subjects["tickets"], [{"op": "set", "path": ["status"], "value": "tool"}]
+        )
+        if fail:
+            raise ValueError("the tool failed")
+        return "from the tool"
+
+    @bound(states, noting, target=("agent", "helpdesk"))
+    def node(ticket_id: str, fail: bool = False, tool_fails: bool = False) -> str:
+        with contextlib.suppress(ValueError):
+            tool(ticket_id, tool_fails)
+        if fail:
+            raise RuntimeError("the node failed")
+        return "from the node"
+
+    with pytest.raises(RuntimeError):
+        node("t-10", fail=True)
+    assert states.read("tickets", subject("t-10")) is None  # the tool's writes too
+
+    node("t-11", tool_fails=True)
+    record = states.read("tickets", subject("t-11"))
+    assert record is not None and record["data"] == {"book": {"notes": ["from the node"]}}
+
+    node("t-12")
+    record = states.read("tickets", subject("t-12"))
+    assert record is not None and record["data"] == {
+        "status": "tool",
+        "book": {"notes": ["from the tool", "from the node"]},
+    }
+    trail = states.writes("tickets", subject("t-12"))["items"]
+    assert len(trail) == 1 and trail[0]["origin"]["consumer"] == node.__qualname__  # one commit: the node's
 
 
 def test_a_failing_run_writes_nothing(states: StatesService) -> None:

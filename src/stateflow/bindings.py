@@ -20,7 +20,8 @@ A :class:`Binding` names a state and
 :func:`run` is the same as a context manager. The run's own writes join the unit through
 ``current_run().unit``; the unit commits after the updates are staged — one transaction, with
 the run's origin (consumer = the callable, ``run_id``) on every audit row — or, if the run
-raises, writes nothing.
+raises, writes nothing. A bound call made inside a bound run on the same service joins that run:
+its staging commits with the outer run's, or not at all.
 """
 
 from __future__ import annotations
@@ -135,6 +136,11 @@ class Run:
     unit: Unit
     subjects: dict[str, dict[str, str]]
     output: Any = None
+    outer: Run | None = None
+    """the bound run (on the same service) this one was called inside: its writes commit with
+    that run's, or not at all"""
+    origin: dict[str, Any] = field(default_factory=dict, repr=False)
+    """the origin the outermost run commits under (shared by the runs called inside it)"""
 
 
 _CURRENT: contextvars.ContextVar[Run | None] = contextvars.ContextVar("stateflow_bound_run", default=None)
@@ -295,6 +301,13 @@ def _set(container: Any, path: list[str], value: Any, name: str) -> Any:
     )
 
 
+def _outer(states: StatesService) -> Run | None:
+    """The bound run the caller runs inside, when it is on ``states``: a run called inside
+    another joins it (its writes are part of that run: they commit with it, or not at all)."""
+    found = _CURRENT.get()
+    return found if found is not None and found.unit.service is states else None
+
+
 def _prepare(
     states: StatesService,
     bindings: Sequence[Binding],
@@ -303,6 +316,7 @@ def _prepare(
     consumer: str | None,
     run_id: str | None,
     context: DoorContext | None,
+    outer: Run | None = None,
 ) -> tuple[Run, list[tuple[Binding, dict[str, str]]]]:
     """Before the run: scopes, subjects, injections, and the unit its writes will join."""
     view = _json_view(inputs)
@@ -315,35 +329,53 @@ def _prepare(
                 binding.state, subject, spec["template_jq"], dict(spec.get("params", {}))
             )
             _inject(injected, name, value["value"])
-    run_id = run_id or uuid.uuid4().hex
-    origin: dict[str, Any] = {"consumer": consumer, "run_id": run_id}
-    # the update programs' ops commit in the run's one transaction, so its origin names them
-    # as a lone template_jq_update's names its program (one name, or the list of several)
-    programs = list(dict.fromkeys(spec["template_jq"] for b, _ in active for spec in b.updates))
-    if programs:
-        origin["meta"] = {"template_jq": programs[0] if len(programs) == 1 else programs}
+    # a run inside another commits in the outer one's transaction, under its origin and run id
+    origin: dict[str, Any] = (
+        dict(outer.origin)
+        if outer is not None
+        else {"consumer": consumer, "run_id": run_id or uuid.uuid4().hex}
+    )
+    _name_programs(origin, [spec["template_jq"] for b, _ in active for spec in b.updates])
     the_run = Run(
-        run_id=run_id,
+        run_id=origin["run_id"],
         inputs=injected,
         unit=states.unit(origin=origin, context=context),
         subjects={b.state: s for b, s in active},
+        outer=outer,
+        origin=origin,
     )
     return the_run, active
 
 
+def _name_programs(origin: dict[str, Any], programs: Sequence[str]) -> None:
+    """Name the update programs in ``origin``'s meta, after those it names: the ops commit in the
+    run's one transaction, so its origin names them as a lone template_jq_update's names its
+    program (one name, or the list of several). The meta is replaced, never changed in place."""
+    named = origin.get("meta", {}).get("template_jq", [])
+    every = list(dict.fromkeys([*([named] if isinstance(named, str) else named), *programs]))
+    if every:
+        origin["meta"] = {"template_jq": every[0] if len(every) == 1 else every}
+
+
 def _finish(states: StatesService, the_run: Run, active: list[tuple[Binding, dict[str, str]]]) -> None:
-    """After a clean run: stage each update program's ops, then commit the unit."""
-    with the_run.unit:
-        after = {"input": _json_view(the_run.inputs), "output": _json_view({"o": the_run.output}).get("o")}
-        for binding, subject in active:
-            for spec in binding.updates:
-                adapter = spec.get("adapter", ".output")
-                update_input = _first(
-                    states, binding, f"the adapter of update {spec['template_jq']!r}", adapter, after
-                )
-                # run at commit, inside its transaction: over the record as the callable's own
-                # staged writes and any write committed since the run began leave it
-                the_run.unit.template_jq(binding.state, subject, spec["template_jq"], update_input)
+    """After a clean run: stage each update program's ops, then commit the unit — or, for a run
+    inside another, hand its staging to the outer run's unit, to commit with it."""
+    after = {"input": _json_view(the_run.inputs), "output": _json_view({"o": the_run.output}).get("o")}
+    for binding, subject in active:
+        for spec in binding.updates:
+            adapter = spec.get("adapter", ".output")
+            update_input = _first(
+                states, binding, f"the adapter of update {spec['template_jq']!r}", adapter, after
+            )
+            # run at commit, inside its transaction: over the record as the callable's own
+            # staged writes and any write committed since the run began leave it
+            the_run.unit.template_jq(binding.state, subject, spec["template_jq"], update_input)
+    if the_run.outer is not None:
+        named = the_run.origin.get("meta", {}).get("template_jq", [])
+        _name_programs(the_run.outer.origin, [named] if isinstance(named, str) else named)
+        the_run.outer.unit.absorb(the_run.unit)
+    else:
+        the_run.unit.commit()
 
 
 @contextmanager
@@ -359,15 +391,15 @@ def run(
 ) -> Iterator[Run]:
     """Resolve the bindings over ``inputs``, inject, yield the run; on a clean exit stage the
     updates (computed from ``run.output``) and commit the unit; on an exception write nothing."""
-    the_run, active = _prepare(states, bindings, inputs, target, consumer, run_id, context)
+    the_run, active = _prepare(states, bindings, inputs, target, consumer, run_id, context, _outer(states))
     token = _CURRENT.set(the_run)
     try:
         try:
             yield the_run
+            _finish(states, the_run, active)
         except BaseException:
             the_run.unit.discard()
             raise
-        _finish(states, the_run, active)
     finally:
         _CURRENT.reset(token)
 
@@ -416,7 +448,16 @@ def bound(
                 call = arguments(args, kwargs)
                 # the states work runs on a worker thread: the event loop keeps going meanwhile
                 the_run, active = await on_thread(
-                    states.store, _prepare, states, bindings, call.arguments, target, consumer, None, context
+                    states.store,
+                    _prepare,
+                    states,
+                    bindings,
+                    call.arguments,
+                    target,
+                    consumer,
+                    None,
+                    context,
+                    _outer(states),
                 )
                 token = _CURRENT.set(the_run)
                 try:
@@ -427,7 +468,11 @@ def bound(
                         the_run.unit.discard()
                         raise
                     the_run.output = result
-                    await on_thread(states.store, _finish, states, the_run, active)
+                    try:
+                        await on_thread(states.store, _finish, states, the_run, active)
+                    except BaseException:
+                        the_run.unit.discard()
+                        raise
                 finally:
                     _CURRENT.reset(token)
                 return result

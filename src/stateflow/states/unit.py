@@ -131,6 +131,20 @@ class Unit:
             del self._deferred[deferred:]
             raise
 
+    def absorb(self, other: Unit) -> None:
+        """Take over ``other``'s staged batches and deferred calls (after this unit's own) and
+        close it: they commit with this unit, or not at all (a bound run called inside another)."""
+        self._check_open()
+        other._check_open()
+        other._open = False
+        self._items.extend(other._items)  # (one list operation each: safe beside other stagers)
+        self._deferred.extend(other._deferred)
+
+    @property
+    def service(self) -> StatesService:
+        """The service this unit stages on and commits through."""
+        return self._service
+
     # ------------------------------------------------------------------ ending
 
     def commit(self) -> list[ApplyResult]:
