@@ -564,6 +564,57 @@ def test_eq_and_in_filters_found_by_the_value_index_match_as_checked(service: St
         assert found or filters == {"x": {"$in": []}}, filters
 
 
+def test_range_filters_narrowed_in_sql_match_as_checked(service: StatesService) -> None:
+    # $gt $gte $lt $lte on a top-level member narrow the candidates in SQL (a superset, checked
+    # here after): numbers past 64 bits, floats one step apart, long strings, strings SQL cannot
+    # read (a NUL), code points past the BMP, values of other kinds — what they find is exactly
+    # what the operators match
+    values: list[Any] = [
+        *(0, 1, -1, 2.5, 0.1, 0.30000000000000004, 1e300, -1e300, 2**53 + 1, 2**63 + 1, 2**64 - 1, -(2**63)),
+        *("a", "b", "ab", "é", "😀", "z" * 2000, "a\u0000b", "a\\u0000b", "", "A"),
+        *(True, False, None, [1], {"x": 1}),
+    ]
+    docs: dict[str, dict[str, Any]] = {}
+    items: list[dict[str, Any]] = []
+    for i, v in enumerate(values * 3):
+        doc = {"n": i, "x": v} if i % 7 else {"n": i}
+        docs[f"k{i:03d}"] = doc
+        ops = [{"op": "set", "path": [k], "value": x} for k, x in doc.items()]
+        items.append({"state": "tickets", "subject": {**T1, "key": f"k{i:03d}"}, "ops": ops})
+    for start in range(0, len(items), 100):
+        service.apply_batch(items[start : start + 100])
+    operands: list[Any] = [
+        0,
+        1,
+        0.1,
+        0.30000000000000004,
+        2.5,
+        2**63,
+        2**64 - 1,
+        -(2**63) + 1,
+        1e300,
+        "a",
+        "b",
+        "é",
+        "z",
+        "\U0001f600",
+        "",
+    ]
+    for operand in operands:
+        for op in ("$gt", "$gte", "$lt", "$lte"):
+            for filters in ({"x": {op: operand}}, {"x": {op: operand}, "n": {"$in": list(range(0, 80, 3))}}):
+                want = [k for k, d in docs.items() if matches(d, split_filters(filters)[1])]
+                found: list[str] = []
+                cursor = None
+                while True:
+                    page = service.search("tickets", filters, limit=9, cursor=cursor)
+                    found += _keys(page)
+                    cursor = page["next_cursor"]
+                    if cursor is None:
+                        break
+                assert found == want, filters
+
+
 # ---------------------------------------------------------------------- the public HTTP client
 
 

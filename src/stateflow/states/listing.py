@@ -30,6 +30,7 @@ from stateflow.states.search import (
     SORT_MAX,
     candidate_filters,
     matches,
+    member_bounds,
     parse_sort,
     sort_key,
     split_filters,
@@ -221,6 +222,7 @@ class Listing:
         none = self._none_of(name, kind)
 
         candidates = candidate_filters(containment, predicates)
+        bounds = member_bounds(predicates)
 
         def fetch(after: str | None, size: int) -> list[Listed]:
             if none:
@@ -232,11 +234,11 @@ class Listing:
                 found = {
                     x.key.subject: x
                     for c in candidates
-                    for x in store.search(name, c, after=after, limit=size)
+                    for x in store.search(name, c, after=after, limit=size, bounds=bounds)
                 }
                 page = [found[k] for k in sorted(found)[:size]]
-            elif candidates and candidates[0]:
-                page = store.search(name, candidates[0], after=after, limit=size)
+            elif candidates and (candidates[0] or bounds):
+                page = store.search(name, candidates[0], after=after, limit=size, bounds=bounds)
             elif candidates:
                 page = store.scan(name, after=after, limit=size)
             else:

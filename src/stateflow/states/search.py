@@ -8,7 +8,8 @@ object whose keys all start with ``$`` is an operator expression on that path in
 
 ``$eq $ne $gt $gte $lt $lte $in $exists`` (the LangGraph store's set plus ``$in`` and
 ``$exists``). The containment part still runs in the store (indexed), with each ``$eq`` and
-``$in`` of scalars added as the containment it implies (:func:`candidate_filters`); operators are
+``$in`` of scalars added as the containment it implies (:func:`candidate_filters`) and the ranges
+on top-level members as bounds it narrows by in SQL (:func:`member_bounds`); operators are
 checked on the candidates. An unknown operator, or an object mixing ``$`` keys with field names,
 is refused.
 """
@@ -104,6 +105,15 @@ def candidate_filters(containment: dict[str, Any], predicates: list[Predicate]) 
         return [base]
     path, values = best
     return [_implied(base, path, v) for v in values]
+
+
+def member_bounds(predicates: list[Predicate]) -> list[tuple[str, str, Any]]:
+    """The range operators on top-level members, as the store narrows its candidates by them
+    (``store.listing.Bound``: a superset; they are still checked on what it finds)."""
+    return [(path[0], op, operand) for path, op, operand in predicates if op in _RANGES and len(path) == 1]
+
+
+_RANGES: Final = ("$gt", "$gte", "$lt", "$lte")
 
 
 def _scalar(value: Any) -> bool:

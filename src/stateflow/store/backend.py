@@ -247,10 +247,16 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def _search_candidates(
-        self, tx: Tx, state: str, filters: dict[str, Any], after: str | None, limit: int
+        self,
+        tx: Tx,
+        state: str,
+        filters: dict[str, Any],
+        after: str | None,
+        limit: int,
+        bounds: Sequence[tuple[str, str, Any]] = (),
     ) -> list[Listed]:
-        """Documents that may match a containment search (portable: every document, in
-        ``listing.Listing._search_candidates``)."""
+        """Documents that may match a containment search and its bounds (``listing.Bound``;
+        portable: every document, in ``listing.Listing._search_candidates``)."""
 
     def _lock_state(self, tx: Tx, state: str) -> list[int]:
         """The ids of ``state``'s documents, held for a purge: no writer may write one of them,

@@ -28,6 +28,11 @@ Match = tuple[str, Sequence[Any]]
 Via = tuple[str, Match]
 """The filter member a search starts from, and the :data:`Match` finding its holders."""
 
+Bound = tuple[str, str, Any]
+"""A range a top-level member's value may be in: (member name, ``$gt``/``$gte``/``$lt``/``$lte``,
+a number or a string). A search narrows its candidates by bounds as SQL can (a superset: the
+caller checks each bound exactly); the portable search does not narrow by them at all."""
+
 
 class Listing(StoreCore):
     """Scans, counts and containment search over one state's documents."""
@@ -163,12 +168,20 @@ class Listing(StoreCore):
         return stored, counted
 
     def search(
-        self, state: str, filters: dict[str, Any], *, after: str | None = None, limit: int = 200
+        self,
+        state: str,
+        filters: dict[str, Any],
+        *,
+        after: str | None = None,
+        limit: int = 200,
+        bounds: Sequence[Bound] = (),
     ) -> list[Listed]:
         """Present documents of ``state`` that contain ``filters`` (``jsonb @>`` semantics), in
-        subject order after ``after``: ``limit`` of them, fewer only when no more match."""
+        subject order after ``after``: ``limit`` of them, fewer only when no more match —
+        among them, those outside a :data:`Bound` left out as far as SQL can tell (not all
+        of them: the caller checks the bounds)."""
         self.check_schema()
-        if type(filters) is not dict or not filters:
+        if type(filters) is not dict or not (filters or bounds):
             raise InvalidInput("search needs a non-empty filters object (a containment document)")
         check(filters, "filters")
         in_sql = (
@@ -176,12 +189,14 @@ class Listing(StoreCore):
             if len(filters) <= SQL_FILTER_MEMBERS
             else dict(list(filters.items())[:SQL_FILTER_MEMBERS])
         )
+        # (bounds only narrow the candidates: those past the statement's budget are left out)
+        in_bounds = bounds[: max(0, SQL_FILTER_MEMBERS - len(in_sql))]
         out: list[Listed] = []
         with self._read_tx() as tx:
             cursor = after
             size = max(limit, 200)
             while len(out) < limit:
-                page = self._search_candidates(tx, state, in_sql, cursor, size)
+                page = self._search_candidates(tx, state, in_sql, cursor, size, in_bounds)
                 if not page:
                     break
                 cursor = page[-1].key.subject
@@ -196,7 +211,13 @@ class Listing(StoreCore):
         return out
 
     def _search_candidates(
-        self, tx: Tx, state: str, filters: dict[str, Any], after: str | None, limit: int
+        self,
+        tx: Tx,
+        state: str,
+        filters: dict[str, Any],
+        after: str | None,
+        limit: int,
+        bounds: Sequence[Bound] = (),
     ) -> list[Listed]:
         """Documents that may match (the default: every document; a backend may prefilter)."""
         return self._scan(tx, state, after, limit, via=self._selective(tx, filters))

@@ -11,12 +11,14 @@ Reads run in ``REPEATABLE READ READ ONLY`` transactions: one snapshot per read.
 from __future__ import annotations
 
 import logging
+import math
 import re
 import struct
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
+from decimal import Decimal
 from functools import lru_cache, partial
 from time import monotonic
 from typing import Any, ClassVar, Final
@@ -932,7 +934,13 @@ class PostgresStore(SqlStore):
         return {r[0] for r in rows}
 
     def _search_candidates(
-        self, tx: Tx, state: str, filters: dict[str, Any], after: str | None, limit: int
+        self,
+        tx: Tx,
+        state: str,
+        filters: dict[str, Any],
+        after: str | None,
+        limit: int,
+        bounds: Sequence[tuple[str, str, Any]] = (),
     ) -> list[Listed]:
         # One EXISTS per filter member, answered by the GIN index (scalar members) for a scalar
         # pattern and checked on the member found by its key for others, for members jsonb can
@@ -971,6 +979,13 @@ class PostgresStore(SqlStore):
                 f"({unindexed}(({indexed}) AND {check})))"
             )
             params.extend([name, raw, raw] if typed else [name, raw])
+        for name, op, operand in bounds:
+            check, value = _bound_check(op, operand)
+            clauses.append(
+                "AND EXISTS (SELECT 1 FROM members m WHERE m.doc_id = d.doc_id AND m.name = ? "
+                f"AND (m.scalar IS NULL OR {check}))"
+            )
+            params.extend([name, value])
         return self._scan(tx, state, after, limit, " ".join(clauses), params, via)
 
     def _checked_in_sql(self, filters: dict[str, Any]) -> bool:
@@ -1472,6 +1487,25 @@ def _rows_of(cur: psycopg.Cursor[Any]) -> list[tuple[Any, ...]]:
 def _pg(sql: str) -> str:
     """Our ``?`` placeholders in psycopg's spelling (our SQL holds no literal ``?``)."""
     return sql.replace("?", "%s")
+
+
+def _bound_check(op: str, operand: Any) -> tuple[str, str]:
+    """SQL holding for a ``scalar`` member that may be on ``operand``'s side (``listing.Bound``),
+    and its parameter; a member without ``scalar`` (an object, an array, a string jsonb cannot
+    hold) passes, to be checked by the caller. Numbers compare as ``numeric``, exactly, with a
+    float operand moved one double outward: a stored float's text is within half a step of the
+    double the caller compares. Strings compare by code point (``COLLATE "C"``: UTF-8 bytes)."""
+    side = ">=" if op in ("$gt", "$gte") else "<="
+    j = "stateflow_jsonb(m.scalar)"
+    if isinstance(operand, str):
+        return f"jsonb_typeof({j}) = 'string' AND ({j} #>> '{{}}') COLLATE \"C\" {side} ?::text", operand
+    if type(operand) is float:
+        operand = math.nextafter(operand, -math.inf if side == ">=" else math.inf)
+    value = str(Decimal(operand))
+    return (
+        f"CASE WHEN jsonb_typeof({j}) = 'number' THEN ({j})::numeric {side} ?::numeric ELSE false END",
+        value,
+    )
 
 
 def _jsonb_safe(raw: str) -> bool:

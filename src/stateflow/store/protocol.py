@@ -195,7 +195,13 @@ class Store(Protocol):
     def counts(self, state: str) -> StateCounts: ...
 
     def search(
-        self, state: str, filters: dict[str, Any], *, after: str | None = None, limit: int = 200
+        self,
+        state: str,
+        filters: dict[str, Any],
+        *,
+        after: str | None = None,
+        limit: int = 200,
+        bounds: Sequence[tuple[str, str, Any]] = (),
     ) -> list[Listed]: ...
 
     # ---------------------------------------------------------------- retention and ledger

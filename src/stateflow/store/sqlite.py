@@ -1166,7 +1166,13 @@ class SqliteStore(SqlStore):
         return snapshot
 
     def _search_candidates(
-        self, tx: Tx, state: str, filters: dict[str, Any], after: str | None, limit: int
+        self,
+        tx: Tx,
+        state: str,
+        filters: dict[str, Any],
+        after: str | None,
+        limit: int,
+        bounds: Sequence[tuple[str, str, Any]] = (),
     ) -> list[Listed]:
         # Scalar filter members (containment of a scalar is JSON equality) are checked in SQL,
         # one EXISTS on the member's primary key per document: no row leaves SQLite to be
@@ -1182,6 +1188,18 @@ class SqliteStore(SqlStore):
                 f"AND {check[0]})"
             )
             params.extend([name, *check[1]])
+        # a bound keeps the members SQL reads a number or a string of (SQLITE_VALUE) on its
+        # side, compared as SQLite orders them (numbers before text; text bytewise, which is
+        # code point order), and every member it reads no value of; never strict: a number
+        # SQLite reads rounded (from 2**63 up) may equal the operand rounded
+        value = SQLITE_VALUE.format(m="m.")
+        for name, op, operand in bounds:
+            side = ">=" if op in ("$gt", "$gte") else "<="
+            clauses.append(
+                "AND EXISTS (SELECT 1 FROM members m WHERE m.doc_id = d.doc_id AND m.name = ? "
+                f"AND ({value} IS NULL OR {value} {side} ?))"
+            )
+            params.extend([name, _bound_operand(operand)])
         return self._scan(tx, state, after, limit, " ".join(clauses), params, via)
 
     def _checked_in_sql(self, filters: dict[str, Any]) -> bool:
@@ -1408,6 +1426,14 @@ def _bound(pattern: Any) -> Any:
     if type(pattern) in (int, float) and pattern >= _ROUNDED_FROM:
         return float(pattern)
     return pattern
+
+
+def _bound_operand(operand: Any) -> Any:
+    """A bound's operand as SQLite can bind it: an integer past 64 bits as the nearest double
+    (rounding keeps order, and the comparison is not strict)."""
+    if type(operand) is int and not -(2**63) <= operand < 2**63:
+        return float(operand)
+    return operand
 
 
 def _decided_in_sql(pattern: Any) -> bool:
