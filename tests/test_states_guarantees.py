@@ -487,6 +487,15 @@ def test_search_operators_sort_and_include_data(service: StatesService, http: Te
     assert r.status_code == 422 and "$foo" in r.json()["error"]
     r = http.post("/api/states/tickets/records/search", json={"filters": {"n": 1}, "order": "x"})
     assert r.status_code == 400 and "unknown keys ['order']" in r.json()["error"]
+    # every match's sort key is made of all the keys: a sort has at most 16 (one of 100,000
+    # kept the server busy for hours)
+    by_n = [{"path": ["n"], "order": "desc"}]
+    assert _keys(s("tickets", {"status": "open"}, sort=by_n * 16, limit=2)) == ["d", "b"]
+    r = http.post("/api/states/tickets/records/search", json={"filters": {"n": 1}, "sort": by_n * 100_000})
+    assert r.status_code == 422 and r.json() == {
+        "error": "a sort has at most 16 keys, got 100000",
+        "code": "invalid-input",
+    }
 
 
 def test_search_checked_in_python_finds_every_match_page_after_page(service: StatesService) -> None:

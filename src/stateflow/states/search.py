@@ -23,6 +23,9 @@ from stateflow.errors import InvalidInput
 
 OPERATORS: Final = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$exists")
 SORT_MAX: Final = 10_000
+SORT_KEYS_MAX: Final = 16
+"""The most keys a sort may have: every match's key is made of all of them (up to
+:data:`SORT_MAX` matches), so a sort of 100,000 keys kept a server busy for hours."""
 _ABSENT: Final = object()
 
 Path = tuple[str, ...]
@@ -187,6 +190,8 @@ def parse_sort(sort: Any) -> list[tuple[Path, bool]]:
     items = [sort] if isinstance(sort, dict) else sort
     if not isinstance(items, list) or not items:
         raise InvalidInput('sort is {"path": [...], "order": "asc"|"desc"} or a non-empty list of them')
+    if len(items) > SORT_KEYS_MAX:
+        raise InvalidInput(f"a sort has at most {SORT_KEYS_MAX} keys, got {len(items)}")
     out = []
     for item in items:
         if not isinstance(item, dict) or set(item) - {"path", "order"} or "path" not in item:
