@@ -364,11 +364,16 @@ def test_patch_projection_below_a_value_replaced_by_a_scalar_or_a_shorter_array(
         assert patch(f"{root}[0].lazy.list[0]") == {"patch": "x"}
         assert patch(f"{root}[0].lazy.list[5]") == {"patch": {}}
     assert patch("cwd[0].strategy.db.engine") == {"patch": {}}  # cwd did not change
+    # an object in place of the array: its elements were deleted with it
+    m.patch_state({"session": {"lazy": {"list": {"x": 1}}}})
+    for root in ("session", "effective"):
+        assert patch(f"{root}[0].lazy.list[0]") == {"patch": None}
+        assert patch(f"{root}[0].lazy.list[1]") == {"patch": {}}
     # the whole view's patch walks to the same answers
-    assert m.read_state({"path": "session[0]", "projection": "patch"}) == {
+    assert m.read_state({"path": "session[1]", "projection": "patch"}) == {
         "patch": {"strategy": {"db": "sqlite"}}
     }
-    assert transitions(store) == 2
+    assert transitions(store) == 3
 
 
 def test_a_mention_ending_a_sentence_or_a_clause_is_a_reference(store) -> None:  # type: ignore[no-untyped-def]

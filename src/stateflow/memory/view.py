@@ -1510,6 +1510,8 @@ def _walk_patch(
                     and ascii_digits(k[1:-1])
                     and sel.start <= int(k[1:-1]) < sel.end
                 }
+            if isinstance(sel, Index) and not (node and all(_index_key(k) for k in node)):
+                return None if existed_before() else {}  # an object replaced the array (no "[N]" edits)
             return {}
         if type(node) is list:
             try:
