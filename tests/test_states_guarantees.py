@@ -447,6 +447,11 @@ def test_search_operators_sort_and_include_data(service: StatesService, http: Te
     assert _keys(s("tickets", {"status": "open", "n": {"$gte": 3, "$lt": 7}})) == ["b", "c"]
     assert _keys(s("tickets", {"owner": {"$in": ["ana", "cy"]}})) == ["a", "c", "e"]
     assert _keys(s("tickets", {"owner": {"$exists": False}})) == ["d", "z"]
+    # an $in of more values than are searched one by one is looked up by each record's value,
+    # as JSON equality has it: 7.0 is 7, true is not 1, "5" is not 5
+    many = [True, "5", 7.0, [1], {"n": 1}, *(f"v{i}" for i in range(100_000))]
+    assert _keys(s("tickets", {"n": {"$in": many}})) == ["d"]
+    assert _keys(s("tickets", {"status": "open", "owner": {"$in": [*many, "bo"]}})) == ["b"]
     assert _keys(s("tickets", {"owner": {"$ne": "ana"}, "status": {"$eq": "open"}})) == ["b", "d", "e"]
     assert _keys(s("tickets", {"n": {"$lte": 1}})) == ["a"]
     page = s("tickets", {"status": "open"}, sort=[{"path": ["n"], "order": "desc"}], limit=2)

@@ -78,8 +78,17 @@ def _operators(expr: dict[str, Any], path: Path) -> list[Predicate]:
             raise InvalidInput(f"$exists at {where!r} takes true or false")
         if op in ("$gt", "$gte", "$lt", "$lte") and not _orderable(operand):
             raise InvalidInput(f"{op} at {where!r} takes a number or a string")
-        out.append((path, op, operand))
+        out.append((path, op, _InValues(operand) if op == "$in" else operand))
     return out
+
+
+class _InValues(list):  # type: ignore[type-arg]
+    """An ``$in``'s values, with their equality keys: a record's value is looked up among them
+    at once. Compared one by one, an ``$in`` of 100,000 values took 20 s over 300 records."""
+
+    def __init__(self, values: list[Any]) -> None:
+        super().__init__(values)
+        self.keys = frozenset(equality_key(v) for v in values)
 
 
 IN_UNION_MAX: Final = 32
@@ -162,7 +171,7 @@ def matches(doc: JSON, predicates: list[Predicate]) -> bool:
         elif op == "$eq":
             ok = json_equal(value, operand)
         elif op == "$in":
-            ok = any(json_equal(value, o) for o in operand)
+            ok = equality_key(value) in operand.keys
         else:
             ok = _compare(value, op, operand)
         if not ok:
