@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from stateflow.states.builtin import RECORD_RULES
 from stateflow.states.models import StateSubject
-from stateflow.store.base import SqlStore
 from stateflow.store.check import CheckReport, register
+from stateflow.store.protocol import Store
 
 PAGE = 500
 
 
-def _records(store: SqlStore, report: CheckReport) -> None:
+def _records(store: Store, report: CheckReport) -> None:
     """Every current record of a state with a record rule (``RECORD_RULES``) keeps it: one an
     earlier version let through the operator's door before the rule existed — a ``null`` or a
     key of index form in memory, an item the LangGraph store cannot read back — is named with
