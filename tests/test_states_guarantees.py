@@ -59,8 +59,10 @@ def http(service: StatesService) -> Iterator[TestClient]:
         yield client
 
 
-def sf(*args: str, store: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["stateflow", "--store", store, *args], capture_output=True, text=True, timeout=60)
+def sf(*args: str, store: str | None) -> subprocess.CompletedProcess[str]:
+    """The CLI on ``store``, or (None) on the server the arguments' ``--url`` names."""
+    target = [] if store is None else ["--store", store]
+    return subprocess.run(["stateflow", *target, *args], capture_output=True, text=True, timeout=60)
 
 
 # ---------------------------------------------------------------------- compare-and-set
@@ -681,9 +683,7 @@ def test_the_http_client_and_the_cli_over_a_real_server(server: str, backend: st
     assert client.replace("tickets", gone, {}, expect_revision=0)["revision"] == 3  # type: ignore[index]
     remote = ["states", "--url", server, "--token", ADMIN]
     who = ["--target-name", "alice", "--key", "t1"]
-    done = sf(
-        *remote, "merge", "tickets", *who, "--data", '{"n": 9}', "--expect-revision", "1", store=backend
-    )
+    done = sf(*remote, "merge", "tickets", *who, "--data", '{"n": 9}', "--expect-revision", "1", store=None)
     assert done.returncode == 1 and done.stderr.startswith("error[revision-mismatch]: ")
     done = sf(
         *remote,
@@ -696,13 +696,14 @@ def test_the_http_client_and_the_cli_over_a_real_server(server: str, backend: st
         "3",
         "--consumer",
         "cli",
-        store=backend,
+        store=None,
     )
     assert done.returncode == 0, done.stderr
-    assert json.loads(sf(*remote, "read", "tickets", *who, "--revision", "2", store=backend).stdout)[
-        "data"
-    ] == {"status": "a", "n": 2}
-    assert json.loads(sf(*remote, "diff", "tickets", *who, "--from", "3", store=backend).stdout)["patch"] == {
+    assert json.loads(sf(*remote, "read", "tickets", *who, "--revision", "2", store=None).stdout)["data"] == {
+        "status": "a",
+        "n": 2,
+    }
+    assert json.loads(sf(*remote, "diff", "tickets", *who, "--from", "3", store=None).stdout)["patch"] == {
         "n": 9
     }
 
