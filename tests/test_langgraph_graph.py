@@ -64,7 +64,20 @@ def test_memory_across_threads_and_resume_after_reopen(backend: str) -> None:
         assert graph.get_state(two).next == ("remember",)
         assert graph.invoke(Command(resume="plays chess"), two)["notes"] == ["ada: likes tea, plays chess"]
         graph.invoke({"notes": []}, other)
-        assert graph.invoke(Command(resume="sails"), other)["notes"] == ["bob: sails"]  # not ada's
+        run = uuid.uuid4()
+        resumed: RunnableConfig = {**other, "run_id": run}
+        assert graph.invoke(Command(resume="sails"), resumed)["notes"] == ["bob: sails"]  # not ada's
+        # an item a node stores names the invocation's run, as the checkpoints it wrote do
+        sails = {
+            "target_kind": "agent",
+            "target_name": "langgraph",
+            "kind": "item",
+            "key": "memories/bob/sails",
+        }
+        assert states.writes("langgraph_store", sails)["items"][0]["origin"]["run_id"] == str(run)
+        newest = states.subjects("langgraph_checkpoints", kind="checkpoint")["subjects"]
+        chat3 = next(s["subject"] for s in newest if s["subject"]["key"].startswith("chat-3/"))
+        assert states.writes("langgraph_checkpoints", chat3)["items"][0]["origin"]["run_id"] == str(run)
         assert graph.get_state(one).values == {"notes": ["ada: likes tea"]}
         history = list(graph.get_state_history(two))
         assert len(history) >= 3 and history[0].values == {"notes": ["ada: likes tea, plays chess"]}

@@ -318,9 +318,13 @@ class StateflowStore(OwnsStore, BaseStore):
         if not config:  # not called from inside a graph
             return self._outside
         metadata = config.get("metadata") or {}
-        thread_id = (config.get("configurable") or {}).get("thread_id")
+        configurable = config.get("configurable") or {}
+        thread_id = configurable.get("thread_id")
         node = metadata.get("langgraph_node")
         run_id = config.get("run_id") or metadata.get("run_id")
+        if not run_id:  # a node's config has none: LangGraph's runtime carries the invocation's
+            info = getattr(configurable.get("__pregel_runtime"), "execution_info", None)
+            run_id = getattr(info, "run_id", None)
         return _graph_origin(
             str(run_id) if run_id else None,
             None if thread_id is None else str(thread_id),
