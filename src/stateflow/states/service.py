@@ -1144,17 +1144,15 @@ class StatesService:
                     expect_revision=expect_revision,
                 )  # raises the mismatch
             return ApplyResult(False, None, None, [], revision=current["revision"] if current else 0)
-        written = self._write(
+        return self.apply_change(
             name,
             subject,
             ops_transform(parsed),
-            origin_of(origin),
-            context,
-            "apply",
             op_id=op_id,
+            origin=origin,
+            context=context,
             expect_revision=expect_revision,
         )
-        return _applied(written)
 
     def apply_change(
         self,
@@ -1168,7 +1166,8 @@ class StatesService:
         expect_revision: Expect = None,
     ) -> ApplyResult:
         """:meth:`apply` of a change computed inside the write, from the record as the write's
-        transaction finds it (a template update program's: ``TemplateJq.transform``)."""
+        transaction finds it (a template update program's: ``TemplateJq.transform``); :meth:`apply`
+        writes through it."""
         if op_id is not None and (why := op_id_problem(op_id)):
             raise InvalidInput(why)
         written = self._write(
