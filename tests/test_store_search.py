@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from stateflow.doc.canonical import json_contains
 from stateflow.errors import InvalidInput
@@ -118,3 +120,40 @@ def test_a_search_with_a_thousand_filter_members_checks_each_of_them(store: SqlS
     assert [item.key.subject for item in store.search("wide", filters)] == ["all"]
     assert {item.key.subject for item in store.search("wide", {f"m{i}": i for i in range(998)})} == set(docs)
     assert [item.key.subject for item in store.search("wide", filters | {"m5": -5})] == []
+
+
+def _pairwise(value: Any, pattern: Any) -> bool:
+    """Containment as its definition reads (every pair compared): the reference for long arrays."""
+    if type(pattern) is list:
+        return type(value) is list and all(any(_pairwise(x, p) for x in value) for p in pattern)
+    if type(pattern) is dict:
+        return type(value) is dict and all(k in value and _pairwise(value[k], v) for k, v in pattern.items())
+    return type(value) not in (dict, list) and json_contains(value, pattern)
+
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-3, 3)
+    | st.sampled_from([1.0, -0.0, 0.5, 2.0**62])
+    | st.text("ab", max_size=2),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text("ab", max_size=1), inner, max_size=3),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(json_values, min_size=20, max_size=40), st.lists(json_values, min_size=14, max_size=30))
+def test_long_arrays_are_contained_as_pair_by_pair(value: list[Any], pattern: list[Any]) -> None:
+    # above PAIRWISE_MAX pairs, scalars are looked up by their equality keys and each distinct
+    # pattern element is tried once: the answer is the pairwise one (1 is 1.0, true is not 1)
+    assert json_contains(value, pattern) == _pairwise(value, pattern)
+    assert json_contains(value, [*value[:5], *value[:5]] * 10) is True
+    assert json_contains({"tags": value}, {"tags": pattern}) == _pairwise(value, pattern)
+
+
+def test_a_pattern_repeating_one_element_is_tried_once() -> None:
+    value = [*range(500), {"a": [1, 2]}]
+    assert json_contains(value, [499] * 100_000 + [{"a": [2]}] * 100_000)
+    assert not json_contains(value, [499] * 100_000 + [{"a": [3]}])
+    assert not json_contains(value, [True] * 1_000)

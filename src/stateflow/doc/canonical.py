@@ -373,6 +373,8 @@ def json_contains(value: JSON, pattern: JSON) -> bool:
     if tp is list:
         if type(value) is not list:
             return False
+        if len(pattern) * len(value) > PAIRWISE_MAX:
+            return _array_contains(value, pattern)
         for p in pattern:
             for x in value:
                 if json_contains(x, p):
@@ -383,3 +385,36 @@ def json_contains(value: JSON, pattern: JSON) -> bool:
     if type(value) in (dict, list):
         return False
     return json_equal(value, pattern)
+
+
+PAIRWISE_MAX = 256
+"""Above this many (pattern element, array element) pairs, :func:`json_contains` of arrays looks
+scalars up by their equality keys instead of comparing every pair (a pattern repeating one
+element a million times cost a million comparisons per array element)."""
+
+
+def _array_contains(value: list[JSON], pattern: list[JSON]) -> bool:
+    """Every element of ``pattern`` contained in some element of ``value`` (see
+    :func:`json_contains`), with each distinct pattern element tried once: a scalar by one set
+    lookup among the array's scalars, an object or array against the array's elements of its
+    kind only (a scalar is contained in nothing else, and nothing else in it)."""
+    scalars: set[Hashable] | None = None
+    seen: set[Hashable] = set()
+    for p in pattern:
+        key = equality_key(p)
+        if key in seen:
+            continue
+        seen.add(key)
+        kind = type(p)
+        if kind is dict or kind is list:
+            for x in value:
+                if type(x) is kind and json_contains(x, p):
+                    break
+            else:
+                return False
+        else:
+            if scalars is None:
+                scalars = {equality_key(x) for x in value if type(x) is not dict and type(x) is not list}
+            if key not in scalars:
+                return False
+    return True
