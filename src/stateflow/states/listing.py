@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from stateflow.doc.canonical import ascii_digits
 from stateflow.errors import InvalidInput
 from stateflow.states.models import StateSubject
-from stateflow.states.pipeline import ALIASES, resolve
+from stateflow.states.pipeline import ALIASES, folded_into, resolve
 from stateflow.states.results import (
     SearchPage,
     Stats,
@@ -133,7 +133,7 @@ class Listing:
         subject = subject_of(subject)
         aliases = self.svc.store.get(DocKey(ALIASES, name)).body or {}
         canonical = resolve(aliases, subject).encode()
-        folded = sorted(a for a, e in aliases.items() if e.get("canonical") == canonical)
+        folded = folded_into(aliases, canonical)
         keys = [DocKey(name, s) for s in (canonical, *folded)]
         n = page_limit(limit)
         before = None

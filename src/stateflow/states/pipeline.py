@@ -126,6 +126,11 @@ def resolve(aliases: Mapping[str, Any], subject: StateSubject) -> StateSubject:
     return StateSubject.decode(entry["canonical"]) if entry else subject
 
 
+def folded_into(aliases: Mapping[str, Any], canonical: str) -> list[str]:
+    """The subjects (encoded) folded into the one encoded as ``canonical``, in encoded order."""
+    return sorted(a for a, e in aliases.items() if e.get("canonical") == canonical)
+
+
 def expected_revision(current: Document) -> int:
     """The revision a compare-and-set names ``current`` by (``expect_revision``, ``If-Match``,
     the ``ETag`` of a read): its revision while it exists, 0 while it is absent — never written

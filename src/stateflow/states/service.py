@@ -832,9 +832,8 @@ class StatesService:
             return None
         folded: list[SubjectRef] = []
         if aliases:
-            target = canonical.encode()
             found = sorted(
-                (StateSubject.decode(a) for a, e in aliases.items() if e.get("canonical") == target),
+                map(StateSubject.decode, pipeline.folded_into(aliases, canonical.encode())),
                 key=lambda x: (x.kind, x.key),
             )
             folded = [_plain(f) for f in found]
