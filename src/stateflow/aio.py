@@ -283,6 +283,7 @@ async def open_store_async(
     auto_migrate: bool | None = None,
     wait_seconds: float | None = None,
     connect_timeout: float | None = None,
+    statement_timeout: float | None = None,
 ) -> Store:
     """:func:`stateflow.store.open_store`, with PostgreSQL on the async pool."""
     url = resolve_store_url(location)
@@ -296,6 +297,7 @@ async def open_store_async(
             auto_migrate=bool(auto_migrate),
             timeout=wait_seconds,
             connect_timeout=connect_timeout,
+            statement_timeout=statement_timeout,
             read_only=read_only,
         )
     return await asyncio.to_thread(
@@ -304,6 +306,7 @@ async def open_store_async(
         auto_migrate=auto_migrate,
         wait_seconds=wait_seconds,
         connect_timeout=connect_timeout,
+        statement_timeout=statement_timeout,
     )
 
 

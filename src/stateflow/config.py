@@ -38,6 +38,9 @@ class StoreSettings:
     """PostgreSQL: how long a call waits for a connection during an outage"""
     connect_timeout_seconds: float = 5.0
     """PostgreSQL: how long one connection attempt may take (unless the URL sets it)"""
+    statement_timeout_seconds: float | None = None
+    """PostgreSQL: the server cancels a statement running longer (``store-timeout``); 0: never;
+    None: the URL's ``statement_timeout`` option, else 60 s"""
 
 
 @dataclass(frozen=True)
@@ -203,6 +206,11 @@ class Config:
             (self.jq.queue is None or self.jq.queue >= 0, "jq.queue", "must be 0 or more"),
             (self.store.wait_seconds > 0, "store.wait_seconds", "must be positive"),
             (self.store.connect_timeout_seconds > 0, "store.connect_timeout_seconds", "must be positive"),
+            (
+                self.store.statement_timeout_seconds is None or self.store.statement_timeout_seconds >= 0,
+                "store.statement_timeout_seconds",
+                "must be 0 (no limit) or positive",
+            ),
         ]
         for ok, key, rule in checks:
             if not ok:

@@ -126,6 +126,14 @@ class WriteAborted(StoreBusy):
     deadlock detected, serialization failure); nothing was written, the call may be retried."""
 
 
+class StoreTimeout(StoreUnavailable):
+    """(PostgreSQL) A statement ran past the store's statement timeout and the server cancelled
+    it; its transaction was rolled back, so nothing of it was written. A call that needs longer
+    (a migration runs unbounded) is given a larger ``statement_timeout_seconds``."""
+
+    code = "store-timeout"
+
+
 class WriteOutcomeUnknown(StoreUnavailable):
     """The write was handed to another writer (SQLite: an earlier turn took a memory patch into
     its group commit) that still held the write lock when this call's wait ran out: it may yet

@@ -61,7 +61,7 @@ class Context:
 
     def _open(self, *, create: bool, auto_migrate: bool | None = None) -> Store:
         # every command opens its store here, so each waits as configured ([store] wait_seconds,
-        # connect_timeout_seconds; their environment variables and flags)
+        # connect_timeout_seconds, statement_timeout_seconds; their environment variables and flags)
         settings = self.settings()[0].store
         return open_store(
             self.store_location,
@@ -69,6 +69,7 @@ class Context:
             auto_migrate=auto_migrate,
             wait_seconds=settings.wait_seconds,
             connect_timeout=settings.connect_timeout_seconds,
+            statement_timeout=settings.statement_timeout_seconds,
         )
 
     def store(self) -> Store:

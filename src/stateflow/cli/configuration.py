@@ -26,6 +26,7 @@ ENVIRONMENT: dict[str, tuple[str, str]] = {
     "STATEFLOW_STORE": ("store", "url"),
     "STATEFLOW_STORE_WAIT_SECONDS": ("store", "wait_seconds"),
     "STATEFLOW_STORE_CONNECT_TIMEOUT_SECONDS": ("store", "connect_timeout_seconds"),
+    "STATEFLOW_STORE_STATEMENT_TIMEOUT_SECONDS": ("store", "statement_timeout_seconds"),
     "STATEFLOW_TOKENS": ("server", "tokens"),
     "STATEFLOW_TOKEN_FILE": ("server", "token_file"),
     "STATEFLOW_WORKERS": ("server", "workers"),

@@ -212,6 +212,7 @@ def _worker(sock: socket.socket, config: Config, store_location: str | None, tok
         store_location,
         wait_seconds=config.store.wait_seconds,
         connect_timeout=config.store.connect_timeout_seconds,
+        statement_timeout=config.store.statement_timeout_seconds,
     )
     service = service_for(store, config)
     try:

@@ -100,6 +100,7 @@ def open_store(
     create: bool = True,
     wait_seconds: float | None = None,
     connect_timeout: float | None = None,
+    statement_timeout: float | None = None,
 ) -> SqlStore:
     """Open the store at ``store`` (path or URL; see the module docs). ``create=False`` (what
     commands that only read pass) refuses a missing SQLite file instead of creating it, and
@@ -107,7 +108,8 @@ def open_store(
     only when opened to write).
     ``wait_seconds`` bounds a call's wait for the store: on PostgreSQL for a connection during an
     outage (default 10 s), on SQLite a writer's wait for its turn at the write lock (default
-    30 s). PostgreSQL: ``connect_timeout`` bounds one connection attempt (default 5 s)."""
+    30 s). PostgreSQL: ``connect_timeout`` bounds one connection attempt (default 5 s),
+    ``statement_timeout`` one statement (default 60 s, 0: none; ``store-timeout``)."""
     url = resolve_store_url(store)
     if url.startswith(("postgresql://", "postgres://")):
         with needs_extra("postgres", "a PostgreSQL store"):
@@ -119,6 +121,7 @@ def open_store(
             auto_migrate=bool(auto_migrate),
             timeout=wait_seconds,
             connect_timeout=connect_timeout,
+            statement_timeout=statement_timeout,
             read_only=read_only,
         )
     from stateflow.store.sqlite import DEFAULT_BUSY_TIMEOUT_MS, SqliteStore

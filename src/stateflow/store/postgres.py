@@ -37,6 +37,7 @@ from stateflow.errors import (
     StoreError,
     StoreNotMigrated,
     StoreReadOnly,
+    StoreTimeout,
     StoreUnavailable,
     UnsupportedStore,
     WriteAborted,
@@ -208,6 +209,7 @@ class PostgresStore(SqlStore):
         max_size: int = 10,
         timeout: float | None = None,
         connect_timeout: float | None = None,
+        statement_timeout: float | None = None,
         auto_migrate: bool = False,
         read_only: bool = False,
         max_group: int = DEFAULT_MAX_GROUP,
@@ -216,6 +218,9 @@ class PostgresStore(SqlStore):
         with ``store-unavailable`` (default 10 s);
         ``connect_timeout``: how long one connection attempt may take (default the URL's
         ``connect_timeout``, else 5 s);
+        ``statement_timeout``: the server cancels a statement that runs longer (``store-timeout``,
+        its transaction rolled back; default the URL's ``statement_timeout`` option, else 60 s;
+        0 turns it off) — a query whose caller went away ends by then instead of running on;
         ``max_group``: at most this many ready commits of this process's threads share one
         transaction (group commit; 1 turns it off);
         ``read_only``: every session starts with ``default_transaction_read_only`` on, so the
@@ -240,8 +245,13 @@ class PostgresStore(SqlStore):
             raise UnsupportedStore(f"{self.url} is not a valid PostgreSQL URL: {_one_line(exc)}") from None
         if connect_timeout is not None or "connect_timeout" not in given:
             kwargs["connect_timeout"] = max(1, round(connect_timeout or DEFAULT_CONNECT_TIMEOUT))
+        options = str(given.get("options") or "")
+        if statement_timeout is not None or "statement_timeout" not in options:
+            limit = DEFAULT_STATEMENT_TIMEOUT if statement_timeout is None else statement_timeout
+            options += f" -c statement_timeout={max(0, round(limit * 1000))}"
         if read_only:
-            kwargs["options"] = f"{given.get('options', '')} -c default_transaction_read_only=on".strip()
+            options += " -c default_transaction_read_only=on"
+        kwargs["options"] = options.strip()
         # One direct attempt first: when the server cannot be reached, its cause (refused, unknown
         # host, missing database or role) is the answer, within the connect timeout — instead of
         # the pool retrying in the background until its own timeout and saying only that.
@@ -1076,6 +1086,9 @@ class PostgresStore(SqlStore):
         tx.run("LOCK TABLE nodes IN SHARE ROW EXCLUSIVE MODE")
 
     def _lock_migration(self, tx: Tx) -> None:
+        # A migration rebuilds tables the size of the store: not bounded by the statement timeout
+        # meant for calls (the setting ends with the transaction).
+        tx.run("SET LOCAL statement_timeout = 0")
         # Serialize concurrent migrators (several processes starting at once).
         tx.all("SELECT pg_advisory_xact_lock(?)", (_SEQ_LOCK + 1,))
 
@@ -1548,6 +1561,9 @@ def _equal_numbers(pattern: Any) -> list[Any]:
 
 DEFAULT_WAIT: Final = 10.0
 DEFAULT_CONNECT_TIMEOUT: Final = 5.0
+DEFAULT_STATEMENT_TIMEOUT: Final = 60.0
+"""Seconds one statement may run: far above any call's (a read or a commit takes milliseconds;
+a search over a large state, seconds), so only a runaway query or a lock held that long ends."""
 
 
 def _quiet_pool_log() -> None:
@@ -1573,6 +1589,11 @@ def _mapped_errors() -> Iterator[None]:
         raise StoreReadOnly(f"PostgreSQL refused a write in a read-only session: {_one_line(exc)}") from exc
     except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure) as exc:
         raise WriteAborted(f"PostgreSQL ended the write: {_one_line(exc)}") from exc
+    except pg_errors.QueryCanceled as exc:  # (an OperationalError: before that clause)
+        raise StoreTimeout(
+            f"PostgreSQL cancelled a statement: {_one_line(exc)}; its transaction was rolled back, "
+            "nothing of it was written (the store's statement_timeout_seconds bounds one statement)"
+        ) from exc
     except psycopg.OperationalError as exc:
         raise StoreUnavailable(f"PostgreSQL error: {exc}") from exc
     except psycopg.DatabaseError as exc:
