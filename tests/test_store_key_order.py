@@ -18,10 +18,13 @@ from typing import Any
 
 import pytest
 
+from stateflow.doc.diff import Edit
+from stateflow.doc.select import MISSING
 from stateflow.states import StatesService
 from stateflow.store import DocKey, Write, open_store
 from stateflow.store.base import SqlStore
 
+from .conftest import StoreFactory
 from .memory_helpers import view
 
 SUBJECT = {"target_kind": "agent", "target_name": "a", "kind": "thread", "key": "k"}
@@ -255,3 +258,55 @@ def test_dump_then_load_keeps_each_documents_key_order_at_every_revision(
         d for d in docs if d.get("kind") == "document" and d["state"] == "notes" and "new" in d["subject"]
     ]
     assert list(line["body"]) == ["zeta", "alpha", "mid"]
+
+
+def test_a_body_set_whole_over_a_document_replays_in_the_order_the_write_left(
+    open_migrated: StoreFactory, backend: str, tmp_path: Path
+) -> None:
+    """A whole-document edit keeps the places of the members the document had (new ones go
+    after, in the body's order), and a member a write deletes and writes again goes to the
+    next place: an as-of read, on this store and after ``stateflow dump`` → ``stateflow load``,
+    gives each revision's keys as the current read gave them (the change used to record the
+    body in its own order, and a replay to put a member written again back in its old place)."""
+    store, reader = open_migrated(), open_migrated()
+    writes: dict[str, list[list[Edit]]] = {
+        "whole": [
+            [Edit((), {"b": 1, "a": 2})],
+            [Edit((), {"z": 1, "b": 2, "a": 3})],
+            [Edit((), {"q": 1, "a": 4, "y": 5})],
+        ],
+        "big": [  # the edits over 512 bytes, kept apart in change_edits
+            [Edit((), {"b": 1, "a": 2})],
+            [Edit((), {"z": "x" * 600, "b": 2, "a": "y" * 600})],
+        ],
+        "again": [
+            [Edit((), {"e": 1, "b": 2})],
+            [Edit(("e",), MISSING), Edit(("f",), 1), Edit(("e",), 3)],
+        ],
+        "whole-then-members": [
+            [Edit((), {"e": 1, "b": 2, "c": 3})],
+            [Edit(("n",), 0), Edit((), {"m": 1, "b": 1}), Edit(("e",), 2), Edit(("n",), 1)],
+        ],
+    }
+    seen: dict[DocKey, list[list[str]]] = {}
+    for name, changes in writes.items():
+        key = DocKey("notes", name)
+        for revision, edits in enumerate(changes):
+            store.commit([Write(key, edits, expect=revision)])
+            seen.setdefault(key, []).append(list(reader.get(key).body or {}))
+        store.commit([Write(key, [Edit(("last",), True)], expect=len(changes))])  # each one history
+    assert seen[DocKey("notes", "whole")] == [["b", "a"], ["b", "a", "z"], ["a", "q", "y"]]
+    assert seen[DocKey("notes", "big")][-1] == ["b", "a", "z"]
+    assert seen[DocKey("notes", "again")][-1] == ["b", "e", "f"]
+    assert seen[DocKey("notes", "whole-then-members")][-1] == ["b", "m", "e", "n"]
+    for key, keys in seen.items():
+        for revision, then in enumerate(keys, 1):
+            assert list(reader.read_at(key, revision=revision).body or {}) == then, (key, revision)
+    dump, copy = tmp_path / "dump.jsonl", str(tmp_path / "copy.db")
+    assert sf(backend, "dump", str(dump)).returncode == 0
+    loaded = sf(copy, "load", str(dump))
+    assert loaded.returncode == 0, loaded.stderr
+    with open_store(copy) as target:
+        for key, keys in seen.items():
+            got = [list(target.read_at(key, revision=r).body or {}) for r in range(1, len(keys) + 1)]
+            assert got == keys, key

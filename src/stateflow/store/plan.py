@@ -81,6 +81,9 @@ class Stage:
     changed: dict[str, list[tuple[tuple[str | int, ...], bool]]] = field(default_factory=dict)
     """(path inside the member, is a delete) of each edit, in order (a member set whole has an
     empty path)."""
+    reborn: set[str] | None = None
+    """Members the document had that the write deletes and then writes again: they go last,
+    as a replay of the change's edits puts them (None: none)."""
 
     def __init__(self, present: bool) -> None:
         # (by hand, as ``Fresh``: every document written builds one)
@@ -89,6 +92,7 @@ class Stage:
         self.touched = {}
         self.trees = {}
         self.changed = {}
+        self.reborn = None
 
 
 class SeqRef(NamedTuple):

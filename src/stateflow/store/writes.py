@@ -1031,6 +1031,7 @@ class Writes(StoreCore):
             if after_body is not None:
                 made_from, made_to, whole_free = before, after_body, True
         made: set[str] = set()
+        gone: set[str] | None = None  # (see the whole-document edit below)
         # (the stage's fields as locals while the edits run, set back at the end)
         values, touched, changed, present = stage.values, stage.touched, stage.changed, stage.present
         members = entry.members
@@ -1042,17 +1043,27 @@ class Writes(StoreCore):
         for edit in write.edits:
             path, value = edit.path, edit.value
             if not path:
+                # the members written before it are overwritten: the document's own (to delete
+                # or rewrite) and the new body's are what is left, in that order, so that a
+                # member new to the document takes its place from this edit on, as in a replay
+                # of the change (which keeps its edits from the last whole-document edit on)
+                values = {n: MISSING for n in values if n in members}
                 if value is MISSING:
-                    values = dict.fromkeys(values, MISSING)
                     present = False
                 else:
-                    values = {n: MISSING for n in values} | dict(value)
+                    values |= value
                     present = True
-                touched.update(dict.fromkeys(values))
+                touched = dict.fromkeys(values)
                 changed = {n: [((), False)] for n in values}  # set whole
+                # the document's members it deletes: the next edit of one is its first touch
+                # from here on (the replay's order: its edits from this one on)
+                gone = {n for n, v in values.items() if v is MISSING}
                 continue
             name = path[0]
             assert isinstance(name, str)
+            if gone and name in gone:
+                gone.discard(name)
+                del touched[name]
             if name not in values:
                 if row.present and name not in members and not entry.complete:
                     self._load_members(tx, key, entry, [name])
@@ -1060,8 +1071,15 @@ class Writes(StoreCore):
                 values[name] = have[0] if have else MISSING
             if not present:
                 if value is MISSING:
-                    continue  # deleting inside an absent document: nothing to do
+                    touched[name] = None  # nothing to delete, but touched: its place is taken
+                    continue
                 present = True
+            if values[name] is MISSING and value is not MISSING and row.present and name in members:
+                # a member of the document this write deleted, written again: a new row, at
+                # the next place (a replay of the change deletes it and appends it there)
+                if stage.reborn is None:
+                    stage.reborn = set()
+                stage.reborn.add(name)
             if name in made:
                 pass  # the write's own result already holds every edit of this member
             elif (
@@ -1160,11 +1178,19 @@ class Writes(StoreCore):
         roots = dict(had[1]) if had is not None and had[0] == row.revision and row.present else {}
         # (the loop's lookups bound once: it runs for every member written)
         values, trees, old_members = stage.values, stage.trees, entry.members if row.present else {}
+        reborn = stage.reborn
         deletes: list[tuple[int, str]] = []
         update_rows: list[tuple[Any, ...]] = []
         insert_rows: list[tuple[Any, ...]] = []
         nodes: dict[bytes, bytes] = {}
         cache, updates, inserts = fresh.members.append, update_rows.append, insert_rows.append
+        effective = effective_edits(edits)
+        # a body set whole (only ever the first effective edit): its members keep the places
+        # they had and new ones go after, so history must record it in that order — a replay
+        # sets the body as recorded, and must give the keys this write leaves
+        placed: dict[str, int] | None = (
+            {} if effective and not effective[0].path and effective[0].value is not MISSING else None
+        )
         for name in stage.touched:
             value = values[name]
             old = old_members.get(name)
@@ -1194,17 +1220,22 @@ class Writes(StoreCore):
                     fresh.keep_nodes(tree.nodes)
             outline = encode_trusted(outline_of(value)) if type(value) is dict else None
             cache(((doc_id, name), revision, value, encoded))
-            if old is not None:
+            if old is not None and (reborn is None or name not in reborn):
                 updates((body, revision, encoded, outline, root, doc_id, name))
                 size += encoded - old[2]
                 at = old[1]
             else:
+                if old is not None:  # deleted and written again by this write: a new row, last
+                    deletes.append((doc_id, name))
+                    size -= old[2]
                 inserts((doc_id, name, position, revision, encoded, outline, body, root))
                 at = position
                 position += 1
                 size += encoded
             if heads is not None:
                 heads[name] = (doc_id, name, at, revision, encoded, outline)
+            if placed is not None:
+                placed[name] = at
         if deletes:
             plan.deletes = deletes
         if update_rows:
@@ -1238,7 +1269,13 @@ class Writes(StoreCore):
         room = self._change_room(plan)
         groups: dict[str, list[Any]] = {}
         held: dict[str, bytes] = {}
-        for edit in effective_edits(edits):
+        if placed is not None:
+            body = effective[0].value
+            # (a member the write's later edits delete again: its place is moot, put last)
+            ordered = sorted(body, key=lambda n: placed.get(n, position))
+            if ordered != list(body):
+                effective = [Edit((), {n: body[n] for n in ordered}), *effective[1:]]
+        for edit in effective:
             path, value = edit.path, edit.value
             member = str(path[0]) if path else ""
             # (refs: only when a member is held as a tree, which few writes touch)
