@@ -151,6 +151,12 @@ LONG_HOLD_SECONDS: Final = 1.0
 """How long an edge keeps every call off its loop after one held the loop over
 :data:`LONG_SECONDS`: requests that arrive meanwhile are read and answered beside such a call."""
 
+SHORT_BODY_BYTES: Final = 64 * 1024
+"""A write whose request body is larger never runs on the loop's thread (:meth:`EdgeCalls.sized`):
+its cost grows with its members — a 5 MB record of 300,000 members took ~55 s to write — and
+on the loop every other request would wait that long for it. (A lone write's body is a few
+hundred bytes.)"""
+
 SAMPLE_SECONDS: Final = 0.25
 """How often an edge asks how long its loop's thread waited for a CPU."""
 
@@ -194,7 +200,9 @@ class EdgeCalls:
     after it to worker threads for :data:`LONG_HOLD_SECONDS`. Only this object's calls
     are counted: other processes on the same store (and the MCP endpoint's calls) are not seen,
     and a call on the loop may wait there for their commit, as a worker thread would. On an
-    async PostgreSQL store every call runs on the loop already, its round trips awaited."""
+    async PostgreSQL store every call runs on the loop already, its round trips awaited.
+    A write of a large request body (:meth:`sized`) always takes the hop: its time is known to
+    be long before it begins."""
 
     __slots__ = ("_active", "_held_until", "_hops", "_sample", "_shared_until", "_spare", "hop")
 
@@ -253,6 +261,13 @@ class EdgeCalls:
             return result
         finally:
             self._active -= 1
+
+    async def sized(self, size: int, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
+        """:meth:`short` for a call given a ``size``-byte request body: one over
+        :data:`SHORT_BODY_BYTES` always takes the hop (never the loop's thread), as :meth:`run`."""
+        if size > SHORT_BODY_BYTES:
+            return await self.run(self.hop(fn, *args, **kwargs))
+        return await self.short(fn, *args, **kwargs)
 
     def _cpu_to_spare(self, now: float) -> bool:
         """Whether the loop's thread waited for a CPU under :data:`CONTENDED_SHARE` of the time

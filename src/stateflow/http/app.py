@@ -469,10 +469,14 @@ def create_app(
         result = await run(fn, *args, blocking=blocking, **kwargs)
         return _json(200, {"data": result})
 
-    async def call_record(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Response:
+    async def call_record(
+        fn: Callable[..., Any], *args: Any, request_body: bytes = b"", **kwargs: Any
+    ) -> Response:
         """A record answer, with its revision as the ``ETag``: an absent record's is "0", what
-        a create-only write's ``If-Match`` names (the service's ``expected_revision``)."""
-        result = await calls.short(fn, *args, **kwargs)  # (never blocking: not through run)
+        a create-only write's ``If-Match`` names (the service's ``expected_revision``).
+        ``request_body``: a write's, whose size decides whether it may run on the loop."""
+        # (never blocking: not through run)
+        result = await calls.sized(len(request_body), fn, *args, **kwargs)
         if result is None:
             return _Answer(encode_trusted({"data": None}), 200, [_etag(0)])
         return _Answer(encode_trusted({"data": result}), 200, [_etag(result["revision"])])
@@ -678,12 +682,26 @@ def create_app(
             if method == "PUT":
                 body = await _body(request)
                 return await call_record(
-                    service.replace, name, subject, body, origin=origin, context=ctx, expect_revision=expect
+                    service.replace,
+                    name,
+                    subject,
+                    body,
+                    origin=origin,
+                    context=ctx,
+                    expect_revision=expect,
+                    request_body=request._body,
                 )
             if method == "PATCH":
                 body = await _body(request)
                 return await call_record(
-                    service.merge, name, subject, body, origin=origin, context=ctx, expect_revision=expect
+                    service.merge,
+                    name,
+                    subject,
+                    body,
+                    origin=origin,
+                    context=ctx,
+                    expect_revision=expect,
+                    request_body=request._body,
                 )
             if method == "DELETE":
                 erased = await run(
