@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -385,6 +386,30 @@ def test_origin_texts_and_op_ids_are_bounded_at_every_door(
     assert not service.store.applied_op(long, "tickets@agent/alice")
 
 
+def test_an_op_id_holding_nul_is_refused_alike_on_both_backends(
+    http: TestClient, service: StatesService, store: SqlStore
+) -> None:
+    # the ledger keeps op ids as text, which on PostgreSQL cannot hold U+0000: refused before
+    # anything is written at every door and on both backends (it was a 500 with the server's
+    # SQL message on PostgreSQL, and accepted on SQLite)
+    from stateflow.memory import Identity, MemoryView
+
+    nul = "a\x00b"
+    ops = [{"op": "set", "path": ["n"], "value": 1}]
+    why = "op_id must not contain U+0000 (NUL)"
+    before = len(store.transitions(limit=10_000))
+    with pytest.raises(InvalidInput, match=rf"^{re.escape(why)}$"):
+        service.apply("tickets", T1, ops, op_id=nul)
+    with pytest.raises(InvalidInput, match=rf"^items\[0\]: {re.escape(why)}$"):
+        service.apply_batch([{"state": "tickets", "subject": T1, "ops": ops, "op_id": nul}])
+    r = http.post(REC + "/deltas", json={"ops": ops, "op_id": nul})
+    assert r.status_code == 422 and r.json() == {"error": why, "code": "invalid-input"}, r.text
+    host = ToolHost(MemoryView(service.store, Identity.of("alice", "/tmp", "s1")), service)
+    result = host.call("state_apply", {"state": "tickets", "subject": "t1", "ops": ops, "op_id": nul})
+    assert result.is_error and result.code == "invalid-input" and result.text == why, result.text
+    assert len(store.transitions(limit=10_000)) == before  # nothing was written
+
+
 def test_an_origin_is_stored_without_its_unset_fields_and_the_trail_still_shows_them(
     http: TestClient, service: StatesService, store: SqlStore
 ) -> None:
@@ -615,6 +640,11 @@ def test_range_filters_narrowed_in_sql_match_as_checked(service: StatesService) 
         "z",
         "\U0001f600",
         "",
+        # a PostgreSQL text cannot hold NUL: these were a store-error there
+        "a\u0000",
+        "a\u0000b",
+        "a\u0000c",
+        "\u0000",
     ]
     for operand in operands:
         for op in ("$gt", "$gte", "$lt", "$lte"):

@@ -63,6 +63,8 @@ def op_id_problem(op_id: object) -> str | None:
     """Why ``op_id`` cannot name a write (the ledger's key of a retry), or None."""
     if not isinstance(op_id, str) or not op_id:
         return "op_id must be a non-empty string"
+    if "\x00" in op_id:  # the ledger keeps it as text, and a PostgreSQL text cannot hold NUL
+        return "op_id must not contain U+0000 (NUL)"
     return origin_text_problem("op_id", op_id)
 
 

@@ -1507,11 +1507,15 @@ def _bound_check(op: str, operand: Any) -> tuple[str, str]:
     and its parameter; a member without ``scalar`` (an object, an array, a string jsonb cannot
     hold) passes, to be checked by the caller. Numbers compare as ``numeric``, exactly, with a
     float operand moved one double outward: a stored float's text is within half a step of the
-    double the caller compares. Strings compare by code point (``COLLATE "C"``: UTF-8 bytes)."""
+    double the caller compares. Strings compare by code point (``COLLATE "C"``: UTF-8 bytes).
+    A text cannot hold NUL, so a string operand is cut before its first one: a ``scalar`` string
+    holds none, so it is above the operand exactly when above that prefix, and below or equal
+    to it exactly when below or equal to the prefix (the superset the caller rechecks)."""
     side = ">=" if op in ("$gt", "$gte") else "<="
     j = "stateflow_jsonb(m.scalar)"
     if isinstance(operand, str):
-        return f"jsonb_typeof({j}) = 'string' AND ({j} #>> '{{}}') COLLATE \"C\" {side} ?::text", operand
+        prefix = operand.partition("\x00")[0]
+        return f"jsonb_typeof({j}) = 'string' AND ({j} #>> '{{}}') COLLATE \"C\" {side} ?::text", prefix
     if type(operand) is float:
         operand = math.nextafter(operand, -math.inf if side == ">=" else math.inf)
     value = str(Decimal(operand))
