@@ -4,12 +4,16 @@ backends."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import socket
 import subprocess
+import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from fastapi.testclient import TestClient
@@ -736,6 +740,80 @@ def test_the_http_client_and_the_cli_over_a_real_server(server: str, backend: st
     assert json.loads(sf(*remote, "diff", "tickets", *who, "--from", "3", store=None).stdout)["patch"] == {
         "n": 9
     }
+
+
+class _HeldBody:
+    """A loopback proxy in front of a server that passes the first connection's answer head
+    (status line and headers) at once and holds its body until :attr:`release` is set; every
+    other connection passes through."""
+
+    def __init__(self, target: str) -> None:
+        self.target = urlsplit(target)
+        self.head_sent = threading.Event()
+        self.release = threading.Event()
+        self._first = True
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def close(self) -> None:
+        self.release.set()
+        self._listener.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection((self.target.hostname, self.target.port))
+            hold, self._first = self._first, False
+            threading.Thread(target=self._pipe, args=(client, upstream, False), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(upstream, client, hold), daemon=True).start()
+
+    def _pipe(self, source: socket.socket, sink: socket.socket, hold: bool) -> None:
+        pending = b""
+        with contextlib.suppress(OSError):
+            while chunk := source.recv(65536):
+                if not hold:
+                    sink.sendall(chunk)
+                    continue
+                pending += chunk
+                head, blank, body = pending.partition(b"\r\n\r\n")
+                if blank:
+                    sink.sendall(head + blank)
+                    self.head_sent.set()
+                    self.release.wait(timeout=60)
+                    sink.sendall(body)
+                    hold = False
+            if pending and hold:
+                sink.sendall(pending)
+        with contextlib.suppress(OSError):
+            sink.shutdown(socket.SHUT_WR)
+
+
+def test_the_http_client_gives_each_thread_its_own_answers_revision(server: str) -> None:
+    """``apply``'s revision is its own answer's ETag when threads share one client: another
+    thread's answer arriving while this one's body is still on its way does not replace it (it
+    was kept on the client, and read back after the body)."""
+    client = StatesClient(server, ADMIN)
+    high = {**T1, "key": "high"}
+    for n in range(5):
+        client.replace("tickets", high, {"n": n})
+    ops = [{"op": "set", "path": ["n"], "value": 1}]
+    proxy = _HeldBody(server)
+    shared = StatesClient(proxy.url, ADMIN)
+    try:
+        results: list[Any] = []
+        first = threading.Thread(target=lambda: results.append(shared.apply("tickets", T1, ops)))
+        first.start()
+        assert proxy.head_sent.wait(timeout=60)  # its ETag "1" is in; the body is held
+        assert shared.apply("tickets", high, ops).revision == 6  # another thread's write
+        proxy.release.set()
+        first.join(timeout=60)
+        assert [r.revision for r in results] == [1]
+    finally:
+        proxy.close()
 
 
 def test_the_http_client_answers_and_refuses_as_the_local_service(

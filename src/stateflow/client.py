@@ -17,6 +17,7 @@ Standard library only (``urllib``).
 from __future__ import annotations
 
 import http.client
+import threading
 import urllib.error
 import urllib.request
 from typing import TYPE_CHECKING, Any
@@ -108,7 +109,14 @@ class StatesClient:
         self.default_origin = {
             k: v for k, v in {"consumer": consumer, "run_id": run_id, "meta": meta}.items() if v is not None
         }
-        self.last_etag: str | None = None
+        self._answers = threading.local()
+
+    @property
+    def last_etag(self) -> str | None:
+        """The ``ETag`` of the last answer this thread received through the client (per thread:
+        a client is shared across threads as the local service is)."""
+        etag: str | None = getattr(self._answers, "etag", None)
+        return etag
 
     # ------------------------------------------------------------------ transport
 
@@ -122,6 +130,20 @@ class StatesClient:
         origin: Any = None,
         expect_revision: Expect = None,
     ) -> Any:
+        return self._exchange(method, path, body, query, origin=origin, expect_revision=expect_revision)[0]
+
+    def _exchange(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        query: dict[str, Any] | None = None,
+        *,
+        origin: Any = None,
+        expect_revision: Expect = None,
+    ) -> tuple[Any, str | None]:
+        """The answer's ``data`` and its ``ETag`` (returned, not left on the client for the
+        caller to read back: another thread's call may have replaced it by then)."""
         url = self.url + path
         params = {k: v for k, v in (query or {}).items() if v is not None}
         if params:
@@ -143,11 +165,11 @@ class StatesClient:
             request.add_header("If-Match", "*" if expect == ANY_REVISION else f'"{expect}"')
         try:
             with _OPENER.open(request, timeout=self.timeout) as response:
-                self.last_etag = response.headers.get("ETag")
+                etag = self._answers.etag = response.headers.get("ETag")
                 payload = self._payload(url, response.status, response.headers, response.read())
                 if "data" not in payload:
                     raise self._not_api(url, response.status, "JSON without the API's data member")
-                return payload["data"]
+                return payload["data"], etag
         except urllib.error.HTTPError as exc:
             raw = exc.read()
             if exc.code >= 400 and exc.code != 404:  # (a proxy's own refusal may be a page, too)
@@ -331,7 +353,7 @@ class StatesClient:
         # an `ops` that is not a list keeps its published 400)
         parse_ops(ops)
         body: Json = {"ops": ops, **({"op_id": op_id} if op_id is not None else {})}
-        data = self._call(
+        data, etag = self._exchange(
             "POST",
             self._record(name, subject) + "/deltas",
             body,
@@ -346,7 +368,7 @@ class StatesClient:
             replayed=bool(data.get("replayed")),
             replayed_seq=data.get("replayed_seq"),
             written=data.get("written", True),
-            revision=None if self.last_etag is None else int(self.last_etag.strip('"')),
+            revision=None if etag is None else int(etag.strip('"')),
         )
 
     def erase(
