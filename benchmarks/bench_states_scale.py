@@ -88,7 +88,7 @@ def search_by_walking(store: SqlStore, state: str, filters: dict[str, object], l
     PostgreSQL's EXISTS per record, GIN-probed for a scalar value — since schema 31
     the containment index holds scalar members only)."""
     selective = store._selective
-    store._selective = lambda tx, filters: None  # type: ignore[method-assign]
+    store._selective = lambda tx, filters, probe=0: None  # type: ignore[method-assign]
     try:
         return len(store.search(state, filters, limit=limit))
     finally:

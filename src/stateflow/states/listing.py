@@ -1,12 +1,14 @@
 """Listings of declared states: a record's audit trail, subjects, search, stats.
 
-Pages are keyset-paginated by subject (a sorted search pages by offset over at most
-``SORT_MAX`` matches); cursors are opaque base64 text.
+Pages are keyset-paginated by subject (a sorted search by its sort values, then subject);
+cursors are opaque base64 text.
 """
 
 from __future__ import annotations
 
 import base64
+import json
+import math
 import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
@@ -32,8 +34,9 @@ from stateflow.states.search import (
     matches,
     member_bounds,
     parse_sort,
-    sort_key,
+    sort_value,
     split_filters,
+    value_key,
 )
 from stateflow.store import DocKey, Listed
 from stateflow.subjects import Subject
@@ -43,7 +46,8 @@ if TYPE_CHECKING:
 
 PAGE_DEFAULT: Final = 200
 PAGE_MAX: Final = 500
-_SORTED: Final = "\x00sorted:"  # a sorted search's cursor text (an offset), never a subject
+_SORTED: Final = "\x00sorted:"  # a sorted search's cursor text (its position), never a subject
+_EXACT: Final = 2**53  # numbers SQL sorts exactly are smaller (``store.listing.Listing.search_sorted``)
 ORIGIN_FIELDS: Final[dict[str, Any]] = dict.fromkeys(
     ("consumer", "meta", "run_id", "op_id", "door", "actor", "turn_id", "inbound_id")
 )
@@ -218,16 +222,23 @@ class Listing:
         if type(include_data) is not bool:
             raise InvalidInput("include_data must be true or false")
         bodies: dict[str, Any] = {}
-        with_bodies = bool(predicates or order or include_data)
+        with_bodies = bool(predicates or include_data)
         none = self._none_of(name, kind)
+        store = self.svc.store
 
         candidates = candidate_filters(containment, predicates)
         bounds = member_bounds(predicates)
 
-        def fetch(after: str | None, size: int) -> list[Listed]:
+        def load(page: list[Listed], whole: bool) -> list[Listed]:
+            bodies.clear()
+            if (whole or with_bodies) and page:
+                docs = store.read([x.key for x in page])
+                bodies.update((x.key.subject, docs[x.key].body) for x in page)
+            return page
+
+        def fetch(after: str | None, size: int, whole: bool = False) -> list[Listed]:
             if none:
                 return []
-            store = self.svc.store
             if len(candidates) > 1:
                 # the union of keyset pages is the union's keyset page: the first ``size`` of
                 # them all hold its first ``size``, and it is short only when every one is
@@ -243,10 +254,21 @@ class Listing:
                 page = store.scan(name, after=after, limit=size)
             else:
                 page = []
-            bodies.clear()
-            if with_bodies and page:
-                docs = self.svc.store.read([x.key for x in page])
-                bodies.update((x.key.subject, docs[x.key].body) for x in page)
+            return load(page, whole)
+
+        def fetch_sorted(after: After | None, size: int) -> list[tuple[Listed, tuple[Any, ...]]] | None:
+            """A page of candidates in sort order, sorted by the store; None where it cannot."""
+            if none or not candidates:
+                return []
+            keys = [(path[0], desc) for path, desc in order]
+            found: dict[str, tuple[Listed, tuple[Any, ...]]] = {}
+            for c in candidates:  # (a union, as ``fetch``: each in sort order, merged)
+                part = store.search_sorted(name, c, keys, after=after, limit=size, bounds=bounds)
+                if part is None:
+                    return None
+                found.update((x.key.subject, (x, values)) for x, values in part)
+            page = sorted(found.values(), key=lambda f: (_place(f[1], order), f[0].key.subject))[:size]
+            load([x for x, _ in page], False)
             return page
 
         def keep(subj: StateSubject, item: Listed) -> bool:
@@ -262,60 +284,100 @@ class Listing:
         extra = data_of if include_data else None
 
         n = page_limit(limit)
+        # every candidate the store returns is kept when nothing is checked here: a page and
+        # one more (to know whether more follow) is all there is to read
+        batch = n + 1 if tenants is None and kind is None and not predicates else PAGE_MAX
         if order:
-            items, next_cursor = self.sorted_page(fetch, keep, extra, order, bodies, n, cursor)
+            after = _sorted_cursor(cursor, len(order))
+            items, next_cursor = None, None
+            if all(len(path) == 1 for path, _ in order) and _sql_sortable(after):
+                page = self.sorted_by_store(fetch_sorted, keep, extra, n, after, min(batch, 2 * (n + 1)))
+                if page is not None:
+                    items, next_cursor = page
+            if items is None:
+                items, next_cursor = self.sorted_page(fetch, keep, extra, order, bodies, n, after)
         else:
-            # every candidate the store returns is kept when nothing is checked here: a page
-            # and one more (to know whether more follow) is all there is to read
-            batch = n + 1 if tenants is None and kind is None and not predicates else PAGE_MAX
             items, next_cursor = self.page(fetch, keep, n, cursor, extra, batch)
         return {"matches": items, "next_cursor": next_cursor}
 
+    def sorted_by_store(
+        self,
+        fetch: Callable[[After | None, int], list[tuple[Listed, tuple[Any, ...]]] | None],
+        keep: Callable[[StateSubject, Listed], bool],
+        extra: Callable[[Listed], Any] | None,
+        n: int,
+        after: After | None,
+        batch: int,
+    ) -> tuple[list[SubjectRow], str | None] | None:
+        """One page of a sorted search the store sorts, read in batches of candidates in sort
+        order (a page and one more when nothing is checked here), as :meth:`page` reads by
+        subject: a cursor only when more follow, past one more batch of look-ahead the
+        cursor resumes after the last candidate looked at. None where the store cannot sort
+        (the caller sorts every match then)."""
+        out: list[SubjectRow] = []
+        end: After | None = None
+        extra_batches = 0
+        while True:
+            page = fetch(after, batch)
+            if page is None:
+                return None
+            for item, values in page:
+                after = (values, item.key.subject)
+                subject = _stored(item.key.subject)
+                if not keep(subject, item):
+                    continue
+                if len(out) == n:  # one more exists
+                    return out, _encode_sorted(end)
+                out.append(_row(subject, item, extra))
+                end = after
+            if len(page) < batch:
+                return out, None
+            if len(out) == n:
+                extra_batches += 1
+                if extra_batches > 1:
+                    return out, _encode_sorted(after)
+            batch = min(2 * batch, PAGE_MAX)
+
     def sorted_page(
         self,
-        fetch: Callable[[str | None, int], list[Listed]],
+        fetch: Callable[..., list[Listed]],
         keep: Callable[[StateSubject, Listed], bool],
         extra: Callable[[Listed], Any] | None,
         order: list[tuple[tuple[str, ...], bool]],
         bodies: dict[str, Any],
         n: int,
-        cursor: str | None,
+        after: After | None,
     ) -> tuple[list[SubjectRow], str | None]:
-        """Every match, sorted, then one page of it by offset (the cursor names the offset)."""
-        offset = 0
-        text = _decode_cursor(cursor)
-        if text is not None:
-            if not text.startswith(_SORTED) or not ascii_digits(text[len(_SORTED) :]):
-                raise InvalidInput("cursor is malformed; use only a cursor returned by a prior page")
-            offset = int(text[len(_SORTED) :])
-        found: list[tuple[tuple[Any, ...], str, SubjectRow]] = []
-        after = None
-        while page := fetch(after, PAGE_MAX):
+        """Every match sorted here, then the page after ``after``: for sorts the store cannot
+        do (a nested path, values SQL cannot order exactly), over at most ``SORT_MAX`` matches."""
+        start = None if after is None else (_place(after[0], order), after[1])
+        found: list[tuple[tuple[Any, ...], str, tuple[Any, ...], SubjectRow]] = []
+        seen = 0
+        cursor = None
+        while page := fetch(cursor, PAGE_MAX, True):
             for item in page:
                 subject = _stored(item.key.subject)
                 if not keep(subject, item):
                     continue
-                if len(found) == SORT_MAX:
+                seen += 1
+                if seen > SORT_MAX:
                     raise InvalidInput(
                         f"a sorted search covers at most {SORT_MAX} matches; narrow the filters"
                     )
                 body = bodies.get(item.key.subject)
-                key = tuple(sort_key(body, path, desc) for path, desc in order)
-                row: SubjectRow = {
-                    "subject": _plain(subject),
-                    "updated_at": item.at,
-                    "revision": item.revision,
-                }
-                if extra is not None:
-                    row["data"] = extra(item)
-                found.append((key, item.key.subject, row))
+                values = tuple(sort_value(body, path) for path, _ in order)
+                place = _place(values, order)
+                if start is not None and not start < (place, item.key.subject):
+                    continue
+                found.append((place, item.key.subject, values, _row(subject, item, extra)))
             if len(page) < PAGE_MAX:
                 break
-            after = page[-1].key.subject
+            cursor = page[-1].key.subject
         found.sort(key=lambda f: (f[0], f[1]))
-        rows = [row for _, _, row in found[offset : offset + n]]
-        more = offset + n < len(found)
-        return rows, _encode_cursor(f"{_SORTED}{offset + n}") if more else None
+        rows = [row for _, _, _, row in found[:n]]
+        if len(found) <= n:
+            return rows, None
+        return rows, _encode_sorted((found[n - 1][2], found[n - 1][1]))
 
     @staticmethod
     def page(
@@ -375,6 +437,67 @@ class Listing:
             "per_kind": {k: per_kind.get(k, 0) for k in decl["subject_kinds"]},
             "consumers": len([r for r in self.svc.consumers(name) if not r.get("unavailable")]),
         }
+
+
+After = tuple[tuple[Any, ...], str]
+"""Where a sorted search resumes: the sort values and subject of the last match listed."""
+
+
+def _place(values: tuple[Any, ...], order: list[tuple[tuple[str, ...], bool]]) -> tuple[Any, ...]:
+    return tuple(value_key(v, desc) for v, (_, desc) in zip(values, order, strict=True))
+
+
+def _row(subject: StateSubject, item: Listed, extra: Callable[[Listed], Any] | None) -> SubjectRow:
+    row: SubjectRow = {"subject": _plain(subject), "updated_at": item.at, "revision": item.revision}
+    if extra is not None:
+        row["data"] = extra(item)
+    return row
+
+
+def _encode_sorted(after: After | None) -> str | None:
+    if after is None:
+        return None
+    return _encode_cursor(_SORTED + json.dumps([list(after[0]), after[1]], ensure_ascii=False))
+
+
+def _sorted_cursor(cursor: str | None, keys: int) -> After | None:
+    """A sorted search's position from its cursor (its last match's sort values and subject)."""
+    text = _decode_cursor(cursor)
+    if text is None:
+        return None
+    malformed = InvalidInput("cursor is malformed; use only a cursor returned by a prior page")
+    if not text.startswith(_SORTED):
+        raise malformed
+    try:
+        raw = json.loads(text[len(_SORTED) :])
+    except ValueError as exc:
+        raise malformed from exc
+    if not (type(raw) is list and len(raw) == 2 and type(raw[0]) is list and type(raw[1]) is str):
+        raise malformed
+    values, subject = raw
+    if len(values) != keys or not all(_a_sort_value(v) for v in values):
+        raise malformed
+    return tuple(values), subject
+
+
+def _a_sort_value(value: Any) -> bool:
+    """What ``search.sort_value`` gives: a finite number, a string, a boolean, ``{}`` or None."""
+    if type(value) is float:
+        return math.isfinite(value)
+    return value is None or value == {} or type(value) in (int, str, bool)
+
+
+def _sql_sortable(after: After | None) -> bool:
+    """Whether a position is one the store can resume from: no value it cannot compare in SQL
+    (a cursor the store made never has one)."""
+    if after is None:
+        return True
+    return "\x00" not in after[1] and all(
+        "\x00" not in v
+        if type(v) is str
+        else type(v) is bool or not isinstance(v, int | float) or abs(v) < _EXACT
+        for v in after[0]
+    )
 
 
 def _declared_kinds(kinds: dict[str | None, int]) -> dict[str, int]:

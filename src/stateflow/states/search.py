@@ -215,11 +215,22 @@ def parse_sort(sort: Any) -> list[tuple[Path, bool]]:
     return out
 
 
-def sort_key(doc: JSON, path: Path, descending: bool) -> tuple[int, Any]:
-    """Numbers, then strings, then booleans, then anything else; a missing value sorts last in
-    either order."""
+def sort_value(doc: JSON, path: Path) -> Any:
+    """The value at ``path`` as the sort tells values apart: a number, a string or a boolean as
+    it is, ``{}`` for any object or array, None for null or no value."""
     value = _at(doc, path)
     if value is _ABSENT or value is None:
+        return None
+    if isinstance(value, dict | list):
+        return {}
+    return value
+
+
+def value_key(value: Any, descending: bool) -> tuple[int, Any]:
+    """A :func:`sort_value`'s place: numbers, then strings, then booleans, then objects and
+    arrays, then null and missing values; descending reverses the first three (and the values
+    within each), objects, arrays and missing values staying last in either order."""
+    if value is None:
         return (9, 0)
     v: Any
     if isinstance(value, bool):
@@ -233,6 +244,11 @@ def sort_key(doc: JSON, path: Path, descending: bool) -> tuple[int, Any]:
     if descending:
         return (-rank + 3, _Reverse(v))
     return (rank, v)
+
+
+def sort_key(doc: JSON, path: Path, descending: bool) -> tuple[int, Any]:
+    """``doc``'s place at one sort key (:func:`value_key` of its :func:`sort_value`)."""
+    return value_key(sort_value(doc, path), descending)
 
 
 class _Reverse:

@@ -21,15 +21,38 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, NamedTuple, TypeVar
 
-from stateflow.store.model import DocKey, Document, Listed
+from stateflow.store.model import DocKey, Document
 from stateflow.store.plan import Fresh, SeqRef, WritePlan
 from stateflow.store.rows import DocRow
 from stateflow.store.served_patch import Served
 from stateflow.store.tx import Tx
 
 R = TypeVar("R")
+
+Candidates = tuple[str, Sequence[Any], Any]
+"""A search's candidate SQL (``Backend._candidate_sql``): clauses on ``documents d`` to append to
+its ``WHERE``, their parameters, and the ``listing.Via`` the search starts from (or None)."""
+
+
+class SortSql(NamedTuple):
+    """SQL ordering documents by a top-level member's value as a sorted search orders them
+    (``listing.Listing.search_sorted``): templates over the member's alias ``{s}``, a ``LEFT
+    JOIN`` of ``members`` (``{s}.doc_id`` is NULL where the document has no such member)."""
+
+    rank: str
+    """0 a number, 1 a string, 2 a boolean, 8 an object or an array, 9 null or no member."""
+    number: str
+    """A number's value (read for rank 0 only)."""
+    boolean: str
+    """A boolean's 0 or 1 (read for rank 2 only)."""
+    text: str
+    """A string's value (rank 1), else ''."""
+    unsure: str
+    """True where SQL cannot order the value exactly as Python does (the caller sorts then)."""
+    collate: str
+    """Appended to the text column where it is compared or ordered: code point order."""
 
 
 class Backend(abc.ABC):
@@ -246,17 +269,21 @@ class Backend(abc.ABC):
         ``history.History._revisions_before``, a binary search of key lookups)."""
 
     @abc.abstractmethod
-    def _search_candidates(
-        self,
-        tx: Tx,
-        state: str,
-        filters: dict[str, Any],
-        after: str | None,
-        limit: int,
-        bounds: Sequence[tuple[str, str, Any]] = (),
-    ) -> list[Listed]:
-        """Documents that may match a containment search and its bounds (``listing.Bound``;
-        portable: every document, in ``listing.Listing._search_candidates``)."""
+    def _candidate_sql(
+        self, tx: Tx, filters: dict[str, Any], bounds: Sequence[tuple[str, str, Any]] = (), probe: int = 4096
+    ) -> Candidates:
+        """SQL narrowing a search to the documents that may match its containment filters and
+        bounds (``listing.Bound``; portable: only the selective member it starts from, in
+        ``listing.Listing._candidate_sql``)."""
+
+    @abc.abstractmethod
+    def _sort_sql(self) -> SortSql | None:
+        """How SQL orders documents by a member's value (portable: it does not, None — a
+        sorted search is sorted by the caller, ``listing.Listing._sort_sql``)."""
+
+    @abc.abstractmethod
+    def _sort_number(self, value: int | float) -> Any:
+        """A number as a parameter compared with :attr:`SortSql.number` (portable: as it is)."""
 
     def _lock_state(self, tx: Tx, state: str) -> list[int]:
         """The ids of ``state``'s documents, held for a purge: no writer may write one of them,

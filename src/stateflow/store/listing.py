@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from decimal import Decimal
 from typing import Any, Final
 
 from stateflow.doc.canonical import check, json_contains
 from stateflow.errors import InvalidInput
+from stateflow.store.backend import Candidates, SortSql
 from stateflow.store.clock import time_text
 from stateflow.store.core import StoreCore
 from stateflow.store.counting import ALL_COUNTERS, COUNTERS
@@ -17,6 +19,9 @@ PROBE: Final = 4096
 """A search starts from the members holding a filter's value when fewer than this many do
 (counted from the value index, stopping at this many); else it walks the state in subject
 order, where a value that common fills a page soon."""
+SORT_PROBE: Final = 1 << 40
+"""A sorted search starts from the members holding a filter's value however many do (counted,
+up to this many): it reads every candidate, not the first page of a subject-order walk."""
 SQL_FILTER_MEMBERS: Final = 16
 """The most filter members a search's candidate query checks; the others are checked on its
 candidates here. Each is one ``EXISTS`` in that query, whose planning grows much faster than
@@ -32,6 +37,19 @@ Bound = tuple[str, str, Any]
 """A range a top-level member's value may be in: (member name, ``$gt``/``$gte``/``$lt``/``$lte``,
 a number or a string). A search narrows its candidates by bounds as SQL can (a superset: the
 caller checks each bound exactly); the portable search does not narrow by them at all."""
+
+SortKey = tuple[str, bool]
+"""A key of a sorted search (:meth:`Listing.search_sorted`): a top-level member's name and
+whether it sorts descending."""
+
+Sorted = tuple[Listed, tuple[Any, ...]]
+"""A document a sorted search found and its values at the sort keys: a number, a string or a
+boolean as it is, ``{}`` for any object or array, None for null or no member (the values the
+order tells apart)."""
+
+After = tuple[tuple[Any, ...], str]
+"""Where a sorted search resumes: the values (as :data:`Sorted` has them) and subject of the
+last document it returned."""
 
 
 class Listing(StoreCore):
@@ -210,6 +228,176 @@ class Listing(StoreCore):
                     break
         return out
 
+    def search_sorted(
+        self,
+        state: str,
+        filters: dict[str, Any],
+        order: Sequence[SortKey],
+        *,
+        after: After | None = None,
+        limit: int = 200,
+        bounds: Sequence[Bound] = (),
+    ) -> list[Sorted] | None:
+        """The documents :meth:`search` finds (``filters`` may be empty: every document), in
+        the order of their values at ``order``'s members, then by subject, strictly after
+        ``after``: ``limit`` of them, fewer only when no more match. Per key: numbers by value,
+        then strings by code point, then false, true, then objects and arrays, then null and
+        no member; descending reverses numbers, strings and booleans (booleans first), objects
+        and arrays and then null staying last. The database sorts, returning a page: only its
+        documents leave it. None where it cannot sort these candidates exactly so (a number of
+        magnitude 2**53 or more, a string SQL cannot hold; the portable store: never) — the
+        caller sorts them then."""
+        self.check_schema()
+        if type(filters) is not dict:
+            raise InvalidInput("search filters must be an object (a containment document)")
+        check(filters, "filters")
+        sql = self._sort_sql()
+        if sql is None or not order:
+            return None
+        in_sql = (
+            filters
+            if len(filters) <= SQL_FILTER_MEMBERS
+            else dict(list(filters.items())[:SQL_FILTER_MEMBERS])
+        )
+        in_bounds = bounds[: max(0, SQL_FILTER_MEMBERS - len(in_sql))]
+        verify = bool(filters) and (in_sql is not filters or not self._checked_in_sql(filters))
+        out: list[Sorted] = []
+        with self._read_tx() as tx:
+            # every candidate is sorted, not a page of them walked in subject order: the value
+            # index's holders are fewer than the state's documents, however many they are
+            where = self._candidate_sql(tx, in_sql, in_bounds, SORT_PROBE)
+            cursor = after
+            # a page and one more when SQL decides every filter; else batches, as ``search``
+            size = max(limit, 200) if verify else limit
+            while len(out) < limit:
+                page = self._scan_sorted(tx, state, order, sql, where, cursor, size)
+                if page is None:
+                    return None
+                if not page:
+                    break
+                cursor = (page[-1][1], page[-1][0].key.subject)
+                candidates = len(page)
+                if verify:
+                    kept = {x.key for x in self._verify(tx, [item for item, _ in page], filters, in_sql)}
+                    page = [p for p in page if p[0].key in kept]
+                out.extend(page[: limit - len(out)])
+                if candidates < size:
+                    break
+        return out
+
+    def _sorted_from(
+        self, state: str, order: Sequence[SortKey], sql: SortSql, where: Candidates
+    ) -> tuple[str, list[Any]]:
+        """``FROM … WHERE …`` of a sorted search's candidates, each sort key's member joined as
+        ``s0``, ``s1``, … (one lookup by key per document), and its parameters."""
+        extra, params, via = where
+        if via is None:
+            source, first = "documents d", []
+        else:
+            source = (
+                f"(SELECT DISTINCT m.doc_id FROM members m WHERE {via[1][0]}) h "
+                "JOIN documents d ON d.doc_id = h.doc_id"
+            )
+            first = list(via[1][1])
+        joins = " ".join(
+            f"LEFT JOIN members s{i} ON s{i}.doc_id = d.doc_id AND s{i}.name = ?" for i in range(len(order))
+        )
+        return (
+            f"FROM {source} {joins} WHERE d.state = ? AND d.present = 1 {extra}",
+            [*first, *(name for name, _ in order), state, *params],
+        )
+
+    def _scan_sorted(
+        self,
+        tx: Tx,
+        state: str,
+        order: Sequence[SortKey],
+        sql: SortSql,
+        where: Candidates,
+        after: After | None,
+        limit: int,
+    ) -> list[Sorted] | None:
+        """One page of the candidates in sort order after ``after``: each key is three columns
+        (its rank as the key's direction orders it, then the number and the text, in that
+        direction; every value ties in the two it has no use for), then the subject. The
+        position after ``after`` is their lexicographic comparison, nested so that each
+        parameter appears twice. A candidate with a value SQL cannot order exactly sorts
+        first, whatever the position: None then (found in the same pass as the sort)."""
+        source, params = self._sorted_from(state, order, sql, where)
+        columns = []
+        picked = []
+        for i, (_, desc) in enumerate(order):
+            s = f"s{i}"
+            rank = sql.rank.format(s=s)
+            picked += [
+                f"{rank} AS r{i}",
+                f"CASE WHEN {rank} = 0 THEN {sql.number.format(s=s)} "
+                f"WHEN {rank} = 2 THEN {sql.boolean.format(s=s)} ELSE 0 END AS n{i}",
+                f"CASE WHEN {rank} = 1 THEN {sql.text.format(s=s)} ELSE '' END AS t{i}",
+            ]
+            columns += [
+                (f"CASE WHEN q.r{i} < 3 THEN 3 - q.r{i} ELSE q.r{i} END" if desc else f"q.r{i}", False),
+                (f"q.n{i}", desc),
+                (f"q.t{i}{sql.collate}", desc),
+            ]
+        unsure = " OR ".join(f"({sql.unsure.format(s=f's{i}')})" for i in range(len(order)))
+        picked.append(f"CASE WHEN {unsure} THEN 1 ELSE 0 END AS u")
+        columns.insert(0, ("q.u", True))
+        columns.append(("q.subject", False))
+        keyset, keyset_params = "", list[Any]()
+        if after is not None:
+            bound: list[Any] = []
+            for (_, desc), value in zip(order, after[0], strict=True):
+                bound += self._sort_params(value, desc)
+            bound.append(after[1])
+            condition = ""
+            for (column, desc), value in reversed(list(zip(columns[1:], bound, strict=True))):
+                head = f"{column} {'<' if desc else '>'} ?"
+                if condition:
+                    condition = f"{head} OR ({column} = ? AND ({condition}))"
+                    keyset_params = [value, value, *keyset_params]
+                else:
+                    condition, keyset_params = head, [value]
+            keyset = f"WHERE q.u = 1 OR {condition}"
+        ordering = ", ".join(f"{c}{' DESC' if desc else ''}" for c, desc in columns)
+        names = ", ".join(["q.u", *(f"q.r{i}, q.n{i}, q.t{i}" for i in range(len(order)))])
+        rows = tx.all(
+            f"SELECT q.subject, q.revision, q.updated_seq, "
+            f"(SELECT t.at FROM transitions t WHERE t.seq = q.updated_seq), {names} FROM ("
+            f"SELECT q.* FROM (SELECT d.subject, d.revision, d.updated_seq, {', '.join(picked)} {source}) q "
+            f"{keyset} ORDER BY {ordering} LIMIT ?) q ORDER BY {ordering}",
+            [*params, *keyset_params, limit],
+        )
+        if rows and rows[0][4]:
+            return None
+        out: list[Sorted] = []
+        for r in rows:
+            item = listed_row(state, r[0], int(r[1]), None if r[2] is None else int(r[2]), time_text(r[3]))
+            values = tuple(_sort_value(r[5 + 3 * i], r[6 + 3 * i], r[7 + 3 * i]) for i in range(len(order)))
+            out.append((item, values))
+        return out
+
+    def _sort_params(self, value: Any, desc: bool) -> list[Any]:
+        """A value's three columns as :meth:`_scan_sorted` compares them."""
+        if value is None:
+            rank, number, text = 9, 0, ""
+        elif value == {}:
+            rank, number, text = 8, 0, ""
+        elif type(value) is bool:
+            rank, number, text = 2, int(value), ""
+        elif type(value) is str:
+            rank, number, text = 1, 0, value
+        else:
+            rank, number, text = 0, self._sort_number(value), ""
+        return [3 - rank if desc and rank < 3 else rank, number, text]
+
+    def _candidate_sql(
+        self, tx: Tx, filters: dict[str, Any], bounds: Sequence[Bound] = (), probe: int = PROBE
+    ) -> Candidates:
+        """SQL narrowing a search's candidates (the default: the selective member only; a
+        backend may check more members in SQL)."""
+        return "", [], self._selective(tx, filters, probe)
+
     def _search_candidates(
         self,
         tx: Tx,
@@ -219,15 +407,23 @@ class Listing(StoreCore):
         limit: int,
         bounds: Sequence[Bound] = (),
     ) -> list[Listed]:
-        """Documents that may match (the default: every document; a backend may prefilter)."""
-        return self._scan(tx, state, after, limit, via=self._selective(tx, filters))
+        """Documents that may match, in subject order."""
+        extra, params, via = self._candidate_sql(tx, filters, bounds)
+        return self._scan(tx, state, after, limit, extra, params, via)
+
+    def _sort_sql(self) -> SortSql | None:
+        """How SQL orders documents by a member's value (portable: it does not)."""
+        return None
+
+    def _sort_number(self, value: int | float) -> Any:
+        return value
 
     def _checked_in_sql(self, filters: dict[str, Any]) -> bool:
         """Whether the candidate query decides every filter member for any document, so the
         candidates need no check in Python (portable: never)."""
         return False
 
-    def _selective(self, tx: Tx, filters: dict[str, Any]) -> Via | None:
+    def _selective(self, tx: Tx, filters: dict[str, Any], probe: int = PROBE) -> Via | None:
         """The filter member whose value the fewest members hold, and the :data:`Match`
         finding them, when fewer than :data:`PROBE` do; None when no filter is indexed or none
         is that rare."""
@@ -237,11 +433,11 @@ class Listing(StoreCore):
             if match is None:
                 continue
             row = tx.one(
-                f"SELECT COUNT(*) FROM (SELECT 1 FROM members m WHERE {match[0]} LIMIT {PROBE}) x",
+                f"SELECT COUNT(*) FROM (SELECT 1 FROM members m WHERE {match[0]} LIMIT {probe}) x",
                 match[1],
             )
             n = int(row[0]) if row else 0
-            if n < PROBE and (best is None or n < best[0]):
+            if n < probe and (best is None or n < best[0]):
                 best = (n, (name, match))
         return None if best is None else best[1]
 
@@ -288,3 +484,17 @@ class Listing(StoreCore):
     def _unchecked(self, tx: Tx, doc_id: int, filters: dict[str, Any]) -> list[str]:
         """Filter members whose containment the candidate query did not establish."""
         return list(filters)
+
+
+def _sort_value(rank: int, number: Any, text: Any) -> Any:
+    """A sort key's value from its columns (:data:`Sorted`): a ``numeric`` as the int or float
+    it reads as (below 2**53: exact either way)."""
+    if rank == 0:
+        if isinstance(number, Decimal):
+            return int(number) if number == number.to_integral_value() else float(number)
+        return number
+    if rank == 1:
+        return str(text)
+    if rank == 2:
+        return bool(number)
+    return {} if rank == 8 else None

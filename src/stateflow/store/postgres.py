@@ -43,6 +43,7 @@ from stateflow.errors import (
     WriteAborted,
 )
 from stateflow.store import asof, served_patch
+from stateflow.store.backend import Candidates, SortSql
 from stateflow.store.base import SqlStore
 from stateflow.store.cache import RevisionCache
 from stateflow.store.clock import restored_at, utc_now
@@ -58,7 +59,7 @@ from stateflow.store.migrations import (
     SCALAR_CONTAINMENT_WHERE,
     VALUE_INDEX_MAX,
 )
-from stateflow.store.model import DocKey, Document, Listed, made_document
+from stateflow.store.model import DocKey, Document, made_document
 from stateflow.store.open import display_location
 from stateflow.store.pg_fast import LOCK_NOT_AVAILABLE, TAKEN_MEANWHILE, FastCommit, fast_values
 from stateflow.store.pg_fast import statement as fast_statement
@@ -943,21 +944,15 @@ class PostgresStore(SqlStore):
         )
         return {r[0] for r in rows}
 
-    def _search_candidates(
-        self,
-        tx: Tx,
-        state: str,
-        filters: dict[str, Any],
-        after: str | None,
-        limit: int,
-        bounds: Sequence[tuple[str, str, Any]] = (),
-    ) -> list[Listed]:
+    def _candidate_sql(
+        self, tx: Tx, filters: dict[str, Any], bounds: Sequence[tuple[str, str, Any]] = (), probe: int = 4096
+    ) -> Candidates:
         # One EXISTS per filter member, answered by the GIN index (scalar members) for a scalar
         # pattern and checked on the member found by its key for others, for members jsonb can
         # hold (``INDEXABLE``); other members (and patterns jsonb cannot hold) pass here and are
         # checked by _verify — except where the pattern is a small scalar, which no unindexable
         # member can equal. The member the search starts from (``via``) holds the value already.
-        via = self._selective(tx, filters)
+        via = self._selective(tx, filters, probe)
         clauses: list[str] = []
         params: list[Any] = []
         for name, pattern in filters.items():
@@ -996,7 +991,15 @@ class PostgresStore(SqlStore):
                 f"AND (m.scalar IS NULL OR {check}))"
             )
             params.extend([name, value])
-        return self._scan(tx, state, after, limit, " ".join(clauses), params, via)
+        return " ".join(clauses), params, via
+
+    def _sort_sql(self) -> SortSql | None:
+        return _POSTGRES_SORT
+
+    def _sort_number(self, value: int | float) -> Any:
+        # the value as ``numeric`` reads the member's text: a float by its shortest repr (the
+        # text the store writes), not its binary expansion, so that an equal member ties
+        return Decimal(repr(value)) if type(value) is float else value
 
     def _checked_in_sql(self, filters: dict[str, Any]) -> bool:
         return all(
@@ -1523,6 +1526,28 @@ def _bound_check(op: str, operand: Any) -> tuple[str, str]:
         f"CASE WHEN jsonb_typeof({j}) = 'number' THEN ({j})::numeric {side} ?::numeric ELSE false END",
         value,
     )
+
+
+_POSTGRES_SORT: Final = SortSql(
+    # ``scalar`` holds every inline scalar jsonb can hold; without it, an empty body is a tree
+    # and '[' or '{' an inline object or array — anything else is a string jsonb cannot hold
+    rank="CASE WHEN {s}.doc_id IS NULL THEN 9 WHEN {s}.scalar IS NULL THEN "
+    "CASE WHEN octet_length({s}.body) = 0 OR get_byte({s}.body, 0) | 32 = 123 THEN 8 ELSE -1 END "
+    "ELSE CASE get_byte({s}.scalar, 0) WHEN 34 THEN 1 WHEN 116 THEN 2 WHEN 102 THEN 2 "
+    "WHEN 110 THEN 9 ELSE 0 END END",
+    # (a JSON number's text is numeric's input; inline, not through a function call per row)
+    number="convert_from({s}.scalar, 'UTF8')::numeric",
+    boolean="(get_byte({s}.scalar, 0) = 116)::int",
+    text="(convert_from({s}.scalar, 'UTF8')::jsonb #>> '{{}}')",
+    # numeric reads a float's text, not its binary value (:data:`_EXACT_BELOW`); a CASE, so
+    # that no string is cast to numeric
+    unsure="CASE WHEN {s}.doc_id IS NULL THEN false WHEN {s}.scalar IS NULL THEN "
+    "octet_length({s}.body) > 0 AND get_byte({s}.body, 0) | 32 <> 123 "
+    "WHEN get_byte({s}.scalar, 0) IN (34, 116, 102, 110) THEN false "
+    "ELSE abs(convert_from({s}.scalar, 'UTF8')::numeric) >= 9007199254740992 END",
+    collate=' COLLATE "C"',
+)
+"""PostgreSQL: a sorted search's order (``backend.SortSql``)."""
 
 
 def _jsonb_safe(raw: str) -> bool:

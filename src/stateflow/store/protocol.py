@@ -204,6 +204,19 @@ class Store(Protocol):
         bounds: Sequence[tuple[str, str, Any]] = (),
     ) -> list[Listed]: ...
 
+    def search_sorted(
+        self,
+        state: str,
+        filters: dict[str, Any],
+        order: Sequence[tuple[str, bool]],
+        *,
+        after: tuple[tuple[Any, ...], str] | None = None,
+        limit: int = 200,
+        bounds: Sequence[tuple[str, str, Any]] = (),
+    ) -> list[tuple[Listed, tuple[Any, ...]]] | None:
+        """What ``search`` finds, in the order of top-level members' values then subject, a
+        page after ``after`` — or None where SQL cannot sort exactly (``listing.Listing``)."""
+
     # ---------------------------------------------------------------- retention and ledger
 
     def prune_history(self, state: str, older_than: str) -> int: ...

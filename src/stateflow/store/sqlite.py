@@ -44,6 +44,7 @@ from stateflow.errors import (
 )
 from stateflow.files import make_private_dirs, missing_folders
 from stateflow.store import writer_queue, writer_requests
+from stateflow.store.backend import Candidates, SortSql
 from stateflow.store.base import SqlStore
 from stateflow.store.clock import utc_now
 from stateflow.store.id_blocks import IdBlocks
@@ -56,7 +57,7 @@ from stateflow.store.migrations import (
     SQLITE_VALUE_WHERE,
     VALUE_INDEX_MAX,
 )
-from stateflow.store.model import Commit, DocKey, Document, Listed, Write
+from stateflow.store.model import Commit, DocKey, Document, Write
 from stateflow.store.plan import Fresh, WritePlan, validate_writes
 from stateflow.store.rows import NO_ROW, DocRow, lock_order, outline_of
 from stateflow.store.served_patch import Served
@@ -1165,19 +1166,13 @@ class SqliteStore(SqlStore):
         snapshot = self._local.snapshot = _current(getattr(self._local, "snapshot", None), version)
         return snapshot
 
-    def _search_candidates(
-        self,
-        tx: Tx,
-        state: str,
-        filters: dict[str, Any],
-        after: str | None,
-        limit: int,
-        bounds: Sequence[tuple[str, str, Any]] = (),
-    ) -> list[Listed]:
+    def _candidate_sql(
+        self, tx: Tx, filters: dict[str, Any], bounds: Sequence[tuple[str, str, Any]] = (), probe: int = 4096
+    ) -> Candidates:
         # Scalar filter members (containment of a scalar is JSON equality) are checked in SQL,
         # one EXISTS on the member's primary key per document: no row leaves SQLite to be
         # decoded and compared in Python. Objects and arrays pass here and go to _verify.
-        via = self._selective(tx, filters)
+        via = self._selective(tx, filters, probe)
         clauses, params = [], []
         for name, pattern in filters.items():
             check = _scalar_check(pattern)
@@ -1200,7 +1195,13 @@ class SqliteStore(SqlStore):
                 f"AND ({value} IS NULL OR {value} {side} ?))"
             )
             params.extend([name, _bound_operand(operand)])
-        return self._scan(tx, state, after, limit, " ".join(clauses), params, via)
+        return " ".join(clauses), params, via
+
+    def _sort_sql(self) -> SortSql | None:
+        return _SQLITE_SORT
+
+    def _sort_number(self, value: int | float) -> Any:
+        return value
 
     def _checked_in_sql(self, filters: dict[str, Any]) -> bool:
         return all(_decided_in_sql(pattern) for pattern in filters.values())
@@ -1374,6 +1375,25 @@ def _denied(path: Path) -> StorePermissionDenied | None:
     if not os.access(path.parent, os.X_OK) or (path.exists() and not os.access(path, os.R_OK)):
         return StorePermissionDenied(f"permission denied: cannot open {path}")
     return None
+
+
+_SQLITE_MEMBER: Final = "json_extract(CAST({s}.body AS TEXT), '$')"
+_SQLITE_SORT: Final = SortSql(
+    # the kind by the body's first byte (canonical JSON); a tree (``root``) is an object or array
+    rank="CASE WHEN {s}.doc_id IS NULL THEN 9 WHEN {s}.root IS NOT NULL THEN 8 ELSE "
+    "CASE substr({s}.body, 1, 1) WHEN x'22' THEN 1 WHEN x'74' THEN 2 WHEN x'66' THEN 2 "
+    "WHEN x'6e' THEN 9 WHEN x'7b' THEN 8 WHEN x'5b' THEN 8 ELSE 0 END END",
+    number=_SQLITE_MEMBER,
+    boolean="substr({s}.body, 1, 1) = x'74'",
+    # text compares bytewise (BINARY): UTF-8 bytes are in code point order
+    text=_SQLITE_MEMBER,
+    # an integer from 2**63 up reads as a rounded double, and a string with \u0000 may end at it
+    unsure="{s}.root IS NULL AND ((substr({s}.body, 1, 1) BETWEEN x'2d' AND x'39' "
+    f"AND abs({_SQLITE_MEMBER}) >= 9007199254740992.0) "
+    "OR (substr({s}.body, 1, 1) = x'22' AND instr({s}.body, x'5c7530303030') > 0))",
+    collate="",
+)
+"""SQLite: a sorted search's order (``backend.SortSql``)."""
 
 
 def _indexed_scalar(pattern: Any) -> bool:
