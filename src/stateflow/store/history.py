@@ -20,7 +20,7 @@ from stateflow.errors import Conflict, CorruptData, InvalidInput, NotFound
 from stateflow.store.clock import time_text
 from stateflow.store.core import StoreCore
 from stateflow.store.model import Change, DocKey, Document, Transition
-from stateflow.store.nodes import load_tree
+from stateflow.store.nodes import Generations, load_tree
 from stateflow.store.rows import (
     decode_edits,
     decode_inline,
@@ -34,6 +34,25 @@ from stateflow.store.tx import Tx
 
 SQL_INT_MAX: Final = 2**63 - 1
 """The largest integer either database binds (a seq, a revision, a ``LIMIT`` are at most this)."""
+
+
+class Reuse:
+    """What a replay of one document's history keeps from one snapshot's rebuild to the next:
+    the snapshot member rows decoded (by ``(name, revision)``; values are never mutated, so one
+    decoded value serves every snapshot that lists the row) and the tree nodes decoded."""
+
+    def __init__(self) -> None:
+        self.members: dict[tuple[str, int], Any] = {}
+        self.nodes = Generations()
+
+    def keep(self, doc: Document) -> None:
+        """After a rebuild: keep the member rows ``doc`` still holds (a later snapshot may list
+        them again), not every member the history ever had, and the nodes of the trees just
+        loaded (a later version of a tree shares most of them)."""
+        held = doc.body or {}
+        self.members = {pair: v for pair, v in self.members.items() if held.get(pair[0]) is v}
+        if self.nodes.current:
+            self.nodes.turn()
 
 
 class History(StoreCore):
@@ -77,7 +96,17 @@ class History(StoreCore):
                 return Document(key, revision, body, row.updated_seq)
             return self._rebuild(tx, key, row.doc_id, revision, names)
 
-    def _rebuild(self, tx: Tx, key: DocKey, doc_id: int, revision: int, names: set[str] | None) -> Document:
+    def _rebuild(
+        self,
+        tx: Tx,
+        key: DocKey,
+        doc_id: int,
+        revision: int,
+        names: set[str] | None,
+        reuse: Reuse | None = None,
+    ) -> Document:
+        """The document at ``revision`` from its nearest snapshot and the changes after it
+        (``reuse``: what a replay keeps of the rebuilds before, see :meth:`replay`)."""
         snap, rows = snapshot_and_chain(tx, key, doc_id, revision)
         value: JSON = MISSING
         start = 0
@@ -85,7 +114,7 @@ class History(StoreCore):
             start = int(snap[0])
             value = decode_stored(snap[1], f"{key} snapshot at revision {start}")
             if type(value) is list:  # a directory (schema 4): the members are rows of their own
-                value = self._snapshot_members(tx, key, doc_id, start, value, names)
+                value = self._snapshot_members(tx, key, doc_id, start, value, names, reuse)
             if value is not None and type(value) is not dict:
                 raise CorruptData(f"{key} snapshot at revision {start} is not an object")
             if value is None:
@@ -107,22 +136,85 @@ class History(StoreCore):
             seq = None if at is None else int(at[0])
         return Document(key, revision, None if value is MISSING else value, seq)
 
+    def replay(self, key: DocKey, doc_id: int, first: int, last: int) -> Iterator[Document]:
+        """Every revision from ``first`` to ``last`` in order, each what ``read_at`` rebuilds —
+        the nearest snapshot at or below it plus the changes after it — and the first that does
+        not rebuild raises what ``read_at`` would. A revision whose nearest snapshot is its
+        predecessor's is its predecessor with its own change applied, which is the same
+        replay without doing it again: a rebuild per revision decoded the snapshot's members
+        (a large member's whole tree) once per revision, so ``stateflow check`` of a document
+        cost its history times its size. A snapshot's member row is decoded once while the
+        revisions replayed still hold it, however many snapshots list it (values are never
+        mutated, so one decoded value serves them all). Each part between two snapshots is
+        read in one read transaction: the caller reads nothing else while it holds one."""
+        reuse = Reuse()
+        start = first
+        while start <= last:
+            with self._read_tx() as tx:
+                end = last  # (the last revision of this part: the one before the next snapshot)
+                if start < last:
+                    following = tx.one(
+                        "SELECT min(revision) FROM snapshots WHERE doc_id = ? AND revision > ? AND revision <= ?",
+                        (doc_id, start, last),
+                    )
+                    end = last if following is None or following[0] is None else int(following[0]) - 1
+                doc = self._rebuild(tx, key, doc_id, start, None, reuse)
+                reuse.keep(doc)
+                yield doc
+                rows = (
+                    tx.all(
+                        "SELECT revision, seq, edits FROM changes WHERE doc_id = ? AND revision > ? "
+                        "AND revision <= ? ORDER BY revision",
+                        (doc_id, start, end),
+                    )
+                    if start < end
+                    else []
+                )
+                value: JSON = MISSING if doc.body is None else doc.body
+                chain = iter(rows)
+                for expected in range(start + 1, end + 1):
+                    row = next(chain, None)
+                    if row is None or int(row[0]) != expected:  # (revisions are unique and in order)
+                        raise CorruptData(f"{key}: the change chain to revision {expected} has gaps")
+                    edits = self._edits(tx, {doc_id: key}, [(doc_id, expected, row[2])], None)
+                    try:
+                        value = apply_edits(value, edits.get((doc_id, expected), []))
+                    except Conflict as exc:
+                        raise CorruptData(
+                            f"{key}: change at revision {expected} does not replay: {exc}"
+                        ) from exc
+                    yield Document(key, expected, None if value is MISSING else value, int(row[1]))
+            start = end + 1
+
     def _snapshot_members(
-        self, tx: Tx, key: DocKey, doc_id: int, start: int, directory: list[Any], names: set[str] | None
+        self,
+        tx: Tx,
+        key: DocKey,
+        doc_id: int,
+        start: int,
+        directory: list[Any],
+        names: set[str] | None,
+        reuse: Reuse | None = None,
     ) -> dict[str, Any]:
-        """The members a snapshot's directory lists (only ``names``, when given), in order."""
+        """The members a snapshot's directory lists (only ``names``, when given), in order;
+        ``reuse``: member rows and nodes decoded before, added to here."""
         what = f"{key} snapshot at revision {start}"
         wanted = [(n, r) for n, r in directory_of(directory, key, start) if names is None or n in names]
-        found: dict[tuple[str, int], Any] = {}
-        for first in range(0, len(wanted), 200):  # bounded statement size
-            part = wanted[first : first + 200]
+        found: dict[tuple[str, int], Any] = {} if reuse is None else reuse.members
+        unread = [pair for pair in wanted if pair not in found]
+        for first in range(0, len(unread), 200):  # bounded statement size
+            part = unread[first : first + 200]
             where = " OR ".join(["(name = ? AND revision = ?)"] * len(part))
             for name, revision, raw, root in tx.all(
                 f"SELECT name, revision, body, root FROM snapshot_members WHERE doc_id = ? AND ({where})",
                 [doc_id, *(v for pair in part for v in pair)],
             ):
                 named = f"{what} member {name!r}"
-                value = decode_stored(raw, named) if root is None else load_tree(tx, bytes(root), named)
+                value = (
+                    decode_stored(raw, named)
+                    if root is None
+                    else load_tree(tx, bytes(root), named, None if reuse is None else reuse.nodes)
+                )
                 found[(name, int(revision))] = value
         body: dict[str, Any] = {}
         for name, revision in wanted:

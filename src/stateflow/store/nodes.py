@@ -154,10 +154,38 @@ class NodeCache:
             self._nodes.clear()
 
 
-def load_tree(tx: Tx, root: bytes, what: str) -> JSON:
+class Generations:
+    """The decoded nodes of the trees loaded since the last :meth:`turn` and of those loaded
+    before it: loading versions of a tree one after another (a replay of a document's history)
+    decodes only the nodes a version does not share with the one before — path copying
+    rewrites a few nodes per change — and holds at most two generations of nodes."""
+
+    def __init__(self) -> None:
+        self.previous: dict[bytes, dict[str, Any]] = {}
+        self.current: dict[bytes, dict[str, Any]] = {}
+
+    def turn(self) -> None:
+        self.previous, self.current = self.current, {}
+
+    def reader(self, tx: Tx) -> tree.Decoded:
+        def get(ids: Sequence[bytes]) -> dict[bytes, dict[str, Any]]:
+            known = {i: n for i in ids if (n := self.current.get(i) or self.previous.get(i)) is not None}
+            found = fetch_bodies(tx, [i for i in ids if i not in known])
+            # a node is checked against its id when first decoded; ids name their bytes
+            out = {i: known[i] if i in known else tree.checked(i, found.get(i)) for i in ids}
+            self.current.update(out)
+            return out
+
+        return get
+
+
+def load_tree(tx: Tx, root: bytes, what: str, nodes: Generations | None = None) -> JSON:
     """The whole value under ``root``: its nodes read level by level (one statement per
-    ``BATCH`` nodes), each checked against its id once."""
+    ``BATCH`` nodes), each checked against its id once (``nodes``: decoded nodes kept
+    between loads)."""
     try:
+        if nodes is not None:
+            return tree.load_decoded(root, nodes.reader(tx))
         return tree.load(root, lambda ids: fetch_bodies(tx, ids))
     except CorruptData as exc:
         raise type(exc)(f"stored {what} is corrupt: {exc}") from exc

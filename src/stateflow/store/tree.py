@@ -240,7 +240,12 @@ def load(root: bytes, fetch: Fetch) -> JSON:
     Nodes are fetched level by level (one ``fetch`` per level), each hashed and decoded once;
     the value is then assembled by extending flat lists (keys and values for an object), so the
     per-element work happens inside ``orjson`` and the C list/dict constructors, not in Python."""
-    return _assemble(root, fetch_tree(root, decoding(fetch)))
+    return load_decoded(root, decoding(fetch))
+
+
+def load_decoded(root: bytes, nodes: Decoded) -> JSON:
+    """The whole value under ``root``, its nodes read through ``nodes``."""
+    return _assemble(root, fetch_tree(root, nodes))
 
 
 def fetch_tree(root: bytes, nodes: Decoded) -> dict[bytes, dict[str, Any]]:
