@@ -140,6 +140,12 @@ def test_a_call_refused_for_its_arguments_alone_creates_no_store(tmp_path: Path)
         "scope": ["tool", "patch_state", '{"sesion": {"tactics": {"a": 1}}}'],
         "cwd": ["tool", "patch_state", '{"cwd": {"tactics": {"a": 1}}}', "--cwd", "/" + "x" * 600],
         "respond": ["respond", "hi", "--scopes", "global"],
+        # refused by the service or the tool host, past the JSON decoding: the states service is
+        # built first, and installs its built-ins when the call first uses the store
+        "state tool": ["tool", "state_replace", '{"state": 5}'],
+        "attach": ["states", "attach", "tickets", "checklist", "--data", '{"bogus": 1}'],
+        "update-attachment": ["states", "update-attachment", "tickets", "labels", "--declarations", "[1]"],
+        "template": ["state-templates", "put", "checklist", "--data", '{"x": 1}'],
     }
     for name, call in calls.items():
         store = tmp_path / f"{name}.db"
@@ -150,6 +156,10 @@ def test_a_call_refused_for_its_arguments_alone_creates_no_store(tmp_path: Path)
     ok = str(tmp_path / "ok.db")
     assert sf("--store", ok, "tool", "patch_state", '{"session": {"tactics": {"a": 1}}}').returncode == 0
     assert sf("--store", ok, "respond", "hi").returncode == 0
+    template = '{"schema": {"type": "object", "properties": {"items": {"type": "array"}}}}'
+    fresh = str(tmp_path / "fresh.db")  # a states write on a new store: its built-ins installed first
+    assert sf("--store", fresh, "state-templates", "put", "checklist", "--data", template).returncode == 0
+    assert [d["name"] for d in json.loads(sf("--store", fresh, "states", "list").stdout)] == ["memory"]
 
 
 def test_a_store_location_naming_a_folder_is_refused_and_creates_nothing(tmp_path: Path) -> None:

@@ -41,12 +41,19 @@ def states_service(
     that is not migrated yet raises ``StoreNotMigrated`` — or, given ``unmigrated``, is
     reported to it and the service returned anyway: a server answers 503 until ``stateflow
     migrate`` has run, and the built-ins are installed when the store is first found
-    migrated (``Store.when_migrated``)."""
+    migrated (``Store.when_migrated``). On a store opened at its first use (one with
+    ``when_opened``) they are installed then, by the first call that uses it."""
     from stateflow.states import StatesService
 
     service = StatesService(store, config)
     if jq is not None:
         service.use_jq(jq)
+    when_opened = getattr(store, "when_opened", None)
+    if when_opened is not None:
+        # a store opened at its first use (the CLI's, for a call that may be refused for its
+        # arguments): installing now would create it; the call that first uses it installs them
+        when_opened(service.install_builtins)
+        return service
     try:
         service.install_builtins()
     except StoreNotMigrated as exc:

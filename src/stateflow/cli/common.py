@@ -117,9 +117,20 @@ class _OnFirstUse:
 
     def __init__(self, opener: Callable[[], Store]) -> None:
         self._opener = opener
+        self._waiting: list[Callable[[], object]] = []
+
+    def when_opened(self, fn: Callable[[], object]) -> None:
+        """Run ``fn`` when the store is opened, before what is asked of it then (the states
+        service's built-ins: installed by the first call that uses the store, not when the
+        service is built)."""
+        self._waiting.append(fn)
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._opener(), name)
+        store = self._opener()
+        waiting, self._waiting = self._waiting, []
+        for fn in waiting:  # (they may use the store: ``_opener`` now answers it at once)
+            fn()
+        return getattr(store, name)
 
 
 pass_context = click.make_pass_decorator(Context)

@@ -117,7 +117,9 @@ def client(ctx: Context, *, reads: bool = False) -> StatesAPI:
         raise click.UsageError("give --url (a running server) or --store (a store), not both")
     if remote.url and not ctx.store_given:
         return StatesClient(remote.url, remote.token)
-    service = states_service(ctx.reader() if reads else ctx.store(), ctx.config)
+    # (a write's store is opened, or created, by its first use: a call refused for its
+    # arguments first creates nothing)
+    service = states_service(ctx.reader() if reads else ctx.deferred(), ctx.config)
     return service.acting_as(DoorContext(door="operator", actor=_whoami()))
 
 
