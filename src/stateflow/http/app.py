@@ -10,6 +10,7 @@ Record routes take the subject as four raw path segments, so a key holding ``%2F
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable
 from typing import Any, Final, Literal
 from urllib.parse import unquote_to_bytes
@@ -808,6 +809,8 @@ def create_app(
         methods=["GET", "PUT", "PATCH", "DELETE", "POST"],
         name="record",
     )
+    # a key may hold a line break (%0A): ``.`` in the route's pattern must match it too
+    record_route.path_regex = re.compile(record_route.path_regex.pattern, re.DOTALL)
     app.router.routes.append(record_route)
 
     async def record_direct(scope: Scope, receive: Receive, send: Send) -> None:
@@ -904,6 +907,8 @@ def create_app(
 
 def _no_route(request: Request) -> str:
     path: str = request.url.path
+    if any(c in request.scope["path"] for c in "\t\n\r"):  # (which the URL's parse drops)
+        path = request.scope["path"]
     said = f"{NO_ROUTE}{request.method} {path}"
     if path.endswith("/") and path != "/":
         said += f" (paths take no trailing slash: {path.rstrip('/')})"
@@ -994,16 +999,13 @@ class _Api(FastAPI):
 
 def _record_params(path: str, scope: Scope) -> dict[str, Any] | None:
     """The record route's path parameters for ``path`` (``/api/states/`` and more), as its
-    pattern ``^/api/states/(?P<name>[^/]+)/records/(?P<rest>.*)$`` would match them, told by
-    string methods rather than the route's regular expression, a cost on every request; None
-    where it does not match — or where a line break makes ``.*`` and ``$`` subtle: the router
-    then decides, by the pattern itself."""
+    pattern ``^/api/states/(?P<name>[^/]+)/records/(?P<rest>.*)$`` (``re.DOTALL``) would match
+    them, told by string methods rather than the route's regular expression, a cost on every
+    request; None where it does not match."""
     name, _, after = path[12:].partition("/")
     if not name or not after.startswith("records/"):
         return None
     rest = after[8:]
-    if "\n" in rest:
-        return None
     return {**scope.get("path_params", {}), "name": name, "rest": rest}
 
 
