@@ -98,10 +98,11 @@ def test_http_put_of_an_integer_beyond_64_bits_is_refused_and_writes_nothing(
             {"error": f"$.n: integer {n} is outside the 64-bit range JSON stores", "code": "invalid-json"},
         )
     assert states.read("t", subject("k")) is None
-    # a search filter of such an integer is refused as well (it was read as a float)
+    # a search filter of such an integer is refused as well (it was read as a float), named as
+    # the service names it
     r = client.post("/api/states/t/records/search", content=f'{{"filters": {{"n": {BIG}}}}}'.encode())
     assert r.status_code == 422 and r.json()["code"] == "invalid-json"
-    assert r.json()["error"] == f"$.filters.n: integer {BIG} is outside the 64-bit range JSON stores"
+    assert r.json()["error"] == f"filters.n: integer {BIG} is outside the 64-bit range JSON stores"
     # text that is not JSON stays a malformed request
     r = client.put(path, content=b'{"n": 1', headers={"Content-Type": "application/json"})
     assert r.status_code == 400 and r.json()["code"] == "bad-request"
@@ -130,6 +131,53 @@ def test_the_service_the_http_route_and_the_tools_name_a_refused_integer_alike(
         for tool, key in (("state_replace", "data"), ("state_merge", "patch")):
             result = host.call(tool, {"state": "t", "subject": "k", key: document})
             assert (result.code, result.text) == ("invalid-json", expected)
+    assert states.read("t", subject("k")) is None
+
+
+OP_VALUE = f"ops[0]: value[1]: integer {BIG} is outside the 64-bit range JSON stores"
+FILTER = f"filters.v.w[0]: integer {BIG} is outside the 64-bit range JSON stores"
+
+
+def test_an_op_value_and_a_filter_beyond_64_bits_are_named_alike_from_python_and_over_http(
+    client: TestClient, states: StatesService
+) -> None:
+    # the service's check names the place (an op's value by its op, a filter from ``filters``);
+    # the HTTP body hands the integer on to it instead of naming it from the body's root
+    ops = [{"op": "set", "path": ["v"], "value": [1, BIG]}]
+    with pytest.raises(OpError) as refused:
+        states.apply("t", subject("k"), ops)
+    assert (refused.value.code, refused.value.message) == ("invalid-ops", OP_VALUE)
+    path = "/api/states/t/records/agent/bot/thread/k/deltas"
+    r = client.post(path, content=encode_big({"ops": ops}), headers={"Content-Type": "application/json"})
+    assert (r.status_code, r.json()) == (422, {"error": OP_VALUE, "code": "invalid-ops"})
+    filters = {"v": {"w": [BIG]}}
+    with pytest.raises(InvalidJSON) as found:
+        states.search("t", filters)
+    assert found.value.message == FILTER
+    r = client.post("/api/states/t/records/search", content=encode_big({"filters": filters}))
+    assert (r.status_code, r.json()) == (422, {"error": FILTER, "code": "invalid-json"})
+    assert states.read("t", subject("k")) is None
+    # the other members of those bodies are still the service's to refuse, as from Python
+    r = client.post(path, content=encode_big({"ops": [], "op_id": BIG}))
+    assert r.status_code == 422 and r.json()["code"] == "invalid-input"
+
+
+def test_the_cli_names_an_op_value_and_a_filter_beyond_64_bits_as_the_service_does(
+    backend: str, states: StatesService, tmp_path: Path
+) -> None:
+    base = ["--store", backend]
+    record = ["t", "--target-name", "bot", "--key", "k"]
+    ops = encode_big([{"op": "set", "path": ["v"], "value": [1, BIG]}]).decode()
+    for args in (
+        ["states", "apply", *record, "--data", ops],
+        ["states", "apply", *record, "--data", f'{{"ops": {ops}}}'],
+        ["tool", "state_apply", f'{{"state": "t", "subject": "k", "ops": {ops}}}'],
+    ):
+        out = sf(*base, *args, cwd=tmp_path)
+        assert (out.returncode, out.stderr) == (1, f"error[invalid-ops]: {OP_VALUE}\n"), args
+    filters = encode_big({"v": {"w": [BIG]}}).decode()
+    out = sf(*base, "states", "search", "t", "--filters", filters, cwd=tmp_path)
+    assert (out.returncode, out.stderr) == (1, f"error[invalid-json]: {FILTER}\n")
     assert states.read("t", subject("k")) is None
 
 
@@ -168,7 +216,8 @@ def test_cli_refuses_an_integer_beyond_64_bits_as_the_python_door_does(
     assert python_door.value.message == f"$.n: integer {BIG} is outside the 64-bit range JSON stores"
     out = sf(*base, "tool", "patch_state", f'{{"session": {{"tactics": {{"x": {BIG}}}}}}}', cwd=tmp_path)
     assert (out.returncode, out.stdout) == (1, "")
-    assert out.stderr.startswith(f"error[invalid-json]: $.session.tactics.x: integer {BIG} is outside")
+    # (as the tool answers it over MCP and from Python: the patch's own place)
+    assert out.stderr.startswith(f"error[invalid-json]: session.tactics.x: integer {BIG} is outside")
     assert states.read("t", subject("k")) is None  # nothing written by any of them
     read = sf(*base, "tool", "read_state", '{"path": "session.tactics"}', cwd=tmp_path)
     assert (read.returncode, read.stdout) == (0, '{"value":null}\n')

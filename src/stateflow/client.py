@@ -50,6 +50,7 @@ from stateflow.states.results import (
     TemplateRow,
     WritesPage,
 )
+from stateflow.states.search import split_filters
 from stateflow.states.service import (
     ApplyResult,
     Expect,
@@ -289,6 +290,9 @@ class StatesClient:
         sort: Any = None,
         include_data: bool = False,
     ) -> SearchPage:
+        # the service's check of the filters, so a bad one is refused as locally (a value JSON
+        # cannot hold named from ``filters``, not from the request body's root)
+        split_filters(filters)
         body: Json = {"filters": filters}
         for key, value in (("limit", limit), ("cursor", cursor), ("sort", sort)):
             if value is not None:

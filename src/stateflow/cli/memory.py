@@ -179,7 +179,7 @@ def tool_host(view: MemoryView, state_names: Sequence[str] | None = None) -> Too
 @refusals
 def tool(ctx: Context, /, name: str, arguments: str | None, file: Path | None, **kw: Any) -> None:
     """Call an LLM tool with ARGUMENTS (JSON; '-' reads stdin) and print exactly its result."""
-    args = read_json_arg(arguments, file, "ARGUMENTS")
+    args = read_json_arg(arguments, file, "ARGUMENTS", exact_integers=True)
     # a read never creates a store, nor does a write its own arguments refuse
     view = make_view(ctx, kw, reads=not writes(name), deferred=True)
     host = tool_host(view) if name.startswith("state_") else ToolHost(view)

@@ -255,10 +255,12 @@ def subject_options(fn: Any) -> Any:
 
 @dataclass(frozen=True)
 class Payload:
-    """What ``--data`` or ``--file`` gave (stdin when neither)."""
+    """What ``--data`` or ``--file`` gave (stdin when neither). ``exact_integers``: an op batch,
+    whose values the service checks (see :func:`~stateflow.cli.common.decode_arg`)."""
 
     data: str | None
     file: Path | None
+    exact_integers: bool = False
 
     def read(self) -> Any:
         """The JSON payload (read and decoded here, inside the refusals; stdin once)."""
@@ -267,15 +269,17 @@ class Payload:
     @functools.cached_property
     def _value(self) -> Any:
         data = "-" if self.data is None and self.file is None else self.data
-        return read_json_arg(data, self.file, "the payload", "with --data", "--data")
+        return read_json_arg(
+            data, self.file, "the payload", "with --data", "--data", exact_integers=self.exact_integers
+        )
 
 
-def data_options(fn: Any) -> Any:
+def data_options(fn: Any, *, exact_integers: bool = False) -> Any:
     """The command's JSON payload, given as one ``payload`` (:class:`Payload`)."""
 
     @functools.wraps(fn)
     def command(*args: Any, data: str | None, file: Path | None, **kwargs: Any) -> Any:
-        return fn(*args, payload=Payload(data, file), **kwargs)
+        return fn(*args, payload=Payload(data, file, exact_integers), **kwargs)
 
     return _options(
         command,
@@ -284,6 +288,11 @@ def data_options(fn: Any) -> Any:
             click.option("--file", "file", type=click.Path(exists=True, dir_okay=False, path_type=Path)),
         ],
     )
+
+
+def ops_options(fn: Any) -> Any:
+    """:func:`data_options` for an op batch (its values are the service's to check)."""
+    return data_options(fn, exact_integers=True)
 
 
 def page_options(fn: Any) -> Any:
@@ -442,7 +451,7 @@ def search(
     """Records whose document contains FILTERS (with $eq $ne $gt $gte $lt $lte $in $exists)."""
     page = api.search(
         name,
-        decode_arg(filters, "--filters"),
+        decode_arg(filters, "--filters", exact_integers=True),  # (the service checks its values)
         limit=limit,
         cursor=cursor,
         sort=None if sort is None else decode_arg(sort, "--sort"),
@@ -535,7 +544,7 @@ def merge(api: StatesAPI, name: str, subject: Subject, payload: Payload, write: 
 @states.command("apply")
 @click.argument("name")
 @subject_options
-@data_options
+@ops_options
 @click.option("--op-id", default=None, help="Idempotency key, ≤ 256 characters (a payload op_id wins).")
 @write_options
 @api_command()

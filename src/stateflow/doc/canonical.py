@@ -69,9 +69,13 @@ def _encode_deep(value: JSON, indent: int | None) -> bytes:
         raise InvalidJSON(f"value is not JSON: {exc}") from exc
 
 
-def decode(data: bytes | bytearray | memoryview | str) -> JSON:
+def decode(data: bytes | bytearray | memoryview | str, *, exact_integers: bool = False) -> JSON:
     """Parse strict JSON (orjson refuses NaN, Infinity, trailing garbage), refusing what
-    :func:`check` refuses of a number: an integer outside the range JSON stores."""
+    :func:`check` refuses of a number: an integer outside the range JSON stores.
+
+    ``exact_integers``: such an integer is kept, exactly, for the caller to refuse — a payload
+    whose values the service checks itself (an op batch, a search filter), so that its refusal
+    names the place as the service names it for every caller, not from the payload's root."""
     try:
         value = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
@@ -89,6 +93,9 @@ def decode(data: bytes | bytearray | memoryview | str) -> JSON:
     if len(data) >= 20:
         raw = data if type(data) is bytes else data.encode() if isinstance(data, str) else bytes(data)
         if raw.translate(_DIGITS).find(_RUN) != -1:
+            if exact_integers:
+                check(value)  # (its depth first: the exact parse recurses)
+                return json.loads(raw)  # Python's parser keeps every integer exact
             _refuse_rounded(raw, value)
     return value
 

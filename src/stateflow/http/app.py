@@ -150,11 +150,13 @@ def _error(exc: StateflowError) -> Response:
     return _json(status, body, headers)
 
 
-async def _body(request: Request, *, required: bool = True) -> Any:
+async def _body(request: Request, *, required: bool = True, exact_integers: bool = False) -> Any:
     """The request's body as JSON, read from the server's messages directly: ``Request.body``
     streams it through an async generator, a cost on every write for a body that is one
     message. ``required=False``: no body at all reads as ``{}`` (no parameters); a body of
-    ``null`` is a body, answered as None for the route to refuse (it never means "none")."""
+    ``null`` is a body, answered as None for the route to refuse (it never means "none").
+    ``exact_integers``: an integer beyond 64 bits is handed on for the service to refuse (an
+    op batch's, a filter's: named as the service names it from every door, see ``decode``)."""
     chunks = []
     while True:
         message = await request.receive()
@@ -173,7 +175,7 @@ async def _body(request: Request, *, required: bool = True) -> Any:
     if encoding is not None and encoding.strip().lower() != "identity":
         raise BadRequest(f"Content-Encoding {encoding!r} is not supported: send the body as plain UTF-8 JSON")
     try:
-        return decode(raw)
+        return decode(raw, exact_integers=exact_integers)
     except NotJSON as exc:  # (a value no document holds is refused as a write of it is: 422)
         if _not_utf8(raw):
             raise BadRequest(
@@ -620,7 +622,7 @@ def create_app(
 
     @app.post("/api/states/{name}/records/search", name="search_records")
     async def search(name: str, request: Request) -> Response:
-        body = await _body(request)
+        body = await _body(request, exact_integers=True)
         if not isinstance(body, dict) or set(body) - {"filters", "limit", "cursor", "sort", "include_data"}:
             raise BadRequest(
                 'body must be {"filters": {...}, "limit"?: int, "cursor"?: str, "sort"?: [...], '
@@ -728,7 +730,7 @@ def create_app(
                 expect_revision=expect,
             )
         elif suffix == ["deltas"] and method == "POST":
-            body = await _body(request)
+            body = await _body(request, exact_integers=True)
             if not isinstance(body, dict) or set(body) - {"ops", "op_id"}:
                 raise BadRequest('body must be {"ops": [...], "op_id"?: string}')
             if not isinstance(body.get("ops"), list):  # (the published answer; op_id is the service's)
