@@ -5,7 +5,10 @@ from __future__ import annotations
 import copy
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from stateflow.config import Config, RetentionConfig
+from stateflow.errors import NotFound
 from stateflow.states.builtin import MEMORY_DECLARATION
 from stateflow.states.service import CATALOG, StatesService
 from stateflow.store import SqlStore
@@ -113,3 +116,32 @@ def test_a_retention_longer_than_the_calendar_keeps_everything(store: SqlStore) 
     assert report["pruned"] == {"notes": 1, "kept": 0} and report["op_ids"] == 0
     kept = service.read("kept", subject)
     assert kept is not None and kept["data"] == {"text": "old"}
+
+
+def test_history_before_the_oldest_kept_transition_reads_the_snapshot_the_audit_sweep_kept(
+    store: SqlStore,
+) -> None:
+    """Once the audit sweep forgot a session's first transition, the state before the oldest
+    kept one is the snapshot the sweep kept (not ``{}``, a state the session never had) at
+    every memory door; the change that led to it is gone, so its patch predates the history."""
+    m = view(store)
+    m.patch_state({"session": {"tactics": {"a": 1}}})
+    m.patch_state({"session": {"tactics": {"b": 2}}})
+    newest = store.transitions(limit=10_000)[-1]
+    assert store.prune_history("memory", newest.at) > 0  # the first transition goes
+
+    was = {"tactics": {"a": 1}}
+    assert m.read_state({"path": "session[1]"}) == {"value": was}
+    assert m.read_state({"path": "effective[1].tactics"}) == {"value": {"a": 1}}
+    assert m.read_state({"path": "session[1].tactics.a"}) == {"value": 1}  # read along the path
+    for path in ("session[1]", "session[1].tactics", "effective[1]"):
+        with pytest.raises(NotFound, match="predates the retained history"):
+            m.read_state({"path": path, "projection": "patch"})
+    with pytest.raises(NotFound, match="predates the retained history"):
+        m.read_state({"path": "session[2]"})
+    assert m.as_of(1, "session") == was
+    assert m.read_state({"path": "session[0]", "projection": "patch"}) == {"patch": {"tactics": {"b": 2}}}
+
+    assert m.fork("s2", 1).read_state({"path": "session"}) == {"value": was}
+    assert m.restore(1)
+    assert m.read_state({"path": "session"}) == {"value": was}

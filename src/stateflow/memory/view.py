@@ -142,13 +142,16 @@ class _Timeline:
     seqs: list[int]
     changes: dict[int, dict[str, list[Edit]]]
     complete: bool
-    """True when the oldest retained transition is the first ever (so the origin is known)."""
+    """True when the window holds every retained transition (so the state before the oldest is
+    known: see :meth:`revision_at`)."""
     revisions: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
     """Per scope, ``(seq, revision)`` of its changes in the window, newest first."""
 
     def revision_at(self, scope: str, seq: int, now: int) -> int:
         """The scope document's revision right after transition ``seq`` of the window (``now``:
-        its revision at the window's top): every change after ``seq`` is in the window."""
+        its revision at the window's top): every change after ``seq`` is in the window. Before
+        the window's oldest transition (``seq`` below it), the revision before the scope's oldest
+        change in it: 0 where that was its first, else one the audit sweep kept a snapshot of."""
         after = [revision for at, revision in self.revisions.get(scope, ()) if at > seq]
         return min(after) - 1 if after else now
 
@@ -475,11 +478,8 @@ class MemoryView(Staging):
         revisions: dict[DocKey, int] | None = {self.keys[s]: current[s].revision for s in scopes}
         if offset:
             assert timeline is not None
-            if offset == len(timeline.seqs):
-                revisions = {self.keys[s]: 0 for s in scopes}  # the origin: every scope is empty
-            else:
-                seq = timeline.seqs[offset]
-                revisions = {self.keys[s]: timeline.revision_at(s, seq, current[s].revision) for s in scopes}
+            seq = timeline.seqs[offset] if offset < len(timeline.seqs) else -1  # (-1: before the oldest)
+            revisions = {self.keys[s]: timeline.revision_at(s, seq, current[s].revision) for s in scopes}
         reads = self.store.read_paths({self.keys[s]: [target] for s in scopes}, revisions=revisions, end=end)
         return [reads[self.keys[s]].trails[0] for s in scopes]
 
@@ -602,6 +602,30 @@ class MemoryView(Staging):
         complete = len(seqs) <= limit and len(changes) < len(self.scopes) * (limit + 2)
         return _Timeline(seqs, by_seq, complete, revisions)
 
+    def _origin(
+        self, offset: int, timeline: _Timeline, current: dict[str, Document]
+    ) -> dict[str, int] | None:
+        """Each scope's revision before the window's oldest transition, when ``offset`` is that
+        point; None otherwise. After the audit sweep that revision may be a kept snapshot, not
+        the empty origin: the state then is still read (``{}`` would be a state never held)."""
+        if offset != len(timeline.seqs):
+            return None
+        return {s: timeline.revision_at(s, -1, current[s].revision) for s in self.scopes}
+
+    def _check_origin_patch(self, n: int, timeline: _Timeline, current: dict[str, Document]) -> bool:
+        """Whether offset ``n`` is the point before the window's oldest transition, whose patch
+        is ``{}`` when it is the origin (nothing before it); where the audit sweep forgot the
+        change that led to it, that patch predates the retained history."""
+        origin = self._origin(n, timeline, current)
+        if origin is None:
+            return False
+        if any(origin.values()):
+            raise NotFound(
+                f"the patch at history offset {n} predates the retained history: the change that "
+                f"led to that state was forgotten by the audit retention sweep"
+            )
+        return True
+
     def _check_limit(self, offset: int) -> None:
         limit = self.config.history_limit
         if offset > limit:
@@ -628,8 +652,12 @@ class MemoryView(Staging):
             return {s: d.body for s, d in current.items()}
         assert timeline is not None
         self._check_offset(offset, timeline, internal=True)
-        if offset == len(timeline.seqs):
-            return {}  # the origin: before the first transition every scope is empty
+        origin = self._origin(offset, timeline, current)
+        if origin is not None:  # before the oldest retained transition
+            return {
+                s: self.store.read_at(self.keys[s], revision=origin[s], members=members).body
+                for s in self.scopes
+            }
         seq = timeline.seqs[offset]
         return {s: self.store.read_at(self.keys[s], seq=seq, members=members).body for s in self.scopes}
 
@@ -643,7 +671,7 @@ class MemoryView(Staging):
     ) -> JSON:
         n = path.offset
         self._check_offset(n, timeline)
-        if n == len(timeline.seqs):
+        if self._check_origin_patch(n, timeline, current):
             return {}  # the origin changed nothing
         self._check_patch_window(n)
         before: dict[str, Any] | None = None
@@ -678,7 +706,7 @@ class MemoryView(Staging):
         object) is read whole."""
         n = path.offset
         self._check_offset(n, timeline)
-        if n == len(timeline.seqs):
+        if self._check_origin_patch(n, timeline, current):
             return {}  # the origin changed nothing
         self._check_patch_window(n)
         if path.root != "effective":

@@ -130,8 +130,8 @@ class PathReads:
         name first) in the document as it is now, or right after transition ``seq``, or at the
         given revision (``revisions``, when the caller knows it), or as the ``back``-th newest
         transition that changed any of these documents left them (``back`` equal to the number
-        of such transitions retained: before the first, every document empty; beyond it:
-        ``NotFound``), all from one consistent snapshot. Only the members the paths name are read, and of a tree member only the nodes
+        of such transitions retained: before the oldest of them, each document as its oldest retained
+        change found it; beyond it: ``NotFound``), all from one consistent snapshot. Only the members the paths name are read, and of a tree member only the nodes
         on the way and the value at the end.
 
         With ``end``, each trail's value is not the value at the path's end but its ``keys``
@@ -594,14 +594,15 @@ def _back_revisions(
     """Each document's revision right after the ``back``-th newest transition among ``found``,
     their newest ``back + 1`` changes ``(seq, doc_id, revision)`` (see ``_revisions_back``)."""
     seqs = sorted({s for s, _, _ in found}, reverse=True)
-    if back == len(seqs):  # before the first transition: every document empty
-        return {key: 0 for key in rows}
     if back > len(seqs):
         raise NotFound(
             f"requested history offset {back} predates the retained history "
             f"({len(seqs)} transition(s) retained for these documents)"
         )
-    target = seqs[back]
+    # ``back == len(seqs)``: before the oldest retained transition, each document at the
+    # revision before its oldest retained change — 0 (empty) where that change was its first,
+    # else the revision the audit sweep kept a snapshot of when it forgot the changes before
+    target = seqs[back] if back < len(seqs) else -1
     out: dict[DocKey, int] = {}
     for key, row in rows.items():
         after = [r for s, d, r in found if d == row.doc_id and s > target]
