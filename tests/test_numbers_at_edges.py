@@ -181,6 +181,53 @@ def test_the_cli_names_an_op_value_and_a_filter_beyond_64_bits_as_the_service_do
     assert states.read("t", subject("k")) is None
 
 
+def test_an_integer_of_100000_digits_is_refused_for_its_size_at_every_door(
+    client: TestClient, states: StatesService, backend: str, tmp_path: Path
+) -> None:
+    # orjson reads such a literal as a double, out of range: it said "number is infinity"
+    ones = "1" * 100_000
+    huge = (10**100_000 - 1) // 9  # the same integer (Python writes out none past 4,300 digits)
+    for document, text, place, sign in (
+        ({"n": huge}, f'{{"n": {ones}}}', "$.n", ""),
+        ({"v": [{"n": -huge}]}, f'{{"v": [{{"n": -{ones}}}]}}', "$.v[0].n", "negative "),
+    ):
+        expected = f"{place}: {sign}integer of 100,000 digits is outside the 64-bit range JSON stores"
+        with pytest.raises(InvalidJSON) as refused:
+            decode(text)
+        assert refused.value.message == expected
+        with pytest.raises(InvalidJSON) as refused:
+            states.replace("t", subject("k"), document)
+        assert refused.value.message == expected
+        r = client.put("/api/states/t/records/agent/bot/thread/k", content=text.encode())
+        assert (r.status_code, r.json()) == (422, {"error": expected, "code": "invalid-json"})
+    host = ToolHost(MemoryView(states.store, Identity.of("bot", "/tmp", "s1")), states)
+    result = host.call("state_replace", {"state": "t", "subject": "k", "data": {"n": huge}})
+    assert (result.code, result.text) == (
+        "invalid-json",
+        "$.n: integer of 100,000 digits is outside the 64-bit range JSON stores",
+    )
+    subject_args = ["--target-name", "bot", "--key", "k"]
+    out = sf(
+        "--store",
+        backend,
+        "states",
+        "replace",
+        "t",
+        *subject_args,
+        "--data",
+        f'{{"n": {ones}}}',
+        cwd=tmp_path,
+    )
+    assert (out.returncode, out.stderr) == (
+        1,
+        "error[invalid-json]: $.n: integer of 100,000 digits is outside the 64-bit range JSON stores\n",
+    )
+    # a float literal past a double's range is named as what it is, too
+    with pytest.raises(InvalidJSON, match=r"^\$\.n\[1\]: 1e400 is not a JSON number"):
+        decode('{"n": [0, 1e400]}')
+    assert states.read("t", subject("k")) is None
+
+
 def encode_big(value: Any) -> bytes:
     """JSON text of ``value``, whose integers may be beyond 64 bits (orjson refuses to write them)."""
     return json.dumps(value).encode()

@@ -85,6 +85,10 @@ def decode(data: bytes | bytearray | memoryview | str, *, exact_integers: bool =
             raise InvalidJSON(
                 f"{_too_deep_at(data)}: nested deeper than {MAX_DEPTH} levels, which JSON storage refuses"
             ) from exc
+        if str(exc).startswith("number is infinity"):
+            # a number literal past a double's range (orjson reads every integer beyond 64
+            # bits as a double): refused as what it is, where it is, as a parsed one would be
+            raise InvalidJSON(_beyond_double(exc.doc, exc.pos)) from exc
         raise NotJSON(f"invalid JSON: {exc}") from exc
     # orjson reads an integer beyond 64 bits as the nearest float: stored, it would be another
     # number. Such a literal is a run of 20 digits, or a minus sign and 19: text without one,
@@ -103,16 +107,52 @@ def decode(data: bytes | bytearray | memoryview | str, *, exact_integers: bool =
 _TOKEN: Final = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{},]')
 
 
-def _too_deep_at(data: bytes | bytearray | memoryview | str) -> str:
+_NUMBER: Final = re.compile(r"-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?")
+SHOWN_DIGITS: Final = 40
+"""An integer refused for its size is quoted whole up to this many digits, else by its length."""
+
+
+def _beyond_double(text: str, pos: int) -> str:
+    """The refusal of the number literal at ``pos`` in ``text``, which reads as infinity."""
+    literal = _NUMBER.match(text, pos)
+    number = literal.group() if literal else text[pos : pos + SHOWN_DIGITS]
+    at = _too_deep_at(text, before=pos)
+    if literal and not literal.group(1) and not literal.group(2):
+        return f"{at}: {_integer_words(number, len(number.lstrip('-')))}"
+    shown = number if len(number) <= SHOWN_DIGITS else number[:SHOWN_DIGITS] + "…"
+    return (
+        f"{at}: {shown} is not a JSON number this store holds (beyond a double's range: it reads as Infinity)"
+    )
+
+
+def _integer_words(number: str | int, digits: int) -> str:
+    """How a refusal names an integer outside the 64-bit range (its literal or value, and how
+    many decimal digits it has): whole, or by its length when it is long."""
+    if digits <= SHOWN_DIGITS:
+        return f"integer {number} is outside the 64-bit range JSON stores"
+    negative = number < 0 if type(number) is int else str(number).startswith("-")
+    sign = "negative " if negative else ""
+    return f"{sign}integer of {digits:,} digits is outside the 64-bit range JSON stores"
+
+
+def _digits(n: int) -> int:
+    """How many decimal digits ``abs(n)`` has, without writing it out (Python refuses to, past
+    4,300 digits; and that costs quadratic time)."""
+    n = abs(n)
+    count = max(1, int(n.bit_length() * 0.30102999566398120) + 1)  # log10(2): right or one over
+    return count - 1 if count > 1 and n < 10 ** (count - 1) else count
+
+
+def _too_deep_at(data: bytes | bytearray | memoryview | str, *, before: int | None = None) -> str:
     """Where the text ``data`` opens its first container deeper than :data:`MAX_DEPTH` (``$``,
     then a step per level, as :func:`check` names a place), found by scanning its brackets:
-    the text is too deep to parse."""
+    the text is too deep to parse. ``before``: where the value at that character offset sits."""
     text = data if isinstance(data, str) else bytes(data).decode("utf-8", "replace")
     steps: list[str] = []  # per open container, the step to the child being read
     objects: list[bool] = []
     indexes: list[int] = []
     key_next = False
-    for token in _TOKEN.finditer(text):
+    for token in _TOKEN.finditer(text, 0, len(text) if before is None else before):
         t = token.group()
         if t[0] == '"':
             if key_next:
@@ -263,7 +303,7 @@ def _explain(value: JSON, where: str, depth: int = 0) -> None:
             raise InvalidJSON(f"{at}: nested deeper than {MAX_DEPTH} levels, which JSON storage refuses")
         if t is int:
             if not _INT_MIN <= node <= _INT_MAX:
-                raise InvalidJSON(f"{at}: integer {node} is outside the 64-bit range JSON stores")
+                raise InvalidJSON(f"{at}: {_integer_words(node, _digits(node))}")
         elif t is float:
             if not math.isfinite(node):
                 raise InvalidJSON(f"{at}: {node} is not a JSON number (NaN and Infinity are refused)")
