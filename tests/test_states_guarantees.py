@@ -12,6 +12,7 @@ import socket
 import subprocess
 import threading
 from collections.abc import Iterator, Mapping
+from http.client import HTTPConnection
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -814,6 +815,51 @@ def test_the_http_client_gives_each_thread_its_own_answers_revision(server: str)
         assert [r.revision for r in results] == [1]
     finally:
         proxy.close()
+
+
+def test_origins_in_any_script_travel_as_utf8_headers(server: str, service: StatesService) -> None:
+    """An origin outside Latin-1 is recorded through the client as the local service records it
+    (the client failed with http.client's UnicodeEncodeError), a UTF-8 header sent by hand is
+    read as UTF-8 (it was recorded as mojibake), a header that is not UTF-8 is 400 naming it,
+    and text a header cannot carry is refused by the client before sending."""
+    client = StatesClient(server, ADMIN, consumer="агент-1")
+    origins: list[dict[str, Any]] = [
+        {"consumer": "агент-1", "run_id": "run-✓", "meta": {"who": "日本"}},
+        {"consumer": "büro 😀", "run_id": "a\tb"},
+    ]
+    for n, origin in enumerate(origins):
+        client.apply("tickets", T1, [{"op": "set", "path": ["n"], "value": n}], origin=origin)
+        recorded = service.writes("tickets", T1)["items"][0]["origin"]
+        assert {k: recorded[k] for k in origin} == origin
+    client.merge("tickets", T1, {"n": 9})  # the client's own consumer
+    assert service.writes("tickets", T1)["items"][0]["origin"]["consumer"] == "агент-1"
+    host, port = urlsplit(server).netloc.split(":")
+    body = json.dumps({"ops": [{"op": "set", "path": ["n"], "value": 10}]}).encode()
+    for consumer, status in (("агент".encode(), 200), ("agent-é".encode("latin-1"), 400)):
+        conn = HTTPConnection(host, int(port), timeout=60)
+        conn.putrequest("POST", REC + "/deltas")
+        for name, value in (
+            ("Authorization", f"Bearer {ADMIN}".encode()),
+            ("Content-Type", b"application/json"),
+            ("Content-Length", str(len(body)).encode()),
+            ("X-Stateflow-Consumer", consumer),
+        ):
+            conn.putheader(name, value)
+        conn.endheaders(body)
+        answer = conn.getresponse()
+        said = json.loads(answer.read())
+        conn.close()
+        assert answer.status == status, said
+        if status == 200:
+            assert service.writes("tickets", T1)["items"][0]["origin"]["consumer"] == "агент"
+        else:
+            assert said == {"error": "X-Stateflow-Consumer must be UTF-8 text", "code": "bad-request"}
+    before = len(service.writes("tickets", T1)["items"])
+    for text in ("a\nb", "a\rb", "a\x00b", " padded", "padded\t"):
+        for field in ("consumer", "run_id"):
+            with pytest.raises(InvalidInput, match="cannot be sent in an HTTP header"):
+                client.merge("tickets", T1, {"n": 11}, origin={field: text})
+    assert len(service.writes("tickets", T1)["items"]) == before  # nothing was sent
 
 
 def test_the_http_client_answers_and_refuses_as_the_local_service(

@@ -25,7 +25,7 @@ from urllib.parse import quote, urlencode, urlsplit
 
 from stateflow.doc.canonical import decode, encode
 from stateflow.doc.ops import parse_ops
-from stateflow.errors import NO_ROUTE, StateflowError, StoreUnavailable
+from stateflow.errors import NO_ROUTE, InvalidInput, StateflowError, StoreUnavailable
 from stateflow.states.listing import check_cursor, page_limit
 from stateflow.states.pipeline import ANY_REVISION
 from stateflow.states.results import (
@@ -86,6 +86,18 @@ class ClientError(StateflowError):
 
 def _q(text: str) -> str:
     return quote(text, safe="")
+
+
+def _header_text(field: str, value: str) -> bytes:
+    """``consumer`` / ``run_id`` as its header's value, the text's UTF-8 bytes. A header cannot
+    carry a control character (tab aside) or keep space at either end (the server strips it):
+    such an origin is refused here, before anything is sent, not changed on the way."""
+    if value != value.strip(" \t") or any(c < " " and c != "\t" for c in value):
+        raise InvalidInput(
+            f"{field}: {value!r} cannot be sent in an HTTP header (a control character, or "
+            "space at either end)"
+        )
+    return value.encode()
 
 
 class StatesClient:
@@ -155,12 +167,14 @@ class StatesClient:
         if self.token:
             request.add_header("Authorization", f"Bearer {self.token}")
         if method != "GET":
+            # each as its UTF-8 bytes, which the server reads (http.client would encode a str
+            # as Latin-1, and fail on any other character)
             for key, value in self._origin(origin).items():
                 header = {"consumer": "X-Stateflow-Consumer", "run_id": "X-Stateflow-Run-Id"}.get(key)
                 if header is not None:
-                    request.add_header(header, str(value))
+                    request.add_header(header, _header_text(key, str(value)))  # type: ignore[arg-type]
                 elif key == "meta":
-                    request.add_header("X-Stateflow-Meta", encode(value).decode())
+                    request.add_header("X-Stateflow-Meta", encode(value))  # type: ignore[arg-type]
         expect = check_revision(expect_revision)
         if expect is not None:  # "*": the record exists, at any revision
             request.add_header("If-Match", "*" if expect == ANY_REVISION else f'"{expect}"')

@@ -292,7 +292,10 @@ def _origin_header(raw: dict[str, Any], name: bytes, given: bytes) -> None:
     key = ORIGIN_HEADERS.get(name.decode("latin-1"))
     if key is None or key in raw:  # the first of repeated headers, as Headers.get gives it
         return
-    value = given.decode("latin-1")
+    try:  # (the text's own UTF-8 bytes, as X-Stateflow-Cwd: read as Latin-1 it was mojibake)
+        value = given.decode("utf-8")
+    except UnicodeDecodeError:
+        raise BadRequest(f"{name.decode('latin-1').title()} must be UTF-8 text") from None
     if key == "meta":
         try:
             raw[key] = decode(value)
