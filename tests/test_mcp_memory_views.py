@@ -419,3 +419,46 @@ def test_stdio_answers_unparsable_lines_by_id_and_logs_them(
     assert answers[4]["result"]["structuredContent"] == {"value": {}}
     assert "stateflow mcp: unparsable message (id 2)" in stderr
     assert "stateflow mcp: unparsable message (id None)" in stderr
+
+
+def test_stdio_refuses_a_line_that_is_not_utf8_and_writes_nothing(
+    backend: str, store: SqlStore, tmp_path: Path
+) -> None:
+    # a client writing Latin-1: its bytes are refused as unparsable, never replaced with U+FFFD
+    # and stored as if the client had sent that
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "0"},
+        },
+    }
+    server = subprocess.Popen(
+        ["stateflow", "--store", backend, "mcp", "--cwd", str(tmp_path), "--session", "s"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert server.stdin is not None and server.stdout is not None
+
+    def answer(*lines: bytes) -> dict[str, Any]:
+        assert server.stdin is not None and server.stdout is not None
+        server.stdin.write(b"".join(line + b"\n" for line in lines))
+        server.stdin.flush()
+        return dict(json.loads(server.stdout.readline()))
+
+    answer(json.dumps(initialize).encode(), b'{"jsonrpc": "2.0", "method": "notifications/initialized"}')
+    call = b'{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"%s","arguments":%s}}'
+    latin1 = answer(call % (2, b"patch_state", b'{"session":{"tactics":{"name":"caf\xe9"}}}'))
+    utf8 = answer(call % (3, b"patch_state", '{"session":{"tactics":{"other":"café"}}}'.encode()))
+    read = answer(call % (4, b"read_state", b'{"path":"session"}'))
+    _, stderr = server.communicate(timeout=120)
+    assert latin1["id"] == 2 and latin1["error"]["code"] == PARSE_ERROR, latin1
+    assert "invalid unicode code point" in latin1["error"]["message"]
+    assert utf8["id"] == 3 and not utf8["result"].get("isError")
+    # UTF-8 text is served as before; the refused line wrote nothing
+    assert read["result"]["structuredContent"] == {"value": {"tactics": {"other": "café"}}}
+    assert b"stateflow mcp: unparsable message (id 2)" in stderr

@@ -6,13 +6,22 @@ exception, and the server drops it: the client's request is never answered and i
 until it times out. This read stream, between the transport and the server, answers such a line
 with a JSON-RPC parse error (-32700) for the request's id when the line names one (read by a
 more tolerant parser, or from its leading members), ``null`` otherwise, and logs it to stderr.
+
+The transport is given standard input as bytes (:func:`stdin_bytes`): read as text, as the SDK
+does by default, a line that is not UTF-8 would have its bytes replaced with U+FFFD and be
+served, and stored, as if the client had sent that; as bytes it is refused like any other line
+the parser cannot read.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import re
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import TracebackType
 from typing import Any, Final
 
@@ -29,14 +38,35 @@ _LEADING_ID: Final = re.compile(
 ``method``, then ``id``): read when the whole line cannot be parsed at all."""
 
 
+@contextmanager
+def stdin_bytes() -> Iterator[anyio.AsyncFile[bytes]]:
+    """Standard input's lines as bytes, for the transport (see the module).
+
+    As the SDK does with the stdin it opens itself, the lines are read from a private duplicate
+    while fd 0 reads the null device, so no child process ever reads the client's messages.
+    """
+    wire = fcntl.fcntl(0, fcntl.F_DUPFD_CLOEXEC, 3)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    try:
+        # never closed: a worker thread may still be blocked reading it after the transport ends
+        yield anyio.wrap_file(os.fdopen(wire, "rb", closefd=False))
+    finally:
+        os.dup2(wire, 0)
+
+
 def unparsed_line(exc: Exception) -> tuple[str, str] | None:
-    """``(line, reason)`` when ``exc`` is the transport's refusal of a line that is not valid JSON."""
+    """``(line, reason)`` when ``exc`` is the transport's refusal of a line that is not valid JSON
+    (a line that is not UTF-8 is given with its bad bytes replaced, only to look for its id)."""
     if not isinstance(exc, ValidationError):
         return None
     errors = exc.errors()
     if len(errors) != 1 or errors[0].get("type") != "json_invalid":
         return None
     line = errors[0].get("input")
+    if isinstance(line, bytes):
+        line = line.decode("utf-8", errors="replace")
     return (line, str(errors[0].get("msg"))) if isinstance(line, str) else None
 
 
