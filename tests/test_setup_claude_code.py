@@ -171,6 +171,27 @@ def test_setup_refuses_a_broken_settings_file(tmp_path: Path) -> None:
     assert not (tmp_path / ".mcp.json").exists()
 
 
+def test_setup_refuses_a_malformed_hook_group_naming_it(tmp_path: Path) -> None:
+    # Claude Code refuses such a file as a whole: hooks added beside the group would never run
+    (tmp_path / ".claude").mkdir()
+    settings = tmp_path / ".claude" / "settings.json"
+    for groups, where in (
+        ([{"hooks": [{"type": "command", "command": "true"}]}, {"hooks": "x"}], "hooks.SessionStart[1]"),
+        ([5], "hooks.SessionStart[0]"),
+        ([{"matcher": "x"}], "hooks.SessionStart[0]"),
+        ([{"hooks": ["true"]}], "hooks.SessionStart[0]"),
+    ):
+        text = json.dumps({"hooks": {"SessionStart": groups}})
+        settings.write_text(text)
+        out = sf("setup", "claude-code", "--project", str(tmp_path), cwd=tmp_path)
+        assert out.returncode == 1, out.stderr
+        assert out.stderr == (
+            f'error[invalid-input]: {settings}: {where} must be an object with a "hooks" list of objects\n'
+        )
+        assert settings.read_text() == text
+        assert not (tmp_path / ".mcp.json").exists()
+
+
 def test_setup_gives_the_server_and_hooks_a_hot_budget(tmp_path: Path) -> None:
     """Claude Code cuts a hook's context at 10,000 characters: the budget keeps the hot state small."""
     db = str(tmp_path / "m.db")

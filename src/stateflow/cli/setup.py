@@ -100,6 +100,14 @@ def plan(
         groups = hooks.get(event) or []
         if not isinstance(groups, list):
             raise InvalidInput(f"{settings_path}: hooks.{event} must be a list")
+        for i, group in enumerate(groups):
+            # Claude Code refuses a settings file with a malformed group as a whole: our hooks
+            # added beside it would never run, so it is refused here, before anything is written
+            inner = group.get("hooks") if isinstance(group, dict) else None
+            if not isinstance(inner, list) or not all(isinstance(h, dict) for h in inner):
+                raise InvalidInput(
+                    f'{settings_path}: hooks.{event}[{i}] must be an object with a "hooks" list of objects'
+                )
         previous = [kept for g in groups if (kept := _without_ours(g, command)) is not None]
         hooks[event] = [*previous, {"hooks": [{"type": "command", "command": command}]}]
     return {mcp_path: mcp, settings_path: settings}
@@ -117,11 +125,11 @@ def _ours(hook: Any, command: str) -> bool:
     )
 
 
-def _without_ours(group: Any, command: str) -> Any:
+def _without_ours(group: dict[str, Any], command: str) -> dict[str, Any] | None:
     """``group`` without our hooks: a group holds several hooks (and a ``matcher``), and the
     user's own ones in it stay where they are; None when only ours were in it."""
-    hooks = group.get("hooks") if isinstance(group, dict) else None
-    if not isinstance(hooks, list) or not any(_ours(h, command) for h in hooks):
+    hooks = group["hooks"]
+    if not any(_ours(h, command) for h in hooks):
         return group
     kept = [h for h in hooks if not _ours(h, command)]
     return {**group, "hooks": kept} if kept else None
