@@ -517,7 +517,7 @@ def test_read_state_by_path_equals_the_whole_read_at_every_offset(open_migrated:
             root, rest = text.split(".", 1)
             asked = f"{root}[{offset}].{rest}" if offset else text
             try:
-                expected: Any = {"value": view.as_of(offset, text)}
+                expected: Any = {"value": view._as_of_whole(offset, text)}
             except Exception as exc:
                 expected = (type(exc), str(exc))
             try:
@@ -540,7 +540,7 @@ def test_read_state_by_path_equals_the_whole_read_at_every_offset(open_migrated:
         with pytest.raises(Exception) as by_path:
             view.read_state({"path": text})
         with pytest.raises(Exception) as whole:
-            view.as_of(0, text)
+            view._as_of_whole(0, text)
         assert (type(by_path.value), str(by_path.value)) == (type(whole.value), str(whole.value))
 
 
@@ -574,7 +574,7 @@ def test_one_path_as_of_an_offset_equals_the_whole_read_past_many_large_edits(
             root, rest = text.split(".", 1)
             asked = f"{root}[{offset}].{rest}" if offset else text
             try:
-                expected: Any = {"value": view.as_of(offset, text)}
+                expected: Any = {"value": view._as_of_whole(offset, text)}
             except Exception as exc:
                 expected = (type(exc), str(exc))
             try:
@@ -693,6 +693,62 @@ def test_the_cli_reads_a_path_as_of_and_fails_closed_on_a_missing_node_on_it(
     assert str(key) in broken.stderr or "member 'lazy'" in broken.stderr
 
 
+def test_history_show_and_diff_read_a_plane_path_along_it_at_any_depth(
+    backend: str, open_migrated: StoreFactory, tmp_path: Any
+) -> None:
+    """`stateflow history show --path` and `history diff --path` read a plane path as read_state
+    does, below the model's history window too: only the nodes on the path, never every scope
+    document whole (a hot path beside a 10 MB lazy plane took seconds at a deep offset). Shown
+    by a node of `lazy.obj` lost: `lazy.big` and `tactics` still read at every depth, while the
+    whole state fails closed."""
+    store = open_migrated()
+    view = MemoryView(store, Identity.of("ops", str(tmp_path), "s"))
+    view.patch_state({"session": {"lazy": plane(12_000), "tactics": {"n": 0}}})
+    for i in range(1, 25):
+        patch: dict[str, Any] = (
+            {"lazy": {"big": {f"[{i % 5}]": f"edit {i}"}}} if i % 2 else {"tactics": {"n": i}}
+        )
+        view.patch_state({"session": patch})
+    expected = {n: view._as_of_whole(n, "session.lazy.big[3]") for n in (0, 9, 20, 24)}
+    assert len(set(map(str, expected.values()))) > 1  # (the element changed on the way)
+    tactics = to_patch(
+        diff(view._as_of_whole(20, "session.tactics"), view._as_of_whole(9, "session.tactics"))
+    )
+    assert tactics == {"n": 14}
+    with store._write_tx() as tx:
+        root = bytes(tx.one("SELECT root FROM members WHERE name = 'lazy'")[0])  # type: ignore[index]
+        touched: list[bytes] = []
+
+        def fetch(ids: Any) -> dict[bytes, bytes]:
+            touched.extend(ids)
+            return fetch_bodies(tx, ids)
+
+        probe(
+            root, ["obj", "k5000"], decoding(fetch), fetch
+        )  # (obj is never edited: every version shares it)
+        tx.run("DELETE FROM nodes WHERE id = ?", (touched[-1],))
+
+    def history(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [
+                *("stateflow", "--store", backend, "history", *args),
+                *("--agent", "ops", "--session", "s", "--cwd", str(tmp_path)),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp_path,
+        )
+
+    for n, value in expected.items():
+        shown = history("show", str(n), "--path", "session.lazy.big[3]")
+        assert shown.returncode == 0 and orjson.loads(shown.stdout) == value, (n, shown.stderr)
+    diffed = history("diff", "20", "9", "--path", "session.tactics")
+    assert diffed.returncode == 0 and orjson.loads(diffed.stdout) == tactics, diffed.stderr
+    whole = history("show", "20")
+    assert whole.returncode != 0 and "error[corrupt-store]" in whole.stderr, whole.stderr
+
+
 ENDS: list[tuple[tuple[str | int, ...], KeysEnd | SliceEnd]] = [
     (("lazy", "big"), KeysEnd()),
     (("lazy", "obj"), KeysEnd()),
@@ -777,7 +833,7 @@ def test_read_state_keys_and_ranges_equal_the_whole_read_at_every_offset(open_mi
             root, rest = text.split(".", 1)
             asked = f"{root}[{offset}].{rest}" if offset else text
             try:
-                value = view.as_of(offset, text)
+                value = view._as_of_whole(offset, text)
                 expected: Any = keys_projection(value) if projection == "keys" else {"value": value}
             except Exception as exc:
                 expected = (type(exc), str(exc))
@@ -827,7 +883,7 @@ def test_read_state_patches_by_path_equal_the_whole_patch_at_every_offset(
         if i in (10, 12, 13):  # a prefix of the path deleted from every scope, then back
             patch: dict[str, Any] = {"session": {"lazy": {"solo": None if i != 12 else {"deep": {"x": i}}}}}
         elif i in (4, 9):  # the large array grows (replaced whole in the effective diff)
-            patch = {"session": {"lazy": {"big": [*view.as_of(0, "session.lazy.big"), {"x": i}]}}}
+            patch = {"session": {"lazy": {"big": [*view._as_of_whole(0, "session.lazy.big"), {"x": i}]}}}
         elif i in (5, 11, 14):  # a narrower scope's array hides a broader one's, of other lengths
             patch = {scope: {"lazy": {"list": [{"x": i}, i] if i != 11 else [{"x": i}, {"x": 0, "y": i}, 3]}}}
         elif i == 7:  # an element of the large array becomes an object, then changes inside
@@ -888,7 +944,7 @@ def test_read_state_patches_by_path_equal_the_whole_patch_at_every_offset(
 
     def whole(n: int, root: str, plane_name: str) -> Any:
         try:
-            return {plane_name: view.as_of(n, f"{root}.{plane_name}")}
+            return {plane_name: view._as_of_whole(n, f"{root}.{plane_name}")}
         except SelectionError:
             return {}
 

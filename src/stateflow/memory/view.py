@@ -489,12 +489,15 @@ class MemoryView(Staging):
         projection: str,
         current: dict[str, Document],
         timeline: _Timeline | None,
+        *,
+        any_depth: bool = False,
     ) -> Any:
         """A value or keys read of a plane path, from each scope's trail along it — at the
         revisions of the view's one read (``current``), or as the offset's transition left them
         (from the timeline) — reading only the nodes on the path of a large plane. A range
         reads only its elements (what follows it selects in them, as a whole read would);
-        ``keys`` only the keys and kinds (an array: its length)."""
+        ``keys`` only the keys and kinds (an array: its length). ``any_depth``: any retained
+        depth (the operators' ``as_of``), not only the model's history window."""
         cut = next((i for i, s in enumerate(path.selectors) if isinstance(s, Range)), None)
         window = path.selectors[cut] if cut is not None else None
         assert window is None or isinstance(window, Range)
@@ -505,7 +508,8 @@ class MemoryView(Staging):
             SliceEnd(window.start, window.end) if window else KeysEnd() if projection == "keys" else None
         )
         if path.offset and timeline is None:  # the store checks the retained history itself
-            self._check_limit(path.offset)
+            if not any_depth:
+                self._check_limit(path.offset)
         elif path.offset:
             assert timeline is not None
             self._check_offset(path.offset, timeline)
@@ -1340,6 +1344,19 @@ class MemoryView(Staging):
         parsed = self._bind(parse(path, self.planes.names))
         if not isinstance(parsed, ReadPath) or parsed.offset:
             raise InvalidInput("give the depth as the offset argument and a path without [n] or .patches")
+        if self._path_readable(parsed):
+            # a plane path is read along the path, as read_state reads one within the window (a
+            # large plane is never read whole, now or as of the offset); the store finds the
+            # transition among the view's scopes and refuses one before the retained history
+            at = ReadPath(parsed.root, offset, parsed.selectors, parsed.text, parsed.implicit)
+            return detach(self._out(self._evaluate_path(at, "value", {}, None, any_depth=True)))
+        return self._as_of_whole(offset, path, lazy=lazy)
+
+    def _as_of_whole(self, offset: int, path: str, *, lazy: bool = False) -> JSON:
+        """:meth:`as_of` from the scope documents read whole (a whole view; and what the tests
+        hold path reads to)."""
+        parsed = self._bind(parse(path, self.planes.names))
+        assert isinstance(parsed, ReadPath)
         current = self._read(None)
         cap = max((d.seq or 0 for d in current.values()), default=0)
         timeline = self._timeline(cap, depth=offset) if offset else None
