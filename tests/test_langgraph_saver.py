@@ -21,7 +21,7 @@ from stateflow.errors import CorruptStore, InvalidInput
 from stateflow.langgraph import StateflowSaver
 from stateflow.langgraph.saver import _EARLIER, DECLARATION, STATE
 from stateflow.states import StatesService
-from stateflow.store import open_store
+from stateflow.store import DocKey, Write, open_store
 from stateflow.store.clock import restoring_time
 from tests.langgraph_helpers import fresh_locations
 
@@ -537,6 +537,43 @@ def test_the_checkpoint_state_is_retention_exempt_even_over_an_earlier_declarati
             ]
         )
         assert saver.get_tuple({"configurable": {"thread_id": "t"}}) is not None
+    finally:
+        store.close()
+
+
+def test_the_sweep_spares_checkpoints_an_earlier_version_declared_before_any_saver_opens(
+    backend: str,
+) -> None:
+    """A saver's state as an earlier version stored it — no ``retention_exempt`` field at all,
+    maybe an operator's ``retention_days`` — is exempt from its first open on; a process that
+    never opens a saver (the CLI's or the server's sweep) does not erase its checkpoints by age
+    before that either. Declared ``"retention_exempt": false`` by an operator, it is swept."""
+    store = open_store(backend, auto_migrate=True)
+    try:
+        saver = StateflowSaver(StatesService(store), state="threads")
+        saver.put(
+            {"configurable": {"thread_id": "t", "checkpoint_ns": ""}},
+            generate_checkpoint(channel_values={"a": 1}, channel_versions={"a": 1}),
+            generate_metadata(),
+            {"a": 1},
+        )
+        row = DocKey("_states", "threads")
+        current = store.get(row)
+        body = current.body or {}
+        earlier = {k: v for k, v in body.items() if k != "retention_exempt"} | {"retention_days": 7}
+        store.commit([Write.between(row, body, earlier, current.revision)])  # (as stored then)
+
+        later = datetime.now(UTC) + timedelta(days=10_000)
+        elsewhere = StatesService(store, Config(retention=RetentionConfig(default_days=1)))
+        assert elsewhere.prune(now=later)["pruned"].get("threads", 0) == 0
+        assert saver.get_tuple({"configurable": {"thread_id": "t"}}) is not None
+
+        declared = elsewhere.get_declaration("threads")
+        as_declared = {
+            k: declared[k] for k in ("description", "schema", "subject_kinds", "default_subject_kind")
+        }
+        elsewhere.declare("threads", {**as_declared, "retention_exempt": False})  # the operator's say
+        assert elsewhere.prune(now=later)["pruned"]["threads"] == 1
     finally:
         store.close()
 

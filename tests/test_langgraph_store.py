@@ -737,3 +737,51 @@ def test_the_doors_refuse_a_record_the_store_could_not_read_back(backend: str) -
         item = lg.get(("notes",), "k")
         assert item is not None and item.value == {"text": "bye"}
         assert [(i.namespace, i.key) for i in lg.search(("notes",))] == [(("notes",), "k")]
+
+
+def test_a_store_under_another_state_name_has_its_item_rule_at_every_door(backend: str) -> None:
+    """The item rule follows the adapter's declaration (``record_rule``), not the state's name:
+    a store given ``state=`` gets it at the CLI and over HTTP too, an operator's re-declare that
+    does not name it keeps it, and ``stateflow check`` names a record an earlier write let by."""
+    import json
+    import os
+    import subprocess
+
+    from tests.http_api import tenant_api
+
+    with StateflowStore.open(backend, state="team_items") as lg:
+        lg.put(("notes",), "k", {"text": "hi"})
+    env = dict(os.environ, STATEFLOW_STORE=backend)
+    bad = {"namespace": ["notes"], "key": "k", "value": {}, "created_at": "yesterday"}
+
+    def sf(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["stateflow", *args], capture_output=True, text=True, timeout=60, env=env)
+
+    address = ["--target-name", "langgraph", "--kind", "item", "--key", "notes/k"]
+    out = sf("states", "replace", "team_items", *address, "--data", json.dumps(bad))
+    assert out.returncode == 1 and out.stderr.startswith(
+        "error[invalid-document]: record item/notes/k is refused: its created_at"
+    ), out.stderr
+    store = open_store(backend)
+    try:
+        service = StatesService(store)
+        declared = service.get_declaration("team_items")
+        assert declared.get("record_rule") == "langgraph_item"
+        # an operator's re-declare naming no rule (a new description) keeps it
+        view = {k: declared[k] for k in ("schema", "subject_kinds", "default_subject_kind")}
+        service.declare("team_items", {**view, "description": "ours"})
+        assert service.get_declaration("team_items").get("record_rule") == "langgraph_item"
+        with tenant_api(store) as api:
+            path = "/api/states/team_items/records/agent/langgraph/item/notes%2Fk"
+            status, body = api("PUT", path, bad)
+            assert (status, body["code"]) == (422, "invalid-document"), body
+            assert "record item/notes/k is refused" in body["error"] and "created_at" in body["error"]
+        # a record out of shape written below the states door: named by the check
+        subject = {"target_kind": "agent", "target_name": "langgraph", "kind": "item", "key": "notes/k"}
+        key = DocKey("team_items", StateSubject(**subject).encode())  # type: ignore[arg-type]
+        current = store.get(key)
+        store.commit([Write.between(key, current.body, {**(current.body or {}), **bad}, current.revision)])
+    finally:
+        store.close()
+    checked = sf("check")
+    assert checked.returncode == 1 and "team_items record item/notes/k" in checked.stdout + checked.stderr

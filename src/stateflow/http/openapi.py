@@ -57,6 +57,7 @@ class Declaration(_Open):
     default_subject_kind: str
     retention_days: int | None = None
     retention_exempt: bool = False
+    record_rule: str | None = None
     effective_schema: dict[str, Any] | None = None
     regimes: list[dict[str, Any]] | None = None
     attachments: list[Attachment] = []

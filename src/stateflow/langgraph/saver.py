@@ -51,7 +51,7 @@ from stateflow.errors import CorruptStore
 from stateflow.langgraph.codec import Codec
 from stateflow.langgraph.records import OwnsStore, Records, invert, uninvert
 from stateflow.states import StatesService
-from stateflow.states.langgraph_items import join, part, unpart
+from stateflow.states.langgraph_items import CHECKPOINTS_DESCRIPTION, join, part, unpart
 from stateflow.states.models import DoorContext, WriteOrigin
 from stateflow.store import DocKey, Whole
 
@@ -71,8 +71,7 @@ _NAMES: Final[dict[str, Any]] = {
 }
 WRITES: Final = "writes"
 DECLARATION: Final[dict[str, Any]] = {
-    "description": "LangGraph checkpoints (kind checkpoint) and their pending writes (kind writes), "
-    "one record per thread, namespace and checkpoint",
+    "description": CHECKPOINTS_DESCRIPTION,
     "schema": {
         "type": "object",
         "properties": {

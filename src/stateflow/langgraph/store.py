@@ -74,6 +74,9 @@ DECLARATION: Final[dict[str, Any]] = {
     },
     "subject_kinds": [ITEM],
     "default_subject_kind": ITEM,
+    # the states door refuses a record the adapter could not read back as an item, under
+    # whatever name the store was given (``stateflow.states.langgraph_items``)
+    "record_rule": "langgraph_item",
 }
 _PAGE = 500
 _log = logging.getLogger("stateflow.langgraph")

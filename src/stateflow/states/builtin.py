@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from stateflow.doc.canonical import JSON
@@ -62,9 +62,22 @@ def memory_record_refusal(record: JSON, address: str = "") -> str | None:
 RecordRule = Callable[[JSON, str], str | None]
 """``(record, its subject key) → why the state cannot hold it, or None``."""
 
+RULES: Final[dict[str, RecordRule]] = {"langgraph_item": item_refusal}
+"""The rules a declaration may name for its records (``record_rule``): the LangGraph store's,
+whose records the adapter must read back as items — the adapter's own rule
+(:mod:`stateflow.states.langgraph_items`, which needs no LangGraph); its declaration names it,
+under whatever name the store was given."""
+
 RECORD_RULES: Final[dict[str, RecordRule]] = {"memory": memory_record_refusal, ITEMS_STATE: item_refusal}
-"""A state's rules for a whole record beyond its schema, checked on every record write through
-the states door (and by ``stateflow check`` on the records held): built-in memory's, and the
-LangGraph store's — whose records the adapter must read back as items: the rule is the adapter's
-own (:mod:`stateflow.states.langgraph_items`, which needs no LangGraph). A store adapter given another
-state name is not known here: its records get the schema's checks only."""
+"""The rules of states by name: built-in memory's, and the LangGraph store's default state's
+(declared by earlier versions without naming its rule)."""
+
+
+def record_rule(state: str, declaration: Mapping[str, Any]) -> RecordRule | None:
+    """A state's rule for a whole record beyond its schema, checked on every record write
+    through the states door (and by ``stateflow check`` on the records held): the one its
+    declaration names, else its name's (:data:`RECORD_RULES`), else None."""
+    named = declaration.get("record_rule")
+    if named is not None:
+        return RULES.get(named)
+    return RECORD_RULES.get(state)

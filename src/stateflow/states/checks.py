@@ -3,21 +3,38 @@ on import: the store layer knows no state's rules)."""
 
 from __future__ import annotations
 
-from stateflow.states.builtin import RECORD_RULES
+from stateflow.states.builtin import RECORD_RULES, RecordRule, record_rule
 from stateflow.states.models import StateSubject
+from stateflow.states.pipeline import CATALOG
 from stateflow.store.check import CheckReport, register
 from stateflow.store.protocol import Store
 
 PAGE = 500
 
 
+def _ruled(store: Store) -> dict[str, RecordRule]:
+    """The states with a record rule: by name, and those whose declaration names one."""
+    rules = dict(RECORD_RULES)
+    after = None
+    while page := store.scan(CATALOG, after=after, limit=PAGE):
+        after = page[-1].key.subject
+        docs = store.read([item.key for item in page])
+        for item in page:
+            body = docs[item.key].body
+            if isinstance(body, dict) and body.get("record_rule") is not None:
+                rule = record_rule(item.key.subject, body)
+                if rule is not None:
+                    rules[item.key.subject] = rule
+    return rules
+
+
 def _records(store: Store, report: CheckReport) -> None:
-    """Every current record of a state with a record rule (``RECORD_RULES``) keeps it: one an
-    earlier version let through the operator's door before the rule existed — a ``null`` or a
-    key of index form in memory, an item the LangGraph store cannot read back — is named with
-    the rule's reason, which gives the path. It is not damage: the operator rewrites it
-    (``stateflow states replace``)."""
-    for state, rule in RECORD_RULES.items():
+    """Every current record of a state with a record rule (:func:`~stateflow.states.builtin.record_rule`)
+    keeps it: one an earlier version let through the operator's door before the rule existed — a
+    ``null`` or a key of index form in memory, an item the LangGraph store cannot read back — is
+    named with the rule's reason, which gives the path. It is not damage: the operator rewrites
+    it (``stateflow states replace``)."""
+    for state, rule in _ruled(store).items():
         after = None
         while page := store.scan(state, after=after, limit=PAGE):
             after = page[-1].key.subject

@@ -1,6 +1,6 @@
 """What a record of the LangGraph store's state must hold to be an item, and how an item's
 address is spelt — needing no LangGraph: the states door applies :func:`item_refusal` to every
-write of that state (``stateflow.states.builtin.RECORD_RULES``) in processes that never load
+write of that state (``stateflow.states.builtin.record_rule``) in processes that never load
 the adapter (the CLI, the API server). It lives in the states layer, which the adapter
 (``stateflow.langgraph``, an edge above it) imports: imports point down only."""
 
@@ -17,6 +17,14 @@ from stateflow.errors import InvalidInput
 
 STATE: Final = "langgraph_store"
 """The state the LangGraph store keeps its items in (unless given another)."""
+CHECKPOINTS_DESCRIPTION: Final = (
+    "LangGraph checkpoints (kind checkpoint) and their pending writes (kind writes), "
+    "one record per thread, namespace and checkpoint"
+)
+"""The description the LangGraph saver declares its state with (every version has): with its
+subject kinds, how the retention sweep knows a saver's state an earlier version declared before
+states could be ``retention_exempt`` (``stateflow.states.retention``)."""
+CHECKPOINT_KINDS: Final = ("checkpoint", "writes")
 MAX_KEY = 512
 MAX_TTL_MINUTES: Final = 52_596_000
 """The longest TTL an item takes, in minutes (100 years): its expiry stays a time."""

@@ -27,6 +27,9 @@ row carries the first two (and every ``writes`` page serves them), the ledger ke
 for retention's span; bounded as ``meta`` is, so no writer can bloat what others read."""
 DOORS: Final = ("api", "operator", "tool", "conversation", "hook", "schedule", "studio")
 TargetKind = Literal["agent", "tool"]
+RecordRuleName = Literal["langgraph_item"]
+"""The rules beyond its schema a declaration may name for its records (``record_rule``; what
+each checks: ``stateflow.states.builtin.RULES``)."""
 Door = Literal["api", "operator", "tool", "conversation", "hook", "schedule", "studio"]
 
 
@@ -128,6 +131,9 @@ class Declaration(_Model):
     # records trimmed by the code that writes them (they hold values for each other): never
     # erased by the sweep by age; None: as declared before (a re-declare keeps it)
     retention_exempt: bool | None = None
+    # a rule of the platform's its records keep beside the schema (the LangGraph store's items
+    # must read back as items, whatever the state's name); None: as declared before
+    record_rule: RecordRuleName | None = None
     effective_schema: dict[str, Any] | None = None
     regimes: list[dict[str, Any]] | None = None
     updated_at: str | None = None
@@ -183,6 +189,8 @@ class Declaration(_Model):
             "default_subject_kind": self.default_subject_kind,
             "retention_days": self.retention_days,
             "retention_exempt": bool(self.retention_exempt),
+            # (only when named: the declarations of states without one stay as they were)
+            **({"record_rule": self.record_rule} if self.record_rule is not None else {}),
         }
 
 

@@ -33,7 +33,7 @@ from stateflow.doc.canonical import JSON
 from stateflow.doc.ops import Op, apply_ops
 from stateflow.doc.select import MISSING
 from stateflow.errors import Conflict, InvalidInput
-from stateflow.states.builtin import RECORD_RULES
+from stateflow.states.builtin import record_rule
 from stateflow.states.models import StateSubject
 from stateflow.states.regimes import check_ops, effective_schema, stamp
 from stateflow.states.schema import DocumentInvalid
@@ -168,14 +168,14 @@ def _check_valid(
     service: StatesService, key: DocKey, declared: dict[str, Any], data: JSON, with_state: bool
 ) -> None:
     """A changed record against its declaration's effective schema, and against its state's
-    record rule too (``RECORD_RULES``); a refusal names the record (``with_state``: and its
+    record rule too (``builtin.record_rule``: the one its declaration names, else its name's); a refusal names the record (``with_state``: and its
     state), its subject decoded only then or for a rule."""
     if data is MISSING:
         return
     schema = effective_schema(declared)
     if not service.validators.valid(schema, data):
         service.validators.validate(schema, data, _record_name(key, with_state))
-    rule = RECORD_RULES.get(key.state)
+    rule = record_rule(key.state, declared)
     why = None if rule is None else rule(data, StateSubject.decode(key.subject).key)
     if why is not None:
         raise DocumentInvalid(f"{_record_name(key, with_state)} is refused: {why}")

@@ -108,6 +108,7 @@ class DeclarationView(TypedDict):
     default_subject_kind: str
     retention_days: int | None
     retention_exempt: bool
+    record_rule: NotRequired[str]
     effective_schema: dict[str, Any]
     regimes: list[Regime]
     attachments: list[AttachmentRow]

@@ -12,10 +12,13 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from stateflow.states.builtin import BUILTIN_STATES
+from stateflow.states.langgraph_items import CHECKPOINT_KINDS, CHECKPOINTS_DESCRIPTION
 from stateflow.states.listing import PAGE_MAX
 from stateflow.states.models import DoorContext, StateSubject
+from stateflow.states.pipeline import CATALOG
 from stateflow.states.results import PruneReport
 from stateflow.store.clock import utc_text
+from stateflow.store.model import DocKey
 
 if TYPE_CHECKING:
     from stateflow.states.service import StatesService
@@ -33,6 +36,18 @@ def retention_days(decl: Mapping[str, Any], default_days: int | None) -> int | N
     if own or decl["name"] in BUILTIN_STATES:
         return own
     return default_days
+
+
+def _checkpoints_declared_before_exemption(svc: StatesService, decl: Mapping[str, Any]) -> bool:
+    """Whether ``decl`` is the LangGraph saver's state as an earlier version declared it, before
+    a state could be ``retention_exempt`` (its stored row has no such field): the saver marks
+    it exempt at its first open, and until then — a sweep by a process that never opens a
+    saver, the CLI or the server — its checkpoints are not erased by age either (one holds
+    values for the others)."""
+    if decl.get("description") != CHECKPOINTS_DESCRIPTION or tuple(decl["subject_kinds"]) != CHECKPOINT_KINDS:
+        return False
+    stored = svc.store.get(DocKey(CATALOG, decl["name"])).body
+    return isinstance(stored, dict) and "retention_exempt" not in stored
 
 
 def prune(
@@ -54,7 +69,7 @@ def prune(
     ctx = context or DoorContext(door="operator", actor="retention")
     for decl in svc.list_declarations():
         days = retention_days(decl, default_days)
-        if not days:
+        if not days or _checkpoints_declared_before_exemption(svc, decl):
             continue
         cutoff = _cutoff(now, days)
         count = 0

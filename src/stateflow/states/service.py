@@ -706,6 +706,10 @@ class StatesService:
                 if stored["retention_days"]:
                     raise InvalidInput(f"state {name!r} is retention-exempt: {EXEMPT_WITH_DAYS}")
                 body["retention_exempt"] = True
+            if decl.record_rule is None and old is not None and old.get("record_rule"):
+                # kept, as an exemption is: a re-declare that does not name it (an operator's
+                # changed description) never lets records through that their reader refuses
+                body["record_rule"] = old["record_rule"]
             if old is not None and old.get("attachments"):
                 body["attachments"] = old["attachments"]
                 body["effective"] = self.attaching.effective(stored["schema"], old["attachments"])
