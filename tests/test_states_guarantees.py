@@ -862,6 +862,25 @@ def test_origins_in_any_script_travel_as_utf8_headers(server: str, service: Stat
     assert len(service.writes("tickets", T1)["items"]) == before  # nothing was sent
 
 
+def test_the_http_client_refuses_an_origin_op_id_it_cannot_send(server: str, service: StatesService) -> None:
+    # no header carries an origin's op_id: the client dropped it, and the trail lacked what the
+    # local service records; now refused before sending, and the call's own op_id is recorded
+    client = StatesClient(server, ADMIN)
+    ops = [{"op": "set", "path": ["n"], "value": 1}]
+    for call in (
+        lambda: client.apply("tickets", T1, ops, origin={"op_id": "job-7", "consumer": "c"}),
+        lambda: client.replace("tickets", T1, {"n": 2}, origin={"op_id": "job-7"}),
+    ):
+        with pytest.raises(InvalidInput, match=r"^origin\.op_id cannot be sent over HTTP"):
+            call()
+    assert service.read("tickets", T1) is None  # nothing was sent
+    client.apply("tickets", T1, ops, op_id="job-7", origin={"consumer": "c"})
+    local = {**T1, "target_name": "bob"}  # (another tenant: the id is its own there)
+    service.apply("tickets", local, ops, op_id="job-7", origin={"consumer": "c"})
+    remote_row, local_row = (service.writes("tickets", s)["items"][0]["origin"] for s in (T1, local))
+    assert remote_row["op_id"] == local_row["op_id"] == "job-7" and remote_row["consumer"] == "c"
+
+
 def test_the_http_client_answers_and_refuses_as_the_local_service(
     server: str, service: StatesService
 ) -> None:

@@ -246,7 +246,12 @@ class StatesClient:
         if origin is None:
             return self.default_origin
         checked = origin_of(origin)  # refuse a malformed origin before sending it
-        return {k: v for k, v in checked.model_dump().items() if v is not None and k != "op_id"}
+        if checked.op_id is not None:  # (refused, not dropped: the trail would lack it)
+            raise InvalidInput(
+                "origin.op_id cannot be sent over HTTP (no header carries it); an apply or "
+                "template_jq_update takes op_id as its own argument, recorded in the origin too"
+            )
+        return {k: v for k, v in checked.model_dump().items() if v is not None}
 
     @staticmethod
     def _state(name: str) -> str:
