@@ -919,6 +919,13 @@ def test_the_http_client_answers_and_refuses_as_the_local_service(
             ("replace list", lambda api: api.replace("tickets", s, [1])),
             ("merge list", lambda api: api.merge("tickets", s, [1])),
             ("declare list", lambda api: api.declare("other", [1])),
+            # None is JSON null to the server, refused as the service refuses it (the client
+            # sent no body: 400 "the request body must be JSON")
+            ("replace None", lambda api: api.replace("tickets", s, None)),
+            ("merge None", lambda api: api.merge("tickets", s, None)),
+            ("declare None", lambda api: api.declare("other", None)),
+            ("put_template None", lambda api: api.put_template(f"tpl-{key}", None)),
+            ("update_attachment None", lambda api: api.update_attachment("tickets", "none", None)),
             ("revert *", lambda api: api.revert("tickets", s, 1, expect_revision="*")["revision"]),
             ("erase *", lambda api: api.erase("tickets", s, expect_revision="*")),
             ("erase * absent", lambda api: api.erase("tickets", s, expect_revision="*")),
@@ -935,3 +942,5 @@ def test_the_http_client_answers_and_refuses_as_the_local_service(
         answers["erase *"] == ("ok", {"erased": True}) and answers["erase * absent"][0] == "revision-mismatch"
     )
     assert answers["replace list"] == ("invalid-input", "a record document must be a JSON object")
+    assert answers["replace None"] == ("invalid-input", "a record document must be a JSON object")
+    assert answers["declare None"] == ("invalid-input", "a declaration must be a JSON object")

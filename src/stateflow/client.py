@@ -84,6 +84,10 @@ class ClientError(StateflowError):
         self.http_status = status
 
 
+NO_BODY: Any = object()
+"""A request without a body (a body of None is sent as JSON ``null``)."""
+
+
 def _q(text: str) -> str:
     return quote(text, safe="")
 
@@ -137,7 +141,7 @@ class StatesClient:
         self,
         method: str,
         path: str,
-        body: Any = None,
+        body: Any = NO_BODY,
         query: dict[str, Any] | None = None,
         *,
         origin: Any = None,
@@ -149,7 +153,7 @@ class StatesClient:
         self,
         method: str,
         path: str,
-        body: Any = None,
+        body: Any = NO_BODY,
         query: dict[str, Any] | None = None,
         *,
         origin: Any = None,
@@ -161,7 +165,8 @@ class StatesClient:
         params = {k: v for k, v in (query or {}).items() if v is not None}
         if params:
             url += "?" + urlencode(params)
-        data = None if body is None else encode(body)
+        # (a method's None is sent as null, which the server refuses as the service refuses it)
+        data = None if body is NO_BODY else encode(body)
         request = urllib.request.Request(url, data=data, method=method)
         request.add_header("Content-Type", "application/json")
         if self.token:
