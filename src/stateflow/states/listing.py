@@ -260,10 +260,9 @@ class Listing:
             """A page of candidates in sort order, sorted by the store; None where it cannot."""
             if none or not candidates:
                 return []
-            keys = [(path[0], desc) for path, desc in order]
             found: dict[str, tuple[Listed, tuple[Any, ...]]] = {}
             for c in candidates:  # (a union, as ``fetch``: each in sort order, merged)
-                part = store.search_sorted(name, c, keys, after=after, limit=size, bounds=bounds)
+                part = store.search_sorted(name, c, order, after=after, limit=size, bounds=bounds)
                 if part is None:
                     return None
                 found.update((x.key.subject, (x, values)) for x, values in part)
@@ -290,7 +289,7 @@ class Listing:
         if order:
             after = _sorted_cursor(cursor, len(order))
             items, next_cursor = None, None
-            if all(len(path) == 1 for path, _ in order) and _sql_sortable(after):
+            if _sql_sortable(after):
                 page = self.sorted_by_store(fetch_sorted, keep, extra, n, after, min(batch, 2 * (n + 1)))
                 if page is not None:
                     items, next_cursor = page
@@ -349,7 +348,8 @@ class Listing:
         after: After | None,
     ) -> tuple[list[SubjectRow], str | None]:
         """Every match sorted here, then the page after ``after``: for sorts the store cannot
-        do (a nested path, values SQL cannot order exactly), over at most ``SORT_MAX`` matches."""
+        do (values SQL cannot order exactly, paths it cannot spell), over at most ``SORT_MAX``
+        matches."""
         start = None if after is None else (_place(after[0], order), after[1])
         found: list[tuple[tuple[Any, ...], str, tuple[Any, ...], SubjectRow]] = []
         seen = 0

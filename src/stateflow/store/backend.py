@@ -37,12 +37,13 @@ its ``WHERE``, their parameters, and the ``listing.Via`` the search starts from 
 
 
 class SortSql(NamedTuple):
-    """SQL ordering documents by a top-level member's value as a sorted search orders them
+    """SQL ordering documents by a value in a top-level member as a sorted search orders them
     (``listing.Listing.search_sorted``): templates over the member's alias ``{s}``, a ``LEFT
     JOIN`` of ``members`` (``{s}.doc_id`` is NULL where the document has no such member)."""
 
     rank: str
-    """0 a number, 1 a string, 2 a boolean, 8 an object or an array, 9 null or no member."""
+    """0 a number, 1 a string, 2 a boolean, 8 an object or an array, 9 null or no value; any
+    other where :attr:`unsure` holds."""
     number: str
     """A number's value (read for rank 0 only)."""
     boolean: str
@@ -277,9 +278,10 @@ class Backend(abc.ABC):
         ``listing.Listing._candidate_sql``)."""
 
     @abc.abstractmethod
-    def _sort_sql(self) -> SortSql | None:
-        """How SQL orders documents by a member's value (portable: it does not, None — a
-        sorted search is sorted by the caller, ``listing.Listing._sort_sql``)."""
+    def _sort_sql(self, inner: tuple[str, ...]) -> SortSql | None:
+        """How SQL orders documents by the value at the path ``inner`` inside a member (``()``:
+        the member's own value); None where it cannot spell that path (portable: it never
+        sorts — a sorted search is sorted by the caller, ``listing.Listing._sort_sql``)."""
 
     @abc.abstractmethod
     def _sort_number(self, value: int | float) -> Any:

@@ -38,9 +38,9 @@ Bound = tuple[str, str, Any]
 a number or a string). A search narrows its candidates by bounds as SQL can (a superset: the
 caller checks each bound exactly); the portable search does not narrow by them at all."""
 
-SortKey = tuple[str, bool]
-"""A key of a sorted search (:meth:`Listing.search_sorted`): a top-level member's name and
-whether it sorts descending."""
+SortKey = tuple[tuple[str, ...], bool]
+"""A key of a sorted search (:meth:`Listing.search_sorted`): a path of object member names (its
+first a top-level member) and whether it sorts descending."""
 
 Sorted = tuple[Listed, tuple[Any, ...]]
 """A document a sorted search found and its values at the sort keys: a number, a string or a
@@ -239,21 +239,23 @@ class Listing(StoreCore):
         bounds: Sequence[Bound] = (),
     ) -> list[Sorted] | None:
         """The documents :meth:`search` finds (``filters`` may be empty: every document), in
-        the order of their values at ``order``'s members, then by subject, strictly after
+        the order of their values at ``order``'s paths, then by subject, strictly after
         ``after``: ``limit`` of them, fewer only when no more match. Per key: numbers by value,
         then strings by code point, then false, true, then objects and arrays, then null and
         no member; descending reverses numbers, strings and booleans (booleans first), objects
         and arrays and then null staying last. The database sorts, returning a page: only its
         documents leave it. None where it cannot sort these candidates exactly so (a number of
-        magnitude 2**53 or more, a string SQL cannot hold; the portable store: never) — the
-        caller sorts them then."""
+        magnitude 2**53 or more, a string SQL cannot hold, a path inside a member held as a
+        tree, path names SQL cannot spell; the portable store: never) — the caller sorts them
+        then. A value at a path is one reached through objects only (an array has no members)."""
         self.check_schema()
         if type(filters) is not dict:
             raise InvalidInput("search filters must be an object (a containment document)")
         check(filters, "filters")
-        sql = self._sort_sql()
-        if sql is None or not order:
+        sqls = [self._sort_sql(tuple(path[1:])) for path, _ in order]
+        if not order or any(sql is None for sql in sqls):
             return None
+        sql = [x for x in sqls if x is not None]
         in_sql = (
             filters
             if len(filters) <= SQL_FILTER_MEMBERS
@@ -285,9 +287,7 @@ class Listing(StoreCore):
                     break
         return out
 
-    def _sorted_from(
-        self, state: str, order: Sequence[SortKey], sql: SortSql, where: Candidates
-    ) -> tuple[str, list[Any]]:
+    def _sorted_from(self, state: str, order: Sequence[SortKey], where: Candidates) -> tuple[str, list[Any]]:
         """``FROM … WHERE …`` of a sorted search's candidates, each sort key's member joined as
         ``s0``, ``s1``, … (one lookup by key per document), and its parameters."""
         extra, params, via = where
@@ -304,7 +304,7 @@ class Listing(StoreCore):
         )
         return (
             f"FROM {source} {joins} WHERE d.state = ? AND d.present = 1 {extra}",
-            [*first, *(name for name, _ in order), state, *params],
+            [*first, *(path[0] for path, _ in order), state, *params],
         )
 
     def _scan_sorted(
@@ -312,7 +312,7 @@ class Listing(StoreCore):
         tx: Tx,
         state: str,
         order: Sequence[SortKey],
-        sql: SortSql,
+        sql: Sequence[SortSql],
         where: Candidates,
         after: After | None,
         limit: int,
@@ -323,24 +323,24 @@ class Listing(StoreCore):
         position after ``after`` is their lexicographic comparison, nested so that each
         parameter appears twice. A candidate with a value SQL cannot order exactly sorts
         first, whatever the position: None then (found in the same pass as the sort)."""
-        source, params = self._sorted_from(state, order, sql, where)
+        source, params = self._sorted_from(state, order, where)
         columns = []
         picked = []
         for i, (_, desc) in enumerate(order):
-            s = f"s{i}"
-            rank = sql.rank.format(s=s)
+            s, key = f"s{i}", sql[i]
+            rank = key.rank.format(s=s)
             picked += [
                 f"{rank} AS r{i}",
-                f"CASE WHEN {rank} = 0 THEN {sql.number.format(s=s)} "
-                f"WHEN {rank} = 2 THEN {sql.boolean.format(s=s)} ELSE 0 END AS n{i}",
-                f"CASE WHEN {rank} = 1 THEN {sql.text.format(s=s)} ELSE '' END AS t{i}",
+                f"CASE WHEN {rank} = 0 THEN {key.number.format(s=s)} "
+                f"WHEN {rank} = 2 THEN {key.boolean.format(s=s)} ELSE 0 END AS n{i}",
+                f"CASE WHEN {rank} = 1 THEN {key.text.format(s=s)} ELSE '' END AS t{i}",
             ]
             columns += [
                 (f"CASE WHEN q.r{i} < 3 THEN 3 - q.r{i} ELSE q.r{i} END" if desc else f"q.r{i}", False),
                 (f"q.n{i}", desc),
-                (f"q.t{i}{sql.collate}", desc),
+                (f"q.t{i}{key.collate}", desc),
             ]
-        unsure = " OR ".join(f"({sql.unsure.format(s=f's{i}')})" for i in range(len(order)))
+        unsure = " OR ".join(f"({key.unsure.format(s=f's{i}')})" for i, key in enumerate(sql))
         picked.append(f"CASE WHEN {unsure} THEN 1 ELSE 0 END AS u")
         columns.insert(0, ("q.u", True))
         columns.append(("q.subject", False))
@@ -411,8 +411,8 @@ class Listing(StoreCore):
         extra, params, via = self._candidate_sql(tx, filters, bounds)
         return self._scan(tx, state, after, limit, extra, params, via)
 
-    def _sort_sql(self) -> SortSql | None:
-        """How SQL orders documents by a member's value (portable: it does not)."""
+    def _sort_sql(self, inner: tuple[str, ...]) -> SortSql | None:
+        """How SQL orders documents by the value at ``inner`` in a member (portable: it does not)."""
         return None
 
     def _sort_number(self, value: int | float) -> Any:

@@ -993,8 +993,8 @@ class PostgresStore(SqlStore):
             params.extend([name, value])
         return " ".join(clauses), params, via
 
-    def _sort_sql(self) -> SortSql | None:
-        return _POSTGRES_SORT
+    def _sort_sql(self, inner: tuple[str, ...]) -> SortSql | None:
+        return _postgres_sort(inner) if inner else _POSTGRES_SORT
 
     def _sort_number(self, value: int | float) -> Any:
         # the value as ``numeric`` reads the member's text: a float by its shortest repr (the
@@ -1547,7 +1547,37 @@ _POSTGRES_SORT: Final = SortSql(
     "ELSE abs(convert_from({s}.scalar, 'UTF8')::numeric) >= 9007199254740992 END",
     collate=' COLLATE "C"',
 )
-"""PostgreSQL: a sorted search's order (``backend.SortSql``)."""
+"""PostgreSQL: a sorted search's order by a member's value (``backend.SortSql``)."""
+
+_ARRAY_INDEX: Final = re.compile(r"[ \t\n\r\f\v]*[+-]?[0-9]+")
+"""A path element ``#>`` reads as an index into an array (``strtol``'s syntax)."""
+
+
+def _postgres_sort(inner: tuple[str, ...]) -> SortSql | None:
+    """A sorted search's order by the value at ``inner`` inside a member: ``#>`` on an inline
+    object's ``jsonb``. ``#>`` indexes an array by a name that reads as an integer, where the
+    search reaches nothing (an array has no members): such a path has no SQL here (None), nor
+    one with a NUL. A tree, or a body jsonb cannot hold (an escaped NUL), is unsure."""
+    if any(_ARRAY_INDEX.fullmatch(name) or "\x00" in name for name in inner):
+        return None
+    names = ", ".join("'" + name.replace("'", "''") + "'" for name in inner)
+    path = f"ARRAY[{names}]::text[]".replace("{", "{{").replace("}", "}}")
+    doc = "convert_from({s}.body, 'UTF8')::jsonb"
+    kind, text = f"jsonb_typeof({doc} #> {path})", f"({doc} #>> {path})"
+    unreadable = "octet_length({s}.body) = 0 OR position('\\x5c7530303030'::bytea IN {s}.body) > 0"
+    return SortSql(
+        rank=f"CASE WHEN {{s}}.doc_id IS NULL THEN 9 WHEN {unreadable} THEN -1 "
+        f"WHEN get_byte({{s}}.body, 0) <> 123 THEN 9 ELSE CASE {kind} WHEN 'number' THEN 0 "
+        "WHEN 'string' THEN 1 WHEN 'boolean' THEN 2 WHEN 'object' THEN 8 WHEN 'array' THEN 8 "
+        "ELSE 9 END END",
+        number=f"{text}::numeric",
+        boolean=f"({text} = 'true')::int",
+        text=text,
+        unsure=f"CASE WHEN {{s}}.doc_id IS NULL THEN false WHEN {unreadable} THEN true "
+        f"WHEN get_byte({{s}}.body, 0) <> 123 THEN false WHEN {kind} = 'number' "
+        f"THEN abs({text}::numeric) >= 9007199254740992 ELSE false END",
+        collate=' COLLATE "C"',
+    )
 
 
 def _jsonb_safe(raw: str) -> bool:

@@ -208,14 +208,14 @@ class Store(Protocol):
         self,
         state: str,
         filters: dict[str, Any],
-        order: Sequence[tuple[str, bool]],
+        order: Sequence[tuple[tuple[str, ...], bool]],
         *,
         after: tuple[tuple[Any, ...], str] | None = None,
         limit: int = 200,
         bounds: Sequence[tuple[str, str, Any]] = (),
     ) -> list[tuple[Listed, tuple[Any, ...]]] | None:
-        """What ``search`` finds, in the order of top-level members' values then subject, a
-        page after ``after`` — or None where SQL cannot sort exactly (``listing.Listing``)."""
+        """What ``search`` finds, in the order of its values at paths then subject, a page
+        after ``after`` — or None where SQL cannot sort exactly (``listing.Listing``)."""
 
     # ---------------------------------------------------------------- retention and ledger
 

@@ -1197,8 +1197,8 @@ class SqliteStore(SqlStore):
             params.extend([name, _bound_operand(operand)])
         return " ".join(clauses), params, via
 
-    def _sort_sql(self) -> SortSql | None:
-        return _SQLITE_SORT
+    def _sort_sql(self, inner: tuple[str, ...]) -> SortSql | None:
+        return _sqlite_sort(inner) if inner else _SQLITE_SORT
 
     def _sort_number(self, value: int | float) -> Any:
         return value
@@ -1393,7 +1393,32 @@ _SQLITE_SORT: Final = SortSql(
     "OR (substr({s}.body, 1, 1) = x'22' AND instr({s}.body, x'5c7530303030') > 0))",
     collate="",
 )
-"""SQLite: a sorted search's order (``backend.SortSql``)."""
+"""SQLite: a sorted search's order by a member's value (``backend.SortSql``)."""
+
+
+def _sqlite_sort(inner: tuple[str, ...]) -> SortSql | None:
+    """A sorted search's order by the value at ``inner`` inside a member: read from an inline
+    object by a JSON path of quoted names (SQLite reads a quoted name up to the next ``"``, so a
+    name holding one has no path: None); inside a tree, SQL reads nothing (unsure)."""
+    if any('"' in name or "\x00" in name for name in inner):
+        return None
+    path = "$" + "".join(f'."{name}"' for name in inner)
+    literal = "'" + path.replace("'", "''").replace("{", "{{").replace("}", "}}") + "'"
+    body = "CAST({s}.body AS TEXT)"
+    kind, value = f"json_type({body}, {literal})", f"json_extract({body}, {literal})"
+    return SortSql(
+        rank="CASE WHEN {s}.doc_id IS NULL THEN 9 WHEN {s}.root IS NOT NULL THEN -1 "
+        f"WHEN substr({{s}}.body, 1, 1) <> x'7b' THEN 9 ELSE CASE {kind} WHEN 'integer' THEN 0 "
+        "WHEN 'real' THEN 0 WHEN 'text' THEN 1 WHEN 'true' THEN 2 WHEN 'false' THEN 2 "
+        "WHEN 'object' THEN 8 WHEN 'array' THEN 8 ELSE 9 END END",
+        number=value,
+        boolean=f"{kind} = 'true'",
+        text=value,
+        unsure="{s}.root IS NOT NULL OR (substr({s}.body, 1, 1) = x'7b' AND "
+        f"(({kind} IN ('integer', 'real') AND abs({value}) >= 9007199254740992.0) "
+        f"OR ({kind} = 'text' AND instr({{s}}.body, x'5c7530303030') > 0)))",
+        collate="",
+    )
 
 
 def _indexed_scalar(pattern: Any) -> bool:
