@@ -1215,9 +1215,16 @@ _FAILED: Final = pq.ExecStatus.FATAL_ERROR
 
 
 def _raise_failed(conn: psycopg.Connection[Any], result: Any) -> None:
-    """A statement's failed result raised as psycopg raises it."""
+    """A statement's failed result raised as psycopg raises it. libpq's blocking call answers a
+    connection that failed under it (the server ended it, the socket was reset) with a result
+    of its own, which has no SQLSTATE (only the server sends one) and would be raised as a bare
+    ``DatabaseError``; psycopg's wait loop raises that failure as ``OperationalError``, and so
+    does this, so it is mapped as the store being unavailable, not as an error of the store."""
     if result.status == _FAILED:
-        raise pg_errors.error_from_result(result, encoding=conn.info.encoding)
+        error = pg_errors.error_from_result(result, encoding=conn.info.encoding)
+        if error.sqlstate is None and conn.closed:
+            raise psycopg.OperationalError(str(error)) from error
+        raise error
 
 
 def _numbered(sql: str) -> str:
@@ -1634,8 +1641,10 @@ def _quiet_pool_log() -> None:
 
 
 def _one_line(exc: Exception) -> str:
-    """libpq's multi-line message as one line (its hint lines included)."""
-    return " ".join(str(exc).split())
+    """libpq's multi-line message as one line (its detail and hint lines included), without the
+    server's CONTEXT lines: they name the statements inside our own SQL functions, nothing the
+    caller can act on (the chained psycopg error keeps them for a traceback)."""
+    return " ".join(str(exc).split("\nCONTEXT:", 1)[0].split())
 
 
 @contextmanager
@@ -1643,7 +1652,9 @@ def _mapped_errors() -> Iterator[None]:
     try:
         yield
     except pg_errors.UndefinedTable as exc:
-        raise StoreNotMigrated(f"the store schema is missing ({exc}); run `stateflow migrate`") from exc
+        raise StoreNotMigrated(
+            f"the store schema is missing ({_one_line(exc)}); run `stateflow migrate`"
+        ) from exc
     except pg_errors.ReadOnlySqlTransaction as exc:
         raise StoreReadOnly(f"PostgreSQL refused a write in a read-only session: {_one_line(exc)}") from exc
     except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure) as exc:
@@ -1653,7 +1664,7 @@ def _mapped_errors() -> Iterator[None]:
             f"PostgreSQL cancelled a statement: {_one_line(exc)}; its transaction was rolled back, "
             "nothing of it was written (the store's statement_timeout_seconds bounds one statement)"
         ) from exc
-    except psycopg.OperationalError as exc:
-        raise StoreUnavailable(f"PostgreSQL error: {exc}") from exc
+    except psycopg.OperationalError as exc:  # (a connection lost part way too: ``_raise_failed``)
+        raise StoreUnavailable(f"PostgreSQL error: {_one_line(exc)}") from exc
     except psycopg.DatabaseError as exc:
-        raise StoreError(f"PostgreSQL error: {exc}") from exc
+        raise StoreError(f"PostgreSQL error: {_one_line(exc)}") from exc
