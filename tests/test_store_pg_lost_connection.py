@@ -1,6 +1,7 @@
 """PostgreSQL: a connection that ends while a call is using it fails that call with
 ``store-unavailable`` (HTTP 503) and a one-line message — whether the server ended it
-(``pg_terminate_backend``) or it failed without a word from the server (the network dropped it)."""
+(``pg_terminate_backend``) or it failed without a word from the server (the network dropped it)
+— and ``stateflow check`` answers it as an unreachable store, never as damage."""
 
 from __future__ import annotations
 
@@ -16,8 +17,9 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 import pytest
 
-from stateflow.errors import StoreUnavailable
+from stateflow.errors import StateflowError, StoreUnavailable
 from stateflow.store import DocKey, Write
+from stateflow.store.check import check_store
 from stateflow.store.postgres import PostgresStore
 from tests.http_api import tenant_api
 from tests.pg_helpers import backends_of, set_n
@@ -242,3 +244,27 @@ def _only_document(url: str, state: str) -> DocKey:
     with psycopg.connect(url, autocommit=True) as admin:
         ((subject,),) = admin.execute("SELECT subject FROM documents WHERE state = %s", (state,)).fetchall()
     return DocKey(state, subject)
+
+
+def test_check_answers_a_connection_lost_part_way_as_unavailable_not_damage(
+    pg_schema_url: str, app: str
+) -> None:
+    url = f"{pg_schema_url}&application_name={app}"
+    store = _opened(url)
+    ended: list[bool] = []
+
+    def progress(what: str, n: int) -> None:
+        # the first revision is told while its replay's read transaction is open: the check's
+        # next statement runs on a connection the server ended
+        if what == "revisions" and not ended:
+            ended.append(True)
+            _end_connections(pg_schema_url, app)
+
+    try:
+        with pytest.raises(StateflowError) as caught:
+            check_store(store, progress=progress)
+        assert ended
+        _one_line_unavailable(caught.value)
+        assert check_store(store).ok  # the store was whole all along
+    finally:
+        store.close()

@@ -24,6 +24,12 @@ from stateflow.store.tx import Tx
 MAX_PROBLEMS = 100
 """A damaged store can have thousands of bad rows; the report names the first ones."""
 
+NOT_DAMAGE: Final = (StoreNotFound, StoreUnavailable)
+"""Refusals that say the store could not be read (missing, unreachable, a connection lost part
+way, a statement timed out), never what it holds: wherever a check catches a refusal to report
+it as a problem, these pass through, so ``check_store`` raises them rather than telling an
+operator to restore a sound store from a backup."""
+
 
 @dataclass
 class CheckReport:
@@ -90,7 +96,7 @@ def check_store(store: SqlStore, progress: Callable[[str, int], None] | None = N
     for name, check in CHECKS:
         try:
             check(store, report)
-        except (StoreNotFound, StoreUnavailable):
+        except NOT_DAMAGE:
             raise
         except _OtherVersion as exc:
             raise exc.refusal from None
@@ -136,6 +142,8 @@ def _schema(store: SqlStore, report: CheckReport) -> None:
     if version != SCHEMA_VERSION:
         try:
             store.check_schema()
+        except NOT_DAMAGE:
+            raise
         except StateflowError as exc:
             raise _OtherVersion(exc) from exc
         report.problem(f"schema: version {version or 0}, this stateflow needs {SCHEMA_VERSION}")
@@ -189,6 +197,8 @@ def _revisions(store: SqlStore, report: CheckReport) -> None:
                 built = doc
                 report.count("revisions")
                 r += 1
+        except NOT_DAMAGE:
+            raise
         except StateflowError as exc:
             report.problem(f"revisions: {key} revision {r}: {exc.code}: {exc.message}")
             built = None  # later revisions replay through this one
@@ -216,11 +226,15 @@ def _currents(store: SqlStore, keys: list[DocKey]) -> dict[DocKey, Document | St
     try:
         read = store.read(keys)
         return {key: read[key] for key in keys}
+    except NOT_DAMAGE:
+        raise
     except StateflowError:
         out: dict[DocKey, Document | StateflowError] = {}
         for key in keys:
             try:
                 out[key] = store.get(key)
+            except NOT_DAMAGE:
+                raise
             except StateflowError as exc:
                 out[key] = exc
         return out
