@@ -370,6 +370,12 @@ def test_a_paged_table_says_how_to_get_the_next_page(env: dict[str, str]) -> Non
         assert table.returncode == 0 and table.stderr == f"more: --cursor {page['next_cursor']}\n", listing
         last = sf("states", *listing, "--cursor", page["next_cursor"], "--table", env=env)
         assert last.returncode == 0 and last.stderr == "", listing
+        # a limit over the most a page holds (500) answers such a page, as from Python and HTTP
+        large = sf("states", *listing, "--limit", "501", env=env)
+        assert large.returncode == 0 and json.loads(large.stdout)["next_cursor"] is None, (
+            listing,
+            large.stderr,
+        )
 
 
 def test_a_malformed_json_option_is_named_in_the_refusal(env: dict[str, str]) -> None:

@@ -361,6 +361,25 @@ def test_a_param_that_is_not_json_is_refused_alike_over_http_and_on_the_cli(
     assert done.stderr.strip() == f"error[bad-request]: {body['error']}"
 
 
+def test_a_param_given_twice_is_refused_naming_it_over_http_and_on_the_cli(
+    attached: Api, backend: str
+) -> None:
+    # which value was meant is not for a door to guess: never the last one silently
+    status, body = attached("GET", REC + "/template-jq/at_least?min=1&min=2")
+    assert status == 422 and "'min'" in body["error"] and "more than once" in body["error"], body
+    call = ["states", "template-jq", "eval", "tickets", "--target-name", "bot", "--key", "t1", "at_least"]
+    done = subprocess.run(
+        ["stateflow", "--store", backend, *call, "--param", "min=1", "--param", "min=5"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (done.returncode, done.stdout) == (1, ""), done.stderr
+    assert done.stderr == (
+        "error[invalid-input]: template_jq param 'min' is given more than once: give each parameter once\n"
+    )
+
+
 def test_an_update_program_writes_as_the_caller_and_under_its_if_match(attached: Api) -> None:
     api = attached
     origin = {

@@ -300,7 +300,14 @@ def page_options(fn: Any) -> Any:
     return _options(
         fn,
         [
-            click.option("--limit", type=click.IntRange(1, 500), default=None),
+            # (a larger limit answers a page of at most 500 and its cursor, as from Python and
+            # over HTTP: not refused here)
+            click.option(
+                "--limit",
+                type=click.IntRange(1),
+                default=None,
+                help="Page size (pages hold at most 500: a larger limit answers 500 and a cursor).",
+            ),
             click.option("--cursor", default=None),
         ],
     )

@@ -24,9 +24,14 @@ if TYPE_CHECKING:
 def template_jq_params(given: Iterable[tuple[str, str]]) -> dict[str, Any]:
     """An input program's params as a door receives them, ``(name, JSON text)`` each (HTTP query
     parameters, the CLI's ``--param name=JSON``): one refusal for a value that is not JSON,
-    naming the parameter, whichever door it came through."""
+    naming the parameter, whichever door it came through; so for a name given twice (which
+    value was meant is not for the door to guess)."""
     params: dict[str, Any] = {}
     for name, raw in given:
+        if name in params:
+            raise InvalidInput(
+                f"template_jq param {name!r} is given more than once: give each parameter once"
+            )
         try:
             params[name] = decode(raw)
         except InvalidJSON as exc:
