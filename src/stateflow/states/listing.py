@@ -213,8 +213,9 @@ class Listing:
         kind: str | None = None,
     ) -> SearchPage:
         """Records matching ``filters`` (containment plus ``$`` operators, see
-        :mod:`stateflow.states.search`), in subject order — or in ``sort`` order, over at most
-        10,000 matches. ``include_data`` adds each match's document as ``data``; ``kind`` keeps
+        :mod:`stateflow.states.search`), in subject order — or in ``sort`` order (sorted by the
+        store a page at a time; where it cannot, here, over at most ``SORT_MAX`` matches; a
+        cursor resumes after the last match's sort values and subject). ``include_data`` adds each match's document as ``data``; ``kind`` keeps
         only subjects of that kind (a page is still full: the filter runs before paging)."""
         self.svc.get_declaration(name)
         containment, predicates = split_filters(filters)

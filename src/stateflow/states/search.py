@@ -23,9 +23,12 @@ from stateflow.errors import InvalidInput
 
 OPERATORS: Final = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$exists")
 SORT_MAX: Final = 10_000
+"""The most matches a sort done in Python covers (one the store cannot do: its values SQL
+cannot order exactly); the store's sort has no such bound, it returns a page."""
 SORT_KEYS_MAX: Final = 16
-"""The most keys a sort may have: every match's key is made of all of them (up to
-:data:`SORT_MAX` matches), so a sort of 100,000 keys kept a server busy for hours."""
+"""The most keys a sort may have: every match's key is made of all of them (in Python up to
+:data:`SORT_MAX` matches; in SQL three columns a key), so a sort of 100,000 keys kept a server
+busy for hours."""
 _ABSENT: Final = object()
 
 Path = tuple[str, ...]

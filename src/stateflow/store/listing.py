@@ -19,9 +19,6 @@ PROBE: Final = 4096
 """A search starts from the members holding a filter's value when fewer than this many do
 (counted from the value index, stopping at this many); else it walks the state in subject
 order, where a value that common fills a page soon."""
-SORT_PROBE: Final = 1 << 40
-"""A sorted search starts from the members holding a filter's value however many do (counted,
-up to this many): it reads every candidate, not the first page of a subject-order walk."""
 SQL_FILTER_MEMBERS: Final = 16
 """The most filter members a search's candidate query checks; the others are checked on its
 candidates here. Each is one ``EXISTS`` in that query, whose planning grows much faster than
@@ -265,9 +262,11 @@ class Listing(StoreCore):
         verify = bool(filters) and (in_sql is not filters or not self._checked_in_sql(filters))
         out: list[Sorted] = []
         with self._read_tx() as tx:
-            # every candidate is sorted, not a page of them walked in subject order: the value
-            # index's holders are fewer than the state's documents, however many they are
-            where = self._candidate_sql(tx, in_sql, in_bounds, SORT_PROBE)
+            # every candidate is sorted, not a page of them walked in subject order: start from
+            # the value index whenever fewer members hold the value than the state has
+            # documents (the index is not by state: a value common elsewhere is walked past)
+            records = sum(int(n) for counter, _, n in tx.all(COUNTERS, (state, state)) if counter != "member")
+            where = self._candidate_sql(tx, in_sql, in_bounds, max(PROBE, records))
             cursor = after
             # a page and one more when SQL decides every filter; else batches, as ``search``
             size = max(limit, 200) if verify else limit
