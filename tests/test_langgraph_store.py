@@ -566,11 +566,26 @@ def test_a_batch_of_more_puts_than_one_states_transaction_takes_writes_them_all(
     assert lg.batch(ops) == [None] * 250
     found = lg.search(("many",), limit=1000)
     assert sorted((i.key, i.value["v"]) for i in found) == sorted((f"k{i}", i) for i in range(250))
+    # all or nothing: one transaction, whatever their number (a batch cut short by a close or a
+    # failure of the store, between two of them, left the earlier ones written)
+    keys = [lg.records.doc_key("item", lg.subject_key(("many",), f"k{i}")) for i in range(250)]
+    assert len({lg.states.store.history([key], limit=1)[0].seq for key in keys}) == 1
+
+
+def test_a_batch_reading_more_items_than_one_states_call_takes_refreshes_their_ttl(backend: str) -> None:
+    with StateflowStore.open(backend, ttl={"refresh_on_read": True}) as lg:
+        lg.batch([PutOp(("ttl",), f"k{i}", {"v": i}, ttl=5) for i in range(120)])
+        keys = [lg.records.doc_key("item", lg.subject_key(("ttl",), f"k{i}")) for i in range(120)]
+        before = [lg.states.store.get(key).revision for key in keys]
+        found = lg.batch([GetOp(("ttl",), f"k{i}") for i in range(120)])  # (refused: >100 items)
+        assert [item.value["v"] for item in found] == list(range(120))  # type: ignore[union-attr]
+        assert [lg.states.store.get(key).revision for key in keys] == [r + 1 for r in before]
+        assert len({lg.states.store.history([key], limit=1)[0].seq for key in keys}) == 1
 
 
 def test_a_refused_put_of_a_large_batch_writes_nothing_and_is_named_by_its_index(lg: StateflowStore) -> None:
-    # the batch commits 100 records at a time: a put the write would refuse is refused before
-    # the first hundred commits, named by its index in the caller's ops
+    # a put the write would refuse is refused before anything is written, named by its index
+    # in the caller's ops
     lg.put(("many",), "k0", {"v": -1})
     refusals: list[tuple[Any, Any, type[Exception], str]] = [
         ("k150", {"v": float("nan")}, InvalidJSON, r"ops\[150\]: value\.v: nan is not a JSON number"),

@@ -44,7 +44,7 @@ from stateflow.errors import CorruptStore, InvalidInput
 from stateflow.langgraph.codec import NOT_PLAIN, plain, plain_edits
 from stateflow.langgraph.records import OwnsStore, Records
 from stateflow.states import StatesService
-from stateflow.states.batch import MAX_BATCH_ITEMS
+from stateflow.states.batch import apply_items
 from stateflow.states.langgraph_items import (
     KEPT_SUBJECT_KEYS,
     MAX_TTL_MINUTES,
@@ -129,8 +129,9 @@ class StateflowStore(OwnsStore, BaseStore):
 
     def batch(self, ops: Iterable[Op]) -> builtins.list[Result]:
         """Reads first (as LangGraph's SQL stores do), then the puts — the last put of a
-        (namespace, key) wins — in one transaction (``MAX_BATCH_ITEMS`` records at a time: every
-        put is checked before any is written, a refused one named by its index in ``ops``)."""
+        (namespace, key) wins — in one transaction whatever their number (every put is checked
+        before any is written, a refused one named by its index in ``ops``; an erase, a ``None``
+        value, is a write of its own, through the one erase path)."""
         ops = builtins.list(ops)
         several = len(ops) > 1
         for n, op in enumerate(ops):
@@ -370,12 +371,10 @@ class StateflowStore(OwnsStore, BaseStore):
                         "ops": [{"op": "set", "path": [k], "value": v} for k, v in document.items()],
                     }
                 )
-        # (a LangGraph batch may hold any number of puts; the states service takes at most
-        # ``MAX_BATCH_ITEMS`` records a transaction: a larger batch is written that many at a time)
-        for start in range(0, len(items), MAX_BATCH_ITEMS):
-            self.states.apply_batch(
-                items[start : start + MAX_BATCH_ITEMS], origin=origin, context=self.context
-            )
+        # a LangGraph batch may hold any number of puts: all of them in one transaction, so that
+        # a batch cut short (a close, a failure of the store) writes none of them
+        if items:
+            apply_items(self.states, items, origin=origin, context=self.context)
 
     def _put_one(self, op: PutOp, now: datetime | None, origin: WriteOrigin) -> None:
         """One item written whole, its creation time kept (``now`` for a new item: made text
@@ -427,8 +426,12 @@ class StateflowStore(OwnsStore, BaseStore):
             }
             for key, data in refresh.items()
         ]
-        self.states.apply_batch(
-            items, origin={"consumer": "langgraph", "meta": {"ttl": "refresh"}}, context=self.context
+        # (any number: a batch may read more items than the published batch's bound)
+        apply_items(
+            self.states,
+            items,
+            origin={"consumer": "langgraph", "meta": {"ttl": "refresh"}},
+            context=self.context,
         )
 
     def sweep_ttl(self) -> int:
@@ -495,10 +498,9 @@ def _checked_config(config: Any) -> TTLConfig | None:
 
 
 def _check_put(op: PutOp, where: str | None) -> None:
-    """Refuse a put of a batch its write would refuse, before any put is written: a larger batch
-    commits ``MAX_BATCH_ITEMS`` records at a time, so a refusal met while writing would leave the
-    earlier hundreds written. ``where`` (``ops[150]``) prefixes the refusal; None — a batch of
-    one put, written in one transaction — leaves its value to the write's own check."""
+    """Refuse a put of a batch its write would refuse, before anything of the batch is written
+    (its erases are writes of their own), named by its index: ``where`` (``ops[150]``) prefixes
+    the refusal; None — a batch of one put — leaves its value to the write's own check."""
     try:
         if type(op.key) is not str:
             raise ValueError(f"a store key must be a string, got {type(op.key).__name__}")

@@ -36,6 +36,20 @@ def apply_batch(
         raise InvalidInput("a batch is a list of items")
     if len(items) > MAX_BATCH_ITEMS:
         raise InvalidInput(f"a batch holds at most {MAX_BATCH_ITEMS} items, got {len(items)}")
+    return apply_items(service, items, origin=origin, context=context)
+
+
+def apply_items(
+    service: StatesService,
+    items: list[Any],
+    *,
+    origin: Any = None,
+    context: DoorContext | None = None,
+) -> list[ApplyResult]:
+    """:func:`apply_batch` without its bound on the number of items: any number in one
+    transaction, for a writer in this process whose batch must be all or nothing whatever its
+    size (the LangGraph adapters'; the bound is the published call's, on what one request may
+    ask)."""
     parsed = [_parse(service, i, raw) for i, raw in enumerate(items)]
     # an op_id is claimed per state and tenant (``pipeline.op_scope``): two tenants' items may
     # share one, as two applies may; one claim twice in a commit is refused
