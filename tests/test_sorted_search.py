@@ -262,7 +262,14 @@ def test_sorted_cursors_are_checked(store: SqlStore) -> None:
     cursor = service.search("t", {"kind": "row"}, sort=sort, limit=1)["next_cursor"]
     with pytest.raises(InvalidInput, match="cursor is malformed"):  # another sort's cursor
         service.search("t", {"kind": "row"}, sort=[*sort, *sort], limit=1, cursor=cursor)
-    for text in ("\x00sorted:1", '\x00sorted:[[NaN], "k"]', '\x00sorted:[[[1]], "k"]', "\x00sorted:[[1], 2]"):
+    for text in (
+        "\x00sorted:1",  # an offset, as cursors were
+        '\x00sorted:[[NaN], "k"]',
+        '\x00sorted:[[[1]], "k"]',
+        "\x00sorted:[[1], 2]",
+        '\x00sorted:[["\\ud800"], "k"]',  # a lone surrogate: no text a store holds
+        '\x00sorted:[[1], "\\udc00"]',
+    ):
         bad = base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
         with pytest.raises(InvalidInput, match="cursor is malformed"):
             service.search("t", {"kind": "row"}, sort=sort, cursor=bad)

@@ -476,7 +476,7 @@ def _sorted_cursor(cursor: str | None, keys: int) -> After | None:
     if not (type(raw) is list and len(raw) == 2 and type(raw[0]) is list and type(raw[1]) is str):
         raise malformed
     values, subject = raw
-    if len(values) != keys or not all(_a_sort_value(v) for v in values):
+    if len(values) != keys or not all(_a_sort_value(v) for v in values) or not _text(subject):
         raise malformed
     return tuple(values), subject
 
@@ -485,7 +485,18 @@ def _a_sort_value(value: Any) -> bool:
     """What ``search.sort_value`` gives: a finite number, a string, a boolean, ``{}`` or None."""
     if type(value) is float:
         return math.isfinite(value)
-    return value is None or value == {} or type(value) in (int, str, bool)
+    if type(value) is str:
+        return _text(value)
+    return value is None or value == {} or type(value) in (int, bool)
+
+
+def _text(value: str) -> bool:
+    """Unicode text (JSON's ``\\ud800`` decodes to a lone surrogate, which no store holds)."""
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _sql_sortable(after: After | None) -> bool:
