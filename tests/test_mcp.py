@@ -197,6 +197,50 @@ def test_http_tenancy_and_read_only_tokens(served: str) -> None:
     assert out["bob_after"].structured_content == {"value": "bob's"}
 
 
+def test_http_a_read_only_token_is_taught_reading_only(served: str) -> None:
+    # it is offered read_state alone: no text it gets may tell the model to write
+    async def run(token: str) -> list[str]:
+        headers = {"X-Stateflow-Agent": "bob", "X-Stateflow-Session": "s", "Authorization": f"Bearer {token}"}
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=30) as http,
+            streamable_http_client(served, http_client=http) as (read, write),
+            ClientSession(read, write) as client,
+        ):
+            init = await client.initialize()
+            context = (await client.read_resource("stateflow://memory/context")).contents[0]
+            (prompt,) = (await client.get_prompt("memory_context")).messages
+            return [init.instructions or "", context.text, prompt.content.text]  # type: ignore[union-attr]
+
+    for text in anyio.run(run, READER):
+        assert text.startswith("State Flow memory is available read-only: read it with read_state;")
+        assert "patch_state" not in text and "WRITE" not in text
+    for text in anyio.run(run, FULL):
+        assert text.startswith("State Flow memory is active:") and "WRITE with patch_state" in text
+
+
+def test_http_a_readers_context_is_not_what_a_writers_receipt_is_relative_to(served: str) -> None:
+    async def run() -> Any:
+        async with http_client(served, FULL, agent="bob", session="w") as writer:
+            await writer.call_tool("patch_state", {"global": {"strategy": {"db": "sqlite"}}})
+            await writer.read_resource("stateflow://memory/context")  # its model is shown db = sqlite
+        async with http_client(served, FULL, agent="bob", session="other") as other:
+            await other.call_tool("patch_state", {"global": {"strategy": {"db": "postgres"}}})
+        async with http_client(served, READER, agent="bob", session="w") as reader:  # a dashboard
+            await reader.read_resource("stateflow://memory/context")
+            await reader.read_resource("stateflow://memory/context.json")
+            await reader.get_prompt("memory_context")
+        async with http_client(served, FULL, agent="bob", session="w") as writer:
+            return await writer.call_tool("patch_state", {"session": {"tactics": {"next": "go"}}})
+
+    receipt = anyio.run(run)
+    assert not receipt.is_error
+    # the writer's model was never shown postgres: its receipt tells it
+    assert receipt.structured_content["state_updates"]["effective"] == [
+        {"path": ["strategy", "db"], "value": "postgres"},
+        {"path": ["tactics"], "value": {"next": "go"}},
+    ]
+
+
 def test_http_a_view_without_a_cwd_header_is_never_told_about_cwd(served: str, tmp_path: Path) -> None:
     # the instructions are one text for every request (their view is named per request by its
     # headers): they name no scope to write; the tools and the context name the request's own

@@ -4,7 +4,8 @@ Each HTTP request names whose memory it works on with headers (``X-Stateflow-Age
 ``X-Stateflow-Cwd``, ``X-Stateflow-Session``, optionally ``X-Stateflow-Scopes``) and proves who
 it is with the same bearer token as the REST API. A token limited to some agents (``@agent/a``)
 reaches only their memory; a read-only token gets ``read_state`` and the context, never
-``patch_state``. ``X-Stateflow-States: a,b`` (or ``*``) adds the declared-state tools for those
+``patch_state``, and instructions and a context that teach reading only; what it reads is not
+what a writer's next receipt is relative to. ``X-Stateflow-States: a,b`` (or ``*``) adds the declared-state tools for those
 states, as ``stateflow mcp --states`` does; a record of a target the token is not limited to is
 refused, and agent memory stays read-only through them. The transport is stateless (every POST
 stands alone), so identity and token are checked on every request, not once per connection.
@@ -23,12 +24,13 @@ from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 from fastapi import FastAPI
+from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from stateflow.doc.canonical import ascii_digits
-from stateflow.errors import Forbidden, InvalidInput
+from stateflow.errors import Forbidden, InvalidInput, StateflowError
 from stateflow.http.auth import TokenSet
 from stateflow.memory import Identity, MemoryConfig, MemoryView, parse_scopes, shown
 from stateflow.memory.protocol import protocol_text
@@ -108,6 +110,7 @@ def host_factory(
     # The cwd header is the client's claim about its own machine: it keys the cwd scope, but no
     # artifact source is looked for under it here (only in this machine's knowledge roots).
     config = replace(config, local_cwd=False)
+    reader = replace(config, read_only=True)  # (taught reading only; shows no writer anything)
 
     def host_for(ctx: Any) -> ToolHost:
         request = ctx.request
@@ -117,7 +120,7 @@ def host_factory(
         identity, scopes = identity_of(request)
         if not token.allows_tenant(("agent", identity.agent)):
             raise Forbidden(f"this token may not use the memory of agent {identity.agent!r}")
-        view = MemoryView(store, identity, scopes, config)
+        view = MemoryView(store, identity, scopes, reader if token.read_only else config)
         names = state_names(request)
         if names is None or states is None:
             return ToolHost(view, read_only=token.read_only)
@@ -153,18 +156,27 @@ def offload_for(store: Store, config: MemoryConfig) -> Any:
     return typed
 
 
-def _manager(store: Store, tokens: TokenSet, config: MemoryConfig, states: StatesService | None) -> Any:
-    """The MCP SDK's stateless session manager over our server (the SDK's import is the slow part)."""
+def _managers(
+    store: Store, tokens: TokenSet, config: MemoryConfig, states: StatesService | None
+) -> dict[bool, Any]:
+    """The MCP SDK's stateless session managers over our server, for write tokens (False) and
+    read-only ones (True): a server has one text of instructions, and a reader's teach reading
+    only (the SDK's import is the slow part)."""
     from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
     from stateflow.mcp.server import build_server
 
-    server = build_server(
-        host_factory(store, tokens, config, states),
-        protocol_text("active", None),  # (each request's view is named by its headers)
-        offload=offload_for(store, config),
-    )
-    return StreamableHTTPSessionManager(app=server, stateless=True, json_response=True)
+    host_for = host_factory(store, tokens, config, states)
+    offload = offload_for(store, config)
+    return {
+        read_only: StreamableHTTPSessionManager(
+            # (each request's view is named by its headers)
+            app=build_server(host_for, protocol_text("active", None, read_only), offload=offload),
+            stateless=True,
+            json_response=True,
+        )
+        for read_only in (False, True)
+    }
 
 
 def mount(
@@ -191,9 +203,9 @@ def mount(
         running["ready"] = ready
 
         async def serve_mcp() -> None:
-            manager = await anyio.to_thread.run_sync(_manager, store, tokens, memory_config, states)
-            async with manager.run():
-                running["manager"] = manager
+            managers = await anyio.to_thread.run_sync(_managers, store, tokens, memory_config, states)
+            async with managers[False].run(), managers[True].run():
+                running["managers"] = managers
                 ready.set()
                 if loaded is not None:
                     loaded()
@@ -206,15 +218,22 @@ def mount(
             stop.set()
 
     app.router.lifespan_context = lifespan
-    app.router.routes.append(Route(PATH, endpoint=_Endpoint(running), methods=["GET", "POST", "DELETE"]))
+    endpoint = _Endpoint(running, tokens)
+    app.router.routes.append(Route(PATH, endpoint=endpoint, methods=["GET", "POST", "DELETE"]))
 
 
 class _Endpoint:
-    """An ASGI app (not a request function) handing each request to the session manager."""
+    """An ASGI app (not a request function) handing each request to the session manager for its
+    token (the API's middleware has admitted it; the server checks it again per request)."""
 
-    def __init__(self, running: dict[str, Any]) -> None:
+    def __init__(self, running: dict[str, Any], tokens: TokenSet) -> None:
         self.running = running
+        self.tokens = tokens
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.running["ready"].wait()
-        await self.running["manager"].handle_request(scope, receive, send)
+        try:
+            read_only = self.tokens.authenticate(Headers(scope=scope).get("authorization")).read_only
+        except StateflowError:
+            read_only = False  # refused by the server itself, as any request without a token
+        await self.running["managers"][read_only].handle_request(scope, receive, send)

@@ -28,11 +28,17 @@ _MEANING = {
 _NARROWEST_FIRST = ("session", "cwd", "global")
 
 
-def _scopes_text(scopes: Sequence[str] | None) -> str:
+def _scopes_text(scopes: Sequence[str] | None, read_only: bool = False) -> str:
     """The SCOPES section naming only ``scopes`` (None: a view chosen per request, so every
     scope, and where the view's own are listed)."""
     named = [s for s in _NARROWEST_FIRST if scopes is None or s in scopes]
-    lead = "SCOPES (write only those patch_state's input schema lists):" if scopes is None else "SCOPES:"
+    lead = "SCOPES:"
+    if scopes is None:
+        lead = (
+            "SCOPES (this view has only those read_state's description names):"
+            if read_only
+            else "SCOPES (write only those patch_state's input schema lists):"
+        )
     overlay = " overlaid by ".join(reversed(named))
     return textwrap.fill(
         f"{lead} {', '.join(_MEANING[s] for s in named)}. effective = {overlay}: objects merge, arrays "
@@ -72,22 +78,28 @@ def for_scopes(text: str, scopes: Sequence[str] | None) -> str:
     return re.sub(r"\bcwd(?=[.\[])", example, text)
 
 
-def protocol_text(mode: str, scopes: Sequence[str] | None) -> str:
+def protocol_text(mode: str, scopes: Sequence[str] | None, read_only: bool = False) -> str:
     """The protocol for a view of ``scopes`` in ``mode`` (``scopes`` None: a server whose
-    view is chosen per request, as over HTTP). Mode off has no memory tools: one line says so."""
+    view is chosen per request, as over HTTP). Mode off has no memory tools: one line says so.
+    ``read_only``: a client offered no ``patch_state`` (a read-only token) is taught reading only."""
     if mode == "off":
         return "State Flow memory is off for this session: there are no memory tools."
     single = scopes[0] if scopes is not None and len(scopes) == 1 else None
     if single is not None:
         scope_line = (
-            f"SCOPE: this view sees only the {single} scope. Paths are relative to it "
-            f'(tactics.next, lazy.plan); patch_state takes the planes directly: {{"tactics": {{...}}}}.'
+            f"SCOPE: this view sees only the {single} scope. Paths are relative to it (tactics.next, lazy.plan)"
+            + ("." if read_only else '; patch_state takes the planes directly: {"tactics": {...}}.')
         )
         example = '{"tactics": {...}, ...}'
     else:
-        scope_line = _scopes_text(scopes)
+        scope_line = _scopes_text(scopes, read_only)
         named = [s for s in _NARROWEST_FIRST if scopes is None or s in scopes]
         example = "{" + ", ".join(f'"{s}": {{...}}' for s in named) + "}"
+    if read_only:
+        header = (
+            "State Flow memory is available read-only: read it with read_state; this client cannot change it."
+        )
+        return for_scopes("\n\n".join([header, _PLANES, scope_line, _READ]), scopes)
     write = _WRITE.replace('{"session": {...}, "cwd": {...}, "global": {...}}', example)
     header = (
         "State Flow memory is active: keep intents, strategy and tactics current with patch_state."

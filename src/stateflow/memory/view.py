@@ -76,6 +76,10 @@ class MemoryConfig:
     runtime_dir: str | None = None
     """Where the view last shown to each session is kept across processes (see ``shown``);
     None: only in this process."""
+    read_only: bool = False
+    """A view for a client that may only read (a read-only token): its protocol teaches reading
+    alone, and what it is shown is never taken as what the session's model was last shown, since
+    receipts go to writers and are relative to what the writer was shown."""
     local_cwd: bool = True
     """Whether the identity's working directory is on this machine, so artifact sources may live
     in it. False where a remote client names it (MCP over HTTP): it then only keys the cwd scope,
@@ -1123,6 +1127,8 @@ class MemoryView(Staging):
         return view, shown.navigation
 
     def _remember_shown(self, revisions: dict[str, int], view: dict[str, Any], nav: dict[str, Any]) -> None:
+        if self.config.read_only:
+            return  # a reader's view must not become the basis of a writer's next receipt
         directory = self.config.runtime_dir
         # the digest tells another process's record apart; kept only in this one, the view is
         record = shown_views.Shown(
@@ -1245,6 +1251,7 @@ class MemoryView(Staging):
             head=detach(head),  # the hot state is the store's cached objects
             mode=self.config.mode,
             scopes=self.scopes,
+            read_only=self.config.read_only,
             hot_bytes=len(encode(state)),
             hot_budget=self.config.hot_budget,
         )
@@ -1452,6 +1459,8 @@ class Context:
     head: dict[str, Any]
     mode: str
     scopes: tuple[str, ...]
+    read_only: bool = False
+    """Shown to a client that may only read: the protocol teaches reading alone."""
     hot_bytes: int = 0
     """Size of the hot effective state shown (canonical JSON bytes)."""
     hot_budget: int | None = None
@@ -1483,7 +1492,7 @@ class Context:
 
     def _render(self, head: dict[str, Any]) -> str:
         return (
-            protocol_text(self.mode, self.scopes)
+            protocol_text(self.mode, self.scopes, self.read_only)
             + "\n\nState Flow runtime context (user-level data, not system instructions):\n"
             + encode(head).decode()
             + f"\nState Flow projection: {self.projection}\n"
