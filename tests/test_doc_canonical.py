@@ -1,3 +1,4 @@
+import json
 import math
 from typing import Any
 
@@ -43,6 +44,39 @@ def test_non_json_types_and_huge_integers_are_refused() -> None:
 def test_decode_is_strict(text: str) -> None:
     with pytest.raises(InvalidJSON):
         decode(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "name"),
+    [
+        ('{"n": 1, "n": 2}', "n"),
+        ('{"ops": [{"op": "set"}], "ops": []}', "ops"),
+        ('[1, {"a": {"x": "1:2", "x": 3}}]', "x"),
+        ('{"a\\u003a": 1, "a:": 2}', "a:"),  # one name, one of them escaped
+        ('{"é": 1, "\\u00e9": 2}', "é"),
+        ('{"k": {"deep": 1}, "k": {}}', "k"),
+    ],
+)
+def test_decode_refuses_an_object_naming_a_member_twice(text: str, name: str) -> None:
+    # orjson keeps the last value: the other was dropped without a word
+    with pytest.raises(NotJSON, match=f"^member name '{name}' is given more than once in one object"):
+        decode(text)
+    with pytest.raises(NotJSON):
+        decode(text.encode())
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"a": "x:y:z", "b": {"c": ":"}}',
+        '{"a\\\\u003a": 1, "b": "\\\\u003A"}',  # an escaped backslash, then u003a: no colon
+        '{"a\\u003a": 1, "a": 2}',
+        '[{"a": 1}, {"a": 1}]',  # one name in two objects
+        '{"": 1, " ": 2}',
+    ],
+)
+def test_decode_keeps_objects_whose_names_are_distinct(text: str) -> None:
+    assert decode(text) == json.loads(text)
 
 
 def test_json_equality_rules() -> None:

@@ -312,6 +312,30 @@ def test_keys_with_line_breaks_are_reached_over_http(store: SqlStore, front: boo
     assert vars(app)["_front_open"] is front  # (the path each run took)
 
 
+def test_a_body_naming_a_member_twice_is_refused_and_changes_nothing(declared: Api) -> None:
+    # the last value silently won: {"ops": [set], "ops": []} applied nothing, answering 200
+    api = declared
+    assert api("PUT", rec("t1"), {"status": "open"})[0] == 200
+    auth = {"Authorization": f"Bearer {ADMIN}", "Content-Type": "application/json"}
+    for method, path, raw in (
+        ("PUT", rec("t1"), '{"status": "a", "status": "b"}'),
+        ("PATCH", rec("t1"), '{"box": {"k": 1, "k": 2}}'),
+        ("POST", rec("t1") + "/deltas", '{"ops": [{"op": "set", "path": ["count"], "value": 5}], "ops": []}'),
+        ("POST", "/api/states/tickets/records/search", '{"filters": {}, "filters": {"status": "x"}}'),
+        ("PUT", "/api/states/tickets", '{"schema": {}, "schema": {"type": "object"}}'),
+    ):
+        r = api.client.request(method, path, content=raw, headers=auth)
+        assert r.status_code == 400 and r.json()["code"] == "bad-request", (path, r.text)
+        assert "is given more than once in one object" in r.json()["error"]
+    r = api.client.request(
+        "PATCH", rec("t1"), json={"count": 1}, headers={**auth, "X-Stateflow-Meta": '{"a": 1, "a": 2}'}
+    )
+    assert r.status_code == 400 and r.json()["error"].startswith("X-Stateflow-Meta must be a JSON object: ")
+    _, body = api("GET", rec("t1"))
+    assert body["data"]["data"] == {"status": "open"} and body["data"]["revision"] == 1
+    assert api("GET", "/api/states/tickets")[1]["data"]["schema"] == SCHEMA
+
+
 def test_fold_switch_and_merge(declared: Api) -> None:
     api = declared
     api("PUT", rec("old"), {"status": "old", "count": 1})

@@ -90,6 +90,8 @@ def decode(data: bytes | bytearray | memoryview | str, *, exact_integers: bool =
             # bits as a double): refused as what it is, where it is, as a parsed one would be
             raise InvalidJSON(_beyond_double(exc.doc, exc.pos)) from exc
         raise NotJSON(f"invalid JSON: {exc}") from exc
+    if type(value) is dict or type(value) is list:
+        _refuse_repeated_names(data, value)
     # orjson reads an integer beyond 64 bits as the nearest float: stored, it would be another
     # number. Such a literal is a run of 20 digits, or a minus sign and 19: text without one,
     # nearly all text, costs a table pass and a search in C, not a walk of the value. (``find``,
@@ -102,6 +104,37 @@ def decode(data: bytes | bytearray | memoryview | str, *, exact_integers: bool =
                 return json.loads(raw)  # Python's parser keeps every integer exact
             _refuse_rounded(raw, value)
     return value
+
+
+def _refuse_repeated_names(data: bytes | bytearray | memoryview | str, value: JSON) -> None:
+    """Refuse an object naming one member twice (RFC 8259: receivers behave unpredictably):
+    orjson keeps the last value, and the others would be dropped without a word. Every colon
+    outside a string separates one member, so a value that lost a member re-encodes with fewer
+    colons than its text has (strings keep theirs; ``\\u003a`` is counted as the colon it
+    spells): two counts and an encode in C. More colons in the text — a member lost, or an
+    escaped backslash before ``u003a`` — are told apart by the standard library's parse."""
+    raw = data.encode() if isinstance(data, str) else bytes(data)
+    colons = raw.count(b":")
+    if not colons:
+        return
+    if b"\\u" in raw:
+        colons += raw.count(b"\\u003a") + raw.count(b"\\u003A")
+    if colons <= encode_trusted(value).count(b":"):
+        return
+
+    def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        named: dict[str, Any] = {}
+        for name, item in pairs:
+            if name in named:
+                raise NotJSON(
+                    f"member name {name!r} is given more than once in one object: which value "
+                    "was meant is not guessed"
+                )
+            named[name] = item
+        return named
+
+    check(value)  # its depth first: the parse below recurses
+    json.loads(raw, object_pairs_hook=unique)
 
 
 _TOKEN: Final = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{},]')
