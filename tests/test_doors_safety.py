@@ -371,3 +371,18 @@ def test_an_empty_artifact_card_is_refused_like_any_card_without_a_description(s
     with pytest.raises(PatchError, match="empty card has no description"):
         m.patch_state({"session": {"artifacts": {"a.md": {}}}})
     assert transitions(store) == 0
+
+
+def test_a_template_program_on_memory_is_refused_for_the_store_it_cannot_reach() -> None:
+    """Whether the program only reads is asked of the store; a store that does not answer is
+    that refusal (``store-unavailable``), not ``read-only-state`` for a program it could not look
+    up."""
+    out = sf(
+        "--store",
+        "postgresql://stateflow@127.0.0.1:1/none?connect_timeout=2",
+        "tool",
+        "state_template_jq",
+        json.dumps({"state": "memory", "program": "anything", "input": 1}),
+    )
+    assert out.returncode == 1
+    assert out.stderr.startswith("error[store-unavailable]: cannot connect to"), out.stderr

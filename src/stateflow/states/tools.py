@@ -6,7 +6,7 @@ import functools
 from typing import Any, Final
 
 from stateflow.doc.ops import MAX_OPS_PER_BATCH, OP_KINDS, op_schema
-from stateflow.errors import Forbidden, InvalidInput, ReadOnlyState, StateflowError
+from stateflow.errors import Forbidden, InvalidInput, NotFound, ReadOnlyState
 from stateflow.states.models import DoorContext, StateSubject
 from stateflow.states.service import StatesService, SubjectRefused, origin_of, subject_of
 
@@ -269,6 +269,6 @@ def _writes(service: StatesService, name: str, args: dict[str, Any]) -> bool:
     if name == "state_template_jq" and isinstance(args.get("program"), str):
         try:
             return service.template_jq_purpose(args["state"], args["program"]) != "input"
-        except StateflowError:  # an unknown program: refuse as a write, never run it
+        except (NotFound, InvalidInput):  # an unknown program: refuse as a write, never run it
             return True
     return True
