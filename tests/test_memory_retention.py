@@ -145,3 +145,26 @@ def test_history_before_the_oldest_kept_transition_reads_the_snapshot_the_audit_
     assert m.fork("s2", 1).read_state({"path": "session"}) == {"value": was}
     assert m.restore(1)
     assert m.read_state({"path": "session"}) == {"value": was}
+
+
+def test_records_whose_audit_rows_were_swept_still_expire(store: SqlStore) -> None:
+    """Audit rows kept for less time than records: the audit sweep forgets a record's last
+    write, but not its time — the record's ``updated_at``, which record retention compares with
+    its cutoff (gone, the record was never erased)."""
+    service = StatesService(store, Config(retention=RetentionConfig(default_days=90, audit_days=30)))
+    service.install_builtins()
+    service.declare("notes", NOTES)
+    thread = {"target_kind": "agent", "target_name": "a", "kind": "thread"}
+    service.replace("notes", {**thread, "key": "t1"}, {"text": "old"})
+    service.replace("notes", {**thread, "key": "t2"}, {"text": "old too"})
+    written = service.read("notes", {**thread, "key": "t1"})
+    assert written is not None and written["updated_at"] is not None
+
+    swept = service.prune(now=datetime.now(UTC) + timedelta(days=40))
+    assert swept["pruned"]["notes"] == 0 and swept["audit_rows"]["notes"] == 2
+    assert service.writes("notes", {**thread, "key": "t1"})["items"] == []  # its audit is gone
+    kept = service.read("notes", {**thread, "key": "t1"})
+    assert kept is not None and kept["updated_at"] == written["updated_at"]
+
+    assert service.prune(now=datetime.now(UTC) + timedelta(days=100))["pruned"]["notes"] == 2
+    assert service.read("notes", {**thread, "key": "t1"}) is None

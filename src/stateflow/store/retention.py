@@ -31,7 +31,8 @@ class Retention(History):
 
         A snapshot is kept at the newest forgotten revision, so every later revision stays
         readable as of; earlier ones then answer "predates the retained history". Transitions
-        left without any change are deleted.
+        left without any change are deleted, but for a document's last write: its time stays the
+        record's ``updated_at``.
         """
         self.check_schema()
         removed = 0
@@ -130,12 +131,16 @@ class Retention(History):
         )
         for start in range(0, len(seqs), 500):
             part = seqs[start : start + 500]
+            among = ",".join("?" * len(part))
             tx.run(
-                f"DELETE FROM transitions WHERE seq IN ({','.join('?' * len(part))}) "
+                f"DELETE FROM transitions WHERE seq IN ({among}) "
                 f"AND NOT EXISTS ({left}) "
+                # a document's last write stays: its time is the record's updated_at, which
+                # record retention compares with its cutoff (gone, the record never expired)
+                f"AND seq NOT IN (SELECT updated_seq FROM documents WHERE updated_seq IN ({among})) "
                 # the newest stays: SQLite numbers a new transition after the highest one left
                 "AND seq < (SELECT MAX(seq) FROM transitions)",
-                part,
+                part + part,
             )
 
     def purge(self, state: str, *, erase: Sequence[DocKey] = (), origin: dict[str, Any] | None = None) -> int:
