@@ -74,6 +74,7 @@ def test_a_backup_restored_under_the_old_wal_is_refused_and_left_as_it_is(tmp_pa
         assert "live.db-wal" in out.stderr, out.stderr
     out = sf(tmp_path, str(live), "check")
     assert out.returncode == 1 and "replaced under its write-ahead log" in out.stdout, out.stdout
+    assert "each line above says what fixes it" in out.stderr and "backup" not in out.stderr, out.stderr
     assert _files(tmp_path) == before  # nothing read the stale log into the file
     assert not (tmp_path / "again.db").exists()
 

@@ -358,6 +358,8 @@ def test_check_names_a_store_a_load_left_unfinished(backend: str, tmp_path: Path
     assert checked.returncode == 1, checked.stdout
     (problem,) = json.loads(checked.stdout)["problems"]
     assert problem.startswith("load: a load started at ") and "holds only part of its dump" in problem
+    told = sf(backend, "check").stderr  # the problem's own fix, not one to restore a backup beside it
+    assert told == "error[corrupt-store]: 1 problem(s) found; each line above says what fixes it\n", told
     whole = str(tmp_path / "whole.db")
     assert sf(whole, "load", str(dump)).returncode == 0
     assert sf(whole, "check").returncode == 0

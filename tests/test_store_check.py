@@ -76,6 +76,9 @@ def test_check_names_a_revision_that_no_longer_replays(backend: str) -> None:
     assert out.returncode == 1
     assert "notes/n1 revision 2" in out.stdout, out.stdout
     assert "error[corrupt-store]" in out.stderr
+    # a backup to restore, made as this backend makes them (`stateflow backup` copies SQLite files)
+    made = "(make them with pg_dump, or `stateflow dump`)" if "://" in backend else "`stateflow backup`"
+    assert made in out.stderr, out.stderr
     assert "notes/n0" not in out.stdout and "notes/n2" not in out.stdout  # the others are whole
 
 

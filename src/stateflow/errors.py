@@ -158,6 +158,11 @@ class CorruptStore(CorruptData):
     code = "corrupt-store"
     http_status = 500
 
+    def __init__(self, message: str, *, advised: bool = False) -> None:
+        super().__init__(message)
+        self.advised = advised
+        """Whether the message says what fixes it (then no other advice is given beside it)."""
+
 
 class StoreNotFound(StoreError):
     """A command that only reads was pointed at a store that does not exist (nothing is created)."""

@@ -46,7 +46,7 @@ def check(ctx: Context, as_json: bool, progress: bool | None) -> None:
             try:
                 full = check_store(_sql(ctx.reader()), progress=reporter)
             except CorruptStore as exc:
-                report.problem(f"open: {exc.message}")
+                report.problem(f"open: {exc.message}", advised=exc.advised)
             else:
                 full.checked = {**report.checked, **full.checked}
                 report = full
@@ -64,11 +64,18 @@ def check(ctx: Context, as_json: bool, progress: bool | None) -> None:
         if report.more_refused_records:
             click.echo(f"  … and {report.more_refused_records} more refused records")
     if report.problems:
-        click.echo(
-            f"error[corrupt-store]: {len(report.problems) + report.more_problems} problem(s) found; "
-            "restore the store from a backup that passes `stateflow check` (make them with `stateflow backup`)",
-            err=True,
-        )
+        found = len(report.problems) + report.more_problems
+        # the advice fits the backend, and is left out where each problem says its own fix
+        if report.advised == found:
+            advice = "each line above says what fixes it"
+        elif path is not None:
+            advice = "restore the store from a backup that passes `stateflow check` (make them with `stateflow backup`)"
+        else:
+            advice = (
+                "restore the database from a backup that passes `stateflow check` "
+                "(make them with pg_dump, or `stateflow dump`)"
+            )
+        click.echo(f"error[corrupt-store]: {found} problem(s) found; {advice}", err=True)
     if report.refused_records:
         # not damage: a record an earlier version accepted, which its state refuses now
         click.echo(

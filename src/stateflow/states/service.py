@@ -131,7 +131,8 @@ def catalog_row(name: str, body: Any) -> dict[str, Any]:
     if problem is not None:
         raise CorruptStore(
             f"the catalog row of state {name!r} is corrupt ({problem}); restore it from a backup "
-            f"or re-write it with `stateflow doc put {CATALOG} {name} --raw`"
+            f"or re-write it with `stateflow doc put {CATALOG} {name} --raw`",
+            advised=True,
         )
     row: dict[str, Any] = body
     return row

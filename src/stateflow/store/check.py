@@ -38,6 +38,8 @@ class CheckReport:
     """what was looked at, by kind (``documents``, ``revisions``, ``pages`` …)"""
     problems: list[str] = field(default_factory=list)
     more_problems: int = 0
+    advised: int = 0
+    """how many of the problems say what fixes them (the rest only a backup can undo)"""
     refused_records: list[str] = field(default_factory=list)
     """records a state's record rule refuses (:func:`refused_record`): sound, not damage —
     written before the rule, they are to be rewritten, not restored"""
@@ -54,8 +56,10 @@ class CheckReport:
         if self.progress is not None:
             self.progress(what, n)
 
-    def problem(self, message: str) -> None:
+    def problem(self, message: str, *, advised: bool = False) -> None:
+        """Record a problem; ``advised``: its message says what fixes it."""
         if len(self.problems) < MAX_PROBLEMS:
+            self.advised += advised
             self.problems.append(message)
         else:
             self.more_problems += 1
@@ -101,7 +105,9 @@ def check_store(store: SqlStore, progress: Callable[[str, int], None] | None = N
         except _OtherVersion as exc:
             raise exc.refusal from None
         except StateflowError as exc:
-            report.problem(f"{name}: {exc.code}: {exc.message}")
+            report.problem(
+                f"{name}: {exc.code}: {exc.message}", advised=isinstance(exc, CorruptStore) and exc.advised
+            )
             if name == "schema":
                 break  # nothing below can be read without a schema
     return report
@@ -117,7 +123,7 @@ def sqlite_file_integrity(path: str, report: CheckReport) -> None:
     try:
         preflight(file)
     except CorruptStore as exc:
-        report.problem(f"file: {exc.message}")
+        report.problem(f"file: {exc.message}", advised=exc.advised)
         return
     try:
         with holding(file):
@@ -331,7 +337,8 @@ def _load(store: SqlStore, report: CheckReport) -> None:
     if started is not None:
         report.problem(
             f"load: a load started at {started} did not finish, so the store holds only part of its "
-            "dump; load the dump again into an empty store"
+            "dump; load the dump again into an empty store",
+            advised=True,
         )
 
 

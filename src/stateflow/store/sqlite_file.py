@@ -42,7 +42,8 @@ def preflight(path: Path) -> bool:
         # to a WAL was truncated or replaced
         raise CorruptStore(
             f"{path} is empty but {wal.name} holds data: the file was truncated or replaced; "
-            "restore it from a backup (or move the -wal and -shm files away to start empty)"
+            "restore it from a backup (or move the -wal and -shm files away to start empty)",
+            advised=True,
         )
     with _held_lock:
         # Closing any descriptor of a file drops every POSIX lock this process holds on it — the
@@ -56,7 +57,8 @@ def preflight(path: Path) -> bool:
                     "commits of the file that was there before, and replaying them would write "
                     f"stale pages over this one. If {path.name} is a restored backup, move "
                     f"{wal.name} and {path.name}-shm away (they belong to the old file); else "
-                    "restore from a backup"
+                    "restore from a backup",
+                    advised=True,
                 )
     return True
 
