@@ -428,6 +428,31 @@ def test_a_folds_rows_and_the_folded_records_revisions_stay_in_the_audit_trail(d
     assert page[2]["folded_from"] == {**into, "key": "a"} and page[2]["origin"]["door"]
 
 
+def test_a_folded_records_own_revisions_are_read_by_their_seq(declared: Api) -> None:
+    """The trail lists a folded subject's own revisions (with folded_from): each is read as that
+    record was, by the seq its row names; a revision of it names the survivor's, and one the
+    survivor lacks is refused saying where the folded record's are."""
+    api = declared
+    api("PUT", rec("a"), {"status": "a1"})
+    api("PATCH", rec("a"), {"status": "a2"})
+    api("PUT", rec("b"), {"status": "b1"})
+    into = {"target_kind": "agent", "target_name": "alice", "kind": "thread", "key": "b"}
+    assert api("POST", rec("a") + "/fold", {"into": into, "mode": "switch"})[0] == 200
+    items = api("GET", rec("a") + "/writes")[1]["data"]["items"]
+    own = {i["revision"]: i["seq"] for i in items if i.get("folded_from") and i["action"] != "fold"}
+    assert sorted(own) == [1, 2]
+    for revision, status in ((1, "a1"), (2, "a2")):
+        code, body = api("GET", rec("a") + f"?seq={own[revision]}")
+        assert code == 200, body
+        record = body["data"]
+        assert (record["data"], record["revision"]) == ({"status": status}, revision)
+        assert record["canonical_subject"]["key"] == "a" and record["folded_from"] == []
+    assert api("GET", rec("a"))[1]["data"]["data"] == {"status": "b1"}  # today: the survivor
+    code, body = api("GET", rec("a") + "?revision=2")
+    assert code == 404 and "thread/a was folded into thread/b" in body["error"], body
+    assert "read by their seq" in body["error"]
+
+
 def test_a_listing_by_a_kind_no_record_has_reads_no_records(declared: Api, store: SqlStore) -> None:
     # the per-kind counter answers "none of that kind" in a read of a few rows: neither
     # subjects nor search scans the state for it, and both answer as before

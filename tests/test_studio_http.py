@@ -845,9 +845,19 @@ def test_a_survivors_timeline_shows_the_fold_and_the_folded_records_writes(
         rows = page.split('id="history-rows"')[1].split("</tbody>")[0].split('<tr class="hrow">')[1:]
         fold = rows[0]  # the newest: the fold, which erased the folded record
         assert '<span class="chip chip-action">fold</span>' in fold and "alice" in fold
-        assert ">ticket/FOLDED-SRC</span>" in fold and "view</a>" not in fold  # not this record's
+        assert ">ticket/FOLDED-SRC</span>" in fold and "view</a>" not in fold  # it erased the folded one
         assert ">ticket/FOLDED-SRC</span>" not in rows[1] and "view</a>" in rows[1]  # the survivor's
         assert ">ticket/FOLDED-SRC</span>" in rows[2]  # the folded record's own revision 1
+        # viewable as that record was then (by the write's seq): not the survivor's revision 1
+        link = rows[2].split('<a href="')[1].split('"')[0].replace("&amp;", "&")
+        assert "of_key=FOLDED-SRC" in link and "seq=" in link, rows[2]
+        view = client.get(link)
+        assert view.status_code == 200, view.text
+        shown = view.text.split('id="asof"')[1].split("</section>")[0]
+        assert "As of revision 1 of ticket/FOLDED-SRC" in shown and "src" in shown and "dst" not in shown
+    # a subject not folded into the record is refused, never read through its page
+    r = client.get(RECORD.replace("T-1001", "FOLDED-DST") + "&seq=1&of_kind=ticket&of_key=T-1001")
+    assert r.status_code == 422 and "not a subject folded into this record" in r.text
 
 
 def test_a_record_forms_address_leads_to_the_record_and_refusals_name_it(

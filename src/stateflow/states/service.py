@@ -864,7 +864,9 @@ class StatesService:
 
         ``revision=N`` reads the record as it was at its revision N; ``seq=S`` as it was right
         after transition S (None where it did not exist then). The subject is resolved through
-        today's fold aliases."""
+        today's fold aliases — except that a folded subject read as of a transition before its
+        fold answers its own record as it was then (the revisions its writes list with
+        ``folded_from``)."""
         subject = subject_of(subject)
         if revision is not None or seq is not None:
             return self._read_at(name, subject, revision, seq)
@@ -884,8 +886,25 @@ class StatesService:
         self._admit(self._declaration(docs, name), subject)
         aliases = docs[alias_key].body or {}
         canonical = self._resolve(aliases, subject)
+        if canonical != subject and seq is not None:
+            # a folded subject was a record of its own until the fold: as of a transition before
+            # it, that record (its writes list its revisions, with ``folded_from``, by their seq)
+            own = DocKey(name, subject.encode())
+            doc = self.store.read_at(own, seq=seq)
+            if doc.body is not None:
+                at = self._written_at(own, doc.seq)
+                return self._record(name, subject, subject, {}, doc.body, doc.seq, doc.revision, at)
         key = DocKey(name, canonical.encode())
-        doc = self.store.read_at(key, revision=revision, seq=seq)
+        try:
+            doc = self.store.read_at(key, revision=revision, seq=seq)
+        except NotFound as exc:
+            if canonical == subject:
+                raise
+            raise NotFound(
+                f"{exc.message}: {subject.kind}/{subject.key} was folded into {canonical.kind}/"
+                f"{canonical.key}, whose revisions a revision names; the revisions of its own record "
+                "(listed in its writes with folded_from) are read by their seq"
+            ) from None
         at = self._written_at(key, doc.seq) if doc.body is not None else None
         return self._record(name, subject, canonical, aliases, doc.body, doc.seq, doc.revision, at)
 

@@ -18,7 +18,7 @@ from stateflow.memory.planes import RUNTIME, PlaneSet
 from stateflow.memory.scopes import MEMORY_STATE
 from stateflow.states.models import StateSubject
 from stateflow.states.retention import retention_days
-from stateflow.states.service import RevisionMismatch
+from stateflow.states.service import RevisionMismatch, subject_of
 from stateflow.store import DocKey
 from stateflow.studio.session import Session
 from stateflow.studio.tree import diff_rows, json_text
@@ -209,6 +209,19 @@ def _record_values(studio: Studio, name: str, q: Mapping[str, str], session: Ses
     rev = int_param(q, "rev")
     if rev is not None:
         values["asof"] = {"revision": rev, "value": rec.at_revision(studio, rev)}
+    seq = int_param(q, "seq")
+    if seq is not None and not rec.memory:
+        # a revision of a subject folded into this record: its own record as of that write
+        # (``of``: its kind and key, under this record's target — a fold never crosses one)
+        of = subject_of({**subject.model_dump(), "kind": q.get("of_kind", ""), "key": q.get("of_key", "")})
+        if subject_params(of) not in map(subject_params, rec.folded_from):
+            raise InvalidInput(f"{of.kind}/{of.key} is not a subject folded into this record")
+        then = studio.service.read(name, of, seq=seq)
+        values["asof"] = {
+            "revision": 0 if then is None else then["revision"],
+            "value": MISSING if then is None else then["data"],
+            "of": of,
+        }
     a, b = int_param(q, "a"), int_param(q, "b")
     if a is not None and b is not None:
         values["diff"] = _diff(studio, rec, a, b)
