@@ -49,6 +49,20 @@ def test_concurrent_writes_reads_and_memory(backend: str) -> None:
     asyncio.run(main())
 
 
+def test_states_is_called_as_the_synchronous_api_calls_it(backend: str) -> None:
+    # code ported from Stateflow (``sf.states().read(...)``) failed: the service was not callable
+    async def main() -> None:
+        async with await AsyncStateflow.on(open_store(backend, auto_migrate=True)) as sf:
+            states = sf.states()
+            assert states is sf.states
+            await states.declare("counters", DECL)
+            subject = {"target_kind": "agent", "target_name": "bot", "kind": "thread", "key": "c"}
+            await sf.states().replace("counters", subject, {"n": 1})
+            assert (await sf.states.read("counters", subject))["data"] == {"n": 1}
+
+    asyncio.run(main())
+
+
 def test_calls_leave_the_event_loop_thread(backend: str) -> None:
     store = open_store(backend, auto_migrate=True)
     try:

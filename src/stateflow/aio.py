@@ -368,6 +368,11 @@ class AsyncStatesService(Offloaded[StatesService]):
         super().__init__(service, service.store)
         self._installed = not install
 
+    def __call__(self) -> AsyncStatesService:
+        """Itself: ``sf.states()`` as the synchronous ``Stateflow.states()`` is called, so code
+        ported from it runs unchanged (``sf.states`` is the service already)."""
+        return self
+
     def __getattr__(self, name: str) -> Callable[..., Awaitable[Any]]:
         method = super().__getattr__(name)
         if self._installed:
