@@ -157,6 +157,26 @@ def test_bad_configuration_is_refused_naming_the_key_and_the_source(tmp_path: Pa
     )
 
 
+@pytest.mark.parametrize(
+    ("setting", "kind"),
+    [
+        ('[retention]\nop_days = "7"', "retention.op_days: '7' is not a valid int"),
+        ('[server]\nport = "18425"', "server.port: '18425' is not a valid int"),
+        ('[store]\nwait_seconds = "3"', "store.wait_seconds: '3' is not a valid float"),
+    ],
+)
+def test_the_file_s_strings_are_not_numbers(tmp_path: Path, setting: str, kind: str) -> None:
+    """A TOML file has types: a string where a number is wanted is ill-typed there, and refused
+    as a boolean is; the environment, which holds text only, still gives numbers as text."""
+    (tmp_path / "stateflow.toml").write_text(setting + "\n")
+    out = sf(tmp_path, "config", "show")
+    assert out.returncode == 1
+    assert out.stderr == f"error[invalid-config]: {tmp_path / 'stateflow.toml'}: {kind}\n", out.stderr
+    (tmp_path / "stateflow.toml").unlink()
+    shown = sf(tmp_path, "config", "show", STATEFLOW_OP_RETENTION_DAYS="7")
+    assert shown.returncode == 0 and json.loads(shown.stdout)["retention"]["op_days"] == 7, shown.stderr
+
+
 def test_the_config_object_validates_values() -> None:
     with pytest.raises(InvalidConfig, match="log_level"):
         Config.from_layers(("test", {"server": {"log_level": "loud"}}))

@@ -11,7 +11,7 @@ defaults). :meth:`Config.from_env` reads the documented ``STATEFLOW_*`` variable
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar, Final, Self
 
@@ -137,11 +137,16 @@ class Config:
 
     @classmethod
     def from_layers(
-        cls, *layers: tuple[str, Mapping[str, Any]], labels: Mapping[str, Mapping[str, str]] | None = None
+        cls,
+        *layers: tuple[str, Mapping[str, Any]],
+        labels: Mapping[str, Mapping[str, str]] | None = None,
+        typed: Collection[str] = (),
     ) -> Self:
         """Merge ``(source name, {section: {key: value}})`` layers, later ones winning.
         ``labels`` names a source's settings as that source spells them (``{"environment":
         {"jq.workers": "STATEFLOW_JQ_WORKERS"}}``): a refusal names where the bad value came from.
+        ``typed`` names the sources whose values have types of their own (a TOML file): there a
+        string is not a number; elsewhere (the environment) text is converted.
 
         The API tokens are one setting given in two forms (``tokens``, ``token_file``): a layer
         that gives either replaces what lower layers gave in either form (within one layer the
@@ -167,7 +172,8 @@ class Config:
                     current = replace(current, tokens=(), token_file=None)
                     origin.pop("server.tokens", None)
                     origin.pop("server.token_file", None)
-                config = replace(config, **{section: _merged(current, values, source, section, label)})
+                merged = _merged(current, values, source, section, label, text=source not in typed)
+                config = replace(config, **{section: merged})
                 origin.update({f"{section}.{key}": names.get(f"{section}.{key}") or source for key in values})
         config._validate(origin)
         return replace(config, sources=origin)
@@ -231,21 +237,31 @@ class Config:
 
 
 def _merged(
-    current: Any, values: Mapping[str, Any], source: str, section: str, label: Callable[[str], str]
+    current: Any,
+    values: Mapping[str, Any],
+    source: str,
+    section: str,
+    label: Callable[[str], str],
+    *,
+    text: bool = True,
 ) -> Any:
-    """``current`` with ``values`` set; ``label`` names a setting as ``source`` spells it, in refusals."""
+    """``current`` with ``values`` set; ``label`` names a setting as ``source`` spells it, in
+    refusals; ``text``: a number may be given as a string (see :func:`_typed`)."""
     known = {f.name: f for f in fields(current)}
     changes: dict[str, Any] = {}
     for key, value in values.items():
         if key not in known:
             raise InvalidConfig(f"{source}: {section}: unknown setting {key!r} (known: {', '.join(known)})")
-        changes[key] = _typed(value, known[key].type, label(f"{section}.{key}"), words=key == "cors_origins")
+        changes[key] = _typed(
+            value, known[key].type, label(f"{section}.{key}"), words=key == "cors_origins", text=text
+        )
     return replace(current, **changes)
 
 
-def _typed(value: Any, annotation: Any, where: str, *, words: bool = False) -> Any:
+def _typed(value: Any, annotation: Any, where: str, *, words: bool = False, text: bool = True) -> Any:
     """``value`` as the setting's type (strings from the environment are converted; a tuple's
-    string is split into lines, or into words at spaces and commas when ``words``)."""
+    string is split into lines, or into words at spaces and commas when ``words``). Without
+    ``text`` (a source with types of its own) a string is not taken for a number."""
     kind = str(annotation)
     if value is None and "None" in kind:
         return None
@@ -259,6 +275,8 @@ def _typed(value: Any, annotation: Any, where: str, *, words: bool = False) -> A
                 )
             if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
                 return tuple(value)
+            raise TypeError
+        if kind.startswith(("float", "int")) and isinstance(value, str) and not text:
             raise TypeError
         if kind.startswith("float"):
             if isinstance(value, bool):

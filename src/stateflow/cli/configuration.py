@@ -121,7 +121,9 @@ def load(explicit: Path | None, flags: Mapping[str, Mapping[str, Any]]) -> tuple
         "environment": {f"{section}.{key}": name for name, (section, key) in ENVIRONMENT.items()},
         "command line": FLAGS,
     }
-    return Config.from_layers(*layers, labels=labels), path
+    # the file's values have TOML's types: a string there is not a number
+    typed = () if path is None else (str(path),)
+    return Config.from_layers(*layers, labels=labels, typed=typed), path
 
 
 @click.group("config")
