@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import tempfile
 import time
 from typing import Any
 
@@ -104,7 +105,7 @@ def main() -> None:
     parser.add_argument("--postgres", default=os.environ.get("STATEFLOW_TEST_POSTGRES"))
     parser.add_argument("--no-sqlite", action="store_true")
     parser.add_argument("--no-postgres", action="store_true")
-    parser.add_argument("--dir", default="/tmp/bench_sorted_search")
+    parser.add_argument("--dir", default=os.path.join(tempfile.gettempdir(), "bench_sorted_search"))
     parser.add_argument("--fresh", action="store_true")
     parser.add_argument("--deep", type=int, default=40, help="the deep page measured")
     args = parser.parse_args()
