@@ -74,10 +74,22 @@ def _opened(url: str) -> PostgresStore:
     return store
 
 
-def _failure(call: Callable[[], Any], url: str, app: str, cut: Callable[[], None]) -> BaseException:
-    """What ``call`` raises when ``cut`` ends its connection while its write waits for ``KEY``'s
-    row lock (a deterministic point: the statement is on the server, not yet answered); ``url``
-    is the store's, without its ``application_name``: the other sessions' here."""
+@contextmanager
+def _table_locked(url: str) -> Iterator[None]:
+    """The documents table locked by another session, so any statement reading it waits."""
+    with psycopg.connect(url) as holder:
+        holder.execute("LOCK TABLE documents IN ACCESS EXCLUSIVE MODE")
+        yield
+        holder.rollback()
+
+
+def _failure(
+    call: Callable[[], Any], url: str, app: str, cut: Callable[[], None], *, table: bool = False
+) -> BaseException:
+    """What ``call`` raises when ``cut`` ends its connection while it waits for ``KEY``'s row lock
+    (the documents table's, with ``table``): a deterministic point, the statement is on the
+    server, not yet answered; ``url`` is the store's, without its ``application_name``: the
+    other sessions' here."""
     failed: list[BaseException] = []
 
     def run() -> None:
@@ -86,7 +98,7 @@ def _failure(call: Callable[[], Any], url: str, app: str, cut: Callable[[], None
         except BaseException as exc:
             failed.append(exc)
 
-    with _row_locked(url, KEY):
+    with _table_locked(url) if table else _row_locked(url, KEY):
         thread = threading.Thread(target=run)
         thread.start()
         _until(lambda: _waiting_on_a_lock(url, app))
@@ -186,6 +198,27 @@ def test_a_write_whose_connection_the_server_ends_is_unavailable_in_one_line(
         assert store.get(KEY).body == {"n": 2}
         store.update([KEY], set_n(3), optimistic=True)
         assert store.get(KEY).body == {"n": 3} and store.get(KEY).revision == 4
+    finally:
+        store.close()
+
+
+def test_a_read_whose_connection_the_server_ends_is_unavailable_in_one_line(
+    pg_schema_url: str, app: str
+) -> None:
+    """The server's message only: not the statement's text it points into (``LINE 1: …``)."""
+    url = f"{pg_schema_url}&application_name={app}"
+    store = _opened(url)
+    try:
+        failure = _failure(
+            lambda: store.get(KEY),
+            pg_schema_url,
+            app,
+            lambda: _end_connections(pg_schema_url, app),
+            table=True,
+        )
+        message = _one_line_unavailable(failure).message
+        assert "LINE" not in message and "documents" not in message, message
+        assert store.get(KEY).body == {"n": 2}
     finally:
         store.close()
 

@@ -1641,10 +1641,19 @@ def _quiet_pool_log() -> None:
 
 
 def _one_line(exc: Exception) -> str:
-    """libpq's multi-line message as one line (its detail and hint lines included), without the
-    server's CONTEXT lines: they name the statements inside our own SQL functions, nothing the
-    caller can act on (the chained psycopg error keeps them for a traceback)."""
-    return " ".join(str(exc).split("\nCONTEXT:", 1)[0].split())
+    """libpq's multi-line message as one line: the server's message with its detail and hint,
+    not its CONTEXT lines (the statements inside our own SQL functions) nor the statement's
+    text at the error's position (``LINE 1: …``), nothing the caller can act on (the chained
+    psycopg error keeps them for a traceback); libpq's own message (no server's) whole."""
+    diag = exc.diag if isinstance(exc, psycopg.Error) else None
+    if diag is not None and diag.message_primary:
+        text = diag.message_primary
+        for label, part in (("DETAIL", diag.message_detail), ("HINT", diag.message_hint)):
+            if part:
+                text += f" {label}: {part}"
+    else:
+        text = str(exc)
+    return " ".join(text.split())
 
 
 @contextmanager
