@@ -140,8 +140,8 @@ def check_scope_patch(
                 f"{scope}.{name} must be a JSON object, or null to delete the plane (a plane cannot "
                 "be replaced by another value)"
             )
-    # (one walk for both checks and the authored paths; the errors come from each check)
-    if not (_storable(patch, 0, True) if authored is None else _storable_patch(patch, planes.lazy, authored)):
+    # (one walk for the checks and the authored paths; the errors come from each check)
+    if not _storable_patch(patch, planes.lazy, authored):
         check(patch, scope)
         _no_materialized_null(patch, scope)
         _no_stored_index_key(patch, scope)
@@ -150,10 +150,11 @@ def check_scope_patch(
     return patch
 
 
-def _storable(node: JSON, depth: int, as_patch: bool) -> bool:
-    """Whether ``node`` is plain JSON (``doc.canonical.check``) holding no ``null`` and no key
-    of index form that would be stored (``doc.merge.stored_null``, ``stored_index_key``): the
-    checks in one walk, building no path text."""
+def _storable(node: JSON, depth: int) -> bool:
+    """Whether ``node``, a value stored as written (one a patch sets, not one of the patch's own
+    objects), is plain JSON (``doc.canonical.check``) holding no ``null`` and no key of index
+    form (``doc.merge.stored_null``, ``stored_index_key``): the checks in one walk, building no
+    path text. (A patch's own objects: :func:`_listed`.)"""
     t = type(node)
     if t is dict:
         if depth >= MAX_DEPTH:
@@ -161,16 +162,12 @@ def _storable(node: JSON, depth: int, as_patch: bool) -> bool:
         for k, v in node.items():
             if type(k) is not str:
                 return False
-            if not as_patch and "[" in k and INDEX_FORM.match(k):
+            if "[" in k and INDEX_FORM.match(k):
                 return False
             tv = type(v)
             if tv is str or tv is bool:
                 continue
-            if v is None:
-                if as_patch:
-                    continue  # a deletion
-                return False
-            if not _storable(v, depth + 1, as_patch):
+            if v is None or not _storable(v, depth + 1):
                 return False
         return True
     if t is list:
@@ -180,7 +177,7 @@ def _storable(node: JSON, depth: int, as_patch: bool) -> bool:
             tv = type(v)
             if tv is str or tv is bool:
                 continue
-            if v is None or not _storable(v, depth + 1, False):
+            if v is None or not _storable(v, depth + 1):
                 return False
         return True
     if t is str or t is bool:
@@ -190,21 +187,23 @@ def _storable(node: JSON, depth: int, as_patch: bool) -> bool:
     return False
 
 
-def _storable_patch(patch: dict[str, Any], lazy: tuple[str, ...], out: Authored) -> bool:
-    """``_storable(patch, 0, True)`` of a scope patch whose planes are objects or null, adding the
-    paths it authors to ``out`` on the way (``receipts.authored_paths``'s, ``lazy`` skipped)."""
+def _storable_patch(patch: dict[str, Any], lazy: tuple[str, ...], out: Authored | None) -> bool:
+    """Whether a scope patch whose planes are objects or null is plain JSON storing no ``null``
+    (one is a deletion in the patch's own objects) and no key of index form inside a value it
+    sets — the walk of :func:`_listed` — adding the paths it authors to ``out`` on the way
+    (``receipts.authored_paths``'s, ``lazy`` skipped; None: only the checks)."""
     if type(patch) is not dict:
-        return _storable(patch, 0, True)  # (a dict subclass: refused there)
+        return False  # (a dict subclass: refused as not plain JSON)
     for plane, value in patch.items():
         if type(plane) is not str:
             return False
-        listing = None if plane in lazy else out
+        listing = None if out is None or plane in lazy else out
         if value is None:  # the plane deleted
             if listing is not None:
                 listing.append((plane,))
             continue
         if type(value) is not dict:
-            return _storable(patch, 0, True)  # (refused there: a plane is an object)
+            return False  # (a dict subclass: a plane is a plain object)
         if value:
             if not _listed(value, 1, (plane,), listing):
                 return False
@@ -214,9 +213,11 @@ def _storable_patch(patch: dict[str, Any], lazy: tuple[str, ...], out: Authored)
 
 
 def _listed(node: dict[str, Any], depth: int, path: tuple[str | int, ...], out: Authored | None) -> bool:
-    """``_storable(node, depth, True)`` of a non-empty patch object at ``path``, adding the paths
-    it authors to ``out`` (None: nothing to list here, as inside a card) as
-    ``receipts.authored_paths`` walks them."""
+    """Whether a non-empty object of a patch (its keys merged into the record: a ``null`` value
+    deletes one, a key of index form patches an array element) at ``path`` is storable, the
+    values it sets checked by :func:`_storable` — adding the paths it authors to ``out`` (None:
+    nothing to list here, as inside a card, or only the checks) as ``receipts.authored_paths``
+    walks them."""
     if depth >= MAX_DEPTH:
         return False
     if out is not None:
@@ -238,12 +239,13 @@ def _listed(node: dict[str, Any], depth: int, path: tuple[str | int, ...], out: 
         tv = type(v)
         if tv is dict:
             if v:
-                if not _listed(v, depth + 1, (*path, k), out):
+                # (no path to build where nothing is listed: only the checks)
+                if not _listed(v, depth + 1, path if out is None else (*path, k), out):
                     return False
                 continue
             if depth + 1 >= MAX_DEPTH:
                 return False
-        elif not (tv is str or tv is bool or v is None or _storable(v, depth + 1, True)):
+        elif not (tv is str or tv is bool or v is None or _storable(v, depth + 1)):
             return False
         if out is not None:
             out.append((*path, k))  # a leaf: a value set, a deletion or an empty object
