@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
@@ -19,8 +20,10 @@ import pytest
 
 from stateflow.errors import StateflowError, StoreUnavailable
 from stateflow.store import DocKey, Write
+from stateflow.store.async_bridge import spawn
 from stateflow.store.check import check_store
 from stateflow.store.postgres import PostgresStore
+from stateflow.store.postgres_async import AsyncPostgresStore
 from tests.http_api import tenant_api
 from tests.pg_helpers import backends_of, set_n
 
@@ -301,3 +304,28 @@ def test_check_answers_a_connection_lost_part_way_as_unavailable_not_damage(
         assert check_store(store).ok  # the store was whole all along
     finally:
         store.close()
+
+
+def test_the_async_store_answers_a_lost_connection_the_same(pg_schema_url: str, app: str) -> None:
+    url = f"{pg_schema_url}&application_name={app}"
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        store = await AsyncPostgresStore.connect(url, auto_migrate=True)
+        try:
+            await spawn(store.commit, [Write.between(KEY, None, {"n": 0})])
+            for n in (1, 2):
+                await spawn(store.update, [KEY], set_n(n))
+
+            def update() -> Any:
+                return asyncio.run_coroutine_threadsafe(spawn(store.update, [KEY], set_n(3)), loop).result()
+
+            failure = await asyncio.to_thread(
+                _failure, update, pg_schema_url, app, lambda: _end_connections(pg_schema_url, app)
+            )
+            _one_line_unavailable(failure)
+            assert (await spawn(store.get, KEY)).body == {"n": 2}
+        finally:
+            await spawn(store.close)
+
+    asyncio.run(main())
