@@ -87,6 +87,18 @@ class HttpConfig:
     body_timeout_seconds: float = 60.0
 
 
+DEFAULT_MAX_RECORD_MEMBERS: Final = 100_000
+
+
+@dataclass(frozen=True)
+class StatesSettings:
+    """``max_record_members``: a write may not leave a declared state's record with more
+    top-level members than this (nor, on one already over it, with more than it had): a write's
+    cost grows with them — 300,000 took ~55 s — and a record that large is read whole."""
+
+    max_record_members: int = DEFAULT_MAX_RECORD_MEMBERS
+
+
 @dataclass(frozen=True)
 class Config:
     store: StoreSettings = field(default_factory=StoreSettings)
@@ -94,12 +106,13 @@ class Config:
     jq: JqSettings = field(default_factory=JqSettings)
     retention: RetentionConfig = field(default_factory=RetentionConfig)
     http: HttpConfig = field(default_factory=HttpConfig)
+    states: StatesSettings = field(default_factory=StatesSettings)
 
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
     """``section.key`` → where the value in effect came from, as that source names it
     (``STATEFLOW_TOKENS``, ``--token-file``, a file's path); unset: the default"""
 
-    SECTIONS: ClassVar[tuple[str, ...]] = ("store", "server", "jq", "retention", "http")
+    SECTIONS: ClassVar[tuple[str, ...]] = ("store", "server", "jq", "retention", "http", "states")
 
     def with_store(self, store: str | None) -> Config:
         return self if store is None else replace(self, store=replace(self.store, url=store))
@@ -132,6 +145,12 @@ class Config:
                 body_timeout_seconds=_float(
                     env, "STATEFLOW_BODY_TIMEOUT_SECONDS", defaults.http.body_timeout_seconds
                 ),
+            ),
+            states=StatesSettings(
+                max_record_members=_int(
+                    env, "STATEFLOW_MAX_RECORD_MEMBERS", defaults.states.max_record_members, 1, 1 << 40
+                )
+                or defaults.states.max_record_members
             ),
         )
 
@@ -209,6 +228,7 @@ class Config:
             ),
             (self.http.max_body_bytes >= 1024, "http.max_body_bytes", "must be at least 1024"),
             (self.http.body_timeout_seconds > 0, "http.body_timeout_seconds", "must be positive"),
+            (self.states.max_record_members >= 1, "states.max_record_members", "must be at least 1"),
             (self.jq.queue is None or self.jq.queue >= 0, "jq.queue", "must be 0 or more"),
             (self.store.wait_seconds > 0, "store.wait_seconds", "must be positive"),
             (self.store.connect_timeout_seconds > 0, "store.connect_timeout_seconds", "must be positive"),

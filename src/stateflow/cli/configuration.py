@@ -42,6 +42,7 @@ ENVIRONMENT: dict[str, tuple[str, str]] = {
     "STATEFLOW_AUDIT_RETENTION_DAYS": ("retention", "audit_days"),
     "STATEFLOW_MAX_BODY_BYTES": ("http", "max_body_bytes"),
     "STATEFLOW_BODY_TIMEOUT_SECONDS": ("http", "body_timeout_seconds"),
+    "STATEFLOW_MAX_RECORD_MEMBERS": ("states", "max_record_members"),
 }
 
 

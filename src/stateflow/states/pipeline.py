@@ -36,7 +36,7 @@ from stateflow.errors import Conflict, InvalidInput
 from stateflow.states.builtin import record_rule
 from stateflow.states.models import StateSubject
 from stateflow.states.regimes import check_ops, effective_schema, stamp
-from stateflow.states.schema import DocumentInvalid
+from stateflow.states.schema import DocumentInvalid, RecordTooLarge
 from stateflow.store import Commit, DocKey, Document, OpIdTaken, Store, Write
 from stateflow.store.ledger import scope_in
 from stateflow.store.plan import validate_writes
@@ -165,13 +165,20 @@ def check_expected(current: Document, expect: int | None, subject: StateSubject,
 
 
 def _check_valid(
-    service: StatesService, key: DocKey, declared: dict[str, Any], data: JSON, with_state: bool
+    service: StatesService, key: DocKey, declared: dict[str, Any], data: JSON, with_state: bool, before: JSON
 ) -> None:
     """A changed record against its declaration's effective schema, and against its state's
     record rule too (``builtin.record_rule``: the one its declaration names, else its name's); a refusal names the record (``with_state``: and its
-    state), its subject decoded only then or for a rule."""
+    state), its subject decoded only then or for a rule. First its size: no more top-level
+    members than the configuration's limit (or than ``before``, the record as it was, had)."""
     if data is MISSING:
         return
+    limit = service.config.states.max_record_members
+    if type(data) is dict and len(data) > limit and len(data) > (len(before) if type(before) is dict else 0):
+        raise RecordTooLarge(
+            f"{_record_name(key, with_state)} would hold {len(data):,} top-level members, over the "
+            f"{limit:,} a record may hold ([states] max_record_members): split it over several records"
+        )
     schema = effective_schema(declared)
     if not service.validators.valid(schema, data):
         service.validators.validate(schema, data, _record_name(key, with_state))
@@ -343,7 +350,7 @@ def run(
                 if not paths[key]:
                     continue
                 new = working[key]
-                _check_valid(service, key, declarations[key.state], new, labels is not None)
+                _check_valid(service, key, declarations[key.state], new, labels is not None, docs[key].body)
                 writes.append(
                     Write.between(
                         key, docs[key].body, new, docs[key].revision, changed=paths[key], paths=paths[key]
@@ -417,7 +424,7 @@ def run_one(service: StatesService, item: RecordWrite, origin: dict[str, Any]) -
                 if data is not MISSING:
                     if type(data) is not dict:
                         raise InvalidInput("a record document must be a JSON object")
-                    _check_valid(service, key, declared, data, False)
+                    _check_valid(service, key, declared, data, False, current.body)
                 paths = list(change.paths)
                 write = Write.between(key, current.body, data, current.revision, changed=paths, paths=paths)
                 if vouched and not change.checked:  # the store's own check, made here

@@ -18,6 +18,12 @@ class SchemaInvalid(InvalidInput):
     code = "invalid-schema"
 
 
+class RecordTooLarge(InvalidInput):
+    """A write would leave a record with more top-level members than the configured limit."""
+
+    code = "record-too-large"
+
+
 class DocumentInvalid(InvalidInput):
     code = "invalid-document"
 
