@@ -161,8 +161,10 @@ def test_record_paths_answer_as_the_route_pattern_matches(client: TestClient, se
     assert r.status_code == 404 and r.json()["code"] == "not-found"
     # "records" not right after the name, and no rest at all
     assert client.get("/api/states/tickets/record/agent/alice/thread/t1").status_code == 404
-    r = client.get("/api/states/tickets/records/")
+    r = client.get("/api/states/tickets/records/a/b")
     assert r.status_code == 400 and r.json()["code"] == "bad-request"
+    r = client.get("/api/states/tickets/records/")  # (a trailing slash: 404, as on every path)
+    assert r.status_code == 404 and r.json()["code"] == "not-found"
     # a percent-encoded line break inside the rest or at its end: one of the key's characters
     r = client.put(f"{REC}/a%0Ab", json={"status": "x"})
     assert r.status_code == 200 and r.json()["data"]["subject"]["key"] == "a\nb"

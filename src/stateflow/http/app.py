@@ -655,6 +655,8 @@ def create_app(
         # (``_segment`` of each, where none has anything to decode: themselves)
         parts = segments if "%" not in text and text.isascii() else [_segment(s) for s in segments]
         if len(parts) < 4:
+            if text.endswith("/"):  # 404 naming the path without it, as on every other path
+                return _json(404, {"error": _no_route(request), "code": "not-found"})
             allow = allowed(request.scope)  # another route's path (the search route's)
             if allow:
                 raise MethodNotAllowed(f"{request.method} is not allowed on {request.url.path}", allow)
@@ -808,12 +810,10 @@ def create_app(
 
     # A plain route, not FastAPI's: its parameters are parsed above, so dependency solving
     # would be pure per-request cost (the API description is written by hand, in openapi.py).
-    record_route = Route(
-        "/api/states/{name}/records/{rest:path}",
-        record_endpoint,
-        methods=["GET", "PUT", "PATCH", "DELETE", "POST"],
-        name="record",
-    )
+    # Every method: the handler answers the ones a path does not take (405 naming those it
+    # does, ``_allowed``), where the router's 405 would name the route's, POST on every path.
+    record_route = Route("/api/states/{name}/records/{rest:path}", record_endpoint, name="record")
+    record_route.methods = None  # (Starlette's default for a function: GET alone)
     # a key may hold a line break (%0A): ``.`` in the route's pattern must match it too
     record_route.path_regex = re.compile(record_route.path_regex.pattern, re.DOTALL)
     app.router.routes.append(record_route)
