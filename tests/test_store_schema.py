@@ -252,3 +252,30 @@ def test_sqlite_writes_to_existing_documents_draw_no_new_ids(tmp_path: Path) -> 
         assert store.get(keys[0]).body == {"n": 45, "m": 1}
     finally:
         store.close()
+
+
+def test_a_sqlite_store_migrated_past_a_running_writer_is_no_longer_written(tmp_path: Path) -> None:
+    """A process of this version keeps running while a newer release migrates the store (its
+    `stateflow migrate`): the writer notices at its next commit — the version is read under the
+    write lock — and refuses with store-too-new, writing nothing, instead of writing rows the
+    newer schema does not expect."""
+    location = str(tmp_path / "s.db")
+    store = open_store(location)  # checked and in use, as a running server's
+    try:
+        store.commit([Write(A, [Edit(("x",), 1)])])
+        _raw_sql(
+            location,
+            "UPDATE stateflow_meta SET value = ? WHERE key = 'schema_version'",
+            (str(SCHEMA_VERSION + 1),),
+        )
+        for _ in range(2):
+            with pytest.raises(StoreTooNew, match="upgrade stateflow"):
+                store.commit([Write(A, [Edit(("x",), 2)], 1)])
+        with pytest.raises(StoreTooNew):
+            store.update(
+                [A], lambda docs: ([Write.between(A, docs[A].body, {"x": 3}, docs[A].revision)], None)
+            )
+        with sqlite3.connect(location) as conn:
+            assert conn.execute("SELECT max(seq) FROM transitions").fetchone() == (1,)
+    finally:
+        store.close()

@@ -126,7 +126,7 @@ class StoreCore(Backend):
         """Migrate on open: a store already at this version is only read (no write turn, which
         every opening process would otherwise queue for)."""
         if self.schema_version() == SCHEMA_VERSION:
-            self._schema_checked = True
+            self._migrated()
         else:
             self.migrate()
 

@@ -51,6 +51,7 @@ from stateflow.store.id_blocks import IdBlocks
 from stateflow.store.ledger import OpIdTaken, claims_query
 from stateflow.store.migrations import (
     CHANGE_ROW_MAX,
+    SCHEMA_VERSION,
     SQLITE,
     SQLITE_SUBJECT_KIND,
     SQLITE_VALUE,
@@ -215,6 +216,14 @@ class _Member:
                 commit.queue.acquire(left, wait, self._request)
             try:  # (not `_mapped_errors()`: a context manager costs more than this statement's Python)
                 tx.cursor.execute("BEGIN IMMEDIATE" if first else "SAVEPOINT member")
+                # a store migrated past this version since it was checked (``stateflow migrate``
+                # of a newer release while this process runs) is not written: the version is
+                # read under the write lock, once per group commit (one indexed row)
+                if first and commit.too_new is not None:
+                    version = tx.cursor.execute(_VERSION_SQL).fetchone()
+                    if version is not None and int(version[0]) > SCHEMA_VERSION:
+                        tx.cursor.execute("ROLLBACK")
+                        raise commit.too_new(int(version[0]))
             except sqlite3.Error as exc:
                 raise _mapped(exc) from exc
         except BaseException:
@@ -314,6 +323,9 @@ class _GroupCommit:
         self.watch: _CommitWatch | None = None
         """the database's WAL-index header (``SqliteStore`` sets it): what a turn hands on is
         current while it stays the one the turn's commit left"""
+        self.too_new: Callable[[int], StateflowError] | None = None
+        """once the store is found migrated: the refusal of a schema version past this
+        release's (each group checks the version under the write lock)"""
         self.commits = 0
         """groups committed so far (for tests and benchmarks)"""
         self.largest = 0
@@ -680,6 +692,11 @@ class SqliteStore(SqlStore):
             )
         except sqlite3.Error as exc:
             raise _denied(self.path) or StoreUnavailable(f"cannot open {self.path}: {exc}") from exc
+
+    def _migrated(self) -> None:
+        # from now on each group commit checks that no newer release migrated the store since
+        self._group.too_new = self._too_new
+        super()._migrated()
 
     @contextmanager
     def _read_tx(self) -> Iterator[Tx]:
@@ -1377,6 +1394,7 @@ def _denied(path: Path) -> StorePermissionDenied | None:
     return None
 
 
+_VERSION_SQL: Final = "SELECT value FROM stateflow_meta WHERE key = 'schema_version'"
 _SQLITE_MEMBER: Final = "json_extract(CAST({s}.body AS TEXT), '$')"
 _SQLITE_SORT: Final = SortSql(
     # the kind by the body's first byte (canonical JSON); a tree (``root``) is an object or array
