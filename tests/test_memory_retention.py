@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -168,3 +170,40 @@ def test_records_whose_audit_rows_were_swept_still_expire(store: SqlStore) -> No
 
     assert service.prune(now=datetime.now(UTC) + timedelta(days=100))["pruned"]["notes"] == 2
     assert service.read("notes", {**thread, "key": "t1"}) is None
+
+
+def test_the_audit_sweep_keeps_every_last_write_across_many_transitions_and_states(store: SqlStore) -> None:
+    """The sweep deletes transitions in parts of 500: the last writes it keeps lie in every part,
+    and a batch's transition may be the last write of a record of another state (swept before
+    or after), whose ``updated_at`` it is too."""
+    service = StatesService(store, Config(retention=RetentionConfig(default_days=90, audit_days=30)))
+    service.install_builtins()
+    service.declare("notes", NOTES)
+    service.declare("logs", NOTES)
+    thread = {"target_kind": "agent", "target_name": "a", "kind": "thread"}
+    keys = [f"n{i}" for i in range(300)]
+    # 600 writes swept: the first write of each record goes, its last one stays
+    gone = {_seq(service.replace("notes", {**thread, "key": k}, {"text": "a"})) for k in keys}
+    gone.add(_seq(service.replace("notes", {**thread, "key": keys[0]}, {"text": "b"})))
+    for k in keys[1:]:
+        service.replace("notes", {**thread, "key": k}, {"text": "b"})
+    ops = [{"op": "set", "path": ["text"], "value": "c"}]
+    batch: list[dict[str, Any]] = [
+        {"state": s, "subject": {**thread, "key": k}, "ops": ops}
+        for s, k in (("notes", "n0"), ("logs", "l0"))
+    ]
+    shared = service.apply_batch(batch)[0].seq  # l0's last write, not n0's
+    service.replace("notes", {**thread, "key": "n0"}, {"text": "d"})
+    before = [service.read("notes", {**thread, "key": k}) for k in keys]
+    logged = service.read("logs", {**thread, "key": "l0"})
+
+    service.prune(now=datetime.now(UTC) + timedelta(days=40))
+    left = {t.seq for t in store.transitions(limit=10_000)}
+    assert not gone & left and shared in left
+    assert [service.read("notes", {**thread, "key": k}) for k in keys] == before  # updated_at too
+    assert service.read("logs", {**thread, "key": "l0"}) == logged
+
+
+def _seq(record: Mapping[str, Any] | None) -> int:
+    assert record is not None
+    return int(record["seq"])

@@ -129,18 +129,27 @@ class Retention(History):
             if self.transition_keys
             else "SELECT 1 FROM changes c WHERE c.seq = transitions.seq"
         )
+        if not seqs:
+            return
+        # a document's last write stays: its time is the record's updated_at, which record
+        # retention compares with its cutoff (gone, the record never expired). Any document's,
+        # not only this state's (a batch's transition may span states), and no index leads from
+        # a seq to its documents: they are read in one pass here, not once per part below
+        last = {
+            int(r[0])
+            for r in tx.all(
+                "SELECT updated_seq FROM documents WHERE updated_seq BETWEEN ? AND ?", (seqs[0], seqs[-1])
+            )
+        }
+        seqs = [seq for seq in seqs if seq not in last]
         for start in range(0, len(seqs), 500):
             part = seqs[start : start + 500]
-            among = ",".join("?" * len(part))
             tx.run(
-                f"DELETE FROM transitions WHERE seq IN ({among}) "
+                f"DELETE FROM transitions WHERE seq IN ({','.join('?' * len(part))}) "
                 f"AND NOT EXISTS ({left}) "
-                # a document's last write stays: its time is the record's updated_at, which
-                # record retention compares with its cutoff (gone, the record never expired)
-                f"AND seq NOT IN (SELECT updated_seq FROM documents WHERE updated_seq IN ({among})) "
                 # the newest stays: SQLite numbers a new transition after the highest one left
                 "AND seq < (SELECT MAX(seq) FROM transitions)",
-                part + part,
+                part,
             )
 
     def purge(self, state: str, *, erase: Sequence[DocKey] = (), origin: dict[str, Any] | None = None) -> int:
