@@ -27,6 +27,23 @@ def db(tmp_path: Path) -> str:
     return str(tmp_path / "memory.db")
 
 
+def test_tool_refuses_an_unknown_tool_as_the_dispatcher_does(db: str, tmp_path: Path) -> None:
+    # the dispatcher's refusal, as over MCP: a script tells refusals apart by error[code] and exit 1
+    out = sf("--store", db, "tool", "nosuch_tool", "{}", cwd=tmp_path)
+    assert (out.returncode, out.stdout) == (1, ""), out.stderr
+    assert (
+        out.stderr == "error[unknown-tool]: unknown tool 'nosuch_tool'; available: read_state, patch_state\n"
+    )
+    assert not Path(db).exists()  # no tool, so nothing that writes: no store is created
+    assert sf("--store", db, "migrate", cwd=tmp_path).returncode == 0
+    out = sf("--store", db, "tool", "state_nosuch", "{}", cwd=tmp_path)  # (the state tools need the store)
+    assert (out.returncode, out.stdout) == (1, ""), out.stderr
+    assert out.stderr == (
+        "error[unknown-tool]: unknown tool 'state_nosuch'; available: read_state, patch_state, state_read, "
+        "state_replace, state_merge, state_template_jq, state_apply\n"
+    )
+
+
 def test_tool_round_trip_prints_exactly_the_tool_result(db: str, tmp_path: Path) -> None:
     patch = sf(
         "--store",
@@ -81,7 +98,8 @@ def test_refusals_go_to_stderr_with_exit_1(db: str, tmp_path: Path) -> None:
     refused = sf("--store", db, "tool", "patch_state", '{"session": {"response": "x"}}', cwd=tmp_path)
     assert refused.returncode == 1 and "written by the runtime" in refused.stderr
     assert sf("--store", db, "tool", "read_state", "{not json").returncode == 1
-    assert sf("--store", db, "tool", "nope", "{}").returncode == 2
+    unknown = sf("--store", db, "tool", "nope", "{}")
+    assert unknown.returncode == 1 and unknown.stderr.startswith("error[unknown-tool]: unknown tool 'nope'")
 
 
 def test_single_owner_mode_from_the_cli(db: str, tmp_path: Path) -> None:

@@ -106,7 +106,7 @@ TITLES: dict[str, str] = {
 def writes(name: str) -> bool:
     """Whether the tool called ``name`` may write (all but ``read_state`` and ``state_read``):
     what may create a store where there is none."""
-    return name == "patch_state" or (name.startswith("state_") and name != "state_read")
+    return name in TITLES and name not in ("read_state", "state_read")  # (no tool: a refusal)
 
 
 READ_ONLY_OFFERS: Final = frozenset(("read_state", "state_read", "state_template_jq"))

@@ -144,17 +144,6 @@ def changing_view(fn: Callable[..., Any]) -> Callable[..., Any]:
     return with_view(fn, existing=True)
 
 
-TOOL_NAMES = [
-    "read_state",
-    "patch_state",
-    "state_read",
-    "state_replace",
-    "state_merge",
-    "state_apply",
-    "state_template_jq",
-]
-
-
 def tool_host(view: MemoryView, state_names: Sequence[str] | None = None) -> ToolHost:
     """The memory tools plus the declared-state tools (limited to ``state_names`` when given)."""
     from stateflow.api import states_service  # only the state_* tools need the states layer
@@ -166,7 +155,9 @@ def tool_host(view: MemoryView, state_names: Sequence[str] | None = None) -> Too
 
 
 @click.command("tool")
-@click.argument("name", type=click.Choice(TOOL_NAMES))
+# a plain name, not a choice: an unknown one is refused by the dispatcher, as at every door
+# (error[unknown-tool], exit 1), not with a usage screen
+@click.argument("name", metavar="TOOL")
 @click.argument("arguments", required=False)
 @click.option(
     "--file",
@@ -178,7 +169,11 @@ def tool_host(view: MemoryView, state_names: Sequence[str] | None = None) -> Too
 @pass_context
 @refusals
 def tool(ctx: Context, /, name: str, arguments: str | None, file: Path | None, **kw: Any) -> None:
-    """Call an LLM tool with ARGUMENTS (JSON; '-' reads stdin) and print exactly its result."""
+    """Call an LLM tool with ARGUMENTS (JSON; '-' reads stdin) and print exactly its result.
+
+    TOOL is read_state or patch_state, or a declared-state tool: state_read, state_replace,
+    state_merge, state_apply, state_template_jq.
+    """
     args = read_json_arg(arguments, file, "ARGUMENTS", exact_integers=True)
     # a read never creates a store, nor does a write its own arguments refuse
     view = make_view(ctx, kw, reads=not writes(name), deferred=True)
