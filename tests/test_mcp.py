@@ -241,6 +241,32 @@ def test_http_a_readers_context_is_not_what_a_writers_receipt_is_relative_to(ser
     ]
 
 
+def test_http_refusals_quote_the_identity_headers_as_sent(served: str) -> None:
+    # headers arrive as bytes: UTF-8 text is quoted as such, never as its Latin-1 reading
+    async def call(**identity: bytes) -> str:
+        headers = {f"X-Stateflow-{k.capitalize()}".encode(): v for k, v in identity.items()}
+        headers[b"Authorization"] = f"Bearer {FULL}".encode()
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=30) as http,
+            streamable_http_client(served, http_client=http) as (read, write),
+            ClientSession(read, write) as client,
+        ):
+            await client.initialize()
+            result = await client.call_tool("read_state", {"path": "tactics"})
+            assert result.is_error
+            return str(result.content[0].text)  # type: ignore[union-attr]
+
+    assert anyio.run(functools.partial(call, session="sé".encode())).startswith(
+        "error[invalid-input]: session id 'sé' must be"
+    )
+    assert anyio.run(functools.partial(call, agent="café".encode())).startswith(
+        "error[invalid-input]: agent name 'café' must be"
+    )
+    assert anyio.run(functools.partial(call, session="caf\xe9".encode("latin-1"))) == (
+        "error[invalid-input]: x-stateflow-session must be UTF-8 (the text's own bytes, not percent-encoded)"
+    )
+
+
 def test_http_a_view_without_a_cwd_header_is_never_told_about_cwd(served: str, tmp_path: Path) -> None:
     # the instructions are one text for every request (their view is named per request by its
     # headers): they name no scope to write; the tools and the context name the request's own

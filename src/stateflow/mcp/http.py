@@ -50,7 +50,7 @@ STATES_HEADER: Final = "x-stateflow-states"
 
 def state_names(request: Request) -> list[str] | None:
     """The declared states a request asks tools for: None (no state tools), [] (every state)."""
-    raw = request.headers.get(STATES_HEADER)
+    raw = header(request, STATES_HEADER)
     names = [n.strip() for n in (raw or "").split(",") if n.strip()]
     if not names:
         return None
@@ -62,30 +62,32 @@ def identity_of(request: Request) -> tuple[Identity, tuple[str, ...]]:
 
     Without a cwd header there is no cwd scope (the server's own directory is nobody's project).
     """
-    headers = request.headers
-    cwd = _utf8(headers.get(CWD_HEADER))
+    cwd = header(request, CWD_HEADER)
     if cwd is not None and not cwd.startswith("/"):
         raise InvalidInput(f"{CWD_HEADER} must be an absolute path")
-    wanted = headers.get(SCOPES_HEADER)
+    wanted = header(request, SCOPES_HEADER)
     scopes = (
         parse_scopes(wanted) if wanted else (("global", "cwd", "session") if cwd else ("global", "session"))
     )
     if "cwd" in scopes and cwd is None:
         raise InvalidInput(f"the cwd scope needs the {CWD_HEADER} header")
     # the client's directory, on its machine: normalized as text, never looked up here
-    identity = Identity.claimed(headers.get(AGENT_HEADER), cwd or "/", headers.get(SESSION_HEADER))
+    agent, session = header(request, AGENT_HEADER), header(request, SESSION_HEADER)
+    identity = Identity.claimed(agent, cwd or "/", session)
     return identity, scopes
 
 
-def _utf8(value: str | None) -> str | None:
-    """A header's text as the UTF-8 its bytes are (HTTP hands them over as Latin-1), so a
-    directory keys the same cwd scope over HTTP as over the CLI and stdio."""
+def header(request: Request, name: str) -> str | None:
+    """An ``X-Stateflow-*`` header's text as the UTF-8 its bytes are (HTTP hands them over as
+    Latin-1): a directory keys the same cwd scope over HTTP as over the CLI and stdio, and a
+    refusal quotes the value as the client sent it."""
+    value = request.headers.get(name)
     if value is None:
         return None
     try:
         return value.encode("latin-1").decode("utf-8")
     except UnicodeDecodeError:
-        raise InvalidInput(f"{CWD_HEADER} must be UTF-8 (a path's own bytes, not percent-encoded)") from None
+        raise InvalidInput(f"{name} must be UTF-8 (the text's own bytes, not percent-encoded)") from None
 
 
 def config_from_env(env: Mapping[str, str] | None = None) -> MemoryConfig:
