@@ -104,10 +104,39 @@ def test_a_client_going_away_mid_body_is_one_info_line_not_a_traceback(
     while log.read_text().count("went away before its request body was read") < 2:
         assert time.monotonic() < deadline, log.read_text()
         time.sleep(0.05)
+    while (
+        log.read_text().count(" 499 ") < 2
+    ):  # logged as the client's going away (the access line comes last)
+        assert time.monotonic() < deadline, log.read_text()
+        time.sleep(0.05)
     text = log.read_text()
     assert "Traceback" not in text and "ERROR" not in text and "ClientDisconnect" not in text, text
+    assert " 500 " not in text, text
     status, body, _ = server.call("GET", "/api/states/tickets/records/agent/alice/thread/t1")
     assert status == 200 and body["data"] is None
+
+
+def test_a_client_going_away_mid_mcp_request_is_one_info_line_not_a_500(
+    logged: tuple[servers.Server, Path],
+) -> None:
+    # the MCP SDK reads its own bodies and answers a client gone mid-body as a server failure
+    server, log = logged
+    host, port = server.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port))) as sock:
+        sock.sendall(
+            b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Accept: application/json, text/event-stream\r\n"
+            + f"Authorization: Bearer {servers.TOKEN}\r\n".encode()
+            + b'Content-Length: 1000\r\n\r\n{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {'
+        )
+    deadline = time.monotonic() + 120  # (the first /mcp request waits for the MCP SDK to load)
+    while "POST /mcp 499 " not in log.read_text():  # (the access line comes last)
+        assert time.monotonic() < deadline, log.read_text()
+        time.sleep(0.05)
+    text = log.read_text()
+    assert "POST /mcp: the client went away before its request body was read" in text, text
+    assert "Traceback" not in text and "ERROR" not in text and "ClientDisconnect" not in text, text
+    assert " 500 " not in text, text
 
 
 @pytest.mark.parametrize("level", ["warning", "error"])

@@ -90,6 +90,9 @@ class RequestId:
         await self.app(scope, receive, sending)
 
 
+CLIENT_CLOSED: Final = 499
+
+
 class AccessLog:
     def __init__(self, app: ASGIApp, *, json_lines: bool = False) -> None:
         self.app = app
@@ -102,7 +105,14 @@ class AccessLog:
         started = time.perf_counter()
         headers = dict(scope.get("headers") or [])
         request_id = scope.get(REQUEST_ID) or _request_id(headers.get(b"x-request-id"))
-        status = 500  # what the client sees when the app fails before answering
+        status = 0  # no answer yet
+        gone = False  # the client went away
+
+        async def receiving() -> Message:
+            nonlocal gone
+            message = await receive()
+            gone = message["type"] == "http.disconnect"
+            return message
 
         async def sending(message: Message) -> None:
             nonlocal status
@@ -111,8 +121,12 @@ class AccessLog:
             await send(message)
 
         try:
-            await self.app(scope, receive, sending)
+            await self.app(scope, receiving, sending)
         finally:
+            # unanswered: dropped as the client went away (``BodyLimit``), not a server error,
+            # logged as nginx logs it (499, client closed request); else the app failed before
+            # answering, and the client sees 500
+            status = status or (CLIENT_CLOSED if gone else 500)
             if logger.isEnabledFor(logging.INFO):
                 self._log(scope, status, time.perf_counter() - started, headers, request_id)
 

@@ -27,7 +27,7 @@ from fastapi import FastAPI
 from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from stateflow.doc.canonical import ascii_digits
 from stateflow.errors import Forbidden, InvalidInput, StateflowError
@@ -238,4 +238,23 @@ class _Endpoint:
             read_only = self.tokens.authenticate(Headers(scope=scope).get("authorization")).read_only
         except StateflowError:
             read_only = False  # refused by the server itself, as any request without a token
+        if scope["method"] == "POST":
+            # the body is read here, not by the SDK: it answers a client that goes away while
+            # sending as its own failure (a 500 and a traceback), where raised, the request is
+            # dropped with the one line any route's gets (``BodyLimit``)
+            receive = _replaying(await Request(scope, receive).body(), receive)
         await self.running["managers"][read_only].handle_request(scope, receive, send)
+
+
+def _replaying(body: bytes, receive: Receive) -> Receive:
+    """``receive`` with the request's body, already read, handed over first."""
+    given = False
+
+    async def replay() -> Message:
+        nonlocal given
+        if given:
+            return await receive()  # (the client's going away, once the answer is under way)
+        given = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replay
