@@ -84,3 +84,25 @@ def test_the_server_answers_503_store_timeout_from_its_configured_limit(
         assert server.call("GET", record)[1]["data"]["data"] == {"n": 1}
     finally:
         server.stop()
+
+
+def test_a_whole_store_pass_has_no_limit_unless_one_is_configured(
+    pg_schema_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # check, dump and load open the store so: a statement of theirs may rightly outlast a call's
+    from stateflow.cli.common import Context
+
+    open_store(pg_schema_url, auto_migrate=True).close()
+    monkeypatch.chdir(tmp_path)  # (no stateflow.toml of the working directory's)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    monkeypatch.delenv("STATEFLOW_STORE_STATEMENT_TIMEOUT_SECONDS", raising=False)
+    for whole, configured, shown in ((True, None, "0"), (False, None, "1min"), (True, "5", "5s")):
+        if configured is not None:
+            monkeypatch.setenv("STATEFLOW_STORE_STATEMENT_TIMEOUT_SECONDS", configured)
+        ctx = Context(pg_schema_url)
+        store = ctx.reader(whole=whole)
+        try:
+            with store._connection() as conn:  # type: ignore[attr-defined]
+                assert conn.execute("SHOW statement_timeout").fetchone() == (shown,), (whole, configured)
+        finally:
+            ctx.close()

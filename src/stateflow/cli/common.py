@@ -59,22 +59,29 @@ class Context:
         self.store_given = True
         self._config = None
 
-    def _open(self, *, create: bool, auto_migrate: bool | None = None) -> Store:
+    def _open(self, *, create: bool, auto_migrate: bool | None = None, whole: bool = False) -> Store:
         # every command opens its store here, so each waits as configured ([store] wait_seconds,
         # connect_timeout_seconds, statement_timeout_seconds; their environment variables and flags)
         settings = self.settings()[0].store
+        timeout = settings.statement_timeout_seconds
+        if whole and timeout is None:
+            # a pass over the whole store (check, dump, load) is not a call: its statements may
+            # rightly run longer than a call's limit, unless one is configured for it
+            timeout = 0
         return open_store(
             self.store_location,
             create=create,
             auto_migrate=auto_migrate,
             wait_seconds=settings.wait_seconds,
             connect_timeout=settings.connect_timeout_seconds,
-            statement_timeout=settings.statement_timeout_seconds,
+            statement_timeout=timeout,
         )
 
-    def store(self) -> Store:
+    def store(self, *, whole: bool = False) -> Store:
+        """The store, opened (a missing SQLite file created) to write; ``whole``: for a pass over
+        all of it, with no statement timeout unless one is configured."""
         if self._store is None:
-            self._store = self._open(create=True)
+            self._store = self._open(create=True, whole=whole)
         return self._store
 
     def deferred(self) -> Store:
@@ -83,11 +90,11 @@ class Context:
         leaves no new store behind."""
         return self._store if self._store is not None else cast(Store, _OnFirstUse(self.store))
 
-    def reader(self) -> Store:
+    def reader(self, *, whole: bool = False) -> Store:
         """The store for a command that only reads: a missing SQLite file (or its directory) is
-        refused with ``store-not-found``, never created."""
+        refused with ``store-not-found``, never created (``whole``: as :meth:`store`)."""
         if self._store is None:
-            self._store = self._open(create=False)
+            self._store = self._open(create=False, whole=whole)
         return self._store
 
     def existing(self) -> Store:

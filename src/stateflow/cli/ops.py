@@ -44,7 +44,7 @@ def check(ctx: Context, as_json: bool, progress: bool | None) -> None:
         if report.ok:  # a file that failed its own check is not opened
             reporter.phase("the store")
             try:
-                full = check_store(_sql(ctx.reader()), progress=reporter)
+                full = check_store(_sql(ctx.reader(whole=True)), progress=reporter)
             except CorruptStore as exc:
                 report.problem(f"open: {exc.message}", advised=exc.advised)
             else:
@@ -168,7 +168,7 @@ def dump(ctx: Context, target: Path | None, no_history: bool, progress: bool | N
     if target is not None:
         _refuse_store_file(ctx.store_location, target)
     with progress_.reporting("dump", progress) as reporter:
-        lines = dump_store(_sql(ctx.reader()), history=not no_history, progress=reporter)
+        lines = dump_store(_sql(ctx.reader(whole=True)), history=not no_history, progress=reporter)
         if target is None:
             out = click.get_binary_stream("stdout")
             for line in lines:
@@ -224,7 +224,7 @@ def load(ctx: Context, source: Path, progress: bool | None) -> None:
         top = first_missing_folder(path) if path is not None else None
         try:
             reporter.phase("loading", size)
-            counts = load_store(_sql(ctx.store()), _read(fh, reporter))
+            counts = load_store(_sql(ctx.store(whole=True)), _read(fh, reporter))
         except BaseException:
             if created and path is not None:
                 ctx.close()
