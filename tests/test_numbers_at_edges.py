@@ -222,6 +222,16 @@ def test_an_integer_of_100000_digits_is_refused_for_its_size_at_every_door(
         1,
         "error[invalid-json]: $.n: integer of 100,000 digits is outside the 64-bit range JSON stores\n",
     )
+    # an op's value is named by its op, as the service names any integer past 64 bits there
+    ops = f'{{"ops": [{{"op": "set", "path": ["n"], "value": {ones}}}]}}'
+    r = client.post("/api/states/t/records/agent/bot/thread/k/deltas", content=ops.encode())
+    assert (r.status_code, r.json()) == (
+        422,
+        {
+            "error": "ops[0]: value: integer of 100,000 digits is outside the 64-bit range JSON stores",
+            "code": "invalid-ops",
+        },
+    )
     # a float literal past a double's range is named as what it is, too
     with pytest.raises(InvalidJSON, match=r"^\$\.n\[1\]: 1e400 is not a JSON number"):
         decode('{"n": [0, 1e400]}')

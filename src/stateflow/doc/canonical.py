@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 from collections.abc import Hashable
 from typing import Any, Final
 
@@ -87,7 +88,11 @@ def decode(data: bytes | bytearray | memoryview | str, *, exact_integers: bool =
             ) from exc
         if str(exc).startswith("number is infinity"):
             # a number literal past a double's range (orjson reads every integer beyond 64
-            # bits as a double): refused as what it is, where it is, as a parsed one would be
+            # bits as a double): refused as what it is, where it is, as a parsed one would be —
+            # or, for ``exact_integers``, handed on for the caller to refuse as any other
+            held = _long_integers_held(exc.doc) if exact_integers else None
+            if held is not None:
+                return held
             raise InvalidJSON(_beyond_double(exc.doc, exc.pos)) from exc
         raise NotJSON(f"invalid JSON: {exc}") from exc
     if type(value) is dict or type(value) is list:
@@ -156,6 +161,27 @@ def _beyond_double(text: str, pos: int) -> str:
     return (
         f"{at}: {shown} is not a JSON number this store holds (beyond a double's range: it reads as Infinity)"
     )
+
+
+def _long_integers_held(text: str) -> JSON | None:
+    """``text`` as Python's parser reads it, with every integer exact — except one too long for
+    Python to convert (past ``sys.get_int_max_str_digits()``), held as an integer of as many
+    digits (what a refusal says of it: it is refused, never stored); None where Python's parser
+    does not read it (nested past its recursion limit)."""
+    most = sys.get_int_max_str_digits() or math.inf
+
+    def integer(literal: str) -> int:
+        digits = len(literal.lstrip("-"))
+        if digits < most:
+            return int(literal)
+        held: int = 10 ** (digits - 1)
+        return -held if literal.startswith("-") else held
+
+    try:
+        value: JSON = json.loads(text, parse_int=integer)
+    except (RecursionError, ValueError):
+        return None
+    return value
 
 
 def _integer_words(number: str | int, digits: int) -> str:
