@@ -102,6 +102,34 @@ def test_etag_and_if_match_over_http(http: TestClient, service: StatesService) -
     assert http.put(REC, json={"status": "again"}, headers={"If-Match": '"0"'}).status_code == 412
 
 
+def test_if_match_conditions_a_read_and_a_delete_takes_no_body(
+    http: TestClient, service: StatesService
+) -> None:
+    """Never ignored: If-Match on a record read is evaluated (RFC 9110 §13.1.1: 412 when it
+    fails), refused on the record's other reads, and a body on a DELETE is refused, nothing
+    erased (each was answered as if it were absent)."""
+    http.put(REC, json={"status": "open"})
+    for given, status in (('"1"', 200), ("*", 200), ('"99"', 412), ('"0"', 412)):
+        r = http.get(REC, headers={"If-Match": given})
+        assert r.status_code == status, (given, r.text)
+        if status == 412:
+            assert r.json()["code"] == "revision-mismatch" and "is at revision 1, not " in r.json()["error"]
+    assert http.get(REC + "?revision=1", headers={"If-Match": '"1"'}).status_code == 200
+    absent = REC.replace("/t1", "/absent")
+    r = http.get(absent, headers={"If-Match": "*"})
+    assert r.status_code == 412 and "does not exist (revision 0)" in r.json()["error"]
+    assert http.get(absent, headers={"If-Match": '"0"'}).status_code == 200
+    assert http.get(REC, headers={"If-Match": "yesterday"}).status_code == 400
+    for sub in ("/writes", "/diff?from=1"):
+        r = http.get(REC + sub, headers={"If-Match": '"1"'})
+        assert r.status_code == 400 and r.json()["error"].startswith("If-Match conditions a record's read")
+    for path in (REC, "/api/states/tickets"):
+        r = http.request("DELETE", path, content=b'{"n": 4}')
+        assert (r.status_code, r.json()) == (400, {"error": "DELETE takes no body", "code": "bad-request"})
+    assert service.read("tickets", T1)["data"] == {"status": "open"}  # type: ignore[index]
+    assert http.get("/api/states/tickets").status_code == 200
+
+
 def test_an_erased_record_is_absent_to_compare_and_set_over_http(
     http: TestClient, service: StatesService
 ) -> None:

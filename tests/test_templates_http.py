@@ -181,6 +181,20 @@ def test_template_crud_and_replace_rules(attached: Api) -> None:
     assert status == 409 and "no longer validates" in body["error"]  # declarations count 3 > limit 2
     assert api("PUT", "/api/state-templates/box?replace=true", broken(description="v2"))[0] == 200
     assert api("GET", "/api/state-templates/box")[1]["data"]["description"] == "v2"
+    # a value that is not a boolean is refused, not read as false (a 409 "already exists")
+    for given in ("maybe", "", "2"):
+        status, body = api("PUT", f"/api/state-templates/box?replace={given}", broken(description="v3"))
+        assert (status, body) == (
+            400,
+            {"error": f"'replace' must be true or false, got {given!r}", "code": "bad-request"},
+        )
+    status, body = api("PUT", "/api/state-templates/box?replace=False", broken(description="v3"))
+    assert status == 409 and "replace=true" in body["error"]
+    assert api("GET", "/api/state-templates/box")[1]["data"]["description"] == "v2"
+    status, body = api("DELETE", "/api/state-templates/box", {"force": True})
+    assert (status, body) == (400, {"error": "DELETE takes no body", "code": "bad-request"})
+    status, body = api("DELETE", "/api/states/tickets/attachments/box", {})
+    assert (status, body) == (400, {"error": "DELETE takes no body", "code": "bad-request"})
     status, body = api("DELETE", "/api/state-templates/box")
     assert status == 409 and "detach it first" in body["error"]
 

@@ -45,6 +45,7 @@ from stateflow.http.telemetry import quicken as quicken_telemetry
 from stateflow.memory.scopes import MEMORY_STATE
 from stateflow.states import DoorContext, StatesService
 from stateflow.states.models import StateSubject, WriteOrigin
+from stateflow.states.pipeline import RevisionMismatch
 from stateflow.states.service import origin_of, subject_from
 from stateflow.states.template_jq import template_jq_params
 from stateflow.states.templates import unknown_keys
@@ -305,6 +306,29 @@ def _origin_header(raw: dict[str, Any], name: bytes, given: bytes) -> None:
         raw[key] = value
 
 
+def _read_if_match(request: Request) -> int | Literal["*"] | None:
+    given = next((v for k, v in request.scope["headers"] if k == b"if-match"), None)
+    return None if given is None else _revision_matched(given.decode("latin-1"))
+
+
+def _read_matched(answer: Response, expect: int | Literal["*"], subject: StateSubject, name: str) -> None:
+    """412, as a write's, unless the record read is at the revision ``If-Match`` names (``*``:
+    a record exists)."""
+    now = int(answer.raw_headers[0][1].strip(b'"'))  # (the ETag, first of a record answer's headers)
+    if (now == 0) if expect == "*" else (now != expect):
+        where = f"is at revision {now}" if now else "does not exist (revision 0)"
+        raise RevisionMismatch(
+            f"record {subject.kind}/{subject.key} of state {name!r} {where}, not {expect}"
+            + ("" if expect != "*" else ', and "*" needs a current record')
+        )
+
+
+async def _no_body(request: Request) -> None:
+    """Refuse a body on a request that takes none (a DELETE's): never read as if absent."""
+    if await request.body():
+        raise BadRequest(f"{request.method} takes no body")
+
+
 def _revision_matched(raw: str) -> int | Literal["*"]:
     if raw.strip() == "*":
         return "*"
@@ -528,7 +552,10 @@ def create_app(
     async def put_template(name: str, request: Request) -> Response:
         unrestricted(request)
         body = await _body(request)
-        replace = request.query_params.get("replace", "").lower() in ("1", "true", "yes")
+        given = request.query_params.get("replace", "false")
+        replace = given.lower() in ("1", "true", "yes")
+        if not replace and given.lower() not in ("0", "false", "no"):
+            raise BadRequest(f"'replace' must be true or false, got {given!r}")
         return await call(
             service.put_template, name, body, replace=replace, context=context_of(request), blocking=True
         )
@@ -536,6 +563,7 @@ def create_app(
     @app.delete("/api/state-templates/{name}")
     async def delete_template(name: str, request: Request) -> Response:
         unrestricted(request)
+        await _no_body(request)
         return await call(service.delete_template, name, context=context_of(request))
 
     @app.get("/api/states/{name}/attachments")
@@ -570,6 +598,7 @@ def create_app(
     @app.delete("/api/states/{name}/attachments/{template}")
     async def detach(name: str, template: str, request: Request) -> Response:
         unrestricted(request)
+        await _no_body(request)
         return await call(service.detach, name, template, context=context_of(request))
 
     # ------------------------------------------------------------------ catalog
@@ -599,6 +628,7 @@ def create_app(
     @app.delete("/api/states/{name}")
     async def delete_state(name: str, request: Request) -> Response:
         unrestricted(request)
+        await _no_body(request)
         return await call(service.delete_declaration, name, context=context_of(request))
 
     @app.get("/api/states/{name}/stats")
@@ -674,7 +704,14 @@ def create_app(
             len(suffix) == 2 and suffix[0] == "template-jq" and method == "GET"
         ):  # (``only`` passes a request without a query at once)
             only(request, *_query_names(suffix, method))
-        origin, expect = write_headers(request) if method != "GET" else (None, None)
+        if method != "GET":
+            origin, expect = write_headers(request)
+        else:  # (RFC 9110 §13.1.1: If-Match conditions a read too, never ignored)
+            origin, expect = None, _read_if_match(request)
+            if expect is not None and suffix:
+                raise BadRequest(
+                    f"If-Match conditions a record's read and writes, not GET {request.url.path}"
+                )
         if not suffix:
             if method == "GET":
                 answer = await call_record(
@@ -684,6 +721,8 @@ def create_app(
                     revision=_query_int(request, "revision"),
                     seq=_query_int(request, "seq"),
                 )
+                if expect is not None:
+                    _read_matched(answer, expect, subject, name)
                 return _not_modified(request, answer) or answer
             # the body is the document (the patch): the service refuses one that is not an
             # object (422, as from Python and the client)
@@ -712,6 +751,7 @@ def create_app(
                     request_body=request._body,
                 )
             if method == "DELETE":
+                await _no_body(request)
                 erased = await run(
                     service.erase, name, subject, origin=origin, context=ctx, expect_revision=expect
                 )

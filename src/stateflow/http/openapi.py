@@ -247,6 +247,14 @@ IF_MATCH = {
     "description": 'Compare-and-set: "N", the revision from the record\'s ETag (0: absent — never written or erased); '
     "* : the record exists, at any revision.",
 }
+IF_MATCH_READ = {
+    "name": "If-Match",
+    "in": "header",
+    "required": False,
+    "schema": {"type": "string", "pattern": '^("[0-9]+"|\\*)$'},
+    "description": 'The read answers only while the record is at revision "N" (*: exists), else 412 '
+    "(RFC 9110); on the record's other reads it is 400.",
+}
 IF_NONE_MATCH_READ = {
     "name": "If-None-Match",
     "in": "header",
@@ -318,7 +326,11 @@ def _op(
             "description": "If-None-Match named the ETag this read would answer: no body",
             "headers": ok["headers"],
         }
-        params.append(IF_NONE_MATCH_READ)
+        params += (IF_MATCH_READ, IF_NONE_MATCH_READ)
+        responses["412"] = {
+            "description": "If-Match named a revision the record read is not at",
+            "content": _json(_ref(Error)),
+        }
     if cas:
         params += (IF_MATCH, IF_NONE_MATCH)
     if write:
@@ -422,7 +434,13 @@ def paths() -> dict[str, dict[str, Any]]:
                 "Store a template",
                 _data(OBJECT),
                 body=OBJECT,
-                query=[_query("replace", STRING, "true to replace an existing template")],
+                query=[
+                    _query(
+                        "replace",
+                        STRING,
+                        "true to replace an existing template (true/false, 1/0, yes/no; anything else is 400)",
+                    )
+                ],
             ),
             "delete": _op("Delete a template", _data(OBJECT)),
         },
