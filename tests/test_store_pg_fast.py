@@ -371,6 +371,8 @@ def _checks_in_order(lines: list[str]) -> list[str]:
     for at, line in enumerate(lines):
         returns = re.search(r"InitPlan \d+ \(returns (\$\d+)\)", line)
         if returns:
+            if "stateflow_meta" in lines[at + 1]:
+                continue  # the schema fence of the seq lock's id (``pg_fast.fenced``): no check
             if "LockRows" in lines[at + 1]:
                 assert "Index Scan using documents_pkey" in lines[at + 2], plan
                 found = re.search(r"Index Cond: \(doc_id = (\$\d+)\)", lines[at + 3])

@@ -254,28 +254,25 @@ def test_sqlite_writes_to_existing_documents_draw_no_new_ids(tmp_path: Path) -> 
         store.close()
 
 
-def test_a_sqlite_store_migrated_past_a_running_writer_is_no_longer_written(tmp_path: Path) -> None:
+def test_a_store_migrated_past_a_running_writer_is_no_longer_written(
+    backend: str, open_migrated: StoreFactory
+) -> None:
     """A process of this version keeps running while a newer release migrates the store (its
-    `stateflow migrate`): the writer notices at its next commit — the version is read under the
-    write lock — and refuses with store-too-new, writing nothing, instead of writing rows the
-    newer schema does not expect."""
-    location = str(tmp_path / "s.db")
-    store = open_store(location)  # checked and in use, as a running server's
-    try:
-        store.commit([Write(A, [Edit(("x",), 1)])])
-        _raw_sql(
-            location,
-            "UPDATE stateflow_meta SET value = ? WHERE key = 'schema_version'",
-            (str(SCHEMA_VERSION + 1),),
-        )
-        for _ in range(2):
-            with pytest.raises(StoreTooNew, match="upgrade stateflow"):
-                store.commit([Write(A, [Edit(("x",), 2)], 1)])
-        with pytest.raises(StoreTooNew):
-            store.update(
-                [A], lambda docs: ([Write.between(A, docs[A].body, {"x": 3}, docs[A].revision)], None)
-            )
-        with sqlite3.connect(location) as conn:
-            assert conn.execute("SELECT max(seq) FROM transitions").fetchone() == (1,)
-    finally:
-        store.close()
+    `stateflow migrate`): the writer notices at its next commit — SQLite reads the version under
+    the write lock, PostgreSQL inside the statement that takes the seq lock — and refuses with
+    store-too-new, writing nothing, instead of writing rows the newer schema does not expect."""
+    store = open_migrated()  # checked and in use, as a running server's
+    store.commit([Write(A, [Edit(("x",), 1)])])
+    newer = str(SCHEMA_VERSION + 1)
+    _raw_sql(backend, "UPDATE stateflow_meta SET value = ? WHERE key = 'schema_version'", (newer,))
+    for _ in range(2):  # (the plain commit, then as a writer that has seen the document)
+        with pytest.raises(StoreTooNew, match=f"schema version {newer}"):
+            store.commit([Write(A, [Edit(("x",), 2)], 1)])
+    with pytest.raises(StoreTooNew):
+        store.update([A], lambda docs: ([Write.between(A, docs[A].body, {"x": 3}, docs[A].revision)], None))
+    with pytest.raises(StoreTooNew):  # a new document
+        store.commit([Write(DocKey("notes", "b"), [Edit(("x",), 1)])])
+    _raw_sql(
+        backend, "UPDATE stateflow_meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),)
+    )
+    assert len(store.transitions()) == 1  # nothing was written

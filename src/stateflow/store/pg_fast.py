@@ -51,6 +51,7 @@ from functools import lru_cache
 from typing import Any, Final
 
 from stateflow.store.counting import subject_kind
+from stateflow.store.migrations import SCHEMA_VERSION
 from stateflow.store.model import DocKey
 from stateflow.store.plan import WritePlan
 from stateflow.store.rows import DocRow
@@ -285,6 +286,22 @@ TAKEN_MEANWHILE: Final = "22012"
 writer (``division_by_zero``, raised on purpose: the rows it did insert are rolled back with it)."""
 
 
+FENCE_MARK: Final = "stateflow schema version "
+"""What the error of a write refused by :func:`fenced` says, before the store's version."""
+
+
+def fenced(lock_id: str) -> str:
+    """``lock_id`` (SQL: the seq lock's id, which every write computes to take that lock), or an
+    error where the store's schema is no longer this release's: a newer release migrated it
+    while this process ran, and its writes are refused, not written in a shape that schema does
+    not expect. One indexed row read inside the write's own statement: no round trip."""
+    return (
+        f"(SELECT CASE WHEN value = '{SCHEMA_VERSION}' THEN {lock_id} "
+        f"ELSE CAST('{FENCE_MARK}' || value AS bigint) END "
+        "FROM stateflow_meta WHERE key = 'schema_version')"
+    )
+
+
 def _creating(p: _Params, ctes: list[str], gate: str, n_new: int, n_ins: int, n_docs: int) -> str:
     """A commit whose documents are all new, after ``gate``'s checks: the seq lock, then the new
     rows inserted with their final values, the writes gated on every one of them inserted."""
@@ -295,7 +312,7 @@ def _creating(p: _Params, ctes: list[str], gate: str, n_new: int, n_ins: int, n_
     ctes.append(
         f"q AS MATERIALIZED (SELECT nextval('transitions_seq_seq'::regclass) AS seq, "
         f"set_config('lock_timeout', '{NEW_KEY_WAIT}', true) FROM (SELECT pg_advisory_xact_lock("
-        f"({seq_lock} << 32) | (hashtext(current_schema())::bigint & 4294967295)) WHERE true{gate}) AS x)"
+        f"({fenced(seq_lock)} << 32) | (hashtext(current_schema())::bigint & 4294967295)) WHERE true{gate}) AS x)"
     )
     rows = ", ".join(
         f"({p('bigint')}, {p('text')}, {p('text')}, {p('bigint')}, {p('bigint')}, {p('bigint')}, "
@@ -367,7 +384,7 @@ def _writes(
     # the seq lock (held to commit: seq values become visible in commit order), after every lock
     ctes.append(
         f"t AS (INSERT INTO transitions (at, origin) SELECT {at}, {origin} FROM (SELECT pg_advisory_xact_lock("
-        f"({seq_lock} << 32) | (hashtext(current_schema())::bigint & 4294967295)) WHERE true{gate}) AS x "
+        f"({fenced(seq_lock)} << 32) | (hashtext(current_schema())::bigint & 4294967295)) WHERE true{gate}) AS x "
         "RETURNING seq)"
     )
     for i in range(n_upd):

@@ -38,6 +38,7 @@ from stateflow.errors import (
     StoreNotMigrated,
     StoreReadOnly,
     StoreTimeout,
+    StoreTooNew,
     StoreUnavailable,
     UnsupportedStore,
     WriteAborted,
@@ -57,11 +58,19 @@ from stateflow.store.migrations import (
     POSTGRES_SCALAR_VALUE_KEY,
     POSTGRES_SCALAR_VALUE_WHERE,
     SCALAR_CONTAINMENT_WHERE,
+    SCHEMA_VERSION,
     VALUE_INDEX_MAX,
 )
 from stateflow.store.model import DocKey, Document, made_document
 from stateflow.store.open import display_location
-from stateflow.store.pg_fast import LOCK_NOT_AVAILABLE, TAKEN_MEANWHILE, FastCommit, fast_values
+from stateflow.store.pg_fast import (
+    FENCE_MARK,
+    LOCK_NOT_AVAILABLE,
+    TAKEN_MEANWHILE,
+    FastCommit,
+    fast_values,
+    fenced,
+)
 from stateflow.store.pg_fast import statement as fast_statement
 from stateflow.store.pg_pool import CheckedPool, ended
 from stateflow.store.plan import Fresh, SeqRef, WritePlan
@@ -78,7 +87,9 @@ from stateflow.store.tx import Tx
 
 _SCALAR_INDEXABLE: Final = SCALAR_CONTAINMENT_WHERE.format(m="m.")  # the members in the containment index
 _SEQ_LOCK: Final = 0x5EF10  # advisory lock id that orders transition inserts
-_SEQ_LOCK_KEY: Final = "((?::bigint << 32) | (hashtext(current_schema())::bigint & 4294967295))"
+_SEQ_LOCK_KEY: Final = f"(({fenced('?::bigint')} << 32) | (hashtext(current_schema())::bigint & 4294967295))"
+"""The seq lock's key, which every write takes: refused (``fenced``) once a newer release has
+migrated the store."""
 _FOLD_LOCK: Final = _SEQ_LOCK + 2  # advisory lock id a fold of the counters' deltas takes (tried)
 """The seq lock's key for the store in the session's schema: advisory locks are per database,
 so a constant key would queue the writers of every store (schema) of a database behind each
@@ -1675,5 +1686,14 @@ def _mapped_errors() -> Iterator[None]:
         ) from exc
     except psycopg.OperationalError as exc:  # (a connection lost part way too: ``_raise_failed``)
         raise StoreUnavailable(f"PostgreSQL error: {_one_line(exc)}") from exc
+    except pg_errors.InvalidTextRepresentation as exc:
+        text = str(exc)
+        if FENCE_MARK in text:  # (``fenced``: a newer release migrated the store meanwhile)
+            version = text.split(FENCE_MARK, 1)[1].split('"', 1)[0]
+            raise StoreTooNew(
+                f"the store has schema version {version}, newer than this stateflow knows "
+                f"({SCHEMA_VERSION}): a newer release migrated it; nothing was written — upgrade stateflow"
+            ) from exc
+        raise StoreError(f"PostgreSQL error: {_one_line(exc)}") from exc
     except psycopg.DatabaseError as exc:
         raise StoreError(f"PostgreSQL error: {_one_line(exc)}") from exc
