@@ -548,6 +548,31 @@ def test_subjects_search_stats_pagination(declared: Api) -> None:
     }
 
 
+def test_a_sorted_searchs_cursor_is_refused_without_its_sort_and_an_unsorted_one_with_a_sort(
+    declared: Api,
+) -> None:
+    api = declared
+    for i in range(4):
+        api("PUT", rec(f"k{i}"), {"status": "open", "count": 3 - i})
+    search = "/api/states/tickets/records/search"
+    sort = [{"path": ["count"]}]
+    first = api("POST", search, {"filters": {"status": "open"}, "sort": sort, "limit": 2})[1]["data"]
+    assert [m["subject"]["key"] for m in first["matches"]] == ["k3", "k2"]
+    sorted_cursor = first["next_cursor"]
+    # without its sort the cursor was read as a subject before every other: page one again
+    status, body = api("POST", search, {"filters": {"status": "open"}, "limit": 2, "cursor": sorted_cursor})
+    assert (status, body["code"]) == (422, "invalid-input")
+    assert "a sorted search's cursor; give it with the sort it was returned with" in body["error"]
+    status, body = api("GET", f"/api/states/tickets/subjects?cursor={sorted_cursor}")
+    assert (status, body["code"]) == (422, "invalid-input")
+    unsorted = api("POST", search, {"filters": {"status": "open"}, "limit": 2})[1]["data"]["next_cursor"]
+    status, body = api("POST", search, {"filters": {"status": "open"}, "sort": sort, "cursor": unsorted})
+    assert (status, body["code"]) == (422, "invalid-input")
+    assert "not a sorted search's cursor" in body["error"]
+    rest = api("POST", search, {"filters": {"status": "open"}, "sort": sort, "cursor": sorted_cursor})
+    assert [m["subject"]["key"] for m in rest[1]["data"]["matches"]] == ["k1", "k0"]
+
+
 def test_auth_read_only_and_tenancy(declared: Api) -> None:
     api = declared
     assert api("GET", "/api/states", token=None)[0] == 401

@@ -398,6 +398,12 @@ class Listing:
         again — and that one page may come back empty. ``fetch`` is asked for ``batch``
         subjects at a time."""
         after = _decode_cursor(cursor)
+        if after is not None and after.startswith(_SORTED):
+            # (read as a subject it sorts before every one: the walk would restart unnoticed)
+            raise InvalidInput(
+                "cursor is malformed: it is a sorted search's cursor; give it with the sort it was "
+                "returned with"
+            )
         out: list[SubjectRow] = []
         last = None  # the last subject looked at
         end = None  # the page's last subject
@@ -468,7 +474,10 @@ def _sorted_cursor(cursor: str | None, keys: int) -> After | None:
         return None
     malformed = InvalidInput("cursor is malformed; use only a cursor returned by a prior page")
     if not text.startswith(_SORTED):
-        raise malformed
+        raise InvalidInput(
+            "cursor is malformed: it is not a sorted search's cursor; give it without a sort, as "
+            "it was returned, or start the sorted search again without a cursor"
+        )
     try:
         raw = json.loads(text[len(_SORTED) :])
     except ValueError as exc:
