@@ -629,3 +629,38 @@ def test_http_never_looks_at_the_servers_files_under_a_clients_cwd(tmp_path: Pat
         assert len(patches) == 1  # only the knowledge card was written: no probe left a trace
     finally:
         store.close()
+
+
+def test_http_refuses_a_request_naming_a_member_twice(served: str) -> None:
+    # the SDK's parser keeps the last value of a repeated name; every other door refuses such
+    # text: so does /mcp, with the parse error the SDK gives a body it cannot read, for its id
+    headers = {
+        "Authorization": f"Bearer {FULL}",
+        "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream",
+        "X-Stateflow-Agent": "dup",
+        "X-Stateflow-Session": "s",
+    }
+    body = (
+        b'{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"patch_state",'
+        b'"arguments":{"global":{"strategy":{"a":{"text":"one"},"a":{"text":"two"}}}}}}'
+    )
+    request = urllib.request.Request(served, data=body, headers=headers, method="POST")
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=60)
+    assert refused.value.code == 400
+    assert json.loads(refused.value.read()) == {
+        "jsonrpc": "2.0",
+        "id": 7,
+        "error": {
+            "code": types.PARSE_ERROR,
+            "message": "Parse error: member name 'a' is given more than once in one object: "
+            "which value was meant is not guessed",
+        },
+    }
+
+    async def run() -> Any:
+        async with http_client(served, FULL, agent="dup", session="s") as client:
+            return await client.call_tool("read_state", {"path": "global.strategy"})
+
+    assert anyio.run(run).structured_content == {"value": None}  # nothing was written

@@ -462,3 +462,48 @@ def test_stdio_refuses_a_line_that_is_not_utf8_and_writes_nothing(
     # UTF-8 text is served as before; the refused line wrote nothing
     assert read["result"]["structuredContent"] == {"value": {"tactics": {"other": "café"}}}
     assert b"stateflow mcp: unparsable message (id 2)" in stderr
+
+
+def test_stdio_refuses_a_line_naming_a_member_twice_and_writes_nothing(
+    backend: str, store: SqlStore, tmp_path: Path
+) -> None:
+    # the SDK's parser keeps the last value of a repeated name, where every other door (the
+    # CLI's `stateflow tool`, HTTP) refuses such text: refused as a line that cannot be parsed
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "0"},
+        },
+    }
+    server = subprocess.Popen(
+        ["stateflow", "--store", backend, "mcp", "--cwd", str(tmp_path), "--session", "s"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert server.stdin is not None and server.stdout is not None
+
+    def answer(*lines: bytes) -> dict[str, Any]:
+        assert server.stdin is not None and server.stdout is not None
+        server.stdin.write(b"".join(line + b"\n" for line in lines))
+        server.stdin.flush()
+        return dict(json.loads(server.stdout.readline()))
+
+    answer(json.dumps(initialize).encode(), b'{"jsonrpc": "2.0", "method": "notifications/initialized"}')
+    call = b'{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"%s","arguments":%s}}'
+    twice = answer(call % (2, b"patch_state", b'{"session":{"tactics":{"a":"one","a":"two"}}}'))
+    once = answer(call % (3, b"patch_state", b'{"session":{"tactics":{"b":"one"}}}'))
+    read = answer(call % (4, b"read_state", b'{"path":"session"}'))
+    _, stderr = server.communicate(timeout=120)
+    assert twice["id"] == 2 and twice["error"] == {
+        "code": PARSE_ERROR,
+        "message": "Parse error: member name 'a' is given more than once in one object: "
+        "which value was meant is not guessed",
+    }, twice
+    assert once["id"] == 3 and not once["result"].get("isError")
+    assert read["result"]["structuredContent"] == {"value": {"tactics": {"b": "one"}}}
+    assert b"stateflow mcp: unparsable message (id 2)" in stderr

@@ -111,6 +111,21 @@ def decode(data: bytes | bytearray | memoryview | str, *, exact_integers: bool =
     return value
 
 
+def repeated_name(data: bytes | bytearray | memoryview | str) -> str | None:
+    """Why :func:`decode` would refuse JSON text for an object naming a member twice, or None
+    (text that is not JSON or holds no such object), for a door whose own parser reads the text
+    (the MCP transports): the same text is refused there as everywhere else."""
+    try:
+        value = orjson.loads(data)
+        if type(value) is dict or type(value) is list:
+            _refuse_repeated_names(data, value)
+    except NotJSON as exc:
+        return exc.message
+    except (orjson.JSONDecodeError, InvalidJSON):  # (refused, or not, by that door's parser)
+        return None
+    return None
+
+
 def _refuse_repeated_names(data: bytes | bytearray | memoryview | str, value: JSON) -> None:
     """Refuse an object naming one member twice (RFC 8259: receivers behave unpredictably):
     orjson keeps the last value, and the others would be dropped without a word. Every colon

@@ -26,7 +26,7 @@ from stateflow import __version__
 from stateflow.doc.canonical import encode
 from stateflow.errors import NotFound, StateflowError
 from stateflow.mcp.subscriptions import Subscriptions
-from stateflow.mcp.unparsed import AnsweringUnparsed, stdin_bytes
+from stateflow.mcp.unparsed import AnsweringUnparsed, CheckedLines, stdin_bytes
 from stateflow.memory.protocol import protocol_text
 from stateflow.memory.view import Context
 from stateflow.tools import ToolHost, ToolResult
@@ -230,11 +230,14 @@ def serve_stdio(host: ToolHost, host_for: HostFactory | None = None) -> None:
             await serve(stdin)
 
     async def serve(stdin: anyio.AsyncFile[bytes]) -> None:
-        # (the SDK parses bytes lines as it does text; its signature names only text)
+        lines = CheckedLines(stdin)
+        # (the SDK parses bytes lines as it does text, from any async iterable of them; its
+        # signature names only a text file)
         async with (
-            stdio_server(stdin=stdin) as (read_stream, write_stream),  # type: ignore[arg-type]
+            stdio_server(stdin=lines) as (read_stream, write_stream),  # type: ignore[arg-type]
             anyio.create_task_group() as group,
         ):
+            lines.answer_to(write_stream)
             group.start_soon(subscriptions.watch)
             answering = AnsweringUnparsed(read_stream, write_stream)  # (the SDK drops them unanswered)
             await server.run(answering, write_stream, server.create_initialization_options())

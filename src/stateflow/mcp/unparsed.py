@@ -10,7 +10,8 @@ more tolerant parser, or from its leading members), ``null`` otherwise, and logs
 The transport is given standard input as bytes (:func:`stdin_bytes`): read as text, as the SDK
 does by default, a line that is not UTF-8 would have its bytes replaced with U+FFFD and be
 served, and stored, as if the client had sent that; as bytes it is refused like any other line
-the parser cannot read.
+the parser cannot read. So is a line with an object naming a member twice (:class:`CheckedLines`),
+which the SDK's parser reads keeping the last value.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ import mcp_types as types
 from mcp.shared.message import SessionMessage
 from mcp_types.jsonrpc import PARSE_ERROR
 from pydantic import ValidationError
+
+from stateflow.doc.canonical import repeated_name
 
 _LEADING_ID: Final = re.compile(
     r'\s*\{(?:\s*"(?:jsonrpc|method)"\s*:\s*"(?:[^"\\]|\\.)*"\s*,)*\s*"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")'
@@ -90,6 +93,42 @@ def request_id(line: str) -> int | str | None:
     return found if isinstance(found, int | str) and not isinstance(found, bool) else None
 
 
+async def refuse_line(write_stream: Any, line: str, reason: str) -> None:
+    """Answer ``line`` with a parse error (-32700) for its request's id, and say so on stderr."""
+    rid = request_id(line)
+    print(f"stateflow mcp: unparsable message (id {rid!r}): {reason}", file=sys.stderr, flush=True)
+    error = types.ErrorData(code=PARSE_ERROR, message=f"Parse error: {reason}")
+    await write_stream.send(SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=rid, error=error)))
+
+
+class CheckedLines:
+    """Standard input's lines for the transport, without those naming a member twice in one
+    object: the SDK's parser keeps the last value, where every other door refuses such text
+    (:func:`~stateflow.doc.canonical.repeated_name`), so they are answered here as a line that
+    cannot be parsed is (:meth:`answer_to`: the transport's write stream, given once it exists)."""
+
+    def __init__(self, lines: anyio.AsyncFile[bytes]) -> None:
+        self._lines = lines
+        self._write: Any = None
+        self._opened = anyio.Event()
+
+    def answer_to(self, write_stream: Any) -> None:
+        self._write = write_stream
+        self._opened.set()
+
+    def __aiter__(self) -> CheckedLines:
+        return self
+
+    async def __anext__(self) -> bytes:
+        while line := await self._lines.readline():
+            reason = repeated_name(line)
+            if reason is None:
+                return line
+            await self._opened.wait()
+            await refuse_line(self._write, line.decode("utf-8", errors="replace"), reason)
+        raise StopAsyncIteration
+
+
 class AnsweringUnparsed:
     """The transport's read stream, answering the lines it could not parse (see the module)."""
 
@@ -107,11 +146,7 @@ class AnsweringUnparsed:
             unparsed = unparsed_line(item) if isinstance(item, Exception) else None
             if unparsed is None:
                 return item  # type: ignore[no-any-return]
-            line, reason = unparsed
-            rid = request_id(line)
-            print(f"stateflow mcp: unparsable message (id {rid!r}): {reason}", file=sys.stderr, flush=True)
-            error = types.ErrorData(code=PARSE_ERROR, message=f"Parse error: {reason}")
-            await self._write.send(SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=rid, error=error)))
+            await refuse_line(self._write, *unparsed)
 
     async def aclose(self) -> None:
         await self._inner.aclose()
