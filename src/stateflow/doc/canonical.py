@@ -142,19 +142,22 @@ def _refuse_repeated_names(data: bytes | bytearray | memoryview | str, value: JS
     if colons <= encode_trusted(value).count(b":"):
         return
 
-    def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        named: dict[str, Any] = {}
-        for name, item in pairs:
-            if name in named:
-                raise NotJSON(
-                    f"member name {name!r} is given more than once in one object: which value "
-                    "was meant is not guessed"
-                )
-            named[name] = item
-        return named
-
     check(value)  # its depth first: the parse below recurses
-    json.loads(raw, object_pairs_hook=unique)
+    json.loads(raw, object_pairs_hook=_unique_members)
+
+
+def _unique_members(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object's members as the standard library's parser hands them, refusing a name given
+    twice (see :func:`_refuse_repeated_names`)."""
+    named: dict[str, Any] = {}
+    for name, item in pairs:
+        if name in named:
+            raise NotJSON(
+                f"member name {name!r} is given more than once in one object: which value was "
+                "meant is not guessed"
+            )
+        named[name] = item
+    return named
 
 
 _TOKEN: Final = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{},]')
@@ -193,7 +196,8 @@ def _long_integers_held(text: str) -> JSON | None:
         return -held if literal.startswith("-") else held
 
     try:
-        value: JSON = json.loads(text, parse_int=integer)
+        # (a name given twice refused as in any other text: this parse is the only one it had)
+        value: JSON = json.loads(text, parse_int=integer, object_pairs_hook=_unique_members)
     except (RecursionError, ValueError):
         return None
     return value
