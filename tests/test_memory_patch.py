@@ -612,3 +612,27 @@ def test_null_deletes_a_whole_plane_as_deleting_each_of_its_keys_does(store: Sql
     one = view(store, scopes=("cwd",), cwd=str(tmp_path))
     assert one.patch_state({"tactics": None}).changed_scopes == ["cwd"]
     assert state(one, "tactics") is None
+
+
+@pytest.mark.parametrize(
+    "patch",
+    [
+        {"tactics": {"a": "x\ud800"}},
+        {"tactics": {"gone\udc00": None}},  # a deletion: its key is never encoded
+        {"artifacts": {"/tmp/notes\ud800.md": {"description": "d"}}},  # a source path read from disk
+        {"lazy": {"plan": ["\ud83d"]}},
+    ],
+)
+def test_a_lone_surrogate_in_a_patch_is_refused_as_invalid_json_and_writes_nothing(
+    store: SqlStore, patch: dict[str, Any]
+) -> None:
+    # text a JSON door parses cannot hold one; Python can, and the view refuses it as they do
+    m = view(store, ("session",), cwd="/tmp")
+    m.patch_state({"session": {"tactics": {"kept": 1}}})
+    before = transitions(store)
+    with pytest.raises(
+        InvalidJSON, match=r"lone surrogate \(\\ud[8-f][0-9a-f]{2}\) is not Unicode text"
+    ) as caught:
+        m.patch_state({"session": patch})
+    assert caught.value.code == "invalid-json"
+    assert transitions(store) == before and state(m, "session.tactics") == {"kept": 1}

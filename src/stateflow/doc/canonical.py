@@ -26,6 +26,14 @@ inside an envelope (an answer's ``{"data": …}``, a diff's ops) may sit deeper 
 encoding falls back to the standard library's encoder (see :func:`encode_trusted`)."""
 
 _ORJSON_TOO_DEEP: Final = "Recursion limit reached"
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+_surrogate_in: Final = _SURROGATE.search  # (bound once: the check's loops call it per string)
+
+
+def utf8_text(value: str) -> bool:
+    """Whether ``value`` is text JSON can carry: JSON's ``\\ud800`` escape, and Python, make a
+    lone surrogate, which UTF-8 cannot encode (``str.isascii`` answers in constant time)."""
+    return value.isascii() or _surrogate_in(value) is None
 
 
 def encode(value: JSON) -> bytes:
@@ -319,7 +327,9 @@ def _plain(node: JSON, depth: int) -> bool:
     """Whether ``node`` is plain JSON. Every write checks its values: this pass builds no path
     text; ``_explain`` walks again to name the first offending place only when one exists."""
     t = type(node)
-    if t is str or t is bool or node is None:
+    if t is str:
+        return utf8_text(node)
+    if t is bool or node is None:
         return True
     if t is int:
         return bool(_INT_MIN <= node <= _INT_MAX)
@@ -331,10 +341,14 @@ def _plain(node: JSON, depth: int) -> bool:
     # them: a call per number was most of a small write's check
     if t is dict:
         for k, v in node.items():
-            if type(k) is not str:
+            if type(k) is not str or not (k.isascii() or _surrogate_in(k) is None):
                 return False
             tv = type(v)
-            if tv is str or tv is bool or v is None:
+            if tv is str:
+                if v.isascii() or _surrogate_in(v) is None:
+                    continue
+                return False
+            if tv is bool or v is None:
                 continue
             if tv is int:
                 if not _INT_MIN <= v <= _INT_MAX:
@@ -348,7 +362,11 @@ def _plain(node: JSON, depth: int) -> bool:
     if t is list:
         for v in node:
             tv = type(v)
-            if tv is str or tv is bool or v is None:
+            if tv is str:
+                if v.isascii() or _surrogate_in(v) is None:
+                    continue
+                return False
+            if tv is bool or v is None:
                 continue
             if tv is int:
                 if not _INT_MIN <= v <= _INT_MAX:
@@ -375,7 +393,11 @@ def _explain(value: JSON, where: str, depth: int = 0) -> None:
     while stack:
         node, at, depth = stack.pop()
         t = type(node)
-        if t is str or t is bool or node is None:
+        if t is str:
+            if not utf8_text(node):
+                raise InvalidJSON(f"{at}: a string {_lone_surrogate(node)}")
+            continue
+        if t is bool or node is None:
             continue
         if depth >= MAX_DEPTH and (t is dict or t is list):
             raise InvalidJSON(f"{at}: nested deeper than {MAX_DEPTH} levels, which JSON storage refuses")
@@ -389,11 +411,20 @@ def _explain(value: JSON, where: str, depth: int = 0) -> None:
             for k, v in node.items():
                 if type(k) is not str:
                     raise InvalidJSON(f"{at}: object key {k!r} is not a string")
+                if not utf8_text(k):
+                    raise InvalidJSON(f"{at}: an object key {_lone_surrogate(k)}")
                 stack.append((v, f"{at}.{k}", depth + 1))
         elif t is list:
             stack.extend((v, f"{at}[{i}]", depth + 1) for i, v in enumerate(node))
         else:
             raise InvalidJSON(f"{at}: {t.__name__} is not a JSON type")
+
+
+def _lone_surrogate(text: str) -> str:
+    found = _SURROGATE.search(text)
+    code = ord(found.group()) if found else 0
+    # (the message names the code point: the text itself cannot be written out)
+    return f"holding a lone surrogate (\\u{code:04x}) is not Unicode text"
 
 
 def ascii_digits(text: str) -> bool:

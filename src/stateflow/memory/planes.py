@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from stateflow.doc.canonical import JSON, MAX_DEPTH, check, kind, plain_number
+from stateflow.doc.canonical import JSON, MAX_DEPTH, check, kind, plain_number, utf8_text
 from stateflow.doc.merge import INDEX_FORM, INDEX_KEY, overlay, stored_index_key, stored_null
 from stateflow.doc.paths import is_key
 from stateflow.doc.select import MISSING
@@ -160,12 +160,16 @@ def _storable(node: JSON, depth: int) -> bool:
         if depth >= MAX_DEPTH:
             return False
         for k, v in node.items():
-            if type(k) is not str:
+            if type(k) is not str or not utf8_text(k):
                 return False
             if "[" in k and INDEX_FORM.match(k):
                 return False
             tv = type(v)
-            if tv is str or tv is bool:
+            if tv is str:
+                if utf8_text(v):
+                    continue
+                return False
+            if tv is bool:
                 continue
             if v is None or not _storable(v, depth + 1):
                 return False
@@ -175,12 +179,18 @@ def _storable(node: JSON, depth: int) -> bool:
             return False
         for v in node:
             tv = type(v)
-            if tv is str or tv is bool:
+            if tv is str:
+                if utf8_text(v):
+                    continue
+                return False
+            if tv is bool:
                 continue
             if v is None or not _storable(v, depth + 1):
                 return False
         return True
-    if t is str or t is bool:
+    if t is str:
+        return utf8_text(node)
+    if t is bool:
         return True
     if t is int or t is float:
         return plain_number(node)
@@ -195,7 +205,7 @@ def _storable_patch(patch: dict[str, Any], lazy: tuple[str, ...], out: Authored 
     if type(patch) is not dict:
         return False  # (a dict subclass: refused as not plain JSON)
     for plane, value in patch.items():
-        if type(plane) is not str:
+        if type(plane) is not str:  # (a plane's name is one the caller checked it against)
             return False
         listing = None if out is None or plane in lazy else out
         if value is None:  # the plane deleted
@@ -234,7 +244,8 @@ def _listed(node: dict[str, Any], depth: int, path: tuple[str | int, ...], out: 
             out.append(path)  # a card, whole
             out = None
     for k, v in node.items():
-        if type(k) is not str:
+        # a key deleted (``null``) is never encoded: a lone surrogate in it is refused here
+        if type(k) is not str or not utf8_text(k):
             return False
         tv = type(v)
         if tv is dict:
@@ -245,7 +256,7 @@ def _listed(node: dict[str, Any], depth: int, path: tuple[str | int, ...], out: 
                 continue
             if depth + 1 >= MAX_DEPTH:
                 return False
-        elif not (tv is str or tv is bool or v is None or _storable(v, depth + 1)):
+        elif not ((tv is str and utf8_text(v)) or tv is bool or v is None or _storable(v, depth + 1)):
             return False
         if out is not None:
             out.append((*path, k))  # a leaf: a value set, a deletion or an empty object
