@@ -3,6 +3,7 @@ tokens, refusals that write nothing, and the offline ``/docs`` — on both backe
 
 from __future__ import annotations
 
+import html
 import os
 import re
 import socket
@@ -515,6 +516,45 @@ def test_search_by_kind_and_containment_fills_its_page(seeded: tuple[TestClient,
     page = client.get("/studio/states/queue", params={"kind": "alpha", "filters": '{"open": true}'})
     assert page.text.count("key=alpha-") == 50 and "beta-" not in page.text and "alpha-07" not in page.text
     assert 'id="next-page"' in page.text
+
+
+def test_search_sorts_by_a_member_and_its_pages_keep_the_sort(
+    seeded: tuple[TestClient, StatesService],
+) -> None:
+    """A sort given on the state page orders the search, and Next and First page carry it: the
+    walk lists every match once, in the sort's order, and a page reloads from its URL."""
+    client, service = seeded
+    decl = {
+        "schema": {"type": "object", "properties": {"rank": {"type": "integer"}}},
+        "subject_kinds": ["item"],
+        "default_subject_kind": "item",
+    }
+    service.declare("ranked", decl)
+    for i in range(120):
+        subject = {"target_kind": "agent", "target_name": "triage", "kind": "item", "key": f"i-{i:03}"}
+        service.replace("ranked", subject, {"rank": (i * 37) % 120, "open": True})
+    sign_in(client, ADMIN)
+    params = {"filters": '{"open": true}', "sort": '[{"path": ["rank"], "order": "desc"}]'}
+    page = client.get("/studio/states/ranked", params=params)
+    assert page.status_code == 200 and "alert-error" not in page.text
+    walked: list[str] = []
+    while True:
+        walked += re.findall(r"key=(i-\d{3})", page.text)
+        nxt = re.search(r'id="next-page" href="([^"]+)"', page.text)
+        if nxt is None:
+            break
+        link = html.unescape(nxt[1])
+        assert "sort=" in link and "cursor=" in link
+        page = client.get(link)
+        assert page.status_code == 200 and "alert-error" not in page.text
+        assert html.unescape(re.findall(r'href="([^"]+)">« First page', page.text)[0]).count("sort=") == 1
+        assert client.get(link).text == page.text  # (the page reloads from its URL)
+    ranks = {f"i-{i:03}": (i * 37) % 120 for i in range(120)}
+    assert walked == sorted(ranks, key=lambda k: -ranks[k])
+    bad = client.get("/studio/states/ranked", params={**params, "sort": "[{"})
+    assert "the sort is not valid JSON" in bad.text
+    alone = client.get("/studio/states/ranked", params={"sort": params["sort"]})
+    assert "a sort orders the matches of a filter: give a filter too" in alone.text
 
 
 def test_a_session_outlives_a_server_restart_but_not_its_token(

@@ -76,6 +76,7 @@ def state(studio: Studio, request: Request, session: Session) -> Response:
     decl = service.get_declaration(name)
     q = request.query_params
     kind, filters_text, cursor = q.get("kind") or None, (q.get("filters") or "").strip(), q.get("cursor")
+    sort_text = (q.get("sort") or "").strip()
     if kind is not None and kind not in decl["subject_kinds"]:
         raise InvalidInput(f"state {name!r} declares no subject kind {kind!r}")
     tenants = None if token.targets is None else set(token.targets)
@@ -85,10 +86,13 @@ def state(studio: Studio, request: Request, session: Session) -> Response:
     try:
         if filters_text:
             filters = json_field(filters_text, "the filter")
+            sort = json_field(sort_text, "the sort") if sort_text else None
             found = service.search(
-                name, filters, limit=RECORDS_PAGE, cursor=cursor, tenants=tenants, kind=kind
+                name, filters, limit=RECORDS_PAGE, cursor=cursor, tenants=tenants, kind=kind, sort=sort
             )
             rows, next_cursor = found["matches"], found["next_cursor"]
+        elif sort_text:  # (the subjects listing has one order: a sort orders a search)
+            raise InvalidInput("a sort orders the matches of a filter: give a filter too")
         else:
             listed = service.subjects(name, kind=kind, limit=RECORDS_PAGE, cursor=cursor, tenants=tenants)
             rows, next_cursor = listed["subjects"], listed["next_cursor"]
@@ -106,6 +110,7 @@ def state(studio: Studio, request: Request, session: Session) -> Response:
         rows=rows,
         kind=kind,
         filters=filters_text,
+        sort=sort_text,
         cursor=cursor,
         next_cursor=next_cursor,
         search_error=search_error,
