@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from pydantic import ValidationError
 
-from stateflow.doc.canonical import ascii_digits
+from stateflow.doc.canonical import ascii_digits, utf8_text
 from stateflow.errors import InvalidInput
 from stateflow.states.models import StateSubject
 from stateflow.states.pipeline import ALIASES, folded_into, resolve
@@ -485,7 +485,7 @@ def _sorted_cursor(cursor: str | None, keys: int) -> After | None:
     if not (type(raw) is list and len(raw) == 2 and type(raw[0]) is list and type(raw[1]) is str):
         raise malformed
     values, subject = raw
-    if len(values) != keys or not all(_a_sort_value(v) for v in values) or not _text(subject):
+    if len(values) != keys or not all(_a_sort_value(v) for v in values) or not utf8_text(subject):
         raise malformed
     return tuple(values), subject
 
@@ -495,17 +495,8 @@ def _a_sort_value(value: Any) -> bool:
     if type(value) is float:
         return math.isfinite(value)
     if type(value) is str:
-        return _text(value)
+        return utf8_text(value)  # (JSON's \\ud800 decodes to a lone surrogate)
     return value is None or value == {} or type(value) in (int, bool)
-
-
-def _text(value: str) -> bool:
-    """Unicode text (JSON's ``\\ud800`` decodes to a lone surrogate, which no store holds)."""
-    try:
-        value.encode()
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _sql_sortable(after: After | None) -> bool:

@@ -9,6 +9,7 @@ from typing import Any, Final, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from stateflow.doc.canonical import utf8_text
 from stateflow.subjects import Subject, encode_subject
 
 NAME_RE: Final = re.compile(r"[a-z0-9][a-z0-9_-]*\Z")
@@ -43,15 +44,6 @@ def renamed(raw: dict[str, Any], name: str, what: str) -> str | None:
         f"the document's name {raw['name']!r} differs from the {what} name {name!r} it is put "
         "under: drop the document's name or make the two equal"
     )
-
-
-def _unicode_text(text: str) -> bool:
-    """Whether ``text`` has no lone surrogate: one cannot be encoded (as UTF-8, or in JSON)."""
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def origin_text_problem(name: str, value: str) -> str | None:
@@ -96,7 +88,7 @@ class StateSubject(_Model):
         v = v.strip()
         if not v:
             raise ValueError("subject key must be non-blank")
-        if not _unicode_text(v):
+        if not utf8_text(v):
             raise ValueError(
                 "subject key must be Unicode text: it holds a lone surrogate (such as a byte that "
                 "is not UTF-8 in a command-line argument)"
