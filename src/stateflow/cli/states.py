@@ -79,11 +79,11 @@ def _set_remote(ctx: click.Context, param: click.Parameter, value: str | None) -
             ctx.meta["states_remote"] = dataclasses.replace(remote, token=value)
 
 
-def remote_on_each(command: click.Command) -> None:
+def remote_on_each(command: click.Command, group: str = "") -> None:
     """Accept ``--url``/``--token`` after every subcommand of a group too, as ``--store`` is."""
     if isinstance(command, click.Group):
         for sub in command.commands.values():
-            remote_on_each(sub)
+            remote_on_each(sub, group or f"stateflow {command.name}")
         return
     for flag, what in (("--url", "URL"), ("--token", "SECRET")):
         command.params.append(
@@ -92,7 +92,9 @@ def remote_on_each(command: click.Command) -> None:
                 metavar=what,
                 expose_value=False,
                 callback=_set_remote,
-                help=f"As `{flag}` before the subcommand; accepted here too.",
+                # named with its group: `stateflow --url` is no option, so "before the
+                # subcommand" read as right after `stateflow` sent users to a usage error
+                help=f"As `{group} {flag}`; accepted here too.",
             )
         )
 
