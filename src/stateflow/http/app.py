@@ -499,14 +499,12 @@ def create_app(
         result = await run(fn, *args, blocking=blocking, **kwargs)
         return _json(200, {"data": result})
 
-    async def call_record(
-        fn: Callable[..., Any], *args: Any, request_body: bytes = b"", **kwargs: Any
-    ) -> Response:
+    async def call_record(fn: Callable[..., Any], *args: Any, body_size: int = 0, **kwargs: Any) -> Response:
         """A record answer, with its revision as the ``ETag``: an absent record's is "0", what
         a create-only write's ``If-Match`` names (the service's ``expected_revision``).
-        ``request_body``: a write's, whose size decides whether it may run on the loop."""
+        ``body_size``: a write's request body's, which decides whether it may run on the loop."""
         # (never blocking: not through run)
-        result = await calls.sized(len(request_body), fn, *args, **kwargs)
+        result = await calls.sized(body_size, fn, *args, **kwargs)
         if result is None:
             return _Answer(encode_trusted({"data": None}), 200, [_etag(0)])
         return _Answer(encode_trusted({"data": result}), 200, [_etag(result["revision"])])
@@ -726,29 +724,17 @@ def create_app(
                 return _not_modified(request, answer) or answer
             # the body is the document (the patch): the service refuses one that is not an
             # object (422, as from Python and the client)
-            if method == "PUT":
+            if method == "PUT" or method == "PATCH":
                 body = await _body(request)
                 return await call_record(
-                    service.replace,
+                    service.replace if method == "PUT" else service.merge,
                     name,
                     subject,
                     body,
                     origin=origin,
                     context=ctx,
                     expect_revision=expect,
-                    request_body=request._body,
-                )
-            if method == "PATCH":
-                body = await _body(request)
-                return await call_record(
-                    service.merge,
-                    name,
-                    subject,
-                    body,
-                    origin=origin,
-                    context=ctx,
-                    expect_revision=expect,
-                    request_body=request._body,
+                    body_size=len(request._body),
                 )
             if method == "DELETE":
                 await _no_body(request)
