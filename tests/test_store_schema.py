@@ -13,6 +13,7 @@ from stateflow.doc.diff import Edit
 from stateflow.errors import CorruptData, StoreNotMigrated, StoreTooNew
 from stateflow.store import DocKey, SqlStore, Write, open_store
 from stateflow.store.migrations import SCHEMA_VERSION
+from stateflow.store.sqlite import SqliteStore
 
 from .conftest import StoreFactory
 
@@ -276,3 +277,30 @@ def test_a_store_migrated_past_a_running_writer_is_no_longer_written(
         backend, "UPDATE stateflow_meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),)
     )
     assert len(store.transitions()) == 1  # nothing was written
+
+
+def test_a_sqlite_writer_alone_reads_the_version_only_after_another_connection_commits(
+    tmp_path: Path,
+) -> None:
+    """The version is read under the write lock only when the WAL-index header's change counter
+    is not the one this writer's own last commit made: a writer alone reads it once, and again
+    after any other connection's commit (a migration is one), so the check costs nothing a write
+    while nobody else writes."""
+    url = f"sqlite:///{tmp_path}/s.db"
+    store = open_store(url, auto_migrate=True)
+    assert isinstance(store, SqliteStore)
+    store.commit([Write(A, [Edit(("x",), 0)])])
+    reads: list[str] = []
+    writer = store._group._conn
+    assert writer is not None
+    writer.set_trace_callback(lambda sql: reads.append(sql) if "schema_version" in sql else None)
+    for n in range(1, 21):
+        store.commit([Write(A, [Edit(("x",), n)], n)])
+    assert reads == []
+    other = open_store(url, auto_migrate=True)
+    other.commit([Write(DocKey("notes", "b"), [Edit(("x",), 1)])])
+    store.commit([Write(A, [Edit(("x",), 21)], 21)])
+    store.commit([Write(A, [Edit(("x",), 22)], 22)])
+    assert len(reads) == 1
+    other.close()
+    store.close()

@@ -218,12 +218,20 @@ class _Member:
                 tx.cursor.execute("BEGIN IMMEDIATE" if first else "SAVEPOINT member")
                 # a store migrated past this version since it was checked (``stateflow migrate``
                 # of a newer release while this process runs) is not written: the version is
-                # read under the write lock, once per group commit (one indexed row)
+                # read under the write lock (one indexed row) — unless the WAL-index header's
+                # change counter is the one our last group's commit made: then no other
+                # connection has committed since, and a migration is a commit
                 if first and commit.too_new is not None:
-                    version = tx.cursor.execute(_VERSION_SQL).fetchone()
-                    if version is not None and int(version[0]) > SCHEMA_VERSION:
-                        tx.cursor.execute("ROLLBACK")
-                        raise commit.too_new(int(version[0]))
+                    watch = commit.watch
+                    seen = None if watch is None else watch.version()
+                    count = None if seen is None else int.from_bytes(seen[8:12], sys.byteorder)
+                    if count is None or count != commit.checked:
+                        version = tx.cursor.execute(_VERSION_SQL).fetchone()
+                        if version is not None and int(version[0]) > SCHEMA_VERSION:
+                            tx.cursor.execute("ROLLBACK")
+                            raise commit.too_new(int(version[0]))
+                    # (the counter once this group commits; a group rolled back reads again)
+                    commit.checked = None if count is None else (count + 1) & 0xFFFFFFFF
             except sqlite3.Error as exc:
                 raise _mapped(exc) from exc
         except BaseException:
@@ -326,6 +334,9 @@ class _GroupCommit:
         self.too_new: Callable[[int], StateflowError] | None = None
         """once the store is found migrated: the refusal of a schema version past this
         release's (each group checks the version under the write lock)"""
+        self.checked: int | None = None
+        """the WAL-index change counter (``iChange``, see ``_after``) the last group's commit
+        made, its schema version found current: a group that finds it reads no version"""
         self.commits = 0
         """groups committed so far (for tests and benchmarks)"""
         self.largest = 0
