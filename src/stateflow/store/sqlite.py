@@ -601,6 +601,9 @@ class SqliteStore(SqlStore):
         self._shared: _Snapshot | None = None
         self._group = _GroupCommit(self._writer, max_group, WriterQueue(self.path), busy_timeout_ms / 1000)
         self._group.watch = self._watch
+        # once the store is found migrated, each group commit checks that no newer release
+        # migrated it since (``_Member``)
+        self.when_migrated(partial(setattr, self._group, "too_new", self._too_new))
         self._spares = writer_requests.SpareFiles(self.path)
         weakref.finalize(self, self._spares.drop)  # (at exit too: a store left open)
         self._swept = -writer_requests.SWEEP_EVERY
@@ -703,11 +706,6 @@ class SqliteStore(SqlStore):
             )
         except sqlite3.Error as exc:
             raise _denied(self.path) or StoreUnavailable(f"cannot open {self.path}: {exc}") from exc
-
-    def _migrated(self) -> None:
-        # from now on each group commit checks that no newer release migrated the store since
-        self._group.too_new = self._too_new
-        super()._migrated()
 
     @contextmanager
     def _read_tx(self) -> Iterator[Tx]:
