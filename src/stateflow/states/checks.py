@@ -3,28 +3,37 @@ on import: the store layer knows no state's rules)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
+from stateflow.doc.canonical import JSON
 from stateflow.states.builtin import RECORD_RULES, RecordRule, record_rule
 from stateflow.states.models import StateSubject
 from stateflow.states.pipeline import CATALOG
 from stateflow.store.check import CheckReport, register
+from stateflow.store.model import DocKey
 from stateflow.store.protocol import Store
 
 PAGE = 500
 
 
+def _pages(store: Store, state: str) -> Iterator[list[tuple[DocKey, JSON]]]:
+    """Every current record of ``state`` with its body, ``PAGE`` at a time."""
+    after = None
+    while page := store.scan(state, after=after, limit=PAGE):
+        after = page[-1].key.subject
+        docs = store.read([item.key for item in page])
+        yield [(item.key, docs[item.key].body) for item in page]
+
+
 def _ruled(store: Store) -> dict[str, RecordRule]:
     """The states with a record rule: by name, and those whose declaration names one."""
     rules = dict(RECORD_RULES)
-    after = None
-    while page := store.scan(CATALOG, after=after, limit=PAGE):
-        after = page[-1].key.subject
-        docs = store.read([item.key for item in page])
-        for item in page:
-            body = docs[item.key].body
+    for page in _pages(store, CATALOG):
+        for key, body in page:
             if isinstance(body, dict) and body.get("record_rule") is not None:
-                rule = record_rule(item.key.subject, body)
+                rule = record_rule(key.subject, body)
                 if rule is not None:
-                    rules[item.key.subject] = rule
+                    rules[key.subject] = rule
     return rules
 
 
@@ -35,13 +44,9 @@ def _records(store: Store, report: CheckReport) -> None:
     named with the rule's reason, which gives the path. It is not damage: the operator rewrites
     it (``stateflow states replace``)."""
     for state, rule in _ruled(store).items():
-        after = None
-        while page := store.scan(state, after=after, limit=PAGE):
-            after = page[-1].key.subject
-            docs = store.read([item.key for item in page])
-            for item in page:
-                body = docs[item.key].body
-                subject = StateSubject.decode(item.key.subject)
+        for page in _pages(store, state):
+            for key, body in page:
+                subject = StateSubject.decode(key.subject)
                 why = None if body is None else rule(body, subject.key)
                 if why is not None:
                     report.refused_record(
