@@ -263,7 +263,7 @@ def test_http_refusals_quote_the_identity_headers_as_sent(served: str) -> None:
         "error[invalid-input]: agent name 'café' must be"
     )
     assert anyio.run(functools.partial(call, session="caf\xe9".encode("latin-1"))) == (
-        "error[invalid-input]: x-stateflow-session must be UTF-8 (the text's own bytes, not percent-encoded)"
+        "error[bad-request]: X-Stateflow-Session must be UTF-8 (the text's own bytes, not percent-encoded)"
     )
 
 

@@ -881,7 +881,11 @@ def test_origins_in_any_script_travel_as_utf8_headers(server: str, service: Stat
         if status == 200:
             assert service.writes("tickets", T1)["items"][0]["origin"]["consumer"] == "агент"
         else:
-            assert said == {"error": "X-Stateflow-Consumer must be UTF-8 text", "code": "bad-request"}
+            # worded as /mcp words its own headers': one refusal for one fault
+            assert said == {
+                "error": "X-Stateflow-Consumer must be UTF-8 (the text's own bytes, not percent-encoded)",
+                "code": "bad-request",
+            }
     before = len(service.writes("tickets", T1)["items"])
     for text in ("a\nb", "a\rb", "a\x00b", " padded", "padded\t"):
         for field in ("consumer", "run_id"):

@@ -155,7 +155,7 @@ def test_mcp_http_cwd_is_utf8_and_a_long_one_is_refused(served: str) -> None:  #
     assert answer.startswith("ok "), answer
     assert keys == ["/tmp/projé"]
     answer, _ = _http_patch_and_keys(served, "/tmp/caf\xe9".encode("latin-1"))
-    assert answer.startswith("error error[invalid-input]: x-stateflow-cwd must be UTF-8"), answer
+    assert answer.startswith("error error[bad-request]: X-Stateflow-Cwd must be UTF-8"), answer
     answer, keys = _http_patch_and_keys(served, "/" + "b" * 600)
     assert answer.startswith("error error[invalid-input]: the working directory is 601 characters"), answer
     assert keys == ["/tmp/projé"]

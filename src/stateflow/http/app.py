@@ -39,6 +39,7 @@ from stateflow.errors import (
 )
 from stateflow.http.auth import Token, TokenSet, Unauthorized
 from stateflow.http.docs import ASSETS_URL, mount_docs
+from stateflow.http.headers import header_text
 from stateflow.http.limits import BodyLimit
 from stateflow.http.openapi import document as openapi_document
 from stateflow.http.telemetry import quicken as quicken_telemetry
@@ -293,10 +294,7 @@ def _origin_header(raw: dict[str, Any], name: bytes, given: bytes) -> None:
     key = ORIGIN_HEADERS.get(name.decode("latin-1"))
     if key is None or key in raw:  # the first of repeated headers, as Headers.get gives it
         return
-    try:  # (the text's own UTF-8 bytes, as X-Stateflow-Cwd: read as Latin-1 it was mojibake)
-        value = given.decode("utf-8")
-    except UnicodeDecodeError:
-        raise BadRequest(f"{name.decode('latin-1').title()} must be UTF-8 text") from None
+    value = header_text(name.decode("latin-1"), given)
     if key == "meta":
         try:
             raw[key] = decode(value)

@@ -34,6 +34,7 @@ from starlette.types import Message, Receive, Scope, Send
 from stateflow.doc.canonical import ascii_digits, encode, repeated_name
 from stateflow.errors import Forbidden, InvalidInput, StateflowError
 from stateflow.http.auth import TokenSet
+from stateflow.http.headers import header_text
 from stateflow.mcp.unparsed import request_id
 from stateflow.memory import Identity, MemoryConfig, MemoryView, parse_scopes, shown
 from stateflow.memory.protocol import protocol_text
@@ -81,16 +82,11 @@ def identity_of(request: Request) -> tuple[Identity, tuple[str, ...]]:
 
 
 def header(request: Request, name: str) -> str | None:
-    """An ``X-Stateflow-*`` header's text as the UTF-8 its bytes are (HTTP hands them over as
-    Latin-1): a directory keys the same cwd scope over HTTP as over the CLI and stdio, and a
-    refusal quotes the value as the client sent it."""
+    """An ``X-Stateflow-*`` header's text, read as the REST API reads its own: a directory keys the
+    same cwd scope over HTTP as over the CLI and stdio, and a refusal quotes the value as the client
+    sent it."""
     value = request.headers.get(name)
-    if value is None:
-        return None
-    try:
-        return value.encode("latin-1").decode("utf-8")
-    except UnicodeDecodeError:
-        raise InvalidInput(f"{name} must be UTF-8 (the text's own bytes, not percent-encoded)") from None
+    return None if value is None else header_text(name, value.encode("latin-1"))
 
 
 def config_from_env(env: Mapping[str, str] | None = None) -> MemoryConfig:
