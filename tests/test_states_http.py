@@ -405,6 +405,28 @@ def test_fold_honours_if_match_on_the_folded_record(declared: Api) -> None:
     assert api("GET", rec("a"))[1]["data"]["canonical_subject"]["key"] == "b"
 
 
+def test_if_match_outside_the_record_routes_is_refused_not_ignored(declared: Api) -> None:
+    """Only a record's reads and writes evaluate ``If-Match``: on any other route it is 400 before
+    anything happens (a re-declare sent with a stale declaration version went through)."""
+    api = declared
+    version = api("GET", "/api/states/tickets")[1]["data"]["version"]
+    redeclare = {**DECL, "description": "new"}
+    for method, path, body in (
+        ("PUT", "/api/states/tickets", redeclare),
+        ("DELETE", "/api/states/tickets", None),
+        ("PUT", "/api/state-templates/t", {"name": "t"}),
+        ("POST", "/api/state-retention/prune", None),
+        ("POST", "/api/states/tickets/records/search", {"filters": {}}),
+        ("GET", "/api/states/tickets", None),
+    ):
+        status, said = api(method, path, body, headers={"If-Match": f'"{version}"'})
+        assert status == 400 and said["code"] == "bad-request", (method, path, said)
+        assert said["error"] == f"If-Match conditions a record's read and writes, not {method} {path}"
+    declaration = api("GET", "/api/states/tickets")[1]["data"]
+    assert (declaration["version"], declaration["description"]) == (version, "")  # nothing changed
+    assert api("GET", "/api/state-templates/t")[0] == 404
+
+
 def test_a_folds_rows_and_the_folded_records_revisions_stay_in_the_audit_trail(declared: Api) -> None:
     """Every read of a folded subject resolves to the survivor, so its own trail (its revisions
     and the fold that erased it) is listed in the survivor's, each row naming that subject."""

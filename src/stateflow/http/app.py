@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any, Final, Literal
 from urllib.parse import unquote_to_bytes
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
@@ -309,6 +309,21 @@ def _read_if_match(request: Request) -> int | Literal["*"] | None:
     return None if given is None else _revision_matched(given.decode("latin-1"))
 
 
+def _if_match_elsewhere(request: Request) -> BadRequest:
+    """The refusal of an ``If-Match`` where no record revision is compared: never ignored, as a
+    precondition that did not hold must not let a change through (RFC 9110 §13.1.1)."""
+    return BadRequest(
+        f"If-Match conditions a record's read and writes, not {request.method} {request.url.path}"
+    )
+
+
+async def _no_if_match(request: Request) -> None:
+    """Every route but the record routes (a plain route of their own): none of them compares a
+    record revision, and a declaration's ``version`` is not checked on a re-declare or a delete."""
+    if any(k == b"if-match" for k, _ in request.scope["headers"]):
+        raise _if_match_elsewhere(request)
+
+
 def _read_matched(answer: Response, expect: int | Literal["*"], subject: StateSubject, name: str) -> None:
     """412, as a write's, unless the record read is at the revision ``If-Match`` names (``*``:
     a record exists)."""
@@ -423,6 +438,7 @@ def create_app(
         # a trailing slash is a 404 like any other unknown path: Starlette's redirect would be
         # a bodiless 307 to an absolute URL built from the request's Host header
         redirect_slashes=False,
+        dependencies=[Depends(_no_if_match)],
     )
     quick = quicken_telemetry(app)  # (FastAPI's check for an OpenTelemetry provider, on every request)
     mount_docs(app)
@@ -705,9 +721,7 @@ def create_app(
         else:  # (RFC 9110 §13.1.1: If-Match conditions a read too, never ignored)
             origin, expect = None, _read_if_match(request)
             if expect is not None and suffix:
-                raise BadRequest(
-                    f"If-Match conditions a record's read and writes, not GET {request.url.path}"
-                )
+                raise _if_match_elsewhere(request)
         if not suffix:
             if method == "GET":
                 answer = await call_record(
