@@ -267,8 +267,10 @@ def test_a_store_migrated_past_a_running_writer_is_no_longer_written(
     newer = str(SCHEMA_VERSION + 1)
     _raw_sql(backend, "UPDATE stateflow_meta SET value = ? WHERE key = 'schema_version'", (newer,))
     for _ in range(2):  # (the plain commit, then as a writer that has seen the document)
-        with pytest.raises(StoreTooNew, match=f"schema version {newer}"):
+        with pytest.raises(StoreTooNew, match=f"schema version {newer}") as info:
             store.commit([Write(A, [Edit(("x",), 2)], 1)])
+        # naming the store, as the check at open does (a PostgreSQL password masked: ``store.url``)
+        assert str(info.value).startswith(f"{store.url} has schema version {newer}, newer than"), info.value
     with pytest.raises(StoreTooNew):
         store.update([A], lambda docs: ([Write.between(A, docs[A].body, {"x": 3}, docs[A].revision)], None))
     with pytest.raises(StoreTooNew):  # a new document

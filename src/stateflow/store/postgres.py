@@ -124,8 +124,12 @@ then lends the others at least two while one is kept (a smaller pool is left to 
 
 
 class _PgTx(Tx):
-    def __init__(self, conn: psycopg.Connection[Any], begin: str | None = None) -> None:
+    def __init__(
+        self, conn: psycopg.Connection[Any], begin: str | None = None, where: str = "the store"
+    ) -> None:
         self.conn = conn
+        self.where = where
+        """The store as its refusals name it (its ``url``, the password masked)."""
         self._pipeline: psycopg.Pipeline | None = None
         self.begin = begin
         """BEGIN not sent yet: it travels with the first statement (one round trip saved)."""
@@ -159,7 +163,7 @@ class _PgTx(Tx):
         return cur
 
     def all(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        with _mapped_errors():
+        with _mapped_errors(self.where):
             cur = self._execute(sql, params)
             if self._pipeline is not None:
                 self._pipeline.sync()  # results are wanted now: wait for them
@@ -167,7 +171,7 @@ class _PgTx(Tx):
 
     @contextmanager
     def batch(self, *, commit: bool = False) -> Iterator[Any]:
-        with _mapped_errors(), self._pipelined() as pipeline:
+        with _mapped_errors(self.where), self._pipelined() as pipeline:
             self._pipeline = pipeline
             try:
                 yield pipeline
@@ -178,7 +182,7 @@ class _PgTx(Tx):
                 self._pipeline = None
 
     def all_of(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> list[list[tuple[Any, ...]]]:
-        with _mapped_errors():
+        with _mapped_errors(self.where):
             with self._pipelined():  # its end syncs and fetches every result: one round trip
                 if self.begin is not None:
                     self.conn.execute(self.begin)
@@ -189,17 +193,17 @@ class _PgTx(Tx):
     def later(self, sql: str, params: Sequence[Any] = ()) -> Callable[[], list[tuple[Any, ...]]]:
         if self._pipeline is None or self.begin is not None:
             return super().later(sql, params)
-        with _mapped_errors():
+        with _mapped_errors(self.where):
             cur = self._execute(sql, params)
 
         def rows() -> list[tuple[Any, ...]]:
-            with _mapped_errors():
+            with _mapped_errors(self.where):
                 return cur.fetchall()
 
         return rows
 
     def run(self, sql: str, params: Sequence[Any] = ()) -> int:
-        with _mapped_errors():
+        with _mapped_errors(self.where):
             return self._execute(sql, params).rowcount
 
 
@@ -303,7 +307,7 @@ class PostgresStore(SqlStore):
     def _tx(self, read_only: bool) -> Iterator[Tx]:
         begin = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY" if read_only else "BEGIN"
         with self._connection() as conn:
-            tx = _PgTx(conn, begin)
+            tx = _PgTx(conn, begin, self.url)
             try:
                 yield tx
             except BaseException:
@@ -314,7 +318,7 @@ class PostgresStore(SqlStore):
                         conn.execute("ROLLBACK")
                 raise
             if tx.begin is None and not tx.committed:
-                with _mapped_errors():
+                with _mapped_errors(self.url):
                     conn.execute("COMMIT")
 
     @contextmanager
@@ -449,7 +453,7 @@ class PostgresStore(SqlStore):
             return pinned.all(sql, params)
         try:
             with self._pool.connection() as conn:
-                return _PgTx(conn).all(sql, params)
+                return _PgTx(conn, None, self.url).all(sql, params)
         except PoolTimeout as exc:
             raise StoreUnavailable(f"no database connection available: {exc}") from exc
 
@@ -527,7 +531,7 @@ class PostgresStore(SqlStore):
             return
         # autocommit: each statement reads a snapshot of its own, with no BEGIN and COMMIT
         with self._connection() as conn:
-            yield _PgTx(conn)
+            yield _PgTx(conn, None, self.url)
 
     def _write_tx(self) -> AbstractContextManager[Tx]:
         self._writable()
@@ -587,14 +591,14 @@ class PostgresStore(SqlStore):
 
     def _reserve_block(self, size: int) -> list[int]:
         self._writable()  # ids for new rows are a write's first step: refused before it is sent
-        with self._pool.connection() as conn, _mapped_errors():
+        with self._pool.connection() as conn, _mapped_errors(self.url):
             return [int(r[0]) for r in conn.execute(_RESERVE_IDS, (size,)).fetchall()]
 
     def _create(self, creates: Sequence[tuple[DocKey, int]]) -> None:
         """Create absent rows with the ids handed out for them, in their own transaction
         (committed without waiting for its flush: an absent row is no write anybody was told
         about; one lost is created again by the next writer). A key that has a row keeps it."""
-        with self._pool.connection() as conn, _mapped_errors(), _PgTx(conn)._pipelined():
+        with self._pool.connection() as conn, _mapped_errors(self.url), _PgTx(conn)._pipelined():
             conn.execute("BEGIN")
             conn.execute("SET LOCAL synchronous_commit TO off")
             conn.execute(_CREATE_ROWS, _create_arrays(creates))
@@ -801,7 +805,7 @@ class PostgresStore(SqlStore):
         except PoolTimeout as exc:
             raise StoreUnavailable(f"no database connection available: {exc}") from exc
         except psycopg.Error:
-            with _mapped_errors():
+            with _mapped_errors(self.url):
                 raise
         done = served_patch.served(rows, locked, outlines)
         self._served_contended(done)
@@ -826,7 +830,7 @@ class PostgresStore(SqlStore):
                 return None
             if isinstance(params, FastCommit) and params.shape[3] and exc.sqlstate in _CREATING_GAVE_UP:
                 return None
-            with _mapped_errors():
+            with _mapped_errors(self.url):
                 raise
         return seq
 
@@ -937,7 +941,7 @@ class PostgresStore(SqlStore):
         except PoolTimeout as exc:
             raise StoreUnavailable(f"no database connection available: {exc}") from exc
         except psycopg.Error as exc:
-            with _mapped_errors():
+            with _mapped_errors(self.url):
                 raise exc from None
         if rows is None:
             for member in group:
@@ -1668,7 +1672,8 @@ def _one_line(exc: Exception) -> str:
 
 
 @contextmanager
-def _mapped_errors() -> Iterator[None]:
+def _mapped_errors(where: str) -> Iterator[None]:
+    """psycopg's errors as ours; ``where`` names the store (its ``url``, the password masked)."""
     try:
         yield
     except pg_errors.UndefinedTable as exc:
@@ -1691,7 +1696,7 @@ def _mapped_errors() -> Iterator[None]:
         if FENCE_MARK in text:  # (``fenced``: a newer release migrated the store meanwhile)
             version = text.split(FENCE_MARK, 1)[1].split('"', 1)[0]
             raise StoreTooNew(
-                f"the store has schema version {version}, newer than this stateflow knows "
+                f"{where} has schema version {version}, newer than this stateflow knows "
                 f"({SCHEMA_VERSION}): a newer release migrated it; nothing was written — upgrade stateflow"
             ) from exc
         raise StoreError(f"PostgreSQL error: {_one_line(exc)}") from exc
