@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 import subprocess
 import time
@@ -14,6 +15,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from stateflow.errors import StoreNotMigrated, StoreTooNew
 from stateflow.store import DocKey, Write, open_store
 from stateflow.store.check import check_store
 from stateflow.store.migrations import SCHEMA_VERSION
@@ -445,6 +447,35 @@ def test_check_refuses_a_store_of_another_schema_version_with_what_to_do_not_as_
 
     set_version(SCHEMA_VERSION)
     assert sf(location, "check").returncode == 0
+
+
+def test_a_store_migrated_while_a_process_holds_it_is_refused_by_check_not_reported_damaged(
+    backend: str,
+) -> None:
+    """A store this process already found at its version and then migrated by another release
+    (or put back to an older one): its check refuses it as at open — upgrade stateflow, or
+    migrate — rather than listing the version as a damage whose fix is a backup."""
+    fill(backend)
+    store = open_store(backend, auto_migrate=True)  # checked and in use, as a running server's
+    try:
+        assert check_store(store).ok
+        for version, refusal in ((SCHEMA_VERSION + 1, StoreTooNew), (SCHEMA_VERSION - 1, StoreNotMigrated)):
+            _set_version(backend, version)
+            with pytest.raises(refusal, match=f"{re.escape(store.url)} .*schema version {version}"):
+                check_store(store)
+        _set_version(backend, SCHEMA_VERSION)
+        assert check_store(store).ok
+    finally:
+        store.close()
+
+
+def _set_version(location: str, version: int) -> None:
+    if location.startswith("postgresql://"):
+        with psycopg.connect(location, autocommit=True) as conn:
+            conn.execute("UPDATE stateflow_meta SET value = %s WHERE key = 'schema_version'", (str(version),))
+    else:
+        with closing(sqlite3.connect(location)) as lite, lite:
+            lite.execute("UPDATE stateflow_meta SET value = ? WHERE key = 'schema_version'", (str(version),))
 
 
 def test_check_names_memory_records_its_record_rule_refuses(backend: str) -> None:

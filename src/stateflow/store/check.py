@@ -15,7 +15,6 @@ from typing import Any, Final
 
 from stateflow.errors import CorruptStore, StateflowError, StoreNotFound, StoreUnavailable
 from stateflow.store.base import SqlStore
-from stateflow.store.migrations import SCHEMA_VERSION
 from stateflow.store.model import DocKey, Document
 from stateflow.store.nodes import all_roots, walk
 from stateflow.store.portable import unfinished_load
@@ -145,14 +144,11 @@ def sqlite_file_integrity(path: str, report: CheckReport) -> None:
 def _schema(store: SqlStore, report: CheckReport) -> None:
     version = store.schema_version()
     report.checked["schema_version"] = version or 0
-    if version != SCHEMA_VERSION:
-        try:
-            store.check_schema()
-        except NOT_DAMAGE:
-            raise
-        except StateflowError as exc:
-            raise _OtherVersion(exc) from exc
-        report.problem(f"schema: version {version or 0}, this stateflow needs {SCHEMA_VERSION}")
+    # refused as at open, read afresh: a store this process found migrated (``check_schema``
+    # remembers it) may have been migrated since by another release, which is no damage either
+    refusal = store.version_refusal(version)
+    if refusal is not None:
+        raise _OtherVersion(refusal)
 
 
 class _OtherVersion(Exception):

@@ -140,15 +140,20 @@ class StoreCore(Backend):
         """Refuse to work on a store that is not migrated to exactly our version."""
         if self._schema_checked:
             return
-        version = self.schema_version()
+        refusal = self.version_refusal(self.schema_version())
+        if refusal is not None:
+            raise refusal
+        self._migrated()
+
+    def version_refusal(self, version: int | None) -> StoreNotMigrated | StoreTooNew | None:
+        """What refuses a store at schema ``version`` (None: no schema), saying what to do —
+        migrate it, or upgrade stateflow —; None at this stateflow's version."""
         if version is None or version < SCHEMA_VERSION:
-            raise StoreNotMigrated(
+            return StoreNotMigrated(
                 f"{self.url} is not migrated (schema version {version or 0}, need "
                 f"{SCHEMA_VERSION}); run `stateflow --store {self.url} migrate`"
             )
-        if version > SCHEMA_VERSION:
-            raise self._too_new(version)
-        self._migrated()
+        return self._too_new(version) if version > SCHEMA_VERSION else None
 
     def when_migrated(self, callback: Callable[[], None]) -> None:
         """Run ``callback`` once, as soon as this store is found migrated — now if it is known
