@@ -5,6 +5,7 @@ server is back, the same store (and server process) works again without a restar
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -53,6 +54,20 @@ def test_an_unreachable_url_fails_at_once_naming_the_cause(url: str, cause: str)
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1, out.stderr  # no pool log lines
     assert lines[0].startswith("error[store-unavailable]: cannot connect to ") and cause in lines[0]
+
+
+def test_a_urls_own_connect_timeout_wins_over_the_configured_one() -> None:
+    """A server that takes the connection and never answers: the URL's ``connect_timeout=2``
+    bounds the attempt though the setting says an hour (the setting, always passed, overrode it,
+    and the command hung past this test's subprocess timeout)."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)  # the kernel completes the handshake; nothing ever answers
+        url = f"postgresql://postgres@127.0.0.1:{silent.getsockname()[1]}/postgres?connect_timeout=2"
+        out = sf("--store", url, "doc", "get", "a", "b", STATEFLOW_STORE_CONNECT_TIMEOUT_SECONDS="3600")
+    assert out.returncode == 1
+    assert out.stderr.startswith("error[store-unavailable]: cannot connect to "), out.stderr
+    assert "timeout" in out.stderr, out.stderr
 
 
 @pytest.fixture

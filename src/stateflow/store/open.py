@@ -108,7 +108,8 @@ def open_store(
     only when opened to write).
     ``wait_seconds`` bounds a call's wait for the store: on PostgreSQL for a connection during an
     outage (default 10 s), on SQLite a writer's wait for its turn at the write lock (default
-    30 s). PostgreSQL: ``connect_timeout`` bounds one connection attempt (default 5 s),
+    30 s). PostgreSQL: ``connect_timeout`` bounds one connection attempt (default 5 s; a URL's
+    own ``connect_timeout`` wins),
     ``statement_timeout`` one statement (default 60 s, 0: none; ``store-timeout``)."""
     url = resolve_store_url(store)
     if url.startswith(("postgresql://", "postgres://")):

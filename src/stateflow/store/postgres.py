@@ -232,8 +232,9 @@ class PostgresStore(SqlStore):
     ) -> None:
         """``timeout``: how long a call waits for a connection during an outage before it fails
         with ``store-unavailable`` (default 10 s);
-        ``connect_timeout``: how long one connection attempt may take (default the URL's
-        ``connect_timeout``, else 5 s);
+        ``connect_timeout``: how long one connection attempt may take (default 5 s), unless the
+        URL sets its own ``connect_timeout``, which wins: the URL is the one place that names a
+        store's server, while the CLI and server always pass their configured setting;
         ``statement_timeout``: the server cancels a statement that runs longer (``store-timeout``,
         its transaction rolled back; default the URL's ``statement_timeout`` option, else 60 s;
         0 turns it off) — a query whose caller went away ends by then instead of running on;
@@ -259,7 +260,7 @@ class PostgresStore(SqlStore):
             given = conninfo_to_dict(url)
         except psycopg.ProgrammingError as exc:
             raise UnsupportedStore(f"{self.url} is not a valid PostgreSQL URL: {_one_line(exc)}") from None
-        if connect_timeout is not None or "connect_timeout" not in given:
+        if "connect_timeout" not in given:  # (a keyword given to connect overrides the URL's own)
             kwargs["connect_timeout"] = max(1, round(connect_timeout or DEFAULT_CONNECT_TIMEOUT))
         options = str(given.get("options") or "")
         if statement_timeout is not None or "statement_timeout" not in options:
