@@ -3,6 +3,8 @@ real app on both backends finds no server error and no response that breaks its 
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
 
 import pytest
@@ -217,3 +219,16 @@ def test_document_declares_bearer_and_error_envelopes(app: FastAPI) -> None:
     assert "412" in record["put"]["responses"] and "If-Match" in [
         p["name"] for p in record["put"]["parameters"]
     ]
+
+
+def test_if_match_names_its_revision_form_once(app: FastAPI) -> None:
+    """A record's writes and its read take ``If-Match`` in one form ("N" or *), defined once in
+    the document and referred to by both parameters, so the two cannot drift apart."""
+    doc = app.openapi()
+    record = doc["paths"]["/api/states/{name}/records/{target_kind}/{target_name}/{kind}/{key}"]
+    given = [p for op in record.values() for p in op.get("parameters", []) if p["name"] == "If-Match"]
+    assert len({p["description"] for p in given}) == 2  # (the writes' and the read's own words)
+    assert {str(p["schema"]) for p in given} == {"{'$ref': '#/components/schemas/RevisionPrecondition'}"}
+    form = doc["components"]["schemas"]["RevisionPrecondition"]
+    assert [s for s in ('"3"', "*", "3", '"3', 'W/"3"') if re.fullmatch(form["pattern"], s)] == ['"3"', "*"]
+    assert json.dumps(doc).count(json.dumps(form["pattern"])) == 1

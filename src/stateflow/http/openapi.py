@@ -9,7 +9,7 @@ one path per sub-route.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -239,11 +239,14 @@ def _query(name: str, schema: dict[str, Any], description: str) -> dict[str, Any
 INT0 = {"type": "integer", "minimum": 0}
 INT1 = {"type": "integer", "minimum": 1, "maximum": 500}
 STRING = {"type": "string"}
+REVISION_PRECONDITION: Final = "RevisionPrecondition"
+"""The one definition of what ``If-Match`` takes, in the document's components: both of its
+parameters (a record's writes' and its read's) refer to it."""
 IF_MATCH = {
     "name": "If-Match",
     "in": "header",
     "required": False,
-    "schema": {"type": "string", "pattern": '^("[0-9]+"|\\*)$'},
+    "schema": {"$ref": _REF.format(model=REVISION_PRECONDITION)},
     "description": 'Compare-and-set: "N", the revision from the record\'s ETag (0: absent — never written or erased); '
     "* : the record exists, at any revision.",
 }
@@ -251,7 +254,7 @@ IF_MATCH_READ = {
     "name": "If-Match",
     "in": "header",
     "required": False,
-    "schema": {"type": "string", "pattern": '^("[0-9]+"|\\*)$'},
+    "schema": IF_MATCH["schema"],
     "description": 'The read answers only while the record is at revision "N" (*: exists), else 412 '
     "(RFC 9110); on the record's other reads it is 400.",
 }
@@ -544,6 +547,11 @@ def document(title: str, version: str, description: str) -> dict[str, Any]:
         schema = model.model_json_schema(ref_template=_REF, by_alias=True)
         schemas.update(schema.pop("$defs", {}))
         schemas[model.__name__] = schema
+    schemas[REVISION_PRECONDITION] = {
+        "type": "string",
+        "pattern": '^("[0-9]+"|\\*)$',
+        "description": 'A record revision as its ETag gives it, "N", or * (any revision of a record that exists)',
+    }
     return {
         "openapi": "3.1.0",
         "info": {"title": title, "version": version, "description": description},
