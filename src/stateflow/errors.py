@@ -134,6 +134,14 @@ class StoreTimeout(StoreUnavailable):
     code = "store-timeout"
 
 
+class CallCancelled(StoreUnavailable):
+    """(PostgreSQL) The call was cancelled midway because nobody waits for its answer any more
+    (an HTTP request's client went away): its transaction was rolled back, nothing of it was
+    written. A write that had committed before the cancel arrived stands, and is answered."""
+
+    code = "call-cancelled"
+
+
 class WriteOutcomeUnknown(StoreUnavailable):
     """The write was handed to another writer (SQLite: an earlier turn took a memory patch into
     its group commit) that still held the write lock when this call's wait ran out: it may yet

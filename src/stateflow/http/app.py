@@ -39,6 +39,7 @@ from stateflow.errors import (
 )
 from stateflow.http.auth import Token, TokenSet, Unauthorized
 from stateflow.http.docs import ASSETS_URL, mount_docs
+from stateflow.http.gone import watched
 from stateflow.http.headers import header_text
 from stateflow.http.limits import BodyLimit
 from stateflow.http.openapi import document as openapi_document
@@ -501,12 +502,18 @@ def create_app(
     # (EdgeCalls.short). Calls that may run jq (template programs, attach checks and
     # reconciles) wait on the jq workers, which must not stall the loop: they always take a
     # thread (`blocking=True`). Every call is counted in flight.
+    # On a store that can interrupt a call (PostgreSQL), a call off the loop's thread is
+    # cancelled when its request's client goes away (``http.gone``).
     calls = EdgeCalls(service.store)
+    threaded: Callable[..., Any] = run_in_threadpool
+    if getattr(service.store, "cancellable", False):
+        calls.hop = watched(calls.hop)
+        threaded = watched(run_in_threadpool)
     edge = calls.hop
 
     async def run(fn: Callable[..., Any], *args: Any, blocking: bool = False, **kwargs: Any) -> Any:
         if blocking:
-            return await calls.run(run_in_threadpool(fn, *args, **kwargs))
+            return await calls.run(threaded(fn, *args, **kwargs))
         return await calls.run(edge(fn, *args, **kwargs))
 
     async def call(fn: Callable[..., Any], *args: Any, blocking: bool = False, **kwargs: Any) -> Response:

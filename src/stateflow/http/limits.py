@@ -8,7 +8,9 @@ within ``timeout`` seconds of the route's first read: a body trickled in, or nev
 hold a connection (and a route waiting on it) for ever; uvicorn has no such limit of its own.
 
 A client that goes away before its body is read has nothing to answer: the request is dropped
-with one info line, not logged as a server error.
+with one info line, not logged as a server error. So is one whose client went away while its
+store call ran, and the call was cancelled (``http.gone``, which this layer tells how to wait for
+the client's going away: it alone knows whether the body was read).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from stateflow.doc.canonical import encode
 from stateflow.errors import StateflowError
 from stateflow.http.access import printable
+from stateflow.http.gone import CLIENT, CallAbandoned
 
 logger = logging.getLogger("stateflow.http")
 
@@ -99,6 +102,15 @@ class BodyLimit:
                 arrived = not message.get("more_body", False)
             return message
 
+        async def gone() -> bool:
+            if sent and not arrived:  # (waiting would read the body, which the route has not)
+                return False
+            while (await receiving())["type"] != "http.disconnect":
+                pass  # (a body that was never asked for: none comes, or it is not read)
+            return True
+
+        watching = CLIENT.set(gone)  # (seen by this request's calls, see ``http.gone``)
+
         async def refuse(exc: StateflowError) -> Message:
             nonlocal refused
             if not answering:
@@ -119,6 +131,15 @@ class BodyLimit:
 
         try:
             await self.app(scope, receiving, sending)
+        except CallAbandoned as exc:
+            logger.info(
+                "%s %s: the client went away while its call ran; %s",
+                scope["method"],
+                printable(scope["path"]),
+                "the call had committed its write, which stands"
+                if exc.committed
+                else "the call was cancelled, its transaction rolled back: nothing of it was written",
+            )
         except ClientDisconnect:
             if not refused:
                 logger.info(
@@ -126,6 +147,8 @@ class BodyLimit:
                     scope["method"],
                     printable(scope["path"]),
                 )
+        finally:
+            CLIENT.reset(watching)
 
 
 async def _refuse(send: Send, exc: StateflowError) -> None:

@@ -14,6 +14,10 @@ report would also be waiting), and a connection that fails it is closed and give
 opens another in its place — and the next one is taken. Nothing was sent on an ended connection,
 so nothing a caller asked for is lost or done twice; a connection that ends while in use still
 fails its call, as before.
+
+A connection lent to a call run under a cancel (``store.cancel``) is registered with it until it
+comes back: a cancelled call's statement is interrupted, and the connection is closed as it comes
+back (the pool opens another), never lent again with a cancel perhaps still on its way to it.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from typing import Any
 import psycopg
 from psycopg.pq import ConnStatus
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+from stateflow.store.cancel import current
 
 OK = ConnStatus.OK
 _POLLER = "_stateflow_poller"
@@ -68,25 +74,61 @@ async def ended_async(conn: psycopg.AsyncConnection[Any]) -> bool:
 
 
 class CheckedPool(ConnectionPool[Any]):
-    """A ``ConnectionPool`` whose ``getconn`` skips (and replaces) connections the server ended."""
+    """A ``ConnectionPool`` whose ``getconn`` skips (and replaces) connections the server ended,
+    and lends a call run under a cancel connections it can interrupt (see the module)."""
 
     def getconn(self, timeout: float | None = None) -> Any:
+        cancel = current()
+        conn = self._take(timeout)
+        if cancel is not None:
+            try:
+                cancel.enter(conn, conn.cancel_safe)
+            except BaseException:
+                super().putconn(conn)
+                raise
+        return conn
+
+    def _take(self, timeout: float | None) -> Any:
         # at most as many ended connections as the pool holds: then a fresh one
         for _ in range(self.max_size):
             conn = super().getconn(timeout)
             if not ended(conn):
                 return conn
-            self.putconn(conn)  # closed: the pool opens another in its place
+            super().putconn(conn)  # closed: the pool opens another in its place
         return super().getconn(timeout)
+
+    def putconn(self, conn: Any) -> None:
+        cancel = current()
+        if cancel is not None and cancel.leave(conn):
+            conn.close()  # (a cancel may still be on its way to it: the pool opens another)
+        super().putconn(conn)
 
 
 class CheckedAsyncPool(AsyncConnectionPool[Any]):
     """:class:`CheckedPool` over psycopg's async pool."""
 
     async def getconn(self, timeout: float | None = None) -> Any:
+        cancel = current()
+        conn = await self._take(timeout)
+        if cancel is not None:
+            try:
+                # (the blocking cancel: the call is interrupted from another thread)
+                cancel.enter(conn, conn.cancel)
+            except BaseException:
+                await super().putconn(conn)
+                raise
+        return conn
+
+    async def _take(self, timeout: float | None) -> Any:
         for _ in range(self.max_size):
             conn = await super().getconn(timeout)
             if not await ended_async(conn):
                 return conn
-            await self.putconn(conn)
+            await super().putconn(conn)
         return await super().getconn(timeout)
+
+    async def putconn(self, conn: Any) -> None:
+        cancel = current()
+        if cancel is not None and cancel.leave(conn):
+            await conn.close()
+        await super().putconn(conn)

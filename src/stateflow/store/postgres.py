@@ -33,6 +33,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from stateflow.doc.canonical import encode_trusted, plain_number
 from stateflow.errors import (
+    CallCancelled,
     CorruptData,
     StoreError,
     StoreNotMigrated,
@@ -47,6 +48,7 @@ from stateflow.store import asof, served_patch
 from stateflow.store.backend import Candidates, SortSql
 from stateflow.store.base import SqlStore
 from stateflow.store.cache import RevisionCache
+from stateflow.store.cancel import CANCELLED, committed, current, uncancellable
 from stateflow.store.clock import restored_at, utc_now
 from stateflow.store.commit_groups import CommitGroups, Member
 from stateflow.store.counting import FOLD, FOLD_EVERY
@@ -214,6 +216,9 @@ class PostgresStore(SqlStore):
     share_clause = f" ORDER BY {LOCK_ORDER_SQL} FOR SHARE OF d"
     holds_sql: ClassVar[str | None] = "position(? IN body) > 0"
     runs_on_loop: ClassVar[bool] = False
+    cancellable: ClassVar[bool] = True
+    """a call run under a cancel (``store.cancel``) has its running statement interrupted when
+    cancelled"""
     """whether the store runs on an event loop (the async store: its callers commit alone, through
     its pool's context manager; see ``stateflow.aio.runs_on_loop``)"""
 
@@ -789,6 +794,7 @@ class PostgresStore(SqlStore):
             with self._pool.connection() as conn:
                 try:
                     rows = conn.execute(_PATCH_COMMIT, params, prepare=True).fetchall()
+                    committed()  # (merged and committed: the call runs to its end)
                 except psycopg.Error as exc:
                     state = exc.sqlstate or ""
                     # not the common case, a value json cannot take, or ended to break a lock
@@ -879,19 +885,30 @@ class PostgresStore(SqlStore):
             if conn is not None:
                 self._kept = None
                 _give_back(pool, conn)
-            conn = pool.getconn()
+            with uncancellable():  # (kept for many calls: registered with a call's cancel per commit)
+                conn = pool.getconn()
             try:
                 conn.execute(_NO_SEQSCAN)
             except BaseException:
                 pool.putconn(conn)
                 raise
             self._kept, self._kept_until = conn, monotonic() + KEPT_FOR
+        cancel = current()
+        if cancel is not None:
+            cancel.enter(conn, conn.cancel_safe)
         try:
             return _commit_alone(conn, params)
         except BaseException:
             self._kept = None
+            if cancel is not None and cancel.leave(conn):
+                conn.close()  # (a cancel may still be on its way to it: never used again)
             _give_back(pool, conn)
             raise
+        finally:
+            if cancel is not None and cancel.leave(conn):  # (committed, the cancel too late)
+                self._kept = None
+                conn.close()
+                pool.putconn(conn)
 
     def _send_group(self, group: Sequence[Member[_Planned, int]]) -> None:
         """Commit a group of planned commits in one transaction (one round trip, one flush);
@@ -904,9 +921,14 @@ class PostgresStore(SqlStore):
         commit alone takes, in the same one pass: a commit alone locks its documents and then
         takes the seq lock, and a group that took the seq lock for its first member and then
         waited for a row of its second could deadlock with such a commit."""
-        if len(group) == 1:
+        if len(group) == 1:  # (this caller's own commit)
             _answer(group[0], partial(self._send_alone, group[0].params[2]))
             return
+        # other callers' commits too: the sender's going away cancels none of them
+        with uncancellable():
+            self._send_together(group)
+
+    def _send_together(self, group: Sequence[Member[_Planned, int]]) -> None:
         written = {key for member in group for key in member.params[1]}
         keys = sorted(
             {key for member in group for key in (*member.params[0], *member.params[1])}, key=lock_order
@@ -1686,6 +1708,9 @@ def _mapped_errors(where: str) -> Iterator[None]:
     except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure) as exc:
         raise WriteAborted(f"PostgreSQL ended the write: {_one_line(exc)}") from exc
     except pg_errors.QueryCanceled as exc:  # (an OperationalError: before that clause)
+        cancel = current()
+        if cancel is not None and cancel.cancelled:  # (not the statement timeout: the caller left)
+            raise CallCancelled(CANCELLED) from exc
         raise StoreTimeout(
             f"PostgreSQL cancelled a statement: {_one_line(exc)}; its transaction was rolled back, "
             "nothing of it was written (the store's statement_timeout_seconds bounds one statement)"

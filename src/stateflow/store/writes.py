@@ -23,6 +23,7 @@ from stateflow.doc.select import MISSING
 from stateflow.errors import Conflict, InvalidInput, StateflowError, WriteAborted
 from stateflow.store import tree_update
 from stateflow.store.cache import Heads
+from stateflow.store.cancel import committed
 from stateflow.store.clock import utc_now
 from stateflow.store.core import KNOWN_ROWS_MAX, StoreCore
 from stateflow.store.ledger import OpIdTaken, checked_transition, claims_query, replayed, unmoved, with_op_id
@@ -1993,7 +1994,9 @@ def member_row(
 
 def _stamp(keys: Sequence[DocKey], plans: Sequence[WritePlan], seq: int, at: str, fresh: Fresh) -> None:
     """``fresh`` stamped with the commit of ``plans`` (one per key of ``keys``): its seq and
-    time (that of the bodies it keeps, ``Fresh.bodies``) and the documents' new rows."""
+    time (that of the bodies it keeps, ``Fresh.bodies``) and the documents' new rows. The call
+    committed: it is no longer cancelled (``store.cancel``), whatever it does next."""
+    committed()
     fresh.seq, fresh.at = seq, at
     rows = fresh.rows
     # (one plan per key by construction: ``strict=True`` would make a keyword call per commit)
