@@ -163,6 +163,35 @@ def test_missing_deletion_hints_are_non_fatal(store: SqlStore) -> None:
     assert state(m, "session.tactics") == {"a": 1}  # no empty parent was created
 
 
+def test_missing_deletion_hint_stops_at_a_scalar_and_goes_into_array_elements(store: SqlStore) -> None:
+    m = view(store)
+    m.patch_state({"session": {"tactics": {"a": "str", "arr": [{"j": 2}]}}})
+    # a scalar ancestor is the first unavailable component: nothing lies below it
+    receipt = m.patch_state({"session": {"tactics": {"a": {"b": None, "c": 1}}}})
+    assert receipt.hints == [
+        {"type": "missing-deletion", "target": "/session/tactics/a/b", "unavailable": "/session/tactics/a"}
+    ]
+    # an existing element is an object like any other: the absent key is what is unavailable
+    receipt = m.patch_state({"session": {"tactics": {"arr": {"[0]": {"k": None, "j": 3}}}}})
+    assert receipt.hints == [
+        {
+            "type": "missing-deletion",
+            "target": "/session/tactics/arr/0/k",
+            "unavailable": "/session/tactics/arr/0/k",
+        }
+    ]
+    # an object of keys onto an array replaces it: the array holds no such key
+    m.patch_state({"session": {"tactics": {"list": [1]}}})
+    receipt = m.patch_state({"session": {"tactics": {"list": {"x": None, "y": 1}}}})
+    assert receipt.hints == [
+        {
+            "type": "missing-deletion",
+            "target": "/session/tactics/list/x",
+            "unavailable": "/session/tactics/list",
+        }
+    ]
+
+
 @pytest.mark.parametrize(
     ("args", "error", "message"),
     [

@@ -236,7 +236,7 @@ class Staging:
         state: dict[str, Any],
         patch: dict[str, Any],
         cascaded: list[str],
-        missing: list[str],
+        missing: list[tuple[str, tuple[str | int, ...]]],
         edits: Emitted,
         cascading: bool,
     ) -> tuple[dict[str, Any], Within | None]:
@@ -294,7 +294,7 @@ class Staging:
         if self.planes.extra:  # (declared roots only: the built-in planes have no schema)
             check_extra_roots(scope, current, patch, self.planes)
         if found:
-            missing.extend(f"{scope}\0" + "\0".join(str(p) for p in f) for f in found)
+            missing.extend((scope, f) for f in found)
         if edits.exact:
             return current, None
         where: Within = {}
@@ -946,7 +946,7 @@ class MemoryView(Staging):
                 basis[s], shapes[s], read[s] = doc.body or {}, doc.outlines, doc.revision
             new = dict(basis)
             cascaded: list[str] = []
-            missing: list[str] = []
+            missing: list[tuple[str, tuple[str | int, ...]]] = []
             writes = []
             # every scope's edits, when each merge listed them (the receipt may skip its diff)
             edited: list[Emitted] | None = []
@@ -1001,7 +1001,7 @@ class MemoryView(Staging):
             and not staged.get("shown_own")
             and staged["shown"] != self._hot_view(staged["basis"])
         ) or (staged["shown_navigation"] not in (None, basis_navigation))
-        hints = [self._missing_hint(p, staged["basis"]) for p in staged["missing"]]
+        hints = [self._missing_hint(s, p, staged["basis"]) for s, p in staged["missing"]]
         updates = self._state_updates(staged, revisions)
         if not changed:
             receipt = Receipt("State already current.", [], None, hints, None)
@@ -1063,18 +1063,31 @@ class MemoryView(Staging):
                 "intents/strategy/tactics/artifacts in the same patch), then read them with read_state"
             )
 
-    def _missing_hint(self, encoded: str, basis: dict[str, Any]) -> dict[str, Any]:
-        scope, *parts = encoded.split("\0")
+    def _missing_hint(
+        self, scope: str, parts: tuple[str | int, ...], basis: dict[str, Any]
+    ) -> dict[str, Any]:
+        """The hint for deleting ``parts``, absent from ``basis``: the first unavailable
+        component is the first absent key, or the first ancestor the path cannot go into (a
+        scalar, or an array under a key); an array element the patch addressed (``[N]``) is
+        gone into like an object's member."""
         node: Any = basis.get(scope) or {}
-        unavailable = [scope]
+        unavailable: list[str | int] = [scope]
         for part in parts:
-            unavailable.append(part)
-            if type(node) is not dict or part not in node:
-                break
-            node = node[part]
+            t = type(node)
+            if t is dict:
+                unavailable.append(part)
+                if part in node:
+                    node = node[part]
+                    continue
+            elif t is list and isinstance(part, int):
+                unavailable.append(part)
+                if part < len(node):
+                    node = node[part]
+                    continue
+            break  # absent here, or the ancestor reached holds no such member
 
-        def pointer(items: list[str]) -> str:
-            return "/" + "/".join(i.replace("~", "~0").replace("/", "~1") for i in items)
+        def pointer(items: Iterable[str | int]) -> str:
+            return "/" + "/".join(str(i).replace("~", "~0").replace("/", "~1") for i in items)
 
         return {
             "type": "missing-deletion",
