@@ -22,6 +22,7 @@ from stateflow.errors import CallCancelled
 from stateflow.store import DocKey, Write, open_store
 from stateflow.store.async_bridge import spawn
 from stateflow.store.cancel import Cancel, cancellable
+from stateflow.store.postgres import _SEQ_LOCK, _SEQ_LOCK_KEY, PostgresStore
 
 KEY = DocKey("counters", "c")
 ORIGIN = {"door": "test"}
@@ -167,3 +168,69 @@ def test_on_the_async_store_a_cancelled_call_is_interrupted_and_its_connection_c
             await spawn(store.close)
 
     asyncio.run(main())
+
+
+def test_a_group_commit_is_not_cancelled_for_its_sender(pg_schema_url: str) -> None:
+    # Commits of several callers ready at once go out in one group, sent by the first of them:
+    # its going away must not fail the others' (nor its own: the group commits whole).
+    store = open_store(pg_schema_url, auto_migrate=True, statement_timeout=0)
+    assert isinstance(store, PostgresStore) and store._groups is not None
+    keys = [DocKey("g", f"d{i}") for i in range(4)]
+    try:
+        for key in keys:  # each known here: the writes below are optimistic, sent alone or grouped
+            store.commit([Write.between(key, None, {"n": 0})], ORIGIN)
+        cancels = [Cancel() for _ in keys]
+        failed: list[BaseException | None] = [None] * len(keys)
+
+        def write(i: int) -> None:
+            key = keys[i]
+            with cancellable(cancels[i]):
+                try:
+                    store.update(
+                        [key],
+                        lambda docs: (
+                            [Write.between(key, docs[key].value, {"n": 1}, docs[key].revision)],
+                            None,
+                        ),
+                        ORIGIN,
+                        optimistic=True,
+                    )
+                except BaseException as exc:
+                    failed[i] = exc
+
+        seq_key = _SEQ_LOCK_KEY.replace("?", "%s")
+        threads = [threading.Thread(target=write, args=(i,)) for i in range(len(keys))]
+        with (
+            psycopg.connect(pg_schema_url, autocommit=True) as holder,
+            locked(pg_schema_url, "SELECT doc_id FROM documents WHERE subject = 'd2' FOR UPDATE") as blocked,
+        ):
+            # the first commit waits for the seq lock; the others queue behind it in this process
+            holder.execute(f"SELECT pg_advisory_lock({seq_key})", (_SEQ_LOCK,))
+            threads[0].start()
+            _until(
+                "the first commit never waited",
+                lambda: (
+                    holder.execute(
+                        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND classid = %s",
+                        (_SEQ_LOCK,),
+                    ).fetchone()
+                    == (1,)
+                ),
+            )
+            for thread in threads[1:]:
+                thread.start()
+            _until("the commits never queued", lambda: len(store._groups._pending) == 3)  # type: ignore[union-attr]
+            # the first of them sends the group
+            sender = keys.index(store._groups._pending[0].params[1][0])
+            holder.execute(f"SELECT pg_advisory_unlock({seq_key})", (_SEQ_LOCK,))
+            # the group waits for a row another session holds
+            _until("the group never waited for the row", blocked)
+            cancels[sender].cancel()
+        for thread in threads:
+            thread.join(WAIT)
+        assert failed == [None] * len(keys), failed
+        for key in keys:
+            doc = store.get(key)
+            assert doc is not None and doc.body == {"n": 1}
+    finally:
+        store.close()
