@@ -2,20 +2,28 @@
 cancelled in the server at once (not left to the statement timeout, here none), its transaction
 rolled back, its connection closed rather than lent to a later call, and the request logged as
 the client's going away (499) — against a real `stateflow serve`, its statements watched in
-``pg_stat_activity``."""
+``pg_stat_activity``; and the app on a store opened with the async API, served in this process."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
+from typing import Any
 
+import httpx
 import psycopg
+import uvicorn
 
+from stateflow.aio import open_store_async
+from stateflow.config import Config
+from stateflow.http.server import build_app, service_for
 from stateflow.store import open_store
+from stateflow.store.async_bridge import spawn
 
 from . import servers
 
@@ -157,17 +165,111 @@ def test_a_read_whose_client_goes_away_is_cancelled_and_the_pool_serves_on(
     pg_schema_url: str, tmp_path: Path
 ) -> None:
     with logged_server(tmp_path, pg_schema_url) as (server, log):
-        for _ in range(2):  # (twice: the pool's replacement connection serves as well)
+        # a record route's read, then the search route's (the app's general stack), each on a
+        # connection the pool opened in place of the one closed before
+        for method, path, body in (
+            ("GET", RECORD + "/writes", b""),
+            ("POST", "/api/states/tickets/records/search", b'{"filters": {"status": "open"}}'),
+        ):
             _gone_while_blocked(
                 server,
                 log,
                 pg_schema_url,
                 "LOCK TABLE documents, transitions IN ACCESS EXCLUSIVE MODE",
-                "GET",
-                RECORD + "/writes",
+                method,
+                path,
+                body,
             )
-            status, body, _ = server.call("GET", RECORD + "/writes")
-            assert status == 200 and len(body["data"]["items"]) == 1, body
-            status, body, _ = server.call("GET", RECORD)
-            assert status == 200 and body["data"]["data"] == {"status": "open"}, body
+            status, answer, _ = server.call("GET", RECORD + "/writes")
+            assert status == 200 and len(answer["data"]["items"]) == 1, answer
+            status, answer, _ = server.call(
+                "POST", "/api/states/tickets/records/search", {"filters": {"status": "open"}}
+            )
+            assert status == 200 and len(answer["data"]["matches"]) == 1, answer
         _until("no line said the call was cancelled", lambda: log.read_text().count(" 499 ") == 2, log)
+        text = log.read_text()
+        assert text.count("went away while its call ran; the call was cancelled") == 2, text
+        assert "Traceback" not in text and "ERROR" not in text and " 500 " not in text, text
+
+
+@asynccontextmanager
+async def served_async(url: str) -> AsyncIterator[str]:
+    """The app as ``stateflow serve`` builds it, on an async PostgreSQL store (its calls run on
+    the event loop) with no statement timeout, under uvicorn in this process; a record written."""
+    store: Any = await open_store_async(url, auto_migrate=True, statement_timeout=0)
+    service = await spawn(service_for, store, Config())
+    port = servers.free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(
+            build_app(service, Config(), [servers.TOKEN]), host="127.0.0.1", port=port, log_level="error"
+        )
+    )
+    task = asyncio.create_task(server.serve())
+    try:
+        while not server.started:
+            assert not task.done(), "the server stopped"
+            await asyncio.sleep(0.02)
+        base = f"http://127.0.0.1:{port}"
+        async with httpx.AsyncClient(
+            base_url=base, headers={"Authorization": f"Bearer {servers.TOKEN}"}
+        ) as api:
+            assert (await api.put("/api/states/tickets", json=STATE)).status_code == 200
+            assert (await api.put(RECORD, json={"status": "open"})).status_code == 200
+        yield base
+    finally:
+        server.should_exit = True
+        await task
+        service.close()
+        await spawn(store.close)
+
+
+def test_on_the_async_store_a_write_whose_client_goes_away_is_cancelled(pg_schema_url: str) -> None:
+    async def main() -> None:
+        async with (
+            served_async(pg_schema_url) as base,
+            httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {servers.TOKEN}"}) as api,
+        ):
+            with (
+                psycopg.connect(pg_schema_url, autocommit=True) as watcher,
+                psycopg.connect(pg_schema_url) as locker,
+            ):
+                locker.execute("SELECT doc_id FROM documents FOR UPDATE")
+                holder = locker.info.backend_pid
+
+                async def blocked() -> list[int]:
+                    return await asyncio.to_thread(_blocked_by, watcher, holder)
+
+                host, port = base.removeprefix("http://").split(":")
+                _reader, writer = await asyncio.open_connection(host, int(port))
+                writer.write(
+                    f"POST {RECORD}/deltas HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {servers.TOKEN}\r\n".encode()
+                    + f"Content-Type: application/json\r\nContent-Length: {len(DELTAS)}\r\n\r\n".encode()
+                    + DELTAS
+                )
+                deadline = time.monotonic() + WAIT
+                while not await blocked():
+                    assert time.monotonic() < deadline, "the request's statement never waited for the lock"
+                    await asyncio.sleep(0.05)
+                (pid,) = await blocked()
+                writer.close()  # the client goes away
+                await writer.wait_closed()
+                while await blocked():
+                    assert time.monotonic() < deadline, "the statement went on after its client went away"
+                    await asyncio.sleep(0.05)
+                gone = "SELECT 1 FROM pg_stat_activity WHERE pid = %s"
+                while await asyncio.to_thread(lambda: watcher.execute(gone, (pid,)).fetchone()) is not None:
+                    assert time.monotonic() < deadline, (
+                        "the cancelled call's connection went back to the pool"
+                    )
+                    await asyncio.sleep(0.05)
+                locker.rollback()
+            read = await api.get(RECORD)
+            assert (read.status_code, read.json()["data"]["data"], read.headers["etag"]) == (
+                200,
+                {"status": "open"},
+                '"1"',
+            )
+            written = await api.post(RECORD + "/deltas", content=DELTAS)
+            assert written.status_code == 200 and written.headers["etag"] == '"2"', written.text
+
+    asyncio.run(main())
