@@ -13,9 +13,11 @@ import psycopg
 import pytest
 
 import stateflow.store.postgres as pg
+from stateflow.errors import StoreTooNew
 from stateflow.langgraph import StateflowStore
 from stateflow.states import StatesService
 from stateflow.store import DocKey, Document, Write, open_store
+from stateflow.store.migrations import SCHEMA_VERSION
 from stateflow.store.pg_fast import FastCommit
 from stateflow.store.postgres import PostgresStore
 from tests.pg_helpers import commits_sent
@@ -371,8 +373,6 @@ def _checks_in_order(lines: list[str]) -> list[str]:
     for at, line in enumerate(lines):
         returns = re.search(r"InitPlan \d+ \(returns (\$\d+)\)", line)
         if returns:
-            if "stateflow_meta" in lines[at + 1]:
-                continue  # the schema fence of the seq lock's id (``pg_fast.fenced``): no check
             if "LockRows" in lines[at + 1]:
                 assert "Index Scan using documents_pkey" in lines[at + 2], plan
                 found = re.search(r"Index Cond: \(doc_id = (\$\d+)\)", lines[at + 3])
@@ -383,6 +383,55 @@ def _checks_in_order(lines: list[str]) -> list[str]:
                 assert scanned is not None, plan
                 scans[returns[1]] = scanned[1]
     return [scans[param] for param in re.findall(r"\$\d+", filters[0])]
+
+
+def test_the_schema_fence_is_folded_into_the_plans_and_a_newer_version_plans_them_again(
+    pg_schema_url: str,
+) -> None:
+    # Every write's seq lock key checks the store's schema version (``pg_fast.fenced``) through
+    # ``stateflow_schema_version()``, whose constant body the planner folds: a generic plan
+    # reads no ``stateflow_meta`` row (an index scan in every write before schema 38). A newer
+    # version written — as a newer release's migrate writes it — defines the function again, so
+    # the kept connection's cached generic plans are planned again, and refused.
+    store = _open(pg_schema_url)
+    key = DocKey("d", "k")
+    try:
+        store.commit([Write.between(key, None, {"n": 0})])
+        for n in range(1, 8):  # (generic plans from a statement's sixth execution on)
+            made = DocKey("d", f"new{n}")
+            store.update([made], _setting(made, {"n": n}), optimistic=True)
+            store.update([key], _setting(key, {"n": n}), optimistic=True)
+        kept = store._kept
+        assert kept is not None
+        prepared = kept.execute(
+            "SELECT name, cardinality(parameter_types), generic_plans FROM pg_prepared_statements "
+            "WHERE name LIKE 'stateflow_fast_%'"
+        ).fetchall()
+        assert len(prepared) == 2 and all(generic for _, _, generic in prepared), prepared
+        for name, count, _ in prepared:
+            plan = "\n".join(
+                r[0] for r in kept.execute(f"EXPLAIN EXECUTE {name}({', '.join(['NULL'] * count)})")
+            )
+            assert "stateflow_meta" not in plan and "stateflow_schema_version" not in plan, plan
+        written = len(store.transitions())
+        with psycopg.connect(pg_schema_url, autocommit=True) as conn:
+            conn.execute("UPDATE stateflow_meta SET value = '99999' WHERE key = 'schema_version'")
+            try:
+                with pytest.raises(StoreTooNew, match="schema version 99999"):  # (on ``kept``: its plan)
+                    store.update([key], _setting(key, {"n": 8}), optimistic=True)
+                made = DocKey("d", "new8")
+                with pytest.raises(StoreTooNew, match="schema version 99999"):
+                    store.update([made], _setting(made, {"n": 8}), optimistic=True)
+            finally:
+                conn.execute(
+                    "UPDATE stateflow_meta SET value = %s WHERE key = 'schema_version'",
+                    (str(SCHEMA_VERSION),),
+                )
+        assert len(store.transitions()) == written  # nothing was written
+        store.update([key], _setting(key, {"n": 8}), optimistic=True)
+        assert store.get(key).body == {"n": 8}
+    finally:
+        store.close()
 
 
 def test_a_statement_for_documents_that_exist_checks_by_id_in_one_filter_in_the_lock_order(

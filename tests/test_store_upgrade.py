@@ -25,7 +25,7 @@ import pytest
 
 from stateflow.doc.canonical import json_contains
 from stateflow.doc.select import MISSING
-from stateflow.errors import InvalidInput, StoreNotMigrated
+from stateflow.errors import InvalidInput, StoreNotMigrated, StoreTooNew
 from stateflow.memory import Identity, MemoryView
 from stateflow.store import DocKey, SqlStore, Whole, Write, open_store, postgres
 from stateflow.store.check import check_store
@@ -2482,3 +2482,42 @@ def test_a_schema_36_store_upgrades_to_37_and_its_changes_keep_their_members_ord
         with store._read_tx() as tx:
             assert tx.all("SELECT DISTINCT ord FROM change_edits") == [(0,)]
         writes_keep_member_order(store)
+
+
+_VERSION_IN_PLANS_VERSION = 38
+
+
+def test_a_schema_37_store_upgrades_to_38_and_its_writers_fold_the_version_they_check(
+    backend: str, tmp_path: Path
+) -> None:
+    """Version 38 keeps PostgreSQL's schema version also as ``stateflow_schema_version()``'s
+    body, which a trigger on ``stateflow_meta`` defines again whenever the version is written:
+    after the upgrade it returns the new version, writes land, and a newer version written later
+    refuses them. SQLite only records the version."""
+    with _upgraded(_VERSION_IN_PLANS_VERSION - 1, backend, tmp_path) as store:
+        key = DocKey("notes", "folded")
+        store.commit([Write.between(key, None, {"n": 0})])
+        for n in range(1, 8):  # (the fast statement planned generically from its sixth run)
+            store.update([key], _rewritten(key, {"n": n}), optimistic=True)
+        if isinstance(store, PostgresStore):
+            with store._read_tx() as tx:
+                assert tx.all("SELECT stateflow_schema_version()") == [(str(SCHEMA_VERSION),)]
+            with psycopg.connect(backend, autocommit=True) as pg:
+                pg.execute("UPDATE stateflow_meta SET value = '99999' WHERE key = 'schema_version'")
+                try:
+                    with pytest.raises(StoreTooNew, match="schema version 99999"):
+                        store.update([key], _rewritten(key, {"n": 8}), optimistic=True)
+                finally:
+                    pg.execute(
+                        "UPDATE stateflow_meta SET value = %s WHERE key = 'schema_version'",
+                        (str(SCHEMA_VERSION),),
+                    )
+        store.update([key], _rewritten(key, {"n": 8}), optimistic=True)
+        assert store.get(key).body == {"n": 8} and store.get(key).revision == 9
+
+
+def _rewritten(key: DocKey, body: dict[str, Any]) -> Callable[[dict[DocKey, Any]], tuple[list[Write], None]]:
+    def compute(docs: dict[DocKey, Any]) -> tuple[list[Write], None]:
+        return [Write.between(key, docs[key].body, body, docs[key].revision)], None
+
+    return compute

@@ -375,6 +375,18 @@ planner, the write functions and the server merge keep the order — inline in t
 apart in ``ord`` (the same statements write it: no statement more) — and readers take the rows by
 ``ord``. Rows written before stay as they were: their ``ord`` is 0, so they read in name order
 as before (which order their members were written in is not recorded anywhere to fill it from).
+
+Version 38, on PostgreSQL, keeps the schema version also as the body of a SQL function,
+``stateflow_schema_version()``, which a trigger on ``stateflow_meta`` defines again whenever the
+version is written (by ``migrate``, or by anything else that writes it). Every write checks the
+version in the expression of its seq lock's key (``pg_fast.fenced``: a process still running
+when a newer release migrated the store must not write); it read the ``stateflow_meta`` row,
+an index scan of its own in every write statement (~25,000 server instructions a write, 2.5–4%
+of a LangGraph write's). The function is ``STABLE`` and its body a constant, so the planner
+inlines it and folds the check into the plan: nothing is read when the statement runs. The plan
+depends on the function, so a migration defining it again invalidates every plan that folded the
+old version, on every connection; the next execution is planned again and refused. SQLite only
+records the version.
 """
 
 from __future__ import annotations
@@ -383,7 +395,7 @@ import re
 from collections.abc import Sequence
 from typing import Final
 
-SCHEMA_VERSION: Final = 37
+SCHEMA_VERSION: Final = 38
 
 VALUE_INDEX_MAX: Final = 1024
 """Members up to this encoded size are in ``members_by_value`` (scalars only)."""
@@ -806,6 +818,7 @@ CREATE INDEX members_by_value ON members (name, {SQLITE_VALUE.format(m="")})
     35: "",
     36: _COUNT_DELTAS.format(text_c="TEXT"),
     37: _EDITS_ORD,
+    38: "",
 }
 
 _JSONB_CAN_HOLD: Final = "{m}size <= 1048576 AND position('\\x5c7530303030'::bytea IN {m}body) = 0"
@@ -3326,6 +3339,29 @@ def _edits_in_order() -> str:
 _EDITS_IN_ORDER: Final = _edits_in_order()
 
 
+_VERSION_IN_PLANS: Final = """
+CREATE FUNCTION stateflow_schema_version() RETURNS text LANGUAGE sql STABLE PARALLEL SAFE RETURN '';
+CREATE FUNCTION stateflow_schema_version_written() RETURNS trigger LANGUAGE plpgsql AS $$
+-- The function is defined again, in the table's schema, with the version just written: the plans
+-- that folded the version it returned before are invalidated by it, on every connection.
+BEGIN
+    EXECUTE 'CREATE OR REPLACE FUNCTION ' || quote_ident(TG_TABLE_SCHEMA)
+        || '.stateflow_schema_version() RETURNS text LANGUAGE sql STABLE PARALLEL SAFE RETURN '
+        || quote_literal(NEW.value);
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER schema_version_written AFTER INSERT OR UPDATE ON stateflow_meta FOR EACH ROW
+    WHEN (NEW.key = 'schema_version') EXECUTE FUNCTION stateflow_schema_version_written();
+UPDATE stateflow_meta SET value = value WHERE key = 'schema_version';
+"""
+"""Version 38, PostgreSQL: the schema version as ``stateflow_schema_version()``'s body, kept so by
+a trigger on ``stateflow_meta`` (see the module's docstring). ``STABLE``: its value changes over
+the store's life, though only through its definition (the planner inlines it all the same and
+records the plan's dependency on it). The last statement defines it with the version the store
+has (``migrate`` then writes the new one)."""
+
+
 POSTGRES: Final[dict[int, str]] = {
     1: _COMMON_V1.format(
         doc_pk="BIGSERIAL PRIMARY KEY",
@@ -4063,6 +4099,7 @@ $$;
     35: _SCALAR_COLUMN,
     36: _COUNTED_BY_WRITERS,
     37: _EDITS_IN_ORDER,
+    38: _VERSION_IN_PLANS,
 }
 
 

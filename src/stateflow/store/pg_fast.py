@@ -294,11 +294,13 @@ def fenced(lock_id: str) -> str:
     """``lock_id`` (SQL: the seq lock's id, which every write computes to take that lock), or an
     error where the store's schema is no longer this release's: a newer release migrated it
     while this process ran, and its writes are refused, not written in a shape that schema does
-    not expect. One indexed row read inside the write's own statement: no round trip."""
+    not expect. The version is ``stateflow_schema_version()``'s constant body (schema 38), which
+    the planner folds: a plan holds ``lock_id`` alone and reads nothing when it runs. A migration
+    defines the function again, which invalidates every plan that folded it; planned again, the
+    expression is the error — raised while planning, before anything is written."""
     return (
-        f"(SELECT CASE WHEN value = '{SCHEMA_VERSION}' THEN {lock_id} "
-        f"ELSE CAST('{FENCE_MARK}' || value AS bigint) END "
-        "FROM stateflow_meta WHERE key = 'schema_version')"
+        f"(CASE WHEN stateflow_schema_version() = '{SCHEMA_VERSION}' THEN {lock_id} "
+        f"ELSE CAST('{FENCE_MARK}' || stateflow_schema_version() AS bigint) END)"
     )
 
 
