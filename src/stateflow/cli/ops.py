@@ -154,7 +154,11 @@ def import_state_flow(ctx: Context, root: Path, agent: str | None, knowledge_roo
 
 @click.command("dump")
 @click.argument("target", required=False, type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--no-history", is_flag=True, help="Documents only (a load then starts them at revision 1).")
+@click.option(
+    "--no-history",
+    is_flag=True,
+    help="Documents only (a load then writes them at revision 1, each record's updated_at the load's time).",
+)
 @progress_.option
 @pass_context
 @refusals

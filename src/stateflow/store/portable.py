@@ -13,7 +13,9 @@ Loading with history replays each transition as one commit with its original tim
 into an empty store: documents, revisions, times, origins and edits come out identical (seq
 numbers are given afresh in the same order; they match when the source has no gaps). Without
 history, each document is written once (revision 1), :data:`PAGE` documents to a commit — the
-bulk path: a million small records load in batched commits, checked batch by batch. Op ids are kept either way (pointing at
+bulk path: a million small records load in batched commits, checked batch by batch. A
+document's time is its transition's, so each then has its commit's time and origin, not its
+last write's: keeping those would take a commit per document. Op ids are kept either way (pointing at
 their transition's new seq when history was loaded), so a call retried against the loaded
 store is still recognised as a replay. The document lines are then compared with what was
 loaded. While a load runs the store carries a mark (``stateflow_meta``) that only a finished
