@@ -557,6 +557,54 @@ def test_search_sorts_by_a_member_and_its_pages_keep_the_sort(
     assert "a sort orders the matches of a filter: give a filter too" in alone.text
 
 
+def test_previous_page_walks_a_keyset_listing_back_page_by_page(
+    seeded: tuple[TestClient, StatesService],
+) -> None:
+    """Keyset cursors only go forward: each page's links carry the cursors before it, so Previous
+    shows exactly the page seen before it, on a sorted search as on the plain listing, and the
+    first page has none. The memory lists page back the same way."""
+    client, service = seeded
+    decl = {
+        "schema": {"type": "object", "properties": {"rank": {"type": "integer"}}},
+        "subject_kinds": ["item"],
+        "default_subject_kind": "item",
+    }
+    service.declare("ranked", decl)
+    for i in range(170):
+        subject = {"target_kind": "agent", "target_name": "triage", "kind": "item", "key": f"i-{i:03}"}
+        service.replace("ranked", subject, {"rank": (i * 37) % 170, "open": True})
+    sign_in(client, ADMIN)
+    sorted_search = {"filters": '{"open": true}', "sort": '[{"path": ["rank"], "order": "desc"}]'}
+    for params in ({}, sorted_search):
+        page = client.get("/studio/states/ranked", params=params)
+        assert 'id="previous-page"' not in page.text
+        seen = [re.findall(r"key=(i-\d{3})", page.text)]
+        while nxt := re.search(r'id="next-page" href="([^"]+)"', page.text):
+            page = client.get(html.unescape(nxt[1]))
+            assert page.status_code == 200 and "alert-error" not in page.text
+            seen.append(re.findall(r"key=(i-\d{3})", page.text))
+        assert len(seen) == 4 and sum(map(len, seen)) == 170
+        for before in reversed(seen[:-1]):
+            back = re.search(r'id="previous-page" href="([^"]+)"', page.text)
+            assert back is not None, before
+            page = client.get(html.unescape(back[1]))
+            assert re.findall(r"key=(i-\d{3})", page.text) == before
+        assert 'id="previous-page"' not in page.text  # (back at the first page)
+    for n in range(60):  # more agents than a page of the memory list holds
+        service.replace(
+            "memory",
+            {"target_kind": "agent", "target_name": f"a-{n:02}", "kind": "global", "key": "global"},
+            {},
+        )
+    first = client.get("/studio/memory")
+    more = re.search(r'id="next-page" href="([^"]+)"', first.text)
+    assert more is not None and 'id="previous-page"' not in first.text
+    second = client.get(html.unescape(more[1]))
+    assert "a-59" in second.text and "a-59" not in first.text
+    back = re.search(r'id="previous-page" href="([^"]+)"', second.text)
+    assert back is not None and client.get(html.unescape(back[1])).text == first.text
+
+
 def test_a_session_outlives_a_server_restart_but_not_its_token(
     seeded: tuple[TestClient, StatesService],
 ) -> None:

@@ -24,7 +24,7 @@ from stateflow.memory.view import MODES
 from stateflow.store import DocKey
 from stateflow.studio.session import Session
 from stateflow.studio.tree import MAX_CHILDREN, lazy_node
-from stateflow.studio.web import PREFIX, Studio, int_param, json_field, page, url
+from stateflow.studio.web import PREFIX, Pages, Studio, int_param, json_field, page, url
 from stateflow.subjects import Subject, encode_subject
 
 AGENTS_PAGE: Final = 50
@@ -111,6 +111,7 @@ def agents(studio: Studio, request: Request, session: Session) -> Response:
         nav="memory",
         agents=found,
         next_after=found[-1] if more else None,
+        pages=Pages.at(after, request.query_params.get("back")),
         others=others,
     )
 
@@ -158,6 +159,7 @@ def agent_page(studio: Studio, request: Request, session: Session) -> Response:
         scopes=by_kind,
         modes=MODES,
         next_after=rows[-1]["enc"] if more else None,
+        pages=Pages.at(request.query_params.get("after") or None, request.query_params.get("back")),
     )
 
 

@@ -25,6 +25,7 @@ from stateflow.studio.tree import diff_rows, json_text
 from stateflow.studio.web import (
     NO_STORE,
     PREFIX,
+    Pages,
     Studio,
     form_page,
     int_param,
@@ -113,6 +114,7 @@ def state(studio: Studio, request: Request, session: Session) -> Response:
         sort=sort_text,
         cursor=cursor,
         next_cursor=next_cursor,
+        pages=Pages.at(cursor, q.get("back")),
         search_error=search_error,
         templates=templates,
     )

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
+import orjson
 from fastapi import Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, FileSystemLoader, select_autoescape
@@ -38,6 +40,49 @@ def url(where: str, /, **params: Any) -> str:
     in ``params``, percent-encoded: a path segment could not carry a '/' in a name."""
     query = urlencode({k: v for k, v in params.items() if v is not None and v != ""})
     return PREFIX + quote(where, safe="/") + ("?" + query if query else "")
+
+
+BACK_MAX_CHARS: Final = 4000
+"""The longest ``back`` a link carries (its oldest cursors dropped past it): a request line must
+stay under the server's limit (h11's 16 KiB) beside the filter, the sort and the cursor."""
+
+
+@dataclass(frozen=True)
+class Pages:
+    """Where a paged list's Previous and Next links lead. Keyset cursors only go forward, so
+    the links carry the cursors of the pages before this one (``back``: a JSON array, oldest
+    first, ``null`` for the first page): Previous takes the last of them, Next adds this page's.
+    Past :data:`BACK_MAX_CHARS` the oldest are dropped, and the page whose way back was dropped
+    offers only the first page."""
+
+    previous: dict[str, str | None] | None
+    """the Previous link's ``cursor`` and ``back`` (None: no page known before this one)"""
+    next_back: str | None
+    """the Next link's ``back``"""
+
+    @classmethod
+    def at(cls, cursor: str | None, back: str | None) -> Pages:
+        stack: list[str | None] = []
+        if back:
+            try:
+                given = decode(back)
+            except InvalidInput:
+                given = None  # (an edited address: no way back but the first page)
+            if isinstance(given, list) and all(c is None or isinstance(c, str) for c in given):
+                stack = given
+        previous = None
+        if cursor and stack:
+            previous = {"cursor": stack[-1], "back": _stacked(stack[:-1])}
+        if not cursor:
+            stack = []
+        ahead = [*stack, cursor or None]
+        while len(_stacked(ahead) or "") > BACK_MAX_CHARS and len(ahead) > 1:
+            ahead.pop(0)
+        return cls(previous, _stacked(ahead))
+
+
+def _stacked(cursors: list[str | None]) -> str | None:
+    return orjson.dumps(cursors).decode() if cursors else None
 
 
 def subject_params(subject: Any) -> dict[str, str]:
