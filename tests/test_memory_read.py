@@ -376,6 +376,28 @@ def test_patch_projection_below_a_value_replaced_by_a_scalar_or_a_shorter_array(
     assert transitions(store) == 3
 
 
+def test_patch_projection_below_a_replaced_array_is_unchanged_where_the_value_is_the_same(store) -> None:  # type: ignore[no-untyped-def]
+    m = view(store)
+    m.patch_state({"session": {"lazy": {"arr": [1, 2, 3], "objs": [{"a": 1}, {"b": 2}, {"c": 3}]}}})
+    m.patch_state({"session": {"lazy": {"arr": [1, 2], "objs": [{"a": 1}, {"b": 5}]}}})
+
+    def patch(path: str) -> Any:
+        return m.read_state({"path": path, "projection": "patch"})["patch"]
+
+    for root in ("session", "effective"):
+        # the arrays were replaced whole, but these elements hold what they held: no change
+        assert patch(f"{root}[0].lazy.arr[1]") == {}
+        assert patch(f"{root}[0].lazy.arr[0:2]") == {}
+        assert patch(f"{root}[0].lazy.objs[0]") == {}
+        assert patch(f"{root}[0].lazy.objs[0].a") == {}
+        # what changed is the replacement's value; what the shorter array lost was deleted
+        assert patch(f"{root}[0].lazy.objs[1].b") == 5
+        assert patch(f"{root}[0].lazy.arr[2]") is None
+        assert patch(f"{root}[0].lazy.arr") == [1, 2]
+    batch = ["session[0].lazy.arr[1]", "effective[0].lazy.arr[1]", "session[0].lazy.objs[1].b"]
+    assert m.read_state({"paths": batch, "projection": "patch"}) == {"patch": [{}, {}, 5]}
+
+
 def test_a_mention_ending_a_sentence_or_a_clause_is_a_reference(store) -> None:  # type: ignore[no-untyped-def]
     m = view(store)
     m.patch_state(

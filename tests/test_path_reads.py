@@ -22,7 +22,7 @@ from stateflow.doc.select import keys as keys_projection
 from stateflow.errors import Conflict, CorruptData, InvalidInput, NotFound, SelectionError
 from stateflow.memory import Identity, MemoryView
 from stateflow.memory.view import MemoryConfig
-from stateflow.memory.view import _resolves as resolves
+from stateflow.memory.view import _selected as selected
 from stateflow.memory.view import _walk_patch as walk_patch
 from stateflow.store import DocKey, SqlStore, Write
 from stateflow.store.nodes import fetch_bodies
@@ -972,8 +972,8 @@ def test_read_state_patches_by_path_equal_the_whole_patch_at_every_offset(
                         patch,
                         parsed.selectors,
                         text,
-                        existed_before=partial(
-                            resolves, whole(n + 1, root, plane_name), parsed.selectors, text
+                        value_before=partial(
+                            selected, whole(n + 1, root, plane_name), parsed.selectors, text
                         ),
                     )
                 }

@@ -693,13 +693,13 @@ class MemoryView(Staging):
                 return {}
             patch = self._project_patch(to_patch(edits), with_lazy=True)
 
-        def existed_before() -> bool:  # (a scope's state before is read only when asked)
+        def value_before() -> JSON:  # (a scope's state before is read only when asked)
             root = before
             if root is None:
                 root = self._root(path.root, self._states_at(n + 1, current, timeline, members), with_lazy)
-            return _resolves(root, path.selectors, path.text)
+            return _selected(root, path.selectors, path.text)
 
-        return _walk_patch(patch, path.selectors, path.text, existed_before=existed_before)
+        return _walk_patch(patch, path.selectors, path.text, value_before=value_before)
 
     def _patch_by_path(
         self, path: ReadPath, timeline: _Timeline, current: dict[str, Document], cap: int, members: list[str]
@@ -732,7 +732,7 @@ class MemoryView(Staging):
                 patch,
                 path.selectors,
                 path.text,
-                existed_before=lambda: self._exists_at(path, n + 1, current, timeline),
+                value_before=lambda: self._value_at(path, n + 1, current, timeline),
             )
         selectors = path.selectors
         target = _target(selectors)
@@ -758,7 +758,10 @@ class MemoryView(Staging):
                 # a path the new array does not reach was deleted with the old value, if it was there
                 if steps_after[-1].kind == "missing":
                     return None if existed else {}
-                return select_layers(after, selectors, path.text)
+                new = select_layers(after, selectors, path.text)
+                if existed and identical(new, select_layers(before, selectors, path.text)):
+                    return {}  # what the path selects is as it was (_walk_patch answers so too)
+                return new
             if now.kind not in ("object", "array"):  # a scalar or null on the way
                 return self._patch_below_scalar(path, target[:depth], was, now, existed, current, timeline)
             # a key of an array below another, or an index of an object: read whole
@@ -769,14 +772,25 @@ class MemoryView(Staging):
         new = MISSING if steps_after[-1].kind == "missing" else select_layers(after, selectors, path.text)
         return to_patch(diff(old, new))
 
-    def _exists_at(
+    def _value_at(
         self, path: ReadPath, offset: int, current: dict[str, Document], timeline: _Timeline
-    ) -> bool:
-        """Whether ``path`` (keys and indices) resolves as the view's transition ``offset`` left it."""
+    ) -> JSON:
+        """The value at ``path`` as the view's transition ``offset`` left it (:data:`MISSING`
+        when it does not resolve), read along the path."""
         self._check_offset(offset, timeline, internal=True)
-        target = _target(path.selectors)
+        selectors = path.selectors
+        target = _target(selectors)
         trails = self._trails_at(path, target, offset, current, timeline)
-        return overlay_steps(trails, len(target))[-1].kind != "missing"
+        if overlay_steps(trails, len(target))[-1].kind == "missing":
+            return MISSING
+        ranged = isinstance(selectors[-1], Range)
+        value = select_layers(trails, selectors[:-1] if ranged else selectors, path.text)
+        if ranged:
+            try:
+                return select(value, selectors[-1:], path.text)
+            except SelectionError:
+                return MISSING  # the range does not fit the array as it was
+        return value
 
     def _patch_below_scalar(
         self,
@@ -1553,12 +1567,14 @@ def _read_args(args: object) -> tuple[list[str], str, bool]:
 
 
 def _walk_patch(
-    patch: JSON, selectors: tuple[Selector, ...], text: str, *, existed_before: Callable[[], bool]
+    patch: JSON, selectors: tuple[Selector, ...], text: str, *, value_before: Callable[[], JSON]
 ) -> JSON:
     """Follow a read path through a semantic patch: ``{}`` unchanged, ``null`` deleted.
-    Below a value the change replaced, the path is the replacement's (an array's element) or
-    gone: deleted with what it lay in when it resolved before the change (``existed_before``),
-    else never there (``{}``) — as a deleted ancestor gives ``null`` and an absent one ``{}``."""
+    Below a value the change replaced, the path is the replacement's (an array's element) —
+    unchanged (``{}``) when it holds the very value it held before (``value_before``: the
+    value then, or ``MISSING``) — or gone: deleted with what it lay in when it resolved before
+    the change, else never there (``{}``) — as a deleted ancestor gives ``null`` and an absent
+    one ``{}``."""
     node = patch
     for i, sel in enumerate(selectors):
         if node is None:
@@ -1578,14 +1594,20 @@ def _walk_patch(
                     and sel.start <= int(k[1:-1]) < sel.end
                 }
             if isinstance(sel, Index) and not (node and all(_index_key(k) for k in node)):
-                return None if existed_before() else {}  # an object replaced the array (no "[N]" edits)
+                # an object replaced the array (no "[N]" edits)
+                return None if value_before() is not MISSING else {}
             return {}
         if type(node) is list:
             try:
-                return select(node, selectors[i:], text)
+                value = select(node, selectors[i:], text)
             except SelectionError:
                 pass
-        return None if existed_before() else {}  # below a replaced scalar, or out of the new array
+            else:
+                # the array was replaced whole, but what the path selects may be as it was
+                return {} if identical(value, value_before()) else value
+        return (
+            None if value_before() is not MISSING else {}
+        )  # below a replaced scalar, or out of the new array
     return node
 
 
@@ -1594,13 +1616,12 @@ def _target(selectors: Sequence[Selector]) -> tuple[str | int, ...]:
     return tuple(s.name if isinstance(s, Key) else s.index for s in selectors if not isinstance(s, Range))
 
 
-def _resolves(root: JSON, selectors: Sequence[Selector], text: str) -> bool:
-    """Whether ``selectors`` select a value in ``root``."""
+def _selected(root: JSON, selectors: Sequence[Selector], text: str) -> JSON:
+    """The value ``selectors`` select in ``root``, or :data:`MISSING` when they select none."""
     try:
-        select(root, selectors, text)
+        return select(root, selectors, text)
     except SelectionError:
-        return False
-    return True
+        return MISSING
 
 
 def _index_key(name: str) -> bool:
