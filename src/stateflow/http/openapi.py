@@ -199,7 +199,10 @@ _REF = "#/components/schemas/{model}"
 OBJECT: dict[str, Any] = {"type": "object"}
 ANY_JSON: dict[str, Any] = {}
 FAILURES = {
-    "400": "Malformed request (bad JSON, a body of the wrong shape, a path segment or header that is not UTF-8)",
+    "400": (
+        "Malformed request (bad JSON, a body of the wrong shape, a path segment or header that is not "
+        "UTF-8, an If-Match where no record revision is compared)"
+    ),
     "401": "Missing or unknown bearer token",
     "403": "The token may not do this (read-only, or limited to other targets)",
     "404": "Unknown state, record revision, template or route",
