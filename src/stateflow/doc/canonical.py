@@ -37,9 +37,15 @@ def utf8_text(value: str) -> bool:
 
 
 def encode(value: JSON) -> bytes:
-    """Compact UTF-8 JSON bytes; key order is preserved. Refuses what JSON cannot carry."""
-    check(value)
-    return encode_trusted(value)
+    """Compact UTF-8 JSON bytes; key order is preserved. Refuses what JSON cannot carry, as
+    :func:`check` does (its lone surrogate test is the encoding's own: see :func:`checked_copy`)."""
+    if not _plain(value, 0, False):
+        _explain(value, "$")
+    try:
+        return orjson.dumps(value)
+    except TypeError:
+        _explain(value, "$")  # a lone surrogate is named; deep nesting is encoded below
+        return encode_trusted(value)
 
 
 def encode_trusted(value: JSON) -> bytes:
@@ -323,12 +329,32 @@ def check(value: JSON, where: str = "$", depth: int = 0) -> None:
         _explain(value, where, depth)
 
 
-def _plain(node: JSON, depth: int) -> bool:
+def checked_copy(value: JSON, where: str = "$", depth: int = 0) -> JSON:
+    """:func:`check`, then :func:`detach`: the copy the caller gets, refused as ``check``
+    refuses it (the same message, naming the same place). The copy's encoding is the lone
+    surrogate test (orjson refuses one): the strings are walked only when it refuses."""
+    if not _plain(value, depth, False):
+        _explain(value, where, depth)
+    t = type(value)
+    if t is not dict and t is not list:
+        if t is str and not utf8_text(value):
+            _explain(value, where, depth)
+        return value  # scalars are immutable
+    try:
+        return orjson.loads(orjson.dumps(value))
+    except TypeError:  # a lone surrogate (named here), else nesting orjson does not encode
+        _explain(value, where, depth)
+        return _copy_containers(value)
+
+
+def _plain(node: JSON, depth: int, text: bool = True) -> bool:
     """Whether ``node`` is plain JSON. Every write checks its values: this pass builds no path
-    text; ``_explain`` walks again to name the first offending place only when one exists."""
+    text; ``_explain`` walks again to name the first offending place only when one exists.
+    ``text=False`` leaves out the lone surrogate test of strings and keys, for a caller whose
+    encoding of the value makes it (:func:`checked_copy`, :func:`encode`)."""
     t = type(node)
     if t is str:
-        return utf8_text(node)
+        return not text or utf8_text(node)
     if t is bool or node is None:
         return True
     if t is int:
@@ -341,11 +367,11 @@ def _plain(node: JSON, depth: int) -> bool:
     # them: a call per number was most of a small write's check
     if t is dict:
         for k, v in node.items():
-            if type(k) is not str or not (k.isascii() or _surrogate_in(k) is None):
+            if type(k) is not str or (text and not (k.isascii() or _surrogate_in(k) is None)):
                 return False
             tv = type(v)
             if tv is str:
-                if v.isascii() or _surrogate_in(v) is None:
+                if not text or v.isascii() or _surrogate_in(v) is None:
                     continue
                 return False
             if tv is bool or v is None:
@@ -356,14 +382,14 @@ def _plain(node: JSON, depth: int) -> bool:
             elif tv is float:
                 if not math.isfinite(v):
                     return False
-            elif not _plain(v, depth + 1):
+            elif not _plain(v, depth + 1, text):
                 return False
         return True
     if t is list:
         for v in node:
             tv = type(v)
             if tv is str:
-                if v.isascii() or _surrogate_in(v) is None:
+                if not text or v.isascii() or _surrogate_in(v) is None:
                     continue
                 return False
             if tv is bool or v is None:
@@ -374,7 +400,7 @@ def _plain(node: JSON, depth: int) -> bool:
             elif tv is float:
                 if not math.isfinite(v):
                     return False
-            elif not _plain(v, depth + 1):
+            elif not _plain(v, depth + 1, text):
                 return False
         return True
     return False

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple
 
-from stateflow.doc.canonical import JSON, check, detach, json_equal, kind
+from stateflow.doc.canonical import JSON, check, checked_copy, json_equal, kind
 from stateflow.doc.copies import APPEND_STEP, Copies, list_copy, made
 from stateflow.doc.select import MISSING
 from stateflow.errors import InvalidJSON, OpError
@@ -173,9 +173,9 @@ def parse_op(raw: object) -> Op:
         value = raw["value"]
         t = type(value)
         if t is not str and t is not bool and value is not None:  # (those are plain and immutable)
-            check(value, "value", len(path))  # (as deep in the document as its path goes)
-            # values are copied: applied, they become part of a stored document the caller must not reach
-            value = detach(value)
+            # (as deep in the document as its path goes); values are copied: applied, they
+            # become part of a stored document the caller must not reach
+            value = checked_copy(value, "value", len(path))
         return _new_op(Op, (name, path, body, value, "", (), guard))
     if name == "remove":
         return _new_op(Op, (name, path, body, None, "", (), guard))
@@ -194,8 +194,7 @@ def parse_op(raw: object) -> Op:
     if "value" not in raw:
         raise OpError(f"a {name} op needs a 'value'")
     value = raw["value"]
-    check(value, "value", len(path))
-    value = detach(value)
+    value = checked_copy(value, "value", len(path))
     if name == "set_by_key":
         _check_items(value if isinstance(value, list) else [value], key_field, "value")
     elif name == "merge_by_key":

@@ -39,7 +39,7 @@ from langgraph.store.base import (
 )
 
 from stateflow.aio import call
-from stateflow.doc.canonical import check, detach
+from stateflow.doc.canonical import check, checked_copy
 from stateflow.errors import CorruptStore, InvalidInput
 from stateflow.langgraph.codec import NOT_PLAIN, plain, plain_edits
 from stateflow.langgraph.records import OwnsStore, Records
@@ -579,8 +579,7 @@ def _owned(op: PutOp, now: datetime | None, before: dict[str, Any] | None) -> Wh
         made = plain_edits(kept, before)
         if made is not None:
             return Whole(made[0], [[]], None, made[1])
-    check(kept, "document")
-    return Whole(detach(kept), [[]])
+    return Whole(checked_copy(kept, "document"), [[]])
 
 
 _from_iso: Final = datetime.fromisoformat

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias, cast
 from pydantic import ValidationError
 
 from stateflow.config import Config
-from stateflow.doc.canonical import JSON, check, detach
+from stateflow.doc.canonical import JSON, checked_copy, detach
 from stateflow.doc.diff import Edit, diff, to_patch
 from stateflow.doc.ops import parse_ops
 from stateflow.doc.select import MISSING
@@ -1032,8 +1032,8 @@ class StatesService:
             raise InvalidInput("a record document must be a JSON object")
         # the place named from the document's root, "$.n": as the HTTP route (whose body it is),
         # the HTTP client and the CLI's --data name it, so each door gives the same refusal
-        check(document, "$")
-        document = detach(document)  # the store caches what it writes: keep the caller's object out
+        # (and copied: the store caches what it writes, so the caller's object stays out)
+        document = checked_copy(document, "$")
         return self._write_whole(
             name, subject, document, origin, context, "replace", expect_revision=expect_revision
         )
@@ -1056,8 +1056,7 @@ class StatesService:
             document = build(current if type(current) is dict else None)
             if not isinstance(document, dict):
                 raise InvalidInput("a record document must be a JSON object")
-            check(document, "$")  # (as replace names it)
-            document = detach(document)
+            document = checked_copy(document, "$")  # (as replace names it)
             regimes.check_document_write(decl, current, document)
             return Change(regimes.stamp_document(decl, current, document, done), [[]])
 
@@ -1104,8 +1103,8 @@ class StatesService:
         """Shallow merge: each top-level key is set (``null`` is stored, not a deletion)."""
         if not isinstance(patch, dict):
             raise InvalidInput("a merge patch must be a JSON object")
-        check(patch, "$")  # (as replace names it: the patch is a PATCH request's body)
-        patch = detach(patch)  # the store caches what it writes: keep the caller's object out
+        # (as replace names it: the patch is a PATCH request's body; copied, as replace's is)
+        patch = checked_copy(patch, "$")
 
         def transform(decl: dict[str, Any], current: JSON, done: dict[str, Any]) -> Change:
             if not patch:

@@ -1,0 +1,113 @@
+"""A string or key holding a lone surrogate (a Python ``str`` can, no JSON text can) is refused by
+every write as ``invalid-json``, naming its place, and writes nothing — on both backends. The
+doors that copy a value (replace, merge, an op's value, a LangGraph item) make the test by that
+copy's encoding; the message is the one :func:`~stateflow.doc.canonical.check` gives."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from langgraph.store.base import PutOp
+
+from stateflow.doc.canonical import check, checked_copy, encode
+from stateflow.errors import InvalidInput, InvalidJSON
+from stateflow.langgraph import StateflowStore
+from stateflow.states import StatesService
+from stateflow.store import SqlStore
+
+DECL: dict[str, Any] = {
+    "schema": {"type": "object", "properties": {"v": {}}},
+    "subject_kinds": ["thread"],
+    "default_subject_kind": "thread",
+}
+SUBJECT = {"target_kind": "agent", "target_name": "bot", "kind": "thread", "key": "k"}
+
+
+def refusal(call: Callable[[], object], code: str = "invalid-json") -> str:
+    with pytest.raises(InvalidInput) as refused:
+        call()
+    assert refused.value.code == code
+    return refused.value.message
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ({"a": "x\ud800"}, "$.a: a string holding a lone surrogate (\\ud800) is not Unicode text"),
+        (
+            {"a": [1, {"k\udc01": 2}]},
+            "$.a[1]: an object key holding a lone surrogate (\\udc01) is not Unicode text",
+        ),
+        ("\ud83d", "$: a string holding a lone surrogate (\\ud83d) is not Unicode text"),
+        # (two faults: each names the one the check names)
+        (
+            [{"n": float("nan")}, "\ud800"],
+            "$[1]: a string holding a lone surrogate (\\ud800) is not Unicode text",
+        ),
+        ([{"n": float("nan")}, "x"], "$[0].n: nan is not a JSON number (NaN and Infinity are refused)"),
+    ],
+)
+def test_encode_and_the_checked_copy_refuse_as_the_check_does(value: Any, message: str) -> None:
+    assert refusal(lambda: check(value)) == message
+    assert refusal(lambda: encode(value)) == message
+    assert refusal(lambda: checked_copy(value)) == message
+
+
+def test_the_checked_copy_is_a_copy_of_plain_json() -> None:
+    value = {"a": ["é", {"b": "😀"}], "n": 1.5}
+    copy = checked_copy(value)
+    assert copy == value and copy is not value and copy["a"] is not value["a"]
+    assert encode(value) == '{"a":["é",{"b":"😀"}],"n":1.5}'.encode()
+
+
+def test_a_lone_surrogate_is_refused_by_every_record_write_naming_its_place(store: SqlStore) -> None:
+    states = StatesService(store)
+    states.install_builtins()
+    states.declare("t", DECL)
+    states.replace("t", SUBJECT, {"kept": "é"})
+    before = states.read("t", SUBJECT)
+    assert before is not None
+    bad = {"a": ["ok", "x\ud800"]}
+    refused = {
+        "replace": refusal(lambda: states.replace("t", SUBJECT, bad)),
+        "merge": refusal(lambda: states.merge("t", SUBJECT, bad)),
+        "replace_from": refusal(lambda: states.replace_from("t", SUBJECT, lambda _: bad)),
+        # (an op batch's refusal is its own: invalid-ops, naming the op and the place in its value)
+        "set": refusal(
+            lambda: states.apply("t", SUBJECT, [{"op": "set", "path": ["v"], "value": bad}]), "invalid-ops"
+        ),
+        "set_by_key": refusal(
+            lambda: states.apply(
+                "t",
+                SUBJECT,
+                [{"op": "set_by_key", "path": ["l"], "key_field": "id", "value": {"id": "\udfff"}}],
+            ),
+            "invalid-ops",
+        ),
+    }
+    place = "a lone surrogate (\\ud800) is not Unicode text"
+    assert refused == {
+        "replace": f"$.a[1]: a string holding {place}",
+        "merge": f"$.a[1]: a string holding {place}",
+        "replace_from": f"$.a[1]: a string holding {place}",
+        "set": f"ops[0]: value.a[1]: a string holding {place}",
+        "set_by_key": "ops[0]: value.id: a string holding a lone surrogate (\\udfff) is not Unicode text",
+    }
+    assert states.read("t", SUBJECT) == before  # nothing written
+
+
+def test_a_lone_surrogate_in_a_langgraph_item_is_refused_and_nothing_is_written(store: SqlStore) -> None:
+    items = StateflowStore(StatesService(store))
+    items.put(("docs",), "a", {"text": "kept"})
+    for key, value in (("a", {"text": "x\ud800"}), ("b", {"k\udc00": 1})):
+        for batch in (
+            [PutOp(("docs",), key, value)],
+            [PutOp(("docs",), key, value), PutOp(("docs",), "c", {})],
+        ):
+            with pytest.raises(InvalidJSON):
+                items.batch(batch)
+    found = items.get(("docs",), "a")
+    assert found is not None and found.value == {"text": "kept"}
+    assert items.get(("docs",), "b") is None and items.get(("docs",), "c") is None
