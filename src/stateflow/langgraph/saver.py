@@ -51,6 +51,7 @@ from stateflow.errors import CorruptStore
 from stateflow.langgraph.codec import Codec
 from stateflow.langgraph.records import OwnsStore, Records, invert, uninvert
 from stateflow.states import StatesService
+from stateflow.states.batch import apply_items, erase_item
 from stateflow.states.langgraph_items import CHECKPOINTS_DESCRIPTION, join, part, unpart
 from stateflow.states.models import DoorContext, WriteOrigin
 from stateflow.store import DocKey, Whole
@@ -658,24 +659,20 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         return [self.records.key_of(k) for k in self.records.scan(CHECKPOINT, f"{part(thread_id)}/")]
 
     def _erase(self, keys: Sequence[str]) -> None:
-        """Erase checkpoints and their writes (their audit trail stays)."""
-        existing = self.records.store.read([self.records.doc_key(WRITES, k) for k in keys])
-        for key in keys:
-            self.states.erase(
-                self.records.state,
-                self.records.subject(CHECKPOINT, key),
-                origin={"consumer": "langgraph"},
-                context=self.context,
-            )
-            if existing[self.records.doc_key(WRITES, key)].body is not None:
-                self.states.erase(
-                    self.records.state,
-                    self.records.subject(WRITES, key),
-                    origin={"consumer": "langgraph"},
-                    context=self.context,
-                )
-        self._parents.clear()
-        self._held.clear()
+        """Erase checkpoints and their writes (their audit trail stays), all in one transaction:
+        a call cut short erases none of them (a record already absent is left as it is)."""
+        state = self.records.state
+        items = [
+            erase_item(state, self.records.subject(kind, key))
+            for key in keys
+            for kind in (CHECKPOINT, WRITES)
+        ]
+        try:
+            if items:
+                apply_items(self.states, items, origin={"consumer": "langgraph"}, context=self.context)
+        finally:
+            self._parents.clear()
+            self._held.clear()
 
     def _materialize(self, keys: Sequence[str], dropped: set[tuple[str, str, str]]) -> None:
         """Rewrite the kept checkpoints whose values live in checkpoints about to go, with
@@ -752,10 +749,10 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
                         "ops": [{"op": "set", "path": [k], "value": v} for k, v in copied.items()],
                     }
                 )
-        for start in range(0, len(items), 100):
-            self.states.apply_batch(
-                items[start : start + 100], origin={"consumer": "langgraph"}, context=self.context
-            )
+        # every record in one transaction, however many (the published batch's bound is on what
+        # one request may ask): a copy cut short leaves no part of the thread behind
+        if items:
+            apply_items(self.states, items, origin={"consumer": "langgraph"}, context=self.context)
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         if strategy not in ("keep_latest", "delete"):

@@ -44,7 +44,7 @@ from stateflow.errors import CorruptStore, InvalidInput
 from stateflow.langgraph.codec import NOT_PLAIN, plain, plain_edits
 from stateflow.langgraph.records import OwnsStore, Records
 from stateflow.states import StatesService
-from stateflow.states.batch import apply_items
+from stateflow.states.batch import apply_items, erase_item
 from stateflow.states.langgraph_items import (
     KEPT_SUBJECT_KEYS,
     MAX_TTL_MINUTES,
@@ -347,16 +347,18 @@ class StateflowStore(OwnsStore, BaseStore):
             }
             found = self.records.store.read(builtins.list(keys.values()))
             current = {where: found[key].body for where, key in keys.items()}
-        items = []
+        items: builtins.list[Any] = []
         for op in puts:
             if op.value is None:
-                if current is None or current[(op.namespace, op.key)] is not None:
+                if current is None:  # one put: one write
                     self.states.erase(
                         self.records.state,
                         self.subject(op.namespace, op.key),
                         origin=origin,
                         context=self.context,
                     )
+                else:  # in the batch's transaction (through a fold, as an erase; absent: no write)
+                    items.append(erase_item(self.records.state, self.subject(op.namespace, op.key)))
                 continue
             if not isinstance(op.value, dict):
                 raise ValueError(f"a store value must be a dict, got {type(op.value).__name__}")
@@ -371,8 +373,8 @@ class StateflowStore(OwnsStore, BaseStore):
                         "ops": [{"op": "set", "path": [k], "value": v} for k, v in document.items()],
                     }
                 )
-        # a LangGraph batch may hold any number of puts: all of them in one transaction, so that
-        # a batch cut short (a close, a failure of the store) writes none of them
+        # a LangGraph batch may hold any number of puts: all of them, erases included, in one
+        # transaction, so that a batch cut short (a close, a failure of the store) writes none
         if items:
             apply_items(self.states, items, origin=origin, context=self.context)
 

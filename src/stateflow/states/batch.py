@@ -36,6 +36,9 @@ def apply_batch(
         raise InvalidInput("a batch is a list of items")
     if len(items) > MAX_BATCH_ITEMS:
         raise InvalidInput(f"a batch holds at most {MAX_BATCH_ITEMS} items, got {len(items)}")
+    for i, raw in enumerate(items):  # (a pipeline write is for apply_items' callers only)
+        if not isinstance(raw, dict):
+            raise InvalidInput(f"items[{i}] must be an object")
     return apply_items(service, items, origin=origin, context=context)
 
 
@@ -49,8 +52,10 @@ def apply_items(
     """:func:`apply_batch` without its bound on the number of items: any number in one
     transaction, for a writer in this process whose batch must be all or nothing whatever its
     size (the LangGraph adapters'; the bound is the published call's, on what one request may
-    ask)."""
-    parsed = [_parse(service, i, raw) for i, raw in enumerate(items)]
+    ask). An item may also be a pipeline write, such as :func:`erase_item`'s."""
+    parsed = [
+        (raw, True) if type(raw) is RecordWrite else _parse(service, i, raw) for i, raw in enumerate(items)
+    ]
     # an op_id is claimed per state and tenant (``pipeline.op_scope``): two tenants' items may
     # share one, as two applies may; one claim twice in a commit is refused
     ids = [(pipeline.op_scope(it.state, it.subject), it.op_id) for it, _ in parsed if it.op_id is not None]
@@ -75,6 +80,13 @@ def apply_items(
             data = None if out.data is MISSING else out.data  # the body the store caches: copied when read
             results[i] = ApplyResult(True, data, out.seq, out.skipped, written=out.written, shared=True)
     return results
+
+
+def erase_item(state: str, subject: Any) -> RecordWrite:
+    """An :func:`apply_items` item that erases the record of ``subject`` (and the aliases
+    pointing at it), as ``StatesService.erase`` does, inside the batch's one transaction; an
+    absent record is left as it is."""
+    return RecordWrite(state, subject_of(subject), pipeline.erase_record)
 
 
 def _parse(service: StatesService, index: int, raw: Any) -> tuple[RecordWrite, bool]:

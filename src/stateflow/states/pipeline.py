@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from stateflow.doc.canonical import JSON
+from stateflow.doc.diff import Edit
 from stateflow.doc.ops import Op, apply_ops
 from stateflow.doc.select import MISSING
 from stateflow.errors import Conflict, InvalidInput
@@ -288,6 +289,9 @@ def run(
         catalog = [DocKey(CATALOG, s) for s in states]
         alias_keys = {s: DocKey(ALIASES, s) for s in states}
         rewritten = [k for k in catalog if redeclare and k.subject in redeclare]
+        # an erase takes the aliases pointing at its record with it: their documents are written
+        erasing = sorted({keys[i].state for i in live if items[i].transform is erase_record})
+        unaliased = [alias_keys[s] for s in erasing]
 
         def compute(
             docs: dict[DocKey, Document],
@@ -297,6 +301,7 @@ def run(
             record_keys: list[DocKey] = record_keys,
             catalog: list[DocKey] = catalog,
             alias_keys: dict[str, DocKey] = alias_keys,
+            unaliased: list[DocKey] = unaliased,
         ) -> tuple[list[Write], tuple[dict[int, Written], set[DocKey]]]:
             declarations: dict[str, dict[str, Any]] = {}
             writes: list[Write] = []
@@ -356,14 +361,22 @@ def run(
                         key, docs[key].body, new, docs[key].revision, changed=paths[key], paths=paths[key]
                     )
                 )
+            for alias_key in unaliased:
+                erased = {
+                    k.subject for k in record_keys if k.state == alias_key.subject and working[k] is MISSING
+                }
+                gone = [a for a, e in aliases_of[alias_key.subject].items() if e.get("canonical") in erased]
+                if gone:
+                    writes.append(Write(alias_key, [Edit((a,)) for a in gone], docs[alias_key].revision))
             return writes, (out, {w.key for w in writes if w.edits})
 
         try:
             commit, computed = service.store.update(
-                [*record_keys, *rewritten],
+                [*record_keys, *rewritten, *unaliased],
                 compute,
                 commit_origin,
-                shared=[k for k in catalog if k not in rewritten] + list(alias_keys.values()),
+                shared=[k for k in catalog if k not in rewritten]
+                + [k for k in alias_keys.values() if k not in unaliased],
                 claims=[(scopes[i], op) for i in live if (op := items[i].op_id) is not None],
                 optimistic=not rewritten,  # compute keeps no state between calls
             )
@@ -464,6 +477,13 @@ def run_one(service: StatesService, item: RecordWrite, origin: dict[str, Any]) -
         if commit.changed and changed:
             _committed(written, commit, key)
         return written
+
+
+def erase_record(declaration: dict[str, Any], current: JSON, origin: dict[str, Any]) -> Change:
+    """The transform of an item that erases its record, as ``StatesService.erase`` does (the
+    aliases pointing at it go in the same transaction: :func:`run` writes them); an absent
+    record is left as it is."""
+    return UNCHANGED if current is MISSING else Change(MISSING, [[]])
 
 
 def ops_transform(ops: list[Op]) -> Transform:
