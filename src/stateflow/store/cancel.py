@@ -19,7 +19,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from typing import Any, Final
 
 from stateflow.errors import CallCancelled
@@ -97,6 +97,16 @@ def cancellable(cancel: Cancel | None) -> Iterator[None]:
         yield
     finally:
         _CURRENT.reset(token)
+
+
+def running(cancel: Cancel) -> Token[Cancel | None]:
+    """:func:`cancellable` entered, for a caller on every request (no generator's context
+    manager: ~4 µs a call); left by :func:`done`."""
+    return _CURRENT.set(cancel)
+
+
+def done(token: Token[Cancel | None]) -> None:
+    _CURRENT.reset(token)
 
 
 def committed() -> None:
