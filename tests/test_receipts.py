@@ -24,6 +24,21 @@ def entries(receipt: Any) -> list[dict[str, Any]]:
     return list(receipt.state_updates["effective"])
 
 
+def test_a_lazy_write_with_nothing_to_reconcile_gets_no_state_updates(store: SqlStore) -> None:
+    m = view(store)
+    m.patch_state({"session": {"lazy": {"notes": ["n0", "n1"]}}})
+    m.context()
+    # an element edit under lazy: no hot path, the navigation's keys as shown
+    receipt = m.patch_state({"session": {"lazy": {"notes": {"[1]": "N1"}}}})
+    assert receipt.message == "State materialized atomically at session scope."
+    assert receipt.state_updates is None and receipt.changed_scopes == ["session"]
+    assert m.read_state({"path": "session.lazy.notes"}) == {"value": ["n0", "N1"]}
+    # a new top-level lazy key changes the navigation: that is reported, with no effective entry
+    receipt = m.patch_state({"session": {"lazy": {"plan": "p"}}})
+    assert receipt.state_updates is not None and receipt.state_updates["effective"] == []
+    assert receipt.state_updates["lazy_navigation"]["keys"] == {"notes": "array", "plan": "string"}
+
+
 def test_a_shared_write_by_another_session_appears_in_the_next_receipt(store: SqlStore) -> None:
     mine, other = view(store, session="mine"), view(store, session="other")
     mine.context()  # what the model of "mine" was shown

@@ -1164,7 +1164,7 @@ class MemoryView(Staging):
         self._shown = record
         shown_views.remember(self.store, self._key_shown, record, directory, self._shown_registry())
 
-    def _state_updates(self, staged: dict[str, Any], revisions: dict[str, int]) -> dict[str, Any]:
+    def _state_updates(self, staged: dict[str, Any], revisions: dict[str, int]) -> dict[str, Any] | None:
         shown = staged["shown"]
         before = shown  # (the basis's view when none was shown: built only where needed)
         after = self._hot_view(staged["new"])
@@ -1219,6 +1219,10 @@ class MemoryView(Staging):
         self._remember_shown(revisions, after, nav_after)
         if staged["cascaded"]:
             updates["cascaded"] = staged["cascaded"]
+        if not entries and len(updates) == 2:
+            # nothing to reconcile (lazy content alone, its navigation as shown): no block, as
+            # for a patch that changed nothing; the new projection id alone tells the model nothing
+            return None
         return updates
 
     # ------------------------------------------------------------------------- navigation and context
