@@ -389,9 +389,11 @@ class MemoryView(Staging):
             if len(paths) != 1:
                 raise InvalidInput("a scope patch path (scope.patches[k]) must be the only path of its read")
             # the path names a change: its value is that patch, and so is its patch projection;
-            # each projection answers under its own key ("keys" navigates the patch)
-            change = self._scope_patch(patches[0])
-            return keys_projection(change) if projection == "keys" else {projection: change}
+            # each projection answers under its own key ("keys" navigates the patch: the kinds
+            # of its values, so a value the change set as a tree is read no further than its root)
+            if projection == "keys":
+                return keys_projection(self._scope_patch(patches[0], shallow=True))
+            return {projection: self._scope_patch(patches[0])}
         value_paths = [p for p in paths if isinstance(p, ReadPath)]
         # a path into a plane is read along the path (a large plane is never read whole), a
         # patch from the changes and the values at the path; the rest (whole scopes) from the
@@ -859,7 +861,9 @@ class MemoryView(Staging):
             window.append(change)
         return window
 
-    def _scope_patch(self, path: PatchesPath) -> JSON:
+    def _scope_patch(self, path: PatchesPath, *, shallow: bool = False) -> JSON:
+        """The patch of the change ``path`` names (``shallow``: each value it sets kept as a tree
+        is an empty container of its kind — enough for its keys, see ``Store.history``)."""
         limit = self.config.history_limit
         if path.index > limit:
             raise InvalidPath(f"patch index {path.index} is out of range: use an integer from 0 to {limit}")
@@ -870,7 +874,7 @@ class MemoryView(Staging):
                 f"requested {path.scope} patch {path.index} predates the retained history "
                 f"({len(own)} {path.scope} change(s) among the view's newest {limit} transition(s))"
             )
-        [change] = self.store.history([key], limit=1, before_seq=own[path.index].seq + 1)
+        [change] = self.store.history([key], limit=1, before_seq=own[path.index].seq + 1, shallow=shallow)
         return self._out(self._project_patch(to_patch(change.edits), with_lazy=True))
 
     # ------------------------------------------------------------------------- hints

@@ -16,11 +16,12 @@ import orjson
 from stateflow.doc.canonical import JSON
 from stateflow.doc.diff import Edit, apply_edits
 from stateflow.doc.select import MISSING
-from stateflow.errors import Conflict, CorruptData, InvalidInput, NotFound
+from stateflow.errors import Conflict, CorruptData, CorruptStore, InvalidInput, NotFound
+from stateflow.store import tree
 from stateflow.store.clock import time_text
 from stateflow.store.core import StoreCore
 from stateflow.store.model import Change, DocKey, Document, Transition
-from stateflow.store.nodes import Generations, load_tree
+from stateflow.store.nodes import Generations, fetch_bodies, load_tree
 from stateflow.store.rows import (
     decode_edits,
     decode_inline,
@@ -232,11 +233,15 @@ class History(StoreCore):
         limit: int = 100,
         before_seq: int | None = None,
         members: Iterable[str] | None = None,
+        shallow: bool = False,
     ) -> list[Change]:
         """Changes of these documents, newest first (at most ``limit``, seq < ``before_seq``).
 
         ``members`` limits the edits returned to those top-level members (the others are not
-        read); every change is still listed, possibly with no edits.
+        read); every change is still listed, possibly with no edits. ``shallow``: an edit's
+        value kept as a tree (over ``plan.TREE_MIN`` bytes) comes back as an empty container of
+        its kind, read from the tree's root node alone — the edits then say what kind of value
+        each sets (what a change's ``keys`` projection needs), not what it holds.
         """
         self.check_schema()
         keys = list(keys)
@@ -278,7 +283,7 @@ class History(StoreCore):
             if len(doc_ids) > 50:
                 rows = sorted(rows, key=lambda r: (-int(r[0]), int(r[3])))[:limit]
             rows = _with_paths(tx, rows)
-            edits = self._edits(tx, ids, [(int(r[3]), int(r[4]), r[6]) for r in rows], names)
+            edits = self._edits(tx, ids, [(int(r[3]), int(r[4]), r[6]) for r in rows], names, shallow=shallow)
             return [self._change(r, ids[int(r[3])], edits) for r in rows]
 
     def _revisions_before(self, tx: Tx, tops: dict[int, int], before_seq: int) -> dict[int, int]:
@@ -341,6 +346,7 @@ class History(StoreCore):
         names: set[str] | None,
         *,
         trees: bool = True,
+        shallow: bool = False,
         stored: list[tuple[int, int, str, Any]] | None = None,
     ) -> dict[tuple[int, int], list[Edit]]:
         """The edits of each ``(doc_id, revision, inline edits or None)``: whole-document edits
@@ -366,7 +372,10 @@ class History(StoreCore):
                 out.setdefault((doc_id, revision), []).extend(edits)
         for doc_id, revision, member, raw in _apart_rows(tx, apart, names) if stored is None else stored:
             what = f"{keys.get(int(doc_id), doc_id)} change at revision {revision}"
-            resolve = functools.partial(_tree_value, tx, what) if trees else TreeRef
+            if shallow:
+                resolve: Any = functools.partial(_tree_shape, tx, what)
+            else:
+                resolve = functools.partial(_tree_value, tx, what) if trees else TreeRef
             edits = decode_edits(raw, what, resolve)
             if member == "" and names is not None:
                 edits = [restrict_edit(e, names) for e in edits]
@@ -426,6 +435,19 @@ def _with_paths(tx: Tx, rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
 def _tree_value(tx: Tx, what: str, root: bytes) -> Any:
     """An edit's value held as a tree (``[path, null, root]`` in stored edits)."""
     return load_tree(tx, root, what)
+
+
+def _tree_shape(tx: Tx, what: str, root: bytes) -> Any:
+    """An edit's value held as a tree as an empty container of its kind: only its root node
+    is read (a tree holds an object or an array, and its root says which)."""
+    try:
+        data = tree.node(root, lambda ids: fetch_bodies(tx, ids))
+        kind, _ = tree.shape(data)
+    except CorruptData as exc:
+        raise type(exc)(f"stored {what} is corrupt: {exc}") from exc
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CorruptStore(f"stored {what} is corrupt: node {root.hex()}: {exc!r}") from exc
+    return [] if kind == "array" else {}
 
 
 def newest_changes(columns: str, tops: Sequence[tuple[int, int]], limit: int) -> tuple[str, list[Any]]:

@@ -150,8 +150,10 @@ class Store(Protocol):
         limit: int = 100,
         before_seq: int | None = None,
         members: Iterable[str] | None = None,
+        shallow: bool = False,
     ) -> list[Change]:
-        """Changes of these documents, newest first."""
+        """Changes of these documents, newest first (``shallow``: an edit's value kept as a
+        tree is an empty container of its kind, read from the tree's root alone)."""
 
     def read_paths(
         self,
