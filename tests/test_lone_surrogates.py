@@ -6,13 +6,14 @@ copy's encoding; the message is the one :func:`~stateflow.doc.canonical.check` g
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import pytest
 from langgraph.store.base import PutOp
 
 from stateflow.doc.canonical import check, checked_copy, encode
-from stateflow.errors import InvalidInput, InvalidJSON
+from stateflow.errors import InvalidInput
 from stateflow.langgraph import StateflowStore
 from stateflow.states import StatesService
 from stateflow.store import SqlStore
@@ -101,13 +102,15 @@ def test_a_lone_surrogate_is_refused_by_every_record_write_naming_its_place(stor
 def test_a_lone_surrogate_in_a_langgraph_item_is_refused_and_nothing_is_written(store: SqlStore) -> None:
     items = StateflowStore(StatesService(store))
     items.put(("docs",), "a", {"text": "kept"})
-    for key, value in (("a", {"text": "x\ud800"}), ("b", {"k\udc00": 1})):
-        for batch in (
-            [PutOp(("docs",), key, value)],
-            [PutOp(("docs",), key, value), PutOp(("docs",), "c", {})],
-        ):
-            with pytest.raises(InvalidJSON):
-                items.batch(batch)
+    place = "holding a lone surrogate (\\ud800) is not Unicode text"
+    for key, value, message in (
+        ("a", {"text": "x\ud800"}, f"value.text: a string {place}"),
+        ("b", {"k\ud800": 1}, f"value: an object key {place}"),
+    ):
+        # one put (the store's encoder refuses it: named as the check names it) and a batch
+        assert refusal(partial(items.put, ("docs",), key, value)) == f"document.{message}"
+        batch = [PutOp(("docs",), key, value), PutOp(("docs",), "c", {})]
+        assert refusal(partial(items.batch, batch)) == f"ops[0]: {message}"
     found = items.get(("docs",), "a")
     assert found is not None and found.value == {"text": "kept"}
     assert items.get(("docs",), "b") is None and items.get(("docs",), "c") is None

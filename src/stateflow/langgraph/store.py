@@ -40,7 +40,7 @@ from langgraph.store.base import (
 
 from stateflow.aio import call
 from stateflow.doc.canonical import check, checked_copy
-from stateflow.errors import CorruptStore, InvalidInput
+from stateflow.errors import CorruptStore, InvalidInput, InvalidJSON
 from stateflow.langgraph.codec import NOT_PLAIN, plain, plain_edits
 from stateflow.langgraph.records import OwnsStore, Records
 from stateflow.states import StatesService
@@ -391,16 +391,22 @@ class StateflowStore(OwnsStore, BaseStore):
         # (the namespace a tuple already: ``put`` and ``batch`` made it one; the kept subject key
         # read here, without a call: a C cache's call makes an argument tuple and hashes it)
         subject = KEPT_SUBJECT_KEYS.get((op.namespace, op.key))
-        self.records.write(
-            ITEM,
-            subject_key(op.namespace, op.key) if subject is None else subject,
-            functools.partial(_owned, op, now),
-            origin=origin,
-            context=self.context,
-            action="replace",
-            general=self._put_general,
-            args=(op, now, origin),
-        )
+        try:
+            self.records.write(
+                ITEM,
+                subject_key(op.namespace, op.key) if subject is None else subject,
+                functools.partial(_owned, op, now),
+                origin=origin,
+                context=self.context,
+                action="replace",
+                general=self._put_general,
+                args=(op, now, origin),
+            )
+        except InvalidJSON:
+            # the codec's copy leaves a lone surrogate to the store's encoder, which refuses it
+            # unnamed: named here as the check names it (what else it refused, re-raised)
+            checked_copy(_document(op, now, None), "document")
+            raise
 
     def _put_general(self, op: PutOp, now: datetime | None, origin: WriteOrigin) -> None:
         """An item written with the same checks and audit row as ``replace`` (no record view
