@@ -196,6 +196,18 @@ def _key_of(thread_id: str, ns: str, checkpoint_id: str) -> str:
     return f"{_thread_part(thread_id, ns)}/{invert(checkpoint_id)}"
 
 
+_PAGE: Final = 200
+"""Records a thread's maintenance reads at a time."""
+
+
+def _delta_pending(metadata: Any) -> bool:
+    """Whether a checkpoint's metadata says a ``DeltaChannel`` of it is rebuilt from its
+    ancestors' writes (updates since its last snapshot; ``delta_writes_versioned``: LangGraph.js)."""
+    return type(metadata) is dict and bool(
+        metadata.get("counters_since_delta_snapshot") or metadata.get("delta_writes_versioned")
+    )
+
+
 _HELD_KEPT = 256
 """Checkpoints whose channel values are kept in memory (the holders of later checkpoints'
 unchanged channels)."""
@@ -658,6 +670,14 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
     def _thread_keys(self, thread_id: str) -> builtins.list[str]:
         return [self.records.key_of(k) for k in self.records.scan(CHECKPOINT, f"{part(thread_id)}/")]
 
+    def _bodies(self, kind: str, keys: Sequence[str]) -> Iterator[tuple[str, dict[str, Any] | None]]:
+        """The records of ``kind`` under ``keys``, in order, read a page at a time."""
+        for start in range(0, len(keys), _PAGE):
+            page = keys[start : start + _PAGE]
+            docs = self.records.store.read([self.records.doc_key(kind, k) for k in page])
+            for key in page:
+                yield key, docs[self.records.doc_key(kind, key)].body
+
     def _erase(self, keys: Sequence[str]) -> None:
         """Erase checkpoints and their writes (their audit trail stays), all in one transaction:
         a call cut short erases none of them (a record already absent is left as it is)."""
@@ -676,9 +696,9 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
 
     def _materialize(self, keys: Sequence[str], dropped: set[tuple[str, str, str]]) -> None:
         """Rewrite the kept checkpoints whose values live in checkpoints about to go, with
-        every value inline."""
-        for key in keys:
-            doc = self.records.store.get(self.records.doc_key(CHECKPOINT, key)).body
+        every value inline (in one transaction)."""
+        items = []
+        for key, doc in builtins.list(self._bodies(CHECKPOINT, keys)):
             if doc is None:
                 continue
             names = _config(doc)
@@ -688,14 +708,53 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
             tup = next(iter(self._tuples([key])))
             values = tup.checkpoint["channel_values"]
             inline = {"channel_values": {c: self.codec.encode(v) for c, v in values.items()}, "sources": {}}
-            rewritten = {**doc, "saved": {**doc["saved"], **inline}} if "saved" in doc else {**doc, **inline}
-            self.states.replace(
-                self.records.state,
-                self.records.subject(CHECKPOINT, key),
-                rewritten,
-                origin={"consumer": "langgraph"},
-                context=self.context,
+            rewritten = {"saved": {**doc["saved"], **inline}} if "saved" in doc else inline
+            items.append(
+                {
+                    "state": self.records.state,
+                    "subject": self.records.subject(CHECKPOINT, key),
+                    "ops": [{"op": "set", "path": [k], "value": v} for k, v in rewritten.items()],
+                }
             )
+        if items:
+            apply_items(self.states, items, origin={"consumer": "langgraph"}, context=self.context)
+
+    def _trim(self, docs: dict[str, dict[str, Any]], gone: set[str]) -> None:
+        """Erase the checkpoints ``gone`` of those in ``docs`` (by key), the others kept whole:
+        first the kept ones whose values live in one going are rewritten with their values
+        inline (one transaction), then the others are erased (one more): cut short between
+        the two, the thread reads whole, as it was.
+
+        Refused, ``NotImplementedError`` as LangGraph's ``PostgresSaver.prune`` refuses, nothing
+        written, where a kept checkpoint has a ``DeltaChannel`` value still to be rebuilt from
+        the writes of an ancestor going: such a channel keeps only a sentinel in a checkpoint
+        (a value of its own only every ``snapshot_frequency`` updates) and LangGraph replays
+        the ancestors' pending writes to rebuild it; the saver cannot, it has no reducer."""
+        parent = {}
+        for key, doc in docs.items():
+            names = _config(doc)
+            parent[key] = names.get("parent_checkpoint_id")
+        severed = []
+        for key in docs:
+            if key in gone or not _delta_pending(self.codec.decode(_saved(docs[key])["metadata"])):
+                continue
+            thread_id, ns, _ = self._split(key)
+            at = parent[key]
+            while at:  # its ancestors: any going?
+                above = self._key(thread_id, ns, at)
+                if above in gone:
+                    severed.append(thread_id)
+                    break
+                at = parent.get(above)
+        if severed:
+            raise NotImplementedError(
+                "the saver cannot trim checkpoints a kept one's DeltaChannel is rebuilt from "
+                f"(threads {sorted(set(severed))}): delete the thread, or prune it with "
+                'strategy="delete"'
+            )
+        kept = [k for k in docs if k not in gone]
+        self._materialize(kept, {self._split(k) for k in gone})
+        self._erase([k for k in docs if k in gone])
 
     def delete_thread(self, thread_id: str) -> None:
         self._erase(self._thread_keys(str(thread_id)))
@@ -704,36 +763,28 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         wanted = {str(r) for r in run_ids}
         if not wanted:
             return
-
-        gone: list[str] = []
-        kept: list[str] = []
+        docs: dict[str, dict[str, Any]] = {}
+        gone: set[str] = set()
         keys = [self.records.key_of(k) for k in self.records.scan(CHECKPOINT, "")]
-        for start in range(0, len(keys), 200):
-            page = keys[start : start + 200]
-            docs = self.records.store.read(
-                [self.records.doc_key(CHECKPOINT, k) for k in page], ["saved", "config", "run_id"]
-            )
-            for key in page:
-                body = docs[self.records.doc_key(CHECKPOINT, key)].body
-                if body is not None:
-                    (gone if _config(body).get("run_id") in wanted else kept).append(key)
+        for key, body in self._bodies(CHECKPOINT, keys):
+            if body is not None:
+                docs[key] = body
+                if _config(body).get("run_id") in wanted:
+                    gone.add(key)
         if gone:
-            self._materialize(kept, {self._split(k) for k in gone})
-            self._erase(gone)
+            self._trim(docs, gone)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Every checkpoint of the thread and its pending writes, under the target thread, in one
+        transaction: a copy cut short leaves no target thread at all, never part of one."""
         source, target = str(source_thread_id), str(target_thread_id)
         items = []
-        for key in self._thread_keys(source):
-            _, ns, checkpoint_id = self._split(key)
-            new_key = self._key(target, ns, checkpoint_id)
-            docs = self.records.store.read(
-                [self.records.doc_key(CHECKPOINT, key), self.records.doc_key(WRITES, key)]
-            )
-            for kind in (CHECKPOINT, WRITES):
-                body = docs[self.records.doc_key(kind, key)].body
+        keys = self._thread_keys(source)
+        for kind in (CHECKPOINT, WRITES):
+            for key, body in self._bodies(kind, keys):
                 if body is None:
                     continue
+                _, ns, checkpoint_id = self._split(key)
                 if "config" in body:
                     copied = {**body, "config": {**body["config"], "thread_id": target}}
                 elif type(saved := body.get("saved")) is dict and "config" in saved:
@@ -745,7 +796,7 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
                 items.append(
                     {
                         "state": self.records.state,
-                        "subject": self.records.subject(kind, new_key),
+                        "subject": self.records.subject(kind, self._key(target, ns, checkpoint_id)),
                         "ops": [{"op": "set", "path": [k], "value": v} for k, v in copied.items()],
                     }
                 )
@@ -765,11 +816,10 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
             newest: dict[str, str] = {}
             for key in keys:  # newest first within each namespace
                 newest.setdefault(key.rsplit("/", 1)[0], key)
-            kept = list(newest.values())
-            gone = [k for k in keys if k not in set(kept)]
+            gone = set(keys) - set(newest.values())
             if gone:
-                self._materialize(kept, {self._split(k) for k in gone})
-                self._erase(gone)
+                docs = {k: body for k, body in self._bodies(CHECKPOINT, keys) if body is not None}
+                self._trim(docs, gone)
 
     def get_next_version(self, current: str | int | None, channel: None) -> str:
         # the format of LangGraph's own savers: a zero-padded counter, then a random tail

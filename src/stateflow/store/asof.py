@@ -23,7 +23,7 @@ from functools import lru_cache
 from typing import Any
 
 from stateflow.store.model import DocKey
-from stateflow.store.rows import DocRow
+from stateflow.store.rows import DocRow, any_of
 
 # The statement's rows: (kind, doc_id, a, b, c, name, subject, body, root), by kind:
 #   DOC       a document: revision, present, updated_seq; name: its state, subject
@@ -52,8 +52,8 @@ pooled connection)."""
 
 @lru_cache(maxsize=64)
 def _sql(keys: int, wanted: int, names: int) -> str:
-    every = " OR ".join(["(d.state = ? AND d.subject = ?)"] * keys)  # as ``rows.key_filter``
-    some = " OR ".join(["(d.state = ? AND d.subject = ?)"] * wanted)
+    every = any_of("(d.state = ? AND d.subject = ?)", keys)  # as ``rows.key_filter``
+    some = any_of("(d.state = ? AND d.subject = ?)", wanted)
     named = ",".join("?" * names)
     chain = "x.doc_id = q.doc_id AND x.revision > coalesce(q.snap, 0) AND x.revision <= q.rev"
     blob = "CAST(NULL AS BYTEA)"  # typed: a UNION's NULL column is text on PostgreSQL otherwise
@@ -97,7 +97,7 @@ def _sql(keys: int, wanted: int, names: int) -> str:
 
 @lru_cache(maxsize=64)
 def _now_sql(keys: int, names: int) -> str:
-    every = " OR ".join(["(d.state = ? AND d.subject = ?)"] * keys)  # as ``rows.key_filter``
+    every = any_of("(d.state = ? AND d.subject = ?)", keys)  # as ``rows.key_filter``
     named = ",".join("?" * names)
     blob = "CAST(NULL AS BYTEA)"
     return (

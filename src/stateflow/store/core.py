@@ -32,6 +32,9 @@ R = TypeVar("R")
 
 KNOWN_ROWS_MAX: Final = 100_000
 """Document rows remembered as last read or written here, at most."""
+ROWS_PER_QUERY: Final = 4096
+"""Documents one statement reads the rows (or member heads) of, at most: two parameters a key,
+within SQLite's 32,766 (a read of more keys takes a statement per part, in one transaction)."""
 
 
 class StoreCore(Backend):
@@ -252,7 +255,13 @@ class StoreCore(Backend):
         """The rows of several documents in one query."""
         if not keys:
             return {}
-        return rows_by_key(tx.all(*self._rows_query(keys)))
+        if len(keys) <= ROWS_PER_QUERY:
+            return rows_by_key(tx.all(*self._rows_query(keys)))
+        # past a statement's parameters (SQLite takes 32,766): a query per part, one snapshot
+        rows: dict[DocKey, DocRow] = {}
+        for start in range(0, len(keys), ROWS_PER_QUERY):
+            rows.update(rows_by_key(tx.all(*self._rows_query(keys[start : start + ROWS_PER_QUERY]))))
+        return rows
 
     @staticmethod
     def _rows_query(keys: Sequence[DocKey], suffix: str = "") -> tuple[str, list[str]]:
@@ -315,11 +324,15 @@ class StoreCore(Backend):
         if unknown:
             ids = list(unknown)
             read: dict[int, dict[str, MemberHead]] = {doc_id: {} for doc_id in ids}
-            for h in tx.all(
-                "SELECT doc_id, name, position, revision, size, outline FROM members "
-                f"WHERE doc_id IN ({','.join('?' * len(ids))}) ORDER BY doc_id, position",
-                ids,
-            ):
+            heads = []
+            for start in range(0, len(ids), ROWS_PER_QUERY):  # (a statement's parameters: bounded)
+                chunk = ids[start : start + ROWS_PER_QUERY]
+                heads += tx.all(
+                    "SELECT doc_id, name, position, revision, size, outline FROM members "
+                    f"WHERE doc_id IN ({','.join('?' * len(chunk))}) ORDER BY doc_id, position",
+                    chunk,
+                )
+            for h in heads:
                 read[int(h[0])][h[1]] = (
                     int(h[0]),
                     h[1],

@@ -8,7 +8,7 @@ from typing import Any, Final
 
 from stateflow.errors import Conflict
 from stateflow.store.model import DocKey
-from stateflow.store.rows import DocRow
+from stateflow.store.rows import DocRow, any_of, joined
 
 
 class OpIdTaken(Conflict):
@@ -71,12 +71,12 @@ def checked_transition(changed: bool, shape: str, claims: int) -> str:
     identity, not by hashing and comparing a new text of a few hundred characters)."""
     parts = [_AT_ROW if part == "r" else _NO_ROW for part in shape]
     parts += [_UNCLAIMED] * claims
-    check = " AND ".join(parts) or "1 = 1"
+    check = joined(parts, "AND") or "1 = 1"
     if changed:
         return f"INSERT INTO transitions (at, origin, changed) SELECT ?, ?, ? WHERE {check}"
     return f"INSERT INTO transitions (at, origin) SELECT ?, ? WHERE {check}"
 
 
 def claims_query(claims: Sequence[tuple[str, str]]) -> tuple[str, list[str]]:
-    where = " OR ".join(["(scope = ? AND op_id = ?)"] * len(claims))
+    where = any_of("(scope = ? AND op_id = ?)", len(claims))
     return f"SELECT scope, op_id FROM applied_ops WHERE {where}", [v for pair in claims for v in pair]

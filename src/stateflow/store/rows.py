@@ -76,7 +76,29 @@ def key_filter(keys: Sequence[DocKey]) -> tuple[str, list[str]]:
 
 @lru_cache(maxsize=64)
 def _key_where(count: int) -> str:
-    return " OR ".join(["(d.state = ? AND d.subject = ?)"] * count)
+    return any_of("(d.state = ? AND d.subject = ?)", count)
+
+
+FLAT_MAX: Final = 64
+"""Terms ``any_of`` joins in one flat ``OR`` chain: the statements of everyday reads and writes
+(a few keys) stay as they always were."""
+
+
+def any_of(term: str, count: int) -> str:
+    """``term OR term OR …`` (``count`` times): :func:`joined`."""
+    return joined([term] * count, "OR")
+
+
+def joined(terms: Sequence[str], op: str) -> str:
+    """``terms`` joined by ``op`` (``OR``, ``AND``), nested as a balanced tree past
+    ``FLAT_MAX`` of them: SQLite parses a flat chain as a tree as deep as it is long and
+    refuses one deeper than 1000 ("Expression tree is too large"), so a statement naming a
+    thousand documents failed; a balanced tree is as deep as the count's logarithm. (Both
+    databases flatten nested ORs and ANDs again when they plan: the plan is the flat chain's.)"""
+    if len(terms) <= FLAT_MAX:
+        return f" {op} ".join(terms)
+    half = len(terms) // 2
+    return f"({joined(terms[:half], op)}) {op} ({joined(terms[half:], op)})"
 
 
 def rows_by_key(rows: list[tuple[Any, ...]]) -> dict[DocKey, DocRow]:

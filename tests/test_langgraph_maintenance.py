@@ -1,0 +1,159 @@
+"""``StateflowSaver``'s thread maintenance — prune, delete_for_runs, delete_thread, copy_thread —
+on threads of a thousand checkpoints and more, each in one transaction, and around LangGraph's
+``DeltaChannel``; on both backends."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, TypedDict
+
+import pytest
+from langgraph.channels import DeltaChannel
+from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
+from langgraph.graph import END, START, StateGraph
+from langgraph.store.base import GetOp, Item, PutOp
+
+from stateflow.langgraph import StateflowSaver, StateflowStore
+from stateflow.states import StatesService
+from stateflow.store import open_store
+
+
+def _thread(saver: StateflowSaver, thread: str, count: int, run_id: str = "run-1") -> Any:
+    """``count`` checkpoints of one thread: channel ``a`` written by the first only (the others
+    keep it in that one's record), ``n`` by each; returns the newest's config."""
+    head: Any = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+    for n in range(count):
+        checkpoint = generate_checkpoint(
+            channel_values={"a": "first", "n": n}, channel_versions={"a": 1, "n": n + 1}
+        )
+        new: dict[str, str | int | float] = {"a": 1, "n": n + 1} if n == 0 else {"n": n + 1}
+        head = saver.put(head, checkpoint, generate_metadata(step=n, run_id=run_id), new)
+    return head
+
+
+def _seqs(
+    states: StatesService, saver: StateflowSaver, keys: list[str], kind: str = "checkpoint"
+) -> set[int]:
+    """The seqs of the newest audit rows of these records."""
+    return {
+        states.writes(saver.records.state, saver.records.subject(kind, key), limit=1)["items"][0]["seq"]
+        for key in keys
+    }
+
+
+def test_a_thread_of_1100_checkpoints_copies_prunes_and_deletes_from_a_fresh_saver(backend: str) -> None:
+    """Every read and erase of a thread's records names them all: on SQLite a statement naming
+    a thousand documents was refused ("Expression tree is too large"), nothing pruned."""
+    store = open_store(backend, auto_migrate=True)
+    try:
+        _thread(StateflowSaver(StatesService(store)), "A", 1100)
+    finally:
+        store.close()
+    store = open_store(backend, auto_migrate=True)  # a maintenance job: nothing cached
+    try:
+        states = StatesService(store)
+        saver = StateflowSaver(states)
+        saver.copy_thread("A", "B")
+        saver.prune(["A"])
+        kept = list(saver.list({"configurable": {"thread_id": "A"}}))
+        assert len(kept) == 1 and kept[0].checkpoint["channel_values"] == {"a": "first", "n": 1099}
+        copied = list(saver.list({"configurable": {"thread_id": "B"}}))
+        assert len(copied) == 1100 and copied[-1].checkpoint["channel_values"] == {"a": "first", "n": 0}
+        keys = [saver._key("B", "", t.config["configurable"]["checkpoint_id"]) for t in copied]
+        saver.delete_thread("B")
+        assert list(saver.list({"configurable": {"thread_id": "B"}})) == []
+        assert len(_seqs(states, saver, keys)) == 1  # one transaction erased them all
+    finally:
+        store.close()
+
+
+def test_a_store_batch_of_1100_puts_and_gets(backend: str) -> None:
+    """A batch's puts are one transaction whatever their number; its gets one read."""
+    store = StateflowStore.open(backend)
+    try:
+        store.batch([PutOp(("ns",), f"k{i}", {"i": i}) for i in range(1100)])
+        assert len(store.search(("ns",), limit=5000)) == 1100
+    finally:
+        store.close()
+    store = StateflowStore.open(backend)
+    try:
+        found = store.batch([GetOp(("ns",), f"k{i}") for i in range(1100)])
+        assert [item.value["i"] for item in found if isinstance(item, Item)] == list(range(1100))
+    finally:
+        store.close()
+
+
+def test_delete_thread_prune_and_copy_are_each_one_transaction(backend: str) -> None:
+    """A maintenance call killed partway leaves the thread as it was or done with: a delete
+    erases every record in one transaction (it erased one a transaction, newest first, and a
+    delete cut short left the thread at an older checkpoint), a copy writes the whole target in
+    one (a copy cut short left newest checkpoints keeping channels in ones not copied yet), a
+    prune rewrites the kept checkpoint in one and erases the others in one more."""
+    store = open_store(backend, auto_migrate=True)
+    try:
+        states = StatesService(store)
+        saver = StateflowSaver(states)
+        head = _thread(saver, "t", 250)
+        saver.put_writes(head, [("n", 7)], "task-1")
+        keys = [
+            saver._key("t", "", c.config["configurable"]["checkpoint_id"])
+            for c in saver.list({"configurable": {"thread_id": "t"}})
+        ]
+        saver.copy_thread("t", "u")
+        copied = [k.replace("t/", "u/", 1) for k in keys]
+        assert len(_seqs(states, saver, copied)) == 1
+        assert _seqs(states, saver, copied[:1], "writes") == _seqs(states, saver, copied)
+        target = saver.get_tuple({"configurable": {"thread_id": "u"}})
+        assert target is not None and target.checkpoint["channel_values"] == {"a": "first", "n": 249}
+        assert target.pending_writes == [("task-1", "n", 7)]
+        saver.prune(["u"])
+        pruned = saver.get_tuple({"configurable": {"thread_id": "u"}})
+        assert pruned is not None and pruned.checkpoint["channel_values"] == {"a": "first", "n": 249}
+        assert len(_seqs(states, saver, copied[1:])) == 1
+        saver.delete_thread("t")
+        assert saver.get_tuple({"configurable": {"thread_id": "t"}}) is None
+        assert len(_seqs(states, saver, keys) | _seqs(states, saver, keys[:1], "writes")) == 1
+    finally:
+        store.close()
+
+
+def _append(state: list[Any] | None, writes: list[list[Any]]) -> list[Any]:
+    out = list(state or [])
+    for w in writes:
+        out.extend(w)
+    return out
+
+
+class _Logged(TypedDict):
+    log: Annotated[list[Any], DeltaChannel(_append)]
+    n: int
+
+
+def test_a_deltachannel_thread_is_refused_by_prune_and_delete_for_runs(backend: str) -> None:
+    """A ``DeltaChannel`` keeps only a sentinel in most checkpoints and LangGraph rebuilds it
+    from the ancestors' writes: trimming those ancestors emptied it silently. The saver refuses,
+    as LangGraph's PostgresSaver refuses keep_latest on such threads, and writes nothing; the
+    thread can still be deleted whole."""
+    saver = StateflowSaver.open(backend)
+    try:
+        graph = (
+            StateGraph(_Logged)
+            .add_node("step", lambda s: {"log": [s["n"]], "n": s["n"] + 1})
+            .add_edge(START, "step")
+            .add_conditional_edges("step", lambda s: END if s["n"] >= 5 else "step")
+            .compile(checkpointer=saver)
+        )
+        config: Any = {"configurable": {"thread_id": "t"}}
+        graph.invoke({"log": [], "n": 0}, {"configurable": {"thread_id": "t", "run_id": "run-1"}})
+        graph.invoke({"log": [], "n": 3}, {"configurable": {"thread_id": "t", "run_id": "run-2"}})
+        whole = graph.get_state(config).values
+        assert whole == {"log": [0, 1, 2, 3, 4, 3, 4], "n": 5}
+        count = len(list(saver.list(config)))
+        with pytest.raises(NotImplementedError, match="DeltaChannel"):
+            saver.prune(["t"])
+        with pytest.raises(NotImplementedError, match="DeltaChannel"):
+            saver.delete_for_runs(["run-1"])
+        assert graph.get_state(config).values == whole and len(list(saver.list(config))) == count
+        saver.prune(["t"], strategy="delete")
+        assert list(saver.list(config)) == []
+    finally:
+        saver.close()
