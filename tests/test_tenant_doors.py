@@ -4,6 +4,7 @@ requests, CORS and the messages of refusals — through the real CLI, HTTP app a
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +17,8 @@ from fastapi.testclient import TestClient
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
+from stateflow.api import connect
+from stateflow.errors import InvalidInput
 from stateflow.http.app import create_app
 from stateflow.http.auth import TokenSet, parse_token
 from stateflow.states import StatesService
@@ -23,7 +26,7 @@ from stateflow.store import DocKey, SqlStore, Write, open_store
 from stateflow.subjects import Subject
 from tests.http_api import ADMIN, ALICE, Api, tenant_api
 
-from .test_mcp import FULL, served  # noqa: F401 (the served fixture)
+from .test_mcp import FULL, http_client, served  # noqa: F401 (the served fixture)
 
 DECL: dict[str, Any] = {
     "schema": {"type": "object", "properties": {"paid": {"type": "boolean"}, "n": {"type": "integer"}}},
@@ -159,6 +162,51 @@ def test_mcp_http_cwd_is_utf8_and_a_long_one_is_refused(served: str) -> None:  #
     answer, keys = _http_patch_and_keys(served, "/" + "b" * 600)
     assert answer.startswith("error error[invalid-input]: the working directory is 601 characters"), answer
     assert keys == ["/tmp/projé"]
+
+
+def test_an_empty_agent_session_or_scopes_list_is_refused_at_every_door(
+    served: str,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    refusals = {
+        "agent": "agent name '' must be 1-128 characters",
+        "session": "session id '' must be 1-256 characters",
+        "scopes": "scopes must be a non-empty subset of global, cwd, session (got [''])",
+    }
+    patch = {"session": {"tactics": {"who": "empty"}}}
+
+    async def over_http() -> list[str]:
+        answers = []
+        for name in refusals:
+            identity = {"agent": "eve", "session": "s", "cwd": "/tmp", name: ""}
+            async with http_client(served, FULL, **identity) as client:
+                result = await client.call_tool("patch_state", patch)
+                answers.append(("error " if result.is_error else "ok ") + result.content[0].text)  # type: ignore[union-attr]
+            async with http_client(served, FULL, agent="default", session="default") as client:
+                result = await client.call_tool("read_state", {"path": "tactics"})
+                assert result.content[0].text == '{"value":null}'  # type: ignore[union-attr]
+        return answers
+
+    for answer, message in zip(anyio.run(over_http), refusals.values(), strict=True):
+        assert answer.startswith("error error[invalid-input]: " + message), answer
+    db = str(tmp_path / "s.db")
+    for name, message in refusals.items():
+        args = {"agent": "eve", "session": "s", "scopes": "global,session", name: ""}
+        options = [x for k, v in args.items() for x in (f"--{k}", v)]
+        done = subprocess.run(
+            ["stateflow", "--store", db, "tool", "patch_state", json.dumps(patch), *options],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "STATEFLOW_SESSION": "zz"},  # an empty --session is not a fallback to it
+        )
+        assert done.returncode == 1 and done.stderr.startswith("error[invalid-input]: " + message), (
+            done.stderr
+        )
+    with connect(db) as sf_:
+        for name in ("agent", "session"):
+            with pytest.raises(InvalidInput, match=refusals[name]):
+                sf_.memory(cwd="/tmp", **{name: ""})
 
 
 # ------------------------------------------------------------------ 2. op_id is a tenant's own

@@ -436,7 +436,7 @@ class AsyncStateflow:
         scopes: Sequence[str] = SCOPES,
         **config: Any,
     ) -> AsyncMemoryView:
-        identity = Identity.of(agent, cwd, session or self.session)
+        identity = Identity.of(agent, cwd, self.session if session is None else session)
         view = MemoryView(self.store.sync, identity, scopes, MemoryConfig(**config))
         return AsyncMemoryView(view)
 
@@ -464,7 +464,9 @@ async def connect(store: StoreLocation | None = None, *, session: str | None = N
     location = store or os.environ.get(STORE_ENV) or None
     opened = await open_store_async(location)
     try:
-        return await AsyncStateflow.on(opened, session=session or os.environ.get(SESSION_ENV) or None)
+        return await AsyncStateflow.on(
+            opened, session=session if session is not None else os.environ.get(SESSION_ENV) or None
+        )
     except BaseException:
         await close(opened)
         raise

@@ -83,7 +83,7 @@ class Stateflow:
         **config: Any,
     ) -> MemoryView:
         """A memory view: ``read_state``, ``patch_state``, ``context()``, ``record_response()``."""
-        identity = Identity.of(agent, cwd, session or self.session)
+        identity = Identity.of(agent, cwd, self.session if session is None else session)
         return MemoryView(self.store, identity, scopes, MemoryConfig(**config))
 
     def states(self) -> StatesService:
@@ -115,4 +115,8 @@ def connect(
     ``default``. The environment is read here, once."""
     config = config or Config()
     location = store or config.store.url or os.environ.get(STORE_ENV) or None
-    return Stateflow(open_store(location), config, session=session or os.environ.get(SESSION_ENV) or None)
+    return Stateflow(
+        open_store(location),
+        config,
+        session=session if session is not None else os.environ.get(SESSION_ENV) or None,
+    )

@@ -70,8 +70,11 @@ def identity_of(request: Request) -> tuple[Identity, tuple[str, ...]]:
     if cwd is not None and not cwd.startswith("/"):
         raise InvalidInput(f"{CWD_HEADER} must be an absolute path")
     wanted = header(request, SCOPES_HEADER)
+    # (an empty header is a list of no scopes, refused as `--scopes ""` is: not "all of them")
     scopes = (
-        parse_scopes(wanted) if wanted else (("global", "cwd", "session") if cwd else ("global", "session"))
+        parse_scopes(wanted)
+        if wanted is not None
+        else (("global", "cwd", "session") if cwd else ("global", "session"))
     )
     if "cwd" in scopes and cwd is None:
         raise InvalidInput(f"the cwd scope needs the {CWD_HEADER} header")

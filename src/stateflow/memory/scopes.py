@@ -51,12 +51,14 @@ class Identity:
         """Validate and normalize an identity a client claims about its own machine (the MCP HTTP
         headers): the cwd must be absolute and is normalized by its text alone (``.``, ``..`` and
         repeated slashes collapsed), never looked up here — it names no file of this machine."""
-        agent = agent or DEFAULT_AGENT
+        # an empty name is refused, not taken for the default: `--agent "$AGENT"` with the
+        # variable unset must not write into the default agent's memory
+        agent = DEFAULT_AGENT if agent is None else agent
         if not _AGENT_RE.match(agent):
             raise InvalidInput(
                 f"agent name {agent!r} must be 1-128 characters of letters, digits, '.', '_' or '-'"
             )
-        session = session or DEFAULT_SESSION  # $STATEFLOW_SESSION is read by the edges
+        session = DEFAULT_SESSION if session is None else session  # $STATEFLOW_SESSION: read by the edges
         if not _SESSION_RE.match(session):
             raise InvalidInput(
                 f"session id {session!r} must be 1-256 characters of letters, digits, '.', '_', ':' "
