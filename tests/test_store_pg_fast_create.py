@@ -117,8 +117,9 @@ def test_a_key_created_meanwhile_writes_nothing_and_the_write_lands_by_the_locke
         with store._read_tx() as tx:
             ((seq_before,),) = tx.all("SELECT COALESCE(MAX(seq), 0) FROM transitions")
         store.update(keys, _creating(keys, [{"by": "store"}] * created), {"by": "test"}, optimistic=True)
-        # one key: its insert found it, None; several: their check before the seq lock failed
-        assert tried == [None]
+        # one key: its insert failed on the key's constraint (the caller's None); several: their
+        # check before the seq lock failed, None
+        assert tried == [None if created > 1 else pg_fast.KEY_TAKEN[0]]
         if created > 1:  # no seq taken for nothing
             with store._read_tx() as tx:
                 seqs = [
@@ -337,8 +338,9 @@ def test_a_key_committed_while_the_statement_waits_for_the_seq_lock_writes_nothi
     pg_schema_url: str, monkeypatch: pytest.MonkeyPatch, created: int
 ) -> None:
     # The statement's checks pass, then it waits for the seq lock; meanwhile another writer
-    # creates the (last) key's row and commits. The insert finds it: one key, nothing written
-    # (None); some of several, the error on purpose, the rows inserted rolled back. The write
+    # creates the (last) key's row and commits. The insert finds it: one key, its insert fails on
+    # the key's constraint; some of several, the error on purpose, the rows inserted rolled back;
+    # nothing written either way (the caller's None). The write
     # lands by the locked path either way.
     store = _open(pg_schema_url)
     keys = [DocKey("notes", f"late{n}") for n in range(created)]
@@ -378,7 +380,7 @@ def test_a_key_committed_while_the_statement_waits_for_the_seq_lock_writes_nothi
                 )
             writing.join()
         assert not errors
-        assert answers[0] == (None if created == 1 else pg_fast.TAKEN_MEANWHILE), answers
+        assert answers[0] == (pg_fast.KEY_TAKEN[0] if created == 1 else pg_fast.TAKEN_MEANWHILE), answers
         for key in keys:
             doc = store.get(key)
             assert doc.body == {"by": "store"} and doc.revision == 1

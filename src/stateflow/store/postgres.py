@@ -67,6 +67,7 @@ from stateflow.store.model import DocKey, Document, made_document
 from stateflow.store.open import display_location
 from stateflow.store.pg_fast import (
     FENCE_MARK,
+    KEY_TAKEN,
     LOCK_NOT_AVAILABLE,
     TAKEN_MEANWHILE,
     FastCommit,
@@ -835,7 +836,7 @@ class PostgresStore(SqlStore):
             # by another writer, or some of its keys created meanwhile (``pg_fast``)
             if exc.sqlstate in (_CLAIMED_MEANWHILE, _DEADLOCK, _SERIALIZATION):
                 return None
-            if isinstance(params, FastCommit) and params.shape[3] and exc.sqlstate in _CREATING_GAVE_UP:
+            if isinstance(params, FastCommit) and params.shape[3] and _creating_gave_up(exc):
                 return None
             with _mapped_errors(self.url):
                 raise
@@ -1352,6 +1353,14 @@ _CLAIMED_MEANWHILE: Final = "SF409"
 _DEADLOCK: Final = "40P01"
 _SERIALIZATION: Final = "40001"
 _CREATING_GAVE_UP: Final = (LOCK_NOT_AVAILABLE, TAKEN_MEANWHILE)
+
+
+def _creating_gave_up(exc: psycopg.Error) -> bool:
+    """A creating statement (``pg_fast``) that wrote nothing because a new key was held or taken
+    by another writer: the locked path decides."""
+    if exc.sqlstate in _CREATING_GAVE_UP:
+        return True
+    return (exc.sqlstate, exc.diag.constraint_name) == KEY_TAKEN
 
 
 def _answer(member: Member[_Planned, int], send: Callable[[], int | None]) -> None:
