@@ -159,6 +159,20 @@ def test_edit_checks_csrf_and_schema_and_writes_only_valid_documents(
     )
     assert r.status_code == 422
     assert 'id="edit-error"' in r.text and "lost" in r.text
+    # a refused value's bidi control is shown as its marked escape, not drawn (it reversed the
+    # rest of the message)
+    r = client.post(
+        "/studio/states/tickets/record/edit",
+        data={
+            **EDITED,
+            "revision": at,
+            "document": '{"title": "x", "status": "\\u202elost"}',
+            "csrf": csrf_of(page.text),
+        },
+    )
+    alert = re.search(r'id="edit-error">(.*?)</div>', r.text, re.S)
+    assert r.status_code == 422 and alert is not None
+    assert "\u202e" not in alert[1] and '<span class="esc" title="U+202E">\\u202e</span>lost' in alert[1]
     r = client.post(
         "/studio/states/tickets/record/edit",
         data={**EDITED, "revision": at, "document": "{not json", "csrf": csrf_of(page.text)},
