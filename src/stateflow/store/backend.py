@@ -76,6 +76,14 @@ class Backend(abc.ABC):
     ``position``): a key's lookup in a large object then asks the database which leaves hold
     it instead of reading them all (``tree.Scan``); None: every leaf is read and searched here."""
 
+    member_pairs_sql: ClassVar[str | None] = None
+    """One statement reading a document's ``snapshot_members`` rows ``(name, revision, body,
+    root)`` for any number of ``(name, revision)`` pairs, given as two arrays (names, revisions)
+    then the doc_id (PostgreSQL: ``unnest``); None: a list of pairs a few hundred a statement,
+    each pair a key lookup (``history.snapshot_member_rows``). Whatever the plan of one
+    statement, it reads the document's rows at most once: PostgreSQL, seeing a new document's
+    statistics, joined each list of pairs to all of them (n² for a snapshot of n members)."""
+
     times_as_micros: ClassVar[bool] = False
     """Whether ``transitions.at`` holds microseconds since the epoch (SQLite since schema 8: 8
     bytes a row instead of the clock's 27-byte text); readers see the text either way

@@ -203,20 +203,14 @@ class History(StoreCore):
         wanted = [(n, r) for n, r in directory_of(directory, key, start) if names is None or n in names]
         found: dict[tuple[str, int], Any] = {} if reuse is None else reuse.members
         unread = [pair for pair in wanted if pair not in found]
-        for first in range(0, len(unread), 200):  # bounded statement size
-            part = unread[first : first + 200]
-            where = " OR ".join(["(name = ? AND revision = ?)"] * len(part))
-            for name, revision, raw, root in tx.all(
-                f"SELECT name, revision, body, root FROM snapshot_members WHERE doc_id = ? AND ({where})",
-                [doc_id, *(v for pair in part for v in pair)],
-            ):
-                named = f"{what} member {name!r}"
-                value = (
-                    decode_stored(raw, named)
-                    if root is None
-                    else load_tree(tx, bytes(root), named, None if reuse is None else reuse.nodes)
-                )
-                found[(name, int(revision))] = value
+        for name, revision, raw, root in snapshot_member_rows(tx, doc_id, unread, self.member_pairs_sql):
+            named = f"{what} member {name!r}"
+            value = (
+                decode_stored(raw, named)
+                if root is None
+                else load_tree(tx, bytes(root), named, None if reuse is None else reuse.nodes)
+            )
+            found[(name, int(revision))] = value
         body: dict[str, Any] = {}
         for name, revision in wanted:
             if (name, revision) not in found:
@@ -412,6 +406,37 @@ def _apart_rows(tx: Tx, apart: list[tuple[int, int]], names: set[str] | None) ->
             "ORDER BY doc_id, revision, ord, member",
             params,
         )
+
+
+def snapshot_member_rows(
+    tx: Tx, doc_id: int, pairs: Sequence[tuple[str, int]], whole: str | None = None
+) -> Iterator[tuple[Any, ...]]:
+    """The ``snapshot_members`` rows ``(name, revision, body, root)`` of one document's
+    ``(name, revision)`` pairs: by ``whole`` (``Backend.member_pairs_sql``) in one statement, or
+    as lists of pairs the rows are joined to, each pair a lookup of the table's key (``CROSS
+    JOIN`` keeps SQLite from turning the join round). Pairs OR-ed in a WHERE were tested against
+    every row of the document on SQLite, so reading a snapshot of n members cost n²."""
+    if whole is not None:
+        if pairs:
+            yield from tx.all(whole, [[n for n, _ in pairs], [r for _, r in pairs], doc_id])
+        return
+    for first in range(0, len(pairs), _SPANS_MAX):
+        part = pairs[first : first + _SPANS_MAX]
+        size = _spans_size(len(part))
+        params: list[Any] = [v for pair in part for v in pair]
+        params += ("", -1) * (size - len(part))  # no row: the statement's text is one of a few
+        yield from tx.all(_pairs_statement(size), [*params, doc_id])
+
+
+@functools.lru_cache(maxsize=16)
+def _pairs_statement(size: int) -> str:
+    """The snapshot member rows of ``size`` ``(name, revision)`` pairs of one document."""
+    pairs = ",".join(["(?, ?)"] * size)
+    return (
+        "SELECT m.name, m.revision, m.body, m.root "
+        f"FROM (VALUES {pairs}) k CROSS JOIN snapshot_members m "
+        "WHERE m.doc_id = ? AND m.name = k.column1 AND m.revision = k.column2"
+    )
 
 
 def _with_paths(tx: Tx, rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:

@@ -23,7 +23,7 @@ from stateflow.doc.select import MISSING
 from stateflow.errors import Conflict, CorruptData, InvalidInput, NotFound
 from stateflow.store import asof, tree
 from stateflow.store.cache import HeadCache, RevisionCache
-from stateflow.store.history import newest_changes, snapshot_and_chain, whole_chain
+from stateflow.store.history import newest_changes, snapshot_and_chain, snapshot_member_rows, whole_chain
 from stateflow.store.key_positions import Positions
 from stateflow.store.model import DocKey
 from stateflow.store.nodes import NodeCache, fetch_bodies, load_tree
@@ -83,6 +83,7 @@ class PathSource(Protocol):
     _node_cache: NodeCache
     _positions: Positions
     holds_sql: ClassVar[str | None]
+    member_pairs_sql: ClassVar[str | None]
     statement_snapshots: ClassVar[bool]
 
     def check_schema(self) -> None: ...
@@ -570,10 +571,8 @@ class PathReads:
                     else decode_stored(body, f"{what} member {name!r} (revision {member_revision})")
                 )
         elif wanted:
-            where = " OR ".join(["(name = ? AND revision = ?)"] * len(wanted))
-            for name, member_revision, body, root in tx.all(
-                f"SELECT name, revision, body, root FROM snapshot_members WHERE doc_id = ? AND ({where})",
-                [doc_id, *(v for pair in wanted for v in pair)],
+            for name, member_revision, body, root in snapshot_member_rows(
+                tx, doc_id, wanted, self._store.member_pairs_sql
             ):
                 members[str(name)] = (
                     TreeRef(bytes(root))

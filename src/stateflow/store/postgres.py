@@ -216,6 +216,10 @@ class PostgresStore(SqlStore):
     # (in the lock order every writer follows, shared or exclusive: see ``rows.lock_order``)
     share_clause = f" ORDER BY {LOCK_ORDER_SQL} FOR SHARE OF d"
     holds_sql: ClassVar[str | None] = "position(? IN body) > 0"
+    member_pairs_sql: ClassVar[str | None] = (
+        "SELECT m.name, m.revision, m.body, m.root FROM unnest(?::text[], ?::bigint[]) AS k(name, revision) "
+        "JOIN snapshot_members m ON m.doc_id = ? AND m.name = k.name AND m.revision = k.revision"
+    )
     runs_on_loop: ClassVar[bool] = False
     cancellable: ClassVar[bool] = True
     """a call run under a cancel (``store.cancel``) has its running statement interrupted when
