@@ -16,15 +16,19 @@ row; ``PUT /floor/records/…``). ``--fair`` instead: that floor with the writer
 arrival order and a group commit by hand (``PUT /fair/records/…``) against the minimal app's
 upsert, then ours against it — whether a fair order can reach the minimal app's p50 at all.
 ``--baseline-src DIR`` instead: this tree's ``stateflow serve`` against another tree's (``DIR``,
-its ``src/``), writes and reads at 1 and 8 clients — a change measured against the tree before it.
+its ``src/``), writes and reads at 1 and 8 clients — a change measured against the tree before it;
+with ``--store-url URL`` both on that PostgreSQL database, each in a schema of its own (made and
+dropped here), and with ``--as-if-quiet`` both servers' edges told the machine has CPU to spare
+(where a lone record call may run on the loop's thread however loaded this machine is).
 
     python3 -m benchmarks.bench_http [--rounds 5] [--requests 400]
-        [--floor-only | --fair | --baseline-src DIR]
+        [--floor-only | --fair | --baseline-src DIR [--store-url URL] [--as-if-quiet]]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import http.client
 import multiprocessing
@@ -55,6 +59,12 @@ DECLARATION = {
     "default_subject_kind": "thread",
 }
 CLI = "import sys; from stateflow.cli.main import main; sys.argv[0] = 'stateflow'; sys.exit(main())"
+QUIET = (
+    "import math; from stateflow import aio; "
+    "aio.SAMPLE_SECONDS = 0.0; aio.CONTENDED_SHARE = math.inf; aio.LONG_SECONDS = math.inf; "
+)
+"""Put before :data:`CLI` (``--as-if-quiet``): the served edge takes the machine to have CPU to
+spare at every call, and no call to have held its loop long (``stateflow.aio.EdgeCalls``)."""
 
 
 def _die_with_parent() -> None:
@@ -468,26 +478,68 @@ def cycle(env: dict[str, str], requests: int) -> None:
             cycle_report(stamps, skip=401)  # (the declaration and the 400 warming writes)
 
 
-def against_tree(env: dict[str, str], baseline_src: Path, root: str, rounds: int, requests: int) -> None:
+@contextmanager
+def pg_schemas(url: str, names: tuple[str, ...]) -> Iterator[list[str]]:
+    """``url`` once per name, its search_path a fresh schema of that name (migrated by this tree;
+    dropped afterwards)."""
+    import psycopg
+
+    from stateflow.store import open_store
+
+    schemas = [f"bench_http_{name}_{os.getpid()}" for name in names]
+    with psycopg.connect(url, autocommit=True) as conn:
+        for schema in schemas:
+            conn.execute(f"CREATE SCHEMA {schema}")
+    try:
+        sep = "&" if "?" in url else "?"
+        urls = [f"{url}{sep}options=-csearch_path%3D{schema}" for schema in schemas]
+        for each in urls:
+            open_store(each, auto_migrate=True).close()
+        yield urls
+    finally:
+        with psycopg.connect(url, autocommit=True) as conn:
+            for schema in schemas:
+                conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+def against_tree(
+    env: dict[str, str],
+    baseline_src: Path,
+    root: str,
+    rounds: int,
+    requests: int,
+    store_url: str | None = None,
+    quiet: bool = False,
+) -> None:
     """``--baseline-src``: this tree's ``stateflow serve`` against another tree's, both as
-    served (their own store files), writes then reads at 1 and 8 clients in alternating rounds —
-    a change's gain in the same minutes, where a ratio against the minimal app moves with the
-    phase (reads too: a change to where the record calls run moves their latency)."""
+    served (their own store files, or schemas of ``store_url``'s PostgreSQL database), writes
+    then reads at 1 and 8 clients in alternating rounds — a change's gain in the same minutes,
+    where a ratio against the minimal app moves with the phase (reads too: a change to where the
+    record calls run moves their latency). ``quiet``: both edges as on a machine with CPU to
+    spare (:data:`QUIET`)."""
     theirs_env = {**env, "PYTHONPATH": os.pathsep.join((str(baseline_src), root))}
-    with tempfile.TemporaryDirectory() as tmp, multiprocessing.get_context("fork").Pool(8) as pool:
+    with contextlib.ExitStack() as stack:
+        tmp = stack.enter_context(tempfile.TemporaryDirectory())
+        pool = stack.enter_context(multiprocessing.get_context("fork").Pool(8))
+        names = ("ours", "theirs")
+        stores = (
+            [str(Path(tmp) / f"{side}.db") for side in names]
+            if store_url is None
+            else stack.enter_context(pg_schemas(store_url, names))
+        )
         ports = free_port(), free_port()
         argv = [
             [
                 sys.executable,
                 "-c",
-                CLI,
+                (QUIET if quiet else "") + CLI,
                 "--store",
-                str(Path(tmp) / f"{side}.db"),
+                store,
                 "serve",
                 "--port",
                 str(port),
             ]
-            for side, port in zip(("ours", "theirs"), ports, strict=True)
+            for store, port in zip(stores, ports, strict=True)
         ]
         for args in argv:
             args += ["--token", TOKEN]
@@ -522,6 +574,16 @@ def main() -> None:
         default=None,
         help="only this tree's stateflow serve against another tree's (its src/), alternating rounds",
     )
+    parser.add_argument(
+        "--store-url",
+        default=None,
+        help="with --baseline-src: both servers on this PostgreSQL database, a schema each",
+    )
+    parser.add_argument(
+        "--as-if-quiet",
+        action="store_true",
+        help="with --baseline-src: both edges take the machine to have CPU to spare",
+    )
     args = parser.parse_args()
     env = dict(os.environ)
     env.pop("PYTHONDONTWRITEBYTECODE", None)
@@ -531,7 +593,15 @@ def main() -> None:
         cycle(env, args.requests)
         return
     if args.baseline_src is not None:
-        against_tree(env, args.baseline_src.resolve(), root, args.rounds, args.requests)
+        against_tree(
+            env,
+            args.baseline_src.resolve(),
+            root,
+            args.rounds,
+            args.requests,
+            args.store_url,
+            args.as_if_quiet,
+        )
         return
     with tempfile.TemporaryDirectory() as tmp:
         ours_port, base_port = free_port(), free_port()

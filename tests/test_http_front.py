@@ -1,8 +1,9 @@
 """The record routes' requests go from the server straight to the body limit, the token check and
 the record handler, past FastAPI's own layers, where those layers would only hand them on: every
 answer the same as through them — an unexpected error's 500, a refusal, a middleware added
-later, a path the route's pattern does or does not match. A record call runs on the event loop's
-thread when it is the only call in flight, else on a worker thread: writes acknowledged durable
+later, a path the route's pattern does or does not match. A record call on SQLite runs on the
+event loop's thread when it is the only call in flight, else on a worker thread (on PostgreSQL
+always on a worker thread): writes acknowledged durable
 and in order, and a read answered, either way — on a real server, with real clients."""
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from stateflow.http.app import create_app
 from stateflow.http.auth import TokenSet, parse_token
 from stateflow.states import StatesService
 from stateflow.store import SqlStore, open_store
+from stateflow.store.postgres import PostgresStore
 
 from . import servers
 from .conftest import StoreFactory
@@ -53,6 +55,18 @@ def service(store: SqlStore) -> StatesService:
     service.install_builtins()
     service.declare("tickets", DECL)
     return service
+
+
+@pytest.fixture
+def sqlite_service(tmp_path: Path) -> Iterator[StatesService]:
+    """``service`` on SQLite, where a lone record call may run on the loop's thread (on
+    PostgreSQL none does: see the last of the edge's tests)."""
+    store = open_store(str(tmp_path / "edge.db"), auto_migrate=True)
+    service = StatesService(store)
+    service.install_builtins()
+    service.declare("tickets", DECL)
+    yield service
+    store.close()
 
 
 @pytest.fixture
@@ -187,8 +201,9 @@ WHO: contextvars.ContextVar[str] = contextvars.ContextVar("who", default="nobody
 
 
 def test_a_lone_record_call_runs_on_the_loop_and_calls_in_flight_together_take_worker_threads(
-    service: StatesService, open_migrated: StoreFactory, monkeypatch: pytest.MonkeyPatch
+    sqlite_service: StatesService, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    service = sqlite_service
     calls = EdgeCalls(service.store)
 
     def replace(key: str, n: int, expect: int | None = None) -> tuple[int, int, str]:
@@ -247,17 +262,21 @@ def test_a_lone_record_call_runs_on_the_loop_and_calls_in_flight_together_take_w
         assert await calls.short(where) == loop_thread
 
     asyncio.run(main())
-    fresh = StatesService(open_migrated())  # durable: read afresh
-    assert fresh.read("tickets", SUBJECT)["revision"] == 4  # type: ignore[index]
-    for i in range(2, 10):
-        record = fresh.read("tickets", {**SUBJECT, "key": f"t{i}"})
-        assert record is not None and record["data"] == {"status": str(3 if i in (2, 3) else i)}
+    reopened = open_store(str(tmp_path / "edge.db"))
+    try:
+        fresh = StatesService(reopened)  # durable: read afresh
+        assert fresh.read("tickets", SUBJECT)["revision"] == 4  # type: ignore[index]
+        for i in range(2, 10):
+            record = fresh.read("tickets", {**SUBJECT, "key": f"t{i}"})
+            assert record is not None and record["data"] == {"status": str(3 if i in (2, 3) else i)}
+    finally:
+        reopened.close()
 
 
 def test_without_schedstat_calls_take_worker_threads_and_the_file_is_asked_once_a_sample_time(
-    service: StatesService, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    sqlite_service: StatesService, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    calls = EdgeCalls(service.store)
+    calls = EdgeCalls(sqlite_service.store)
     stat = tmp_path / "schedstat"  # absent: the system does not say
     monkeypatch.setattr(aio, "SCHEDSTAT", str(stat))
     monkeypatch.setattr(aio, "CONTENDED_SHARE", math.inf)
@@ -279,9 +298,9 @@ def test_without_schedstat_calls_take_worker_threads_and_the_file_is_asked_once_
 
 
 def test_a_call_that_held_the_loop_long_sends_the_calls_after_it_to_worker_threads_for_a_while(
-    service: StatesService, monkeypatch: pytest.MonkeyPatch
+    sqlite_service: StatesService, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    calls = EdgeCalls(service.store)
+    calls = EdgeCalls(sqlite_service.store)
     monkeypatch.setattr(aio, "SAMPLE_SECONDS", 0.0)
     monkeypatch.setattr(aio, "CONTENDED_SHARE", math.inf)
 
@@ -309,6 +328,32 @@ def test_a_call_that_held_the_loop_long_sends_the_calls_after_it_to_worker_threa
         assert await calls.short(where) != loop_thread
 
     asyncio.run(main())
+
+
+def test_a_lone_record_call_runs_on_the_loop_only_on_sqlite_never_on_postgresql(
+    service: StatesService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A PostgreSQL call waits on the network and on other sessions' locks: on the loop's thread
+    it would hold every request (and the loop that watches for its client's going away), so it
+    takes a worker thread even alone, with CPU to spare; a SQLite call then runs on the loop."""
+    calls = EdgeCalls(service.store)
+    monkeypatch.setattr(aio, "SAMPLE_SECONDS", 0.0)
+    monkeypatch.setattr(aio, "CONTENDED_SHARE", math.inf)
+    monkeypatch.setattr(aio, "LONG_SECONDS", math.inf)
+    on_loop = not isinstance(service.store, PostgresStore)
+
+    def replace(n: int) -> int:
+        service.replace("tickets", SUBJECT, {"status": str(n)})
+        return threading.get_ident()
+
+    async def main() -> None:
+        loop_thread = threading.get_ident()
+        await calls.short(replace, 0)  # the first sample: nothing to compare
+        for n in range(1, 4):
+            assert (await calls.short(replace, n) == loop_thread) is on_loop
+
+    asyncio.run(main())
+    assert service.read("tickets", SUBJECT)["data"] == {"status": "3"}  # type: ignore[index]
 
 
 SERVING = "serving-edge"

@@ -1,8 +1,8 @@
 """A write of a large record body never runs on the server's event loop: while it is in flight,
 other requests are read and answered. The app as ``stateflow serve`` builds it on PostgreSQL,
 under uvicorn, called over HTTP, on a machine taken to have CPU to spare (where a lone record
-call may run on the loop); the large write is held in flight by a row lock another session
-keeps until the other request's answer has come."""
+call on SQLite may run on the loop; on PostgreSQL none does); the large write is held in flight
+by a row lock another session keeps until the other request's answer has come."""
 
 from __future__ import annotations
 

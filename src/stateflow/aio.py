@@ -200,17 +200,23 @@ class EdgeCalls:
     after it to worker threads for :data:`LONG_HOLD_SECONDS`. Only this object's calls
     are counted: other processes on the same store (and the MCP endpoint's calls) are not seen,
     and a call on the loop may wait there for their commit, as a worker thread would. On an
-    async PostgreSQL store every call runs on the loop already, its round trips awaited.
+    async PostgreSQL store every call runs on the loop already, its round trips awaited. On a
+    synchronous PostgreSQL store (``Store.cancellable``) no call runs on the loop's thread: such
+    a call waits on the network and on other sessions' locks, up to the statement timeout, with
+    every request behind it (``/api/health`` too), and the loop it holds is what would see its
+    client go away and cancel it (``stateflow.http.gone``); each takes the hop, as :meth:`run`.
     A write of a large request body (:meth:`sized`) always takes the hop: its time is known to
     be long before it begins."""
 
-    __slots__ = ("_active", "_held_until", "_hops", "_sample", "_shared_until", "_spare", "hop")
+    __slots__ = ("_active", "_held_until", "_loop_ok", "_sample", "_shared_until", "_spare", "hop")
 
     def __init__(self, store: Store) -> None:
         self.hop = edge_runner(store)
         """what a call not on the loop's thread is awaited through (:func:`on_edge`'s way)"""
-        self._hops = not runs_on_loop(store)
-        """the hop takes a worker thread (else it runs the call on the loop already)"""
+        self._loop_ok = not runs_on_loop(store) and not getattr(store, "cancellable", False)
+        """a lone call may run on the loop's thread: the hop takes a worker thread (else the call
+        runs on the loop already, awaited), and the store's calls are not ones that wait on the
+        network (PostgreSQL's; see the class)"""
         self._active = 0
         """calls begun and not yet returned"""
         self._shared_until = 0.0
@@ -238,7 +244,7 @@ class EdgeCalls:
         try:
             now = monotonic()
             if (
-                self._hops
+                self._loop_ok
                 and self._active == 1
                 and now >= self._shared_until
                 and now >= self._held_until

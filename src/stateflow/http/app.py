@@ -498,12 +498,13 @@ def create_app(
     # at once, or — on a store not migrated yet — when the store is first found migrated).
     # On an async PostgreSQL store a call runs on the event loop, its round trips awaited
     # there (stateflow.aio.on_edge, told once for the store: EdgeCalls.hop); else on a worker
-    # thread — or, a call on one record, on the loop when it is the only call in flight
-    # (EdgeCalls.short). Calls that may run jq (template programs, attach checks and
+    # thread — or, on SQLite, a call on one record, on the loop when it is the only call in
+    # flight (EdgeCalls.short). Calls that may run jq (template programs, attach checks and
     # reconciles) wait on the jq workers, which must not stall the loop: they always take a
     # thread (`blocking=True`). Every call is counted in flight.
-    # On a store that can interrupt a call (PostgreSQL), a call off the loop's thread is
-    # cancelled when its request's client goes away (``http.gone``).
+    # On a store that can interrupt a call (PostgreSQL), a call is cancelled when its
+    # request's client goes away (``http.gone``); none blocks the loop's thread, which watches
+    # (EdgeCalls.short keeps the synchronous store's calls off it).
     calls = EdgeCalls(service.store)
     threaded: Callable[..., Any] = run_in_threadpool
     if getattr(service.store, "cancellable", False):

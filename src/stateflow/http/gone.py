@@ -8,9 +8,9 @@ watched: once the server reports the client gone, its running statement is inter
 transaction rolled back, and the connections it used are closed rather than lent again. A call
 that committed before that stands and is answered as usual (into the void); only a call
 cancelled before its commit fails, and the request is dropped as one whose client went away
-(logged 499, see ``BodyLimit``). A call on the event loop's own thread (``EdgeCalls.short``)
-holds the loop: the going away is seen only once it returns, and it runs to its end, as every
-call on SQLite does.
+(logged 499, see ``BodyLimit``). No such call blocks the event loop's thread, which watches
+(``EdgeCalls.short`` keeps the synchronous store's calls off it); on SQLite every call runs to
+its end.
 """
 
 from __future__ import annotations
