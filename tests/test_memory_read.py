@@ -35,10 +35,21 @@ def test_ranges_and_items_that_fit(v, rng, expected) -> None:  # type: ignore[no
     assert v.read_state({"path": f"cwd.lazy.memory{rng}"}) == {"value": expected}
 
 
-@pytest.mark.parametrize("rng", ["[0:15]", "[11:11]", "[0..11]", "[10]"])
-def test_ranges_that_do_not_fit_fail(v, rng) -> None:  # type: ignore[no-untyped-def]
-    with pytest.raises(SelectionError, match="outside"):
-        v.read_state({"path": f"cwd.lazy.memory{rng}"})
+@pytest.mark.parametrize(
+    ("rng", "what"),
+    [
+        ("[0:15]", "range [0:15]"),
+        ("[11:11]", "range [11:11]"),
+        ("[0..11]", "range [0:11]"),
+        ("[10]", "index 10"),
+    ],
+)
+def test_ranges_that_do_not_fit_fail(v, rng, what) -> None:  # type: ignore[no-untyped-def]
+    # the refusal names the array, not the path through it (read along the path, or whole)
+    for path in (f"cwd.lazy.memory{rng}", f"cwd[0].lazy.memory{rng}", f"cwd.lazy.memory{rng}.x"):
+        with pytest.raises(SelectionError) as refused:
+            v.read_state({"path": path})
+        assert str(refused.value) == f"{what} is outside {path.split('.lazy')[0]}.lazy.memory (length 10)"
 
 
 def test_projections_have_exactly_their_fields(v) -> None:  # type: ignore[no-untyped-def]
@@ -209,7 +220,7 @@ def test_scope_patch_history(store) -> None:  # type: ignore[no-untyped-def]
         "meta": {"type": "object", "size": 1},
         "keys": {"tactics": "object"},
     }
-    with pytest.raises(NotFound, match="predates"):
+    with pytest.raises(NotFound, match="outside the retained window"):
         m.read_state({"path": "cwd.patches[2]"})
     with pytest.raises(InvalidInput, match="only path"):
         m.read_state({"paths": ["cwd.patches", "cwd"]})
@@ -282,14 +293,16 @@ def test_scope_patches_are_served_only_inside_the_hot_window(store) -> None:  # 
     none.patch_state({"cwd": {"tactics": {"a": 1}}})
     with pytest.raises(InvalidPath, match="0 to 0"):
         none.read_state({"path": "session[1]"})
-    with pytest.raises(NotFound, match="predates the retained history"):
-        none.read_state({"path": "cwd.patches[0]"})  # no transition is retained at limit 0
+    with pytest.raises(NotFound, match=r"^cwd patch 0 is outside the retained window: history_limit is 0$"):
+        none.read_state({"path": "cwd.patches[0]"})  # no transition is in the window at limit 0
+    with pytest.raises(InvalidPath, match="history_limit is 0, so no patch is readable"):
+        none.read_state({"path": "cwd.patches[1]"})  # (not "use an integer from 0 to 0")
 
     three = view(store, session="s3", history_limit=3)
     for i in range(6):
         three.patch_state({"session": {"tactics": {"i": i}}})
     assert three.read_state({"path": "session.patches[2]"}) == {"value": {"tactics": {"i": 3}}}
-    with pytest.raises(NotFound, match="predates the retained history"):
+    with pytest.raises(NotFound, match="outside the retained window"):
         three.read_state({"path": "session.patches[3]"})  # the 4th newest transition
 
     # limit 2: cwd changed at offsets 2 and 0; only its newest change is inside the window
@@ -298,8 +311,8 @@ def test_scope_patches_are_served_only_inside_the_hot_window(store) -> None:  # 
     two.patch_state({"session": {"tactics": {"b": 1}}})
     two.patch_state({"cwd": {"tactics": {"a": 3}}})
     assert two.read_state({"path": "cwd.patches[0]"}) == {"value": {"tactics": {"a": 3}}}
-    with pytest.raises(NotFound, match="predates the retained history"):
-        two.read_state({"path": "cwd.patches[1]"})
+    with pytest.raises(NotFound, match=r"newest 2 transition\(s\) hold 1 cwd change\(s\)$"):
+        two.read_state({"path": "cwd.patches[1]"})  # retained, but outside the window
 
 
 def test_a_scope_patch_older_than_the_views_last_limit_transitions_is_refused(store) -> None:  # type: ignore[no-untyped-def]
@@ -308,11 +321,11 @@ def test_a_scope_patch_older_than_the_views_last_limit_transitions_is_refused(st
     for i in range(7):
         m.patch_state({"session": {"tactics": {"i": i}}})
     assert m.read_state({"path": "global[7].strategy"}) == {"value": {"g": 1}}  # the boundary is in range
-    with pytest.raises(NotFound, match="predates the retained history"):
+    with pytest.raises(NotFound, match="outside the retained window"):
         m.read_state({"path": "global.patches[0]"})  # its transition is the 8th newest
     m.patch_state({"global": {"strategy": {"g": 2}}})
     assert m.read_state({"path": "global.patches[0]"}) == {"value": {"strategy": {"g": 2}}}
-    with pytest.raises(NotFound, match="predates the retained history"):
+    with pytest.raises(NotFound, match="outside the retained window"):
         m.read_state({"path": "global.patches[1]"})
 
 

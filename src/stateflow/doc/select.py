@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -13,14 +14,31 @@ MISSING: Any = type("Missing", (), {"__repr__": lambda self: "MISSING", "__slots
 """Marks an absent value (distinct from JSON ``null``)."""
 
 
-def select(value: JSON, selectors: Iterable[Selector], path: str) -> JSON:
-    """Follow ``selectors`` from ``value``. ``path`` is the full requested path, used in errors.
+_LAST_SEGMENT = re.compile(r"(?:\.[^.\[\]]*|\[[^\]]*\])\Z")
+
+
+def outside(what: str, path: str, after: int, length: int) -> SelectionError:
+    """The refusal of an index or a range (``what``) an array of ``length`` does not hold: it
+    names the array — ``path`` without its last ``after`` selectors, the failing one among them
+    — not the path through it (``index 12 is outside cwd.lazy.m (length 10)``)."""
+    for _ in range(after):
+        found = _LAST_SEGMENT.search(path)
+        if found is None or found.start() == 0:
+            break
+        path = path[: found.start()]
+    return SelectionError(f"{what} is outside {path} (length {length})")
+
+
+def select(value: JSON, selectors: Iterable[Selector], path: str, tail: int = 0) -> JSON:
+    """Follow ``selectors`` from ``value``. ``path`` is the full requested path, used in errors;
+    ``tail``: how many of its selectors follow ``selectors`` (an error names the array in it).
 
     A range must fit the array exactly (``start <= end <= len``); a successful range is always
     exactly the requested items, never shorter.
     """
     node = value
-    for sel in selectors:
+    listed = tuple(selectors)
+    for at, sel in enumerate(listed):
         if isinstance(sel, Key):
             if type(node) is not dict or sel.name not in node:
                 raise SelectionError(f"read path does not exist: {path}")
@@ -29,15 +47,13 @@ def select(value: JSON, selectors: Iterable[Selector], path: str) -> JSON:
             if type(node) is not list:
                 raise SelectionError(f"array selector requires an array: {path} ({kind(node)} found)")
             if sel.index >= len(node):
-                raise SelectionError(f"index {sel.index} is outside {path} with length {len(node)}")
+                raise outside(f"index {sel.index}", path, len(listed) - at + tail, len(node))
             node = node[sel.index]
         else:
             if type(node) is not list:
                 raise SelectionError(f"array selector requires an array: {path} ({kind(node)} found)")
             if sel.end > len(node):
-                raise SelectionError(
-                    f"range [{sel.start}:{sel.end}] is outside {path} with length {len(node)}"
-                )
+                raise outside(f"range [{sel.start}:{sel.end}]", path, len(listed) - at + tail, len(node))
             node = node[sel.start : sel.end]
     return node
 

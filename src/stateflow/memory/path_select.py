@@ -16,16 +16,17 @@ from collections.abc import Sequence
 from stateflow.doc.canonical import JSON
 from stateflow.doc.merge import overlay
 from stateflow.doc.paths import Index, Key, Selector
-from stateflow.doc.select import MISSING
+from stateflow.doc.select import MISSING, outside
 from stateflow.errors import SelectionError
 from stateflow.store.trail import MISSING_STEP, OBJECT_STEP, KeysForm, SliceForm, Step, Trail
 
 
-def select_layers(trails: Sequence[Trail], selectors: Sequence[Selector], text: str) -> JSON:
+def select_layers(trails: Sequence[Trail], selectors: Sequence[Selector], text: str, tail: int = 0) -> JSON:
     """The value at ``selectors`` in the overlay of the layers (broadest first) whose trails
     along that path (a member first, then the selectors below it) are ``trails``; every
     selector is a :class:`Key` or an :class:`Index`. :data:`MISSING` when the member itself
-    is absent from every layer; :class:`SelectionError` as ``select`` raises it otherwise."""
+    is absent from every layer; :class:`SelectionError` as ``select`` raises it otherwise
+    (``tail``: as for ``select``)."""
     contributing = [t for t in trails if t.steps[0].kind == "object"]
     for depth in range(1, len(selectors) + 1):
         sel = selectors[depth - 1]
@@ -37,7 +38,7 @@ def select_layers(trails: Sequence[Trail], selectors: Sequence[Selector], text: 
                 return MISSING  # the plane itself is absent
             raise SelectionError(f"read path does not exist: {text}")
         if _kind(present[-1], depth) != "object":  # a value that is not an object wins alone
-            return _single(present[-1], selectors, depth, text)
+            return _single(present[-1], selectors, depth, text, tail)
         others = [i for i, t in enumerate(present) if _kind(t, depth) != "object"]
         contributing = present[others[-1] + 1 :] if others else present
     if len(contributing) == 1:
@@ -91,7 +92,7 @@ def _kind(trail: Trail, depth: int) -> str:
     return trail.steps[depth].kind if depth < len(trail.steps) else "missing"
 
 
-def _single(trail: Trail, selectors: Sequence[Selector], depth: int, text: str) -> JSON:
+def _single(trail: Trail, selectors: Sequence[Selector], depth: int, text: str, tail: int) -> JSON:
     """The rest of the path inside one layer's value (found at ``depth``)."""
     if trail.reached:
         return trail.value
@@ -107,5 +108,5 @@ def _single(trail: Trail, selectors: Sequence[Selector], depth: int, text: str) 
             if step.kind != "array":
                 raise SelectionError(f"array selector requires an array: {text} ({step.kind} found)")
             if sel.index >= step.length:
-                raise SelectionError(f"index {sel.index} is outside {text} with length {step.length}")
+                raise outside(f"index {sel.index}", text, len(selectors) - at + tail, step.length)
     raise SelectionError(f"read path does not exist: {text}")  # not reached: the trail stops above

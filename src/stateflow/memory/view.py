@@ -17,7 +17,7 @@ from stateflow.doc.canonical import JSON, ascii_digits, detach, encode, encode_t
 from stateflow.doc.diff import Edit, Within, diff, to_patch
 from stateflow.doc.merge import Emitted, merge_patch, patch_within
 from stateflow.doc.paths import Index, Key, PatchesPath, Range, ReadPath, Selector, parse
-from stateflow.doc.select import MISSING, select
+from stateflow.doc.select import MISSING, outside, select
 from stateflow.doc.select import keys as keys_projection
 from stateflow.errors import (
     HotBudgetExceeded,
@@ -520,7 +520,8 @@ class MemoryView(Staging):
             assert timeline is not None
             self._check_offset(path.offset, timeline)
         trails = self._trails_at(path, target, path.offset, current, timeline, end)
-        value = select_layers(trails, selectors, path.text)
+        after = len(path.selectors) - len(selectors)  # the range and what follows it
+        value = select_layers(trails, selectors, path.text, after)
         if value is MISSING:
             if len(path.selectors) == 1:  # an absent documented plane reads as null, keys too
                 return None if projection == "value" else keys_projection(None)
@@ -530,9 +531,7 @@ class MemoryView(Staging):
             if value.kind != "array":
                 raise SelectionError(f"array selector requires an array: {path.text} ({value.kind} found)")
             if window.end > value.length:
-                raise SelectionError(
-                    f"range [{window.start}:{window.end}] is outside {path.text} with length {value.length}"
-                )
+                raise outside(f"range [{window.start}:{window.end}]", path.text, after, value.length)
             value = select(value.items, rest, path.text)
         elif projection == "keys":
             assert isinstance(value, KeysForm)
@@ -786,7 +785,7 @@ class MemoryView(Staging):
         if overlay_steps(trails, len(target))[-1].kind == "missing":
             return MISSING
         ranged = isinstance(selectors[-1], Range)
-        value = select_layers(trails, selectors[:-1] if ranged else selectors, path.text)
+        value = select_layers(trails, selectors[:-1] if ranged else selectors, path.text, int(ranged))
         if ranged:
             try:
                 return select(value, selectors[-1:], path.text)
@@ -865,14 +864,27 @@ class MemoryView(Staging):
         """The patch of the change ``path`` names (``shallow``: each value it sets kept as a tree
         is an empty container of its kind — enough for its keys, see ``Store.history``)."""
         limit = self.config.history_limit
+        # (the window's newest `limit` transitions hold at most `limit` changes of a scope: the
+        # refusals name the window, as a session[n] patch read's do — the change may be retained)
         if path.index > limit:
-            raise InvalidPath(f"patch index {path.index} is out of range: use an integer from 0 to {limit}")
+            raise InvalidPath(
+                f"patch index {path.index} is out of range: "
+                + (
+                    f"use an integer from 0 to {limit - 1}"
+                    if limit
+                    else "history_limit is 0, so no patch is readable"
+                )
+            )
         key = self.keys[path.scope]
         own = [c for c in self._window() if c.key == key]
         if len(own) <= path.index:
             raise NotFound(
-                f"requested {path.scope} patch {path.index} predates the retained history "
-                f"({len(own)} {path.scope} change(s) among the view's newest {limit} transition(s))"
+                f"{path.scope} patch {path.index} is outside the retained window: "
+                + (
+                    f"the view's newest {limit} transition(s) hold {len(own)} {path.scope} change(s)"
+                    if limit
+                    else "history_limit is 0"
+                )
             )
         [change] = self.store.history([key], limit=1, before_seq=own[path.index].seq + 1, shallow=shallow)
         return self._out(self._project_patch(to_patch(change.edits), with_lazy=True))
