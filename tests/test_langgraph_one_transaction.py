@@ -5,6 +5,8 @@ a crash or a failure of the store leaves none of it written."""
 
 from __future__ import annotations
 
+import sqlite3
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,7 +16,9 @@ from langgraph.store.base import PutOp
 from stateflow.errors import InvalidJSON
 from stateflow.langgraph import StateflowSaver, StateflowStore
 from stateflow.states import StatesService
-from stateflow.store import DocKey, SqlStore
+from stateflow.store import DocKey, SqlStore, open_store
+from stateflow.store.core import ROWS_PER_QUERY
+from stateflow.store.sqlite import SqliteStore
 
 
 def last_seq(store: SqlStore, key: DocKey) -> int:
@@ -91,3 +95,25 @@ def test_an_item_erased_in_a_batch_takes_its_aliases_with_it_as_an_erase_does(st
     items.put(("ns",), "old", {"v": 4})  # a record of its own again
     found = items.get(("ns",), "old")
     assert found is not None and found.value == {"v": 4} and items.get(("ns",), "new") is None
+
+
+def test_a_store_batch_of_more_puts_than_one_statement_checks_stays_within_sqlite_limits(
+    tmp_path: Path,
+) -> None:
+    # Every statement of a write names at most ``ROWS_PER_QUERY`` documents, two parameters
+    # each: an optimistic commit checks every document it names in one statement, so one of
+    # more takes the locked path, which reads their rows in parts. The writer's connection is
+    # held to just that many parameters (SQLite's own default is 32,766; this build's may be
+    # higher): a batch of more puts than that check holds is written whole, in one transition.
+    store = open_store(str(tmp_path / "store.db"))
+    try:
+        assert isinstance(store, SqliteStore)
+        store._writer().setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 2 * ROWS_PER_QUERY + 16)
+        items = StateflowStore(StatesService(store))
+        count = ROWS_PER_QUERY + 100
+        items.batch([PutOp(("ns",), f"k{n}", {"n": n}) for n in range(count)])
+        keys = [items.records.doc_key("item", items.subject_key(("ns",), f"k{n}")) for n in (0, count - 1)]
+        assert len({last_seq(store, key) for key in keys}) == 1
+        assert len(items.search(("ns",), limit=count + 1)) == count
+    finally:
+        store.close()

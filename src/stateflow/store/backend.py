@@ -125,6 +125,10 @@ class Backend(abc.ABC):
     ``path_reads.PathReads._back_in_one``); False: statements are calls in this process (SQLite,
     where the one statement's plan costs more than the separate ones) sharing one snapshot."""
 
+    optimistic_documents_max: ClassVar[int | None] = None
+    """The most documents an optimistic commit (``update(optimistic=True)``) may name, or None
+    for any number; a write naming more takes the locked path from the start."""
+
     reads_before_locking: ClassVar[bool] = False
     """Whether an optimistic read-modify-write whose documents are not cached as they are reads
     them with no lock held and commits checking that none moved, retrying a few times, before

@@ -265,8 +265,20 @@ class StoreCore(Backend):
 
     @staticmethod
     def _rows_query(keys: Sequence[DocKey], suffix: str = "") -> tuple[str, list[str]]:
+        """The rows of at most ``ROWS_PER_QUERY`` documents (more: :meth:`_rows_queries`)."""
         where, params = key_filter(keys)
         return f"{ROW_SELECT} WHERE {where}{suffix}", params
+
+    @classmethod
+    def _rows_queries(cls, keys: Sequence[DocKey], suffix: str = "") -> list[tuple[str, list[str]]]:
+        """The rows of any number of documents: a statement per ``ROWS_PER_QUERY`` keys, in
+        their order (a ``suffix`` that locks in the lock order keeps it, given keys in it)."""
+        if len(keys) <= ROWS_PER_QUERY:
+            return [cls._rows_query(keys, suffix)]
+        return [
+            cls._rows_query(keys[start : start + ROWS_PER_QUERY], suffix)
+            for start in range(0, len(keys), ROWS_PER_QUERY)
+        ]
 
     def _lock(self, tx: Tx, key: DocKey) -> DocRow:
         """The document's row, created (revision 0, absent) if needed, locked for this tx."""

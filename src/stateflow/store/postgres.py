@@ -51,6 +51,7 @@ from stateflow.store.cache import RevisionCache
 from stateflow.store.cancel import CANCELLED, committed, current, uncancellable
 from stateflow.store.clock import restored_at, utc_now
 from stateflow.store.commit_groups import CommitGroups, Member
+from stateflow.store.core import ROWS_PER_QUERY
 from stateflow.store.counting import FOLD, FOLD_EVERY
 from stateflow.store.history import SQL_INT_MAX
 from stateflow.store.id_blocks import IdBlocks
@@ -363,8 +364,8 @@ class PostgresStore(SqlStore):
         means one more round trip for the full read."""
         keys = list(keys)
         outline_names = list(outlines)
-        if members is not None or outline_names or not keys:
-            return super().read(keys, members, outlines=outline_names)
+        if members is not None or outline_names or not keys or len(keys) > ROWS_PER_QUERY:
+            return super().read(keys, members, outlines=outline_names)  # (more keys: in parts)
         self.check_schema()
         where, params = key_filter(keys)
         if all(key in self._seen for key in keys):

@@ -47,6 +47,7 @@ from stateflow.store import writer_queue, writer_requests
 from stateflow.store.backend import Candidates, SortSql
 from stateflow.store.base import SqlStore
 from stateflow.store.clock import utc_now
+from stateflow.store.core import ROWS_PER_QUERY
 from stateflow.store.id_blocks import IdBlocks
 from stateflow.store.ledger import OpIdTaken, claims_query
 from stateflow.store.migrations import (
@@ -563,6 +564,9 @@ class SqliteStore(SqlStore):
     times_as_micros: ClassVar[bool] = True
     transition_keys: ClassVar[bool] = True
     change_row_max: ClassVar[int | None] = CHANGE_ROW_MAX
+    # the optimistic commit checks that no document moved in its one statement, two parameters
+    # a document (``ledger.checked_transition``): within SQLite's 32,766 as every other statement
+    optimistic_documents_max: ClassVar[int | None] = ROWS_PER_QUERY
 
     def __init__(
         self,

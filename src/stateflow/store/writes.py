@@ -25,7 +25,7 @@ from stateflow.store import tree_update
 from stateflow.store.cache import Heads
 from stateflow.store.cancel import committed
 from stateflow.store.clock import utc_now
-from stateflow.store.core import KNOWN_ROWS_MAX, StoreCore
+from stateflow.store.core import KNOWN_ROWS_MAX, ROWS_PER_QUERY, StoreCore
 from stateflow.store.ledger import OpIdTaken, checked_transition, claims_query, replayed, unmoved, with_op_id
 from stateflow.store.model import Commit, DocKey, Document, Whole, Write, made_commit, made_document
 from stateflow.store.nodes import NodeCache
@@ -168,6 +168,8 @@ class Writes(StoreCore):
         # a one-statement commit locks its shared rows, then the others: only in lock order if
         # every shared row comes first (the states' writes: declarations and aliases, records)
         optimistic = optimistic and _shared_first(shared_keys, locked)
+        if optimistic and (most := self.optimistic_documents_max) is not None:
+            optimistic = len(shared_keys) + len(locked) <= most
         # (not while contended: with several writers on one document it would lose, after
         # waiting for the row lock in turn)
         if optimistic and not self._is_contended(locked):
@@ -337,6 +339,16 @@ class Writes(StoreCore):
                     runs[-1].append(key)
                 else:
                     runs.append([key])
+        if len(shared) > ROWS_PER_QUERY:  # (a run of more shared rows: a statement per part)
+            runs = [
+                part
+                for run in runs
+                for part in (
+                    [run[i : i + ROWS_PER_QUERY] for i in range(0, len(run), ROWS_PER_QUERY)]
+                    if isinstance(run, list)
+                    else [run]
+                )
+            ]
         statements: list[tuple[str, Sequence[Any]]] = [
             self._rows_query(run, self.share_clause) if isinstance(run, list) else self._lock_query(run)
             for run in runs
@@ -370,7 +382,7 @@ class Writes(StoreCore):
             if row is None or not row.doc_id:
                 return None
             ids.append(row.doc_id)
-        if not ids:
+        if not ids or len(ids) > ROWS_PER_QUERY:  # (more: ``_fetch_many`` reads them in parts)
             return None
         wanted = "TRUE" if names is None else f"name IN ({','.join('?' * len(names))})"
         sql = (
@@ -830,13 +842,14 @@ class Writes(StoreCore):
         has no row yet, an op id is taken, ``compute`` refused, nothing to write)."""
         keys = sorted({*shared, *locked})
         with self._read_tx() as tx:
-            statements = [self._rows_query(keys)]
+            statements = self._rows_queries(keys)
+            parts = len(statements)
             if claims:
                 statements.append(claims_query(claims))
             answers = tx.all_of(statements)
-            if claims and answers[1]:
+            if claims and answers[parts]:
                 return None  # the locked path refuses it, or answers the replay
-            rows = rows_by_key(answers[0])
+            rows = rows_by_key(answers[0] if parts == 1 else [r for part in answers[:parts] for r in part])
             if any(key not in rows for key in locked):
                 return None  # a new document: the locked path creates its row
             for key in shared:  # (one without a row is checked to have none still)
