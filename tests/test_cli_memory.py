@@ -486,3 +486,35 @@ def test_tool_patch_state_deletes_a_plane_by_null(backend: str, open_migrated: A
     assert read.stdout == '{"value":null}\n'
     replaced = sf(*base, "patch_state", '{"session": {"lazy": [1]}}', cwd=tmp_path)
     assert replaced.returncode == 1 and "or null to delete the plane" in replaced.stderr
+
+
+def test_a_working_directory_whose_name_is_not_utf8_is_refused_for_the_cwd_scope_only(
+    db: str, tmp_path: Path
+) -> None:
+    # Linux allows any bytes in a name: such a cwd can key no record (over HTTP, its header is
+    # refused the same way), but a call that leaves the cwd scope out never needs it
+    project = tmp_path / os.fsdecode(b"proj\xff")
+    project.mkdir()
+    refused = (
+        f"error[invalid-input]: the working directory '{tmp_path}/proj\\xff' is not UTF-8: a cwd "
+        "scope's key is Unicode text: work from a directory whose name is UTF-8, or leave the cwd "
+        "scope out\n"
+    )
+    event = '{"session_id": "c0ffee", "hook_event_name": "SessionStart"}'
+    for args, stdin in (
+        (("tool", "patch_state", '{"cwd": {"tactics": {"next": "x"}}}'), None),
+        (("context",), None),
+        (("hook", "claude-code"), event),
+        (("mcp",), ""),
+    ):
+        out = sf("--store", db, *args, stdin=stdin, cwd=project)
+        assert (out.returncode, out.stdout, out.stderr) == (1, "", refused), args
+        assert not Path(db).exists()  # refused before any store is opened
+    patch = '{"session": {"tactics": {"next": "x"}}}'
+    out = sf("--store", db, "tool", "patch_state", patch, "--scopes", "session", cwd=project)
+    assert out.returncode == 0, out.stderr
+    out = sf("--store", db, "context", "--scopes", "session", "--json", cwd=project)
+    assert out.returncode == 0, out.stderr
+    out = sf("--store", db, "hook", "claude-code", "--scopes", "global,session", stdin=event, cwd=project)
+    assert out.returncode == 0, out.stderr
+    assert "additionalContext" in json.loads(out.stdout)["hookSpecificOutput"]

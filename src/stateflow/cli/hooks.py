@@ -36,7 +36,8 @@ and the model gets a preview and the file's path instead (hooks reference, "Hook
 
 
 def _record_path(store_url: str, agent: str, cwd: str) -> Path:
-    name = hashlib.sha256(f"{store_url}\0{agent}\0{cwd}".encode()).hexdigest()[:32]
+    # (a cwd that is not UTF-8 is refused only for the cwd scope: a session-only hook records too)
+    name = hashlib.sha256(f"{store_url}\0{agent}\0{cwd}".encode("utf-8", "surrogatepass")).hexdigest()[:32]
     return Path(shown.default_dir()) / "hook-sessions" / f"{name}.json"
 
 

@@ -102,11 +102,13 @@ def make_view(
         hot_budget=kw.pop("hot_budget"),
         runtime_dir=shown.default_dir(),  # one process shows the context, another takes the patch
     )
+    scopes = parse_scopes(kw.pop("scopes"))
+    identity.keys(scopes)  # a scope the identity cannot key (a cwd not UTF-8) opens no store
     if reads:
         store = ctx.reader()
     else:
         store = ctx.existing() if existing else ctx.deferred() if deferred else ctx.store()
-    return MemoryView(store, identity, parse_scopes(kw.pop("scopes")), config)
+    return MemoryView(store, identity, scopes, config)
 
 
 _VIEW_OPTIONS = (

@@ -2,8 +2,9 @@
 
 Memory scopes are records of the built-in declared state ``memory``: target ``("agent", <agent>)``,
 subject kinds ``global`` (key ``global``), ``cwd`` (key: the absolute, resolved working directory)
-and ``session`` (key: the session id). A cwd longer than a subject key may be (512 characters) is
-refused where the cwd scope is used: stored, it would be a record no door can name.
+and ``session`` (key: the session id). A cwd longer than a subject key may be (512 characters), or
+one whose name is not UTF-8 (Linux allows any bytes), is refused where the cwd scope is used:
+stored, it would be a record no door can name.
 """
 
 from __future__ import annotations
@@ -11,10 +12,12 @@ from __future__ import annotations
 import os
 import posixpath
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from stateflow.doc.canonical import utf8_text
 from stateflow.errors import InvalidInput
 from stateflow.store import DocKey
 from stateflow.subjects import Subject
@@ -70,17 +73,37 @@ class Identity:
         return Identity(agent, "/" + posixpath.normpath(cwd).lstrip("/"), session)
 
     def subject(self, scope: str) -> Subject:
+        # a cwd no key can hold is refused where the cwd scope is used: the global and session
+        # scopes still serve
         if scope == "cwd" and len(self.cwd) > CWD_MAX_CHARS:
-            # refused where the cwd scope is used: the global and session scopes still serve
             raise InvalidInput(
                 f"the working directory is {len(self.cwd)} characters long; a cwd scope's key is at "
                 f"most {CWD_MAX_CHARS}: work from a shorter path, or leave the cwd scope out"
+            )
+        if scope == "cwd" and not utf8_text(self.cwd):  # (its bytes that are not UTF-8 come as
+            # lone surrogates; over HTTP, the X-Stateflow-Cwd header is refused the same way)
+            raise InvalidInput(
+                f"the working directory {shown_path(self.cwd)} is not UTF-8: a cwd scope's key is "
+                "Unicode text: work from a directory whose name is UTF-8, or leave the cwd scope out"
             )
         key = {"global": "global", "cwd": self.cwd, "session": self.session}[scope]
         return Subject("agent", self.agent, scope, key)
 
     def key(self, scope: str) -> DocKey:
         return DocKey(MEMORY_STATE, self.subject(scope).encode())
+
+    def keys(self, scopes: Sequence[str]) -> dict[str, DocKey]:
+        """Each wanted scope's document key: a scope this identity cannot key is refused here,
+        before a caller opens (or creates) a store for it."""
+        return {scope: self.key(scope) for scope in scopes}
+
+
+def shown_path(path: str) -> str:
+    """``path`` quoted for a message, a byte of its name that is not UTF-8 shown as ``\\xff``."""
+    try:
+        return "'" + os.fsencode(path).decode("utf-8", "backslashreplace") + "'"
+    except UnicodeEncodeError:  # a lone surrogate that stands for no byte (a JSON ``\\ud800``)
+        return ascii(path)
 
 
 def parse_scopes(value: str | list[str] | tuple[str, ...] | None) -> tuple[str, ...]:

@@ -319,11 +319,13 @@ class MemoryView(Staging):
         """the members a patch reads when it names no lazy plane (``patch_state``)"""
         self._hot_planes = frozenset(self.planes.names).difference(self.planes.lazy)
         """the planes a hot view shows (``_hot_view``)"""
-        self._projection_hash = hashlib.sha256(
-            f"{identity.agent}\0{identity.cwd}\0{identity.session}\0{self.config.mode}\0".encode()
+        self.keys = identity.keys(self.scopes)
+        self._projection_hash = hashlib.sha256(  # (a cwd that is not UTF-8 serves other scopes)
+            f"{identity.agent}\0{identity.cwd}\0{identity.session}\0{self.config.mode}\0".encode(
+                "utf-8", "surrogatepass"
+            )
         )
         """``projection_id``'s hash of what every projection of this view starts with"""
-        self.keys = {s: identity.key(s) for s in self.scopes}
         self._shown: shown_views.Shown | None = None
         """the last view this object remembered as shown (another object's may be newer)"""
         self._key_shown = self._shown_key()
