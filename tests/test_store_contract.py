@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from stateflow.doc.diff import Edit
-from stateflow.errors import Conflict, InvalidInput, InvalidJSON, NotFound
-from stateflow.store import HEAD, DocKey, Document, OpIdTaken, SqlStore, Write
+from stateflow.errors import Conflict, InvalidInput, InvalidJSON, NotFound, StoreUnavailable
+from stateflow.store import HEAD, DocKey, Document, OpIdTaken, SqlStore, Write, open_store
 from stateflow.store.plan import SNAPSHOT_MAX_CHAIN
 from stateflow.store.rows import outline_of
 
@@ -497,3 +497,21 @@ def test_an_outline_names_each_kind_in_the_members_order_and_refuses_what_json_c
     for odd in (Label("x"), (1,), b"x", {1, 2}):  # a subclass or a type JSON has not: refused
         with pytest.raises(InvalidJSON):
             outline_of({"ok": 1, "odd": odd})
+
+
+def test_a_call_after_close_is_refused_saying_the_store_was_closed(backend: str) -> None:
+    # the store's own close, not an outage: PostgreSQL's pool raised its own PoolClosed (no
+    # stateflow code) on a read, and said "PostgreSQL is unreachable" on the other calls
+    store = open_store(backend, auto_migrate=True)
+    store.commit([Write.between(A, None, {"x": 1}, expect=0)])
+    store.close()
+    calls: dict[str, Callable[[], object]] = {
+        "get": lambda: store.get(A),
+        "read_at": lambda: store.read_at(A, revision=1),
+        "history": lambda: store.history([A]),
+        "commit": lambda: store.commit([Write.between(A, {"x": 1}, {"x": 2}, expect=1)]),
+    }
+    for name, call in calls.items():
+        with pytest.raises(StoreUnavailable, match=r"was closed: open it again to use it$"):
+            call()
+            pytest.fail(f"{name} after close was not refused")

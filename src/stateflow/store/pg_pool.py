@@ -27,8 +27,9 @@ from typing import Any
 
 import psycopg
 from psycopg.pq import ConnStatus
-from psycopg_pool import AsyncConnectionPool, ConnectionPool
+from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolClosed
 
+from stateflow.errors import StoreUnavailable
 from stateflow.store.cancel import current
 
 OK = ConnStatus.OK
@@ -89,13 +90,18 @@ class CheckedPool(ConnectionPool[Any]):
         return conn
 
     def _take(self, timeout: float | None) -> Any:
-        # at most as many ended connections as the pool holds: then a fresh one
-        for _ in range(self.max_size):
-            conn = super().getconn(timeout)
-            if not ended(conn):
-                return conn
-            super().putconn(conn)  # closed: the pool opens another in its place
-        return super().getconn(timeout)
+        try:
+            # at most as many ended connections as the pool holds: then a fresh one
+            for _ in range(self.max_size):
+                conn = super().getconn(timeout)
+                if not ended(conn):
+                    return conn
+                super().putconn(conn)  # closed: the pool opens another in its place
+            return super().getconn(timeout)
+        except PoolClosed as exc:
+            # the store's own ``close()``, not the server: said so on every path that takes a
+            # connection, as a closed SQLite store and the async bridge's pool say it
+            raise StoreUnavailable("the store was closed: open it again to use it") from exc
 
     def putconn(self, conn: Any) -> None:
         cancel = current()

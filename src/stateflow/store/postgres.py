@@ -757,7 +757,7 @@ class PostgresStore(SqlStore):
         try:
             with self._pool.connection() as conn:
                 conn.execute(_FOLD_AFTER_COMMITS)
-        except (psycopg.Error, PoolTimeout):
+        except (psycopg.Error, PoolTimeout, StoreUnavailable):  # (closed meanwhile)
             pass
 
     def contended(self, keys: Sequence[DocKey]) -> bool:
