@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from stateflow.errors import UnsupportedStore
-from stateflow.store import open_store
+from stateflow.errors import InvalidInput, UnsupportedStore
+from stateflow.store import DocKey, Write, open_store
 from stateflow.store.migrations import SCHEMA_VERSION
+from tests.conftest import StoreFactory
 
 
 def sf(
@@ -160,6 +162,35 @@ def test_a_call_refused_for_its_arguments_alone_creates_no_store(tmp_path: Path)
     fresh = str(tmp_path / "fresh.db")  # a states write on a new store: its built-ins installed first
     assert sf("--store", fresh, "state-templates", "put", "checklist", "--data", template).returncode == 0
     assert [d["name"] for d in json.loads(sf("--store", fresh, "states", "list").stdout)] == ["memory"]
+
+
+def test_a_state_or_subject_that_is_not_utf8_is_refused_and_creates_no_store(
+    backend: str, open_migrated: StoreFactory, tmp_path: Path
+) -> None:
+    # an argument's byte that is not UTF-8 reaches Python as a lone surrogate, which no driver
+    # can send: the key is refused where it is built, before a store is opened or created
+    if backend.startswith("postgresql"):
+        store = open_migrated()  # (the CLI does not migrate a PostgreSQL store)
+        store.commit([Write.between(DocKey("n", "h"), None, {"a": 1})])
+    bad = os.fsdecode(b"h\xff")
+    for call, part in (
+        (["doc", "put", "n", bad, "{}"], "subject"),
+        (["doc", "patch", "n", bad, '{"a": 2}'], "subject"),
+        (["doc", "get", "n", bad], "subject"),
+        (["doc", "history", bad, "h"], "state name"),
+    ):
+        refused = sf("--store", backend, *call)
+        assert (refused.returncode, refused.stdout) == (1, ""), call
+        assert refused.stderr == (
+            f"error[invalid-input]: a document key's {part} must be Unicode text: it holds a lone "
+            "surrogate (such as a byte that is not UTF-8 in a command-line argument)\n"
+        ), call
+    if backend.startswith("postgresql"):
+        assert [c.seq for c in store.history([DocKey("n", "h")])] == [1]  # nothing written
+    else:
+        assert list(tmp_path.iterdir()) == []  # no store file, no -writer beside it
+    with pytest.raises(InvalidInput, match="subject must be Unicode text"):  # (the Python door)
+        DocKey("n", "h\udcff")
 
 
 def test_a_store_location_naming_a_folder_is_refused_and_creates_nothing(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from stateflow.doc.canonical import JSON
+from stateflow.doc.canonical import JSON, utf8_text
 from stateflow.doc.diff import Edit, Segment, Within, diff, diff_within, within
 from stateflow.doc.select import MISSING
 from stateflow.errors import InvalidInput
@@ -29,11 +29,20 @@ class DocKey(_Key):
         # (the tuple made here, not by the named tuple's generated ``__new__``: every write
         # names its documents, a call less each)
         if type(state) is str and type(subject) is str and state and subject:
-            return _new_tuple(cls, (state, subject))
-        if not isinstance(state, str) or not state:
+            if state.isascii() and subject.isascii():  # (constant time: the common key, at once)
+                return _new_tuple(cls, (state, subject))
+        elif not isinstance(state, str) or not state:
             raise InvalidInput("a document key needs a non-empty state name")
-        if not isinstance(subject, str) or not subject:
+        elif not isinstance(subject, str) or not subject:
             raise InvalidInput("a document key needs a non-empty subject")
+        # a lone surrogate (a byte that is not UTF-8 in a file name or a command-line argument)
+        # can be neither stored nor named in an answer: refused here, whatever the door
+        for part, text in (("state name", state), ("subject", subject)):
+            if not utf8_text(text):
+                raise InvalidInput(
+                    f"a document key's {part} must be Unicode text: it holds a lone surrogate (such as "
+                    "a byte that is not UTF-8 in a command-line argument)"
+                )
         return _new_tuple(cls, (state, subject))
 
     def __str__(self) -> str:
