@@ -488,6 +488,7 @@ def test_a_folded_records_own_revisions_are_read_by_their_seq(declared: Api) -> 
     assert api("GET", rec("a"))[1]["data"]["data"] == {"status": "b1"}  # today: the survivor
     code, body = api("GET", rec("a") + "?revision=2")
     assert code == 404 and "thread/a was folded into thread/b" in body["error"], body
+    assert body["error"].startswith("record thread/b of state 'tickets' has no revision 2 (current")
     assert "read by their seq" in body["error"]
 
 
@@ -779,3 +780,21 @@ def test_a_record_write_answers_its_etag_length_and_type(declared: Api) -> None:
     g = declared.client.get(rec("t-headers"), headers={"Authorization": f"Bearer {ADMIN}"})
     assert [(k, v) for k, v in g.headers.raw][:1] == [(b"etag", b'"1"')]
     assert [k for k, _ in g.headers.raw] == [b"etag", b"content-length", b"content-type"]
+
+
+def test_a_revision_the_record_never_had_is_refused_naming_the_record(declared: Api) -> None:
+    # named as every other record error names it, not by the stored subject (a JSON array)
+    api = declared
+    assert api("PUT", rec("t-1"), {"status": "a"})[0] == 200
+    code, body = api("GET", rec("t-1") + "?revision=7")
+    assert (code, body["error"]) == (
+        404,
+        "record thread/t-1 of state 'tickets' has no revision 7 (current revision 1)",
+    ), body
+    # a string op value holding a lone surrogate (JSON's \\udcff) is the op's refusal, as one
+    # nested in a value is, not the store's naming the record by its stored subject
+    ops = b'{"ops": [{"op": "set", "path": ["status"], "value": "\\udcff"}]}'
+    json_type = {"Content-Type": "application/json"}
+    code, body = api("POST", rec("t-1") + "/deltas", None, content=ops, headers=json_type)
+    assert (code, body["code"]) == (422, "invalid-ops"), body
+    assert body["error"] == "ops[0]: value: a string holding a lone surrogate (\\udcff) is not Unicode text"

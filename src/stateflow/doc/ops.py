@@ -172,7 +172,10 @@ def parse_op(raw: object) -> Op:
             raise OpError("a set op needs a 'value' (null is allowed)")
         value = raw["value"]
         t = type(value)
-        if t is not str and t is not bool and value is not None:  # (those are plain and immutable)
+        if t is str:
+            if not value.isascii():  # (constant time) a lone surrogate is refused as the op's
+                check(value, "value")  # own, as one nested in a value is, not by the store later
+        elif t is not bool and value is not None:  # (those are plain and immutable)
             # (as deep in the document as its path goes); values are copied: applied, they
             # become part of a stored document the caller must not reach
             value = checked_copy(value, "value", len(path))

@@ -79,7 +79,7 @@ from stateflow.states.results import (
 from stateflow.states.schema import ValidatorCache, check_base_schema, narrowing
 from stateflow.states.template_catalog import TemplateCatalog
 from stateflow.states.template_jq import TemplateJq
-from stateflow.store import DocKey, Document, Store, Write
+from stateflow.store import DocKey, Document, RevisionNotFound, Store, Write
 
 if TYPE_CHECKING:
     from stateflow.jq import JqRunner
@@ -897,11 +897,15 @@ class StatesService:
         key = DocKey(name, canonical.encode())
         try:
             doc = self.store.read_at(key, revision=revision, seq=seq)
-        except NotFound as exc:
+        except RevisionNotFound as exc:  # (the store names the document by its stored subject)
+            missing = (
+                f"record {canonical.kind}/{canonical.key} of state {name!r} has no revision "
+                f"{exc.revision} (current revision {exc.current})"
+            )
             if canonical == subject:
-                raise
+                raise NotFound(missing) from None
             raise NotFound(
-                f"{exc.message}: {subject.kind}/{subject.key} was folded into {canonical.kind}/"
+                f"{missing}: {subject.kind}/{subject.key} was folded into {canonical.kind}/"
                 f"{canonical.key}, whose revisions a revision names; the revisions of its own record "
                 "(listed in its writes with folded_from) are read by their seq"
             ) from None

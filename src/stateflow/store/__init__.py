@@ -6,7 +6,18 @@ backends share, and :class:`~stateflow.store.backend.Backend` declares what a ba
 
 from stateflow.store.base import SqlStore
 from stateflow.store.ledger import OpIdTaken
-from stateflow.store.model import HEAD, Change, Commit, DocKey, Document, Listed, Transition, Whole, Write
+from stateflow.store.model import (
+    HEAD,
+    Change,
+    Commit,
+    DocKey,
+    Document,
+    Listed,
+    RevisionNotFound,
+    Transition,
+    Whole,
+    Write,
+)
 from stateflow.store.open import StoreLocation, default_store_path, open_store, resolve_store_url
 from stateflow.store.protocol import Store
 
@@ -18,6 +29,7 @@ __all__ = [
     "Document",
     "Listed",
     "OpIdTaken",
+    "RevisionNotFound",
     "SqlStore",
     "Store",
     "StoreLocation",

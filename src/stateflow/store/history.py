@@ -20,7 +20,7 @@ from stateflow.errors import Conflict, CorruptData, CorruptStore, InvalidInput, 
 from stateflow.store import tree
 from stateflow.store.clock import time_text
 from stateflow.store.core import StoreCore
-from stateflow.store.model import Change, DocKey, Document, Transition
+from stateflow.store.model import Change, DocKey, Document, RevisionNotFound, Transition
 from stateflow.store.nodes import Generations, fetch_bodies, load_tree
 from stateflow.store.rows import (
     decode_edits,
@@ -86,7 +86,7 @@ class History(StoreCore):
             assert revision is not None
             current = row.revision if row else 0
             if revision < 0 or revision > current:
-                raise NotFound(f"{key} has no revision {revision} (current revision {current})")
+                raise RevisionNotFound(key, revision, current)
             if row is None or revision == 0:
                 return Document(key, 0, None)
             if revision == row.revision:

@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 from stateflow.doc.canonical import JSON, utf8_text
 from stateflow.doc.diff import Edit, Segment, Within, diff, diff_within, within
 from stateflow.doc.select import MISSING
-from stateflow.errors import InvalidInput
+from stateflow.errors import InvalidInput, NotFound
 
 
 class _Key(NamedTuple):
@@ -50,6 +50,15 @@ class DocKey(_Key):
 
     def __repr__(self) -> str:
         return f"DocKey(state={self.state!r}, subject={self.subject!r})"
+
+
+class RevisionNotFound(NotFound):
+    """A read as of a revision the document has not reached: a layer above, which knows what
+    the document is (a declared state's record), names it its own way."""
+
+    def __init__(self, key: DocKey, revision: int, current: int) -> None:
+        super().__init__(f"{key} has no revision {revision} (current revision {current})")
+        self.key, self.revision, self.current = key, revision, current
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,7 +25,7 @@ from stateflow.store import asof, tree
 from stateflow.store.cache import HeadCache, RevisionCache
 from stateflow.store.history import newest_changes, snapshot_and_chain, snapshot_member_rows, whole_chain
 from stateflow.store.key_positions import Positions
-from stateflow.store.model import DocKey
+from stateflow.store.model import DocKey, RevisionNotFound
 from stateflow.store.nodes import NodeCache, fetch_bodies, load_tree
 from stateflow.store.plan import TREE_MIN
 from stateflow.store.rows import DocRow, decode_stored, directory_of
@@ -315,12 +315,12 @@ class PathReads:
             return PathsRead(key, row.revision if row and at is None else at or 0, None, [])
         if row is None:
             if at:
-                raise NotFound(f"{key} has no revision {at} (current revision 0)")
+                raise RevisionNotFound(key, at, 0)
             return PathsRead(key, 0, None, [start(p, [MISSING_STEP], MISSING) for p in paths])
         revision = row.revision
         if at is not None:
             if at > row.revision:
-                raise NotFound(f"{key} has no revision {at} (current revision {row.revision})")
+                raise RevisionNotFound(key, at, row.revision)
             revision = at
         elif seq is not None and (row.updated_seq is None or row.updated_seq > seq):
             revision = self._store._revisions_before(tx, {row.doc_id: row.revision}, seq + 1)[row.doc_id]
