@@ -167,3 +167,34 @@ def test_the_claude_code_hook_prunes_before_showing_the_context(url: str, tree: 
         and a not in context.split("State Flow runtime context")[1].split('"recent_transitions"')[0]
     )
     assert list(head(url, project, root)["state"]["artifacts"]) == [c]
+
+
+def test_a_source_whose_name_is_not_utf8_is_named_apart_and_the_rest_still_answered(
+    url: str, tree: tuple[Path, Path]
+) -> None:
+    # Linux allows any bytes in a name: such a file can be no card's source, nor JSON text, so
+    # it is listed apart (escaped) instead of failing the status, the scan and the model's context
+    root, project = tree
+    a, c = str(root / "a.md"), str(root / "deep" / "c.md")
+    card(url, project, root, a, "notes on A")
+    (root / os.fsdecode(b"caf\xe9.md")).write_text("# other\n")
+    unnamed = [f"{root}/caf\\xe9.md"]
+    [status] = ok(sf(url, "knowledge", "status", cwd=project, root=root))
+    assert (status["sources"], status["uncompiled"], status["not_utf8"]) == (2, [c], unnamed)
+    assert ok(sf(url, "knowledge", "scan", cwd=project, root=root))["roots"] == [status]
+    assert head(url, project, root)["knowledge_sources"] == [
+        {"root": str(root), "available": True, "sources": 2, "uncompiled": [c], "not_utf8": unnamed}
+    ]
+    # a root whose own name is not UTF-8: every source under it is named apart
+    odd = root.rename(root.with_name(os.fsdecode(b"notes\xff")))
+    [status] = ok(sf(url, "knowledge", "status", cwd=project, root=odd))
+    shown = f"{root.parent}/notes\\xff"
+    assert status == {
+        "root": shown,
+        "available": True,
+        "sources": 0,
+        "uncompiled": [],
+        "not_utf8": [f"{shown}/a.md", f"{shown}/caf\\xe9.md", f"{shown}/deep/c.md"],
+        "missing": [],
+        "stale": [],
+    }

@@ -19,8 +19,10 @@ import stat
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
+from stateflow.doc.canonical import utf8_text
 from stateflow.memory.confine import anchored, confined
 from stateflow.memory.planes import RUNTIME
+from stateflow.memory.scopes import path_text
 from stateflow.store import DocKey, Document, Write
 
 if TYPE_CHECKING:
@@ -152,13 +154,19 @@ def status(
     for root in view.config.knowledge_roots:
         found = discover(root)
         if found is None:
-            out.append({"root": root, "available": False, "freshness": "unknown"})
+            out.append({"root": path_text(root), "available": False, "freshness": "unknown"})
             continue
+        # a name whose bytes are not UTF-8 (Linux allows any) can be no card's source, nor text
+        # in an answer: such files are named apart, escaped, and the rest still answered
+        unnamed = [path_text(p) for p in found if not utf8_text(p)]
+        found = [p for p in found if utf8_text(p)] if unnamed else found
         uncompiled = [p for p in found if p not in cards]
-        entry: dict[str, Any] = {"root": root, "available": True, "sources": len(found)}
+        entry: dict[str, Any] = {"root": path_text(root), "available": True, "sources": len(found)}
         entry["uncompiled"] = uncompiled if listed is None else uncompiled[:listed]
         if listed is not None and len(uncompiled) > listed:
             entry["uncompiled_more"] = len(uncompiled) - listed
+        if unnamed:
+            entry["not_utf8"] = unnamed if listed is None else unnamed[:listed]
         if stale is not None:
             mine = {
                 source: path

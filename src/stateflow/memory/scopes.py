@@ -83,7 +83,7 @@ class Identity:
         if scope == "cwd" and not utf8_text(self.cwd):  # (its bytes that are not UTF-8 come as
             # lone surrogates; over HTTP, the X-Stateflow-Cwd header is refused the same way)
             raise InvalidInput(
-                f"the working directory {shown_path(self.cwd)} is not UTF-8: a cwd scope's key is "
+                f"the working directory '{path_text(self.cwd)}' is not UTF-8: a cwd scope's key is "
                 "Unicode text: work from a directory whose name is UTF-8, or leave the cwd scope out"
             )
         key = {"global": "global", "cwd": self.cwd, "session": self.session}[scope]
@@ -98,12 +98,15 @@ class Identity:
         return {scope: self.key(scope) for scope in scopes}
 
 
-def shown_path(path: str) -> str:
-    """``path`` quoted for a message, a byte of its name that is not UTF-8 shown as ``\\xff``."""
+def path_text(path: str) -> str:
+    """``path`` as text a message or an answer can carry: a byte of its name that is not UTF-8
+    (a lone surrogate, as Python decodes it) shown as ``\\xff``."""
+    if utf8_text(path):
+        return path
     try:
-        return "'" + os.fsencode(path).decode("utf-8", "backslashreplace") + "'"
+        return os.fsencode(path).decode("utf-8", "backslashreplace")
     except UnicodeEncodeError:  # a lone surrogate that stands for no byte (a JSON ``\\ud800``)
-        return ascii(path)
+        return ascii(path)[1:-1]
 
 
 def parse_scopes(value: str | list[str] | tuple[str, ...] | None) -> tuple[str, ...]:
