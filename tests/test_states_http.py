@@ -791,10 +791,3 @@ def test_a_revision_the_record_never_had_is_refused_naming_the_record(declared: 
         404,
         "record thread/t-1 of state 'tickets' has no revision 7 (current revision 1)",
     ), body
-    # a string op value holding a lone surrogate (JSON's \\udcff) is the op's refusal, as one
-    # nested in a value is, not the store's naming the record by its stored subject
-    ops = b'{"ops": [{"op": "set", "path": ["status"], "value": "\\udcff"}]}'
-    json_type = {"Content-Type": "application/json"}
-    code, body = api("POST", rec("t-1") + "/deltas", None, content=ops, headers=json_type)
-    assert (code, body["code"]) == (422, "invalid-ops"), body
-    assert body["error"] == "ops[0]: value: a string holding a lone surrogate (\\udcff) is not Unicode text"

@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from starlette.routing import Route
 
 from stateflow.config import Config, HttpConfig
-from stateflow.errors import CorruptStore, StateflowError
+from stateflow.errors import CorruptStore, OpError, StateflowError
 from stateflow.http.app import create_app
 from stateflow.http.auth import TokenSet, parse_token
 from stateflow.memory import Identity, MemoryConfig, MemoryView
@@ -374,3 +374,16 @@ def test_a_fold_of_a_state_not_declared_is_refused_and_leaves_no_row(
     assert refused.value.code == "state-not-found"
     with store._read_tx() as tx:
         assert tx.all("SELECT state, subject FROM documents ORDER BY doc_id") == before
+
+
+def test_a_set_op_value_holding_a_lone_surrogate_is_the_ops_refusal(service: StatesService) -> None:
+    # as such a string nested in a value is, and before the store, whose refusal named the
+    # record by its stored subject (a JSON array); HTTP and the CLI refuse it as they decode
+    service.replace("tickets", SUBJECT, {"status": "a"})
+    for value, where in (("\udcff", "value"), ({"x": ["\udcff"]}, "value.x[0]")):
+        with pytest.raises(OpError) as refused:
+            service.apply("tickets", SUBJECT, [{"op": "set", "path": ["status"], "value": value}])
+        assert refused.value.message == (
+            f"ops[0]: {where}: a string holding a lone surrogate (\\udcff) is not Unicode text"
+        )
+    assert service.apply("tickets", SUBJECT, [{"op": "set", "path": ["status"], "value": "é"}]).written
