@@ -10,11 +10,13 @@ from functools import partial
 from typing import Any
 
 import pytest
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 from langgraph.store.base import PutOp
 
 from stateflow.doc.canonical import check, checked_copy, encode
 from stateflow.errors import InvalidInput
-from stateflow.langgraph import StateflowStore
+from stateflow.langgraph import StateflowSaver, StateflowStore
 from stateflow.states import StatesService
 from stateflow.store import SqlStore
 
@@ -114,3 +116,42 @@ def test_a_lone_surrogate_in_a_langgraph_item_is_refused_and_nothing_is_written(
     found = items.get(("docs",), "a")
     assert found is not None and found.value == {"text": "kept"}
     assert items.get(("docs",), "b") is None and items.get(("docs",), "c") is None
+
+
+def test_a_lone_surrogate_in_a_checkpoint_or_a_pending_write_is_refused_and_nothing_is_written(
+    store: SqlStore,
+) -> None:
+    saver = StateflowSaver(StatesService(store))
+    thread: RunnableConfig = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    first = saver.put(
+        thread, generate_checkpoint(channel_values={"a": "kept"}), generate_metadata(), {"a": 1}
+    )
+    saver.put_writes(first, [("a", "pending")], "task")
+    place = "holding a lone surrogate (\\ud800) is not Unicode text"
+    refused: list[tuple[dict[str, Any], dict[str, Any], str]] = [
+        ({"a": "x\ud800"}, {}, f"checkpoint.channel_values.a: a string {place}"),
+        ({"a": [{"k\ud800": 1}]}, {}, f"checkpoint.channel_values.a[0]: an object key {place}"),
+        ({"a": "ok"}, {"note": "x\ud800"}, f"metadata.note: a string {place}"),
+    ]
+    for values, metadata, message in refused:
+        checkpoint = generate_checkpoint(channel_values=values)
+        call = partial(saver.put, first, checkpoint, generate_metadata(**metadata), {"a": 2})
+        assert refusal(call) == message
+        assert (
+            saver.get_tuple({"configurable": {**thread["configurable"], "checkpoint_id": checkpoint["id"]}})
+            is None
+        )
+    for writes, message in (
+        ([("a", "x\ud800")], f"writes[0][1]: a string {place}"),
+        ([("a", "fine"), ("b", {"text": ["x\ud800"]})], f"writes[1][1].text[0]: a string {place}"),
+    ):
+        assert refusal(partial(saver.put_writes, first, writes, "other")) == message
+    assert [c.checkpoint["id"] for c in saver.list(thread)] == [first["configurable"]["checkpoint_id"]]
+    kept = saver.get_tuple(first)
+    assert kept is not None and kept.checkpoint["channel_values"] == {"a": "kept"}
+    assert kept.pending_writes == [("task", "a", "pending")]
+    # (a value LangGraph's serializer takes, a tuple, is written as it writes it: "?" for the
+    # surrogate, as its own savers store it)
+    saver.put_writes(first, [("a", ("x\ud800",))], "third")
+    kept = saver.get_tuple(first)
+    assert kept is not None and ("third", "a", ["x?"]) in (kept.pending_writes or [])

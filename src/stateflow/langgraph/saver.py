@@ -46,6 +46,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from stateflow.aio import call
+from stateflow.doc.canonical import checked_copy
 from stateflow.doc.select import MISSING
 from stateflow.errors import CorruptStore
 from stateflow.langgraph.codec import Codec
@@ -519,7 +520,12 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
             # cache it as it is; its bytes are the member's row and the change's edit (a new
             # checkpoint: encoded once)
             # (one member: one row, one key entry, one count)
-            whole = Whole({"saved": saved}, [[]], {"saved": orjson.dumps(saved)})
+            try:
+                encoded = orjson.dumps(saved)
+            except TypeError:  # a lone surrogate the codec's copy kept: named, nothing written
+                _refuse_checkpoint(saved)
+                raise
+            whole = Whole({"saved": saved}, [[]], {"saved": encoded})
             doc_key = self.records.write(
                 CHECKPOINT,
                 key,
@@ -624,7 +630,11 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         # holds the names), and a new writes record of one member costs one member row, key
         # entry and count fewer
         fresh = dict(entries)
-        encoded = orjson.dumps(fresh)
+        try:
+            encoded = orjson.dumps(fresh)
+        except TypeError:  # a lone surrogate the codec's copy kept: named, nothing written
+            _refuse_writes(entries)
+            raise
         if type(task_path) is not str:
             fresh = orjson.loads(encoded)
 
@@ -880,6 +890,32 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         await call(self.states.store, self.prune, thread_ids, strategy=strategy)
+
+
+def _refuse_checkpoint(saved: dict[str, Any]) -> None:
+    """Raise InvalidJSON naming the place in a checkpoint's JSON that orjson refused (a lone
+    surrogate: the codec keeps plain JSON as it is, and the encoding is its only test), as the
+    store's check names it. Walked only after the encoding failed: a put pays for no walk."""
+    checked_copy(saved["config"], "config")
+    checked_copy(_json_of(saved["checkpoint"]), "checkpoint")
+    checked_copy(
+        {channel: _json_of(v) for channel, v in saved["channel_values"].items()}, "checkpoint.channel_values"
+    )
+    checked_copy(_json_of(saved["metadata"]), "metadata")
+
+
+def _refuse_writes(entries: Sequence[tuple[str, dict[str, Any]]]) -> None:
+    """:func:`_refuse_checkpoint` for pending writes: the place named in ``put_writes``'s
+    ``writes`` (a pair's channel ``[0]``, its value ``[1]``), or the task's id or path."""
+    entry = entries[0][1]
+    checked_copy(entry["task_id"], "task_id")
+    checked_copy(entry["task_path"], "task_path")
+    checked_copy([[e["channel"], _json_of(e["value"])] for _, e in entries], "writes")
+
+
+def _json_of(stored: dict[str, Any]) -> Any:
+    """The plain JSON a codec's encoding keeps (its serializer's base64 text: nothing to name)."""
+    return stored.get("json")
 
 
 def _writes_whole(
