@@ -117,3 +117,23 @@ def test_a_store_batch_of_more_puts_than_one_statement_checks_stays_within_sqlit
         assert len(items.search(("ns",), limit=count + 1)) == count
     finally:
         store.close()
+
+
+def test_deleting_checkpoints_without_pending_writes_makes_no_rows_for_them(store: SqlStore) -> None:
+    # A checkpoint without pending writes has no writes record: the erase names only the
+    # records there, so no document row (absent, unused) is made for the writes it never had.
+    saver = StateflowSaver(StatesService(store))
+    config: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    for n in range(5):
+        checkpoint = generate_checkpoint(channel_values={"n": n}, channel_versions={"n": n + 1})
+        config = saver.put(config, checkpoint, generate_metadata(step=n), {"n": n + 1})
+
+    def rows() -> int:
+        with store._read_tx() as tx:
+            [(count,)] = tx.all("SELECT count(*) FROM documents")
+        return int(count)
+
+    before = rows()
+    saver.delete_thread("t")
+    assert list(saver.list({"configurable": {"thread_id": "t"}})) == []
+    assert rows() == before

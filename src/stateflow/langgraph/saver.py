@@ -691,11 +691,15 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
     def _erase(self, keys: Sequence[str]) -> None:
         """Erase checkpoints and their writes (their audit trail stays), all in one transaction:
         a call cut short erases none of them (a record already absent is left as it is)."""
-        state = self.records.state
+        state, records = self.records.state, self.records
+        named = [(kind, key) for key in keys for kind in (CHECKPOINT, WRITES)]
+        # only the records there (a checkpoint without pending writes has no writes record):
+        # a write naming an absent document makes its row, absent, which nothing would use
+        there = records.store.read([records.doc_key(kind, key) for kind, key in named], [])
         items = [
-            erase_item(state, self.records.subject(kind, key))
-            for key in keys
-            for kind in (CHECKPOINT, WRITES)
+            erase_item(state, records.subject(kind, key))
+            for kind, key in named
+            if there[records.doc_key(kind, key)].body is not None
         ]
         try:
             if items:
