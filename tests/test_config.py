@@ -50,7 +50,7 @@ def test_flags_beat_the_environment_which_beats_the_file(tmp_path: Path) -> None
         "url": str(tmp_path / "from-file.db"),  # (read against the file's folder)
         "wait_seconds": 3.0,
         "connect_timeout_seconds": 5.0,
-        "statement_timeout_seconds": None,  # (the URL's option, else 60 s)
+        "statement_timeout_seconds": None,  # (60 s; a URL's own option wins)
     }
     assert shown["server"]["log_level"] == "warning" and shown["jq"]["timeout_seconds"] == 4.0
     assert shown["server"]["tokens"] == ["fil…@agent/alice,tool/crm"]  # masked

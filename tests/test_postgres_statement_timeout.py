@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import quote
 
 import psycopg
 import pytest
@@ -106,3 +107,44 @@ def test_a_whole_store_pass_has_no_limit_unless_one_is_configured(
                 assert conn.execute("SHOW statement_timeout").fetchone() == (shown,), (whole, configured)
         finally:
             ctx.close()
+
+
+def test_a_urls_own_statement_timeout_wins_over_the_given_and_the_configured_one(
+    pg_schema_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the rule connect_timeout follows: the URL is the one place that names a store's server,
+    # while the CLI and the server always pass their setting (a whole-store pass its 0)
+    from stateflow.cli.common import Context
+
+    open_store(pg_schema_url, auto_migrate=True).close()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    monkeypatch.setenv("STATEFLOW_STORE_STATEMENT_TIMEOUT_SECONDS", "30")
+    # (each spelling the server reads: ``-c name=``, ``-cname=``, ``--name=``, dashes for _)
+    for option, shown in (
+        ("-c statement_timeout=7s", "7s"),
+        ("-cstatement_timeout=8000", "8s"),
+        ("--statement-timeout=9s", "9s"),
+        ("-c Statement_Timeout=0", "0"),
+    ):
+        url = f"{pg_schema_url}{quote(' ' + option)}"
+        store = open_store(url, statement_timeout=0.5)
+        try:
+            with store._connection() as conn:  # type: ignore[attr-defined]
+                assert conn.execute("SHOW statement_timeout").fetchone() == (shown,), option
+        finally:
+            store.close()
+        for whole in (False, True):
+            ctx = Context(url)
+            try:
+                with ctx.reader(whole=whole)._connection() as conn:  # type: ignore[attr-defined]
+                    assert conn.execute("SHOW statement_timeout").fetchone() == (shown,), (option, whole)
+            finally:
+                ctx.close()
+    # without one in the URL, the given and the configured limits apply
+    store = open_store(pg_schema_url, statement_timeout=0.5)
+    try:
+        with store._connection() as conn:  # type: ignore[attr-defined]
+            assert conn.execute("SHOW statement_timeout").fetchone() == ("500ms",)
+    finally:
+        store.close()

@@ -40,7 +40,7 @@ class StoreSettings:
     """PostgreSQL: how long one connection attempt may take (unless the URL sets it)"""
     statement_timeout_seconds: float | None = None
     """PostgreSQL: the server cancels a statement running longer (``store-timeout``); 0: never;
-    None: the URL's ``statement_timeout`` option, else 60 s"""
+    None: 60 s (a whole-store pass: never). A URL's own ``statement_timeout`` option wins"""
 
 
 @dataclass(frozen=True)

@@ -66,7 +66,8 @@ class Context:
         timeout = settings.statement_timeout_seconds
         if whole and timeout is None:
             # a pass over the whole store (check, dump, load) is not a call: its statements may
-            # rightly run longer than a call's limit, unless one is configured for it
+            # rightly run longer than a call's limit, unless one is configured for it (or the
+            # URL's options set one: it wins, as for any call)
             timeout = 0
         return open_store(
             self.store_location,

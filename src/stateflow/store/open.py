@@ -110,7 +110,8 @@ def open_store(
     outage (default 10 s), on SQLite a writer's wait for its turn at the write lock (default
     30 s). PostgreSQL: ``connect_timeout`` bounds one connection attempt (default 5 s; a URL's
     own ``connect_timeout`` wins),
-    ``statement_timeout`` one statement (default 60 s, 0: none; ``store-timeout``)."""
+    ``statement_timeout`` one statement (default 60 s, 0: none; ``store-timeout``; a URL's own
+    ``statement_timeout`` option wins)."""
     url = resolve_store_url(store)
     if url.startswith(("postgresql://", "postgres://")):
         with needs_extra("postgres", "a PostgreSQL store"):

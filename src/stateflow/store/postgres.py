@@ -247,8 +247,9 @@ class PostgresStore(SqlStore):
         URL sets its own ``connect_timeout``, which wins: the URL is the one place that names a
         store's server, while the CLI and server always pass their configured setting;
         ``statement_timeout``: the server cancels a statement that runs longer (``store-timeout``,
-        its transaction rolled back; default the URL's ``statement_timeout`` option, else 60 s;
-        0 turns it off) — a query whose caller went away ends by then instead of running on;
+        its transaction rolled back; default 60 s; 0 turns it off), unless the URL's ``options``
+        set their own ``statement_timeout``, which wins, as the URL's ``connect_timeout`` does —
+        a query whose caller went away ends by then instead of running on;
         ``max_group``: at most this many ready commits of this process's threads share one
         transaction (group commit; 1 turns it off);
         ``read_only``: every session starts with ``default_transaction_read_only`` on, so the
@@ -274,7 +275,7 @@ class PostgresStore(SqlStore):
         if "connect_timeout" not in given:  # (a keyword given to connect overrides the URL's own)
             kwargs["connect_timeout"] = max(1, round(connect_timeout or DEFAULT_CONNECT_TIMEOUT))
         options = str(given.get("options") or "")
-        if statement_timeout is not None or "statement_timeout" not in options:
+        if _SETS_STATEMENT_TIMEOUT.search(options) is None:  # (the URL's own wins, as above)
             limit = DEFAULT_STATEMENT_TIMEOUT if statement_timeout is None else statement_timeout
             options += f" -c statement_timeout={max(0, round(limit * 1000))}"
         if read_only:
@@ -1680,6 +1681,9 @@ def _equal_numbers(pattern: Any) -> list[Any]:
 DEFAULT_WAIT: Final = 10.0
 DEFAULT_CONNECT_TIMEOUT: Final = 5.0
 DEFAULT_STATEMENT_TIMEOUT: Final = 60.0
+_SETS_STATEMENT_TIMEOUT: Final = re.compile(r"(?:^|\s)(?:-c\s*|--)statement[-_]timeout=", re.IGNORECASE)
+"""A URL's ``options`` setting the statement timeout, in each spelling the server reads
+(``-c name=``, ``-cname=``, ``--name=``; a name's case and ``-`` for ``_`` are its own)."""
 """Seconds one statement may run: far above any call's (a read or a commit takes milliseconds;
 a search over a large state, seconds), so only a runaway query or a lock held that long ends."""
 
