@@ -157,3 +157,55 @@ def test_a_deltachannel_thread_is_refused_by_prune_and_delete_for_runs(backend: 
         assert list(saver.list(config)) == []
     finally:
         saver.close()
+
+
+class _Two(TypedDict):
+    n: int
+    other: str
+
+
+def _two_step(saver: StateflowSaver) -> Any:
+    return (
+        StateGraph(_Two)
+        .add_node("a", lambda s: {"n": s["n"] + 1})
+        .add_node("b", lambda s: {"n": s["n"] + 1})
+        .add_edge(START, "a")
+        .add_edge("a", "b")
+        .add_edge("b", END)
+        .compile(checkpointer=saver)
+    )
+
+
+@pytest.mark.parametrize("trim", ["prune", "delete_for_runs"])
+def test_a_thread_trimmed_by_another_process_goes_on_whole(backend: str, trim: str) -> None:
+    """Two processes on one store (each its own store, as another process has): one runs the
+    threads, the other trims them. The running one had learnt where the parent checkpoint keeps
+    each value (channel ``other``, written once at the start, in the thread's first
+    checkpoint): its next checkpoint kept ``other`` there, in a record the trim had erased, and
+    the thread could no longer be read (CorruptStore). And where the other process writes the
+    next checkpoint, keeping ``other`` in the kept one (rewritten with its values inline), the
+    running one's memory of that record, without them, answered that it was lost."""
+    with StateflowSaver.open(backend) as runner, StateflowSaver.open(backend) as keeper:
+        graph = _two_step(runner)
+        for thread_id in ("t", "u"):
+            graph.invoke(
+                {"n": 0, "other": "keep"}, {"configurable": {"thread_id": thread_id, "run_id": "r1"}}
+            )
+            if trim == "delete_for_runs":
+                graph.invoke({"n": 5}, {"configurable": {"thread_id": thread_id, "run_id": "r2"}})
+        if trim == "prune":
+            keeper.prune(["t", "u"])
+        else:
+            keeper.delete_for_runs(["r1"])
+        _two_step(keeper).invoke({"n": 10}, {"configurable": {"thread_id": "u", "run_id": "r3"}})
+        assert graph.get_state({"configurable": {"thread_id": "u"}}).values == {"n": 12, "other": "keep"}
+        graph.invoke({"n": 10}, {"configurable": {"thread_id": "t", "run_id": "r3"}})
+        for thread_id in ("t", "u"):
+            thread: Any = {"configurable": {"thread_id": thread_id}}
+            assert graph.get_state(thread).values == {"n": 12, "other": "keep"}
+            graph.invoke({"n": 20}, {"configurable": {"thread_id": thread_id, "run_id": "r4"}})
+            assert graph.get_state(thread).values == {"n": 22, "other": "keep"}
+            with StateflowSaver.open(backend) as fresh:
+                assert _two_step(fresh).get_state(thread).values == {"n": 22, "other": "keep"}
+                for tup in fresh.list(thread):  # every checkpoint reads whole
+                    assert tup.checkpoint["channel_values"]["other"] == "keep"

@@ -113,6 +113,11 @@ encodings or its edits against ``current`` where the adapter has them); may run 
 ``current`` (the store's cached object)."""
 
 
+class Stale(Exception):
+    """A write's ``guard`` found the document it depends on other than its writer last saw it
+    (changed by another process): nothing was written."""
+
+
 class _NotLean(Exception):
     """A lean write met what only the general path checks (a re-declared schema, an attachment,
     a folded subject, an undeclared state): nothing was written, the general path decides."""
@@ -198,6 +203,7 @@ class Records:
         action: str,
         general: Callable[..., object],
         args: tuple[Any, ...] = (),
+        guard: tuple[DocKey, Callable[[Any], bool]] | None = None,
     ) -> DocKey:
         """Write one record of a shape the adapter builds itself, through the store's writes of
         a whole document (``Store.write_whole`` on the documents as last seen here, else
@@ -218,7 +224,10 @@ class Records:
         Anything else (another declaration, a folded subject, an undeclared state) runs
         ``general(*args)`` instead, which checks and refuses as every write does. ``build``: a
         :class:`Whole` where the new body does not depend on the current one (no function
-        made per write). Returns the record's document key."""
+        made per write). ``guard``: ``(key, holds)``, a document the new body depends on, which
+        ``holds(body)`` must accept (as last seen here, then as the commit finds it: the commit
+        checks it did not move), else :class:`Stale` and nothing written. Returns the record's
+        document key."""
         doc_key = self.doc_key(kind, key)
         if not key.strip() or self.schema is None:
             general(*args)
@@ -230,15 +239,15 @@ class Records:
             self._refused = None
         # (the checks and the fallback as partials of methods, not closures: a closure made
         # per write makes a cell for each name it shares with this frame)
-        checked = functools.partial(self._checked, kind, doc_key, build)
-        shared = self._shared
+        checked = functools.partial(self._checked, kind, doc_key, build, guard)
+        shared = self._shared if guard is None else (*self._shared, guard[0])
         stamped = self.states._origin(origin, context, action)
         try:
             # the documents as last seen here, else the store's general read-modify-write
             if not self.store.write_whole(doc_key, checked, stamped, shared=shared):
                 self.store.update(
                     [doc_key],
-                    functools.partial(self._compute, doc_key, checked),
+                    functools.partial(self._compute, doc_key, checked, shared),
                     stamped,
                     shared=shared,
                     optimistic=True,
@@ -250,7 +259,13 @@ class Records:
         return doc_key
 
     def _checked(
-        self, kind: str, doc_key: DocKey, build: Build | Whole, shared: dict[DocKey, Any], current: Any
+        self,
+        kind: str,
+        doc_key: DocKey,
+        build: Build | Whole,
+        guard: tuple[DocKey, Callable[[Any], bool]] | None,
+        shared: dict[DocKey, Any],
+        current: Any,
     ) -> Whole:
         """``build``'s body for :meth:`write`, once the shared documents say a lean write holds:
         the declaration is the adapter's own (checked once per stored declaration object) and
@@ -263,17 +278,20 @@ class Records:
         aliases = shared[self._alias_key]
         if aliases and doc_key.subject in aliases:
             raise _NotLean
+        if guard is not None and not guard[1](shared[guard[0]]):
+            raise Stale
         return build if isinstance(build, Whole) else build(current)
 
     def _compute(
         self,
         doc_key: DocKey,
         checked: Callable[[dict[DocKey, Any], Any], Whole],
+        shared: Sequence[DocKey],
         docs: dict[DocKey, Document],
     ) -> tuple[list[Write], None]:
         """:meth:`write`'s general read-modify-write (``Store.update``'s ``compute``)."""
         current = docs[doc_key]
-        whole = checked({k: docs[k].body for k in self._shared}, current.body)
+        whole = checked({k: docs[k].body for k in shared}, current.body)
         body, paths = whole.body, whole.paths
         return [
             Write.between(doc_key, current.body, body, current.revision, changed=paths, paths=paths)

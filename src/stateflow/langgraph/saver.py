@@ -50,7 +50,7 @@ from stateflow.doc.canonical import checked_copy
 from stateflow.doc.select import MISSING
 from stateflow.errors import CorruptStore
 from stateflow.langgraph.codec import Codec
-from stateflow.langgraph.records import OwnsStore, Records, invert, uninvert
+from stateflow.langgraph.records import OwnsStore, Records, Stale, invert, uninvert
 from stateflow.states import StatesService
 from stateflow.states.batch import apply_items, erase_item
 from stateflow.states.langgraph_items import CHECKPOINTS_DESCRIPTION, join, part, unpart
@@ -239,9 +239,10 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         self.context = DoorContext(door="api", actor="stateflow.langgraph")
         # what a put needs of its parent (channel versions, where each value lives), by
         # (thread, ns, id): checkpoints never change once written, so this only saves reads
-        self._parents: OrderedDict[tuple[str, str, str], tuple[dict[str, Any], dict[str, str]]] = (
-            OrderedDict()
-        )
+        # (and the record's ``saved``, which a put checks is still the record's, and its key)
+        self._parents: OrderedDict[
+            tuple[str, str, str], tuple[dict[str, Any], dict[str, str], dict[str, Any], DocKey]
+        ] = OrderedDict()
         # the channel values of checkpoints that hold other checkpoints' unchanged channels
         self._held: OrderedDict[DocKey, dict[str, Any]] = OrderedDict()
 
@@ -383,8 +384,16 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
             raise ValueError(f"its checkpoint lacks {sorted(_CHECKPOINT_KEYS)}")
         values = {c: decode(v) for c, v in saved["channel_values"].items()}
         for channel, source in saved.get("sources", {}).items():
-            held = holders.get(self.records.doc_key(CHECKPOINT, self._key(thread_id, ns, source)))
+            doc_key = self.records.doc_key(CHECKPOINT, self._key(thread_id, ns, source))
+            held = holders.get(doc_key)
             stored = held.get(channel) if held is not None else None
+            if stored is None and doc_key in self._held:
+                # held here as last seen: another process's prune may have rewritten it since,
+                # with more values inline (read again, once)
+                found = self.records.store.get(doc_key).body
+                held = holders[doc_key] = _saved(found).get("channel_values", {}) if found is not None else {}
+                self._hold(doc_key, held)
+                stored = held.get(channel)
             if stored is None:
                 # (its record erased other than through the saver — the retention sweep, a
                 # door's erase: never a checkpoint answered without the channel)
@@ -478,13 +487,19 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         for channel in versions:
             if channel not in inline:
                 missing.append(channel)
+        guard = None
         if missing and parent_id:
             parent = self._parent(thread_id, ns, parent_id)
             if parent is not None:
-                parent_versions, parent_sources = parent
+                parent_versions, parent_sources, parent_saved, parent_key = parent
                 for channel in missing:
                     if channel in parent_sources and parent_versions.get(channel) == versions[channel]:
                         sources[channel] = parent_sources[channel]
+                if sources:
+                    # where the parent keeps its values was learnt here, from its record: the
+                    # write holds only while that record is as it was (another process's prune
+                    # or delete_for_runs rewrites it, erasing where its values were)
+                    guard = (parent_key, functools.partial(_holds, parent_saved, parent_sources, parent_id))
         for channel in missing:  # no checkpoint holds it at this version: keep it here
             if channel not in sources and channel in values:
                 inline[channel] = encode(values[channel])
@@ -526,20 +541,46 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
                 _refuse_checkpoint(saved)
                 raise
             whole = Whole({"saved": saved}, [[]], {"saved": encoded})
-            doc_key = self.records.write(
-                CHECKPOINT,
-                key,
-                whole,
-                origin=origin,
-                context=self.context,
-                action="replace",
-                general=self._put_general,
-                args=(key, saved, origin),
-            )
+            try:
+                doc_key = self.records.write(
+                    CHECKPOINT,
+                    key,
+                    whole,
+                    origin=origin,
+                    context=self.context,
+                    action="replace",
+                    general=self._put_general,
+                    args=(key, saved, origin),
+                    guard=guard,
+                )
+            except Stale:
+                # learnt from the parent's record as it no longer is (another process trimmed
+                # the thread): forget what was learnt from any record, and keep every value of
+                # this checkpoint in its own record, which depends on no other
+                self._parents.clear()
+                self._held.clear()
+                sources = {}
+                inline = {c: encode(v) for c, v in values.items()}
+                saved = {**saved, "channel_values": inline, "sources": sources}
+                try:
+                    encoded = orjson.dumps(saved)
+                except TypeError:
+                    _refuse_checkpoint(saved)
+                    raise
+                doc_key = self.records.write(
+                    CHECKPOINT,
+                    key,
+                    Whole({"saved": saved}, [[]], {"saved": encoded}),
+                    origin=origin,
+                    context=self.context,
+                    action="replace",
+                    general=self._put_general,
+                    args=(key, saved, origin),
+                )
         holders = dict(sources)
         for channel in inline:
             holders[channel] = checkpoint_id
-        self._remember(thread_id, ns, checkpoint_id, dict(versions), holders)
+        self._remember(thread_id, ns, checkpoint_id, dict(versions), holders, saved, doc_key)
         self._hold(doc_key, inline)
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}}
 
@@ -556,22 +597,27 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         )
 
     def _remember(
-        self, thread_id: str, ns: str, checkpoint_id: str, versions: dict[str, Any], holders: dict[str, str]
+        self,
+        thread_id: str,
+        ns: str,
+        checkpoint_id: str,
+        versions: dict[str, Any],
+        holders: dict[str, str],
+        saved: dict[str, Any],
+        doc_key: DocKey,
     ) -> None:
-        self._parents[(thread_id, ns, checkpoint_id)] = (versions, holders)
+        self._parents[(thread_id, ns, checkpoint_id)] = (versions, holders, saved, doc_key)
         if len(self._parents) > _PARENTS_KEPT:
             self._parents.popitem(last=False)
 
     def _parent(
         self, thread_id: str, ns: str, checkpoint_id: str
-    ) -> tuple[dict[str, Any], dict[str, str]] | None:
+    ) -> tuple[dict[str, Any], dict[str, str], dict[str, Any], DocKey] | None:
         known = self._parents.get((thread_id, ns, checkpoint_id))
         if known is not None:
             return known
-        doc = self.records.store.get(
-            self.records.doc_key(CHECKPOINT, self._key(thread_id, ns, checkpoint_id)),
-            ["saved", "checkpoint", "channel_values", "sources"],
-        )
+        doc_key = self.records.doc_key(CHECKPOINT, self._key(thread_id, ns, checkpoint_id))
+        doc = self.records.store.get(doc_key, ["saved", "checkpoint", "channel_values", "sources"])
         if doc.body is None:
             return None
         saved = _saved(doc.body)
@@ -580,8 +626,8 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
             **saved.get("sources", {}),
             **{c: checkpoint_id for c in saved.get("channel_values", {})},
         }
-        self._remember(thread_id, ns, checkpoint_id, versions, holders)
-        return versions, holders
+        self._remember(thread_id, ns, checkpoint_id, versions, holders, saved, doc_key)
+        return versions, holders, saved, doc_key
 
     def put_writes(
         self,
@@ -920,6 +966,17 @@ def _refuse_writes(entries: Sequence[tuple[str, dict[str, Any]]]) -> None:
 def _json_of(stored: dict[str, Any]) -> Any:
     """The plain JSON a codec's encoding keeps (its serializer's base64 text: nothing to name)."""
     return stored.get("json")
+
+
+def _holds(saved: dict[str, Any], holders: dict[str, str], checkpoint_id: str, body: Any) -> bool:
+    """Whether a checkpoint record (``body``) still keeps its values where ``holders`` says (as
+    learnt from its ``saved``): the same object as last seen here (no walk), else by content."""
+    if type(body) is not dict:
+        return False
+    now = _saved(body)
+    if now is saved:
+        return True
+    return {**now.get("sources", {}), **{c: checkpoint_id for c in now.get("channel_values", {})}} == holders
 
 
 def _writes_whole(
