@@ -197,6 +197,7 @@ class Listing:
             ),
             page_limit(limit),
             cursor,
+            visible=_visible(tenants),
         )
         return {"subjects": items, "next_cursor": next_cursor}
 
@@ -282,6 +283,7 @@ class Listing:
             return bodies.get(item.key.subject)
 
         extra = data_of if include_data else None
+        visible = _visible(tenants)
 
         n = page_limit(limit)
         # every candidate the store returns is kept when nothing is checked here: a page and
@@ -291,13 +293,15 @@ class Listing:
             after = _sorted_cursor(cursor, len(order))
             items, next_cursor = None, None
             if _sql_sortable(after):
-                page = self.sorted_by_store(fetch_sorted, keep, extra, n, after, min(batch, 2 * (n + 1)))
+                page = self.sorted_by_store(
+                    fetch_sorted, keep, extra, n, after, min(batch, 2 * (n + 1)), visible
+                )
                 if page is not None:
                     items, next_cursor = page
             if items is None:
                 items, next_cursor = self.sorted_page(fetch, keep, extra, order, bodies, n, after)
         else:
-            items, next_cursor = self.page(fetch, keep, n, cursor, extra, batch)
+            items, next_cursor = self.page(fetch, keep, n, cursor, extra, batch, visible)
         return {"matches": items, "next_cursor": next_cursor}
 
     def sorted_by_store(
@@ -308,14 +312,16 @@ class Listing:
         n: int,
         after: After | None,
         batch: int,
+        visible: Callable[[StateSubject], bool] | None = None,
     ) -> tuple[list[SubjectRow], str | None] | None:
         """One page of a sorted search the store sorts, read in batches of candidates in sort
         order (a page and one more when nothing is checked here), as :meth:`page` reads by
         subject: a cursor only when more follow, past one more batch of look-ahead the
-        cursor resumes after the last candidate looked at. None where the store cannot sort
-        (the caller sorts every match then)."""
+        cursor resumes after the last candidate looked at that ``visible`` admits. None where
+        the store cannot sort (the caller sorts every match then)."""
         out: list[SubjectRow] = []
         end: After | None = None
+        seen: After | None = None  # the last candidate looked at that the caller may see
         extra_batches = 0
         while True:
             page = fetch(after, batch)
@@ -324,6 +330,8 @@ class Listing:
             for item, values in page:
                 after = (values, item.key.subject)
                 subject = _stored(item.key.subject)
+                if visible is None or visible(subject):
+                    seen = after
                 if not keep(subject, item):
                     continue
                 if len(out) == n:  # one more exists
@@ -335,7 +343,9 @@ class Listing:
             if len(out) == n:
                 extra_batches += 1
                 if extra_batches > 1:
-                    return out, _encode_sorted(after)
+                    # (never a position of a record the caller may not read: the cursor is
+                    # theirs to decode, and would show its subject and sort values)
+                    return out, _encode_sorted(seen)
             batch = min(2 * batch, PAGE_MAX)
 
     def sorted_page(
@@ -388,15 +398,17 @@ class Listing:
         cursor: str | None,
         extra: Callable[[Listed], Any] | None = None,
         batch: int = PAGE_MAX,
+        visible: Callable[[StateSubject], bool] | None = None,
     ) -> tuple[list[SubjectRow], str | None]:
         """One keyset page of at most ``n`` kept subjects, and a cursor only when more follow.
 
         Once the page is full the scan looks ahead for one more kept subject: found, the cursor
         resumes after the page's last subject; the scan ran out, there is no cursor (no empty
         last page). The look-ahead reads at most one more batch; past that (filters that keep
-        little) the cursor resumes after the last subject looked at, so they are not scanned
-        again — and that one page may come back empty. ``fetch`` is asked for ``batch``
-        subjects at a time."""
+        little) the cursor resumes after the last subject looked at that ``visible`` admits
+        (a target-limited caller's cursor never names another tenant's record), so they are
+        not scanned again — and that one page may come back empty. ``fetch`` is asked for
+        ``batch`` subjects at a time."""
         after = _decode_cursor(cursor)
         if after is not None and after.startswith(_SORTED):
             # (read as a subject it sorts before every one: the walk would restart unnoticed)
@@ -406,6 +418,7 @@ class Listing:
             )
         out: list[SubjectRow] = []
         last = None  # the last subject looked at
+        seen = None  # the last subject looked at that the caller may see
         end = None  # the page's last subject
         extra_batches = 0
         while True:
@@ -413,6 +426,8 @@ class Listing:
             for item in page:
                 last = item.key.subject
                 subject = _stored(last)
+                if visible is None or visible(subject):
+                    seen = last
                 if not keep(subject, item):
                     continue
                 if len(out) == n:  # one more exists
@@ -431,7 +446,7 @@ class Listing:
             if len(out) == n:
                 extra_batches += 1
                 if extra_batches > 1:
-                    return out, _encode_cursor(last) if last else None
+                    return out, _encode_cursor(seen) if seen else None
             after = last
 
     def stats(self, name: str) -> Stats:
@@ -510,6 +525,13 @@ def _sql_sortable(after: After | None) -> bool:
         else type(v) is bool or not isinstance(v, int | float) or abs(v) < _EXACT
         for v in after[0]
     )
+
+
+def _visible(tenants: set[tuple[str, str]] | None) -> Callable[[StateSubject], bool] | None:
+    """Which subjects a caller limited to ``tenants`` may see (None: every one)."""
+    if tenants is None:
+        return None
+    return lambda subject: subject.tenant in tenants
 
 
 def _declared_kinds(kinds: dict[str | None, int]) -> dict[str, int]:
