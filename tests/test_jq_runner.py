@@ -48,6 +48,24 @@ def test_compile_and_runtime_errors_are_clear(runner: JqRunner) -> None:
         runner.run("  ", None)
 
 
+def test_programs_read_no_module_or_data_file(runner: JqRunner, tmp_path: Path) -> None:
+    """jq's import/include/module would read .jq/.json files anywhere on this machine (and a
+    module's syntax error quotes its line): refused before jq looks for any file."""
+    (tmp_path / "secret.jq").write_text('def x: "PRIVATE LINE" \n')
+    (tmp_path / "data.json").write_text('{"k": "PRIVATE VALUE"}')
+    for program in (
+        f'include "secret" {{search: "{tmp_path}"}}; x',
+        f'import "{tmp_path}/data" as $d; $d',
+        f'module {{}};\nimport "{tmp_path}/secret" as s; s::x',
+    ):
+        with pytest.raises(JqError, match="may not import modules or data files") as info:
+            runner.run(program, None)
+        assert "PRIVATE" not in str(info.value)
+    with pytest.raises(JqError, match="at <top-level>, line 2, column") as info:
+        runner.run(".a |\n  .b +", None)
+    assert "$__sf" not in str(info.value) and "__sf_guard" not in str(info.value)
+
+
 def test_an_infinite_loop_is_stopped_at_the_time_limit() -> None:
     runner = JqRunner(workers=1, timeout=1.5)
     try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from fastapi.testclient import TestClient
 from stateflow.api import states_service
 from stateflow.http.app import create_app
 from stateflow.http.auth import TokenSet, parse_token
+from stateflow.jq import JqRunner
 from stateflow.states import StatesService
 from stateflow.store import SqlStore
 
@@ -163,6 +165,46 @@ def test_template_documents_are_validated_on_upload(api: Api, doc: dict[str, Any
     status, body = api("PUT", "/api/state-templates/box", doc)
     assert status == 422 and message in body["error"], body
     assert api("GET", "/api/state-templates/box")[0] == 404
+
+
+def test_a_templates_jq_compiles_in_a_worker_that_reads_no_file(store: SqlStore, tmp_path: Path) -> None:
+    """An upload's jq is compiled in a jq worker, under its time limit (jq's compiler holds the
+    interpreter's lock: in the server's process one slow program stopped every request), and
+    import/include/module directives are refused before jq looks for any file."""
+    (tmp_path / "secret.jq").write_text('def x: "PRIVATE LINE" \n')  # does not parse: jq quotes it
+    (tmp_path / "data.json").write_text('{"k": "PRIVATE VALUE"}')
+    service = states_service(store, jq=JqRunner(workers=1, timeout=1))
+    with TestClient(create_app(service, TokenSet([parse_token(TOKEN)]))) as client:
+        api = Api(client)
+        for program in (
+            f'include "secret" {{search: "{tmp_path}"}}; .',
+            f'import "{tmp_path}/data" as $d; $d',
+            f'# a comment first\nimport "{tmp_path}/secret" as s; s::x',
+        ):
+            doc = broken(declarations={"schema": {}, "check": {"content": program}})
+            status, body = api("PUT", "/api/state-templates/box", doc)
+            assert status == 422, body
+            assert "may not import modules or data files" in body["error"]
+            assert "PRIVATE" not in body["error"]
+        # thousands of nested definitions: seconds of compiling, stopped at the limit
+        chain = "def f0: 0;" + "".join(f"def f{i}: f{i - 1} + 1;" for i in range(1, 4000)) + "f3999"
+        status, body = api(
+            "PUT",
+            "/api/state-templates/box",
+            broken(reconcile={**BOX["reconcile"], "resolutions": {"content": chain}}),
+        )
+        assert status == 422 and "reconcile.resolutions could not be compiled" in body["error"], body
+        assert "1 s limit" in body["error"]
+        # a syntax error names the program's own line
+        status, body = api(
+            "PUT",
+            "/api/state-templates/box",
+            broken(template_jq={"p": {"purpose": "input", "jq": {"content": ".a |\n  .b +"}}}),
+        )
+        assert status == 422 and "line 2" in body["error"], body
+        assert api("GET", "/api/state-templates/box")[0] == 404
+        assert api("PUT", "/api/state-templates/box", BOX)[0] == 200
+    service.close()
 
 
 def test_template_crud_and_replace_rules(attached: Api) -> None:

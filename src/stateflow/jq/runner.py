@@ -19,8 +19,9 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Final
+from typing import Any, Final
 
 from stateflow.doc.canonical import JSON, check
 from stateflow.errors import InvalidInput, StateflowError
@@ -65,6 +66,15 @@ class JqUnavailable(StateflowError):
     http_status = 503
 
 
+def _checked(program: str, variables: dict[str, JSON]) -> dict[str, JSON]:
+    if not isinstance(program, str) or not program.strip():
+        raise JqError("a jq program must be a non-empty string")
+    for name in variables:
+        if not name.isidentifier():
+            raise JqError(f"jq variable name {name!r} is not an identifier")
+    return variables
+
+
 class JqRunner:
     """A pool of jq worker processes. Thread-safe; workers start on first use.
 
@@ -101,20 +111,25 @@ class JqRunner:
 
     def run(self, program: str, value: JSON = None, variables: dict[str, JSON] | None = None) -> list[JSON]:
         """Every output of ``program`` on ``value`` with ``$name`` variables bound."""
-        if not isinstance(program, str) or not program.strip():
-            raise JqError("a jq program must be a non-empty string")
-        variables = variables or {}
-        for name in variables:
-            if not name.isidentifier():
-                raise JqError(f"jq variable name {name!r} is not an identifier")
+        variables = _checked(program, variables or {})
         check(value, "input")
         check(variables, "variables")
+        return self._call({"program": program, "vars": variables, "input": value, "max": self.max_output})
+
+    def compile(self, program: str, names: Sequence[str] = ()) -> None:
+        """Refuse ``program`` (:class:`JqError`) unless it compiles with the ``$name`` variables
+        bound — in a worker, under the limits of a run: jq's compiler takes time that grows
+        much faster than a program's size (seconds for a few thousand nested definitions) and
+        holds the interpreter's lock meanwhile, which in this process would stop every other
+        request; and what it reads (``import``/``include``) is refused there."""
+        self._call({"program": program, "vars": _checked(program, dict.fromkeys(names)), "compile": True})
+
+    def _call(self, request: dict[str, Any]) -> list[JSON]:
         worker = self._acquire()
         try:
             fresh = False
             if worker is None or not worker.alive():
                 worker, fresh = self._start(), True
-            request = {"program": program, "vars": variables, "input": value, "max": self.max_output}
             answer = None
             started = not fresh
             try:
@@ -150,6 +165,8 @@ class JqRunner:
             return outputs
         if answer.get("kind") in ("memory", "output"):
             raise JqLimitExceeded(answer["error"])
+        if request.get("compile"):
+            raise JqError(answer["error"])
         raise JqError(f"jq program failed: {answer['error']}")
 
     def first(self, program: str, value: JSON = None, variables: dict[str, JSON] | None = None) -> JSON:

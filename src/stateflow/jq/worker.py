@@ -7,18 +7,44 @@ for the parent's death meanwhile: the kernel does it (parent-death signal, CPU-t
 
 from __future__ import annotations
 
+import re
 from collections import OrderedDict
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
 from stateflow.workers import limit_cpu, read_request, start_child, write_answer
 
+_GUARD: Final = "def __sf_guard: .;\n"
+"""Put before a program compiled alone (for its own error messages): jq's ``import``,
+``include`` and ``module`` directives are valid only at a program's start, and would read
+``.jq``/``.json`` files anywhere on this machine (``import "/path" as $d``, ``{search: …}``) —
+after a definition they are a syntax error, found before any file is looked for."""
+_DIRECTIVE: Final = re.compile(r"syntax error, unexpected (import|include|module)\b")
+_LINE: Final = re.compile(r"(at <top-level>, line )(\d+)")
+
 
 def _wrapped(program: str, names: tuple[str, ...]) -> str:
-    """Bind the variables from the input so one compiled program serves every call."""
+    """Bind the variables from the input so one compiled program serves every call (inside
+    parentheses, where no import/include/module directive parses)."""
     binds = "".join(f"($__sf.vars[{orjson.dumps(n).decode()}]) as ${n} | " for n in names)
     return f". as $__sf | {binds}$__sf.input | ({program})"
+
+
+def _compile(jq: Any, program: str, names: tuple[str, ...]) -> Any:
+    """``program`` compiled to run, or ValueError naming the caller's program (its own lines)."""
+    try:
+        jq.compile(_GUARD + program, args=dict.fromkeys(names))
+    except ValueError as exc:
+        message = str(exc)
+        if _DIRECTIVE.search(message):
+            raise ValueError(
+                "jq programs may not import modules or data files (import, include and module "
+                "directives are refused)"
+            ) from None
+        # the guard is the first line: the program's own line numbers
+        raise ValueError(_LINE.sub(lambda m: f"{m[1]}{max(1, int(m[2]) - 1)}", message)) from None
+    return jq.compile(_wrapped(program, names))
 
 
 def main() -> None:
@@ -32,26 +58,22 @@ def main() -> None:
         request = read_request(stdin)
         if request is None:
             return
-        program, variables, value, limit = (
-            request["program"],
-            request["vars"],
-            request["input"],
-            request["max"],
-        )
+        program, variables = request["program"], request["vars"]
         names = tuple(sorted(variables))
         limit_cpu(cpu_seconds)
         try:
             compiled = cache.get((program, names))
             if compiled is None:
-                jq.compile(
-                    program, args=dict.fromkeys(names)
-                )  # errors name the caller's program, not the wrapper
-                compiled = jq.compile(_wrapped(program, names))
+                compiled = _compile(jq, program, names)
                 cache[(program, names)] = compiled
                 if len(cache) > 256:
                     cache.popitem(last=False)
             else:
                 cache.move_to_end((program, names))
+            if request.get("compile"):  # (a program checked, not run: when it is stored)
+                write_answer(stdout, {"ok": []})
+                continue
+            value, limit = request["input"], request["max"]
             outputs = []
             size = 0
             for out in compiled.input_value({"input": value, "vars": variables}):

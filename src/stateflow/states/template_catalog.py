@@ -102,7 +102,7 @@ class TemplateCatalog:
     ) -> Template:
         """Upload a template; with ``replace`` every live attachment is re-validated first."""
         svc = self.svc
-        doc = validate_template(name, raw)
+        doc = validate_template(name, raw, svc.jq().compile)
         key = DocKey(TEMPLATES, name)
         existing = svc.store.get(key).body
         if existing is not None and not replace:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import heapq
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final
 
 from stateflow.errors import Conflict, InvalidInput
@@ -117,16 +117,23 @@ def _jq_body(raw: Any, where: str) -> str:
     return raw["content"]
 
 
-def _compile(program: str, variables: list[str], where: str) -> None:
-    import jq
+Compile = Callable[[str, Sequence[str]], None]
+"""Refuses a jq program that does not compile with the named variables (``JqRunner.compile``:
+in a worker, under its limits — never in the process serving requests)."""
+
+
+def _compile(compile_jq: Compile, program: str, variables: list[str], where: str) -> None:
+    from stateflow.jq.runner import JqError, JqLimitExceeded  # (the runner's, on first use)
 
     try:
-        jq.compile(program, args=dict.fromkeys(variables))
-    except ValueError as exc:
-        raise TemplateInvalid(f"{where} does not compile: {str(exc).strip()}") from exc
+        compile_jq(program, variables)
+    except JqError as exc:
+        raise TemplateInvalid(f"{where} does not compile: {exc.message}") from exc
+    except JqLimitExceeded as exc:
+        raise TemplateInvalid(f"{where} could not be compiled: {exc.message}") from exc
 
 
-def validate_template(name: str, raw: Any) -> dict[str, Any]:
+def validate_template(name: str, raw: Any, compile_jq: Compile) -> dict[str, Any]:
     """Validate an uploaded template document; return its canonical stored form."""
     if not isinstance(raw, dict):
         raise TemplateInvalid("a template document must be a JSON object")
@@ -207,11 +214,14 @@ def validate_template(name: str, raw: Any) -> dict[str, Any]:
             )
         if "check" in declarations:
             _compile(
-                _jq_body(declarations["check"], "declarations.check"), ["parameters"], "declarations.check"
+                compile_jq,
+                _jq_body(declarations["check"], "declarations.check"),
+                ["parameters"],
+                "declarations.check",
             )
     programs = raw.get("template_jq")
     if programs is not None:
-        _check_programs(programs, substituted)
+        _check_programs(programs, substituted, compile_jq)
     reconcile = raw.get("reconcile")
     if reconcile is not None:
         if not isinstance(reconcile, dict) or set(reconcile) != {"orphans", "close", "resolutions"}:
@@ -224,7 +234,9 @@ def validate_template(name: str, raw: Any) -> dict[str, Any]:
             ("close", ["id", "resolution"]),
             ("resolutions", []),
         ):
-            _compile(_jq_body(reconcile[part], f"reconcile.{part}"), variables, f"reconcile.{part}")
+            _compile(
+                compile_jq, _jq_body(reconcile[part], f"reconcile.{part}"), variables, f"reconcile.{part}"
+            )
     doc: dict[str, Any] = {"kind": "state-template", "name": name, "description": description}
     if parameters:
         doc["parameters"] = parameters
@@ -288,7 +300,7 @@ def walk_fragment(fragment: dict[str, Any], path: list[str], what: str) -> None:
             raise TemplateInvalid(f"{what} segment {seg!r} in {path} is not a property of the fragment")
 
 
-def _check_programs(programs: Any, fragment: dict[str, Any]) -> None:
+def _check_programs(programs: Any, fragment: dict[str, Any], compile_jq: Compile) -> None:
     if not isinstance(programs, dict):
         raise TemplateInvalid("template_jq must be an object {program name: {purpose, jq, ...}}")
     for pname, spec in programs.items():
@@ -324,7 +336,7 @@ def _check_programs(programs: Any, fragment: dict[str, Any]) -> None:
     prelude = build_prelude(programs)
     for pname, spec in programs.items():
         variables = ["parameters", "declarations", "params" if spec["purpose"] == "input" else "input"]
-        _compile(prelude + spec["jq"]["content"], variables, f"template_jq {pname!r}")
+        _compile(compile_jq, prelude + spec["jq"]["content"], variables, f"template_jq {pname!r}")
 
 
 # ------------------------------------------------------------------------------ jq prelude
