@@ -380,3 +380,32 @@ def test_setup_never_writes_a_store_password_into_the_files(tmp_path: Path) -> N
     )
     assert hook.returncode == 0, hook.stderr
     assert "from-config" in json.loads(hook.stdout)["hookSpecificOutput"]["additionalContext"]
+
+
+def test_setup_never_writes_through_a_link_out_of_the_project(tmp_path: Path) -> None:
+    """A project (a cloned repository, say) whose `.mcp.json` or `.claude` is a symbolic link
+    out of it — dangling or not — is refused with one error line, and nothing is written
+    anywhere; a link that stays inside the project is followed."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    for name, target in ((".mcp.json", outside / "victim.json"), (".claude", outside)):
+        project = tmp_path / name.strip(".")
+        project.mkdir()
+        (project / name).symlink_to(target)
+        out = sf(
+            "--store", str(tmp_path / "s.db"), "setup", "claude-code", "--project", str(project), cwd=tmp_path
+        )
+        assert out.returncode == 1, out
+        assert (
+            out.stderr.startswith("error[target-unwritable]: cannot write ") and "symbolic link" in out.stderr
+        )
+        assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
+        assert list(outside.iterdir()) == [] and not (project / ".mcp.json").is_file()
+    project = tmp_path / "inside"
+    (project / "config" / "claude").mkdir(parents=True)
+    (project / ".claude").symlink_to(project / "config" / "claude")
+    out = sf(
+        "--store", str(tmp_path / "s.db"), "setup", "claude-code", "--project", str(project), cwd=tmp_path
+    )
+    assert out.returncode == 0, out
+    assert "hooks" in json.loads((project / "config" / "claude" / "settings.json").read_text())

@@ -44,9 +44,17 @@ def _load(path: Path) -> dict[str, Any]:
     return value
 
 
-def _check_writable(path: Path) -> None:
+def _check_writable(path: Path, project: Path) -> None:
     """Refuse ``path`` as the operating system would, before anything is written: setup writes
-    two files, and one refused half-way would wire the server without the hooks."""
+    two files, and one refused half-way would wire the server without the hooks. A path that
+    a symbolic link leads out of ``project`` (a cloned repository's ``.mcp.json`` or
+    ``.claude``, dangling or not) is refused too: setup writes into the project only."""
+    real = Path(os.path.realpath(path))
+    if not real.is_relative_to(project):
+        raise TargetUnwritable(
+            f"cannot write {path}: a symbolic link leads it out of the project, to {real}; "
+            "remove the link (or write the file there yourself), then run setup again"
+        )
     level = path.parent
     while not os.path.lexists(level):  # the folders setup would create
         level = level.parent
@@ -189,7 +197,7 @@ def claude_code(
     files = plan(project, agent, session, absolute_location(store) if store else None, hot_budget)
     if not dry_run:
         for path in files:
-            _check_writable(path)
+            _check_writable(path, project)
     for path, content in files.items():
         text = json.dumps(content, indent=2) + "\n"
         if dry_run:
