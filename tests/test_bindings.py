@@ -160,6 +160,35 @@ def test_a_scope_or_subject_expr_that_yields_nothing_or_fails_is_refused_naming_
     assert states.read("tickets", subject("t-4")) is None
 
 
+def test_an_expression_that_yields_several_values_is_refused_not_cut_to_the_first(
+    states: StatesService,
+) -> None:
+    """A stream is neither a boolean nor a subject: ``.ticket_ids[]`` giving two keys bound the
+    run to the first and ignored the second, ``.flags[]`` giving ``false, true`` skipped the
+    state; each is refused before the callable runs, nothing written."""
+    calls: list[str] = []
+    for name, program, values in (
+        ("subject_expr", ".ticket_ids[]", '["t-5","t-6"]'),
+        ("scope_expr", ".flags[]", "[false,true]"),
+        ("subject_expr", '.ticket_ids[], "t-7"', '["t-5","t-6","t-7"]'),
+    ):
+        binding = Binding.parse({"state": "tickets", "subject_expr": ".ticket_ids[0]", name: program})
+
+        @bound(states, binding, target=("agent", "helpdesk"))
+        def answer(ticket_ids: list[str], flags: list[bool]) -> None:
+            calls.append("ran")
+
+        count = values.count(",") + 1
+        expected = (
+            rf"^binding of state 'tickets': {name} '{re.escape(program)}' gave {count} values "
+            rf"\({re.escape(values)}\), not one \(the inputs it read: \.ticket_ids; \.flags\)$"
+        )
+        with pytest.raises(BindingRefused, match=expected):
+            answer(["t-5", "t-6"], [False, True])
+    assert calls == []
+    assert [states.read("tickets", subject(k)) for k in ("t-5", "t-6", "t-7")] == [None, None, None]
+
+
 def test_an_update_adapter_that_yields_nothing_or_fails_is_refused_naming_the_binding(
     states: StatesService,
 ) -> None:

@@ -209,18 +209,29 @@ def _shape(view: dict[str, Any]) -> str:
     return "; ".join(parts) or "no input with a JSON form"
 
 
-def _first(states: StatesService, binding: Binding, name: str, program: str, view: dict[str, Any]) -> Any:
-    """The first output of a binding's ``scope_expr``, ``subject_expr`` or an update's
-    ``adapter``: one that yields nothing or fails (or does not compile) is the binding's
-    refusal, naming its state, the expression and the inputs it read — a bare jq error names
-    none of them."""
+def _one(states: StatesService, binding: Binding, name: str, program: str, view: dict[str, Any]) -> Any:
+    """The one output of a binding's ``scope_expr``, ``subject_expr`` or an update's
+    ``adapter``: one that yields nothing or several values (a stream, ``.ids[]``: which one
+    was meant?), or fails (or does not compile), is the binding's refusal, naming its state,
+    the expression and the inputs it read — a bare jq error names none of them."""
     try:
-        return states.jq().first(program, view)
+        outputs = states.jq().run(program, view)
     except JqError as exc:
         raise BindingRefused(
             f"binding of state {binding.state!r}: {name} {program!r} gave no value: {exc.message} "
             f"(the inputs it read: {_shape(view)})"
         ) from exc
+    if len(outputs) != 1:
+        got = (
+            "no value: the jq program produced no output"
+            if not outputs
+            else f"{len(outputs)} values ({orjson.dumps(outputs).decode()[:200]}), not one"
+        )
+        raise BindingRefused(
+            f"binding of state {binding.state!r}: {name} {program!r} gave {got} "
+            f"(the inputs it read: {_shape(view)})"
+        )
+    return outputs[0]
 
 
 def _resolve(
@@ -229,7 +240,7 @@ def _resolve(
     """The binding's subject for this run, or None when its scope says skip."""
     where = f"binding of state {binding.state!r}"
     if binding.scope_expr is not None:
-        engaged = _first(states, binding, "scope_expr", binding.scope_expr, view)
+        engaged = _one(states, binding, "scope_expr", binding.scope_expr, view)
         if type(engaged) is not bool:
             raise BindingRefused(
                 f"{where}: scope_expr must yield true or false, got {orjson.dumps(engaged).decode()[:200]} "
@@ -237,7 +248,7 @@ def _resolve(
             )
         if not engaged:
             return None
-    found = _first(states, binding, "subject_expr", binding.subject_expr, view)
+    found = _one(states, binding, "subject_expr", binding.subject_expr, view)
     declaration = states.get_declaration(binding.state)
     if isinstance(found, str):
         if not found.strip():
@@ -364,7 +375,7 @@ def _finish(states: StatesService, the_run: Run, active: list[tuple[Binding, dic
     for binding, subject in active:
         for spec in binding.updates:
             adapter = spec.get("adapter", ".output")
-            update_input = _first(
+            update_input = _one(
                 states, binding, f"the adapter of update {spec['template_jq']!r}", adapter, after
             )
             # run at commit, inside its transaction: over the record as the callable's own
