@@ -90,6 +90,8 @@ from stateflow.store.rows import (
 from stateflow.store.tx import Tx
 
 _SCALAR_INDEXABLE: Final = SCALAR_CONTAINMENT_WHERE.format(m="m.")  # the members in the containment index
+MIN_SERVER_VERSION: Final = 140000
+"""The oldest PostgreSQL (``server_version_num``) the schema's functions run on."""
 _SEQ_LOCK: Final = 0x5EF10  # advisory lock id that orders transition inserts
 _SEQ_LOCK_KEY: Final = f"(({fenced('?::bigint')} << 32) | (hashtext(current_schema())::bigint & 4294967295))"
 """The seq lock's key, which every write takes: refused (``fenced``) once a newer release has
@@ -1137,6 +1139,14 @@ class PostgresStore(SqlStore):
         # A migration rebuilds tables the size of the store: not bounded by the statement timeout
         # meant for calls (the setting ends with the transaction).
         tx.run("SET LOCAL statement_timeout = 0")
+        # The schema's functions use SQL-standard bodies (``RETURN …``, PostgreSQL 14): an older
+        # server is refused by name here, not by a syntax error half way through the scripts.
+        number = int(tx.one("SELECT current_setting('server_version_num')")[0])
+        if number < MIN_SERVER_VERSION:
+            raise StoreError(
+                f"{self.url} runs PostgreSQL {number // 10000}.{number % 10000}; stateflow needs "
+                f"PostgreSQL {MIN_SERVER_VERSION // 10000} or later — nothing was migrated"
+            )
         # Serialize concurrent migrators (several processes starting at once).
         tx.all("SELECT pg_advisory_xact_lock(?)", (_SEQ_LOCK + 1,))
 
