@@ -191,7 +191,13 @@ def test_a_templates_jq_compiles_in_a_worker_that_reads_no_file(store: SqlStore,
         status, body = api(
             "PUT",
             "/api/state-templates/box",
-            broken(reconcile={**BOX["reconcile"], "resolutions": {"content": chain}}),
+            broken(
+                reconcile={
+                    "orphans": {"content": "[]"},
+                    "close": {"content": "[]"},
+                    "resolutions": {"content": chain},
+                }
+            ),
         )
         assert status == 422 and "reconcile.resolutions could not be compiled" in body["error"], body
         assert "1 s limit" in body["error"]
