@@ -174,6 +174,25 @@ def test_search_filters_and_comparison_operators(lg: StateflowStore) -> None:
         lg.search(("docs",), filter={"n": {"$in": [1]}})
 
 
+def test_a_none_filter_value_matches_a_null_or_missing_field_as_langgraphs_stores(
+    lg: StateflowStore,
+) -> None:
+    """``{"archived_at": None}`` finds the items never archived, whether the field is null or
+    absent, as LangGraph's in-memory and SQLite stores find them; it found only the nulls."""
+    lg.put(("docs",), "null", {"archived_at": None, "meta": {"by": None}})
+    lg.put(("docs",), "absent", {"meta": {}})
+    lg.put(("docs",), "set", {"archived_at": "2026-01-01", "meta": {"by": "ann"}})
+
+    def keys(filter: dict[str, object]) -> list[str]:
+        return sorted(i.key for i in lg.search(("docs",), filter=filter))
+
+    assert keys({"archived_at": None}) == ["absent", "null"]
+    assert keys({"meta": {"by": None}}) == ["absent", "null"]  # inside a nested object too
+    assert keys({"meta.by": None}) == ["absent", "null"]
+    assert keys({"archived_at": {"$eq": None}}) == ["null"]  # an operator needs the field
+    assert keys({"archived_at": "2026-01-01"}) == ["set"]
+
+
 def test_search_orders_newest_first_with_limit_and_offset(lg: StateflowStore) -> None:
     for n in range(5):
         lg.put(("log", "day"), f"k{n}", {"n": n})

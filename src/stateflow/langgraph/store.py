@@ -638,9 +638,15 @@ def _compare(actual: Any, op: str, expected: Any) -> bool:
 
 def _contains(actual: Any, expected: Any) -> bool:
     """A plain filter value: a nested object matches when it holds every key given, as the
-    in-memory store does; anything else by :func:`_equal`."""
+    in-memory store does; ``None`` matches a null or a missing field (``{"archived_at": None}``
+    finds the items never archived, as LangGraph's in-memory and SQLite stores find them);
+    anything else by :func:`_equal` (a missing field matches nothing else)."""
+    if expected is None:
+        return actual is None or actual is _MISSING
+    if actual is _MISSING:
+        return False
     if isinstance(expected, dict) and isinstance(actual, dict):
-        return all(k in actual and _contains(actual[k], v) for k, v in expected.items())
+        return all(_contains(actual.get(k, _MISSING), v) for k, v in expected.items())
     return _equal(actual, expected)
 
 
@@ -661,13 +667,13 @@ def _equal(actual: Any, expected: Any) -> bool:
 def matches(value: dict[str, Any], filter: dict[str, Any]) -> bool:
     """Whether an item's value passes a LangGraph search filter: each key (dotted keys reach
     nested fields) equals the given value, or — given ``{"$op": operand, …}`` — passes every
-    comparison. A missing field matches no operator."""
+    comparison. A missing field matches no operator, and no plain value but ``None``."""
     for key, condition in filter.items():
         actual = _at(value, key)
         if isinstance(condition, dict) and condition and all(str(k).startswith("$") for k in condition):
             if not all(_compare(actual, op, operand) for op, operand in condition.items()):
                 return False
-        elif actual is _MISSING or not _contains(actual, condition):
+        elif not _contains(actual, condition):
             return False
     return True
 
