@@ -2521,3 +2521,37 @@ def _rewritten(key: DocKey, body: dict[str, Any]) -> Callable[[dict[DocKey, Any]
         return [Write.between(key, docs[key].body, body, docs[key].revision)], None
 
     return compute
+
+
+_WIDE_COMMITS_VERSION = 39
+
+
+def test_a_schema_38_store_upgrades_to_39_and_writes_wide_documents_whole(
+    backend: str, tmp_path: Path
+) -> None:
+    """Version 39 has PostgreSQL's ``stateflow_commit`` write more than 64 member rows of a kind
+    set-wise: it read each row's fields by subscripts of the payload that walked the array from
+    its start, appended each member to a new document's change, and planned the snapshot's copy
+    of a new document's members as each against all, so a write of n members cost n² (8,000: 18
+    s; 50,000 ran past the 60 s statement timeout, nothing written). A document of 20,000 members
+    is now created, rewritten whole and reshaped within the store's statement timeout, with the
+    same rows as every write leaves: each revision reads back in its key order, its counters
+    count its members. SQLite only records the version."""
+    n = 20_000
+    with _upgraded(_WIDE_COMMITS_VERSION - 1, backend, tmp_path) as store:
+        key = DocKey("notes", "wide")
+        first = {f"m{i}": i for i in range(n)}
+        second = {f"m{i}": -i for i in range(n)}  # every member rewritten
+        third = {**{f"m{i}": -i for i in range(0, n, 2)}, **{f"new{i}": [i] for i in range(500)}}
+        store.commit([Write.between(key, None, first, 0)])
+        store.update([key], _rewritten(key, second), optimistic=True)
+        store.update([key], _rewritten(key, third), optimistic=True)  # members removed and added
+        for revision, body in ((1, first), (2, second), (3, third)):
+            got = store.read_at(key, revision=revision).body
+            assert got == body and list(got or {}) == list(body), revision
+        current = store.get(key).body
+        assert current == third and list(current or {}) == list(third)
+        counts = store.member_counts("notes")
+        assert counts["m0"] == 1 and counts["new499"] == 1 and "m1" not in counts
+        edits = store.history([key], limit=3)
+        assert [c.revision for c in edits] == [3, 2, 1] and all(c.edits for c in edits)

@@ -387,6 +387,18 @@ inlines it and folds the check into the plan: nothing is read when the statement
 depends on the function, so a migration defining it again invalidates every plan that folded the
 old version, on every connection; the next execution is planned again and refused. SQLite only
 records the version.
+
+Version 39, on PostgreSQL, has ``stateflow_commit`` write a commit of more than 64 member rows
+of a kind (inserted, rewritten, edits kept apart) set-wise: it read each row's fields by
+subscripts of the payload's record field, each walking the flat array from its start; it built a
+document written whole's change by appending each member to the bytes so far; and a snapshot's
+copy of a new document's member rows was planned, on the statistics of a document of a few rows,
+as an anti-join testing each row against all of them — each n² for n members (8,000 fresh
+members 18 s; 50,000 ran past the 60 s statement timeout, nothing written, where SQLite took
+4 s). Above the bound each column is sliced once and the slices unnested together, the change's
+edits are one ``string_agg``; the snapshot's copy looks each row's key up. Up to the bound the
+statements are version 37's (the writes nearly every commit makes cost what they did). The same
+rows. SQLite only records the version.
 """
 
 from __future__ import annotations
@@ -395,7 +407,7 @@ import re
 from collections.abc import Sequence
 from typing import Final
 
-SCHEMA_VERSION: Final = 38
+SCHEMA_VERSION: Final = 39
 
 VALUE_INDEX_MAX: Final = 1024
 """Members up to this encoded size are in ``members_by_value`` (scalars only)."""
@@ -819,6 +831,7 @@ CREATE INDEX members_by_value ON members (name, {SQLITE_VALUE.format(m="")})
     36: _COUNT_DELTAS.format(text_c="TEXT"),
     37: _EDITS_ORD,
     38: "",
+    39: "",
 }
 
 _JSONB_CAN_HOLD: Final = "{m}size <= 1048576 AND position('\\x5c7530303030'::bytea IN {m}body) = 0"
@@ -3362,6 +3375,124 @@ records the plan's dependency on it). The last statement defines it with the ver
 has (``migrate`` then writes the new one)."""
 
 
+_WIDE_ROWS: Final = 64
+"""Version 39: above this many member rows of a kind, ``stateflow_commit`` writes them set-wise."""
+
+
+def _wide_commits() -> str:
+    """Version 39's ``stateflow_commit``: version 37's, a commit of more than :data:`_WIDE_ROWS`
+    member rows of a kind written set-wise. A subscript of the payload's record field
+    (``w.ins_rows[i][k]``) walks the flat array from its start, so each loop and each insert
+    over n rows cost n²; and a document written whole appended each member to its change's
+    edits, copying the growing bytes every time. Above the bound each field's columns are
+    sliced once (``w.ins_rows[:][k:k]``, one walk) and unnested together, and the change's edits
+    are one ``string_agg``; up to it, the statements are version 37's (a copy of a field into an
+    array variable, which PL/pgSQL keeps expanded, costs every write; see version 33). And a
+    snapshot's copy of the member rows no earlier snapshot holds looks each row's key up (a
+    subquery with ``OFFSET 0`` is not made a join), whatever the statistics say: planned as an
+    anti-join for the few rows a new document's statistics tell, it tested each row against all
+    of the document's."""
+    both = _EDITS_IN_ORDER
+    at = both.index("CREATE OR REPLACE FUNCTION stateflow_commit(")
+    f = both[at : both.index("CREATE OR REPLACE FUNCTION stateflow_patch_commit(", at)]
+    upd_start = "    FOR i IN 1 .. coalesce(array_length(w.upd_rows, 1), 0) LOOP\n"
+    at = f.index(upd_start)
+    to = f.index("    END LOOP;\n", at) + len("    END LOOP;\n")
+    f = (
+        f[:at]
+        + f"    IF array_length(w.upd_rows, 1) > {_WIDE_ROWS} THEN\n"
+        + "        -- many: one statement over the columns, each sliced once (see version 39)\n"
+        + "        UPDATE members m\n"
+        + "        SET body = x.body, revision = x.rev::bigint, size = x.size::bigint, outline = x.outline::bytea,\n"
+        + "            root = x.root::bytea\n"
+        + "        FROM unnest(w.upd_rows[:][2:2], w.upd_rows[:][3:3], w.upd_rows[:][4:4], w.upd_rows[:][5:5],\n"
+        + "                    w.upd_rows[:][6:6], w.upd_rows[:][7:7], p_upd)\n"
+        + "            AS x(rev, size, outline, root, doc, name, body)\n"
+        + "        WHERE m.doc_id = x.doc::bigint AND m.name = x.name;\n"
+        + "    ELSE\n"
+        + "".join(f"    {line}\n" for line in f[at:to].splitlines())
+        + "    END IF;\n"
+        + f[to:]
+    )
+    ins = (
+        "        INSERT INTO members (doc_id, name, position, revision, size, outline, body, root)\n"
+        "        SELECT w.ins_rows[i][1]::bigint, w.ins_rows[i][2], w.ins_rows[i][3]::bigint, w.ins_rows[i][4]::bigint,\n"
+        "            w.ins_rows[i][5]::bigint, w.ins_rows[i][6]::bytea, p_ins[i], w.ins_rows[i][8]::bytea\n"
+        "        FROM generate_subscripts(w.ins_rows, 1) AS i;\n"
+        "        -- (counted by the writer, as every writer counts what it writes: version 36)\n"
+        "        INSERT INTO count_deltas (state, counter, name, delta)\n"
+        "        SELECT c.state, 'member', x.name, count(*)\n"
+        "        FROM (SELECT w.ins_rows[i][1]::bigint AS doc_id, w.ins_rows[i][2] AS name\n"
+        "              FROM generate_subscripts(w.ins_rows, 1) AS i) x\n"
+        "        JOIN documents c ON c.doc_id = x.doc_id GROUP BY c.state, x.name;\n"
+    )
+    f = _replaced(
+        f,
+        "    IF w.ins_rows IS NOT NULL THEN\n" + ins,
+        "    IF w.ins_rows IS NULL THEN\n"
+        "        wide := false;\n"
+        f"    ELSIF array_length(w.ins_rows, 1) > {_WIDE_ROWS} THEN\n"
+        "        -- many: each column sliced once, the slices unnested together (see version 39)\n"
+        "        wide := true;\n"
+        "        INSERT INTO members (doc_id, name, position, revision, size, outline, body, root)\n"
+        "        SELECT x.doc::bigint, x.name, x.pos::bigint, x.rev::bigint, x.size::bigint, x.outline::bytea,\n"
+        "            x.body, x.root::bytea\n"
+        "        FROM unnest(w.ins_rows[:][1:1], w.ins_rows[:][2:2], w.ins_rows[:][3:3], w.ins_rows[:][4:4],\n"
+        "                    w.ins_rows[:][5:5], w.ins_rows[:][6:6], p_ins, w.ins_rows[:][8:8])\n"
+        "            AS x(doc, name, pos, rev, size, outline, body, root);\n"
+        "        INSERT INTO count_deltas (state, counter, name, delta)\n"
+        "        SELECT c.state, 'member', x.name, count(*)\n"
+        "        FROM unnest(w.ins_rows[:][1:1], w.ins_rows[:][2:2]) AS x(doc, name)\n"
+        "        JOIN documents c ON c.doc_id = x.doc::bigint GROUP BY c.state, x.name;\n"
+        "    ELSE\n"
+        "        wide := false;\n" + ins,
+    )
+    start = f.index("            doc_edits := NULL;\n")
+    end = f.index("            doc_edits := doc_edits || '\\x7d5d5d5d5d'::bytea;\n", start)
+    end += len("            doc_edits := doc_edits || '\\x7d5d5d5d5d'::bytea;\n")
+    f = (
+        f[:start]
+        + "            IF wide THEN  -- (one aggregate: appending each member copied the bytes so far)\n"
+        + "                SELECT '\\x5b5b22222c5b5b5b5d2c7b'::bytea || string_agg(\n"
+        + "                    convert_to(to_json(x.name)::text, 'UTF8') || '\\x3a'::bytea || x.body,\n"
+        + "                    '\\x2c'::bytea ORDER BY x.o) || '\\x7d5d5d5d5d'::bytea\n"
+        + "                INTO doc_edits\n"
+        + "                FROM unnest(w.ins_rows[:][1:1], w.ins_rows[:][2:2], p_ins) WITH ORDINALITY\n"
+        + "                    AS x(doc, name, body, o)\n"
+        + "                WHERE x.doc = w.doc_rows[i][1];\n"
+        + "            ELSE\n"
+        + "".join(f"    {line}\n" for line in f[start:end].splitlines())
+        + "            END IF;\n"
+        + f[end:]
+    )
+    f = _replaced(f, "    at_ins INT := 1;\n", "    at_ins INT := 1;\n    wide BOOLEAN;\n")
+    f = _replaced(
+        f,
+        "        IF w.ed_rows IS NOT NULL THEN\n            INSERT INTO change_edits",
+        f"        IF array_length(w.ed_rows, 1) > {_WIDE_ROWS} THEN  -- (many: as the member rows)\n"
+        "            INSERT INTO change_edits (doc_id, revision, member, edits, roots, ord)\n"
+        "            SELECT x.doc::bigint, x.rev::bigint, x.member, x.edits::bytea, x.roots::bytea, x.ord::int\n"
+        "            FROM unnest(w.ed_rows[:][1:1], w.ed_rows[:][2:2], w.ed_rows[:][3:3], w.ed_rows[:][4:4],\n"
+        "                        w.ed_rows[:][5:5], w.ed_rows[:][6:6]) AS x(doc, rev, member, edits, roots, ord);\n"
+        "        ELSIF w.ed_rows IS NOT NULL THEN\n            INSERT INTO change_edits",
+    )
+    f = _replaced(
+        f,
+        "                WHERE m.doc_id = w.snap_rows[i][1]::bigint AND NOT EXISTS (\n"
+        "                    SELECT 1 FROM snapshot_members s\n"
+        "                    WHERE s.doc_id = m.doc_id AND s.name = m.name AND s.revision = m.revision);\n",
+        "                WHERE m.doc_id = w.snap_rows[i][1]::bigint AND NOT EXISTS (\n"
+        "                    -- (OFFSET 0: a lookup of each row's key, not a join, which a new\n"
+        "                    -- document's statistics planned as every row against all; version 39)\n"
+        "                    SELECT 1 FROM snapshot_members s\n"
+        "                    WHERE s.doc_id = m.doc_id AND s.name = m.name AND s.revision = m.revision OFFSET 0);\n",
+    )
+    return f + f"ALTER FUNCTION {WRITE_FUNCTIONS[0]} SET enable_seqscan = off;\n"
+
+
+_WIDE_COMMITS: Final = _wide_commits()
+
+
 POSTGRES: Final[dict[int, str]] = {
     1: _COMMON_V1.format(
         doc_pk="BIGSERIAL PRIMARY KEY",
@@ -4100,6 +4231,7 @@ $$;
     36: _COUNTED_BY_WRITERS,
     37: _EDITS_IN_ORDER,
     38: _VERSION_IN_PLANS,
+    39: _WIDE_COMMITS,
 }
 
 
