@@ -9,6 +9,7 @@ import pytest
 from stateflow.errors import StoreError
 from stateflow.store import open_store
 from stateflow.store import postgres as pg_module
+from stateflow.store.migrations import SCHEMA_VERSION
 
 
 def test_a_server_older_than_the_minimum_is_refused_naming_both_versions_and_nothing_is_migrated(
@@ -36,6 +37,6 @@ def test_a_server_older_than_the_minimum_is_refused_naming_both_versions_and_not
     store = open_store(pg_schema_url, auto_migrate=False)
     try:
         store.migrate()
-        assert store.schema_version() == pg_module.SCHEMA_VERSION
+        assert store.schema_version() == SCHEMA_VERSION
     finally:
         store.close()

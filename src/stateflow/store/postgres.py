@@ -1141,7 +1141,8 @@ class PostgresStore(SqlStore):
         tx.run("SET LOCAL statement_timeout = 0")
         # The schema's functions use SQL-standard bodies (``RETURN …``, PostgreSQL 14): an older
         # server is refused by name here, not by a syntax error half way through the scripts.
-        number = int(tx.one("SELECT current_setting('server_version_num')")[0])
+        row = tx.one("SELECT current_setting('server_version_num')")
+        number = int(row[0]) if row is not None else MIN_SERVER_VERSION
         if number < MIN_SERVER_VERSION:
             raise StoreError(
                 f"{self.url} runs PostgreSQL {number // 10000}.{number % 10000}; stateflow needs "
