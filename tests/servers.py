@@ -10,7 +10,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -143,6 +143,31 @@ def jq_workers(pid: int) -> set[int]:
         except OSError:
             continue
     return found
+
+
+def _cpu_ticks(pid: int) -> int | None:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return int(fields[11]) + int(fields[12])  # utime + stime
+
+
+def wait_running_jq(pid: int, running: Callable[[], bool], timeout: float = 60) -> set[int]:
+    """The jq workers below ``pid`` once one of them runs a program: its CPU time grows while
+    looked at. A worker that only exists proves nothing — one that compiled an uploaded
+    template's programs stays idle in the pool. ``running``: whether the caller still waits."""
+    deadline = time.monotonic() + timeout
+    first: dict[int, int] = {}
+    while True:
+        for worker in jq_workers(pid):
+            ticks = _cpu_ticks(worker)
+            if ticks is None:
+                continue
+            if ticks >= first.setdefault(worker, ticks) + 2:
+                return jq_workers(pid)
+        assert time.monotonic() < deadline and running(), "no jq worker ran the program"
+        time.sleep(0.05)
 
 
 def alive(pid: int) -> bool:

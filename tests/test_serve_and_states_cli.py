@@ -269,10 +269,7 @@ def test_a_looping_jq_program_is_stopped_while_the_server_keeps_answering(
 
     thread = threading.Thread(target=hostile)
     thread.start()
-    deadline = time.monotonic() + 60
-    while not servers.jq_workers(proc.pid):  # the program's worker started: the program runs
-        assert time.monotonic() < deadline and thread.is_alive(), "no jq worker started"
-        time.sleep(0.05)
+    servers.wait_running_jq(proc.pid, thread.is_alive, 60)  # the program runs
     for _ in range(10):  # the server answers other requests while the program spins
         start = time.monotonic()
         status, _body = _http("GET", url + "/api/states", token)

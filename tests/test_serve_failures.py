@@ -81,11 +81,8 @@ def start_spin(server: Server) -> tuple[threading.Thread, list[int]]:
 
     thread = threading.Thread(target=call)
     thread.start()
-    deadline = time.monotonic() + 60  # (a worker's start takes seconds on a loaded machine)
-    while not jq_workers(server):
-        assert time.monotonic() < deadline and thread.is_alive(), "no jq worker started"
-        time.sleep(0.05)
-    time.sleep(0.3)  # the program is running inside the worker now
+    # (a worker's start takes seconds on a loaded machine)
+    servers.wait_running_jq(server.proc.pid, thread.is_alive, 60)
     return thread, statuses
 
 
