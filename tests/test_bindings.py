@@ -293,9 +293,11 @@ def test_an_update_program_builds_on_the_runs_own_writes_and_on_writes_committed
 
 
 def test_a_bound_call_inside_a_bound_run_commits_with_it_or_not_at_all(states: StatesService) -> None:
-    """A bound tool called by a bound node is part of the node's run: its writes commit in the
-    outer run's one transaction, under its origin — none of it when the outer run raises, and
-    only its own dropped when it raises and the outer run goes on."""
+    """A bound tool called by a bound node is a sub-tool of the node's dispatch: its own binding
+    is a no-op (seed 004: a binding fires only on the outermost dispatch; its update ran, and
+    the tool's note was written beside the node's), and its own writes commit in the outer
+    run's one transaction, under its origin — none of it when the outer run raises, and only
+    its own dropped when it raises and the outer run goes on."""
     noting = Binding.parse(
         {
             "state": "tickets",
@@ -331,10 +333,7 @@ def test_a_bound_call_inside_a_bound_run_commits_with_it_or_not_at_all(states: S
 
     node("t-12")
     record = states.read("tickets", subject("t-12"))
-    assert record is not None and record["data"] == {
-        "status": "tool",
-        "book": {"notes": ["from the tool", "from the node"]},
-    }
+    assert record is not None and record["data"] == {"status": "tool", "book": {"notes": ["from the node"]}}
     trail = states.writes("tickets", subject("t-12"))["items"]
     assert len(trail) == 1 and trail[0]["origin"]["consumer"] == node.__qualname__  # one commit: the node's
 

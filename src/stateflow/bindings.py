@@ -20,8 +20,10 @@ A :class:`Binding` names a state and
 :func:`run` is the same as a context manager. The run's own writes join the unit through
 ``current_run().unit``; the unit commits after the updates are staged — one transaction, with
 the run's origin (consumer = the callable, ``run_id``) on every audit row — or, if the run
-raises, writes nothing. A bound call made inside a bound run on the same service joins that run:
-its staging commits with the outer run's, or not at all.
+raises, writes nothing. A bound call made inside a bound run on the same service is a sub-tool of
+that run's dispatch: its own binding is a no-op (no scope, subject, injection or update: a binding
+fires only on the outermost dispatch), and its own writes commit with the outer run's, or not at
+all (only its own are dropped when it raises and the outer run goes on).
 """
 
 from __future__ import annotations
@@ -330,6 +332,20 @@ def _prepare(
     outer: Run | None = None,
 ) -> tuple[Run, list[tuple[Binding, dict[str, str]]]]:
     """Before the run: scopes, subjects, injections, and the unit its writes will join."""
+    if outer is not None:
+        # a bound call inside another bound run (a tool a node calls) is a sub-tool of that
+        # dispatch: its binding is a no-op (seed 004: a binding fires only on the outermost
+        # dispatch) — no scope, subject, injection or update of its own; its own writes join
+        # the outer run's, and it sees the outer run's subjects
+        the_run = Run(
+            run_id=outer.run_id,
+            inputs=dict(inputs),
+            unit=states.unit(origin=outer.origin, context=context),
+            subjects=dict(outer.subjects),
+            outer=outer,
+            origin=outer.origin,
+        )
+        return the_run, []
     view = _json_view(inputs)
     engaged = [(b, _resolve(states, b, view, target)) for b in bindings]
     active = [(b, s) for b, s in engaged if s is not None]
@@ -340,12 +356,7 @@ def _prepare(
                 binding.state, subject, spec["template_jq"], dict(spec.get("params", {}))
             )
             _inject(injected, name, value["value"])
-    # a run inside another commits in the outer one's transaction, under its origin and run id
-    origin: dict[str, Any] = (
-        dict(outer.origin)
-        if outer is not None
-        else {"consumer": consumer, "run_id": run_id or uuid.uuid4().hex}
-    )
+    origin: dict[str, Any] = {"consumer": consumer, "run_id": run_id or uuid.uuid4().hex}
     _name_programs(origin, [spec["template_jq"] for b, _ in active for spec in b.updates])
     the_run = Run(
         run_id=origin["run_id"],
@@ -381,9 +392,7 @@ def _finish(states: StatesService, the_run: Run, active: list[tuple[Binding, dic
             # run at commit, inside its transaction: over the record as the callable's own
             # staged writes and any write committed since the run began leave it
             the_run.unit.template_jq(binding.state, subject, spec["template_jq"], update_input)
-    if the_run.outer is not None:
-        named = the_run.origin.get("meta", {}).get("template_jq", [])
-        _name_programs(the_run.outer.origin, [named] if isinstance(named, str) else named)
+    if the_run.outer is not None:  # (its binding a no-op: only its own writes to hand on)
         the_run.outer.unit.absorb(the_run.unit)
     else:
         the_run.unit.commit()
