@@ -509,6 +509,18 @@ def test_single_owner_view_uses_flat_paths_patches_and_anchored_refs(store: SqlS
     with pytest.raises(InvalidInput, match="cannot write the session scope"):
         m.patch_state({"session": {"tactics": {"a": 1}}})
     assert state(m, "lazy") is None
+    # either form alone is taken; both in one patch are refused, naming the rule (nothing written)
+    m.patch_state({"cwd": {"lazy": {"b": 1}}})
+    mixed = {"lazy": {"a": 2}, "cwd": {"lazy": {"a": None}}}
+    with pytest.raises(InvalidInput) as refused:
+        m.patch_state(mixed)
+    assert str(refused.value) == (
+        'patch_state takes the cwd scope\'s planes at the top level ({"lazy": {…}}) or its scope object '
+        '({"cwd": {…}}), not both in one patch'
+    )
+    with pytest.raises(InvalidInput, match="does not accept field foo"):
+        m.patch_state({"lazy": {"a": 2}, "foo": {}})
+    assert state(m, "lazy") == {"b": 1}
 
 
 def test_receipts_never_carry_lazy_bodies(store: SqlStore) -> None:

@@ -205,18 +205,28 @@ class Staging:
         if self.single and args and all(k in self.planes.names for k in args):
             args = {self.single: args}  # single-owner mode: flat planes belong to the sole owner
         supplied: dict[str, dict[str, Any]] = {}
+        flat = None
         for name in args:
             if name in self.planes.names and self.single is None:
                 raise InvalidInput(
                     f"patch_state takes scope objects ({', '.join(self.scopes)}), not the plane {name!r} "
                     "at the top level"
                 )
+            if name in self.planes.names:
+                flat = name  # a flat plane beside a scope object (else all were wrapped above)
+                continue
             if name not in SCOPES:
                 raise InvalidInput(f"patch_state does not accept field {name}")
             if name not in self.scopes:
                 raise InvalidInput(
                     f"patch_state cannot write the {name} scope: this view selects {', '.join(self.scopes)}"
                 )
+        if flat is not None:
+            raise InvalidInput(
+                f"patch_state takes the {self.single} scope's planes at the top level "
+                f'({{"{flat}": {{…}}}}) or its scope object ({{"{self.single}": {{…}}}}), '
+                "not both in one patch"
+            )
         if not args:
             raise InvalidInput("patch_state requires at least one scope patch")
         for scope in SCOPES:
