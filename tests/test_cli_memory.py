@@ -332,8 +332,10 @@ def test_session_fork_of_a_session_without_memory_is_refused(
         sf(*base, "history", "list", "--session", "copy", "--scopes", "session", cwd=tmp_path).stdout
         == "[]\n"
     )
-    # an empty session id means the default session, and the refusal names it so
-    same = sf(*base, "session", "fork", "", cwd=tmp_path)
+    # an empty session id is refused as such, not taken for the default session
+    empty = sf(*base, "session", "fork", "", cwd=tmp_path)
+    assert empty.stderr.startswith("error[invalid-input]: session id '' must be 1-256 characters")
+    same = sf(*base, "session", "fork", "default", cwd=tmp_path)
     assert (
         same.stderr
         == "error[invalid-input]: session 'default' already has memory; fork into a new session id\n"
@@ -518,3 +520,28 @@ def test_a_working_directory_whose_name_is_not_utf8_is_refused_for_the_cwd_scope
     out = sf("--store", db, "hook", "claude-code", "--scopes", "global,session", stdin=event, cwd=project)
     assert out.returncode == 0, out.stderr
     assert "additionalContext" in json.loads(out.stdout)["hookSpecificOutput"]
+
+
+def test_tool_refuses_nan_and_infinity_tokens_as_the_mcp_doors_do(db: str, tmp_path: Path) -> None:
+    # the MCP doors' JSON-RPC parsers read NaN and Infinity as numbers, which the dispatcher
+    # refuses naming their place; the CLI door reads ARGUMENTS so too, and prints that very text
+    from stateflow.memory import Identity, MemoryConfig, MemoryView
+    from stateflow.store import open_store
+    from stateflow.tools import ToolHost
+
+    host = ToolHost(
+        MemoryView(
+            open_store(db), Identity.of("a", str(tmp_path), "s"), ("global", "cwd", "session"), MemoryConfig()
+        )
+    )
+    for token, number in (("NaN", float("nan")), ("-Infinity", float("-inf")), ("1e400", float("inf"))):
+        text = '{"session": {"tactics": {"n": ' + token + "}}}"
+        out = sf("--store", db, "tool", "patch_state", text, "--agent", "a", "--session", "s", cwd=tmp_path)
+        refused = host.call("patch_state", {"session": {"tactics": {"n": number}}})
+        assert refused.is_error and out.returncode == 1
+        assert out.stderr == refused.error_text() + "\n"
+        assert out.stderr.startswith("error[invalid-json]: session.tactics.n: ")
+    # other text that is not JSON is still refused as such, naming the argument
+    out = sf("--store", db, "tool", "patch_state", '{"session": {"tactics": {"n": nan}}}', cwd=tmp_path)
+    assert out.stderr.startswith("error[invalid-json]: ARGUMENTS: invalid JSON: "), out.stderr
+    assert host.call("read_state", {"path": "session.tactics"}).text == '{"value":null}'

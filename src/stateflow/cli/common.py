@@ -158,14 +158,14 @@ def refusals(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def decode_arg(raw: str | bytes, name: str, *, exact_integers: bool = False) -> JSON:
+def decode_arg(raw: str | bytes, name: str, *, exact_integers: bool = False, nonfinite: bool = False) -> JSON:
     """``raw`` decoded; text that does not parse is refused naming the argument it came in
     (``--meta: invalid JSON …``), so a command taking several can be told which one to fix (a
     value JSON cannot hold is named by its own path, ``$.n: …``, as at every door — except, with
     ``exact_integers``, an integer beyond 64 bits in a payload the service checks: kept for it
     to refuse, naming the place as it does at every door, ``ops[0]: value.n: …``)."""
     try:
-        return decode(raw, exact_integers=exact_integers)
+        return decode(raw, exact_integers=exact_integers, nonfinite=nonfinite)
     except NotJSON as exc:
         raise NotJSON(f"{name}: {exc.message}") from None
 
@@ -178,10 +178,11 @@ def read_json_arg(
     option: str | None = None,
     *,
     exact_integers: bool = False,
+    nonfinite: bool = False,
 ) -> JSON:
     """JSON from an argument (``given``: how the command takes it; ``option``: its option, if
-    it is one), ``--file PATH``, or stdin when the argument is ``-`` (``exact_integers``: as
-    :func:`decode_arg`)."""
+    it is one), ``--file PATH``, or stdin when the argument is ``-`` (``exact_integers``,
+    ``nonfinite``: as :func:`decode_arg`)."""
     if text is not None and file is not None:
         raise click.UsageError(f"give {what} {given} or with --file, not both")
     if file is not None:
@@ -195,7 +196,7 @@ def read_json_arg(
         name = option or what
     else:
         raise click.UsageError(f"{what} is required (an argument, --file PATH, or - for stdin)")
-    return decode_arg(raw, name, exact_integers=exact_integers)
+    return decode_arg(raw, name, exact_integers=exact_integers, nonfinite=nonfinite)
 
 
 def echo_json(value: JSON, *, pretty: bool | None = None) -> None:

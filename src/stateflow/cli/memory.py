@@ -176,7 +176,8 @@ def tool(ctx: Context, /, name: str, arguments: str | None, file: Path | None, *
     TOOL is read_state or patch_state, or a declared-state tool: state_read, state_replace,
     state_merge, state_apply, state_template_jq.
     """
-    args = read_json_arg(arguments, file, "ARGUMENTS", exact_integers=True)
+    # (read as the MCP doors read a call's arguments: the tool refuses a NaN naming its place)
+    args = read_json_arg(arguments, file, "ARGUMENTS", exact_integers=True, nonfinite=True)
     # a read never creates a store, nor does a write its own arguments refuse
     view = make_view(ctx, kw, reads=not writes(name), deferred=True)
     host = tool_host(view) if name.startswith("state_") else ToolHost(view)

@@ -84,13 +84,18 @@ def _encode_deep(value: JSON, indent: int | None) -> bytes:
         raise InvalidJSON(f"value is not JSON: {exc}") from exc
 
 
-def decode(data: bytes | bytearray | memoryview | str, *, exact_integers: bool = False) -> JSON:
+def decode(
+    data: bytes | bytearray | memoryview | str, *, exact_integers: bool = False, nonfinite: bool = False
+) -> JSON:
     """Parse strict JSON (orjson refuses NaN, Infinity, trailing garbage), refusing what
     :func:`check` refuses of a number: an integer outside the range JSON stores.
 
     ``exact_integers``: such an integer is kept, exactly, for the caller to refuse — a payload
     whose values the service checks itself (an op batch, a search filter), so that its refusal
-    names the place as the service names it for every caller, not from the payload's root."""
+    names the place as the service names it for every caller, not from the payload's root.
+    ``nonfinite``: ``NaN``/``Infinity`` tokens are read as the numbers they name, for the caller
+    to refuse naming the place — as the MCP doors' JSON-RPC parsers read a tool call's
+    arguments (so a tool called from the CLI is refused with the very text they get)."""
     try:
         value = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
@@ -108,6 +113,17 @@ def decode(data: bytes | bytearray | memoryview | str, *, exact_integers: bool =
             if held is not None:
                 return held
             raise InvalidJSON(_beyond_double(exc.doc, exc.pos)) from exc
+        if nonfinite:
+            try:  # Python's parser differs from orjson's in taking those tokens, and lone
+                # surrogates (left refused here, as unparseable: orjson writes no such string)
+                value = json.loads(data if isinstance(data, (str, bytes, bytearray)) else bytes(data))
+                orjson.dumps(value)
+            except (ValueError, RecursionError, orjson.JSONEncodeError):
+                pass
+            else:
+                if type(value) is dict or type(value) is list:
+                    _refuse_repeated_names(data, value)
+                return value
         raise NotJSON(f"invalid JSON: {exc}") from exc
     if type(value) is dict or type(value) is list:
         _refuse_repeated_names(data, value)
