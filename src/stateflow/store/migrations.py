@@ -3444,6 +3444,16 @@ def _wide_commits() -> str:
         "        SELECT c.state, 'member', x.name, count(*)\n"
         "        FROM unnest(w.ins_rows[:][1:1], w.ins_rows[:][2:2]) AS x(doc, name)\n"
         "        JOIN documents c ON c.doc_id = x.doc::bigint GROUP BY c.state, x.name;\n"
+        "        -- each document's whole-body edits aggregated once, by its place in doc_rows (an\n"
+        "        -- aggregate per document over all the rows cost every document all the rows)\n"
+        "        SELECT array_agg(g.e ORDER BY d.o) INTO wide_edits\n"
+        "        FROM unnest(w.doc_rows[:][1:1]) WITH ORDINALITY AS d(doc, o)\n"
+        "        LEFT JOIN (SELECT x.doc, '\\x5b5b22222c5b5b5b5d2c7b'::bytea || string_agg(\n"
+        "                       convert_to(to_json(x.name)::text, 'UTF8') || '\\x3a'::bytea || x.body,\n"
+        "                       '\\x2c'::bytea ORDER BY x.o) || '\\x7d5d5d5d5d'::bytea AS e\n"
+        "                   FROM unnest(w.ins_rows[:][1:1], w.ins_rows[:][2:2], p_ins) WITH ORDINALITY\n"
+        "                       AS x(doc, name, body, o)\n"
+        "                   GROUP BY x.doc) g ON g.doc = d.doc;\n"
         "    ELSE\n"
         "        wide := false;\n" + ins,
     )
@@ -3452,20 +3462,16 @@ def _wide_commits() -> str:
     end += len("            doc_edits := doc_edits || '\\x7d5d5d5d5d'::bytea;\n")
     f = (
         f[:start]
-        + "            IF wide THEN  -- (one aggregate: appending each member copied the bytes so far)\n"
-        + "                SELECT '\\x5b5b22222c5b5b5b5d2c7b'::bytea || string_agg(\n"
-        + "                    convert_to(to_json(x.name)::text, 'UTF8') || '\\x3a'::bytea || x.body,\n"
-        + "                    '\\x2c'::bytea ORDER BY x.o) || '\\x7d5d5d5d5d'::bytea\n"
-        + "                INTO doc_edits\n"
-        + "                FROM unnest(w.ins_rows[:][1:1], w.ins_rows[:][2:2], p_ins) WITH ORDINALITY\n"
-        + "                    AS x(doc, name, body, o)\n"
-        + "                WHERE x.doc = w.doc_rows[i][1];\n"
+        + "            IF wide THEN  -- (aggregated above: appending each member copied the bytes so far)\n"
+        + "                doc_edits := wide_edits[i];\n"
         + "            ELSE\n"
         + "".join(f"    {line}\n" for line in f[start:end].splitlines())
         + "            END IF;\n"
         + f[end:]
     )
-    f = _replaced(f, "    at_ins INT := 1;\n", "    at_ins INT := 1;\n    wide BOOLEAN;\n")
+    f = _replaced(
+        f, "    at_ins INT := 1;\n", "    at_ins INT := 1;\n    wide BOOLEAN;\n    wide_edits BYTEA[];\n"
+    )
     f = _replaced(
         f,
         "        IF w.ed_rows IS NOT NULL THEN\n            INSERT INTO change_edits",
