@@ -11,6 +11,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -83,17 +84,29 @@ class Server:
                 self.proc.wait()
 
 
-def start(env: dict[str, str], *args: str, token: bool = True, prefix: Sequence[str] = ()) -> Server:
+def start(
+    env: dict[str, str], *args: str, token: bool = True, prefix: Sequence[str] = (), log: Path | None = None
+) -> Server:
     """``stateflow serve`` on a free loopback port (with the test token unless ``token`` is
-    false; run under ``prefix``, a command such as another user's); waits until it answers."""
+    false; run under ``prefix``, a command such as another user's; its stderr written to
+    ``log`` when given); waits until it answers."""
     port = free_port()
-    proc = subprocess.Popen(
-        [*prefix, "stateflow", "serve", "--port", str(port), *(["--token", TOKEN] if token else []), *args],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
+    with log.open("w") if log is not None else nullcontext(None) as stderr:
+        proc = subprocess.Popen(
+            [
+                *prefix,
+                "stateflow",
+                "serve",
+                "--port",
+                str(port),
+                *(["--token", TOKEN] if token else []),
+                *args,
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL if stderr is None else stderr,
+            text=True,
+        )
     server = Server(f"http://127.0.0.1:{port}", proc)
     wait_ready(server)
     return server

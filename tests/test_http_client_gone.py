@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import subprocess
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -46,18 +45,8 @@ def logged_server(tmp_path: Path, store: str) -> Iterator[tuple[servers.Server, 
     open_store(store, auto_migrate=True).close()
     env = servers.base_env(tmp_path, store, STATEFLOW_STORE_STATEMENT_TIMEOUT_SECONDS="0")
     log = tmp_path / "server.log"
-    port = servers.free_port()
-    with log.open("w") as stderr:
-        proc = subprocess.Popen(
-            ["stateflow", "serve", "--port", str(port), "--token", servers.TOKEN, "--log-level", "info"],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=stderr,
-            text=True,
-        )
-    server = servers.Server(f"http://127.0.0.1:{port}", proc)
+    server = servers.start(env, "--log-level", "info", log=log)
     try:
-        servers.wait_ready(server)
         assert server.call("PUT", "/api/states/tickets", STATE)[0] == 200
         assert server.call("PUT", RECORD, {"status": "open"})[0] == 200
         yield server, log

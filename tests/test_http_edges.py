@@ -4,7 +4,6 @@ arrive, clients that go away, and the request id — against a real `stateflow s
 from __future__ import annotations
 
 import socket
-import subprocess
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -22,18 +21,8 @@ def logged(tmp_path: Path) -> Iterator[tuple[servers.Server, Path]]:
     """A server at log level info, on SQLite, its stderr kept; one state declared."""
     env = servers.base_env(tmp_path, str(tmp_path / "s.db"), STATEFLOW_BODY_TIMEOUT_SECONDS="1")
     log = tmp_path / "server.log"
-    port = servers.free_port()
-    with log.open("w") as stderr:
-        proc = subprocess.Popen(
-            ["stateflow", "serve", "--port", str(port), "--token", servers.TOKEN, "--log-level", "info"],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=stderr,
-            text=True,
-        )
-    server = servers.Server(f"http://127.0.0.1:{port}", proc)
+    server = servers.start(env, "--log-level", "info", log=log)
     try:
-        servers.wait_ready(server)
         status, said, _ = server.call(
             "PUT",
             "/api/states/tickets",

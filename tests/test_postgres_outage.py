@@ -129,17 +129,8 @@ def test_a_server_answers_503_during_an_outage_and_recovers_without_restart(
     env = servers.base_env(tmp_path, url, STATEFLOW_STORE_WAIT_SECONDS="2")
     assert sf("--store", url, "migrate").returncode == 0
     log = tmp_path / "server.log"
-    with log.open("w") as stderr:
-        proc = subprocess.Popen(
-            ["stateflow", "serve", "--port", str(port := servers.free_port()), "--token", servers.TOKEN],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=stderr,
-            text=True,
-        )
-    server = servers.Server(f"http://127.0.0.1:{port}", proc)
+    server = servers.start(env, log=log)
     try:
-        servers.wait_ready(server)
         state = {
             "schema": {"type": "object", "properties": {"n": {"type": "integer"}}},
             "subject_kinds": ["thread"],
