@@ -244,7 +244,8 @@ class Records:
         stamped = self.states._origin(origin, context, action)
         try:
             # the documents as last seen here, else the store's general read-modify-write
-            if not self.store.write_whole(doc_key, checked, stamped, shared=shared):
+            also = None if guard is None else guard[0]
+            if not self.store.write_whole(doc_key, checked, stamped, shared=self._shared, also=also):
                 self.store.update(
                     [doc_key],
                     functools.partial(self._compute, doc_key, checked, shared),

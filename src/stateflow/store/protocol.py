@@ -112,8 +112,10 @@ class Store(Protocol):
         origin: dict[str, Any],
         *,
         shared: Sequence[DocKey] = (),
+        also: DocKey | None = None,
     ) -> bool:
-        """One document written whole on the documents as last seen here; False: not done so."""
+        """One document written whole on the documents as last seen here; False: not done so.
+        ``also``: one more shared document, one that changes from write to write."""
 
     def contended(self, keys: Sequence[DocKey]) -> bool:
         """Whether another writer's commit beat one of this store's on ``keys`` a moment ago,

@@ -1403,6 +1403,7 @@ class Writes(StoreCore):
         origin: dict[str, Any],
         *,
         shared: Sequence[DocKey] = (),
+        also: DocKey | None = None,
     ) -> bool:
         """One document written whole — ``build(shared bodies, current body or None)`` gives
         its new body, the paths it wrote and maybe its members' encodings (:class:`Whole`) — on
@@ -1412,9 +1413,11 @@ class Writes(StoreCore):
         not the caller's (it raises to refuse: nothing is written). Where the document has no
         body yet, its rows come straight from the body (``_plan_new``: no diff, no staging).
         The same rows, change, history and caches as ``update``; the commit checks that neither
-        ``key`` nor a ``shared`` document moved. False when it cannot be done so (a document not
-        cached here, one moved, nothing to write, a member held as a tree): nothing was
-        written, and ``update`` decides."""
+        ``key`` nor a ``shared`` document moved. ``also``: one more shared document that
+        changes from write to write (a checkpoint's parent), kept out of the key of the shared
+        rows handed before, which a key of its own would miss every time. False when it cannot
+        be done so (a document not cached here, one moved, nothing to write, a member held as a
+        tree): nothing was written, and ``update`` decides."""
         if not self._schema_checked:  # (once per store: no call per write)
             self.check_schema()
         if self._contended and self._is_contended((key,)):  # (mostly none: no call)
@@ -1446,7 +1449,16 @@ class Writes(StoreCore):
                 bodies,
                 tuple(shared_rows),
             )
-        bodies, shared_rows = handed[2], handed[3]
+        bodies, rows_held = handed[2], handed[3]
+        if also is not None:
+            found = self._known(also)
+            if found is None:
+                return False
+            bodies = {**bodies, also: found[1]}
+            added = (*rows_held, (also, found[0]))
+            if rows_held and lock_order(also) < lock_order(rows_held[-1][0]):  # (the one order)
+                added = tuple(sorted(added, key=lambda pair: lock_order(pair[0])))
+            rows_held = added
         known = self._known(key)
         if known is None or known[0] is NO_ROW:
             if known is None and key in self._rows_known:
@@ -1477,7 +1489,7 @@ class Writes(StoreCore):
                 return False
             plan = replaced
         plans = [plan]
-        committed = self._commit_planned([(key, row)], shared_rows, (), origin, plans)
+        committed = self._commit_planned([(key, row)], rows_held, (), origin, plans)
         if committed is None:
             return False
         _stamp((key,), plans, *committed, fresh)
