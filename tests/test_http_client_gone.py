@@ -74,6 +74,11 @@ def _blocked_by(watcher: psycopg.Connection, locker: int) -> list[int]:
     return [pid for (pid,) in rows]
 
 
+def _closed(watcher: psycopg.Connection, pid: int) -> bool:
+    """Whether the server process ``pid`` (a connection's backend) has ended."""
+    return watcher.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone() is None
+
+
 def _until(what: str, check: Callable[[], object], log: Path) -> None:
     deadline = time.monotonic() + WAIT
     while not check():
@@ -107,10 +112,7 @@ def _gone_while_blocked(
         # its connection closed, not lent again: no cancel can reach another call's statement
         _until(
             "the cancelled call's connection went back to the pool",
-            lambda: (
-                watcher.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (blocked,)).fetchone()
-                is None
-            ),
+            lambda: _closed(watcher, blocked),
             log,
         )
         locker.rollback()

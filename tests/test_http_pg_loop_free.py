@@ -16,7 +16,7 @@ import psycopg
 from stateflow.store import open_store
 
 from . import servers
-from .test_http_client_gone import RECORD, STATE, _blocked_by, _send, _until
+from .test_http_client_gone import RECORD, STATE, _blocked_by, _closed, _send, _until
 
 QUIET = (
     "import math, sys; from stateflow import aio; "
@@ -85,10 +85,7 @@ def test_a_lone_record_write_stuck_behind_a_lock_leaves_the_server_answering_and
             )
             _until(
                 "the cancelled write's connection went back to the pool",
-                lambda: (
-                    watcher.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (blocked,)).fetchone()
-                    is None
-                ),
+                lambda: _closed(watcher, blocked),
                 log,
             )
             locker.rollback()

@@ -532,21 +532,27 @@ def test_search_by_kind_and_containment_fills_its_page(seeded: tuple[TestClient,
     assert 'id="next-page"' in page.text
 
 
-def test_search_sorts_by_a_member_and_its_pages_keep_the_sort(
-    seeded: tuple[TestClient, StatesService],
-) -> None:
-    """A sort given on the state page orders the search, and Next and First page carry it: the
-    walk lists every match once, in the sort's order, and a page reloads from its URL."""
-    client, service = seeded
+def _ranked(service: StatesService, count: int) -> None:
+    """A state ``ranked`` of ``count`` open items ``i-000``…, each ranked ``(i * 37) % count``
+    (every rank once, in no order of the keys)."""
     decl = {
         "schema": {"type": "object", "properties": {"rank": {"type": "integer"}}},
         "subject_kinds": ["item"],
         "default_subject_kind": "item",
     }
     service.declare("ranked", decl)
-    for i in range(120):
+    for i in range(count):
         subject = {"target_kind": "agent", "target_name": "triage", "kind": "item", "key": f"i-{i:03}"}
-        service.replace("ranked", subject, {"rank": (i * 37) % 120, "open": True})
+        service.replace("ranked", subject, {"rank": (i * 37) % count, "open": True})
+
+
+def test_search_sorts_by_a_member_and_its_pages_keep_the_sort(
+    seeded: tuple[TestClient, StatesService],
+) -> None:
+    """A sort given on the state page orders the search, and Next and First page carry it: the
+    walk lists every match once, in the sort's order, and a page reloads from its URL."""
+    client, service = seeded
+    _ranked(service, 120)
     sign_in(client, ADMIN)
     params = {"filters": '{"open": true}', "sort": '[{"path": ["rank"], "order": "desc"}]'}
     page = client.get("/studio/states/ranked", params=params)
@@ -578,15 +584,7 @@ def test_previous_page_walks_a_keyset_listing_back_page_by_page(
     shows exactly the page seen before it, on a sorted search as on the plain listing, and the
     first page has none. The memory lists page back the same way."""
     client, service = seeded
-    decl = {
-        "schema": {"type": "object", "properties": {"rank": {"type": "integer"}}},
-        "subject_kinds": ["item"],
-        "default_subject_kind": "item",
-    }
-    service.declare("ranked", decl)
-    for i in range(170):
-        subject = {"target_kind": "agent", "target_name": "triage", "kind": "item", "key": f"i-{i:03}"}
-        service.replace("ranked", subject, {"rank": (i * 37) % 170, "open": True})
+    _ranked(service, 170)
     sign_in(client, ADMIN)
     sorted_search = {"filters": '{"open": true}', "sort": '[{"path": ["rank"], "order": "desc"}]'}
     for params in ({}, sorted_search):
