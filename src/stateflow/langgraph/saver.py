@@ -27,7 +27,7 @@ import functools
 import random
 import zlib
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any, Final
 
 import orjson
@@ -527,32 +527,8 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
             self._put_general(key, saved, origin)  # (the schema's refusal)
             doc_key = self.records.doc_key(CHECKPOINT, key)
         else:
-            # valid by construction: the names are strings (run_id a string or None), the
-            # codec makes objects of plain JSON (JSON kept only where ``plain``, else base64
-            # text), ``sources`` names checkpoint ids. Nothing in ``saved`` is the caller's
-            # but immutable leaves (the codec copies, the names are exact strings, and
-            # ``orjson`` refuses a channel named by a subclass of ``str``), so the store may
-            # cache it as it is; its bytes are the member's row and the change's edit (a new
-            # checkpoint: encoded once)
-            # (one member: one row, one key entry, one count)
             try:
-                encoded = orjson.dumps(saved)
-            except TypeError:  # a lone surrogate the codec's copy kept: named, nothing written
-                _refuse_checkpoint(saved)
-                raise
-            whole = Whole({"saved": saved}, [[]], {"saved": encoded})
-            try:
-                doc_key = self.records.write(
-                    CHECKPOINT,
-                    key,
-                    whole,
-                    origin=origin,
-                    context=self.context,
-                    action="replace",
-                    general=self._put_general,
-                    args=(key, saved, origin),
-                    guard=guard,
-                )
+                doc_key = self._write_lean(key, saved, origin, guard)
             except Stale:
                 # learnt from the parent's record as it no longer is (another process trimmed
                 # the thread): forget what was learnt from any record, and keep every value of
@@ -562,27 +538,46 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
                 sources = {}
                 inline = {c: encode(v) for c, v in values.items()}
                 saved = {**saved, "channel_values": inline, "sources": sources}
-                try:
-                    encoded = orjson.dumps(saved)
-                except TypeError:
-                    _refuse_checkpoint(saved)
-                    raise
-                doc_key = self.records.write(
-                    CHECKPOINT,
-                    key,
-                    Whole({"saved": saved}, [[]], {"saved": encoded}),
-                    origin=origin,
-                    context=self.context,
-                    action="replace",
-                    general=self._put_general,
-                    args=(key, saved, origin),
-                )
+                doc_key = self._write_lean(key, saved, origin, None)
         holders = dict(sources)
         for channel in inline:
             holders[channel] = checkpoint_id
         self._remember(thread_id, ns, checkpoint_id, dict(versions), holders, saved, doc_key)
         self._hold(doc_key, inline)
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}}
+
+    def _write_lean(
+        self,
+        key: str,
+        saved: dict[str, Any],
+        origin: WriteOrigin,
+        guard: tuple[DocKey, Callable[[Any], bool]] | None,
+    ) -> DocKey:
+        """A checkpoint's record written whole, ``guard`` (its parent's record) checked by the
+        commit (:class:`Stale` if it moved, nothing written)."""
+        # valid by construction: the names are strings (run_id a string or None), the codec
+        # makes objects of plain JSON (JSON kept only where ``plain``, else base64 text),
+        # ``sources`` names checkpoint ids. Nothing in ``saved`` is the caller's but immutable
+        # leaves (the codec copies, the names are exact strings, and ``orjson`` refuses a
+        # channel named by a subclass of ``str``), so the store may cache it as it is; its
+        # bytes are the member's row and the change's edit (a new checkpoint: encoded once)
+        # (one member: one row, one key entry, one count)
+        try:
+            encoded = orjson.dumps(saved)
+        except TypeError:  # a lone surrogate the codec's copy kept: named, nothing written
+            _refuse_checkpoint(saved)
+            raise
+        return self.records.write(
+            CHECKPOINT,
+            key,
+            Whole({"saved": saved}, [[]], {"saved": encoded}),
+            origin=origin,
+            context=self.context,
+            action="replace",
+            general=self._put_general,
+            args=(key, saved, origin),
+            guard=guard,
+        )
 
     def _put_general(self, key: str, saved: dict[str, Any], origin: WriteOrigin) -> None:
         """A checkpoint written with the same checks and audit row as ``replace`` (no record
