@@ -664,3 +664,40 @@ def test_http_refuses_a_request_naming_a_member_twice(served: str) -> None:
             return await client.call_tool("read_state", {"path": "global.strategy"})
 
     assert anyio.run(run).structured_content == {"value": None}  # nothing was written
+
+
+def test_http_refuses_arguments_that_are_not_an_object_naming_the_problem(served: str) -> None:
+    # the SDK's schema check would answer a bare -32602 before the tool runs: the tool refuses
+    # them as it refuses any other bad argument, and as the CLI's `stateflow tool` does
+    headers = {
+        "Authorization": f"Bearer {FULL}",
+        "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream",
+        "X-Stateflow-Agent": "shapes",
+        "X-Stateflow-Session": "s",
+    }
+
+    def call(rid: int, arguments: str) -> Any:
+        body = (
+            f'{{"jsonrpc":"2.0","id":{rid},"method":"tools/call",'
+            f'"params":{{"name":"patch_state","arguments":{arguments}}}}}'
+        )
+        request = urllib.request.Request(served, data=body.encode(), headers=headers, method="POST")
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            return json.loads(answer.read())
+
+    for rid, arguments in enumerate(('"global"', '[{"global":{}}]', "5", "null"), start=1):
+        assert call(rid, arguments) == {
+            "jsonrpc": "2.0",
+            "id": rid,
+            "result": {
+                "content": [{"type": "text", "text": "error[invalid-input]: patch_state requires an object"}],
+                "isError": True,
+            },
+        }, arguments
+
+    async def run() -> Any:
+        async with http_client(served, FULL, agent="shapes", session="s") as client:
+            return await client.call_tool("read_state", {"path": "global"})
+
+    assert anyio.run(run).structured_content == {"value": {}}  # nothing was written

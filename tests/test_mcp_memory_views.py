@@ -507,3 +507,48 @@ def test_stdio_refuses_a_line_naming_a_member_twice_and_writes_nothing(
     assert once["id"] == 3 and not once["result"].get("isError")
     assert read["result"]["structuredContent"] == {"value": {"tactics": {"b": "one"}}}
     assert b"stateflow mcp: unparsable message (id 2)" in stderr
+
+
+def test_stdio_refuses_arguments_that_are_not_an_object_naming_the_problem(
+    backend: str, store: SqlStore, tmp_path: Path
+) -> None:
+    # the SDK's schema check would answer a bare -32602 before the tool runs: the tool refuses
+    # them as it refuses any other bad argument, and as the CLI's `stateflow tool` does
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "0"},
+        },
+    }
+    shapes = ['"session"', '[{"session":{}}]', "5", "null", "true"]
+    call = '{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"%s","arguments":%s}}'
+    lines = [json.dumps(initialize), '{"jsonrpc": "2.0", "method": "notifications/initialized"}']
+    lines += [call % (rid, "patch_state", shape) for rid, shape in enumerate(shapes, start=2)]
+    lines += [call % (10, "read_state", '"session"'), call % (11, "read_state", '{"path":"session"}')]
+    server = subprocess.Popen(
+        ["stateflow", "--store", backend, "mcp", "--cwd", str(tmp_path), "--session", "s"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert server.stdin is not None and server.stdout is not None
+    server.stdin.write("".join(line + "\n" for line in lines))
+    server.stdin.flush()
+    answers: dict[Any, Any] = {}
+    while 11 not in answers:  # (stdin stays open until the last request is answered)
+        line = server.stdout.readline()
+        assert line, "the server stopped before answering the last request"
+        message = json.loads(line)
+        answers[message.get("id")] = message
+    server.communicate(timeout=120)
+    for rid, tool in [*((r, "patch_state") for r in range(2, 2 + len(shapes))), (10, "read_state")]:
+        assert answers[rid]["result"] == {
+            "content": [{"type": "text", "text": f"error[invalid-input]: {tool} requires an object"}],
+            "isError": True,
+        }, answers[rid]
+    assert answers[11]["result"]["structuredContent"] == {"value": {}}  # nothing was written

@@ -11,12 +11,15 @@ identity (fixed for stdio; named by each HTTP request's headers and checked agai
 
 from __future__ import annotations
 
+import contextvars
+import dataclasses
 import functools
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
 import anyio
 import mcp_types as types
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
@@ -37,6 +40,32 @@ CONTEXT_PROMPT: Final = "memory_context"
 
 HostFactory = Callable[[Any], ToolHost]
 """The tools of one request: given the request context (its HTTP request, if any)."""
+
+_NO_ARGUMENTS: Final = object()
+_given_arguments: contextvars.ContextVar[Any] = contextvars.ContextVar(
+    "given_arguments", default=_NO_ARGUMENTS
+)
+"""A ``tools/call``'s ``arguments`` as sent, when they are not an object (see :func:`_unshaped_arguments`)."""
+
+
+async def _unshaped_arguments(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+    """Hand a ``tools/call`` whose ``arguments`` are not an object (a string, an array, a number,
+    null) to the tool as sent: the SDK's schema check would answer it with a bare -32602 before
+    the tool runs, where the tool refuses it naming the problem (``read_state requires an
+    object``), as every door refuses any other bad argument. The call goes on without them, so the
+    SDK checks the rest of the request; the tool gets them back from ``_given_arguments``."""
+    params = ctx.params
+    if ctx.method != "tools/call" or not isinstance(params, Mapping) or "arguments" not in params:
+        return await call_next(ctx)
+    arguments = params["arguments"]
+    if isinstance(arguments, Mapping):
+        return await call_next(ctx)
+    rest = {k: v for k, v in params.items() if k != "arguments"}
+    given = _given_arguments.set(arguments)
+    try:
+        return await call_next(dataclasses.replace(ctx, params=rest))
+    finally:
+        _given_arguments.reset(given)
 
 
 def _tool(d: Any) -> types.Tool:
@@ -132,7 +161,9 @@ def build_server(
         except StateflowError as exc:
             result = ToolResult(exc.message, True, exc.code)
         else:
-            call = functools.partial(tools.call, params.name, params.arguments or {})
+            given = _given_arguments.get()
+            arguments = (params.arguments or {}) if given is _NO_ARGUMENTS else given
+            call = functools.partial(tools.call, params.name, arguments)
             result = await offload(call, params.name)
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=result.error_text())],
@@ -195,7 +226,7 @@ def build_server(
         except StateflowError as exc:
             raise _refusal(exc) from exc
 
-    return Server(
+    server: Server[Any] = Server(
         "stateflow",
         version=__version__,
         title="stateflow memory",
@@ -210,6 +241,8 @@ def build_server(
         on_unsubscribe_resource=unsubscribe if subscriptions is not None else None,
         on_subscriptions_listen=listen if subscriptions is not None else None,
     )
+    server.middleware.append(_unshaped_arguments)
+    return server
 
 
 def serve_stdio(host: ToolHost, host_for: HostFactory | None = None) -> None:
