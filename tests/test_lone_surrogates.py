@@ -5,6 +5,7 @@ copy's encoding; the message is the one :func:`~stateflow.doc.canonical.check` g
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -155,3 +156,78 @@ def test_a_lone_surrogate_in_a_checkpoint_or_a_pending_write_is_refused_and_noth
     saver.put_writes(first, [("a", ("x\ud800",))], "third")
     kept = saver.get_tuple(first)
     assert kept is not None and ("third", "a", ["x?"]) in (kept.pending_writes or [])
+
+
+def test_a_lone_surrogate_in_a_thread_id_namespace_or_key_is_refused_by_its_place(store: SqlStore) -> None:
+    # the key quoting cannot spell it (no UTF-8 does): refused as a value's is, never a raw
+    # UnicodeEncodeError, and nothing is written — by the saver and the store, sync and async
+    states = StatesService(store)
+    saver, items = StateflowSaver(states), StateflowStore(states)
+    place = "a string holding a lone surrogate (\\ud800) is not Unicode text"
+    bad = "t\ud800"
+
+    def config(thread: str = "t", ns: str = "", **more: str) -> RunnableConfig:
+        return {"configurable": {"thread_id": thread, "checkpoint_ns": ns, **more}}
+
+    checkpoint = generate_checkpoint(channel_values={"a": "kept"})
+    saver_calls: list[tuple[Callable[[], Any], Callable[[], Any], str]] = [
+        (
+            partial(saver.put, config(bad), checkpoint, generate_metadata(), {}),
+            partial(saver.aput, config(bad), checkpoint, generate_metadata(), {}),
+            "thread_id",
+        ),
+        (
+            partial(saver.put, config(ns=bad), checkpoint, generate_metadata(), {}),
+            partial(saver.aput, config(ns=bad), checkpoint, generate_metadata(), {}),
+            "checkpoint_ns",
+        ),
+        (
+            partial(saver.put_writes, config(bad, checkpoint_id="c"), [("a", 1)], "task"),
+            partial(saver.aput_writes, config(bad, checkpoint_id="c"), [("a", 1)], "task"),
+            "thread_id",
+        ),
+        (partial(saver.get_tuple, config(bad)), partial(saver.aget_tuple, config(bad)), "thread_id"),
+        (
+            partial(saver.get_tuple, config(checkpoint_id=bad)),
+            partial(saver.aget_tuple, config(checkpoint_id=bad)),
+            "checkpoint_id",
+        ),
+        (partial(saver.delete_thread, bad), partial(saver.adelete_thread, bad), "thread_id"),
+        (partial(saver.copy_thread, bad, "u"), partial(saver.acopy_thread, bad, "u"), "thread_id"),
+        (
+            partial(saver.put, config(), {**checkpoint, "id": bad}, generate_metadata(), {}),
+            partial(saver.aput, config(), {**checkpoint, "id": bad}, generate_metadata(), {}),
+            "checkpoint_id",
+        ),
+    ]
+    store_calls: list[tuple[Callable[[], Any], Callable[[], Any], str]] = [
+        (
+            partial(items.put, ("d", bad), "k", {"v": 1}),
+            partial(items.aput, ("d", bad), "k", {"v": 1}),
+            "namespace[1]",
+        ),
+        (partial(items.put, ("d",), bad, {"v": 1}), partial(items.aput, ("d",), bad, {"v": 1}), "key"),
+        (partial(items.delete, ("d",), bad), partial(items.adelete, ("d",), bad), "key"),
+        (partial(items.get, (bad,), "k"), partial(items.aget, (bad,), "k"), "namespace[0]"),
+        (partial(items.search, (bad,)), partial(items.asearch, (bad,)), "namespace_prefix[0]"),
+        (
+            partial(items.list_namespaces, prefix=(bad,)),
+            partial(items.alist_namespaces, prefix=(bad,)),
+            "prefix[0]",
+        ),
+        (
+            partial(items.batch, [PutOp(("d",), "fine", {}), PutOp(("d",), bad, {})]),
+            partial(items.abatch, [PutOp(("d",), "fine", {}), PutOp(("d",), bad, {})]),
+            "ops[1]: key",
+        ),
+    ]
+    for sync, in_async, where in saver_calls + store_calls:
+        assert refusal(sync) == f"{where}: {place}"
+
+        async def awaited(call: Callable[[], Any] = in_async) -> Any:
+            return await call()
+
+        assert refusal(partial(asyncio.run, awaited())) == f"{where}: {place}"
+    # nothing was written: no record of either state
+    assert [c.checkpoint["id"] for c in saver.list(None)] == []
+    assert items.search(()) == [] and items.list_namespaces() == []

@@ -184,17 +184,26 @@ def _invocation(config: RunnableConfig) -> str | None:
     return str(run_id) if run_id else None
 
 
+_THREAD_PARTS: Final = ("thread_id", "checkpoint_ns", "checkpoint_id")
+"""How a refusal names a checkpoint key's parts (one holding a lone surrogate: see ``join``)."""
+
+
 @functools.lru_cache(maxsize=1024)
 def _thread_part(thread_id: str, ns: str) -> str:
     """A key's ``<thread_id>/<checkpoint_ns>``, encoded once per thread (every new checkpoint's
     key misses ``_key``'s cache: its id is new)."""
-    return join([thread_id, ns])
+    return join([thread_id, ns], _THREAD_PARTS.__getitem__)
 
 
 def _key_of(thread_id: str, ns: str, checkpoint_id: str) -> str:
     """A checkpoint's subject key (``StateflowSaver._key`` keeps those read again; a new
     checkpoint's is made here: its id is new, so the cache would only miss and evict)."""
-    return f"{_thread_part(thread_id, ns)}/{invert(checkpoint_id)}"
+    try:
+        inverted = invert(checkpoint_id)
+    except UnicodeEncodeError:  # a lone surrogate: named as the thread's parts are
+        checked_copy(checkpoint_id, "checkpoint_id")
+        raise
+    return f"{_thread_part(thread_id, ns)}/{inverted}"
 
 
 _PAGE: Final = 200
@@ -267,7 +276,7 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         checkpoint_id = get_checkpoint_id(config)
         if checkpoint_id:
             return next(iter(self._tuples([self._key(thread_id, ns, checkpoint_id)])), None)
-        prefix = f"{join([thread_id, ns])}/"
+        prefix = f"{_thread_part(thread_id, ns)}/"
         # the newest checkpoint and the newest pending writes of the thread, together (one
         # statement on PostgreSQL); the writes are the checkpoint's when their keys match
         newest, writes = self.records.store.cached(
@@ -435,9 +444,9 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         if thread_id is None:
             prefix = ""
         elif ns is None:
-            prefix = f"{part(str(thread_id))}/"
+            prefix = f"{part(str(thread_id), 'thread_id')}/"
         else:
-            prefix = f"{join([str(thread_id), str(ns)])}/"
+            prefix = f"{_thread_part(str(thread_id), str(ns))}/"
         keys: Iterator[str]
         if thread_id is not None and ns is not None:
             # one thread and namespace: subject order is newest first already
@@ -719,7 +728,9 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
     # ------------------------------------------------------------------ thread maintenance
 
     def _thread_keys(self, thread_id: str) -> builtins.list[str]:
-        return [self.records.key_of(k) for k in self.records.scan(CHECKPOINT, f"{part(thread_id)}/")]
+        return [
+            self.records.key_of(k) for k in self.records.scan(CHECKPOINT, f"{part(thread_id, 'thread_id')}/")
+        ]
 
     def _bodies(self, kind: str, keys: Sequence[str]) -> Iterator[tuple[str, dict[str, Any] | None]]:
         """The records of ``kind`` under ``keys``, in order, read a page at a time."""

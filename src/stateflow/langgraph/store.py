@@ -255,7 +255,7 @@ class StateflowStore(OwnsStore, BaseStore):
             raise ValueError(
                 f"search limit and offset are at least 0, got limit={op.limit} offset={op.offset}"
             )
-        prefix = f"{join(op.namespace_prefix)}/" if op.namespace_prefix else ""
+        prefix = f"{join(op.namespace_prefix, 'namespace_prefix[{}]'.format)}/" if op.namespace_prefix else ""
         wanted = op.offset + op.limit
         page: builtins.list[tuple[dict[str, Any], str | None]] = []
         if op.limit == 0:
@@ -302,7 +302,7 @@ class StateflowStore(OwnsStore, BaseStore):
         prefix = ""
         for condition in conditions:  # a literal prefix narrows the scan
             if condition.match_type == "prefix" and condition.path and "*" not in condition.path:
-                prefix = f"{join(condition.path)}/"
+                prefix = f"{join(condition.path, (condition.match_type + '[{}]').format)}/"
                 break
         seen: set[tuple[str, ...]] = set()
         for data, _ in self._newest_first(prefix):
@@ -391,10 +391,12 @@ class StateflowStore(OwnsStore, BaseStore):
         # (the namespace a tuple already: ``put`` and ``batch`` made it one; the kept subject key
         # read here, without a call: a C cache's call makes an argument tuple and hashes it)
         subject = KEPT_SUBJECT_KEYS.get((op.namespace, op.key))
+        if subject is None:  # (a lone surrogate in the namespace or key: refused by its place)
+            subject = subject_key(op.namespace, op.key)
         try:
             self.records.write(
                 ITEM,
-                subject_key(op.namespace, op.key) if subject is None else subject,
+                subject,
                 functools.partial(_owned, op, now),
                 origin=origin,
                 context=self.context,

@@ -6,13 +6,14 @@ the adapter (the CLI, the API server). It lives in the states layer, which the a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, Final
 from urllib.parse import quote, unquote
 
 import orjson
 
+from stateflow.doc.canonical import checked_copy
 from stateflow.errors import InvalidInput
 
 STATE: Final = "langgraph_store"
@@ -30,22 +31,40 @@ MAX_TTL_MINUTES: Final = 52_596_000
 """The longest TTL an item takes, in minutes (100 years): its expiry stays a time."""
 
 
-def part(text: str) -> str:
-    return quote(text, safe="")
+def part(text: str, where: str) -> str:
+    """``text`` percent-encoded as one part of a subject key (``where`` names it: see :func:`join`)."""
+    return _quoted([text], lambda _: where)
 
 
 def unpart(text: str) -> str:
     return unquote(text)
 
 
-def join(parts: Sequence[str]) -> str:
-    key = "/".join(part(p) for p in parts)
+def _namespace(i: int) -> str:
+    return f"namespace[{i}]"
+
+
+def join(parts: Sequence[str], names: Callable[[int], str] = _namespace) -> str:
+    """The subject key spelling ``parts``, each percent-encoded. A part holding a lone surrogate,
+    which a Python ``str`` can and no UTF-8 spells, is refused as every write refuses one
+    (``invalid-json``), by its place (``names(i)``, asked only then), before anything is read or
+    written."""
+    key = _quoted(parts, names)
     if len(key) > MAX_KEY:
         raise InvalidInput(
             f"the encoded subject key is {len(key)} characters long (at most {MAX_KEY}): "
             "use shorter namespaces, keys or thread ids"
         )
     return key
+
+
+def _quoted(parts: Sequence[str], names: Callable[[int], str]) -> str:
+    try:
+        return "/".join(quote(p, safe="") for p in parts)
+    except UnicodeEncodeError:
+        for i, p in enumerate(parts):
+            checked_copy(p, names(i))
+        raise
 
 
 SUBJECT_KEYS_KEPT: Final = 16384
@@ -58,7 +77,7 @@ def subject_key(namespace: tuple[str, ...], key: str) -> str:
     where = (namespace, key)
     made = KEPT_SUBJECT_KEYS.get(where)
     if made is None:
-        made = join([*namespace, key])
+        made = join([*namespace, key], lambda i: "key" if i == len(namespace) else _namespace(i))
         if len(KEPT_SUBJECT_KEYS) >= SUBJECT_KEYS_KEPT:
             KEPT_SUBJECT_KEYS.clear()  # bounded; a miss only encodes the key again
         KEPT_SUBJECT_KEYS[where] = made
