@@ -133,6 +133,42 @@ def test_a_store_location_with_url_options_but_no_scheme_is_refused_and_creates_
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_libpq_keyword_string_as_the_store_is_refused_and_creates_no_file(tmp_path: Path) -> None:
+    # libpq's other spelling of a connection was taken as a SQLite file path: a file named after
+    # it was created and the location echoed, password and all
+    keywords = "host=127.0.0.1 dbname=app user=postgres password='se cret'"
+    refusal = (
+        "error[unsupported-store]: store location 'host=127.0.0.1 dbname=app user=postgres password=***' "
+        "is a libpq keyword string, not a file path: name a PostgreSQL store by its URL, "
+        "postgresql://user@host:port/dbname (libpq options as ?name=value); a SQLite file of that "
+        "name as ./NAME\n"
+    )
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "sf.toml").write_text(f'[store]\nurl = "{keywords}"\n')
+    env = {k: v for k, v in os.environ.items() if k not in ("STATEFLOW_STORE", "STATEFLOW_CONFIG")}
+    for args, extra in (
+        (["--store", keywords, "tool", "patch_state", '{"global": {"strategy": {"a": 1}}}'], {}),
+        (["doc", "put", "s", "k", '{"a": 1}'], {"STATEFLOW_STORE": keywords}),
+        (["--config", "sf.toml", "tool", "read_state", '{"path": "global"}'], {}),
+        (["--store", keywords, "setup", "claude-code", "--project", "proj"], {}),
+    ):
+        out = subprocess.run(
+            ["stateflow", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp_path,
+            env={**env, **extra},
+        )
+        assert (out.returncode, out.stderr) == (1, refusal), args
+        assert "se cret" not in out.stdout + out.stderr
+        assert sorted(p.name for p in tmp_path.rglob("*")) == ["proj", "sf.toml"], args
+    with pytest.raises(UnsupportedStore, match="is a libpq keyword string"):
+        open_store(keywords)
+    # a file whose name starts like one is still a file, named as a path
+    assert sf("--store", str(tmp_path / "host=x.db"), "doc", "put", "s", "k", "{}").returncode == 0
+
+
 def test_a_call_refused_for_its_arguments_alone_creates_no_store(tmp_path: Path) -> None:
     subject = ["--target-name", "bot", "--key", "t-1"]
     calls = {

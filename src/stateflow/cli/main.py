@@ -47,7 +47,8 @@ LAZY_COMMANDS = {
     "--store",
     metavar="PATH|URL",
     envvar="STATEFLOW_STORE",
-    help="SQLite file path, sqlite:///path?synchronous=normal, or postgresql://… "
+    help="SQLite file path, sqlite:///path?synchronous=normal, or postgresql://… (a URL, not libpq's "
+    "host=… dbname=… form) "
     "[env STATEFLOW_STORE; default: stateflow.db in your data directory]",
 )
 @click.option(

@@ -11,7 +11,8 @@
 - nothing → ``stateflow.db`` in the user's data directory (platformdirs).
 
 A plain path holding URL options (``?options=…`` without ``postgresql://``, ``x.db?mode=ro``)
-is refused with ``unsupported-store``, not opened as a file of that name.
+is refused with ``unsupported-store``, not opened as a file of that name; so is a libpq keyword
+string (``host=db dbname=app user=me``): PostgreSQL is named by a URL.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ def absolute_location(store: StoreLocation, base: Path | None = None) -> str:
     location = os.fspath(store)
     if "://" in location:
         return location
+    refuse_keywords(location)  # (no path: made absolute, it would no longer look like one)
     path = Path(location).expanduser()
     return os.path.abspath(path if base is None else base / path)
 
@@ -67,6 +69,8 @@ def display_location(store: StoreLocation | None = None, *, absolute: bool = Fal
     file from any directory). The one rendering of a store location for people: whatever
     prints a location goes through here, so no door shows a secret another one hides."""
     url = resolve_store_url(store)
+    if "://" not in url and _KEYWORDS.match(url) is not None:
+        return _SECRET_KEYWORD.sub(r"\1=***", url)
     if absolute and "://" not in url and _OPTIONS.search(url) is None:
         return f"sqlite:///{os.path.abspath(Path(url).expanduser())}"
     if not url.startswith(("postgresql://", "postgres://")):
@@ -178,6 +182,7 @@ def _sqlite_location(url: str) -> tuple[str, str, bool]:
         raise UnsupportedStore("empty store path")
     if "://" not in url:
         refuse_query_path(path)
+        refuse_keywords(path)
     if path.endswith("/") or os.path.isdir(os.path.expanduser(path)):
         # a folder: SQLite cannot open it, and a trailing slash would create a file of its name
         raise UnsupportedStore(
@@ -200,6 +205,26 @@ def refuse_query_path(path: str) -> None:
             f"store location {head + '?' + _masked_query(query)!r} holds URL options but no scheme; give a URL: "
             "postgresql://user@host/db?options=… for PostgreSQL, sqlite:///path/to/file.db?mode=ro "
             "for SQLite options"
+        )
+
+
+_KEYWORDS: Final = re.compile(
+    r"\s*(?:host|hostaddr|port|dbname|user|password|passfile|service|sslmode|connect_timeout|options"
+    r"|application_name|target_session_attrs|require_auth|channel_binding|gssencmode)\s*="
+)
+"""The start of a libpq keyword/value connection string (``host=db dbname=app``)."""
+_SECRET_KEYWORD: Final = re.compile(r"\b(password|sslpassword)\s*=\s*(?:'(?:[^'\\]|\\.)*'|\S*)")
+"""A secret's ``keyword=value`` in such a string (a value may be quoted)."""
+
+
+def refuse_keywords(path: str) -> None:
+    """Refuse a libpq keyword string given as the store (``host=db dbname=app user=me``): opened
+    as given it would create a SQLite file of that name. Named with its password masked."""
+    if _KEYWORDS.match(path) is not None:
+        raise UnsupportedStore(
+            f"store location {display_location(path)!r} is a libpq keyword string, not a file path: "
+            "name a PostgreSQL store by its URL, postgresql://user@host:port/dbname (libpq options "
+            "as ?name=value); a SQLite file of that name as ./NAME"
         )
 
 
