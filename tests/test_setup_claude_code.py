@@ -409,3 +409,24 @@ def test_setup_never_writes_through_a_link_out_of_the_project(tmp_path: Path) ->
     )
     assert out.returncode == 0, out
     assert "hooks" in json.loads((project / "config" / "claude" / "settings.json").read_text())
+
+
+def test_setup_refuses_a_store_path_that_is_not_utf8_and_writes_nothing(tmp_path: Path) -> None:
+    # a folder named in Latin-1: JSON can hold its name only escaped (\udce9), which no reader
+    # turns back into the folder's bytes — the server and hooks would open another, new store
+    folder = Path(os.fsdecode(bytes(tmp_path) + b"/caf\xe9"))
+    folder.mkdir()
+    out = sf("--store", "team.db", "setup", "claude-code", cwd=folder)
+    assert out.returncode == 1
+    assert out.stderr.startswith(
+        f"error[invalid-input]: the store path '{tmp_path}/caf\\xe9/team.db' is not UTF-8 text, "
+        "which .mcp.json and settings.json (JSON) can hold only escaped, naming nothing that exists; "
+        "nothing was written."
+    ), out.stderr
+    assert "--no-store" in out.stderr
+    agent = sf("setup", "claude-code", "--agent", os.fsdecode(b"bot\xff"), cwd=folder)
+    assert agent.returncode == 1 and "error[invalid-input]: --agent 'bot\\xff' is not UTF-8" in agent.stderr
+    assert list(folder.iterdir()) == []
+    # without the store's path, nothing in the files names the folder: setup works there
+    assert sf("setup", "claude-code", "--no-store", cwd=folder).returncode == 0
+    assert sorted(p.name for p in folder.iterdir()) == [".claude", ".mcp.json"]

@@ -7,7 +7,9 @@ the memory context of Claude Code's own conversation (``stateflow hook claude-co
 hooks name (formats: https://code.claude.com/docs/en/mcp and https://code.claude.com/docs/en/hooks).
 Existing entries of other servers and hooks are kept; our own entries are replaced, so running it
 again is harmless. A store URL holding a password is refused (both files are meant to be
-committed); both files are checked before either is written.
+committed), and so is a store path, agent or session that is not UTF-8 (a folder's name holding
+other bytes: JSON can only hold it escaped, naming nothing); both files are checked before either
+is written.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import click
 
 from stateflow.cli.common import refusals
 from stateflow.cli.examples import decorate
+from stateflow.doc.canonical import utf8_text
 from stateflow.errors import InvalidInput, TargetUnwritable
 from stateflow.files import unwritable
 from stateflow.store.open import absolute_location, display_location, holds_secret
@@ -83,6 +86,21 @@ def plan(
             "setup again, or run setup with --no-store: the server and hooks then use the store "
             "STATEFLOW_STORE or stateflow.toml names when Claude Code starts them"
         )
+    for what, value in (("the store path", store), ("--agent", agent), ("--session", session)):
+        if value and not utf8_text(value):
+            # JSON holds such a name only escaped (\udce9), which names no file and no identity
+            # (a folder's name, or an argument, holding bytes that are not UTF-8)
+            shown = value.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+            raise InvalidInput(
+                f"{what} '{shown}' is not UTF-8 text, which {mcp_path.name} and {settings_path.name} "
+                "(JSON) can hold only escaped, naming nothing that exists; nothing was written. "
+                + (
+                    "Name a store whose path is UTF-8 with --store, or run setup with --no-store: the "
+                    "server and hooks then use the store STATEFLOW_STORE or stateflow.toml names"
+                    if what == "the store path"
+                    else f"Give {what} as UTF-8 text"
+                )
+            )
     common = ["--agent", agent, "--session", session]
     if hot_budget is not None:
         common += ["--hot-budget", str(hot_budget)]
