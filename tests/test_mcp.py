@@ -701,3 +701,34 @@ def test_http_refuses_arguments_that_are_not_an_object_naming_the_problem(served
             return await client.call_tool("read_state", {"path": "global"})
 
     assert anyio.run(run).structured_content == {"value": {}}  # nothing was written
+
+
+def test_http_takes_bodies_up_to_the_servers_limit_and_names_it_beyond(backend: str, tmp_path: Path) -> None:
+    # the SDK's own limit (4 MiB) answered a larger body with a plain-text 413 its client reads as
+    # a bare -32603: /mcp takes what STATEFLOW_MAX_BODY_BYTES allows, and beyond it the client
+    # reads a JSON-RPC error naming the limit, as the API's routes name it
+    from . import servers
+
+    limit = 6 * 1024 * 1024
+    env = servers.base_env(tmp_path, backend, STATEFLOW_MAX_BODY_BYTES=str(limit))
+    assert subprocess.run(["stateflow", "migrate"], env=env, capture_output=True, timeout=60).returncode == 0
+    server = servers.start(env)
+
+    async def run() -> tuple[Any, str, Any]:
+        async with http_client(server.url + "/mcp", servers.TOKEN, agent="big", session="s") as client:
+            taken = await client.call_tool("patch_state", {"session": {"lazy": {"doc": "q" * 5_000_000}}})
+            with pytest.raises(MCPError) as refused:
+                await client.call_tool("patch_state", {"session": {"lazy": {"doc": "r" * 7_000_000}}})
+            kept = await client.call_tool("read_state", {"path": "session.lazy.doc"})
+            return taken, refused.value.error.message, kept
+
+    try:
+        taken, refusal, kept = anyio.run(run)
+    finally:
+        server.stop()
+    assert not taken.is_error, taken
+    assert refusal == (
+        f"error[payload-too-large]: the request body is larger than the limit of {limit} bytes "
+        "(the server's STATEFLOW_MAX_BODY_BYTES)"
+    )
+    assert kept.structured_content == {"value": "q" * 5_000_000}  # the refused write left nothing

@@ -910,7 +910,7 @@ def create_app(
     mount_studio(app, service, tokens)
     from stateflow.mcp.http import mount as mount_mcp
 
-    mount_mcp(app, service.store, tokens, states=service, loaded=loaded)
+    mount_mcp(app, service.store, tokens, states=service, loaded=loaded, max_body_bytes=http.max_body_bytes)
 
     @app.exception_handler(404)
     async def _not_found(request: Request, exc: Exception) -> Response:
@@ -946,7 +946,12 @@ def create_app(
     async def _unexpected(request: Request, exc: Exception) -> Response:
         return _internal_error()
 
-    app.add_middleware(BodyLimit, max_body_bytes=http.max_body_bytes, timeout=http.body_timeout_seconds)
+    app.add_middleware(
+        BodyLimit,
+        max_body_bytes=http.max_body_bytes,
+        timeout=http.body_timeout_seconds,
+        jsonrpc_paths=(MCP_PATH,),  # (``/mcp/`` is served as /mcp before this: see ``_Api``)
+    )
     if quick:  # (FastAPI's telemetry check understood: see ``_Api``)
         app.front = shortcut
         app.front_stack = BodyLimit(

@@ -1,11 +1,20 @@
 """Request body limits: size (413) and time (408), counted as the route reads the body.
 
-A declared ``Content-Length`` over the size limit is refused at once. Otherwise nothing is read
-ahead: the bytes are counted as the route asks for them, so a request the route refuses first — a
+A declared ``Content-Length`` over the size limit is refused before the route runs. Otherwise
+nothing is read ahead: the bytes are counted as the route asks for them, so a request the route refuses first — a
 missing or wrong token above all — is answered before any of its body is read, and a body sent
 without a length (chunked) is refused as soon as it passes the limit. The whole body must arrive
 within ``timeout`` seconds of the route's first read: a body trickled in, or never sent, does not
 hold a connection (and a route waiting on it) for ever; uvicorn has no such limit of its own.
+
+A body refused for its size is read to its end and dropped (within the same ``timeout``) before the
+refusal is sent: a connection closed with part of the body unread is reset, and the client —
+still sending, or reading afterwards, as the MCP SDK's client does — saw a broken connection
+instead of the 413. (Not for a client waiting for ``100 Continue``: it has sent nothing.)
+
+On a JSON-RPC route (``/mcp``) a refusal is a JSON-RPC error (``id`` null: the body was not
+read), whose message keeps the code (``error[payload-too-large]: …``), so an MCP client shows it
+where it would show any other refused request; elsewhere it is the API's ``{error, code}``.
 
 A client that goes away before its body is read has nothing to answer: the request is dropped
 with one info line, not logged as a server error. So is one whose client went away while its
@@ -17,7 +26,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from collections.abc import Collection
+from typing import Any, Final
 
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -37,7 +47,9 @@ class PayloadTooLarge(StateflowError):
     http_status = 413
 
     def __init__(self, limit: int) -> None:
-        super().__init__(f"the request body is larger than the limit of {limit} bytes")
+        super().__init__(
+            f"the request body is larger than the limit of {limit} bytes (the server's STATEFLOW_MAX_BODY_BYTES)"
+        )
 
 
 class BodyTimeout(StateflowError):
@@ -48,16 +60,24 @@ class BodyTimeout(StateflowError):
         super().__init__(f"the request body did not arrive within {seconds:g} seconds")
 
 
+INVALID_REQUEST: Final = -32600
+"""JSON-RPC 2.0's code for a request that is not a valid one (here: one not read whole)."""
+
+
 class BodyLimit:
-    def __init__(self, app: ASGIApp, max_body_bytes: int, timeout: float = 60.0) -> None:
+    def __init__(
+        self, app: ASGIApp, max_body_bytes: int, timeout: float = 60.0, jsonrpc_paths: Collection[str] = ()
+    ) -> None:
         self.app = app
         self.limit = max_body_bytes
         self.timeout = timeout
+        self.jsonrpc_paths = frozenset(jsonrpc_paths)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        jsonrpc = scope["path"] in self.jsonrpc_paths
         counted = True
         sent = False  # a body comes: chunked, or a declared length above 0
         for name, value in scope.get("headers", ()):
@@ -68,7 +88,9 @@ class BodyLimit:
                 except ValueError:
                     declared = -1
                 if declared > self.limit:
-                    await _refuse(send, PayloadTooLarge(self.limit))
+                    if (b"expect", b"100-continue") not in scope["headers"]:
+                        await _drop(receive, asyncio.get_running_loop().time() + self.timeout)
+                    await _refuse(send, PayloadTooLarge(self.limit), jsonrpc)
                     return
                 sent = declared != 0
             elif name == b"transfer-encoding":
@@ -115,7 +137,9 @@ class BodyLimit:
             nonlocal refused
             if not answering:
                 refused = True
-                await _refuse(send, exc)
+                if isinstance(exc, PayloadTooLarge) and deadline is not None:
+                    await _drop(receive, deadline)
+                await _refuse(send, exc, jsonrpc)
             return _DISCONNECT  # what the route sees: the body ends here
 
         async def sending(message: Message) -> None:
@@ -151,8 +175,22 @@ class BodyLimit:
             CLIENT.reset(watching)
 
 
-async def _refuse(send: Send, exc: StateflowError) -> None:
-    body = encode({"error": exc.message, "code": exc.code})
+async def _drop(receive: Receive, deadline: float) -> None:
+    """Read the rest of a refused body and drop it, until it ends or ``deadline`` passes."""
+    try:
+        async with asyncio.timeout_at(deadline):
+            while (message := await receive())["type"] == "http.request" and message.get("more_body", False):
+                pass
+    except TimeoutError:
+        pass  # (answered all the same: the client may not read it)
+
+
+async def _refuse(send: Send, exc: StateflowError, jsonrpc: bool) -> None:
+    if jsonrpc:
+        error = {"code": INVALID_REQUEST, "message": f"error[{exc.code}]: {exc.message}"}
+        body = encode({"jsonrpc": "2.0", "id": None, "error": error})
+    else:
+        body = encode({"error": exc.message, "code": exc.code})
     headers: list[Any] = [
         (b"content-type", b"application/json"),
         (b"content-length", str(len(body)).encode()),

@@ -31,6 +31,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
+from stateflow.config import DEFAULT_MAX_BODY_BYTES
 from stateflow.doc.canonical import ascii_digits, encode, repeated_name
 from stateflow.errors import Forbidden, InvalidInput, StateflowError
 from stateflow.http.auth import TokenSet
@@ -161,11 +162,13 @@ def offload_for(store: Store, config: MemoryConfig) -> Any:
 
 
 def _managers(
-    store: Store, tokens: TokenSet, config: MemoryConfig, states: StatesService | None
+    store: Store, tokens: TokenSet, config: MemoryConfig, states: StatesService | None, max_body_bytes: int
 ) -> dict[bool, Any]:
     """The MCP SDK's stateless session managers over our server, for write tokens (False) and
     read-only ones (True): a server has one text of instructions, and a reader's teach reading
-    only (the SDK's import is the slow part)."""
+    only (the SDK's import is the slow part). The SDK's own body limit (4 MiB unless told) is
+    set to the server's, which ``BodyLimit`` enforces first, so ``/mcp`` takes what every other
+    route takes and a larger body is refused in one shape."""
     from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
     from stateflow.mcp.server import build_server
@@ -178,6 +181,7 @@ def _managers(
             app=build_server(host_for, protocol_text("active", None, read_only), offload=offload),
             stateless=True,
             json_response=True,
+            max_request_body_size=max_body_bytes,
         )
         for read_only in (False, True)
     }
@@ -190,12 +194,14 @@ def mount(
     config: MemoryConfig | None = None,
     states: StatesService | None = None,
     loaded: Callable[[], None] | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
 ) -> None:
     """Serve MCP at ``/mcp`` on ``app``; the API's middleware has already checked the token.
 
     The MCP SDK loads in the background once the server is up, so ``stateflow serve`` starts
     listening as fast as without it; an MCP request that arrives first waits for it.
-    ``loaded`` is called once it has loaded (on the event loop).
+    ``loaded`` is called once it has loaded (on the event loop). ``max_body_bytes``: the
+    server's body limit (``BodyLimit``, in front of the route, answers a larger body).
     """
     memory_config = config or config_from_env()  # a bad setting stops the server here, at start
     running: dict[str, Any] = {}
@@ -207,7 +213,9 @@ def mount(
         running["ready"] = ready
 
         async def serve_mcp() -> None:
-            managers = await anyio.to_thread.run_sync(_managers, store, tokens, memory_config, states)
+            managers = await anyio.to_thread.run_sync(
+                _managers, store, tokens, memory_config, states, max_body_bytes
+            )
             async with managers[False].run(), managers[True].run():
                 running["managers"] = managers
                 ready.set()
