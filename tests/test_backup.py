@@ -173,3 +173,22 @@ def test_a_backup_is_never_written_through_a_file_planted_beside_it(tmp_path: Pa
     assert planted.read_bytes() == b""
     assert not target.is_symlink() and oct(target.stat().st_mode & 0o777) == "0o600"
     assert sqlite3.connect(target).execute("PRAGMA quick_check").fetchone() == ("ok",)
+
+
+def test_a_backup_never_replaces_a_pipe_or_a_link_even_with_force(tmp_path: Path) -> None:
+    source = tmp_path / "s.db"
+    open_store(str(source)).close()
+    os.mkfifo(tmp_path / "pipe")
+    (tmp_path / "real.db").write_bytes(b"kept")
+    os.symlink(tmp_path / "real.db", tmp_path / "link")
+    env = dict(os.environ, STATEFLOW_STORE=str(source))
+    for name, kind in [("pipe", "a named pipe"), ("link", "a symbolic link")]:
+        for force in ([], ["--force"]):
+            out = sf(env, "backup", str(tmp_path / name), *force)
+            assert out.returncode == 1, (name, force, out.stderr)
+            assert out.stderr.startswith(
+                f"error[target-unwritable]: cannot write {tmp_path / name}: it is {kind}, "
+            )
+    assert (tmp_path / "pipe").is_fifo() and (tmp_path / "link").is_symlink()
+    assert (tmp_path / "real.db").read_bytes() == b"kept"
+    assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".partial")]

@@ -222,6 +222,40 @@ def test_a_refused_dump_leaves_its_target_as_it_was(tmp_path: Path) -> None:
     assert json.loads(sf(source, "doc", "get", "notes", "a").stdout) == {"x": 1}
 
 
+def test_a_dump_never_replaces_a_pipe_a_link_or_a_device_and_dash_is_stdout(tmp_path: Path) -> None:
+    # a finished dump is renamed over its target: over a named pipe, a symbolic link (such as
+    # /dev/stdout) or a device node it would put a regular file in their place
+    source = str(tmp_path / "s.db")
+    assert sf(source, "doc", "put", "notes", "a", '{"x": 1}').returncode == 0
+    os.mkfifo(tmp_path / "pipe")
+    (tmp_path / "real.jsonl").write_text("kept\n")
+    os.symlink(tmp_path / "real.jsonl", tmp_path / "link")
+    os.symlink(tmp_path / "pipe", tmp_path / "to-pipe")
+    os.symlink(tmp_path / "gone", tmp_path / "dangling")
+    for name, kind in [
+        ("pipe", "a named pipe"),
+        ("link", "a symbolic link"),
+        ("to-pipe", "a symbolic link"),
+        ("dangling", "a symbolic link"),
+    ]:
+        out = sf(source, "dump", str(tmp_path / name))
+        assert out.returncode == 1, (name, out.stderr)
+        assert out.stderr.startswith(
+            f"error[target-unwritable]: cannot write {tmp_path / name}: it is {kind}, "
+        ), out.stderr
+    assert (
+        (tmp_path / "pipe").is_fifo()
+        and (tmp_path / "link").is_symlink()
+        and (tmp_path / "dangling").is_symlink()
+    )
+    assert (tmp_path / "real.jsonl").read_text() == "kept\n"
+    assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".partial")]
+    # `-` is stdout, as without TARGET
+    dashed = sf(source, "dump", "-")
+    assert dashed.returncode == 0 and dashed.stdout == sf(source, "dump").stdout
+    assert json.loads(dashed.stdout.splitlines()[-2])["body"] == {"x": 1}
+
+
 def test_a_store_whose_history_was_pruned_dumps_only_what_loads(backend: str, tmp_path: Path) -> None:
     """Retention pruned a document's first revisions: a dump with history could never replay
     it, so the dump is refused up front, naming the document and --no-history; a transition left

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -49,10 +50,50 @@ def private_beside(path: Path) -> tuple[int, Path]:
     return fd, Path(name)
 
 
+_KINDS: Final = (
+    (stat.S_ISLNK, "a symbolic link"),
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISFIFO, "a named pipe"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def refuse_unreplaceable(path: Path) -> None:
+    """Refuse (``target-unwritable``) a ``path`` that exists and is not a regular file.
+
+    A finished file is renamed over its target, and a rename replaces whatever the name holds:
+    a device node (as root, ``/dev/full`` itself), a named pipe its reader waits on, a symbolic
+    link such as ``/dev/stdout`` would each become a regular file. Following a link instead
+    would let whoever planted it choose the file written."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise unwritable(path, exc) from exc
+    if stat.S_ISREG(mode):
+        return
+    kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
+    raise TargetUnwritable(
+        f"cannot write {path}: it is {kind}, not a regular file, and writing it whole would replace it"
+    )
+
+
+def put_in_place(partial: Path, path: Path) -> None:
+    """Rename the finished ``partial`` over ``path``, checked again just before (the name may
+    have changed while the file was written)."""
+    refuse_unreplaceable(path)
+    os.replace(partial, path)
+
+
 def replace_private(path: Path, chunks: Iterable[bytes]) -> None:
     """Write ``chunks`` to ``path`` (0600) whole or not at all: into a file beside it that
     replaces ``path`` once every chunk is written and on disk. A refusal while the chunks are
-    made leaves no file, and an existing ``path`` as it was (an ``OSError`` passes through)."""
+    made leaves no file, and an existing ``path`` as it was (an ``OSError`` passes through);
+    a ``path`` that is not a regular file is refused (:func:`refuse_unreplaceable`)."""
+    refuse_unreplaceable(path)
     fd, partial = private_beside(path)
     try:
         with os.fdopen(fd, "wb") as out:
@@ -60,7 +101,7 @@ def replace_private(path: Path, chunks: Iterable[bytes]) -> None:
                 out.write(chunk)
             out.flush()
             os.fsync(out.fileno())
-        os.replace(partial, path)
+        put_in_place(partial, path)
     finally:
         partial.unlink(missing_ok=True)
 

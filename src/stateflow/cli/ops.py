@@ -13,7 +13,7 @@ from stateflow.cli.common import Context, counted, echo_json, pass_context, refu
 from stateflow.cli.examples import decorate
 from stateflow.cli.memory import RootsPath
 from stateflow.errors import CorruptStore, InvalidInput, UnsupportedStore
-from stateflow.files import write_private
+from stateflow.files import refuse_unreplaceable, write_private
 from stateflow.store import SqlStore, resolve_store_url
 from stateflow.store.open import display_location, sqlite_file
 
@@ -96,7 +96,11 @@ def _sql(store: object) -> SqlStore:
 
 @click.command("backup")
 @click.argument("target", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--force", is_flag=True, help="Replace TARGET when it exists (never the store's own file).")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Replace TARGET when it exists (a regular file; never the store's own file, a device, a pipe or a link).",
+)
 @progress_.option
 @pass_context
 @refusals
@@ -153,7 +157,7 @@ def import_state_flow(ctx: Context, root: Path, agent: str | None, knowledge_roo
 
 
 @click.command("dump")
-@click.argument("target", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("target", required=False, type=click.Path(dir_okay=False, allow_dash=True, path_type=Path))
 @click.option(
     "--no-history",
     is_flag=True,
@@ -163,14 +167,19 @@ def import_state_flow(ctx: Context, root: Path, agent: str | None, knowledge_roo
 @pass_context
 @refusals
 def dump(ctx: Context, target: Path | None, no_history: bool, progress: bool | None) -> None:
-    """Write the store as JSON Lines to TARGET (default stdout): catalog, templates, attachments,
-    records, memory and, unless --no-history, every transition; the last line counts the others,
-    so a copy cut short is refused by `load`. Read from one snapshot: writers may carry on. With
-    TARGET, a summary goes to stderr."""
+    """Write the store as JSON Lines to TARGET (default, or `-`: stdout): catalog, templates,
+    attachments, records, memory and, unless --no-history, every transition; the last line counts
+    the others, so a copy cut short is refused by `load`. Read from one snapshot: writers may carry
+    on. TARGET is written whole, then put in place: one that exists must be a regular file (a
+    device, a named pipe or a symbolic link is refused; write those from stdout). With TARGET, a
+    summary goes to stderr."""
     from stateflow.store.portable import dump as dump_store
 
+    if target == Path("-"):
+        target = None
     if target is not None:
         _refuse_store_file(ctx.store_location, target)
+        refuse_unreplaceable(target)  # before the store is read
     with progress_.reporting("dump", progress) as reporter:
         lines = dump_store(_sql(ctx.reader(whole=True)), history=not no_history, progress=reporter)
         if target is None:

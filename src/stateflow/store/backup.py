@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from stateflow.errors import CorruptStore, InvalidInput, StoreNotFound, StoreUnavailable
-from stateflow.files import private_beside, unwritable
+from stateflow.files import private_beside, put_in_place, refuse_unreplaceable, unwritable
 from stateflow.store.open import display_location
 from stateflow.store.sqlite import store_files
 from stateflow.store.sqlite_file import connect_read_only, holding, preflight
@@ -33,6 +33,7 @@ def sqlite_backup(
         raise InvalidInput(
             f"{target} is a file of the store being backed up; the backup must go to another file"
         )
+    refuse_unreplaceable(target)  # a device, a named pipe, a link: never renamed over, --force or not
     if target.exists() and not replace:
         raise InvalidInput(f"{target} exists; pass --force to replace it")
     copied = 0
@@ -77,7 +78,7 @@ def sqlite_backup(
                 src.close()
         if verdict != "ok":
             raise CorruptStore(f"the copy of {source} does not pass its check: {verdict}")
-        os.replace(partial, target)
+        put_in_place(partial, target)
     except sqlite3.DatabaseError as exc:
         if _target_full(exc):
             raise unwritable(target, OSError(str(exc))) from exc
