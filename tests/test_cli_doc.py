@@ -248,6 +248,39 @@ def test_a_store_location_naming_a_folder_is_refused_and_creates_nothing(tmp_pat
     assert list((tmp_path / "existing").iterdir()) == []
 
 
+@pytest.mark.parametrize(
+    ("location", "shown", "reason"),
+    [
+        (
+            "postgresql://me:pw@[bad/app?password=pw",
+            "'postgresql://me:***@[bad/app?password=***'",
+            "is not a valid URL",
+        ),
+        ("sqlite://[x", "'sqlite://[x'", "is not a valid URL"),
+        (
+            "postgresql://me:pw@127.0.0.1:1/app?connect_timeout=abc",
+            "postgresql://me:***@127.0.0.1:1/app?connect_timeout=abc",
+            "is not a valid PostgreSQL URL: bad value for connect_timeout: 'abc'",
+        ),
+    ],
+)
+def test_a_malformed_store_url_is_refused_in_one_line(
+    tmp_path: Path, location: str, shown: str, reason: str
+) -> None:
+    # an unbalanced IPv6 bracket or a connect_timeout psycopg cannot read once ended in a traceback
+    out = subprocess.run(
+        ["stateflow", "--store", location, "doc", "put", "notes", "a", "{}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert out.returncode == 1
+    assert out.stderr.startswith("error[unsupported-store]: ") and f"{shown} {reason}" in out.stderr
+    assert out.stderr.count("\n") == 1 and "pw" not in out.stderr.replace("password", "")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_reserved_name_is_refused_for_what_it_is(db: str) -> None:
     catalog = sf("--store", db, "doc", "put", "_states", "x", "{}")
     assert catalog.returncode == 1 and catalog.stderr.startswith(

@@ -21,7 +21,7 @@ import os
 import re
 from pathlib import Path
 from typing import Final
-from urllib.parse import parse_qs, parse_qsl, unquote, urlencode, urlsplit, urlunsplit
+from urllib.parse import SplitResult, parse_qs, parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 import platformdirs
 
@@ -75,11 +75,31 @@ def display_location(store: StoreLocation | None = None, *, absolute: bool = Fal
         return f"sqlite:///{os.path.abspath(Path(url).expanduser())}"
     if not url.startswith(("postgresql://", "postgres://")):
         return url
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # malformed (an unbalanced bracket): still shown, its password still hidden
+        head, mark, query = url.partition("?")
+        return _SECRET_USERINFO.sub(r"\1***@", head) + mark + _masked_query(query)
     cred, _, host = parts.netloc.rpartition("@")
     user, colon, password = cred.partition(":")
     netloc = f"{user}:***@{host}" if colon and password else parts.netloc
     return urlunsplit(parts._replace(netloc=netloc, query=_masked_query(parts.query)))
+
+
+_SECRET_USERINFO: Final = re.compile(r"(://[^/@:]*:)[^/@]+@")
+"""The password of a URL's ``user:password@`` (for a URL too malformed to split)"""
+
+
+def split_location(url: str) -> SplitResult:
+    """``url`` split into its parts, or refused (``unsupported-store``, named with its password
+    masked) when it cannot be (``postgresql://[bad``: an unbalanced IPv6 bracket): the one way a
+    store URL is taken apart, so a malformed one is a refusal, never a traceback."""
+    try:
+        return urlsplit(url)
+    except ValueError as exc:
+        raise UnsupportedStore(
+            f"store location {display_location(url)!r} is not a valid URL: {exc}"
+        ) from None
 
 
 def holds_secret(store: StoreLocation) -> bool:
@@ -158,7 +178,7 @@ def _sqlite_location(url: str) -> tuple[str, str, bool]:
     read_only = False
     path = url
     if "://" in url:
-        parts = urlsplit(url)
+        parts = split_location(url)
         if parts.scheme != "sqlite":
             raise UnsupportedStore(
                 f"unsupported store {display_location(url)!r}: use a file path, sqlite:///path or postgresql://…"
@@ -231,7 +251,7 @@ def refuse_keywords(path: str) -> None:
 def pg_mode(url: str) -> tuple[str, bool]:
     """The URL without our ``mode`` option (libpq does not know it), and whether it asked for
     read-only sessions."""
-    parts = urlsplit(url)
+    parts = split_location(url)
     query = parse_qsl(parts.query, keep_blank_values=True)
     modes = [value for name, value in query if name == "mode"]
     if not modes:

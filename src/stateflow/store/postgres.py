@@ -290,6 +290,8 @@ class PostgresStore(SqlStore):
             self._probe(url, kwargs)
         except psycopg.OperationalError as exc:
             raise StoreUnavailable(f"cannot connect to {self.url}: {_one_line(exc)}") from None
+        except psycopg.ProgrammingError as exc:  # a value read before connecting: connect_timeout=abc
+            raise UnsupportedStore(f"{self.url} is not a valid PostgreSQL URL: {_one_line(exc)}") from None
         _quiet_pool_log()
         # autocommit: a lone statement needs no BEGIN/COMMIT round trips; transactions are explicit
         self._pool = self._open_pool(url, min_size=min_size, max_size=max_size, timeout=wait, kwargs=kwargs)
