@@ -141,6 +141,24 @@ def test_a_call_that_committed_is_not_cancelled(pg_schema_url: str) -> None:
         store.close()
 
 
+def test_a_call_is_not_cancelled_once_any_of_its_transactions_committed(pg_schema_url: str) -> None:
+    # a call made of several transactions (a retention sweep: its op ids, then each state's
+    # history) whose first one committed deletes, not a document: what it deleted stands, so it
+    # runs to its end — cancelled, it would fail saying nothing of it was written
+    store = open_store(pg_schema_url, auto_migrate=True, statement_timeout=0)
+    try:
+        store.commit([Write.between(KEY, None, {"n": 1}, 0)], ORIGIN, op_id="old")
+        cancel = Cancel()
+        with cancellable(cancel):
+            assert store.prune_ops("9999-01-01T00:00:00Z") == 1
+            cancel.cancel()  # too late
+            assert not cancel.cancelled
+            assert store.prune_history("counters", "9999-01-01T00:00:00Z") == 1  # the next one runs
+        assert store.applied_op("old", "") is False  # the deletion stood
+    finally:
+        store.close()
+
+
 def test_on_the_async_store_a_cancelled_call_is_interrupted_and_its_connection_closed(
     pg_schema_url: str,
 ) -> None:

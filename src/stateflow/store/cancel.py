@@ -34,8 +34,9 @@ CANCELLED: Final = (
 
 class Cancel:
     """One call's cancel: the connections it is using, whether it was cancelled, and whether it
-    committed. A call is cancelled only before its first commit: one that committed runs to its
-    end (what it wrote stands, and its answer says so), and a cancel then does nothing."""
+    committed. A call is cancelled only before its first commit (of any of its transactions): one
+    that committed runs to its end (what it wrote stands, and its answer says so), and a cancel
+    then does nothing."""
 
     __slots__ = ("_lock", "_using", "cancelled", "settled")
 

@@ -224,11 +224,11 @@ class PostgresStore(SqlStore):
         "JOIN snapshot_members m ON m.doc_id = ? AND m.name = k.name AND m.revision = k.revision"
     )
     runs_on_loop: ClassVar[bool] = False
+    """whether the store runs on an event loop (the async store: its callers commit alone, through
+    its pool's context manager; see ``stateflow.aio.runs_on_loop``)"""
     cancellable: ClassVar[bool] = True
     """a call run under a cancel (``store.cancel``) has its running statement interrupted when
     cancelled"""
-    """whether the store runs on an event loop (the async store: its callers commit alone, through
-    its pool's context manager; see ``stateflow.aio.runs_on_loop``)"""
 
     def __init__(
         self,
@@ -337,6 +337,11 @@ class PostgresStore(SqlStore):
             if tx.begin is None and not tx.committed:
                 with _mapped_errors(self.url):
                     conn.execute("COMMIT")
+            if tx.begin is None and not read_only:
+                # whatever wrote in it (a retention sweep's deletes too, not only a document
+                # commit): what it wrote stands, so the call is no longer cancelled — a call of
+                # several transactions cancelled after one of them would be told it wrote nothing
+                committed()
 
     @contextmanager
     def _connection(self) -> Iterator[Any]:
