@@ -152,6 +152,21 @@ def test_values_sql_cannot_order_are_sorted_by_the_caller(store: SqlStore) -> No
     assert store.search_sorted("t", {"kind": "row"}, [(("v",), False)], limit=3) is not None
 
 
+def test_the_least_integer_sorts_top_level_and_nested(store: SqlStore) -> None:
+    # -2**63, the least valid integer, has no absolute value in SQLite's 64-bit integers: a
+    # member holding it sorts in its place (before the rest), not a store error
+    service = StatesService(store)
+    service.declare("t", DECL)
+    docs: dict[str, Any] = {}
+    for i, n in enumerate([1, 5, -(2**63), -(2**63) + 1, 2**63]):
+        docs[f"k{i}"] = {"kind": "row", "v": n, "o": {"n": n}}
+        service.replace("t", subject(f"k{i}"), docs[f"k{i}"])
+    for path in (["v"], ["o", "n"]):
+        for sort in ([{"path": path}], [{"path": path, "order": "desc"}]):
+            assert walk(service, "t", {"kind": "row"}, sort, 2) == defined(docs, sort), sort
+    assert defined(docs, [{"path": ["v"]}])[0] == "k2"
+
+
 def test_nested_paths_sort_in_sql_whatever_their_names(store: SqlStore) -> None:
     # names SQL must quote, and one ("0") an array could be indexed by: a path reaches values
     # through objects only; inside an array, or a member held as a tree, nothing is reached

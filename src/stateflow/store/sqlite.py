@@ -1408,6 +1408,15 @@ def _denied(path: Path) -> StorePermissionDenied | None:
 
 
 _VERSION_SQL: Final = "SELECT value FROM stateflow_meta WHERE key = 'schema_version'"
+
+
+def _big(value: str) -> str:
+    """SQL that holds when the number ``value`` has magnitude 2**53 or more, so SQL cannot order
+    it exactly. Two comparisons rather than ``abs()``: SQLite's ``abs(-2**63)`` raises "integer
+    overflow" (it has no positive 2**63)."""
+    return f"({value} >= 9007199254740992.0 OR {value} <= -9007199254740992.0)"
+
+
 _SQLITE_MEMBER: Final = "json_extract(CAST({s}.body AS TEXT), '$')"
 _SQLITE_SORT: Final = SortSql(
     # the kind by the body's first byte (canonical JSON); a tree (``root``) is an object or array
@@ -1420,7 +1429,7 @@ _SQLITE_SORT: Final = SortSql(
     text=_SQLITE_MEMBER,
     # an integer from 2**63 up reads as a rounded double, and a string with \u0000 may end at it
     unsure="{s}.root IS NULL AND ((substr({s}.body, 1, 1) BETWEEN x'2d' AND x'39' "
-    f"AND abs({_SQLITE_MEMBER}) >= 9007199254740992.0) "
+    f"AND {_big(_SQLITE_MEMBER)}) "
     "OR (substr({s}.body, 1, 1) = x'22' AND instr({s}.body, x'5c7530303030') > 0))",
     collate="",
 )
@@ -1446,7 +1455,7 @@ def _sqlite_sort(inner: tuple[str, ...]) -> SortSql | None:
         boolean=f"{kind} = 'true'",
         text=value,
         unsure="{s}.root IS NOT NULL OR (substr({s}.body, 1, 1) = x'7b' AND "
-        f"(({kind} IN ('integer', 'real') AND abs({value}) >= 9007199254740992.0) "
+        f"(({kind} IN ('integer', 'real') AND {_big(value)}) "
         f"OR ({kind} = 'text' AND instr({{s}}.body, x'5c7530303030') > 0)))",
         collate="",
     )
