@@ -4,14 +4,19 @@ cleanly: through the real doors (the HTTP app, the CLI as a process) on both bac
 from __future__ import annotations
 
 import base64
+import itertools
 import json
+import math
+import operator
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from stateflow.doc.canonical import decode
 from stateflow.errors import InvalidInput, InvalidJSON, NotFound, OpError
@@ -76,9 +81,9 @@ def test_decode_refuses_an_integer_it_would_round_and_keeps_every_other_number_e
         (f'{{"a": [1, {BELOW}]}}', "$.a[1]"),
         (f'{{"a": "x", "b": {{"c": {BIG * 10**9}}}}}', "$.b.c"),
     ):
-        for given in (text, text.encode(), memoryview(text.encode())):
+        for raw in (text, text.encode(), memoryview(text.encode())):
             with pytest.raises(InvalidJSON) as refused:
-                decode(given)
+                decode(raw)
             assert refused.value.message.startswith(f"{place}: integer ")
             assert refused.value.message.endswith(" is outside the 64-bit range JSON stores")
     edge = f'[{2**64 - 1}, {-(2**63)}, 1e19, 1.8446744073709552e19, "{"9" * 40}", 0.{"1" * 30}]'
@@ -323,6 +328,52 @@ def test_search_compares_numbers_by_exact_value_as_eq_does(states: StatesService
     assert keys(states.search("t", {"v": {"id": 2**64 - 1}})) == ["box"]
     assert keys(states.search("t", {"v": {"id": 1.8446744073709552e19}})) == []
     assert keys(states.search("t", {"v": {"list": [9.223372036854776e18]}})) == ["box"]
+
+
+RANGES: dict[str, Callable[[Any, Any], bool]] = {
+    "$gt": operator.gt,
+    "$gte": operator.ge,
+    "$lt": operator.lt,
+    "$lte": operator.le,
+}
+
+
+def test_range_operators_compare_numbers_by_exact_value(states: StatesService) -> None:
+    # a float equal to a large integer bound (9.223372036854776e18 is 2**63) is within it,
+    # whichever side of the bound its shortest text reads
+    for key, value in VALUES.items():
+        states.replace("t", subject(key), {"v": value})
+    queries = {*VALUES.values(), 2**53, 2**63 - 1, 2**63 + 1, -(2**63) + 1, 2**64 - 1, 1152921504606846977}
+    for query in queries:
+        for op, holds in RANGES.items():
+            truth = sorted(k for k, v in VALUES.items() if holds(v, query))
+            assert keys(states.search("t", {"v": {op: query}})) == truth, (op, query)
+
+
+_EDGES = [s * e + d for e in (2**53, 2**60, 2**63, 2**64, 10**18) for s in (1, -1) for d in (-1, 0, 1)]
+edge_numbers = st.sampled_from([n for n in _EDGES if -(2**63) <= n < 2**64]).flatmap(
+    lambda n: st.sampled_from([n, float(n), math.nextafter(float(n), math.inf)])
+)
+big_numbers = edge_numbers | st.integers(-(2**63), 2**64 - 1) | st.floats(-1e20, 1e20)
+_ranged = itertools.count()
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(edge_numbers | big_numbers, min_size=1, max_size=5), big_numbers)
+def test_range_filters_agree_with_python_on_large_numbers(
+    states: StatesService, stored: list[int | float], drawn: int | float
+) -> None:
+    # bounds equal in value to each stored number, of the other type where one is exact, and
+    # one more: every range operator finds what Python's comparison finds
+    state = f"r{next(_ranged)}"
+    states.declare(state, DECL)
+    for i, value in enumerate(stored):
+        states.replace(state, subject(f"k{i}"), {"v": value})
+    near = [int(v) if type(v) is float and v.is_integer() and -(2**63) <= v < 2**64 else v for v in stored]
+    for bound in {*near, *stored, drawn}:
+        for op, holds in RANGES.items():
+            truth = sorted(f"k{i}" for i, v in enumerate(stored) if holds(v, bound))
+            assert keys(states.search(state, {"v": {op: bound}})) == truth, (op, bound)
 
 
 def test_search_by_an_integer_from_2_63_up_answers_over_http(

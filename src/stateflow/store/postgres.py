@@ -1587,8 +1587,9 @@ def _bound_check(op: str, operand: Any) -> tuple[str, str]:
     """SQL holding for a ``scalar`` member that may be on ``operand``'s side (``listing.Bound``),
     and its parameter; a member without ``scalar`` (an object, an array, a string jsonb cannot
     hold) passes, to be checked by the caller. Numbers compare as ``numeric``, exactly, with a
-    float operand moved one double outward: a stored float's text is within half a step of the
-    double the caller compares. Strings compare by code point (``COLLATE "C"``: UTF-8 bytes).
+    float operand, or an integer one of magnitude 2**53 or more, moved one double outward: a
+    stored float's text is within half a step of the double the caller compares, so a float equal
+    to the operand (9.223372036854776e18 is 2**63) may read past it. Strings compare by code point (``COLLATE "C"``: UTF-8 bytes).
     A text cannot hold NUL, so a string operand is cut before its first one: a ``scalar`` string
     holds none, so it is above the operand exactly when above that prefix, and below or equal
     to it exactly when below or equal to the prefix (the superset the caller rechecks)."""
@@ -1597,8 +1598,10 @@ def _bound_check(op: str, operand: Any) -> tuple[str, str]:
     if isinstance(operand, str):
         prefix = operand.partition("\x00")[0]
         return f"jsonb_typeof({j}) = 'string' AND ({j} #>> '{{}}') COLLATE \"C\" {side} ?::text", prefix
-    if type(operand) is float:
-        operand = math.nextafter(operand, -math.inf if side == ">=" else math.inf)
+    if type(operand) is float or (type(operand) is int and abs(operand) >= _EXACT_BELOW):
+        # (an integer past every double has no float beyond it: it stays as it is)
+        with suppress(OverflowError):
+            operand = math.nextafter(float(operand), -math.inf if side == ">=" else math.inf)
     value = str(Decimal(operand))
     return (
         f"CASE WHEN jsonb_typeof({j}) = 'number' THEN ({j})::numeric {side} ?::numeric ELSE false END",
