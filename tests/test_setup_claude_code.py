@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -430,3 +432,47 @@ def test_setup_refuses_a_store_path_that_is_not_utf8_and_writes_nothing(tmp_path
     # without the store's path, nothing in the files names the folder: setup works there
     assert sf("setup", "claude-code", "--no-store", cwd=folder).returncode == 0
     assert sorted(p.name for p in folder.iterdir()) == [".claude", ".mcp.json"]
+
+
+def test_setup_warns_of_a_stateflow_not_on_path_and_keeps_the_full_path_a_user_gives(tmp_path: Path) -> None:
+    """Run from a virtual environment that is not on PATH, setup says the bare command may not
+    start; once the user names the executable's full path, setup keeps it and recognises its own
+    hooks by it: no hook twice (the context shown twice), no bare command put back."""
+    executable = shutil.which("stateflow")
+    assert executable is not None
+    env = {**os.environ, "PATH": str(tmp_path / "nothing-here")}  # (as Claude Code's may lack it)
+
+    def setup(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [executable, "setup", "claude-code", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp_path,
+            env=env,
+        )
+
+    first = setup()
+    assert first.returncode == 0, first.stderr
+    assert "warning: stateflow is not on PATH here" in first.stderr, first.stderr
+    mcp_file, settings_file = tmp_path / ".mcp.json", tmp_path / ".claude" / "settings.json"
+    mcp = json.loads(mcp_file.read_text())
+    mcp["mcpServers"]["stateflow"]["command"] = executable  # the user's fix, in .mcp.json only
+    mcp_file.write_text(json.dumps(mcp))
+    own = {"type": "command", "command": f"{executable} respond done"}  # the user's, not setup's
+    settings = json.loads(settings_file.read_text())
+    settings["hooks"]["SessionStart"].append({"hooks": [own]})
+    settings_file.write_text(json.dumps(settings))
+    for _ in range(2):
+        again = setup("--hot-budget", "5000")
+        assert again.returncode == 0 and "warning" not in again.stderr, again.stderr
+        assert json.loads(mcp_file.read_text())["mcpServers"]["stateflow"]["command"] == executable
+        hooks = json.loads(settings_file.read_text())["hooks"]
+        ours = shlex.join(
+            [executable, "hook", "claude-code", "--agent", "claude-code", "--session", "claude-code"]
+        )
+        hook = {
+            "hooks": [{"type": "command", "command": f'{ours} --hot-budget 5000 --cwd "$CLAUDE_PROJECT_DIR"'}]
+        }
+        assert hooks["SessionStart"] == [{"hooks": [own]}, hook]
+        assert hooks["UserPromptSubmit"] == [hook]

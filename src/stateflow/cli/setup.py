@@ -6,7 +6,9 @@ the memory context of Claude Code's own conversation (``stateflow hook claude-co
 ``session_id`` from the hook input) to the model's context; the server follows the session the
 hooks name (formats: https://code.claude.com/docs/en/mcp and https://code.claude.com/docs/en/hooks).
 Existing entries of other servers and hooks are kept; our own entries are replaced, so running it
-again is harmless. A store URL holding a password is refused (both files are meant to be
+again is harmless (a hook is ours when it runs a ``stateflow`` executable, whatever path names
+it, with ``hook claude-code``), and a full path the user gave the server's command is kept. A
+store URL holding a password is refused (both files are meant to be
 committed), and so is a store path, agent or session that is not UTF-8 (a folder's name holding
 other bytes: JSON can only hold it escaped, naming nothing); both files are checked before either
 is written.
@@ -17,6 +19,8 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +34,7 @@ from stateflow.files import unwritable
 from stateflow.store.open import absolute_location, display_location, holds_secret
 
 SERVER = "stateflow"
+EXECUTABLE = "stateflow"
 HOOK_EVENTS = ("SessionStart", "UserPromptSubmit")
 
 
@@ -111,17 +116,18 @@ def plan(
     if not isinstance(servers, dict):
         raise InvalidInput(f"{mcp_path}: mcpServers must be an object")
     store_args = common[:2] if store else []
-    servers[SERVER] = {
-        "command": "stateflow",
-        # no --cwd: Claude Code starts project servers in the project, and the file stays portable
-        "args": [*store_args, "mcp", *common[len(store_args) :], "--follow-hook-session"],
-    }
-    context = shlex.join(["stateflow", *store_args, "hook", "claude-code", *common[len(store_args) :]])
-    command = f'{context} --cwd "$CLAUDE_PROJECT_DIR"'
     settings = _load(settings_path)
     hooks = settings.setdefault("hooks", {})
     if not isinstance(hooks, dict):
         raise InvalidInput(f"{settings_path}: hooks must be an object")
+    executable = _kept_executable(servers.get(SERVER), hooks) or EXECUTABLE
+    servers[SERVER] = {
+        "command": executable,
+        # no --cwd: Claude Code starts project servers in the project, and the file stays portable
+        "args": [*store_args, "mcp", *common[len(store_args) :], "--follow-hook-session"],
+    }
+    context = shlex.join([executable, *store_args, "hook", "claude-code", *common[len(store_args) :]])
+    command = f'{context} --cwd "$CLAUDE_PROJECT_DIR"'
     for event in HOOK_EVENTS:
         groups = hooks.get(event) or []
         if not isinstance(groups, list):
@@ -139,16 +145,49 @@ def plan(
     return {mcp_path: mcp, settings_path: settings}
 
 
+def _names_stateflow(executable: str) -> bool:
+    """Whether ``executable`` is stateflow's, whatever path names it (``/opt/venv/bin/stateflow``)."""
+    return os.path.basename(executable) == EXECUTABLE
+
+
+def _hook_words(hook: Any) -> list[str] | None:
+    """A hook's command, split as its shell would, when it runs stateflow's own ``hook
+    claude-code`` (or an earlier setup's ``context``); None for any other hook."""
+    if not isinstance(hook, dict) or not isinstance(hook.get("command"), str):
+        return None
+    try:
+        words = shlex.split(hook["command"])
+    except ValueError:  # (unbalanced quotes: not a command setup wrote)
+        return None
+    if not words or not _names_stateflow(words[0]):
+        return None
+    rest = words[1:]
+    hooked = any(rest[i : i + 2] == ["hook", "claude-code"] for i in range(len(rest)))
+    return words if hooked or "context" in rest else None
+
+
+def _kept_executable(server: Any, hooks: dict[str, Any]) -> str | None:
+    """The stateflow executable the files already name — the server entry's ``command``, else
+    the first of setup's own hooks' — kept as it is: a user who wrote its full path (Claude Code
+    starts servers and hooks from the PATH of its own environment, where a virtual
+    environment's ``bin`` is often missing) keeps it when setup runs again."""
+    command = server.get("command") if isinstance(server, dict) else None
+    if isinstance(command, str) and _names_stateflow(command):
+        return command
+    for event in HOOK_EVENTS:
+        groups = hooks.get(event)
+        for group in groups if isinstance(groups, list) else []:
+            inner = group.get("hooks") if isinstance(group, dict) else None  # (checked in plan)
+            for hook in inner if isinstance(inner, list) else []:
+                if (words := _hook_words(hook)) is not None:
+                    return words[0]
+    return None
+
+
 def _ours(hook: Any, command: str) -> bool:
-    """A hook this or an earlier setup wrote (any agent, session or store): replaced, never
-    duplicated."""
-    if not isinstance(hook, dict):
-        return False
-    text = str(hook.get("command", ""))
-    return text == command or (
-        text.startswith("stateflow ")
-        and any(part in f"{text} " for part in (" context ", " hook claude-code "))
-    )
+    """A hook this or an earlier setup wrote (any agent, session, store or path naming the
+    executable): replaced, never duplicated."""
+    return isinstance(hook, dict) and (hook.get("command") == command or _hook_words(hook) is not None)
 
 
 def _without_ours(group: dict[str, Any], command: str) -> dict[str, Any] | None:
@@ -159,6 +198,20 @@ def _without_ours(group: dict[str, Any], command: str) -> dict[str, Any] | None:
         return group
     kept = [h for h in hooks if not _ours(h, command)]
     return {**group, "hooks": kept} if kept else None
+
+
+def _not_on_path() -> str:
+    """The warning for a bare ``stateflow`` command that does not resolve here (run from a
+    virtual environment not on PATH): Claude Code would fail to start the server and hooks."""
+    running = sys.argv[0] if _names_stateflow(sys.argv[0]) else None
+    full = os.path.abspath(running) if running and os.path.isfile(running) else None
+    return (
+        f"warning: {EXECUTABLE} is not on PATH here, and Claude Code starts the server and the hooks "
+        f'with the PATH of its own environment: "command": "{EXECUTABLE}" may fail there (spawn '
+        f"{EXECUTABLE} ENOENT). Put its directory on that PATH, or set the {SERVER} server's "
+        f'"command" in .mcp.json to its full path{f" ({full})" if full else ""} and run setup again: '
+        "setup keeps that path, and gives it to the hooks too"
+    )
 
 
 @click.group("setup")
@@ -207,7 +260,11 @@ def claude_code(
     no_store: bool,
     dry_run: bool,
 ) -> None:
-    """Add the MCP server and the context hooks to a Claude Code project (.mcp.json, .claude/settings.json)."""
+    """Add the MCP server and the context hooks to a Claude Code project (.mcp.json, .claude/settings.json).
+
+    Both run "stateflow" from Claude Code's PATH (a warning says when it is not on this one); a
+    full path you set as the server's "command" in .mcp.json is kept, and the hooks use it too.
+    """
     project = project.expanduser().resolve()
     store = None if no_store else getattr(obj, "store_location", None)
     # Claude Code starts the server and the hooks in the project: a path relative to here would
@@ -216,6 +273,9 @@ def claude_code(
     if not dry_run:
         for path in files:
             _check_writable(path, project)
+    executable = files[project / ".mcp.json"]["mcpServers"][SERVER]["command"]
+    if executable == EXECUTABLE and shutil.which(EXECUTABLE) is None:
+        click.echo(_not_on_path(), err=True)
     for path, content in files.items():
         text = json.dumps(content, indent=2) + "\n"
         if dry_run:
