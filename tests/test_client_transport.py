@@ -12,11 +12,12 @@ import subprocess
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
 from stateflow.client import StatesClient
-from stateflow.errors import StoreUnavailable
+from stateflow.errors import InvalidInput, StoreUnavailable
 
 SUBJECT = ["--target-name", "bot", "--kind", "c", "--key", "k1"]
 
@@ -120,3 +121,28 @@ def test_a_server_that_never_answers_is_refused_after_the_clients_timeout() -> N
         f"{url} did not answer within 0.5 s; the write may or may not have been applied: read it back "
         "before sending it again"
     )
+
+
+def test_a_server_url_that_is_not_http_is_refused_before_anything_is_sent(tmp_path: Path) -> None:
+    # urllib took any URL: file:// read the local disk, ftp:// waited out the timeout, and one
+    # without a scheme or with an unbalanced bracket ended in a traceback
+    (tmp_path / "api").mkdir()
+    (tmp_path / "api" / "states").write_text('[{"name": "from-the-local-disk"}]')
+    example = "give the server's base URL, e.g. http://127.0.0.1:8765"
+    for url, why in (
+        ("127.0.0.1:8765", f"has no scheme; {example} (add http://)"),
+        ("notaurl", f"has no scheme; {example} (add http://)"),
+        ("http://[bad", f"is not a valid URL (Invalid IPv6 URL); {example}"),
+        ("http://127.0.0.1:99999", f"is not a valid URL (Port out of range 0-65535); {example}"),
+        (f"file://{tmp_path}", f"is not an http:// or https:// URL with a host; {example}"),
+        ("ftp://127.0.0.1:9", f"is not an http:// or https:// URL with a host; {example}"),
+        ("http://", f"is not an http:// or https:// URL with a host; {example}"),
+    ):
+        done = cli(url, "list")
+        assert (done.returncode, done.stdout, done.stderr) == (
+            1,
+            "",
+            f"error[invalid-input]: server URL {url!r} {why}\n",
+        ), url
+    with pytest.raises(InvalidInput, match="has no scheme"):
+        StatesClient("localhost:8765")

@@ -104,6 +104,26 @@ def _header_text(field: str, value: str) -> bytes:
     return value.encode()
 
 
+def _base_url(url: str) -> str:
+    """``url`` as the server's base, refused (``invalid-input``) unless it is ``http(s)://host``
+    with an optional port and path: urllib would take another scheme where it leads (``file://``
+    reads the local disk, ``ftp://`` waits out the timeout) and crash on a URL it cannot split."""
+    base = url.rstrip("/")
+    example = "the server's base URL, e.g. http://127.0.0.1:8765"
+    try:
+        parts = urlsplit(base)
+        parts.port  # noqa: B018 (read for its check: a port that is no number, or out of range)
+    except ValueError as exc:
+        raise InvalidInput(f"server URL {url!r} is not a valid URL ({exc}); give {example}") from None
+    if "://" not in url:
+        raise InvalidInput(f"server URL {url!r} has no scheme; give {example} (add http://)")
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InvalidInput(
+            f"server URL {url!r} is not an http:// or https:// URL with a host; give {example}"
+        )
+    return base
+
+
 class StatesClient:
     """Calls a running ``stateflow serve``. ``consumer``/``run_id``/``meta`` (optional) are
     sent with every write as the consumer half of its origin unless a call passes ``origin``."""
@@ -118,7 +138,7 @@ class StatesClient:
         meta: dict[str, Any] | None = None,
         timeout: float = 60.0,
     ) -> None:
-        self.url = url.rstrip("/")
+        self.url = _base_url(url)
         self.prefixed = bool(urlsplit(self.url).path)
         """the base URL has a path (a proxy's prefix, or by mistake one of the server's own addresses)"""
         self.token = token

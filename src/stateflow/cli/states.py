@@ -53,7 +53,7 @@ def remote_options(fn: Any) -> Any:
     return click.option(
         "--url",
         envvar="STATEFLOW_URL",
-        help="Use a running `stateflow serve` at this base URL, e.g. http://127.0.0.1:8765 "
+        help="Use a running `stateflow serve` at this base URL, http(s)://host[:port], e.g. http://127.0.0.1:8765 "
         "[env STATEFLOW_URL; a --store on the command line outranks it, --url with --store is refused].",
     )(group)
 
