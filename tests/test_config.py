@@ -147,7 +147,7 @@ def test_bad_configuration_is_refused_naming_the_key_and_the_source(tmp_path: Pa
     assert out.stderr == "error[invalid-config]: STATEFLOW_JQ_WORKERS: 'many' is not a valid int\n"
     out = sf(tmp_path, "doc", "get", "a", "b", STATEFLOW_JQ_WORKERS="0")
     assert out.returncode == 1
-    assert out.stderr == "error[invalid-config]: STATEFLOW_JQ_WORKERS: jq.workers must be at least 1\n"
+    assert out.stderr == "error[invalid-config]: STATEFLOW_JQ_WORKERS: jq.workers must be from 1 to 64\n"
     (tmp_path / "stateflow.toml").write_text("[retention]\nop_days = 0\n")
     out = sf(tmp_path, "config", "show")
     assert out.returncode == 1
@@ -155,6 +155,62 @@ def test_bad_configuration_is_refused_naming_the_key_and_the_source(tmp_path: Pa
         out.stderr
         == f"error[invalid-config]: {tmp_path / 'stateflow.toml'}: retention.op_days must be from 1 to 2147483647\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "rule"),
+    [
+        (
+            "STATEFLOW_STORE_WAIT_SECONDS",
+            "inf",
+            "store.wait_seconds must be a number of seconds above 0, at most 86400",
+        ),
+        (
+            "STATEFLOW_STORE_WAIT_SECONDS",
+            "1e400",
+            "store.wait_seconds must be a number of seconds above 0, at most 86400",
+        ),
+        (
+            "STATEFLOW_JQ_TIMEOUT_SECONDS",
+            "inf",
+            "jq.timeout_seconds must be a number of seconds above 0, at most 86400",
+        ),
+        (
+            "STATEFLOW_BODY_TIMEOUT_SECONDS",
+            "nan",
+            "http.body_timeout_seconds must be a number of seconds above 0, at most 86400",
+        ),
+        (
+            "STATEFLOW_STORE_CONNECT_TIMEOUT_SECONDS",
+            "86401",
+            "store.connect_timeout_seconds must be a number of seconds above 0, at most 86400",
+        ),
+        (
+            "STATEFLOW_STORE_STATEMENT_TIMEOUT_SECONDS",
+            "inf",
+            "store.statement_timeout_seconds must be 0 (no limit) or a number of seconds above 0, at most 86400",
+        ),
+        ("STATEFLOW_WORKERS", "100", "server.workers must be from 1 to 64"),
+        ("STATEFLOW_MAX_BODY_BYTES", str(1 << 41), f"http.max_body_bytes must be from 1024 to {1 << 40}"),
+    ],
+)
+def test_every_source_is_held_to_the_same_ranges(
+    tmp_path: Path, variable: str, value: str, rule: str
+) -> None:
+    """An infinite number passed `> 0` and broke the commands that used it (a traceback), and
+    the environment and the file allowed more server processes than --workers does: every source
+    is checked by one rule, finite and bounded, the refusal naming where the value came from."""
+    out = sf(tmp_path, "--store", "s.db", "doc", "get", "a", "b", **{variable: value})
+    assert out.returncode == 1 and out.stderr == f"error[invalid-config]: {variable}: {rule}\n", out.stderr
+    section, key = rule.split(" ", 1)[0].split(".")
+    toml = tmp_path / "stateflow.toml"
+    toml.write_text(f"[{section}]\n{key} = {value}\n")  # each value is a TOML number as written
+    out = sf(tmp_path, "config", "show")
+    assert out.returncode == 1 and out.stderr == f"error[invalid-config]: {toml}: {rule}\n", out.stderr
+    with pytest.raises(InvalidConfig, match=re.escape(f"{variable}: {rule}")):
+        Config.from_env({variable: value})
+    out = sf(tmp_path, "serve", "--workers", "65")  # the flag's own range is the same
+    assert out.returncode == 2 and "1<=x<=64" in out.stderr
 
 
 @pytest.mark.parametrize(
@@ -189,7 +245,7 @@ def test_the_config_object_validates_values() -> None:
 def test_the_documented_settings_live_in_the_file_or_are_documented_as_environment_only() -> None:
     """docs/operations.md lists the STATEFLOW_* variables and says which have no key in
     stateflow.toml; every other one has a key (the environment layer maps it to one)."""
-    from stateflow.cli.configuration import ENVIRONMENT
+    from stateflow.config import ENVIRONMENT
 
     text = (Path(__file__).resolve().parent.parent / "docs" / "operations.md").read_text()
     table = text.split("## Where state lives", 1)[1].split("These are parsed once", 1)[0]

@@ -689,7 +689,7 @@ def test_delete_state_and_prune(declared: Api, monkeypatch: pytest.MonkeyPatch) 
     api("PUT", "/api/states/tickets", {**DECL, "retention_days": 1})
     assert api("POST", "/api/state-retention/prune")[1]["data"]["pruned"] == {"tickets": 0}
     monkeypatch.setenv("STATEFLOW_DEFAULT_RETENTION_DAYS", "nope")
-    with pytest.raises(InvalidInput, match="STATEFLOW_DEFAULT_RETENTION_DAYS must be an integer"):
+    with pytest.raises(InvalidInput, match="STATEFLOW_DEFAULT_RETENTION_DAYS: 'nope' is not a valid int"):
         Config.from_env()  # refused when the configuration is parsed, not at the first prune
     assert api("DELETE", "/api/states/tickets") == (200, {"data": {"deleted": True, "name": "tickets"}})
     assert api("GET", "/api/states/tickets")[0] == 404

@@ -76,7 +76,49 @@ def test_a_short_secret_is_refused_before_serving(tmp_path: Path) -> None:
     env = servers.base_env(tmp_path, str(tmp_path / "s.db"), STATEFLOW_TOKENS="too-short\n")
     out = sf(env, "serve", "--port", str(servers.free_port()))
     assert out.returncode == 1
-    assert out.stderr.strip() == "error[invalid-input]: a token secret must be at least 16 characters"
+    assert out.stderr.strip() == (
+        "error[invalid-input]: STATEFLOW_TOKENS, token 1 of 1: a token secret must be at least 16 characters"
+    )
+
+
+def test_a_bad_token_source_is_refused_naming_it_and_the_line(tmp_path: Path) -> None:
+    # among many specs the operator must be told which one is wrong, and where it is
+    env = servers.base_env(tmp_path, str(tmp_path / "s.db"))
+    port = str(servers.free_port())
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"# team tokens\n{ALICE}\n\nshort:read\n{READER}@agent/bob\n")
+    out = sf(env, "serve", "--port", port, "--token-file", str(tokens))
+    assert out.returncode == 1
+    assert out.stderr == (
+        f"error[invalid-input]: token file {tokens} line 4: a token secret must be at least 16 characters\n"
+    )
+    tokens.write_text(f"{ALICE}\n{READER}:admin\n")
+    out = sf({**env, "STATEFLOW_TOKEN_FILE": str(tokens)}, "serve", "--port", port)
+    assert out.returncode == 1
+    assert out.stderr == (
+        f"error[invalid-input]: token file {tokens} line 2: token access must be read or write, got 'admin'\n"
+    )
+    out = sf({**env, "STATEFLOW_TOKENS": f"{ALICE}\n{READER}@team/x"}, "serve", "--port", port)
+    assert out.returncode == 1 and out.stderr.startswith(
+        "error[invalid-input]: STATEFLOW_TOKENS, token 2 of 2: "
+    )
+    # the variable's lines are read as a file's: comments skipped, specs split at commas
+    out = sf({**env, "STATEFLOW_TOKENS": f"# ops\n{ALICE},short"}, "serve", "--port", port)
+    assert out.returncode == 1 and out.stderr == (
+        "error[invalid-input]: STATEFLOW_TOKENS, token 2 of 2: a token secret must be at least 16 characters\n"
+    )
+    # a directory named as the token file, from the environment or the file, is one refusal
+    out = sf({**env, "STATEFLOW_TOKEN_FILE": str(tmp_path)}, "serve", "--port", port)
+    assert out.returncode == 1
+    assert out.stderr == (
+        f"error[invalid-input]: token file {tmp_path} is a directory (given by STATEFLOW_TOKEN_FILE)\n"
+    )
+    (tmp_path / "stateflow.toml").write_text('[server]\ntoken_file = "."\n')
+    out = sf(env, "--config", str(tmp_path / "stateflow.toml"), "serve", "--port", port)
+    assert out.returncode == 1
+    assert out.stderr == (
+        f"error[invalid-input]: token file {tmp_path} is a directory (given by {tmp_path / 'stateflow.toml'})\n"
+    )
 
 
 def test_token_create_show_revoke_manage_what_serve_accepts(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ defaults). :meth:`Config.from_env` reads the documented ``STATEFLOW_*`` variable
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -19,7 +20,36 @@ from stateflow.errors import InvalidInput
 from stateflow.store.open import display_location
 
 MAX_DAYS: Final = 2_147_483_647
+MAX_SECONDS: Final = 86_400
+"""the longest wait, timeout or limit in seconds a setting may give (a day)"""
+MAX_WORKERS: Final = 64
+"""the most server (``serve --workers``) or jq worker processes"""
 DEFAULT_MAX_BODY_BYTES: Final = 10 * 1024 * 1024
+
+ENVIRONMENT: Final[Mapping[str, tuple[str, str]]] = {
+    "STATEFLOW_STORE": ("store", "url"),
+    "STATEFLOW_STORE_WAIT_SECONDS": ("store", "wait_seconds"),
+    "STATEFLOW_STORE_CONNECT_TIMEOUT_SECONDS": ("store", "connect_timeout_seconds"),
+    "STATEFLOW_STORE_STATEMENT_TIMEOUT_SECONDS": ("store", "statement_timeout_seconds"),
+    "STATEFLOW_TOKENS": ("server", "tokens"),
+    "STATEFLOW_TOKEN_FILE": ("server", "token_file"),
+    "STATEFLOW_WORKERS": ("server", "workers"),
+    "STATEFLOW_LOG_LEVEL": ("server", "log_level"),
+    "STATEFLOW_LOG_FORMAT": ("server", "log_format"),
+    "STATEFLOW_CORS_ORIGINS": ("server", "cors_origins"),
+    "STATEFLOW_JQ_TIMEOUT_SECONDS": ("jq", "timeout_seconds"),
+    "STATEFLOW_JQ_MEMORY_MB": ("jq", "memory_mb"),
+    "STATEFLOW_JQ_WORKERS": ("jq", "workers"),
+    "STATEFLOW_JQ_QUEUE": ("jq", "queue"),
+    "STATEFLOW_DEFAULT_RETENTION_DAYS": ("retention", "default_days"),
+    "STATEFLOW_OP_RETENTION_DAYS": ("retention", "op_days"),
+    "STATEFLOW_AUDIT_RETENTION_DAYS": ("retention", "audit_days"),
+    "STATEFLOW_MAX_BODY_BYTES": ("http", "max_body_bytes"),
+    "STATEFLOW_BODY_TIMEOUT_SECONDS": ("http", "body_timeout_seconds"),
+    "STATEFLOW_MAX_RECORD_MEMBERS": ("states", "max_record_members"),
+}
+"""each ``STATEFLOW_*`` variable of a setting, and the setting (section, key) it gives"""
+ENV_LABELS: Final = {f"{section}.{key}": name for name, (section, key) in ENVIRONMENT.items()}
 
 
 class InvalidConfig(InvalidInput):
@@ -119,40 +149,9 @@ class Config:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Config:
-        """The configuration the ``STATEFLOW_*`` variables describe (unset ones keep defaults)."""
-        env = os.environ if environ is None else environ
-        defaults = cls()
-        return replace(
-            defaults,
-            store=replace(defaults.store, url=env.get("STATEFLOW_STORE") or None),
-            retention=RetentionConfig(
-                default_days=_int(env, "STATEFLOW_DEFAULT_RETENTION_DAYS", None, 1, MAX_DAYS),
-                op_days=_int(env, "STATEFLOW_OP_RETENTION_DAYS", defaults.retention.op_days, 1, MAX_DAYS)
-                or defaults.retention.op_days,
-                audit_days=_int(env, "STATEFLOW_AUDIT_RETENTION_DAYS", None, 1, MAX_DAYS),
-            ),
-            jq=replace(
-                defaults.jq,
-                timeout_seconds=_float(env, "STATEFLOW_JQ_TIMEOUT_SECONDS", defaults.jq.timeout_seconds),
-                memory_mb=_int(env, "STATEFLOW_JQ_MEMORY_MB", defaults.jq.memory_mb, 16, 1 << 20)
-                or defaults.jq.memory_mb,
-            ),
-            http=HttpConfig(
-                max_body_bytes=_int(
-                    env, "STATEFLOW_MAX_BODY_BYTES", defaults.http.max_body_bytes, 1024, 1 << 40
-                )
-                or defaults.http.max_body_bytes,
-                body_timeout_seconds=_float(
-                    env, "STATEFLOW_BODY_TIMEOUT_SECONDS", defaults.http.body_timeout_seconds
-                ),
-            ),
-            states=StatesSettings(
-                max_record_members=_int(
-                    env, "STATEFLOW_MAX_RECORD_MEMBERS", defaults.states.max_record_members, 1, 1 << 40
-                )
-                or defaults.states.max_record_members
-            ),
-        )
+        """The configuration the ``STATEFLOW_*`` variables describe (unset or empty ones keep
+        defaults), checked as every source is (:meth:`from_layers`)."""
+        return cls.from_layers(("environment", env_layer(environ)), labels={"environment": ENV_LABELS})
 
     @classmethod
     def from_layers(
@@ -199,6 +198,7 @@ class Config:
 
     def _validate(self, origin: Mapping[str, str] | None = None) -> None:
         """Refuse a value out of range, naming the source that gave it (``origin``)."""
+        seconds = f"must be a number of seconds above 0, at most {MAX_SECONDS}"
         checks = [
             (
                 self.server.log_level in LOG_LEVELS,
@@ -211,9 +211,9 @@ class Config:
                 f"must be one of {', '.join(LOG_FORMATS)}",
             ),
             (1 <= self.server.port <= 65535, "server.port", "must be 1..65535"),
-            (self.server.workers >= 1, "server.workers", "must be at least 1"),
-            (self.jq.workers >= 1, "jq.workers", "must be at least 1"),
-            (self.jq.timeout_seconds > 0, "jq.timeout_seconds", "must be positive"),
+            (1 <= self.server.workers <= MAX_WORKERS, "server.workers", f"must be from 1 to {MAX_WORKERS}"),
+            (1 <= self.jq.workers <= MAX_WORKERS, "jq.workers", f"must be from 1 to {MAX_WORKERS}"),
+            (_seconds(self.jq.timeout_seconds), "jq.timeout_seconds", seconds),
             (16 <= self.jq.memory_mb <= 1 << 20, "jq.memory_mb", "must be from 16 to 1048576"),
             (
                 self.retention.default_days is None or 1 <= self.retention.default_days <= MAX_DAYS,
@@ -226,16 +226,29 @@ class Config:
                 "retention.audit_days",
                 f"must be from 1 to {MAX_DAYS} or unset",
             ),
-            (self.http.max_body_bytes >= 1024, "http.max_body_bytes", "must be at least 1024"),
-            (self.http.body_timeout_seconds > 0, "http.body_timeout_seconds", "must be positive"),
-            (self.states.max_record_members >= 1, "states.max_record_members", "must be at least 1"),
-            (self.jq.queue is None or self.jq.queue >= 0, "jq.queue", "must be 0 or more"),
-            (self.store.wait_seconds > 0, "store.wait_seconds", "must be positive"),
-            (self.store.connect_timeout_seconds > 0, "store.connect_timeout_seconds", "must be positive"),
             (
-                self.store.statement_timeout_seconds is None or self.store.statement_timeout_seconds >= 0,
+                1024 <= self.http.max_body_bytes <= 1 << 40,
+                "http.max_body_bytes",
+                f"must be from 1024 to {1 << 40}",
+            ),
+            (_seconds(self.http.body_timeout_seconds), "http.body_timeout_seconds", seconds),
+            (
+                1 <= self.states.max_record_members <= 1 << 40,
+                "states.max_record_members",
+                f"must be from 1 to {1 << 40}",
+            ),
+            (
+                self.jq.queue is None or 0 <= self.jq.queue <= 1 << 20,
+                "jq.queue",
+                f"must be from 0 to {1 << 20}",
+            ),
+            (_seconds(self.store.wait_seconds), "store.wait_seconds", seconds),
+            (_seconds(self.store.connect_timeout_seconds), "store.connect_timeout_seconds", seconds),
+            (
+                self.store.statement_timeout_seconds in (None, 0)
+                or _seconds(self.store.statement_timeout_seconds),
                 "store.statement_timeout_seconds",
-                "must be 0 (no limit) or positive",
+                f"must be 0 (no limit) or a number of seconds above 0, at most {MAX_SECONDS}",
             ),
         ]
         for ok, key, rule in checks:
@@ -323,27 +336,19 @@ def _mask_spec(spec: str) -> str:
     return f"{head[:3]}…{colon}{access}{sep}{rest}"
 
 
-def _int(env: Mapping[str, str], name: str, default: int | None, low: int, high: int) -> int | None:
-    raw = env.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        value = low - 1
-    if not low <= value <= high:
-        raise InvalidConfig(f"{name} must be an integer from {low} to {high} or unset, got {raw!r}")
-    return value
+def _seconds(value: float | None) -> bool:
+    """A number of seconds a wait or a limit may be: finite (an infinite one passed ``> 0`` and
+    then broke the arithmetic of deadlines), above 0 and at most a day."""
+    return value is not None and math.isfinite(value) and 0 < value <= MAX_SECONDS
 
 
-def _float(env: Mapping[str, str], name: str, default: float) -> float:
-    raw = env.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        value = 0.0
-    if not 0 < value < 86_400:
-        raise InvalidConfig(f"{name} must be a number of seconds above 0 or unset, got {raw!r}")
-    return value
+def env_layer(environ: Mapping[str, str] | None = None) -> dict[str, dict[str, Any]]:
+    """The settings the ``STATEFLOW_*`` variables give, as a layer for :meth:`Config.from_layers`
+    (an empty variable counts as unset)."""
+    env = os.environ if environ is None else environ
+    layer: dict[str, dict[str, Any]] = {}
+    for name, (section, key) in ENVIRONMENT.items():
+        value = env.get(name)
+        if value:
+            layer.setdefault(section, {})[key] = value
+    return layer

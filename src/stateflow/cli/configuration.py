@@ -17,35 +17,11 @@ from typing import Any
 import click
 
 from stateflow.cli.examples import decorate
-from stateflow.config import Config, InvalidConfig
+from stateflow.config import ENV_LABELS, Config, InvalidConfig, env_layer
 from stateflow.store.open import absolute_location
 
 FILE_NAME = "stateflow.toml"
 ENV_CONFIG = "STATEFLOW_CONFIG"
-ENVIRONMENT: dict[str, tuple[str, str]] = {
-    "STATEFLOW_STORE": ("store", "url"),
-    "STATEFLOW_STORE_WAIT_SECONDS": ("store", "wait_seconds"),
-    "STATEFLOW_STORE_CONNECT_TIMEOUT_SECONDS": ("store", "connect_timeout_seconds"),
-    "STATEFLOW_STORE_STATEMENT_TIMEOUT_SECONDS": ("store", "statement_timeout_seconds"),
-    "STATEFLOW_TOKENS": ("server", "tokens"),
-    "STATEFLOW_TOKEN_FILE": ("server", "token_file"),
-    "STATEFLOW_WORKERS": ("server", "workers"),
-    "STATEFLOW_LOG_LEVEL": ("server", "log_level"),
-    "STATEFLOW_LOG_FORMAT": ("server", "log_format"),
-    "STATEFLOW_CORS_ORIGINS": ("server", "cors_origins"),
-    "STATEFLOW_JQ_TIMEOUT_SECONDS": ("jq", "timeout_seconds"),
-    "STATEFLOW_JQ_MEMORY_MB": ("jq", "memory_mb"),
-    "STATEFLOW_JQ_WORKERS": ("jq", "workers"),
-    "STATEFLOW_JQ_QUEUE": ("jq", "queue"),
-    "STATEFLOW_DEFAULT_RETENTION_DAYS": ("retention", "default_days"),
-    "STATEFLOW_OP_RETENTION_DAYS": ("retention", "op_days"),
-    "STATEFLOW_AUDIT_RETENTION_DAYS": ("retention", "audit_days"),
-    "STATEFLOW_MAX_BODY_BYTES": ("http", "max_body_bytes"),
-    "STATEFLOW_BODY_TIMEOUT_SECONDS": ("http", "body_timeout_seconds"),
-    "STATEFLOW_MAX_RECORD_MEMBERS": ("states", "max_record_members"),
-}
-
-
 FLAGS: dict[str, str] = {
     "store.url": "--store",
     "server.host": "--host",
@@ -100,26 +76,17 @@ def _anchored(layer: dict[str, Any], folder: Path) -> dict[str, Any]:
     return layer
 
 
-def _env_layer(environ: Mapping[str, str]) -> dict[str, dict[str, Any]]:
-    layer: dict[str, dict[str, Any]] = {}
-    for name, (section, key) in ENVIRONMENT.items():
-        value = environ.get(name)
-        if value:  # an empty variable counts as unset
-            layer.setdefault(section, {})[key] = value
-    return layer
-
-
 def load(explicit: Path | None, flags: Mapping[str, Mapping[str, Any]]) -> tuple[Config, Path | None]:
     """The configuration in effect, and the file it read (if any)."""
     path = config_file(explicit)
     layers: list[tuple[str, Mapping[str, Any]]] = []
     if path is not None:
         layers.append((str(path), _file_layer(path)))
-    layers.append(("environment", _env_layer(os.environ)))
+    layers.append(("environment", env_layer(os.environ)))
     given = {s: {k: v for k, v in values.items() if v is not None} for s, values in flags.items()}
     layers.append(("command line", {s: v for s, v in given.items() if v}))
     labels = {
-        "environment": {f"{section}.{key}": name for name, (section, key) in ENVIRONMENT.items()},
+        "environment": ENV_LABELS,
         "command line": FLAGS,
     }
     # the file's values have TOML's types: a string there is not a number

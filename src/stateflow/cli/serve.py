@@ -121,18 +121,21 @@ def serve(
 
 def _token_specs(config: Config) -> tuple[list[str], str | None]:
     """The token specs in effect (validated), and a line to tell the operator, if any."""
-    from stateflow.http.auth import load_or_create_token, parse_token, read_token_file
+    from stateflow.http.auth import load_or_create_token, parse_tokens, read_token_file, token_specs
 
     # flags beat the environment, which beats the file (one token setting, in either form: see
-    # Config.from_layers); the operator is told which source is in effect
-    specs = list(config.server.tokens)
+    # Config.from_layers); the operator is told which source is in effect, and a refusal names it
+    # each given line read as a token file's is: `#` comments, several specs split at commas
+    specs = [spec for given in config.server.tokens for spec in token_specs(given)]
     if specs:
         source = config.sources.get("server.tokens", "the configuration")
-        return [parse_token(s).spec for s in specs], f"using the API tokens given by {source}"
+        named = [(f"{source}, token {n} of {len(specs)}", spec) for n, spec in enumerate(specs, 1)]
+        return [t.spec for t in parse_tokens(named)], f"using the API tokens given by {source}"
     if config.server.token_file:
         source = config.sources.get("server.token_file", "the configuration")
         where = config.server.token_file
-        return [t.spec for t in read_token_file(Path(where))], f"using the API tokens in {where} ({source})"
+        tokens = read_token_file(Path(where), source)
+        return [t.spec for t in tokens], f"using the API tokens in {where} ({source})"
     kept, created = load_or_create_token()
     if created:
         return [kept[0].spec], f"created an API token (kept in your data directory): {kept[0].secret}"

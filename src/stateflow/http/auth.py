@@ -14,7 +14,6 @@ import functools
 import hashlib
 import hmac
 import locale
-import os
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,33 +96,55 @@ def token_specs(text: str) -> list[str]:
     A line without ``@`` may still hold several comma-separated specs (the older form); a line
     with ``@`` is one spec, so a multi-target spec (``SECRET@agent/alice,tool/crm``) stays whole.
     """
-    specs: list[str] = []
-    for raw in text.splitlines():
+    return [spec for _, spec in numbered_specs(text)]
+
+
+def numbered_specs(text: str) -> list[tuple[int, str]]:
+    """:func:`token_specs` with the line (from 1) each spec is on, for refusals naming it."""
+    specs: list[tuple[int, str]] = []
+    for number, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
         if "@" in line:
-            specs.append(line)
+            specs.append((number, line))
         else:
-            specs.extend(part.strip() for part in line.split(",") if part.strip())
+            specs.extend((number, part.strip()) for part in line.split(",") if part.strip())
     return specs
 
 
-def token_specs_from_env() -> list[str]:
-    return token_specs(os.environ.get(ENV_TOKENS, ""))
+def parse_tokens(specs: list[tuple[str, str]]) -> list[Token]:
+    """Parse ``(where, spec)`` pairs; a bad spec is refused naming where it is (a file and its
+    line, a variable, a flag): among many, the operator must be told which one is wrong."""
+    tokens = []
+    for where, spec in specs:
+        try:
+            tokens.append(parse_token(spec))
+        except InvalidInput as exc:
+            raise InvalidInput(f"{where}: {exc.message}") from None
+    return tokens
 
 
-def read_token_file(path: Path) -> list[Token]:
-    """Every token of a token file; a missing, unreadable or empty file is refused."""
+def read_token_file(path: Path, source: str | None = None) -> list[Token]:
+    """Every token of a token file; a missing, unreadable or empty file is refused, and a bad
+    line named by its number. ``source``: the setting that named the file, for refusals."""
+    given = f" (given by {source})" if source else ""
     try:
         text = path.read_text()
     except FileNotFoundError:
-        raise InvalidInput(f"token file {path} does not exist (stateflow token create makes one)") from None
+        raise InvalidInput(
+            f"token file {path} does not exist{given} (stateflow token create makes one)"
+        ) from None
     except PermissionError:
-        raise InvalidInput(f"permission denied: cannot read token file {path}") from None
-    tokens = [parse_token(spec) for spec in token_specs(text)]
+        raise InvalidInput(f"permission denied: cannot read token file {path}{given}") from None
+    except IsADirectoryError:
+        raise InvalidInput(f"token file {path} is a directory{given}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise InvalidInput(f"cannot read token file {path}{given}: {why}") from None
+    tokens = parse_tokens([(f"token file {path} line {n}", spec) for n, spec in numbered_specs(text)])
     if not tokens:
-        raise InvalidInput(f"token file {path} holds no token")
+        raise InvalidInput(f"token file {path} holds no token{given}")
     return tokens
 
 
