@@ -15,6 +15,14 @@ from stateflow.subjects import Subject, encode_subject
 NAME_RE: Final = re.compile(r"[a-z0-9][a-z0-9_-]*\Z")
 KIND_RE: Final = re.compile(r"[a-z][a-z0-9_-]{0,62}\Z")
 KEY_MAX_CHARS: Final = 512
+NAME_MAX_CHARS: Final = 128
+TARGET_NAME_MAX_CHARS: Final = 256
+SUBJECT_MAX_BYTES: Final = 2400
+"""The bounds of the texts a PostgreSQL unique index holds whole (an index entry is at most
+2,704 bytes, however a row may be compressed), enforced alike on every backend: a state's name
+(every record's key leads with it), a subject's encoding beside it (``[target_kind,
+target_name, kind, key]`` as JSON, UTF-8: room for a key of 512 characters of any text beside a
+short target name), and the target name, which the op-id ledger keeps beside an ``op_id``."""
 MAX_RETENTION_DAYS: Final = 2_147_483_647
 EXEMPT_WITH_DAYS: Final = (
     "retention_exempt and retention_days contradict each other: an exempt state's records are "
@@ -97,6 +105,25 @@ class StateSubject(_Model):
             raise ValueError(f"subject key must be at most {KEY_MAX_CHARS} characters after trimming")
         return v
 
+    @field_validator("target_name")
+    @classmethod
+    def _target_name(cls, v: str) -> str:
+        if len(v) > TARGET_NAME_MAX_CHARS:
+            raise ValueError(f"target_name must be at most {TARGET_NAME_MAX_CHARS} characters")
+        return v
+
+    @model_validator(mode="after")
+    def _encoded_size(self) -> StateSubject:
+        # (a JSON string is at most 6 bytes a character: most subjects need no encoding here)
+        if 6 * (len(self.target_name) + len(self.key)) + 100 > SUBJECT_MAX_BYTES:
+            size = len(self.encode().encode("utf-8", "surrogatepass"))
+            if size > SUBJECT_MAX_BYTES:
+                raise ValueError(
+                    f"the subject is {size} bytes encoded ([target_kind, target_name, kind, key] as "
+                    f"JSON, UTF-8); the limit is {SUBJECT_MAX_BYTES}: shorten its key or target_name"
+                )
+        return self
+
     @property
     def tenant(self) -> tuple[str, str]:
         return (self.target_kind, self.target_name)
@@ -135,6 +162,8 @@ class Declaration(_Model):
     def _name(cls, v: str) -> str:
         if v and not NAME_RE.match(v):
             raise ValueError("name must match ^[a-z0-9][a-z0-9_-]*$")
+        if len(v) > NAME_MAX_CHARS:
+            raise ValueError(f"name is {len(v)} characters; the limit is {NAME_MAX_CHARS}")
         return v
 
     @field_validator("subject_kinds")

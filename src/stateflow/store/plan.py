@@ -269,6 +269,26 @@ def _nul_member(key: DocKey, name: str) -> InvalidJSON:
     )
 
 
+MEMBER_NAME_MAX_BYTES: Final = 2048
+"""A top-level member name is a row's key beside its document's (a PostgreSQL index entry is at
+most 2,704 bytes): bounded, in UTF-8 bytes, alike on every backend."""
+
+
+def _member_name_problem(key: DocKey, name: str) -> InvalidJSON | None:
+    """Why ``name`` cannot be a document's top-level member name, or None."""
+    if "\x00" in name:
+        return _nul_member(key, name)
+    # (at most 4 bytes a character: only a long name is encoded)
+    if 4 * len(name) > MEMBER_NAME_MAX_BYTES:
+        size = len(name.encode("utf-8", "surrogatepass"))
+        if size > MEMBER_NAME_MAX_BYTES:
+            return InvalidJSON(
+                f"{key}: a top-level member name is {size} bytes (UTF-8); the limit is "
+                f"{MEMBER_NAME_MAX_BYTES} (deeper names have none): shorten it, or nest it in an object"
+            )
+    return None
+
+
 def validate_writes(writes: Sequence[Write], origin: dict[str, Any] | None, *, values: bool = True) -> None:
     """Refuse malformed writes before any database work; ``values=False`` when the caller
     vouches that every value set is plain JSON already (``update(checked=True)``)."""
@@ -287,13 +307,15 @@ def validate_writes(writes: Sequence[Write], origin: dict[str, Any] | None, *, v
                 if edit.value is not MISSING:
                     if type(edit.value) is not dict:
                         raise InvalidInput(f"{write.key}: a document must be a JSON object")
-                    for name in edit.value:
-                        if type(name) is str and "\x00" in name:
-                            raise _nul_member(write.key, name)
+                    for name in edit.value:  # (the common case inline: no call per name)
+                        if type(name) is str and ("\x00" in name or 4 * len(name) > MEMBER_NAME_MAX_BYTES):
+                            problem = _member_name_problem(write.key, name)
+                            if problem is not None:
+                                raise problem
             elif type(edit.path[0]) is not str:
                 raise InvalidInput(f"{write.key}: a document's top level is an object, not an array")
-            elif "\x00" in edit.path[0]:
-                raise _nul_member(write.key, edit.path[0])
+            elif problem := _member_name_problem(write.key, edit.path[0]):
+                raise problem
             if values and edit.value is not MISSING:  # (not a delete)
                 check(edit.value, what)
     if origin is not None:

@@ -1754,6 +1754,8 @@ def _mapped_errors(where: str) -> Iterator[None]:
             f"PostgreSQL cancelled a statement: {_one_line(exc)}; its transaction was rolled back, "
             "nothing of it was written (the store's statement_timeout_seconds bounds one statement)"
         ) from exc
+    except pg_errors.ProgramLimitExceeded as exc:  # (an OperationalError, yet no retry helps)
+        raise StoreError(f"PostgreSQL refused it as over one of its limits: {_one_line(exc)}") from exc
     except psycopg.OperationalError as exc:  # (a connection lost part way too: ``_raise_failed``)
         raise StoreUnavailable(f"PostgreSQL error: {_one_line(exc)}") from exc
     except pg_errors.InvalidTextRepresentation as exc:

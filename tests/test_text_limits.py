@@ -1,0 +1,98 @@
+"""Texts a row's key holds (state names, subjects, top-level member names): each has one limit,
+enforced alike on both backends and named in the refusal — through the real HTTP app."""
+
+from __future__ import annotations
+
+import random
+import string
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+from fastapi.testclient import TestClient
+
+from stateflow.http.app import create_app
+from stateflow.http.auth import TokenSet, parse_token
+from stateflow.states import StatesService
+from stateflow.store import SqlStore
+
+ADMIN = "admin-secret-0123456789"
+DECL: dict[str, Any] = {
+    "schema": {"type": "object", "properties": {"n": {"type": "integer"}}},
+    "subject_kinds": ["t"],
+    "default_subject_kind": "t",
+}
+_rnd = random.Random(7)
+EMOJI = [chr(c) for c in range(0x1F600, 0x1F650)]
+
+
+def noise(n: int, alphabet: Any = string.ascii_letters) -> str:
+    """Incompressible text (PostgreSQL compresses what an index holds)."""
+    return "".join(_rnd.choice(alphabet) for _ in range(n))
+
+
+@pytest.fixture
+def client(store: SqlStore) -> Iterator[TestClient]:
+    service = StatesService(store)
+    service.install_builtins()
+    service.declare("s", DECL)
+    with TestClient(create_app(service, TokenSet([parse_token(ADMIN)]))) as client:
+        client.headers["Authorization"] = f"Bearer {ADMIN}"
+        yield client
+
+
+def record(target_name: str, key: str = "k", state: str = "s") -> str:
+    return f"/api/states/{state}/records/agent/{quote(target_name, safe='')}/t/{quote(key, safe='')}"
+
+
+def refused(r: Any, code: str, *words: str) -> None:
+    assert r.status_code == 422, r.text
+    assert r.json()["code"] == code, r.text
+    for word in words:
+        assert word in r.json()["error"], r.text
+
+
+def test_a_target_name_is_at_most_256_characters(client: TestClient) -> None:
+    longest = noise(256)
+    assert client.put(record(longest), json={"n": 1}).status_code == 200
+    assert client.get(record(longest)).json()["data"]["data"] == {"n": 1}
+    for name in (noise(257), noise(3000), noise(10_000)):
+        refused(client.put(record(name), json={"n": 1}), "subject-refused", "target_name", "256")
+        refused(client.get(record(name)), "subject-refused", "256")
+
+
+def test_a_subject_is_at_most_2400_bytes_encoded(client: TestClient) -> None:
+    # a key of 512 characters of any text fits beside a short target name; with a long
+    # target name of such text, the whole subject is over the limit
+    key = noise(512, EMOJI)
+    assert client.put(record("bot", key), json={"n": 1}).status_code == 200
+    assert client.get(record("bot", key)).json()["data"]["data"] == {"n": 1}
+    refused(client.put(record(noise(100, EMOJI), key), json={"n": 1}), "subject-refused", "bytes", "2400")
+    found = client.get("/api/states/s/subjects").json()["data"]["subjects"]
+    assert [s["subject"]["key"] for s in found] == [key]
+
+
+def test_a_top_level_member_name_is_at_most_2048_bytes(client: TestClient) -> None:
+    longest = noise(2048)
+    assert client.put(record("bot"), json={longest: 1}).status_code == 200
+    r = client.post("/api/states/s/records/search", json={"filters": {longest: 1}})
+    assert [m["subject"]["key"] for m in r.json()["data"]["matches"]] == ["k"]
+    for name in (noise(2049), noise(600, EMOJI), noise(3000)):
+        refused(
+            client.put(record("bot", "m"), json={name: 1}), "invalid-json", "top-level member name", "2048"
+        )
+        refused(client.patch(record("bot"), json={name: 1}), "invalid-json", "2048")
+    # deeper names have no such limit
+    assert client.put(record("bot", "deep"), json={"o": {noise(3000): 1}}).status_code == 200
+    assert client.get(record("bot")).json()["data"]["data"] == {longest: 1}
+
+
+def test_a_state_name_is_at_most_128_characters(client: TestClient) -> None:
+    longest = noise(128, string.ascii_lowercase)
+    assert client.put(f"/api/states/{longest}", json=DECL).status_code == 200
+    assert client.put(record("bot", state=longest), json={"n": 1}).status_code == 200
+    assert client.delete(f"/api/states/{longest}").status_code == 200
+    for name in (noise(129, string.ascii_lowercase), noise(3000, string.ascii_lowercase)):
+        refused(client.put(f"/api/states/{name}", json=DECL), "invalid-input", "128")
+        assert client.get(f"/api/states/{name}").status_code == 404
