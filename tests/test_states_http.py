@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import unquote_to_bytes
@@ -636,49 +635,6 @@ def test_auth_read_only_and_tenancy(declared: Api) -> None:
     assert found["matches"] == []
     assert api("PUT", "/api/states/other", DECL, token=ALICE)[0] == 403
     assert api("GET", "/api/states/tickets/stats", token=ALICE)[0] == 403
-
-
-def _position(cursor: str) -> str:
-    return base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-
-
-def test_a_target_limited_tokens_cursor_never_names_another_tenants_record(declared: Api) -> None:
-    """A page's look-ahead may stop past records the token may not read; its cursor (the
-    caller's to decode) resumes after the last one the caller may see, never naming another
-    tenant's subject or sort values."""
-    api = declared
-    assert api("PUT", rec("mine"), {"count": 1}, token=ALICE)[0] == 200
-    for i in range(20):  # after alice's by subject and by count: the look-ahead meets only these
-        assert api("PUT", rec(f"secret-{i:02}", tn="zed"), {"count": 7000 + i})[0] == 200
-    sort = [{"path": ["count"]}]
-    found = api(
-        "POST",
-        "/api/states/tickets/records/search",
-        {"filters": {"count": {"$gte": 0}}, "sort": sort, "limit": 1},
-        token=ALICE,
-    )[1]["data"]
-    assert [m["subject"]["key"] for m in found["matches"]] == ["mine"]
-    position = _position(found["next_cursor"])
-    assert "zed" not in position and "70" not in position and "mine" in position
-    # the cursor still leads on: to an empty last page, past every record alice may not read
-    last = api(
-        "POST",
-        "/api/states/tickets/records/search",
-        {"filters": {"count": {"$gte": 0}}, "sort": sort, "limit": 1, "cursor": found["next_cursor"]},
-        token=ALICE,
-    )[1]["data"]
-    assert last == {"matches": [], "next_cursor": None}
-    # the subjects listing and an unsorted search look ahead a batch of 500 at a time
-    for i in range(20, 1100):
-        assert api("PUT", rec(f"secret-{i:04}", tn="zed"), {"count": 1})[0] == 200
-    listed = api("GET", "/api/states/tickets/subjects?limit=1", token=ALICE)[1]["data"]
-    assert [s["subject"]["key"] for s in listed["subjects"]] == ["mine"]
-    assert "zed" not in _position(listed["next_cursor"])
-    found = api(
-        "POST", "/api/states/tickets/records/search", {"filters": {"count": 1}, "limit": 1}, token=ALICE
-    )[1]["data"]
-    assert [m["subject"]["key"] for m in found["matches"]] == ["mine"]
-    assert "zed" not in _position(found["next_cursor"])
 
 
 def test_delete_state_and_prune(declared: Api, monkeypatch: pytest.MonkeyPatch) -> None:

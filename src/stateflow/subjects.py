@@ -18,6 +18,12 @@ def encode_subject(target_kind: str, target_name: str, kind: str, key: str) -> s
     return orjson.dumps([target_kind, target_name, kind, key]).decode()
 
 
+def subject_prefix(*parts: str) -> str:
+    """The text the encoded subjects whose first elements are ``parts`` start with — theirs
+    only: a string's closing quote ends it (``["agent","al",`` is not a prefix of alice's)."""
+    return orjson.dumps(list(parts)).decode()[:-1] + ","
+
+
 @dataclass(frozen=True, slots=True, order=True)
 class Subject:
     target_kind: str

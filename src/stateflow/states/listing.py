@@ -10,7 +10,7 @@ import base64
 import json
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from pydantic import ValidationError
@@ -39,7 +39,8 @@ from stateflow.states.search import (
     value_key,
 )
 from stateflow.store import DocKey, Listed
-from stateflow.subjects import Subject
+from stateflow.store.listing import prefix_end
+from stateflow.subjects import Subject, subject_prefix
 
 if TYPE_CHECKING:
     from stateflow.states.service import StatesService
@@ -190,14 +191,16 @@ class Listing:
     ) -> SubjectsPage:
         self.svc.get_declaration(name)
         none = self._none_of(name, kind)
+        scan = self.svc.store.scan
+        fetch = _across(
+            _ranges(tenants, kind),
+            lambda after, size, within: scan(name, after=after, limit=size, within=within),
+        )
         items, next_cursor = self.page(
-            lambda after, size: [] if none else self.svc.store.scan(name, after=after, limit=size),
-            lambda subj, _item: (
-                (kind is None or subj.kind == kind) and (tenants is None or subj.tenant in tenants)
-            ),
+            lambda after, size: [] if none else fetch(after, size),
+            lambda subj, _item: kind is None or subj.kind == kind,
             page_limit(limit),
             cursor,
-            visible=_visible(tenants),
         )
         return {"subjects": items, "next_cursor": next_cursor}
 
@@ -217,7 +220,9 @@ class Listing:
         :mod:`stateflow.states.search`), in subject order — or in ``sort`` order (sorted by the
         store a page at a time; where it cannot, here, over at most ``SORT_MAX`` matches; a
         cursor resumes after the last match's sort values and subject). ``include_data`` adds each match's document as ``data``; ``kind`` keeps
-        only subjects of that kind (a page is still full: the filter runs before paging)."""
+        only subjects of that kind (a page is still full: the filter runs before paging);
+        ``tenants`` limits the search to those targets' records, in the store's queries (other
+        tenants' records are never read: nothing in a page depends on them)."""
         self.svc.get_declaration(name)
         containment, predicates = split_filters(filters)
         order = parse_sort(sort)
@@ -230,6 +235,7 @@ class Listing:
 
         candidates = candidate_filters(containment, predicates)
         bounds = member_bounds(predicates)
+        ranges = _ranges(tenants, kind)
 
         def load(page: list[Listed], whole: bool) -> list[Listed]:
             bodies.clear()
@@ -238,43 +244,48 @@ class Listing:
                 bodies.update((x.key.subject, docs[x.key].body) for x in page)
             return page
 
-        def fetch(after: str | None, size: int, whole: bool = False) -> list[Listed]:
-            if none:
-                return []
+        def read(after: str | None, size: int, within: str | None) -> list[Listed]:
             if len(candidates) > 1:
                 # the union of keyset pages is the union's keyset page: the first ``size`` of
                 # them all hold its first ``size``, and it is short only when every one is
                 found = {
                     x.key.subject: x
                     for c in candidates
-                    for x in store.search(name, c, after=after, limit=size, bounds=bounds)
+                    for x in store.search(name, c, after=after, limit=size, bounds=bounds, within=within)
                 }
-                page = [found[k] for k in sorted(found)[:size]]
-            elif candidates and (candidates[0] or bounds):
-                page = store.search(name, candidates[0], after=after, limit=size, bounds=bounds)
-            elif candidates:
-                page = store.scan(name, after=after, limit=size)
-            else:
-                page = []
-            return load(page, whole)
+                return [found[k] for k in sorted(found)[:size]]
+            if candidates and (candidates[0] or bounds):
+                return store.search(
+                    name, candidates[0], after=after, limit=size, bounds=bounds, within=within
+                )
+            if candidates:
+                return store.scan(name, after=after, limit=size, within=within)
+            return []
+
+        fetch_ranges = _across(ranges, read)
+
+        def fetch(after: str | None, size: int, whole: bool = False) -> list[Listed]:
+            return load([] if none else fetch_ranges(after, size), whole)
 
         def fetch_sorted(after: After | None, size: int) -> list[tuple[Listed, tuple[Any, ...]]] | None:
             """A page of candidates in sort order, sorted by the store; None where it cannot."""
             if none or not candidates:
                 return []
             found: dict[str, tuple[Listed, tuple[Any, ...]]] = {}
-            for c in candidates:  # (a union, as ``fetch``: each in sort order, merged)
-                part = store.search_sorted(name, c, order, after=after, limit=size, bounds=bounds)
-                if part is None:
-                    return None
-                found.update((x.key.subject, (x, values)) for x, values in part)
+            # a union, as ``read``'s: of each candidate's page in each range, in sort order, merged
+            for c in candidates:
+                for within in ranges:
+                    part = store.search_sorted(
+                        name, c, order, after=after, limit=size, bounds=bounds, within=within
+                    )
+                    if part is None:
+                        return None
+                    found.update((x.key.subject, (x, values)) for x, values in part)
             page = sorted(found.values(), key=lambda f: (_place(f[1], order), f[0].key.subject))[:size]
             load([x for x, _ in page], False)
             return page
 
         def keep(subj: StateSubject, item: Listed) -> bool:
-            if tenants is not None and subj.tenant not in tenants:
-                return False
             if kind is not None and subj.kind != kind:
                 return False
             return not predicates or matches(bodies.get(item.key.subject), predicates)
@@ -283,25 +294,23 @@ class Listing:
             return bodies.get(item.key.subject)
 
         extra = data_of if include_data else None
-        visible = _visible(tenants)
 
         n = page_limit(limit)
-        # every candidate the store returns is kept when nothing is checked here: a page and
-        # one more (to know whether more follow) is all there is to read
-        batch = n + 1 if tenants is None and kind is None and not predicates else PAGE_MAX
+        # every candidate the store returns is kept when nothing is checked here (the ranges
+        # of a target-limited caller hold the kind asked for): a page and one more (to know
+        # whether more follow) is all there is to read
+        batch = n + 1 if (kind is None or tenants is not None) and not predicates else PAGE_MAX
         if order:
             after = _sorted_cursor(cursor, len(order))
             items, next_cursor = None, None
             if _sql_sortable(after):
-                page = self.sorted_by_store(
-                    fetch_sorted, keep, extra, n, after, min(batch, 2 * (n + 1)), visible
-                )
+                page = self.sorted_by_store(fetch_sorted, keep, extra, n, after, min(batch, 2 * (n + 1)))
                 if page is not None:
                     items, next_cursor = page
             if items is None:
                 items, next_cursor = self.sorted_page(fetch, keep, extra, order, bodies, n, after)
         else:
-            items, next_cursor = self.page(fetch, keep, n, cursor, extra, batch, visible)
+            items, next_cursor = self.page(fetch, keep, n, cursor, extra, batch)
         return {"matches": items, "next_cursor": next_cursor}
 
     def sorted_by_store(
@@ -312,16 +321,14 @@ class Listing:
         n: int,
         after: After | None,
         batch: int,
-        visible: Callable[[StateSubject], bool] | None = None,
     ) -> tuple[list[SubjectRow], str | None] | None:
         """One page of a sorted search the store sorts, read in batches of candidates in sort
         order (a page and one more when nothing is checked here), as :meth:`page` reads by
         subject: a cursor only when more follow, past one more batch of look-ahead the
-        cursor resumes after the last candidate looked at that ``visible`` admits. None where
-        the store cannot sort (the caller sorts every match then)."""
+        cursor resumes after the last candidate looked at. None where the store cannot sort
+        (the caller sorts every match then)."""
         out: list[SubjectRow] = []
         end: After | None = None
-        seen: After | None = None  # the last candidate looked at that the caller may see
         extra_batches = 0
         while True:
             page = fetch(after, batch)
@@ -330,8 +337,6 @@ class Listing:
             for item, values in page:
                 after = (values, item.key.subject)
                 subject = _stored(item.key.subject)
-                if visible is None or visible(subject):
-                    seen = after
                 if not keep(subject, item):
                     continue
                 if len(out) == n:  # one more exists
@@ -343,9 +348,7 @@ class Listing:
             if len(out) == n:
                 extra_batches += 1
                 if extra_batches > 1:
-                    # (never a position of a record the caller may not read: the cursor is
-                    # theirs to decode, and would show its subject and sort values)
-                    return out, _encode_sorted(seen)
+                    return out, _encode_sorted(after)
             batch = min(2 * batch, PAGE_MAX)
 
     def sorted_page(
@@ -398,17 +401,16 @@ class Listing:
         cursor: str | None,
         extra: Callable[[Listed], Any] | None = None,
         batch: int = PAGE_MAX,
-        visible: Callable[[StateSubject], bool] | None = None,
     ) -> tuple[list[SubjectRow], str | None]:
         """One keyset page of at most ``n`` kept subjects, and a cursor only when more follow.
 
         Once the page is full the scan looks ahead for one more kept subject: found, the cursor
         resumes after the page's last subject; the scan ran out, there is no cursor (no empty
         last page). The look-ahead reads at most one more batch; past that (filters that keep
-        little) the cursor resumes after the last subject looked at that ``visible`` admits
-        (a target-limited caller's cursor never names another tenant's record), so they are
-        not scanned again — and that one page may come back empty. ``fetch`` is asked for
-        ``batch`` subjects at a time."""
+        little) the cursor resumes after the last subject looked at, so they are not scanned
+        again — and that one page may come back empty. ``fetch`` is asked for ``batch``
+        subjects at a time (a target-limited caller's: only its targets' records, so a cursor
+        never names another tenant's)."""
         after = _decode_cursor(cursor)
         if after is not None and after.startswith(_SORTED):
             # (read as a subject it sorts before every one: the walk would restart unnoticed)
@@ -418,7 +420,6 @@ class Listing:
             )
         out: list[SubjectRow] = []
         last = None  # the last subject looked at
-        seen = None  # the last subject looked at that the caller may see
         end = None  # the page's last subject
         extra_batches = 0
         while True:
@@ -426,8 +427,6 @@ class Listing:
             for item in page:
                 last = item.key.subject
                 subject = _stored(last)
-                if visible is None or visible(subject):
-                    seen = last
                 if not keep(subject, item):
                     continue
                 if len(out) == n:  # one more exists
@@ -446,7 +445,7 @@ class Listing:
             if len(out) == n:
                 extra_batches += 1
                 if extra_batches > 1:
-                    return out, _encode_cursor(seen) if seen else None
+                    return out, _encode_cursor(last) if last else None
             after = last
 
     def stats(self, name: str) -> Stats:
@@ -527,11 +526,36 @@ def _sql_sortable(after: After | None) -> bool:
     )
 
 
-def _visible(tenants: set[tuple[str, str]] | None) -> Callable[[StateSubject], bool] | None:
-    """Which subjects a caller limited to ``tenants`` may see (None: every one)."""
+def _ranges(tenants: set[tuple[str, str]] | None, kind: str | None) -> Sequence[str | None]:
+    """The subject prefixes a listing reads, in subject order: None (every subject) for a
+    caller with every target; else one per tenant (and ``kind``, where one is asked for), so
+    that the store's queries read the caller's targets' records and no other tenant's — no
+    page, cursor or end then depends on another tenant's records."""
     if tenants is None:
-        return None
-    return lambda subject: subject.tenant in tenants
+        return [None]
+    return sorted(subject_prefix(*tenant, *(() if kind is None else (kind,))) for tenant in tenants)
+
+
+def _across(
+    ranges: Sequence[str | None], read: Callable[[str | None, int, str | None], list[Listed]]
+) -> Callable[[str | None, int], list[Listed]]:
+    """A keyset page of the union of ``ranges`` (disjoint, in subject order): each one's
+    ``read(after, size, within)`` in turn, from the one ``after`` is in, until ``size``."""
+    if len(ranges) == 1:  # (every subject, or one target's: the store's range is the page's)
+        only = ranges[0]
+        return lambda after, size: read(after, size, only)
+
+    def fetch(after: str | None, size: int) -> list[Listed]:
+        out: list[Listed] = []
+        for within in ranges:
+            if within is not None and after is not None and after >= prefix_end(within):
+                continue  # (a range the walk is past)
+            out += read(after, size - len(out), within)
+            if len(out) == size:
+                break
+        return out
+
+    return fetch
 
 
 def _declared_kinds(kinds: dict[str | None, int]) -> dict[str, int]:

@@ -52,11 +52,14 @@ last document it returned."""
 class Listing(StoreCore):
     """Scans, counts and containment search over one state's documents."""
 
-    def scan(self, state: str, *, after: str | None = None, limit: int = 200) -> list[Listed]:
-        """Present documents of ``state`` in subject order (bytewise), strictly after ``after``."""
+    def scan(
+        self, state: str, *, after: str | None = None, limit: int = 200, within: str | None = None
+    ) -> list[Listed]:
+        """Present documents of ``state`` in subject order (bytewise), strictly after ``after``
+        (``within``: only those whose subject starts with it, read as a range of the index)."""
         self.check_schema()
         with self._read_tx() as tx:
-            return self._scan(tx, state, after, limit)
+            return self._scan(tx, state, after, limit, within=within)
 
     def read_under(self, state: str, prefix: str, *, limit: int | None = None) -> list[Document]:
         """The present documents of ``state`` whose subject starts with ``prefix``, whole, in
@@ -97,9 +100,11 @@ class Listing(StoreCore):
         extra: str = "",
         params: Sequence[Any] = (),
         via: Via | None = None,
+        within: str | None = None,
     ) -> list[Listed]:
         """Present documents of ``state`` after ``after`` where ``extra`` holds — all of them, or
-        (``via``) only those with a member matching a selective filter, found by its index."""
+        (``via``) only those with a member matching a selective filter, found by its index —
+        whose subject starts with ``within`` (None: any)."""
         if via is None:
             source, first = "documents d", ()
         else:  # the few members holding the value first, then their documents by key
@@ -108,15 +113,16 @@ class Listing(StoreCore):
                 "JOIN documents d ON d.doc_id = h.doc_id"
             )
             first = tuple(via[1][1])
+        where, bounds = _subjects_sql(after, within)
         # the page first, then the time of its rows only (not of every candidate sorted), each
         # by its key: as a join, PostgreSQL may hash the whole transitions table for one page
         rows = tx.all(
             "SELECT p.subject, p.revision, p.updated_seq, "
             "(SELECT t.at FROM transitions t WHERE t.seq = p.updated_seq) FROM ("
             f"SELECT d.subject, d.revision, d.updated_seq FROM {source} "
-            f"WHERE d.state = ? AND d.present = 1 AND d.subject > ? {extra} ORDER BY d.subject LIMIT ?"
+            f"WHERE d.state = ? AND d.present = 1 AND {where} {extra} ORDER BY d.subject LIMIT ?"
             ") p ORDER BY p.subject",
-            (*first, state, after or "", *params, limit),
+            (*first, state, *bounds, *params, limit),
         )
         return [
             listed_row(state, r[0], int(r[1]), None if r[2] is None else int(r[2]), time_text(r[3]))
@@ -190,11 +196,12 @@ class Listing(StoreCore):
         after: str | None = None,
         limit: int = 200,
         bounds: Sequence[Bound] = (),
+        within: str | None = None,
     ) -> list[Listed]:
         """Present documents of ``state`` that contain ``filters`` (``jsonb @>`` semantics), in
-        subject order after ``after``: ``limit`` of them, fewer only when no more match —
-        among them, those outside a :data:`Bound` left out as far as SQL can tell (not all
-        of them: the caller checks the bounds)."""
+        subject order after ``after`` (``within``: whose subject starts with it): ``limit`` of
+        them, fewer only when no more match — among them, those outside a :data:`Bound` left
+        out as far as SQL can tell (not all of them: the caller checks the bounds)."""
         self.check_schema()
         if type(filters) is not dict or not (filters or bounds):
             raise InvalidInput("search needs a non-empty filters object (a containment document)")
@@ -211,7 +218,7 @@ class Listing(StoreCore):
             cursor = after
             size = max(limit, 200)
             while len(out) < limit:
-                page = self._search_candidates(tx, state, in_sql, cursor, size, in_bounds)
+                page = self._search_candidates(tx, state, in_sql, cursor, size, in_bounds, within)
                 if not page:
                     break
                 cursor = page[-1].key.subject
@@ -234,8 +241,10 @@ class Listing(StoreCore):
         after: After | None = None,
         limit: int = 200,
         bounds: Sequence[Bound] = (),
+        within: str | None = None,
     ) -> list[Sorted] | None:
-        """The documents :meth:`search` finds (``filters`` may be empty: every document), in
+        """The documents :meth:`search` finds (``filters`` may be empty: every document; with
+        ``within``, only those whose subject starts with it), in
         the order of their values at ``order``'s paths, then by subject, strictly after
         ``after``: ``limit`` of them, fewer only when no more match. Per key: numbers by value,
         then strings by code point, then false, true, then objects and arrays, then null and
@@ -271,7 +280,7 @@ class Listing(StoreCore):
             # a page and one more when SQL decides every filter; else batches, as ``search``
             size = max(limit, 200) if verify else limit
             while len(out) < limit:
-                page = self._scan_sorted(tx, state, order, sql, where, cursor, size)
+                page = self._scan_sorted(tx, state, order, sql, where, cursor, size, within)
                 if page is None:
                     return None
                 if not page:
@@ -286,10 +295,18 @@ class Listing(StoreCore):
                     break
         return out
 
-    def _sorted_from(self, state: str, order: Sequence[SortKey], where: Candidates) -> tuple[str, list[Any]]:
-        """``FROM … WHERE …`` of a sorted search's candidates, each sort key's member joined as
-        ``s0``, ``s1``, … (one lookup by key per document), and its parameters."""
+    def _sorted_from(
+        self, state: str, order: Sequence[SortKey], where: Candidates, within: str | None = None
+    ) -> tuple[str, list[Any]]:
+        """``FROM … WHERE …`` of a sorted search's candidates (``within``: whose subject starts
+        with it), each sort key's member joined as ``s0``, ``s1``, … (one lookup by key per
+        document), and its parameters."""
         extra, params, via = where
+        if within is not None:
+            extra, params = (
+                f"AND d.subject >= ? AND d.subject < ? {extra}",
+                [within, prefix_end(within), *params],
+            )
         if via is None:
             source, first = "documents d", []
         else:
@@ -315,6 +332,7 @@ class Listing(StoreCore):
         where: Candidates,
         after: After | None,
         limit: int,
+        within: str | None = None,
     ) -> list[Sorted] | None:
         """One page of the candidates in sort order after ``after``: each key is three columns
         (its rank as the key's direction orders it, then the number and the text, in that
@@ -322,7 +340,7 @@ class Listing(StoreCore):
         position after ``after`` is their lexicographic comparison, nested so that each
         parameter appears twice. A candidate with a value SQL cannot order exactly sorts
         first, whatever the position: None then (found in the same pass as the sort)."""
-        source, params = self._sorted_from(state, order, where)
+        source, params = self._sorted_from(state, order, where, within)
         columns = []
         picked = []
         for i, (_, desc) in enumerate(order):
@@ -405,10 +423,11 @@ class Listing(StoreCore):
         after: str | None,
         limit: int,
         bounds: Sequence[Bound] = (),
+        within: str | None = None,
     ) -> list[Listed]:
         """Documents that may match, in subject order."""
         extra, params, via = self._candidate_sql(tx, filters, bounds)
-        return self._scan(tx, state, after, limit, extra, params, via)
+        return self._scan(tx, state, after, limit, extra, params, via, within)
 
     def _sort_sql(self, inner: tuple[str, ...]) -> SortSql | None:
         """How SQL orders documents by the value at ``inner`` in a member (portable: it does not)."""
@@ -483,6 +502,26 @@ class Listing(StoreCore):
     def _unchecked(self, tx: Tx, doc_id: int, filters: dict[str, Any]) -> list[str]:
         """Filter members whose containment the candidate query did not establish."""
         return list(filters)
+
+
+def prefix_end(prefix: str) -> str:
+    """The least text greater than every text starting with ``prefix`` (in code point order,
+    the subjects' order): its last character the next one, past the surrogates no stored text
+    holds. Those texts are then the range ``[prefix, prefix_end(prefix))`` of an index."""
+    if not prefix or prefix[-1] == "\U0010ffff":
+        raise ValueError(f"no text bounds those starting with {prefix!r}")
+    following = ord(prefix[-1]) + 1
+    return prefix[:-1] + chr(0xE000 if following == 0xD800 else following)
+
+
+def _subjects_sql(after: str | None, within: str | None) -> tuple[str, tuple[str, ...]]:
+    """The condition on ``d.subject`` of a listing after ``after`` (strictly), limited to the
+    subjects starting with ``within``: that range of the index read, nothing outside it."""
+    if within is None:
+        return "d.subject > ?", (after or "",)
+    if after is not None and after >= within:
+        return "d.subject > ? AND d.subject < ?", (after, prefix_end(within))
+    return "d.subject >= ? AND d.subject < ?", (within, prefix_end(within))
 
 
 def _sort_value(rank: int, number: Any, text: Any) -> Any:

@@ -180,7 +180,11 @@ class Store(Protocol):
 
     # ---------------------------------------------------------------- listings and search
 
-    def scan(self, state: str, *, after: str | None = None, limit: int = 200) -> list[Listed]: ...
+    def scan(
+        self, state: str, *, after: str | None = None, limit: int = 200, within: str | None = None
+    ) -> list[Listed]:
+        """Present documents in subject order after ``after``; ``within``: only those whose
+        subject starts with it (a range of the index read, nothing outside it)."""
 
     def read_under(self, state: str, prefix: str, *, limit: int | None = None) -> list[Document]: ...
 
@@ -206,6 +210,7 @@ class Store(Protocol):
         after: str | None = None,
         limit: int = 200,
         bounds: Sequence[tuple[str, str, Any]] = (),
+        within: str | None = None,
     ) -> list[Listed]: ...
 
     def search_sorted(
@@ -217,6 +222,7 @@ class Store(Protocol):
         after: tuple[tuple[Any, ...], str] | None = None,
         limit: int = 200,
         bounds: Sequence[tuple[str, str, Any]] = (),
+        within: str | None = None,
     ) -> list[tuple[Listed, tuple[Any, ...]]] | None:
         """What ``search`` finds, in the order of its values at paths then subject, a page
         after ``after`` — or None where SQL cannot sort exactly (``listing.Listing``)."""
