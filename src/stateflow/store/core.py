@@ -313,7 +313,10 @@ class StoreCore(Backend):
         if names is None:
             entry.complete = True
         items = sorted(entry.members.items(), key=lambda kv: kv[1][1])
-        return {n: v for n, (v, _, _) in items if names is None or n in names}, shapes
+        if names is None:
+            return {n: v for n, (v, _, _) in items}, shapes
+        named = set(names)  # (not the list: a test per member of each name, for many names)
+        return {n: v for n, (v, _, _) in items if n in named}, shapes
 
     def _fetch_many(
         self,

@@ -13,7 +13,7 @@ import operator
 import random
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Final, NamedTuple, TypeVar
+from typing import Any, Final, NamedTuple, TypeVar, cast
 
 import orjson
 
@@ -1054,6 +1054,14 @@ class Writes(StoreCore):
             self._load_members(tx, key, entry, None)
             values = {n: v for n, (v, _, _) in members.items()}
             touched = dict.fromkeys(values)
+        elif row.present and not entry.complete:
+            # the members the edits name that are not in hand, read together (their heads and
+            # values in a statement or a few): one read per member walked the document's heads
+            # each time, quadratic in the edits of a commit that names many
+            wanted = [name for e in write.edits if (name := e.path[0]) not in members]
+            if wanted:
+                # (a top-level member's name is a string: ``validate_writes``)
+                self._load_members(tx, key, entry, cast("list[str]", wanted))
         for edit in write.edits:
             path, value = edit.path, edit.value
             if not path:
@@ -1078,9 +1086,7 @@ class Writes(StoreCore):
             if gone and name in gone:
                 gone.discard(name)
                 del touched[name]
-            if name not in values:
-                if row.present and name not in members and not entry.complete:
-                    self._load_members(tx, key, entry, [name])
+            if name not in values:  # (every member named is in hand: read above)
                 have = members.get(name) if row.present else None
                 values[name] = have[0] if have else MISSING
             if not present:
