@@ -18,7 +18,7 @@ from stateflow.langgraph import StateflowStore
 from stateflow.states import StatesService
 from stateflow.store import DocKey, Document, Write, open_store
 from stateflow.store.migrations import SCHEMA_VERSION
-from stateflow.store.pg_fast import FastCommit
+from stateflow.store.pg_fast import SCALAR_MAX, FastCommit, scalar_of
 from stateflow.store.postgres import PostgresStore
 from tests.pg_helpers import commits_sent
 from tests.test_store_write_rows import _drive, _rows
@@ -578,3 +578,59 @@ def test_puts_racing_on_one_item_while_its_state_is_declared_again_all_land(pg_s
     finally:
         for s in stores:
             s.close()
+
+
+def test_a_fast_statements_member_scalar_is_what_the_servers_rule_makes_it(pg_schema_url: str) -> None:
+    """The fast statements send each member row's ``scalar`` (``pg_fast.scalar_of``), where the
+    write functions set it by the server's ``stateflow_scalar``: the two agree on every kind of
+    body — objects, arrays, scalars, an escaped NUL (or a backslash before ``u0000``), a tree's
+    empty body, sizes at the bound and past it — and the rows the fast statements write hold
+    what the rule makes (``stateflow check`` finds nothing)."""
+    cases = [
+        (b, len(b))
+        for b in (
+            b"{}",
+            b'{"a":1}',
+            b"[]",
+            b"[1,2]",
+            b'"x"',
+            b'""',
+            b"0",
+            b"-1.5e3",
+            b"true",
+            b"false",
+            b"null",
+            b'"a\\u0000b"',
+            b'"\\\\u0000"',
+            b'"\\u00001"',
+            b'"\xc3\xa9"',
+            b'"' + b"x" * (SCALAR_MAX - 2) + b'"',
+            b'"' + b"x" * (SCALAR_MAX - 1) + b'"',
+        )
+    ] + [(b"", SCALAR_MAX + 5), (b"", 0)]
+    store = _open(pg_schema_url)
+    try:
+        with store._read_tx() as tx:
+            for body, size in cases:
+                row = tx.one("SELECT stateflow_scalar(?, ?)", (body, size))
+                assert row is not None
+                got = None if row[0] is None else bytes(row[0])
+                assert got == scalar_of(body, size), body[:20]
+        key = DocKey("notes", "scalars")
+        store.commit([Write.between(key, None, {"a": "x", "b": {"c": 1}, "n": 1})])
+        for new in (  # (a scalar rewritten and one turned object: the fast statement; then the function)
+            {"a": "y", "b": {"c": 1}, "n": 1.5},
+            {"a": {"now": "an object"}, "n": True, "nul": "\u0000"},
+        ):
+
+            def compute(docs: dict[DocKey, Any], new: dict[str, Any] = new) -> tuple[list[Write], None]:
+                return [Write.between(key, docs[key].body, new, docs[key].revision)], None
+
+            store.update([key], compute, optimistic=True)
+        assert store.get(key).revision == 3
+        with store._read_tx() as tx:
+            assert store._stale_scalars(tx, 10) == []
+            kept = dict(tx.all("SELECT name, scalar FROM members WHERE scalar IS NOT NULL"))
+        assert {k: bytes(v) for k, v in kept.items()} == {"n": b"true"}
+    finally:
+        store.close()

@@ -2555,3 +2555,88 @@ def test_a_schema_38_store_upgrades_to_39_and_writes_wide_documents_whole(
         assert counts["m0"] == 1 and counts["new499"] == 1 and "m1" not in counts
         edits = store.history([key], limit=3)
         assert [c.revision for c in edits] == [3, 2, 1] and all(c.edits for c in edits)
+
+
+_SCALAR_BY_WRITERS_VERSION = 40
+
+
+def test_a_schema_39_store_upgrades_to_40_and_every_writer_sets_its_members_scalar(
+    backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Version 40 makes PostgreSQL's ``members.scalar`` a plain column that each writer sets by
+    ``stateflow_scalar`` in the statement writing the row (as a stored generated column its
+    expression was set up again in every statement writing ``members``); SQLite only records the
+    version. The scalars the upgrade kept are what their bodies make them, and after writes by
+    every path — the locked path's rows, the fast statements creating and rewriting a document,
+    the commit function (a member deleted beside; more than 64 rows at once), the server's merge
+    of a memory patch — so is every member's: ``stateflow check`` finds nothing, and searches find
+    the scalars written and not the ones replaced. A scalar set wrong by hand is named by the
+    check, with its fix."""
+
+    def put(store: SqlStore, key: DocKey, body: Any) -> None:
+        def compute(docs: dict[DocKey, Any]) -> tuple[list[Write], None]:
+            return [Write.between(key, docs[key].body, body, docs[key].revision)], None
+
+        store.update([key], compute, optimistic=True)
+
+    with _upgraded(_SCALAR_BY_WRITERS_VERSION - 1, backend, tmp_path) as store:
+        pg = isinstance(store, PostgresStore)
+        if pg:
+            with store._read_tx() as tx:
+                generated = tx.all(
+                    "SELECT attgenerated FROM pg_attribute WHERE attrelid = 'members'::regclass "
+                    "AND attname = 'scalar'"
+                )
+                kept = tx.one("SELECT count(*) FROM members WHERE scalar IS NOT NULL")
+            assert generated == [("",)] and kept is not None and kept[0] > 0
+        assert check_store(store).problems == []
+        bodies = {f"s{i:03d}": _searched(i) for i in range(3)}
+        store.commit([Write.between(DocKey("found", k), None, b) for k, b in bodies.items()])  # locked path
+        s000, s001, s002 = (DocKey("found", f"s00{i}") for i in range(3))
+        store.commit([Write.between(s000, bodies["s000"], dict(bodies["s000"], title="t8"))])
+        bodies["s000"]["title"] = "t8"
+        for key, body in (  # the fast statements: created; a scalar rewritten, made an object, added
+            (DocKey("found", "s100"), {"title": "t7", "n": 100}),
+            (s001, dict(bodies["s001"], title="t9")),
+            (s001, dict(bodies["s001"], title={"was": "t9"}, added=41)),
+            (s002, {k: v for k, v in bodies["s002"].items() if k != "n"} | {"title": "t6"}),  # function
+        ):
+            put(store, key, body)
+            bodies[key.subject] = body
+        wide = DocKey("found", "s200")  # the commit function's many rows: inserted, then rewritten
+        put(store, wide, {f"w{i}": i for i in range(70)})
+        put(store, wide, {f"w{i}": -i for i in range(70)})
+        bodies["s200"] = {f"w{i}": -i for i in range(70)}
+        monkeypatch.setattr(store, "contended", lambda keys: True)  # merged by the server
+        view = MemoryView(store, Identity.of("acme", "/scalars", "agent"))
+        view.patch_state({"session": {"tactics": {"next": "a"}}})
+        view.patch_state({"session": {"tactics": {"next": "b"}}})
+        view.patch_state({"session": {"tactics": {"next": "c"}, "strategy": {"goal": "d"}}})
+        report = check_store(store)
+        assert report.problems == [], report.problems
+        for f, want in (
+            ({"title": "t8"}, ["s000"]),
+            ({"title": "t9"}, []),
+            ({"title": {"was": "t9"}}, ["s001"]),
+            ({"added": 41}, ["s001"]),
+            ({"title": "t6"}, ["s002"]),
+            ({"n": 2}, []),
+            ({"title": "t7"}, ["s100"]),
+            ({"w69": -69}, ["s200"]),
+            ({"w69": 69}, []),
+        ):
+            assert [x.key.subject for x in store.search("found", f)] == want, f
+        if pg:
+            with psycopg.connect(backend, autocommit=True) as conn:
+                doc = conn.execute(
+                    "UPDATE members SET scalar = NULL WHERE name = 'title' AND doc_id = "
+                    "(SELECT doc_id FROM documents WHERE subject = 's000') RETURNING doc_id"
+                ).fetchone()
+            assert doc is not None
+            report = check_store(store)
+            assert report.problems == [
+                f"members: member 'title' of document {doc[0]} keeps a scalar its body does not make, so "
+                "searches by its value go wrong; set it again: UPDATE members SET scalar = "
+                f"stateflow_scalar(body, size) WHERE doc_id = {doc[0]}"
+            ]
+            assert report.advised == 1

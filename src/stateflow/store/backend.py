@@ -309,6 +309,12 @@ class Backend(abc.ABC):
         """Fold the counters' deltas into their rows in ``tx`` (``counting``), unless another
         fold is under way (portable: nothing — SQLite's triggers update the rows in place)."""
 
+    def _stale_scalars(self, tx: Tx, limit: int) -> list[tuple[int, str]]:
+        """Up to ``limit`` members (doc id, name) whose kept ``scalar`` is not what their body
+        makes it (PostgreSQL: the column the value indexes read, which every writer sets since
+        schema 40; portable: nothing kept apart from the body)."""
+        return []
+
     def _lock_nodes(self, tx: Tx) -> None:  # noqa: B027 - optional hook, no-op by default
         """Keep other writers from adding nodes until this transaction ends, so a garbage
         collection's mark sees every root a node could be shared by (portable: nothing — one

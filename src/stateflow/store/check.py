@@ -326,6 +326,20 @@ def _counters(store: SqlStore, report: CheckReport) -> None:
     report.count("counters", len(stored))
 
 
+def _scalars(store: SqlStore, report: CheckReport) -> None:
+    """Each member's kept ``scalar`` (PostgreSQL: what the value indexes read, set by every
+    writer) is what its body makes it: a stale one is missed or found wrongly by searches."""
+    with store._read_tx() as tx:
+        stale = store._stale_scalars(tx, MAX_PROBLEMS)
+    for doc_id, name in stale:
+        report.problem(
+            f"members: member {name!r} of document {doc_id} keeps a scalar its body does not make, so "
+            "searches by its value go wrong; set it again: UPDATE members SET scalar = "
+            f"stateflow_scalar(body, size) WHERE doc_id = {doc_id}",
+            advised=True,
+        )
+
+
 def _load(store: SqlStore, report: CheckReport) -> None:
     """A load that started and did not finish (refused part way, interrupted) left the store
     holding only part of its dump, however consistent each part is."""
@@ -344,3 +358,4 @@ register("nodes", _nodes)
 register("revisions", _revisions)
 register("transitions", _transitions)
 register("counters", _counters)
+register("scalars", _scalars)

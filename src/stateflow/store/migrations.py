@@ -399,6 +399,15 @@ members 18 s; 50,000 ran past the 60 s statement timeout, nothing written, where
 edits are one ``string_agg``; the snapshot's copy looks each row's key up. Up to the bound the
 statements are version 37's (the writes nearly every commit makes cost what they did). The same
 rows. SQLite only records the version.
+
+Version 40, on PostgreSQL, makes ``members.scalar`` a plain column that each writer sets in the
+statement writing the row: the write functions by ``stateflow_scalar`` (now an SQL function the
+planner inlines into their plans), the fast statements by a parameter the client computes by the
+same rule (``pg_fast.scalar_of``). As a stored generated column its expression was read from its
+node text, planned and set up again in every statement writing ``members``, and the PL/pgSQL
+function run for each row: ~20,000–35,000 server instructions a LangGraph write or ``apply``
+(2–4%). The values the column held are kept (``DROP EXPRESSION``); ``stateflow check`` compares
+every row's with the function. SQLite only records the version.
 """
 
 from __future__ import annotations
@@ -407,7 +416,7 @@ import re
 from collections.abc import Sequence
 from typing import Final
 
-SCHEMA_VERSION: Final = 39
+SCHEMA_VERSION: Final = 40
 
 VALUE_INDEX_MAX: Final = 1024
 """Members up to this encoded size are in ``members_by_value`` (scalars only)."""
@@ -832,6 +841,7 @@ CREATE INDEX members_by_value ON members (name, {SQLITE_VALUE.format(m="")})
     37: _EDITS_ORD,
     38: "",
     39: "",
+    40: "",
 }
 
 _JSONB_CAN_HOLD: Final = "{m}size <= 1048576 AND position('\\x5c7530303030'::bytea IN {m}body) = 0"
@@ -3499,6 +3509,114 @@ def _wide_commits() -> str:
 _WIDE_COMMITS: Final = _wide_commits()
 
 
+_SCALAR_OF: Final = r"""
+CREATE OR REPLACE FUNCTION stateflow_scalar(body BYTEA, size BIGINT) RETURNS BYTEA
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    -- The body of a member jsonb can hold that is a scalar (else NULL): inline (a tree's body is
+    -- empty, its size over 1 MiB), up to 1 MiB, not an object or array (a canonical body's first
+    -- byte, with bit 5 set, is '{' only for '[' and '{'), no escaped NUL. The rule every writer
+    -- sets members.scalar by (version 40, pg_fast.scalar_of mirrors it). SQL, not STRICT: the
+    -- planner inlines it into a write function's plan once (NULLs answered NULL, as the STRICT
+    -- PL/pgSQL function did).
+    RETURN CASE WHEN body IS NULL OR size IS NULL OR size > 1048576 OR octet_length(body) = 0 THEN NULL
+        WHEN get_byte(body, 0) | 32 = 123 OR position('\x5c7530303030'::bytea IN body) > 0 THEN NULL
+        ELSE body END;
+"""
+
+_SCALAR_SETS: Final = (
+    # stateflow_commit, version 39 (many rows: one statement; else one per row)
+    (
+        "            root = x.root::bytea\n        FROM unnest(w.upd_rows",
+        "            root = x.root::bytea, scalar = stateflow_scalar(x.body, x.size::bigint)\n"
+        "        FROM unnest(w.upd_rows",
+    ),
+    (
+        "                outline = w.upd_rows[i][4]::bytea, root = w.upd_rows[i][5]::bytea\n",
+        "                outline = w.upd_rows[i][4]::bytea, root = w.upd_rows[i][5]::bytea,\n"
+        "                scalar = stateflow_scalar(p_upd[i], w.upd_rows[i][3]::bigint)\n",
+    ),
+    (
+        "            x.body, x.root::bytea\n        FROM unnest(w.ins_rows",
+        "            x.body, x.root::bytea, stateflow_scalar(x.body, x.size::bigint)\n        FROM unnest(w.ins_rows",
+    ),
+    (
+        "            w.ins_rows[i][5]::bigint, w.ins_rows[i][6]::bytea, p_ins[i], w.ins_rows[i][8]::bytea\n",
+        "            w.ins_rows[i][5]::bigint, w.ins_rows[i][6]::bytea, p_ins[i], w.ins_rows[i][8]::bytea,\n"
+        "            stateflow_scalar(p_ins[i], w.ins_rows[i][5]::bigint)\n",
+    ),
+    # stateflow_write_rows, version 37
+    (
+        "            outline = upd_rows[i][4]::bytea, root = upd_rows[i][5]::bytea\n",
+        "            outline = upd_rows[i][4]::bytea, root = upd_rows[i][5]::bytea,\n"
+        "            scalar = stateflow_scalar(p_upd[i], upd_rows[i][3]::bigint)\n",
+    ),
+    (
+        "            ins_rows[i][5]::bigint, ins_rows[i][6]::bytea, p_ins[i], ins_rows[i][8]::bytea\n",
+        "            ins_rows[i][5]::bigint, ins_rows[i][6]::bytea, p_ins[i], ins_rows[i][8]::bytea,\n"
+        "            stateflow_scalar(p_ins[i], ins_rows[i][5]::bigint)\n",
+    ),
+    # stateflow_patch_commit, version 37 (the server merge)
+    (
+        "            SET body = u_body, revision = d.revision, size = octet_length(u_body), outline = u_outline\n",
+        "            SET body = u_body, revision = d.revision, size = octet_length(u_body), outline = u_outline,\n"
+        "                scalar = stateflow_scalar(u_body, octet_length(u_body))\n",
+    ),
+    (
+        "            SET body = upd_body[1], revision = upd_rev[1], size = upd_size[1], outline = upd_outline[1]\n",
+        "            SET body = upd_body[1], revision = upd_rev[1], size = upd_size[1], outline = upd_outline[1],\n"
+        "                scalar = stateflow_scalar(upd_body[1], upd_size[1])\n",
+    ),
+    (
+        "            SET body = upd_body[i], revision = upd_rev[i], size = upd_size[i], outline = upd_outline[i]\n",
+        "            SET body = upd_body[i], revision = upd_rev[i], size = upd_size[i], outline = upd_outline[i],\n"
+        "                scalar = stateflow_scalar(upd_body[i], upd_size[i])\n",
+    ),
+    (
+        "            INSERT INTO members (doc_id, name, position, revision, size, outline, body)\n"
+        "            SELECT * FROM unnest(ins_doc, ins_name, ins_pos, ins_rev, ins_size, ins_outline, ins_body);\n",
+        "            INSERT INTO members (doc_id, name, position, revision, size, outline, body, scalar)\n"
+        "            SELECT u.*, stateflow_scalar(u.body, u.size)\n"
+        "            FROM unnest(ins_doc, ins_name, ins_pos, ins_rev, ins_size, ins_outline, ins_body)\n"
+        "                AS u(doc_id, name, position, revision, size, outline, body);\n",
+    ),
+)
+"""Version 40: each member row a write function writes, with its ``scalar``."""
+_MEMBER_COLUMNS: Final = "INSERT INTO members (doc_id, name, position, revision, size, outline, body, root)\n"
+
+
+def _scalar_by_writers() -> str:
+    """Version 40, PostgreSQL: ``members.scalar`` a plain column that every writer sets to
+    ``stateflow_scalar(body, size)`` in the statement writing the row — the write functions
+    here (the function inlined into their plans), the fast statements by a parameter
+    (``pg_fast.scalar_of``). See the module's docstring."""
+    commit = _WIDE_COMMITS[: _WIDE_COMMITS.index("ALTER FUNCTION ")]
+    both = _EDITS_IN_ORDER
+    rows = both[
+        both.index("CREATE OR REPLACE FUNCTION stateflow_write_rows(") : both.index(
+            "CREATE OR REPLACE FUNCTION stateflow_commit("
+        )
+    ]
+    at = both.index("CREATE OR REPLACE FUNCTION stateflow_patch_commit(")
+    patch = both[at : both.index("ALTER FUNCTION ", at)]
+    out = commit + rows + patch
+    if out.count(_MEMBER_COLUMNS) != 3:
+        raise RuntimeError("a migration's anchor is not there as often as expected: the member inserts")
+    out = out.replace(_MEMBER_COLUMNS, _MEMBER_COLUMNS[:-2] + ", scalar)\n")
+    for old, new in _SCALAR_SETS:
+        out = _replaced(out, old, new)
+    return (
+        "ALTER TABLE members ALTER COLUMN scalar DROP EXPRESSION;\n"
+        + _SCALAR_OF
+        + out
+        + f"ALTER FUNCTION {WRITE_FUNCTIONS[0]} SET enable_seqscan = off;\n"
+        + f"ALTER FUNCTION {WRITE_FUNCTIONS[1]} SET enable_seqscan = off SET plan_cache_mode = force_generic_plan;\n"
+        + f"ALTER FUNCTION {WRITE_FUNCTIONS[2]} SET enable_seqscan = off;\n"
+    )
+
+
+_SCALAR_BY_WRITERS: Final = _scalar_by_writers()
+
+
 POSTGRES: Final[dict[int, str]] = {
     1: _COMMON_V1.format(
         doc_pk="BIGSERIAL PRIMARY KEY",
@@ -4238,6 +4356,7 @@ $$;
     37: _EDITS_IN_ORDER,
     38: _VERSION_IN_PLANS,
     39: _WIDE_COMMITS,
+    40: _SCALAR_BY_WRITERS,
 }
 
 

@@ -135,7 +135,16 @@ def fast_values(
             if moved:
                 kinds += (state, subject_kind(written.subject).encode())
         for body, revision, size, outline, root, doc_id, name in p.updates:
-            upd += (body, b"%d" % revision, b"%d" % size, outline, root, b"%d" % doc_id, name.encode())
+            upd += (
+                body,
+                b"%d" % revision,
+                b"%d" % size,
+                outline,
+                root,
+                scalar_of(body, size),
+                b"%d" % doc_id,
+                name.encode(),
+            )
         for doc_id, name, position, revision, size, outline, body, root in p.inserts:
             ins += (
                 b"%d" % doc_id,
@@ -146,6 +155,7 @@ def fast_values(
                 outline,
                 body,
                 root,
+                scalar_of(body, size),
             )
             names += (state, name.encode())
         docs += (b"%d" % p.doc_id, b"%d" % p.revision, p.paths, p.inline, b"%d" % d.revision)
@@ -163,8 +173,8 @@ def fast_values(
         len(share) // 2,
         len(lock) // 2,
         len(created),
-        len(upd) // 7,
-        len(ins) // 8,
+        len(upd) // _UPD_FIELDS,
+        len(ins) // _INS_FIELDS,
         tuple(moves),
     )
     if not moves or not (lock or created) or max(shape[:6]) > MAX_ROWS or len(moves) > MAX_ROWS:
@@ -173,6 +183,24 @@ def fast_values(
         made = _creating_values(absent, share, created, plans, ins, at, origin, seq_lock, shape)
         return None if made is None else (shape, [*made[1], *kinds, *names])
     return shape, [at.encode(), origin, seq_lock, *absent, *share, *lock, *upd, *ins, *docs, *kinds, *names]
+
+
+_UPD_FIELDS: Final = 8  # (a rewritten member row's parameters, ``_writes``)
+_INS_FIELDS: Final = 9  # (an added member row's, ``_member_row``)
+SCALAR_MAX: Final = 1048576
+"""The largest member body ``scalar`` holds (bigger ones are trees or past what ``jsonb`` takes)."""
+
+
+def scalar_of(body: bytes, size: int) -> bytes | None:
+    """``members.scalar`` of a member row: its body where it is a scalar ``jsonb`` can hold —
+    inline (a tree's body is empty), up to 1 MiB, not an object or array (a canonical body's
+    first byte, with bit 5 set, is ``{`` only for ``[`` and ``{``), no escaped NUL — else None.
+    The server's ``stateflow_scalar`` is the rule (the write functions set the column by it,
+    ``stateflow check`` compares every row with it); the fast statements take the value as a
+    parameter, so no statement sets up the rule's expression (schema 40)."""
+    if size > SCALAR_MAX or not body or body[0] | 32 == 123 or b"\\u0000" in body:
+        return None
+    return body
 
 
 def _key_of(
@@ -367,14 +395,18 @@ def _creating(p: _Params, ctes: list[str], gate: str, n_new: int, n_ins: int, n_
 def _member_inserts(p: _Params, ctes: list[str], n_ins: int, rows_of: str) -> None:
     """The members added, in one insert joined to ``rows_of`` (the transition's, or one new
     document's row: none, none added)."""
-    rows = ", ".join(
-        f"({p('bigint')}, {p('text')}, {p('bigint')}, {p('bigint')}, {p('bigint')}, {p('bytea', _B)}, "
-        f"{p('bytea', _B)}, {p('bytea', _B)})"
-        for _ in range(n_ins)
-    )
+    rows = ", ".join(_member_row(p) for _ in range(n_ins))
     ctes.append(
-        "i AS (INSERT INTO members (doc_id, name, position, revision, size, outline, body, root) "
+        "i AS (INSERT INTO members (doc_id, name, position, revision, size, outline, body, root, scalar) "
         f"SELECT v.* FROM {rows_of}, (VALUES {rows}) AS v)"
+    )
+
+
+def _member_row(p: _Params) -> str:
+    """One member row's values, its ``scalar`` last (:func:`scalar_of`)."""
+    return (
+        f"({p('bigint')}, {p('text')}, {p('bigint')}, {p('bigint')}, {p('bigint')}, {p('bytea', _B)}, "
+        f"{p('bytea', _B)}, {p('bytea', _B)}, {p('bytea', _B)})"
     )
 
 
@@ -397,16 +429,17 @@ def _writes(
         "RETURNING seq)"
     )
     for i in range(n_upd):
-        body, rev, size, outline, root = (
+        body, rev, size, outline, root, scalar = (
             p("bytea", _B),
             p("bigint"),
             p("bigint"),
+            p("bytea", _B),
             p("bytea", _B),
             p("bytea", _B),
         )
         ctes.append(
             f"u{i} AS (UPDATE members SET body = {body}, revision = {rev}, size = {size}, outline = {outline}, "
-            f"root = {root} FROM t WHERE doc_id = {p('bigint')} AND name = {p('text')})"
+            f"root = {root}, scalar = {scalar} FROM t WHERE doc_id = {p('bigint')} AND name = {p('text')})"
         )
     if n_ins:
         _member_inserts(p, ctes, n_ins, "t")

@@ -1086,6 +1086,14 @@ class PostgresStore(SqlStore):
     def _kind_sql(self) -> str:
         return "stateflow_subject_kind(subject)"
 
+    def _stale_scalars(self, tx: Tx, limit: int) -> list[tuple[int, str]]:
+        rows = tx.all(
+            "SELECT doc_id, name FROM members WHERE scalar IS DISTINCT FROM stateflow_scalar(body, size) "
+            "ORDER BY doc_id, name LIMIT ?",
+            (limit,),
+        )
+        return [(int(d), str(n)) for d, n in rows]
+
     def _unchecked(self, tx: Tx, doc_id: int, filters: dict[str, Any]) -> list[str]:
         return self._unchecked_many(tx, [doc_id], filters)[doc_id]
 
