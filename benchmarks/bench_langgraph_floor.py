@@ -309,6 +309,173 @@ class SqliteHand(ByHand):
         self._commit(rows)
 
 
+_LEAN_TABLES = """
+CREATE TABLE transitions (seq INTEGER PRIMARY KEY, at INTEGER NOT NULL, origin BLOB NOT NULL);
+CREATE TABLE documents (doc_id INTEGER PRIMARY KEY, state TEXT NOT NULL, subject TEXT NOT NULL,
+    revision INTEGER NOT NULL, body BLOB NOT NULL, UNIQUE (state, subject));
+CREATE TABLE changes (doc_id INTEGER NOT NULL, revision INTEGER NOT NULL, seq INTEGER NOT NULL,
+    edits BLOB, PRIMARY KEY (doc_id, revision));
+"""
+_LEANEST_TABLES = """
+CREATE TABLE documents (doc_id INTEGER PRIMARY KEY, state TEXT NOT NULL, subject TEXT NOT NULL,
+    revision INTEGER NOT NULL, body BLOB NOT NULL, UNIQUE (state, subject));
+CREATE TABLE changes (seq INTEGER PRIMARY KEY, at INTEGER NOT NULL, origin BLOB NOT NULL,
+    doc_id INTEGER NOT NULL, revision INTEGER NOT NULL, edits BLOB, UNIQUE (doc_id, revision));
+"""
+_LOG_TABLE = """
+CREATE TABLE log (seq INTEGER PRIMARY KEY, at INTEGER NOT NULL, origin BLOB NOT NULL,
+    state TEXT NOT NULL, subject TEXT NOT NULL, revision INTEGER NOT NULL, body BLOB NOT NULL,
+    UNIQUE (state, subject, revision));
+"""
+LEAN_LAYOUTS = ("lean 3", "lean 3, no copy", "lean 2", "lean 1")
+"""The leaner layouts ``LeanHand`` writes (see it), each a side of the SQLite comparison."""
+
+
+class LeanHand(ByHand):
+    """The saver's ``put`` and the store's ``put`` with fewer rows than ``SqliteHand``'s, keeping
+    the same guarantees — the record checked against its schema, every revision readable from
+    the rows, an audit row with the write's origin — in one durable transaction:
+
+    - ``lean 3``: a document's whole body in its own row (no member rows); the transition, the
+      document and the change (the whole body on creation, the edits after) — three rows.
+    - ``lean 3, no copy``: the same, but a creating change keeps no copy of the body (its
+      ``edits`` NULL: revision 1 *is* the document's row until a rewrite, which first moves the
+      old body into that change) — three rows, the body written once.
+    - ``lean 2``: ``lean 3, no copy`` with the audit (seq, time, origin) in the change row —
+      two rows: the document and its change.
+    - ``lean 1``: one row a write, appended to a log keyed by seq and by (state, subject,
+      revision): the audit and the revision's whole body — LangGraph's own row with the audit's
+      columns added; a record's newest revision is its highest (no row of it is ever rewritten).
+
+    The rows' ids are read from ``lastrowid`` (no ``RETURNING``). ``put_writes`` is not written
+    for these layouts (a writes record is several members)."""
+
+    def __init__(self, conn: sqlite3.Connection, layout: str) -> None:
+        super().__init__()
+        if layout not in LEAN_LAYOUTS:
+            raise ValueError(layout)
+        self.layout = layout
+        self.log = layout == "lean 1"
+        self.audit_apart = layout in ("lean 3", "lean 3, no copy")
+        self.copy_first = layout == "lean 3"
+        conn.executescript(_LOG_TABLE if self.log else _LEAN_TABLES if self.audit_apart else _LEANEST_TABLES)
+        self.conn = conn
+
+    def _append(self, state: str, subject: str, revision: int, record: dict[str, Any]) -> None:
+        """``lean 1``: the revision's one row, in its own durable transaction."""
+        conn = self.conn
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute(
+            "INSERT INTO log (at, origin, state, subject, revision, body) VALUES (?, ?, ?, ?, ?, ?)",
+            (_micros(), self.origin, state, subject, revision, orjson.dumps(record)),
+        )
+        conn.execute("COMMIT")
+
+    def _change(self, doc_id: int, revision: int, edits: bytes | None) -> None:
+        """The change's row and the audit: one row (``lean 2``) or the transition's and its own."""
+        conn = self.conn
+        if self.audit_apart:
+            cur = conn.execute("INSERT INTO transitions (at, origin) VALUES (?, ?)", (_micros(), self.origin))
+            conn.execute("INSERT INTO changes VALUES (?, ?, ?, ?)", (doc_id, revision, cur.lastrowid, edits))
+        else:
+            conn.execute(
+                "INSERT INTO changes (at, origin, doc_id, revision, edits) VALUES (?, ?, ?, ?, ?)",
+                (_micros(), self.origin, doc_id, revision, edits),
+            )
+
+    def _create(self, state: str, subject: str, record: dict[str, Any]) -> int:
+        if self.log:
+            self._append(state, subject, 1, record)
+            return 0  # (no document row: a record is its state and subject)
+        conn = self.conn
+        conn.execute("BEGIN IMMEDIATE")
+        doc_id = conn.execute(
+            "INSERT INTO documents (state, subject, revision, body) VALUES (?, ?, 1, ?)",
+            (state, subject, orjson.dumps(record)),
+        ).lastrowid
+        self._change(doc_id, 1, orjson.dumps([[[], record]]) if self.copy_first else None)
+        conn.execute("COMMIT")
+        return int(doc_id)
+
+    def _new(
+        self, state: str, subject: str, members: list[tuple[str, bytes]], paths: bytes, edits: bytes
+    ) -> int:
+        raise NotImplementedError("a lean layout writes the record whole (_create)")
+
+    def put(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
+        """``ByHand.put``'s record, checked, written as one document row and its change."""
+        conf = config["configurable"]
+        values = checkpoint["channel_values"]
+        record = {
+            "config": {
+                "thread_id": conf["thread_id"],
+                "checkpoint_ns": conf.get("checkpoint_ns", ""),
+                "checkpoint_id": checkpoint["id"],
+                "parent_checkpoint_id": conf.get("checkpoint_id"),
+                "run_id": None,
+            },
+            "saved": {
+                "checkpoint": {"json": {k: v for k, v in checkpoint.items() if k != "channel_values"}},
+                "metadata": {"json": metadata},
+                "channel_values": {c: {"json": values[c]} for c in new_versions if c in values},
+                "sources": {},
+            },
+        }
+        if not self.checkpoints.is_valid(record):
+            raise ValueError(record)
+        self._create(STATE, f"{conf['thread_id']}/{checkpoint['id']}", record)
+        return {"configurable": {**conf, "checkpoint_id": checkpoint["id"]}}
+
+    def store_put(self, namespace: tuple[str, ...], key: str, value: dict[str, Any]) -> None:
+        """``ByHand.store_put``'s record, checked; a rewrite sets the document's body whole and
+        keeps the ``value`` edit in its change (first moving a creating change's body into it
+        where that change kept none)."""
+        item = hash((namespace, key))
+        now = datetime.now(UTC).isoformat()
+        held = self.held.get(item)
+        record = {
+            "namespace": list(namespace),
+            "key": key,
+            "value": value,
+            "created_at": held[2]["created_at"] if held else now,
+            "expires_at": None,
+            "ttl_minutes": None,
+        }
+        if not self.items.is_valid(record):
+            raise ValueError(record)
+        if held is None:
+            self.held[item] = (
+                self._create("langgraph_store", "/".join((*namespace, key)), record),
+                1,
+                record,
+            )
+            return
+        doc_id, revision = held[0], held[1] + 1
+        if self.log:
+            self._append("langgraph_store", "/".join((*namespace, key)), revision, record)
+            self.held[item] = (doc_id, revision, record)
+            return
+        conn = self.conn
+        conn.execute("BEGIN IMMEDIATE")
+        if revision == 2 and not self.copy_first:  # revision 1 kept in the change before it goes
+            conn.execute(
+                "UPDATE changes SET edits = ? WHERE doc_id = ? AND revision = 1",
+                (orjson.dumps([[[], held[2]]]), doc_id),
+            )
+        conn.execute(
+            "UPDATE documents SET revision = ?, body = ? WHERE doc_id = ?",
+            (revision, orjson.dumps(record), doc_id),
+        )
+        self._change(doc_id, revision, b'[[["value"],' + orjson.dumps(value) + b"]]")
+        conn.execute("COMMIT")
+        self.held[item] = (doc_id, revision, record)
+
+    def put_writes(
+        self, config: Any, writes: list[tuple[str, Any]], task_id: str, task_path: str = ""
+    ) -> None:
+        raise NotImplementedError("not written for the lean layouts")
+
+
 class PostgresHand(ByHand):
     """One prepared statement per write on an autocommit connection (see the module)."""
 
@@ -385,13 +552,14 @@ def _compare(
     if "saver put_writes" in cases and "saver put" not in cases:  # (its checkpoints: 200 puts)
         for i in range(KEYS):
             for side in sides.values():
-                side["saver put"](i)
+                if "saver put_writes" in side:
+                    side["saver put"](i)
     for case in [c for c in CASES if c in cases]:
+        names = [name for name, side in sides.items() if case in side]  # (a lean side: two cases)
         for i in range(KEYS):  # warm: every store key written once, a chain started, its writes
-            for side in sides.values():
-                side[case](i)
-        measured: dict[str, list[tuple[float, float, float]]] = {name: [] for name in sides}
-        names = list(sides)
+            for name in names:
+                sides[name][case](i)
+        measured: dict[str, list[tuple[float, float, float]]] = {name: [] for name in names}
         for r in range(rounds):
             order = names[r % len(names) :] + names[: r % len(names)]
             # put_writes as ``bench_langgraph_adapters`` runs it: calls 0…ops-1 every round, so
@@ -409,7 +577,7 @@ def _compare(
             reached = sum(r >= TARGET for r in ratios)
             on_server = f", server {statistics.median(servers):.3f} ms" if server else ""
             print(
-                f"{label} {case:<16} {name:<10} {statistics.median(walls):6.3f} ms/write "
+                f"{label} {case:<16} {name:<15} {statistics.median(walls):6.3f} ms/write "
                 f"(CPU {statistics.median(cpus):.3f} ms{on_server})   rate vs LangGraph "
                 f"{statistics.median(ratios):4.2f}× ({min(ratios):.2f}–{max(ratios):.2f}×), "
                 f"{reached} of {len(ratios)} rounds ≥ {TARGET}×",
@@ -418,29 +586,39 @@ def _compare(
             if name == "stateflow":  # ours against the floor by hand, round by round
                 floor = [h[0] / m[0] for m, h in zip(measured[name], measured["by hand"], strict=True)]
                 print(
-                    f"{label} {case:<16} stateflow ÷ by hand {statistics.median(floor):4.2f}× "
+                    f"{label} {case:<16} stateflow ÷ by hand      {statistics.median(floor):4.2f}× "
                     f"({min(floor):.2f}–{max(floor):.2f}×)",
                     flush=True,
                 )
 
 
-def _sides(lg_saver: Any, lg_store: Any, hand: ByHand, ours: StatesService) -> Sides:
-    def hand_store_put(i: int) -> None:
-        hand.store_put(
-            ("bench", "h", f"ns{i % 4}"),
-            f"k{i % KEYS}",
-            {"n": i, "text": "remember this", "tags": ["a", "b"]},
-        )
+def _sides(
+    lg_saver: Any, lg_store: Any, hand: ByHand, ours: StatesService, lean: dict[str, LeanHand] | None = None
+) -> Sides:
+    def store_put(hand: ByHand) -> Case:
+        def put(i: int) -> None:
+            hand.store_put(
+                ("bench", "h", f"ns{i % 4}"),
+                f"k{i % KEYS}",
+                {"n": i, "text": "remember this", "tags": ["a", "b"]},
+            )
+
+        return put
 
     def saver(cases: dict[str, Case]) -> dict[str, Case]:
         return {case: cases[case] for case in ("saver put", "saver put_writes")}
 
+    leaner: Sides = {
+        name: {"saver put": saver_cases(_Hand(h), "h")["saver put"], "store put": store_put(h)}  # type: ignore[arg-type]
+        for name, h in (lean or {}).items()
+    }
     return {
         "langgraph": {
             **saver(saver_cases(lg_saver, "l")),
             "store put": store_cases(lg_store, "l")["store put"],
         },
-        "by hand": {**saver(saver_cases(_Hand(hand), "h")), "store put": hand_store_put},  # type: ignore[arg-type]
+        "by hand": {**saver(saver_cases(_Hand(hand), "h")), "store put": store_put(hand)},  # type: ignore[arg-type]
+        **leaner,
         "stateflow": {
             **saver(saver_cases(StateflowSaver(ours), "s")),
             "store put": store_cases(StateflowStore(ours), "s")["store put"],
@@ -467,12 +645,20 @@ def sqlite_main(args: argparse.Namespace) -> None:
         lg_saver.setup()
         lg_store = SqliteStore(lg_store_conn)
         lg_store.setup()
+        lean: dict[str, LeanHand] = {}
+        for n, layout in enumerate(args.lean):
+            lean_conn = sqlite3.connect(
+                Path(tmp) / f"lean{n}.db", isolation_level=None, check_same_thread=False
+            )
+            lean_conn.execute("PRAGMA journal_mode = WAL")
+            lean_conn.execute("PRAGMA synchronous = FULL")
+            lean[layout] = LeanHand(lean_conn, layout)
         try:
-            sides = _sides(lg_saver, lg_store, SqliteHand(hand_conn), ours)
+            sides = _sides(lg_saver, lg_store, SqliteHand(hand_conn), ours, lean)
             _compare("sqlite FULL", sides, args.ops, args.rounds, args.cases)
         finally:
             ours.store.close()
-            for conn in (hand_conn, lg_saver_conn, lg_store_conn):
+            for conn in (hand_conn, lg_saver_conn, lg_store_conn, *(h.conn for h in lean.values())):
                 conn.close()
 
 
@@ -533,6 +719,14 @@ def main() -> None:
         default=list(CASES),
         metavar="CASE",
         help=f"of {', '.join(CASES)}",
+    )
+    parser.add_argument(
+        "--lean",
+        nargs="*",
+        choices=LEAN_LAYOUTS,
+        default=[],
+        metavar="LAYOUT",
+        help=f"SQLite: the saver's and store's put also by hand with fewer rows, of {', '.join(LEAN_LAYOUTS)}",
     )
     args = parser.parse_args()
     if args.backend == "sqlite":

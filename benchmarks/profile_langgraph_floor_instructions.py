@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from benchmarks import callgrind
+from benchmarks.bench_langgraph_floor import LEAN_LAYOUTS
 
 MODULE = "benchmarks.profile_langgraph_floor_instructions"
 SIDES = ("stateflow", "by hand", "langgraph")
@@ -70,10 +71,10 @@ def open_side(side: str, case: str, tmp: str, synchronous: str = "off") -> Side:
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute(f"PRAGMA synchronous = {synchronous}")
-    if side == "by hand":
-        from benchmarks.bench_langgraph_floor import SqliteHand, _Hand
+    if side == "by hand" or side in LEAN_LAYOUTS:
+        from benchmarks.bench_langgraph_floor import LeanHand, SqliteHand, _Hand
 
-        hand = SqliteHand(conn)
+        hand = SqliteHand(conn) if side == "by hand" else LeanHand(conn, side)
         if case == "saver put":
             return Side(saver_cases(_Hand(hand), "h")["saver put"], path, [conn], conn.close)  # type: ignore[arg-type]
 
@@ -135,19 +136,28 @@ def main() -> None:
     parser.add_argument("--ops", type=int, default=300)
     parser.add_argument("--warm", type=int, default=300)
     parser.add_argument("--jobs", type=int, default=2, help="counts run at once")
+    parser.add_argument(
+        "--lean",
+        nargs="*",
+        choices=LEAN_LAYOUTS,
+        default=[],
+        metavar="LAYOUT",
+        help=f"also the writes by hand with fewer rows, of {', '.join(LEAN_LAYOUTS)}",
+    )
     args = parser.parse_args()
-    runs = [(side, case) for case in CASES for side in SIDES]
+    sides = (*SIDES, *args.lean)
+    runs = [(side, case) for case in CASES for side in sides]
     with ThreadPoolExecutor(args.jobs) as pool:
         counts = dict(
             zip(runs, pool.map(lambda r: _count(r[0], r[1], args.ops, args.warm), runs), strict=True)
         )
     for case in CASES:
         print(f"== {case}: instructions per write ({args.ops} counted after {args.warm} warm)")
-        print(f"  {'side':10s} {'all':>10s} {'statements':>11s} {'of it WAL':>10s} {'outside':>10s}")
-        for side in SIDES:
+        print(f"  {'side':15s} {'all':>10s} {'statements':>11s} {'of it WAL':>10s} {'outside':>10s}")
+        for side in sides:
             c = counts[(side, case)]
             print(
-                f"  {side:10s} {c['all']:>10,.0f} {c['statements']:>11,.0f} {c['WAL frames']:>10,.0f}"
+                f"  {side:15s} {c['all']:>10,.0f} {c['statements']:>11,.0f} {c['WAL frames']:>10,.0f}"
                 f" {c['all'] - c['statements']:>10,.0f}"
             )
 

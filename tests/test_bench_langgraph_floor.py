@@ -2,18 +2,21 @@
 every revision of every record readable (from its changes, the last one equal to its member
 rows), one audit row per write, one change row per document written — or the floor compares
 ours against a write that loses history. The saver's ``put`` and ``put_writes`` and the store's
-``put``, each through the by-hand side, on a real SQLite file and on PostgreSQL."""
+``put``, each through the by-hand side, on a real SQLite file and on PostgreSQL; and the leaner
+layouts' saver and store ``put`` (``LeanHand``, SQLite only), whose bodies live in the document's
+row and whose creating change may keep none."""
 
 from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import orjson
 import psycopg
 import pytest
-from benchmarks.bench_langgraph_floor import ByHand, PostgresHand, SqliteHand
+from benchmarks.bench_langgraph_floor import LEAN_LAYOUTS, ByHand, LeanHand, PostgresHand, SqliteHand
 
 
 @pytest.fixture
@@ -106,3 +109,81 @@ def test_by_hand_writes_keep_every_revision_an_audit_row_and_a_change(hand: ByHa
     assert added and rewritten  # both ways of writing onto an existing record ran
     bodies = _revisions(hand, "ns/k")
     assert [b["value"] for b in bodies] == [{"n": n} for n in range(5)]
+
+
+def _lean_revisions(hand: LeanHand, subject: str) -> list[dict[str, Any]]:
+    """Every revision of ``subject``'s record rebuilt from a lean layout's rows: each change's
+    edits (a creating change without any: the document's body, only while it is the newest), its
+    audit row with the origin, the newest equal to the document's body."""
+    conn = hand.conn
+    if hand.log:  # one row a revision: its whole body and its audit
+        rows = conn.execute(
+            "SELECT revision, body, origin FROM log WHERE subject = ? ORDER BY revision", (subject,)
+        ).fetchall()
+        assert [r for r, _, _ in rows] == list(range(1, len(rows) + 1))
+        assert all(orjson.loads(origin)["consumer"] == "langgraph" for _, _, origin in rows)
+        return [orjson.loads(body) for _, body, _ in rows]
+    ((doc_id, revision, body),) = conn.execute(
+        "SELECT doc_id, revision, body FROM documents WHERE subject = ?", (subject,)
+    ).fetchall()
+    if hand.audit_apart:
+        changes = conn.execute(
+            "SELECT c.revision, c.edits, t.origin FROM changes c JOIN transitions t ON t.seq = c.seq "
+            "WHERE c.doc_id = ? ORDER BY c.revision",
+            (doc_id,),
+        ).fetchall()
+    else:
+        changes = conn.execute(
+            "SELECT revision, edits, origin FROM changes WHERE doc_id = ? ORDER BY revision", (doc_id,)
+        ).fetchall()
+    assert [r for r, _, _ in changes] == list(range(1, revision + 1))  # one change (and audit) each
+    assert all(orjson.loads(origin)["consumer"] == "langgraph" for _, _, origin in changes)
+    newest = orjson.loads(body)
+    bodies: list[dict[str, Any]] = []
+    at: Any = None
+    for r, edits, _ in changes:
+        if edits is None:  # only a creating change, and only while its revision is the newest
+            assert r == revision == 1
+            at = orjson.loads(body)
+        else:
+            for path, value in orjson.loads(edits):
+                at = _set(at, path, value)
+        bodies.append(orjson.loads(orjson.dumps(at)))
+    assert bodies[-1] == newest
+    return bodies
+
+
+@pytest.mark.parametrize("layout", LEAN_LAYOUTS)
+def test_lean_writes_keep_every_revision_and_an_audit_row(tmp_path: Path, layout: str) -> None:
+    lite = sqlite3.connect(tmp_path / "lean.db", isolation_level=None)
+    lite.execute("PRAGMA journal_mode = WAL")
+    lite.execute("PRAGMA synchronous = FULL")
+    try:
+        hand = LeanHand(lite, layout)
+        for n in range(2):
+            checkpoint = {
+                "v": 4,
+                "id": f"c{n}",
+                "ts": "t",
+                "channel_values": {"step": n},
+                "channel_versions": {},
+            }
+            hand.put(
+                {"configurable": {"thread_id": "t", "checkpoint_ns": ""}},
+                checkpoint,
+                {"step": n},
+                {"step": 1},
+            )
+        for n in range(5):  # an item written five times, another once
+            hand.store_put(("ns",), "k", {"n": n})
+        hand.store_put(("ns",), "once", {"n": 0})
+        audit = "transitions" if hand.audit_apart else "log" if hand.log else "changes"
+        assert lite.execute(f"SELECT count(*) FROM {audit}").fetchone()[0] == 2 + 5 + 1
+        for n in range(2):
+            (saved,) = _lean_revisions(hand, f"t/c{n}")
+            assert saved["config"]["checkpoint_id"] == f"c{n}"
+            assert saved["saved"]["channel_values"] == {"step": {"json": n}}
+        assert [b["value"] for b in _lean_revisions(hand, "ns/k")] == [{"n": n} for n in range(5)]
+        assert [b["value"] for b in _lean_revisions(hand, "ns/once")] == [{"n": 0}]
+    finally:
+        lite.close()
