@@ -268,8 +268,8 @@ def test_http_refusals_quote_the_identity_headers_as_sent(served: str) -> None:
 
 
 def test_http_a_view_without_a_cwd_header_is_never_told_about_cwd(served: str, tmp_path: Path) -> None:
-    # the instructions are one text for every request (their view is named per request by its
-    # headers): they name no scope to write; the tools and the context name the request's own
+    # the instructions, the tools and the context name the scopes of the request's own view (its
+    # headers name it): the instructions are its context's protocol, not a text for every view
     async def run(**cwd: str) -> dict[str, Any]:
         headers = {f"X-Stateflow-{k.capitalize()}": v for k, v in {"session": "s", **cwd}.items()}
         async with (
@@ -289,11 +289,13 @@ def test_http_a_view_without_a_cwd_header_is_never_told_about_cwd(served: str, t
     default = anyio.run(run)
     assert "cwd" not in default["context"] and "cwd" not in default["read_description"]
     assert 'WRITE with patch_state {"session": {...}, "global": {...}}' in default["context"]
-    assert (
-        'WRITE with patch_state {"session": {...}, "cwd": {...}, "global": {...}}'
-        in anyio.run(functools.partial(run, cwd=str(tmp_path)))["context"]
-    )
-    assert "write only those patch_state's input schema lists" in " ".join(default["instructions"].split())
+    assert default["instructions"] == default["context"]
+    every = anyio.run(functools.partial(run, cwd=str(tmp_path)))
+    assert 'WRITE with patch_state {"session": {...}, "cwd": {...}, "global": {...}}' in every["context"]
+    assert every["instructions"] == every["context"]
+    single = anyio.run(functools.partial(run, cwd=str(tmp_path), scopes="session"))
+    assert 'WRITE with patch_state {"tactics": {...}, ...}' in single["context"]
+    assert single["instructions"] == single["context"]
 
 
 def test_http_mcp_needs_a_token(served: str) -> None:

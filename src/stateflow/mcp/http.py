@@ -165,8 +165,9 @@ def _managers(
     store: Store, tokens: TokenSet, config: MemoryConfig, states: StatesService | None, max_body_bytes: int
 ) -> dict[bool, Any]:
     """The MCP SDK's stateless session managers over our server, for write tokens (False) and
-    read-only ones (True): a server has one text of instructions, and a reader's teach reading
-    only (the SDK's import is the slow part). The SDK's own body limit (4 MiB unless told) is
+    read-only ones (True): each request's instructions are its view's protocol, and where its
+    headers are refused a generic text, which for a reader teaches reading only (the SDK's
+    import is the slow part). The SDK's own body limit (4 MiB unless told) is
     set to the server's, which ``BodyLimit`` enforces first, so ``/mcp`` takes what every other
     route takes and a larger body is refused in one shape."""
     from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
@@ -178,7 +179,10 @@ def _managers(
     return {
         read_only: StreamableHTTPSessionManager(
             # (each request's view is named by its headers)
-            app=build_server(host_for, protocol_text("active", None, read_only), offload=offload),
+            # (answered per request with its view's protocol; this generic one where refused)
+            app=build_server(
+                host_for, protocol_text("active", None, read_only), offload=offload, per_view=True
+            ),
             stateless=True,
             json_response=True,
             max_request_body_size=max_body_bytes,

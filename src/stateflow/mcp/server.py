@@ -30,7 +30,6 @@ from stateflow.doc.canonical import encode
 from stateflow.errors import NotFound, StateflowError
 from stateflow.mcp.subscriptions import Subscriptions
 from stateflow.mcp.unparsed import AnsweringUnparsed, CheckedLines, stdin_bytes
-from stateflow.memory.protocol import protocol_text
 from stateflow.memory.view import Context
 from stateflow.tools import ToolHost, ToolResult
 
@@ -136,7 +135,12 @@ def build_server(
     instructions: str | None = None,
     subscriptions: Subscriptions | None = None,
     offload: Offload = on_thread,
+    per_view: bool = False,
 ) -> Server[Any]:
+    """The server over ``host_for``'s tools. ``per_view``: each ``initialize`` is answered with
+    the protocol of its request's own view (over HTTP, the headers name it: its scopes, a
+    read-only token's reading only), ``instructions`` only where that view is refused."""
+
     async def host(ctx: Any) -> ToolHost:
         try:
             tools: ToolHost = await offload(functools.partial(host_for, ctx), None)
@@ -242,6 +246,19 @@ def build_server(
         on_subscriptions_listen=listen if subscriptions is not None else None,
     )
     server.middleware.append(_unshaped_arguments)
+
+    async def view_instructions(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        result = await call_next(ctx)
+        if ctx.method != "initialize" or not isinstance(result, dict):
+            return result
+        try:
+            tools: ToolHost = await offload(functools.partial(host_for, ctx), None)
+        except StateflowError:
+            return result  # (the generic text: the request's calls are refused, naming why)
+        return {**result, "instructions": tools.view.protocol()}
+
+    if per_view:
+        server.middleware.append(view_instructions)
     return server
 
 
@@ -256,7 +273,7 @@ def serve_stdio(host: ToolHost, host_for: HostFactory | None = None) -> None:
     else:
         view = host.view
         subscriptions = Subscriptions(host_for, (CONTEXT_URI, CONTEXT_JSON_URI))
-        server = build_server(host_for, protocol_text(view.config.mode, view.scopes), subscriptions)
+        server = build_server(host_for, view.protocol(), subscriptions)
 
     async def main() -> None:
         with stdin_bytes() as stdin:

@@ -1279,6 +1279,11 @@ class MemoryView(Staging):
             nav["keys"] = merged
         return nav
 
+    def protocol(self) -> str:
+        """The protocol text of this view, as its context begins: its scopes only, and reading
+        only for a read-only view."""
+        return protocol_text(self.config.mode, self.scopes, self.config.read_only)
+
     def context(self) -> Context:
         """What a model sees at the start of a turn (no lazy bodies), byte-stable per state.
         Mode off shows no memory: the head is empty on every door (text, JSON, MCP resource)."""
