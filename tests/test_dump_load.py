@@ -256,6 +256,38 @@ def test_a_dump_never_replaces_a_pipe_a_link_or_a_device_and_dash_is_stdout(tmp_
     assert json.loads(dashed.stdout.splitlines()[-2])["body"] == {"x": 1}
 
 
+def test_an_answer_stdout_cannot_take_is_one_refusal(backend: str, tmp_path: Path) -> None:
+    """stdout on a full disk (here: a file past the process's file-size limit, EFBIG) is the
+    documented target-unwritable, not an OSError traceback, for a dump and any other answer."""
+    import resource
+    import signal
+
+    def limited() -> None:  # (in the child: stdout, not the store, is what it cannot write)
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
+
+    open_store(backend, auto_migrate=True).close()
+    (tmp_path / "big.json").write_text(json.dumps({"x": "y" * 2_000_000}))
+    assert sf(backend, "doc", "put", "notes", "a", "--file", str(tmp_path / "big.json")).returncode == 0
+    # (unbuffered, Python drops the rest of a short write without a word)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"} | {"STATEFLOW_STORE": backend}
+    for args in (["dump"], ["dump", "-"], ["doc", "get", "notes", "a"]):
+        with (tmp_path / "out").open("wb") as out:
+            done = subprocess.run(
+                ["stateflow", *args],
+                stdout=out,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=env,
+                preexec_fn=limited,
+            )
+        assert done.returncode == 1, (args, done.stderr)
+        assert done.stderr == "error[target-unwritable]: cannot write stdout: File too large\n", (
+            args,
+            done.stderr,
+        )
+
+
 def test_a_store_whose_history_was_pruned_dumps_only_what_loads(backend: str, tmp_path: Path) -> None:
     """Retention pruned a document's first revisions: a dump with history could never replay
     it, so the dump is refused up front, naming the document and --no-history; a transition left

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import errno
+import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Final
 
 import click
 from click.core import ParameterSource
@@ -260,5 +264,23 @@ for name, command in cli.commands.items():
     decorate(command, name)
 
 
+OUTPUT_ERRORS: Final = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO})
+"""what writing stdout may fail with (a full disk, a quota, a file too large, a device's error);
+a command's other files answer their own refusal, and a closed pipe ends the command quietly"""
+
+
 def main() -> None:
-    cli(prog_name="stateflow")
+    try:
+        try:
+            cli(prog_name="stateflow")
+        finally:
+            # what is still buffered is written here, where its failure can be answered (at exit
+            # it would be a traceback-like "Exception ignored" and status 120)
+            sys.stdout.flush()
+    except OSError as exc:
+        if exc.errno not in OUTPUT_ERRORS:
+            raise
+        # the answer is lost: drop what is left of it, so the exit does not try again
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115  (the process ends now)
+        click.echo(f"error[target-unwritable]: cannot write stdout: {exc.strerror or exc}", err=True)
+        sys.exit(1)
