@@ -186,6 +186,28 @@ def test_receipts_and_recent_transitions_never_repeat_a_large_value(store: SqlSt
     assert json.dumps(head["state"]["tactics"]["small"]) == "2"
 
 
+def test_a_large_value_under_a_key_the_read_grammar_cannot_spell_is_read_by_its_ancestor(
+    store: SqlStore,
+) -> None:
+    # patch_state takes such keys: the value left out is still one call away, the nearest
+    # readable ancestor's, which holds it (as the dangling-reference hint names such a place)
+    m = view(store)
+    big = "y" * 3000
+    receipt = m.patch_state({"session": {"tactics": {"bad key": {"a.b": big}}}})
+    (entry,) = entries(receipt)
+    assert entry == {
+        "path": ["tactics", "bad key", "a.b"],
+        "omitted_bytes": len(big) + 2,
+        "read_state": {"path": "effective.tactics"},
+    }
+    assert m.read_state(entry["read_state"])["value"]["bad key"]["a.b"] == big
+    m.patch_state({"session": {"tactics": {"small": 1}}})
+    (first, _second) = m.context().head["recent_transitions"]
+    stand_in = first["changes"][0]["patch"]["tactics"]["bad key"]["a.b"]["$omitted"]
+    assert stand_in["read_state"] == {"path": "session[1].tactics"}
+    assert m.read_state(stand_in["read_state"])["value"]["bad key"]["a.b"] == big
+
+
 def test_a_hot_budget_refuses_growth_and_names_the_fix(store: SqlStore) -> None:
     m = view(store, hot_budget=4096)
     m.patch_state({"session": {"tactics": {"small": "fits"}}})

@@ -143,8 +143,10 @@ def effective_entries(
 
 
 def read_path(root: str | None, path: tuple[str | int, ...]) -> str | None:
-    """The read_state path of ``path`` under ``root``, or None when a key is outside the grammar
-    (or there is no readable root)."""
+    """The read_state path of ``path`` under ``root`` (None: no readable root). Below a key the
+    read grammar cannot spell (``"bad key"``, a file path) it is the nearest readable ancestor,
+    which holds the value — as the dangling-reference hint names such a place — so every value
+    left out is one call away."""
     if root is None:
         return None
     text = root
@@ -154,7 +156,7 @@ def read_path(root: str | None, path: tuple[str | int, ...]) -> str | None:
         elif is_key(seg):
             text += f".{seg}"
         else:
-            return None
+            break
     return text
 
 
