@@ -75,3 +75,17 @@ def test_check_migrate_and_the_serve_banner_mask_a_password_parameter(
             server.stop()
     banner = log.read_text()
     assert "(store: postgresql://" in banner and "password=***" in banner and SECRET not in banner
+
+
+def test_the_serve_banner_names_the_store_with_several_processes(backend: str, tmp_path: Path) -> None:
+    """With --workers N (the documented deployment) the banner named neither the store nor the
+    studio: the service log never said which store it serves."""
+    sqlite = not backend.startswith("postgresql")
+    url = str(tmp_path / "team.db") if sqlite else f"{backend}&password={SECRET}"
+    expected = f"sqlite:///{tmp_path / 'team.db'}" if sqlite else display_location(url)
+    log = tmp_path / "serve.log"
+    servers.start(servers.base_env(tmp_path, url), "--workers", "2", log=log).stop()
+    lines = log.read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("stateflow API on "))
+    assert lines[at].endswith(f"/api/states (store: {expected}; 2 processes)"), lines
+    assert lines[at + 1].startswith("studio on http://127.0.0.1:") and SECRET not in "".join(lines), lines

@@ -15,6 +15,8 @@ from stateflow.cli.common import Context, pass_context, refusals
 from stateflow.cli.examples import decorate
 from stateflow.config import Config
 from stateflow.extras import needs_extra
+from stateflow.store import resolve_store_url
+from stateflow.store.open import display_location
 
 if TYPE_CHECKING:
     from stateflow.states import StatesService
@@ -102,17 +104,23 @@ def serve(
     token_specs, note = _token_specs(config)
     if note:
         click.echo(note, err=True)
-    where = f"http://{settings.host}:{settings.port}/api/states"
+    base = f"http://{settings.host}:{settings.port}"
+    # the banner names the store served, whichever the number of processes (a service log
+    # then tells which store a deployment uses)
+    links = f"studio on {base}/studio, API docs on {base}/docs"
     if settings.workers > 1:
-        click.echo(f"stateflow API on {where} ({settings.workers} processes)", err=True)
+        store = display_location(resolve_store_url(ctx.store_location), absolute=True)
+        click.echo(
+            f"stateflow API on {base}/api/states (store: {store}; {settings.workers} processes)", err=True
+        )
+        click.echo(links, err=True)
         server.run_workers(sock, config, ctx.store_location, token_specs)
         return
     access.configure(settings.log_level, json_lines=settings.log_format == "json")
     service = _service(ctx.store(), config)
     app = server.build_app(service, config, token_specs)
-    click.echo(f"stateflow API on {where} (store: {ctx.store().url})", err=True)
-    base = f"http://{settings.host}:{settings.port}"
-    click.echo(f"studio on {base}/studio, API docs on {base}/docs", err=True)
+    click.echo(f"stateflow API on {base}/api/states (store: {ctx.store().url})", err=True)
+    click.echo(links, err=True)
     try:
         server.run(app, sock, on_stop=service.close, log_level="warning")
     finally:
