@@ -113,6 +113,30 @@ def test_corrupt_catalog_row_over_http_is_a_named_500(client: TestClient, servic
 # ---------------------------------------------------------------------- declarations
 
 
+def test_store_messages_name_a_record_as_the_states_door_does(
+    client: TestClient, service: StatesService, store: SqlStore
+) -> None:
+    # the store knows a record only by its storage key (tickets/["agent","alice","thread","t1"]);
+    # its messages name it as the states door does, the one rendering of a record's name
+    for status in ("open", "closed", "done"):
+        service.replace("tickets", SUBJECT, {"status": status})
+    store.prune_history("tickets", "9999-01-01T00:00:00Z")
+    record = "record thread/t1 of state 'tickets'"
+    gone = client.get(f"{REC}/t1?revision=1")
+    assert gone.status_code == 404
+    assert gone.json()["error"] == f"{record} revision 1 predates the retained history", gone.json()
+    with pytest.raises(StateflowError) as refused:
+        service.read("tickets", SUBJECT, revision=2)
+    assert refused.value.message == f"{record} revision 2 predates the retained history"
+    key = DocKey("tickets", '["agent","alice","thread","t1"]')
+    with pytest.raises(StateflowError) as moved:
+        store.commit([Write.between(key, {"status": "open"}, {"status": "x"}, 1)], {"door": "test"})
+    assert moved.value.code == "conflict"
+    assert moved.value.message.startswith(f"{record} changed concurrently: it is at revision 3"), moved.value
+    # a document that is no record keeps its storage name
+    assert str(DocKey("_states", "tickets")) == "_states/tickets"
+
+
 def test_declare_answers_what_a_read_answers(service: StatesService, client: TestClient) -> None:
     answered = service.declare("tickets", {**DECL, "description": "changed"})
     assert answered == service.get_declaration("tickets")

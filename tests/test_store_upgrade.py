@@ -104,7 +104,7 @@ def _reads_back(store: SqlStore, expected: dict[str, Any]) -> None:
         assert (got.at, got.origin) == (want["at"], want["origin"])
         assert [
             {
-                "key": str(c.key),
+                "key": "/".join(c.key),  # (its storage key: state/subject)
                 "revision": c.revision,
                 "edits": [e.to_json() for e in c.edits],
                 "paths": c.paths,
@@ -741,7 +741,7 @@ def _audit(store: SqlStore, limit: int) -> list[tuple[int, list[tuple[str, int]]
     out: list[tuple[int, list[tuple[str, int]]]] = []
     after = 0
     while page := store.transitions(after_seq=after, limit=limit):
-        out += [(t.seq, [(str(c.key), c.revision) for c in t.changes]) for t in page]
+        out += [(t.seq, [("/".join(c.key), c.revision) for c in t.changes]) for t in page]
         after = page[-1].seq
     return out
 
@@ -779,7 +779,7 @@ def test_a_schema_15_store_upgrades_to_16_and_reads_audits_and_prunes_the_same(
         ]
         assert _audit(store, 1) == _audit(store, 7) == whole  # the same by page
         if sqlite:
-            assert [(s, str(DocKey(st, sub)), r) for s, st, sub, r in before] == [
+            assert [(s, f"{st}/{sub}", r) for s, st, sub, r in before] == [
                 (s, k, r) for s, changes in whole for k, r in changes
             ]
             assert (
@@ -809,9 +809,9 @@ def test_a_schema_15_store_upgrades_to_16_and_reads_audits_and_prunes_the_same(
         )
         assert commit.seq is not None and commit.at is not None
         [last] = store.transitions(after_seq=commit.seq - 1)
-        assert [(str(c.key), c.revision) for c in last.changes] == [
-            (str(notes), old_notes.revision + 1),
-            (str(ticket), old_ticket.revision + 1),
+        assert [(c.key, c.revision) for c in last.changes] == [
+            (notes, old_notes.revision + 1),
+            (ticket, old_ticket.revision + 1),
         ]
         # pruning: the transitions whose every change goes are deleted, as under 15
         cut = next(t for t in store.transitions(limit=100) if t.seq == 10).at
@@ -823,7 +823,7 @@ def test_a_schema_15_store_upgrades_to_16_and_reads_audits_and_prunes_the_same(
         assert store.purge("tickets") == 1
         assert [s for s, _ in _audit(store, 5)] == [*range(10, 22), commit.seq]
         [last] = store.transitions(after_seq=commit.seq - 1)
-        assert [(str(c.key), c.revision) for c in last.changes] == [(str(notes), old_notes.revision + 1)]
+        assert [(c.key, c.revision) for c in last.changes] == [(notes, old_notes.revision + 1)]
         assert store.purge("notes") == 2
         assert [s for s, _ in _audit(store, 5)] == [*range(18, 22), commit.seq]  # the newest stays
         assert store.transitions(after_seq=commit.seq - 1)[0].changes == []

@@ -6,6 +6,7 @@ non-ASCII) and sorts by target first.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import orjson
@@ -43,3 +44,27 @@ class Subject:
         if not (isinstance(parts, list) and len(parts) == 4 and all(isinstance(p, str) for p in parts)):
             raise InvalidInput(f"not an encoded subject: {text!r}")
         return Subject(*parts)
+
+
+def record_name(state: str, subject: str) -> str:
+    """How every message names the document ``(state, subject)``, whichever layer raises it: a
+    record by its kind and key in its state, as the states door names it (``record thread/t-1
+    of state 'tickets'``), not by its storage key (``tickets/["agent","bot","thread","t-1"]``);
+    anything else (a store's own document, a subject of another form) as ``state/subject``."""
+    if subject.startswith('["'):
+        named = _record_name(state, subject)
+        if named is not None:
+            return named
+    return f"{state}/{subject}"
+
+
+@functools.lru_cache(maxsize=4096)
+def _record_name(state: str, subject: str) -> str | None:
+    # (kept: reads name their documents eagerly, in case a stored value turns out corrupt)
+    try:
+        parts = orjson.loads(subject)
+    except orjson.JSONDecodeError:
+        return None
+    if not (type(parts) is list and len(parts) == 4 and all(type(p) is str for p in parts)):
+        return None
+    return f"record {parts[2]}/{parts[3]} of state {state!r}"

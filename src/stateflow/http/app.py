@@ -53,6 +53,7 @@ from stateflow.states.template_jq import template_jq_params
 from stateflow.states.templates import unknown_keys
 from stateflow.store.migrations import SCHEMA_VERSION
 from stateflow.studio import mount_studio
+from stateflow.subjects import record_name
 
 OWN_AUTH = (ASSETS_URL + "/", "/studio/")
 
@@ -332,7 +333,7 @@ def _read_matched(answer: Response, expect: int | Literal["*"], subject: StateSu
     if (now == 0) if expect == "*" else (now != expect):
         where = f"is at revision {now}" if now else "does not exist (revision 0)"
         raise RevisionMismatch(
-            f"record {subject.kind}/{subject.key} of state {name!r} {where}, not {expect}"
+            f"{record_name(name, subject.encode())} {where}, not {expect}"
             + ("" if expect != "*" else ', and "*" needs a current record')
         )
 

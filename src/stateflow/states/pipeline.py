@@ -42,7 +42,7 @@ from stateflow.store import Commit, DocKey, Document, OpIdTaken, Store, Write
 from stateflow.store.ledger import scope_in
 from stateflow.store.plan import validate_writes
 from stateflow.store.spares import SPARES
-from stateflow.subjects import Subject
+from stateflow.subjects import Subject, record_name
 
 if TYPE_CHECKING:
     from stateflow.states.service import StatesService
@@ -153,15 +153,14 @@ def check_expected(current: Document, expect: int | None, subject: StateSubject,
     if expect == ANY_REVISION:
         if not now:
             raise RevisionMismatch(
-                f"record {subject.kind}/{subject.key} of state {state!r} does not exist (revision 0), "
+                f"{record_name(state, subject.encode())} does not exist (revision 0), "
                 'and "*" needs a current record; write it without the condition, or create-only with 0'
             )
         return
     if now != expect:
         where = f"is at revision {now}" if now else "does not exist (revision 0)"
         raise RevisionMismatch(
-            f"record {subject.kind}/{subject.key} of state {state!r} {where}, not {expect}; "
-            "read it again and retry"
+            f"{record_name(state, subject.encode())} {where}, not {expect}; read it again and retry"
         )
 
 
@@ -190,8 +189,10 @@ def _check_valid(
 
 
 def _record_name(key: DocKey, with_state: bool) -> str:
+    if with_state:
+        return str(key)  # (the one rendering of a record's name: ``subjects.record_name``)
     subject = StateSubject.decode(key.subject)
-    return f"record {subject.kind}/{subject.key}" + (f" of state {key.state!r}" if with_state else "")
+    return f"record {subject.kind}/{subject.key}"
 
 
 def op_scope(state: str, subject: StateSubject) -> str:

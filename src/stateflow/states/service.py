@@ -897,11 +897,8 @@ class StatesService:
         key = DocKey(name, canonical.encode())
         try:
             doc = self.store.read_at(key, revision=revision, seq=seq)
-        except RevisionNotFound as exc:  # (the store names the document by its stored subject)
-            missing = (
-                f"record {canonical.kind}/{canonical.key} of state {name!r} has no revision "
-                f"{exc.revision} (current revision {exc.current})"
-            )
+        except RevisionNotFound as exc:  # (named as the record: thread/t-1 of state 'tickets')
+            missing = exc.message
             if canonical == subject:
                 raise NotFound(missing) from None
             raise NotFound(

@@ -10,6 +10,7 @@ from stateflow.doc.canonical import JSON, utf8_text
 from stateflow.doc.diff import Edit, Segment, Within, diff, diff_within, within
 from stateflow.doc.select import MISSING
 from stateflow.errors import InvalidInput, NotFound
+from stateflow.subjects import record_name
 
 
 class _Key(NamedTuple):
@@ -46,15 +47,16 @@ class DocKey(_Key):
         return _new_tuple(cls, (state, subject))
 
     def __str__(self) -> str:
-        return f"{self.state}/{self.subject}"
+        # (every message names a document through here: a record as users know it)
+        return record_name(self.state, self.subject)
 
     def __repr__(self) -> str:
         return f"DocKey(state={self.state!r}, subject={self.subject!r})"
 
 
 class RevisionNotFound(NotFound):
-    """A read as of a revision the document has not reached: a layer above, which knows what
-    the document is (a declared state's record), names it its own way."""
+    """A read as of a revision the document has not reached (named as every message names a
+    document; a layer above may say more, as why a folded record has no such revision)."""
 
     def __init__(self, key: DocKey, revision: int, current: int) -> None:
         super().__init__(f"{key} has no revision {revision} (current revision {current})")

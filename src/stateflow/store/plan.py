@@ -301,7 +301,6 @@ def validate_writes(writes: Sequence[Write], origin: dict[str, Any] | None, *, v
         seen.add(write.key)
         if write.expect is not None and (type(write.expect) is not int or write.expect < 0):
             raise InvalidInput(f"{write.key}: expected revision must be an integer ≥ 0")
-        what = str(write.key) if values else ""  # (once per write, not per edit)
         for edit in write.edits:
             if not edit.path:
                 if edit.value is not MISSING:
@@ -317,7 +316,11 @@ def validate_writes(writes: Sequence[Write], origin: dict[str, Any] | None, *, v
             elif problem := _member_name_problem(write.key, edit.path[0]):
                 raise problem
             if values and edit.value is not MISSING:  # (not a delete)
-                check(edit.value, what)
+                try:
+                    check(edit.value)
+                except InvalidJSON:  # named again, the document's name made only now
+                    check(edit.value, str(write.key))
+                    raise
     if origin is not None:
         if type(origin) is not dict:
             raise InvalidInput("origin must be a JSON object")
