@@ -876,13 +876,14 @@ class MemoryView(Staging):
         """The patch of the change ``path`` names (``shallow``: each value it sets kept as a tree
         is an empty container of its kind — enough for its keys, see ``Store.history``)."""
         limit = self.config.history_limit
-        # (the window's newest `limit` transitions hold at most `limit` changes of a scope: the
-        # refusals name the window, as a session[n] patch read's do — the change may be retained)
-        if path.index > limit:
+        # the window's newest `limit` transitions hold at most `limit` changes of a scope, so an
+        # index from `limit` up can never be served (unlike session[limit], the oldest boundary)
+        if path.index >= limit:
             raise InvalidPath(
                 f"patch index {path.index} is out of range: "
                 + (
-                    f"use an integer from 0 to {limit - 1}"
+                    f"use an integer from 0 to {limit - 1} (the view's newest {limit} transition(s) "
+                    f"hold at most {limit} change(s) of a scope)"
                     if limit
                     else "history_limit is 0, so no patch is readable"
                 )
@@ -892,11 +893,7 @@ class MemoryView(Staging):
         if len(own) <= path.index:
             raise NotFound(
                 f"{path.scope} patch {path.index} is outside the retained window: "
-                + (
-                    f"the view's newest {limit} transition(s) hold {len(own)} {path.scope} change(s)"
-                    if limit
-                    else "history_limit is 0"
-                )
+                f"the view's newest {limit} transition(s) hold {len(own)} {path.scope} change(s)"
             )
         [change] = self.store.history([key], limit=1, before_seq=own[path.index].seq + 1, shallow=shallow)
         return self._out(self._project_patch(to_patch(change.edits), with_lazy=True))
