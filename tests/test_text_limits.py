@@ -1,8 +1,10 @@
 """Texts a row's key holds (state names, subjects, top-level member names): each has one limit,
-enforced alike on both backends and named in the refusal — through the real HTTP app."""
+enforced alike on both backends and named in the refusal, and none holds U+0000 (a PostgreSQL
+text cannot) — through the real HTTP app."""
 
 from __future__ import annotations
 
+import base64
 import random
 import string
 from collections.abc import Iterator
@@ -12,6 +14,7 @@ from urllib.parse import quote
 import pytest
 from fastapi.testclient import TestClient
 
+from stateflow.errors import InvalidInput
 from stateflow.http.app import create_app
 from stateflow.http.auth import TokenSet, parse_token
 from stateflow.states import StatesService
@@ -96,3 +99,70 @@ def test_a_state_name_is_at_most_128_characters(client: TestClient) -> None:
     for name in (noise(129, string.ascii_lowercase), noise(3000, string.ascii_lowercase)):
         refused(client.put(f"/api/states/{name}", json=DECL), "invalid-input", "128")
         assert client.get(f"/api/states/{name}").status_code == 404
+
+
+# -------------------------------------------------- U+0000, which no stored name holds
+
+
+def b64(text: str) -> str:
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+
+def test_a_name_holding_nul_is_refused_alike_on_every_route(client: TestClient, store: SqlStore) -> None:
+    # a PostgreSQL text cannot hold U+0000: a state or template name holding it is refused as
+    # invalid input before any SQL, on both backends (no store error)
+    calls: list[tuple[str, str, Any]] = [
+        ("GET", "/api/states/x%00", None),
+        ("DELETE", "/api/states/x%00", None),
+        ("GET", "/api/states/x%00/stats", None),
+        ("GET", "/api/states/x%00/subjects", None),
+        ("POST", "/api/states/x%00/records/search", {"filters": {"n": 1}}),
+        ("GET", "/api/states/x%00/records/agent/b/t/k", None),
+        ("PUT", "/api/states/x%00/records/agent/b/t/k", {"n": 1}),
+        ("GET", "/api/state-templates/x%00", None),
+        ("DELETE", "/api/state-templates/x%00", None),
+        ("PUT", "/api/states/s/attachments/x%00", {"path": ["p"]}),
+    ]
+    for method, url, body in calls:
+        r = client.request(method, url, json=body)
+        refused(r, "invalid-input", "U+0000")
+    service = StatesService(store)
+    for call in (service.get_declaration, service.get_template):
+        with pytest.raises(InvalidInput, match="U\\+0000"):
+            call("x\x00")
+
+
+def test_a_cursor_holding_nul_is_malformed(client: TestClient) -> None:
+    for i in range(3):
+        assert client.put(record("bot", f"k{i}"), json={"n": i}).status_code == 200
+    texts = ["\x00", "\x00other:1", "a\x00b", '["agent","bot","t","a\x00"]', '\x00sorted:[[1],"a\x00"]']
+    for text in texts:
+        cursor = b64(text)
+        refused(client.get(f"/api/states/s/subjects?cursor={cursor}"), "invalid-input", "cursor is malformed")
+        search: dict[str, Any] = {"filters": {"n": {"$gte": 0}}, "cursor": cursor}
+        refused(
+            client.post("/api/states/s/records/search", json=search), "invalid-input", "cursor is malformed"
+        )
+        search["sort"] = [{"path": ["n"]}]
+        refused(
+            client.post("/api/states/s/records/search", json=search), "invalid-input", "cursor is malformed"
+        )
+
+
+def test_a_search_naming_a_member_holding_nul_finds_it_missing(client: TestClient) -> None:
+    for i in range(3):
+        assert client.put(record("bot", f"k{i}"), json={"n": 2 - i}).status_code == 200
+
+    def keys(body: dict[str, Any]) -> list[str]:
+        r = client.post("/api/states/s/records/search", json=body)
+        assert r.status_code == 200, r.text
+        return [m["subject"]["key"] for m in r.json()["data"]["matches"]]
+
+    assert keys({"filters": {"s\x00": 1}}) == []
+    assert keys({"filters": {"n": 1, "s\x00": 1}}) == []
+    assert keys({"filters": {"s\x00": {"$gte": 1}}}) == []
+    assert keys({"filters": {"s\x00": {"$exists": False}, "n": {"$gte": 0}}}) == ["k0", "k1", "k2"]
+    # sorted by a name no record holds: every match ties (missing), in subject order
+    by_nul = [{"path": ["s\x00"]}, {"path": ["n"]}]
+    assert keys({"filters": {"n": {"$gte": 0}}, "sort": by_nul}) == ["k2", "k1", "k0"]
+    assert keys({"filters": {"s\x00": 1}, "sort": by_nul}) == []

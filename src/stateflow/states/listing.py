@@ -86,7 +86,9 @@ def _decode_cursor(given: str | None) -> str | None:
         text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
     except (ValueError, UnicodeDecodeError) as exc:
         raise malformed from exc
-    if not text:
+    # a subject never holds a raw U+0000 (its JSON escapes it), nor does a sorted search's
+    # position after its marker: such text is no cursor a page returned (and no store compares it)
+    if not text or "\x00" in (text[len(_SORTED) :] if text.startswith(_SORTED) else text):
         raise malformed
     return text
 

@@ -206,6 +206,8 @@ class Listing(StoreCore):
         if type(filters) is not dict or not (filters or bounds):
             raise InvalidInput("search needs a non-empty filters object (a containment document)")
         check(filters, "filters")
+        if _unheld(filters, bounds):
+            return []
         in_sql = (
             filters
             if len(filters) <= SQL_FILTER_MEMBERS
@@ -258,7 +260,10 @@ class Listing(StoreCore):
         if type(filters) is not dict:
             raise InvalidInput("search filters must be an object (a containment document)")
         check(filters, "filters")
-        sqls = [self._sort_sql(tuple(path[1:])) for path, _ in order]
+        if _unheld(filters, bounds):
+            return []
+        # (a top-level name holding U+0000 is every document's missing value: the caller sorts)
+        sqls = [None if "\x00" in path[0] else self._sort_sql(tuple(path[1:])) for path, _ in order]
         if not order or any(sql is None for sql in sqls):
             return None
         sql = [x for x in sqls if x is not None]
@@ -536,3 +541,10 @@ def _sort_value(rank: int, number: Any, text: Any) -> Any:
     if rank == 2:
         return bool(number)
     return {} if rank == 8 else None
+
+
+def _unheld(filters: dict[str, Any], bounds: Sequence[Bound]) -> bool:
+    """Whether a filter or a bound names a top-level member holding U+0000: no document has one
+    (writes refuse it, and a PostgreSQL text cannot hold it), so nothing matches — answered so
+    on every backend before any SQL."""
+    return any("\x00" in name for name in filters) or any("\x00" in name for name, _, _ in bounds)

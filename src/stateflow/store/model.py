@@ -30,7 +30,8 @@ class DocKey(_Key):
         # (the tuple made here, not by the named tuple's generated ``__new__``: every write
         # names its documents, a call less each)
         if type(state) is str and type(subject) is str and state and subject:
-            if state.isascii() and subject.isascii():  # (constant time: the common key, at once)
+            # (constant time for the common key: ASCII, and a NUL found by memchr)
+            if state.isascii() and subject.isascii() and "\x00" not in state and "\x00" not in subject:
                 return _new_tuple(cls, (state, subject))
         elif not isinstance(state, str) or not state:
             raise InvalidInput("a document key needs a non-empty state name")
@@ -44,6 +45,11 @@ class DocKey(_Key):
                     f"a document key's {part} must be Unicode text: it holds a lone surrogate (such as "
                     "a byte that is not UTF-8 in a command-line argument)"
                 )
+            # a PostgreSQL text cannot hold U+0000, so no store holds such a key: one answer on
+            # every backend, before any SQL (an encoded subject escapes it: only a state or
+            # template name given as it was can hold one)
+            if "\x00" in text:
+                raise InvalidInput(f"the name {text!r} holds U+0000 (NUL), which no stored name may hold")
         return _new_tuple(cls, (state, subject))
 
     def __str__(self) -> str:
