@@ -208,7 +208,16 @@ class EdgeCalls:
     A write of a large request body (:meth:`sized`) always takes the hop: its time is known to
     be long before it begins."""
 
-    __slots__ = ("_active", "_held_until", "_loop_ok", "_sample", "_shared_until", "_spare", "hop")
+    __slots__ = (
+        "_active",
+        "_held_until",
+        "_lock_held",
+        "_loop_ok",
+        "_sample",
+        "_shared_until",
+        "_spare",
+        "hop",
+    )
 
     def __init__(self, store: Store) -> None:
         self.hop = edge_runner(store)
@@ -217,6 +226,8 @@ class EdgeCalls:
         """a lone call may run on the loop's thread: the hop takes a worker thread (else the call
         runs on the loop already, awaited), and the store's calls are not ones that wait on the
         network (PostgreSQL's; see the class)"""
+        self._lock_held: Callable[[], bool] | None = getattr(store, "write_lock_held", None)
+        """whether a write begun now would wait for the store's write lock (SQLite's)"""
         self._active = 0
         """calls begun and not yet returned"""
         self._shared_until = 0.0
@@ -240,6 +251,15 @@ class EdgeCalls:
     async def short(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
         """``fn(*args, **kwargs)``: on the loop's thread when it is the only call in flight,
         else as :meth:`run` (see the class)."""
+        return await self._short(False, fn, args, kwargs)
+
+    async def _short(self, writes: bool, fn: Callable[..., R], args: Any, kwargs: Any) -> R:
+        """:meth:`short`; a call that ``writes`` runs on the loop's thread only while the
+        store's write lock is free (``write_lock_held``, one system call on SQLite): taken —
+        another process's turn, a ``sqlite3`` shell's transaction — the call would wait for it
+        there, up to ``wait_seconds``, with every request (``/api/health`` too) behind it, so
+        it takes the hop and the loop goes on answering. (The lock may be taken between the
+        look and the write's ``BEGIN``: that write waits on the loop, as every one did.)"""
         self._active += 1
         try:
             now = monotonic()
@@ -252,7 +272,7 @@ class EdgeCalls:
             ):
                 # Requests read with this one in the same loop pass reach their calls first.
                 await asyncio.sleep(0)
-                if self._active == 1:
+                if self._active == 1 and not (writes and self._lock_held is not None and self._lock_held()):
                     began = monotonic()
                     try:
                         return contextvars.copy_context().run(fn, *args, **kwargs)
@@ -273,7 +293,14 @@ class EdgeCalls:
         :data:`SHORT_BODY_BYTES` always takes the hop (never the loop's thread), as :meth:`run`."""
         if size > SHORT_BODY_BYTES:
             return await self.run(self.hop(fn, *args, **kwargs))
-        return await self.short(fn, *args, **kwargs)
+        return await self._short(False, fn, args, kwargs)
+
+    async def write(self, size: int, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
+        """:meth:`sized` for a call that writes: never on the loop's thread while the store's
+        write lock is taken (see :meth:`_short`)."""
+        if size > SHORT_BODY_BYTES:
+            return await self.run(self.hop(fn, *args, **kwargs))
+        return await self._short(True, fn, args, kwargs)
 
     def _cpu_to_spare(self, now: float) -> bool:
         """Whether the loop's thread waited for a CPU under :data:`CONTENDED_SHARE` of the time

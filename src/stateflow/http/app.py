@@ -522,12 +522,18 @@ def create_app(
         result = await run(fn, *args, blocking=blocking, **kwargs)
         return _json(200, {"data": result})
 
-    async def call_record(fn: Callable[..., Any], *args: Any, body_size: int = 0, **kwargs: Any) -> Response:
+    async def call_record(
+        fn: Callable[..., Any], *args: Any, body_size: int = 0, writes: bool = False, **kwargs: Any
+    ) -> Response:
         """A record answer, with its revision as the ``ETag``: an absent record's is "0", what
         a create-only write's ``If-Match`` names (the service's ``expected_revision``).
-        ``body_size``: a write's request body's, which decides whether it may run on the loop."""
+        ``body_size``: a write's request body's, which decides whether it may run on the loop;
+        a call that ``writes`` does not while the store's write lock is taken."""
         # (never blocking: not through run)
-        result = await calls.sized(body_size, fn, *args, **kwargs)
+        if writes:
+            result = await calls.write(body_size, fn, *args, **kwargs)
+        else:
+            result = await calls.sized(body_size, fn, *args, **kwargs)
         if result is None:
             return _Answer(encode_trusted({"data": None}), 200, [_etag(0)])
         return _Answer(encode_trusted({"data": result}), 200, [_etag(result["revision"])])
@@ -756,6 +762,7 @@ def create_app(
                     context=ctx,
                     expect_revision=expect,
                     body_size=len(request._body),
+                    writes=True,
                 )
             if method == "DELETE":
                 await _no_body(request)
@@ -780,6 +787,7 @@ def create_app(
                 origin=origin,
                 context=ctx,
                 expect_revision=expect,
+                writes=True,
             )
         elif suffix == ["deltas"] and method == "POST":
             body = await _body(request, exact_integers=True)

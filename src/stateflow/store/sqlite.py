@@ -12,11 +12,13 @@ power loss.
 from __future__ import annotations
 
 import copy
+import fcntl
 import math
 import mmap
 import os
 import shutil
 import sqlite3
+import struct
 import sys
 import threading
 import time
@@ -499,6 +501,14 @@ def _current(snapshot: _Snapshot | None, version: object) -> _Snapshot:
     return snapshot
 
 
+_GETLK: Final[int | None] = getattr(fcntl, "F_OFD_GETLK", None)
+_FLOCK = struct.Struct("hhqqi4x")
+"""``struct flock`` of 64-bit Linux: type, whence, start, length, pid"""
+_WRITE_LOCK: Final = _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, 120, 1, 0)
+"""a write lock on the WAL write lock's byte of the ``-shm`` file (``WALINDEX_LOCK_OFFSET``)"""
+_UNLOCKED: Final = _FLOCK.pack(fcntl.F_UNLCK, 0, 0, 0, 0)[:2]
+
+
 class _CommitWatch:
     """Tells commits apart by the WAL-index header in the database's ``-shm`` file.
 
@@ -532,6 +542,25 @@ class _CommitWatch:
             return None
         first = header[:48]
         return first if first == header[48:96] else None
+
+    def write_locked(self) -> bool:
+        """Whether a connection — of this process or another — holds SQLite's WAL write lock
+        (byte 120 of the ``-shm`` file, the lock SQLite documents for its unix VFS): asked
+        with one system call on the descriptor kept here, never one opened and closed (a
+        close would drop this process's locks on the file). False where it cannot be told
+        (no ``-shm`` file yet, no open-file-description locks)."""
+        if _GETLK is None:
+            return False
+        if self._fd is None:
+            try:
+                self._fd = os.open(self._path, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                return False
+        try:
+            answer = fcntl.fcntl(self._fd, _GETLK, _WRITE_LOCK)
+        except OSError:
+            return False
+        return answer[:2] != _UNLOCKED
 
     def close(self) -> None:
         """Only once the store's connections are closed (see ``_fd``)."""
@@ -740,6 +769,13 @@ class SqliteStore(SqlStore):
         if self._group.holder == _get_ident():  # nested inside our own write: join it
             return nullcontext(self._group.tx(self._writer()))
         return _Member(self._group)  # (the group's ``holder`` while inside)
+
+    def write_lock_held(self) -> bool:
+        """Whether a write begun now would wait for its turn: this process's writers are in
+        one, or another connection (any process's: a writer, ``sqlite3``, a backup) holds the
+        file's write lock. A look, not a claim — a moment later it may differ; an edge asks
+        it to keep a lone write that would wait off its event loop's thread."""
+        return self._group.lock.locked() or self._watch.write_locked()
 
     def _writer(self) -> sqlite3.Connection:
         if self.read_only:
