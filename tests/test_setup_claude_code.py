@@ -476,3 +476,33 @@ def test_setup_warns_of_a_stateflow_not_on_path_and_keeps_the_full_path_a_user_g
         }
         assert hooks["SessionStart"] == [{"hooks": [own]}, hook]
         assert hooks["UserPromptSubmit"] == [hook]
+
+
+def test_the_hook_says_when_it_creates_the_store_it_names(tmp_path: Path) -> None:
+    """The first hook of a project creates its store, as the server's first patch would; a
+    mistyped --store then shows as a new, empty store, so the hook names the file it created."""
+    db = tmp_path / "typo" / "sub" / "m.db"
+
+    def hook() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["stateflow", "--store", str(db), "hook", "claude-code"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp_path,
+            env=dict(os.environ, STATEFLOW_RUNTIME_DIR=str(tmp_path / "runtime")),
+            input='{"session_id": "c1", "hook_event_name": "SessionStart"}',
+        )
+
+    first = hook()
+    assert first.returncode == 0 and db.exists(), first.stderr
+    assert first.stderr == (
+        f"warning: no store was at {db}: this hook created it, empty. If the server and hooks should "
+        "use another, fix the store they name (--store in .claude/settings.json and .mcp.json, or "
+        "STATEFLOW_STORE)\n"
+    )
+    assert (
+        "State Flow memory is active" in json.loads(first.stdout)["hookSpecificOutput"]["additionalContext"]
+    )
+    again = hook()
+    assert again.returncode == 0 and again.stderr == "", again.stderr
