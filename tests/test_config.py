@@ -157,6 +157,19 @@ def test_bad_configuration_is_refused_naming_the_key_and_the_source(tmp_path: Pa
     )
 
 
+def test_a_file_that_is_not_utf8_is_refused_naming_it(tmp_path: Path) -> None:
+    # a file saved as UTF-16 crashed every command in its folder with a UnicodeDecodeError
+    (tmp_path / "stateflow.toml").write_bytes('[store]\nurl = "x.db"\n'.encode("utf-16"))
+    for args in (["doc", "get", "notes", "a"], ["--config", "stateflow.toml", "config", "show"]):
+        out = sf(tmp_path, *args)
+        assert (out.returncode, out.stderr) == (
+            1,
+            f"error[invalid-config]: {'' if args[0] == '--config' else str(tmp_path) + '/'}stateflow.toml "
+            "is not UTF-8 text (byte 0xff at offset 0); save it as UTF-8\n",
+        ), args
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["stateflow.toml"]
+
+
 @pytest.mark.parametrize(
     ("variable", "value", "rule"),
     [

@@ -59,6 +59,11 @@ def _file_layer(path: Path) -> dict[str, Any]:
             layer = tomllib.load(fh)
     except tomllib.TOMLDecodeError as exc:
         raise InvalidConfig(f"{path} is not valid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:  # TOML is UTF-8; tomllib lets the decoder's error through
+        raise InvalidConfig(
+            f"{path} is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start}); "
+            "save it as UTF-8"
+        ) from None
     except OSError as exc:
         raise InvalidConfig(f"cannot read {path}: {exc.strerror or exc}") from None
     return _anchored(layer, path.parent.absolute())
