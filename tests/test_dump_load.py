@@ -288,6 +288,41 @@ def test_an_answer_stdout_cannot_take_is_one_refusal(backend: str, tmp_path: Pat
         )
 
 
+def test_a_dump_piped_into_load_loads(tmp_path: Path) -> None:
+    # load reads its dump twice (checked whole, then loaded): from a pipe it ended in a
+    # traceback (the pipe cannot seek back), and `load -` was refused as a missing file
+    source = str(tmp_path / "s.db")
+    assert sf(source, "doc", "put", "notes", "a", '{"x": 1}').returncode == 0
+    dump = sf(source, "dump").stdout
+    for name, args in [("dash.db", ["load", "-"]), ("stdin.db", ["load", "/dev/stdin"])]:
+        target = str(tmp_path / name)
+        env = dict(os.environ, STATEFLOW_STORE=target)
+        with subprocess.Popen(["stateflow", "--store", source, "dump"], stdout=subprocess.PIPE) as dumping:
+            loaded = subprocess.run(
+                ["stateflow", *args],
+                stdin=dumping.stdout,
+                capture_output=True,
+                text=True,
+                timeout=120,
+                env=env,
+            )
+        assert (loaded.returncode, json.loads(loaded.stdout or "null")) == (
+            0,
+            {"transitions": 1, "documents": 1, "ops": 0},
+        ), loaded.stderr
+        assert sf(target, "dump").stdout == dump
+    # a pipe that holds no whole dump is refused as a file would be, nothing created
+    cut = subprocess.run(
+        ["stateflow", "--store", str(tmp_path / "cut.db"), "load", "-"],
+        input=dump[: len(dump) // 2],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert cut.returncode == 1 and cut.stderr.startswith("error[invalid-dump]: "), cut.stderr
+    assert not (tmp_path / "cut.db").exists()
+
+
 def test_a_store_whose_history_was_pruned_dumps_only_what_loads(backend: str, tmp_path: Path) -> None:
     """Retention pruned a document's first revisions: a dump with history could never replay
     it, so the dump is refused up front, naming the document and --no-history; a transition left

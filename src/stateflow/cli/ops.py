@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Iterable, Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
 import click
 
@@ -207,27 +212,30 @@ def _refuse_store_file(location: str | None, target: Path) -> None:
 
 
 @click.command("load")
-@click.argument("source", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("source", type=click.Path(exists=True, dir_okay=False, allow_dash=True, path_type=Path))
 @progress_.option
 @pass_context
 @refusals
 def load(ctx: Context, source: Path, progress: bool | None) -> None:
     """Load a dump into an empty store (run `stateflow migrate` first on PostgreSQL).
 
-    The whole file is checked before the store is opened: a file that is not a whole dump (one
-    cut short included) creates and changes nothing. A SQLite store the load created is removed
-    if the load is refused; an existing one keeps a mark that `stateflow check` reports."""
+    SOURCE is a dump file, or - for stdin (`stateflow dump | stateflow --store new.db load -`);
+    a pipe is read once, into a private temporary file. The whole dump is checked before the
+    store is opened: one that is not a whole dump (one cut short included) creates and changes
+    nothing. A SQLite store the load created is removed if the load is refused; an existing one
+    keeps a mark that `stateflow check` reports."""
     from stateflow.store.portable import check as check_dump
     from stateflow.store.portable import load as load_store
     from stateflow.store.sqlite import first_missing_folder, remove_created
 
-    size = source.stat().st_size
-    with source.open("rb") as fh, progress_.reporting("load", progress) as reporter:
+    name = "stdin" if str(source) == "-" else str(source)
+    with _rereadable(source) as fh, progress_.reporting("load", progress) as reporter:
+        size = os.fstat(fh.fileno()).st_size
         reporter.phase("checking the dump", size)
         checked = check_dump(_read(fh, reporter))
         if not checked.complete:
             click.echo(
-                f"warning: {source} was written by an earlier stateflow, without an end line: whether it "
+                f"warning: {name} was written by an earlier stateflow, without an end line: whether it "
                 "is complete cannot be fully checked; compare the loaded store with its source",
                 err=True,
             )
@@ -244,6 +252,22 @@ def load(ctx: Context, source: Path, progress: bool | None) -> None:
                 remove_created(path, top)
             raise
     echo_json(counts)
+
+
+@contextmanager
+def _rereadable(source: Path) -> Iterator[BinaryIO]:
+    """``source`` (``-``: stdin) open to be read twice, as a load does (checked whole, then
+    loaded): a file as it is; a pipe, FIFO or terminal, which can be read only once, first copied
+    into a private temporary file (removed on close)."""
+    with ExitStack() as stack:
+        given = sys.stdin.buffer if str(source) == "-" else stack.enter_context(source.open("rb"))
+        if given.seekable():
+            yield given
+            return
+        spool = stack.enter_context(tempfile.TemporaryFile())
+        shutil.copyfileobj(given, spool, 1 << 20)
+        spool.seek(0)
+        yield spool
 
 
 def _read(lines: Iterable[bytes], reporter: progress_.Reporter) -> Iterator[bytes]:
