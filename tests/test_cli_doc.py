@@ -301,3 +301,58 @@ def test_a_misspelt_command_gets_a_suggestion_whether_or_not_it_loads_lazily() -
         assert out.returncode == 2 and f"No such command '{typo}'. Did you mean '{meant}'?" in out.stderr, (
             out.stderr
         )
+
+
+DECLARATION = json.dumps(
+    {
+        "schema": {"type": "object", "properties": {"n": {"type": "integer"}}},
+        "subject_kinds": ["thread"],
+        "default_subject_kind": "thread",
+    }
+)
+
+
+def test_file_dash_reads_stdin_and_every_file_option_says_so(db: str) -> None:
+    # `--file -` was refused as a missing file, and --file had no help text anywhere
+    assert sf("--store", db, "doc", "put", "notes", "a", "--file", "-", stdin='{"x": 1}').returncode == 0
+    patched = sf("--store", db, "doc", "patch", "notes", "a", "--file", "-", stdin='{"y": 2}')
+    assert patched.returncode == 0, patched.stderr
+    assert json.loads(sf("--store", db, "doc", "get", "notes", "a").stdout) == {"x": 1, "y": 2}
+    declared = sf("--store", db, "states", "put", "t", "--file", "-", stdin=DECLARATION)
+    assert declared.returncode == 0, declared.stderr
+    bad = sf("--store", db, "doc", "put", "notes", "b", "--file", "-", stdin="{")
+    assert bad.returncode == 1 and bad.stderr.startswith("error[invalid-json]: --file - (stdin)"), bad.stderr
+    for command, what in (
+        (["doc", "put"], "BODY"),
+        (["doc", "patch"], "PATCH"),
+        (["tool"], "the arguments"),
+        (["states", "put"], "the JSON payload"),
+        (["states", "apply"], "the JSON payload"),
+        (["state-templates", "put"], "the JSON payload"),
+    ):
+        shown = " ".join(sf(*command, "--help").stdout.split())
+        assert f"--file FILE Read {what} from a file ('-': stdin)." in shown, command
+
+
+def test_a_states_write_with_no_payload_at_a_terminal_is_a_usage_error(db: str) -> None:
+    # with stdin a terminal and neither --data nor --file, the command waited silently for input
+    import pty
+
+    controller, terminal = pty.openpty()
+    try:
+        out = subprocess.run(
+            ["stateflow", "--store", db, "states", "put", "tickets"],
+            stdin=terminal,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        os.close(terminal)
+        os.close(controller)
+    assert out.returncode == 2
+    assert out.stderr.endswith(
+        "Error: the payload is required: give --data JSON or --file PATH ('-' for either reads stdin), or pipe it in\n"
+    ), out.stderr
+    piped = sf("--store", db, "states", "put", "tickets", stdin=DECLARATION)
+    assert piped.returncode == 0, piped.stderr  # stdin that is no terminal is still the payload

@@ -170,6 +170,17 @@ def decode_arg(raw: str | bytes, name: str, *, exact_integers: bool = False, non
         raise NotJSON(f"{name}: {exc.message}") from None
 
 
+def file_option(what: str) -> Callable[[F], F]:
+    """``--file PATH`` of a command that takes JSON (``what``: the JSON it takes), ``-`` for
+    stdin as an argument's ``-`` is: one spelling for every such command."""
+    return click.option(
+        "--file",
+        "file",
+        type=click.Path(exists=True, dir_okay=False, allow_dash=True, path_type=Path),
+        help=f"Read {what} from a file ('-': stdin).",
+    )
+
+
 def read_json_arg(
     text: str | None,
     file: Path | None,
@@ -181,12 +192,15 @@ def read_json_arg(
     nonfinite: bool = False,
 ) -> JSON:
     """JSON from an argument (``given``: how the command takes it; ``option``: its option, if
-    it is one), ``--file PATH``, or stdin when the argument is ``-`` (``exact_integers``,
+    it is one), ``--file PATH``, or stdin when the argument or PATH is ``-`` (``exact_integers``,
     ``nonfinite``: as :func:`decode_arg`)."""
     if text is not None and file is not None:
         raise click.UsageError(f"give {what} {given} or with --file, not both")
-    if file is not None:
-        raw: str | bytes = file.read_bytes()
+    if file is not None and str(file) == "-":
+        raw: str | bytes = sys.stdin.buffer.read()
+        name = "--file - (stdin)"
+    elif file is not None:
+        raw = file.read_bytes()
         name = f"--file {file}"
     elif text == "-":
         raw = sys.stdin.buffer.read()

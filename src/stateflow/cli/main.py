@@ -13,7 +13,7 @@ import click
 from click.core import ParameterSource
 
 from stateflow import __version__
-from stateflow.cli.common import Context, echo_json, pass_context, read_json_arg, refusals
+from stateflow.cli.common import Context, echo_json, file_option, pass_context, read_json_arg, refusals
 from stateflow.cli.examples import decorate
 from stateflow.cli.lazy import LazyGroup
 from stateflow.cli.memory import COMMANDS as MEMORY_COMMANDS
@@ -182,7 +182,7 @@ def _write(ctx: Context, key: DocKey, transform: Callable[[JSON], JSON], expect:
 @click.argument("state")
 @click.argument("subject")
 @click.argument("body", required=False)
-@click.option("--file", "file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@file_option("BODY")
 @click.option("--expect", type=int, help="Refuse unless the document is at this revision.")
 @click.option("--raw", is_flag=True, help=RAW_HELP)
 @pass_context
@@ -208,7 +208,7 @@ def doc_put(
 @click.argument("state")
 @click.argument("subject")
 @click.argument("patch", required=False)
-@click.option("--file", "file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@file_option("PATCH")
 @click.option("--expect", type=int, help="Refuse unless the document is at this revision.")
 @click.option("--raw", is_flag=True, help=RAW_HELP)
 @pass_context
@@ -238,7 +238,13 @@ def doc_patch(
 @doc.command("history")
 @click.argument("state")
 @click.argument("subject")
-@click.option("--limit", type=click.IntRange(1, 10_000), default=20, show_default=True)
+@click.option(
+    "--limit",
+    type=click.IntRange(1, 10_000),
+    default=20,
+    show_default=True,
+    help="Show at most this many revisions.",
+)
 @pass_context
 @refusals
 def doc_history(ctx: Context, state: str, subject: str, limit: int) -> None:

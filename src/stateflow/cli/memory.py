@@ -11,7 +11,7 @@ from typing import Any, cast
 
 import click
 
-from stateflow.cli.common import Context, echo_json, pass_context, read_json_arg, refusals
+from stateflow.cli.common import Context, echo_json, file_option, pass_context, read_json_arg, refusals
 from stateflow.config import Config
 from stateflow.doc.diff import diff, to_patch
 from stateflow.errors import InvalidInput
@@ -161,12 +161,7 @@ def tool_host(view: MemoryView, state_names: Sequence[str] | None = None) -> Too
 # (error[unknown-tool], exit 1), not with a usage screen
 @click.argument("name", metavar="TOOL")
 @click.argument("arguments", required=False)
-@click.option(
-    "--file",
-    "file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Read the arguments from a file.",
-)
+@file_option("the arguments")
 @memory_options
 @pass_context
 @refusals
@@ -226,7 +221,13 @@ def history() -> None:
 
 
 @history.command("list")
-@click.option("--limit", type=click.IntRange(1, 10_000), default=20, show_default=True)
+@click.option(
+    "--limit",
+    type=click.IntRange(1, 10_000),
+    default=20,
+    show_default=True,
+    help="Show at most this many transitions.",
+)
 @reading_view
 def history_list(view: MemoryView, limit: int) -> None:
     """Transitions that changed the selected scopes, newest first, with their patches as the

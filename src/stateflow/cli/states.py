@@ -18,7 +18,15 @@ import click
 from click.core import ParameterSource
 
 from stateflow.api import states_service
-from stateflow.cli.common import Context, decode_arg, echo_json, pass_context, read_json_arg, refusals
+from stateflow.cli.common import (
+    Context,
+    decode_arg,
+    echo_json,
+    file_option,
+    pass_context,
+    read_json_arg,
+    refusals,
+)
 from stateflow.cli.examples import decorate, output_mode
 from stateflow.client import StatesClient
 from stateflow.doc.canonical import encode
@@ -270,6 +278,13 @@ class Payload:
 
     @functools.cached_property
     def _value(self) -> Any:
+        if self.data is None and self.file is None and sys.stdin.isatty():
+            # nothing would be piped in: reading the terminal would wait, silently, for a payload
+            # the caller most likely forgot to give
+            raise click.UsageError(
+                "the payload is required: give --data JSON or --file PATH ('-' for either reads "
+                "stdin), or pipe it in"
+            )
         data = "-" if self.data is None and self.file is None else self.data
         return read_json_arg(
             data, self.file, "the payload", "with --data", "--data", exact_integers=self.exact_integers
@@ -287,7 +302,7 @@ def data_options(fn: Any, *, exact_integers: bool = False) -> Any:
         command,
         [
             click.option("--data", "data", help="JSON payload ('-' reads stdin)."),
-            click.option("--file", "file", type=click.Path(exists=True, dir_okay=False, path_type=Path)),
+            file_option("the JSON payload"),
         ],
     )
 
@@ -310,7 +325,9 @@ def page_options(fn: Any) -> Any:
                 default=None,
                 help="Page size (pages hold at most 500: a larger limit answers 500 and a cursor).",
             ),
-            click.option("--cursor", default=None),
+            click.option(
+                "--cursor", default=None, help="Continue a listing where its last page ended (its `cursor`)."
+            ),
         ],
     )
 
@@ -426,7 +443,7 @@ SUBJECT_COLUMNS = ["target_kind", "target_name", "kind", "key", "revision", "upd
 
 @states.command("subjects")
 @click.argument("name")
-@click.option("--kind", default=None)
+@click.option("--kind", default=None, help="Only subjects of this kind.")
 @page_options
 @api_command(reads=True)
 def subjects(api: StatesAPI, name: str, kind: str | None, limit: int | None, cursor: str | None) -> None:
@@ -750,7 +767,9 @@ def template_jq_eval(
 @subject_options
 @click.argument("program")
 @click.option("--input", "value", default=None, help="The program's $input (JSON).")
-@click.option("--op-id", default=None)
+@click.option(
+    "--op-id", default=None, help="Idempotency key, ≤ 256 characters: a retry with it is answered once."
+)
 @write_options
 @api_command()
 def template_jq_apply(
