@@ -74,6 +74,10 @@ def _no_transaction() -> ContextManager[None]:
 
 
 def _adapter_only() -> ContextManager[None]:
+    # the bodies answered as written: a saver put's parent (``also``) is the record of the put
+    # before, which the store never wrote here
+    written: dict[DocKey, Any] = {}
+
     def built(
         self: SqliteStore,
         key: DocKey,
@@ -81,9 +85,15 @@ def _adapter_only() -> ContextManager[None]:
         origin: dict[str, Any],
         *,
         shared: Any = (),
+        also: DocKey | None = None,
     ) -> bool:
         known = self._known(key)
-        build({k: known_k[1] for k in shared if (known_k := self._known(k))}, known and known[1])
+        bodies = {k: known_k[1] for k in shared if (known_k := self._known(k))}
+        if also is not None:  # (a saver put's parent)
+            bodies[also] = written[also] if also in written else (self._known(also) or (None, None))[1]
+        if len(written) > 1_000:
+            written.clear()
+        written[key] = build(bodies, known and known[1]).body
         return True
 
     return _replaced(SqliteStore, write_whole=built)
