@@ -8,6 +8,7 @@ import base64
 import random
 import string
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import quote
 
@@ -18,7 +19,9 @@ from stateflow.errors import InvalidInput
 from stateflow.http.app import create_app
 from stateflow.http.auth import TokenSet, parse_token
 from stateflow.states import StatesService
-from stateflow.store import SqlStore
+from stateflow.states.service import SubjectRefused
+from stateflow.store import DocKey, SqlStore, Write
+from stateflow.subjects import encode_subject
 
 ADMIN = "admin-secret-0123456789"
 DECL: dict[str, Any] = {
@@ -166,3 +169,26 @@ def test_a_search_naming_a_member_holding_nul_finds_it_missing(client: TestClien
     by_nul = [{"path": ["s\x00"]}, {"path": ["n"]}]
     assert keys({"filters": {"n": {"$gte": 0}}, "sort": by_nul}) == ["k2", "k1", "k0"]
     assert keys({"filters": {"s\x00": 1}, "sort": by_nul}) == []
+
+
+def test_a_record_stored_before_the_limits_is_still_listed_checked_and_redeclared(store: SqlStore) -> None:
+    # a subject an earlier version stored (a target name over 256 characters): every listing,
+    # search and re-declare that meets it reads it as stored; only naming it anew is refused
+    service = StatesService(store)
+    service.declare("s", DECL)
+    name = noise(300)
+    key = DocKey("s", encode_subject("agent", name, "t", "k"))
+    store.update([key], lambda docs: ([Write.between(key, None, {"n": 1}, 0)], None))
+    listed = service.subjects("s")["subjects"]
+    assert [s["subject"]["target_name"] for s in listed] == [name]
+    found = service.search("s", {"n": 1}, sort=[{"path": ["n"]}])["matches"]
+    assert [m["subject"]["target_name"] for m in found] == [name]
+    wider = {**DECL, "schema": {"type": "object", "properties": {"n": {"type": "integer"}, "m": {}}}}
+    assert "m" in service.declare("s", wider)["schema"]["properties"]
+    with pytest.raises(SubjectRefused, match="256"):
+        service.read("s", {"target_kind": "agent", "target_name": name, "kind": "t", "key": "k"})
+    # the retention sweep erases it when it expires
+    service.declare("s", {**wider, "retention_days": 1})
+    report = service.prune(now=datetime.now(UTC) + timedelta(days=30))
+    assert report["pruned"]["s"] == 1
+    assert service.subjects("s")["subjects"] == []

@@ -13,8 +13,6 @@ import re
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from pydantic import ValidationError
-
 from stateflow.doc.canonical import ascii_digits, utf8_text
 from stateflow.errors import InvalidInput
 from stateflow.states.models import StateSubject
@@ -40,7 +38,7 @@ from stateflow.states.search import (
 )
 from stateflow.store import DocKey, Listed
 from stateflow.store.listing import prefix_end
-from stateflow.subjects import Subject, subject_prefix
+from stateflow.subjects import subject_prefix
 
 if TYPE_CHECKING:
     from stateflow.states.service import StatesService
@@ -91,18 +89,6 @@ def _decode_cursor(given: str | None) -> str | None:
     if not text or "\x00" in (text[len(_SORTED) :] if text.startswith(_SORTED) else text):
         raise malformed
     return text
-
-
-def _stored(text: str) -> StateSubject:
-    """The subject a listed record is stored under, as it is: a key the model now refuses (one
-    written before a rule it breaks was enforced) is listed, not a failure of every listing."""
-    try:
-        return StateSubject.decode(text)
-    except ValidationError:
-        s = Subject.decode(text)
-        return StateSubject.model_construct(
-            target_kind=s.target_kind, target_name=s.target_name, kind=s.kind, key=s.key
-        )
 
 
 def _plain(subject: StateSubject) -> SubjectRef:
@@ -177,7 +163,7 @@ class Listing:
                 "revision": c.revision,
             }
             if c.key.subject != canonical:
-                entry["folded_from"] = _plain(_stored(c.key.subject))
+                entry["folded_from"] = _plain(StateSubject.decode(c.key.subject))
             items.append(entry)
         next_cursor = _encode_cursor(str(changes[-1].seq)) if more and changes else None
         return {"items": items, "next_cursor": next_cursor}
@@ -338,7 +324,7 @@ class Listing:
                 return None
             for item, values in page:
                 after = (values, item.key.subject)
-                subject = _stored(item.key.subject)
+                subject = StateSubject.decode(item.key.subject)
                 if not keep(subject, item):
                     continue
                 if len(out) == n:  # one more exists
@@ -372,7 +358,7 @@ class Listing:
         cursor = None
         while page := fetch(cursor, PAGE_MAX, True):
             for item in page:
-                subject = _stored(item.key.subject)
+                subject = StateSubject.decode(item.key.subject)
                 if not keep(subject, item):
                     continue
                 seen += 1
@@ -428,7 +414,7 @@ class Listing:
             page = fetch(after, batch)
             for item in page:
                 last = item.key.subject
-                subject = _stored(last)
+                subject = StateSubject.decode(last)
                 if not keep(subject, item):
                     continue
                 if len(out) == n:  # one more exists

@@ -7,7 +7,15 @@ import re
 from typing import Any, Final, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from stateflow.doc.canonical import utf8_text
 from stateflow.subjects import Subject, encode_subject
@@ -134,10 +142,17 @@ class StateSubject(_Model):
     @staticmethod
     @functools.lru_cache(maxsize=4096)
     def decode(text: str) -> StateSubject:
-        """The subject a stored key names; subjects repeat across writes and the model is
-        frozen, so each distinct one is validated once and shared."""
+        """The subject a stored key names, as it is stored: one the model now refuses (written
+        before a rule it breaks was enforced, such as a longer target name) is read, not a
+        failure of every listing, check or sweep that meets it. Subjects repeat across writes and
+        the model is frozen, so each distinct one is validated once and shared."""
         s = Subject.decode(text)
-        return StateSubject(target_kind=s.target_kind, target_name=s.target_name, kind=s.kind, key=s.key)  # type: ignore[arg-type]
+        try:
+            return StateSubject(target_kind=s.target_kind, target_name=s.target_name, kind=s.kind, key=s.key)  # type: ignore[arg-type]
+        except ValidationError:
+            return StateSubject.model_construct(
+                target_kind=s.target_kind, target_name=s.target_name, kind=s.kind, key=s.key
+            )
 
 
 class Declaration(_Model):
