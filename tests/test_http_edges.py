@@ -64,6 +64,9 @@ def test_a_request_without_a_token_is_refused_before_its_body_is_read(
     assert answer.startswith(b"HTTP/1.1 401 ") and closed, answer
     answer, closed = _exchange(server, PUT + b"Content-Length: 5000000\r\n\r\n" + b"x" * 1000)
     assert answer.startswith(b"HTTP/1.1 401 ") and closed, answer
+    # a declared length over the body limit too: the token first, none of the body read
+    answer, closed = _exchange(server, PUT + b"Content-Length: 20000000\r\n\r\n" + b"x" * 1000)
+    assert answer.startswith(b"HTTP/1.1 401 ") and closed, answer
 
 
 def test_a_body_that_does_not_arrive_in_time_is_408_and_the_connection_closed(

@@ -1,7 +1,7 @@
 """Request body limits: size (413) and time (408), counted as the route reads the body.
 
-A declared ``Content-Length`` over the size limit is refused before the route runs. Otherwise
-nothing is read ahead: the bytes are counted as the route asks for them, so a request the route refuses first — a
+A declared ``Content-Length`` over the size limit is refused when the route first asks for the
+body, before any of it is counted. Otherwise nothing is read ahead: the bytes are counted as the route asks for them, so a request the route refuses first — a
 missing or wrong token above all — is answered before any of its body is read, and a body sent
 without a length (chunked) is refused as soon as it passes the limit. The whole body must arrive
 within ``timeout`` seconds of the route's first read: a body trickled in, or never sent, does not
@@ -79,6 +79,7 @@ class BodyLimit:
             return
         jsonrpc = scope["path"] in self.jsonrpc_paths
         counted = True
+        oversized = False  # a declared length over the limit: refused at the route's first read
         sent = False  # a body comes: chunked, or a declared length above 0
         for name, value in scope.get("headers", ()):
             if name == b"content-length":
@@ -87,11 +88,7 @@ class BodyLimit:
                     declared = int(value)
                 except ValueError:
                     declared = -1
-                if declared > self.limit:
-                    if (b"expect", b"100-continue") not in scope["headers"]:
-                        await _drop(receive, asyncio.get_running_loop().time() + self.timeout)
-                    await _refuse(send, PayloadTooLarge(self.limit), jsonrpc)
-                    return
+                oversized = declared > self.limit
                 sent = declared != 0
             elif name == b"transfer-encoding":
                 sent = True
@@ -109,6 +106,11 @@ class BodyLimit:
                 return await receive()
             if deadline is None:
                 deadline = asyncio.get_running_loop().time() + self.timeout
+            if oversized:
+                # (a client waiting for "100 Continue" has sent nothing: nothing to drop)
+                return await refuse(
+                    PayloadTooLarge(self.limit), (b"expect", b"100-continue") not in scope["headers"]
+                )
             try:
                 async with asyncio.timeout_at(deadline):
                     message = await receive()
@@ -120,7 +122,7 @@ class BodyLimit:
                 if counted:
                     seen += len(message.get("body", b""))
                     if seen > self.limit:
-                        return await refuse(PayloadTooLarge(self.limit))
+                        return await refuse(PayloadTooLarge(self.limit), True)
                 arrived = not message.get("more_body", False)
             return message
 
@@ -133,11 +135,11 @@ class BodyLimit:
 
         watching = CLIENT.set(gone)  # (seen by this request's calls, see ``http.gone``)
 
-        async def refuse(exc: StateflowError) -> Message:
+        async def refuse(exc: StateflowError, drop: bool = False) -> Message:
             nonlocal refused
             if not answering:
                 refused = True
-                if isinstance(exc, PayloadTooLarge) and deadline is not None:
+                if drop and deadline is not None:  # (the rest of a body refused for its size)
                     await _drop(receive, deadline)
                 await _refuse(send, exc, jsonrpc)
             return _DISCONNECT  # what the route sees: the body ends here
