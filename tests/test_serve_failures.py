@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,7 +21,10 @@ from .servers import Server
 
 SPIN_TEMPLATE = {
     "schema": {"type": "object", "properties": {"n": {"type": "integer"}}},
-    "template_jq": {"spin": {"purpose": "input", "jq": {"content": "def f: f; f"}}},
+    "template_jq": {
+        "spin": {"purpose": "input", "jq": {"content": "def f: f; f"}},
+        "spin_update": {"purpose": "update", "jq": {"content": "def f: f; f"}},
+    },
 }
 STATE = {
     "schema": {"type": "object", "properties": {"x": {"type": "integer"}}},
@@ -134,6 +138,31 @@ def test_sigterm_stops_the_server_promptly_while_a_program_runs(spinning_long: S
     thread.join(timeout=30)
     assert statuses == [503]  # the caller was told, not left hanging
     assert not servers.wait_gone(workers, 60)  # (one left would spin for its 60 s limit and more)
+
+
+@pytest.mark.slow
+def test_sigterm_answers_a_running_update_program_jq_busy_at_once(spinning_long: Server) -> None:
+    """An update program runs inside a write, which computes its change again when the first
+    attempt fails: the program killed by the stop must not run again on a fresh pool (the stop
+    then waited out its grace and cancelled the request, a plain-text 500)."""
+    answers: list[tuple[int, Any]] = []
+
+    def call() -> None:
+        status, body, _ = spinning_long.call("POST", RECORD + "/template-jq/spin_update", {}, timeout=90)
+        answers.append((status, body))
+
+    thread = threading.Thread(target=call)
+    thread.start()
+    servers.wait_running_jq(spinning_long.proc.pid, thread.is_alive, 60)
+    workers = jq_workers(spinning_long)
+    began = time.monotonic()
+    spinning_long.proc.send_signal(signal.SIGTERM)
+    spinning_long.proc.wait(timeout=90)
+    thread.join(timeout=30)
+    assert answers and answers[0][0] == 503 and answers[0][1]["code"] == "jq-busy", answers
+    # (a bound for the machine: a stop that waits for its 10 s grace is told apart by the answer)
+    assert time.monotonic() - began < 40
+    assert not servers.wait_gone(workers, 60)
 
 
 @pytest.mark.slow

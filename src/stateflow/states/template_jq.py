@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Literal
 
-from stateflow.doc.canonical import JSON, decode
+from stateflow.doc.canonical import JSON, decode, identical
 from stateflow.doc.ops import parse_ops
 from stateflow.doc.select import MISSING
-from stateflow.errors import BadRequest, InvalidInput, InvalidJSON, NotFound
+from stateflow.errors import BadRequest, InvalidInput, InvalidJSON, NotFound, StateflowError
 from stateflow.states.models import DoorContext, WriteOrigin
 from stateflow.states.pipeline import Change, Transform, ops_transform
 from stateflow.states.results import AttachmentRow, JqInput
@@ -39,38 +39,53 @@ def template_jq_params(given: Iterable[tuple[str, str]]) -> dict[str, Any]:
     return params
 
 
+class _Pool:
+    """The jq worker pool of a service, shared by its bound copies (``StatesService.bound``
+    copies each part): one pool, and once closed, closed for every copy."""
+
+    def __init__(self) -> None:
+        self.runner: JqRunner | None = None
+        self.closed = False
+
+
 class TemplateJq:
     """Template jq programs of one service (``service.programs``), and its jq worker pool."""
 
     def __init__(self, svc: StatesService) -> None:
         self.svc = svc
-        self._jq: JqRunner | None = None
+        self._pool = _Pool()
 
     def close(self) -> None:
-        """Stop the jq workers."""
-        if self._jq is not None:
-            self._jq.close()
-            self._jq = None
+        """Stop the jq workers. The closed pool is kept: a later program is refused
+        ``jq-busy`` (as the running ones were) instead of starting a fresh pool."""
+        self._pool.closed = True
+        if self._pool.runner is not None:
+            self._pool.runner.close()
 
     def use_jq(self, runner: JqRunner) -> None:
         """Run jq on ``runner`` (a server sizes and limits its pool from its configuration)."""
-        if self._jq is not None:
-            self._jq.close()
-        self._jq = runner
+        if self._pool.runner is not None:
+            self._pool.runner.close()
+        self._pool.runner = runner
+        if self._pool.closed:
+            runner.close()
 
     def jq(self) -> JqRunner:
         """The jq worker pool (limits, workers and queue from the service's configuration)."""
-        if self._jq is None:
+        pool = self._pool
+        if pool.runner is None:
             from stateflow.jq import JqRunner
 
             limits = self.svc.config.jq
-            self._jq = JqRunner(
+            pool.runner = JqRunner(
                 workers=limits.workers,
                 timeout=limits.timeout_seconds,
                 memory=limits.memory_mb * 1024 * 1024,
                 queue=limits.queue,
             )
-        return self._jq
+            if pool.closed:  # (closed before first use: it refuses, as a closed one does)
+                pool.runner.close()
+        return pool.runner
 
     def eval(self, program: str, value: JSON, variables: dict[str, JSON], what: str) -> JSON:
         from stateflow.jq import JqError
@@ -221,10 +236,22 @@ class TemplateJq:
         what = f"template_jq {reference!r} on template {template['name']!r}"
         path = attachment["path"]
 
+        # A write may compute its change more than once (on the documents as last seen, then as
+        # read under its locks): a program that failed on a subtree is not run again on the same
+        # subtree — its failure is the answer, and a runaway program holds its caller, a worker
+        # (and, under the locks, the record's writers) for one time limit, not one per attempt.
+        failed: list[tuple[JSON, StateflowError]] = []
+
         def ops_for(data: JSON) -> list[Any]:
-            return _rebase(
-                self.eval(source, _subtree(data, path), variables, what), path, f"template_jq {reference!r}"
-            )
+            subtree = _subtree(data, path)
+            if failed and identical(failed[0][0], subtree):
+                raise failed[0][1]
+            try:
+                value = self.eval(source, subtree, variables, what)
+            except StateflowError as exc:
+                failed[:] = [(subtree, exc)]
+                raise
+            return _rebase(value, path, f"template_jq {reference!r}")
 
         return ops_for
 
