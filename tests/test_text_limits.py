@@ -9,6 +9,7 @@ import random
 import string
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -20,7 +21,7 @@ from stateflow.http.app import create_app
 from stateflow.http.auth import TokenSet, parse_token
 from stateflow.states import StatesService
 from stateflow.states.service import SubjectRefused
-from stateflow.store import DocKey, SqlStore, Write
+from stateflow.store import DocKey, SqlStore, Write, open_store, plan
 from stateflow.subjects import encode_subject
 
 ADMIN = "admin-secret-0123456789"
@@ -192,3 +193,42 @@ def test_a_record_stored_before_the_limits_is_still_listed_checked_and_redeclare
     report = service.prune(now=datetime.now(UTC) + timedelta(days=30))
     assert report["pruned"]["s"] == 1
     assert service.subjects("s")["subjects"] == []
+
+
+def test_a_document_key_is_at_most_2528_bytes_through_the_store(store: SqlStore) -> None:
+    # a document written by the store's own API (doc put, LangGraph) is held to the bound the
+    # states layer keeps its keys within: refused alike on both backends, before any SQL
+    # (PostgreSQL's index refused a longer one with a store error at the row lock)
+    def put(key: DocKey) -> None:
+        store.update([key], lambda docs: ([Write.between(key, docs[key].value, {"n": 1}, 0)], None))
+
+    longest = DocKey(noise(128, string.ascii_lowercase), noise(2400))
+    put(longest)
+    assert store.get(longest).value == {"n": 1}
+    for key in (
+        DocKey("st", noise(2527)),
+        DocKey(noise(200), noise(2400)),
+        DocKey("st", noise(700, EMOJI)),
+    ):
+        with pytest.raises(InvalidInput, match="the limit is 2528"):
+            put(key)
+        with pytest.raises(InvalidInput, match="the limit is 2528"):
+            store.commit([Write.between(key, None, {"n": 1}, 0)])
+        assert store.get(key).revision == 0
+
+
+def test_a_document_stored_under_a_longer_key_is_read_and_deleted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # SQLite held such a key before the bound (as an earlier version wrote it): it is read as
+    # stored and can be removed; writing it again is refused
+    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    key = DocKey("st", noise(3000))
+    with monkeypatch.context() as earlier:
+        earlier.setattr(plan, "KEY_MAX_BYTES", 10**6)
+        store.update([key], lambda docs: ([Write.between(key, None, {"n": 1}, 0)], None))
+    assert store.get(key).value == {"n": 1}
+    with pytest.raises(InvalidInput, match="the limit is 2528"):
+        store.commit([Write.between(key, {"n": 1}, {"n": 2}, 1)])
+    store.commit([Write.between(key, {"n": 1}, None, 1)])
+    assert store.get(key).body is None

@@ -289,6 +289,28 @@ def _member_name_problem(key: DocKey, name: str) -> InvalidJSON | None:
     return None
 
 
+KEY_MAX_BYTES: Final = 2528
+"""A document's state name and subject together, in UTF-8 bytes: one entry of the unique index
+on both (a PostgreSQL index entry is at most 2,704 bytes). What the states layer allows — a state
+name of at most 128 characters beside a subject's encoding of at most 2,400 bytes — fits; a
+document written by ``doc put`` or the store's API is held to the same bound on every backend."""
+
+
+def key_problem(key: DocKey) -> InvalidInput | None:
+    """Why a document cannot be written under ``key`` (longer than ``KEY_MAX_BYTES``), or None."""
+    if 4 * (len(key[0]) + len(key[1])) <= KEY_MAX_BYTES:  # (at most 4 bytes a character)
+        return None
+    state, subject = key
+    size = len(state.encode("utf-8", "surrogatepass")) + len(subject.encode("utf-8", "surrogatepass"))
+    if size <= KEY_MAX_BYTES:
+        return None
+    shown = state if len(state) <= 64 else state[:64] + "…"
+    return InvalidInput(
+        f"a document key of state {shown!r} is {size} bytes (state name and subject together, "
+        f"UTF-8); the limit is {KEY_MAX_BYTES}: shorten its subject"
+    )
+
+
 def validate_writes(writes: Sequence[Write], origin: dict[str, Any] | None, *, values: bool = True) -> None:
     """Refuse malformed writes before any database work; ``values=False`` when the caller
     vouches that every value set is plain JSON already (``update(checked=True)``)."""
@@ -301,6 +323,10 @@ def validate_writes(writes: Sequence[Write], origin: dict[str, Any] | None, *, v
         seen.add(write.key)
         if write.expect is not None and (type(write.expect) is not int or write.expect < 0):
             raise InvalidInput(f"{write.key}: expected revision must be an integer ≥ 0")
+        # (a delete is let through: a document stored under a longer key before the bound, as
+        # SQLite held one, can still be removed)
+        if (problem := key_problem(write.key)) and any(e.value is not MISSING for e in write.edits):
+            raise problem
         for edit in write.edits:
             if not edit.path:
                 if edit.value is not MISSING:

@@ -42,6 +42,7 @@ from stateflow.store.plan import (
     Stage,
     WritePlan,
     effective_edits,
+    key_problem,
     stamp_row,
     validate_writes,
 )
@@ -163,6 +164,10 @@ class Writes(StoreCore):
         # every row lock in one ascending pass of the lock order (see ``rows.lock_order``)
         shared_keys = _in_lock_order(set(shared))
         locked = _in_lock_order(set(keys).difference(shared_keys))
+        for key in locked:  # (before the lock, which may create the row: PostgreSQL's index
+            # cannot hold a longer key, so it is refused alike on every backend)
+            if problem := key_problem(key):
+                raise problem
         all_claims = with_op_id(claims, op_id, op_scope)
         computed: _Computed | None = None
         # a one-statement commit locks its shared rows, then the others: only in lock order if
