@@ -22,8 +22,9 @@ back (the pool opens another), never lent again with a cancel perhaps still on i
 
 from __future__ import annotations
 
+import asyncio
 import select
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 from psycopg.pq import ConnStatus
@@ -110,8 +111,29 @@ class CheckedPool(ConnectionPool[Any]):
         super().putconn(conn)
 
 
+class _EndsWhenCancelled:
+    """A maintenance worker's task queue that ends the worker once it was cancelled: psycopg's
+    maintenance tasks catch ``CancelledError`` (to keep the pool's count of connections right),
+    so a worker cancelled while one ran — opening a connection, say — took the next task
+    instead of ending, and a program whose ``main()`` raised right after opening the store
+    (``asyncio.run`` cancels what is left) hung for ever instead of printing its error."""
+
+    def __init__(self, queue: Any) -> None:
+        self._queue = queue
+
+    async def get(self) -> Any:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise asyncio.CancelledError
+        return await self._queue.get()
+
+
 class CheckedAsyncPool(AsyncConnectionPool[Any]):
     """:class:`CheckedPool` over psycopg's async pool."""
+
+    @classmethod
+    async def worker(cls, q: Any) -> None:
+        await super().worker(cast(Any, _EndsWhenCancelled(q)))
 
     async def getconn(self, timeout: float | None = None) -> Any:
         cancel = current()
