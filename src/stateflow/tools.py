@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final
 
@@ -98,9 +98,10 @@ TITLES: dict[str, str] = {
     "state_read": "Read a record",
     "state_replace": "Replace a record",
     "state_merge": "Merge into a record",
-    "state_apply": "Apply ops to a record",
     "state_template_jq": "Run a template program",
+    "state_apply": "Apply ops to a record",
 }
+"""Every tool by name, in the order a host offers them."""
 
 
 def writes(name: str) -> bool:
@@ -267,8 +268,12 @@ class ToolHost:
         return self._unknown(name)
 
     def _unknown(self, name: str) -> ToolResult:
-        known = ", ".join(d.name for d in self.definitions())
-        return ToolResult(f"unknown tool {name!r}; available: {known}", True, "unknown-tool")
+        return unknown_tool(name, [d.name for d in self.definitions()])
+
+
+def unknown_tool(name: str, known: Iterable[str]) -> ToolResult:
+    """The refusal of a tool name no host has, listing the ``known`` ones (every door's wording)."""
+    return ToolResult(f"unknown tool {name!r}; available: {', '.join(known)}", True, "unknown-tool")
 
 
 def memory_tools(view: MemoryView) -> list[ToolDefinition]:

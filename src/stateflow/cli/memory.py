@@ -18,7 +18,7 @@ from stateflow.errors import InvalidInput
 from stateflow.extras import needs_extra
 from stateflow.memory import Identity, MemoryConfig, MemoryView, parse_scopes, shown
 from stateflow.memory.scopes import DEFAULT_SESSION, SESSION_ENV
-from stateflow.tools import ToolHost, writes
+from stateflow.tools import TITLES, ToolHost, unknown_tool, writes
 
 KNOWLEDGE_ENV = "STATEFLOW_KNOWLEDGE_ROOTS"
 HOT_BUDGET_ENV = "STATEFLOW_HOT_BUDGET"
@@ -173,10 +173,15 @@ def tool(ctx: Context, /, name: str, arguments: str | None, file: Path | None, *
     """
     # (read as the MCP doors read a call's arguments: the tool refuses a NaN naming its place)
     args = read_json_arg(arguments, file, "ARGUMENTS", exact_integers=True, nonfinite=True)
-    # a read never creates a store, nor does a write its own arguments refuse
-    view = make_view(ctx, kw, reads=not writes(name), deferred=True)
-    host = tool_host(view) if name.startswith("state_") else ToolHost(view)
-    result = host.call(name, args)
+    if name not in TITLES:
+        # every tool this command takes, memory and state tools alike (a host without the states
+        # layer knows only its own two), refused before any store is opened
+        result = unknown_tool(name, TITLES)
+    else:
+        # a read never creates a store, nor does a write its own arguments refuse
+        view = make_view(ctx, kw, reads=not writes(name), deferred=True)
+        host = tool_host(view) if name.startswith("state_") else ToolHost(view)
+        result = host.call(name, args)
     if result.is_error:
         click.echo(f"error[{result.code}]: {result.text}", err=True)
         sys.exit(1)
