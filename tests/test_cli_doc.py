@@ -356,3 +356,29 @@ def test_a_states_write_with_no_payload_at_a_terminal_is_a_usage_error(db: str) 
     ), out.stderr
     piped = sf("--store", db, "states", "put", "tickets", stdin=DECLARATION)
     assert piped.returncode == 0, piped.stderr  # stdin that is no terminal is still the payload
+
+
+def test_a_file_that_is_not_a_store_is_named_so_not_called_damaged(tmp_path: Path) -> None:
+    # a dump or any other file given as the store was reported as a damaged store, with advice
+    # to restore it from a backup
+    source = str(tmp_path / "real.db")
+    assert sf("--store", source, "doc", "put", "notes", "a", '{"x": 1}').returncode == 0
+    assert sf("--store", source, "dump", str(tmp_path / "store.jsonl")).returncode == 0
+    (tmp_path / "notes.json").write_text('{"x": 1}\n')
+    for name, hint in (
+        ("store.jsonl", " (it is a stateflow dump: load it into a store with `stateflow load`)"),
+        ("notes.json", ""),
+    ):
+        before = (tmp_path / name).read_bytes()
+        for args in (["doc", "get", "notes", "a"], ["doc", "put", "notes", "a", "{}"], ["check"]):
+            out = sf("--store", str(tmp_path / name), *args)
+            assert (out.returncode, out.stderr) == (
+                1,
+                f"error[unsupported-store]: {tmp_path / name} is not a SQLite database, so not a stateflow "
+                f"store; is the store location the right file?{hint}\n",
+            ), args
+        assert (tmp_path / name).read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("real.db")) == [
+        "notes.json",
+        "store.jsonl",
+    ]

@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 from stateflow.doc.diff import Edit
-from stateflow.errors import CorruptData, StoreNotMigrated, StoreTooNew
+from stateflow.errors import CorruptData, StoreNotMigrated, StoreTooNew, UnsupportedStore
 from stateflow.store import DocKey, SqlStore, Write, open_store
 from stateflow.store.migrations import SCHEMA_VERSION
 from stateflow.store.sqlite import SqliteStore
@@ -97,9 +97,16 @@ def test_a_sqlite_file_that_is_not_a_stateflow_store_is_refused(tmp_path: Path) 
 
 
 def test_a_file_that_is_not_sqlite_is_refused_without_being_rewritten(tmp_path: Path) -> None:
+    # a file that was never a store (a mistyped path) is the wrong file, not a damaged store
     path = tmp_path / "junk.db"
     path.write_bytes(b"this is not a database file at all" * 100)
     before = path.read_bytes()
+    with pytest.raises(UnsupportedStore, match="is not a SQLite database, so not a stateflow store"):
+        open_store(str(path))
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["junk.db"]
+    # one a store left its files beside lost its header: damage
+    (tmp_path / "junk.db-writer").write_bytes(b"")
     with pytest.raises(CorruptData, match="not a database"):
         open_store(str(path))
     assert path.read_bytes() == before

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Final
 from urllib.parse import quote
 
-from stateflow.errors import CorruptStore, StorePermissionDenied, StoreReadOnly
+from stateflow.errors import CorruptStore, StorePermissionDenied, StoreReadOnly, UnsupportedStore
 
 WAL_MAGIC: Final = (0x377F0682, 0x377F0683)
 """The first four bytes of a WAL file (big-endian), by checksum byte order."""
@@ -34,6 +34,10 @@ def preflight(path: Path) -> bool:
         return False
     except PermissionError:
         raise StorePermissionDenied(f"permission denied: cannot look at {path}") from None
+    if stat.st_size > 0:
+        with _held_lock:
+            if (stat.st_dev, stat.st_ino) not in _held:  # (read only while no lock is held: below)
+                _refuse_foreign(path)
     wal = Path(f"{path}-wal")
     if not wal_has_data(path):
         return True
@@ -61,6 +65,34 @@ def preflight(path: Path) -> bool:
                     advised=True,
                 )
     return True
+
+
+SQLITE_MAGIC: Final = b"SQLite format 3\x00"
+"""The first 16 bytes of every SQLite database file"""
+
+
+def _refuse_foreign(path: Path) -> None:
+    """Refuse a file that is no SQLite database and was never opened as a store (a dump, a JSON
+    file, a mistyped path): SQLite calls it "not a database", which would be reported as a
+    damaged store with advice to restore a backup, when the location most likely names the wrong
+    file. A file a store left its -wal, -shm or -writer beside was one: its header overwritten
+    is damage, reported as such, as are bad pages behind a good header."""
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(len(SQLITE_MAGIC))
+    except OSError:
+        return  # SQLite says what is wrong when it opens the file
+    if head == SQLITE_MAGIC or any(Path(f"{path}{end}").exists() for end in ("-wal", "-shm", "-writer")):
+        return
+    hint = " (it is a stateflow dump: load it into a store with `stateflow load`)"
+    raise UnsupportedStore(
+        f"{path} is not a SQLite database, so not a stateflow store; is the store location the right "
+        f"file?{hint if head.startswith(DUMP_START) else ''}"
+    )
+
+
+DUMP_START: Final = b'{"format"'
+"""How a stateflow dump's first line starts"""
 
 
 def _not_the_wals_file(path: Path, wal: Path) -> str | None:
