@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -503,3 +504,42 @@ def test_a_dump_is_one_snapshot_while_writers_carry_on(backend: str, tmp_path: P
     copy = str(tmp_path / "copy.db")
     loaded = sf(copy, "load", str(out))
     assert loaded.returncode == 0, loaded.stderr
+
+
+def test_ctrl_c_says_what_the_command_left_and_exits_130(tmp_path: Path) -> None:
+    # click printed only "Aborted!" and exited 1, a refusal's status; each is interrupted here
+    # while it waits on a pipe, so the signal lands mid-command whatever the machine's speed
+    env = {k: v for k, v in os.environ.items() if k != "STATEFLOW_STORE"}
+    source = str(tmp_path / "s.db")
+    for n in range(4):  # a dump far larger than a pipe holds: it waits for its reader
+        (tmp_path / "body.json").write_text(json.dumps({"text": f"{n}" * 300_000}))
+        assert (
+            sf(source, "doc", "put", "notes", f"n{n}", "--file", str(tmp_path / "body.json")).returncode == 0
+        )
+    with subprocess.Popen(
+        ["stateflow", "--store", source, "dump"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    ) as dumping:
+        assert dumping.stdout is not None and dumping.stderr is not None
+        assert dumping.stdout.read(4096)  # it is writing, and will wait for the pipe to empty
+        dumping.send_signal(signal.SIGINT)
+        dumping.stdout.read()
+        said = dumping.stderr.read().decode()
+    assert (dumping.returncode, said) == (
+        130,
+        "interrupted: the dump on stdout is cut short: it has no end line, so `stateflow load` refuses it\n",
+    )
+    target = tmp_path / "new.db"
+    with subprocess.Popen(
+        ["stateflow", "--store", str(target), "load", "-"],
+        stdin=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    ) as loading:
+        assert loading.stdin is not None and loading.stderr is not None
+        loading.stdin.write(b"{}\n" * (1 << 19))  # returns once the load has read most of it
+        loading.stdin.flush()
+        loading.send_signal(signal.SIGINT)
+        said = loading.stderr.read().decode()
+        loading.stdin.close()
+    assert (loading.returncode, said) == (130, "interrupted: nothing was loaded: the store was not opened\n")
+    assert not target.exists()

@@ -6,7 +6,7 @@ import sys
 from collections.abc import Callable, Mapping
 from functools import wraps
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, Final, TypeVar, cast
 
 import click
 
@@ -144,8 +144,20 @@ class _OnFirstUse:
 pass_context = click.make_pass_decorator(Context)
 
 
+INTERRUPTED: Final = 130
+"""The exit status of a command stopped by Ctrl-C (SIGINT): 128 + the signal's number, as shells
+report it; a refusal's is 1."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """A Ctrl-C a command caught to say what it left (a partial load, the records a sweep
+    erased): :func:`refusals` prints it."""
+
+
 def refusals(fn: F) -> F:
-    """Print a refusal as ``error[code]: message`` on stderr and exit 1."""
+    """Print a refusal as ``error[code]: message`` on stderr and exit 1; a Ctrl-C as
+    ``interrupted: what was left`` and exit 130 (click would print only "Aborted!" and exit 1,
+    a refusal's status)."""
 
     @wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -154,6 +166,11 @@ def refusals(fn: F) -> F:
         except StateflowError as exc:
             click.echo(f"error[{exc.code}]: {exc.message}", err=True)
             sys.exit(1)
+        except KeyboardInterrupt as exc:
+            left = str(exc) if isinstance(exc, Interrupted) else ""
+            start = "\n" if sys.stderr.isatty() else ""  # (after the terminal's ^C)
+            click.echo(f"{start}interrupted{': ' + left if left else ''}", err=True)
+            sys.exit(INTERRUPTED)
 
     return wrapper  # type: ignore[return-value]
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -14,7 +13,7 @@ from typing import BinaryIO
 import click
 
 from stateflow.cli import progress as progress_
-from stateflow.cli.common import Context, counted, echo_json, pass_context, refusals
+from stateflow.cli.common import Context, Interrupted, counted, echo_json, pass_context, refusals
 from stateflow.cli.examples import decorate
 from stateflow.cli.memory import RootsPath
 from stateflow.errors import CorruptStore, InvalidInput, UnsupportedStore
@@ -42,7 +41,10 @@ def check(ctx: Context, as_json: bool, progress: bool | None) -> None:
     location = resolve_store_url(ctx.store_location)
     path = sqlite_file(location)
     report = CheckReport(display_location(location, absolute=True))
-    with progress_.reporting("check", progress) as reporter:
+    with (
+        _interrupted("the check did not finish (it only reads: nothing was changed)"),
+        progress_.reporting("check", progress) as reporter,
+    ):
         if path is not None and path.exists():
             reporter.phase("the file's pages")
             sqlite_file_integrity(str(path), report)
@@ -122,7 +124,8 @@ def backup(ctx: Context, target: Path, force: bool, progress: bool | None) -> No
             "stateflow backup copies SQLite files; back PostgreSQL up with pg_dump "
             "(or `stateflow dump` for a portable copy)"
         )
-    with progress_.reporting("backup", progress) as reporter:
+    left = f"no backup was made: {target} was left as it was" if target.exists() else "no backup was made"
+    with _interrupted(left), progress_.reporting("backup", progress) as reporter:
         reporter.phase("copying")
         pages = sqlite_backup(path, target, replace=force, progress=reporter)
     click.echo(
@@ -185,7 +188,12 @@ def dump(ctx: Context, target: Path | None, no_history: bool, progress: bool | N
     if target is not None:
         _refuse_store_file(ctx.store_location, target)
         refuse_unreplaceable(target)  # before the store is read
-    with progress_.reporting("dump", progress) as reporter:
+    left = (
+        "the dump on stdout is cut short: it has no end line, so `stateflow load` refuses it"
+        if target is None
+        else f"nothing was dumped: {target} was left as it was"
+    )
+    with _interrupted(left), progress_.reporting("dump", progress) as reporter:
         lines = dump_store(_sql(ctx.reader(whole=True)), history=not no_history, progress=reporter)
         if target is None:
             out = click.get_binary_stream("stdout")
@@ -229,7 +237,11 @@ def load(ctx: Context, source: Path, progress: bool | None) -> None:
     from stateflow.store.sqlite import first_missing_folder, remove_created
 
     name = "stdin" if str(source) == "-" else str(source)
-    with _rereadable(source) as fh, progress_.reporting("load", progress) as reporter:
+    with (
+        _interrupted("nothing was loaded: the store was not opened"),
+        _rereadable(source) as fh,
+        progress_.reporting("load", progress) as reporter,
+    ):
         size = os.fstat(fh.fileno()).st_size
         reporter.phase("checking the dump", size)
         checked = check_dump(_read(fh, reporter))
@@ -246,12 +258,31 @@ def load(ctx: Context, source: Path, progress: bool | None) -> None:
         try:
             reporter.phase("loading", size)
             counts = load_store(_sql(ctx.store(whole=True)), _read(fh, reporter))
-        except BaseException:
+        except BaseException as exc:
             if created and path is not None:
                 ctx.close()
                 remove_created(path, top)
+                if isinstance(exc, KeyboardInterrupt):
+                    raise Interrupted("nothing was loaded: the store the load created was removed") from None
+            elif isinstance(exc, KeyboardInterrupt):
+                raise Interrupted(
+                    "the store holds part of the dump and is marked unfinished (`stateflow check` reports "
+                    "it); load the dump again into an empty store"
+                ) from None
             raise
     echo_json(counts)
+
+
+@contextmanager
+def _interrupted(left: str) -> Iterator[None]:
+    """A Ctrl-C inside says ``left``: what the command leaves (one a step inside raised, saying
+    more, goes through as it is)."""
+    try:
+        yield
+    except Interrupted:
+        raise
+    except KeyboardInterrupt:
+        raise Interrupted(left) from None
 
 
 @contextmanager
@@ -265,7 +296,10 @@ def _rereadable(source: Path) -> Iterator[BinaryIO]:
             yield given
             return
         spool = stack.enter_context(tempfile.TemporaryFile())
-        shutil.copyfileobj(given, spool, 1 << 20)
+        # what each read returns, not copyfileobj's whole buffered chunks: a buffered read
+        # blocks again after a Ctrl-C caught between its reads, leaving it unnoticed
+        while chunk := os.read(given.fileno(), 1 << 20):
+            spool.write(chunk)
         spool.seek(0)
         yield spool
 

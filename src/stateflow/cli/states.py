@@ -20,6 +20,7 @@ from click.core import ParameterSource
 from stateflow.api import states_service
 from stateflow.cli.common import (
     Context,
+    Interrupted,
     decode_arg,
     echo_json,
     file_option,
@@ -665,19 +666,36 @@ def prune(api: StatesAPI) -> None:
     A record expires after its state's retention_days, else STATEFLOW_DEFAULT_RETENTION_DAYS;
     the default never applies to agent memory (the built-in memory state), and a
     retention_exempt state (the LangGraph saver's checkpoints) is never swept."""
-    if not isinstance(api, StatesService) or not sys.stderr.isatty():
-        echo_json(api.prune())
+    if not isinstance(api, StatesService):
+        echo_json(api.prune())  # (the server sweeps: a Ctrl-C here stops only the waiting)
         return
-    from rich.console import Console
+    erased: dict[str, int] = {}
 
-    # a sweep erases record by record: show how far it got (on the terminal only)
-    with Console(stderr=True).status("pruning…") as status:
+    def counted(state: str, count: int) -> None:
+        erased[state] = count
 
-        def shown(state: str, erased: int) -> None:
-            if erased % 100 == 0:
-                status.update(f"pruning {state}: {erased:,} expired records erased")
+    try:
+        if not sys.stderr.isatty():
+            echo_json(api.prune(progress=counted))
+            return
+        from rich.console import Console
 
-        echo_json(api.prune(progress=shown))
+        # a sweep erases record by record: show how far it got (on the terminal only)
+        with Console(stderr=True).status("pruning…") as status:
+
+            def shown(state: str, count: int) -> None:
+                counted(state, count)
+                if count % 100 == 0:
+                    status.update(f"pruning {state}: {count:,} expired records erased")
+
+            echo_json(api.prune(progress=shown))
+    except KeyboardInterrupt:
+        # each erase is its own write: those made stay made
+        total = sum(erased.values())
+        raise Interrupted(
+            f"{total:,} expired record{'' if total == 1 else 's'} erased before the interrupt stay erased; "
+            "run prune again to finish the sweep"
+        ) from None
 
 
 @states.command("attachments")
