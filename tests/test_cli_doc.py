@@ -103,8 +103,12 @@ def test_messages_name_a_sqlite_store_by_the_url_of_its_absolute_path(tmp_path: 
     )
     no_source = run("--store", "other.db", "backup", "copy.db")
     assert no_source.stderr == f"error[store-not-found]: no store at {url}/other.db\n"
-    (tmp_path / "damaged.db").write_bytes(b"not a database")
+    (tmp_path / "damaged.db").write_bytes(b"SQLite format 3\x00" + b"not a database" * 10)
     assert run("--store", "damaged.db", "check").stdout.startswith(f"{url}/damaged.db: checked nothing")
+    (tmp_path / "other.json").write_bytes(b"not a database")
+    assert run("--store", "other.json", "check").stderr.startswith(
+        f"error[unsupported-store]: {url}/other.json is not a SQLite database"
+    )
 
 
 def test_a_postgres_store_that_is_not_migrated_says_how_to_fix_it(pg_schema_url: str) -> None:
@@ -374,7 +378,7 @@ def test_a_file_that_is_not_a_store_is_named_so_not_called_damaged(tmp_path: Pat
             out = sf("--store", str(tmp_path / name), *args)
             assert (out.returncode, out.stderr) == (
                 1,
-                f"error[unsupported-store]: {tmp_path / name} is not a SQLite database, so not a stateflow "
+                f"error[unsupported-store]: sqlite:///{tmp_path / name} is not a SQLite database, so not a stateflow "
                 f"store; is the store location the right file?{hint}\n",
             ), args
         assert (tmp_path / name).read_bytes() == before

@@ -84,9 +84,11 @@ def _refuse_foreign(path: Path) -> None:
         return  # SQLite says what is wrong when it opens the file
     if head == SQLITE_MAGIC or any(Path(f"{path}{end}").exists() for end in ("-wal", "-shm", "-writer")):
         return
+    from stateflow.store.open import display_location  # (named as every message names a store)
+
     hint = " (it is a stateflow dump: load it into a store with `stateflow load`)"
     raise UnsupportedStore(
-        f"{path} is not a SQLite database, so not a stateflow store; is the store location the right "
+        f"{display_location(str(path), absolute=True)} is not a SQLite database, so not a stateflow store; is the store location the right "
         f"file?{hint if head.startswith(DUMP_START) else ''}"
     )
 
