@@ -488,7 +488,9 @@ def test_a_folded_records_own_revisions_are_read_by_their_seq(declared: Api) -> 
     assert api("GET", rec("a"))[1]["data"]["data"] == {"status": "b1"}  # today: the survivor
     code, body = api("GET", rec("a") + "?revision=2")
     assert code == 404 and "thread/a was folded into thread/b" in body["error"], body
-    assert body["error"].startswith("record thread/b of state 'tickets' has no revision 2 (current")
+    assert body["error"].startswith(
+        "record thread/b of agent alice in state 'tickets' has no revision 2 (current"
+    )
     assert "read by their seq" in body["error"]
 
 
@@ -789,5 +791,5 @@ def test_a_revision_the_record_never_had_is_refused_naming_the_record(declared: 
     code, body = api("GET", rec("t-1") + "?revision=7")
     assert (code, body["error"]) == (
         404,
-        "record thread/t-1 of state 'tickets' has no revision 7 (current revision 1)",
+        "record thread/t-1 of agent alice in state 'tickets' has no revision 7 (current revision 1)",
     ), body

@@ -121,7 +121,7 @@ def test_store_messages_name_a_record_as_the_states_door_does(
     for status in ("open", "closed", "done"):
         service.replace("tickets", SUBJECT, {"status": status})
     store.prune_history("tickets", "9999-01-01T00:00:00Z")
-    record = "record thread/t1 of state 'tickets'"
+    record = "record thread/t1 of agent alice in state 'tickets'"
     gone = client.get(f"{REC}/t1?revision=1")
     assert gone.status_code == 404
     assert gone.json()["error"] == f"{record} revision 1 predates the retained history", gone.json()
@@ -133,6 +133,14 @@ def test_store_messages_name_a_record_as_the_states_door_does(
         store.commit([Write.between(key, {"status": "open"}, {"status": "x"}, 1)], {"door": "test"})
     assert moved.value.code == "conflict"
     assert moved.value.message.startswith(f"{record} changed concurrently: it is at revision 3"), moved.value
+    # another target's record of the same kind and key is named apart from it
+    bob = DocKey("tickets", '["agent","bob","thread","t1"]')
+    store.commit([Write.between(bob, None, {"status": "open"}, 0)], {"door": "test"})
+    with pytest.raises(StateflowError) as other:
+        store.commit([Write.between(bob, {"status": "open"}, {"status": "x"}, 0)], {"door": "test"})
+    assert other.value.message.startswith("record thread/t1 of agent bob in state 'tickets' changed"), (
+        other.value
+    )
     # a document that is no record keeps its storage name
     assert str(DocKey("_states", "tickets")) == "_states/tickets"
 

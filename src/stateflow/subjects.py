@@ -48,9 +48,11 @@ class Subject:
 
 def record_name(state: str, subject: str) -> str:
     """How every message names the document ``(state, subject)``, whichever layer raises it: a
-    record by its kind and key in its state, as the states door names it (``record thread/t-1
-    of state 'tickets'``), not by its storage key (``tickets/["agent","bot","thread","t-1"]``);
-    anything else (a store's own document, a subject of another form) as ``state/subject``."""
+    record by its kind and key, its target and its state (``record thread/t-1 of agent bot in
+    state 'tickets'``: two targets' records may share a kind and key, and an operator's message —
+    a check, a conflict in a batch — has no request to say which), not by its storage key
+    (``tickets/["agent","bot","thread","t-1"]``); anything else (a store's own document, a
+    subject of another form) as ``state/subject``."""
     if subject.startswith('["'):
         named = _record_name(state, subject)
         if named is not None:
@@ -67,4 +69,4 @@ def _record_name(state: str, subject: str) -> str | None:
         return None
     if not (type(parts) is list and len(parts) == 4 and all(type(p) is str for p in parts)):
         return None
-    return f"record {parts[2]}/{parts[3]} of state {state!r}"
+    return f"record {parts[2]}/{parts[3]} of {parts[0]} {parts[1]} in state {state!r}"
