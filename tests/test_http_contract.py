@@ -153,6 +153,27 @@ def test_head_is_answered_wherever_get_is_as_the_get_without_its_body(api: Api) 
 
 
 @pytest.mark.parametrize(
+    ("method", "path", "allow"),
+    [
+        ("PUT", f"{REC}/diff?from=1", "GET, HEAD"),
+        ("DELETE", f"{REC}/writes?limit=1", "GET, HEAD"),
+        ("GET", f"{REC}/deltas?x=1", "POST"),
+        ("POST", f"{REC}?revision=1", "DELETE, GET, HEAD, PATCH, PUT"),
+    ],
+)
+def test_a_method_a_record_path_does_not_take_is_405_whatever_its_query(
+    api: Api, method: str, path: str, allow: str
+) -> None:
+    """The method is matched to the sub-route first: the query parameters are that method's,
+    so a query on a method the path does not take is no reason to answer otherwise."""
+    refused = api.client.request(method, path, headers={"Authorization": f"Bearer {ADMIN}"})
+    assert refused.status_code == 405 and refused.headers["allow"] == allow, refused.text
+    assert refused.json()["code"] == "method-not-allowed"
+    unknown = api.client.get(f"{REC}/nothing?limit=1", headers={"Authorization": f"Bearer {ADMIN}"})
+    assert unknown.status_code == 404 and unknown.json()["code"] == "not-found"
+
+
+@pytest.mark.parametrize(
     "path",
     [
         "/api/states/",

@@ -727,6 +727,13 @@ def create_app(
         method = request.scope["method"]
         if name == MEMORY_STATE and method != "GET":
             raise ReadOnlyState(MEMORY_RECORD_REFUSAL)
+        allow = _allowed(suffix)
+        if method not in allow:
+            # the sub-route and its method first: the query parameters checked next are the
+            # method's, and a method the path does not take is 405 whatever the query holds
+            if allow:
+                raise MethodNotAllowed(f"{method} is not allowed on {request.url.path}", allow)
+            return _json(404, {"error": _no_route(request), "code": "not-found"})
         if request.scope["query_string"] and not (
             len(suffix) == 2 and suffix[0] == "template-jq" and method == "GET"
         ):  # (``only`` passes a request without a query at once)
@@ -854,10 +861,7 @@ def create_app(
                 limit=_query_int(request, "limit"),
                 cursor=request.query_params.get("cursor"),
             )
-        allow = _allowed(suffix)
-        if allow:
-            raise MethodNotAllowed(f"{method} is not allowed on {request.url.path}", allow)
-        return _json(404, {"error": _no_route(request), "code": "not-found"})
+        raise MethodNotAllowed(f"{method} is not allowed on {request.url.path}", allow)
 
     async def record_endpoint(request: Request) -> Response:
         params = request.path_params
