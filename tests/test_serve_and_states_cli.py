@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from stateflow.client import ClientError, StatesClient
+
 from . import servers
 from .threads import run_threads
 
@@ -125,6 +127,9 @@ def test_serve_creates_a_token_once_and_the_cli_talks_to_it(
         "with a redirect to /studio/login"
     )
     assert "give the server's base URL" in studio.stderr
+    # … and so is a write through it, which the studio's own routes refuse 405
+    with pytest.raises(ClientError, match=r"/studio is not a stateflow API .* answered 405"):
+        StatesClient(f"{url}/studio", token=token).declare("notes", {"schema": {"type": "object"}})
     # … as is its /api/states address: the server's 404 for the doubled path is not a missing record
     api = sf("states", "--url", f"{url}/api/states", "--token", token, "get", "tickets", env=env)
     assert api.returncode == 1 and api.stderr.startswith(

@@ -217,6 +217,11 @@ class StatesClient:
                     payload = self._payload(url, exc.code, exc.headers, raw)
                 except ClientError:
                     payload = {"error": f"{url} answered {exc.code} {exc.reason}"}
+                if self.prefixed and payload.get("code") == "method-not-allowed":
+                    # this client sends only the methods the API's routes take: a path under
+                    # the base URL's (the banner's /studio address) that refuses one is another
+                    # app of the server, not an API refusing the write
+                    raise self._not_api(url, exc.code, f"{payload.get('error')!r}") from exc
             else:  # a redirect, or a page that is not there: this is not the API
                 payload = self._payload(url, exc.code, exc.headers, raw)
                 if self.prefixed and str(payload.get("error", "")).startswith(NO_ROUTE):
