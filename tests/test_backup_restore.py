@@ -139,3 +139,51 @@ def test_a_file_of_another_page_size_under_a_wal_is_refused(tmp_path: Path) -> N
     assert out.returncode == 1 and out.stderr.startswith("error[corrupt-store]: "), out.stderr
     assert "its pages are 8192 bytes, the log's 4096" in out.stderr, out.stderr
     assert _files(tmp_path) == before
+
+
+def test_a_store_file_replaced_under_a_running_server_is_refused_not_written_to_a_lost_file(
+    tmp_path: Path,
+) -> None:
+    """A restore done while `stateflow serve` runs (the docs say to stop it first): the server's
+    open connections still held the unlinked old file, so writes were acknowledged into it and
+    lost at the stop, and /api/ready said 200. The readiness probe now finds the path names
+    another file, answers 503, and every write is refused from then on."""
+    from . import servers
+
+    store = tmp_path / "s.db"
+    state = {
+        "schema": {"type": "object", "properties": {"a": {}}},
+        "subject_kinds": ["thread"],
+        "default_subject_kind": "thread",
+    }
+    record = "/api/states/t/records/agent/bot/thread/{key}"
+    assert sf(tmp_path, str(store), "doc", "put", "notes", "a", '{"x": 1}').returncode == 0
+    assert sf(tmp_path, str(store), "backup", "bk.db").returncode == 0
+    server = servers.start(servers.base_env(tmp_path, str(store)))
+    try:
+        assert server.call("PUT", "/api/states/t", state)[0] == 200
+        assert server.call("PUT", record.format(key="before"), {"a": 1})[0] == 200
+        shutil.copy(tmp_path / "bk.db", tmp_path / "restored.db")
+        os.replace(tmp_path / "restored.db", store)  # the documented restore, the server still up
+        for leftover in ("s.db-wal", "s.db-shm"):
+            (tmp_path / leftover).unlink(missing_ok=True)
+        # the readiness probe (an orchestrator's, every few seconds) finds the file replaced
+        status, body, _ = server.call("GET", "/api/ready")
+        assert status == 503 and body["code"] == "store-unavailable" and body["ready"] is False, body
+        assert (
+            f"the store file {store} was replaced or removed while this process had it open" in body["error"]
+        )
+        # and from then on every write is refused, nothing written to the unlinked old file
+        for key in ("after", "before"):
+            status, body, _ = server.call("PUT", record.format(key=key), {"a": 2})
+            assert status == 503 and body["code"] == "store-unavailable", body
+    finally:
+        server.stop()
+    # the restored file is the store, whole, and holds nothing the refused write would have put
+    got = sf(tmp_path, str(store), "doc", "get", "notes", "a")
+    assert got.returncode == 0 and json.loads(got.stdout) == {"x": 1}, got.stderr
+    assert (
+        sf(tmp_path, str(store), "states", "read", "t", "--target-name", "bot", "--key", "after").returncode
+        == 1
+    )
+    assert sf(tmp_path, str(store), "check").returncode == 0
