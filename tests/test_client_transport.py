@@ -16,8 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from stateflow.client import StatesClient
+from stateflow.client import ClientError, StatesClient
 from stateflow.errors import InvalidInput, StoreUnavailable
+
+from . import servers
 
 SUBJECT = ["--target-name", "bot", "--kind", "c", "--key", "k1"]
 
@@ -146,3 +148,28 @@ def test_a_server_url_that_is_not_http_is_refused_before_anything_is_sent(tmp_pa
         ), url
     with pytest.raises(InvalidInput, match="has no scheme"):
         StatesClient("localhost:8765")
+
+
+def test_a_body_over_the_servers_limit_is_its_413_not_an_unreachable_server(tmp_path: Path) -> None:
+    """A body far larger than the socket's buffers: the server refuses it before reading it, and
+    the client — still sending — must read that refusal, not a reset connection it would call
+    an unreachable server."""
+    env = servers.base_env(tmp_path, str(tmp_path / "s.db"), STATEFLOW_MAX_BODY_BYTES="65536")
+    server = servers.start(env)
+    try:
+        client = StatesClient(server.url, servers.TOKEN)
+        client.declare(
+            "notes",
+            {
+                "schema": {"type": "object", "properties": {"s": {"type": "string"}}},
+                "subject_kinds": ["c"],
+                "default_subject_kind": "c",
+            },
+        )
+        subject = {"target_kind": "agent", "target_name": "bot", "kind": "c", "key": "k1"}
+        with pytest.raises(ClientError) as refused:
+            client.replace("notes", subject, {"s": "x" * (8 * 1024 * 1024)})
+        assert (refused.value.code, refused.value.http_status) == ("payload-too-large", 413)
+        assert "limit of 65536 bytes" in str(refused.value)
+    finally:
+        server.stop()
