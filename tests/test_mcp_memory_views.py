@@ -23,6 +23,18 @@ from stateflow.memory import Identity
 from stateflow.memory.planes import RUNTIME
 from stateflow.store import DocKey, Document, SqlStore, Write
 
+INITIALIZE: Final = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "0"},
+    },
+}
+"""The first line a client sends over stdio, for the tests that write raw JSON-RPC lines."""
+
 
 @asynccontextmanager
 async def stdio(backend: str, cwd: Path, *args: str) -> AsyncIterator[tuple[ClientSession, Any]]:
@@ -373,19 +385,9 @@ def test_stdio_answers_a_request_the_transport_cannot_parse(
 def test_stdio_answers_unparsable_lines_by_id_and_logs_them(
     backend: str, store: SqlStore, tmp_path: Path
 ) -> None:
-    initialize = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-06-18",
-            "capabilities": {},
-            "clientInfo": {"name": "t", "version": "0"},
-        },
-    }
     deep = '{"a":' * DEEP + "1" + "}" * DEEP
     lines = [
-        json.dumps(initialize),
+        json.dumps(INITIALIZE),
         '{"jsonrpc": "2.0", "method": "notifications/initialized"}',
         '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"patch_state","arguments":'
         + '{"session":{"tactics":{"d":'
@@ -426,16 +428,6 @@ def test_stdio_refuses_a_line_that_is_not_utf8_and_writes_nothing(
 ) -> None:
     # a client writing Latin-1: its bytes are refused as unparsable, never replaced with U+FFFD
     # and stored as if the client had sent that
-    initialize = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-06-18",
-            "capabilities": {},
-            "clientInfo": {"name": "t", "version": "0"},
-        },
-    }
     server = subprocess.Popen(
         ["stateflow", "--store", backend, "mcp", "--cwd", str(tmp_path), "--session", "s"],
         stdin=subprocess.PIPE,
@@ -450,7 +442,7 @@ def test_stdio_refuses_a_line_that_is_not_utf8_and_writes_nothing(
         server.stdin.flush()
         return dict(json.loads(server.stdout.readline()))
 
-    answer(json.dumps(initialize).encode(), b'{"jsonrpc": "2.0", "method": "notifications/initialized"}')
+    answer(json.dumps(INITIALIZE).encode(), b'{"jsonrpc": "2.0", "method": "notifications/initialized"}')
     call = b'{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"%s","arguments":%s}}'
     latin1 = answer(call % (2, b"patch_state", b'{"session":{"tactics":{"name":"caf\xe9"}}}'))
     utf8 = answer(call % (3, b"patch_state", '{"session":{"tactics":{"other":"café"}}}'.encode()))
@@ -469,16 +461,6 @@ def test_stdio_refuses_a_line_naming_a_member_twice_and_writes_nothing(
 ) -> None:
     # the SDK's parser keeps the last value of a repeated name, where every other door (the
     # CLI's `stateflow tool`, HTTP) refuses such text: refused as a line that cannot be parsed
-    initialize = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-06-18",
-            "capabilities": {},
-            "clientInfo": {"name": "t", "version": "0"},
-        },
-    }
     server = subprocess.Popen(
         ["stateflow", "--store", backend, "mcp", "--cwd", str(tmp_path), "--session", "s"],
         stdin=subprocess.PIPE,
@@ -493,7 +475,7 @@ def test_stdio_refuses_a_line_naming_a_member_twice_and_writes_nothing(
         server.stdin.flush()
         return dict(json.loads(server.stdout.readline()))
 
-    answer(json.dumps(initialize).encode(), b'{"jsonrpc": "2.0", "method": "notifications/initialized"}')
+    answer(json.dumps(INITIALIZE).encode(), b'{"jsonrpc": "2.0", "method": "notifications/initialized"}')
     call = b'{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"%s","arguments":%s}}'
     twice = answer(call % (2, b"patch_state", b'{"session":{"tactics":{"a":"one","a":"two"}}}'))
     once = answer(call % (3, b"patch_state", b'{"session":{"tactics":{"b":"one"}}}'))
@@ -514,19 +496,9 @@ def test_stdio_refuses_arguments_that_are_not_an_object_naming_the_problem(
 ) -> None:
     # the SDK's schema check would answer a bare -32602 before the tool runs: the tool refuses
     # them as it refuses any other bad argument, and as the CLI's `stateflow tool` does
-    initialize = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-06-18",
-            "capabilities": {},
-            "clientInfo": {"name": "t", "version": "0"},
-        },
-    }
     shapes = ['"session"', '[{"session":{}}]', "5", "null", "true"]
     call = '{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"%s","arguments":%s}}'
-    lines = [json.dumps(initialize), '{"jsonrpc": "2.0", "method": "notifications/initialized"}']
+    lines = [json.dumps(INITIALIZE), '{"jsonrpc": "2.0", "method": "notifications/initialized"}']
     lines += [call % (rid, "patch_state", shape) for rid, shape in enumerate(shapes, start=2)]
     lines += [call % (10, "read_state", '"session"'), call % (11, "read_state", '{"path":"session"}')]
     server = subprocess.Popen(

@@ -24,8 +24,6 @@ from stateflow.errors import Forbidden as Forbidden  # re-exported: the API's ca
 from stateflow.errors import InvalidInput, StateflowError
 from stateflow.files import make_private_dirs, replace_private
 
-ENV_TOKENS = "STATEFLOW_TOKENS"
-
 
 class Unauthorized(StateflowError):
     code = "unauthorized"
