@@ -176,6 +176,12 @@ class Backend(abc.ABC):
     # ------------------------------------------------------------------ optional (portable version in the algorithm)
 
     @abc.abstractmethod
+    def schema_version(self) -> int | None:
+        """The migrated schema version, None when the store has no schema at all (portable:
+        ``core.StoreCore.schema_version``; what a readiness probe asks, so SQLite first refuses a
+        store whose file was replaced under the process)."""
+
+    @abc.abstractmethod
     def read(
         self,
         keys: Iterable[DocKey],
