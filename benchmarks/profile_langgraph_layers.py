@@ -47,14 +47,18 @@ CASES = ("saver put", "saver put_writes", "store put")
 @contextmanager
 def _replaced(owner: type, **methods: Any) -> Iterator[None]:
     """``owner``'s ``methods`` replaced while inside, put back after."""
-    saved = {name: getattr(owner, name) for name in methods}
+    # (the class's own entries: an inherited method is deleted again, not left set on ``owner``)
+    saved = {name: vars(owner).get(name) for name in methods}
     for name, method in methods.items():
         setattr(owner, name, method)
     try:
         yield
     finally:
         for name, method in saved.items():
-            setattr(owner, name, method)
+            if method is None:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, method)
 
 
 def _no_queue() -> ContextManager[None]:
