@@ -153,10 +153,11 @@ class ByHand:
         """Member ``name`` rewritten (or ``added``), in one durable transaction."""
         raise NotImplementedError
 
-    def put(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
-        """A checkpoint record (names, the checkpoint without its values, its metadata, the
-        values of the channels it wrote), new: one document, two members, one change."""
-        conf = config["configurable"]
+    def _checkpoint_record(
+        self, conf: Any, checkpoint: Any, metadata: Any, new_versions: Any
+    ) -> dict[str, Any]:
+        """A checkpoint's record as ours keeps it (names, the checkpoint without its values, its
+        metadata, the values of the channels it wrote), checked against the state's schema."""
         values = checkpoint["channel_values"]
         record = {
             "config": {
@@ -175,6 +176,13 @@ class ByHand:
         }
         if not self.checkpoints.is_valid(record):
             raise ValueError(record)
+        return record
+
+    def put(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
+        """A checkpoint record (names, the checkpoint without its values, its metadata, the
+        values of the channels it wrote), new: one document, two members, one change."""
+        conf = config["configurable"]
+        record = self._checkpoint_record(conf, checkpoint, metadata, new_versions)
         members = [(name, orjson.dumps(value)) for name, value in record.items()]
         subject = f"{conf['thread_id']}/{checkpoint['id']}"
         self._new(STATE, subject, members, b"[[]]", orjson.dumps([[[], record]]))
@@ -405,24 +413,7 @@ class LeanHand(ByHand):
     def put(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
         """``ByHand.put``'s record, checked, written as one document row and its change."""
         conf = config["configurable"]
-        values = checkpoint["channel_values"]
-        record = {
-            "config": {
-                "thread_id": conf["thread_id"],
-                "checkpoint_ns": conf.get("checkpoint_ns", ""),
-                "checkpoint_id": checkpoint["id"],
-                "parent_checkpoint_id": conf.get("checkpoint_id"),
-                "run_id": None,
-            },
-            "saved": {
-                "checkpoint": {"json": {k: v for k, v in checkpoint.items() if k != "channel_values"}},
-                "metadata": {"json": metadata},
-                "channel_values": {c: {"json": values[c]} for c in new_versions if c in values},
-                "sources": {},
-            },
-        }
-        if not self.checkpoints.is_valid(record):
-            raise ValueError(record)
+        record = self._checkpoint_record(conf, checkpoint, metadata, new_versions)
         self._create(STATE, f"{conf['thread_id']}/{checkpoint['id']}", record)
         return {"configurable": {**conf, "checkpoint_id": checkpoint["id"]}}
 
