@@ -6,7 +6,9 @@ A store is filled by real saver ``put``s (``bench_langgraph_adapters``' case); t
 it per variant, the statements of a new checkpoint's commit are replayed by hand with the rows
 the saver wrote last (the transition with its checks, the document's row, its member row, the
 change with its edits inline), one transaction per checkpoint: what the store sends, without
-our Python. Each variant leaves one part out: the transition's checks that nothing moved, the
+our Python. The checks are the saver's own statement (``ledger.checked_transition``): the
+state's aliases' row, its declaration's and the parent checkpoint's unmoved, no row under the
+new key; the new keys sort newest first within the thread, as the saver's inverted ids do. Each variant leaves one part out: the transition's checks that nothing moved, the
 counting triggers (or only the JSON parses of the subject that find its kind), the foreign
 keys, the ``changes_by_seq`` index (a store of schema 15 or before; since 16 the transition's
 row lists its changes' keys instead, and the variant adds the index back with its foreign key
@@ -46,6 +48,7 @@ from stateflow.langgraph import StateflowSaver
 from stateflow.states import StatesService
 from stateflow.states.pipeline import ALIASES, CATALOG
 from stateflow.store import open_store
+from stateflow.store.ledger import checked_transition
 from stateflow.store.migrations import SQLITE_SUBJECT_KIND
 
 VARIANTS = (
@@ -75,6 +78,8 @@ class Rows:
     edits: bytes | None
     origin: bytes
     catalog: tuple[int, int]
+    aliases: tuple[int, int] | None
+    parent: tuple[int, int]
 
 
 def fill(path: str, puts: int) -> Rows:
@@ -102,12 +107,28 @@ def last_rows(path: str) -> Rows:
         ).fetchone()
         paths, edits = conn.execute("SELECT paths, edits FROM changes WHERE doc_id = ?", (doc_id,)).fetchone()
         (origin,) = conn.execute("SELECT origin FROM transitions ORDER BY seq DESC LIMIT 1").fetchone()
-        catalog = conn.execute(  # (the declaration every commit of the state checks)
-            "SELECT doc_id, revision FROM documents WHERE state = ? AND subject = ?", (CATALOG, state)
-        ).fetchone()
+        # the rows every commit of the state checks: its aliases' (a row once the state has
+        # one), its declaration's, and a checkpoint's parent's (here: the last checkpoint)
+        aliases, catalog = (
+            conn.execute(
+                "SELECT doc_id, revision FROM documents WHERE state = ? AND subject = ?", (owner, state)
+            ).fetchone()
+            for owner in (ALIASES, CATALOG)
+        )
+        parent = conn.execute("SELECT revision FROM documents WHERE doc_id = ?", (doc_id,)).fetchone()
     finally:
         conn.close()
-    return Rows(state, subject, (name, size, outline, body), paths, edits, origin, (catalog[0], catalog[1]))
+    return Rows(
+        state,
+        subject,
+        (name, size, outline, body),
+        paths,
+        edits,
+        origin,
+        (catalog[0], catalog[1]),
+        None if aliases is None else (aliases[0], aliases[1]),
+        (doc_id, parent[0]),
+    )
 
 
 def without_rowid(conn: sqlite3.Connection) -> None:
@@ -203,15 +224,18 @@ def replay(
         wal = path + "-wal"
         before = os.path.getsize(wal) if os.path.exists(wal) else 0
         name, size, outline, body = rows.member
-        checks = (
-            "EXISTS (SELECT 1 FROM documents WHERE doc_id = ? AND revision = ?) AND "
-            "NOT EXISTS (SELECT 1 FROM documents WHERE state = ? AND subject = ?) AND "
-            "NOT EXISTS (SELECT 1 FROM documents WHERE state = ? AND subject = ?)"
-        )
+        # the saver's own check, shaped as it sends it (ledger.checked_transition): the aliases'
+        # row where it exists (else none), the declaration's and the parent's rows unmoved, and
+        # no row yet under the new key
+        known = [*([rows.aliases] if rows.aliases else []), rows.catalog, rows.parent]
+        shape = ("r" if rows.aliases else "n") + "rr" + "n"
+        checked = checked_transition(listed, shape, 0) + " RETURNING seq"
+        ahead = () if rows.aliases else (ALIASES, rows.state)
         started = time.process_time()
         for i in range(commits):
             doc_id = top + 1 + i
-            subject = f"{rows.subject[:-2]}{i:08d}{rows.subject[-2:]}"
+            # newest first within the thread, as the saver's inverted ids sort
+            subject = f"{rows.subject[:-2]}{99_999_999 - i:08d}{rows.subject[-2:]}"
             at = 1_796_209_654_984_516 + i
             conn.execute("BEGIN IMMEDIATE")
             columns, values, given = (
@@ -224,10 +248,8 @@ def replay(
                     f"INSERT INTO transitions ({columns}) VALUES ({values}) RETURNING seq", given
                 ).fetchall()
             else:
-                inserted = conn.execute(
-                    f"INSERT INTO transitions ({columns}) SELECT {values} WHERE {checks} RETURNING seq",
-                    (*given, *rows.catalog, ALIASES, rows.state, rows.state, subject),
-                ).fetchall()
+                found = [v for row in known for v in row]
+                inserted = conn.execute(checked, (*given, *ahead, *found, rows.state, subject)).fetchall()
             seq = inserted[0][0]
             conn.execute(
                 "INSERT INTO documents (doc_id, state, subject, revision, present, updated_seq, "
