@@ -662,7 +662,12 @@ def test_records_written_out_of_shape_through_another_door_are_named_not_a_crash
         assert lg.sweep_ttl() == 0
     finally:
         logger.removeHandler(handler)
-    assert any("item/memories/ada/bad" in line and '"yesterday"' in line for line in seen)
+    assert any(
+        "record item/memories/ada/bad of agent langgraph in state 'langgraph_store' does not hold a LangGraph item"
+        in line
+        and '"yesterday"' in line
+        for line in seen
+    )
     assert any("item/memories/ada/soon" in line and "expires_at" in line for line in seen)
     assert any("item/m/k2" in line and "subject key" in line for line in seen)
     assert any("item/memories/ada/long" in line and "ttl_minutes" in line for line in seen)
@@ -752,7 +757,9 @@ def test_the_doors_refuse_a_record_the_store_could_not_read_back(backend: str) -
             env=env,
         )
         assert out.returncode == 1, out.stdout
-        assert out.stderr.startswith("error[invalid-document]: record item/notes/k is refused: "), out.stderr
+        assert out.stderr.startswith(
+            "error[invalid-document]: record item/notes/k of agent langgraph in state 'langgraph_store' is refused: "
+        ), out.stderr
         assert why in out.stderr
 
     store = open_store(backend)
@@ -762,7 +769,11 @@ def test_the_doors_refuse_a_record_the_store_could_not_read_back(backend: str) -
             for data, why in refused:
                 status, body = api("PUT", path, data)
                 assert (status, body["code"]) == (422, "invalid-document"), body
-                assert "record item/notes/k is refused" in body["error"] and why in body["error"]
+                assert (
+                    "record item/notes/k of agent langgraph in state 'langgraph_store' is refused"
+                    in body["error"]
+                    and why in body["error"]
+                )
             status, body = api("PATCH", path, {"value": {"text": "bye"}})  # (a sound write passes)
             assert status == 200, body
     finally:
@@ -794,7 +805,7 @@ def test_a_store_under_another_state_name_has_its_item_rule_at_every_door(backen
     address = ["--target-name", "langgraph", "--kind", "item", "--key", "notes/k"]
     out = sf("states", "replace", "team_items", *address, "--data", json.dumps(bad))
     assert out.returncode == 1 and out.stderr.startswith(
-        "error[invalid-document]: record item/notes/k is refused: its created_at"
+        "error[invalid-document]: record item/notes/k of agent langgraph in state 'team_items' is refused: its created_at"
     ), out.stderr
     store = open_store(backend)
     try:
@@ -809,7 +820,10 @@ def test_a_store_under_another_state_name_has_its_item_rule_at_every_door(backen
             path = "/api/states/team_items/records/agent/langgraph/item/notes%2Fk"
             status, body = api("PUT", path, bad)
             assert (status, body["code"]) == (422, "invalid-document"), body
-            assert "record item/notes/k is refused" in body["error"] and "created_at" in body["error"]
+            assert (
+                "record item/notes/k of agent langgraph in state 'team_items' is refused" in body["error"]
+                and "created_at" in body["error"]
+            )
         # a record out of shape written below the states door: named by the check
         subject = {"target_kind": "agent", "target_name": "langgraph", "kind": "item", "key": "notes/k"}
         key = DocKey("team_items", StateSubject(**subject).encode())  # type: ignore[arg-type]
@@ -818,4 +832,7 @@ def test_a_store_under_another_state_name_has_its_item_rule_at_every_door(backen
     finally:
         store.close()
     checked = sf("check")
-    assert checked.returncode == 1 and "team_items record item/notes/k" in checked.stdout + checked.stderr
+    assert (
+        checked.returncode == 1
+        and "record item/notes/k of agent langgraph in state 'team_items'" in checked.stdout + checked.stderr
+    )

@@ -45,7 +45,7 @@ def test_a_write_past_the_member_limit_is_refused_at_every_door(
     states = service(store, 5)
     states.declare("t", DECL)
     expected = (
-        "record thread/k would hold 6 top-level members, over the 5 a record may hold "
+        "record thread/k of agent bot in state 't' would hold 6 top-level members, over the 5 a record may hold "
         "([states] max_record_members): split it over several records"
     )
     with pytest.raises(RecordTooLarge) as refused:

@@ -215,7 +215,10 @@ def test_a_memory_record_memory_could_not_hold_is_refused_by_the_states_door(
     memory.patch_state({"tactics": {"a": 1}})
     who = {"target_kind": "agent", "target_name": "alice", "kind": "session", "key": "s1"}
     before = service.read("memory", who)
-    with pytest.raises(StateflowError, match=r"record session/s1 is refused: memory cannot store " + says):
+    with pytest.raises(
+        StateflowError,
+        match=r"record session/s1 of agent alice in state 'memory' is refused: memory cannot store " + says,
+    ):
         write(service, who)
     assert service.read("memory", who) == before
     assert memory.read_state({"path": "tactics"}) == {"value": {"a": 1}}
@@ -228,7 +231,8 @@ def test_the_cli_states_door_refuses_a_null_in_a_memory_record(service: StatesSe
     done = sf("states", "replace", "memory", *where, "--data", '{"tactics": {"a": null}}', store=backend)
     assert done.returncode == 1
     assert done.stderr == (
-        "error[invalid-document]: record session/s1 is refused: memory cannot store null "
+        "error[invalid-document]: record session/s1 of agent alice in state 'memory' is refused: "
+        "memory cannot store null "
         "(at tactics.a); leave the key out instead\n"
     )
 

@@ -504,14 +504,14 @@ def test_check_names_memory_records_its_record_rule_refuses(backend: str) -> Non
     report = json.loads(out.stdout)
     assert report["problems"] == [] and report["ok"] is False
     assert report["refused_records"] == [
-        "memory record global/global of agent 'a': memory cannot store null (at tactics.x); "
+        "record global/global of agent a in state 'memory': memory cannot store null (at tactics.x); "
         "leave the key out instead",
-        "memory record session/s1 of agent 'a': memory cannot store an index key as an object key "
+        "record session/s1 of agent a in state 'memory': memory cannot store an index key as an object key "
         "(at strategy.plan['[0]'])",
     ]
     text = sf(backend, "check")
     assert text.returncode == 1
-    assert "refused record: memory record global/global of agent 'a'" in text.stdout
+    assert "refused record: record global/global of agent a in state 'memory'" in text.stdout
     assert "error[invalid-document]: 2 record(s)" in text.stderr and "damaged" not in text.stdout
 
     for kind, key, data in (

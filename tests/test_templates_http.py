@@ -636,7 +636,10 @@ def test_schema_changes_that_would_strand_existing_records_are_refused(attached:
     narrower["parameters"]["limit"]["default"] = 3
     status, body = api("PUT", "/api/state-templates/box?replace=true", narrower)
     assert status == 409 and body["code"] == "records-invalid", body
-    assert "record agent/bot/thread/t1 is invalid" in body["error"] and "$.box.items" in body["error"]
+    assert (
+        "record thread/t1 of agent bot in state 'tickets' is invalid" in body["error"]
+        and "$.box.items" in body["error"]
+    )
     assert api("GET", "/api/state-templates/box")[1]["data"]["parameters"]["limit"]["default"] == 8
     assert api("PUT", "/api/state-templates/box?replace=true", broken(description="same shape"))[0] == 200
     # an additive re-declare whose new property a record already holds with a refused value
@@ -658,9 +661,11 @@ def test_schema_changes_that_would_strand_existing_records_are_refused(attached:
     strict_rec = "/api/states/strict/records/agent/bot/thread/s1"
     assert api("PATCH", strict_rec, {"box": {"note": "n"}})[0] == 200
     status, body = api("DELETE", "/api/states/strict/attachments/box")
-    assert status == 409 and body["code"] == "records-invalid" and "agent/bot/thread/s1" in body["error"], (
-        body
-    )
+    assert (
+        status == 409
+        and body["code"] == "records-invalid"
+        and "record thread/s1 of agent bot in state 'strict'" in body["error"]
+    ), body
     assert api("PATCH", strict_rec, {"title": "still writable"})[0] == 200
     assert api("PUT", "/api/states/loose", STATE)[0] == 200
     assert api("PATCH", "/api/states/loose/records/agent/bot/thread/l1", {"box": {"items": "x"}})[0] == 200

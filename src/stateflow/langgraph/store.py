@@ -56,6 +56,7 @@ from stateflow.states.langgraph_items import (
 from stateflow.states.models import DoorContext, WriteOrigin
 from stateflow.store import Whole
 from stateflow.store.base import utc_text
+from stateflow.store.model import DocKey
 
 ITEM: Final = "item"
 DECLARATION: Final[dict[str, Any]] = {
@@ -240,7 +241,7 @@ class StateflowStore(OwnsStore, BaseStore):
         data = record["data"]
         why = item_refusal(data, subject_key)
         if why is not None:
-            raise CorruptStore(_refusal(self.records.state, subject_key, why))
+            raise CorruptStore(_refusal(self.records.doc_key(ITEM, subject_key), why))
         if not self._live(data, now):
             return None
         if op.refresh_ttl and data.get("ttl_minutes") is not None:
@@ -285,7 +286,7 @@ class StateflowStore(OwnsStore, BaseStore):
                 # listing (kept until anything commits), not a crash of every reader
                 why = item_refusal(doc.body, self.records.key_of(doc.key))
                 if why is not None:
-                    _log.warning("%s", _refusal(self.records.state, self.records.key_of(doc.key), why))
+                    _log.warning("%s", _refusal(doc.key, why))
                     continue
                 found.append((doc.body, doc.at))
             found.sort(key=lambda x: x[1] or x[0]["created_at"], reverse=True)
@@ -595,9 +596,9 @@ def _owned(op: PutOp, now: datetime | None, before: dict[str, Any] | None) -> Wh
 _from_iso: Final = datetime.fromisoformat
 
 
-def _refusal(state: str, subject_key: str, why: str) -> str:
+def _refusal(key: DocKey, why: str) -> str:
     return (
-        f"record item/{subject_key} of state {state!r} does not hold a LangGraph item: {why} "
+        f"{key} does not hold a LangGraph item: {why} "
         "(put the item again through the store, which writes it back in shape, or erase the record)"
     )
 

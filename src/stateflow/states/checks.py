@@ -46,13 +46,9 @@ def _records(store: Store, report: CheckReport) -> None:
     for state, rule in _ruled(store).items():
         for page in _pages(store, state):
             for key, body in page:
-                subject = StateSubject.decode(key.subject)
-                why = None if body is None else rule(body, subject.key)
+                why = None if body is None else rule(body, StateSubject.decode(key.subject).key)
                 if why is not None:
-                    report.refused_record(
-                        f"{state} record {subject.kind}/{subject.key} of {subject.target_kind} "
-                        f"{subject.target_name!r}: {why}"
-                    )
+                    report.refused_record(f"{key}: {why}")
             report.count("records", len(page))
 
 

@@ -165,34 +165,28 @@ def check_expected(current: Document, expect: int | None, subject: StateSubject,
 
 
 def _check_valid(
-    service: StatesService, key: DocKey, declared: dict[str, Any], data: JSON, with_state: bool, before: JSON
+    service: StatesService, key: DocKey, declared: dict[str, Any], data: JSON, before: JSON
 ) -> None:
     """A changed record against its declaration's effective schema, and against its state's
-    record rule too (``builtin.record_rule``: the one its declaration names, else its name's); a refusal names the record (``with_state``: and its
-    state), its subject decoded only then or for a rule. First its size: no more top-level
+    record rule too (``builtin.record_rule``: the one its declaration names, else its name's); a
+    refusal names the record as every message does (``subjects.record_name``: its kind, key,
+    target and state, whichever door wrote it). First its size: no more top-level
     members than the configuration's limit (or than ``before``, the record as it was, had)."""
     if data is MISSING:
         return
     limit = service.config.states.max_record_members
     if type(data) is dict and len(data) > limit and len(data) > (len(before) if type(before) is dict else 0):
         raise RecordTooLarge(
-            f"{_record_name(key, with_state)} would hold {len(data):,} top-level members, over the "
+            f"{key} would hold {len(data):,} top-level members, over the "
             f"{limit:,} a record may hold ([states] max_record_members): split it over several records"
         )
     schema = effective_schema(declared)
     if not service.validators.valid(schema, data):
-        service.validators.validate(schema, data, _record_name(key, with_state))
+        service.validators.validate(schema, data, str(key))
     rule = record_rule(key.state, declared)
     why = None if rule is None else rule(data, StateSubject.decode(key.subject).key)
     if why is not None:
-        raise DocumentInvalid(f"{_record_name(key, with_state)} is refused: {why}")
-
-
-def _record_name(key: DocKey, with_state: bool) -> str:
-    if with_state:
-        return str(key)  # (the one rendering of a record's name: ``subjects.record_name``)
-    subject = StateSubject.decode(key.subject)
-    return f"record {subject.kind}/{subject.key}"
+        raise DocumentInvalid(f"{key} is refused: {why}")
 
 
 def op_scope(state: str, subject: StateSubject) -> str:
@@ -356,7 +350,7 @@ def run(
                 if not paths[key]:
                     continue
                 new = working[key]
-                _check_valid(service, key, declarations[key.state], new, labels is not None, docs[key].body)
+                _check_valid(service, key, declarations[key.state], new, docs[key].body)
                 writes.append(
                     Write.between(
                         key, docs[key].body, new, docs[key].revision, changed=paths[key], paths=paths[key]
@@ -438,7 +432,7 @@ def run_one(service: StatesService, item: RecordWrite, origin: dict[str, Any]) -
                 if data is not MISSING:
                     if type(data) is not dict:
                         raise InvalidInput("a record document must be a JSON object")
-                    _check_valid(service, key, declared, data, False, current.body)
+                    _check_valid(service, key, declared, data, current.body)
                 paths = list(change.paths)
                 write = Write.between(key, current.body, data, current.revision, changed=paths, paths=paths)
                 if vouched and not change.checked:  # the store's own check, made here

@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from stateflow.errors import Conflict, InvalidInput
-from stateflow.states.models import StateSubject
+from stateflow.errors import Conflict
 from stateflow.states.schema import DocumentInvalid
 from stateflow.validators import compiled
 
@@ -69,7 +68,7 @@ def check_records(
             if new_valid(body) or not old_valid(body):
                 continue
             try:
-                svc.validators.validate(new_schema, body, f"record {_named(item.key.subject)}")
+                svc.validators.validate(new_schema, body, str(item.key))
             except DocumentInvalid as exc:
                 raise RecordsInvalid(
                     f"{change} would leave existing records of state {state!r} invalid: {exc.message} — "
@@ -92,11 +91,3 @@ def _changed_members(old: dict[str, Any], new: dict[str, Any]) -> set[str] | Non
 def _encoded(value: Any) -> bytes:
     # compared encoded: == on decoded JSON takes true for 1 and 1 for 1.0
     return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
-
-
-def _named(subject: str) -> str:
-    try:
-        s = StateSubject.decode(subject)
-    except (InvalidInput, ValueError):
-        return repr(subject)
-    return f"{s.target_kind}/{s.target_name}/{s.kind}/{s.key}"
