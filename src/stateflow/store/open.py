@@ -57,8 +57,11 @@ def absolute_location(store: StoreLocation, base: Path | None = None) -> str:
     return os.path.abspath(path if base is None else base / path)
 
 
-_SECRET_PARAMS: Final = frozenset({"password", "sslpassword"})
-"""libpq URI parameters that carry a secret (``passfile`` names a file, not a secret)"""
+_SECRET_PARAMS: Final = frozenset(
+    {"password", "sslpassword", "oauth_client_secret", "scram_client_key", "scram_server_key"}
+)
+"""libpq parameters that carry a secret, in a URL's query or a keyword string (``passfile``
+names a file, not a secret)"""
 
 
 def display_location(store: StoreLocation | None = None, *, absolute: bool = False) -> str:
@@ -69,7 +72,7 @@ def display_location(store: StoreLocation | None = None, *, absolute: bool = Fal
     file from any directory). The one rendering of a store location for people: whatever
     prints a location goes through here, so no door shows a secret another one hides."""
     url = resolve_store_url(store)
-    if "://" not in url and _KEYWORDS.match(url) is not None:
+    if "://" not in url and is_keyword_string(url):
         return _SECRET_KEYWORD.sub(r"\1=***", url)
     if absolute and "://" not in url and _OPTIONS.search(url) is None:
         return f"sqlite:///{os.path.abspath(Path(url).expanduser())}"
@@ -228,19 +231,49 @@ def refuse_query_path(path: str) -> None:
         )
 
 
-_KEYWORDS: Final = re.compile(
-    r"\s*(?:host|hostaddr|port|dbname|user|password|passfile|service|sslmode|connect_timeout|options"
-    r"|application_name|target_session_attrs|require_auth|channel_binding|gssencmode)\s*="
+# fmt: off
+LIBPQ_KEYWORDS: Final = frozenset({
+    "host", "hostaddr", "port", "dbname", "user", "password", "passfile", "require_auth",
+    "channel_binding", "connect_timeout", "client_encoding", "options", "application_name",
+    "fallback_application_name", "keepalives", "keepalives_idle", "keepalives_interval",
+    "keepalives_count", "tcp_user_timeout", "replication", "gssencmode", "sslmode", "requiressl",
+    "sslnegotiation", "sslcompression", "sslcert", "sslkey", "sslpassword", "sslcertmode",
+    "sslrootcert", "sslcrl", "sslcrldir", "sslsni", "sslkeylogfile", "requirepeer",
+    "ssl_min_protocol_version", "ssl_max_protocol_version", "min_protocol_version",
+    "max_protocol_version", "krbsrvname", "gsslib", "gssdelegation", "service",
+    "target_session_attrs", "load_balance_hosts", "oauth_issuer", "oauth_client_id",
+    "oauth_client_secret", "oauth_scope", "scram_client_key", "scram_server_key",
+})
+# fmt: on
+"""libpq's documented connection keywords (PostgreSQL 18, "Parameter Key Words"): a location
+holding one as ``keyword=value`` is libpq's keyword/value connection string, whichever comes
+first (``sslrootcert=ca.pem host=db``, ``connect_timeout=5 host=db``)."""
+_PAIR: Final = r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(?:'(?:[^'\\]|\\.)*'|[^\s']*)"
+_FIRST_PAIR: Final = re.compile(_PAIR)
+_PAIRS: Final = re.compile(rf"(?:{_PAIR})+\s*")
+_SECRET_KEYWORD: Final = re.compile(
+    rf"\b({'|'.join(sorted(_SECRET_PARAMS))})\s*=\s*(?:'(?:[^'\\]|\\.)*'|\S*)"
 )
-"""The start of a libpq keyword/value connection string (``host=db dbname=app``)."""
-_SECRET_KEYWORD: Final = re.compile(r"\b(password|sslpassword)\s*=\s*(?:'(?:[^'\\]|\\.)*'|\S*)")
 """A secret's ``keyword=value`` in such a string (a value may be quoted)."""
+
+
+def is_keyword_string(location: str) -> bool:
+    """Whether ``location`` is a libpq keyword/value string: it starts with a libpq keyword's
+    ``keyword=``, or is wholly ``keyword=value`` pairs one of which is libpq's (a relative file
+    name such as ``notes=old.db`` is neither)."""
+    first = _FIRST_PAIR.match(location)
+    if first is None:
+        return False
+    if first.group(1) in LIBPQ_KEYWORDS:
+        return True
+    whole = _PAIRS.fullmatch(location)
+    return whole is not None and any(m.group(1) in LIBPQ_KEYWORDS for m in _FIRST_PAIR.finditer(location))
 
 
 def refuse_keywords(path: str) -> None:
     """Refuse a libpq keyword string given as the store (``host=db dbname=app user=me``): opened
     as given it would create a SQLite file of that name. Named with its password masked."""
-    if _KEYWORDS.match(path) is not None:
+    if is_keyword_string(path):
         raise UnsupportedStore(
             f"store location {display_location(path)!r} is a libpq keyword string, not a file path: "
             "name a PostgreSQL store by its URL, postgresql://user@host:port/dbname (libpq options "

@@ -274,6 +274,14 @@ class PostgresStore(SqlStore):
             given = conninfo_to_dict(url)
         except psycopg.ProgrammingError as exc:
             raise UnsupportedStore(f"{self.url} is not a valid PostgreSQL URL: {_one_line(exc)}") from None
+        given_timeout = given.get("connect_timeout")
+        if given_timeout is not None and _WHOLE_NUMBER.fullmatch(str(given_timeout)) is None:
+            # refused as the other options are (``mode``), naming what it takes: psycopg's own
+            # refusal names neither, and libpq reads only an integer
+            raise UnsupportedStore(
+                "PostgreSQL option connect_timeout must be a whole number of seconds (such as 5; "
+                f"0: no limit), not {str(given_timeout)!r}"
+            )
         if "connect_timeout" not in given:  # (a keyword given to connect overrides the URL's own)
             kwargs["connect_timeout"] = max(1, round(connect_timeout or DEFAULT_CONNECT_TIMEOUT))
         options = str(given.get("options") or "")
@@ -290,7 +298,7 @@ class PostgresStore(SqlStore):
             self._probe(url, kwargs)
         except psycopg.OperationalError as exc:
             raise StoreUnavailable(f"cannot connect to {self.url}: {_one_line(exc)}") from None
-        except psycopg.ProgrammingError as exc:  # a value read before connecting: connect_timeout=abc
+        except psycopg.ProgrammingError as exc:  # a value read before connecting
             raise UnsupportedStore(f"{self.url} is not a valid PostgreSQL URL: {_one_line(exc)}") from None
         _quiet_pool_log()
         # autocommit: a lone statement needs no BEGIN/COMMIT round trips; transactions are explicit
@@ -1710,6 +1718,8 @@ def _equal_numbers(pattern: Any) -> list[Any]:
 DEFAULT_WAIT: Final = 10.0
 DEFAULT_CONNECT_TIMEOUT: Final = 5.0
 DEFAULT_STATEMENT_TIMEOUT: Final = 60.0
+_WHOLE_NUMBER: Final = re.compile(r"\s*[-+]?[0-9]+\s*")
+"""A value libpq reads as an integer option (``connect_timeout``): digits, a sign, spaces around."""
 _SETS_STATEMENT_TIMEOUT: Final = re.compile(r"(?:^|\s)(?:-c\s*|--)statement[-_]timeout=", re.IGNORECASE)
 """A URL's ``options`` setting the statement timeout, in each spelling the server reads
 (``-c name=``, ``-cname=``, ``--name=``; a name's case and ``-`` for ``_`` are its own)."""
