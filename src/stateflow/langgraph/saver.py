@@ -47,14 +47,16 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from stateflow.aio import call
 from stateflow.doc.canonical import checked_copy
+from stateflow.doc.ops import parse_ops
 from stateflow.doc.select import MISSING
 from stateflow.errors import CorruptStore
 from stateflow.langgraph.codec import Codec
 from stateflow.langgraph.records import OwnsStore, Records, Stale, invert, uninvert
 from stateflow.states import StatesService
-from stateflow.states.batch import apply_items, erase_item
+from stateflow.states.batch import apply_items, apply_items_in_parts, erase_item
 from stateflow.states.langgraph_items import CHECKPOINTS_DESCRIPTION, join, part, unpart
-from stateflow.states.models import DoorContext, WriteOrigin
+from stateflow.states.models import DoorContext, StateSubject, WriteOrigin
+from stateflow.states.pipeline import UNCHANGED, Change, RecordWrite, ops_transform
 from stateflow.store import DocKey, Whole
 
 STATE: Final = "langgraph_checkpoints"
@@ -209,6 +211,16 @@ def _key_of(thread_id: str, ns: str, checkpoint_id: str) -> str:
 _PAGE: Final = 200
 """Records a thread's maintenance reads at a time."""
 
+MAINTENANCE_PART: Final = 500
+"""Records a maintenance call (``delete_thread``, ``copy_thread``, a prune's erase) reads, writes
+and sends at a time within its one transaction: what it holds at once (a thread of 34,000
+checkpoints erased whole held ~1.1 GB), and on PostgreSQL the rows of one statement."""
+
+
+def _unchanged(declaration: dict[str, Any], current: Any, origin: dict[str, Any]) -> Change:
+    """The transform of a record left as it is (a source record gone before its copy)."""
+    return UNCHANGED
+
 
 def _delta_pending(metadata: Any) -> bool:
     """Whether a checkpoint's metadata says a ``DeltaChannel`` of it is rebuilt from its
@@ -243,6 +255,7 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         BaseCheckpointSaver.__init__(self, serde=serde)
         self.states = states
         self.records = Records(states, state, target_name)
+        self.maintenance_part = MAINTENANCE_PART
         self.records.ensure_declared(DECLARATION, _EARLIER)
         self.codec = Codec(self.serde)
         self.context = DoorContext(door="api", actor="stateflow.langgraph")
@@ -742,19 +755,36 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
 
     def _erase(self, keys: Sequence[str]) -> None:
         """Erase checkpoints and their writes (their audit trail stays), all in one transaction:
-        a call cut short erases none of them (a record already absent is left as it is)."""
+        a call cut short erases none of them (a record already absent is left as it is). Read
+        and erased ``maintenance_part`` records at a time within it (``apply_items_in_parts``):
+        what is held at once is a part, however long the thread."""
         state, records = self.records.state, self.records
-        named = [(kind, key) for key in keys for kind in (CHECKPOINT, WRITES)]
         # only the records there (a checkpoint without pending writes has no writes record):
         # a write naming an absent document makes its row, absent, which nothing would use
-        there = records.store.read([records.doc_key(kind, key) for kind, key in named], [])
-        items = [
-            erase_item(state, records.subject(kind, key))
-            for kind, key in named
-            if there[records.doc_key(kind, key)].body is not None
-        ]
+        there: builtins.list[DocKey] = []
+        for start in range(0, len(keys), _PAGE):
+            named = [
+                records.doc_key(kind, key)
+                for key in keys[start : start + _PAGE]
+                for kind in (CHECKPOINT, WRITES)
+            ]
+            found = records.store.read(named, [])
+            there += [k for k in named if found[k].body is not None]
+
+        def items_of(part: Sequence[DocKey]) -> builtins.list[RecordWrite]:
+            return [erase_item(state, StateSubject.decode(k.subject)) for k in part]
+
         try:
-            if items:
+            if there and not apply_items_in_parts(
+                self.states,
+                state,
+                there,
+                items_of,
+                part=self.maintenance_part,
+                origin={"consumer": "langgraph"},
+                context=self.context,
+            ):  # (a state with aliases: they are resolved, and go with their records, whole)
+                items = items_of(there)
                 apply_items(self.states, items, origin={"consumer": "langgraph"}, context=self.context)
         finally:
             self._parents.clear()
@@ -842,34 +872,65 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Every checkpoint of the thread and its pending writes, under the target thread, in one
-        transaction: a copy cut short leaves no target thread at all, never part of one."""
+        transaction: a copy cut short leaves no target thread at all, never part of one. Read and
+        written ``maintenance_part`` records at a time within it (``apply_items_in_parts``):
+        what is held at once is a part, and on PostgreSQL each part's rows are one statement."""
         source, target = str(source_thread_id), str(target_thread_id)
-        items = []
+        records = self.records
         keys = self._thread_keys(source)
+        copies: dict[DocKey, tuple[str, str]] = {}  # each target record → (kind, source key)
         for kind in (CHECKPOINT, WRITES):
-            for key, body in self._bodies(kind, keys):
-                if body is None:
-                    continue
-                _, ns, checkpoint_id = self._split(key)
-                if "config" in body:
-                    copied = {**body, "config": {**body["config"], "thread_id": target}}
-                elif type(saved := body.get("saved")) is dict and "config" in saved:
-                    copied = {**body, "saved": {**saved, "config": {**saved["config"], "thread_id": target}}}
-                elif "thread_id" in body:  # (names at the top)
-                    copied = {**body, "thread_id": target}
-                else:  # a writes record: its subject key names it
-                    copied = body
-                items.append(
-                    {
-                        "state": self.records.state,
-                        "subject": self.records.subject(kind, self._key(target, ns, checkpoint_id)),
-                        "ops": [{"op": "set", "path": [k], "value": v} for k, v in copied.items()],
-                    }
-                )
+            for start in range(0, len(keys), _PAGE):
+                page = keys[start : start + _PAGE]
+                found = records.store.read([records.doc_key(kind, k) for k in page], [])
+                for key in page:
+                    if found[records.doc_key(kind, key)].body is not None:
+                        _, ns, checkpoint_id = self._split(key)
+                        copies[records.doc_key(kind, self._key(target, ns, checkpoint_id))] = (kind, key)
+
+        def items_of(part: Sequence[DocKey]) -> builtins.list[RecordWrite]:
+            bodies: dict[tuple[str, str], dict[str, Any] | None] = {}
+            for kind in (CHECKPOINT, WRITES):
+                wanted = [copies[t][1] for t in part if copies[t][0] == kind]
+                bodies.update(((kind, key), body) for key, body in self._bodies(kind, wanted))
+            return [self._copied(t, bodies[copies[t]], target) for t in part]
+
+        if not copies:
+            return
         # every record in one transaction, however many (the published batch's bound is on what
         # one request may ask): a copy cut short leaves no part of the thread behind
-        if items:
-            apply_items(self.states, items, origin={"consumer": "langgraph"}, context=self.context)
+        if not apply_items_in_parts(
+            self.states,
+            records.state,
+            builtins.list(copies),
+            items_of,
+            part=self.maintenance_part,
+            origin={"consumer": "langgraph"},
+            context=self.context,
+        ):  # (a state with aliases: they are resolved, whole)
+            apply_items(
+                self.states,
+                items_of(builtins.list(copies)),
+                origin={"consumer": "langgraph"},
+                context=self.context,
+            )
+
+    def _copied(self, target_key: DocKey, body: dict[str, Any] | None, target: str) -> RecordWrite:
+        """The item writing ``body``, a record of the source thread, as ``target_key``'s record
+        of the target thread (nothing, where the source record is gone meanwhile)."""
+        subject = StateSubject.decode(target_key.subject)
+        if body is None:
+            return RecordWrite(self.records.state, subject, _unchanged)
+        if "config" in body:
+            copied = {**body, "config": {**body["config"], "thread_id": target}}
+        elif type(saved := body.get("saved")) is dict and "config" in saved:
+            copied = {**body, "saved": {**saved, "config": {**saved["config"], "thread_id": target}}}
+        elif "thread_id" in body:  # (names at the top)
+            copied = {**body, "thread_id": target}
+        else:  # a writes record: its subject key names it
+            copied = body
+        ops = parse_ops([{"op": "set", "path": [k], "value": v} for k, v in copied.items()])
+        return RecordWrite(self.records.state, subject, ops_transform(ops))
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         if strategy not in ("keep_latest", "delete"):

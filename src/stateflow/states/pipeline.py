@@ -395,6 +395,65 @@ def run(
         return [r if r is not None else Written() for r in results]
 
 
+class _Aliased(Exception):
+    """A state with aliases, met by :func:`run_parts` (which names records by their own keys)."""
+
+
+def run_parts(
+    service: StatesService,
+    state: str,
+    parts: Sequence[Sequence[DocKey]],
+    items_of: Callable[[Sequence[DocKey]], Sequence[RecordWrite]],
+    origin: dict[str, Any],
+) -> Commit | None:
+    """:func:`run` for many records of one state, in parts of one transaction and one transition
+    (``Store.update_parts``): each part's records are read, changed and sent before the next
+    part's are read, so what is held at once is one part, not the batch. ``items_of(part)``: the
+    items of a part's records, one per key, in order, each naming its record by its own key,
+    with no op id or expected revision. The same steps as :func:`run` — the declaration shared,
+    subject admission, the item's change, the record's validity. None, nothing written, where
+    the state has aliases: a folded subject resolves elsewhere and an erase takes its aliases
+    with it, which :func:`run` does (the caller runs that instead)."""
+    catalog, alias_key = DocKey(CATALOG, state), DocKey(ALIASES, state)
+
+    def compute(part: Sequence[DocKey], docs: dict[DocKey, Document]) -> list[Write]:
+        aliases = docs.get(alias_key)
+        if aliases is not None and aliases.body:
+            raise _Aliased
+        found = docs.get(catalog)
+        declared = service._declared(None if found is None else found.body, state)
+        writes: list[Write] = []
+        for key, it in zip(part, items_of(part), strict=True):
+            if (
+                it.op_id is not None
+                or it.expect_revision is not None
+                or DocKey(it.state, it.subject.encode()) != key
+            ):
+                raise ValueError(
+                    f"run_parts: an item of {key} must name its record, with no op id or revision"
+                )
+            service._admit(declared, it.subject)
+            current = docs[key]
+            change = it.transform(declared, current.value, origin)
+            if not change.paths:
+                continue
+            data = change.document
+            if data is not MISSING:
+                if type(data) is not dict:
+                    raise InvalidInput("a record document must be a JSON object")
+                _check_valid(service, key, declared, data, True, current.body)
+            paths = list(change.paths)
+            writes.append(
+                Write.between(key, current.body, data, current.revision, changed=paths, paths=paths)
+            )
+        return writes
+
+    try:
+        return service.store.update_parts(parts, compute, origin, shared=[catalog, alias_key])
+    except _Aliased:
+        return None
+
+
 def run_one(service: StatesService, item: RecordWrite, origin: dict[str, Any]) -> Written:
     """:func:`run` for one record write with no redeclare, labels or pre-resolved subject — every
     single write takes this path. The same steps and refusals, without what only several items

@@ -323,9 +323,13 @@ class StoreCore(Backend):
         tx: Tx,
         wanted: Sequence[Wanted],
         outlines: Sequence[str] = (),
+        *,
+        keep: bool = True,
     ) -> dict[int, tuple[list[tuple[str, int, Any, int]], dict[str, Any]]]:
         """Members of several documents: one head query for the documents whose heads are not
-        cached at their revision, one body query for the member cache misses."""
+        cached at their revision, one body query for the member cache misses. ``keep``: what
+        is read enters the caches (False: read for one use — documents about to be erased or
+        rewritten by the thousand, which would push out what readers reuse)."""
         if not wanted:
             return {}
         by_doc: dict[int, Heads] = {}
@@ -356,7 +360,7 @@ class StoreCore(Backend):
                     int(h[4]),
                     None if h[5] is None else bytes(h[5]),
                 )
-            for doc_id, revision in unknown.items():
+            for doc_id, revision in unknown.items() if keep else ():
                 self._heads.put(doc_id, revision, read[doc_id])
             by_doc.update(read)
         keys = {doc_id: key for key, doc_id, _, _ in wanted}
@@ -384,8 +388,9 @@ class StoreCore(Backend):
                 what = f"{keys[int(doc_id)]} member {name!r}"
                 value = decode_stored(raw, what) if root is None else load_tree(tx, bytes(root), what)
                 values[(int(doc_id), name)] = value
-                weight = len(raw) if root is None else sizes.get((int(doc_id), name), 0)
-                self._cache.put((int(doc_id), name), int(revision), value, weight)
+                if keep:
+                    weight = len(raw) if root is None else sizes.get((int(doc_id), name), 0)
+                    self._cache.put((int(doc_id), name), int(revision), value, weight)
         out: dict[int, tuple[list[tuple[str, int, Any, int]], dict[str, Any]]] = {}
         for _, doc_id, _, _ in wanted:
             rows = by_doc.get(doc_id, {})

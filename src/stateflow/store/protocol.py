@@ -105,6 +105,17 @@ class Store(Protocol):
     ) -> tuple[Commit, R | None]:
         """Read-modify-write: load ``keys`` locked, ``compute`` the writes, commit them."""
 
+    def update_parts(
+        self,
+        parts: Sequence[Sequence[DocKey]],
+        compute: Callable[[Sequence[DocKey], dict[DocKey, Document]], Sequence[Write]],
+        origin: dict[str, Any] | None = None,
+        *,
+        shared: Sequence[DocKey] = (),
+    ) -> Commit:
+        """Read-modify-writes of many documents as one transaction, a part at a time (what is
+        held at once is a part's, not every document's)."""
+
     def write_whole(
         self,
         key: DocKey,

@@ -143,6 +143,109 @@ class Writes(StoreCore):
                 time.sleep(random.uniform(0.0, 0.002 * (attempt + 1)))  # (no lockstep)
         raise AssertionError("unreachable")
 
+    def update_parts(
+        self,
+        parts: Sequence[Sequence[DocKey]],
+        compute: Callable[[Sequence[DocKey], dict[DocKey, Document]], Sequence[Write]],
+        origin: dict[str, Any] | None = None,
+        *,
+        shared: Sequence[DocKey] = (),
+    ) -> Commit:
+        """Read-modify-writes of many documents as one transaction and one transition, a part
+        at a time: ``compute(part, documents)`` → the writes of that part's documents (the
+        shared ones beside them). All or nothing, as :meth:`update`; but what is held at once
+        is one part's documents, writes and rows, not every document's (a maintenance call
+        erasing or copying tens of thousands of records), and on PostgreSQL each part's rows
+        are one statement, each bounded by the statement timeout on its own.
+
+        Every part's keys come after the previous part's in the lock order (``rows.lock_order``)
+        and after ``shared`` (read under a shared lock, given to every part). First every row
+        is locked, a part at a time (all before the seq lock, as every writer takes them); then
+        each part is read again, computed, staged and sent. No op ids; neither what is read nor
+        what is written is cached (the rows known here for its documents are forgotten), and the
+        commit lists no revisions."""
+        self.check_schema()
+        validate_writes([], origin)
+        origin = origin or {}
+        shared_keys = _in_lock_order(set(shared))
+        last = lock_order(shared_keys[-1]) if shared_keys else None
+        for part in parts:
+            for key in part:
+                if problem := key_problem(key):
+                    raise problem
+                if last is not None and lock_order(key) <= last:
+                    raise ValueError(
+                        "update_parts: keys must come in ascending lock order, after the shared ones"
+                    )
+                last = lock_order(key)
+        seq: SeqRef | None = None
+        seq_of: Callable[[], int] = lambda: 0  # noqa: E731 - (set with the transition)
+        changed: list[str] = []  # each part's ``transitions.changed`` items (SQLite)
+        at = utc_now()
+        with self._write_tx() as tx:
+            rows, _ = self._claim(tx, shared_keys, ())
+            fetched = self._fetch_many(
+                tx, [(k, r.doc_id, r.revision, None) for k, r in rows.items() if r.present]
+            )
+            around = {
+                key: Document(
+                    key, row.revision, {n: v for n, _, v, _ in fetched[row.doc_id][0]}, row.updated_seq
+                )
+                if row.present
+                else Document(key, row.revision, None, row.updated_seq)
+                for key, row in rows.items()
+            }
+            for part in parts:  # every row locked first, before the transition's seq lock
+                self._claim(tx, (), part)
+            for part in parts:
+                if not part:
+                    continue
+                _, locked = self._claim(tx, (), part)  # (held already: read again, not waited for)
+                present = [(k, r.doc_id, r.revision, None) for k, r in locked.items() if r.present]
+                # (read for this part alone: tens of thousands of erased or copied records would
+                # fill the caches, pushing out what readers reuse)
+                members = self._fetch_many(tx, present, keep=False) if present else {}
+                loaded: dict[DocKey, Loaded] = {}
+                docs = dict(around)
+                for key, row in locked.items():
+                    entry = loaded[key] = Loaded(row, complete=not row.present)
+                    body = None
+                    if row.present:
+                        for name, position, value, size in members[row.doc_id][0]:
+                            entry.members[name] = (value, position, size)
+                        entry.complete = True
+                        body = {n: v for n, (v, _, _) in entry.members.items()}
+                    docs[key] = Document(key, row.revision, body, row.updated_seq)
+                writes = compute(part, docs)
+                validate_writes(writes, origin)
+                plans: list[WritePlan] = []
+                for write in sorted(writes, key=lambda w: w.key):
+                    entry = loaded.get(write.key)  # type: ignore[assignment]
+                    if entry is None:
+                        raise InvalidInput(f"{write.key} is not among the documents of its part")
+                    if write.expect is not None and write.expect != entry.row.revision:
+                        raise Conflict(f"{write.key} changed concurrently")
+                    if write.edits:
+                        fresh = Fresh()  # (not kept: nothing of the parts goes to the caches)
+                        plans.append(self._plan_doc(write, entry, self._stage(tx, write, entry), fresh))
+                        self._rows_known.pop(write.key, None)
+                del docs, loaded, members, writes
+                if not plans:
+                    continue
+                if seq is None:  # the transition (and on PostgreSQL the seq lock) once
+                    seq_of, seq = self._transition(tx, at, origin, "[]" if self.transition_keys else None)
+                self._emit(tx, plans, seq)
+                if self.transition_keys:
+                    changed.append(changed_keys(plans)[1:-1])
+            if seq is not None and self.transition_keys:
+                tx.run(
+                    "UPDATE transitions SET changed = ? WHERE seq = ?", (f"[{','.join(changed)}]", seq_of())
+                )
+        if seq is None:
+            return made_commit(True, None, None, {})
+        committed()
+        return made_commit(True, seq_of(), at, {})  # (no revisions listed: a list of every document)
+
     def _update_once(
         self,
         keys: Iterable[DocKey],
