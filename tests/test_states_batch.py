@@ -188,6 +188,28 @@ def test_a_replayed_item_says_so_as_a_single_write_does(service: StatesService) 
     assert again["replayed"] is True and again["replayed_seq"] == single.seq
 
 
+def test_a_replayed_item_beside_a_new_record_takes_the_next_seq_on_both_backends(
+    service: StatesService,
+) -> None:
+    """One writer, nothing refused: the write after a batch's replayed item takes the very next
+    seq, as on SQLite. On PostgreSQL the first attempt creates the new record's row on its own
+    before its claim is found taken; the next one must lock that row, not insert it again (an
+    insert refused on the key after taking a seq left a gap)."""
+    first = service.apply("tickets", subj("t1"), set_n(1), op_id="b-1")
+    # read, not written: the store now knows t2 has no row, so the batch tries without locks
+    assert service.revert("tickets", subj("t2"), 0) is None
+    results = service.apply_batch(
+        [
+            {"state": "tickets", "subject": subj("t2"), "ops": set_n(2), "op_id": "b-1"},  # a replay
+            {"state": "people", "subject": subj("u1", "user"), "ops": set_n(3)},
+        ]
+    )
+    assert first.seq is not None
+    assert results[0].replayed and results[0].replayed_seq == first.seq
+    assert results[1].applied and results[1].seq == first.seq + 1
+    assert service.apply("people", subj("u1", "user"), set_n(4)).seq == first.seq + 2
+
+
 def test_a_batch_item_that_changes_nothing_says_nothing_was_written(service: StatesService) -> None:
     service.apply("tickets", subj("t1"), set_n(1))
     guarded = [{"op": "set", "path": ["n"], "value": 5, "guard": {"path": ["n"], "expected": 7}}]

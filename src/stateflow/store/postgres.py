@@ -627,12 +627,21 @@ class PostgresStore(SqlStore):
     def _create(self, creates: Sequence[tuple[DocKey, int]]) -> None:
         """Create absent rows with the ids handed out for them, in their own transaction
         (committed without waiting for its flush: an absent row is no write anybody was told
-        about; one lost is created again by the next writer). A key that has a row keeps it."""
+        about; one lost is created again by the next writer). A key that has a row keeps it.
+
+        The rows are then known here (absent, revision 0): should the commit that wanted them
+        write nothing (a moved document, a claim taken), the call's next attempt locks them
+        instead of planning to create them again — an insert that, refused on the key after it
+        took its seq (``pg_fast``), would leave a gap no other writer caused. Where another
+        writer's row kept the key, the id is wrong and that attempt's check fails (no seq taken)."""
         with self._pool.connection() as conn, _mapped_errors(self.url), _PgTx(conn)._pipelined():
             conn.execute("BEGIN")
             conn.execute("SET LOCAL synchronous_commit TO off")
             conn.execute(_CREATE_ROWS, _create_arrays(creates))
             conn.execute("COMMIT")
+        known = self._rows_known
+        for key, doc_id in creates:
+            known[key] = DocRow(doc_id, 0, False, None, 0, 0, 0, 0)
 
     @staticmethod
     def _lock_query(key: DocKey) -> tuple[str, tuple[str, ...]]:
