@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import re
 import sqlite3
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -56,6 +59,48 @@ def test_an_unmigrated_store_refuses_every_read_and_write(backend: str) -> None:
         assert store.get(A).revision == 0
     finally:
         store.close()
+
+
+def test_the_migrate_advice_is_a_command_a_shell_runs_as_pasted(backend: str, tmp_path: Path) -> None:
+    # it named the store unquoted, the password as ***: a shell globbed it, and a user pasting it
+    # connected with the password "***"
+    if backend.startswith("postgresql://"):
+        location = backend.replace("postgresql://postgres@", "postgresql://postgres:s3cret@", 1)
+        assert location != backend
+        refused = subprocess.run(
+            ["stateflow", "--store", location, "doc", "get", "notes", "a"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert refused.returncode == 1 and refused.stderr.startswith("error[store-not-migrated]: "), (
+            refused.stderr
+        )
+        message = refused.stderr
+        assert message.rstrip().endswith("(its password left out: give it in PGPASSWORD or ~/.pgpass)")
+        env = {**os.environ, "PGPASSWORD": "s3cret"}
+    else:  # a path a shell would split and glob
+        location = str(tmp_path / "my stores [old]" / "*.db")
+        Path(location).parent.mkdir()
+        store = open_store(location, auto_migrate=False)
+        try:
+            with pytest.raises(StoreNotMigrated) as info:
+                store.get(A)
+        finally:
+            store.close()
+        message, env = info.value.message, dict(os.environ)
+    assert "s3cret" not in message
+    command = re.search(r"run `([^`]*)`", message)
+    assert command is not None, message
+    ran = subprocess.run(
+        ["sh", "-c", command[1]], capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env
+    )
+    assert ran.returncode == 0, ran.stderr
+    migrated = open_store(backend if backend.startswith("postgresql://") else location, auto_migrate=False)
+    try:
+        assert migrated.schema_version() == SCHEMA_VERSION
+    finally:
+        migrated.close()
 
 
 def test_a_store_from_a_newer_version_is_refused(backend: str, open_migrated: StoreFactory) -> None:

@@ -14,6 +14,7 @@ from stateflow.store.key_positions import Positions
 from stateflow.store.migrations import SCHEMA_VERSION, statements
 from stateflow.store.model import DocKey, Document
 from stateflow.store.nodes import NodeCache, load_tree
+from stateflow.store.open import store_command
 from stateflow.store.plan import Loaded
 from stateflow.store.rows import (
     ROW_COLUMNS,
@@ -152,9 +153,10 @@ class StoreCore(Backend):
         """What refuses a store at schema ``version`` (None: no schema), saying what to do —
         migrate it, or upgrade stateflow —; None at this stateflow's version."""
         if version is None or version < SCHEMA_VERSION:
+            command, note = store_command(self.url, "migrate")
             return StoreNotMigrated(
                 f"{self.url} is not migrated (schema version {version or 0}, need "
-                f"{SCHEMA_VERSION}); run `stateflow --store {self.url} migrate`"
+                f"{SCHEMA_VERSION}); run `{command}`{note}"
             )
         return self._too_new(version) if version > SCHEMA_VERSION else None
 

@@ -19,15 +19,18 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 from urllib.parse import SplitResult, parse_qs, parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 import platformdirs
 
 from stateflow.errors import UnsupportedStore
 from stateflow.extras import needs_extra
-from stateflow.store.base import SqlStore
+
+if TYPE_CHECKING:  # (the store classes import this module: a migrate command's advice)
+    from stateflow.store.base import SqlStore
 
 ENV_VAR = "STATEFLOW_STORE"
 
@@ -91,6 +94,38 @@ def display_location(store: StoreLocation | None = None, *, absolute: bool = Fal
 
 _SECRET_USERINFO: Final = re.compile(r"(://[^/@:]*:)[^/@]+@")
 """The password of a URL's ``user:password@`` (for a URL too malformed to split)"""
+
+
+def store_command(shown: str, *args: str) -> tuple[str, str]:
+    """``stateflow --store LOCATION ARGS`` for the store shown as ``shown`` (its
+    :func:`display_location`), as a user can paste it into a POSIX shell — the location quoted (a
+    masked ``***``, ``?`` or a SQLite path's spaces would not survive a shell unquoted), its
+    masked password left out (libpq then reads ``PGPASSWORD`` or ``~/.pgpass``) and any other
+    masked secret a ``<name>`` placeholder — and what to do about those, said after it."""
+    location, notes = shown, []
+    if shown.startswith(("postgresql://", "postgres://")) and "***" in shown:
+        parts = urlsplit(shown)
+        cred, at, host = parts.netloc.rpartition("@")
+        user, _, password = cred.partition(":")
+        dropped, filled, query = password == "***", False, []
+        for piece in parts.query.split("&") if parts.query else ():
+            name, _, value = piece.partition("=")
+            secret = unquote(name) if value == "***" and unquote(name) in _SECRET_PARAMS else None
+            if secret is None:
+                query.append(piece)
+            elif secret == "password":
+                dropped = True
+            else:
+                query.append(f"{name}=<{secret}>")
+                filled = True
+        netloc = f"{user}{at}{host}" if password == "***" else parts.netloc
+        location = urlunsplit(parts._replace(netloc=netloc, query="&".join(query)))
+        if dropped:
+            notes.append("its password left out: give it in PGPASSWORD or ~/.pgpass")
+        if filled:
+            notes.append("fill in each <name> with that secret")
+    note = f" ({'; '.join(notes)})" if notes else ""
+    return shlex.join(["stateflow", "--store", location, *args]), note
 
 
 def split_location(url: str) -> SplitResult:
