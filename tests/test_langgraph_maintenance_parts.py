@@ -69,13 +69,13 @@ def test_delete_and_copy_of_a_thread_hold_one_part_at_a_time_in_one_transition(b
         assert len(_seqs(store, saver, [k.replace("s/", "s2/", 1) for k in small])) == 1
         saver.delete_thread("s2")
 
-        # erasing a thread five times as long costs about what a short one does: one part at a
-        # time (before, every record of the thread was held at once: ~5x the short one's peak).
-        # (A copy reads its source records through the member cache, bounded by its own size.)
-        saver.copy_thread("s", "s3")
-        saver.copy_thread("l", "l2")
+        # a thread five times as long costs about what a short one does: one part at a time
+        # (before, every record of the thread was held at once: ~5x the short one's peak)
+        copy_small = _peak(lambda: saver.copy_thread("s", "s3"))
+        copy_large = _peak(lambda: saver.copy_thread("l", "l2"))
         delete_small = _peak(lambda: saver.delete_thread("s3"))
         delete_large = _peak(lambda: saver.delete_thread("l2"))
+        assert copy_large < 3 * copy_small, (copy_small, copy_large)
         assert delete_large < 3 * delete_small, (delete_small, delete_large)
 
         # each all in one transition, however many parts

@@ -27,7 +27,7 @@ import functools
 import random
 import zlib
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
 import orjson
@@ -57,7 +57,7 @@ from stateflow.states.batch import apply_items, apply_items_in_parts, erase_item
 from stateflow.states.langgraph_items import CHECKPOINTS_DESCRIPTION, join, part, unpart
 from stateflow.states.models import DoorContext, StateSubject, WriteOrigin
 from stateflow.states.pipeline import UNCHANGED, Change, RecordWrite, ops_transform
-from stateflow.store import DocKey, Whole
+from stateflow.store import DocKey, Document, Whole
 
 STATE: Final = "langgraph_checkpoints"
 _WRITE: Final[dict[str, Any]] = {"type": "object", "required": ["task_id", "idx", "channel", "value"]}
@@ -761,17 +761,11 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         state, records = self.records.state, self.records
         # only the records there (a checkpoint without pending writes has no writes record):
         # a write naming an absent document makes its row, absent, which nothing would use
-        there: builtins.list[DocKey] = []
-        for start in range(0, len(keys), _PAGE):
-            named = [
-                records.doc_key(kind, key)
-                for key in keys[start : start + _PAGE]
-                for kind in (CHECKPOINT, WRITES)
-            ]
-            found = records.store.read(named, [])
-            there += [k for k in named if found[k].body is not None]
+        there = [
+            records.doc_key(kind, key) for kind in (CHECKPOINT, WRITES) for key in self._there(kind, keys)
+        ]
 
-        def items_of(part: Sequence[DocKey]) -> builtins.list[RecordWrite]:
+        def items_of(part: Sequence[DocKey], _: object = None) -> builtins.list[RecordWrite]:
             return [erase_item(state, StateSubject.decode(k.subject)) for k in part]
 
         try:
@@ -789,6 +783,14 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         finally:
             self._parents.clear()
             self._held.clear()
+
+    def _there(self, kind: str, keys: Sequence[str]) -> builtins.list[str]:
+        """Those of ``keys`` (checkpoint keys) whose record of ``kind`` is there, in their order:
+        from a listing of their threads' records, not a read of each (which would cache every
+        record's heads, tens of thousands for a long thread)."""
+        threads = sorted({key.split("/", 1)[0] for key in keys})
+        found = {self.records.key_of(k) for t in threads for k in self.records.scan(kind, f"{t}/")}
+        return [key for key in keys if key in found]
 
     def _materialize(self, keys: Sequence[str], dropped: set[tuple[str, str, str]]) -> None:
         """Rewrite the kept checkpoints whose values live in checkpoints about to go, with
@@ -880,20 +882,17 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         keys = self._thread_keys(source)
         copies: dict[DocKey, tuple[str, str]] = {}  # each target record → (kind, source key)
         for kind in (CHECKPOINT, WRITES):
-            for start in range(0, len(keys), _PAGE):
-                page = keys[start : start + _PAGE]
-                found = records.store.read([records.doc_key(kind, k) for k in page], [])
-                for key in page:
-                    if found[records.doc_key(kind, key)].body is not None:
-                        _, ns, checkpoint_id = self._split(key)
-                        copies[records.doc_key(kind, self._key(target, ns, checkpoint_id))] = (kind, key)
+            for key in self._there(kind, keys):
+                _, ns, checkpoint_id = self._split(key)
+                copies[records.doc_key(kind, self._key(target, ns, checkpoint_id))] = (kind, key)
 
-        def items_of(part: Sequence[DocKey]) -> builtins.list[RecordWrite]:
-            bodies: dict[tuple[str, str], dict[str, Any] | None] = {}
-            for kind in (CHECKPOINT, WRITES):
-                wanted = [copies[t][1] for t in part if copies[t][0] == kind]
-                bodies.update(((kind, key), body) for key, body in self._bodies(kind, wanted))
-            return [self._copied(t, bodies[copies[t]], target) for t in part]
+        def sources(part: Sequence[DocKey]) -> builtins.list[DocKey]:
+            return [records.doc_key(*copies[t]) for t in part]
+
+        def items_of(part: Sequence[DocKey], docs: Mapping[DocKey, Document]) -> builtins.list[RecordWrite]:
+            # each source record as read with its part (not cached: a thread of tens of
+            # thousands would fill the member cache with values nobody reads again)
+            return [self._copied(t, docs[records.doc_key(*copies[t])].body, target) for t in part]
 
         if not copies:
             return
@@ -905,14 +904,14 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
             builtins.list(copies),
             items_of,
             part=self.maintenance_part,
+            beside=sources,
             origin={"consumer": "langgraph"},
             context=self.context,
-        ):  # (a state with aliases: they are resolved, whole)
+        ):  # (a state with aliases: they are resolved, and the copy made whole)
+            every = builtins.list(copies)
+            read = records.store.read(sources(every))
             apply_items(
-                self.states,
-                items_of(builtins.list(copies)),
-                origin={"consumer": "langgraph"},
-                context=self.context,
+                self.states, items_of(every, read), origin={"consumer": "langgraph"}, context=self.context
             )
 
     def _copied(self, target_key: DocKey, body: dict[str, Any] | None, target: str) -> RecordWrite:

@@ -11,7 +11,7 @@ record's tenant: a replayed item applies nothing (and says ``replayed``) while t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from stateflow.doc.ops import parse_ops
@@ -21,7 +21,7 @@ from stateflow.states import pipeline
 from stateflow.states.models import DoorContext, op_id_problem
 from stateflow.states.pipeline import RecordWrite, ops_transform
 from stateflow.states.service import ApplyResult, StatesService, origin_of, subject_of
-from stateflow.store import DocKey
+from stateflow.store import DocKey, Document
 from stateflow.store.rows import lock_order
 
 MAX_BATCH_ITEMS: Final = 100
@@ -89,22 +89,24 @@ def apply_items_in_parts(
     service: StatesService,
     state: str,
     keys: Sequence[DocKey],
-    items_of: Callable[[Sequence[DocKey]], Sequence[RecordWrite]],
+    items_of: Callable[[Sequence[DocKey], Mapping[DocKey, Document]], Sequence[RecordWrite]],
     *,
     part: int,
+    beside: Callable[[Sequence[DocKey]], Sequence[DocKey]] | None = None,
     origin: Any = None,
     context: DoorContext | None = None,
 ) -> bool:
     """:func:`apply_items` for the records ``keys`` of one state (each named by its own key), in
     one transaction too, but read, changed and written ``part`` records at a time
     (``pipeline.run_parts``): what is held at once is a part, however many records (a LangGraph
-    thread of tens of thousands of checkpoints erased or copied). ``items_of(part)``: the items
-    of a part's records, one per key, in order. False, nothing written, where the state has
+    thread of tens of thousands of checkpoints erased or copied). ``items_of(part, docs)``: the
+    items of a part's records, one per key, in order, given those records and the ones
+    ``beside(part)`` names (read with the part, not written: what a copy is made from). False, nothing written, where the state has
     aliases (the caller applies its items with :func:`apply_items`, which resolves them)."""
     ordered = sorted(keys, key=lock_order)
     parts = [ordered[start : start + part] for start in range(0, len(ordered), part)]
     done = pipeline.run_parts(
-        service, state, parts, items_of, service._origin(origin_of(origin), context, "apply-batch")
+        service, state, parts, items_of, service._origin(origin_of(origin), context, "apply-batch"), beside
     )
     return done is not None
 

@@ -403,14 +403,16 @@ def run_parts(
     service: StatesService,
     state: str,
     parts: Sequence[Sequence[DocKey]],
-    items_of: Callable[[Sequence[DocKey]], Sequence[RecordWrite]],
+    items_of: Callable[[Sequence[DocKey], Mapping[DocKey, Document]], Sequence[RecordWrite]],
     origin: dict[str, Any],
+    beside: Callable[[Sequence[DocKey]], Sequence[DocKey]] | None = None,
 ) -> Commit | None:
     """:func:`run` for many records of one state, in parts of one transaction and one transition
     (``Store.update_parts``): each part's records are read, changed and sent before the next
-    part's are read, so what is held at once is one part, not the batch. ``items_of(part)``: the
-    items of a part's records, one per key, in order, each naming its record by its own key,
-    with no op id or expected revision. The same steps as :func:`run` — the declaration shared,
+    part's are read, so what is held at once is one part, not the batch. ``items_of(part, docs)``:
+    the items of a part's records, one per key, in order, each naming its record by its own key,
+    with no op id or expected revision (``docs``: the part's records and those ``beside`` names,
+    read with it). The same steps as :func:`run` — the declaration shared,
     subject admission, the item's change, the record's validity. None, nothing written, where
     the state has aliases: a folded subject resolves elsewhere and an erase takes its aliases
     with it, which :func:`run` does (the caller runs that instead)."""
@@ -423,7 +425,7 @@ def run_parts(
         found = docs.get(catalog)
         declared = service._declared(None if found is None else found.body, state)
         writes: list[Write] = []
-        for key, it in zip(part, items_of(part), strict=True):
+        for key, it in zip(part, items_of(part, docs), strict=True):
             if (
                 it.op_id is not None
                 or it.expect_revision is not None
@@ -441,7 +443,7 @@ def run_parts(
             if data is not MISSING:
                 if type(data) is not dict:
                     raise InvalidInput("a record document must be a JSON object")
-                _check_valid(service, key, declared, data, True, current.body)
+                _check_valid(service, key, declared, data, current.body)
             paths = list(change.paths)
             writes.append(
                 Write.between(key, current.body, data, current.revision, changed=paths, paths=paths)
@@ -449,7 +451,7 @@ def run_parts(
         return writes
 
     try:
-        return service.store.update_parts(parts, compute, origin, shared=[catalog, alias_key])
+        return service.store.update_parts(parts, compute, origin, shared=[catalog, alias_key], beside=beside)
     except _Aliased:
         return None
 

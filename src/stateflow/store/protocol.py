@@ -112,6 +112,7 @@ class Store(Protocol):
         origin: dict[str, Any] | None = None,
         *,
         shared: Sequence[DocKey] = (),
+        beside: Callable[[Sequence[DocKey]], Sequence[DocKey]] | None = None,
     ) -> Commit:
         """Read-modify-writes of many documents as one transaction, a part at a time (what is
         held at once is a part's, not every document's)."""

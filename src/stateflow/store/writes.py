@@ -150,6 +150,7 @@ class Writes(StoreCore):
         origin: dict[str, Any] | None = None,
         *,
         shared: Sequence[DocKey] = (),
+        beside: Callable[[Sequence[DocKey]], Sequence[DocKey]] | None = None,
     ) -> Commit:
         """Read-modify-writes of many documents as one transaction and one transition, a part
         at a time: ``compute(part, documents)`` → the writes of that part's documents (the
@@ -161,9 +162,11 @@ class Writes(StoreCore):
         Every part's keys come after the previous part's in the lock order (``rows.lock_order``)
         and after ``shared`` (read under a shared lock, given to every part). First every row
         is locked, a part at a time (all before the seq lock, as every writer takes them); then
-        each part is read again, computed, staged and sent. No op ids; neither what is read nor
-        what is written is cached (the rows known here for its documents are forgotten), and the
-        commit lists no revisions."""
+        each part is read again, computed, staged and sent. ``beside(part)``: more documents
+        read with a part, not locked (as committed, as a read outside the transaction sees them),
+        given to its compute and not written (the records a copy is made from). No op ids;
+        neither what is read nor what is written is cached (the rows known here for its
+        documents are forgotten), and the commit lists no revisions."""
         self.check_schema()
         validate_writes([], origin)
         origin = origin or {}
@@ -216,6 +219,21 @@ class Writes(StoreCore):
                         entry.complete = True
                         body = {n: v for n, (v, _, _) in entry.members.items()}
                     docs[key] = Document(key, row.revision, body, row.updated_seq)
+                others = [k for k in beside(part) if k not in docs] if beside is not None else []
+                if others:
+                    found = self._rows(tx, others)
+                    read = self._fetch_many(
+                        tx,
+                        [(k, r.doc_id, r.revision, None) for k, r in found.items() if r.present],
+                        keep=False,
+                    )
+                    for key in others:
+                        seen = found.get(key)
+                        if seen is None or not seen.present:
+                            docs[key] = Document(key, 0 if seen is None else seen.revision, None)
+                        else:
+                            body = {n: v for n, _, v, _ in read[seen.doc_id][0]}
+                            docs[key] = Document(key, seen.revision, body, seen.updated_seq)
                 writes = compute(part, docs)
                 validate_writes(writes, origin)
                 plans: list[WritePlan] = []
@@ -229,7 +247,7 @@ class Writes(StoreCore):
                         fresh = Fresh()  # (not kept: nothing of the parts goes to the caches)
                         plans.append(self._plan_doc(write, entry, self._stage(tx, write, entry), fresh))
                         self._rows_known.pop(write.key, None)
-                del docs, loaded, members, writes
+                del docs, loaded, members, writes, others
                 if not plans:
                     continue
                 if seq is None:  # the transition (and on PostgreSQL the seq lock) once
