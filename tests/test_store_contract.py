@@ -83,6 +83,22 @@ def test_an_edit_that_no_longer_fits_the_head_refuses_the_whole_cohort(store: Sq
     assert store.get(B).body == {"n": 1}
 
 
+def test_an_edit_that_no_longer_fits_names_its_place_from_the_document_root(store: SqlStore) -> None:
+    # the members are stored apart and an edit is applied to its member alone: the place it names
+    # still starts at the document, member included
+    store.commit([Write.between(A, None, {"outer": {"z": [1, 2]}, "q": 1})])
+    refusals = {
+        ("outer", "z", 5): f"{A}: change at $.outer.z[5]: index 5 is outside an array of length 2",
+        ("q", "w"): f"{A}: change at $.q.w expects an object at $.q",
+        ("outer", "z", "k"): f"{A}: change at $.outer.z.k expects an object at $.outer.z",
+    }
+    for path, message in refusals.items():
+        with pytest.raises(Conflict) as refused:
+            store.commit([Write(A, [Edit(path, 2)], expect=HEAD)])
+        assert str(refused.value) == message
+    assert store.get(A).revision == 1
+
+
 def test_apply_to_head_keeps_fields_written_concurrently(store: SqlStore) -> None:
     store.commit([Write.between(A, None, {"a": 1})])
     basis = store.get(A)

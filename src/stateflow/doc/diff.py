@@ -284,6 +284,14 @@ def apply_edits(doc: JSON, edits: Iterable[Edit]) -> JSON:
     return doc
 
 
+def apply_below(node: JSON, path: PathT, depth: int, value: JSON) -> JSON:
+    """``node`` — the value at ``path[:depth]``, or :data:`MISSING` — with one edit at ``path``
+    applied below it, as :func:`apply_edits` of the whole document applies it. Its
+    :class:`Conflict` names the places from the document's root (``$.outer.z[5]``), not from
+    ``node``: a store holding a document's members apart applies an edit to its member alone."""
+    return _apply_one(node, path, depth, value)
+
+
 def _apply_one(node: JSON, path: PathT, depth: int, value: JSON) -> JSON:
     if depth == len(path):
         return value

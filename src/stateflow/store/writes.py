@@ -18,7 +18,7 @@ from typing import Any, Final, NamedTuple, TypeVar, cast
 import orjson
 
 from stateflow.doc.canonical import encode_trusted
-from stateflow.doc.diff import Edit, apply_edits, diff_within, within
+from stateflow.doc.diff import Edit, apply_below, diff_within, within
 from stateflow.doc.select import MISSING
 from stateflow.errors import Conflict, InvalidInput, StateflowError, WriteAborted
 from stateflow.store import tree_update
@@ -1236,8 +1236,8 @@ class Writes(StoreCore):
                 values[name] = after
                 made.add(name)
             else:
-                try:
-                    values[name] = apply_edits(values[name], [Edit(path[1:], value)])
+                try:  # (the edit applied to its member, the places it names from the root)
+                    values[name] = apply_below(values[name], path, 1, value)
                 except Conflict as exc:
                     raise Conflict(f"{key}: {exc}") from exc
             touched[name] = None
