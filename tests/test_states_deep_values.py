@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from stateflow.store import SqlStore
+from stateflow.states import StatesService
+from stateflow.store import SqlStore, open_store
 from tests.http_api import Api, tenant_api
 
 DECL: dict[str, Any] = {
@@ -115,3 +116,68 @@ def test_the_cli_searches_and_reads_the_deepest_records_and_refuses_a_deeper_fil
     refused = sf("states", "search", "deep", "--filters", json.dumps({"a": nested(254)}))
     assert refused.returncode == 1 and "Traceback" not in refused.stderr
     assert refused.stderr.startswith("error[invalid-json]: filters.a[0]")
+
+
+def test_a_store_holding_the_deepest_record_dumps_loads_and_runs_template_jq_on_it(
+    backend: str, tmp_path: Path
+) -> None:
+    # a dump line puts the record one level under its envelope (a transition's edit, four): the
+    # dump of the whole store died with orjson's "Recursion limit reached"; a jq worker's request
+    # and answer did the same, and an update program writing such a value raised a TypeError
+    store = open_store(backend, auto_migrate=True)
+    service = StatesService(store)
+    try:
+        service.declare("deep", DECL)
+        service.put_template(
+            "echo",
+            {
+                "schema": {"type": "object", "properties": {"v": {}}},
+                "template_jq": {
+                    "get": {"purpose": "input", "jq": {"content": "."}},
+                    "put": {
+                        "purpose": "update",
+                        "params": ["x"],
+                        "jq": {"content": '[{"op": "set", "path": ["v"], "value": $input.x}]'},
+                    },
+                },
+            },
+        )
+        service.attach("deep", "echo", {"path": ["at"]})
+        thread = {"target_kind": "agent", "target_name": "bot", "kind": "thread", "key": "k"}
+        service.replace("deep", thread, {"a": nested(DEEPEST)})
+        service.apply("deep", thread, [{"op": "set", "path": ["a"], "value": nested(DEEPEST)[0] + [2]}])
+        service.template_jq_update("deep", thread, "put", {"x": nested(DEEPEST - 2)})  # under "at"
+        expected = {"a": nested(DEEPEST)[0] + [2], "at": {"v": nested(DEEPEST - 2)}}
+        assert service.template_jq_input("deep", thread, "get", {})["value"] == {"v": nested(DEEPEST - 2)}
+    finally:
+        service.close()
+        store.close()
+    env = dict(os.environ, STATEFLOW_URL="", STATEFLOW_TOKEN="")
+    for history in ((), ("--no-history",)):
+        dump = tmp_path / f"dump{len(history)}.jsonl"
+        copy = str(tmp_path / f"copy{len(history)}.db")
+        done = subprocess.run(
+            ["stateflow", "--store", backend, "dump", *history, str(dump)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+        )
+        assert done.returncode == 0, done.stderr
+        loaded = subprocess.run(
+            ["stateflow", "--store", copy, "load", str(dump)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+        )
+        assert loaded.returncode == 0, loaded.stderr
+        reopened = open_store(copy)
+        copied = StatesService(reopened)
+        try:
+            record = copied.read("deep", thread)
+            assert record is not None and record["data"] == expected
+            assert record["revision"] == (1 if history else 3)
+        finally:
+            copied.close()
+            reopened.close()

@@ -24,6 +24,8 @@ from typing import Any, Final
 
 import orjson
 
+from stateflow.doc.canonical import encode_trusted
+
 HEADER: Final = struct.Struct("!I")
 START_SECONDS: Final = 60.0
 """How long a new worker may take to start (a Python start-up and its imports: ~0.1 s on a quiet
@@ -79,7 +81,8 @@ class WorkerProcess:
 
     def send(self, payload: Any) -> None:
         assert self.proc.stdin is not None
-        data = orjson.dumps(payload)
+        # (encode_trusted: a record as deep as a document may nest sits deeper in the request)
+        data = encode_trusted(payload)
         self.proc.stdin.write(HEADER.pack(len(data)) + data)
         self.proc.stdin.flush()
 
@@ -133,7 +136,7 @@ def read_request(stream: Any) -> Any:
 
 
 def write_answer(stream: Any, payload: Any) -> None:
-    data = orjson.dumps(payload)
+    data = encode_trusted(payload)
     stream.write(HEADER.pack(len(data)) + data)
     stream.flush()
 

@@ -28,9 +28,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-import orjson
-
-from stateflow.doc.canonical import decode
+from stateflow.doc.canonical import decode, encode_trusted
 from stateflow.doc.diff import Edit
 from stateflow.errors import Conflict, InvalidInput, InvalidJSON
 from stateflow.store.base import SqlStore
@@ -309,7 +307,10 @@ def _verify(store: SqlStore, expected: dict[DocKey, tuple[int, Any]], history: b
 
 
 def _line(value: Any) -> bytes:
-    return orjson.dumps(value) + b"\n"
+    # a line's envelope puts a record one level (a transition's edit, four) below its top: a
+    # record as deep as a document may nest is past orjson's limit there, and encode_trusted
+    # falls back to the standard library's encoder for it (load's parser reads 1024 levels)
+    return encode_trusted(value) + b"\n"
 
 
 def _items(lines: Iterable[bytes], seen: Checked) -> Iterator[dict[str, Any]]:
