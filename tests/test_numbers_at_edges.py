@@ -505,3 +505,48 @@ def test_an_op_value_nested_too_deep_is_named_by_its_op(states: StatesService) -
     states.apply("t", subject("k"), [{"op": "set", "path": ["v"], "value": deep[0]}])
     record = states.read("t", subject("k"))
     assert record is not None and record["revision"] == 1
+
+
+# -------------------------------------------------- numbers through template jq programs
+
+JQ_TEMPLATE: dict[str, Any] = {
+    "schema": {"type": "object", "properties": {"v": {}}},
+    "template_jq": {
+        "get": {"purpose": "input", "jq": {"content": ".v"}},
+        "echo": {"purpose": "input", "params": ["x"], "jq": {"content": "$params.x"}},
+        "put": {
+            "purpose": "update",
+            "params": ["x"],
+            "jq": {"content": '[{"op": "set", "path": ["v"], "value": $input.x}]'},
+        },
+        "big": {"purpose": "input", "jq": {"content": "pow(2; 64)"}},
+    },
+}
+THROUGH_JQ = [2**53 + 1, 2**63 - 1, 2**64 - 1, -(2**63), -0.0, 1.0, 1e16, 1e308, 5e-324, 0.1]
+
+
+def test_a_number_a_template_jq_program_passes_through_comes_back_exactly(
+    client: TestClient, states: StatesService
+) -> None:
+    # jq's binding handed every output number back as a double, an integral one as an int: an
+    # update program wrote 2**53+1 as 2**53, 1.0 as 1 and -0.0 as 0, and 2**64-1 or 1e308 (a
+    # 309-digit int) stopped the worker, reported as the program's memory limit
+    states.put_template("edge", JQ_TEMPLATE)
+    states.attach("t", "edge", {"path": ["at"]})
+    records = "/api/states/t/records/agent/bot/thread"
+    for n, value in enumerate(THROUGH_JQ):
+        key = f"k{n}"
+        states.template_jq_update("t", subject(key), "put", {"x": value})
+        assert repr(data(states, key)["at"]["v"]) == repr(value)  # (the type and the sign too)
+        assert repr(states.template_jq_input("t", subject(key), "get", {})["value"]) == repr(value)
+        r = client.post(
+            f"{records}/h{n}/template-jq/put", content=b'{"input": {"x": %s}}' % encode_big(value)
+        )
+        assert r.status_code == 200, r.text
+        assert repr(data(states, f"h{n}")["at"]["v"]) == repr(value)
+        r = client.get(f"{records}/{key}/template-jq/echo", params={"x": encode_big(value).decode()})
+        assert r.status_code == 200 and repr(decode(r.content)["data"]["value"]) == repr(value), r.text
+    # a number jq computes that no store holds is refused as what it is, not as a memory limit
+    r = client.get(f"{records}/k0/template-jq/big")
+    assert (r.status_code, r.json()["code"]) == (422, "invalid-template"), r.text
+    assert "integer 18446744073709552000 is outside the 64-bit range JSON stores" in r.json()["error"]

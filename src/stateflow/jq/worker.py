@@ -13,6 +13,8 @@ from typing import Any, Final
 
 import orjson
 
+from stateflow.doc.canonical import decode
+from stateflow.errors import InvalidJSON
 from stateflow.workers import limit_cpu, read_request, start_child, write_answer
 
 _GUARD: Final = "def __sf_guard: .;\n"
@@ -28,7 +30,10 @@ def _wrapped(program: str, names: tuple[str, ...]) -> str:
     """Bind the variables from the input so one compiled program serves every call (inside
     parentheses, where no import/include/module directive parses)."""
     binds = "".join(f"($__sf.vars[{orjson.dumps(n).decode()}]) as ${n} | " for n in names)
-    return f". as $__sf | {binds}$__sf.input | ({program})"
+    # each output as JSON text: jq keeps a number's literal while no arithmetic touches it
+    # (2**53+1, 1.0, -0.0), but the binding turns every number it hands back into a double
+    # (integral ones into ints); the text is parsed exactly here instead
+    return f". as $__sf | {binds}$__sf.input | ({program}) | tojson"
 
 
 def _compile(jq: Any, program: str, names: tuple[str, ...]) -> Any:
@@ -76,11 +81,14 @@ def main() -> None:
             value, limit = request["input"], request["max"]
             outputs = []
             size = 0
-            for out in compiled.input_value({"input": value, "vars": variables}):
-                size += len(orjson.dumps(out))
+            for number, text in enumerate(compiled.input_value({"input": value, "vars": variables}), 1):
+                size += len(text)
                 if size > limit:
                     raise OverflowError(f"the program's output exceeds {limit} bytes")
-                outputs.append(out)
+                try:
+                    outputs.append(decode(text))
+                except InvalidJSON as exc:  # a number no JSON store holds (jq computed 2**64)
+                    raise ValueError(f"its output {number} is not JSON the store holds: {exc}") from None
             write_answer(stdout, {"ok": outputs})
         except MemoryError:
             write_answer(stdout, {"error": "the program exceeded its memory limit", "kind": "memory"})
