@@ -34,7 +34,6 @@ from stateflow.http.auth import TokenSet, parse_token
 from stateflow.states import StatesService
 from stateflow.store import SqlStore, open_store
 from stateflow.store.postgres import PostgresStore
-from stateflow.store.writer_queue import WriterQueue
 
 from . import servers
 from .conftest import StoreFactory
@@ -436,10 +435,10 @@ def test_a_write_behind_another_connections_lock_waits_off_the_loop_and_keeps_it
             holder = sqlite3.connect(path, isolation_level=None)
             holder.execute("BEGIN IMMEDIATE")  # the file's write lock, held by another connection
             try:
-                drawn = WriterQueue(path).drawn()
+                turns = store._group.queue  # type: ignore[attr-defined]
                 first = send("first", port, "PUT", {"status": "first"}, revision=3)
                 deadline = time.monotonic() + 60  # (not a fixed sleep a loaded machine outlasts)
-                while WriterQueue(path).drawn() == drawn:  # the first write's turn: held by the lock
+                while not turns.held:  # the first write's turn: held by the lock
                     assert time.monotonic() < deadline and first.is_alive(), answers
                     time.sleep(0.005)
                 second = send("second", port, "PUT", {"status": "second"}, revision=4)

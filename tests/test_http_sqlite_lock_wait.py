@@ -18,7 +18,6 @@ from stateflow.http.app import create_app
 from stateflow.http.auth import TokenSet, parse_token
 from stateflow.states import StatesService
 from stateflow.store import open_store
-from stateflow.store.writer_queue import WriterQueue
 
 ADMIN = "admin-secret-0123456789"
 DECL: dict[str, Any] = {
@@ -63,16 +62,17 @@ def test_a_lone_write_waiting_for_another_processs_write_lock_leaves_the_loop_an
             answers: list[int] = []
             try:
                 assert holder.stdout is not None and holder.stdout.readline() == "held\n"
-                drawn = WriterQueue(path).drawn()
+                turns = store._group.queue  # type: ignore[attr-defined]
                 writer = threading.Thread(
                     target=lambda: answers.append(client.put(RECORD, json={"n": 9}, headers=auth).status_code)
                 )
                 writer.start()
-                # the write has taken its ticket in the writers' queue: it waits for the lock now
+                # the write has taken its turn in the writers' queue (its last ticket again: it
+                # wrote alone before): it waits for the lock now
                 deadline = time.monotonic() + 60
-                while WriterQueue(path).drawn() == drawn and time.monotonic() < deadline:
+                while not turns.held and time.monotonic() < deadline:
                     time.sleep(0.001)
-                assert WriterQueue(path).drawn() > drawn
+                assert turns.held
                 assert client.get("/api/health").status_code == 200
                 assert client.get(RECORD, headers=auth).json()["data"]["data"] == {"n": 2}
                 assert answers == []  # answered while the write still waits for the lock

@@ -232,6 +232,90 @@ def test_waiting_writer_processes_commit_in_the_order_they_came(tmp_path: Path) 
     store.close()
 
 
+def _until_drawn_past(queue: WriterQueue, drawn: int, proc: subprocess.Popen[str] | None = None) -> None:
+    """Return once a ticket past ``drawn`` is drawn (a writer started is in line)."""
+    deadline = time.monotonic() + 60
+    while queue.drawn() == drawn:
+        assert time.monotonic() < deadline and (proc is None or proc.poll() is None)
+        time.sleep(0.01)
+
+
+def test_a_queue_alone_since_its_last_turn_takes_that_ticket_again_and_a_later_writer_waits(
+    tmp_path: Path,
+) -> None:
+    # two queues on one file are two open files: their locks exclude each other as two
+    # processes' do
+    db = tmp_path / "q.db"
+    open_store(str(db)).close()
+    first, second = WriterQueue(db), WriterQueue(db)
+    try:
+        first.acquire(1.0)
+        first.release()
+        drawn = first.drawn()
+        first.acquire(1.0)  # nobody drew since: its last ticket again, none drawn
+        assert first.held and first.drawn() == drawn
+        got: list[str] = []
+
+        def take(queue: WriterQueue, name: str) -> threading.Thread:
+            def wait() -> None:
+                queue.acquire(60.0)
+                got.append(name)
+
+            thread = threading.Thread(target=wait)
+            thread.start()
+            return thread
+
+        waiting = take(second, "second")
+        _until_drawn_past(first, drawn)
+        assert got == []  # in line behind the ticket taken again
+        first.release()
+        waiting.join(60)
+        assert got == ["second"]
+        drawn = first.drawn()
+        waiting = take(first, "first")  # a ticket was drawn since its last: it draws, and waits
+        _until_drawn_past(first, drawn)
+        assert got == ["second"]
+        second.release()
+        waiting.join(60)
+        assert got == ["second", "first"]
+        first.release()
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_process_writing_alone_still_lets_a_writer_process_that_came_first_go_first(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "q.db"
+    key = DocKey("order", "q")
+    store = open_store(str(db), wait_seconds=300)
+    try:
+
+        def arrive(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
+            doc = docs[key]
+            seen = (doc.body or {"names": []})["names"]
+            return [Write.between(key, doc.value, {"names": [*seen, "mine"]}, doc.revision)], None
+
+        store.update([KEY], bump)
+        queue = store._group.queue  # type: ignore[attr-defined]
+        drawn = queue.drawn()
+        store.update([KEY], bump)
+        assert queue.drawn() == drawn  # alone: its last ticket taken again
+        queue.acquire(1.0)  # this process's turn (again), held while another process comes
+        other = subprocess.Popen([sys.executable, "-c", ARRIVING_WRITER, str(db), "other"], text=True)
+        try:
+            _until_drawn_past(queue, drawn, other)
+        finally:
+            queue.release()
+        store.update([key], arrive)  # after the one that came first: drawn behind it
+        assert other.wait(timeout=120) == 0
+        assert store.get(key).body == {"names": ["other", "mine"]}
+        assert store.get(KEY).body == {"n": 2}
+    finally:
+        store.close()
+
+
 MANY_WRITES = """
 import sys
 from stateflow.store import DocKey, Write, open_store

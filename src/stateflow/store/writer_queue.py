@@ -12,6 +12,10 @@ bytes, read and bumped under a lock on those bytes), and ticket ``t`` is the loc
 ``8 + t``: a writer locks its own byte as it takes its ticket and keeps it until its commit is
 done, and waits for the lock on the byte before it — which the kernel grants the moment that
 writer lets go. Each writer waits for exactly one other, in the order the tickets were drawn.
+A process whose last ticket is still the last one drawn (nobody came since it let go) takes
+that ticket again — its byte locked anew, then the counter read again to be sure nobody drew
+meanwhile — without drawing: a writer that comes later still draws the next ticket and waits
+for that byte, and one that drew in between is let go first.
 The locks are open-file-description locks (``F_OFD_SETLKW``): unlike ``lockf`` they belong to
 one open file, not to the whole process, so tickets of two threads of one process queue too,
 and a process that dies lets go of its byte with it.
@@ -259,6 +263,27 @@ class WriterQueue:
         :class:`RequestTaken`."""
         if self._ticket is not None or self._unusable:
             return
+        last, counter = self._last, self._counter
+        if last is not None and counter is not None and int.from_bytes(counter, "little") == last + 1:
+            # Nobody drew a ticket since this process let its last one go: take that one again
+            # (its byte locked on the same open file), not a new one — two system calls a turn
+            # fewer than drawing (the counter's lock taken and let go). The order holds: the
+            # counter, read again once the byte is ours, still says nobody drew before we had
+            # it, and whoever draws from now on draws the next ticket and waits for this byte.
+            fd = self._fd
+            assert fd is not None  # (``_last`` is forgotten whenever ``_fd`` is let go)
+            try:
+                _fcntl(fd, _SET_NOW, _pack(_WRLCK, _SEEK_SET, _COUNTER + last, 1, 0))
+            except OSError:  # (a waiter's helper thread holds it for a moment: draw)
+                pass
+            else:
+                if int.from_bytes(counter, "little") == last + 1:
+                    self._ticket = last
+                    return
+                # a ticket drawn meanwhile: its writer may have found the byte held and wait,
+                # so it is let go and the writer woken; this one draws, behind it
+                _fcntl(fd, _SET_NOW, _pack(_UNLCK, _SEEK_SET, _COUNTER + last, 1, 0))
+                self._wake(last + 1)
         if self._fd is None:
             try:
                 self._fd = os.open(self.path, _OPEN_FLAGS, 0o600)
@@ -268,6 +293,7 @@ class WriterQueue:
                 return
             self._name = f"stateflow-writer-{stat.st_dev:x}-{stat.st_ino:x}-".encode()
             self._unmap()  # (of the file a previous descriptor was opened on)
+            self._last = None  # (a ticket let go on another open file, if any)
         fd = self._fd
         deadline = time.monotonic() + timeout
         try:
@@ -310,6 +336,7 @@ class WriterQueue:
             self._unusable = True
             return
         self._fd = None  # the helper holds this ticket's byte on ``fd`` until the turn is taken
+        self._last = None
         turn = _Turn(fd, ticket, self._wake)
         if turn.take(max(0.0, deadline - time.monotonic())):
             self._fd = fd
@@ -576,9 +603,11 @@ class WriterQueue:
         inbox, self._inbox = self._inbox, None
         if inbox is not None:
             inbox.close()
+        self._last = None  # (its byte's lock is the parent's too: the child draws its own)
 
     def close(self) -> None:
         self.release()
+        self._last = None
         self._unmap()
         if self._inbox is not None:
             self._inbox.close()
