@@ -71,14 +71,17 @@ def store_cases(store: BaseStore, tag: str, *, aio: bool = False) -> dict[str, C
     return {"store put": put, "store get": get, "store search": search}
 
 
-def saver_cases(saver: BaseCheckpointSaver[Any], tag: str, *, aio: bool = False) -> dict[str, Case]:
-    """The saver's cases (``aio``: through its async methods, each case returning a coroutine)."""
+def saver_cases(
+    saver: BaseCheckpointSaver[Any], tag: str, *, aio: bool = False, threads: int = THREADS
+) -> dict[str, Case]:
+    """The saver's cases (``aio``: through its async methods, each case returning a coroutine),
+    their checkpoints spread over ``threads`` threads in turn."""
     heads: dict[int, RunnableConfig] = {}
     written: list[RunnableConfig] = []
     versions: dict[int, dict[str, int]] = {}
 
     def checkpoint_of(i: int) -> tuple[RunnableConfig, Checkpoint, Any, Any]:
-        thread = i % THREADS
+        thread = i % threads
         current = versions.setdefault(thread, {"messages": 0, "step": 0, "plan": 0})
         channel = ("messages", "step", "plan")[i % 3]
         current[channel] += 1
@@ -102,12 +105,12 @@ def saver_cases(saver: BaseCheckpointSaver[Any], tag: str, *, aio: bool = False)
         return config, checkpoint, {"source": "loop", "step": i, "parents": {}}, {channel: current[channel]}
 
     def put(i: int) -> None:
-        heads[i % THREADS] = saver.put(*checkpoint_of(i))
-        written.append(heads[i % THREADS])
+        heads[i % threads] = saver.put(*checkpoint_of(i))
+        written.append(heads[i % threads])
 
     async def aput(i: int) -> None:
-        heads[i % THREADS] = await saver.aput(*checkpoint_of(i))
-        written.append(heads[i % THREADS])
+        heads[i % threads] = await saver.aput(*checkpoint_of(i))
+        written.append(heads[i % threads])
 
     tasks = itertools.count()
 
@@ -121,7 +124,7 @@ def saver_cases(saver: BaseCheckpointSaver[Any], tag: str, *, aio: bool = False)
         return saver.put_writes(checkpoint, writes, f"task-{next(tasks)}")
 
     def get_tuple(i: int) -> Any:
-        config: RunnableConfig = {"configurable": {"thread_id": f"{tag}-{i % THREADS}", "checkpoint_ns": ""}}
+        config: RunnableConfig = {"configurable": {"thread_id": f"{tag}-{i % threads}", "checkpoint_ns": ""}}
         if aio:
             return _present(saver.aget_tuple(config))
         assert saver.get_tuple(config)

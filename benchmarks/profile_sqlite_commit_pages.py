@@ -1,8 +1,12 @@
 """What one write's commit writes on SQLite, by b-tree, and what a different index or key would
 save (issues 16, 17): WAL frames per write and instructions per write, for a declared-states
 ``apply`` (``bench_commit_floor``'s three-op batch), a LangGraph saver ``put`` of a new
-checkpoint and a three-scope ``patch_state`` (``bench_memory``'s), one caller,
-``synchronous=off``.
+checkpoint (four threads in turn, as ``bench_langgraph_adapters``; or one thread), its
+``put_writes`` and a LangGraph store ``put`` (``bench_langgraph_adapters``' cases), a
+three-scope ``patch_state`` (``bench_memory``'s), and the two ways a new document's key lands
+in the documents' ``(state, subject)`` index: ``apply`` creating a record under a key above
+every other (``new record, ascending keys``), and the saver's newest-first keys, each below
+its thread's others (``saver put, one thread``). One caller, ``synchronous=off``.
 
 Frames: a store is filled by ``--fill`` writes, the variant is applied to the file, the WAL is
 checkpointed empty and the automatic checkpoint turned off, then ``--writes`` more are made;
@@ -28,6 +32,10 @@ a schema step of that shape could save on the write, before the readers' side of
   document's range (where a full leaf is rebalanced with its neighbours).
 - ``changes keyed by seq, doc index``: the same with the ``(doc_id, revision)`` index every
   history and as-of read would need.
+- ``documents' key descending``: ``documents`` rebuilt with ``UNIQUE (state, subject DESC)``
+  (its rows, ids and triggers as they were), so a key below its neighbours — the saver's
+  newest checkpoint, before its thread's older ones — lands at the end of its run in the
+  index, and a key above them at its start.
 
     python3 -m benchmarks.profile_sqlite_commit_pages [--writes apply "saver put" patch_state]
         [--variants NAME ...] [--fill 2000] [--ops 300] [--count] [--warm 300]
@@ -51,7 +59,15 @@ from benchmarks import callgrind
 from stateflow.store.migrations import SQLITE_VALUE
 
 MODULE = "benchmarks.profile_sqlite_commit_pages"
-WRITES = ("apply", "saver put", "patch_state")
+WRITES = (
+    "apply",
+    "saver put",
+    "patch_state",
+    "saver put, one thread",
+    "saver put_writes",
+    "store put",
+    "new record, ascending keys",
+)
 _SCALAR = "root IS NULL AND size <= 1024 AND (substr(body, 1, 1) BETWEEN x'2d' AND x'39' OR substr(body, 1, 1) = x'22')"
 _BY_SEQ = """
 PRAGMA foreign_keys = OFF;
@@ -79,6 +95,7 @@ VARIANTS: dict[str, str] = {
     ),
     "changes keyed by seq": _BY_SEQ,
     "changes keyed by seq, doc index": _BY_SEQ + "CREATE INDEX changes_by_doc ON changes (doc_id, revision);",
+    "documents' key descending": "",  # (by _descending: the table's triggers are read first)
 }
 FRAME = 4096 + 24
 """Bytes of one WAL frame (the default page size and its header)."""
@@ -99,11 +116,26 @@ def writer(kind: str, service: Any, tmp: str) -> Callable[[int], object]:
 
         service.declare("bench", DECL)
         return lambda i: service.apply("bench", subject(i), ops_for(i))
-    if kind == "saver put":
+    if kind == "new record, ascending keys":
+        from benchmarks.bench_states_vs_langgraph import DECL, ops_for, subject
+
+        service.declare("bench", DECL)
+        return lambda i: service.apply("bench", {**subject(0), "key": f"t{i:08d}"}, ops_for(i))
+    if kind.startswith("saver"):
         from benchmarks.bench_langgraph_adapters import saver_cases
         from stateflow.langgraph import StateflowSaver
 
-        return saver_cases(StateflowSaver(service), "p")["saver put"]
+        cases = saver_cases(StateflowSaver(service), "p", threads=1 if kind.endswith("one thread") else 4)
+        if kind == "saver put_writes":  # (on the checkpoints of 60 puts, in turn)
+            for i in range(60):
+                cases["saver put"](i)
+            return cases["saver put_writes"]
+        return cases["saver put"]
+    if kind == "store put":
+        from benchmarks.bench_langgraph_adapters import store_cases
+        from stateflow.langgraph import StateflowStore
+
+        return store_cases(StateflowStore(service), "s")["store put"]
     from stateflow.memory import Identity, MemoryView
 
     view = MemoryView(service.store, Identity.of("bench", tmp, "s"))
@@ -123,8 +155,47 @@ def _service(tmp: str) -> Any:
     return StatesService(open_store(f"sqlite:///{tmp}/pages.db?synchronous=off", auto_migrate=True))
 
 
+_DOCUMENTS_DESCENDING = """
+CREATE TABLE documents_before AS SELECT * FROM documents;
+DROP TABLE documents;
+CREATE TABLE documents (
+    doc_id INTEGER PRIMARY KEY AUTOINCREMENT,
+    state TEXT NOT NULL,
+    subject TEXT NOT NULL,
+    revision BIGINT NOT NULL DEFAULT 0,
+    present SMALLINT NOT NULL DEFAULT 0,
+    updated_seq BIGINT,
+    snapshot_revision BIGINT NOT NULL DEFAULT 0,
+    bytes_since_snapshot BIGINT NOT NULL DEFAULT 0,
+    body_size BIGINT NOT NULL DEFAULT 0,
+    next_position BIGINT NOT NULL DEFAULT 0,
+    UNIQUE (state, subject DESC)
+);
+INSERT INTO documents SELECT * FROM documents_before ORDER BY doc_id;
+DROP TABLE documents_before;
+"""
+
+
+def _descending(conn: sqlite3.Connection) -> None:
+    """``documents`` rebuilt with its key's subject descending (foreign keys off: dropping the
+    table would otherwise delete every row that refers to it), its triggers made again."""
+    triggers = [
+        f"{sql};"
+        for (sql,) in conn.execute(
+            "SELECT sql FROM sqlite_schema WHERE type = 'trigger' AND tbl_name = 'documents'"
+        )
+    ]
+    conn.execute("PRAGMA foreign_keys = OFF")
+    conn.executescript("\n".join(["BEGIN;", _DOCUMENTS_DESCENDING, *triggers, "COMMIT;"]))
+    assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
+
+
 def _vary(path: str, variant: str) -> None:
-    if VARIANTS[variant]:
+    if variant == "documents' key descending":
+        conn = sqlite3.connect(path, isolation_level=None)
+        _descending(conn)
+        conn.close()
+    elif VARIANTS[variant]:
         conn = sqlite3.connect(path, isolation_level=None)
         conn.executescript(VARIANTS[variant])
         conn.close()
