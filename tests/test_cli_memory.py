@@ -42,6 +42,13 @@ def test_tool_refuses_an_unknown_tool_as_the_dispatcher_does(db: str, tmp_path: 
     assert sf("--store", db, "migrate", cwd=tmp_path).returncode == 0
     out = sf("--store", db, "tool", "stat_read", "{}", cwd=tmp_path)
     assert out.stderr.endswith("state_template_jq, state_apply\n")  # (the list a host with the store gives)
+    # memory off: no memory tools are offered, so none is listed (they were, as if served)
+    out = sf("--store", db, "tool", "nosuch", "{}", "--mode", "off", cwd=tmp_path)
+    assert (out.returncode, out.stderr) == (
+        1,
+        "error[unknown-tool]: unknown tool 'nosuch'; available: state_read, state_replace, state_merge, "
+        "state_template_jq, state_apply\n",
+    )
 
 
 def test_tool_round_trip_prints_exactly_the_tool_result(db: str, tmp_path: Path) -> None:

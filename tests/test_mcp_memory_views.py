@@ -182,6 +182,7 @@ def test_mode_off_offers_no_memory_tools_and_says_memory_is_off(
                 "instructions": init.instructions,
                 "tools": (await client.list_tools()).tools,
                 "read": await client.call_tool("read_state", {"path": "effective"}),
+                "unknown": await client.call_tool("nosuch", {}),
                 "json": (await client.read_resource("stateflow://memory/context.json")).contents[0],
             }
 
@@ -191,6 +192,8 @@ def test_mode_off_offers_no_memory_tools_and_says_memory_is_off(
     assert out["tools"] == []
     assert json.loads(out["json"].text)["head"] == {}  # no memory shown, as the text shows none
     assert text(out["read"]) == "error[invalid-input]: memory tools are off for this session (mode off)"
+    # the refusal lists what is served: nothing here (it said "available: " and no name)
+    assert text(out["unknown"]) == "error[unknown-tool]: unknown tool 'nosuch'; available: none"
 
 
 # ------------------------------------------------------------------------------ the view's scopes

@@ -102,6 +102,13 @@ TITLES: dict[str, str] = {
     "state_apply": "Apply ops to a record",
 }
 """Every tool by name, in the order a host offers them."""
+MEMORY_TOOLS: Final = frozenset(("read_state", "patch_state"))
+
+
+def offers_memory(mode: str) -> bool:
+    """Whether a host of memory in ``mode`` offers the memory tools (not with memory off): what
+    it lists and what an unknown tool's refusal names, at every door."""
+    return mode != "off"
 
 
 def writes(name: str) -> bool:
@@ -191,7 +198,7 @@ class ToolHost:
         """The tools offered: the memory tools unless memory is off (then they are refused, so
         a model is not offered them), named with the view's own scopes; the state tools."""
         out: list[ToolDefinition] = []
-        if self.view.config.mode != "off":
+        if offers_memory(self.view.config.mode):
             read = for_scopes(READ_STATE_DESCRIPTION, self.view.scopes)
             out.append(
                 ToolDefinition("read_state", read, read_state_schema(), True, False, READ_STATE_OUTPUT)
@@ -273,7 +280,8 @@ class ToolHost:
 
 def unknown_tool(name: str, known: Iterable[str]) -> ToolResult:
     """The refusal of a tool name no host has, listing the ``known`` ones (every door's wording)."""
-    return ToolResult(f"unknown tool {name!r}; available: {', '.join(known)}", True, "unknown-tool")
+    available = ", ".join(known) or "none"  # (memory off, no state tools served)
+    return ToolResult(f"unknown tool {name!r}; available: {available}", True, "unknown-tool")
 
 
 def memory_tools(view: MemoryView) -> list[ToolDefinition]:

@@ -18,7 +18,7 @@ from stateflow.errors import InvalidInput
 from stateflow.extras import needs_extra
 from stateflow.memory import Identity, MemoryConfig, MemoryView, parse_scopes, shown
 from stateflow.memory.scopes import DEFAULT_SESSION, SESSION_ENV
-from stateflow.tools import TITLES, ToolHost, unknown_tool, writes
+from stateflow.tools import MEMORY_TOOLS, TITLES, ToolHost, offers_memory, unknown_tool, writes
 
 KNOWLEDGE_ENV = "STATEFLOW_KNOWLEDGE_ROOTS"
 HOT_BUDGET_ENV = "STATEFLOW_HOT_BUDGET"
@@ -175,8 +175,10 @@ def tool(ctx: Context, /, name: str, arguments: str | None, file: Path | None, *
     args = read_json_arg(arguments, file, "ARGUMENTS", exact_integers=True, nonfinite=True)
     if name not in TITLES:
         # every tool this command takes, memory and state tools alike (a host without the states
-        # layer knows only its own two), refused before any store is opened
-        result = unknown_tool(name, TITLES)
+        # layer knows only its own two) — the memory tools not with memory off, as a host offers
+        # them —, refused before any store is opened
+        memory = offers_memory(kw["mode"])
+        result = unknown_tool(name, [t for t in TITLES if memory or t not in MEMORY_TOOLS])
     else:
         # a read never creates a store, nor does a write its own arguments refuse
         view = make_view(ctx, kw, reads=not writes(name), deferred=True)
