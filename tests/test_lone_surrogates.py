@@ -6,10 +6,13 @@ copy's encoding; the message is the one :func:`~stateflow.doc.canonical.check` g
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
 from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+import orjson
 import pytest
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
@@ -231,3 +234,51 @@ def test_a_lone_surrogate_in_a_thread_id_namespace_or_key_is_refused_by_its_plac
     # nothing was written: no record of either state
     assert [c.checkpoint["id"] for c in saver.list(None)] == []
     assert items.search(()) == [] and items.list_namespaces() == []
+
+
+def test_an_op_id_or_an_origin_meta_json_cannot_carry_is_refused_at_every_door(
+    backend: str, store: SqlStore
+) -> None:
+    # an op id holding a lone surrogate reached the ledger (a raw UnicodeEncodeError from the
+    # database driver), and the meta was encoded before it was checked (a bare TypeError); the
+    # CLI printed a traceback for an --op-id holding a byte that is not UTF-8
+    states = StatesService(store)
+    states.install_builtins()
+    states.declare("t", DECL)
+    ops = [{"op": "set", "path": ["v"], "value": 1}]
+    item = {"state": "t", "subject": SUBJECT, "ops": ops, "op_id": "a\udcffb"}
+    assert refusal(lambda: states.apply("t", SUBJECT, ops, op_id="a\udcffb")) == (
+        "op_id: a string holding a lone surrogate (\\udcff) is not Unicode text"
+    )
+    assert refusal(lambda: states.apply_batch([item])) == (
+        "items[0].op_id: a string holding a lone surrogate (\\udcff) is not Unicode text"
+    )
+    assert refusal(lambda: states.replace("t", SUBJECT, {"v": 1}, origin={"meta": {"x": "\ud800"}})) == (
+        "origin.meta.x: a string holding a lone surrogate (\\ud800) is not Unicode text"
+    )
+    assert refusal(lambda: states.replace("t", SUBJECT, {"v": 1}, origin={"meta": {"x": 2**64}})) == (
+        "origin.meta.x: integer 18446744073709551616 is outside the 64-bit range JSON stores"
+    )
+    cli = subprocess.run(
+        [
+            *(
+                b"stateflow",
+                b"--store",
+                backend.encode(),
+                b"states",
+                b"apply",
+                b"t",
+                b"--target-name",
+                b"bot",
+            ),
+            *(b"--kind", b"thread", b"--key", b"k", b"--data", orjson.dumps(ops), b"--op-id", b"a\xffb"),
+        ],
+        capture_output=True,
+        timeout=120,
+        env=dict(os.environ, STATEFLOW_URL="", STATEFLOW_TOKEN=""),
+    )
+    assert (cli.returncode, cli.stderr.decode()) == (
+        1,
+        "error[invalid-json]: op_id: a string holding a lone surrogate (\\udcff) is not Unicode text\n",
+    )
+    assert states.read("t", SUBJECT) is None  # nothing written

@@ -134,7 +134,7 @@ def _parse(service: StatesService, index: int, raw: Any) -> tuple[RecordWrite, b
     if "input" in raw and "template_jq" not in raw:
         raise InvalidInput(f"{where}: 'input' goes only with 'template_jq'")
     op_id = raw.get("op_id")
-    if op_id is not None and (why := op_id_problem(op_id)):
+    if op_id is not None and (why := op_id_problem(op_id, f"{where}.op_id")):
         raise InvalidInput(f"{where}: {why}")
     subject = subject_of(raw.get("subject"))
     if "template_jq" in raw:

@@ -17,7 +17,7 @@ from pydantic import (
     model_validator,
 )
 
-from stateflow.doc.canonical import utf8_text
+from stateflow.doc.canonical import check, utf8_text
 from stateflow.subjects import Subject, encode_subject
 
 NAME_RE: Final = re.compile(r"[a-z0-9][a-z0-9_-]*\Z")
@@ -70,12 +70,17 @@ def origin_text_problem(name: str, value: str) -> str | None:
     return None
 
 
-def op_id_problem(op_id: object) -> str | None:
-    """Why ``op_id`` cannot name a write (the ledger's key of a retry), or None."""
+def op_id_problem(op_id: object, name: str = "op_id") -> str | None:
+    """Why ``op_id`` cannot name a write (the ledger's key of a retry), or None. One holding a
+    lone surrogate (a byte that is not UTF-8 in a command-line argument) raises
+    :class:`~stateflow.errors.InvalidJSON` at ``name``, as such a string is refused anywhere:
+    the ledger, which keeps it as text, would fail on it with a raw encoding error."""
     if not isinstance(op_id, str) or not op_id:
         return "op_id must be a non-empty string"
     if "\x00" in op_id:  # the ledger keeps it as text, and a PostgreSQL text cannot hold NUL
         return "op_id must not contain U+0000 (NUL)"
+    if not utf8_text(op_id):
+        check(op_id, name)
     return origin_text_problem("op_id", op_id)
 
 
@@ -250,6 +255,9 @@ class WriteOrigin(_Model):
     @classmethod
     def _meta(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
         if v is not None:
+            # checked first, as the origin is when it is stored: orjson refuses a lone surrogate
+            # or an integer beyond 64 bits with a bare TypeError
+            check(v, "origin.meta")
             size = len(orjson.dumps(v))
             if size > META_MAX_BYTES:
                 raise ValueError(f"origin meta is {size} bytes serialized; the limit is {META_MAX_BYTES}")
