@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from stateflow.doc.canonical import ascii_digits, utf8_text
+from stateflow.doc.canonical import ascii_digits, json_contains, utf8_text
 from stateflow.errors import InvalidInput
 from stateflow.states.models import StateSubject
 from stateflow.states.pipeline import ALIASES, folded_into, resolve
@@ -38,6 +38,7 @@ from stateflow.states.search import (
 )
 from stateflow.store import DocKey, Listed
 from stateflow.store.listing import prefix_end
+from stateflow.store.model import listed_row
 from stateflow.subjects import subject_prefix
 
 if TYPE_CHECKING:
@@ -225,12 +226,35 @@ class Listing:
         bounds = member_bounds(predicates)
         ranges = _ranges(tenants, kind)
 
-        def load(page: list[Listed], whole: bool) -> list[Listed]:
+        moved: set[str] = set()  # candidates of the page that no longer match as read now
+
+        def load(page: list[Listed], whole: bool, placed: Sequence[tuple[Any, ...]] = ()) -> list[Listed]:
+            """The page's candidates, each as its document is read now (one read for the page):
+            a record written since the candidate query matched it is checked again — against
+            the containment here, the operators in ``keep``, and (``placed``: its sort values
+            as the store ordered it) its place — and listed at the revision read, so no row
+            shows data that contradicts its filter, revision or place. (One read transaction
+            around both would do the same, but would hold the connection for the whole page
+            and bypass SQLite's commit-keyed cache of whole documents.)"""
             bodies.clear()
-            if (whole or with_bodies) and page:
-                docs = store.read([x.key for x in page])
-                bodies.update((x.key.subject, docs[x.key].body) for x in page)
-            return page
+            moved.clear()
+            if not ((whole or with_bodies) and page):
+                return page
+            docs = store.read([x.key for x in page])
+            out: list[Listed] = []
+            for i, x in enumerate(page):
+                doc = docs[x.key]
+                bodies[x.key.subject] = doc.body
+                if doc.revision != x.revision or doc.seq != x.seq:
+                    if (
+                        doc.body is None
+                        or not json_contains(doc.body, containment)
+                        or (placed and _place(_values(doc.body, order), order) != _place(placed[i], order))
+                    ):
+                        moved.add(x.key.subject)
+                    x = listed_row(x.key.state, x.key.subject, doc.revision, doc.seq, doc.at)
+                out.append(x)
+            return out
 
         def read(after: str | None, size: int, within: str | None) -> list[Listed]:
             if len(candidates) > 1:
@@ -270,11 +294,11 @@ class Listing:
                         return None
                     found.update((x.key.subject, (x, values)) for x, values in part)
             page = sorted(found.values(), key=lambda f: (_place(f[1], order), f[0].key.subject))[:size]
-            load([x for x, _ in page], False)
-            return page
+            values = [v for _, v in page]
+            return list(zip(load([x for x, _ in page], False, values), values, strict=True))
 
         def keep(subj: StateSubject, item: Listed) -> bool:
-            if kind is not None and subj.kind != kind:
+            if (kind is not None and subj.kind != kind) or item.key.subject in moved:
                 return False
             return not predicates or matches(bodies.get(item.key.subject), predicates)
 
@@ -366,8 +390,7 @@ class Listing:
                     raise InvalidInput(
                         f"a sorted search covers at most {SORT_MAX} matches; narrow the filters"
                     )
-                body = bodies.get(item.key.subject)
-                values = tuple(sort_value(body, path) for path, _ in order)
+                values = _values(bodies.get(item.key.subject), order)
                 place = _place(values, order)
                 if start is not None and not start < (place, item.key.subject):
                     continue
@@ -454,6 +477,10 @@ After = tuple[tuple[Any, ...], str]
 
 def _place(values: tuple[Any, ...], order: list[tuple[tuple[str, ...], bool]]) -> tuple[Any, ...]:
     return tuple(value_key(v, desc) for v, (_, desc) in zip(values, order, strict=True))
+
+
+def _values(body: Any, order: list[tuple[tuple[str, ...], bool]]) -> tuple[Any, ...]:
+    return tuple(sort_value(body, path) for path, _ in order)
 
 
 def _row(subject: StateSubject, item: Listed, extra: Callable[[Listed], Any] | None) -> SubjectRow:
