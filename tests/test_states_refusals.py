@@ -423,3 +423,39 @@ def test_a_set_op_value_holding_a_lone_surrogate_is_the_ops_refusal(service: Sta
             f"ops[0]: {where}: a string holding a lone surrogate (\\udcff) is not Unicode text"
         )
     assert service.apply("tickets", SUBJECT, [{"op": "set", "path": ["status"], "value": "é"}]).written
+
+
+def test_an_op_that_cannot_run_is_named_by_its_index_and_path_at_every_door(
+    service: StatesService, client: TestClient
+) -> None:
+    # the batch is refused whole; the refusal names the op as a malformed op is named (its index
+    # in the batch as given, a guard's skip before it included) and its path, which the engine's
+    # own words name only in part ("index 5"), so a caller of many ops knows which one it was
+    service.replace("tickets", SUBJECT, {"status": "a", "outer": {"z": [1, 2]}})
+    skipped = {"op": "set", "path": ["n"], "value": 0, "guard": {"path": ["status"], "expected": "b"}}
+    ops = [skipped, *({"op": "set", "path": ["n"], "value": i} for i in range(1, 5))]
+    cases = [
+        (
+            {"op": "set", "path": ["outer", "z", 5], "value": 1},
+            """ops[5] at ["outer", "z", 5]: index 5 is past the end of the list (len 2); use '-' to append""",
+        ),
+        (
+            {"op": "set", "path": ["outer", "z", 0, "k"], "value": 1},
+            """ops[5] at ["outer", "z", 0, "k"]: key 'k' requires an object, found number""",
+        ),
+        (
+            {"op": "set_by_key", "path": ["status"], "key_field": "id", "value": [{"id": 1}]},
+            'ops[5] at ["status"]: set_by_key needs a list there, found string',
+        ),
+    ]
+    for bad, message in cases:
+        with pytest.raises(OpError) as refused:
+            service.apply("tickets", SUBJECT, [*ops, bad])
+        assert refused.value.message == message
+        with pytest.raises(OpError) as refused:
+            service.apply_batch([{"state": "tickets", "subject": SUBJECT, "ops": [*ops, bad]}])
+        assert refused.value.message == f"items[0]: {message}"
+        r = client.post(f"{REC}/t1/deltas", json={"ops": [*ops, bad]})
+        assert (r.status_code, r.json()) == (422, {"error": message, "code": "invalid-ops"})
+    record = service.read("tickets", SUBJECT)
+    assert record is not None and record["revision"] == 1

@@ -7,6 +7,7 @@ read from the document as it was before the batch; a guard that does not hold sk
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple
@@ -353,11 +354,22 @@ def apply_ops(document: JSON, ops: Sequence[Op], copies: Copies | None = None) -
                 continue
         survivors.append(op)
     doc = document
-    for op in survivors:
-        doc = _set(doc, op.path, 0, op.value, copies) if op.kind == "set" else _APPLY[op.kind](doc, op)
+    try:
+        for op in survivors:
+            doc = _set(doc, op.path, 0, op.value, copies) if op.kind == "set" else _APPLY[op.kind](doc, op)
+    except OpError as exc:
+        # an op that cannot run is named as a malformed one is (``parse_ops``): by its index in
+        # the batch, and by its path, which the message below it names only in part
+        index = next(i for i, given in enumerate(ops) if given is op)
+        raise OpError(f"ops[{index}] at {_shown(op.path)}: {exc.message}") from exc
     result.document = doc
     result.applied = survivors
     return result
+
+
+def _shown(path: Path) -> str:
+    """A path in a message, as an op gives it (a JSON list)."""
+    return json.dumps(list(path), ensure_ascii=False)
 
 
 def value_at(document: JSON, path: Path) -> JSON:
@@ -484,7 +496,7 @@ def _update_list(doc: JSON, op: Op, update: Callable[[list[Any]], list[Any]], *,
             return doc
         current = []
     elif type(current) is not list:
-        raise OpError(f"{op.kind} needs a list at {list(op.path)}, found {kind(current)}")
+        raise OpError(f"{op.kind} needs a list there, found {kind(current)}")
     return _set(doc, op.path, 0, update(current))
 
 
@@ -571,14 +583,16 @@ def _op_set_by_key_each(doc: JSON, op: Op) -> JSON:
     if container is MISSING:
         container = {}
     elif type(container) is not dict:
-        raise OpError(f"set_by_key_each needs an object at {list(op.path)}, found {kind(container)}")
+        raise OpError(f"set_by_key_each needs an object there, found {kind(container)}")
     out = dict(container)
     for fan_key, items in fanout.items():
         current = out.get(fan_key, MISSING)
         if current is MISSING:
             current = []
         elif type(current) is not list:
-            raise OpError(f"set_by_key_each needs a list at {[*op.path, fan_key]}, found {kind(current)}")
+            raise OpError(
+                f"set_by_key_each needs a list at {_shown((*op.path, fan_key))}, found {kind(current)}"
+            )
         out[fan_key] = _upsert(current, op.key_field, items)
     return _set(doc, op.path, 0, out)
 
