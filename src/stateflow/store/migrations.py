@@ -407,7 +407,11 @@ same rule (``pg_fast.scalar_of``). As a stored generated column its expression w
 node text, planned and set up again in every statement writing ``members``, and the PL/pgSQL
 function run for each row: ~20,000–35,000 server instructions a LangGraph write or ``apply``
 (2–4%). The values the column held are kept (``DROP EXPRESSION``); ``stateflow check`` compares
-every row's with the function. SQLite only records the version.
+every row's with the function. Both write functions also read a commit's tree nodes as two
+slices of its node rows unnested together, where each row was read by subscript (``node_rows[i][1]``
+— a two-dimensional array of text is walked from its start for each element, so n nodes cost n²:
+a new 20 MB plane's ~12,000 nodes took 69 s, a 50 MB one ran past the 60 s statement timeout,
+nothing written; version 40 unreleased, corrected in place). SQLite only records the version.
 """
 
 from __future__ import annotations
@@ -3581,6 +3585,19 @@ _SCALAR_SETS: Final = (
     ),
 )
 """Version 40: each member row a write function writes, with its ``scalar``."""
+_NODES_SLICED: Final = (
+    # stateflow_commit, then stateflow_write_rows: the nodes as two slices (an element of a
+    # two-dimensional text array is found by walking the array from its start: n² for n nodes)
+    (
+        "            SELECT w.node_rows[i][1]::bytea, w.node_rows[i][2]::bytea FROM generate_subscripts(w.node_rows, 1) AS i\n",
+        "            SELECT x.id::bytea, x.body::bytea FROM unnest(w.node_rows[:][1:1], w.node_rows[:][2:2]) AS x(id, body)\n",
+    ),
+    (
+        "        SELECT node_rows[i][1]::bytea, node_rows[i][2]::bytea FROM generate_subscripts(node_rows, 1) AS i\n",
+        "        SELECT x.id::bytea, x.body::bytea FROM unnest(node_rows[:][1:1], node_rows[:][2:2]) AS x(id, body)\n",
+    ),
+)
+"""Version 40: the nodes a write function inserts, read as two slices of its node rows."""
 _MEMBER_COLUMNS: Final = "INSERT INTO members (doc_id, name, position, revision, size, outline, body, root)\n"
 
 
@@ -3602,7 +3619,7 @@ def _scalar_by_writers() -> str:
     if out.count(_MEMBER_COLUMNS) != 3:
         raise RuntimeError("a migration's anchor is not there as often as expected: the member inserts")
     out = out.replace(_MEMBER_COLUMNS, _MEMBER_COLUMNS[:-2] + ", scalar)\n")
-    for old, new in _SCALAR_SETS:
+    for old, new in (*_SCALAR_SETS, *_NODES_SLICED):
         out = _replaced(out, old, new)
     return (
         "ALTER TABLE members ALTER COLUMN scalar DROP EXPRESSION;\n"
