@@ -13,7 +13,7 @@ from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from stateflow.states.models import META_MAX_BYTES, ORIGIN_TEXT_MAX_CHARS
+from stateflow.states.models import META_MAX_BYTES, ORIGIN_TEXT_MAX_CHARS, subject_schema_properties
 
 # ---------------------------------------------------------------------- typed models
 
@@ -358,13 +358,14 @@ EXAMPLES = {
 
 
 def _path_params(names: list[str]) -> list[dict[str, Any]]:
+    subject = subject_schema_properties()  # (a subject's parts as its model bounds them)
     out = []
     for n in names:
         param: dict[str, Any] = {
             "name": n,
             "in": "path",
             "required": True,
-            "schema": {"type": "string", "minLength": 1},
+            "schema": {"type": "string", "minLength": 1, **subject.get(n, {})},
         }
         if n in EXAMPLES:
             param["example"] = EXAMPLES[n]
@@ -550,6 +551,11 @@ def document(title: str, version: str, description: str) -> dict[str, Any]:
         schema = model.model_json_schema(ref_template=_REF, by_alias=True)
         schemas.update(schema.pop("$defs", {}))
         schemas[model.__name__] = schema
+    # a subject as its model bounds it (a fold's target is refused past these, as a path's is)
+    schemas["Subject"]["properties"] = {
+        **schemas["Subject"]["properties"],
+        **subject_schema_properties(),
+    }
     schemas[REVISION_PRECONDITION] = {
         "type": "string",
         "pattern": '^("[0-9]+"|\\*)$',

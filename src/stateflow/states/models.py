@@ -88,13 +88,27 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
+_ADVERTISED: Final[dict[str, dict[str, Any]]] = {
+    "target_name": {"maxLength": TARGET_NAME_MAX_CHARS},
+    "kind": {"pattern": "^[a-z][a-z0-9_-]{0,62}$", "maxLength": 63},
+    "key": {
+        "minLength": 1,
+        "maxLength": KEY_MAX_CHARS,
+        "description": f"trimmed of surrounding white space: 1-{KEY_MAX_CHARS} characters after",
+    },
+}
+"""The bounds the validators below hold a subject's texts to, as JSON Schema: its schema
+advertises them (the tools' input schemas and the OpenAPI take theirs from it), while the
+refusals stay the validators' own (a key is bounded after trimming)."""
+
+
 class StateSubject(_Model):
     """``{target_kind, target_name, kind, key}``; ``(target_kind, target_name)`` is the tenant."""
 
     target_kind: TargetKind
-    target_name: str = Field(min_length=1)
-    kind: str
-    key: str
+    target_name: str = Field(min_length=1, json_schema_extra=_ADVERTISED["target_name"])
+    kind: str = Field(json_schema_extra=_ADVERTISED["kind"])
+    key: str = Field(json_schema_extra=_ADVERTISED["key"])
 
     @field_validator("kind")
     @classmethod
@@ -158,6 +172,15 @@ class StateSubject(_Model):
             return StateSubject.model_construct(
                 target_kind=s.target_kind, target_name=s.target_name, kind=s.kind, key=s.key
             )
+
+
+@functools.cache
+def subject_schema_properties() -> dict[str, dict[str, Any]]:
+    """The JSON Schema of each member of a subject, from :class:`StateSubject` (titles left out):
+    what every published schema naming a subject's parts carries, so none advertises less than
+    the model refuses."""
+    properties = StateSubject.model_json_schema()["properties"]
+    return {name: {k: v for k, v in schema.items() if k != "title"} for name, schema in properties.items()}
 
 
 class Declaration(_Model):

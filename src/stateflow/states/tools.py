@@ -7,7 +7,7 @@ from typing import Any, Final
 
 from stateflow.doc.ops import MAX_OPS_PER_BATCH, OP_KINDS, op_schema
 from stateflow.errors import Forbidden, InvalidInput, NotFound, ReadOnlyState
-from stateflow.states.models import DoorContext, StateSubject
+from stateflow.states.models import DoorContext, StateSubject, subject_schema_properties
 from stateflow.states.service import StatesService, SubjectRefused, origin_of, subject_of
 
 STATE_TOOLS: Final = ("state_read", "state_replace", "state_merge", "state_apply", "state_template_jq")
@@ -20,31 +20,41 @@ MEMORY_WRITE_REFUSAL: Final = (
     "(the response plane is written by the runtime only)"
 )
 
-_SUBJECT_SCHEMA: Final = {
-    "description": (
-        "Whose record: {target_kind, target_name, kind, key}, or {kind, key} for the current target, "
-        "or a bare key for the state's default kind. Omit it to use the subject in scope."
-    ),
-    "anyOf": [
-        {
-            "type": "object",
-            "properties": {
-                "target_kind": {"type": "string", "enum": ["agent", "tool"]},
-                "target_name": {"type": "string"},
-                "kind": {"type": "string"},
-                "key": {"type": "string"},
-            },
-            "required": ["kind", "key"],
-            "additionalProperties": False,
-        },
-        {"type": "string"},
-    ],
+
+_SUBJECT_TYPES: Final[dict[str, dict[str, Any]]] = {
+    "target_kind": {"type": "string", "enum": ["agent", "tool"]},
+    "target_name": {"type": "string"},
+    "kind": {"type": "string"},
+    "key": {"type": "string"},
 }
+"""A subject's parts by type alone: what a tool's arguments are checked against, the bounds left
+to the subject model, whose refusal (``subject-refused``; a key bounded after trimming) is
+every door's."""
+
+
+def _subject_schema(parts: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "description": (
+            "Whose record: {target_kind, target_name, kind, key}, or {kind, key} for the current target, "
+            "or a bare key for the state's default kind. Omit it to use the subject in scope."
+        ),
+        "anyOf": [
+            {
+                "type": "object",
+                "properties": parts,
+                "required": ["kind", "key"],
+                "additionalProperties": False,
+            },
+            parts["key"],
+        ],
+    }
 
 
 def state_tool_schemas() -> dict[str, tuple[str, dict[str, Any], bool, bool]]:
     """name → (description, input schema, read_only, destructive)."""
     state = {"type": "string", "description": "The declared state's name."}
+    # each part as the subject model advertises it (its length limits, the kind's pattern)
+    subject = _subject_schema(subject_schema_properties())
     expect = {
         "expect_revision": {
             "type": "integer",
@@ -57,7 +67,7 @@ def state_tool_schemas() -> dict[str, tuple[str, dict[str, Any], bool, bool]]:
     def obj(props: dict[str, Any], required: list[str]) -> dict[str, Any]:
         return {
             "type": "object",
-            "properties": {"state": state, "subject": _SUBJECT_SCHEMA, **props},
+            "properties": {"state": state, "subject": subject, **props},
             "required": ["state", *required],
             "additionalProperties": False,
         }
@@ -157,6 +167,8 @@ def _argument_validator(name: str) -> Any:
         # invalid-ops code): the published op shapes describe it, they do not replace it
         ops = {"type": "array", "items": {"type": "object"}}
         schema = {**schema, "properties": {**schema["properties"], "ops": ops}}
+    # the subject's bounds are the model's to refuse, in its words, as at every other door
+    schema = {**schema, "properties": {**schema["properties"], "subject": _subject_schema(_SUBJECT_TYPES)}}
     return jsonschema_rs.Draft202012Validator(schema)
 
 
