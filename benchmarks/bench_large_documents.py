@@ -34,14 +34,17 @@ of the lazy plane):
   ``NODE_BUDGET`` nodes, so it costs that many on any plane larger than that); each vs the same
   on the small one;
 - ``record set``: a declared-states ``set`` op on a 50 MB record vs on a 10 KB record;
-- ``record append``: a ``set`` op at ``items/-`` (an append) on the same records.
+- ``record append``: a ``set`` op at ``items/-`` (an append) on the same records;
+- ``first`` (group ``first``): the first ``patch_state`` of ``lazy.big[5]`` in a fresh process
+  (a restart: nothing cached) against the next one, on each plane in a process of its own, with
+  the process's peak RSS — the first write beside a large plane still reads the plane whole.
 
 Targets: writes ≤ 3× and ≤ 256 KiB per commit; as-of reads ≤ 3× the current read; keys and
 range reads ≤ 3× the same read of the small plane.
 
     python3 -m benchmarks.bench_large_documents [--mb 100] [--record-mb 50] [--rounds 7]
         [--iterations 1] [--backend sqlite|postgres|both] [--postgres URL]
-        [--cases writes,keys,reads,record]
+        [--cases writes,keys,reads,record,first]
 """
 
 from __future__ import annotations
@@ -51,7 +54,10 @@ import hashlib
 import os
 import sqlite3
 import statistics
+import subprocess
+import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -282,6 +288,41 @@ def memory_cases(store: Store, sampler: Sampler, args: argparse.Namespace, tag: 
     # after the reads: the key edits lengthen the large plane's change chain (its snapshots
     # are rare), which the as-of reads above replay
     run_writes("keys")
+    for name in ("large", "small") if "first" in args.cases else ():
+        # a fresh process each (its own peak RSS), as after a restart
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "benchmarks.bench_large_documents",
+                "--first-write",
+                args.location,
+                f"{tag}-{name}",
+            ],
+            check=True,
+        )
+
+
+def first_write(location: str, subject: str) -> None:
+    """In this fresh process: the first ``patch_state`` into ``subject``'s plane, then the next."""
+    store = open_store(location)
+    try:
+        view = MemoryView(store, Identity.of("bench", "/", subject))
+        took = []
+        for i in range(2):
+            start = time.perf_counter()
+            view.patch_state({"session": {"lazy": {"big": {"[5]": f"after a restart {i}"}}}})
+            took.append((time.perf_counter() - start) * 1000)
+        # (VmHWM, not ru_maxrss: Linux keeps the parent's peak in ru_maxrss across the exec)
+        hwm = next(
+            line for line in Path("/proc/self/status").read_text().splitlines() if line.startswith("VmHWM")
+        )
+        peak = int(hwm.split()[1]) / 1024
+        print(
+            f"  write: first [5] after a restart, {subject}: {took[0]:.1f} ms, the next {took[1]:.1f} ms; peak RSS {peak:.0f} MB"
+        )
+    finally:
+        store.close()
 
 
 def record_case(store: Store, sampler: Sampler, args: argparse.Namespace, tag: str) -> None:
@@ -318,10 +359,11 @@ def record_case(store: Store, sampler: Sampler, args: argparse.Namespace, tag: s
 
 
 def run(location: str, args: argparse.Namespace, tag: str) -> None:
+    args.location = location
     store = open_store(location, auto_migrate=True)
     sampler = Sampler(location)
     try:
-        if {"writes", "keys", "reads"} & args.cases:
+        if {"writes", "keys", "reads", "first"} & args.cases:
             memory_cases(store, sampler, args, tag)
         if "record" in args.cases:
             record_case(store, sampler, args, tag)
@@ -361,10 +403,14 @@ def main() -> None:
     parser.add_argument("--postgres", default=os.environ.get("STATEFLOW_TEST_POSTGRES"))
     parser.add_argument(
         "--cases",
-        default="writes,keys,reads,record",
-        help="which cases to run (comma-separated: writes, keys, reads, record)",
+        default="writes,keys,reads,record,first",
+        help="which cases to run (comma-separated: writes, keys, reads, record, first)",
     )
+    parser.add_argument("--first-write", nargs=2, metavar=("LOCATION", "SUBJECT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.first_write:  # (the ``first`` case's fresh process)
+        first_write(*args.first_write)
+        return
     args.cases = set(args.cases.split(","))
     if args.backend in ("sqlite", "both"):
         with tempfile.TemporaryDirectory() as tmp:

@@ -15,6 +15,7 @@ from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, gen
 from stateflow.langgraph import StateflowSaver
 from stateflow.states import StatesService
 from stateflow.store import SqlStore, open_store
+from stateflow.store.check import check_store
 
 PART = 10
 
@@ -88,6 +89,8 @@ def test_delete_and_copy_of_a_thread_hold_one_part_at_a_time_in_one_transition(b
         assert all(store.get(saver.records.doc_key("checkpoint", k)).body is None for k in target)
         assert len(_seqs(store, saver, target)) == 1
         assert len(list(saver.list({"configurable": {"thread_id": "l"}}))) == 60
+        # the transitions list every change they made (SQLite keeps their keys on the row)
+        assert check_store(store).ok
     finally:
         store.close()
 
