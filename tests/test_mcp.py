@@ -668,6 +668,37 @@ def test_http_refuses_a_request_naming_a_member_twice(served: str) -> None:
     assert anyio.run(run).structured_content == {"value": None}  # nothing was written
 
 
+def test_http_refuses_json_that_is_not_a_json_rpc_message_by_its_id(served: str) -> None:
+    # the SDK answered such a body -32602 with its validator's raw report (four union branches
+    # and a link to pydantic's pages) and the id null; it is refused as over stdio
+    headers = {
+        "Authorization": f"Bearer {FULL}",
+        "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream",
+        "X-Stateflow-Agent": "a",
+        "X-Stateflow-Session": "s",
+    }
+    for body, rid, reason in (
+        (
+            b'{"jsonrpc":"2.0","id":8}',
+            8,
+            'a JSON-RPC message is a request (with "method" and "id"), a notification (with "method") '
+            'or a response (with "result" or "error")',
+        ),
+        (b"[1]", None, "a JSON-RPC message is an object, not an array"),
+        (b'{"jsonrpc":"2.0","id":"m","method":5}', "m", '"method" is a string'),
+    ):
+        request = urllib.request.Request(served, data=body, headers=headers, method="POST")
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=60)
+        assert refused.value.code == 400
+        assert json.loads(refused.value.read()) == {
+            "jsonrpc": "2.0",
+            "id": rid,
+            "error": {"code": types.INVALID_REQUEST, "message": f"Invalid Request: {reason}"},
+        }
+
+
 def test_http_refuses_arguments_that_are_not_an_object_naming_the_problem(served: str) -> None:
     # the SDK's schema check would answer a bare -32602 before the tool runs: the tool refuses
     # them as it refuses any other bad argument, and as the CLI's `stateflow tool` does

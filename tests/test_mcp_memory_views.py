@@ -16,7 +16,7 @@ import jsonschema_rs
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
-from mcp_types.jsonrpc import PARSE_ERROR
+from mcp_types.jsonrpc import INVALID_REQUEST, PARSE_ERROR
 
 from stateflow.doc.ops import OP_KINDS
 from stateflow.memory import Identity
@@ -492,6 +492,72 @@ def test_stdio_refuses_a_line_naming_a_member_twice_and_writes_nothing(
     assert once["id"] == 3 and not once["result"].get("isError")
     assert read["result"]["structuredContent"] == {"value": {"tactics": {"b": "one"}}}
     assert b"stateflow mcp: unparsable message (id 2)" in stderr
+
+
+NOT_A_MESSAGE: Final = (
+    'a JSON-RPC message is a request (with "method" and "id"), a notification (with "method") or a '
+    'response (with "result" or "error")'
+)
+
+
+def test_stdio_answers_a_json_line_that_is_not_a_json_rpc_message_by_its_id(
+    backend: str, store: SqlStore, tmp_path: Path
+) -> None:
+    # the transport hands such a line on as an exception, which the server dropped: no answer,
+    # nothing on stderr, and a client waiting on id 8 waited for ever
+    server = subprocess.Popen(
+        ["stateflow", "--store", backend, "mcp", "--cwd", str(tmp_path), "--session", "s"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert server.stdin is not None and server.stdout is not None
+
+    lines = [
+        json.dumps(INITIALIZE).encode(),
+        b'{"jsonrpc": "2.0", "method": "notifications/initialized"}',
+        b'{"jsonrpc":"2.0","id":8}',
+        b"[1]",
+        b"null",
+        b'{"jsonrpc":"1.0","id":"x","method":"ping"}',
+        b'{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"read_state","arguments":{"path":"session"}}}',
+    ]
+    server.stdin.write(b"".join(line + b"\n" for line in lines))
+    server.stdin.flush()
+    answers: list[dict[str, Any]] = []
+    while not answers or answers[-1].get("id") != 9:  # (answered in order; the last one always)
+        line = server.stdout.readline()
+        assert line, "the server stopped before answering the last request"
+        answers.append(json.loads(line))
+    refused, after = answers[1:-1], answers[-1]
+    _, stderr = server.communicate(timeout=120)
+    assert [(r["id"], r["error"]) for r in refused] == [
+        (8, {"code": INVALID_REQUEST, "message": f"Invalid Request: {NOT_A_MESSAGE}"}),
+        (
+            None,
+            {
+                "code": INVALID_REQUEST,
+                "message": "Invalid Request: a JSON-RPC message is an object, not an array",
+            },
+        ),
+        (
+            None,
+            {
+                "code": INVALID_REQUEST,
+                "message": "Invalid Request: a JSON-RPC message is an object, not null",
+            },
+        ),
+        (
+            "x",
+            {
+                "code": INVALID_REQUEST,
+                "message": 'Invalid Request: a JSON-RPC message names "jsonrpc": "2.0"',
+            },
+        ),
+    ]
+    assert after["id"] == 9 and not after["result"].get("isError")  # the session goes on
+    assert f"stateflow mcp: invalid message (id 8): {NOT_A_MESSAGE}".encode() in stderr
+    assert b"stateflow mcp: invalid message (id None): a JSON-RPC message is an object, not null" in stderr
 
 
 def test_stdio_refuses_arguments_that_are_not_an_object_naming_the_problem(

@@ -147,11 +147,21 @@ def repeated_name(data: bytes | bytearray | memoryview | str) -> str | None:
     (the MCP transports): the same text is refused there as everywhere else."""
     try:
         value = orjson.loads(data)
-        if type(value) is dict or type(value) is list:
-            _refuse_repeated_names(data, value)
+    except orjson.JSONDecodeError:  # (refused, or not, by that door's parser)
+        return None
+    return repeated_name_in(data, value)
+
+
+def repeated_name_in(data: bytes | bytearray | memoryview | str, value: JSON) -> str | None:
+    """:func:`repeated_name` of the text ``data`` that orjson parsed to ``value`` (parsed once
+    by a caller that reads the value too)."""
+    if type(value) is not dict and type(value) is not list:
+        return None
+    try:
+        _refuse_repeated_names(data, value)
     except NotJSON as exc:
         return exc.message
-    except (orjson.JSONDecodeError, InvalidJSON):  # (refused, or not, by that door's parser)
+    except InvalidJSON:  # (refused, or not, by that door's parser)
         return None
     return None
 

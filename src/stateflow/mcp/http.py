@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 from fastapi import FastAPI
-from mcp_types.jsonrpc import PARSE_ERROR
 from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import Response
@@ -32,11 +31,11 @@ from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
 from stateflow.config import DEFAULT_MAX_BODY_BYTES
-from stateflow.doc.canonical import ascii_digits, encode, repeated_name
+from stateflow.doc.canonical import ascii_digits, encode
 from stateflow.errors import Forbidden, InvalidInput, StateflowError
 from stateflow.http.auth import TokenSet
 from stateflow.http.headers import header_text
-from stateflow.mcp.unparsed import request_id
+from stateflow.mcp.unparsed import error_message, message_refusal
 from stateflow.memory import Identity, MemoryConfig, MemoryView, parse_scopes, shown
 from stateflow.memory.protocol import protocol_text
 from stateflow.store import Store
@@ -257,19 +256,21 @@ class _Endpoint:
             # sending as its own failure (a 500 and a traceback), where raised, the request is
             # dropped with the one line any route's gets (``BodyLimit``)
             body = await Request(scope, receive).body()
-            reason = repeated_name(body)
-            if reason is not None:  # (the SDK's parser keeps the last value: refused as on stdio)
-                await _parse_error(body, reason)(scope, receive, send)
+            # a member named twice (the SDK's parser keeps the last value) and JSON that is not a
+            # JSON-RPC message (the SDK answers its validator's raw report, without the id) are
+            # refused as on stdio
+            refused = message_refusal(body)
+            if refused is not None:
+                await _refusal(*refused)(scope, receive, send)
                 return
             receive = _replaying(body, receive)
         await self.running["managers"][read_only].handle_request(scope, receive, send)
 
 
-def _parse_error(body: bytes, reason: str) -> Response:
-    """The answer to a body refused as JSON text, as the SDK answers one its parser refuses
-    (400, a JSON-RPC parse error), for the request's id where it can be told."""
-    rid = request_id(body.decode("utf-8", errors="replace"))
-    error = {"code": PARSE_ERROR, "message": f"Parse error: {reason}"}
+def _refusal(code: int, reason: str, rid: int | str | None) -> Response:
+    """The answer to a refused body, as the SDK answers one it refuses (400, a JSON-RPC error),
+    for the request's id where it can be told."""
+    error = {"code": code, "message": error_message(code, reason)}
     return Response(encode({"jsonrpc": "2.0", "id": rid, "error": error}), 400, media_type="application/json")
 
 

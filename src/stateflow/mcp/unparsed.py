@@ -11,7 +11,11 @@ The transport is given standard input as bytes (:func:`stdin_bytes`): read as te
 does by default, a line that is not UTF-8 would have its bytes replaced with U+FFFD and be
 served, and stored, as if the client had sent that; as bytes it is refused like any other line
 the parser cannot read. So is a line with an object naming a member twice (:class:`CheckedLines`),
-which the SDK's parser reads keeping the last value.
+which the SDK's parser reads keeping the last value. A line that is JSON but not a JSON-RPC
+message (``[1]``, ``null``, ``{"jsonrpc": "2.0", "id": 8}``), which the transport hands on as an
+exception the server drops as well, is answered with ``-32600`` (Invalid Request) for the id it
+names, saying what is missing; the HTTP door refuses such a body the same way
+(:func:`message_refusal`), where the SDK answered its validator's raw report without the id.
 """
 
 from __future__ import annotations
@@ -28,11 +32,12 @@ from typing import Any, Final
 
 import anyio
 import mcp_types as types
+import orjson
 from mcp.shared.message import SessionMessage
-from mcp_types.jsonrpc import PARSE_ERROR
+from mcp_types.jsonrpc import INVALID_REQUEST, PARSE_ERROR
 from pydantic import ValidationError
 
-from stateflow.doc.canonical import repeated_name
+from stateflow.doc.canonical import kind, repeated_name_in
 
 _LEADING_ID: Final = re.compile(
     r'\s*\{(?:\s*"(?:jsonrpc|method)"\s*:\s*"(?:[^"\\]|\\.)*"\s*,)*\s*"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")'
@@ -93,19 +98,81 @@ def request_id(line: str) -> int | str | None:
     return found if isinstance(found, int | str) and not isinstance(found, bool) else None
 
 
+_A_KIND: Final = {
+    "array": "an array",
+    "string": "a string",
+    "number": "a number",
+    "boolean": "a boolean",
+    "null": "null",
+}
+
+
+def message_problem(value: Any) -> str:
+    """What keeps the parsed JSON ``value``, which the SDK's message model refused, from being a
+    JSON-RPC 2.0 message (the model's own report is a page of union branches)."""
+    if type(value) is not dict:
+        return f"a JSON-RPC message is an object, not {_A_KIND[kind(value)]}"
+    if value.get("jsonrpc") != "2.0":
+        return 'a JSON-RPC message names "jsonrpc": "2.0"'
+    if "method" in value:
+        if type(value["method"]) is not str:
+            return '"method" is a string'
+        if "id" in value and named_id(value) is None:
+            return 'a request\'s "id" is an integer or a string'
+        return "its members do not have the types a JSON-RPC request's have"
+    if "result" not in value and "error" not in value:
+        return 'a JSON-RPC message is a request (with "method" and "id"), a notification (with "method") or a response (with "result" or "error")'
+    return "its members do not have the types a JSON-RPC response's have"
+
+
+def named_id(value: Any) -> int | str | None:
+    """The id the parsed message ``value`` names, when it is one a request may have."""
+    found = value.get("id") if type(value) is dict else None
+    return found if isinstance(found, int | str) and not isinstance(found, bool) else None
+
+
+def message_refusal(data: bytes) -> tuple[int, str, int | str | None] | None:
+    """``(code, reason, id)`` answering the JSON text ``data`` when it names a member twice
+    (``-32700``, as text the parser refuses) or is not a JSON-RPC message (``-32600``, for the
+    id it names); None otherwise — text that is not JSON is the transport's to refuse."""
+    try:
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    reason = repeated_name_in(data, value)
+    if reason is not None:
+        return PARSE_ERROR, reason, request_id(data.decode("utf-8", errors="replace"))
+    try:
+        types.jsonrpc_message_adapter.validate_python(value, by_name=False)
+    except ValidationError:
+        return INVALID_REQUEST, message_problem(value), named_id(value)
+    return None
+
+
 async def refuse_line(write_stream: Any, line: str, reason: str) -> None:
     """Answer ``line`` with a parse error (-32700) for its request's id, and say so on stderr."""
-    rid = request_id(line)
-    print(f"stateflow mcp: unparsable message (id {rid!r}): {reason}", file=sys.stderr, flush=True)
-    error = types.ErrorData(code=PARSE_ERROR, message=f"Parse error: {reason}")
+    await answer_refused(write_stream, PARSE_ERROR, reason, request_id(line))
+
+
+def error_message(code: int, reason: str) -> str:
+    """A refusal's JSON-RPC error message: the code's name, then why."""
+    return f"{'Parse error' if code == PARSE_ERROR else 'Invalid Request'}: {reason}"
+
+
+async def answer_refused(write_stream: Any, code: int, reason: str, rid: int | str | None) -> None:
+    """Answer a refused line with the error ``code`` for the id ``rid``, and say so on stderr."""
+    what = "unparsable" if code == PARSE_ERROR else "invalid"
+    print(f"stateflow mcp: {what} message (id {rid!r}): {reason}", file=sys.stderr, flush=True)
+    error = types.ErrorData(code=code, message=error_message(code, reason))
     await write_stream.send(SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=rid, error=error)))
 
 
 class CheckedLines:
     """Standard input's lines for the transport, without those naming a member twice in one
-    object: the SDK's parser keeps the last value, where every other door refuses such text
-    (:func:`~stateflow.doc.canonical.repeated_name`), so they are answered here as a line that
-    cannot be parsed is (:meth:`answer_to`: the transport's write stream, given once it exists)."""
+    object (the SDK's parser keeps the last value, where every other door refuses such text:
+    answered as a line that cannot be parsed is) or that are not a JSON-RPC message (which the
+    server drops): :func:`message_refusal` (:meth:`answer_to`: the transport's write stream,
+    given once it exists)."""
 
     def __init__(self, lines: anyio.AsyncFile[bytes]) -> None:
         self._lines = lines
@@ -121,11 +188,11 @@ class CheckedLines:
 
     async def __anext__(self) -> bytes:
         while line := await self._lines.readline():
-            reason = repeated_name(line)
-            if reason is None:
+            refused = message_refusal(line)
+            if refused is None:
                 return line
             await self._opened.wait()
-            await refuse_line(self._write, line.decode("utf-8", errors="replace"), reason)
+            await answer_refused(self._write, *refused)
         raise StopAsyncIteration
 
 
