@@ -21,6 +21,8 @@ from fastapi.testclient import TestClient
 
 from stateflow.client import ClientError, StatesClient
 from stateflow.doc.canonical import json_contains
+from stateflow.doc.diff import Edit, apply_edits
+from stateflow.doc.merge import merge_patch
 from stateflow.errors import InvalidInput, StateflowError
 from stateflow.http.app import create_app
 from stateflow.http.auth import TokenSet, parse_token
@@ -345,6 +347,34 @@ def test_as_of_reads_diff_and_revert_over_http(http: TestClient, service: States
     assert http.post(REC + "/revert", json={"revision": 0}).json() == {"data": None}
     assert service.read("tickets", T1) is None
     assert [w["action"] for w in service.writes("tickets", T1)["items"]][:2] == ["erase", "revert"]
+
+
+def test_a_diff_answers_a_patch_only_where_one_merge_patch_makes_the_change(
+    http: TestClient, service: StatesService
+) -> None:
+    """A value set to null and a member named like "[0]" render as a deletion and an array
+    index: no merge patch makes those changes, so ``patch`` is left out, not answered wrong."""
+    cases = [
+        ({"meta": {"x": 1}, "z": 1}, {"meta": {"x": None}, "z": None}, False),
+        ({"meta": {"x": 1}, "z": 1}, {"meta": {}}, True),
+        ({"meta": {"[0]": "old"}}, {"meta": {"[0]": "new"}}, False),
+        ({}, {"meta": {"a": {"b": None}}}, False),
+        ({"meta": {"x": [1]}}, {"meta": {"x": [None, {"a": None}]}}, True),
+    ]
+    for i, (before, after, expressible) in enumerate(cases):
+        subject = {**T1, "key": f"d{i}"}
+        service.replace("tickets", subject, before)
+        service.replace("tickets", subject, after)
+        answered = service.diff("tickets", subject, 1, 2)
+        assert ("patch" in answered) is expressible, (before, after, answered)
+        if expressible:
+            assert merge_patch(before, answered["patch"]) == after
+        assert apply_edits(before, [Edit.from_json(e) for e in answered["edits"]]) == after
+        over_http = http.get(f"{REC[: -len('t1')]}d{i}/diff", params={"from": 1}).json()["data"]
+        assert over_http == answered
+    # an erase is a merge patch of null on the record
+    service.erase("tickets", {**T1, "key": "d1"})
+    assert service.diff("tickets", {**T1, "key": "d1"}, 2)["patch"] is None
 
 
 def test_unknown_query_parameters_are_refused(http: TestClient) -> None:

@@ -507,7 +507,10 @@ def read(api: StatesAPI, name: str, subject: Subject, revision: int | None, seq:
 )
 @api_command(reads=True)
 def diff(api: StatesAPI, name: str, subject: Subject, from_revision: int, to_revision: int | None) -> None:
-    """What changed in a record between two revisions: {from, to, edits, patch}."""
+    """What changed in a record between two revisions: {from, to, edits, patch}.
+
+    patch is left out where no merge patch makes the change (a value set to null, a member
+    named like "[0]"); edits always holds it."""
     echo_json(api.diff(name, subject.of(api, name), from_revision, to_revision))
 
 

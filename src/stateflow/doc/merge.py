@@ -23,9 +23,9 @@ from __future__ import annotations
 import re
 from typing import Any, Final, NoReturn
 
-from stateflow.doc.canonical import JSON, kind
+from stateflow.doc.canonical import JSON, identical, kind
 from stateflow.doc.copies import DELETE, Copies, Step, list_copy, made
-from stateflow.doc.diff import Edit, Within, diff_into
+from stateflow.doc.diff import Edit, Within, diff_into, to_patch
 from stateflow.doc.select import MISSING
 from stateflow.errors import PatchError
 
@@ -156,6 +156,21 @@ def merge_patch(
     if spare is not None and steps is not None and type(target) is dict:
         spare.made(result, base, steps)
     return result
+
+
+def patch_between(old: JSON, new: JSON, edits: list[Edit]) -> JSON:
+    """The merge patch that turns ``old`` into ``new`` (``edits`` their :func:`doc.diff.diff`),
+    or :data:`MISSING` when no merge patch does: one rendering of the edits reads a value set
+    to ``null`` as a deletion and a member named like ``"[0]"`` as an array index, so the
+    rendering is kept only when applying it gives ``new`` back exactly."""
+    if not edits:
+        return {}
+    patch = to_patch(edits)
+    try:
+        rebuilt = merge_patch(old, patch)
+    except PatchError:
+        return MISSING
+    return patch if identical(rebuilt, new) else MISSING
 
 
 def patch_paths(patch: JSON, _path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:

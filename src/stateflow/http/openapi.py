@@ -121,7 +121,11 @@ class Diff(_Open):
     from_: int = Field(alias="from")
     to: int
     edits: list[list[Any]]
-    patch: Any
+    patch: Any = Field(
+        default=None,
+        description="the change as one merge patch; absent where no merge patch makes it "
+        '(a value set to null, a member named like "[0]"): read edits',
+    )
 
 
 class Stats(_Open):

@@ -147,8 +147,10 @@ FoldReport = TypedDict(
 many aliases now point at the survivor instead, ``merged_members`` (mode ``merge``) the members
 the survivor took over."""
 
-Diff = TypedDict("Diff", {"from": int, "to": int, "edits": list[list[Any]], "patch": Any})
-"""``diff``: ``edits`` as the audit trail shows them, ``patch`` the same as a merge patch."""
+Diff = TypedDict("Diff", {"from": int, "to": int, "edits": list[list[Any]], "patch": NotRequired[Any]})
+"""``diff``: ``edits`` as the audit trail shows them, ``patch`` the same as a merge patch
+(left out where no merge patch makes the change: a value set to ``null``, a member named like
+``"[0]"``)."""
 
 
 class Consumer(TypedDict):

@@ -20,7 +20,8 @@ from pydantic import ValidationError
 
 from stateflow.config import Config
 from stateflow.doc.canonical import JSON, checked_copy, detach
-from stateflow.doc.diff import Edit, diff, to_patch
+from stateflow.doc.diff import Edit, diff
+from stateflow.doc.merge import patch_between
 from stateflow.doc.ops import parse_ops
 from stateflow.doc.select import MISSING
 from stateflow.errors import Conflict, CorruptStore, InvalidInput, NotFound, StoreReadOnly
@@ -921,20 +922,23 @@ class StatesService:
         """What changed in a record between two of its revisions (``to`` defaults to the
         current one): ``{from, to, edits: [[path, value]…], patch}`` — ``edits`` as the audit
         trail shows them (a missing value is a deletion), ``patch`` the same as one merge patch
-        (objects merge, null deletes) where it can be expressed as one."""
+        (objects merge, null deletes, ``"[N]"`` patches an array element). ``patch`` is left
+        out where no merge patch makes the change — a value set to ``null``, an object holding
+        ``null`` or a member named like ``"[0]"`` — so it is never one that gives another
+        document; ``edits`` always holds the change."""
         subject = subject_of(subject)
         low, high = check_span(from_revision, to_revision)
         if high is None:
             current = self.read(name, subject)
             high = current["revision"] if current else self._revision_of(name, subject)
         old, new = self._read_at(name, subject, low, None), self._read_at(name, subject, high, None)
-        edits = diff(old["data"] if old else MISSING, new["data"] if new else MISSING)
-        return {
-            "from": low,
-            "to": high,
-            "edits": [e.to_json() for e in edits],
-            "patch": to_patch(edits) if edits else {},
-        }
+        before, after = old["data"] if old else MISSING, new["data"] if new else MISSING
+        edits = diff(before, after)
+        out: Diff = {"from": low, "to": high, "edits": [e.to_json() for e in edits]}
+        patch = patch_between(before, after, edits)
+        if patch is not MISSING:
+            out["patch"] = patch
+        return out
 
     def _revision_of(self, name: str, subject: StateSubject) -> int:
         canonical = self._canonical(name, subject)
