@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import sqlite3
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
@@ -101,6 +103,74 @@ def test_the_migrate_advice_is_a_command_a_shell_runs_as_pasted(backend: str, tm
         assert migrated.schema_version() == SCHEMA_VERSION
     finally:
         migrated.close()
+
+
+@contextmanager
+def _unwritable(path: Path) -> Iterator[None]:
+    """``path`` (a temporary copy) not writable by this process while inside."""
+    if os.geteuid() != 0:
+        path.chmod(0o444)
+        try:
+            yield
+        finally:
+            path.chmod(0o644)
+        return
+    # root writes a file whatever its mode: only an immutable one keeps it out
+    if subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode != 0:
+        pytest.skip("running as root where chattr +i is unavailable: no file is unwritable to root")
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", "-i", str(path)], check=True)
+
+
+def test_an_old_store_that_cannot_be_written_here_says_why_migrate_is_not_enough(tmp_path: Path) -> None:
+    # it said only to run migrate, which would be refused as well: the file or its directory is not
+    # writable, or the store was opened read-only
+    from . import servers
+
+    path = tmp_path / "old" / "s.db"
+    path.parent.mkdir()
+    open_store(str(path)).close()
+    _raw_sql(
+        str(path),
+        "UPDATE stateflow_meta SET value = ? WHERE key = 'schema_version'",
+        (str(SCHEMA_VERSION - 1),),
+    )
+    url = f"sqlite:///{path}"
+    command = shlex.join(["stateflow", "--store", url, "migrate"])
+
+    def refusal(why: str) -> str:
+        return (
+            f"{url} is not migrated (schema version {SCHEMA_VERSION - 1}, need {SCHEMA_VERSION}) and cannot be "
+            f"migrated as it is opened: {why}; run `{command}` where it can be written, or open it with the "
+            "stateflow version that wrote it"
+        )
+
+    asked = subprocess.run(
+        ["stateflow", "--store", f"{url}?mode=ro", "states", "list"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (asked.returncode, asked.stderr) == (
+        1,
+        f"error[store-not-migrated]: {refusal('it is opened read-only (mode=ro)')}\n",
+    )
+    log = tmp_path / "serve.log"
+    with _unwritable(path):
+        server = servers.start(servers.base_env(tmp_path, str(path)), log=log)
+        try:
+            status, body, _ = server.call("GET", "/api/ready")
+        finally:
+            server.stop()
+    assert status == 503 and body["code"] == "store-not-migrated", body
+    warning = f"warning: {refusal(f'{path} or its directory is not writable by this process')}"
+    assert warning in log.read_text().splitlines(), log.read_text()
+    plain = subprocess.run(
+        ["stateflow", "--store", str(path), "states", "list"], capture_output=True, text=True, timeout=60
+    )
+    assert plain.stderr.endswith(f"; run `{command}`\n")  # (writable: migrate is the whole answer)
 
 
 def test_a_store_from_a_newer_version_is_refused(backend: str, open_migrated: StoreFactory) -> None:

@@ -173,6 +173,11 @@ class Backend(abc.ABC):
     def _lock_migration(self, tx: Tx) -> None:  # noqa: B027 - optional hook, no-op by default
         """Called first in the migration transaction (serializes concurrent migrators)."""
 
+    def unwritable(self) -> str | None:
+        """Why this process cannot write the store, migrate it included (SQLite: a file opened
+        read-only, one it or its directory's permissions keep it from writing), or None."""
+        return None
+
     # ------------------------------------------------------------------ optional (portable version in the algorithm)
 
     @abc.abstractmethod

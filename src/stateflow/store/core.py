@@ -154,6 +154,13 @@ class StoreCore(Backend):
         migrate it, or upgrade stateflow —; None at this stateflow's version."""
         if version is None or version < SCHEMA_VERSION:
             command, note = store_command(self.url, "migrate")
+            why = self.unwritable()
+            if why is not None:  # (`migrate` would be refused too: what keeps it out comes first)
+                return StoreNotMigrated(
+                    f"{self.url} is not migrated (schema version {version or 0}, need "
+                    f"{SCHEMA_VERSION}) and cannot be migrated as it is opened: {why}; run `{command}`{note} "
+                    "where it can be written, or open it with the stateflow version that wrote it"
+                )
             return StoreNotMigrated(
                 f"{self.url} is not migrated (schema version {version or 0}, need "
                 f"{SCHEMA_VERSION}); run `{command}`{note}"

@@ -320,6 +320,9 @@ class PostgresStore(SqlStore):
         if auto_migrate and not read_only:
             self._auto_migrate()
 
+    def unwritable(self) -> str | None:
+        return "its sessions are read-only (mode=ro)" if self.read_only else None
+
     def _probe(self, url: str, kwargs: dict[str, Any]) -> None:
         psycopg.connect(url, **kwargs).close()
 

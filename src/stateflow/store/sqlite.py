@@ -660,6 +660,8 @@ class SqliteStore(SqlStore):
         """set by :meth:`close`: no connection is opened again"""
         self.create = create and not read_only
         self.read_only = read_only
+        self.asked_read_only = read_only
+        """opened read-only by request (``read_only``), not for want of permission"""
         if auto_migrate and not read_only and (not self.path.exists() or _writable(self.path)):
             self._auto_migrate()
 
@@ -718,6 +720,13 @@ class SqliteStore(SqlStore):
                 "written: restart this process to use the file now in place"
             )
         raise copy.copy(self._group.replaced).with_traceback(None)
+
+    def unwritable(self) -> str | None:
+        if self.asked_read_only:
+            return "it is opened read-only (mode=ro)"
+        if self.path.exists() and not _writable(self.path):
+            return f"{self.path} or its directory is not writable by this process"
+        return None
 
     def schema_version(self) -> int | None:
         # (what a readiness probe asks: a server whose file was replaced is not ready)
