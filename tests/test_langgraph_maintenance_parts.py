@@ -14,7 +14,7 @@ from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, gen
 
 from stateflow.langgraph import StateflowSaver
 from stateflow.states import StatesService
-from stateflow.store import SqlStore, open_store
+from stateflow.store import DocKey, SqlStore, open_store
 from stateflow.store.check import check_store
 
 PART = 10
@@ -116,3 +116,28 @@ def test_a_postgres_copy_sends_its_rows_a_part_per_statement(pg_schema_url: str)
         ).fetchall()
     assert records == 50
     assert statements == 5
+
+
+def test_a_state_with_aliases_is_copied_and_deleted_as_one_batch(store: SqlStore) -> None:
+    # a folded subject resolves to its survivor, and an erase takes its aliases with it: where
+    # the state has aliases the call runs as one batch, which does both (the parts name records
+    # by their own keys)
+    states = StatesService(store)
+    saver = StateflowSaver(states)
+    saver.maintenance_part = PART
+    other = _thread(saver, "x", 2)
+    records = saver.records
+    states.fold(
+        records.state, records.subject("writes", other[0]), records.subject("writes", other[1]), "switch"
+    )
+    source = _thread(saver, "t", 15)
+    saver.copy_thread("t", "u")
+    assert [t.checkpoint for t in saver.list({"configurable": {"thread_id": "u"}})] == [
+        t.checkpoint for t in saver.list({"configurable": {"thread_id": "t"}})
+    ]
+    assert len(_seqs(store, saver, [k.replace("t/", "u/", 1) for k in source])) == 1
+    saver.delete_thread("t")
+    assert list(saver.list({"configurable": {"thread_id": "t"}})) == []
+    assert len(_seqs(store, saver, source)) == 1
+    saver.delete_thread("x")  # the folded record's alias goes with the survivor
+    assert not store.get(DocKey("_aliases", records.state)).body
