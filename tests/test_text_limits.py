@@ -153,6 +153,38 @@ def test_a_cursor_holding_nul_is_malformed(client: TestClient) -> None:
         )
 
 
+def test_a_cursor_no_page_returned_is_malformed_and_returned_ones_walk(client: TestClient) -> None:
+    """Any text not a subject as the store encodes it was read as a position: a garbled cursor
+    ended the walk (an empty page) or started it again, unnoticed."""
+    for i in range(5):
+        assert client.put(record("bot", f"k{i}"), json={"n": i}).status_code == 200
+    forged = ["x", "[", "[]", '["agent"]', "hello world", '{"a": 1}', '["agent", "bot", "t", "k1"]']
+    for text in forged:
+        cursor = b64(text)
+        refused(client.get(f"/api/states/s/subjects?cursor={cursor}"), "invalid-input", "cursor is malformed")
+        search: dict[str, Any] = {"filters": {"n": {"$gte": 0}}, "cursor": cursor}
+        refused(
+            client.post("/api/states/s/records/search", json=search), "invalid-input", "cursor is malformed"
+        )
+    writes = record("bot", "k0") + "/writes"
+    refused(client.get(f"{writes}?cursor={b64('01')}"), "invalid-input", "cursor is malformed")
+    # the cursors pages return still walk every record once
+    seen: list[str] = []
+    after: str | None = None
+    while True:
+        body: dict[str, Any] = {"filters": {"n": {"$gte": 0}}, "limit": 2}
+        if after is not None:
+            body["cursor"] = after
+        page = client.post("/api/states/s/records/search", json=body).json()["data"]
+        seen += [m["subject"]["key"] for m in page["matches"]]
+        if (after := page["next_cursor"]) is None:
+            break
+    assert seen == [f"k{i}" for i in range(5)]
+    first = client.get("/api/states/s/subjects?limit=3").json()["data"]
+    rest = client.get(f"/api/states/s/subjects?cursor={first['next_cursor']}").json()["data"]
+    assert [s["subject"]["key"] for s in first["subjects"] + rest["subjects"]] == seen
+
+
 def test_a_search_naming_a_member_holding_nul_finds_it_missing(client: TestClient) -> None:
     for i in range(3):
         assert client.put(record("bot", f"k{i}"), json={"n": 2 - i}).status_code == 200

@@ -39,7 +39,7 @@ from stateflow.states.search import (
 from stateflow.store import DocKey, Listed
 from stateflow.store.listing import prefix_end
 from stateflow.store.model import listed_row
-from stateflow.subjects import subject_prefix
+from stateflow.subjects import Subject, subject_prefix
 
 if TYPE_CHECKING:
     from stateflow.states.service import StatesService
@@ -133,7 +133,7 @@ class Listing:
         before = None
         if check_cursor(cursor):
             raw = _decode_cursor(cursor)
-            if raw is None or not ascii_digits(raw):
+            if raw is None or not ascii_digits(raw) or str(int(raw)) != raw:
                 raise InvalidInput("writes cursor is malformed; use only a cursor returned by a prior page")
             before = int(raw)
         history = self.svc.store.history
@@ -429,6 +429,10 @@ class Listing:
                 "cursor is malformed: it is a sorted search's cursor; give it with the sort it was "
                 "returned with"
             )
+        if after is not None and not _issued_subject(after):
+            # (any other text would be read as a position: a garbled cursor ending the walk
+            # early or starting it again, unnoticed)
+            raise InvalidInput("cursor is malformed; use only a cursor returned by a prior page")
         out: list[SubjectRow] = []
         last = None  # the last subject looked at
         end = None  # the page's last subject
@@ -494,6 +498,15 @@ def _encode_sorted(after: After | None) -> str | None:
     if after is None:
         return None
     return _encode_cursor(_SORTED + json.dumps([list(after[0]), after[1]], ensure_ascii=False))
+
+
+def _issued_subject(text: str) -> bool:
+    """Whether an unsorted cursor's text is a subject as the store encodes it, the only text
+    a page's cursor holds."""
+    try:
+        return Subject.decode(text).encode() == text
+    except InvalidInput:
+        return False
 
 
 def _sorted_cursor(cursor: str | None, keys: int) -> After | None:
