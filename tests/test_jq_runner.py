@@ -123,6 +123,17 @@ def test_an_exploding_output_is_refused() -> None:
         r.close()
 
 
+def test_the_output_limit_counts_bytes_not_characters() -> None:
+    # 600 two-byte characters: 1,202 bytes of JSON text, 602 characters; the limit is in bytes
+    r = JqRunner(workers=1, timeout=30, max_output=1000)
+    try:
+        with pytest.raises(JqLimitExceeded, match="output exceeds 1000 bytes"):
+            r.run(".", "\u00e9" * 600)
+        assert r.run(".", "e" * 600) == ["e" * 600]
+    finally:
+        r.close()
+
+
 def test_other_evaluations_proceed_while_one_loops() -> None:
     # a limit the loop outlasts however slowly the others are served; close ends it
     runner = JqRunner(workers=2, timeout=300)

@@ -82,7 +82,8 @@ def main() -> None:
             outputs = []
             size = 0
             for number, text in enumerate(compiled.input_value({"input": value, "vars": variables}), 1):
-                size += len(text)
+                # the limit is in bytes, the text's UTF-8 (a character may take four)
+                size += len(text) if text.isascii() else len(text.encode())
                 if size > limit:
                     raise OverflowError(f"the program's output exceeds {limit} bytes")
                 try:
