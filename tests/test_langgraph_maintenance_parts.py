@@ -7,15 +7,21 @@ timeout); still one transaction and one transition. On both backends."""
 from __future__ import annotations
 
 import tracemalloc
+from collections.abc import Sequence
 from typing import Any
 
 import psycopg
+import pytest
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 
 from stateflow.langgraph import StateflowSaver
 from stateflow.states import StatesService
+from stateflow.states.batch import apply_items_in_parts, erase_item
+from stateflow.states.models import StateSubject
+from stateflow.states.pipeline import RecordWrite
 from stateflow.store import DocKey, SqlStore, open_store
 from stateflow.store.check import check_store
+from stateflow.store.rows import lock_order
 
 PART = 10
 
@@ -141,3 +147,28 @@ def test_a_state_with_aliases_is_copied_and_deleted_as_one_batch(store: SqlStore
     assert len(_seqs(store, saver, source)) == 1
     saver.delete_thread("x")  # the folded record's alias goes with the survivor
     assert not store.get(DocKey("_aliases", records.state)).body
+
+
+def test_a_call_failing_in_a_later_part_writes_nothing(store: SqlStore) -> None:
+    # the parts before the failing one were sent already (their rows, on PostgreSQL their
+    # statements): the one transaction takes them back, and no transition is left behind
+    states = StatesService(store)
+    saver = StateflowSaver(states)
+    keys = _thread(saver, "t", 15)  # 30 records: 3 parts of 10
+    records = saver.records
+    doc_keys = [records.doc_key(kind, key) for key in keys for kind in ("checkpoint", "writes")]
+    before = store.transitions(after_seq=0, limit=1000)
+
+    last = max(doc_keys, key=lock_order)
+
+    def failing(part: Sequence[DocKey], docs: object) -> list[RecordWrite]:
+        if last in part:  # (two parts erased and sent before it)
+            raise RuntimeError("stopped in the last part")
+        return [erase_item(records.state, StateSubject.decode(k.subject)) for k in part]
+
+    with pytest.raises(RuntimeError, match="last part"):
+        apply_items_in_parts(states, records.state, doc_keys, failing, part=PART)
+    assert store.transitions(after_seq=0, limit=1000) == before
+    assert all(store.get(k).body is not None for k in doc_keys)
+    assert len(list(saver.list({"configurable": {"thread_id": "t"}}))) == 15
+    assert check_store(store).ok

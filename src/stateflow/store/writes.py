@@ -238,14 +238,17 @@ class Writes(StoreCore):
                 validate_writes(writes, origin)
                 plans: list[WritePlan] = []
                 for write in sorted(writes, key=lambda w: w.key):
-                    entry = loaded.get(write.key)  # type: ignore[assignment]
-                    if entry is None:
+                    held = loaded.get(write.key)
+                    if held is None:
                         raise InvalidInput(f"{write.key} is not among the documents of its part")
-                    if write.expect is not None and write.expect != entry.row.revision:
-                        raise Conflict(f"{write.key} changed concurrently")
+                    if write.expect is not None and write.expect != held.row.revision:
+                        raise Conflict(
+                            f"{write.key} changed concurrently: it is at revision {held.row.revision}, "
+                            f"the change was computed against revision {write.expect}"
+                        )
                     if write.edits:
                         fresh = Fresh()  # (not kept: nothing of the parts goes to the caches)
-                        plans.append(self._plan_doc(write, entry, self._stage(tx, write, entry), fresh))
+                        plans.append(self._plan_doc(write, held, self._stage(tx, write, held), fresh))
                         self._rows_known.pop(write.key, None)
                 del docs, loaded, members, writes, others
                 if not plans:
