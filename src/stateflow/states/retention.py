@@ -77,19 +77,28 @@ def prune(
         while cutoff is not None and (page := svc.store.scan(decl["name"], after=after, limit=PAGE_MAX)):
             expired = [x for x in page if x.at is not None and x.at < cutoff]
             for item in expired:
-                # conditional on the revision listed: a record written (or folded) since the
-                # listing is no longer expired, and is kept
-                if not svc.erase_unchanged(
-                    decl["name"],
-                    StateSubject.decode(item.key.subject),
-                    item.revision,
-                    origin={"consumer": "retention"},
-                    context=ctx,
-                ):
-                    continue
-                count += 1
-                if progress is not None:
-                    progress(decl["name"], count)
+                before = count
+                try:
+                    # conditional on the revision listed: a record written (or folded) since the
+                    # listing is no longer expired, and is kept
+                    if not svc.erase_unchanged(
+                        decl["name"],
+                        StateSubject.decode(item.key.subject),
+                        item.revision,
+                        origin={"consumer": "retention"},
+                        context=ctx,
+                    ):
+                        continue
+                    count = before + 1
+                    if progress is not None:
+                        progress(decl["name"], count)
+                except KeyboardInterrupt:
+                    # a Ctrl-C lands mostly inside an erase, often after its commit: the record
+                    # counts if it is gone, and is reported, so what is said erased was erased
+                    count = before + (svc.store.get(item.key).body is None)
+                    if progress is not None:
+                        progress(decl["name"], count)
+                    raise
             after = page[-1].key.subject
         pruned[decl["name"]] = count
     op_cutoff = _cutoff(now, op_days)
