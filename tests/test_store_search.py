@@ -10,7 +10,9 @@ from hypothesis import strategies as st
 
 from stateflow.doc.canonical import json_contains
 from stateflow.errors import InvalidInput
+from stateflow.states import StatesService
 from stateflow.store import DocKey, SqlStore, Write
+from tests.http_api import tenant_api
 
 DOCS: dict[str, dict[str, Any]] = {
     "a": {"box": {"items": [{"id": "a-42", "label": "status"}]}, "n": 1, "tags": ["x", "y"]},
@@ -157,3 +159,45 @@ def test_a_pattern_repeating_one_element_is_tried_once() -> None:
     assert json_contains(value, [499] * 100_000 + [{"a": [2]}] * 100_000)
     assert not json_contains(value, [499] * 100_000 + [{"a": [3]}])
     assert not json_contains(value, [True] * 1_000)
+
+
+def test_a_filter_holding_more_array_elements_than_the_limit_is_refused_at_every_door(
+    store: SqlStore,
+) -> None:
+    # each element of a filter's array is looked for among every element of a record's array:
+    # jsonb @> on PostgreSQL, which neither the statement timeout nor a cancel stops meanwhile,
+    # and on SQLite in Python — a filter of 100,000 integers held a PostgreSQL backend for minutes
+    states = StatesService(store)
+    states.declare(
+        "wide",
+        {
+            "schema": {"type": "object", "properties": {"v": {}}},
+            "subject_kinds": ["k"],
+            "default_subject_kind": "k",
+        },
+    )
+    subject = {"target_kind": "agent", "target_name": "bot", "kind": "k", "key": "all"}
+    values = [{"i": i, "x": [i, -i]} for i in range(1000)]
+    states.replace("wide", subject, {"v": values})
+    at_most = {"v": [*values[-84:], *range(4)]}  # 84 objects with their arrays of 2, and 4 integers
+    assert [m["subject"]["key"] for m in states.search("wide", at_most)["matches"]] == []
+    assert [m["subject"]["key"] for m in states.search("wide", {"v": values[-85:]})["matches"]] == ["all"]
+    message = (
+        "filters hold 257 array elements; a filter's arrays may hold at most 256 in all (each is "
+        "looked for among every element of a record's array; an $in's values are not counted)"
+    )
+    too_many = {"v": [*values[-85:], 0, 1]}
+    with pytest.raises(InvalidInput) as refused:
+        states.search("wide", too_many)
+    assert refused.value.message == message
+    with tenant_api(store) as api:
+        status, body = api("POST", "/api/states/wide/records/search", {"filters": too_many})
+        assert (status, body) == (422, {"error": message, "code": "invalid-input"})
+        nested = {"v": [{"x": list(range(257))}]}
+        status, body = api("POST", "/api/states/wide/records/search", {"filters": nested})
+        assert status == 422 and body["error"].startswith("filters hold 258 array elements")
+        # an $in's values are looked up in a set: any number of them
+        status, body = api(
+            "POST", "/api/states/wide/records/search", {"filters": {"v": {"$in": list(range(10_000))}}}
+        )
+        assert status == 200, body

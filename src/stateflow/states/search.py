@@ -29,6 +29,13 @@ SORT_KEYS_MAX: Final = 16
 """The most keys a sort may have: every match's key is made of all of them (in Python up to
 :data:`SORT_MAX` matches; in SQL three columns a key), so a sort of 100,000 keys kept a server
 busy for hours."""
+FILTER_ARRAY_ELEMENTS_MAX: Final = 256
+"""The most elements a filter's containment part may hold in its arrays, all counted together
+(``$in`` values are not: they are looked up in a set). Each such element is looked for among
+every element of a record's array — by PostgreSQL's ``jsonb @>``, which does not stop for the
+statement timeout or a cancel while it compares, and in Python on SQLite — so a filter of
+100,000 elements kept a database busy for minutes per record; this many cost at most a couple
+of seconds against the largest record."""
 _ABSENT: Final = object()
 
 Path = tuple[str, ...]
@@ -44,7 +51,28 @@ def split_filters(filters: Any) -> tuple[dict[str, Any], list[Predicate]]:
     check(filters, "filters")
     predicates: list[Predicate] = []
     containment = _split(filters, (), predicates)
+    elements = _array_elements(containment)
+    if elements > FILTER_ARRAY_ELEMENTS_MAX:
+        raise InvalidInput(
+            f"filters hold {elements:,} array elements; a filter's arrays may hold at most "
+            f"{FILTER_ARRAY_ELEMENTS_MAX} in all (each is looked for among every element of a "
+            "record's array; an $in's values are not counted)"
+        )
     return containment, predicates
+
+
+def _array_elements(node: JSON) -> int:
+    """How many elements the arrays in ``node`` hold, nested ones included."""
+    count = 0
+    stack = [node]
+    while stack:
+        item = stack.pop()
+        if type(item) is dict:
+            stack.extend(item.values())
+        elif type(item) is list:
+            count += len(item)
+            stack.extend(item)
+    return count
 
 
 def _split(node: dict[str, Any], path: Path, out: list[Predicate]) -> dict[str, Any]:
