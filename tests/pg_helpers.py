@@ -11,6 +11,7 @@ import psycopg
 
 import stateflow.store.postgres as pg
 from stateflow.store import DocKey, Document, Write
+from stateflow.store.migrations import WRITE_FUNCTIONS
 
 
 def bytea_elements(data: bytes | None) -> list[bytes | None] | None:
@@ -76,3 +77,21 @@ def backends_of(url: str, app: str) -> list[int]:
     with psycopg.connect(url, autocommit=True) as admin:
         query = "SELECT pid FROM pg_stat_activity WHERE application_name = %s"
         return [r[0] for r in admin.execute(query, (app,)).fetchall()]
+
+
+def assert_node_rows_read_as_slices(url: str) -> None:
+    """Both write functions, as the store at ``url`` defines them, read the node rows as slices,
+    and keep the settings they are planned with (``CREATE OR REPLACE`` resets them)."""
+    with psycopg.connect(url) as conn:
+        for function, config in zip(
+            WRITE_FUNCTIONS[:2],  # stateflow_commit, stateflow_write_rows
+            (["enable_seqscan=off"], ["enable_seqscan=off", "plan_cache_mode=force_generic_plan"]),
+            strict=True,
+        ):
+            [(text, settings)] = conn.execute(
+                "SELECT pg_get_functiondef(oid), proconfig FROM pg_proc WHERE oid = %s::regprocedure",
+                (function,),
+            ).fetchall()
+            assert "node_rows[:][1:1], " in text, function
+            assert "node_rows[i]" not in text, function
+            assert settings == config, function

@@ -1,21 +1,25 @@
 """PostgreSQL's write functions insert a commit's tree nodes in time linear in their number: the
 node rows are read as two slices unnested together, not element by element (an element of a
 two-dimensional text array is found by walking the array from its start, so a commit of n nodes
-cost n²: a new 20 MB member took 69 s, a 50 MB one ran past the 60 s statement timeout)."""
+cost n²: a new 20 MB member took 69 s, a 50 MB one ran past the 60 s statement timeout). Schema
+version 41 defines them so, on a fresh store and on one migrated from version 40."""
 
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 from typing import Any
 
 import orjson
-import psycopg
 import pytest
 
 from stateflow.store import DocKey, Document, SqlStore, Write, open_store
 from stateflow.store.check import check_store
-from stateflow.store.migrations import WRITE_FUNCTIONS
+from stateflow.store.migrations import SCHEMA_VERSION
 from stateflow.store.plan import TREE_MIN
+
+from .pg_helpers import assert_node_rows_read_as_slices
+from .test_store_upgrade import _store_at
 
 
 def _large(tag: str) -> dict[str, Any]:
@@ -57,11 +61,11 @@ def test_a_commit_of_a_thousand_nodes_writes_them_through_each_write_function(
         store.close()
 
 
-def test_the_write_functions_read_node_rows_as_slices(pg_schema_url: str) -> None:
+@pytest.mark.parametrize("since", [0, 40], ids=["fresh", "migrated_from_40"])
+def test_the_write_functions_read_node_rows_as_slices(pg_schema_url: str, tmp_path: Path, since: int) -> None:
+    if since:  # a store as version 40's release left it: its functions read each node row by subscript
+        _store_at(since, pg_schema_url, tmp_path)
     store = open_store(pg_schema_url, auto_migrate=True)
+    assert store.schema_version() == SCHEMA_VERSION
     store.close()
-    with psycopg.connect(pg_schema_url) as conn:
-        for function in WRITE_FUNCTIONS[:2]:  # stateflow_commit, stateflow_write_rows
-            [(text,)] = conn.execute("SELECT pg_get_functiondef(%s::regprocedure)", (function,)).fetchall()
-            assert "node_rows[:][1:1], " in text, function
-            assert "node_rows[i]" not in text, function
+    assert_node_rows_read_as_slices(pg_schema_url)

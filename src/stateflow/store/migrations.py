@@ -407,11 +407,15 @@ same rule (``pg_fast.scalar_of``). As a stored generated column its expression w
 node text, planned and set up again in every statement writing ``members``, and the PL/pgSQL
 function run for each row: ~20,000–35,000 server instructions a LangGraph write or ``apply``
 (2–4%). The values the column held are kept (``DROP EXPRESSION``); ``stateflow check`` compares
-every row's with the function. Both write functions also read a commit's tree nodes as two
-slices of its node rows unnested together, where each row was read by subscript (``node_rows[i][1]``
-— a two-dimensional array of text is walked from its start for each element, so n nodes cost n²:
-a new 20 MB plane's ~12,000 nodes took 69 s, a 50 MB one ran past the 60 s statement timeout,
-nothing written; version 40 unreleased, corrected in place). SQLite only records the version.
+every row's with the function. SQLite only records the version.
+
+Version 41, on PostgreSQL, has both write functions (``stateflow_commit``,
+``stateflow_write_rows``) read a commit's tree nodes as two slices of its node rows unnested
+together, where each row was read by subscript (``node_rows[i][1]``): an element of a
+two-dimensional text array is found by walking the array from its start, so n nodes cost n² — a
+new 20 MB member's ~12,000 nodes took 69 s to write, a 50 MB one ran past the 60 s statement
+timeout, nothing written (now 9 s and 20 s, most of it the client's). The functions are version
+40's otherwise. SQLite only records the version.
 """
 
 from __future__ import annotations
@@ -420,7 +424,7 @@ import re
 from collections.abc import Sequence
 from typing import Final
 
-SCHEMA_VERSION: Final = 40
+SCHEMA_VERSION: Final = 41
 
 VALUE_INDEX_MAX: Final = 1024
 """Members up to this encoded size are in ``members_by_value`` (scalars only)."""
@@ -846,6 +850,7 @@ CREATE INDEX members_by_value ON members (name, {SQLITE_VALUE.format(m="")})
     38: "",
     39: "",
     40: "",
+    41: "",
 }
 
 _JSONB_CAN_HOLD: Final = "{m}size <= 1048576 AND position('\\x5c7530303030'::bytea IN {m}body) = 0"
@@ -3597,7 +3602,7 @@ _NODES_SLICED: Final = (
         "        SELECT x.id::bytea, x.body::bytea FROM unnest(node_rows[:][1:1], node_rows[:][2:2]) AS x(id, body)\n",
     ),
 )
-"""Version 40: the nodes a write function inserts, read as two slices of its node rows."""
+"""Version 41: the nodes a write function inserts, read as two slices of its node rows."""
 _MEMBER_COLUMNS: Final = "INSERT INTO members (doc_id, name, position, revision, size, outline, body, root)\n"
 
 
@@ -3619,7 +3624,7 @@ def _scalar_by_writers() -> str:
     if out.count(_MEMBER_COLUMNS) != 3:
         raise RuntimeError("a migration's anchor is not there as often as expected: the member inserts")
     out = out.replace(_MEMBER_COLUMNS, _MEMBER_COLUMNS[:-2] + ", scalar)\n")
-    for old, new in (*_SCALAR_SETS, *_NODES_SLICED):
+    for old, new in _SCALAR_SETS:
         out = _replaced(out, old, new)
     return (
         "ALTER TABLE members ALTER COLUMN scalar DROP EXPRESSION;\n"
@@ -3632,6 +3637,28 @@ def _scalar_by_writers() -> str:
 
 
 _SCALAR_BY_WRITERS: Final = _scalar_by_writers()
+
+
+def _nodes_sliced() -> str:
+    """Version 41, PostgreSQL: version 40's ``stateflow_commit`` and ``stateflow_write_rows``
+    reading a commit's tree nodes as two slices of its node rows unnested together (see the
+    module's docstring). ``CREATE OR REPLACE`` resets a function's settings, so each function's
+    are set again as version 40 set them."""
+    v40 = _SCALAR_BY_WRITERS
+    at = v40.index("CREATE OR REPLACE FUNCTION stateflow_commit(")
+    out = v40[at : v40.index("CREATE OR REPLACE FUNCTION stateflow_patch_commit(", at)]
+    if out.count("CREATE OR REPLACE FUNCTION ") != 2:  # stateflow_commit, then stateflow_write_rows
+        raise RuntimeError("a migration's anchor is not where expected: version 40's write functions")
+    for old, new in _NODES_SLICED:
+        out = _replaced(out, old, new)
+    return (
+        out
+        + f"ALTER FUNCTION {WRITE_FUNCTIONS[0]} SET enable_seqscan = off;\n"
+        + f"ALTER FUNCTION {WRITE_FUNCTIONS[1]} SET enable_seqscan = off SET plan_cache_mode = force_generic_plan;\n"
+    )
+
+
+_NODES_SLICED_BY_WRITERS: Final = _nodes_sliced()
 
 
 POSTGRES: Final[dict[int, str]] = {
@@ -4374,6 +4401,7 @@ $$;
     38: _VERSION_IN_PLANS,
     39: _WIDE_COMMITS,
     40: _SCALAR_BY_WRITERS,
+    41: _NODES_SLICED_BY_WRITERS,
 }
 
 
