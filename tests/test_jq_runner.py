@@ -134,6 +134,19 @@ def test_the_output_limit_counts_bytes_not_characters() -> None:
         r.close()
 
 
+def test_a_program_ending_in_a_comment_runs() -> None:
+    # a comment runs to the end of its line: on the program's last line it took the wrapper's
+    # closing parenthesis with it, and the program was refused naming the wrapper's text
+    r = JqRunner(workers=1, timeout=30)
+    try:
+        assert r.run(".a # the a", {"a": 1}) == [1]
+        assert r.run(".a,\n.b # and b", {"a": 1, "b": 2}, {}) == [1, 2]
+        r.compile("$x # x", ["x"])
+        assert r.run("$x # x", None, {"x": 3}) == [3]
+    finally:
+        r.close()
+
+
 def test_other_evaluations_proceed_while_one_loops() -> None:
     # a limit the loop outlasts however slowly the others are served; close ends it
     runner = JqRunner(workers=2, timeout=300)

@@ -33,7 +33,9 @@ def _wrapped(program: str, names: tuple[str, ...]) -> str:
     # each output as JSON text: jq keeps a number's literal while no arithmetic touches it
     # (2**53+1, 1.0, -0.0), but the binding turns every number it hands back into a double
     # (integral ones into ints); the text is parsed exactly here instead
-    return f". as $__sf | {binds}$__sf.input | ({program}) | tojson"
+    # (the newline ends a comment on the program's last line, which would take the closing
+    # parenthesis with it)
+    return f". as $__sf | {binds}$__sf.input | ({program}\n) | tojson"
 
 
 def _compile(jq: Any, program: str, names: tuple[str, ...]) -> Any:
