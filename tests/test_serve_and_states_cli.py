@@ -380,6 +380,32 @@ def test_a_paged_table_says_how_to_get_the_next_page(env: dict[str, str]) -> Non
         )
 
 
+def test_tables_and_refusals_show_controls_escaped_and_json_keeps_them(env: dict[str, str]) -> None:
+    """A subject key is anyone's text: in a table or a refusal its terminal controls and
+    reordering marks are shown as escapes (and markup as written); JSON output is exact."""
+    wide = {**env, "COLUMNS": "400"}
+    assert sf("states", "put", "tickets", "--data", DECL, env=env).returncode == 0
+    keys = ["\x1b[2J\x1b[31mred\x1b[0m", "invoice\u202efdp.exe", "[bold]b[/bold] [/x]"]
+    for key in keys:
+        done = sf(
+            "states", "replace", "tickets", "--target-name", "bot", "--key", key, "--data", "{}", env=env
+        )
+        assert done.returncode == 0, done.stderr
+    table = sf("states", "subjects", "tickets", "--table", env=wide)
+    assert table.returncode == 0, table.stderr
+    assert "\x1b" not in table.stdout and "\u202e" not in table.stdout
+    for shown in ("\\x1b[2J\\x1b[31mred\\x1b[0m", "invoice\\u202efdp.exe", "[bold]b[/bold] [/x]"):
+        assert shown in table.stdout, table.stdout
+    listed = json.loads(sf("states", "subjects", "tickets", "--json", env=env).stdout)
+    assert sorted(s["subject"]["key"] for s in listed["subjects"]) == sorted(keys)
+    stale = ["--target-name", "bot", "--key", keys[0], "--data", "{}", "--expect-revision", "7"]
+    refused = sf("states", "replace", "tickets", *stale, env=env)
+    assert refused.returncode == 1 and "\x1b" not in refused.stderr
+    assert refused.stderr.startswith("error[revision-mismatch]: record thread/\\x1b[2J\\x1b[31mred"), (
+        refused.stderr
+    )
+
+
 def test_a_malformed_json_option_is_named_in_the_refusal(env: dict[str, str]) -> None:
     assert sf("states", "put", "tickets", "--data", DECL, env=env).returncode == 0
     subject = ["--target-name", "bot", "--key", "a"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Callable, Mapping
 from functools import wraps
@@ -154,6 +155,26 @@ class Interrupted(KeyboardInterrupt):
     erased): :func:`refusals` prints it."""
 
 
+# C0 and C1 controls, DEL, and the marks that reorder or break a displayed line (bidi embeddings,
+# overrides and isolates, LRM/RLM/ALM, the line and paragraph separators)
+_MARKS: Final = r"\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+_HIDDEN: Final = re.compile(rf"[\x00-\x1f{_MARKS}]")
+_HIDDEN_BUT_LINES: Final = re.compile(rf"[\x00-\x08\x0b-\x1f{_MARKS}]")
+
+
+def visible(text: str, *, lines: bool = False) -> str:
+    """``text`` safe to show on a terminal: each control or reordering character written as its
+    escape (``\\x1b``, ``\\u202e``), so a subject key or a message quoting one cannot move the
+    cursor, clear the screen or reorder the line around it (``lines`` keeps newlines and tabs).
+    JSON output is exact and needs none of this: its encoder escapes controls itself."""
+    return (_HIDDEN_BUT_LINES if lines else _HIDDEN).sub(_escaped, text)
+
+
+def _escaped(found: re.Match[str]) -> str:
+    code = ord(found.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
 def refusals(fn: F) -> F:
     """Print a refusal as ``error[code]: message`` on stderr and exit 1; a Ctrl-C as
     ``interrupted: what was left`` and exit 130 (click would print only "Aborted!" and exit 1,
@@ -164,7 +185,7 @@ def refusals(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except StateflowError as exc:
-            click.echo(f"error[{exc.code}]: {exc.message}", err=True)
+            click.echo(f"error[{exc.code}]: {visible(exc.message, lines=True)}", err=True)
             sys.exit(1)
         except KeyboardInterrupt as exc:
             left = str(exc) if isinstance(exc, Interrupted) else ""

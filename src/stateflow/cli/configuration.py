@@ -109,14 +109,14 @@ def config() -> None:
 @click.pass_context
 def show(click_ctx: click.Context, secrets: bool) -> None:
     """Print every setting in effect as JSON (secrets masked), and which file was read."""
-    from stateflow.cli.common import Context, echo_json
+    from stateflow.cli.common import Context, echo_json, visible
 
     ctx = click_ctx.find_object(Context)
     assert ctx is not None
     try:
         resolved, path = ctx.settings()
     except InvalidConfig as exc:
-        click.echo(f"error[{exc.code}]: {exc.message}", err=True)
+        click.echo(f"error[{exc.code}]: {visible(exc.message, lines=True)}", err=True)
         raise SystemExit(1) from None
     echo_json({"file": str(path) if path else None, **resolved.to_json(secrets=secrets)})
 

@@ -13,7 +13,15 @@ import click
 from click.core import ParameterSource
 
 from stateflow import __version__
-from stateflow.cli.common import Context, echo_json, file_option, pass_context, read_json_arg, refusals
+from stateflow.cli.common import (
+    Context,
+    echo_json,
+    file_option,
+    pass_context,
+    read_json_arg,
+    refusals,
+    visible,
+)
 from stateflow.cli.examples import decorate
 from stateflow.cli.lazy import LazyGroup
 from stateflow.cli.memory import COMMANDS as MEMORY_COMMANDS
@@ -173,9 +181,9 @@ def _write(ctx: Context, key: DocKey, transform: Callable[[JSON], JSON], expect:
     commit, _ = ctx.store().update([key], compute, {"door": "operator"})
     echo_json({"revision": commit.revisions[key], "seq": commit.seq})
     if commit.changed:
-        click.echo(f"{key}: revision {commit.revisions[key]} (seq {commit.seq})", err=True)
+        click.echo(f"{visible(str(key))}: revision {commit.revisions[key]} (seq {commit.seq})", err=True)
     else:
-        click.echo(f"{key}: unchanged (revision {commit.revisions[key]})", err=True)
+        click.echo(f"{visible(str(key))}: unchanged (revision {commit.revisions[key]})", err=True)
 
 
 @doc.command("put")

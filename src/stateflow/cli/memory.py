@@ -11,7 +11,15 @@ from typing import Any, cast
 
 import click
 
-from stateflow.cli.common import Context, echo_json, file_option, pass_context, read_json_arg, refusals
+from stateflow.cli.common import (
+    Context,
+    echo_json,
+    file_option,
+    pass_context,
+    read_json_arg,
+    refusals,
+    visible,
+)
 from stateflow.config import Config
 from stateflow.doc.diff import diff, to_patch
 from stateflow.errors import InvalidInput
@@ -185,7 +193,7 @@ def tool(ctx: Context, /, name: str, arguments: str | None, file: Path | None, *
         host = tool_host(view) if name.startswith("state_") else ToolHost(view)
         result = host.call(name, args)
     if result.is_error:
-        click.echo(f"error[{result.code}]: {result.text}", err=True)
+        click.echo(f"error[{result.code}]: {visible(result.text, lines=True)}", err=True)
         sys.exit(1)
     sys.stdout.write(result.text + "\n")
 

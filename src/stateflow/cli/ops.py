@@ -13,7 +13,7 @@ from typing import BinaryIO
 import click
 
 from stateflow.cli import progress as progress_
-from stateflow.cli.common import Context, Interrupted, counted, echo_json, pass_context, refusals
+from stateflow.cli.common import Context, Interrupted, counted, echo_json, pass_context, refusals, visible
 from stateflow.cli.examples import decorate
 from stateflow.cli.memory import RootsPath
 from stateflow.errors import CorruptStore, InvalidInput, UnsupportedStore
@@ -63,11 +63,11 @@ def check(ctx: Context, as_json: bool, progress: bool | None) -> None:
         counts = ", ".join(f"{n} {what}" for what, n in report.checked.items())
         click.echo(f"{report.store}: checked {counts or 'nothing'}")
         for problem in report.problems:
-            click.echo(f"  damaged: {problem}")
+            click.echo(f"  damaged: {visible(problem)}")
         if report.more_problems:
             click.echo(f"  … and {report.more_problems} more")
         for refused in report.refused_records:
-            click.echo(f"  refused record: {refused}")
+            click.echo(f"  refused record: {visible(refused)}")
         if report.more_refused_records:
             click.echo(f"  … and {report.more_refused_records} more refused records")
     if report.problems:

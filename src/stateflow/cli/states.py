@@ -27,6 +27,7 @@ from stateflow.cli.common import (
     pass_context,
     read_json_arg,
     refusals,
+    visible,
 )
 from stateflow.cli.examples import decorate, output_mode
 from stateflow.client import StatesClient
@@ -336,13 +337,16 @@ def page_options(fn: Any) -> Any:
 def _table(rows: list[dict[str, Any]], columns: list[str]) -> None:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
-    def cell(value: Any) -> str:
+    def cell(value: Any) -> Text:
+        # plain text, never markup: a key such as "[/x]" is shown as written (markup would
+        # style it, or fail the whole table), and its controls as escapes (``visible``)
         if value is None:
-            return "—"
+            return Text("—")
         if isinstance(value, dict | list):
-            return encode(value).decode()
-        return str(value)
+            return Text(visible(encode(value).decode()))
+        return Text(visible(str(value)))
 
     table = Table(*columns)
     for row in rows:
