@@ -189,25 +189,35 @@ class _Member:
 
     def __init__(self, commit: _GroupCommit) -> None:
         self._commit = commit
+        self._conn: sqlite3.Connection | None = None
+        """the writer connection once this writer's part of the transaction may have begun"""
 
     def __enter__(self) -> _SqliteTx:
         commit = self._commit
         left = wait = commit.wait  # (of the whole wait: what is left for the other processes')
-        if not commit.lock.acquire(False):  # free: nobody is in a turn, so nobody to tell we wait
-            deadline = time.monotonic() + wait
-            with commit._queued_lock:
-                commit._queued += 1
-            turn = commit.lock.acquire(timeout=wait)
-            with commit._queued_lock:
-                commit._queued -= 1
-            if not turn:
-                raise StoreBusy(
-                    f"this process's writers held the store for over {wait:g} s; nothing was written",
-                    retry_after=max(1, round(wait)),
-                )
-            left = max(0.0, deadline - time.monotonic())
-        group = self._group = commit._group
+        turn = False
+        # Anything may stop this writer — a KeyboardInterrupt lands between any two statements —:
+        # whatever it leaves, the turn is let go (a turn kept would stop every later writer, and
+        # ``close``) and no transaction stays open (it would hold SQLite's write lock against every
+        # process, and serve this thread writes that never committed).
         try:
+            turn = commit.lock.acquire(False)  # free: nobody is in a turn, so nobody to tell we wait
+            if not turn:
+                deadline = time.monotonic() + wait
+                with commit._queued_lock:
+                    commit._queued += 1
+                try:
+                    turn = commit.lock.acquire(timeout=wait)
+                finally:
+                    with commit._queued_lock:
+                        commit._queued -= 1
+                if not turn:
+                    raise StoreBusy(
+                        f"this process's writers held the store for over {wait:g} s; nothing was written",
+                        retry_after=max(1, round(wait)),
+                    )
+                left = max(0.0, deadline - time.monotonic())
+            self._group = commit._group
             tx = commit._tx  # (kept with its connection from one group to the next)
             if tx is None:  # the first write, or the first since a close: the connection opened
                 tx = commit.tx(commit._connect())
@@ -223,6 +233,7 @@ class _Member:
                 # every acknowledged write lost with it. (Found by the readiness probe, not
                 # here: a stat per commit costs ~1% of a write's instructions)
                 raise copy.copy(commit.replaced).with_traceback(None)
+            self._conn = conn  # (its part begun from here on, for ``_undo`` to end)
             try:  # (not `_mapped_errors()`: a context manager costs more than this statement's Python)
                 tx.cursor.execute("BEGIN IMMEDIATE" if first else "SAVEPOINT member")
                 # a store migrated past this version since it was checked (``stateflow migrate``
@@ -237,40 +248,55 @@ class _Member:
                     if count is None or count != commit.checked:
                         version = tx.cursor.execute(_VERSION_SQL).fetchone()
                         if version is not None and int(version[0]) > SCHEMA_VERSION:
-                            tx.cursor.execute("ROLLBACK")
                             raise commit.too_new(int(version[0]))
                     # (the counter once this group commits; a group rolled back reads again)
                     commit.checked = None if count is None else (count + 1) & 0xFFFFFFFF
             except sqlite3.Error as exc:
                 raise _mapped(exc) from exc
+            commit.holder = _get_ident()
+            return tx  # (inside the ``try``: ``__exit__`` runs only once this has returned)
         except BaseException:
-            commit._settle(group, False)
+            if turn:
+                try:
+                    self._undo()
+                finally:
+                    commit.holder = None
+                    commit._settle(commit._group, False)
             raise
-        self._conn = conn
-        commit.holder = _get_ident()
-        return tx
+
+    def _undo(self) -> None:
+        """Roll back this writer's part of the group's transaction (the whole transaction for
+        the first of a group, which no other writer is in yet); a no-op before it began."""
+        conn = self._conn
+        if conn is None:
+            return
+        self._conn = None
+        with suppress(sqlite3.Error):  # the error may have ended the whole transaction
+            if self._first:
+                self._commit.pending = None  # (what waited for this commit: rolled back)
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+            else:
+                conn.execute("ROLLBACK TO member")
+                conn.execute("RELEASE member")
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
-        commit, group, conn = self._commit, self._group, self._conn
-        commit.holder = None  # (still in the turn: only its holder writes this)
-        ok = False
+        commit, group, ok = self._commit, self._group, False
         try:
-            if exc_type is not None:
-                with suppress(sqlite3.Error):  # the error may have ended the whole transaction
-                    if self._first:
-                        commit.pending = None  # (what waited for this commit: rolled back)
-                        conn.execute("ROLLBACK")
-                    else:
-                        conn.execute("ROLLBACK TO member")
-                        conn.execute("RELEASE member")
-                return  # the exception goes on
-            if not self._first:
-                with _mapped_errors():
-                    commit.tx(conn).cursor.execute("RELEASE member")
-            ok = True
-            group.members += 1
+            commit.holder = None  # (still in the turn: only its holder writes this)
+            if exc_type is None:
+                if not self._first:
+                    with _mapped_errors():
+                        commit.tx(cast(sqlite3.Connection, self._conn)).cursor.execute("RELEASE member")
+                self._conn = None  # (kept: nothing of it to undo)
+                group.members += 1
+                ok = True
         finally:
-            shared = commit._settle(group, ok)  # (a group of this writer alone: committed, or raised)
+            try:
+                if not ok:  # failed, or stopped on its way out (the exception goes on)
+                    self._undo()
+            finally:
+                shared = commit._settle(group, ok)  # (a group of this writer alone: committed, or raised)
         if shared:
             group.wait()
             if group.error is not None:  # each waiter raises its own copy (own traceback)
@@ -393,6 +419,16 @@ class _GroupCommit:
         """Let the turn go, answering first and running what waited afterwards — only if the
         transaction committed (else its requests' writers write them themselves)."""
         self.pending = None
+        try:
+            self._answer(pending, committed, lone)
+        finally:  # (even if stopped midway: a turn kept would stop every other process's writers)
+            self.queue.release()
+        if committed:
+            for then in pending.after:
+                then()
+
+    def _answer(self, pending: _Pending, committed: bool, lone: bool) -> None:
+        """Hand on and answer what a committed transaction wrote for other processes."""
         if committed:  # (before the turn goes: an answered writer then needs no turn)
             # the documents as the commit left them, for the next turn's own patch (no read):
             # before the answers, while no other turn can begin (an answered writer lets its
@@ -407,10 +443,6 @@ class _GroupCommit:
             # behind it must find its own answer there by then, not only the wake-up
             for ticket, request, answer, fallback in reversed(pending.answers):
                 self.queue.answer(ticket, request, answer, fallback)
-        self.queue.release()
-        if committed:
-            for then in pending.after:
-                then()
 
     def _settle(self, group: _Group, ok: bool) -> bool:
         """A writer is done with its turn, its work kept in the group (``ok``) or not: called
@@ -422,9 +454,13 @@ class _GroupCommit:
 
         A writer that failed while the group holds work commits it at once: the failure is most
         likely a conflict with that uncommitted work, and a retry must see it committed (else
-        retrying writers could keep the group open, and each other waiting, forever)."""
-        group.attempts += 1
+        retrying writers could keep the group open, and each other waiting, forever).
+
+        Stopped anywhere in here (a KeyboardInterrupt), it still ends the transaction — committed
+        or rolled back, never left open —, lets the queue and ``lock`` go and wakes the group's
+        waiters (told so where their work was rolled back)."""
         try:
+            group.attempts += 1
             # (read without its lock: a writer counting itself in just now is missed at worst, and
             # then begins the next group; a count going down needs ``lock``, which we hold)
             conn = self._conn
@@ -445,38 +481,51 @@ class _GroupCommit:
                 self._group = _Group()
             error: StateflowError | None = None
             try:
-                if conn is None:
-                    raise StoreUnavailable("the writer connection could not be opened")
-                if group.members and not conn.in_transaction:
-                    raise StoreUnavailable("SQLite rolled the shared write transaction back")
-                if conn.in_transaction:
-                    (self._tx or self.tx(conn)).cursor.execute("COMMIT")
-                    self.commits += 1
-                    if group.members > self.largest:
-                        self.largest = group.members
-            except (sqlite3.Error, StateflowError) as exc:
-                if conn is not None:
-                    with suppress(sqlite3.Error):
-                        conn.execute("ROLLBACK")
-                error = exc if isinstance(exc, StateflowError) else _mapped(exc)
-                if lone and ok:  # (a failed writer's own exception goes on instead)
-                    if error is exc:
-                        raise
-                    raise error from exc
+                try:
+                    if conn is None:
+                        raise StoreUnavailable("the writer connection could not be opened")
+                    if group.members and not conn.in_transaction:
+                        raise StoreUnavailable("SQLite rolled the shared write transaction back")
+                    if conn.in_transaction:
+                        if not group.members:  # (no writer's work kept in it: a failed writer's)
+                            conn.execute("ROLLBACK")
+                        else:
+                            (self._tx or self.tx(conn)).cursor.execute("COMMIT")
+                            self.commits += 1
+                            if group.members > self.largest:
+                                self.largest = group.members
+                except (sqlite3.Error, StateflowError) as exc:
+                    if conn is not None:
+                        with suppress(sqlite3.Error):
+                            conn.execute("ROLLBACK")
+                    error = exc if isinstance(exc, StateflowError) else _mapped(exc)
+                    if lone and ok:  # (a failed writer's own exception goes on instead)
+                        if error is exc:
+                            raise
+                        raise error from exc
+                except BaseException:  # stopped (KeyboardInterrupt): what is not committed is not kept
+                    if conn is not None and conn.in_transaction:
+                        with suppress(sqlite3.Error):
+                            conn.execute("ROLLBACK")
+                        error = StoreUnavailable(
+                            "the commit was interrupted in another thread of this process; nothing was written"
+                        )
+                    raise
             finally:
-                if self.pending is None:
-                    self.queue.release()
-                else:  # (it waits on work in the transaction: committed if none is left open, unfailed)
-                    self._settled(
-                        self.pending, error is None and conn is not None and not conn.in_transaction, lone
-                    )
-                if lone:
-                    group.attempts = group.members = 0
-            if lone:
-                return False
-            group.error = error
-            group.finish()
-            return True
+                try:
+                    if self.pending is None:
+                        self.queue.release()
+                    else:  # (it waits on work in the transaction: committed if none is left open, unfailed)
+                        self._settled(
+                            self.pending, error is None and conn is not None and not conn.in_transaction, lone
+                        )
+                finally:
+                    if lone:
+                        group.attempts = group.members = 0
+                    else:
+                        group.error = error
+                        group.finish()
+            return not lone
         finally:
             self.lock.release()
 
@@ -797,9 +846,9 @@ class SqliteStore(SqlStore):
                 yield _SqliteTx(conn)
                 return
             tx = _SqliteTx(conn)
-            with _mapped_errors():
-                tx.cursor.execute("BEGIN")
-            try:
+            try:  # (BEGIN inside: a read stopped right after it must not keep its snapshot open)
+                with _mapped_errors():
+                    tx.cursor.execute("BEGIN")
                 yield tx
             finally:
                 with suppress(sqlite3.Error):  # a read transaction has nothing to keep

@@ -273,17 +273,24 @@ class WriterQueue:
             fd = self._fd
             assert fd is not None  # (``_last`` is forgotten whenever ``_fd`` is let go)
             try:
-                _fcntl(fd, _SET_NOW, _pack(_WRLCK, _SEEK_SET, _COUNTER + last, 1, 0))
-            except OSError:  # (a waiter's helper thread holds it for a moment: draw)
-                pass
-            else:
-                if int.from_bytes(counter, "little") == last + 1:
-                    self._ticket = last
-                    return
-                # a ticket drawn meanwhile: its writer may have found the byte held and wait,
-                # so it is let go and the writer woken; this one draws, behind it
-                _fcntl(fd, _SET_NOW, _pack(_UNLCK, _SEEK_SET, _COUNTER + last, 1, 0))
-                self._wake(last + 1)
+                try:
+                    _fcntl(fd, _SET_NOW, _pack(_WRLCK, _SEEK_SET, _COUNTER + last, 1, 0))
+                except OSError:  # (a waiter's helper thread holds it for a moment: draw)
+                    pass
+                else:
+                    if int.from_bytes(counter, "little") == last + 1:
+                        self._ticket = last
+                        return
+                    # a ticket drawn meanwhile: its writer may have found the byte held and wait,
+                    # so it is let go and the writer woken; this one draws, behind it
+                    _fcntl(fd, _SET_NOW, _pack(_UNLCK, _SEEK_SET, _COUNTER + last, 1, 0))
+                    self._wake(last + 1)
+            except BaseException:  # stopped (KeyboardInterrupt) with the byte maybe locked: let go
+                if self._ticket is None:
+                    with contextlib.suppress(OSError):
+                        _fcntl(fd, _SET_NOW, _pack(_UNLCK, _SEEK_SET, _COUNTER + last, 1, 0))
+                    self._wake(last + 1)
+                raise
         if self._fd is None:
             try:
                 self._fd = os.open(self.path, _OPEN_FLAGS, 0o600)
@@ -296,52 +303,62 @@ class WriterQueue:
             self._last = None  # (a ticket let go on another open file, if any)
         fd = self._fd
         deadline = time.monotonic() + timeout
+        drawn: int | None = None  # this call's ticket, its byte locked, until the turn is taken
+        turn: _Turn | None = None
         try:
-            # The next ticket, with its byte locked on ``fd`` (the draw inline: a turn is a
-            # handful of system calls, each a Python call). The counter's lock is held only
-            # for a read and a write; a holder stopped inside them is waited for up to the
-            # deadline.
             try:
-                _fcntl(fd, _SET_NOW, _COUNTER_LOCK)
-            except BlockingIOError:
-                self._wait_for_counter(fd, deadline, limit if limit is not None else timeout)
-            try:
-                counter = self._counter
-                if counter is None and not self._map_tried:
-                    counter = self._mapped(fd)
-                if counter is not None:
-                    ticket = int.from_bytes(counter, "little")
-                    counter[:] = (ticket + 1).to_bytes(_COUNTER, "little")
-                else:
-                    raw = os.pread(fd, _COUNTER, 0)
-                    ticket = int.from_bytes(raw, "little") if len(raw) == _COUNTER else 0
-                    os.pwrite(fd, (ticket + 1).to_bytes(_COUNTER, "little"), 0)
-                # before the counter is let go: the next one waits for it
-                _fcntl(fd, _SET_NOW, _pack(_WRLCK, _SEEK_SET, _COUNTER + ticket, 1, 0))
-            finally:
-                _fcntl(fd, _SET_NOW, _COUNTER_UNLOCK)
-            # the one before is done: no wait (our own last one is: released, no system call)
-            if ticket == 0 or ticket - 1 == self._last or _free(fd, _COUNTER + ticket - 1):
+                # The next ticket, with its byte locked on ``fd`` (the draw inline: a turn is a
+                # handful of system calls, each a Python call). The counter's lock is held only
+                # for a read and a write; a holder stopped inside them is waited for up to the
+                # deadline. (Taken inside the ``try``: its ``finally`` lets it go even if this
+                # writer is stopped right after taking it; letting go of a lock not held is a no-op.)
+                try:
+                    try:
+                        _fcntl(fd, _SET_NOW, _COUNTER_LOCK)
+                    except BlockingIOError:
+                        self._wait_for_counter(fd, deadline, limit if limit is not None else timeout)
+                    counter = self._counter
+                    if counter is None and not self._map_tried:
+                        counter = self._mapped(fd)
+                    if counter is not None:
+                        ticket = int.from_bytes(counter, "little")
+                        counter[:] = (ticket + 1).to_bytes(_COUNTER, "little")
+                    else:
+                        raw = os.pread(fd, _COUNTER, 0)
+                        ticket = int.from_bytes(raw, "little") if len(raw) == _COUNTER else 0
+                        os.pwrite(fd, (ticket + 1).to_bytes(_COUNTER, "little"), 0)
+                    drawn = ticket  # (before its byte's lock: stopped right after it, it is let go)
+                    # before the counter is let go: the next one waits for it
+                    _fcntl(fd, _SET_NOW, _pack(_WRLCK, _SEEK_SET, _COUNTER + ticket, 1, 0))
+                finally:
+                    _fcntl(fd, _SET_NOW, _COUNTER_UNLOCK)
+                # the one before is done: no wait (our own last one is: released, no system call)
+                if ticket == 0 or ticket - 1 == self._last or _free(fd, _COUNTER + ticket - 1):
+                    self._ticket = ticket
+                    return
+                if _WAKES and self._misses < _MISSES:
+                    woken = self._woken(fd, ticket, deadline, request)
+                    if woken is not False:
+                        self._ticket = ticket
+                        if woken is True:
+                            return
+                        drawn = None
+                        self.release()  # answered: committed by the holder before us, nothing to hold
+                        raise Answered(woken)
+            except OSError:  # no such locks on this file system: SQLite's wait alone
+                self._unusable = True
+                return
+            self._fd = None  # the helper holds this ticket's byte on ``fd`` until the turn is taken
+            self._last = None
+            turn = _Turn(fd, ticket, self._wake)
+            if turn.take(max(0.0, deadline - time.monotonic())):
+                self._fd = fd
                 self._ticket = ticket
                 return
-            if _WAKES and self._misses < _MISSES:
-                woken = self._woken(fd, ticket, deadline, request)
-                if woken is not False:
-                    self._ticket = ticket
-                    if woken is True:
-                        return
-                    self.release()  # answered: committed by the holder before us, nothing to hold
-                    raise Answered(woken)
-        except OSError:  # no such locks on this file system: SQLite's wait alone
-            self._unusable = True
-            return
-        self._fd = None  # the helper holds this ticket's byte on ``fd`` until the turn is taken
-        self._last = None
-        turn = _Turn(fd, ticket, self._wake)
-        if turn.take(max(0.0, deadline - time.monotonic())):
-            self._fd = fd
-            self._ticket = ticket
-            return
+        except BaseException:
+            if drawn is not None and self._ticket is None:  # stopped (KeyboardInterrupt) while waiting
+                self._abandon(fd, drawn, turn)
+            raise
         busy = self._busy(limit if limit is not None else timeout)
         if request is not None and not request.withdraw():
             raise RequestTaken(str(busy), busy.retry_after)
@@ -349,6 +366,22 @@ class WriterQueue:
             self._unusable = True
             return
         raise busy
+
+    def _abandon(self, fd: int, ticket: int, turn: _Turn | None) -> None:
+        """A ticket drawn whose turn this writer will not take (it was stopped while waiting):
+        passed on as soon as the one before lets go, by a helper that owns its file from now on
+        — a ticket's byte left locked would stop every later writer, in every process."""
+        if self._fd == fd:
+            self._fd = None
+        self._last = None  # (forgotten with the file it was let go on)
+        # the maps hold the file open too (``mmap`` keeps a copy of the descriptor): while they
+        # do, its locks outlive the helper's close (the next ``acquire`` maps the file again)
+        self._unmap()
+        if turn is None:
+            turn = _Turn(fd, ticket, self._wake)
+        if turn.take(0):  # (it had come already: ours to pass on)
+            os.close(fd)
+            self._wake(ticket + 1)
 
     def _woken(self, fd: int, ticket: int, deadline: float, request: Request | None) -> bool | bytes:
         """Sleep until the writer before ``ticket`` lets go (True), the deadline (False) or an

@@ -1,0 +1,127 @@
+"""A SQLite write stopped by Ctrl-C (KeyboardInterrupt) is all or nothing: the store lets go of
+its turn and of SQLite's write lock, reads what the file holds, writes again and closes."""
+
+from __future__ import annotations
+
+import _thread
+import functools
+import itertools
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from stateflow.store import DocKey, Write, open_store
+from stateflow.store.sqlite import SqliteStore
+from stateflow.store.writer_queue import WriterQueue
+
+KEYS = [DocKey("kbi", f"doc-{i}") for i in range(3)]
+
+OTHER_PROCESS_WRITES = """
+import sys
+from stateflow.store import DocKey, Write, open_store
+store = open_store(sys.argv[1], wait_seconds=10)
+key = DocKey("kbi", "other")
+store.commit([Write.between(key, store.get(key).body, {"from": "other"}, expect=None)])
+print(store.get(DocKey("kbi", "doc-0")).revision)
+store.close()
+"""
+
+
+@pytest.fixture(autouse=True)
+def ctrl_c_raises() -> Iterator[None]:
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+def bump(store: SqliteStore) -> None:
+    docs = store.read(KEYS)
+    n = (docs[KEYS[0]].body or {}).get("n", 0) + 1
+    store.commit([Write.between(k, docs[k].body, {"n": n}, expect=docs[k].revision) for k in KEYS])
+
+
+def closes(store: SqliteStore) -> bool:
+    closing = threading.Thread(target=store.close, daemon=True)
+    closing.start()
+    closing.join(60)
+    return not closing.is_alive()
+
+
+def assert_consistent(store: SqliteStore, db: Path) -> None:
+    """Nothing left held, and the interrupted store reads what the file holds."""
+    other = subprocess.run(
+        [sys.executable, "-c", OTHER_PROCESS_WRITES, str(db)], capture_output=True, text=True, timeout=120
+    )
+    assert other.returncode == 0, other.stderr  # (not store-busy: no turn nor lock left held)
+    assert store.get(KEYS[0]).revision == int(other.stdout)
+    bump(store)
+    assert store.get(KEYS[0]).revision == int(other.stdout) + 1
+
+
+def test_ctrl_c_while_waiting_for_the_turn_lets_the_queue_go_on(tmp_path: Path) -> None:
+    db = tmp_path / "kbi.db"
+    store = open_store(str(db), wait_seconds=30)
+    assert isinstance(store, SqliteStore)
+    bump(store)
+    holder = WriterQueue(db)  # another writer holds the turn (its own open file, as a process's)
+    holder.acquire(1.0)
+    drawn = holder.drawn()
+    main = threading.get_ident()
+
+    def ctrl_c_once_waiting() -> None:
+        while holder.drawn() == drawn:  # the store drew its ticket: it waits behind the holder
+            time.sleep(0.001)
+        signal.pthread_kill(main, signal.SIGINT)
+
+    pressing = threading.Thread(target=ctrl_c_once_waiting)
+    pressing.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            bump(store)
+    finally:
+        pressing.join()
+        holder.close()
+    assert store.get(KEYS[0]).revision == 1  # nothing written
+    assert_consistent(store, db)
+    assert closes(store)
+
+
+def test_ctrl_c_after_any_statement_of_a_commit_leaves_it_whole_or_not_at_all(tmp_path: Path) -> None:
+    db = tmp_path / "kbi.db"
+    store = open_store(str(db), wait_seconds=30)
+    assert isinstance(store, SqliteStore)
+    bump(store)
+    statements: list[str] = []
+    conn = store._writer()
+    conn.set_trace_callback(statements.append)
+    bump(store)
+    conn.set_trace_callback(None)
+    assert statements[0] == "BEGIN IMMEDIATE" and statements[-1] == "COMMIT"
+    for n in range(len(statements)):
+        before = store.get(KEYS[0]).revision
+        # Ctrl-C as the n-th statement starts, raised as its call returns: the trace callback is
+        # C code all through (no Python frame in which the interrupt would be raised and lost)
+        press = map(_thread.interrupt_main, [signal.SIGINT])
+        conn.set_trace_callback(functools.partial(next, itertools.chain(itertools.repeat(None, n), press)))
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                bump(store)
+        finally:
+            conn.set_trace_callback(None)
+        after = store.get(KEYS[0]).revision
+        assert after in (before, before + 1)  # (committed once the COMMIT ran, else not at all)
+        fresh = open_store(str(db), wait_seconds=1)
+        try:
+            assert [d.revision for d in fresh.read(KEYS).values()] == [after] * len(KEYS)
+        finally:
+            fresh.close()
+    assert_consistent(store, db)
+    assert closes(store)
