@@ -6,6 +6,7 @@ from __future__ import annotations
 import _thread
 import functools
 import itertools
+import os
 import signal
 import subprocess
 import sys
@@ -13,6 +14,8 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 import pytest
 
@@ -123,5 +126,57 @@ def test_ctrl_c_after_any_statement_of_a_commit_leaves_it_whole_or_not_at_all(tm
             assert [d.revision for d in fresh.read(KEYS).values()] == [after] * len(KEYS)
         finally:
             fresh.close()
+    assert_consistent(store, db)
+    assert closes(store)
+
+
+def ctrl_c_at(n: int, package: str) -> Any:
+    """A profile function raising KeyboardInterrupt as the ``n``-th function of ``package`` is
+    entered (not a ``__del__``: what one raises is only reported, as Python does)."""
+    calls = 0
+
+    def profile(frame: FrameType, event: str, arg: Any) -> None:
+        nonlocal calls
+        code = frame.f_code
+        if event == "call" and code.co_filename.startswith(package) and code.co_name != "__del__":
+            calls += 1
+            if calls == n:
+                raise KeyboardInterrupt
+
+    return profile
+
+
+def test_ctrl_c_as_any_store_function_is_called_leaves_nothing_held(tmp_path: Path) -> None:
+    """Where no ``finally`` can reach: a signal handled as a function is entered, before its
+    first statement (a ``__exit__``, or what lets the turn go, stopped before it ran)."""
+    db = tmp_path / "kbi.db"
+    store = open_store(str(db), wait_seconds=30)
+    assert isinstance(store, SqliteStore)
+    bump(store)
+    package = os.path.dirname(sys.modules["stateflow.store.sqlite"].__file__ or "")
+    n = 0
+    while True:
+        n += 1
+        before = store.get(KEYS[0]).revision
+        sys.setprofile(ctrl_c_at(n, package))
+        try:
+            bump(store)
+            stopped = False
+        except KeyboardInterrupt:
+            stopped = True
+        finally:
+            sys.setprofile(None)
+        if not stopped:
+            break  # every call of a whole commit had its turn
+        other = open_store(str(db), wait_seconds=1)  # its own connection and place in the queue
+        try:
+            key = DocKey("kbi", "other")
+            other.commit([Write.between(key, other.get(key).body, {"n": n}, expect=None)])
+            after = other.get(KEYS[0]).revision
+        finally:
+            other.close()
+        assert after in (before, before + 1)
+        assert store.get(KEYS[0]).revision == after
+    assert n > 50
     assert_consistent(store, db)
     assert closes(store)

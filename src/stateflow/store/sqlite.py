@@ -28,6 +28,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext, supp
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from types import FrameType
 from typing import Any, ClassVar, Final, TypeVar, cast
 
 from stateflow.doc.canonical import decode_trusted, encode_trusted
@@ -183,7 +184,7 @@ class _Member:
     context manager: this runs on every commit, and ``contextlib`` costs more than the few
     lines it would save.)"""
 
-    __slots__ = ("_commit", "_conn", "_first", "_group")
+    __slots__ = ("__weakref__", "_commit", "_conn", "_first", "_group")
     _request: Request | None = None
     """a memory patch to publish while waiting for the turn (``_Requesting``)"""
 
@@ -202,6 +203,9 @@ class _Member:
         # process, and serve this thread writes that never committed).
         try:
             turn = commit.lock.acquire(False)  # free: nobody is in a turn, so nobody to tell we wait
+            if not turn and commit.orphaned():  # held for a writer stopped on its way out
+                commit.recover()
+                turn = commit.lock.acquire(False)
             if not turn:
                 deadline = time.monotonic() + wait
                 with commit._queued_lock:
@@ -217,6 +221,7 @@ class _Member:
                         retry_after=max(1, round(wait)),
                     )
                 left = max(0.0, deadline - time.monotonic())
+            commit.owner = (weakref.ref(self), sys._getframe(1), _get_ident())
             self._group = commit._group
             tx = commit._tx  # (kept with its connection from one group to the next)
             if tx is None:  # the first write, or the first since a close: the connection opened
@@ -263,6 +268,16 @@ class _Member:
                     commit.holder = None
                     commit._settle(commit._group, False)
             raise
+
+    def __del__(self) -> None:
+        # Dropped while still holding the turn: its ``__exit__`` was stopped before any of it ran
+        # (a KeyboardInterrupt as it was called). The ``with`` it served is over — this runs as
+        # the exception leaves that frame —, so the turn is ended now, not at the store's next
+        # use: other writers, in every process, would wait for it until then.
+        commit = getattr(self, "_commit", None)  # (None: stopped before ``__init__`` ran)
+        owner = None if commit is None else commit.owner
+        if owner is not None and owner[0]() is self:
+            cast(_GroupCommit, commit).recover(self)
 
     def _undo(self) -> None:
         """Roll back this writer's part of the group's transaction (the whole transaction for
@@ -357,6 +372,10 @@ class _GroupCommit:
         self._queued = 0
         self._queued_lock = threading.Lock()
         self._group = _Group()
+        self._recovering = threading.Lock()
+        self.owner: tuple[weakref.ref[_Member], FrameType, int] | None = None
+        """the writer whose turn it is, the frame of its ``with`` and its thread, from the turn
+        taken to the turn let go (``orphaned``)"""
         self.holder: int | None = None
         """the thread whose turn it is, from its transaction's begin to its ``__exit__`` (a
         thread inside one of our writes: ``holder == _get_ident()``; a plain attribute, not a
@@ -388,6 +407,44 @@ class _GroupCommit:
             tx = self._tx = _SqliteTx(conn)
         return tx
 
+    def orphaned(self) -> bool:
+        """Whether the turn is held for a writer no longer running: stopped (a
+        KeyboardInterrupt) as its ``__exit__``, or the ``_settle`` that lets the turn go, was
+        called, before any of it ran — where no ``finally`` reaches. The frame of its ``with`` is
+        then no longer on its thread's stack (its thread may be gone too). A writer still in its
+        turn has it there from the turn taken to the turn let go, and a turn held for none can
+        be taken again only through ``recover``: what is seen cannot change under the caller."""
+        owner = self.owner
+        if owner is None:
+            return False
+        frame = sys._getframe() if owner[2] == _get_ident() else sys._current_frames().get(owner[2])
+        while frame is not None:
+            if frame is owner[1]:
+                return False
+            frame = frame.f_back
+        return True
+
+    def recover(self, member: _Member | None = None) -> None:
+        """End an ``orphaned`` turn — or ``member``'s, which is being dropped while it holds
+        the turn — as its writer's ``__exit__`` would have, had it failed: its own work rolled
+        back, what other writers of its group kept committed, the turn let go."""
+        with self._recovering:
+            owner = self.owner
+            if owner is None:  # (recovered meanwhile)
+                return
+            if member is None:
+                if not self.orphaned():
+                    return
+                member = owner[0]()
+            elif owner[0]() is not member:
+                return
+            self.holder = None
+            try:
+                if member is not None:
+                    member._undo()
+            finally:
+                self._settle(self._group, False)
+
     def forget(self) -> None:
         """Drop the kept transaction facade (its cursor with it): the connection is closing."""
         self._tx = self._conn = None
@@ -398,6 +455,8 @@ class _GroupCommit:
         is committed for them first: closing its connection would roll back writes that their
         writers are then told were made."""
         while True:
+            if self.orphaned():
+                self.recover()
             self.lock.acquire()
             conn = self._conn
             if conn is None or not conn.in_transaction:
@@ -513,20 +572,27 @@ class _GroupCommit:
                     raise
             finally:
                 try:
-                    if self.pending is None:
-                        self.queue.release()
-                    else:  # (it waits on work in the transaction: committed if none is left open, unfailed)
-                        self._settled(
-                            self.pending, error is None and conn is not None and not conn.in_transaction, lone
-                        )
+                    try:
+                        if self.pending is None:
+                            self.queue.release()
+                        else:  # (it waits on work in the transaction: committed if none is left open, unfailed)
+                            self._settled(
+                                self.pending,
+                                error is None and conn is not None and not conn.in_transaction,
+                                lone,
+                            )
+                    finally:
+                        if self.queue.held:  # (stopped in there before it let the turn go: once more)
+                            self.queue.release()
                 finally:
                     if lone:
                         group.attempts = group.members = 0
                     else:
                         group.error = error
-                        group.finish()
+                        group._done.release()  # (``finish``, inline: no call to be stopped at)
             return not lone
         finally:
+            self.owner = None
             self.lock.release()
 
 
@@ -720,8 +786,14 @@ class SqliteStore(SqlStore):
         turn keeps :meth:`close` away from it). Refused once the store is closing: marked
         first, then checked, so a close that found the mark unset finds no call using the
         connection after."""
-        if self._group.holder == _get_ident():
-            return _Reader(self._writer(), 1)
+        group, me = self._group, _get_ident()
+        if group.holder == me:
+            if not group.orphaned():
+                return _Reader(self._writer(), 1)
+            group.recover()
+        owner = group.owner
+        if owner is not None and owner[2] == me and group.orphaned():  # (see ``_GroupCommit.orphaned``)
+            group.recover()
         reader: _Reader | None = getattr(self._local, "reader", None)
         if reader is None:
             reader = self._local.reader = self._new_reader()
@@ -864,7 +936,9 @@ class SqliteStore(SqlStore):
         once that commit (and its fsync) is done. One fsync serves every writer that queued
         while the previous group was committing."""
         if self._group.holder == _get_ident():  # nested inside our own write: join it
-            return nullcontext(self._group.tx(self._writer()))
+            if not self._group.orphaned():
+                return nullcontext(self._group.tx(self._writer()))
+            self._group.recover()
         return _Member(self._group)  # (the group's ``holder`` while inside)
 
     def write_lock_held(self) -> bool:
