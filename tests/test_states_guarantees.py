@@ -377,6 +377,28 @@ def test_a_diff_answers_a_patch_only_where_one_merge_patch_makes_the_change(
     assert service.diff("tickets", {**T1, "key": "d1"}, 2)["patch"] is None
 
 
+def test_integers_in_queries_and_options_are_ascii_decimal_only(
+    http: TestClient, service: StatesService, backend: str
+) -> None:
+    """``int`` read "0_3" as 3 and " 1 ", "+1", "١", "１" as 1: a query or option naming another
+    revision than the caller wrote. Such text is refused; "-1" is still a (refused) number."""
+    http.put(REC, json={"status": "a"})
+    http.put(REC, json={"status": "b"})
+    assert http.get(REC, params={"revision": "1"}).json()["data"]["data"] == {"status": "a"}
+    for text in ("0_1", " 1 ", "+1", "\u0661", "\uff11", "1.0", ""):
+        for query in ({"revision": text}, {"seq": text}, {"from": text}, {"limit": text}):
+            path = REC + ("/diff" if "from" in query else "/writes" if "limit" in query else "")
+            r = http.get(path, params=query)
+            assert r.status_code == 400 and r.json()["code"] == "bad-request", (query, r.text)
+    assert http.get(REC + "/writes", params={"limit": "-1"}).status_code == 422
+    who = ["--target-name", "alice", "--key", "t1"]
+    for text in ("0_1", "\u0661", "+1"):
+        done = sf("states", "read", "tickets", *who, "--revision", text, store=backend)
+        assert done.returncode == 2 and "is not a valid integer" in done.stderr, done.stderr
+    done = sf("states", "read", "tickets", *who, "--revision", "1", store=backend)
+    assert json.loads(done.stdout)["data"] == {"status": "a"}, done.stderr
+
+
 def test_unknown_query_parameters_are_refused(http: TestClient) -> None:
     http.put(REC, json={"status": "a"})
     for path, params in (

@@ -19,6 +19,27 @@ from stateflow.store import Store, open_store
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+class _Decimal(click.types.IntParamType):
+    """An integer option type reading ASCII decimal text only (``-?[0-9]+``): ``int`` also
+    reads "0_1", " 1 ", "+1" and other scripts' digits ("١", "１") as numbers."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and not re.fullmatch(r"-?[0-9]+", value):
+            self.fail(f"{value!r} is not a valid integer.", param, ctx)
+        return super().convert(value, param, ctx)
+
+
+class Integer(_Decimal):
+    """``type=int``, ASCII decimal only."""
+
+
+class IntRange(_Decimal, click.IntRange):
+    """``click.IntRange``, ASCII decimal only."""
+
+
+INTEGER: Final = Integer()
+
+
 class Context:
     """What the global options set: where the store is (opened on first use), which
     configuration file to read (loaded on first use)."""

@@ -14,7 +14,9 @@ from click.core import ParameterSource
 
 from stateflow import __version__
 from stateflow.cli.common import (
+    INTEGER,
     Context,
+    IntRange,
     echo_json,
     file_option,
     pass_context,
@@ -107,8 +109,8 @@ def _key(state: str, subject: str) -> DocKey:
 @doc.command("get")
 @click.argument("state")
 @click.argument("subject")
-@click.option("--revision", type=int, help="Read the document as of this revision.")
-@click.option("--seq", type=int, help="Read the document as of this transition seq.")
+@click.option("--revision", type=INTEGER, help="Read the document as of this revision.")
+@click.option("--seq", type=INTEGER, help="Read the document as of this transition seq.")
 @click.option("--meta", is_flag=True, help="Print {revision, seq, body} instead of the body.")
 @pass_context
 @refusals
@@ -191,7 +193,7 @@ def _write(ctx: Context, key: DocKey, transform: Callable[[JSON], JSON], expect:
 @click.argument("subject")
 @click.argument("body", required=False)
 @file_option("BODY")
-@click.option("--expect", type=int, help="Refuse unless the document is at this revision.")
+@click.option("--expect", type=INTEGER, help="Refuse unless the document is at this revision.")
 @click.option("--raw", is_flag=True, help=RAW_HELP)
 @pass_context
 @refusals
@@ -217,7 +219,7 @@ def doc_put(
 @click.argument("subject")
 @click.argument("patch", required=False)
 @file_option("PATCH")
-@click.option("--expect", type=int, help="Refuse unless the document is at this revision.")
+@click.option("--expect", type=INTEGER, help="Refuse unless the document is at this revision.")
 @click.option("--raw", is_flag=True, help=RAW_HELP)
 @pass_context
 @refusals
@@ -248,7 +250,7 @@ def doc_patch(
 @click.argument("subject")
 @click.option(
     "--limit",
-    type=click.IntRange(1, 10_000),
+    type=IntRange(1, 10_000),
     default=20,
     show_default=True,
     help="Show at most this many revisions.",

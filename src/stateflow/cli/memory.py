@@ -13,6 +13,7 @@ import click
 
 from stateflow.cli.common import (
     Context,
+    IntRange,
     echo_json,
     file_option,
     pass_context,
@@ -60,7 +61,7 @@ def memory_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--scopes", default="global,cwd,session", show_default=True, help="Wanted scopes."),
         click.option(
             "--history-limit",
-            type=click.IntRange(0, 100),
+            type=IntRange(0, 100),
             default=7,
             show_default=True,
             help="Model-facing history depth.",
@@ -75,7 +76,7 @@ def memory_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         ),
         click.option(
             "--hot-budget",
-            type=click.IntRange(1),
+            type=IntRange(1),
             default=None,
             envvar=HOT_BUDGET_ENV,
             help=f"Refuse patches that grow the hot state beyond this many bytes [env {HOT_BUDGET_ENV}].",
@@ -238,7 +239,7 @@ def history() -> None:
 @history.command("list")
 @click.option(
     "--limit",
-    type=click.IntRange(1, 10_000),
+    type=IntRange(1, 10_000),
     default=20,
     show_default=True,
     help="Show at most this many transitions.",
@@ -260,7 +261,7 @@ _WHOLE_STATE = (
 
 
 @history.command("show")
-@click.argument("offset", type=click.IntRange(0))
+@click.argument("offset", type=IntRange(0))
 @click.option("--path", default=None, help=_WHOLE_STATE)
 @reading_view
 def history_show(view: MemoryView, offset: int, path: str | None) -> None:
@@ -269,8 +270,8 @@ def history_show(view: MemoryView, offset: int, path: str | None) -> None:
 
 
 @history.command("diff")
-@click.argument("older", type=click.IntRange(0))
-@click.argument("newer", type=click.IntRange(0), default=0)
+@click.argument("older", type=IntRange(0))
+@click.argument("newer", type=IntRange(0), default=0)
 @click.option("--path", default=None, help=_WHOLE_STATE)
 @reading_view
 def history_diff(view: MemoryView, older: int, newer: int, path: str | None) -> None:
@@ -291,7 +292,7 @@ def session() -> None:
 @click.option(
     "--at",
     "offset",
-    type=click.IntRange(0),
+    type=IntRange(0),
     default=0,
     show_default=True,
     help="History offset to copy (any retained depth).",
@@ -304,7 +305,7 @@ def session_fork(view: MemoryView, new_session: str, offset: int) -> None:
 
 
 @session.command("restore")
-@click.argument("offset", type=click.IntRange(1))
+@click.argument("offset", type=IntRange(1))
 @changing_view
 def session_restore(view: MemoryView, offset: int) -> None:
     """Set the session back to its state OFFSET transitions ago, at any retained depth (as a new

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from stateflow.cli.common import Context, pass_context, refusals
+from stateflow.cli.common import Context, IntRange, pass_context, refusals
 from stateflow.cli.examples import decorate
 from stateflow.config import Config
 from stateflow.extras import needs_extra
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 @click.command("serve")
 @click.option("--host", default=None, help="Address to listen on [default: 127.0.0.1].")
-@click.option("--port", default=None, type=click.IntRange(1, 65535), help="[default: 8765]")
+@click.option("--port", default=None, type=IntRange(1, 65535), help="[default: 8765]")
 @click.option(
     "--token",
     "tokens",
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 )
 @click.option(
     "--workers",
-    type=click.IntRange(1, 64),
+    type=IntRange(1, 64),
     default=None,
     help="Server processes sharing the port [env STATEFLOW_WORKERS; default: 1]. More than one "
     "needs PostgreSQL or SQLite on a local disk.",

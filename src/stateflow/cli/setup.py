@@ -26,7 +26,7 @@ from typing import Any
 
 import click
 
-from stateflow.cli.common import refusals
+from stateflow.cli.common import IntRange, refusals
 from stateflow.cli.examples import decorate
 from stateflow.doc.canonical import utf8_text
 from stateflow.errors import InvalidInput, TargetUnwritable
@@ -236,7 +236,7 @@ def setup() -> None:
 )
 @click.option(
     "--hot-budget",
-    type=click.IntRange(min=1),
+    type=IntRange(min=1),
     default=None,
     help="Give the server a hot budget (bytes): Claude Code cuts a hook's context at 10,000 "
     "characters, so keep the hot state well below.",

@@ -21,6 +21,7 @@ from stateflow.api import states_service
 from stateflow.cli.common import (
     Context,
     Interrupted,
+    IntRange,
     decode_arg,
     echo_json,
     file_option,
@@ -206,7 +207,7 @@ def write_options(fn: Any) -> Any:
         [
             click.option(
                 "--expect-revision",
-                type=click.IntRange(0),
+                type=IntRange(0),
                 default=None,
                 help="Write only if the record is at this revision (0: absent); else refused, nothing changes.",
             ),
@@ -323,7 +324,7 @@ def page_options(fn: Any) -> Any:
             # over HTTP: not refused here)
             click.option(
                 "--limit",
-                type=click.IntRange(1),
+                type=IntRange(1),
                 default=None,
                 help="Page size (pages hold at most 500: a larger limit answers 500 and a cursor).",
             ),
@@ -494,8 +495,8 @@ def search(
 @states.command("read")
 @click.argument("name")
 @subject_options
-@click.option("--revision", type=click.IntRange(0), default=None, help="Read it as of this revision.")
-@click.option("--seq", type=click.IntRange(0), default=None, help="Read it as of this transition seq.")
+@click.option("--revision", type=IntRange(0), default=None, help="Read it as of this revision.")
+@click.option("--seq", type=IntRange(0), default=None, help="Read it as of this transition seq.")
 @api_command(reads=True)
 def read(api: StatesAPI, name: str, subject: Subject, revision: int | None, seq: int | None) -> None:
     """A record (null when there is none), now or as of a revision or seq."""
@@ -505,9 +506,9 @@ def read(api: StatesAPI, name: str, subject: Subject, revision: int | None, seq:
 @states.command("diff")
 @click.argument("name")
 @subject_options
-@click.option("--from", "from_revision", type=click.IntRange(0), required=True, help="Older revision.")
+@click.option("--from", "from_revision", type=IntRange(0), required=True, help="Older revision.")
 @click.option(
-    "--to", "to_revision", type=click.IntRange(0), default=None, help="Newer revision [default: current]."
+    "--to", "to_revision", type=IntRange(0), default=None, help="Newer revision [default: current]."
 )
 @api_command(reads=True)
 def diff(api: StatesAPI, name: str, subject: Subject, from_revision: int, to_revision: int | None) -> None:
@@ -521,7 +522,7 @@ def diff(api: StatesAPI, name: str, subject: Subject, from_revision: int, to_rev
 @states.command("revert")
 @click.argument("name")
 @subject_options
-@click.option("--revision", type=click.IntRange(0), required=True, help="The revision to go back to.")
+@click.option("--revision", type=IntRange(0), required=True, help="The revision to go back to.")
 @write_options
 @api_command()
 def revert(api: StatesAPI, name: str, subject: Subject, revision: int, write: Write) -> None:

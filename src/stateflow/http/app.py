@@ -364,10 +364,10 @@ def _query_int(request: Request, name: str) -> int | None:
     raw = request.query_params.get(name)
     if raw is None:
         return None
-    try:
-        return int(raw)
-    except ValueError as exc:
-        raise BadRequest(f"{name!r} must be an integer") from exc
+    # ASCII decimal only: ``int`` also reads "0_3" as 3, " 1 ", "+1", "١" and "１" as 1
+    if not ascii_digits(raw[1:] if raw.startswith("-") else raw):
+        raise BadRequest(f"{name!r} must be an integer")
+    return int(raw)
 
 
 class Authenticate:
