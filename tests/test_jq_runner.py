@@ -147,6 +147,23 @@ def test_a_program_ending_in_a_comment_runs() -> None:
         r.close()
 
 
+def test_a_computed_infinity_fails_the_program_and_the_largest_double_passes() -> None:
+    # jq writes an overflow (infinity) as the largest double: it was handed back as that number
+    # (before, as null); a number no document holds fails the program, naming the output
+    r = JqRunner(workers=1, timeout=30)
+    try:
+        for program in (".x * 10", "[1, {a: [-infinite]}]", "pow(10; 400)"):
+            with pytest.raises(JqError, match=r"its output 1 .* past a double's range"):
+                r.run(program, {"x": 1e308})
+        with pytest.raises(JqError, match="its output 2 "):
+            r.run("1, infinite", None)
+        assert r.run(".x", {"x": 1.7976931348623157e308}) == [1.7976931348623157e308]
+        assert r.run(".x | -.", {"x": 1.7976931348623157e308}) == [-1.7976931348623157e308]
+        assert r.run('"e+308"', None) == ["e+308"]
+    finally:
+        r.close()
+
+
 def test_other_evaluations_proceed_while_one_loops() -> None:
     # a limit the loop outlasts however slowly the others are served; close ends it
     runner = JqRunner(workers=2, timeout=300)

@@ -7,6 +7,7 @@ for the parent's death meanwhile: the kernel does it (parent-death signal, CPU-t
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections import OrderedDict
 from typing import Any, Final
@@ -26,16 +27,29 @@ _DIRECTIVE: Final = re.compile(r"syntax error, unexpected (import|include|module
 _LINE: Final = re.compile(r"(at <top-level>, line )(\d+)")
 
 
-def _wrapped(program: str, names: tuple[str, ...]) -> str:
+def _wrapped(program: str, names: tuple[str, ...], then: str = "tojson") -> str:
     """Bind the variables from the input so one compiled program serves every call (inside
-    parentheses, where no import/include/module directive parses)."""
+    parentheses, where no import/include/module directive parses); each output goes through
+    ``then``."""
     binds = "".join(f"($__sf.vars[{orjson.dumps(n).decode()}]) as ${n} | " for n in names)
     # each output as JSON text: jq keeps a number's literal while no arithmetic touches it
     # (2**53+1, 1.0, -0.0), but the binding turns every number it hands back into a double
     # (integral ones into ints); the text is parsed exactly here instead
     # (the newline ends a comment on the program's last line, which would take the closing
     # parenthesis with it)
-    return f". as $__sf | {binds}$__sf.input | ({program}\n) | tojson"
+    return f". as $__sf | {binds}$__sf.input | ({program}\n) | {then}"
+
+
+_HOLDS_INFINITY: Final = 'any(..; type == "number" and isinfinite)'
+
+
+def _infinite(jq: Any, program: str, names: tuple[str, ...], request: dict[str, Any], number: int) -> bool:
+    """Whether output ``number`` (from 1) of ``program`` holds a computed infinity (an overflow,
+    ``. * 10`` on 1e308), which tojson writes as the largest double, a number a document may
+    hold: asked only of an output whose text could be one, by running the program again."""
+    checked = jq.compile(_wrapped(program, names, _HOLDS_INFINITY))
+    outputs = checked.input_value({"input": request["input"], "vars": request["vars"]})
+    return next(itertools.islice(outputs, number - 1, None), False) is True
 
 
 def _compile(jq: Any, program: str, names: tuple[str, ...]) -> Any:
@@ -88,6 +102,11 @@ def main() -> None:
                 size += len(text) if text.isascii() else len(text.encode())
                 if size > limit:
                     raise OverflowError(f"the program's output exceeds {limit} bytes")
+                if "e+308" in text and _infinite(jq, program, names, request, number):
+                    raise ValueError(
+                        f"its output {number} is not JSON the store holds: it holds a number past a "
+                        "double's range (jq computed infinity)"
+                    )
                 try:
                     outputs.append(decode(text))
                 except InvalidJSON as exc:  # a number no JSON store holds (jq computed 2**64)
