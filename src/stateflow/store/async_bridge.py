@@ -27,7 +27,7 @@ from psycopg import AsyncConnection, AsyncCursor, AsyncPipeline, AsyncRawCursor
 from psycopg_pool import AsyncConnectionPool, PoolClosed
 
 from stateflow.errors import StoreUnavailable
-from stateflow.store.pg_pool import CheckedAsyncPool
+from stateflow.store.pg_pool import CheckedAsyncPool, refuse_if_forked, this_process
 
 T = TypeVar("T")
 
@@ -163,6 +163,7 @@ class Pool:
     def __init__(self, loop: asyncio.AbstractEventLoop, conninfo: str, **options: Any) -> None:
         self._loop = loop
         self._pool: AsyncConnectionPool[Any] = CheckedAsyncPool(conninfo, open=False, **options)
+        self.opened_in = this_process()
         self._using = 0  # connections held or waited for (threads too: counted under the lock)
         self._lock = threading.Lock()
         self._callers: weakref.WeakSet[greenlet.greenlet] = weakref.WeakSet()
@@ -179,6 +180,7 @@ class Pool:
 
     @contextmanager
     def connection(self) -> Iterator[Connection]:
+        refuse_if_forked(self.opened_in)  # (the loop serving the pool is the parent's: none runs here)
         me = greenlet.getcurrent()
         with self._lock:
             if self._draining is not None and me not in self._draining:

@@ -15,6 +15,10 @@ opens another in its place — and the next one is taken. Nothing was sent on an
 so nothing a caller asked for is lost or done twice; a connection that ends while in use still
 fails its call, as before.
 
+A pool opened before ``os.fork()`` lends nothing in the child: its connections are the parent's
+sockets, and a statement sent on one from both processes mixes their messages (each waits for
+an answer the other read: both hang) — the child is refused and told to open the store again.
+
 A connection lent to a call run under a cancel (``store.cancel``) is registered with it until it
 comes back: a cancelled call's statement is interrupted, and the connection is closed as it comes
 back (the pool opens another), never lent again with a cancel perhaps still on its way to it.
@@ -23,6 +27,7 @@ back (the pool opens another), never lent again with a cancel perhaps still on i
 from __future__ import annotations
 
 import asyncio
+import os
 import select
 from typing import Any, cast
 
@@ -35,6 +40,32 @@ from stateflow.store.cancel import current
 
 OK = ConnStatus.OK
 _POLLER = "_stateflow_poller"
+
+_process = os.getpid()
+"""this process's id, set again in a forked child (no system call a checkout)"""
+
+
+def _forked() -> None:
+    global _process
+    _process = os.getpid()
+
+
+os.register_at_fork(after_in_child=_forked)
+
+
+def this_process() -> int:
+    """This process's id (a pool or store records it when opened)."""
+    return _process
+
+
+def refuse_if_forked(opened_in: int, url: str = "this PostgreSQL store") -> None:
+    """Refuse (``store-unavailable``) in a process forked from the one, ``opened_in``, that
+    opened the pool: its connections are that process's, never to be used (nor closed) here."""
+    if opened_in != _process:
+        raise StoreUnavailable(
+            f"{url} was opened in process {opened_in}, before os.fork(): its connections belong to "
+            "that process and are not used here; open the store again in the child (after the fork)"
+        )
 
 
 def _waiting(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
@@ -79,7 +110,13 @@ class CheckedPool(ConnectionPool[Any]):
     """A ``ConnectionPool`` whose ``getconn`` skips (and replaces) connections the server ended,
     and lends a call run under a cancel connections it can interrupt (see the module)."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.opened_in = _process
+
     def getconn(self, timeout: float | None = None) -> Any:
+        if self.opened_in != _process:
+            refuse_if_forked(self.opened_in)
         cancel = current()
         conn = self._take(timeout)
         if cancel is not None:
@@ -135,7 +172,13 @@ class CheckedAsyncPool(AsyncConnectionPool[Any]):
     async def worker(cls, q: Any) -> None:
         await super().worker(cast(Any, _EndsWhenCancelled(q)))
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.opened_in = _process
+
     async def getconn(self, timeout: float | None = None) -> Any:
+        if self.opened_in != _process:
+            refuse_if_forked(self.opened_in)
         cancel = current()
         conn = await self._take(timeout)
         if cancel is not None:

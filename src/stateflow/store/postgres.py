@@ -76,7 +76,7 @@ from stateflow.store.pg_fast import (
     fenced,
 )
 from stateflow.store.pg_fast import statement as fast_statement
-from stateflow.store.pg_pool import CheckedPool, ended
+from stateflow.store.pg_pool import CheckedPool, ended, refuse_if_forked, this_process
 from stateflow.store.plan import Fresh, SeqRef, WritePlan
 from stateflow.store.rows import (
     LOCK_ORDER_SQL,
@@ -304,6 +304,8 @@ class PostgresStore(SqlStore):
         # autocommit: a lone statement needs no BEGIN/COMMIT round trips; transactions are explicit
         self._pool = self._open_pool(url, min_size=min_size, max_size=max_size, timeout=wait, kwargs=kwargs)
         self._pool.open(wait=False)
+        self._opened_in = this_process()
+        """the process whose connections these are (``pg_pool.refuse_if_forked``)"""
         self._keeps = not self.runs_on_loop and max_size >= KEEP_FROM_POOL_SIZE
         """commits sent alone keep a connection of the pool (``_commit_kept``)"""
         self._kept: psycopg.Connection[Any] | None = None
@@ -914,6 +916,8 @@ class PostgresStore(SqlStore):
         until the table's statistics change, however large it grew meanwhile. Every row they
         look up has its unique index. Reset before the connection goes back to the pool."""
         pool = self._pool
+        if self._opened_in != this_process():  # (the kept connection is not taken from the pool)
+            refuse_if_forked(self._opened_in, self.url)
         conn = self._kept
         # a kept connection the server ended meanwhile is given back (closed: the pool replaces
         # it) before anything is sent on it, as the pool skips one (``pg_pool``): one poll
@@ -1187,6 +1191,11 @@ class PostgresStore(SqlStore):
         tx.all("SELECT pg_advisory_xact_lock(?)", (_SEQ_LOCK + 1,))
 
     def close(self) -> None:
+        if self._opened_in != this_process():
+            # a forked child's copy: closing would end the parent's sessions (a close message on
+            # each of its sockets); dropped here instead, every later call refused
+            self._keeps, self._kept = False, None
+            return
         with self._kept_lock:  # (after a commit on it ends) the kept connection back to its pool
             self._keeps = False
             conn, self._kept = self._kept, None
