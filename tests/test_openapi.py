@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import schemathesis
 from fastapi import FastAPI
+from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
@@ -232,3 +233,23 @@ def test_if_match_names_its_revision_form_once(app: FastAPI) -> None:
     form = doc["components"]["schemas"]["RevisionPrecondition"]
     assert [s for s in ('"3"', "*", "3", '"3', 'W/"3"') if re.fullmatch(form["pattern"], s)] == ['"3"', "*"]
     assert json.dumps(doc).count(json.dumps(form["pattern"])) == 1
+
+
+def test_page_limits_are_published_as_the_server_takes_them(app: FastAPI) -> None:
+    """A limit over 500 answers a page of 500 and its cursor; the document said ``maximum: 500``
+    for subjects and writes (a validating client refused 501) and nothing for search."""
+    doc = app.openapi()
+    record = "/api/states/{name}/records/{target_kind}/{target_name}/{kind}/{key}"
+    given = [
+        next(p for p in doc["paths"][path]["get"]["parameters"] if p["name"] == "limit")
+        for path in ("/api/states/{name}/subjects", record + "/writes")
+    ]
+    body = doc["components"]["schemas"]["SearchBody"]["properties"]["limit"]
+    assert [p["schema"] for p in given] == [{"type": "integer", "minimum": 1}] * 2
+    assert {p["description"] for p in given} == {body["description"]}
+    assert "500" in body["description"] and "maximum" not in json.dumps(body)
+    with TestClient(app, headers={"Authorization": f"Bearer {ADMIN}"}) as client:
+        r = client.get("/api/states/tickets/subjects", params={"limit": 501})
+        assert r.status_code == 200 and len(r.json()["data"]["subjects"]) == 1
+        search = {"filters": {"status": "open"}, "limit": 501}
+        assert client.post("/api/states/tickets/records/search", json=search).status_code == 200

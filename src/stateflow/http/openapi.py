@@ -13,6 +13,7 @@ from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from stateflow.states.listing import PAGE_DEFAULT, PAGE_MAX
 from stateflow.states.models import META_MAX_BYTES, ORIGIN_TEXT_MAX_CHARS, subject_schema_properties
 
 # ---------------------------------------------------------------------- typed models
@@ -142,10 +143,17 @@ class Error(BaseModel):
     orphans: list[Any] | None = None
 
 
+# a page's limit has no maximum: a larger one answers the fullest page and its cursor (Python,
+# HTTP and the CLI alike), so a client that validates against the schema may send it
+LIMIT_NOTE: Final = (
+    f"page size (default {PAGE_DEFAULT}; over {PAGE_MAX} answers a page of {PAGE_MAX} and its cursor)"
+)
+
+
 class SearchBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     filters: dict[str, Any] = Field(min_length=1)
-    limit: int | None = Field(default=None, ge=1)
+    limit: int | None = Field(default=None, ge=1, description=LIMIT_NOTE)
     cursor: str | None = None
     sort: list[dict[str, Any]] | dict[str, Any] | None = None
     include_data: bool = False
@@ -244,7 +252,7 @@ def _query(name: str, schema: dict[str, Any], description: str) -> dict[str, Any
 
 
 INT0 = {"type": "integer", "minimum": 0}
-INT1 = {"type": "integer", "minimum": 1, "maximum": 500}
+INT1 = {"type": "integer", "minimum": 1}
 STRING = {"type": "string"}
 REVISION_PRECONDITION: Final = "RevisionPrecondition"
 """The one definition of what ``If-Match`` takes, in the document's components: both of its
@@ -419,7 +427,7 @@ def paths() -> dict[str, dict[str, Any]]:
                 _data(_ref(SubjectsPage)),
                 query=[
                     _query("kind", STRING, "only this subject kind"),
-                    _query("limit", INT1, "page size (default 200, max 500)"),
+                    _query("limit", INT1, LIMIT_NOTE),
                     _query("cursor", STRING, "from a prior page"),
                 ],
             )
@@ -501,7 +509,7 @@ def paths() -> dict[str, dict[str, Any]]:
             "get": _op(
                 "The record's audit trail (its revisions with origins)",
                 _data(_ref(WritesPage)),
-                query=[_query("limit", INT1, "page size"), _query("cursor", STRING, "from a prior page")],
+                query=[_query("limit", INT1, LIMIT_NOTE), _query("cursor", STRING, "from a prior page")],
             )
         },
         RECORD + "/diff": {
