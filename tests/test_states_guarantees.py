@@ -399,6 +399,24 @@ def test_integers_in_queries_and_options_are_ascii_decimal_only(
     assert json.loads(done.stdout)["data"] == {"status": "a"}, done.stderr
 
 
+def test_members_named_empty_or_dash_are_changed_whole_not_by_ops(service: StatesService) -> None:
+    """An op path never holds "" and reads "-" as the append (as documented): such members are
+    refused by name for ops, and changed by a merge of their parent."""
+    service.replace("tickets", T1, {"meta": {"": 1, "-": 2}})
+    for op, said in (
+        ({"op": "set", "path": ["meta", ""], "value": 3}, "ops[0]: empty-string path segment"),
+        ({"op": "set", "path": ["meta", "-"], "value": 3}, 'ops[0] at ["meta", "-"]: \'-\' requires a list'),
+        ({"op": "remove", "path": ["meta", "-"]}, "ops[0]: '-' (append) is not allowed"),
+    ):
+        with pytest.raises(StateflowError) as refused:
+            service.apply("tickets", T1, [op])
+        assert refused.value.code == "invalid-ops" and refused.value.message.startswith(said), refused.value
+    with pytest.raises(InvalidInput, match="a sort path is a non-empty list of field names"):
+        service.search("tickets", {"meta": {"$exists": True}}, sort=[{"path": [""]}])
+    merged = service.merge("tickets", T1, {"meta": {"": 3}})
+    assert merged is not None and merged["data"] == {"meta": {"": 3}}
+
+
 def test_unknown_query_parameters_are_refused(http: TestClient) -> None:
     http.put(REC, json={"status": "a"})
     for path, params in (
