@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
 import socket
@@ -415,6 +416,15 @@ def test_members_named_empty_or_dash_are_changed_whole_not_by_ops(service: State
         service.search("tickets", {"meta": {"$exists": True}}, sort=[{"path": [""]}])
     merged = service.merge("tickets", T1, {"meta": {"": 3}})
     assert merged is not None and merged["data"] == {"meta": {"": 3}}
+
+
+def test_a_literal_below_the_smallest_double_rounds_to_zero_as_documented(http: TestClient) -> None:
+    body = b'{"n": 1e-400, "meta": {"a": -1e-400, "b": 2.4e-324, "c": 5e-324}}'
+    r = http.put(REC, content=body, headers={"Content-Type": "application/json"})
+    assert r.status_code == 200, r.text
+    stored = http.get(REC).json()["data"]["data"]
+    assert stored == {"n": 0.0, "meta": {"a": -0.0, "b": 0.0, "c": 5e-324}}
+    assert math.copysign(1, stored["meta"]["a"]) == -1 and type(stored["n"]) is float
 
 
 def test_unknown_query_parameters_are_refused(http: TestClient) -> None:
