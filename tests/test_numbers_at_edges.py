@@ -186,6 +186,24 @@ def test_the_cli_names_an_op_value_and_a_filter_beyond_64_bits_as_the_service_do
     assert states.read("t", subject("k")) is None
 
 
+BEYOND = "1e400 is not a JSON number this store holds (beyond a double's range: it reads as Infinity)"
+
+
+def test_a_filter_or_op_value_past_a_doubles_range_is_named_by_its_literal(
+    client: TestClient, states: StatesService, backend: str, tmp_path: Path
+) -> None:
+    # the search body and --filters text hand such a literal on for the service to name, as
+    # they do an integer past 64 bits: it said "inf", a value the caller never wrote
+    r = client.post("/api/states/t/records/search", content=b'{"filters": {"n": {"$gt": 1e400}}}')
+    assert (r.status_code, r.json()) == (422, {"error": f"filters.n.$gt: {BEYOND}", "code": "invalid-json"})
+    ops = b'{"ops": [{"op": "set", "path": ["v"], "value": [1, 1e400]}]}'
+    r = client.post("/api/states/t/records/agent/bot/thread/k/deltas", content=ops)
+    assert (r.status_code, r.json()) == (422, {"error": f"ops[0]: value[1]: {BEYOND}", "code": "invalid-ops"})
+    out = sf("--store", backend, "states", "search", "t", "--filters", '{"n": 1e400}', cwd=tmp_path)
+    assert (out.returncode, out.stderr) == (1, f"error[invalid-json]: filters.n: {BEYOND}\n")
+    assert states.read("t", subject("k")) is None
+
+
 def test_an_integer_of_100000_digits_is_refused_for_its_size_at_every_door(
     client: TestClient, states: StatesService, backend: str, tmp_path: Path
 ) -> None:

@@ -109,7 +109,9 @@ def decode(
             # a number literal past a double's range (orjson reads every integer beyond 64
             # bits as a double): refused as what it is, where it is, as a parsed one would be —
             # or, for ``exact_integers``, handed on for the caller to refuse as any other
-            held = _long_integers_held(exc.doc) if exact_integers else None
+            # (``nonfinite``: read as Infinity, as the MCP doors' parsers read it, whose refusal
+            # a tool called from the CLI repeats word for word)
+            held = _long_integers_held(exc.doc, beyond=not nonfinite) if exact_integers else None
             if held is not None:
                 return held
             raise InvalidJSON(_beyond_double(exc.doc, exc.pos)) from exc
@@ -215,17 +217,34 @@ def _beyond_double(text: str, pos: int) -> str:
     at = _too_deep_at(text, before=pos)
     if literal and not literal.group(1) and not literal.group(2):
         return f"{at}: {_integer_words(number, len(number.lstrip('-')))}"
+    return _beyond_words(at, number)
+
+
+def _beyond_words(at: str, number: str) -> str:
     shown = number if len(number) <= SHOWN_DIGITS else number[:SHOWN_DIGITS] + "…"
     return (
         f"{at}: {shown} is not a JSON number this store holds (beyond a double's range: it reads as Infinity)"
     )
 
 
-def _long_integers_held(text: str) -> JSON | None:
+class BeyondDouble(float):
+    """A number literal past a double's range (``1e400``), held as read for the caller to refuse
+    (:func:`check` names it by its literal, as :func:`decode` would): never plain JSON."""
+
+    literal: str
+
+    def __new__(cls, literal: str) -> BeyondDouble:
+        held = super().__new__(cls, literal)
+        held.literal = literal
+        return held
+
+
+def _long_integers_held(text: str, *, beyond: bool = True) -> JSON | None:
     """``text`` as Python's parser reads it, with every integer exact — except one too long for
     Python to convert (past ``sys.get_int_max_str_digits()``), held as an integer of as many
-    digits (what a refusal says of it: it is refused, never stored); None where Python's parser
-    does not read it (nested past its recursion limit)."""
+    digits (what a refusal says of it: it is refused, never stored) — and every number literal
+    past a double's range held as a :class:`BeyondDouble` (``beyond``; else as Infinity); None
+    where Python's parser does not read it (nested past its recursion limit)."""
     most = sys.get_int_max_str_digits() or math.inf
 
     def integer(literal: str) -> int:
@@ -235,9 +254,15 @@ def _long_integers_held(text: str) -> JSON | None:
         held: int = 10 ** (digits - 1)
         return -held if literal.startswith("-") else held
 
+    def number(literal: str) -> float:
+        value = float(literal)
+        return value if not beyond or math.isfinite(value) else BeyondDouble(literal)
+
     try:
         # (a name given twice refused as in any other text: this parse is the only one it had)
-        value: JSON = json.loads(text, parse_int=integer, object_pairs_hook=_unique_members)
+        value: JSON = json.loads(
+            text, parse_int=integer, parse_float=number, object_pairs_hook=_unique_members
+        )
     except (RecursionError, ValueError):
         return None
     return value
@@ -459,6 +484,8 @@ def _explain(value: JSON, where: str, depth: int = 0) -> None:
         elif t is float:
             if not math.isfinite(node):
                 raise InvalidJSON(f"{at}: {node} is not a JSON number (NaN and Infinity are refused)")
+        elif t is BeyondDouble:
+            raise InvalidJSON(_beyond_words(at, node.literal))
         elif t is dict:
             for k, v in node.items():
                 if type(k) is not str:
