@@ -524,6 +524,29 @@ def test_a_listing_by_a_kind_no_record_has_reads_no_records(declared: Api, store
     assert api("GET", "/api/states/tickets/subjects?kind=person")[1]["data"]["subjects"] == []
 
 
+def test_a_listing_by_a_kind_the_state_does_not_declare_is_refused(declared: Api, store: SqlStore) -> None:
+    # a mistyped kind read as "no records of it" (an empty page), where the studio refused it
+    api = declared
+    api("PUT", rec("k1"), {"status": "open"})
+    service = StatesService(store)
+    said = "state 'tickets' declares no subject kind 'thraed'"
+    for call in (
+        lambda: service.subjects("tickets", kind="thraed"),
+        lambda: service.search("tickets", {"status": "open"}, kind="thraed"),
+        lambda: service.search("tickets", {"status": "open"}, kind="thraed", sort=[{"path": ["status"]}]),
+    ):
+        with pytest.raises(InvalidInput, match=said):
+            call()
+    status, body = api("GET", "/api/states/tickets/subjects?kind=thraed")
+    assert (status, body["code"], body["error"]) == (422, "invalid-input", said)
+    # a declared kind no record has still lists nothing
+    assert service.subjects("tickets", kind="person") == {"subjects": [], "next_cursor": None}
+    assert (
+        api("GET", "/api/states/tickets/subjects?kind=thread")[1]["data"]["subjects"][0]["subject"]["key"]
+        == "k1"
+    )
+
+
 def test_subjects_search_stats_pagination(declared: Api) -> None:
     api = declared
     for i in range(5):

@@ -449,7 +449,7 @@ SUBJECT_COLUMNS = ["target_kind", "target_name", "kind", "key", "revision", "upd
 
 @states.command("subjects")
 @click.argument("name")
-@click.option("--kind", default=None, help="Only subjects of this kind.")
+@click.option("--kind", default=None, help="Only subjects of this kind (one the state declares).")
 @page_options
 @api_command(reads=True)
 def subjects(api: StatesAPI, name: str, kind: str | None, limit: int | None, cursor: str | None) -> None:

@@ -92,6 +92,13 @@ def _decode_cursor(given: str | None) -> str | None:
     return text
 
 
+def check_kind(name: str, declared: Sequence[str], kind: str | None) -> None:
+    """Refuse a listing by a subject kind the state does not declare (a typo would otherwise
+    read as "no records"); a declared kind no record has lists nothing."""
+    if kind is not None and kind not in declared:
+        raise InvalidInput(f"state {name!r} declares no subject kind {kind!r}")
+
+
 def _plain(subject: StateSubject) -> SubjectRef:
     return {
         "target_kind": subject.target_kind,
@@ -178,7 +185,7 @@ class Listing:
         cursor: str | None = None,
         tenants: set[tuple[str, str]] | None = None,
     ) -> SubjectsPage:
-        self.svc.get_declaration(name)
+        check_kind(name, self.svc.get_declaration(name)["subject_kinds"], kind)
         none = self._none_of(name, kind)
         scan = self.svc.store.scan
         fetch = _across(
@@ -212,7 +219,7 @@ class Listing:
         only subjects of that kind (a page is still full: the filter runs before paging);
         ``tenants`` limits the search to those targets' records, in the store's queries (other
         tenants' records are never read: nothing in a page depends on them)."""
-        self.svc.get_declaration(name)
+        check_kind(name, self.svc.get_declaration(name)["subject_kinds"], kind)
         containment, predicates = split_filters(filters)
         order = parse_sort(sort)
         if type(include_data) is not bool:

@@ -16,6 +16,7 @@ from stateflow.doc.select import MISSING
 from stateflow.errors import InvalidInput, NotFound, StateflowError
 from stateflow.memory.planes import RUNTIME, PlaneSet
 from stateflow.memory.scopes import MEMORY_STATE
+from stateflow.states.listing import check_kind
 from stateflow.states.models import StateSubject
 from stateflow.states.retention import retention_days
 from stateflow.states.service import RevisionMismatch, subject_of
@@ -78,8 +79,7 @@ def state(studio: Studio, request: Request, session: Session) -> Response:
     q = request.query_params
     kind, filters_text, cursor = q.get("kind") or None, (q.get("filters") or "").strip(), q.get("cursor")
     sort_text = (q.get("sort") or "").strip()
-    if kind is not None and kind not in decl["subject_kinds"]:
-        raise InvalidInput(f"state {name!r} declares no subject kind {kind!r}")
+    check_kind(name, decl["subject_kinds"], kind)
     tenants = None if token.targets is None else set(token.targets)
     search_error = None
     rows: Sequence[Mapping[str, Any]] = []
