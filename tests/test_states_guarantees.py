@@ -427,6 +427,26 @@ def test_a_literal_below_the_smallest_double_rounds_to_zero_as_documented(http: 
     assert math.copysign(1, stored["meta"]["a"]) == -1 and type(stored["n"]) is float
 
 
+def test_a_listing_by_a_kind_the_state_does_not_declare_is_refused_on_every_door(
+    http: TestClient, service: StatesService, backend: str
+) -> None:
+    """A mistyped kind answered an empty page, as if no such records existed (the studio
+    refused it): every door now refuses it by name."""
+    service.replace("tickets", T1, {"status": "a"})
+    said = "state 'tickets' declares no subject kind 'thraed'"
+    for call in (
+        lambda: service.subjects("tickets", kind="thraed"),
+        lambda: service.search("tickets", {"status": "a"}, kind="thraed"),
+    ):
+        with pytest.raises(InvalidInput, match=said):
+            call()
+    r = http.get("/api/states/tickets/subjects", params={"kind": "thraed"})
+    assert r.status_code == 422 and r.json()["error"] == said, r.text
+    done = sf("states", "subjects", "tickets", "--kind", "thraed", "--json", store=backend)
+    assert done.returncode == 1 and done.stderr == f"error[invalid-input]: {said}\n", done.stderr
+    assert [s["subject"]["key"] for s in service.subjects("tickets", kind="thread")["subjects"]] == ["t1"]
+
+
 def test_unknown_query_parameters_are_refused(http: TestClient) -> None:
     http.put(REC, json={"status": "a"})
     for path, params in (
