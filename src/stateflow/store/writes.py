@@ -52,8 +52,8 @@ from stateflow.store.rows import (
     MemberHead,
     Wanted,
     decode_stored,
+    encoded_outline,
     lock_order,
-    outline_of,
     rows_by_key,
     to_row,
 )
@@ -1367,7 +1367,7 @@ class Writes(StoreCore):
                 roots[name] = root
                 if tree is not None:
                     fresh.keep_nodes(tree.nodes)
-            outline = encode_trusted(outline_of(value)) if type(value) is dict else None
+            outline = encoded_outline(value) if type(value) is dict else None
             cache(((doc_id, name), revision, value, encoded))
             if old is not None and (reborn is None or name not in reborn):
                 updates((body, revision, encoded, outline, root, doc_id, name))
@@ -1666,7 +1666,7 @@ class Writes(StoreCore):
                     plan.nodes = nodes
             if root is not None:
                 roots[name] = root
-            outline = encode_trusted(outline_of(value)) if type(value) is dict else None
+            outline = encoded_outline(value) if type(value) is dict else None
             cached.append(((doc_id, name), revision, value, length))
             inserts.append((doc_id, name, position, revision, length, outline, stored, root))
             heads[name] = (doc_id, name, position, revision, length, outline)
@@ -1741,7 +1741,7 @@ class Writes(StoreCore):
             encoded = len(body)
             if encoded > TREE_MIN:
                 return None  # it becomes a tree
-            outline = encode_trusted(outline_of(value)) if type(value) is dict else None
+            outline = encoded_outline(value) if type(value) is dict else None
             cache(((doc_id, name), revision, value, encoded))
             if old is not None:
                 if updates is None:
