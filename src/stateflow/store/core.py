@@ -12,7 +12,7 @@ from stateflow.store.cache import DEFAULT_CACHE_BYTES, HeadCache, Heads, Revisio
 from stateflow.store.clock import micros_of
 from stateflow.store.key_positions import Positions
 from stateflow.store.migrations import SCHEMA_VERSION, statements
-from stateflow.store.model import DocKey, Document
+from stateflow.store.model import DocKey, Document, doc_keys
 from stateflow.store.nodes import NodeCache, load_tree
 from stateflow.store.open import store_command
 from stateflow.store.plan import Loaded
@@ -202,7 +202,7 @@ class StoreCore(Backend):
         is wanted without reading the member itself.
         """
         self.check_schema()
-        keys = list(keys)
+        keys = doc_keys(keys, "read")
         per_key = members if isinstance(members, Mapping) else None
         shared = None if members is None or per_key is not None else [str(m) for m in members]
         outline_names = list(outlines)
@@ -235,7 +235,7 @@ class StoreCore(Backend):
     def get(
         self, key: DocKey, members: Iterable[str] | None = None, *, outlines: Iterable[str] = ()
     ) -> Document:
-        return self.read([key], members, outlines=outlines)[key]
+        return self.read(doc_keys([key], "get"), members, outlines=outlines)[key]
 
     def member_sizes(self, key: DocKey) -> dict[str, int]:
         """The document's top-level members, in order, with their stored sizes in bytes — no

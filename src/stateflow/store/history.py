@@ -20,7 +20,7 @@ from stateflow.errors import Conflict, CorruptData, CorruptStore, InvalidInput, 
 from stateflow.store import tree
 from stateflow.store.clock import time_text
 from stateflow.store.core import StoreCore
-from stateflow.store.model import Change, DocKey, Document, RevisionNotFound, Transition
+from stateflow.store.model import Change, DocKey, Document, RevisionNotFound, Transition, doc_keys
 from stateflow.store.nodes import Generations, fetch_bodies, load_tree
 from stateflow.store.rows import (
     decode_edits,
@@ -72,6 +72,7 @@ class History(StoreCore):
         Rebuilt from the nearest snapshot plus the changes after it (a bounded replay).
         """
         self.check_schema()
+        doc_keys([key], "read_at")
         if (revision is None) == (seq is None):
             raise InvalidInput("read_at takes exactly one of revision= or seq=")
         names = None if members is None else set(members)
@@ -238,7 +239,7 @@ class History(StoreCore):
         each sets (what a change's ``keys`` projection needs), not what it holds.
         """
         self.check_schema()
-        keys = list(keys)
+        keys = doc_keys(keys, "history")
         if limit <= 0 or not keys:
             return []
         limit = min(limit, SQL_INT_MAX)  # (no document has more changes; SQL binds no more)

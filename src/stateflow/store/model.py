@@ -60,6 +60,27 @@ class DocKey(_Key):
         return f"DocKey(state={self.state!r}, subject={self.subject!r})"
 
 
+def doc_keys(keys: Iterable[DocKey], call: str) -> list[DocKey]:
+    """``keys`` as a list, each a :class:`DocKey`; anything else refused (``invalid-input``,
+    naming ``call``) before any SQL — a string or a lone key given for the list would reach the
+    database as parameters of the wrong number and kind."""
+    given: object = keys  # (typed as asked for; checked as given)
+    if isinstance(given, (DocKey, str)):
+        raise InvalidInput(
+            f"{call} takes a list of DocKey, got one {type(given).__name__}: wrap it in a list"
+        )
+    listed = list(keys)
+    for key in listed:
+        item: object = key
+        if type(item) is not DocKey and not isinstance(item, DocKey):
+            shown = repr(item)
+            shown = shown if len(shown) <= 80 else shown[:80] + "…"
+            raise InvalidInput(
+                f"{call}: a key is a DocKey(state, subject), got {type(item).__name__} {shown}"
+            )
+    return listed
+
+
 class RevisionNotFound(NotFound):
     """A read as of a revision the document has not reached (named as every message names a
     document; a layer above may say more, as why a folded record has no such revision)."""

@@ -64,7 +64,7 @@ from stateflow.store.migrations import (
     SCHEMA_VERSION,
     VALUE_INDEX_MAX,
 )
-from stateflow.store.model import DocKey, Document, made_document
+from stateflow.store.model import DocKey, Document, doc_keys, made_document
 from stateflow.store.open import display_location
 from stateflow.store.pg_fast import (
     FENCE_MARK,
@@ -385,7 +385,7 @@ class PostgresStore(SqlStore):
         document was seen before, the statement asks only for the current revisions (a cheaper
         query, nothing to decode) and the bodies come from memory; a revision that moved on
         means one more round trip for the full read."""
-        keys = list(keys)
+        keys = doc_keys(keys, "read")
         outline_names = list(outlines)
         if members is not None or outline_names or not keys or len(keys) > ROWS_PER_QUERY:
             return super().read(keys, members, outlines=outline_names)  # (more keys: in parts)

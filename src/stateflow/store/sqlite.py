@@ -62,7 +62,7 @@ from stateflow.store.migrations import (
     SQLITE_VALUE_WHERE,
     VALUE_INDEX_MAX,
 )
-from stateflow.store.model import Commit, DocKey, Document, Write
+from stateflow.store.model import Commit, DocKey, Document, Write, doc_keys
 from stateflow.store.plan import Fresh, WritePlan, validate_writes
 from stateflow.store.rows import NO_ROW, DocRow, lock_order, outline_of
 from stateflow.store.served_patch import Served
@@ -1343,7 +1343,7 @@ class SqliteStore(SqlStore):
     ) -> dict[DocKey, Document]:
         """Whole-document reads are served from the cache of the data as committed now (see
         ``_snapshot``); anything else — and every cache miss — reads the database."""
-        keys = list(keys)
+        keys = doc_keys(keys, "read")
         outline_names = list(outlines)
         if members is not None or outline_names:
             return super().read(keys, members, outlines=outline_names)
@@ -1551,6 +1551,8 @@ def _mapped(exc: sqlite3.Error) -> StateflowError:
         return StoreUnavailable("the store was closed: open it again to use it")
     if isinstance(exc, sqlite3.IntegrityError):
         return StoreError(f"SQLite integrity error: {text}")
+    if isinstance(exc, sqlite3.ProgrammingError):  # (a statement misused: our fault, not the file's)
+        return StoreError(f"SQLite refused a statement: {text}")
     if isinstance(exc, sqlite3.DatabaseError):
         return CorruptStore(f"the SQLite file is damaged or not a database: {text}")
     return StoreError(f"SQLite error: {text}")
