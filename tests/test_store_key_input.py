@@ -34,3 +34,20 @@ def test_a_key_that_is_not_a_doc_key_is_invalid_input(
     assert refused.value.code == "invalid-input"
     assert message in str(refused.value)
     assert store.get(KEY).body == {"n": 1}  # (and the store goes on)
+
+
+@pytest.mark.parametrize("limit", [-1, "3", 2.0, True, None])
+def test_a_listing_limit_that_is_not_a_count_is_invalid_input(store: SqlStore, limit: Any) -> None:
+    store.commit([Write.between(DocKey("keys", f"d{i}"), None, {"n": i}, expect=None) for i in range(3)])
+    calls: list[tuple[str, Callable[[], Any]]] = [
+        ("scan", lambda: store.scan("keys", limit=limit)),
+        ("search", lambda: store.search("keys", {"n": 1}, limit=limit)),
+    ]
+    for name, call in calls:
+        with pytest.raises(InvalidInput) as refused:
+            call()
+        assert f"{name}: limit must be a whole number of documents (0 or more), got {limit!r}" in str(
+            refused.value
+        )
+    assert store.scan("keys", limit=0) == []
+    assert [item.key.subject for item in store.scan("keys", limit=2**70)] == ["d0", "d1", "d2"]

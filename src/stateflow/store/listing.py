@@ -49,6 +49,14 @@ After = tuple[tuple[Any, ...], str]
 last document it returned."""
 
 
+def listing_limit(limit: object, call: str) -> int:
+    """A listing's ``limit`` checked before any SQL, one answer on every backend (unchecked, a
+    negative one listed everything on SQLite and was a raw SQL error on PostgreSQL)."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+        raise InvalidInput(f"{call}: limit must be a whole number of documents (0 or more), got {limit!r}")
+    return min(limit, 2**63 - 1)  # (SQL binds no larger integer)
+
+
 class Listing(StoreCore):
     """Scans, counts and containment search over one state's documents."""
 
@@ -58,6 +66,7 @@ class Listing(StoreCore):
         """Present documents of ``state`` in subject order (bytewise), strictly after ``after``
         (``within``: only those whose subject starts with it, read as a range of the index)."""
         self.check_schema()
+        limit = listing_limit(limit, "scan")
         with self._read_tx() as tx:
             return self._scan(tx, state, after, limit, within=within)
 
@@ -203,6 +212,7 @@ class Listing(StoreCore):
         them, fewer only when no more match — among them, those outside a :data:`Bound` left
         out as far as SQL can tell (not all of them: the caller checks the bounds)."""
         self.check_schema()
+        limit = listing_limit(limit, "search")
         if type(filters) is not dict or not (filters or bounds):
             raise InvalidInput("search needs a non-empty filters object (a containment document)")
         check(filters, "filters")
