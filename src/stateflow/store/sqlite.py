@@ -415,9 +415,14 @@ class _GroupCommit:
         turn has it there from the turn taken to the turn let go, and a turn held for none can
         be taken again only through ``recover``: what is seen cannot change under the caller."""
         owner = self.owner
-        if owner is None:
+        if owner is None or owner[2] != _get_ident():
+            # another thread's turn is never judged from here: reading its stack takes
+            # ``sys._current_frames()``, which holds the interpreter's thread list locked while it
+            # allocates — a collection then running a finalizer that lets the GIL go deadlocks
+            # every thread (seen with writers in several threads). A KeyboardInterrupt lands in the
+            # main thread, whose own next call (or the writer's ``__del__``) ends such a turn
             return False
-        frame = sys._getframe() if owner[2] == _get_ident() else sys._current_frames().get(owner[2])
+        frame: FrameType | None = sys._getframe()
         while frame is not None:
             if frame is owner[1]:
                 return False
