@@ -5,8 +5,9 @@ checkpoint (four threads in turn, as ``bench_langgraph_adapters``; or one thread
 ``put_writes`` and a LangGraph store ``put`` (``bench_langgraph_adapters``' cases), a
 three-scope ``patch_state`` (``bench_memory``'s), and the two ways a new document's key lands
 in the documents' ``(state, subject)`` index: ``apply`` creating a record under a key above
-every other (``new record, ascending keys``), and the saver's newest-first keys, each below
-its thread's others (``saver put, one thread``). One caller, ``synchronous=off``.
+every other (``new record, ascending keys``), and the saver's keys, each above its thread's
+others (``saver put, one thread``: ids ascending since the saver's keys stopped inverting
+them, which put each new key below its thread's others). One caller, ``synchronous=off``.
 
 Frames: a store is filled by ``--fill`` writes, the variant is applied to the file, the WAL is
 checkpointed empty and the automatic checkpoint turned off, then ``--writes`` more are made;
@@ -33,9 +34,9 @@ a schema step of that shape could save on the write, before the readers' side of
 - ``changes keyed by seq, doc index``: the same with the ``(doc_id, revision)`` index every
   history and as-of read would need.
 - ``documents' key descending``: ``documents`` rebuilt with ``UNIQUE (state, subject DESC)``
-  (its rows, ids and triggers as they were), so a key below its neighbours — the saver's
-  newest checkpoint, before its thread's older ones — lands at the end of its run in the
-  index, and a key above them at its start.
+  (its rows, ids and triggers as they were), so a key below its neighbours (the saver's
+  newest checkpoint while its keys inverted the ids) lands at the end of its run in the
+  index, and a key above them — the saver's now — at its start.
 
     python3 -m benchmarks.profile_sqlite_commit_pages [--writes apply "saver put" patch_state]
         [--variants NAME ...] [--fill 2000] [--ops 300] [--count] [--warm 300]

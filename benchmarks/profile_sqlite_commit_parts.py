@@ -8,7 +8,7 @@ the saver wrote last (the transition with its checks, the document's row, its me
 change with its edits inline), one transaction per checkpoint: what the store sends, without
 our Python. The checks are the saver's own statement (``ledger.checked_transition``): the
 state's aliases' row, its declaration's and the parent checkpoint's unmoved, no row under the
-new key; the new keys sort newest first within the thread, as the saver's inverted ids do. Each variant leaves one part out: the transition's checks that nothing moved, the
+new key; the new keys sort last within the thread, as the saver's ascending ids do. Each variant leaves one part out: the transition's checks that nothing moved, the
 counting triggers (or only the JSON parses of the subject that find its kind), the foreign
 keys, the ``changes_by_seq`` index (a store of schema 15 or before; since 16 the transition's
 row lists its changes' keys instead, and the variant adds the index back with its foreign key
@@ -234,8 +234,8 @@ def replay(
         started = time.process_time()
         for i in range(commits):
             doc_id = top + 1 + i
-            # newest first within the thread, as the saver's inverted ids sort
-            subject = f"{rows.subject[:-2]}{99_999_999 - i:08d}{rows.subject[-2:]}"
+            # after the thread's others (the last written is its newest), as the saver's ids sort
+            subject = f"{rows.subject[:-2]}{i:08d}{rows.subject[-2:]}"
             at = 1_796_209_654_984_516 + i
             conn.execute("BEGIN IMMEDIATE")
             columns, values, given = (

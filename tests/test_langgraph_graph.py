@@ -75,8 +75,9 @@ def test_memory_across_threads_and_resume_after_reopen(backend: str) -> None:
             "key": "memories/bob/sails",
         }
         assert states.writes("langgraph_store", sails)["items"][0]["origin"]["run_id"] == str(run)
-        newest = states.subjects("langgraph_checkpoints", kind="checkpoint")["subjects"]
-        chat3 = next(s["subject"] for s in newest if s["subject"]["key"].startswith("chat-3/"))
+        listed = states.subjects("langgraph_checkpoints", kind="checkpoint")["subjects"]
+        # (subject order is id order: the thread's newest checkpoint is its last subject)
+        chat3 = [s["subject"] for s in listed if s["subject"]["key"].startswith("chat-3/")][-1]
         assert states.writes("langgraph_checkpoints", chat3)["items"][0]["origin"]["run_id"] == str(run)
         assert graph.get_state(one).values == {"notes": ["ada: likes tea"]}
         history = list(graph.get_state_history(two))

@@ -165,11 +165,27 @@ class Records:
         return key
 
     def scan(
-        self, kind: str, prefix: str, *, after_key: str | None = None, page: int = SCAN_PAGE
+        self,
+        kind: str,
+        prefix: str,
+        *,
+        after_key: str | None = None,
+        page: int = SCAN_PAGE,
+        descending: bool = False,
     ) -> Iterator[DocKey]:
         """Every present record of ``kind`` whose key starts with ``prefix``, in key order
-        (strictly after ``after_key`` when given), read ``page`` subjects at a time."""
+        (strictly after ``after_key`` when given; ``descending``: in reverse order, strictly
+        before it), read ``page`` subjects at a time."""
         start = encode_subject("agent", self.target_name, kind, prefix)[:-2]  # drop the closing '"]'
+        if descending:  # (a range of the index read backwards)
+            before = None if after_key is None else encode_subject("agent", self.target_name, kind, after_key)
+            while True:
+                listed = self.store.scan(self.state, after=before, limit=page, within=start, descending=True)
+                for item in listed:
+                    yield item.key
+                if len(listed) < page:
+                    return
+                before = listed[-1].key.subject
         after = start if after_key is None else encode_subject("agent", self.target_name, kind, after_key)
         while True:
             listed = self.store.scan(self.state, after=after, limit=page)
@@ -186,11 +202,13 @@ class Records:
         start = encode_subject("agent", self.target_name, kind, prefix)[:-2]  # drop the closing '"]'
         return self.store.read_under(self.state, start, limit=limit)
 
-    def first_under(self, prefixes: Sequence[tuple[str, str]]) -> list[Document | None]:
+    def first_under(
+        self, prefixes: Sequence[tuple[str, str]], *, descending: bool = False
+    ) -> list[Document | None]:
         """For each ``(kind, prefix)``, the first present record of ``kind`` whose key starts
-        with ``prefix`` (key order), whole; None where there is none."""
+        with ``prefix`` (key order; ``descending``: the last), whole; None where there is none."""
         starts = [encode_subject("agent", self.target_name, kind, prefix)[:-2] for kind, prefix in prefixes]
-        return self.store.read_first_under(self.state, starts)
+        return self.store.read_first_under(self.state, starts, descending=descending)
 
     def write(
         self,

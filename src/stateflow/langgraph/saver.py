@@ -2,9 +2,11 @@
 
 Every checkpoint is one record of the state ``langgraph_checkpoints`` (subject kind
 ``checkpoint``), and the pending writes of a checkpoint one record of kind ``writes``; their
-subject key is ``<thread_id>/<checkpoint_ns>/<inverted checkpoint_id>`` (parts
-percent-encoded; the id inverted so that a thread's newest checkpoint comes first in subject
-order). A checkpoint record has one member, ``saved``: ``config`` names it (``thread_id``,
+subject key is ``<thread_id>/<checkpoint_ns>/<checkpoint_id in hex>`` (the thread and namespace
+percent-encoded, the id as the hex digits of its UTF-8 bytes: subject order is id order, a new
+checkpoint's key lands at the end of its thread's, and a thread is listed newest first by a
+backward scan; see ``checkpoint_keys``, which also renames the subjects of stores written with
+the earlier, inverted ids once, at the saver's open). A checkpoint record has one member, ``saved``: ``config`` names it (``thread_id``,
 ``checkpoint_ns``, ``checkpoint_id``, ``parent_checkpoint_id``, ``run_id``), and beside it the
 checkpoint without its values (``checkpoint``), its ``metadata``, the values of the channels
 this checkpoint wrote (``channel_values``, from ``new_versions``) and, for every other channel,
@@ -49,9 +51,11 @@ from stateflow.aio import call
 from stateflow.doc.canonical import checked_copy
 from stateflow.doc.ops import parse_ops
 from stateflow.doc.select import MISSING
-from stateflow.errors import CorruptStore
+from stateflow.errors import CorruptStore, StoreReadOnly
+from stateflow.langgraph import checkpoint_keys
+from stateflow.langgraph.checkpoint_keys import ascending, id_of
 from stateflow.langgraph.codec import Codec
-from stateflow.langgraph.records import OwnsStore, Records, Stale, invert, uninvert
+from stateflow.langgraph.records import OwnsStore, Records, Stale, invert
 from stateflow.states import StatesService
 from stateflow.states.batch import apply_items, apply_items_in_parts, erase_item
 from stateflow.states.langgraph_items import CHECKPOINTS_DESCRIPTION, join, part, unpart
@@ -201,11 +205,17 @@ def _key_of(thread_id: str, ns: str, checkpoint_id: str) -> str:
     """A checkpoint's subject key (``StateflowSaver._key`` keeps those read again; a new
     checkpoint's is made here: its id is new, so the cache would only miss and evict)."""
     try:
-        inverted = invert(checkpoint_id)
+        spelt = ascending(checkpoint_id)
     except UnicodeEncodeError:  # a lone surrogate: named as the thread's parts are
         checked_copy(checkpoint_id, "checkpoint_id")
         raise
-    return f"{_thread_part(thread_id, ns)}/{inverted}"
+    return f"{_thread_part(thread_id, ns)}/{spelt}"
+
+
+def _inverted_key(key: str) -> str:
+    """A checkpoint key as a store not yet renamed may still hold it (the id inverted)."""
+    thread, _, spelt = key.rpartition("/")
+    return f"{thread}/{invert(id_of(spelt))}"
 
 
 _PAGE: Final = 200
@@ -257,6 +267,9 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         self.records = Records(states, state, target_name)
         self.maintenance_part = MAINTENANCE_PART
         self.records.ensure_declared(DECLARATION, _EARLIER)
+        self._ascending = self._keys_ascending()
+        """whether every checkpoint key of the state is in the ascending form (else the readers
+        list a thread by sorting its ids, and look a record up under both forms)"""
         self.codec = Codec(self.serde)
         self.context = DoorContext(door="api", actor="stateflow.langgraph")
         # what a put needs of its parent (channel versions, where each value lives), by
@@ -274,8 +287,41 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
 
     @staticmethod
     def _split(key: str) -> tuple[str, str, str]:
-        thread, ns, inverted = key.split("/")
-        return unpart(thread), unpart(ns), uninvert(inverted)
+        thread, ns, spelt = key.split("/")
+        return unpart(thread), unpart(ns), id_of(spelt)
+
+    def _keys_ascending(self) -> bool:
+        """Rename the state's checkpoint subjects still keyed by an inverted id (a store written
+        before: once, in batches under the write lock, the mark recorded last); whether every
+        key is now ascending. A read-only store is read as it is, in either form."""
+        store, state = self.records.store, self.records.state
+        key, value = checkpoint_keys.mark(state)
+        if store.meta_value(key) == value:
+            return True
+        try:
+            return store.rename_subjects(
+                state, checkpoint_keys.renamed_subject, mark=(key, value), batch=checkpoint_keys.RENAME_BATCH
+            )
+        except StoreReadOnly:
+            return False
+
+    def _forms(self, kind: str, key: str) -> tuple[DocKey, ...]:
+        """The documents ``key``'s record of ``kind`` may be: its own, and where keys are not all
+        ascending yet, the inverted form's too."""
+        if self._ascending:
+            return (self.records.doc_key(kind, key),)
+        return self.records.doc_key(kind, key), self.records.doc_key(kind, _inverted_key(key))
+
+    def _read_forms(self, kind: str, keys: Sequence[str]) -> dict[str, Document]:
+        """The records of ``kind`` under ``keys`` (ascending keys), by key: in one read, each
+        under whichever form it is stored."""
+        forms = {key: self._forms(kind, key) for key in keys}
+        docs = self.records.store.read([k for f in forms.values() for k in f])
+        found = {}
+        for key, doc_keys in forms.items():
+            first = docs[doc_keys[0]]
+            found[key] = next((docs[k] for k in doc_keys if docs[k].body is not None), first)
+        return found
 
     @staticmethod
     def _where(config: RunnableConfig) -> tuple[str, str]:
@@ -289,18 +335,22 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         checkpoint_id = get_checkpoint_id(config)
         if checkpoint_id:
             return next(iter(self._tuples([self._key(thread_id, ns, checkpoint_id)])), None)
+        if not self._ascending:  # (a thread may hold keys of both forms: its ids sorted)
+            where: RunnableConfig = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns}}
+            return next(iter(self.list(where, limit=1)), None)
         prefix = f"{_thread_part(thread_id, ns)}/"
         # the newest checkpoint and the newest pending writes of the thread, together (one
-        # statement on PostgreSQL); the writes are the checkpoint's when their keys match
+        # statement on PostgreSQL), each the last of its kind's keys (a backward scan); the
+        # writes are the checkpoint's when their keys match
         newest, writes = self.records.store.cached(
             ("langgraph-newest", self.records.state, self.records.target_name, prefix),
-            lambda: self.records.first_under([(CHECKPOINT, prefix), (WRITES, prefix)]),
+            lambda: self.records.first_under([(CHECKPOINT, prefix), (WRITES, prefix)], descending=True),
         )
         if newest is None or newest.body is None:
             return None
         key = self.records.key_of(newest.key)
         written = self.records.key_of(writes.key) if writes is not None else None
-        if written is not None and written < key:  # writes of a newer checkpoint than any stored
+        if written is not None and written > key:  # writes of a newer checkpoint than any stored
             pending = self.records.store.read([self.records.doc_key(WRITES, key)])
             found = {key: pending[self.records.doc_key(WRITES, key)].body}
         else:
@@ -311,6 +361,13 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         """The tuples of the checkpoints under ``keys`` (missing ones skipped), in order: the
         checkpoints and their pending writes in one read."""
         records = self.records
+        if not self._ascending:
+            found = self._read_forms(CHECKPOINT, keys)
+            pending = self._read_forms(WRITES, keys)
+            return self._assembled(
+                [body for k in keys if (body := found[k].body) is not None],
+                {k: pending[k].body for k in keys},
+            )
         checkpoints = [records.doc_key(CHECKPOINT, k) for k in keys]
         docs = records.store.read([*checkpoints, *(records.doc_key(WRITES, k) for k in keys)])
         writes = {k: docs[records.doc_key(WRITES, k)].body for k in keys}
@@ -342,7 +399,11 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
                 else:
                     holders[doc_key] = held
         if sourced:
-            docs = records.store.read(sourced)
+            if self._ascending:
+                docs = records.store.read(sourced)
+            else:  # (each under whichever form it is stored)
+                by_key = self._read_forms(CHECKPOINT, [records.key_of(k) for k in sourced])
+                docs = {k: by_key[records.key_of(k)] for k in sourced}
             for doc_key in sourced:
                 if (found := docs[doc_key].body) is not None:
                     holders[doc_key] = _saved(found).get("channel_values", {})
@@ -461,14 +522,23 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         else:
             prefix = f"{_thread_part(str(thread_id), str(ns))}/"
         keys: Iterator[str]
-        if thread_id is not None and ns is not None:
-            # one thread and namespace: subject order is newest first already
+        if thread_id is not None and ns is not None and self._ascending:
+            # one thread and namespace: subject order is id order, read backwards (newest first)
             start = self._key(str(thread_id), str(ns), before_id) if before_id else None
-            keys = (self.records.key_of(k) for k in self.records.scan(CHECKPOINT, prefix, after_key=start))
-        else:  # several: newest first across all of them, as LangGraph's savers list
+            keys = (
+                self.records.key_of(k)
+                for k in self.records.scan(CHECKPOINT, prefix, after_key=start, descending=True)
+            )
+        else:  # several, or keys of both forms: newest first by id, as LangGraph's savers list
             found = [self.records.key_of(k) for k in self.records.scan(CHECKPOINT, prefix)]
             split = sorted(((self._split(k), k) for k in found), key=lambda x: x[0][2], reverse=True)
-            keys = iter([k for (_, _, cid), k in split if before_id is None or cid < before_id])
+            keys = iter(
+                [
+                    k if self._ascending else self._key(t, n, cid)
+                    for (t, n, cid), k in split
+                    if before_id is None or cid < before_id
+                ]
+            )
         yielded = 0
         while limit is None or yielded < limit:
             page = [k for _, k in zip(range(100), keys, strict=False)]
@@ -741,9 +811,14 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
     # ------------------------------------------------------------------ thread maintenance
 
     def _thread_keys(self, thread_id: str) -> builtins.list[str]:
-        return [
-            self.records.key_of(k) for k in self.records.scan(CHECKPOINT, f"{part(thread_id, 'thread_id')}/")
+        """The thread's checkpoint keys, newest first within each namespace (a backward scan)."""
+        keys = [
+            self.records.key_of(k)
+            for k in self.records.scan(CHECKPOINT, f"{part(thread_id, 'thread_id')}/", descending=True)
         ]
+        if not self._ascending:  # (keys of both forms: by id)
+            keys.sort(key=lambda k: (k.rsplit("/", 1)[0], id_of(k.rsplit("/", 1)[1])), reverse=True)
+        return keys
 
     def _bodies(self, kind: str, keys: Sequence[str]) -> Iterator[tuple[str, dict[str, Any] | None]]:
         """The records of ``kind`` under ``keys``, in order, read a page at a time."""

@@ -170,6 +170,11 @@ class Backend(abc.ABC):
     def close(self) -> None:
         """Release connections; the store is unusable afterwards."""
 
+    def _subjects_moved(self, keys: Sequence[DocKey]) -> None:  # noqa: B027 - optional hook, no-op by default
+        """Forget what the backend holds by document key for ``keys``, documents moved to other
+        subjects or to these (``rename_subjects``; portable: nothing beyond the shared caches;
+        PostgreSQL: its bodies, which name their keys)."""
+
     def _lock_migration(self, tx: Tx) -> None:  # noqa: B027 - optional hook, no-op by default
         """Called first in the migration transaction (serializes concurrent migrators)."""
 
@@ -266,14 +271,19 @@ class Backend(abc.ABC):
         SQLite: ids reserved ahead, the row inserted whole by the commit's emit, ``WritePlan.created``)."""
 
     @abc.abstractmethod
-    def read_under(self, state: str, prefix: str, *, limit: int | None = None) -> list[Document]:
-        """Present documents under a subject prefix, whole, in subject order (portable:
+    def read_under(
+        self, state: str, prefix: str, *, limit: int | None = None, descending: bool = False
+    ) -> list[Document]:
+        """Present documents under a subject prefix, whole, in subject order or reverse (portable:
         ``listing.Listing.read_under``, scans then reads; PostgreSQL: one statement for the
         revisions, the bodies from memory)."""
 
     @abc.abstractmethod
-    def read_first_under(self, state: str, prefixes: Sequence[str]) -> list[Document | None]:
-        """The first present document under each of several subject prefixes, whole (portable:
+    def read_first_under(
+        self, state: str, prefixes: Sequence[str], *, descending: bool = False
+    ) -> list[Document | None]:
+        """The first (``descending``: last) present document under each of several subject
+        prefixes, whole (portable:
         ``listing.Listing.read_first_under``, one ``read_under`` each; PostgreSQL: one statement
         for the revisions, the bodies from memory)."""
 

@@ -61,19 +61,50 @@ class Listing(StoreCore):
     """Scans, counts and containment search over one state's documents."""
 
     def scan(
-        self, state: str, *, after: str | None = None, limit: int = 200, within: str | None = None
+        self,
+        state: str,
+        *,
+        after: str | None = None,
+        limit: int = 200,
+        within: str | None = None,
+        descending: bool = False,
     ) -> list[Listed]:
         """Present documents of ``state`` in subject order (bytewise), strictly after ``after``
-        (``within``: only those whose subject starts with it, read as a range of the index)."""
+        (``within``: only those whose subject starts with it, read as a range of the index;
+        ``descending``: in reverse order, strictly before ``after``)."""
         self.check_schema()
         limit = listing_limit(limit, "scan")
         with self._read_tx() as tx:
-            return self._scan(tx, state, after, limit, within=within)
+            return self._scan(tx, state, after, limit, within=within, descending=descending)
 
-    def read_under(self, state: str, prefix: str, *, limit: int | None = None) -> list[Document]:
+    def read_under(
+        self, state: str, prefix: str, *, limit: int | None = None, descending: bool = False
+    ) -> list[Document]:
         """The present documents of ``state`` whose subject starts with ``prefix``, whole, in
-        subject order (the first ``limit`` of them). Each document is read as it was at some
-        moment of the call (not all necessarily at one)."""
+        subject order (``descending``: reverse order; the first ``limit`` of them). Each
+        document is read as it was at some moment of the call (not all necessarily at one)."""
+        keys = self._keys_under(state, prefix, limit, descending)
+        docs: list[Document] = []
+        for start in range(0, len(keys), 200):
+            part = keys[start : start + 200]
+            read = self.read(part)
+            docs += [read[k] for k in part if read[k].body is not None]
+        return docs if limit is None else docs[:limit]
+
+    def _keys_under(self, state: str, prefix: str, limit: int | None, descending: bool) -> list[DocKey]:
+        """The keys of :meth:`read_under`, one more than ``limit`` at most (a listed document
+        may be gone by its read)."""
+        if descending:
+            keys: list[DocKey] = []
+            after = None
+            while limit is None or len(keys) <= limit:
+                want = 200 if limit is None else min(200, limit + 1 - len(keys))
+                page = self.scan(state, after=after, limit=want, within=prefix, descending=True)
+                keys += [item.key for item in page]
+                if len(page) < want:
+                    break
+                after = page[-1].key.subject
+            return keys
         keys = [DocKey(state, prefix)] if prefix else []  # (the prefix itself: the scan starts after it)
         after = prefix
         while limit is None or len(keys) <= limit:
@@ -84,19 +115,16 @@ class Listing(StoreCore):
             if len(page) < 200 or not page[-1].key.subject.startswith(prefix):
                 break
             after = page[-1].key.subject
-        docs: list[Document] = []
-        for start in range(0, len(keys), 200):
-            part = keys[start : start + 200]
-            read = self.read(part)
-            docs += [read[k] for k in part if read[k].body is not None]
-        return docs if limit is None else docs[:limit]
+        return keys
 
-    def read_first_under(self, state: str, prefixes: Sequence[str]) -> list[Document | None]:
+    def read_first_under(
+        self, state: str, prefixes: Sequence[str], *, descending: bool = False
+    ) -> list[Document | None]:
         """For each of ``prefixes``, the first present document of ``state`` whose subject
-        starts with it (subject order), whole; None where there is none."""
+        starts with it (subject order; ``descending``: the last), whole; None where there is none."""
         found = []
         for prefix in prefixes:
-            first = self.read_under(state, prefix, limit=1)
+            first = self.read_under(state, prefix, limit=1, descending=descending)
             found.append(first[0] if first else None)
         return found
 
@@ -110,10 +138,12 @@ class Listing(StoreCore):
         params: Sequence[Any] = (),
         via: Via | None = None,
         within: str | None = None,
+        descending: bool = False,
     ) -> list[Listed]:
         """Present documents of ``state`` after ``after`` where ``extra`` holds — all of them, or
         (``via``) only those with a member matching a selective filter, found by its index —
-        whose subject starts with ``within`` (None: any)."""
+        whose subject starts with ``within`` (None: any); ``descending``: in reverse subject
+        order, before ``after``."""
         if via is None:
             source, first = "documents d", ()
         else:  # the few members holding the value first, then their documents by key
@@ -122,15 +152,15 @@ class Listing(StoreCore):
                 "JOIN documents d ON d.doc_id = h.doc_id"
             )
             first = tuple(via[1][1])
-        where, bounds = _subjects_sql(after, within)
+        where, bounds, order = subjects_sql(after, within, descending)
         # the page first, then the time of its rows only (not of every candidate sorted), each
         # by its key: as a join, PostgreSQL may hash the whole transitions table for one page
         rows = tx.all(
             "SELECT p.subject, p.revision, p.updated_seq, "
             "(SELECT t.at FROM transitions t WHERE t.seq = p.updated_seq) FROM ("
             f"SELECT d.subject, d.revision, d.updated_seq FROM {source} "
-            f"WHERE d.state = ? AND d.present = 1 AND {where} {extra} ORDER BY d.subject LIMIT ?"
-            ") p ORDER BY p.subject",
+            f"WHERE d.state = ? AND d.present = 1 AND {where} {extra} ORDER BY d.subject{order} LIMIT ?"
+            f") p ORDER BY p.subject{order}",
             (*first, state, *bounds, *params, limit),
         )
         return [
@@ -529,14 +559,24 @@ def prefix_end(prefix: str) -> str:
     return prefix[:-1] + chr(0xE000 if following == 0xD800 else following)
 
 
-def _subjects_sql(after: str | None, within: str | None) -> tuple[str, tuple[str, ...]]:
-    """The condition on ``d.subject`` of a listing after ``after`` (strictly), limited to the
-    subjects starting with ``within``: that range of the index read, nothing outside it."""
+def subjects_sql(
+    after: str | None, within: str | None, descending: bool = False
+) -> tuple[str, tuple[str, ...], str]:
+    """The condition on ``d.subject`` of a listing strictly past ``after`` in its order (after
+    it ascending, before it ``descending``), limited to the subjects starting with ``within``
+    (that range of the index read, nothing outside it), its parameters and its ``ORDER BY``
+    direction: one text for every backend, each of which scans the index either way."""
+    within = within or None  # (every subject starts with "")
+    if not descending:
+        if within is None:
+            return "d.subject > ?", (after or "",), ""
+        if after is not None and after >= within:
+            return "d.subject > ? AND d.subject < ?", (after, prefix_end(within)), ""
+        return "d.subject >= ? AND d.subject < ?", (within, prefix_end(within)), ""
     if within is None:
-        return "d.subject > ?", (after or "",)
-    if after is not None and after >= within:
-        return "d.subject > ? AND d.subject < ?", (after, prefix_end(within))
-    return "d.subject >= ? AND d.subject < ?", (within, prefix_end(within))
+        return ("d.subject >= ?", ("",), " DESC") if after is None else ("d.subject < ?", (after,), " DESC")
+    end = prefix_end(within)
+    return "d.subject >= ? AND d.subject < ?", (within, end if after is None else min(after, end)), " DESC"
 
 
 def _sort_value(rank: int, number: Any, text: Any) -> Any:

@@ -55,6 +55,7 @@ from stateflow.store.core import ROWS_PER_QUERY
 from stateflow.store.counting import FOLD, FOLD_EVERY
 from stateflow.store.history import SQL_INT_MAX
 from stateflow.store.id_blocks import IdBlocks
+from stateflow.store.listing import subjects_sql
 from stateflow.store.migrations import (
     INDEXABLE,
     POSTGRES,
@@ -426,20 +427,19 @@ class PostgresStore(SqlStore):
             self._seen.setdefault(key, None)
         return out
 
-    def read_under(self, state: str, prefix: str, *, limit: int | None = None) -> list[Document]:
+    def read_under(
+        self, state: str, prefix: str, *, limit: int | None = None, descending: bool = False
+    ) -> list[Document]:
         # one statement lists the revisions (its own snapshot, no transaction around it); the
         # bodies come from memory by revision, and only those not held there are read (again
         # in one statement)
         self.check_schema()
-        where = "d.state = ? AND d.present = 1 AND d.subject >= ?"
-        params: list[Any] = [state, prefix]
-        if prefix:
-            where += " AND d.subject < ?"
-            params.append(prefix[:-1] + chr(ord(prefix[-1]) + 1))
+        where, bounds, order = subjects_sql(None, prefix, descending)
         found = self._query(
-            f"SELECT d.doc_id, d.revision, d.subject FROM documents d WHERE {where} ORDER BY d.subject"
+            "SELECT d.doc_id, d.revision, d.subject FROM documents d "
+            f"WHERE d.state = ? AND d.present = 1 AND {where} ORDER BY d.subject{order}"
             + ("" if limit is None else f" LIMIT {int(limit)}"),
-            params,
+            [state, *bounds],
         )
         listed = []
         for doc_id, revision, subject in found:
@@ -451,7 +451,9 @@ class PostgresStore(SqlStore):
         docs = [doc if doc is not None else read[key] for key, doc in listed]
         return [doc for doc in docs if doc.body is not None]
 
-    def read_first_under(self, state: str, prefixes: Sequence[str]) -> list[Document | None]:
+    def read_first_under(
+        self, state: str, prefixes: Sequence[str], *, descending: bool = False
+    ) -> list[Document | None]:
         # the first revision under every prefix in one statement (a saver's newest checkpoint
         # and the newest pending writes of its thread in one round trip); bodies as read_under
         self.check_schema()
@@ -459,14 +461,11 @@ class PostgresStore(SqlStore):
             return []
         parts, params = [], []
         for n, prefix in enumerate(prefixes):
-            where = "d.state = ? AND d.present = 1 AND d.subject >= ?"
-            params += [state, prefix]
-            if prefix:
-                where += " AND d.subject < ?"
-                params.append(prefix[:-1] + chr(ord(prefix[-1]) + 1))
+            where, bounds, order = subjects_sql(None, prefix, descending)
+            params += [state, *bounds]
             parts.append(
-                f"(SELECT {n}, d.doc_id, d.revision, d.subject FROM documents d WHERE {where} "
-                "ORDER BY d.subject LIMIT 1)"
+                f"(SELECT {n}, d.doc_id, d.revision, d.subject FROM documents d "
+                f"WHERE d.state = ? AND d.present = 1 AND {where} ORDER BY d.subject{order} LIMIT 1)"
             )
         found: dict[int, tuple[DocKey, Document | None]] = {}
         for n, doc_id, revision, subject in self._query(" UNION ALL ".join(parts), params):
@@ -512,6 +511,11 @@ class PostgresStore(SqlStore):
                     if len(seen) >= SEEN_KEYS_MAX:
                         seen.clear()
                     seen.setdefault(key, None)
+
+    def _subjects_moved(self, keys: Sequence[DocKey]) -> None:
+        # (the bodies held here are documents by id, each naming its key: all dropped, once)
+        self._bodies.clear()
+        self._seen.clear()
 
     def _written(self, doc_id: int, revision: int, key: DocKey | None) -> Document | None:
         """Document ``doc_id`` (``key``, where known) at ``revision`` as a write here left it,

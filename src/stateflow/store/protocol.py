@@ -193,14 +193,25 @@ class Store(Protocol):
     # ---------------------------------------------------------------- listings and search
 
     def scan(
-        self, state: str, *, after: str | None = None, limit: int = 200, within: str | None = None
+        self,
+        state: str,
+        *,
+        after: str | None = None,
+        limit: int = 200,
+        within: str | None = None,
+        descending: bool = False,
     ) -> list[Listed]:
         """Present documents in subject order after ``after``; ``within``: only those whose
-        subject starts with it (a range of the index read, nothing outside it)."""
+        subject starts with it (a range of the index read, nothing outside it); ``descending``:
+        in reverse subject order, before ``after``."""
 
-    def read_under(self, state: str, prefix: str, *, limit: int | None = None) -> list[Document]: ...
+    def read_under(
+        self, state: str, prefix: str, *, limit: int | None = None, descending: bool = False
+    ) -> list[Document]: ...
 
-    def read_first_under(self, state: str, prefixes: Sequence[str]) -> list[Document | None]: ...
+    def read_first_under(
+        self, state: str, prefixes: Sequence[str], *, descending: bool = False
+    ) -> list[Document | None]: ...
 
     def count(self, state: str) -> int: ...
 
@@ -246,6 +257,15 @@ class Store(Protocol):
     def purge(
         self, state: str, *, erase: Sequence[DocKey] = (), origin: dict[str, Any] | None = None
     ) -> int: ...
+
+    def meta_value(self, key: str) -> str | None:
+        """The store's ``stateflow_meta`` value under ``key`` (an adapter's format mark)."""
+
+    def rename_subjects(
+        self, state: str, renamed: Callable[[str], str | None], *, mark: tuple[str, str], batch: int = 500
+    ) -> bool:
+        """Move a state's documents to new subjects (ids, history and audit unmoved) in batches
+        under the write lock, then record ``mark``; whether it is recorded."""
 
     def applied_op(self, op_id: str, scope: str = "") -> int | bool | None: ...
 

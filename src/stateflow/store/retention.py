@@ -6,7 +6,7 @@ forgotten revision before the changes up to it go.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from stateflow.doc.canonical import encode_trusted
@@ -203,6 +203,79 @@ class Retention(History):
             if key.state == state:
                 self._rows_known.pop(key, None)
         return len(ids)
+
+    def meta_value(self, key: str) -> str | None:
+        """The store's ``stateflow_meta`` value under ``key`` (an adapter's format mark), or None."""
+        self.check_schema()
+        with self._read_tx() as tx:
+            row = tx.one("SELECT value FROM stateflow_meta WHERE key = ?", (key,))
+        return None if row is None else str(row[0])
+
+    def rename_subjects(
+        self, state: str, renamed: Callable[[str], str | None], *, mark: tuple[str, str], batch: int = 500
+    ) -> bool:
+        """Move ``state``'s documents (present or not) to the subjects ``renamed`` gives (None:
+        left where it is), their ids — and so their history, audit and counters — unmoved;
+        then record ``mark`` (``stateflow_meta`` key and value). A transaction per ``batch``
+        documents, each under the write lock (and the migrators' lock): other writers wait for
+        a batch, never for the whole. A document whose new subject another already holds stays
+        where it is, and the mark is then not recorded. Nothing is done where the mark is
+        already there. Returns whether the mark is recorded."""
+        self.check_schema()
+        key, value = mark
+        if self.meta_value(key) == value:
+            return True
+        after, blocked = "", False
+        while True:
+            with self._write_tx() as tx:
+                self._lock_migration(tx)
+                rows = tx.all(
+                    "SELECT subject FROM documents WHERE state = ? AND subject > ? ORDER BY subject LIMIT ?",
+                    (state, after, batch),
+                )
+                moves = {old: new for (old,) in rows if (new := renamed(str(old))) is not None and new != old}
+                taken = self._subjects_held(tx, state, list(moves.values()))
+                for old, new in moves.items():
+                    if new in taken:
+                        blocked = True
+                        continue
+                    tx.run(
+                        "UPDATE documents SET subject = ? WHERE state = ? AND subject = ?", (new, state, old)
+                    )
+                last = len(rows) < batch
+                if last and not blocked:
+                    tx.run("DELETE FROM stateflow_meta WHERE key = ?", (key,))
+                    tx.run("INSERT INTO stateflow_meta (key, value) VALUES (?, ?)", (key, value))
+            self._forget_keys(
+                [DocKey(state, old) for old in moves] + [DocKey(state, new) for new in moves.values()]
+            )
+            if last:
+                return not blocked
+            after = str(rows[-1][0])
+
+    def _subjects_held(self, tx: Tx, state: str, subjects: Sequence[str]) -> set[str]:
+        held: set[str] = set()
+        for start in range(0, len(subjects), 500):
+            part = subjects[start : start + 500]
+            held.update(
+                str(r[0])
+                for r in tx.all(
+                    f"SELECT subject FROM documents WHERE state = ? AND subject IN ({','.join('?' * len(part))})",
+                    (state, *part),
+                )
+            )
+        return held
+
+    def _forget_keys(self, keys: Sequence[DocKey]) -> None:
+        """Forget what is held here by document key for ``keys`` (documents moved to other
+        subjects, or to these: their ids unmoved), then what the backend holds."""
+        for key in keys:
+            self._rows_known.pop(key, None)
+            self._handed.pop(key, None)
+            self._contended.pop(key, None)
+            self._served_revisions.pop(key, None)
+        self._shared_known.clear()
+        self._subjects_moved(keys)
 
     def applied_op(self, op_id: str, scope: str = "") -> int | bool | None:
         """False if ``op_id`` was never applied; else the seq it produced (None for a no-op)."""
