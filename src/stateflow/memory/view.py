@@ -975,6 +975,16 @@ class MemoryView(Staging):
                 members = sorted({*members, *wanted})
         outlines = list(lazy)
         staged: dict[str, Any] = {"authored": authored}
+        # the lazy plane reached only along the patch's paths, where merging into what the
+        # store reads along them is merging into the plane: no key deleted (a ``null``, or an
+        # object the merge leaves empty, pruned on the paths' part of an object, would not be
+        # on the whole). The store then reads a plane held as a tree and not in memory along
+        # them only (its skeleton), not whole: the first write after a restart costs the change
+        along: dict[DocKey, dict[str, Within]] = {}
+        for scope, scope_patch in supplied.items():
+            sub = scope_patch.get("lazy")
+            if scope not in cascading and type(sub) is dict and sub and not _may_delete(sub):
+                along[self.keys[scope]] = {"lazy": patch_within(sub, {})}
 
         def compute(docs: dict[DocKey, Document]) -> tuple[list[Write], dict[str, Any]]:
             basis: dict[str, Any] = {}
@@ -1017,10 +1027,11 @@ class MemoryView(Staging):
                 outlines=shapes,
                 revisions=read,
                 lazy_loaded="lazy" in members,
+                lazy_along={s for s in supplied if self.keys[s] in along},
             )
             return writes, staged
 
-        commit = self._commit_patch(supplied, compute, members, outlines, origin)
+        commit = self._commit_patch(supplied, compute, members, outlines, origin, along)
         # each scope's revision now, and the scopes whose revision moved (in the scopes' order)
         revisions: dict[str, int] = {}
         changed: list[str] = []
@@ -1060,6 +1071,7 @@ class MemoryView(Staging):
         members: list[str],
         outlines: list[str],
         origin: dict[str, Any] | None,
+        along: dict[DocKey, dict[str, Within]] | None = None,
     ) -> Commit:
         """Commit the patch: merged by the store where it can (``memory.served``; then
         ``compute`` runs after the commit, on the basis the store merged into, for the receipt,
@@ -1087,6 +1099,7 @@ class MemoryView(Staging):
             outlines=outlines,
             optimistic=True,  # compute keeps nothing between calls but ``staged``, set whole each time
             checked=True,  # its values: the patch (checked by ``check_scope_patch``) or stored ones
+            along=along or None,
         )
         return commit
 
@@ -1235,7 +1248,7 @@ class MemoryView(Staging):
         if nav_before is None:
             nav_before = staged["basis_navigation"]
         nav_after = (  # without lazy loaded, the outlines after are the stored ones
-            self._navigation(self._lazy_outlines(staged["outlines"], staged["new"]))
+            self._navigation(self._lazy_outlines(staged["outlines"], staged["new"], staged["lazy_along"]))
             if staged["lazy_loaded"]
             else staged["basis_navigation"]
         )
@@ -1253,15 +1266,25 @@ class MemoryView(Staging):
     # ------------------------------------------------------------------------- navigation and context
 
     def _lazy_outlines(
-        self, outlines: dict[str, dict[str, Any]], states: dict[str, Any] | None = None
+        self,
+        outlines: dict[str, dict[str, Any]],
+        states: dict[str, Any] | None = None,
+        along: Iterable[str] = (),
     ) -> dict[str, Any]:
-        """Each scope's lazy outline: stored, or computed from ``states`` when lazy was loaded."""
+        """Each scope's lazy outline: stored, or computed from ``states`` when lazy was loaded
+        — in the scopes ``along`` (lazy read along the patch's paths, which deleted nothing)
+        the stored one with the kinds of the keys in hand now."""
         out = {}
         for scope in self.scopes:
             outline = outlines.get(scope, {}).get("lazy")
             if states is not None:
                 value = (states.get(scope) or {}).get("lazy")
-                outline = child_kinds(value) if type(value) is dict else None
+                if type(value) is not dict:
+                    outline = None
+                elif scope in along:
+                    outline = {**(outline or {}), **child_kinds(value)}
+                else:
+                    outline = child_kinds(value)
             out[scope] = outline
         return out
 

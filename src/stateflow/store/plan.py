@@ -28,6 +28,7 @@ from stateflow.errors import InvalidInput, InvalidJSON
 from stateflow.store.cache import Known
 from stateflow.store.model import DocKey, Write
 from stateflow.store.rows import DocRow, MemberHead
+from stateflow.store.tree_skeleton import Skeleton
 from stateflow.store.tree_update import Updated
 
 SNAPSHOT_MAX_CHAIN: Final = 256
@@ -66,6 +67,8 @@ class Loaded:
     members: dict[str, tuple[JSON, int, int]] = field(default_factory=dict)
     """name → (value, position, encoded size)"""
     complete: bool = False
+    by_path: dict[str, ByPath] | None = None
+    """members held as their skeletons (``Store.update``'s ``along``), by name"""
 
 
 @dataclass(slots=True, init=False)
@@ -84,6 +87,8 @@ class Stage:
     reborn: set[str] | None = None
     """Members the document had that the write deletes and then writes again: they go last,
     as a replay of the change's edits puts them (None: none)."""
+    by_path: dict[str, ByPath] | None = None
+    """Members held as trees and not in memory, staged on their skeletons (None: none)."""
 
     def __init__(self, present: bool) -> None:
         # (by hand, as ``Fresh``: every document written builds one)
@@ -93,6 +98,16 @@ class Stage:
         self.trees = {}
         self.changed = {}
         self.reborn = None
+        self.by_path = None
+
+
+class ByPath(NamedTuple):
+    """A member staged by path: the skeleton its edits were applied to, its tree's root and
+    its outline before the write (encoded; None: not an object)."""
+
+    skeleton: Skeleton
+    root: bytes
+    outline: bytes | None
 
 
 class SeqRef(NamedTuple):

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, Self, TypeVar
 
+from stateflow.doc.diff import Within
 from stateflow.store.model import (
     Change,
     Commit,
@@ -102,8 +103,11 @@ class Store(Protocol):
         claims: Sequence[tuple[str, str]] = (),
         optimistic: bool = False,
         checked: bool = False,
+        along: Mapping[DocKey, Mapping[str, Within]] | None = None,
     ) -> tuple[Commit, R | None]:
-        """Read-modify-write: load ``keys`` locked, ``compute`` the writes, commit them."""
+        """Read-modify-write: load ``keys`` locked, ``compute`` the writes, commit them
+        (``along``: members ``compute`` reaches only along these paths, which may be handed to
+        it as skeletons: see ``SqlStore.update``)."""
 
     def update_parts(
         self,

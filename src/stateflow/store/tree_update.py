@@ -28,6 +28,10 @@ from stateflow.doc.diff import Within, within
 from stateflow.errors import CorruptData
 from stateflow.store.key_positions import Positions
 from stateflow.store.tree import INLINE_MAX, LEAF_MAX, Builder, Entry, cuts, interior_body, leaf_body, node_id
+from stateflow.store.tree_skeleton import NeedsWhole
+
+Shapes = dict[int, tuple[int, dict[str, int]]]
+"""A skeleton's containers' real sizes and key positions (``tree_skeleton.Skeleton.shapes``)."""
 
 Get = Callable[[bytes], dict[str, Any]]
 """A node's decoded body by id (raises ``CorruptData`` when it is missing or damaged)."""
@@ -72,6 +76,7 @@ def update(
     get: Get,
     where: Within | None = None,
     positions: Positions | None = None,
+    shapes: Shapes | None = None,
 ) -> Updated:
     """``new`` as a tree, given ``old`` (encoded in ``size`` bytes) stored under ``root``.
 
@@ -79,15 +84,19 @@ def update(
     edits that made it. Containers along them find their changed elements from the paths
     instead of comparing every element; elsewhere (or without ``where``) the changed range is
     found by identity. ``positions``: where large objects' keys stand, kept by tree root
-    (an existing key's position is then looked up, not scanned for)."""
+    (an existing key's position is then looked up, not scanned for). ``shapes``: ``old`` is
+    a skeleton (``tree_skeleton``) and ``new`` the edits applied to it: every position comes
+    from these and the paths, and ``NeedsWhole`` is raised where they do not say enough."""
     nodes: dict[bytes, bytes] = {}
     if type(new) is not type(old) or type(new) not in (dict, list):
         builder = Builder()
         built = builder.build(new)
         return Updated(built.root, built.inline, built.size, built.nodes, builder.refs())
     refs: dict[int, bytes] = {}
-    entry, delta = _update(root, old, new, get, nodes, refs, where or None, positions)
+    entry, delta = _update(root, old, new, get, nodes, refs, where or None, positions, shapes)
     if size + delta <= INLINE_MAX:  # shrunk: small values are inline
+        if shapes:
+            raise NeedsWhole("the value shrinks inline")
         data = orjson.dumps(new)
         return Updated(None, data, len(data))
     if entry.is_ref:
@@ -109,18 +118,101 @@ def _update(
     refs: dict[int, bytes],
     where: Within | None = None,
     positions: Positions | None = None,
+    shapes: Shapes | None = None,
 ) -> tuple[Entry, int]:
     """The container ``new`` as an entry (a ref: its tree), and its size minus ``old``'s."""
+    if shapes and id(old) in shapes:
+        return _update_skeleton(root, old, new, get, nodes, refs, where, shapes)
     if type(new) is not dict or positions is None:
-        return _update_in(root, old, new, get, nodes, refs, where, positions, None)
+        return _update_in(root, old, new, get, nodes, refs, where, positions, None, shapes)
     keyed = _Keyed(root, old, positions)
     try:
-        return _update_in(root, old, new, get, nodes, refs, where, positions, keyed)
+        return _update_in(root, old, new, get, nodes, refs, where, positions, keyed, shapes)
     except BaseException:
         # (a node it could not get: an update staged with no transaction meets one not cached,
         # and the write is staged again under the lock, which must find the index as it was)
         keyed.give_back()
         raise
+
+
+def _update_skeleton(
+    root: bytes,
+    old: Any,
+    new: Any,
+    get: Get,
+    nodes: dict[bytes, bytes],
+    refs: dict[int, bytes],
+    where: Within | None,
+    shapes: Shapes,
+) -> tuple[Entry, int]:
+    """:func:`_update` of a skeleton container: one step per element or key it changes (each
+    a splice of the tree), the appends first and then the others from the last position back,
+    so that no step moves a position a later one takes from the tree."""
+    count, places = shapes[id(old)]
+    unchanged = Entry(b'"' + root.hex().encode() + b'"', True, 0), 0
+    if new is old:
+        return unchanged
+    if not where:
+        raise NeedsWhole("no paths say where the container changed")
+    steps: list[tuple[Any, Any, Within]] = []
+    if type(old) is dict:
+        if not all(type(k) is str for k in where):
+            raise NeedsWhole("an index into an object")
+        present = [str(k) for k in where if k in old]
+        added = {k: new[k] for k in new if k not in old}
+        if len(present) + bool(added) <= 1:
+            return _update_in(root, old, new, get, nodes, refs, where, None, None, shapes)
+        if added:
+            steps.append(({}, added, {k: where[k] for k in added if k in where}))
+        for key in sorted(present, key=places.__getitem__, reverse=True):
+            steps.append(({key: old[key]}, {key: new[key]} if key in new else {}, {key: where[key]}))
+    else:
+        indices = sorted((k for k in where if type(k) is int), reverse=True)
+        if len(indices) != len(where) or len(new) < count:
+            raise NeedsWhole("an array's element deleted, or a key into an array")
+        if indices[0] >= len(new):  # (deletes past the end: nothing was there to change)
+            indices = [i for i in indices if i < len(new)]
+            where = {i: where[i] for i in indices}
+            if not indices:
+                return unchanged
+        inside = [i for i in indices if i < count]
+        if len(inside) + (len(new) > count) <= 1:
+            return _update_in(root, old, new, get, nodes, refs, where, None, None, shapes)
+        if len(new) > count:
+            steps.append((old, new, {i: where[i] for i in indices if i >= count}))
+        for i in inside:
+            one = list(old)
+            one[i] = new[i]
+            steps.append((old, one, {i: where[i]}))
+    delta = 0
+    ident = root
+    size = count
+    get = _with_written(get, nodes)  # (a step walks the nodes the steps before it wrote)
+    for before, after, below in steps:
+        if before is not old:  # (an object's step: its own container, shaped as the tree now)
+            at = {k: places[k] for k in before}
+            shapes[id(before)] = (size, at)
+        try:
+            entry, moved = _update_in(ident, before, after, get, nodes, refs, below, None, None, shapes)
+        finally:
+            if before is not old:
+                del shapes[id(before)]
+        if not entry.is_ref:
+            raise NeedsWhole("a step left the container inline")
+        delta += moved
+        size += len(after) - len(before)
+        ident = _ref_id(entry.json)
+    return Entry(b'"' + ident.hex().encode() + b'"', True, 0), delta
+
+
+def _with_written(get: Get, nodes: dict[bytes, bytes]) -> Get:
+    """``get``, but a node this update has written is taken from ``nodes``."""
+
+    def written(ident: bytes) -> dict[str, Any]:
+        body = nodes.get(ident)
+        return get(ident) if body is None else orjson.loads(body)
+
+    return written
 
 
 def _update_in(
@@ -133,10 +225,20 @@ def _update_in(
     where: Within | None,
     positions: Positions | None,
     keyed: _Keyed | None,
+    shapes: Shapes | None = None,
 ) -> tuple[Entry, int]:
     """:func:`_update`, with the key index of ``old`` when it is an object."""
     is_object = type(new) is dict
-    located = None if where is None else _located(old, new, where, keyed)
+    shaped = shapes.get(id(old)) if shapes else None
+    old_len = len(old)
+    new_len = len(new)
+    located: tuple[int, int, int, Any] | None
+    if shaped is not None:
+        located = _shaped(old, new, where, shaped)
+        old_len = shaped[0]
+        new_len = located[2] + old_len - located[1]
+    else:
+        located = None if where is None else _located(old, new, where, keyed)
     if located is not None:
         lo, old_hi, new_hi, one = located
     elif is_object:
@@ -157,10 +259,10 @@ def _update_in(
         old_keys, old_values = [one], [old[one]]
         new_keys, new_values = ([one], [new[one]]) if one in new else ([], [])
         base = lo
-    elif located is not None and new_hi == len(new) and old_hi == len(old):  # a tail (appends)
+    elif located is not None and new_hi == new_len and old_hi == old_len:  # a tail (appends)
         base = lo
-        old_keys, old_values = _tail(old, len(old) - lo)
-        new_keys, new_values = _tail(new, len(new) - lo)
+        old_keys, old_values = _tail(old, old_len - lo)
+        new_keys, new_values = _tail(new, new_len - lo)
     else:
         base = 0
         old_keys = list(old) if is_object else None
@@ -183,7 +285,9 @@ def _update_in(
             nonlocal delta
             (was,) = found
             if was.is_ref and type(after) is type(before) and type(after) in (dict, list):
-                entry, inner = _update(_ref_id(was.json), before, after, get, nodes, refs, below, positions)
+                entry, inner = _update(
+                    _ref_id(was.json), before, after, get, nodes, refs, below, positions, shapes
+                )
                 if entry.is_ref:
                     refs[id(after)] = _ref_id(entry.json)
             else:
@@ -207,7 +311,7 @@ def _update_in(
             len(orjson.dumps(old_values[i])) + (len(orjson.dumps(old_keys[i])) + 1 if old_keys else 0)
             for i in range(lo - base, old_hi - base)
         )
-    count_delta = max(0, len(new) - 1) - max(0, len(old) - 1)
+    count_delta = max(0, new_len - 1) - max(0, old_len - 1)
     kind = "o" if is_object else "a"
     level = _splice(root, lo, old_hi, make, kind, get, nodes)
     while len(level) > 1:
@@ -218,6 +322,33 @@ def _update_in(
     if keyed is not None and located is not None:
         keyed.follow(old, new, where or {}, level[0][1])
     return Entry(b'"' + level[0][1].hex().encode() + b'"', True, 0), delta + count_delta
+
+
+def _shaped(
+    old: Any, new: Any, where: Within | None, shaped: tuple[int, dict[str, int]]
+) -> tuple[int, int, int, Any]:
+    """:func:`_located` for a skeleton container (real size and key positions in ``shaped``),
+    where only what the paths address is in hand: one element or key replaced in place, one key
+    deleted, or only appends (new keys, elements past the end). ``NeedsWhole`` otherwise."""
+    count, places = shaped
+    if where:
+        if type(new) is dict:
+            if all(type(k) is str for k in where):
+                present = [str(k) for k in where if k in old]
+                added = len(new) - (len(old) - sum(1 for k in present if k not in new))
+                if len(present) == 1 and not added:
+                    at = places[present[0]]
+                    return at, at + 1, at + 1 if present[0] in new else at, present[0]
+                if not present:
+                    return count, count, count + added, None
+        elif type(new) is list:
+            indices = [k for k in where if type(k) is int]
+            if len(indices) == len(where) and len(new) > count and min(indices) >= count:
+                return count, count, len(new), None
+            if len(indices) == len(where) == 1 and len(new) == count and 0 <= indices[0] < count:
+                at = indices[0]
+                return at, at + 1, at + 1, None
+    raise NeedsWhole("the edits change more of a container than its skeleton holds")
 
 
 def _located(

@@ -13,22 +13,23 @@ import operator
 import random
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import partial
 from typing import Any, Final, NamedTuple, TypeVar, cast
 
 import orjson
 
 from stateflow.doc.canonical import encode_trusted
-from stateflow.doc.diff import Edit, apply_below, diff_within, within
+from stateflow.doc.diff import Edit, Within, apply_below, diff_within, within
 from stateflow.doc.select import MISSING
 from stateflow.errors import Conflict, InvalidInput, StateflowError, WriteAborted
-from stateflow.store import tree_update
+from stateflow.store import tree_skeleton, tree_update
 from stateflow.store.cache import Heads
 from stateflow.store.cancel import committed
 from stateflow.store.clock import utc_now
 from stateflow.store.core import KNOWN_ROWS_MAX, ROWS_PER_QUERY, StoreCore
 from stateflow.store.ledger import OpIdTaken, checked_transition, claims_query, replayed, unmoved, with_op_id
 from stateflow.store.model import Commit, DocKey, Document, Whole, Write, made_commit, made_document
-from stateflow.store.nodes import NodeCache
+from stateflow.store.nodes import NodeCache, load_tree
 from stateflow.store.plan import (
     INLINE_EDITS_MAX,
     SNAPSHOT_LARGE_CHAIN,
@@ -36,6 +37,7 @@ from stateflow.store.plan import (
     SNAPSHOT_MIN_BYTES,
     TREE_MIN,
     WHOLE_INLINE_MAX,
+    ByPath,
     Fresh,
     Loaded,
     SeqRef,
@@ -54,11 +56,13 @@ from stateflow.store.rows import (
     decode_stored,
     encoded_outline,
     lock_order,
+    outline_of,
     rows_by_key,
     to_row,
 )
 from stateflow.store.served_patch import Served
 from stateflow.store.tree import Builder
+from stateflow.store.tree_skeleton import NeedsWhole
 from stateflow.store.tx import OFFLINE, Tx
 
 R = TypeVar("R")
@@ -107,6 +111,7 @@ class Writes(StoreCore):
         claims: Sequence[tuple[str, str]] = (),
         optimistic: bool = False,
         checked: bool = False,
+        along: Mapping[DocKey, Mapping[str, Within]] | None = None,
     ) -> tuple[Commit, R | None]:
         """Read-modify-write under lock: load ``keys`` (locked against other writers), call
         ``compute(documents)`` → ``(writes, result)``, commit the writes in the same transaction.
@@ -131,12 +136,21 @@ class Writes(StoreCore):
         ``checked``: the caller vouches that every value ``compute``'s writes set is plain JSON
         (checked on its way in, or read from the store): the writes' shape is still validated,
         their values are not walked again.
+
+        ``along``: members of a document that ``compute`` reaches only along these paths (a trie
+        each, relative to the member; a patch's ``"[N]"`` names an array's element N): where
+        such a member is held as a tree and not in memory, ``compute`` gets its skeleton
+        (``tree_skeleton``: the containers on the paths, an array as its real length with
+        ``HOLE`` off them, an object as the keys the paths name) instead of reading it whole,
+        and the writes are staged on it. ``compute`` must then change the member only along
+        those paths and delete nothing in it (what the algebra does on a skeleton is then what
+        it does on the value), and keeps nothing of the skeleton.
         """
         self.check_schema()
         args = (keys, compute, origin, members, outlines, shared, op_id, op_scope, claims)
         for attempt in range(ABORTED_RETRIES + 1):
             try:
-                return self._update_once(*args, optimistic=optimistic, checked=checked)
+                return self._update_once(*args, optimistic=optimistic, checked=checked, along=along)
             except WriteAborted:
                 if not optimistic or attempt == ABORTED_RETRIES:
                     raise
@@ -281,6 +295,7 @@ class Writes(StoreCore):
         *,
         optimistic: bool,
         checked: bool = False,
+        along: Mapping[DocKey, Mapping[str, Within]] | None = None,
     ) -> tuple[Commit, R | None]:
         """One attempt of :meth:`update`."""
         names = None if members is None else list(members)
@@ -324,7 +339,16 @@ class Writes(StoreCore):
             fresh = Fresh()
             try:
                 attempt = self._read_then_commit(
-                    locked, shared_keys, names, outline_names, compute, origin, all_claims, fresh, checked
+                    locked,
+                    shared_keys,
+                    names,
+                    outline_names,
+                    compute,
+                    origin,
+                    all_claims,
+                    fresh,
+                    checked,
+                    along,
                 )
             except _Computed as ready:
                 attempt, computed = None, ready
@@ -362,7 +386,7 @@ class Writes(StoreCore):
                     if k in rows and rows[k].present
                 ]
                 wanted += [(k, r.doc_id, r.revision, names) for k, r in locked_rows.items() if r.present]
-                fetched = self._fetch_many(tx, wanted, outline_names)
+                fetched, skeletons = self._fetch_along(tx, wanted, outline_names, along, locked_rows)
                 in_turn: tuple[Commit, R] | None = None
                 if computed is None:
                     # the common case planned as the unlocked attempt plans it, on the documents
@@ -403,6 +427,7 @@ class Writes(StoreCore):
                             for name, position, value, size in members_of:
                                 entry.members[name] = (value, position, size)
                             entry.complete = names is None
+                            entry.by_path = skeletons.get(row.doc_id)
                             body = {n: v for n, _, v, _ in members_of}
                         docs[key] = Document(key, row.revision, body, row.updated_seq, shapes)
                     if computed is not None and computed.holds({**rows, **locked_rows}):
@@ -962,6 +987,7 @@ class Writes(StoreCore):
         claims: Sequence[tuple[str, str]],
         fresh: Fresh,
         checked: bool = False,
+        along: Mapping[DocKey, Mapping[str, Within]] | None = None,
     ) -> tuple[Commit, R] | _Moved | None:
         """Read the documents in one snapshot with no lock held, compute and stage the writes
         there, then commit checking that none of them moved (on PostgreSQL one statement, which
@@ -988,7 +1014,7 @@ class Writes(StoreCore):
                 for k in keys
                 if rows[k].present
             ]
-            fetched = self._fetch_many(tx, wanted, outline_names)
+            fetched, skeletons = self._fetch_along(tx, wanted, outline_names, along, rows)
             docs: dict[DocKey, Document] = {}
             loaded: dict[DocKey, Loaded] = {}
             for key in keys:
@@ -999,6 +1025,7 @@ class Writes(StoreCore):
                 if row.present:
                     members_of, shapes = fetched[row.doc_id]
                     entry.members = {n: (v, p, size) for n, p, v, size in members_of}
+                    entry.by_path = skeletons.get(row.doc_id)
                     body = {n: v for n, _, v, _ in members_of}
                 docs[key] = Document(key, row.revision, body, row.updated_seq, shapes)
                 if key not in shared:
@@ -1156,12 +1183,17 @@ class Writes(StoreCore):
         assert seq is not None
         return lambda: seq
 
-    def _stage(self, tx: Tx, write: Write, entry: Loaded) -> Stage:
+    def _stage(self, tx: Tx, write: Write, entry: Loaded, by_path: bool = True) -> Stage:
         """Apply the write's edits to the loaded members; nothing is written yet. (An edit's
-        value is tested against MISSING here, not through ``is_delete``: a call per edit.)"""
+        value is tested against MISSING here, not through ``is_delete``: a call per edit.)
+        A member held as a tree and not in memory is staged on its skeleton along the edits'
+        paths (``_stage_by_path``), unless ``by_path`` is False: then, as where the skeleton
+        does not say enough for its tree's update, it is read whole."""
         row = entry.row
         stage = Stage(row.present)
         key = write.key
+        if entry.by_path and by_path:
+            stage.by_path = dict(entry.by_path)
         # A member as the write's edits make it, when the write says so itself: it was computed
         # from this very object (values are never mutated, so the same object is the same
         # value) — then its result is taken, not the edits applied again. (A deleted member
@@ -1187,10 +1219,12 @@ class Writes(StoreCore):
             # the members the edits name that are not in hand, read together (their heads and
             # values in a statement or a few): one read per member walked the document's heads
             # each time, quadratic in the edits of a commit that names many
-            wanted = [name for e in write.edits if (name := e.path[0]) not in members]
+            # (a top-level member's name is a string: ``validate_writes``)
+            wanted = cast("list[str]", [name for e in write.edits if (name := e.path[0]) not in members])
+            if wanted and by_path and tx is not OFFLINE:
+                wanted = self._stage_by_path(tx, write, entry, stage, wanted)
             if wanted:
-                # (a top-level member's name is a string: ``validate_writes``)
-                self._load_members(tx, key, entry, cast("list[str]", wanted))
+                self._load_members(tx, key, entry, wanted)
         for edit in write.edits:
             path, value = edit.path, edit.value
             if not path:
@@ -1250,8 +1284,115 @@ class Writes(StoreCore):
             else:
                 edited.append((path[1:], value is MISSING))
         stage.values, stage.touched, stage.changed, stage.present = values, touched, changed, present
-        self._stage_trees(tx, key, entry, stage)
+        try:
+            self._stage_trees(tx, key, entry, stage)
+        except NeedsWhole:
+            for name in stage.by_path or ():
+                entry.members.pop(name, None)
+            entry.by_path = None
+            return self._stage(tx, write, entry, by_path=False)
         return stage
+
+    def _stage_by_path(
+        self, tx: Tx, write: Write, entry: Loaded, stage: Stage, wanted: list[str]
+    ) -> list[str]:
+        """Of the members ``wanted`` by the write's edits, those held as trees and not in memory
+        (the first write after a restart beside a large member) put in ``entry`` as skeletons
+        read along the edits' paths (``tree_skeleton``), not read whole: the edits are applied
+        to a skeleton as to the value, and the tree updated from it. The others are returned,
+        to be read as before. A member edited whole (or deleted), or whose edits' paths cannot
+        say where it changes (a key deleted and set again), is among them."""
+        row = entry.row
+        heads = self._heads_at(tx, write.key, row)
+        if heads is None or all((h := heads.get(name)) is None or h[4] <= TREE_MIN for name in wanted):
+            return wanted  # (most writes: no tree member)
+        paths: dict[str, list[tuple[tuple[str | int, ...], bool]]] = {}
+        for edit in write.edits:
+            paths.setdefault(cast(str, edit.path[0]), []).append((edit.path[1:], edit.value is MISSING))
+        rest = []
+        for name in dict.fromkeys(wanted):
+            edits = paths[name]
+            found = None
+            if all([path for path, _ in edits]):  # (none sets or deletes the member whole)
+                found = self._skeleton(tx, write.key, row, heads.get(name), tree_update.where_of(edits))
+            if found is None:
+                rest.append(name)
+                continue
+            entry.members[name] = (found.skeleton.value, *found.head)
+            if stage.by_path is None:
+                stage.by_path = {}
+            stage.by_path[name] = found.by_path
+        return rest
+
+    def _heads_at(self, tx: Tx, key: DocKey, row: DocRow) -> Mapping[str, MemberHead] | None:
+        """A present document's member heads at its revision: cached, else read (and kept)."""
+        heads = self._heads.get(row.doc_id, row.revision)
+        if heads is None:
+            self._fetch_many(tx, [(key, row.doc_id, row.revision, [])])  # (the heads alone)
+            heads = self._heads.get(row.doc_id, row.revision)
+        return heads
+
+    def _skeleton(
+        self, tx: Tx, key: DocKey, row: DocRow, head: MemberHead | None, where: Within
+    ) -> _Skeletal | None:
+        """The member ``head`` describes as its skeleton along ``where``, when it is held as a
+        tree and not in memory (in memory, or inline, it is had whole for nothing)."""
+        if head is None or head[4] <= TREE_MIN or not where:
+            return None
+        if self._cache.lookup((row.doc_id, head[1]), head[3])[0]:
+            return None
+        root = self._root_of(tx, row, head[1])
+        if root is None:
+            return None
+        what = f"{key} member {head[1]!r}"
+        skeleton = tree_skeleton.skeleton(
+            root, where, self._node_cache.getter(tx, what), partial(load_tree, tx, what=what)
+        )
+        return _Skeletal(skeleton, ByPath(skeleton, root, head[5]), (head[2], head[4]))
+
+    def _fetch_along(
+        self,
+        tx: Tx,
+        wanted: list[Wanted],
+        outlines: Sequence[str],
+        along: Mapping[DocKey, Mapping[str, Within]] | None,
+        rows: Mapping[DocKey, DocRow],
+    ) -> tuple[
+        dict[int, tuple[list[tuple[str, int, Any, int]], dict[str, Any]]], dict[int, dict[str, ByPath]]
+    ]:
+        """:meth:`_fetch_many`, but a member ``along`` names for its document (see
+        :meth:`update`) that is held as a tree and not in memory is its skeleton along the
+        paths given, not read whole; and those skeletons by document id."""
+        skeletons: dict[int, dict[str, ByPath]] = {}
+        if not along:
+            return self._fetch_many(tx, wanted, outlines), skeletons
+        extra: dict[int, list[tuple[str, int, Any, int]]] = {}
+        narrowed: list[Wanted] = []
+        for key, doc_id, revision, names in wanted:
+            paths = along.get(key)
+            row = rows.get(key)
+            heads = None
+            if paths and names is not None and row is not None and row.revision == revision:
+                heads = self._heads_at(tx, key, row)
+            if heads is not None and paths and names is not None and row is not None:
+                for name, where in paths.items():
+                    if name not in names:
+                        continue
+                    found = self._skeleton(tx, key, row, heads.get(name), where)
+                    if found is None:
+                        continue
+                    skeletons.setdefault(doc_id, {})[name] = found.by_path
+                    extra.setdefault(doc_id, []).append(
+                        (name, found.head[0], found.skeleton.value, found.head[1])
+                    )
+                if doc_id in skeletons:
+                    names = [n for n in names if n not in skeletons[doc_id]]
+            narrowed.append((key, doc_id, revision, names))
+        fetched = self._fetch_many(tx, narrowed, outlines)
+        for doc_id, members in extra.items():
+            fetched[doc_id][0].extend(members)
+            fetched[doc_id][0].sort(key=_SECOND)
+        return fetched, skeletons
 
     def _stage_trees(self, tx: Tx, key: DocKey, entry: Loaded, stage: Stage) -> None:
         """Update the trees of touched members held as trees, by path (the nodes to write)."""
@@ -1267,6 +1408,22 @@ class Writes(StoreCore):
                 continue
             what = f"{key} member {name!r}"
             where = tree_update.where_of(stage.changed.get(name, [((), False)]))
+            by_path = stage.by_path.get(name) if stage.by_path else None
+            if by_path is not None:  # its skeleton, and every position from the tree
+                updated = tree_update.update(
+                    by_path.root,
+                    old[2],
+                    old[0],
+                    value,
+                    self._node_cache.getter(tx, what),
+                    where,
+                    None,
+                    by_path.skeleton.shapes,
+                )
+                if updated.root is None or updated.size <= TREE_MIN:
+                    raise NeedsWhole(f"{what} goes inline")
+                stage.trees[name] = updated
+                continue
             if tx is OFFLINE:  # no transaction: the root and the nodes from the caches, or the lock
                 known = self._roots.get(entry.row.doc_id)
                 if known is None or known[0] != entry.row.revision or name not in known[1]:
@@ -1367,8 +1524,12 @@ class Writes(StoreCore):
                 roots[name] = root
                 if tree is not None:
                     fresh.keep_nodes(tree.nodes)
-            outline = encoded_outline(value) if type(value) is dict else None
-            cache(((doc_id, name), revision, value, encoded))
+            by_path = stage.by_path.get(name) if stage.by_path else None
+            if by_path is None:
+                outline = encoded_outline(value) if type(value) is dict else None
+                cache(((doc_id, name), revision, value, encoded))
+            else:  # a skeleton: its outline follows from the one before, and no value is kept
+                outline = _outline_after(by_path.outline, value, stage.changed[name])
             if old is not None and (reborn is None or name not in reborn):
                 updates((body, revision, encoded, outline, root, doc_id, name))
                 size += encoded - old[2]
@@ -1875,6 +2036,26 @@ def _edits_by_member(before: dict[str, Any], whole: Whole) -> dict[str, list[Any
     return groups
 
 
+def _outline_after(
+    before: bytes | None, value: Any, changed: Sequence[tuple[tuple[str | int, ...], bool]]
+) -> bytes | None:
+    """An object member's outline after edits inside it (none of them at its root), from its
+    outline before: a key set or made takes the kind of its value now (a new one goes last, as
+    in the object), a deleted one goes."""
+    if type(value) is not dict:
+        return None
+    kinds: dict[str, str] = {} if before is None else decode_stored(before, "member outline")
+    for path, _ in changed:
+        key = path[0]
+        if type(key) is not str:
+            continue
+        if key not in value:
+            kinds.pop(key, None)
+        elif len(path) == 1 or key not in kinds:
+            kinds[key] = outline_of({key: value[key]})[key]
+    return b"%b" % orjson.dumps(kinds)
+
+
 def _paths_of(write: Write) -> bytes:
     """A write's touched paths as its change row keeps them (by default its edits' paths)."""
     paths = write.paths if write.paths is not None else [e.path for e in write.edits]
@@ -2099,6 +2280,18 @@ def _cached_only(cache: NodeCache, what: str) -> tree_update.Get:
         return node
 
     return get
+
+
+class _Skeletal(NamedTuple):
+    """A member read as its skeleton: the skeleton, how its write is staged, and its place
+    and stored size."""
+
+    skeleton: tree_skeleton.Skeleton
+    by_path: ByPath
+    head: tuple[int, int]
+
+
+_SECOND = operator.itemgetter(1)
 
 
 class _Computed(Exception):
