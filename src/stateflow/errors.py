@@ -7,6 +7,8 @@ tool-error text, CLI exit code.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class StateflowError(Exception):
     """Base of every error stateflow raises on purpose."""
@@ -20,6 +22,22 @@ class StateflowError(Exception):
 
     def __str__(self) -> str:
         return self.message
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Exception's own reduce calls the class again with ``args`` — the message alone —,
+        # which a subclass whose constructor takes other arguments (a key and revisions, a
+        # server's code and status) refuses, so the error could not cross a process (pickle,
+        # multiprocessing, concurrent.futures) nor be copied. It is rebuilt from what its
+        # constructor left instead: the same args, message and attributes.
+        return _rebuilt, (type(self), self.args, self.__dict__)
+
+
+def _rebuilt(cls: type[StateflowError], args: tuple[Any, ...], attributes: dict[str, Any]) -> StateflowError:
+    """An unpickled (or copied) error: ``cls`` made without its constructor, holding ``args``
+    and ``attributes`` as the original did (see :meth:`StateflowError.__reduce__`)."""
+    error = cls.__new__(cls, *args)
+    error.__dict__.update(attributes)
+    return error
 
 
 class InvalidInput(StateflowError):

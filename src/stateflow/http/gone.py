@@ -44,7 +44,7 @@ class CallAbandoned(ClientDisconnect):
     too late, it had committed a write, which stands)."""
 
     def __init__(self, committed: bool) -> None:
-        super().__init__()
+        super().__init__(committed)  # (its args are its constructor's: it pickles)
         self.committed = committed
 
 

@@ -150,7 +150,7 @@ class Answered(Exception):
     """The writer's request was committed by an earlier turn while it waited: no turn of its own."""
 
     def __init__(self, answer: bytes) -> None:
-        super().__init__()
+        super().__init__(answer)  # (its args are its constructor's: it pickles)
         self.answer = answer
 
 
