@@ -191,7 +191,7 @@ def test_an_erased_record_is_absent_to_python_the_tools_and_the_cli(
             service.apply("tickets", T1, [{"op": "set", "path": ["n"], "value": 1}], expect_revision=stale)
         with pytest.raises(RevisionMismatch):
             service.erase("tickets", T1, expect_revision=stale)
-    assert service.merge("tickets", T1, {"n": 1}, expect_revision=0)["revision"] == 3  # type: ignore[index]
+    assert service.merge("tickets", T1, {"n": 1}, expect_revision=0)["revision"] == 3
     service.erase("tickets", T1)
     from stateflow.memory import Identity, MemoryView
 
@@ -212,7 +212,7 @@ def test_an_erased_record_is_absent_to_python_the_tools_and_the_cli(
 
 
 def test_expect_revision_in_python_and_tools(service: StatesService) -> None:
-    assert service.replace("tickets", T1, {"status": "a"}, expect_revision=0)["revision"] == 1  # type: ignore[index]
+    assert service.replace("tickets", T1, {"status": "a"}, expect_revision=0)["revision"] == 1
     with pytest.raises(RevisionMismatch):
         service.replace("tickets", T1, {"status": "b"}, expect_revision=0)
     with pytest.raises(RevisionMismatch):
@@ -223,7 +223,7 @@ def test_expect_revision_in_python_and_tools(service: StatesService) -> None:
         service.erase("tickets", T1, expect_revision=2)
     with pytest.raises(InvalidInput, match="non-negative integer"):
         service.merge("tickets", T1, {"n": 1}, expect_revision=-1)
-    assert service.merge("tickets", T1, {"n": 1}, expect_revision=1)["revision"] == 2  # type: ignore[index]
+    assert service.merge("tickets", T1, {"n": 1}, expect_revision=1)["revision"] == 2
     from stateflow.memory import Identity, MemoryView
 
     host = ToolHost(MemoryView(service.store, Identity.of("alice", "/tmp", "s1")), service)
@@ -843,7 +843,7 @@ def test_the_http_client_and_the_cli_over_a_real_server(server: str, backend: st
     client.erase("tickets", gone, expect_revision=1)
     assert client.last_etag == '"0"'
     assert client.read("tickets", gone) is None and client.last_etag == '"0"'
-    assert client.replace("tickets", gone, {}, expect_revision=0)["revision"] == 3  # type: ignore[index]
+    assert client.replace("tickets", gone, {}, expect_revision=0)["revision"] == 3
     remote = ["states", "--url", server, "--token", ADMIN]
     who = ["--target-name", "alice", "--key", "t1"]
     done = sf(*remote, "merge", "tickets", *who, "--data", '{"n": 9}', "--expect-revision", "1", store=None)

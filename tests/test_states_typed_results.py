@@ -115,3 +115,24 @@ def test_the_published_json_answers_the_result_types(service: StatesService) -> 
         conforms(call("PUT", "/api/state-templates/other", BOX), r.Template)
         conforms(call("DELETE", "/api/state-templates/other"), r.Deleted)
         conforms(call("DELETE", "/api/states/tickets"), r.Deleted)
+
+
+def test_apply_result_lives_with_the_other_results_and_replace_and_merge_always_answer_a_record(
+    service: StatesService,
+) -> None:
+    # the documentation sent readers to stateflow.states.results for ApplyResult, which lived in
+    # the service module only; both paths now import the one class
+    from stateflow.states.service import ApplyResult
+
+    assert ApplyResult is r.ApplyResult and r.ApplyResult.__module__ == "stateflow.states.results"
+    applied = service.apply("tickets", T1, [{"op": "set", "path": ["title"], "value": "x"}])
+    assert type(applied) is r.ApplyResult
+    # replace and merge answer a record every time (typed `Record`, no longer `Record | None`):
+    # a merge of nothing onto an absent record too, the empty record it would make, writing nothing
+    conforms(service.replace("tickets", T1, {"title": "one"}), r.Record)
+    conforms(service.merge("tickets", T1, {"title": "two"}), r.Record)
+    conforms(service.merge("tickets", T1, {}), r.Record)
+    empty = service.merge("tickets", T2, {})
+    conforms(empty, r.Record)
+    assert (empty["data"], empty["revision"], empty["seq"]) == ({}, 0, None)
+    assert service.read("tickets", T2) is None

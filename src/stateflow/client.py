@@ -29,6 +29,7 @@ from stateflow.errors import NO_ROUTE, InvalidInput, StateflowError, StoreUnavai
 from stateflow.states.listing import check_cursor, page_limit
 from stateflow.states.pipeline import ANY_REVISION
 from stateflow.states.results import (
+    ApplyResult,
     Attached,
     AttachmentUpdated,
     Consumer,
@@ -52,7 +53,6 @@ from stateflow.states.results import (
 )
 from stateflow.states.search import split_filters
 from stateflow.states.service import (
-    ApplyResult,
     Expect,
     check_as_of,
     check_revision,
@@ -370,8 +370,8 @@ class StatesClient:
         *,
         origin: Any = None,
         expect_revision: Expect = None,
-    ) -> Record | None:
-        result: Record | None = self._call(
+    ) -> Record:
+        result: Record = self._call(
             "PUT", self._record(name, subject), document, origin=origin, expect_revision=expect_revision
         )
         return result
@@ -385,8 +385,8 @@ class StatesClient:
         *,
         origin: Any = None,
         expect_revision: Expect = None,
-    ) -> Record | None:
-        result: Record | None = self._call(
+    ) -> Record:
+        result: Record = self._call(
             "PATCH", self._record(name, subject), patch, origin=origin, expect_revision=expect_revision
         )
         return result

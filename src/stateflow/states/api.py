@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from stateflow.states.results import (
+        ApplyResult,
         Attached,
         AttachmentUpdated,
         Consumer,
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
         TemplateRow,
         WritesPage,
     )
-    from stateflow.states.service import ApplyResult, Expect
+    from stateflow.states.service import Expect
 
 Json = dict[str, Any]
 
@@ -77,7 +78,7 @@ class StatesAPI(Protocol):
         *,
         origin: Any = None,
         expect_revision: Expect = None,
-    ) -> Record | None: ...
+    ) -> Record: ...
     def merge(
         self,
         name: str,
@@ -87,7 +88,7 @@ class StatesAPI(Protocol):
         *,
         origin: Any = None,
         expect_revision: Expect = None,
-    ) -> Record | None: ...
+    ) -> Record: ...
     def apply(
         self,
         name: str,

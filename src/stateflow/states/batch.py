@@ -20,7 +20,8 @@ from stateflow.errors import InvalidInput
 from stateflow.states import pipeline
 from stateflow.states.models import DoorContext, op_id_problem
 from stateflow.states.pipeline import RecordWrite, ops_transform
-from stateflow.states.service import ApplyResult, StatesService, origin_of, subject_of
+from stateflow.states.results import ApplyResult
+from stateflow.states.service import StatesService, origin_of, subject_of
 from stateflow.store import DocKey, Document
 from stateflow.store.rows import lock_order
 

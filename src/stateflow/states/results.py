@@ -1,14 +1,17 @@
 """The typed results of the declared-states service: what ``read``, the writes, the listings and
-``stats`` answer, as :class:`~typing.TypedDict` s.
+``stats`` answer, as :class:`~typing.TypedDict` s — and :class:`ApplyResult`, an op batch's
+outcome, whose ``to_json()`` is its published :class:`ApplyAnswer`.
 
-They are plain JSON objects at run time — the HTTP API, the CLI and the tools serialize them as
-published, field for field — and mypy checks every producer (the local service, the HTTP client)
-and consumer against one definition.
+The typed dicts are plain JSON objects at run time — the HTTP API, the CLI and the tools
+serialize them as published, field for field — and mypy checks every producer (the local
+service, the HTTP client) and consumer against one definition.
 """
 
 from __future__ import annotations
 
 from typing import Any, Generic, NotRequired, TypedDict, TypeVar
+
+from stateflow.doc.canonical import detach
 
 T = TypeVar("T")
 
@@ -243,3 +246,99 @@ class JqUpdate(ApplyAnswer):
     """An update program's op batch, applied: the batch's answer and the program's name."""
 
     name: str
+
+
+class ApplyResult:
+    """The published ``{applied, data, seq, skipped}``, plus ``replayed: true`` (and
+    ``replayed_seq``, the seq the original write produced, null if it changed nothing) for an
+    ``op_id`` seen before, and ``written: false`` when every op was guard-skipped or changed
+    nothing (no transition was recorded).
+
+    ``data`` is the caller's own copy, made when it is first read: a write whose result is not
+    looked at (most batches of ops on a large record) does not copy the record."""
+
+    __slots__ = (
+        "_data",
+        "_detached",
+        "applied",
+        "replayed",
+        "replayed_seq",
+        "revision",
+        "seq",
+        "skipped",
+        "written",
+    )
+
+    def __init__(
+        self,
+        applied: bool,
+        data: dict[str, Any] | None,
+        seq: int | None,
+        skipped: list[dict[str, Any]] | None = None,
+        replayed: bool = False,
+        replayed_seq: int | None = None,
+        written: bool = True,
+        revision: int | None = None,
+        *,
+        shared: bool = False,
+    ) -> None:
+        """``shared``: ``data`` is the body the store caches (copied before anyone sees it)."""
+        self.applied = applied
+        self._data = data
+        self._detached = not shared
+        self.seq = seq
+        self.skipped = [] if skipped is None else skipped
+        self.replayed = replayed
+        self.replayed_seq = replayed_seq
+        self.written = written
+        self.revision = revision
+        """the record's revision after the batch, 0 if absent (an HTTP ETag; not serialized);
+        None for a replay, which reads nothing"""
+
+    @property
+    def data(self) -> dict[str, Any] | None:
+        if not self._detached:
+            self._data = detach(self._data)
+            self._detached = True
+        return self._data
+
+    @data.setter
+    def data(self, value: dict[str, Any] | None) -> None:
+        self._data, self._detached = value, True
+
+    def _fields(self) -> tuple[Any, ...]:
+        return (
+            self.applied,
+            self.data,
+            self.seq,
+            self.skipped,
+            self.replayed,
+            self.replayed_seq,
+            self.written,
+            self.revision,
+        )
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ApplyResult) and self._fields() == other._fields()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        names = ("applied", "data", "seq", "skipped", "replayed", "replayed_seq", "written", "revision")
+        return (
+            "ApplyResult(" + ", ".join(f"{n}={v!r}" for n, v in zip(names, self._fields(), strict=True)) + ")"
+        )
+
+    def to_json(self) -> ApplyAnswer:
+        out: ApplyAnswer = {
+            "applied": self.applied,
+            "data": self.data,
+            "seq": self.seq,
+            "skipped": self.skipped,
+        }
+        if self.replayed:
+            out["replayed"] = True
+            out["replayed_seq"] = self.replayed_seq
+        elif self.applied and not self.written:
+            out["written"] = False
+        return out

@@ -53,8 +53,8 @@ from stateflow.states.pipeline import (
     ops_transform,
 )
 from stateflow.states.recheck import check_records
+from stateflow.states.results import ApplyResult as ApplyResult  # (its home; imported from here too)
 from stateflow.states.results import (
-    ApplyAnswer,
     Attached,
     AttachmentUpdated,
     Consumer,
@@ -151,102 +151,6 @@ class ConsumerRow:
 
 
 ConsumerLister = Callable[[str], list[ConsumerRow]]
-
-
-class ApplyResult:
-    """The published ``{applied, data, seq, skipped}``, plus ``replayed: true`` (and
-    ``replayed_seq``, the seq the original write produced, null if it changed nothing) for an
-    ``op_id`` seen before, and ``written: false`` when every op was guard-skipped or changed
-    nothing (no transition was recorded).
-
-    ``data`` is the caller's own copy, made when it is first read: a write whose result is not
-    looked at (most batches of ops on a large record) does not copy the record."""
-
-    __slots__ = (
-        "_data",
-        "_detached",
-        "applied",
-        "replayed",
-        "replayed_seq",
-        "revision",
-        "seq",
-        "skipped",
-        "written",
-    )
-
-    def __init__(
-        self,
-        applied: bool,
-        data: dict[str, Any] | None,
-        seq: int | None,
-        skipped: list[dict[str, Any]] | None = None,
-        replayed: bool = False,
-        replayed_seq: int | None = None,
-        written: bool = True,
-        revision: int | None = None,
-        *,
-        shared: bool = False,
-    ) -> None:
-        """``shared``: ``data`` is the body the store caches (copied before anyone sees it)."""
-        self.applied = applied
-        self._data = data
-        self._detached = not shared
-        self.seq = seq
-        self.skipped = [] if skipped is None else skipped
-        self.replayed = replayed
-        self.replayed_seq = replayed_seq
-        self.written = written
-        self.revision = revision
-        """the record's revision after the batch, 0 if absent (an HTTP ETag; not serialized);
-        None for a replay, which reads nothing"""
-
-    @property
-    def data(self) -> dict[str, Any] | None:
-        if not self._detached:
-            self._data = detach(self._data)
-            self._detached = True
-        return self._data
-
-    @data.setter
-    def data(self, value: dict[str, Any] | None) -> None:
-        self._data, self._detached = value, True
-
-    def _fields(self) -> tuple[Any, ...]:
-        return (
-            self.applied,
-            self.data,
-            self.seq,
-            self.skipped,
-            self.replayed,
-            self.replayed_seq,
-            self.written,
-            self.revision,
-        )
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, ApplyResult) and self._fields() == other._fields()
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        names = ("applied", "data", "seq", "skipped", "replayed", "replayed_seq", "written", "revision")
-        return (
-            "ApplyResult(" + ", ".join(f"{n}={v!r}" for n, v in zip(names, self._fields(), strict=True)) + ")"
-        )
-
-    def to_json(self) -> ApplyAnswer:
-        out: ApplyAnswer = {
-            "applied": self.applied,
-            "data": self.data,
-            "seq": self.seq,
-            "skipped": self.skipped,
-        }
-        if self.replayed:
-            out["replayed"] = True
-            out["replayed_seq"] = self.replayed_seq
-        elif self.applied and not self.written:
-            out["written"] = False
-        return out
 
 
 def _invalid(exc: ValidationError, what: str) -> InvalidInput:
@@ -836,6 +740,20 @@ class StatesService:
     ) -> Record | None:
         if data is None:
             return None
+        return StatesService._shown(name, asked, canonical, aliases, data, seq, revision, at)
+
+    @staticmethod
+    def _shown(
+        name: str,
+        asked: StateSubject,
+        canonical: StateSubject,
+        aliases: dict[str, Any],
+        data: dict[str, Any],
+        seq: int | None,
+        revision: int,
+        at: str | None,
+    ) -> Record:
+        """The view of a record that exists (``data``), as ``subject`` asked for it."""
         folded: list[SubjectRef] = []
         if aliases:
             found = sorted(
@@ -956,7 +874,8 @@ class StatesService:
     ) -> Record | None:
         """Make the record what it was at ``revision`` again, as a new transition (action
         ``revert``) through the same checks as a replace (today's schema decides); reverting to
-        a revision where it did not exist erases it. The history keeps every revision."""
+        a revision where it did not exist erases it (and answers None). The history keeps every
+        revision."""
         subject = subject_of(subject)
         target = check_revision(revision, "revision")
         if target is None:
@@ -1003,18 +922,31 @@ class StatesService:
         )
         return pipeline.run_one(self, item, self._origin(origin, context, action))
 
-    def _view(self, name: str, subject: Any, written: Written, *, detached: bool = True) -> Record | None:
-        """The record view after a pipeline write (the caller's own copy: ``data`` is the body
-        the store now caches; ``detached=False``: not copied, for a result that copies it)."""
-        if written.replayed or written.canonical is None or written.data is MISSING:
-            return None
+    def _view(self, name: str, subject: Any, written: Written, *, detached: bool = True) -> Record:
+        """The record view after a replace, merge or revert (the caller's own copy: ``data`` is
+        the body the store now caches; ``detached=False``: not copied, for a result that copies
+        it). They always leave a record — none of them takes an ``op_id`` to replay — but for a
+        merge of nothing onto an absent record, which writes nothing and answers the empty record
+        it would make, at revision 0."""
+        asked = subject_of(subject)
+        if written.canonical is None or type(written.data) is not dict:
+            return {
+                "state": name,
+                "subject": _plain(asked),
+                "data": {},
+                "seq": None,
+                "revision": 0,
+                "updated_at": None,
+                "canonical_subject": _plain(asked),
+                "folded_from": [],
+            }
         at = written.at
         if at is None and not written.written:  # it changed nothing: the record's time, as a read
             at = self._written_at(DocKey(name, written.canonical.encode()), written.seq)
         # the rest of the view is built fresh here: only the data is the store's
-        return self._record(
+        return self._shown(
             name,
-            subject_of(subject),
+            asked,
             written.canonical,
             written.aliases,
             detach(written.data) if detached else written.data,
@@ -1032,7 +964,7 @@ class StatesService:
         origin: Any = None,
         context: DoorContext | None = None,
         expect_revision: Expect = None,
-    ) -> Record | None:
+    ) -> Record:
         if not isinstance(document, dict):
             raise InvalidInput("a record document must be a JSON object")
         # the place named from the document's root, "$.n": as the HTTP route (whose body it is),
@@ -1077,7 +1009,7 @@ class StatesService:
         action: str,
         *,
         expect_revision: Expect,
-    ) -> Record | None:
+    ) -> Record:
         """Write ``document`` as the record's whole new body (replace, revert): the same checks
         and ``_trace`` stamp either way, recorded under ``action``."""
         stamped = origin_of(origin)
@@ -1104,7 +1036,7 @@ class StatesService:
         origin: Any = None,
         context: DoorContext | None = None,
         expect_revision: Expect = None,
-    ) -> Record | None:
+    ) -> Record:
         """Shallow merge: each top-level key is set (``null`` is stored, not a deletion)."""
         if not isinstance(patch, dict):
             raise InvalidInput("a merge patch must be a JSON object")
@@ -1119,26 +1051,10 @@ class StatesService:
             regimes.check_document_write(decl, current, merged)
             return Change(regimes.stamp_document(decl, current, merged, done), [[k] for k in patch])
 
-        view = self._view(
-            name,
-            subject,
-            self._write(
-                name, subject, transform, origin_of(origin), context, "merge", expect_revision=expect_revision
-            ),
+        written = self._write(
+            name, subject, transform, origin_of(origin), context, "merge", expect_revision=expect_revision
         )
-        if view is None and not patch:
-            subj = subject_of(subject)
-            return {
-                "state": name,
-                "subject": _plain(subj),
-                "data": {},
-                "seq": None,
-                "revision": 0,
-                "updated_at": None,
-                "canonical_subject": _plain(subj),
-                "folded_from": [],
-            }
-        return view
+        return self._view(name, subject, written)
 
     def apply(
         self,

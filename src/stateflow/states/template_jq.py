@@ -18,7 +18,8 @@ from stateflow.states.templates import TemplateInvalid, build_prelude
 
 if TYPE_CHECKING:
     from stateflow.jq import JqRunner
-    from stateflow.states.service import ApplyResult, StatesService
+    from stateflow.states.results import ApplyResult
+    from stateflow.states.service import StatesService
 
 
 def template_jq_params(given: Iterable[tuple[str, str]]) -> dict[str, Any]:

@@ -23,7 +23,8 @@ from stateflow.doc.ops import Op, apply_ops, parse_ops
 from stateflow.doc.select import MISSING
 from stateflow.errors import InvalidInput, StateflowError
 from stateflow.states.models import DoorContext
-from stateflow.states.service import CATALOG, ApplyResult, StatesService, origin_of, subject_of
+from stateflow.states.results import ApplyResult
+from stateflow.states.service import CATALOG, StatesService, origin_of, subject_of
 from stateflow.store import DocKey
 
 
