@@ -58,7 +58,8 @@ def test_states_is_called_as_the_synchronous_api_calls_it(backend: str) -> None:
             await states.declare("counters", DECL)
             subject = {"target_kind": "agent", "target_name": "bot", "kind": "thread", "key": "c"}
             await sf.states().replace("counters", subject, {"n": 1})
-            assert (await sf.states.read("counters", subject))["data"] == {"n": 1}
+            record = await sf.states.read("counters", subject)
+            assert record is not None and record["data"] == {"n": 1}
 
     asyncio.run(main())
 

@@ -87,7 +87,8 @@ def test_a_failed_write_rolls_back_and_the_pool_stays_usable(pg_schema_url: str)
                 await sf.states.replace("counters", subject("x"), {"n": "not a number"})
             assert await sf.states.read("counters", subject("x")) is None
             await sf.states.replace("counters", subject("x"), {"n": 1})
-            assert (await sf.states.read("counters", subject("x")) or {})["data"] == {"n": 1}
+            record = await sf.states.read("counters", subject("x"))
+            assert record is not None and record["data"] == {"n": 1}
 
     asyncio.run(main())
 

@@ -21,9 +21,9 @@ import functools
 import os
 import threading
 import weakref
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from time import monotonic
-from typing import Any, Final, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, Final, Generic, ParamSpec, TypeVar
 
 from stateflow.errors import StoreUnavailable
 from stateflow.extras import needs_extra
@@ -37,6 +37,7 @@ from stateflow.store.open import StoreLocation, pg_mode, resolve_store_url
 
 T = TypeVar("T")
 R = TypeVar("R")
+P = ParamSpec("P")
 
 
 def runs_on_loop(store: Store) -> bool:
@@ -63,7 +64,7 @@ def _offloaded_of(store: Store) -> _Offloaded:
     return _offloaded.setdefault(store, _Offloaded()) if calls is None else calls
 
 
-async def call(store: Store, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
+async def call(store: Store, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
     """``fn(*args, **kwargs)`` — synchronous code working on ``store`` — awaited: on the loop
     for an async PostgreSQL store (a cancelled caller stops it at its next round trip, its
     open transaction rolled back), else on a worker thread (where it runs to its end)."""
@@ -74,7 +75,7 @@ async def call(store: Store, fn: Callable[..., R], *args: Any, **kwargs: Any) ->
     return await on_thread(store, fn, *args, **kwargs)
 
 
-async def on_thread(store: Store, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
+async def on_thread(store: Store, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
     """``fn(*args, **kwargs)`` on a worker thread whatever the store — code that waits on more
     than the database (jq workers) must not run on the loop — counted in flight on ``store``,
     so that an async :func:`close` waits for it (and refuses it once the close began)."""
@@ -118,7 +119,7 @@ async def close(store: Store, closing: Callable[[], None] | None = None) -> None
         await asyncio.to_thread(finish)  # (not ``on_thread``: it refuses once closing)
 
 
-async def on_edge(store: Store, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
+async def on_edge(store: Store, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
     """How the HTTP and MCP edges run ``fn`` (synchronous code working on ``store``): on the
     loop for an async PostgreSQL store — its round trips are awaited there, no worker thread
     is taken and none hands the result back — else on a worker thread of
@@ -359,25 +360,49 @@ async def open_store_async(
 
 
 class Offloaded(Generic[T]):
-    """``obj``'s public methods as coroutines (see :func:`call`); ``sync`` is ``obj``."""
+    """``obj``'s public methods as coroutines (see :func:`call`); ``sync`` is ``obj``. Each
+    wrapper names its methods one by one (:func:`awaitable`), so they keep their synchronous
+    signatures for type checkers and ``help()``; any other public method of ``obj`` (a concrete
+    store's own) is offered too, untyped."""
 
     def __init__(self, obj: T, store: Store) -> None:
         self.sync = obj
         self._store = store
 
-    def __getattr__(self, name: str) -> Callable[..., Awaitable[Any]]:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        method = getattr(self.sync, name)
-        if not callable(method):
-            raise AttributeError(f"{type(self.sync).__name__}.{name} is not a method")
-        store = self._store
+    async def _run(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """``sync.<name>(*args, **kwargs)`` awaited (see :func:`call`)."""
+        return await call(self._store, getattr(self.sync, name), *args, **kwargs)
 
-        @functools.wraps(method)
-        async def awaited(*args: Any, **kwargs: Any) -> Any:
-            return await call(store, method, *args, **kwargs)
+    if not TYPE_CHECKING:  # (at run time only: a type checker refuses a name no wrapper declares)
 
-        return awaited
+        def __getattr__(self, name: str) -> Callable[..., Awaitable[Any]]:
+            if name.startswith("_"):
+                raise AttributeError(name)
+            method = getattr(self.sync, name)
+            if not callable(method):
+                raise AttributeError(f"{type(self.sync).__name__}.{name} is not a method")
+
+            @functools.wraps(method)
+            async def awaited(*args: Any, **kwargs: Any) -> Any:
+                return await self._run(name, args, kwargs)
+
+            return awaited
+
+
+def awaitable(
+    method: Callable[Concatenate[T, P], R],
+) -> Callable[Concatenate[Offloaded[T], P], Coroutine[Any, Any, R]]:
+    """The synchronous ``method`` as a coroutine method of its object's wrapper, with its
+    parameters and result (awaited): called on the wrapper's ``sync`` object by name, so a
+    subclass's override runs."""
+    name = method.__name__
+
+    @functools.wraps(method)
+    async def awaited(self: Offloaded[T], /, *args: P.args, **kwargs: P.kwargs) -> R:
+        result: R = await self._run(name, args, kwargs)
+        return result
+
+    return awaited
 
 
 class AsyncStore(Offloaded[Store]):
@@ -389,6 +414,41 @@ class AsyncStore(Offloaded[Store]):
     async def close(self) -> None:
         """Close the store once the calls in flight on it are done (:func:`close`)."""
         await close(self.sync)
+
+    applied_op = awaitable(Store.applied_op)
+    cached = awaitable(Store.cached)
+    check_schema = awaitable(Store.check_schema)
+    children = awaitable(Store.children)
+    claims_in = awaitable(Store.claims_in)
+    commit = awaitable(Store.commit)
+    contended = awaitable(Store.contended)
+    count = awaitable(Store.count)
+    counts = awaitable(Store.counts)
+    get = awaitable(Store.get)
+    history = awaitable(Store.history)
+    kind_counts = awaitable(Store.kind_counts)
+    member_counts = awaitable(Store.member_counts)
+    member_sizes = awaitable(Store.member_sizes)
+    migrate = awaitable(Store.migrate)
+    missing_rows = awaitable(Store.missing_rows)
+    patch_on_server = awaitable(Store.patch_on_server)
+    prune_history = awaitable(Store.prune_history)
+    prune_ops = awaitable(Store.prune_ops)
+    purge = awaitable(Store.purge)
+    read = awaitable(Store.read)
+    read_at = awaitable(Store.read_at)
+    read_first_under = awaitable(Store.read_first_under)
+    read_paths = awaitable(Store.read_paths)
+    read_under = awaitable(Store.read_under)
+    scan = awaitable(Store.scan)
+    schema_version = awaitable(Store.schema_version)
+    search = awaitable(Store.search)
+    search_sorted = awaitable(Store.search_sorted)
+    transitions = awaitable(Store.transitions)
+    update = awaitable(Store.update)
+    update_parts = awaitable(Store.update_parts)
+    when_migrated = awaitable(Store.when_migrated)
+    write_whole = awaitable(Store.write_whole)
 
 
 class AsyncStatesService(Offloaded[StatesService]):
@@ -406,19 +466,60 @@ class AsyncStatesService(Offloaded[StatesService]):
         ported from it runs unchanged (``sf.states`` is the service already)."""
         return self
 
-    def __getattr__(self, name: str) -> Callable[..., Awaitable[Any]]:
-        method = super().__getattr__(name)
-        if self._installed:
-            return method
+    async def _run(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if not self._installed:  # (idempotent: two first calls at once both may run it)
+            await call(self._store, self.sync.install_builtins)
+            self._installed = True
+        return await super()._run(name, args, kwargs)
 
-        @functools.wraps(method)
-        async def installed_first(*args: Any, **kwargs: Any) -> Any:
-            if not self._installed:  # (idempotent: two first calls at once both may run it)
-                await call(self._store, self.sync.install_builtins)
-                self._installed = True
-            return await method(*args, **kwargs)
-
-        return installed_first
+    acting_as = awaitable(StatesService.acting_as)
+    apply = awaitable(StatesService.apply)
+    apply_batch = awaitable(StatesService.apply_batch)
+    apply_change = awaitable(StatesService.apply_change)
+    attach = awaitable(StatesService.attach)
+    attachments = awaitable(StatesService.attachments)
+    close = awaitable(StatesService.close)
+    consumers = awaitable(StatesService.consumers)
+    declare = awaitable(StatesService.declare)
+    delete_declaration = awaitable(StatesService.delete_declaration)
+    delete_template = awaitable(StatesService.delete_template)
+    detach = awaitable(StatesService.detach)
+    diff = awaitable(StatesService.diff)
+    erase = awaitable(StatesService.erase)
+    erase_unchanged = awaitable(StatesService.erase_unchanged)
+    fold = awaitable(StatesService.fold)
+    get_attachment = awaitable(StatesService.get_attachment)
+    get_declaration = awaitable(StatesService.get_declaration)
+    get_template = awaitable(StatesService.get_template)
+    install_builtins = awaitable(StatesService.install_builtins)
+    install_seeds = awaitable(StatesService.install_seeds)
+    jq = awaitable(StatesService.jq)
+    list_declarations = awaitable(StatesService.list_declarations)
+    list_templates = awaitable(StatesService.list_templates)
+    merge = awaitable(StatesService.merge)
+    prune = awaitable(StatesService.prune)
+    put_template = awaitable(StatesService.put_template)
+    read = awaitable(StatesService.read)
+    register_attach_reconciler = awaitable(StatesService.register_attach_reconciler)
+    register_attach_validator = awaitable(StatesService.register_attach_validator)
+    register_consumer_lister = awaitable(StatesService.register_consumer_lister)
+    register_detach_referee = awaitable(StatesService.register_detach_referee)
+    register_seed = awaitable(StatesService.register_seed)
+    replace = awaitable(StatesService.replace)
+    replace_from = awaitable(StatesService.replace_from)
+    revert = awaitable(StatesService.revert)
+    search = awaitable(StatesService.search)
+    stats = awaitable(StatesService.stats)
+    subjects = awaitable(StatesService.subjects)
+    template_jq_apply = awaitable(StatesService.template_jq_apply)
+    template_jq_input = awaitable(StatesService.template_jq_input)
+    template_jq_ops = awaitable(StatesService.template_jq_ops)
+    template_jq_purpose = awaitable(StatesService.template_jq_purpose)
+    template_jq_update = awaitable(StatesService.template_jq_update)
+    unit = awaitable(StatesService.unit)
+    update_attachment = awaitable(StatesService.update_attachment)
+    use_jq = awaitable(StatesService.use_jq)
+    writes = awaitable(StatesService.writes)
 
 
 class AsyncMemoryView(Offloaded[MemoryView]):
@@ -430,6 +531,20 @@ class AsyncMemoryView(Offloaded[MemoryView]):
 
     async def fork(self, new_session: str, offset: int = 0) -> AsyncMemoryView:
         return AsyncMemoryView(await call(self._store, self.sync.fork, new_session, offset))
+
+    as_of = awaitable(MemoryView.as_of)
+    context = awaitable(MemoryView.context)
+    current_projection = awaitable(MemoryView.current_projection)
+    dry_run = awaitable(MemoryView.dry_run)
+    knowledge_status = awaitable(MemoryView.knowledge_status)
+    patch_state = awaitable(MemoryView.patch_state)
+    projection_id = awaitable(MemoryView.projection_id)
+    protocol = awaitable(MemoryView.protocol)
+    prune_knowledge = awaitable(MemoryView.prune_knowledge)
+    read_state = awaitable(MemoryView.read_state)
+    record_response = awaitable(MemoryView.record_response)
+    restore = awaitable(MemoryView.restore)
+    transitions = awaitable(MemoryView.transitions)
 
 
 class AsyncStateflow:
