@@ -532,6 +532,8 @@ def test_a_working_directory_whose_name_is_not_utf8_is_refused_for_the_cwd_scope
 def test_tool_refuses_nan_and_infinity_tokens_as_the_mcp_doors_do(db: str, tmp_path: Path) -> None:
     # the MCP doors' JSON-RPC parsers read NaN and Infinity as numbers, which the dispatcher
     # refuses naming their place; the CLI door reads ARGUMENTS so too, and prints that very text
+    # (a literal past a double's range reaches the tool as written at every door: named so)
+    from stateflow.doc.canonical import BeyondDouble
     from stateflow.memory import Identity, MemoryConfig, MemoryView
     from stateflow.store import open_store
     from stateflow.tools import ToolHost
@@ -541,13 +543,21 @@ def test_tool_refuses_nan_and_infinity_tokens_as_the_mcp_doors_do(db: str, tmp_p
             open_store(db), Identity.of("a", str(tmp_path), "s"), ("global", "cwd", "session"), MemoryConfig()
         )
     )
-    for token, number in (("NaN", float("nan")), ("-Infinity", float("-inf")), ("1e400", float("inf"))):
+    for token, number in (
+        ("NaN", float("nan")),
+        ("-Infinity", float("-inf")),
+        ("1e400", BeyondDouble("1e400")),
+    ):
         text = '{"session": {"tactics": {"n": ' + token + "}}}"
         out = sf("--store", db, "tool", "patch_state", text, "--agent", "a", "--session", "s", cwd=tmp_path)
         refused = host.call("patch_state", {"session": {"tactics": {"n": number}}})
         assert refused.is_error and out.returncode == 1
         assert out.stderr == refused.error_text() + "\n"
         assert out.stderr.startswith("error[invalid-json]: session.tactics.n: ")
+    assert out.stderr == (
+        "error[invalid-json]: session.tactics.n: 1e400 is not a JSON number this store holds "
+        "(beyond a double's range: it reads as Infinity)\n"
+    )
     # other text that is not JSON is still refused as such, naming the argument
     out = sf("--store", db, "tool", "patch_state", '{"session": {"tactics": {"n": nan}}}', cwd=tmp_path)
     assert out.stderr.startswith("error[invalid-json]: ARGUMENTS: invalid JSON: "), out.stderr

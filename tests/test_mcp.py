@@ -765,3 +765,142 @@ def test_http_takes_bodies_up_to_the_servers_limit_and_names_it_beyond(backend: 
         "(the server's STATEFLOW_MAX_BODY_BYTES)"
     )
     assert kept.structured_content == {"value": "q" * 5_000_000}  # the refused write left nothing
+
+
+# ------------------------------------------------------------------ a number past a double's range
+
+BEYOND_DOUBLE = "__beyond_double__"
+"""Written on the wire as ``1e400`` (the SDK client writes no such literal: it sends a float it
+cannot hold as ``null``), so the real client sends what a client of another language may."""
+
+BEYOND_REFUSAL = (
+    "error[invalid-json]: session.tactics.n: 1e400 is not a JSON number this store holds "
+    "(beyond a double's range: it reads as Infinity)"
+)
+
+
+def _literal_on_the_wire(body: bytes) -> bytes:
+    return body.replace(f'"{BEYOND_DOUBLE}"'.encode(), b"1e400")
+
+
+def _text(result: types.CallToolResult) -> str:
+    (content,) = result.content
+    assert isinstance(content, types.TextContent)
+    return content.text
+
+
+async def _call_with_the_literal(client: ClientSession) -> tuple[types.CallToolResult, types.CallToolResult]:
+    refused = await client.call_tool("patch_state", {"session": {"tactics": {"n": [1, BEYOND_DOUBLE]}}})
+    read = await client.call_tool("read_state", {"path": "session.tactics"})
+    return refused, read
+
+
+def test_stdio_names_a_number_past_a_doubles_range_by_its_literal(
+    backend: str, store: SqlStore, tmp_path: Path
+) -> None:
+    # the SDK's parser reads 1e400 as Infinity, and the refusal said "inf", a value the caller
+    # never wrote, where the HTTP API, the CLI and Python name the literal
+    sed = f's/"{BEYOND_DOUBLE}"/1e400/g'
+
+    async def run() -> tuple[types.CallToolResult, types.CallToolResult]:
+        params = StdioServerParameters(
+            command="sh",
+            args=[
+                "-c",
+                'sed -u "$1" | exec stateflow --store "$2" mcp --cwd "$3" --session s',
+                "sh",
+                sed,
+                backend,
+                str(tmp_path),
+            ],
+            env=dict(os.environ),
+        )
+        with anyio.fail_after(300):  # (should the server end, sed would keep the pipe open)
+            async with stdio_client(params) as (read, write), ClientSession(read, write) as client:
+                await client.initialize()
+                return await _call_with_the_literal(client)
+
+    refused, read = anyio.run(run)
+    assert refused.is_error and _text(refused) == BEYOND_REFUSAL.replace(
+        "session.tactics.n:", "session.tactics.n[1]:"
+    )
+    assert read.structured_content == {"value": None}  # nothing was written
+    # the CLI's door says the same of the same text
+    done = subprocess.run(
+        ["stateflow", "--store", backend, "tool", "patch_state", '{"session": {"tactics": {"n": 1e400}}}'],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (done.returncode, done.stderr) == (1, BEYOND_REFUSAL + "\n")
+
+
+class _LiteralTransport(httpx2.AsyncBaseTransport):
+    """HTTP as the SDK client sends it, with :data:`BEYOND_DOUBLE` written as ``1e400``."""
+
+    def __init__(self) -> None:
+        self._inner = httpx2.AsyncHTTPTransport()
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        body = await request.aread()
+        if BEYOND_DOUBLE.encode() in body:
+            headers = [(k, v) for k, v in request.headers.multi_items() if k.lower() != "content-length"]
+            request = httpx2.Request(
+                request.method, request.url, headers=headers, content=_literal_on_the_wire(body)
+            )
+        return await self._inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+def test_http_names_a_number_past_a_doubles_range_by_its_literal(served: str) -> None:
+    headers = {"Authorization": f"Bearer {FULL}", "X-Stateflow-Agent": "big", "X-Stateflow-Session": "s"}
+
+    async def run() -> tuple[types.CallToolResult, types.CallToolResult]:
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=30, transport=_LiteralTransport()) as http,
+            streamable_http_client(served, http_client=http) as (read, write),
+            ClientSession(read, write) as client,
+        ):
+            await client.initialize()
+            return await _call_with_the_literal(client)
+
+    refused, read = anyio.run(run)
+    assert refused.is_error and _text(refused) == BEYOND_REFUSAL.replace(
+        "session.tactics.n:", "session.tactics.n[1]:"
+    )
+    assert read.structured_content == {"value": None}  # nothing was written
+    # a number the SDK reads as written (Infinity, NaN) is named as it reads it, as before
+    request = urllib.request.Request(
+        served,
+        data=b'{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"patch_state",'
+        b'"arguments":{"session":{"tactics":{"n":Infinity}}}}}',
+        headers={
+            **headers,
+            "Content-Type": "application/json",
+            "Accept": "application/json, text/event-stream",
+        },
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=60) as answer:
+        text = json.loads(answer.read())["result"]["content"][0]["text"]
+    assert text.startswith("error[invalid-json]: session.tactics.n: inf is not a JSON number"), text
+    # text the door's own parser refused (NaN, 1e400) skipped its check of member names given
+    # twice, and the SDK kept the last value: refused as any other such text
+    request = urllib.request.Request(
+        served,
+        data=b'{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"patch_state",'
+        b'"arguments":{"session":{"tactics":{"n":NaN,"a":1,"a":2}}}}}',
+        headers={
+            **headers,
+            "Content-Type": "application/json",
+            "Accept": "application/json, text/event-stream",
+        },
+        method="POST",
+    )
+    with pytest.raises(urllib.error.HTTPError) as refused_body:
+        urllib.request.urlopen(request, timeout=60)
+    assert refused_body.value.code == 400
+    assert json.loads(refused_body.value.read())["id"] == 6

@@ -94,8 +94,8 @@ def decode(
     whose values the service checks itself (an op batch, a search filter), so that its refusal
     names the place as the service names it for every caller, not from the payload's root.
     ``nonfinite``: ``NaN``/``Infinity`` tokens are read as the numbers they name, for the caller
-    to refuse naming the place — as the MCP doors' JSON-RPC parsers read a tool call's
-    arguments (so a tool called from the CLI is refused with the very text they get)."""
+    to refuse naming the place — as the MCP doors read a tool call's arguments
+    (:func:`read_as_sent`), so a tool called from the CLI is refused with the very text they get."""
     try:
         value = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
@@ -108,23 +108,15 @@ def decode(
         if str(exc).startswith("number is infinity"):
             # a number literal past a double's range (orjson reads every integer beyond 64
             # bits as a double): refused as what it is, where it is, as a parsed one would be —
-            # or, for ``exact_integers``, handed on for the caller to refuse as any other
-            # (``nonfinite``: read as Infinity, as the MCP doors' parsers read it, whose refusal
-            # a tool called from the CLI repeats word for word)
-            held = _long_integers_held(exc.doc, beyond=not nonfinite) if exact_integers else None
+            # or, for ``exact_integers``, handed on (held as written) for the caller to refuse
+            # as any other
+            held = (read_as_sent if nonfinite else _long_integers_held)(exc.doc) if exact_integers else None
             if held is not None:
                 return held
             raise InvalidJSON(_beyond_double(exc.doc, exc.pos)) from exc
         if nonfinite:
-            try:  # Python's parser differs from orjson's in taking those tokens, and lone
-                # surrogates (left refused here, as unparseable: orjson writes no such string)
-                value = json.loads(data if isinstance(data, (str, bytes, bytearray)) else bytes(data))
-                orjson.dumps(value)
-            except (ValueError, RecursionError, orjson.JSONEncodeError):
-                pass
-            else:
-                if type(value) is dict or type(value) is list:
-                    _refuse_repeated_names(data, value)
+            value = read_as_sent(data)
+            if value is not None:
                 return value
         raise NotJSON(f"invalid JSON: {exc}") from exc
     if type(value) is dict or type(value) is list:
@@ -239,12 +231,12 @@ class BeyondDouble(float):
         return held
 
 
-def _long_integers_held(text: str, *, beyond: bool = True) -> JSON | None:
+def _long_integers_held(text: str) -> JSON | None:
     """``text`` as Python's parser reads it, with every integer exact — except one too long for
     Python to convert (past ``sys.get_int_max_str_digits()``), held as an integer of as many
     digits (what a refusal says of it: it is refused, never stored) — and every number literal
-    past a double's range held as a :class:`BeyondDouble` (``beyond``; else as Infinity); None
-    where Python's parser does not read it (nested past its recursion limit)."""
+    past a double's range held as a :class:`BeyondDouble`; None where Python's parser does not
+    read it (not JSON, or nested past its recursion limit)."""
     most = sys.get_int_max_str_digits() or math.inf
 
     def integer(literal: str) -> int:
@@ -256,7 +248,7 @@ def _long_integers_held(text: str, *, beyond: bool = True) -> JSON | None:
 
     def number(literal: str) -> float:
         value = float(literal)
-        return value if not beyond or math.isfinite(value) else BeyondDouble(literal)
+        return value if math.isfinite(value) else BeyondDouble(literal)
 
     try:
         # (a name given twice refused as in any other text: this parse is the only one it had)
@@ -266,6 +258,36 @@ def _long_integers_held(text: str, *, beyond: bool = True) -> JSON | None:
     except (RecursionError, ValueError):
         return None
     return value
+
+
+_SURROGATE_ESCAPE: Final = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def read_as_sent(data: bytes | bytearray | memoryview | str) -> JSON | None:
+    """``data`` as the MCP doors read a message: ``NaN`` and ``Infinity`` tokens as the numbers
+    they name, every integer exact, as the SDK's JSON-RPC parser reads them — except a number
+    literal past a double's range, which that parser reads as Infinity, held as the
+    :class:`BeyondDouble` it was written as, so that its refusal names the literal the caller
+    wrote. None where that parser does not read the text either (not JSON, a lone surrogate
+    escape); a member named twice in one object is refused (``NotJSON``), as at every door."""
+    try:
+        text = data if isinstance(data, str) else bytes(data).decode()
+    except UnicodeDecodeError:
+        return None
+    value = _long_integers_held(text)
+    if value is None or (_SURROGATE_ESCAPE.search(text) is not None and _holds_lone_surrogate(value)):
+        return None
+    return value
+
+
+def _holds_lone_surrogate(value: Any) -> bool:
+    if type(value) is str:
+        return not utf8_text(value)
+    if type(value) is dict:
+        return any(not utf8_text(k) or _holds_lone_surrogate(v) for k, v in value.items())
+    if type(value) is list:
+        return any(_holds_lone_surrogate(v) for v in value)
+    return False
 
 
 def _integer_words(number: str | int, digits: int) -> str:

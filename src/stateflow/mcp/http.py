@@ -35,7 +35,7 @@ from stateflow.doc.canonical import ascii_digits, encode
 from stateflow.errors import Forbidden, InvalidInput, StateflowError
 from stateflow.http.auth import TokenSet
 from stateflow.http.headers import header_text
-from stateflow.mcp.unparsed import error_message, message_refusal
+from stateflow.mcp.unparsed import error_message, read_message, sent_arguments
 from stateflow.memory import Identity, MemoryConfig, MemoryView, parse_scopes, shown
 from stateflow.memory.protocol import protocol_text
 from stateflow.store import Store
@@ -259,10 +259,12 @@ class _Endpoint:
             # a member named twice (the SDK's parser keeps the last value) and JSON that is not a
             # JSON-RPC message (the SDK answers its validator's raw report, without the id) are
             # refused as on stdio
-            refused = message_refusal(body)
+            refused, sent = read_message(body)
             if refused is not None:
                 await _refusal(*refused)(scope, receive, send)
                 return
+            if sent is not None:
+                sent_arguments.set(sent)  # (this request's own task: no other request sees it)
             receive = _replaying(body, receive)
         await self.running["managers"][read_only].handle_request(scope, receive, send)
 

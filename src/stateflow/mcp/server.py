@@ -29,7 +29,7 @@ from stateflow import __version__
 from stateflow.doc.canonical import encode
 from stateflow.errors import NotFound, StateflowError
 from stateflow.mcp.subscriptions import Subscriptions
-from stateflow.mcp.unparsed import AnsweringUnparsed, CheckedLines, stdin_bytes
+from stateflow.mcp.unparsed import AnsweringUnparsed, CheckedLines, sent_arguments, stdin_bytes
 from stateflow.memory.view import Context
 from stateflow.tools import ToolHost, ToolResult
 
@@ -167,6 +167,9 @@ def build_server(
         else:
             given = _given_arguments.get()
             arguments = (params.arguments or {}) if given is _NO_ARGUMENTS else given
+            sent = sent_arguments.get()
+            if sent is not None and sent[0] == ctx.request_id:
+                arguments = sent[1]  # (as the client wrote them: see ``sent_arguments``)
             call = functools.partial(tools.call, params.name, arguments)
             result = await offload(call, params.name)
         return types.CallToolResult(

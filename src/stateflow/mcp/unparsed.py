@@ -15,11 +15,15 @@ which the SDK's parser reads keeping the last value. A line that is JSON but not
 message (``[1]``, ``null``, ``{"jsonrpc": "2.0", "id": 8}``), which the transport hands on as an
 exception the server drops as well, is answered with ``-32600`` (Invalid Request) for the id it
 names, saying what is missing; the HTTP door refuses such a body the same way
-(:func:`message_refusal`), where the SDK answered its validator's raw report without the id.
+(:func:`read_message`), where the SDK answered its validator's raw report without the id. A
+tool call whose arguments hold a number literal past a double's range (``1e400``), which the
+SDK's parser reads as Infinity, reaches the tool as written (:data:`sent_arguments`), on both
+doors: its refusal names the literal, as every other door's does.
 """
 
 from __future__ import annotations
 
+import contextvars
 import fcntl
 import json
 import os
@@ -37,7 +41,8 @@ from mcp.shared.message import SessionMessage
 from mcp_types.jsonrpc import INVALID_REQUEST, PARSE_ERROR
 from pydantic import ValidationError
 
-from stateflow.doc.canonical import kind, repeated_name_in
+from stateflow.doc.canonical import BeyondDouble, kind, read_as_sent, repeated_name_in
+from stateflow.errors import NotJSON
 
 _LEADING_ID: Final = re.compile(
     r'\s*\{(?:\s*"(?:jsonrpc|method)"\s*:\s*"(?:[^"\\]|\\.)*"\s*,)*\s*"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")'
@@ -131,22 +136,69 @@ def named_id(value: Any) -> int | str | None:
     return found if isinstance(found, int | str) and not isinstance(found, bool) else None
 
 
-def message_refusal(data: bytes) -> tuple[int, str, int | str | None] | None:
-    """``(code, reason, id)`` answering the JSON text ``data`` when it names a member twice
-    (``-32700``, as text the parser refuses) or is not a JSON-RPC message (``-32600``, for the
-    id it names); None otherwise — text that is not JSON is the transport's to refuse."""
+Refusal = tuple[int, str, int | str | None]
+"""``(code, reason, id)``: how a door answers a message the SDK is not given."""
+
+Sent = tuple[int | str, Any]
+"""A ``tools/call`` request's id and its ``arguments`` as sent (:data:`sent_arguments`)."""
+
+sent_arguments: contextvars.ContextVar[Sent | None] = contextvars.ContextVar("sent_arguments", default=None)
+"""The arguments of the ``tools/call`` a door hands the SDK, as sent, where its parser reads them
+otherwise: a number literal past a double's range (``1e400``), which it reads as Infinity, is
+held as written, so the tool's refusal names the literal the caller wrote, as every other door
+does (:func:`stateflow.doc.canonical.read_as_sent`). Each door sets it for the message it hands
+on — the SDK runs a request in the context its transport sent it from — and the tool takes it
+for the request of that id."""
+
+
+def read_message(data: bytes) -> tuple[Refusal | None, Sent | None]:
+    """What a door makes of the JSON text ``data`` before the SDK reads it: its refusal when it
+    names a member twice (``-32700``, as text the parser refuses) or is not a JSON-RPC message
+    (``-32600``, for the id it names) — text that is not JSON is the transport's to refuse —;
+    else, for a ``tools/call`` whose arguments hold a number the SDK's parser would not read as
+    written, those arguments as sent (:data:`sent_arguments`)."""
     try:
         value = orjson.loads(data)
     except orjson.JSONDecodeError:
-        return None
-    reason = repeated_name_in(data, value)
-    if reason is not None:
-        return PARSE_ERROR, reason, request_id(data.decode("utf-8", errors="replace"))
+        # (orjson refuses what the SDK's parser takes: NaN and Infinity tokens, numbers past a
+        # double's range — read here as sent, member names given twice refused alike)
+        try:
+            value = read_as_sent(data)
+        except NotJSON as exc:
+            return (PARSE_ERROR, exc.message, request_id(data.decode("utf-8", errors="replace"))), None
+        if value is None:
+            return None, None
+        sent = _tool_arguments(value)
+    else:
+        reason = repeated_name_in(data, value)
+        if reason is not None:
+            return (PARSE_ERROR, reason, request_id(data.decode("utf-8", errors="replace"))), None
+        sent = None
     try:
         types.jsonrpc_message_adapter.validate_python(value, by_name=False)
     except ValidationError:
-        return INVALID_REQUEST, message_problem(value), named_id(value)
-    return None
+        return (INVALID_REQUEST, message_problem(value), named_id(value)), None
+    return None, sent
+
+
+def _tool_arguments(message: Any) -> Sent | None:
+    """The id and arguments of the ``tools/call`` request ``message`` when they hold a number
+    literal past a double's range (else the SDK reads them as sent)."""
+    if type(message) is not dict or message.get("method") != "tools/call":
+        return None
+    rid, params = named_id(message), message.get("params")
+    arguments = params.get("arguments") if type(params) is dict else None
+    return (rid, arguments) if rid is not None and _holds_beyond_double(arguments) else None
+
+
+def _holds_beyond_double(value: Any) -> bool:
+    if type(value) is BeyondDouble:
+        return True
+    if type(value) is dict:
+        return any(_holds_beyond_double(v) for v in value.values())
+    if type(value) is list:
+        return any(_holds_beyond_double(v) for v in value)
+    return False
 
 
 async def refuse_line(write_stream: Any, line: str, reason: str) -> None:
@@ -171,7 +223,7 @@ class CheckedLines:
     """Standard input's lines for the transport, without those naming a member twice in one
     object (the SDK's parser keeps the last value, where every other door refuses such text:
     answered as a line that cannot be parsed is) or that are not a JSON-RPC message (which the
-    server drops): :func:`message_refusal` (:meth:`answer_to`: the transport's write stream,
+    server drops): :func:`read_message` (:meth:`answer_to`: the transport's write stream,
     given once it exists)."""
 
     def __init__(self, lines: anyio.AsyncFile[bytes]) -> None:
@@ -188,8 +240,10 @@ class CheckedLines:
 
     async def __anext__(self) -> bytes:
         while line := await self._lines.readline():
-            refused = message_refusal(line)
+            refused, sent = read_message(line)
             if refused is None:
+                # (in the reading task's context, which the transport sends the message from)
+                sent_arguments.set(sent)
                 return line
             await self._opened.wait()
             await answer_refused(self._write, *refused)
