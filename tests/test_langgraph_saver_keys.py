@@ -352,3 +352,75 @@ def test_a_rename_killed_half_way_reads_in_order_and_finishes_at_the_next_open(
         assert not check_store(store).problems
     finally:
         store.close()
+
+
+def _twin(location: str, thread: str, kind: str, checkpoint_id: str) -> None:
+    """Write the record of ``kind`` of ``checkpoint_id`` (a thread of the default namespace),
+    stored inverted, once more under its ascending key: as an earlier release still writing
+    the store beside this one leaves it, a record in both forms (the rename cannot move it)."""
+    store = open_store(location, auto_migrate=True)
+    try:
+        old = encode_subject("agent", "langgraph", kind, f"{thread}//{_inverted(checkpoint_id)}")
+        new = encode_subject("agent", "langgraph", kind, f"{thread}//{checkpoint_id.encode().hex()}")
+        body = store.read([DocKey(STATE, old)])[DocKey(STATE, old)].body
+        assert body is not None
+        store.commit([Write.between(DocKey(STATE, new), None, body, 0)])
+    finally:
+        store.close()
+
+
+def _thread_records(store: SqlStore, thread: str) -> list[str]:
+    """The keys of the thread's present records of either kind, in either form."""
+    return [
+        k
+        for kind in ("checkpoint", "writes")
+        for k in _stored_keys(store, kind)
+        if k.startswith(f"{thread}/")
+    ]
+
+
+def test_a_blocked_rename_keeps_the_maintenance_of_a_writable_saver_whole(backend: str) -> None:
+    """Where a record is in both forms (an earlier release writing beside this one), the rename
+    leaves it, and the mark unrecorded: a saver that may write then names every record by its
+    ascending key, whichever form it is stored in. A thread lists each checkpoint once; copy,
+    prune and delete reach the records in either form (both of a record in both), so nothing
+    of a pruned checkpoint or a deleted thread is left behind."""
+    store = open_store(backend, auto_migrate=True)
+    try:
+        saver = StateflowSaver(StatesService(store))
+        configs = _thread(saver, "A", 6)
+        _thread(saver, "u", 3)
+        expected = _listing(saver, "A")
+    finally:
+        store.close()
+    _to_inverted_keys(backend)
+    ids = [c["configurable"]["checkpoint_id"] for c in configs]
+    _twin(backend, "A", "checkpoint", ids[1])
+    _twin(backend, "A", "writes", ids[0])
+    _twin(backend, "A", "writes", ids[3])
+
+    store = open_store(backend, auto_migrate=True)
+    try:
+        saver = StateflowSaver(StatesService(store))
+        assert not saver._ascending and store.meta_value(mark(STATE)[0]) is None
+        assert sum(k.endswith("g") for k in _thread_records(store, "A")) == 3  # the twins' others
+        assert _listing(saver, "A") == expected
+        saver.copy_thread("A", "B")
+        assert _listing(saver, "B") == expected
+        assert not any(k.endswith("g") for k in _thread_records(store, "B"))
+        saver.prune(["A"])
+        assert _listing(saver, "A") == expected[:1]
+        newest = ids[-1].encode().hex()
+        assert all(k.endswith(newest) for k in _thread_records(store, "A"))
+        saver.delete_thread("B")
+        assert _listing(saver, "B") == [] and _thread_records(store, "B") == []
+        saver.delete_thread("A")
+        assert _thread_records(store, "A") == []
+        assert not check_store(store).problems
+    finally:
+        store.close()
+    store = open_store(backend, auto_migrate=True)
+    try:  # nothing of the twins left: the next open renames whatever is left, and marks it
+        assert StateflowSaver(StatesService(store))._ascending
+    finally:
+        store.close()

@@ -218,6 +218,13 @@ def _inverted_key(key: str) -> str:
     return f"{thread}/{invert(id_of(spelt))}"
 
 
+def _ascending_key(stored: str) -> str:
+    """A stored checkpoint key, of either form, in the ascending form (the key the readers and
+    maintenance name the record by while a state's keys are not all ascending)."""
+    thread, _, spelt = stored.rpartition("/")
+    return f"{thread}/{ascending(id_of(spelt))}"
+
+
 _PAGE: Final = 200
 """Records a thread's maintenance reads at a time."""
 
@@ -532,12 +539,13 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         else:  # several, or keys of both forms: newest first by id, as LangGraph's savers list
             found = [self.records.key_of(k) for k in self.records.scan(CHECKPOINT, prefix)]
             split = sorted(((self._split(k), k) for k in found), key=lambda x: x[0][2], reverse=True)
+            # (keys of both forms: a record a blocked rename left in each is listed once)
             keys = iter(
-                [
+                dict.fromkeys(
                     k if self._ascending else self._key(t, n, cid)
                     for (t, n, cid), k in split
                     if before_id is None or cid < before_id
-                ]
+                )
             )
         yielded = 0
         while limit is None or yielded < limit:
@@ -816,17 +824,20 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
             self.records.key_of(k)
             for k in self.records.scan(CHECKPOINT, f"{part(thread_id, 'thread_id')}/", descending=True)
         ]
-        if not self._ascending:  # (keys of both forms: by id)
-            keys.sort(key=lambda k: (k.rsplit("/", 1)[0], id_of(k.rsplit("/", 1)[1])), reverse=True)
-        return keys
+        if self._ascending:
+            return keys
+        # keys of both forms: each named by its ascending key (once, where a blocked rename left
+        # a record in each), by id — the ascending form's order
+        return sorted({_ascending_key(k) for k in keys}, key=lambda k: k.rsplit("/", 1), reverse=True)
 
     def _bodies(self, kind: str, keys: Sequence[str]) -> Iterator[tuple[str, dict[str, Any] | None]]:
-        """The records of ``kind`` under ``keys``, in order, read a page at a time."""
+        """The records of ``kind`` under ``keys``, in order, read a page at a time (each under
+        whichever form it is stored)."""
         for start in range(0, len(keys), _PAGE):
             page = keys[start : start + _PAGE]
-            docs = self.records.store.read([self.records.doc_key(kind, k) for k in page])
+            docs = self._read_forms(kind, page)
             for key in page:
-                yield key, docs[self.records.doc_key(kind, key)].body
+                yield key, docs[key].body
 
     def _erase(self, keys: Sequence[str]) -> None:
         """Erase checkpoints and their writes (their audit trail stays), all in one transaction:
@@ -860,17 +871,36 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
             self._held.clear()
 
     def _there(self, kind: str, keys: Sequence[str]) -> builtins.list[str]:
-        """Those of ``keys`` (checkpoint keys) whose record of ``kind`` is there, in their order:
-        from a listing of their threads' records, not a read of each (which would cache every
+        """The stored keys of the records of ``kind`` under ``keys`` (checkpoint keys) that are
+        there, in their order: each key's own; where keys are not all ascending, whichever form
+        it is stored in — both where a blocked rename left one record in each, the inverted
+        first."""
+        stored = self._stored(kind, keys)
+        return [s for key in keys for s in stored.get(key, ())]
+
+    def _stored(self, kind: str, keys: Sequence[str]) -> dict[str, builtins.list[str]]:
+        """Where the records of ``kind`` under ``keys`` are stored, by key (as ``_there``): from
+        a listing of their threads' records, not a read of each (which would cache every
         record's heads, tens of thousands for a long thread)."""
         threads = sorted({key.split("/", 1)[0] for key in keys})
-        found = {self.records.key_of(k) for t in threads for k in self.records.scan(kind, f"{t}/")}
-        return [key for key in keys if key in found]
+        wanted = set(keys)
+        found: dict[str, builtins.list[str]] = {}
+        for t in threads:
+            for doc_key in self.records.scan(kind, f"{t}/"):
+                stored = self.records.key_of(doc_key)
+                key = stored if self._ascending else _ascending_key(stored)
+                if key in wanted:
+                    found.setdefault(key, []).append(stored)
+        for forms in found.values():
+            forms.sort(key=lambda s: not s.endswith("g"))  # (an ascending key never ends so)
+        return found
 
     def _materialize(self, keys: Sequence[str], dropped: set[tuple[str, str, str]]) -> None:
         """Rewrite the kept checkpoints whose values live in checkpoints about to go, with
         every value inline (in one transaction)."""
-        items = []
+        items: builtins.list[dict[str, Any]] = []
+        # (a record in the inverted form is rewritten there, and in both where it is in both)
+        stored = {} if self._ascending else self._stored(CHECKPOINT, keys)
         for key, doc in builtins.list(self._bodies(CHECKPOINT, keys)):
             if doc is None:
                 continue
@@ -882,12 +912,13 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
             values = tup.checkpoint["channel_values"]
             inline = {"channel_values": {c: self.codec.encode(v) for c, v in values.items()}, "sources": {}}
             rewritten = {"saved": {**doc["saved"], **inline}} if "saved" in doc else inline
-            items.append(
+            items.extend(
                 {
                     "state": self.records.state,
-                    "subject": self.records.subject(CHECKPOINT, key),
+                    "subject": self.records.subject(CHECKPOINT, at),
                     "ops": [{"op": "set", "path": [k], "value": v} for k, v in rewritten.items()],
                 }
+                for at in stored.get(key, [key])
             )
         if items:
             apply_items(self.states, items, origin={"consumer": "langgraph"}, context=self.context)
@@ -939,6 +970,8 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         docs: dict[str, dict[str, Any]] = {}
         gone: set[str] = set()
         keys = [self.records.key_of(k) for k in self.records.scan(CHECKPOINT, "")]
+        if not self._ascending:  # (each named by its ascending key, once)
+            keys = builtins.list(dict.fromkeys(_ascending_key(k) for k in keys))
         for key, body in self._bodies(CHECKPOINT, keys):
             if body is not None:
                 docs[key] = body
@@ -957,7 +990,7 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         keys = self._thread_keys(source)
         copies: dict[DocKey, tuple[str, str]] = {}  # each target record → (kind, source key)
         for kind in (CHECKPOINT, WRITES):
-            for key in self._there(kind, keys):
+            for key in self._there(kind, keys):  # (of a record in both forms, the ascending last: read first)
                 _, ns, checkpoint_id = self._split(key)
                 copies[records.doc_key(kind, self._key(target, ns, checkpoint_id))] = (kind, key)
 

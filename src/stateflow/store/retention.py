@@ -219,7 +219,8 @@ class Retention(History):
         then record ``mark`` (``stateflow_meta`` key and value). A transaction per ``batch``
         documents, each under the write lock (and the migrators' lock): other writers wait for
         a batch, never for the whole. A document whose new subject another already holds stays
-        where it is, and the mark is then not recorded. Nothing is done where the mark is
+        where it is, and the mark is then not recorded unless that document is absent (erased:
+        nothing reads it by its subject but its history). Nothing is done where the mark is
         already there. Returns whether the mark is recorded."""
         self.check_schema()
         key, value = mark
@@ -230,14 +231,19 @@ class Retention(History):
             with self._write_tx() as tx:
                 self._lock_migration(tx)
                 rows = tx.all(
-                    "SELECT subject FROM documents WHERE state = ? AND subject > ? ORDER BY subject LIMIT ?",
+                    "SELECT subject, present FROM documents WHERE state = ? AND subject > ? "
+                    "ORDER BY subject LIMIT ?",
                     (state, after, batch),
                 )
-                moves = {old: new for (old,) in rows if (new := renamed(str(old))) is not None and new != old}
+                moves = {
+                    old: new for (old, _) in rows if (new := renamed(str(old))) is not None and new != old
+                }
+                absent = {str(old) for (old, present) in rows if not present}
                 taken = self._subjects_held(tx, state, list(moves.values()))
                 for old, new in moves.items():
                     if new in taken:
-                        blocked = True
+                        # (an absent document left where it is reads as nothing either way)
+                        blocked = blocked or old not in absent
                         continue
                     tx.run(
                         "UPDATE documents SET subject = ? WHERE state = ? AND subject = ?", (new, state, old)
