@@ -265,3 +265,30 @@ def test_a_skeleton_holds_what_the_paths_reach_and_nothing_else(store: SqlStore)
     assert made.shapes[id(value["obj"])] == (6_000, {"k000004": 4})
     assert made.shapes[id(value["big"])] == (BIG, {})
     assert MISSING not in value.values()
+
+
+def _kept(store: SqlStore, key: DocKey, revision: int) -> bool:
+    """Whether ``store`` holds the ``lazy`` member's value as of ``revision`` in memory."""
+    doc_id = store._rows_known[key].doc_id
+    return any(store._cache.lookup((doc_id, "lazy"), r)[0] for r in range(1, revision + 1))
+
+
+def test_a_document_deleted_or_erased_whole_is_not_read(open_migrated: Any) -> None:
+    store = open_migrated()
+    gone, erased = DocKey("notes", "gone"), DocKey("catalog", "erased")
+    body = [Edit(("lazy",), _lazy()), Edit(("t",), 0)]
+    store.commit([Write(gone, body), Write(erased, body)])
+    cold = open_migrated()  # (a restart: nothing in memory)
+    cold.commit([Write(gone, [Edit(())])])
+    assert not _kept(cold, gone, 1)  # its members went by name and size: none was decoded
+    cold.purge("purged", erase=[erased])  # (erased beside a purge: what ``undeclare`` does)
+    assert not _kept(cold, erased, 1)
+    for key in (gone, erased):
+        assert store.get(key).body is None and cold.get(key).body is None
+        assert cold.member_sizes(key) == {}
+        [change] = cold.history([key], limit=1)
+        assert change.revision == 2 and change.edits == [Edit(())]
+        assert (cold.read_at(key, revision=1).body or {})["t"] == 0
+    # deleted, the document is written again from nothing
+    cold.commit([Write(gone, [Edit(("t",), 1)])])
+    assert cold.get(gone).body == {"t": 1}

@@ -636,18 +636,11 @@ class Writes(StoreCore):
 
     def _erase_held(self, tx: Tx, held: dict[DocKey, DocRow], origin: dict[str, Any], fresh: Fresh) -> None:
         """Erase the documents of ``held`` (locked in ``tx``) as one transition, committing ``tx``."""
-        present = {key: row for key, row in held.items() if row.present}
-        fetched = self._fetch_many(tx, [(k, r.doc_id, r.revision, None) for k, r in present.items()])
         loaded = {key: Loaded(row, complete=not row.present) for key, row in held.items()}
-        writes = []
-        for key, row in present.items():
-            members = fetched[row.doc_id][0]
-            entry = loaded[key]
-            for name, position, value, size in members:
-                entry.members[name] = (value, position, size)
-            entry.complete = True
-            body = {name: value for name, _, value, _ in members}
-            writes.append(Write.between(key, body, None, row.revision, paths=[[]]))
+        # (a document deleted whole: its members' names and sizes are staged, never their values)
+        writes = [
+            Write(key, [Edit(())], row.revision, paths=[[]]) for key, row in held.items() if row.present
+        ]
         self._commit_in(tx, writes, origin, (), loaded, fresh)
 
     @staticmethod
@@ -1212,7 +1205,18 @@ class Writes(StoreCore):
         members = entry.members
         if not all([e.path for e in write.edits]):  # (a list: cheaper than a generator for a few)
             whole_free = False
-            self._load_members(tx, key, entry, None)
+            if (
+                row.present
+                and not entry.complete
+                and all([not e.path and e.value is MISSING for e in write.edits])
+            ):
+                # the document deleted whole: its members go by name (their sizes counted), so
+                # their values — a large member's whole tree — are never read
+                for member, head in (self._heads_at(tx, key, row) or {}).items():
+                    if member not in members:
+                        members[member] = (MISSING, head[2], head[4])
+            else:
+                self._load_members(tx, key, entry, None)
             values = {n: v for n, (v, _, _) in members.items()}
             touched = dict.fromkeys(values)
         elif row.present and not entry.complete:
