@@ -2710,3 +2710,50 @@ def test_a_schema_40_store_upgrades_to_41_and_every_writer_writes_tree_nodes(
         assert report.problems == [], report.problems
     finally:
         store.close()
+
+
+_WHOLE_FORM_VERSION = 42
+
+
+def test_a_schema_41_store_upgrades_to_42_and_its_documents_keep_their_member_rows(
+    backend: str, tmp_path: Path
+) -> None:
+    """Version 42 adds ``documents.body`` (NULL: member form) on both backends and rewrites
+    nothing: the fixture reads back exactly, and with no state keeping whole bodies every
+    writer — a cohort commit, the locked and optimistic updates, a new document — writes member
+    rows and leaves the column NULL; a store opened afresh reads every revision back and
+    ``stateflow check`` finds nothing."""
+    with _upgraded(_WHOLE_FORM_VERSION - 1, backend, tmp_path) as store:
+        with store._read_tx() as tx:
+            keys = [DocKey(s, j) for s, j in tx.all("SELECT state, subject FROM documents WHERE present = 1")]
+        before = store.read(keys)
+        written: dict[DocKey, list[Any]] = {}
+        for i, key in enumerate(sorted(keys)):
+            doc = before[key]
+            assert doc.body is not None
+            body = {**doc.body, "upgraded": i}
+            if i % 3 == 0:
+                store.commit([Write.between(key, doc.body, body, doc.revision)])
+            else:
+                store.update([key], _rewritten(key, body), optimistic=i % 3 == 1)
+            written[key] = [doc.body, body]
+        new = DocKey("notes", "new-after-42")
+        store.commit([Write.between(new, None, {"a": 1})])
+        written[new] = [None, {"a": 1}]
+        with store._read_tx() as tx:
+            assert tx.one("SELECT count(*) FROM documents WHERE body IS NOT NULL") == (0,)
+            members = tx.one(
+                "SELECT count(*) FROM members m JOIN documents d ON d.doc_id = m.doc_id "
+                "WHERE d.state = 'notes' AND d.subject = 'new-after-42'"
+            )
+        assert members == (1,)
+    reopened = open_store(backend, auto_migrate=False)
+    try:
+        for key, (was, body) in written.items():
+            doc = reopened.get(key)
+            assert doc.body == body, key
+            assert reopened.read_at(key, revision=doc.revision - 1).body == was, key
+        report = check_store(reopened)
+        assert report.problems == [], report.problems
+    finally:
+        reopened.close()

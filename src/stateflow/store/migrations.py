@@ -416,6 +416,14 @@ two-dimensional text array is found by walking the array from its start, so n no
 new 20 MB member's ~12,000 nodes took 69 s to write, a 50 MB one ran past the 60 s statement
 timeout, nothing written (now 9 s and 20 s, most of it the client's). The functions are version
 40's otherwise. SQLite only records the version.
+
+Version 42 adds ``documents.body``, a small document's whole body in its own row ("whole
+form": the object's JSON text, members in their order, and no member rows) for states that
+keep whole bodies (``stateflow_meta`` row ``whole:<state>``, ``SqlStore.keep_whole``): a
+LangGraph checkpoint's commit writes one row where it wrote the row, its members and their
+key. NULL in every existing row, which stays in member form until its next write in such a
+state. Only SQLite's writers set it; PostgreSQL gets the column (never set) so that the
+statements both share read the same columns.
 """
 
 from __future__ import annotations
@@ -424,7 +432,7 @@ import re
 from collections.abc import Sequence
 from typing import Final
 
-SCHEMA_VERSION: Final = 41
+SCHEMA_VERSION: Final = 42
 
 VALUE_INDEX_MAX: Final = 1024
 """Members up to this encoded size are in ``members_by_value`` (scalars only)."""
@@ -851,6 +859,7 @@ CREATE INDEX members_by_value ON members (name, {SQLITE_VALUE.format(m="")})
     39: "",
     40: "",
     41: "",
+    42: "ALTER TABLE documents ADD COLUMN body BLOB;",
 }
 
 _JSONB_CAN_HOLD: Final = "{m}size <= 1048576 AND position('\\x5c7530303030'::bytea IN {m}body) = 0"
@@ -4402,6 +4411,7 @@ $$;
     39: _WIDE_COMMITS,
     40: _SCALAR_BY_WRITERS,
     41: _NODES_SLICED_BY_WRITERS,
+    42: "ALTER TABLE documents ADD COLUMN body BYTEA;",
 }
 
 
