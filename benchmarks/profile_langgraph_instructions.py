@@ -15,9 +15,14 @@ of each function per write of that case, as shipped (``benchmarks.bytecodes``; n
 instead of SQLite — the client's instructions and bytecodes only (the server's are
 ``profile_pg_commit_instructions``'), at the session's ``synchronous_commit``.
 
+The variant ``whole form`` keeps the LangGraph states' small documents in whole form
+(``SqlStore.keep_whole`` on ``langgraph_checkpoints`` and ``langgraph_store``) from the store's
+first write on, the layers as shipped; a tree without ``keep_whole`` (an older baseline)
+counts it as shipped.
+
     python3 -m benchmarks.profile_langgraph_instructions [--ops 300] [--warm 300]
         [--cases "saver put" ...] [--variants "as shipped" ...] [--baseline-src DIR] [--jobs 3]
-        [--bytecodes CASE [--top 60]] [--postgres URL]
+        [--bytecodes CASE [--top 60]] [--postgres URL] [--variants "whole form"]
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from benchmarks import callgrind
@@ -38,6 +43,10 @@ from benchmarks.bytecodes import print_bytecodes
 from benchmarks.profile_langgraph_layers import CASES, VARIANTS
 
 MODULE = "benchmarks.profile_langgraph_instructions"
+WHOLE_FORM = "whole form"
+"""The variant keeping the LangGraph states in whole form from the first write (see above)."""
+ALL_VARIANTS = [*VARIANTS, WHOLE_FORM]
+WHOLE_STATES = ("langgraph_checkpoints", "langgraph_store")
 
 
 @contextmanager
@@ -60,15 +69,23 @@ def _location(postgres: str | None) -> Iterator[str]:
 
 
 @contextmanager
-def _warmed(case: str, warm: int, postgres: str | None = None) -> Iterator[Callable[[int], object]]:
-    """``case``'s write on a new store as shipped, warmed by ``warm`` writes."""
+def _warmed(
+    case: str, warm: int, postgres: str | None = None, whole: bool = False
+) -> Iterator[Callable[[int], object]]:
+    """``case``'s write on a new store as shipped (``whole``: its LangGraph states in whole
+    form), warmed by ``warm`` writes."""
     from benchmarks.bench_langgraph_adapters import saver_cases, store_cases
     from stateflow.langgraph import StateflowSaver, StateflowStore
     from stateflow.states import StatesService
     from stateflow.store import open_store
 
     with _location(postgres) as url:
-        service = StatesService(open_store(url, auto_migrate=True))
+        store = open_store(url, auto_migrate=True)
+        keep_whole = getattr(store, "keep_whole", None)
+        if whole and keep_whole is not None:
+            for state in WHOLE_STATES:
+                keep_whole(state)
+        service = StatesService(store)
         cases = {**saver_cases(StateflowSaver(service), "p"), **store_cases(StateflowStore(service), "p")}
         for i in range(warm):  # checkpoints for put_writes, every item written once
             cases["saver put"](i)
@@ -84,7 +101,8 @@ def _warmed(case: str, warm: int, postgres: str | None = None) -> Iterator[Calla
 
 def _work(case: str, variant: str, ops: int, warm: int, postgres: str | None = None) -> None:
     """The counted process: warm a store as shipped, then ``ops`` writes under ``variant``."""
-    with _warmed(case, warm, postgres) as write, VARIANTS[variant]():
+    whole = variant == WHOLE_FORM
+    with _warmed(case, warm, postgres, whole) as write, nullcontext() if whole else VARIANTS[variant]():
         # counted: only while ``starmap`` makes the calls (its C iterator is the toggle)
         for _ in itertools.starmap(write, ((i,) for i in range(10_000, 10_000 + ops))):
             pass
@@ -120,7 +138,7 @@ def main() -> None:
     parser.add_argument("--ops", type=int, default=300)
     parser.add_argument("--warm", type=int, default=300)
     parser.add_argument("--cases", nargs="+", default=list(CASES), choices=CASES)
-    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=ALL_VARIANTS)
     parser.add_argument("--baseline-src", type=Path, default=None, help="another tree's src/, counted beside")
     parser.add_argument("--jobs", type=int, default=3, help="counts run at once")
     parser.add_argument("--bytecodes", choices=CASES, default=None, help="bytecodes by function instead")

@@ -37,6 +37,10 @@ a schema step of that shape could save on the write, before the readers' side of
   (its rows, ids and triggers as they were), so a key below its neighbours (the saver's
   newest checkpoint while its keys inverted the ids) lands at the end of its run in the
   index, and a key above them — the saver's now — at its start.
+- ``whole form``: not a change of the file but of the store's choice: the LangGraph states'
+  small documents kept in whole form (``SqlStore.keep_whole`` on ``langgraph_checkpoints`` and
+  ``langgraph_store``) from the store's first write on — a valid store, the layout of
+  ``docs/store-v5-design.md`` 1a. A tree without ``keep_whole`` writes member form.
 
     python3 -m benchmarks.profile_sqlite_commit_pages [--writes apply "saver put" patch_state]
         [--variants NAME ...] [--fill 2000] [--ops 300] [--count] [--warm 300]
@@ -97,6 +101,7 @@ VARIANTS: dict[str, str] = {
     "changes keyed by seq": _BY_SEQ,
     "changes keyed by seq, doc index": _BY_SEQ + "CREATE INDEX changes_by_doc ON changes (doc_id, revision);",
     "documents' key descending": "",  # (by _descending: the table's triggers are read first)
+    "whole form": "",  # (by _service: from the store's first write on)
 }
 FRAME = 4096 + 24
 """Bytes of one WAL frame (the default page size and its header)."""
@@ -149,11 +154,16 @@ def writer(kind: str, service: Any, tmp: str) -> Callable[[int], object]:
     )
 
 
-def _service(tmp: str) -> Any:
+def _service(tmp: str, variant: str = "as written") -> Any:
     from stateflow.states import StatesService
     from stateflow.store import open_store
 
-    return StatesService(open_store(f"sqlite:///{tmp}/pages.db?synchronous=off", auto_migrate=True))
+    store = open_store(f"sqlite:///{tmp}/pages.db?synchronous=off", auto_migrate=True)
+    keep_whole = getattr(store, "keep_whole", None)
+    if variant == "whole form" and keep_whole is not None:
+        for state in ("langgraph_checkpoints", "langgraph_store"):
+            keep_whole(state)
+    return StatesService(store)
 
 
 _DOCUMENTS_DESCENDING = """
@@ -169,7 +179,7 @@ CREATE TABLE documents (
     snapshot_revision BIGINT NOT NULL DEFAULT 0,
     bytes_since_snapshot BIGINT NOT NULL DEFAULT 0,
     body_size BIGINT NOT NULL DEFAULT 0,
-    next_position BIGINT NOT NULL DEFAULT 0,
+    next_position BIGINT NOT NULL DEFAULT 0,{body}
     UNIQUE (state, subject DESC)
 );
 INSERT INTO documents SELECT * FROM documents_before ORDER BY doc_id;
@@ -186,8 +196,10 @@ def _descending(conn: sqlite3.Connection) -> None:
             "SELECT sql FROM sqlite_schema WHERE type = 'trigger' AND tbl_name = 'documents'"
         )
     ]
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(documents)")}
+    rebuilt = _DOCUMENTS_DESCENDING.format(body="\n    body BLOB," if "body" in columns else "")
     conn.execute("PRAGMA foreign_keys = OFF")
-    conn.executescript("\n".join(["BEGIN;", _DOCUMENTS_DESCENDING, *triggers, "COMMIT;"]))
+    conn.executescript("\n".join(["BEGIN;", rebuilt, *triggers, "COMMIT;"]))
     assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
 
 
@@ -205,7 +217,7 @@ def _vary(path: str, variant: str) -> None:
 def frames(kind: str, variant: str, fill: int, ops: int) -> tuple[float, collections.Counter[str]]:
     """WAL frames per write of ``ops`` writes after ``fill``, and per write by b-tree."""
     with tempfile.TemporaryDirectory() as tmp:
-        service = _service(tmp)
+        service = _service(tmp, variant)
         write = writer(kind, service, tmp)
         for i in range(fill):
             write(i)
@@ -229,7 +241,7 @@ def frames(kind: str, variant: str, fill: int, ops: int) -> tuple[float, collect
 def _work(kind: str, variant: str, ops: int, warm: int) -> None:
     """The counted process: ``warm`` writes, the variant, 50 writes, then ``ops`` counted."""
     with tempfile.TemporaryDirectory() as tmp:
-        service = _service(tmp)
+        service = _service(tmp, variant)
         write = writer(kind, service, tmp)
         for i in range(warm):
             write(i)

@@ -2757,3 +2757,61 @@ def test_a_schema_41_store_upgrades_to_42_and_its_documents_keep_their_member_ro
         assert report.problems == [], report.problems
     finally:
         reopened.close()
+
+
+def test_a_schema_41_store_upgrades_to_42_and_every_writer_and_reader_handles_both_forms(
+    backend: str, tmp_path: Path
+) -> None:
+    """Version 42 adds ``documents.body``: a small document of a state that keeps whole bodies
+    (``keep_whole``) is its row alone, no member rows ("whole form"). Nothing is rewritten: the
+    fixture's documents stay in member form and read back exactly; on SQLite, once their state
+    keeps whole bodies, each converts on its next write — by the locked path, the optimistic
+    one, ``write_whole`` and a cohort commit — and a new one is written whole; every revision
+    still reads back, a store opened afresh reads them from their rows, and ``stateflow check``
+    finds nothing. PostgreSQL gets the column and never sets it: its writers keep member form."""
+    with _upgraded(_WHOLE_FORM_VERSION - 1, backend, tmp_path) as store:
+        with store._read_tx() as tx:
+            assert tx.one("SELECT count(*) FROM documents WHERE body IS NOT NULL") == (0,)
+            keys = [DocKey(s, j) for s, j in tx.all("SELECT state, subject FROM documents WHERE present = 1")]
+        before = store.read(keys)
+        states = {key.state for key in keys}
+        kept = [store.keep_whole(state) for state in sorted(states)]
+        assert kept == [not isinstance(store, PostgresStore)] * len(states)
+        written: dict[DocKey, list[Any]] = {}
+        for i, key in enumerate(sorted(keys)):
+            doc = before[key]
+            assert doc.body is not None
+            body = {**doc.body, "upgraded": i}
+            way = i % 4
+            if way == 0:
+                store.commit([Write.between(key, doc.body, body, doc.revision)])
+            elif way == 3:
+
+                def build(_: dict[DocKey, Any], was: dict[str, Any] | None, b: Any = body) -> Whole:
+                    return Whole(dict(b), [[]])
+
+                if not store.write_whole(key, build, {}):  # (not as last seen here: the locked path)
+                    store.update([key], _rewritten(key, body))
+            else:
+                store.update([key], _rewritten(key, body), optimistic=way == 1)
+            written[key] = [doc.body, body]
+        new = DocKey(sorted(states)[0], "new-after-42")
+        store.commit([Write.between(new, None, {"a": 1})])
+        written[new] = [None, {"a": 1}]
+        with store._read_tx() as tx:
+            whole = tx.one("SELECT count(*) FROM documents WHERE body IS NOT NULL")
+        if isinstance(store, PostgresStore):
+            assert whole == (0,)
+        else:
+            fits = [k for k, b in written.items() if len(orjson.dumps(b[-1])) <= 3584]
+            assert whole == (len(fits),) and len(fits) > 1
+    reopened = open_store(backend, auto_migrate=False)
+    try:
+        for key, (was, body) in written.items():
+            doc = reopened.get(key)
+            assert doc.body == body, key
+            assert reopened.read_at(key, revision=doc.revision - 1).body == was, key
+        report = check_store(reopened)
+        assert report.problems == [], report.problems
+    finally:
+        reopened.close()

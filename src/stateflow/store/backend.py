@@ -115,6 +115,12 @@ class Backend(abc.ABC):
         such merge (the caller runs ``update``)."""
         return None
 
+    whole_form: ClassVar[bool] = False
+    """Whether this backend's writers keep a small document of a state that asks for it in
+    whole form (its body in ``documents.body``, no member rows: ``plan.WHOLE_ROW_MAX``,
+    ``SqlStore.keep_whole``; SQLite). Elsewhere the column is never set and every document keeps
+    member rows; readers handle both forms on every backend."""
+
     keeps_bodies: ClassVar[bool] = False
     """Whether writes report whole bodies they leave behind to ``_remember`` (``Fresh.bodies``)."""
 

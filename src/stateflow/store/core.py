@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any, Final, Self, TypeVar
 
-from stateflow.errors import CorruptData, StoreNotMigrated, StoreTooNew
+from stateflow.errors import CorruptData, InvalidInput, StoreNotMigrated, StoreTooNew
 from stateflow.store.backend import Backend
 from stateflow.store.cache import DEFAULT_CACHE_BYTES, HeadCache, Heads, RevisionCache
 from stateflow.store.clock import micros_of
@@ -15,7 +15,7 @@ from stateflow.store.migrations import SCHEMA_VERSION, statements
 from stateflow.store.model import DocKey, Document, doc_keys
 from stateflow.store.nodes import NodeCache, load_tree
 from stateflow.store.open import store_command
-from stateflow.store.plan import Loaded
+from stateflow.store.plan import WHOLE_ROW_MAX, Loaded
 from stateflow.store.rows import (
     ROW_COLUMNS,
     ROW_SELECT,
@@ -26,11 +26,14 @@ from stateflow.store.rows import (
     key_filter,
     rows_by_key,
     to_row,
+    whole_members,
 )
 from stateflow.store.tx import Tx
 
 R = TypeVar("R")
 
+WHOLE_PREFIX: Final = "whole:"
+"""``stateflow_meta`` keys ``whole:<state>``: the states that keep whole bodies, and their bounds."""
 KNOWN_ROWS_MAX: Final = 100_000
 """Document rows remembered as last read or written here, at most."""
 ROWS_PER_QUERY: Final = 4096
@@ -68,6 +71,8 @@ class StoreCore(Backend):
         """decoded tree nodes by id, for path reads"""
         self._positions = Positions()
         """where large objects' keys stand, by the root of their trees (tree updates)"""
+        self._whole_bounds: dict[str, int] | None = None
+        """each state that keeps whole bodies: its bound (``keep_whole``), read once"""
         self._roots: dict[int, tuple[int, dict[str, bytes]]] = {}
         """doc_id → (document revision, root of each member held as a tree at it): a tree
         update starts from its member's root without a statement (a round trip on PostgreSQL)"""
@@ -245,6 +250,9 @@ class StoreCore(Backend):
             row = self._row(tx, key)
             if row is None or not row.present:
                 return {}
+            if row.whole:
+                heads = self._fetch(tx, key, row.doc_id, row.revision, None)[0]
+                return {name: size for name, _, _, size in heads}
             rows = tx.all("SELECT name, size FROM members WHERE doc_id = ? ORDER BY position", (row.doc_id,))
         return {str(name): int(size) for name, size in rows}
 
@@ -254,6 +262,59 @@ class StoreCore(Backend):
         its value from this store's current data only; the value is shared, so treat it as
         immutable."""
         return build()
+
+    # ------------------------------------------------------------------ whole form
+
+    def keep_whole(self, state: str, max_bytes: int = WHOLE_ROW_MAX) -> bool:
+        """Keep the documents of ``state`` whose encoded body is at most ``max_bytes`` (at most
+        ``WHOLE_ROW_MAX``) in whole form from their next write on: the body in the document's
+        row, no member rows. Persisted in the store (``stateflow_meta`` row ``whole:<state>``);
+        idempotent. ``max_bytes=0`` writes member form again, and the row stays: it also says
+        that the state may hold whole-form documents. False where the backend keeps member form
+        always (PostgreSQL): nothing recorded. Not part of the ``Store`` protocol yet."""
+        if type(state) is not str or not state:
+            raise InvalidInput("keep_whole: a state is a non-empty string")
+        if type(max_bytes) is not int or not 0 <= max_bytes <= WHOLE_ROW_MAX:
+            raise InvalidInput(f"keep_whole: max_bytes is an integer from 0 to {WHOLE_ROW_MAX}")
+        self.check_schema()
+        if not self.whole_form:
+            return False
+        with self._write_tx() as tx:
+            tx.run(
+                "INSERT INTO stateflow_meta (key, value) VALUES (?, ?) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (WHOLE_PREFIX + state, str(max_bytes)),
+            )
+        bounds = self._whole_bounds
+        if bounds is not None:
+            self._whole_bounds = {**bounds, state: max_bytes}
+        return True
+
+    def _whole_bound(self, state: str) -> int:
+        """The encoded size up to which ``state``'s documents are written in whole form (0:
+        member form), as recorded when this store first asked (a later ``keep_whole`` by
+        another process applies here once the store is opened again; either form reads alike)."""
+        bounds = self._whole_bounds
+        if bounds is None:
+            if not self.whole_form:
+                return 0
+            bounds = self._whole_bounds = self._read_whole_bounds()
+        return bounds.get(state, 0)
+
+    def _read_whole_bounds(self) -> dict[str, int]:
+        with self._read_tx() as tx:
+            found = tx.all(
+                "SELECT key, value FROM stateflow_meta WHERE substr(key, 1, ?) = ?",
+                (len(WHOLE_PREFIX), WHOLE_PREFIX),
+            )
+        return {str(key)[len(WHOLE_PREFIX) :]: int(value) for key, value in found}
+
+    def _may_hold_whole(self, tx: Tx, state: str) -> bool:
+        """Whether ``state`` may hold whole-form documents (``keep_whole`` was ever asked for
+        it), read now in ``tx``: a reader that reads member rows only refuses such a state."""
+        if not self.whole_form:
+            return False
+        return tx.one("SELECT 1 FROM stateflow_meta WHERE key = ?", (WHOLE_PREFIX + state,)) is not None
 
     # ------------------------------------------------------------------ rows and members
 
@@ -341,14 +402,21 @@ class StoreCore(Backend):
         rewritten by the thousand, which would push out what readers reuse)."""
         if not wanted:
             return {}
+        keys = {doc_id: key for key, doc_id, _, _ in wanted}
         by_doc: dict[int, Heads] = {}
         unknown: dict[int, int] = {}
+        whole: dict[int, dict[str, Any]] = {}
+        """doc_id → body of each whole-form document read here (its heads are the body's)"""
+        held: dict[int, dict[str, Any]] = {}
+        """doc_id → body held with the heads cached (a member the member cache misses: from it)"""
         for _, doc_id, revision, _ in wanted:
-            cached = self._heads.get(doc_id, revision)
+            cached = self._heads.entry(doc_id, revision)
             if cached is None:
                 unknown[doc_id] = revision
             else:
-                by_doc[doc_id] = cached
+                by_doc[doc_id] = cached[1]
+                if cached[2] is not None:
+                    held[doc_id] = cached[2]
         if unknown:
             ids = list(unknown)
             read: dict[int, dict[str, MemberHead]] = {doc_id: {} for doc_id in ids}
@@ -369,21 +437,36 @@ class StoreCore(Backend):
                     int(h[4]),
                     None if h[5] is None else bytes(h[5]),
                 )
+            if self.whole_form:  # a document with no member rows may be in whole form
+                for doc_id, raw in self._whole_bodies(tx, [d for d in ids if not read[d]]).items():
+                    read[doc_id], whole[doc_id] = whole_members(
+                        doc_id, unknown[doc_id], raw, f"{keys[doc_id]} body"
+                    )
             for doc_id, revision in unknown.items() if keep else ():
-                self._heads.put(doc_id, revision, read[doc_id])
+                body = whole.get(doc_id)
+                size = 0 if body is None else sum(h[4] for h in read[doc_id].values())
+                self._heads.put(doc_id, revision, read[doc_id], body, size)
             by_doc.update(read)
-        keys = {doc_id: key for key, doc_id, _, _ in wanted}
         names_of = {doc_id: (None if names is None else set(names)) for _, doc_id, _, names in wanted}
         values: dict[tuple[int, str], Any] = {}
         misses: list[tuple[int, str]] = []
         for doc_id, rows in by_doc.items():
             names = names_of[doc_id]
+            body = whole.get(doc_id)
+            if body is not None:  # (read just now: every member in hand)
+                for name in rows:
+                    if names is None or name in names:
+                        values[(doc_id, name)] = body[name]
+                continue
+            known = held.get(doc_id)
             for _, name, _, revision, _, _ in rows.values():
                 if names is not None and name not in names:
                     continue
                 hit, value = self._cache.lookup((doc_id, name), int(revision))
                 if hit:
                     values[(doc_id, name)] = value
+                elif known is not None:
+                    values[(doc_id, name)] = known[name]
                 else:
                     misses.append((doc_id, name))
         sizes = {(d, h[1]): int(h[4]) for d, rows in by_doc.items() for h in rows.values()} if misses else {}
@@ -400,6 +483,15 @@ class StoreCore(Backend):
                 if keep:
                     weight = len(raw) if root is None else sizes.get((int(doc_id), name), 0)
                     self._cache.put((int(doc_id), name), int(revision), value, weight)
+        if misses and self.whole_form:
+            # heads held here of a document in whole form: its members are its body's
+            lost = {d for d, n in misses if (d, n) not in values}
+            revision_of = {doc_id: revision for _, doc_id, revision, _ in wanted}
+            for doc_id, raw in self._whole_bodies(tx, list(lost)).items():
+                _, body = whole_members(doc_id, revision_of[doc_id], raw, f"{keys[doc_id]} body")
+                for d, name in misses:
+                    if d == doc_id and name in body:
+                        values[(d, name)] = body[name]
         out: dict[int, tuple[list[tuple[str, int, Any, int]], dict[str, Any]]] = {}
         for _, doc_id, _, _ in wanted:
             rows = by_doc.get(doc_id, {})
@@ -415,6 +507,20 @@ class StoreCore(Backend):
             ]
             out[doc_id] = (members, shapes)
         return out
+
+    @staticmethod
+    def _whole_bodies(tx: Tx, ids: Sequence[int]) -> dict[int, Any]:
+        """The bodies of those of ``ids`` in whole form (``documents.body``), by doc_id."""
+        found: dict[int, Any] = {}
+        for start in range(0, len(ids), ROWS_PER_QUERY):
+            chunk = ids[start : start + ROWS_PER_QUERY]
+            for doc_id, raw in tx.all(
+                f"SELECT doc_id, body FROM documents WHERE doc_id IN ({','.join('?' * len(chunk))}) "
+                "AND body IS NOT NULL",
+                chunk,
+            ):
+                found[int(doc_id)] = raw
+        return found
 
     def _fetch(
         self,

@@ -7,7 +7,7 @@ from decimal import Decimal
 from typing import Any, Final
 
 from stateflow.doc.canonical import check, json_contains
-from stateflow.errors import InvalidInput
+from stateflow.errors import InvalidInput, UnsupportedStore
 from stateflow.store.backend import Candidates, SortSql
 from stateflow.store.clock import time_text
 from stateflow.store.core import StoreCore
@@ -203,6 +203,7 @@ class Listing(StoreCore):
         under None)."""
         self.check_schema()
         with self._read_tx() as tx:
+            self._refuse_whole(tx, state, "its counters")
             rows = tx.all(COUNTERS, (state, state))
         counted = StateCounts({}, {})
         for counter, name, n in rows:
@@ -211,6 +212,16 @@ class Listing(StoreCore):
             else:
                 counted.kinds[name or None] = int(n)
         return counted
+
+    def _refuse_whole(self, tx: Tx, state: str, what: str) -> None:
+        """Refuse ``what`` over a state that may hold whole-form documents (``keep_whole``): it
+        reads member rows (the value index, the member counters), which such documents do not
+        have, and would answer without them."""
+        if self._may_hold_whole(tx, state):
+            raise UnsupportedStore(
+                f"state {state!r} keeps small documents in whole form (their bodies in their rows), "
+                f"which {what} does not read yet: it would leave them out"
+            )
 
     def recount(self, tx: Tx) -> tuple[dict[tuple[str, str, str], int], dict[tuple[str, str, str], int]]:
         """The counters as stored and as counted from the rows now, keyed by (state, counter,
@@ -257,6 +268,7 @@ class Listing(StoreCore):
         in_bounds = bounds[: max(0, SQL_FILTER_MEMBERS - len(in_sql))]
         out: list[Listed] = []
         with self._read_tx() as tx:
+            self._refuse_whole(tx, state, "a search")
             cursor = after
             size = max(limit, 200)
             while len(out) < limit:
@@ -316,6 +328,7 @@ class Listing(StoreCore):
         verify = bool(filters) and (in_sql is not filters or not self._checked_in_sql(filters))
         out: list[Sorted] = []
         with self._read_tx() as tx:
+            self._refuse_whole(tx, state, "a sorted search")
             # every candidate is sorted, not a page of them walked in subject order: start from
             # the value index whenever fewer members hold the value than the state has
             # documents (the index is not by state: a value common elsewhere is walked past)

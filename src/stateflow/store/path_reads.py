@@ -98,6 +98,16 @@ class PathSource(Protocol):
 
     def _revisions_before(self, tx: Tx, tops: dict[int, int], before_seq: int) -> dict[int, int]: ...
 
+    def _fetch(
+        self,
+        tx: Tx,
+        key: DocKey,
+        doc_id: int,
+        revision: int,
+        names: Sequence[str] | None,
+        outlines: Sequence[str] = (),
+    ) -> tuple[list[tuple[str, int, Any, int]], dict[str, Any]]: ...
+
     def _edits(
         self,
         tx: Tx,
@@ -350,6 +360,13 @@ class PathReads:
         if values is not None:
             return [
                 self._from_member(tx, key, p, values.get(str(p[0]), _ABSENT), whole=whole, end=end)
+                for p in paths
+            ]
+        if row.whole:  # in whole form (never a tree): the members from its body
+            members = self._store._fetch(tx, key, row.doc_id, row.revision, names)[0]
+            held = {name: value for name, _, value, _ in members}
+            return [
+                self._from_member(tx, key, p, held.get(str(p[0]), _ABSENT), whole=whole, end=end)
                 for p in paths
             ]
         if now is None:

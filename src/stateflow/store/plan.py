@@ -53,6 +53,12 @@ INLINE_EDITS_MAX: Final = 512
 """A change whose encoded edits fit in this many bytes keeps them in its own row (one row, one
 page touched, per change); larger ones get a ``change_edits`` row per member, so that reading
 some members' history never decodes another member's large edit."""
+WHOLE_ROW_MAX: Final = 3584
+"""A document of a state that keeps whole bodies (``SqlStore.keep_whole``) is stored in whole
+form — its body in its own ``documents`` row, no member rows — while its encoded body is at
+most this many bytes (and the state's own bound): the row then stays within one 4 KiB page of
+the table (whose largest local payload is ~4,061 bytes; the key takes the rest), and far below
+``TREE_MIN``, so a whole-form document never holds a tree."""
 WHOLE_INLINE_MAX: Final = 4096
 """…and so does a change that only sets the whole document (a new record's first revision)
 up to this many bytes: its one edit is decoded whole wherever it is kept, so a row of its own
@@ -154,6 +160,16 @@ class WritePlan:
     created: DocKey | None
     """set by a backend whose commit creates the document's row (inserted whole, before its
     members, instead of updated): the key it is created under"""
+    body: bytes | None
+    """the document's form after the write: its encoded body where it is in whole form (no
+    member rows: ``deletes``, ``updates`` and ``inserts`` are empty), ``b""`` where it leaves
+    whole form (``inserts`` then holds every member), None where it stays in member form"""
+    was_whole: bool
+    """the document was in whole form before the write (it has no member rows)"""
+    names_moved: tuple[Sequence[str], Sequence[str]] | None
+    """the top-level member names the write adds and drops, where its member rows do not say
+    so (a document in whole form before or after it: a conversion writes or deletes every
+    member's row and moves no name); None: as its rows say"""
 
     def __init__(self, doc_id: int, revision: int, present: bool, was_present: bool = False) -> None:
         # (by hand, as ``Fresh``: every document written builds one, and the generated
@@ -175,6 +191,9 @@ class WritePlan:
         self.snapshot = False
         self.document = None
         self.created = None
+        self.body = None
+        self.was_whole = False
+        self.names_moved = None
 
     @property
     def row(self) -> DocRow:

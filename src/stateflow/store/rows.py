@@ -13,7 +13,7 @@ from typing import Any, Final
 
 import orjson
 
-from stateflow.doc.canonical import decode_trusted, kind
+from stateflow.doc.canonical import decode_trusted, encode_trusted, kind
 from stateflow.doc.diff import Edit
 from stateflow.errors import CorruptData, InvalidInput, InvalidJSON
 from stateflow.store.clock import time_text
@@ -33,6 +33,9 @@ class DocRow:
     body_size: int
     next_position: int
     at: str | None = None
+    whole: bool = False
+    """the body is the row's own (``documents.body``, "whole form"): the document has no member
+    rows (:func:`whole_members` reads them from it)"""
 
 
 ROW_COLUMNS: Final = (
@@ -42,7 +45,8 @@ ROW_COLUMNS: Final = (
 ROW_SELECT: Final = (
     "SELECT "
     + ", ".join("d." + c.strip() for c in ROW_COLUMNS.split(","))
-    + ", t.at, d.state, d.subject FROM documents d LEFT JOIN transitions t ON t.seq = d.updated_seq"
+    + ", t.at, d.state, d.subject, d.body IS NOT NULL "
+    "FROM documents d LEFT JOIN transitions t ON t.seq = d.updated_seq"
 )
 NO_ROW: Final = DocRow(0, 0, False, None, 0, 0, 0, 0)
 """Known to have no row at all (never written)."""
@@ -122,6 +126,7 @@ def to_row(r: tuple[Any, ...]) -> DocRow:
         int(r[6]),  # body_size
         int(r[7]),  # next_position
         time_text(r[8]) if len(r) > 8 else None,  # at
+        len(r) > 11 and bool(r[11]),  # whole (``ROW_SELECT``'s last column)
     )
 
 
@@ -155,6 +160,22 @@ _KINDS: Final[dict[type, str]] = {
     float: "number",
     type(None): "null",
 }
+
+
+def whole_members(
+    doc_id: int, revision: int, raw: Any, what: str
+) -> tuple[dict[str, MemberHead], dict[str, Any]]:
+    """A whole-form document's body (``documents.body``) as member rows would give it: the
+    heads by name in the body's order — position its place, revision the document's, size and
+    outline computed here — and the body decoded. The one place a row's body becomes members."""
+    body = decode_stored(raw, what)
+    if type(body) is not dict:
+        raise CorruptData(f"stored {what} is corrupt: a whole-form body is not an object")
+    heads: dict[str, MemberHead] = {}
+    for position, (name, value) in enumerate(body.items()):
+        outline = encoded_outline(value) if type(value) is dict else None
+        heads[name] = (doc_id, name, position, revision, len(encode_trusted(value)), outline)
+    return heads, body
 
 
 def decode_stored(raw: Any, what: str) -> Any:

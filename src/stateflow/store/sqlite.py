@@ -721,6 +721,7 @@ class SqliteStore(SqlStore):
     holds_sql: ClassVar[str | None] = "instr(body, ?) > 0"
     times_as_micros: ClassVar[bool] = True
     transition_keys: ClassVar[bool] = True
+    whole_form: ClassVar[bool] = True
     change_row_max: ClassVar[int | None] = CHANGE_ROW_MAX
     # the optimistic commit checks that no document moved in its one statement, two parameters
     # a document (``ledger.checked_transition``): within SQLite's 32,766 as every other statement

@@ -32,11 +32,13 @@ from stateflow.store.model import Commit, DocKey, Document, Whole, Write, made_c
 from stateflow.store.nodes import NodeCache, load_tree
 from stateflow.store.plan import (
     INLINE_EDITS_MAX,
+    NONE,
     SNAPSHOT_LARGE_CHAIN,
     SNAPSHOT_MAX_CHAIN,
     SNAPSHOT_MIN_BYTES,
     TREE_MIN,
     WHOLE_INLINE_MAX,
+    WHOLE_ROW_MAX,
     ByPath,
     Fresh,
     Loaded,
@@ -59,6 +61,7 @@ from stateflow.store.rows import (
     outline_of,
     rows_by_key,
     to_row,
+    whole_members,
 )
 from stateflow.store.served_patch import Served
 from stateflow.store.tree import Builder
@@ -551,7 +554,10 @@ class Writes(StoreCore):
     ) -> None:
         """Cache what :meth:`_heads_query` read under the locks: the heads at each document's
         locked revision and the member values not cached yet (``_fetch_many`` then finds them)."""
-        revision_of = {r.doc_id: r.revision for r in locked.values() if r.present and r.doc_id in asked}
+        # (a document in whole form has no member rows: ``_fetch_many`` reads its body)
+        revision_of = {
+            r.doc_id: r.revision for r in locked.values() if r.present and r.doc_id in asked and not r.whole
+        }
         by_doc: dict[int, dict[str, MemberHead]] = {doc_id: {} for doc_id in revision_of}
         for doc_id, name, position, revision, size, outline, body in answer:
             doc_id = int(doc_id)
@@ -632,6 +638,9 @@ class Writes(StoreCore):
         revisions = {w.key: loaded[w.key].row.revision for w in writes}
         # planned first (no statement): the transition's row lists its changes' keys
         plans = [self._plan_doc(write, entry, stage, fresh) for write, entry, stage in staged]
+        if self.whole_form:
+            for (write, entry, stage), planned in zip(staged, plans, strict=True):
+                self._shrunk_into_whole(tx, write.key, entry, stage, planned, fresh)
         return self._commit_plans(tx, [w.key for w, _, _ in staged], plans, origin, claims, revisions, fresh)
 
     def _erase_held(self, tx: Tx, held: dict[DocKey, DocRow], origin: dict[str, Any], fresh: Fresh) -> None:
@@ -907,7 +916,7 @@ class Writes(StoreCore):
                 if name not in made_to and (name not in before or group != [[[name]]]):
                     return None
             encoded = encode_trusted(paths) if write.paths is None else _paths_of(write)
-            plan = self._plan_groups(row, before, heads, made_to, groups, encoded, fresh)
+            plan = self._plan_groups(key.state, row, before, heads, made_to, groups, encoded, fresh)
             if plan is None:
                 return None
             keys.append(key)
@@ -1219,6 +1228,8 @@ class Writes(StoreCore):
                 self._load_members(tx, key, entry, None)
             values = {n: v for n, (v, _, _) in members.items()}
             touched = dict.fromkeys(values)
+        elif row.present and not entry.complete and self._whole_candidate(key.state, row):
+            self._load_members(tx, key, entry, None)  # (its form follows from the whole body)
         elif row.present and not entry.complete:
             # the members the edits name that are not in hand, read together (their heads and
             # values in a statement or a few): one read per member walked the document's heads
@@ -1472,7 +1483,7 @@ class Writes(StoreCore):
         edits = write.edits
         if not row.present and len(edits) == 1 and not edits[0].path and not edits[0].is_delete:
             # a first body (or one after a delete) set whole: its rows straight from it
-            return self._plan_new(row, stage.values, None, _paths_of(write), fresh)
+            return self._plan_new(write.key.state, row, stage.values, None, _paths_of(write), fresh)
         doc_id = row.doc_id
         revision = row.revision + 1
         size = row.body_size
@@ -1624,7 +1635,100 @@ class Writes(StoreCore):
         if planned:
             plan.edits = planned
         self._document_after(plan, row, edit_bytes, size, position)
+        if self.whole_form and (row.whole or (size <= WHOLE_ROW_MAX and self._whole_bound(write.key.state))):
+            names = entry.members if row.present else ()
+            self._whole_rows(plan, row, write.key.state, _body_after(entry, stage, plan), names, fresh)
         return plan
+
+    def _whole_candidate(self, state: str, row: DocRow) -> bool:
+        """Whether a write of this present document is planned on its whole body: its form after
+        the write follows from it (a document in whole form, or one that fits its state's bound
+        before the write — one shrunk below it by this write converts on its next)."""
+        if not self.whole_form:
+            return False
+        return row.whole or (row.body_size <= WHOLE_ROW_MAX and 0 < row.body_size <= self._whole_bound(state))
+
+    def _shrunk_into_whole(
+        self, tx: Tx, key: DocKey, entry: Loaded, stage: Stage, plan: WritePlan, fresh: Fresh
+    ) -> None:
+        """A write that leaves a document in member form within its state's whole-form bound,
+        planned on only the members it names: the others read now, and the document converted
+        (the form follows from the whole body)."""
+        size = plan.row.body_size
+        if (
+            plan.body is not None
+            or not plan.present
+            or entry.complete
+            or size > WHOLE_ROW_MAX
+            or size > self._whole_bound(key.state)
+        ):
+            return
+        self._load_members(tx, key, entry, None)
+        self._whole_rows(plan, entry.row, key.state, _body_after(entry, stage, plan), entry.members, fresh)
+
+    def _whole_rows(
+        self,
+        plan: WritePlan,
+        row: DocRow,
+        state: str,
+        body: Mapping[str, Any] | None,
+        before: Iterable[str],
+        fresh: Fresh,
+        encoded: bytes | None = None,
+    ) -> None:
+        """A planned write's form: whole where ``state`` keeps whole bodies and the body after
+        the write (``body``, in position order; None: not in hand, member form) fits the
+        state's bound — the encoded body in the row, no member rows —, else the member rows
+        planned; a document that was in whole form has none, so it gets a row for every member
+        (a delete: none). ``before``: the member names before the write (what the counters
+        count, ``names_moved``); ``encoded``: the body's encoding where the planner made it."""
+        doc = plan.row
+        doc_id, revision = plan.doc_id, plan.revision
+        was_whole = plan.was_whole = row.whole and row.present
+        if plan.present and body is not None and doc.body_size <= (bound := self._whole_bound(state)):
+            data = encode_trusted(body) if encoded is None else encoded
+            if len(data) <= bound:
+                plan.names_moved = _names_moved(before, body)
+                plan.body = data
+                plan.deletes = plan.updates = plan.inserts = ()
+                plan.nodes = NONE
+                doc.whole = True
+                held = fresh.heads.get(doc_id)
+                if held is None or held[0] != revision or held[2] is None:
+                    planned = (
+                        held[1]
+                        if held is not None and held[0] == revision
+                        else whole_members(doc_id, revision, data, "a planned body")[0]
+                    )
+                    fresh.heads[doc_id] = (revision, planned, dict(body), doc.body_size)
+                return
+        if not was_whole:
+            return  # member form before and after: the rows as planned
+        plan.body = b""  # leaving whole form (body NULL)
+        plan.names_moved = _names_moved(before, body if plan.present else None)
+        if not plan.present:
+            plan.deletes = plan.updates = plan.inserts = ()
+            return
+        assert body is not None, "a document in whole form is planned on its whole body"
+        written = {u[6]: (u[0], u[2], u[3], u[4]) for u in plan.updates}
+        written.update({i[1]: (i[6], i[4], i[5], i[7]) for i in plan.inserts})
+        inserts: list[tuple[Any, ...]] = []
+        heads: dict[str, MemberHead] = {}
+        cache = fresh.members.append
+        for position, (name, value) in enumerate(body.items()):
+            made = written.get(name)
+            if made is None:
+                data = encode_trusted(value)
+                made = (data, len(data), encoded_outline(value) if type(value) is dict else None, None)
+                cache(((doc_id, name), revision, value, made[1]))
+            stored, size, outline, root = made
+            inserts.append((doc_id, name, position, revision, size, outline, stored, root))
+            heads[name] = (doc_id, name, position, revision, size, outline)
+        plan.deletes = plan.updates = ()
+        plan.inserts = inserts
+        if doc.next_position < len(inserts):
+            doc.next_position = len(inserts)
+        fresh.heads[doc_id] = (revision, heads, dict(body), doc.body_size)
 
     def _emit(self, tx: Tx, plans: Sequence[WritePlan], seq: SeqRef) -> None:
         """Send the statements of planned document writes (inside the commit's batch)."""
@@ -1635,6 +1739,7 @@ class Writes(StoreCore):
             return
         sql = _statements_for(seq.sql)
         for plan in plans:
+            body = plan.body  # (None: member form, as before the write)
             if plan.created is not None:  # a new row, written whole before the rows naming it
                 doc = plan.row
                 tx.run(
@@ -1649,8 +1754,11 @@ class Writes(StoreCore):
                         doc.bytes_since_snapshot,
                         doc.body_size,
                         doc.next_position,
+                        body or None,
                     ),
                 )
+            elif body and not plan.was_whole and plan.was_present:
+                tx.run("DELETE FROM members WHERE doc_id = ?", (plan.doc_id,))  # into whole form
             if plan.nodes:
                 tx.many(
                     "INSERT INTO nodes (id, body) VALUES (?, ?) ON CONFLICT (id) DO NOTHING",
@@ -1685,13 +1793,27 @@ class Writes(StoreCore):
                     plan.edits,
                 )
             if plan.snapshot:
-                self._take_snapshot(tx, plan.doc_id, plan.revision, plan.present)
+                if body:  # a whole-form document's snapshot is its body (as schema 3's were)
+                    tx.run(
+                        "INSERT INTO snapshots (doc_id, revision, body) VALUES (?, ?, ?)",
+                        (plan.doc_id, plan.revision, body),
+                    )
+                else:
+                    self._take_snapshot(tx, plan.doc_id, plan.revision, plan.present)
             if plan.created is not None:
                 continue
             after = plan.document  # (the field, not ``row``'s call)
             assert after is not None
             # `present` is indexed: setting it, even to the same value, rewrites an index page
-            if plan.present != plan.was_present:
+            if body is not None:  # (whole form after the write, or before it)
+                if plan.present != plan.was_present:
+                    tx.run(
+                        sql.document_update_present_body,
+                        (int(after.present), body or None, *_document_params(after, seq)),
+                    )
+                else:
+                    tx.run(sql.document_update_body, (body or None, *_document_params(after, seq)))
+            elif plan.present != plan.was_present:
                 tx.run(sql.document_update_present, (int(after.present), *_document_params(after, seq)))
             else:
                 tx.run(sql.document_update, _document_params(after, seq))
@@ -1773,7 +1895,7 @@ class Writes(StoreCore):
         # (the whole body set, as most adapters' writes are: those paths' encoding is known)
         paths = _ROOT_ENCODED if whole.paths == _ROOT_PATHS else encode_trusted(whole.paths)
         if not row.present:  # the first body (or one after a delete): rows straight from it
-            plan = self._plan_new(row, whole.body, whole.encoded, paths, fresh)
+            plan = self._plan_new(key.state, row, whole.body, whole.encoded, paths, fresh)
         else:
             # a body replaced: its rows straight from its edits — the writer's, made with the
             # body (``whole.edits``), else the diff's — through the one planner, without a
@@ -1783,7 +1905,9 @@ class Writes(StoreCore):
             assert body is not None
             groups = whole.edits if whole.edits is not None else _edits_by_member(body, whole)
             replaced = (
-                self._plan_groups(row, body, heads, whole.body, groups, paths, fresh) if groups else None
+                self._plan_groups(key.state, row, body, heads, whole.body, groups, paths, fresh)
+                if groups
+                else None
             )
             if replaced is None:
                 return False
@@ -1798,6 +1922,7 @@ class Writes(StoreCore):
 
     def _plan_new(
         self,
+        state: str,
         row: DocRow,
         body: dict[str, Any],
         encoded: Mapping[str, bytes] | None,
@@ -1855,10 +1980,13 @@ class Writes(StoreCore):
         else:
             plan.edits = [(doc_id, revision, "", edit, None, 0)]
         self._document_after(plan, row, len(edit), size, position)
+        if self.whole_form and size <= WHOLE_ROW_MAX and self._whole_bound(state):
+            self._whole_rows(plan, row, state, body, (), fresh, b"{" + b",".join(parts) + b"}")
         return plan
 
     def _plan_groups(
         self,
+        state: str,
         row: DocRow,
         before: dict[str, Any],
         had: Heads,
@@ -1948,6 +2076,8 @@ class Writes(StoreCore):
         else:
             plan.edits = planned
         self._document_after(plan, row, edit_bytes, size, position)
+        if self.whole_form and (row.whole or (size <= WHOLE_ROW_MAX and self._whole_bound(state))):
+            self._whole_rows(plan, row, state, body_after, before, fresh)
         return plan
 
     def _change_room(self, plan: WritePlan) -> int | None:
@@ -2060,6 +2190,37 @@ def _outline_after(
     return b"%b" % orjson.dumps(kinds)
 
 
+def _names_moved(before: Iterable[str], after: Mapping[str, Any] | None) -> tuple[list[str], list[str]]:
+    """The member names a write adds and drops: from ``before``'s to ``after``'s (None: none)."""
+    names = list(before)
+    had = set(names)
+    added = [] if after is None else [name for name in after if name not in had]
+    dropped = [name for name in names if after is None or name not in after]
+    return added, dropped
+
+
+def _body_after(entry: Loaded, stage: Stage, plan: WritePlan) -> dict[str, Any] | None:
+    """The body a planned write leaves, its members in position order (None: absent, or not
+    every member in hand)."""
+    row = entry.row
+    if not plan.present or (row.present and not entry.complete):
+        return None
+    values, touched = stage.values, stage.touched
+    placed = {i[1]: i[2] for i in plan.inserts}  # (a member inserted: its new place)
+    order: list[tuple[int, str, Any]] = []
+    members = entry.members if row.present else {}
+    for name, (value, position, _) in members.items():
+        if name in touched:
+            value = values[name]
+            if value is MISSING:
+                continue
+            position = placed.get(name, position)
+        order.append((position, name, value))
+    order += [(at, name, values[name]) for name, at in placed.items() if name not in members]
+    order.sort(key=operator.itemgetter(0))
+    return {name: value for _, name, value in order}
+
+
 def _paths_of(write: Write) -> bytes:
     """A write's touched paths as its change row keeps them (by default its edits' paths)."""
     paths = write.paths if write.paths is not None else [e.path for e in write.edits]
@@ -2079,6 +2240,7 @@ def _plain_update(plan: WritePlan) -> bool:
         and not plan.paths_apart
         and not plan.edits
         and not plan.snapshot
+        and plan.body is None
     )
 
 
@@ -2109,8 +2271,8 @@ _DOCUMENT_UPDATE: Final = (
 )
 _DOCUMENT_INSERT: Final = (
     "INSERT INTO documents (doc_id, state, subject, revision, present, updated_seq, "
-    "snapshot_revision, bytes_since_snapshot, body_size, next_position) "
-    "VALUES (?, ?, ?, ?, ?, {seq}, ?, ?, ?, ?)"
+    "snapshot_revision, bytes_since_snapshot, body_size, next_position, body) "
+    "VALUES (?, ?, ?, ?, ?, {seq}, ?, ?, ?, ?, ?)"
 )
 
 
@@ -2122,6 +2284,10 @@ class _SeqStatements(NamedTuple):
     document_update_present: str
     """the update that also sets ``present`` (its first parameter)"""
     document_insert: str
+    document_update_body: str
+    """the update that also sets ``body`` (its first parameter; NULL: member form)"""
+    document_update_present_body: str
+    """the update that also sets ``present`` and ``body`` (its first two parameters)"""
 
 
 _BY_SEQ_SQL: dict[str, _SeqStatements] = {}
@@ -2138,6 +2304,8 @@ def _statements_for(seq_sql: str) -> _SeqStatements:
             _DOCUMENT_UPDATE.format(setting="", seq=seq_sql),
             _DOCUMENT_UPDATE.format(setting="present = ?, ", seq=seq_sql),
             _DOCUMENT_INSERT.format(seq=seq_sql),
+            _DOCUMENT_UPDATE.format(setting="body = ?, ", seq=seq_sql),
+            _DOCUMENT_UPDATE.format(setting="present = ?, body = ?, ", seq=seq_sql),
         )
     return made
 

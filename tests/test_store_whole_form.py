@@ -1,0 +1,321 @@
+"""Whole form: a small document of a state that keeps whole bodies is its ``documents.body``,
+with no member rows (``SqlStore.keep_whole``, ``plan.WHOLE_ROW_MAX``). Every write reads back
+exactly as in member form, through every writer, across the bound both ways, on real SQLite
+files; PostgreSQL keeps member form."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from stateflow.doc.diff import Edit
+from stateflow.doc.select import MISSING
+from stateflow.errors import InvalidInput, UnsupportedStore
+from stateflow.store import DocKey, SqlStore, Whole, Write, open_store
+from stateflow.store.plan import WHOLE_ROW_MAX
+from stateflow.store.postgres import PostgresStore
+
+STATE = "kept"
+_SUBJECTS = itertools.count()
+_READERS: dict[Path, SqlStore] = {}
+"""A second store on each test's whole-form file (one for all of a property test's examples)."""
+
+
+def _rows(store: SqlStore, key: DocKey) -> tuple[bytes | None, int]:
+    """The document's ``documents.body`` and its count of member rows."""
+    with store._read_tx() as tx:
+        found = tx.one("SELECT doc_id, body FROM documents WHERE state = ? AND subject = ?", tuple(key))
+        if found is None:
+            return None, 0
+        members = tx.one("SELECT count(*) FROM members WHERE doc_id = ?", (found[0],))
+    assert members is not None
+    return (None if found[1] is None else bytes(found[1])), int(members[0])
+
+
+def _form(store: SqlStore, key: DocKey) -> str:
+    body, members = _rows(store, key)
+    if body is not None:
+        assert members == 0, "a whole-form document has no member rows"
+        return "whole"
+    return "members"
+
+
+def _everything(store: SqlStore, key: DocKey) -> dict[str, Any]:
+    """What the store's current reads say of ``key``: the document, its sizes, a member's read
+    with an outline, and every revision as of its number."""
+    doc = store.get(key)
+    names = list(doc.body or {})
+    out: dict[str, Any] = {
+        "revision": doc.revision,
+        "body": doc.body,
+        "order": names,
+        "sizes": store.member_sizes(key),
+    }
+    if names:
+        part = store.get(key, [names[-1]], outlines=[names[0]])
+        out["part"] = (part.body, part.outlines)
+    asked = [(n,) for n in names] + [(n, "k") for n in names] + [("absent",)]
+    now = store.read_paths({key: asked})[key]
+    out["paths"] = (now.revision, [(t.value, t.reached) for t in now.trails])
+    out["children"] = [store.children(key, (n,)) for n in names]
+    if doc.revision > 1:
+        then = store.read_paths({key: asked}, revisions={key: doc.revision - 1})[key]
+        out["paths before"] = [(t.value, t.reached) for t in then.trails]
+    out["history"] = [store.read_at(key, revision=r).body for r in range(1, doc.revision + 1)]
+    return out
+
+
+@pytest.fixture
+def stores(tmp_path: Path) -> Iterator[tuple[SqlStore, SqlStore, Path]]:
+    """Two SQLite files: the first keeps ``STATE`` in whole form, the second in member form."""
+    whole = open_store(str(tmp_path / "whole.db"))
+    members = open_store(str(tmp_path / "members.db"))
+    assert isinstance(whole, SqlStore) and isinstance(members, SqlStore)
+    assert whole.keep_whole(STATE)
+    try:
+        yield whole, members, tmp_path / "whole.db"
+    finally:
+        whole.close()
+        members.close()
+        reader = _READERS.pop(tmp_path / "whole.db", None)
+        if reader is not None:
+            reader.close()
+
+
+def _value(size: int) -> str:
+    return "x" * size
+
+
+Body = dict[str, Any]
+
+# (name, encoded size of its value): small members, and large ones that push a body past the bound
+_names = st.sampled_from(["a", "b", "c", "d", "é"])
+_values = st.one_of(
+    st.integers(-5, 5),
+    st.sampled_from([None, True, "s", [1, 2], {"k": 1, "l": [2]}]),
+    st.integers(1, 5).map(lambda n: _value(n * 900)),
+)
+_bodies = st.dictionaries(_names, _values, max_size=5)
+_steps = st.lists(
+    st.one_of(
+        st.tuples(st.just("put"), _bodies, st.sampled_from(["commit", "update", "optimistic", "whole"])),
+        st.tuples(st.just("set"), _names, _values),
+        st.tuples(st.just("drop"), _names),
+        st.tuples(st.just("delete")),
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+
+def _apply(store: SqlStore, key: DocKey, step: tuple[Any, ...]) -> None:
+    """One write of ``key``, by the writer the step names."""
+    current = store.get(key)
+    before = current.body
+    kind = step[0]
+    if kind == "put":
+        body, how = step[1], step[2]
+        if how == "commit":
+            store.commit([Write.between(key, before, body, current.revision)])
+        elif how == "whole":
+
+            def build(_: dict[DocKey, Any], was: dict[str, Any] | None) -> Whole:
+                return Whole(dict(body), [[]])
+
+            if not store.write_whole(key, build, {"door": "test"}):
+                store.commit([Write.between(key, before, body, current.revision)])
+        else:
+
+            def compute(docs: dict[DocKey, Any]) -> tuple[list[Write], None]:
+                return [Write.between(key, docs[key].body, body, docs[key].revision)], None
+
+            store.update([key], compute, optimistic=how == "optimistic")
+    elif kind == "set":
+        if before is None:
+            store.commit([Write(key, [Edit((), {step[1]: step[2]})], current.revision)])
+        else:
+            store.commit([Write(key, [Edit((step[1],), step[2])], current.revision)])
+    elif kind == "drop":
+        if before is not None and step[1] in before:
+            store.commit([Write(key, [Edit((step[1],), MISSING)], current.revision)])
+    elif before is not None:
+        store.commit([Write.between(key, before, None, current.revision)])
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=_steps)
+def test_any_sequence_of_writes_reads_back_the_same_in_whole_form_and_member_form(
+    stores: tuple[SqlStore, SqlStore, Path], steps: list[tuple[Any, ...]]
+) -> None:
+    whole, members, path = stores
+    reader = _READERS.get(path)
+    if reader is None:
+        opened = open_store(str(path))
+        assert isinstance(opened, SqlStore)
+        reader = _READERS[path] = opened
+    key = DocKey(STATE, f"doc-{next(_SUBJECTS)}")
+    forms = set()
+    for step in steps:
+        _apply(whole, key, step)
+        _apply(members, key, step)
+        expected = _everything(members, key)
+        assert _everything(whole, key) == expected, step
+        # another store on the same file: what it caches is only what it read itself
+        assert _everything(reader, key) == expected, step
+        assert _form(members, key) == "members"
+        doc = whole.get(key)
+        if doc.body is not None:
+            fits = len(orjson.dumps(doc.body)) <= WHOLE_ROW_MAX
+            form = _form(whole, key)
+            forms.add(form)
+            # a write that leaves the body within the bound leaves it whole; one past it, rows
+            assert form == ("whole" if fits else "members"), (step, doc.body)
+    # read afresh: nothing cached, every answer from the file
+    again = open_store(str(path))
+    assert isinstance(again, SqlStore)
+    try:
+        assert _everything(again, key) == _everything(members, key)
+    finally:
+        again.close()
+
+
+def _fill(store: SqlStore, key: DocKey, body: Body) -> None:
+    store.commit([Write.between(key, None, body)])
+
+
+def test_a_small_document_is_one_row_and_converts_both_ways_across_the_bound(
+    stores: tuple[SqlStore, SqlStore, Path],
+) -> None:
+    whole, _, path = stores
+    key = DocKey(STATE, "t")
+    _fill(whole, key, {"a": 1, "b": {"c": [1, 2]}})
+    assert _rows(whole, key) == (b'{"a":1,"b":{"c":[1,2]}}', 0)
+    big = _value(WHOLE_ROW_MAX)
+    whole.commit([Write(key, [Edit(("big",), big)])])  # past the bound: every member a row
+    assert _rows(whole, key) == (None, 3)
+    assert whole.get(key).body == {"a": 1, "b": {"c": [1, 2]}, "big": big}
+    whole.commit([Write(key, [Edit(("big",), MISSING)])])  # back within it: whole again
+    assert _rows(whole, key) == (b'{"a":1,"b":{"c":[1,2]}}', 0)
+    whole.commit([Write(key, [Edit(("a",), 2)])])
+    assert _rows(whole, key) == (b'{"a":2,"b":{"c":[1,2]}}', 0)
+    assert whole.get(key, ["b"], outlines=["b"]).outlines == {"b": {"c": "array"}}
+    assert whole.member_sizes(key) == {"a": 1, "b": 11}
+    fresh = open_store(str(path))
+    assert isinstance(fresh, SqlStore)
+    try:
+        assert fresh.get(key).body == {"a": 2, "b": {"c": [1, 2]}}
+        assert fresh.get(key, ["b"], outlines=["b"]).outlines == {"b": {"c": "array"}}
+        assert fresh.member_sizes(key) == {"a": 1, "b": 11}
+        assert [fresh.read_at(key, revision=r).body for r in range(1, 5)] == [
+            {"a": 1, "b": {"c": [1, 2]}},
+            {"a": 1, "b": {"c": [1, 2]}, "big": big},
+            {"a": 1, "b": {"c": [1, 2]}},
+            {"a": 2, "b": {"c": [1, 2]}},
+        ]
+    finally:
+        fresh.close()
+
+
+def test_the_bound_is_the_states_and_other_states_keep_member_form(
+    stores: tuple[SqlStore, SqlStore, Path],
+) -> None:
+    whole, _, _ = stores
+    assert whole.keep_whole("small", 18)
+    _fill(whole, DocKey("small", "fits"), {"a": "0123456789"})  # 16 bytes encoded
+    _fill(whole, DocKey("small", "over"), {"a": "01234567890"})
+    _fill(whole, DocKey("other", "x"), {"a": 1})
+    assert _form(whole, DocKey("small", "fits")) == "whole"
+    assert _form(whole, DocKey("small", "over")) == "members"
+    assert _form(whole, DocKey("other", "x")) == "members"
+    # a bound of 0: member form again from each document's next write
+    assert whole.keep_whole("small", 0)
+    whole.commit([Write(DocKey("small", "fits"), [Edit(("b",), 1)])])
+    assert _form(whole, DocKey("small", "fits")) == "members"
+    assert whole.get(DocKey("small", "fits")).body == {"a": "0123456789", "b": 1}
+
+
+def test_keep_whole_refuses_a_bound_it_cannot_keep(stores: tuple[SqlStore, SqlStore, Path]) -> None:
+    whole, _, _ = stores
+    for bad in (-1, WHOLE_ROW_MAX + 1, 1.5, True):
+        with pytest.raises(InvalidInput, match="max_bytes"):
+            whole.keep_whole(STATE, bad)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInput, match="state"):
+        whole.keep_whole("")
+
+
+def test_the_choice_is_kept_in_the_store_for_every_store_opened_on_it(tmp_path: Path) -> None:
+    path = str(tmp_path / "s.db")
+    first = open_store(path)
+    assert isinstance(first, SqlStore)
+    try:
+        first.keep_whole(STATE, 100)
+    finally:
+        first.close()
+    second = open_store(path)
+    assert isinstance(second, SqlStore)
+    try:
+        _fill(second, DocKey(STATE, "a"), {"n": 1})
+        assert _form(second, DocKey(STATE, "a")) == "whole"
+    finally:
+        second.close()
+
+
+def test_postgresql_keeps_member_form(backend: str) -> None:
+    store = open_store(backend, auto_migrate=True)
+    assert isinstance(store, SqlStore)
+    try:
+        state = f"kept_{id(store)}"
+        kept = store.keep_whole(state)
+        assert kept is (not isinstance(store, PostgresStore))
+        if not isinstance(store, PostgresStore):
+            return
+        key = DocKey(state, "a")
+        _fill(store, key, {"a": 1, "b": [1]})
+        store.commit([Write(key, [Edit(("a",), 2)])])
+        assert _rows(store, key) == (None, 2)
+        assert store.get(key).body == {"a": 2, "b": [1]}
+    finally:
+        store.close()
+
+
+def test_readers_of_member_rows_refuse_a_state_that_keeps_whole_bodies(
+    stores: tuple[SqlStore, SqlStore, Path],
+) -> None:
+    """A search (its value index), a sorted search and the member counters read member rows,
+    which a whole-form document does not have: over such a state they refuse, naming why, rather
+    than answer without those documents; other states answer as before."""
+    whole, _, _ = stores
+    _fill(whole, DocKey(STATE, "a"), {"n": 1})
+    _fill(whole, DocKey("other", "a"), {"n": 1})
+    refused: list[Callable[[str], Any]] = [
+        lambda state: whole.search(state, {"n": 1}),
+        lambda state: whole.search_sorted(state, {}, [(("n",), False)]),
+        lambda state: whole.counts(state),
+        lambda state: whole.member_counts(state),
+    ]
+    for call in refused:
+        with pytest.raises(UnsupportedStore, match="whole form"):
+            call(STATE)
+        call("other")
+    assert [d.key for d in whole.search("other", {"n": 1})] == [DocKey("other", "a")]
+
+
+def test_a_store_holding_both_forms_checks_clean(stores: tuple[SqlStore, SqlStore, Path]) -> None:
+    from stateflow.store.check import check_store
+
+    whole, _, _ = stores
+    key = DocKey(STATE, "c")
+    _fill(whole, key, {"a": 1})
+    for n in range(40):  # rewrites enough for snapshots, crossing the bound and back
+        big = _value(WHOLE_ROW_MAX) if n % 3 == 1 else n
+        whole.commit([Write(key, [Edit(("big",), big)])])
+    _fill(whole, DocKey("other", "c"), {"a": 1})
+    report = check_store(whole)
+    assert report.problems == [], report.problems
