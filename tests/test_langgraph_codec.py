@@ -16,7 +16,7 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from stateflow.doc.diff import diff
 from stateflow.langgraph import StateflowSaver
 from stateflow.langgraph.codec import NOT_PLAIN as REFUSED
-from stateflow.langgraph.codec import Codec, is_plain, plain, plain_edits
+from stateflow.langgraph.codec import Codec, is_plain, plain, plain_edits, shaped, strict_bytes
 from stateflow.states import StatesService
 from stateflow.store import open_store
 
@@ -114,6 +114,48 @@ def test_a_checkpoints_values_read_back_as_written(tmp_path: Path) -> None:
         assert stored is not None
         held = stored["saved"]["channel_values"]
         assert {c for c, v in held.items() if "json" in v} == {"small", "edge", "deep"}
+
+
+def test_a_checkpoint_is_stored_as_the_exact_codec_encodes_it(tmp_path: Path) -> None:
+    """A put encodes its values without checking keys and integers' range, leaving those to the
+    record's strict encoding; where that refuses, every value is encoded again exactly: the
+    record stored is the one ``Codec.encode`` makes (an object with a key that is not text or
+    one of a subclass of ``str``, an integer past 2^53: through the serializer; ±2^53: JSON)
+    and reads back as written."""
+    values: dict[str, Any] = {
+        "keys": {1: "a"},
+        "subclass key": {_Text("k"): 1},
+        "edge": {"n": -(2**53)},
+        "big": [2**53 + 1],
+        "fine": {"n": [1, "x", None]},
+    }
+    versions = {channel: 1 for channel in values}
+    checkpoint = {
+        "v": 4,
+        "id": "1",
+        "ts": "2026-01-01T00:00:00+00:00",
+        "channel_values": values,
+        "channel_versions": versions,
+        "versions_seen": {},
+        "updated_channels": list(values),
+    }
+    metadata = {"source": "loop", "step": 2**53, "parents": {}}
+    config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    with StateflowSaver.open(tmp_path / "exact.db") as saver:
+        saver.put(config, checkpoint, metadata, versions)  # type: ignore[arg-type]
+    with StateflowSaver.open(tmp_path / "exact.db") as saver:
+        stored = saver.records.store.get(saver.records.doc_key("checkpoint", saver._key("t", "", "1"))).body
+        assert stored is not None
+        held = stored["saved"]
+        exact = saver.codec.encode
+        assert {c for c, v in held["channel_values"].items() if "json" in v} == {"edge", "fine"}
+        for channel in ("edge", "fine"):
+            assert held["channel_values"][channel] == exact(values[channel])
+        assert held["metadata"]["json"]["step"] == 2**53
+        got = saver.get_tuple(config)  # type: ignore[arg-type]
+        assert got is not None
+        assert got.checkpoint["channel_values"] == values
+        assert got.metadata["step"] == 2**53
 
 
 class _Name(str):
@@ -287,6 +329,79 @@ def test_plain_answers_by_the_rules_and_copies_as_json_does() -> None:
             kept += 1
             _same_json(copy, orjson.loads(orjson.dumps(value)), value)
     assert 300 < kept < len(values) - 300  # both answers, many times
+
+
+def test_shaped_and_its_strict_encoding_answer_as_plain() -> None:
+    """``shaped`` (no key or integer-range checks) then ``strict_bytes`` on random nests: where
+    both accept, the copy is ``plain``'s and its bytes those of ``plain``'s copy; a value
+    ``plain`` refuses is refused by one of them; a value ``plain`` keeps is refused only for an
+    integer of exactly ±2^53 or a lone surrogate (the saver's exact retry keeps the first and
+    names the second)."""
+    rng = random.Random(29)
+    leaves: list[Any] = [
+        "text",
+        None,
+        True,
+        0,
+        -7,
+        2**53,
+        -(2**53),
+        2**53 - 1,
+        2**53 + 1,
+        -(2**60),
+        2**70,
+        1.5,
+        math.nan,
+        -math.inf,
+        (1, 2),
+        b"b",
+        _Text("t"),
+        _Level.LOW,
+        "\ud800",
+        {1: "a"},
+        {_Text("k"): 1},
+        {"\ud800": 1},
+    ]
+
+    def nest(depth: int) -> Any:
+        if depth <= 0 or rng.random() < 0.3:
+            return rng.choice(leaves)
+        if rng.random() < 0.5:
+            return {f"k{n}": nest(depth - 1) for n in range(rng.randint(0, 4))}
+        return [nest(depth - 1) for _ in range(rng.randint(0, 4))]
+
+    def edge(value: Any) -> bool:  # (an integer of ±2^53 or a lone surrogate in it)
+        return _holds(value, lambda x: type(x) is int and abs(x) == 2**53) or _holds(
+            value, lambda x: type(x) is str and any(0xD800 <= ord(c) <= 0xDFFF for c in x)
+        )
+
+    values = [nest(6) for _ in range(3000)]
+    deep: list[Any] = ["s", 1, 2**53 + 1, True, 1.5, None, {}, []]
+    for depth in (62, 63, 64, 65, 66):
+        for leaf in deep:
+            values += [_nested(depth, leaf), {"a": _nested(depth, leaf)}]
+    both = 0
+    for value in values:
+        exact = plain(value)
+        copy = shaped(value)
+        encoded = None if copy is REFUSED else strict_bytes({"json": copy})
+        if encoded is None:
+            assert exact is REFUSED or edge(value), value
+        else:
+            both += 1
+            assert exact is not REFUSED, value
+            _same_json(copy, exact, value)
+            assert encoded == orjson.dumps({"json": exact})
+    assert 300 < both < len(values) - 300
+
+
+def _holds(value: Any, found: Any) -> bool:
+    """Whether ``found`` holds for ``value``, a key of an object in it, or a value in it."""
+    if type(value) is dict:
+        return any(found(k) or _holds(v, found) for k, v in value.items())
+    if type(value) is list:
+        return any(_holds(v, found) for v in value)
+    return bool(found(value))
 
 
 _PLAIN_LEAVES: list[Any] = ["text", "", None, True, False, 0, 1, 1.0, -0.0, 2.5, 2**53, -(2**53)]

@@ -85,6 +85,63 @@ def plain(value: Any, depth: int = 0) -> Any:
     return NOT_PLAIN
 
 
+STRICT: Final = orjson.OPT_STRICT_INTEGER | orjson.OPT_PASSTHROUGH_SUBCLASS
+"""orjson's options under which encoding a copy :func:`shaped` made refuses what :func:`plain`
+refuses beyond it: a key that is not an exact ``str`` (``Dict key must be str``), an integer
+past ±(2^53 − 1). (±2^53 itself, which ``plain`` keeps, too: the caller's exact retry keeps
+it.)"""
+
+
+def shaped(value: Any, depth: int = 0) -> Any:
+    """:func:`plain` without the checks of keys and of integers' range, for a caller that
+    encodes the copy with :data:`STRICT` (which refuses them, in C) and, where that raises,
+    encodes the value again through :func:`plain`: accepted by both, the copy is ``plain``'s
+    (a value ``plain`` refuses either is refused here or makes that encoding raise)."""
+    if depth >= 64:  # (near the depth limit, ``plain`` itself: its limit is per kind of leaf)
+        return plain(value, depth)
+    kind = type(value)
+    if kind is dict:
+        copied: dict[str, Any] = value.copy()
+        for k, v in value.items():
+            if type(v) in _LEAVES:
+                continue
+            v = shaped(v, depth + 1)
+            if v is NOT_PLAIN:
+                return NOT_PLAIN
+            copied[k] = v
+        return copied
+    if kind is list:
+        items: list[Any] = value.copy()
+        n = -1  # (an index counted by hand: no ``enumerate`` object and its pairs per list)
+        for v in value:
+            n += 1
+            if type(v) in _LEAVES:
+                continue
+            v = shaped(v, depth + 1)
+            if v is NOT_PLAIN:
+                return NOT_PLAIN
+            items[n] = v
+        return items
+    if kind is str or kind is bool or kind is int or value is None:
+        return value
+    if kind is float:
+        return value if math.isfinite(value) else NOT_PLAIN
+    return NOT_PLAIN
+
+
+_LEAVES: Final = frozenset((str, int, type(None)))
+"""The leaves :func:`shaped` takes as they are (an integer's range is the encoding's to check)."""
+
+
+def strict_bytes(value: Any) -> bytes | None:
+    """``value`` (holding copies :func:`shaped` made) encoded under :data:`STRICT`; None where
+    that refuses it (the caller encodes its values again through :func:`plain`)."""
+    try:
+        return orjson.dumps(value, option=STRICT)
+    except TypeError:
+        return None
+
+
 def plain_edits(
     new: dict[str, Any], old: dict[str, Any]
 ) -> tuple[dict[str, Any], dict[str, list[Any]]] | None:
@@ -233,6 +290,20 @@ class Codec:
                 return {"json": copied}
         kind, data = self.serde.dumps_typed(value)
         return {"type": kind, "b64": base64.b64encode(data).decode()}
+
+    def encode_shaped(self, value: Any) -> dict[str, Any]:
+        """:meth:`encode` through :func:`shaped`: valid only once the record holding it encodes
+        under :data:`STRICT` (:func:`strict_bytes`), else its values are encoded again by
+        :meth:`encode`."""
+        if self.readable:
+            kind = type(value)
+            if kind is str or kind is int or value is None:  # (no call for the common leaves)
+                return {"json": value}
+            copied = shaped(value)
+            if copied is not NOT_PLAIN:
+                return {"json": copied}
+        kind_name, data = self.serde.dumps_typed(value)
+        return {"type": kind_name, "b64": base64.b64encode(data).decode()}
 
     def decode(self, stored: dict[str, Any]) -> Any:
         """The value ``stored`` holds, as objects the caller owns. A stored value is part of

@@ -54,7 +54,7 @@ from stateflow.doc.select import MISSING
 from stateflow.errors import CorruptStore, StoreReadOnly
 from stateflow.langgraph import checkpoint_keys
 from stateflow.langgraph.checkpoint_keys import ascending, id_of
-from stateflow.langgraph.codec import Codec
+from stateflow.langgraph.codec import Codec, strict_bytes
 from stateflow.langgraph.records import OwnsStore, Records, Stale, invert
 from stateflow.states import StatesService
 from stateflow.states.batch import apply_items, apply_items_in_parts, erase_item
@@ -575,7 +575,8 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         thread_id, ns = str(conf["thread_id"]), str(conf.get("checkpoint_ns", ""))
         parent_id = conf.get("checkpoint_id")
         checkpoint_id = checkpoint["id"]
-        encode = self.codec.encode
+        # (each value's keys and integers left to the record's strict encoding: ``_encoded``)
+        encode = self.codec.encode_shaped
         values = checkpoint["channel_values"]
         versions = checkpoint["channel_versions"]
         inline: dict[str, Any] = {}
@@ -624,11 +625,13 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         key = _key_of(thread_id, ns, checkpoint_id)
         origin = _origin(names["run_id"] or _invocation(config))
         if type(checkpoint_id) is not str or not (parent_id is None or type(parent_id) is str):
+            self._exact(saved, values, bare, full_metadata)
             self._put_general(key, saved, origin)  # (the schema's refusal)
             doc_key = self.records.doc_key(CHECKPOINT, key)
         else:
+            encoded = self._encoded(saved, values, bare, full_metadata)
             try:
-                doc_key = self._write_lean(key, saved, origin, guard)
+                doc_key = self._write_lean(key, saved, encoded, origin, guard)
             except Stale:
                 # learnt from the parent's record as it no longer is (another process trimmed
                 # the thread): forget what was learnt from any record, and keep every value of
@@ -638,7 +641,8 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
                 sources = {}
                 inline = {c: encode(v) for c, v in values.items()}
                 saved = {**saved, "channel_values": inline, "sources": sources}
-                doc_key = self._write_lean(key, saved, origin, None)
+                encoded = self._encoded(saved, values, bare, full_metadata)
+                doc_key = self._write_lean(key, saved, encoded, origin, None)
         holders = dict(sources)
         for channel in inline:
             holders[channel] = checkpoint_id
@@ -646,15 +650,52 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         self._hold(doc_key, inline)
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}}
 
+    def _encoded(
+        self,
+        saved: dict[str, Any],
+        values: Mapping[str, Any],
+        bare: dict[str, Any],
+        metadata: Mapping[str, Any],
+    ) -> bytes:
+        """``saved``'s bytes, its values encoded by ``Codec.encode_shaped``: under ``STRICT``,
+        which refuses the keys and integers ``plain`` refuses and that codec leaves to it —
+        then its values (``values``' channels it holds, ``bare``, ``metadata``) are encoded
+        again by ``Codec.encode`` in place, which sends those to the serializer."""
+        encoded = strict_bytes(saved)
+        if encoded is not None:
+            return encoded
+        self._exact(saved, values, bare, metadata)
+        try:
+            return orjson.dumps(saved)
+        except TypeError:  # a lone surrogate the codec's copy kept: named, nothing written
+            _refuse_checkpoint(saved)
+            raise
+
+    def _exact(
+        self,
+        saved: dict[str, Any],
+        values: Mapping[str, Any],
+        bare: dict[str, Any],
+        metadata: Mapping[str, Any],
+    ) -> None:
+        """``saved``'s values encoded again, in place, by ``Codec.encode`` (``plain``'s checks)."""
+        encode = self.codec.encode
+        inline = saved["channel_values"]
+        for channel in inline:
+            inline[channel] = encode(values[channel])
+        saved["checkpoint"] = encode(bare)
+        saved["metadata"] = encode(metadata)
+
     def _write_lean(
         self,
         key: str,
         saved: dict[str, Any],
+        encoded: bytes,
         origin: WriteOrigin,
         guard: tuple[DocKey, Callable[[Any], bool]] | None,
     ) -> DocKey:
-        """A checkpoint's record written whole, ``guard`` (its parent's record) checked by the
-        commit (:class:`Stale` if it moved, nothing written)."""
+        """A checkpoint's record written whole (``encoded``: ``saved``'s bytes), ``guard`` (its
+        parent's record) checked by the commit (:class:`Stale` if it moved, nothing written)."""
         # valid by construction: the names are strings (run_id a string or None), the codec
         # makes objects of plain JSON (JSON kept only where ``plain``, else base64 text),
         # ``sources`` names checkpoint ids. Nothing in ``saved`` is the caller's but immutable
@@ -662,11 +703,6 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         # channel named by a subclass of ``str``), so the store may cache it as it is; its
         # bytes are the member's row and the change's edit (a new checkpoint: encoded once)
         # (one member: one row, one key entry, one count)
-        try:
-            encoded = orjson.dumps(saved)
-        except TypeError:  # a lone surrogate the codec's copy kept: named, nothing written
-            _refuse_checkpoint(saved)
-            raise
         return self.records.write(
             CHECKPOINT,
             key,
