@@ -248,8 +248,7 @@ class _Member:
                 # connection has committed since, and a migration is a commit
                 if first and commit.too_new is not None:
                     watch = commit.watch
-                    seen = None if watch is None else watch.version()
-                    count = None if seen is None else int.from_bytes(seen[8:12], sys.byteorder)
+                    count = None if watch is None else watch.change_count()
                     if count is None or count != commit.checked:
                         version = tx.cursor.execute(_VERSION_SQL).fetchone()
                         if version is not None and int(version[0]) > SCHEMA_VERSION:
@@ -652,6 +651,8 @@ class _CommitWatch:
     def __init__(self, path: Path) -> None:
         self._path = Path(f"{path}-shm")
         self._map: mmap.mmap | None = None
+        self._words: memoryview | None = None
+        """the header's 32-bit fields, native order as SQLite writes them (``change_count``)"""
         self._fd: int | None = None
         """Kept open until the store closes, after its connections: closing any descriptor of
         a file drops every POSIX lock this process holds on it — here SQLite's own locks on the
@@ -671,6 +672,22 @@ class _CommitWatch:
             return None
         first = header[:48]
         return first if first == header[48:96] else None
+
+    def change_count(self) -> int | None:
+        """The header's change counter (``iChange``, see ``_after``) where both copies agree;
+        None where ``version`` would answer None. Two items of a view of the mapped header,
+        where ``version`` copies it twice and an ``int.from_bytes`` of a slice parses the
+        order's name (~3,300 instructions, on every group's begin)."""
+        words = self._words
+        if words is None:
+            if self.version() is None:  # (maps the file: not there yet, or torn)
+                return None
+            header = self._map
+            if header is None:
+                return None
+            words = self._words = memoryview(header)[:96].cast("I")
+        count = words[2]
+        return count if count == words[14] else None
 
     def write_locked(self) -> bool:
         """Whether a connection — of this process or another — holds SQLite's WAL write lock
@@ -693,6 +710,9 @@ class _CommitWatch:
 
     def close(self) -> None:
         """Only once the store's connections are closed (see ``_fd``)."""
+        if self._words is not None:
+            self._words.release()  # (a mapping with a view of it cannot be closed)
+            self._words = None
         if self._map is not None:
             self._map.close()
             self._map = None

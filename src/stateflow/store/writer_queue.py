@@ -54,6 +54,7 @@ import os
 import select
 import socket
 import struct
+import sys
 import threading
 import time
 import weakref
@@ -112,6 +113,22 @@ _fcntl = fcntl.fcntl
 _SET_NOW: int = _SET if _SET is not None else -1
 """``_SET`` for the paths of every turn, which only run where it exists"""
 _WRLCK, _UNLCK, _SEEK_SET = fcntl.F_WRLCK, fcntl.F_UNLCK, os.SEEK_SET
+_NATIVE_COUNTER: Final = sys.byteorder == "little"
+"""the counter (little-endian in the file) read and written as a native integer through a
+view of its mapped bytes (``memoryview.cast``), where this machine's order is the file's:
+``int.from_bytes`` of a mapped buffer copies it and parses its order's name, ~1,600
+instructions, three times a turn; an item of the view ~270. Elsewhere it is not mapped
+(``pread`` and ``pwrite``)."""
+
+
+def _lock_of(ticket: int) -> bytes:
+    """The lock of ``ticket``'s byte, packed."""
+    return _pack(_WRLCK, _SEEK_SET, _COUNTER + ticket, 1, 0)
+
+
+def _unlock_of(ticket: int) -> bytes:
+    """The unlock of ``ticket``'s byte, packed."""
+    return _pack(_UNLCK, _SEEK_SET, _COUNTER + ticket, 1, 0)
 
 
 def _lock(fd: int, start: int, length: int = 1, *, wait: bool = False) -> bool:
@@ -227,9 +244,15 @@ class WriterQueue:
         self._misses = 0
         self._last: int | None = None
         """the ticket this process held last (on ``_fd``), whose byte it has let go"""
-        self._counter: mmap.mmap | None = None
-        """the counter's 8 bytes mapped (of the file ``_fd`` was opened on): read and bumped
-        under its lock as memory, not by a ``pread`` and a ``pwrite`` on every turn"""
+        self._counter: memoryview | None = None
+        """the counter's 8 bytes mapped (of the file ``_fd`` was opened on), viewed as one
+        native integer (``_NATIVE_COUNTER``): read and bumped under its lock as memory, not by
+        a ``pread`` and a ``pwrite`` on every turn"""
+        self._counter_map: mmap.mmap | None = None
+        """the mapping ``_counter`` views (closed once the view is released)"""
+        self._packed: tuple[int, bytes, bytes] = (-1, b"", b"")
+        """a ticket and its byte's lock and unlock, packed: the ticket a process writing alone
+        takes again and lets go on every turn (``struct.pack`` ~1,000 instructions a call)"""
         self._slots: mmap.mmap | None = None
         """the waiting tickets' slots mapped (of the same file; None: no wake-ups here)"""
         self._handed: mmap.mmap | None = None
@@ -264,7 +287,7 @@ class WriterQueue:
         if self._ticket is not None or self._unusable:
             return
         last, counter = self._last, self._counter
-        if last is not None and counter is not None and int.from_bytes(counter, "little") == last + 1:
+        if last is not None and counter is not None and counter[0] == last + 1:
             # Nobody drew a ticket since this process let its last one go: take that one again
             # (its byte locked on the same open file), not a new one — two system calls a turn
             # fewer than drawing (the counter's lock taken and let go). The order holds: the
@@ -272,13 +295,14 @@ class WriterQueue:
             # it, and whoever draws from now on draws the next ticket and waits for this byte.
             fd = self._fd
             assert fd is not None  # (``_last`` is forgotten whenever ``_fd`` is let go)
+            packed = self._packed  # (``release`` packed the last ticket's lock and unlock)
             try:
                 try:
-                    _fcntl(fd, _SET_NOW, _pack(_WRLCK, _SEEK_SET, _COUNTER + last, 1, 0))
+                    _fcntl(fd, _SET_NOW, packed[1] if packed[0] == last else _lock_of(last))
                 except OSError:  # (a waiter's helper thread holds it for a moment: draw)
                     pass
                 else:
-                    if int.from_bytes(counter, "little") == last + 1:
+                    if counter[0] == last + 1:
                         self._ticket = last
                         return
                     # a ticket drawn meanwhile: its writer may have found the byte held and wait,
@@ -321,8 +345,8 @@ class WriterQueue:
                     if counter is None and not self._map_tried:
                         counter = self._mapped(fd)
                     if counter is not None:
-                        ticket = int.from_bytes(counter, "little")
-                        counter[:] = (ticket + 1).to_bytes(_COUNTER, "little")
+                        ticket = counter[0]
+                        counter[0] = ticket + 1
                     else:
                         raw = os.pread(fd, _COUNTER, 0)
                         ticket = int.from_bytes(raw, "little") if len(raw) == _COUNTER else 0
@@ -436,7 +460,7 @@ class WriterQueue:
         if ticket is None or self._fd is None:
             return None
         counter = self._counter
-        return ticket, int.from_bytes(counter, "little") if counter is not None else self._drawn(self._fd)
+        return ticket, counter[0] if counter is not None else self._drawn(self._fd)
 
     def answer(self, ticket: int, request: str, payload: bytes, fallback: bytes | None) -> None:
         """Send the answer to ``request`` to the writer holding ``ticket`` (see ``_woken``), led
@@ -574,16 +598,19 @@ class WriterQueue:
             time.sleep(pause)
             pause = min(pause * 2, 0.01)
 
-    def _mapped(self, fd: int) -> mmap.mmap | None:
+    def _mapped(self, fd: int) -> memoryview | None:
         """The counter's bytes of ``fd``'s file mapped, once per file opened (None where that
-        fails: ``pread`` and ``pwrite`` then). Called under the counter's lock: a file shorter
-        than the counter was never drawn from (the counter is written whole, under that
-        lock), so extending it loses nothing."""
+        fails, or where this machine's order is not the file's: ``pread`` and ``pwrite``
+        then). Called under the counter's lock: a file shorter than the counter was never
+        drawn from (the counter is written whole, under that lock), so extending it loses
+        nothing."""
         self._map_tried = True
         try:
             if os.fstat(fd).st_size < _HANDED_AT + _HANDED:  # (zeros: no slot holds a wait, none handed)
                 os.ftruncate(fd, _HANDED_AT + _HANDED)
-            self._counter = mmap.mmap(fd, _COUNTER)
+            if _NATIVE_COUNTER:
+                self._counter_map = mmap.mmap(fd, _COUNTER)
+                self._counter = memoryview(self._counter_map).cast("Q")
             self._slots = mmap.mmap(fd, _SLOTS * _SLOT, offset=_SLOTS_AT)
             self._handed = mmap.mmap(fd, _HANDED, offset=_HANDED_AT)
         except (OSError, ValueError):
@@ -592,10 +619,13 @@ class WriterQueue:
         return self._counter
 
     def _unmap(self) -> None:
-        for mapped in (self._counter, self._slots, self._handed):
+        if self._counter is not None:
+            self._counter.release()  # (a mapping with a view of it cannot be closed)
+        for mapped in (self._counter_map, self._slots, self._handed):
             if mapped is not None:
                 mapped.close()
-        self._counter = self._slots = self._handed = None
+        self._counter = None
+        self._counter_map = self._slots = self._handed = None
         self._map_tried = False
 
     def _busy(self, limit: float) -> StoreBusy:
@@ -608,12 +638,15 @@ class WriterQueue:
     def release(self) -> None:
         ticket, fd = self._ticket, self._fd
         if ticket is not None and fd is not None:
-            _fcntl(fd, _SET_NOW, _pack(_UNLCK, _SEEK_SET, _COUNTER + ticket, 1, 0))
+            packed = self._packed
+            if packed[0] != ticket:
+                packed = self._packed = (ticket, _lock_of(ticket), _unlock_of(ticket))
+            _fcntl(fd, _SET_NOW, packed[2])
             # after the unlock: the next one finds it free. Nobody to wake when no ticket was
             # drawn after ours (one read; a datagram to nobody costs a failing send and an
             # exception); a writer drawing one from now on finds our byte free by itself.
             counter = self._counter
-            drawn = int.from_bytes(counter, "little") if counter is not None else self._drawn(fd)
+            drawn = counter[0] if counter is not None else self._drawn(fd)
             if drawn > ticket + 1:
                 if self._answered != ticket + 1:  # (else its answer woke it: nothing to send)
                     self._wake(ticket + 1)
