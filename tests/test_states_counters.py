@@ -133,11 +133,12 @@ def test_check_names_a_counter_that_drifted(backend: str, service: StatesService
     )
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)["checked"]["counters"] > 0
-    # (a delta of 2 nobody wrote: a counter is its row plus its deltas, on both backends — a
-    # PostgreSQL store's counters live in deltas until a fold)
+    # (2 more nobody wrote: a counter is its row plus its unfolded deltas, on both backends — a
+    # PostgreSQL store's in ``count_deltas``, a SQLite store's in its transitions — until a fold)
     _sql(
         backend,
-        "INSERT INTO count_deltas (state, counter, name, delta) VALUES ('tickets', 'kind', 'thread', 2)",
+        "INSERT INTO state_counts (state, counter, name, n) VALUES ('tickets', 'kind', 'thread', 2) "
+        "ON CONFLICT (state, counter, name) DO UPDATE SET n = state_counts.n + 2",
     )
     out = subprocess.run(
         ["stateflow", "check", "--json"],

@@ -29,6 +29,7 @@ from stateflow.errors import InvalidInput, StoreNotMigrated, StoreTooNew
 from stateflow.memory import Identity, MemoryView
 from stateflow.store import DocKey, SqlStore, Whole, Write, open_store, postgres
 from stateflow.store.check import check_store
+from stateflow.store.counting import FOLD_EVERY
 from stateflow.store.ledger import OpIdTaken
 from stateflow.store.migrations import (
     CHANGE_ROW_MAX,
@@ -2815,3 +2816,94 @@ def test_a_schema_41_store_upgrades_to_42_and_every_writer_and_reader_handles_bo
         assert report.problems == [], report.problems
     finally:
         reopened.close()
+
+
+_COUNTED_IN_TRANSITIONS_VERSION = 43
+
+
+def _every_writer_counted(store: SqlStore, backend: str) -> None:
+    """Every write path after an upgrade — commit, update on both paths, a delete, ``write_whole``,
+    ``update_parts``, a memory patch, prune, a purge with ``erase``, four racing writers —, each
+    followed by the counters equal to a recount."""
+
+    def exact() -> None:
+        with store._read_tx() as tx:
+            stored, recounted = store.recount(tx)
+        assert stored == recounted
+
+    _counted_writes(store, "after")
+    exact()
+    crossing = DocKey("after", encode_subject("agent", "x", "fold", "f"))
+    for n in range(FOLD_EVERY + 1):  # (a fold's boundary of seqs crossed, whichever seq is now)
+        store.commit([Write.between(crossing, None, {"n": n, f"m{n % 3}": n}, None)])
+    exact()
+    guard = DocKey("_guard", "g")
+    store.commit([Write.between(guard, None, {"v": 1})])
+    store.read([guard])
+    whole = DocKey("after", encode_subject("agent", "x", "item", "w"))
+    assert store.write_whole(whole, _whole_body({"a": 1, "b": 2}), {"by": "t"}, shared=[guard])
+    assert store.write_whole(whole, _whole_body({"a": 1, "c": 2}), {"by": "t"}, shared=[guard])
+    exact()
+    parted = [DocKey("after", encode_subject("agent", "x", "part", f"p{i}")) for i in range(4)]
+
+    def parts(part: Sequence[DocKey], docs: dict[DocKey, Any]) -> list[Write]:
+        return [Write.between(k, docs[k].body, {"p": 1, k.subject[-3:-1]: 1}, docs[k].revision) for k in part]
+
+    store.update_parts([parted[:2], parted[2:]], parts, {"by": "parts"})
+    exact()
+    MemoryView(store, Identity.of("acme", "/counted", "agent")).patch_state(
+        {"session": {"tactics": {"next": "a"}}, "global": {"strategy": {"goal": "b"}}}
+    )
+    exact()
+    assert store.prune_history("after", "2999-01-01T00:00:00Z") > 0
+    exact()
+    entry = DocKey("_catalog", "race")
+    store.commit([Write.between(entry, None, {"declared": True})])
+    counted = _race_and_purge(store, backend, "race")
+    assert not [k for k in counted if k[0] == "race"]
+    store.purge("after", erase=[entry])
+    exact()
+    report = check_store(store)
+    assert report.problems == [], report.problems
+
+
+def test_a_schema_42_store_upgrades_to_43_and_its_writers_count_in_their_transitions(
+    backend: str, tmp_path: Path
+) -> None:
+    """Version 43 has SQLite's writers keep their counters' deltas in their transition rows
+    (``transitions.counted``) and drops its counting triggers; ``counts_folded`` starts at the
+    newest seq (no older row holds deltas). The counters read what version 41's rows held, equal
+    to a recount, and every writer after keeps them so (a fold included: the writes cross a
+    ``FOLD_EVERY`` boundary of seqs). PostgreSQL only records the version."""
+    _store_at(_COUNTED_IN_TRANSITIONS_VERSION - 1, backend, tmp_path)
+    query = "SELECT state, counter, name, n FROM state_counts WHERE n <> 0"
+    pg = backend.startswith("postgresql://")
+    if pg:
+        with psycopg.connect(backend) as conn:
+            rows = conn.execute(query).fetchall()
+    else:
+        rows = _sqlite_rows(backend, query)
+        seq = _sqlite_rows(backend, "SELECT MAX(seq) FROM transitions")[0][0]
+    before = {(s, c, n): int(k) for s, c, n, k in rows}
+    assert before
+    store = open_store(backend, auto_migrate=False)
+    try:
+        assert store.migrate() == (_COUNTED_IN_TRANSITIONS_VERSION - 1, SCHEMA_VERSION)
+        _reads_back(store, _expected())
+        with store._read_tx() as tx:
+            stored, counted = store.recount(tx)
+        assert stored == counted == before
+        if not pg:
+            with store._read_tx() as tx:
+                assert (
+                    tx.all("SELECT name FROM sqlite_master WHERE type = 'trigger' AND name LIKE 'count_%'")
+                    == []
+                )
+                assert tx.all("SELECT value FROM stateflow_meta WHERE key = 'counts_folded'") == [(str(seq),)]
+                assert tx.all("SELECT COUNT(*) FROM transitions WHERE counted IS NOT NULL") == [(0,)]
+        _every_writer_counted(store, backend)
+        if not pg:
+            with store._read_tx() as tx:
+                assert tx.all("SELECT COUNT(*) FROM transitions WHERE counted IS NOT NULL") != [(0,)]
+    finally:
+        store.close()

@@ -23,6 +23,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, ClassVar, NamedTuple, TypeVar
 
+from stateflow.store.counting import ALL_COUNTERS, COUNTERS
 from stateflow.store.model import DocKey, Document
 from stateflow.store.plan import Fresh, SeqRef, WritePlan
 from stateflow.store.rows import DocRow
@@ -93,6 +94,13 @@ class Backend(abc.ABC):
     """Whether a transition's row lists the ``(doc_id, revision)`` keys of its changes
     (``transitions.changed``, SQLite since schema 16, which has no index of changes by seq):
     readers go from a transition to its changes through them."""
+
+    counts_in_transitions: ClassVar[bool] = False
+    """Whether writers keep their counters' deltas in their transition's row
+    (``transitions.counted``, SQLite since schema 43: ``counting.count_plans`` over the plans
+    of each commit, folded by the commit of every ``counting.FOLD_EVERY``-th seq, and a purge
+    counts what it deletes); False: the database counts (PostgreSQL: its writers append
+    ``count_deltas`` rows, its delete triggers too)."""
 
     change_row_max: ClassVar[int | None] = None
     """The most bytes of paths and inline edits a ``changes`` row holds (SQLite since schema 12,
@@ -244,9 +252,10 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def _insert_transition(
-        self, tx: Tx, at: str, origin: dict[str, Any], changed: str | None
+        self, tx: Tx, at: str, origin: dict[str, Any], changed: str | None, counted: str | None = None
     ) -> Callable[[], int]:
-        """Insert the transition row (``changed``: its changes' keys, see ``transition_keys``);
+        """Insert the transition row (``changed``: its changes' keys, see ``transition_keys``;
+        ``counted``: its counters' deltas, see ``counts_in_transitions``);
         return how to get its seq, maybe only after the batch (portable:
         ``writes.Writes._insert_transition``)."""
 
@@ -332,9 +341,18 @@ class Backend(abc.ABC):
         time holds the database)."""
         return [int(r[0]) for r in tx.all("SELECT doc_id FROM documents WHERE state = ?", (state,))]
 
+    def _counter_rows(self, tx: Tx, state: str | None) -> list[tuple[str, str, str, int]]:
+        """``(state, counter, name, n)`` of each counter of ``state`` (None: of every state) not
+        at zero: its row plus its unfolded deltas, read in one statement (portable:
+        ``counting.COUNTERS`` / ``ALL_COUNTERS``, the deltas in ``count_deltas``; SQLite: the
+        rows and the transitions' ``counted`` after ``counts_folded``, summed in Python)."""
+        if state is None:
+            return [(r[0], r[1], r[2], int(r[3])) for r in tx.all(ALL_COUNTERS)]
+        return [(state, r[0], r[1], int(r[2])) for r in tx.all(COUNTERS, (state, state))]
+
     def _fold_counts(self, tx: Tx) -> None:  # noqa: B027 - optional hook, no-op by default
         """Fold the counters' deltas into their rows in ``tx`` (``counting``), unless another
-        fold is under way (portable: nothing — SQLite's triggers update the rows in place)."""
+        fold is under way (portable: nothing — a database whose counters are their rows)."""
 
     def _stale_scalars(self, tx: Tx, limit: int) -> list[tuple[int, str]]:
         """Up to ``limit`` members (doc id, name) whose kept ``scalar`` is not what their body

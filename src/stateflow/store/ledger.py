@@ -63,18 +63,25 @@ def unmoved(given: Sequence[tuple[DocKey, DocRow]], params: list[Any]) -> str:
 
 
 @functools.lru_cache(maxsize=256)
-def checked_transition(changed: bool, shape: str, claims: int) -> str:
+def checked_transition(changed: bool, shape: str, claims: int, counted: bool = False) -> str:
     """The transition's insert that writes its row only while the documents of ``shape``
     (:func:`unmoved`) have not moved and none of ``claims`` op ids is claimed — its values the
-    time, the origin, the changed keys where ``changed``, then the condition's. Formatted once
+    time, the origin, the changed keys where ``changed``, the counters' deltas where
+    ``counted`` (``Backend.counts_in_transitions``), then the condition's. Formatted once
     per shape: a commit sends the same text (the connection's statement cache finds it by
     identity, not by hashing and comparing a new text of a few hundred characters)."""
     parts = [_AT_ROW if part == "r" else _NO_ROW for part in shape]
     parts += [_UNCLAIMED] * claims
     check = joined(parts, "AND") or "1 = 1"
-    if changed:
-        return f"INSERT INTO transitions (at, origin, changed) SELECT ?, ?, ? WHERE {check}"
-    return f"INSERT INTO transitions (at, origin) SELECT ?, ? WHERE {check}"
+    columns, values = transition_columns(changed, counted)
+    return f"INSERT INTO transitions ({columns}) SELECT {values} WHERE {check}"
+
+
+def transition_columns(changed: bool, counted: bool) -> tuple[str, str]:
+    """The columns a transition's insert sets, and their ``?``s: the time, the origin, then the
+    changed keys where ``changed`` and the counters' deltas where ``counted``."""
+    columns = "at, origin" + (", changed" if changed else "") + (", counted" if counted else "")
+    return columns, ", ".join("?" * (2 + changed + counted))
 
 
 def claims_query(claims: Sequence[tuple[str, str]]) -> tuple[str, list[str]]:

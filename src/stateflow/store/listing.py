@@ -11,7 +11,6 @@ from stateflow.errors import InvalidInput, UnsupportedStore
 from stateflow.store.backend import Candidates, SortSql
 from stateflow.store.clock import time_text
 from stateflow.store.core import StoreCore
-from stateflow.store.counting import ALL_COUNTERS, COUNTERS
 from stateflow.store.model import DocKey, Document, Listed, StateCounts, listed_row
 from stateflow.store.tx import Tx
 
@@ -204,9 +203,9 @@ class Listing(StoreCore):
         self.check_schema()
         with self._read_tx() as tx:
             self._refuse_whole(tx, state, "its counters")
-            rows = tx.all(COUNTERS, (state, state))
+            rows = self._counter_rows(tx, state)
         counted = StateCounts({}, {})
-        for counter, name, n in rows:
+        for _, counter, name, n in rows:
             if counter == "member":
                 counted.members[name] = int(n)
             else:
@@ -226,7 +225,7 @@ class Listing(StoreCore):
     def recount(self, tx: Tx) -> tuple[dict[tuple[str, str, str], int], dict[tuple[str, str, str], int]]:
         """The counters as stored and as counted from the rows now, keyed by (state, counter,
         name), zeros left out (``stateflow check`` compares them)."""
-        stored = {(r[0], r[1], r[2]): int(r[3]) for r in tx.all(ALL_COUNTERS)}
+        stored = {(r[0], r[1], r[2]): r[3] for r in self._counter_rows(tx, None)}
         kinds = tx.all(
             f"SELECT state, {self._kind_sql()}, COUNT(*) FROM documents WHERE present = 1 GROUP BY 1, 2"
         )
@@ -332,7 +331,7 @@ class Listing(StoreCore):
             # every candidate is sorted, not a page of them walked in subject order: start from
             # the value index whenever fewer members hold the value than the state has
             # documents (the index is not by state: a value common elsewhere is walked past)
-            records = sum(int(n) for counter, _, n in tx.all(COUNTERS, (state, state)) if counter != "member")
+            records = sum(n for _, counter, _, n in self._counter_rows(tx, state) if counter != "member")
             where = self._candidate_sql(tx, in_sql, in_bounds, max(PROBE, records))
             cursor = after
             # a page and one more when SQL decides every filter; else batches, as ``search``

@@ -424,6 +424,19 @@ LangGraph checkpoint's commit writes one row where it wrote the row, its members
 key. NULL in every existing row, which stays in member form until its next write in such a
 state. Only SQLite's writers set it; PostgreSQL gets the column (never set) so that the
 statements both share read the same columns.
+
+Version 43, on SQLite, has the writers count: ``transitions.counted`` (JSON text
+``[[state, counter, name, delta], …]``, NULL where nothing moved) holds the counters' deltas of
+the commit that wrote the row, computed in Python from its plans (``counting.count_plans``, the
+subject's kind by ``counting.sqlite_subject_kind``, the rule of :data:`SQLITE_SUBJECT_KIND`);
+``stateflow_meta`` ``counts_folded`` is the newest seq whose deltas are in ``state_counts``
+(the newest seq at the upgrade: every older row's ``counted`` is NULL), and the counting
+triggers are dropped. A counter is its row plus the deltas after that seq, read in one
+statement; the commit of every ``counting.FOLD_EVERY``-th seq folds them into the rows.
+The triggers updated ``state_counts`` in place in every commit that created a document or a
+member: a b-tree page more a saver ``put`` (one WAL frame) and ~45,000 instructions. Purge,
+which deletes rows without a transition, counts what it deletes itself. No row is rewritten.
+PostgreSQL only records the version (its writers append ``count_deltas`` since version 36).
 """
 
 from __future__ import annotations
@@ -432,7 +445,7 @@ import re
 from collections.abc import Sequence
 from typing import Final
 
-SCHEMA_VERSION: Final = 42
+SCHEMA_VERSION: Final = 43
 
 VALUE_INDEX_MAX: Final = 1024
 """Members up to this encoded size are in ``members_by_value`` (scalars only)."""
@@ -586,6 +599,17 @@ CREATE TABLE count_deltas (
 """
 """Version 36: the counters' deltas, appended by each writer and folded into ``state_counts``
 (no key, no index: readers and the fold read it whole, and folds keep it small)."""
+
+_COUNTED_IN_TRANSITIONS: Final = """
+ALTER TABLE transitions ADD COLUMN counted TEXT;
+DROP TRIGGER count_documents_insert;
+DROP TRIGGER count_documents_present;
+DROP TRIGGER count_documents_delete;
+DROP TRIGGER count_members_insert;
+DROP TRIGGER count_members_delete;
+INSERT INTO stateflow_meta (key, value) SELECT 'counts_folded', CAST(coalesce(max(seq), 0) AS TEXT) FROM transitions;
+"""
+"""Version 43 (SQLite): the writers' deltas in their transition rows, the counting triggers gone."""
 
 _NODES: Final = """
 CREATE TABLE nodes (
@@ -860,6 +884,7 @@ CREATE INDEX members_by_value ON members (name, {SQLITE_VALUE.format(m="")})
     40: "",
     41: "",
     42: "ALTER TABLE documents ADD COLUMN body BLOB;",
+    43: _COUNTED_IN_TRANSITIONS,
 }
 
 _JSONB_CAN_HOLD: Final = "{m}size <= 1048576 AND position('\\x5c7530303030'::bytea IN {m}body) = 0"
@@ -4412,6 +4437,7 @@ $$;
     40: _SCALAR_BY_WRITERS,
     41: _NODES_SLICED_BY_WRITERS,
     42: "ALTER TABLE documents ADD COLUMN body BYTEA;",
+    43: "",
 }
 
 

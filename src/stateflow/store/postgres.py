@@ -587,8 +587,9 @@ class PostgresStore(SqlStore):
     reads_before_locking = True
 
     def _insert_transition(
-        self, tx: Tx, at: str, origin: dict[str, Any], changed: str | None
+        self, tx: Tx, at: str, origin: dict[str, Any], changed: str | None, counted: str | None = None
     ) -> Callable[[], int]:
+        # (``counted`` is always None here: the writers append ``count_deltas``)
         # The advisory lock (held to commit) makes seq values visible in commit order; taking it
         # in the same statement as the insert saves a round trip, and the rows that follow name
         # the seq by `currval`, so the value is only read back after the commit.

@@ -131,6 +131,8 @@ class Retention(History):
         )
         if not seqs:
             return
+        if self.counts_in_transitions:  # (the deltas the transitions deleted below may hold)
+            self._fold_counts(tx)
         # a document's last write stays: its time is the record's updated_at, which record
         # retention compares with its cutoff (gone, the record never expired). Any document's,
         # not only this state's (a batch's transition may span states), and no index leads from
@@ -177,6 +179,8 @@ class Retention(History):
                 seqs.update(
                     int(r[0]) for r in tx.all(f"SELECT DISTINCT seq FROM changes WHERE {among}", part)
                 )
+                if self.counts_in_transitions:  # (no transition of its own: counted here)
+                    self._uncount(tx, part)
                 for table in (
                     "change_edits",
                     "changes",
@@ -282,6 +286,26 @@ class Retention(History):
             self._served_revisions.pop(key, None)
         self._shared_known.clear()
         self._subjects_moved(keys)
+
+    def _uncount(self, tx: Tx, doc_ids: Sequence[int]) -> None:
+        """Take the documents ``doc_ids`` (about to be deleted) and their members off the
+        counters' rows: what the counting triggers did on SQLite until schema 43, for a delete
+        that writes no transition to keep its deltas in."""
+        among = ",".join("?" * len(doc_ids))
+        tx.run(
+            "INSERT INTO state_counts (state, counter, name, n) "
+            f"SELECT state, 'kind', {self._kind_sql()}, -COUNT(*) FROM documents "
+            f"WHERE doc_id IN ({among}) AND present = 1 GROUP BY 1, 3 "
+            "ON CONFLICT (state, counter, name) DO UPDATE SET n = n + excluded.n",
+            doc_ids,
+        )
+        tx.run(
+            "INSERT INTO state_counts (state, counter, name, n) "
+            "SELECT d.state, 'member', m.name, -COUNT(*) FROM members m JOIN documents d ON d.doc_id = m.doc_id "
+            f"WHERE m.doc_id IN ({among}) GROUP BY 1, 3 "
+            "ON CONFLICT (state, counter, name) DO UPDATE SET n = n + excluded.n",
+            doc_ids,
+        )
 
     def applied_op(self, op_id: str, scope: str = "") -> int | bool | None:
         """False if ``op_id`` was never applied; else the seq it produced (None for a no-op)."""

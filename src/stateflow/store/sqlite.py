@@ -51,6 +51,15 @@ from stateflow.store.backend import Candidates, SortSql
 from stateflow.store.base import SqlStore
 from stateflow.store.clock import utc_now
 from stateflow.store.core import ROWS_PER_QUERY
+from stateflow.store.counting import (
+    SQLITE_ALL_COUNTER_ROWS,
+    SQLITE_COUNTER_ROWS,
+    SQLITE_FOLD,
+    SQLITE_FOLDED,
+    SQLITE_UNFOLDED,
+    quoted,
+    summed,
+)
 from stateflow.store.id_blocks import IdBlocks
 from stateflow.store.ledger import OpIdTaken, claims_query
 from stateflow.store.migrations import (
@@ -742,6 +751,7 @@ class SqliteStore(SqlStore):
     times_as_micros: ClassVar[bool] = True
     transition_keys: ClassVar[bool] = True
     whole_form: ClassVar[bool] = True
+    counts_in_transitions: ClassVar[bool] = True
     change_row_max: ClassVar[int | None] = CHANGE_ROW_MAX
     # the optimistic commit checks that no document moved in its one statement, two parameters
     # a document (``ledger.checked_transition``): within SQLite's 32,766 as every other statement
@@ -1482,6 +1492,23 @@ class SqliteStore(SqlStore):
 
     def _kind_sql(self) -> str:
         return SQLITE_SUBJECT_KIND.format(s="subject")
+
+    def _counter_rows(self, tx: Tx, state: str | None) -> list[tuple[str, str, str, int]]:
+        if state is None:
+            moved = summed(tx.all(SQLITE_ALL_COUNTER_ROWS))
+        else:
+            moved = summed(tx.all(SQLITE_COUNTER_ROWS, (state, quoted(state))), state)
+        return [(*counter, n) for counter, n in moved.items()]
+
+    def _fold_counts(self, tx: Tx) -> None:
+        # (one writer at a time holds the database: no other fold can be under way)
+        unfolded = tx.all(SQLITE_UNFOLDED)
+        if not unfolded:
+            return
+        moved = summed((None, None, None, None, counted) for _, counted in unfolded if counted is not None)
+        if moved:  # (in key order, as any reader of the rows takes them)
+            tx.many(SQLITE_FOLD, [(*counter, n) for counter, n in sorted(moved.items())])
+        tx.run(SQLITE_FOLDED, (str(max(int(seq) for seq, _ in unfolded)),))
 
     def _migrations(self) -> dict[int, str]:
         return SQLITE

@@ -27,7 +27,16 @@ from stateflow.store.cache import Heads
 from stateflow.store.cancel import committed
 from stateflow.store.clock import utc_now
 from stateflow.store.core import KNOWN_ROWS_MAX, ROWS_PER_QUERY, StoreCore
-from stateflow.store.ledger import OpIdTaken, checked_transition, claims_query, replayed, unmoved, with_op_id
+from stateflow.store.counting import FOLD_EVERY, Moved, count_plans, encoded
+from stateflow.store.ledger import (
+    OpIdTaken,
+    checked_transition,
+    claims_query,
+    replayed,
+    transition_columns,
+    unmoved,
+    with_op_id,
+)
 from stateflow.store.model import Commit, DocKey, Document, Whole, Write, made_commit, made_document
 from stateflow.store.nodes import NodeCache, load_tree
 from stateflow.store.plan import (
@@ -201,6 +210,7 @@ class Writes(StoreCore):
         seq: SeqRef | None = None
         seq_of: Callable[[], int] = lambda: 0  # noqa: E731 - (set with the transition)
         changed: list[str] = []  # each part's ``transitions.changed`` items (SQLite)
+        moved: Moved = {}  # the counters' deltas of every part (``counts_in_transitions``)
         at = utc_now()
         with self._write_tx() as tx:
             rows, _ = self._claim(tx, shared_keys, ())
@@ -254,6 +264,7 @@ class Writes(StoreCore):
                 writes = compute(part, docs)
                 validate_writes(writes, origin)
                 plans: list[WritePlan] = []
+                planned: list[DocKey] = []
                 for write in sorted(writes, key=lambda w: w.key):
                     held = loaded.get(write.key)
                     if held is None:
@@ -266,6 +277,7 @@ class Writes(StoreCore):
                     if write.edits:
                         fresh = Fresh()  # (not kept: nothing of the parts goes to the caches)
                         plans.append(self._plan_doc(write, held, self._stage(tx, write, held), fresh))
+                        planned.append(write.key)
                         self._rows_known.pop(write.key, None)
                 del docs, loaded, members, writes, others
                 if not plans:
@@ -275,10 +287,15 @@ class Writes(StoreCore):
                 self._emit(tx, plans, seq)
                 if self.transition_keys:
                     changed.append(changed_keys(plans)[1:-1])
+                if self.counts_in_transitions:
+                    count_plans(plans, partial(zip, [p.doc_id for p in plans], planned, strict=True), moved)
             if seq is not None and self.transition_keys:
                 tx.run(
                     "UPDATE transitions SET changed = ? WHERE seq = ?", (f"[{','.join(changed)}]", seq_of())
                 )
+            if seq is not None and self.counts_in_transitions:
+                tx.run("UPDATE transitions SET counted = ? WHERE seq = ?", (encoded(moved), seq_of()))
+                self._fold_due(tx, seq_of())
         if seq is None:
             return made_commit(True, None, None, {})
         committed()
@@ -681,9 +698,14 @@ class Writes(StoreCore):
         and the rows. The rest needs no answer before the commit: where the database can
         pipeline, the transition, every row write and the COMMIT travel together."""
         at = fresh.at
+        counted = (
+            encoded(count_plans(plans, lambda: zip([p.doc_id for p in plans], keys, strict=True)))
+            if self.counts_in_transitions
+            else None
+        )
         with tx.batch(commit=True):
             seq_of, seq = self._transition(
-                tx, at, origin, changed_keys(plans) if self.transition_keys else None
+                tx, at, origin, changed_keys(plans) if self.transition_keys else None, counted
             )
             for scope, claimed in claims:
                 tx.run(
@@ -691,6 +713,8 @@ class Writes(StoreCore):
                     (*seq.params, scope, claimed),
                 )
             self._emit(tx, plans, seq)
+            if self.counts_in_transitions:
+                self._fold_due(tx, seq_of())
         seq_now = seq_of()
         _stamp(keys, plans, seq_now, at, fresh)
         return _committed(keys, plans, revisions, seq_now, at)
@@ -1140,10 +1164,13 @@ class Writes(StoreCore):
             keys = self.transition_keys
             if keys:
                 params.append(changed_keys(plans))
+            counts = self.counts_in_transitions
+            if counts:
+                params.append(encoded(count_plans(plans, lambda: [(r.doc_id, k) for k, r in locked])))
             shape = unmoved((*shared, *locked), params)
             for claim in claims:
                 params += claim
-            inserted = tx.insert_one(checked_transition(keys, shape, len(claims)), params, "seq")
+            inserted = tx.insert_one(checked_transition(keys, shape, len(claims), counts), params, "seq")
             if inserted is None:
                 return None
             seq = inserted
@@ -1157,35 +1184,42 @@ class Writes(StoreCore):
                 )
             # (the tuple made in C: a NamedTuple's own ``__new__`` is a Python call, ~1,200 more)
             self._emit(tx, plans, _new_tuple(SeqRef, ("?", (seq,))))
+            if counts:
+                self._fold_due(tx, seq)
             return seq, at
 
     def _transition(
-        self, tx: Tx, at: str, origin: dict[str, Any], changed: str | None
+        self, tx: Tx, at: str, origin: dict[str, Any], changed: str | None, counted: str | None = None
     ) -> tuple[Callable[[], int], SeqRef]:
         """Insert the transition row; return how to get its seq and how statements name it."""
-        seq_of = self._insert_transition(tx, at, origin, changed)
+        seq_of = self._insert_transition(tx, at, origin, changed, counted)
         if self.current_seq_sql is None:
             return seq_of, SeqRef("?", (seq_of(),))
         return seq_of, SeqRef(self.current_seq_sql, ())
 
     def _insert_transition(
-        self, tx: Tx, at: str, origin: dict[str, Any], changed: str | None
+        self, tx: Tx, at: str, origin: dict[str, Any], changed: str | None, counted: str | None = None
     ) -> Callable[[], int]:
         """Insert the transition row; return how to get its seq (maybe only after the batch)."""
-        if self.transition_keys:
-            seq = tx.insert_one(
-                "INSERT INTO transitions (at, origin, changed) VALUES (?, ?, ?)",
-                (self._stored_time(at), encode_trusted(origin), changed),
-                "seq",
-            )
-        else:
-            seq = tx.insert_one(
-                "INSERT INTO transitions (at, origin) VALUES (?, ?)",
-                (self._stored_time(at), encode_trusted(origin)),
-                "seq",
-            )
+        keys, counts = self.transition_keys, self.counts_in_transitions
+        params: list[Any] = [self._stored_time(at), encode_trusted(origin)]
+        if keys:
+            params.append(changed)
+        if counts:
+            params.append(counted)
+        seq = tx.insert_one(_TRANSITION_INSERTS[keys, counts], params, "seq")
         assert seq is not None
         return lambda: seq
+
+    def _fold_due(self, tx: Tx, seq: int) -> None:
+        """After the rows of a commit whose transition keeps its counters' deltas
+        (``counts_in_transitions``), in its transaction: the fold of every ``FOLD_EVERY``-th
+        seq — one commit in that many, whichever process and path wrote it. In the commit's own
+        transaction, not one after it: one writer holds the database either way, and so no
+        crash can leave the fold undone or done twice (the deltas and ``counts_folded`` move
+        together, with the commit)."""
+        if seq % FOLD_EVERY == 0:
+            self._fold_counts(tx)
 
     def _stage(self, tx: Tx, write: Write, entry: Loaded, by_path: bool = True) -> Stage:
         """Apply the write's edits to the loaded members; nothing is written yet. (An edit's
@@ -1690,6 +1724,9 @@ class Writes(StoreCore):
         if plan.present and body is not None and doc.body_size <= (bound := self._whole_bound(state)):
             data = encode_trusted(body) if encoded is None else encoded
             if len(data) <= bound:
+                before = list(before)
+                if row.present and not was_whole:  # (its member rows go: counted as rows)
+                    plan.rows_dropped = before
                 plan.names_moved = _names_moved(before, body)
                 plan.body = data
                 plan.deletes = plan.updates = plan.inserts = ()
@@ -2255,6 +2292,14 @@ _MEMBER_INSERT: Final = (
     "INSERT INTO members (doc_id, name, position, revision, size, outline, body, root) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
+
+
+_TRANSITION_INSERTS: Final = {
+    (keys, counts): "INSERT INTO transitions ({}) VALUES ({})".format(*transition_columns(keys, counts))
+    for keys in (False, True)
+    for counts in (False, True)
+}
+"""The transition's plain insert by (``transition_keys``, ``counts_in_transitions``)."""
 
 
 def changed_keys(plans: Sequence[WritePlan]) -> str:
