@@ -448,6 +448,25 @@ def test_seq_numbers_never_repeat_after_the_newest_writes_are_deleted(store: Sql
     assert [t.seq for t in store.transitions()][-1] == again
 
 
+def test_a_purge_refuses_to_erase_a_document_of_its_own_state_and_changes_nothing(store: SqlStore) -> None:
+    for key in (A, B, C):
+        put(store, key, {"v": 1})
+    before = [(t.seq, t.at) for t in store.transitions()]
+    with pytest.raises(
+        InvalidInput, match=r"purge of state 'notes' cannot also erase its own documents \('a'\)"
+    ):
+        store.purge(A.state, erase=[C, A])
+    assert [store.get(k).body for k in (A, B, C)] == [{"v": 1}] * 3
+    assert [(t.seq, t.at) for t in store.transitions()] == before
+    assert [c.revision for c in store.history([A, B, C], limit=10)] == [1, 1, 1]
+    # the same purge erasing only documents of other states goes through, as one transition
+    assert store.purge(A.state, erase=[C]) == 2
+    assert (store.get(A).revision, store.get(C).revision, store.get(C).exists) == (0, 2, False)
+    with store._read_tx() as tx:
+        stored, counted = store.recount(tx)
+    assert stored == counted and not [k for k in stored if k[0] == "notes"]
+
+
 def test_whole_document_reads_see_commits_from_other_connections_and_threads(open_migrated: Any) -> None:
     import threading
 

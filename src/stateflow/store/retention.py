@@ -162,8 +162,16 @@ class Retention(History):
         one transition with ``origin``. They are locked first, so a writer that shares them
         (every record write shares its declaration) either committed before the purge, and its
         record goes with the others, or waits and finds them erased: nothing written meanwhile
-        is left behind, and the purge and the erase happen together or not at all.
+        is left behind, and the purge and the erase happen together or not at all. A key of
+        ``state`` itself in ``erase`` is refused (``invalid-input``, nothing done): the purge
+        deletes it with its history, where an erase would record a change of it.
         """
+        inside = sorted({key.subject for key in erase if key.state == state})
+        if inside:
+            raise InvalidInput(
+                f"purge of state {state!r} cannot also erase its own documents ({', '.join(map(repr, inside))}):"
+                " the purge deletes them with their history; erase names documents of other states"
+            )
         self.check_schema()
         fresh = Fresh()
         with self._write_tx() as tx:
