@@ -562,3 +562,36 @@ def test_tool_refuses_nan_and_infinity_tokens_as_the_mcp_doors_do(db: str, tmp_p
     out = sf("--store", db, "tool", "patch_state", '{"session": {"tactics": {"n": nan}}}', cwd=tmp_path)
     assert out.stderr.startswith("error[invalid-json]: ARGUMENTS: invalid JSON: "), out.stderr
     assert host.call("read_state", {"path": "session.tactics"}).text == '{"value":null}'
+
+
+def test_tool_arguments_name_the_first_bad_number_in_document_order(db: str, tmp_path: Path) -> None:
+    # a refusal named the last offending place of an object or array (the walk took its entries
+    # from the end): NaN written before 1e400 was reported as the 1e400
+    from stateflow.doc.canonical import read_as_sent
+    from stateflow.memory import Identity, MemoryConfig, MemoryView
+    from stateflow.store import open_store
+    from stateflow.tools import ToolHost
+
+    host = ToolHost(
+        MemoryView(
+            open_store(db), Identity.of("a", str(tmp_path), "s"), ("global", "cwd", "session"), MemoryConfig()
+        )
+    )
+    nan = "is not a JSON number (NaN and Infinity are refused)"
+    beyond = "1e400 is not a JSON number this store holds (beyond a double's range: it reads as Infinity)"
+    for text, first in (
+        ('{"session": {"tactics": {"a": NaN, "b": 1e400}}}', f"session.tactics.a: nan {nan}"),
+        ('{"session": {"tactics": {"a": [1, NaN, 1e400]}}}', f"session.tactics.a[1]: nan {nan}"),
+        (
+            '{"session": {"tactics": {"a": {"c": [{"d": NaN}]}, "b": 1e400}}}',
+            f"session.tactics.a.c[0].d: nan {nan}",
+        ),
+        ('{"session": {"tactics": {"a": 1e400, "b": NaN}}}', f"session.tactics.a: {beyond}"),
+        ('{"session": {"tactics": {"a": [1e400, -Infinity]}}}', f"session.tactics.a[0]: {beyond}"),
+    ):
+        out = sf("--store", db, "tool", "patch_state", text, "--agent", "a", "--session", "s", cwd=tmp_path)
+        assert (out.returncode, out.stderr) == (1, f"error[invalid-json]: {first}\n"), text
+        # the MCP doors read the text so (read_as_sent) and hand it to the same dispatcher
+        refused = host.call("patch_state", read_as_sent(text))
+        assert refused.is_error and refused.error_text() == f"error[invalid-json]: {first}", text
+    assert host.call("read_state", {"path": "session.tactics"}).text == '{"value":null}'

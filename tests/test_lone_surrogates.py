@@ -48,10 +48,15 @@ def refusal(call: Callable[[], object], code: str = "invalid-json") -> str:
             "$.a[1]: an object key holding a lone surrogate (\\udc01) is not Unicode text",
         ),
         ("\ud83d", "$: a string holding a lone surrogate (\\ud83d) is not Unicode text"),
-        # (two faults: each names the one the check names)
+        # (two faults: each names the one the check names, the first in document order)
+        ([{"n": float("nan")}, "\ud800"], "$[0].n: nan is not a JSON number (NaN and Infinity are refused)"),
         (
-            [{"n": float("nan")}, "\ud800"],
-            "$[1]: a string holding a lone surrogate (\\ud800) is not Unicode text",
+            ["\ud800", {"n": float("nan")}],
+            "$[0]: a string holding a lone surrogate (\\ud800) is not Unicode text",
+        ),
+        (
+            {"a": float("nan"), "k\udc01": 1},
+            "$.a: nan is not a JSON number (NaN and Infinity are refused)",
         ),
         ([{"n": float("nan")}, "x"], "$[0].n: nan is not a JSON number (NaN and Infinity are refused)"),
     ],

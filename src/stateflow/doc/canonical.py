@@ -487,10 +487,25 @@ def plain_number(value: int | float) -> bool:
 
 
 def _explain(value: JSON, where: str, depth: int = 0) -> None:
-    """Raise InvalidJSON naming the first place in ``value`` that is not plain JSON."""
-    stack: list[tuple[JSON, str, int]] = [(value, where, depth)]
+    """Raise InvalidJSON naming the first place in ``value``, in document order, that is not
+    plain JSON (a key before its value, a container's entries in their order)."""
+    # a stack of the containers being walked, each an iterator of its entries still to see:
+    # (the entry's key, or _ELEMENT; the container's place; the entry's place; its value)
+    stack: list[Iterator[tuple[Any, str, str, JSON]]] = [iter(((_ELEMENT, where, where, value),))]
+    depths = [depth]
     while stack:
-        node, at, depth = stack.pop()
+        entry = next(stack[-1], None)
+        if entry is None:
+            stack.pop()
+            depths.pop()
+            continue
+        key, parent, at, node = entry
+        depth = depths[-1]
+        if key is not _ELEMENT:
+            if type(key) is not str:
+                raise InvalidJSON(f"{parent}: object key {key!r} is not a string")
+            if not utf8_text(key):
+                raise InvalidJSON(f"{parent}: an object key {_lone_surrogate(key)}")
         t = type(node)
         if t is str:
             if not utf8_text(node):
@@ -509,16 +524,27 @@ def _explain(value: JSON, where: str, depth: int = 0) -> None:
         elif t is BeyondDouble:
             raise InvalidJSON(_beyond_words(at, node.literal))
         elif t is dict:
-            for k, v in node.items():
-                if type(k) is not str:
-                    raise InvalidJSON(f"{at}: object key {k!r} is not a string")
-                if not utf8_text(k):
-                    raise InvalidJSON(f"{at}: an object key {_lone_surrogate(k)}")
-                stack.append((v, f"{at}.{k}", depth + 1))
+            stack.append(_members_of(node, at))
+            depths.append(depth + 1)
         elif t is list:
-            stack.extend((v, f"{at}[{i}]", depth + 1) for i, v in enumerate(node))
+            stack.append(_elements_of(node, at))
+            depths.append(depth + 1)
         else:
             raise InvalidJSON(f"{at}: {t.__name__} is not a JSON type")
+
+
+def _members_of(node: dict[Any, JSON], at: str) -> Iterator[tuple[Any, str, str, JSON]]:
+    for k, v in node.items():
+        yield k, at, f"{at}.{k}", v
+
+
+def _elements_of(node: list[JSON], at: str) -> Iterator[tuple[Any, str, str, JSON]]:
+    for i, v in enumerate(node):
+        yield _ELEMENT, at, f"{at}[{i}]", v
+
+
+_ELEMENT: Final = object()
+"""(:func:`_explain`: an entry that is an array's element or the value itself, not an object's member)"""
 
 
 def _lone_surrogate(text: str) -> str:
