@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import stateflow.aio
-from stateflow.aio import AsyncStateflow, AsyncStatesService
+from stateflow.aio import AsyncStateflow, AsyncStatesService, AsyncUnit
 from stateflow.states import StatesService
 from stateflow.store import open_store
 
@@ -60,6 +60,44 @@ def test_states_is_called_as_the_synchronous_api_calls_it(backend: str) -> None:
             await sf.states().replace("counters", subject, {"n": 1})
             record = await sf.states.read("counters", subject)
             assert record is not None and record["data"] == {"n": 1}
+
+    asyncio.run(main())
+
+
+def test_a_unit_of_work_is_awaited_and_commits_on_leaving_its_async_block(backend: str) -> None:
+    # ``await sf.states.unit()`` answered the synchronous unit: its reads ran on the loop's thread
+    async def main() -> None:
+        async with await AsyncStateflow.on(open_store(backend, auto_migrate=True)) as sf:
+            await sf.states.declare("counters", DECL)
+            a, b = ({"target_kind": "agent", "target_name": "bot", "kind": "thread", "key": k} for k in "ab")
+            loop_thread, threads = threading.get_ident(), set()
+            original = sf.states.sync.read
+
+            def read(*args: Any, **kwargs: Any) -> Any:
+                threads.add(threading.get_ident())
+                return original(*args, **kwargs)
+
+            sf.states.sync.read = read  # type: ignore[method-assign]
+            async with await sf.states.unit() as unit:
+                assert isinstance(unit, AsyncUnit)
+                staged = await unit.apply("counters", a, [{"op": "set", "path": ["n"], "value": 1}])
+                assert staged.applied and staged.seq is None
+                await unit.apply("counters", b, [{"op": "set", "path": ["n"], "value": 2}])
+                with pytest.raises(RuntimeError), unit.savepoint():
+                    await unit.apply("counters", b, [{"op": "set", "path": ["n"], "value": 3}])
+                    raise RuntimeError("dropped")
+                seen = await unit.read("counters", b)
+                assert seen is not None and seen["data"] == {"n": 2}
+                assert await sf.states.read("counters", a) is None  # nothing written yet
+            assert loop_thread not in threads  # every read of the unit was awaited off the loop
+            records = [await sf.states.read("counters", s) for s in (a, b)]
+            assert [r["data"] if r else None for r in records] == [{"n": 1}, {"n": 2}]
+            with pytest.raises(ValueError, match="no"):
+                async with await sf.states.unit() as failing:
+                    await failing.apply("counters", a, [{"op": "set", "path": ["n"], "value": 9}])
+                    raise ValueError("no")
+            record = await sf.states.read("counters", a)
+            assert record is not None and record["data"] == {"n": 1}  # discarded whole
 
     asyncio.run(main())
 

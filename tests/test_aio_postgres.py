@@ -111,6 +111,22 @@ def test_sync_calls_from_other_threads_and_refused_on_the_loop(pg_schema_url: st
     asyncio.run(main())
 
 
+def test_a_unit_of_work_on_the_async_pool_is_awaited_on_the_loop(pg_schema_url: str) -> None:
+    # the synchronous unit ``await sf.states.unit()`` answered refused its reads on the loop
+    async def main() -> None:
+        async with await AsyncStateflow.on(await open_store_async(pg_schema_url, auto_migrate=True)) as sf:
+            await sf.states.declare("counters", DECL)
+            async with await sf.states.unit() as unit:
+                await unit.apply("counters", subject("u"), [{"op": "set", "path": ["n"], "value": 1}])
+                await unit.apply("counters", subject("u"), [{"op": "set", "path": ["n"], "value": 2}])
+                staged = await unit.read("counters", subject("u"))
+                assert staged is not None and (staged["data"], staged["staged"]) == ({"n": 2}, 2)
+            record = await sf.states.read("counters", subject("u"))
+            assert record is not None and (record["data"], record["revision"]) == ({"n": 2}, 1)
+
+    asyncio.run(main())
+
+
 def test_a_program_that_raises_right_after_opening_the_store_exits_with_its_error(
     pg_schema_url: str,
 ) -> None:

@@ -9,14 +9,16 @@ import os
 import re
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
 
 import stateflow
-from stateflow.aio import AsyncMemoryView, AsyncStatesService, AsyncStore
+from stateflow.aio import AsyncMemoryView, AsyncStatesService, AsyncStore, AsyncUnit
 from stateflow.memory import MemoryView
 from stateflow.states import StatesService
+from stateflow.states.unit import Unit
 from stateflow.store import Store
 
 SRC = Path(stateflow.__file__).resolve().parents[1]
@@ -81,6 +83,11 @@ async def async_api(path: str) -> int:
 
         assert_type(await sf.store.get(DocKey("tickets", "x")), Document)
         assert_type(await sf.store.scan("tickets", limit=3), list[Listed])
+        async with await sf.states.unit() as unit:
+            staged = await unit.apply("tickets", SUBJECT, [{"op": "set", "path": ["status"], "value": "y"}])
+            assert_type(staged, ApplyResult)
+            assert_type(await unit.read("tickets", SUBJECT), dict[str, Any] | None)
+        assert_type(await sf.states.effective_schema(DECLARATION), dict[str, Any])
         declared = await stateflow.aio.call(sf.store.sync, sf.states.sync.get_declaration, "tickets")
         return replaced["revision"] + len(declared["name"])
 
@@ -184,24 +191,29 @@ def test_the_async_docs_examples_type_check_strictly(number: int, checked: dict[
 @pytest.mark.parametrize(
     ("wrapper", "synchronous", "own"),
     [
-        (AsyncStatesService, StatesService, set()),
+        (AsyncStatesService, StatesService, {"unit"}),
         (AsyncMemoryView, MemoryView, {"fork"}),
         (AsyncStore, Store, {"close"}),
+        (AsyncUnit, Unit, {"savepoint"}),
     ],
 )
 def test_every_synchronous_method_has_a_typed_coroutine(
     wrapper: type, synchronous: type, own: set[str]
 ) -> None:
-    """Each public method of the synchronous object is a coroutine method of its wrapper, with
-    the same parameters (what ``help()`` shows), declared on the class — not found at run time."""
+    """Each public method of the synchronous object — its static ones too — is a coroutine
+    method of its wrapper, with the same parameters (what ``help()`` shows), declared on the
+    class — not found at run time. (A unit's ``savepoint`` reads nothing: it answers at once; its
+    own coroutines, ``aapply``/``aread``, are the wrapper's ``apply``/``read``.)"""
     methods = {
         name
         for name in dir(synchronous)
-        if not name.startswith("_") and inspect.isfunction(inspect.getattr_static(synchronous, name))
+        if not name.startswith("_")
+        and isinstance(inspect.getattr_static(synchronous, name), staticmethod | types.FunctionType)
+        and not inspect.iscoroutinefunction(getattr(synchronous, name))
     }
     declared = {name for name in vars(wrapper) if not name.startswith("_")}
     assert methods <= declared, methods - declared
-    for name in methods:
+    for name in methods - {"savepoint"}:
         coroutine = vars(wrapper)[name]
         assert inspect.iscoroutinefunction(coroutine), name
         if name not in own:

@@ -21,7 +21,8 @@ import functools
 import os
 import threading
 import weakref
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
+from contextlib import contextmanager
 from time import monotonic
 from typing import TYPE_CHECKING, Any, Concatenate, Final, Generic, ParamSpec, TypeVar
 
@@ -31,6 +32,8 @@ from stateflow.memory import SCOPES, Identity, MemoryConfig, MemoryView
 from stateflow.memory.scopes import SESSION_ENV
 from stateflow.offload import run_sync
 from stateflow.states import StatesService
+from stateflow.states.models import DoorContext
+from stateflow.states.unit import Unit
 from stateflow.store import Store, open_store
 from stateflow.store.open import ENV_VAR as STORE_ENV
 from stateflow.store.open import StoreLocation, pg_mode, resolve_store_url
@@ -405,6 +408,20 @@ def awaitable(
     return awaited
 
 
+def awaitable_static(
+    name: str, function: Callable[P, R]
+) -> Callable[Concatenate[Offloaded[Any], P], Coroutine[Any, Any, R]]:
+    """A static method of the synchronous object (``function``, its attribute ``name``) as a
+    coroutine method of the wrapper, typed as :func:`awaitable`'s: called on ``sync`` by name."""
+
+    @functools.wraps(function)
+    async def awaited(self: Offloaded[Any], /, *args: P.args, **kwargs: P.kwargs) -> R:
+        result: R = await self._run(name, args, kwargs)
+        return result
+
+    return awaited
+
+
 class AsyncStore(Offloaded[Store]):
     """The store (``read``, ``get``, ``read_at``, ``history``, ``scan``, ``search``, …)."""
 
@@ -453,6 +470,37 @@ class AsyncStore(Offloaded[Store]):
     write_whole = awaitable(Store.write_whole)
 
 
+class AsyncUnit(Offloaded[Unit]):
+    """A unit of work (:mod:`stateflow.states.unit`), awaitable: ``async with await
+    sf.states.unit() as unit:`` stages ``await unit.apply(...)`` and commits it all on leaving
+    the block (nothing on an exception). Its reads and its commit are awaited as every call of
+    its service's; ``savepoint`` answers at once (it reads nothing)."""
+
+    def __init__(self, unit: Unit, store: Store) -> None:
+        super().__init__(unit, store)
+
+    @contextmanager
+    def savepoint(self) -> Iterator[AsyncUnit]:
+        """:meth:`Unit.savepoint`: an exception inside drops what was staged inside."""
+        with self.sync.savepoint():
+            yield self
+
+    async def __aenter__(self) -> AsyncUnit:
+        return self
+
+    async def __aexit__(self, kind: type[BaseException] | None, *rest: object) -> None:
+        """The synchronous unit's exit, awaited: commit on success, else discard."""
+        await self._run("__exit__", (kind, *rest), {})
+
+    absorb = awaitable(Unit.absorb)
+    apply = awaitable(Unit.apply)
+    commit = awaitable(Unit.commit)
+    defer = awaitable(Unit.defer)
+    discard = awaitable(Unit.discard)
+    read = awaitable(Unit.read)
+    template_jq = awaitable(Unit.template_jq)
+
+
 class AsyncStatesService(Offloaded[StatesService]):
     """The declared-states service (``declare``, ``read``, ``replace``, ``merge``, ``apply``,
     ``apply_batch``, ``writes``, ``search``, ``template_jq_update``, …)."""
@@ -475,6 +523,13 @@ class AsyncStatesService(Offloaded[StatesService]):
         return await super()._run(name, args, kwargs)
 
     acting_as = awaitable(StatesService.acting_as)
+    # the service's pure helpers (static methods), awaited as its other methods are
+    check_document_write = awaitable_static("check_document_write", StatesService.check_document_write)
+    check_ops = awaitable_static("check_ops", StatesService.check_ops)
+    effective_schema = awaitable_static("effective_schema", StatesService.effective_schema)
+    regimes = awaitable_static("regimes", StatesService.regimes)
+    stamp = awaitable_static("stamp", StatesService.stamp)
+    stamp_document = awaitable_static("stamp_document", StatesService.stamp_document)
     apply = awaitable(StatesService.apply)
     apply_batch = awaitable(StatesService.apply_batch)
     apply_change = awaitable(StatesService.apply_change)
@@ -518,7 +573,13 @@ class AsyncStatesService(Offloaded[StatesService]):
     template_jq_ops = awaitable(StatesService.template_jq_ops)
     template_jq_purpose = awaitable(StatesService.template_jq_purpose)
     template_jq_update = awaitable(StatesService.template_jq_update)
-    unit = awaitable(StatesService.unit)
+
+    async def unit(self, *, origin: Any = None, context: DoorContext | None = None) -> AsyncUnit:
+        """:meth:`StatesService.unit`, answering an :class:`AsyncUnit` (``async with await
+        sf.states.unit() as unit:``)."""
+        made: Unit = await self._run("unit", (), {"origin": origin, "context": context})
+        return AsyncUnit(made, self._store)
+
     update_attachment = awaitable(StatesService.update_attachment)
     use_jq = awaitable(StatesService.use_jq)
     writes = awaitable(StatesService.writes)
