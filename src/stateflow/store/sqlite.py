@@ -75,7 +75,14 @@ from stateflow.store.model import Commit, DocKey, Document, Write, doc_keys
 from stateflow.store.plan import Fresh, WritePlan, validate_writes
 from stateflow.store.rows import NO_ROW, DocRow, lock_order, outline_of
 from stateflow.store.served_patch import Served
-from stateflow.store.sqlite_file import connect_read_only, hold, preflight, release
+from stateflow.store.sqlite_file import (
+    WAL_PAGES,
+    connect_read_only,
+    hold,
+    keep_wal_bounded,
+    preflight,
+    release,
+)
 from stateflow.store.tx import Tx
 from stateflow.store.writer_queue import Answered, RequestTaken, WriterQueue
 from stateflow.store.writer_requests import NotMerged, Request
@@ -767,10 +774,12 @@ class SqliteStore(SqlStore):
         max_group: int = DEFAULT_MAX_GROUP,
         create: bool = True,
         read_only: bool = False,
+        wal_pages: int = WAL_PAGES,
     ) -> None:
         """``create=False`` refuses a missing file instead of creating it (and its directory);
         ``read_only=True`` never writes (a read-only file or directory is opened that way by
-        itself)."""
+        itself); ``wal_pages``: the WAL frames at which a commit checkpoints the log
+        (``sqlite_file.keep_wal_bounded``)."""
         super().__init__()
         if synchronous.lower() not in SYNCHRONOUS_MODES:
             raise UnsupportedStore(
@@ -781,6 +790,9 @@ class SqliteStore(SqlStore):
         self.url = f"sqlite:///{os.path.abspath(self.path)}"
         self.synchronous = synchronous.upper()
         self.busy_timeout_ms = busy_timeout_ms
+        if wal_pages < 1:
+            raise UnsupportedStore(f"wal_pages={wal_pages!r}: a checkpoint threshold of at least 1 page")
+        self.wal_pages = wal_pages
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
         self._readers: list[_Reader] = []
@@ -921,6 +933,7 @@ class SqliteStore(SqlStore):
                 if str(mode).lower() != "wal":
                     raise StoreUnavailable(f"{self.path}: cannot switch to WAL mode (got {mode})")
                 conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+                keep_wal_bounded(conn, self.wal_pages)
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
             conn.execute("PRAGMA foreign_keys = ON")
             # each b-tree page's cells are checked as the page is read, so a write that runs into
