@@ -24,6 +24,7 @@ import psycopg
 import pytest
 
 from stateflow.doc.canonical import json_contains
+from stateflow.doc.diff import Edit
 from stateflow.doc.select import MISSING
 from stateflow.errors import InvalidInput, StoreNotMigrated, StoreTooNew
 from stateflow.memory import Identity, MemoryView
@@ -2907,3 +2908,76 @@ def test_a_schema_42_store_upgrades_to_43_and_its_writers_count_in_their_transit
                 assert tx.all("SELECT COUNT(*) FROM transitions WHERE counted IS NOT NULL") != [(0,)]
     finally:
         store.close()
+
+
+_CHANGE_MARK_VERSION = 44
+
+
+def test_a_schema_43_store_upgrades_to_44_and_marks_the_creations_of_whole_form_documents(
+    backend: str, tmp_path: Path
+) -> None:
+    """Version 44 has the creating change of a whole-form document keep the mark ``=`` (the body
+    its row holds at that revision) instead of a copy, replaced by the copy when a write moves
+    the document past it; nothing is rewritten. The fixture reads back exactly; on SQLite, with
+    its states keeping whole bodies, the fixture's documents convert on their next write (no
+    mark: not a creation), a new document written whole by every writer keeps the mark, every
+    revision reads back before and after its copy — also from a store opened afresh — and
+    ``stateflow check`` finds nothing. PostgreSQL only records the version: no mark, ever."""
+    with _upgraded(_CHANGE_MARK_VERSION - 1, backend, tmp_path) as store:
+        pg = isinstance(store, PostgresStore)
+        with store._read_tx() as tx:
+            keys = [DocKey(s, j) for s, j in tx.all("SELECT state, subject FROM documents WHERE present = 1")]
+        states = sorted({key.state for key in keys})
+        assert [store.keep_whole(state) for state in states] == [not pg] * len(states)
+        before = store.read(keys)
+        written: dict[DocKey, list[Any]] = {}
+        for i, key in enumerate(sorted(keys)):
+            body = {**(before[key].body or {}), "upgraded": i}
+            store.update([key], _rewritten(key, body), optimistic=i % 2 == 0)
+            written[key] = [before[key].body, body]
+        fresh = [DocKey(states[0], f"new-after-44-{way}") for way in range(3)]
+        for way, key in enumerate(fresh):
+            body = {"way": way, "pad": "p" * (700 * way)}
+            if way == 0:
+                store.commit([Write.between(key, None, body)])
+            elif way == 1:
+
+                def build(_: dict[DocKey, Any], was: dict[str, Any] | None, b: Any = body) -> Whole:
+                    return Whole(dict(b), [[]])
+
+                assert store.write_whole(key, build, {})
+            else:
+                store.update([key], _rewritten(key, body))
+            written[key] = [None, body]
+
+        def marks() -> list[str]:
+            with store._read_tx() as tx:
+                return sorted(
+                    s
+                    for (s,) in tx.all(
+                        "SELECT d.subject FROM changes c JOIN documents d ON d.doc_id = c.doc_id "
+                        "WHERE c.edits = ?",
+                        (b"=",),
+                    )
+                )
+
+        assert marks() == ([] if pg else sorted(k.subject for k in fresh))
+        for key, (_, body) in written.items():
+            assert store.read_at(key, revision=store.get(key).revision).body == body
+        for key in fresh:  # (the mark read as the body set whole, as member form keeps it)
+            assert store.history([key], limit=1)[0].edits == [Edit((), written[key][1])]
+        for key in fresh:
+            body = written[key][1]
+            store.commit([Write.between(key, body, {"after": 1}, 1)])
+            written[key] = [body, {"after": 1}]
+        assert marks() == []
+    reopened = open_store(backend, auto_migrate=False)
+    try:
+        for key, (was, body) in written.items():
+            doc = reopened.get(key)
+            assert doc.body == body, key
+            assert reopened.read_at(key, revision=doc.revision - 1).body == was, key
+        report = check_store(reopened)
+        assert report.problems == [], report.problems
+    finally:
+        reopened.close()

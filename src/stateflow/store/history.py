@@ -23,6 +23,7 @@ from stateflow.store.core import StoreCore
 from stateflow.store.model import Change, DocKey, Document, RevisionNotFound, Transition, doc_keys
 from stateflow.store.nodes import Generations, fetch_bodies, load_tree
 from stateflow.store.rows import (
+    CHANGE_MARK,
     decode_edits,
     decode_inline,
     decode_origin,
@@ -353,9 +354,13 @@ class History(StoreCore):
         if not changes or (names is not None and not names):
             return out
         apart: list[tuple[int, int]] = []
+        marks: list[tuple[int, int]] = []
         for doc_id, revision, inline in changes:
             if inline is None:
                 apart.append((doc_id, revision))
+                continue
+            if inline == CHANGE_MARK:  # (the body its row holds at this revision)
+                marks.append((doc_id, revision))
                 continue
             what = f"{keys.get(doc_id, doc_id)} change at revision {revision}"
             for member, raw in decode_inline(inline, what):
@@ -375,6 +380,10 @@ class History(StoreCore):
             if member == "" and names is not None:
                 edits = [restrict_edit(e, names) for e in edits]
             out.setdefault((int(doc_id), int(revision)), []).extend(edits)
+        if marks:
+            for (doc_id, revision), body in resolve_marks(tx, keys, marks).items():
+                edit = Edit((), body)
+                out[(doc_id, revision)] = [edit if names is None else restrict_edit(edit, names)]
         return out
 
     def _change(self, r: tuple[Any, ...], key: DocKey, edits: dict[tuple[int, int], list[Edit]]) -> Change:
@@ -388,6 +397,45 @@ class History(StoreCore):
             edits=edits.get((int(r[3]), int(r[4])), []),
             paths=decode_stored(r[5], f"{key} paths at revision {r[4]}"),
         )
+
+
+def resolve_marks(
+    tx: Tx, keys: dict[int, DocKey], marks: Sequence[tuple[int, int]]
+) -> dict[tuple[int, int], dict[str, Any]]:
+    """The body each marked change ``(doc_id, revision)`` stands for (``rows.CHANGE_MARK``:
+    the creating change of a whole-form document): its document's ``documents.body``, which
+    must be at that revision — a mark is replaced by its copy before any write moves the row
+    past it, so a row elsewhere (or not in whole form) is damage, ``CorruptData``. Read in the
+    caller's transaction, one statement for up to 500 documents."""
+    ids = sorted({doc_id for doc_id, _ in marks})
+    rows: dict[int, tuple[int, Any]] = {}
+    for start in range(0, len(ids), 500):  # bounded statement size
+        part = ids[start : start + 500]
+        for doc_id, revision, body in tx.all(
+            f"SELECT doc_id, revision, body FROM documents WHERE doc_id IN ({','.join('?' * len(part))})",
+            part,
+        ):
+            rows[int(doc_id)] = (int(revision), body)
+    out: dict[tuple[int, int], dict[str, Any]] = {}
+    for doc_id, revision in marks:
+        what = f"{keys.get(doc_id, doc_id)} change at revision {revision}"
+        found = rows.get(doc_id)
+        if found is None or found[0] != revision or found[1] is None:
+            held = (
+                "no row"
+                if found is None
+                else f"a row at revision {found[0]}" + ("" if found[1] is not None else " in member form")
+            )
+            raise CorruptData(
+                f"stored {what} is corrupt: it keeps the mark of the whole body its document's row holds "
+                f"at that revision (whole form), but the document has {held}: the mark was not replaced "
+                "by its copy when the document moved on"
+            )
+        body = decode_stored(found[1], f"{keys.get(doc_id, doc_id)} body")
+        if type(body) is not dict:
+            raise CorruptData(f"stored {what} is corrupt: the body its mark stands for is not an object")
+        out[(doc_id, revision)] = body
+    return out
 
 
 def _apart_rows(tx: Tx, apart: list[tuple[int, int]], names: set[str] | None) -> Iterator[tuple[Any, ...]]:

@@ -437,6 +437,20 @@ The triggers updated ``state_counts`` in place in every commit that created a do
 member: a b-tree page more a saver ``put`` (one WAL frame) and ~45,000 instructions. Purge,
 which deletes rows without a transition, counts what it deletes itself. No row is rewritten.
 PostgreSQL only records the version (its writers append ``count_deltas`` since version 36).
+
+Version 44 changes what SQLite's writers store, not a table: the creating change of a
+whole-form document (its first revision, or the first after a delete, written whole) keeps the
+one-byte mark ``=`` (``rows.CHANGE_MARK``) as its edits — "the whole body, as the document's row
+holds it at this revision" — instead of a copy of the body, and the write that moves the document
+past that revision first replaces the mark with the body it stands for (``writes._copy_mark``);
+every reader of change edits resolves it (``history.resolve_marks``). A LangGraph checkpoint,
+written once, never pays the copy: ~1.8 WAL frames and 15,000–20,000 instructions less a saver
+``put`` (the ``WITHOUT ROWID`` ``changes`` rebalanced its pages for 600–820-byte rows). The step
+keeps version-43 processes out: a writer of that version would move a document past its mark
+without the copy (the schema check folded into every write refuses it), and a reader is
+refused when it opens the store; one already running that meets a mark fails with
+``corrupt-data`` (the mark is not JSON), never reads a wrong body. Nothing is rewritten; both
+backends only record the version (PostgreSQL never writes whole form).
 """
 
 from __future__ import annotations
@@ -445,7 +459,7 @@ import re
 from collections.abc import Sequence
 from typing import Final
 
-SCHEMA_VERSION: Final = 43
+SCHEMA_VERSION: Final = 44
 
 VALUE_INDEX_MAX: Final = 1024
 """Members up to this encoded size are in ``members_by_value`` (scalars only)."""
@@ -885,6 +899,7 @@ CREATE INDEX members_by_value ON members (name, {SQLITE_VALUE.format(m="")})
     41: "",
     42: "ALTER TABLE documents ADD COLUMN body BLOB;",
     43: _COUNTED_IN_TRANSITIONS,
+    44: "",
 }
 
 _JSONB_CAN_HOLD: Final = "{m}size <= 1048576 AND position('\\x5c7530303030'::bytea IN {m}body) = 0"
@@ -4438,6 +4453,7 @@ $$;
     41: _NODES_SLICED_BY_WRITERS,
     42: "ALTER TABLE documents ADD COLUMN body BYTEA;",
     43: "",
+    44: "",
 }
 
 

@@ -173,6 +173,10 @@ class WritePlan:
     """the top-level member names the write adds and drops, where its member rows do not say
     so (a document in whole form before or after it: a conversion writes or deletes every
     member's row and moves no name); None: as its rows say"""
+    copies_mark: int | None
+    """where the write moves a whole-form document past a revision whose change may keep the
+    mark (``rows.CHANGE_MARK``), replaced first by the body it stands for: the size of that body
+    (its members' encodings, ``DocRow.body_size``); None: no mark to replace"""
 
     def __init__(self, doc_id: int, revision: int, present: bool, was_present: bool = False) -> None:
         # (by hand, as ``Fresh``: every document written builds one, and the generated
@@ -198,6 +202,7 @@ class WritePlan:
         self.was_whole = False
         self.names_moved = None
         self.rows_dropped = ()
+        self.copies_mark = None
 
     @property
     def row(self) -> DocRow:

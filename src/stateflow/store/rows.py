@@ -7,7 +7,7 @@ Every decode of stored bytes goes through here, so a damaged value always surfac
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Final
 
@@ -36,6 +36,11 @@ class DocRow:
     whole: bool = False
     """the body is the row's own (``documents.body``, "whole form"): the document has no member
     rows (:func:`whole_members` reads them from it)"""
+    marked: bool | None = field(default=None, compare=False)
+    """whether the change at this revision is the mark (:data:`CHANGE_MARK`): known where this
+    process planned the revision, None where the row was read (the writer that moves the
+    document past it then replaces a mark it finds). Not part of the row's equality: a row read
+    back equals the row written."""
 
 
 ROW_COLUMNS: Final = (
@@ -49,6 +54,11 @@ ROW_SELECT: Final = (
     "FROM documents d LEFT JOIN transitions t ON t.seq = d.updated_seq"
 )
 NO_ROW: Final = DocRow(0, 0, False, None, 0, 0, 0, 0)
+CHANGE_MARK: Final = b"="
+"""A change's stored edits meaning "the whole body, as the document's row holds it at this
+revision": what the creating change of a whole-form document keeps instead of a copy of its
+body (schema 44). Not JSON, so a reader that does not know it fails loudly (``CorruptData``)
+instead of reading a wrong body; every reader here resolves it (``history.resolve_marks``)."""
 """Known to have no row at all (never written)."""
 
 

@@ -60,6 +60,7 @@ from stateflow.store.plan import (
     validate_writes,
 )
 from stateflow.store.rows import (
+    CHANGE_MARK,
     NO_ROW,
     DocRow,
     MemberHead,
@@ -1721,6 +1722,8 @@ class Writes(StoreCore):
         doc = plan.row
         doc_id, revision = plan.doc_id, plan.revision
         was_whole = plan.was_whole = row.whole and row.present
+        if was_whole and row.marked is not False:  # (its change may be the mark: replaced first)
+            plan.copies_mark = row.body_size
         if plan.present and body is not None and doc.body_size <= (bound := self._whole_bound(state)):
             data = encode_trusted(body) if encoded is None else encoded
             if len(data) <= bound:
@@ -1732,6 +1735,7 @@ class Writes(StoreCore):
                 plan.deletes = plan.updates = plan.inserts = ()
                 plan.nodes = NONE
                 doc.whole = True
+                doc.marked = False  # (the creating write marks its change: ``_plan_new``)
                 held = fresh.heads.get(doc_id)
                 if held is None or held[0] != revision or held[2] is None:
                     planned = (
@@ -1779,6 +1783,8 @@ class Writes(StoreCore):
         sql = _statements_for(seq.sql)
         for plan in plans:
             body = plan.body  # (None: member form, as before the write)
+            if plan.copies_mark is not None:  # (first: the copy is of the row's body before this write)
+                _copy_mark(tx, plan.doc_id, plan.revision - 1, plan.copies_mark, self.change_row_max)
             if plan.created is not None:  # a new row, written whole before the rows naming it
                 doc = plan.row
                 tx.run(
@@ -2021,6 +2027,12 @@ class Writes(StoreCore):
         self._document_after(plan, row, len(edit), size, position)
         if self.whole_form and size <= WHOLE_ROW_MAX and self._whole_bound(state):
             self._whole_rows(plan, row, state, body, (), fresh, b"{" + b",".join(parts) + b"}")
+            if plan.body:
+                # whole form: the change keeps the mark, not a second copy of the row's body —
+                # the first write past this revision puts the copy in its place (``_copy_mark``)
+                plan.inline = CHANGE_MARK
+                plan.edits = ()
+                plan.row.marked = True
         return plan
 
     def _plan_groups(
@@ -2309,6 +2321,51 @@ def changed_keys(plans: Sequence[WritePlan]) -> str:
         plan = plans[0]
         return f"[[{plan.doc_id},{plan.revision}]]"
     return "[" + ",".join([f"[{p.doc_id},{p.revision}]" for p in plans]) + "]"
+
+
+_MARK_HELD: Final = (
+    "doc_id = ? AND revision = ? AND edits = X'3D' AND EXISTS (SELECT 1 FROM documents d "
+    "WHERE d.doc_id = changes.doc_id AND d.revision = changes.revision AND d.body IS NOT NULL)"
+)
+"""The change ``(doc_id, revision)`` keeps the mark (``rows.CHANGE_MARK``) and its document's
+row is still at that revision, in whole form (a row past it is damage: left for ``check``)."""
+_MARK_INLINE: Final = (
+    "UPDATE changes SET edits = (SELECT CAST('[[\"\",[[[],' || CAST(d.body AS TEXT) || ']]]]' AS BLOB) "
+    "FROM documents d WHERE d.doc_id = changes.doc_id) WHERE "
+    + _MARK_HELD
+    + " AND (SELECT length(d.body) FROM documents d WHERE d.doc_id = changes.doc_id) + 14 "
+    "+ coalesce(length(CAST(paths AS BLOB)), 0) <= ?"
+)
+"""The mark replaced by the body it stands for, ``[["", [[[], body]]]]`` inline, where that
+fits the change row (the room its paths leave, ``Backend.change_row_max``): the placement of
+every whole-document edit (``Writes._plan_new``; ``WHOLE_INLINE_MAX`` is above any whole-form
+body). Made of the row's own bytes in SQL: no writer needs the body in hand (a delete, an erase
+do not load it)."""
+_MARK_APART: Final = "UPDATE changes SET edits = NULL WHERE " + _MARK_HELD
+"""…else the change row's edits apart (NULL), and the edit a ``change_edits`` row of member
+``''`` (``_MARK_EDIT``)."""
+_MARK_EDIT: Final = (
+    "INSERT INTO change_edits (doc_id, revision, member, edits, roots, ord) "
+    "SELECT doc_id, ?, '', CAST('[[[],' || CAST(body AS TEXT) || ']]' AS BLOB), NULL, 0 "
+    "FROM documents WHERE doc_id = ?"
+)
+_NO_ROOM_LIMIT: Final = 2**62
+"""The room of a change row where the backend sets none (``Backend.change_row_max`` None)."""
+
+
+def _copy_mark(tx: Tx, doc_id: int, revision: int, size: int, room: int | None) -> None:
+    """Before a write moves a whole-form document past ``revision``: the mark its change may
+    keep there replaced by the body the row still holds, in the write's transaction — once in
+    a document's life. One statement where the copy fits the change row (``size``: the body's
+    members' encoded sizes, which its encoding exceeds), two (three) where it does not; none
+    changes a row where the change keeps no mark. (No ``RETURNING``: SQLite buffers its rows
+    in a temporary table, ~43,000 instructions.)"""
+    if room is None:
+        room = _NO_ROOM_LIMIT
+    if size + 16 <= room and tx.run(_MARK_INLINE, (doc_id, revision, room)):
+        return
+    if tx.run(_MARK_APART, (doc_id, revision)):
+        tx.run(_MARK_EDIT, (revision, doc_id))
 
 
 _CHANGE_INSERT: Final = "INSERT INTO changes (doc_id, revision, seq, paths, edits) VALUES (?, ?, {seq}, ?, ?)"
