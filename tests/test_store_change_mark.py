@@ -32,6 +32,7 @@ from stateflow.store.check import check_store
 from stateflow.store.migrations import CHANGE_ROW_MAX
 from stateflow.store.portable import dump, load
 from stateflow.store.rows import CHANGE_MARK, decode_inline
+from stateflow.store.sqlite import SqliteStore
 from tests.http_api import tenant_api
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -495,3 +496,37 @@ def test_a_whole_form_copy_fits_the_change_row_by_the_rule_of_every_whole_docume
             store.commit([Write.between(key, {"t": "z" * size}, {"t": 1}, 1)])
         assert _change_rows(whole, key) == _change_rows(members, key), size
     assert _marks(whole) == []
+
+
+def test_a_writer_that_read_the_row_probes_for_the_mark_once_and_copies_what_it_finds(tmp_path: Path) -> None:
+    path = str(tmp_path / "w.db")
+    first = open_store(path)
+    second = open_store(path)
+    assert isinstance(first, SqlStore) and isinstance(second, SqliteStore)
+    try:
+        first.keep_whole(STATE)
+        copied, marked = DocKey(STATE, "copied"), DocKey(STATE, "marked")
+        first.commit([Write.between(copied, None, SMALL)])
+        first.commit([Write.between(copied, SMALL, {"a": 2}, 1)])  # copied by the writer that planned it
+        first.commit([Write.between(marked, None, LARGE)])
+        sent: list[str] = []
+        second._writer().set_trace_callback(sent.append)
+
+        def rewrite(key: DocKey, body: dict[str, Any]) -> list[str]:
+            def compute(docs: dict[DocKey, Any]) -> tuple[list[Write], None]:
+                return [Write.between(key, docs[key].body, body, docs[key].revision)], None
+
+            sent.clear()
+            second.update([key], compute)  # (the locked path: the row read under its lock)
+            return [s.split()[0] for s in sent if "X'3D'" in s or "CAST(body AS TEXT)" in s]
+
+        # no mark where the row was read: one probe, nothing written
+        assert rewrite(copied, {"a": 3}) == ["SELECT"]
+        # a mark found is copied (apart: too long for the change row)
+        assert rewrite(marked, {"a": 4}) == ["SELECT", "UPDATE", "INSERT"]
+        assert _marks(second) == []
+        assert second.read_at(marked, revision=1).body == LARGE
+        assert check_store(second).problems == []
+    finally:
+        second.close()
+        first.close()

@@ -176,7 +176,8 @@ class WritePlan:
     copies_mark: int | None
     """where the write moves a whole-form document past a revision whose change may keep the
     mark (``rows.CHANGE_MARK``), replaced first by the body it stands for: the size of that body
-    (its members' encodings, ``DocRow.body_size``); None: no mark to replace"""
+    (its members' encodings, ``DocRow.body_size``) where the mark is known to be there, -1 where
+    the row was read and whether it is is not known; None: no mark to replace"""
 
     def __init__(self, doc_id: int, revision: int, present: bool, was_present: bool = False) -> None:
         # (by hand, as ``Fresh``: every document written builds one, and the generated

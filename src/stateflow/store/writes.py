@@ -1723,7 +1723,7 @@ class Writes(StoreCore):
         doc_id, revision = plan.doc_id, plan.revision
         was_whole = plan.was_whole = row.whole and row.present
         if was_whole and row.marked is not False:  # (its change may be the mark: replaced first)
-            plan.copies_mark = row.body_size
+            plan.copies_mark = row.body_size if row.marked else -1
         if plan.present and body is not None and doc.body_size <= (bound := self._whole_bound(state)):
             data = encode_trusted(body) if encoded is None else encoded
             if len(data) <= bound:
@@ -2349,6 +2349,13 @@ _MARK_EDIT: Final = (
     "SELECT doc_id, ?, '', CAST('[[[],' || CAST(body AS TEXT) || ']]' AS BLOB), NULL, 0 "
     "FROM documents WHERE doc_id = ?"
 )
+_MARK_PROBE: Final = (
+    "SELECT (SELECT length(d.body) FROM documents d WHERE d.doc_id = changes.doc_id) + 14 "
+    "+ coalesce(length(CAST(paths AS BLOB)), 0) FROM changes WHERE " + _MARK_HELD
+)
+"""Where a writer does not know whether the change keeps the mark (a row read from the file):
+the length its copy would take in the change row, and no row where there is no mark to copy —
+one statement for the writes that find none."""
 _NO_ROOM_LIMIT: Final = 2**62
 """The room of a change row where the backend sets none (``Backend.change_row_max`` None)."""
 
@@ -2356,13 +2363,22 @@ _NO_ROOM_LIMIT: Final = 2**62
 def _copy_mark(tx: Tx, doc_id: int, revision: int, size: int, room: int | None) -> None:
     """Before a write moves a whole-form document past ``revision``: the mark its change may
     keep there replaced by the body the row still holds, in the write's transaction — once in
-    a document's life. One statement where the copy fits the change row (``size``: the body's
-    members' encoded sizes, which its encoding exceeds), two (three) where it does not; none
-    changes a row where the change keeps no mark. (No ``RETURNING``: SQLite buffers its rows
-    in a temporary table, ~43,000 instructions.)"""
+    a document's life. ``size``: the body's members' encoded sizes (which its encoding exceeds)
+    where the writer planned the marked revision; -1 where it read the row and does not know
+    (probed first: one statement where there is no mark). One statement where the copy fits
+    the change row, two (three) where it does not; none changes a row where the change keeps no
+    mark. (No ``RETURNING``: SQLite buffers its rows in a temporary table, ~43,000
+    instructions.)"""
     if room is None:
         room = _NO_ROOM_LIMIT
-    if size + 16 <= room and tx.run(_MARK_INLINE, (doc_id, revision, room)):
+    if size < 0:
+        probed = tx.one(_MARK_PROBE, (doc_id, revision))
+        if probed is None:
+            return
+        fits = int(probed[0]) <= room
+    else:
+        fits = size + 16 <= room
+    if fits and tx.run(_MARK_INLINE, (doc_id, revision, room)):
         return
     if tx.run(_MARK_APART, (doc_id, revision)):
         tx.run(_MARK_EDIT, (revision, doc_id))
