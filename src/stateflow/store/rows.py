@@ -54,12 +54,12 @@ ROW_SELECT: Final = (
     "FROM documents d LEFT JOIN transitions t ON t.seq = d.updated_seq"
 )
 NO_ROW: Final = DocRow(0, 0, False, None, 0, 0, 0, 0)
+"""Known to have no row at all (never written)."""
 CHANGE_MARK: Final = b"="
 """A change's stored edits meaning "the whole body, as the document's row holds it at this
 revision": what the creating change of a whole-form document keeps instead of a copy of its
 body (schema 44). Not JSON, so a reader that does not know it fails loudly (``CorruptData``)
 instead of reading a wrong body; every reader here resolves it (``history.resolve_marks``)."""
-"""Known to have no row at all (never written)."""
 
 
 MemberHead = tuple[int, str, int, int, int, Any]
