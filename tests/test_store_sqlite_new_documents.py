@@ -10,6 +10,7 @@ is done on the row that exists.
 from __future__ import annotations
 
 import sqlite3
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -102,3 +103,36 @@ def test_reserved_ids_are_never_drawn_by_another_writer(tmp_path: Path) -> None:
     finally:
         one.close()
         two.close()
+
+
+def _commits(path: Path) -> int:
+    """Commits to the file so far: the WAL-index header's change counter (``iChange``, bytes
+    8–11 of the ``-shm`` file in the machine's order, bumped by every commit)."""
+    return int.from_bytes(Path(f"{path}-shm").read_bytes()[8:12], sys.byteorder)
+
+
+def test_new_documents_reserve_their_next_ids_inside_their_own_commits(tmp_path: Path) -> None:
+    """After the first block, each block of ids is reserved by a creating commit in its own
+    transaction, not by a commit of its own (a turn, a frame and an fsync every block)."""
+    path = tmp_path / "s.db"
+    store = SqliteStore(path, synchronous="off")
+    try:
+        store.commit([Write.between(DocKey("s", "first"), None, {"n": -1}, 0)])  # (the locked path)
+        before = _commits(path)
+        created = 5 * RESERVED_IDS
+        for n in range(created):  # (optimistic: each row created by its commit under a reserved id)
+            key = DocKey("s", f"d{n}")
+            store.update([key], _set((key, {"n": n})), optimistic=True)
+        assert _commits(path) - before == created + 1  # (the first block reserved apart)
+        ids = _ids(path)
+        assert len(set(ids.values())) == len(ids) == created + 1
+        conn = sqlite3.connect(path)
+        try:
+            (top,) = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'documents'").fetchone()
+        finally:
+            conn.close()
+        assert top >= max(ids.values())  # every id handed out was reserved
+        for n in range(created):
+            assert store.get(DocKey("s", f"d{n}")).body == {"n": n}
+    finally:
+        store.close()

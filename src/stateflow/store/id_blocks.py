@@ -36,6 +36,15 @@ class IdBlocks:
             with self._lock:
                 self._ids.extend(block)
 
+    def left(self) -> int:
+        """How many ids are on hand (a look: another caller may take them meanwhile)."""
+        return len(self._ids)
+
+    def add(self, block: Iterable[int]) -> None:
+        """Put ids reserved by the caller on hand (a block reserved inside a commit of its own)."""
+        with self._lock:
+            self._ids.extend(block)
+
     def clear(self) -> None:
         """Forget the ids on hand (the next take reserves a new block)."""
         with self._lock:

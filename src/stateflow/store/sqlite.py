@@ -60,7 +60,7 @@ from stateflow.store.counting import (
     quoted,
     summed,
 )
-from stateflow.store.id_blocks import IdBlocks
+from stateflow.store.id_blocks import RESERVED_IDS, IdBlocks
 from stateflow.store.ledger import OpIdTaken, claims_query
 from stateflow.store.migrations import (
     CHANGE_ROW_MAX,
@@ -92,6 +92,8 @@ _get_ident: Final = threading.get_ident  # (a global: a turn sets and every writ
 SYNCHRONOUS_MODES: Final = ("full", "normal", "extra", "off")
 DEFAULT_BUSY_TIMEOUT_MS: Final = 30_000
 UNBORN_MAX: Final = 4096
+REFILL_BELOW: Final = RESERVED_IDS // 4
+"""ids on hand under which a creating commit reserves the next block in its own transaction"""
 
 
 def _as_is(value: None) -> None:
@@ -1050,13 +1052,10 @@ class SqliteStore(SqlStore):
         return self._spare_ids.take(n, self._reserve_block)
 
     def _reserve_block(self, size: int) -> range | None:
-        """A block of ids reserved by moving the table's AUTOINCREMENT counter past it (every
-        writer, in any process, draws ids above the counter)."""
+        """A block of ids reserved in a transaction of its own (only when none is on hand: a
+        creating commit reserves the next block in its own transaction, ``_commit_planned``)."""
         with self._write_tx() as tx:
-            top = tx.one(
-                "UPDATE sqlite_sequence SET seq = seq + ? WHERE name = 'documents' RETURNING seq", (size,)
-            )
-        return None if top is None else range(int(top[0]) - size + 1, int(top[0]) + 1)
+            return _reserved(tx, size)
 
     def _commit_planned(
         self,
@@ -1078,7 +1077,30 @@ class SqliteStore(SqlStore):
             locked = [(key, NO_ROW if row.doc_id in created else row) for key, row in locked]
             for plan in plans:
                 plan.created = created.get(plan.doc_id)
+            if self._spare_ids.left() < REFILL_BELOW:
+                return self._commit_refilling(locked, shared, claims, origin, plans)
         return super()._commit_planned(locked, shared, claims, origin, plans)
+
+    def _commit_refilling(
+        self,
+        locked: Sequence[tuple[DocKey, DocRow]],
+        shared: Sequence[tuple[DocKey, DocRow]],
+        claims: Sequence[tuple[str, str]],
+        origin: dict[str, Any],
+        plans: Sequence[WritePlan],
+    ) -> tuple[int, str] | None:
+        """A creating commit that also reserves the next block of ids, in its own transaction:
+        a block reserved apart costs a transaction of its own — a turn, SQLite's locks, a frame
+        and an ``fsync`` every ``RESERVED_IDS`` new documents. The ids are taken only once the
+        transaction has committed (rolled back, they were never reserved)."""
+        block: range | None = None
+        with self._write_tx() as tx:  # (the commit's own ``_write_tx`` joins it)
+            done = super()._commit_planned(locked, shared, claims, origin, plans)
+            if done is not None:
+                block = _reserved(tx, RESERVED_IDS)
+        if block is not None:
+            self._spare_ids.add(block)
+        return done
 
     # ------------------------------------------------- memory patches merged by one turn for all
 
@@ -1580,6 +1602,14 @@ class SqliteStore(SqlStore):
         self._watch.close()
         release(self._file_hold)
         self._file_hold = None
+
+
+def _reserved(tx: Tx, size: int) -> range | None:
+    """A block of ``size`` document ids reserved by moving the table's AUTOINCREMENT counter
+    past it (every writer, in any process, draws ids above the counter); None before the first
+    document exists. Reserved once the transaction commits."""
+    top = tx.one("UPDATE sqlite_sequence SET seq = seq + ? WHERE name = 'documents' RETURNING seq", (size,))
+    return None if top is None else range(int(top[0]) - size + 1, int(top[0]) + 1)
 
 
 def _claim_of(tx: Tx, request: Request) -> tuple[Any, ...] | None:
