@@ -16,9 +16,10 @@ from hypothesis import strategies as st
 
 from stateflow.doc.diff import Edit
 from stateflow.doc.select import MISSING
+from stateflow.doc.sparse import Sparse
 from stateflow.memory import Identity, MemoryView
-from stateflow.store import DocKey, SqlStore, Write, open_store
-from stateflow.store.tree_skeleton import HOLE, skeleton
+from stateflow.store import DocKey, SqlStore, Write, nodes, open_store, tree_skeleton
+from stateflow.store.tree_skeleton import skeleton
 
 BIG = 12_000  # elements of ``big``; with ``obj`` the member is a tree (over ``TREE_MIN``)
 
@@ -101,10 +102,12 @@ _EXAMPLES = count()
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(edits=EDITS)
-def test_a_write_by_path_is_the_write_of_the_whole_member(
-    warm: tuple[str, SqlStore], edits: list[Edit]
+@given(series=st.lists(EDITS, min_size=1, max_size=4))
+def test_writes_by_path_are_the_writes_of_the_whole_member(
+    warm: tuple[str, SqlStore], series: list[list[Edit]]
 ) -> None:
+    """A series of writes: the first after a restart and the next ones, each staged by path
+    again (no value is kept for a revision written so), compared write for write."""
     location, store = warm
     n = next(_EXAMPLES)  # two equal documents of their own for each example
     cold_key, warm_key = DocKey("notes", f"cold{n}"), DocKey("notes", f"warm{n}")
@@ -112,21 +115,25 @@ def test_a_write_by_path_is_the_write_of_the_whole_member(
     store.commit([Write(cold_key, body), Write(warm_key, body)])
     cold = open_store(location)  # (a restart: nothing in memory)
     try:
-        store.get(warm_key)  # (held whole: the write stages the member's value)
-        assert _held(store, warm_key, "lazy")
-        last = Edit(("t",), len(edits))
-        by_path = _outcome(cold, cold_key, [*edits, last])
-        whole = _outcome(store, warm_key, [*edits, last])
-        assert by_path == whole
-        cold_doc, warm_doc = store.get(cold_key), store.get(warm_key)
-        assert cold_doc.revision == warm_doc.revision
-        assert orjson.dumps(cold_doc.body) == orjson.dumps(warm_doc.body)
-        assert _rows(store, cold_key) == _rows(store, warm_key)
-        [cold_change] = store.history([cold_key], limit=1)
-        [warm_change] = store.history([warm_key], limit=1)
-        assert (cold_change.revision, cold_change.edits) == (warm_change.revision, warm_change.edits)
-        if by_path[0] == "ok":  # (the member went by path: nothing of it kept in memory)
-            assert not _held(cold, cold_key, "lazy") or not _tree_edits(edits)
+        for turn, edits in enumerate(series):
+            store.get(warm_key)  # (held whole: the write stages the member's value)
+            assert _held(store, warm_key, "lazy")
+            last = Edit(("t",), turn + 1)
+            by_path = _outcome(cold, cold_key, [*edits, last])
+            whole = _outcome(store, warm_key, [*edits, last])
+            assert by_path == whole
+            cold_doc, warm_doc = store.get(cold_key), store.get(warm_key)
+            assert cold_doc.revision == warm_doc.revision
+            assert orjson.dumps(cold_doc.body) == orjson.dumps(warm_doc.body)
+            assert _rows(store, cold_key) == _rows(store, warm_key)
+            [cold_change] = store.history([cold_key], limit=1)
+            [warm_change] = store.history([warm_key], limit=1)
+            assert (cold_change.revision, cold_change.edits) == (warm_change.revision, warm_change.edits)
+            if by_path[0] == "ok":  # (the member went by path: nothing of it kept in memory)
+                assert not _held(cold, cold_key, "lazy") or not _tree_edits(edits)
+            row = store._rows_known[cold_key]  # (read just above)
+            if any(cold._cache.lookup((row.doc_id, "lazy"), r)[0] for r in range(1, row.revision + 1)):
+                break  # (read whole by this write, refused or not: what follows is not by path)
     finally:
         cold.close()
 
@@ -198,6 +205,7 @@ PATCHES: list[dict[str, Any]] = [
     {"lazy": {"big": {"[99999]": "x"}}},  # refused: outside the array
     {"lazy": {"small": {"[0]": "x"}}},  # refused: an index into an object
     {"lazy": {"obj": {"k000018": None}}},  # a deletion: the plane is read whole
+    {"lazy": {"big": {"a": 1}}},  # an array held along the patch replaced by an object
 ]
 
 
@@ -206,15 +214,49 @@ def test_patch_state_on_a_skeleton_answers_as_on_the_whole_plane(
     open_migrated: Any, patch: dict[str, Any]
 ) -> None:
     store = open_migrated()
+    cold_store = open_migrated()  # (a restart: nothing in memory)
+    cold, warm = _two_planes(store, cold_store)
+    _patch_both(store, cold_store, cold, warm, patch)
+
+
+def test_patch_state_series_on_a_skeleton_answers_as_on_the_whole_plane(open_migrated: Any) -> None:
+    """The next patches after the first go by path too (no value is kept for a revision
+    written so): each answers and stores what the whole plane gives."""
+    store = open_migrated()
+    cold_store = open_migrated()
+    cold, warm = _two_planes(store, cold_store)
+    series: list[dict[str, Any]] = [
+        {"lazy": {"big": {"[5]": "first"}}},
+        {"lazy": {"big": {"[11999]": "last", "[6]": {"a": [1]}}, "obj": {"k000001": 2}}},
+        {"lazy": {"big": {"[6]": {"a": {"[0]": 7}, "b": 2}}}},  # into an element written before
+        {"lazy": {"obj": {"new": 1, "k005999": {"x": 1}}, "deep": {"list": {"[2999]": {"i": 0}}}}},
+        {"lazy": {"big": {"[5]": "again"}}},
+        {"lazy": {"big": {"[12000]": "x"}}},  # refused: outside the array
+        {"lazy": {"big": {"[7]": "seven"}, "fresh": {"a": 1}}},
+        {"lazy": {"big": {"a": 1}}},  # the array replaced by an object
+        {"lazy": {"big": {"b": 2}}},
+    ]
+    for patch in series:
+        _patch_both(store, cold_store, cold, warm, patch)
+
+
+def _two_planes(store: SqlStore, cold_store: SqlStore) -> tuple[MemoryView, MemoryView]:
+    """Two equal sessions with a large lazy plane: one read through ``cold_store`` (opened
+    before the writes: nothing of them in memory), one through ``store`` (held whole)."""
     views = {name: _view(store, name) for name in ("cold", "warm")}
     for view in views.values():
         view.patch_state({"session": {"lazy": _lazy(), "tactics": {"next": "a"}}})
-    cold_store = open_migrated()  # (a restart: nothing in memory)
     cold = _view(cold_store, "cold")
     cold.context()  # (shown: the receipt then says what changed since)
     views["warm"].context()
+    return cold, views["warm"]
+
+
+def _patch_both(
+    store: SqlStore, cold_store: SqlStore, cold: MemoryView, warm: MemoryView, patch: dict[str, Any]
+) -> None:
     outcomes: list[tuple[str, Any]] = []
-    for view in (cold, views["warm"]):
+    for view in (cold, warm):
         try:
             receipt = view.patch_state({"session": patch})
         except Exception as exc:
@@ -224,18 +266,19 @@ def test_patch_state_on_a_skeleton_answers_as_on_the_whole_plane(
         shown.get("state_updates", {}).pop("projection", None)
         outcomes.append((receipt.message, shown))
     assert outcomes[0] == outcomes[1]
-    cold_key, warm_key = cold.keys["session"], views["warm"].keys["session"]
+    cold_key, warm_key = cold.keys["session"], warm.keys["session"]
     assert orjson.dumps(store.get(cold_key).body) == orjson.dumps(store.get(warm_key).body)
     assert _rows(store, cold_key) == _rows(store, warm_key)
     [cold_change] = store.history([cold_key], limit=1)
     [warm_change] = store.history([warm_key], limit=1)
     assert (cold_change.revision, cold_change.edits) == (warm_change.revision, warm_change.edits)
     heads = [
-        {k: v for k, v in view.context().head.items() if k != "recent_transitions"}
-        for view in (cold, views["warm"])
+        {k: v for k, v in view.context().head.items() if k != "recent_transitions"} for view in (cold, warm)
     ]
     assert heads[0] == heads[1]  # (the transitions differ: their seqs and times)
-    if outcomes[0][0] != "PatchError" and "None" not in repr(patch):
+    big = patch.get("lazy", {}).get("big", {})
+    replaced = type(big) is dict and any(not k.startswith("[") for k in big)  # (read whole)
+    if outcomes[0][0] != "PatchError" and "None" not in repr(patch) and not replaced:
         assert not _held(cold_store, cold_key, "lazy")  # merged into its skeleton
 
 
@@ -257,10 +300,9 @@ def test_a_skeleton_holds_what_the_paths_reach_and_nothing_else(store: SqlStore)
         )
     value = made.value
     assert list(value) == ["big", "obj"]
-    assert (
-        len(value["big"]) == BIG and value["big"][5] == lazy["big"][5] and value["big"][7] == lazy["big"][7]
-    )
-    assert value["big"][4] is HOLE and value["big"].count(HOLE) == BIG - 2
+    # an array as its real length and the elements the paths reach, nothing else
+    assert type(value["big"]) is Sparse and len(value["big"]) == BIG
+    assert value["big"].held == {5: lazy["big"][5], 7: lazy["big"][7]}
     assert value["obj"] == {"k000004": {"n": 4}}
     assert made.shapes[id(value["obj"])] == (6_000, {"k000004": 4})
     assert made.shapes[id(value["big"])] == (BIG, {})
@@ -292,3 +334,94 @@ def test_a_document_deleted_or_erased_whole_is_not_read(open_migrated: Any) -> N
     # deleted, the document is written again from nothing
     cold.commit([Write(gone, [Edit(("t",), 1)])])
     assert cold.get(gone).body == {"t": 1}
+
+
+LONG = 200_000  # elements of the large plane's array below: its list alone is 1.6 MB
+
+
+def _reads(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """The nodes the store reads from the database from now on (their bodies sent: every
+    node of a fetch, the leaves a key's scan does not rule out), counted where they are read."""
+    counted = {"nodes": 0, "bytes": 0}
+
+    def fetch_bodies(tx: Any, ids: Any) -> dict[bytes, bytes]:
+        found = real_fetch(tx, ids)
+        counted["nodes"] += len(found)
+        counted["bytes"] += sum(map(len, found.values()))
+        return found
+
+    def fetch_holding(tx: Any, ids: Any, needle: bytes, holds_sql: str) -> dict[bytes, bytes | None]:
+        found = real_holding(tx, ids, needle, holds_sql)
+        sent = [body for body in found.values() if body is not None]
+        counted["nodes"] += len(sent)
+        counted["bytes"] += sum(map(len, sent))
+        return found
+
+    real_fetch, real_holding = nodes.fetch_bodies, nodes.fetch_holding
+    monkeypatch.setattr(nodes, "fetch_bodies", fetch_bodies)
+    monkeypatch.setattr(nodes, "fetch_holding", fetch_holding)
+    return counted
+
+
+def _held_sizes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The entries each skeleton built from now on holds (a container's elements or keys, each
+    level's counted: a sparse array's held elements, a list its length), counted as built."""
+    sizes: list[int] = []
+
+    def entries(value: Any) -> int:
+        if type(value) is Sparse:
+            return len(value.held) + sum(map(entries, value.held.values()))
+        if type(value) is dict:
+            return len(value) + sum(map(entries, value.values()))
+        if type(value) is list:
+            return len(value) + sum(entries(v) for v in value if type(v) in (dict, list, Sparse))
+        return 0
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        made = real(*args, **kwargs)
+        sizes.append(entries(made.value))
+        return made
+
+    real = tree_skeleton.skeleton
+    monkeypatch.setattr(tree_skeleton, "skeleton", counting)
+    return sizes
+
+
+def test_the_next_writes_by_path_cost_the_path_not_the_plane(
+    open_migrated: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = open_migrated()
+    key = DocKey("notes", "long")
+    lazy: dict[str, Any] = {"big": list(range(LONG)), "obj": {f"k{i:06d}": i for i in range(LONG // 2)}}
+    store.commit([Write(key, [Edit(("lazy",), lazy), Edit(("t",), 0)])])
+    cold = open_migrated()  # (a restart: nothing in memory)
+    cold.commit([Write(key, [Edit(("lazy", "big", 5), "first")])])
+    reads, sizes = _reads(monkeypatch), _held_sizes(monkeypatch)
+    # the next writes, elsewhere in the array: each reads the nodes on its path, and holds
+    # what the path holds — not a list of the array's length (1.6 MB), copied
+    for index in (6, LONG // 2, LONG - 1):
+        reads.update(nodes=0, bytes=0)
+        cold.commit([Write(key, [Edit(("lazy", "big", index), index * 2)])])
+        assert not _held(cold, key, "lazy")
+        assert reads["nodes"] <= 8, reads
+        assert sizes.pop() <= 2
+    # a key new to the large object: the leaves that hold its bytes are read, not them all
+    reads.update(nodes=0, bytes=0)
+    cold.commit([Write(key, [Edit(("lazy", "obj", "new"), 1)])])
+    assert not _held(cold, key, "lazy")
+    assert reads["nodes"] <= 8 + LONG // 2 // 1000, reads
+    assert sizes.pop() == 1  # (the object, holding none of the keys the path names)
+    # and a key deep in it (its leaf found by the bytes it holds)
+    reads.update(nodes=0, bytes=0)
+    cold.commit([Write(key, [Edit(("lazy", "obj", f"k{LONG // 2 - 3:06d}"), "late")])])
+    assert reads["nodes"] <= 8 + LONG // 2 // 1000, reads
+    body = store.get(key).body
+    assert body is not None
+    lazy["big"][5], lazy["big"][6], lazy["big"][LONG // 2], lazy["big"][LONG - 1] = (
+        "first",
+        12,
+        LONG,
+        2 * LONG - 2,
+    )
+    lazy["obj"]["new"], lazy["obj"][f"k{LONG // 2 - 3:06d}"] = 1, "late"
+    assert orjson.dumps(open_migrated().get(key).body) == orjson.dumps({"lazy": lazy, "t": 0})

@@ -11,6 +11,7 @@ from typing import Any, Final
 
 import orjson
 
+from stateflow.doc.sparse import Sparse
 from stateflow.errors import InvalidJSON, NotJSON
 
 JSON = Any
@@ -576,6 +577,8 @@ def kind(value: JSON) -> str:
         return "number"
     if value is None:
         return "null"
+    if t is Sparse:  # (an array held along a write's paths only)
+        return "array"
     raise InvalidJSON(f"{t.__name__} is not a JSON type")
 
 

@@ -20,8 +20,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from stateflow.doc.canonical import JSON, ascii_digits, identical
+from stateflow.doc.canonical import JSON, ascii_digits, identical, kind
 from stateflow.doc.select import MISSING
+from stateflow.doc.sparse import NotHeld, Sparse
 from stateflow.errors import Conflict, InvalidInput
 
 Segment = str | int
@@ -131,11 +132,16 @@ def _diff_along(old: JSON, new: JSON, path: PathT, where: Within, out: list[Edit
             else:
                 _diff_along(old.get(key, MISSING), new[key], (*path, key), below, out)
         return
-    if to is list and tn is list and len(new) > len(old) and all(seg == APPEND for seg in where):
+    if (
+        (to is list or to is Sparse)
+        and tn is to
+        and len(new) > len(old)
+        and all(seg == APPEND for seg in where)
+    ):
         # appended, nothing else changed: one edit per new element, at the index it takes
         out.extend(Edit((*path, i), new[i]) for i in range(len(old), len(new)))
         return
-    if to is list and tn is list and len(old) == len(new):
+    if (to is list or to is Sparse) and tn is to and len(old) == len(new):
         for index, below in _indices(where, len(new)):
             if index is None:  # a segment that names no element: compare the whole array
                 _diff(old, new, path, out)
@@ -204,6 +210,9 @@ def _diff(old: JSON, new: JSON, path: PathT, out: list[Edit]) -> None:
                 continue
             _diff(a, b, (*path, i), out)
         return
+    if to is Sparse or tn is Sparse:  # (arrays held along paths: their held elements)
+        _diff_sparse(old, new, path, out)
+        return
     if to is tn and to is not dict and to is not list:
         # two scalars of one type: what ``identical`` decides, without its call (most of a
         # document's leaves)
@@ -212,6 +221,20 @@ def _diff(old: JSON, new: JSON, path: PathT, out: list[Edit]) -> None:
         return
     if not identical(old, new):
         out.append(Edit(path, new))
+
+
+def _diff_sparse(old: JSON, new: JSON, path: PathT, out: list[Edit]) -> None:
+    """:func:`_diff` where a side is a :class:`Sparse`: two of one length made from one
+    another differ only at elements held (each held by both); an array replaced by a value of
+    another kind is one ``set``. Anything else would need elements not in hand."""
+    if type(old) is Sparse and type(new) is Sparse and len(old) == len(new):
+        for i in sorted(old.held.keys() | new.held.keys()):
+            _diff(old[i], new[i], (*path, i), out)
+        return
+    if type(new) is not Sparse and kind(new) != "array":
+        out.append(Edit(path, new))
+        return
+    raise NotHeld(f"the change at {show_path(path)} needs an array's elements not in hand")
 
 
 diff_into: Final = _diff
@@ -298,6 +321,8 @@ def _apply_one(node: JSON, path: PathT, depth: int, value: JSON) -> JSON:
     seg = path[depth]
     if type(seg) is int:
         if type(node) is not list:
+            if type(node) is Sparse:  # (an array held along the paths only: the same steps)
+                return _apply_sparse(node, path, depth, value)
             raise Conflict(f"change at {show_path(path)} expects an array at {show_path(path[:depth])}")
         if seg >= len(node):
             if depth == len(path) - 1:
@@ -330,6 +355,23 @@ def _apply_one(node: JSON, path: PathT, depth: int, value: JSON) -> JSON:
     else:
         out[seg] = child
     return out
+
+
+def _apply_sparse(node: Sparse, path: PathT, depth: int, value: JSON) -> JSON:
+    """:func:`_apply_one`'s step into an array, on one held along the paths only."""
+    seg = path[depth]
+    assert type(seg) is int
+    if seg >= len(node):
+        if depth == len(path) - 1:
+            if value is MISSING:
+                return node
+            if seg == len(node):
+                return node.replaced(seg, value)
+        raise Conflict(f"change at {show_path(path)}: index {seg} is outside an array of length {len(node)}")
+    child = _apply_one(node[seg], path, depth + 1, value)
+    if child is MISSING:
+        raise Conflict(f"change at {show_path(path)} would delete an array element")
+    return node.replaced(seg, child)
 
 
 def to_patch(edits: Sequence[Edit]) -> JSON:

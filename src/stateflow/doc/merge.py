@@ -27,6 +27,7 @@ from stateflow.doc.canonical import JSON, identical, kind
 from stateflow.doc.copies import DELETE, Copies, Step, list_copy, made
 from stateflow.doc.diff import Edit, Within, diff_into, to_patch
 from stateflow.doc.select import MISSING
+from stateflow.doc.sparse import Sparse
 from stateflow.errors import PatchError
 
 INDEX_KEY: Final = re.compile(r"\[(0|[1-9][0-9]*)\]\Z")
@@ -76,7 +77,7 @@ def merge_patch(
         return MISSING
     if type(patch) is not dict:
         return prune_value(patch) if prune else patch
-    if type(target) is list and is_index_patch(patch):
+    if (type(target) is list or type(target) is Sparse) and is_index_patch(patch):
         if edits is not None:
             edits.exact = False
         return _patch_indices(target, patch, missing_deletions, copies, _path, prune, root)
@@ -110,7 +111,7 @@ def merge_patch(
                 tc = type(current)
                 if tc is dict:  # the merge below lists its own edits
                     whole = None
-                elif tc is list:  # (array elements patched: a diff lists them by index)
+                elif tc is list or tc is Sparse:  # (array elements patched: a diff lists them by index)
                     edits.exact = False
             new = merge_patch(
                 current,
@@ -206,7 +207,7 @@ def _refuse_index_key(target: JSON, patch: dict[str, Any], key: str, path: PathT
     """Refuse ``patch``'s ``key`` of index form (a patch whose keys all address elements of an
     array went to ``_patch_indices``): index syntax is never a literal key."""
     where = _show(path, root)
-    if type(target) is not list:
+    if type(target) is not list and type(target) is not Sparse:
         what = "absent" if target is MISSING else _kind(target)
         raise PatchError(
             f"index key {key!r} at {where}: the value there is {what}, not an array; index "
@@ -231,15 +232,23 @@ def _kind(value: JSON) -> str:
 
 
 def _patch_indices(
-    target: list[Any],
+    target: list[Any] | Sparse,
     patch: dict[str, Any],
     missing_deletions: list[PathT] | None,
     copies: Copies | None,
     path: PathT,
     prune: bool,
     root: str,
-) -> list[Any]:
-    result = list_copy(copies, target)
+) -> list[Any] | Sparse:
+    # (an array held along the patch only: its copy costs the elements it holds)
+    result: list[Any] | dict[int, Any]
+    sparse: Sparse | None
+    if isinstance(target, Sparse):
+        result = dict(target.held)
+        sparse = Sparse(len(target), result)
+    else:
+        sparse = None
+        result = copy = list_copy(copies, target)
     steps: list[Step] = []
     for key, sub in patch.items():
         index = int(key[1:-1])
@@ -261,8 +270,10 @@ def _patch_indices(
             _path=(*path, index),
         )
         steps.append((index, result[index]))
-    made(copies, result, target, steps)
-    return result
+    if sparse is not None:
+        return sparse
+    made(copies, copy, target, steps)
+    return copy
 
 
 def prune_value(value: JSON) -> JSON:

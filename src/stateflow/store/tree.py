@@ -29,7 +29,7 @@ import hashlib
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import islice
+from itertools import chain, islice
 from typing import Any, Final
 
 import orjson
@@ -575,7 +575,20 @@ def _key_leaf(
     ident: bytes, data: dict[str, Any], key: str, scan: Scan
 ) -> tuple[tuple[bytes, dict[str, Any]] | None, int]:
     """The leaf holding ``key`` in the object whose (interior) root ``data`` is at ``ident``,
-    and its position there; ``(None, 0)`` when there is none.
+    and its position there; ``(None, 0)`` when there is none (see :func:`find_key`)."""
+    found = find_key(ident, data, key, scan)
+    if found is None:
+        return None, 0
+    leaf, body, index, _ = found
+    return (leaf, body), index
+
+
+def find_key(
+    ident: bytes, data: dict[str, Any], key: str, scan: Scan
+) -> tuple[bytes, dict[str, Any], int, int] | None:
+    """The leaf holding ``key`` in the object whose (interior) root ``data`` is at ``ident``:
+    its id and body, the key's index in it and the key's position in the object; None when
+    the object does not hold it.
 
     Keys are kept in insertion order, so no node says where a key is; instead the database is
     asked which leaves hold the key's JSON bytes, and only those (and the interior nodes) are
@@ -584,32 +597,41 @@ def _key_leaf(
     that double, descending into a batch's interior nodes before asking about the next batch:
     an early key is found in a statement per level. A leaf ruled out in the database is not
     checked against its id here (``stateflow check`` walks every node); a missing node still
-    fails the read."""
+    fails the read. A key the object does not hold costs the interior nodes and the leaves
+    whose bytes hold it, not every leaf."""
     needle = orjson.dumps(key)
 
-    def search(ids: Iterator[bytes]) -> tuple[tuple[bytes, dict[str, Any]] | None, int]:
+    def search(children: Iterator[tuple[bytes, int]]) -> tuple[bytes, dict[str, Any], int, int] | None:
         size = LEAF_BATCH
-        while part := list(islice(ids, size)):
+        while part := list(islice(children, size)):
             size = min(2 * size, SCAN_MAX)
-            found = scan(part, needle)
-            interiors: list[tuple[bytes, dict[str, Any]]] = []
-            for child in part:
+            found = scan([child for child, _ in part], needle)
+            interiors: list[tuple[bytes, dict[str, Any], int]] = []
+            for child, start in part:
                 if child not in found:
                     raise CorruptStore(f"node {child.hex()} is missing")
                 node = found[child]
                 if node is None:
                     continue
                 if "c" in node:
-                    interiors.append((child, node))
+                    interiors.append((child, node, start))
                 elif key in node["k"]:
-                    return (child, node), node["k"].index(key)
+                    index = node["k"].index(key)
+                    return child, node, index, start + index
             if interiors:  # their children, named only as far as the batches below reach
-                leaf, index = search(_ref(c, owner) for owner, node in interiors for _, c in node["c"])
-                if leaf is not None:
-                    return leaf, index
-        return None, 0
+                hit = search(chain.from_iterable(_children(*interior) for interior in interiors))
+                if hit is not None:
+                    return hit
+        return None
 
-    return search(_ref(c, ident) for _, c in data["c"])
+    return search(_children(ident, data, 0))
+
+
+def _children(owner: bytes, data: dict[str, Any], start: int) -> Iterator[tuple[bytes, int]]:
+    """An interior node's children, each with the position of its first entry in the value."""
+    for count, child in data["c"]:
+        yield _ref(child, owner), start
+        start += int(count)
 
 
 def listing(

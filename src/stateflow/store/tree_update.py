@@ -25,6 +25,7 @@ import orjson
 
 from stateflow.doc.canonical import JSON
 from stateflow.doc.diff import Within, within
+from stateflow.doc.sparse import Sparse
 from stateflow.errors import CorruptData
 from stateflow.store.key_positions import Positions
 from stateflow.store.tree import INLINE_MAX, LEAF_MAX, Builder, Entry, cuts, interior_body, leaf_body, node_id
@@ -88,7 +89,7 @@ def update(
     a skeleton (``tree_skeleton``) and ``new`` the edits applied to it: every position comes
     from these and the paths, and ``NeedsWhole`` is raised where they do not say enough."""
     nodes: dict[bytes, bytes] = {}
-    if type(new) is not type(old) or type(new) not in (dict, list):
+    if type(new) is not type(old) or type(new) not in (dict, list, Sparse):
         builder = Builder()
         built = builder.build(new)
         return Updated(built.root, built.inline, built.size, built.nodes, builder.refs())
@@ -180,10 +181,8 @@ def _update_skeleton(
             return _update_in(root, old, new, get, nodes, refs, where, None, None, shapes)
         if len(new) > count:
             steps.append((old, new, {i: where[i] for i in indices if i >= count}))
-        for i in inside:
-            one = list(old)
-            one[i] = new[i]
-            steps.append((old, one, {i: where[i]}))
+        for i in inside:  # (a skeleton's array is a ``Sparse``: a copy costs what it holds)
+            steps.append((old, old.replaced(i, new[i]), {i: where[i]}))
     delta = 0
     ident = root
     size = count
@@ -284,13 +283,16 @@ def _update_in(
         def make(found: list[Entry]) -> list[Entry]:
             nonlocal delta
             (was,) = found
-            if was.is_ref and type(after) is type(before) and type(after) in (dict, list):
+            if was.is_ref and type(after) is type(before) and type(after) in (dict, list, Sparse):
                 entry, inner = _update(
                     _ref_id(was.json), before, after, get, nodes, refs, below, positions, shapes
                 )
                 if entry.is_ref:
                     refs[id(after)] = _ref_id(entry.json)
             else:
+                if was.is_ref and shapes and id(before) in shapes:
+                    # (a container held along the paths only: its encoded size is not in hand)
+                    raise NeedsWhole("a container held along the paths is replaced whole")
                 builder = Builder()
                 entry = builder._entry(after, nodes)
                 refs.update(builder.refs())
@@ -341,7 +343,7 @@ def _shaped(
                     return at, at + 1, at + 1 if present[0] in new else at, present[0]
                 if not present:
                     return count, count, count + added, None
-        elif type(new) is list:
+        elif type(new) is list or type(new) is Sparse:
             indices = [k for k in where if type(k) is int]
             if len(indices) == len(where) and len(new) > count and min(indices) >= count:
                 return count, count, len(new), None
@@ -489,6 +491,8 @@ def _tail(container: Any, count: int) -> tuple[list[str] | None, list[Any]]:
     if type(container) is dict:
         items = list(islice(reversed(container.items()), count))[::-1]
         return [k for k, _ in items], [v for _, v in items]
+    if type(container) is Sparse:
+        return None, container.tail(count)
     return None, container[len(container) - count :]
 
 

@@ -21,6 +21,7 @@ import orjson
 from stateflow.doc.canonical import encode_trusted
 from stateflow.doc.diff import Edit, Within, apply_below, diff_within, within
 from stateflow.doc.select import MISSING
+from stateflow.doc.sparse import NotHeld
 from stateflow.errors import Conflict, InvalidInput, StateflowError, WriteAborted
 from stateflow.store import tree_skeleton, tree_update
 from stateflow.store.cache import Heads
@@ -153,8 +154,9 @@ class Writes(StoreCore):
         ``along``: members of a document that ``compute`` reaches only along these paths (a trie
         each, relative to the member; a patch's ``"[N]"`` names an array's element N): where
         such a member is held as a tree and not in memory, ``compute`` gets its skeleton
-        (``tree_skeleton``: the containers on the paths, an array as its real length with
-        ``HOLE`` off them, an object as the keys the paths name) instead of reading it whole,
+        (``tree_skeleton``: the containers on the paths, an array as a ``doc.sparse.Sparse`` —
+        its real length and the elements on them —, an object as the keys the paths name)
+        instead of reading it whole,
         and the writes are staged on it. ``compute`` must then change the member only along
         those paths and delete nothing in it (what the algebra does on a skeleton is then what
         it does on the value), and keeps nothing of the skeleton.
@@ -1338,7 +1340,7 @@ class Writes(StoreCore):
         stage.values, stage.touched, stage.changed, stage.present = values, touched, changed, present
         try:
             self._stage_trees(tx, key, entry, stage)
-        except NeedsWhole:
+        except (NeedsWhole, NotHeld):
             for name in stage.by_path or ():
                 entry.members.pop(name, None)
             entry.by_path = None
@@ -1397,8 +1399,13 @@ class Writes(StoreCore):
         if root is None:
             return None
         what = f"{key} member {head[1]!r}"
+        holds = self.holds_sql  # (a key of a large object: found where its bytes are)
         skeleton = tree_skeleton.skeleton(
-            root, where, self._node_cache.getter(tx, what), partial(load_tree, tx, what=what)
+            root,
+            where,
+            self._node_cache.getter(tx, what),
+            partial(load_tree, tx, what=what),
+            None if holds is None else self._node_cache.scanner(tx, what, holds),
         )
         return _Skeletal(skeleton, ByPath(skeleton, root, head[5]), (head[2], head[4]))
 
