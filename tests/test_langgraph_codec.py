@@ -380,18 +380,39 @@ def test_shaped_and_its_strict_encoding_answer_as_plain() -> None:
     for depth in (62, 63, 64, 65, 66):
         for leaf in deep:
             values += [_nested(depth, leaf), {"a": _nested(depth, leaf)}]
+    # (and the codec's own ways with a leaf or a container of leaves: the same)
+    values += [rng.choice(leaves) for _ in range(300)]
+    values += [[rng.choice(leaves) for _ in range(rng.randint(0, 5))] for _ in range(300)]
+    values += [{f"k{n}": rng.choice(leaves) for n in range(rng.randint(0, 5))} for _ in range(300)]
+    codec = Codec(JsonPlusSerializer())
     both = 0
     for value in values:
         exact = plain(value)
         copy = shaped(value)
         encoded = None if copy is REFUSED else strict_bytes({"json": copy})
+        try:
+            wrapped = codec.encode_shaped(value)
+        except TypeError:  # (the serializer's refusal of a value ``shaped`` refused too)
+            assert copy is REFUSED, value
+            wrapped = {}
         if encoded is None:
             assert exact is REFUSED or edge(value), value
+            assert "json" not in wrapped or strict_bytes(wrapped) is None, value
         else:
             both += 1
             assert exact is not REFUSED, value
             _same_json(copy, exact, value)
             assert encoded == orjson.dumps({"json": exact})
+            _same_json(wrapped["json"], exact, value)
+            assert strict_bytes(wrapped) == encoded
+        if exact is not REFUSED:  # (``Codec.encode``'s own way with a leaf: ``plain``'s answer)
+            _same_json(codec.encode(value)["json"], exact, value)
+        elif type(value) in (int, float):  # (refused: to the serializer, where it takes it)
+            try:
+                serialized = codec.encode(value)
+            except TypeError:  # (msgpack's refusal of an integer past 64 bits)
+                continue
+            assert "json" not in serialized, value
     assert 300 < both < len(values) - 300
 
 
@@ -475,6 +496,16 @@ def test_plain_edits_walks_once_what_plain_and_the_diff_give() -> None:
             for old_leaf in ("s", leaf):
                 cases.append((new, {"a": orjson.loads(orjson.dumps(_nested(depth, old_leaf)))}))
             cases.append((new, {}))
+    # lists of texts and nulls equal to the ones before, and lists equal but of other types
+    for was, now in (
+        (["a", None], ["a", None]),
+        ([], []),
+        (["a", 1], ["a", True]),
+        ([1.0], [1]),
+        (["a"], ["b"]),
+    ):
+        cases.append(({"m": {"t": now, "n": 1}}, {"m": {"t": was, "n": 2}}))
+        cases.append(({"m": [{"t": now}]}, {"m": [{"t": was}]}))
     kept = edited = 0
     for new, old in cases:
         if type(new) is not dict:

@@ -129,8 +129,12 @@ def shaped(value: Any, depth: int = 0) -> Any:
     return NOT_PLAIN
 
 
-_LEAVES: Final = frozenset((str, int, type(None)))
-"""The leaves :func:`shaped` takes as they are (an integer's range is the encoding's to check)."""
+_LEAVES: Final = frozenset((str, int, bool, type(None)))
+"""The leaves :func:`shaped` takes as they are, without a call (an integer's range is the
+encoding's to check)."""
+_TEXTS: Final = frozenset((str, type(None)))
+"""The leaves equal only to themselves in exact type (``1 == 1.0 == True``; a stored text is a
+``str``): a list of them equal to another is identical to it."""
 
 
 def strict_bytes(value: Any) -> bytes | None:
@@ -229,6 +233,16 @@ def _walk(new: Any, old: Any, path: tuple[str | int, ...], depth: int, out: list
                     return NOT_PLAIN
                 if type(was) is not int or was != v:
                     out.append([[*path, k], v])
+            elif (
+                leaf is list
+                and type(was) is list
+                and depth < 64
+                and v == was
+                and _TEXTS.issuperset(map(type, v))
+            ):
+                # (a list of texts and nulls equal to the one before — a text equals only a
+                # text, a null only a null —: no edit, copied here without a call)
+                copied[k] = v.copy()
             else:
                 v = _walk(v, was, (*path, k), depth + 1, out)
                 if v is NOT_PLAIN:
@@ -285,11 +299,20 @@ class Codec:
     def encode(self, value: Any) -> dict[str, Any]:
         """``value`` as record JSON that shares no object but immutable leaves with it."""
         if self.readable:
+            kind = type(value)
+            # (no call for the common leaves: text, null, a boolean, an integer within range)
+            if (
+                kind is str
+                or value is None
+                or kind is bool
+                or (kind is int and _MIN_INT <= value <= _MAX_INT)
+            ):
+                return {"json": value}
             copied = plain(value)
             if copied is not NOT_PLAIN:
                 return {"json": copied}
-        kind, data = self.serde.dumps_typed(value)
-        return {"type": kind, "b64": base64.b64encode(data).decode()}
+        kind_name, data = self.serde.dumps_typed(value)
+        return {"type": kind_name, "b64": base64.b64encode(data).decode()}
 
     def encode_shaped(self, value: Any) -> dict[str, Any]:
         """:meth:`encode` through :func:`shaped`: valid only once the record holding it encodes
@@ -297,8 +320,10 @@ class Codec:
         :meth:`encode`."""
         if self.readable:
             kind = type(value)
-            if kind is str or kind is int or value is None:  # (no call for the common leaves)
+            if kind in _LEAVES:  # (no call for the common leaves, nor for a list of them)
                 return {"json": value}
+            if kind is list and _LEAVES.issuperset(map(type, value)):  # (its leaves' types in C)
+                return {"json": value.copy()}
             copied = shaped(value)
             if copied is not NOT_PLAIN:
                 return {"json": copied}

@@ -152,8 +152,9 @@ class Records:
             doc_keys = self._doc_keys
             if len(doc_keys) >= DOC_KEYS_KEPT:
                 doc_keys.clear()
-            made = doc_keys[(kind, key)] = DocKey._make(
-                (self.state, encode_subject("agent", self.target_name, kind, key))
+            # (the tuple made at once: a declared state and an encoded subject need no check)
+            made = doc_keys[(kind, key)] = tuple.__new__(
+                DocKey, (self.state, encode_subject("agent", self.target_name, kind, key))
             )
         return made
 
@@ -258,12 +259,17 @@ class Records:
         # (the checks and the fallback as partials of methods, not closures: a closure made
         # per write makes a cell for each name it shares with this frame)
         checked = functools.partial(self._checked, kind, doc_key, build, guard)
-        shared = self._shared if guard is None else (*self._shared, guard[0])
         stamped = self.states._origin(origin, context, action)
         try:
             # the documents as last seen here, else the store's general read-modify-write
-            also = None if guard is None else guard[0]
-            if not self.store.write_whole(doc_key, checked, stamped, shared=self._shared, also=also):
+            if guard is None:
+                written = self.store.write_whole(doc_key, checked, stamped, shared=self._shared)
+            else:
+                written = self.store.write_whole(
+                    doc_key, checked, stamped, shared=self._shared, also=guard[0]
+                )
+            if not written:
+                shared = self._shared if guard is None else (*self._shared, guard[0])
                 self.store.update(
                     [doc_key],
                     functools.partial(self._compute, doc_key, checked, shared),

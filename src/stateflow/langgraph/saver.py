@@ -30,7 +30,7 @@ import random
 import zlib
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import orjson
 from langchain_core.runnables import RunnableConfig
@@ -584,52 +584,62 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
             if channel in values:
                 inline[channel] = encode(values[channel])
         sources: dict[str, str] = {}
-        missing = []
-        for channel in versions:
-            if channel not in inline:
-                missing.append(channel)
         guard = None
-        if missing and parent_id:
-            parent = self._parent(thread_id, ns, parent_id)
-            if parent is not None:
-                parent_versions, parent_sources, parent_saved, parent_key = parent
-                for channel in missing:
-                    if channel in parent_sources and parent_versions.get(channel) == versions[channel]:
-                        sources[channel] = parent_sources[channel]
-                if sources:
-                    # where the parent keeps its values was learnt here, from its record: the
-                    # write holds only while that record is as it was (another process's prune
-                    # or delete_for_runs rewrites it, erasing where its values were)
-                    guard = (parent_key, functools.partial(_holds, parent_saved, parent_sources, parent_id))
-        for channel in missing:  # no checkpoint holds it at this version: keep it here
-            if channel not in sources and channel in values:
-                inline[channel] = encode(values[channel])
+        # the channels not written here (any: a comparison of the key views, in C), each kept
+        # where the parent keeps it at this version, else here
+        parent = None
+        if parent_id and not inline.keys() >= versions.keys():
+            parent = self._parents.get((thread_id, ns, parent_id)) or self._parent(thread_id, ns, parent_id)
+        if parent is not None:
+            parent_versions, parent_sources, parent_saved, parent_key = parent
+            for channel, version in versions.items():
+                if channel in inline:
+                    continue
+                if channel in parent_sources and parent_versions.get(channel) == version:
+                    sources[channel] = parent_sources[channel]
+                elif channel in values:  # no checkpoint holds it at this version: kept here
+                    inline[channel] = encode(values[channel])
+            if sources:
+                # where the parent keeps its values was learnt here, from its record: the
+                # write holds only while that record is as it was (another process's prune
+                # or delete_for_runs rewrites it, erasing where its values were)
+                guard = (
+                    parent_key,
+                    functools.partial(_holds, parent_saved, parent_sources, cast(str, parent_id)),
+                )
+        else:
+            for channel in versions:
+                if channel not in inline and channel in values:
+                    inline[channel] = encode(values[channel])
         bare: dict[str, Any] = dict(checkpoint)  # (in its order, without the values)
         del bare["channel_values"]
         full_metadata = get_serializable_checkpoint_metadata(config, metadata)
         run_id = full_metadata.get("run_id")
-        names = {
-            "thread_id": thread_id,
-            "checkpoint_ns": ns,
-            "checkpoint_id": checkpoint_id,
-            "parent_checkpoint_id": parent_id,
-            "run_id": run_id if isinstance(run_id, str) else None,  # (exact: LangGraph's copy)
-        }
+        if not isinstance(run_id, str):  # (exact: LangGraph's copy)
+            run_id = None
         saved = {
-            "config": names,
+            "config": {
+                "thread_id": thread_id,
+                "checkpoint_ns": ns,
+                "checkpoint_id": checkpoint_id,
+                "parent_checkpoint_id": parent_id,
+                "run_id": run_id,
+            },
             "checkpoint": encode(bare),
             "metadata": encode(full_metadata),
             "channel_values": inline,
             "sources": sources,
         }
         key = _key_of(thread_id, ns, checkpoint_id)
-        origin = _origin(names["run_id"] or _invocation(config))
+        origin = _origin(run_id or _invocation(config))
         if type(checkpoint_id) is not str or not (parent_id is None or type(parent_id) is str):
             self._exact(saved, values, bare, full_metadata)
             self._put_general(key, saved, origin)  # (the schema's refusal)
             doc_key = self.records.doc_key(CHECKPOINT, key)
         else:
-            encoded = self._encoded(saved, values, bare, full_metadata)
+            encoded = strict_bytes(saved)  # (``_encoded``'s common case, without its call)
+            if encoded is None:
+                encoded = self._encoded(saved, values, bare, full_metadata)
             try:
                 doc_key = self._write_lean(key, saved, encoded, origin, guard)
             except Stale:
@@ -643,11 +653,20 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
                 saved = {**saved, "channel_values": inline, "sources": sources}
                 encoded = self._encoded(saved, values, bare, full_metadata)
                 doc_key = self._write_lean(key, saved, encoded, origin, None)
-        holders = dict(sources)
-        for channel in inline:
-            holders[channel] = checkpoint_id
-        self._remember(thread_id, ns, checkpoint_id, dict(versions), holders, saved, doc_key)
-        self._hold(doc_key, inline)
+        # what the next put learns of this one (``_remember`` and ``_hold``, without their calls)
+        parents = self._parents
+        parents[(thread_id, ns, checkpoint_id)] = (
+            dict(versions),
+            {**sources, **dict.fromkeys(inline, checkpoint_id)},
+            saved,
+            doc_key,
+        )
+        if len(parents) > _PARENTS_KEPT:
+            parents.popitem(last=False)
+        held = self._held
+        held[doc_key] = inline
+        if len(held) > _HELD_KEPT:
+            held.popitem(last=False)
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}}
 
     def _encoded(
