@@ -13,10 +13,10 @@ import shutil
 import subprocess
 import tempfile
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 from urllib.parse import quote
 
 import psycopg
@@ -115,12 +115,32 @@ def _runtime_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 StoreFactory = Callable[[], SqlStore]
 
 
+WHOLE_FORM: Final = "sqlite-whole"
+"""A ``backend`` parameter: a SQLite file whose states named by the test module keep small
+documents in whole form (``SqlStore.keep_whole``)."""
+
+
+def store_location(request: pytest.FixtureRequest, tmp_path: Path, whole: Iterable[str] = ()) -> str:
+    """The location of an empty store for ``request.param``: ``sqlite`` a file path, ``postgres``
+    a URL, :data:`WHOLE_FORM` a file path whose states ``whole`` keep whole bodies (a module
+    overrides ``backend`` with the three parameters to run its tests over both forms)."""
+    if request.param == "postgres":
+        return str(request.getfixturevalue("pg_schema_url"))
+    location = str(tmp_path / "store.db")
+    if request.param == WHOLE_FORM:
+        store = open_store(location, auto_migrate=True)
+        try:
+            for state in whole:
+                assert store.keep_whole(state)
+        finally:
+            store.close()
+    return location
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """The location of an empty store of each backend (a file path or a URL)."""
-    if request.param == "sqlite":
-        return str(tmp_path / "store.db")
-    return str(request.getfixturevalue("pg_schema_url"))
+    return store_location(request, tmp_path)
 
 
 @pytest.fixture
@@ -150,7 +170,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         param = callspec.params.get("backend") if callspec else None
         if param == "postgres" or (param is None and "pg_schema_url" in fixtures):
             item.user_properties.append(("backend", "postgres"))
-        elif param == "sqlite":
+        elif param in ("sqlite", WHOLE_FORM):
             item.user_properties.append(("backend", "sqlite"))
 
 

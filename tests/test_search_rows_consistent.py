@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -21,6 +22,7 @@ import pytest
 from stateflow.states import StatesService
 from stateflow.store import SqlStore, open_store
 from stateflow.store.sqlite import SqliteStore
+from tests.conftest import WHOLE_FORM, store_location
 
 STATE = "tickets"
 DECL = {
@@ -158,3 +160,9 @@ def test_each_match_is_its_record_at_one_moment_while_writes_land_between_reads(
     finally:
         writing.close()
         reading.close()
+
+
+@pytest.fixture(params=["sqlite", WHOLE_FORM, "postgres"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Each backend, and SQLite with this module's states in whole form."""
+    return store_location(request, tmp_path, (STATE,))

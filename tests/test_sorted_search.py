@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import itertools
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from stateflow.states import StatesService
 from stateflow.states.search import sort_key
 from stateflow.store import DocKey, SqlStore, Write
 from stateflow.subjects import encode_subject
+from tests.conftest import WHOLE_FORM, store_location
 
 DECL = {
     "schema": {"type": "object", "properties": {"kind": {"type": "string"}}},
@@ -168,12 +170,13 @@ def test_the_least_integer_sorts_top_level_and_nested(store: SqlStore) -> None:
 
 
 def test_nested_paths_sort_in_sql_whatever_their_names(store: SqlStore) -> None:
-    # names SQL must quote, and one ("0") an array could be indexed by: a path reaches values
+    # names SQL must quote, names the encoding escapes (SQLite's paths compare them as written),
+    # and one ("0") an array could be indexed by: a path reaches values
     # through objects only; inside an array, or a member held as a tree, nothing is reached
     # by SQL and the search sorts in Python — in the same order
     service = StatesService(store)
     service.declare("t", DECL)
-    names = ['a"b', "it's", "{x}", "a.b", "$", "0", " 1", "é"]
+    names = ['a"b', "it's", "{x}", "a.b", "$", "0", " 1", "é", "a\\b", "tab\t"]
     docs: dict[str, Any] = {}
     for i in range(12):
         inner: Any = {n: (i * 7 + j) % 5 if i % 3 else f"s{(i + j) % 4}" for j, n in enumerate(names)}
@@ -288,3 +291,9 @@ def test_sorted_cursors_are_checked(store: SqlStore) -> None:
         bad = base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
         with pytest.raises(InvalidInput, match="cursor is malformed"):
             service.search("t", {"kind": "row"}, sort=sort, cursor=bad)
+
+
+@pytest.fixture(params=["sqlite", WHOLE_FORM, "postgres"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Each backend, and SQLite with this module's states in whole form."""
+    return store_location(request, tmp_path, ("t",))

@@ -22,6 +22,7 @@ from stateflow.store.check import check_store
 from stateflow.store.listing import PROBE
 from stateflow.store.portable import dump, load
 from stateflow.subjects import encode_subject
+from tests.conftest import WHOLE_FORM, store_location
 
 DECL: dict[str, Any] = {
     "schema": {
@@ -210,3 +211,9 @@ def test_a_states_counters_read_together_as_each_alone(service: StatesService, s
     stats = service.stats("tickets")  # (a subject that is not an encoded one counts as no kind)
     assert stats["records"] == 2 and stats["per_kind"] == {"thread": 1, "user": 1}
     assert stats["per_field"] == {"status": 3, "n": 1, "owner": 0, "extra": 0}
+
+
+@pytest.fixture(params=["sqlite", WHOLE_FORM, "postgres"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Each backend, and SQLite with this module's states in whole form."""
+    return store_location(request, tmp_path, ("tickets", "other"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ from stateflow.doc.canonical import json_contains
 from stateflow.errors import InvalidInput
 from stateflow.states import StatesService
 from stateflow.store import DocKey, SqlStore, Write
+from tests.conftest import WHOLE_FORM, store_location
 from tests.http_api import tenant_api
 
 DOCS: dict[str, dict[str, Any]] = {
@@ -201,3 +203,9 @@ def test_a_filter_holding_more_array_elements_than_the_limit_is_refused_at_every
             "POST", "/api/states/wide/records/search", {"filters": {"v": {"$in": list(range(10_000))}}}
         )
         assert status == 200, body
+
+
+@pytest.fixture(params=["sqlite", WHOLE_FORM, "postgres"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Each backend, and SQLite with this module's states in whole form."""
+    return store_location(request, tmp_path, ("things", "other", "kinds", "wide", "s"))

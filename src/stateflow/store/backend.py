@@ -319,11 +319,31 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def _candidate_sql(
-        self, tx: Tx, filters: dict[str, Any], bounds: Sequence[tuple[str, str, Any]] = (), probe: int = 4096
+        self,
+        tx: Tx,
+        filters: dict[str, Any],
+        bounds: Sequence[tuple[str, str, Any]] = (),
+        probe: int = 4096,
+        whole: bool = False,
     ) -> Candidates:
         """SQL narrowing a search to the documents that may match its containment filters and
         bounds (``listing.Bound``; portable: only the selective member it starts from, in
-        ``listing.Listing._candidate_sql``)."""
+        ``listing.Listing._candidate_sql``). ``whole``: the state may hold whole-form
+        documents, which have no member rows — none starts from the value index, and each
+        filter member :meth:`_checks_in_body` spells is checked in the body (SQLite)."""
+
+    @abc.abstractmethod
+    def _checks_in_body(self, name: str) -> bool:
+        """Whether :meth:`_candidate_sql` checks the filter member ``name`` in a whole-form
+        document's body as it does in a member row (portable: it checks nothing there — the
+        search checks such members in Python; SQLite: a name its JSON paths spell)."""
+
+    @abc.abstractmethod
+    def _sort_sql_whole(self, path: tuple[str, ...]) -> SortSql | None:
+        """:meth:`_sort_sql` for a state that may hold whole-form documents: the value at
+        ``path`` (a top-level member, then names inside it) read from the member's row or from
+        the document's body (``d.body``) (portable: None, the caller sorts; SQLite: by JSON
+        path)."""
 
     @abc.abstractmethod
     def _sort_sql(self, inner: tuple[str, ...]) -> SortSql | None:

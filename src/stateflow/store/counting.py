@@ -124,19 +124,29 @@ def count_plans(
     plans: Sequence[WritePlan], keys: Callable[[], Iterable[tuple[int, DocKey]]], into: Moved | None = None
 ) -> Moved:
     """What ``plans`` move, added to ``into``: the kind of each document whose ``present``
-    flips (+1 made present, -1 deleted), each member row inserted (+1) or deleted (-1) — the
-    rows SQLite's counting triggers counted until schema 43 (a member rewritten moves nothing;
-    an absent document's plan lists every member it loses in ``deletes``). ``keys()``: the
+    flips (+1 made present, -1 deleted), each top-level member name a present document gains
+    (+1) or loses (-1) — a member row inserted or deleted, as SQLite's counting triggers
+    counted until schema 43 (a member rewritten moves nothing; an absent document's plan lists
+    every member it loses in ``deletes``), or for a document in whole form before or after the
+    write its ``WritePlan.names_moved``. ``keys()``: the
     written documents' (doc_id, key) pairs, asked only where a counter moves and the plan does
     not create its document (a store item's rewrite asks nothing)."""
     moved: Moved = {} if into is None else into
     by_id: dict[int, DocKey] | None = None
     for plan in plans:
         flips = plan.present != plan.was_present
-        # (member rows, as ``Listing.recount`` counts them: a whole-form document's names — its
-        # ``names_moved`` — count once recount reads bodies, store v5 phase C4)
-        if not (flips or plan.inserts or plan.deletes or plan.rows_dropped):
-            continue
+        # a document in whole form before or after the write moves the names it says it does
+        # (a conversion writes or deletes every member's row and moves none); else its rows say
+        names = plan.names_moved
+        if names is None:
+            if not (flips or plan.inserts or plan.deletes):
+                continue
+            added: Iterable[str] = [row[1] for row in plan.inserts]
+            dropped: Iterable[str] = [name for _, name in plan.deletes]
+        else:
+            added, dropped = names
+            if not (flips or added or dropped):
+                continue
         key = plan.created
         if key is None:
             if by_id is None:
@@ -146,13 +156,10 @@ def count_plans(
         if flips:
             counter = (state, "kind", sqlite_subject_kind(key.subject))
             moved[counter] = moved.get(counter, 0) + (1 if plan.present else -1)
-        for row in plan.inserts:
-            counter = (state, "member", row[1])
-            moved[counter] = moved.get(counter, 0) + 1
-        for _, name in plan.deletes:
+        for name in added:
             counter = (state, "member", name)
-            moved[counter] = moved.get(counter, 0) - 1
-        for name in plan.rows_dropped:
+            moved[counter] = moved.get(counter, 0) + 1
+        for name in dropped:
             counter = (state, "member", name)
             moved[counter] = moved.get(counter, 0) - 1
     return moved

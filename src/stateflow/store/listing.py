@@ -7,11 +7,12 @@ from decimal import Decimal
 from typing import Any, Final
 
 from stateflow.doc.canonical import check, json_contains
-from stateflow.errors import InvalidInput, UnsupportedStore
+from stateflow.errors import InvalidInput
 from stateflow.store.backend import Candidates, SortSql
 from stateflow.store.clock import time_text
 from stateflow.store.core import StoreCore
 from stateflow.store.model import DocKey, Document, Listed, StateCounts, listed_row
+from stateflow.store.rows import whole_members
 from stateflow.store.tx import Tx
 
 PROBE: Final = 4096
@@ -202,7 +203,6 @@ class Listing(StoreCore):
         under None)."""
         self.check_schema()
         with self._read_tx() as tx:
-            self._refuse_whole(tx, state, "its counters")
             rows = self._counter_rows(tx, state)
         counted = StateCounts({}, {})
         for _, counter, name, n in rows:
@@ -211,16 +211,6 @@ class Listing(StoreCore):
             else:
                 counted.kinds[name or None] = int(n)
         return counted
-
-    def _refuse_whole(self, tx: Tx, state: str, what: str) -> None:
-        """Refuse ``what`` over a state that may hold whole-form documents (``keep_whole``): it
-        reads member rows (the value index, the member counters), which such documents do not
-        have, and would answer without them."""
-        if self._may_hold_whole(tx, state):
-            raise UnsupportedStore(
-                f"state {state!r} keeps small documents in whole form (their bodies in their rows), "
-                f"which {what} does not read yet: it would leave them out"
-            )
 
     def recount(self, tx: Tx) -> tuple[dict[tuple[str, str, str], int], dict[tuple[str, str, str], int]]:
         """The counters as stored and as counted from the rows now, keyed by (state, counter,
@@ -235,6 +225,22 @@ class Listing(StoreCore):
         )
         counted = {(r[0], "kind", r[1]): int(r[2]) for r in kinds}
         counted.update({(r[0], "member", r[1]): int(r[2]) for r in members})
+        if self.whole_form:  # a whole-form document's names are its body's (it has no member rows)
+            last = -1
+            while True:  # (in batches by id: the bodies of a large store are not held at once)
+                rows = tx.all(
+                    "SELECT doc_id, state, revision, body FROM documents "
+                    "WHERE doc_id > ? AND present = 1 AND body IS NOT NULL ORDER BY doc_id LIMIT 1000",
+                    (last,),
+                )
+                for doc_id, state, revision, raw in rows:
+                    heads, _ = whole_members(int(doc_id), int(revision), raw, f"document {doc_id} body")
+                    for name in heads:
+                        counter = (state, "member", name)
+                        counted[counter] = counted.get(counter, 0) + 1
+                if len(rows) < 1000:
+                    break
+                last = int(rows[-1][0])
         return stored, counted
 
     def search(
@@ -258,20 +264,16 @@ class Listing(StoreCore):
         check(filters, "filters")
         if _unheld(filters, bounds):
             return []
-        in_sql = (
-            filters
-            if len(filters) <= SQL_FILTER_MEMBERS
-            else dict(list(filters.items())[:SQL_FILTER_MEMBERS])
-        )
-        # (bounds only narrow the candidates: those past the statement's budget are left out)
-        in_bounds = bounds[: max(0, SQL_FILTER_MEMBERS - len(in_sql))]
         out: list[Listed] = []
         with self._read_tx() as tx:
-            self._refuse_whole(tx, state, "a search")
+            whole = self._may_hold_whole(tx, state)
+            in_sql = self._in_sql(filters, whole)
+            # (bounds only narrow the candidates: those past the statement's budget are left out)
+            in_bounds = bounds[: max(0, SQL_FILTER_MEMBERS - len(in_sql))]
             cursor = after
             size = max(limit, 200)
             while len(out) < limit:
-                page = self._search_candidates(tx, state, in_sql, cursor, size, in_bounds, within)
+                page = self._search_candidates(tx, state, in_sql, cursor, size, in_bounds, within, whole)
                 if not page:
                     break
                 cursor = page[-1].key.subject
@@ -313,26 +315,34 @@ class Listing(StoreCore):
         check(filters, "filters")
         if _unheld(filters, bounds):
             return []
-        # (a top-level name holding U+0000 is every document's missing value: the caller sorts)
-        sqls = [None if "\x00" in path[0] else self._sort_sql(tuple(path[1:])) for path, _ in order]
-        if not order or any(sql is None for sql in sqls):
+        if not order:
             return None
-        sql = [x for x in sqls if x is not None]
-        in_sql = (
-            filters
-            if len(filters) <= SQL_FILTER_MEMBERS
-            else dict(list(filters.items())[:SQL_FILTER_MEMBERS])
-        )
-        in_bounds = bounds[: max(0, SQL_FILTER_MEMBERS - len(in_sql))]
-        verify = bool(filters) and (in_sql is not filters or not self._checked_in_sql(filters))
         out: list[Sorted] = []
         with self._read_tx() as tx:
-            self._refuse_whole(tx, state, "a sorted search")
-            # every candidate is sorted, not a page of them walked in subject order: start from
-            # the value index whenever fewer members hold the value than the state has
-            # documents (the index is not by state: a value common elsewhere is walked past)
-            records = sum(n for _, counter, _, n in self._counter_rows(tx, state) if counter != "member")
-            where = self._candidate_sql(tx, in_sql, in_bounds, max(PROBE, records))
+            whole = self._may_hold_whole(tx, state)
+            # (a top-level name holding U+0000 is every document's missing value: the caller sorts)
+            sqls = [
+                None
+                if "\x00" in path[0]
+                else self._sort_sql_whole(tuple(path))
+                if whole
+                else self._sort_sql(tuple(path[1:]))
+                for path, _ in order
+            ]
+            if any(sql is None for sql in sqls):
+                return None
+            sql = [x for x in sqls if x is not None]
+            in_sql = self._in_sql(filters, whole)
+            in_bounds = bounds[: max(0, SQL_FILTER_MEMBERS - len(in_sql))]
+            verify = bool(filters) and (in_sql is not filters or not self._checked_in_sql(filters))
+            if whole:  # (no value index: whole-form documents have no member rows)
+                where = self._candidate_sql(tx, in_sql, in_bounds, whole=True)
+            else:
+                # every candidate is sorted, not a page of them walked in subject order: start
+                # from the value index whenever fewer members hold the value than the state has
+                # documents (the index is not by state: a value common elsewhere is walked past)
+                records = sum(n for _, counter, _, n in self._counter_rows(tx, state) if counter != "member")
+                where = self._candidate_sql(tx, in_sql, in_bounds, max(PROBE, records))
             cursor = after
             # a page and one more when SQL decides every filter; else batches, as ``search``
             size = max(limit, 200) if verify else limit
@@ -466,11 +476,35 @@ class Listing(StoreCore):
         return [3 - rank if desc and rank < 3 else rank, number, text]
 
     def _candidate_sql(
-        self, tx: Tx, filters: dict[str, Any], bounds: Sequence[Bound] = (), probe: int = PROBE
+        self,
+        tx: Tx,
+        filters: dict[str, Any],
+        bounds: Sequence[Bound] = (),
+        probe: int = PROBE,
+        whole: bool = False,
     ) -> Candidates:
-        """SQL narrowing a search's candidates (the default: the selective member only; a
-        backend may check more members in SQL)."""
-        return "", [], self._selective(tx, filters, probe)
+        """SQL narrowing a search's candidates (the default: the selective member only, none
+        where the state may hold whole-form documents; a backend may check more members in SQL)."""
+        return "", [], None if whole else self._selective(tx, filters, probe)
+
+    def _in_sql(self, filters: dict[str, Any], whole: bool) -> dict[str, Any]:
+        """The filter members the candidate query checks (``filters`` itself where it checks
+        all): at most :data:`SQL_FILTER_MEMBERS`, and over a state that may hold whole-form
+        documents (``whole``) only those it checks in a body too (:meth:`_checks_in_body`).
+        The others are checked in Python on every candidate (:meth:`_verify`)."""
+        names = [name for name in filters if not whole or self._checks_in_body(name)]
+        if len(names) == len(filters) and len(names) <= SQL_FILTER_MEMBERS:
+            return filters
+        return {name: filters[name] for name in names[:SQL_FILTER_MEMBERS]}
+
+    def _checks_in_body(self, name: str) -> bool:
+        """Whether the candidate query checks ``name`` in a whole-form body (portable: it
+        checks nothing there)."""
+        return False
+
+    def _sort_sql_whole(self, path: tuple[str, ...]) -> SortSql | None:
+        """How SQL orders documents of either form by the value at ``path`` (portable: it does not)."""
+        return None
 
     def _search_candidates(
         self,
@@ -481,9 +515,11 @@ class Listing(StoreCore):
         limit: int,
         bounds: Sequence[Bound] = (),
         within: str | None = None,
+        whole: bool = False,
     ) -> list[Listed]:
-        """Documents that may match, in subject order."""
-        extra, params, via = self._candidate_sql(tx, filters, bounds)
+        """Documents that may match, in subject order (``whole``: the state may hold
+        whole-form documents)."""
+        extra, params, via = self._candidate_sql(tx, filters, bounds, whole=whole)
         return self._scan(tx, state, after, limit, extra, params, via, within)
 
     def _sort_sql(self, inner: tuple[str, ...]) -> SortSql | None:

@@ -166,9 +166,6 @@ class WritePlan:
     whole form (``inserts`` then holds every member), None where it stays in member form"""
     was_whole: bool
     """the document was in whole form before the write (it has no member rows)"""
-    rows_dropped: Sequence[str]
-    """member rows a conversion to whole form deletes without listing them in ``deletes``
-    (their names; counted as rows are, ``counting.count_plans``)"""
     names_moved: tuple[Sequence[str], Sequence[str]] | None
     """the top-level member names the write adds and drops, where its member rows do not say
     so (a document in whole form before or after it: a conversion writes or deletes every
@@ -202,7 +199,6 @@ class WritePlan:
         self.body = None
         self.was_whole = False
         self.names_moved = None
-        self.rows_dropped = ()
         self.copies_mark = None
 
     @property

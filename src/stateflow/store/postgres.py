@@ -1028,7 +1028,12 @@ class PostgresStore(SqlStore):
         return {r[0] for r in rows}
 
     def _candidate_sql(
-        self, tx: Tx, filters: dict[str, Any], bounds: Sequence[tuple[str, str, Any]] = (), probe: int = 4096
+        self,
+        tx: Tx,
+        filters: dict[str, Any],
+        bounds: Sequence[tuple[str, str, Any]] = (),
+        probe: int = 4096,
+        whole: bool = False,  # (never: PostgreSQL keeps member form, ``whole_form``)
     ) -> Candidates:
         # One EXISTS per filter member, answered by the GIN index (scalar members) for a scalar
         # pattern and checked on the member found by its key for others, for members jsonb can

@@ -17,7 +17,7 @@ from stateflow.store.ledger import scope_in
 from stateflow.store.model import DocKey
 from stateflow.store.nodes import BATCH, all_roots, walk
 from stateflow.store.plan import Fresh
-from stateflow.store.rows import decode_stored, directory_of, lock_order
+from stateflow.store.rows import decode_stored, directory_of, lock_order, whole_members
 from stateflow.store.tx import Tx
 from stateflow.store.writes import member_row
 
@@ -314,6 +314,23 @@ class Retention(History):
             "ON CONFLICT (state, counter, name) DO UPDATE SET n = n + excluded.n",
             doc_ids,
         )
+        if not self.whole_form:
+            return
+        # a whole-form document's names are its body's (it has no member rows)
+        names: dict[tuple[str, str], int] = {}
+        for doc_id, state, revision, raw in tx.all(
+            f"SELECT doc_id, state, revision, body FROM documents WHERE doc_id IN ({among}) "
+            "AND present = 1 AND body IS NOT NULL",
+            doc_ids,
+        ):
+            for name in whole_members(int(doc_id), int(revision), raw, f"document {doc_id} body")[0]:
+                names[(state, name)] = names.get((state, name), 0) + 1
+        for (state, name), n in names.items():
+            tx.run(
+                "INSERT INTO state_counts (state, counter, name, n) VALUES (?, 'member', ?, ?) "
+                "ON CONFLICT (state, counter, name) DO UPDATE SET n = n + excluded.n",
+                (state, name, -n),
+            )
 
     def applied_op(self, op_id: str, scope: str = "") -> int | bool | None:
         """False if ``op_id`` was never applied; else the seq it produced (None for a no-op)."""

@@ -16,6 +16,7 @@ import fcntl
 import math
 import mmap
 import os
+import re
 import shutil
 import sqlite3
 import struct
@@ -29,7 +30,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from types import FrameType
-from typing import Any, ClassVar, Final, TypeVar, cast
+from typing import Any, ClassVar, Final, NamedTuple, TypeVar, cast
 
 from stateflow.doc.canonical import decode_trusted, encode_trusted
 from stateflow.errors import (
@@ -1475,22 +1476,37 @@ class SqliteStore(SqlStore):
         return snapshot
 
     def _candidate_sql(
-        self, tx: Tx, filters: dict[str, Any], bounds: Sequence[tuple[str, str, Any]] = (), probe: int = 4096
+        self,
+        tx: Tx,
+        filters: dict[str, Any],
+        bounds: Sequence[tuple[str, str, Any]] = (),
+        probe: int = 4096,
+        whole: bool = False,
     ) -> Candidates:
         # Scalar filter members (containment of a scalar is JSON equality) are checked in SQL,
         # one EXISTS on the member's primary key per document: no row leaves SQLite to be
-        # decoded and compared in Python. Objects and arrays pass here and go to _verify.
-        via = self._selective(tx, filters, probe)
+        # decoded and compared in Python. Objects and arrays pass here and go to _verify. A
+        # whole-form document (``whole``: the state may hold some) has no member rows: the same
+        # check reads its member from its body, and no search starts from the value index.
+        via = None if whole else self._selective(tx, filters, probe)
         clauses, params = [], []
         for name, pattern in filters.items():
             check = _scalar_check(pattern)
             if check is None or (via is not None and via[0] == name):
                 continue  # (the members the search starts from hold the value: no check)
-            clauses.append(
-                "AND EXISTS (SELECT 1 FROM members m WHERE m.doc_id = d.doc_id AND m.name = ? "
-                f"AND {check[0]})"
+            member = (
+                f"EXISTS (SELECT 1 FROM members m WHERE m.doc_id = d.doc_id AND m.name = ? AND {check[0]})"
             )
             params.extend([name, *check[1]])
+            at = _in_body(name) if whole else None
+            if at is None:
+                # (a name no path spells: ``_checks_in_body`` leaves it to _verify)
+                clauses.append(f"AND {member}" if not whole else f"AND (d.body IS NOT NULL OR {member})")
+                continue
+            in_body = _scalar_check(pattern, at)
+            assert in_body is not None, "a scalar is checked in a body as in a member"
+            clauses.append(f"AND CASE WHEN d.body IS NULL THEN {member} ELSE {in_body[0]} END")
+            params.extend(in_body[1])
         # a bound keeps the members SQL reads a number or a string of (SQLITE_VALUE) on its
         # side, compared as SQLite orders them (numbers before text; text bytewise, which is
         # code point order), and every member it reads no value of; never strict: a number
@@ -1498,12 +1514,42 @@ class SqliteStore(SqlStore):
         value = SQLITE_VALUE.format(m="m.")
         for name, op, operand in bounds:
             side = ">=" if op in ("$gt", "$gte") else "<="
-            clauses.append(
-                "AND EXISTS (SELECT 1 FROM members m WHERE m.doc_id = d.doc_id AND m.name = ? "
+            member = (
+                "EXISTS (SELECT 1 FROM members m WHERE m.doc_id = d.doc_id AND m.name = ? "
                 f"AND ({value} IS NULL OR {value} {side} ?))"
             )
             params.extend([name, _bound_operand(operand)])
+            at = _in_body(name) if whole else None
+            if not whole:
+                clauses.append(f"AND {member}")
+            elif at is None:
+                clauses.append(f"AND (d.body IS NOT NULL OR {member})")
+            else:
+                kept = _value_sql(at)
+                clauses.append(
+                    f"AND CASE WHEN d.body IS NULL THEN {member} "
+                    f"ELSE {at.kind} IS NOT NULL AND ({kept} IS NULL OR {kept} {side} ?) END"
+                )
+                params.append(_bound_operand(operand))
         return " ".join(clauses), params, via
+
+    def _checks_in_body(self, name: str) -> bool:
+        return _in_body(name) is not None
+
+    def _sort_sql_whole(self, path: tuple[str, ...]) -> SortSql | None:
+        member = self._sort_sql(path[1:])
+        body = _body_sort(path)
+        if member is None or body is None:
+            return None
+        # (a whole-form document joins no member row: its value is its body's)
+        rank, number, boolean, text = (
+            f"CASE WHEN d.body IS NULL THEN ({m}) ELSE ({b}) END"
+            for m, b in zip(member[:4], body[:4], strict=True)
+        )
+        # a condition, not a CASE's value: SQLite evaluates both sides of an AND it computes as a
+        # value, and the member's "not a tree" would no longer keep a tree's empty body from JSON
+        unsure = f"(d.body IS NULL AND ({member.unsure})) OR (d.body IS NOT NULL AND ({body.unsure}))"
+        return SortSql(rank, number, boolean, text, unsure, collate="")
 
     def _sort_sql(self, inner: tuple[str, ...]) -> SortSql | None:
         return _sqlite_sort(inner) if inner else _SQLITE_SORT
@@ -1743,12 +1789,12 @@ _SQLITE_SORT: Final = SortSql(
 
 def _sqlite_sort(inner: tuple[str, ...]) -> SortSql | None:
     """A sorted search's order by the value at ``inner`` inside a member: read from an inline
-    object by a JSON path of quoted names (SQLite reads a quoted name up to the next ``"``, so a
-    name holding one has no path: None); inside a tree, SQL reads nothing (unsure)."""
-    if any('"' in name or "\x00" in name for name in inner):
+    object by a JSON path of quoted names (None where a name has none, :func:`_json_path`);
+    inside a tree, SQL reads nothing (unsure)."""
+    path = _json_path(inner)
+    if path is None:
         return None
-    path = "$" + "".join(f'."{name}"' for name in inner)
-    literal = "'" + path.replace("'", "''").replace("{", "{{").replace("}", "}}") + "'"
+    literal = path.replace("{", "{{").replace("}", "}}")
     body = "CAST({s}.body AS TEXT)"
     kind, value = f"json_type({body}, {literal})", f"json_extract({body}, {literal})"
     return SortSql(
@@ -1766,6 +1812,29 @@ def _sqlite_sort(inner: tuple[str, ...]) -> SortSql | None:
     )
 
 
+def _body_sort(path: tuple[str, ...]) -> SortSql | None:
+    """A sorted search's order by the value at ``path`` (a top-level member, then names inside
+    it) of a whole-form document ``d``, read from its body by a JSON path: the templates use no
+    ``{s}``; None where a name has no path."""
+    literal = _json_path(path)
+    if literal is None:
+        return None
+    literal = literal.replace("{", "{{").replace("}", "}}")
+    body = "CAST(d.body AS TEXT)"
+    kind, value = f"json_type({body}, {literal})", f"json_extract({body}, {literal})"
+    return SortSql(
+        rank=f"CASE {kind} WHEN 'integer' THEN 0 WHEN 'real' THEN 0 WHEN 'text' THEN 1 "
+        "WHEN 'true' THEN 2 WHEN 'false' THEN 2 WHEN 'object' THEN 8 WHEN 'array' THEN 8 ELSE 9 END",
+        number=value,
+        boolean=f"{kind} = 'true'",
+        text=value,
+        # a number SQL reads rounded, and a string whose text holds \u0000 (it ends at the NUL)
+        unsure=f"({kind} IN ('integer', 'real') AND {_big(value)}) "
+        f"OR ({kind} = 'text' AND instr(({body} -> {literal}), '\\u0000') > 0)",
+        collate="",
+    )
+
+
 def _indexed_scalar(pattern: Any) -> bool:
     """Whether every member equal to ``pattern`` is in the value index: a string or a number
     (not a boolean) whose encoding, even with every character escaped (6×), fits the index's
@@ -1777,8 +1846,60 @@ def _indexed_scalar(pattern: Any) -> bool:
     return type(pattern) is str and 6 * len(encode_trusted(pattern)) <= VALUE_INDEX_MAX
 
 
-def _scalar_check(pattern: Any) -> tuple[str, list[Any]] | None:
-    """SQL that holds when a member equals the scalar ``pattern``, by JSON equality (numbers by
+class _Value(NamedTuple):
+    """SQL reading one JSON value a search checks or sorts by: its JSON type (``json_type``'s
+    name; NULL where there is none, or where SQL reads nothing: a member held as a tree), its
+    SQL value (``json_extract``'s) and its JSON text as stored."""
+
+    kind: str
+    value: str
+    text: str
+
+
+_IN_MEMBER: Final = _Value(
+    kind="CASE WHEN m.root IS NULL THEN json_type(CAST(m.body AS TEXT)) END",
+    value="json_extract(CAST(m.body AS TEXT), '$')",
+    text="CAST(m.body AS TEXT)",
+)
+"""The value of the member row ``m``."""
+
+_UNSPELLED: Final = re.compile(r'["\\\x00-\x1f]')
+"""Characters of a member name no JSON path of SQLite's reaches: it reads a quoted name up to the
+next ``"`` and compares it with the stored name's text as written, where the encoding escapes a
+quote, a backslash and each control character."""
+
+
+def _json_path(names: Sequence[str]) -> str | None:
+    """A JSON path through the objects named ``names``, as an SQL string literal; None where a
+    name has no path (:data:`_UNSPELLED`)."""
+    if any(_UNSPELLED.search(name) for name in names):
+        return None
+    path = "$" + "".join(f'."{name}"' for name in names)
+    return "'" + path.replace("'", "''") + "'"
+
+
+def _in_body(name: str) -> _Value | None:
+    """The value of the top-level member ``name`` of a whole-form document ``d`` read from its
+    body (``documents.body``); None where no path spells the name."""
+    path = _json_path((name,))
+    if path is None:
+        return None
+    body = "CAST(d.body AS TEXT)"
+    return _Value(f"json_type({body}, {path})", f"json_extract({body}, {path})", f"({body} -> {path})")
+
+
+def _value_sql(at: _Value) -> str:
+    """:data:`SQLITE_VALUE` of a value read elsewhere than a member row: a number, or a string
+    without NUL (SQLite text ends at one), else NULL."""
+    return (
+        f"CASE WHEN {at.kind} IN ('integer', 'real') OR ({at.kind} = 'text' "
+        f"AND instr({at.text}, '\\u0000') = 0) THEN {at.value} END"
+    )
+
+
+def _scalar_check(pattern: Any, at: _Value = _IN_MEMBER) -> tuple[str, list[Any]] | None:
+    """SQL that holds when a value (``at``: the member row ``m``'s, or a member in a whole-form
+    body) equals the scalar ``pattern``, by JSON equality (numbers by
     value: 1 matches 1.0; strings by their decoded text, whatever escapes the stored text uses),
     with its parameters; None for objects and arrays, and for strings the stored text cannot be
     told apart by (``_text_checkable``). A number from 2**63 up also matches members that only
@@ -1786,8 +1907,7 @@ def _scalar_check(pattern: Any) -> tuple[str, list[Any]] | None:
     match. A member held as a tree (``root``; only objects and arrays are) has no inline body and
     never equals a scalar: each step is a CASE so no JSON function sees anything but an inline
     body."""
-    body = "CAST(m.body AS TEXT)"
-    kind = f"CASE WHEN m.root IS NULL THEN json_type({body}) END"
+    kind = at.kind
     if pattern is None:
         return f"{kind} = 'null'", []
     if pattern is True or pattern is False:
@@ -1795,12 +1915,10 @@ def _scalar_check(pattern: Any) -> tuple[str, list[Any]] | None:
     if isinstance(pattern, str) and _text_checkable(pattern):
         # a stored string whose text holds \u0000 has a NUL or those six characters: the pattern
         # has neither, so it equals no such string
-        value = (
-            f"CASE WHEN {kind} = 'text' AND instr({body}, '\\u0000') = 0 THEN json_extract({body}, '$') END"
-        )
+        value = f"CASE WHEN {kind} = 'text' AND instr({at.text}, '\\u0000') = 0 THEN {at.value} END"
         return f"{value} = ?", [pattern]
     if isinstance(pattern, int | float):
-        value = f"CASE WHEN {kind} IN ('integer', 'real') THEN json_extract({body}, '$') END"
+        value = f"CASE WHEN {kind} IN ('integer', 'real') THEN {at.value} END"
         return f"{value} = ?", [_bound(pattern)]
     return None
 

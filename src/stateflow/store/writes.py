@@ -1734,9 +1734,6 @@ class Writes(StoreCore):
         if plan.present and body is not None and doc.body_size <= (bound := self._whole_bound(state)):
             data = encode_trusted(body) if encoded is None else encoded
             if len(data) <= bound:
-                before = list(before)
-                if row.present and not was_whole:  # (its member rows go: counted as rows)
-                    plan.rows_dropped = before
                 plan.names_moved = _names_moved(before, body)
                 plan.body = data
                 plan.deletes = plan.updates = plan.inserts = ()
