@@ -40,7 +40,14 @@ a schema step of that shape could save on the write, before the readers' side of
 - ``whole form``: not a change of the file but of the store's choice: the LangGraph states'
   small documents kept in whole form (``SqlStore.keep_whole`` on ``langgraph_checkpoints`` and
   ``langgraph_store``) from the store's first write on — a valid store, the layout of
-  ``docs/store-v5-design.md`` 1a. A tree without ``keep_whole`` writes member form.
+  ``docs/store-v5-design.md`` 1a. A tree without ``keep_whole`` writes member form. Since the
+  adapters ask for it at their open (C5) it is what ``as written`` writes too.
+- ``member form``: the other way round, a valid store too: the LangGraph states kept in member
+  rows (``keep_whole(state, 0)`` before the adapters open, which they leave), as before C5.
+
+``--checkpoints N``: the saver's ``put_writes`` writes on the checkpoints of ``N`` puts, in turn
+(60 by default), so ``--fill`` sets how many tasks each already has before the count (``--fill
+1000``: ~17, past whole form's bound; ``--checkpoints 300 --fill 300``: one).
 
     python3 -m benchmarks.profile_sqlite_commit_pages [--writes apply "saver put" patch_state]
         [--variants NAME ...] [--fill 2000] [--ops 300] [--count] [--warm 300]
@@ -62,6 +69,7 @@ from typing import Any
 
 from benchmarks import callgrind
 from stateflow.store.migrations import SQLITE_VALUE
+from stateflow.store.plan import WHOLE_ROW_MAX
 
 MODULE = "benchmarks.profile_sqlite_commit_pages"
 WRITES = (
@@ -102,7 +110,9 @@ VARIANTS: dict[str, str] = {
     "changes keyed by seq, doc index": _BY_SEQ + "CREATE INDEX changes_by_doc ON changes (doc_id, revision);",
     "documents' key descending": "",  # (by _descending: the table's triggers are read first)
     "whole form": "",  # (by _service: from the store's first write on)
+    "member form": "",  # (by _service, as "whole form")
 }
+LANGGRAPH_STATES = ("langgraph_checkpoints", "langgraph_store")
 FRAME = 4096 + 24
 """Bytes of one WAL frame (the default page size and its header)."""
 
@@ -114,9 +124,9 @@ def wal_pages(path: str | Path) -> list[int]:
     return [struct.unpack(">I", data[at : at + 4])[0] for at in range(32, len(data) - FRAME + 1, FRAME)]
 
 
-def writer(kind: str, service: Any, tmp: str) -> Callable[[int], object]:
+def writer(kind: str, service: Any, tmp: str, checkpoints: int = 60) -> Callable[[int], object]:
     """The write of ``kind`` made with ``i``: each call a new value (and for a saver ``put`` a
-    new checkpoint)."""
+    new checkpoint; a ``put_writes`` a new task on one of ``checkpoints``, in turn)."""
     if kind == "apply":
         from benchmarks.bench_states_vs_langgraph import DECL, ops_for, subject
 
@@ -132,8 +142,8 @@ def writer(kind: str, service: Any, tmp: str) -> Callable[[int], object]:
         from stateflow.langgraph import StateflowSaver
 
         cases = saver_cases(StateflowSaver(service), "p", threads=1 if kind.endswith("one thread") else 4)
-        if kind == "saver put_writes":  # (on the checkpoints of 60 puts, in turn)
-            for i in range(60):
+        if kind == "saver put_writes":  # (on the checkpoints of that many puts, in turn)
+            for i in range(checkpoints):
                 cases["saver put"](i)
             return cases["saver put_writes"]
         return cases["saver put"]
@@ -160,9 +170,9 @@ def _service(tmp: str, variant: str = "as written") -> Any:
 
     store = open_store(f"sqlite:///{tmp}/pages.db?synchronous=off", auto_migrate=True)
     keep_whole = getattr(store, "keep_whole", None)
-    if variant == "whole form" and keep_whole is not None:
-        for state in ("langgraph_checkpoints", "langgraph_store"):
-            keep_whole(state)
+    if variant in ("whole form", "member form") and keep_whole is not None:
+        for state in LANGGRAPH_STATES:  # (a choice recorded before the adapters open stands)
+            keep_whole(state, 0 if variant == "member form" else WHOLE_ROW_MAX)
     return StatesService(store)
 
 
@@ -214,11 +224,13 @@ def _vary(path: str, variant: str) -> None:
         conn.close()
 
 
-def frames(kind: str, variant: str, fill: int, ops: int) -> tuple[float, collections.Counter[str]]:
+def frames(
+    kind: str, variant: str, fill: int, ops: int, checkpoints: int = 60
+) -> tuple[float, collections.Counter[str]]:
     """WAL frames per write of ``ops`` writes after ``fill``, and per write by b-tree."""
     with tempfile.TemporaryDirectory() as tmp:
         service = _service(tmp, variant)
-        write = writer(kind, service, tmp)
+        write = writer(kind, service, tmp, checkpoints)
         for i in range(fill):
             write(i)
         path = f"{tmp}/pages.db"
@@ -272,11 +284,12 @@ def main() -> None:
     parser.add_argument("--ops", type=int, default=300, help="writes counted")
     parser.add_argument("--count", action="store_true", help="also count instructions (callgrind)")
     parser.add_argument("--warm", type=int, default=300, help="writes before instructions are counted")
+    parser.add_argument("--checkpoints", type=int, default=60, help="checkpoints put_writes writes on")
     args = parser.parse_args()
     for kind in args.writes:
         base: float | None = None
         for variant in args.variants:
-            per_write, by_tree = frames(kind, variant, args.fill, args.ops)
+            per_write, by_tree = frames(kind, variant, args.fill, args.ops, args.checkpoints)
             trees = ", ".join(f"{name} {n / args.ops:.2f}" for name, n in by_tree.most_common())
             line = f"{kind:12s} {variant:40s} WAL frames {per_write:5.2f} per write ({trees})"
             if args.count:

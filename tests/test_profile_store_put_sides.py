@@ -31,7 +31,7 @@ def test_each_frame_of_the_wal_is_read_back_as_the_page_it_holds(tmp_path: Path)
 
 def test_a_store_puts_frames_are_named_by_the_b_trees_it_writes() -> None:
     for side, tables in (
-        ("stateflow", {"transitions", "documents", "members", "changes"}),
+        ("stateflow", {"transitions", "documents", "changes"}),  # (an item whole in its row)
         ("by hand", {"transitions", "documents", "members", "changes"}),
         ("langgraph", {"store"}),
     ):

@@ -443,6 +443,7 @@ class AsyncStore(Offloaded[Store]):
     counts = awaitable(Store.counts)
     get = awaitable(Store.get)
     history = awaitable(Store.history)
+    keep_whole = awaitable(Store.keep_whole)
     kind_counts = awaitable(Store.kind_counts)
     member_counts = awaitable(Store.member_counts)
     member_sizes = awaitable(Store.member_sizes)

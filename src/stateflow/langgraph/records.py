@@ -8,6 +8,7 @@ under a key prefix is one keyset scan.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Self
@@ -15,11 +16,13 @@ from typing import TYPE_CHECKING, Any, Self
 from stateflow.aio import call, open_store_async
 from stateflow.aio import close as close_store  # (``close`` is the adapters' own method)
 from stateflow.api import states_service
+from stateflow.errors import StoreReadOnly
 from stateflow.states import StatesService
 from stateflow.states.models import DoorContext, WriteOrigin
 from stateflow.states.pipeline import ALIASES, CATALOG
 from stateflow.states.service import StateNotFound, subject_of
 from stateflow.store import DocKey, Document, StoreLocation, Whole, Write, open_store
+from stateflow.store.core import WHOLE_PREFIX
 from stateflow.subjects import encode_subject
 
 SCAN_PAGE = 500
@@ -331,6 +334,17 @@ class Records:
         # the tenant: validated as a subject once (the general path refuses a bad one)
         subject_of(self.subject(kind, "x"))
         return True
+
+    def keep_whole(self) -> None:
+        """Keep the state's small records in whole form (``Store.keep_whole``: a record's body
+        in its document's row, no member rows — where the backend has that form, SQLite; a
+        record already written converts on its next write) unless the store records a choice
+        for the state already (an operator's ``keep_whole(state, 0)`` keeps member form). A
+        read-only store not recording it yet is read as it is (either form reads alike)."""
+        if self.store.meta_value(WHOLE_PREFIX + self.state) is not None:
+            return
+        with contextlib.suppress(StoreReadOnly):
+            self.store.keep_whole(self.state)
 
     def ensure_declared(self, declaration: dict[str, Any], earlier: Sequence[dict[str, Any]] = ()) -> None:
         """Declare the state unless it already is, with this schema (a re-declare writes).

@@ -274,6 +274,7 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         self.records = Records(states, state, target_name)
         self.maintenance_part = MAINTENANCE_PART
         self.records.ensure_declared(DECLARATION, _EARLIER)
+        self.records.keep_whole()
         self._ascending = self._keys_ascending()
         """whether every checkpoint key of the state is in the ascending form (else the readers
         list a thread by sorting its ids, and look a record up under both forms)"""

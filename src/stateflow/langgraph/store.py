@@ -110,6 +110,7 @@ class StateflowStore(OwnsStore, BaseStore):
         self.states = states
         self.records = Records(states, state, target_name)
         self.records.ensure_declared(DECLARATION)
+        self.records.keep_whole()
         self.context = DoorContext(door="api", actor="stateflow.langgraph")
         self._outside = WriteOrigin(consumer="langgraph")  # validated once: the service takes it as is
         self._namespaces_checked: set[tuple[str, ...]] = set()

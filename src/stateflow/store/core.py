@@ -269,9 +269,11 @@ class StoreCore(Backend):
         """Keep the documents of ``state`` whose encoded body is at most ``max_bytes`` (at most
         ``WHOLE_ROW_MAX``) in whole form from their next write on: the body in the document's
         row, no member rows. Persisted in the store (``stateflow_meta`` row ``whole:<state>``);
-        idempotent. ``max_bytes=0`` writes member form again, and the row stays: it also says
-        that the state may hold whole-form documents. False where the backend keeps member form
-        always (PostgreSQL): nothing recorded. Not part of the ``Store`` protocol yet."""
+        idempotent: where the store already records that bound, nothing is written (so a
+        read-only store answers True; asked for another bound, it refuses, ``StoreReadOnly``).
+        ``max_bytes=0`` writes member form again, and the row stays: it also says that the state
+        may hold whole-form documents. False where the backend keeps member form always
+        (PostgreSQL, ``Backend.whole_form``): nothing recorded."""
         if type(state) is not str or not state:
             raise InvalidInput("keep_whole: a state is a non-empty string")
         if type(max_bytes) is not int or not 0 <= max_bytes <= WHOLE_ROW_MAX:
@@ -279,15 +281,16 @@ class StoreCore(Backend):
         self.check_schema()
         if not self.whole_form:
             return False
-        with self._write_tx() as tx:
-            tx.run(
-                "INSERT INTO stateflow_meta (key, value) VALUES (?, ?) "
-                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                (WHOLE_PREFIX + state, str(max_bytes)),
-            )
+        recorded = self._read_whole_bounds()
+        if recorded.get(state) != max_bytes:
+            with self._write_tx() as tx:
+                tx.run(
+                    "INSERT INTO stateflow_meta (key, value) VALUES (?, ?) "
+                    "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                    (WHOLE_PREFIX + state, str(max_bytes)),
+                )
         bounds = self._whole_bounds
-        if bounds is not None:
-            self._whole_bounds = {**bounds, state: max_bytes}
+        self._whole_bounds = {**(recorded if bounds is None else bounds), state: max_bytes}
         return True
 
     def _whole_bound(self, state: str) -> int:

@@ -24,6 +24,7 @@ from stateflow.store.model import (
     Write,
 )
 from stateflow.store.path_reads import Children, PathsRead
+from stateflow.store.plan import WHOLE_ROW_MAX
 from stateflow.store.served_patch import Served
 from stateflow.store.trail import End, PathT
 
@@ -270,6 +271,12 @@ class Store(Protocol):
     ) -> bool:
         """Move a state's documents to new subjects (ids, history and audit unmoved) in batches
         under the write lock, then record ``mark``; whether it is recorded."""
+
+    def keep_whole(self, state: str, max_bytes: int = WHOLE_ROW_MAX) -> bool:
+        """Keep ``state``'s small documents (encoded body at most ``max_bytes``) in whole form
+        from their next write on (their body in their row, no member rows), recorded in the
+        store; nothing written where already recorded. False where the backend keeps member
+        form always (PostgreSQL)."""
 
     def applied_op(self, op_id: str, scope: str = "") -> int | bool | None: ...
 

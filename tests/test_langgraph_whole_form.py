@@ -1,0 +1,265 @@
+"""The LangGraph adapters keep their records in whole form where the backend has it (SQLite):
+at their open they call ``Store.keep_whole`` for their states, so a checkpoint, a checkpoint's
+writes and a store item are each their ``documents`` row alone (``documents.body`` set, no
+member rows). PostgreSQL keeps member form. A store written before (member rows, no choice
+recorded) converts each record on its next write, and reads the same through every door."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
+
+from stateflow.errors import StoreReadOnly
+from stateflow.langgraph import StateflowSaver, StateflowStore
+from stateflow.states import StatesService
+from stateflow.store import DocKey, SqlStore, open_store
+from stateflow.store.core import WHOLE_PREFIX
+from stateflow.store.plan import WHOLE_ROW_MAX
+
+CHECKPOINTS = "langgraph_checkpoints"
+ITEMS = "langgraph_store"
+KINDS = {CHECKPOINTS: ("checkpoint", "writes"), ITEMS: ("item",)}
+FILTERS: dict[str, Any] = {CHECKPOINTS: {"saved": {"config": {"thread_id": "old"}}}, ITEMS: {"key": "k"}}
+
+
+def _forms(store: SqlStore, state: str) -> dict[str, str]:
+    """Each present record of ``state`` by ``kind/key``: ``whole`` (its body in its row, no
+    member rows) or ``members`` (member rows, no body)."""
+    with store._read_tx() as tx:
+        rows = tx.all(
+            "SELECT d.subject, d.body IS NOT NULL, (SELECT count(*) FROM members m WHERE m.doc_id = d.doc_id) "
+            "FROM documents d WHERE d.state = ? AND d.present = 1 ORDER BY d.subject",
+            (state,),
+        )
+    forms = {}
+    for subject, whole, members in rows:
+        kind, key = orjson.loads(subject)[2:]
+        assert bool(whole) != bool(members), f"{kind}/{key}: a body and member rows, or neither"
+        forms[f"{kind}/{key}"] = "whole" if whole else "members"
+    return forms
+
+
+def _write_some(
+    saver: StateflowSaver, lg: StateflowStore, thread: str, head: RunnableConfig | None = None
+) -> RunnableConfig:
+    """A checkpoint (a child of ``head`` when given) with two tasks' writes, and an item put."""
+    config: RunnableConfig = head or {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+    step = 0 if head is None else 1
+    checkpoint = generate_checkpoint(channel_values={"n": step}, channel_versions={"n": step + 1})
+    config = saver.put(config, checkpoint, generate_metadata(step=step), {"n": step + 1})
+    saver.put_writes(config, [("n", step), ("m", "a")], "task-a")
+    saver.put_writes(config, [("n", step + 10)], "task-b")
+    lg.put(("notes", thread), "k", {"step": step})
+    return config
+
+
+@pytest.fixture
+def opened(backend: str) -> Iterator[tuple[SqlStore, StateflowSaver, StateflowStore]]:
+    store = open_store(backend, auto_migrate=True)
+    try:
+        states = StatesService(store)
+        yield store, StateflowSaver(states), StateflowStore(states)
+    finally:
+        store.close()
+
+
+def test_new_records_are_whole_on_sqlite_member_rows_on_postgres(
+    opened: tuple[SqlStore, StateflowSaver, StateflowStore],
+) -> None:
+    store, saver, lg = opened
+    head = _write_some(saver, lg, "t")
+    _write_some(saver, lg, "t", head)
+    lg.put(("notes", "t"), "k", {"step": 2})  # an item rewritten
+    forms = {**_forms(store, CHECKPOINTS), **_forms(store, ITEMS)}
+    assert sorted({f.split("/")[0] for f in forms}) == ["checkpoint", "item", "writes"]
+    expected = "whole" if store.whole_form else "members"
+    assert set(forms.values()) == {expected}, forms
+    recorded = {state: store.meta_value(WHOLE_PREFIX + state) for state in (CHECKPOINTS, ITEMS)}
+    if store.whole_form:
+        assert recorded == {CHECKPOINTS: str(WHOLE_ROW_MAX), ITEMS: str(WHOLE_ROW_MAX)}
+    else:  # (PostgreSQL: nothing recorded, nothing refused)
+        assert recorded == {CHECKPOINTS: None, ITEMS: None}
+    got = saver.get_tuple({"configurable": {"thread_id": "t", "checkpoint_ns": ""}})
+    assert got is not None and got.checkpoint["channel_values"] == {"n": 1}
+    assert sorted(w[0] for w in got.pending_writes or []) == ["task-a", "task-a", "task-b"]
+    item = lg.get(("notes", "t"), "k")
+    assert item is not None and item.value == {"step": 2}
+
+
+def test_a_read_only_store_opens_with_or_without_the_choice_recorded(tmp_path: Path) -> None:
+    """A read-only store without the choice opens and reads as it is (member form); one with it
+    answers ``keep_whole`` of the recorded bound without writing, and refuses another."""
+    older = str(tmp_path / "older.db")
+    _member_form_store(older)
+    read_only = open_store(f"sqlite:///{older}?mode=ro")
+    try:
+        states = StatesService(read_only)
+        saver, lg = StateflowSaver(states), StateflowStore(states)
+        assert read_only.meta_value(WHOLE_PREFIX + CHECKPOINTS) is None
+        got = saver.get_tuple({"configurable": {"thread_id": "old", "checkpoint_ns": ""}})
+        assert got is not None and got.checkpoint["channel_values"] == {"n": 1}
+        item = lg.get(("notes", "old"), "k")
+        assert item is not None and item.value == {"step": 1}
+    finally:
+        read_only.close()
+    fresh = str(tmp_path / "fresh.db")
+    with StateflowSaver.open(fresh), StateflowStore.open(fresh):
+        pass
+    read_only = open_store(f"sqlite:///{fresh}?mode=ro")
+    try:
+        assert read_only.keep_whole(CHECKPOINTS)  # recorded already: nothing to write
+        with pytest.raises(StoreReadOnly):
+            read_only.keep_whole(CHECKPOINTS, 100)
+        states = StatesService(read_only)
+        saver, lg = StateflowSaver(states), StateflowStore(states)
+        assert saver.get_tuple({"configurable": {"thread_id": "none", "checkpoint_ns": ""}}) is None
+        assert lg.get(("notes",), "none") is None
+        assert read_only.meta_value(WHOLE_PREFIX + CHECKPOINTS) == str(WHOLE_ROW_MAX)
+    finally:
+        read_only.close()
+
+
+def test_a_choice_the_store_records_already_stands(tmp_path: Path) -> None:
+    """An operator's ``keep_whole(state, 0)`` recorded before the adapters open keeps that
+    state's records in member rows; the other state's records are whole."""
+    with open_store(str(tmp_path / "kept.db"), auto_migrate=True) as store:
+        assert store.keep_whole(CHECKPOINTS, 0)
+        states = StatesService(store)
+        _write_some(StateflowSaver(states), StateflowStore(states), "t")
+        assert store.meta_value(WHOLE_PREFIX + CHECKPOINTS) == "0"
+        assert set(_forms(store, CHECKPOINTS).values()) == {"members"}
+        assert set(_forms(store, ITEMS).values()) == {"whole"}
+
+
+def _member_form_store(location: str) -> None:
+    """A store as an adapter that kept member form left it: records of every kind written in
+    member rows and no whole-form choice recorded (the state's bound set to 0 while writing,
+    then its row deleted)."""
+    with open_store(location, auto_migrate=True) as store:
+        states = StatesService(store)
+        saver, lg = StateflowSaver(states), StateflowStore(states)
+        for state in (CHECKPOINTS, ITEMS):
+            assert store.keep_whole(state, 0)
+        head = _write_some(saver, lg, "old")
+        _write_some(saver, lg, "old", head)
+        with store._write_tx() as tx:
+            tx.run("DELETE FROM stateflow_meta WHERE key LIKE 'whole:%'")
+        assert set(_forms(store, CHECKPOINTS).values()) == set(_forms(store, ITEMS).values()) == {"members"}
+
+
+def _doors(store: SqlStore, saver: StateflowSaver, lg: StateflowStore) -> dict[str, Any]:
+    """What every door reads of the old thread's records and the item: the saver's reads, the
+    store's current reads, as-of reads and history, the states service's record, audit and
+    history reads, and the HTTP API's."""
+    from tests.http_api import tenant_api
+
+    states = saver.states
+    config: RunnableConfig = {"configurable": {"thread_id": "old", "checkpoint_ns": ""}}
+    listed = [
+        (
+            t.config["configurable"]["checkpoint_id"],
+            t.checkpoint["channel_values"],
+            sorted(t.pending_writes or []),
+        )
+        for t in saver.list(config)
+    ]
+    out: dict[str, Any] = {"saver list": listed}
+    item = lg.get(("notes", "old"), "k")
+    assert item is not None
+    out["item"] = item.value
+    out["search"] = [(i.key, i.value) for i in lg.search(("notes",))]
+    for state in (CHECKPOINTS, ITEMS):
+        with tenant_api(store) as api:  # the state's counts, listings by kind and search
+            for path in (
+                f"/api/states/{state}/stats",
+                *(f"/api/states/{state}/subjects?kind={kind}" for kind in KINDS[state]),
+            ):
+                status, answer = api("GET", path)
+                assert status == 200, answer
+                if "subjects" in answer["data"]:  # (each listed with its revision and time)
+                    answer["data"]["subjects"] = [listed["subject"] for listed in answer["data"]["subjects"]]
+                out[path] = answer["data"]
+            status, found = api("POST", f"/api/states/{state}/records/search", {"filters": FILTERS[state]})
+            assert status == 200, found
+            out[f"{state} search"] = sorted(str(m["subject"]) for m in found["data"]["matches"])
+        for listed_doc in store.scan(state, limit=100):
+            key = DocKey(state, listed_doc.key.subject)
+            doc = store.get(key)
+            name = f"{state} {orjson.loads(key.subject)[2:]}"
+            out[f"{name} now"] = (doc.revision, doc.body, store.member_sizes(key))
+            out[f"{name} as of"] = [store.read_at(key, revision=r).body for r in range(1, doc.revision + 1)]
+            out[f"{name} history"] = [(c.revision, c.edits, c.paths, c.seq) for c in store.history([key])]
+            subject = dict(
+                zip(("target_kind", "target_name", "kind", "key"), orjson.loads(key.subject), strict=True)
+            )
+            record = states.read(state, subject)
+            assert record is not None
+            out[f"{name} record"] = (record["revision"], record["data"])
+            out[f"{name} audit"] = [
+                (w["revision"], w["action"], w["origin"].get("consumer"))
+                for w in states.writes(state, subject)["items"]
+            ]
+            with tenant_api(store) as api:
+                path = "/api/states/{}/records/agent/langgraph/{}/{}".format(
+                    state, subject["kind"], subject["key"].replace("/", "%2F")
+                )
+                status, now = api("GET", path)
+                assert status == 200, now
+                out[f"{name} http"] = now["data"]["data"]
+                out[f"{name} http as of"] = [
+                    api("GET", f"{path}?revision={r}")[1]["data"]["data"] for r in range(1, doc.revision + 1)
+                ]
+                status, trail = api("GET", f"{path}/writes")
+                assert status == 200, trail
+                out[f"{name} http audit"] = [w["revision"] for w in trail["data"]["items"]]
+    return out
+
+
+def test_a_store_written_before_converts_each_record_on_its_next_write(tmp_path: Path) -> None:
+    location = str(tmp_path / "older.db")
+    _member_form_store(location)
+    with open_store(location) as store:
+        states = StatesService(store)
+        saver, lg = StateflowSaver(states), StateflowStore(states)
+        assert store.meta_value(WHOLE_PREFIX + CHECKPOINTS) == str(WHOLE_ROW_MAX)
+        # opened: nothing rewritten, every record still in member rows, read as before
+        assert set(_forms(store, CHECKPOINTS).values()) == {"members"}
+        before = _doors(store, saver, lg)
+        # rewritten: the item and the newest checkpoint's writes (a task more) convert; a new
+        # checkpoint is whole from the start; the checkpoints written before stay as they are
+        head = saver.get_tuple({"configurable": {"thread_id": "old", "checkpoint_ns": ""}})
+        assert head is not None
+        saver.put_writes(head.config, [("m", "late")], "task-c")
+        lg.put(("notes", "old"), "k", {"step": 5})
+        forms = _forms(store, CHECKPOINTS)
+        writes = sorted(k for k in forms if k.startswith("writes/"))
+        assert [forms[k] for k in writes] == ["members", "whole"]  # (the older one not rewritten)
+        assert set(_forms(store, ITEMS).values()) == {"whole"}
+        after = _doors(store, saver, lg)
+    # what was there reads the same through every door; the rewrites read as written
+    changed = {k for k in before if before[k] != after[k]}
+    item_doc = f"{ITEMS} ['item', 'notes/old/k']"
+    writes_doc = f"{CHECKPOINTS} ['writes', '{writes[-1].split('/', 1)[1]}']"
+    assert changed <= {"saver list", "item", "search"} | {
+        k for k in before if k.startswith((item_doc, writes_doc))
+    }
+    assert after["item"] == {"step": 5}
+    assert after["search"] == [("k", {"step": 5})]
+    for doc in (item_doc, writes_doc):
+        revision, _, _ = before[f"{doc} now"]
+        assert after[f"{doc} as of"][:revision] == before[f"{doc} as of"]
+        assert after[f"{doc} http as of"][:revision] == before[f"{doc} http as of"]
+        assert after[f"{doc} history"][1:] == before[f"{doc} history"]  # (newest first)
+        assert after[f"{doc} audit"][1:] == before[f"{doc} audit"]
+        assert after[f"{doc} http audit"][1:] == before[f"{doc} http audit"]
+        assert after[f"{doc} now"][0] == revision + 1
+    listed_before, listed_after = before["saver list"], after["saver list"]
+    assert [c[:2] for c in listed_after] == [c[:2] for c in listed_before]
+    assert listed_after[0][2] == sorted([*listed_before[0][2], ("task-c", "m", "late")])
+    assert listed_after[1:] == listed_before[1:]
