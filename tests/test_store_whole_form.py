@@ -474,3 +474,52 @@ def test_a_store_holding_both_forms_checks_clean(stores: tuple[SqlStore, SqlStor
     _fill(whole, DocKey("other", "c"), {"a": 1})
     report = check_store(whole)
     assert report.problems == [], report.problems
+
+
+def _whole_write(store: SqlStore, key: DocKey, body: Body) -> None:
+    """``body`` written whole by ``write_whole`` (the adapters' writer)."""
+
+    def build(_: dict[DocKey, Any], was: dict[str, Any] | None) -> Whole:
+        return Whole(dict(body), [[]])
+
+    assert store.write_whole(key, build, {"door": "test"})
+
+
+def _members_cached(store: SqlStore, key: DocKey) -> dict[str, bool]:
+    """Whether the member cache holds each member of ``key`` at its revision."""
+    row = store._rows_known[key]
+    heads = store._heads.entry(row.doc_id, row.revision)
+    assert heads is not None
+    return {name: store._cache.lookup((row.doc_id, name), head[3])[0] for name, head in heads[1].items()}
+
+
+def test_a_whole_form_write_is_planned_without_member_entries_and_reads_back(
+    stores: tuple[SqlStore, SqlStore, Path],
+) -> None:
+    """A document written in whole form — new, rewritten, given a member — leaves the member
+    cache no entries (its members come from the head cache's body, store v5 phase E); one
+    written out of whole form past the bound caches every member it now has a row for."""
+    whole, _, path = stores
+    key = DocKey(STATE, "cache")
+    _fill(whole, DocKey("other", "first"), {"a": 1})  # (ids are reserved once a document exists)
+    _whole_write(whole, key, {"a": 1, "b": {"c": [1, 2]}})
+    assert _members_cached(whole, key) == {"a": False, "b": False}
+    _whole_write(whole, key, {"a": 2, "b": {"c": [1, 2]}, "d": "new"})
+    assert _form(whole, key) == "whole"
+    assert _members_cached(whole, key) == {"a": False, "b": False, "d": False}
+    assert whole.get(key).body == {"a": 2, "b": {"c": [1, 2]}, "d": "new"}
+    assert whole.get(key, ["b"], outlines=["b"]).outlines == {"b": {"c": "array"}}
+    big = _value(WHOLE_ROW_MAX)
+    _whole_write(whole, key, {"a": 2, "b": {"c": [1, 2]}, "d": "new", "big": big})
+    assert _form(whole, key) == "members"
+    assert _members_cached(whole, key) == {"a": True, "b": True, "d": True, "big": True}
+    other = open_store(str(path))
+    assert isinstance(other, SqlStore)
+    try:
+        assert [other.read_at(key, revision=r).body for r in (1, 2, 3)] == [
+            {"a": 1, "b": {"c": [1, 2]}},
+            {"a": 2, "b": {"c": [1, 2]}, "d": "new"},
+            {"a": 2, "b": {"c": [1, 2]}, "d": "new", "big": big},
+        ]
+    finally:
+        other.close()

@@ -599,7 +599,8 @@ class Writes(StoreCore):
 
     def _remember(self, fresh: Fresh) -> None:
         """Cache members written by a transaction that has committed (never before)."""
-        self._cache.put_many(fresh.members)  # (each entry held as the plan made it)
+        if fresh.members:  # (none for a document written in whole form)
+            self._cache.put_many(fresh.members)  # (each entry held as the plan made it)
         hold = self._heads.hold
         for doc_id, entry in fresh.heads.items():
             hold(doc_id, entry)
@@ -1719,13 +1720,16 @@ class Writes(StoreCore):
         before: Iterable[str],
         fresh: Fresh,
         encoded: bytes | None = None,
+        moved: tuple[list[str], list[str]] | None = None,
     ) -> None:
         """A planned write's form: whole where ``state`` keeps whole bodies and the body after
         the write (``body``, in position order; None: not in hand, member form) fits the
         state's bound — the encoded body in the row, no member rows —, else the member rows
         planned; a document that was in whole form has none, so it gets a row for every member
         (a delete: none). ``before``: the member names before the write (what the counters
-        count, ``names_moved``); ``encoded``: the body's encoding where the planner made it."""
+        count, ``names_moved``); ``encoded``: the body's encoding where the planner made it;
+        ``moved``: the names added and dropped where the planner knows them (a document in
+        whole form before the write, whose rows name every member it adds and drops)."""
         doc = plan.row
         doc_id, revision = plan.doc_id, plan.revision
         was_whole = plan.was_whole = row.whole and row.present
@@ -1734,7 +1738,7 @@ class Writes(StoreCore):
         if plan.present and body is not None and doc.body_size <= (bound := self._whole_bound(state)):
             data = encode_trusted(body) if encoded is None else encoded
             if len(data) <= bound:
-                plan.names_moved = _names_moved(before, body)
+                plan.names_moved = _names_moved(before, body) if moved is None else moved
                 plan.body = data
                 plan.deletes = plan.updates = plan.inserts = ()
                 plan.nodes = NONE
@@ -1982,62 +1986,114 @@ class Writes(StoreCore):
         every member inserted, one change setting the whole body — what :meth:`_plan_doc` makes
         of that write, made straight from the members' encodings (``encoded``, the writer's;
         else encoded here, once: the change's edit is made of the same bytes). ``paths``: the
-        change's touched paths, encoded. ``body`` goes to the caches as it is."""
-        doc_id = row.doc_id
-        revision = row.revision + 1
-        position = row.next_position
-        size = 0
-        plan = WritePlan(doc_id, revision, True, False)
-        inserts: list[tuple[Any, ...]] = []
-        cached = fresh.members
-        heads: dict[str, MemberHead] = {}
-        roots: dict[str, bytes] = {}
-        parts = []
-        for name, value in body.items():
-            data = encode_trusted(value) if encoded is None else encoded[name]
-            length = len(data)
-            if length <= TREE_MIN:  # (inline, as ``member_row`` keeps it: no call)
-                stored, root = data, None
-            else:
-                nodes = plan.nodes if isinstance(plan.nodes, dict) else {}
-                stored, root, length = member_row(value, None, nodes, {}, data)
-                if nodes:
-                    plan.nodes = nodes
-            if root is not None:
-                roots[name] = root
-            outline = encoded_outline(value) if type(value) is dict else None
-            cached.append(((doc_id, name), revision, value, length))
-            inserts.append((doc_id, name, position, revision, length, outline, stored, root))
-            heads[name] = (doc_id, name, position, revision, length, outline)
-            parts.append(orjson.dumps(name) + b":" + data)
-            position += 1
-            size += length
-        plan.inserts = inserts
-        if roots or self._roots.get(doc_id) is not None:
-            fresh.keep_roots(doc_id, (revision, roots))
-        # (the body as it is: the next write of this document starts from it, ``_known``)
-        fresh.heads[doc_id] = (revision, heads, body, size)
-        if self.keeps_bodies:
-            fresh.keep_body(doc_id, (revision, body, size))
+        change's touched paths, encoded. ``body`` goes to the caches as it is. Where ``state``
+        keeps whole bodies and the body fits its bound, the document is in whole form and
+        its plan is made so from the start (:meth:`_new_whole`: no member rows made to be
+        dropped); else member form."""
+        bound = self._whole_bound(state) if self.whole_form else 0
+        made = self._new_whole(row, body, encoded, fresh, bound) if bound else None
+        if made is not None:
+            plan, whole, size, position = made
+        else:  # member form: a row for every member
+            doc_id = row.doc_id
+            revision = row.revision + 1
+            position = row.next_position
+            size = 0
+            plan = WritePlan(doc_id, revision, True, False)
+            inserts: list[tuple[Any, ...]] = []
+            cached = fresh.members
+            heads: dict[str, MemberHead] = {}
+            roots: dict[str, bytes] = {}
+            parts = []
+            for name, value in body.items():
+                data = encode_trusted(value) if encoded is None else encoded[name]
+                length = len(data)
+                if length <= TREE_MIN:  # (inline, as ``member_row`` keeps it: no call)
+                    stored, root = data, None
+                else:
+                    nodes = plan.nodes if isinstance(plan.nodes, dict) else {}
+                    stored, root, length = member_row(value, None, nodes, {}, data)
+                    if nodes:
+                        plan.nodes = nodes
+                if root is not None:
+                    roots[name] = root
+                outline = encoded_outline(value) if type(value) is dict else None
+                cached.append(((doc_id, name), revision, value, length))
+                inserts.append((doc_id, name, position, revision, length, outline, stored, root))
+                heads[name] = (doc_id, name, position, revision, length, outline)
+                parts.append(orjson.dumps(name) + b":" + data)
+                position += 1
+                size += length
+            plan.inserts = inserts
+            if roots or self._roots.get(doc_id) is not None:
+                fresh.keep_roots(doc_id, (revision, roots))
+            # (the body as it is: the next write of this document starts from it, ``_known``)
+            fresh.heads[doc_id] = (revision, heads, body, size)
+            if self.keeps_bodies:
+                fresh.keep_body(doc_id, (revision, body, size))
+            whole = b"{" + b",".join(parts) + b"}"
         # the change: ``[[[], body]]`` (the whole body set), inline in its row when small
-        edit = b"[[[],{" + b",".join(parts) + b"}]]"
         plan.paths = paths
         room = self._change_room(plan)
+        if made is not None:
+            # whole form: the change keeps the mark, not a second copy of the row's body — the
+            # first write past this revision puts the copy in its place (``_copy_mark``); the
+            # snapshot's count takes the edit's length as member form's (``[[[],`` and ``]]``)
+            self._document_after(plan, row, len(whole) + 7, size, position)
+            doc = plan.row
+            doc.whole = doc.marked = True
+            plan.inline = CHANGE_MARK
+            return plan
+        edit = b"[[[]," + whole + b"]]"
         inline = b'[["",' + edit + b"]]" if len(edit) <= WHOLE_INLINE_MAX else None
         if inline is not None and (room is None or len(inline) <= room):
             plan.inline = inline
         else:
-            plan.edits = [(doc_id, revision, "", edit, None, 0)]
+            plan.edits = [(plan.doc_id, plan.revision, "", edit, None, 0)]
         self._document_after(plan, row, len(edit), size, position)
-        if self.whole_form and size <= WHOLE_ROW_MAX and self._whole_bound(state):
-            self._whole_rows(plan, row, state, body, (), fresh, b"{" + b",".join(parts) + b"}")
-            if plan.body:
-                # whole form: the change keeps the mark, not a second copy of the row's body —
-                # the first write past this revision puts the copy in its place (``_copy_mark``)
-                plan.inline = CHANGE_MARK
-                plan.edits = ()
-                plan.row.marked = True
         return plan
+
+    def _new_whole(
+        self, row: DocRow, body: dict[str, Any], encoded: Mapping[str, bytes] | None, fresh: Fresh, bound: int
+    ) -> tuple[WritePlan, bytes, int, int] | None:
+        """:meth:`_plan_new`'s plan of a document whose state keeps whole bodies up to
+        ``bound`` encoded bytes, in whole form (the encoded body in its row) — the plan
+        :meth:`_whole_rows` makes of member rows, made without them: no member rows, no
+        member-cache entries (a whole-form document's members come from the head cache's
+        body) — with the body's encoding, its size and the next position; None where the body
+        does not fit (member form)."""
+        doc_id = row.doc_id
+        revision = row.revision + 1
+        position = row.next_position
+        size = 0
+        heads: dict[str, MemberHead] = {}
+        parts = []
+        for name, value in body.items():
+            data = encode_trusted(value) if encoded is None else encoded[name]
+            length = len(data)
+            heads[name] = (
+                doc_id,
+                name,
+                position,
+                revision,
+                length,
+                encoded_outline(value) if type(value) is dict else None,
+            )
+            parts.append(orjson.dumps(name) + b":" + data)
+            position += 1
+            size += length
+        whole = b"{" + b",".join(parts) + b"}"
+        if len(whole) > bound:  # (``bound`` is at most ``WHOLE_ROW_MAX``)
+            return None
+        plan = WritePlan(doc_id, revision, True, False)
+        plan.body = whole
+        plan.names_moved = (list(body), [])  # (every name added: ``_names_moved`` of none before)
+        if self._roots.get(doc_id) is not None:  # (it held a tree member before its delete)
+            fresh.keep_roots(doc_id, (revision, {}))
+        fresh.heads[doc_id] = (revision, heads, body, size)
+        if self.keeps_bodies:
+            fresh.keep_body(doc_id, (revision, body, size))
+        return plan, whole, size, position
 
     def _plan_groups(
         self,
@@ -2067,7 +2123,12 @@ class Writes(StoreCore):
         # loop over the members not written
         heads = dict(had)
         body_after = dict(before)
-        cache = fresh.members.append
+        # the member cache's entries; where the document may be in whole form after the write,
+        # kept once the form is known: then it has none (its members come from the head
+        # cache's body)
+        whole = self.whole_form and (row.whole or self._whole_bound(state) > 0)
+        entries: list[tuple[tuple[int, str], int, Any, int]] = [] if whole else fresh.members
+        cache = entries.append
         # (each list of rows made by its first row: most writes only update)
         updates: list[tuple[Any, ...]] | None = None
         inserts: list[tuple[Any, ...]] | None = None
@@ -2131,8 +2192,15 @@ class Writes(StoreCore):
         else:
             plan.edits = planned
         self._document_after(plan, row, edit_bytes, size, position)
-        if self.whole_form and (row.whole or (size <= WHOLE_ROW_MAX and self._whole_bound(state))):
-            self._whole_rows(plan, row, state, body_after, before, fresh)
+        if whole:
+            if row.whole or size <= WHOLE_ROW_MAX:
+                # (whole before: ``had`` names every member, so the rows say what moved)
+                moved: tuple[list[str], list[str]] | None = (
+                    ([i[1] for i in inserts or ()], []) if row.whole and deletes is None else None
+                )
+                self._whole_rows(plan, row, state, body_after, before, fresh, None, moved)
+            if not plan.body:  # (member form after the write: its members cached)
+                fresh.members += entries
         return plan
 
     def _change_room(self, plan: WritePlan) -> int | None:
