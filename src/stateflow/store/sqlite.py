@@ -1583,13 +1583,19 @@ class SqliteStore(SqlStore):
 
     def _fold_counts(self, tx: Tx) -> None:
         # (one writer at a time holds the database: no other fold can be under way)
-        unfolded = tx.all(SQLITE_UNFOLDED)
-        if not unfolded:
+        newest = None
+        deltas = []
+        for seq, counted in tx.all(SQLITE_UNFOLDED):
+            if counted is None:  # (the newest unfolded seq's row)
+                newest = seq
+            else:
+                deltas.append((None, None, None, None, counted))
+        if newest is None:
             return
-        moved = summed((None, None, None, None, counted) for _, counted in unfolded if counted is not None)
+        moved = summed(deltas)
         if moved:  # (in key order, as any reader of the rows takes them)
             tx.many(SQLITE_FOLD, [(*counter, n) for counter, n in sorted(moved.items())])
-        tx.run(SQLITE_FOLDED, (str(max(int(seq) for seq, _ in unfolded)),))
+        tx.run(SQLITE_FOLDED, (str(int(newest)),))
 
     def _migrations(self) -> dict[int, str]:
         return SQLITE
