@@ -21,6 +21,7 @@ from stateflow.states import StatesService
 from stateflow.store import DocKey, SqlStore, open_store
 from stateflow.store.core import WHOLE_PREFIX
 from stateflow.store.plan import WHOLE_ROW_MAX
+from stateflow.store.rows import CHANGE_MARK
 
 CHECKPOINTS = "langgraph_checkpoints"
 ITEMS = "langgraph_store"
@@ -90,6 +91,48 @@ def test_new_records_are_whole_on_sqlite_member_rows_on_postgres(
     assert sorted(w[0] for w in got.pending_writes or []) == ["task-a", "task-a", "task-b"]
     item = lg.get(("notes", "t"), "k")
     assert item is not None and item.value == {"step": 2}
+
+
+def _creations_marked(store: SqlStore, state: str) -> dict[str, bool]:
+    """Each record of ``state`` by kind: whether the change creating it keeps the mark."""
+    with store._read_tx() as tx:
+        rows = tx.all(
+            "SELECT d.subject, c.edits = ? FROM documents d JOIN changes c "
+            "ON c.doc_id = d.doc_id AND c.revision = 1 WHERE d.state = ?",
+            (CHANGE_MARK, state),
+        )
+    marked: dict[str, bool] = {}
+    for subject, mark in rows:
+        kind = orjson.loads(subject)[2]
+        assert marked.setdefault(kind, bool(mark)) == bool(mark), f"{kind}: marked and not"
+    return marked
+
+
+def test_only_checkpoints_keep_the_mark_at_their_creation(
+    opened: tuple[SqlStore, StateflowSaver, StateflowStore],
+) -> None:
+    """A checkpoint is written once: its creation keeps the mark, not a copy of its body. A
+    writes record and an item are written again (each task's writes, each put): their creation
+    keeps its body in its change, so their first rewrite copies nothing."""
+    store, saver, lg = opened
+    config: RunnableConfig = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    checkpoint = generate_checkpoint(channel_values={"n": 0}, channel_versions={"n": 1})
+    config = saver.put(config, checkpoint, generate_metadata(step=0), {"n": 1})
+    saver.put_writes(config, [("n", 0)], "task-a")
+    lg.put(("notes", "t"), "k", {"step": 0})
+    created = {**_creations_marked(store, CHECKPOINTS), **_creations_marked(store, ITEMS)}
+    if store.whole_form:
+        assert created == {"checkpoint": True, "writes": False, "item": False}
+    else:  # (PostgreSQL keeps member form: no mark)
+        assert created == {"checkpoint": False, "writes": False, "item": False}
+    saver.put_writes(config, [("n", 10)], "task-b")  # the first rewrites: history reads right
+    lg.put(("notes", "t"), "k", {"step": 1})
+    got = saver.get_tuple(config)
+    assert got is not None and sorted(w[0] for w in got.pending_writes or []) == ["task-a", "task-b"]
+    item = lg.get(("notes", "t"), "k")
+    assert item is not None and item.value == {"step": 1}
+    key = DocKey(ITEMS, orjson.dumps(["agent", "langgraph", "item", "notes/t/k"]).decode())
+    assert [c.revision for c in store.history([key])] == [2, 1]
 
 
 def test_a_read_only_store_opens_with_or_without_the_choice_recorded(tmp_path: Path) -> None:

@@ -1219,15 +1219,15 @@ def _writes_whole(
     """A writes record with a task's entries ``fresh`` (``encoded``: their bytes) put in its
     ``bucket`` member, against the record as it is (``current``)."""
     if not current:  # a new writes record: its one member's bytes are these
-        return Whole({bucket: fresh}, paths, {bucket: encoded})
+        return Whole({bucket: fresh}, paths, {bucket: encoded}, rewritten=True)
     # the edits the diff would give, where they are plain to see (the store then takes
     # no diff): a bucket new to the record is set whole; entries new to their bucket
     # (a task's first writes) are each set whole, in order
     held = current.get(bucket, MISSING)
     if held is MISSING:
-        return Whole({**current, bucket: fresh}, paths, None, {bucket: [[[bucket], fresh]]})
+        return Whole({**current, bucket: fresh}, paths, None, {bucket: [[[bucket], fresh]]}, rewritten=True)
     if type(held) is not dict:
-        return Whole({**current, bucket: fresh}, paths)
+        return Whole({**current, bucket: fresh}, paths, rewritten=True)
     if not held.keys().isdisjoint(fresh):  # (a task's entry written again: the diff)
         # a regular write (idx 0 and up) already held is kept, as LangGraph's savers keep the
         # first; only a special channel's (a negative idx: an error, an interrupt) is replaced
@@ -1235,9 +1235,9 @@ def _writes_whole(
         for name, entry in fresh.items():
             if name not in held or entry["idx"] < 0:
                 merged[name] = entry
-        return Whole({**current, bucket: merged}, paths)
+        return Whole({**current, bucket: merged}, paths, rewritten=True)
     body = {**current, bucket: {**held, **fresh}}
     edits = []  # (a loop, not a comprehension: that would make ``bucket`` a cell on every call)
     for name, entry in fresh.items():
         edits.append([[bucket, name], entry])
-    return Whole(body, paths, None, {bucket: edits})
+    return Whole(body, paths, None, {bucket: edits}, rewritten=True)

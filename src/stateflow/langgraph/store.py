@@ -586,12 +586,12 @@ def _owned(op: PutOp, now: datetime | None, before: dict[str, Any] | None) -> Wh
     if before is None:
         owned = plain(kept)
         if owned is not NOT_PLAIN:
-            return Whole(owned, [[]])
+            return Whole(owned, [[]], rewritten=True)
     else:
         made = plain_edits(kept, before)
         if made is not None:
-            return Whole(made[0], [[]], None, made[1])
-    return Whole(checked_copy(kept, "document"), [[]])
+            return Whole(made[0], [[]], None, made[1], rewritten=True)
+    return Whole(checked_copy(kept, "document"), [[]], rewritten=True)
 
 
 _from_iso: Final = datetime.fromisoformat

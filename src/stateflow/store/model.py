@@ -193,12 +193,17 @@ class Whole(NamedTuple):
     ``diff(current, body)`` gives against the current body ``build`` was handed, grouped by
     top-level member in first-touched order, each as its JSON (``[path]`` or ``[path, value]``)
     — a replaced body's rows are planned from them without a diff (the writer vouches for them
-    too, exactly: they are the change's history)."""
+    too, exactly: they are the change's history). ``rewritten``: the writer expects to write
+    the document again (an item, a checkpoint's writes), so a whole-form creation keeps its body
+    in its change instead of the mark (``rows.CHANGE_MARK``): the mark saves the copy at the
+    creation and pays it back, dearer, at the first rewrite — a gain only for records written
+    once (a checkpoint)."""
 
     body: dict[str, Any]
     paths: list[list[str]]
     encoded: dict[str, bytes] | None = None
     edits: dict[str, list[Any]] | None = None
+    rewritten: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -1948,7 +1948,9 @@ class Writes(StoreCore):
         # (the whole body set, as most adapters' writes are: those paths' encoding is known)
         paths = _ROOT_ENCODED if whole.paths == _ROOT_PATHS else encode_trusted(whole.paths)
         if not row.present:  # the first body (or one after a delete): rows straight from it
-            plan = self._plan_new(key.state, row, whole.body, whole.encoded, paths, fresh)
+            plan = self._plan_new(
+                key.state, row, whole.body, whole.encoded, paths, fresh, marks=not whole.rewritten
+            )
         else:
             # a body replaced: its rows straight from its edits — the writer's, made with the
             # body (``whole.edits``), else the diff's — through the one planner, without a
@@ -1981,6 +1983,8 @@ class Writes(StoreCore):
         encoded: Mapping[str, bytes] | None,
         paths: bytes,
         fresh: Fresh,
+        *,
+        marks: bool = True,
     ) -> WritePlan:
         """The rows of a document written whole where it has no body (new, or deleted before):
         every member inserted, one change setting the whole body — what :meth:`_plan_doc` makes
@@ -1989,7 +1993,8 @@ class Writes(StoreCore):
         change's touched paths, encoded. ``body`` goes to the caches as it is. Where ``state``
         keeps whole bodies and the body fits its bound, the document is in whole form and
         its plan is made so from the start (:meth:`_new_whole`: no member rows made to be
-        dropped); else member form."""
+        dropped), its change the mark unless not ``marks`` (``Whole.rewritten``); else member
+        form."""
         bound = self._whole_bound(state) if self.whole_form else 0
         made = self._new_whole(row, body, encoded, fresh, bound) if bound else None
         if made is not None:
@@ -2035,7 +2040,7 @@ class Writes(StoreCore):
         # the change: ``[[[], body]]`` (the whole body set), inline in its row when small
         plan.paths = paths
         room = self._change_room(plan)
-        if made is not None:
+        if made is not None and marks:
             # whole form: the change keeps the mark, not a second copy of the row's body — the
             # first write past this revision puts the copy in its place (``_copy_mark``); the
             # snapshot's count takes the edit's length as member form's (``[[[],`` and ``]]``)
@@ -2051,6 +2056,9 @@ class Writes(StoreCore):
         else:
             plan.edits = [(plan.doc_id, plan.revision, "", edit, None, 0)]
         self._document_after(plan, row, len(edit), size, position)
+        if made is not None:  # whole form, its change keeping the body (``Whole.rewritten``)
+            doc = plan.row
+            doc.whole, doc.marked = True, False
         return plan
 
     def _new_whole(
