@@ -87,8 +87,11 @@ class Rows:
 
 
 def fill(path: str, puts: int) -> Rows:
-    """A store at ``path`` holding ``puts`` checkpoints; the rows of the last one."""
-    service = StatesService(open_store(path, auto_migrate=True))
+    """A store at ``path`` holding ``puts`` checkpoints in member form (the layout these
+    replays take apart: the saver keeps a choice the store records); the rows of the last one."""
+    store = open_store(path, auto_migrate=True)
+    store.keep_whole("langgraph_checkpoints", 0)
+    service = StatesService(store)
     put = saver_cases(StateflowSaver(service), "p")["saver put"]
     for i in range(puts):
         put(i)

@@ -116,6 +116,8 @@ def test_writes_by_path_are_the_writes_of_the_whole_member(
     cold = open_store(location)  # (a restart: nothing in memory)
     try:
         for turn, edits in enumerate(series):
+            if turn and cold_key in cold._rows_known and _held(cold, cold_key, "lazy"):
+                break  # (read whole by an earlier write, and kept: what follows is not by path)
             store.get(warm_key)  # (held whole: the write stages the member's value)
             assert _held(store, warm_key, "lazy")
             last = Edit(("t",), turn + 1)
