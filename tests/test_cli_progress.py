@@ -1,4 +1,4 @@
-"""Long operator commands (`check`, `dump`, `load`, `backup`) report progress on stderr — live
+"""Long operator commands (`check`, `dump`, `load`, `backup`, `states prune`) report progress on stderr — live
 on a terminal, plain lines when asked — and never on stdout, which stays the command's answer."""
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def _dump(store: str, tmp_path: Path) -> Path:
     return dump
 
 
-@pytest.mark.parametrize("command", [["check", "--json"], ["dump"]])
+@pytest.mark.parametrize("command", [["check", "--json"], ["dump"], ["states", "prune"]])
 def test_on_a_terminal_the_live_line_stays_off_stdout(tmp_path: Path, command: list[str]) -> None:
     """stderr a terminal, stdout a pipe (`stateflow dump | gzip`): the live line goes to the
     terminal only, and stdout is exactly the answer."""
@@ -88,6 +88,8 @@ def test_on_a_terminal_the_live_line_stays_off_stdout(tmp_path: Path, command: l
     answer = out.stdout.decode()
     if command[0] == "check":
         assert json.loads(answer)["ok"] is True
+    elif command[0] == "states":  # (its answer was sent to the terminal, under the live line)
+        assert json.loads(answer)["op_ids"] == 0
     else:
         items = [json.loads(line) for line in answer.splitlines()]
         assert items[0]["format"] == "stateflow-dump" and items[-1]["kind"] == "end"

@@ -1,4 +1,4 @@
-"""Progress of a long command (``check``, ``dump``, ``load``, ``backup``) on stderr, so that
+"""Progress of a long command (``check``, ``dump``, ``load``, ``backup``, ``states prune``) on stderr, so that
 stdout stays the command's answer: a live status line on a terminal, plain lines every few
 seconds and a last one when asked for with ``--progress`` elsewhere (a log), nothing otherwise."""
 
@@ -85,7 +85,22 @@ def reporting(label: str, progress: bool | None) -> Iterator[Reporter]:
         yield reporter
         click.echo(f"{reporter.text()} (done)", err=True)
         return
-    from rich.console import Console
+    with status_line(label) as show:
+        yield Reporter(label, show, REFRESH)
 
-    with Console(stderr=True).status(label) as status:
-        yield Reporter(label, lambda text: status.update(text), REFRESH)
+
+@contextmanager
+def status_line(label: str) -> Iterator[Callable[[str], None]]:
+    """A live line on the terminal that is stderr, with a spinner, removed at the end: yields
+    the function that changes its text. Stdout stays the command's answer — rich's own status
+    sends what is printed there meanwhile to its terminal, so ``cmd > answer.json`` at a
+    terminal lost the answer to the screen."""
+    from rich.console import Console
+    from rich.live import Live
+    from rich.spinner import Spinner
+
+    spinner = Spinner("dots", text=label, style="status.spinner")
+    with Live(
+        spinner, console=Console(stderr=True), transient=True, refresh_per_second=12.5, redirect_stdout=False
+    ):
+        yield lambda text: spinner.update(text=text)

@@ -31,6 +31,7 @@ from stateflow.cli.common import (
     visible,
 )
 from stateflow.cli.examples import decorate, output_mode
+from stateflow.cli.progress import status_line
 from stateflow.client import StatesClient
 from stateflow.doc.canonical import encode
 from stateflow.errors import InvalidInput
@@ -686,15 +687,13 @@ def prune(api: StatesAPI) -> None:
         if not sys.stderr.isatty():
             echo_json(api.prune(progress=counted))
             return
-        from rich.console import Console
-
         # a sweep erases record by record: show how far it got (on the terminal only)
-        with Console(stderr=True).status("pruning…") as status:
+        with status_line("pruning…") as show:
 
             def shown(state: str, count: int) -> None:
                 counted(state, count)
                 if count % 100 == 0:
-                    status.update(f"pruning {state}: {count:,} expired records erased")
+                    show(f"pruning {state}: {count:,} expired records erased")
 
             echo_json(api.prune(progress=shown))
     except KeyboardInterrupt:

@@ -153,7 +153,11 @@ class _PgTx(Tx):
         try:
             with self.conn.pipeline() as pipeline:
                 yield pipeline
-        except psycopg.Error:
+        except psycopg.Error as exc:
+            self.poisoned = True
+            interrupt_behind(exc)
+            raise
+        except BaseException:  # stopped part way (a Ctrl-C): results may still be on their way
             self.poisoned = True
             raise
 
@@ -1000,7 +1004,8 @@ class PostgresStore(SqlStore):
                         ]
                         conn.execute("COMMIT")
                     rows = [cur.fetchone() for cur in cursors]
-                except psycopg.Error:
+                except psycopg.Error as exc:
+                    interrupt_behind(exc)
                     if conn.broken:
                         raise  # the commit's outcome is unknown: every member says so
                     # a statement failed: the transaction ended, nothing was committed
@@ -1782,11 +1787,24 @@ def _one_line(exc: Exception) -> str:
     return " ".join(text.split())
 
 
+def interrupt_behind(exc: psycopg.Error) -> None:
+    """Raise the Ctrl-C (KeyboardInterrupt) ``exc`` was raised in place of, if any. A pipeline
+    stopped as it waits for its results fails to leave pipeline mode, and psycopg raises that
+    failure ("cannot exit pipeline mode while busy") instead of the Ctrl-C: the command would
+    report a store error and exit 1, not say what it left and exit 130."""
+    if isinstance(exc.__context__, KeyboardInterrupt):
+        raise exc.__context__
+
+
 @contextmanager
 def _mapped_errors(where: str) -> Iterator[None]:
     """psycopg's errors as ours; ``where`` names the store (its ``url``, the password masked)."""
     try:
-        yield
+        try:
+            yield
+        except psycopg.Error as exc:
+            interrupt_behind(exc)
+            raise
     except pg_errors.UndefinedTable as exc:
         raise StoreNotMigrated(
             f"the store schema is missing ({_one_line(exc)}); run `stateflow migrate`"
