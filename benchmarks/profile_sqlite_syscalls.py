@@ -43,11 +43,12 @@ import os
 import re
 import resource
 import sqlite3
-import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+
+from benchmarks import strace
 
 MODULE = "benchmarks.profile_sqlite_syscalls"
 CASES = ("saver put", "saver put_writes", "store put", "apply", "patch_state")
@@ -201,13 +202,13 @@ def _file_kind(path: str) -> str:
     return "db" if path.endswith(".db") else "other"
 
 
-def counted(trace: Path) -> collections.Counter[str]:
+def counted(trace: str) -> collections.Counter[str]:
     """Calls between the markers of an ``strace -f`` output, as ``call`` and ``call file``
     (the kind of file its descriptor was opened on), and ``frames``/``db pages`` written."""
     kinds: dict[str, str] = {}
     calls: collections.Counter[str] = collections.Counter()
     inside = False
-    for line in trace.read_text(errors="replace").splitlines():
+    for line in trace.splitlines():
         if BEGIN in line:
             inside = True
             continue
@@ -242,32 +243,10 @@ def trace(
 ) -> collections.Counter[str]:
     """Calls of ``ops`` writes of ``side``'s ``case`` after ``warm`` (``counted``), with ``faults``."""
     with tempfile.TemporaryDirectory() as tmp:
-        out, faults = Path(tmp) / "trace", Path(tmp) / "faults"
-        env = {**os.environ, "PYTHONHASHSEED": "0"}
-        repo = str(Path(__file__).resolve().parent.parent)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), repo) if p)
-        subprocess.run(
-            [
-                "strace",
-                "-f",
-                "-qq",
-                "-o",
-                str(out),
-                sys.executable,
-                "-m",
-                MODULE,
-                "--work",
-                side,
-                case,
-                str(ops),
-                "" if autocheckpoint is None else str(autocheckpoint),
-                str(faults),
-                str(warm),
-            ],
-            env=env,
-            check=True,
-        )
-        calls = counted(out)
+        faults = Path(tmp) / "faults"
+        check = "" if autocheckpoint is None else str(autocheckpoint)
+        work = ["--work", side, case, str(ops), check, str(faults), str(warm)]
+        calls = counted(strace.traced(MODULE, work))
         calls["faults"] = int(faults.read_text())
     return calls
 

@@ -40,7 +40,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from benchmarks import callgrind
+from benchmarks import callgrind, strace
 
 MODULE = "benchmarks.profile_sqlite_writers"
 MODES = ("alone", "contended")
@@ -215,39 +215,23 @@ def _args(mode: str, writers: int, ops: int, warm: int, what: str) -> list[str]:
 
 def syscalls(src: Path, mode: str, writers: int, ops: int, warm: int) -> dict[str, collections.Counter[str]]:
     """System calls by phase and name over the counted calls (the markers left out)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "strace"
-        subprocess.run(
-            [
-                "strace",
-                "-f",
-                "-qq",
-                "-o",
-                str(out),
-                sys.executable,
-                "-m",
-                MODULE,
-                *_args(mode, writers, ops, warm, "syscalls"),
-            ],
-            env=_env(src),
-            check=True,
-        )
-        found: dict[str, collections.Counter[str]] = {p: collections.Counter() for p in PHASES}
-        phase: str | None = None
-        call = re.compile(r"^\d+\s+(\w+)\(")
-        for line in out.read_text().splitlines():
-            m = call.match(line)
-            if not m:
+    trace = strace.traced(MODULE, _args(mode, writers, ops, warm, "syscalls"), src=src)
+    found: dict[str, collections.Counter[str]] = {p: collections.Counter() for p in PHASES}
+    phase: str | None = None
+    call = re.compile(r"^\d+\s+(\w+)\(")
+    for line in trace.splitlines():
+        m = call.match(line)
+        if not m:
+            continue
+        name = m.group(1)
+        if name == "getpgid":
+            pid = re.search(r"getpgid\((-?\d+)\)", line)
+            if pid and int(pid.group(1)) in _MARKS:
+                phase = _MARKS[int(pid.group(1))]
                 continue
-            name = m.group(1)
-            if name == "getpgid":
-                pid = re.search(r"getpgid\((-?\d+)\)", line)
-                if pid and int(pid.group(1)) in _MARKS:
-                    phase = _MARKS[int(pid.group(1))]
-                    continue
-            if phase is not None:
-                found[phase][name] += 1
-        found["before"].pop("exit_group", None)
+        if phase is not None:
+            found[phase][name] += 1
+    found["before"].pop("exit_group", None)
     return found
 
 

@@ -1,7 +1,8 @@
 """``benchmarks/profile_sqlite_syscalls.py``: the calls it counts are the writes' own, told apart
 by the file they go to — a durable commit's one ``fdatasync`` and SQLite's six ``-shm`` locks,
 each WAL frame's two ``pwrite64``, our queue's two locks a turn — counted between its markers
-only (a real process under ``strace``)."""
+only (a real process under ``strace``); ``profile_sqlite_writers`` counts a ``patch_state``'s
+calls by phase through the same tracer (``benchmarks.strace``)."""
 
 from __future__ import annotations
 
@@ -28,3 +29,15 @@ def test_our_write_is_counted_with_its_queue_turn() -> None:
     assert calls["fdatasync wal"] == 30
     assert calls["fcntl queue"] == 2 * 30  # the ticket's byte taken again and let go
     assert calls["frames"] >= 3 * 30  # (transition, document, member and change pages)
+
+
+def test_the_writers_profile_counts_each_phase_of_a_patch() -> None:
+    from benchmarks.callgrind import REPO
+    from benchmarks.profile_sqlite_writers import syscalls
+
+    found = syscalls(REPO / "src", "alone", 1, 20, 5)
+    inside = found["inside"]
+    assert inside["pwrite64"] >= 20  # (the turn writes the WAL: a frame or more a commit)
+    assert inside["fcntl"] >= 20  # (SQLite's locks on its -shm, taken in the turn)
+    assert found["after"]["fcntl"] >= 20  # the queue's ticket let go, after the turn
+    assert "getpgid" not in inside  # (the markers are left out)
