@@ -427,3 +427,47 @@ def test_the_next_writes_by_path_cost_the_path_not_the_plane(
     )
     lazy["obj"]["new"], lazy["obj"][f"k{LONG // 2 - 3:06d}"] = 1, "late"
     assert orjson.dumps(open_migrated().get(key).body) == orjson.dumps({"lazy": lazy, "t": 0})
+
+
+def test_a_compute_that_reads_past_the_paths_gets_the_member_whole(open_migrated: Any) -> None:
+    """``along`` names the paths a compute changes; one that also reads an element off them
+    (not in the skeleton) is computed again on the member read whole, and its write made —
+    never an internal error (``NotHeld``) out of the store."""
+    store = open_migrated()
+    key = DocKey("notes", "past")
+    store.commit([Write(key, [Edit(("lazy",), _lazy()), Edit(("t",), 0)])])
+    cold = open_migrated()  # (a restart: nothing in memory)
+    seen: list[str] = []
+
+    def compute(docs: dict[DocKey, Any]) -> tuple[list[Write], None]:
+        doc = docs[key]
+        big = doc.body["lazy"]["big"]
+        seen.append(type(big).__name__)
+        edits = [
+            Edit(("lazy", "big", 5), big[0] + " copied"),
+            Edit(("lazy", "obj", "k000001", "n"), big[7][:6]),
+        ]
+        return [Write(key, edits, doc.revision)], None
+
+    along = {key: {"lazy": {"big": {"[5]": None}, "obj": {"k000001": {"n": None}}}}}
+    commit, _ = cold.update([key], compute, members=["lazy"], optimistic=True, along=along)
+    assert commit.applied and commit.revisions[key] == 2
+    assert seen[0] == "Sparse" and seen[-1] == "list"  # the skeleton first, then the member whole
+    lazy = _lazy()
+    lazy["big"][5] = lazy["big"][0] + " copied"
+    lazy["obj"]["k000001"]["n"] = lazy["big"][7][:6]
+    body = open_migrated().get(key).body
+    assert body is not None and orjson.dumps(body["lazy"]) == orjson.dumps(lazy) and body["t"] == 0
+    # a compute that stays on the paths goes by path (after a restart: the member read whole
+    # above is kept in memory, and the next write there is made on it)
+    seen.clear()
+
+    def on_the_paths(docs: dict[DocKey, Any]) -> tuple[list[Write], None]:
+        seen.append(type(docs[key].body["lazy"]["big"]).__name__)
+        return [Write(key, [Edit(("lazy", "big", 6), "six")], docs[key].revision)], None
+
+    six = {key: {"lazy": {"big": {"[6]": None}}}}
+    open_migrated().update([key], on_the_paths, members=["lazy"], optimistic=True, along=six)
+    assert seen == ["Sparse"]
+    body = open_migrated().get(key).body
+    assert body is not None and body["lazy"]["big"][6] == "six"

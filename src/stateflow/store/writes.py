@@ -159,18 +159,27 @@ class Writes(StoreCore):
         instead of reading it whole,
         and the writes are staged on it. ``compute`` must then change the member only along
         those paths and delete nothing in it (what the algebra does on a skeleton is then what
-        it does on the value), and keeps nothing of the skeleton.
+        it does on the value), and keeps nothing of the skeleton. Where it (or its writes)
+        reaches an element the skeleton does not hold (``doc.sparse.NotHeld``), nothing is
+        written and it runs again on the members read whole.
         """
         self.check_schema()
         args = (keys, compute, origin, members, outlines, shared, op_id, op_scope, claims)
-        for attempt in range(ABORTED_RETRIES + 1):
+        attempt = 0
+        while True:
             try:
                 return self._update_once(*args, optimistic=optimistic, checked=checked, along=along)
             except WriteAborted:
                 if not optimistic or attempt == ABORTED_RETRIES:
                     raise
-                time.sleep(random.uniform(0.0, 0.002 * (attempt + 1)))  # (no lockstep)
-        raise AssertionError("unreachable")
+                attempt += 1
+                time.sleep(random.uniform(0.0, 0.002 * attempt))  # (no lockstep)
+            except NotHeld:
+                if along is None:
+                    raise
+                # ``compute`` (or its writes) reached an element of a skeleton off the paths:
+                # nothing was written; computed again on the members read whole
+                along = None
 
     def update_parts(
         self,
