@@ -95,6 +95,38 @@ def test_on_a_terminal_the_live_line_stays_off_stdout(tmp_path: Path, command: l
         assert items[0]["format"] == "stateflow-dump" and items[-1]["kind"] == "end"
 
 
+def test_on_a_terminal_that_is_stdout_too_the_answer_follows_the_live_line(tmp_path: Path) -> None:
+    """stdout and stderr one terminal (`stateflow states prune` typed at a prompt): the answer is
+    printed once the live line is gone, not under it (its first line then followed the line's
+    text, which stayed on the screen)."""
+    store = filled(tmp_path)
+    main, side = pty.openpty()
+    try:
+        proc = subprocess.Popen(
+            ["stateflow", "states", "prune"],
+            stdout=side,
+            stderr=side,
+            env=dict(os.environ, STATEFLOW_STORE=store),
+        )
+        os.close(side)
+        shown = b""
+        while True:
+            try:
+                chunk = os.read(main, 65536)
+            except OSError:  # (the terminal's other side closed: the command ended)
+                break
+            if not chunk:
+                break
+            shown += chunk
+        proc.wait(timeout=120)
+    finally:
+        os.close(main)
+    assert proc.returncode == 0, shown[-500:]
+    removed = shown.rindex(b"\x1b[?25h")  # the live line removed: the cursor shown again
+    answer = shown[removed:].decode()
+    assert json.loads(answer[answer.index("{") :])["op_ids"] == 0, shown[-500:]
+
+
 def test_the_dump_summary_counts_in_words(tmp_path: Path) -> None:
     """One of a thing is one thing (it said "1 documents")."""
     store = str(tmp_path / "one.db")

@@ -94,7 +94,8 @@ def status_line(label: str) -> Iterator[Callable[[str], None]]:
     """A live line on the terminal that is stderr, with a spinner, removed at the end: yields
     the function that changes its text. Stdout stays the command's answer — rich's own status
     sends what is printed there meanwhile to its terminal, so ``cmd > answer.json`` at a
-    terminal lost the answer to the screen."""
+    terminal lost the answer to the screen. A command prints its answer after the line is gone:
+    where stdout is the same terminal, text printed under the line would follow its text."""
     from rich.console import Console
     from rich.live import Live
     from rich.spinner import Spinner

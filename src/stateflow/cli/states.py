@@ -687,7 +687,9 @@ def prune(api: StatesAPI) -> None:
         if not sys.stderr.isatty():
             echo_json(api.prune(progress=counted))
             return
-        # a sweep erases record by record: show how far it got (on the terminal only)
+        # a sweep erases record by record: show how far it got (on the terminal only); the
+        # answer is printed once the live line is gone (on a terminal that is stdout too, it
+        # would be printed under the line, whose text would stay before it)
         with status_line("pruning…") as show:
 
             def shown(state: str, count: int) -> None:
@@ -695,7 +697,8 @@ def prune(api: StatesAPI) -> None:
                 if count % 100 == 0:
                     show(f"pruning {state}: {count:,} expired records erased")
 
-            echo_json(api.prune(progress=shown))
+            answer = api.prune(progress=shown)
+        echo_json(answer)
     except KeyboardInterrupt:
         # each erase is its own write: those made stay made
         total = sum(erased.values())
