@@ -59,8 +59,9 @@ from langgraph.checkpoint.base import WRITES_IDX_MAP
 
 from benchmarks.bench_langgraph_adapters import KEYS, Case, postgres_schemas, saver_cases, store_cases
 from stateflow.langgraph import StateflowSaver, StateflowStore
+from stateflow.langgraph.pending_writes import bucket as _bucket
 from stateflow.langgraph.saver import DECLARATION as SAVER_DECLARATION
-from stateflow.langgraph.saver import STATE, _bucket
+from stateflow.langgraph.saver import STATE
 from stateflow.langgraph.store import DECLARATION as STORE_DECLARATION
 from stateflow.states import StatesService
 from stateflow.store import open_store
@@ -236,13 +237,7 @@ class ByHand:
         for n, (channel, value) in enumerate(writes):
             idx = WRITES_IDX_MAP.get(channel, n)
             name = f"{task_id}:{idx}"
-            fresh[name] = {
-                "task_id": task_id,
-                "idx": idx,
-                "channel": channel,
-                "value": {"json": value},
-                "task_path": task_path,
-            }
+            fresh[name] = [channel, {"json": value}, task_path]
             paths.append([bucket, name])
         if not self.checkpoints.is_valid({bucket: fresh}):  # (the bucket's other entries were)
             raise ValueError(fresh)

@@ -100,8 +100,11 @@ def test_by_hand_writes_keep_every_revision_an_audit_row_and_a_change(hand: ByHa
         bodies = _revisions(hand, f"writes/t//{checkpoint_id}")
         assert len(bodies) == 20  # a revision per call
         for k, body in enumerate(bodies):  # revision k+1 holds exactly the first k+1 calls' writes
-            entries = [e for bucket in body.values() for e in bucket.values()]
-            held = sorted((e["task_id"], e["idx"], e["channel"], e["value"]["json"]) for e in entries)
+            entries = [(name, e) for bucket in body.values() for name, e in bucket.items()]
+            held = sorted(
+                (name.rpartition(":")[0], int(name.rpartition(":")[2]), channel, value["json"])
+                for name, (channel, value, _) in entries
+            )
             assert held == sorted(wrote[: 2 * (k + 1)])
             if k:
                 added += len(body) > len(bodies[k - 1])

@@ -204,7 +204,7 @@ def test_pending_writes_record_the_exact_diff_of_their_record(backend: str) -> N
     a channel whose index repeats inside one call, tasks sharing a bucket — and reads back the
     same from another store. A task's regular entries written again are kept as they are, as
     LangGraph's savers keep them: no change."""
-    from stateflow.langgraph.saver import _bucket
+    from stateflow.langgraph.pending_writes import bucket as _bucket
 
     with open_store(backend, auto_migrate=True) as opened:
         saver = StateflowSaver(StatesService(opened))
@@ -278,16 +278,18 @@ CHILD = textwrap.dedent(
             store.put(("mem", tag), f"k{t}", {"n": n})
             ack("item", tag, t, n)
 
-    def general():  # the states pipeline, on the same writes record
+    def general():  # the states pipeline, on the same writes record, in the earlier shape
+        # (each of its entries moved into the current shape by the saver's next write)
         subject = saver.records.subject("writes", saver._key("shared", "", "c0"))
         n = 0
         while True:
             n += 1
             states.apply(saver.records.state, subject,
-                         [{"op": "set", "path": ["w0", f"g-{tag}-{n}"],
-                           "value": {"task_id": "g", "idx": n, "channel": "n", "value": {"json": n}}}],
+                         [{"op": "set", "path": ["w0", f"g-{tag}:{n}"],
+                           "value": {"task_id": f"g-{tag}", "idx": n, "channel": "n", "value": {"json": n},
+                                     "task_path": ""}}],
                          origin={"consumer": "general"})
-            ack("g", f"g-{tag}-{n}")
+            ack("g", f"g-{tag}:{n}")
 
     for t in range(3):
         threading.Thread(target=checkpoints, args=(t,), daemon=True).start()

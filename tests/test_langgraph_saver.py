@@ -245,9 +245,10 @@ def test_records_written_in_earlier_shapes_still_read(backend: str, shape: str) 
 
 
 def test_pending_writes_sit_in_a_few_bucket_members(backend: str) -> None:
-    """A writes record keeps its writes in members ``w0`` … ``wf`` by task: however many tasks
+    """A writes record keeps its writes in members ``p0`` … ``pf`` by task: however many tasks
     write, the record's member names — which the store counts per state — stay among those
-    sixteen; a record written with a member per write gets new writes beside them, and both read."""
+    sixteen; a record written with a member per write is put in buckets by its next write, and
+    every write reads."""
     store = open_store(backend, auto_migrate=True)
     try:
         states = StatesService(store)
@@ -259,15 +260,15 @@ def test_pending_writes_sit_in_a_few_bucket_members(backend: str) -> None:
         subject = saver.records.subject("writes", key)
         record = states.read(saver.records.state, subject)
         assert record is not None
-        names = set(record["data"]) - {"config"}
-        assert names <= {f"w{d:x}" for d in range(16)} and len(names) > 1
+        names = set(record["data"])
+        assert names <= {f"p{d:x}" for d in range(16)} and len(names) > 1
         assert sum(len(record["data"][name]) for name in names) == 80
         tup = saver.get_tuple(config)
         assert tup is not None
         assert sorted(tup.pending_writes or []) == sorted(
             [(f"task-{n}", "a", n) for n in range(40)] + [(f"task-{n}", "b", -n) for n in range(40)]
         )
-        # a record of the earlier shape: new writes go to buckets beside its members
+        # a record of an earlier shape: converted by its next write
         old_config = _chain(saver, "old")[-1]
         old_key = saver._key("old", "", old_config["configurable"]["checkpoint_id"])
         entry = {"task_id": "x", "idx": 0, "channel": "a", "value": {"json": 1}, "task_path": ""}
@@ -284,6 +285,8 @@ def test_pending_writes_sit_in_a_few_bucket_members(backend: str) -> None:
         saver.put_writes(old_config, [("b", 2)], "y")
         old = saver.get_tuple(old_config)
         assert old is not None and sorted(old.pending_writes or []) == [("x", "a", 1), ("y", "b", 2)]
+        rewritten = states.read(saver.records.state, saver.records.subject("writes", old_key))
+        assert rewritten is not None and set(rewritten["data"]) <= {f"p{d:x}" for d in range(16)}
     finally:
         store.close()
 
@@ -427,8 +430,10 @@ def test_a_checkpoint_replaced_through_another_door_with_one_that_does_not_decod
             record = states.read("langgraph_checkpoints", subject)
             assert record is not None
             (bucket,) = record["data"]
-            entry = {**record["data"][bucket]["task:0"], "value": stored}
-            states.replace("langgraph_checkpoints", subject, {bucket: {"task:0": entry}})
+            channel, _, task_path = record["data"][bucket]["task:0"]
+            states.replace(
+                "langgraph_checkpoints", subject, {bucket: {"task:0": [channel, stored, task_path]}}
+            )
         else:
             subject = saver.records.subject("checkpoint", key)
             record = states.read("langgraph_checkpoints", subject)

@@ -45,9 +45,11 @@ _EXPECTED = {  # (the write paths as they were before: the same digests; since a
     # since the saver keys checkpoints ascending, each checkpoint's and writes' subject holds its
     # id's UTF-8 in hex, not the inverted id: only those six subjects differ; since the adapters
     # keep their records in whole form on SQLite, ``documents.body`` pinned there too, and the
-    # adapters' records there are their body alone, no member rows, and a new one's change the mark)
-    "sqlite": "22f05773118173972209d2b32d9dc502be59048c6cc5d44b1944964af1fd9fb0",
-    "postgres": "795e66b4a543fc4ce36343f3b58ac0e50c9416df90d8ea4a68d060b9705db437",
+    # adapters' records there are their body alone, no member rows, and a new one's change the mark;
+    # since schema 45 the writes records' entries ``[channel, value, task_path]`` in ``p0`` … ``pf``:
+    # only their bodies, sizes and edits differ)
+    "sqlite": "427bc50423b9644328d6a9aa294d16fcbdb822d2b503c5a3d6909a9b404be29b",
+    "postgres": "eb1f6ad867eba6121570258df10db5b2ab2fc906e138d3011166078773e74f4e",
 }
 
 _TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d)?")

@@ -15,9 +15,11 @@ it names (``sources``: LangGraph's blob sharing, without a third kind of record)
 so a write adds one member row (each row costs its key entry, its member count and its
 statement; the record's JSON is the same); records written with ``config`` as a member of its
 own beside ``saved``, with those four at the top, or with the names at the top too still read. A writes record keeps its writes in at most 16
-members, ``w0`` … ``wf`` (a task's in the one its id hashes to), each ``{"<task_id>:<idx>":
-write}``, and nothing else (its subject key names the checkpoint); records written with a
-``config`` member naming it, or with a member ``w:<task_id>:<idx>`` per write, still read. Records
+members, ``p0`` … ``pf`` (a task's in the one its id hashes to), each ``{"<task_id>:<idx>":
+[channel, value, task_path]}``, and nothing else (its subject key names the checkpoint; see
+``pending_writes``); records of the earlier shapes (buckets ``w0`` … ``wf`` of entries naming
+every field, a member ``w:<task_id>:<idx>`` per write, a ``config`` member) still read, and
+the saver's next write to one puts it in the current shape. Records
 are written through the states service, so each checkpoint has an audit row with its origin
 (consumer ``langgraph``, the run's id).
 """
@@ -27,7 +29,6 @@ from __future__ import annotations
 import builtins
 import functools
 import random
-import zlib
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any, Final, cast
@@ -50,9 +51,8 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from stateflow.aio import call
 from stateflow.doc.canonical import checked_copy
 from stateflow.doc.ops import parse_ops
-from stateflow.doc.select import MISSING
 from stateflow.errors import CorruptStore, StoreReadOnly
-from stateflow.langgraph import checkpoint_keys
+from stateflow.langgraph import checkpoint_keys, pending_writes
 from stateflow.langgraph.checkpoint_keys import ascending, id_of
 from stateflow.langgraph.codec import Codec, strict_bytes
 from stateflow.langgraph.records import OwnsStore, Records, Stale, invert
@@ -100,6 +100,9 @@ DECLARATION: Final[dict[str, Any]] = {
             "channel_values": {"type": "object"},
             "sources": {"type": "object", "additionalProperties": {"type": "string"}},
         },
+        # (the writes records' current buckets ``p0`` … ``pf`` are undeclared, as ``saved``'s
+        # ``config`` is: a pattern for them would change the schema stores with records have;
+        # these two are the earlier shapes, which the saver still reads)
         "patternProperties": {
             "^w[0-9a-f]$": {"type": "object", "additionalProperties": _WRITE},
             "^w:": _WRITE,
@@ -138,24 +141,6 @@ that one had (a store keeps the records they allowed, which the saver still read
 _PARENTS_KEPT = 1024
 _CHECKPOINT_KEYS: Final = frozenset(("id", "channel_versions", "versions_seen"))
 """What LangGraph reads of every checkpoint it is given back."""
-_BUCKETS: Final = 16
-"""A writes record keeps its writes in at most this many members, ``w0`` … ``wf``, a task's in
-the one its id hashes to: a member's name is one of a few, not the task's own (the store counts
-members by name, per state), and a write rewrites only the writes of tasks sharing its bucket."""
-
-
-def _bucket(task_id: str) -> str:
-    return f"w{zlib.crc32(task_id.encode()) % _BUCKETS:x}"
-
-
-def _pending(writes: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    """The write entries of a writes record: those of its buckets, and of members ``w:<task
-    id>:<idx>`` (one write each; records written before buckets)."""
-    for name, held in writes.items():
-        if name.startswith("w:"):
-            yield held
-        elif len(name) == 2 and name[0] == "w":
-            yield from held.values()
 
 
 def _config(body: dict[str, Any]) -> dict[str, Any]:
@@ -491,10 +476,7 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
                 raise self._lost(thread_id, ns, checkpoint_id, channel, source)
             values[channel] = decode(stored)
         checkpoint["channel_values"] = values
-        pending = sorted(
-            _pending(writes or {}),
-            key=lambda w: writes_sort_key(w["task_path"], w["task_id"], w["idx"]),
-        )
+        pending = sorted(pending_writes.pending(writes or {}), key=lambda w: writes_sort_key(*w[:3]))
         parent = names.get("parent_checkpoint_id")
         return CheckpointTuple(
             config={
@@ -507,7 +489,7 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
                 if parent
                 else None
             ),
-            pending_writes=[(w["task_id"], w["channel"], decode(w["value"])) for w in pending],
+            pending_writes=[(task_id, channel, decode(value)) for _, task_id, _, channel, value in pending],
         )
 
     def list(
@@ -794,43 +776,34 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         checkpoint_id = str(conf["checkpoint_id"])
         # into the task's bucket member: a write rewrites that member (the writes of the tasks
         # sharing it), never the others, and adds no member name of its own
-        bucket = _bucket(task_id)
+        bucket = pending_writes.bucket(task_id)
         encode = self.codec.encode
         entries = []
         paths = []
-        named = type(task_id) is str  # (and every channel: else the schema's refusal, below)
+        named = True  # (every channel a string: else the schema's checks, below)
         for n, (channel, value) in enumerate(writes):
             if type(channel) is not str:
                 named = False
-            idx = WRITES_IDX_MAP.get(channel, n)
-            entry = {
-                "task_id": task_id,
-                "idx": idx,
-                "channel": channel,
-                "value": encode(value),
-                "task_path": task_path,
-            }
-            name = f"{task_id}:{idx}"
-            entries.append((name, entry))
+            name = f"{task_id}:{WRITES_IDX_MAP.get(channel, n)}"
+            entries.append((name, [channel, encode(value), task_path]))
             paths.append([bucket, name])
         run_id = conf.get("run_id") or (config.get("metadata") or {}).get("run_id")
         origin = _origin(str(run_id) if run_id else _invocation(config))
         key = self._key(thread_id, ns, checkpoint_id)
         if not named:
-            self._writes_general(key, bucket, entries, origin)  # (the schema's refusal)
+            self._writes_general(key, bucket, entries, origin)
             return
-        # valid by construction: the bucket ``w0``…``wf`` an object of write entries (task id
-        # and channel strings, idx an int, the value the codec's plain JSON). The entries are
-        # new objects holding the codec's copies and exact strings, so the store may cache
-        # them as they are (a task path of another type: copied through JSON, as it comes
-        # back). No ``config`` member: the subject key names the checkpoint (and its record
-        # holds the names), and a new writes record of one member costs one member row, key
-        # entry and count fewer
+        # valid by construction: the bucket ``p0``…``pf`` an object of write entries, each
+        # named by its task id and index, holding the channel string, the codec's plain JSON
+        # and the task path. The entries are new lists holding the codec's copies and exact
+        # strings, so the store may cache them as they are (a task path of another type:
+        # copied through JSON, as it comes back). No ``config`` member: the subject key names
+        # the checkpoint (and its record holds the names)
         fresh = dict(entries)
         try:
             encoded = orjson.dumps(fresh)
         except TypeError:  # a lone surrogate the codec's copy kept: named, nothing written
-            _refuse_writes(entries)
+            _refuse_writes(task_id, task_path, entries)
             raise
         if type(task_path) is not str:
             fresh = orjson.loads(encoded)
@@ -839,7 +812,7 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
             WRITES,
             key,
             # (a partial, not a closure: no cell per name it reads)
-            functools.partial(_writes_whole, bucket, fresh, paths, encoded),
+            functools.partial(pending_writes.writes_whole, bucket, fresh, paths, encoded),
             origin=origin,
             context=self.context,
             action="apply",
@@ -848,14 +821,25 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         )
 
     def _writes_general(
-        self, key: str, bucket: str, entries: Sequence[tuple[str, dict[str, Any]]], origin: WriteOrigin
+        self, key: str, bucket: str, entries: Sequence[tuple[str, builtins.list[Any]]], origin: WriteOrigin
     ) -> None:
         """Pending writes set with the same checks and audit row as ``apply``: where the lean
-        write does not apply."""
-        # (a regular write already held is kept, as in ``_writes_whole``: set only where absent)
+        write does not apply. The record is put in the current shape first where it is of an
+        earlier one (a ``replace`` of its converted body, only then)."""
+        subject = self.records.subject(WRITES, key)
+        current = self.records.store.get(self.records.doc_key(WRITES, key)).body
+        if current and pending_writes.earlier(current):  # (converted as the write finds it)
+            self.states.replace_from(
+                self.records.state,
+                subject,
+                lambda found: pending_writes.converted(found or {}),
+                origin=origin,
+                context=self.context,
+            )
+        # (a regular write already held is kept, as in ``writes_whole``: set only where absent)
         ops = [
             {"op": "set", "path": [bucket, name], "value": e}
-            if type(e["idx"]) is int and e["idx"] < 0
+            if name.rpartition(":")[2].startswith("-")
             else {
                 "op": "set",
                 "path": [bucket, name],
@@ -864,13 +848,7 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
             }
             for name, e in entries
         ]
-        self.states.apply(
-            self.records.state,
-            self.records.subject(WRITES, key),
-            ops,
-            origin=origin,
-            context=self.context,
-        )
+        self.states.apply(self.records.state, subject, ops, origin=origin, context=self.context)
 
     # ------------------------------------------------------------------ thread maintenance
 
@@ -1184,13 +1162,12 @@ def _refuse_checkpoint(saved: dict[str, Any]) -> None:
     checked_copy(_json_of(saved["metadata"]), "metadata")
 
 
-def _refuse_writes(entries: Sequence[tuple[str, dict[str, Any]]]) -> None:
+def _refuse_writes(task_id: str, task_path: Any, entries: Sequence[tuple[str, builtins.list[Any]]]) -> None:
     """:func:`_refuse_checkpoint` for pending writes: the place named in ``put_writes``'s
     ``writes`` (a pair's channel ``[0]``, its value ``[1]``), or the task's id or path."""
-    entry = entries[0][1]
-    checked_copy(entry["task_id"], "task_id")
-    checked_copy(entry["task_path"], "task_path")
-    checked_copy([[e["channel"], _json_of(e["value"])] for _, e in entries], "writes")
+    checked_copy(task_id, "task_id")
+    checked_copy(task_path, "task_path")
+    checked_copy([[channel, _json_of(value)] for _, (channel, value, _) in entries], "writes")
 
 
 def _json_of(stored: dict[str, Any]) -> Any:
@@ -1207,37 +1184,3 @@ def _holds(saved: dict[str, Any], holders: dict[str, str], checkpoint_id: str, b
     if now is saved:
         return True
     return {**now.get("sources", {}), **{c: checkpoint_id for c in now.get("channel_values", {})}} == holders
-
-
-def _writes_whole(
-    bucket: str,
-    fresh: dict[str, Any],
-    paths: list[list[str]],
-    encoded: bytes,
-    current: dict[str, Any] | None,
-) -> Whole:
-    """A writes record with a task's entries ``fresh`` (``encoded``: their bytes) put in its
-    ``bucket`` member, against the record as it is (``current``)."""
-    if not current:  # a new writes record: its one member's bytes are these
-        return Whole({bucket: fresh}, paths, {bucket: encoded}, rewritten=True)
-    # the edits the diff would give, where they are plain to see (the store then takes
-    # no diff): a bucket new to the record is set whole; entries new to their bucket
-    # (a task's first writes) are each set whole, in order
-    held = current.get(bucket, MISSING)
-    if held is MISSING:
-        return Whole({**current, bucket: fresh}, paths, None, {bucket: [[[bucket], fresh]]}, rewritten=True)
-    if type(held) is not dict:
-        return Whole({**current, bucket: fresh}, paths, rewritten=True)
-    if not held.keys().isdisjoint(fresh):  # (a task's entry written again: the diff)
-        # a regular write (idx 0 and up) already held is kept, as LangGraph's savers keep the
-        # first; only a special channel's (a negative idx: an error, an interrupt) is replaced
-        merged = dict(held)
-        for name, entry in fresh.items():
-            if name not in held or entry["idx"] < 0:
-                merged[name] = entry
-        return Whole({**current, bucket: merged}, paths, rewritten=True)
-    body = {**current, bucket: {**held, **fresh}}
-    edits = []  # (a loop, not a comprehension: that would make ``bucket`` a cell on every call)
-    for name, entry in fresh.items():
-        edits.append([[bucket, name], entry])
-    return Whole(body, paths, None, {bucket: edits}, rewritten=True)

@@ -451,6 +451,17 @@ without the copy (the schema check folded into every write refuses it), and a re
 refused when it opens the store; one already running that meets a mark fails with
 ``corrupt-data`` (the mark is not JSON), never reads a wrong body. Nothing is rewritten; both
 backends only record the version (PostgreSQL never writes whole form).
+
+Version 45 changes what the LangGraph saver stores, not a table: a checkpoint's pending writes
+(its writes record) keep each write as ``[channel, value, task_path]`` under
+``"<task_id>:<idx>"`` in members ``p0`` … ``pf`` (``langgraph.pending_writes``), where the
+earlier shape kept the task id and index again inside an object with every field named, in
+members ``w0`` … ``wf``: half the bytes of a small write, so a record keeps about twice the tasks
+within the bound of a record kept whole (~40 tasks of two small writes instead of ~17) and a
+``put_writes`` writes fewer pages. Records of the earlier shape read as they are; the saver's
+next write to one converts it whole. The step keeps version-44 processes out: their saver
+reads only the earlier shape, and would answer a checkpoint without the pending writes of the
+current one. Nothing is rewritten; both backends only record the version.
 """
 
 from __future__ import annotations
@@ -459,7 +470,7 @@ import re
 from collections.abc import Sequence
 from typing import Final
 
-SCHEMA_VERSION: Final = 44
+SCHEMA_VERSION: Final = 45
 
 VALUE_INDEX_MAX: Final = 1024
 """Members up to this encoded size are in ``members_by_value`` (scalars only)."""
@@ -900,6 +911,7 @@ CREATE INDEX members_by_value ON members (name, {SQLITE_VALUE.format(m="")})
     42: "ALTER TABLE documents ADD COLUMN body BLOB;",
     43: _COUNTED_IN_TRANSITIONS,
     44: "",
+    45: "",
 }
 
 _JSONB_CAN_HOLD: Final = "{m}size <= 1048576 AND position('\\x5c7530303030'::bytea IN {m}body) = 0"
@@ -4454,6 +4466,7 @@ $$;
     42: "ALTER TABLE documents ADD COLUMN body BYTEA;",
     43: "",
     44: "",
+    45: "",
 }
 
 
