@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime, timedelta, tzinfo
@@ -836,3 +837,70 @@ def test_a_store_under_another_state_name_has_its_item_rule_at_every_door(backen
         checked.returncode == 1
         and "record item/notes/k of agent langgraph in state 'team_items'" in checked.stdout + checked.stderr
     )
+
+
+def _item_value(rng: random.Random, depth: int = 0) -> Any:
+    roll = rng.random()
+    if depth > 2 or roll < 0.4:
+        return rng.choice([0, 1, 1.5, True, None, "a", "b", 2**70])
+    if roll < 0.7:
+        return {rng.choice("abcd"): _item_value(rng, depth + 1) for _ in range(rng.randrange(4))}
+    return [
+        rng.choice(["a", "b", None]) if rng.random() < 0.5 else _item_value(rng, depth + 1) for _ in range(3)
+    ]
+
+
+def test_an_item_written_again_has_the_record_and_edits_of_the_general_diff() -> None:
+    """An item put again over its record (``_owned``'s rewrite without a TTL, ``_rewritten``)
+    gets the record ``_document`` builds and the edits ``plain_edits`` gives — the same
+    objects kept from the record before — and leaves every other case to them: a TTL set
+    before or now, a field missing or added, a time that does not parse, another namespace or
+    key, a value the walk refuses."""
+    from stateflow.langgraph.codec import plain_edits
+    from stateflow.langgraph.store import _document, _owned, _rewritten
+
+    rng = random.Random(20261206)
+    now = datetime(2026, 12, 6, tzinfo=UTC)
+    made = 0
+    for n in range(400):
+        value = _item_value(rng, 1) if rng.random() < 0.9 else {"s": {1, 2}}  # (a set: refused)
+        if type(value) is not dict:
+            value = {"v": value}
+        op = PutOp(("a", "b"), "k", value, None, None)
+        before: dict[str, Any] = {
+            "namespace": ["a", "b"],
+            "key": "k",
+            "value": _item_value(rng, 1) if rng.random() < 0.9 else value,
+            "created_at": "2026-01-01T00:00:00+00:00",
+            "expires_at": None,
+            "ttl_minutes": None,
+        }
+        case = n % 10
+        if case == 1:
+            before["expires_at"], before["ttl_minutes"] = "2027-01-01T00:00:00+00:00", 5
+        elif case == 2:
+            op = op._replace(ttl=5.0)
+        elif case == 3:
+            before["extra"] = 1
+        elif case == 4:
+            del before["ttl_minutes"]
+        elif case == 5:
+            before["created_at"] = "not a time"
+        elif case == 6:
+            before["namespace"] = ["a", "c"]
+        elif case == 7:
+            before["key"] = "j"
+        lean = _rewritten(op, before) if op.ttl is None else None
+        general = plain_edits(_document(op, now, dict(before)), before)
+        if case in (1, 2, 3, 4, 5, 6, 7) or general is None:
+            assert lean is None, (case, before, value)
+            continue
+        assert lean is not None
+        made += 1
+        assert (lean.body, lean.edits) == general, (before, value)
+        assert (
+            lean.body["namespace"] is before["namespace"] and lean.body["created_at"] is before["created_at"]
+        )
+        assert lean.rewritten and lean.paths == [[]] and lean.encoded is None
+        assert _owned(op, now, before) == lean
+    assert made > 60

@@ -7,6 +7,7 @@ write; ``update`` then decides.
 
 from __future__ import annotations
 
+import itertools
 import random
 import sqlite3
 from collections.abc import Callable
@@ -236,6 +237,14 @@ def test_every_body_read_back_here_carries_the_commit_that_wrote_it(open_migrate
         assert theirs.seq is not None and theirs.at is not None
 
 
+def _forms(backend: str) -> tuple[bool, ...]:
+    """Whether the documents ``lean`` and ``general`` are in whole form, and their bodies as
+    their rows keep them (a SQLite store)."""
+    with closing(sqlite3.connect(backend)) as conn:
+        rows = dict(conn.execute("SELECT subject, body FROM documents WHERE subject IN ('lean', 'general')"))
+    return rows["lean"] is not None, rows["general"] is not None, rows["lean"], rows["general"]
+
+
 def _replaced(rng: random.Random, body: dict[str, Any]) -> tuple[dict[str, Any], list[list[str]]]:
     """A body replaced whole, and the paths its writer names: ``[[]]``, or — when only one key
     inside one object member changed — that key's path (as the saver's ``put_writes`` names
@@ -277,17 +286,22 @@ def _value(rng: random.Random) -> Any:
     return [rng.randrange(9) for _ in range(rng.randrange(4))]
 
 
+@pytest.mark.parametrize("whole", [False, True], ids=["member form", "whole form"])
 @pytest.mark.parametrize("given_edits", [False, True], ids=["diffed", "edits given"])
 def test_a_body_replaced_whole_has_the_rows_of_the_general_write(
-    open_migrated: StoreFactory, backend: str, given_edits: bool
+    open_migrated: StoreFactory, backend: str, given_edits: bool, whole: bool
 ) -> None:
     """``write_whole``'s rows for a present body (planned straight from the diff, or from the
     edits its writer gives with the body, ``Whole.edits``, as the LangGraph store's codec
     makes them) are the rows ``update`` writes for ``Write.between`` of the same bodies and
     paths: every member, change, change edit, snapshot and document row, revision by revision;
-    and every revision reads back as written, here and from another store."""
+    and every revision reads back as written, here and from another store. ``whole``: the
+    state keeps whole bodies (where the backend has that form), its bodies crossing the bound
+    both ways — rewrites that stay whole, leave it and come back."""
     store = open_migrated()
     lean, general = DocKey("items", "lean"), DocKey("items", "general")
+    kept_whole = whole and store.keep_whole("items", 1500)
+    forms: list[tuple[Any, ...]] = []  # (each revision's forms and bodies kept, lean and general)
     _replace(store, GUARD, {"v": 1})
     store.read([GUARD])
     rng = random.Random(20261203)
@@ -326,10 +340,22 @@ def test_a_body_replaced_whole_has_the_rows_of_the_general_write(
             return [Write.between(general, doc.body, new, doc.revision, changed=paths, paths=paths)], None
 
         if written:
-            store.update([general], compute, {"by": "test"})
+            if kept_whole:  # (the staged planner's rows: ``update`` would plan these as the lean write)
+                doc = store.get(general)
+                store.commit(
+                    [Write.between(general, doc.body, new, doc.revision, changed=paths, paths=paths)]
+                )
+            else:
+                store.update([general], compute, {"by": "test"})
             bodies.append(new)
+            if kept_whole:
+                forms.append(_forms(backend))
         body = new
     assert len(bodies) > 100
+    if kept_whole:  # every form met, and a rewrite in whole form that stays in it
+        assert {f[0] for f in forms} == {False, True}
+        assert any(a[0] and b[0] for a, b in itertools.pairwise(forms))
+        assert all(f[0] == f[1] and f[2] == f[3] for f in forms)
     assert _rows(backend, "lean") == _rows(backend, "general")
     snapshots = _rows(backend, "lean")["snapshots"]
     assert len(snapshots) > 1 and _rows(backend, "lean")["change_edits"]  # (both kinds of change met)

@@ -41,7 +41,7 @@ from langgraph.store.base import (
 from stateflow.aio import call
 from stateflow.doc.canonical import check, checked_copy
 from stateflow.errors import CorruptStore, InvalidInput, InvalidJSON
-from stateflow.langgraph.codec import NOT_PLAIN, plain, plain_edits
+from stateflow.langgraph.codec import NOT_PLAIN, _walk, plain, plain_edits
 from stateflow.langgraph.records import OwnsStore, Records
 from stateflow.states import StatesService
 from stateflow.states.batch import apply_items, erase_item
@@ -582,6 +582,10 @@ def _owned(op: PutOp, now: datetime | None, before: dict[str, Any] | None) -> Wh
     integers and depth are narrower; its copy is the one a JSON round trip gives; its edits are
     the diff's; the record is the copy, filled in place); else ``check`` refuses or passes it,
     and one copy in C (the store diffs that)."""
+    if before is not None and op.ttl is None:
+        rewritten = _rewritten(op, before)
+        if rewritten is not None:
+            return rewritten
     kept = _document(op, now, before)
     if before is None:
         owned = plain(kept)
@@ -595,6 +599,53 @@ def _owned(op: PutOp, now: datetime | None, before: dict[str, Any] | None) -> Wh
 
 
 _from_iso: Final = datetime.fromisoformat
+
+
+def _rewritten(op: PutOp, before: dict[str, Any]) -> Whole | None:
+    """:func:`_owned` of an item written again without a TTL over a record in shape holding
+    none either — every field but its value as it was — without the general walk: the record
+    :func:`_document` makes (``before``'s own namespace, key and creation time) and the edits
+    :func:`plain_edits` gives (its value's, and only those: the other fields are ``before``'s
+    own objects, which its walk passes by identity). None where anything else holds (another
+    field set, a field repaired or refused): the general way decides."""
+    try:  # (its six fields, and no other: six of them found in six)
+        if len(before) != 6 or before["expires_at"] is not None or before["ttl_minutes"] is not None:
+            return None
+        namespace, key, created, was = (
+            before["namespace"],
+            before["key"],
+            before["created_at"],
+            before["value"],
+        )
+    except KeyError:
+        return None
+    if (
+        type(namespace) is not list
+        or key != op.key
+        or type(key) is not str
+        or namespace != list(op.namespace)
+    ):
+        return None
+    try:  # (one written out of shape through another door is repaired: the general way)
+        _from_iso(created)
+    except (TypeError, ValueError):
+        return None
+    value = op.value
+    edits: list[Any] = []
+    if value is not was:  # (the stored value itself: no edit, as the walk passes it)
+        value = _walk(value, was, ("value",), 1, edits)  # (as ``plain_edits`` walks a member)
+        if value is NOT_PLAIN:
+            return None
+    record = {
+        "namespace": namespace,
+        "key": key,
+        "value": value,
+        "created_at": created,
+        "expires_at": None,
+        "ttl_minutes": None,
+    }
+    # (the tuple made at once: a keyword to the named tuple's class makes a dict per call)
+    return tuple.__new__(Whole, (record, [[]], None, {"value": edits} if edits else {}, True))
 
 
 def _refusal(key: DocKey, why: str) -> str:

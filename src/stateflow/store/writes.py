@@ -14,7 +14,7 @@ import random
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
-from typing import Any, Final, NamedTuple, TypeVar, cast
+from typing import Any, Final, Literal, NamedTuple, TypeVar, cast
 
 import orjson
 
@@ -2130,6 +2130,10 @@ class Writes(StoreCore):
         :meth:`_plan_doc` make of those edits, without applying one (each member written is
         ``after``'s own). None when a member written is or becomes a tree (larger than
         ``TREE_MIN``): the general path writes that. ``paths``: the change's, encoded."""
+        if row.whole and self.whole_form:  # (most rewrites of a whole-form document stay whole)
+            rewritten = self._rewrite_whole(state, row, before, had, after, groups, paths, fresh)
+            if rewritten is not False:
+                return rewritten
         doc_id = row.doc_id
         revision = row.revision + 1
         size = row.body_size
@@ -2194,21 +2198,7 @@ class Writes(StoreCore):
         if self.keeps_bodies:
             fresh.keep_body(doc_id, (revision, body_after, size))
         plan.paths = paths
-        room = self._change_room(plan)
-        planned: list[tuple[int, int, str, bytes, bytes | None, int]] = []
-        parts = []  # (each member's inline form, made beside its row: no second loop)
-        edit_bytes = 0
-        for at, (member, group) in enumerate(groups.items()):  # (first-touched, as ``_plan_doc``)
-            encoded_group = encode_trusted(group)
-            edit_bytes += len(encoded_group)
-            planned.append((doc_id, revision, member, encoded_group, None, at))
-            parts.append(b"[" + orjson.dumps(member) + b"," + encoded_group + b"]")
-        inline = b"[" + b",".join(parts) + b"]" if edit_bytes <= INLINE_EDITS_MAX else None
-        if inline is not None and (room is None or len(inline) <= room):
-            plan.inline = inline
-        else:
-            plan.edits = planned
-        self._document_after(plan, row, edit_bytes, size, position)
+        self._document_after(plan, row, _change_edits(plan, groups, self._change_room(plan)), size, position)
         if whole:
             if row.whole or size <= WHOLE_ROW_MAX:
                 # (whole before: ``had`` names every member, so the rows say what moved)
@@ -2218,6 +2208,100 @@ class Writes(StoreCore):
                 self._whole_rows(plan, row, state, body_after, before, fresh, None, moved)
             if not plan.body:  # (member form after the write: its members cached)
                 fresh.members += entries
+        return plan
+
+    def _rewrite_whole(
+        self,
+        state: str,
+        row: DocRow,
+        before: dict[str, Any],
+        had: Heads,
+        after: Mapping[str, Any],
+        groups: dict[str, list[Any]],
+        paths: bytes,
+        fresh: Fresh,
+    ) -> WritePlan | Literal[False] | None:
+        """:meth:`_plan_groups`'s plan of a document in whole form before the write that stays
+        in whole form after it — its new body encoded in its row — made without the member
+        rows that form drops (no row tuples, no member-cache entries; the heads and body
+        after the write go to the head cache as :meth:`_plan_groups` leaves them). None where
+        a member written is or becomes a tree (as :meth:`_plan_groups`); False
+        where the body after the write does not fit the state's bound: nothing was planned,
+        and :meth:`_plan_groups` plans the member rows it converts to."""
+        doc_id = row.doc_id
+        revision = row.revision + 1
+        size = row.body_size
+        position = row.next_position
+        # the heads and body after the write: those before, each member written replaced in
+        # its place (a new one takes the next position, at the end)
+        heads = dict(had)
+        body_after = dict(before)
+        added: list[str] = []
+        dropped = False
+        for name in groups:
+            old = had.get(name)
+            if old is not None and old[4] > TREE_MIN:
+                return None  # (maybe a tree: its nodes are the locked path's)
+            value = after.get(name, MISSING)
+            if value is MISSING:  # (a delete edit names a member the document has)
+                assert old is not None
+                size -= old[4]
+                del heads[name], body_after[name]
+                dropped = True
+                continue
+            try:  # (orjson itself: ``encode_trusted``'s call only where it refuses)
+                encoded = len(_dumps(value))
+            except TypeError:
+                encoded = len(encode_trusted(value))
+            if encoded > TREE_MIN:
+                return None  # it becomes a tree
+            if old is not None:
+                size += encoded - old[4]
+                at = old[2]
+            else:
+                added.append(name)
+                at = position
+                position += 1
+                size += encoded
+            heads[name] = (
+                doc_id,
+                name,
+                at,
+                revision,
+                encoded,
+                encoded_outline(value) if type(value) is dict else None,
+            )
+            body_after[name] = value
+        bound = self._whole_bound(state)
+        if size > bound:
+            return False
+        try:
+            body = _dumps(body_after)
+        except TypeError:
+            body = encode_trusted(body_after)
+        if len(body) > bound:
+            return False
+        plan = WritePlan(doc_id, revision, True, True)
+        plan.paths = paths
+        self._document_after(plan, row, _change_edits(plan, groups, self._change_room(plan)), size, position)
+        plan.body = body
+        plan.was_whole = True
+        if row.marked is not False:  # (its change may be the mark: replaced first)
+            plan.copies_mark = row.body_size if row.marked else -1
+        # (whole before: ``had`` names every member, so the rows say what moved)
+        plan.names_moved = _names_moved(before, body_after) if dropped else (added, [])
+        doc = plan.row
+        doc.whole = True
+        doc.marked = False  # (the creating write marks its change: ``_plan_new``)
+        roots = self._roots.get(doc_id)
+        if roots is not None:  # (a document that held a tree member: its roots after this write)
+            kept = dict(roots[1]) if roots[0] == row.revision else {}
+            for name in groups:
+                kept.pop(name, None)
+            fresh.keep_roots(doc_id, (revision, kept))
+        fresh.heads[doc_id] = (revision, heads, body_after, size)
+        if self.keeps_bodies:
+            fresh.keep_body(doc_id, (revision, body_after, size))
         return plan
 
     def _change_room(self, plan: WritePlan) -> int | None:
@@ -2288,6 +2372,30 @@ _ROOT_ENCODED: Final = b"[[]]"
 
 _WRITE_KEY = operator.attrgetter("key")
 """A write's key (C, not a lambda: a cohort of several writes is sorted on every commit)."""
+
+
+_dumps: Final = orjson.dumps
+
+
+def _change_edits(plan: WritePlan, groups: dict[str, list[Any]], room: int | None) -> int:
+    """A planned write's edits, grouped by member in first-touched order (each as its JSON), in
+    its change row where they fit (``room``: what its paths leave, None: any), else a
+    ``change_edits`` row per member; their encoded bytes (what the snapshot's count adds)."""
+    doc_id, revision = plan.doc_id, plan.revision
+    planned: list[tuple[int, int, str, bytes, bytes | None, int]] = []
+    parts = []  # (each member's inline form, made beside its row: no second loop)
+    edit_bytes = 0
+    for at, (member, group) in enumerate(groups.items()):  # (first-touched, as ``_plan_doc``)
+        encoded_group = encode_trusted(group)
+        edit_bytes += len(encoded_group)
+        planned.append((doc_id, revision, member, encoded_group, None, at))
+        parts.append(b"[" + _dumps(member) + b"," + encoded_group + b"]")
+    inline = b"[" + b",".join(parts) + b"]" if edit_bytes <= INLINE_EDITS_MAX else None
+    if inline is not None and (room is None or len(inline) <= room):
+        plan.inline = inline
+    else:
+        plan.edits = planned
+    return edit_bytes
 
 
 def _edits_by_member(before: dict[str, Any], whole: Whole) -> dict[str, list[Any]]:
