@@ -272,6 +272,36 @@ def test_a_mark_behind_its_documents_row_is_corrupt_data_and_check_reports_it(tm
         store.close()
 
 
+def test_check_resolves_many_documents_marks_together_and_names_a_damaged_one_alone(tmp_path: Path) -> None:
+    """``stateflow check`` reads the marks of a batch of documents at once (a store of LangGraph
+    checkpoints is a mark per document), in batches past the first; a mark left behind its row
+    among them is reported for its own document only."""
+    store = open_store(str(tmp_path / "w.db"))
+    assert isinstance(store, SqlStore)
+    keys = [DocKey(STATE, f"doc{i:03d}") for i in range(300)]  # (more than one batch)
+    try:
+        store.keep_whole(STATE)
+        for i, key in enumerate(keys):
+            store.commit([Write.between(key, None, {"n": i})])
+        moved = keys[280]
+        store.commit([Write.between(moved, {"n": 280}, {"n": -1}, 1)])
+        report = check_store(store)
+        assert report.problems == [] and report.checked["revisions"] == 301, report.to_json()
+    finally:
+        store.close()
+    _corrupt_a_copied_mark(store, moved)
+    store = open_store(str(tmp_path / "w.db"))
+    assert isinstance(store, SqlStore)
+    try:
+        problems = check_store(store).problems
+        assert problems[0].startswith(f"revisions: {moved} revision 1: corrupt-data: "), problems
+        assert all("mark" in p and f"{STATE}/doc" not in p.replace(str(moved), "") for p in problems), (
+            problems
+        )
+    finally:
+        store.close()
+
+
 def _timeless(lines: Any) -> list[Any]:
     """Dumped lines without their times (two stores written a moment apart)."""
     out = []
