@@ -16,7 +16,15 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from stateflow.doc.diff import diff
 from stateflow.langgraph import StateflowSaver
 from stateflow.langgraph.codec import NOT_PLAIN as REFUSED
-from stateflow.langgraph.codec import Codec, is_plain, plain, plain_edits, shaped, strict_bytes
+from stateflow.langgraph.codec import (
+    Codec,
+    is_plain,
+    plain,
+    plain_edits,
+    shaped,
+    shaped_members,
+    strict_bytes,
+)
 from stateflow.states import StatesService
 from stateflow.store import open_store
 
@@ -414,6 +422,79 @@ def test_shaped_and_its_strict_encoding_answer_as_plain() -> None:
                 continue
             assert "json" not in serialized, value
     assert 300 < both < len(values) - 300
+
+
+def test_an_object_made_for_the_write_is_shaped_in_place_as_shaped_copies_it() -> None:
+    """``shaped_members`` (and ``Codec.encode_made``) on random objects — flat ones, of leaves
+    only, and nests, leaves of every kind ``shaped`` takes and refuses, down to the depth limit
+    and past it: refused exactly where ``shaped`` refuses; else the object itself, holding what
+    ``shaped``'s copy holds (exact types, key order, no container of the caller's), its bytes
+    those of that copy — and what the serializer makes of it where refused is what it makes of
+    the value as given."""
+    rng = random.Random(41)
+    leaves: list[Any] = [
+        "text",
+        None,
+        True,
+        0,
+        2**53,
+        2**53 + 1,
+        1.5,
+        math.nan,
+        -math.inf,
+        (1, 2),
+        b"b",
+        _Text("t"),
+        _Level.LOW,
+        {1: "a"},
+        {_Text("k"): 1},
+    ]
+    flat: list[Any] = ["text", None, False, 7, -(2**53), 2**70]  # (what a check in C takes whole)
+
+    def nest(depth: int) -> Any:
+        if depth <= 0 or rng.random() < 0.3:
+            return rng.choice(leaves)
+        if rng.random() < 0.3:  # an object or a list of leaves a check in C takes whole
+            if rng.random() < 0.5:
+                return [rng.choice(flat) for _ in range(rng.randint(0, 4))]
+            return {f"f{n}": rng.choice(flat) for n in range(rng.randint(0, 4))}
+        if rng.random() < 0.5:
+            return {f"k{n}": nest(depth - 1) for n in range(rng.randint(0, 4))}
+        return [nest(depth - 1) for _ in range(rng.randint(0, 4))]
+
+    values: list[dict[str, Any]] = [{f"m{n}": nest(5) for n in range(rng.randint(0, 6))} for _ in range(2000)]
+    values += [
+        {"m": rng.choice(flat), "n": [rng.choice(flat)], "o": {"p": rng.choice(flat)}} for _ in range(200)
+    ]
+    leaf: Any
+    for depth in (61, 62, 63, 64, 65):
+        for leaf in ("s", 1, 1.5, None, {}, [], ["s", 1], {"a": 1}):
+            values.append({"a": _nested(depth, leaf)})
+    serde = JsonPlusSerializer()
+    codec = Codec(serde)
+    kept = 0
+    for value in values:
+        copy = shaped(value)
+        made = dict(value)  # (the object a put makes: the record holds it)
+        ok = shaped_members(made)
+        assert ok == (copy is not REFUSED), value
+        if ok:
+            kept += 1
+            _same_json(made, copy, value)
+            assert strict_bytes(made) == strict_bytes(copy)
+            again = dict(value)
+            encoded = codec.encode_made(again)
+            assert encoded["json"] is again
+            _same_json(again, copy, value)
+        else:  # (some members copied already: the serializer's bytes are the value's)
+            try:
+                expected = codec.encode_shaped(value)
+            except TypeError:  # (the serializer's refusal: of the object made for it too)
+                with pytest.raises(TypeError):
+                    codec.encode_made(dict(value))
+                continue
+            assert codec.encode_made(dict(value)) == expected
+    assert 300 < kept < len(values) - 300  # both answers, many times
 
 
 def _holds(value: Any, found: Any) -> bool:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
+import random
 from collections.abc import AsyncGenerator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -11,6 +13,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from langgraph.checkpoint.base import EXCLUDED_METADATA_KEYS, get_serializable_checkpoint_metadata
 from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.conformance.capabilities import Capability
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
@@ -19,7 +22,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from stateflow.config import Config, RetentionConfig
 from stateflow.errors import CorruptStore, InvalidInput
 from stateflow.langgraph import StateflowSaver
-from stateflow.langgraph.saver import _EARLIER, DECLARATION, STATE
+from stateflow.langgraph.saver import _EARLIER, DECLARATION, STATE, _serializable_metadata
 from stateflow.states import StatesService
 from stateflow.store import DocKey, Write, open_store
 from stateflow.store.clock import restoring_time
@@ -95,6 +98,91 @@ def test_checkpoints_are_audited_records(backend: str, tmp_path: Path) -> None:
         assert tup is not None and tup.checkpoint["channel_values"] == {"messages": ["hi"]}
     finally:
         store.close()
+
+
+class _Text(str):
+    """A subclass of ``str``."""
+
+
+def _random_metadata(rng: random.Random) -> tuple[Any, dict[str, Any]]:
+    """A config (``metadata`` and ``configurable`` each there or not) and a checkpoint's
+    metadata, naming keys from one small pool: texts with and without NUL characters, numbers,
+    booleans, nulls, containers, a subclass of ``str``, an integer enum; LangGraph's excluded
+    and internal names, and ``writes``."""
+    names = [
+        "source",
+        "step",
+        "writes",
+        "run_id",
+        "user",
+        "x",
+        "__internal",
+        *sorted(EXCLUDED_METADATA_KEYS)[:3],
+    ]
+    values: list[Any] = [
+        "a",
+        "a\x00b",
+        "\x00",
+        _Text("t\x00"),
+        1,
+        2.5,
+        True,
+        None,
+        {"k": "v"},
+        [1],
+        _Level.LOW,
+    ]
+
+    def some() -> dict[str, Any] | None:
+        roll = rng.random()
+        if roll < 0.2:
+            return None
+        return {rng.choice(names): rng.choice(values) for _ in range(rng.randint(0, 5))}
+
+    config: dict[str, Any] = {}
+    for part in ("metadata", "configurable"):
+        if (made := some()) is not None:
+            config[part] = made
+    return config, some() or {}
+
+
+class _Level(enum.IntEnum):
+    LOW = 1
+
+
+def test_the_metadata_stored_is_langgraphs_serializable_metadata() -> None:
+    """The saver's merge of a config into a checkpoint's metadata gives what LangGraph's
+    ``get_serializable_checkpoint_metadata`` gives, on random configs and metadata: the same
+    keys in the same order, values of the same types (a text of a subclass of ``str`` made
+    exact, NUL characters dropped), without ``writes`` — and a new dict, not the caller's."""
+    rng = random.Random(23)
+    for _ in range(3000):
+        config, metadata = _random_metadata(rng)
+        before = repr((config, metadata))
+        made = _serializable_metadata(config, metadata)  # type: ignore[arg-type]
+        expected = get_serializable_checkpoint_metadata(config, metadata)  # type: ignore[arg-type]
+        assert repr((config, metadata)) == before  # (neither changed)
+        assert made is not metadata
+        assert list(made) == list(expected), (config, metadata)
+        assert [(type(v), v) for v in made.values()] == [(type(v), v) for v in expected.values()]
+
+
+def test_a_checkpoints_metadata_reads_back_as_langgraph_merges_it(backend: str) -> None:
+    """Through a real saver: a checkpoint put with a config carrying metadata and extra
+    configurable names reads back with the metadata LangGraph's own savers store."""
+    rng = random.Random(5)
+    with open_store(backend, auto_migrate=True) as store:
+        saver = StateflowSaver(StatesService(store))
+        for n in range(40):
+            extra, metadata = _random_metadata(rng)
+            extra.setdefault("configurable", {}).update(thread_id=f"t{n}", checkpoint_ns="")
+            extra["configurable"].pop("checkpoint_id", None)
+            checkpoint = generate_checkpoint(channel_values={"a": n}, channel_versions={"a": 1})
+            put = saver.put(extra, checkpoint, metadata, {"a": 1})  # type: ignore[arg-type]
+            expected = get_serializable_checkpoint_metadata(extra, metadata)  # type: ignore[arg-type]
+            got = saver.get_tuple(put)
+            assert got is not None
+            assert got.metadata == expected and list(got.metadata) == list(expected), (extra, metadata)
 
 
 def _chain(saver: StateflowSaver, thread: str) -> list[Any]:

@@ -129,6 +129,21 @@ def shaped(value: Any, depth: int = 0) -> Any:
     return NOT_PLAIN
 
 
+def shaped_members(value: dict[str, Any]) -> bool:
+    """:func:`shaped` for an object made for this write (shared with nobody): its members that
+    are objects or lists replaced in place by their copies, the object itself not copied
+    again; False where :func:`shaped` refuses (then some members may be copies already, equal
+    and of the same types: the caller's fallback encodes the object as it is)."""
+    for k, v in value.items():
+        if type(v) in _LEAVES:
+            continue
+        v = shaped(v, 1)
+        if v is NOT_PLAIN:
+            return False
+        value[k] = v  # (the dict's size never changes while iterating)
+    return True
+
+
 _LEAVES: Final = frozenset((str, int, bool, type(None)))
 """The leaves :func:`shaped` takes as they are, without a call (an integer's range is the
 encoding's to check)."""
@@ -327,6 +342,15 @@ class Codec:
             copied = shaped(value)
             if copied is not NOT_PLAIN:
                 return {"json": copied}
+        kind_name, data = self.serde.dumps_typed(value)
+        return {"type": kind_name, "b64": base64.b64encode(data).decode()}
+
+    def encode_made(self, value: dict[str, Any]) -> dict[str, Any]:
+        """:meth:`encode_shaped` of an object made for this write (a ``dict``, shared with
+        nobody): :func:`shaped_members` copies only its members, in place, and the record
+        holds the object itself. Valid on the same terms as :meth:`encode_shaped`."""
+        if self.readable and shaped_members(value):
+            return {"json": value}
         kind_name, data = self.serde.dumps_typed(value)
         return {"type": kind_name, "b64": base64.b64encode(data).decode()}
 

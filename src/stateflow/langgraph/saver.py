@@ -36,6 +36,7 @@ from typing import Any, Final, cast
 import orjson
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
+    EXCLUDED_METADATA_KEYS,
     WRITES_IDX_MAP,
     BaseCheckpointSaver,
     ChannelVersions,
@@ -43,7 +44,6 @@ from langgraph.checkpoint.base import (
     CheckpointMetadata,
     CheckpointTuple,
     get_checkpoint_id,
-    get_serializable_checkpoint_metadata,
     writes_sort_key,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
@@ -54,7 +54,7 @@ from stateflow.doc.ops import parse_ops
 from stateflow.errors import CorruptStore, StoreReadOnly
 from stateflow.langgraph import checkpoint_keys, pending_writes
 from stateflow.langgraph.checkpoint_keys import ascending, id_of
-from stateflow.langgraph.codec import Codec, strict_bytes
+from stateflow.langgraph.codec import STRICT, Codec, strict_bytes
 from stateflow.langgraph.records import OwnsStore, Records, Stale, invert
 from stateflow.states import StatesService
 from stateflow.states.batch import apply_items, apply_items_in_parts, erase_item
@@ -166,6 +166,29 @@ def _origin(run_id: str | None) -> WriteOrigin:
     return WriteOrigin(consumer="langgraph", run_id=run_id)
 
 
+def _serializable_metadata(config: RunnableConfig, metadata: CheckpointMetadata) -> dict[str, Any]:
+    """LangGraph's ``get_serializable_checkpoint_metadata(config, metadata)`` (what its own
+    savers store), made without its three calls: ``metadata``'s texts without NUL characters,
+    with what ``config``'s ``metadata`` and ``configurable`` add under names neither internal
+    nor taken (texts likewise, numbers and booleans), less ``writes``. A new dict: the caller
+    may encode it in place."""
+    made: dict[str, Any] = {}
+    for key, v in metadata.items():
+        made[key] = v.replace("\x00", "") if isinstance(v, str) else v
+    for extra in (config.get("metadata"), config.get("configurable")):
+        if not extra:
+            continue
+        for key, v in extra.items():
+            if key in made or key in EXCLUDED_METADATA_KEYS or key.startswith("__"):
+                continue
+            if isinstance(v, str):
+                made[key] = v.replace("\x00", "")
+            elif isinstance(v, (int, bool, float)):
+                made[key] = v
+    made.pop("writes", None)
+    return made
+
+
 def _invocation(config: RunnableConfig) -> str | None:
     """The run id LangChain gives the invocation (``config["run_id"]``, what its callbacks and
     tracing name the run): a write's audit row carries it where the checkpoint's metadata names
@@ -232,6 +255,11 @@ def _delta_pending(metadata: Any) -> bool:
     )
 
 
+_Learnt = tuple[dict[str, Any], dict[str, str], dict[str, Any], DocKey]
+"""What a put needs of its parent checkpoint: its channel versions, the id of the checkpoint
+holding each channel's value, its record's ``saved`` (which a put checks is still the
+record's) and its document key."""
+
 _HELD_KEPT = 256
 """Checkpoints whose channel values are kept in memory (the holders of later checkpoints'
 unchanged channels)."""
@@ -268,9 +296,7 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         # what a put needs of its parent (channel versions, where each value lives), by
         # (thread, ns, id): checkpoints never change once written, so this only saves reads
         # (and the record's ``saved``, which a put checks is still the record's, and its key)
-        self._parents: OrderedDict[
-            tuple[str, str, str], tuple[dict[str, Any], dict[str, str], dict[str, Any], DocKey]
-        ] = OrderedDict()
+        self._parents: OrderedDict[tuple[str, str, str], _Learnt] = OrderedDict()
         # the channel values of checkpoints that hold other checkpoints' unchanged channels
         self._held: OrderedDict[DocKey, dict[str, Any]] = OrderedDict()
 
@@ -594,12 +620,15 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
             for channel in versions:
                 if channel not in inline and channel in values:
                     inline[channel] = encode(values[channel])
+        # the checkpoint without its values and the metadata: dicts made here, encoded in
+        # place (only their members copied)
         bare: dict[str, Any] = dict(checkpoint)  # (in its order, without the values)
         del bare["channel_values"]
-        full_metadata = get_serializable_checkpoint_metadata(config, metadata)
+        full_metadata = _serializable_metadata(config, metadata)
         run_id = full_metadata.get("run_id")
         if not isinstance(run_id, str):  # (exact: LangGraph's copy)
             run_id = None
+        encoded_checkpoint = self.codec.encode_made(bare)
         saved = {
             "config": {
                 "thread_id": thread_id,
@@ -608,8 +637,8 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
                 "parent_checkpoint_id": parent_id,
                 "run_id": run_id,
             },
-            "checkpoint": encode(bare),
-            "metadata": encode(full_metadata),
+            "checkpoint": encoded_checkpoint,
+            "metadata": self.codec.encode_made(full_metadata),
             "channel_values": inline,
             "sources": sources,
         }
@@ -620,8 +649,9 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
             self._put_general(key, saved, origin)  # (the schema's refusal)
             doc_key = self.records.doc_key(CHECKPOINT, key)
         else:
-            encoded = strict_bytes(saved)  # (``_encoded``'s common case, without its call)
-            if encoded is None:
+            try:  # (``_encoded``'s common case, without its calls)
+                encoded = orjson.dumps(saved, option=STRICT)
+            except TypeError:
                 encoded = self._encoded(saved, values, bare, full_metadata)
             try:
                 doc_key = self._write_lean(key, saved, encoded, origin, guard)
@@ -636,20 +666,19 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
                 saved = {**saved, "channel_values": inline, "sources": sources}
                 encoded = self._encoded(saved, values, bare, full_metadata)
                 doc_key = self._write_lean(key, saved, encoded, origin, None)
-        # what the next put learns of this one (``_remember`` and ``_hold``, without their calls)
-        parents = self._parents
-        parents[(thread_id, ns, checkpoint_id)] = (
-            dict(versions),
-            {**sources, **dict.fromkeys(inline, checkpoint_id)},
-            saved,
-            doc_key,
+        # what the next put learns of this one: the channel versions (the copy the record
+        # holds, where it holds the checkpoint as JSON: nobody's but this saver's and the
+        # store's, which change neither), where each value is, and the values held here
+        self._remember(
+            (thread_id, ns, checkpoint_id),
+            (
+                bare["channel_versions"] if "json" in encoded_checkpoint else dict(versions),
+                {**sources, **dict.fromkeys(inline, checkpoint_id)},
+                saved,
+                doc_key,
+            ),
+            inline,
         )
-        if len(parents) > _PARENTS_KEPT:
-            parents.popitem(last=False)
-        held = self._held
-        held[doc_key] = inline
-        if len(held) > _HELD_KEPT:
-            held.popitem(last=False)
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}}
 
     def _encoded(
@@ -730,22 +759,19 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         )
 
     def _remember(
-        self,
-        thread_id: str,
-        ns: str,
-        checkpoint_id: str,
-        versions: dict[str, Any],
-        holders: dict[str, str],
-        saved: dict[str, Any],
-        doc_key: DocKey,
+        self, where: tuple[str, str, str], learnt: _Learnt, channel_values: dict[str, Any] | None = None
     ) -> None:
-        self._parents[(thread_id, ns, checkpoint_id)] = (versions, holders, saved, doc_key)
-        if len(self._parents) > _PARENTS_KEPT:
-            self._parents.popitem(last=False)
+        """What a put needs of the checkpoint at ``where`` (thread, namespace, id) as its
+        parent, and the channel values its record holds (``channel_values``: where they are
+        known whole, a put's own)."""
+        parents = self._parents
+        parents[where] = learnt
+        if len(parents) > _PARENTS_KEPT:
+            parents.popitem(last=False)
+        if channel_values is not None:
+            self._hold(learnt[3], channel_values)
 
-    def _parent(
-        self, thread_id: str, ns: str, checkpoint_id: str
-    ) -> tuple[dict[str, Any], dict[str, str], dict[str, Any], DocKey] | None:
+    def _parent(self, thread_id: str, ns: str, checkpoint_id: str) -> _Learnt | None:
         known = self._parents.get((thread_id, ns, checkpoint_id))
         if known is not None:
             return known
@@ -759,8 +785,9 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
             **saved.get("sources", {}),
             **{c: checkpoint_id for c in saved.get("channel_values", {})},
         }
-        self._remember(thread_id, ns, checkpoint_id, versions, holders, saved, doc_key)
-        return versions, holders, saved, doc_key
+        learnt = versions, holders, saved, doc_key
+        self._remember((thread_id, ns, checkpoint_id), learnt)
+        return learnt
 
     def put_writes(
         self,
@@ -1180,7 +1207,7 @@ def _holds(saved: dict[str, Any], holders: dict[str, str], checkpoint_id: str, b
     learnt from its ``saved``): the same object as last seen here (no walk), else by content."""
     if type(body) is not dict:
         return False
-    now = _saved(body)
+    now = body.get("saved", body)  # (``_saved`` inline: a put's guard)
     if now is saved:
         return True
     return {**now.get("sources", {}), **{c: checkpoint_id for c in now.get("channel_values", {})}} == holders
