@@ -188,8 +188,14 @@ class StateflowStore(OwnsStore, BaseStore):
         if not checked:
             _validate_namespace(namespace)
             self._checked(namespace)
-        # (its fields by position: keywords to a named tuple's class make a dict per call)
-        op = PutOp(namespace, str(key), value, index, _checked_ttl(_ensure_ttl(self.ttl_config, ttl)))
+        # (no TTL given nor configured: none, without the two calls that say so)
+        ttl = (
+            None
+            if ttl is NOT_PROVIDED and not self.ttl_config
+            else _checked_ttl(_ensure_ttl(self.ttl_config, ttl))
+        )
+        # (the tuple made at once: the named tuple's class makes it through a Python call)
+        op = tuple.__new__(PutOp, (namespace, str(key), value, index, ttl))
         if type(namespace) is not tuple:
             op = op._replace(namespace=tuple(namespace))
         if isinstance(value, dict):  # one item written (``_put``'s one put, without its loop)

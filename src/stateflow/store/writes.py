@@ -2272,7 +2272,8 @@ class Writes(StoreCore):
                 encoded_outline(value) if type(value) is dict else None,
             )
             body_after[name] = value
-        bound = self._whole_bound(state)
+        bounds = self._whole_bounds  # (read by the write before: no call)
+        bound = self._whole_bound(state) if bounds is None else bounds.get(state, 0)
         if size > bound:
             return False
         try:
