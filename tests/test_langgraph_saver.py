@@ -22,7 +22,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from stateflow.config import Config, RetentionConfig
 from stateflow.errors import CorruptStore, InvalidInput
 from stateflow.langgraph import StateflowSaver
-from stateflow.langgraph.saver import _EARLIER, DECLARATION, STATE, _serializable_metadata
+from stateflow.langgraph.saver import _EARLIER, DECLARATION, STATE
 from stateflow.states import StatesService
 from stateflow.store import DocKey, Write, open_store
 from stateflow.store.clock import restoring_time
@@ -148,23 +148,6 @@ def _random_metadata(rng: random.Random) -> tuple[Any, dict[str, Any]]:
 
 class _Level(enum.IntEnum):
     LOW = 1
-
-
-def test_the_metadata_stored_is_langgraphs_serializable_metadata() -> None:
-    """The saver's merge of a config into a checkpoint's metadata gives what LangGraph's
-    ``get_serializable_checkpoint_metadata`` gives, on random configs and metadata: the same
-    keys in the same order, values of the same types (a text of a subclass of ``str`` made
-    exact, NUL characters dropped), without ``writes`` — and a new dict, not the caller's."""
-    rng = random.Random(23)
-    for _ in range(3000):
-        config, metadata = _random_metadata(rng)
-        before = repr((config, metadata))
-        made = _serializable_metadata(config, metadata)  # type: ignore[arg-type]
-        expected = get_serializable_checkpoint_metadata(config, metadata)  # type: ignore[arg-type]
-        assert repr((config, metadata)) == before  # (neither changed)
-        assert made is not metadata
-        assert list(made) == list(expected), (config, metadata)
-        assert [(type(v), v) for v in made.values()] == [(type(v), v) for v in expected.values()]
 
 
 def test_a_checkpoints_metadata_reads_back_as_langgraph_merges_it(backend: str) -> None:

@@ -36,7 +36,6 @@ from typing import Any, Final, cast
 import orjson
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
-    EXCLUDED_METADATA_KEYS,
     WRITES_IDX_MAP,
     BaseCheckpointSaver,
     ChannelVersions,
@@ -44,6 +43,7 @@ from langgraph.checkpoint.base import (
     CheckpointMetadata,
     CheckpointTuple,
     get_checkpoint_id,
+    get_serializable_checkpoint_metadata,
     writes_sort_key,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
@@ -164,29 +164,6 @@ def _saved(body: dict[str, Any]) -> dict[str, Any]:
 def _origin(run_id: str | None) -> WriteOrigin:
     """A write's origin, validated once per run (a frozen model the service takes as is)."""
     return WriteOrigin(consumer="langgraph", run_id=run_id)
-
-
-def _serializable_metadata(config: RunnableConfig, metadata: CheckpointMetadata) -> dict[str, Any]:
-    """LangGraph's ``get_serializable_checkpoint_metadata(config, metadata)`` (what its own
-    savers store), made without its three calls: ``metadata``'s texts without NUL characters,
-    with what ``config``'s ``metadata`` and ``configurable`` add under names neither internal
-    nor taken (texts likewise, numbers and booleans), less ``writes``. A new dict: the caller
-    may encode it in place."""
-    made: dict[str, Any] = {}
-    for key, v in metadata.items():
-        made[key] = v.replace("\x00", "") if isinstance(v, str) else v
-    for extra in (config.get("metadata"), config.get("configurable")):
-        if not extra:
-            continue
-        for key, v in extra.items():
-            if key in made or key in EXCLUDED_METADATA_KEYS or key.startswith("__"):
-                continue
-            if isinstance(v, str):
-                made[key] = v.replace("\x00", "")
-            elif isinstance(v, (int, bool, float)):
-                made[key] = v
-    made.pop("writes", None)
-    return made
 
 
 def _invocation(config: RunnableConfig) -> str | None:
@@ -624,7 +601,8 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         # place (only their members copied)
         bare: dict[str, Any] = dict(checkpoint)  # (in its order, without the values)
         del bare["channel_values"]
-        full_metadata = _serializable_metadata(config, metadata)
+        # (a new dict, LangGraph's own savers' merge: encoded in place below)
+        full_metadata = cast(dict[str, Any], get_serializable_checkpoint_metadata(config, metadata))
         run_id = full_metadata.get("run_id")
         if not isinstance(run_id, str):  # (exact: LangGraph's copy)
             run_id = None
