@@ -157,8 +157,9 @@ class _PgTx(Tx):
             self.poisoned = True
             interrupt_behind(exc)
             raise
-        except BaseException:  # stopped part way (a Ctrl-C): results may still be on their way
-            self.poisoned = True
+        except BaseException as exc:
+            if not isinstance(exc, Exception):  # stopped part way (a Ctrl-C): results may be on their way
+                self.poisoned = True
             raise
 
     def _execute(self, sql: str, params: Sequence[Any]) -> psycopg.Cursor[Any]:
@@ -1005,7 +1006,16 @@ class PostgresStore(SqlStore):
                         conn.execute("COMMIT")
                     rows = [cur.fetchone() for cur in cursors]
                 except psycopg.Error as exc:
-                    interrupt_behind(exc)
+                    if isinstance(exc.__context__, KeyboardInterrupt):
+                        # a Ctrl-C in the sending thread as the results came back (psycopg's
+                        # failure to leave pipeline mode stands in for it): whether the group
+                        # committed is unknown — never sent again, and not the other members'
+                        # Ctrl-C: a store error for each
+                        conn.close()
+                        raise StoreUnavailable(
+                            "the group's commit was interrupted as its results came back: whether "
+                            "it was written is unknown"
+                        ) from exc
                     if conn.broken:
                         raise  # the commit's outcome is unknown: every member says so
                     # a statement failed: the transaction ended, nothing was committed
