@@ -28,10 +28,12 @@ from hypothesis import strategies as st
 from stateflow.memory import Identity, MemoryConfig, MemoryView
 from stateflow.store import DocKey, SqlStore, Write, open_store
 from stateflow.store.check import check_store
-from stateflow.store.counting import FOLD_EVERY, sqlite_subject_kind
+from stateflow.store.counting import FOLD_EVERY, count_plans, counted_one, encoded, sqlite_subject_kind
 from stateflow.store.migrations import SQLITE, statements
 from stateflow.store.model import Document, Whole
+from stateflow.store.plan import WritePlan
 from stateflow.store.portable import dump, load
+from stateflow.store.rows import DocRow
 from stateflow.subjects import encode_subject
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -460,3 +462,41 @@ _JSONISH = st.recursive(
 )
 def test_the_kind_in_python_is_the_triggers_for_any_subject(subjects: list[str]) -> None:
     assert [sqlite_subject_kind(s) for s in subjects] == _triggered_kinds(subjects)
+
+
+_NAMES = st.lists(st.sampled_from(["a", "b", "c", 'q"uote', "\\"]), max_size=4)
+
+
+@given(
+    present=st.booleans(),
+    was_present=st.booleans(),
+    kind=st.sampled_from(["thread", "", "k\\u00e9", "\\ud800"]),
+    whole=st.booleans(),
+    added=_NAMES,
+    dropped=_NAMES,
+)
+def test_one_documents_counters_text_is_the_general_counts(
+    present: bool, was_present: bool, kind: str, whole: bool, added: list[str], dropped: list[str]
+) -> None:
+    """``counted_one`` (a commit of one document: the text kept by what decides it) gives the
+    bytes ``encoded(count_plans(…))`` gives, the first time and every time after."""
+    key = DocKey(
+        "t", encode_subject("agent", "a", "x", "k") if kind == "thread" else f'["a","b","{kind}","k"]'
+    )
+    row = DocRow(7, 1, True, None, 0, 0, 0, 0)
+    for created in (key, None):
+        plan = WritePlan(7, 2, present, was_present)
+        plan.created = created
+        if whole:
+            plan.names_moved = (added, dropped)
+        else:
+            plan.inserts = [(7, name) for name in added]
+            plan.deletes = [(7, name) for name in dropped]
+        expected = encoded(count_plans([plan], lambda: [(7, key)]))
+        locked = (
+            []
+            if created is not None
+            else [(DocKey("t", "other"), DocRow(3, 1, True, None, 0, 0, 0, 0)), (key, row)]
+        )
+        assert counted_one(plan, locked) == expected
+        assert counted_one(plan, locked) == expected  # (kept)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import sqlite3
 import sys
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -49,6 +51,9 @@ def test_a_new_document_is_created_whole_by_its_commit(tmp_path: Path) -> None:
         store._writer().set_trace_callback(None)
         # (a trigger's statements are traced with the text of the statement that fired it)
         on_documents = {s for s in statements if " documents " in s and "EXISTS" not in s}
+        # a created row is checked by its own insert (the documents' UNIQUE key), not looked
+        # up again by the transition's insert
+        assert not [s for s in statements if "NOT EXISTS" in s]
         # one insert of the whole row per document: no read, no absent row, no update after
         assert len(on_documents) == 5
         assert all(
@@ -68,12 +73,98 @@ def test_a_new_document_is_created_whole_by_its_commit(tmp_path: Path) -> None:
         store.update([made], _set((made, {"by": "store"})), optimistic=True)
         assert (other.get(made).body, other.get(made).revision) == ({"by": "store"}, 2)
         assert [c.revision for c in other.history([made])] == [2, 1]
+        _no_transition_without_change(path)  # (the refused creation left no transition behind)
         # a new document beside a known one commits both
         known, new = DocKey("s", "new-0"), DocKey("s", "beside")
         store.update([known, new], _set((known, {"n": 10}), (new, {"n": 11})), optimistic=True)
         assert (other.get(known).body, other.get(known).revision) == ({"n": 10}, 2)
         assert (other.get(new).body, other.get(new).revision) == ({"n": 11}, 1)
         assert store.count("s") == other.count("s") == 8
+    finally:
+        store.close()
+        other.close()
+
+
+def _no_transition_without_change(path: Path) -> None:
+    with sqlite3.connect(path) as conn:
+        assert conn.execute(
+            "SELECT count(*) FROM transitions t WHERE NOT EXISTS (SELECT 1 FROM changes c WHERE c.seq = t.seq)"
+        ).fetchone() == (0,)
+
+
+def test_a_document_read_but_not_written_is_still_checked_to_have_no_row(tmp_path: Path) -> None:
+    """A write that reads a document it leaves alone (a memory patch reads every scope, writes
+    one), which this store has never seen: its commit writes no row of that document to be
+    refused by the documents' key, so the transition's check is what finds that another store
+    made it — the write is computed again on the document as it is, never on it as absent."""
+    path = tmp_path / "s.db"
+    store, other = open_store(f"sqlite:///{path}"), open_store(f"sqlite:///{path}")
+    try:
+        store.update([DocKey("s", "warm")], _set((DocKey("s", "warm"), {"n": 0})), optimistic=True)
+        read, written = DocKey("s", "read"), DocKey("s", "written")
+        other.update([read], _set((read, {"seen": "by other"})), optimistic=True)
+        seen: list[Any] = []
+
+        def copy(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
+            seen.append(docs[read].body)  # (None: absent)
+            body = {"copy": docs[read].body}
+            return [Write.between(written, docs[written].value, body, docs[written].revision)], None
+
+        store.update([read, written], copy, optimistic=True)
+        assert seen[-1] == {"seen": "by other"}
+        assert other.get(written).body == {"copy": {"seen": "by other"}}
+        _no_transition_without_change(path)
+    finally:
+        store.close()
+        other.close()
+
+
+def test_a_creation_refused_in_a_group_commit_rolls_back_only_its_own_work(tmp_path: Path) -> None:
+    """A writer creating a row that another store made meanwhile, in a group with others: its
+    insert is refused by the documents' key inside its own savepoint — its transition with it
+    — while the group's other writes commit, and it writes on the row that exists."""
+    path = tmp_path / "s.db"
+    store, other = SqliteStore(path), open_store(f"sqlite:///{path}")
+    try:
+        held, made, new = DocKey("s", "held"), DocKey("s", "made"), DocKey("s", "new")
+        store.update([held], _set((held, {"n": 0})), optimistic=True)  # (ids reserved from here on)
+        other.update([made], _set((made, {"by": "other"})), optimistic=True)
+        inside = threading.Event()
+        errors: list[BaseException] = []
+
+        def holding(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
+            inside.set()
+            deadline = time.monotonic() + 60
+            while store._group._queued < 2:  # the others queue behind this turn
+                assert time.monotonic() < deadline, "writers never queued"
+                time.sleep(0.001)
+            return _set((held, {"n": 1}))(docs)
+
+        def run(key: DocKey, compute: Callable[[dict[DocKey, Document]], Any], optimistic: bool) -> None:
+            try:
+                store.update([key], compute, optimistic=optimistic)
+            except BaseException as exc:
+                errors.append(exc)
+
+        first = threading.Thread(target=run, args=(held, holding, False))
+        first.start()
+        assert inside.wait(60)
+        rest = [
+            threading.Thread(target=run, args=(key, _set((key, {"by": "store"})), True))
+            for key in (made, new)
+        ]
+        for thread in rest:
+            thread.start()
+        for thread in (first, *rest):
+            thread.join(60)
+        assert errors == []
+        assert store._group.largest >= 2  # (they did share a commit)
+        assert (other.get(held).body, other.get(held).revision) == ({"n": 1}, 2)
+        assert (other.get(made).body, other.get(made).revision) == ({"by": "store"}, 2)
+        assert [c.revision for c in other.history([made])] == [2, 1]
+        assert (other.get(new).body, other.get(new).revision) == ({"by": "store"}, 1)
+        _no_transition_without_change(path)
+        assert other.count("s") == 3
     finally:
         store.close()
         other.close()

@@ -102,13 +102,15 @@ SQLITE_ALL_COUNTER_ROWS: Final = (
 """``SQLITE_COUNTER_ROWS`` for every state."""
 
 SQLITE_UNFOLDED: Final = (
-    f"SELECT seq, counted FROM transitions WHERE {_UNFOLDED} AND counted IS NOT NULL "
+    f"SELECT count(*), counted FROM transitions WHERE {_UNFOLDED} AND counted IS NOT NULL GROUP BY counted "
     f"UNION ALL SELECT max(seq), NULL FROM transitions WHERE {_UNFOLDED}"
 )
-"""SQLite: what a fold folds — the deltas of the unfolded transitions that moved a counter,
-then one row of ``counted`` NULL whose seq is the newest unfolded (NULL: none), which is
-``counts_folded`` after it. Only those rows: most commits of a store ``put`` or
-``put_writes`` move nothing, and a row read into Python costs ~2,800 instructions."""
+"""SQLite: what a fold folds — each distinct text of deltas among the unfolded transitions
+that moved a counter, with how many transitions hold it, then one row of ``counted`` NULL whose
+first column is the newest unfolded seq (NULL: none), which is ``counts_folded`` after it. Only
+those rows, each text once: most commits of a store ``put`` move nothing, and the commits of
+one kind of write move the same counters (a LangGraph checkpoint: its kind and its one name),
+where a row read into Python costs ~2,800 instructions and its text's decoding more."""
 
 SQLITE_FOLD: Final = (
     "INSERT INTO state_counts (state, counter, name, n) VALUES (?, ?, ?, ?) "
@@ -171,6 +173,43 @@ def count_plans(
     return moved
 
 
+_ONE: dict[tuple[Any, ...], str | None] = {}
+"""``counted_one``'s texts by what decides them (cleared when large)."""
+_ONE_MAX: Final = 1024
+
+
+def counted_one(plan: WritePlan, locked: Sequence[tuple[DocKey, Any]]) -> str | None:
+    """``encoded(count_plans([plan], …))`` for a commit of one document (most commits), whose
+    key is the one it creates or, among ``locked`` (key, row) pairs, that of the row of its
+    ``doc_id``: the same text, kept by what decides it — the state, the kind where ``present``
+    flips and which way, the names added and dropped — so a commit that moves what an earlier
+    one moved (a LangGraph checkpoint: its kind and its one name) builds no counters and
+    encodes nothing, and one that moves nothing (a store item rewritten) looks up no key."""
+    flips = plan.present != plan.was_present
+    names = plan.names_moved
+    if names is None:
+        if not (flips or plan.inserts or plan.deletes):
+            return None
+        added: tuple[str, ...] = tuple([row[1] for row in plan.inserts])
+        dropped: tuple[str, ...] = tuple([name for _, name in plan.deletes])
+    else:
+        if not (flips or names[0] or names[1]):
+            return None
+        added, dropped = tuple(names[0]), tuple(names[1])
+    key = plan.created
+    if key is None:
+        doc_id = plan.doc_id
+        key = next(k for k, row in locked if row.doc_id == doc_id)
+    decided = (key.state, sqlite_subject_kind(key.subject) if flips else None, plan.present, added, dropped)
+    try:
+        return _ONE[decided]
+    except KeyError:
+        if len(_ONE) >= _ONE_MAX:
+            _ONE.clear()
+        text = _ONE[decided] = encoded(count_plans([plan], lambda: ((plan.doc_id, key),)))
+        return text
+
+
 def encoded(moved: Moved) -> str | None:
     """``transitions.counted``: ``[[state, counter, name, delta], …]`` as JSON text (text, not
     bytes: SQLite's JSON functions refuse a blob), None where nothing moved."""
@@ -199,6 +238,17 @@ def deltas_of(counted: str) -> list[list[Any]]:
         return orjson.loads(counted)  # type: ignore[no-any-return]
     except orjson.JSONDecodeError:  # (a kind with an escaped lone surrogate: ``encoded``)
         return json.loads(counted)  # type: ignore[no-any-return]
+
+
+def folded(rows: Iterable[tuple[int, str]]) -> Moved:
+    """The deltas of ``SQLITE_UNFOLDED``'s texts (each held by ``n`` transitions) summed by
+    counter, none at zero."""
+    moved: Moved = {}
+    for n, counted in rows:
+        for in_state, kind, name, delta in deltas_of(counted):
+            counter = (in_state, kind, name)
+            moved[counter] = moved.get(counter, 0) + n * delta
+    return {counter: n for counter, n in moved.items() if n}
 
 
 def summed(rows: Iterable[Sequence[Any]], state: str | None = None) -> Moved:

@@ -67,9 +67,10 @@ def checked_transition(changed: bool, shape: str, claims: int, counted: bool = F
     """The transition's insert that writes its row only while the documents of ``shape``
     (:func:`unmoved`) have not moved and none of ``claims`` op ids is claimed — its values the
     time, the origin, the changed keys where ``changed``, the counters' deltas where
-    ``counted`` (``Backend.counts_in_transitions``), then the condition's. Formatted once
-    per shape: a commit sends the same text (the connection's statement cache finds it by
-    identity, not by hashing and comparing a new text of a few hundred characters)."""
+    ``counted`` (``Backend.counts_in_transitions``; left out, so NULL, where nothing moved),
+    then the condition's. Formatted once per shape: a commit sends the same text (the
+    connection's statement cache finds it by identity, not by hashing and comparing a new text
+    of a few hundred characters)."""
     parts = [_AT_ROW if part == "r" else _NO_ROW for part in shape]
     parts += [_UNCLAIMED] * claims
     check = joined(parts, "AND") or "1 = 1"

@@ -58,6 +58,7 @@ from stateflow.store.counting import (
     SQLITE_FOLD,
     SQLITE_FOLDED,
     SQLITE_UNFOLDED,
+    folded,
     quoted,
     summed,
 )
@@ -334,6 +335,14 @@ class _Member:
             group.wait()
             if group.error is not None:  # each waiter raises its own copy (own traceback)
                 raise copy.copy(group.error).with_traceback(None) from group.error
+        spare = commit.spare
+        if len(spare) < _SPARE_MEMBERS and self._request is None:  # (done with: the next write's)
+            spare.append(self)
+
+
+_SPARE_MEMBERS: Final = 8
+"""members kept for the next writes (``_GroupCommit.spare``): a writer's turn that ended well
+leaves its member there, so a write makes and drops none — each drop a call of ``__del__``"""
 
 
 class _Requesting(_Member):
@@ -412,6 +421,8 @@ class _GroupCommit:
         self.checked: int | None = None
         """the WAL-index change counter (``iChange``, see ``_after``) the last group's commit
         made, its schema version found current: a group that finds it reads no version"""
+        self.spare: list[_Member] = []
+        """members whose turn ended well, each taken again by a write (``SqliteStore._write_tx``)"""
         self.commits = 0
         """groups committed so far (for tests and benchmarks)"""
         self.largest = 0
@@ -604,9 +615,10 @@ class _GroupCommit:
                                 error is None and conn is not None and not conn.in_transaction,
                                 lone,
                             )
-                    finally:
+                    except BaseException:  # (not a ``finally``: a turn let go holds nothing to ask of)
                         if self.queue.held:  # (stopped in there before it let the turn go: once more)
                             self.queue.release()
+                        raise
                 finally:
                     if lone:
                         group.attempts = group.members = 0
@@ -991,7 +1003,10 @@ class SqliteStore(SqlStore):
             if not self._group.orphaned():
                 return nullcontext(self._group.tx(self._writer()))
             self._group.recover()
-        return _Member(self._group)  # (the group's ``holder`` while inside)
+        try:  # (a member whose turn ended well: no member made and dropped for each write)
+            return self._group.spare.pop()
+        except IndexError:
+            return _Member(self._group)  # (the group's ``holder`` while inside)
 
     def write_lock_held(self) -> bool:
         """Whether a write begun now would wait for its turn: this process's writers are in
@@ -1073,14 +1088,37 @@ class SqliteStore(SqlStore):
             if unborn
             else None
         )
-        if created:
-            # checked to have no row still (under the writer lock), then created by the emit
+        if not created:
+            return super()._commit_planned(locked, shared, claims, origin, plans)
+        inserted = set()
+        for plan in plans:
+            plan.created = key = created.get(plan.doc_id)
+            if key is not None:
+                inserted.add(plan.doc_id)
+        if self._group.holder == _get_ident():  # (inside a write of our own: never, in the product)
+            # checked to have no row still, in the transition's insert: a failing insert of the
+            # row would end the enclosing write, which is not this commit's to end
             locked = [(key, NO_ROW if row.doc_id in created else row) for key, row in locked]
-            for plan in plans:
-                plan.created = created.get(plan.doc_id)
+            return super()._commit_planned(locked, shared, claims, origin, plans)
+        # a created row is checked by its own insert, not by the transition's: the documents'
+        # UNIQUE (state, subject) refuses a key that has a row by now (another store created it),
+        # and that refusal ends this commit's turn rolled back — its transition with it, nothing
+        # written —, where a NOT EXISTS in the transition's insert sought the key in the index
+        # once more on every creating commit. A row found absent that no plan writes (a scope a
+        # memory patch reads but leaves alone) is still checked to have none: nothing inserts it
+        locked = [
+            (key, row if row.doc_id not in created else NO_ROW)
+            for key, row in locked
+            if row.doc_id not in inserted
+        ]
+        try:
             if self._spare_ids.left() < REFILL_BELOW:
                 return self._commit_refilling(locked, shared, claims, origin, plans)
-        return super()._commit_planned(locked, shared, claims, origin, plans)
+            return super()._commit_planned(locked, shared, claims, origin, plans)
+        except StoreError as exc:
+            if _created_elsewhere(exc):
+                return None  # (nothing written: the locked path decides, on the row that exists)
+            raise
 
     def _commit_refilling(
         self,
@@ -1584,15 +1622,15 @@ class SqliteStore(SqlStore):
     def _fold_counts(self, tx: Tx) -> None:
         # (one writer at a time holds the database: no other fold can be under way)
         newest = None
-        deltas = []
-        for seq, counted in tx.all(SQLITE_UNFOLDED):
+        texts = []
+        for first, counted in tx.all(SQLITE_UNFOLDED):
             if counted is None:  # (the newest unfolded seq's row)
-                newest = seq
+                newest = first
             else:
-                deltas.append((None, None, None, None, counted))
+                texts.append((first, counted))
         if newest is None:
             return
-        moved = summed(deltas)
+        moved = folded(texts)
         if moved:  # (in key order, as any reader of the rows takes them)
             tx.many(SQLITE_FOLD, [(*counter, n) for counter, n in sorted(moved.items())])
         tx.run(SQLITE_FOLDED, (str(int(newest)),))
@@ -1668,6 +1706,17 @@ def _claim_of(tx: Tx, request: Request) -> tuple[Any, ...] | None:
     """The claim of a request another writer's turn took (its seq), if that turn committed it."""
     return tx.one(
         "SELECT seq FROM applied_ops WHERE scope = ? AND op_id = ?", (writer_requests.SCOPE, request.id)
+    )
+
+
+def _created_elsewhere(exc: StoreError) -> bool:
+    """Whether ``exc`` is the documents' UNIQUE (state, subject) refusing a row a commit
+    creates: another store created the document since this one found it absent."""
+    cause = exc.__cause__
+    return (
+        isinstance(cause, sqlite3.IntegrityError)
+        and getattr(cause, "sqlite_errorname", "") == "SQLITE_CONSTRAINT_UNIQUE"
+        and "documents.state, documents.subject" in str(cause)
     )
 
 

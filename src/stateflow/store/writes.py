@@ -26,9 +26,9 @@ from stateflow.errors import Conflict, InvalidInput, StateflowError, WriteAborte
 from stateflow.store import tree_skeleton, tree_update
 from stateflow.store.cache import Heads
 from stateflow.store.cancel import committed
-from stateflow.store.clock import utc_now
+from stateflow.store.clock import micros_of, utc_now
 from stateflow.store.core import KNOWN_ROWS_MAX, ROWS_PER_QUERY, StoreCore
-from stateflow.store.counting import FOLD_EVERY, Moved, count_plans, encoded
+from stateflow.store.counting import FOLD_EVERY, Moved, count_plans, counted_one, encoded
 from stateflow.store.ledger import (
     OpIdTaken,
     checked_transition,
@@ -1170,20 +1170,29 @@ class Writes(StoreCore):
         Here: one write transaction that checks, then writes (SQLite's writer lock excludes
         every other writer meanwhile, so the check holds to the commit). The time is taken under
         that lock, so on one file times follow seq order as on the locked path."""
+        counted = None
+        counts = self.counts_in_transitions
+        if counts:  # (from the plans alone: before the turn, which other writers wait for)
+            if len(plans) == 1:  # (most commits: one document)
+                counted = counted_one(plans[0], locked)
+            else:
+                counted = encoded(count_plans(plans, lambda: [(r.doc_id, k) for k, r in locked]))
         with self._write_tx() as tx:
             at = utc_now()
             # the checks ride with the transition's insert: no row comes back when one fails
-            params: list[Any] = [self._stored_time(at), encode_trusted(origin)]
+            params: list[Any] = [micros_of(at) if self.times_as_micros else at, encode_trusted(origin)]
             keys = self.transition_keys
             if keys:
                 params.append(changed_keys(plans))
-            counts = self.counts_in_transitions
-            if counts:
-                params.append(encoded(count_plans(plans, lambda: [(r.doc_id, k) for k, r in locked])))
+            # (NULL where nothing moved — a store ``put``'s rewrite —: the column left out, not
+            # a None bound, which the driver adapts through a call of its adapter)
+            moved = counted is not None
+            if moved:
+                params.append(counted)
             shape = unmoved((*shared, *locked), params)
             for claim in claims:
                 params += claim
-            inserted = tx.insert_one(checked_transition(keys, shape, len(claims), counts), params, "seq")
+            inserted = tx.insert_one(checked_transition(keys, shape, len(claims), moved), params, "seq")
             if inserted is None:
                 return None
             seq = inserted
@@ -1197,8 +1206,8 @@ class Writes(StoreCore):
                 )
             # (the tuple made in C: a NamedTuple's own ``__new__`` is a Python call, ~1,200 more)
             self._emit(tx, plans, _new_tuple(SeqRef, ("?", (seq,))))
-            if counts:
-                self._fold_due(tx, seq)
+            if counts and seq % FOLD_EVERY == 0:  # (``_fold_due``, inline: every commit asks)
+                self._fold_counts(tx)
             return seq, at
 
     def _transition(
@@ -1797,7 +1806,7 @@ class Writes(StoreCore):
             # row in one statement for all of them, not one per document
             _emit_together(tx, plans, seq)
             return
-        sql = _statements_for(seq.sql)
+        sql = _BY_SEQ_SQL.get(seq.sql) or _statements_for(seq.sql)
         for plan in plans:
             body = plan.body  # (None: member form, as before the write)
             if plan.copies_mark is not None:  # (first: the copy is of the row's body before this write)
