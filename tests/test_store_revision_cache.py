@@ -156,3 +156,36 @@ def test_a_writes_entries_are_held_as_its_plan_made_them() -> None:
     heads.hold(7, large)
     held = heads.entry(7, 4)
     assert held is not None and held[1] is large[1] and held[2] is None and held[3] == 0
+
+
+def test_an_entry_holding_a_body_alone_makes_its_heads_when_first_asked() -> None:
+    """A whole-form document's entry may hold its body without heads (a record written once):
+    ``get`` and ``entry`` make them from the body — those a reader of the row makes
+    (``rows.whole_members``: positions from 0, sizes and outlines computed) — and keep them;
+    ``body`` answers without making them; an entry whose body is not kept (larger than an
+    eighth of the bytes) gets its heads at once, since nothing is left to make them from."""
+    import orjson
+
+    from stateflow.store.rows import whole_members
+
+    body = {"saved": {"a": 1, "b": [1, 2]}, "n": 3}
+    expected = whole_members(7, 3, orjson.dumps(body), "a body")[0]
+    cache = HeadCache(max_bytes=800)
+
+    def heads_held(doc_id: int) -> Any:
+        return cache._entries[doc_id][1]
+
+    cache.hold(7, (3, None, body, 40))
+    assert heads_held(7) is None and cache.body(7, 3) is body and cache.body(7, 2) is None
+    assert heads_held(7) is None  # (the body alone asked: no heads made)
+    entry = cache.entry(7, 3)
+    assert entry is not None and entry[1] == expected and entry[2] is body and entry[3] == 40
+    assert heads_held(7) is entry[1] and cache.get(7, 3) is entry[1]  # made once, kept
+    assert list(entry[1]) == ["saved", "n"] and [h[2] for h in entry[1].values()] == [0, 1]
+    cache.hold(8, (5, None, body, 40))
+    assert cache.get(8, 5) == whole_members(8, 5, orjson.dumps(body), "a body")[0]
+    assert cache.get(8, 4) is None and cache.entry(8, 6) is None
+    cache.hold(9, (2, None, body, 101))  # not kept: heads made now
+    held = cache._entries[9]
+    assert held[1] == whole_members(9, 2, orjson.dumps(body), "a body")[0]
+    assert held[2] is None and held[3] == 0 and cache._bytes == 80

@@ -22,6 +22,7 @@ from stateflow.states.search import matches
 from stateflow.store import DocKey, SqlStore, Whole, Write, open_store
 from stateflow.store.plan import WHOLE_ROW_MAX
 from stateflow.store.postgres import PostgresStore
+from stateflow.store.rows import whole_members
 from stateflow.store.sqlite import _UNSPELLED
 from stateflow.subjects import encode_subject
 
@@ -495,6 +496,64 @@ def _members_cached(store: SqlStore, key: DocKey) -> dict[str, bool]:
     heads = store._heads.entry(row.doc_id, row.revision)
     assert heads is not None
     return {name: store._cache.lookup((row.doc_id, name), head[3])[0] for name, head in heads[1].items()}
+
+
+def test_a_document_written_once_holds_its_body_alone_until_its_heads_are_asked(
+    stores: tuple[SqlStore, SqlStore, Path],
+) -> None:
+    """A whole-form creation whose change keeps the mark (a record written once: a checkpoint)
+    leaves the head cache its body alone: its heads — an outline for each object member — are
+    made when first asked, and a writer that checks the document did not move (``write_whole``'s
+    ``also``: a checkpoint's parent) reads the body alone. The heads made are those a reader
+    of the row makes (positions from 0, also when the document is created again after a delete,
+    where the row's next position is past them), and every read and later write answers as
+    another store on the file does."""
+    whole, _, path = stores
+    key, child = DocKey(STATE, "once"), DocKey(STATE, "child")
+    _fill(whole, DocKey("other", "first"), {"a": 1})  # (ids are reserved once a document exists)
+
+    def held(at: DocKey) -> tuple[int, Any, Any, int]:
+        row = whole._rows_known[at]
+        return whole._heads._entries[row.doc_id]
+
+    def written_on(body: Body) -> None:
+        def build(shared: dict[DocKey, Any], was: dict[str, Any] | None) -> Whole:
+            assert shared[key] == body  # (the document checked: its body as last written)
+            return Whole({"n": len(body)}, [[]])  # (each call another body: written)
+
+        assert whole.write_whole(child, build, {"door": "test"}, also=key)
+
+    body = {"a": 1, "b": {"c": [1, 2]}, "d": "x"}
+    _whole_write(whole, key, body)
+    assert held(key)[1] is None and held(key)[2] == body
+    written_on(body)
+    assert held(key)[1] is None  # read as a parent: no heads made
+    reader = open_store(str(path))
+    assert isinstance(reader, SqlStore)
+    try:
+        row = whole._rows_known[key]
+        made = whole._heads.get(row.doc_id, row.revision)  # first asked: made from the body
+        assert made == whole_members(row.doc_id, row.revision, _rows(whole, key)[0], "a row")[0]
+        assert held(key)[1] is made  # (made once, kept)
+        assert _everything(whole, key) == _everything(reader, key)
+        whole.commit([Write.between(key, whole.get(key).body, None, row.revision)])
+        assert whole._rows_known[key].next_position == 3
+        again = {"e": {"f": 1}, "a": 2}
+        _whole_write(whole, key, again)  # created again: its row's next position is 3
+        assert held(key)[1] is None
+        written_on(again)
+        row = whole._rows_known[key]
+        assert row.next_position == 5
+        made = whole._heads.get(row.doc_id, row.revision)
+        assert made is not None and [h[2] for h in made.values()] == [0, 1]
+        assert made == whole_members(row.doc_id, row.revision, _rows(whole, key)[0], "a row")[0]
+        # the next writes start from the heads made: a member added, then past the bound
+        _whole_write(whole, key, {**again, "g": [1]})
+        _whole_write(whole, key, {**again, "g": [1], "big": _value(WHOLE_ROW_MAX)})
+        assert _form(whole, key) == "members"
+        assert _everything(whole, key) == _everything(reader, key)
+    finally:
+        reader.close()
 
 
 def test_a_whole_form_write_is_planned_without_member_entries_and_reads_back(

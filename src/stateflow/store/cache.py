@@ -13,7 +13,7 @@ from collections import OrderedDict
 from collections.abc import Hashable, Iterable, Mapping
 from typing import Any, Final, Generic, TypeVar
 
-from stateflow.store.rows import MemberHead
+from stateflow.store.rows import MemberHead, whole_heads
 
 DEFAULT_CACHE_BYTES: Final = 256 * 1024 * 1024
 
@@ -25,6 +25,14 @@ Heads = Mapping[str, MemberHead]
 """A document's member heads by name, in position order."""
 Known = dict[str, Any]
 """A document's body, assembled (its members' values by name, in position order)."""
+Entry = tuple[int, Heads, Known | None, int]
+"""A head-cache entry: ``(revision, heads, known or None, size)``."""
+Held = tuple[int, Heads | None, Known | None, int]
+"""An entry as a write hands it to the cache (``Fresh.heads``) and the cache holds it: heads
+None where it holds a whole-form document's body alone — its heads are the body's
+(:func:`rows.whole_heads`), made when first asked (:meth:`HeadCache.get`, :meth:`HeadCache.entry`):
+a record written once in whole form (a checkpoint) is mostly never asked for them, and its
+next writer's ``Writes._known_body`` reads the body alone."""
 
 
 class HeadCache:
@@ -35,7 +43,8 @@ class HeadCache:
     saves the head query of a write or a partial read. Bounded by documents and by the encoded
     size of the bodies held (the members are shared with the member cache, so this bounds what
     stays alive after it lets go); past either bound everything goes (a miss costs one head
-    query, or one assembly from the member cache)."""
+    query, or one assembly from the member cache). An entry may hold a whole-form document's
+    body without its heads (:data:`Held`): they are made from it when first asked."""
 
     def __init__(
         self,
@@ -47,30 +56,55 @@ class HeadCache:
         self.max_bytes = max_bytes
         self.largest = max_bytes // 8 if largest is None else largest
         """bodies larger than this are not kept assembled"""
-        self._entries: dict[int, tuple[int, Heads, Known | None, int]] = {}
+        self._entries: dict[int, Held] = {}
         self._bytes = 0
         self._lock = threading.Lock()
 
     def get(self, doc_id: int, revision: int) -> Heads | None:
         entry = self._entries.get(doc_id)
-        return entry[1] if entry is not None and entry[0] == revision else None
+        if entry is None or entry[0] != revision:
+            return None
+        heads = entry[1]
+        return heads if heads is not None else self._made(doc_id, entry)[1]
 
-    def entry(self, doc_id: int, revision: int) -> tuple[int, Heads, Known | None, int] | None:
+    def entry(self, doc_id: int, revision: int) -> Entry | None:
         """The whole entry — ``(revision, heads, known or None, size)`` — held at ``revision``."""
         entry = self._entries.get(doc_id)
-        return entry if entry is not None and entry[0] == revision else None
+        if entry is None or entry[0] != revision:
+            return None
+        if entry[1] is None:
+            return self._made(doc_id, entry)
+        return entry  # type: ignore[return-value]  # (heads not None: no cast's call, every write)
+
+    def body(self, doc_id: int, revision: int) -> Known | None:
+        """The body held assembled at ``revision``, if any — its heads not made where they are
+        not (what a writer that reads only the body asks: ``Writes._known_body``)."""
+        entry = self._entries.get(doc_id)
+        return entry[2] if entry is not None and entry[0] == revision else None
+
+    def _made(self, doc_id: int, entry: Held) -> Entry:
+        """``entry`` (a body held without its heads) with its heads made from the body, held in
+        its place unless another replaced it meanwhile."""
+        revision, _, known, size = entry
+        assert known is not None, "an entry without heads holds the body they are made from"
+        made = (revision, whole_heads(doc_id, revision, known), known, size)
+        with self._lock:
+            if self._entries.get(doc_id) is entry:
+                self._entries[doc_id] = made
+        return made
 
     def put(
-        self, doc_id: int, revision: int, heads: Heads, known: Known | None = None, size: int = 0
+        self, doc_id: int, revision: int, heads: Heads | None, known: Known | None = None, size: int = 0
     ) -> None:
         """Hold ``heads`` (and ``known``, the body of ``size`` encoded bytes) at
         ``revision``, unless a newer revision is held; heads alone at the revision held keep
-        what is assembled there."""
+        what is assembled there (``heads`` None: the body's, made when first asked)."""
         self.hold(doc_id, (revision, heads, known, size))
 
-    def hold(self, doc_id: int, entry: tuple[int, Heads, Known | None, int]) -> None:
+    def hold(self, doc_id: int, entry: Held) -> None:
         """:meth:`put` of an entry as :meth:`entry` gives it back — ``(revision, heads, known
-        or None, size)`` —, held as it is (a write's entry, made once by its plan)."""
+        or None, size)`` —, held as it is (a write's entry, made once by its plan); heads
+        None: the body's, made when first asked, or now where the body is not held."""
         revision, _, known, size = entry
         entries, lock = self._entries, self._lock
         lock.acquire()  # (not ``with``: on every write, and its ``__exit__`` takes an argument tuple)
@@ -88,7 +122,14 @@ class HeadCache:
                     return
                 self._bytes -= current[3]  # (0 where nothing is assembled)
             if known is None or size > self.largest:
-                entries[doc_id] = entry if known is None and size == 0 else (revision, entry[1], None, 0)
+                heads = entry[1]
+                if heads is None:  # (the body not held: its heads made from it now)
+                    assert known is not None, "an entry without heads holds the body they are made from"
+                    heads = whole_heads(doc_id, revision, known)
+                elif known is None and size == 0:
+                    entries[doc_id] = entry
+                    return
+                entries[doc_id] = (revision, heads, None, 0)
                 return
             held = self._bytes + size
             if held > self.max_bytes:

@@ -214,10 +214,12 @@ class Fresh:
     members: list[tuple[tuple[int, str], int, Any, int]]
     """((doc_id, name), revision, value, size) of each member value written: the member
     cache's entries (``RevisionCache.put_many``)"""
-    heads: dict[int, tuple[int, dict[str, MemberHead], Known | None, int]]
+    heads: dict[int, tuple[int, dict[str, MemberHead] | None, Known | None, int]]
     """doc_id → (revision, member heads by name in position order, and the body assembled with
     its encoded size where every member was known — ``None, 0`` where not)
-    after the write, where the heads before it were known: one entry of ``StoreCore._heads``"""
+    after the write, where the heads before it were known: one entry of ``StoreCore._heads``;
+    heads None where the write leaves a whole-form document's body alone, its heads the body's,
+    made when first asked (``cache.Held``)"""
     bodies: Mapping[int, tuple[int, dict[str, Any] | None, int]]
     """doc_id → (revision, body, encoded size) after the write, where every member was known
     (only for stores that keep whole bodies: ``keeps_bodies``; :meth:`keep_body`); their time

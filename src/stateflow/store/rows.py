@@ -6,7 +6,7 @@ Every decode of stored bytes goes through here, so a damaged value always surfac
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Final
@@ -181,11 +181,25 @@ def whole_members(
     body = decode_stored(raw, what)
     if type(body) is not dict:
         raise CorruptData(f"stored {what} is corrupt: a whole-form body is not an object")
+    return whole_heads(doc_id, revision, body), body
+
+
+def whole_heads(
+    doc_id: int, revision: int, body: dict[str, Any], encoded: Mapping[str, bytes] | None = None
+) -> dict[str, MemberHead]:
+    """A whole-form document's member heads, made from its body: by name in the body's order,
+    each member's position its place (from 0, whatever the row's ``next_position``: the body
+    holds no positions, and a write's heads must equal those a reader of the row makes), its
+    revision the document's, its size and outline computed here. The one place they are made,
+    whether the row was read (:func:`whole_members`) or written here (a head-cache entry that
+    holds the body alone makes them when first asked: ``HeadCache``). ``encoded``: each member's
+    encoding where the writer has it (its size then not encoded again)."""
     heads: dict[str, MemberHead] = {}
     for position, (name, value) in enumerate(body.items()):
         outline = encoded_outline(value) if type(value) is dict else None
-        heads[name] = (doc_id, name, position, revision, len(encode_trusted(value)), outline)
-    return heads, body
+        size = len(encode_trusted(value) if encoded is None else encoded[name])
+        heads[name] = (doc_id, name, position, revision, size, outline)
+    return heads
 
 
 def decode_stored(raw: Any, what: str) -> Any:

@@ -75,7 +75,7 @@ from stateflow.store.migrations import (
 )
 from stateflow.store.model import Commit, DocKey, Document, Write, doc_keys
 from stateflow.store.plan import Fresh, WritePlan, validate_writes
-from stateflow.store.rows import NO_ROW, DocRow, lock_order, outline_of
+from stateflow.store.rows import NO_ROW, DocRow, lock_order, outline_of, whole_heads
 from stateflow.store.served_patch import Served
 from stateflow.store.sqlite_file import (
     WAL_PAGES,
@@ -1433,8 +1433,11 @@ class SqliteStore(SqlStore):
                 if entry is not None and entry[0] == row.revision and entry[2] is not None:
                     if row.doc_id in fresh.roots:
                         held.pop(key, None)
-                    else:
-                        held[key] = (row, entry[2], entry[1])
+                    else:  # (heads not made by the write: the body's, made now)
+                        made = entry[1]
+                        if made is None:
+                            made = whole_heads(row.doc_id, row.revision, entry[2])
+                        held[key] = (row, entry[2], made)
                     continue
                 was = held.get(key)
                 if was is None or was[0].doc_id != row.doc_id or was[0].revision != row.revision:

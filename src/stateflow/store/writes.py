@@ -72,6 +72,7 @@ from stateflow.store.rows import (
     outline_of,
     rows_by_key,
     to_row,
+    whole_heads,
     whole_members,
 )
 from stateflow.store.served_patch import Served
@@ -1156,6 +1157,21 @@ class Writes(StoreCore):
         self._heads.put(doc_id, row.revision, heads, body, row.body_size)
         return row, body, heads
 
+    def _known_body(self, key: DocKey) -> tuple[DocRow, dict[str, Any] | None] | None:
+        """:meth:`_known`'s row and body alone, for a caller that reads no heads (the shared
+        documents of ``write_whole``): a body held without its heads (``cache.Held``) is
+        answered without making them."""
+        row = self._rows_known.get(key)
+        if row is None:
+            return None
+        if not row.present:
+            return row, None
+        body = self._heads.body(row.doc_id, row.revision)
+        if body is not None:
+            return row, body
+        found = self._known(key, row)  # (heads held without the body: assembled)
+        return None if found is None else (row, found[1])
+
     def _commit_planned(
         self,
         locked: Sequence[tuple[DocKey, DocRow]],
@@ -1929,7 +1945,7 @@ class Writes(StoreCore):
             shared_rows = []
             ordered = _shared_in_order(shared)
             for other in ordered:
-                found = self._known(other)
+                found = self._known_body(other)
                 if found is None:
                     return False
                 bodies[other] = found[1]
@@ -1944,7 +1960,7 @@ class Writes(StoreCore):
             )
         bodies, rows_held = handed[2], handed[3]
         if also is not None:
-            found = self._known(also)
+            found = self._known_body(also)
             if found is None:
                 return False
             bodies = {**bodies, also: found[1]}
@@ -2014,7 +2030,7 @@ class Writes(StoreCore):
         dropped), its change the mark unless not ``marks`` (``Whole.rewritten``); else member
         form."""
         bound = self._whole_bound(state) if self.whole_form else 0
-        made = self._new_whole(row, body, encoded, fresh, bound) if bound else None
+        made = self._new_whole(row, body, encoded, fresh, bound, marks) if bound else None
         if made is not None:
             plan, whole, size, position = made
         else:  # member form: a row for every member
@@ -2080,46 +2096,48 @@ class Writes(StoreCore):
         return plan
 
     def _new_whole(
-        self, row: DocRow, body: dict[str, Any], encoded: Mapping[str, bytes] | None, fresh: Fresh, bound: int
+        self,
+        row: DocRow,
+        body: dict[str, Any],
+        encoded: Mapping[str, bytes] | None,
+        fresh: Fresh,
+        bound: int,
+        once: bool,
     ) -> tuple[WritePlan, bytes, int, int] | None:
         """:meth:`_plan_new`'s plan of a document whose state keeps whole bodies up to
         ``bound`` encoded bytes, in whole form (the encoded body in its row) — the plan
         :meth:`_whole_rows` makes of member rows, made without them: no member rows, no
         member-cache entries (a whole-form document's members come from the head cache's
         body) — with the body's encoding, its size and the next position; None where the body
-        does not fit (member form)."""
-        doc_id = row.doc_id
-        revision = row.revision + 1
-        position = row.next_position
+        does not fit (member form). ``once``: the document is likely written once (its change
+        keeps the mark: a checkpoint), so the head cache holds its body alone and makes its
+        heads when first asked (``cache.Held``) — nobody reads the heads of a document while it
+        is whole but a rewrite, and the next put's check of it (``_known_body``) reads the body
+        alone; else they are made now, for its next write (``rows.whole_heads``)."""
+        if encoded is None:
+            encoded = {name: encode_trusted(value) for name, value in body.items()}
         size = 0
-        heads: dict[str, MemberHead] = {}
         parts = []
-        for name, value in body.items():
-            data = encode_trusted(value) if encoded is None else encoded[name]
-            length = len(data)
-            heads[name] = (
-                doc_id,
-                name,
-                position,
-                revision,
-                length,
-                encoded_outline(value) if type(value) is dict else None,
-            )
-            parts.append(orjson.dumps(name) + b":" + data)
-            position += 1
-            size += length
+        dumps = _dumps
+        for name in body:
+            data = encoded[name]
+            size += len(data)
+            parts.append(dumps(name) + b":" + data)
         whole = b"{" + b",".join(parts) + b"}"
         if len(whole) > bound:  # (``bound`` is at most ``WHOLE_ROW_MAX``)
             return None
+        doc_id = row.doc_id
+        revision = row.revision + 1
         plan = WritePlan(doc_id, revision, True, False)
         plan.body = whole
         plan.names_moved = (list(body), [])  # (every name added: ``_names_moved`` of none before)
         if self._roots.get(doc_id) is not None:  # (it held a tree member before its delete)
             fresh.keep_roots(doc_id, (revision, {}))
+        heads = None if once else whole_heads(doc_id, revision, body, encoded)
         fresh.heads[doc_id] = (revision, heads, body, size)
         if self.keeps_bodies:
             fresh.keep_body(doc_id, (revision, body, size))
-        return plan, whole, size, position
+        return plan, whole, size, row.next_position + len(body)
 
     def _plan_groups(
         self,
