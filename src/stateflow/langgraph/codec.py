@@ -135,12 +135,39 @@ def shaped_members(value: dict[str, Any]) -> bool:
     again; False where :func:`shaped` refuses (then some members may be copies already, equal
     and of the same types: the caller's fallback encodes the object as it is)."""
     for k, v in value.items():
-        if type(v) in _LEAVES:
+        kind = type(v)
+        if kind in _LEAVES:
             continue
-        v = shaped(v, 1)
-        if v is NOT_PLAIN:
-            return False
-        value[k] = v  # (the dict's size never changes while iterating)
+        # (the members' own objects and lists copied here, ``shaped(v, 1)`` written out: a
+        # checkpoint's members are mostly objects of leaves, and a call each costs more than
+        # the loop it runs)
+        if kind is dict:
+            copied: dict[str, Any] = v.copy()
+            for name, item in v.items():
+                if type(item) in _LEAVES:
+                    continue
+                item = shaped(item, 2)
+                if item is NOT_PLAIN:
+                    return False
+                copied[name] = item
+            value[k] = copied  # (the dict's size never changes while iterating)
+        elif kind is list:
+            items: list[Any] = v.copy()
+            n = -1
+            for item in v:
+                n += 1
+                if type(item) in _LEAVES:
+                    continue
+                item = shaped(item, 2)
+                if item is NOT_PLAIN:
+                    return False
+                items[n] = item
+            value[k] = items
+        else:
+            v = shaped(v, 1)
+            if v is NOT_PLAIN:
+                return False
+            value[k] = v
     return True
 
 

@@ -161,6 +161,11 @@ class Records:
             )
         return made
 
+    def subject_head(self, kind: str, prefix: str) -> str:
+        """The subject of a record of ``kind`` whose key is ``prefix`` followed by text that
+        JSON needs not escape, up to that text: the subject is the head, that text and ``"]``."""
+        return encode_subject("agent", self.target_name, kind, prefix)[:-2]
+
     def key_of(self, doc_key: DocKey) -> str:
         """The subject key of a stored subject of this tenant."""
         import orjson
@@ -226,6 +231,7 @@ class Records:
         general: Callable[..., object],
         args: tuple[Any, ...] = (),
         guard: tuple[DocKey, Callable[[Any], bool]] | None = None,
+        doc_key: DocKey | None = None,
     ) -> DocKey:
         """Write one record of a shape the adapter builds itself, through the store's writes of
         a whole document (``Store.write_whole`` on the documents as last seen here, else
@@ -248,9 +254,11 @@ class Records:
         :class:`Whole` where the new body does not depend on the current one (no function
         made per write). ``guard``: ``(key, holds)``, a document the new body depends on, which
         ``holds(body)`` must accept (as last seen here, then as the commit finds it: the commit
-        checks it did not move), else :class:`Stale` and nothing written. Returns the record's
-        document key."""
-        doc_key = self.doc_key(kind, key)
+        checks it did not move), else :class:`Stale` and nothing written. ``doc_key``: the
+        record's document key where the caller made it (``doc_key(kind, key)``'s, uncached: a
+        key written once). Returns the record's document key."""
+        if doc_key is None:
+            doc_key = self.doc_key(kind, key)
         if not key.strip() or self.schema is None:
             general(*args)
             return doc_key

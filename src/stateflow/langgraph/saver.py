@@ -139,6 +139,9 @@ _EARLIER: Final[list[dict[str, Any]]] = [
 """The schemas earlier versions declared: over one, the saver declares its own widened by what
 that one had (a store keeps the records they allowed, which the saver still reads)."""
 _PARENTS_KEPT = 1024
+_HEADS_KEPT = 1024
+_ROOT: Final[list[list[str]]] = [[]]
+"""The paths of a record written whole (shared: nobody changes them)."""
 _CHECKPOINT_KEYS: Final = frozenset(("id", "channel_versions", "versions_seen"))
 """What LangGraph reads of every checkpoint it is given back."""
 
@@ -276,10 +279,23 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         self._parents: OrderedDict[tuple[str, str, str], _Learnt] = OrderedDict()
         # the channel values of checkpoints that hold other checkpoints' unchanged channels
         self._held: OrderedDict[DocKey, dict[str, Any]] = OrderedDict()
+        # by (thread, ns): its checkpoints' key and subject up to the id (``_head``)
+        self._heads: dict[tuple[str, str], tuple[str, str]] = {}
 
     # ------------------------------------------------------------------ keys
 
     _key = staticmethod(functools.lru_cache(maxsize=16384)(_key_of))
+
+    def _head(self, thread_id: str, ns: str) -> tuple[str, str]:
+        """The key of a checkpoint of this thread and namespace up to its id's spelling, and
+        its record's subject up to the same point (kept, bounded: a new checkpoint's id is new,
+        so its key and document key are these with the id appended, not cached)."""
+        heads = self._heads
+        if len(heads) >= _HEADS_KEPT:
+            heads.clear()
+        prefix = f"{_thread_part(thread_id, ns)}/"
+        made = heads[(thread_id, ns)] = (prefix, self.records.subject_head(CHECKPOINT, prefix))
+        return made
 
     @staticmethod
     def _split(key: str) -> tuple[str, str, str]:
@@ -620,19 +636,29 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
             "channel_values": inline,
             "sources": sources,
         }
-        key = _key_of(thread_id, ns, checkpoint_id)
+        # the key and document key made from the thread's (``_key_of``'s, ``ascending`` inline:
+        # a new checkpoint's are new, so no cache of them would ever hit)
+        try:
+            spelt = checkpoint_id.encode().hex()
+        except UnicodeEncodeError:  # a lone surrogate: named as the thread's parts are
+            checked_copy(checkpoint_id, "checkpoint_id")
+            raise
+        head = self._heads.get((thread_id, ns)) or self._head(thread_id, ns)
+        key = head[0] + spelt
         origin = _origin(run_id or _invocation(config))
         if type(checkpoint_id) is not str or not (parent_id is None or type(parent_id) is str):
             self._exact(saved, values, bare, full_metadata)
             self._put_general(key, saved, origin)  # (the schema's refusal)
             doc_key = self.records.doc_key(CHECKPOINT, key)
         else:
+            # (the id's hex digits need no escaping in the subject's JSON)
+            doc_key = tuple.__new__(DocKey, (self.records.state, head[1] + spelt + '"]'))
             try:  # (``_encoded``'s common case, without its calls)
                 encoded = orjson.dumps(saved, option=STRICT)
             except TypeError:
                 encoded = self._encoded(saved, values, bare, full_metadata)
             try:
-                doc_key = self._write_lean(key, saved, encoded, origin, guard)
+                self._write_lean(key, doc_key, saved, encoded, origin, guard)
             except Stale:
                 # learnt from the parent's record as it no longer is (another process trimmed
                 # the thread): forget what was learnt from any record, and keep every value of
@@ -643,7 +669,7 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
                 inline = {c: encode(v) for c, v in values.items()}
                 saved = {**saved, "channel_values": inline, "sources": sources}
                 encoded = self._encoded(saved, values, bare, full_metadata)
-                doc_key = self._write_lean(key, saved, encoded, origin, None)
+                self._write_lean(key, doc_key, saved, encoded, origin, None)
         # what the next put learns of this one: the channel versions (the copy the record
         # holds, where it holds the checkpoint as JSON: nobody's but this saver's and the
         # store's, which change neither), where each value is, and the values held here
@@ -698,11 +724,12 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
     def _write_lean(
         self,
         key: str,
+        doc_key: DocKey,
         saved: dict[str, Any],
         encoded: bytes,
         origin: WriteOrigin,
         guard: tuple[DocKey, Callable[[Any], bool]] | None,
-    ) -> DocKey:
+    ) -> None:
         """A checkpoint's record written whole (``encoded``: ``saved``'s bytes), ``guard`` (its
         parent's record) checked by the commit (:class:`Stale` if it moved, nothing written)."""
         # valid by construction: the names are strings (run_id a string or None), the codec
@@ -711,17 +738,19 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         # leaves (the codec copies, the names are exact strings, and ``orjson`` refuses a
         # channel named by a subclass of ``str``), so the store may cache it as it is; its
         # bytes are the member's row and the change's edit (a new checkpoint: encoded once)
-        # (one member: one row, one key entry, one count)
-        return self.records.write(
+        # (one member: one row, one key entry, one count; the tuple made in C, without the
+        # named tuple's Python ``__new__``)
+        self.records.write(
             CHECKPOINT,
             key,
-            Whole({"saved": saved}, [[]], {"saved": encoded}),
+            tuple.__new__(Whole, ({"saved": saved}, _ROOT, {"saved": encoded}, None, False)),
             origin=origin,
             context=self.context,
             action="replace",
             general=self._put_general,
             args=(key, saved, origin),
             guard=guard,
+            doc_key=doc_key,
         )
 
     def _put_general(self, key: str, saved: dict[str, Any], origin: WriteOrigin) -> None:
