@@ -22,7 +22,7 @@ from stateflow.states.search import matches
 from stateflow.store import DocKey, SqlStore, Whole, Write, open_store
 from stateflow.store.plan import WHOLE_ROW_MAX
 from stateflow.store.postgres import PostgresStore
-from stateflow.store.rows import whole_members
+from stateflow.store.rows import outline_of, whole_members
 from stateflow.store.sqlite import _UNSPELLED
 from stateflow.subjects import encode_subject
 
@@ -584,5 +584,44 @@ def test_a_whole_form_write_is_planned_without_member_entries_and_reads_back(
             {"a": 2, "b": {"c": [1, 2]}, "d": "new"},
             {"a": 2, "b": {"c": [1, 2]}, "d": "new", "big": big},
         ]
+    finally:
+        other.close()
+
+
+def test_a_rewrite_keeps_an_object_members_outline_only_where_it_is_unchanged(
+    stores: tuple[SqlStore, SqlStore, Path],
+) -> None:
+    """A whole-form rewrite keeps an object member's outline from before only where its keys,
+    their order and their values' types are unchanged; every other rewrite outlines it again —
+    the cached outline is the one a reader of the file makes (another store on it)."""
+    whole, _, path = stores
+    key = DocKey(STATE, "outline")
+    _fill(whole, DocKey("other", "first"), {"a": 1})  # (ids are reserved once a document exists)
+    bodies: list[Body] = [
+        {"v": {"n": 1, "t": "x", "l": ["a"]}, "w": 1},
+        {"v": {"n": 2, "t": "x", "l": ["a"]}, "w": 1},  # (kept: a value changed, its type not)
+        {"v": {"t": "x", "n": 3, "l": ["a"]}, "w": 1},  # the keys reordered
+        {"v": {"t": "x", "n": "3", "l": ["a"]}, "w": 1},  # a value's kind changed
+        {"v": {"t": "x", "n": True, "l": ["a"]}, "w": 2},  # a string to a boolean
+        {"v": {"t": "x", "n": 1, "l": ["a"]}, "w": 2},  # a boolean to a number
+        {"v": {"t": "x", "n": 1.5, "l": ["a"]}, "w": 2},  # an integer to a float: the same kind
+        {"v": {"t": "x", "n": 1.5, "m": ["a"]}, "w": 2},  # a key renamed
+        {"v": {"t": "x", "n": 1.5}, "w": 2},  # a key dropped
+        {"v": {"t": "x", "n": 1.5, "k": {}}, "w": 2},  # a key added
+        {"v": [1], "w": 2},  # no longer an object
+        {"v": {"t": None}, "w": 2},  # an object again
+        {"v": {"p": 1, "q": 2}, "w": 2},
+        {"v": {"q": 2, "p": 3}, "w": 2},  # two keys of one type swapped
+    ]
+    other = open_store(str(path))
+    assert isinstance(other, SqlStore)
+    try:
+        for body in bodies:
+            _whole_write(whole, key, body)
+            assert _form(whole, key) == "whole"
+            cached = whole.get(key, ["w"], outlines=["v"]).outlines
+            other._heads.clear()  # (the file's rows, outlined again)
+            assert cached == other.get(key, ["w"], outlines=["v"]).outlines, body
+            assert cached == {"v": outline_of(body["v"]) if type(body["v"]) is dict else None}, body
     finally:
         other.close()

@@ -1993,14 +1993,22 @@ class Writes(StoreCore):
             # becomes a tree (larger than ``TREE_MIN``): the general path (``update``) writes it
             assert body is not None
             groups = whole.edits if whole.edits is not None else _edits_by_member(body, whole)
-            replaced = (
-                self._plan_groups(key.state, row, body, heads, whole.body, groups, paths, fresh)
-                if groups
-                else None
-            )
-            if replaced is None:
+            if not groups:
                 return False
-            plan = replaced
+            # (``_plan_groups``'s two ways, taken here: most rewrites of a whole-form record
+            # stay whole)
+            rewritten = (
+                self._rewrite_whole(key.state, row, body, heads, whole.body, groups, paths, fresh)
+                if row.whole and self.whole_form
+                else False
+            )
+            if rewritten is False:  # (member form before or after the write)
+                replaced = self._plan_members(key.state, row, body, heads, whole.body, groups, paths, fresh)
+                if replaced is None:
+                    return False
+                plan = replaced
+            else:
+                plan = rewritten
         plans = [plan]
         committed = self._commit_planned([(key, row)], rows_held, (), origin, plans)
         if committed is None:
@@ -2161,6 +2169,21 @@ class Writes(StoreCore):
             rewritten = self._rewrite_whole(state, row, before, had, after, groups, paths, fresh)
             if rewritten is not False:
                 return rewritten
+        return self._plan_members(state, row, before, had, after, groups, paths, fresh)
+
+    def _plan_members(
+        self,
+        state: str,
+        row: DocRow,
+        before: dict[str, Any],
+        had: Heads,
+        after: Mapping[str, Any],
+        groups: dict[str, list[Any]],
+        paths: bytes,
+        fresh: Fresh,
+    ) -> WritePlan | None:
+        """:meth:`_plan_groups` with member rows: a document in member form before or after the
+        write (one in whole form before it that leaves that form: converted)."""
         doc_id = row.doc_id
         revision = row.revision + 1
         size = row.body_size
@@ -2247,14 +2270,15 @@ class Writes(StoreCore):
         groups: dict[str, list[Any]],
         paths: bytes,
         fresh: Fresh,
-    ) -> WritePlan | Literal[False] | None:
+    ) -> WritePlan | Literal[False]:
         """:meth:`_plan_groups`'s plan of a document in whole form before the write that stays
         in whole form after it — its new body encoded in its row — made without the member
         rows that form drops (no row tuples, no member-cache entries; the heads and body
-        after the write go to the head cache as :meth:`_plan_groups` leaves them). None where
-        a member written is or becomes a tree (as :meth:`_plan_groups`); False
+        after the write go to the head cache as :meth:`_plan_groups` leaves them). False
         where the body after the write does not fit the state's bound: nothing was planned,
-        and :meth:`_plan_groups` plans the member rows it converts to."""
+        and :meth:`_plan_members` plans the member rows it converts to (or says a member
+        becomes a tree: a whole-form body is at most ``WHOLE_ROW_MAX``, far below ``TREE_MIN``,
+        so no member of one is a tree, and one that becomes a tree leaves the bound)."""
         doc_id = row.doc_id
         revision = row.revision + 1
         size = row.body_size
@@ -2267,8 +2291,6 @@ class Writes(StoreCore):
         dropped = False
         for name in groups:
             old = had.get(name)
-            if old is not None and old[4] > TREE_MIN:
-                return None  # (maybe a tree: its nodes are the locked path's)
             value = after.get(name, MISSING)
             if value is MISSING:  # (a delete edit names a member the document has)
                 assert old is not None
@@ -2277,27 +2299,24 @@ class Writes(StoreCore):
                 dropped = True
                 continue
             try:  # (orjson itself: ``encode_trusted``'s call only where it refuses)
-                encoded = len(_dumps(value))
+                size_of = len(_dumps(value))
             except TypeError:
-                encoded = len(encode_trusted(value))
-            if encoded > TREE_MIN:
-                return None  # it becomes a tree
+                size_of = len(encode_trusted(value))
             if old is not None:
-                size += encoded - old[4]
+                size += size_of - old[4]
                 at = old[2]
+                outline = old[5]
+                if type(value) is not dict:
+                    outline = None
+                elif outline is None or not _outline_kept(before[name], value):
+                    outline = encoded_outline(value)
             else:
                 added.append(name)
                 at = position
                 position += 1
-                size += encoded
-            heads[name] = (
-                doc_id,
-                name,
-                at,
-                revision,
-                encoded,
-                encoded_outline(value) if type(value) is dict else None,
-            )
+                size += size_of
+                outline = encoded_outline(value) if type(value) is dict else None
+            heads[name] = (doc_id, name, at, revision, size_of, outline)
             body_after[name] = value
         bounds = self._whole_bounds  # (read by the write before: no call)
         bound = self._whole_bound(state) if bounds is None else bounds.get(state, 0)
@@ -2311,7 +2330,13 @@ class Writes(StoreCore):
             return False
         plan = WritePlan(doc_id, revision, True, True)
         plan.paths = paths
-        self._document_after(plan, row, _change_edits(plan, groups, self._change_room(plan)), size, position)
+        room = self.change_row_max  # (``_change_room``, inline: on every rewrite)
+        if room is not None:
+            if len(paths) > room // 2:
+                plan.paths_apart = True
+            else:
+                room -= len(paths)
+        self._document_after(plan, row, _change_edits(plan, groups, room), size, position)
         plan.body = body
         plan.was_whole = True
         if row.marked is not False:  # (its change may be the mark: replaced first)
@@ -2410,6 +2435,20 @@ def _change_edits(plan: WritePlan, groups: dict[str, list[Any]], room: int | Non
     its change row where they fit (``room``: what its paths leave, None: any), else a
     ``change_edits`` row per member; their encoded bytes (what the snapshot's count adds)."""
     doc_id, revision = plan.doc_id, plan.revision
+    if len(groups) == 1:  # (most writes edit one member: no lists, no join)
+        ((member, group),) = groups.items()
+        try:  # (orjson itself: ``encode_trusted``'s call only where it refuses)
+            encoded_group = _dumps(group)
+        except TypeError:
+            encoded_group = encode_trusted(group)
+        edit_bytes = len(encoded_group)
+        if edit_bytes <= INLINE_EDITS_MAX:
+            alone = b"[[%b,%b]]" % (_dumps(member), encoded_group)
+            if room is None or len(alone) <= room:
+                plan.inline = alone
+                return edit_bytes
+        plan.edits = [(doc_id, revision, member, encoded_group, None, 0)]
+        return edit_bytes
     planned: list[tuple[int, int, str, bytes, bytes | None, int]] = []
     parts = []  # (each member's inline form, made beside its row: no second loop)
     edit_bytes = 0
@@ -2424,6 +2463,18 @@ def _change_edits(plan: WritePlan, groups: dict[str, list[Any]], room: int | Non
     else:
         plan.edits = planned
     return edit_bytes
+
+
+def _outline_kept(was: Any, value: dict[str, Any]) -> bool:
+    """Whether an object member's outline — its keys in order and their kinds
+    (``rows.outline_of``) — is still the one it had as ``was``: the same keys in the same
+    order, each holding a value of the same type (a kind is a type's). Compared in C, without
+    the outline made and encoded again."""
+    return (
+        type(was) is dict
+        and list(was) == list(value)
+        and list(map(type, was.values())) == list(map(type, value.values()))
+    )
 
 
 def _edits_by_member(before: dict[str, Any], whole: Whole) -> dict[str, list[Any]]:
