@@ -1957,6 +1957,7 @@ class Writes(StoreCore):
                 tuple(row for _, row in shared_rows),
                 bodies,
                 tuple(shared_rows),
+                lock_order(ordered[-1]) if ordered else None,  # (the last one's place, for ``also``)
             )
         bodies, rows_held = handed[2], handed[3]
         if also is not None:
@@ -1965,25 +1966,31 @@ class Writes(StoreCore):
                 return False
             bodies = {**bodies, also: found[1]}
             added = (*rows_held, (also, found[0]))
-            if rows_held and lock_order(also) < lock_order(rows_held[-1][0]):  # (the one order)
+            if rows_held and lock_order(also) < handed[4]:  # (the one order)
                 added = tuple(sorted(added, key=lambda pair: lock_order(pair[0])))
             rows_held = added
-        known = self._known(key)
-        if known is None or known[0] is NO_ROW:
-            if known is None and key in self._rows_known:
-                return False  # its row is known, its members are not
+        # the document as last seen here: none (a new one: its row made, absent), else its
+        # row, body and heads (``_known``)
+        row = self._rows_known.get(key)
+        if row is None or row is NO_ROW:
             created = self._absent_rows([key])
             if not created:
                 return False
-            known = (created[key], None, {})
-        row, body, heads = known
+            row = created[key]
+            body: dict[str, Any] | None = None
+            heads: Heads = NONE
+        else:
+            known = self._known(key, row)
+            if known is None:
+                return False  # its row is known, its members are not
+            body, heads = known[1], known[2]
         whole = build(bodies, body)
         fresh = Fresh()
         # (the whole body set, as most adapters' writes are: those paths' encoding is known)
         paths = _ROOT_ENCODED if whole.paths == _ROOT_PATHS else encode_trusted(whole.paths)
         if not row.present:  # the first body (or one after a delete): rows straight from it
             plan = self._plan_new(
-                key.state, row, whole.body, whole.encoded, paths, fresh, marks=not whole.rewritten
+                key.state, row, whole.body, whole.encoded, paths, fresh, not whole.rewritten
             )
         else:
             # a body replaced: its rows straight from its edits — the writer's, made with the
@@ -2013,7 +2020,8 @@ class Writes(StoreCore):
         committed = self._commit_planned([(key, row)], rows_held, (), origin, plans)
         if committed is None:
             return False
-        _stamp((key,), plans, *committed, fresh)
+        seq, at = committed  # (unpacked here: a call by ``*`` makes a tuple of every argument)
+        _stamp((key,), plans, seq, at, fresh)
         self._remember(fresh)
         return True
 
@@ -2025,7 +2033,6 @@ class Writes(StoreCore):
         encoded: Mapping[str, bytes] | None,
         paths: bytes,
         fresh: Fresh,
-        *,
         marks: bool = True,
     ) -> WritePlan:
         """The rows of a document written whole where it has no body (new, or deleted before):
@@ -2037,7 +2044,11 @@ class Writes(StoreCore):
         its plan is made so from the start (:meth:`_new_whole`: no member rows made to be
         dropped), its change the mark unless not ``marks`` (``Whole.rewritten``); else member
         form."""
-        bound = self._whole_bound(state) if self.whole_form else 0
+        if self.whole_form:
+            bounds = self._whole_bounds  # (read by an earlier write: no call)
+            bound = self._whole_bound(state) if bounds is None else bounds.get(state, 0)
+        else:
+            bound = 0
         made = self._new_whole(row, body, encoded, fresh, bound, marks) if bound else None
         if made is not None:
             plan, whole, size, position = made
@@ -2086,9 +2097,7 @@ class Writes(StoreCore):
             # whole form: the change keeps the mark, not a second copy of the row's body — the
             # first write past this revision puts the copy in its place (``_copy_mark``); the
             # snapshot's count takes the edit's length as member form's (``[[[],`` and ``]]``)
-            self._document_after(plan, row, len(whole) + 7, size, position)
-            doc = plan.row
-            doc.whole = doc.marked = True
+            self._document_after(plan, row, len(whole) + 7, size, position, True, True)
             plan.inline = CHANGE_MARK
             return plan
         edit = b"[[[]," + whole + b"]]"
@@ -2097,10 +2106,10 @@ class Writes(StoreCore):
             plan.inline = inline
         else:
             plan.edits = [(plan.doc_id, plan.revision, "", edit, None, 0)]
-        self._document_after(plan, row, len(edit), size, position)
         if made is not None:  # whole form, its change keeping the body (``Whole.rewritten``)
-            doc = plan.row
-            doc.whole, doc.marked = True, False
+            self._document_after(plan, row, len(edit), size, position, True, False)
+        else:
+            self._document_after(plan, row, len(edit), size, position)
         return plan
 
     def _new_whole(
@@ -2369,8 +2378,17 @@ class Writes(StoreCore):
         return room
 
     @staticmethod
-    def _document_after(plan: WritePlan, row: DocRow, edit_bytes: int, size: int, position: int) -> None:
-        """The document's row after a planned write: a snapshot when one is due."""
+    def _document_after(
+        plan: WritePlan,
+        row: DocRow,
+        edit_bytes: int,
+        size: int,
+        position: int,
+        whole: bool = False,
+        marked: bool | None = None,
+    ) -> None:
+        """The document's row after a planned write: a snapshot when one is due. ``whole`` and
+        ``marked``: the row's (``DocRow``), where the planner knows them already."""
         revision = plan.revision
         since = row.bytes_since_snapshot + edit_bytes
         snapshot_revision = row.snapshot_revision
@@ -2393,6 +2411,9 @@ class Writes(StoreCore):
             since,
             size,
             position,
+            None,
+            whole,
+            marked,
         )
 
     def _take_snapshot(self, tx: Tx, doc_id: int, revision: int, present: bool) -> None:
