@@ -50,6 +50,22 @@ def utc_now() -> str:
     return text
 
 
+def utc_now_stored() -> tuple[str, int | str]:
+    """``utc_now()`` and its ``micros_of`` together: what a SQLite commit takes under the write
+    lock, its text to answer and its microseconds to store, in one call (it asked for both, a
+    second call every commit)."""
+    global _second
+    restored = _RESTORED_AT.get()
+    if restored is not None:
+        return restored, micros_of(restored)
+    now = time.time_ns() // 1000
+    second, micros = divmod(now, 1_000_000)
+    cached = _second
+    if cached[0] != second:
+        cached = _second = (second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second)))
+    return f"{cached[1]}.{micros:06d}Z", now
+
+
 def utc_text(moment: datetime) -> str:
     """``moment`` (UTC) as the store writes times: ``YYYY-MM-DDTHH:MM:SS.ffffffZ``."""
     return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")

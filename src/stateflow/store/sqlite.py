@@ -204,7 +204,7 @@ class _Member:
     context manager: this runs on every commit, and ``contextlib`` costs more than the few
     lines it would save.)"""
 
-    __slots__ = ("__weakref__", "_commit", "_conn", "_first", "_group")
+    __slots__ = ("__weakref__", "_commit", "_conn", "_first", "_group", "_ref")
     _request: Request | None = None
     """a memory patch to publish while waiting for the turn (``_Requesting``)"""
 
@@ -212,6 +212,9 @@ class _Member:
         self._commit = commit
         self._conn: sqlite3.Connection | None = None
         """the writer connection once this writer's part of the transaction may have begun"""
+        self._ref = weakref.ref(self)
+        """this member as ``_GroupCommit.owner`` names it: made once, as the member is kept
+        for the next writes (``_GroupCommit.spare``), not made and dropped on every turn"""
 
     def __enter__(self) -> _SqliteTx:
         commit = self._commit
@@ -241,7 +244,8 @@ class _Member:
                         retry_after=max(1, round(wait)),
                     )
                 left = max(0.0, deadline - time.monotonic())
-            commit.owner = (weakref.ref(self), sys._getframe(1), _get_ident())
+            me = _get_ident()
+            commit.owner = (self._ref, sys._getframe(1), me)
             self._group = commit._group
             tx = commit._tx  # (kept with its connection from one group to the next)
             if tx is None:  # the first write, or the first since a close: the connection opened
@@ -268,7 +272,14 @@ class _Member:
                 # connection has committed since, and a migration is a commit
                 if first and commit.too_new is not None:
                     watch = commit.watch
-                    count = None if watch is None else watch.change_count()
+                    if watch is None:
+                        count = None
+                    elif (words := watch.words) is not None:  # (``change_count``, inline)
+                        count = words[2]
+                        if count != words[14]:
+                            count = None
+                    else:
+                        count = watch.change_count()
                     if count is None or count != commit.checked:
                         version = tx.cursor.execute(_VERSION_SQL).fetchone()
                         if version is not None and int(version[0]) > SCHEMA_VERSION:
@@ -277,7 +288,7 @@ class _Member:
                     commit.checked = None if count is None else (count + 1) & 0xFFFFFFFF
             except sqlite3.Error as exc:
                 raise _mapped(exc) from exc
-            commit.holder = _get_ident()
+            commit.holder = me
             return tx  # (inside the ``try``: ``__exit__`` runs only once this has returned)
         except BaseException:
             if turn:
@@ -682,8 +693,10 @@ class _CommitWatch:
     def __init__(self, path: Path) -> None:
         self._path = Path(f"{path}-shm")
         self._map: mmap.mmap | None = None
-        self._words: memoryview | None = None
-        """the header's 32-bit fields, native order as SQLite writes them (``change_count``)"""
+        self.words: memoryview | None = None
+        """the header's 32-bit fields, native order as SQLite writes them, once mapped
+        (``change_count``; read in place by a group's begin, ``_Member.__enter__``, where the
+        call costs more than its two items)"""
         self._fd: int | None = None
         """Kept open until the store closes, after its connections: closing any descriptor of
         a file drops every POSIX lock this process holds on it — here SQLite's own locks on the
@@ -709,14 +722,14 @@ class _CommitWatch:
         None where ``version`` would answer None. Two items of a view of the mapped header,
         where ``version`` copies it twice and an ``int.from_bytes`` of a slice parses the
         order's name (~3,300 instructions, on every group's begin)."""
-        words = self._words
+        words = self.words
         if words is None:
             if self.version() is None:  # (maps the file: not there yet, or torn)
                 return None
             header = self._map
             if header is None:
                 return None
-            words = self._words = memoryview(header)[:96].cast("I")
+            words = self.words = memoryview(header)[:96].cast("I")
         count = words[2]
         return count if count == words[14] else None
 
@@ -741,9 +754,9 @@ class _CommitWatch:
 
     def close(self) -> None:
         """Only once the store's connections are closed (see ``_fd``)."""
-        if self._words is not None:
-            self._words.release()  # (a mapping with a view of it cannot be closed)
-            self._words = None
+        if self.words is not None:
+            self.words.release()  # (a mapping with a view of it cannot be closed)
+            self.words = None
         if self._map is not None:
             self._map.close()
             self._map = None

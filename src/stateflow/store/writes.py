@@ -26,7 +26,7 @@ from stateflow.errors import Conflict, InvalidInput, StateflowError, WriteAborte
 from stateflow.store import tree_skeleton, tree_update
 from stateflow.store.cache import Heads
 from stateflow.store.cancel import committed
-from stateflow.store.clock import micros_of, utc_now
+from stateflow.store.clock import utc_now, utc_now_stored
 from stateflow.store.core import KNOWN_ROWS_MAX, ROWS_PER_QUERY, StoreCore
 from stateflow.store.counting import FOLD_EVERY, Moved, count_plans, counted_one, encoded
 from stateflow.store.ledger import (
@@ -1194,9 +1194,12 @@ class Writes(StoreCore):
             else:
                 counted = encoded(count_plans(plans, lambda: [(r.doc_id, k) for k, r in locked]))
         with self._write_tx() as tx:
-            at = utc_now()
+            if self.times_as_micros:
+                at, stored = utc_now_stored()
+            else:
+                at = stored = utc_now()
             # the checks ride with the transition's insert: no row comes back when one fails
-            params: list[Any] = [micros_of(at) if self.times_as_micros else at, encode_trusted(origin)]
+            params: list[Any] = [stored, encode_trusted(origin)]
             keys = self.transition_keys
             if keys:
                 params.append(changed_keys(plans))
