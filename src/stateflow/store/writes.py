@@ -2005,20 +2005,10 @@ class Writes(StoreCore):
             groups = whole.edits if whole.edits is not None else _edits_by_member(body, whole)
             if not groups:
                 return False
-            # (``_plan_groups``'s two ways, taken here: most rewrites of a whole-form record
-            # stay whole)
-            rewritten = (
-                self._rewrite_whole(key.state, row, body, heads, whole.body, groups, paths, fresh)
-                if row.whole and self.whole_form
-                else False
-            )
-            if rewritten is False:  # (member form before or after the write)
-                replaced = self._plan_members(key.state, row, body, heads, whole.body, groups, paths, fresh)
-                if replaced is None:
-                    return False
-                plan = replaced
-            else:
-                plan = rewritten
+            replaced = self._plan_groups(key.state, row, body, heads, whole.body, groups, paths, fresh)
+            if replaced is None:
+                return False
+            plan = replaced
         plans = [plan]
         committed = self._commit_planned([(key, row)], rows_held, (), origin, plans)
         if committed is None:
