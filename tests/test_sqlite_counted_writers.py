@@ -474,14 +474,16 @@ _NAMES = st.lists(st.sampled_from(["a", "b", "c", 'q"uote', "\\"]), max_size=4)
     whole=st.booleans(),
     added=_NAMES,
     dropped=_NAMES,
+    state=st.sampled_from(["t", "u"]),
 )
 def test_one_documents_counters_text_is_the_general_counts(
-    present: bool, was_present: bool, kind: str, whole: bool, added: list[str], dropped: list[str]
+    present: bool, was_present: bool, kind: str, whole: bool, added: list[str], dropped: list[str], state: str
 ) -> None:
     """``counted_one`` (a commit of one document: the text kept by what decides it) gives the
-    bytes ``encoded(count_plans(…))`` gives, the first time and every time after."""
+    bytes ``encoded(count_plans(…))`` gives, the first time and every time after — for each
+    state (its texts are kept across states: one state's must never answer for another's)."""
     key = DocKey(
-        "t", encode_subject("agent", "a", "x", "k") if kind == "thread" else f'["a","b","{kind}","k"]'
+        state, encode_subject("agent", "a", "x", "k") if kind == "thread" else f'["a","b","{kind}","k"]'
     )
     row = DocRow(7, 1, True, None, 0, 0, 0, 0)
     for created in (key, None):

@@ -189,11 +189,14 @@ def whole_heads(
 ) -> dict[str, MemberHead]:
     """A whole-form document's member heads, made from its body: by name in the body's order,
     each member's position its place (from 0, whatever the row's ``next_position``: the body
-    holds no positions, and a write's heads must equal those a reader of the row makes), its
-    revision the document's, its size and outline computed here. The one place they are made,
-    whether the row was read (:func:`whole_members`) or written here (a head-cache entry that
-    holds the body alone makes them when first asked: ``HeadCache``). ``encoded``: each member's
-    encoding where the writer has it (its size then not encoded again)."""
+    holds no positions), its revision the document's, its size and outline computed here. The
+    one place they are made from a body, whether the row was read (:func:`whole_members`) or
+    created here (a head-cache entry that holds the body alone makes them when first asked:
+    ``HeadCache``). A whole-form document's positions only order its members: a rewrite's heads
+    (``Writes._rewrite_whole``) keep each kept member's position and give an added one the
+    row's ``next_position``, which a reader numbers by place instead — the same order, never a
+    position at or past ``next_position``. ``encoded``: each member's encoding where the writer
+    has it (its size then not encoded again)."""
     heads: dict[str, MemberHead] = {}
     for position, (name, value) in enumerate(body.items()):
         outline = encoded_outline(value) if type(value) is dict else None
