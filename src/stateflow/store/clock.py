@@ -51,19 +51,10 @@ def utc_now() -> str:
 
 
 def utc_now_stored() -> tuple[str, int | str]:
-    """``utc_now()`` and its ``micros_of`` together: what a SQLite commit takes under the write
-    lock, its text to answer and its microseconds to store, in one call (it asked for both, a
-    second call every commit)."""
-    global _second
-    restored = _RESTORED_AT.get()
-    if restored is not None:
-        return restored, micros_of(restored)
-    now = time.time_ns() // 1000
-    second, micros = divmod(now, 1_000_000)
-    cached = _second
-    if cached[0] != second:
-        cached = _second = (second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second)))
-    return f"{cached[1]}.{micros:06d}Z", now
+    """``utc_now()`` and its ``micros_of``: the text a SQLite commit answers and the value its
+    transition stores (the time just taken is found by identity, not parsed again)."""
+    text = utc_now()
+    return text, micros_of(text)
 
 
 def utc_text(moment: datetime) -> str:

@@ -272,14 +272,7 @@ class _Member:
                 # connection has committed since, and a migration is a commit
                 if first and commit.too_new is not None:
                     watch = commit.watch
-                    if watch is None:
-                        count = None
-                    elif (words := watch.words) is not None:  # (``change_count``, inline)
-                        count = words[2]
-                        if count != words[14]:
-                            count = None
-                    else:
-                        count = watch.change_count()
+                    count = None if watch is None else watch.change_count()
                     if count is None or count != commit.checked:
                         version = tx.cursor.execute(_VERSION_SQL).fetchone()
                         if version is not None and int(version[0]) > SCHEMA_VERSION:
@@ -693,10 +686,8 @@ class _CommitWatch:
     def __init__(self, path: Path) -> None:
         self._path = Path(f"{path}-shm")
         self._map: mmap.mmap | None = None
-        self.words: memoryview | None = None
-        """the header's 32-bit fields, native order as SQLite writes them, once mapped
-        (``change_count``; read in place by a group's begin, ``_Member.__enter__``, where the
-        call costs more than its two items)"""
+        self._words: memoryview | None = None
+        """the header's 32-bit fields, native order as SQLite writes them (``change_count``)"""
         self._fd: int | None = None
         """Kept open until the store closes, after its connections: closing any descriptor of
         a file drops every POSIX lock this process holds on it — here SQLite's own locks on the
@@ -722,14 +713,14 @@ class _CommitWatch:
         None where ``version`` would answer None. Two items of a view of the mapped header,
         where ``version`` copies it twice and an ``int.from_bytes`` of a slice parses the
         order's name (~3,300 instructions, on every group's begin)."""
-        words = self.words
+        words = self._words
         if words is None:
             if self.version() is None:  # (maps the file: not there yet, or torn)
                 return None
             header = self._map
             if header is None:
                 return None
-            words = self.words = memoryview(header)[:96].cast("I")
+            words = self._words = memoryview(header)[:96].cast("I")
         count = words[2]
         return count if count == words[14] else None
 
@@ -754,9 +745,9 @@ class _CommitWatch:
 
     def close(self) -> None:
         """Only once the store's connections are closed (see ``_fd``)."""
-        if self.words is not None:
-            self.words.release()  # (a mapping with a view of it cannot be closed)
-            self.words = None
+        if self._words is not None:
+            self._words.release()  # (a mapping with a view of it cannot be closed)
+            self._words = None
         if self._map is not None:
             self._map.close()
             self._map = None
