@@ -306,3 +306,40 @@ def test_a_store_written_before_converts_each_record_on_its_next_write(tmp_path:
     assert [c[:2] for c in listed_after] == [c[:2] for c in listed_before]
     assert listed_after[0][2] == sorted([*listed_before[0][2], ("task-c", "m", "late")])
     assert listed_after[1:] == listed_before[1:]
+
+
+def test_a_saver_holds_the_bodies_of_its_latest_checkpoints_only(tmp_path: Path) -> None:
+    """A checkpoint is written once: the store holds its body and row, for the next put's check
+    of its parent, only among the latest few it wrote (``HeadCache.alone_kept``), so a process
+    writing checkpoints for hours keeps a bounded number alive. The older ones read back whole from
+    the file, and each put still writes the lean way (its body held after it)."""
+    store = open_store(f"sqlite:///{tmp_path}/s.db")
+    try:
+        saver = StateflowSaver(StatesService(store))
+        heads = store._heads
+        heads.alone_kept = 4
+        config: RunnableConfig = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+        written = []
+        for n in range(12):
+            checkpoint = generate_checkpoint(
+                channel_values={"messages": [f"m{n}"], "n": n}, channel_versions={"messages": n + 1, "n": 1}
+            )
+            config = saver.put(config, checkpoint, generate_metadata(step=n), {"messages": n + 1, "n": 1})
+            written.append(checkpoint["id"])
+            alone = [doc_id for doc_id, entry in heads._entries.items() if entry[1] is None]
+            assert 1 <= len(alone) <= 4  # (the latest put's among them: written the lean way)
+            rows = [key for key in store._rows_known if key.state == CHECKPOINTS]
+            assert 1 <= len(rows) <= 4  # (their rows as long as their bodies)
+        thread: RunnableConfig = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+        other = open_store(f"sqlite:///{tmp_path}/s.db")  # (a reader that held none of them)
+        try:
+            for reader in (saver, StateflowSaver(StatesService(other))):
+                listed = list(reader.list(thread))
+                assert [t.checkpoint["id"] for t in listed] == written[::-1]
+                assert [t.checkpoint["channel_values"] for t in listed] == [
+                    {"messages": [f"m{n}"], "n": n} for n in reversed(range(12))
+                ]
+        finally:
+            other.close()
+    finally:
+        store.close()

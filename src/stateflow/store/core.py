@@ -3,6 +3,7 @@ and member access every other part of the algorithm builds on."""
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any, Final, Self, TypeVar
 
@@ -56,6 +57,10 @@ class StoreCore(Backend):
         """per document: its member heads at a revision and, where known, its body assembled"""
         self._rows_known: dict[DocKey, DocRow] = {}
         """document rows as last read or written here (see ``update(optimistic=True)``)"""
+        self._rows_alone: deque[tuple[DocKey, DocRow]] = deque()
+        """the rows of documents whose body a write left in the head cache alone (records
+        written once: checkpoints), oldest first: kept as long as their bodies are
+        (``HeadCache.alone_kept``), not up to ``KNOWN_ROWS_MAX`` (``Writes._remember``)"""
         self._handed: dict[DocKey, Document] = {}
         """documents as an optimistic write last handed them to its computation (``Writes``)"""
         self._shared_known: dict[tuple[DocKey, ...], tuple[Any, ...]] = {}

@@ -612,8 +612,11 @@ class Writes(StoreCore):
         if fresh.members:  # (none for a document written in whole form)
             self._cache.put_many(fresh.members)  # (each entry held as the plan made it)
         hold = self._heads.hold
+        alone = None
         for doc_id, entry in fresh.heads.items():
             hold(doc_id, entry)
+            if entry[1] is None:  # (a body alone: a record written once)
+                alone = doc_id
         if fresh.nodes:
             self._node_cache.written(fresh.nodes)
         if fresh.roots:  # (a document that holds or held a tree member)
@@ -627,11 +630,19 @@ class Writes(StoreCore):
         known = self._rows_known
         if len(known) + len(fresh.rows) > KNOWN_ROWS_MAX:
             known.clear()  # bounded; a miss only means the locked path
+            self._rows_alone.clear()
         for key, row in fresh.rows.items():
             current = known.get(key)
             # a lagging writer must not replace a newer row by an older one
             if current is None or current.doc_id != row.doc_id or current.revision <= row.revision:
                 known[key] = row
+                if row.doc_id == alone:  # kept as long as its body, not up to the bound
+                    rows = self._rows_alone
+                    rows.append((key, row))
+                    if len(rows) > self._heads.alone_kept:
+                        old_key, old = rows.popleft()
+                        if known.get(old_key) is old:
+                            known.pop(old_key, None)  # (another thread's may have gone first)
 
     def _commit_in(
         self,

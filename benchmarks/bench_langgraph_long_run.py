@@ -1,0 +1,125 @@
+"""A long run of checkpoints: what a process writing them for hours keeps alive, against
+LangGraph's ``SqliteSaver`` in the same run.
+
+Each side runs in a process of its own (its memory and its garbage collector's work are its
+own): ``--puts`` saver ``put`` calls of ``bench_langgraph_adapters``' checkpoint chain, spread
+over ``--threads`` threads (SQLite, WAL; ``synchronous=off`` on both sides, so the time is the
+processes' own work, not the disk's). Printed per side: the wall time a put, the garbage
+collector's time a put (``gc.callbacks``), its longest pause, its full collections, the objects
+it tracks at the end and the process's peak resident memory; then ours ÷ LangGraph's.
+
+The benchmark's own list of the configs its puts returned (two dicts a put) is in both sides'
+counts.
+
+    python3 -m benchmarks.bench_langgraph_long_run [--puts 30000] [--threads 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import resource
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+SIDES = ("stateflow", "langgraph")
+
+
+def _run(side: str, puts: int, threads: int) -> dict[str, float]:
+    """One side's run, in this process: its numbers."""
+    from benchmarks.bench_langgraph_adapters import saver_cases
+
+    paused = {"start": 0.0, "longest": 0.0, "total": 0.0, "full": 0}
+
+    def watch(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            paused["start"] = time.perf_counter()
+            return
+        took = time.perf_counter() - paused["start"]
+        paused["total"] += took
+        paused["longest"] = max(paused["longest"], took)
+        paused["full"] += info["generation"] == 2
+
+    with tempfile.TemporaryDirectory() as tmp:
+        close: Any
+        if side == "stateflow":
+            from stateflow.langgraph import StateflowSaver
+            from stateflow.states import StatesService
+            from stateflow.store import open_store
+
+            store = open_store(f"sqlite:///{tmp}/stateflow.db?synchronous=off")
+            saver: Any = StateflowSaver(StatesService(store))
+            close = store.close
+        else:
+            from langgraph.checkpoint.sqlite import SqliteSaver
+
+            conn = sqlite3.connect(Path(tmp) / "langgraph.db", check_same_thread=False)
+            conn.execute("PRAGMA synchronous = OFF")
+            saver = SqliteSaver(conn)
+            saver.setup()
+            close = conn.close
+        put = saver_cases(saver, "long", threads=threads)["saver put"]
+        gc.collect()
+        gc.callbacks.append(watch)
+        started = time.perf_counter()
+        for i in range(puts):
+            put(i)
+        took = time.perf_counter() - started
+        gc.callbacks.remove(watch)
+        tracked = len(gc.get_objects())
+        close()
+    return {
+        "put_us": took / puts * 1e6,
+        "gc_us": paused["total"] / puts * 1e6,
+        "longest_ms": paused["longest"] * 1e3,
+        "full": paused["full"],
+        "tracked": tracked,
+        "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--puts", type=int, default=30_000)
+    parser.add_argument("--threads", type=int, default=64)
+    parser.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)  # (a side's own process)
+    args = parser.parse_args()
+    if args.side:
+        print(json.dumps(_run(args.side, args.puts, args.threads)))
+        return
+    found = {}
+    for side in SIDES:
+        done = subprocess.run(
+            [
+                *(sys.executable, "-m", "benchmarks.bench_langgraph_long_run", "--side", side),
+                *("--puts", str(args.puts), "--threads", str(args.threads)),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        found[side] = json.loads(done.stdout.strip().splitlines()[-1])
+    print(f"{args.puts:,} saver puts over {args.threads} threads (SQLite, synchronous=off)")
+    rows = [
+        ("put_us", "wall a put (µs)", "{:.0f}"),
+        ("gc_us", "garbage collector a put (µs)", "{:.1f}"),
+        ("longest_ms", "longest collection (ms)", "{:.1f}"),
+        ("full", "full collections", "{:.0f}"),
+        ("tracked", "objects tracked at the end", "{:,.0f}"),
+        ("peak_mib", "peak resident memory (MiB)", "{:.0f}"),
+    ]
+    print(f"  {'':30} {'stateflow':>12} {'langgraph':>12} {'ratio':>8}")
+    for key, label, spec in rows:
+        ours, theirs = found["stateflow"][key], found["langgraph"][key]
+        ratio = f"{ours / theirs:.2f}×" if theirs else "—"
+        print(f"  {label:30} {spec.format(ours):>12} {spec.format(theirs):>12} {ratio:>8}")
+
+
+if __name__ == "__main__":
+    main()
