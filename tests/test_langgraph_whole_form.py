@@ -15,7 +15,7 @@ import pytest
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 
-from stateflow.errors import StoreReadOnly
+from stateflow.errors import InvalidInput, StoreReadOnly
 from stateflow.langgraph import StateflowSaver, StateflowStore
 from stateflow.states import StatesService
 from stateflow.store import DocKey, SqlStore, open_store
@@ -308,16 +308,21 @@ def test_a_store_written_before_converts_each_record_on_its_next_write(tmp_path:
     assert listed_after[1:] == listed_before[1:]
 
 
-def test_a_saver_holds_the_bodies_of_its_latest_checkpoints_only(tmp_path: Path) -> None:
-    """A checkpoint is written once: the store holds its body and row, for the next put's check
-    of its parent, only among the latest few it wrote (``HeadCache.alone_kept``), so a process
-    writing checkpoints for hours keeps a bounded number alive. The older ones read back whole from
-    the file, and each put still writes the lean way (its body held after it)."""
+def test_a_saver_holds_its_latest_records_only(tmp_path: Path) -> None:
+    """A checkpoint is written once and its writes record while its step runs: the store
+    caches their bodies, heads and rows (for the next put's check of its parent, the next
+    task's writes) only for the latest writes of the saver's state (``Store.cache_recent``,
+    ``RECENT_KEPT``), so a process writing checkpoints for hours keeps a bounded
+    number alive. Each write still goes the lean way (its record held after it), and the older
+    records read back whole from the file."""
     store = open_store(f"sqlite:///{tmp_path}/s.db")
     try:
         saver = StateflowSaver(StatesService(store))
+        items = StateflowStore(StatesService(store))
         heads = store._heads
-        heads.alone_kept = 4
+        store._recent_kept = 6
+        with pytest.raises(InvalidInput, match="cache_recent: a state is a non-empty string"):
+            store.cache_recent("")
         config: RunnableConfig = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
         written = []
         for n in range(12):
@@ -325,11 +330,16 @@ def test_a_saver_holds_the_bodies_of_its_latest_checkpoints_only(tmp_path: Path)
                 channel_values={"messages": [f"m{n}"], "n": n}, channel_versions={"messages": n + 1, "n": 1}
             )
             config = saver.put(config, checkpoint, generate_metadata(step=n), {"messages": n + 1, "n": 1})
+            saver.put_writes(config, [("messages", f"w{n}")], f"task-{n}")
+            saver.put_writes(config, [("n", n)], f"task-{n}b")
+            items.put(("users",), f"u{n}", {"n": n})
             written.append(checkpoint["id"])
-            alone = [doc_id for doc_id, entry in heads._entries.items() if entry[1] is None]
-            assert 1 <= len(alone) <= 4  # (the latest put's among them: written the lean way)
-            rows = [key for key in store._rows_known if key.state == CHECKPOINTS]
-            assert 1 <= len(rows) <= 4  # (their rows as long as their bodies)
+            held = {doc_id for doc_id, entry in heads._entries.items() if entry[2] is not None}
+            rows = {row.doc_id: key for key, row in store._rows_known.items()}
+            saved = {doc_id for doc_id in rows if rows[doc_id].state == CHECKPOINTS}
+            assert len(saved) <= 6 and saved <= held  # (the latest records, rows and bodies)
+            assert sum(rows[doc_id].subject.count('"checkpoint"') for doc_id in saved) >= 1
+            assert len([d for d in rows if rows[d].state == ITEMS]) == n + 1  # (items: all kept)
         thread: RunnableConfig = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
         other = open_store(f"sqlite:///{tmp_path}/s.db")  # (a reader that held none of them)
         try:
@@ -338,6 +348,9 @@ def test_a_saver_holds_the_bodies_of_its_latest_checkpoints_only(tmp_path: Path)
                 assert [t.checkpoint["id"] for t in listed] == written[::-1]
                 assert [t.checkpoint["channel_values"] for t in listed] == [
                     {"messages": [f"m{n}"], "n": n} for n in reversed(range(12))
+                ]
+                assert [t.pending_writes for t in listed] == [
+                    [(f"task-{n}", "messages", f"w{n}"), (f"task-{n}b", "n", n)] for n in reversed(range(12))
                 ]
         finally:
             other.close()

@@ -117,15 +117,13 @@ def test_a_documents_entry_counts_exactly_the_bytes_it_holds_under_threads() -> 
     import random
     import threading
 
-    cache = HeadCache(max_docs=50, max_bytes=5_000, alone_kept=8)
+    cache = HeadCache(max_docs=50, max_bytes=5_000)
 
     def work(seed: int) -> None:
         rng = random.Random(seed)
         for _ in range(3_000):
             known: dict[str, Any] | None = {} if rng.random() < 0.7 else None
-            alone = known is not None and rng.random() < 0.3  # (a body alone: its heads made later)
-            heads = None if alone else _heads("a")
-            cache.put(rng.randrange(60), rng.randrange(5), heads, known, rng.randrange(700))
+            cache.put(rng.randrange(60), rng.randrange(5), _heads("a"), known, rng.randrange(700))
 
     threads = [threading.Thread(target=work, args=(seed,)) for seed in range(4)]
     for t in threads:
@@ -193,25 +191,15 @@ def test_an_entry_holding_a_body_alone_makes_its_heads_when_first_asked() -> Non
     assert held[2] is None and held[3] == 0 and cache._bytes == 80
 
 
-def test_bodies_held_alone_are_kept_for_the_latest_writes_only() -> None:
-    """Bodies held alone (records written once: checkpoints) stay only for the latest
-    ``alone_kept`` of them — older ones go, their bytes with them — unless their heads were made
-    (a reader asked) or a newer revision replaced them: those are held as any entry is. A
-    process writing checkpoints for hours keeps a bounded number of their bodies alive."""
-    cache = HeadCache(max_bytes=10_000, alone_kept=3)
-    bodies = [{"n": doc} for doc in range(8)]
-    cache.hold(0, (1, None, bodies[0], 10))
-    cache.hold(1, (1, None, bodies[1], 10))
-    assert cache.entry(1, 1) is not None  # heads made: held as any entry from now on
-    cache.hold(2, (1, None, bodies[2], 10))
-    cache.hold(2, (2, None, bodies[2], 20))  # a newer revision of it, alone too
-    for doc in range(3, 6):
-        cache.hold(doc, (1, None, bodies[doc], 10))
-    assert [d for d in range(6) if cache.body(d, 1) is not None] == [1, 3, 4, 5]
-    assert cache.body(2, 2) is None  # (its newer revision: the fourth latest, gone too)
-    assert cache._bytes == 40 == sum(e[3] for e in cache._entries.values())
-    cache.hold(6, (1, _heads("n"), bodies[6], 10))  # heads with it: not counted among them
-    assert cache.body(3, 1) is bodies[3] and cache.body(6, 1) is bodies[6]
-    cache.clear()
-    cache.hold(7, (1, None, bodies[7], 10))
-    assert cache.body(7, 1) is bodies[7] and len(cache._alone) == 1 and cache._bytes == 10
+def test_an_entry_is_dropped_only_at_the_revision_named() -> None:
+    """``drop`` forgets a document's entry held at the revision named, its bytes with it; a
+    newer revision held since stays (a later write of a state cached for its latest writes)."""
+    cache = HeadCache(max_bytes=800)
+    cache.hold(1, (3, None, {"n": 1}, 10))
+    cache.hold(2, (5, _heads("a"), {"a": 2}, 20))
+    cache.drop(1, 2)  # (not the revision held)
+    cache.drop(2, 5)
+    cache.drop(3, 1)  # (nothing held)
+    assert cache.body(1, 3) == {"n": 1} and cache.entry(2, 5) is None and cache._bytes == 10
+    cache.drop(1, 3)
+    assert cache._entries == {} and cache._bytes == 0

@@ -268,6 +268,9 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         self.maintenance_part = MAINTENANCE_PART
         self.records.ensure_declared(DECLARATION, _EARLIER)
         self.records.keep_whole()
+        # (a checkpoint is asked for again as the next one's parent, its writes while its step
+        # runs, seldom after: the store's caches hold the latest only, not a long run's all)
+        self.records.store.cache_recent(self.records.state)
         self._ascending = self._keys_ascending()
         """whether every checkpoint key of the state is in the ascending form (else the readers
         list a thread by sorting its ids, and look a record up under both forms)"""

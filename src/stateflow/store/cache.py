@@ -9,7 +9,7 @@ copy-on-write). Only committed data enters a cache.
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Hashable, Iterable, Mapping
 from typing import Any, Final, Generic, TypeVar
 
@@ -20,11 +20,6 @@ DEFAULT_CACHE_BYTES: Final = 256 * 1024 * 1024
 
 DEFAULT_HEAD_DOCS: Final = 100_000
 DEFAULT_KNOWN_BYTES: Final = 64 * 1024 * 1024
-DEFAULT_ALONE_KEPT: Final = 1024
-"""Bodies held alone (:data:`Held` without heads: records written once, a checkpoint), at most:
-the latest few, which the next write of their thread checks as its parent; older ones are
-never asked again, and a process writing checkpoints for hours would otherwise keep each one's
-objects alive, for the garbage collector's every full pass to walk, until a bound flushed all."""
 
 Heads = Mapping[str, MemberHead]
 """A document's member heads by name, in position order."""
@@ -56,17 +51,12 @@ class HeadCache:
         max_docs: int = DEFAULT_HEAD_DOCS,
         max_bytes: int = DEFAULT_KNOWN_BYTES,
         largest: int | None = None,
-        alone_kept: int = DEFAULT_ALONE_KEPT,
     ) -> None:
         self.max_docs = max_docs
         self.max_bytes = max_bytes
         self.largest = max_bytes // 8 if largest is None else largest
         """bodies larger than this are not kept assembled"""
-        self.alone_kept = alone_kept
         self._entries: dict[int, Held] = {}
-        self._alone: deque[tuple[int, Held]] = deque()
-        """the entries held with a body alone, oldest first (each dropped, ``alone_kept`` later,
-        if it is still the one held: heads made for it or a newer revision keep theirs)"""
         self._bytes = 0
         self._lock = threading.Lock()
 
@@ -123,7 +113,6 @@ class HeadCache:
             if current is None:
                 if len(entries) >= self.max_docs:
                     entries.clear()  # crude but bounded; a miss only costs one head query
-                    self._alone.clear()
                     self._bytes = 0
             else:
                 # a lagging writer must not replace a newer entry with an older one
@@ -145,25 +134,23 @@ class HeadCache:
             held = self._bytes + size
             if held > self.max_bytes:
                 entries.clear()  # (as above: a miss only assembles the body again)
-                self._alone.clear()
                 held = size
             self._bytes = held
             entries[doc_id] = entry
-            if entry[1] is None:  # a body alone: among the latest ``alone_kept`` only
-                alone = self._alone
-                alone.append((doc_id, entry))
-                if len(alone) > self.alone_kept:
-                    old_id, old = alone.popleft()
-                    if entries.get(old_id) is old:
-                        del entries[old_id]
-                        self._bytes -= old[3]
         finally:
             lock.release()
+
+    def drop(self, doc_id: int, revision: int) -> None:
+        """Forget the entry held at ``revision``, if it still is (a newer one stays)."""
+        with self._lock:
+            entry = self._entries.get(doc_id)
+            if entry is not None and entry[0] == revision:
+                del self._entries[doc_id]
+                self._bytes -= entry[3]
 
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
-            self._alone.clear()
             self._bytes = 0
 
 

@@ -37,6 +37,9 @@ WHOLE_PREFIX: Final = "whole:"
 """``stateflow_meta`` keys ``whole:<state>``: the states that keep whole bodies, and their bounds."""
 KNOWN_ROWS_MAX: Final = 100_000
 """Document rows remembered as last read or written here, at most."""
+RECENT_KEPT: Final = 1024
+"""The writes of states cached for their latest writes only (``cache_recent``) whose rows and
+head entries are held, at most."""
 ROWS_PER_QUERY: Final = 4096
 """Documents one statement reads the rows (or member heads) of, at most: two parameters a key,
 within SQLite's 32,766 (a read of more keys takes a statement per part, in one transaction)."""
@@ -57,10 +60,13 @@ class StoreCore(Backend):
         """per document: its member heads at a revision and, where known, its body assembled"""
         self._rows_known: dict[DocKey, DocRow] = {}
         """document rows as last read or written here (see ``update(optimistic=True)``)"""
-        self._rows_alone: deque[tuple[DocKey, DocRow]] = deque()
-        """the rows of documents whose body a write left in the head cache alone (records
-        written once: checkpoints), oldest first: kept as long as their bodies are
-        (``HeadCache.alone_kept``), not up to ``KNOWN_ROWS_MAX`` (``Writes._remember``)"""
+        self._recent_states: frozenset[str] = frozenset()
+        """the states whose documents the caches hold for the latest writes only (``cache_recent``)"""
+        self._recent: deque[tuple[DocKey, DocRow]] = deque()
+        """the rows of those states' documents as their writes left them, oldest first: each
+        forgotten with its head entry ``RECENT_KEPT`` writes later, if still at that revision
+        (``Writes._remember``), not kept up to ``KNOWN_ROWS_MAX``"""
+        self._recent_kept = RECENT_KEPT
         self._handed: dict[DocKey, Document] = {}
         """documents as an optimistic write last handed them to its computation (``Writes``)"""
         self._shared_known: dict[tuple[DocKey, ...], tuple[Any, ...]] = {}
@@ -297,6 +303,18 @@ class StoreCore(Backend):
         bounds = self._whole_bounds
         self._whole_bounds = {**(recorded if bounds is None else bounds), state: max_bytes}
         return True
+
+    def cache_recent(self, state: str) -> None:
+        """Hold what this store's caches keep of ``state``'s documents — their rows, heads and
+        bodies as written here — for the latest writes only (``RECENT_KEPT``: 1,024),
+        not up to the caches' bounds (100,000 documents): for a state whose records are
+        written in a burst and seldom asked for again (a checkpointer's), whose objects a long
+        run would otherwise keep alive by the hundred thousand, for the garbage collector's
+        every full pass to walk. A record no longer held is read from the store when asked.
+        This process's choice only: nothing is recorded."""
+        if type(state) is not str or not state:
+            raise InvalidInput("cache_recent: a state is a non-empty string")
+        self._recent_states = self._recent_states | {state}
 
     def _whole_bound(self, state: str) -> int:
         """The encoded size up to which ``state``'s documents are written in whole form (0:

@@ -278,6 +278,11 @@ class Store(Protocol):
         store; nothing written where already recorded. False where the backend keeps member
         form always (PostgreSQL)."""
 
+    def cache_recent(self, state: str) -> None:
+        """Hold what this store's caches keep of ``state``'s documents for the latest writes
+        only (a state written in bursts and seldom read again: a checkpointer's); this process's
+        choice, nothing recorded."""
+
     def applied_op(self, op_id: str, scope: str = "") -> int | bool | None: ...
 
     def claims_in(self, scope: str) -> bool: ...

@@ -612,11 +612,8 @@ class Writes(StoreCore):
         if fresh.members:  # (none for a document written in whole form)
             self._cache.put_many(fresh.members)  # (each entry held as the plan made it)
         hold = self._heads.hold
-        alone = None
         for doc_id, entry in fresh.heads.items():
             hold(doc_id, entry)
-            if entry[1] is None:  # (a body alone: a record written once)
-                alone = doc_id
         if fresh.nodes:
             self._node_cache.written(fresh.nodes)
         if fresh.roots:  # (a document that holds or held a tree member)
@@ -630,19 +627,28 @@ class Writes(StoreCore):
         known = self._rows_known
         if len(known) + len(fresh.rows) > KNOWN_ROWS_MAX:
             known.clear()  # bounded; a miss only means the locked path
-            self._rows_alone.clear()
+            self._recent.clear()
+        states = self._recent_states
         for key, row in fresh.rows.items():
             current = known.get(key)
             # a lagging writer must not replace a newer row by an older one
             if current is None or current.doc_id != row.doc_id or current.revision <= row.revision:
                 known[key] = row
-                if row.doc_id == alone:  # kept as long as its body, not up to the bound
-                    rows = self._rows_alone
-                    rows.append((key, row))
-                    if len(rows) > self._heads.alone_kept:
-                        old_key, old = rows.popleft()
-                        if known.get(old_key) is old:
-                            known.pop(old_key, None)  # (another thread's may have gone first)
+                if states and key.state in states:  # (held for the latest writes only)
+                    self._forget_older(key, row)
+
+    def _forget_older(self, key: DocKey, row: DocRow) -> None:
+        """``row``, just remembered, among the latest of the states cached for their latest
+        writes (``cache_recent``): the oldest of those is forgotten, its row and its head entry,
+        where still at its revision (a newer write of it is counted from there)."""
+        recent = self._recent
+        recent.append((key, row))
+        if len(recent) > self._recent_kept:
+            old_key, old = recent.popleft()
+            known = self._rows_known.get(old_key)
+            if known is not None and known.doc_id == old.doc_id and known.revision == old.revision:
+                self._rows_known.pop(old_key, None)  # (another thread's may have gone first)
+            self._heads.drop(old.doc_id, old.revision)
 
     def _commit_in(
         self,
