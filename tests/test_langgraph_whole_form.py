@@ -356,3 +356,53 @@ def test_a_saver_holds_its_latest_records_only(tmp_path: Path) -> None:
             other.close()
     finally:
         store.close()
+
+
+def test_threads_writing_checkpoints_past_the_latest_writes_held_lose_nothing(tmp_path: Path) -> None:
+    """Four threads write checkpoint chains at once (their commits grouped, their caches
+    remembered concurrently) with only the latest 5 writes' records held: every put
+    acknowledged, and every chain reads back whole, here and from a fresh saver."""
+    import threading
+
+    store = open_store(f"sqlite:///{tmp_path}/s.db")
+    try:
+        saver = StateflowSaver(StatesService(store))
+        store._recent_kept = 5
+        failures: list[BaseException] = []
+        ids: dict[str, list[str]] = {}
+
+        def chain(thread_id: str) -> None:
+            config: RunnableConfig = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+            written = ids[thread_id] = []
+            try:
+                for n in range(25):
+                    checkpoint = generate_checkpoint(channel_values={"n": n}, channel_versions={"n": n + 1})
+                    config = saver.put(config, checkpoint, generate_metadata(step=n), {"n": n + 1})
+                    saver.put_writes(config, [("n", n)], f"task-{n}")
+                    written.append(checkpoint["id"])
+            except BaseException as exc:  # (asserted none below: a thread's own is lost)
+                failures.append(exc)
+
+        threads = [threading.Thread(target=chain, args=(f"t{k}",)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert failures == []
+        other = open_store(f"sqlite:///{tmp_path}/s.db")
+        try:
+            for reader in (saver, StateflowSaver(StatesService(other))):
+                for thread_id, written in ids.items():
+                    thread: RunnableConfig = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+                    listed = list(reader.list(thread))
+                    assert [t.checkpoint["id"] for t in listed] == written[::-1]
+                    assert [t.checkpoint["channel_values"] for t in listed] == [
+                        {"n": n} for n in reversed(range(25))
+                    ]
+                    assert [t.pending_writes for t in listed] == [
+                        [(f"task-{n}", "n", n)] for n in reversed(range(25))
+                    ]
+        finally:
+            other.close()
+    finally:
+        store.close()

@@ -644,7 +644,10 @@ class Writes(StoreCore):
         recent = self._recent
         recent.append((key, row))
         if len(recent) > self._recent_kept:
-            old_key, old = recent.popleft()
+            try:
+                old_key, old = recent.popleft()
+            except IndexError:  # (emptied meanwhile by another thread's ``_remember``)
+                return
             known = self._rows_known.get(old_key)
             if known is not None and known.doc_id == old.doc_id and known.revision == old.revision:
                 self._rows_known.pop(old_key, None)  # (another thread's may have gone first)
