@@ -4,14 +4,17 @@ LangGraph's ``SqliteSaver`` in the same run.
 Each side runs in a process of its own (its memory and its garbage collector's work are its
 own): ``--puts`` saver ``put`` calls of ``bench_langgraph_adapters``' checkpoint chain, spread
 over ``--threads`` threads (SQLite, WAL; ``synchronous=off`` on both sides, so the time is the
-processes' own work, not the disk's). Printed per side: the wall time a put, the garbage
-collector's time a put (``gc.callbacks``), its longest pause, its full collections, the objects
-it tracks at the end and the process's peak resident memory; then ours ÷ LangGraph's.
+processes' own work, not the disk's). Measured in ``--rounds`` alternating rounds
+(:mod:`benchmarks.rounds`: each round runs both sides, the first side turning round by round).
+Printed per side, the median of the rounds: the wall time a put, the garbage collector's time a
+put (``gc.callbacks``), its longest pause, its full collections, the objects it tracks at the end
+and the process's peak resident memory; then ours ÷ LangGraph's, the median of the rounds'
+ratios and their spread.
 
 The benchmark's own list of the configs its puts returned (two dicts a put) is in both sides'
 counts.
 
-    python3 -m benchmarks.bench_langgraph_long_run [--puts 30000] [--threads 64]
+    python3 -m benchmarks.bench_langgraph_long_run [--puts 30000] [--threads 64] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -21,12 +24,15 @@ import gc
 import json
 import resource
 import sqlite3
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from benchmarks.rounds import Pair, alternate
 
 SIDES = ("stateflow", "langgraph")
 
@@ -84,41 +90,58 @@ def _run(side: str, puts: int, threads: int) -> dict[str, float]:
     }
 
 
+def _side(side: str, puts: int, threads: int) -> dict[str, float]:
+    """One side's run in a process of its own: its numbers."""
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "benchmarks.bench_langgraph_long_run", "--side", side),
+            *("--puts", str(puts), "--threads", str(threads)),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    found: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+    return found
+
+
+ROWS = (
+    ("put_us", "wall a put (µs)", "{:.0f}"),
+    ("gc_us", "garbage collector a put (µs)", "{:.1f}"),
+    ("longest_ms", "longest collection (ms)", "{:.1f}"),
+    ("full", "full collections", "{:.0f}"),
+    ("tracked", "objects tracked at the end", "{:,.0f}"),
+    ("peak_mib", "peak resident memory (MiB)", "{:.0f}"),
+)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--puts", type=int, default=30_000)
     parser.add_argument("--threads", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)  # (a side's own process)
     args = parser.parse_args()
     if args.side:
         print(json.dumps(_run(args.side, args.puts, args.threads)))
         return
-    found = {}
-    for side in SIDES:
-        done = subprocess.run(
-            [
-                *(sys.executable, "-m", "benchmarks.bench_langgraph_long_run", "--side", side),
-                *("--puts", str(args.puts), "--threads", str(args.threads)),
-            ],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        found[side] = json.loads(done.stdout.strip().splitlines()[-1])
-    print(f"{args.puts:,} saver puts over {args.threads} threads (SQLite, synchronous=off)")
-    rows = [
-        ("put_us", "wall a put (µs)", "{:.0f}"),
-        ("gc_us", "garbage collector a put (µs)", "{:.1f}"),
-        ("longest_ms", "longest collection (ms)", "{:.1f}"),
-        ("full", "full collections", "{:.0f}"),
-        ("tracked", "objects tracked at the end", "{:,.0f}"),
-        ("peak_mib", "peak resident memory (MiB)", "{:.0f}"),
-    ]
-    print(f"  {'':30} {'stateflow':>12} {'langgraph':>12} {'ratio':>8}")
-    for key, label, spec in rows:
-        ours, theirs = found["stateflow"][key], found["langgraph"][key]
-        ratio = f"{ours / theirs:.2f}×" if theirs else "—"
-        print(f"  {label:30} {spec.format(ours):>12} {spec.format(theirs):>12} {ratio:>8}")
+    runs: dict[str, list[dict[str, float]]] = {side: [] for side in SIDES}
+
+    def measured(side: str) -> float:
+        runs[side].append(_side(side, args.puts, args.threads))
+        return runs[side][-1]["put_us"]
+
+    alternate(lambda _: measured("stateflow"), lambda _: measured("langgraph"), args.rounds)
+    print(
+        f"{args.puts:,} saver puts over {args.threads} threads (SQLite, synchronous=off), "
+        f"{args.rounds} alternating rounds: medians, ours ÷ LangGraph's (rounds' spread)"
+    )
+    print(f"  {'':30} {'stateflow':>12} {'langgraph':>12} {'ratio':>8}  rounds")
+    for key, label, spec in ROWS:
+        pair = Pair([r[key] for r in runs["stateflow"]], [r[key] for r in runs["langgraph"]])
+        ours, theirs = statistics.median(pair.ours), statistics.median(pair.base)
+        ratio, spread = (f"{pair.ratio:.2f}×", pair.spread()) if pair.ratios else ("—", "—")
+        print(f"  {label:30} {spec.format(ours):>12} {spec.format(theirs):>12} {ratio:>8}  {spread}")
 
 
 if __name__ == "__main__":
