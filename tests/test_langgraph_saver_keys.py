@@ -14,9 +14,11 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 import orjson
+import pytest
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 from langgraph.graph import END, START, StateGraph
 
+from stateflow.errors import InvalidInput
 from stateflow.langgraph import StateflowSaver
 from stateflow.langgraph.checkpoint_keys import mark
 from stateflow.states import StatesService
@@ -171,6 +173,38 @@ def test_a_thread_is_stored_ascending_and_listed_newest_first(backend: str) -> N
         every = sorted([*ids, *(c["configurable"]["checkpoint_id"] for c in inner)], reverse=True)
         assert _ids(saver.list({"configurable": {"thread_id": "t"}})) == every
         assert len(list(saver.list(None))) == 11
+    finally:
+        store.close()
+
+
+def test_a_checkpoint_id_too_long_for_a_key_is_refused_and_nothing_is_written(backend: str) -> None:
+    """A checkpoint's key is its thread's parts and its id in hex, under the subject keys' bound
+    (512 characters): an id past it is refused by ``put`` and ``put_writes`` — as a thread id
+    past it is —, nothing written, where it used to be written under a key no other door of the
+    store accepts."""
+    store = open_store(backend, auto_migrate=True)
+    try:
+        saver = StateflowSaver(StatesService(store))
+        thread: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+        head = saver.put(thread, generate_checkpoint(), generate_metadata(), {})
+        before = _stored_keys(store), _stored_keys(store, "writes")
+        long_id = "x" * 300  # (600 hex digits)
+        with pytest.raises(
+            InvalidInput, match="key is 603 characters long \\(at most 512\\): use shorter checkpoint ids"
+        ):
+            saver.put(head, {**generate_checkpoint(), "id": long_id}, generate_metadata(), {})
+        long_config: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": long_id}}
+        with pytest.raises(InvalidInput, match="key is 603 characters long"):
+            saver.put_writes(long_config, [("n", 1)], "task")
+        assert (_stored_keys(store), _stored_keys(store, "writes")) == before
+        assert saver.get_tuple(long_config) is None  # (a reader finds nothing under it)
+        # the longest id that fits is written and read back
+        fits = "y" * ((512 - len("t//")) // 2)
+        written = saver.put(head, {**generate_checkpoint(), "id": fits}, generate_metadata(), {})
+        saver.put_writes(written, [("n", 1)], "task")
+        found = saver.get_tuple(written)
+        assert found is not None and found.checkpoint["id"] == fits
+        assert found.pending_writes == [("task", "n", 1)]
     finally:
         store.close()
 

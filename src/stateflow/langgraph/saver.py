@@ -51,14 +51,14 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from stateflow.aio import call
 from stateflow.doc.canonical import checked_copy
 from stateflow.doc.ops import parse_ops
-from stateflow.errors import CorruptStore, StoreReadOnly
+from stateflow.errors import CorruptStore, InvalidInput, StoreReadOnly
 from stateflow.langgraph import checkpoint_keys, pending_writes
 from stateflow.langgraph.checkpoint_keys import ascending, id_of
 from stateflow.langgraph.codec import STRICT, Codec, strict_bytes
 from stateflow.langgraph.records import OwnsStore, Records, Stale, invert
 from stateflow.states import StatesService
 from stateflow.states.batch import apply_items, apply_items_in_parts, erase_item
-from stateflow.states.langgraph_items import CHECKPOINTS_DESCRIPTION, join, part, unpart
+from stateflow.states.langgraph_items import CHECKPOINTS_DESCRIPTION, MAX_KEY, join, part, unpart
 from stateflow.states.models import DoorContext, StateSubject, WriteOrigin
 from stateflow.states.pipeline import UNCHANGED, Change, RecordWrite, ops_transform
 from stateflow.store import DocKey, Document, Whole
@@ -198,6 +198,16 @@ def _key_of(thread_id: str, ns: str, checkpoint_id: str) -> str:
         checked_copy(checkpoint_id, "checkpoint_id")
         raise
     return f"{_thread_part(thread_id, ns)}/{spelt}"
+
+
+def _refuse_long(key: str) -> None:
+    """A checkpoint's key past the subject keys' bound refused, before anything is written: its
+    thread's parts are checked when first encoded (``join``), its id only here, where a record
+    would be written under it (a reader looking such a key up finds nothing, as LangGraph's)."""
+    raise InvalidInput(
+        f"the checkpoint's encoded subject key is {len(key)} characters long (at most {MAX_KEY}): "
+        "use shorter checkpoint ids, thread ids or checkpoint namespaces"
+    )
 
 
 def _inverted_key(key: str) -> str:
@@ -648,6 +658,8 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
             raise
         head = self._heads.get((thread_id, ns)) or self._head(thread_id, ns)
         key = head[0] + spelt
+        if len(key) > MAX_KEY:
+            _refuse_long(key)
         origin = _origin(run_id or _invocation(config))
         if type(checkpoint_id) is not str or not (parent_id is None or type(parent_id) is str):
             self._exact(saved, values, bare, full_metadata)
@@ -827,6 +839,8 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         run_id = conf.get("run_id") or (config.get("metadata") or {}).get("run_id")
         origin = _origin(str(run_id) if run_id else _invocation(config))
         key = self._key(thread_id, ns, checkpoint_id)
+        if len(key) > MAX_KEY:
+            _refuse_long(key)
         if not named:
             self._writes_general(key, bucket, entries, origin)
             return
