@@ -230,7 +230,7 @@ def plain_edits(
                 groups[key] = [[[key], v]]
         else:
             out: list[Any] = []
-            v = _walk(v, was, (key,), 1, out)
+            v = walk(v, was, (key,), 1, out)
             if v is NOT_PLAIN:
                 return None
             copied[key] = v
@@ -247,7 +247,7 @@ def plain_edits(
     return copied, groups
 
 
-def _walk(new: Any, old: Any, path: tuple[str | int, ...], depth: int, out: list[Any]) -> Any:
+def walk(new: Any, old: Any, path: tuple[str | int, ...], depth: int, out: list[Any]) -> Any:
     """:func:`plain` ``(new, depth)``, adding to ``out`` the edits that take ``old`` (at
     ``path``; :data:`MISSING`: none) to the copy, as the diff lists them."""
     if depth > 64:
@@ -286,7 +286,7 @@ def _walk(new: Any, old: Any, path: tuple[str | int, ...], depth: int, out: list
                 # text, a null only a null —: no edit, copied here without a call)
                 copied[k] = v.copy()
             else:
-                v = _walk(v, was, (*path, k), depth + 1, out)
+                v = walk(v, was, (*path, k), depth + 1, out)
                 if v is NOT_PLAIN:
                     return NOT_PLAIN
                 copied[k] = v
@@ -315,7 +315,7 @@ def _walk(new: Any, old: Any, path: tuple[str | int, ...], depth: int, out: list
                 if type(was) is not int or was != v:
                     out.append([[*path, n], v])
             else:
-                v = _walk(v, was, (*path, n), depth + 1, out)
+                v = walk(v, was, (*path, n), depth + 1, out)
                 if v is NOT_PLAIN:
                     return NOT_PLAIN
                 items[n] = v

@@ -41,7 +41,7 @@ from langgraph.store.base import (
 from stateflow.aio import call
 from stateflow.doc.canonical import check, checked_copy
 from stateflow.errors import CorruptStore, InvalidInput, InvalidJSON
-from stateflow.langgraph.codec import NOT_PLAIN, _walk, plain, plain_edits
+from stateflow.langgraph.codec import NOT_PLAIN, plain, plain_edits, walk
 from stateflow.langgraph.records import OwnsStore, Records
 from stateflow.states import StatesService
 from stateflow.states.batch import apply_items, erase_item
@@ -639,7 +639,7 @@ def _rewritten(op: PutOp, before: dict[str, Any]) -> Whole | None:
     value = op.value
     edits: list[Any] = []
     if value is not was:  # (the stored value itself: no edit, as the walk passes it)
-        value = _walk(value, was, ("value",), 1, edits)  # (as ``plain_edits`` walks a member)
+        value = walk(value, was, ("value",), 1, edits)  # (as ``plain_edits`` walks a member)
         if value is NOT_PLAIN:
             return None
     record = {
