@@ -3,8 +3,10 @@ LangGraph's ``SqliteSaver`` in the same run.
 
 Each side runs in a process of its own (its memory and its garbage collector's work are its
 own): ``--puts`` saver ``put`` calls of ``bench_langgraph_adapters``' checkpoint chain, spread
-over ``--threads`` threads (SQLite, WAL; ``synchronous=off`` on both sides, so the time is the
-processes' own work, not the disk's). Measured in ``--rounds`` alternating rounds
+over ``--threads`` threads — on SQLite (WAL; ``synchronous=off`` on both sides, so the time is
+the processes' own work, not the disk's) against LangGraph's ``SqliteSaver``, or with
+``--backend postgres`` (``--postgres URL`` or ``$STATEFLOW_TEST_POSTGRES``; each side in a fresh
+schema, the server's ``synchronous_commit`` for both) against its ``PostgresSaver``. Measured in ``--rounds`` alternating rounds
 (:mod:`benchmarks.rounds`: each round runs both sides, the first side turning round by round).
 Printed per side, the median of the rounds: the wall time a put, the garbage collector's time a
 put (``gc.callbacks``), its longest pause, its full collections, the objects it tracks at the end
@@ -15,6 +17,7 @@ The benchmark's own list of the configs its puts returned (two dicts a put) is i
 counts.
 
     python3 -m benchmarks.bench_langgraph_long_run [--puts 30000] [--threads 64] [--rounds 3]
+        [--backend sqlite|postgres] [--postgres URL]
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import resource
 import sqlite3
 import statistics
@@ -29,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -37,9 +42,10 @@ from benchmarks.rounds import Pair, alternate
 SIDES = ("stateflow", "langgraph")
 
 
-def _run(side: str, puts: int, threads: int) -> dict[str, float]:
-    """One side's run, in this process: its numbers."""
-    from benchmarks.bench_langgraph_adapters import saver_cases
+def _run(side: str, puts: int, threads: int, postgres: str | None = None) -> dict[str, float]:
+    """One side's run, in this process: its numbers (``postgres``: on that server, in a fresh
+    schema, else on a SQLite file)."""
+    from benchmarks.bench_langgraph_adapters import postgres_schemas, saver_cases
 
     paused = {"start": 0.0, "longest": 0.0, "total": 0.0, "full": 0}
 
@@ -52,24 +58,34 @@ def _run(side: str, puts: int, threads: int) -> dict[str, float]:
         paused["longest"] = max(paused["longest"], took)
         paused["full"] += info["generation"] == 2
 
-    with tempfile.TemporaryDirectory() as tmp:
-        close: Any
+    with ExitStack() as stack:
+        tmp = stack.enter_context(tempfile.TemporaryDirectory())
+        url = None
+        if postgres is not None:
+            schema = f"bench_long_{side}_{os.getpid()}"
+            url = stack.enter_context(postgres_schemas(postgres, schema))[schema]
+        saver: Any
         if side == "stateflow":
             from stateflow.langgraph import StateflowSaver
             from stateflow.states import StatesService
             from stateflow.store import open_store
 
-            store = open_store(f"sqlite:///{tmp}/stateflow.db?synchronous=off")
-            saver: Any = StateflowSaver(StatesService(store))
-            close = store.close
+            store = open_store(url or f"sqlite:///{tmp}/stateflow.db?synchronous=off", auto_migrate=True)
+            stack.callback(store.close)
+            saver = StateflowSaver(StatesService(store))
+        elif url is not None:
+            from langgraph.checkpoint.postgres import PostgresSaver
+
+            saver = stack.enter_context(PostgresSaver.from_conn_string(url))
+            saver.setup()
         else:
             from langgraph.checkpoint.sqlite import SqliteSaver
 
             conn = sqlite3.connect(Path(tmp) / "langgraph.db", check_same_thread=False)
+            stack.callback(conn.close)
             conn.execute("PRAGMA synchronous = OFF")
             saver = SqliteSaver(conn)
             saver.setup()
-            close = conn.close
         put = saver_cases(saver, "long", threads=threads)["saver put"]
         gc.collect()
         gc.callbacks.append(watch)
@@ -79,7 +95,6 @@ def _run(side: str, puts: int, threads: int) -> dict[str, float]:
         took = time.perf_counter() - started
         gc.callbacks.remove(watch)
         tracked = len(gc.get_objects())
-        close()
     return {
         "put_us": took / puts * 1e6,
         "gc_us": paused["total"] / puts * 1e6,
@@ -90,12 +105,13 @@ def _run(side: str, puts: int, threads: int) -> dict[str, float]:
     }
 
 
-def _side(side: str, puts: int, threads: int) -> dict[str, float]:
+def _side(side: str, puts: int, threads: int, postgres: str | None) -> dict[str, float]:
     """One side's run in a process of its own: its numbers."""
     done = subprocess.run(
         [
             *(sys.executable, "-m", "benchmarks.bench_langgraph_long_run", "--side", side),
             *("--puts", str(puts), "--threads", str(threads)),
+            *(("--postgres", postgres) if postgres else ()),
         ],
         capture_output=True,
         text=True,
@@ -120,20 +136,28 @@ def main() -> None:
     parser.add_argument("--puts", type=int, default=30_000)
     parser.add_argument("--threads", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--backend", choices=("sqlite", "postgres"), default="sqlite")
+    parser.add_argument("--postgres", default=None, help="the server (default $STATEFLOW_TEST_POSTGRES)")
     parser.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)  # (a side's own process)
     args = parser.parse_args()
     if args.side:
-        print(json.dumps(_run(args.side, args.puts, args.threads)))
+        print(json.dumps(_run(args.side, args.puts, args.threads, args.postgres)))
         return
+    postgres = None
+    if args.backend == "postgres":
+        postgres = args.postgres or os.environ.get("STATEFLOW_TEST_POSTGRES")
+        if not postgres:
+            parser.error("--backend postgres needs --postgres URL or $STATEFLOW_TEST_POSTGRES")
     runs: dict[str, list[dict[str, float]]] = {side: [] for side in SIDES}
 
     def measured(side: str) -> float:
-        runs[side].append(_side(side, args.puts, args.threads))
+        runs[side].append(_side(side, args.puts, args.threads, postgres))
         return runs[side][-1]["put_us"]
 
     alternate(lambda _: measured("stateflow"), lambda _: measured("langgraph"), args.rounds)
+    where = "PostgreSQL" if postgres else "SQLite, synchronous=off"
     print(
-        f"{args.puts:,} saver puts over {args.threads} threads (SQLite, synchronous=off), "
+        f"{args.puts:,} saver puts over {args.threads} threads ({where}), "
         f"{args.rounds} alternating rounds: medians, ours ÷ LangGraph's (rounds' spread)"
     )
     print(f"  {'':30} {'stateflow':>12} {'langgraph':>12} {'ratio':>8}  rounds")

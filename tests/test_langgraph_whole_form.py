@@ -21,6 +21,7 @@ from stateflow.states import StatesService
 from stateflow.store import DocKey, SqlStore, open_store
 from stateflow.store.core import WHOLE_PREFIX
 from stateflow.store.plan import WHOLE_ROW_MAX
+from stateflow.store.postgres import PostgresStore
 from stateflow.store.rows import CHANGE_MARK
 
 CHECKPOINTS = "langgraph_checkpoints"
@@ -308,14 +309,15 @@ def test_a_store_written_before_converts_each_record_on_its_next_write(tmp_path:
     assert listed_after[1:] == listed_before[1:]
 
 
-def test_a_saver_holds_its_latest_records_only(tmp_path: Path) -> None:
+def test_a_saver_holds_its_latest_records_only(backend: str) -> None:
     """A checkpoint is written once and its writes record while its step runs: the store
-    caches their bodies, heads and rows (for the next put's check of its parent, the next
-    task's writes) only for the latest writes of the saver's state (``Store.cache_recent``,
-    ``RECENT_KEPT``), so a process writing checkpoints for hours keeps a bounded
-    number alive. Each write still goes the lean way (its record held after it), and the older
-    records read back whole from the file."""
-    store = open_store(f"sqlite:///{tmp_path}/s.db")
+    caches their bodies, heads, rows and member values (for the next put's check of its parent,
+    the next task's writes) only for the latest writes of the saver's state
+    (``Store.cache_recent``, ``RECENT_KEPT``), so a process writing checkpoints for hours keeps
+    a bounded number alive — on SQLite (whole form: bodies) and on PostgreSQL (member form: the
+    member cache's values too, and the keys it read). Each write still goes the lean way (its
+    record held after it), and the older records read back whole from the store."""
+    store = open_store(backend, auto_migrate=True)
     try:
         saver = StateflowSaver(StatesService(store))
         items = StateflowStore(StatesService(store))
@@ -325,6 +327,7 @@ def test_a_saver_holds_its_latest_records_only(tmp_path: Path) -> None:
             store.cache_recent("")
         config: RunnableConfig = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
         written = []
+        records: set[int] = set()  # (every record of the saver's written so far)
         for n in range(12):
             checkpoint = generate_checkpoint(
                 channel_values={"messages": [f"m{n}"], "n": n}, channel_versions={"messages": n + 1, "n": 1}
@@ -337,11 +340,17 @@ def test_a_saver_holds_its_latest_records_only(tmp_path: Path) -> None:
             held = {doc_id for doc_id, entry in heads._entries.items() if entry[2] is not None}
             rows = {row.doc_id: key for key, row in store._rows_known.items()}
             saved = {doc_id for doc_id in rows if rows[doc_id].state == CHECKPOINTS}
+            records |= saved
             assert len(saved) <= 6 and saved <= held  # (the latest records, rows and bodies)
             assert sum(rows[doc_id].subject.count('"checkpoint"') for doc_id in saved) >= 1
             assert len([d for d in rows if rows[d].state == ITEMS]) == n + 1  # (items: all kept)
+            valued = {doc_id for doc_id, _ in store._cache._entries} & records
+            assert valued <= saved  # (member values of the latest records only: none on SQLite)
+            if isinstance(store, PostgresStore):
+                assert valued and len([k for k in store._seen if k.state == CHECKPOINTS]) <= 6
+        assert len(records) > 6
         thread: RunnableConfig = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
-        other = open_store(f"sqlite:///{tmp_path}/s.db")  # (a reader that held none of them)
+        other = open_store(backend)  # (a reader that held none of them)
         try:
             for reader in (saver, StateflowSaver(StatesService(other))):
                 listed = list(reader.list(thread))

@@ -197,9 +197,24 @@ def test_an_entry_is_dropped_only_at_the_revision_named() -> None:
     cache = HeadCache(max_bytes=800)
     cache.hold(1, (3, None, {"n": 1}, 10))
     cache.hold(2, (5, _heads("a"), {"a": 2}, 20))
-    cache.drop(1, 2)  # (not the revision held)
-    cache.drop(2, 5)
-    cache.drop(3, 1)  # (nothing held)
+    assert cache.drop(1, 2) is None  # (not the revision held)
+    assert cache.drop(2, 5) == (5, _heads("a"), {"a": 2}, 20)  # (the entry forgotten)
+    assert cache.drop(3, 1) is None  # (nothing held)
     assert cache.body(1, 3) == {"n": 1} and cache.entry(2, 5) is None and cache._bytes == 10
-    cache.drop(1, 3)
+    assert cache.drop(1, 3) == (3, None, {"n": 1}, 10)
     assert cache._entries == {} and cache._bytes == 0
+
+
+def test_a_value_is_dropped_only_at_the_revision_named() -> None:
+    """``RevisionCache.drop`` forgets a key's value held at the revision named, its bytes with
+    it; a newer revision held since stays, and nothing held is a no-op."""
+    cache: RevisionCache[tuple[int, str], str] = RevisionCache(1000)
+    cache.put((1, "a"), 3, "a3", 10)
+    cache.put((1, "b"), 2, "b2", 20)
+    cache.drop((1, "a"), 2)  # (not the revision held)
+    cache.drop((2, "a"), 3)  # (nothing held)
+    assert cache.get((1, "a"), 3) == "a3" and cache._bytes == 30
+    cache.drop((1, "a"), 3)
+    assert cache.get((1, "a"), 3) is None and cache.get((1, "b"), 2) == "b2" and cache._bytes == 20
+    cache.put((1, "a"), 4, "a4", 5)  # (written again: held anew)
+    assert cache.get((1, "a"), 4) == "a4" and cache._bytes == 25

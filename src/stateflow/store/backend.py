@@ -189,6 +189,11 @@ class Backend(abc.ABC):
         subjects or to these (``rename_subjects``; portable: nothing beyond the shared caches;
         PostgreSQL: its bodies, which name their keys)."""
 
+    def _forgotten(self, key: DocKey, doc_id: int, revision: int) -> None:  # noqa: B027 - optional hook, no-op by default
+        """Forget what the backend holds of document ``doc_id`` (``key``) at ``revision``, no
+        longer among the latest writes of a state cached for those only (``cache_recent``;
+        portable: nothing beyond the shared caches; PostgreSQL: its body as read)."""
+
     def _lock_migration(self, tx: Tx) -> None:  # noqa: B027 - optional hook, no-op by default
         """Called first in the migration transaction (serializes concurrent migrators)."""
 

@@ -140,13 +140,16 @@ class HeadCache:
         finally:
             lock.release()
 
-    def drop(self, doc_id: int, revision: int) -> None:
-        """Forget the entry held at ``revision``, if it still is (a newer one stays)."""
+    def drop(self, doc_id: int, revision: int) -> Held | None:
+        """Forget the entry held at ``revision``, if it still is (a newer one stays); the entry
+        forgotten, or None."""
         with self._lock:
             entry = self._entries.get(doc_id)
-            if entry is not None and entry[0] == revision:
-                del self._entries[doc_id]
-                self._bytes -= entry[3]
+            if entry is None or entry[0] != revision:
+                return None
+            del self._entries[doc_id]
+            self._bytes -= entry[3]
+            return entry
 
     def clear(self) -> None:
         with self._lock:
@@ -236,6 +239,14 @@ class RevisionCache(Generic[K, V]):
                     self._bytes -= dropped
         finally:
             lock.release()
+
+    def drop(self, key: K, revision: int) -> None:
+        """Forget ``key``'s value if held at ``revision`` (a newer one stays)."""
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None and entry[1] == revision:
+                del self._entries[key]
+                self._bytes -= entry[3]
 
     def clear(self) -> None:
         with self._lock:

@@ -522,6 +522,10 @@ class PostgresStore(SqlStore):
         self._bodies.clear()
         self._seen.clear()
 
+    def _forgotten(self, key: DocKey, doc_id: int, revision: int) -> None:
+        self._bodies.drop(doc_id, revision)
+        self._seen.pop(key, None)  # (read again whole, as a key never read here)
+
     def _written(self, doc_id: int, revision: int, key: DocKey | None) -> Document | None:
         """Document ``doc_id`` (``key``, where known) at ``revision`` as a write here left it,
         else None (for a body not in ``_bodies``): its body the head cache's, its seq and time

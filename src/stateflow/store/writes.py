@@ -639,8 +639,10 @@ class Writes(StoreCore):
 
     def _forget_older(self, key: DocKey, row: DocRow) -> None:
         """``row``, just remembered, among the latest of the states cached for their latest
-        writes (``cache_recent``): the oldest of those is forgotten, its row and its head entry,
-        where still at its revision (a newer write of it is counted from there)."""
+        writes (``cache_recent``): the oldest of those is forgotten — its row, its head entry
+        and the values of the members that entry names (member form: PostgreSQL's records),
+        each where still at its revision (a newer write of it is counted from there), and
+        what the backend holds of it (``_forgotten``)."""
         recent = self._recent
         recent.append((key, row))
         if len(recent) > self._recent_kept:
@@ -651,7 +653,13 @@ class Writes(StoreCore):
             known = self._rows_known.get(old_key)
             if known is not None and known.doc_id == old.doc_id and known.revision == old.revision:
                 self._rows_known.pop(old_key, None)  # (another thread's may have gone first)
-            self._heads.drop(old.doc_id, old.revision)
+            entry = self._heads.drop(old.doc_id, old.revision)
+            heads = None if entry is None else entry[1]
+            if heads:  # (None: a whole-form body held alone, whose members are not cached)
+                drop = self._cache.drop
+                for name, head in heads.items():
+                    drop((old.doc_id, name), head[3])  # (cached at the revision that wrote it)
+            self._forgotten(old_key, old.doc_id, old.revision)
 
     def _commit_in(
         self,
