@@ -1,6 +1,7 @@
 """``benchmarks/bench_langgraph_long_run.py`` runs each side in a process of its own, in
 alternating rounds, and prints every row for both, with their ratio and the rounds' spread: a
-short run, through its command line."""
+short run, through its command line, on SQLite and on PostgreSQL (each side in a schema of its
+own, dropped after)."""
 
 from __future__ import annotations
 
@@ -9,15 +10,24 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psycopg
+import pytest
+
+from tests.conftest import PG_URL
+
 REPO = Path(__file__).resolve().parent.parent
 
 
-def test_a_short_run_prints_each_row_for_both_sides() -> None:
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_a_short_run_prints_each_row_for_both_sides(backend: str) -> None:
+    if backend == "postgres" and not PG_URL:
+        pytest.skip("PostgreSQL not configured (set STATEFLOW_TEST_POSTGRES or run .ci/postgres.sh)")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)])}
+    where = ("--backend", "postgres", "--postgres", str(PG_URL)) if backend == "postgres" else ()
     done = subprocess.run(
         [
             *(sys.executable, "-m", "benchmarks.bench_langgraph_long_run"),
-            *("--puts", "120", "--threads", "4", "--rounds", "2"),
+            *("--puts", "120", "--threads", "4", "--rounds", "2", *where),
         ],
         cwd=REPO,
         env=env,
@@ -28,7 +38,7 @@ def test_a_short_run_prints_each_row_for_both_sides() -> None:
     )
     lines = done.stdout.splitlines()
     assert lines[0] == (
-        "120 saver puts over 4 threads (SQLite, synchronous=off), "
+        f"120 saver puts over 4 threads ({'PostgreSQL' if where else 'SQLite, synchronous=off'}), "
         "2 alternating rounds: medians, ours ÷ LangGraph's (rounds' spread)"
     )
     rows = {line[:32].strip(): line[32:].split() for line in lines[2:]}
@@ -45,3 +55,9 @@ def test_a_short_run_prints_each_row_for_both_sides() -> None:
     low, high = wall[3].rstrip("×").split("–")  # (the two rounds' ratios)
     assert 0 < float(low) <= float(wall[2].rstrip("×")) <= float(high)
     assert float(rows["peak resident memory (MiB)"][0]) > 10
+    if where:  # (each side's schema dropped after its run)
+        with psycopg.connect(str(PG_URL)) as conn:
+            left = conn.execute(
+                "SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'bench_long_%'"
+            ).fetchone()
+        assert left == (0,)
