@@ -21,6 +21,8 @@ import pytest
 from stateflow.memory import Identity, MemoryView
 from stateflow.store import DocKey, open_store
 from stateflow.store import sqlite as backend
+from stateflow.store.plan import Fresh
+from stateflow.store.rows import DocRow, whole_heads
 from stateflow.store.writer_queue import WriterQueue
 from tests.test_store_write_rows import _TABLES, _plain
 from tests.test_writer_requests import acknowledged, holder_and_requesters
@@ -131,6 +133,44 @@ def test_a_header_read_after_a_commit_is_handed_on_only_if_it_is_that_commits() 
     assert backend._after(header(7), header(9)) is None  # another commit came in between
     assert backend._after(header(0xFFFFFFFF), header(0)) == header(0)  # (the counter wraps)
     assert backend._after(header(7), None) is None
+
+
+def test_what_a_turn_hands_on_is_each_document_as_its_last_write_left_it() -> None:
+    """``SqliteStore._held``: each document as the transaction's last write planned it whole —
+    its heads as planned, or, for a whole-form body held without them (a checkpoint's), made
+    from the body now —; a deleted one with no members; one holding a tree, or read only,
+    left to the locked path (dropped), unless held already at the revision read. Each write is
+    folded in once."""
+
+    def key(n: int) -> DocKey:
+        return DocKey("s", f'["agent","a","record","{n}"]')
+
+    def row(doc_id: int, revision: int, present: bool = True) -> DocRow:
+        return DocRow(doc_id, revision, present, 9, 0, 0, 10, 1)
+
+    pending = backend._Pending()
+    first = Fresh()
+    first.rows = {key(1): row(1, 2), key(2): row(2, 1), key(3): row(3, 4), key(4): row(4, 1)}
+    heads_2 = {"a": (2, "a", 0, 1, 1, None)}
+    first.heads = {
+        1: (2, None, {"n": 1}, 7),  # (a body held alone: its heads made from it)
+        2: (1, heads_2, {"a": 1}, 7),
+        3: (4, heads_2, {"a": 1}, 7),  # (held as a tree below)
+    }
+    first.roots = {3: (4, {"a": b"root"})}
+    pending.written.append(first)
+    held = backend.SqliteStore._held(pending)
+    assert held == {
+        key(1): (row(1, 2), {"n": 1}, whole_heads(1, 2, {"n": 1})),
+        key(2): (row(2, 1), {"a": 1}, heads_2),
+    }
+    assert pending.folded == 1
+    second = Fresh()  # (a later write: key 1 deleted, key 2 read only at the revision held)
+    second.rows = {key(1): row(1, 3, present=False), key(2): row(2, 1), key(4): row(4, 2)}
+    pending.written.append(second)
+    held = backend.SqliteStore._held(pending)
+    assert held == {key(1): (row(1, 3, present=False), None, {}), key(2): (row(2, 1), {"a": 1}, heads_2)}
+    assert pending.folded == 2 and backend.SqliteStore._held(pending) is held  # (nothing new folded)
 
 
 def test_a_turn_that_carried_other_processes_requests_hands_their_writes_on_too(tmp_path: Path) -> None:
