@@ -6,8 +6,9 @@ own): ``--puts`` saver ``put`` calls of ``bench_langgraph_adapters``' checkpoint
 over ``--threads`` threads — on SQLite (WAL; ``synchronous=off`` on both sides, so the time is
 the processes' own work, not the disk's) against LangGraph's ``SqliteSaver``, or with
 ``--backend postgres`` (``--postgres URL`` or ``$STATEFLOW_TEST_POSTGRES``; each side in a fresh
-schema, the server's ``synchronous_commit`` for both) against its ``PostgresSaver``. Measured in ``--rounds`` alternating rounds
-(:mod:`benchmarks.rounds`: each round runs both sides, the first side turning round by round).
+schema, the server's ``synchronous_commit`` for both) against its ``PostgresSaver``. Measured in
+``--rounds`` alternating rounds (:mod:`benchmarks.rounds`: each round runs both sides, the first
+side turning round by round).
 Printed per side, the median of the rounds: the wall time a put, the garbage collector's time a
 put (``gc.callbacks``), its longest pause, its full collections, the objects it tracks at the end
 and the process's peak resident memory; then ours ÷ LangGraph's, the median of the rounds'

@@ -152,9 +152,10 @@ def test_a_server_answers_503_during_an_outage_and_recovers_without_restart(
         while server.call("PUT", record, {"n": 3})[0] != 200:
             assert time.monotonic() < deadline, "the server did not recover"
             time.sleep(0.5)
-        # a write recovering does not promise the next read a connection at once: the pool
-        # opens its other connections again with psycopg's backoff after a long outage (a read
-        # once waited past the store's 2 s for one, 503): each recovers within the deadline
+        # a write recovering does not promise the next read a connection at once: psycopg's
+        # pool grows one connection at a time, and an attempt that failed during the outage
+        # waits out its backoff (1, 2, 4… s) before trying again, no other growth meanwhile (a
+        # read once waited past the store's 2 s for one, 503): each recovers within the deadline
         while (got := server.call("GET", record))[0] != 200:
             assert got[1]["code"] == "store-unavailable", got
             assert time.monotonic() < deadline, "reads did not recover"
