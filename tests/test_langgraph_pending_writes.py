@@ -263,3 +263,32 @@ def test_a_schema_44_store_upgrades_to_45_and_its_writes_records_convert_at_thei
         assert check_store(store).problems == []
     finally:
         store.close()
+
+
+def test_writes_onto_a_checkpoint_another_process_wrote_add_to_its_record(open_migrated: Any) -> None:
+    """A saver that has not seen a checkpoint's writes record (another process wrote it, or
+    this one before a restart, or its caches let it go) adds its task's writes to the record
+    as it is; every task's writes read back, each change in the record's history."""
+    first, second = (
+        StateflowSaver(StatesService(open_migrated())),
+        StateflowSaver(StatesService(open_migrated())),
+    )
+    checked: SqlStore = open_migrated()
+    config = _checkpoint(first, "t")
+    first.put_writes(config, [("n", 1), ("m", "a")], "task-1")
+    second.put_writes(config, [("n", 2)], "task-2")
+    first.put_writes(config, [("n", 3)], "task-3")  # (its record moved where it has not seen)
+    second.put_writes(config, [("n", 9)], "task-1")  # (a task's writes kept once: no change)
+    expected = [("task-1", "n", 1), ("task-1", "m", "a"), ("task-2", "n", 2), ("task-3", "n", 3)]
+    reader = StateflowSaver(StatesService(open_migrated()))
+    assert sorted(_pending(reader, config)) == sorted(expected)
+    memory = InMemorySaver()  # (LangGraph's own answer to the same calls)
+    config_m = _checkpoint(memory, "t")
+    for writes, task in (([("n", 1), ("m", "a")], "task-1"), ([("n", 2)], "task-2"), ([("n", 3)], "task-3")):
+        memory.put_writes(config_m, writes, task)
+    memory.put_writes(config_m, [("n", 9)], "task-1")
+    assert sorted(_pending(memory, config_m)) == sorted(expected)
+    key = reader.records.doc_key("writes", reader._key("t", "", config["configurable"]["checkpoint_id"]))
+    assert reader.records.store.get(key).revision == 3
+    assert len(reader.records.store.history([key])) == 3
+    assert check_store(checked).problems == []

@@ -476,3 +476,109 @@ def test_the_transitions_check_names_each_document_and_claim_and_is_formatted_on
     assert checked_transition(True, "", 0) == (
         "INSERT INTO transitions (at, origin, changed) SELECT ?, ?, ? WHERE 1 = 1"
     )
+
+
+def _adding(key: str, value: Any, seen: list[dict[str, Any] | None]) -> Any:
+    """A build that keeps the current body and sets one member (what a writes record's next
+    task does), noting the body it was handed."""
+
+    def build(shared: dict[DocKey, Any], current: dict[str, Any] | None) -> Whole:
+        seen.append(current)
+        return Whole({**(current or {}), key: value}, [[key]], None)
+
+    return build
+
+
+@pytest.mark.parametrize("whole_form", [False, True], ids=["members", "whole form"])
+def test_a_document_this_store_never_saw_is_read_and_written_on_what_it_holds(
+    open_migrated: StoreFactory, whole_form: bool
+) -> None:
+    """A document another process wrote (or this one before it restarted) is read once, in one
+    statement, and written the lean way on what it holds — not guessed new, which fails its
+    creation and leaves the write to ``update``."""
+    other = open_migrated()
+    if whole_form:  # (PostgreSQL keeps member form whatever is asked: ``Backend.whole_form``)
+        assert other.keep_whole("items") == other.whole_form
+    _replace(other, GUARD, {"v": 1})
+    _replace(other, KEY, {"a": 1, "b": [1, 2]})
+    _replace(other, KEY, {"a": 2, "b": [1, 2]})
+    mine = open_migrated()
+    # (neither the shared document nor the record seen here: each read as it is)
+    seen: list[dict[str, Any] | None] = []
+    assert mine.write_whole(KEY, _adding("c", {"d": 3}, seen), {"by": "lean"}, shared=[GUARD])
+    assert seen == [{"a": 2, "b": [1, 2]}]
+    fresh = open_migrated()
+    assert fresh.get(KEY).body == {"a": 2, "b": [1, 2], "c": {"d": 3}} and fresh.get(KEY).revision == 3
+    assert fresh.read_at(KEY, revision=2).body == {"a": 2, "b": [1, 2]}
+    assert [c.origin["by"] for c in fresh.history([KEY])] == ["lean", "update", "update"]  # (newest first)
+    # what it read is its next write's starting point: no read again, and the bodies agree
+    assert mine.write_whole(KEY, _adding("e", 5, seen), {"by": "lean"}, shared=[GUARD])
+    assert seen[-1] == {"a": 2, "b": [1, 2], "c": {"d": 3}}
+    assert fresh.get(KEY).body == {"a": 2, "b": [1, 2], "c": {"d": 3}, "e": 5}
+
+
+def test_a_document_said_new_that_exists_writes_nothing(open_migrated: StoreFactory) -> None:
+    """``new``: the caller's word that there is no document, taken with no read — one that
+    exists after all fails its creation, nothing is written, and ``update`` decides."""
+    other = open_migrated()
+    _replace(other, GUARD, {"v": 1})
+    _replace(other, KEY, {"a": 1})
+    mine = open_migrated()
+    mine.read([GUARD])
+    assert not mine.write_whole(KEY, _whole({"a": 2}), {"by": "lean"}, shared=[GUARD], new=True)
+    assert other.get(KEY).body == {"a": 1} and other.get(KEY).revision == 1
+    assert [c.origin["by"] for c in other.history([KEY])] == ["update"]
+    assert mine.write_whole(KEY, _whole({"a": 3}), {"by": "lean"}, shared=[GUARD])  # read first
+    assert other.get(KEY).body == {"a": 3} and other.get(KEY).revision == 2
+
+
+def test_a_document_never_seen_that_was_deleted_is_written_as_a_new_body(open_migrated: StoreFactory) -> None:
+    other = open_migrated()
+    _replace(other, GUARD, {"v": 1})
+    _replace(other, KEY, {"a": 1})
+    _replace(other, KEY, None)  # type: ignore[arg-type]  # (``Write.between`` to None: a delete)
+    mine = open_migrated()
+    mine.read([GUARD])
+    seen: list[dict[str, Any] | None] = []
+    assert mine.write_whole(KEY, _adding("b", 2, seen), {"by": "lean"}, shared=[GUARD])
+    assert seen == [None]
+    fresh = open_migrated()
+    assert [fresh.read_at(KEY, revision=r).body for r in (1, 2, 3)] == [{"a": 1}, None, {"b": 2}]
+
+
+def test_a_document_never_seen_with_a_tree_member_is_left_to_update(open_migrated: StoreFactory) -> None:
+    """Its tree is not read by the one statement: nothing is written, ``update`` decides."""
+    other = open_migrated()
+    _replace(other, GUARD, {"v": 1})
+    large = {"a": 1, "big": ["x" * 1000] * 1200}  # (~1.2 MB: a tree)
+    _replace(other, KEY, large)
+    mine = open_migrated()
+    mine.read([GUARD])
+    assert not mine.write_whole(KEY, _whole({"a": 2, "big": "small"}), {"by": "lean"}, shared=[GUARD])
+    assert other.get(KEY).revision == 1
+    _replace(mine, KEY, {"a": 2, "big": "small"})
+    assert open_migrated().get(KEY).body == {"a": 2, "big": "small"}
+    assert open_migrated().read_at(KEY, revision=1).body == large
+
+
+def test_a_document_the_caches_let_go_is_read_again_and_written_lean(open_migrated: StoreFactory) -> None:
+    """Its row still known here, its heads and body dropped by the caches' bounds: read again
+    (another store moved it meanwhile: the body read is the one now there)."""
+    from stateflow.store.cache import HeadCache
+
+    mine, other = open_migrated(), open_migrated()
+    _replace(mine, GUARD, {"v": 1})
+    _replace(mine, KEY, {"a": 1})
+    mine._heads = HeadCache(max_docs=1)  # (one document's entry at a time)
+    seen: list[dict[str, Any] | None] = []
+    assert mine.write_whole(KEY, _adding("b", 2, seen), {"by": "lean"}, shared=[GUARD])
+    assert mine.write_whole(DocKey("items", "other"), _whole({"z": 0}), {"by": "lean"}, shared=[GUARD])
+    assert mine._heads.entry(mine._rows_known[KEY].doc_id, 2) is None  # (let go)
+    assert mine.write_whole(KEY, _adding("c", 3, seen), {"by": "lean"}, shared=[GUARD])
+    assert seen == [{"a": 1}, {"a": 1, "b": 2}]
+    _replace(other, KEY, {"a": 1, "b": 2, "c": 3, "theirs": True})  # moved where ``mine`` has not seen
+    mine.write_whole(DocKey("items", "other"), _whole({"z": 1}), {"by": "lean"}, shared=[GUARD])
+    assert mine.write_whole(KEY, _adding("d", 4, seen), {"by": "lean"}, shared=[GUARD])
+    assert seen[-1] == {"a": 1, "b": 2, "c": 3, "theirs": True}  # (the body now there: theirs kept)
+    assert other.get(KEY).body == {"a": 1, "b": 2, "c": 3, "theirs": True, "d": 4}
+    assert other.get(KEY).revision == 5

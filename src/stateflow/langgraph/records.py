@@ -232,6 +232,7 @@ class Records:
         args: tuple[Any, ...] = (),
         guard: tuple[DocKey, Callable[[Any], bool]] | None = None,
         doc_key: DocKey | None = None,
+        new: bool = False,
     ) -> DocKey:
         """Write one record of a shape the adapter builds itself, through the store's writes of
         a whole document (``Store.write_whole`` on the documents as last seen here, else
@@ -256,7 +257,9 @@ class Records:
         ``holds(body)`` must accept (as last seen here, then as the commit finds it: the commit
         checks it did not move), else :class:`Stale` and nothing written. ``doc_key``: the
         record's document key where the caller made it (``doc_key(kind, key)``'s, uncached: a
-        key written once). Returns the record's document key."""
+        key written once). ``new``: the caller expects no record under ``key`` (created with no
+        read first where none is known here: ``Store.write_whole``). Returns the record's
+        document key."""
         if doc_key is None:
             doc_key = self.doc_key(kind, key)
         if not key.strip() or self.schema is None:
@@ -274,10 +277,10 @@ class Records:
         try:
             # the documents as last seen here, else the store's general read-modify-write
             if guard is None:
-                written = self.store.write_whole(doc_key, checked, stamped, shared=self._shared)
+                written = self.store.write_whole(doc_key, checked, stamped, shared=self._shared, new=new)
             else:
                 written = self.store.write_whole(
-                    doc_key, checked, stamped, shared=self._shared, also=guard[0]
+                    doc_key, checked, stamped, shared=self._shared, also=guard[0], new=new
                 )
             if not written:
                 shared = self._shared if guard is None else (*self._shared, guard[0])

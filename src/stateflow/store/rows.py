@@ -47,12 +47,21 @@ ROW_COLUMNS: Final = (
     "doc_id, revision, present, updated_seq, snapshot_revision, bytes_since_snapshot, "
     "body_size, next_position"
 )
-ROW_SELECT: Final = (
-    "SELECT "
-    + ", ".join("d." + c.strip() for c in ROW_COLUMNS.split(","))
-    + ", t.at, d.state, d.subject, d.body IS NOT NULL "
-    "FROM documents d LEFT JOIN transitions t ON t.seq = d.updated_seq"
+_ROW_FIELDS: Final = (
+    ", ".join("d." + c.strip() for c in ROW_COLUMNS.split(","))
+    + ", t.at, d.state, d.subject, d.body IS NOT NULL"
 )
+ROW_SELECT: Final = f"SELECT {_ROW_FIELDS} FROM documents d LEFT JOIN transitions t ON t.seq = d.updated_seq"
+UNSEEN_SELECT: Final = (
+    f"SELECT {_ROW_FIELDS}, d.body, m.name, m.position, m.revision, m.size, m.outline, "
+    "CASE WHEN m.root IS NULL THEN m.body END "
+    "FROM documents d LEFT JOIN transitions t ON t.seq = d.updated_seq "
+    "LEFT JOIN members m ON m.doc_id = d.doc_id "
+    "WHERE d.state = ? AND d.subject = ? ORDER BY m.position"
+)
+"""One document read whole in one statement, for a writer that has not seen it: its row (as
+``ROW_SELECT``'s columns), its whole-form body (column 12) and, per member row, its head (13–17)
+and its body (18) unless the member is a tree."""
 NO_ROW: Final = DocRow(0, 0, False, None, 0, 0, 0, 0)
 """Known to have no row at all (never written)."""
 CHANGE_MARK: Final = b"="

@@ -63,6 +63,7 @@ from stateflow.store.plan import (
 from stateflow.store.rows import (
     CHANGE_MARK,
     NO_ROW,
+    UNSEEN_SELECT,
     DocRow,
     MemberHead,
     Wanted,
@@ -1944,6 +1945,7 @@ class Writes(StoreCore):
         *,
         shared: Sequence[DocKey] = (),
         also: DocKey | None = None,
+        new: bool = False,
     ) -> bool:
         """One document written whole — ``build(shared bodies, current body or None)`` gives
         its new body, the paths it wrote and maybe its members' encodings (:class:`Whole`) — on
@@ -1955,9 +1957,13 @@ class Writes(StoreCore):
         The same rows, change, history and caches as ``update``; the commit checks that neither
         ``key`` nor a ``shared`` document moved. ``also``: one more shared document that
         changes from write to write (a checkpoint's parent), kept out of the key of the shared
-        rows handed before, which a key of its own would miss every time. False when it cannot
-        be done so (a document not cached here, one moved, nothing to write, a member held as a
-        tree): nothing was written, and ``update`` decides."""
+        rows handed before, which a key of its own would miss every time. ``key`` not seen here
+        (written before this process, or by another) or no longer held by the caches is read
+        first (:meth:`_read_unseen`), unless the caller says it is ``new`` (a checkpoint named
+        by its new id): then, not seen, it is created with no read, and should it have a row
+        after all, its creation fails with nothing written. False when it cannot be done so (a
+        shared document not cached here, one moved, nothing to write, a member held as a tree):
+        nothing was written, and ``update`` decides."""
         if not self._schema_checked:  # (once per store: no call per write)
             self.check_schema()
         if self._contended and self._is_contended((key,)):  # (mostly none: no call)
@@ -1977,8 +1983,11 @@ class Writes(StoreCore):
             ordered = _shared_in_order(shared)
             for other in ordered:
                 found = self._known_body(other)
-                if found is None:
-                    return False
+                if found is None:  # not seen here, or let go by the caches: read as it is
+                    self._read_unseen(other)
+                    found = self._known_body(other)
+                    if found is None:
+                        return False  # (a member held as a tree)
                 bodies[other] = found[1]
                 shared_rows.append((other, found[0]))
             if len(held) >= HANDED_MAX:
@@ -2003,6 +2012,11 @@ class Writes(StoreCore):
         # the document as last seen here: none (a new one: its row made, absent), else its
         # row, body and heads (``_known``)
         row = self._rows_known.get(key)
+        if row is None and not new:
+            # (guessed absent instead, a document that exists would fail its creation — a
+            # transaction begun and rolled back — and then take the general path: twice the
+            # write's cost, for every record a cycle over more than the caches hold comes back to)
+            row = self._read_unseen(key)
         if row is None or row is NO_ROW:
             created = self._absent_rows([key])
             if not created:
@@ -2012,8 +2026,12 @@ class Writes(StoreCore):
             heads: Heads = NONE
         else:
             known = self._known(key, row)
-            if known is None:
-                return False  # its row is known, its members are not
+            if known is None:  # its row is known, its members are not (the caches let them go)
+                read = self._read_unseen(key)
+                known = None if read is NO_ROW else self._known(key, read)
+                if known is None:
+                    return False  # (a member held as a tree: not read here; or gone)
+                row = known[0]
             body, heads = known[1], known[2]
         whole = build(bodies, body)
         fresh = Fresh()
@@ -2045,6 +2063,29 @@ class Writes(StoreCore):
         _stamp((key,), plans, seq, at, fresh)
         self._remember(fresh)
         return True
+
+    def _read_unseen(self, key: DocKey) -> DocRow:
+        """A document not seen here, read as it is by one statement (one round trip, in one
+        snapshot): its row (``NO_ROW``: it has none), remembered as seen, and where present its
+        body and member heads into the caches, where :meth:`_known` finds them (a member held
+        as a tree is not read: the write then takes the general path). No lock is held: the
+        write that follows checks at its commit that the row did not move."""
+        with self._statement_tx() as tx:
+            found = tx.all(UNSEEN_SELECT, [key.state, key.subject])
+        first = found[0] if found else None
+        row = NO_ROW if first is None else to_row(first)
+        if first is not None and row.present:
+            doc_id, revision = row.doc_id, row.revision
+            if first[12] is not None:  # whole form: the body is the row's
+                heads, body = whole_members(doc_id, revision, first[12], f"{key} body")
+                self._heads.put(doc_id, revision, heads, body, sum(h[4] for h in heads.values()))
+            else:
+                members = [(doc_id, *r[13:19]) for r in found if r[13] is not None]
+                self._took_heads({key: row}, {doc_id}, members)
+        seen = Fresh()
+        seen.rows[key] = row
+        self._remember(seen)
+        return row
 
     def _plan_new(
         self,
