@@ -232,7 +232,7 @@ class Records:
         args: tuple[Any, ...] = (),
         guard: tuple[DocKey, Callable[[Any], bool]] | None = None,
         doc_key: DocKey | None = None,
-        new: bool = False,
+        exists: bool = False,
     ) -> DocKey:
         """Write one record of a shape the adapter builds itself, through the store's writes of
         a whole document (``Store.write_whole`` on the documents as last seen here, else
@@ -257,8 +257,8 @@ class Records:
         ``holds(body)`` must accept (as last seen here, then as the commit finds it: the commit
         checks it did not move), else :class:`Stale` and nothing written. ``doc_key``: the
         record's document key where the caller made it (``doc_key(kind, key)``'s, uncached: a
-        key written once). ``new``: the caller expects no record under ``key`` (created with no
-        read first where none is known here: ``Store.write_whole``). Returns the record's
+        key written once). ``exists``: the caller expects a record under ``key`` (read first
+        where not seen here, rather than guessed new: ``Store.write_whole``). Returns the record's
         document key."""
         if doc_key is None:
             doc_key = self.doc_key(kind, key)
@@ -277,10 +277,12 @@ class Records:
         try:
             # the documents as last seen here, else the store's general read-modify-write
             if guard is None:
-                written = self.store.write_whole(doc_key, checked, stamped, shared=self._shared, new=new)
+                written = self.store.write_whole(
+                    doc_key, checked, stamped, shared=self._shared, exists=exists
+                )
             else:
                 written = self.store.write_whole(
-                    doc_key, checked, stamped, shared=self._shared, also=guard[0], new=new
+                    doc_key, checked, stamped, shared=self._shared, also=guard[0], exists=exists
                 )
             if not written:
                 shared = self._shared if guard is None else (*self._shared, guard[0])

@@ -766,7 +766,6 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
             args=(key, saved, origin),
             guard=guard,
             doc_key=doc_key,
-            new=True,  # (a checkpoint's record: named by its new id)
         )
 
     def _put_general(self, key: str, saved: dict[str, Any], origin: WriteOrigin) -> None:
@@ -870,9 +869,10 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
             action="apply",
             general=self._writes_general,
             args=(key, bucket, entries, origin),
-            # a checkpoint this saver put or read a moment ago: its first task's writes make its
-            # writes record (a later task's find it known); any other is read first
-            new=(thread_id, ns, checkpoint_id) in self._parents,
+            # a checkpoint this saver did not put or read a moment ago (another process's, or
+            # past the latest it holds) most likely has its writes record: read first (its first
+            # task's writes on a checkpoint put here make the record, guessed new)
+            exists=(thread_id, ns, checkpoint_id) not in self._parents,
         )
 
     def _writes_general(

@@ -130,11 +130,11 @@ class Store(Protocol):
         *,
         shared: Sequence[DocKey] = (),
         also: DocKey | None = None,
-        new: bool = False,
+        exists: bool = False,
     ) -> bool:
-        """One document written whole on the documents as last seen here (``key`` read first
-        where not seen, unless the caller says it is ``new``); False: not done so. ``also``: one
-        more shared document, one that changes from write to write."""
+        """One document written whole on the documents as last seen here (one not seen:
+        guessed new, or read first where the caller expects it ``exists``); False: not done so.
+        ``also``: one more shared document, one that changes from write to write."""
 
     def contended(self, keys: Sequence[DocKey]) -> bool:
         """Whether another writer's commit beat one of this store's on ``keys`` a moment ago,

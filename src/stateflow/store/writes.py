@@ -1945,7 +1945,7 @@ class Writes(StoreCore):
         *,
         shared: Sequence[DocKey] = (),
         also: DocKey | None = None,
-        new: bool = False,
+        exists: bool = False,
     ) -> bool:
         """One document written whole — ``build(shared bodies, current body or None)`` gives
         its new body, the paths it wrote and maybe its members' encodings (:class:`Whole`) — on
@@ -1958,12 +1958,13 @@ class Writes(StoreCore):
         ``key`` nor a ``shared`` document moved. ``also``: one more shared document that
         changes from write to write (a checkpoint's parent), kept out of the key of the shared
         rows handed before, which a key of its own would miss every time. ``key`` not seen here
-        (written before this process, or by another) or no longer held by the caches is read
-        first (:meth:`_read_unseen`), unless the caller says it is ``new`` (a checkpoint named
-        by its new id): then, not seen, it is created with no read, and should it have a row
-        after all, its creation fails with nothing written. False when it cannot be done so (a
-        shared document not cached here, one moved, nothing to write, a member held as a tree):
-        nothing was written, and ``update`` decides."""
+        (new, or written before this process or by another) is most likely new: created with no
+        read; should it have a row after all, its creation fails, nothing is written, and it is
+        read (:meth:`_read_unseen`) and written again on what it holds. ``exists``: the caller
+        expects a document there (a writes record of a checkpoint another process put), read
+        first where not seen. A document whose cache entry was let go is read again. False when
+        it cannot be done so (a shared document moved, nothing to write, a member held as a
+        tree): nothing was written, and ``update`` decides."""
         if not self._schema_checked:  # (once per store: no call per write)
             self.check_schema()
         if self._contended and self._is_contended((key,)):  # (mostly none: no call)
@@ -2012,10 +2013,8 @@ class Writes(StoreCore):
         # the document as last seen here: none (a new one: its row made, absent), else its
         # row, body and heads (``_known``)
         row = self._rows_known.get(key)
-        if row is None and not new:
-            # (guessed absent instead, a document that exists would fail its creation — a
-            # transaction begun and rolled back — and then take the general path: twice the
-            # write's cost, for every record a cycle over more than the caches hold comes back to)
+        guessed = row is None and not exists  # (not seen here: most likely new, created unread)
+        if row is None and exists:
             row = self._read_unseen(key)
         if row is None or row is NO_ROW:
             created = self._absent_rows([key])
@@ -2058,6 +2057,10 @@ class Writes(StoreCore):
         plans = [plan]
         committed = self._commit_planned([(key, row)], rows_held, (), origin, plans)
         if committed is None:
+            if guessed and self._read_unseen(key) is not NO_ROW:
+                # it had a row after all: written again on what it holds, now seen (once: the
+                # general path, ``update``'s, would guess it new again and then lock it)
+                return self.write_whole(key, build, origin, shared=shared, also=also)
             return False
         seq, at = committed  # (unpacked here: a call by ``*`` makes a tuple of every argument)
         _stamp((key,), plans, seq, at, fresh)
