@@ -90,6 +90,7 @@ def _adapter_only() -> ContextManager[None]:
         *,
         shared: Any = (),
         also: DocKey | None = None,
+        exists: bool = False,
     ) -> bool:
         known = self._known(key)
         bodies = {k: known_k[1] for k in shared if (known_k := self._known(k))}
