@@ -552,9 +552,11 @@ def test_a_document_never_seen_with_a_tree_member_is_left_to_update(open_migrate
     mine = open_migrated()
     mine.read([GUARD])
     assert not mine.write_whole(KEY, _whole({"a": 2, "big": "small"}), {"by": "lean"}, shared=[GUARD])
+    assert not mine.write_whole(KEY, _whole({"a": 2, "big": "small"}), {"by": "lean"}, shared=[GUARD])
     assert other.get(KEY).revision == 1
     _replace(mine, KEY, {"a": 2, "big": "small"})
-    assert open_migrated().get(KEY).body == {"a": 2, "big": "small"}
+    assert mine.write_whole(KEY, _whole({"a": 3, "big": "small"}), {"by": "lean"}, shared=[GUARD])
+    assert open_migrated().get(KEY).body == {"a": 3, "big": "small"}
     assert open_migrated().read_at(KEY, revision=1).body == large
 
 

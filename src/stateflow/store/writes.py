@@ -2026,6 +2026,8 @@ class Writes(StoreCore):
         else:
             known = self._known(key, row)
             if known is None:  # its row is known, its members are not (the caches let them go)
+                if self._heads.entry(row.doc_id, row.revision) is not None:
+                    return False  # (its heads are: a member held as a tree, not read here)
                 read = self._read_unseen(key)
                 known = None if read is NO_ROW else self._known(key, read)
                 if known is None:
