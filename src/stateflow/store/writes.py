@@ -1984,11 +1984,11 @@ class Writes(StoreCore):
             ordered = _shared_in_order(shared)
             for other in ordered:
                 found = self._known_body(other)
-                if found is None:  # not seen here, or let go by the caches: read as it is
+                if found is None and self._unheld(other):  # read as it is
                     self._read_unseen(other)
                     found = self._known_body(other)
-                    if found is None:
-                        return False  # (a member held as a tree)
+                if found is None:
+                    return False  # (a member held as a tree: not read here)
                 bodies[other] = found[1]
                 shared_rows.append((other, found[0]))
             if len(held) >= HANDED_MAX:
@@ -2025,9 +2025,9 @@ class Writes(StoreCore):
             heads: Heads = NONE
         else:
             known = self._known(key, row)
-            if known is None:  # its row is known, its members are not (the caches let them go)
-                if self._heads.entry(row.doc_id, row.revision) is not None:
-                    return False  # (its heads are: a member held as a tree, not read here)
+            if known is None:  # its row is known, its members are not
+                if not self._unheld(key):
+                    return False  # (a member held as a tree: not read here)
                 read = self._read_unseen(key)
                 known = None if read is NO_ROW else self._known(key, read)
                 if known is None:
@@ -2068,6 +2068,13 @@ class Writes(StoreCore):
         _stamp((key,), plans, seq, at, fresh)
         self._remember(fresh)
         return True
+
+    def _unheld(self, key: DocKey) -> bool:
+        """Whether ``key`` is not seen here, or its heads were let go by the caches: then
+        :meth:`_read_unseen` reads it for a lean write. Its heads held but not a member's value
+        is a member held as a tree, which that read does not read either."""
+        row = self._rows_known.get(key)
+        return row is None or (row.present and self._heads.entry(row.doc_id, row.revision) is None)
 
     def _read_unseen(self, key: DocKey) -> DocRow:
         """A document not seen here, read as it is by one statement (one round trip, in one
