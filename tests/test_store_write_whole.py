@@ -581,3 +581,84 @@ def test_a_document_the_caches_let_go_is_read_again_and_written_lean(open_migrat
     assert seen[-1] == {"a": 1, "b": 2, "c": 3, "theirs": True}  # (the body now there: theirs kept)
     assert other.get(KEY).body == {"a": 1, "b": 2, "c": 3, "theirs": True, "d": 4}
     assert other.get(KEY).revision == 5
+
+
+def _letting_go(open_migrated: StoreFactory, whole_form: bool) -> Any:
+    """A store that holds ``items`` for its latest two writes only (``cache_recent``), with
+    ``KEY`` written twice and then let go by two other writes: kept as a spare copy."""
+    store = open_migrated()
+    if whole_form:
+        assert store.keep_whole("items") == store.whole_form
+    store.cache_recent("items")
+    store._recent_kept = 2
+    _replace(store, GUARD, {"v": 1})
+    seen: list[dict[str, Any] | None] = []
+    assert store.write_whole(KEY, _adding("a", 1, seen), {"by": "lean"}, shared=[GUARD])
+    assert store.write_whole(KEY, _adding("b", 2, seen), {"by": "lean"}, shared=[GUARD])
+    for n in range(2):
+        assert store.write_whole(
+            DocKey("items", f"once {n}"), _whole({"n": n}), {"by": "lean"}, shared=[GUARD]
+        )
+    assert KEY not in store._rows_known and len(store._spare) == 1
+    return store
+
+
+@pytest.mark.parametrize("whole_form", [False, True], ids=["members", "whole form"])
+def test_a_document_let_go_is_written_on_its_spare_copy(
+    open_migrated: StoreFactory, whole_form: bool
+) -> None:
+    """A document written again, then let go by ``cache_recent``'s bound, is kept encoded; its
+    next write takes the copy back and writes on it, and the copy is then held as before."""
+    mine = _letting_go(open_migrated, whole_form)
+    seen: list[dict[str, Any] | None] = []
+    assert mine.write_whole(KEY, _adding("c", 3, seen), {"by": "spare"}, shared=[GUARD])
+    assert seen == [{"a": 1, "b": 2}] and len(mine._spare) == 0
+    fresh = open_migrated()
+    assert fresh.get(KEY).body == {"a": 1, "b": 2, "c": 3} and fresh.get(KEY).revision == 3
+    assert [c.origin["by"] for c in fresh.history([KEY])] == ["spare", "lean", "lean"]
+    # documents written once (a checkpoint, say) are let go without a copy
+    for n in range(2, 6):
+        assert mine.write_whole(
+            DocKey("items", f"once {n}"), _whole({"n": n}), {"by": "lean"}, shared=[GUARD]
+        )
+    assert len(mine._spare) == 1  # (``KEY`` again, let go after its third write)
+
+
+@pytest.mark.parametrize("whole_form", [False, True], ids=["members", "whole form"])
+def test_a_stale_spare_copy_writes_nothing_and_the_document_is_read_again(
+    open_migrated: StoreFactory, whole_form: bool
+) -> None:
+    """Another process moved the document after it was let go: the write on the copy is
+    refused by its commit's check (nothing written, theirs kept), and ``update`` then writes
+    on the document as it is now; the next lean write goes on from there."""
+    mine, other = _letting_go(open_migrated, whole_form), open_migrated()
+    _replace(other, KEY, {"a": 1, "b": 2, "theirs": True})
+    seen: list[dict[str, Any] | None] = []
+    assert not mine.write_whole(KEY, _adding("c", 3, seen), {"by": "spare"}, shared=[GUARD])
+    assert seen == [{"a": 1, "b": 2}]  # (the copy's body: stale)
+    assert other.get(KEY).body == {"a": 1, "b": 2, "theirs": True} and other.get(KEY).revision == 3
+
+    def adding_c(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
+        before = docs[KEY].body
+        return [Write.between(KEY, before, {**before, "c": 3}, docs[KEY].revision)], None
+
+    mine.update([KEY], adding_c, {"by": "update"})
+    assert mine.write_whole(KEY, _adding("d", 4, seen), {"by": "lean"}, shared=[GUARD])
+    assert seen[-1] == {"a": 1, "b": 2, "theirs": True, "c": 3}
+    assert open_migrated().get(KEY).body == {"a": 1, "b": 2, "theirs": True, "c": 3, "d": 4}
+
+
+def test_a_document_moved_to_another_subject_loses_its_spare_copy(open_migrated: StoreFactory) -> None:
+    """A copy names its document by key; a rename keeps the id and revision the commit checks,
+    so the copy goes with the move: the old key is then written as a new document."""
+    mine = _letting_go(open_migrated, True)
+    moved = DocKey("items", '["agent","a","item","moved"]')
+    assert mine.rename_subjects(
+        "items", lambda s: moved.subject if s == KEY.subject else None, mark=("renamed:items", "1")
+    )
+    assert len(mine._spare) == 0
+    seen: list[dict[str, Any] | None] = []
+    assert mine.write_whole(KEY, _adding("new", 1, seen), {"by": "lean"}, shared=[GUARD])
+    fresh = open_migrated()
+    assert fresh.get(KEY).body == {"new": 1} and fresh.get(KEY).revision == 1
+    assert fresh.get(moved).body == {"a": 1, "b": 2} and fresh.get(moved).revision == 2

@@ -13,13 +13,18 @@ from collections import OrderedDict
 from collections.abc import Hashable, Iterable, Mapping
 from typing import Any, Final, Generic, TypeVar
 
-from stateflow.store.rows import MemberHead, whole_heads
+from stateflow.doc.canonical import encode_trusted
+from stateflow.errors import InvalidJSON
+from stateflow.store.model import DocKey
+from stateflow.store.rows import DocRow, MemberHead, whole_heads
 
 DEFAULT_CACHE_BYTES: Final = 256 * 1024 * 1024
 
 
 DEFAULT_HEAD_DOCS: Final = 100_000
 DEFAULT_KNOWN_BYTES: Final = 64 * 1024 * 1024
+DEFAULT_SPARE_BYTES: Final = 16 * 1024 * 1024
+"""What :class:`SpareCopies` keeps encoded, at most."""
 
 Heads = Mapping[str, MemberHead]
 """A document's member heads by name, in position order."""
@@ -155,6 +160,100 @@ class HeadCache:
         with self._lock:
             self._entries.clear()
             self._bytes = 0
+
+
+RowFields = tuple[int, int, bool, int | None, int, int, int, int, str | None, bool, bool | None]
+"""A :class:`DocRow`'s fields, in order."""
+Spare = tuple[RowFields, tuple[tuple[str, MemberHead], ...] | None, bytes, int]
+"""A let-go document as :class:`SpareCopies` holds it: its row's fields as this process last wrote it,
+its member heads (None: whole form, made from the body again), its body encoded, and the size
+its head-cache entry counted."""
+
+
+def _row_fields(row: DocRow) -> RowFields:
+    return (
+        row.doc_id,
+        row.revision,
+        row.present,
+        row.updated_seq,
+        row.snapshot_revision,
+        row.bytes_since_snapshot,
+        row.body_size,
+        row.next_position,
+        row.at,
+        row.whole,
+        row.marked,
+    )
+
+
+class SpareCopies:
+    """The documents the caches let go for the latest writes only (``Store.cache_recent``),
+    each kept as its row, heads and body *encoded* — bytes and tuples of atoms, which the
+    garbage collector does not walk — up to ``max_bytes`` (oldest out first). A writer that
+    meets such a document again (a checkpoint's pending writes after a thousand other writes)
+    takes its copy back instead of reading it: a decode, not a query (on PostgreSQL, a round
+    trip). A copy may be stale — another process wrote the document since — as any cached row
+    may: the write's commit checks the row did not move, and nothing is written if it did."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[tuple[str, str], Spare] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def keep(self, key: DocKey, row: DocRow, entry: Held) -> None:
+        """Keep ``key``'s head-cache ``entry`` just let go (at ``row``), if its body is held and
+        encodes within the bound; else nothing (a miss reads it, as before)."""
+        _, heads, known, size = entry
+        if known is None or row.revision < 2:
+            # (written once here — a checkpoint, say — a document is mostly never written
+            # again: only one written again is kept, as the likely next to be)
+            return
+        try:
+            encoded = encode_trusted(known)
+        except InvalidJSON:  # (never for a stored body: nothing kept rather than a wrong copy)
+            return
+        if len(encoded) > self.max_bytes // 8:
+            return
+        # (the row's fields, not the row: a tuple of atoms the collector stops tracking)
+        spare = (_row_fields(row), None if heads is None else tuple(heads.items()), encoded, size)
+        with self._lock:
+            entries = self._entries
+            old = entries.pop(key, None)
+            if old is not None:
+                self._bytes -= len(old[2])
+            entries[(key.state, key.subject)] = spare  # (a plain tuple, which the collector stops tracking)
+            self._bytes += len(encoded)
+            while self._bytes > self.max_bytes:
+                self._bytes -= len(entries.popitem(last=False)[1][2])
+
+    def take(self, key: DocKey) -> Spare | None:
+        """``key``'s copy, no longer kept here (the caches hold it again once it is installed)."""
+        with self._lock:
+            spare = self._entries.pop(key, None)
+            if spare is not None:
+                self._bytes -= len(spare[2])
+            return spare
+
+    def drop(self, keys: Iterable[DocKey]) -> None:
+        """Forget the copies of ``keys`` (documents moved to other subjects: a copy names its
+        document by key, and an id moved keeps its revision, which the commit's check trusts)."""
+        with self._lock:
+            for key in keys:
+                spare = self._entries.pop(key, None)
+                if spare is not None:
+                    self._bytes -= len(spare[2])
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._entries
 
 
 K = TypeVar("K", bound=Hashable)

@@ -9,7 +9,14 @@ from typing import Any, Final, Self, TypeVar
 
 from stateflow.errors import CorruptData, InvalidInput, StoreNotMigrated, StoreTooNew
 from stateflow.store.backend import Backend
-from stateflow.store.cache import DEFAULT_CACHE_BYTES, HeadCache, Heads, RevisionCache
+from stateflow.store.cache import (
+    DEFAULT_CACHE_BYTES,
+    DEFAULT_SPARE_BYTES,
+    HeadCache,
+    Heads,
+    RevisionCache,
+    SpareCopies,
+)
 from stateflow.store.clock import micros_of
 from stateflow.store.key_positions import Positions
 from stateflow.store.migrations import SCHEMA_VERSION, statements
@@ -67,6 +74,8 @@ class StoreCore(Backend):
         forgotten with its head entry ``RECENT_KEPT`` writes later, if still at that revision
         (``Writes._remember``), not kept up to ``KNOWN_ROWS_MAX``"""
         self._recent_kept = RECENT_KEPT
+        self._spare = SpareCopies(DEFAULT_SPARE_BYTES)
+        """those documents once let go, encoded, for a writer that meets them again"""
         self._handed: dict[DocKey, Document] = {}
         """documents as an optimistic write last handed them to its computation (``Writes``)"""
         self._shared_known: dict[tuple[DocKey, ...], tuple[Any, ...]] = {}

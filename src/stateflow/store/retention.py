@@ -214,6 +214,7 @@ class Retention(History):
         for key in list(self._rows_known):  # (a copy: other threads may add rows meanwhile)
             if key.state == state:
                 self._rows_known.pop(key, None)
+        self._spare.clear()
         return len(ids)
 
     def meta_value(self, key: str) -> str | None:
@@ -292,6 +293,7 @@ class Retention(History):
             self._handed.pop(key, None)
             self._contended.pop(key, None)
             self._served_revisions.pop(key, None)
+        self._spare.drop(keys)
         self._shared_known.clear()
         self._subjects_moved(keys)
 

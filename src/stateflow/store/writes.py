@@ -18,7 +18,7 @@ from typing import Any, Final, Literal, NamedTuple, TypeVar, cast
 
 import orjson
 
-from stateflow.doc.canonical import encode_trusted
+from stateflow.doc.canonical import decode_trusted, encode_trusted
 from stateflow.doc.diff import Edit, Within, apply_below, diff_within, within
 from stateflow.doc.select import MISSING
 from stateflow.doc.sparse import NotHeld
@@ -652,9 +652,12 @@ class Writes(StoreCore):
             except IndexError:  # (emptied meanwhile by another thread's ``_remember``)
                 return
             known = self._rows_known.get(old_key)
-            if known is not None and known.doc_id == old.doc_id and known.revision == old.revision:
+            last = known is not None and known.doc_id == old.doc_id and known.revision == old.revision
+            if last:
                 self._rows_known.pop(old_key, None)  # (another thread's may have gone first)
             entry = self._heads.drop(old.doc_id, old.revision)
+            if entry is not None and (last or known is None):  # (kept as this process last wrote it)
+                self._spare.keep(old_key, old, entry)
             heads = None if entry is None else entry[1]
             if heads:  # (None: a whole-form body held alone, whose members are not cached)
                 drop = self._cache.drop
@@ -2013,6 +2016,8 @@ class Writes(StoreCore):
         # the document as last seen here: none (a new one: its row made, absent), else its
         # row, body and heads (``_known``)
         row = self._rows_known.get(key)
+        if row is None and not exists and key in self._spare:  # (let go here: not new)
+            exists = True
         guessed = row is None and not exists  # (not seen here: most likely new, created unread)
         if row is None and exists:
             row = self._read_unseen(key)
@@ -2082,6 +2087,16 @@ class Writes(StoreCore):
         body and member heads into the caches, where :meth:`_known` finds them (a member held
         as a tree is not read: the write then takes the general path). No lock is held: the
         write that follows checks at its commit that the row did not move."""
+        spare = self._spare.take(key)
+        if spare is not None:  # let go by the caches, kept encoded: no query
+            fields, heads_held, encoded, size = spare
+            row = DocRow(*fields)
+            body = decode_trusted(encoded)  # (this process's own encoding of a stored body)
+            self._heads.hold(
+                row.doc_id, (row.revision, None if heads_held is None else dict(heads_held), body, size)
+            )
+            # (not counted among the latest writes, as a read is: the write that follows is)
+            return self._rows_known.setdefault(key, row)
         with self._statement_tx() as tx:
             found = tx.all(UNSEEN_SELECT, [key.state, key.subject])
         first = found[0] if found else None
