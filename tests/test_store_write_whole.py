@@ -640,6 +640,7 @@ def test_a_stale_spare_copy_writes_nothing_and_the_document_is_read_again(
 
     def adding_c(docs: dict[DocKey, Document]) -> tuple[list[Write], None]:
         before = docs[KEY].body
+        assert before is not None
         return [Write.between(KEY, before, {**before, "c": 3}, docs[KEY].revision)], None
 
     mine.update([KEY], adding_c, {"by": "update"})
