@@ -23,6 +23,7 @@ from stateflow.store.core import WHOLE_PREFIX
 from stateflow.store.plan import WHOLE_ROW_MAX
 from stateflow.store.postgres import PostgresStore
 from stateflow.store.rows import CHANGE_MARK
+from stateflow.store.sqlite import SqliteStore
 
 CHECKPOINTS = "langgraph_checkpoints"
 ITEMS = "langgraph_store"
@@ -413,5 +414,61 @@ def test_threads_writing_checkpoints_past_the_latest_writes_held_lose_nothing(tm
                     ]
         finally:
             other.close()
+    finally:
+        store.close()
+
+
+def test_a_put_whose_parent_was_let_go_reads_it_once_and_writes_the_lean_way(tmp_path: Path) -> None:
+    """A busy process puts a thread's next checkpoint long after its parent: the parent's
+    record is let go by the store (``Store.cache_recent``) and unknown to this saver. It is read
+    once — by the statement the write itself starts from (``Store.body_as_seen``) — and the
+    checkpoint written the lean way on it (no read-modify-write transaction), keeping the
+    channel it did not write where the parent keeps it."""
+    path = f"sqlite:///{tmp_path}/s.db"
+    store = open_store(path)
+    try:
+        assert isinstance(store, SqliteStore)
+        store._recent_kept = 2
+        first = generate_checkpoint(
+            channel_values={"messages": ["a"], "n": 1}, channel_versions={"messages": 1, "n": 1}
+        )
+        thread: RunnableConfig = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+        config = StateflowSaver(StatesService(store)).put(
+            thread, first, generate_metadata(step=1), {"messages": 1, "n": 1}
+        )
+        saver = StateflowSaver(StatesService(store))  # (it never learnt of the parent)
+        for k in range(3):  # (other threads' puts: the parent's record let go)
+            saver.put(
+                {"configurable": {"thread_id": f"other {k}", "checkpoint_ns": ""}},
+                generate_checkpoint(channel_values={"n": k}, channel_versions={"n": 1}),
+                generate_metadata(step=1),
+                {"n": 1},
+            )
+        sent: list[str] = []
+        store._writer().set_trace_callback(sent.append)
+        store._local.reader.conn.set_trace_callback(sent.append)
+        second = generate_checkpoint(
+            channel_values={"messages": ["a"], "n": 2}, channel_versions={"messages": 1, "n": 2}
+        )
+        config = saver.put(config, second, generate_metadata(step=2), {"n": 2})
+        assert [s.split(" ")[0] for s in sent] == [
+            "BEGIN",
+            "SELECT",
+            "ROLLBACK",
+            "BEGIN",
+            "INSERT",
+            "INSERT",
+            "INSERT",
+            "COMMIT",
+        ]
+        assert sent[3] == "BEGIN IMMEDIATE"
+        reader = open_store(path)
+        try:
+            record = reader.get(DocKey(CHECKPOINTS, sent[5].split("'")[3]))
+            assert record.body is not None and record.body["saved"]["sources"] == {"messages": first["id"]}
+            found = StateflowSaver(StatesService(reader)).get_tuple(config)
+            assert found is not None and found.checkpoint["channel_values"] == {"messages": ["a"], "n": 2}
+        finally:
+            reader.close()
     finally:
         store.close()

@@ -663,3 +663,24 @@ def test_a_document_moved_to_another_subject_loses_its_spare_copy(open_migrated:
     fresh = open_migrated()
     assert fresh.get(KEY).body == {"new": 1} and fresh.get(KEY).revision == 1
     assert fresh.get(moved).body == {"a": 1, "b": 2} and fresh.get(moved).revision == 2
+
+
+def test_a_body_as_seen_is_the_one_the_next_write_starts_from(open_migrated: StoreFactory) -> None:
+    """``body_as_seen``: held here, the cached body itself; not seen, read as it is and held
+    for the write after; absent, no body; a member held as a tree, None (``get`` reads it)."""
+    mine, other = open_migrated(), open_migrated()
+    _replace(other, GUARD, {"v": 1})
+    _replace(other, KEY, {"a": 1})
+    assert mine.body_as_seen(DocKey("items", "never")) == (0, None)
+    revision, body = mine.body_as_seen(KEY) or (None, None)
+    assert (revision, body) == (1, {"a": 1})
+    seen: list[dict[str, Any] | None] = []
+    assert mine.write_whole(KEY, _adding("b", 2, seen), {"by": "lean"}, shared=[GUARD])
+    assert seen == [body] and seen[0] is body  # (the body read, held: no read again)
+    again = mine.body_as_seen(KEY)
+    assert again is not None and again[0] == 2 and again[1] == {"a": 1, "b": 2}
+    third = mine.body_as_seen(KEY)
+    assert third is not None and third[1] is again[1]  # (held: the same object)
+    large = DocKey("items", "large")
+    _replace(other, large, {"big": ["x" * 1000] * 1200})  # (~1.2 MB: a tree)
+    assert mine.body_as_seen(large) is None

@@ -433,6 +433,7 @@ class AsyncStore(Offloaded[Store]):
         await close(self.sync)
 
     applied_op = awaitable(Store.applied_op)
+    body_as_seen = awaitable(Store.body_as_seen)
     cache_recent = awaitable(Store.cache_recent)
     cached = awaitable(Store.cached)
     check_schema = awaitable(Store.check_schema)

@@ -798,10 +798,16 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         if known is not None:
             return known
         doc_key = self.records.doc_key(CHECKPOINT, self._key(thread_id, ns, checkpoint_id))
-        doc = self.records.store.get(doc_key, ["saved", "checkpoint", "channel_values", "sources"])
-        if doc.body is None:
+        # (as the put's write will find it: one read, held for both)
+        seen = self.records.store.body_as_seen(doc_key)
+        body = (
+            seen[1]
+            if seen is not None
+            else self.records.store.get(doc_key, ["saved", "checkpoint", "channel_values", "sources"]).body
+        )
+        if body is None:
             return None
-        saved = _saved(doc.body)
+        saved = _saved(body)
         versions = dict(self.codec.decode(saved["checkpoint"])["channel_versions"])
         holders = {
             **saved.get("sources", {}),

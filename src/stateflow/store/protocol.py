@@ -136,6 +136,11 @@ class Store(Protocol):
         guessed new, or read first where the caller expects it ``exists``); False: not done so.
         ``also``: one more shared document, one that changes from write to write."""
 
+    def body_as_seen(self, key: DocKey) -> tuple[int, dict[str, Any] | None] | None:
+        """``key``'s revision and body (shared: never to be changed) as :meth:`write_whole`
+        starts from them — held here, else read into the caches by one statement —; None where
+        that write would not (a member held as a tree: :meth:`get` reads it)."""
+
     def contended(self, keys: Sequence[DocKey]) -> bool:
         """Whether another writer's commit beat one of this store's on ``keys`` a moment ago,
         so that :meth:`patch_on_server` would merge a memory patch of them (always False on a

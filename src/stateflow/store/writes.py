@@ -2006,8 +2006,11 @@ class Writes(StoreCore):
         bodies, rows_held = handed[2], handed[3]
         if also is not None:
             found = self._known_body(also)
+            if found is None and self._unheld(also):  # (a parent let go here: read as it is)
+                self._read_unseen(also)
+                found = self._known_body(also)
             if found is None:
-                return False
+                return False  # (a member held as a tree: not read here)
             bodies = {**bodies, also: found[1]}
             added = (*rows_held, (also, found[0]))
             if rows_held and lock_order(also) < handed[4]:  # (the one order)
@@ -2073,6 +2076,13 @@ class Writes(StoreCore):
         _stamp((key,), plans, seq, at, fresh)
         self._remember(fresh)
         return True
+
+    def body_as_seen(self, key: DocKey) -> tuple[int, dict[str, Any] | None] | None:
+        found = self._known_body(key)
+        if found is None and self._unheld(key):
+            self._read_unseen(key)
+            found = self._known_body(key)
+        return None if found is None else (found[0].revision, found[1])
 
     def _unheld(self, key: DocKey) -> bool:
         """Whether ``key`` is not seen here, or its heads were let go by the caches: then
