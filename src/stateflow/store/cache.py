@@ -210,7 +210,8 @@ class SpareCopies:
             # again: only one written again is kept, as the likely next to be)
             return
         try:
-            encoded = encode_trusted(known)
+            # (copied to its length: orjson's result keeps the 1-4 KB buffer it wrote into)
+            encoded = b"%b" % encode_trusted(known)
         except InvalidJSON:  # (never for a stored body: nothing kept rather than a wrong copy)
             return
         if len(encoded) > self.max_bytes // 8:
