@@ -1986,10 +1986,7 @@ class Writes(StoreCore):
             shared_rows = []
             ordered = _shared_in_order(shared)
             for other in ordered:
-                found = self._known_body(other)
-                if found is None and self._unheld(other):  # read as it is
-                    self._read_unseen(other)
-                    found = self._known_body(other)
+                found = self._seen_body(other)
                 if found is None:
                     return False  # (a member held as a tree: not read here)
                 bodies[other] = found[1]
@@ -2005,10 +2002,7 @@ class Writes(StoreCore):
             )
         bodies, rows_held = handed[2], handed[3]
         if also is not None:
-            found = self._known_body(also)
-            if found is None and self._unheld(also):  # (a parent let go here: read as it is)
-                self._read_unseen(also)
-                found = self._known_body(also)
+            found = self._seen_body(also)  # (a parent let go here: read as it is)
             if found is None:
                 return False  # (a member held as a tree: not read here)
             bodies = {**bodies, also: found[1]}
@@ -2078,11 +2072,18 @@ class Writes(StoreCore):
         return True
 
     def body_as_seen(self, key: DocKey) -> tuple[int, dict[str, Any] | None] | None:
+        found = self._seen_body(key)
+        return None if found is None else (found[0].revision, found[1])
+
+    def _seen_body(self, key: DocKey) -> tuple[DocRow, dict[str, Any] | None] | None:
+        """:meth:`_known_body`, and where ``key`` is not held here (not seen, or let go) read as
+        it is first (:meth:`_read_unseen`): how ``write_whole`` finds its shared documents and
+        the saver a checkpoint's parent. None: a member held as a tree, which is not read."""
         found = self._known_body(key)
         if found is None and self._unheld(key):
             self._read_unseen(key)
             found = self._known_body(key)
-        return None if found is None else (found[0].revision, found[1])
+        return found
 
     def _unheld(self, key: DocKey) -> bool:
         """Whether ``key`` is not seen here, or its heads were let go by the caches: then
