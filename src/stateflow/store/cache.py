@@ -205,9 +205,7 @@ class SpareCopies:
         """Keep ``key``'s head-cache ``entry`` just let go (at ``row``), if its body is held and
         encodes within the bound; else nothing (a miss reads it, as before)."""
         _, heads, known, size = entry
-        if known is None or row.revision < 2:
-            # (written once here — a checkpoint, say — a document is mostly never written
-            # again: only one written again is kept, as the likely next to be)
+        if known is None:
             return
         try:
             # (copied to its length: orjson's result keeps the 1-4 KB buffer it wrote into)

@@ -16,7 +16,7 @@ transaction wrote reaches the caches only once it has committed (:class:`Fresh`)
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Final, NamedTuple
@@ -236,6 +236,10 @@ class Fresh:
     """The transaction's time."""
     seq: int | None
     """The transaction's seq, once known."""
+    once: Collection[DocKey]
+    """documents of :attr:`rows` most likely not written again — a record created by a writer
+    that says so (``Whole.rewritten`` false: a checkpoint), a document only read —: no spare
+    copy is kept of them once the caches let them go (``Writes._forget_older``)"""
 
     def __init__(self) -> None:
         # (by hand: every write builds one, and the generated ``__init__`` tests each field
@@ -248,6 +252,7 @@ class Fresh:
         self.roots = NONE
         self.at = ""
         self.seq = None
+        self.once = ()
 
     def keep_body(self, doc_id: int, entry: tuple[int, dict[str, Any] | None, int]) -> None:
         """``bodies[doc_id] = entry``."""

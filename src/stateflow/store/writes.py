@@ -636,19 +636,20 @@ class Writes(StoreCore):
             if current is None or current.doc_id != row.doc_id or current.revision <= row.revision:
                 known[key] = row
                 if states and key.state in states:  # (held for the latest writes only)
-                    self._forget_older(key, row)
+                    self._forget_older(key, row, key in fresh.once)
 
-    def _forget_older(self, key: DocKey, row: DocRow) -> None:
+    def _forget_older(self, key: DocKey, row: DocRow, once: bool = False) -> None:
         """``row``, just remembered, among the latest of the states cached for their latest
         writes (``cache_recent``): the oldest of those is forgotten — its row, its head entry
         and the values of the members that entry names (member form: PostgreSQL's records),
         each where still at its revision (a newer write of it is counted from there), and
-        what the backend holds of it (``_forgotten``)."""
+        what the backend holds of it (``_forgotten``). Its entry is kept encoded
+        (:class:`SpareCopies`) unless it was ``once`` (``Fresh.once``)."""
         recent = self._recent
-        recent.append((key, row))
+        recent.append((key, row, once))
         if len(recent) > self._recent_kept:
             try:
-                old_key, old = recent.popleft()
+                old_key, old, old_once = recent.popleft()
             except IndexError:  # (emptied meanwhile by another thread's ``_remember``)
                 return
             known = self._rows_known.get(old_key)
@@ -656,7 +657,7 @@ class Writes(StoreCore):
             if last:
                 self._rows_known.pop(old_key, None)  # (another thread's may have gone first)
             entry = self._heads.drop(old.doc_id, old.revision)
-            if entry is not None and (last or known is None):  # (kept as this process last wrote it)
+            if entry is not None and not old_once and (last or known is None):  # (as last written here)
                 self._spare.keep(old_key, old, entry)
             heads = None if entry is None else entry[1]
             if heads:  # (None: a whole-form body held alone, whose members are not cached)
@@ -2044,6 +2045,8 @@ class Writes(StoreCore):
             plan = self._plan_new(
                 key.state, row, whole.body, whole.encoded, paths, fresh, not whole.rewritten
             )
+            if not whole.rewritten:  # (written once: a checkpoint)
+                fresh.once = (key,)
         else:
             # a body replaced: its rows straight from its edits — the writer's, made with the
             # body (``whole.edits``), else the diff's — through the one planner, without a
@@ -2122,6 +2125,7 @@ class Writes(StoreCore):
                 self._took_heads({key: row}, {doc_id}, members)
         seen = Fresh()
         seen.rows[key] = row
+        seen.once = (key,)  # (read: a write that follows is counted with its own row)
         self._remember(seen)
         return row
 
