@@ -624,6 +624,22 @@ def test_a_document_let_go_is_written_on_its_spare_copy(
     assert len(mine._spare) == 1  # (``KEY`` again, let go after its third write)
 
 
+def test_a_spare_copy_taken_back_by_a_read_is_let_go_again_without_a_copy(
+    open_migrated: StoreFactory,
+) -> None:
+    """Read alone (a checkpoint's parent, ``body_as_seen``), a copy taken back is held as the
+    latest writes are, then let go in turn with no copy kept: a read is not a sign of a write."""
+    mine = _letting_go(open_migrated, True)
+    assert mine.body_as_seen(KEY) == (2, {"a": 1, "b": 2}) and len(mine._spare) == 0
+    doc_id = mine._rows_known[KEY].doc_id
+    for n in range(2, 5):
+        assert mine.write_whole(
+            DocKey("items", f"once {n}"), _whole({"n": n}), {"by": "lean"}, shared=[GUARD]
+        )
+    assert KEY not in mine._rows_known and mine._heads.entry(doc_id, 2) is None
+    assert len(mine._spare) == 0
+
+
 @pytest.mark.parametrize("whole_form", [False, True], ids=["members", "whole form"])
 def test_a_stale_spare_copy_writes_nothing_and_the_document_is_read_again(
     open_migrated: StoreFactory, whole_form: bool

@@ -2109,8 +2109,18 @@ class Writes(StoreCore):
             self._heads.hold(
                 row.doc_id, (row.revision, None if heads_held is None else dict(heads_held), body, size)
             )
-            # (not counted among the latest writes, as a read is: the write that follows is)
-            return self._rows_known.setdefault(key, row)
+        else:
+            row = self._read_row(key)
+        # (counted among the latest writes, so let go again in turn; a write that follows is
+        # counted with its own row, and a read alone keeps no copy)
+        seen = Fresh()
+        seen.rows[key] = row
+        seen.once = (key,)
+        self._remember(seen)
+        return row
+
+    def _read_row(self, key: DocKey) -> DocRow:
+        """:meth:`_read_unseen`'s statement: ``key``'s row, and its body and heads into the caches."""
         with self._statement_tx() as tx:
             found = tx.all(UNSEEN_SELECT, [key.state, key.subject])
         first = found[0] if found else None
@@ -2123,10 +2133,6 @@ class Writes(StoreCore):
             else:
                 members = [(doc_id, *r[13:19]) for r in found if r[13] is not None]
                 self._took_heads({key: row}, {doc_id}, members)
-        seen = Fresh()
-        seen.rows[key] = row
-        seen.once = (key,)  # (read: a write that follows is counted with its own row)
-        self._remember(seen)
         return row
 
     def _plan_new(
