@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any, Final, Generic, TypeVar
 
 from stateflow.doc.canonical import encode_trusted
@@ -200,6 +200,9 @@ class SpareCopies:
         self._entries: OrderedDict[tuple[str, str], Spare] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
+        self.holds: Callable[[object], bool] = self._entries.__contains__
+        """whether a key has a copy here (the dict's own method: asked by every write of a key
+        not held, with no Python call)"""
 
     def keep(self, key: DocKey, row: DocRow, entry: Held) -> None:
         """Keep ``key``'s head-cache ``entry`` just let go (at ``row``), if its body is held and
@@ -250,9 +253,6 @@ class SpareCopies:
 
     def __len__(self) -> int:
         return len(self._entries)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._entries
 
 
 K = TypeVar("K", bound=Hashable)

@@ -2003,7 +2003,9 @@ class Writes(StoreCore):
             )
         bodies, rows_held = handed[2], handed[3]
         if also is not None:
-            found = self._seen_body(also)  # (a parent let go here: read as it is)
+            found = self._known_body(also)
+            if found is None:  # (a parent let go here: read as it is)
+                found = self._seen_body(also)
             if found is None:
                 return False  # (a member held as a tree: not read here)
             bodies = {**bodies, also: found[1]}
@@ -2014,7 +2016,7 @@ class Writes(StoreCore):
         # the document as last seen here: none (a new one: its row made, absent), else its
         # row, body and heads (``_known``)
         row = self._rows_known.get(key)
-        if row is None and not exists and key in self._spare:  # (let go here: not new)
+        if row is None and not exists and self._spare.holds(key):  # (let go here: not new)
             exists = True
         guessed = row is None and not exists  # (not seen here: most likely new, created unread)
         if row is None and exists:
