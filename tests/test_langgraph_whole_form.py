@@ -418,56 +418,75 @@ def test_threads_writing_checkpoints_past_the_latest_writes_held_lose_nothing(tm
         store.close()
 
 
-def test_a_put_whose_parent_was_let_go_reads_it_once_and_writes_the_lean_way(tmp_path: Path) -> None:
-    """A busy process puts a thread's next checkpoint long after its parent: the parent's
-    record is let go by the store (``Store.cache_recent``) and unknown to this saver. It is read
-    once — by the statement the write itself starts from (``Store.body_as_seen``) — and the
-    checkpoint written the lean way on it (no read-modify-write transaction), keeping the
-    channel it did not write where the parent keeps it."""
+def _others(saver: StateflowSaver, n: int) -> None:
+    """``n`` puts on threads of their own: a busy process's other conversations."""
+    for k in range(n):
+        saver.put(
+            {"configurable": {"thread_id": f"other {k}", "checkpoint_ns": ""}},
+            generate_checkpoint(channel_values={"n": k}, channel_versions={"n": 1}),
+            generate_metadata(step=1),
+            {"n": 1},
+        )
+
+
+def _traced_put(store: SqliteStore, saver: StateflowSaver, config: Any, n: int) -> tuple[Any, list[str]]:
+    """The thread's next checkpoint (``n`` written, ``messages`` kept where its parent keeps
+    it) and the statements its put sent."""
+    sent: list[str] = []
+    store._writer().set_trace_callback(sent.append)
+    store._local.reader.conn.set_trace_callback(sent.append)
+    checkpoint = generate_checkpoint(
+        channel_values={"messages": ["a"], "n": n}, channel_versions={"messages": 1, "n": n}
+    )
+    config = saver.put(config, checkpoint, generate_metadata(step=n), {"n": n})
+    store._writer().set_trace_callback(None)
+    store._local.reader.conn.set_trace_callback(None)
+    return config, sent
+
+
+def test_a_put_whose_parent_was_let_go_writes_the_lean_way_on_one_read_or_none(tmp_path: Path) -> None:
+    """A busy process puts a thread's next checkpoint long after its parent, whose record the
+    store let go (``Store.cache_recent``) and the saver no longer knows. A parent this process
+    never held is read once — by the statement the write itself starts from
+    (``Store.body_as_seen``) —; one it wrote, still the thread's head when let go, is taken back
+    from its spare copy, with no read. Either way the checkpoint is written the lean way (no
+    read-modify-write transaction), the channel it did not write kept where the parent keeps it."""
     path = f"sqlite:///{tmp_path}/s.db"
+    first = generate_checkpoint(
+        channel_values={"messages": ["a"], "n": 1}, channel_versions={"messages": 1, "n": 1}
+    )
+    thread: RunnableConfig = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    before = open_store(path)  # (another process, or this one before a restart)
+    try:
+        config = StateflowSaver(StatesService(before)).put(
+            thread, first, generate_metadata(step=1), {"messages": 1, "n": 1}
+        )
+    finally:
+        before.close()
     store = open_store(path)
     try:
         assert isinstance(store, SqliteStore)
         store._recent_kept = 2
-        first = generate_checkpoint(
-            channel_values={"messages": ["a"], "n": 1}, channel_versions={"messages": 1, "n": 1}
-        )
-        thread: RunnableConfig = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
-        config = StateflowSaver(StatesService(store)).put(
-            thread, first, generate_metadata(step=1), {"messages": 1, "n": 1}
-        )
-        saver = StateflowSaver(StatesService(store))  # (it never learnt of the parent)
-        for k in range(3):  # (other threads' puts: the parent's record let go)
-            saver.put(
-                {"configurable": {"thread_id": f"other {k}", "checkpoint_ns": ""}},
-                generate_checkpoint(channel_values={"n": k}, channel_versions={"n": 1}),
-                generate_metadata(step=1),
-                {"n": 1},
-            )
-        sent: list[str] = []
-        store._writer().set_trace_callback(sent.append)
-        store._local.reader.conn.set_trace_callback(sent.append)
-        second = generate_checkpoint(
-            channel_values={"messages": ["a"], "n": 2}, channel_versions={"messages": 1, "n": 2}
-        )
-        config = saver.put(config, second, generate_metadata(step=2), {"n": 2})
-        assert [s.split(" ")[0] for s in sent] == [
-            "BEGIN",
-            "SELECT",
-            "ROLLBACK",
-            "BEGIN",
-            "INSERT",
-            "INSERT",
-            "INSERT",
-            "COMMIT",
-        ]
+        saver = StateflowSaver(StatesService(store))
+        _others(saver, 3)
+        config, sent = _traced_put(store, saver, config, 2)  # (a parent never held here: read)
+        lean = ["BEGIN", "INSERT", "INSERT", "INSERT", "COMMIT"]
+        assert [s.split(" ")[0] for s in sent] == ["BEGIN", "SELECT", "ROLLBACK", *lean]
         assert sent[3] == "BEGIN IMMEDIATE"
+        second = DocKey(CHECKPOINTS, sent[5].split("'")[3])
+        _others(StateflowSaver(StatesService(store)), 3)  # (the head let go, with a copy)
+        config, sent = _traced_put(store, StateflowSaver(StatesService(store)), config, 3)
+        assert [s.split(" ")[0] for s in sent] == lean and sent[0] == "BEGIN IMMEDIATE"
         reader = open_store(path)
         try:
-            record = reader.get(DocKey(CHECKPOINTS, sent[5].split("'")[3]))
+            record = reader.get(second)
             assert record.body is not None and record.body["saved"]["sources"] == {"messages": first["id"]}
             found = StateflowSaver(StatesService(reader)).get_tuple(config)
-            assert found is not None and found.checkpoint["channel_values"] == {"messages": ["a"], "n": 2}
+            assert found is not None and found.checkpoint["channel_values"] == {"messages": ["a"], "n": 3}
+            assert [
+                t.checkpoint["channel_values"]["n"]
+                for t in StateflowSaver(StatesService(reader)).list(thread)
+            ] == [3, 2, 1]
         finally:
             reader.close()
     finally:

@@ -599,7 +599,7 @@ def _letting_go(open_migrated: StoreFactory, whole_form: bool) -> Any:
         assert store.write_whole(
             DocKey("items", f"once {n}"), _whole({"n": n}), {"by": "lean"}, shared=[GUARD]
         )
-    assert KEY not in store._rows_known and len(store._spare) == 1
+    assert KEY not in store._rows_known and store._spare.holds(KEY)
     return store
 
 
@@ -612,16 +612,22 @@ def test_a_document_let_go_is_written_on_its_spare_copy(
     mine = _letting_go(open_migrated, whole_form)
     seen: list[dict[str, Any] | None] = []
     assert mine.write_whole(KEY, _adding("c", 3, seen), {"by": "spare"}, shared=[GUARD])
-    assert seen == [{"a": 1, "b": 2}] and len(mine._spare) == 0
+    assert seen == [{"a": 1, "b": 2}] and not mine._spare.holds(KEY)
     fresh = open_migrated()
     assert fresh.get(KEY).body == {"a": 1, "b": 2, "c": 3} and fresh.get(KEY).revision == 3
     assert [c.origin["by"] for c in fresh.history([KEY])] == ["spare", "lean", "lean"]
-    # documents written once (a checkpoint, say) are let go without a copy
-    for n in range(2, 6):
+    # a document a write followed on as its ``also`` while held (a checkpoint whose child was
+    # put) is let go without a copy; the child, which the next write will follow on, keeps one
+    parent, child = DocKey("items", "parent"), DocKey("items", "child")
+    assert mine.write_whole(parent, _whole({"p": 1}), {"by": "lean"}, shared=[GUARD])
+    assert mine.write_whole(child, _whole({"c": 1}), {"by": "lean"}, shared=[GUARD], also=parent)
+    for n in range(2, 5):
         assert mine.write_whole(
             DocKey("items", f"once {n}"), _whole({"n": n}), {"by": "lean"}, shared=[GUARD]
         )
-    assert len(mine._spare) == 1  # (``KEY`` again, let go after its third write)
+    assert parent not in mine._rows_known and child not in mine._rows_known
+    assert not mine._spare.holds(parent) and mine._spare.holds(child) and mine._spare.holds(KEY)
+    assert mine.body_as_seen(child) == (1, {"c": 1})  # (taken back: no read)
 
 
 def test_a_spare_copy_taken_back_by_a_read_is_let_go_again_without_a_copy(
@@ -630,14 +636,14 @@ def test_a_spare_copy_taken_back_by_a_read_is_let_go_again_without_a_copy(
     """Read alone (a checkpoint's parent, ``body_as_seen``), a copy taken back is held as the
     latest writes are, then let go in turn with no copy kept: a read is not a sign of a write."""
     mine = _letting_go(open_migrated, True)
-    assert mine.body_as_seen(KEY) == (2, {"a": 1, "b": 2}) and len(mine._spare) == 0
+    assert mine.body_as_seen(KEY) == (2, {"a": 1, "b": 2}) and not mine._spare.holds(KEY)
     doc_id = mine._rows_known[KEY].doc_id
     for n in range(2, 5):
         assert mine.write_whole(
             DocKey("items", f"once {n}"), _whole({"n": n}), {"by": "lean"}, shared=[GUARD]
         )
     assert KEY not in mine._rows_known and mine._heads.entry(doc_id, 2) is None
-    assert len(mine._spare) == 0
+    assert not mine._spare.holds(KEY)
 
 
 @pytest.mark.parametrize("whole_form", [False, True], ids=["members", "whole form"])
@@ -673,7 +679,7 @@ def test_a_document_moved_to_another_subject_loses_its_spare_copy(open_migrated:
     assert mine.rename_subjects(
         "items", lambda s: moved.subject if s == KEY.subject else None, mark=("renamed:items", "1")
     )
-    assert len(mine._spare) == 0
+    assert not mine._spare.holds(KEY)
     seen: list[dict[str, Any] | None] = []
     assert mine.write_whole(KEY, _adding("new", 1, seen), {"by": "lean"}, shared=[GUARD])
     fresh = open_migrated()

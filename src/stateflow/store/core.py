@@ -77,6 +77,9 @@ class StoreCore(Backend):
         self._recent_kept = RECENT_KEPT
         self._spare = SpareCopies(DEFAULT_SPARE_BYTES)
         """those documents once let go, encoded, for a writer that meets them again"""
+        self._followed: set[DocKey] = set()
+        """those documents a write followed on as its ``also`` while held here (a checkpoint
+        whose child was put): let go without a copy (``Writes._follow``)"""
         self._handed: dict[DocKey, Document] = {}
         """documents as an optimistic write last handed them to its computation (``Writes``)"""
         self._shared_known: dict[tuple[DocKey, ...], tuple[Any, ...]] = {}

@@ -237,9 +237,9 @@ class Fresh:
     seq: int | None
     """The transaction's seq, once known."""
     once: Collection[DocKey]
-    """documents of :attr:`rows` most likely not written again — a record created by a writer
-    that says so (``Whole.rewritten`` false: a checkpoint), a document only read —: no spare
-    copy is kept of them once the caches let them go (``Writes._forget_older``)"""
+    """documents of :attr:`rows` only read (``Writes._read_unseen``): no spare copy is kept of
+    them once the caches let them go (``Writes._forget_older``); a write that follows is counted
+    with its own row"""
 
     def __init__(self) -> None:
         # (by hand: every write builds one, and the generated ``__init__`` tests each field

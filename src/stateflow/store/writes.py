@@ -657,6 +657,10 @@ class Writes(StoreCore):
             if last:
                 self._rows_known.pop(old_key, None)  # (another thread's may have gone first)
             entry = self._heads.drop(old.doc_id, old.revision)
+            followed = self._followed
+            if followed and old_key in followed:
+                followed.discard(old_key)
+                old_once = True
             if entry is not None and not old_once and (last or known is None):  # (as last written here)
                 self._spare.keep(old_key, old, entry)
             heads = None if entry is None else entry[1]
@@ -2004,7 +2008,8 @@ class Writes(StoreCore):
         bodies, rows_held = handed[2], handed[3]
         if also is not None:
             found = self._known_body(also)
-            if found is None:  # (a parent let go here: read as it is)
+            followed = found is not None  # (held: its copy, once let go, would serve nobody)
+            if not followed:  # (a parent let go here: read as it is)
                 found = self._seen_body(also)
             if found is None:
                 return False  # (a member held as a tree: not read here)
@@ -2047,8 +2052,6 @@ class Writes(StoreCore):
             plan = self._plan_new(
                 key.state, row, whole.body, whole.encoded, paths, fresh, not whole.rewritten
             )
-            if not whole.rewritten:  # (written once: a checkpoint)
-                fresh.once = (key,)
         else:
             # a body replaced: its rows straight from its edits — the writer's, made with the
             # body (``whole.edits``), else the diff's — through the one planner, without a
@@ -2074,7 +2077,17 @@ class Writes(StoreCore):
         seq, at = committed  # (unpacked here: a call by ``*`` makes a tuple of every argument)
         _stamp((key,), plans, seq, at, fresh)
         self._remember(fresh)
+        if also is not None and followed:
+            self._follow(also)
         return True
+
+    def _follow(self, key: DocKey) -> None:
+        """``key`` (a checkpoint, say) served a write as its ``also`` (its child was put): no
+        copy of it is kept once the caches let it go (``_forget_older``)."""
+        followed = self._followed
+        if len(followed) >= 2 * self._recent_kept:
+            followed.clear()  # (bounded: at worst a few copies kept for nobody)
+        followed.add(key)
 
     def body_as_seen(self, key: DocKey) -> tuple[int, dict[str, Any] | None] | None:
         found = self._seen_body(key)
