@@ -79,7 +79,7 @@ class StoreCore(Backend):
         """those documents once let go, encoded, for a writer that meets them again"""
         self._followed: set[DocKey] = set()
         """those documents a write followed on as its ``also`` while held here (a checkpoint
-        whose child was put): let go without a copy (``Writes._follow``)"""
+        whose child was put): let go without a copy (``Writes.write_whole``)"""
         self._handed: dict[DocKey, Document] = {}
         """documents as an optimistic write last handed them to its computation (``Writes``)"""
         self._shared_known: dict[tuple[DocKey, ...], tuple[Any, ...]] = {}

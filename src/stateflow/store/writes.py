@@ -2078,16 +2078,13 @@ class Writes(StoreCore):
         _stamp((key,), plans, seq, at, fresh)
         self._remember(fresh)
         if also is not None and followed:
-            self._follow(also)
+            # served a write as its ``also`` while held (a checkpoint whose child was put): no
+            # copy of it once the caches let it go (``_forget_older``)
+            was_followed = self._followed
+            if len(was_followed) >= 2 * self._recent_kept:
+                was_followed.clear()  # (bounded: at worst a few copies kept for nobody)
+            was_followed.add(also)
         return True
-
-    def _follow(self, key: DocKey) -> None:
-        """``key`` (a checkpoint, say) served a write as its ``also`` (its child was put): no
-        copy of it is kept once the caches let it go (``_forget_older``)."""
-        followed = self._followed
-        if len(followed) >= 2 * self._recent_kept:
-            followed.clear()  # (bounded: at worst a few copies kept for nobody)
-        followed.add(key)
 
     def body_as_seen(self, key: DocKey) -> tuple[int, dict[str, Any] | None] | None:
         found = self._seen_body(key)
