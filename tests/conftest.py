@@ -11,6 +11,7 @@ import glob
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import uuid
 from collections.abc import Callable, Iterable, Iterator
@@ -53,6 +54,25 @@ PG_URL = os.environ.get("STATEFLOW_TEST_POSTGRES") or _start_postgres()
 # Shared CI machines are slow and noisy: judge properties, not generation speed.
 settings.register_profile("stateflow", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("stateflow")
+
+
+def run_benchmark(module: str, backend: str, *args: str) -> str:
+    """``python -m benchmarks.<module> *args`` on ``backend`` (``postgres``: this run's server,
+    skipped where none is configured), as a person runs it from the repository: its output."""
+    if backend == "postgres" and not PG_URL:
+        pytest.skip("PostgreSQL not configured (set STATEFLOW_TEST_POSTGRES or run .ci/postgres.sh)")
+    repo = Path(__file__).resolve().parent.parent
+    where = ("--backend", "postgres", "--postgres", str(PG_URL)) if backend == "postgres" else ()
+    done = subprocess.run(
+        [sys.executable, "-m", f"benchmarks.{module}", *args, *where],
+        cwd=repo,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(repo / "src"), str(repo)])},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
+    return done.stdout
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -5,38 +5,19 @@ own, dropped after)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import psycopg
 import pytest
 
-from tests.conftest import PG_URL
-
-REPO = Path(__file__).resolve().parent.parent
+from tests.conftest import PG_URL, run_benchmark
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 def test_a_short_run_prints_each_row_for_both_sides(backend: str) -> None:
-    if backend == "postgres" and not PG_URL:
-        pytest.skip("PostgreSQL not configured (set STATEFLOW_TEST_POSTGRES or run .ci/postgres.sh)")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)])}
-    where = ("--backend", "postgres", "--postgres", str(PG_URL)) if backend == "postgres" else ()
-    done = subprocess.run(
-        [
-            *(sys.executable, "-m", "benchmarks.bench_langgraph_long_run"),
-            *("--puts", "120", "--threads", "4", "--rounds", "2", *where),
-        ],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=300,
+    out = run_benchmark(
+        "bench_langgraph_long_run", backend, "--puts", "120", "--threads", "4", "--rounds", "2"
     )
-    lines = done.stdout.splitlines()
+    where = backend == "postgres"
+    lines = out.splitlines()
     assert lines[0] == (
         f"120 saver puts over 4 threads ({'PostgreSQL' if where else 'SQLite, synchronous=off'}), "
         "2 alternating rounds: medians, ours ÷ LangGraph's (rounds' spread)"
