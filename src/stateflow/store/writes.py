@@ -2111,8 +2111,9 @@ class Writes(StoreCore):
         """A document not seen here, read as it is by one statement (one round trip, in one
         snapshot): its row (``NO_ROW``: it has none), remembered as seen, and where present its
         body and member heads into the caches, where :meth:`_known` finds them (a member held
-        as a tree is not read: the write then takes the general path). No lock is held: the
-        write that follows checks at its commit that the row did not move."""
+        as a tree is not read: the write then takes the general path) — or, where the caches let
+        it go with a spare copy (:class:`SpareCopies`), taken back from that copy, no statement.
+        No lock is held: the write that follows checks at its commit that the row did not move."""
         spare = self._spare.take(key)
         if spare is not None:  # let go by the caches, kept encoded: no query
             fields, heads_held, encoded, size = spare
