@@ -221,9 +221,7 @@ class SpareCopies:
         spare = (_row_fields(row), None if heads is None else tuple(heads.items()), encoded, size)
         with self._lock:
             entries = self._entries
-            old = entries.pop(key, None)
-            if old is not None:
-                self._bytes -= len(old[2])
+            self._pop(key)
             entries[(key.state, key.subject)] = spare  # (a plain tuple, which the collector stops tracking)
             self._bytes += len(encoded)
             while self._bytes > self.max_bytes:
@@ -232,19 +230,21 @@ class SpareCopies:
     def take(self, key: DocKey) -> Spare | None:
         """``key``'s copy, no longer kept here (the caches hold it again once it is installed)."""
         with self._lock:
-            spare = self._entries.pop(key, None)
-            if spare is not None:
-                self._bytes -= len(spare[2])
-            return spare
+            return self._pop(key)
 
     def drop(self, keys: Iterable[DocKey]) -> None:
         """Forget the copies of ``keys`` (documents moved to other subjects: a copy names its
         document by key, and an id moved keeps its revision, which the commit's check trusts)."""
         with self._lock:
             for key in keys:
-                spare = self._entries.pop(key, None)
-                if spare is not None:
-                    self._bytes -= len(spare[2])
+                self._pop(key)
+
+    def _pop(self, key: DocKey) -> Spare | None:
+        """``key``'s copy taken out, its bytes uncounted (under ``_lock``)."""
+        spare = self._entries.pop(key, None)
+        if spare is not None:
+            self._bytes -= len(spare[2])
+        return spare
 
     def clear(self) -> None:
         with self._lock:

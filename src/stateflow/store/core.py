@@ -70,10 +70,10 @@ class StoreCore(Backend):
         self._recent_states: frozenset[str] = frozenset()
         """the states whose documents the caches hold for the latest writes only (``cache_recent``)"""
         self._recent: deque[tuple[DocKey, DocRow, bool]] = deque()
-        """the rows of those states' documents as their writes left them, oldest first, each with
-        whether it was written once (``Fresh.once``): each forgotten with its head entry
-        ``RECENT_KEPT`` writes later, if still at that revision (``Writes._remember``), not kept
-        up to ``KNOWN_ROWS_MAX``"""
+        """the rows of those states' documents as their writes (or reads) left them, oldest
+        first, each with whether it was only read (``Fresh.once``: let go without a spare copy):
+        each forgotten with its head entry ``RECENT_KEPT`` writes later, if still at that
+        revision (``Writes._remember``), not kept up to ``KNOWN_ROWS_MAX``"""
         self._recent_kept = RECENT_KEPT
         self._spare = SpareCopies(DEFAULT_SPARE_BYTES)
         """those documents once let go, encoded, for a writer that meets them again"""
