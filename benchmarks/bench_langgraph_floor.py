@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sqlite3
 import statistics
 import tempfile
@@ -57,7 +58,14 @@ import jsonschema_rs
 import orjson
 from langgraph.checkpoint.base import WRITES_IDX_MAP
 
-from benchmarks.bench_langgraph_adapters import KEYS, Case, postgres_schemas, saver_cases, store_cases
+from benchmarks.bench_langgraph_adapters import (
+    KEYS,
+    THREADS,
+    Case,
+    postgres_schemas,
+    saver_cases,
+    store_cases,
+)
 from stateflow.langgraph import StateflowSaver, StateflowStore
 from stateflow.langgraph.pending_writes import bucket as _bucket
 from stateflow.langgraph.saver import DECLARATION as SAVER_DECLARATION
@@ -462,6 +470,95 @@ class LeanHand(ByHand):
         raise NotImplementedError("not written for the lean layouts")
 
 
+class OurRows:
+    """A saver ``put``'s rows exactly as ours commits them, sent by hand with nothing else: on
+    a store file of our own schema, the statements SQLite's trace shows for one put of
+    ``StateflowSaver`` — ``BEGIN IMMEDIATE``; the transition (with its checks that the state's
+    declaration rows did not move, and its ``changed`` and ``counted`` columns); the document's
+    row in whole form; the change keeping the mark; ``COMMIT`` — with that put's values, each
+    call under a new document id and subject. No record built, encoded or checked, no cache, no
+    turn, no Python of ours: what the layout's statements cost alone, beside LangGraph's whole
+    ``put``. The shape is checked against the trace when made, so a store that changes its
+    statements fails here rather than measuring rows it no longer writes."""
+
+    _TRANSITION = "INSERT INTO transitions (at, origin, changed, counted) SELECT ?, ?, ?, ? WHERE {checks} RETURNING seq"
+    _DOCUMENT = (
+        "INSERT INTO documents (doc_id, state, subject, revision, present, updated_seq, snapshot_revision, "
+        "bytes_since_snapshot, body_size, next_position, body) VALUES (?, ?, ?, 1, 1, ?, 0, ?, ?, 1, ?)"
+    )
+    _CHANGE = "INSERT INTO changes (doc_id, revision, seq, paths, edits) VALUES (?, 1, ?, ?, ?)"
+
+    def __init__(self, path: Path) -> None:
+        store = open_store(f"sqlite:///{path}?synchronous=full")
+        sent: list[str] = []
+        try:
+            cases = saver_cases(StateflowSaver(StatesService(store)), "r")
+            for i in range(8):  # (past the first puts, which create the declaration and head rows)
+                cases["saver put"](i)
+            writer = store._writer()  # type: ignore[attr-defined]
+            writer.set_trace_callback(sent.append)
+            cases["saver put"](8)
+            writer.set_trace_callback(None)
+        finally:
+            store.close()
+        words = [" ".join(s.split()[:3]) for s in sent]
+        expected = [
+            "BEGIN IMMEDIATE",
+            "INSERT INTO transitions",
+            "INSERT INTO documents",
+            "INSERT INTO changes",
+            "COMMIT",
+        ]
+        if words != expected:
+            raise RuntimeError(f"a saver put no longer sends these statements: {sent}")
+        checks = re.findall(r"doc_id = (\d+) AND revision = (\d+)", sent[1])
+        self._transition = self._TRANSITION.format(
+            checks=" AND ".join(
+                f"EXISTS (SELECT 1 FROM documents WHERE doc_id = {d} AND revision = {r})" for d, r in checks
+            )
+        )
+        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA synchronous = FULL")
+        self.conn = conn
+        self.origin, counted = conn.execute(
+            "SELECT origin, counted FROM transitions ORDER BY seq DESC LIMIT 1"
+        ).fetchone()
+        self.counted = counted
+        self.doc_id, self.state, subject, self.body, self.size, self.body_size = conn.execute(
+            "SELECT doc_id, state, subject, body, bytes_since_snapshot, body_size FROM documents "
+            "ORDER BY doc_id DESC LIMIT 1"
+        ).fetchone()
+        self.thread = subject[: subject.index("//") - 1]  # (up to the thread's number)
+        self.paths, self.edits = conn.execute(
+            "SELECT paths, edits FROM changes WHERE doc_id = ?", (self.doc_id,)
+        ).fetchone()
+        self.doc_id += 1_000_000  # (clear of the ids the store reserved)
+
+    def put(self, i: int) -> None:
+        """One put's rows: a new document (its id and subject new) in one durable transaction."""
+        conn = self.conn
+        doc_id = self.doc_id = self.doc_id + 1
+        conn.execute("BEGIN IMMEDIATE")
+        seq = conn.execute(
+            self._transition, (_micros(), self.origin, f"[[{doc_id},1]]", self.counted)
+        ).fetchone()[0]
+        conn.execute(
+            self._DOCUMENT,
+            # (four threads in turn, each one's ids ascending, as the benchmark's puts)
+            (
+                doc_id,
+                self.state,
+                f'{self.thread}{i % THREADS}//{i:064x}"]',
+                seq,
+                self.size,
+                self.body_size,
+                self.body,
+            ),
+        )
+        conn.execute(self._CHANGE, (doc_id, seq, self.paths, self.edits))
+        conn.execute("COMMIT")
+
+
 class PostgresHand(ByHand):
     """One prepared statement per write on an autocommit connection (see the module)."""
 
@@ -579,7 +676,12 @@ def _compare(
 
 
 def _sides(
-    lg_saver: Any, lg_store: Any, hand: ByHand, ours: StatesService, lean: dict[str, LeanHand] | None = None
+    lg_saver: Any,
+    lg_store: Any,
+    hand: ByHand,
+    ours: StatesService,
+    lean: dict[str, LeanHand] | None = None,
+    rows: OurRows | None = None,
 ) -> Sides:
     def store_put(hand: ByHand) -> Case:
         def put(i: int) -> None:
@@ -605,6 +707,7 @@ def _sides(
         },
         "by hand": {**saver(saver_cases(_Hand(hand), "h")), "store put": store_put(hand)},  # type: ignore[arg-type]
         **leaner,
+        **({"our rows": {"saver put": rows.put}} if rows is not None else {}),
         "stateflow": {
             **saver(saver_cases(StateflowSaver(ours), "s")),
             "store put": store_cases(StateflowStore(ours), "s")["store put"],
@@ -639,12 +742,14 @@ def sqlite_main(args: argparse.Namespace) -> None:
             lean_conn.execute("PRAGMA journal_mode = WAL")
             lean_conn.execute("PRAGMA synchronous = FULL")
             lean[layout] = LeanHand(lean_conn, layout)
+        rows = OurRows(Path(tmp) / "rows.db") if args.rows else None
         try:
-            sides = _sides(lg_saver, lg_store, SqliteHand(hand_conn), ours, lean)
+            sides = _sides(lg_saver, lg_store, SqliteHand(hand_conn), ours, lean, rows)
             _compare("sqlite FULL", sides, args.ops, args.rounds, args.cases)
         finally:
             ours.store.close()
-            for conn in (hand_conn, lg_saver_conn, lg_store_conn, *(h.conn for h in lean.values())):
+            more = [h.conn for h in lean.values()] + ([rows.conn] if rows is not None else [])
+            for conn in (hand_conn, lg_saver_conn, lg_store_conn, *more):
                 conn.close()
 
 
@@ -713,6 +818,11 @@ def main() -> None:
         default=[],
         metavar="LAYOUT",
         help=f"SQLite: the saver's and store's put also by hand with fewer rows, of {', '.join(LEAN_LAYOUTS)}",
+    )
+    parser.add_argument(
+        "--rows",
+        action="store_true",
+        help="SQLite: the saver put's rows as ours commits them, sent by hand with nothing else (OurRows)",
     )
     args = parser.parse_args()
     if args.backend == "sqlite":

@@ -2,9 +2,10 @@
 every revision of every record readable (from its changes, the last one equal to its member
 rows), one audit row per write, one change row per document written — or the floor compares
 ours against a write that loses history. The saver's ``put`` and ``put_writes`` and the store's
-``put``, each through the by-hand side, on a real SQLite file and on PostgreSQL; and the leaner
+``put``, each through the by-hand side, on a real SQLite file and on PostgreSQL; the leaner
 layouts' saver and store ``put`` (``LeanHand``, SQLite only), whose bodies live in the document's
-row and whose creating change may keep none."""
+row and whose creating change may keep none; and ``OurRows``, a saver put's own statements sent
+by hand, which the store must read back as a put of its own."""
 
 from __future__ import annotations
 
@@ -16,7 +17,10 @@ from typing import Any
 import orjson
 import psycopg
 import pytest
-from benchmarks.bench_langgraph_floor import LEAN_LAYOUTS, ByHand, LeanHand, PostgresHand, SqliteHand
+from benchmarks.bench_langgraph_adapters import THREADS
+from benchmarks.bench_langgraph_floor import LEAN_LAYOUTS, ByHand, LeanHand, OurRows, PostgresHand, SqliteHand
+
+from stateflow.store import DocKey, open_store
 
 
 @pytest.fixture
@@ -190,3 +194,28 @@ def test_lean_writes_keep_every_revision_and_an_audit_row(tmp_path: Path, layout
         assert [b["value"] for b in _lean_revisions(hand, "ns/once")] == [{"n": 0}]
     finally:
         lite.close()
+
+
+def test_our_rows_are_read_back_by_the_store_as_a_put_of_its_own(tmp_path: Path) -> None:
+    """``OurRows`` sends a put's statements with nothing of ours around them: what it writes must
+    be what a put writes — the record readable, its one revision in the history with the put's
+    audit row — or its side measures rows the store does not keep."""
+    rows = OurRows(tmp_path / "rows.db")
+    try:
+        for i in (5000, 5001):
+            rows.put(i)
+    finally:
+        rows.conn.close()
+    store = open_store(f"sqlite:///{tmp_path}/rows.db")
+    try:
+        key = DocKey(rows.state, f'{rows.thread}{5001 % THREADS}//{5001:064x}"]')
+        document = store.get(key)
+        assert document.revision == 1 and document.body == orjson.loads(rows.body)
+        (change,) = store.history([key])
+        assert change.revision == 1 and change.seq == document.seq
+        (transition,) = store.transitions(after_seq=document.seq - 1, limit=1)
+        assert transition.origin["consumer"] == "langgraph"
+        assert [c.key for c in transition.changes] == [key]
+        assert store.kind_counts(rows.state)["checkpoint"] == 9 + 2  # (the store's nine puts, and these)
+    finally:
+        store.close()
