@@ -479,7 +479,7 @@ class OurRows:
     call under a new document id and subject. No record built, encoded or checked, no cache, no
     turn, no Python of ours: what the layout's statements cost alone, beside LangGraph's whole
     ``put``. The shape is checked against the trace when made, so a store that changes its
-    statements fails here rather than measuring rows it no longer writes."""
+    statements (a table or a column) fails here rather than measuring rows it no longer writes."""
 
     _TRANSITION = "INSERT INTO transitions (at, origin, changed, counted) SELECT ?, ?, ?, ? WHERE {checks} RETURNING seq"
     _DOCUMENT = (
@@ -501,15 +501,14 @@ class OurRows:
             writer.set_trace_callback(None)
         finally:
             store.close()
-        words = [" ".join(s.split()[:3]) for s in sent]
+        # (each insert's table and columns, up to its values, as ours writes them)
+        heads = [re.split(r" (?:SELECT|VALUES) ", s, maxsplit=1)[0] for s in sent]
         expected = [
             "BEGIN IMMEDIATE",
-            "INSERT INTO transitions",
-            "INSERT INTO documents",
-            "INSERT INTO changes",
+            *(re.split(r" (?:SELECT|VALUES) ", s, maxsplit=1)[0] for s in self._statements()),
             "COMMIT",
         ]
-        if words != expected:
+        if heads != expected:
             raise RuntimeError(f"a saver put no longer sends these statements: {sent}")
         checks = re.findall(r"doc_id = (\d+) AND revision = (\d+)", sent[1])
         self._transition = self._TRANSITION.format(
@@ -533,6 +532,10 @@ class OurRows:
             "SELECT paths, edits FROM changes WHERE doc_id = ?", (self.doc_id,)
         ).fetchone()
         self.doc_id += 1_000_000  # (clear of the ids the store reserved)
+
+    @classmethod
+    def _statements(cls) -> tuple[str, str, str]:
+        return cls._TRANSITION, cls._DOCUMENT, cls._CHANGE
 
     def put(self, i: int) -> None:
         """One put's rows: a new document (its id and subject new) in one durable transaction."""
