@@ -6,6 +6,7 @@ timeout); still one transaction and one transition. On both backends."""
 
 from __future__ import annotations
 
+import gc
 import tracemalloc
 from collections.abc import Sequence
 from typing import Any
@@ -47,11 +48,17 @@ def _seqs(store: SqlStore, saver: StateflowSaver, keys: list[str]) -> set[int]:
 
 
 def _peak(call: Any) -> int:
-    """The most bytes Python held at once during ``call`` (allocations counted, not timed)."""
+    """The most bytes Python held at once during ``call`` beyond what it leaves held
+    (allocations counted, not timed): what a part's work holds while it runs. What stays
+    after the call — the store's caches of the records it read and wrote, bounded by their
+    own limits (``Store.cache_recent``) — grows with the thread, and with when the collector
+    happened to run, which made a peak taken whole vary from run to run."""
+    gc.collect()
     tracemalloc.start()
     try:
         call()
-        return tracemalloc.get_traced_memory()[1]
+        held, peak = tracemalloc.get_traced_memory()
+        return peak - held
     finally:
         tracemalloc.stop()
 
