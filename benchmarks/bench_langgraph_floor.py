@@ -470,6 +470,11 @@ class LeanHand(ByHand):
         raise NotImplementedError("not written for the lean layouts")
 
 
+def _up_to_values(statement: str) -> str:
+    """A statement up to its values: an insert's table and columns."""
+    return re.split(r" (?:SELECT|VALUES) ", statement, maxsplit=1)[0]
+
+
 class OurRows:
     """A saver ``put``'s rows exactly as ours commits them, sent by hand with nothing else: on
     a store file of our own schema, the statements SQLite's trace shows for one put of
@@ -502,13 +507,8 @@ class OurRows:
         finally:
             store.close()
         # (each insert's table and columns, up to its values, as ours writes them)
-        heads = [re.split(r" (?:SELECT|VALUES) ", s, maxsplit=1)[0] for s in sent]
-        expected = [
-            "BEGIN IMMEDIATE",
-            *(re.split(r" (?:SELECT|VALUES) ", s, maxsplit=1)[0] for s in self._statements()),
-            "COMMIT",
-        ]
-        if heads != expected:
+        mine = ("BEGIN IMMEDIATE", self._TRANSITION, self._DOCUMENT, self._CHANGE, "COMMIT")
+        if list(map(_up_to_values, sent)) != list(map(_up_to_values, mine)):
             raise RuntimeError(f"a saver put no longer sends these statements: {sent}")
         checks = re.findall(r"doc_id = (\d+) AND revision = (\d+)", sent[1])
         self._transition = self._TRANSITION.format(
@@ -519,10 +519,9 @@ class OurRows:
         conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         conn.execute("PRAGMA synchronous = FULL")
         self.conn = conn
-        self.origin, counted = conn.execute(
+        self.origin, self.counted = conn.execute(
             "SELECT origin, counted FROM transitions ORDER BY seq DESC LIMIT 1"
         ).fetchone()
-        self.counted = counted
         self.doc_id, self.state, subject, self.body, self.size, self.body_size = conn.execute(
             "SELECT doc_id, state, subject, body, bytes_since_snapshot, body_size FROM documents "
             "ORDER BY doc_id DESC LIMIT 1"
@@ -532,10 +531,6 @@ class OurRows:
             "SELECT paths, edits FROM changes WHERE doc_id = ?", (self.doc_id,)
         ).fetchone()
         self.doc_id += 1_000_000  # (clear of the ids the store reserved)
-
-    @classmethod
-    def _statements(cls) -> tuple[str, str, str]:
-        return cls._TRANSITION, cls._DOCUMENT, cls._CHANGE
 
     def put(self, i: int) -> None:
         """One put's rows: a new document (its id and subject new) in one durable transaction."""
