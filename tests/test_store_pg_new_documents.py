@@ -8,6 +8,7 @@ store made it) makes the commit's check fail, and the write is done on the row t
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -19,7 +20,7 @@ import pytest
 from stateflow.aio import call, open_store_async
 from stateflow.errors import StoreError
 from stateflow.store import DocKey, Document, Write, open_store
-from stateflow.store.id_blocks import RESERVED_IDS
+from stateflow.store.id_blocks import MAX_RESERVED_IDS, RESERVED_IDS
 from stateflow.store.postgres import PostgresStore
 from tests.pg_helpers import connections_taken
 
@@ -245,3 +246,32 @@ def test_a_write_after_a_read_keeps_the_shared_rows_it_read(pg_schema_url: str) 
     finally:
         store.close()
         other.close()
+
+
+def test_a_store_creating_many_documents_reserves_ids_in_growing_blocks(pg_schema_url: str) -> None:
+    """Each block of ids is a round trip of its own: a store that keeps creating documents
+    reserves twice as many each time, up to ``MAX_RESERVED_IDS``, and every document created
+    gets an id of its own from them."""
+    store = open_store(pg_schema_url, auto_migrate=True)
+    reserved: list[int] = []  # the sequence's value after each block
+    try:
+        with psycopg.connect(pg_schema_url, autocommit=True) as conn:
+
+            def top() -> int:
+                row = conn.execute("SELECT last_value FROM documents_doc_id_seq").fetchone()
+                assert row is not None
+                return int(row[0])
+
+            for n in range(3000):
+                key = DocKey("s", f"d{n}")
+                store.update([key], _set((key, {"n": n})), optimistic=True)
+                if not reserved or top() != reserved[-1]:
+                    reserved.append(top())
+            ids = [int(r[0]) for r in conn.execute("SELECT doc_id FROM documents WHERE state = 's'")]
+        blocks = [b - a for a, b in itertools.pairwise(reserved)]
+        grown = [min(RESERVED_IDS << k, MAX_RESERVED_IDS) for k in range(1, len(blocks) + 1)]
+        assert blocks == grown and blocks[-1] == MAX_RESERVED_IDS
+        assert len(ids) == len(set(ids)) == 3000 and max(ids) <= reserved[-1]
+        assert store.get(DocKey("s", "d2999")).body == {"n": 2999}
+    finally:
+        store.close()

@@ -9,6 +9,7 @@ is done on the row that exists.
 
 from __future__ import annotations
 
+import itertools
 import sqlite3
 import sys
 import threading
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from stateflow.store import DocKey, Document, Write, open_store
-from stateflow.store.id_blocks import RESERVED_IDS
+from stateflow.store.id_blocks import MAX_RESERVED_IDS, RESERVED_IDS
 from stateflow.store.sqlite import SqliteStore
 
 
@@ -226,4 +227,31 @@ def test_new_documents_reserve_their_next_ids_inside_their_own_commits(tmp_path:
         for n in range(created):
             assert store.get(DocKey("s", f"d{n}")).body == {"n": n}
     finally:
+        store.close()
+
+
+def test_a_store_creating_many_documents_reserves_ids_in_growing_blocks(tmp_path: Path) -> None:
+    """Each block after the first is reserved by a creating commit: twice as many ids each
+    time, up to ``MAX_RESERVED_IDS``, so a store that keeps creating documents moves the
+    AUTOINCREMENT counter's page rarely."""
+    path = tmp_path / "s.db"
+    store = SqliteStore(path, synchronous="off")
+    reserved: list[int] = []  # the AUTOINCREMENT counter after each block
+    conn = sqlite3.connect(path)
+    try:
+        store.commit([Write.between(DocKey("s", "first"), None, {"n": -1}, 0)])  # (the locked path)
+        for n in range(3000):
+            key = DocKey("s", f"d{n}")
+            store.update([key], _set((key, {"n": n})), optimistic=True)
+            (top,) = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'documents'").fetchone()
+            if not reserved or top != reserved[-1]:
+                reserved.append(top)
+        blocks = [b - a for a, b in itertools.pairwise(reserved)]
+        grown = [min(RESERVED_IDS << k, MAX_RESERVED_IDS) for k in range(1, len(blocks) + 1)]
+        assert blocks == grown and blocks[-1] == MAX_RESERVED_IDS
+        ids = _ids(path)
+        assert len(set(ids.values())) == len(ids) == 3001 and max(ids.values()) <= reserved[-1]
+        assert store.get(DocKey("s", "d2999")).body == {"n": 2999}
+    finally:
+        conn.close()
         store.close()

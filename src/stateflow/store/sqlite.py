@@ -1134,13 +1134,13 @@ class SqliteStore(SqlStore):
     ) -> tuple[int, str] | None:
         """A creating commit that also reserves the next block of ids, in its own transaction:
         a block reserved apart costs a transaction of its own — a turn, SQLite's locks, a frame
-        and an ``fsync`` every ``RESERVED_IDS`` new documents. The ids are taken only once the
+        and an ``fsync`` every block of new documents. The ids are taken only once the
         transaction has committed (rolled back, they were never reserved)."""
         block: range | None = None
         with self._write_tx() as tx:  # (the commit's own ``_write_tx`` joins it)
             done = super()._commit_planned(locked, shared, claims, origin, plans)
             if done is not None:
-                block = _reserved(tx, RESERVED_IDS)
+                block = _reserved(tx, self._spare_ids.next_size())
         if block is not None:
             self._spare_ids.add(block)
         return done
