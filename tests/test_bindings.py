@@ -5,15 +5,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import re
 from collections.abc import Iterator
 from typing import Any, TypedDict
 
 import pytest
 
-from stateflow.bindings import Binding, BindingInvalid, BindingRefused, bound, current_run, run
+from stateflow.bindings import (
+    DEFAULT_TARGET,
+    Binding,
+    BindingInvalid,
+    BindingRefused,
+    bound,
+    current_run,
+    run,
+)
 from stateflow.errors import InvalidInput
 from stateflow.states import StatesService
+from stateflow.states.models import DoorContext
 from stateflow.store import open_store
 
 from .threads import run_threads
@@ -610,3 +620,116 @@ def test_an_async_close_waits_for_bound_runs_committing_their_updates(backend: s
             record = service.read("tickets", subject(f"c{i}"))
             assert record is not None and record["data"]["book"]["notes"] == [f"note c{i}"]
         service.close()
+
+
+def test_an_object_whose_call_is_async_runs_bound_and_commits_after_its_body(states: StatesService) -> None:
+    """A tool or node object with an ``async def __call__`` (or a partial of one) is bound as an
+    async callable: nothing commits before its body has run, and its own writes land with the
+    updates. A sync callable that hands back an awaitable is refused, nothing written."""
+
+    class Tool:
+        async def __call__(
+            self, ticket_id: str, channel: str, notes: list[str] | None = None
+        ) -> dict[str, str]:
+            await asyncio.sleep(0)
+            run_ = current_run()
+            run_.unit.apply(
+                "tickets", run_.subjects["tickets"], [{"op": "set", "path": ["status"], "value": "body"}]
+            )
+            return {"reply": "from the body"}
+
+    tool = bound(states, BINDING, target=("agent", "helpdesk"))(Tool())
+    partial = bound(states, BINDING, target=("agent", "helpdesk"))(
+        functools.partial(Tool(), channel="support")
+    )
+
+    async def main() -> None:
+        pending = tool("t-20", "support")
+        assert states.read("tickets", subject("t-20")) is None  # (not run, not committed)
+        assert await pending == {"reply": "from the body"}
+        assert await partial("t-21") == {"reply": "from the body"}
+
+    asyncio.run(main())
+    for key in ("t-20", "t-21"):
+        record = states.read("tickets", subject(key))
+        assert record is not None
+        assert record["data"]["status"] == "body" and record["data"]["book"]["notes"] == ["from the body"]
+
+    async def later() -> dict[str, str]:
+        return {"reply": "never"}
+
+    hands_back = bound(states, BINDING, target=("agent", "helpdesk"))(
+        lambda ticket_id, channel, notes=None: later()
+    )
+    with pytest.raises(BindingInvalid, match="returned an awaitable"):
+        hands_back("t-22", "support")
+    assert states.read("tickets", subject("t-22")) is None
+
+
+def test_a_bare_key_takes_the_contexts_target_unless_one_is_given(states: StatesService) -> None:
+    """A bare key's target is the run's ambient one: the context's, where it names one; an
+    explicit ``target`` wins; with neither, ``DEFAULT_TARGET``. Half a target is refused."""
+    context = DoorContext(door="conversation", actor="u1", target_kind="agent", target_name="desk-2")
+    keyed = Binding("tickets", ".ticket_id", updates=[{"template_jq": "add", "adapter": "{note: .output}"}])
+
+    @bound(states, keyed, context=context)
+    def ambient(ticket_id: str) -> str:
+        return "ambient"
+
+    @bound(states, keyed, context=context, target=("agent", "helpdesk"))
+    def explicit(ticket_id: str) -> str:
+        return "explicit"
+
+    @bound(states, keyed)
+    def neither(ticket_id: str) -> str:
+        return "neither"
+
+    ambient("t-30")
+    explicit("t-30")
+    neither("t-30")
+    for name, note in (("desk-2", "ambient"), ("helpdesk", "explicit"), (DEFAULT_TARGET[1], "neither")):
+        record = states.read("tickets", subject("t-30", name))
+        assert record is not None and record["data"]["book"]["notes"] == [note]
+    trail = states.writes("tickets", subject("t-30", "desk-2"))["items"]
+    assert trail[0]["origin"]["door"] == "conversation" and trail[0]["origin"]["actor"] == "u1"
+    with run(states, [keyed], {"ticket_id": "t-31"}, context=context) as r:
+        assert r.subjects["tickets"] == subject("t-31", "desk-2")
+        r.output = "in a run"
+    with pytest.raises(BindingInvalid, match="give both, or neither"):
+        bound(states, keyed, context=DoorContext(target_kind="agent"))
+
+
+def test_an_injected_argument_may_be_left_out_of_the_call(states: StatesService) -> None:
+    """An argument a binding injects needs no default: the run fills it. Any other argument
+    missing is the call's own TypeError, before the run begins (nothing read or written)."""
+
+    @bound(states, BINDING, target=("agent", "helpdesk"))
+    def positional(ticket_id: str, channel: str, notes: list[str]) -> dict[str, str]:
+        return {"reply": f"{len(notes)} notes"}
+
+    @bound(states, BINDING, target=("agent", "helpdesk"))
+    def keyword_only(ticket_id: str, channel: str, *, notes: list[str]) -> dict[str, str]:
+        return {"reply": f"{len(notes)} notes"}
+
+    assert positional("t-40", "support") == {"reply": "0 notes"}
+    assert keyword_only("t-40", channel="support") == {"reply": "1 notes"}
+    assert positional("t-40", "support", ["given"]) == {"reply": "2 notes"}  # (replaced by the injection)
+    with pytest.raises(TypeError, match="channel"):
+        positional("t-41")  # type: ignore[call-arg]
+    assert states.read("tickets", subject("t-41")) is None
+
+
+def test_a_refused_subject_names_the_expression_and_the_inputs_it_read(states: StatesService) -> None:
+    def make(binding: Binding) -> Any:
+        return bound(states, binding, target=("agent", "helpdesk"))(lambda ticket_id, channel="support": "x")
+
+    with pytest.raises(
+        BindingRefused, match=r"empty key from '\.ticket_id' \(the inputs it read: \.ticket_id"
+    ):
+        make(Binding("tickets", ".ticket_id"))(" ")
+    malformed = '{target_kind: "agent", kind: "thread", key: .ticket_id}'
+    with pytest.raises(
+        BindingRefused, match=r"from subject_expr .*target_kind.* \(the inputs it read: \.ticket_id"
+    ):
+        make(Binding("tickets", malformed))("t-50")
+    assert states.read("tickets", subject("t-50")) is None

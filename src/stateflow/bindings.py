@@ -254,7 +254,10 @@ def _resolve(
     declaration = states.get_declaration(binding.state)
     if isinstance(found, str):
         if not found.strip():
-            raise BindingRefused(f"{where}: subject_expr yielded an empty key")
+            raise BindingRefused(
+                f"{where}: subject_expr yielded an empty key from {binding.subject_expr!r} "
+                f"(the inputs it read: {_shape(view)})"
+            )
         kind = declaration["default_subject_kind"]
         subject = {"target_kind": target[0], "target_name": target[1], "kind": kind, "key": found}
     elif isinstance(found, dict):
@@ -267,7 +270,9 @@ def _resolve(
     try:
         resolved = subject_of(subject).model_dump()
     except InvalidInput as exc:
-        raise BindingRefused(f"{where}: {exc.message}") from exc
+        raise BindingRefused(
+            f"{where}: {exc.message}, from subject_expr {binding.subject_expr!r} (the inputs it read: {_shape(view)})"
+        ) from exc
     if resolved["kind"] not in declaration["subject_kinds"]:
         raise BindingRefused(
             f"{where}: subject kind {resolved['kind']!r} is not declared by the state "
@@ -312,6 +317,26 @@ def _set(container: Any, path: list[str], value: Any, name: str) -> Any:
         f"cannot inject {name!r}: the value at {field_name!r}'s parent is a {type(container).__name__}, "
         "which takes no field (a mapping, a dataclass or a pydantic model does)"
     )
+
+
+DEFAULT_TARGET: Final = ("agent", "stateflow")
+"""The target a bare key takes when neither the call nor its context names one."""
+
+
+def _target(target: tuple[str, str] | None, context: DoorContext | None) -> tuple[str, str]:
+    """The run's target for a bare key: the one given, else the context's (the door's
+    ambient target), else :data:`DEFAULT_TARGET`. A context naming half a target is refused."""
+    if target is not None:
+        return target
+    if context is None or (context.target_kind is None and context.target_name is None):
+        return DEFAULT_TARGET
+    if context.target_kind is None or context.target_name is None:
+        raise BindingInvalid(
+            f"the run's context names target_kind {context.target_kind!r} and target_name "
+            f"{context.target_name!r}: give both, or neither (then a bare key's target is "
+            f"{DEFAULT_TARGET[0]}/{DEFAULT_TARGET[1]})"
+        )
+    return (context.target_kind, context.target_name)
 
 
 def _outer(states: StatesService) -> Run | None:
@@ -404,14 +429,17 @@ def run(
     bindings: Sequence[Binding],
     inputs: Mapping[str, Any],
     *,
-    target: tuple[str, str] = ("agent", "stateflow"),
+    target: tuple[str, str] | None = None,
     consumer: str | None = None,
     run_id: str | None = None,
     context: DoorContext | None = None,
 ) -> Iterator[Run]:
     """Resolve the bindings over ``inputs``, inject, yield the run; on a clean exit stage the
-    updates (computed from ``run.output``) and commit the unit; on an exception write nothing."""
-    the_run, active = _prepare(states, bindings, inputs, target, consumer, run_id, context, _outer(states))
+    updates (computed from ``run.output``) and commit the unit; on an exception write nothing.
+    ``target``: a bare key's target (default: ``context``'s, else :data:`DEFAULT_TARGET`)."""
+    the_run, active = _prepare(
+        states, bindings, inputs, _target(target, context), consumer, run_id, context, _outer(states)
+    )
     token = _CURRENT.set(the_run)
     try:
         try:
@@ -424,19 +452,33 @@ def run(
         _CURRENT.reset(token)
 
 
+def _is_async(fn: Callable[..., Any]) -> bool:
+    """Whether calling ``fn`` starts a coroutine: an ``async def`` (through any
+    ``functools.partial``) or an object whose ``__call__`` is one."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    if inspect.iscoroutinefunction(fn):
+        return True
+    if inspect.isroutine(fn) or isinstance(fn, type) or not callable(fn):
+        return False
+    return inspect.iscoroutinefunction(type(fn).__call__)
+
+
 def bound(
     states: StatesService,
     *bindings: Binding,
-    target: tuple[str, str] = ("agent", "stateflow"),
+    target: tuple[str, str] | None = None,
     context: DoorContext | None = None,
 ) -> Callable[[Callable[P, R]], Callable[P, R]]:
     """Decorate a callable so every call runs bound (see the module documentation). The
     callable's arguments, by parameter name, are the run's inputs; injected values replace
-    or fill arguments."""
+    or fill arguments (an injected argument may be left out of the call). ``target``: a bare
+    key's target (default: ``context``'s, else :data:`DEFAULT_TARGET`)."""
+    run_target = _target(target, context)
 
     def wrap(fn: Callable[P, R]) -> Callable[P, R]:
         signature = inspect.signature(fn)
-        consumer = getattr(fn, "__qualname__", None) or repr(fn)
+        consumer = getattr(fn, "__qualname__", None) or getattr(type(fn), "__qualname__", None) or repr(fn)
 
         open_ended = any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values())
         for binding in bindings:
@@ -446,8 +488,20 @@ def bound(
                         f"binding of state {binding.state!r} injects {name!r}, which {consumer} does not take"
                     )
 
+        injected = {name.split(".")[0] for binding in bindings for name in binding.inputs}
+
         def arguments(args: Any, kwargs: Any) -> inspect.BoundArguments:
-            call = signature.bind(*args, **kwargs)
+            # an argument a binding injects may be left out (the run fills it); any other one
+            # missing is the call's own TypeError, raised before the run begins
+            call = signature.bind_partial(*args, **kwargs)
+            for name, parameter in signature.parameters.items():
+                if (
+                    name not in call.arguments
+                    and name not in injected
+                    and parameter.default is parameter.empty
+                    and parameter.kind not in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD)
+                ):
+                    signature.bind(*args, **kwargs)  # (raises, naming it)
             call.apply_defaults()
             return call
 
@@ -461,7 +515,7 @@ def bound(
                 call.arguments[var] = {**call.arguments.get(var, {}), **extra}
             return call
 
-        if inspect.iscoroutinefunction(fn):
+        if _is_async(fn):
 
             @functools.wraps(fn)
             async def call_async(*args: Any, **kwargs: Any) -> Any:
@@ -473,7 +527,7 @@ def bound(
                     states,
                     bindings,
                     call.arguments,
-                    target,
+                    run_target,
                     consumer,
                     None,
                     context,
@@ -503,10 +557,19 @@ def bound(
         def call_sync(*args: Any, **kwargs: Any) -> Any:
             call = arguments(args, kwargs)
             with run(
-                states, bindings, call.arguments, target=target, consumer=consumer, context=context
+                states, bindings, call.arguments, target=run_target, consumer=consumer, context=context
             ) as r:
                 final = with_inputs(call, r.inputs)
                 result = fn(*final.args, **final.kwargs)
+                if inspect.isawaitable(result):
+                    # a sync callable that hands back an awaitable: its body runs only when
+                    # awaited, after this run would have committed (and outside it)
+                    if inspect.iscoroutine(result):
+                        result.close()
+                    raise BindingInvalid(
+                        f"{consumer} returned an awaitable from a synchronous call: bind the async "
+                        "function itself (an `async def`, or an object whose `__call__` is one); nothing was written"
+                    )
                 r.output = result
             return result
 
@@ -515,4 +578,13 @@ def bound(
     return wrap
 
 
-__all__ = ["Binding", "BindingInvalid", "BindingRefused", "Run", "bound", "current_run", "run"]
+__all__ = [
+    "DEFAULT_TARGET",
+    "Binding",
+    "BindingInvalid",
+    "BindingRefused",
+    "Run",
+    "bound",
+    "current_run",
+    "run",
+]
