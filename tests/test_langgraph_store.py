@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime, timedelta, tzinfo
@@ -408,6 +409,80 @@ def test_ttl_expiry_refresh_and_sweep(backend: str) -> None:
         assert lg.states.read(lg.records.state, lg.subject(("s",), "short")) is None
 
 
+def test_a_ttl_refresh_keeps_what_a_put_or_delete_wrote_since_the_read(backend: str) -> None:
+    """A read that refreshes a TTL writes the new expiry only where the record still has the
+    expiry it was read with: a put without a TTL that came in between is not given one (it
+    would vanish), a re-put keeps its own, and a deleted item is not written again."""
+    with StateflowStore.open(backend) as lg, StateflowStore.open(backend) as other:
+        lg.put(("s",), "now-forever", {"v": 1}, ttl=5)
+        lg.put(("s",), "gone", {"v": 1}, ttl=5)
+        lg.put(("s",), "kept", {"v": 1}, ttl=5)
+        read = {
+            key: lg.states.read(lg.records.state, lg.subject(("s",), key))
+            for key in ("now-forever", "gone", "kept")
+        }
+        other.put(("s",), "now-forever", {"v": 2})  # (between the read and its refresh)
+        other.delete(("s",), "gone")
+        later = datetime.now(UTC) + timedelta(minutes=1)
+        stale = {
+            lg.subject_key(("s",), k): (r["data"], r["updated_at"]) for k, r in read.items() if r is not None
+        }
+        lg._refresh(stale, later)  # (the refresh of that read, after the other writes)
+        forever = lg.states.read(lg.records.state, lg.subject(("s",), "now-forever"))
+        assert forever is not None
+        assert forever["data"]["ttl_minutes"] is None and forever["data"]["expires_at"] is None
+        assert lg.states.read(lg.records.state, lg.subject(("s",), "gone")) is None
+        kept = lg.states.read(lg.records.state, lg.subject(("s",), "kept"))
+        assert kept is not None and kept["data"]["expires_at"] == utc_text(later + timedelta(minutes=5))
+        trail = lg.states.writes(lg.records.state, lg.subject(("s",), "now-forever"))["items"]
+        assert len(trail) == 2  # (the two puts: the refresh skipped, nothing written)
+
+        # the same race, run: a reader refreshing while a writer puts the item without a TTL
+        stop = threading.Event()
+
+        def reader() -> None:
+            while not stop.is_set():
+                other.get(("s",), "raced", refresh_ttl=True)
+
+        for n in range(15):
+            lg.put(("s",), "raced", {"v": n}, ttl=5)
+            thread = threading.Thread(target=reader)
+            thread.start()
+            time.sleep(0.005)
+            lg.put(("s",), "raced", {"v": n})
+            stop.set()
+            thread.join()
+            stop.clear()
+            raced = lg.states.read(lg.records.state, lg.subject(("s",), "raced"))
+            assert raced is not None and raced["data"]["expires_at"] is None, raced
+
+
+def test_a_ttl_refresh_keeps_updated_at_and_the_search_order(backend: str) -> None:
+    """``updated_at`` is an item's last put, as in LangGraph's stores: a read that refreshes
+    the TTL moves its expiry, not its ``updated_at`` nor its place in a search (newest put
+    first); the next put moves both."""
+    with StateflowStore.open(backend, ttl={"default_ttl": 60, "refresh_on_read": True}) as lg:
+        lg.put(("n",), "old", {"v": 1})
+        time.sleep(0.01)
+        lg.put(("n",), "new", {"v": 2})
+        before = {i.key: i.updated_at for i in lg.search(("n",), refresh_ttl=False)}
+        expiry = lg.states.read(lg.records.state, lg.subject(("n",), "old"))
+        time.sleep(0.01)
+        for _ in range(2):  # (a refresh of a refreshed record keeps it too)
+            item = lg.get(("n",), "old")  # (refreshes)
+            assert item is not None and item.updated_at == before["old"]
+        refreshed = lg.states.read(lg.records.state, lg.subject(("n",), "old"))
+        assert expiry is not None and refreshed is not None
+        assert refreshed["data"]["expires_at"] > expiry["data"]["expires_at"]
+        after = lg.search(("n",))  # (refreshes both)
+        assert [i.key for i in after] == ["new", "old"]
+        assert {i.key: i.updated_at for i in after} == before
+        time.sleep(0.01)
+        lg.put(("n",), "old", {"v": 3})
+        again = lg.search(("n",), refresh_ttl=False)
+        assert [i.key for i in again] == ["old", "new"] and again[0].updated_at > before["old"]
+
+
 def test_a_ttl_that_cannot_be_honoured_is_refused_before_anything_is_written(backend: str) -> None:
     # LangGraph's SQL stores take True as one minute and 0 or less as an item expired at once,
     # and fail on a string, infinity or NaN in their time arithmetic; this store took a string
@@ -645,6 +720,8 @@ def test_records_written_out_of_shape_through_another_door_are_named_not_a_crash
         (("m",), "k2"): {"namespace": ["zz"], "key": "other", "value": {"f": 2}, "created_at": when, **rest},
         (ns, "long"): {"namespace": list(ns), "key": "long", "value": {"f": 1}, "created_at": when,
                        "expires_at": "2100-01-01T00:00:00+00:00", "ttl_minutes": 1e12},  # no refresh adds it
+        (ns, "late"): {"namespace": list(ns), "key": "late", "value": {"f": 1}, "created_at": when,
+                       "updated_at": "later", **rest},
     }  # fmt: skip
     for (where, key), data in written.items():  # (the store layer: what the door let through then)
         doc_key = DocKey("langgraph_store", StateSubject(**lg.subject(where, key)).encode())  # type: ignore[arg-type]
@@ -672,7 +749,14 @@ def test_records_written_out_of_shape_through_another_door_are_named_not_a_crash
     assert any("item/memories/ada/soon" in line and "expires_at" in line for line in seen)
     assert any("item/m/k2" in line and "subject key" in line for line in seen)
     assert any("item/memories/ada/long" in line and "ttl_minutes" in line for line in seen)
-    whys = ("created_at", "expires_at", "subject key", "ttl_minutes 1000000000000.0 is not a number")
+    assert any("item/memories/ada/late" in line and "updated_at" in line for line in seen)
+    whys = (
+        "created_at",
+        "expires_at",
+        "subject key",
+        "ttl_minutes 1000000000000.0 is not a number",
+        "updated_at",
+    )
     for (where, key), why in zip(written, whys, strict=True):
         with pytest.raises(CorruptStore, match=why) as refused:
             lg.get(where, key)
@@ -683,7 +767,7 @@ def test_records_written_out_of_shape_through_another_door_are_named_not_a_crash
         lg.put(where, key, {"f": 3})
         again = lg.get(where, key)
         assert again is not None and again.value == {"f": 3} and again.namespace == where
-    assert sorted(i.key for i in lg.search(ns)) == ["bad", "long", "soon", "tea"]
+    assert sorted(i.key for i in lg.search(ns)) == ["bad", "late", "long", "soon", "tea"]
     assert [i.key for i in lg.search(("m",))] == ["k2"]
 
 

@@ -3,7 +3,8 @@
 Every item is one record of the state ``langgraph_store``, subject kind ``item``, subject key
 ``<label>/<label>/…/<key>`` (each part percent-encoded), tenant ``agent/<target_name>``
 (``langgraph`` unless given). The record holds ``{namespace, key, value, created_at,
-expires_at, ttl_minutes}``; ``updated_at`` is the record's own last write. Writes go through
+expires_at, ttl_minutes}``; ``updated_at`` is the item's last put: the record's own last write,
+or, once a TTL refresh rewrote the record, the ``updated_at`` that refresh kept in it. Writes go through
 the states service — schema-checked, audited with their origin (consumer ``langgraph``) — so
 an item's history, audit trail and as-of reads are those of any other record, on every door.
 """
@@ -142,7 +143,7 @@ class StateflowStore(OwnsStore, BaseStore):
                 _check_put(op, f"ops[{n}]" if several else None)
         results: builtins.list[Result] = [None] * len(ops)
         puts: dict[tuple[tuple[str, ...], str], PutOp] = {}
-        refresh: dict[str, dict[str, Any]] = {}
+        refresh: dict[str, tuple[dict[str, Any], str | None]] = {}
         now = datetime.now(UTC)
         for n, op in enumerate(ops):
             if isinstance(op, GetOp):
@@ -234,13 +235,16 @@ class StateflowStore(OwnsStore, BaseStore):
         # the caller's own copy (``own``: ``data`` already is one)
         value = data["value"] if own else orjson.loads(orjson.dumps(data["value"]))
         created = datetime.fromisoformat(data["created_at"])
+        updated_at = _last_put(data, updated_at)
         updated = datetime.fromisoformat(updated_at) if updated_at else created
         namespace = tuple(data["namespace"])
         if cls is SearchItem:
             return SearchItem(namespace, data["key"], value, created, updated)
         return Item(value=value, key=data["key"], namespace=namespace, created_at=created, updated_at=updated)
 
-    def _get(self, op: GetOp, now: datetime, refresh: dict[str, dict[str, Any]]) -> Item | None:
+    def _get(
+        self, op: GetOp, now: datetime, refresh: dict[str, tuple[dict[str, Any], str | None]]
+    ) -> Item | None:
         subject_key = self.subject_key(op.namespace, op.key)
         record = self.states.read(self.records.state, self.subject(op.namespace, op.key))
         if record is None:
@@ -252,12 +256,12 @@ class StateflowStore(OwnsStore, BaseStore):
         if not self._live(data, now):
             return None
         if op.refresh_ttl and data.get("ttl_minutes") is not None:
-            refresh[self.subject_key(op.namespace, op.key)] = data
+            refresh[self.subject_key(op.namespace, op.key)] = (data, record["updated_at"])
         item: Item = self._item(data, record["updated_at"], own=True)  # states.read copied it
         return item
 
     def _search(
-        self, op: SearchOp, now: datetime, refresh: dict[str, dict[str, Any]]
+        self, op: SearchOp, now: datetime, refresh: dict[str, tuple[dict[str, Any], str | None]]
     ) -> builtins.list[SearchItem]:
         if op.limit < 0 or op.offset < 0:
             raise ValueError(
@@ -275,9 +279,9 @@ class StateflowStore(OwnsStore, BaseStore):
                     break
         page = page[op.offset :]
         if op.refresh_ttl:
-            for data, _ in page:
+            for data, at in page:
                 if data.get("ttl_minutes") is not None:
-                    refresh[self.subject_key(tuple(data["namespace"]), data["key"])] = data
+                    refresh[self.subject_key(tuple(data["namespace"]), data["key"])] = (data, at)
         return [self._item(data, at, SearchItem) for data, at in page]
 
     def _newest_first(self, prefix: str) -> tuple[tuple[dict[str, Any], str | None], ...]:
@@ -296,7 +300,7 @@ class StateflowStore(OwnsStore, BaseStore):
                     _log.warning("%s", _refusal(doc.key, why))
                     continue
                 found.append((doc.body, doc.at))
-            found.sort(key=lambda x: x[1] or x[0]["created_at"], reverse=True)
+            found.sort(key=lambda x: _last_put(*x) or x[0]["created_at"], reverse=True)
             return tuple(found)
 
         return self.records.store.cached(
@@ -429,21 +433,25 @@ class StateflowStore(OwnsStore, BaseStore):
             context=self.context,
         )
 
-    def _refresh(self, refresh: dict[str, dict[str, Any]], now: datetime) -> None:
-        items = [
-            {
-                "state": self.records.state,
-                "subject": self.records.subject(ITEM, key),
-                "ops": [
-                    {
-                        "op": "set",
-                        "path": ["expires_at"],
-                        "value": utc_text(now + timedelta(minutes=data["ttl_minutes"])),
-                    }
-                ],
-            }
-            for key, data in refresh.items()
-        ]
+    def _refresh(self, refresh: dict[str, tuple[dict[str, Any], str | None]], now: datetime) -> None:
+        """Move each read item's expiry to ``now`` plus its TTL — only where the record still
+        has the expiry it was read with (each op guarded on it): a put or delete that came in
+        between keeps what it wrote (a put without a TTL is not given one, a deleted item is
+        not written again). The refresh keeps the item's ``updated_at``, its last put, as
+        LangGraph's stores do: the record keeps it in its body once a refresh rewrote it."""
+        items = []
+        for key, (data, at) in refresh.items():
+            guard = {"path": ["expires_at"], "expected": data.get("expires_at")}
+            expires = utc_text(now + timedelta(minutes=data["ttl_minutes"]))
+            ops: builtins.list[dict[str, Any]] = [
+                {"op": "set", "path": ["expires_at"], "value": expires, "guard": guard}
+            ]
+            last_put = _last_put(data, at)
+            if last_put is not None and data.get("updated_at") != last_put:
+                ops.append({"op": "set", "path": ["updated_at"], "value": last_put, "guard": guard})
+            items.append(
+                {"state": self.records.state, "subject": self.records.subject(ITEM, key), "ops": ops}
+            )
         # (any number: a batch may read more items than the published batch's bound)
         apply_items(
             self.states,
@@ -533,6 +541,13 @@ def _check_put(op: PutOp, where: str | None) -> None:
         if where is None:
             raise
         raise type(exc)(f"{where}: {exc}") from exc
+
+
+def _last_put(data: dict[str, Any], written_at: str | None) -> str | None:
+    """An item's ``updated_at``: its last put — the time its record keeps once a TTL refresh
+    rewrote it, else the record's last write (``written_at``)."""
+    kept = data.get("updated_at")
+    return kept if type(kept) is str else written_at
 
 
 def _document(op: PutOp, now: datetime | None, before: dict[str, Any] | None) -> dict[str, Any]:

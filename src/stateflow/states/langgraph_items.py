@@ -96,7 +96,7 @@ def item_refusal(data: Any, address: str) -> str | None:
         return "its namespace is not a list of strings or its key not a string"
     if not isinstance(data.get("value"), dict):
         return "its value is not an object"
-    for name in ("created_at", "expires_at"):
+    for name in ("created_at", "expires_at", "updated_at"):
         text = data.get(name)
         if (text is not None or name == "created_at") and not _is_time(text):
             return f"its {name} {orjson.dumps(text).decode()} is not an ISO 8601 time"
