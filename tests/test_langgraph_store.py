@@ -176,6 +176,35 @@ def test_search_filters_and_comparison_operators(lg: StateflowStore) -> None:
         lg.search(("docs",), filter={"n": {"$in": [1]}})
 
 
+def test_an_operator_inside_a_nested_object_compares_and_a_mixed_object_is_refused(
+    lg: StateflowStore,
+) -> None:
+    """A comparison reaches a nested field through a plain object as through a dotted key (as
+    LangGraph's in-memory store has it); an object mixing operators with field names, or an
+    operator it does not have at any depth, is refused before anything is read — even where
+    no item exists — rather than matching nothing in silence."""
+    lg.put(("d",), "hi", {"meta": {"score": 5, "tags": {"lang": "en"}}})
+    lg.put(("d",), "lo", {"meta": {"score": 2, "tags": {"lang": "fr"}}})
+
+    def keys(filter: dict[str, Any], ns: tuple[str, ...] = ("d",)) -> list[str]:
+        return sorted(i.key for i in lg.search(ns, filter=filter))
+
+    assert keys({"meta": {"score": {"$gt": 3}}}) == keys({"meta.score": {"$gt": 3}}) == ["hi"]
+    assert keys({"meta": {"score": {"$lte": 5}, "tags": {"lang": {"$ne": "en"}}}}) == ["lo"]
+    assert keys({"meta": {"tags": {"lang": "en"}}}) == ["hi"]  # (plain containment, as before)
+    for bad, named in (
+        ({"n": {"$gt": 1, "x": 2}}, r"filter\['n'\] mixes operators \['\$gt'\] with field names \['x'\]"),
+        ({"meta": {"score": {"$gt": 1, "y": 0}}}, r"filter\['meta'\]\['score'\] mixes operators"),
+        (
+            {"meta": {"score": {"$in": [1]}}},
+            r"filter\['meta'\]\['score'\]: unsupported filter operator '\$in'",
+        ),
+    ):
+        for ns in (("d",), ("empty",)):
+            with pytest.raises(ValueError, match=named):
+                keys(bad, ns)
+
+
 def test_a_none_filter_value_matches_a_null_or_missing_field_as_langgraphs_stores(
     lg: StateflowStore,
 ) -> None:

@@ -83,6 +83,7 @@ DECLARATION: Final[dict[str, Any]] = {
 _PAGE = 500
 _log = logging.getLogger("stateflow.langgraph")
 _COMPARISONS: Final = ("$gt", "$gte", "$lt", "$lte")
+_OPERATORS: Final = ("$eq", "$ne", *_COMPARISONS)
 NAMESPACES_CHECKED_MAX: Final = 4096
 """namespaces a store remembers LangGraph's checks passed for (then it forgets them all)"""
 
@@ -267,6 +268,8 @@ class StateflowStore(OwnsStore, BaseStore):
             raise ValueError(
                 f"search limit and offset are at least 0, got limit={op.limit} offset={op.offset}"
             )
+        if op.filter:
+            check_filter(op.filter)
         prefix = f"{join(op.namespace_prefix, 'namespace_prefix[{}]'.format)}/" if op.namespace_prefix else ""
         wanted = op.offset + op.limit
         page: builtins.list[tuple[dict[str, Any], str | None]] = []
@@ -713,17 +716,57 @@ def _compare(actual: Any, op: str, expected: Any) -> bool:
 
 
 def _contains(actual: Any, expected: Any) -> bool:
-    """A plain filter value: a nested object matches when it holds every key given, as the
-    in-memory store does; ``None`` matches a null or a missing field (``{"archived_at": None}``
-    finds the items never archived, as LangGraph's in-memory and SQLite stores find them);
-    anything else by :func:`_equal` (a missing field matches nothing else)."""
+    """A plain filter value: a nested object matches when it holds every key given, each
+    passing its own condition (an operator object among them: ``{"meta": {"score": {"$gt":
+    3}}}``), as the in-memory store does; ``None`` matches a null or a missing field
+    (``{"archived_at": None}`` finds the items never archived, as LangGraph's in-memory and
+    SQLite stores find them); anything else by :func:`_equal` (a missing field matches nothing
+    else)."""
     if expected is None:
         return actual is None or actual is _MISSING
     if actual is _MISSING:
         return False
     if isinstance(expected, dict) and isinstance(actual, dict):
-        return all(_contains(actual.get(k, _MISSING), v) for k, v in expected.items())
+        return all(_passes(actual.get(k, _MISSING), v) for k, v in expected.items())
     return _equal(actual, expected)
+
+
+def _is_operators(condition: Any) -> bool:
+    """Whether a filter condition is an operator object (``{"$gt": 3, "$lt": 9}``)."""
+    return isinstance(condition, dict) and bool(condition) and str(next(iter(condition))).startswith("$")
+
+
+def _passes(actual: Any, condition: Any) -> bool:
+    """One field's filter condition: every comparison of an operator object, else the plain
+    value's containment."""
+    if _is_operators(condition):
+        return all(_compare(actual, op, operand) for op, operand in condition.items())
+    return _contains(actual, condition)
+
+
+def check_filter(filter: Mapping[str, Any], where: str = "filter") -> None:
+    """Refuse (``ValueError``, naming where) a search filter that could only match nothing
+    silently: an object mixing operators with field names (``{"$gt": 1, "x": 2}``), or an
+    operator this store does not have — at any depth, before any item is read (a filter on
+    an empty namespace is refused the same)."""
+    for key, condition in filter.items():
+        at = f"{where}[{key!r}]"
+        if not isinstance(condition, dict) or not condition:
+            continue
+        operators = [k for k in condition if str(k).startswith("$")]
+        if operators and len(operators) != len(condition):
+            raise ValueError(
+                f"{at} mixes operators {operators} with field names "
+                f"{[k for k in condition if not str(k).startswith('$')]}: give a field's "
+                'comparisons alone ({"$gt": 1}), or its nested fields alone'
+            )
+        for op in operators:
+            if op not in _OPERATORS:
+                raise ValueError(
+                    f"{at}: unsupported filter operator {op!r} (supported: {' '.join(_OPERATORS)})"
+                )
+        if not operators:
+            check_filter(condition, at)
 
 
 def _equal(actual: Any, expected: Any) -> bool:
@@ -741,17 +784,12 @@ def _equal(actual: Any, expected: Any) -> bool:
 
 
 def matches(value: dict[str, Any], filter: dict[str, Any]) -> bool:
-    """Whether an item's value passes a LangGraph search filter: each key (dotted keys reach
-    nested fields) equals the given value, or — given ``{"$op": operand, …}`` — passes every
-    comparison. A missing field matches no operator, and no plain value but ``None``."""
-    for key, condition in filter.items():
-        actual = _at(value, key)
-        if isinstance(condition, dict) and condition and all(str(k).startswith("$") for k in condition):
-            if not all(_compare(actual, op, operand) for op, operand in condition.items()):
-                return False
-        elif not _contains(actual, condition):
-            return False
-    return True
+    """Whether an item's value passes a LangGraph search filter (checked by
+    :func:`check_filter`): each key (dotted keys reach nested fields) passes its condition —
+    equals the given value (a nested object: holds each of its keys, each passing its own
+    condition), or, given ``{"$op": operand, …}``, passes every comparison. A missing field
+    matches no operator, and no plain value but ``None``."""
+    return all(_passes(_at(value, key), condition) for key, condition in filter.items())
 
 
 def _namespace_matches(namespace: tuple[str, ...], condition: MatchCondition) -> bool:
