@@ -731,6 +731,28 @@ def test_a_refused_put_of_a_large_batch_writes_nothing_and_is_named_by_its_index
     assert [(i.key, i.value) for i in lg.search(("many",), limit=1000)] == [("k0", {"v": -1})]
 
 
+def test_a_name_longer_than_any_items_is_found_nowhere_and_deletes_nothing(lg: StateflowStore) -> None:
+    """Names are percent-encoded into a subject key of at most 512 characters (57 CJK
+    characters fill it): a put of a longer one is refused, nothing written, but reading it
+    finds nothing and deleting it deletes nothing, as for any other name no item has —
+    ``get``, ``search``, ``list_namespaces``, ``delete``, alone or in a batch."""
+    long_key, long_label = "中" * 57, "標" * 60
+    lg.put(("ns",), "short", {"v": 1})
+    with pytest.raises(InvalidInput, match="encoded subject key is 516 characters"):
+        lg.put(("ns",), long_key, {"v": 2})
+    assert lg.get(("ns",), long_key) is None
+    assert lg.get((long_label,), "k") is None
+    assert lg.search((long_label,)) == [] and lg.search(("ns", long_label), filter={"v": 1}) == []
+    assert lg.list_namespaces(prefix=(long_label,)) == []
+    lg.delete(("ns",), long_key)
+    lg.batch([PutOp(("ns",), long_key, None), PutOp(("ns",), "short", None)])  # (the other delete done)
+    assert asyncio.run(lg.aget(("ns",), long_key)) is None
+    assert lg.get(("ns",), "short") is None and lg.search(("ns",)) == []
+    with pytest.raises(InvalidInput, match=r"ops\[1\]: the encoded subject key"):
+        lg.batch([PutOp(("ns",), "ok", {"v": 3}), PutOp(("ns",), long_key, {"v": 3})])
+    assert lg.get(("ns",), "ok") is None
+
+
 def test_records_written_out_of_shape_through_another_door_are_named_not_a_crash(
     lg: StateflowStore,
 ) -> None:

@@ -50,6 +50,7 @@ from stateflow.states.langgraph_items import (
     KEPT_SUBJECT_KEYS,
     MAX_TTL_MINUTES,
     STATE,
+    KeyTooLong,
     item_refusal,
     join,
     subject_key,
@@ -164,7 +165,10 @@ class StateflowStore(OwnsStore, BaseStore):
         if refresh:
             self._refresh(refresh, now)
         if puts:
-            self._put(builtins.list(puts.values()), now)
+            # (a delete of a key longer than any item's deletes nothing)
+            written = [op for op in puts.values() if op.value is not None or not _unaddressable(op)]
+            if written:
+                self._put(written, now)
         return results
 
     def put(
@@ -204,7 +208,7 @@ class StateflowStore(OwnsStore, BaseStore):
             # (no time taken: ``_document`` takes it only for what it stamps, a new item's
             # creation or an expiry — an item replaced without a TTL needs none)
             self._put_one(op, None, self._run_origin())
-        else:  # (a delete, or the refusal)
+        elif op.value is not None or not _unaddressable(op):  # (a delete, or the refusal)
             self._put([op], datetime.now(UTC))
 
     def _checked(self, namespace: tuple[str, ...]) -> None:
@@ -246,7 +250,10 @@ class StateflowStore(OwnsStore, BaseStore):
     def _get(
         self, op: GetOp, now: datetime, refresh: dict[str, tuple[dict[str, Any], str | None]]
     ) -> Item | None:
-        subject_key = self.subject_key(op.namespace, op.key)
+        try:
+            subject_key = self.subject_key(op.namespace, op.key)
+        except KeyTooLong:  # (longer than any item's: none has it)
+            return None
         record = self.states.read(self.records.state, self.subject(op.namespace, op.key))
         if record is None:
             return None
@@ -270,7 +277,12 @@ class StateflowStore(OwnsStore, BaseStore):
             )
         if op.filter:
             check_filter(op.filter)
-        prefix = f"{join(op.namespace_prefix, 'namespace_prefix[{}]'.format)}/" if op.namespace_prefix else ""
+        try:
+            prefix = (
+                f"{join(op.namespace_prefix, 'namespace_prefix[{}]'.format)}/" if op.namespace_prefix else ""
+            )
+        except KeyTooLong:  # (longer than any item's: none is under it)
+            return []
         wanted = op.offset + op.limit
         page: builtins.list[tuple[dict[str, Any], str | None]] = []
         if op.limit == 0:
@@ -317,7 +329,10 @@ class StateflowStore(OwnsStore, BaseStore):
         prefix = ""
         for condition in conditions:  # a literal prefix narrows the scan
             if condition.match_type == "prefix" and condition.path and "*" not in condition.path:
-                prefix = f"{join(condition.path, (condition.match_type + '[{}]').format)}/"
+                try:
+                    prefix = f"{join(condition.path, (condition.match_type + '[{}]').format)}/"
+                except KeyTooLong:  # (longer than any item's: none is under it)
+                    return []
                 break
         seen: set[tuple[str, ...]] = set()
         for data, _ in self._newest_first(prefix):
@@ -526,6 +541,15 @@ def _checked_config(config: Any) -> TTLConfig | None:
     return checked
 
 
+def _unaddressable(op: PutOp) -> bool:
+    """Whether the put's key is longer than any item's once encoded (a delete of it: nothing)."""
+    try:
+        subject_key(tuple(op.namespace), op.key)
+    except KeyTooLong:
+        return True
+    return False
+
+
 def _check_put(op: PutOp, where: str | None) -> None:
     """Refuse a put of a batch its write would refuse, before anything of the batch is written
     (its erases are writes of their own), named by its index: ``where`` (``ops[150]``) prefixes
@@ -533,7 +557,11 @@ def _check_put(op: PutOp, where: str | None) -> None:
     try:
         if type(op.key) is not str:
             raise ValueError(f"a store key must be a string, got {type(op.key).__name__}")
-        subject_key(tuple(op.namespace), op.key)  # its encoded length (kept for the write)
+        try:
+            subject_key(tuple(op.namespace), op.key)  # its encoded length (kept for the write)
+        except KeyTooLong:
+            if op.value is not None:  # (a delete of it deletes nothing)
+                raise
         _checked_ttl(op.ttl)
         if op.value is not None:
             if not isinstance(op.value, dict):

@@ -44,6 +44,11 @@ def _namespace(i: int) -> str:
     return f"namespace[{i}]"
 
 
+class KeyTooLong(InvalidInput):
+    """A subject key whose encoding is longer than :data:`MAX_KEY`: no item has it (a put of
+    it is refused; a read of it finds nothing)."""
+
+
 def join(parts: Sequence[str], names: Callable[[int], str] = _namespace) -> str:
     """The subject key spelling ``parts``, each percent-encoded. A part holding a lone surrogate,
     which a Python ``str`` can and no UTF-8 spells, is refused as every write refuses one
@@ -51,7 +56,7 @@ def join(parts: Sequence[str], names: Callable[[int], str] = _namespace) -> str:
     written."""
     key = _quoted(parts, names)
     if len(key) > MAX_KEY:
-        raise InvalidInput(
+        raise KeyTooLong(
             f"the encoded subject key is {len(key)} characters long (at most {MAX_KEY}): "
             "use shorter namespaces, keys or thread ids"
         )
