@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
 
 from stateflow.errors import InvalidInput, PatchError
 from stateflow.memory import ExtraRoot
+from stateflow.memory.protocol import for_scopes
 from stateflow.store import SqlStore
+from stateflow.tools import READ_STATE_DESCRIPTION
 
 from .memory_helpers import view
 
@@ -214,3 +217,43 @@ def test_an_extra_root_that_is_no_object_is_refused_when_built(store: SqlStore) 
     m = view(store, extra_roots=(ExtraRoot("notes", {"type": ["object", "null"]}),))
     m.patch_state({"session": {"notes": {"k": 1}}})
     assert m.read_state({"path": "session.notes"}) == {"value": {"k": 1}}
+
+
+_EXAMPLE_PATH = re.compile(
+    r"(?<![\w$\".])((?:effective|global|cwd|session)?(?:\[\d+\])?(?:\.?[a-z]+)(?:\.[a-z]+|\[\d+(?::\d+)?\])+)"
+)
+
+
+@pytest.mark.parametrize(
+    "scopes",
+    [
+        ("global", "cwd", "session"),
+        ("global", "cwd"),
+        ("global", "session"),
+        ("cwd", "session"),
+        ("cwd",),
+        ("global",),
+        ("session",),
+    ],
+)
+def test_every_example_path_the_view_is_taught_reads_in_that_view(
+    store: SqlStore, tmp_path: Path, scopes: tuple[str, ...]
+) -> None:
+    """The protocol text's READ examples and ``read_state``'s description name paths this view
+    can read: in its own scopes, relative where it has one owner (a history offset and patches
+    still name the scope) — never the session's history in a view without the session."""
+    m = view(store, scopes=scopes, cwd=str(tmp_path))
+    for n in range(4):  # (history two transitions back in every scope)
+        planes = {"tactics": {"next": f"step {n}"}, "lazy": {"memory": list(range(30)), "x": n}}
+        m.patch_state(planes if len(scopes) == 1 else dict.fromkeys(scopes, planes))
+    text = m.context().text()
+    read_part = text[text.index("READ with read_state") : text.index('"keys" returns')]
+    taught = _EXAMPLE_PATH.findall(read_part.split("Paths:", 1)[1])
+    described = _EXAMPLE_PATH.findall(for_scopes(READ_STATE_DESCRIPTION, scopes).split("Paths:", 1)[1])
+    assert len(taught) == len(described) == 5, (taught, described)
+    assert taught == described
+    for path in taught:
+        m.read_state({"path": path})  # (raises where the view cannot read it)
+    if len(scopes) == 1:
+        assert taught[1] == "lazy.memory[4]" and taught[3] == f"{scopes[0]}[2].lazy.x"
+    assert not any(p.startswith("session") for p in taught) or "session" in scopes
