@@ -447,6 +447,35 @@ def test_a_listing_by_a_kind_the_state_does_not_declare_is_refused_on_every_door
     assert [s["subject"]["key"] for s in service.subjects("tickets", kind="thread")["subjects"]] == ["t1"]
 
 
+def test_a_create_only_declare_refuses_a_declared_state_on_every_door(
+    http: TestClient, service: StatesService, backend: str
+) -> None:
+    """``PUT /api/states/{name}?replace=false`` (``replace=False`` in Python, ``--create-only``
+    on the CLI) only creates: a state declared already is 409 ``state-exists``, nothing
+    changed. Without it, or with ``?replace=true``, the PUT creates or re-declares (additively),
+    as the published one did; any other value is 400."""
+    wider = {**DECL, "description": "wider"}
+    r = http.put("/api/states/jobs", json=DECL, params={"replace": "false"})
+    assert r.status_code == 200, r.text
+    before = service.get_declaration("jobs")
+    r = http.put("/api/states/jobs", json=wider, params={"replace": "false"})
+    assert r.status_code == 409 and r.json()["code"] == "state-exists", r.text
+    assert "declared already" in r.json()["error"] and "?replace=false" in r.json()["error"]
+    with pytest.raises(StateflowError, match="declared already") as refused:
+        service.declare("jobs", wider, replace=False)
+    assert refused.value.code == "state-exists"
+    done = sf("states", "put", "jobs", "--data", json.dumps(wider), "--create-only", store=backend)
+    assert done.returncode == 1 and done.stderr.startswith("error[state-exists]: state 'jobs'"), done.stderr
+    assert service.get_declaration("jobs") == before
+    r = http.put("/api/states/jobs", json=DECL, params={"replace": "maybe"})
+    assert r.status_code == 400 and "'replace' must be true or false" in r.json()["error"], r.text
+    for params in ({"replace": "true"}, {}):
+        r = http.put("/api/states/jobs", json={**wider, "description": f"wider {params}"}, params=params)
+        assert r.status_code == 200 and r.json()["data"]["description"] == f"wider {params}", r.text
+    made = sf("states", "put", "fresh", "--data", json.dumps(DECL), "--create-only", store=backend)
+    assert made.returncode == 0 and json.loads(made.stdout)["name"] == "fresh", made.stderr
+
+
 def test_unknown_query_parameters_are_refused(http: TestClient) -> None:
     http.put(REC, json={"status": "a"})
     for path, params in (

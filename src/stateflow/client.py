@@ -302,8 +302,9 @@ class StatesClient:
         result: DeclarationView = self._call("GET", self._state(name))
         return result
 
-    def declare(self, name: str, raw: Any, /) -> DeclarationView:
-        result: DeclarationView = self._call("PUT", self._state(name), raw)
+    def declare(self, name: str, raw: Any, /, *, replace: bool = True) -> DeclarationView:
+        query = None if replace else {"replace": "false"}
+        result: DeclarationView = self._call("PUT", self._state(name), raw, query=query)
         return result
 
     def delete_declaration(self, name: str, /) -> Deleted:

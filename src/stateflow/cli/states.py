@@ -404,13 +404,16 @@ def get_state(api: StatesAPI, name: str) -> None:
 @states.command("put")
 @click.argument("name")
 @data_options
+@click.option(
+    "--create-only", is_flag=True, help="Refuse (state-exists) if NAME is declared already, changing nothing."
+)
 @pass_context
 @refusals
-def put_state(ctx: Context, name: str, payload: Payload) -> None:
+def put_state(ctx: Context, name: str, payload: Payload, create_only: bool) -> None:
     """Declare (or additively re-declare) a state as NAME (a `name` in the declaration must be NAME)."""
     declaration = payload.read()
     parse_declaration(name, declaration)  # its shape is refused before the store is opened (or created)
-    echo_json(client(ctx).declare(name, declaration))
+    echo_json(client(ctx).declare(name, declaration, replace=not create_only))
 
 
 @states.command("delete")

@@ -130,6 +130,7 @@ def _utf8_segments(raw_path: bytes) -> None:
 # Query parameters each (non-record) route takes; any other is refused (422), never ignored.
 ROUTE_QUERY: Final = {
     "put_template": ("replace",),
+    "put_state": ("replace",),
     "subjects": ("kind", "limit", "cursor"),
 }
 
@@ -225,6 +226,16 @@ def only(request: Request, *names: str) -> None:
         raise InvalidInput(
             f"unknown query parameter(s) {unknown} for {request.method} {request.url.path}; {takes}"
         )
+
+
+def _replace(request: Request, default: str) -> bool:
+    """A ``?replace=`` flag: ``true``/``false`` (``1``/``0``, ``yes``/``no``), else 400."""
+    given = request.query_params.get("replace", default)
+    if given.lower() in ("1", "true", "yes"):
+        return True
+    if given.lower() not in ("0", "false", "no"):
+        raise BadRequest(f"'replace' must be true or false, got {given!r}")
+    return False
 
 
 def once(request: Request) -> None:
@@ -579,10 +590,7 @@ def create_app(
     async def put_template(name: str, request: Request) -> Response:
         unrestricted(request)
         body = await _body(request)
-        given = request.query_params.get("replace", "false")
-        replace = given.lower() in ("1", "true", "yes")
-        if not replace and given.lower() not in ("0", "false", "no"):
-            raise BadRequest(f"'replace' must be true or false, got {given!r}")
+        replace = _replace(request, "false")
         return await call(
             service.put_template, name, body, replace=replace, context=context_of(request), blocking=True
         )
@@ -649,8 +657,10 @@ def create_app(
     @app.put("/api/states/{name}")
     async def put_state(name: str, request: Request) -> Response:
         unrestricted(request)
+        # (without it: create or re-declare, as the published PUT; false: create only)
+        replace = _replace(request, "true")
         body = await _body(request)  # (a declaration that is not an object: the service's 422)
-        return await call(service.declare, name, body, context=context_of(request))
+        return await call(service.declare, name, body, replace=replace, context=context_of(request))
 
     @app.delete("/api/states/{name}")
     async def delete_state(name: str, request: Request) -> Response:

@@ -416,7 +416,19 @@ def paths() -> dict[str, dict[str, Any]]:
         "/api/states": {"get": _op("List declared states", _data(_list(Declaration)))},
         "/api/states/{name}": {
             "get": _op("Read a declaration", declaration),
-            "put": _op("Declare or additively re-declare a state", declaration, body=OBJECT),
+            "put": _op(
+                "Declare or additively re-declare a state",
+                declaration,
+                body=OBJECT,
+                query=[
+                    _query(
+                        "replace",
+                        STRING,
+                        "false to only create: a state declared already is 409 state-exists, nothing changed "
+                        "(default true: create or re-declare; true/false, 1/0, yes/no; anything else is 400)",
+                    )
+                ],
+            ),
             "delete": _op("Delete a state with its records and audit", _data(OBJECT)),
         },
         "/api/states/{name}/stats": {"get": _op("Record counts", _data(_ref(Stats)))},

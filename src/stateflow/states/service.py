@@ -106,6 +106,12 @@ class DeclarationInUse(Conflict):
     code = "declaration-in-use"
 
 
+class StateExists(Conflict):
+    """A create-only declare (``replace=False``) of a state declared already."""
+
+    code = "state-exists"
+
+
 class FoldRefused(Conflict):
     code = "fold-refused"
 
@@ -568,15 +574,25 @@ class StatesService:
             return self._declaration_view(self._declared(None, name), 0, None)
         return self._declaration_view(catalog_row(name, doc.body), doc.revision, doc.at)
 
-    def declare(self, name: str, raw: Any, *, context: DoorContext | None = None) -> DeclarationView:
+    def declare(
+        self, name: str, raw: Any, *, replace: bool = True, context: DoorContext | None = None
+    ) -> DeclarationView:
         """Create or re-declare a state. Re-declaring is additive-only while records exist (and
-        always, for the built-in ``memory`` state). Answers the declaration as a read does."""
+        always, for the built-in ``memory`` state); ``replace=False`` only creates: a state
+        declared already is refused (``state-exists``), nothing changed. Answers the
+        declaration as a read does."""
         decl = parse_declaration(name, raw)
         stored = decl.stored()
         key = DocKey(CATALOG, name)
 
         def compute(docs: dict[DocKey, Document]) -> tuple[list[Write], dict[str, Any]]:
             old = docs[key].body
+            if old is not None and not replace:  # (checked on the row the write locks: two creates, one wins)
+                raise StateExists(
+                    f"state {name!r} is declared already — to re-declare it (additively), declare it "
+                    "with replace (PUT without ?replace=false over HTTP; stateflow states put without "
+                    "--create-only; replace=True in Python)"
+                )
             if old is not None:
                 catalog_row(name, old)
             if old is not None and name in BUILTIN_STATES:
