@@ -762,6 +762,8 @@ def test_records_written_out_of_shape_through_another_door_are_named_not_a_crash
     refused by name — the namespace's other items still read."""
     ns = ("memories", "ada")
     lg.put(ns, "tea", {"fact": "likes tea"})
+    lg.put(ns, "late", {"f": 0})  # (listed in shape first: its next revision is checked anew)
+    assert sorted(i.key for i in lg.search(ns)) == ["late", "tea"]
     when = "2026-01-01T00:00:00+00:00"
     rest = {"expires_at": None, "ttl_minutes": None}
     written = {

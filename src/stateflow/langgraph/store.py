@@ -85,6 +85,9 @@ _PAGE = 500
 _log = logging.getLogger("stateflow.langgraph")
 _COMPARISONS: Final = ("$gt", "$gte", "$lt", "$lte")
 _OPERATORS: Final = ("$eq", "$ne", *_COMPARISONS)
+CHECKED_REVISIONS_MAX: Final = 65536
+"""record revisions a store remembers the item check of (then it forgets them all)"""
+_UNCHECKED: Final = "unchecked"  # (a check's answer is None or a reason: never this object)
 NAMESPACES_CHECKED_MAX: Final = 4096
 """namespaces a store remembers LangGraph's checks passed for (then it forgets them all)"""
 
@@ -118,6 +121,10 @@ class StateflowStore(OwnsStore, BaseStore):
         self._outside = WriteOrigin(consumer="langgraph")  # validated once: the service takes it as is
         self._namespaces_checked: set[tuple[str, ...]] = set()
         """namespaces of strings that passed LangGraph's checks (``put`` checks each once)"""
+        self._checked_revisions: dict[tuple[DocKey, int | None], str | None] = {}
+        """each record revision's :func:`item_refusal` (None: an item), by key and the seq that
+        wrote it (a revision's body never changes; a seq is never given again, even to a record
+        deleted with its state and made anew): a listing checks every record it reads"""
 
     # ------------------------------------------------------------------ subjects
 
@@ -305,12 +312,20 @@ class StateflowStore(OwnsStore, BaseStore):
 
         def build() -> tuple[tuple[dict[str, Any], str | None], ...]:
             found = []
+            checked = self._checked_revisions
             for doc in self.records.documents(ITEM, prefix):
                 if not doc.body:
                     continue
                 # a record another door wrote out of shape is left out and named, once per
                 # listing (kept until anything commits), not a crash of every reader
-                why = item_refusal(doc.body, self.records.key_of(doc.key))
+                revision = (doc.key, doc.seq)
+                why = checked.get(revision, _UNCHECKED)
+                if why is _UNCHECKED:
+                    why = item_refusal(doc.body, self.records.key_of(doc.key))
+                    if doc.seq is not None:
+                        if len(checked) >= CHECKED_REVISIONS_MAX:
+                            checked.clear()  # bounded; a miss only checks the record again
+                        checked[revision] = why
                 if why is not None:
                     _log.warning("%s", _refusal(doc.key, why))
                     continue
