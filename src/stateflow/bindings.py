@@ -501,7 +501,7 @@ def bound(
                     and parameter.default is parameter.empty
                     and parameter.kind not in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD)
                 ):
-                    signature.bind(*args, **kwargs)  # (raises, naming it)
+                    raise TypeError(f"{consumer}() missing a required argument: {name!r}")
             call.apply_defaults()
             return call
 
