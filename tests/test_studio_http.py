@@ -9,6 +9,7 @@ import re
 import socket
 import subprocess
 import time
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -768,6 +769,42 @@ def test_a_save_confirms_the_revision_it_wrote_not_a_later_one(
     # a confirmation is only a message: a value that is no revision shows none
     odd = client.get("/studio/states/tickets/record", params={**EDITED, "saved": "x<b>"})
     assert odd.status_code == 200 and "Saved as" not in odd.text
+    # and only the save's own: a link naming a revision (or an outcome) nobody saved, or the
+    # confirmation's signature moved to another revision or record, shows none either
+    signed = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(r.headers["location"]).query))
+    forged = [
+        {**EDITED, "saved": "999"},
+        {**EDITED, "unchanged": str(mine)},
+        {**EDITED, "saved": "999", "ok": signed["ok"]},
+        {**EDITED, "unchanged": str(mine), "ok": signed["ok"]},
+        {**EDITED, "key": "T-1001", "saved": str(mine), "ok": signed["ok"]},
+    ]
+    for params in forged:
+        page = client.get("/studio/states/tickets/record", params=params)
+        assert page.status_code == 200 and "Saved as" not in page.text and "No change:" not in page.text, (
+            params
+        )
+    other = TestClient(client.app)  # (another person's session: the same link shows nothing)
+    sign_in(other, ADMIN)
+    assert "Saved as" not in other.get(r.headers["location"]).text
+    assert f"Saved as revision {mine}." in client.get(r.headers["location"]).text
+
+
+def test_a_record_page_says_when_nothing_was_ever_written_there_or_it_was_erased(
+    seeded: tuple[TestClient, StatesService],
+) -> None:
+    """A mistyped key opens a page for a record that does not exist: it says so (and that a
+    save would create it) rather than look like an empty record; an erased one says it was."""
+    client, service = seeded
+    sign_in(client, ADMIN)
+    typo = client.get("/studio/states/tickets/record", params={**EDITED, "key": "T-1004typo"})
+    assert typo.status_code == 200
+    assert "No record here: ticket/T-1004typo has never been written under agent/triage" in typo.text
+    assert "save a document below to create it" in typo.text
+    assert 'id="absent"' not in client.get("/studio/states/tickets/record", params=EDITED).text
+    service.erase("tickets", ticket("T-1004"))
+    erased = client.get("/studio/states/tickets/record", params=EDITED).text
+    assert "This record was erased: its history stays below" in erased and "No record here" not in erased
 
 
 def test_a_large_record_page_stays_small_its_editor_offers_the_json_and_a_compare_is_cut(

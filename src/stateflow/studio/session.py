@@ -51,6 +51,15 @@ class Session:
         if not given or not hmac.compare_digest(given.encode(), self.csrf.encode()):
             raise CsrfRefused("the form is stale or came from another site; reload the page and retry")
 
+    def stamp(self, text: str) -> str:
+        """``text`` signed for this session only: a message a redirect carries (a save's
+        confirmation) that no link from anyone else can make the page show."""
+        return _mac(self.csrf.encode(), "message." + text)
+
+    def stamped(self, text: str, given: str | None) -> bool:
+        """Whether ``given`` is this session's :meth:`stamp` of ``text``."""
+        return bool(given) and hmac.compare_digest(str(given).encode(), self.stamp(text).encode())
+
 
 def _fingerprint(token: Token) -> str:
     return hashlib.sha256(token.secret.encode()).hexdigest()[:16]

@@ -202,8 +202,8 @@ def _record_values(studio: Studio, name: str, q: Mapping[str, str], session: Ses
         "edit_error": None,
         "edit_conflict": False,
         # after a save: the revision it wrote, or the one it left as it was (it changed nothing)
-        "saved": _revision_shown(q, "saved"),
-        "unchanged": _revision_shown(q, "unchanged"),
+        "saved": _revision_shown(q, "saved", name, subject, session),
+        "unchanged": _revision_shown(q, "unchanged", name, subject, session),
         "asof": None,
         "diff": None,
     }
@@ -235,11 +235,22 @@ def _record_values(studio: Studio, name: str, q: Mapping[str, str], session: Ses
     return values
 
 
-def _revision_shown(q: Mapping[str, str], name: str) -> int | None:
-    """A revision number a save's redirect carries for its confirmation; anything else shows
-    no confirmation (it is only a message, never read as a request)."""
-    raw = q.get(name) or ""
-    return int(raw) if raw.isascii() and raw.isdigit() and len(raw) < 20 else None
+def _outcome(state: str, subject: StateSubject, what: str, revision: int) -> str:
+    """The text a save's confirmation signs: what it did, to which record, at which revision."""
+    return f"{what}.{state}.{subject.encode()}.{revision}"
+
+
+def _revision_shown(
+    q: Mapping[str, str], what: str, state: str, subject: StateSubject, session: Session
+) -> int | None:
+    """The revision a save's redirect carries for its confirmation (``what``: ``saved`` or
+    ``unchanged``), shown only when this session's save signed it (``ok``): a link anyone
+    else makes, or one naming another record or revision, shows no confirmation."""
+    raw = q.get(what) or ""
+    if not (raw.isascii() and raw.isdigit() and len(raw) < 20):
+        return None
+    revision = int(raw)
+    return revision if session.stamped(_outcome(state, subject, what, revision), q.get("ok")) else None
 
 
 def _diff(studio: Studio, rec: _Record, a: int, b: int) -> dict[str, Any]:
@@ -337,8 +348,11 @@ def record_edit(studio: Studio, request: Request, session: Session, form: dict[s
     # the revision this save wrote, from the write's own answer: the page shown after the
     # redirect may already be at a later revision another writer made meanwhile. The same
     # document again writes nothing: the revision stays the one edited.
-    revision = None if written is None else written["revision"]
-    outcome = {"unchanged": revision} if revision == edited else {"saved": revision}
+    outcome: dict[str, Any] = {}
+    if written is not None:
+        revision = written["revision"]
+        what = "unchanged" if revision == edited else "saved"
+        outcome = {what: revision, "ok": session.stamp(_outcome(name, subject, what, revision))}
     return RedirectResponse(
         url(f"/states/{name}/record", **subject_params(subject), **outcome), status_code=303
     )
