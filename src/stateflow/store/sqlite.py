@@ -928,7 +928,12 @@ class SqliteStore(SqlStore):
         if self._closed:
             raise self._closed_error()
 
-    def _open(self) -> sqlite3.Connection:
+    def _open(self, *, writer: bool = False) -> sqlite3.Connection:
+        """A connection to the file: the ``writer``'s puts the file in WAL mode (and its
+        durability and checkpoint settings), a reader's changes nothing — a store only read
+        (``check``, ``dump``, a read) leaves the file as it found it, so a backup (a
+        rollback-journal file) checked before it is put back is still refused beside a stale
+        ``-wal`` (``docs/operations.md``)."""
         self._refuse_if_closed()
         exists = preflight(self.path)
         if not exists and not self.create:
@@ -948,11 +953,12 @@ class SqliteStore(SqlStore):
             else:
                 conn = self._connect()
                 conn.execute("PRAGMA schema_version").fetchone()  # reads the header: damage shows here
-                mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-                if str(mode).lower() != "wal":
-                    raise StoreUnavailable(f"{self.path}: cannot switch to WAL mode (got {mode})")
-                conn.execute(f"PRAGMA synchronous = {self.synchronous}")
-                keep_wal_bounded(conn, self.wal_pages)
+                if writer:
+                    mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                    if str(mode).lower() != "wal":
+                        raise StoreUnavailable(f"{self.path}: cannot switch to WAL mode (got {mode})")
+                    conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+                    keep_wal_bounded(conn, self.wal_pages)
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
             conn.execute("PRAGMA foreign_keys = ON")
             # each b-tree page's cells are checked as the page is read, so a write that runs into
@@ -1023,7 +1029,7 @@ class SqliteStore(SqlStore):
         if self.read_only:
             raise StoreReadOnly(f"{self.path} is open read-only: nothing can be written")
         if self._writer_conn is None:
-            self._writer_conn = self._open()
+            self._writer_conn = self._open(writer=True)
         return self._writer_conn
 
     def _claim(
