@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import shutil
+import signal
 import sqlite3
 import subprocess
 from pathlib import Path
@@ -103,6 +105,33 @@ def test_an_output_that_cannot_be_written_is_the_targets_fault_not_the_stores(tm
         assert out.stderr.startswith("error[target-unwritable]: cannot write missing/x."), out.stderr
         assert "No such file or directory" in out.stderr
     assert not (tmp_path / "missing").exists()
+    assert sf(tmp_path, store, "check").returncode == 0
+
+
+def test_a_backup_that_fails_midway_leaves_nothing_beside_its_target(tmp_path: Path) -> None:
+    """A copy cut short (here by a file size limit, as a full disk would) is refused naming
+    the target, and leaves neither the partial copy nor the journal SQLite kept beside it."""
+    store = str(tmp_path / "big.db")
+    s = open_store(store)
+    try:
+        for i in range(1500):
+            s.commit([Write.between(DocKey("notes", f"k{i}"), None, {"pad": "p" * 2000}, 0)], {"door": "t"})
+    finally:
+        s.close()
+    out = tmp_path / "out"
+    out.mkdir()
+
+    def limited() -> None:  # (writes past 1 MiB fail with EFBIG instead of killing the process)
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
+
+    env = dict(os.environ, STATEFLOW_STORE=store)
+    done = subprocess.run(
+        ["stateflow", "backup", str(out / "bk.db")], capture_output=True, text=True, timeout=120, env=env,
+        preexec_fn=limited,
+    )  # fmt: skip
+    assert done.returncode == 1 and done.stderr.startswith("error[target-unwritable]: "), done.stderr
+    assert sorted(p.name for p in out.iterdir()) == []
     assert sf(tmp_path, store, "check").returncode == 0
 
 

@@ -86,7 +86,10 @@ def sqlite_backup(
     except OSError as exc:
         raise unwritable(target, exc) from exc
     finally:
-        partial.unlink(missing_ok=True)
+        # the copy and the journal SQLite kept beside it while writing it (a copy that failed
+        # midway leaves one: a full disk, a file size limit)
+        for leftover in (partial, Path(f"{partial}-journal")):
+            leftover.unlink(missing_ok=True)
     return pages
 
 
