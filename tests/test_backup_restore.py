@@ -10,6 +10,7 @@ import shutil
 import signal
 import sqlite3
 import subprocess
+import time
 from pathlib import Path
 
 from stateflow.store import DocKey, Write, open_store
@@ -133,6 +134,31 @@ def test_a_backup_that_fails_midway_leaves_nothing_beside_its_target(tmp_path: P
     assert done.returncode == 1 and done.stderr.startswith("error[target-unwritable]: "), done.stderr
     assert sorted(p.name for p in out.iterdir()) == []
     assert sf(tmp_path, store, "check").returncode == 0
+
+
+def test_a_dump_stopped_by_sigterm_leaves_nothing_beside_its_target(tmp_path: Path) -> None:
+    """SIGTERM (a service manager, ``timeout``) is taken as a Ctrl-C is: the command removes
+    what it was writing and exits 143 saying so — the default action left the partial file."""
+    store = str(tmp_path / "big.db")
+    s = open_store(store)
+    try:
+        s.commit([Write.between(DocKey("notes", f"k{i}"), None, {"pad": "p" * 500}, 0) for i in range(30000)])
+    finally:
+        s.close()
+    out = tmp_path / "out"
+    out.mkdir()
+    env = dict(os.environ, STATEFLOW_STORE=store)
+    proc = subprocess.Popen(
+        ["stateflow", "dump", str(out / "all.jsonl")], stderr=subprocess.PIPE, text=True, env=env
+    )
+    deadline = time.monotonic() + 60
+    while not any(out.iterdir()):  # (its partial file begun)
+        assert proc.poll() is None and time.monotonic() < deadline, "the dump ended before it was stopped"
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143 and err.startswith("terminated: nothing was dumped"), (proc.returncode, err)
+    assert sorted(p.name for p in out.iterdir()) == []
 
 
 def test_checks_advice_on_a_damaged_file_is_one_that_works(tmp_path: Path) -> None:

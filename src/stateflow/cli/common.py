@@ -169,6 +169,24 @@ pass_context = click.make_pass_decorator(Context)
 INTERRUPTED: Final = 130
 """The exit status of a command stopped by Ctrl-C (SIGINT): 128 + the signal's number, as shells
 report it; a refusal's is 1."""
+TERMINATED: Final = 143
+"""The exit status of a command stopped by SIGTERM (128 + 15)."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM — a service manager, ``timeout``, ``kill`` — taken as a Ctrl-C is: what the
+    command was writing is committed or rolled back whole and its partial files removed (the
+    default action would end the process at once and leave them), then exit 143."""
+
+
+_terminated = False
+
+
+def on_sigterm(signum: int, frame: Any) -> None:
+    """The CLI's SIGTERM handler (:func:`stateflow.cli.main.main` installs it)."""
+    global _terminated
+    _terminated = True
+    raise Terminated()
 
 
 class Interrupted(KeyboardInterrupt):
@@ -210,9 +228,10 @@ def refusals(fn: F) -> F:
             sys.exit(1)
         except KeyboardInterrupt as exc:
             left = str(exc) if isinstance(exc, Interrupted) else ""
-            start = "\n" if sys.stderr.isatty() else ""  # (after the terminal's ^C)
-            click.echo(f"{start}interrupted{': ' + left if left else ''}", err=True)
-            sys.exit(INTERRUPTED)
+            start = "\n" if sys.stderr.isatty() and not _terminated else ""  # (after the terminal's ^C)
+            said = "terminated" if _terminated else "interrupted"
+            click.echo(f"{start}{said}{': ' + left if left else ''}", err=True)
+            sys.exit(TERMINATED if _terminated else INTERRUPTED)
 
     return wrapper  # type: ignore[return-value]
 

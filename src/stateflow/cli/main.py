@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +20,7 @@ from stateflow.cli.common import (
     IntRange,
     echo_json,
     file_option,
+    on_sigterm,
     pass_context,
     read_json_arg,
     refusals,
@@ -286,6 +288,8 @@ a command's other files answer their own refusal, and a closed pipe ends the com
 
 
 def main() -> None:
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:  # (one a parent set to ignore is kept)
+        signal.signal(signal.SIGTERM, on_sigterm)
     try:
         try:
             cli(prog_name="stateflow")
