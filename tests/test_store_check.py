@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -250,6 +251,50 @@ def test_check_finds_damaged_pages_of_a_sqlite_file(tmp_path: Path) -> None:
     assert out.returncode == 1
     report = json.loads(out.stdout)
     assert report["ok"] is False and any(p.startswith("file: ") for p in report["problems"])
+
+
+def test_check_names_a_damaged_page_the_full_check_stops_at(tmp_path: Path) -> None:
+    """A page whose b-tree header is damaged can stop SQLite's full check at an index entry
+    that leads through it ("malformed", no page named), where its lighter check still names
+    the page: ``check`` answers with that, one problem a line, not the bare error."""
+    path = tmp_path / "s.db"
+    store = open_store(str(path))
+    try:
+        for i in range(2000):
+            store.commit(
+                [Write.between(DocKey("notes", f"k{i}"), None, {"pad": "p" * 300}, 0)], {"door": "t"}
+            )
+    finally:
+        store.close()
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    page_size, pages = (
+        conn.execute("PRAGMA page_size").fetchone()[0],
+        conn.execute("PRAGMA page_count").fetchone()[0],
+    )
+    conn.close()
+    pristine = path.read_bytes()
+    for page in range(2, pages + 1):  # (the first page whose damage stops the full check only)
+        path.write_bytes(pristine)
+        with path.open("r+b") as file:
+            file.seek((page - 1) * page_size)
+            file.write(b"\xff" * 12)
+        conn = sqlite3.connect(path)
+        try:
+            conn.execute("PRAGMA integrity_check(100)").fetchall()
+        except sqlite3.DatabaseError:
+            with contextlib.suppress(sqlite3.DatabaseError):
+                if "btreeInitPage" in conn.execute("PRAGMA quick_check(100)").fetchone()[0]:
+                    break
+        finally:
+            conn.close()
+    else:
+        pytest.fail("no page whose damage stops only the full check")
+    out = sf(str(path), "check", "--json")
+    assert out.returncode == 1
+    problems = json.loads(out.stdout)["problems"]
+    assert f"file: Page {page}: btreeInitPage() returns error code 11" in problems, problems
+    assert not any("*** in database" in p or "malformed" in p for p in problems), problems
 
 
 @pytest.mark.parametrize(
