@@ -49,8 +49,8 @@ def test_a_backup_restored_under_the_old_wal_is_refused_and_left_as_it_is(tmp_pa
     # file (header bytes 18-19: 1, 1), which is what makes the restore below refused — a read
     # that switched it to WAL mode let the stale log be replayed over it
     backup = tmp_path / "bk.db"
-    for args in (("check",), ("doc", "get", "notes", "v"), ("dump", "bk.jsonl")):
-        assert sf(tmp_path, str(backup), *args).returncode == 0, args
+    for read in (("check",), ("doc", "get", "notes", "v"), ("dump", "bk.jsonl")):
+        assert sf(tmp_path, str(backup), *read).returncode == 0, read
     assert backup.read_bytes()[18:20] == b"\x01\x01"
     assert not Path(f"{backup}-wal").exists() and not Path(f"{backup}-shm").exists()
     # the store carries on; its WAL (and index) as a crash leaves them, commits not yet in the file
