@@ -257,7 +257,7 @@ def load(ctx: Context, source: Path, progress: bool | None) -> None:
         top = first_missing_folder(path) if path is not None else None
         try:
             reporter.phase("loading", size)
-            counts = load_store(_sql(ctx.store(whole=True)), _read(fh, reporter))
+            counts = load_store(_sql(ctx.store(whole=True)), _read(fh, reporter), progress=reporter)
         except BaseException as exc:
             if created and path is not None:
                 ctx.close()

@@ -195,11 +195,12 @@ def check(lines: Iterable[bytes]) -> Checked:
     return seen
 
 
-def load(store: SqlStore, lines: Iterable[bytes]) -> dict[str, int]:
+def load(store: SqlStore, lines: Iterable[bytes], *, progress: Progress | None = None) -> dict[str, int]:
     """Load a dump into ``store``, which must hold no transition yet; returns counts. A line
     refused here (or a missing end line, seen only at the end) has the loaded lines before it
     written, and the store keeps the mark that ``stateflow check`` reports: :func:`check` the
-    dump first."""
+    dump first. ``progress`` is told of each page of documents compared with the dump once
+    every line is in (the load's last step, after the lines' own progress)."""
     store.check_schema()
     with store._read_tx() as tx:
         has_ops = tx.one("SELECT 1 FROM applied_ops LIMIT 1") is not None
@@ -244,7 +245,7 @@ def load(store: SqlStore, lines: Iterable[bytes]) -> dict[str, int]:
                     "INSERT INTO applied_ops (scope, op_id, applied_at, seq) VALUES (?, ?, ?, ?)",
                     ops[start : start + PAGE],
                 )
-    _verify(store, expected, bool(header.get("history")))
+    _verify(store, expected, bool(header.get("history")), progress)
     _mark_loading(store, None)
     return {"transitions": transitions, "documents": documents, "ops": len(ops)}
 
@@ -295,7 +296,9 @@ def _replay(store: SqlStore, item: dict[str, Any]) -> int:
     return commit.seq
 
 
-def _verify(store: SqlStore, expected: dict[DocKey, tuple[int, Any]], history: bool) -> None:
+def _verify(
+    store: SqlStore, expected: dict[DocKey, tuple[int, Any]], history: bool, progress: Progress | None = None
+) -> None:
     keys = list(expected)
     for start in range(0, len(keys), PAGE):
         docs = store.read(keys[start : start + PAGE])
@@ -304,6 +307,8 @@ def _verify(store: SqlStore, expected: dict[DocKey, tuple[int, Any]], history: b
             doc = docs[key]
             if doc.body != body or (history and doc.revision != revision):
                 raise InvalidDump(f"{key} differs after loading (revision {doc.revision}, dump {revision})")
+        if progress is not None:
+            progress("documents compared", len(docs))
 
 
 def _line(value: Any) -> bytes:
