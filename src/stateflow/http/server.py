@@ -158,6 +158,11 @@ def run(
     """Serve ``app`` on ``sock`` until a stop signal (SIGINT/SIGTERM)."""
     global _serving
     _serving = True
+    # SIGTERM is a server's normal stop: uvicorn catches it, shuts down gracefully, then passes
+    # it on to the handler it found — the default's, so the process ends as SIGTERM ends it,
+    # not the CLI's, which reports a command stopped midway ("terminated")
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
     settings = uvicorn.Config(
         app,
         log_level=log_level,
