@@ -21,6 +21,19 @@ def sf(cwd: Path, store: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["stateflow", *args], capture_output=True, text=True, timeout=120, env=env, cwd=cwd)
 
 
+def _notes(path: Path, count: int, pad: int) -> str:
+    """A store at ``path`` of ``count`` documents of ``pad`` characters, each its own commit."""
+    store = open_store(str(path))
+    try:
+        for i in range(count):
+            store.commit(
+                [Write.between(DocKey("notes", f"k{i}"), None, {"pad": "p" * pad}, 0)], {"door": "t"}
+            )
+    finally:
+        store.close()
+    return str(path)
+
+
 def test_a_backup_copies_the_store_named_even_with_percent_or_hash_in_its_name(tmp_path: Path) -> None:
     # 'one%41.db' is not 'oneA.db' and 'r#1.db' is not 'r': a URI built from the name unquoted
     # would read those other files (or create an empty one) and report the copy good
@@ -112,13 +125,7 @@ def test_an_output_that_cannot_be_written_is_the_targets_fault_not_the_stores(tm
 def test_a_backup_that_fails_midway_leaves_nothing_beside_its_target(tmp_path: Path) -> None:
     """A copy cut short (here by a file size limit, as a full disk would) is refused naming
     the target, and leaves neither the partial copy nor the journal SQLite kept beside it."""
-    store = str(tmp_path / "big.db")
-    s = open_store(store)
-    try:
-        for i in range(1500):
-            s.commit([Write.between(DocKey("notes", f"k{i}"), None, {"pad": "p" * 2000}, 0)], {"door": "t"})
-    finally:
-        s.close()
+    store = _notes(tmp_path / "big.db", 1500, 2000)
     out = tmp_path / "out"
     out.mkdir()
 
@@ -163,13 +170,7 @@ def test_a_dump_stopped_by_sigterm_leaves_nothing_beside_its_target(tmp_path: Pa
 
 def test_checks_advice_on_a_damaged_file_is_one_that_works(tmp_path: Path) -> None:
     # `dump` refuses a damaged file: the advice must not send the operator there
-    store = str(tmp_path / "d.db")
-    s = open_store(store)
-    try:
-        for i in range(300):
-            s.commit([Write.between(DocKey("notes", f"k{i}"), None, {"pad": "p" * 300}, 0)], {"door": "t"})
-    finally:
-        s.close()
+    store = _notes(tmp_path / "d.db", 300, 300)
     with open(store, "r+b") as fh:
         for page in range(10, 100, 10):
             fh.seek(4096 * page + 100)

@@ -87,7 +87,9 @@ _COMPARISONS: Final = ("$gt", "$gte", "$lt", "$lte")
 _OPERATORS: Final = ("$eq", "$ne", *_COMPARISONS)
 CHECKED_REVISIONS_MAX: Final = 65536
 """record revisions a store remembers the item check of (then it forgets them all)"""
-_UNCHECKED: Final = "unchecked"  # (a check's answer is None or a reason: never this object)
+_Refresh = dict[str, tuple[dict[str, Any], str | None]]
+"""The items a batch's reads refresh the TTL of: by subject key, the record as read and its
+last write's time."""
 NAMESPACES_CHECKED_MAX: Final = 4096
 """namespaces a store remembers LangGraph's checks passed for (then it forgets them all)"""
 
@@ -152,7 +154,7 @@ class StateflowStore(OwnsStore, BaseStore):
                 _check_put(op, f"ops[{n}]" if several else None)
         results: builtins.list[Result] = [None] * len(ops)
         puts: dict[tuple[tuple[str, ...], str], PutOp] = {}
-        refresh: dict[str, tuple[dict[str, Any], str | None]] = {}
+        refresh: _Refresh = {}
         now = datetime.now(UTC)
         for n, op in enumerate(ops):
             if isinstance(op, GetOp):
@@ -254,9 +256,7 @@ class StateflowStore(OwnsStore, BaseStore):
             return SearchItem(namespace, data["key"], value, created, updated)
         return Item(value=value, key=data["key"], namespace=namespace, created_at=created, updated_at=updated)
 
-    def _get(
-        self, op: GetOp, now: datetime, refresh: dict[str, tuple[dict[str, Any], str | None]]
-    ) -> Item | None:
+    def _get(self, op: GetOp, now: datetime, refresh: _Refresh) -> Item | None:
         try:
             subject_key = self.subject_key(op.namespace, op.key)
         except KeyTooLong:  # (longer than any item's: none has it)
@@ -271,13 +271,11 @@ class StateflowStore(OwnsStore, BaseStore):
         if not self._live(data, now):
             return None
         if op.refresh_ttl and data.get("ttl_minutes") is not None:
-            refresh[self.subject_key(op.namespace, op.key)] = (data, record["updated_at"])
+            refresh[subject_key] = (data, record["updated_at"])
         item: Item = self._item(data, record["updated_at"], own=True)  # states.read copied it
         return item
 
-    def _search(
-        self, op: SearchOp, now: datetime, refresh: dict[str, tuple[dict[str, Any], str | None]]
-    ) -> builtins.list[SearchItem]:
+    def _search(self, op: SearchOp, now: datetime, refresh: _Refresh) -> builtins.list[SearchItem]:
         if op.limit < 0 or op.offset < 0:
             raise ValueError(
                 f"search limit and offset are at least 0, got limit={op.limit} offset={op.offset}"
@@ -319,8 +317,9 @@ class StateflowStore(OwnsStore, BaseStore):
                 # a record another door wrote out of shape is left out and named, once per
                 # listing (kept until anything commits), not a crash of every reader
                 revision = (doc.key, doc.seq)
-                why = checked.get(revision, _UNCHECKED)
-                if why is _UNCHECKED:
+                if revision in checked:
+                    why = checked[revision]
+                else:
                     why = item_refusal(doc.body, self.records.key_of(doc.key))
                     if doc.seq is not None:
                         if len(checked) >= CHECKED_REVISIONS_MAX:
@@ -466,7 +465,7 @@ class StateflowStore(OwnsStore, BaseStore):
             context=self.context,
         )
 
-    def _refresh(self, refresh: dict[str, tuple[dict[str, Any], str | None]], now: datetime) -> None:
+    def _refresh(self, refresh: _Refresh, now: datetime) -> None:
         """Move each read item's expiry to ``now`` plus its TTL — only where the record still
         has the expiry it was read with (each op guarded on it): a put or delete that came in
         between keeps what it wrote (a put without a TTL is not given one, a deleted item is

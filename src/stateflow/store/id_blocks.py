@@ -36,10 +36,10 @@ class IdBlocks:
 
     def take(self, n: int, reserve: Callable[[int], Iterable[int] | None]) -> list[int] | None:
         """``n`` ids: from the block on hand, else from a new one (:meth:`next_size`) that
-        ``reserve(size)`` takes from the database (None: there are none to take yet). The lock is never held across ``reserve``: on the async store every
-        caller is a task of one thread, and a task waiting for the lock while another held it
-        across a round trip would stop the loop. Two callers may both reserve a block; ids are
-        only spent."""
+        ``reserve(size)`` takes from the database (None: there are none to take yet). The lock
+        is never held across ``reserve``: on the async store every caller is a task of one
+        thread, and a task waiting for the lock while another held it across a round trip would
+        stop the loop. Two callers may both reserve a block; ids are only spent."""
         while True:
             with self._lock:
                 if len(self._ids) >= n:
