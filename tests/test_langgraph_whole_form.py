@@ -491,3 +491,63 @@ def test_a_put_whose_parent_was_let_go_writes_the_lean_way_on_one_read_or_none(t
             reader.close()
     finally:
         store.close()
+
+
+def _traced(store: SqliteStore, call: Any) -> list[str]:
+    """The statements ``call()`` sent, on the writer and this thread's reader."""
+    sent: list[str] = []
+    store._writer().set_trace_callback(sent.append)
+    store._local.reader.conn.set_trace_callback(sent.append)
+    try:
+        call()
+    finally:
+        store._writer().set_trace_callback(None)
+        store._local.reader.conn.set_trace_callback(None)
+    return sent
+
+
+def test_the_first_writes_on_a_checkpoint_put_long_ago_here_make_its_record_with_no_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server with many conversations at once puts far more checkpoints between a put and its
+    step's pending writes than the saver keeps as parents: a checkpoint put here that has no
+    writes record made here yet still gets its first one with no read before the write. One
+    whose record another process made meanwhile loses nothing: the write guessed new finds the
+    record, reads it and adds to it."""
+    import stateflow.langgraph.saver as saver_module
+
+    monkeypatch.setattr(saver_module, "_PARENTS_KEPT", 2)
+    path = f"sqlite:///{tmp_path}/s.db"
+    store = open_store(path)
+    other = open_store(path)  # (another process)
+    try:
+        assert isinstance(store, SqliteStore)
+        store._recent_kept = 2
+        saver = StateflowSaver(StatesService(store))
+        elsewhere = StateflowSaver(StatesService(other))
+        configs = []
+        for k in range(2):
+            checkpoint = generate_checkpoint(channel_values={"n": k}, channel_versions={"n": 1})
+            configs.append(
+                saver.put(
+                    {"configurable": {"thread_id": f"t{k}", "checkpoint_ns": ""}},
+                    checkpoint,
+                    generate_metadata(step=1),
+                    {"n": 1},
+                )
+            )
+        _others(saver, 6)  # (both past the parents kept, their records let go)
+        sent = _traced(store, lambda: saver.put_writes(configs[0], [("n", 10)], "task-a"))
+        assert [s.split(" ")[0] for s in sent] == ["BEGIN", "INSERT", "INSERT", "INSERT", "COMMIT"]
+        elsewhere.put_writes(configs[1], [("n", 20)], "task-b")  # (its record made elsewhere)
+        saver.put_writes(configs[1], [("n", 21)], "task-c")
+        saver.put_writes(configs[0], [("n", 11)], "task-d")  # (its record known here now)
+        for reader in (saver, StateflowSaver(StatesService(other))):
+            found = [reader.get_tuple(config) for config in configs]
+            assert [sorted(t.pending_writes or []) for t in found if t is not None] == [
+                [("task-a", "n", 10), ("task-d", "n", 11)],
+                [("task-b", "n", 20), ("task-c", "n", 21)],
+            ]
+    finally:
+        other.close()
+        store.close()

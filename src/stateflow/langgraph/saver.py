@@ -139,6 +139,8 @@ _EARLIER: Final[list[dict[str, Any]]] = [
 """The schemas earlier versions declared: over one, the saver declares its own widened by what
 that one had (a store keeps the records they allowed, which the saver still reads)."""
 _PARENTS_KEPT = 1024
+_UNWRITTEN_KEPT = 16384
+"""checkpoints put here whose writes record this saver has not made, at most (``_unwritten``)"""
 _HEADS_KEPT = 1024
 _ROOT: Final[list[list[str]]] = [[]]
 """The paths of a record written whole (shared: nobody changes them)."""
@@ -290,6 +292,10 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         # (thread, ns, id): checkpoints never change once written, so this only saves reads
         # (and the record's ``saved``, which a put checks is still the record's, and its key)
         self._parents: OrderedDict[tuple[str, str, str], _Learnt] = OrderedDict()
+        # the checkpoints put here that have no writes record made here yet: their first pending
+        # writes create it with no read first. A server with many threads at once puts far
+        # more checkpoints between a put and its writes than ``_parents`` keeps; names only
+        self._unwritten: OrderedDict[tuple[str, str, str], None] = OrderedDict()
         # the channel values of checkpoints that hold other checkpoints' unchanged channels
         self._held: OrderedDict[DocKey, dict[str, Any]] = OrderedDict()
         # by (thread, ns): its checkpoints' key and subject up to the id (``_head``)
@@ -680,6 +686,7 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
                 # this checkpoint in its own record, which depends on no other
                 self._parents.clear()
                 self._held.clear()
+                self._unwritten.clear()
                 sources = {}
                 inline = {c: encode(v) for c, v in values.items()}
                 saved = {**saved, "channel_values": inline, "sources": sources}
@@ -688,8 +695,13 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         # what the next put learns of this one: the channel versions (the copy the record
         # holds, where it holds the checkpoint as JSON: nobody's but this saver's and the
         # store's, which change neither), where each value is, and the values held here
+        where = (thread_id, ns, checkpoint_id)
+        unwritten = self._unwritten
+        unwritten[where] = None
+        if len(unwritten) > _UNWRITTEN_KEPT:
+            unwritten.popitem(last=False)
         self._remember(
-            (thread_id, ns, checkpoint_id),
+            where,
             (
                 bare["channel_versions"] if "json" in encoded_checkpoint else dict(versions),
                 {**sources, **dict.fromkeys(inline, checkpoint_id)},
@@ -847,8 +859,10 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         key = self._key(thread_id, ns, checkpoint_id)
         if len(key) > MAX_KEY:
             _refuse_long(key)
+        where, unwritten = (thread_id, ns, checkpoint_id), self._unwritten
         if not named:
             self._writes_general(key, bucket, entries, origin)
+            unwritten.pop(where, None)
             return
         # valid by construction: the bucket ``p0``…``pf`` an object of write entries, each
         # named by its task id and index, holding the channel string, the codec's plain JSON
@@ -875,11 +889,13 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
             action="apply",
             general=self._writes_general,
             args=(key, bucket, entries, origin),
-            # a checkpoint this saver did not put or read a moment ago (another process's, or
-            # past the latest it holds) most likely has its writes record: read first (its first
-            # task's writes on a checkpoint put here make the record, guessed new)
-            exists=(thread_id, ns, checkpoint_id) not in self._parents,
+            # a checkpoint this saver did not put or read a moment ago (another process's)
+            # most likely has its writes record: read first (its first task's writes on a
+            # checkpoint put here make the record, guessed new)
+            exists=where not in self._parents and where not in unwritten,
         )
+        if unwritten:
+            unwritten.pop(where, None)  # (its record made: the next writes find it)
 
     def _writes_general(
         self, key: str, bucket: str, entries: Sequence[tuple[str, builtins.list[Any]]], origin: WriteOrigin
@@ -964,6 +980,7 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         finally:
             self._parents.clear()
             self._held.clear()
+            self._unwritten.clear()
 
     def _there(self, kind: str, keys: Sequence[str]) -> builtins.list[str]:
         """The stored keys of the records of ``kind`` under ``keys`` (checkpoint keys) that are
