@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Annotated, Any, TypedDict
 
 import pytest
+from langchain_core.runnables import RunnableConfig
 from langgraph.channels import DeltaChannel
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 from langgraph.graph import END, START, StateGraph
@@ -211,3 +212,97 @@ def test_a_thread_trimmed_by_another_process_goes_on_whole(backend: str, trim: s
                 assert _two_step(fresh).get_state(thread).values == {"n": 22, "other": "keep"}
                 for tup in fresh.list(thread):  # every checkpoint reads whole
                     assert tup.checkpoint["channel_values"]["other"] == "keep"
+
+
+def test_a_single_thread_or_run_id_given_as_a_string_is_refused_and_nothing_changes(backend: str) -> None:
+    """``prune("ab")`` would prune threads ``a`` and ``b`` (a string is a sequence of its
+    characters) and leave ``ab`` alone; it is refused as LangGraph's ``PostgresSaver`` refuses
+    it, and so is ``delete_for_runs("run")``."""
+    store = open_store(backend, auto_migrate=True)
+    try:
+        saver = StateflowSaver(StatesService(store))
+        for thread in ("a", "b", "ab"):
+            _thread(saver, thread, 2, run_id="r")
+        for strategy in ("delete", "keep_latest"):
+            with pytest.raises(TypeError, match="thread_ids must be a sequence of thread IDs, not a str"):
+                saver.prune("ab", strategy=strategy)
+        with pytest.raises(TypeError, match="run_ids must be a sequence of run IDs, not a str"):
+            saver.delete_for_runs("r")
+        for thread in ("a", "b", "ab"):
+            assert len(list(saver.list({"configurable": {"thread_id": thread}}))) == 2
+        saver.prune(["ab"], strategy="delete")
+        assert [len(list(saver.list({"configurable": {"thread_id": t}}))) for t in ("a", "b", "ab")] == [
+            2,
+            2,
+            0,
+        ]
+    finally:
+        store.close()
+
+
+def test_deleting_a_thread_erases_the_writes_whose_checkpoint_was_never_put(backend: str) -> None:
+    """A run saves a step's writes in the background: they can be stored and the checkpoint's
+    put then fail or never come (a value the serializer refuses, a process stopped). Such a
+    writes record has no checkpoint, and ``delete_thread`` / ``prune(strategy="delete")`` erase
+    it with the rest of the thread (what a user deletes for privacy is gone); ``keep_latest``
+    keeps it, as LangGraph's own prune does (its checkpoint may still be on its way)."""
+    store = open_store(backend, auto_migrate=True)
+    try:
+        saver = StateflowSaver(StatesService(store))
+        records = saver.records
+
+        def writes_left(thread: str) -> list[str]:
+            return [records.key_of(k) for k in records.scan("writes", f"{thread}/")]
+
+        for thread in ("t1", "t2", "t3"):
+            head = _thread(saver, thread, 2)
+            never_put: RunnableConfig = {
+                "configurable": {**head["configurable"], "checkpoint_id": f"never-put-{thread}"}
+            }
+            saver.put_writes(never_put, [("n", "private text of the user")], "task-1")
+            saver.put_writes(head, [("n", "on the head")], "task-2")
+        assert all(len(writes_left(t)) == 2 for t in ("t1", "t2", "t3"))
+        saver.delete_thread("t1")
+        saver.prune(["t2"], strategy="delete")
+        saver.prune(["t3"], strategy="keep_latest")
+        assert writes_left("t1") == writes_left("t2") == []
+        assert len(writes_left("t3")) == 2
+        fresh = StateflowSaver(StatesService(store))
+        assert list(fresh.list({"configurable": {"thread_id": "t1"}})) == []
+        assert list(fresh.list({"configurable": {"thread_id": "t2"}})) == []
+    finally:
+        store.close()
+
+
+def test_a_checkpoint_kept_whose_parent_goes_is_left_with_no_parent(backend: str) -> None:
+    """``prune(keep_latest)`` and ``delete_for_runs`` keep checkpoints whose parent they erase:
+    their ``parent_config`` would name a checkpoint that is gone (``get_tuple`` of it: None).
+    They are left with no parent, as LangGraph's ``PostgresSaver.prune`` leaves them; a kept
+    checkpoint whose parent stays keeps it."""
+    store = open_store(backend, auto_migrate=True)
+    try:
+        saver = StateflowSaver(StatesService(store))
+        _thread(saver, "p", 3)
+        saver.prune(["p"], strategy="keep_latest")
+        (kept,) = list(saver.list({"configurable": {"thread_id": "p"}}))
+        assert kept.parent_config is None
+        assert kept.checkpoint["channel_values"] == {"a": "first", "n": 2}
+        head = _thread(saver, "q", 2, run_id="old")
+        for n in (2, 3):  # (two more by another run: the first's parent is the old run's head)
+            checkpoint = generate_checkpoint(
+                channel_values={"a": "first", "n": n}, channel_versions={"a": 1, "n": n + 1}
+            )
+            head = saver.put(head, checkpoint, generate_metadata(step=n, run_id="new"), {"n": n + 1})
+        saver.delete_for_runs(["old"])
+        for reader in (saver, StateflowSaver(StatesService(store))):
+            newest, oldest = list(reader.list({"configurable": {"thread_id": "q"}}))
+            assert oldest.parent_config is None
+            assert newest.parent_config is not None
+            assert (
+                newest.parent_config["configurable"]["checkpoint_id"]
+                == oldest.config["configurable"]["checkpoint_id"]
+            )
+            assert [t.checkpoint["channel_values"]["n"] for t in (newest, oldest)] == [3, 2]
+            assert oldest.checkpoint["channel_values"]["a"] == "first"
+    finally:
+        store.close()

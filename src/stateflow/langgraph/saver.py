@@ -929,17 +929,26 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
 
     # ------------------------------------------------------------------ thread maintenance
 
-    def _thread_keys(self, thread_id: str) -> builtins.list[str]:
-        """The thread's checkpoint keys, newest first within each namespace (a backward scan)."""
+    def _thread_keys(self, thread_id: str, kind: str = CHECKPOINT) -> builtins.list[str]:
+        """The thread's checkpoint keys, newest first within each namespace (a backward scan);
+        of ``kind``'s records (``WRITES``: the checkpoints with a writes record, whether or not
+        the checkpoint itself was ever put)."""
         keys = [
             self.records.key_of(k)
-            for k in self.records.scan(CHECKPOINT, f"{part(thread_id, 'thread_id')}/", descending=True)
+            for k in self.records.scan(kind, f"{part(thread_id, 'thread_id')}/", descending=True)
         ]
         if self._ascending:
             return keys
         # keys of both forms: each named by its ascending key (once, where a blocked rename left
         # a record in each), by id — the ascending form's order
         return sorted({_ascending_key(k) for k in keys}, key=lambda k: k.rsplit("/", 1), reverse=True)
+
+    def _every_key(self, thread_id: str) -> builtins.list[str]:
+        """The keys of every record of the thread: its checkpoints' and its writes records',
+        one of which may have no checkpoint (its writes saved, its checkpoint's put never made:
+        a run saves a step's writes in the background, and can fail or stop before the put)."""
+        keys = self._thread_keys(thread_id)
+        return [*keys, *(set(self._thread_keys(thread_id, WRITES)) - set(keys))]
 
     def _bodies(self, kind: str, keys: Sequence[str]) -> Iterator[tuple[str, dict[str, Any] | None]]:
         """The records of ``kind`` under ``keys``, in order, read a page at a time (each under
@@ -1008,8 +1017,10 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         return found
 
     def _materialize(self, keys: Sequence[str], dropped: set[tuple[str, str, str]]) -> None:
-        """Rewrite the kept checkpoints whose values live in checkpoints about to go, with
-        every value inline (in one transaction)."""
+        """Rewrite the kept checkpoints that name checkpoints about to go (in one transaction):
+        those whose values live in one, with every value inline; those whose parent it is, with
+        no parent (as LangGraph's ``PostgresSaver.prune`` leaves them), so no ``parent_config``
+        names a checkpoint that is gone."""
         items: builtins.list[dict[str, Any]] = []
         # (a record in the inverted form is rewritten there, and in both where it is in both)
         stored = {} if self._ascending else self._stored(CHECKPOINT, keys)
@@ -1018,12 +1029,26 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
                 continue
             names = _config(doc)
             thread_id, ns = names["thread_id"], names["checkpoint_ns"]
-            if not any((thread_id, ns, s) in dropped for s in _saved(doc).get("sources", {}).values()):
+            orphaned = (thread_id, ns, names.get("parent_checkpoint_id")) in dropped
+            moved = any((thread_id, ns, s) in dropped for s in _saved(doc).get("sources", {}).values())
+            if not orphaned and not moved:
                 continue
-            tup = next(iter(self._tuples([key])))
-            values = tup.checkpoint["channel_values"]
-            inline = {"channel_values": {c: self.codec.encode(v) for c, v in values.items()}, "sources": {}}
-            rewritten = {"saved": {**doc["saved"], **inline}} if "saved" in doc else inline
+            rewritten: dict[str, Any] = {"saved": dict(doc["saved"])} if "saved" in doc else {}
+            if moved:
+                tup = next(iter(self._tuples([key])))
+                values = tup.checkpoint["channel_values"]
+                inline = {
+                    "channel_values": {c: self.codec.encode(v) for c, v in values.items()},
+                    "sources": {},
+                }
+                (rewritten["saved"] if "saved" in doc else rewritten).update(inline)
+            if orphaned:  # (where the record keeps its names: ``_config``'s three places)
+                if "config" in doc:
+                    rewritten["config"] = {**doc["config"], "parent_checkpoint_id": None}
+                elif "saved" in doc and "config" in doc["saved"]:
+                    rewritten["saved"]["config"] = {**doc["saved"]["config"], "parent_checkpoint_id": None}
+                else:
+                    rewritten["parent_checkpoint_id"] = None
             items.extend(
                 {
                     "state": self.records.state,
@@ -1073,9 +1098,11 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         self._erase([k for k in docs if k in gone])
 
     def delete_thread(self, thread_id: str) -> None:
-        self._erase(self._thread_keys(str(thread_id)))
+        self._erase(self._every_key(str(thread_id)))
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        if isinstance(run_ids, str):  # (each of its characters a run id: refused, as ``prune``'s)
+            raise TypeError("run_ids must be a sequence of run IDs, not a str")
         wanted = {str(r) for r in run_ids}
         if not wanted:
             return
@@ -1152,13 +1179,17 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         return RecordWrite(self.records.state, subject, ops_transform(ops))
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        if isinstance(thread_ids, str):  # (each of its characters a thread: refused, as LangGraph's)
+            raise TypeError("thread_ids must be a sequence of thread IDs, not a str")
         if strategy not in ("keep_latest", "delete"):
             raise ValueError(f"unknown prune strategy {strategy!r} (keep_latest or delete)")
         for thread_id in thread_ids:
-            keys = self._thread_keys(str(thread_id))
             if strategy == "delete":
-                self._erase(keys)
+                self._erase(self._every_key(str(thread_id)))
                 continue
+            # (a writes record without its checkpoint stays: its checkpoint's put may be on its
+            # way, the run having saved the step's writes first — LangGraph's own prune keeps it)
+            keys = self._thread_keys(str(thread_id))
             newest: dict[str, str] = {}
             for key in keys:  # newest first within each namespace
                 newest.setdefault(key.rsplit("/", 1)[0], key)
