@@ -262,6 +262,8 @@ def test_deleting_a_thread_erases_the_writes_whose_checkpoint_was_never_put(back
             saver.put_writes(never_put, [("n", "private text of the user")], "task-1")
             saver.put_writes(head, [("n", "on the head")], "task-2")
         assert all(len(writes_left(t)) == 2 for t in ("t1", "t2", "t3"))
+        saver.copy_thread("t1", "t4")  # (the thread's records, every one: that one too)
+        assert len(writes_left("t4")) == 2
         saver.delete_thread("t1")
         saver.prune(["t2"], strategy="delete")
         saver.prune(["t3"], strategy="keep_latest")

@@ -1126,7 +1126,7 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         what is held at once is a part, and on PostgreSQL each part's rows are one statement."""
         source, target = str(source_thread_id), str(target_thread_id)
         records = self.records
-        keys = self._thread_keys(source)
+        keys = self._every_key(source)  # (a writes record whose checkpoint is not put too)
         copies: dict[DocKey, tuple[str, str]] = {}  # each target record → (kind, source key)
         for kind in (CHECKPOINT, WRITES):
             for key in self._there(kind, keys):  # (of a record in both forms, the ascending last: read first)
