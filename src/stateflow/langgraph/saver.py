@@ -31,6 +31,7 @@ import functools
 import random
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from contextlib import suppress
 from typing import Any, Final, cast
 
 import orjson
@@ -482,7 +483,8 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
     def _hold(self, doc_key: DocKey, channel_values: dict[str, Any]) -> None:
         self._held[doc_key] = channel_values
         if len(self._held) > _HELD_KEPT:
-            self._held.popitem(last=False)
+            with suppress(KeyError):  # (emptied meanwhile by another thread's erase)
+                self._held.popitem(last=False)
 
     def _tuple(
         self, body: dict[str, Any], writes: dict[str, Any] | None, holders: dict[DocKey, dict[str, Any]]
@@ -699,7 +701,8 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         unwritten = self._unwritten
         unwritten[where] = None
         if len(unwritten) > _UNWRITTEN_KEPT:
-            unwritten.popitem(last=False)
+            with suppress(KeyError):  # (emptied meanwhile by another thread's erase)
+                unwritten.popitem(last=False)
         self._remember(
             where,
             (
@@ -801,7 +804,8 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         parents = self._parents
         parents[where] = learnt
         if len(parents) > _PARENTS_KEPT:
-            parents.popitem(last=False)
+            with suppress(KeyError):  # (emptied meanwhile by another thread's erase)
+                parents.popitem(last=False)
         if channel_values is not None:
             self._hold(learnt[3], channel_values)
 
