@@ -510,6 +510,17 @@ def test_a_ttl_refresh_keeps_updated_at_and_the_search_order(backend: str) -> No
         lg.put(("n",), "old", {"v": 3})
         again = lg.search(("n",), refresh_ttl=False)
         assert [i.key for i in again] == ["old", "new"] and again[0].updated_at > before["old"]
+        # a batch of several puts is the item's last put as well: after a refresh, and after
+        lg.get(("n",), "new")  # (refreshes)
+        time.sleep(0.01)
+        for _ in range(2):
+            lg.batch([PutOp(("n",), "new", {"v": 4}), PutOp(("n",), "other", {"v": 5})])
+            batched = lg.search(("n",), refresh_ttl=False)
+            # (the two of one batch: one commit, one time)
+            assert {i.key for i in batched[:2]} == {"new", "other"} and batched[2].key == "old"
+            assert batched[0].updated_at == batched[1].updated_at > again[0].updated_at
+            stored = lg.states.read(lg.records.state, lg.subject(("n",), "new"))
+            assert stored is not None and "updated_at" not in stored["data"]
 
 
 def test_a_ttl_that_cannot_be_honoured_is_refused_before_anything_is_written(backend: str) -> None:
@@ -1041,3 +1052,50 @@ def test_an_item_written_again_has_the_record_and_edits_of_the_general_diff() ->
         assert lean.rewritten and lean.paths == [[]] and lean.encoded is None
         assert _owned(op, now, before) == lean
     assert made > 60
+
+
+def test_a_tuple_in_a_filter_matches_the_array_it_equals(lg: StateflowStore) -> None:
+    """A filter value given as a tuple is the JSON array it encodes to, as LangGraph's stores
+    take it (stored values hold lists only: it matched nothing, silently)."""
+    lg.put(("t",), "d1", {"tags": ["a", "b"], "point": [1, [2, 3]]})
+    lg.put(("t",), "d2", {"tags": ["b", "a"], "point": [1, 2]})
+    assert [i.key for i in lg.search(("t",), filter={"tags": ("a", "b")})] == ["d1"]
+    assert [i.key for i in lg.search(("t",), filter={"point": (1, (2, 3))})] == ["d1"]
+    assert [i.key for i in lg.search(("t",), filter={"point": {"$eq": (1, 2)}})] == ["d2"]
+    assert [i.key for i in lg.search(("t",), filter={"tags": {"$ne": ("a", "b")}})] == ["d2"]
+
+
+def test_a_value_holding_other_mappings_is_stored_as_the_objects_they_are(lg: StateflowStore) -> None:
+    """An ``OrderedDict``, a ``defaultdict``, a ``Counter``, a read-only view or a ``UserDict``
+    is a JSON object to LangGraph's stores: stored as a plain object, at any depth, through
+    ``put``, a batch of one and a batch of several."""
+    from collections import Counter, OrderedDict, UserDict, defaultdict
+    from types import MappingProxyType
+
+    nested = {
+        "o": OrderedDict(b=1, a=2),
+        "d": defaultdict(list, x=[1]),
+        "c": Counter("aab"),
+        "l": [UserDict(k=1)],
+    }
+    lg.put(("m",), "nested", nested)
+    lg.put(("m",), "view", MappingProxyType({"v": OrderedDict(w=1)}))
+    lg.put(("m",), "user", UserDict({"u": 1}))
+    lg.batch([PutOp(("m",), "one", OrderedDict(one=1))])
+    lg.batch([PutOp(("m",), "a", OrderedDict(a=Counter("x"))), PutOp(("m",), "b", {"b": [OrderedDict(b=2)]})])
+    expected = {
+        "nested": {"o": {"b": 1, "a": 2}, "d": {"x": [1]}, "c": {"a": 2, "b": 1}, "l": [{"k": 1}]},
+        "view": {"v": {"w": 1}},
+        "user": {"u": 1},
+        "one": {"one": 1},
+        "a": {"a": {"x": 1}},
+        "b": {"b": [{"b": 2}]},
+    }
+    for key, value in expected.items():
+        item = lg.get(("m",), key)
+        assert item is not None and item.value == value and type(item.value) is dict
+        record = lg.states.read(lg.records.state, lg.subject(("m",), key))
+        assert record is not None and record["data"]["value"] == value
+    with pytest.raises(InvalidJSON):  # (what no JSON object holds is still refused, nothing written)
+        lg.put(("m",), "bad", OrderedDict(k={1, 2}))
+    assert lg.get(("m",), "bad") is None

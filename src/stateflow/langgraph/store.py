@@ -40,7 +40,7 @@ from langgraph.store.base import (
 )
 
 from stateflow.aio import call
-from stateflow.doc.canonical import check, checked_copy
+from stateflow.doc.canonical import MAX_DEPTH, check, checked_copy
 from stateflow.errors import CorruptStore, InvalidInput, InvalidJSON
 from stateflow.langgraph.codec import NOT_PLAIN, plain, plain_edits, walk
 from stateflow.langgraph.records import OwnsStore, Records
@@ -151,6 +151,10 @@ class StateflowStore(OwnsStore, BaseStore):
         for n, op in enumerate(ops):
             validate_op_namespace(op)
             if isinstance(op, PutOp):
+                if op.value is not None and several:  # (one put: made so where its write refuses it)
+                    value = as_dicts(op.value)
+                    if value is not op.value:
+                        op = ops[n] = op._replace(value=value)
                 _check_put(op, f"ops[{n}]" if several else None)
         results: builtins.list[Result] = [None] * len(ops)
         puts: dict[tuple[tuple[str, ...], str], PutOp] = {}
@@ -209,6 +213,8 @@ class StateflowStore(OwnsStore, BaseStore):
             if ttl is NOT_PROVIDED and not self.ttl_config
             else _checked_ttl(_ensure_ttl(self.ttl_config, ttl))
         )
+        if value is not None and not isinstance(value, dict) and isinstance(value, Mapping):
+            value = as_dicts(value)  # (a read-only view, a ``UserDict``: stored as the object it is)
         # (the tuple made at once: the named tuple's class makes it through a Python call)
         op = tuple.__new__(PutOp, (namespace, str(key), value, index, ttl))
         if type(namespace) is not tuple:
@@ -404,18 +410,20 @@ class StateflowStore(OwnsStore, BaseStore):
                 else:  # in the batch's transaction (through a fold, as an erase; absent: no write)
                     items.append(erase_item(self.records.state, self.subject(op.namespace, op.key)))
                 continue
+            if not isinstance(op.value, dict) and isinstance(op.value, Mapping):
+                op = op._replace(value=as_dicts(op.value))
             if not isinstance(op.value, dict):
                 raise ValueError(f"a store value must be a dict, got {type(op.value).__name__}")
             if current is None:  # one put: one write, the creation time kept inside it
                 self._put_one(op, now, origin)
             else:
-                document = _document(op, now, current[(op.namespace, op.key)])
+                before = current[(op.namespace, op.key)]
+                document = _document(op, now, before)
+                ops = [{"op": "set", "path": [k], "value": v} for k, v in document.items()]
+                if before and "updated_at" in before:  # (a refresh's: this put is the last now)
+                    ops.append({"op": "remove", "path": ["updated_at"]})
                 items.append(
-                    {
-                        "state": self.records.state,
-                        "subject": self.subject(op.namespace, op.key),
-                        "ops": [{"op": "set", "path": [k], "value": v} for k, v in document.items()],
-                    }
+                    {"state": self.records.state, "subject": self.subject(op.namespace, op.key), "ops": ops}
                 )
         # a LangGraph batch may hold any number of puts: all of them, erases included, in one
         # transaction, so that a batch cut short (a close, a failure of the store) writes none
@@ -449,6 +457,12 @@ class StateflowStore(OwnsStore, BaseStore):
                 args=(op, now, origin),
             )
         except InvalidJSON:
+            # mappings other than dicts inside (an ``OrderedDict``, a ``Counter``): objects, as
+            # LangGraph's stores keep them — written again as dicts (nothing was written)
+            value = as_dicts(op.value)
+            if value is not op.value:
+                self._put_one(op._replace(value=value), now, origin)
+                return
             # the codec's copy leaves a lone surrogate to the store's encoder, which refuses it
             # unnamed: named here as the check names it (what else it refused, re-raised)
             checked_copy(_document(op, now, None), "document")
@@ -562,6 +576,36 @@ def _unaddressable(op: PutOp) -> bool:
     except KeyTooLong:
         return True
     return False
+
+
+def as_dicts(value: Any, depth: int = 0) -> Any:
+    """``value`` with every mapping that is not a ``dict`` — an ``OrderedDict``, a
+    ``defaultdict``, a ``Counter``, a read-only view, a ``UserDict`` — made a ``dict``, at any
+    depth (LangGraph's stores keep them as the JSON objects they are); ``value`` itself where it
+    holds none. Past the depth any record may have, left as it is (refused by the check)."""
+    if depth > MAX_DEPTH:
+        return value
+    if type(value) is dict:
+        made: dict[Any, Any] | None = None
+        for k, v in value.items():
+            c = as_dicts(v, depth + 1)
+            if c is not v:
+                if made is None:
+                    made = dict(value)
+                made[k] = c
+        return value if made is None else made
+    if type(value) is list:
+        items: list[Any] | None = None
+        for n, v in enumerate(value):
+            c = as_dicts(v, depth + 1)
+            if c is not v:
+                if items is None:
+                    items = list(value)
+                items[n] = c
+        return value if items is None else items
+    if isinstance(value, Mapping):
+        return {k: as_dicts(v, depth + 1) for k, v in value.items()}
+    return value
 
 
 def _check_put(op: PutOp, where: str | None) -> None:
@@ -816,7 +860,7 @@ def _equal(actual: Any, expected: Any) -> bool:
     a boolean equals only a boolean (Python's ``True == 1`` is not JSON's)."""
     if isinstance(expected, dict) and isinstance(actual, dict):
         return actual.keys() == expected.keys() and all(_equal(actual[k], v) for k, v in expected.items())
-    if isinstance(expected, list) and isinstance(actual, list):
+    if isinstance(expected, list | tuple) and isinstance(actual, list):  # (a tuple given: an array)
         return len(actual) == len(expected) and all(
             _equal(a, e) for a, e in zip(actual, expected, strict=True)
         )
