@@ -212,3 +212,26 @@ def test_a_cancelled_sqlite_call_runs_to_its_end_and_a_close_waits_for_it(tmp_pa
         assert record is not None and record["data"] == {"n": 7}
     finally:
         store.close()
+
+
+def test_every_call_made_once_the_close_began_is_refused_on_either_backend(backend: str) -> None:
+    """Once an async close began, a call is refused (``StoreUnavailable``) whether it would run
+    on a worker thread (SQLite) or on the loop (PostgreSQL's async pool): ``unit()`` there
+    touches no database, and was handed out after the close, to fail only at its first write."""
+    from stateflow.errors import StoreUnavailable
+
+    open_store(backend, auto_migrate=True).close()
+
+    async def main() -> None:
+        sf = await stateflow.aio.connect(backend)
+        await sf.states.declare("closing_units", DECL)
+        await sf.close()
+        with pytest.raises(StoreUnavailable, match="closed"):
+            await sf.states.unit()
+        with pytest.raises(StoreUnavailable, match="closed"):
+            await sf.states.read(
+                "closing_units", {"target_kind": "agent", "target_name": "b", "kind": "thread", "key": "k"}
+            )
+        await sf.close()  # (a second close is no error)
+
+    asyncio.run(main())

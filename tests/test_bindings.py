@@ -733,3 +733,153 @@ def test_a_refused_subject_names_the_expression_and_the_inputs_it_read(states: S
     ):
         make(Binding("tickets", malformed))("t-50")
     assert states.read("tickets", subject("t-50")) is None
+
+
+def test_a_generator_is_refused_as_a_bound_callable_and_nothing_is_written(states: StatesService) -> None:
+    """A generator's body runs as it is iterated — after a run around the call would have
+    committed, and outside it (its updates written for a body that had not run, its own writes
+    refused as "not inside a bound run"). A generator function, async or not, is refused when
+    bound; a callable that returns one, when called, with nothing written."""
+    binding = Binding("tickets", ".k", updates=[{"template_jq": "add", "adapter": "{note: .output}"}])
+
+    def numbers(k: str) -> Any:
+        yield k
+
+    async def replies(k: str) -> Any:
+        yield k
+
+    class Streamer:
+        async def __call__(self, k: str) -> Any:
+            yield k
+
+    for made in (numbers, replies, Streamer(), functools.partial(replies)):
+        with pytest.raises(BindingInvalid, match="is a generator: its body runs as it is iterated"):
+            bound(states, binding, target=("agent", "helpdesk"))(made)
+
+    @bound(states, binding, target=("agent", "helpdesk"))
+    def hands_back(k: str) -> Any:
+        return numbers(k) if k == "g1" else replies(k)
+
+    for key in ("g1", "g2"):
+        with pytest.raises(BindingInvalid, match=r"returned a generator.*nothing was written"):
+            hands_back(key)
+        assert states.read("tickets", subject(key)) is None
+
+
+def test_arun_binds_a_block_of_async_code_on_either_store(backend: str) -> None:
+    """``async with arun(…)`` is ``run`` for async code: on PostgreSQL's async pool too, where
+    ``run`` cannot resolve the bindings on the loop's thread. Its own writes and the updates
+    commit together after the block; a block that raises writes nothing."""
+    from stateflow.aio import call, open_store_async
+    from stateflow.bindings import arun
+
+    async def main() -> None:
+        store = await open_store_async(backend, auto_migrate=True)
+        service = StatesService(store)
+        try:
+            await call(store, service.put_template, "notebook", NOTEBOOK)
+            await call(store, service.declare, "tickets", {
+                "schema": {"type": "object", "properties": {"status": {"type": "string"}}},
+                "subject_kinds": ["thread"], "default_subject_kind": "thread",
+            })  # fmt: skip
+            await call(store, service.attach, "tickets", "notebook", {"path": ["book"]})
+            binding = Binding("tickets", ".k", updates=[{"template_jq": "add", "adapter": "{note: .output}"}])
+            async with arun(
+                service, [binding], {"k": "a1"}, target=("agent", "helpdesk"), consumer="block"
+            ) as r:
+                await r.unit.aapply(
+                    "tickets", r.subjects["tickets"], [{"op": "set", "path": ["status"], "value": "seen"}]
+                )
+                r.output = "noted"
+            record = await call(store, service.read, "tickets", subject("a1"))
+            assert record is not None and record["data"] == {"status": "seen", "book": {"notes": ["noted"]}}
+            trail = await call(store, service.writes, "tickets", subject("a1"))
+            assert trail["items"][0]["origin"]["consumer"] == "block"
+            with pytest.raises(RuntimeError, match="in the block"):
+                async with arun(service, [binding], {"k": "a2"}, target=("agent", "helpdesk")) as r:
+                    await r.unit.aapply(
+                        "tickets", r.subjects["tickets"], [{"op": "set", "path": ["status"], "value": "x"}]
+                    )
+                    r.output = "never"
+                    raise RuntimeError("in the block")
+            assert await call(store, service.read, "tickets", subject("a2")) is None
+        finally:
+            await call(store, service.close)
+            await call(store, store.close)
+
+    asyncio.run(main())
+
+
+def test_a_caller_cancelled_while_its_run_commits_leaves_the_commit_and_its_deferred_calls_whole(
+    tmp_path: Any,
+) -> None:
+    """A bound async run whose caller is cancelled while the unit commits (here: waiting for
+    another writer's lock) stops its caller alone: the commit runs to its end on its worker
+    thread, as every SQLite call does, and the calls ``unit.defer`` queued run after it (the
+    cancelled caller discarded the unit under the commit: the write landed, its deferred calls
+    did not)."""
+    import sqlite3
+    import threading
+    import time
+
+    import stateflow.aio
+
+    path = str(tmp_path / "cancelled.db")
+    store = open_store(path, auto_migrate=True)
+    service = StatesService(store)
+    service.declare("tickets", {
+        "schema": {"type": "object", "properties": {"status": {"type": "string"}}},
+        "subject_kinds": ["thread"], "default_subject_kind": "thread",
+    })  # fmt: skip
+    notified: list[str] = []
+
+    @bound(service, Binding("tickets", ".k"), target=("agent", "helpdesk"))
+    async def close_ticket(k: str) -> str:
+        unit = current_run().unit
+        await unit.aapply(
+            "tickets",
+            current_run().subjects["tickets"],
+            [{"op": "set", "path": ["status"], "value": "closed"}],
+        )
+        unit.defer(lambda: notified.append(k))
+        body_done.set()  # (no await from here to the commit's: the caller resumes once it waits)
+        return "ok"
+
+    taken, release = threading.Event(), threading.Event()
+    body_done = asyncio.Event()
+
+    def another_writer() -> None:
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+        taken.set()
+        release.wait(30)
+        time.sleep(0.2)  # (the cancel lands while the commit waits)
+        other.execute("COMMIT")
+        other.close()
+
+    async def main() -> None:
+        holder = threading.Thread(target=another_writer)
+        holder.start()
+        await asyncio.to_thread(taken.wait, 30)
+        task = asyncio.create_task(close_ticket("t-1"))
+        await body_done.wait()  # (the body ran; the commit waits for the other writer)
+        task.cancel()
+        release.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+        def closing() -> None:
+            service.close()
+            store.close()
+
+        await stateflow.aio.close(store, closing)  # (waits for the commit in flight)
+        holder.join()
+
+    asyncio.run(main())
+    again = open_store(path)
+    try:
+        record = StatesService(again).read("tickets", subject("t-1"))
+        assert record is not None and record["data"] == {"status": "closed"}
+        assert notified == ["t-1"]
+    finally:
+        again.close()

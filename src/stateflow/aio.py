@@ -74,6 +74,8 @@ async def call(store: Store, fn: Callable[P, R], *args: P.args, **kwargs: P.kwar
     if runs_on_loop(store):
         from stateflow.store.async_bridge import spawn
 
+        if _offloaded_of(store).closing:  # (as ``on_thread`` refuses it: a call once the close began)
+            raise StoreUnavailable("the store was closed: open it again to use it")
         return await spawn(fn, *args, **kwargs)
     return await on_thread(store, fn, *args, **kwargs)
 
@@ -117,7 +119,9 @@ async def close(store: Store, closing: Callable[[], None] | None = None) -> None
     while mine := [f for f in calls.pending if f.get_loop() is loop]:
         await asyncio.wait(mine)
     if runs_on_loop(store):
-        await call(store, finish)  # (on the loop: nothing of it waits for a worker thread)
+        from stateflow.store.async_bridge import spawn
+
+        await spawn(finish)  # (on the loop: nothing of it waits for a worker thread)
     else:
         await asyncio.to_thread(finish)  # (not ``on_thread``: it refuses once closing)
 

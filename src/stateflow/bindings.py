@@ -16,8 +16,10 @@ A :class:`Binding` names a state and
   (jq over ``{"input": the run's inputs, "output": its result}``; default ``.output``) gives
   the ``update`` program its input, and the op batch the program returns is staged.
 
-:func:`bound` wraps any callable (a LangGraph node, a tool function; sync or async);
-:func:`run` is the same as a context manager. The run's own writes join the unit through
+:func:`bound` wraps any callable (a LangGraph node, a tool function; sync or async; not a
+generator, whose body would run as it is iterated, after the run committed); :func:`run` is the
+same as a context manager, :func:`arun` as an async one (for async code: its states work on a
+worker thread, so on an async PostgreSQL store too). The run's own writes join the unit through
 ``current_run().unit``; the unit commits after the updates are staged — one transaction, with
 the run's origin (consumer = the callable, ``run_id``) on every audit row — or, if the run
 raises, writes nothing. A bound call made inside a bound run on the same service is a sub-tool of
@@ -28,13 +30,14 @@ all (only its own are dropped when it raises and the outer run goes on).
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import dataclasses
 import functools
 import inspect
 import uuid
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Final, ParamSpec, TypeVar, cast
 
@@ -452,16 +455,71 @@ def run(
         _CURRENT.reset(token)
 
 
+@asynccontextmanager
+async def arun(
+    states: StatesService,
+    bindings: Sequence[Binding],
+    inputs: Mapping[str, Any],
+    *,
+    target: tuple[str, str] | None = None,
+    consumer: str | None = None,
+    run_id: str | None = None,
+    context: DoorContext | None = None,
+) -> AsyncIterator[Run]:
+    """:func:`run` for async code (``async with arun(…) as r:``): the resolution, the updates and
+    the commit on a worker thread, the event loop free meanwhile. A caller cancelled while the
+    unit commits stops waiting, and the commit — with the calls ``unit.defer`` queued — runs to
+    its end on its thread: nothing of it is dropped under it."""
+    the_run, active = await on_thread(
+        states.store,
+        _prepare,
+        states,
+        bindings,
+        inputs,
+        _target(target, context),
+        consumer,
+        run_id,
+        context,
+        _outer(states),
+    )
+    token = _CURRENT.set(the_run)
+    try:
+        try:
+            yield the_run
+        except BaseException:
+            the_run.unit.discard()
+            raise
+        try:
+            await on_thread(states.store, _finish, states, the_run, active)
+        except asyncio.CancelledError:
+            raise  # (the finish goes on, on its thread: the unit is its own until it is done)
+        except BaseException:
+            the_run.unit.discard()
+            raise
+    finally:
+        _CURRENT.reset(token)
+
+
+def _unwrapped(fn: Callable[..., Any]) -> Any:
+    """What calling ``fn`` runs: through any ``functools.partial``, and an object's ``__call__``."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    if inspect.isroutine(fn) or isinstance(fn, type) or not callable(fn):
+        return fn
+    return type(fn).__call__
+
+
 def _is_async(fn: Callable[..., Any]) -> bool:
     """Whether calling ``fn`` starts a coroutine: an ``async def`` (through any
     ``functools.partial``) or an object whose ``__call__`` is one."""
-    while isinstance(fn, functools.partial):
-        fn = fn.func
-    if inspect.iscoroutinefunction(fn):
-        return True
-    if inspect.isroutine(fn) or isinstance(fn, type) or not callable(fn):
-        return False
-    return inspect.iscoroutinefunction(type(fn).__call__)
+    return inspect.iscoroutinefunction(_unwrapped(fn))
+
+
+def _generates(fn: Callable[..., Any]) -> bool:
+    """Whether calling ``fn`` makes a generator or an async generator (its body runs as it is
+    iterated: after a run around the call would have committed, and outside it)."""
+    made = _unwrapped(fn)
+    return inspect.isgeneratorfunction(made) or inspect.isasyncgenfunction(made)
 
 
 def bound(
@@ -479,6 +537,11 @@ def bound(
     def wrap(fn: Callable[P, R]) -> Callable[P, R]:
         signature = inspect.signature(fn)
         consumer = getattr(fn, "__qualname__", None) or getattr(type(fn), "__qualname__", None) or repr(fn)
+        if _generates(fn):
+            raise BindingInvalid(
+                f"{consumer} is a generator: its body runs as it is iterated, after a run around the "
+                "call would have committed; bind a function that returns its result"
+            )
 
         open_ended = any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values())
         for binding in bindings:
@@ -521,34 +584,12 @@ def bound(
             async def call_async(*args: Any, **kwargs: Any) -> Any:
                 call = arguments(args, kwargs)
                 # the states work runs on a worker thread: the event loop keeps going meanwhile
-                the_run, active = await on_thread(
-                    states.store,
-                    _prepare,
-                    states,
-                    bindings,
-                    call.arguments,
-                    run_target,
-                    consumer,
-                    None,
-                    context,
-                    _outer(states),
-                )
-                token = _CURRENT.set(the_run)
-                try:
-                    final = with_inputs(call, the_run.inputs)
-                    try:
-                        result = await cast(Callable[..., Awaitable[Any]], fn)(*final.args, **final.kwargs)
-                    except BaseException:
-                        the_run.unit.discard()
-                        raise
-                    the_run.output = result
-                    try:
-                        await on_thread(states.store, _finish, states, the_run, active)
-                    except BaseException:
-                        the_run.unit.discard()
-                        raise
-                finally:
-                    _CURRENT.reset(token)
+                async with arun(
+                    states, bindings, call.arguments, target=run_target, consumer=consumer, context=context
+                ) as r:
+                    final = with_inputs(call, r.inputs)
+                    result = await cast(Callable[..., Awaitable[Any]], fn)(*final.args, **final.kwargs)
+                    r.output = result
                 return result
 
             return cast(Callable[P, R], call_async)
@@ -561,6 +602,14 @@ def bound(
             ) as r:
                 final = with_inputs(call, r.inputs)
                 result = fn(*final.args, **final.kwargs)
+                if inspect.isgenerator(result) or inspect.isasyncgen(result):
+                    if inspect.isgenerator(result):
+                        result.close()  # (never started: nothing of its body ran)
+                    raise BindingInvalid(
+                        f"{consumer} returned a generator: its body runs as it is iterated, after "
+                        "this run would have committed; bind a function that returns its result; "
+                        "nothing was written"
+                    )
                 if inspect.isawaitable(result):
                     # a sync callable that hands back an awaitable: its body runs only when
                     # awaited, after this run would have committed (and outside it)
@@ -584,6 +633,7 @@ __all__ = [
     "BindingInvalid",
     "BindingRefused",
     "Run",
+    "arun",
     "bound",
     "current_run",
     "run",
