@@ -308,3 +308,48 @@ def test_a_checkpoint_kept_whose_parent_goes_is_left_with_no_parent(backend: str
             assert oldest.checkpoint["channel_values"]["a"] == "first"
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("trim", ["prune", "delete_for_runs"])
+def test_a_checkpoint_put_while_another_process_trims_the_thread_reads_whole(
+    backend: str, trim: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A trim lists the thread, rewrites the kept checkpoints whose values live in ones going,
+    then erases those. A checkpoint another process puts in between — a child of the newest,
+    keeping an unchanged channel where its parent keeps it, in a checkpoint going — passed its
+    put's check (its parent was not rewritten yet) and was left pointing at an erased record:
+    every later read of the thread failed. The trim lists again and rewrites such checkpoints
+    too, for ``prune(keep_latest)`` and ``delete_for_runs`` alike."""
+    writer_store, trimmer_store = open_store(backend, auto_migrate=True), open_store(backend)
+    try:
+        writer = StateflowSaver(StatesService(writer_store))
+        trimmer = StateflowSaver(StatesService(trimmer_store))
+        thread = f"race-{trim}"
+        head = _thread(writer, thread, 3, run_id="old")  # (``a`` kept in the first only)
+        materialize = trimmer._materialize
+
+        def put_meanwhile(keys: Any, dropped: Any) -> None:
+            monkeypatch.setattr(trimmer, "_materialize", materialize)  # (once)
+            checkpoint = generate_checkpoint(
+                channel_values={"a": "first", "n": 3}, channel_versions={"a": 1, "n": 4}
+            )
+            writer.put(head, checkpoint, generate_metadata(step=3, run_id="new"), {"n": 4})
+            materialize(keys, dropped)
+
+        monkeypatch.setattr(trimmer, "_materialize", put_meanwhile)
+        if trim == "prune":
+            trimmer.prune([thread], strategy="keep_latest")
+        else:
+            trimmer.delete_for_runs(["old"])
+        reader_store = open_store(backend)
+        try:
+            reader = StateflowSaver(StatesService(reader_store))
+            found = reader.get_tuple({"configurable": {"thread_id": thread, "checkpoint_ns": ""}})
+            assert found is not None and found.checkpoint["channel_values"] == {"a": "first", "n": 3}
+            listed = list(reader.list({"configurable": {"thread_id": thread}}))
+            assert listed and all(t.checkpoint["channel_values"]["a"] == "first" for t in listed)
+        finally:
+            reader_store.close()
+    finally:
+        trimmer_store.close()
+        writer_store.close()

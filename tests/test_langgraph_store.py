@@ -1099,3 +1099,46 @@ def test_a_value_holding_other_mappings_is_stored_as_the_objects_they_are(lg: St
     with pytest.raises(InvalidJSON):  # (what no JSON object holds is still refused, nothing written)
         lg.put(("m",), "bad", OrderedDict(k={1, 2}))
     assert lg.get(("m",), "bad") is None
+
+
+def test_a_sweep_erases_only_what_is_still_expired_and_counts_what_it_erased(
+    backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``sweep_ttl`` lists the expired items, then erases them: an item another process put
+    again in between (with no TTL) was erased all the same, an acknowledged put lost; and two
+    sweeps at once both counted every item. Each erase now holds only while the item is the
+    revision found expired, and a sweep counts what it erased."""
+    with StateflowStore.open(backend) as sweeper, StateflowStore.open(backend) as other:
+        for n in range(6):
+            other.put(("sw",), f"k{n}", {"v": n}, ttl=0.001)
+        time.sleep(0.1)
+        listing = sweeper.records.documents
+
+        def listed_then_put_again(*args: Any, **kwargs: Any) -> Any:
+            found = listing(*args, **kwargs)
+            for n in range(3):
+                other.put(("sw",), f"k{n}", {"v": n + 10})  # (no TTL: kept for good)
+            return found
+
+        monkeypatch.setattr(sweeper.records, "documents", listed_then_put_again)
+        assert sweeper.sweep_ttl() == 3
+        assert sorted((i.key, i.value["v"]) for i in other.search(("sw",))) == [
+            ("k0", 10),
+            ("k1", 11),
+            ("k2", 12),
+        ]
+
+        for n in range(4):
+            other.put(("sw2",), f"k{n}", {"v": n}, ttl=0.001)
+        time.sleep(0.1)
+        counts = []
+
+        def listed_then_swept_elsewhere(*args: Any, **kwargs: Any) -> Any:
+            found = listing(*args, **kwargs)
+            counts.append(other.sweep_ttl())
+            return found
+
+        monkeypatch.setattr(sweeper.records, "documents", listed_then_swept_elsewhere)
+        counts.append(sweeper.sweep_ttl())
+        assert counts == [4, 0]
+        assert other.search(("sw2",)) == []

@@ -30,7 +30,7 @@ import builtins
 import functools
 import random
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import suppress
 from typing import Any, Final, cast
 
@@ -52,7 +52,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from stateflow.aio import call
 from stateflow.doc.canonical import checked_copy
 from stateflow.doc.ops import parse_ops
-from stateflow.errors import CorruptStore, InvalidInput, StoreReadOnly
+from stateflow.errors import CorruptStore, InvalidInput, StoreBusy, StoreReadOnly
 from stateflow.langgraph import checkpoint_keys, pending_writes
 from stateflow.langgraph.checkpoint_keys import ascending, id_of
 from stateflow.langgraph.codec import STRICT, Codec, strict_bytes
@@ -140,6 +140,8 @@ _EARLIER: Final[list[dict[str, Any]]] = [
 """The schemas earlier versions declared: over one, the saver declares its own widened by what
 that one had (a store keeps the records they allowed, which the saver still reads)."""
 _PARENTS_KEPT = 1024
+_RELISTS: Final = 8
+"""How many times a trim lists its checkpoints again for ones put meanwhile (``_trim``)."""
 _UNWRITTEN_KEPT = 16384
 """checkpoints put here whose writes record this saver has not made, at most (``_unwritten``)"""
 _HEADS_KEPT = 1024
@@ -1064,17 +1066,51 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         if items:
             apply_items(self.states, items, origin={"consumer": "langgraph"}, context=self.context)
 
-    def _trim(self, docs: dict[str, dict[str, Any]], gone: set[str]) -> None:
+    def _trim(
+        self, docs: dict[str, dict[str, Any]], gone: set[str], listed: Callable[[], Iterable[str]]
+    ) -> None:
         """Erase the checkpoints ``gone`` of those in ``docs`` (by key), the others kept whole:
         first the kept ones whose values live in one going are rewritten with their values
         inline (one transaction), then the others are erased (one more): cut short between
         the two, the thread reads whole, as it was.
 
+        Another process may put a checkpoint meanwhile, a child of one kept, keeping a channel
+        where that one keeps it — in a checkpoint going (its put checks only its parent's
+        record, rewritten only once it has committed). So once the kept ones are rewritten,
+        the checkpoints are listed again (``listed``: the keys in the listing's scope) and the
+        new ones rewritten the same way, until a listing finds none new: a put after that
+        learns from a record that keeps nothing in a checkpoint going. A checkpoint put as
+        the child of one going (a fork from a checkpoint being trimmed) is not followed, as
+        LangGraph's own prune does not. A thread that gets new checkpoints at every listing
+        is refused, ``StoreBusy``, nothing erased (what was rewritten reads the same).
+
         Refused, ``NotImplementedError`` as LangGraph's ``PostgresSaver.prune`` refuses, nothing
-        written, where a kept checkpoint has a ``DeltaChannel`` value still to be rebuilt from
+        erased, where a kept checkpoint has a ``DeltaChannel`` value still to be rebuilt from
         the writes of an ancestor going: such a channel keeps only a sentinel in a checkpoint
         (a value of its own only every ``snapshot_frequency`` updates) and LangGraph replays
         the ancestors' pending writes to rebuild it; the saver cannot, it has no reducer."""
+        self._refuse_severed(docs, gone)
+        dropped = {self._split(k) for k in gone}
+        self._materialize([k for k in docs if k not in gone], dropped)
+        for _ in range(_RELISTS):
+            new = [k for k in listed() if k not in docs and k not in gone]
+            if not new:
+                break
+            more = {k: body for k, body in self._bodies(CHECKPOINT, new) if body is not None}
+            docs = {**docs, **more}
+            self._refuse_severed(docs, gone)
+            self._materialize(builtins.list(more), dropped)
+        else:
+            raise StoreBusy(
+                f"new checkpoints kept coming while {len(gone)} were trimmed; nothing was erased: "
+                "trim again once the thread's run is over",
+                retry_after=1,
+            )
+        self._erase([k for k in docs if k in gone])
+
+    def _refuse_severed(self, docs: dict[str, dict[str, Any]], gone: set[str]) -> None:
+        """``NotImplementedError`` where a checkpoint of ``docs`` kept has a ``DeltaChannel``
+        value to rebuild from a checkpoint ``gone`` (see :meth:`_trim`)."""
         parent = {}
         for key, doc in docs.items():
             names = _config(doc)
@@ -1097,9 +1133,6 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
                 f"(threads {sorted(set(severed))}): delete the thread, or prune it with "
                 'strategy="delete"'
             )
-        kept = [k for k in docs if k not in gone]
-        self._materialize(kept, {self._split(k) for k in gone})
-        self._erase([k for k in docs if k in gone])
 
     def delete_thread(self, thread_id: str) -> None:
         self._erase(self._every_key(str(thread_id)))
@@ -1112,16 +1145,20 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
             return
         docs: dict[str, dict[str, Any]] = {}
         gone: set[str] = set()
-        keys = [self.records.key_of(k) for k in self.records.scan(CHECKPOINT, "")]
-        if not self._ascending:  # (each named by its ascending key, once)
-            keys = builtins.list(dict.fromkeys(_ascending_key(k) for k in keys))
-        for key, body in self._bodies(CHECKPOINT, keys):
+        for key, body in self._bodies(CHECKPOINT, self._every_checkpoint()):
             if body is not None:
                 docs[key] = body
                 if _config(body).get("run_id") in wanted:
                     gone.add(key)
         if gone:
-            self._trim(docs, gone)
+            self._trim(docs, gone, self._every_checkpoint)
+
+    def _every_checkpoint(self) -> builtins.list[str]:
+        """Every checkpoint's key, of every thread (each named by its ascending key, once)."""
+        keys = [self.records.key_of(k) for k in self.records.scan(CHECKPOINT, "")]
+        if not self._ascending:
+            keys = builtins.list(dict.fromkeys(_ascending_key(k) for k in keys))
+        return keys
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Every checkpoint of the thread and its pending writes, under the target thread, in one
@@ -1200,7 +1237,7 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
             gone = set(keys) - set(newest.values())
             if gone:
                 docs = {k: body for k, body in self._bodies(CHECKPOINT, keys) if body is not None}
-                self._trim(docs, gone)
+                self._trim(docs, gone, functools.partial(self._thread_keys, str(thread_id)))
 
     def get_next_version(self, current: str | int | None, channel: None) -> str:
         # the format of LangGraph's own savers: a zero-padded counter, then a random tail

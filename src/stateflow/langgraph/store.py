@@ -44,7 +44,7 @@ from stateflow.doc.canonical import MAX_DEPTH, check, checked_copy
 from stateflow.errors import CorruptStore, InvalidInput, InvalidJSON
 from stateflow.langgraph.codec import NOT_PLAIN, plain, plain_edits, walk
 from stateflow.langgraph.records import OwnsStore, Records
-from stateflow.states import StatesService
+from stateflow.states import StatesService, StateSubject
 from stateflow.states.batch import apply_items, erase_item
 from stateflow.states.langgraph_items import (
     KEPT_SUBJECT_KEYS,
@@ -507,21 +507,26 @@ class StateflowStore(OwnsStore, BaseStore):
         )
 
     def sweep_ttl(self) -> int:
-        """Erase every expired item (the audit trail stays); return how many."""
+        """Erase every expired item (the audit trail stays); return how many this call erased.
+        Each only while it is still the revision found expired: an item put again since (by
+        another process, say) keeps what that put wrote, and of two sweeps at once each counts
+        only what it erased."""
         now = datetime.now(UTC)
-        expired = [
-            (tuple(data["namespace"]), data["key"])
-            for data, _ in self._newest_first("")
-            if not self._live(data, now)
-        ]
-        for namespace, key in expired:
-            self.states.erase(
+        erased = 0
+        for doc in self.records.documents(ITEM, ""):
+            if doc.body is None or item_refusal(doc.body, self.records.key_of(doc.key)) is not None:
+                continue  # (a record out of shape: named by the readers, not erased here)
+            if self._live(doc.body, now):
+                continue
+            if self.states.erase_unchanged(
                 self.records.state,
-                self.subject(namespace, key),
+                StateSubject.decode(doc.key.subject),
+                doc.revision,
                 origin={"consumer": "langgraph", "meta": {"ttl": "expired"}},
                 context=self.context,
-            )
-        return len(expired)
+            ):
+                erased += 1
+        return erased
 
     async def asweep_ttl(self) -> int:
         return await call(self.states.store, self.sweep_ttl)
