@@ -528,22 +528,31 @@ def test_a_runs_update_programs_are_named_in_its_origin_meta(states: StatesServi
     assert trail[0]["origin"]["consumer"] == answer.__qualname__ and trail[0]["origin"]["run_id"]
 
 
+async def _declared_async(backend: str) -> tuple[Any, StatesService]:
+    """A store opened with ``open_store_async`` (PostgreSQL's async pool) and its service, the
+    tickets state declared with the notebook attached, as the ``states`` fixture has them."""
+    from stateflow.aio import call, open_store_async
+
+    store = await open_store_async(backend, auto_migrate=True)
+    service = StatesService(store)
+    await call(store, service.put_template, "notebook", NOTEBOOK)
+    await call(store, service.declare, "tickets", {
+        "schema": {"type": "object", "properties": {"status": {"type": "string"}}},
+        "subject_kinds": ["thread"], "default_subject_kind": "thread",
+    })  # fmt: skip
+    await call(store, service.attach, "tickets", "notebook", {"path": ["book"]})
+    return store, service
+
+
 def test_an_async_callables_own_writes_join_its_unit_on_an_async_store(backend: str) -> None:
     """On every store — PostgreSQL's async pool too (``open_store_async``), whose reads cannot
     wait on the loop's thread — an async callable stages its own writes with ``await
     unit.aapply(...)``; the sync ``apply`` there is refused saying so, and nothing is written."""
-    from stateflow.aio import call, open_store_async
+    from stateflow.aio import call
 
     async def main() -> None:
-        store = await open_store_async(backend, auto_migrate=True)
-        service = StatesService(store)
+        store, service = await _declared_async(backend)
         try:
-            await call(store, service.put_template, "notebook", NOTEBOOK)
-            await call(store, service.declare, "tickets", {
-                "schema": {"type": "object", "properties": {"status": {"type": "string"}}},
-                "subject_kinds": ["thread"], "default_subject_kind": "thread",
-            })  # fmt: skip
-            await call(store, service.attach, "tickets", "notebook", {"path": ["book"]})
             binding = Binding("tickets", ".k", updates=[{"template_jq": "add", "adapter": "{note: .output}"}])
 
             @bound(service, binding, target=("agent", "helpdesk"))
@@ -770,19 +779,12 @@ def test_arun_binds_a_block_of_async_code_on_either_store(backend: str) -> None:
     """``async with arun(…)`` is ``run`` for async code: on PostgreSQL's async pool too, where
     ``run`` cannot resolve the bindings on the loop's thread. Its own writes and the updates
     commit together after the block; a block that raises writes nothing."""
-    from stateflow.aio import call, open_store_async
+    from stateflow.aio import call
     from stateflow.bindings import arun
 
     async def main() -> None:
-        store = await open_store_async(backend, auto_migrate=True)
-        service = StatesService(store)
+        store, service = await _declared_async(backend)
         try:
-            await call(store, service.put_template, "notebook", NOTEBOOK)
-            await call(store, service.declare, "tickets", {
-                "schema": {"type": "object", "properties": {"status": {"type": "string"}}},
-                "subject_kinds": ["thread"], "default_subject_kind": "thread",
-            })  # fmt: skip
-            await call(store, service.attach, "tickets", "notebook", {"path": ["book"]})
             binding = Binding("tickets", ".k", updates=[{"template_jq": "add", "adapter": "{note: .output}"}])
             async with arun(
                 service, [binding], {"k": "a1"}, target=("agent", "helpdesk"), consumer="block"
