@@ -328,13 +328,13 @@ def test_a_checkpoint_put_while_another_process_trims_the_thread_reads_whole(
         head = _thread(writer, thread, 3, run_id="old")  # (``a`` kept in the first only)
         materialize = trimmer._materialize
 
-        def put_meanwhile(keys: Any, dropped: Any) -> None:
+        def put_meanwhile(keys: Any, dropped: Any) -> int:
             monkeypatch.setattr(trimmer, "_materialize", materialize)  # (once)
             checkpoint = generate_checkpoint(
                 channel_values={"a": "first", "n": 3}, channel_versions={"a": 1, "n": 4}
             )
             writer.put(head, checkpoint, generate_metadata(step=3, run_id="new"), {"n": 4})
-            materialize(keys, dropped)
+            return materialize(keys, dropped)
 
         monkeypatch.setattr(trimmer, "_materialize", put_meanwhile)
         if trim == "prune":

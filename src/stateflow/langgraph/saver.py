@@ -1022,11 +1022,11 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
             forms.sort(key=lambda s: not s.endswith("g"))  # (an ascending key never ends so)
         return found
 
-    def _materialize(self, keys: Sequence[str], dropped: set[tuple[str, str, str]]) -> None:
+    def _materialize(self, keys: Sequence[str], dropped: set[tuple[str, str, str]]) -> int:
         """Rewrite the kept checkpoints that name checkpoints about to go (in one transaction):
         those whose values live in one, with every value inline; those whose parent it is, with
         no parent (as LangGraph's ``PostgresSaver.prune`` leaves them), so no ``parent_config``
-        names a checkpoint that is gone."""
+        names a checkpoint that is gone. How many records it rewrote."""
         items: builtins.list[dict[str, Any]] = []
         # (a record in the inverted form is rewritten there, and in both where it is in both)
         stored = {} if self._ascending else self._stored(CHECKPOINT, keys)
@@ -1065,6 +1065,7 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
             )
         if items:
             apply_items(self.states, items, origin={"consumer": "langgraph"}, context=self.context)
+        return len(items)
 
     def _trim(
         self, docs: dict[str, dict[str, Any]], gone: set[str], listed: Callable[[], Iterable[str]]
@@ -1076,13 +1077,15 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
 
         Another process may put a checkpoint meanwhile, a child of one kept, keeping a channel
         where that one keeps it — in a checkpoint going (its put checks only its parent's
-        record, rewritten only once it has committed). So once the kept ones are rewritten,
-        the checkpoints are listed again (``listed``: the keys in the listing's scope) and the
-        new ones rewritten the same way, until a listing finds none new: a put after that
-        learns from a record that keeps nothing in a checkpoint going. A checkpoint put as
-        the child of one going (a fork from a checkpoint being trimmed) is not followed, as
-        LangGraph's own prune does not. A thread that gets new checkpoints at every listing
-        is refused, ``StoreBusy``, nothing erased (what was rewritten reads the same).
+        record, rewritten only once it has committed), or a child of one going (a run going on
+        from the head while an earlier run's checkpoints are deleted). So the checkpoints are
+        listed again (``listed``: the keys of the threads trimmed) and the new ones rewritten
+        the same way where they need it, until a listing finds nothing to rewrite: every record
+        then keeps nothing in a checkpoint going, and a put learning from one it saw before
+        its rewrite fails its parent's check and keeps its values itself. A checkpoint put after
+        the last listing as the child of one going (a fork from a checkpoint being trimmed) is
+        not followed, as LangGraph's own prune does not follow it. Still rewriting after 8
+        listings: refused, ``StoreBusy``, nothing erased (what was rewritten reads the same).
 
         Refused, ``NotImplementedError`` as LangGraph's ``PostgresSaver.prune`` refuses, nothing
         erased, where a kept checkpoint has a ``DeltaChannel`` value still to be rebuilt from
@@ -1092,14 +1095,13 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         self._refuse_severed(docs, gone)
         dropped = {self._split(k) for k in gone}
         self._materialize([k for k in docs if k not in gone], dropped)
-        for _ in range(_RELISTS):
+        for _ in range(_RELISTS):  # (listed once at least: a put since the first listing)
             new = [k for k in listed() if k not in docs and k not in gone]
-            if not new:
-                break
             more = {k: body for k, body in self._bodies(CHECKPOINT, new) if body is not None}
             docs = {**docs, **more}
             self._refuse_severed(docs, gone)
-            self._materialize(builtins.list(more), dropped)
+            if not self._materialize(builtins.list(more), dropped):
+                break
         else:
             raise StoreBusy(
                 f"new checkpoints kept coming while {len(gone)} were trimmed; nothing was erased: "
@@ -1145,20 +1147,17 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
             return
         docs: dict[str, dict[str, Any]] = {}
         gone: set[str] = set()
-        for key, body in self._bodies(CHECKPOINT, self._every_checkpoint()):
+        keys = [self.records.key_of(k) for k in self.records.scan(CHECKPOINT, "")]
+        if not self._ascending:  # (each named by its ascending key, once)
+            keys = builtins.list(dict.fromkeys(_ascending_key(k) for k in keys))
+        for key, body in self._bodies(CHECKPOINT, keys):
             if body is not None:
                 docs[key] = body
                 if _config(body).get("run_id") in wanted:
                     gone.add(key)
         if gone:
-            self._trim(docs, gone, self._every_checkpoint)
-
-    def _every_checkpoint(self) -> builtins.list[str]:
-        """Every checkpoint's key, of every thread (each named by its ascending key, once)."""
-        keys = [self.records.key_of(k) for k in self.records.scan(CHECKPOINT, "")]
-        if not self._ascending:
-            keys = builtins.list(dict.fromkeys(_ascending_key(k) for k in keys))
-        return keys
+            threads = sorted({self._split(k)[0] for k in gone})
+            self._trim(docs, gone, lambda: [k for t in threads for k in self._thread_keys(t)])
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Every checkpoint of the thread and its pending writes, under the target thread, in one
