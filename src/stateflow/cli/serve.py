@@ -14,7 +14,7 @@ import click
 from stateflow.cli.common import Context, IntRange, pass_context, refusals
 from stateflow.cli.examples import decorate
 from stateflow.config import Config
-from stateflow.extras import needs_extra
+from stateflow.extras import MCP_OVER_HTTP, missing_for, needs_extra
 from stateflow.store import resolve_store_url
 from stateflow.store.open import display_location
 
@@ -108,6 +108,9 @@ def serve(
     # the banner names the store served, whichever the number of processes (a service log
     # then tells which store a deployment uses)
     links = f"studio on {base}/studio, API docs on {base}/docs"
+    no_mcp = missing_for("mcp", MCP_OVER_HTTP, "stateflow.mcp.http")
+    if no_mcp is not None:  # (the API and the studio serve all the same; /mcp answers this)
+        links += f"\nnote: {no_mcp}"
     if settings.workers > 1:
         store = display_location(resolve_store_url(ctx.store_location), absolute=True)
         click.echo(

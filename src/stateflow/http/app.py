@@ -32,11 +32,13 @@ from stateflow.errors import (
     Forbidden,
     InvalidInput,
     InvalidJSON,
+    MissingExtra,
     NotJSON,
     ReadOnlyState,
     StateflowError,
     StoreNotMigrated,
 )
+from stateflow.extras import MCP_OVER_HTTP, missing_for
 from stateflow.http.auth import Token, TokenSet, Unauthorized
 from stateflow.http.docs import ASSETS_URL, mount_docs
 from stateflow.http.gone import watched
@@ -931,9 +933,20 @@ def create_app(
         return record_direct
 
     mount_studio(app, service, tokens)
-    from stateflow.mcp.http import mount as mount_mcp
+    # without the ``mcp`` extra the API and the studio serve all the same; /mcp says what to install
+    refusal = missing_for("mcp", MCP_OVER_HTTP, "stateflow.mcp.http")
+    if refusal is not None:
 
-    mount_mcp(app, service.store, tokens, states=service, loaded=loaded, max_body_bytes=http.max_body_bytes)
+        @app.api_route("/mcp", methods=["GET", "POST", "DELETE"], include_in_schema=False)
+        async def _no_mcp() -> Response:
+            return _json(501, {"error": refusal, "code": MissingExtra.code})
+
+    else:
+        from stateflow.mcp.http import mount as mount_mcp
+
+        mount_mcp(
+            app, service.store, tokens, states=service, loaded=loaded, max_body_bytes=http.max_body_bytes
+        )
 
     @app.exception_handler(404)
     async def _not_found(request: Request, exc: Exception) -> Response:
