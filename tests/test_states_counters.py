@@ -217,3 +217,22 @@ def test_a_states_counters_read_together_as_each_alone(service: StatesService, s
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """Each backend, and SQLite with this module's states in whole form."""
     return store_location(request, tmp_path, ("tickets", "other"))
+
+
+def test_stats_count_the_members_an_attached_template_adds(service: StatesService) -> None:
+    """``per_field`` counts the records holding each top-level member of the schema writes are
+    checked against — an attached template's fragment among them, which it left out (the base
+    schema's members only)."""
+    service.put_template(
+        "counter",
+        {
+            "description": "a counter",
+            "schema": {"type": "object", "properties": {"n": {"type": "integer"}}},
+            "template_jq": {},
+        },
+    )
+    service.attach("tickets", "counter", {"path": ["ctr"]})
+    service.apply("tickets", subj("thread", "t1"), [{"op": "set", "path": ["ctr", "n"], "value": 1}])
+    service.apply("tickets", subj("thread", "t2"), [{"op": "set", "path": ["status"], "value": "open"}])
+    stats = service.stats("tickets")
+    assert stats["per_field"] == {"status": 1, "n": 0, "owner": 0, "extra": 0, "ctr": 1}

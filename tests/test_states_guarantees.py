@@ -668,6 +668,9 @@ def test_search_operators_sort_and_include_data(service: StatesService, http: Te
         ({"n": {"$regex": "a"}}, "unknown filter operator '$regex'"),
         ({"n": {"$in": 3}}, "$in at 'n' takes a JSON array"),
         ({"n": {"$gt": [1]}}, "takes a number or a string"),
+        # (inside an array an operator would be matched as a literal key: nothing, silently)
+        ({"tags": [{"id": {"$gt": 1}}]}, "filter at 'tags' holds an operator inside an array"),
+        ({"a": {"b": [[{"$eq": 1}]]}}, "filter at 'a.b' holds an operator inside an array"),
     ):
         with pytest.raises(InvalidInput, match=says.replace("$", r"\$")):
             s("tickets", bad)

@@ -476,7 +476,11 @@ class Listing:
         fields, per_kind = counted.members, _declared_kinds(counted.kinds)
         return {
             "records": sum(per_kind.values()),
-            "per_field": {p: fields.get(p, 0) for p in decl["schema"].get("properties", {})},
+            # (the effective schema's members: an attached template's fragment is one too)
+            "per_field": {
+                p: fields.get(p, 0)
+                for p in (decl.get("effective_schema") or decl["schema"]).get("properties", {})
+            },
             "per_kind": {k: per_kind.get(k, 0) for k in decl["subject_kinds"]},
             "consumers": len([r for r in self.svc.consumers(name) if not r.get("unavailable")]),
         }

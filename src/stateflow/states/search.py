@@ -86,8 +86,23 @@ def _split(node: dict[str, Any], path: Path, out: list[Predicate]) -> dict[str, 
             if inner or not any(p[0][: len(here)] == here for p in out):
                 kept[key] = inner
         else:
+            if isinstance(value, list) and _holds_operator(value):
+                raise InvalidInput(
+                    f"filter at {'.'.join(here)!r} holds an operator inside an array, which would match "
+                    "only a record holding it as a literal key: operators apply to an object path "
+                    '(an array element is matched whole, {"items": [{"id": 2}]})'
+                )
             kept[key] = value
     return kept
+
+
+def _holds_operator(value: Any) -> bool:
+    """Whether ``value`` holds, at any depth, an object with a key starting with ``$``."""
+    if isinstance(value, dict):
+        return any(k.startswith("$") or _holds_operator(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_holds_operator(v) for v in value)
+    return False
 
 
 def _operators(expr: dict[str, Any], path: Path) -> list[Predicate]:
