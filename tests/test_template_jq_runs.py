@@ -111,3 +111,40 @@ def test_a_closed_service_refuses_programs_instead_of_starting_a_new_pool(store:
         assert bound.jq() is pool
     record = service.read("tickets", SUBJECT)
     assert record is not None and record["data"] == {"t": "x", "c": {"n": 1}}  # nothing written
+
+
+def test_an_update_programs_bad_op_batch_is_refused_naming_the_program(store: SqlStore) -> None:
+    """An op batch an update program returns is the program's, not the caller's: a refusal of
+    it names the program, and shows the op as JSON (it printed Python's form, and an unknown op
+    read as if the caller had sent it). Nothing is written."""
+    service = prepared(store)
+    try:
+        service.put_template(
+            "broken",
+            {
+                "schema": {"type": "object", "properties": {"m": {"type": "integer"}}},
+                "template_jq": {
+                    "frob": {"purpose": "update", "jq": {"content": '[{"op": "frob", "path": ["m"]}]'}},
+                    "pathless": {"purpose": "update", "jq": {"content": '[{"op": "set", "value": true}]'}},
+                    "single": {
+                        "purpose": "update",
+                        "jq": {"content": '{"op": "set", "path": ["m"], "value": null}'},
+                    },
+                },
+            },
+        )
+        service.attach("tickets", "broken", {"path": ["b"]})
+        for name, says in (
+            ("frob", "template_jq 'frob' returned an invalid op batch: ops[0]: unknown op 'frob'"),
+            (
+                "pathless",
+                'template_jq \'pathless\' returned ops[0] = {"op":"set","value":true}: an update program',
+            ),
+            ("single", 'got {"op":"set","path":["m"],"value":null}'),
+        ):
+            with pytest.raises(StateflowError) as refused:
+                service.template_jq_update("tickets", SUBJECT, name)
+            assert says in refused.value.message, refused.value.message
+        assert service.read("tickets", SUBJECT) is None
+    finally:
+        service.close()

@@ -7,10 +7,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Literal
 
+import orjson
+
 from stateflow.doc.canonical import JSON, decode, identical
 from stateflow.doc.ops import parse_ops
 from stateflow.doc.select import MISSING
-from stateflow.errors import BadRequest, InvalidInput, InvalidJSON, NotFound, StateflowError
+from stateflow.errors import BadRequest, InvalidInput, InvalidJSON, NotFound, OpError, StateflowError
 from stateflow.states.models import DoorContext, WriteOrigin
 from stateflow.states.pipeline import Change, Transform, ops_transform
 from stateflow.states.results import AttachmentRow, JqInput
@@ -263,7 +265,13 @@ class TemplateJq:
         ops_for = self.program_ops(name, reference, input_value)
 
         def change(declaration: dict[str, Any], current: JSON, origin: dict[str, Any]) -> Change:
-            ops = parse_ops(ops_for(None if current is MISSING else current))
+            made = ops_for(None if current is MISSING else current)
+            try:
+                ops = parse_ops(made)
+            except OpError as exc:  # (the caller sent no ops: the program made them)
+                raise OpError(
+                    f"template_jq {reference!r} returned an invalid op batch: {exc.message}"
+                ) from exc
             return ops_transform(ops)(declaration, current, origin)
 
         return change
@@ -278,15 +286,26 @@ def _subtree(data: JSON, path: list[str]) -> JSON:
     return node if type(node) is dict else {}
 
 
+def _json_text(value: Any) -> str:
+    """``value`` as JSON text for a message (as the caller wrote it, not Python's ``repr``)."""
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:
+        return repr(value)
+
+
 def _rebase(ops: Any, base: list[str], what: str) -> list[Any]:
     if not isinstance(ops, list):
         raise TemplateInvalid(
-            f"{what} is an update program, so its jq must return an op batch (a list of ops), got {ops!r}"
+            f"{what} is an update program, so its jq must return an op batch (a list of ops), got {_json_text(ops)}"
         )
     out = []
-    for op in ops:
+    for n, op in enumerate(ops):
         if not isinstance(op, dict) or not isinstance(op.get("path"), list):
-            raise TemplateInvalid(f"an update-program op must be an object carrying a list path, got {op!r}")
+            raise TemplateInvalid(
+                f"{what} returned ops[{n}] = {_json_text(op)}: an update program's op must be an "
+                "object carrying a list path"
+            )
         rebased = {**op, "path": [*base, *op["path"]]}
         guard = op.get("guard")
         if isinstance(guard, dict) and isinstance(guard.get("path"), list):
