@@ -211,7 +211,10 @@ def test_guards_read_the_pre_batch_document_and_skip_with_a_reason_row() -> None
         ([{"op": "set", "path": [], "value": 1}], "non-empty list"),
         ([{"op": "set", "path": ["a", ""], "value": 1}], "empty-string path segment"),
         ([{"op": "set", "path": ["a", -1], "value": 1}], "negative list index -1"),
-        ([{"op": "set", "path": ["a", True], "value": 1}], "must be a string key or a list index"),
+        (
+            [{"op": "set", "path": ["a", True], "value": 1}],
+            "segment true must be a string key or a list index",
+        ),
         ([{"op": "set", "path": ["a"], "value": 1, "extra": 2}], r"unknown keys \['extra'\]"),
         ([{"op": "remove", "path": ["a"], "value": 1}], "a remove op takes no 'value'"),
         ([{"op": "remove", "path": ["a", "-"]}], "'-' \\(append\\) is not allowed"),
