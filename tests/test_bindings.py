@@ -885,3 +885,19 @@ def test_a_caller_cancelled_while_its_run_commits_leaves_the_commit_and_its_defe
         assert notified == ["t-1"]
     finally:
         again.close()
+
+
+def test_an_object_python_calls_a_coroutine_function_is_bound_as_async(states: StatesService) -> None:
+    """An object ``inspect.iscoroutinefunction`` says is one — an ``AsyncMock`` standing in for
+    a tool in a caller's tests — is bound as async, as it was before the check looked at its
+    class's ``__call__`` only (then it was refused as a sync callable returning an awaitable)."""
+    from unittest.mock import AsyncMock
+
+    tool = AsyncMock(return_value="done")
+    bound_tool = bound(states, Binding("tickets", ".kwargs.k"), target=("agent", "helpdesk"))(tool)
+
+    async def main() -> Any:
+        return await bound_tool(k="m1")
+
+    assert asyncio.run(main()) == "done"
+    tool.assert_awaited_once()

@@ -353,3 +353,36 @@ def test_a_checkpoint_put_while_another_process_trims_the_thread_reads_whole(
     finally:
         trimmer_store.close()
         writer_store.close()
+
+
+def test_a_trim_refused_midway_erases_nothing_and_cuts_no_parent_link(
+    backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A trim that keeps finding checkpoints to rewrite at every listing (a thread whose run
+    goes on as fast as it lists) is refused, ``StoreBusy``, nothing erased — and no kept
+    checkpoint loses its link to a parent that is still there (the links are cut only once
+    the parents are gone)."""
+    from stateflow.errors import StoreBusy
+
+    store = open_store(backend, auto_migrate=True)
+    try:
+        saver = StateflowSaver(StatesService(store))
+        _thread(saver, "busy", 4)
+        before = [(t.config, t.parent_config) for t in saver.list({"configurable": {"thread_id": "busy"}})]
+        materialize = saver._materialize
+
+        def always_rewriting(keys: Any, dropped: Any, *, parents: bool = False) -> int:
+            return max(materialize(keys, dropped, parents=parents), 1)
+
+        monkeypatch.setattr(saver, "_materialize", always_rewriting)
+        with pytest.raises(StoreBusy, match="nothing was erased"):
+            saver.prune(["busy"], strategy="keep_latest")
+        monkeypatch.undo()
+        fresh = StateflowSaver(StatesService(store))
+        after = [(t.config, t.parent_config) for t in fresh.list({"configurable": {"thread_id": "busy"}})]
+        assert after == before and len(after) == 4
+        fresh.prune(["busy"], strategy="keep_latest")  # (and once it can: the head alone, no parent)
+        (kept,) = list(fresh.list({"configurable": {"thread_id": "busy"}}))
+        assert kept.parent_config is None and kept.checkpoint["channel_values"] == {"a": "first", "n": 3}
+    finally:
+        store.close()

@@ -512,7 +512,10 @@ def _unwrapped(fn: Callable[..., Any]) -> Any:
 def _is_async(fn: Callable[..., Any]) -> bool:
     """Whether calling ``fn`` starts a coroutine: an ``async def`` (through any
     ``functools.partial``) or an object whose ``__call__`` is one."""
-    return inspect.iscoroutinefunction(_unwrapped(fn))
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    # (the object itself first: one that says it is a coroutine function, an ``AsyncMock``, is)
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(_unwrapped(fn))
 
 
 def _generates(fn: Callable[..., Any]) -> bool:

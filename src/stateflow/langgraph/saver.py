@@ -1022,11 +1022,14 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
             forms.sort(key=lambda s: not s.endswith("g"))  # (an ascending key never ends so)
         return found
 
-    def _materialize(self, keys: Sequence[str], dropped: set[tuple[str, str, str]]) -> int:
+    def _materialize(
+        self, keys: Sequence[str], dropped: set[tuple[str, str, str]], *, parents: bool = False
+    ) -> int:
         """Rewrite the kept checkpoints that name checkpoints about to go (in one transaction):
-        those whose values live in one, with every value inline; those whose parent it is, with
-        no parent (as LangGraph's ``PostgresSaver.prune`` leaves them), so no ``parent_config``
-        names a checkpoint that is gone. How many records it rewrote."""
+        those whose values live in one, with every value inline; or, ``parents``, once those
+        are gone, those whose parent one was, with no parent (as LangGraph's
+        ``PostgresSaver.prune`` leaves them), so no ``parent_config`` names a checkpoint that
+        is gone. How many records it rewrote."""
         items: builtins.list[dict[str, Any]] = []
         # (a record in the inverted form is rewritten there, and in both where it is in both)
         stored = {} if self._ascending else self._stored(CHECKPOINT, keys)
@@ -1035,8 +1038,10 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
                 continue
             names = _config(doc)
             thread_id, ns = names["thread_id"], names["checkpoint_ns"]
-            orphaned = (thread_id, ns, names.get("parent_checkpoint_id")) in dropped
-            moved = any((thread_id, ns, s) in dropped for s in _saved(doc).get("sources", {}).values())
+            orphaned = parents and (thread_id, ns, names.get("parent_checkpoint_id")) in dropped
+            moved = not parents and any(
+                (thread_id, ns, s) in dropped for s in _saved(doc).get("sources", {}).values()
+            )
             if not orphaned and not moved:
                 continue
             rewritten: dict[str, Any] = {"saved": dict(doc["saved"])} if "saved" in doc else {}
@@ -1073,7 +1078,9 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
         """Erase the checkpoints ``gone`` of those in ``docs`` (by key), the others kept whole:
         first the kept ones whose values live in one going are rewritten with their values
         inline (one transaction), then the others are erased (one more): cut short between
-        the two, the thread reads whole, as it was.
+        the two, the thread reads whole, as it was. Then the kept ones whose parent went are
+        left with no parent (one more: cut short before it, their parent link names a
+        checkpoint that is gone, as LangGraph reads a missing parent).
 
         Another process may put a checkpoint meanwhile, a child of one kept, keeping a channel
         where that one keeps it — in a checkpoint going (its put checks only its parent's
@@ -1109,6 +1116,8 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
                 retry_after=1,
             )
         self._erase([k for k in docs if k in gone])
+        # only once they are gone: a trim stopped before (refused, cut short) cut no link
+        self._materialize([k for k in docs if k not in gone], dropped, parents=True)
 
     def _refuse_severed(self, docs: dict[str, dict[str, Any]], gone: set[str]) -> None:
         """``NotImplementedError`` where a checkpoint of ``docs`` kept has a ``DeltaChannel``

@@ -420,8 +420,9 @@ class StateflowStore(OwnsStore, BaseStore):
                 before = current[(op.namespace, op.key)]
                 document = _document(op, now, before)
                 ops = [{"op": "set", "path": [k], "value": v} for k, v in document.items()]
-                if before and "updated_at" in before:  # (a refresh's: this put is the last now)
-                    ops.append({"op": "remove", "path": ["updated_at"]})
+                # (a refresh's, kept in the record: this put is the last now — removed whether
+                # or not the read above saw one, as a refresh may commit after it)
+                ops.append({"op": "remove", "path": ["updated_at"]})
                 items.append(
                     {"state": self.records.state, "subject": self.subject(op.namespace, op.key), "ops": ops}
                 )
