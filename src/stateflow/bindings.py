@@ -500,29 +500,29 @@ async def arun(
         _CURRENT.reset(token)
 
 
-def _unwrapped(fn: Callable[..., Any]) -> Any:
-    """What calling ``fn`` runs: through any ``functools.partial``, and an object's ``__call__``."""
+def _unwrapped(fn: Callable[..., Any]) -> tuple[Any, Any]:
+    """What calling ``fn`` runs: through any ``functools.partial``, the callable itself and
+    what Python calls of it (an object's class ``__call__``; else the callable again)."""
     while isinstance(fn, functools.partial):
         fn = fn.func
     if inspect.isroutine(fn) or isinstance(fn, type) or not callable(fn):
-        return fn
-    return type(fn).__call__
+        return fn, fn
+    return fn, type(fn).__call__
 
 
 def _is_async(fn: Callable[..., Any]) -> bool:
     """Whether calling ``fn`` starts a coroutine: an ``async def`` (through any
     ``functools.partial``) or an object whose ``__call__`` is one."""
-    while isinstance(fn, functools.partial):
-        fn = fn.func
     # (the object itself first: one that says it is a coroutine function, an ``AsyncMock``, is)
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(_unwrapped(fn))
+    made, called = _unwrapped(fn)
+    return inspect.iscoroutinefunction(made) or inspect.iscoroutinefunction(called)
 
 
 def _generates(fn: Callable[..., Any]) -> bool:
     """Whether calling ``fn`` makes a generator or an async generator (its body runs as it is
     iterated: after a run around the call would have committed, and outside it)."""
-    made = _unwrapped(fn)
-    return inspect.isgeneratorfunction(made) or inspect.isasyncgenfunction(made)
+    called = _unwrapped(fn)[1]
+    return inspect.isgeneratorfunction(called) or inspect.isasyncgenfunction(called)
 
 
 def bound(

@@ -37,6 +37,15 @@ def utf8_text(value: str) -> bool:
     return value.isascii() or _surrogate_in(value) is None
 
 
+def shown(value: object) -> str:
+    """``value`` as a message shows it: the JSON the caller sent (``true``, not Python's
+    ``True``), or its ``repr`` where JSON has no form for it (a Python caller's object)."""
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:
+        return repr(value)
+
+
 def encode(value: JSON) -> bytes:
     """Compact UTF-8 JSON bytes; key order is preserved. Refuses what JSON cannot carry, as
     :func:`check` does (its lone surrogate test is the encoding's own: see :func:`checked_copy`)."""

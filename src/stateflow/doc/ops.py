@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple
 
-from stateflow.doc.canonical import JSON, check, checked_copy, json_equal, kind
+from stateflow.doc.canonical import JSON, check, checked_copy, json_equal, kind, shown
 from stateflow.doc.copies import APPEND_STEP, Copies, list_copy, made
 from stateflow.doc.select import MISSING
 from stateflow.errors import InvalidJSON, OpError
@@ -238,7 +238,7 @@ def _parse_path(raw: object, allow_append: bool, what: str) -> Path:
                 raise OpError(f"'-' (append) is not allowed in this {what}")
             continue
         if type(seg) is not int and (isinstance(seg, bool) or not isinstance(seg, str | int)):
-            raise OpError(f"{what} segment {_as_json(seg)} must be a string key or a list index")
+            raise OpError(f"{what} segment {shown(seg)} must be a string key or a list index")
         if isinstance(seg, int):
             if seg < 0:
                 raise OpError(f"negative list index {seg} is not supported")
@@ -263,15 +263,7 @@ def _check_count(items: Sequence[Any], what: str) -> None:
 
 def _check_key(key: object, where: str) -> None:
     if isinstance(key, bool) or not isinstance(key, str | int):
-        raise OpError(f"{where} {_as_json(key)} must be a string or an integer")
-
-
-def _as_json(value: object) -> str:
-    """``value`` in a refusal as the JSON the caller sent (``true``, not Python's ``True``)."""
-    try:
-        return json.dumps(value, ensure_ascii=False)
-    except (TypeError, ValueError):  # (a Python caller's object JSON has no form for)
-        return repr(value)
+        raise OpError(f"{where} {shown(key)} must be a string or an integer")
 
 
 def _check_unique(keys: Sequence[Any], where: str) -> None:

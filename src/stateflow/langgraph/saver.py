@@ -1116,8 +1116,19 @@ class StateflowSaver(OwnsStore, BaseCheckpointSaver[str]):
                 retry_after=1,
             )
         self._erase([k for k in docs if k in gone])
-        # only once they are gone: a trim stopped before (refused, cut short) cut no link
-        self._materialize([k for k in docs if k not in gone], dropped, parents=True)
+        # only once they are gone: a trim stopped before (refused, cut short) cut no link; read
+        # again, the kept ones whose parent went only (``docs`` says which: a value's rewrite
+        # never moves a parent)
+        orphaned = []
+        for key, doc in docs.items():
+            names = _config(doc)
+            if (
+                key not in gone
+                and (names["thread_id"], names["checkpoint_ns"], names.get("parent_checkpoint_id")) in dropped
+            ):
+                orphaned.append(key)
+        if orphaned:
+            self._materialize(orphaned, dropped, parents=True)
 
     def _refuse_severed(self, docs: dict[str, dict[str, Any]], gone: set[str]) -> None:
         """``NotImplementedError`` where a checkpoint of ``docs`` kept has a ``DeltaChannel``

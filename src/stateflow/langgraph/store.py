@@ -213,8 +213,6 @@ class StateflowStore(OwnsStore, BaseStore):
             if ttl is NOT_PROVIDED and not self.ttl_config
             else _checked_ttl(_ensure_ttl(self.ttl_config, ttl))
         )
-        if value is not None and not isinstance(value, dict) and isinstance(value, Mapping):
-            value = as_dicts(value)  # (a read-only view, a ``UserDict``: stored as the object it is)
         # (the tuple made at once: the named tuple's class makes it through a Python call)
         op = tuple.__new__(PutOp, (namespace, str(key), value, index, ttl))
         if type(namespace) is not tuple:
@@ -411,6 +409,8 @@ class StateflowStore(OwnsStore, BaseStore):
                     items.append(erase_item(self.records.state, self.subject(op.namespace, op.key)))
                 continue
             if not isinstance(op.value, dict) and isinstance(op.value, Mapping):
+                # (a read-only view, a ``UserDict``: stored as the object it is — a ``put`` of
+                # one comes here too, through its call for anything but a dict)
                 op = op._replace(value=as_dicts(op.value))
             if not isinstance(op.value, dict):
                 raise ValueError(f"a store value must be a dict, got {type(op.value).__name__}")

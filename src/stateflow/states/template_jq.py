@@ -7,9 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Literal
 
-import orjson
-
-from stateflow.doc.canonical import JSON, decode, identical
+from stateflow.doc.canonical import JSON, decode, identical, shown
 from stateflow.doc.ops import parse_ops
 from stateflow.doc.select import MISSING
 from stateflow.errors import BadRequest, InvalidInput, InvalidJSON, NotFound, OpError, StateflowError
@@ -286,24 +284,16 @@ def _subtree(data: JSON, path: list[str]) -> JSON:
     return node if type(node) is dict else {}
 
 
-def _json_text(value: Any) -> str:
-    """``value`` as JSON text for a message (as the caller wrote it, not Python's ``repr``)."""
-    try:
-        return orjson.dumps(value).decode()
-    except TypeError:
-        return repr(value)
-
-
 def _rebase(ops: Any, base: list[str], what: str) -> list[Any]:
     if not isinstance(ops, list):
         raise TemplateInvalid(
-            f"{what} is an update program, so its jq must return an op batch (a list of ops), got {_json_text(ops)}"
+            f"{what} is an update program, so its jq must return an op batch (a list of ops), got {shown(ops)}"
         )
     out = []
     for n, op in enumerate(ops):
         if not isinstance(op, dict) or not isinstance(op.get("path"), list):
             raise TemplateInvalid(
-                f"{what} returned ops[{n}] = {_json_text(op)}: an update program's op must be an "
+                f"{what} returned ops[{n}] = {shown(op)}: an update program's op must be an "
                 "object carrying a list path"
             )
         rebased = {**op, "path": [*base, *op["path"]]}
