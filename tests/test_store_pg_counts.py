@@ -5,6 +5,7 @@ sends is the server's ``stateflow_subject_kind``."""
 
 from __future__ import annotations
 
+import json
 import math
 import threading
 from collections import Counter
@@ -48,9 +49,25 @@ def exact(store: PostgresStore) -> Counts:
     return stored
 
 
-def deltas(store: PostgresStore) -> list[tuple[str, str, str, int]]:
+def delta_rows(store: PostgresStore) -> list[tuple[str, str, str, int]]:
+    """The ``count_deltas`` rows (the write functions' and the delete triggers')."""
     with store._read_tx() as tx:
         return sorted((s, c, n, int(d)) for s, c, n, d in tx.all("SELECT * FROM count_deltas"))
+
+
+def in_transitions(store: PostgresStore) -> list[tuple[str, str, str, int]]:
+    """The deltas the unfolded transitions keep (the fast statements', schema 46), one per entry."""
+    with store._read_tx() as tx:
+        texts = tx.all(
+            "SELECT counted FROM transitions WHERE counted IS NOT NULL AND seq > "
+            "(SELECT CAST(value AS BIGINT) FROM stateflow_meta WHERE key = 'counts_folded')"
+        )
+    return sorted((s, c, n, int(d)) for (text,) in texts for s, c, n, d in json.loads(text))
+
+
+def deltas(store: PostgresStore) -> list[tuple[str, str, str, int]]:
+    """Every unfolded delta, wherever its writer keeps it."""
+    return sorted(delta_rows(store) + in_transitions(store))
 
 
 def fold(store: PostgresStore) -> None:
@@ -78,7 +95,9 @@ def test_each_fast_shape_appends_its_deltas_and_the_counters_stay_exact(
     # creating, one document: +1 its kind, +1 each member
     store.update([thread], setting(thread, {"a": 1, "b": [2]}), optimistic=True)
     assert fast(commits) and commits[-1].shape[3] == 1
-    assert deltas(store) == [
+    # (kept in the transition row the statement writes, no row of ``count_deltas``: schema 46)
+    assert delta_rows(store) == []
+    assert in_transitions(store) == [
         ("notes", "kind", "thread", 1),
         ("notes", "member", "a", 1),
         ("notes", "member", "b", 1),
@@ -259,12 +278,28 @@ def test_folds_racing_each_other_and_writers_keep_the_counters_exact(pg_schema_u
         assert isinstance(store, PostgresStore)
         counts = exact(store)
         assert counts
-        # two folds at once: the second skips (its lock tried, not waited for), neither counts twice
+        # two folds at once: one after a commit skips (its lock tried, not waited for), one that
+        # waits folds after the other committed; none counts twice
         with psycopg.connect(pg_schema_url) as a, psycopg.connect(pg_schema_url) as b:
             a.execute(pg._FOLD_IN_TX)  # (a's transaction holds the fold's lock until its commit)
-            b.execute(pg._FOLD_IN_TX)
+            b.execute(pg._FOLD_TRIED)
             a.commit()
             b.commit()
+        assert deltas(store) == [] and exact(store) == counts
+        writing = stores[0]
+        key = DocKey("notes", encode_subject("agent", "a", "thread", "late"))
+        writing.update([key], setting(key, {"late": 1}), optimistic=True)  # (kept in its transition)
+        with psycopg.connect(pg_schema_url) as a, psycopg.connect(pg_schema_url) as b:
+            a.execute(pg._FOLD_IN_TX)
+            waiting = threading.Thread(target=b.execute, args=(pg._FOLD_IN_TX,))
+            waiting.start()  # (its snapshot taken before a commits: it reads what a folded, locked)
+            waiting.join(0.3)
+            assert waiting.is_alive()  # (waits for a's lock)
+            a.commit()
+            waiting.join()
+            b.commit()
+        counts[("notes", "kind", "thread")] += 1
+        counts[("notes", "member", "late")] = 1
         assert deltas(store) == [] and exact(store) == counts
     finally:
         for s in stores:

@@ -55,7 +55,8 @@ def _creating_sent(sent: list[Any]) -> list[FastCommit]:
 def _new_row(params: FastCommit) -> int:
     """Where the first new row's values (id, state, subject, …) start in ``params.values``."""
     checked = params.shape[3] if params.shape[3] > 1 else 0  # (several new keys: checked absent too)
-    return 2 * (params.shape[0] + checked) + 2 * params.shape[1] + 3
+    # (after the time, origin, seq lock and the transition's counted deltas)
+    return 2 * (params.shape[0] + checked) + 2 * params.shape[1] + 4
 
 
 def test_creating_commits_write_the_rows_the_commit_function_writes(

@@ -96,11 +96,12 @@ class Backend(abc.ABC):
     readers go from a transition to its changes through them."""
 
     counts_in_transitions: ClassVar[bool] = False
-    """Whether writers keep their counters' deltas in their transition's row
+    """Whether every writer keeps its counters' deltas in its transition's row
     (``transitions.counted``, SQLite since schema 43: ``counting.count_plans`` over the plans
     of each commit, folded by the commit of every ``counting.FOLD_EVERY``-th seq, and a purge
-    counts what it deletes); False: the database counts (PostgreSQL: its writers append
-    ``count_deltas`` rows, its delete triggers too)."""
+    counts what it deletes); False: the database counts (PostgreSQL: its fast statements keep
+    the client's deltas in ``transitions.counted`` since schema 46, its write functions and
+    delete triggers append ``count_deltas`` rows)."""
 
     change_row_max: ClassVar[int | None] = None
     """The most bytes of paths and inline edits a ``changes`` row holds (SQLite since schema 12,

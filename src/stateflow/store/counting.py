@@ -2,11 +2,16 @@
 
 A counter is its ``state_counts`` row plus the sum of its unfolded deltas; readers sum both in
 one statement (one snapshot: a fold removes its deltas from the sum and adds them to the rows in
-one transaction, so a reader sees either, never both nor neither). On PostgreSQL (schema 36)
-every writer appends the deltas of what it writes to ``count_deltas`` in its own transaction — a
-fast statement from the client's values (``pg_fast``), the write functions and the delete
-triggers from their rows — and a fold moves them into ``state_counts`` after every
-``FOLD_EVERY``-th seq (``FOLD``). On SQLite (schema 43) every writer counts its plans in Python
+one transaction, so a reader sees either, never both nor neither). On PostgreSQL every writer
+keeps the deltas of what it writes in its own transaction: a fast statement (``pg_fast``) in
+the transition row it writes anyway (``transitions.counted``, schema 46: the client's values, as
+SQLite's writers keep theirs), the write functions and the delete triggers as rows of
+``count_deltas`` (schema 36: counted from their rows on the server). A fold moves both into
+``state_counts`` after every ``FOLD_EVERY``-th seq (``POSTGRES_FOLD``): the ``count_deltas`` rows,
+and the transitions' deltas after ``stateflow_meta`` ``counts_folded`` up to the newest seq it
+sees — seqs become visible in commit order (the seq lock), so none at or below that one commits
+later. Readers sum the rows, the ``count_deltas`` rows and those transitions' deltas in Python
+(:func:`summed`), from one statement (``POSTGRES_COUNTER_ROWS``). On SQLite (schema 43) every writer counts its plans in Python
 (:func:`count_plans`) and keeps the deltas in the transition row it writes anyway
 (``transitions.counted``, :func:`encoded`; NULL when nothing moved), and the commit of every
 ``FOLD_EVERY``-th seq folds those after ``stateflow_meta`` ``counts_folded`` into the rows
@@ -48,18 +53,67 @@ FOLD_EVERY: Final = 250
 every so many, whichever process and path wrote it (a read scans every unfolded delta, a
 commit appends a few; a fold costs ~1.5 µs a delta and ~1 ms once)."""
 
-FOLD: Final = (
-    "WITH l AS MATERIALIZED (SELECT pg_try_advisory_xact_lock({key}) AS held), "
+_POSTGRES_UNFOLDED: Final = (
+    "seq > (SELECT CAST(value AS BIGINT) FROM stateflow_meta WHERE key = 'counts_folded')"
+)
+"""PostgreSQL: the transitions whose deltas are not folded yet — a range of the ``transitions``
+key after ``counts_folded``."""
+
+POSTGRES_COUNTER_ROWS: Final = (
+    "SELECT state, counter, name, n, NULL FROM state_counts WHERE state = ? "
+    "UNION ALL SELECT state, counter, name, delta, NULL FROM count_deltas WHERE state = ? "
+    "UNION ALL SELECT NULL, NULL, NULL, NULL, counted FROM transitions "
+    f"WHERE {_POSTGRES_UNFOLDED} AND counted IS NOT NULL AND position(? IN counted) > 0"
+)
+"""PostgreSQL: one state's counter rows and ``count_deltas`` rows (``?``: the state, twice), and
+the deltas of the unfolded transitions that name it (``?``: the state as a JSON string,
+:func:`quoted`), in one statement (one snapshot), summed by :func:`summed`."""
+
+POSTGRES_ALL_COUNTER_ROWS: Final = (
+    "SELECT state, counter, name, n, NULL FROM state_counts "
+    "UNION ALL SELECT state, counter, name, delta, NULL FROM count_deltas "
+    f"UNION ALL SELECT NULL, NULL, NULL, NULL, counted FROM transitions WHERE {_POSTGRES_UNFOLDED} "
+    "AND counted IS NOT NULL"
+)
+"""``POSTGRES_COUNTER_ROWS`` for every state."""
+
+POSTGRES_FOLD: Final = (
+    "WITH l AS MATERIALIZED (SELECT {held}), "
+    # (locked: a fold that committed since this statement's snapshot was taken — while it waited
+    # for the lock — is read as it left the row, so nothing is folded twice)
+    "f AS MATERIALIZED (SELECT CAST(value AS BIGINT) AS folded FROM stateflow_meta "
+    "WHERE key = 'counts_folded' AND (SELECT held FROM l) FOR UPDATE), "
+    "u AS MATERIALIZED (SELECT max(seq) AS upto FROM transitions WHERE seq > (SELECT folded FROM f)), "
+    "t AS (SELECT e ->> 0 AS state, e ->> 1 AS counter, e ->> 2 AS name, CAST(e ->> 3 AS BIGINT) AS delta "
+    "FROM transitions, jsonb_array_elements(CAST(counted AS jsonb)) AS e "
+    "WHERE seq > (SELECT folded FROM f) AND seq <= (SELECT upto FROM u) AND counted IS NOT NULL), "
+    "m AS (UPDATE stateflow_meta SET value = CAST((SELECT upto FROM u) AS TEXT) "
+    "WHERE key = 'counts_folded' AND (SELECT upto FROM u) IS NOT NULL), "
     "d AS (DELETE FROM count_deltas WHERE (SELECT held FROM l) RETURNING state, counter, name, delta) "
     "INSERT INTO state_counts (state, counter, name, n) "
-    "SELECT state, counter, name, sum(delta) FROM d GROUP BY state, counter, name "
+    "SELECT state, counter, name, sum(delta) FROM (SELECT * FROM d UNION ALL SELECT * FROM t) AS x "
+    "GROUP BY state, counter, name "
     # (rows upserted in key order, as any other folder would take them)
     "ORDER BY state, counter, name "
     "ON CONFLICT (state, counter, name) DO UPDATE SET n = state_counts.n + excluded.n"
 )
-"""PostgreSQL: the deltas summed into ``state_counts`` and deleted, in one statement, where its
-transaction takes the fold's advisory lock (``{key}``): a second folder skips instead of
-queueing on the rows."""
+"""PostgreSQL: the ``count_deltas`` rows and the unfolded transitions' deltas (up to the newest
+seq this snapshot sees, then ``counts_folded``) summed into ``state_counts``, the rows deleted,
+in one statement, where ``{held}`` (a column ``held``) holds the fold's advisory lock: tried
+after a commit (a second folder skips instead of queueing on the rows, :func:`tried`); waited for
+where the transitions it folds may be deleted after it (a skipped fold would lose their deltas,
+:func:`waited`)."""
+
+
+def tried(lock: str) -> str:
+    """``POSTGRES_FOLD`` where ``lock`` (SQL: the fold's advisory lock id) is free, else nothing."""
+    return POSTGRES_FOLD.format(held=f"pg_try_advisory_xact_lock({lock}) AS held")
+
+
+def waited(lock: str) -> str:
+    """``POSTGRES_FOLD`` once ``lock`` is taken (waiting for another fold to end)."""
+    return POSTGRES_FOLD.format(held=f"true AS held FROM (SELECT pg_advisory_xact_lock({lock})) AS k")
+
 
 _ESCAPED: Final = re.compile(r'\["(?:[^"\\]|\\.)*","(?:[^"\\]|\\.)*","([^"\\]*)","(?:[^"\\]|\\.)*"\]', re.S)
 

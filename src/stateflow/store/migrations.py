@@ -462,6 +462,19 @@ within the bound of a record kept whole (~40 tasks of two small writes instead o
 next write to one converts it whole. The step keeps version-44 processes out: their saver
 reads only the earlier shape, and would answer a checkpoint without the pending writes of the
 current one. Nothing is rewritten; both backends only record the version.
+
+Version 46, on PostgreSQL, has the fast statements (``pg_fast``: nearly every LangGraph write, a
+new record, a member added) keep their counters' deltas in the transition row they write anyway —
+``transitions.counted``, SQLite's column and text since version 43 (``[[state, counter, name,
+delta], …]``, NULL where nothing moved), the client's values — instead of ``count_deltas`` rows:
+two heap rows fewer in a saver ``put``, one in a ``put_writes`` adding a bucket, and none for the
+fold to delete. ``stateflow_meta`` ``counts_folded`` is the newest seq whose transition's deltas
+are in ``state_counts`` (the newest seq at the upgrade: every older row's ``counted`` is NULL).
+The write functions, the server merge and the delete triggers keep appending ``count_deltas``
+(counted from their rows on the server). A counter is its row plus its ``count_deltas`` rows plus
+the deltas of the transitions after that seq, read in one statement; a fold folds both
+(``counting.POSTGRES_FOLD``). The step keeps version-45 processes out: they would read the
+counters without the transitions' deltas. No row is rewritten; SQLite only records the version.
 """
 
 from __future__ import annotations
@@ -470,7 +483,7 @@ import re
 from collections.abc import Sequence
 from typing import Final
 
-SCHEMA_VERSION: Final = 45
+SCHEMA_VERSION: Final = 46
 
 VALUE_INDEX_MAX: Final = 1024
 """Members up to this encoded size are in ``members_by_value`` (scalars only)."""
@@ -635,6 +648,13 @@ DROP TRIGGER count_members_delete;
 INSERT INTO stateflow_meta (key, value) SELECT 'counts_folded', CAST(coalesce(max(seq), 0) AS TEXT) FROM transitions;
 """
 """Version 43 (SQLite): the writers' deltas in their transition rows, the counting triggers gone."""
+
+_COUNTED_BY_FAST_STATEMENTS: Final = """
+ALTER TABLE transitions ADD COLUMN IF NOT EXISTS counted TEXT;
+INSERT INTO stateflow_meta (key, value) SELECT 'counts_folded', CAST(coalesce(max(seq), 0) AS TEXT) FROM transitions
+ON CONFLICT (key) DO NOTHING;
+"""
+"""Version 46 (PostgreSQL): the fast statements' deltas in their transition rows."""
 
 _NODES: Final = """
 CREATE TABLE nodes (
@@ -912,6 +932,7 @@ CREATE INDEX members_by_value ON members (name, {SQLITE_VALUE.format(m="")})
     43: _COUNTED_IN_TRANSITIONS,
     44: "",
     45: "",
+    46: "",
 }
 
 _JSONB_CAN_HOLD: Final = "{m}size <= 1048576 AND position('\\x5c7530303030'::bytea IN {m}body) = 0"
@@ -4467,6 +4488,7 @@ $$;
     43: "",
     44: "",
     45: "",
+    46: _COUNTED_BY_FAST_STATEMENTS,
 }
 
 

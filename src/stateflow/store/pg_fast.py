@@ -52,7 +52,7 @@ from collections.abc import Callable, Sequence
 from functools import lru_cache
 from typing import Any, Final
 
-from stateflow.store.counting import subject_kind
+from stateflow.store.counting import Moved, encoded, subject_kind
 from stateflow.store.migrations import SCHEMA_VERSION
 from stateflow.store.model import DocKey
 from stateflow.store.plan import WritePlan
@@ -115,8 +115,7 @@ def fast_values(
     if not created:
         for _key, row in locked:
             lock += (b"%d" % row.doc_id, b"%d" % row.revision)
-    kinds: list[bytes | None] = []  # (the counters' deltas: state and kind, state and member name)
-    names: list[bytes | None] = []
+    moved: Moved = {}  # (the counters' deltas: the transition's ``counted``)
     upd: list[bytes | None] = []
     ins: list[bytes | None] = []
     docs: list[bytes | None] = []
@@ -125,15 +124,16 @@ def fast_values(
         d = p.document
         if not p.present or p.deletes or p.nodes or p.edits or p.inline is None or p.snapshot or d is None:
             return None
-        moved = p.present != p.was_present
-        state = b""
-        if moved or p.inserts:  # (counted: a document made present — new, or 0 -> 1 — and members added)
+        flips = p.present != p.was_present
+        state = ""
+        if flips or p.inserts:  # (counted: a document made present — new, or 0 -> 1 — and members added)
             written = _key_of(p.doc_id, locked, created)
             if written is None:
                 return None
-            state = written.state.encode()
-            if moved:
-                kinds += (state, subject_kind(written.subject).encode())
+            state = written.state
+            if flips:
+                counter = (state, "kind", subject_kind(written.subject))
+                moved[counter] = moved.get(counter, 0) + 1
         for body, revision, size, outline, root, doc_id, name in p.updates:
             upd += (
                 body,
@@ -157,11 +157,12 @@ def fast_values(
                 root,
                 scalar_of(body, size),
             )
-            names += (state, name.encode())
+            counter = (state, "member", name)
+            moved[counter] = moved.get(counter, 0) + 1
         docs += (b"%d" % p.doc_id, b"%d" % p.revision, p.paths, p.inline, b"%d" % d.revision)
-        if moved:
+        if flips:
             docs.append(b"1" if d.present else b"0")
-        moves.append(moved)
+        moves.append(flips)
         docs += (
             b"%d" % d.snapshot_revision,
             b"%d" % d.bytes_since_snapshot,
@@ -179,10 +180,11 @@ def fast_values(
     )
     if not moves or not (lock or created) or max(shape[:6]) > MAX_ROWS or len(moves) > MAX_ROWS:
         return None
+    text = encoded(moved)
+    counted = [] if text is None else [text.encode()]
     if created:
-        made = _creating_values(absent, share, created, plans, ins, at, origin, seq_lock, shape)
-        return None if made is None else (shape, [*made[1], *kinds, *names])
-    return shape, [at.encode(), origin, seq_lock, *absent, *share, *lock, *upd, *ins, *docs, *kinds, *names]
+        return _creating_values(absent, share, created, plans, ins, at, origin, seq_lock, counted, shape)
+    return shape, [at.encode(), origin, seq_lock, *absent, *share, *lock, *counted, *upd, *ins, *docs]
 
 
 _UPD_FIELDS: Final = 8  # (a rewritten member row's parameters, ``_writes``)
@@ -226,6 +228,7 @@ def _creating_values(
     at: str,
     origin: bytes,
     seq_lock: bytes,
+    counted: list[bytes],
     shape: Shape,
 ) -> tuple[Shape, list[bytes | None]] | None:
     """A creating commit's parameters: each new row with its final values, in the lock order,
@@ -252,7 +255,7 @@ def _creating_values(
     changes: list[bytes | None] = []
     for p in plans:
         changes += (b"%d" % p.doc_id, b"%d" % p.revision, p.paths, p.inline)
-    return shape, [*absent, *share, at.encode(), origin, seq_lock, *rows, *ins, *changes]
+    return shape, [*absent, *share, at.encode(), origin, seq_lock, *counted, *rows, *ins, *changes]
 
 
 class _Params:
@@ -341,6 +344,7 @@ def _creating(p: _Params, ctes: list[str], gate: str, n_new: int, n_ins: int, n_
     """A commit whose documents are all new, after ``gate``'s checks: the seq lock, then the new
     rows inserted with their final values, the writes gated on every one of them inserted."""
     at, origin, seq_lock = p("text"), p("bytea", _B), p("bigint")
+    counted = p("text")  # (every new document is made present: its kind's delta, at least)
     # The seq lock, then the seq and ``lock_timeout``: evaluated on the locking subquery's row,
     # so only once the seq lock is held (the wait for it stays unbounded). Where the gate fails,
     # no seq is taken.
@@ -354,7 +358,7 @@ def _creating(p: _Params, ctes: list[str], gate: str, n_new: int, n_ins: int, n_
         f"{p('bigint')}, {p('bigint')})"
         for _ in range(n_new)
     )
-    # inserted with ``present`` 1 (counted by ``_counted``, on the row inserted). A key that
+    # inserted with ``present`` 1 (counted in the transition's ``counted``). A key that
     # exists (committed by another writer since the client looked): several rows insert nothing
     # for it (the count below); one row fails on the key's constraint (``KEY_TAKEN``), nothing
     # written (``ON CONFLICT``'s speculative insertion cost ~20,000 server instructions a write)
@@ -372,11 +376,15 @@ def _creating(p: _Params, ctes: list[str], gate: str, n_new: int, n_ins: int, n_
         # ``rows_of``), the transition's insert the statement itself (no count, no CTE of its
         # own to set up and scan again)
         rows_of, seq = "n", "n.updated_seq"
-        last = f"INSERT INTO transitions (seq, at, origin) SELECT n.updated_seq, {at}, {origin} FROM n RETURNING seq"
+        last = (
+            f"INSERT INTO transitions (seq, at, origin, counted) SELECT n.updated_seq, {at}, {origin}, {counted} "
+            "FROM n RETURNING seq"
+        )
     else:
         rows_of, seq, last = "t", "t.seq", "SELECT seq FROM t"
         ctes.append(
-            f"t AS (INSERT INTO transitions (seq, at, origin) SELECT q.seq, {at}, {origin} FROM q WHERE (SELECT "
+            f"t AS (INSERT INTO transitions (seq, at, origin, counted) SELECT q.seq, {at}, {origin}, {counted} "
+            "FROM q WHERE (SELECT "
             f"CASE count(*) WHEN {n_new} THEN true WHEN 0 THEN false ELSE count(*) / 0 = 0 END FROM n) RETURNING seq)"
         )
     if n_ins:
@@ -388,7 +396,6 @@ def _creating(p: _Params, ctes: list[str], gate: str, n_new: int, n_ins: int, n_
     ctes.append(
         f"c AS (INSERT INTO changes (doc_id, revision, seq, paths, edits) {' UNION ALL '.join(changes)})"
     )
-    _counted(p, ctes, rows_of, n_docs, n_ins)  # (every new document is made present)
     return "WITH " + ", ".join(ctes) + " " + last
 
 
@@ -422,9 +429,13 @@ def _writes(
     moves: tuple[bool, ...],
 ) -> str:
     """The seq lock (gated on ``gate``) and the writes after it, returning the seq."""
-    # the seq lock (held to commit: seq values become visible in commit order), after every lock
+    # the seq lock (held to commit: seq values become visible in commit order), after every lock;
+    # the counters' deltas in the transition where a document is made present or a member added
+    # (no fast shape deletes one)
+    counts, counted = ("", "") if not (any(moves) or n_ins) else (", counted", f", {p('text')}")
     ctes.append(
-        f"t AS (INSERT INTO transitions (at, origin) SELECT {at}, {origin} FROM (SELECT pg_advisory_xact_lock("
+        f"t AS (INSERT INTO transitions (at, origin{counts}) SELECT {at}, {origin}{counted} "
+        "FROM (SELECT pg_advisory_xact_lock("
         f"({fenced(seq_lock)} << 32) | (hashtext(current_schema())::bigint & 4294967295)) WHERE true{gate}) AS x "
         "RETURNING seq)"
     )
@@ -463,20 +474,4 @@ def _writes(
     ctes.append(
         f"c AS (INSERT INTO changes (doc_id, revision, seq, paths, edits) {' UNION ALL '.join(changes)})"
     )
-    _counted(p, ctes, "t", sum(moves), n_ins)
     return "WITH " + ", ".join(ctes) + " SELECT seq FROM t"
-
-
-def _counted(p: _Params, ctes: list[str], rows_of: str, n_kinds: int, n_names: int) -> None:
-    """The counters' deltas, a CTE joined to ``rows_of`` (the transition's, or one new document's
-    row: none where nothing is written) and its parameters after every other: +1 the kind of
-    each document made present (a new one, or one whose ``present`` moves: always to 1 here),
-    +1 each member added (no fast shape deletes one). Rows of ``count_deltas``, not the counters'
-    rows updated: no counter row locked, no trigger (schema 36, ``counting``)."""
-    rows = [f"({p('text')}, 'kind', {p('text')}, 1)" for _ in range(n_kinds)]
-    rows += [f"({p('text')}, 'member', {p('text')}, 1)" for _ in range(n_names)]
-    if rows:
-        ctes.append(
-            "k AS (INSERT INTO count_deltas (state, counter, name, delta) "
-            f"SELECT v.* FROM {rows_of}, (VALUES {', '.join(rows)}) AS v)"
-        )

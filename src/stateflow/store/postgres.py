@@ -52,7 +52,15 @@ from stateflow.store.cancel import CANCELLED, committed, current, uncancellable
 from stateflow.store.clock import restored_at, utc_now
 from stateflow.store.commit_groups import CommitGroups, Member
 from stateflow.store.core import ROWS_PER_QUERY
-from stateflow.store.counting import FOLD, FOLD_EVERY
+from stateflow.store.counting import (
+    FOLD_EVERY,
+    POSTGRES_ALL_COUNTER_ROWS,
+    POSTGRES_COUNTER_ROWS,
+    quoted,
+    summed,
+    tried,
+    waited,
+)
 from stateflow.store.history import SQL_INT_MAX
 from stateflow.store.id_blocks import IdBlocks
 from stateflow.store.listing import subjects_sql
@@ -1196,7 +1204,18 @@ class PostgresStore(SqlStore):
         tx.all(f"SELECT pg_advisory_xact_lock({_SEQ_LOCK_KEY})", (_SEQ_LOCK,))
         return ids
 
+    def _counter_rows(self, tx: Tx, state: str | None) -> list[tuple[str, str, str, int]]:
+        if state is None:
+            moved = summed(tx.all(POSTGRES_ALL_COUNTER_ROWS))
+        else:
+            moved = summed(tx.all(POSTGRES_COUNTER_ROWS, (state, state, quoted(state))), state)
+        return [(*counter, n) for counter, n in moved.items()]
+
     def _fold_counts(self, tx: Tx) -> None:
+        # (no JIT for the rest of the transaction: planned with sequential scans off, as the
+        # store's connections plan, the scan of ``count_deltas`` — no index — is priced past
+        # ``jit_above_cost`` and would be compiled, ~200 ms)
+        tx.run("SET LOCAL jit = off")
         tx.run(_FOLD_IN_TX)
 
     def _lock_nodes(self, tx: Tx) -> None:
@@ -1383,10 +1402,14 @@ _COMMIT_RAW: Final = _numbered(_COMMIT)
 """``_COMMIT`` as sent through libpq or a raw cursor (``_commit_alone``, ``_send_group``)."""
 _COMMIT_RAW_BYTES: Final = _COMMIT_RAW.encode()
 _NO_SEQSCAN: Final = "SET enable_seqscan = off"
-_FOLD_IN_TX: Final = FOLD.format(key=_SEQ_LOCK_KEY.replace("?", str(_FOLD_LOCK)))
+_FOLD_IN_TX: Final = waited(_SEQ_LOCK_KEY.replace("?", str(_FOLD_LOCK)))
+"""The fold in a transaction that may delete transitions after it (a purge, history retention):
+once any fold under way has ended, so that every transition it may delete is folded first."""
+_FOLD_TRIED: Final = tried(_SEQ_LOCK_KEY.replace("?", str(_FOLD_LOCK)))
+"""The fold where no other is under way (else nothing)."""
 _FOLD_AFTER_COMMITS: Final = (
     "BEGIN; SET LOCAL enable_seqscan = on; SET LOCAL jit = off; SET LOCAL synchronous_commit = off; "
-    f"{_FOLD_IN_TX}; COMMIT"
+    f"{_FOLD_TRIED}; COMMIT"
 )
 """The fold sent after a commit whose seq is a multiple of ``FOLD_EVERY`` (``_fold_after``), in a
 transaction of its own (one simple query: one round trip), off the seq lock. With sequential

@@ -131,8 +131,7 @@ class Retention(History):
         )
         if not seqs:
             return
-        if self.counts_in_transitions:  # (the deltas the transitions deleted below may hold)
-            self._fold_counts(tx)
+        self._fold_counts(tx)  # (the deltas the transitions deleted below may hold)
         # a document's last write stays: its time is the record's updated_at, which record
         # retention compares with its cutoff (gone, the record never expired). Any document's,
         # not only this state's (a batch's transition may span states), and no index leads from
