@@ -14,8 +14,10 @@ import math
 import os
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, fields, replace
+from datetime import date, time
 from typing import Any, ClassVar, Final, Self
 
+from stateflow.doc.canonical import shown
 from stateflow.errors import InvalidInput
 from stateflow.store.open import display_location
 
@@ -327,7 +329,20 @@ def _typed(value: Any, annotation: Any, where: str, *, words: bool = False, text
         pass
     else:
         return value
-    raise InvalidConfig(f"{where}: {value!r} is not a valid {kind.replace(' | None', '')}")
+    raise InvalidConfig(f"{where}: {_spelled(value)} is not a valid {kind.replace(' | None', '')}")
+
+
+def _spelled(value: Any) -> str:
+    """``value`` as the file or the environment spells it (``true``, not Python's ``True``):
+    text quoted (TOML reads ``'7'`` as the string it is), ``inf`` and ``nan`` as TOML writes
+    them, a date or time as its TOML literal, anything else as JSON."""
+    if isinstance(value, str):
+        return repr(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, date | time):  # (a datetime is a date)
+        return value.isoformat()
+    return shown(value)
 
 
 def _mask_spec(spec: str) -> str:

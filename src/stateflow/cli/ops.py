@@ -40,11 +40,12 @@ def check(ctx: Context, as_json: bool, progress: bool | None) -> None:
 
     location = resolve_store_url(ctx.store_location)
     path = sqlite_file(location)
-    report = CheckReport(display_location(location, absolute=True))
     with (
         _interrupted("the check did not finish (it only reads: nothing was changed)"),
         progress_.reporting("check", progress) as reporter,
     ):
+        # (its counts go to the progress too: the file's pages are shown as the store's rows are)
+        report = CheckReport(display_location(location, absolute=True), progress=reporter)
         if path is not None and path.exists():
             reporter.phase("the file's pages")
             sqlite_file_integrity(str(path), report)

@@ -34,17 +34,25 @@ class Reporter:
     ``LABEL: PHASE: 1,200 documents, 3,400 revisions``; ``bytes`` of a known total show as a
     percentage. Called once per item, so it renders only every :data:`REFRESH` seconds."""
 
-    def __init__(self, label: str, show: Callable[[str], None] | None, every: float) -> None:
+    def __init__(
+        self, label: str, show: Callable[[str], None] | None, every: float, *, lines: bool = False
+    ) -> None:
         self.label = label
         self.counts: dict[str, int] = {}
         self.total: int | None = None
         self._phase = ""
         self._show = show
         self._every = every
+        self._lines = lines
+        """plain lines (a log): each phase ends with a ``(done)`` line, as the last one does"""
         self._last = time.monotonic()
 
     def phase(self, name: str, total: int | None = None) -> None:
-        """Start a phase (``checking the dump``); its counts start again from zero."""
+        """Start a phase (``checking the dump``); its counts start again from zero. In plain
+        lines the phase before it ends with its own ``(done)`` line, so that every phase a log
+        shows starting is shown finished, with what it counted."""
+        if self._lines and self._phase and self._show is not None:
+            self._show(f"{self.text()} (done)")
         self._phase, self.total, self.counts = name, total, {}
         self._render(force=True)
 
@@ -81,7 +89,7 @@ def reporting(label: str, progress: bool | None) -> Iterator[Reporter]:
         yield Reporter(label, None, 0)
         return
     if not terminal:
-        reporter = Reporter(label, lambda text: click.echo(text, err=True), INTERVAL)
+        reporter = Reporter(label, lambda text: click.echo(text, err=True), INTERVAL, lines=True)
         yield reporter
         click.echo(f"{reporter.text()} (done)", err=True)
         return

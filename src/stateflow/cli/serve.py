@@ -132,7 +132,13 @@ def serve(
 
 def _token_specs(config: Config) -> tuple[list[str], str | None]:
     """The token specs in effect (validated), and a line to tell the operator, if any."""
-    from stateflow.http.auth import load_or_create_token, parse_tokens, read_token_file, token_specs
+    from stateflow.http.auth import (
+        load_or_create_token,
+        parse_tokens,
+        read_token_file,
+        token_file_in_effect,
+        token_specs,
+    )
 
     # flags beat the environment, which beats the file (one token setting, in either form: see
     # Config.from_layers); the operator is told which source is in effect, and a refusal names it
@@ -142,12 +148,12 @@ def _token_specs(config: Config) -> tuple[list[str], str | None]:
         source = config.sources.get("server.tokens", "the configuration")
         named = [(f"{source}, token {n} of {len(specs)}", spec) for n, spec in enumerate(specs, 1)]
         return [t.spec for t in parse_tokens(named)], f"using the API tokens given by {source}"
-    if config.server.token_file:
-        source = config.sources.get("server.token_file", "the configuration")
-        where = config.server.token_file
-        tokens = read_token_file(Path(where), source)
-        return [t.spec for t in tokens], f"using the API tokens in {where} ({source})"
-    kept, created = load_or_create_token()
+    # the file `stateflow token` manages too (one resolution for both)
+    where, given = token_file_in_effect(config)
+    if given is not None:
+        tokens = read_token_file(where, given)
+        return [t.spec for t in tokens], f"using the API tokens in {where} ({given})"
+    kept, created = load_or_create_token(where)
     if created:
         return [kept[0].spec], f"created an API token (kept in your data directory): {kept[0].secret}"
     return [t.spec for t in kept], "using the API tokens kept in your data directory (stateflow token show)"

@@ -1,32 +1,43 @@
 """``stateflow token show|create|revoke``: the API tokens kept in a token file.
 
-The file (default: ``api-token`` in the data directory, the one ``stateflow serve`` uses when
-no token is configured) holds one spec per line and is written 0600. Secrets are printed only
+The file is the one ``stateflow serve`` reads, found the same way (``--token-file``,
+``STATEFLOW_TOKEN_FILE``, ``[server] token_file``; else ``api-token`` in the data directory, the
+one serve keeps when no token is configured); it holds one spec per line and is written 0600. Secrets are printed only
 when asked (``create`` prints the new one once; ``show --secrets``), never needed as arguments.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
 
-from stateflow.cli.common import refusals
+from stateflow.cli.common import Context, pass_context, refusals
 from stateflow.cli.examples import decorate
 from stateflow.errors import InvalidInput, NotFound
 
 token_file_option = click.option(
     "--token-file",
     type=click.Path(dir_okay=False, path_type=Path),
-    envvar="STATEFLOW_TOKEN_FILE",
-    help="The token file [env STATEFLOW_TOKEN_FILE; default: api-token in the data directory].",
+    help="The token file [env STATEFLOW_TOKEN_FILE; stateflow.toml [server] token_file; "
+    "default: api-token in the data directory].",
 )
 
 
-def _file(token_file: Path | None) -> Path:
-    from stateflow.http.auth import default_token_file
+def _file(ctx: Context, token_file: Path | None) -> tuple[Path, str | None]:
+    """The token file `stateflow serve` reads, found as serve finds it (flag > environment >
+    configuration file > the kept file), and the setting that named it (None: the kept file).
+    The environment is read with the configuration, not by click, so a refusal names the
+    setting as serve's does."""
+    from stateflow.http.auth import token_file_in_effect
 
-    return token_file or default_token_file()
+    config, _ = ctx.settings({"server": {"token_file": str(token_file) if token_file else None}})
+    path, source = token_file_in_effect(config)
+    if config.server.tokens:  # (specs given as such win over any file: serve reads none)
+        given = config.sources.get("server.tokens", "the configuration")
+        click.echo(f"warning: stateflow serve uses the API tokens given by {given}, not {path}", err=True)
+    return path, source
 
 
 @click.group("token")
@@ -37,13 +48,14 @@ def token() -> None:
 @token.command("show")
 @token_file_option
 @click.option("--secrets", is_flag=True, help="Print the specs, secrets included.")
+@pass_context
 @refusals
-def show(token_file: Path | None, secrets: bool) -> None:
+def show(ctx: Context, token_file: Path | None, secrets: bool) -> None:
     """List the kept tokens: fingerprint (as the audit trail shows it), access, targets."""
     from stateflow.http.auth import read_token_file
 
-    path = _file(token_file)
-    tokens = read_token_file(path)
+    path, source = _file(ctx, token_file)
+    tokens = read_token_file(path, source)
     click.echo(f"# {path}", err=True)
     for kept in tokens:
         click.echo(kept.spec if secrets else kept.describe())
@@ -55,13 +67,14 @@ def show(token_file: Path | None, secrets: bool) -> None:
 @click.option(
     "--target", "targets", multiple=True, metavar="KIND/NAME", help="Limit to this tenant (repeatable)."
 )
+@pass_context
 @refusals
-def create(token_file: Path | None, read_only: bool, targets: tuple[str, ...]) -> None:
+def create(ctx: Context, token_file: Path | None, read_only: bool, targets: tuple[str, ...]) -> None:
     """Add a new random token to the file and print its secret once."""
     from stateflow.http.auth import new_secret, parse_token, read_token_file, write_token_file
 
-    path = _file(token_file)
-    kept = read_token_file(path) if path.exists() else []
+    path, source = _file(ctx, token_file)
+    kept = read_token_file(path, source) if os.path.exists(path) else []  # (never raises: the write refuses)
     spec = new_secret() + (":read" if read_only else "") + ("@" + ",".join(targets) if targets else "")
     new = parse_token(spec)  # validates the targets
     write_token_file(path, [t.spec for t in kept] + [new.spec])
@@ -72,14 +85,15 @@ def create(token_file: Path | None, read_only: bool, targets: tuple[str, ...]) -
 @token.command("revoke")
 @click.argument("fingerprint")
 @token_file_option
+@pass_context
 @refusals
-def revoke(fingerprint: str, token_file: Path | None) -> None:
+def revoke(ctx: Context, fingerprint: str, token_file: Path | None) -> None:
     """Remove the token with this fingerprint (``token:<12 hex>``, as `show` lists it)."""
     from stateflow.http.auth import read_token_file, write_token_file
 
-    path = _file(token_file)
+    path, source = _file(ctx, token_file)
     wanted = fingerprint if fingerprint.startswith("token:") else f"token:{fingerprint}"
-    kept = read_token_file(path)
+    kept = read_token_file(path, source)
     left = [t for t in kept if t.principal != wanted]
     if len(left) == len(kept):
         raise NotFound(f"no token {wanted} in {path} (stateflow token show lists them)")

@@ -570,11 +570,14 @@ def create_app(
         except StateflowError as exc:
             return _json(503, {"error": exc.message, "code": exc.code, "ready": False})
         if version != SCHEMA_VERSION:
+            # the remedy differs: an older schema is migrated; a newer one only a newer
+            # stateflow reads (migrate never downgrades)
+            newer = (version or 0) > SCHEMA_VERSION
             message = (
                 f"the store is at schema version {version or 0}, this server needs {SCHEMA_VERSION}; "
-                "run `stateflow migrate`"
+                + ("upgrade stateflow to serve it" if newer else "run `stateflow migrate`")
             )
-            code = "store-too-new" if (version or 0) > SCHEMA_VERSION else "store-not-migrated"
+            code = "store-too-new" if newer else "store-not-migrated"
             return _json(503, {"error": message, "code": code, "ready": False})
         return _json(200, {"data": {"ready": True, "schema_version": version}})
 

@@ -10,19 +10,27 @@ directory (``stateflow token show|create|revoke`` manage that file).
 
 from __future__ import annotations
 
+import errno
 import functools
 import hashlib
 import hmac
 import locale
+import os
 import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import platformdirs
 
 from stateflow.errors import Forbidden as Forbidden  # re-exported: the API's callers import it here
-from stateflow.errors import InvalidInput, StateflowError
+from stateflow.errors import InvalidInput, StateflowError, StorePermissionDenied, TargetUnwritable
 from stateflow.files import make_private_dirs, replace_private
+
+if TYPE_CHECKING:
+    from stateflow.config import Config
 
 
 class Unauthorized(StateflowError):
@@ -151,22 +159,50 @@ def new_secret() -> str:
 
 
 def write_token_file(path: Path, specs: list[str]) -> None:
-    """Replace the token file (0600; each folder it creates 0700) atomically."""
-    make_private_dirs(path.parent)
+    """Replace the token file (0600; each folder it creates 0700) atomically; a file or folder
+    the operating system will not let us make is refused as a store's is (``permission-denied``)."""
     # (in the encoding ``read_token_file``'s ``read_text`` reads, as text mode wrote it)
     text = "".join(spec + "\n" for spec in specs)
-    replace_private(path, [text.encode(locale.getpreferredencoding(False))])
+    with _writing(path):
+        make_private_dirs(path.parent)
+        replace_private(path, [text.encode(locale.getpreferredencoding(False))])
+
+
+@contextmanager
+def _writing(path: Path) -> Iterator[None]:
+    """An operating-system refusal to make or replace the token file ``path`` as one clean
+    refusal naming it: permission as for a store file (``permission-denied: permission denied:
+    cannot create …``), anything else (a missing or read-only folder, a full disk) as an output
+    file that cannot be written."""
+    verb = "write" if os.path.lexists(path) else "create"
+    try:
+        yield
+    except PermissionError:
+        raise StorePermissionDenied(f"permission denied: cannot {verb} token file {path}") from None
+    except OSError as exc:
+        # (a folder on the way that is a file: make_private_dirs lets mkdir's "exists" through)
+        why = os.strerror(errno.ENOTDIR) if isinstance(exc, FileExistsError) else exc.strerror or exc
+        raise TargetUnwritable(f"cannot {verb} token file {path}: {why}") from None
 
 
 def default_token_file() -> Path:
     return Path(platformdirs.user_data_dir("stateflow", appauthor=False)) / "api-token"
 
 
+def token_file_in_effect(config: Config) -> tuple[Path, str | None]:
+    """The token file ``stateflow serve`` reads and ``stateflow token`` manages: the configured
+    one (``--token-file`` > ``STATEFLOW_TOKEN_FILE`` > ``[server] token_file``) and the setting
+    that named it, else the kept file in the data directory (no setting: None)."""
+    if config.server.token_file:
+        return Path(config.server.token_file), config.sources.get("server.token_file", "the configuration")
+    return default_token_file(), None
+
+
 def load_or_create_token(path: Path | None = None) -> tuple[list[Token], bool]:
     """The kept tokens, one full-access token created (0600) when the file is absent; returns
     (tokens, created)."""
     path = path or default_token_file()
-    if path.exists():
+    if os.path.exists(path):  # (never raises: a folder we may not look into fails at the write)
         return read_token_file(path), False
     secret = new_secret()
     write_token_file(path, [secret])

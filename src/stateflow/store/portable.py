@@ -34,6 +34,7 @@ from stateflow.errors import Conflict, InvalidInput, InvalidJSON
 from stateflow.store.base import SqlStore
 from stateflow.store.clock import restoring_time, utc_now
 from stateflow.store.model import DocKey, Write
+from stateflow.subjects import record_name
 
 FORMAT: Final = "stateflow-dump"
 VERSION: Final = 2
@@ -144,7 +145,7 @@ def _refuse_pruned(store: SqlStore) -> None:
     if row is not None:
         state, subject, revision = row
         raise InvalidInput(
-            f"the history of {state}/{subject} (revision {int(revision)}) was pruned by retention: a "
+            f"the history of {record_name(state, subject)} (revision {int(revision)}) was pruned by retention: a "
             "dump with history replays every document from revision 1, so it could not be loaded; "
             "dump the store with --no-history (documents only)"
         )
@@ -362,7 +363,7 @@ def _items(lines: Iterable[bytes], seen: Checked) -> Iterator[dict[str, Any]]:
     missing = next((key for key in revisions if key not in documents), None)
     if missing is not None:  # the document lines come last: the first cut loses some
         raise InvalidDump(
-            f"{cut}: the transitions change {missing[0]}/{missing[1]}, which has no document line"
+            f"{cut}: the transitions change {record_name(*missing)}, which has no document line"
         )
 
 
@@ -389,7 +390,7 @@ def _check_revisions(number: int, item: dict[str, Any], revisions: dict[tuple[st
             before = revisions.get(key, 0)
             if change["revision"] != before + 1:
                 raise InvalidDump(
-                    f"line {number}: transition {item['seq']} takes {key[0]}/{key[1]} to revision "
+                    f"line {number}: transition {item['seq']} takes {record_name(*key)} to revision "
                     f"{change['revision']}, but the transitions before it leave it at revision {before}"
                     + (pruned if before == 0 else "")
                 )
@@ -399,7 +400,7 @@ def _check_revisions(number: int, item: dict[str, Any], revisions: dict[tuple[st
         after = revisions.get(key, 0)
         if item["revision"] != after:
             raise InvalidDump(
-                f"line {number}: document {key[0]}/{key[1]} is at revision {item['revision']}, but the "
+                f"line {number}: the document line of {record_name(*key)} is at revision {item['revision']}, but the "
                 f"transitions take it to revision {after}" + (pruned if after == 0 else "")
             )
 

@@ -1027,7 +1027,7 @@ class SqliteStore(SqlStore):
 
     def _writer(self) -> sqlite3.Connection:
         if self.read_only:
-            raise StoreReadOnly(f"{self.path} is open read-only: nothing can be written")
+            raise StoreReadOnly(f"{self.url} is open read-only: nothing can be written")
         if self._writer_conn is None:
             self._writer_conn = self._open(writer=True)
         return self._writer_conn
@@ -1799,9 +1799,10 @@ def store_files(path: Path) -> list[Path]:
 def remove_created(path: Path, top: Path | None) -> None:
     """Take back a store this command created and closed (a refused load): the file, its -wal,
     -shm and -writer files, its request folder, and the folders made for it up to ``top``
-    (each only when empty)."""
+    (each only when empty). Never raises: it runs after a refusal, which is what the caller
+    must see (on a read-only file system, say, the file was never made and ``unlink`` fails)."""
     for name in store_files(path):
-        with suppress(FileNotFoundError):
+        with suppress(OSError):
             os.unlink(name)
     shutil.rmtree(f"{path}-requests", ignore_errors=True)
     folder = path.parent
