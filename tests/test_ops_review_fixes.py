@@ -304,3 +304,16 @@ def test_every_progress_step_that_starts_ends_with_done(tmp_path: Path) -> None:
     assert any(line.startswith("check: the file's pages: ") and " pages (done)" in line for line in lines), (
         lines
     )
+
+
+def test_a_store_path_through_a_regular_file_is_one_clean_refusal(tmp_path: Path) -> None:
+    """A folder on the store's path that is a regular file: no store can be opened or made there,
+    said in one line (it was a ``NotADirectoryError`` traceback), nothing written."""
+    blocker = tmp_path / "afile"
+    blocker.write_text("")
+    env = {**os.environ, "HOME": str(tmp_path)}
+    for args in (["doc", "put", "x", "y", "{}"], ["check"]):
+        out = sf(env, "--store", str(blocker / "s.db"), *args)
+        clean_refusal(out, "error[store-unavailable]: cannot open")
+        assert "a folder on its path is a file" in out.stderr
+    assert blocker.read_text() == ""

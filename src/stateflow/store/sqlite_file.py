@@ -13,7 +13,13 @@ from pathlib import Path
 from typing import Final
 from urllib.parse import quote
 
-from stateflow.errors import CorruptStore, StorePermissionDenied, StoreReadOnly, UnsupportedStore
+from stateflow.errors import (
+    CorruptStore,
+    StorePermissionDenied,
+    StoreReadOnly,
+    StoreUnavailable,
+    UnsupportedStore,
+)
 
 WAL_MAGIC: Final = (0x377F0682, 0x377F0683)
 """The first four bytes of a WAL file (big-endian), by checksum byte order."""
@@ -34,6 +40,8 @@ def preflight(path: Path) -> bool:
         return False
     except PermissionError:
         raise StorePermissionDenied(f"permission denied: cannot look at {path}") from None
+    except NotADirectoryError:  # (no store can be made there either: said now, not as a traceback)
+        raise StoreUnavailable(f"cannot open {path}: a folder on its path is a file") from None
     if stat.st_size > 0:
         with _held_lock:
             if (stat.st_dev, stat.st_ino) not in _held:  # (read only while no lock is held: below)
