@@ -293,6 +293,20 @@ def test_an_update_program_builds_on_the_runs_own_writes_and_on_writes_committed
     record = states.read("tickets", subject("t-8"))
     assert record is not None and record["data"] == {"counter": {"n": 6}}  # 5, then the update's +1
 
+    # no adapter: a program that declares no params takes no input, whatever the run returns
+    # (only one that declares params needs an adapter to fill them)
+    @bound(
+        states,
+        Binding("tickets", ".ticket_id", updates=[{"template_jq": "bump"}]),
+        target=("agent", "helpdesk"),
+    )
+    def answered(ticket_id: str) -> dict[str, str]:
+        return {"reply": "done"}
+
+    assert answered("t-8") == {"reply": "done"}
+    record = states.read("tickets", subject("t-8"))
+    assert record is not None and record["data"] == {"counter": {"n": 7}}
+
     @bound(states, counting, target=("agent", "helpdesk"))
     def count(ticket_id: str) -> None:
         return None

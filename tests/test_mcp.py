@@ -353,7 +353,8 @@ TODO = {
         "count": {"purpose": "input", "jq": {"content": ".items | length"}},
         "add": {
             "purpose": "update",
-            "jq": {"content": '[{"op": "set", "path": ["items"], "value": [$input]}]'},
+            "params": ["item"],
+            "jq": {"content": '[{"op": "set", "path": ["items"], "value": [$input.item]}]'},
         },
     },
 }
@@ -381,7 +382,7 @@ def test_http_declared_state_tools_on_request_with_tenancy(served: str, backend:
             out["enum"] = tools["state_merge"].input_schema["properties"]["state"]["enum"]
             out["merge"] = await bob.call_tool("state_merge", {"state": "notes", "patch": {"text": "hi"}})
             out["add"] = await bob.call_tool(
-                "state_template_jq", {"state": "notes", "program": "add", "input": 1}
+                "state_template_jq", {"state": "notes", "program": "add", "input": {"item": 1}}
             )
             out["read"] = await bob.call_tool("state_read", {"state": "notes"})
             out["memory_write"] = await bob.call_tool(
@@ -406,7 +407,7 @@ def test_http_declared_state_tools_on_request_with_tenancy(served: str, backend:
                 "state_template_jq", {"state": "notes", "program": "count"}
             )
             out["reader_add"] = await reader.call_tool(
-                "state_template_jq", {"state": "notes", "program": "add", "input": 2}
+                "state_template_jq", {"state": "notes", "program": "add", "input": {"item": 2}}
             )
             out["reader_search"] = await reader.call_tool("state_search", {"state": "notes"})
         async with http_client(served, FULL, agent="bob", session="s", states="nope") as unknown:

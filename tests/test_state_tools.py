@@ -133,14 +133,15 @@ def test_template_jq_through_the_tool(host: ToolHost) -> None:
                 },
                 "bump": {
                     "purpose": "update",
-                    "jq": {"content": '[{"op": "set", "path": ["n"], "value": ((.n // 0) + $input)}]'},
+                    "params": ["by"],
+                    "jq": {"content": '[{"op": "set", "path": ["n"], "value": ((.n // 0) + $input.by)}]'},
                 },
             },
         },
     )
     host.states.attach("notes", "counter", {"path": ["counter"]})
     applied = call(
-        host, "state_template_jq", {"state": "notes", "program": "bump", "input": 2, "op_id": "b1"}
+        host, "state_template_jq", {"state": "notes", "program": "bump", "input": {"by": 2}, "op_id": "b1"}
     )
     assert applied["applied"] is True and applied["data"]["counter"] == {"n": 2}
     value = call(

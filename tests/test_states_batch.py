@@ -232,7 +232,8 @@ def test_template_jq_items_run_their_update_program(service: StatesService) -> N
             "template_jq": {
                 "bump": {
                     "purpose": "update",
-                    "jq": {"content": '[{"op": "set", "path": ["n"], "value": ((.n // 0) + $input)}]'},
+                    "params": ["by"],
+                    "jq": {"content": '[{"op": "set", "path": ["n"], "value": ((.n // 0) + $input.by)}]'},
                 }
             },
         },
@@ -240,7 +241,7 @@ def test_template_jq_items_run_their_update_program(service: StatesService) -> N
     service.attach("tickets", "counter", {"path": ["counter"]})
     results = service.apply_batch(
         [
-            {"state": "tickets", "subject": subj("t1"), "template_jq": "bump", "input": 2},
+            {"state": "tickets", "subject": subj("t1"), "template_jq": "bump", "input": {"by": 2}},
             {"state": "tickets", "subject": subj("t2"), "ops": set_n(7)},
         ]
     )

@@ -13,8 +13,9 @@ A :class:`Binding` names a state and
   template's ``input`` program is evaluated on the record and its value given to the run as
   that argument (a dotted argument such as ``"state.memory"`` sets a field inside one);
 - ``updates``: ``[{"template_jq": program, "adapter": jq}]`` — after the run, the adapter
-  (jq over ``{"input": the run's inputs, "output": its result}``; default ``.output``) gives
-  the ``update`` program its input, and the op batch the program returns is staged.
+  (jq over ``{"input": the run's inputs, "output": its result}``; default ``.output``, and none
+  for a program that declares no params: it takes no input) gives the ``update`` program its
+  input, and the op batch the program returns is staged.
 
 :func:`bound` wraps any callable (a LangGraph node, a tool function; sync or async; not a
 generator, whose body would run as it is iterated, after the run committed); :func:`run` is the
@@ -413,10 +414,19 @@ def _finish(states: StatesService, the_run: Run, active: list[tuple[Binding, dic
     after = {"input": _json_view(the_run.inputs), "output": _json_view({"o": the_run.output}).get("o")}
     for binding, subject in active:
         for spec in binding.updates:
-            adapter = spec.get("adapter", ".output")
-            update_input = _one(
-                states, binding, f"the adapter of update {spec['template_jq']!r}", adapter, after
-            )
+            adapter = spec.get("adapter")
+            if adapter is None and not states.template_jq_params(binding.state, spec["template_jq"]):
+                # a program that declares no params takes no input: only one that declares
+                # params needs an adapter to fill them (else the run's output, ``.output``)
+                update_input = None
+            else:
+                update_input = _one(
+                    states,
+                    binding,
+                    f"the adapter of update {spec['template_jq']!r}",
+                    ".output" if adapter is None else adapter,
+                    after,
+                )
             # run at commit, inside its transaction: over the record as the callable's own
             # staged writes and any write committed since the run began leave it
             the_run.unit.template_jq(binding.state, subject, spec["template_jq"], update_input)

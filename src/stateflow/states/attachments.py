@@ -44,6 +44,16 @@ AttachReconciler = Callable[
 ]
 
 
+_RESERVED_SEGMENTS: dict[str, str] = {
+    "*": 'in a regime path "*" is the wildcard for any one key or index',
+    "-": 'in an op path "-" is the append position of an array',
+    "_trace": "_trace is the platform's stamp under a traced attachment",
+}
+"""Object keys an attach path may not hold, and why."""
+
+_UPDATING = "update of the declarations"
+
+
 class ReconcileNeeded(InvalidInput):
     code = "reconcile-needed"
 
@@ -85,40 +95,46 @@ class Attachments:
         }
 
     def check_values(
-        self, template: dict[str, Any], parameters: dict[str, Any], declarations: dict[str, Any]
+        self,
+        template: dict[str, Any],
+        parameters: dict[str, Any],
+        declarations: dict[str, Any],
+        doing: str = "attach",
     ) -> None:
-        svc = self.svc
+        """Refuse the caller's parameters or declarations (``invalid-input``: the caller's to
+        fix); a template whose own check program fails is ``invalid-template``."""
         name = template["name"]
         declared = template.get("parameters", {})
         for pname, value in parameters.items():
             if pname not in declared:
-                raise TemplateInvalid(f"attach supplies unknown parameter {pname!r} for template {name!r}")
-            try:
-                svc.validators.validate(declared[pname]["schema"], value, f"attach parameter {pname!r}")
-            except InvalidInput as exc:
-                raise TemplateInvalid(exc.message) from exc
+                raise InvalidInput(f"attach supplies unknown parameter {pname!r} for template {name!r}")
+            self._valid(
+                declared[pname]["schema"],
+                value,
+                f"attach parameter {pname!r}",
+                f"its schema in template {name!r}",
+            )
         for pname, spec in declared.items():
             if "default" not in spec and pname not in parameters:
-                raise TemplateInvalid(
+                raise InvalidInput(
                     f"attach of template {name!r} must supply parameter {pname!r} (it has no default)"
                 )
+        given = (
+            "the declarations object of this attach" if doing == "attach" else "the new declarations object"
+        )
         section = template.get("declarations")
         if section is None:
             if declarations:
-                raise TemplateInvalid(
+                raise InvalidInput(
                     f"template {name!r} declares no declarations section, so none may be supplied"
                 )
             return
-        try:
-            svc.validators.validate(
-                substitute(section["schema"], parameters),
-                declarations,
-                f"attach declarations of template {name!r}",
-            )
-        except InvalidInput as exc:
-            raise TemplateInvalid(
-                f"attach declarations are invalid under template {name!r}: {exc.message}"
-            ) from exc
+        self._valid(
+            substitute(section["schema"], parameters),
+            declarations,
+            given,
+            f"the declarations schema of template {name!r}",
+        )
         if "check" in section:
             verdict = self.svc.programs.eval(
                 section["check"]["content"],
@@ -132,7 +148,15 @@ class Attachments:
                     if isinstance(verdict, str)
                     else "the declarations violate the template's check rule"
                 )
-                raise TemplateInvalid(f"attach declarations rejected by template {name!r}: {message}")
+                raise InvalidInput(f"{given} is rejected by template {name!r}: {message}")
+
+    def _valid(self, schema: dict[str, Any], value: Any, what: str, under: str) -> None:
+        """The caller's value against a template's schema: its refusal is ``invalid-input``
+        (``invalid-document`` names a record that does not match its state)."""
+        try:
+            self.svc.validators.validate(schema, value, what, under)
+        except InvalidInput as exc:
+            raise InvalidInput(exc.message) from exc
 
     # ------------------------------------------------------------------ attach / detach
 
@@ -158,6 +182,15 @@ class Attachments:
             raise InvalidInput(
                 f"attach path {path!r} must be a list of non-empty object keys (an attach never sits on a list index)"
             )
+        for seg in path:
+            # an attachment's path is a literal place, but its regimes are served under it, where
+            # these segments mean something else: a regime rule would read "*" as a wildcard
+            # over every key, and no op path can reach a member named "-" or "_trace"
+            if seg in _RESERVED_SEGMENTS:
+                raise InvalidInput(
+                    f"attach path {path!r}: segment {seg!r} cannot name an attachment's place — "
+                    f"{_RESERVED_SEGMENTS[seg]}"
+                )
         if not isinstance(supplied, dict) or not isinstance(declarations, dict):
             raise InvalidInput("attach parameters and declarations must be objects")
         options = body.get("options") or {}
@@ -236,8 +269,8 @@ class Attachments:
         current = self.get(name, template)
         doc = self.svc.templates.docs([template])[template]
         new_declarations = body["declarations"]
-        self.check_values(doc, current["parameters"], new_declarations)
-        closes = self.reconcile(name, doc, dict(current), new_declarations, options)
+        self.check_values(doc, current["parameters"], new_declarations, _UPDATING)
+        closes = self.reconcile(name, doc, dict(current), new_declarations, options, _UPDATING)
         for reconciler in self.reconcilers:
             closes.extend(
                 reconciler(
@@ -287,8 +320,10 @@ class Attachments:
         current: dict[str, Any],
         new: dict[str, Any],
         options: dict[str, Any],
+        doing: str = "attach",
     ) -> list[tuple[StateSubject, list[Any]]]:
-        """The built-in reconcile flow: items the new declarations no longer cover must be closed."""
+        """The built-in reconcile flow: items the new declarations no longer cover must be closed.
+        ``doing`` names the operation in a refusal (``attach``, or the declarations update)."""
         programs = doc.get("reconcile")
         if programs is None:
             return []
@@ -324,9 +359,10 @@ class Attachments:
                 f"[{o['subject'].kind}:{o['subject'].key}] {o['label']} (id {o['id']})" for o in orphans[:20]
             )
             more = f" … and {len(orphans) - 20} more" if len(orphans) > 20 else ""
+            again = "Attach again" if doing == "attach" else "Send the declarations again"
             raise ReconcileNeeded(
-                f"re-attaching template {doc['name']!r} on state {name!r} would orphan {len(orphans)} open record "
-                f"item(s) the new declarations no longer cover: {listed}{more}. Re-attach with options "
+                f"this {doing} of template {doc['name']!r} on state {name!r} would orphan {len(orphans)} open record "
+                f"item(s) the new declarations no longer cover: {listed}{more}. {again} with options "
                 '{"orphans": "close", "resolution": "<not-done resolution>"} to close them.',
                 [
                     {
@@ -339,7 +375,7 @@ class Attachments:
                 ],
             )
         if directive != "close":
-            raise TemplateInvalid(
+            raise InvalidInput(
                 f'unknown reconcile directive options.orphans={directive!r}; the only directive is "close"'
             )
         resolution = options.get("resolution")
@@ -350,7 +386,9 @@ class Attachments:
             or not isinstance(allowed, list)
             or resolution not in allowed
         ):
-            raise TemplateInvalid(f"options.resolution must be one of {allowed}")
+            if not isinstance(allowed, list):
+                raise TemplateInvalid(f"reconcile.resolutions of template {doc['name']!r} must return a list")
+            raise InvalidInput(f"options.resolution must be one of {allowed}, got {resolution!r}")
         closes = []
         for orphan in orphans:
             record = svc.read(name, orphan["subject"])

@@ -245,9 +245,11 @@ def _put(doc: dict[str, Any], path: list[str], value: Any) -> dict[str, Any]:
 
 
 def _trace(origin: dict[str, Any]) -> dict[str, Any]:
+    # a builtin state tool (the ``tool`` door, stamped by the platform) has no run: the run id
+    # its origin carries is the session, kept in the audit trail, not stamped as a run
     return {
         "meta": origin.get("meta"),
-        "run": origin.get("run_id"),
+        "run": None if origin.get("door") == "tool" else origin.get("run_id"),
         "turn": origin.get("turn_id"),
         "inbound": origin.get("inbound_id"),
         "at": utc_now(),

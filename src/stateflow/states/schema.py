@@ -136,11 +136,14 @@ class ValidatorCache:
         """Whether ``document`` is valid (:meth:`validate` says why not)."""
         return bool(self.get(schema).is_valid(document))
 
-    def validate(self, schema: dict[str, Any], document: Any, what: str) -> None:
+    def validate(
+        self, schema: dict[str, Any], document: Any, what: str, under: str = "the state schema"
+    ) -> None:
+        """Refuse ``document`` (``what``) unless valid under ``schema`` (named ``under``)."""
         validator = self.get(schema)
         if validator.is_valid(document):
             return
         first = first_error(schema, document)
         if first is None:
-            raise DocumentInvalid(f"{what} is invalid under the state schema ({UNEXPLAINED})")
-        raise DocumentInvalid(f"{what} is invalid under the state schema at ${first.at()}: {first.message}")
+            raise DocumentInvalid(f"{what} is invalid under {under} ({UNEXPLAINED})")
+        raise DocumentInvalid(f"{what} is invalid under {under} at ${first.at()}: {first.message}")

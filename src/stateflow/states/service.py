@@ -403,6 +403,10 @@ class StatesService:
         """``input`` or ``update``: what the named program is for."""
         return self.programs.purpose(name, reference)
 
+    def template_jq_params(self, name: str, reference: str) -> list[str]:
+        """The params the named ``update`` program declares (the keys its input must carry)."""
+        return list(self.programs.program(name, reference, "update")[2].get("params", []))
+
     def template_jq_input(self, name: str, subject: Any, reference: str, params: dict[str, Any]) -> JqInput:
         """Evaluate an ``input`` program over the record's subtree; writes nothing."""
         return self.programs.input(name, subject, reference, params)
@@ -1169,7 +1173,9 @@ class StatesService:
         context: DoorContext | None = None,
         expect_revision: Expect = None,
     ) -> Erased:
-        """Delete the record and every alias pointing at it; the audit trail stays."""
+        """Delete the record and every alias pointing at it; the audit trail stays. ``erased``
+        says whether anything was: False for a record never written or erased already, which
+        writes nothing (no audit row)."""
         subject = subject_of(subject)
         expect_revision = check_revision(expect_revision)
         canonical = self._canonical(name, subject)
@@ -1178,8 +1184,7 @@ class StatesService:
             pipeline.check_expected(current, expect_revision, canonical, name)
             return True
 
-        self._erase(name, subject, canonical, check, origin, context)
-        return {"erased": True}
+        return {"erased": self._erase(name, subject, canonical, check, origin, context)}
 
     def erase_unchanged(
         self,
@@ -1229,7 +1234,7 @@ class StatesService:
             gone = [a for a, e in aliases.items() if e.get("canonical") == canonical.encode()]
             if gone:
                 writes.append(Write(alias_key, [Edit((a,)) for a in gone], docs[alias_key].revision))
-            return writes, True
+            return writes, bool(writes)
 
         _, done = self.store.update(
             [decl_key, alias_key, key], compute, self._origin(origin_of(origin), context, "erase")

@@ -129,7 +129,7 @@ class TemplateCatalog:
                     effective = self.svc.attaching.effective(decl["schema"], attachments, {name: doc})
                     for validator in self.svc.attaching.validators:
                         validator(ck.subject, doc, att["declarations"], effective["schema"])
-                except (TemplateInvalid, AttachConflict, SchemaInvalid) as exc:
+                except (InvalidInput, AttachConflict, SchemaInvalid) as exc:  # (the template's or values')
                     raise TemplateInUse(
                         f"template {name!r} cannot be replaced: its attach on state {ck.subject!r} no longer validates: {exc.message}"
                     ) from exc

@@ -14,7 +14,7 @@ from stateflow.errors import BadRequest, InvalidInput, InvalidJSON, NotFound, Op
 from stateflow.states.models import DoorContext, WriteOrigin
 from stateflow.states.pipeline import Change, Transform, ops_transform
 from stateflow.states.results import AttachmentRow, JqInput
-from stateflow.states.templates import TemplateInvalid, build_prelude
+from stateflow.states.templates import JqSource, TemplateInvalid, program_source
 
 if TYPE_CHECKING:
     from stateflow.jq import JqRunner
@@ -88,13 +88,32 @@ class TemplateJq:
                 pool.runner.close()
         return pool.runner
 
-    def eval(self, program: str, value: JSON, variables: dict[str, JSON], what: str) -> JSON:
+    def eval(
+        self,
+        program: str,
+        value: JSON,
+        variables: dict[str, JSON],
+        what: str,
+        source: JqSource | None = None,
+    ) -> JSON:
+        """The one value ``program`` yields. One that yields none or several (a stream: which
+        was meant?) is refused, never cut to its first; ``source`` maps jq's line numbers back
+        to the author's program."""
         from stateflow.jq import JqError
 
         try:
-            return self.svc.programs.jq().first(program, value, variables)
+            outputs = self.svc.programs.jq().run(program, value, variables)
         except JqError as exc:
-            raise TemplateInvalid(f"{what} failed to evaluate: {exc.message}") from exc
+            message = source.explain(exc.message) if source is not None else exc.message
+            raise TemplateInvalid(f"{what} failed to evaluate: {message}") from exc
+        if len(outputs) != 1:
+            got = (
+                "no value (the jq program produced no output)"
+                if not outputs
+                else f"{len(outputs)} values ({shown(outputs[:3])[:200]}{' …' if len(outputs) > 3 else ''})"
+            )
+            raise TemplateInvalid(f"{what} must yield exactly one value, it yielded {got}")
+        return outputs[0]
 
     # ------------------------------------------------------------------ template jq
 
@@ -167,11 +186,13 @@ class TemplateJq:
         """Evaluate a program (with its sibling prelude) over the record's attachment subtree."""
         record = self.svc.read(name, subject)
         subtree = _subtree(record["data"] if record else None, attachment["path"])
+        source = program_source(template["template_jq"], program["jq"]["content"])
         return self.eval(
-            build_prelude(template["template_jq"]) + program["jq"]["content"],
+            source.text,
             subtree,
             {"parameters": attachment["parameters"], "declarations": attachment["declarations"], **variables},
             f"template_jq {reference!r} on template {template['name']!r}",
+            source,
         )
 
     def apply(
@@ -215,10 +236,20 @@ class TemplateJq:
         the program is looked up and its params checked here, once."""
         template, attachment, program = self.program(name, reference, "update")
         declared = program.get("params", [])
-        if declared:
+        # the input is the object of the declared params, each key named; a program that
+        # declares none takes no input (absent, null or {}), so a mistyped key is never dropped
+        takes = (
+            f"takes params {declared}"
+            if declared
+            else "declares no params, so it takes no input (none, null or {})"
+        )
+        if declared or input_value is not None:
             if not isinstance(input_value, dict):
                 raise InvalidInput(
-                    f"template_jq {reference!r} declares params {declared}, so its input must be an object, got {input_value!r}"
+                    f"template_jq {reference!r} {takes}: its input must be an object of them, "
+                    f"got {shown(input_value)}"
+                    if declared
+                    else f"template_jq {reference!r} {takes}, got {shown(input_value)}"
                 )
             missing, extra = (
                 sorted(set(declared) - set(input_value)),
@@ -226,9 +257,11 @@ class TemplateJq:
             )
             if missing or extra:
                 raise InvalidInput(
-                    f"template_jq {reference!r} input missing {missing}, has undeclared {extra}"
+                    f"template_jq {reference!r} {takes}: its input misses {missing}, has undeclared {extra}"
+                    if declared
+                    else f"template_jq {reference!r} {takes}, got undeclared {extra}"
                 )
-        source = build_prelude(template["template_jq"]) + program["jq"]["content"]
+        source = program_source(template["template_jq"], program["jq"]["content"])
         variables = {
             "parameters": attachment["parameters"],
             "declarations": attachment["declarations"],
@@ -248,7 +281,7 @@ class TemplateJq:
             if failed and identical(failed[0][0], subtree):
                 raise failed[0][1]
             try:
-                value = self.eval(source, subtree, variables, what)
+                value = self.eval(source.text, subtree, variables, what, source)
             except StateflowError as exc:
                 failed[:] = [(subtree, exc)]
                 raise

@@ -122,13 +122,16 @@ Compile = Callable[[str, Sequence[str]], None]
 in a worker, under its limits — never in the process serving requests)."""
 
 
-def _compile(compile_jq: Compile, program: str, variables: list[str], where: str) -> None:
+def _compile(
+    compile_jq: Compile, program: str, variables: list[str], where: str, source: JqSource | None = None
+) -> None:
     from stateflow.jq.runner import JqError, JqLimitExceeded  # (the runner's, on first use)
 
     try:
         compile_jq(program, variables)
     except JqError as exc:
-        raise TemplateInvalid(f"{where} does not compile: {exc.message}") from exc
+        message = source.explain(exc.message) if source is not None else exc.message
+        raise TemplateInvalid(f"{where} does not compile: {message}") from exc
     except JqLimitExceeded as exc:
         raise TemplateInvalid(f"{where} could not be compiled: {exc.message}") from exc
 
@@ -333,10 +336,21 @@ def _check_programs(programs: Any, fragment: dict[str, Any], compile_jq: Compile
             for path in spec.get(key, []):
                 _check_path(path, f"{where}.{key} path")
                 walk_fragment(fragment, path, f"{where}.{key} path")
-    prelude = build_prelude(programs)
-    for pname, spec in programs.items():
+    # each input program after the ones it may call (dependency order): a compile error is then
+    # its own, named with its own line numbers; the update programs after the whole prelude
+    order = [*input_order(programs), *sorted(n for n, s in programs.items() if s["purpose"] == "update")]
+    for pname in order:
+        spec = programs[pname]
         variables = ["parameters", "declarations", "params" if spec["purpose"] == "input" else "input"]
-        _compile(compile_jq, prelude + spec["jq"]["content"], variables, f"template_jq {pname!r}")
+        source = program_source(
+            programs, spec["jq"]["content"], pname if spec["purpose"] == "input" else None
+        )
+        _compile(compile_jq, source.text, variables, f"template_jq {pname!r}", source)
+    if any(spec["purpose"] == "input" for spec in programs.values()):
+        # and every input program as the definition each run has (with no update program to
+        # follow the whole prelude, none of the compiles above holds the last one)
+        source = program_source(programs, ".")
+        _compile(compile_jq, source.text, ["parameters", "declarations"], "template_jq", source)
 
 
 # ------------------------------------------------------------------------------ jq prelude
@@ -405,17 +419,61 @@ def input_order(programs: dict[str, Any]) -> list[str]:
     return order + sorted(n for n in inputs if n not in order)
 
 
-def build_prelude(programs: dict[str, Any]) -> str:
-    """Every input program as ``def tjq_<name>($params): <body>;`` in dependency order; a
-    cycle is refused (on upload, and for a template stored before cycles through a program
-    itself were: at once, not after running to its limit)."""
+_LINE: Final = re.compile(r"(at <top-level>, line )(\d+)")
+
+
+class JqSource:
+    """A program as jq runs it — the prelude of input programs, then ``body`` — and where each
+    program's lines sit in it, so a message from jq names the author's own lines."""
+
+    def __init__(self, text: str, spans: list[tuple[int, int, str | None]]) -> None:
+        self.text = text
+        self.spans = spans
+        """``(first line, line count, program name)`` of each body in ``text`` (from line 1;
+        None names the program run after the prelude)."""
+
+    def explain(self, message: str) -> str:
+        """``message`` with ``line N`` of the source made the line of the program it falls in
+        (``line N of template_jq 'x'`` when that is a sibling in the prelude)."""
+
+        def mapped(m: re.Match[str]) -> str:
+            line = int(m[2])
+            for first, count, name in self.spans:
+                # a definition's lines: its header, the body, then the ';' that ends it
+                if first - 1 <= line <= first + count:
+                    own = min(max(line - first + 1, 1), count)
+                    return f"{m[1]}{own}" + (f" of template_jq {name!r}" if name is not None else "")
+            return m[0]
+
+        return _LINE.sub(mapped, message)
+
+
+def program_source(programs: dict[str, Any], body: str, upto: str | None = None) -> JqSource:
+    """``body`` after the prelude: every input program (those before ``upto`` in dependency
+    order, when given) as ``def tjq_<name>($params):``. Each body sits on lines of its own: a
+    comment on its last line ends at the newline, never taking the ``;`` that closes the
+    definition with it. A cycle is refused (on upload, and for a template stored before cycles
+    through a program itself were: at once, not after running to its limit)."""
     cycle = input_cycle(programs)
     if cycle:
         raise TemplateInvalid(
             f"template_jq input programs call each other in a cycle: {' → '.join(f'tjq_{n}' for n in cycle)} "
             "(a program may call its siblings, never itself, directly or through others)"
         )
-    return "".join(f"def tjq_{n}($params): {programs[n]['jq']['content']};\n" for n in input_order(programs))
+    parts: list[str] = []
+    spans: list[tuple[int, int, str | None]] = []
+    line = 1
+    for name in input_order(programs):
+        if name == upto:
+            break
+        content = programs[name]["jq"]["content"]
+        count = content.count("\n") + 1
+        parts.append(f"def tjq_{name}($params):\n{content}\n;\n")
+        spans.append((line + 1, count, name))
+        line += count + 2
+    parts.append(body)
+    spans.append((line, body.count("\n") + 1, None))
+    return JqSource("".join(parts), spans)
 
 
 # ------------------------------------------------------------------------------ composition
