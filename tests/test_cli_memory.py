@@ -448,9 +448,16 @@ def test_tool_patch_projection_below_an_object_replaced_by_a_scalar_reads_null(
         '{"session": {"strategy": {"db": "sqlite"}}}',
     ):
         assert sf(*base, "patch_state", patch, cwd=tmp_path).returncode == 0
-    for path, printed in (("session[0].strategy.db.engine", "null"), ("effective[0].strategy.db.port", "{}")):
-        read = sf(*base, "read_state", json.dumps({"path": path, "projection": "patch"}), cwd=tmp_path)
-        assert (read.returncode, read.stdout) == (0, '{"patch":' + printed + "}\n"), read.stderr
+    read = sf(
+        *base, "read_state", '{"path": "session[0].strategy.db.engine", "projection": "patch"}', cwd=tmp_path
+    )
+    assert (read.returncode, read.stdout) == (0, '{"patch":null}\n'), read.stderr
+    # a key there neither before nor after the transition is refused, as its value read is
+    read = sf(
+        *base, "read_state", '{"path": "effective[0].strategy.db.port", "projection": "patch"}', cwd=tmp_path
+    )
+    assert read.returncode == 1
+    assert read.stderr == "error[path-not-found]: read path does not exist: effective[0].strategy.db.port\n"
 
 
 def test_tool_hint_names_paths_read_state_reads(backend: str, open_migrated: Any, tmp_path: Path) -> None:

@@ -134,28 +134,37 @@ def test_overlay_skips_absent_layers_and_never_deletes() -> None:
 # ------------------------------------------------------------------ pruning merge
 
 
-def _prune_along(value: Any, patch: Any) -> Any:
+def _prune_along(value: Any, patch: Any, before: Any) -> Any:
     """The reference: merge first, then prune empty objects along the patch's paths (how a
-    patch_state's scope was pruned before the merge pruned as it went)."""
+    patch_state's scope was pruned before the merge pruned as it went). An object patch left
+    empty where ``before`` (the value merged onto) held a scalar or an array set nothing: that
+    value is kept (an empty patch is a no-op; only null deletes)."""
     if type(patch) is not dict:
         return prune_value(value)
     if type(value) is list and is_index_patch(patch):
         out = list(value)
         for key, sub in patch.items():
             i = int(key[1:-1])
-            out[i] = _prune_along(value[i], sub)
+            out[i] = _kept(_prune_along(value[i], sub, before[i]), sub, before[i])
         return out
     if type(value) is not dict:
         return value
     out_obj = dict(value)
     for key, sub in patch.items():
         if key in value:
-            pv = _prune_along(value[key], sub)
-            if pv == {}:
+            prior = before.get(key, MISSING) if type(before) is dict else MISSING
+            pv = _kept(_prune_along(value[key], sub, prior), sub, prior)
+            if pv == {} and type(pv) is dict:
                 del out_obj[key]
             else:
                 out_obj[key] = pv
     return out_obj
+
+
+def _kept(pruned: Any, sub: Any, prior: Any) -> Any:
+    """``prior`` where an object patch ``sub`` onto that scalar or array left nothing."""
+    emptied = pruned == {} and type(pruned) is dict and type(sub) is dict
+    return prior if emptied and prior is not MISSING and type(prior) is not dict else pruned
 
 
 PRUNE_KEYS = st.sampled_from(["a", "b", "c", "[0]", "[1]"])
@@ -184,7 +193,7 @@ def test_a_pruning_merge_is_the_merge_pruned_along_the_patch(
     before = copy.deepcopy(doc)
     missing: list[Any] = []
     try:
-        expected = _prune_along(merge_patch(doc, patch, missing_deletions=missing), patch)
+        expected = _prune_along(merge_patch(doc, patch, missing_deletions=missing), patch, doc)
     except PatchError as exc:
         with pytest.raises(PatchError, match=re.escape(str(exc))):
             merge_patch(doc, patch, prune=True)
@@ -254,10 +263,19 @@ def test_a_merge_lists_its_edits_unless_it_deletes_or_patches_elements() -> None
         (("t", "n"), {"m": {"k": 1}}),
         (("s",), {"z": 1}),
     ]
-    for patch in ({"t": {"a": None}}, {"t": {"l": {"[0]": 5}}}, {"t": {"o": {"x": {"gone": None}}}}):
+    for patch in ({"t": {"a": None}}, {"t": {"l": {"[0]": 5}}}, {"t": {"o": {"x": None}}}):
         edits = Emitted()
         merge_patch(doc, patch, prune=True, edits=edits)
         assert not edits.exact, patch
+    no_ops: list[dict[str, Any]] = [
+        {"t": {"o": {"x": {"gone": None}}}},
+        {"t": {"a": {}}},
+        {"t": {"l": {"[0]": {}}}},
+    ]
+    for patch in no_ops:
+        edits = Emitted()  # an object that sets nothing onto a scalar or an array: no change
+        assert merge_patch(doc, patch, prune=True, edits=edits) is doc, patch
+        assert not edits, patch
     edits = Emitted()
     merge_patch(
         doc, {"t": {"a": 1, "gone": None}}, prune=True, edits=edits

@@ -469,7 +469,6 @@ def test_cascade_targets_are_cleared_before_authored_writes_recreate_them(store:
     [
         {"ship": None},  # the intent deleted
         {"ship": {"plan": None, "note": None}},  # every key of it deleted: pruned, so deleted too
-        {"ship": {"plan": None, "note": {}}},  # an empty object onto a scalar deletes its key
     ],
 )
 def test_an_intent_deleted_by_pruning_clears_what_it_owned_in_lazy_too(

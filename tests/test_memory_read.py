@@ -371,21 +371,27 @@ def test_patch_projection_below_a_value_replaced_by_a_scalar_or_a_shorter_array(
     def patch(path: str) -> Any:
         return m.read_state({"path": path, "projection": "patch"})
 
-    # a key that lay in the replaced object was deleted with it; one never there is unchanged
+    # a key that lay in the replaced object was deleted with it; one never there is refused,
+    # as its value read is (there neither before nor after the transition)
     for root in ("session", "effective"):
         assert patch(f"{root}[0].strategy.db.engine") == {"patch": None}
-        assert patch(f"{root}[0].strategy.db.host") == {"patch": {}}
+        with pytest.raises(
+            SelectionError, match=rf"read path does not exist: {root}\[0\]\.strategy\.db\.host"
+        ):
+            patch(f"{root}[0].strategy.db.host")
         assert patch(f"{root}[0].strategy.db") == {"patch": "sqlite"}
         # an element the new, shorter array does not reach was deleted; one it reaches is new
         assert patch(f"{root}[0].lazy.list[2]") == {"patch": None}
         assert patch(f"{root}[0].lazy.list[0]") == {"patch": "x"}
-        assert patch(f"{root}[0].lazy.list[5]") == {"patch": {}}
+        with pytest.raises(SelectionError, match=r"index 5 is outside"):
+            patch(f"{root}[0].lazy.list[5]")
     assert patch("cwd[0].strategy.db.engine") == {"patch": {}}  # cwd did not change
     # an object in place of the array: its elements were deleted with it
     m.patch_state({"session": {"lazy": {"list": {"x": 1}}}})
     for root in ("session", "effective"):
         assert patch(f"{root}[0].lazy.list[0]") == {"patch": None}
-        assert patch(f"{root}[0].lazy.list[1]") == {"patch": {}}
+        with pytest.raises(SelectionError):
+            patch(f"{root}[0].lazy.list[1]")
     # the whole view's patch walks to the same answers
     assert m.read_state({"path": "session[1]", "projection": "patch"}) == {
         "patch": {"strategy": {"db": "sqlite"}}

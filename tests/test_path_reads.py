@@ -988,6 +988,17 @@ def test_read_state_patches_by_path_equal_the_whole_patch_at_every_offset(
                 }
             except Exception as exc:
                 expected = (type(exc), str(exc))
+            if isinstance(expected, dict) and expected["patch"] in (None, {}) and len(parsed.selectors) > 1:
+                # a path there on neither side of the transition is refused as its value read
+                # after it is (seed: a nonexistent path is a tool error in every projection)
+                refusals: list[tuple[type[Exception], str]] = []
+                for offset in (n, n + 1):
+                    try:
+                        view._as_of_whole(offset, text)
+                    except SelectionError as exc:
+                        refusals.append((type(exc), str(exc)))
+                if len(refusals) == 2:
+                    expected = refusals[0]
             asked = f"{root}[{n}].{rest}" if n else text
             try:
                 got: Any = view.read_state({"path": asked, "projection": "patch"})

@@ -26,7 +26,7 @@ PATCH_STATE_DESCRIPTION = (
     'scalars replace, null deletes a key, {"[N]": v} patches existing array element N. Planes: '
     "intents, strategy, tactics, artifacts, lazy (response is runtime-owned). All scopes are "
     'accepted as one transition or nothing. A {"$ref": "<scope>.<plane>.<key>"} inside an intent '
-    "owns that key: deleting the intent clears it."
+    "of that same scope owns that key: deleting the intent clears it (refs into other scopes never own)."
 )
 
 

@@ -304,3 +304,7 @@ def main() -> None:
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115  (the process ends now)
         click.echo(f"error[target-unwritable]: cannot write stdout: {exc.strerror or exc}", err=True)
         sys.exit(1)
+
+
+if __name__ == "__main__":  # ``python3 -m stateflow.cli.main``, as the ``stateflow`` command
+    main()

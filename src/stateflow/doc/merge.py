@@ -12,7 +12,9 @@ Merge rules:
   not a canonical ``"[N]"``, one beside ordinary keys, or one against anything but an array is
   a :class:`PatchError` (an object of ordinary keys onto an array replaces it, as below);
 - an object onto a non-object starts from ``{}``; a patch that only deletes through absent
-  ancestors creates no empty parents.
+  ancestors creates no empty parents. With ``prune`` (memory), an object that sets nothing —
+  ``{}``, or deletions only — leaves an existing scalar or array as it is: an empty patch is a
+  no-op, never a deletion (``null`` alone deletes).
 
 Inputs are never mutated: changed containers are copied (through ``copies`` when given), untouched
 subtrees are shared.
@@ -153,7 +155,11 @@ def merge_patch(
         if steps is not None:
             steps.append((key, new))
     if result is None:
-        return base if type(target) is dict else {}
+        if type(target) is dict:
+            return base
+        # nothing set onto a scalar or an array: memory keeps it (an empty patch is a no-op,
+        # and only null deletes); a plain merge starts the object from {}
+        return target if prune and target is not MISSING else {}
     if spare is not None and steps is not None and type(target) is dict:
         spare.made(result, base, steps)
     return result
@@ -240,15 +246,6 @@ def _patch_indices(
     prune: bool,
     root: str,
 ) -> list[Any] | Sparse:
-    # (an array held along the patch only: its copy costs the elements it holds)
-    result: list[Any] | dict[int, Any]
-    sparse: Sparse | None
-    if isinstance(target, Sparse):
-        result = dict(target.held)
-        sparse = Sparse(len(target), result)
-    else:
-        sparse = None
-        result = copy = list_copy(copies, target)
     steps: list[Step] = []
     for key, sub in patch.items():
         index = int(key[1:-1])
@@ -260,8 +257,9 @@ def _patch_indices(
             raise PatchError(
                 f"array index {key} at {_show(path, root)} cannot be deleted; replace the whole array instead"
             )
-        result[index] = merge_patch(  # (an element left empty stays: slots are kept)
-            target[index],
+        element = target[index]
+        new = merge_patch(  # (an element left empty stays: slots are kept)
+            element,
             sub,
             missing_deletions=missing_deletions,
             copies=copies,
@@ -269,9 +267,18 @@ def _patch_indices(
             root=root,
             _path=(*path, index),
         )
-        steps.append((index, result[index]))
-    if sparse is not None:
-        return sparse
+        if new is not element:
+            steps.append((index, new))
+    if not steps:
+        return target  # every element as it was (``{"[0]": {}}``): no copy, no change
+    # (an array held along the patch only: its copy costs the elements it holds)
+    if isinstance(target, Sparse):
+        held = dict(target.held)
+        held.update(steps)
+        return Sparse(len(target), held)
+    copy = list_copy(copies, target)
+    for index, new in steps:
+        copy[index] = new
     made(copies, copy, target, steps)
     return copy
 

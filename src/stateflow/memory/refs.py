@@ -121,11 +121,27 @@ PAGE: Final = 256
 """Array elements an :class:`Unread` array is read by, as the scan reaches them."""
 
 
+_RANGE: Final = re.compile(r"\[([0-9]+)(?::|\.\.)([0-9]+)\]")
+
+
+def one_spelling(path: str) -> str:
+    """``path`` with every range spelled ``[start:end]``: ``[start..end]`` is the same address,
+    so a reference in either spelling is one to the path read in either."""
+    return _RANGE.sub(r"[\1:\2]", path) if "[" in path else path
+
+
 def text_ref(candidate: str) -> re.Pattern[str]:
     """A ``$candidate`` mention in text: not inside a longer path-like word on either side. A
     ``.`` or ``:`` right after it ends a sentence or a clause unless a path character follows
-    (``$lazy.plan.`` mentions ``lazy.plan``; ``$lazy.plan.x`` and ``$lazy.plan[1]`` do not)."""
-    return re.compile(rf"(?<![{_BOUNDARY}])\${re.escape(candidate)}(?![{_PATH_CHAR}])(?![.:][{_PATH_CHAR}])")
+    (``$lazy.plan.`` mentions ``lazy.plan``; ``$lazy.plan.x`` and ``$lazy.plan[1]`` do not).
+    A range matches in either spelling (``[0:3]``, ``[0..3]``)."""
+    spelled, at = "", 0
+    for found in _RANGE.finditer(candidate):
+        spelled += re.escape(candidate[at : found.start()])
+        spelled += rf"\[{found.group(1)}(?::|\.\.){found.group(2)}\]"
+        at = found.end()
+    spelled += re.escape(candidate[at:])
+    return re.compile(rf"(?<![{_BOUNDARY}])\${spelled}(?![{_PATH_CHAR}])(?![.:][{_PATH_CHAR}])")
 
 
 def find_referrers(
@@ -143,7 +159,7 @@ def find_referrers(
     than its budget reaches.
     """
     text_res = [text_ref(c) for c in candidates]
-    wanted = set(candidates)
+    wanted = {one_spelling(c) for c in candidates}
     structured: list[str] = []
     textual: list[str] = []
     visited = 0
@@ -183,7 +199,7 @@ def find_referrers(
                         continue
                 if type(node) is dict:
                     ref = node.get(REF)
-                    if type(ref) is str and ref in wanted:
+                    if type(ref) is str and one_spelling(ref) in wanted:
                         found_at(structured, at)
                         continue
                     stack.append(_members(node, at, exact))

@@ -114,7 +114,18 @@ def parse_scopes(value: str | list[str] | tuple[str, ...] | None) -> tuple[str, 
     if value is None:
         return SCOPES
     items = [s.strip() for s in value.split(",")] if isinstance(value, str) else list(value)
+    return checked_scopes(items)
+
+
+def checked_scopes(items: Sequence[str]) -> tuple[str, ...]:
+    """``items`` in canonical order, refused — with one message at every door (Python, the CLI's
+    ``--scopes``, the MCP ``X-Stateflow-Scopes`` header) — when empty, unknown or repeated: a
+    repeat is a mistake to report, not a set to collapse silently."""
     unknown = [s for s in items if s not in SCOPES]
     if unknown or not items:
-        raise InvalidInput(f"scopes must be a non-empty subset of global, cwd, session (got {items})")
+        raise InvalidInput(f"scopes must be a non-empty subset of global, cwd, session (got {list(items)})")
+    if len(set(items)) != len(items):
+        raise InvalidInput(
+            f"scopes must be a non-empty subset of global, cwd, session without repeats (got {list(items)})"
+        )
     return tuple(s for s in SCOPES if s in items)

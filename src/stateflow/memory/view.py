@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from stateflow.doc.canonical import JSON, ascii_digits, detach, encode, encode_trusted, identical
@@ -49,7 +49,7 @@ from stateflow.memory.planes import (
 from stateflow.memory.protocol import protocol_text
 from stateflow.memory.receipts import ECHO_LIMIT
 from stateflow.memory.refs import HINT_MESSAGE, HINT_TRUNCATED, Unread, anchor, find_referrers, relativize
-from stateflow.memory.scopes import SCOPES, Identity
+from stateflow.memory.scopes import SCOPES, Identity, checked_scopes
 from stateflow.memory.served import served_case
 from stateflow.store import Change, Commit, DocKey, Document, Store, Write
 from stateflow.store.model import made_write
@@ -107,13 +107,10 @@ def _may_delete_intent(scope_patch: dict[str, Any]) -> bool:
 
 
 def _may_delete(patch: dict[str, Any]) -> bool:
-    """Whether merging ``patch`` may delete a key it names: a ``null`` deletes one, and so does
-    an empty object set onto a scalar, and an object a merge left empty is pruned in turn (an
-    intent deleted so cascades as one deleted by ``null``)."""
-    for value in patch.values():
-        if value is None or (type(value) is dict and (not value or _may_delete(value))):
-            return True
-    return False
+    """Whether merging ``patch`` may delete a key it names: only a ``null`` deletes one (an
+    object a merge left empty by deletions is pruned in turn, so an intent deleted so cascades
+    as one deleted by ``null``); an empty object is a no-op wherever it lands."""
+    return any(value is None or (type(value) is dict and _may_delete(value)) for value in patch.values())
 
 
 @dataclass
@@ -170,9 +167,7 @@ class Staging:
         self, identity: Identity, scopes: Sequence[str] = SCOPES, config: MemoryConfig | None = None
     ) -> None:
         self.identity = identity
-        self.scopes = tuple(s for s in SCOPES if s in scopes)
-        if not self.scopes or len(self.scopes) != len(tuple(scopes)):
-            raise InvalidInput("scopes must be a non-empty subset of global, cwd, session without repeats")
+        self.scopes = checked_scopes(list(scopes))
         self.config = config or MemoryConfig()
         self.planes = PlaneSet(self.config.extra_roots)
         self.single = self.scopes[0] if len(self.scopes) == 1 else None
@@ -403,9 +398,12 @@ class MemoryView(Staging):
             # the path names a change: its value is that patch, and so is its patch projection;
             # each projection answers under its own key ("keys" navigates the patch: the kinds
             # of its values, so a value the change set as a tree is read no further than its root)
+            # (a "paths" list of it answers positionally, as every multi-path request does)
             if projection == "keys":
-                return keys_projection(self._scope_patch(patches[0], shallow=True))
-            return {projection: self._scope_patch(patches[0])}
+                found = keys_projection(self._scope_patch(patches[0], shallow=True))
+                return {k: [v] for k, v in found.items()} if batch else found
+            patch = self._scope_patch(patches[0])
+            return {projection: [patch] if batch else patch}
         value_paths = [p for p in paths if isinstance(p, ReadPath)]
         # a path into a plane is read along the path (a large plane is never read whole), a
         # patch from the changes and the values at the path; the rest (whole scopes) from the
@@ -432,14 +430,21 @@ class MemoryView(Staging):
             try:
                 if by_path and projection == "patch":
                     assert timeline is not None
-                    results.append(
-                        self._patch_by_path(path, timeline, current, cap, [*self.planes.hot, *lazy_roots])
+                    result = self._patch_by_path(
+                        path, timeline, current, cap, [*self.planes.hot, *lazy_roots]
                     )
-                    continue
-                if by_path:
+                elif by_path:
                     results.append(self._evaluate_path(path, projection, current, timeline))
                     continue
-                results.append(self._evaluate(path, projection, current, timeline, members))
+                else:
+                    result = self._evaluate(path, projection, current, timeline, members)
+                    if projection != "patch":
+                        results.append(result)
+                        continue
+                if result is None or (type(result) is dict and not result):  # (else a value set there)
+                    assert timeline is not None
+                    self._check_patch_path(path, by_path, current, timeline, members)
+                results.append(result)
             except SelectionError:
                 if batch or projection != "value" or path.offset:
                     raise
@@ -454,6 +459,37 @@ class MemoryView(Staging):
         field_name = "patch" if projection == "patch" else "value"
         values = [self._out(r) for r in results]
         return {field_name: values if batch else values[0]}
+
+    def _check_patch_path(
+        self,
+        path: ReadPath,
+        by_path: bool,
+        current: dict[str, Document],
+        timeline: _Timeline,
+        members: list[str],
+    ) -> None:
+        """Refuse a patch read of a path the value read refuses on both sides of its transition
+        (after it, then before it: ``null`` is a deletion of what was there), with the value
+        read's error after it: ``{}`` and ``null`` would otherwise answer for a path that never
+        existed — out of bounds, below a scalar, a key never there."""
+        if len(path.selectors) <= 1:
+            return  # a scope or a plane: absent reads as null, never refused
+        origin = self._origin(path.offset, timeline, current) is not None
+        refusal: SelectionError | None = None
+        for offset in (path.offset,) if origin else (path.offset, path.offset + 1):
+            at = replace(path, offset=offset)
+            try:
+                if by_path:
+                    self._evaluate_path(at, "value", current, timeline)
+                else:
+                    self._evaluate(at, "value", current, timeline, members)
+                return
+            except SelectionError as error:
+                refusal = refusal or error
+            except NotFound:
+                return  # the state before is not retained: the patch read stands as computed
+        assert refusal is not None
+        raise refusal
 
     def _path_readable(self, path: ReadPath, projection: str = "value") -> bool:
         """Whether ``path`` can be answered from the trails of its plane (a documented plane
