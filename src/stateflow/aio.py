@@ -579,6 +579,7 @@ class AsyncStatesService(Offloaded[StatesService]):
     template_jq_input = awaitable(StatesService.template_jq_input)
     template_jq_ops = awaitable(StatesService.template_jq_ops)
     template_jq_purpose = awaitable(StatesService.template_jq_purpose)
+    template_jq_params = awaitable(StatesService.template_jq_params)
     template_jq_update = awaitable(StatesService.template_jq_update)
 
     async def unit(self, *, origin: Any = None, context: DoorContext | None = None) -> AsyncUnit:
