@@ -23,7 +23,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, ClassVar, NamedTuple, TypeVar
 
-from stateflow.store.counting import ALL_COUNTERS, COUNTERS
+from stateflow.store.counting import ALL_COUNTER_ROWS, COUNTER_ROWS, quoted, summed
 from stateflow.store.model import DocKey, Document
 from stateflow.store.plan import Fresh, SeqRef, WritePlan
 from stateflow.store.rows import DocRow
@@ -369,12 +369,15 @@ class Backend(abc.ABC):
 
     def _counter_rows(self, tx: Tx, state: str | None) -> list[tuple[str, str, str, int]]:
         """``(state, counter, name, n)`` of each counter of ``state`` (None: of every state) not
-        at zero: its row plus its unfolded deltas, read in one statement (portable:
-        ``counting.COUNTERS`` / ``ALL_COUNTERS``, the deltas in ``count_deltas``; SQLite: the
-        rows and the transitions' ``counted`` after ``counts_folded``, summed in Python)."""
+        at zero: its row plus its unfolded deltas — ``count_deltas`` rows and the transitions'
+        ``counted`` after ``counts_folded`` —, read in one statement and summed in Python
+        (portable: ``counting.COUNTER_ROWS`` / ``ALL_COUNTER_ROWS``; SQLite, whose
+        ``count_deltas`` stays empty, reads the rows and the transitions only)."""
         if state is None:
-            return [(r[0], r[1], r[2], int(r[3])) for r in tx.all(ALL_COUNTERS)]
-        return [(state, r[0], r[1], int(r[2])) for r in tx.all(COUNTERS, (state, state))]
+            moved = summed(tx.all(ALL_COUNTER_ROWS))
+        else:
+            moved = summed(tx.all(COUNTER_ROWS, (state, state, quoted(state))), state)
+        return [(*counter, n) for counter, n in moved.items()]
 
     def _fold_counts(self, tx: Tx) -> None:  # noqa: B027 - optional hook, no-op by default
         """Fold the counters' deltas into their rows in ``tx`` (``counting``), unless another

@@ -11,7 +11,7 @@ SQLite's writers keep theirs), the write functions and the delete triggers as ro
 and the transitions' deltas after ``stateflow_meta`` ``counts_folded`` up to the newest seq it
 sees — seqs become visible in commit order (the seq lock), so none at or below that one commits
 later. Readers sum the rows, the ``count_deltas`` rows and those transitions' deltas in Python
-(:func:`summed`), from one statement (``POSTGRES_COUNTER_ROWS``). On SQLite (schema 43) every writer counts its plans in Python
+(:func:`summed`), from one statement (``COUNTER_ROWS``). On SQLite (schema 43) every writer counts its plans in Python
 (:func:`count_plans`) and keeps the deltas in the transition row it writes anyway
 (``transitions.counted``, :func:`encoded`; NULL when nothing moved), and the commit of every
 ``FOLD_EVERY``-th seq folds those after ``stateflow_meta`` ``counts_folded`` into the rows
@@ -32,50 +32,35 @@ if TYPE_CHECKING:
     from stateflow.store.model import DocKey
     from stateflow.store.plan import WritePlan
 
-COUNTERS: Final = (
-    "SELECT counter, name, CAST(sum(n) AS BIGINT) FROM (SELECT counter, name, n FROM state_counts WHERE state = ? "
-    "UNION ALL SELECT counter, name, delta FROM count_deltas WHERE state = ?) u "
-    "GROUP BY counter, name HAVING sum(n) <> 0"
-)
-"""One state's counters, members' and kinds' together (``?``: the state, twice; a state's stats
-read both: one statement, not two), none at zero (the sum cast: PostgreSQL's ``sum`` of
-``bigint`` is a ``numeric``, a ``Decimal`` to the client)."""
-
-ALL_COUNTERS: Final = (
-    "SELECT state, counter, name, CAST(sum(n) AS BIGINT) FROM (SELECT state, counter, name, n FROM state_counts "
-    "UNION ALL SELECT state, counter, name, delta FROM count_deltas) u "
-    "GROUP BY state, counter, name HAVING sum(n) <> 0"
-)
-"""Every counter, none at zero."""
-
 FOLD_EVERY: Final = 250
 """A PostgreSQL commit whose seq is a multiple of this folds, after it commits: one commit in
 every so many, whichever process and path wrote it (a read scans every unfolded delta, a
 commit appends a few; a fold costs ~1.5 µs a delta and ~1 ms once)."""
 
-_POSTGRES_UNFOLDED: Final = (
+_UNFOLDED_AFTER: Final = (
     "seq > (SELECT CAST(value AS BIGINT) FROM stateflow_meta WHERE key = 'counts_folded')"
 )
-"""PostgreSQL: the transitions whose deltas are not folded yet — a range of the ``transitions``
-key after ``counts_folded``."""
+"""The transitions whose deltas are not folded yet — a range of the ``transitions`` key after
+``counts_folded``."""
 
-POSTGRES_COUNTER_ROWS: Final = (
+COUNTER_ROWS: Final = (
     "SELECT state, counter, name, n, NULL FROM state_counts WHERE state = ? "
     "UNION ALL SELECT state, counter, name, delta, NULL FROM count_deltas WHERE state = ? "
     "UNION ALL SELECT NULL, NULL, NULL, NULL, counted FROM transitions "
-    f"WHERE {_POSTGRES_UNFOLDED} AND counted IS NOT NULL AND position(? IN counted) > 0"
+    f"WHERE {_UNFOLDED_AFTER} AND counted IS NOT NULL AND position(? IN counted) > 0"
 )
-"""PostgreSQL: one state's counter rows and ``count_deltas`` rows (``?``: the state, twice), and
-the deltas of the unfolded transitions that name it (``?``: the state as a JSON string,
-:func:`quoted`), in one statement (one snapshot), summed by :func:`summed`."""
+"""One state's counter rows and ``count_deltas`` rows (``?``: the state, twice), and the deltas
+of the unfolded transitions that name it (``?``: the state as a JSON string, :func:`quoted`), in
+one statement (one snapshot), summed by :func:`summed` (PostgreSQL's; SQLite, whose
+``count_deltas`` stays empty, reads ``SQLITE_COUNTER_ROWS``)."""
 
-POSTGRES_ALL_COUNTER_ROWS: Final = (
+ALL_COUNTER_ROWS: Final = (
     "SELECT state, counter, name, n, NULL FROM state_counts "
     "UNION ALL SELECT state, counter, name, delta, NULL FROM count_deltas "
-    f"UNION ALL SELECT NULL, NULL, NULL, NULL, counted FROM transitions WHERE {_POSTGRES_UNFOLDED} "
+    f"UNION ALL SELECT NULL, NULL, NULL, NULL, counted FROM transitions WHERE {_UNFOLDED_AFTER} "
     "AND counted IS NOT NULL"
 )
-"""``POSTGRES_COUNTER_ROWS`` for every state."""
+"""``COUNTER_ROWS`` for every state."""
 
 POSTGRES_FOLD: Final = (
     "WITH l AS MATERIALIZED (SELECT {held}), "

@@ -52,15 +52,7 @@ from stateflow.store.cancel import CANCELLED, committed, current, uncancellable
 from stateflow.store.clock import restored_at, utc_now
 from stateflow.store.commit_groups import CommitGroups, Member
 from stateflow.store.core import ROWS_PER_QUERY
-from stateflow.store.counting import (
-    FOLD_EVERY,
-    POSTGRES_ALL_COUNTER_ROWS,
-    POSTGRES_COUNTER_ROWS,
-    quoted,
-    summed,
-    tried,
-    waited,
-)
+from stateflow.store.counting import FOLD_EVERY, tried, waited
 from stateflow.store.history import SQL_INT_MAX
 from stateflow.store.id_blocks import IdBlocks
 from stateflow.store.listing import subjects_sql
@@ -1203,13 +1195,6 @@ class PostgresStore(SqlStore):
         ]
         tx.all(f"SELECT pg_advisory_xact_lock({_SEQ_LOCK_KEY})", (_SEQ_LOCK,))
         return ids
-
-    def _counter_rows(self, tx: Tx, state: str | None) -> list[tuple[str, str, str, int]]:
-        if state is None:
-            moved = summed(tx.all(POSTGRES_ALL_COUNTER_ROWS))
-        else:
-            moved = summed(tx.all(POSTGRES_COUNTER_ROWS, (state, state, quoted(state))), state)
-        return [(*counter, n) for counter, n in moved.items()]
 
     def _fold_counts(self, tx: Tx) -> None:
         # (no JIT for the rest of the transaction: planned with sequential scans off, as the
