@@ -315,8 +315,16 @@ def test_scope_patches_are_served_only_inside_the_hot_window(store) -> None:  # 
     two.patch_state({"session": {"tactics": {"b": 1}}})
     two.patch_state({"cwd": {"tactics": {"a": 3}}})
     assert two.read_state({"path": "cwd.patches[0]"}) == {"value": {"tactics": {"a": 3}}}
-    with pytest.raises(NotFound, match=r"newest 2 transition\(s\) hold 1 cwd change\(s\)$"):
+    with pytest.raises(NotFound, match=r"its 2 transition\(s\) \(history_limit 2\) hold 1 cwd change\(s\)$"):
         two.read_state({"path": "cwd.patches[1]"})  # retained, but outside the window
+
+    # a young memory: the refusal counts the transitions the window holds, not the limit
+    young = view(store, session="young", scopes=("session",))  # history_limit 7
+    young.patch_state({"tactics": {"i": 0}})
+    with pytest.raises(
+        NotFound, match=r"its 1 transition\(s\) \(history_limit 7\) hold 1 session change\(s\)$"
+    ):
+        young.read_state({"path": "session.patches[1]"})
 
 
 def test_a_scope_patch_older_than_the_views_last_limit_transitions_is_refused(store) -> None:  # type: ignore[no-untyped-def]

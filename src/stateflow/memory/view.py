@@ -925,11 +925,14 @@ class MemoryView(Staging):
                 )
             )
         key = self.keys[path.scope]
-        own = [c for c in self._window() if c.key == key]
+        window = self._window()
+        own = [c for c in window if c.key == key]
         if len(own) <= path.index:
+            # (the window's own count: a young memory holds fewer transitions than the limit)
+            held = len({c.seq for c in window})
             raise NotFound(
-                f"{path.scope} patch {path.index} is outside the retained window: "
-                f"the view's newest {limit} transition(s) hold {len(own)} {path.scope} change(s)"
+                f"{path.scope} patch {path.index} is outside the retained window: its "
+                f"{held} transition(s) (history_limit {limit}) hold {len(own)} {path.scope} change(s)"
             )
         [change] = self.store.history([key], limit=1, before_seq=own[path.index].seq + 1, shallow=shallow)
         return self._out(self._project_patch(to_patch(change.edits), with_lazy=True))
