@@ -661,7 +661,7 @@ def test_put_values_beyond_the_codecs_plain_json_are_checked_and_copied(lg: Stat
         innermost(value).append("later")  # the caller's object: what was stored does not change
         item = lg.get(("beyond",), "k")
         assert item is not None and item.value == make()
-    for refused in ({"x": float("nan")}, {"x": (1, 2)}, {"x": 2**64}):
+    for refused in ({"x": float("nan")}, {"x": {1, 2}}, {"x": 2**64}):
         with pytest.raises(InvalidJSON, match=r"document\.value\.x"):
             lg.put(("refused",), "k", refused)
     assert lg.get(("refused",), "k") is None
@@ -1099,6 +1099,77 @@ def test_a_value_holding_other_mappings_is_stored_as_the_objects_they_are(lg: St
     with pytest.raises(InvalidJSON):  # (what no JSON object holds is still refused, nothing written)
         lg.put(("m",), "bad", OrderedDict(k={1, 2}))
     assert lg.get(("m",), "bad") is None
+
+
+def test_a_value_holding_what_orjson_encodes_is_stored_as_the_json_langgraph_keeps(
+    lg: StateflowStore, tmp_path: Any
+) -> None:
+    """LangGraph's ``SqliteStore`` keeps a value as orjson encodes it — a tuple an array, an enum
+    its value, a ``str``/``list`` subclass the plain value, a ``datetime`` or ``UUID`` its text,
+    a dataclass an object — and hands that JSON back; these were refused (``tuple is not a JSON
+    type``). Stored the same way here, through ``put``, a batch of one and a batch of several;
+    what orjson refuses, and a NaN it would write as ``null``, stays refused, nothing written."""
+    import dataclasses
+    import enum
+    import sqlite3
+    import uuid
+
+    from langgraph.store.sqlite import SqliteStore
+
+    class Status(enum.StrEnum):
+        OPEN = "open"
+
+    class Rank(enum.IntEnum):
+        ONE = 1
+
+    class Text(str):
+        pass
+
+    class Items(list):  # type: ignore[type-arg]
+        pass
+
+    @dataclasses.dataclass
+    class Point:
+        x: int
+        y: str
+
+    value = {
+        "pair": (1, (2, Status.OPEN)),
+        "status": Status.OPEN,
+        "rank": Rank.ONE,
+        "text": Text("t"),
+        "items": Items([1, (2,)]),
+        "at": datetime(2026, 1, 1, tzinfo=UTC),
+        "id": uuid.UUID(int=5),
+        "point": Point(1, "a"),
+        "deep": [{"in": (Rank.ONE,)}],
+    }
+    theirs = SqliteStore(sqlite3.connect(tmp_path / "lg.db", check_same_thread=False, isolation_level=None))
+    theirs.setup()
+    theirs.put(("m",), "k", value)
+    kept = theirs.get(("m",), "k")
+    assert kept is not None
+    expected = kept.value
+    assert expected["pair"] == [1, [2, "open"]] and expected["at"] == "2026-01-01T00:00:00+00:00"
+    lg.put(("m",), "put", value)
+    lg.batch([PutOp(("m",), "one", value)])
+    lg.batch([PutOp(("m",), "a", value), PutOp(("m",), "b", {"b": (1,)})])
+    for key in ("put", "one", "a"):
+        item = lg.get(("m",), key)
+        assert item is not None and item.value == expected
+        record = lg.states.read(lg.records.state, lg.subject(("m",), key))
+        assert record is not None and record["data"]["value"] == expected
+    assert lg.search(("m",), filter={"status": "open"})[0].value == expected
+    for bad, refusal in (
+        ({"n": (1, float("nan"))}, "nan is not a JSON number"),
+        ({"s": ({1},)}, "set is not a JSON type"),
+        ({"b": b"x"}, "bytes is not a JSON type"),
+    ):
+        with pytest.raises(InvalidJSON, match=refusal):
+            lg.put(("m",), "bad", bad)
+        with pytest.raises(InvalidJSON, match=rf"ops\[0\]: .*{refusal}"):
+            lg.batch([PutOp(("m",), "bad", bad), PutOp(("m",), "c", {"c": 1})])
+    assert lg.get(("m",), "bad") is None and lg.get(("m",), "c") is None
 
 
 def test_a_sweep_erases_only_what_is_still_expired_and_counts_what_it_erased(

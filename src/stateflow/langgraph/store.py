@@ -152,7 +152,7 @@ class StateflowStore(OwnsStore, BaseStore):
             validate_op_namespace(op)
             if isinstance(op, PutOp):
                 if op.value is not None and several:  # (one put: made so where its write refuses it)
-                    value = as_dicts(op.value)
+                    value = as_json(op.value)
                     if value is not op.value:
                         op = ops[n] = op._replace(value=value)
                 _check_put(op, f"ops[{n}]" if several else None)
@@ -411,7 +411,7 @@ class StateflowStore(OwnsStore, BaseStore):
             if not isinstance(op.value, dict) and isinstance(op.value, Mapping):
                 # (a read-only view, a ``UserDict``: stored as the object it is — a ``put`` of
                 # one comes here too, through its call for anything but a dict)
-                op = op._replace(value=as_dicts(op.value))
+                op = op._replace(value=as_json(op.value))
             if not isinstance(op.value, dict):
                 raise ValueError(f"a store value must be a dict, got {type(op.value).__name__}")
             if current is None:  # one put: one write, the creation time kept inside it
@@ -460,7 +460,7 @@ class StateflowStore(OwnsStore, BaseStore):
         except InvalidJSON:
             # mappings other than dicts inside (an ``OrderedDict``, a ``Counter``): objects, as
             # LangGraph's stores keep them — written again as dicts (nothing was written)
-            value = as_dicts(op.value)
+            value = as_json(op.value)
             if value is not op.value:
                 self._put_one(op._replace(value=value), now, origin)
                 return
@@ -584,34 +584,50 @@ def _unaddressable(op: PutOp) -> bool:
     return False
 
 
-def as_dicts(value: Any, depth: int = 0) -> Any:
-    """``value`` with every mapping that is not a ``dict`` — an ``OrderedDict``, a
-    ``defaultdict``, a ``Counter``, a read-only view, a ``UserDict`` — made a ``dict``, at any
-    depth (LangGraph's stores keep them as the JSON objects they are); ``value`` itself where it
-    holds none. Past the depth any record may have, left as it is (refused by the check)."""
-    if depth > MAX_DEPTH:
+_JSON_LEAVES: Final = frozenset((str, int, float, bool, type(None)))
+"""The leaves :func:`as_json` keeps as they are (exact types: a subclass is converted)."""
+
+
+def as_json(value: Any, depth: int = 0) -> Any:
+    """``value`` as LangGraph's SQL stores keep it — they encode a value with orjson (or psycopg's
+    JSON) and hand back the JSON they stored — at any depth: a mapping that is not a ``dict``
+    (an ``OrderedDict``, a ``Counter``, a read-only view, a ``UserDict``) made a ``dict``, a
+    tuple a list, and any other leaf orjson encodes (an enum, a ``str`` or ``int`` subclass, a
+    ``datetime``, a ``UUID``, a dataclass) the JSON it encodes to (an enum's value, a
+    datetime's ISO 8601 text). ``value`` itself where it holds none. A float that is not finite
+    is kept, so that the check refuses it where orjson would write ``null``; so is a leaf orjson
+    refuses (a set, bytes), and anything past the depth any record may have."""
+    kind = type(value)
+    if kind in _JSON_LEAVES or depth > MAX_DEPTH:
         return value
-    if type(value) is dict:
+    if kind is dict:
         made: dict[Any, Any] | None = None
         for k, v in value.items():
-            c = as_dicts(v, depth + 1)
+            c = as_json(v, depth + 1)
             if c is not v:
                 if made is None:
                     made = dict(value)
                 made[k] = c
         return value if made is None else made
-    if type(value) is list:
+    if kind is list:
         items: list[Any] | None = None
         for n, v in enumerate(value):
-            c = as_dicts(v, depth + 1)
+            c = as_json(v, depth + 1)
             if c is not v:
                 if items is None:
                     items = list(value)
                 items[n] = c
         return value if items is None else items
     if isinstance(value, Mapping):
-        return {k: as_dicts(v, depth + 1) for k, v in value.items()}
-    return value
+        return {k: as_json(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, tuple | list):
+        return [as_json(v, depth + 1) for v in value]
+    if isinstance(value, float):  # (a float subclass: its value, finite or not, for the check)
+        return float(value)
+    try:
+        return orjson.loads(orjson.dumps(value))
+    except (TypeError, orjson.JSONDecodeError):
+        return value  # (refused by the check, named by its place)
 
 
 def _check_put(op: PutOp, where: str | None) -> None:
