@@ -19,6 +19,7 @@ from langgraph.store.base import BaseStore
 from langgraph.types import Command, interrupt
 
 import stateflow.aio
+import stateflow.errors
 from stateflow.aio import AsyncStateflow, open_store_async
 from stateflow.langgraph import StateflowSaver, StateflowStore
 from stateflow.states import StatesService
@@ -217,5 +218,35 @@ def test_an_async_graph_on_the_async_adapters(pg_schema_url: str) -> None:
         finally:
             await saver.aclose()
             await store.aclose()
+
+    asyncio.run(main())
+
+
+def test_adapters_opened_by_aopen_are_async_context_managers(pg_schema_url: str) -> None:
+    """``async with await StateflowSaver.aopen(url)`` — LangGraph's own async savers' idiom —
+    was a ``TypeError`` (no ``__aenter__``), and a plain ``with`` failed at its end (the sync
+    close on the loop's thread) and left the pool open. ``async with`` now closes the store on
+    the loop; ``with`` is refused at once, naming ``async with``, and the store is closed on the
+    loop all the same."""
+
+    async def main() -> None:
+        async with await StateflowSaver.aopen(pg_schema_url) as saver:
+            assert await saver.aget_tuple({"configurable": {"thread_id": "t"}}) is None
+        async with await StateflowStore.aopen(pg_schema_url) as store:
+            await store.aput(("a",), "k", {"v": 1})
+        for adapter in (saver, store):
+            with pytest.raises(stateflow.errors.StoreUnavailable, match="closed"):
+                await stateflow.aio.call(adapter.states.store, adapter.states.store.read, [])
+        refused = await StateflowStore.aopen(pg_schema_url)
+        with (
+            pytest.raises(TypeError, match=r"use `async with await StateflowStore.aopen\(...\)`"),
+            refused,
+        ):
+            pytest.fail("the block ran")
+        closing = refused._closing
+        assert closing is not None
+        await closing
+        with pytest.raises(stateflow.errors.StoreUnavailable, match="closed"):
+            await refused.aget(("a",), "k")
 
     asyncio.run(main())

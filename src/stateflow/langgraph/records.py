@@ -8,12 +8,13 @@ under a key prefix is one keyset scan.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Self
 
-from stateflow.aio import call, open_store_async
+from stateflow.aio import call, open_store_async, runs_on_loop
 from stateflow.aio import close as close_store  # (``close`` is the adapters' own method)
 from stateflow.api import states_service
 from stateflow.errors import StoreReadOnly
@@ -62,6 +63,7 @@ class OwnsStore:
 
     states: StatesService
     _owned: bool = False
+    _closing: asyncio.Task[None] | None = None
 
     if TYPE_CHECKING:
 
@@ -104,10 +106,27 @@ class OwnsStore:
             await close_store(self.states.store, self.close)
 
     def __enter__(self) -> Self:
+        if self._owned and runs_on_loop(self.states.store):
+            from stateflow.store.async_bridge import would_block  # (psycopg's: only with it)
+
+            if would_block():  # (its close at the block's end could not run on this thread)
+                # closed all the same, on the loop once this task yields: no pool left open
+                self._closing = asyncio.get_running_loop().create_task(self.aclose())
+                name = type(self).__name__
+                raise TypeError(
+                    f"a {name} opened by aopen() is closed by aclose() on its event loop: "
+                    f"use `async with await {name}.aopen(...)`, not `with`"
+                )
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
 
 Build = Callable[[dict[str, Any] | None], Whole]
