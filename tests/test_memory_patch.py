@@ -452,6 +452,47 @@ def test_supersede_in_one_patch_and_textual_refs_never_own(store: SqlStore) -> N
     assert state(m, "cwd.strategy.rule") == "r"
 
 
+def test_a_replacement_intent_ref_to_an_element_or_the_plane_keeps_the_targets(store: SqlStore) -> None:
+    """The seed clears a deleted intent's targets "unless final remaining/new same-scope
+    intents reference them directly or through ancestors/descendants". A replacement's ref to
+    an element of the owned array (``lazy.q[0]``) or to the plane root (``session.lazy``)
+    cannot own, but it still references the target: both were cleared, the new intent left
+    dangling in the patch that made it."""
+    m = view(store)
+    seeded = {
+        "lazy": {"q": ["one", "two"], "z": 1, "w": 2},
+        "tactics": {"t": {"deep": 1}},
+        "intents": {
+            "old": {
+                "plan": {"$ref": "session.lazy.q"},
+                "z": {"$ref": "session.lazy.z"},
+                "t": {"$ref": "session.tactics.t"},
+            }
+        },
+    }
+    m.patch_state({"session": seeded})
+    receipt = m.patch_state(
+        {"session": {"intents": {"old": None, "new": {"first": {"$ref": "session.lazy.q[0]"}}}}}
+    )
+    assert receipt.state_updates is not None
+    assert receipt.state_updates["cascaded"] == ["session.lazy.z", "session.tactics.t"]
+    assert state(m, "session.lazy") == {"q": ["one", "two"], "w": 2}
+    assert m.read_state({"path": "session.lazy.q[0]"}) == {"value": "one"}
+
+    m.patch_state({"session": {"intents": {"again": {"q": {"$ref": "session.lazy.q"}}}}})
+    receipt = m.patch_state(
+        {"session": {"intents": {"again": None, "new": None, "all": {"$ref": "session.lazy"}}}}
+    )
+    assert receipt.state_updates is not None and "cascaded" not in receipt.state_updates
+    assert state(m, "session.lazy") == {"q": ["one", "two"], "w": 2}
+    # a ref into another scope, or the effective view, keeps nothing (it never owned either)
+    m.patch_state({"session": {"intents": {"last": {"$ref": "session.lazy.w"}}}})
+    receipt = m.patch_state(
+        {"session": {"intents": {"last": None, "all": None, "x": {"$ref": "effective.lazy.w"}}}}
+    )
+    assert receipt.state_updates is not None and receipt.state_updates["cascaded"] == ["session.lazy.w"]
+
+
 def test_cascade_targets_are_cleared_before_authored_writes_recreate_them(store: SqlStore) -> None:
     m = view(store)
     m.patch_state(

@@ -2,23 +2,28 @@
 
 When a patch deletes a top-level intent key, every eligible target it referenced (an existing
 object key under the same scope's ``strategy``, ``tactics`` or ``lazy``) is cleared — unless a
-remaining intent of that scope references the same target, an ancestor or a descendant.
+remaining intent of that scope references the same target, an ancestor or a descendant (the
+plane root or an array element under it included: too broad or too deep to own, such a ref still
+keeps what it reads).
 Textual ``$path`` mentions never own; editing an intent to drop a ref leaves the target unowned.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from stateflow.memory.refs import ownership_target, structured_refs
+from stateflow.memory.refs import ownership_target, protected_target, structured_refs
 
 Target = tuple[str, tuple[str, ...]]
 
 
-def _targets(intent: Any, scope: str) -> set[Target]:
+def _targets(
+    intent: Any, scope: str, read: Callable[[str, str], Target | None] = ownership_target
+) -> set[Target]:
     out = set()
     for ref in structured_refs(intent):
-        target = ownership_target(ref, scope)
+        target = read(ref, scope)
         if target is not None:
             out.add(target)
     return out
@@ -55,8 +60,8 @@ def cascade_targets(
     for key in deleted:
         candidates |= _targets(before[key], scope)
     retained: set[Target] = set()
-    for value in after.values():
-        retained |= _targets(value, scope)
+    for value in after.values():  # (a ref that cannot own still keeps what it reads)
+        retained |= _targets(value, scope, protected_target)
     kept = [
         c for c in candidates if not any(_related(c, r) for r in retained) and _exists(state_after_intents, c)
     ]

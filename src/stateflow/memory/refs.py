@@ -33,6 +33,13 @@ OWNERSHIP_REF: Final = re.compile(
     rf"(global|cwd|session)\.(strategy|tactics|lazy)((?:\.{KEY_PATTERN})+)\Z", re.ASCII
 )
 
+PROTECTING_REF: Final = re.compile(
+    rf"(global|cwd|session)\.(strategy|tactics|lazy)((?:\.{KEY_PATTERN})*)(?:\[[^\]]*\].*)?\Z", re.ASCII
+)
+"""A same-scope ref that keeps a target its deleted intent owned: the plane's object keys up to
+the first array selector (a plane root, or an element of an array under a key, is an ancestor or
+a descendant of that key all the same)."""
+
 
 def map_refs(value: JSON, fn: Any) -> JSON:
     """Copy ``value`` with every structured ``$ref`` string passed through ``fn`` (shares
@@ -104,6 +111,17 @@ def ownership_target(ref: str, scope: str) -> tuple[str, tuple[str, ...]] | None
     if m is None or m.group(1) != scope:
         return None
     return m.group(2), tuple(m.group(3)[1:].split("."))
+
+
+def protected_target(ref: str, scope: str) -> tuple[str, tuple[str, ...]] | None:
+    """``(plane, keys)`` a remaining intent's ``ref`` keeps from an ownership cascade: what it
+    reads in the same scope's strategy, tactics or lazy, as far as object keys go (a ref too
+    broad or too deep to own — the plane root, an array element — still protects)."""
+    m = PROTECTING_REF.match(ref)
+    if m is None or m.group(1) != scope:
+        return None
+    keys = m.group(3)
+    return m.group(2), tuple(keys[1:].split(".")) if keys else ()
 
 
 @dataclass(frozen=True, slots=True)
