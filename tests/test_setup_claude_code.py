@@ -506,3 +506,31 @@ def test_the_hook_says_when_it_creates_the_store_it_names(tmp_path: Path) -> Non
     )
     again = hook()
     assert again.returncode == 0 and again.stderr == "", again.stderr
+
+
+def test_the_mcp_server_says_when_it_creates_the_store_it_names(tmp_path: Path) -> None:
+    """``stateflow mcp`` created a store (and its folders) for a mistyped --store in silence, so
+    the typo showed only as an empty memory. It now names the file it created, as the hook does,
+    once: a server started again on that file says nothing."""
+    db = tmp_path / "typo" / "deep" / "m.db"
+
+    def serve() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(  # (no client: the server ends at its input's end)
+            ["stateflow", "--store", str(db), "mcp"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp_path,
+            env=dict(os.environ, STATEFLOW_RUNTIME_DIR=str(tmp_path / "runtime")),
+            input="",
+        )
+
+    first = serve()
+    assert first.returncode == 0 and db.exists(), first.stderr
+    assert first.stderr == (
+        f"warning: no store was at {db}: this MCP server created it, empty. If the server and hooks "
+        "should use another, fix the store they name (--store in .claude/settings.json and .mcp.json, "
+        "or STATEFLOW_STORE)\n"
+    )
+    again = serve()
+    assert again.returncode == 0 and again.stderr == "", again.stderr

@@ -28,7 +28,6 @@ from stateflow.cli.examples import decorate
 from stateflow.cli.memory import make_view, memory_options
 from stateflow.errors import InvalidInput
 from stateflow.memory import Identity, shown
-from stateflow.store.open import sqlite_file
 
 CONTEXT_EVENTS: Final = ("SessionStart", "UserPromptSubmit")
 CLAUDE_CODE_CAP: Final = 10_000
@@ -108,21 +107,10 @@ def claude_code_hook(ctx: Context, /, **kw: Any) -> None:
         kw["session"] = event["session_id"]
     if kw.get("cwd") is None and isinstance(event.get("cwd"), str) and event["cwd"]:
         kw["cwd"] = Path(event["cwd"])
-    # The first hook of a new project creates the store (and its directories), as its server's
-    # first patch would: refusing a missing one would fail a project's first turn, which may well
-    # come before the server's first write. A mistyped --store then shows as a new, empty store,
-    # so the hook says which file it created.
-    new = sqlite_file(ctx.store_location)
-    if new is not None and new.exists():
-        new = None
-    view = make_view(ctx, dict(kw), reads=False)
-    if new is not None:
-        click.echo(
-            f"warning: no store was at {new}: this hook created it, empty. If the server and hooks "
-            "should use another, fix the store they name (--store in .claude/settings.json and "
-            ".mcp.json, or STATEFLOW_STORE)",
-            err=True,
-        )
+    # The first hook of a new project creates the store (and its directories), as its server
+    # does: refusing a missing one would fail a project's first turn, which may well come before
+    # the server's first write (``make_view`` names the file it created).
+    view = make_view(ctx, dict(kw), reads=False, creator="hook")
     record_session(view.store.url, view.identity)
     if view.config.knowledge_roots:
         view.prune_knowledge()  # before inference, as a scan would: cards of deleted Markdown go

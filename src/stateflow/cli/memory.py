@@ -27,6 +27,7 @@ from stateflow.errors import InvalidInput
 from stateflow.extras import needs_extra
 from stateflow.memory import Identity, MemoryConfig, MemoryView, parse_scopes, shown
 from stateflow.memory.scopes import DEFAULT_SESSION, SESSION_ENV
+from stateflow.store.open import sqlite_file
 from stateflow.tools import MEMORY_TOOLS, TITLES, ToolHost, offers_memory, unknown_tool, writes
 
 KNOWLEDGE_ENV = "STATEFLOW_KNOWLEDGE_ROOTS"
@@ -97,11 +98,18 @@ def memory_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def make_view(
-    ctx: Context, kw: dict[str, Any], *, reads: bool = False, existing: bool = False, deferred: bool = False
+    ctx: Context,
+    kw: dict[str, Any],
+    *,
+    reads: bool = False,
+    existing: bool = False,
+    deferred: bool = False,
+    creator: str | None = None,
 ) -> MemoryView:
     """The memory view the options pick: on a store only read (``reads``), one that must exist
     already (``existing``), or one created if missing — when first used if ``deferred``, so a
-    call refused for its arguments creates no store."""
+    call refused for its arguments creates no store. ``creator`` (``"hook"``): a command that
+    creates a missing SQLite store at once names the file it created on stderr."""
     identity = Identity.of(kw.pop("agent"), kw.pop("cwd"), kw.pop("session"))
     roots = tuple(str(p.expanduser().resolve()) for p in kw.pop("knowledge_roots"))
     config = MemoryConfig(
@@ -113,10 +121,22 @@ def make_view(
     )
     scopes = parse_scopes(kw.pop("scopes"))
     identity.keys(scopes)  # a scope the identity cannot key (a cwd not UTF-8) opens no store
+    new = sqlite_file(ctx.store_location) if creator is not None else None
+    if new is not None and new.exists():
+        new = None
     if reads:
         store = ctx.reader()
     else:
         store = ctx.existing() if existing else ctx.deferred() if deferred else ctx.store()
+    if new is not None:
+        # a command that must serve a project's first turn creates its store rather than refuse
+        # it; a mistyped --store then shows as a new, empty store, so say which file it made
+        click.echo(
+            f"warning: no store was at {new}: this {creator} created it, empty. If the server and "
+            "hooks should use another, fix the store they name (--store in .claude/settings.json "
+            "and .mcp.json, or STATEFLOW_STORE)",
+            err=True,
+        )
     return MemoryView(store, identity, scopes, config)
 
 
@@ -133,16 +153,22 @@ _VIEW_OPTIONS = (
 
 
 def with_view(
-    fn: Callable[..., Any], *, reads: bool = False, existing: bool = False, deferred: bool = False
+    fn: Callable[..., Any],
+    *,
+    reads: bool = False,
+    existing: bool = False,
+    deferred: bool = False,
+    creator: str | None = None,
 ) -> Callable[..., Any]:
     """Turn ``fn(view, **own_options)`` into a command taking the memory options (``reads``:
     the command only reads, ``existing``: it changes memory already there — either way a
-    missing store is refused, not created; ``deferred``: see :func:`make_view`)."""
+    missing store is refused, not created; ``deferred``, ``creator``: see :func:`make_view`)."""
 
     @functools.wraps(fn)
     def wrapper(ctx: Context, **kw: Any) -> Any:
         own = {k: kw.pop(k) for k in list(kw) if k not in _VIEW_OPTIONS}
-        return fn(make_view(ctx, kw, reads=reads, existing=existing, deferred=deferred), **own)
+        view = make_view(ctx, kw, reads=reads, existing=existing, deferred=deferred, creator=creator)
+        return fn(view, **own)
 
     return memory_options(pass_context(cast(Callable[..., Any], refusals(wrapper))))
 
@@ -340,7 +366,7 @@ def _state_names(values: tuple[str, ...]) -> list[str] | None:
     help="Serve the session the latest `stateflow hook claude-code` of this agent and cwd named "
     "(--session until a hook has run): Claude Code does not tell an MCP server its conversation.",
 )
-@with_view
+@functools.partial(with_view, creator="MCP server")
 def mcp_server(view: MemoryView, states: tuple[str, ...], follow_hook_session: bool) -> None:
     """Serve read_state and patch_state (and, with --states, declared-state tools) over stdio."""
     with needs_extra("mcp", "stateflow mcp"):
