@@ -1065,3 +1065,243 @@ def test_the_retention_shown_is_the_one_the_sweep_applies(store: SqlStore) -> No
     assert "exempt: trimmed by the code that writes it" in page["exempt"]
     assert "<dd>kept until erased</dd>" in page["memory"]
     assert "<td>30 days (the deployment default)</td>" in listing and "<td>exempt</td>" in listing
+
+
+def _diff_card(page: str) -> str:
+    return page.split('id="diff"')[1].split("</section>")[0]
+
+
+def test_a_memory_scopes_compare_lists_its_lazy_plane_writes_never_same_document(
+    seeded: tuple[TestClient, StatesService],
+) -> None:
+    """A compare reads a scope's hot planes only: a revision that changed only a lazy plane was
+    called "the same document", and lazy changes beside hot ones went unmentioned."""
+    client, service = seeded
+    view = MemoryView(service.store, Identity("coder", "/tmp/p", "cmp-1"))
+    view.patch_state({"session": {"tactics": {"step": 1}, "lazy": {"notes": ["a", "b", "c1"]}}})
+    view.patch_state({"session": {"lazy": {"notes": ["a", "b", "CHANGED"]}}})
+    view.patch_state({"session": {"tactics": {"step": 2}, "lazy": {"log": {"k": "\u202ev"}}}})
+    sign_in(client, ADMIN)
+    record = "/studio/states/memory/record?tk=agent&tn=coder&kind=session&key=cmp-1"
+    # the API's diff: a lazy edit
+    api = client.get(
+        "/api/states/memory/records/agent/coder/session/cmp-1/diff?from=1&to=2",
+        headers={"Authorization": f"Bearer {ADMIN}"},
+    )
+    assert api.json()["data"]["edits"] == [[["lazy", "notes", 2], "CHANGED"]]
+
+    only_lazy = _diff_card(client.get(record + "&a=1&b=2").text)
+    assert "same document" not in only_lazy and "hot planes of revisions 1 and 2 are the same" in only_lazy
+    assert "<code>lazy.notes[2]</code>" in only_lazy and "Lazy planes are not compared here" in only_lazy
+
+    both = _diff_card(client.get(record + "&a=2&b=3").text)
+    assert "tactics.step" in both and "<table" in both  # the hot change, as a row
+    assert "<code>lazy.log</code>" in both and "lazy.notes" not in both  # only what 2→3 wrote
+    assert "same" not in both
+
+    whole = _diff_card(client.get(record + "&a=3&b=1").text)  # either order, every revision between
+    assert "<code>lazy.notes[2]</code>" in whole and "<code>lazy.log</code>" in whole
+
+    same = _diff_card(client.get(record + "&a=2&b=2").text)
+    assert "Revisions 2 and 2 are the same document." in same and "diff-unread" not in same
+
+
+def test_agent_and_context_pages_escape_hidden_characters(
+    seeded: tuple[TestClient, StatesService],
+) -> None:
+    """The agent and context pages drew an agent name, a working directory and a session key
+    as stored, and the injected text raw: a U+202E reversed the rest of its line."""
+    client, service = seeded
+    agent, cwd, sid = "ag\u202eent", "/tmp/\u202ep", "s\u202e1"
+    MemoryView(service.store, Identity(agent, cwd, sid)).patch_state(
+        {"cwd": {"strategy": {"c": "y"}}, "session": {"strategy": {"v": "a\u202ebc"}}}
+    )
+    sign_in(client, ADMIN)
+    mark = '<span class="esc" title="U+202E">\\u202e</span>'
+    page = client.get("/studio/memory/agent", params={"agent": agent})
+    assert page.status_code == 200
+    body = page.text.split("</title>", 1)[1]
+    # drawn text escaped; the form still sends the keys themselves (attribute values)
+    assert f"ag{mark}ent" in body.split('class="pagehead"')[0]  # the breadcrumb
+    assert f">/tmp/{mark}p</a>" in body and f">s{mark}1</a>" in body  # the scope links
+    assert '<option value="/tmp/\u202ep">/tmp/\\u202ep</option>' in body
+    assert '<option value="s\u202e1">s\\u202e1</option>' in body
+    assert "\u202e" not in re.sub(r'(value|href)="[^"]*"', "", body)
+    context = client.get("/studio/memory/context", params={"agent": agent, "cwd": cwd, "session": sid})
+    assert context.status_code == 200
+    text = context.text.split("</title>", 1)[1]
+    assert f"/tmp/{mark}p" in text and f"ag{mark}ent" in text
+    injected = text.split('id="context-text">')[1].split("</pre>")[0]
+    assert f"a{mark}bc" in injected
+    assert "\u202e" not in re.sub(r'(value|href)="[^"]*"', "", text)
+
+
+def test_an_agents_scope_pages_count_truly_and_its_context_form_reaches_every_scope(
+    seeded: tuple[TestClient, StatesService],
+) -> None:
+    """With 1 global, 60 cwd and 160 session scopes (two pages): page 1 said "Sessions 139" as
+    if a total, page 2 "Global 0 None." and "Working directories 0 None.", and the context
+    form offered only this page's keys — "(none)" for working directories on page 2."""
+    client, service = seeded
+    agent = "ag-000"
+
+    def scope(kind: str, key: str) -> None:
+        subject = {"target_kind": "agent", "target_name": agent, "kind": kind, "key": key}
+        service.replace("memory", subject, {"tactics": {"n": 1}})
+
+    scope("global", "global")
+    for n in range(60):
+        scope("cwd", f"/w/{n:03}")
+    for n in range(160):
+        scope("session", f"s-{n:03}")
+    sign_in(client, ADMIN)
+
+    def heading(page: str, kind: str) -> str:
+        card = page.split(f'id="scopes-{kind}"')[1].split("</section>")[0]
+        found = re.search(r'<h2>[^<]*<span class="muted small[^"]*">([^<]*)</span>', card)
+        assert found is not None
+        return found[1] + (" None." if '<p class="muted">None.</p>' in card else "")
+
+    first = client.get("/studio/memory/agent", params={"agent": agent}).text
+    assert heading(first, "cwd") == "60" and heading(first, "global") == "1"
+    assert heading(first, "session") == "139 on this page"
+    nxt = re.search(r'id="next-page" href="([^"]+)"', first)
+    assert nxt is not None
+    second = client.get(html.unescape(nxt[1])).text
+    assert heading(second, "session") == "21 on this page"
+    for kind in ("cwd", "global"):
+        card = second.split(f'id="scopes-{kind}"')[1].split("</section>")[0]
+        assert "None on this page: they are listed on an earlier page" in card and "None." not in card
+    for page in (first, second):  # the context form lists every key, whichever page it is on
+        cwds = re.findall(r'<option value="(/w/\d{3})">', page)
+        sessions = re.findall(r'<option value="(s-\d{3})">', page)
+        assert len(cwds) == 60 and len(sessions) == 160 and "(none)" not in page
+    shown = client.get("/studio/memory/context", params={"agent": agent, "cwd": "/w/059", "session": "s-159"})
+    assert shown.status_code == 200 and "s-159" in shown.text
+
+
+def test_a_scopes_history_pages_back_and_its_offsets_keep_the_page(
+    seeded: tuple[TestClient, StatesService],
+) -> None:
+    """Page 2 of a scope's history offered only "Older »", and its [n] links dropped the page:
+    opening [25] showed the scope as of then beside page 1 of the history again."""
+    client, service = seeded
+    view = MemoryView(service.store, Identity("coder", "/tmp/p", "hist"))
+    for n in range(50):
+        view.patch_state({"session": {"tactics": {"n": n}}})
+    sign_in(client, ADMIN)
+    scope = "/studio/memory/scope?agent=coder&scope=session&key=hist"
+
+    def offsets(page: str) -> list[int]:
+        return [int(n) for n in re.findall(r'class="offset" href="[^"]*"[^>]*>\[(\d+)\]', page)]
+
+    def link(page: str, text: str) -> str:
+        found = re.search(rf'href="([^"]+)">{text}</a>', page)
+        assert found is not None, text
+        return html.unescape(found[1])
+
+    first = client.get(scope).text
+    assert offsets(first) == list(range(20)) and 'id="history-newer"' not in first
+    assert 'id="history-newest"' not in first
+    second = client.get(link(first, "Older »")).text
+    third = client.get(link(second, "Older »")).text
+    assert offsets(second) == list(range(20, 40)) and offsets(third) == list(range(40, 50))
+    assert client.get(link(third, "‹ Newer")).text == second
+    assert client.get(link(second, "‹ Newer")).text == first
+    newest = client.get(link(third, "« Newest")).text
+    assert offsets(newest) == list(range(20))
+    # an offset opened from page 2 shows that point beside page 2, and closing it keeps the page
+    asked = re.search(r'class="offset" href="([^"]*)"[^>]*>\[25\]', second)
+    assert asked is not None
+    at_25 = client.get(html.unescape(asked[1])).text
+    assert "session[25]" in at_25 and offsets(at_25) == list(range(20, 40))
+    assert '<span class="j-number">24</span>' in at_25.split('id="asof"')[1].split("</section>")[0]
+    close = re.search(r'<a class="close" href="([^"]*)"', at_25)
+    assert close is not None and offsets(client.get(html.unescape(close[1])).text) == list(range(20, 40))
+
+
+def test_parameters_are_read_as_strictly_as_the_api_reads_them(
+    seeded: tuple[TestClient, StatesService],
+) -> None:
+    """A parameter given twice took its last value, and a revision in other digits than ASCII
+    ones (a full-width 1) was read as a number, where the API refuses both."""
+    client, service = seeded
+    sign_in(client, ADMIN)
+    scope = "/studio/memory/scope?agent=triage&scope=session&key=s-2041"
+    asked = {
+        RECORD + "&rev=1&rev=2": "the parameter 'rev' is given more than once",
+        RECORD.replace("tk=agent", "tk=agent&tk=tool"): "the parameter 'tk' is given more than once",
+        RECORD + "&rev=%EF%BC%91": "rev must be a non-negative integer (ASCII digits 0-9",
+        RECORD + "&a=%D9%A1&b=2": "a must be a non-negative integer",
+        RECORD + "&rev=+1": "rev must be a non-negative integer",
+        RECORD + "&rev=" + "9" * 5000: "rev must be a non-negative integer",
+        scope + "&offset=%E0%A5%A7": "offset must be a non-negative integer",
+        "/studio/memory/agent?agent=triage&agent=docs-writer": "the parameter 'agent' is given more than once",
+    }
+    for address, message in asked.items():
+        r = client.get(address)
+        assert r.status_code == 422 and message in html.unescape(r.text), address
+        assert "<h1" in r.text  # the studio's own error page
+    assert client.get(RECORD + "&rev=1").status_code == 200
+    # a form is read the same way: a field given twice writes nothing
+    page = client.get(RECORD)
+    before = service.read("tickets", ticket("T-1001"))
+    assert before is not None
+    r = client.post(
+        "/studio/states/tickets/record/edit",
+        content=urlencode(
+            [
+                *SUBJECT.items(),
+                ("csrf", csrf_of(page.text)),
+                ("revision", str(before["revision"])),
+                ("document", '{"title": "a", "status": "open"}'),
+                ("document", "{}"),
+            ]
+        ),
+        headers={"content-type": "application/x-www-form-urlencoded"},
+    )
+    assert r.status_code == 422 and "'document' is given more than once" in html.unescape(r.text)
+    after = service.read("tickets", ticket("T-1001"))
+    assert after is not None and after["revision"] == before["revision"]
+
+
+def test_a_folded_subjects_as_of_names_whose_revision_it_shows(
+    seeded: tuple[TestClient, StatesService],
+) -> None:
+    """Read after its fold, a folded subject is the survivor: the page said "As of revision 4 of
+    thread/fold-src" over the survivor's document, a revision fold-src never had. A seq with no
+    of_kind/of_key was refused as an "invalid subject"."""
+    client, service = seeded
+    src, dst = (
+        {"target_kind": "agent", "target_name": "bot", "kind": "thread", "key": k}
+        for k in ("fold-src", "fold-dst")
+    )
+    service.replace("tickets", src, {"title": "src", "status": "open"})
+    service.replace("tickets", dst, {"title": "dst", "status": "open"})
+    service.fold("tickets", src, dst, "merge", context=DoorContext(door="operator", actor="alice"))
+    service.merge("tickets", dst, {"priority": 3})
+    survivor = service.read("tickets", dst)
+    assert survivor is not None
+    sign_in(client, ADMIN)
+    record = "/studio/states/tickets/record?tk=agent&tn=bot&kind=thread&key=fold-dst"
+
+    def asof(address: str) -> str:
+        page = client.get(address)
+        assert page.status_code == 200, page.text
+        return page.text.split('id="asof"')[1].split("</section>")[0]
+
+    late = asof(record + "&seq=999999&of_kind=thread&of_key=fold-src")
+    assert f"As of revision {survivor['revision']} of this record" in late
+    assert "of thread/fold-src (folded into this record)" not in late
+    assert "had been folded into this record" in late and "dst" in late
+    # a write of fold-src before the fold: its own revision, as before
+    own = re.search(r'href="([^"]*seq=[^"]*of_key=fold-src[^"]*)"', client.get(record).text)
+    assert own is not None
+    early = asof(html.unescape(own[1]))
+    assert "As of revision 1 of thread/fold-src (folded into this record)" in early and "src" in early
+    r = client.get(record + "&seq=460")
+    assert r.status_code == 422
+    assert (
+        "give that subject's of_kind and of_key too" in html.unescape(r.text)
+        and "invalid subject" not in r.text
+    )

@@ -30,6 +30,9 @@ from stateflow.subjects import Subject, encode_subject
 AGENTS_PAGE: Final = 50
 SCOPES_PAGE: Final = 200
 HISTORY_PAGE: Final = 20
+PICK_MAX: Final = 1000
+"""The most working directories (or sessions) the context form lists; an agent with more gets
+a text field to type the key in."""
 PLANES: Final = PlaneSet()
 KNOWN: Final = frozenset({*PLANES.names, RUNTIME})
 EXTRA_INLINE_BYTES: Final = 64 * 1024
@@ -121,13 +124,20 @@ def _owned(store: Any, agent: str) -> bool:
     return bool(first) and first[0].key.subject.startswith(_prefix(agent))
 
 
+def _kind_prefix(agent: str, kind: str) -> str:
+    """Every encoded subject of ``agent``'s ``kind`` scopes starts with this."""
+    return orjson.dumps(["agent", agent, kind]).decode()[:-1] + ","
+
+
 def agent_page(studio: Studio, request: Request, session: Session) -> Response:
     agent = _agent(request, session)
+    store = studio.store
+    after = request.query_params.get("after") or None
     rows: list[dict[str, Any]] = []
-    cursor: str | None = request.query_params.get("after") or _prefix(agent)
+    cursor: str | None = after or _prefix(agent)
     more = False
     while cursor is not None and not more:
-        listed = studio.store.scan(MEMORY_STATE, after=cursor, limit=SCOPES_PAGE)
+        listed = store.scan(MEMORY_STATE, after=cursor, limit=SCOPES_PAGE)
         cursor = None
         for item in listed:
             if not item.key.subject.startswith(_prefix(agent)):
@@ -148,19 +158,45 @@ def agent_page(studio: Studio, request: Request, session: Session) -> Response:
         else:
             if len(listed) == SCOPES_PAGE:
                 cursor = listed[-1].key.subject
-    if not rows and not request.query_params.get("after"):
+    if not rows and not after:
         raise NotFound(f"agent {agent!r} has no memory")
     by_kind = {k: [r for r in rows if r["kind"] == k] for k in SCOPES}
+    # A page holds a run of the agent's scopes in subject order (kinds one after another): a
+    # kind's count is its total only where the page holds its whole run, and a kind with none
+    # here may have them on another page.
+    counts: dict[str, dict[str, Any]] = {}
+    for kind in SCOPES:
+        prefix = _kind_prefix(agent, kind)
+        whole = (after is None or after < prefix) and (
+            not more or (rows[-1]["enc"] > prefix and not rows[-1]["enc"].startswith(prefix))
+        )
+        elsewhere = None
+        if not whole and not by_kind[kind]:
+            first = store.scan(MEMORY_STATE, within=prefix, limit=1)
+            if first:
+                elsewhere = "earlier" if after is not None and first[0].key.subject <= after else "later"
+        counts[kind] = {"whole": whole, "elsewhere": elsewhere}
     return studio.html(
         "agent.html",
         session=session,
         nav="memory",
         agent=agent,
         scopes=by_kind,
+        counts=counts,
+        picks={kind: _pick(store, agent, kind) for kind in ("cwd", "session")},
         modes=MODES,
         next_after=rows[-1]["enc"] if more else None,
-        pages=Pages.at(request.query_params.get("after") or None, request.query_params.get("back")),
+        pages=Pages.at(after, request.query_params.get("back")),
     )
+
+
+def _pick(store: Any, agent: str, kind: str) -> list[str] | None:
+    """The keys the context form offers for ``kind``, whatever page the list is on: all of them
+    up to :data:`PICK_MAX` (None past it: the form takes a typed key instead)."""
+    listed = store.scan(MEMORY_STATE, within=_kind_prefix(agent, kind), limit=PICK_MAX + 1)
+    if len(listed) > PICK_MAX:
+        return None
+    return [Subject.decode(item.key.subject).key for item in listed]
 
 
 def _scope_key(agent: str, scope: str, key: str) -> DocKey:
@@ -228,6 +264,10 @@ def scope_page(studio: Studio, request: Request, session: Session) -> Response:
         unoutlined=unoutlined,
         timeline=timeline,
         next_page={"start": start + HISTORY_PAGE, "before": changes[HISTORY_PAGE - 1].seq} if more else None,
+        # the timeline's page, which every link of the page keeps (an offset's, the as-of's close)
+        at_page={"start": start or None, "before": before, "back": q.get("back")},
+        pages=Pages.at(None if before is None else str(before), q.get("back")),
+        newer_start=max(0, start - HISTORY_PAGE),
         asof=asof,
     )
 

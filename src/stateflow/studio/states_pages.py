@@ -22,7 +22,7 @@ from stateflow.states.retention import retention_days
 from stateflow.states.service import RevisionMismatch, subject_of
 from stateflow.store import DocKey
 from stateflow.studio.session import Session
-from stateflow.studio.tree import diff_rows, json_text
+from stateflow.studio.tree import diff_rows, json_text, path_text
 from stateflow.studio.web import (
     NO_STORE,
     PREFIX,
@@ -44,6 +44,10 @@ browser takes tens of seconds to lay out a textarea of tens of MB. A larger one 
 a JSON download, to write back through the API or the CLI."""
 HISTORY_PAGE: Final = 25
 PLANES: Final = PlaneSet()
+UNREAD_SCAN: Final = 1000
+"""The most revisions a memory scope's compare scans for the paths it wrote to planes the
+page does not read (one index range of the audit trail, no plane body)."""
+UNREAD_PATHS: Final = 50
 
 
 def pretty(value: JSON) -> str:
@@ -220,14 +224,24 @@ def _record_values(studio: Studio, name: str, q: Mapping[str, str], session: Ses
     if seq is not None and not rec.memory:
         # a revision of a subject folded into this record: its own record as of that write
         # (``of``: its kind and key, under this record's target — a fold never crosses one)
+        if not q.get("of_kind") or not q.get("of_key"):
+            raise InvalidInput(
+                "seq names a write of a subject folded into this record: give that subject's "
+                "of_kind and of_key too (a revision of this record itself is rev=N)"
+            )
         of = subject_of({**subject.model_dump(), "kind": q.get("of_kind", ""), "key": q.get("of_key", "")})
         if subject_params(of) not in map(subject_params, rec.folded_from):
             raise InvalidInput(f"{of.kind}/{of.key} is not a subject folded into this record")
         then = studio.service.read(name, of, seq=seq)
+        # after its fold a folded subject reads as the record it was folded into: that record's
+        # revision, named as such, never as one of the folded subject's own
+        into = None if then is None else StateSubject.model_validate(then["canonical_subject"])
         values["asof"] = {
             "revision": 0 if then is None else then["revision"],
             "value": MISSING if then is None else then["data"],
             "of": of,
+            "seq": seq,
+            "into": into if into is not None and subject_params(into) != subject_params(of) else None,
         }
     a, b = int_param(q, "a"), int_param(q, "b")
     if a is not None and b is not None:
@@ -256,7 +270,42 @@ def _revision_shown(
 def _diff(studio: Studio, rec: _Record, a: int, b: int) -> dict[str, Any]:
     old, new = rec.at_revision(studio, a), rec.at_revision(studio, b)
     rows, more = diff_rows(old, diff(old, new))
-    return {"a": a, "b": b, "rows": rows, "more": more}
+    out: dict[str, Any] = {"a": a, "b": b, "rows": rows, "more": more, "unread": None}
+    if rec.members is not None:
+        out["unread"] = _unread_writes(studio, rec, min(a, b), max(a, b))
+    return out
+
+
+def _unread_writes(studio: Studio, rec: _Record, low: int, high: int) -> dict[str, Any]:
+    """The paths outside the members ``rec`` reads (a memory scope's lazy and extra planes)
+    written after revision ``low`` up to ``high``, from the changes' paths: the planes
+    themselves are never read here, so a compare can only list where they were written (a
+    path written and later set back is listed too). ``complete``: every revision in between
+    was scanned (not more than :data:`UNREAD_SCAN`, none pruned), so an empty list means
+    those planes did not change."""
+    members = set(rec.members or ())
+    if high == low:
+        return {"paths": [], "more": 0, "complete": True}
+    top = studio.store.read_at(rec.key, revision=high, members=()).seq
+    wanted = min(high - low, UNREAD_SCAN)
+    changes = studio.store.history(
+        [rec.key], limit=wanted, before_seq=None if top is None else top + 1, members=()
+    )
+    seen: dict[str, None] = {}
+    revisions = set()
+    for change in changes:
+        if change.revision <= low:
+            break
+        revisions.add(change.revision)
+        for path in change.paths:
+            if not path or path[0] not in members:
+                seen.setdefault(path_text(path), None)
+    paths = list(seen)
+    return {
+        "paths": paths[:UNREAD_PATHS],
+        "more": max(0, len(paths) - UNREAD_PATHS),
+        "complete": len(revisions) == high - low,
+    }
 
 
 def record(studio: Studio, request: Request, session: Session) -> Response:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -28,6 +28,7 @@ PREFIX: Final = "/studio"
 TEMPLATES: Final = Path(__file__).with_name("templates")
 STATIC: Final = Path(__file__).with_name("static")
 MAX_FORM_BYTES: Final = 8 * 1024 * 1024
+SQL_INT_MAX: Final = 2**63 - 1
 
 
 class SignInNeeded(Exception):
@@ -120,13 +121,21 @@ def int_param(params: Any, name: str) -> int | None:
     raw = params.get(name)
     if raw in (None, ""):
         return None
-    try:
-        value = int(raw)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise InvalidInput(f"{name} must be a non-negative integer")
-    return value
+    # ASCII digits only, as the API reads them: int() would also take "+1", " 1", "1_0" and
+    # other scripts' digits (and refuse thousands of digits with a ValueError of its own)
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 19 or int(raw) > SQL_INT_MAX:
+        raise InvalidInput(f"{name} must be a non-negative integer (ASCII digits 0-9, below 2**63)")
+    return int(raw)
+
+
+def single_valued(items: Iterable[tuple[str, str]]) -> None:
+    """Refuse a parameter given twice: a page reads one value of each, and taking the last (or
+    the first) would show a page other than the one the address seems to ask for."""
+    seen: set[str] = set()
+    for name, _ in items:
+        if name in seen:
+            raise InvalidInput(f"the parameter {name!r} is given more than once: give it once")
+        seen.add(name)
 
 
 class Studio:
@@ -237,6 +246,7 @@ def page(studio: Studio, fn: Page) -> Callable[[Request], Awaitable[Response]]:
             here = request.url.path + ("?" + request.url.query if request.url.query else "")
             return _to_login(request, fragment, None if fragment else here)
         try:
+            single_valued(request.query_params.multi_items())
             return await run_in_threadpool(studio.run, fn, studio, request, session)
         except StateflowError as exc:
             return studio.error(exc, session, fragment)
@@ -288,7 +298,9 @@ async def read_form(request: Request) -> dict[str, str]:
     raw = await request.body()
     if len(raw) > MAX_FORM_BYTES:
         raise InvalidInput("the form is too large")
-    return dict(parse_qsl(raw.decode("utf-8", "replace"), keep_blank_values=True))
+    fields = parse_qsl(raw.decode("utf-8", "replace"), keep_blank_values=True)
+    single_valued(fields)
+    return dict(fields)
 
 
 def safe_next(raw: str | None) -> str:
