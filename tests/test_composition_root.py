@@ -37,6 +37,57 @@ def test_connect_reads_the_environment_once(tmp_path: Path, monkeypatch: pytest.
         assert sf.memory(agent="a", cwd=str(tmp_path)).identity.session == "s2"
 
 
+def test_connect_opens_the_store_with_the_configs_store_settings(tmp_path: Path) -> None:
+    """``stateflow.connect(store, config)`` opened its store with the built-in waits, ignoring
+    ``[store] wait_seconds`` (and PostgreSQL's timeouts) that the CLI and the server pass: a
+    write under another process's lock waited 10 s, not the 1 s configured. Both connects, sync
+    and async, now open it as every door does."""
+    import asyncio
+    import sqlite3
+    import time
+    from collections.abc import Callable, Iterator
+    from contextlib import contextmanager
+
+    from stateflow import aio
+    from stateflow.config import Config
+    from stateflow.errors import StoreBusy
+
+    path = tmp_path / "busy.db"
+    config = Config.from_env({"STATEFLOW_STORE_WAIT_SECONDS": "1"})
+    assert config.store.wait_seconds == 1
+
+    @contextmanager
+    def locked_elsewhere() -> Iterator[Callable[[], float]]:
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")  # another process's write lock, held
+        began = time.monotonic()
+        try:
+            yield lambda: time.monotonic() - began
+        finally:
+            other.execute("ROLLBACK")
+            other.close()
+
+    with stateflow.connect(path, config) as sf:
+        memory = sf.memory(agent="a", cwd=str(tmp_path))
+        memory.patch_state({"global": {"tactics": {"n": 1}}})
+        with locked_elsewhere() as waited, pytest.raises(StoreBusy):
+            memory.patch_state({"global": {"tactics": {"n": 2}}})
+        assert 0.9 < waited() < 5
+
+    async def through_async() -> None:
+        asf = await aio.connect(path, config)
+        try:
+            memory = asf.memory(agent="a", cwd=str(tmp_path))
+            with locked_elsewhere() as waited, pytest.raises(StoreBusy):
+                await memory.patch_state({"global": {"tactics": {"n": 3}}})
+            assert 0.9 < waited() < 5
+            assert await memory.read_state({"path": "global.tactics.n"}) == {"value": 1}
+        finally:
+            await asf.close()
+
+    asyncio.run(through_async())
+
+
 def test_a_pathlib_path_opens_the_store_at_that_file(tmp_path: Path) -> None:
     """A ``Path`` is as good as a ``str`` at every opener a user calls: the file is created
     there and holds what was written (a ``Path`` used to fail with AttributeError)."""

@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from time import monotonic
 from typing import TYPE_CHECKING, Any, Concatenate, Final, Generic, ParamSpec, TypeVar
 
+from stateflow.config import Config
 from stateflow.errors import StoreUnavailable
 from stateflow.extras import needs_extra
 from stateflow.memory import SCOPES, Identity, MemoryConfig, MemoryView
@@ -636,7 +637,9 @@ class AsyncStateflow:
         """the default session of memory views (None: ``default``)"""
 
     @classmethod
-    async def on(cls, store: Store, *, session: str | None = None) -> AsyncStateflow:
+    async def on(
+        cls, store: Store, config: Config | None = None, *, session: str | None = None
+    ) -> AsyncStateflow:
         """An instance on ``store`` (closed with it), its service put together where the
         synchronous API's is (``states_service``: the built-ins installed, so a store an
         earlier version wrote is brought up to date before this one writes). A store not
@@ -644,7 +647,7 @@ class AsyncStateflow:
         ``StoreNotMigrated``."""
         from stateflow.api import states_service
 
-        service = await call(store, states_service, store, unmigrated=_installed_when_migrated)
+        service = await call(store, states_service, store, config, unmigrated=_installed_when_migrated)
         return cls(service, session=session)
 
     def memory(
@@ -676,15 +679,20 @@ class AsyncStateflow:
         await self.close()
 
 
-async def connect(store: StoreLocation | None = None, *, session: str | None = None) -> AsyncStateflow:
-    """Open the store at ``store`` (path or URL), ``$STATEFLOW_STORE``, or the default file —
-    PostgreSQL on the async pool; ``session`` (else ``$STATEFLOW_SESSION``) is the memory
-    views' default session. The environment is read here, once."""
-    location = store or os.environ.get(STORE_ENV) or None
-    opened = await open_store_async(location)
+async def connect(
+    store: StoreLocation | None = None, config: Config | None = None, *, session: str | None = None
+) -> AsyncStateflow:
+    """Open the store at ``store`` (path or URL), else ``config.store.url``, else
+    ``$STATEFLOW_STORE``, else the default file — PostgreSQL on the async pool — as
+    ``stateflow.connect`` does (``config``'s ``[store]`` waits and timeouts too); ``session``
+    (else ``$STATEFLOW_SESSION``) is the memory views' default session. The environment is
+    read here, once."""
+    config = config or Config()
+    location = store or config.store.url or os.environ.get(STORE_ENV) or None
+    opened = await open_store_async(location, **config.store.open_options())
     try:
         return await AsyncStateflow.on(
-            opened, session=session if session is not None else os.environ.get(SESSION_ENV) or None
+            opened, config, session=session if session is not None else os.environ.get(SESSION_ENV) or None
         )
     except BaseException:
         await close(opened)

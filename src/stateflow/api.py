@@ -116,7 +116,7 @@ def connect(
     config = config or Config()
     location = store or config.store.url or os.environ.get(STORE_ENV) or None
     return Stateflow(
-        open_store(location),
+        open_store(location, **config.store.open_options()),  # ([store] waits as at every door)
         config,
         session=session if session is not None else os.environ.get(SESSION_ENV) or None,
     )

@@ -15,7 +15,7 @@ import os
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, fields, replace
 from datetime import date, time
-from typing import Any, ClassVar, Final, Self
+from typing import Any, ClassVar, Final, Self, TypedDict
 
 from stateflow.doc.canonical import shown
 from stateflow.errors import InvalidInput
@@ -62,6 +62,14 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("text", "json")
 
 
+class StoreOpenOptions(TypedDict):
+    """``open_store``'s keywords from the ``[store]`` settings."""
+
+    wait_seconds: float
+    connect_timeout: float
+    statement_timeout: float | None
+
+
 @dataclass(frozen=True)
 class StoreSettings:
     url: str | None = None
@@ -73,6 +81,15 @@ class StoreSettings:
     statement_timeout_seconds: float | None = None
     """PostgreSQL: the server cancels a statement running longer (``store-timeout``); 0: never;
     None: 60 s (a whole-store pass: never). A URL's own ``statement_timeout`` option wins"""
+
+    def open_options(self) -> StoreOpenOptions:
+        """The keywords every door opens its store with (``open_store``'s, and
+        ``stateflow.aio.open_store_async``'s)."""
+        return StoreOpenOptions(
+            wait_seconds=self.wait_seconds,
+            connect_timeout=self.connect_timeout_seconds,
+            statement_timeout=self.statement_timeout_seconds,
+        )
 
 
 @dataclass(frozen=True)

@@ -84,21 +84,13 @@ class Context:
     def _open(self, *, create: bool, auto_migrate: bool | None = None, whole: bool = False) -> Store:
         # every command opens its store here, so each waits as configured ([store] wait_seconds,
         # connect_timeout_seconds, statement_timeout_seconds; their environment variables and flags)
-        settings = self.settings()[0].store
-        timeout = settings.statement_timeout_seconds
-        if whole and timeout is None:
+        options = self.settings()[0].store.open_options()
+        if whole and options["statement_timeout"] is None:
             # a pass over the whole store (check, dump, load) is not a call: its statements may
             # rightly run longer than a call's limit, unless one is configured for it (or the
             # URL's options set one: it wins, as for any call)
-            timeout = 0
-        return open_store(
-            self.store_location,
-            create=create,
-            auto_migrate=auto_migrate,
-            wait_seconds=settings.wait_seconds,
-            connect_timeout=settings.connect_timeout_seconds,
-            statement_timeout=timeout,
-        )
+            options["statement_timeout"] = 0
+        return open_store(self.store_location, create=create, auto_migrate=auto_migrate, **options)
 
     def store(self, *, whole: bool = False) -> Store:
         """The store, opened (a missing SQLite file created) to write; ``whole``: for a pass over

@@ -213,12 +213,7 @@ def _worker(sock: socket.socket, config: Config, store_location: str | None, tok
 
     die_with_parent(0, signal.SIGTERM)
     access.configure(config.server.log_level, json_lines=config.server.log_format == "json")
-    store = open_store(
-        store_location,
-        wait_seconds=config.store.wait_seconds,
-        connect_timeout=config.store.connect_timeout_seconds,
-        statement_timeout=config.store.statement_timeout_seconds,
-    )
+    store = open_store(store_location, **config.store.open_options())
     service = service_for(store, config)
     try:
         run(build_app(service, config, token_specs), sock, on_stop=service.close)
