@@ -96,6 +96,10 @@ def test_declare_list_get_and_computed_fields(api: Api) -> None:
         ({**DECL, "subject_kinds": ["Thread"]}, "kind"),
         ({**DECL, "default_subject_kind": "person2"}, "default_subject_kind"),
         ({**DECL, "retention_days": 0}, "retention_days"),
+        # a number in text was read as the number: a positive integer is a JSON integer
+        ({**DECL, "retention_days": "  7 "}, "retention_days must be an integer"),
+        ({**DECL, "retention_days": "5"}, "retention_days must be an integer"),
+        ({**DECL, "retention_days": True}, "retention_days must be an integer"),
         ({**DECL, "retention_exempt": 1}, "retention_exempt must be true or false"),
         ({**DECL, "retention_exempt": True, "retention_days": 5}, "contradict"),
         ({**DECL, "unknown": 1}, "unknown"),

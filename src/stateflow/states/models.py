@@ -222,7 +222,8 @@ class Declaration(_Model):
     @field_validator("retention_days", mode="before")
     @classmethod
     def _retention(cls, v: Any) -> Any:
-        if isinstance(v, bool):
+        # (a JSON integer only: the model's lax reading would take true, and "7" or " 7 ")
+        if isinstance(v, bool | str):
             raise ValueError("retention_days must be an integer")
         return v
 
