@@ -12,8 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
 from stateflow.doc.ops import parse_ops
-from stateflow.errors import Conflict, InvalidInput, NotFound
+from stateflow.errors import Conflict, InvalidInput, NotFound, StateflowError
 from stateflow.states import pipeline
 from stateflow.states.models import DoorContext, StateSubject, WriteOrigin
 from stateflow.states.pipeline import RecordWrite, ops_transform
@@ -355,17 +357,22 @@ class Attachments:
             return []
         directive = options.get("orphans")
         if directive is None:
+            # (each named with its tenant: the same kind and key may be open under two)
             listed = "; ".join(
-                f"[{o['subject'].kind}:{o['subject'].key}] {o['label']} (id {o['id']})" for o in orphans[:20]
+                f"[{o['subject'].target_kind}/{o['subject'].target_name} {o['subject'].kind}:"
+                f"{o['subject'].key}] {o['label']} (id {o['id']})"
+                for o in orphans[:20]
             )
             more = f" … and {len(orphans) - 20} more" if len(orphans) > 20 else ""
             again = "Attach again" if doing == "attach" else "Send the declarations again"
             raise ReconcileNeeded(
                 f"this {doing} of template {doc['name']!r} on state {name!r} would orphan {len(orphans)} open record "
                 f"item(s) the new declarations no longer cover: {listed}{more}. {again} with options "
-                '{"orphans": "close", "resolution": "<not-done resolution>"} to close them.',
+                f'{{"orphans": "close", "resolution": R}} to close them, R {self._resolutions_named(programs, new)}.',
                 [
                     {
+                        "target_kind": o["subject"].target_kind,
+                        "target_name": o["subject"].target_name,
                         "subject": o["subject"].key,
                         "kind": o["subject"].kind,
                         "id": o["id"],
@@ -401,6 +408,19 @@ class Attachments:
             )
             closes.append((orphan["subject"], _rebase(ops, current["path"], "reconcile.close")))
         return closes
+
+    def _resolutions_named(self, programs: dict[str, Any], new: Any) -> str:
+        """The resolutions a close of orphans may name, as the refusal that asks for one says
+        them (the template's ``reconcile.resolutions`` on the new declarations)."""
+        try:
+            allowed = self.svc.programs.eval(
+                programs["resolutions"]["content"], new, {}, "reconcile.resolutions"
+            )
+        except StateflowError:  # (its own failure is the close's to report)
+            allowed = None
+        if not isinstance(allowed, list) or not allowed:
+            return "one of the resolutions the template's reconcile.resolutions lists"
+        return "one of " + ", ".join(orjson.dumps(r).decode() for r in allowed)
 
     def register_detach_referee(self, referee: DetachReferee) -> None:
         self.referees.append(referee)
