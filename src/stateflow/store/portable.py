@@ -114,6 +114,8 @@ def dump(store: SqlStore, *, history: bool = True, progress: Progress | None = N
             docs = store.read([DocKey(state, subject) for state, subject, _ in batch])
             for state, subject, _ in batch:
                 doc = docs[DocKey(state, subject)]
+                if doc.body is None and not history:
+                    continue  # erased: without its history nothing of it is left to load
                 yield counted(
                     "document",
                     _line(
