@@ -347,10 +347,19 @@ def test_the_callers_own_bad_attach_values_are_invalid_input(api: Api) -> None:
     assert "re-attach" not in body["error"].lower() and "update of the declarations" in body["error"]
     # the refusal names the template's own resolutions (it said "<not-done resolution>") and
     # each orphan's tenant (the same kind and key may be open under two)
-    assert '{"orphans": "close", "resolution": R} to close them, R one of "dropped", "moved".' in body["error"]
+    assert (
+        '{"orphans": "close", "resolution": R} to close them, R one of "dropped", "moved".' in body["error"]
+    )
     assert "[agent/a thread:k] b (id i2)" in body["error"]
     assert body["orphans"] == [
-        {"target_kind": "agent", "target_name": "a", "subject": "k", "kind": "thread", "id": "i2", "label": "b"}
+        {
+            "target_kind": "agent",
+            "target_name": "a",
+            "subject": "k",
+            "kind": "thread",
+            "id": "i2",
+            "label": "b",
+        }
     ]
     for options, says in (
         ({"orphans": "close", "resolution": "zap"}, "options.resolution must be one of"),
