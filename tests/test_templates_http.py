@@ -584,7 +584,17 @@ def test_reconcile_requires_closing_orphans(attached: Api) -> None:
     assert (
         status == 422
         and body["reconcile"] is True
-        and body["orphans"] == [{"subject": "t1", "kind": "thread", "id": "i2", "label": "i2"}]
+        and body["orphans"]
+        == [
+            {
+                "target_kind": "agent",
+                "target_name": "bot",
+                "subject": "t1",
+                "kind": "thread",
+                "id": "i2",
+                "label": "i2",
+            }
+        ]
     )
     status, body = api(
         "PATCH",
@@ -737,7 +747,14 @@ def test_attach_runs_the_reconcile_flow_and_the_reconcilers_in_its_transaction(a
     again = {"path": ["box"], "parameters": {"label": {}}, "declarations": {"kinds": ["bug"]}}
     status, body = api("PUT", "/api/states/tickets/attachments/box", again)
     assert status == 422 and body["orphans"] == [
-        {"subject": "t1", "kind": "thread", "id": "i2", "label": "i2"}
+        {
+            "target_kind": "agent",
+            "target_name": "bot",
+            "subject": "t1",
+            "kind": "thread",
+            "id": "i2",
+            "label": "i2",
+        }
     ]
     assert api("GET", "/api/states/tickets")[1]["data"]["attachments"] == []
     closing = {**again, "options": {"orphans": "close", "resolution": "abandoned"}}
