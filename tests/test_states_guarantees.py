@@ -400,6 +400,28 @@ def test_integers_in_queries_and_options_are_ascii_decimal_only(
     assert json.loads(done.stdout)["data"] == {"status": "a"}, done.stderr
 
 
+def test_if_match_takes_the_etag_as_served_and_nothing_else(http: TestClient) -> None:
+    """An unquoted ``1`` or a zero-padded ``"02"`` in ``If-Match`` was read as revision 1 or 2
+    and the write went through, while ``If-None-Match`` (strong comparison) never matched those
+    spellings: one header read two ways. Only the ETag as served (``"N"``) or ``*`` is taken; any
+    other spelling is refused, nothing written."""
+    etag = http.put(REC, json={"status": "a"}).headers["etag"]
+    assert etag == '"1"'
+    for given in ("1", '"01"', '"1', "1\"", 'W/"1"', '"+1"', '""'):
+        for write in (
+            lambda h: http.put(REC, json={"status": "b"}, headers=h),
+            lambda h: http.patch(REC, json={"status": "b"}, headers=h),
+        ):
+            r = write({"If-Match": given})
+            assert r.status_code == 400 and r.json()["code"] == "bad-request", (given, r.text)
+            assert 'record revision as its ETag gives it ("N")' in r.json()["error"]
+        r = http.get(REC, headers={"If-Match": given})
+        assert r.status_code == 400, (given, r.text)
+    assert http.get(REC).json()["data"]["data"] == {"status": "a"}  # nothing written
+    assert http.patch(REC, json={"status": "b"}, headers={"If-Match": '"1"'}).headers["etag"] == '"2"'
+    assert http.put(REC, json={"status": "c"}, headers={"If-Match": " * "}).status_code == 200
+
+
 def test_members_named_empty_or_dash_are_changed_whole_not_by_ops(service: StatesService) -> None:
     """An op path never holds "" and reads "-" as the append (as documented): such members are
     refused by name for ops, and changed by a merge of their parent."""

@@ -358,14 +358,16 @@ async def _no_body(request: Request) -> None:
 
 
 def _revision_matched(raw: str) -> int | Literal["*"]:
-    if raw.strip() == "*":
-        return "*"
+    """The revision an ``If-Match`` names: the ETag exactly as served (``"N"``, quoted, no
+    leading zero — RFC 9110's strong comparison, which ``If-None-Match`` applies to it too) or
+    ``*``; any other spelling is refused rather than read as a number."""
     text = raw.strip()
-    if text.startswith('"') and text.endswith('"') and len(text) >= 2:
-        text = text[1:-1]
-    if not ascii_digits(text):
+    if text == "*":
+        return "*"
+    digits = text[1:-1] if len(text) >= 2 and text[0] == text[-1] == '"' else ""
+    if not ascii_digits(digits) or (digits != "0" and digits.startswith("0")):
         raise BadRequest(f'If-Match must be a record revision as its ETag gives it ("N"), got {raw!r}')
-    return int(text)
+    return int(digits)
 
 
 def _etag(revision: int) -> tuple[bytes, bytes]:
