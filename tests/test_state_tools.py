@@ -97,6 +97,8 @@ def test_apply_with_op_id_and_guards(host: ToolHost) -> None:
         ({"state": "nope"}, "no state declared"),
         ({"state": "notes", "subject": {"kind": "person", "key": "k"}}, "not declared by state"),
         ({"state": "notes", "extra": 1}, "does not accept extra"),
+        # a subject of neither alternative's type: both named (a bare key is as good as an object)
+        ({"state": "notes", "subject": 5}, 'subject: 5 is not of type "object" or "string"'),
         ({}, "needs an object with a 'state'"),
     ],
 )
@@ -148,6 +150,20 @@ def test_template_jq_through_the_tool(host: ToolHost) -> None:
         host, "state_template_jq", {"state": "notes", "program": "counter.value", "params": {"plus": 1}}
     )
     assert value == {"name": "counter.value", "purpose": "input", "value": 3}
+    # an argument the program's purpose does not take was dropped, and the refusal that followed
+    # said the values were missing: it is refused by name, nothing written
+    for args, said in (
+        (
+            {"program": "counter.value", "input": {"plus": 1}},
+            "is an input program: it takes params, not input",
+        ),
+        ({"program": "counter.value", "params": {"plus": 1}, "op_id": "v1"}, "takes params, not op_id"),
+        ({"program": "bump", "params": {"by": 2}}, "is an update program: it takes input, not params"),
+        ({"program": "bump", "input": {"by": 2}, "params": {"by": 5}}, "it takes input, not params"),
+    ):
+        result = host.call("state_template_jq", {"state": "notes", **args})
+        assert result.is_error and said in result.text, result.text
+    assert call(host, "state_read", {"state": "notes"})["data"]["counter"] == {"n": 2}
     host.states.close()
 
 

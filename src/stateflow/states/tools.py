@@ -172,17 +172,26 @@ def _argument_validator(name: str) -> Any:
     return jsonschema_rs.Draft202012Validator(schema)
 
 
-def _most_telling(errors: list[Any]) -> Any:
-    """The problem to name: the shallowest argument that is wrong, and inside an ``anyOf`` /
-    ``oneOf`` the deepest problem of its alternatives (the alternative the caller meant got
-    further before failing: ``subject.kind`` rather than "subject matches no alternative")."""
+def _most_telling(errors: list[Any]) -> tuple[Any, str]:
+    """The problem to name and its message: the shallowest argument that is wrong, and inside
+    an ``anyOf`` / ``oneOf`` the deepest problem of its alternatives (the alternative the caller
+    meant got further before failing: ``subject.kind`` rather than "subject matches no
+    alternative"). Where none got further — a value of none of the alternatives' types —, every
+    alternative is named (``5 is not of type "object" or "string"``), not the first alone."""
     error = min(errors, key=lambda e: len(e.instance_path))
+    message = error.message
     while branches := getattr(error.kind, "context", None):
         inner = [e for branch in branches for e in branch]
         if not inner:
             break
-        error = max(inner, key=lambda e: len(e.instance_path))
-    return error
+        deepest = max(inner, key=lambda e: len(e.instance_path))
+        if len(deepest.instance_path) == len(error.instance_path) and all(
+            type(e.kind).__name__ == "Type" for e in inner
+        ):
+            kinds = " or ".join(dict.fromkeys(e.message.rpartition(" is not of type ")[2] for e in inner))
+            return error, f"{inner[0].message.rpartition(' is not of type ')[0]} is not of type {kinds}"
+        error, message = deepest, deepest.message
+    return error, message
 
 
 def check_tool_arguments(name: str, args: Any) -> None:
@@ -195,9 +204,9 @@ def check_tool_arguments(name: str, args: Any) -> None:
         raise InvalidInput(f"{name} does not accept {', '.join(unknown)}")
     errors = list(_argument_validator(name).iter_errors(args))
     if errors:
-        error = _most_telling(errors)
+        error, message = _most_telling(errors)
         where = ".".join(str(p) for p in error.instance_path) or "arguments"
-        raise InvalidInput(f"{name}: {where}: {error.message}")
+        raise InvalidInput(f"{name}: {where}: {message}")
 
 
 def call_state_tool(
@@ -245,11 +254,24 @@ def call_state_tool(
         program = args.get("program")
         if not isinstance(program, str):
             raise InvalidInput("state_template_jq needs a program name")
+        # an argument the program's purpose does not take is refused by name, not dropped: a
+        # model that put an update's input under params would otherwise be told it gave none
         if service.template_jq_purpose(state, program) == "input":
+            misplaced = [a for a in ("input", "op_id") if a in args]
+            if misplaced:
+                raise InvalidInput(
+                    f"template_jq {program!r} is an input program: it takes params, not "
+                    f"{' or '.join(misplaced)} (pass its values as params: {{...}})"
+                )
             params = args.get("params") or {}
             if not isinstance(params, dict):
                 raise InvalidInput("params must be an object")
             return service.template_jq_input(state, subject, program, params)
+        if "params" in args:
+            raise InvalidInput(
+                f"template_jq {program!r} is an update program: it takes input, not params "
+                "(pass its values as input: {...}, and op_id for safe retries)"
+            )
         if read_only:
             raise Forbidden(
                 f"template_jq {program!r} is an update program: it writes, and this token is read-only"
