@@ -93,6 +93,12 @@ R = TypeVar("R")
 _get_ident: Final = threading.get_ident  # (a global: a turn sets and every write reads it)
 SYNCHRONOUS_MODES: Final = ("full", "normal", "extra", "off")
 DEFAULT_BUSY_TIMEOUT_MS: Final = 30_000
+WAIT_SLICE_MS: Final = 50
+"""The writer connection's busy timeout. SQLite's busy handler sleeps inside one C call, where a
+Ctrl-C is not acted on until the call returns: a write lock held by another program (a
+``sqlite3`` shell, a backup tool) is waited for in slices of this long instead, the rest of
+the store's wait in Python between them (``_begin_waiting``), so a Ctrl-C stops the wait
+within a slice."""
 UNBORN_MAX: Final = 4096
 REFILL_BELOW: Final = RESERVED_IDS // 4
 """ids on hand under which a creating commit reserves the next block in its own transaction"""
@@ -264,7 +270,14 @@ class _Member:
                 raise copy.copy(commit.replaced).with_traceback(None)
             self._conn = conn  # (its part begun from here on, for ``_undo`` to end)
             try:  # (not `_mapped_errors()`: a context manager costs more than this statement's Python)
-                tx.cursor.execute("BEGIN IMMEDIATE" if first else "SAVEPOINT member")
+                try:
+                    tx.cursor.execute("BEGIN IMMEDIATE" if first else "SAVEPOINT member")
+                except sqlite3.OperationalError as busy:
+                    if not first or not _is_busy(busy):
+                        raise
+                    # another program holds SQLite's write lock (our other processes' writers
+                    # wait in the queue, not here): waited for slice by slice, the first one gone
+                    _begin_waiting(tx.cursor, busy, commit.wait)
                 # a store migrated past this version since it was checked (``stateflow migrate``
                 # of a newer release while this process runs) is not written: the version is
                 # read under the write lock (one indexed row) — unless the WAL-index header's
@@ -959,7 +972,11 @@ class SqliteStore(SqlStore):
                         raise StoreUnavailable(f"{self.path}: cannot switch to WAL mode (got {mode})")
                     conn.execute(f"PRAGMA synchronous = {self.synchronous}")
                     keep_wal_bounded(conn, self.wal_pages)
-            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
+            # (the writer's: a slice, its ``BEGIN IMMEDIATE`` waiting out the rest in Python —
+            # the only statement of its that meets a lock: in WAL mode a commit, and the
+            # checkpoint a commit may run, wait for none)
+            busy_ms = min(int(self.busy_timeout_ms), WAIT_SLICE_MS) if writer else int(self.busy_timeout_ms)
+            conn.execute(f"PRAGMA busy_timeout = {busy_ms}")
             conn.execute("PRAGMA foreign_keys = ON")
             # each b-tree page's cells are checked as the page is read, so a write that runs into
             # mid-file damage fails (corrupt-store) instead of building on it; costs a few
@@ -1358,10 +1375,19 @@ class SqliteStore(SqlStore):
         request is claimed (committed: None, read back) or not (nothing written: ``StoreBusy``).
         Still not free: :class:`WriteOutcomeUnknown` (that transaction may yet commit it)."""
         reader = self._enter()
+        conn = reader.conn
         try:
-            conn = reader.conn
             try:
-                conn.execute("BEGIN IMMEDIATE")  # waits for the holder's transaction to end
+                # waits for the holder's transaction to end: slice by slice, as a writer waits
+                # (this connection's own busy timeout is the whole wait, in one C call where a
+                # Ctrl-C is not acted on)
+                conn.execute(f"PRAGMA busy_timeout = {min(int(self.busy_timeout_ms), WAIT_SLICE_MS)}")
+                try:
+                    conn.execute("BEGIN IMMEDIATE")
+                except sqlite3.OperationalError as busy:
+                    if not _is_busy(busy):
+                        raise
+                    _begin_waiting(conn.cursor(), busy, self._group.wait)
             except sqlite3.Error as exc:
                 error = _mapped(exc)
                 if not isinstance(error, StoreBusy):
@@ -1372,14 +1398,19 @@ class SqliteStore(SqlStore):
                     "whether the patch is written is unknown — read the state before writing it again"
                 ) from exc
             with _mapped_errors():
-                try:
-                    claimed = _claim_of(_SqliteTx(conn), request)
-                finally:
-                    conn.execute("ROLLBACK")
+                claimed = _claim_of(_SqliteTx(conn), request)
         finally:
-            reader.busy -= 1  # (``_leave``, inline: the read path is hot)
-            if self._closed:
-                self._left(reader)
+            try:
+                # (stopped too — a Ctrl-C — just as the lock came: a reader keeps no write
+                # transaction, and reads on with its own busy timeout)
+                with suppress(sqlite3.Error):
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
+            finally:
+                reader.busy -= 1  # (``_leave``, inline: the read path is hot)
+                if self._closed:
+                    self._left(reader)
         request.forget()
         if claimed is None:
             raise StoreBusy(
@@ -1731,6 +1762,35 @@ def _created_elsewhere(exc: StoreError) -> bool:
         and getattr(cause, "sqlite_errorname", "") == "SQLITE_CONSTRAINT_UNIQUE"
         and "documents.state, documents.subject" in str(cause)
     )
+
+
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    """Whether SQLite gave up waiting for a lock (``SQLITE_BUSY``, any of its variants)."""
+    return exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY
+
+
+def _begin_waiting(cursor: sqlite3.Cursor, busy: sqlite3.OperationalError, wait: float) -> None:
+    """``BEGIN IMMEDIATE`` tried again, after a first try that waited one slice and met ``busy``,
+    until it takes the write lock or ``wait`` seconds (the store's wait) have passed since that
+    first try — then the last ``busy`` is raised, as the single wait raised it. Each try waits
+    in SQLite's busy handler (its connection's busy timeout: a slice); between tries, Python
+    acts on a signal (a Ctrl-C)."""
+    piece = min(wait, WAIT_SLICE_MS / 1000)
+    deadline = time.monotonic() + wait - piece
+    while (began := time.monotonic()) < deadline:
+        try:
+            cursor.execute("BEGIN IMMEDIATE")
+            return
+        except sqlite3.OperationalError as exc:
+            if not _is_busy(exc):
+                raise
+            busy = exc
+        # a try that did not sleep its slice (a SQLite built without usleep sleeps whole
+        # seconds, so not at all within a slice) sleeps the rest here: no busy loop
+        rest = min(began + piece, deadline) - time.monotonic()
+        if rest > 0.001:
+            time.sleep(rest)
+    raise busy
 
 
 @contextmanager
