@@ -91,6 +91,7 @@ def test_a_missing_extra_is_named_with_the_command_that_installs_it(
             f"error[missing-extra]: {feature} needs the '{extra}' extra ({missing} is not installed): "
             f"python3 -m pip install 'stateflow[{extra}]'\n"
         )
+        assert not (tmp_path / "s.db").exists()  # refused before any store was opened: nothing made
 
 
 def test_serve_without_the_mcp_extra_serves_the_api_and_says_what_mcp_needs(tmp_path: Path) -> None:

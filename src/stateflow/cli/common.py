@@ -222,10 +222,28 @@ def refusals(fn: F) -> F:
             left = str(exc) if isinstance(exc, Interrupted) else ""
             start = "\n" if sys.stderr.isatty() and not _terminated else ""  # (after the terminal's ^C)
             said = "terminated" if _terminated else "interrupted"
-            click.echo(f"{start}{said}{': ' + left if left else ''}", err=True)
+            click.echo(f"{start}{said}{': ' + visible(left, lines=True) if left else ''}", err=True)
             sys.exit(TERMINATED if _terminated else INTERRUPTED)
 
     return wrapper  # type: ignore[return-value]
+
+
+def exclusive(*names: str) -> Callable[[F], F]:
+    """Refuse options ``names`` (their parameter names) given together as a usage error (exit
+    2, as click refuses a malformed command line), before the command opens anything."""
+
+    def decorator(fn: F) -> F:
+        @wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            given = [name for name in names if kwargs.get(name) is not None]
+            if len(given) > 1:
+                flags = [f"--{name.replace('_', '-')}" for name in given]
+                raise click.UsageError(f"give {' or '.join(flags)}, not both")
+            return fn(*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorator
 
 
 def decode_arg(raw: str | bytes, name: str, *, exact_integers: bool = False, nonfinite: bool = False) -> JSON:
@@ -237,7 +255,27 @@ def decode_arg(raw: str | bytes, name: str, *, exact_integers: bool = False, non
     try:
         return decode(raw, exact_integers=exact_integers, nonfinite=nonfinite)
     except NotJSON as exc:
-        raise NotJSON(f"{name}: {exc.message}") from None
+        # (the parser says "str is not valid UTF-8 … char 0" of such text, wherever the byte is)
+        raise NotJSON(f"{name}: {not_utf8(raw) or exc.message}") from None
+
+
+def not_utf8(raw: str | bytes) -> str | None:
+    """Why ``raw`` is not UTF-8 text — naming its first bad byte and that byte's offset — or
+    None. An argument holding such bytes comes as a string holding them escaped (surrogates)."""
+    if isinstance(raw, str):
+        try:
+            data = raw.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError as exc:  # (a lone surrogate no byte stands for)
+            return f"not UTF-8 text (a lone surrogate, U+{ord(raw[exc.start]):04X}, at character {exc.start})"
+    else:
+        data = raw
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return (
+            f"not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start}); JSON is read as UTF-8"
+        )
+    return None
 
 
 def file_option(what: str) -> Callable[[F], F]:

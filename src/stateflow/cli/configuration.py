@@ -37,11 +37,14 @@ FLAGS: dict[str, str] = {
 
 
 def config_file(explicit: Path | None) -> Path | None:
+    given = ""
     if explicit is None and os.environ.get(ENV_CONFIG):
-        explicit = Path(os.environ[ENV_CONFIG])
+        explicit, given = Path(os.environ[ENV_CONFIG]), f" ({ENV_CONFIG})"
     if explicit is not None:
+        if explicit.is_dir():
+            raise InvalidConfig(f"configuration file {explicit}{given} is a directory")
         if not explicit.is_file():
-            raise InvalidConfig(f"configuration file {explicit} does not exist")
+            raise InvalidConfig(f"configuration file {explicit}{given} does not exist")
         return explicit
     import platformdirs
 

@@ -23,7 +23,7 @@ from typing import Any, Final
 
 import click
 
-from stateflow.cli.common import Context, pass_context, refusals
+from stateflow.cli.common import Context, pass_context, refusals, visible
 from stateflow.cli.examples import decorate
 from stateflow.cli.memory import make_view, memory_options
 from stateflow.errors import InvalidInput
@@ -58,7 +58,7 @@ def record_session(store_url: str, identity: Identity) -> None:
         if tmp is not None:
             Path(tmp).unlink(missing_ok=True)
         click.echo(
-            f"warning: cannot record the session in {path.parent} ({exc.strerror or exc}), so "
+            f"warning: cannot record the session in {visible(str(path.parent))} ({exc.strerror or exc}), so "
             f"stateflow mcp --follow-hook-session cannot follow it; set {shown.DIR_ENV} to a "
             "writable directory",
             err=True,

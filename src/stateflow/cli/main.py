@@ -19,6 +19,7 @@ from stateflow.cli.common import (
     Context,
     IntRange,
     echo_json,
+    exclusive,
     file_option,
     on_sigterm,
     pass_context,
@@ -72,7 +73,7 @@ LAZY_COMMANDS = {
     "config_path",
     metavar="PATH",
     type=click.Path(dir_okay=False, path_type=Path),
-    envvar="STATEFLOW_CONFIG",
+    # (its variable is read with the configuration, so a bad one is refused naming it)
     help="Configuration file [env STATEFLOW_CONFIG; default: stateflow.toml in the working "
     "directory, else in your data directory]",
 )
@@ -92,7 +93,7 @@ def cli(ctx: click.Context, store: str | None, config_path: Path | None) -> None
 def migrate(ctx: Context) -> None:
     """Create or upgrade the store schema (idempotent)."""
     before, after = ctx.unmigrated().migrate()
-    where = display_location(ctx.store_location, absolute=True)
+    where = visible(display_location(ctx.store_location, absolute=True))
     if before == after:
         click.echo(f"{where}: schema is current (version {after})")
     else:
@@ -114,6 +115,7 @@ def _key(state: str, subject: str) -> DocKey:
 @click.option("--revision", type=INTEGER, help="Read the document as of this revision.")
 @click.option("--seq", type=INTEGER, help="Read the document as of this transition seq.")
 @click.option("--meta", is_flag=True, help="Print {revision, seq, body} instead of the body.")
+@exclusive("revision", "seq")
 @pass_context
 @refusals
 def doc_get(
@@ -122,8 +124,6 @@ def doc_get(
     """Print a document's body (null when it does not exist)."""
     store = ctx.reader()
     key = _key(state, subject)
-    if revision is not None and seq is not None:
-        raise click.UsageError("give --revision or --seq, not both")
     if revision is not None or seq is not None:
         document = store.read_at(key, revision=revision, seq=seq)
     else:

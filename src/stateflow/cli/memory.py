@@ -7,6 +7,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any, cast
 
 import click
@@ -21,7 +22,7 @@ from stateflow.cli.common import (
     refusals,
     visible,
 )
-from stateflow.config import Config
+from stateflow.config import Config, InvalidConfig
 from stateflow.doc.diff import diff, to_patch
 from stateflow.errors import InvalidInput
 from stateflow.extras import needs_extra
@@ -41,6 +42,33 @@ class RootsPath(click.Path):
 
     def split_envvar_value(self, rv: str) -> Sequence[str]:
         return [root for root in rv.split(os.pathsep) if root]
+
+
+def hot_budget(given: int | None) -> int | None:
+    """``--hot-budget``, else ``$STATEFLOW_HOT_BUDGET`` (unset or empty: none), read here rather
+    than by click, whose refusal would name the flag the user never typed: a malformed value is
+    ``invalid-config`` naming the variable, as every ``STATEFLOW_*`` setting's is."""
+    raw = os.environ.get(HOT_BUDGET_ENV) if given is None else None
+    if not raw:
+        return given
+    if not (raw.isascii() and raw.isdigit()) or int(raw) < 1:
+        raise InvalidConfig(
+            f"{HOT_BUDGET_ENV}: must be a positive whole number of bytes, not {visible(repr(raw))}"
+        )
+    return int(raw)
+
+
+def knowledge_roots(given: Sequence[Path]) -> tuple[Path, ...]:
+    """``--knowledge-root`` (each), else ``$STATEFLOW_KNOWLEDGE_ROOTS`` (``os.pathsep``-separated;
+    an empty entry names no root), held to the flag's rule — a root that exists is a directory —
+    and refused naming the variable (see :func:`hot_budget`)."""
+    if given:
+        return tuple(given)
+    roots = tuple(Path(root) for root in RootsPath().split_envvar_value(os.environ.get(KNOWLEDGE_ENV, "")))
+    for root in roots:
+        if root.exists() and not root.is_dir():
+            raise InvalidConfig(f"{KNOWLEDGE_ENV}: {visible(str(root))} is not a directory")
+    return roots
 
 
 def memory_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -78,16 +106,14 @@ def memory_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option(
             "--hot-budget",
             type=IntRange(1),
-            default=None,
-            envvar=HOT_BUDGET_ENV,
+            default=None,  # (its variable is read by make_view: a bad value names the variable)
             help=f"Refuse patches that grow the hot state beyond this many bytes [env {HOT_BUDGET_ENV}].",
         ),
         click.option(
             "--knowledge-root",
             "knowledge_roots",
             multiple=True,
-            type=RootsPath(file_okay=False, path_type=Path),
-            envvar=KNOWLEDGE_ENV,
+            type=RootsPath(file_okay=False, path_type=Path),  # (its variable: see knowledge_roots)
             help=f"A directory of Markdown knowledge; artifact sources may live there or in the cwd "
             f"(repeatable) [env {KNOWLEDGE_ENV}, {os.pathsep}-separated].",
         ),
@@ -110,13 +136,14 @@ def make_view(
     already (``existing``), or one created if missing — when first used if ``deferred``, so a
     call refused for its arguments creates no store. ``creator`` (``"hook"``): a command that
     creates a missing SQLite store at once names the file it created on stderr."""
+    budget = hot_budget(kw.pop("hot_budget"))
+    roots = tuple(str(p.expanduser().resolve()) for p in knowledge_roots(kw.pop("knowledge_roots")))
     identity = Identity.of(kw.pop("agent"), kw.pop("cwd"), kw.pop("session"))
-    roots = tuple(str(p.expanduser().resolve()) for p in kw.pop("knowledge_roots"))
     config = MemoryConfig(
         history_limit=kw.pop("history_limit"),
         mode=kw.pop("mode"),
         knowledge_roots=roots,
-        hot_budget=kw.pop("hot_budget"),
+        hot_budget=budget,
         runtime_dir=shown.default_dir(),  # one process shows the context, another takes the patch
     )
     scopes = parse_scopes(kw.pop("scopes"))
@@ -132,7 +159,7 @@ def make_view(
         # a command that must serve a project's first turn creates its store rather than refuse
         # it; a mistyped --store then shows as a new, empty store, so say which file it made
         click.echo(
-            f"warning: no store was at {new}: this {creator} created it, empty. If the server and "
+            f"warning: no store was at {visible(str(new))}: this {creator} created it, empty. If the server and "
             "hooks should use another, fix the store they name (--store in .claude/settings.json "
             "and .mcp.json, or STATEFLOW_STORE)",
             err=True,
@@ -159,14 +186,19 @@ def with_view(
     existing: bool = False,
     deferred: bool = False,
     creator: str | None = None,
+    before: Callable[[], object] | None = None,
 ) -> Callable[..., Any]:
     """Turn ``fn(view, **own_options)`` into a command taking the memory options (``reads``:
     the command only reads, ``existing``: it changes memory already there — either way a
-    missing store is refused, not created; ``deferred``, ``creator``: see :func:`make_view`)."""
+    missing store is refused, not created; ``deferred``, ``creator``: see :func:`make_view`;
+    ``before``: a check that runs before the store is opened, such as a missing extra's, so
+    that its refusal changes nothing)."""
 
     @functools.wraps(fn)
     def wrapper(ctx: Context, **kw: Any) -> Any:
         own = {k: kw.pop(k) for k in list(kw) if k not in _VIEW_OPTIONS}
+        if before is not None:
+            before()
         view = make_view(ctx, kw, reads=reads, existing=existing, deferred=deferred, creator=creator)
         return fn(view, **own)
 
@@ -366,11 +398,10 @@ def _state_names(values: tuple[str, ...]) -> list[str] | None:
     help="Serve the session the latest `stateflow hook claude-code` of this agent and cwd named "
     "(--session until a hook has run): Claude Code does not tell an MCP server its conversation.",
 )
-@functools.partial(with_view, creator="MCP server")
+@functools.partial(with_view, creator="MCP server", before=lambda: _mcp_server())
 def mcp_server(view: MemoryView, states: tuple[str, ...], follow_hook_session: bool) -> None:
     """Serve read_state and patch_state (and, with --states, declared-state tools) over stdio."""
-    with needs_extra("mcp", "stateflow mcp"):
-        from stateflow.mcp.server import serve_stdio
+    serve_stdio = _mcp_server().serve_stdio
 
     names = _state_names(states)
 
@@ -396,6 +427,14 @@ def mcp_server(view: MemoryView, states: tuple[str, ...], follow_hook_session: b
 
 
 COMMANDS.append(mcp_server)
+
+
+def _mcp_server() -> ModuleType:
+    """The MCP server module, or the refusal naming the extra it needs (before any store is
+    opened: a command refused for a missing extra creates nothing)."""
+    with needs_extra("mcp", "stateflow mcp"):
+        import stateflow.mcp.server as server
+    return server
 
 
 @click.group("knowledge")

@@ -16,6 +16,7 @@ from stateflow.cli import progress as progress_
 from stateflow.cli.common import Context, Interrupted, counted, echo_json, pass_context, refusals, visible
 from stateflow.cli.examples import decorate
 from stateflow.cli.memory import RootsPath
+from stateflow.cli.memory import knowledge_roots as memory_roots
 from stateflow.errors import CorruptStore, InvalidInput, UnsupportedStore
 from stateflow.files import refuse_unreplaceable, write_private
 from stateflow.store import SqlStore, resolve_store_url
@@ -62,7 +63,7 @@ def check(ctx: Context, as_json: bool, progress: bool | None) -> None:
         echo_json(report.to_json())
     else:
         counts = ", ".join(f"{n} {what}" for what, n in report.checked.items())
-        click.echo(f"{report.store}: checked {counts or 'nothing'}")
+        click.echo(f"{visible(report.store)}: checked {counts or 'nothing'}")
         for problem in report.problems:
             click.echo(f"  damaged: {visible(problem)}")
         if report.more_problems:
@@ -103,7 +104,9 @@ def _sql(store: object) -> SqlStore:
 
 
 @click.command("backup")
-@click.argument("target", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument(
+    "given", metavar="TARGET", type=click.Path(dir_okay=False)
+)  # (as typed: a Path reads ./- as -)
 @click.option(
     "--force",
     is_flag=True,
@@ -112,12 +115,20 @@ def _sql(store: object) -> SqlStore:
 @progress_.option
 @pass_context
 @refusals
-def backup(ctx: Context, target: Path, force: bool, progress: bool | None) -> None:
+def backup(ctx: Context, given: str, force: bool, progress: bool | None) -> None:
     """Copy a live SQLite store to TARGET: a consistent snapshot (the store as the copy began),
     taken with SQLite's online backup while writers carry on, without the free pages deletes
     left when they are more than a quarter of it. (PostgreSQL: use pg_dump, or `stateflow dump`.)"""
     from stateflow.store.backup import sqlite_backup
 
+    if given == "-":
+        # (`-` is stdout for dump and load; a backup is a SQLite file, which needs a file)
+        raise click.BadParameter(
+            "'-' would be stdout, and a backup is a SQLite file: name a file (./- for one named -), "
+            "or stream a portable copy with `stateflow dump -`",
+            param_hint="'TARGET'",
+        )
+    target = Path(given)
     location = resolve_store_url(ctx.store_location)
     path = sqlite_file(location)
     if path is None:
@@ -130,7 +141,8 @@ def backup(ctx: Context, target: Path, force: bool, progress: bool | None) -> No
         reporter.phase("copying")
         pages = sqlite_backup(path, target, replace=force, progress=reporter)
     click.echo(
-        f"backed up {display_location(location, absolute=True)} to {target} ({pages} pages, checked)",
+        f"backed up {visible(display_location(location, absolute=True))} to {visible(given)} "
+        f"({pages} pages, checked)",
         err=True,
     )
 
@@ -142,8 +154,7 @@ def backup(ctx: Context, target: Path, force: bool, progress: bool | None) -> No
     "--knowledge-root",
     "knowledge_roots",
     multiple=True,
-    type=RootsPath(file_okay=False, path_type=Path),
-    envvar="STATEFLOW_KNOWLEDGE_ROOTS",
+    type=RootsPath(file_okay=False, path_type=Path),  # (its variable: read by knowledge_roots)
     help="A directory artifact sources may live in besides a scope's working directory "
     "(repeatable) [env STATEFLOW_KNOWLEDGE_ROOTS].",
 )
@@ -158,8 +169,8 @@ def import_state_flow(ctx: Context, root: Path, agent: str | None, knowledge_roo
     written. A run cut short is finished by running it again."""
     from stateflow.state_flow_import import check_tree, import_tree, read_tree
 
+    roots = tuple(str(p.expanduser().resolve()) for p in memory_roots(knowledge_roots))
     scopes = read_tree(root.expanduser())
-    roots = tuple(str(p.expanduser().resolve()) for p in knowledge_roots)
     check_tree(scopes, agent or "default", roots)  # before the store is opened (or created)
     results = import_tree(ctx.store(), scopes, agent or "default")
     echo_json(results)
@@ -205,7 +216,7 @@ def dump(ctx: Context, target: Path | None, no_history: bool, progress: bool | N
     n = reporter.counts
     click.echo(
         f"dumped {counted(n.get('transitions', 0), 'transition')}, {counted(n.get('ops', 0), 'op id')} "
-        f"and {counted(n.get('documents', 0), 'document')} to {target}",
+        f"and {counted(n.get('documents', 0), 'document')} to {visible(str(target))}",
         err=True,
     )
 
@@ -248,7 +259,7 @@ def load(ctx: Context, source: Path, progress: bool | None) -> None:
         checked = check_dump(_read(fh, reporter))
         if not checked.complete:
             click.echo(
-                f"warning: {name} was written by an earlier stateflow, without an end line: whether it "
+                f"warning: {visible(name)} was written by an earlier stateflow, without an end line: whether it "
                 "is complete cannot be fully checked; compare the loaded store with its source",
                 err=True,
             )

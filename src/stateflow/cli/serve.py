@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from stateflow.cli.common import Context, IntRange, pass_context, refusals
+from stateflow.cli.common import Context, IntRange, pass_context, refusals, visible
 from stateflow.cli.examples import decorate
 from stateflow.config import Config
 from stateflow.extras import MCP_OVER_HTTP, missing_for, needs_extra
@@ -103,7 +103,7 @@ def serve(
     sock = server.bind(settings.host, settings.port)
     token_specs, note = _token_specs(config)
     if note:
-        click.echo(note, err=True)
+        click.echo(visible(note), err=True)
     base = f"http://{settings.host}:{settings.port}"
     # the banner names the store served, whichever the number of processes (a service log
     # then tells which store a deployment uses)
@@ -112,7 +112,7 @@ def serve(
     if no_mcp is not None:  # (the API and the studio serve all the same; /mcp answers this)
         links += f"\nnote: {no_mcp}"
     if settings.workers > 1:
-        store = display_location(resolve_store_url(ctx.store_location), absolute=True)
+        store = visible(display_location(resolve_store_url(ctx.store_location), absolute=True))
         click.echo(
             f"stateflow API on {base}/api/states (store: {store}; {settings.workers} processes)", err=True
         )
@@ -122,7 +122,7 @@ def serve(
     access.configure(settings.log_level, json_lines=settings.log_format == "json")
     service = _service(ctx.store(), config)
     app = server.build_app(service, config, token_specs)
-    click.echo(f"stateflow API on {base}/api/states (store: {ctx.store().url})", err=True)
+    click.echo(f"stateflow API on {base}/api/states (store: {visible(ctx.store().url)})", err=True)
     click.echo(links, err=True)
     try:
         server.run(app, sock, on_stop=service.close, log_level="warning")

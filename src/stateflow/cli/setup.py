@@ -26,7 +26,7 @@ from typing import Any
 
 import click
 
-from stateflow.cli.common import IntRange, refusals
+from stateflow.cli.common import IntRange, refusals, visible
 from stateflow.cli.examples import decorate
 from stateflow.doc.canonical import utf8_text
 from stateflow.errors import InvalidInput, TargetUnwritable
@@ -209,7 +209,7 @@ def _not_on_path() -> str:
         f"warning: {EXECUTABLE} is not on PATH here, and Claude Code starts the server and the hooks "
         f'with the PATH of its own environment: "command": "{EXECUTABLE}" may fail there (spawn '
         f"{EXECUTABLE} ENOENT). Put its directory on that PATH, or set the {SERVER} server's "
-        f'"command" in .mcp.json to its full path{f" ({full})" if full else ""} and run setup again: '
+        f'"command" in .mcp.json to its full path{f" ({visible(full)})" if full else ""} and run setup again: '
         "setup keeps that path, and gives it to the hooks too"
     )
 
@@ -279,7 +279,7 @@ def claude_code(
     for path, content in files.items():
         text = json.dumps(content, indent=2) + "\n"
         if dry_run:
-            click.echo(f"# {path}")
+            click.echo(f"# {visible(str(path))}")
             click.echo(text, nl=False)
             continue
         try:
@@ -287,7 +287,7 @@ def claude_code(
             path.write_text(text)
         except OSError as exc:  # checked above: only a full disk or a race gets here
             raise unwritable(path, exc) from exc
-        click.echo(f"wrote {path}", err=True)
+        click.echo(f"wrote {visible(str(path))}", err=True)
 
 
 decorate(setup, "setup")

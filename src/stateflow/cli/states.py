@@ -24,6 +24,7 @@ from stateflow.cli.common import (
     IntRange,
     decode_arg,
     echo_json,
+    exclusive,
     file_option,
     pass_context,
     read_json_arg,
@@ -338,7 +339,7 @@ def page_options(fn: Any) -> Any:
 
 def _table(rows: list[dict[str, Any]], columns: list[str]) -> None:
     from rich.console import Console
-    from rich.table import Table
+    from rich.table import Column, Table
     from rich.text import Text
 
     def cell(value: Any) -> Text:
@@ -350,10 +351,26 @@ def _table(rows: list[dict[str, Any]], columns: list[str]) -> None:
             return Text(visible(encode(value).decode()))
         return Text(visible(str(value)))
 
-    table = Table(*columns)
-    for row in rows:
-        table.add_row(*[cell(row.get(c)) for c in columns])
-    Console().print(table)
+    def build(names: list[str], data: Column | None = None) -> Table:
+        table = Table(*names, *([data] if data else []))
+        for row in rows:
+            table.add_row(*[cell(row.get(c)) for c in names], *([cell(row["data"])] if data else []))
+        return table
+
+    console = Console()
+    if "data" not in columns:
+        console.print(build(columns))
+        return
+    # a document is one line cut to the width the other columns leave it (the table would keep
+    # an unwrapped column whole and squeeze the others to nothing; wrapped, it reads as several)
+    others = [c for c in columns if c != "data"]
+    left = console.width - console.measure(build(others)).maximum - 3  # (its padding and border)
+    data = Column("data", no_wrap=True, overflow="ellipsis", max_width=max(left, DATA_MIN_WIDTH))
+    console.print(build(others, data))
+
+
+DATA_MIN_WIDTH = 20
+"""the narrowest a search's data column is cut to (on a narrow terminal the others give way)"""
 
 
 def _short(text: str, limit: int = 60) -> str:
@@ -441,11 +458,28 @@ def stats(api: StatesAPI, name: str) -> None:
 @api_command(reads=True)
 def consumers(api: StatesAPI, name: str) -> None:
     """What uses the state (guards its deletion)."""
-    echo_json(api.consumers(name))
+    items = api.consumers(name)
+    _out(items, [dict(c) for c in items], ["kind", "name", "detail", "unavailable"])
 
 
 def _subject_rows(items: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    return [{**i["subject"], "updated_at": i.get("updated_at"), "revision": i.get("revision")} for i in items]
+    return [
+        {
+            **i["subject"],
+            "updated_at": i.get("updated_at"),
+            "revision": i.get("revision"),
+            **({"data": _cut(encode(i["data"]).decode(), DATA_MAX_CHARS)} if "data" in i else {}),
+        }
+        for i in items
+    ]
+
+
+DATA_MAX_CHARS = 1000
+"""a search's data cell (compact JSON) holds no more than a line can show: the table cuts it further"""
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 SUBJECT_COLUMNS = ["target_kind", "target_name", "kind", "key", "revision", "updated_at"]
@@ -493,7 +527,7 @@ def search(
         sort=None if sort is None else decode_arg(sort, "--sort"),
         include_data=include_data,
     )
-    _out(page, _subject_rows(page["matches"]), SUBJECT_COLUMNS)
+    _out(page, _subject_rows(page["matches"]), SUBJECT_COLUMNS + (["data"] if include_data else []))
 
 
 @states.command("read")
@@ -501,6 +535,7 @@ def search(
 @subject_options
 @click.option("--revision", type=IntRange(0), default=None, help="Read it as of this revision.")
 @click.option("--seq", type=IntRange(0), default=None, help="Read it as of this transition seq.")
+@exclusive("revision", "seq")
 @api_command(reads=True)
 def read(api: StatesAPI, name: str, subject: Subject, revision: int | None, seq: int | None) -> None:
     """A record (null when there is none), now or as of a revision or seq."""
@@ -716,7 +751,17 @@ def prune(api: StatesAPI) -> None:
 @api_command(reads=True)
 def attachments(api: StatesAPI, name: str) -> None:
     """Templates attached to a state."""
-    echo_json(api.attachments(name))
+    items = api.attachments(name)
+    rows = [
+        {
+            "template": a["template"],
+            "path": a["path"],
+            "parameters": _cut(encode(a["parameters"]).decode(), 60),
+            "declarations": _cut(encode(a["declarations"]).decode(), 60),
+        }
+        for a in items
+    ]
+    _out(items, rows, ["template", "path", "parameters", "declarations"])
 
 
 @states.command("get-attachment")
@@ -878,7 +923,15 @@ def templates_delete(api: StatesAPI, name: str) -> None:
 
 
 LISTINGS = frozenset(
-    {"states list", "states subjects", "states search", "states writes", "state-templates list"}
+    {
+        "states list",
+        "states subjects",
+        "states search",
+        "states writes",
+        "states attachments",
+        "states consumers",
+        "state-templates list",
+    }
 )
 decorate(states, "states", LISTINGS)
 decorate(state_templates, "state-templates", LISTINGS)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from stateflow.cli.common import Context, pass_context, refusals
+from stateflow.cli.common import Context, pass_context, refusals, visible
 from stateflow.cli.examples import decorate
 from stateflow.errors import InvalidInput, NotFound
 
@@ -36,7 +36,10 @@ def _file(ctx: Context, token_file: Path | None) -> tuple[Path, str | None]:
     path, source = token_file_in_effect(config)
     if config.server.tokens:  # (specs given as such win over any file: serve reads none)
         given = config.sources.get("server.tokens", "the configuration")
-        click.echo(f"warning: stateflow serve uses the API tokens given by {given}, not {path}", err=True)
+        click.echo(
+            f"warning: stateflow serve uses the API tokens given by {given}, not {visible(str(path))}",
+            err=True,
+        )
     return path, source
 
 
@@ -56,9 +59,10 @@ def show(ctx: Context, token_file: Path | None, secrets: bool) -> None:
 
     path, source = _file(ctx, token_file)
     tokens = read_token_file(path, source)
-    click.echo(f"# {path}", err=True)
+    click.echo(f"# {visible(str(path))}", err=True)
     for kept in tokens:
-        click.echo(kept.spec if secrets else kept.describe())
+        # (a target name may hold a control character, as the API lets it)
+        click.echo(visible(kept.spec if secrets else kept.describe()))
 
 
 @token.command("create")
@@ -73,13 +77,45 @@ def create(ctx: Context, token_file: Path | None, read_only: bool, targets: tupl
     """Add a new random token to the file and print its secret once."""
     from stateflow.http.auth import new_secret, parse_token, read_token_file, write_token_file
 
+    for target in targets:
+        _check_target(target)
     path, source = _file(ctx, token_file)
     kept = read_token_file(path, source) if os.path.exists(path) else []  # (never raises: the write refuses)
     spec = new_secret() + (":read" if read_only else "") + ("@" + ",".join(targets) if targets else "")
     new = parse_token(spec)  # validates the targets
     write_token_file(path, [t.spec for t in kept] + [new.spec])
-    click.echo(f"created {new.describe()} in {path}; the secret (shown once):", err=True)
+    click.echo(
+        f"created {visible(new.describe())} in {visible(str(path))}; the secret (shown once):", err=True
+    )
     click.echo(new.secret)
+
+
+def _check_target(given: str) -> None:
+    """Refuse a ``--target`` no record can have (the API's target_name rule: 1 to
+    TARGET_NAME_MAX_CHARS characters of Unicode text) or the token file cannot keep as given: a
+    spec is one line, its targets split at commas and its end trimmed. A comma separates
+    targets here too (``agent/a,tool/b``); any other character the API takes in a name is kept."""
+    from stateflow.doc.canonical import utf8_text
+    from stateflow.states.models import TARGET_NAME_MAX_CHARS
+
+    for item in given.split(","):
+        kind, _, name = item.partition("/")
+        shown = visible(item.encode("utf-8", "backslashreplace").decode())
+        if kind not in ("agent", "tool") or not name:
+            problem = "must look like agent/<name> or tool/<name>"
+        elif len(name) > TARGET_NAME_MAX_CHARS:
+            problem = (
+                f"names a target of {len(name)} characters; a target_name has at most {TARGET_NAME_MAX_CHARS}"
+            )
+        elif not utf8_text(name):
+            problem = "is not UTF-8 text"
+        elif name.splitlines() != [name]:
+            problem = "holds a line break, which the token file (one spec a line) cannot keep"
+        elif name != name.rstrip():
+            problem = "ends with white space, which the token file trims"
+        else:
+            continue
+        raise InvalidInput(f"--target '{shown}' {problem}")
 
 
 @token.command("revoke")

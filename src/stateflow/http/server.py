@@ -235,7 +235,10 @@ def run_workers(
         process.start()
         return process
 
+    caught: list[int] = []
+
     def stop(sig: int, frame: FrameType | None) -> None:
+        caught.append(sig)
         stopping.set()
 
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
@@ -262,3 +265,9 @@ def run_workers(
                 process.join()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    if caught:
+        # passed on once all have stopped, as a single server's uvicorn does: a Ctrl-C ends the
+        # command as any other's ("interrupted", 130), a SIGTERM as that signal ends a process
+        if caught[0] == signal.SIGTERM and signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.raise_signal(caught[0])
