@@ -255,6 +255,17 @@ def test_the_config_object_validates_values() -> None:
     assert config.server.port == 2
 
 
+def test_numbers_in_the_environment_are_ascii_decimal_only() -> None:
+    """``STATEFLOW_WORKERS=١`` was read as 1 and ``1_000`` as 1000 (Python's own reading of a
+    number): a setting named another value than the one written. Refused naming the variable."""
+    for text in ("\u0661", "\uff12", "1_000", "2\u00a0"):
+        with pytest.raises(InvalidConfig, match=r"STATEFLOW_WORKERS: .* is not a valid int"):
+            Config.from_env({"STATEFLOW_WORKERS": text})
+    with pytest.raises(InvalidConfig, match="STATEFLOW_STORE_WAIT_SECONDS"):
+        Config.from_env({"STATEFLOW_STORE_WAIT_SECONDS": "\u0663.5"})
+    assert Config.from_env({"STATEFLOW_WORKERS": " 2 ", "STATEFLOW_STORE_WAIT_SECONDS": "1.5"}).server.workers == 2
+
+
 def test_the_documented_settings_live_in_the_file_or_are_documented_as_environment_only() -> None:
     """docs/operations.md lists the STATEFLOW_* variables and says which have no key in
     stateflow.toml; every other one has a key (the environment layer maps it to one)."""
