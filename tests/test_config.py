@@ -263,7 +263,10 @@ def test_numbers_in_the_environment_are_ascii_decimal_only() -> None:
             Config.from_env({"STATEFLOW_WORKERS": text})
     with pytest.raises(InvalidConfig, match="STATEFLOW_STORE_WAIT_SECONDS"):
         Config.from_env({"STATEFLOW_STORE_WAIT_SECONDS": "\u0663.5"})
-    assert Config.from_env({"STATEFLOW_WORKERS": " 2 ", "STATEFLOW_STORE_WAIT_SECONDS": "1.5"}).server.workers == 2
+    assert (
+        Config.from_env({"STATEFLOW_WORKERS": " 2 ", "STATEFLOW_STORE_WAIT_SECONDS": "1.5"}).server.workers
+        == 2
+    )
 
 
 def test_the_documented_settings_live_in_the_file_or_are_documented_as_environment_only() -> None:

@@ -328,10 +328,13 @@ def _typed(value: Any, annotation: Any, where: str, *, words: bool = False, text
             if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
                 return tuple(value)
             raise TypeError
-        if kind.startswith(("float", "int")) and isinstance(value, str):
-            # (Python's own reading would take other scripts' digits, "١" as 1, and "1_000")
-            if not text or not value.isascii() or "_" in value:
-                raise TypeError
+        # (Python's own reading of a number would take other scripts' digits, "١" as 1, and "1_000")
+        if (
+            kind.startswith(("float", "int"))
+            and isinstance(value, str)
+            and (not text or not value.isascii() or "_" in value)
+        ):
+            raise TypeError
         if kind.startswith("float"):
             if isinstance(value, bool):
                 raise TypeError
