@@ -136,6 +136,28 @@ def test_nesting_up_to_the_storage_limit_is_accepted_deeper_is_refused_by_place(
         assert str(info.value).startswith("value[0][0]")
 
 
+def test_a_place_hundreds_of_levels_deep_is_shown_with_its_run_cut() -> None:
+    """A too-deep value's place spelled every level (``$[0][0]…``, 770 characters for 254
+    levels): a long run of one step is shown by its first three, its last and the count, the same
+    from a value and from its text."""
+    deep: Any = {"k": _nested(300)}
+    with pytest.raises(InvalidJSON) as checked:
+        check(deep)
+    assert str(checked.value) == (
+        "$.k[0][0][0]…[0] (253 × [0]): nested deeper than 254 levels, which JSON storage refuses"
+    )
+    keys: Any = 1
+    for _ in range(300):
+        keys = {"a": keys}
+    with pytest.raises(InvalidJSON, match=r"^\$\.a\.a\.a…\.a \(254 × \.a\): nested deeper"):
+        check(keys)
+    with pytest.raises(InvalidJSON) as decoded:
+        decode("[" * 2_000 + "]" * 2_000)
+    assert str(decoded.value).startswith("$[0][0][0]…[0] (254 × [0]): nested deeper than 254 levels")
+    with pytest.raises(InvalidJSON, match=r"^\$\[0\]\[0\]\[0\]\[0\]\[0\]\[0\]: nested"):
+        check(_nested(2), "$[0][0][0][0][0]", 253)  # (a short run is spelled out)
+
+
 def test_text_deeper_than_the_parser_reads_is_refused_as_a_value_that_deep_is() -> None:
     """Past orjson's own limit (1024) the text cannot be parsed at all: refused as the value
     it holds is from 255 levels on (invalid-json, the same place), not as text that is not JSON."""

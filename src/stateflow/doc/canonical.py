@@ -113,7 +113,7 @@ def decode(
             # JSON nested past the parser's own limit (1024) is, first of all, deeper than a
             # document may be: refused as the value is from 255 levels on, not as unparseable
             raise InvalidJSON(
-                f"{_too_deep_at(data)}: nested deeper than {MAX_DEPTH} levels, which JSON storage refuses"
+                f"{_run_cut(_too_deep_at(data))}: nested deeper than {MAX_DEPTH} levels, which JSON storage refuses"
             ) from exc
         if str(exc).startswith("number is infinity"):
             # a number literal past a double's range (orjson reads every integer beyond 64
@@ -316,6 +316,22 @@ def _digits(n: int) -> int:
     n = abs(n)
     count = max(1, int(n.bit_length() * 0.30102999566398120) + 1)  # log10(2): right or one over
     return count - 1 if count > 1 and n < 10 ** (count - 1) else count
+
+
+_STEP_RUN: Final = re.compile(r"(\[\d+\]|\.[^.\[\]]+)\1{7,}")
+"""A step of a place repeated eight times or more in a row (``[0][0]…``)."""
+
+
+def _run_cut(place: str) -> str:
+    """``place`` with each long run of one repeated step shown by its first three, an ellipsis,
+    its last and the count (``$[0][0][0]…[0] (254 × [0])``): a place hundreds of levels deep
+    would otherwise fill a screen with ``[0]``."""
+
+    def cut(run: re.Match[str]) -> str:
+        step = run.group(1)
+        return f"{step * 3}…{step} ({len(run.group()) // len(step)} × {step})"
+
+    return _STEP_RUN.sub(cut, place)
 
 
 def _too_deep_at(data: bytes | bytearray | memoryview | str, *, before: int | None = None) -> str:
@@ -524,7 +540,9 @@ def _explain(value: JSON, where: str, depth: int = 0) -> None:
         if t is bool or node is None:
             continue
         if depth >= MAX_DEPTH and (t is dict or t is list):
-            raise InvalidJSON(f"{at}: nested deeper than {MAX_DEPTH} levels, which JSON storage refuses")
+            raise InvalidJSON(
+                f"{_run_cut(at)}: nested deeper than {MAX_DEPTH} levels, which JSON storage refuses"
+            )
         if t is int:
             if not _INT_MIN <= node <= _INT_MAX:
                 raise InvalidJSON(f"{at}: {_integer_words(node, _digits(node))}")
