@@ -23,6 +23,7 @@ from stateflow.cli.common import (
     visible,
 )
 from stateflow.config import Config, InvalidConfig
+from stateflow.doc.canonical import ascii_digits
 from stateflow.doc.diff import diff, to_patch
 from stateflow.errors import InvalidInput
 from stateflow.extras import needs_extra
@@ -51,7 +52,7 @@ def hot_budget(given: int | None) -> int | None:
     raw = os.environ.get(HOT_BUDGET_ENV) if given is None else None
     if not raw:
         return given
-    if not (raw.isascii() and raw.isdigit()) or int(raw) < 1:
+    if not ascii_digits(raw) or int(raw) < 1:
         raise InvalidConfig(
             f"{HOT_BUDGET_ENV}: must be a positive whole number of bytes, not {visible(repr(raw))}"
         )
@@ -383,6 +384,14 @@ def _state_names(values: tuple[str, ...]) -> list[str] | None:
     return [] if names == ["*"] else names
 
 
+def _mcp_server() -> ModuleType:
+    """The MCP server module, or the refusal naming the extra it needs (before any store is
+    opened: a command refused for a missing extra creates nothing)."""
+    with needs_extra("mcp", "stateflow mcp"):
+        import stateflow.mcp.server as server
+    return server
+
+
 @click.command("mcp")
 @click.option(
     "--states",
@@ -398,7 +407,7 @@ def _state_names(values: tuple[str, ...]) -> list[str] | None:
     help="Serve the session the latest `stateflow hook claude-code` of this agent and cwd named "
     "(--session until a hook has run): Claude Code does not tell an MCP server its conversation.",
 )
-@functools.partial(with_view, creator="MCP server", before=lambda: _mcp_server())
+@functools.partial(with_view, creator="MCP server", before=_mcp_server)
 def mcp_server(view: MemoryView, states: tuple[str, ...], follow_hook_session: bool) -> None:
     """Serve read_state and patch_state (and, with --states, declared-state tools) over stdio."""
     serve_stdio = _mcp_server().serve_stdio
@@ -427,14 +436,6 @@ def mcp_server(view: MemoryView, states: tuple[str, ...], follow_hook_session: b
 
 
 COMMANDS.append(mcp_server)
-
-
-def _mcp_server() -> ModuleType:
-    """The MCP server module, or the refusal naming the extra it needs (before any store is
-    opened: a command refused for a missing extra creates nothing)."""
-    with needs_extra("mcp", "stateflow mcp"):
-        import stateflow.mcp.server as server
-    return server
 
 
 @click.group("knowledge")

@@ -100,10 +100,10 @@ def _check_target(given: str) -> None:
 
     for item in given.split(","):
         kind, _, name = item.partition("/")
-        shown = visible(item.encode("utf-8", "backslashreplace").decode())
         if kind not in ("agent", "tool") or not name:
-            problem = "must look like agent/<name> or tool/<name>"
-        elif len(name) > TARGET_NAME_MAX_CHARS:
+            continue  # (its shape is parse_token's to refuse)
+        shown = visible(item.encode("utf-8", "backslashreplace").decode())
+        if len(name) > TARGET_NAME_MAX_CHARS:
             problem = (
                 f"names a target of {len(name)} characters; a target_name has at most {TARGET_NAME_MAX_CHARS}"
             )

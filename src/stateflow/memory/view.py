@@ -428,22 +428,21 @@ class MemoryView(Staging):
             if ((path.offset and not alone) or projection == "patch") and timeline is None:
                 timeline = self._timeline(cap, members=members)
             try:
-                if by_path and projection == "patch":
-                    assert timeline is not None
-                    result = self._patch_by_path(
-                        path, timeline, current, cap, [*self.planes.hot, *lazy_roots]
+                if projection != "patch":
+                    result = (
+                        self._evaluate_path(path, projection, current, timeline)
+                        if by_path
+                        else self._evaluate(path, projection, current, timeline, members)
                     )
-                elif by_path:
-                    results.append(self._evaluate_path(path, projection, current, timeline))
-                    continue
                 else:
-                    result = self._evaluate(path, projection, current, timeline, members)
-                    if projection != "patch":
-                        results.append(result)
-                        continue
-                if result is None or (type(result) is dict and not result):  # (else a value set there)
                     assert timeline is not None
-                    self._check_patch_path(path, by_path, current, timeline, members)
+                    result = (
+                        self._patch_by_path(path, timeline, current, cap, [*self.planes.hot, *lazy_roots])
+                        if by_path
+                        else self._evaluate(path, projection, current, timeline, members)
+                    )
+                    if result is None or (type(result) is dict and not result):  # (else a value set there)
+                        self._check_patch_path(path, by_path, current, timeline, members)
                 results.append(result)
             except SelectionError:
                 if batch or projection != "value" or path.offset:

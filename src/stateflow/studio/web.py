@@ -15,7 +15,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.concurrency import run_in_threadpool
 
 from stateflow import __version__
-from stateflow.doc.canonical import JSON, decode
+from stateflow.doc.canonical import JSON, ascii_digits, decode
 from stateflow.errors import InvalidInput, InvalidJSON, StateflowError
 from stateflow.http.auth import Forbidden, Token, TokenSet
 from stateflow.states import DoorContext, StatesService
@@ -123,7 +123,7 @@ def int_param(params: Any, name: str) -> int | None:
         return None
     # ASCII digits only, as the API reads them: int() would also take "+1", " 1", "1_0" and
     # other scripts' digits (and refuse thousands of digits with a ValueError of its own)
-    if not (raw.isascii() and raw.isdigit()) or len(raw) > 19 or int(raw) > SQL_INT_MAX:
+    if not ascii_digits(raw) or len(raw) > 19 or int(raw) > SQL_INT_MAX:
         raise InvalidInput(f"{name} must be a non-negative integer (ASCII digits 0-9, below 2**63)")
     return int(raw)
 
