@@ -10,6 +10,7 @@ import atexit
 import glob
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -208,3 +209,14 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     for name, by in sorted(counts.items()):
         parts = ", ".join(f"{n} {o}" for o, n in sorted(by.items()))
         terminalreporter.write_line(f"backend {name}: {parts}")
+
+
+@pytest.fixture
+def ctrl_c_raises() -> Iterator[None]:
+    """SIGINT raises KeyboardInterrupt in the test's process, whatever handler the runner set
+    (the tests that press Ctrl-C on a store's own calls)."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)

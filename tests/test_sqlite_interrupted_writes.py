@@ -12,7 +12,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -36,13 +35,7 @@ store.close()
 """
 
 
-@pytest.fixture(autouse=True)
-def ctrl_c_raises() -> Iterator[None]:
-    before = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, before)
+pytestmark = pytest.mark.usefixtures("ctrl_c_raises")
 
 
 def bump(store: SqliteStore) -> None:

@@ -106,15 +106,6 @@ def test_ctrl_c_stops_a_write_waiting_for_another_programs_write_lock(
     assert run(db, "doc", "put", "lock", "k", '{"a": 2}') == '{"revision":1,"seq":2}\n'
 
 
-@pytest.fixture
-def ctrl_c_raises() -> Iterator[None]:
-    before = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, before)
-
-
 def put(store: SqliteStore, body: dict[str, int]) -> None:
     store.commit([Write.between(KEY, store.get(KEY).body, body, expect=None)])
 
